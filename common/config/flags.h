@@ -1,0 +1,88 @@
+#ifndef CAIRN_COMMON_CONFIG_FLAGS_H_
+#define CAIRN_COMMON_CONFIG_FLAGS_H_
+
+// Typed options from command-line flags and config files.
+//
+// Each binary fills a `<Thing>Options` struct (default member initializers are the defaults)
+// by binding its fields to named flags:
+//
+//   CacheOptions opts;
+//   cairn::FlagSet flags("cairn-cache", "the cache daemon");
+//   flags.Add("cache-ram-bytes", &opts.ram_bytes, "RAM budget in bytes (K, M, G, Ki, Mi, Gi)");
+//   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
+//
+// Command line: `--name=value`, `--name value`, `--flag` / `--noflag` for booleans, `--` ends
+// flags. `--config FILE` (always available) reads `name = value` lines (`#` starts a comment,
+// blank lines are ignored, values may be double-quoted); flags given on the command line win
+// over the file wherever they appear. `--help` makes Parse return a Cancelled status whose
+// message is the usage text. Unknown names, missing or malformed values, out-of-range numbers
+// and repeated keys inside one file are InvalidArgument errors naming the flag (and file:line).
+//
+// Thread-compatible.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace cairn {
+
+// Parses a byte count: a non-negative integer with an optional suffix K/M/G/T (powers of
+// 1000) or Ki/Mi/Gi/Ti (powers of 1024), e.g. "32Gi". InvalidArgument on overflow or junk.
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
+// Parses a duration as absl does ("500ms", "2s", "1h30m").
+absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text);
+
+class FlagSet {
+ public:
+  FlagSet(std::string program, std::string description);
+  ~FlagSet();
+  FlagSet(const FlagSet&) = delete;
+  FlagSet& operator=(const FlagSet&) = delete;
+
+  // Binds flag `name` to `*field`; `field` must outlive this object. The field's value at
+  // the time of the call is shown as the default in the usage text.
+  void Add(std::string name, std::string* field, std::string help);
+  void Add(std::string name, bool* field, std::string help);
+  void Add(std::string name, int64_t* field, std::string help);
+  void Add(std::string name, int* field, std::string help);
+  void Add(std::string name, double* field, std::string help);
+  void Add(std::string name, absl::Duration* field, std::string help);
+  // A byte count (ParseByteSize).
+  void AddBytes(std::string name, uint64_t* field, std::string help);
+  // A list of strings: comma-separated, or the flag repeated (values accumulate).
+  void Add(std::string name, std::vector<std::string>* field, std::string help);
+
+  // Parses `argv[1..argc)`. Returns the positional arguments in order.
+  absl::StatusOr<std::vector<std::string>> Parse(int argc, const char* const* argv);
+  absl::StatusOr<std::vector<std::string>> Parse(const std::vector<std::string>& args);
+  // Applies `name = value` lines from `text` (as read from `origin`, used in messages).
+  // Flags already given on the command line are left alone.
+  absl::Status ApplyConfigText(absl::string_view text, absl::string_view origin);
+
+  // Returns true if `name` was set by the command line or a config file.
+  bool WasSet(absl::string_view name) const;
+  std::string Usage() const;
+
+ private:
+  struct Flag;
+  Flag* Find(absl::string_view name);
+  const Flag* Find(absl::string_view name) const;
+  void AddFlag(std::string name, std::string help, std::string default_text, bool is_bool,
+               std::function<absl::Status(absl::string_view)> set);
+  absl::Status ApplyConfigFile(const std::string& path);
+
+  std::string program_;
+  std::string description_;
+  std::vector<std::unique_ptr<Flag>> flags_;
+};
+
+}  // namespace cairn
+
+#endif  // CAIRN_COMMON_CONFIG_FLAGS_H_

@@ -1,0 +1,28 @@
+#ifndef CAIRN_COMMON_GRPC_CLIENT_H_
+#define CAIRN_COMMON_GRPC_CLIENT_H_
+
+// Client-side helpers: every call carries a deadline (reliability-plan.md RPC1).
+
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+}  // namespace grpc
+
+namespace cairn {
+
+// Returns a ClientContext whose deadline is `timeout` from now. Use it for every call; a
+// context without a deadline is a lint failure.
+std::unique_ptr<grpc::ClientContext> NewClientContext(absl::Duration timeout);
+
+// Returns an insecure channel to `target` ("unix:PATH" or "HOST:PORT") with the local-peer
+// reconnect backoff (RPC2: a few seconds at most).
+std::shared_ptr<grpc::Channel> NewLocalChannel(const std::string& target);
+
+}  // namespace cairn
+
+#endif  // CAIRN_COMMON_GRPC_CLIENT_H_

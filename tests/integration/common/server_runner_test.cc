@@ -1,0 +1,141 @@
+// Smoke test of the gRPC server runner: health, reflection and drain on a Unix socket and on
+// 127.0.0.1:0 (reliability-plan.md RPC4, RPC5, RPC7).
+
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include "common/grpc/client.h"
+#include "common/grpc/server_runner.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "gtest/gtest.h"
+#include "cairn/cache/v1/cache.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn {
+namespace {
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+// A service with no handlers: enough to be listed by reflection.
+class EmptyCacheService final : public cairn::cache::v1::CacheService::CallbackService {};
+
+HealthCheckResponse::ServingStatus Check(const std::string& address, const std::string& service,
+                                         grpc::Status* status_out) {
+  auto stub = Health::NewStub(NewLocalChannel(address));
+  HealthCheckRequest req;
+  req.set_service(service);
+  HealthCheckResponse resp;
+  auto ctx = NewClientContext(absl::Seconds(5));
+  *status_out = stub->Check(ctx.get(), req, &resp);
+  return resp.status();
+}
+
+std::vector<std::string> ListServices(const std::string& address) {
+  using grpc::reflection::v1alpha::ServerReflection;
+  using grpc::reflection::v1alpha::ServerReflectionRequest;
+  using grpc::reflection::v1alpha::ServerReflectionResponse;
+  auto stub = ServerReflection::NewStub(NewLocalChannel(address));
+  auto ctx = NewClientContext(absl::Seconds(5));
+  auto stream = stub->ServerReflectionInfo(ctx.get());
+  ServerReflectionRequest req;
+  req.set_list_services("");
+  std::vector<std::string> names;
+  if (!stream->Write(req)) return names;
+  stream->WritesDone();
+  ServerReflectionResponse resp;
+  while (stream->Read(&resp)) {
+    for (const auto& s : resp.list_services_response().service()) names.push_back(s.name());
+  }
+  grpc::Status ignored = stream->Finish();
+  (void)ignored;
+  return names;
+}
+
+void ExerciseRunner(const std::string& listen) {
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = listen;
+  options.health_services = {"cairn.cache.v1.CacheService"};
+  options.drain_timeout = absl::Seconds(2);
+  auto runner = ServerRunner::Start(options, {&service});
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  const std::string address = (*runner)->address();
+  grpc::Status st;
+
+  // Starts NOT_SERVING until the owner says it is ready.
+  EXPECT_EQ(Check(address, "", &st), HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  (*runner)->SetAllServing(true);
+  EXPECT_EQ(Check(address, "", &st), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Check(address, "cairn.cache.v1.CacheService", &st), HealthCheckResponse::SERVING);
+  Check(address, "no.such.Service", &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  std::vector<std::string> names = ListServices(address);
+  EXPECT_NE(std::find(names.begin(), names.end(), "cairn.cache.v1.CacheService"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "grpc.health.v1.Health"), names.end());
+
+  (*runner)->Drain();
+  (*runner)->Wait();
+  Check(address, "", &st);
+  EXPECT_FALSE(st.ok());
+}
+
+TEST(ServerRunnerTest, ServesHealthAndReflectionOnTcpPortZero) {
+  ExerciseRunner("127.0.0.1:0");
+}
+
+TEST(ServerRunnerTest, ServesHealthAndReflectionOnAUnixSocket) {
+  std::string path = ::testing::TempDir() + "/cairn-runner-" + std::to_string(::getpid()) +
+                     ".sock";
+
+  ExerciseRunner("unix:" + path);
+
+  EXPECT_NE(::access(path.c_str(), F_OK), 0);  // Removed after shutdown.
+}
+
+TEST(ServerRunnerTest, TcpPortIsReported) {
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "127.0.0.1:0";
+
+  auto runner = ServerRunner::Start(options, {&service});
+
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  EXPECT_GT((*runner)->port(), 0);
+}
+
+TEST(ServerRunnerTest, BadListenAddressesAreInvalidArgument) {
+  for (const std::string& bad :
+       {std::string("nonsense"), std::string("unix:"), std::string("127.0.0.1:99999"),
+        std::string(":80"), "unix:" + std::string(200, 'x')}) {
+    EXPECT_EQ(ParseListenAddress(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(ServerRunnerTest, RefusesToReplaceANonSocketFile) {
+  std::string path = ::testing::TempDir() + "/cairn-runner-regular-file";
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "unix:" + path;
+
+  auto runner = ServerRunner::Start(options, {&service});
+
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(::access(path.c_str(), F_OK), 0);
+  ::unlink(path.c_str());
+}
+
+}  // namespace
+}  // namespace cairn
