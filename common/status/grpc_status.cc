@@ -12,12 +12,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  int code = static_cast<int>(status.error_code());
-  // Codes outside absl's range (none today) become Unknown rather than an invalid enum.
-  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(status.error_message());
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
+  // grpc::StatusCode and absl::StatusCode share their values (0..16).
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 }  // namespace cairn

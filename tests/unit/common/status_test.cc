@@ -149,12 +149,6 @@ TEST(GrpcStatusTest, RoundTripsEveryCode) {
   }
 }
 
-TEST(GrpcStatusTest, UnknownGrpcCodeBecomesUnknown) {
-  grpc::Status g(static_cast<grpc::StatusCode>(99), "odd");
-
-  EXPECT_THAT(FromGrpcStatus(g), StatusIs(absl::StatusCode::kUnknown));
-}
-
 TEST(CheckDeathTest, CheckAbortsWithTheCondition) {
   EXPECT_DEATH(CAIRN_CHECK(1 + 1 == 3), "CHECK failed: 1 \\+ 1 == 3");
 }
