@@ -1,0 +1,235 @@
+#include "services/infer/text/tokenizer.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/file_util.h"
+#include "services/infer/text/unicode.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using ::cairn::testing::StatusIs;
+using ::testing::ElementsAre;
+
+// A tiny byte-level BPE tokenizer.json: every byte, merges "a b" -> "ab", "ab c" -> "abc",
+// "Ġ a" -> "Ġa", and two added tokens.
+std::string TinyTokenizerJson(const std::string& regex_override = "") {
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  int id = 0;
+  // bytes_to_unicode order is irrelevant for ids here; assign ids by byte value.
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    static int shifted = 0;
+    if (b == 0) shifted = 0;
+    uint32_t cp = printable ? b : 256 + shifted++;
+    std::string key;
+    unicode::AppendUtf8(cp, &key);
+    vocab[key] = id++;
+  }
+  vocab["ab"] = id++;
+  vocab["abc"] = id++;
+  vocab["\xC4\xA0" "a"] = id++;  // "Ġa"
+  const std::string regex =
+      regex_override.empty()
+          ? "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+            "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+          : regex_override;
+  nlohmann::ordered_json j = {
+      {"added_tokens",
+       {{{"id", 1000}, {"content", "<|end|>"}, {"special", true}},
+        {{"id", 1001}, {"content", "<tool>"}, {"special", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", regex}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", {"a b", "ab c", "\xC4\xA0 a"}}}},
+  };
+  return j.dump();
+}
+
+TEST(TokenizerTest, MergesByRankAndSplitsAddedTokens) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  absl::StatusOr<std::vector<TokenId>> ids = (*t)->Encode("abc<|end|> a<tool>");
+
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(257, 1000, 258, 1001));
+}
+
+TEST(TokenizerTest, SpecialTokensAreTextWhenParsingIsOff) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  absl::StatusOr<std::vector<TokenId>> ids =
+      (*t)->Encode("<|end|><tool>", EncodeOptions{.parse_special = false});
+
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->back(), 1001);
+  EXPECT_GT(ids->size(), 2u);
+  EXPECT_EQ(*(*t)->Decode(*ids), "<|end|><tool>");
+}
+
+TEST(TokenizerTest, DecodeSkipsOnlySpecialTokens) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  absl::StatusOr<std::string> text = (*t)->Decode({257, 1000, 1001}, /*skip_special=*/true);
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "abc<tool>");
+}
+
+TEST(TokenizerTest, UnknownIdIsAnError) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  EXPECT_THAT((*t)->Decode({999999}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*t)->Decode({-1}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(TokenizerTest, InvalidUtf8InputIsAnError) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  EXPECT_THAT((*t)->Encode("ab\xFF").status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(TokenizerTest, UnsupportedRegexIsRejectedAtLoad) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson("\\w+"));
+
+  EXPECT_THAT(t.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(TokenizerTest, MalformedJsonIsRejected) {
+  EXPECT_THAT(Tokenizer::FromJson("{not json").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Tokenizer::FromJson("{}").status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(Utf8LossyTest, ReplacesEachMaximalInvalidSubsequence) {
+  // A truncated 3-byte sequence is one U+FFFD; a lone continuation byte is another.
+  EXPECT_EQ(Utf8Lossy("a\xE2\x82" "b\x80"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  EXPECT_EQ(Utf8Lossy("ok \xE2\x82\xAC"), "ok \xE2\x82\xAC");
+}
+
+// The real Qwen3 tokenizer, loaded once for the suite.
+class Qwen3TokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string path = testing::Qwen3ModelDir() + "/tokenizer.json";
+    if (!std::filesystem::exists(path)) return;
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromFile(path);
+    if (t.ok()) tokenizer_ = std::move(*t).release();
+    load_status_ = new absl::Status(t.status());
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    tokenizer_ = nullptr;
+    delete load_status_;
+    load_status_ = nullptr;
+  }
+  void SetUp() override {
+    CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+    ASSERT_NE(tokenizer_, nullptr) << *load_status_;
+  }
+
+  static Tokenizer* tokenizer_;
+  static absl::Status* load_status_;
+};
+Tokenizer* Qwen3TokenizerTest::tokenizer_ = nullptr;
+absl::Status* Qwen3TokenizerTest::load_status_ = nullptr;
+
+TEST_F(Qwen3TokenizerTest, IdsEqualTheReferenceOnTheCorpus) {
+  absl::StatusOr<std::string> data =
+      ReadFileToString(testing::TextDataPath("tokenizer_qwen3_reference.json"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  const nlohmann::json ref = nlohmann::json::parse(*data, nullptr, false);
+  ASSERT_FALSE(ref.is_discarded());
+  ASSERT_GE(ref["cases"].size(), 200u);
+
+  int mismatches = 0;
+  for (const nlohmann::json& c : ref["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    const std::vector<TokenId> want = c["ids"].get<std::vector<TokenId>>();
+    if (*ids != want && ++mismatches <= 10) {
+      ADD_FAILURE() << "ids differ for " << nlohmann::json(text).dump()
+                    << "\n got:  " << nlohmann::json(*ids).dump()
+                    << "\n want: " << nlohmann::json(want).dump();
+    }
+    // decode(encode(s)) is the reference's decoding, which is NFC(s).
+    absl::StatusOr<std::string> decoded = tokenizer_->Decode(*ids);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, c["decoded"].get<std::string>());
+    EXPECT_EQ(*decoded, unicode::Nfc(text));
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST_F(Qwen3TokenizerTest, SpecTokenIdsAndChatPrefix) {
+  absl::StatusOr<std::vector<TokenId>> ids =
+      tokenizer_->Encode("<|im_start|>assistant\n<think>\n");
+
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre(151644, 77091, 198, 151667, 198));
+  EXPECT_EQ(tokenizer_->TokenToId("<|im_end|>"), 151645);
+  EXPECT_EQ(tokenizer_->TokenToId("<tool_call>"), 151657);
+  EXPECT_TRUE(tokenizer_->IsSpecial(151645));
+  EXPECT_FALSE(tokenizer_->IsSpecial(151667));
+}
+
+TEST_F(Qwen3TokenizerTest, StreamingDecodeHoldsSplitCharacters) {
+  // Each emoji is several byte-level tokens; the streamed pieces must stay valid UTF-8 and
+  // concatenate to the full text.
+  const std::string text = "a\xF0\x9F\x98\x80 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD!";
+  absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  StreamingDecoder decoder(tokenizer_);
+
+  std::string streamed;
+  for (TokenId id : *ids) {
+    absl::StatusOr<std::string> piece = decoder.Push(id);
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    EXPECT_TRUE(unicode::IsValidUtf8(*piece));
+    streamed += *piece;
+  }
+  streamed += decoder.Flush();
+
+  EXPECT_EQ(streamed, text);
+}
+
+TEST_F(Qwen3TokenizerTest, StreamingFlushReplacesAnIncompleteCharacter) {
+  // The first byte-level token of a 4-byte character alone.
+  absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode("\xF0\x90\x8D\x88");  // U+10348, two tokens.
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_GT(ids->size(), 1u);
+  StreamingDecoder decoder(tokenizer_);
+
+  absl::StatusOr<std::string> piece = decoder.Push(ids->front());
+
+  ASSERT_TRUE(piece.ok()) << piece.status();
+  EXPECT_EQ(*piece, "");
+  EXPECT_EQ(decoder.Flush(), "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace cairn::infer::text
