@@ -1,0 +1,955 @@
+#include "services/cache/core/checkpoint_cache.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum/checksum.h"
+#include "common/status/check.h"
+#include "common/status/status_macros.h"
+
+namespace cairn::cache {
+
+struct CheckpointCache::Chunk {
+  ChunkId id = 0;
+  ComputationId provenance = 0;
+  int64_t index = 0;
+  int64_t bytes = 0;
+  int64_t ram_refs = 0;   // RAM checkpoints (committed or pending) referencing it.
+  int64_t disk_refs = 0;  // Disk checkpoints (committed or pending) referencing it.
+  bool in_arena = false;  // Its bytes were copied into the arena (else borrowed from a slot).
+  std::vector<SlotKey> holders;
+};
+
+struct CheckpointCache::Checkpoint {
+  CheckpointId id = 0;
+  Identities identities;
+  RadixPrefixIndex::Handle node = nullptr;  // Null while pending.
+  int64_t depth = 0;
+  CaptureKind kind = CaptureKind::kEnd;
+  std::string conversation;
+  int64_t stable_boundary = -1;
+  int64_t private_bytes = 0;
+  int64_t tail_bytes = 0;
+  uint64_t tokens_digest = 0;
+  std::vector<ChunkId> chunks;
+  std::vector<NewChunk> new_chunks;  // Pending only: chunks this admission creates.
+  std::vector<TokenId> pending_tokens;  // Pending only.
+  ByteLedger::ReservationId ram_reservation = 0;
+  ByteLedger::ReservationId disk_reservation = 0;
+  bool pending = false;
+  bool in_ram = false;
+  bool on_disk = false;
+  bool persisting = false;
+  int pins = 0;
+  absl::Time last_use;
+  int64_t own_bytes() const { return private_bytes + tail_bytes; }
+};
+
+struct CheckpointCache::Slot {
+  SlotKey key;
+  Identities identities;
+  std::vector<TokenId> tokens;
+  std::vector<ChunkId> chunks;  // Ids of full chunks known so far (prefix of the rows).
+  ComputationId computation = 0;
+  uint64_t frontier_id = 0;
+  RadixPrefixIndex::Handle node = nullptr;  // Live entry, when indexed.
+  std::string conversation;
+};
+
+namespace {
+
+uint64_t DigestTokens(absl::Span<const TokenId> tokens) {
+  return Xxh3(tokens.data(), tokens.size() * sizeof(TokenId));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointCache>> CheckpointCache::Create(CacheOptions options,
+                                                                         const Clock* clock) {
+  if (options.ram_bytes < 0 || options.disk_bytes < 0) {
+    return absl::InvalidArgumentError("cache budgets must be non-negative");
+  }
+  if (options.retention.max_checkpoints < 1) {
+    return absl::InvalidArgumentError("max_checkpoints must be at least 1");
+  }
+  if (options.planner.grid_step < 1 || options.planner.max_pass_tokens < 1) {
+    return absl::InvalidArgumentError("grid step and pass size must be positive");
+  }
+  if (clock == nullptr) return absl::InvalidArgumentError("no clock");
+  return std::unique_ptr<CheckpointCache>(new CheckpointCache(std::move(options), clock));
+}
+
+CheckpointCache::CheckpointCache(CacheOptions options, const Clock* clock)
+    : options_(std::move(options)),
+      clock_(clock),
+      planner_(options_.planner),
+      retention_(options_.retention),
+      ram_(options_.ram_bytes),
+      disk_(options_.disk_bytes),
+      events_(options_.event_ring_capacity) {}
+
+CheckpointCache::~CheckpointCache() = default;
+
+absl::Status CheckpointCache::RegisterLayout(const std::string& compatibility,
+                                             const ModelLayout& layout) {
+  RETURN_IF_ERROR(layout.Validate());
+  auto it = layouts_.find(compatibility);
+  if (it != layouts_.end()) {
+    const ModelLayout& old = it->second;
+    if (old.chunk_rows != layout.chunk_rows || old.RowBytes() != layout.RowBytes() ||
+        old.PrivateBytes() != layout.PrivateBytes()) {
+      return absl::AlreadyExistsError(absl::StrCat("compatibility identity ", compatibility,
+                                                   " already has a different layout"));
+    }
+    return absl::OkStatus();
+  }
+  layouts_.emplace(compatibility, layout);
+  return absl::OkStatus();
+}
+
+const ModelLayout* CheckpointCache::LayoutFor(const std::string& compatibility) const {
+  auto it = layouts_.find(compatibility);
+  return it == layouts_.end() ? nullptr : &it->second;
+}
+
+RadixPrefixIndex& CheckpointCache::IndexFor(const std::string& compatibility) {
+  std::unique_ptr<RadixPrefixIndex>& index = indexes_[compatibility];
+  if (index == nullptr) index = std::make_unique<RadixPrefixIndex>();
+  return *index;
+}
+
+void CheckpointCache::Touch(const std::string& conversation) {
+  if (conversation.empty()) return;
+  Conversation& c = conversations_[conversation];
+  c.last_use = clock_->Now();
+  c.last_use_mark = admitted_bytes_;
+}
+
+bool CheckpointCache::Idle(const std::string& conversation) const {
+  auto it = conversations_.find(conversation);
+  if (it == conversations_.end()) return true;
+  return admitted_bytes_ - it->second.last_use_mark >= ram_.budget();
+}
+
+void CheckpointCache::Emit(Event event) {
+  event.time = clock_->Now();
+  event.ram_used = ram_.used() + ram_.reserved();
+  event.disk_used = disk_.used() + disk_.reserved();
+  events_.Log(std::move(event));
+}
+
+Event CheckpointCache::MakeEvent(EventType type, const Checkpoint& ckpt, std::string reason) const {
+  Event e;
+  e.type = type;
+  e.checkpoint = ckpt.id;
+  e.reason = std::move(reason);
+  e.conversation = ckpt.conversation;
+  e.depth = ckpt.depth;
+  e.kind = ckpt.kind;
+  e.tokens_digest = ckpt.tokens_digest;
+  e.own_bytes = ckpt.own_bytes();
+  return e;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lookup.
+
+absl::StatusOr<LookupResult> CheckpointCache::Lookup(const LookupRequest& request) const {
+  const ModelLayout* layout = LayoutFor(request.identities.compatibility);
+  if (layout == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no layout registered for compatibility identity ",
+                                            request.identities.compatibility));
+  }
+  LookupResult result;
+  std::vector<Candidate> all;
+  std::vector<int64_t> existing;
+  auto index_it = indexes_.find(request.identities.compatibility);
+  if (index_it != indexes_.end()) {
+    RadixPrefixIndex::Walk walk = index_it->second->Lookup(request.tokens);
+    result.shared_prefix = walk.shared_prefix;
+    for (const RadixPrefixIndex::Hit& hit : walk.hits) {
+      Candidate c;
+      c.depth = hit.depth;
+      if (hit.entry.kind == IndexEntry::Kind::kLive) {
+        auto slot_it = frontier_slots_.find(hit.entry.id);
+        if (slot_it == frontier_slots_.end()) continue;
+        const Slot& slot = *slots_.at(slot_it->second);
+        if (slot.identities.input != request.identities.input ||
+            slot.key.daemon_session != request.daemon_session) {
+          continue;
+        }
+        c.tier = Tier::kLive;
+        c.slot = slot.key;
+      } else {
+        const Checkpoint& ckpt = *checkpoints_.at(hit.entry.id);
+        if (ckpt.identities.input != request.identities.input) continue;
+        c.tier = ckpt.in_ram ? Tier::kRam : Tier::kDisk;
+        c.checkpoint = ckpt.id;
+        existing.push_back(ckpt.depth);
+      }
+      all.push_back(c);
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    return a.depth != b.depth ? a.depth > b.depth : a.tier < b.tier;
+  });
+  if (!all.empty()) {
+    result.best = all.front();
+    result.others.assign(all.begin() + 1, all.end());
+  }
+  PlanInput in;
+  in.prompt_tokens = static_cast<int64_t>(request.tokens.size());
+  in.restore_depth = result.best.depth;
+  in.restored_live = result.best.tier == Tier::kLive;
+  in.stable_boundary = request.stable_boundary;
+  in.shared_prefix = result.shared_prefix;
+  in.ram_budget_bytes = ram_.budget();
+  in.private_bytes = layout->PrivateBytes();
+  in.existing = std::move(existing);
+  ASSIGN_OR_RETURN(result.plan, planner_.Plan(in));
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunks and slots.
+
+ChunkId CheckpointCache::MintChunk(ComputationId provenance, int64_t index, int64_t bytes,
+                                   SlotKey holder) {
+  auto chunk = std::make_unique<Chunk>();
+  chunk->id = next_chunk_++;
+  chunk->provenance = provenance;
+  chunk->index = index;
+  chunk->bytes = bytes;
+  chunk->holders.push_back(holder);
+  ChunkId id = chunk->id;
+  chunks_.emplace(id, std::move(chunk));
+  return id;
+}
+
+void CheckpointCache::AddRamRef(Chunk& chunk) {
+  if (chunk.ram_refs++ == 0) {
+    // Space for the chunk (borrowed or not) is charged when first referenced, so preservation
+    // never allocates. The caller made sure it fits.
+    absl::StatusOr<ByteLedger::ReservationId> r = ram_.Reserve(chunk.bytes);
+    CAIRN_CHECK(r.ok());
+    CAIRN_CHECK(ram_.Commit(*r).ok());
+    // Bytes are in the arena only if no slot holds them (restored from disk into the arena
+    // is the daemon's business; here a chunk without holders was never borrowed).
+    chunk.in_arena = chunk.holders.empty();
+  }
+}
+
+void CheckpointCache::DropRamRef(ChunkId id) {
+  Chunk& chunk = *chunks_.at(id);
+  CAIRN_CHECK(chunk.ram_refs > 0);
+  if (--chunk.ram_refs == 0) {
+    CAIRN_CHECK(ram_.Release(chunk.bytes).ok());
+    chunk.in_arena = false;
+  }
+  MaybeFreeChunk(id);
+}
+
+void CheckpointCache::DropDiskRef(ChunkId id) {
+  Chunk& chunk = *chunks_.at(id);
+  CAIRN_CHECK(chunk.disk_refs > 0);
+  if (--chunk.disk_refs == 0) CAIRN_CHECK(disk_.Release(chunk.bytes).ok());
+  MaybeFreeChunk(id);
+}
+
+void CheckpointCache::MaybeFreeChunk(ChunkId id) {
+  auto it = chunks_.find(id);
+  if (it == chunks_.end()) return;
+  const Chunk& chunk = *it->second;
+  if (chunk.ram_refs == 0 && chunk.disk_refs == 0 && chunk.holders.empty()) chunks_.erase(it);
+}
+
+void CheckpointCache::RemoveHolder(ChunkId id, SlotKey slot) {
+  Chunk& chunk = *chunks_.at(id);
+  auto it = std::find(chunk.holders.begin(), chunk.holders.end(), slot);
+  if (it != chunk.holders.end()) chunk.holders.erase(it);
+  MaybeFreeChunk(id);
+}
+
+CheckpointCache::Slot* CheckpointCache::FindSlot(SlotKey key) {
+  auto it = slots_.find(key);
+  return it == slots_.end() ? nullptr : it->second.get();
+}
+
+CheckpointCache::Slot& CheckpointCache::GetOrCreateSlot(SlotKey key) {
+  std::unique_ptr<Slot>& slot = slots_[key];
+  if (slot == nullptr) {
+    slot = std::make_unique<Slot>();
+    slot->key = key;
+    slot->frontier_id = next_frontier_++;
+    frontier_slots_[slot->frontier_id] = key;
+  }
+  return *slot;
+}
+
+void CheckpointCache::Unindex(Slot& slot) {
+  if (slot.node == nullptr) return;
+  IndexFor(slot.identities.compatibility)
+      .Remove(slot.node, {IndexEntry::Kind::kLive, slot.frontier_id});
+  slot.node = nullptr;
+}
+
+void CheckpointCache::Reindex(Slot& slot) {
+  Unindex(slot);
+  if (slot.tokens.empty()) return;
+  slot.node = IndexFor(slot.identities.compatibility)
+                  .Insert(slot.tokens, {IndexEntry::Kind::kLive, slot.frontier_id});
+}
+
+std::vector<ChunkCopy> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep_chunks) {
+  std::vector<ChunkCopy> copies;
+  const ModelLayout* layout = LayoutFor(slot.identities.compatibility);
+  for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
+    ChunkId id = slot.chunks[j];
+    Chunk& chunk = *chunks_.at(id);
+    bool last_holder = chunk.holders.size() == 1;
+    if (chunk.ram_refs > 0 && !chunk.in_arena && last_holder) {
+      int64_t rows = layout->chunk_rows;
+      copies.push_back({id, slot.key, chunk.index * rows, (chunk.index + 1) * rows});
+      chunk.in_arena = true;
+    }
+    RemoveHolder(id, slot.key);
+  }
+  slot.chunks.resize(std::min(slot.chunks.size(), static_cast<size_t>(keep_chunks)));
+  if (!copies.empty()) {
+    Event e;
+    e.type = EventType::kSpill;
+    e.reason = "slot overwrite";
+    e.conversation = slot.conversation;
+    for (const ChunkCopy& c : copies) {
+      e.chunks.push_back(c.id);
+      e.bytes += chunks_.at(c.id)->bytes;
+    }
+    Emit(std::move(e));
+  }
+  return copies;
+}
+
+void CheckpointCache::ResetSlot(Slot& slot, const Identities& identities) {
+  Unindex(slot);
+  slot.identities = identities;
+  slot.tokens.clear();
+  slot.computation = next_computation_++;
+}
+
+absl::StatusOr<std::vector<ChunkCopy>> CheckpointCache::StartCold(
+    SlotKey key, const Identities& identities, const std::string& conversation) {
+  if (LayoutFor(identities.compatibility) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no layout registered for compatibility identity ",
+                                            identities.compatibility));
+  }
+  Slot& slot = GetOrCreateSlot(key);
+  std::vector<ChunkCopy> copies = PrepareOverwrite(slot, 0);
+  ResetSlot(slot, identities);
+  slot.conversation = conversation;
+  Touch(conversation);
+  return copies;
+}
+
+absl::Status CheckpointCache::ContinueSlot(SlotKey key, const Identities& identities,
+                                           const std::string& conversation) {
+  Slot* slot = FindSlot(key);
+  if (slot == nullptr) return absl::NotFoundError(absl::StrCat("no slot ", key.slot));
+  if (!(slot->identities == identities)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", key.slot, " holds state of other identities"));
+  }
+  // New rows come from a new prefill run.
+  slot->computation = next_computation_++;
+  Touch(slot->conversation);
+  slot->conversation = conversation;
+  Touch(conversation);
+  Event e;
+  e.type = EventType::kRestore;
+  e.tier = Tier::kLive;
+  e.depth = static_cast<int64_t>(slot->tokens.size());
+  e.conversation = conversation;
+  e.reason = "live frontier continues in place";
+  Emit(std::move(e));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RestorePlan> CheckpointCache::Restore(CheckpointId id, SlotKey key,
+                                                     const Identities& identities,
+                                                     const std::string& conversation) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || it->second->pending ||
+      (!it->second->in_ram && !it->second->on_disk)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", id, " in no tier"));
+  }
+  Checkpoint& ckpt = *it->second;
+  if (!(ckpt.identities == identities)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", id, " has other identities than the request"));
+  }
+  const ModelLayout& layout = *LayoutFor(identities.compatibility);
+  Slot& slot = GetOrCreateSlot(key);
+  size_t keep = 0;
+  if (slot.identities == identities) {
+    while (keep < slot.chunks.size() && keep < ckpt.chunks.size() &&
+           slot.chunks[keep] == ckpt.chunks[keep]) {
+      ++keep;
+    }
+  }
+  RestorePlan plan;
+  plan.preserved = PrepareOverwrite(slot, static_cast<int64_t>(keep));
+  ResetSlot(slot, identities);
+  slot.tokens = IndexFor(identities.compatibility).TokensAt(ckpt.node);
+  for (size_t j = keep; j < ckpt.chunks.size(); ++j) {
+    chunks_.at(ckpt.chunks[j])->holders.push_back(key);
+    slot.chunks.push_back(ckpt.chunks[j]);
+  }
+  Reindex(slot);
+  slot.conversation = conversation;
+  Touch(conversation);
+  Touch(ckpt.conversation);
+  ckpt.last_use = clock_->Now();
+
+  plan.tier = ckpt.in_ram ? Tier::kRam : Tier::kDisk;
+  plan.checkpoint = id;
+  plan.depth = ckpt.depth;
+  plan.chunks = ckpt.chunks;
+  plan.kept_rows = static_cast<int64_t>(keep) * layout.chunk_rows;
+  plan.bytes_to_copy = (ckpt.depth - plan.kept_rows) * layout.RowBytes() + ckpt.private_bytes;
+  Event e = MakeEvent(EventType::kRestore, ckpt, absl::StrCat("into slot ", key.slot));
+  e.tier = plan.tier;
+  e.bytes = plan.bytes_to_copy;
+  e.conversation = conversation;
+  Emit(std::move(e));
+  return plan;
+}
+
+absl::Status CheckpointCache::ExtendSlot(SlotKey key, absl::Span<const TokenId> tokens) {
+  Slot* slot = FindSlot(key);
+  if (slot == nullptr) return absl::NotFoundError(absl::StrCat("no slot ", key.slot));
+  slot->tokens.insert(slot->tokens.end(), tokens.begin(), tokens.end());
+  Reindex(*slot);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TokenId>> CheckpointCache::SlotTokens(SlotKey key) const {
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return absl::NotFoundError(absl::StrCat("no slot ", key.slot));
+  return it->second->tokens;
+}
+
+std::vector<ChunkCopy> CheckpointCache::SpillIdle(SlotKey key, int max_chunks) {
+  std::vector<ChunkCopy> copies;
+  Slot* slot = FindSlot(key);
+  if (slot == nullptr) return copies;
+  const ModelLayout* layout = LayoutFor(slot->identities.compatibility);
+  Event e;
+  e.type = EventType::kSpill;
+  e.reason = "idle slot";
+  for (ChunkId id : slot->chunks) {
+    if (static_cast<int>(copies.size()) >= max_chunks) break;
+    Chunk& chunk = *chunks_.at(id);
+    if (chunk.ram_refs == 0 || chunk.in_arena) continue;
+    chunk.in_arena = true;
+    copies.push_back({id, key, chunk.index * layout->chunk_rows,
+                      (chunk.index + 1) * layout->chunk_rows});
+    e.chunks.push_back(id);
+    e.bytes += chunk.bytes;
+  }
+  if (!copies.empty()) Emit(std::move(e));
+  return copies;
+}
+
+void CheckpointCache::DropSlot(SlotKey key) {
+  Slot* slot = FindSlot(key);
+  if (slot == nullptr) return;
+  std::vector<CheckpointId> lost;
+  for (ChunkId id : slot->chunks) {
+    const Chunk& chunk = *chunks_.at(id);
+    if (chunk.ram_refs == 0 || chunk.in_arena || chunk.holders.size() > 1) continue;
+    for (const auto& [cid, ckpt] : checkpoints_) {
+      if (std::find(ckpt->chunks.begin(), ckpt->chunks.end(), id) != ckpt->chunks.end()) {
+        lost.push_back(cid);
+      }
+    }
+  }
+  std::sort(lost.begin(), lost.end());
+  lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
+  for (CheckpointId cid : lost) {
+    auto it = checkpoints_.find(cid);
+    if (it != checkpoints_.end() && !it->second->pending) {
+      Quarantine(*it->second, "borrowed rows lost with their slot");
+    }
+  }
+  Unindex(*slot);
+  for (ChunkId id : slot->chunks) RemoveHolder(id, key);
+  frontier_slots_.erase(slot->frontier_id);
+  slots_.erase(key);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retention.
+
+std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const {
+  std::vector<RetentionItem> items;
+  for (const auto& [id, ckpt] : checkpoints_) {
+    if (ckpt->pending) continue;
+    if (ram_tier ? !ckpt->in_ram : (!ckpt->on_disk || ckpt->persisting)) continue;
+    const ModelLayout& layout = *LayoutFor(ckpt->identities.compatibility);
+    RankInput in;
+    in.kind = ckpt->kind;
+    in.depth = ckpt->depth;
+    in.stable_boundary = ckpt->stable_boundary;
+    in.private_bytes = ckpt->private_bytes;
+    in.row_bytes_per_token = layout.RowBytes();
+    in.conversation_idle = Idle(ckpt->conversation);
+    RetentionItem item;
+    item.id = id;
+    item.rank = retention_.Classify(in);
+    item.branch_point = RadixPrefixIndex::IsBranchPoint(ckpt->node);
+    for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
+             ckpt->node, options_.retention.near_duplicate_tokens)) {
+      if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
+      const Checkpoint& other = *checkpoints_.at(hit.entry.id);
+      if (ram_tier ? other.in_ram : other.on_disk) item.covered = true;
+    }
+    auto conv = conversations_.find(ckpt->conversation);
+    item.last_use = conv == conversations_.end() ? ckpt->last_use
+                                                 : std::max(conv->second.last_use, ckpt->last_use);
+    item.pinned = ckpt->pins > 0;
+    items.push_back(item);
+  }
+  return items;
+}
+
+void CheckpointCache::EvictFromRam(Checkpoint& ckpt, const std::string& reason) {
+  CAIRN_CHECK(ckpt.in_ram && !ckpt.pending);
+  int64_t freed = ckpt.own_bytes();
+  CAIRN_CHECK(ram_.Release(ckpt.own_bytes()).ok());
+  for (ChunkId id : ckpt.chunks) {
+    if (chunks_.at(id)->ram_refs == 1) freed += chunks_.at(id)->bytes;
+    DropRamRef(id);
+  }
+  ckpt.in_ram = false;
+  --ram_checkpoints_;
+  Event e = MakeEvent(EventType::kEvict, ckpt, reason);
+  e.tier = Tier::kRam;
+  e.bytes = freed;
+  Emit(std::move(e));
+  EraseIfGone(ckpt.id);
+}
+
+void CheckpointCache::EvictFromDisk(Checkpoint& ckpt, const std::string& reason) {
+  CAIRN_CHECK(ckpt.on_disk);
+  int64_t freed = ckpt.own_bytes();
+  CAIRN_CHECK(disk_.Release(ckpt.own_bytes()).ok());
+  for (ChunkId id : ckpt.chunks) {
+    if (chunks_.at(id)->disk_refs == 1) freed += chunks_.at(id)->bytes;
+    DropDiskRef(id);
+  }
+  ckpt.on_disk = false;
+  Event e = MakeEvent(EventType::kDiskEvict, ckpt, reason);
+  e.tier = Tier::kDisk;
+  e.bytes = freed;
+  Emit(std::move(e));
+  EraseIfGone(ckpt.id);
+}
+
+void CheckpointCache::Quarantine(Checkpoint& ckpt, const std::string& reason) {
+  Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
+  e.tier = ckpt.in_ram ? Tier::kRam : Tier::kDisk;
+  CheckpointId id = ckpt.id;
+  if (ckpt.in_ram) {
+    CAIRN_CHECK(ram_.Release(ckpt.own_bytes()).ok());
+    for (ChunkId c : ckpt.chunks) DropRamRef(c);
+    ckpt.in_ram = false;
+    --ram_checkpoints_;
+  }
+  if (ckpt.on_disk) {
+    CAIRN_CHECK(disk_.Release(ckpt.own_bytes()).ok());
+    for (ChunkId c : ckpt.chunks) DropDiskRef(c);
+    ckpt.on_disk = false;
+  }
+  Emit(std::move(e));
+  EraseIfGone(id);
+}
+
+void CheckpointCache::EraseIfGone(CheckpointId id) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end()) return;
+  Checkpoint& ckpt = *it->second;
+  if (ckpt.in_ram || ckpt.on_disk || ckpt.pending || ckpt.persisting) return;
+  IndexFor(ckpt.identities.compatibility).Remove(ckpt.node, {IndexEntry::Kind::kCheckpoint, id});
+  checkpoints_.erase(it);
+}
+
+int64_t CheckpointCache::ChunkBytesMissing(const std::vector<ChunkId>& ids, bool ram) const {
+  int64_t bytes = 0;
+  for (ChunkId id : ids) {
+    const Chunk& chunk = *chunks_.at(id);
+    if ((ram ? chunk.ram_refs : chunk.disk_refs) == 0) bytes += chunk.bytes;
+  }
+  return bytes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Captures.
+
+absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, CaptureKind kind,
+                                                           const std::string& conversation,
+                                                           int64_t stable_boundary) {
+  Slot* slot = FindSlot(key);
+  if (slot == nullptr) return absl::NotFoundError(absl::StrCat("no slot ", key.slot));
+  if (slot->tokens.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", key.slot, " holds no tokens"));
+  }
+  const ModelLayout& layout = *LayoutFor(slot->identities.compatibility);
+  const int64_t depth = static_cast<int64_t>(slot->tokens.size());
+  RadixPrefixIndex& index = IndexFor(slot->identities.compatibility);
+  for (const RadixPrefixIndex::Hit& hit : index.Lookup(slot->tokens).hits) {
+    if (hit.depth != depth || hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
+    if (checkpoints_.at(hit.entry.id)->identities.input == slot->identities.input) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("checkpoint ", hit.entry.id, " already holds these ", depth, " tokens"));
+    }
+  }
+
+  auto ckpt = std::make_unique<Checkpoint>();
+  ckpt->id = next_checkpoint_++;
+  ckpt->identities = slot->identities;
+  ckpt->depth = depth;
+  ckpt->kind = kind;
+  ckpt->conversation = conversation;
+  ckpt->stable_boundary = stable_boundary;
+  ckpt->private_bytes = layout.PrivateBytes();
+  ckpt->tail_bytes = layout.TailBytes(depth);
+  ckpt->tokens_digest = DigestTokens(slot->tokens);
+  ckpt->last_use = clock_->Now();
+  // Rows the slot computed itself become new chunks of its computation.
+  const int64_t full = layout.FullChunks(depth);
+  for (int64_t j = static_cast<int64_t>(slot->chunks.size()); j < full; ++j) {
+    slot->chunks.push_back(MintChunk(slot->computation, j, layout.ChunkBytes(), key));
+  }
+  ckpt->chunks.assign(slot->chunks.begin(), slot->chunks.begin() + full);
+
+  auto needed = [&] { return ckpt->own_bytes() + ChunkBytesMissing(ckpt->chunks, true); };
+  auto reject = [&](std::string reason) {
+    Event e = MakeEvent(EventType::kReject, *ckpt, reason);
+    e.bytes = needed();
+    Emit(std::move(e));
+    return absl::ResourceExhaustedError(absl::StrCat("capture at ", depth, " rejected: ", reason));
+  };
+  if (needed() > ram_.budget()) {
+    for (ChunkId id : ckpt->chunks) MaybeFreeChunk(id);
+    return reject("larger than the ram budget");
+  }
+  while (ram_.free() < needed() || ram_checkpoints_ >= options_.retention.max_checkpoints) {
+    std::vector<RetentionItem> items = RetentionItems(/*ram_tier=*/true);
+    std::vector<CheckpointId> order = retention_.EvictionOrder(items);
+    if (order.empty()) return reject("nothing left to evict");
+    auto victim = std::find_if(items.begin(), items.end(),
+                               [&](const RetentionItem& i) { return i.id == order.front(); });
+    EvictFromRam(*checkpoints_.at(order.front()),
+                 std::string(EvictionRankName(victim->rank)));
+  }
+
+  CaptureTicket ticket;
+  ticket.id = ckpt->id;
+  ticket.depth = depth;
+  ticket.own_bytes = ckpt->own_bytes();
+  ticket.chunks = ckpt->chunks;
+  ASSIGN_OR_RETURN(ckpt->ram_reservation, ram_.Reserve(ckpt->own_bytes()));
+  for (ChunkId id : ckpt->chunks) {
+    Chunk& chunk = *chunks_.at(id);
+    if (chunk.ram_refs == 0 && chunk.disk_refs == 0) {
+      ckpt->new_chunks.push_back({id, chunk.provenance, chunk.index, chunk.bytes});
+    }
+    AddRamRef(chunk);
+    if (!chunk.in_arena) {
+      ticket.borrowed.push_back({id, key, chunk.index * layout.chunk_rows,
+                                 (chunk.index + 1) * layout.chunk_rows});
+    }
+  }
+  ckpt->pending = true;
+  ckpt->pending_tokens = slot->tokens;
+  ++ram_checkpoints_;
+  checkpoints_.emplace(ckpt->id, std::move(ckpt));
+  return ticket;
+}
+
+absl::StatusOr<CheckpointId> CheckpointCache::CommitCapture(CheckpointId id) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->pending) {
+    return absl::NotFoundError(absl::StrCat("no pending capture ", id));
+  }
+  Checkpoint& ckpt = *it->second;
+  RETURN_IF_ERROR(ram_.Commit(ckpt.ram_reservation));
+  ckpt.pending = false;
+  ckpt.in_ram = true;
+  ckpt.node = IndexFor(ckpt.identities.compatibility)
+                  .Insert(ckpt.pending_tokens, {IndexEntry::Kind::kCheckpoint, id});
+  ckpt.pending_tokens = {};
+  int64_t charged = ckpt.own_bytes();
+  for (const NewChunk& c : ckpt.new_chunks) charged += c.bytes;
+  admitted_bytes_ += charged;
+  Touch(ckpt.conversation);
+  Event e = MakeEvent(EventType::kAdmit, ckpt, "");
+  e.tier = Tier::kRam;
+  e.bytes = charged;
+  e.chunks = ckpt.chunks;
+  e.new_chunks = std::move(ckpt.new_chunks);
+  ckpt.new_chunks = {};
+  Emit(std::move(e));
+  return id;
+}
+
+absl::Status CheckpointCache::AbortCapture(CheckpointId id, const std::string& reason) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->pending) {
+    return absl::NotFoundError(absl::StrCat("no pending capture ", id));
+  }
+  Checkpoint& ckpt = *it->second;
+  RETURN_IF_ERROR(ram_.Rollback(ckpt.ram_reservation));
+  for (ChunkId c : ckpt.chunks) DropRamRef(c);
+  --ram_checkpoints_;
+  Event e = MakeEvent(EventType::kReject, ckpt, absl::StrCat("aborted: ", reason));
+  Emit(std::move(e));
+  checkpoints_.erase(it);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Disk tier.
+
+bool CheckpointCache::ShouldPersist(CheckpointId id) const {
+  if (options_.disk_bytes <= 0) return false;
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end()) return false;
+  const Checkpoint& ckpt = *it->second;
+  if (!ckpt.in_ram || ckpt.on_disk || ckpt.persisting || ckpt.kind == CaptureKind::kGrid) {
+    return false;
+  }
+  if (ckpt.kind == CaptureKind::kLearned) return true;
+  for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
+           ckpt.node, options_.retention.disk_spacing_tokens - 1)) {
+    if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
+    const Checkpoint& other = *checkpoints_.at(hit.entry.id);
+    if (other.on_disk || other.persisting) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<PersistTicket> CheckpointCache::BeginPersist(CheckpointId id) {
+  if (options_.disk_bytes <= 0) return absl::FailedPreconditionError("no disk tier");
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->in_ram || it->second->on_disk ||
+      it->second->persisting) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint ", id, " is not a ram-only checkpoint"));
+  }
+  Checkpoint& ckpt = *it->second;
+  auto needed = [&] { return ckpt.own_bytes() + ChunkBytesMissing(ckpt.chunks, false); };
+  if (needed() > disk_.budget()) {
+    Event e = MakeEvent(EventType::kReject, ckpt, "larger than the disk budget");
+    e.tier = Tier::kDisk;
+    Emit(std::move(e));
+    return absl::ResourceExhaustedError(absl::StrCat("checkpoint ", id, " exceeds the disk budget"));
+  }
+  while (disk_.free() < needed()) {
+    std::vector<RetentionItem> items = RetentionItems(/*ram_tier=*/false);
+    std::vector<CheckpointId> order = retention_.EvictionOrder(items);
+    if (order.empty()) return absl::ResourceExhaustedError("disk tier full of pinned checkpoints");
+    auto victim = std::find_if(items.begin(), items.end(),
+                               [&](const RetentionItem& i) { return i.id == order.front(); });
+    EvictFromDisk(*checkpoints_.at(order.front()), std::string(EvictionRankName(victim->rank)));
+  }
+  PersistTicket ticket;
+  ticket.id = id;
+  ticket.own_bytes = ckpt.own_bytes();
+  ASSIGN_OR_RETURN(ckpt.disk_reservation, disk_.Reserve(ckpt.own_bytes()));
+  for (ChunkId c : ckpt.chunks) {
+    Chunk& chunk = *chunks_.at(c);
+    if (chunk.disk_refs++ == 0) {
+      ASSIGN_OR_RETURN(ByteLedger::ReservationId r, disk_.Reserve(chunk.bytes));
+      RETURN_IF_ERROR(disk_.Commit(r));
+      ticket.new_chunks.push_back(c);
+    }
+  }
+  ckpt.persisting = true;
+  return ticket;
+}
+
+absl::Status CheckpointCache::CommitPersist(CheckpointId id) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->persisting) {
+    return absl::NotFoundError(absl::StrCat("no pending persist of checkpoint ", id));
+  }
+  Checkpoint& ckpt = *it->second;
+  RETURN_IF_ERROR(disk_.Commit(ckpt.disk_reservation));
+  ckpt.persisting = false;
+  ckpt.on_disk = true;
+  // The disk tier's references were taken at BeginPersist; the event replays them.
+  Event e = MakeEvent(EventType::kPersist, ckpt, "");
+  e.tier = Tier::kDisk;
+  e.bytes = ckpt.own_bytes();
+  e.chunks = ckpt.chunks;
+  Emit(std::move(e));
+  EraseIfGone(id);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointCache::AbortPersist(CheckpointId id) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->persisting) {
+    return absl::NotFoundError(absl::StrCat("no pending persist of checkpoint ", id));
+  }
+  Checkpoint& ckpt = *it->second;
+  RETURN_IF_ERROR(disk_.Rollback(ckpt.disk_reservation));
+  ckpt.persisting = false;
+  for (ChunkId c : ckpt.chunks) DropDiskRef(c);
+  EraseIfGone(id);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Removal and pins.
+
+absl::Status CheckpointCache::Evict(CheckpointId id, const std::string& reason) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->in_ram) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not in the ram tier"));
+  }
+  if (it->second->pins > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is pinned"));
+  }
+  EvictFromRam(*it->second, reason);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointCache::QuarantineChunk(ChunkId chunk, const std::string& reason) {
+  if (!chunks_.contains(chunk)) return absl::NotFoundError(absl::StrCat("no chunk ", chunk));
+  std::vector<CheckpointId> hit;
+  for (const auto& [id, ckpt] : checkpoints_) {
+    if (ckpt->pending) continue;
+    if (std::find(ckpt->chunks.begin(), ckpt->chunks.end(), chunk) != ckpt->chunks.end()) {
+      hit.push_back(id);
+    }
+  }
+  std::sort(hit.begin(), hit.end());
+  for (CheckpointId id : hit) Quarantine(*checkpoints_.at(id), reason);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointCache::Pin(CheckpointId id) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end()) return absl::NotFoundError(absl::StrCat("no checkpoint ", id));
+  ++it->second->pins;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointCache::Unpin(CheckpointId id) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || it->second->pins == 0) {
+    return absl::NotFoundError(absl::StrCat("no pinned checkpoint ", id));
+  }
+  --it->second->pins;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Introspection.
+
+absl::StatusOr<CheckpointInfo> CheckpointCache::GetCheckpoint(CheckpointId id) const {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || it->second->pending) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", id));
+  }
+  const Checkpoint& c = *it->second;
+  CheckpointInfo info;
+  info.id = c.id;
+  info.compatibility = c.identities.compatibility;
+  info.conversation = c.conversation;
+  info.depth = c.depth;
+  info.kind = c.kind;
+  info.in_ram = c.in_ram;
+  info.on_disk = c.on_disk;
+  info.private_bytes = c.private_bytes;
+  info.tail_bytes = c.tail_bytes;
+  info.chunks = c.chunks;
+  info.pins = c.pins;
+  return info;
+}
+
+absl::StatusOr<std::vector<TokenId>> CheckpointCache::CheckpointTokens(CheckpointId id) const {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || it->second->pending) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", id));
+  }
+  return indexes_.at(it->second->identities.compatibility)->TokensAt(it->second->node);
+}
+
+absl::StatusOr<ChunkInfo> CheckpointCache::GetChunk(ChunkId id) const {
+  auto it = chunks_.find(id);
+  if (it == chunks_.end()) return absl::NotFoundError(absl::StrCat("no chunk ", id));
+  const Chunk& c = *it->second;
+  ChunkInfo info;
+  info.id = c.id;
+  info.provenance = c.provenance;
+  info.index = c.index;
+  info.ram_refs = c.ram_refs;
+  info.disk_refs = c.disk_refs;
+  info.in_arena = c.in_arena;
+  info.borrowed = c.ram_refs > 0 && !c.in_arena;
+  info.holders = c.holders;
+  return info;
+}
+
+std::vector<CheckpointInfo> CheckpointCache::Checkpoints() const {
+  std::vector<CheckpointInfo> out;
+  for (const auto& [id, ckpt] : checkpoints_) {
+    if (!ckpt->pending) out.push_back(*GetCheckpoint(id));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+Accounting CheckpointCache::RamAccounting() const {
+  Accounting a;
+  for (const auto& [id, ckpt] : checkpoints_) {
+    if (!ckpt->in_ram) continue;
+    ++a.checkpoints;
+    a.private_bytes += ckpt->private_bytes;
+    a.tail_bytes += ckpt->tail_bytes;
+    a.full_copy_bytes += LayoutFor(ckpt->identities.compatibility)->FullCopyBytes(ckpt->depth);
+  }
+  for (const auto& [id, chunk] : chunks_) {
+    if (chunk->ram_refs > 0) a.chunk_bytes += chunk->bytes;
+  }
+  a.used = ram_.used() + ram_.reserved();
+  a.budget = ram_.budget();
+  return a;
+}
+
+CacheStateSummary CheckpointCache::Summary() const {
+  CacheStateSummary s;
+  for (const auto& [id, ckpt] : checkpoints_) {
+    if (ckpt->pending || (!ckpt->in_ram && !ckpt->on_disk)) continue;
+    CacheStateSummary::CheckpointState& c = s.checkpoints[id];
+    c.depth = ckpt->depth;
+    c.in_ram = ckpt->in_ram;
+    c.on_disk = ckpt->on_disk;
+    c.tokens_digest = ckpt->tokens_digest;
+    c.own_bytes = ckpt->own_bytes();
+    c.chunks = ckpt->chunks;
+  }
+  for (const auto& [id, chunk] : chunks_) {
+    if (chunk->ram_refs == 0 && chunk->disk_refs == 0) continue;
+    s.chunks[id] = {chunk->provenance, chunk->bytes, chunk->ram_refs, chunk->disk_refs};
+  }
+  s.ram_used = ram_.used();
+  s.disk_used = disk_.used();
+  return s;
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,296 @@
+#ifndef CAIRN_SERVICES_CACHE_CORE_CHECKPOINT_CACHE_H_
+#define CAIRN_SERVICES_CACHE_CORE_CHECKPOINT_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/time/clock.h"
+#include "services/cache/core/capture_planner.h"
+#include "services/cache/core/event_log.h"
+#include "services/cache/core/ledger.h"
+#include "services/cache/core/model_layout.h"
+#include "services/cache/core/radix_prefix_index.h"
+#include "services/cache/core/retention.h"
+#include "services/cache/core/types.h"
+
+namespace cairn::cache {
+
+struct CacheOptions {
+  // The daemon's default is half the free RAM, at most this (design.md §3).
+  static constexpr int64_t kMaxDefaultRamBytes = int64_t{32} << 30;
+
+  int64_t ram_bytes = kMaxDefaultRamBytes;  // RAM tier budget (--cache-ram-bytes).
+  int64_t disk_bytes = 0;                   // Disk tier budget; 0 means no disk tier.
+  size_t event_ring_capacity = 4096;        // Events kept in RAM.
+  RetentionOptions retention;
+  PlannerOptions planner;
+};
+
+// A place a prompt can resume from.
+struct Candidate {
+  Tier tier = Tier::kNone;      // kNone: cold.
+  int64_t depth = 0;
+  CheckpointId checkpoint = 0;  // RAM and disk candidates.
+  SlotKey slot;                 // Live candidates.
+};
+
+struct LookupRequest {
+  Identities identities;
+  absl::Span<const TokenId> tokens;
+  int64_t stable_boundary = -1;  // -1: unknown.
+  // Live frontiers are candidates only in the asking daemon's own slots.
+  uint64_t daemon_session = 0;
+};
+
+struct LookupResult {
+  Candidate best;                 // Deepest compatible; ties: live > RAM > disk.
+  std::vector<Candidate> others;  // The other compatible candidates, deepest first.
+  int64_t shared_prefix = 0;      // Longest prefix shared with any cached history.
+  CapturePlan plan;               // Assuming `best` is used.
+};
+
+// Rows of a chunk that still sit in a slot and must be copied into the arena.
+struct ChunkCopy {
+  ChunkId id = 0;
+  SlotKey slot;
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+};
+
+// A restore handed to the slot that continues.
+struct RestorePlan {
+  Tier tier = Tier::kNone;
+  CheckpointId checkpoint = 0;
+  int64_t depth = 0;
+  std::vector<ChunkId> chunks;     // The restored chunks, now held by the slot.
+  int64_t kept_rows = 0;           // Rows the slot already held (same chunk ids), not copied.
+  int64_t bytes_to_copy = 0;       // Rows past kept_rows plus private state.
+  std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before the overwrite.
+};
+
+// A capture between reservation and commit.
+struct CaptureTicket {
+  CheckpointId id = 0;
+  int64_t depth = 0;
+  int64_t own_bytes = 0;            // Private state + tail, reserved in the ledger.
+  std::vector<ChunkId> chunks;      // Full chunks referenced, rows [0, depth / chunk_rows).
+  std::vector<ChunkCopy> borrowed;  // Referenced chunks whose bytes still sit in a slot.
+};
+
+struct PersistTicket {
+  CheckpointId id = 0;
+  int64_t own_bytes = 0;
+  std::vector<ChunkId> new_chunks;  // Chunks not yet on disk: to be written.
+};
+
+struct CheckpointInfo {
+  CheckpointId id = 0;
+  std::string compatibility;
+  std::string conversation;
+  int64_t depth = 0;
+  CaptureKind kind = CaptureKind::kEnd;
+  bool in_ram = false;
+  bool on_disk = false;
+  int64_t private_bytes = 0;
+  int64_t tail_bytes = 0;
+  std::vector<ChunkId> chunks;
+  int pins = 0;
+};
+
+struct ChunkInfo {
+  ChunkId id = 0;
+  ComputationId provenance = 0;
+  int64_t index = 0;
+  int64_t ram_refs = 0;
+  int64_t disk_refs = 0;
+  bool borrowed = false;  // Referenced in RAM while its bytes still sit in a slot.
+  bool in_arena = false;
+  std::vector<SlotKey> holders;  // Slots whose live rows are this chunk.
+};
+
+// What the RAM tier holds, seed figure 9 style.
+struct Accounting {
+  int64_t checkpoints = 0;      // In RAM.
+  int64_t chunk_bytes = 0;      // Shared rows, each chunk once.
+  int64_t private_bytes = 0;    // Private state of every RAM checkpoint.
+  int64_t tail_bytes = 0;       // Tails of every RAM checkpoint.
+  int64_t full_copy_bytes = 0;  // What the same checkpoints would take as full copies.
+  int64_t used = 0;             // Ledger: used + reserved.
+  int64_t budget = 0;
+};
+
+// The cache policy core: checkpoints and chunks with provenance and reference counts, the
+// prefix index (live, RAM and disk candidates in one tree per compatibility identity), the
+// byte ledgers, capture planning, retention and the event log. No I/O and no bytes: callers
+// copy data and report back. The daemon wraps it behind one mutex; the simulator drives it
+// directly.
+//
+// Protocol for one request (design.md §5): Lookup; then ContinueSlot (live), Restore (RAM or
+// disk) or StartCold; ExtendSlot as passes complete, BeginCapture/CommitCapture at each planned
+// capture; ExtendSlot again for generated tokens.
+//
+// Invariants: (1) each ledger's used + reserved never exceeds its budget; (2) a chunk's RAM
+// bytes are charged exactly while some RAM checkpoint (committed or pending) references it,
+// and its disk bytes while some disk checkpoint does; (3) a chunk record lives while a
+// checkpoint references it or a slot holds it; (4) a checkpoint is in the index iff it is in
+// RAM or on disk; (5) at most max_checkpoints RAM checkpoints, pending captures included.
+// Thread-compatible.
+class CheckpointCache {
+ public:
+  // Returns InvalidArgument for a negative budget or a zero checkpoint cap. `clock` must
+  // outlive the cache.
+  static absl::StatusOr<std::unique_ptr<CheckpointCache>> Create(CacheOptions options,
+                                                                 const Clock* clock);
+  ~CheckpointCache();
+  CheckpointCache(const CheckpointCache&) = delete;
+  CheckpointCache& operator=(const CheckpointCache&) = delete;
+
+  // Registers the layout of compatibility identity `compatibility`. InvalidArgument for a bad
+  // layout; AlreadyExists if a different layout is registered under that identity.
+  absl::Status RegisterLayout(const std::string& compatibility, const ModelLayout& layout);
+
+  // Finds the best candidate and plans captures. NotFound for an unregistered identity.
+  absl::StatusOr<LookupResult> Lookup(const LookupRequest& request) const;
+
+  // --- Slots (live frontiers). `conversation` names the client conversation for retention.
+  // Prepares `slot` for a cold prefill: its rows will be overwritten from row 0. Returns the
+  // borrowed chunks that had to be copied out first. Creates the slot on first use.
+  absl::StatusOr<std::vector<ChunkCopy>> StartCold(SlotKey slot, const Identities& identities,
+                                                   const std::string& conversation);
+  // Continues `slot`'s live frontier in place. FailedPrecondition if the slot's identities
+  // differ; NotFound for an unknown slot.
+  absl::Status ContinueSlot(SlotKey slot, const Identities& identities,
+                            const std::string& conversation);
+  // Restores checkpoint `id` into `slot`. NotFound if it is in no tier; FailedPrecondition on
+  // an identity mismatch.
+  absl::StatusOr<RestorePlan> Restore(CheckpointId id, SlotKey slot, const Identities& identities,
+                                      const std::string& conversation);
+  // Appends tokens the slot computed (prefill or generation) to its frontier.
+  absl::Status ExtendSlot(SlotKey slot, absl::Span<const TokenId> tokens);
+  // Copies borrowed chunks of an idle `slot` out, at most `max_chunks`, and returns them.
+  std::vector<ChunkCopy> SpillIdle(SlotKey slot, int max_chunks);
+  // The slot is gone (its daemon restarted): checkpoints whose borrowed rows were never spilled
+  // are quarantined.
+  void DropSlot(SlotKey slot);
+  // The tokens of `slot`'s frontier; NotFound for an unknown slot.
+  absl::StatusOr<std::vector<TokenId>> SlotTokens(SlotKey slot) const;
+
+  // --- Captures at the slot's current position.
+  // Reserves space (evicting by rank if needed) and returns a ticket. AlreadyExists if the same
+  // tokens already have a checkpoint; ResourceExhausted (with a reject event) when even after
+  // eviction the capture does not fit.
+  absl::StatusOr<CaptureTicket> BeginCapture(SlotKey slot, CaptureKind kind,
+                                             const std::string& conversation,
+                                             int64_t stable_boundary);
+  // Admits the captured checkpoint. NotFound for an unknown ticket.
+  absl::StatusOr<CheckpointId> CommitCapture(CheckpointId ticket);
+  // Rolls the capture back (the copy failed).
+  absl::Status AbortCapture(CheckpointId ticket, const std::string& reason);
+
+  // --- Disk tier.
+  // True if checkpoint `id` should be written to disk (prompt and learned kinds, spacing).
+  bool ShouldPersist(CheckpointId id) const;
+  // Reserves disk space (evicting disk checkpoints by rank). FailedPrecondition without a disk
+  // tier or when `id` is not in RAM or already on disk; ResourceExhausted if it cannot fit.
+  absl::StatusOr<PersistTicket> BeginPersist(CheckpointId id);
+  absl::Status CommitPersist(CheckpointId id);
+  absl::Status AbortPersist(CheckpointId id);
+
+  // --- Removal.
+  // Evicts checkpoint `id` from RAM (explicit request). NotFound if not in RAM;
+  // FailedPrecondition while pinned.
+  absl::Status Evict(CheckpointId id, const std::string& reason);
+  // Drops every checkpoint that references chunk `chunk` from every tier.
+  absl::Status QuarantineChunk(ChunkId chunk, const std::string& reason);
+  // Pins keep a checkpoint from eviction while a restore reads it. NotFound for unknown ids.
+  absl::Status Pin(CheckpointId id);
+  absl::Status Unpin(CheckpointId id);
+
+  // --- Introspection.
+  absl::StatusOr<CheckpointInfo> GetCheckpoint(CheckpointId id) const;
+  absl::StatusOr<std::vector<TokenId>> CheckpointTokens(CheckpointId id) const;
+  absl::StatusOr<ChunkInfo> GetChunk(ChunkId id) const;
+  std::vector<CheckpointInfo> Checkpoints() const;  // Sorted by id.
+  Accounting RamAccounting() const;
+  CacheStateSummary Summary() const;
+  const ByteLedger& ram_ledger() const { return ram_; }
+  const ByteLedger& disk_ledger() const { return disk_; }
+  EventLog& events() { return events_; }
+  const CapturePlanner& planner() const { return planner_; }
+  const CacheOptions& options() const { return options_; }
+  size_t chunk_count() const { return chunks_.size(); }
+
+ private:
+  struct Chunk;
+  struct Checkpoint;
+  struct Slot;
+  struct Conversation {
+    absl::Time last_use;
+    int64_t last_use_mark = 0;  // admitted_bytes_ at the last use.
+  };
+
+  CheckpointCache(CacheOptions options, const Clock* clock);
+
+  Slot* FindSlot(SlotKey key);
+  Slot& GetOrCreateSlot(SlotKey key);
+  RadixPrefixIndex& IndexFor(const std::string& compatibility);
+  const ModelLayout* LayoutFor(const std::string& compatibility) const;
+  void Touch(const std::string& conversation);
+  bool Idle(const std::string& conversation) const;
+  void Emit(Event event);
+  Event MakeEvent(EventType type, const Checkpoint& ckpt, std::string reason) const;
+
+  // Chunks.
+  ChunkId MintChunk(ComputationId provenance, int64_t index, int64_t bytes, SlotKey holder);
+  void AddRamRef(Chunk& chunk);
+  void DropRamRef(ChunkId id);
+  void DropDiskRef(ChunkId id);
+  void MaybeFreeChunk(ChunkId id);
+  void RemoveHolder(ChunkId id, SlotKey slot);
+  std::vector<ChunkCopy> PrepareOverwrite(Slot& slot, int64_t keep_chunks);
+  void ResetSlot(Slot& slot, const Identities& identities);
+  void Reindex(Slot& slot);
+  void Unindex(Slot& slot);
+
+  // Checkpoints.
+  std::vector<RetentionItem> RetentionItems(bool ram_tier) const;
+  void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
+  void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
+  void Quarantine(Checkpoint& ckpt, const std::string& reason);
+  void EraseIfGone(CheckpointId id);
+  int64_t ChunkBytesMissing(const std::vector<ChunkId>& ids, bool ram) const;
+
+  CacheOptions options_;
+  const Clock* clock_;
+  CapturePlanner planner_;
+  RetentionPolicy retention_;
+  ByteLedger ram_;
+  ByteLedger disk_;
+  EventLog events_;
+
+  absl::flat_hash_map<std::string, ModelLayout> layouts_;
+  absl::flat_hash_map<std::string, std::unique_ptr<RadixPrefixIndex>> indexes_;
+  absl::flat_hash_map<ChunkId, std::unique_ptr<Chunk>> chunks_;
+  absl::flat_hash_map<CheckpointId, std::unique_ptr<Checkpoint>> checkpoints_;
+  absl::flat_hash_map<SlotKey, std::unique_ptr<Slot>> slots_;
+  absl::flat_hash_map<uint64_t, SlotKey> frontier_slots_;  // Live index entry id -> slot.
+  absl::flat_hash_map<std::string, Conversation> conversations_;
+
+  ChunkId next_chunk_ = 1;
+  CheckpointId next_checkpoint_ = 1;
+  ComputationId next_computation_ = 1;
+  uint64_t next_frontier_ = 1;
+  int64_t ram_checkpoints_ = 0;  // Committed + pending RAM checkpoints.
+  int64_t admitted_bytes_ = 0;   // Bytes admitted so far: the budget-turnover clock.
+};
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_CORE_CHECKPOINT_CACHE_H_

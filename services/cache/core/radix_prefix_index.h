@@ -1,0 +1,86 @@
+#ifndef CAIRN_SERVICES_CACHE_CORE_RADIX_PREFIX_INDEX_H_
+#define CAIRN_SERVICES_CACHE_CORE_RADIX_PREFIX_INDEX_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "services/cache/core/types.h"
+
+namespace cairn::cache {
+
+// What a prefix-index node can hold: a live slot frontier (id = the cache's frontier id) or a
+// checkpoint (id = CheckpointId; its tiers live in the checkpoint table, not here).
+struct IndexEntry {
+  enum class Kind { kLive, kCheckpoint };
+  Kind kind = Kind::kCheckpoint;
+  uint64_t id = 0;
+  friend bool operator==(const IndexEntry& a, const IndexEntry& b) {
+    return a.kind == b.kind && a.id == b.id;
+  }
+};
+
+// A compressed radix tree over token sequences for one compatibility identity. Each node
+// holds the entries whose token sequence ends exactly at its depth. Metadata only: ids and
+// depths, never bytes.
+//
+// Invariants: (1) every non-root node has a non-empty edge, and its parent's child map keys it
+// by the edge's first token; (2) every non-root node holds an entry or has a child, and a node
+// without entries has at least two children (paths are compressed); (3) a node's depth is its
+// parent's depth plus its edge length. Node handles stay valid until their last entry is
+// removed (splits and merges never move a node that holds entries).
+// Thread-compatible.
+class RadixPrefixIndex {
+ public:
+  struct Node;
+  // Opaque reference to a node that holds at least one entry.
+  using Handle = const Node*;
+
+  struct Hit {
+    int64_t depth = 0;
+    IndexEntry entry;
+    Handle node = nullptr;
+  };
+  struct Walk {
+    std::vector<Hit> hits;      // Every entry on the prompt's path, shallowest first.
+    int64_t shared_prefix = 0;  // Longest prefix of the prompt shared with any indexed path.
+  };
+
+  RadixPrefixIndex();
+  ~RadixPrefixIndex();
+  RadixPrefixIndex(const RadixPrefixIndex&) = delete;
+  RadixPrefixIndex& operator=(const RadixPrefixIndex&) = delete;
+
+  // Adds `entry` at the node for `tokens` (creating or splitting nodes) and returns that node.
+  // An entry may be inserted at most once per sequence (CHECKed: the cache owns the ids).
+  Handle Insert(absl::Span<const TokenId> tokens, IndexEntry entry);
+  // Removes `entry` from `node`, pruning and re-compressing the tree. `node` must hold it.
+  void Remove(Handle node, IndexEntry entry);
+  // Walks `tokens` from the root and returns every entry whose sequence is a prefix of
+  // `tokens`, plus the longest shared prefix. Cost: O(len(tokens)) comparisons.
+  Walk Lookup(absl::Span<const TokenId> tokens) const;
+
+  // The token sequence that ends at `node`.
+  std::vector<TokenId> TokensAt(Handle node) const;
+  static int64_t DepthAt(Handle node);
+  // True if two or more continuations branch at `node`.
+  static bool IsBranchPoint(Handle node);
+  // True if nothing continues past `node`.
+  static bool IsLeaf(Handle node);
+  // Entries at strict ancestors of `node` no more than `max_distance` tokens shallower.
+  static std::vector<Hit> NearAncestors(Handle node, int64_t max_distance);
+  // Entries at `node`.
+  static const std::vector<IndexEntry>& EntriesAt(Handle node);
+
+  size_t node_count() const { return node_count_; }
+  bool empty() const;
+
+ private:
+  std::unique_ptr<Node> root_;
+  size_t node_count_ = 1;
+};
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_CORE_RADIX_PREFIX_INDEX_H_

@@ -1,0 +1,91 @@
+#include "services/cache/core/request_runner.h"
+
+#include <algorithm>
+
+#include "common/status/status_macros.h"
+
+namespace cairn::cache {
+
+RequestRunner::RequestRunner(CheckpointCache* cache, int slots, uint64_t daemon_session)
+    : cache_(cache), daemon_session_(daemon_session), last_use_(std::max(1, slots), -1) {}
+
+int32_t RequestRunner::ChooseSlot(const Candidate& best) {
+  if (best.tier == Tier::kLive) return best.slot.slot;
+  auto lru = std::min_element(last_use_.begin(), last_use_.end());
+  return static_cast<int32_t>(lru - last_use_.begin());
+}
+
+absl::StatusOr<ServeOutcome> RequestRunner::Serve(const ServeRequest& request) {
+  const uint64_t first_event = cache_->events().logged() + 1;
+  LookupRequest lookup{request.identities, request.tokens, request.stable_boundary,
+                       daemon_session_};
+  ASSIGN_OR_RETURN(LookupResult found, cache_->Lookup(lookup));
+
+  ServeOutcome out;
+  out.used = found.best;
+  out.shared_prefix = found.shared_prefix;
+  out.slot = ChooseSlot(found.best);
+  last_use_[static_cast<size_t>(out.slot)] = served_++;
+  const SlotKey slot{daemon_session_, out.slot};
+  switch (found.best.tier) {
+    case Tier::kLive:
+      RETURN_IF_ERROR(cache_->ContinueSlot(slot, request.identities, request.conversation));
+      break;
+    case Tier::kRam:
+    case Tier::kDisk: {
+      ASSIGN_OR_RETURN(out.restore, cache_->Restore(found.best.checkpoint, slot,
+                                                    request.identities, request.conversation));
+      out.preserved = out.restore.preserved;
+      break;
+    }
+    case Tier::kNone: {
+      ASSIGN_OR_RETURN(out.preserved,
+                       cache_->StartCold(slot, request.identities, request.conversation));
+      break;
+    }
+  }
+
+  const int64_t n = static_cast<int64_t>(request.tokens.size());
+  int64_t at = found.best.depth;
+  out.prefilled = n - at;
+  out.passes = found.plan.passes;
+  for (const PlannedCapture& planned : found.plan.captures) {
+    if (planned.pos > at) {
+      RETURN_IF_ERROR(cache_->ExtendSlot(slot, request.tokens.subspan(at, planned.pos - at)));
+      at = planned.pos;
+    }
+    CaptureOutcome c;
+    c.pos = planned.pos;
+    c.kind = planned.kind;
+    absl::StatusOr<CaptureTicket> ticket =
+        cache_->BeginCapture(slot, planned.kind, request.conversation, request.stable_boundary);
+    if (ticket.ok()) {
+      ASSIGN_OR_RETURN(c.id, cache_->CommitCapture(ticket->id));
+      c.admitted = true;
+      if (cache_->ShouldPersist(c.id)) {
+        absl::StatusOr<PersistTicket> persist = cache_->BeginPersist(c.id);
+        if (persist.ok()) {
+          RETURN_IF_ERROR(cache_->CommitPersist(c.id));
+          c.persisted = true;
+        }
+      }
+    } else if (!absl::IsAlreadyExists(ticket.status())) {
+      c.rejected = std::string(ticket.status().message());
+    }
+    if (absl::IsAlreadyExists(ticket.status())) continue;
+    out.captures.push_back(std::move(c));
+  }
+  if (n > at) RETURN_IF_ERROR(cache_->ExtendSlot(slot, request.tokens.subspan(at)));
+  if (!request.generated.empty()) RETURN_IF_ERROR(cache_->ExtendSlot(slot, request.generated));
+
+  for (const Event& e : cache_->events().recent()) {
+    if (e.seq < first_event) continue;
+    if (e.type == EventType::kEvict || e.type == EventType::kDiskEvict ||
+        e.type == EventType::kQuarantine) {
+      out.evictions.push_back(e);
+    }
+  }
+  return out;
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,71 @@
+#ifndef CAIRN_SERVICES_CACHE_CORE_RETENTION_H_
+#define CAIRN_SERVICES_CACHE_CORE_RETENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "services/cache/core/types.h"
+
+namespace cairn::cache {
+
+// Retention knobs (design.md §3, seed §5). Every default is the seed's number except
+// `near_duplicate_tokens`, which the seed leaves open (it reuses the grid snap distance).
+struct RetentionOptions {
+  int max_checkpoints = 128;          // RAM checkpoints, whatever their size.
+  double cheap_ratio = 8.0;           // Cheap: private bytes > ratio x restorable row bytes.
+  int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
+  int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
+                                        // on the same path are not written.
+};
+
+// Eviction ranks, first evicted first.
+enum class EvictionRank {
+  kRetryCopy = 1,  // Prompt-end checkpoint past the stable boundary.
+  kCheap = 2,      // Private state > cheap_ratio x the row bytes it would restore.
+  kIdle = 3,       // Its conversation was not reused within one budget turnover.
+  kReused = 4,     // Everything else.
+};
+
+// "retry-copy", "cheap", "idle", "reused".
+absl::string_view EvictionRankName(EvictionRank rank);
+
+// What retention needs to know about one checkpoint.
+struct RetentionItem {
+  CheckpointId id = 0;
+  EvictionRank rank = EvictionRank::kReused;
+  bool covered = false;       // A shallower checkpoint on its path within near-duplicate reach.
+  bool branch_point = false;  // Two continuations branch at it.
+  absl::Time last_use;        // Of its conversation (ties: of itself).
+  bool pinned = false;        // Being read; never a victim.
+};
+
+struct RankInput {
+  CaptureKind kind = CaptureKind::kEnd;
+  int64_t depth = 0;
+  int64_t stable_boundary = -1;  // As known when captured.
+  int64_t private_bytes = 0;
+  int64_t row_bytes_per_token = 0;
+  bool conversation_idle = false;
+};
+
+// Ranks checkpoints for eviction. Stateless and thread-safe.
+class RetentionPolicy {
+ public:
+  explicit RetentionPolicy(RetentionOptions options = {}) : options_(options) {}
+
+  EvictionRank Classify(const RankInput& in) const;
+  // Returns the ids of unpinned `items` in eviction order: by rank; inside a rank covered
+  // near-duplicates first, then leaves before branch points, then least recently used.
+  std::vector<CheckpointId> EvictionOrder(std::vector<RetentionItem> items) const;
+
+  const RetentionOptions& options() const { return options_; }
+
+ private:
+  RetentionOptions options_;
+};
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_CORE_RETENTION_H_
