@@ -10,6 +10,8 @@ machine has them, no GPU is needed):
 DIR holds tokenizer.json and tokenizer_config.json (tools/fetch-test-data puts the Qwen3 ones in
 tests/data/downloads/tokenizer-qwen3/models/). Writes:
   tokenizer_qwen3_reference.json  {"cases": [{"text", "ids", "decoded"}]} from tokenizers.Tokenizer
+  pretokenizer_reference.json     {"cases": [{"text", "qwen2", "qwen35"}]}: the pieces of
+                                  both pre-tokenizer regexes, from the `regex` module
   chat_<name>_reference.json      {"cases": [{"name", "request", "text"}]} from
                                   transformers' apply_chat_template, one file per template:
                                   "qwen3" (the template in DIR's tokenizer_config.json) and each
@@ -111,6 +113,29 @@ def corpus():
     return s
 
 
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| "
+                r"?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def write_pretokenizer_reference(out_dir):
+    """Splits the corpus with both pre-tokenizer regexes using the Unicode-aware `regex` module
+    (no tokenizer.json exists offline for Qwen3.5, so its pattern is checked this way)."""
+    import regex
+    cases = []
+    for text in corpus():
+        row = {"text": text}
+        for name, pattern in (("qwen2", QWEN2_REGEX), ("qwen35", QWEN35_REGEX)):
+            row[name] = regex.findall(pattern, text)
+            assert "".join(row[name]) == text
+        cases.append(row)
+    with open(os.path.join(out_dir, "pretokenizer_reference.json"), "w") as f:
+        json.dump({"regex_module_version": regex.__version__, "cases": cases}, f,
+                  ensure_ascii=False, indent=0)
+    print("pre-tokenizer cases:", len(cases))
+
+
 def tool(name, description, params, required):
     return {"type": "function", "function": {
         "name": name, "description": description,
@@ -194,11 +219,16 @@ def conversations():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tokenizer-dir", required=True)
+    ap.add_argument("--tokenizer-dir")
+    ap.add_argument("--pretokenizer-only", action="store_true",
+                    help="only write pretokenizer_reference.json (needs just `regex`)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--template", action="append", default=[], help="NAME=FILE")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    write_pretokenizer_reference(args.out)
+    if args.pretokenizer_only:
+        return 0
 
     import tokenizers
     import transformers

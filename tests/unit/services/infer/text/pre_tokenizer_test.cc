@@ -1,0 +1,91 @@
+#include "services/infer/text/pre_tokenizer.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/file_util.h"
+#include "services/infer/text/unicode.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using ::testing::ElementsAre;
+
+std::vector<std::string> Split(PreTokenizerPattern pattern, const std::string& text) {
+  std::vector<std::string_view> pieces;
+  SplitPreTokens(pattern, text, &pieces);
+  return std::vector<std::string>(pieces.begin(), pieces.end());
+}
+
+TEST(PreTokenizerTest, SplitsContractionsWordsDigitsAndSpaces) {
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "I'm 12  ok!\n\n x"),
+              ElementsAre("I", "'m", " ", "1", "2", " ", " ok", "!\n\n", " x"));
+}
+
+TEST(PreTokenizerTest, TrailingWhitespaceRunKeepsItsLastCharForTheNextWord) {
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "a   b   "), ElementsAre("a", "  ", " b", "   "));
+}
+
+TEST(PreTokenizerTest, NewlinesEndAtTheLastNewlineOfAWhitespaceRun) {
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "x \n \n  y"), ElementsAre("x", " \n \n", " ", " y"));
+}
+
+TEST(PreTokenizerTest, Qwen35KeepsCombiningMarksInsideWords) {
+  // "e" + U+0301 COMBINING ACUTE ACCENT + "x".
+  const std::string text = "caf" "e\xCC\x81" "x";
+
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen35, text), ElementsAre(text));
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, text), ElementsAre("cafe", "\xCC\x81x"));  // The mark prefixes "x".
+}
+
+TEST(PreTokenizerTest, RecognisesOnlyTheTwoKnownRegexes) {
+  EXPECT_FALSE(PreTokenizerPatternFromRegex("\\s+").ok());
+  EXPECT_FALSE(PreTokenizerPatternFromRegex("").ok());
+}
+
+// Both patterns against the Unicode-aware `regex` module on the whole tokenizer corpus
+// (tests/data/text/pretokenizer_reference.json, made by tools/reference/text_reference.py).
+TEST(PreTokenizerTest, PiecesEqualTheRegexEngineOnTheCorpus) {
+  absl::StatusOr<std::string> data =
+      ReadFileToString(testing::TextDataPath("pretokenizer_reference.json"));
+  ASSERT_TRUE(data.ok()) << data.status();
+  const nlohmann::json ref = nlohmann::json::parse(*data, nullptr, false);
+  ASSERT_FALSE(ref.is_discarded());
+  ASSERT_GE(ref["cases"].size(), 200u);
+
+  for (const nlohmann::json& c : ref["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    EXPECT_EQ(Split(PreTokenizerPattern::kQwen2, text), c["qwen2"].get<std::vector<std::string>>())
+        << nlohmann::json(text).dump();
+    EXPECT_EQ(Split(PreTokenizerPattern::kQwen35, text),
+              c["qwen35"].get<std::vector<std::string>>())
+        << nlohmann::json(text).dump();
+  }
+}
+
+// NFC is required: the reference normalises before pre-tokenizing, so a decomposed "é" must be
+// encoded as the composed one.
+TEST(NfcTest, ComposesReordersAndLeavesNfcTextAlone) {
+  EXPECT_EQ(unicode::Nfc("cafe\xCC\x81"), "caf\xC3\xA9");                  // e + U+0301 -> é
+  EXPECT_EQ(unicode::Nfc("\xE2\x84\xAB"), "\xC3\x85");                      // U+212B -> Å
+  EXPECT_EQ(unicode::Nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");        // reordered marks
+  EXPECT_EQ(unicode::Nfc("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB"), "\xED\x95\x9C");  // Hangul
+  EXPECT_EQ(unicode::Nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");      // excluded U+0958
+  EXPECT_EQ(unicode::Nfc("plain ascii"), "plain ascii");
+}
+
+TEST(UnicodeTest, ClassesOfSampleCodePoints) {
+  EXPECT_TRUE(unicode::ClassOf('a') & unicode::kLetter);
+  EXPECT_TRUE(unicode::ClassOf(0x4E2D) & unicode::kLetter);
+  EXPECT_TRUE(unicode::ClassOf(0x00BD) & unicode::kNumber);
+  EXPECT_TRUE(unicode::ClassOf(0x0301) & unicode::kMark);
+  EXPECT_TRUE(unicode::ClassOf(0x3000) & unicode::kSpace);
+  EXPECT_EQ(unicode::ClassOf('!') & (unicode::kLetter | unicode::kNumber | unicode::kSpace), 0);
+}
+
+}  // namespace
+}  // namespace cairn::infer::text
