@@ -1,0 +1,37 @@
+#ifndef CAIRN_SERVICES_INFER_ENGINE_GENERATION_H_
+#define CAIRN_SERVICES_INFER_ENGINE_GENERATION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "services/infer/engine/slot_state.h"
+#include "services/infer/models/model.h"
+
+namespace cairn::infer {
+
+// Returns pass sizes cutting `tokens` tokens into passes of at most `max_pass` tokens
+// (0: a single pass).
+std::vector<int64_t> UniformPasses(int64_t tokens, int64_t max_pass);
+
+// Runs `tokens` through `model` on `slot` as consecutive passes of `pass_sizes` tokens (which
+// must sum to tokens.size()) and returns the logits: [tokens, vocab] with `all_logits`, else
+// the last position's [vocab]. InvalidArgument if the sizes do not add up; the model's errors
+// otherwise (passes before the failing one stay applied).
+absl::StatusOr<std::vector<float>> Prefill(Model& model, SlotState* slot,
+                                           absl::Span<const int32_t> tokens,
+                                           absl::Span<const int64_t> pass_sizes, bool all_logits);
+
+// Returns the index of the largest of `n` logits (the first on ties, like torch.argmax).
+int32_t Argmax(const float* logits, int64_t n);
+
+// Greedy decoding of `count` tokens: the first is the argmax of `last_logits`, and each token
+// is fed back as a one-token pass before the next is chosen (the last one is not fed).
+absl::StatusOr<std::vector<int32_t>> GreedyDecode(Model& model, SlotState* slot,
+                                                  absl::Span<const float> last_logits,
+                                                  int count);
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_ENGINE_GENERATION_H_

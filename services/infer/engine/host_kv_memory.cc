@@ -1,0 +1,146 @@
+#include "services/infer/engine/host_kv_memory.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace cairn::infer {
+
+absl::StatusOr<std::unique_ptr<HostKvMemory>> HostKvMemory::Create(
+    const StateLayout& layout, const HostKvMemoryOptions& options) {
+  if (options.slots < 1) return absl::InvalidArgumentError("kv memory needs at least one slot");
+  std::vector<std::unique_ptr<SlotState>> slots;
+  for (int i = 0; i < options.slots; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SlotState> s, SlotState::Create(layout, options.max_rows));
+    slots.push_back(std::move(s));
+  }
+  auto memory = std::unique_ptr<HostKvMemory>(new HostKvMemory(layout, std::move(slots)));
+  memory->SetOverwriteHook(nullptr);
+  return memory;
+}
+
+HostKvMemory::HostKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots)
+    : layout_(std::move(layout)), slots_(std::move(slots)) {}
+
+void HostKvMemory::SetOverwriteHook(OverwriteHook hook) {
+  hook_ = std::move(hook);
+  for (int i = 0; i < num_slots(); ++i) {
+    slots_[i]->set_overwrite_hook([this, i](int64_t first_row) {
+      if (hook_) hook_(i, first_row);
+    });
+  }
+}
+
+absl::StatusOr<SlotState*> HostKvMemory::CheckedSlot(int slot) {
+  if (slot < 0 || slot >= num_slots()) {
+    return absl::InvalidArgumentError(absl::StrCat("no slot ", slot));
+  }
+  return slots_[slot].get();
+}
+
+absl::Status HostKvMemory::CheckRowsComponent(int component) const {
+  if (component < 0 || component >= static_cast<int>(layout_.components.size()) ||
+      layout_.components[component].kind != ComponentKind::kRows) {
+    return absl::InvalidArgumentError(absl::StrCat("component ", component, " is not rows"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> HostKvMemory::CapturePrivateState(int slot, absl::Span<uint8_t> out) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  if (!s->runnable()) return absl::FailedPreconditionError("capture from a slot being restored");
+  if (static_cast<int64_t>(out.size()) != layout_.private_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("private state is ", layout_.private_bytes(),
+                                                   " bytes, buffer has ", out.size()));
+  }
+  size_t offset = 0;
+  for (int c = 0; c < s->num_components(); ++c) {
+    const StateComponent& comp = layout_.components[c];
+    if (comp.kind != ComponentKind::kPrivate) continue;
+    std::memcpy(out.data() + offset, s->data(c), comp.bytes());
+    offset += comp.bytes();
+  }
+  return s->position();
+}
+
+absl::Status HostKvMemory::LoadPrivateState(int slot, int64_t position,
+                                            absl::Span<const uint8_t> in) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  if (s->runnable()) return absl::FailedPreconditionError("load private state outside a restore");
+  if (static_cast<int64_t>(in.size()) != layout_.private_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("private state is ", layout_.private_bytes(),
+                                                   " bytes, got ", in.size()));
+  }
+  size_t offset = 0;
+  for (int c = 0; c < s->num_components(); ++c) {
+    const StateComponent& comp = layout_.components[c];
+    if (comp.kind != ComponentKind::kPrivate) continue;
+    std::memcpy(s->data(c), in.data() + offset, comp.bytes());
+    offset += comp.bytes();
+    s->SetComponentPosition(c, position);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostKvMemory::CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
+                                       absl::Span<uint8_t> out) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  RETURN_IF_ERROR(CheckRowsComponent(component));
+  const int64_t row_bytes = layout_.components[component].bytes();
+  if (first_row < 0 || count < 0 || first_row + count > s->component_position(component)) {
+    return absl::OutOfRangeError(absl::StrCat("rows [", first_row, ", ", first_row + count,
+                                              ") not valid; component at ",
+                                              s->component_position(component)));
+  }
+  if (static_cast<int64_t>(out.size()) != count * row_bytes) {
+    return absl::InvalidArgumentError("row buffer size does not match the row count");
+  }
+  std::memcpy(out.data(), reinterpret_cast<const uint8_t*>(s->data(component)) +
+                              first_row * row_bytes,
+              count * row_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostKvMemory::CopyRowsIn(int slot, int component, int64_t first_row,
+                                      absl::Span<const uint8_t> in) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  RETURN_IF_ERROR(CheckRowsComponent(component));
+  const int64_t row_bytes = layout_.components[component].bytes();
+  if (static_cast<int64_t>(in.size()) % row_bytes != 0) {
+    return absl::InvalidArgumentError("row bytes are not a whole number of rows");
+  }
+  const int64_t count = static_cast<int64_t>(in.size()) / row_bytes;
+  if (first_row < 0 || first_row > s->component_position(component) ||
+      first_row + count > s->max_rows()) {
+    return absl::OutOfRangeError(absl::StrCat("rows [", first_row, ", ", first_row + count,
+                                              ") cannot be written; component at ",
+                                              s->component_position(component)));
+  }
+  if (s->runnable()) return absl::FailedPreconditionError("copy rows in outside a restore");
+  s->BeforeRowsOverwritten(first_row);
+  std::memcpy(reinterpret_cast<uint8_t*>(s->data(component)) + first_row * row_bytes, in.data(),
+              in.size());
+  s->SetComponentPosition(component, first_row + count);
+  return absl::OkStatus();
+}
+
+absl::Status HostKvMemory::BeginRestore(int slot) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  s->BeginRestore();
+  return absl::OkStatus();
+}
+
+absl::Status HostKvMemory::Validate(int slot, int64_t position) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  return s->Validate(position);
+}
+
+absl::Status HostKvMemory::Reset(int slot) {
+  ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
+  s->Reset();
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::infer

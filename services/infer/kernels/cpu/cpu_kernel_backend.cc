@@ -1,0 +1,330 @@
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status/check.h"
+
+namespace cairn::infer {
+namespace {
+
+float Silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0.0f;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[j] += a * x[j]
+void Axpy(float a, const float* x, float* y, int n) {
+  for (int j = 0; j < n; ++j) y[j] += a * x[j];
+}
+
+// out[j] = sum_i vec[i] * mat[i][j] for mat [rows, cols].
+void VecMat(const float* vec, const float* mat, int rows, int cols, float* out) {
+  std::fill(out, out + cols, 0.0f);
+  for (int i = 0; i < rows; ++i) Axpy(vec[i], mat + static_cast<int64_t>(i) * cols, out, cols);
+}
+
+// One v-head of the recurrent gated delta rule over all tokens of the call.
+void RecurrentHead(const GatedDeltaArgs& a, int h, float* s, std::vector<float>& kv) {
+  const int r = a.v_heads / a.k_heads;
+  const int kh = h / r;
+  const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
+  const int64_t v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  const int64_t n = static_cast<int64_t>(a.dk) * a.dv;
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    const float* q = a.q + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
+    const float* k = a.k + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
+    const float* v = a.v + t * v_ld + static_cast<int64_t>(h) * a.dv;
+    const float decay = std::exp(a.g[t * a.v_heads + h]);
+    const float beta = a.beta[t * a.v_heads + h];
+    for (int64_t i = 0; i < n; ++i) s[i] *= decay;
+    VecMat(k, s, a.dk, a.dv, kv.data());
+    for (int j = 0; j < a.dv; ++j) kv[j] = (v[j] - kv[j]) * beta;
+    for (int i = 0; i < a.dk; ++i) Axpy(k[i], kv.data(), s + static_cast<int64_t>(i) * a.dv, a.dv);
+    VecMat(q, s, a.dk, a.dv, a.out + t * v_ld + static_cast<int64_t>(h) * a.dv);
+  }
+}
+
+// One v-head of the chunked gated delta rule (model-spec §3.6.5, "chunked form"). The
+// (I + B)^-1 products are forward substitutions, row by row, which is what the reference's
+// in-place inversion loop computes.
+void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
+  const int r = a.v_heads / a.k_heads;
+  const int kh = h / r;
+  const int dk = a.dk;
+  const int dv = a.dv;
+  const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * dk;
+  const int64_t v_ld = static_cast<int64_t>(a.v_heads) * dv;
+  const int c = a.chunk;
+  std::vector<float> cum(c), kk(static_cast<size_t>(c) * c), u(static_cast<size_t>(c) * dv),
+      w(static_cast<size_t>(c) * dk), vnew(static_cast<size_t>(c) * dv), tmp(dv);
+  for (int64_t c0 = 0; c0 < a.tokens; c0 += c) {
+    const int len = static_cast<int>(std::min<int64_t>(c, a.tokens - c0));
+    auto q_row = [&](int i) { return a.q + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
+    auto k_row = [&](int i) { return a.k + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
+    auto v_row = [&](int i) { return a.v + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv; };
+    auto beta = [&](int i) { return a.beta[(c0 + i) * a.v_heads + h]; };
+    float acc = 0.0f;
+    for (int i = 0; i < len; ++i) {
+      acc += a.g[(c0 + i) * a.v_heads + h];
+      cum[i] = acc;
+    }
+    // kk[i][j] = beta_i (k_i . k_j) exp(G_i - G_j) for j < i.
+    for (int i = 0; i < len; ++i) {
+      for (int j = 0; j < i; ++j) {
+        kk[i * c + j] = beta(i) * Dot(k_row(i), k_row(j), dk) * std::exp(cum[i] - cum[j]);
+      }
+    }
+    // u = (I + B)^-1 (beta v);  w = (I + B)^-1 (beta exp(G) k).
+    for (int i = 0; i < len; ++i) {
+      float* ui = u.data() + static_cast<size_t>(i) * dv;
+      float* wi = w.data() + static_cast<size_t>(i) * dk;
+      const float* vi = v_row(i);
+      const float* ki = k_row(i);
+      const float bg = beta(i) * std::exp(cum[i]);
+      for (int j = 0; j < dv; ++j) ui[j] = beta(i) * vi[j];
+      for (int j = 0; j < dk; ++j) wi[j] = bg * ki[j];
+      for (int j = 0; j < i; ++j) {
+        Axpy(-kk[i * c + j], u.data() + static_cast<size_t>(j) * dv, ui, dv);
+        Axpy(-kk[i * c + j], w.data() + static_cast<size_t>(j) * dk, wi, dk);
+      }
+    }
+    // v_new = u - w S.
+    for (int i = 0; i < len; ++i) {
+      float* vi = vnew.data() + static_cast<size_t>(i) * dv;
+      VecMat(w.data() + static_cast<size_t>(i) * dk, s, dk, dv, tmp.data());
+      const float* ui = u.data() + static_cast<size_t>(i) * dv;
+      for (int j = 0; j < dv; ++j) vi[j] = ui[j] - tmp[j];
+    }
+    // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j.
+    for (int i = 0; i < len; ++i) {
+      float* oi = a.out + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv;
+      VecMat(q_row(i), s, dk, dv, oi);
+      const float e = std::exp(cum[i]);
+      for (int j = 0; j < dv; ++j) oi[j] *= e;
+      for (int j = 0; j <= i; ++j) {
+        const float p = Dot(q_row(i), k_row(j), dk) * std::exp(cum[i] - cum[j]);
+        Axpy(p, vnew.data() + static_cast<size_t>(j) * dv, oi, dv);
+      }
+    }
+    // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i.
+    const float last = cum[len - 1];
+    const float decay = std::exp(last);
+    for (int64_t i = 0; i < static_cast<int64_t>(dk) * dv; ++i) s[i] *= decay;
+    for (int i = 0; i < len; ++i) {
+      const float f = std::exp(last - cum[i]);
+      const float* ki = k_row(i);
+      const float* vi = vnew.data() + static_cast<size_t>(i) * dv;
+      for (int x = 0; x < dk; ++x) Axpy(f * ki[x], vi, s + static_cast<int64_t>(x) * dv, dv);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
+    const CpuKernelBackendOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError("cpu backend threads must be >= 0");
+  }
+  int threads = options.threads;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  openblas_set_num_threads(threads);
+  return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(threads));
+}
+
+CpuKernelBackend::CpuKernelBackend(int threads) : threads_(threads) {
+  if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
+}
+
+CpuKernelBackend::~CpuKernelBackend() {
+  if (pool_ != nullptr) pool_->Shutdown();
+}
+
+void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
+  if (n <= 0) return;
+  if (pool_ == nullptr || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  struct Shared {
+    std::atomic<int64_t> next{0};
+    Mutex mu;
+    CondVar cv;
+    int running ABSL_GUARDED_BY(mu) = 0;
+  } shared;
+  auto drain = [&shared, &fn, n] {
+    for (int64_t i = shared.next.fetch_add(1); i < n; i = shared.next.fetch_add(1)) fn(i);
+  };
+  const int helpers = static_cast<int>(std::min<int64_t>(threads_ - 1, n - 1));
+  {
+    MutexLock lock(&shared.mu);
+    shared.running = helpers;
+  }
+  for (int i = 0; i < helpers; ++i) {
+    const bool scheduled = pool_->Schedule([&shared, &drain] {
+      drain();
+      MutexLock lock(&shared.mu);
+      if (--shared.running == 0) shared.cv.SignalAll();
+    });
+    CAIRN_CHECK(scheduled);  // The pool shuts down only in our destructor.
+  }
+  drain();
+  MutexLock lock(&shared.mu);
+  while (shared.running > 0) shared.cv.Wait(&shared.mu);
+}
+
+void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx,
+                                        const float* w, int64_t n, float* y, int64_t ldy,
+                                        bool accumulate) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(ldx),
+              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y,
+              static_cast<blasint>(ldy));
+}
+
+void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w,
+                               float eps, bool zero_centred, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) {
+      yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+    }
+  }
+}
+
+void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
+                                    const float* w, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* zr = z + r * dim;
+    float* yr = y + r * dim;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i] * Silu(zr[i]);
+  }
+}
+
+void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * dim;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss + eps);
+    for (int64_t i = 0; i < dim; ++i) xr[i] = xr[i] * inv * scale;
+  }
+}
+
+void CpuKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
+                            int rotary_dim, const float* inv_freq, int64_t first_position) {
+  const int half = rotary_dim / 2;
+  std::vector<float> cos_v(half), sin_v(half);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float pos = static_cast<float>(first_position + t);
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];
+      cos_v[i] = std::cos(angle);
+      sin_v[i] = std::sin(angle);
+    }
+    for (int h = 0; h < heads; ++h) {
+      float* p = x + t * ld + static_cast<int64_t>(h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float x1 = p[i];
+        const float x2 = p[i + half];
+        p[i] = x1 * cos_v[i] - x2 * sin_v[i];
+        p[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+      }
+    }
+  }
+}
+
+void CpuKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                               int64_t rows, int64_t dim, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dim; ++i) {
+      out[r * dim + i] = Silu(gate[r * ld_gate + i]) * up[r * ld_up + i];
+    }
+  }
+}
+
+void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens,
+                                      int64_t channels, const float* w, int kernel, float* state,
+                                      float* out) {
+  const int hist = kernel - 1;
+  // Input row `t` of the window [state rows ; input rows], t in [-hist, tokens).
+  auto row = [&](int64_t t) { return t < 0 ? state + (t + hist) * channels : in + t * ld_in; };
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* o = out + t * channels;
+    for (int64_t ch = 0; ch < channels; ++ch) {
+      float acc = 0.0f;
+      for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
+      o[ch] = Silu(acc);
+    }
+  }
+  // New state: the last `hist` rows of the window.
+  std::vector<float> next(static_cast<size_t>(hist) * channels);
+  for (int i = 0; i < hist; ++i) {
+    const float* src = row(tokens - hist + i);
+    std::copy(src, src + channels, next.begin() + static_cast<int64_t>(i) * channels);
+  }
+  std::copy(next.begin(), next.end(), state);
+}
+
+void CpuKernelBackend::Attention(const AttentionArgs& a) {
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  ParallelFor(a.q_heads, [&](int64_t h) {
+    const int64_t kvh = h / group;
+    std::vector<float> p(a.past + a.tokens);
+    for (int64_t t = 0; t < a.tokens; ++t) {
+      const float* q = a.q + t * q_ld + h * a.head_dim;
+      const int64_t n = a.past + t + 1;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        p[j] = Dot(q, a.k + j * kv_ld + kvh * a.head_dim, a.head_dim) * a.scale;
+        mx = std::max(mx, p[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      float* o = a.out + t * q_ld + h * a.head_dim;
+      std::fill(o, o + a.head_dim, 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        Axpy(p[j] / sum, a.v + j * kv_ld + kvh * a.head_dim, o, a.head_dim);
+      }
+    }
+  });
+}
+
+void CpuKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
+  const int64_t per_head = static_cast<int64_t>(a.dk) * a.dv;
+  ParallelFor(a.v_heads, [&](int64_t h) {
+    float* s = a.state + h * per_head;
+    if (a.chunk > 0) {
+      ChunkedHead(a, static_cast<int>(h), s);
+    } else {
+      std::vector<float> kv(a.dv);
+      RecurrentHead(a, static_cast<int>(h), s, kv);
+    }
+  });
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,113 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_KERNEL_BACKEND_H_
+#define CAIRN_SERVICES_INFER_KERNELS_KERNEL_BACKEND_H_
+
+#include <cstdint>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/string_view.h"
+
+namespace cairn::infer {
+
+// Arguments of KernelBackend::Attention. Causal GQA softmax attention of `tokens` queries at
+// absolute positions `past .. past+tokens-1` over key/value rows `0 .. past+tokens-1`.
+struct AttentionArgs {
+  const float* q = nullptr;  // [tokens, q_heads * head_dim], post-norm, post-RoPE.
+  const float* k = nullptr;  // [>= past+tokens, kv_heads * head_dim] rows.
+  const float* v = nullptr;  // Same layout as `k`.
+  float* out = nullptr;      // [tokens, q_heads * head_dim], head-major.
+  int64_t tokens = 0;
+  int64_t past = 0;
+  int q_heads = 0;
+  int kv_heads = 0;  // q head j reads kv head j / (q_heads / kv_heads).
+  int head_dim = 0;
+  float scale = 0.0f;
+};
+
+// Arguments of KernelBackend::GatedDeltaRule (model-spec §3.6.5). Per v-head h the fp32 state
+// S[h] in R^{dk x dv} (layout [v_heads, dk, dv]) is updated token by token:
+//   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t (x) delta;  o_t = S^T q_t.
+// v-head h reads q/k head h / (v_heads / k_heads). q must already be L2-normalised and scaled,
+// k L2-normalised.
+struct GatedDeltaArgs {
+  const float* q = nullptr;     // [tokens, k_heads * dk]
+  const float* k = nullptr;     // [tokens, k_heads * dk]
+  const float* v = nullptr;     // [tokens, v_heads * dv]
+  const float* g = nullptr;     // [tokens, v_heads], log-decay (<= 0).
+  const float* beta = nullptr;  // [tokens, v_heads]
+  float* state = nullptr;       // [v_heads, dk, dv], read and updated in place.
+  float* out = nullptr;         // [tokens, v_heads * dv]
+  int64_t tokens = 0;
+  int k_heads = 0;
+  int v_heads = 0;
+  int dk = 0;
+  int dv = 0;
+  // 0: the recurrent (token by token) form. > 0: the chunked form with chunks of this many
+  // tokens counted from the first token of the call.
+  int chunk = 0;
+};
+
+// The device seam of the inference engine: every numerical operation the models run. A backend
+// is chosen when the engine starts; the CPU backend (kernels/cpu/) is always built and is the
+// reference; a HIP backend (kernels/hip/) implements the same operations on a GPU.
+//
+// Pointers are to memory of the backend's device (host memory for the CPU backend). All matrices
+// are row-major fp32. Every operation is deterministic: the same inputs and shapes give
+// bit-identical outputs.
+//
+// Thread-compatible: one caller thread at a time (the backend may use its own workers inside a
+// call).
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+
+  // Returns a short name of the backend and its numerics class, e.g. "cpu-fp32".
+  virtual absl::string_view name() const = 0;
+
+  // y[m, n] = x[m, k] . w[n, k]^T, plus the old y when `accumulate`. `ldx` and `ldy` are the
+  // row strides of x and y (>= k and >= n).
+  virtual void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                                int64_t n, float* y, int64_t ldy, bool accumulate) = 0;
+
+  // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
+  // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.
+  virtual void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                       bool zero_centred, float* y) = 0;
+
+  // Gated RMSNorm (norm before gate): y = x / sqrt(mean(x^2) + eps) * w * silu(z), per row of
+  // `dim`. `y` may equal `x`.
+  virtual void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
+                            const float* w, float eps, float* y) = 0;
+
+  // Scales each of `rows` rows of `dim` values to unit L2 norm: x / sqrt(sum(x^2) + eps), then
+  // multiplies by `scale`. In place.
+  virtual void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) = 0;
+
+  // NeoX (rotate-half) RoPE on the first `rotary_dim` values of each head: row t of `x`
+  // ([tokens, heads * head_dim], row stride `ld`) is at position `first_position + t`.
+  // `inv_freq` has rotary_dim / 2 entries. In place.
+  virtual void Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
+                    const float* inv_freq, int64_t first_position) = 0;
+
+  // out[i] = silu(gate[i]) * up[i] for `rows` rows of `dim` (row strides `ld_gate`, `ld_up`,
+  // `dim` for out).
+  virtual void SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                       int64_t rows, int64_t dim, float* out) = 0;
+
+  // Causal depthwise conv of kernel `kernel` followed by SiLU over `tokens` rows of `channels`:
+  // out[t][c] = silu(sum_m w[c][m] * u[t - kernel + 1 + m][c]) where rows before the first
+  // token come from `state` ([kernel - 1, channels], oldest first). On return `state` holds
+  // the last kernel - 1 input rows. `in` has row stride `ld_in`.
+  virtual void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                              const float* w, int kernel, float* state, float* out) = 0;
+
+  // Causal softmax attention; see AttentionArgs.
+  virtual void Attention(const AttentionArgs& args) = 0;
+
+  // The gated delta rule; see GatedDeltaArgs. The chunked and recurrent forms compute the same
+  // function up to rounding.
+  virtual void GatedDeltaRule(const GatedDeltaArgs& args) = 0;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_KERNEL_BACKEND_H_

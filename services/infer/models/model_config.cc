@@ -1,0 +1,245 @@
+#include "services/infer/models/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace cairn::infer {
+namespace {
+
+using Json = nlohmann::json;
+
+// transformers' Qwen3NextConfig defaults (model-spec §1.1) and the Qwen3.5 overrides.
+struct Defaults {
+  int64_t vocab_size = 151936;
+  int64_t hidden_size = 2048;
+  int64_t intermediate_size = 5632;
+  int num_layers = 48;
+  int num_kv_heads = 2;
+};
+constexpr int kDefaultHeads = 16;
+constexpr int kDefaultHeadDim = 256;
+constexpr double kDefaultRopeTheta = 10000.0;
+constexpr double kDefaultPartialRotary = 0.25;
+constexpr int kDefaultConvKernel = 4;
+constexpr int kDefaultLinearHeadDim = 128;
+constexpr int kDefaultLinearKHeads = 16;
+constexpr int kDefaultLinearVHeads = 32;
+constexpr int kDefaultExperts = 512;
+constexpr int kDefaultTopK = 10;
+constexpr int64_t kDefaultMoeIntermediate = 512;
+constexpr int kDefaultFullAttentionInterval = 4;
+constexpr double kDefaultRmsEps = 1e-6;
+
+template <typename T>
+absl::StatusOr<T> Get(const Json& obj, const char* key, T fallback) {
+  if (!obj.contains(key) || obj[key].is_null()) return fallback;
+  const Json& v = obj[key];
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) return absl::InvalidArgumentError(absl::StrCat(key, " is not a bool"));
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " is not an integer"));
+    }
+    return v.get<T>();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) return absl::InvalidArgumentError(absl::StrCat(key, " is not a number"));
+    return v.get<T>();
+  } else {
+    if (!v.is_string()) return absl::InvalidArgumentError(absl::StrCat(key, " is not a string"));
+    return v.get<T>();
+  }
+}
+
+absl::Status Positive(const char* name, int64_t v) {
+  if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be > 0, got ", v));
+  return absl::OkStatus();
+}
+
+absl::Status ParseRope(const Json& text, const Json& outer, HybridConfig& c) {
+  const Json* rope = nullptr;
+  if (text.contains("rope_parameters") && text["rope_parameters"].is_object()) {
+    rope = &text["rope_parameters"];
+  } else if (outer.contains("rope_parameters") && outer["rope_parameters"].is_object()) {
+    rope = &outer["rope_parameters"];
+  }
+  ASSIGN_OR_RETURN(c.rope_theta, Get<double>(text, "rope_theta", kDefaultRopeTheta));
+  ASSIGN_OR_RETURN(c.partial_rotary_factor,
+                   Get<double>(text, "partial_rotary_factor", kDefaultPartialRotary));
+  if (rope != nullptr) {
+    ASSIGN_OR_RETURN(std::string type, Get<std::string>(*rope, "rope_type", "default"));
+    if (type != "default") {
+      return absl::UnimplementedError(absl::StrCat("rope_type ", type, " is not supported"));
+    }
+    ASSIGN_OR_RETURN(c.rope_theta, Get<double>(*rope, "rope_theta", c.rope_theta));
+    ASSIGN_OR_RETURN(c.partial_rotary_factor,
+                     Get<double>(*rope, "partial_rotary_factor", c.partial_rotary_factor));
+  }
+  if (text.contains("rope_scaling") && !text["rope_scaling"].is_null()) {
+    const Json& s = text["rope_scaling"];
+    const std::string type =
+        s.is_object() && s.contains("rope_type") && s["rope_type"].is_string()
+            ? s["rope_type"].get<std::string>()
+            : (s.is_object() && s.contains("type") && s["type"].is_string()
+                   ? s["type"].get<std::string>()
+                   : "");
+    if (type != "default" && type != "mrope") {
+      return absl::UnimplementedError(absl::StrCat("rope_scaling ", type, " is not supported"));
+    }
+  }
+  c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
+  if (c.rope_theta <= 0) return absl::InvalidArgumentError("rope_theta must be > 0");
+  if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("partial_rotary_factor ",
+                                                   c.partial_rotary_factor, " gives rotary dim ",
+                                                   c.rotary_dim, " for head_dim ", c.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool HybridConfig::IsMoeLayer(int i) const {
+  if (family == HybridFamily::kQwen35) return false;
+  if (family == HybridFamily::kQwen35Moe) return true;
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end()) {
+    return false;
+  }
+  return (i + 1) % decoder_sparse_step == 0;
+}
+
+absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
+  const Json outer = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
+  if (outer.is_discarded() || !outer.is_object()) {
+    return absl::InvalidArgumentError("config.json is not a JSON object");
+  }
+  HybridConfig c;
+  ASSIGN_OR_RETURN(c.model_type, Get<std::string>(outer, "model_type", ""));
+  const Json* text = &outer;
+  if (outer.contains("text_config") && outer["text_config"].is_object()) {
+    text = &outer["text_config"];
+  }
+  Defaults d;
+  if (c.model_type == "qwen3_next") {
+    c.family = HybridFamily::kQwen3Next;
+  } else if (c.model_type == "qwen3_5" || c.model_type == "qwen3_5_text") {
+    c.family = HybridFamily::kQwen35;
+    d = Defaults{248320, 4096, 12288, 32, 4};
+  } else if (c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_moe_text") {
+    c.family = HybridFamily::kQwen35Moe;
+    d = Defaults{248320, 2048, 0, 40, 2};
+  } else {
+    return absl::NotFoundError(absl::StrCat("unknown model_type '", c.model_type,
+                                            "' (supported: qwen3_next, qwen3_5, qwen3_5_text, "
+                                            "qwen3_5_moe, qwen3_5_moe_text)"));
+  }
+  const Json& t = *text;
+  ASSIGN_OR_RETURN(std::string act, Get<std::string>(t, "hidden_act", "silu"));
+  if (act != "silu") return absl::UnimplementedError(absl::StrCat("hidden_act ", act));
+  ASSIGN_OR_RETURN(c.vocab_size, Get<int64_t>(t, "vocab_size", d.vocab_size));
+  ASSIGN_OR_RETURN(c.hidden_size, Get<int64_t>(t, "hidden_size", d.hidden_size));
+  ASSIGN_OR_RETURN(c.intermediate_size, Get<int64_t>(t, "intermediate_size", d.intermediate_size));
+  ASSIGN_OR_RETURN(c.num_layers, Get<int>(t, "num_hidden_layers", d.num_layers));
+  ASSIGN_OR_RETURN(c.num_heads, Get<int>(t, "num_attention_heads", kDefaultHeads));
+  ASSIGN_OR_RETURN(c.num_kv_heads, Get<int>(t, "num_key_value_heads", d.num_kv_heads));
+  RETURN_IF_ERROR(Positive("num_attention_heads", c.num_heads));
+  ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", t.contains("hidden_size")
+                                                           ? static_cast<int>(c.hidden_size /
+                                                                              c.num_heads)
+                                                           : kDefaultHeadDim));
+  ASSIGN_OR_RETURN(double eps, Get<double>(t, "rms_norm_eps", kDefaultRmsEps));
+  c.rms_norm_eps = static_cast<float>(eps);
+  // Wrapped configs may keep tie_word_embeddings at the top level.
+  ASSIGN_OR_RETURN(bool outer_tie, Get<bool>(outer, "tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(c.tie_word_embeddings, Get<bool>(t, "tie_word_embeddings", outer_tie));
+  ASSIGN_OR_RETURN(c.conv_kernel, Get<int>(t, "linear_conv_kernel_dim", kDefaultConvKernel));
+  ASSIGN_OR_RETURN(c.linear_k_dim, Get<int>(t, "linear_key_head_dim", kDefaultLinearHeadDim));
+  ASSIGN_OR_RETURN(c.linear_v_dim, Get<int>(t, "linear_value_head_dim", kDefaultLinearHeadDim));
+  ASSIGN_OR_RETURN(c.linear_k_heads, Get<int>(t, "linear_num_key_heads", kDefaultLinearKHeads));
+  ASSIGN_OR_RETURN(c.linear_v_heads, Get<int>(t, "linear_num_value_heads", kDefaultLinearVHeads));
+  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                         {"num_hidden_layers", int64_t{c.num_layers}},
+                         {"num_key_value_heads", int64_t{c.num_kv_heads}},
+                         {"head_dim", int64_t{c.head_dim}},
+                         {"linear_conv_kernel_dim", int64_t{c.conv_kernel}},
+                         {"linear_key_head_dim", int64_t{c.linear_k_dim}},
+                         {"linear_value_head_dim", int64_t{c.linear_v_dim}},
+                         {"linear_num_key_heads", int64_t{c.linear_k_heads}},
+                         {"linear_num_value_heads", int64_t{c.linear_v_heads}}}) {
+    RETURN_IF_ERROR(Positive(name, v));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError("num_attention_heads must be a multiple of "
+                                      "num_key_value_heads");
+  }
+  if (c.linear_v_heads % c.linear_k_heads != 0) {
+    return absl::InvalidArgumentError("linear_num_value_heads must be a multiple of "
+                                      "linear_num_key_heads");
+  }
+  RETURN_IF_ERROR(ParseRope(t, outer, c));
+
+  if (c.family != HybridFamily::kQwen35) {
+    ASSIGN_OR_RETURN(c.num_experts, Get<int>(t, "num_experts", kDefaultExperts));
+    ASSIGN_OR_RETURN(c.top_k, Get<int>(t, "num_experts_per_tok", kDefaultTopK));
+    ASSIGN_OR_RETURN(c.moe_intermediate_size,
+                     Get<int64_t>(t, "moe_intermediate_size", kDefaultMoeIntermediate));
+    ASSIGN_OR_RETURN(c.shared_intermediate_size,
+                     Get<int64_t>(t, "shared_expert_intermediate_size", kDefaultMoeIntermediate));
+    if (c.family == HybridFamily::kQwen3Next) {
+      ASSIGN_OR_RETURN(c.norm_topk_prob, Get<bool>(t, "norm_topk_prob", true));
+      ASSIGN_OR_RETURN(c.decoder_sparse_step, Get<int>(t, "decoder_sparse_step", 1));
+      RETURN_IF_ERROR(Positive("decoder_sparse_step", c.decoder_sparse_step));
+      if (t.contains("mlp_only_layers") && t["mlp_only_layers"].is_array()) {
+        for (const Json& v : t["mlp_only_layers"]) {
+          if (!v.is_number_integer()) {
+            return absl::InvalidArgumentError("mlp_only_layers holds a non-integer");
+          }
+          c.mlp_only_layers.push_back(v.get<int>());
+        }
+      }
+    } else {
+      c.norm_topk_prob = true;  // Qwen3.5-MoE's router always renormalises (model-spec §1.1).
+    }
+    if (c.num_experts > 0) {
+      RETURN_IF_ERROR(Positive("num_experts_per_tok", c.top_k));
+      RETURN_IF_ERROR(Positive("moe_intermediate_size", c.moe_intermediate_size));
+      RETURN_IF_ERROR(Positive("shared_expert_intermediate_size", c.shared_intermediate_size));
+      if (c.top_k > c.num_experts) {
+        return absl::InvalidArgumentError("num_experts_per_tok exceeds num_experts");
+      }
+    } else if (c.family == HybridFamily::kQwen35Moe) {
+      return absl::InvalidArgumentError("num_experts must be > 0 for qwen3_5_moe");
+    }
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    if (!c.IsMoeLayer(i)) RETURN_IF_ERROR(Positive("intermediate_size", c.intermediate_size));
+  }
+
+  if (t.contains("layer_types") && !t["layer_types"].is_null()) {
+    const Json& lt = t["layer_types"];
+    if (!lt.is_array() || static_cast<int>(lt.size()) != c.num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer_types must list ", c.num_layers, " layers"));
+    }
+    for (const Json& v : lt) {
+      const std::string s = v.is_string() ? v.get<std::string>() : "";
+      if (s != "full_attention" && s != "linear_attention") {
+        return absl::InvalidArgumentError(absl::StrCat("unknown layer type '", s, "'"));
+      }
+      c.full_attention.push_back(s == "full_attention");
+    }
+  } else {
+    ASSIGN_OR_RETURN(int interval,
+                     Get<int>(t, "full_attention_interval", kDefaultFullAttentionInterval));
+    RETURN_IF_ERROR(Positive("full_attention_interval", interval));
+    for (int i = 0; i < c.num_layers; ++i) c.full_attention.push_back((i + 1) % interval == 0);
+  }
+  return c;
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,67 @@
+#ifndef CAIRN_SERVICES_INFER_MODELS_MODEL_CONFIG_H_
+#define CAIRN_SERVICES_INFER_MODELS_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace cairn::infer {
+
+// Which of the hybrid (Gated DeltaNet + gated attention) families a config describes.
+enum class HybridFamily {
+  kQwen3Next,  // qwen3_next: fused in_proj_qkvz / in_proj_ba, MoE with per-expert tensors.
+  kQwen35,     // qwen3_5, qwen3_5_text: split GDN projections, dense MLP.
+  kQwen35Moe,  // qwen3_5_moe, qwen3_5_moe_text: split GDN projections, MoE in every layer.
+};
+
+// The text hyper-parameters of a hybrid checkpoint (model-spec §1.1), with the defaults of
+// the family's transformers config where config.json leaves a field out.
+struct HybridConfig {
+  std::string model_type;  // As written at the top of config.json.
+  HybridFamily family = HybridFamily::kQwen35;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 0;
+  double partial_rotary_factor = 0;
+  int rotary_dim = 0;
+  bool tie_word_embeddings = false;
+  int conv_kernel = 0;
+  int linear_k_heads = 0;
+  int linear_v_heads = 0;
+  int linear_k_dim = 0;
+  int linear_v_dim = 0;
+  int num_experts = 0;
+  int top_k = 0;
+  int64_t moe_intermediate_size = 0;
+  int64_t shared_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+  std::vector<bool> full_attention;  // Per layer: true = full attention, false = GDN.
+
+  int64_t key_dim() const { return static_cast<int64_t>(linear_k_heads) * linear_k_dim; }
+  int64_t value_dim() const { return static_cast<int64_t>(linear_v_heads) * linear_v_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+  // Whether layer `i` uses the sparse MoE block (else the dense SwiGLU MLP).
+  bool IsMoeLayer(int i) const;
+};
+
+// Parses config.json text (model-spec §1): `text_config` wrappers, legacy top-level
+// rope_theta / partial_rotary_factor and the newer rope_parameters, derived layer_types.
+// NotFound for an unknown model_type; InvalidArgument naming the field for missing or
+// inconsistent values; Unimplemented for features we do not run (another activation, RoPE
+// scaling).
+absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text);
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_MODELS_MODEL_CONFIG_H_

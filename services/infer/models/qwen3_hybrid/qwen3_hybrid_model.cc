@@ -1,0 +1,528 @@
+#include "services/infer/models/qwen3_hybrid/qwen3_hybrid_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+
+namespace cairn::infer {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+// Epsilon inside the L2 norm of GDN q and k (model-spec §3.6.4); fixed by the architecture.
+constexpr float kL2NormEps = 1e-6f;
+// torch softplus switches to the identity above this input.
+constexpr float kSoftplusThreshold = 20.0f;
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float Softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
+
+// SwiGLU weights: gate_up [2 * width, D] (gate rows, then up rows), down [D, width].
+struct SwiGlu {
+  std::vector<float> gate_up;
+  std::vector<float> down;
+  int64_t width = 0;
+};
+
+struct AttentionWeights {
+  std::vector<float> q, k, v, o, q_norm, k_norm;
+  int k_component = 0;
+  int v_component = 0;
+};
+
+// GDN weights with the input projections merged into one matrix whose rows are
+// [q (key_dim) | k (key_dim) | v (value_dim) | z (value_dim) | b (Hv) | a (Hv)], v-heads in
+// grouped order; Qwen3-Next's per-group interleaving is undone at load time.
+struct GdnWeights {
+  std::vector<float> in_proj;
+  std::vector<float> conv;     // [conv_dim, Kc]
+  std::vector<float> dt_bias;  // [Hv]
+  std::vector<float> neg_a;    // -exp(A_log), [Hv]
+  std::vector<float> norm;     // [dv]
+  std::vector<float> out;      // [D, value_dim]
+  int conv_component = 0;
+  int recurrent_component = 0;
+};
+
+struct MoeWeights {
+  std::vector<float> router;    // [E, D]
+  std::vector<float> gate_up;   // [E, 2I, D]
+  std::vector<float> down;      // [E, D, I]
+  SwiGlu shared;
+  std::vector<float> shared_gate;  // [1, D]
+};
+
+struct LayerWeights {
+  bool full_attention = false;
+  bool moe = false;
+  std::vector<float> input_norm, post_norm;
+  AttentionWeights attn;
+  GdnWeights gdn;
+  SwiGlu mlp;
+  MoeWeights experts;
+};
+
+// Reads tensors by name (relative to a prefix) as fp32, counting parameters.
+class WeightReader {
+ public:
+  WeightReader(const TensorStore& store, std::string prefix)
+      : store_(store), prefix_(std::move(prefix)) {}
+
+  bool Has(const std::string& name) const { return store_.Find(prefix_ + name) != nullptr; }
+
+  absl::StatusOr<std::vector<float>> Read(const std::string& name, const Shape& shape,
+                                          bool prefixed = true) {
+    const std::string full = prefixed ? prefix_ + name : name;
+    const TensorView* t = store_.Find(full);
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", full));
+    absl::StatusOr<std::vector<float>> v = ReadAsF32(*t, shape);
+    if (v.ok()) parameters_ += static_cast<int64_t>(v->size());
+    return v;
+  }
+
+  int64_t parameters() const { return parameters_; }
+
+ private:
+  const TensorStore& store_;
+  const std::string prefix_;
+  int64_t parameters_ = 0;
+};
+
+void CopyRows(const std::vector<float>& src, int64_t src_row, std::vector<float>& dst,
+              int64_t dst_row, int64_t rows, int64_t cols) {
+  std::copy(src.begin() + src_row * cols, src.begin() + (src_row + rows) * cols,
+            dst.begin() + dst_row * cols);
+}
+
+class Qwen3HybridModel final : public Model {
+ public:
+  Qwen3HybridModel(HybridConfig config, KernelBackend* backend, Qwen3HybridOptions options)
+      : c_(std::move(config)), backend_(backend), options_(options) {}
+
+  // Reads every tensor of `store` the model uses and builds the state layout.
+
+  absl::Status Load(const TensorStore& store, uint64_t weights_digest);
+
+  const ModelInfo& info() const override { return info_; }
+  const StateLayout& state_layout() const override { return layout_; }
+  absl::StatusOr<std::vector<float>> Forward(SlotState* slot, absl::Span<const int32_t> tokens,
+                                             const ForwardOptions& options) override;
+
+ private:
+  absl::Status LoadAttention(WeightReader& r, const std::string& p, AttentionWeights& w);
+  absl::Status LoadGdn(WeightReader& r, const std::string& p, GdnWeights& w);
+  absl::Status LoadSwiGlu(WeightReader& r, const std::string& p, int64_t width, SwiGlu& w);
+  absl::Status LoadMoe(WeightReader& r, const std::string& p, MoeWeights& w);
+
+  void RunAttention(const AttentionWeights& w, SlotState* slot, const float* x, int64_t t,
+                    float* h);
+  void RunGdn(const GdnWeights& w, SlotState* slot, const float* x, int64_t t, float* h);
+  void RunSwiGlu(const SwiGlu& w, const float* x, int64_t t, float* y, bool accumulate);
+  void RunMoe(const MoeWeights& w, const float* x, int64_t t, float* h);
+
+  const HybridConfig c_;
+  KernelBackend* const backend_;
+  const Qwen3HybridOptions options_;
+  ModelInfo info_;
+  StateLayout layout_;
+  std::vector<float> embed_;    // [vocab, D]
+  std::vector<float> lm_head_;  // [vocab, D]; empty when tied to embed_.
+  std::vector<float> final_norm_;
+  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  std::vector<LayerWeights> layers_;
+};
+
+absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string& p,
+                                             AttentionWeights& w) {
+  const int64_t d = c_.hidden_size;
+  const int64_t hd = c_.head_dim;
+  ASSIGN_OR_RETURN(w.q, r.Read(p + "q_proj.weight", {c_.num_heads * hd * 2, d}));
+  ASSIGN_OR_RETURN(w.k, r.Read(p + "k_proj.weight", {c_.num_kv_heads * hd, d}));
+  ASSIGN_OR_RETURN(w.v, r.Read(p + "v_proj.weight", {c_.num_kv_heads * hd, d}));
+  ASSIGN_OR_RETURN(w.o, r.Read(p + "o_proj.weight", {d, c_.num_heads * hd}));
+  ASSIGN_OR_RETURN(w.q_norm, r.Read(p + "q_norm.weight", {hd}));
+  ASSIGN_OR_RETURN(w.k_norm, r.Read(p + "k_norm.weight", {hd}));
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, GdnWeights& w) {
+  const int64_t d = c_.hidden_size;
+  const int64_t kd = c_.key_dim();
+  const int64_t vd = c_.value_dim();
+  const int64_t hv = c_.linear_v_heads;
+  const int64_t hk = c_.linear_k_heads;
+  const int64_t conv_dim = c_.conv_dim();
+  const int64_t rows = conv_dim + vd + 2 * hv;
+  w.in_proj.assign(static_cast<size_t>(rows * d), 0.0f);
+  if (c_.family == HybridFamily::kQwen3Next) {
+    // in_proj_qkvz: per K-group g, [q_g (dk) | k_g (dk) | v_g (r dv) | z_g (r dv)];
+    // in_proj_ba: per K-group g, [b (r) | a (r)] (model-spec §3.6.1).
+    const int64_t dk = c_.linear_k_dim;
+    const int64_t rdv = vd / hk;
+    const int64_t r_heads = hv / hk;
+    const int64_t group = 2 * dk + 2 * rdv;
+    ASSIGN_OR_RETURN(std::vector<float> qkvz, r.Read(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, d}));
+    ASSIGN_OR_RETURN(std::vector<float> ba, r.Read(p + "in_proj_ba.weight", {2 * hv, d}));
+    for (int64_t g = 0; g < hk; ++g) {
+      CopyRows(qkvz, g * group, w.in_proj, g * dk, dk, d);
+      CopyRows(qkvz, g * group + dk, w.in_proj, kd + g * dk, dk, d);
+      CopyRows(qkvz, g * group + 2 * dk, w.in_proj, 2 * kd + g * rdv, rdv, d);
+      CopyRows(qkvz, g * group + 2 * dk + rdv, w.in_proj, conv_dim + g * rdv, rdv, d);
+      CopyRows(ba, g * 2 * r_heads, w.in_proj, conv_dim + vd + g * r_heads, r_heads, d);
+      CopyRows(ba, g * 2 * r_heads + r_heads, w.in_proj, conv_dim + vd + hv + g * r_heads,
+               r_heads, d);
+    }
+  } else {
+    ASSIGN_OR_RETURN(std::vector<float> qkv, r.Read(p + "in_proj_qkv.weight", {conv_dim, d}));
+    ASSIGN_OR_RETURN(std::vector<float> z, r.Read(p + "in_proj_z.weight", {vd, d}));
+    ASSIGN_OR_RETURN(std::vector<float> b, r.Read(p + "in_proj_b.weight", {hv, d}));
+    ASSIGN_OR_RETURN(std::vector<float> a, r.Read(p + "in_proj_a.weight", {hv, d}));
+    CopyRows(qkv, 0, w.in_proj, 0, conv_dim, d);
+    CopyRows(z, 0, w.in_proj, conv_dim, vd, d);
+    CopyRows(b, 0, w.in_proj, conv_dim + vd, hv, d);
+    CopyRows(a, 0, w.in_proj, conv_dim + vd + hv, hv, d);
+  }
+  ASSIGN_OR_RETURN(w.conv, r.Read(p + "conv1d.weight", {conv_dim, 1, c_.conv_kernel}));
+  ASSIGN_OR_RETURN(w.dt_bias, r.Read(p + "dt_bias", {hv}));
+  ASSIGN_OR_RETURN(std::vector<float> a_log, r.Read(p + "A_log", {hv}));
+  w.neg_a.resize(a_log.size());
+  for (size_t i = 0; i < a_log.size(); ++i) w.neg_a[i] = -std::exp(a_log[i]);
+  ASSIGN_OR_RETURN(w.norm, r.Read(p + "norm.weight", {c_.linear_v_dim}));
+  ASSIGN_OR_RETURN(w.out, r.Read(p + "out_proj.weight", {d, vd}));
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::LoadSwiGlu(WeightReader& r, const std::string& p, int64_t width,
+                                          SwiGlu& w) {
+  const int64_t d = c_.hidden_size;
+  w.width = width;
+  ASSIGN_OR_RETURN(std::vector<float> gate, r.Read(p + "gate_proj.weight", {width, d}));
+  ASSIGN_OR_RETURN(std::vector<float> up, r.Read(p + "up_proj.weight", {width, d}));
+  ASSIGN_OR_RETURN(w.down, r.Read(p + "down_proj.weight", {d, width}));
+  w.gate_up = std::move(gate);
+  w.gate_up.insert(w.gate_up.end(), up.begin(), up.end());
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::LoadMoe(WeightReader& r, const std::string& p, MoeWeights& w) {
+  const int64_t d = c_.hidden_size;
+  const int64_t e = c_.num_experts;
+  const int64_t inter = c_.moe_intermediate_size;
+  ASSIGN_OR_RETURN(w.router, r.Read(p + "gate.weight", {e, d}));
+  if (r.Has(p + "experts.gate_up_proj")) {
+    ASSIGN_OR_RETURN(w.gate_up, r.Read(p + "experts.gate_up_proj", {e, 2 * inter, d}));
+    ASSIGN_OR_RETURN(w.down, r.Read(p + "experts.down_proj", {e, d, inter}));
+  } else {
+    w.gate_up.reserve(static_cast<size_t>(e * 2 * inter * d));
+    w.down.reserve(static_cast<size_t>(e * d * inter));
+    for (int64_t i = 0; i < e; ++i) {
+      SwiGlu one;
+      RETURN_IF_ERROR(LoadSwiGlu(r, absl::StrCat(p, "experts.", i, "."), inter, one));
+      w.gate_up.insert(w.gate_up.end(), one.gate_up.begin(), one.gate_up.end());
+      w.down.insert(w.down.end(), one.down.begin(), one.down.end());
+    }
+  }
+  RETURN_IF_ERROR(LoadSwiGlu(r, p + "shared_expert.", c_.shared_intermediate_size, w.shared));
+  ASSIGN_OR_RETURN(w.shared_gate, r.Read(p + "shared_expert_gate.weight", {1, d}));
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_digest) {
+  std::string prefix;
+  if (store.Find("model.language_model.embed_tokens.weight") != nullptr) {
+    prefix = "model.language_model.";
+  } else if (store.Find("model.embed_tokens.weight") != nullptr) {
+    prefix = "model.";
+  } else {
+    return absl::InvalidArgumentError(
+        "missing tensor model.embed_tokens.weight (or model.language_model.embed_tokens.weight)");
+  }
+  WeightReader r(store, prefix);
+  const int64_t d = c_.hidden_size;
+  ASSIGN_OR_RETURN(embed_, r.Read("embed_tokens.weight", {c_.vocab_size, d}));
+  ASSIGN_OR_RETURN(final_norm_, r.Read("norm.weight", {d}));
+  if (!c_.tie_word_embeddings) {
+    ASSIGN_OR_RETURN(lm_head_, r.Read("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false));
+  }
+  for (int i = 0; i < c_.num_layers; ++i) {
+    LayerWeights lw;
+    const std::string p = absl::StrCat("layers.", i, ".");
+    lw.full_attention = c_.full_attention[i];
+    lw.moe = c_.IsMoeLayer(i);
+    ASSIGN_OR_RETURN(lw.input_norm, r.Read(p + "input_layernorm.weight", {d}));
+    ASSIGN_OR_RETURN(lw.post_norm, r.Read(p + "post_attention_layernorm.weight", {d}));
+    const int64_t kv_floats = static_cast<int64_t>(c_.num_kv_heads) * c_.head_dim;
+    if (lw.full_attention) {
+      RETURN_IF_ERROR(LoadAttention(r, p + "self_attn.", lw.attn));
+      lw.attn.k_component = static_cast<int>(layout_.components.size());
+      layout_.components.push_back({absl::StrCat("layers.", i, ".k"), ComponentKind::kRows, i,
+                                    kv_floats});
+      lw.attn.v_component = static_cast<int>(layout_.components.size());
+      layout_.components.push_back({absl::StrCat("layers.", i, ".v"), ComponentKind::kRows, i,
+                                    kv_floats});
+    } else {
+      RETURN_IF_ERROR(LoadGdn(r, p + "linear_attn.", lw.gdn));
+      lw.gdn.conv_component = static_cast<int>(layout_.components.size());
+      layout_.components.push_back({absl::StrCat("layers.", i, ".conv"), ComponentKind::kPrivate,
+                                    i, (c_.conv_kernel - 1) * c_.conv_dim()});
+      lw.gdn.recurrent_component = static_cast<int>(layout_.components.size());
+      layout_.components.push_back(
+          {absl::StrCat("layers.", i, ".recurrent"), ComponentKind::kPrivate, i,
+           static_cast<int64_t>(c_.linear_v_heads) * c_.linear_k_dim * c_.linear_v_dim});
+    }
+    if (lw.moe) {
+      RETURN_IF_ERROR(LoadMoe(r, p + "mlp.", lw.experts));
+    } else {
+      RETURN_IF_ERROR(LoadSwiGlu(r, p + "mlp.", c_.intermediate_size, lw.mlp));
+    }
+    layers_.push_back(std::move(lw));
+  }
+  for (int i = 0; i < c_.rotary_dim / 2; ++i) {
+    // As transformers computes it: fp32 base ** (2i / rotary_dim), inverted in fp32.
+    inv_freq_.push_back(1.0f / std::pow(static_cast<float>(c_.rope_theta),
+                                        static_cast<float>(2 * i) /
+                                            static_cast<float>(c_.rotary_dim)));
+  }
+  info_.architecture = c_.model_type;
+  info_.vocab_size = c_.vocab_size;
+  info_.num_parameters = r.parameters();
+  info_.weights_digest = weights_digest;
+  return absl::OkStatus();
+}
+
+void Qwen3HybridModel::RunSwiGlu(const SwiGlu& w, const float* x, int64_t t, float* y,
+                                 bool accumulate) {
+  const int64_t d = c_.hidden_size;
+  std::vector<float> gu(static_cast<size_t>(t * 2 * w.width));
+  std::vector<float> act(static_cast<size_t>(t * w.width));
+  backend_->MatMulTransposed(x, t, d, d, w.gate_up.data(), 2 * w.width, gu.data(), 2 * w.width,
+                             false);
+  backend_->SiluMul(gu.data(), 2 * w.width, gu.data() + w.width, 2 * w.width, t, w.width,
+                    act.data());
+  backend_->MatMulTransposed(act.data(), t, w.width, w.width, w.down.data(), d, y, d, accumulate);
+}
+
+void Qwen3HybridModel::RunAttention(const AttentionWeights& w, SlotState* slot, const float* x,
+                                    int64_t t, float* h) {
+  const int64_t d = c_.hidden_size;
+  const int hq = c_.num_heads;
+  const int hd = c_.head_dim;
+  const int64_t q_width = static_cast<int64_t>(hq) * hd;
+  const int64_t kv_width = static_cast<int64_t>(c_.num_kv_heads) * hd;
+  const int64_t pos = slot->position();
+  std::vector<float> qg(static_cast<size_t>(t * 2 * q_width));
+  backend_->MatMulTransposed(x, t, d, d, w.q.data(), 2 * q_width, qg.data(), 2 * q_width, false);
+  // q_proj rows are [q_h | gate_h] per head.
+  std::vector<float> q(static_cast<size_t>(t * q_width)), gate(q.size());
+  for (int64_t i = 0; i < t; ++i) {
+    for (int j = 0; j < hq; ++j) {
+      const float* src = qg.data() + i * 2 * q_width + static_cast<int64_t>(j) * 2 * hd;
+      std::copy(src, src + hd, q.data() + i * q_width + static_cast<int64_t>(j) * hd);
+      std::copy(src + hd, src + 2 * hd, gate.data() + i * q_width + static_cast<int64_t>(j) * hd);
+    }
+  }
+  backend_->RmsNorm(q.data(), t * hq, hd, w.q_norm.data(), c_.rms_norm_eps, true, q.data());
+  backend_->Rope(q.data(), t, q_width, hq, hd, c_.rotary_dim, inv_freq_.data(), pos);
+  float* k_rows = slot->data(w.k_component) + pos * kv_width;
+  float* v_rows = slot->data(w.v_component) + pos * kv_width;
+  backend_->MatMulTransposed(x, t, d, d, w.k.data(), kv_width, k_rows, kv_width, false);
+  backend_->MatMulTransposed(x, t, d, d, w.v.data(), kv_width, v_rows, kv_width, false);
+  backend_->RmsNorm(k_rows, t * c_.num_kv_heads, hd, w.k_norm.data(), c_.rms_norm_eps, true,
+                    k_rows);
+  backend_->Rope(k_rows, t, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data(), pos);
+  std::vector<float> o(q.size());
+  AttentionArgs args;
+  args.q = q.data();
+  args.k = slot->data(w.k_component);
+  args.v = slot->data(w.v_component);
+  args.out = o.data();
+  args.tokens = t;
+  args.past = pos;
+  args.q_heads = hq;
+  args.kv_heads = c_.num_kv_heads;
+  args.head_dim = hd;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  backend_->Attention(args);
+  for (size_t i = 0; i < o.size(); ++i) o[i] *= Sigmoid(gate[i]);
+  backend_->MatMulTransposed(o.data(), t, q_width, q_width, w.o.data(), d, h, d, true);
+}
+
+void Qwen3HybridModel::RunGdn(const GdnWeights& w, SlotState* slot, const float* x, int64_t t,
+                              float* h) {
+  const int64_t d = c_.hidden_size;
+  const int64_t kd = c_.key_dim();
+  const int64_t vd = c_.value_dim();
+  const int hv = c_.linear_v_heads;
+  const int64_t conv_dim = c_.conv_dim();
+  const int64_t width = conv_dim + vd + 2 * hv;
+  std::vector<float> proj(static_cast<size_t>(t * width));
+  backend_->MatMulTransposed(x, t, d, d, w.in_proj.data(), width, proj.data(), width, false);
+  std::vector<float> conv(static_cast<size_t>(t * conv_dim));
+  backend_->CausalConvSilu(proj.data(), width, t, conv_dim, w.conv.data(), c_.conv_kernel,
+                           slot->data(w.conv_component), conv.data());
+  std::vector<float> q(static_cast<size_t>(t * kd)), k(q.size()), v(static_cast<size_t>(t * vd)),
+      z(v.size()), g(static_cast<size_t>(t * hv)), beta(g.size());
+  for (int64_t i = 0; i < t; ++i) {
+    const float* c = conv.data() + i * conv_dim;
+    std::copy(c, c + kd, q.data() + i * kd);
+    std::copy(c + kd, c + 2 * kd, k.data() + i * kd);
+    std::copy(c + 2 * kd, c + conv_dim, v.data() + i * vd);
+    const float* p = proj.data() + i * width;
+    std::copy(p + conv_dim, p + conv_dim + vd, z.data() + i * vd);
+    for (int j = 0; j < hv; ++j) {
+      beta[i * hv + j] = Sigmoid(p[conv_dim + vd + j]);
+      g[i * hv + j] = w.neg_a[j] * Softplus(p[conv_dim + vd + hv + j] + w.dt_bias[j]);
+    }
+  }
+  const int dk = c_.linear_k_dim;
+  backend_->L2Normalize(q.data(), t * c_.linear_k_heads, dk, kL2NormEps,
+                        1.0f / std::sqrt(static_cast<float>(dk)));
+  backend_->L2Normalize(k.data(), t * c_.linear_k_heads, dk, kL2NormEps, 1.0f);
+  std::vector<float> o(static_cast<size_t>(t * vd));
+  GatedDeltaArgs args;
+  args.q = q.data();
+  args.k = k.data();
+  args.v = v.data();
+  args.g = g.data();
+  args.beta = beta.data();
+  args.state = slot->data(w.recurrent_component);
+  args.out = o.data();
+  args.tokens = t;
+  args.k_heads = c_.linear_k_heads;
+  args.v_heads = hv;
+  args.dk = dk;
+  args.dv = c_.linear_v_dim;
+  args.chunk = t == 1 ? 0 : options_.gdn_chunk;
+  backend_->GatedDeltaRule(args);
+  backend_->GatedRmsNorm(o.data(), z.data(), t * hv, c_.linear_v_dim, w.norm.data(),
+                         c_.rms_norm_eps, o.data());
+  backend_->MatMulTransposed(o.data(), t, vd, vd, w.out.data(), d, h, d, true);
+}
+
+void Qwen3HybridModel::RunMoe(const MoeWeights& w, const float* x, int64_t t, float* h) {
+  const int64_t d = c_.hidden_size;
+  const int e = c_.num_experts;
+  const int64_t inter = c_.moe_intermediate_size;
+  std::vector<float> logits(static_cast<size_t>(t * e));
+  backend_->MatMulTransposed(x, t, d, d, w.router.data(), e, logits.data(), e, false);
+  // Route: softmax over all experts, top-k (ties to the lower id), optional renormalisation.
+  std::vector<std::vector<std::pair<int64_t, float>>> routed(e);  // expert -> (token, weight)
+  std::vector<int> order(e);
+  std::vector<float> p(e);
+  for (int64_t i = 0; i < t; ++i) {
+    const float* l = logits.data() + i * e;
+    const float mx = *std::max_element(l, l + e);
+    float sum = 0.0f;
+    for (int j = 0; j < e; ++j) sum += p[j] = std::exp(l[j] - mx);
+    for (int j = 0; j < e; ++j) p[j] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + c_.top_k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0.0f;
+    for (int j = 0; j < c_.top_k; ++j) top_sum += p[order[j]];
+    for (int j = 0; j < c_.top_k; ++j) {
+      const float weight = c_.norm_topk_prob ? p[order[j]] / top_sum : p[order[j]];
+      routed[order[j]].emplace_back(i, weight);
+    }
+  }
+  // Shared expert first, then routed experts in ascending id; every token's sum has a fixed
+  // order.
+  std::vector<float> out(static_cast<size_t>(t * d));
+  RunSwiGlu(w.shared, x, t, out.data(), false);
+  std::vector<float> sg(static_cast<size_t>(t));
+  backend_->MatMulTransposed(x, t, d, d, w.shared_gate.data(), 1, sg.data(), 1, false);
+  for (int64_t i = 0; i < t; ++i) {
+    const float s = Sigmoid(sg[i]);
+    for (int64_t j = 0; j < d; ++j) out[i * d + j] *= s;
+  }
+  std::vector<float> xs, ys;
+  for (int ex = 0; ex < e; ++ex) {
+    const auto& list = routed[ex];
+    if (list.empty()) continue;
+    const int64_t n = static_cast<int64_t>(list.size());
+    xs.resize(static_cast<size_t>(n * d));
+    ys.resize(static_cast<size_t>(n * d));
+    for (int64_t r = 0; r < n; ++r) {
+      std::copy(x + list[r].first * d, x + (list[r].first + 1) * d, xs.data() + r * d);
+    }
+    std::vector<float> gu(static_cast<size_t>(n * 2 * inter)), act(static_cast<size_t>(n * inter));
+    backend_->MatMulTransposed(xs.data(), n, d, d, w.gate_up.data() + ex * 2 * inter * d,
+                               2 * inter, gu.data(), 2 * inter, false);
+    backend_->SiluMul(gu.data(), 2 * inter, gu.data() + inter, 2 * inter, n, inter, act.data());
+    backend_->MatMulTransposed(act.data(), n, inter, inter, w.down.data() + ex * d * inter, d,
+                               ys.data(), d, false);
+    for (int64_t r = 0; r < n; ++r) {
+      float* o = out.data() + list[r].first * d;
+      const float weight = list[r].second;
+      for (int64_t j = 0; j < d; ++j) o[j] += weight * ys[r * d + j];
+    }
+  }
+  for (int64_t i = 0; i < t * d; ++i) h[i] += out[i];
+}
+
+absl::StatusOr<std::vector<float>> Qwen3HybridModel::Forward(SlotState* slot,
+                                                             absl::Span<const int32_t> tokens,
+                                                             const ForwardOptions& options) {
+  const int64_t t = static_cast<int64_t>(tokens.size());
+  if (t == 0) return absl::InvalidArgumentError("empty forward pass");
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= c_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " outside vocabulary of ", c_.vocab_size));
+    }
+  }
+  if (slot->num_components() != static_cast<int>(layout_.components.size())) {
+    return absl::InvalidArgumentError("slot was not created with this model's state layout");
+  }
+  RETURN_IF_ERROR(slot->PrepareAppend(t));
+  const int64_t d = c_.hidden_size;
+  std::vector<float> h(static_cast<size_t>(t * d)), xn(h.size());
+  for (int64_t i = 0; i < t; ++i) {
+    std::copy(embed_.begin() + tokens[i] * d, embed_.begin() + (tokens[i] + 1) * d,
+              h.begin() + i * d);
+  }
+  for (const LayerWeights& lw : layers_) {
+    backend_->RmsNorm(h.data(), t, d, lw.input_norm.data(), c_.rms_norm_eps, true, xn.data());
+    if (lw.full_attention) {
+      RunAttention(lw.attn, slot, xn.data(), t, h.data());
+    } else {
+      RunGdn(lw.gdn, slot, xn.data(), t, h.data());
+    }
+    backend_->RmsNorm(h.data(), t, d, lw.post_norm.data(), c_.rms_norm_eps, true, xn.data());
+    if (lw.moe) {
+      RunMoe(lw.experts, xn.data(), t, h.data());
+    } else {
+      RunSwiGlu(lw.mlp, xn.data(), t, h.data(), true);
+    }
+  }
+  const int64_t rows = options.all_logits ? t : 1;
+  const float* last = h.data() + (t - rows) * d;
+  backend_->RmsNorm(last, rows, d, final_norm_.data(), c_.rms_norm_eps, true, xn.data());
+  std::vector<float> logits(static_cast<size_t>(rows * c_.vocab_size));
+  const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
+  backend_->MatMulTransposed(xn.data(), rows, d, d, head.data(), c_.vocab_size, logits.data(),
+                             c_.vocab_size, false);
+  slot->CommitAppend(t);
+  return logits;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> CreateQwen3HybridModel(const HybridConfig& config,
+                                                              const TensorStore& store,
+                                                              uint64_t weights_digest,
+                                                              KernelBackend* backend,
+                                                              const Qwen3HybridOptions& options) {
+  if (options.gdn_chunk < 1) return absl::InvalidArgumentError("gdn_chunk must be >= 1");
+  auto model = std::make_unique<Qwen3HybridModel>(config, backend, options);
+  RETURN_IF_ERROR(model->Load(store, weights_digest));
+  return model;
+}
+
+}  // namespace cairn::infer

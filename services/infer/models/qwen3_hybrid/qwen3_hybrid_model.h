@@ -1,0 +1,40 @@
+#ifndef CAIRN_SERVICES_INFER_MODELS_QWEN3_HYBRID_QWEN3_HYBRID_MODEL_H_
+#define CAIRN_SERVICES_INFER_MODELS_QWEN3_HYBRID_QWEN3_HYBRID_MODEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "services/infer/kernels/kernel_backend.h"
+#include "services/infer/models/model.h"
+#include "services/infer/models/model_config.h"
+#include "services/infer/models/safetensors.h"
+
+namespace cairn::infer {
+
+struct Qwen3HybridOptions {
+  // Tokens per chunk of the chunked gated delta rule in passes of more than one token
+  // (model-spec §3.6.5); single-token passes use the recurrent rule.
+  int gdn_chunk = 64;
+};
+
+// Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE family (model-spec §2-§3) from
+// `config` and the tensors of `store`, widening the weights to fp32. Both weight prefixes
+// (`model.` and `model.language_model.`), tied and untied embeddings and both expert layouts
+// (per-expert, fused) are accepted. InvalidArgument naming the tensor when one is missing,
+// misshapen or of an unsupported dtype. `weights_digest` goes into info(). `backend` must
+// outlive the model.
+//
+// State layout, per layer in order: a full-attention layer has rows components
+// "layers.{i}.k" and "layers.{i}.v" (kv_heads * head_dim floats per row, post-norm and
+// post-RoPE keys); a GDN layer has private components "layers.{i}.conv" (the last
+// conv_kernel - 1 conv inputs, [conv_kernel - 1, conv_dim]) and "layers.{i}.recurrent"
+// ([v_heads, dk, dv] fp32).
+absl::StatusOr<std::unique_ptr<Model>> CreateQwen3HybridModel(const HybridConfig& config,
+                                                              const TensorStore& store,
+                                                              uint64_t weights_digest,
+                                                              KernelBackend* backend,
+                                                              const Qwen3HybridOptions& options);
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_MODELS_QWEN3_HYBRID_QWEN3_HYBRID_MODEL_H_

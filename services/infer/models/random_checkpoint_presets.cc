@@ -1,0 +1,94 @@
+#include "services/infer/models/random_checkpoint_presets.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace cairn::infer {
+namespace {
+
+RandomCheckpointOptions Dense() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3_5_text";
+  o.seed = 11;
+  o.num_layers = 8;
+  o.tie_word_embeddings = true;
+  return o;
+}
+
+RandomCheckpointOptions Next() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3_next";
+  o.seed = 12;
+  o.num_heads = 4;
+  o.num_kv_heads = 1;
+  o.head_dim = 32;
+  o.partial_rotary_factor = 0.5;
+  o.linear_k_heads = 2;
+  o.linear_v_heads = 6;
+  o.linear_k_dim = 16;
+  o.linear_v_dim = 16;
+  o.num_experts = 8;
+  o.top_k = 2;
+  o.mlp_only_layers = {1};
+  o.legacy_rope_fields = true;
+  o.write_layer_types = false;
+  o.shards = 2;
+  return o;
+}
+
+RandomCheckpointOptions Moe() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3_5_moe_text";
+  o.seed = 13;
+  o.num_experts = 6;
+  o.top_k = 3;
+  o.shards = 3;
+  return o;
+}
+
+RandomCheckpointOptions Bench50m() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3_5_text";
+  o.seed = 50;
+  o.vocab_size = 32000;
+  o.hidden_size = 512;
+  o.intermediate_size = 1280;
+  o.num_layers = 12;
+  o.num_heads = 8;
+  o.num_kv_heads = 2;
+  o.head_dim = 64;
+  o.linear_k_heads = 4;
+  o.linear_v_heads = 8;
+  o.linear_k_dim = 64;
+  o.linear_v_dim = 64;
+  o.tie_word_embeddings = true;
+  return o;
+}
+
+}  // namespace
+
+std::vector<std::string> RandomCheckpointPresetNames() {
+  return {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "bench-50m"};
+}
+
+absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view name) {
+  if (name == "dense") return Dense();
+  if (name == "dense-wrapped") {
+    RandomCheckpointOptions o = Dense();
+    o.model_type = "qwen3_5";
+    return o;
+  }
+  if (name == "next") return Next();
+  if (name == "moe") return Moe();
+  if (name == "moe-wrapped") {
+    RandomCheckpointOptions o = Moe();
+    o.model_type = "qwen3_5_moe";
+    return o;
+  }
+  if (name == "bench-50m") return Bench50m();
+  return absl::NotFoundError(absl::StrCat("unknown preset '", name, "' (known: ",
+                                          absl::StrJoin(RandomCheckpointPresetNames(), ", "),
+                                          ")"));
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,264 @@
+#include "services/infer/models/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace cairn::infer {
+namespace {
+
+// Largest header we accept; real checkpoints have headers well under this.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+absl::StatusOr<DType> ParseDType(const std::string& s) {
+  if (s == "F32") return DType::kF32;
+  if (s == "F16") return DType::kF16;
+  if (s == "BF16") return DType::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", s));
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1;
+  const int exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    v = mant ? NAN : INFINITY;
+  } else {
+    v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
+  }
+  return sign ? -v : v;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+  }
+  return "?";
+}
+
+int DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+int64_t TensorView::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isnan(f)) return 0x7fc0;
+  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  const std::string base = std::filesystem::path(path).filename().string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
+    return absl::InvalidArgumentError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("cannot stat ", path));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(base, ": truncated (", size, " bytes)"));
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return absl::InvalidArgumentError(absl::StrCat("cannot map ", path));
+  auto file = std::unique_ptr<SafetensorsFile>(new SafetensorsFile());
+  file->map_ = map;
+  file->map_size_ = size;
+  const auto* bytes = static_cast<const uint8_t*>(map);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  if (header_len > kMaxHeaderBytes || header_len > size - 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(base, ": truncated or corrupt header (", header_len, " header bytes, file ",
+                     size, " bytes)"));
+  }
+  const uint8_t* data = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  nlohmann::json header = nlohmann::json::parse(bytes + 8, data, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(base, ": header is not a JSON object"));
+  }
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    const nlohmann::json& v = it.value();
+    const std::string where = absl::StrCat(base, ": tensor ", it.key());
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() ||
+        !v.contains("shape") || !v["shape"].is_array() || !v.contains("data_offsets") ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": malformed header entry"));
+    }
+    TensorView t;
+    t.name = it.key();
+    t.file = base;
+    absl::StatusOr<DType> dtype = ParseDType(v["dtype"].get<std::string>());
+    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
+    t.dtype = *dtype;
+    for (const nlohmann::json& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": bad shape"));
+      }
+      t.shape.push_back(d.get<int64_t>());
+    }
+    const nlohmann::json& off = v["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": bad data_offsets"));
+    }
+    const uint64_t begin = off[0].get<uint64_t>();
+    const uint64_t end = off[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": data [", begin, ", ", end, ") past the end of the file (", data_size,
+          " data bytes): truncated file"));
+    }
+    t.bytes = static_cast<int64_t>(end - begin);
+    if (t.bytes != t.elements() * DTypeSize(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", t.bytes, " bytes for shape ",
+                                                     ShapeText(t.shape), " of ",
+                                                     DTypeName(t.dtype)));
+    }
+    t.data = data + begin;
+    file->tensors_.emplace(t.name, std::move(t));
+  }
+  return file;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& dir) {
+  namespace fs = std::filesystem;
+  auto store = std::unique_ptr<TensorStore>(new TensorStore());
+  const fs::path index_path = fs::path(dir) / "model.safetensors.index.json";
+  std::error_code ec;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard base name
+  if (fs::exists(index_path, ec)) {
+    std::ifstream in(index_path);
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json index = nlohmann::json::parse(text.str(), nullptr, false);
+    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
+        !index["weight_map"].is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(index_path.string(), ": not a safetensors index (no weight_map)"));
+    }
+    std::set<std::string> shards;
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string() ||
+          it.value().get<std::string>().find('/') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path.string(), ": bad shard name for ", it.key()));
+      }
+      weight_map[it.key()] = it.value().get<std::string>();
+      shards.insert(it.value().get<std::string>());
+    }
+    for (const std::string& s : shards) store->files_.push_back((fs::path(dir) / s).string());
+  } else {
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      if (e.path().extension() == ".safetensors") store->files_.push_back(e.path().string());
+    }
+    if (ec) return absl::NotFoundError(absl::StrCat("cannot list ", dir, ": ", ec.message()));
+    std::sort(store->files_.begin(), store->files_.end());
+  }
+  if (store->files_.empty()) {
+    return absl::NotFoundError(absl::StrCat("no *.safetensors files in ", dir));
+  }
+  for (const std::string& path : store->files_) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> shard, SafetensorsFile::Open(path));
+    for (const auto& [name, view] : shard->tensors()) {
+      auto [it, inserted] = store->index_.emplace(name, &view);
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is in both ",
+                                                       it->second->file, " and ", view.file));
+      }
+    }
+    store->shards_.push_back(std::move(shard));
+  }
+  for (const auto& [name, shard] : weight_map) {
+    const TensorView* t = store->Find(name);
+    if (t == nullptr || t->file != shard) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index names tensor ", name, " in ", shard, " but it is not there"));
+    }
+  }
+  return store;
+}
+
+const TensorView* TensorStore::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
+}
+
+absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& t,
+                                             const std::vector<int64_t>& shape) {
+  if (t.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file,
+                                                   " has shape ", ShapeText(t.shape),
+                                                   ", expected ", ShapeText(shape)));
+  }
+  const int64_t n = t.elements();
+  std::vector<float> out(static_cast<size_t>(n));
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(out.data(), t.data, n * 4);
+      break;
+    case DType::kBF16:
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        out[i] = t.dtype == DType::kBF16 ? Bf16ToFloat(h) : HalfToFloat(h);
+      }
+      break;
+  }
+  return out;
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,103 @@
+// cairn-run: a one-shot command for checking models (prints one JSON object).
+//
+//   cairn-run --model DIR (--prompt-ids FILE | --prompt TEXT) [--greedy N]
+//             [--logits-at P1,P2,...] [--top K] [--pass-tokens N] [--json]
+//
+// Text modes (--tokenize-file, --render) and --prompt belong to services/infer/text/ and are
+// dispatched to it once it provides them.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/config/flags.h"
+#include "services/infer/run/model_runner.h"
+
+namespace {
+
+struct CliOptions {
+  std::string model;
+  std::string prompt_ids;
+  std::string prompt;
+  std::string tokenize_file;
+  std::string render;
+  int greedy = 0;
+  std::vector<std::string> logits_at;
+  int top = 5;
+  int64_t pass_tokens = 0;
+  int threads = 0;
+  bool json = false;
+  std::string digest_cache;
+};
+
+absl::Status Run(int argc, char** argv) {
+  CliOptions o;
+  cairn::FlagSet flags("cairn-run", "runs one prompt through a model and prints JSON");
+  flags.Add("model", &o.model, "Hugging Face checkpoint folder");
+  flags.Add("prompt-ids", &o.prompt_ids, "file with the prompt as a JSON array of token ids");
+  flags.Add("prompt", &o.prompt, "prompt text (needs the tokenizer of services/infer/text)");
+  flags.Add("tokenize-file", &o.tokenize_file, "text mode: tokenize a file");
+  flags.Add("render", &o.render, "text mode: render a chat template");
+  flags.Add("greedy", &o.greedy, "tokens to generate greedily");
+  flags.Add("logits-at", &o.logits_at, "prompt positions whose top logits are printed");
+  flags.Add("top", &o.top, "logits printed per position");
+  flags.Add("pass-tokens", &o.pass_tokens, "prefill pass size (0: one pass)");
+  flags.Add("threads", &o.threads, "CPU backend threads (0: one per hardware thread)");
+  flags.Add("json", &o.json, "print compact JSON (default: indented)");
+  flags.Add("digest-cache", &o.digest_cache, "weights digest cache file (empty: none)");
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
+  if (!rest.ok()) return rest.status();
+  if (!rest->empty()) return absl::InvalidArgumentError("unexpected positional arguments");
+  if (!o.tokenize_file.empty() || !o.render.empty() || !o.prompt.empty()) {
+    // TODO(engine): dispatch to the text modes of services/infer/text once they exist.
+    return absl::UnimplementedError(
+        "text modes and --prompt need the tokenizer (services/infer/text); use --prompt-ids");
+  }
+  if (o.model.empty() || o.prompt_ids.empty()) {
+    return absl::InvalidArgumentError("--model and --prompt-ids are required");
+  }
+  cairn::infer::ModelRunOptions run;
+  run.model_dir = o.model;
+  run.greedy = o.greedy;
+  run.top = o.top;
+  run.pass_tokens = o.pass_tokens;
+  run.threads = o.threads;
+  run.digest_cache = o.digest_cache;
+  for (const std::string& p : o.logits_at) {
+    int64_t v;
+    if (!absl::SimpleAtoi(p, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("--logits-at: bad position '", p, "'"));
+    }
+    run.logits_at.push_back(v);
+  }
+  std::ifstream in(o.prompt_ids);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", o.prompt_ids));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::vector<int32_t>> ids = cairn::infer::ParseTokenIds(text.str());
+  if (!ids.ok()) return ids.status();
+  run.prompt_ids = *std::move(ids);
+  absl::StatusOr<nlohmann::json> out = cairn::infer::RunModelOnce(run);
+  if (!out.ok()) return out.status();
+  std::cout << out->dump(o.json ? -1 : 2) << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::Status s = Run(argc, argv);
+  if (absl::IsCancelled(s)) {  // --help
+    std::cout << s.message() << "\n";
+    return 0;
+  }
+  if (!s.ok()) {
+    std::cerr << "cairn-run: " << s << "\n";
+    return 1;
+  }
+  return 0;
+}

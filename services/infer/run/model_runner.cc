@@ -1,0 +1,109 @@
+#include "services/infer/run/model_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status/status_macros.h"
+#include "services/infer/engine/generation.h"
+#include "services/infer/engine/slot_state.h"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/models/model_loader.h"
+
+namespace cairn::infer {
+namespace {
+
+double MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view json_text) {
+  nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return absl::InvalidArgumentError("token ids must be a JSON array of integers");
+  }
+  std::vector<int32_t> ids;
+  for (const nlohmann::json& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("bad token id ", v.dump()));
+    }
+    ids.push_back(v.get<int32_t>());
+  }
+  return ids;
+}
+
+absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
+  const int64_t n = static_cast<int64_t>(options.prompt_ids.size());
+  if (n == 0) return absl::InvalidArgumentError("empty prompt");
+  if (options.greedy < 0 || options.top < 0 || options.pass_tokens < 0) {
+    return absl::InvalidArgumentError("--greedy, --top and --pass-tokens must be >= 0");
+  }
+  for (int64_t p : options.logits_at) {
+    if (p < 0 || p >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logits position ", p, " outside the prompt of ", n, " tokens"));
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<CpuKernelBackend> backend,
+                   CpuKernelBackend::Create({.threads = options.threads}));
+  ModelLoadOptions load;
+  load.digest.cache_path = options.digest_cache;
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, backend.get(), load));
+  const double load_ms = MillisSince(start);
+  ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
+                   SlotState::Create(model->state_layout(), n + std::max(options.greedy, 1)));
+
+  start = std::chrono::steady_clock::now();
+  const std::vector<int64_t> passes = UniformPasses(n, options.pass_tokens);
+  ASSIGN_OR_RETURN(std::vector<float> logits,
+                   Prefill(*model, slot.get(), options.prompt_ids, passes, /*all_logits=*/true));
+  const double prefill_ms = MillisSince(start);
+  const int64_t vocab = model->info().vocab_size;
+
+  nlohmann::json out;
+  out["model"] = options.model_dir;
+  out["architecture"] = model->info().architecture;
+  out["weights_digest"] = absl::StrFormat("%016x", model->info().weights_digest);
+  out["prompt_tokens"] = n;
+  nlohmann::json argmax = nlohmann::json::array();
+  for (int64_t i = 0; i < n; ++i) argmax.push_back(Argmax(logits.data() + i * vocab, vocab));
+  out["argmax"] = argmax;
+  nlohmann::json tops = nlohmann::json::array();
+  for (int64_t p : options.logits_at) {
+    const float* row = logits.data() + p * vocab;
+    std::vector<int32_t> ids(static_cast<size_t>(vocab));
+    std::iota(ids.begin(), ids.end(), 0);
+    const int k = static_cast<int>(std::min<int64_t>(options.top, vocab));
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [row](int32_t a, int32_t b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    nlohmann::json pairs = nlohmann::json::array();
+    for (int i = 0; i < k; ++i) pairs.push_back({ids[i], row[ids[i]]});
+    tops.push_back({{"position", p}, {"top", pairs}});
+  }
+  out["top"] = tops;
+
+  start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::vector<int32_t> greedy,
+                   GreedyDecode(*model, slot.get(),
+                                absl::MakeConstSpan(logits.data() + (n - 1) * vocab, vocab),
+                                options.greedy));
+  const double decode_ms = MillisSince(start);
+  out["greedy"] = greedy;
+  const int decode_passes = std::max(options.greedy - 1, 0);
+  out["timings"] = {
+      {"load_ms", load_ms},
+      {"prefill_ms", prefill_ms},
+      {"decode_ms", decode_ms},
+      {"prefill_tokens_per_s", prefill_ms > 0 ? n * 1000.0 / prefill_ms : 0.0},
+      {"decode_tokens_per_s", decode_ms > 0 ? decode_passes * 1000.0 / decode_ms : 0.0}};
+  return out;
+}
+
+}  // namespace cairn::infer
