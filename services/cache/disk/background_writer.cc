@@ -1,0 +1,132 @@
+#include "services/cache/disk/background_writer.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace cairn::cache {
+namespace {
+
+// Moves into `newer` the chunks `older` would have written that `newer` shares, so that
+// dropping `older` loses nothing `newer` needs.
+void MergeInto(WriteJob& older, WriteJob& newer) {
+  std::set<uint64_t> shared(newer.request.shared_chunk_ids.begin(),
+                            newer.request.shared_chunk_ids.end());
+  for (ChunkWrite& c : older.request.new_chunks) {
+    if (shared.erase(c.id.chunk_id) == 0) continue;
+    newer.request.new_chunks.push_back(c);
+  }
+  newer.request.shared_chunk_ids.assign(shared.begin(), shared.end());
+}
+
+}  // namespace
+
+BackgroundWriter::BackgroundWriter(DiskStore* store, ModelActivity* activity,
+                                   BackgroundWriterOptions options)
+    : store_(store), activity_(activity), options_(options), thread_([this] { Run(); }) {}
+
+BackgroundWriter::~BackgroundWriter() { Shutdown(); }
+
+absl::Status BackgroundWriter::Enqueue(WriteJob job) {
+  std::vector<WriteJob> superseded;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return absl::FailedPreconditionError("disk writer is shut down");
+    const uint64_t depth = job.request.tokens.size();
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->mergeable && !it->lineage.empty() && it->lineage == job.lineage &&
+          it->request.tokens.size() <= depth) {
+        MergeInto(*it, job);
+        superseded.push_back(std::move(*it));
+        it = queue_.erase(it);
+        ++stats_.merged;
+      } else {
+        ++it;
+      }
+    }
+    if (queue_.size() >= options_.max_queue) {
+      // Put the merged jobs back untouched is not possible (chunks moved); fail them instead.
+      for (WriteJob& s : superseded) queue_.push_back(std::move(s));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("disk write queue holds ", options_.max_queue, " jobs"));
+    }
+    queue_.push_back(std::move(job));
+    cv_.SignalAll();
+  }
+  for (WriteJob& s : superseded) {
+    if (s.done) {
+      s.done(absl::CancelledError(absl::StrCat("checkpoint ", s.request.checkpoint_id,
+                                               " superseded by a newer write")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool BackgroundWriter::WaitIdle(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  while (!queue_.empty() || running_job_) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    cv_.WaitWithTimeout(&mu_, left);
+  }
+  return true;
+}
+
+void BackgroundWriter::Shutdown() {
+  std::deque<WriteJob> cancelled;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    cancelled.swap(queue_);
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  for (WriteJob& job : cancelled) {
+    if (job.done) job.done(absl::CancelledError("disk writer shut down"));
+  }
+}
+
+BackgroundWriterStats BackgroundWriter::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+void BackgroundWriter::Yield() {
+  if (activity_ == nullptr) return;
+  if (!activity_->WaitUntilIdle(absl::ZeroDuration())) {
+    {
+      MutexLock lock(&mu_);
+      ++stats_.yields;
+    }
+    // At most max_yield, then one more staging piece regardless (design.md §4).
+    activity_->WaitUntilIdle(options_.max_yield);
+  }
+}
+
+void BackgroundWriter::Run() {
+  while (true) {
+    WriteJob job;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) cv_.Wait(&mu_);
+      if (stopping_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_job_ = true;
+    }
+    Yield();
+    absl::Status s = store_->Publish(job.request, [this] { Yield(); });
+    if (job.done) job.done(s);
+    MutexLock lock(&mu_);
+    running_job_ = false;
+    ++(s.ok() ? stats_.published : stats_.failed);
+    cv_.SignalAll();
+  }
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,89 @@
+#ifndef CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_
+#define CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_
+
+// The disk tier's background writer (design.md §4): one thread publishes queued checkpoints in
+// order, through 1 MiB staging pieces, yielding to model work for at most 0.5 s at a time, and
+// merges a pending write into a newer one that covers it.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/concurrency/mutex.h"
+#include "services/cache/disk/disk_store.h"
+
+namespace cairn::cache {
+
+// The "model is busy" signal. Implemented by the daemon from the inference side's reports.
+// Thread-safe.
+class ModelActivity {
+ public:
+  virtual ~ModelActivity() = default;
+  // Waits until the model has no work or `timeout` passes; returns true if idle.
+  virtual bool WaitUntilIdle(absl::Duration timeout) = 0;
+};
+
+struct BackgroundWriterOptions {
+  absl::Duration max_yield = absl::Milliseconds(500);  // design.md §4: at most 0.5 s per yield.
+  size_t max_queue = 256;                              // Pending jobs before Enqueue refuses.
+};
+
+// One checkpoint to publish. Every span in `request` must stay valid until `done` runs.
+struct WriteJob {
+  PublishRequest request;
+  std::string lineage;     // Conversation key: a later job of the same lineage may cover it.
+  bool mergeable = true;   // False for learned checkpoints, which are always written.
+  std::function<void(absl::Status)> done;  // Runs on the writer thread; OK = acknowledged.
+};
+
+struct BackgroundWriterStats {
+  uint64_t published = 0;
+  uint64_t failed = 0;
+  uint64_t merged = 0;  // Pending jobs dropped because a newer job covered them.
+  uint64_t yields = 0;  // Waits for the model (each at most max_yield).
+};
+
+// Thread-safe. Shutdown() (or the destructor) finishes the job in progress, then completes
+// every pending job with Cancelled.
+class BackgroundWriter {
+ public:
+  // `store` and `activity` (nullptr = never busy) must outlive the writer.
+  BackgroundWriter(DiskStore* store, ModelActivity* activity, BackgroundWriterOptions options);
+  ~BackgroundWriter();
+  BackgroundWriter(const BackgroundWriter&) = delete;
+  BackgroundWriter& operator=(const BackgroundWriter&) = delete;
+
+  // Queues `job`. A pending mergeable job of the same lineage and no greater depth is
+  // dropped (its `done` gets Cancelled) and the chunks it would have written that `job` shares
+  // move into `job`. ResourceExhausted when the queue is full, FailedPrecondition after
+  // Shutdown; `job.done` is not called then.
+  absl::Status Enqueue(WriteJob job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the queue is empty and no job runs; false if `timeout` passed first.
+  bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  BackgroundWriterStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Run();
+  void Yield();
+
+  DiskStore* const store_;
+  ModelActivity* const activity_;
+  const BackgroundWriterOptions options_;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<WriteJob> queue_ ABSL_GUARDED_BY(mu_);
+  bool running_job_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  BackgroundWriterStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_

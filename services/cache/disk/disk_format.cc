@@ -1,0 +1,367 @@
+#include "services/cache/disk/disk_format.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum/checksum.h"
+#include "common/status/status_macros.h"
+
+namespace cairn::cache {
+namespace {
+
+constexpr uint64_t kChunkMagic = 0x314b4843'4e524941;     // "AIRNCHK1" little-endian.
+constexpr uint64_t kStateMagic = 0x31545353'4e524941;     // "AIRNSST1".
+constexpr uint64_t kManifestMagic = 0x31464e4d'4e524941;  // "AIRNMNF1".
+constexpr uint64_t kFooterMagic = 0x31444e45'4e524941;    // "AIRNEND1".
+
+class Encoder {
+ public:
+  void U32(uint32_t v) { Raw(&v, sizeof(v)); }
+  void U64(uint64_t v) { Raw(&v, sizeof(v)); }
+  void Str(absl::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    out_.append(s.data(), s.size());
+  }
+  void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  std::string& out() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+// Bounded reader: every read checks the remaining length; errors are DataLoss.
+class Decoder {
+ public:
+  explicit Decoder(absl::string_view in) : in_(in) {}
+
+  absl::StatusOr<uint32_t> U32() {
+    uint32_t v = 0;
+    RETURN_IF_ERROR(Raw(&v, sizeof(v)));
+    return v;
+  }
+  absl::StatusOr<uint64_t> U64() {
+    uint64_t v = 0;
+    RETURN_IF_ERROR(Raw(&v, sizeof(v)));
+    return v;
+  }
+  absl::StatusOr<std::string> Str(uint64_t max) {
+    ASSIGN_OR_RETURN(uint32_t n, U32());
+    if (n > max || n > in_.size()) return Corrupt(absl::StrCat("string of ", n, " bytes"));
+    std::string s(in_.substr(0, n));
+    in_.remove_prefix(n);
+    return s;
+  }
+  absl::Status Raw(void* p, size_t n) {
+    if (in_.size() < n) return Corrupt("truncated record");
+    std::memcpy(p, in_.data(), n);
+    in_.remove_prefix(n);
+    return absl::OkStatus();
+  }
+  // Returns a count after checking count * element_bytes fits in what is left.
+  absl::StatusOr<uint64_t> Count(uint64_t max, uint64_t element_bytes) {
+    ASSIGN_OR_RETURN(uint64_t n, U64());
+    if (n > max || (element_bytes != 0 && n > in_.size() / element_bytes)) {
+      return Corrupt(absl::StrCat("count ", n, " out of bounds"));
+    }
+    return n;
+  }
+  size_t remaining() const { return in_.size(); }
+  static absl::Status Corrupt(absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("corrupt disk-tier record: ", what));
+  }
+
+ private:
+  absl::string_view in_;
+};
+
+bool MulOverflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+void EncodeChunkIdentity(const ChunkIdentity& id, Encoder* e) {
+  e->U64(id.chunk_id);
+  e->U32(id.component_id);
+  e->U64(id.first_row);
+  e->U32(id.rows);
+  e->U64(id.row_bytes);
+}
+
+absl::StatusOr<ChunkIdentity> DecodeChunkIdentity(Decoder* d) {
+  ChunkIdentity id;
+  ASSIGN_OR_RETURN(id.chunk_id, d->U64());
+  ASSIGN_OR_RETURN(id.component_id, d->U32());
+  ASSIGN_OR_RETURN(id.first_row, d->U64());
+  ASSIGN_OR_RETURN(id.rows, d->U32());
+  ASSIGN_OR_RETURN(id.row_bytes, d->U64());
+  uint64_t bytes;
+  if (MulOverflows(id.rows, id.row_bytes, &bytes) || bytes > FormatLimits::kMaxPayloadBytes) {
+    return Decoder::Corrupt("chunk rows x row bytes overflow");
+  }
+  return id;
+}
+
+void EncodeSections(const std::vector<StateSection>& sections, Encoder* e) {
+  e->U64(sections.size());
+  for (const StateSection& s : sections) {
+    e->U32(s.component_id);
+    e->U32(static_cast<uint32_t>(s.kind));
+    e->U64(s.first_row);
+    e->U32(s.rows);
+    e->U64(s.bytes);
+  }
+}
+
+constexpr uint64_t kSectionBytes = 28;
+
+absl::StatusOr<std::vector<StateSection>> DecodeSections(Decoder* d, uint64_t* total) {
+  ASSIGN_OR_RETURN(uint64_t n, d->Count(FormatLimits::kMaxSections, kSectionBytes));
+  std::vector<StateSection> sections(n);
+  *total = 0;
+  for (StateSection& s : sections) {
+    ASSIGN_OR_RETURN(s.component_id, d->U32());
+    ASSIGN_OR_RETURN(uint32_t kind, d->U32());
+    if (kind != static_cast<uint32_t>(SectionKind::kPrivate) &&
+        kind != static_cast<uint32_t>(SectionKind::kTail)) {
+      return Decoder::Corrupt(absl::StrCat("section kind ", kind));
+    }
+    s.kind = static_cast<SectionKind>(kind);
+    ASSIGN_OR_RETURN(s.first_row, d->U64());
+    ASSIGN_OR_RETURN(s.rows, d->U32());
+    ASSIGN_OR_RETURN(s.bytes, d->U64());
+    if (s.bytes > FormatLimits::kMaxPayloadBytes - *total) {
+      return Decoder::Corrupt("state sections overflow");
+    }
+    *total += s.bytes;
+  }
+  return sections;
+}
+
+std::string FixedPrefix(uint64_t magic, FileKind kind, uint64_t payload, uint64_t compat_hash) {
+  Encoder e;
+  e.U64(magic);
+  e.U32(kDiskFormatVersion);
+  e.U32(static_cast<uint32_t>(kind));
+  e.U32(0);  // header_bytes, patched by Finish.
+  e.U32(0);
+  e.U64(payload);
+  e.U64(compat_hash);
+  return std::move(e.out());
+}
+
+std::string FinishHeader(std::string header) {
+  const uint32_t n = static_cast<uint32_t>(header.size());
+  std::memcpy(header.data() + 16, &n, sizeof(n));
+  return header;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeChunkHeader(uint64_t compat_hash, const ChunkIdentity& id) {
+  uint64_t payload;
+  if (MulOverflows(id.rows, id.row_bytes, &payload) ||
+      payload > FormatLimits::kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", id.chunk_id, " rows ", id.rows,
+                                                   " x row bytes ", id.row_bytes,
+                                                   " out of bounds"));
+  }
+  Encoder e;
+  e.out() = FixedPrefix(kChunkMagic, FileKind::kChunk, payload, compat_hash);
+  EncodeChunkIdentity(id, &e);
+  return FinishHeader(std::move(e.out()));
+}
+
+absl::StatusOr<std::string> EncodeStateHeader(uint64_t compat_hash, const StateIdentity& id) {
+  if (id.sections.size() > FormatLimits::kMaxSections) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", id.checkpoint_id, " has ",
+                                                   id.sections.size(), " state sections"));
+  }
+  uint64_t payload = 0;
+  for (const StateSection& s : id.sections) {
+    if (s.bytes > FormatLimits::kMaxPayloadBytes - payload) {
+      return absl::InvalidArgumentError("state sections overflow");
+    }
+    payload += s.bytes;
+  }
+  Encoder e;
+  e.out() = FixedPrefix(kStateMagic, FileKind::kState, payload, compat_hash);
+  e.U64(id.checkpoint_id);
+  e.U64(id.depth);
+  EncodeSections(id.sections, &e);
+  return FinishHeader(std::move(e.out()));
+}
+
+absl::StatusOr<uint64_t> PeekHeaderBytes(absl::string_view prefix) {
+  Decoder d(prefix);
+  ASSIGN_OR_RETURN(uint64_t magic, d.U64());
+  if (magic != kChunkMagic && magic != kStateMagic) return Decoder::Corrupt("bad file magic");
+  ASSIGN_OR_RETURN(uint32_t version, d.U32());
+  if (version != kDiskFormatVersion) {
+    return Decoder::Corrupt(absl::StrCat("format version ", version));
+  }
+  ASSIGN_OR_RETURN(uint32_t kind, d.U32());
+  (void)kind;
+  ASSIGN_OR_RETURN(uint32_t header_bytes, d.U32());
+  if (header_bytes < kFileFixedHeaderBytes || header_bytes > FormatLimits::kMaxHeaderBytes) {
+    return Decoder::Corrupt(absl::StrCat("header of ", header_bytes, " bytes"));
+  }
+  return header_bytes;
+}
+
+absl::StatusOr<FileHeader> DecodeFileHeader(absl::string_view header) {
+  ASSIGN_OR_RETURN(uint64_t header_bytes, PeekHeaderBytes(header));
+  if (header_bytes != header.size()) return Decoder::Corrupt("header length mismatch");
+  Decoder d(header);
+  FileHeader h;
+  h.header_bytes = header_bytes;
+  ASSIGN_OR_RETURN(uint64_t magic, d.U64());
+  ASSIGN_OR_RETURN(uint32_t version, d.U32());
+  (void)version;
+  ASSIGN_OR_RETURN(uint32_t kind, d.U32());
+  ASSIGN_OR_RETURN(uint32_t unused_header_bytes, d.U32());
+  ASSIGN_OR_RETURN(uint32_t reserved, d.U32());
+  (void)unused_header_bytes, (void)reserved;
+  ASSIGN_OR_RETURN(h.payload_bytes, d.U64());
+  ASSIGN_OR_RETURN(h.compat_hash, d.U64());
+  if (h.payload_bytes > FormatLimits::kMaxPayloadBytes) return Decoder::Corrupt("payload size");
+  if (magic == kChunkMagic && kind == static_cast<uint32_t>(FileKind::kChunk)) {
+    h.kind = FileKind::kChunk;
+    ASSIGN_OR_RETURN(h.chunk, DecodeChunkIdentity(&d));
+    if (uint64_t{h.chunk.rows} * h.chunk.row_bytes != h.payload_bytes) {
+      return Decoder::Corrupt("chunk payload size does not match its rows");
+    }
+  } else if (magic == kStateMagic && kind == static_cast<uint32_t>(FileKind::kState)) {
+    h.kind = FileKind::kState;
+    ASSIGN_OR_RETURN(h.state.checkpoint_id, d.U64());
+    ASSIGN_OR_RETURN(h.state.depth, d.U64());
+    uint64_t total = 0;
+    ASSIGN_OR_RETURN(h.state.sections, DecodeSections(&d, &total));
+    if (total != h.payload_bytes) return Decoder::Corrupt("state payload size mismatch");
+  } else {
+    return Decoder::Corrupt(absl::StrCat("file kind ", kind));
+  }
+  if (d.remaining() != 0) return Decoder::Corrupt("trailing header bytes");
+  return h;
+}
+
+std::string EncodeFooter(uint64_t checksum) {
+  Encoder e;
+  e.U64(checksum);
+  e.U64(kFooterMagic);
+  return std::move(e.out());
+}
+
+absl::StatusOr<uint64_t> DecodeFooter(absl::string_view footer) {
+  if (footer.size() != kFileFooterBytes) return Decoder::Corrupt("footer length");
+  Decoder d(footer);
+  ASSIGN_OR_RETURN(uint64_t checksum, d.U64());
+  ASSIGN_OR_RETURN(uint64_t magic, d.U64());
+  if (magic != kFooterMagic) return Decoder::Corrupt("bad footer magic");
+  return checksum;
+}
+
+namespace {
+
+void EncodeManifestFile(const ManifestFile& f, Encoder* e) {
+  e->Str(f.name);
+  e->U64(f.length);
+  e->U64(f.checksum);
+}
+
+absl::StatusOr<ManifestFile> DecodeManifestFile(Decoder* d) {
+  ManifestFile f;
+  ASSIGN_OR_RETURN(f.name, d->Str(FormatLimits::kMaxFileName));
+  if (!ValidFileName(f.name)) return Decoder::Corrupt("bad file name in manifest");
+  ASSIGN_OR_RETURN(f.length, d->U64());
+  ASSIGN_OR_RETURN(f.checksum, d->U64());
+  return f;
+}
+
+// Smallest encoding of one manifest chunk entry (for the count bound).
+constexpr uint64_t kMinChunkEntryBytes = 32 + 4 + 1 + 16;
+
+}  // namespace
+
+std::string EncodeManifest(const Manifest& m) {
+  Encoder e;
+  e.U64(kManifestMagic);
+  e.U32(kDiskFormatVersion);
+  e.U32(static_cast<uint32_t>(FileKind::kManifest));
+  e.U64(m.checkpoint_id);
+  e.U64(m.generation);
+  e.U64(m.depth);
+  e.Str(m.compat_digest);
+  e.Str(m.input_digest);
+  e.U64(m.tokens.size());
+  e.Raw(m.tokens.data(), m.tokens.size() * sizeof(uint32_t));
+  e.U64(m.token_hash);
+  EncodeManifestFile(m.state_file, &e);
+  EncodeSections(m.sections, &e);
+  e.U64(m.chunks.size());
+  for (const ManifestChunk& c : m.chunks) {
+    EncodeChunkIdentity(c.id, &e);
+    EncodeManifestFile(c.file, &e);
+  }
+  const uint64_t checksum = Xxh3(e.out());
+  e.U64(checksum);
+  return std::move(e.out());
+}
+
+absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
+  if (bytes.size() < 8 + 24 || bytes.size() > FormatLimits::kMaxManifestBytes) {
+    return Decoder::Corrupt(absl::StrCat("manifest of ", bytes.size(), " bytes"));
+  }
+  const absl::string_view body = bytes.substr(0, bytes.size() - 8);
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data() + body.size(), sizeof(stored));
+  if (Xxh3(body) != stored) return Decoder::Corrupt("manifest checksum mismatch");
+  Decoder d(body);
+  ASSIGN_OR_RETURN(uint64_t magic, d.U64());
+  ASSIGN_OR_RETURN(uint32_t version, d.U32());
+  ASSIGN_OR_RETURN(uint32_t kind, d.U32());
+  if (magic != kManifestMagic || version != kDiskFormatVersion ||
+      kind != static_cast<uint32_t>(FileKind::kManifest)) {
+    return Decoder::Corrupt("bad manifest magic, version or kind");
+  }
+  Manifest m;
+  ASSIGN_OR_RETURN(m.checkpoint_id, d.U64());
+  ASSIGN_OR_RETURN(m.generation, d.U64());
+  ASSIGN_OR_RETURN(m.depth, d.U64());
+  ASSIGN_OR_RETURN(m.compat_digest, d.Str(FormatLimits::kMaxString));
+  ASSIGN_OR_RETURN(m.input_digest, d.Str(FormatLimits::kMaxString));
+  ASSIGN_OR_RETURN(uint64_t n_tokens, d.Count(FormatLimits::kMaxTokens, sizeof(uint32_t)));
+  m.tokens.resize(n_tokens);
+  RETURN_IF_ERROR(d.Raw(m.tokens.data(), n_tokens * sizeof(uint32_t)));
+  ASSIGN_OR_RETURN(m.token_hash, d.U64());
+  if (m.depth != n_tokens || m.token_hash != TokenHash(m.tokens)) {
+    return Decoder::Corrupt("manifest tokens do not match depth or hash");
+  }
+  ASSIGN_OR_RETURN(m.state_file, DecodeManifestFile(&d));
+  uint64_t total = 0;
+  ASSIGN_OR_RETURN(m.sections, DecodeSections(&d, &total));
+  ASSIGN_OR_RETURN(uint64_t n_chunks, d.Count(FormatLimits::kMaxChunks, kMinChunkEntryBytes));
+  m.chunks.resize(n_chunks);
+  for (ManifestChunk& c : m.chunks) {
+    ASSIGN_OR_RETURN(c.id, DecodeChunkIdentity(&d));
+    ASSIGN_OR_RETURN(c.file, DecodeManifestFile(&d));
+  }
+  if (d.remaining() != 0) return Decoder::Corrupt("trailing manifest bytes");
+  return m;
+}
+
+uint64_t TokenHash(const std::vector<uint32_t>& tokens) {
+  return Xxh3(tokens.data(), tokens.size() * sizeof(uint32_t));
+}
+
+uint64_t CompatHash(absl::string_view compat_digest) { return Xxh3(compat_digest); }
+
+bool ValidFileName(absl::string_view name) {
+  if (name.empty() || name.size() > FormatLimits::kMaxFileName || name[0] == '.') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,933 @@
+#include "services/cache/disk/disk_store.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/checksum/checksum.h"
+#include "common/log/log.h"
+#include "common/shm/arena_handle.h"
+#include "common/status/annotate.h"
+#include "common/status/check.h"
+#include "common/status/status_macros.h"
+#include "services/cache/disk/kill_point.h"
+
+namespace cairn::cache {
+namespace {
+
+constexpr char kManifestSuffix[] = ".manifest";
+constexpr char kTmpSuffix[] = ".tmp";
+
+std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+std::string ManifestName(uint64_t checkpoint_id) {
+  return absl::StrCat("m-", Hex(checkpoint_id), kManifestSuffix);
+}
+
+// Parses "m-<16 hex>.manifest"; false for any other name.
+bool ParseManifestName(absl::string_view name, uint64_t* checkpoint_id) {
+  if (name.size() != 2 + 16 + sizeof(kManifestSuffix) - 1 || !absl::StartsWith(name, "m-") ||
+      !absl::EndsWith(name, kManifestSuffix)) {
+    return false;
+  }
+  return absl::SimpleHexAtoi(name.substr(2, 16), checkpoint_id);
+}
+
+// True for catalog open errors that mean damaged or missing files (rebuild from manifests),
+// false for anything else, such as the lock held by another process (never wipe then).
+bool IsDamagedCatalog(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kDataLoss || s.code() == absl::StatusCode::kNotFound ||
+         absl::StrContains(s.message(), "No such file or directory");
+}
+
+bool IsIoError(const absl::Status& s) {
+  return !s.ok() && s.code() != absl::StatusCode::kNotFound &&
+         s.code() != absl::StatusCode::kDataLoss &&
+         s.code() != absl::StatusCode::kInvalidArgument &&
+         s.code() != absl::StatusCode::kAlreadyExists;
+}
+
+absl::Status Corrupt(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
+// Reads a whole small file (manifests), bounded by `max_bytes`.
+absl::StatusOr<std::string> ReadSmallFile(FileSystem* fs, const std::string& path,
+                                          uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(uint64_t size, fs->FileSize(path));
+  if (size > max_bytes) return Corrupt(path, absl::StrCat("file of ", size, " bytes"));
+  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs->NewReadableFile(path));
+  std::string bytes(size, '\0');
+  ASSIGN_OR_RETURN(size_t n,
+                   file->ReadAt(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()),
+                                                       bytes.size())));
+  if (n != size) return Corrupt(path, "short read");
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<uint64_t> OldestFirstDiskEviction::ChooseVictims(
+    const std::vector<DiskCheckpointInfo>& candidates, uint64_t bytes_needed) {
+  std::vector<DiskCheckpointInfo> sorted = candidates;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const DiskCheckpointInfo& a, const DiskCheckpointInfo& b) {
+              return a.generation < b.generation;
+            });
+  std::vector<uint64_t> victims;
+  uint64_t freed = 0;
+  for (const DiskCheckpointInfo& c : sorted) {
+    if (freed >= bytes_needed) break;
+    victims.push_back(c.checkpoint_id);
+    freed += c.bytes_freed;
+  }
+  return victims;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction and reconciliation (R1, R2).
+
+DiskStore::DiskStore(const DiskStoreOptions& options, FileSystem* fs, uint64_t incarnation)
+    : options_(options),
+      fs_(fs),
+      incarnation_(incarnation),
+      clock_(options.clock != nullptr ? options.clock : RealClock::Get()),
+      eviction_(options.eviction != nullptr ? options.eviction : &default_eviction_),
+      chunks_dir_(JoinPath(options.root, "chunks")),
+      states_dir_(JoinPath(options.root, "states")),
+      manifests_dir_(JoinPath(options.root, "manifests")),
+      quarantine_dir_(JoinPath(options.root, "quarantine")),
+      catalog_dir_(JoinPath(options.root, "catalog")) {}
+
+DiskStore::~DiskStore() = default;
+
+absl::StatusOr<std::unique_ptr<DiskStore>> DiskStore::Create(const DiskStoreOptions& options,
+                                                             FileSystem* fs) {
+  if (options.root.empty()) return absl::InvalidArgumentError("disk tier root is empty");
+  if (options.staging_bytes < 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging buffer of ", options.staging_bytes, " bytes is below 4 KiB"));
+  }
+  const uint64_t incarnation =
+      options.incarnation != 0 ? options.incarnation : NewIncarnation();
+  std::unique_ptr<DiskStore> store(new DiskStore(options, fs, incarnation));
+  RETURN_IF_ERROR(Annotate(store->Reconcile(), absl::StrCat("opening disk tier ", options.root)));
+  return store;
+}
+
+std::string DiskStore::ChunkPath(const std::string& name) const {
+  return JoinPath(chunks_dir_, name);
+}
+std::string DiskStore::StatePath(const std::string& name) const {
+  return JoinPath(states_dir_, name);
+}
+std::string DiskStore::ManifestPath(uint64_t checkpoint_id) const {
+  return JoinPath(manifests_dir_, ManifestName(checkpoint_id));
+}
+
+absl::Status DiskStore::WipeCatalog() {
+  catalog_.reset();
+  absl::StatusOr<std::vector<std::string>> names = fs_->ListDir(catalog_dir_);
+  if (!names.ok()) return absl::OkStatus();  // Nothing to wipe.
+  for (const std::string& name : *names) {
+    absl::Status s = fs_->Delete(JoinPath(catalog_dir_, name));
+    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return s;
+  }
+  return fs_->SyncDir(catalog_dir_);
+}
+
+absl::Status DiskStore::OpenCatalog() {
+  absl::StatusOr<std::unique_ptr<Catalog>> catalog =
+      Catalog::Open(catalog_dir_, options_.catalog_fs, options_.catalog);
+  if (!catalog.ok() && IsDamagedCatalog(catalog.status())) {
+    // The manifests are the truth (R2): a damaged catalog is rebuilt from them.
+    CAIRN_LOG(WARNING) << "rebuilding the disk catalog from manifests: " << catalog.status();
+    RETURN_IF_ERROR(WipeCatalog());
+    catalog = Catalog::Open(catalog_dir_, options_.catalog_fs, options_.catalog);
+  }
+  if (!catalog.ok()) return catalog.status();
+  catalog_ = std::move(*catalog);
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::CheckFileSizes(const Manifest& m, const std::set<std::string>& chunk_names,
+                                       const std::set<std::string>& state_names) {
+  auto check = [&](const std::string& path, const std::set<std::string>& listed,
+                   const ManifestFile& f) -> absl::Status {
+    if (listed.count(f.name) == 0) return Corrupt(path, "missing");
+    ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
+    if (size != f.length) {
+      return Corrupt(path, absl::StrCat("size ", size, " but the manifest says ", f.length));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check(StatePath(m.state_file.name), state_names, m.state_file));
+  for (const ManifestChunk& c : m.chunks) {
+    {
+      MutexLock lock(&mu_);
+      auto it = chunks_.find(c.id.chunk_id);
+      if (it != chunks_.end() && it->second.entry == c) continue;  // Checked already.
+    }
+    RETURN_IF_ERROR(check(ChunkPath(c.file.name), chunk_names, c.file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::RegisterLocked(Manifest m, uint64_t manifest_bytes) {
+  for (const ManifestChunk& c : m.chunks) {
+    auto it = chunks_.find(c.id.chunk_id);
+    if (it != chunks_.end() && !(it->second.entry == c)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", m.checkpoint_id, " lists chunk ", c.id.chunk_id,
+          " differently from another manifest"));
+    }
+  }
+  for (const ManifestChunk& c : m.chunks) {
+    auto [it, inserted] = chunks_.try_emplace(c.id.chunk_id);
+    if (inserted) {
+      it->second.entry = c;
+      used_bytes_ += c.file.length;
+    }
+    it->second.users.insert(m.checkpoint_id);
+    max_chunk_id_ = std::max(max_chunk_id_, c.id.chunk_id);
+  }
+  used_bytes_ += m.state_file.length + manifest_bytes;
+  max_checkpoint_id_ = std::max(max_checkpoint_id_, m.checkpoint_id);
+  next_generation_ = std::max(next_generation_, m.generation + 1);
+  m.tokens.clear();
+  m.tokens.shrink_to_fit();
+  const uint64_t id = m.checkpoint_id;
+  live_[id] = Record{std::move(m), manifest_bytes, 0};
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::Reconcile() {
+  for (const std::string& dir : {options_.root, chunks_dir_, states_dir_, manifests_dir_,
+                                 quarantine_dir_, catalog_dir_}) {
+    RETURN_IF_ERROR(fs_->CreateDir(dir));
+  }
+  // List first (R3): the sweep considers only these names, all older than our writer.
+  ASSIGN_OR_RETURN(std::vector<std::string> chunk_list, fs_->ListDir(chunks_dir_));
+  ASSIGN_OR_RETURN(std::vector<std::string> state_list, fs_->ListDir(states_dir_));
+  ASSIGN_OR_RETURN(std::vector<std::string> manifest_list, fs_->ListDir(manifests_dir_));
+  const std::set<std::string> chunk_names(chunk_list.begin(), chunk_list.end());
+  const std::set<std::string> state_names(state_list.begin(), state_list.end());
+  const std::set<std::string> manifest_names(manifest_list.begin(), manifest_list.end());
+  {
+    MutexLock lock(&mu_);
+    for (const std::string& n : chunk_list) sweep_candidates_.push_back(ChunkPath(n));
+    for (const std::string& n : state_list) sweep_candidates_.push_back(StatePath(n));
+    for (const std::string& n : manifest_list) {
+      sweep_candidates_.push_back(JoinPath(manifests_dir_, n));
+    }
+  }
+
+  RETURN_IF_ERROR(OpenCatalog());
+  absl::StatusOr<std::vector<CatalogEntry>> entries = catalog_->LoadAll();
+  if (!entries.ok() && IsDamagedCatalog(entries.status())) {
+    CAIRN_LOG(WARNING) << "rebuilding the disk catalog from manifests: " << entries.status();
+    RETURN_IF_ERROR(WipeCatalog());
+    RETURN_IF_ERROR(OpenCatalog());
+    entries = std::vector<CatalogEntry>();
+  }
+  if (!entries.ok()) return entries.status();
+
+  std::set<uint64_t> registered;
+  std::vector<std::pair<uint64_t, std::string>> to_quarantine;
+  auto admit = [&](Manifest m, uint64_t manifest_bytes) {
+    registered.insert(m.checkpoint_id);  // Seen: a failed admission is not retried below.
+    absl::Status s = CheckFileSizes(m, chunk_names, state_names);
+    if (s.ok()) {
+      MutexLock lock(&mu_);
+      s = RegisterLocked(m, manifest_bytes);
+    }
+    if (!s.ok()) {
+      to_quarantine.emplace_back(m.checkpoint_id, std::string(s.message()));
+      return;
+    }
+    if (options_.on_recovered) options_.on_recovered(m);
+  };
+
+  for (CatalogEntry& e : *entries) {
+    const std::string name = ManifestName(e.checkpoint_id);
+    if (e.quarantined) {
+      if (manifest_names.count(name) != 0) {
+        // A quarantine interrupted between its catalog flag and its rename: finish it.
+        to_quarantine.emplace_back(e.checkpoint_id, "quarantine completed at start-up");
+      } else {
+        MutexLock lock(&mu_);
+        quarantined_.push_back({e.checkpoint_id, "quarantined before this start"});
+      }
+      registered.insert(e.checkpoint_id);
+      continue;
+    }
+    absl::StatusOr<Manifest> m = DecodeManifest(e.manifest);
+    absl::StatusOr<uint64_t> size = manifest_names.count(name) != 0
+                                        ? fs_->FileSize(ManifestPath(e.checkpoint_id))
+                                        : absl::StatusOr<uint64_t>(absl::NotFoundError(name));
+    if (!m.ok() || m->checkpoint_id != e.checkpoint_id || !size.ok() ||
+        *size != e.manifest.size()) {
+      // No valid manifest behind the entry (R2); the manifest file, if any, is examined below.
+      RETURN_IF_ERROR(catalog_->Remove(e.checkpoint_id));
+      continue;
+    }
+    admit(*std::move(m), e.manifest.size());
+  }
+
+  for (const std::string& name : manifest_list) {
+    uint64_t id = 0;
+    if (!ParseManifestName(name, &id) || registered.count(id) != 0) continue;
+    absl::StatusOr<std::string> bytes =
+        ReadSmallFile(fs_, JoinPath(manifests_dir_, name), FormatLimits::kMaxManifestBytes);
+    if (!bytes.ok()) continue;
+    absl::StatusOr<Manifest> m = DecodeManifest(*bytes);
+    if (!m.ok() || m->checkpoint_id != id) continue;  // Torn: ignored, then swept (P12, R3).
+    // A crash between P5 and P6: re-register (R2).
+    RETURN_IF_ERROR(catalog_->Put(CatalogEntry{id, false, *bytes}));
+    admit(*std::move(m), bytes->size());
+  }
+
+  for (const auto& [id, reason] : to_quarantine) {
+    RETURN_IF_ERROR(QuarantineCheckpoints({id}, reason));
+  }
+  MutexLock lock(&mu_);
+  CAIRN_LOG(INFO) << "disk tier " << options_.root << ": " << live_.size() << " checkpoints, "
+                  << chunks_.size() << " chunks, " << used_bytes_ << " bytes, "
+                  << quarantined_.size() << " quarantined";
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Publication (P1-P8).
+
+absl::Status DiskStore::ValidateRequest(const PublishRequest& r) const {
+  if (r.tokens.empty() || r.tokens.size() > FormatLimits::kMaxTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", r.checkpoint_id, " has ", r.tokens.size(), " tokens"));
+  }
+  if (r.compat_digest.empty() || r.compat_digest.size() > FormatLimits::kMaxString ||
+      r.input_digest.size() > FormatLimits::kMaxString) {
+    return absl::InvalidArgumentError("compatibility or input digest is empty or too long");
+  }
+  if (r.new_chunks.size() + r.shared_chunk_ids.size() > FormatLimits::kMaxChunks ||
+      r.sections.size() > FormatLimits::kMaxSections) {
+    return absl::InvalidArgumentError("too many chunks or state sections");
+  }
+  uint64_t state_bytes = 0;
+  for (const StateSection& s : r.sections) {
+    if (s.bytes > FormatLimits::kMaxPayloadBytes - state_bytes) {
+      return absl::InvalidArgumentError("state sections overflow");
+    }
+    state_bytes += s.bytes;
+  }
+  if (state_bytes != r.state.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("state sections add up to ", state_bytes,
+                                                   " bytes but the state has ", r.state.size()));
+  }
+  std::set<uint64_t> ids(r.shared_chunk_ids.begin(), r.shared_chunk_ids.end());
+  if (ids.size() != r.shared_chunk_ids.size()) {
+    return absl::InvalidArgumentError("a shared chunk id is repeated");
+  }
+  for (const ChunkWrite& c : r.new_chunks) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(uint64_t{c.id.rows}, c.id.row_bytes, &bytes) ||
+        bytes != c.bytes.size() || bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", c.id.chunk_id, " has ",
+                                                     c.bytes.size(), " bytes for ", c.id.rows,
+                                                     " rows of ", c.id.row_bytes));
+    }
+    if (!ids.insert(c.id.chunk_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", c.id.chunk_id, " is repeated"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::NoteIoError(absl::Status s, bool sync_failure) {
+  if (s.ok() || (!IsIoError(s) && !sync_failure)) return s;
+  MutexLock lock(&mu_);
+  const absl::Duration now = clock_->MonotonicNow();
+  recent_errors_.push_back(now);
+  recent_errors_.erase(
+      std::remove_if(recent_errors_.begin(), recent_errors_.end(),
+                     [&](absl::Duration t) { return now - t > options_.io_error_window; }),
+      recent_errors_.end());
+  if (!read_only_ &&
+      (sync_failure || static_cast<int>(recent_errors_.size()) >= options_.io_error_limit)) {
+    read_only_ = true;
+    // IO1/IO4: never retry an fsync and trust it; stop publishing, keep serving reads.
+    CAIRN_LOG(ERROR) << "ALERT: disk tier " << options_.root
+                     << " is now read-only after an I/O failure: " << s;
+  }
+  return s;
+}
+
+void DiskStore::DeleteBestEffort(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    absl::Status s = fs_->Delete(path);
+    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+      CAIRN_LOG(WARNING) << "cannot delete " << path << ": " << s;  // The sweep retries.
+    }
+  }
+}
+
+absl::StatusOr<ManifestFile> DiskStore::WriteDataFile(
+    const std::string& dir, const std::string& name, const std::string& header,
+    absl::Span<const uint8_t> payload, const std::function<void()>& between_pieces) {
+  const std::string path = JoinPath(dir, name);
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs_->NewWritableFile(path));
+  Xxh3Stream hash;
+  std::string staging;
+  staging.reserve(options_.staging_bytes);
+  staging.append(header);
+  hash.Update(header);
+  size_t done = 0;
+  do {
+    const size_t n = std::min<size_t>(payload.size() - done,
+                                      options_.staging_bytes - std::min<size_t>(
+                                          staging.size(), options_.staging_bytes));
+    staging.append(reinterpret_cast<const char*>(payload.data()) + done, n);
+    hash.Update(payload.data() + done, n);
+    done += n;
+    if (done == payload.size()) staging.append(EncodeFooter(hash.Digest()));
+    RETURN_IF_ERROR(NoteIoError(file->Append(staging), false));
+    staging.clear();
+    if (done < payload.size() && between_pieces) between_pieces();
+  } while (done < payload.size());
+  RETURN_IF_ERROR(NoteIoError(file->Sync(), /*sync_failure=*/true));  // P2.
+  RETURN_IF_ERROR(NoteIoError(file->Close(), false));
+  return ManifestFile{name, file->size(), hash.Digest()};
+}
+
+absl::Status DiskStore::WriteManifest(const Manifest& manifest, const std::string& tmp_path,
+                                      const std::string& final_path) {
+  const std::string bytes = EncodeManifest(manifest);
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs_->NewWritableFile(tmp_path));  // P4.
+  RETURN_IF_ERROR(NoteIoError(file->Append(bytes), false));
+  RETURN_IF_ERROR(NoteIoError(file->Sync(), true));
+  RETURN_IF_ERROR(NoteIoError(file->Close(), false));
+  CAIRN_KILL_POINT("disk.publish.before_manifest_rename");
+  RETURN_IF_ERROR(NoteIoError(fs_->Rename(tmp_path, final_path), false));  // P5.
+  RETURN_IF_ERROR(NoteIoError(fs_->SyncDir(manifests_dir_), true));
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::MakeRoom(uint64_t bytes_needed) {
+  uint64_t shortfall = 0;
+  std::vector<DiskCheckpointInfo> candidates;
+  {
+    MutexLock lock(&mu_);
+    if (options_.budget_bytes != 0 && used_bytes_ + bytes_needed > options_.budget_bytes) {
+      shortfall = used_bytes_ + bytes_needed - options_.budget_bytes;
+    }
+  }
+  absl::StatusOr<uint64_t> free_bytes = fs_->FreeBytes(options_.root);
+  if (free_bytes.ok() && *free_bytes < bytes_needed + options_.free_space_reserve_bytes) {
+    shortfall = std::max(shortfall,
+                         bytes_needed + options_.free_space_reserve_bytes - *free_bytes);
+  }
+  if (shortfall == 0) return absl::OkStatus();
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, r] : live_) {
+      if (r.readers != 0) continue;
+      candidates.push_back(DiskCheckpointInfo{id, r.manifest.generation, r.manifest.depth,
+                                              r.manifest.compat_digest, BytesFreedLocked(r)});
+    }
+  }
+  uint64_t freed = 0;
+  for (uint64_t victim : eviction_->ChooseVictims(candidates, shortfall)) {
+    if (freed >= shortfall) break;
+    uint64_t bytes = 0;
+    {
+      MutexLock lock(&mu_);
+      auto it = live_.find(victim);
+      if (it == live_.end()) continue;
+      bytes = BytesFreedLocked(it->second);
+    }
+    if (Delete(victim).ok()) {
+      freed += bytes;
+      MutexLock lock(&mu_);
+      ++counters_.evicted;
+    }
+  }
+  if (freed < shortfall) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "disk tier needs ", bytes_needed, " bytes; eviction freed ", freed, " of ", shortfall));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t DiskStore::BytesFreedLocked(const Record& r) const {
+  uint64_t bytes = r.manifest.state_file.length + r.manifest_bytes;
+  for (const ManifestChunk& c : r.manifest.chunks) {
+    auto it = chunks_.find(c.id.chunk_id);
+    if (it != chunks_.end() && it->second.users.size() == 1 && it->second.pins == 0) {
+      bytes += c.file.length;
+    }
+  }
+  return bytes;
+}
+
+void DiskStore::UnpinLocked(const std::vector<uint64_t>& chunk_ids,
+                            std::vector<std::string>* orphans) {
+  for (uint64_t id : chunk_ids) {
+    auto it = chunks_.find(id);
+    if (it == chunks_.end()) continue;
+    --it->second.pins;
+    if (it->second.pins == 0 && it->second.users.empty()) {
+      orphans->push_back(ChunkPath(it->second.entry.file.name));
+      used_bytes_ -= it->second.entry.file.length;
+      chunks_.erase(it);
+    }
+  }
+}
+
+std::vector<std::string> DiskStore::DropLocked(uint64_t id) {
+  std::vector<std::string> orphans;
+  auto it = live_.find(id);
+  if (it == live_.end()) return orphans;
+  const Manifest& m = it->second.manifest;
+  for (const ManifestChunk& c : m.chunks) {
+    auto chunk = chunks_.find(c.id.chunk_id);
+    if (chunk == chunks_.end()) continue;
+    chunk->second.users.erase(id);
+    if (chunk->second.users.empty() && chunk->second.pins == 0) {
+      orphans.push_back(ChunkPath(chunk->second.entry.file.name));
+      used_bytes_ -= chunk->second.entry.file.length;
+      chunks_.erase(chunk);
+    }
+  }
+  orphans.push_back(StatePath(m.state_file.name));
+  used_bytes_ -= m.state_file.length + it->second.manifest_bytes;
+  live_.erase(it);
+  return orphans;
+}
+
+absl::Status DiskStore::Publish(const PublishRequest& request,
+                                const std::function<void()>& between_pieces) {
+  RETURN_IF_ERROR(ValidateRequest(request));
+  const uint64_t id = request.checkpoint_id;
+  Manifest m;
+  m.checkpoint_id = id;
+  m.depth = request.tokens.size();
+  m.compat_digest = request.compat_digest;
+  m.input_digest = request.input_digest;
+  m.tokens = request.tokens;
+  m.token_hash = TokenHash(m.tokens);
+  m.sections = request.sections;
+  uint64_t bytes_needed = request.state.size() + kFileFooterBytes + 4096 +
+                          request.tokens.size() * sizeof(uint32_t);
+  {
+    MutexLock lock(&mu_);
+    if (read_only_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("disk tier ", options_.root, " is read-only after an I/O failure"));
+    }
+    if (live_.count(id) != 0 || in_flight_.count(id) != 0) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", id, " is already on disk"));
+    }
+    for (const ChunkWrite& c : request.new_chunks) {
+      if (chunks_.count(c.id.chunk_id) != 0) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("chunk ", c.id.chunk_id, " is already on disk"));
+      }
+      bytes_needed += c.bytes.size() + kFileFooterBytes + 256;
+    }
+    for (uint64_t shared : request.shared_chunk_ids) {
+      if (chunks_.count(shared) == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("shared chunk ", shared, " is not durable on disk"));
+      }
+    }
+    for (uint64_t shared : request.shared_chunk_ids) {
+      ManifestChunk entry = chunks_[shared].entry;
+      ++chunks_[shared].pins;  // P8: pinned until the publish ends.
+      m.chunks.push_back(std::move(entry));
+    }
+    in_flight_.insert(id);
+    m.generation = next_generation_++;
+  }
+
+  std::vector<std::string> written;  // Deleted if the publish fails (IO2).
+  auto fail = [&](absl::Status s) {
+    std::vector<std::string> orphans;
+    {
+      MutexLock lock(&mu_);
+      in_flight_.erase(id);
+      UnpinLocked(request.shared_chunk_ids, &orphans);
+      ++counters_.publish_failures;
+    }
+    DeleteBestEffort(written);
+    DeleteBestEffort(orphans);
+    return Annotate(s, absl::StrCat("publishing checkpoint ", id));
+  };
+
+  absl::Status room = MakeRoom(bytes_needed);
+  if (!room.ok()) return fail(room);
+
+  const uint64_t compat_hash = CompatHash(request.compat_digest);
+  const std::string suffix = absl::StrCat("-", Hex(incarnation_), "-", m.generation);
+  for (const ChunkWrite& c : request.new_chunks) {  // P1, P2.
+    absl::StatusOr<std::string> header = EncodeChunkHeader(compat_hash, c.id);
+    if (!header.ok()) return fail(header.status());
+    const std::string name = absl::StrCat("c-", Hex(c.id.chunk_id), suffix, ".chunk");
+    written.push_back(ChunkPath(name));
+    absl::StatusOr<ManifestFile> file =
+        WriteDataFile(chunks_dir_, name, *header, c.bytes, between_pieces);
+    if (!file.ok()) return fail(file.status());
+    m.chunks.push_back(ManifestChunk{c.id, *std::move(file)});
+  }
+  {
+    absl::StatusOr<std::string> header =
+        EncodeStateHeader(compat_hash, StateIdentity{id, m.depth, request.sections});
+    if (!header.ok()) return fail(header.status());
+    const std::string name = absl::StrCat("s-", Hex(id), suffix, ".state");
+    written.push_back(StatePath(name));
+    absl::StatusOr<ManifestFile> file =
+        WriteDataFile(states_dir_, name, *header, request.state, between_pieces);
+    if (!file.ok()) return fail(file.status());
+    m.state_file = *std::move(file);
+  }
+  std::sort(m.chunks.begin(), m.chunks.end(), [](const ManifestChunk& a, const ManifestChunk& b) {
+    return std::tie(a.id.component_id, a.id.first_row) <
+           std::tie(b.id.component_id, b.id.first_row);
+  });
+  if (!request.new_chunks.empty()) {  // P3.
+    absl::Status s = NoteIoError(fs_->SyncDir(chunks_dir_), true);
+    if (!s.ok()) return fail(s);
+  }
+  if (absl::Status s = NoteIoError(fs_->SyncDir(states_dir_), true); !s.ok()) return fail(s);
+
+  const std::string tmp_path =
+      JoinPath(manifests_dir_, absl::StrCat("m-", Hex(id), suffix, kManifestSuffix, kTmpSuffix));
+  const std::string final_path = ManifestPath(id);
+  written.push_back(tmp_path);
+  if (absl::Status s = WriteManifest(m, tmp_path, final_path); !s.ok()) {
+    written.push_back(final_path);  // The rename may have happened.
+    return fail(s);
+  }
+  written.pop_back();
+  CAIRN_KILL_POINT("disk.publish.after_manifest_rename");
+  const std::string manifest_bytes = EncodeManifest(m);
+  if (absl::Status s = NoteIoError(catalog_->Put(CatalogEntry{id, false, manifest_bytes}), false);
+      !s.ok()) {  // P6 failed: unpublish (IO2), best effort.
+    written.push_back(final_path);
+    absl::Status unlinked = fs_->Delete(final_path);
+    if (unlinked.ok()) unlinked = fs_->SyncDir(manifests_dir_);
+    if (!unlinked.ok()) CAIRN_LOG(WARNING) << "cannot unpublish " << final_path << ": " << unlinked;
+    return fail(s);
+  }
+  CAIRN_KILL_POINT("disk.publish.after_catalog");
+  MutexLock lock(&mu_);
+  in_flight_.erase(id);
+  absl::Status registered = RegisterLocked(std::move(m), manifest_bytes.size());
+  std::vector<std::string> unused;
+  UnpinLocked(request.shared_chunk_ids, &unused);
+  CAIRN_CHECK(registered.ok());  // Chunk ids were checked unique under this lock's history.
+  ++counters_.published;
+  return absl::OkStatus();  // P7 is the caller's: acknowledge now.
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deletion (P9), quarantine (R5), sweep (R3).
+
+absl::Status DiskStore::Delete(uint64_t checkpoint_id) {
+  {
+    MutexLock lock(&mu_);
+    auto it = live_.find(checkpoint_id);
+    if (it == live_.end()) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
+    }
+    if (it->second.readers != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", checkpoint_id, " is being restored"));
+    }
+  }
+  RETURN_IF_ERROR(NoteIoError(catalog_->Remove(checkpoint_id), false));
+  CAIRN_KILL_POINT("disk.delete.after_catalog");
+  absl::Status s = fs_->Delete(ManifestPath(checkpoint_id));
+  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return NoteIoError(s, false);
+  RETURN_IF_ERROR(NoteIoError(fs_->SyncDir(manifests_dir_), true));
+  std::vector<std::string> orphans;
+  {
+    MutexLock lock(&mu_);
+    orphans = DropLocked(checkpoint_id);
+  }
+  // Only now, with no durable manifest listing them, may the files go (P9).
+  DeleteBestEffort(orphans);
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
+                                              const std::string& reason) {
+  absl::Status first_error;
+  for (uint64_t id : ids) {
+    CAIRN_LOG(WARNING) << "quarantining disk checkpoint " << id << ": " << reason;
+    absl::Status s = NoteIoError(catalog_->Put(CatalogEntry{id, true, ""}), false);
+    if (s.ok()) {
+      s = fs_->Rename(ManifestPath(id), JoinPath(quarantine_dir_, ManifestName(id)));
+      if (s.code() == absl::StatusCode::kNotFound) s = absl::OkStatus();
+      if (s.ok()) s = fs_->SyncDir(quarantine_dir_);
+      if (s.ok()) s = fs_->SyncDir(manifests_dir_);
+      s = NoteIoError(s, false);
+    }
+    if (!s.ok() && first_error.ok()) first_error = s;
+    std::vector<std::string> doomed;
+    std::vector<uint64_t> expired;
+    {
+      MutexLock lock(&mu_);
+      doomed = DropLocked(id);  // Not served again, even if the rename failed.
+      quarantined_.push_back({id, reason});
+      while (static_cast<int>(quarantined_.size()) > options_.max_quarantined) {
+        expired.push_back(quarantined_.front().checkpoint_id);
+        quarantined_.erase(quarantined_.begin());
+      }
+    }
+    for (uint64_t old : expired) {
+      if (catalog_->Remove(old).ok()) {
+        doomed.push_back(JoinPath(quarantine_dir_, ManifestName(old)));
+      }
+    }
+    DeleteBestEffort(doomed);
+  }
+  return first_error;
+}
+
+absl::StatusOr<SweepStats> DiskStore::SweepOrphans() {
+  std::vector<std::string> doomed;
+  std::set<uint64_t> blocked;  // Manifest ids held against publishes while we delete.
+  {
+    MutexLock lock(&mu_);
+    std::set<std::string> referenced;
+    for (const auto& [id, r] : live_) referenced.insert(StatePath(r.manifest.state_file.name));
+    for (const auto& [id, c] : chunks_) referenced.insert(ChunkPath(c.entry.file.name));
+    for (std::string& path : sweep_candidates_) {
+      if (DirName(path) == manifests_dir_) {
+        uint64_t id = 0;
+        const std::string name = path.substr(manifests_dir_.size() + 1);
+        if (absl::EndsWith(name, kTmpSuffix)) {
+          doomed.push_back(std::move(path));
+        } else if (ParseManifestName(name, &id) && live_.count(id) == 0 &&
+                   in_flight_.count(id) == 0) {
+          in_flight_.insert(id);
+          blocked.insert(id);
+          doomed.push_back(std::move(path));  // Torn or no longer valid.
+        }
+      } else if (referenced.count(path) == 0) {
+        doomed.push_back(std::move(path));
+      }
+    }
+    sweep_candidates_.clear();
+  }
+  SweepStats stats;
+  std::set<std::string> dirs;
+  for (const std::string& path : doomed) {
+    absl::StatusOr<uint64_t> size = fs_->FileSize(path);
+    absl::Status s = fs_->Delete(path);
+    if (s.ok()) {
+      ++stats.files_removed;
+      stats.bytes_removed += size.ok() ? *size : 0;
+      dirs.insert(DirName(path));
+    } else if (s.code() != absl::StatusCode::kNotFound) {
+      NoteIoError(s, false).IgnoreError();  // Counted; the next start sweeps again.
+    }
+  }
+  for (const std::string& dir : dirs) {
+    NoteIoError(fs_->SyncDir(dir), true).IgnoreError();  // Counted and alerted if it fails.
+  }
+  MutexLock lock(&mu_);
+  for (uint64_t id : blocked) in_flight_.erase(id);
+  counters_.orphans_removed += stats.files_removed;
+  return stats;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Restore (R4).
+
+absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile& expected,
+                                     const FileHeader& want, absl::Span<uint8_t> destination) {
+  ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
+  if (size != expected.length) {
+    return Corrupt(path, absl::StrCat("size ", size, ", manifest says ", expected.length));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs_->NewReadableFile(path));
+  std::string staging(options_.staging_bytes, '\0');
+  auto read = [&](uint64_t offset, size_t n) -> absl::StatusOr<absl::string_view> {
+    if (n > staging.size()) staging.resize(n);
+    ASSIGN_OR_RETURN(size_t got, file->ReadAt(offset, absl::Span<uint8_t>(
+                                                          reinterpret_cast<uint8_t*>(
+                                                              staging.data()),
+                                                          n)));
+    if (got != n) return Corrupt(path, "short read");
+    return absl::string_view(staging.data(), n);
+  };
+  if (size < kFileFixedHeaderBytes + kFileFooterBytes) return Corrupt(path, "file too short");
+  ASSIGN_OR_RETURN(absl::string_view prefix, read(0, kFileFixedHeaderBytes));
+  ASSIGN_OR_RETURN(uint64_t header_bytes, PeekHeaderBytes(prefix));
+  if (header_bytes > size - kFileFooterBytes) return Corrupt(path, "header past the end");
+  ASSIGN_OR_RETURN(absl::string_view header_bytes_view, read(0, header_bytes));
+  ASSIGN_OR_RETURN(FileHeader header, DecodeFileHeader(header_bytes_view));
+  const bool identity_ok =
+      header.kind == want.kind && header.compat_hash == want.compat_hash &&
+      (header.kind == FileKind::kChunk ? header.chunk == want.chunk : header.state == want.state);
+  if (!identity_ok) return Corrupt(path, "identity or position does not match the manifest");
+  if (header.payload_bytes != destination.size() ||
+      header_bytes + header.payload_bytes + kFileFooterBytes != size) {
+    return Corrupt(path, "payload size does not match");
+  }
+  Xxh3Stream hash;
+  hash.Update(header_bytes_view);
+  uint64_t done = 0;
+  while (done < header.payload_bytes) {
+    const size_t n = std::min<uint64_t>(options_.staging_bytes, header.payload_bytes - done);
+    ASSIGN_OR_RETURN(absl::string_view piece, read(header_bytes + done, n));
+    hash.Update(piece);
+    std::memcpy(destination.data() + done, piece.data(), n);
+    done += n;
+  }
+  ASSIGN_OR_RETURN(absl::string_view footer, read(header_bytes + done, kFileFooterBytes));
+  ASSIGN_OR_RETURN(uint64_t stored, DecodeFooter(footer));
+  const uint64_t computed = hash.Digest();
+  if (stored != computed || computed != expected.checksum) {
+    return Corrupt(path, "checksum mismatch");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination& destination) {
+  Manifest m;
+  {
+    MutexLock lock(&mu_);
+    auto it = live_.find(checkpoint_id);
+    if (it == live_.end()) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
+    }
+    m = it->second.manifest;
+    ++it->second.readers;
+  }
+  const uint64_t compat_hash = CompatHash(m.compat_digest);
+  std::set<uint64_t> dependents;  // To quarantine if a file is bad.
+  absl::Status status;
+  {
+    FileHeader want;
+    want.kind = FileKind::kState;
+    want.compat_hash = compat_hash;
+    want.state = StateIdentity{checkpoint_id, m.depth, m.sections};
+    RestorePiece piece{FileKind::kState, {}, m.sections, 0};
+    for (const StateSection& s : m.sections) piece.bytes += s.bytes;
+    absl::StatusOr<absl::Span<uint8_t>> dst = destination(piece);
+    status = dst.ok() ? ReadVerified(StatePath(m.state_file.name), m.state_file, want, *dst)
+                      : dst.status();
+    if (!dst.ok()) {
+      // The caller's error, not the file's.
+    } else if (status.code() == absl::StatusCode::kDataLoss ||
+               status.code() == absl::StatusCode::kNotFound) {
+      dependents.insert(checkpoint_id);
+    }
+  }
+  for (size_t i = 0; status.ok() && i < m.chunks.size(); ++i) {
+    const ManifestChunk& c = m.chunks[i];
+    FileHeader want;
+    want.kind = FileKind::kChunk;
+    want.compat_hash = compat_hash;
+    want.chunk = c.id;
+    RestorePiece piece{FileKind::kChunk, c.id, {}, uint64_t{c.id.rows} * c.id.row_bytes};
+    absl::StatusOr<absl::Span<uint8_t>> dst = destination(piece);
+    if (!dst.ok()) {
+      status = dst.status();
+      break;
+    }
+    status = ReadVerified(ChunkPath(c.file.name), c.file, want, *dst);
+    if (status.code() == absl::StatusCode::kDataLoss ||
+        status.code() == absl::StatusCode::kNotFound) {
+      MutexLock lock(&mu_);
+      auto it = chunks_.find(c.id.chunk_id);
+      if (it != chunks_.end()) dependents = it->second.users;  // R5: every dependent.
+      dependents.insert(checkpoint_id);
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    if (auto it = live_.find(checkpoint_id); it != live_.end()) --it->second.readers;
+    ++counters_.restores;
+    if (!status.ok()) ++counters_.restore_failures;
+  }
+  if (!dependents.empty()) {
+    QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
+    return absl::DataLossError(absl::StrCat("restoring checkpoint ", checkpoint_id, ": ",
+                                            status.message()));
+  }
+  if (!status.ok()) NoteIoError(status, false).IgnoreError();  // Counted towards IO4.
+  return status;
+}
+
+absl::StatusOr<Manifest> DiskStore::GetManifest(uint64_t checkpoint_id) const {
+  {
+    MutexLock lock(&mu_);
+    if (live_.count(checkpoint_id) == 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(fs_, ManifestPath(checkpoint_id),
+                                                    FormatLimits::kMaxManifestBytes));
+  return DecodeManifest(bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accessors.
+
+std::vector<DiskCheckpointInfo> DiskStore::ListCheckpoints() const {
+  MutexLock lock(&mu_);
+  std::vector<DiskCheckpointInfo> out;
+  for (const auto& [id, r] : live_) {
+    out.push_back(DiskCheckpointInfo{id, r.manifest.generation, r.manifest.depth,
+                                     r.manifest.compat_digest, BytesFreedLocked(r)});
+  }
+  return out;
+}
+
+std::vector<QuarantineInfo> DiskStore::Quarantined() const {
+  MutexLock lock(&mu_);
+  return quarantined_;
+}
+
+bool DiskStore::HasCheckpoint(uint64_t checkpoint_id) const {
+  MutexLock lock(&mu_);
+  return live_.count(checkpoint_id) != 0;
+}
+
+bool DiskStore::HasChunk(uint64_t chunk_id) const {
+  MutexLock lock(&mu_);
+  return chunks_.count(chunk_id) != 0;
+}
+
+uint64_t DiskStore::max_checkpoint_id() const {
+  MutexLock lock(&mu_);
+  return max_checkpoint_id_;
+}
+
+uint64_t DiskStore::max_chunk_id() const {
+  MutexLock lock(&mu_);
+  return max_chunk_id_;
+}
+
+DiskStoreStats DiskStore::stats() const {
+  MutexLock lock(&mu_);
+  DiskStoreStats s = counters_;
+  s.checkpoints = live_.size();
+  s.chunks = chunks_.size();
+  s.used_bytes = used_bytes_;
+  s.quarantined = quarantined_.size();
+  s.read_only = read_only_;
+  return s;
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,261 @@
+#ifndef CAIRN_SERVICES_CACHE_DISK_DISK_STORE_H_
+#define CAIRN_SERVICES_CACHE_DISK_DISK_STORE_H_
+
+// The crash-safe disk tier: chunk files written once and shared, a private-state file (with
+// the tail) and a manifest per checkpoint, and a RocksDB catalog (design.md §4,
+// reliability-plan.md §1). Stores and loads opaque payloads keyed by plain ids; it knows
+// nothing of retention ranks or prefix trees (the daemon joins it with the cache core).
+//
+// Layout under the root: chunks/, states/, manifests/, quarantine/, catalog/ (RocksDB).
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/concurrency/mutex.h"
+#include "common/time/clock.h"
+#include "rocksdb/file_system.h"
+#include "services/cache/disk/catalog.h"
+#include "services/cache/disk/disk_format.h"
+#include "services/cache/disk/file_system.h"
+
+namespace cairn::cache {
+
+// What the eviction policy sees of one disk checkpoint.
+struct DiskCheckpointInfo {
+  uint64_t checkpoint_id = 0;
+  uint64_t generation = 0;
+  uint64_t depth = 0;
+  std::string compat_digest;
+  uint64_t bytes_freed = 0;  // Bytes deleting it alone would free now.
+};
+
+// Chooses disk checkpoints to delete when a publish does not fit the disk budget. The cache
+// core's retention ranks plug in here. Implementations must be thread-safe.
+class DiskEvictionPolicy {
+ public:
+  virtual ~DiskEvictionPolicy() = default;
+  // Returns ids from `candidates`, most evictable first, freeing at least `bytes_needed` if
+  // possible (fewer bytes is allowed; the publish then fails with ResourceExhausted).
+  virtual std::vector<uint64_t> ChooseVictims(const std::vector<DiskCheckpointInfo>& candidates,
+                                              uint64_t bytes_needed) = 0;
+};
+
+// Evicts the oldest generations first.
+class OldestFirstDiskEviction final : public DiskEvictionPolicy {
+ public:
+  std::vector<uint64_t> ChooseVictims(const std::vector<DiskCheckpointInfo>& candidates,
+                                      uint64_t bytes_needed) override;
+};
+
+struct DiskStoreOptions {
+  std::string root;                                  // --cache-disk.
+  uint64_t budget_bytes = 0;                         // --cache-disk-bytes; 0 = no budget.
+  uint64_t staging_bytes = uint64_t{1} << 20;        // design.md §4: 1 MiB staging buffers.
+  uint64_t free_space_reserve_bytes = uint64_t{64} << 20;  // IO5: keep this much free.
+  int max_quarantined = 32;                          // R5: quarantined manifests kept.
+  int io_error_limit = 8;                            // IO4: this many errors ...
+  absl::Duration io_error_window = absl::Minutes(1); // ... within this window -> read-only.
+  uint64_t incarnation = 0;                          // Writer incarnation; 0 = random.
+  CatalogOptions catalog;
+  // RocksDB's file system for the catalog; nullptr = RocksDB's default (tests pass
+  // NewRocksDbFaultFs).
+  std::shared_ptr<rocksdb::FileSystem> catalog_fs;
+  DiskEvictionPolicy* eviction = nullptr;  // nullptr = oldest first. Must outlive the store.
+  const Clock* clock = nullptr;            // nullptr = RealClock.
+  // Called once per checkpoint recovered at start-up, with its manifest (tokens included),
+  // before Create returns: the daemon rebuilds its prefix index from these.
+  std::function<void(const Manifest&)> on_recovered;
+};
+
+// A new chunk to write: identity and its bytes (e.g. in the arena; read during Publish only).
+struct ChunkWrite {
+  ChunkIdentity id;
+  absl::Span<const uint8_t> bytes;
+};
+
+struct PublishRequest {
+  uint64_t checkpoint_id = 0;
+  std::string compat_digest;
+  std::string input_digest;
+  std::vector<uint32_t> tokens;             // The checkpoint's depth is tokens.size().
+  std::vector<ChunkWrite> new_chunks;       // Written by this publish.
+  std::vector<uint64_t> shared_chunk_ids;   // Already durable on disk (P8).
+  std::vector<StateSection> sections;       // Layout of `state`.
+  absl::Span<const uint8_t> state;          // Private state and tails, section by section.
+};
+
+// One piece a restore delivers: a chunk or the state file's payload.
+struct RestorePiece {
+  FileKind kind = FileKind::kChunk;
+  ChunkIdentity chunk;                 // kChunk.
+  std::vector<StateSection> sections;  // kState.
+  uint64_t bytes = 0;
+};
+// Returns where a piece's bytes go (exactly `piece.bytes` long).
+using RestoreDestination =
+    std::function<absl::StatusOr<absl::Span<uint8_t>>(const RestorePiece& piece)>;
+
+struct QuarantineInfo {
+  uint64_t checkpoint_id = 0;
+  std::string reason;
+};
+
+struct SweepStats {
+  uint64_t files_removed = 0;
+  uint64_t bytes_removed = 0;
+};
+
+struct DiskStoreStats {
+  uint64_t checkpoints = 0;
+  uint64_t chunks = 0;
+  uint64_t used_bytes = 0;
+  uint64_t quarantined = 0;
+  uint64_t published = 0;
+  uint64_t publish_failures = 0;
+  uint64_t restores = 0;
+  uint64_t restore_failures = 0;
+  uint64_t evicted = 0;
+  uint64_t orphans_removed = 0;
+  bool read_only = false;  // IO4: the tier stopped publishing after an I/O failure.
+};
+
+// Thread-safe. No lock is held across file I/O.
+// Invariants: every chunk in the chunk table is listed by at least one live manifest or
+// pinned by an in-flight publish; a live checkpoint's manifest and files were durable before
+// it entered the table.
+class DiskStore {
+ public:
+  // Opens or creates the tier at `options.root` and reconciles it (R1, R2): reads the catalog
+  // and file sizes (and only the few manifests the catalog lacks), re-registers manifests
+  // without a catalog entry, drops entries without a manifest, quarantines checkpoints with
+  // missing or wrongly sized files, and rebuilds a corrupt catalog from the manifests. `fs`
+  // must outlive the store.
+  static absl::StatusOr<std::unique_ptr<DiskStore>> Create(const DiskStoreOptions& options,
+                                                           FileSystem* fs);
+  ~DiskStore();
+
+  // Publishes a checkpoint in the order P1-P6; OK means acknowledged (durable). Errors:
+  // InvalidArgument for a malformed request; AlreadyExists for a checkpoint or new chunk id
+  // already on disk; FailedPrecondition for a shared chunk that is not durable on disk or a
+  // read-only tier; ResourceExhausted when the budget or free space cannot be made; the I/O
+  // error otherwise (nothing is then acknowledged and temporary files are removed).
+  // `between_pieces` (may be empty) runs between 1 MiB staging pieces: the writer yields
+  // there.
+  absl::Status Publish(const PublishRequest& request,
+                       const std::function<void()>& between_pieces = nullptr);
+
+  // Deletes a checkpoint in the order P9. NotFound if absent; FailedPrecondition while it is
+  // being restored.
+  absl::Status Delete(uint64_t checkpoint_id);
+
+  // Restores a checkpoint: the state file, then every chunk in manifest order, each verified
+  // (header identity, size, checksum) as it streams through a staging buffer into
+  // `destination` (R4). On a corrupt or missing file, every checkpoint depending on it is
+  // quarantined (R5) and DataLoss is returned: the destination bytes must not be used. NotFound
+  // if the checkpoint is not on disk.
+  absl::Status Restore(uint64_t checkpoint_id, const RestoreDestination& destination);
+
+  // Returns the manifest of a live checkpoint (tokens included). NotFound if absent.
+  absl::StatusOr<Manifest> GetManifest(uint64_t checkpoint_id) const;
+
+  // Deletes orphans (R3): *.tmp files, torn manifests, and chunk or state files no live
+  // manifest lists, among the files listed before this store began writing. Runs once; later
+  // calls find nothing.
+  absl::StatusOr<SweepStats> SweepOrphans();
+
+  std::vector<DiskCheckpointInfo> ListCheckpoints() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<QuarantineInfo> Quarantined() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasCheckpoint(uint64_t checkpoint_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasChunk(uint64_t chunk_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The largest checkpoint and chunk ids on disk, so the daemon can keep new ids unique.
+  uint64_t max_checkpoint_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t max_chunk_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  DiskStoreStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t incarnation() const { return incarnation_; }
+  const Catalog& catalog() const { return *catalog_; }
+
+ private:
+  struct Record {
+    Manifest manifest;  // Tokens dropped to keep memory small; GetManifest re-reads.
+    uint64_t manifest_bytes = 0;
+    uint64_t readers = 0;
+  };
+  struct ChunkRecord {
+    ManifestChunk entry;
+    std::set<uint64_t> users;  // Live checkpoints listing it.
+    int pins = 0;              // In-flight publishes sharing it (P8).
+  };
+  struct Plan;  // One publish in flight.
+
+  DiskStore(const DiskStoreOptions& options, FileSystem* fs, uint64_t incarnation);
+
+  absl::Status Reconcile();
+  absl::Status OpenCatalog();
+  absl::Status WipeCatalog();
+  absl::Status CheckFileSizes(const Manifest& m, const std::set<std::string>& chunk_names,
+                              const std::set<std::string>& state_names);
+  absl::Status RegisterLocked(Manifest manifest, uint64_t manifest_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Status ValidateRequest(const PublishRequest& request) const;
+  absl::Status MakeRoom(uint64_t bytes_needed) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ManifestFile> WriteDataFile(const std::string& dir, const std::string& name,
+                                             const std::string& header,
+                                             absl::Span<const uint8_t> payload,
+                                             const std::function<void()>& between_pieces);
+  absl::Status WriteManifest(const Manifest& manifest, const std::string& tmp_path,
+                             const std::string& final_path);
+  absl::Status ReadVerified(const std::string& path, const ManifestFile& expected,
+                            const FileHeader& expected_header, absl::Span<uint8_t> destination);
+  absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
+  // Removes `id` from the tables; returns the files that nothing references any more.
+  std::vector<std::string> DropLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpinLocked(const std::vector<uint64_t>& chunk_ids, std::vector<std::string>* orphans)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t BytesFreedLocked(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteBestEffort(const std::vector<std::string>& paths);
+  // Records an I/O error; fsync errors (or too many errors in the window) make the tier
+  // read-only (IO1, IO4). Returns `s`.
+  absl::Status NoteIoError(absl::Status s, bool sync_failure) ABSL_LOCKS_EXCLUDED(mu_);
+
+  std::string ChunkPath(const std::string& name) const;
+  std::string StatePath(const std::string& name) const;
+  std::string ManifestPath(uint64_t checkpoint_id) const;
+
+  const DiskStoreOptions options_;
+  FileSystem* const fs_;
+  const uint64_t incarnation_;
+  const Clock* const clock_;
+  OldestFirstDiskEviction default_eviction_;
+  DiskEvictionPolicy* const eviction_;
+  const std::string chunks_dir_, states_dir_, manifests_dir_, quarantine_dir_, catalog_dir_;
+  std::unique_ptr<Catalog> catalog_;
+
+  mutable Mutex mu_;
+  std::map<uint64_t, Record> live_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, ChunkRecord> chunks_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);  // Checkpoint ids being published.
+  std::vector<QuarantineInfo> quarantined_ ABSL_GUARDED_BY(mu_);  // Oldest first.
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_checkpoint_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_chunk_id_ ABSL_GUARDED_BY(mu_) = 0;
+  // R3: names listed at start-up, before this store wrote anything; consumed by SweepOrphans.
+  std::vector<std::string> sweep_candidates_ ABSL_GUARDED_BY(mu_);
+  bool read_only_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<absl::Duration> recent_errors_ ABSL_GUARDED_BY(mu_);
+  DiskStoreStats counters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_DISK_DISK_STORE_H_

@@ -1,0 +1,381 @@
+// The disk tier: publish, restore, delete, recovery, sweep, quarantine, budget and I/O errors
+// (reliability-plan.md P1-P9, R1-R5, IO1-IO5).
+
+#include "services/cache/disk/disk_store.h"
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "services/cache/disk/fault_file_system.h"
+#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/cache/disk/disk_test_util.h"
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::cache::testing::CheckpointFactory;
+using ::cairn::cache::testing::DataFiles;
+using ::cairn::cache::testing::RestoreAll;
+using ::cairn::cache::testing::TempDir;
+using ::cairn::testing::StatusIs;
+
+constexpr uint32_t kRows = 16;
+constexpr uint64_t kRowBytes = 256;
+
+class DiskStoreTest : public ::testing::Test {
+ protected:
+  DiskStoreOptions Options() {
+    DiskStoreOptions o;
+    o.root = dir_.path();
+    o.free_space_reserve_bytes = 0;
+    return o;
+  }
+  std::unique_ptr<DiskStore> Open(DiskStoreOptions o) {
+    auto store = DiskStore::Create(o, PosixFileSystem());
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  std::unique_ptr<DiskStore> Open() { return Open(Options()); }
+  std::string Path(const std::string& rel) { return dir_.path() + "/" + rel; }
+
+  TempDir dir_;
+  CheckpointFactory factory_{kRows, kRowBytes};
+};
+
+TEST_F(DiskStoreTest, PublishedCheckpointRestoresEveryByte) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 4)));
+
+  auto bytes = RestoreAll(store.get(), 1);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(1));
+  EXPECT_EQ(store->stats().checkpoints, 1u);
+  EXPECT_EQ(store->stats().chunks, 4u);
+}
+
+TEST_F(DiskStoreTest, SharedChunksAreWrittenOnce) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 4)));
+  const auto& first = factory_.ChunksOf(1);
+
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {first[0], first[1]}, 2)));
+
+  EXPECT_EQ(store->stats().chunks, 6u);
+  auto bytes = RestoreAll(store.get(), 2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(2));
+  auto manifest = store->GetManifest(2);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  EXPECT_EQ(manifest->chunks.size(), 4u);
+  EXPECT_EQ(manifest->tokens.size(), manifest->depth);
+}
+
+TEST_F(DiskStoreTest, SharingAChunkNotOnDiskFails) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+
+  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 1)), ::cairn::testing::IsOk());
+  EXPECT_THAT(store->Publish(factory_.Build(2, {999}, 1)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 1)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST_F(DiskStoreTest, MalformedRequestsAreInvalidArgument) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  PublishRequest no_tokens = factory_.Build(1, {}, 1);
+  no_tokens.tokens.clear();
+  PublishRequest short_chunk = factory_.Build(2, {}, 1);
+  short_chunk.new_chunks[0].bytes = short_chunk.new_chunks[0].bytes.subspan(1);
+  PublishRequest bad_sections = factory_.Build(3, {}, 1);
+  bad_sections.sections[1].bytes += 1;
+  PublishRequest repeated = factory_.Build(4, {}, 1);
+  repeated.new_chunks.push_back(repeated.new_chunks[0]);
+
+  for (const PublishRequest* r : {&no_tokens, &short_chunk, &bad_sections, &repeated}) {
+    EXPECT_THAT(store->Publish(*r), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  EXPECT_TRUE(DataFiles(dir_.path()).empty());
+}
+
+TEST_F(DiskStoreTest, DeleteKeepsChunksOthersStillList) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 4)));
+  const auto& first = factory_.ChunksOf(1);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {first[0], first[1]}, 1)));
+
+  CAIRN_ASSERT_OK(store->Delete(1));
+
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_TRUE(store->HasChunk(first[0]));
+  EXPECT_FALSE(store->HasChunk(first[3]));
+  auto bytes = RestoreAll(store.get(), 2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(2));
+  EXPECT_EQ(DataFiles(dir_.path()).size(), 3u + 1u + 1u);  // 3 chunks, 1 state, 1 manifest.
+  EXPECT_THAT(store->Delete(1), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(DiskStoreTest, RestartRecoversFromTheCatalogAndReportsManifests) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1)));
+  }
+  std::vector<uint64_t> recovered;
+  DiskStoreOptions o = Options();
+  o.on_recovered = [&](const Manifest& m) {
+    EXPECT_EQ(m.tokens.size(), m.depth);
+    recovered.push_back(m.checkpoint_id);
+  };
+
+  auto store = Open(o);
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(recovered, (std::vector<uint64_t>{1, 2}));
+  auto bytes = RestoreAll(store.get(), 2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(2));
+  EXPECT_GE(store->max_chunk_id(), 3u);
+  EXPECT_EQ(store->max_checkpoint_id(), 2u);
+}
+
+TEST_F(DiskStoreTest, ManifestWithoutCatalogEntryIsReRegistered) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+  }
+  std::filesystem::remove_all(Path("catalog"));  // As if the catalog write never happened.
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->HasCheckpoint(1));
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok());
+  EXPECT_EQ(entries->size(), 1u);
+}
+
+TEST_F(DiskStoreTest, CatalogEntryWithoutManifestIsDropped) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+  }
+  for (const auto& e : std::filesystem::directory_iterator(Path("manifests"))) {
+    std::filesystem::remove(e.path());
+  }
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok());
+  EXPECT_TRUE(entries->empty());
+  auto swept = store->SweepOrphans();
+  ASSERT_TRUE(swept.ok());
+  EXPECT_EQ(swept->files_removed, 2u);  // The chunk and the state file.
+  EXPECT_TRUE(DataFiles(dir_.path()).empty());
+}
+
+TEST_F(DiskStoreTest, WronglySizedFileQuarantinesAtStartUp) {
+  std::string chunk_name;
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {}, 1)));
+    auto m = store->GetManifest(1);
+    ASSERT_TRUE(m.ok());
+    chunk_name = m->chunks[1].file.name;
+  }
+  std::filesystem::resize_file(Path("chunks/" + chunk_name), 100);
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_TRUE(store->HasCheckpoint(2));
+  ASSERT_EQ(store->Quarantined().size(), 1u);
+  EXPECT_EQ(store->Quarantined()[0].checkpoint_id, 1u);
+  EXPECT_TRUE(std::filesystem::exists(Path("quarantine/m-0000000000000001.manifest")));
+  store.reset();
+  auto again = Open();  // The quarantine survives a restart through the catalog flag.
+  ASSERT_NE(again, nullptr);
+  ASSERT_EQ(again->Quarantined().size(), 1u);
+  EXPECT_FALSE(again->HasCheckpoint(1));
+}
+
+TEST_F(DiskStoreTest, SecondOpenWhileTheCatalogIsLockedFailsWithoutWiping) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+
+  auto second = DiskStore::Create(Options(), PosixFileSystem());
+
+  EXPECT_FALSE(second.ok());
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok());
+  EXPECT_EQ(entries->size(), 1u);
+}
+
+TEST_F(DiskStoreTest, SweepRemovesOnlyOrphansFromBeforeTheStart) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+  }
+  std::ofstream(Path("chunks/c-00000000000000aa-0000000000000001-9.chunk")) << "orphan";
+  std::ofstream(Path("manifests/m-0000000000000009-01-2.manifest.tmp")) << "half";
+  std::ofstream(Path("manifests/m-0000000000000009.manifest")) << "torn";
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {}, 1)));  // Written after the listing.
+
+  auto swept = store->SweepOrphans();
+
+  ASSERT_TRUE(swept.ok()) << swept.status();
+  EXPECT_EQ(swept->files_removed, 3u);
+  EXPECT_EQ(DataFiles(dir_.path()).size(), 2u * 2u + 1u + 2u);  // 3 chunks, 2 states, 2 mf.
+  auto bytes = RestoreAll(store.get(), 2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  auto again = store->SweepOrphans();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->files_removed, 0u);
+}
+
+TEST_F(DiskStoreTest, BudgetEvictsOldestCheckpointsFirst) {
+  DiskStoreOptions o = Options();
+  o.budget_bytes = 3 * (2 * kRows * kRowBytes + 8192);
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+
+  for (uint64_t id = 1; id <= 5; ++id) {
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(id, {}, 2)));
+  }
+
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_TRUE(store->HasCheckpoint(5));
+  EXPECT_LE(store->stats().used_bytes, o.budget_bytes);
+  EXPECT_GT(store->stats().evicted, 0u);
+}
+
+TEST_F(DiskStoreTest, CheckpointLargerThanTheBudgetIsResourceExhausted) {
+  DiskStoreOptions o = Options();
+  o.budget_bytes = 1024;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+
+  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 2)),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(DataFiles(dir_.path()).empty());
+}
+
+class DiskStoreFaultTest : public DiskStoreTest {
+ protected:
+  DiskStoreOptions FaultOptions() {
+    DiskStoreOptions o = Options();
+    o.catalog_fs = NewRocksDbFaultFs(&fault_);
+    return o;
+  }
+  std::unique_ptr<DiskStore> OpenFault() {
+    auto store = DiskStore::Create(FaultOptions(), &fault_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(*store) : nullptr;
+  }
+  FaultFileSystem fault_{PosixFileSystem()};
+};
+
+TEST_F(DiskStoreFaultTest, CatalogUsesParanoidChecksAndExplicitWalRecovery) {
+  auto store = OpenFault();
+  ASSERT_NE(store, nullptr);
+
+  EXPECT_TRUE(store->catalog().options().paranoid_checks);
+  EXPECT_EQ(store->catalog().options().wal_recovery_mode,
+            rocksdb::WALRecoveryMode::kPointInTimeRecovery);
+}
+
+TEST_F(DiskStoreFaultTest, FsyncFailureFailsThePublishAndMakesTheTierReadOnly) {
+  auto store = OpenFault();
+  ASSERT_NE(store, nullptr);
+  fault_.ClearOpLog();
+  // Operations of a one-chunk publish: create, append, sync (the chunk's fsync is op 3).
+  fault_.InjectError(3, absl::UnavailableError("EIO"), /*persistent=*/false);
+
+  absl::Status s = store->Publish(factory_.Build(1, {}, 1));
+
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_TRUE(store->stats().read_only);
+  EXPECT_TRUE(DataFiles(dir_.path()).empty());  // Temporary files removed (IO2).
+  EXPECT_THAT(store->Publish(factory_.Build(2, {}, 1)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST_F(DiskStoreFaultTest, EveryFailedOperationLeavesNothingAcknowledged) {
+  // A7 (deterministic subset): fail operation N of a publish, for every N.
+  CheckpointFactory factory(kRows, kRowBytes);
+  const PublishRequest base = factory.Build(1, {}, 2);
+  int64_t ops = 0;
+  {
+    auto store = OpenFault();
+    ASSERT_NE(store, nullptr);
+    fault_.ClearOpLog();
+    CAIRN_ASSERT_OK(store->Publish(base));
+    ops = fault_.op_count();
+    CAIRN_ASSERT_OK(store->Delete(1));
+    auto swept = store->SweepOrphans();
+    ASSERT_TRUE(swept.ok());
+  }
+  ASSERT_GT(ops, 10);
+
+  for (int64_t n = 1; n <= ops; ++n) {
+    auto store = OpenFault();
+    ASSERT_NE(store, nullptr);
+    fault_.ClearOpLog();
+    fault_.InjectError(n, absl::ResourceExhaustedError("ENOSPC"), /*persistent=*/false);
+
+    absl::Status s = store->Publish(base);
+
+    if (s.ok()) {
+      // Only a failure the publish cannot see may be absorbed: none exist, so this is a bug.
+      ADD_FAILURE() << "publish acknowledged despite failing operation " << n;
+    }
+    EXPECT_FALSE(store->HasCheckpoint(1)) << "operation " << n;
+    fault_.InjectError(-1, absl::OkStatus(), false);
+    store.reset();
+    auto reopened = OpenFault();
+    ASSERT_NE(reopened, nullptr);
+    EXPECT_FALSE(reopened->HasCheckpoint(1)) << "operation " << n;
+    auto swept = reopened->SweepOrphans();
+    ASSERT_TRUE(swept.ok());
+    EXPECT_TRUE(DataFiles(dir_.path()).empty()) << "operation " << n;
+  }
+}
+
+TEST_F(DiskStoreFaultTest, LowFreeSpaceFailsCleanly) {
+  auto store = OpenFault();
+  ASSERT_NE(store, nullptr);
+  fault_.SetFreeBytes(1000);
+
+  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 2)),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(DataFiles(dir_.path()).empty());
+}
+
+}  // namespace
+}  // namespace cairn::cache

@@ -1,0 +1,70 @@
+#ifndef CAIRN_TESTS_UNIT_SERVICES_CACHE_DISK_DISK_TEST_UTIL_H_
+#define CAIRN_TESTS_UNIT_SERVICES_CACHE_DISK_DISK_TEST_UTIL_H_
+
+// Helpers for disk-tier tests: a temporary directory, deterministic payloads, and a builder
+// for checkpoints with new and shared chunks whose expected bytes are remembered.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "services/cache/disk/disk_store.h"
+
+namespace cairn::cache::testing {
+
+// A fresh directory under the system temp dir, removed recursively on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Returns `n` deterministic pseudo-random bytes for `seed`.
+std::vector<uint8_t> Pattern(uint64_t seed, size_t n);
+
+// Remembers the bytes of every chunk and checkpoint it builds, so a restore can be compared
+// byte for byte. Thread-compatible.
+class CheckpointFactory {
+ public:
+  CheckpointFactory(uint32_t chunk_rows, uint64_t row_bytes) : rows_(chunk_rows),
+                                                               row_bytes_(row_bytes) {}
+
+  // Builds checkpoint `id` covering `n_new + shared.size()` chunks of component 0: the shared
+  // ones first (which must have been built before), then `n_new` new ones, plus a private
+  // state of `state_bytes` and a tail of `tail_rows` rows.
+  PublishRequest Build(uint64_t id, const std::vector<uint64_t>& shared, int n_new,
+                       uint64_t state_bytes = 4096, uint32_t tail_rows = 3);
+
+  // The bytes a full restore of `id` must deliver: state payload, then chunks in manifest
+  // order, concatenated.
+  std::vector<uint8_t> Expected(uint64_t id) const;
+  // Chunk ids of checkpoint `id`, in order.
+  const std::vector<uint64_t>& ChunksOf(uint64_t id) const { return chunks_of_.at(id); }
+
+ private:
+  uint32_t rows_;
+  uint64_t row_bytes_;
+  uint64_t next_chunk_ = 1;
+  std::map<uint64_t, std::vector<uint8_t>> chunk_bytes_;
+  std::map<uint64_t, std::vector<uint8_t>> state_bytes_;
+  std::map<uint64_t, std::vector<uint64_t>> chunks_of_;
+};
+
+// Restores `id` into heap buffers and returns the concatenation (state, then chunks).
+absl::StatusOr<std::vector<uint8_t>> RestoreAll(DiskStore* store, uint64_t id);
+
+// Returns every file name under `root`'s chunks/, states/ and manifests/ directories.
+std::vector<std::string> DataFiles(const std::string& root);
+
+}  // namespace cairn::cache::testing
+
+#endif  // CAIRN_TESTS_UNIT_SERVICES_CACHE_DISK_DISK_TEST_UTIL_H_
