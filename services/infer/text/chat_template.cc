@@ -1,0 +1,189 @@
+#include "services/infer/text/chat_template.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "services/infer/text/file_util.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Returns `messages` with string tool-call arguments that hold a JSON object replaced by it.
+json ParseStringArguments(const json& messages) {
+  json out = messages;
+  for (json& m : out) {
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (json& call : m["tool_calls"]) {
+      json* fn = call.is_object() && call.contains("function") && call["function"].is_object()
+                     ? &call["function"]
+                     : &call;
+      if (!fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) {
+        continue;
+      }
+      json parsed = json::parse((*fn)["arguments"].get<std::string>(), nullptr, false);
+      if (!parsed.is_discarded() && parsed.is_object()) (*fn)["arguments"] = std::move(parsed);
+    }
+  }
+  return out;
+}
+
+// Reads a special token from tokenizer_config.json: a string or {"content": string}.
+std::optional<std::string> SpecialToken(const nlohmann::json& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatRequest> ParseChatRequest(const json& request) {
+  if (!request.is_object()) return absl::InvalidArgumentError("chat request must be an object");
+  ChatRequest out;
+  auto messages = request.find("messages");
+  if (messages == request.end() || !messages->is_array()) {
+    return absl::InvalidArgumentError("chat request needs a \"messages\" array");
+  }
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "] must be an object with a string \"role\""));
+    }
+  }
+  out.messages = *messages;
+  for (auto it = request.begin(); it != request.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "messages") continue;
+    if (key == "tools") {
+      if (!it->is_null() && !it->is_array()) {
+        return absl::InvalidArgumentError("\"tools\" must be an array");
+      }
+      out.tools = it->is_array() && it->empty() ? json(nullptr) : *it;
+    } else if (key == "add_generation_prompt") {
+      if (!it->is_boolean()) {
+        return absl::InvalidArgumentError("\"add_generation_prompt\" must be a boolean");
+      }
+      out.add_generation_prompt = it->get<bool>();
+    } else if (key == "enable_thinking") {
+      if (!it->is_boolean()) return absl::InvalidArgumentError("\"enable_thinking\" must be a boolean");
+      out.enable_thinking = it->get<bool>();
+    } else {
+      out.extra[key] = *it;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(
+    std::string_view source, const ChatTemplateOptions& options) {
+  absl::StatusOr<std::unique_ptr<jinja::Template>> tmpl =
+      jinja::Template::Parse(source, options.jinja);
+  if (!tmpl.ok()) {
+    return absl::Status(tmpl.status().code(),
+                        absl::StrCat("chat template: ", tmpl.status().message()));
+  }
+  return std::unique_ptr<ChatTemplate>(
+      new ChatTemplate(std::string(source), options, *std::move(tmpl)));
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(
+    const std::string& dir, ChatTemplateOptions options) {
+  std::optional<std::string> source;
+  const std::string jinja_path = dir + "/chat_template.jinja";
+  if (std::filesystem::exists(jinja_path)) {
+    ASSIGN_OR_RETURN(source, ReadFileToString(jinja_path));
+  }
+  const std::string config_path = dir + "/tokenizer_config.json";
+  if (std::filesystem::exists(config_path)) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
+    const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
+    if (config.is_discarded() || !config.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(config_path, " is not a JSON object"));
+    }
+    if (!options.bos_token) options.bos_token = SpecialToken(config, "bos_token");
+    if (!options.eos_token) options.eos_token = SpecialToken(config, "eos_token");
+    if (!options.pad_token) options.pad_token = SpecialToken(config, "pad_token");
+    if (!options.unk_token) options.unk_token = SpecialToken(config, "unk_token");
+    auto ct = config.find("chat_template");
+    if (!source && ct != config.end()) {
+      if (ct->is_string()) {
+        source = ct->get<std::string>();
+      } else if (ct->is_array()) {
+        for (const auto& entry : *ct) {
+          if (entry.is_object() && entry.value("name", "") == "default" &&
+              entry.contains("template") && entry["template"].is_string()) {
+            source = entry["template"].get<std::string>();
+          }
+        }
+        if (!source) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(config_path, ": chat_template list has no \"default\" entry"));
+        }
+      } else if (!ct->is_null()) {
+        return absl::InvalidArgumentError(absl::StrCat(config_path, ": bad chat_template"));
+      }
+    }
+  }
+  if (!source) {
+    return absl::NotFoundError(
+        absl::StrCat("no chat template in ", dir, " (chat_template.jinja or tokenizer_config.json)"));
+  }
+  return Create(*source, options);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) const {
+  if (!request.messages.is_array()) return absl::InvalidArgumentError("messages must be an array");
+  jinja::ValueDict ctx;
+  ctx.Set("messages", jinja::Value::FromJson(options_.parse_string_arguments
+                                                 ? ParseStringArguments(request.messages)
+                                                 : request.messages));
+  ctx.Set("tools", jinja::Value::FromJson(request.tools));
+  ctx.Set("documents", jinja::Value::None());
+  ctx.Set("add_generation_prompt", jinja::Value::Bool(request.add_generation_prompt));
+  auto set_token = [&](const char* name, const std::optional<std::string>& v) {
+    if (v) ctx.Set(name, jinja::Value::String(*v));
+  };
+  set_token("bos_token", options_.bos_token);
+  set_token("eos_token", options_.eos_token);
+  set_token("pad_token", options_.pad_token);
+  set_token("unk_token", options_.unk_token);
+  if (request.enable_thinking) ctx.Set("enable_thinking", jinja::Value::Bool(*request.enable_thinking));
+  if (request.extra.is_object()) {
+    for (auto it = request.extra.begin(); it != request.extra.end(); ++it) {
+      ctx.Set(it.key(), jinja::Value::FromJson(it.value()));
+    }
+  }
+  return template_->Render(ctx);
+}
+
+absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
+                                            const Tokenizer& tokenizer,
+                                            const ChatRequest& request,
+                                            const StableBoundaryOptions& options) {
+  RenderedPrompt out;
+  ASSIGN_OR_RETURN(out.text, chat_template.Render(request));
+  ASSIGN_OR_RETURN(out.ids, tokenizer.Encode(out.text));
+
+  ChatRequest next = request;
+  next.add_generation_prompt = false;
+  next.messages.push_back({{"role", "assistant"}, {"content", options.placeholder_answer}});
+  next.messages.push_back({{"role", "user"}, {"content", options.placeholder_question}});
+  ASSIGN_OR_RETURN(std::string next_text, chat_template.Render(next));
+  ASSIGN_OR_RETURN(std::vector<TokenId> next_ids, tokenizer.Encode(next_text));
+  const auto mismatch = std::mismatch(out.ids.begin(), out.ids.end(), next_ids.begin(),
+                                      next_ids.end());
+  out.stable_boundary = static_cast<size_t>(mismatch.first - out.ids.begin());
+  return out;
+}
+
+}  // namespace cairn::infer::text

@@ -1,0 +1,108 @@
+#ifndef CAIRN_SERVICES_INFER_TEXT_CHAT_TEMPLATE_H_
+#define CAIRN_SERVICES_INFER_TEXT_CHAT_TEMPLATE_H_
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/jinja.h"
+#include "services/infer/text/tokenizer.h"
+
+namespace cairn::infer::text {
+
+// A chat request as the template sees it (OpenAI-style).
+struct ChatRequest {
+  // [{"role": "system"|"user"|"assistant"|"tool", "content": ..., "reasoning_content": ...,
+  //   "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}],
+  //   "tool_call_id": ...}, ...]
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  // OpenAI tool definitions, or null (the template then sees `tools` as none).
+  nlohmann::ordered_json tools = nullptr;
+  bool add_generation_prompt = true;
+  // Passed to the template only when set (templates test `enable_thinking is defined`).
+  std::optional<bool> enable_thinking;
+  // Further template variables (an object), e.g. {"preserve_thinking": true}.
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+};
+
+// Parses a request object: {"messages": [...], "tools": [...], "add_generation_prompt": bool,
+// "enable_thinking": bool, any other field -> extra}. Errors: InvalidArgument naming the bad
+// field (messages missing or not an array of objects with a string role, ...).
+absl::StatusOr<ChatRequest> ParseChatRequest(const nlohmann::ordered_json& request);
+
+struct ChatTemplateOptions {
+  // Special-token strings passed to the template as bos_token / eos_token / pad_token /
+  // unk_token, as transformers does (from tokenizer_config.json when loaded from a model).
+  std::optional<std::string> bos_token;
+  std::optional<std::string> eos_token;
+  std::optional<std::string> pad_token;
+  std::optional<std::string> unk_token;
+  // OpenAI clients send tool-call arguments as a JSON string; templates that iterate them
+  // (`arguments|items`, the XML form) need an object. When true, string arguments that parse as
+  // a JSON object are passed to the template as that object (what OpenAI-compatible servers do).
+  bool parse_string_arguments = true;
+  jinja::TemplateOptions jinja;
+};
+
+// A model's chat template. Thread-safe: Render may be called concurrently.
+class ChatTemplate {
+ public:
+  // Parses `source`. Errors: InvalidArgument for syntax outside the supported Jinja subset.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Create(
+      std::string_view source, const ChatTemplateOptions& options = {});
+  // Loads the template of a Hugging Face model folder: chat_template.jinja if present, else the
+  // "chat_template" field of tokenizer_config.json (a string, or a list of {name, template}
+  // where "default" is used); special tokens come from tokenizer_config.json. `options`'
+  // special tokens, when set, take precedence. Errors: NotFound when the folder has no template,
+  // InvalidArgument for malformed files or unsupported template syntax.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromModelDir(
+      const std::string& dir, ChatTemplateOptions options = {});
+
+  // Renders `request` to the prompt text. Errors: InvalidArgument for a malformed request or a
+  // template type error, FailedPrecondition when the template raises (e.g. "No user query
+  // found in messages."), ResourceExhausted past the Jinja limits.
+  absl::StatusOr<std::string> Render(const ChatRequest& request) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  ChatTemplate(std::string source, ChatTemplateOptions options,
+               std::unique_ptr<jinja::Template> tmpl)
+      : source_(std::move(source)), options_(std::move(options)), template_(std::move(tmpl)) {}
+
+  const std::string source_;
+  const ChatTemplateOptions options_;
+  std::unique_ptr<jinja::Template> template_;
+};
+
+struct StableBoundaryOptions {
+  // The placeholder turns appended to find what the next request will keep (design §6).
+  std::string placeholder_answer = "cairn placeholder answer";
+  std::string placeholder_question = "cairn placeholder question";
+};
+
+struct RenderedPrompt {
+  std::string text;
+  std::vector<TokenId> ids;
+  // The number of leading tokens of `ids` that the next turn's prompt is expected to repeat:
+  // the longest common token prefix of `ids` and the tokens of the same messages followed by a
+  // placeholder assistant answer and a placeholder user question (rendered without a generation
+  // prompt). Captures reasoning stripping, re-serialisation and tail changes (model-spec §6.3).
+  size_t stable_boundary = 0;
+};
+
+// Renders and tokenizes `request` and computes its stable boundary. Errors: those of
+// ChatTemplate::Render and Tokenizer::Encode.
+absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
+                                            const Tokenizer& tokenizer,
+                                            const ChatRequest& request,
+                                            const StableBoundaryOptions& options = {});
+
+}  // namespace cairn::infer::text
+
+#endif  // CAIRN_SERVICES_INFER_TEXT_CHAT_TEMPLATE_H_

@@ -1,0 +1,111 @@
+#include "services/infer/text/chat_template.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/file_util.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using ::cairn::testing::StatusIs;
+using json = nlohmann::ordered_json;
+
+json ReadJson(const std::string& path) {
+  absl::StatusOr<std::string> data = ReadFileToString(path);
+  if (!data.ok()) return json();
+  return json::parse(*data, nullptr, false);
+}
+
+// Renders every case of a reference file (tools/reference/text_reference.py) and compares
+// with transformers' apply_chat_template output.
+void ExpectMatchesReference(const ChatTemplate& tmpl, const std::string& reference_file) {
+  const json ref = ReadJson(testing::TextDataPath(reference_file));
+  ASSERT_TRUE(ref.is_object()) << reference_file;
+  ASSERT_GE(ref["cases"].size(), 30u);
+  for (const json& c : ref["cases"]) {
+    absl::StatusOr<ChatRequest> request = ParseChatRequest(c["request"]);
+    ASSERT_TRUE(request.ok()) << request.status();
+
+    absl::StatusOr<std::string> text = tmpl.Render(*request);
+
+    ASSERT_TRUE(text.ok()) << c["name"] << ": " << text.status();
+    EXPECT_EQ(*text, c["text"].get<std::string>()) << c["name"];
+  }
+}
+
+ChatTemplateOptions ReferenceOptions() {
+  ChatTemplateOptions options;
+  options.parse_string_arguments = false;  // The reference passes arguments as given.
+  return options;
+}
+
+TEST(ChatTemplateTest, Qwen3TemplateMatchesApplyChatTemplate) {
+  CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer_config.json");
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl =
+      ChatTemplate::FromModelDir(testing::Qwen3ModelDir(), ReferenceOptions());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+
+  ExpectMatchesReference(**tmpl, "chat_qwen3_reference.json");
+}
+
+TEST(ChatTemplateTest, XmlToolsTestTemplateMatchesApplyChatTemplate) {
+  absl::StatusOr<std::string> source =
+      ReadFileToString(testing::TextDataPath("templates/cairn_xml_tools_test.jinja"));
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl =
+      ChatTemplate::Create(*source, ReferenceOptions());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+
+  ExpectMatchesReference(**tmpl, "chat_cairn_xml_reference.json");
+}
+
+TEST(ChatTemplateTest, StringArgumentsAreParsedForTemplatesThatIterateThem) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{% for m in messages %}{% for c in m.tool_calls %}"
+      "{% for k, v in c.function.arguments|items %}{{ k }}={{ v }};{% endfor %}"
+      "{% endfor %}{% endfor %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  absl::StatusOr<ChatRequest> request = ParseChatRequest(json::parse(
+      R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [
+          {"type": "function", "function": {"name": "f", "arguments": "{\"a\": 1, \"b\": \"x\"}"}}
+        ]}]})"));
+  ASSERT_TRUE(request.ok()) << request.status();
+
+  absl::StatusOr<std::string> text = (*tmpl)->Render(*request);
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "a=1;b=x;");
+}
+
+TEST(ChatTemplateTest, RaiseExceptionIsAFailedPrecondition) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl =
+      ChatTemplate::Create("{% if not messages %}{{ raise_exception('No messages.') }}{% endif %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+
+  absl::StatusOr<std::string> text = (*tmpl)->Render(ChatRequest{});
+
+  EXPECT_THAT(text.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(text.status().message(), "No messages.");
+}
+
+TEST(ChatTemplateTest, MalformedRequestsAreRejected) {
+  EXPECT_THAT(ParseChatRequest(json::parse(R"({"messages": "hi"})")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseChatRequest(json::parse(R"({"messages": [{"content": "x"}]})")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseChatRequest(json::parse(R"({"messages": [], "tools": {}})")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ChatTemplateTest, ModelDirWithoutTemplateIsNotFound) {
+  EXPECT_THAT(ChatTemplate::FromModelDir(testing::TextDataPath("templates")).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace cairn::infer::text
