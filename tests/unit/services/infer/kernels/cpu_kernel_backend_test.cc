@@ -1,0 +1,228 @@
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v(n);
+  uint64_t x = seed * 2654435761u + 7;
+  for (float& f : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    f = lo + (hi - lo) * static_cast<float>(x >> 40) / 16777216.0f;
+  }
+  return v;
+}
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// Inputs of one gated delta rule call: 2 key heads, 6 value heads (r = 3), dk 8, dv 12.
+struct DeltaCase {
+  static constexpr int kKHeads = 2, kVHeads = 6, kDk = 8, kDv = 12;
+  int64_t tokens;
+  std::vector<float> q, k, v, g, beta, state;
+
+  explicit DeltaCase(int64_t t) : tokens(t) {
+    q = Random(t * kKHeads * kDk, 1);
+    k = Random(t * kKHeads * kDk, 2);
+    v = Random(t * kVHeads * kDv, 3);
+    g = Random(t * kVHeads, 4, -0.5f, -0.01f);
+    beta = Random(t * kVHeads, 5, 0.1f, 0.9f);
+    state = Random(kVHeads * kDk * kDv, 6, -0.2f, 0.2f);
+    // Unit-norm keys, as the model passes them.
+    for (int64_t r = 0; r < t * kKHeads; ++r) {
+      float ss = 0.0f;
+      for (int i = 0; i < kDk; ++i) ss += k[r * kDk + i] * k[r * kDk + i];
+      for (int i = 0; i < kDk; ++i) k[r * kDk + i] /= std::sqrt(ss);
+    }
+  }
+
+  // Runs rows [first, first + n) with `chunk`, updating `s`; returns the outputs.
+  std::vector<float> Run(KernelBackend& b, std::vector<float>& s, int chunk, int64_t first,
+                         int64_t n) const {
+    std::vector<float> out(n * kVHeads * kDv);
+    GatedDeltaArgs a;
+    a.q = q.data() + first * kKHeads * kDk;
+    a.k = k.data() + first * kKHeads * kDk;
+    a.v = v.data() + first * kVHeads * kDv;
+    a.g = g.data() + first * kVHeads;
+    a.beta = beta.data() + first * kVHeads;
+    a.state = s.data();
+    a.out = out.data();
+    a.tokens = n;
+    a.k_heads = kKHeads;
+    a.v_heads = kVHeads;
+    a.dk = kDk;
+    a.dv = kDv;
+    a.chunk = chunk;
+    b.GatedDeltaRule(a);
+    return out;
+  }
+};
+
+class CpuKernelBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<CpuKernelBackend>> b = CpuKernelBackend::Create({.threads = 2});
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = *std::move(b);
+  }
+  std::unique_ptr<CpuKernelBackend> backend_;
+};
+
+TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrent) {
+  const DeltaCase c(150);  // Two full chunks of 64 and a partial one.
+  std::vector<float> s_rec = c.state;
+  std::vector<float> s_chunk = c.state;
+
+  const std::vector<float> rec = c.Run(*backend_, s_rec, 0, 0, c.tokens);
+  const std::vector<float> chunked = c.Run(*backend_, s_chunk, 64, 0, c.tokens);
+
+  EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f);
+  EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f);
+  EXPECT_GT(MaxAbsDiff(s_rec, c.state), 1e-2f);  // The state did move.
+}
+
+TEST_F(CpuKernelBackendTest, ChunkSizeOnlyChangesRounding) {
+  const DeltaCase c(100);
+  std::vector<float> s4 = c.state;
+  std::vector<float> s64 = c.state;
+
+  const std::vector<float> o4 = c.Run(*backend_, s4, 4, 0, c.tokens);
+  const std::vector<float> o64 = c.Run(*backend_, s64, 64, 0, c.tokens);
+
+  EXPECT_LT(MaxAbsDiff(o4, o64), 1e-4f);
+  EXPECT_LT(MaxAbsDiff(s4, s64), 1e-4f);
+}
+
+TEST_F(CpuKernelBackendTest, SplittingAtAChunkBoundaryIsBitExact) {
+  const DeltaCase c(192);
+  std::vector<float> whole = c.state;
+  std::vector<float> split = c.state;
+
+  const std::vector<float> o = c.Run(*backend_, whole, 64, 0, 192);
+  const std::vector<float> a = c.Run(*backend_, split, 64, 0, 128);
+  const std::vector<float> b = c.Run(*backend_, split, 64, 128, 64);
+
+  std::vector<float> joined = a;
+  joined.insert(joined.end(), b.begin(), b.end());
+  EXPECT_EQ(std::memcmp(o.data(), joined.data(), o.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)), 0);
+}
+
+TEST_F(CpuKernelBackendTest, MatMulTransposedMatchesNaiveAndIsDeterministic) {
+  const int64_t m = 37, k = 70, n = 129;
+  const std::vector<float> x = Random(m * k, 7);
+  const std::vector<float> w = Random(n * k, 8);
+  std::vector<float> y1(m * n), y2(m * n), naive(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += static_cast<double>(x[i * k + p]) * w[j * k + p];
+      naive[i * n + j] = static_cast<float>(s);
+    }
+  }
+
+  backend_->MatMulTransposed(x.data(), m, k, k, w.data(), n, y1.data(), n, false);
+  backend_->MatMulTransposed(x.data(), m, k, k, w.data(), n, y2.data(), n, false);
+
+  EXPECT_LT(MaxAbsDiff(y1, naive), 1e-4f);
+  EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
+}
+
+TEST_F(CpuKernelBackendTest, CausalConvCarriesItsWindowAcrossCalls) {
+  const int64_t t = 10, ch = 5;
+  const int kernel = 4;
+  const std::vector<float> in = Random(t * ch, 9);
+  const std::vector<float> w = Random(ch * kernel, 10);
+  std::vector<float> state_whole((kernel - 1) * ch, 0.0f), state_split = state_whole;
+  std::vector<float> whole(t * ch), split(t * ch);
+
+  backend_->CausalConvSilu(in.data(), ch, t, ch, w.data(), kernel, state_whole.data(),
+                           whole.data());
+  backend_->CausalConvSilu(in.data(), ch, 2, ch, w.data(), kernel, state_split.data(),
+                           split.data());
+  backend_->CausalConvSilu(in.data() + 2 * ch, ch, t - 2, ch, w.data(), kernel,
+                           state_split.data(), split.data() + 2 * ch);
+
+  EXPECT_EQ(whole, split);
+  EXPECT_EQ(state_whole, state_split);
+  // First output: only the current input (zero history) times the last tap.
+  const float pre = w[kernel - 1] * in[0];
+  EXPECT_FLOAT_EQ(whole[0], pre / (1.0f + std::exp(-pre)));
+  EXPECT_EQ(std::vector<float>(state_whole.end() - ch, state_whole.end()),
+            std::vector<float>(in.end() - ch, in.end()));
+}
+
+TEST_F(CpuKernelBackendTest, AttentionIsCausalAndGrouped) {
+  // Two query heads share one kv head; every key equal so the softmax is uniform.
+  const int64_t t = 3;
+  const int hd = 4;
+  std::vector<float> q = Random(t * 2 * hd, 11);
+  std::vector<float> k(t * hd, 0.5f);
+  std::vector<float> v = Random(t * hd, 12);
+  std::vector<float> out(t * 2 * hd);
+  AttentionArgs a{q.data(), k.data(), v.data(), out.data(), t, 0, 2, 1, hd, 0.5f};
+
+  backend_->Attention(a);
+
+  for (int64_t i = 0; i < t; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      for (int d = 0; d < hd; ++d) {
+        float mean = 0.0f;
+        for (int64_t j = 0; j <= i; ++j) mean += v[j * hd + d];
+        EXPECT_NEAR(out[(i * 2 + h) * hd + d], mean / static_cast<float>(i + 1), 1e-6f);
+      }
+    }
+  }
+}
+
+TEST_F(CpuKernelBackendTest, NormsFollowTheirConventions) {
+  std::vector<float> x = {3.0f, 4.0f};
+  const std::vector<float> w = {0.5f, -0.5f};
+  std::vector<float> zc(2), plain(2);
+  const float inv = 1.0f / std::sqrt(12.5f);
+
+  backend_->RmsNorm(x.data(), 1, 2, w.data(), 0.0f, true, zc.data());
+  backend_->RmsNorm(x.data(), 1, 2, w.data(), 0.0f, false, plain.data());
+  backend_->L2Normalize(x.data(), 1, 2, 0.0f, 2.0f);
+
+  EXPECT_FLOAT_EQ(zc[0], 3.0f * inv * 1.5f);
+  EXPECT_FLOAT_EQ(zc[1], 4.0f * inv * 0.5f);
+  EXPECT_FLOAT_EQ(plain[1], 4.0f * inv * -0.5f);
+  EXPECT_FLOAT_EQ(x[0], 1.2f);
+  EXPECT_FLOAT_EQ(x[1], 1.6f);
+}
+
+TEST_F(CpuKernelBackendTest, RopeRotatesPairsHalfApart) {
+  // head_dim 6, rotary 4: pairs (0, 2) and (1, 3); dims 4, 5 untouched.
+  std::vector<float> x = {1, 0, 0, 1, 7, 8};
+  const std::vector<float> inv_freq = {1.0f, 0.5f};
+
+  backend_->Rope(x.data(), 1, 6, 1, 6, 4, inv_freq.data(), 2);
+
+  EXPECT_NEAR(x[0], std::cos(2.0f), 1e-6f);
+  EXPECT_NEAR(x[2], std::sin(2.0f), 1e-6f);
+  EXPECT_NEAR(x[1], -std::sin(1.0f), 1e-6f);
+  EXPECT_NEAR(x[3], std::cos(1.0f), 1e-6f);
+  EXPECT_EQ(x[4], 7);
+  EXPECT_EQ(x[5], 8);
+}
+
+TEST(CpuKernelBackendCreateTest, NegativeThreadsAreInvalid) {
+  EXPECT_THAT(CpuKernelBackend::Create({.threads = -1}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace cairn::infer

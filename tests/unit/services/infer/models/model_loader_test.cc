@@ -1,0 +1,218 @@
+#include "services/infer/models/model_loader.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/engine/generation.h"
+#include "services/infer/models/random_checkpoint_presets.h"
+#include "services/infer/models/random_checkpoint_writer.h"
+#include "services/infer/models/weights_digest.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/models/model_test_util.h"
+
+namespace cairn::infer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::cairn::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// A private copy of preset `name` that a test may damage.
+std::string CopyOfPreset(const std::string& name, const std::string& tag) {
+  absl::StatusOr<std::string> src = testing::PresetDir(name);
+  EXPECT_TRUE(src.ok()) << src.status();
+  const std::string dst =
+      (fs::path(::testing::TempDir()) / ("copy-" + std::to_string(getpid()) + "-" + tag)).string();
+  fs::remove_all(dst);
+  fs::copy(*src, dst);
+  return dst;
+}
+
+void EditConfig(const std::string& dir, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(fs::path(dir) / "config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str());
+  edit(j);
+  std::ofstream(fs::path(dir) / "config.json", std::ios::trunc) << j.dump();
+}
+
+std::vector<float> LastLogits(Model& model, const std::vector<int32_t>& tokens) {
+  absl::StatusOr<std::unique_ptr<SlotState>> slot = SlotState::Create(model.state_layout(), 256);
+  EXPECT_TRUE(slot.ok());
+  absl::StatusOr<std::vector<float>> logits =
+      Prefill(model, slot->get(), tokens, UniformPasses(tokens.size(), 0), false);
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  return logits.ok() ? *logits : std::vector<float>();
+}
+
+class ModelLoaderTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CpuKernelBackend> backend_ = testing::TestBackend();
+};
+
+TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
+  for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped"}) {
+    absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(preset, backend_.get());
+    ASSERT_TRUE(model.ok()) << preset << ": " << model.status();
+    absl::StatusOr<RandomCheckpointOptions> o = RandomCheckpointPreset(preset);
+    ASSERT_TRUE(o.ok());
+    const int full_layers = o->num_layers / o->full_attention_interval;
+    const int gdn_layers = o->num_layers - full_layers;
+    int rows = 0;
+    int priv = 0;
+    for (const StateComponent& c : (*model)->state_layout().components) {
+      (c.kind == ComponentKind::kRows ? rows : priv)++;
+    }
+    EXPECT_EQ(rows, 2 * full_layers) << preset;
+    EXPECT_EQ(priv, 2 * gdn_layers) << preset;
+    EXPECT_EQ((*model)->state_layout().row_bytes(),
+              2 * full_layers * o->num_kv_heads * o->head_dim * 4);
+    EXPECT_EQ((*model)->info().vocab_size, o->vocab_size);
+  }
+}
+
+TEST_F(ModelLoaderTest, WrapperAndTextOnlyFormsGiveIdenticalLogits) {
+  const std::vector<int32_t> tokens = testing::RandomTokens(70, 1024, 3);
+  for (auto [text, wrapped] : {std::pair{"dense", "dense-wrapped"}, {"moe", "moe-wrapped"}}) {
+    absl::StatusOr<std::unique_ptr<Model>> a = testing::LoadPreset(text, backend_.get());
+    absl::StatusOr<std::unique_ptr<Model>> b = testing::LoadPreset(wrapped, backend_.get());
+    ASSERT_TRUE(a.ok() && b.ok());
+
+    const std::vector<float> la = LastLogits(**a, tokens);
+    const std::vector<float> lb = LastLogits(**b, tokens);
+
+    ASSERT_EQ(la.size(), lb.size());
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << text;
+  }
+}
+
+TEST_F(ModelLoaderTest, ShardingDoesNotChangeTheModel) {
+  absl::StatusOr<RandomCheckpointOptions> o = RandomCheckpointPreset("moe");
+  ASSERT_TRUE(o.ok());
+  o->shards = 1;
+  const std::string single =
+      (fs::path(::testing::TempDir()) / ("single-" + std::to_string(getpid()))).string();
+  CAIRN_ASSERT_OK(WriteRandomCheckpoint(single, *o));
+  absl::StatusOr<std::unique_ptr<Model>> sharded = testing::LoadPreset("moe", backend_.get());
+  absl::StatusOr<std::unique_ptr<Model>> one = LoadModel(single, backend_.get(), {});
+  ASSERT_TRUE(sharded.ok() && one.ok());
+  const std::vector<int32_t> tokens = testing::RandomTokens(20, 1024, 4);
+
+  EXPECT_EQ(LastLogits(**sharded, tokens), LastLogits(**one, tokens));
+  EXPECT_TRUE(fs::exists(fs::path(*testing::PresetDir("moe")) / "model.safetensors.index.json"));
+}
+
+TEST_F(ModelLoaderTest, MissingTensorIsNamed) {
+  const std::string dir = CopyOfPreset("dense", "untied");
+  EditConfig(dir, [](nlohmann::json& j) { j["tie_word_embeddings"] = false; });
+
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, backend_.get(), {});
+
+  EXPECT_THAT(model.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model.status().message(), HasSubstr("lm_head.weight"));
+}
+
+TEST_F(ModelLoaderTest, MisshapenTensorIsNamed) {
+  const std::string dir = CopyOfPreset("dense", "wide");
+  EditConfig(dir, [](nlohmann::json& j) { j["intermediate_size"] = 130; });
+
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, backend_.get(), {});
+
+  EXPECT_THAT(model.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model.status().message(), HasSubstr("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_THAT(model.status().message(), HasSubstr("[130, 64]"));
+}
+
+TEST_F(ModelLoaderTest, UnknownArchitectureIsNotFound) {
+  const std::string dir = CopyOfPreset("dense", "llama");
+  EditConfig(dir, [](nlohmann::json& j) { j["model_type"] = "llama"; });
+
+  EXPECT_THAT(LoadModel(dir, backend_.get(), {}).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ModelLoaderTest, TruncatedShardIsNamed) {
+  const std::string dir = CopyOfPreset("next", "truncated");
+  const fs::path shard = fs::path(dir) / "model-00002-of-00002.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, backend_.get(), {});
+
+  EXPECT_THAT(model.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model.status().message(), HasSubstr("model-00002-of-00002.safetensors"));
+  EXPECT_THAT(model.status().message(), HasSubstr("truncated"));
+}
+
+TEST_F(ModelLoaderTest, MissingFolderIsNotFound) {
+  EXPECT_THAT(LoadModel("/nonexistent/cairn-model", backend_.get(), {}).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ModelLoaderTest, DigestIsStableAndDependsOnTheWeights) {
+  absl::StatusOr<std::unique_ptr<Model>> a = testing::LoadPreset("dense", backend_.get());
+  absl::StatusOr<std::unique_ptr<Model>> b = testing::LoadPreset("dense", backend_.get());
+  absl::StatusOr<RandomCheckpointOptions> o = RandomCheckpointPreset("dense");
+  ASSERT_TRUE(a.ok() && b.ok() && o.ok());
+  o->seed += 1;
+  const std::string other =
+      (fs::path(::testing::TempDir()) / ("reseeded-" + std::to_string(getpid()))).string();
+  CAIRN_ASSERT_OK(WriteRandomCheckpoint(other, *o));
+  absl::StatusOr<std::unique_ptr<Model>> c = LoadModel(other, backend_.get(), {});
+  ASSERT_TRUE(c.ok());
+
+  EXPECT_EQ((*a)->info().weights_digest, (*b)->info().weights_digest);
+  EXPECT_NE((*a)->info().weights_digest, (*c)->info().weights_digest);
+}
+
+TEST_F(ModelLoaderTest, DigestCacheIsKeyedBySizeAndMtime) {
+  const std::string dir = CopyOfPreset("dense", "digest");
+  const std::string file = (fs::path(dir) / "model.safetensors").string();
+  const std::string cache = (fs::path(dir) / "digests.json").string();
+  absl::StatusOr<uint64_t> uncached = ComputeWeightsDigest({file}, {});
+  absl::StatusOr<uint64_t> first = ComputeWeightsDigest({file}, {.cache_path = cache});
+  ASSERT_TRUE(uncached.ok() && first.ok());
+  EXPECT_EQ(*uncached, *first);
+  // Plant a wrong file digest: a cache hit returns something else.
+  std::ifstream in(cache);
+  nlohmann::json j = nlohmann::json::parse(in);
+  in.close();
+  j[fs::absolute(file).string()]["xxh3"] = 12345u;
+  std::ofstream(cache, std::ios::trunc) << j.dump();
+
+  absl::StatusOr<uint64_t> hit = ComputeWeightsDigest({file}, {.cache_path = cache});
+  fs::last_write_time(file, fs::last_write_time(file) + std::chrono::seconds(5));
+  absl::StatusOr<uint64_t> recomputed = ComputeWeightsDigest({file}, {.cache_path = cache});
+
+  ASSERT_TRUE(hit.ok() && recomputed.ok());
+  EXPECT_NE(*hit, *first);
+  EXPECT_EQ(*recomputed, *first);
+}
+
+TEST_F(ModelLoaderTest, ForwardRejectsBadTokensAndLeavesTheSlotAlone) {
+  absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset("dense", backend_.get());
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<std::unique_ptr<SlotState>> slot = SlotState::Create((*model)->state_layout(), 4);
+  ASSERT_TRUE(slot.ok());
+  const std::vector<int32_t> bad = {1, 1024};
+  const std::vector<int32_t> too_many = {1, 2, 3, 4, 5};
+
+  EXPECT_THAT((*model)->Forward(slot->get(), bad, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*model)->Forward(slot->get(), {}, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*model)->Forward(slot->get(), too_many, {}).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ((*slot)->position(), 0);
+}
+
+}  // namespace
+}  // namespace cairn::infer

@@ -1,0 +1,33 @@
+#ifndef CAIRN_TESTS_UNIT_SERVICES_INFER_MODELS_MODEL_TEST_UTIL_H_
+#define CAIRN_TESTS_UNIT_SERVICES_INFER_MODELS_MODEL_TEST_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/models/model.h"
+
+namespace cairn::infer::testing {
+
+// Writes the random-checkpoint preset `name` into a fresh folder under the test's temporary
+// directory (once per process) and returns its path.
+absl::StatusOr<std::string> PresetDir(const std::string& name);
+
+// A CPU backend with a fixed thread count (two, the CI machine's cores).
+std::unique_ptr<CpuKernelBackend> TestBackend();
+
+// Loads preset `name` on `backend`.
+absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name,
+                                                  KernelBackend* backend);
+
+// Returns `n` pseudo-random token ids below `vocab` (fixed sequence for a given seed).
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed);
+
+// Returns the largest absolute difference between `a` and `b` (which must be the same size).
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace cairn::infer::testing
+
+#endif  // CAIRN_TESTS_UNIT_SERVICES_INFER_MODELS_MODEL_TEST_UTIL_H_

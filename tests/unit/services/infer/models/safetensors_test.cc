@@ -1,0 +1,116 @@
+#include "services/infer/models/safetensors.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer {
+namespace {
+
+using ::cairn::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::path(::testing::TempDir()) /
+          ("st-" + std::to_string(getpid()) + "-" + name))
+      .string();
+}
+
+// Writes a safetensors file with one tensor "t" of the given dtype, shape and raw bytes.
+std::string WriteOne(const std::string& name, const std::string& dtype, const std::string& shape,
+                     const std::string& data, size_t declared_bytes) {
+  std::string header = "{\"t\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
+                       ",\"data_offsets\":[0," + std::to_string(declared_bytes) + "]}}";
+  const std::string path = TempPath(name);
+  std::ofstream out(path, std::ios::binary);
+  uint64_t len = header.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << header << data;
+  return path;
+}
+
+TEST(SafetensorsTest, ReadsF16AndF32AsFloat) {
+  const uint16_t half[2] = {0x3c00, 0xc000};  // 1.0, -2.0
+  const float full[2] = {0.5f, -3.25f};
+  const std::string f16 =
+      WriteOne("f16", "F16", "[2]", std::string(reinterpret_cast<const char*>(half), 4), 4);
+  const std::string f32 =
+      WriteOne("f32", "F32", "[2]", std::string(reinterpret_cast<const char*>(full), 8), 8);
+
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> a = SafetensorsFile::Open(f16);
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> b = SafetensorsFile::Open(f32);
+
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<std::vector<float>> va = ReadAsF32((*a)->tensors().at("t"), {2});
+  absl::StatusOr<std::vector<float>> vb = ReadAsF32((*b)->tensors().at("t"), {2});
+  ASSERT_TRUE(va.ok() && vb.ok());
+  EXPECT_EQ(*va, (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(*vb, (std::vector<float>{0.5f, -3.25f}));
+}
+
+TEST(SafetensorsTest, UnsupportedDtypeNamesTensorAndFile) {
+  const std::string path = WriteOne("i8", "I8", "[2]", "ab", 2);
+
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(path);
+
+  EXPECT_THAT(f.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.status().message(), HasSubstr("tensor t"));
+  EXPECT_THAT(f.status().message(), HasSubstr("I8"));
+}
+
+TEST(SafetensorsTest, DataPastTheEndIsATruncatedFile) {
+  const std::string path = WriteOne("short", "F32", "[4]", std::string(8, '\0'), 16);
+
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(path);
+
+  EXPECT_THAT(f.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.status().message(), HasSubstr("truncated"));
+  EXPECT_THAT(f.status().message(), HasSubstr("st-"));
+}
+
+TEST(SafetensorsTest, OffsetsDisagreeingWithShapeAreRejected) {
+  const std::string path = WriteOne("shape", "F32", "[3]", std::string(8, '\0'), 8);
+
+  EXPECT_THAT(SafetensorsFile::Open(path).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(SafetensorsTest, GarbageHeaderIsRejected) {
+  const std::string path = TempPath("garbage");
+  const std::string bytes("\x05\0\0\0\0\0\0\0{{{{{", 13);
+  std::ofstream(path, std::ios::binary) << bytes;
+
+  EXPECT_THAT(SafetensorsFile::Open(path).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(SafetensorsTest, ShapeMismatchNamesTensorAndShapes) {
+  const float full[2] = {0.5f, -3.25f};
+  const std::string path =
+      WriteOne("mismatch", "F32", "[2]", std::string(reinterpret_cast<const char*>(full), 8), 8);
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+
+  absl::StatusOr<std::vector<float>> v = ReadAsF32((*f)->tensors().at("t"), {1, 2});
+
+  EXPECT_THAT(v.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(v.status().message(), HasSubstr("tensor t"));
+  EXPECT_THAT(v.status().message(), HasSubstr("[1, 2]"));
+}
+
+TEST(SafetensorsTest, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
+  // 1 + 2^-8 is halfway between two bf16 values; ties go to the even mantissa (1.0).
+  EXPECT_EQ(FloatToBf16(1.0f + 1.0f / 256.0f), 0x3f80);
+}
+
+}  // namespace
+}  // namespace cairn::infer
