@@ -43,6 +43,9 @@ const char* CrashModelName(CrashModel model);
 
 struct FaultFileSystemOptions {
   uint64_t sector_bytes = 512;  // Granularity of write-list garbage.
+  // Whether Sync and SyncDir reach the real file system. Durability is simulated by the
+  // tracker either way; skipping the real fsyncs keeps crash tests fast on busy disks.
+  bool pass_syncs = false;
 };
 
 // Thread-safe. Operations run one at a time under one lock, so the operation order is total.
