@@ -25,13 +25,14 @@ int CapturePlanner::GridPointsFor(int64_t ram_budget_bytes, int64_t private_byte
   return static_cast<int>(std::clamp(fit, 0.0, static_cast<double>(options_.max_grid_points)));
 }
 
-std::vector<PrefillPass> CapturePlanner::Passes(int64_t begin, int64_t end,
-                                                const std::vector<int64_t>& stops) const {
+std::vector<PrefillPass> SplitPasses(int64_t begin, int64_t end, std::vector<int64_t> stops,
+                                     int64_t max_pass_tokens) {
+  std::sort(stops.begin(), stops.end());
   std::vector<PrefillPass> passes;
   int64_t at = begin;
   auto emit_until = [&](int64_t stop) {
     while (at < stop) {
-      int64_t next = std::min(stop, at + options_.max_pass_tokens);
+      int64_t next = std::min(stop, at + max_pass_tokens);
       passes.push_back({at, next});
       at = next;
     }
@@ -73,7 +74,7 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
   std::vector<int64_t> stops;
   for (const PlannedCapture& c : caps) stops.push_back(c.pos);
   std::sort(stops.begin(), stops.end());
-  std::vector<PrefillPass> base_passes = Passes(r, n, stops);
+  std::vector<PrefillPass> base_passes = SplitPasses(r, n, stops, options_.max_pass_tokens);
   CapturePlan plan;
   plan.grid_points = GridPointsFor(in.ram_budget_bytes, in.private_bytes);
   for (int64_t g : GridPositions(n, plan.grid_points)) {
@@ -103,7 +104,7 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
   }
   stops.clear();
   for (const PlannedCapture& c : plan.captures) stops.push_back(c.pos);
-  plan.passes = Passes(r, n, stops);
+  plan.passes = SplitPasses(r, n, stops, options_.max_pass_tokens);
   return plan;
 }
 

@@ -56,6 +56,11 @@ struct CapturePlan {
   int grid_points = 0;                   // k used for the grid (after the budget rule).
 };
 
+// Splits prefill [begin, end) into passes that stop at every position of `stops` inside it and
+// are at most `max_pass_tokens` long (greedy from each stop). `max_pass_tokens` must be > 0.
+std::vector<PrefillPass> SplitPasses(int64_t begin, int64_t end, std::vector<int64_t> stops,
+                                     int64_t max_pass_tokens);
+
 // Plans where one request leaves checkpoints and how its prefill is split into passes.
 // Stateless and thread-safe.
 //
@@ -83,9 +88,6 @@ class CapturePlanner {
   const PlannerOptions& options() const { return options_; }
 
  private:
-  std::vector<PrefillPass> Passes(int64_t begin, int64_t end,
-                                  const std::vector<int64_t>& stops) const;
-
   PlannerOptions options_;
 };
 

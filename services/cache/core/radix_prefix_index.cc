@@ -43,6 +43,7 @@ RadixPrefixIndex::Handle RadixPrefixIndex::Insert(absl::Span<const TokenId> toke
       leaf->parent = node;
       leaf->edge.assign(tokens.begin() + pos, tokens.end());
       leaf->depth = static_cast<int64_t>(tokens.size());
+      token_count_ += static_cast<int64_t>(leaf->edge.size());
       Node* raw = leaf.get();
       node->children.emplace(tokens[pos], std::move(leaf));
       ++node_count_;
@@ -85,6 +86,7 @@ void RadixPrefixIndex::Remove(Handle handle, IndexEntry entry) {
   // Prune empty leaves upwards.
   while (node != root_.get() && node->entries.empty() && node->children.empty()) {
     Node* parent = node->parent;
+    token_count_ -= static_cast<int64_t>(node->edge.size());
     parent->children.erase(node->edge.front());  // Destroys `node`.
     --node_count_;
     node = parent;

@@ -74,11 +74,14 @@ class RadixPrefixIndex {
   static const std::vector<IndexEntry>& EntriesAt(Handle node);
 
   size_t node_count() const { return node_count_; }
+  // Tokens stored on all edges: the size of the union of every indexed sequence.
+  int64_t token_count() const { return token_count_; }
   bool empty() const;
 
  private:
   std::unique_ptr<Node> root_;
   size_t node_count_ = 1;
+  int64_t token_count_ = 0;
 };
 
 }  // namespace cairn::cache

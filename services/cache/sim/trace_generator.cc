@@ -1,0 +1,139 @@
+#include "services/cache/sim/trace_generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace cairn::cache::sim {
+namespace {
+
+// Deterministic draws on every platform (std distributions are not).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  bool Chance(double p) { return Uniform() < p; }
+  double Exponential(double mean) { return -mean * std::log(1.0 - Uniform()); }
+  int64_t Size(int64_t mean, int64_t max) {
+    return std::clamp<int64_t>(static_cast<int64_t>(Exponential(static_cast<double>(mean))), 16,
+                               std::max<int64_t>(16, max));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+struct Conversation {
+  std::string name;
+  std::vector<Segment> history;
+  double next_t = 0;
+  int turns_left = 0;
+};
+
+Segment Rand(uint64_t seed, int64_t len) {
+  Segment s;
+  s.kind = Segment::Kind::kRand;
+  s.seed = seed;
+  s.len = len;
+  return s;
+}
+
+int64_t Length(const std::vector<Segment>& segments) {
+  int64_t n = 0;
+  for (const Segment& s : segments) n += s.len;
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOptions& o) {
+  if (o.conversations < 1 || o.turns_per_conversation < 1 || o.system_prompt_tokens < 0 ||
+      o.append_tokens_mean < 1 || o.answer_tokens_mean < 1 || o.first_user_tokens < 1 ||
+      o.assistant_header_tokens < 1 || o.compaction_threshold_tokens < 1) {
+    return absl::InvalidArgumentError("agent trace: counts and sizes must be positive");
+  }
+  Rng rng(o.seed);
+  uint64_t next_seed = o.seed * 1000003ull + 17;
+  auto fresh = [&](int64_t len) { return Rand(next_seed++, len); };
+  const Segment system = fresh(std::max<int64_t>(1, o.system_prompt_tokens));
+
+  std::vector<Conversation> convs;
+  for (int i = 0; i < o.conversations; ++i) {
+    Conversation c;
+    c.name = absl::StrCat("c", i);
+    c.history = {system, fresh(rng.Size(o.first_user_tokens, o.append_tokens_max))};
+    c.next_t = rng.Exponential(o.step_seconds_mean * 3);
+    c.turns_left = o.turns_per_conversation;
+    convs.push_back(std::move(c));
+  }
+  std::vector<TraceRequest> out;
+  int subagents = 0;
+  while (true) {
+    auto it = std::min_element(convs.begin(), convs.end(), [](const Conversation& a,
+                                                              const Conversation& b) {
+      if ((a.turns_left > 0) != (b.turns_left > 0)) return a.turns_left > 0;
+      return a.next_t < b.next_t;
+    });
+    if (it == convs.end() || it->turns_left <= 0) break;
+    const size_t index = static_cast<size_t>(it - convs.begin());
+
+    TraceRequest r;
+    r.conv = it->name;
+    r.t = std::round(it->next_t * 10) / 10;
+    r.segments = it->history;
+    r.stable = Length(it->history);
+    r.segments.push_back(fresh(o.assistant_header_tokens));
+    const int64_t answer = rng.Size(o.answer_tokens_mean, o.append_tokens_max);
+    const bool reasoning = rng.Chance(o.reasoning_fraction);
+    const int64_t thoughts = reasoning ? rng.Size(o.reasoning_tokens_mean, o.append_tokens_max) : 0;
+    r.gen = answer + thoughts;
+    const Segment header = r.segments.back();
+    out.push_back(r);
+
+    Conversation& c = convs[index];
+    --c.turns_left;
+    // The next rendering: the answer is sent back; dropped reasoning re-renders the header.
+    if (reasoning) {
+      c.history.push_back(fresh(o.assistant_header_tokens));
+      c.history.push_back(fresh(answer));
+    } else {
+      c.history.push_back(header);
+      Segment answer_segment = fresh(r.gen);
+      c.history.push_back(answer_segment);
+    }
+    c.history.push_back(fresh(rng.Size(o.append_tokens_mean, o.append_tokens_max)));
+    if (rng.Chance(o.edit_probability) && c.history.size() > 3) {
+      // Edit one of the last messages: it and everything after it are rewritten.
+      size_t back = 1 + static_cast<size_t>(rng.Next() % std::min<size_t>(4, c.history.size() - 2));
+      size_t at = c.history.size() - back;
+      int64_t len = c.history[at].len;
+      c.history.resize(at);
+      c.history.push_back(fresh(len));
+    }
+    if (Length(c.history) > o.compaction_threshold_tokens) {
+      c.history = {system, fresh(o.compaction_summary_tokens)};
+    }
+    c.next_t += rng.Exponential(o.step_seconds_mean);
+    if (rng.Chance(o.idle_probability)) c.next_t += rng.Exponential(o.idle_seconds_mean);
+    if (rng.Chance(o.subagent_probability)) {
+      Conversation sub;
+      sub.name = absl::StrCat(c.name, ".sub", subagents++);
+      sub.history = {system, fresh(rng.Size(o.subagent_task_tokens, o.append_tokens_max))};
+      sub.next_t = c.next_t;
+      sub.turns_left = o.subagent_turns;
+      convs.push_back(std::move(sub));
+    }
+  }
+  return out;
+}
+
+}  // namespace cairn::cache::sim

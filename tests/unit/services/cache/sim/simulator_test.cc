@@ -1,0 +1,192 @@
+#include "services/cache/sim/simulator.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/cache/sim/cost_model.h"
+#include "services/cache/sim/trace_generator.h"
+#include "tests/support/status_matchers.h"
+#include "tools/cairnctl/command.h"
+
+namespace cairn::cache::sim {
+namespace {
+
+using ::cairn::testing::StatusIs;
+
+std::vector<SimRequest> Requests(const std::string& text) {
+  absl::StatusOr<std::vector<TraceRequest>> trace = ParseTrace(text);
+  EXPECT_TRUE(trace.ok()) << trace.status();
+  return PrepareRequests(trace.value_or(std::vector<TraceRequest>{}), {});
+}
+
+// Two turns of one conversation: the second resends the first prompt and the answer.
+constexpr char kTwoTurns[] =
+    "{\"conv\": \"A\", \"t\": 0, \"segments\": [{\"rand\": 1, \"len\": 5000}], \"gen\": 100}\n"
+    "{\"conv\": \"A\", \"t\": 10, \"segments\": [{\"rand\": 1, \"len\": 5000},"
+    " {\"rand\": 2, \"len\": 100}, {\"rand\": 3, \"len\": 700}]}\n";
+
+TEST(SimulatorTest, GeneratedTokensComeFromTheNextRequestThatRepeatsThePrompt) {
+  std::vector<SimRequest> requests = Requests(kTwoTurns);
+
+  ASSERT_EQ(requests.size(), 2u);
+  ASSERT_EQ(requests[0].generated.size(), 100u);
+  EXPECT_TRUE(std::equal(requests[0].generated.begin(), requests[0].generated.end(),
+                         requests[1].tokens.begin() + 5000));
+}
+
+TEST(SimulatorTest, GeneratedTokensAreFreshWhenTheNextPromptDiverges) {
+  std::vector<SimRequest> requests = Requests(
+      "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 50}], \"gen\": 10}\n"
+      "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 40}, {\"rand\": 9, \"len\": 30}]}\n");
+
+  ASSERT_EQ(requests[0].generated.size(), 10u);
+  for (TokenId t : requests[0].generated) EXPECT_GE(t, TokenId{1} << 30);
+}
+
+TEST(SimulatorTest, CairnContinuesTheLiveFrontier) {
+  absl::StatusOr<SimResult> result = Simulate(Requests(kTwoTurns), "cairn", {});
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  const RequestResult& second = result->requests[1].result;
+  EXPECT_EQ(second.restored_tier, Tier::kLive);
+  EXPECT_EQ(second.restored_depth, 5100);
+  EXPECT_EQ(second.prefilled, 700);
+  EXPECT_EQ(result->totals.prefilled, 5700);
+  EXPECT_LT(result->requests[1].ttft_ms, result->requests[0].ttft_ms);
+}
+
+TEST(SimulatorTest, NoCachePrefillsEverything) {
+  absl::StatusOr<SimResult> result = Simulate(Requests(kTwoTurns), "none", {});
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->totals.prefilled, result->totals.prompt_tokens);
+  EXPECT_EQ(result->totals.hit_ratio, 0);
+}
+
+TEST(SimulatorTest, UnknownPolicyIsInvalidArgument) {
+  EXPECT_THAT(Simulate(Requests(kTwoTurns), "lru", {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(SimulatorTest, EveryPolicyRunsAnAgentTraceAndCairnReusesMost) {
+  AgentTraceOptions gen;
+  gen.conversations = 4;
+  gen.turns_per_conversation = 10;
+  absl::StatusOr<std::vector<TraceRequest>> trace = GenerateAgentTrace(gen);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<SimRequest> requests = PrepareRequests(*trace, {});
+  SimOptions options;
+  options.policy.ram_bytes = int64_t{16} << 30;
+
+  std::vector<Totals> totals;
+  for (const std::string& name : PolicyNames()) {
+    absl::StatusOr<SimResult> result = Simulate(requests, name, options);
+    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    totals.push_back(result->totals);
+  }
+
+  ASSERT_EQ(totals.size(), 6u);
+  for (const Totals& t : totals) {
+    EXPECT_EQ(t.requests, static_cast<int64_t>(requests.size())) << t.policy;
+    EXPECT_EQ(t.prefilled + t.reused, t.prompt_tokens) << t.policy;
+    EXPECT_EQ(t.restored_live + t.restored_ram + t.restored_disk + t.cold, t.requests);
+  }
+  EXPECT_EQ(totals[0].policy, "cairn");
+  for (size_t i = 1; i < totals.size(); ++i) {
+    EXPECT_LE(totals[0].prefilled, totals[i].prefilled) << totals[i].policy;
+  }
+  EXPECT_LE(totals[0].peak_bytes, options.policy.ram_bytes);
+}
+
+TEST(CostModelTest, CalibratedOnTheSeedsMeasuredRun) {
+  CostModel cost;
+  std::vector<PrefillPass> cold = SplitPasses(0, 95439, {}, 2048);
+
+  double cold_s = cost.PassesMs(cold) / 1000;
+  double append_ms = cost.PassMs(95439, 95489);
+  double ram_ms = cost.RestoreMs(Tier::kRam, 2750000000);
+  double disk_s = cost.RestoreMs(Tier::kDisk, 2750000000) / 1000;
+
+  EXPECT_NEAR(cold_s, 57.8, 3.0);
+  EXPECT_NEAR(append_ms, 150, 20);
+  EXPECT_NEAR(ram_ms, 38, 2);
+  EXPECT_NEAR(disk_s, 0.86, 0.05);
+}
+
+class SimulateCommandTest : public ::testing::Test {
+ protected:
+  std::string WriteTrace(const std::string& text) {
+    std::string path = ::testing::TempDir() + "/simulate_command_" +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".jsonl";
+    std::ofstream(path) << text;
+    return path;
+  }
+  int Run(std::vector<std::string> args) {
+    std::vector<const char*> argv = {"cairnctl"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    out_.str("");
+    err_.str("");
+    return cairnctl::RunCairnctl(static_cast<int>(argv.size()), argv.data(), out_, err_);
+  }
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+TEST_F(SimulateCommandTest, JsonHasOneObjectPerRequestAndTotals) {
+  std::string path = WriteTrace(kTwoTurns);
+
+  int code = Run({"simulate", "--trace", path, "--policy", "cairn", "--json"});
+
+  ASSERT_EQ(code, 0) << err_.str();
+  std::istringstream lines(out_.str());
+  std::vector<nlohmann::json> objects;
+  for (std::string line; std::getline(lines, line);) {
+    objects.push_back(nlohmann::json::parse(line, nullptr, false));
+    ASSERT_FALSE(objects.back().is_discarded()) << line;
+  }
+  ASSERT_EQ(objects.size(), 3u);
+  const nlohmann::json& first = objects[0];
+  EXPECT_EQ(first["conv"], "A");
+  EXPECT_EQ(first["restored_tier"], "none");
+  EXPECT_EQ(first["restored_depth"], 0);
+  EXPECT_EQ(first["prefilled"], 5000);
+  ASSERT_TRUE(first["captures"].is_array());
+  ASSERT_FALSE(first["captures"].empty());
+  EXPECT_EQ(first["captures"].back()["pos"], 5000);
+  EXPECT_EQ(first["captures"].back()["kind"], "end");
+  EXPECT_TRUE(first["evicted"].is_array());
+  EXPECT_EQ(objects[1]["restored_tier"], "live");
+  EXPECT_EQ(objects[2]["totals"]["tokens_prefilled"], 5700);
+}
+
+TEST_F(SimulateCommandTest, AllPoliciesPrintAComparisonTable) {
+  std::string path = WriteTrace(kTwoTurns);
+
+  int code = Run({"simulate", "--trace", path});
+
+  ASSERT_EQ(code, 0) << err_.str();
+  for (const std::string& name : PolicyNames()) {
+    EXPECT_THAT(out_.str(), ::testing::HasSubstr(name + " "));
+  }
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("hit ratio"));
+}
+
+TEST_F(SimulateCommandTest, BadInputIsAClearErrorNotACrash) {
+  std::string path = WriteTrace("{\"conv\": \"A\", \"segments\": [{\"ids\": [1]}], \"x\": 1}\n");
+
+  EXPECT_EQ(Run({"simulate", "--trace", path}), 1);
+  EXPECT_THAT(err_.str(), ::testing::HasSubstr("line 1"));
+  EXPECT_EQ(Run({"simulate"}), 2);
+  EXPECT_EQ(Run({"simulate", "--trace", WriteTrace(kTwoTurns), "--policy", "nope"}), 2);
+  EXPECT_THAT(err_.str(), ::testing::HasSubstr("unknown policy"));
+  EXPECT_EQ(Run({"simulate", "--trace", path, "--ram-bytes", "lots"}), 2);
+  EXPECT_EQ(Run({"frobnicate"}), 2);
+}
+
+}  // namespace
+}  // namespace cairn::cache::sim

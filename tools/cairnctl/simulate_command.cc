@@ -1,0 +1,228 @@
+// `cairnctl simulate` and `cairnctl gen-trace` (tools/cairnctl/README.md).
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/config/flags.h"
+#include "services/cache/sim/report.h"
+#include "services/cache/sim/simulator.h"
+#include "services/cache/sim/trace.h"
+#include "services/cache/sim/trace_generator.h"
+#include "tools/cairnctl/command.h"
+
+namespace cairn::cairnctl {
+namespace {
+
+using cache::sim::AgentTraceOptions;
+using cache::sim::SimOptions;
+
+// Parses `args` into `flags`; on --help prints usage and sets `*exit_code` to 0, on an error
+// prints it and sets 2. Returns true when the command should go on.
+bool ParseFlags(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
+                std::ostream& err, int* exit_code) {
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
+  if (absl::IsCancelled(rest.status())) {
+    out << rest.status().message();
+    *exit_code = 0;
+    return false;
+  }
+  if (!rest.ok()) {
+    err << rest.status().message() << "\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (!rest->empty()) {
+    err << "unexpected argument '" << rest->front() << "'\n";
+    *exit_code = 2;
+    return false;
+  }
+  return true;
+}
+
+void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
+                 uint64_t* private_bytes) {
+  cache::sim::PolicyOptions& p = o.policy;
+  flags.AddBytes("ram-bytes", ram, "RAM budget of every policy (K, M, G, Ki, Mi, Gi)");
+  flags.AddBytes("disk-bytes", disk, "cairn's disk tier budget; 0: no disk tier");
+  flags.Add("slots", &p.slots, "execution slots");
+  flags.Add("vocab", &o.trace.vocab_size, "modulus of the pseudo-random token stream");
+  // Cost model.
+  flags.Add("prefill-ms-per-token", &p.cost.prefill_ms_per_token, "prefill cost at depth 0");
+  flags.Add("prefill-ms-per-token-per-1k", &p.cost.prefill_ms_per_token_per_1k,
+            "extra prefill cost per token per 1,000 tokens of depth");
+  flags.Add("pass-overhead-ms", &p.cost.pass_overhead_ms, "fixed cost of one prefill pass");
+  flags.Add("ram-restore-bytes-per-s", &p.cost.ram_restore_bytes_per_s, "RAM restore bandwidth");
+  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s,
+            "disk restore bandwidth");
+  flags.Add("capture-bytes-per-s", &p.cost.capture_bytes_per_s, "capture copy bandwidth");
+  flags.Add("bytes-per-row", &p.cost.bytes_per_row, "row bytes of one token");
+  flags.AddBytes("private-bytes", private_bytes, "private state of one checkpoint");
+  flags.Add("chunk-rows", &p.cost.chunk_rows, "rows per chunk");
+  // Planner and retention.
+  flags.Add("grid-step", &p.planner.grid_step, "grid points sit on multiples of this");
+  flags.Add("max-grid-points", &p.planner.max_grid_points, "grid points per request");
+  flags.Add("grid-snap-tokens", &p.planner.grid_snap_tokens, "grid point snaps to a pass end");
+  flags.Add("learned-min-tokens", &p.planner.learned_min_tokens,
+            "learned point must extend reuse this far");
+  flags.Add("learned-merge-tokens", &p.planner.learned_merge_tokens,
+            "learned point merges with a capture this close");
+  flags.Add("max-pass-tokens", &p.planner.max_pass_tokens, "longest prefill pass (all policies)");
+  flags.Add("grid-budget-share", &p.planner.grid_budget_share,
+            "share of the RAM budget one request's grid points may hold");
+  flags.Add("max-checkpoints", &p.retention.max_checkpoints, "RAM checkpoint cap");
+  flags.Add("cheap-ratio", &p.retention.cheap_ratio,
+            "cheap: private bytes above this multiple of restorable row bytes");
+  flags.Add("near-duplicate-tokens", &p.retention.near_duplicate_tokens,
+            "covered near-duplicate distance");
+  flags.Add("disk-spacing-tokens", &p.retention.disk_spacing_tokens,
+            "prompt checkpoints closer than this to one on disk are not written");
+  // Baselines.
+  flags.Add("llamacpp-ctx-checkpoints", &p.llamacpp_ctx_checkpoints, "checkpoints per slot");
+  flags.Add("llamacpp-min-step", &p.llamacpp_min_step, "checkpoint min step");
+  flags.Add("llamacpp-ubatch", &p.llamacpp_ubatch, "n_ubatch");
+  flags.Add("block-tokens", &p.block_tokens, "block size of the block-aligned policy");
+  flags.Add("marconi-recency-weight", &p.marconi_recency_weight,
+            "Marconi eviction: weight of recency against FLOPs per byte");
+}
+
+}  // namespace
+
+int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  SimOptions options;
+  std::string trace_path;
+  std::string policy = "all";
+  bool json = false;
+  bool per_request = false;
+  uint64_t ram = static_cast<uint64_t>(options.policy.ram_bytes);
+  uint64_t disk = static_cast<uint64_t>(options.policy.disk_bytes);
+  uint64_t private_bytes = static_cast<uint64_t>(options.policy.cost.private_bytes);
+  FlagSet flags("cairnctl simulate",
+                "replays a trace (JSONL, design.md §9) through a cache policy with a cost model");
+  flags.Add("trace", &trace_path, "trace file (required)");
+  flags.Add("policy", &policy,
+            "cairn | none | live-only | llamacpp | block-aligned | marconi | all");
+  flags.Add("json", &json, "one JSON object per request, then {\"totals\": ...}");
+  flags.Add("per-request", &per_request, "with --policy all: also print every request");
+  AddSimFlags(flags, options, &ram, &disk, &private_bytes);
+  int code = 0;
+  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (trace_path.empty()) {
+    err << "simulate: --trace FILE is required\n";
+    return 2;
+  }
+  options.policy.ram_bytes = static_cast<int64_t>(ram);
+  options.policy.disk_bytes = static_cast<int64_t>(disk);
+  options.policy.cost.private_bytes = static_cast<int64_t>(private_bytes);
+  if (options.policy.ram_bytes < 0 || options.policy.disk_bytes < 0 ||
+      options.policy.cost.private_bytes < 0) {
+    err << "simulate: byte sizes out of range\n";
+    return 2;
+  }
+
+  const std::vector<std::string>& known = cache::sim::PolicyNames();
+  if (policy != "all" && std::find(known.begin(), known.end(), policy) == known.end()) {
+    err << "simulate: unknown policy '" << policy << "'\n";
+    return 2;
+  }
+  absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace =
+      cache::sim::ReadTraceFile(trace_path, options.trace);
+  if (!trace.ok()) {
+    err << "simulate: " << trace.status().message() << "\n";
+    return 1;
+  }
+  std::vector<std::string> policies;
+  if (policy == "all") {
+    policies = cache::sim::PolicyNames();
+  } else {
+    policies = {policy};
+  }
+  std::vector<cache::sim::SimRequest> requests =
+      cache::sim::PrepareRequests(*trace, options.trace);
+  std::vector<cache::sim::Totals> totals;
+  const bool print_requests = policies.size() == 1 || per_request || json;
+  for (const std::string& name : policies) {
+    absl::StatusOr<cache::sim::SimResult> result =
+        cache::sim::Simulate(requests, name, options);
+    if (!result.ok()) {
+      err << "simulate: " << result.status().message() << "\n";
+      return absl::IsInvalidArgument(result.status()) ? 2 : 1;
+    }
+    if (print_requests) {
+      for (const cache::sim::RequestReport& r : result->requests) {
+        out << (json ? cache::sim::RequestJson(r, name) : cache::sim::FormatRequestLine(r))
+            << "\n";
+      }
+    }
+    if (json) {
+      out << cache::sim::TotalsJson(result->totals) << "\n";
+    } else if (policies.size() == 1) {
+      out << "\n" << cache::sim::FormatTotals(result->totals);
+    }
+    totals.push_back(result->totals);
+  }
+  if (!json && policies.size() > 1) {
+    if (per_request) out << "\n";
+    out << cache::sim::FormatComparison(totals);
+  }
+  return 0;
+}
+
+int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  AgentTraceOptions o;
+  std::string path;
+  int64_t seed = static_cast<int64_t>(o.seed);
+  FlagSet flags("cairnctl gen-trace", "writes a synthetic coding-agent trace (JSONL)");
+  flags.Add("out", &path, "output file; stdout when empty");
+  flags.Add("seed", &seed, "random seed");
+  flags.Add("conversations", &o.conversations, "top-level conversations");
+  flags.Add("turns", &o.turns_per_conversation, "turns per conversation");
+  flags.Add("system-prompt-tokens", &o.system_prompt_tokens, "shared system prompt + tools");
+  flags.Add("first-user-tokens", &o.first_user_tokens, "mean first user message");
+  flags.Add("append-tokens", &o.append_tokens_mean, "mean append per step");
+  flags.Add("answer-tokens", &o.answer_tokens_mean, "mean visible answer");
+  flags.Add("reasoning-fraction", &o.reasoning_fraction, "turns whose reasoning is dropped");
+  flags.Add("reasoning-tokens", &o.reasoning_tokens_mean, "mean reasoning length");
+  flags.Add("edit-probability", &o.edit_probability, "a turn edits a recent message");
+  flags.Add("subagent-probability", &o.subagent_probability, "a turn starts a subagent");
+  flags.Add("subagent-turns", &o.subagent_turns, "turns per subagent");
+  flags.Add("compaction-threshold-tokens", &o.compaction_threshold_tokens,
+            "histories longer than this are compacted");
+  flags.Add("step-seconds", &o.step_seconds_mean, "mean gap between steps");
+  flags.Add("idle-probability", &o.idle_probability, "a step is followed by a human pause");
+  flags.Add("idle-seconds", &o.idle_seconds_mean, "mean pause");
+  int code = 0;
+  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (seed < 0) {
+    err << "gen-trace: --seed must be non-negative\n";
+    return 2;
+  }
+  o.seed = static_cast<uint64_t>(seed);
+  absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace = cache::sim::GenerateAgentTrace(o);
+  if (!trace.ok()) {
+    err << "gen-trace: " << trace.status().message() << "\n";
+    return 2;
+  }
+  std::ofstream file;
+  if (!path.empty()) {
+    file.open(path, std::ios::binary | std::ios::trunc);
+    if (!file) {
+      err << "gen-trace: cannot write " << path << "\n";
+      return 1;
+    }
+  }
+  std::ostream& sink = path.empty() ? out : file;
+  for (const cache::sim::TraceRequest& r : *trace) sink << cache::sim::FormatTraceLine(r) << "\n";
+  sink.flush();
+  if (!sink) {
+    err << "gen-trace: write failed\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cairn::cairnctl
