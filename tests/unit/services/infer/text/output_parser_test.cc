@@ -1,0 +1,144 @@
+#include "services/infer/text/output_parser.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace cairn::infer::text {
+namespace {
+
+OutputParserOptions Thinking() {
+  OutputParserOptions o;
+  o.starts_in_reasoning = true;
+  return o;
+}
+
+TEST(OutputParserTest, SplitsReasoningFromTheAnswer) {
+  ParsedOutput out = ParseOutput("Let me think.\nStep 2.\n</think>\n\nThe answer is 4.", Thinking());
+
+  EXPECT_EQ(out.reasoning_content, "Let me think.\nStep 2.");
+  EXPECT_EQ(out.content, "The answer is 4.");
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_TRUE(out.warnings.empty());
+}
+
+TEST(OutputParserTest, ReasoningOpenedByTheModel) {
+  ParsedOutput out = ParseOutput("<think>\nhmm\n</think>\n\nHi", OutputParserOptions{});
+
+  EXPECT_EQ(out.reasoning_content, "hmm");
+  EXPECT_EQ(out.content, "Hi");
+}
+
+TEST(OutputParserTest, UnclosedReasoningStaysReasoning) {
+  ParsedOutput out = ParseOutput("still thinking", Thinking());
+
+  EXPECT_EQ(out.reasoning_content, "still thinking");
+  EXPECT_EQ(out.content, "");
+}
+
+TEST(OutputParserTest, JsonToolCalls) {
+  ParsedOutput out = ParseOutput(
+      "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"days\": 2}}\n</tool_call>\n<tool_call>\n{\"name\": \"run\", \"arguments\": "
+      "\"{\\\"cmd\\\":\\\"ls\\\"}\"}\n</tool_call>",
+      OutputParserOptions{});
+
+  EXPECT_EQ(out.content, "Checking.");
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[0].id, "call_0");
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\": \"Paris\", \"days\": 2}");
+  EXPECT_EQ(out.tool_calls[1].id, "call_1");
+  EXPECT_EQ(out.tool_calls[1].arguments, "{\"cmd\": \"ls\"}");
+  EXPECT_TRUE(out.warnings.empty());
+}
+
+TEST(OutputParserTest, XmlToolCallsUseTheSchemaTypes) {
+  OutputParserOptions o;
+  o.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "opts": {"type": "object"}}}}}])");
+
+  ParsedOutput out = ParseOutput(
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\n12\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n"
+      "</function>\n</tool_call>",
+      o);
+
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\": \"12\", \"days\": 3, \"opts\": {\"a\": [1, 2]}}");
+  EXPECT_EQ(out.content, "");
+}
+
+TEST(OutputParserTest, MalformedToolCallIsContentWithAWarning) {
+  const std::string bad = "<tool_call>\n{\"name\": \"f\", \"arguments\": {oops}\n</tool_call>";
+
+  ParsedOutput out = ParseOutput("Try: " + bad, OutputParserOptions{});
+
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_EQ(out.content, "Try: " + bad);
+  ASSERT_EQ(out.warnings.size(), 1u);
+}
+
+TEST(OutputParserTest, UnterminatedToolCallIsContentWithAWarning) {
+  ParsedOutput out = ParseOutput("<tool_call>\n{\"name\": \"f\"", OutputParserOptions{});
+
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_EQ(out.content, "<tool_call>\n{\"name\": \"f\"");
+  EXPECT_EQ(out.warnings.size(), 1u);
+}
+
+TEST(OutputParserTest, TextThatOnlyLooksLikeATagIsKept) {
+  ParsedOutput out = ParseOutput("a < b and <tool", OutputParserOptions{});
+
+  EXPECT_EQ(out.content, "a < b and <tool");
+}
+
+TEST(OutputParserTest, DisabledParsingKeepsTagsAsText) {
+  OutputParserOptions o;
+  o.parse_reasoning = false;
+  o.parse_tool_calls = false;
+  const std::string text = "<think>x</think><tool_call>{}</tool_call>";
+
+  EXPECT_EQ(ParseOutput(text, o).content, text);
+}
+
+// Streaming in any split gives the same result as parsing the whole text.
+TEST(OutputParserTest, StreamingEqualsWholeTextForEverySplit) {
+  const std::vector<std::pair<std::string, bool>> texts = {
+      {"plan\n\n</think>\n\nHere.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n"
+       "</tool_call>\n<tool_call>\n<function=b>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+       "</tool_call>",
+       true},
+      {"<think>r</think>answer with < and </ and <too\n", false},
+      {"x<tool_call>{bad}</tool_call> y <tool_call>{\"name\":\"z\"}", false},
+  };
+  for (const auto& [text, thinking] : texts) {
+    OutputParserOptions o;
+    o.starts_in_reasoning = thinking;
+    const ParsedOutput whole = ParseOutput(text, o);
+    for (size_t chunk = 1; chunk <= 7; ++chunk) {
+      OutputParser parser(o);
+      ParsedOutput streamed;
+      for (size_t i = 0; i < text.size(); i += chunk) {
+        streamed.Append(parser.Push(std::string_view(text).substr(i, chunk)));
+      }
+      streamed.Append(parser.Finish());
+
+      EXPECT_EQ(streamed.reasoning_content, whole.reasoning_content) << text << " / " << chunk;
+      EXPECT_EQ(streamed.content, whole.content) << text << " / " << chunk;
+      ASSERT_EQ(streamed.tool_calls.size(), whole.tool_calls.size()) << text;
+      for (size_t k = 0; k < whole.tool_calls.size(); ++k) {
+        EXPECT_EQ(streamed.tool_calls[k].name, whole.tool_calls[k].name);
+        EXPECT_EQ(streamed.tool_calls[k].arguments, whole.tool_calls[k].arguments);
+      }
+      EXPECT_EQ(streamed.warnings.size(), whole.warnings.size());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cairn::infer::text
