@@ -1,0 +1,362 @@
+// Unit tests of the cache core's parts: ledger, prefix index, planner, retention, event log,
+// layout and the cache's error paths.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/cache/core/capture_planner.h"
+#include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/core/event_log.h"
+#include "services/cache/core/ledger.h"
+#include "services/cache/core/model_layout.h"
+#include "services/cache/core/radix_prefix_index.h"
+#include "services/cache/core/retention.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/cache/core/cache_test_util.h"
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::cache::testing::Concat;
+using ::cairn::cache::testing::MakeCache;
+using ::cairn::cache::testing::SimpleLayout;
+using ::cairn::cache::testing::TestIds;
+using ::cairn::cache::testing::Tokens;
+using ::cairn::testing::StatusIs;
+
+TEST(ByteLedgerTest, ReserveCommitRollbackAndRelease) {
+  ByteLedger ledger(100);
+
+  absl::StatusOr<ByteLedger::ReservationId> a = ledger.Reserve(60);
+  absl::StatusOr<ByteLedger::ReservationId> b = ledger.Reserve(50);
+  absl::StatusOr<ByteLedger::ReservationId> c = ledger.Reserve(40);
+
+  ASSERT_TRUE(a.ok() && c.ok());
+  EXPECT_THAT(b.status(), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(ledger.free(), 0);
+  CAIRN_ASSERT_OK(ledger.Commit(*a));
+  CAIRN_ASSERT_OK(ledger.Rollback(*c));
+  EXPECT_EQ(ledger.used(), 60);
+  EXPECT_EQ(ledger.reserved(), 0);
+  EXPECT_EQ(ledger.peak(), 100);
+  EXPECT_THAT(ledger.Commit(*c), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ledger.Release(61), StatusIs(absl::StatusCode::kFailedPrecondition));
+  CAIRN_EXPECT_OK(ledger.Release(60));
+  EXPECT_THAT(ledger.Reserve(-1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ByteLedgerTest, BudgetNeverDropsBelowWhatIsHeld) {
+  ByteLedger ledger(100);
+  ASSERT_TRUE(ledger.Reserve(70).ok());
+
+  EXPECT_THAT(ledger.SetBudget(69), StatusIs(absl::StatusCode::kFailedPrecondition));
+  CAIRN_EXPECT_OK(ledger.SetBudget(70));
+  EXPECT_EQ(ledger.free(), 0);
+}
+
+TEST(RadixPrefixIndexTest, LookupCollectsEveryEntryOnThePathAndTheSharedPrefix) {
+  RadixPrefixIndex index;
+  index.Insert(Tokens(4, 0), {IndexEntry::Kind::kCheckpoint, 1});
+  index.Insert(Tokens(8, 0), {IndexEntry::Kind::kCheckpoint, 2});
+  index.Insert(Concat(Tokens(6, 0), Tokens(3, 100)), {IndexEntry::Kind::kLive, 3});
+
+  RadixPrefixIndex::Walk walk = index.Lookup(Concat(Tokens(7, 0), Tokens(2, 50)));
+
+  ASSERT_EQ(walk.hits.size(), 1u);
+  EXPECT_EQ(walk.hits[0].entry.id, 1u);
+  EXPECT_EQ(walk.hits[0].depth, 4);
+  EXPECT_EQ(walk.shared_prefix, 7);
+  EXPECT_EQ(index.token_count(), 11);
+  EXPECT_EQ(index.Lookup(Tokens(10, 0)).hits.size(), 2u);
+}
+
+TEST(RadixPrefixIndexTest, HandlesSurviveSplitsAndRemovalsRecompress) {
+  RadixPrefixIndex index;
+  RadixPrefixIndex::Handle deep = index.Insert(Tokens(10, 0), {IndexEntry::Kind::kCheckpoint, 1});
+  RadixPrefixIndex::Handle mid = index.Insert(Tokens(5, 0), {IndexEntry::Kind::kCheckpoint, 2});
+  RadixPrefixIndex::Handle side =
+      index.Insert(Concat(Tokens(5, 0), Tokens(5, 100)), {IndexEntry::Kind::kCheckpoint, 3});
+
+  EXPECT_EQ(index.TokensAt(deep), Tokens(10, 0));
+  EXPECT_TRUE(RadixPrefixIndex::IsBranchPoint(mid));
+  EXPECT_TRUE(RadixPrefixIndex::IsLeaf(side));
+  index.Remove(mid, {IndexEntry::Kind::kCheckpoint, 2});
+  index.Remove(side, {IndexEntry::Kind::kCheckpoint, 3});
+
+  EXPECT_EQ(index.TokensAt(deep), Tokens(10, 0));
+  EXPECT_EQ(index.node_count(), 2u);  // Root and one compressed leaf.
+  EXPECT_EQ(index.token_count(), 10);
+  index.Remove(deep, {IndexEntry::Kind::kCheckpoint, 1});
+  EXPECT_TRUE(index.empty());
+  EXPECT_EQ(index.token_count(), 0);
+}
+
+TEST(RadixPrefixIndexTest, NearAncestorsStopAtTheDistance) {
+  RadixPrefixIndex index;
+  index.Insert(Tokens(100, 0), {IndexEntry::Kind::kCheckpoint, 1});
+  index.Insert(Tokens(200, 0), {IndexEntry::Kind::kCheckpoint, 2});
+  RadixPrefixIndex::Handle leaf = index.Insert(Tokens(250, 0), {IndexEntry::Kind::kCheckpoint, 3});
+
+  EXPECT_EQ(RadixPrefixIndex::NearAncestors(leaf, 50).size(), 1u);
+  EXPECT_EQ(RadixPrefixIndex::NearAncestors(leaf, 149).size(), 1u);
+  EXPECT_EQ(RadixPrefixIndex::NearAncestors(leaf, 150).size(), 2u);
+}
+
+TEST(CapturePlannerTest, GridPointSnapsToAPassEndWithin128) {
+  CapturePlanner planner;
+  PlanInput in;
+  in.prompt_tokens = 10000;
+  in.restore_depth = 100;
+  in.restored_live = true;
+
+  absl::StatusOr<CapturePlan> plan = planner.Plan(in);
+
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<PlannedCapture> expected = {{100, CaptureKind::kReused},
+                                          {2148, CaptureKind::kGrid},
+                                          {4196, CaptureKind::kGrid},
+                                          {6244, CaptureKind::kGrid},
+                                          {8292, CaptureKind::kGrid},
+                                          {10000, CaptureKind::kEnd}};
+  EXPECT_EQ(plan->captures, expected);
+}
+
+TEST(CapturePlannerTest, SmallBudgetGivesFewerGridPoints) {
+  CapturePlanner planner;
+  PlanInput in;
+  in.prompt_tokens = 8192;
+  in.private_bytes = 1000;
+
+  in.ram_budget_bytes = 1000000;
+  absl::StatusOr<CapturePlan> roomy = planner.Plan(in);
+  in.ram_budget_bytes = 16000;  // One eighth holds two private states.
+  absl::StatusOr<CapturePlan> tight = planner.Plan(in);
+  in.ram_budget_bytes = 7999;
+  absl::StatusOr<CapturePlan> none = planner.Plan(in);
+
+  ASSERT_TRUE(roomy.ok() && tight.ok() && none.ok());
+  EXPECT_EQ(roomy->grid_points, 4);
+  EXPECT_EQ(tight->grid_points, 2);
+  EXPECT_EQ(tight->captures, (std::vector<PlannedCapture>{{4096, CaptureKind::kGrid},
+                                                          {8192, CaptureKind::kEnd}}));
+  EXPECT_EQ(none->grid_points, 0);
+  EXPECT_EQ(none->captures.size(), 1u);
+}
+
+TEST(CapturePlannerTest, LearnedPointNeeds512TokensAndMergesWithin64) {
+  CapturePlanner planner;
+  PlanInput in;
+  in.prompt_tokens = 9000;
+  in.restore_depth = 4096;
+  in.existing = {4096};
+
+  in.shared_prefix = 4096 + 511;
+  absl::StatusOr<CapturePlan> short_reuse = planner.Plan(in);
+  in.shared_prefix = 6000;
+  in.stable_boundary = 6050;
+  absl::StatusOr<CapturePlan> merged = planner.Plan(in);
+  in.stable_boundary = -1;
+  in.shared_prefix = 6100;  // Within 64 of the grid point 6144: the grid point yields.
+  absl::StatusOr<CapturePlan> absorbs_grid = planner.Plan(in);
+
+  ASSERT_TRUE(short_reuse.ok() && merged.ok() && absorbs_grid.ok());
+  for (const PlannedCapture& c : short_reuse->captures) EXPECT_NE(c.kind, CaptureKind::kLearned);
+  for (const PlannedCapture& c : merged->captures) EXPECT_NE(c.kind, CaptureKind::kLearned);
+  EXPECT_EQ(absorbs_grid->captures,
+            (std::vector<PlannedCapture>{{6100, CaptureKind::kLearned},
+                                         {8148, CaptureKind::kGrid},  // 8,192 snapped.
+                                         {9000, CaptureKind::kEnd}}));
+}
+
+TEST(CapturePlannerTest, RejectsInconsistentInput) {
+  CapturePlanner planner;
+  PlanInput in;
+  in.prompt_tokens = 10;
+  in.restore_depth = 11;
+
+  EXPECT_THAT(planner.Plan(in).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  PlannerOptions bad;
+  bad.max_pass_tokens = 0;
+  EXPECT_THAT(CapturePlanner(bad).Plan({}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(RetentionPolicyTest, ClassifiesByTheSeedsRanks) {
+  RetentionPolicy policy;
+  RankInput retry{CaptureKind::kEnd, 1005, 1000, 10, 100, false};
+  RankInput cheap{CaptureKind::kGrid, 10, -1, 8001, 100, false};
+  RankInput idle{CaptureKind::kGrid, 1000, -1, 10, 100, true};
+  RankInput reused{CaptureKind::kStable, 1000, 1000, 10, 100, false};
+
+  EXPECT_EQ(policy.Classify(retry), EvictionRank::kRetryCopy);
+  EXPECT_EQ(policy.Classify(cheap), EvictionRank::kCheap);
+  EXPECT_EQ(policy.Classify(idle), EvictionRank::kIdle);
+  EXPECT_EQ(policy.Classify(reused), EvictionRank::kReused);
+  cheap.private_bytes = 8000;  // Exactly 8x is not "more than".
+  EXPECT_EQ(policy.Classify(cheap), EvictionRank::kReused);
+}
+
+TEST(RetentionPolicyTest, CoveredFirstBranchPointsLastPinnedNever) {
+  RetentionPolicy policy;
+  absl::Time t0 = absl::UnixEpoch();
+  std::vector<RetentionItem> items = {
+      {1, EvictionRank::kIdle, false, true, t0, false},             // Branch point.
+      {2, EvictionRank::kIdle, false, false, t0 + absl::Seconds(5), false},
+      {3, EvictionRank::kIdle, true, false, t0 + absl::Seconds(9), false},  // Covered.
+      {4, EvictionRank::kIdle, false, false, t0 + absl::Seconds(1), false},
+      {5, EvictionRank::kCheap, false, true, t0 + absl::Seconds(9), false},
+      {6, EvictionRank::kRetryCopy, false, false, t0, true},        // Pinned.
+      {7, EvictionRank::kReused, true, false, t0, false},
+  };
+
+  std::vector<CheckpointId> order = policy.EvictionOrder(items);
+
+  EXPECT_EQ(order, (std::vector<CheckpointId>{5, 3, 4, 2, 1, 7}));
+}
+
+TEST(EventLogTest, RingKeepsTheLatestAndSinksSeeEverything) {
+  EventLog log(2);
+  VectorEventSink sink;
+  log.AddSink(&sink);
+
+  for (int i = 0; i < 3; ++i) log.Log(Event{});
+
+  ASSERT_EQ(log.recent().size(), 2u);
+  EXPECT_EQ(log.recent().front().seq, 2u);
+  EXPECT_EQ(sink.events().size(), 3u);
+  EXPECT_EQ(log.logged(), 3u);
+}
+
+TEST(EventLogTest, ReplayRejectsGapsAndUnknownCheckpoints) {
+  Event evict;
+  evict.seq = 1;
+  evict.type = EventType::kEvict;
+  evict.checkpoint = 9;
+  Event admit;
+  admit.seq = 2;
+
+  EXPECT_THAT(ReplayEvents({evict}).status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(ReplayEvents({admit}).status(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+TEST(ModelLayoutTest, ValidatesComponents) {
+  EXPECT_TRUE(SimpleLayout(27460, 133000000).Validate().ok());
+  ModelLayout no_chunks = SimpleLayout(1, 1, 0);
+  ModelLayout dup = SimpleLayout(1, 1);
+  dup.components.push_back(dup.components.front());
+  ModelLayout wrong_kind = SimpleLayout(1, 1);
+  wrong_kind.components[0].private_bytes = 5;
+  ModelLayout negative = SimpleLayout(-1, 1);
+
+  EXPECT_THAT(no_chunks.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(dup.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(wrong_kind.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(negative.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ModelLayout{}.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CheckpointCacheTest, ErrorsAreStatusesNotCrashes) {
+  auto t = MakeCache({}, SimpleLayout(10, 100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  std::vector<TokenId> tokens = Tokens(10, 0);
+
+  EXPECT_THAT(cache.Lookup({{"other-model", ""}, tokens, -1, 1}).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.RegisterLayout(TestIds().compatibility, SimpleLayout(11, 100)),
+              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(cache.BeginCapture({1, 0}, CaptureKind::kEnd, "A", -1).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.Restore(42, {1, 0}, TestIds(), "A").status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.CommitCapture(42).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.Evict(42, "x"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.BeginPersist(42).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(CheckpointCache::Create({}, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(CheckpointCacheTest, AbortRollsTheCaptureBack) {
+  auto t = MakeCache({}, SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(cache.StartCold(slot, TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(10, 0)).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  // Private state, two full chunks of 4 rows (borrowed, charged now) and a 2-row tail.
+  EXPECT_EQ(cache.ram_ledger().used() + cache.ram_ledger().reserved(), 100 + 2 * 4 * 10 + 2 * 10);
+
+  CAIRN_ASSERT_OK(cache.AbortCapture(ticket->id, "copy failed"));
+
+  EXPECT_EQ(cache.ram_ledger().used() + cache.ram_ledger().reserved(), 0);
+  EXPECT_TRUE(cache.Checkpoints().empty());
+  EXPECT_EQ(cache.events().recent().back().type, EventType::kReject);
+}
+
+TEST(CheckpointCacheTest, CaptureLargerThanTheBudgetIsRejectedWithAnEvent) {
+  CacheOptions options;
+  options.ram_bytes = 150;
+  auto t = MakeCache(options, SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(cache.StartCold(slot, TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(10, 0)).ok());
+
+  EXPECT_THAT(cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(cache.events().recent().back().type, EventType::kReject);
+  EXPECT_EQ(cache.ram_ledger().used(), 0);
+}
+
+TEST(CheckpointCacheTest, InputIdentityMustMatch) {
+  auto t = MakeCache({}, SimpleLayout(10, 100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  std::vector<TokenId> tokens = Tokens(600, 0);
+  ASSERT_TRUE(cache.StartCold(slot, TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot, tokens).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1);
+  ASSERT_TRUE(ticket.ok());
+  CheckpointId id = *cache.CommitCapture(ticket->id);
+  Identities with_image{TestIds().compatibility, "image:abc"};
+
+  absl::StatusOr<LookupResult> found =
+      cache.Lookup({with_image, Concat(tokens, Tokens(5, 9000)), -1, 1});
+
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->best.tier, Tier::kNone);
+  EXPECT_THAT(cache.Restore(id, {1, 1}, with_image, "B").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(CheckpointCacheTest, DroppedSlotQuarantinesCheckpointsWithUnspilledRows) {
+  auto t = MakeCache({}, SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(cache.StartCold(slot, TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(8, 0)).ok());
+  absl::StatusOr<CaptureTicket> first = cache.BeginCapture(slot, CaptureKind::kGrid, "A", -1);
+  ASSERT_TRUE(first.ok());
+  CheckpointId spilled = *cache.CommitCapture(first->id);
+  ASSERT_EQ(cache.SpillIdle(slot, 10).size(), 2u);
+  ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(4, 100)).ok());
+  absl::StatusOr<CaptureTicket> second = cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1);
+  ASSERT_TRUE(second.ok());
+  CheckpointId borrowed = *cache.CommitCapture(second->id);
+
+  cache.DropSlot(slot);
+
+  EXPECT_TRUE(cache.GetCheckpoint(spilled).ok());
+  EXPECT_THAT(cache.GetCheckpoint(borrowed).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(cache.events().recent().back().type, EventType::kQuarantine);
+}
+
+}  // namespace
+}  // namespace cairn::cache
