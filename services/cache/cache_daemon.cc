@@ -1,0 +1,1170 @@
+#include "services/cache/cache_daemon.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum/checksum.h"
+#include "common/log/log.h"
+#include "common/status/status_macros.h"
+
+namespace cairn::cache {
+namespace {
+
+v1::Tier ToProtoTier(Tier tier) {
+  switch (tier) {
+    case Tier::kLive:
+      return v1::TIER_LIVE;
+    case Tier::kRam:
+      return v1::TIER_RAM;
+    case Tier::kDisk:
+      return v1::TIER_DISK;
+    case Tier::kNone:
+      break;
+  }
+  return v1::TIER_UNSPECIFIED;
+}
+
+v1::CaptureKind ToProtoKind(CaptureKind kind) {
+  switch (kind) {
+    case CaptureKind::kEnd:
+      return v1::CAPTURE_KIND_END;
+    case CaptureKind::kReused:
+      return v1::CAPTURE_KIND_REUSED;
+    case CaptureKind::kStable:
+      return v1::CAPTURE_KIND_STABLE;
+    case CaptureKind::kLearned:
+      return v1::CAPTURE_KIND_LEARNED;
+    case CaptureKind::kGrid:
+      return v1::CAPTURE_KIND_GRID;
+  }
+  return v1::CAPTURE_KIND_UNSPECIFIED;
+}
+
+absl::StatusOr<CaptureKind> FromProtoKind(v1::CaptureKind kind) {
+  switch (kind) {
+    case v1::CAPTURE_KIND_END:
+      return CaptureKind::kEnd;
+    case v1::CAPTURE_KIND_REUSED:
+      return CaptureKind::kReused;
+    case v1::CAPTURE_KIND_STABLE:
+      return CaptureKind::kStable;
+    case v1::CAPTURE_KIND_LEARNED:
+      return CaptureKind::kLearned;
+    case v1::CAPTURE_KIND_GRID:
+      return CaptureKind::kGrid;
+    default:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown capture kind ", kind));
+}
+
+v1::EventKind ToProtoEventKind(EventType type) {
+  switch (type) {
+    case EventType::kAdmit:
+      return v1::EVENT_KIND_ADMIT;
+    case EventType::kReject:
+      return v1::EVENT_KIND_REJECT;
+    case EventType::kEvict:
+    case EventType::kDiskEvict:
+      return v1::EVENT_KIND_EVICT;
+    case EventType::kSpill:
+      return v1::EVENT_KIND_SPILL;
+    case EventType::kPersist:
+      return v1::EVENT_KIND_PERSIST;
+    case EventType::kRestore:
+      return v1::EVENT_KIND_RESTORE;
+    case EventType::kQuarantine:
+      return v1::EVENT_KIND_QUARANTINE;
+  }
+  return v1::EVENT_KIND_UNSPECIFIED;
+}
+
+// The input identity as one comparable string: "position:digest;" per media item.
+std::string InputDigest(const v1::InputIdentity& input) {
+  std::string out;
+  for (const auto& m : input.media()) absl::StrAppend(&out, m.position(), ":", m.digest(), ";");
+  return out;
+}
+
+absl::StatusOr<std::vector<TokenId>> ToTokens(
+    const google::protobuf::RepeatedField<uint32_t>& ids) {
+  std::vector<TokenId> out;
+  out.reserve(ids.size());
+  for (uint32_t id : ids) {
+    if (id > static_cast<uint32_t>(std::numeric_limits<TokenId>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " out of range"));
+    }
+    out.push_back(static_cast<TokenId>(id));
+  }
+  return out;
+}
+
+void FillHandle(const ArenaHandle& h, v1::ArenaHandle* out) {
+  out->set_incarnation(h.incarnation);
+  out->set_offset(h.offset);
+  out->set_length(h.length);
+}
+
+absl::StatusOr<int32_t> SlotIndex(uint32_t slot) {
+  if (slot > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " out of range"));
+  }
+  return static_cast<int32_t>(slot);
+}
+
+constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
+
+}  // namespace
+
+// Receives core events (under the daemon's lock, since every core call is made with it held),
+// keeps the StreamEvents history and notes when regions may need freeing.
+class CacheDaemon::Sink final : public EventSink {
+ public:
+  explicit Sink(CacheDaemon* daemon) : daemon_(daemon) {}
+
+  void Append(const Event& e) override {
+    daemon_->mu_.AssertHeld();
+    v1::Event out;
+    out.set_seq(e.seq);
+    out.set_unix_ms(absl::ToUnixMillis(e.time));
+    out.set_kind(ToProtoEventKind(e.type));
+    out.set_checkpoint_id(e.checkpoint);
+    out.set_depth(static_cast<uint64_t>(std::max<int64_t>(0, e.depth)));
+    out.set_tier(ToProtoTier(e.tier));
+    out.set_reason(e.type == EventType::kDiskEvict ? absl::StrCat("disk: ", e.reason) : e.reason);
+    out.set_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e.bytes)));
+    out.set_detail(FormatEvent(e));
+    out.set_conversation(e.conversation);
+    daemon_->history_.push_back(std::move(out));
+    while (daemon_->history_.size() > daemon_->options_.event_history) {
+      daemon_->history_.pop_front();
+    }
+    for (auto& [token, wake] : daemon_->event_waiters_) {
+      daemon_->due_wakes_.push_back(std::move(wake));
+    }
+    daemon_->event_waiters_.clear();
+    if (e.type == EventType::kEvict || e.type == EventType::kQuarantine ||
+        e.type == EventType::kReject) {
+      dirty_ = true;
+    }
+  }
+
+  // Returns whether regions may need freeing since the last call, and clears the flag.
+  bool TakeDirty() {
+    bool d = dirty_;
+    dirty_ = false;
+    return d;
+  }
+
+ private:
+  CacheDaemon* const daemon_;
+  bool dirty_ = false;
+};
+
+class ABSL_SCOPED_LOCKABLE CacheDaemon::Lock {
+ public:
+  explicit Lock(const CacheDaemon* d) ABSL_EXCLUSIVE_LOCK_FUNCTION(d->mu_)
+      : d_(const_cast<CacheDaemon*>(d)) {
+    d_->mu_.Lock();
+  }
+  ~Lock() ABSL_UNLOCK_FUNCTION() {
+    std::vector<std::function<void()>> wakes = std::move(d_->due_wakes_);
+    d_->due_wakes_.clear();
+    d_->mu_.Unlock();
+    for (auto& w : wakes) w();
+  }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+
+ private:
+  CacheDaemon* const d_;
+};
+
+absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(
+    const CacheDaemonOptions& options, const Clock* clock) {
+  if (options.cache.ram_bytes <= 0) {
+    return absl::InvalidArgumentError("cache RAM budget must be positive");
+  }
+  if (options.session_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError("session timeout must exceed the heartbeat interval");
+  }
+  if (options.default_lease <= absl::ZeroDuration() || options.max_lease < options.default_lease) {
+    return absl::InvalidArgumentError("lease durations must be positive, max >= default");
+  }
+  std::unique_ptr<CacheDaemon> d(new CacheDaemon(options, clock));
+  ArenaOptions arena_options = options.arena;
+  if (arena_options.size_bytes == 0) {
+    double slack = std::max(0.0, options.arena_slack_fraction);
+    arena_options.size_bytes = static_cast<uint64_t>(
+        std::ceil(static_cast<double>(options.cache.ram_bytes) * (1.0 + slack)));
+  }
+  ASSIGN_OR_RETURN(d->arena_, Arena::Create(arena_options));
+  if (!options.fd_server.socket_path.empty()) {
+    ASSIGN_OR_RETURN(d->fd_server_,
+                     ArenaFdServer::Create(options.fd_server, d->arena_->fd(),
+                                           d->arena_->incarnation(), d->arena_->size()));
+  }
+  Lock lock(d.get());
+  ASSIGN_OR_RETURN(d->core_, CheckpointCache::Create(options.cache, clock));
+  d->core_->events().AddSink(d->sink_.get());
+  return d;
+}
+
+CacheDaemon::CacheDaemon(const CacheDaemonOptions& options, const Clock* clock)
+    : options_(options),
+      clock_(clock),
+      incarnation_(NewIncarnation()),
+      started_(clock->MonotonicNow()),
+      sink_(std::make_unique<Sink>(this)) {}
+
+CacheDaemon::~CacheDaemon() {
+  // The fd server's thread stops first so nobody receives a descriptor of a dying arena.
+  fd_server_.reset();
+}
+
+uint64_t CacheDaemon::UnixMs(absl::Duration monotonic_deadline) const {
+  absl::Time wall = clock_->Now() + (monotonic_deadline - Now());
+  return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(wall)));
+}
+
+absl::StatusOr<CacheDaemon::Session*> CacheDaemon::FindSessionLocked(uint64_t id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("session ", id, " is not open"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t id) const {
+  auto it = models_.find(id);
+  if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model ", id, " unknown"));
+  return &it->second;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sessions.
+
+absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, SessionSink* sink) {
+  if (sink == nullptr) return absl::InvalidArgumentError("session needs a sink");
+  if (hello.instance_name().size() > 256) {
+    return absl::InvalidArgumentError("instance name longer than 256 bytes");
+  }
+  Lock lock(this);
+  Session s;
+  s.id = next_id_++;
+  s.name = hello.instance_name();
+  s.sink = sink;
+  s.last_seen = Now();
+  v1::Welcome w;
+  w.set_session_id(s.id);
+  w.set_cache_incarnation(incarnation_);
+  v1::ArenaInfo* arena = w.mutable_arena();
+  arena->set_incarnation(arena_->incarnation());
+  arena->set_size_bytes(arena_->size());
+  arena->set_fd_socket_path(options_.fd_server.socket_path);
+  arena->set_pin_step_bytes(options_.arena.pin_step_bytes);
+  arena->set_alignment(arena_->alignment());
+  w.set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  w.set_session_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.session_timeout)));
+  CAIRN_LOG(INFO) << "session " << s.id << " opened by \"" << s.name << "\" pid " << hello.pid();
+  sessions_.emplace(s.id, std::move(s));
+  return w;
+}
+
+absl::Status CacheDaemon::Touch(uint64_t session_id) {
+  Lock lock(this);
+  ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
+  s->last_seen = Now();
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
+                                           const v1::SessionClientMessage& message) {
+  switch (message.body_case()) {
+    case v1::SessionClientMessage::kHeartbeat:
+      return Touch(session_id);
+    case v1::SessionClientMessage::kSpillDone: {
+      v1::CompleteSpillRequest req;
+      req.set_session_id(session_id);
+      *req.mutable_done() = message.spill_done();
+      v1::CompleteSpillResponse resp;
+      return CompleteSpill(req, &resp);
+    }
+    case v1::SessionClientMessage::kSlotIdle: {
+      v1::SessionServerMessage out;
+      {
+        Lock lock(this);
+        ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
+        s->last_seen = Now();
+        ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_idle().slot()));
+        if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
+        std::vector<ChunkCopy> copies =
+            core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
+        if (copies.empty()) return absl::OkStatus();
+        // Any registered model's layout sizes the chunk; regions were sized at admission.
+        const Model* model = nullptr;
+        for (const auto& [id, m] : models_) {
+          model = &m;
+          break;
+        }
+        if (model == nullptr) return absl::FailedPreconditionError("no model registered");
+        ASSIGN_OR_RETURN(*out.mutable_spill_request(),
+                         MakeSpillLocked(message.slot_idle().slot(), copies, *model, false));
+        s->sink->Send(std::move(out));
+      }
+      return absl::OkStatus();
+    }
+    case v1::SessionClientMessage::kHello:
+      return absl::FailedPreconditionError("hello sent twice on one session");
+    case v1::SessionClientMessage::BODY_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError("empty session message");
+}
+
+void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
+  Lock lock(this);
+  CloseSessionLocked(session_id, reason);
+}
+
+void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& reason) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;
+  CAIRN_LOG(INFO) << "session " << session_id << " (" << it->second.name
+                  << ") closed: " << reason;
+  std::vector<uint64_t> leases;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.session == session_id) leases.push_back(id);
+  }
+  for (uint64_t id : leases) ReleaseLeaseLocked(id);
+  std::vector<uint64_t> reservations;
+  for (const auto& [id, r] : reservations_) {
+    if (r.session == session_id) reservations.push_back(id);
+  }
+  for (uint64_t id : reservations) ReleaseReservationLocked(id, "session ended: " + reason);
+  // SM13: checkpoints still borrowing rows from the dead daemon's slots are dropped (the core
+  // logs them); everything whose bytes are in the arena stays.
+  for (int32_t slot : it->second.slots) core_->DropSlot(SlotKey{session_id, slot});
+  sessions_.erase(it);
+  ReconcileLocked();
+}
+
+void CacheDaemon::Tick() {
+  {
+    Lock lock(this);
+    const absl::Duration now = Now();
+    std::vector<uint64_t> expired_leases;
+    for (const auto& [id, lease] : leases_) {
+      if (lease.expires <= now) expired_leases.push_back(id);
+    }
+    for (uint64_t id : expired_leases) {
+      CAIRN_LOG(WARNING) << "restore lease " << id << " expired";
+      ReleaseLeaseLocked(id);
+    }
+    std::vector<uint64_t> expired_reservations;
+    for (const auto& [id, r] : reservations_) {
+      if (r.expires <= now) expired_reservations.push_back(id);
+    }
+    for (uint64_t id : expired_reservations) ReleaseReservationLocked(id, "reservation expired");
+    std::vector<uint64_t> silent;
+    for (const auto& [id, s] : sessions_) {
+      if (now - s.last_seen > options_.session_timeout) silent.push_back(id);
+    }
+    for (uint64_t id : silent) {
+      sessions_[id].sink->Close(absl::UnavailableError("session timed out without heartbeats"));
+      CloseSessionLocked(id, "no heartbeat within the session timeout");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Registration and lookup.
+
+absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
+                                        v1::RegisterModelResponse* resp) {
+  const std::string& digest = req.identity().digest();
+  if (digest.empty() || digest.size() > 256) {
+    return absl::InvalidArgumentError("compatibility digest must be 1..256 bytes");
+  }
+  ModelLayout layout;
+  if (req.layout().chunk_rows() != 0) layout.chunk_rows = req.layout().chunk_rows();
+  if (req.layout().components_size() == 0 || req.layout().components_size() > 4096) {
+    return absl::InvalidArgumentError("layout must have 1..4096 components");
+  }
+  for (int i = 0; i < req.layout().components_size(); ++i) {
+    const v1::StateComponent& c = req.layout().components(i);
+    if (c.id() != static_cast<uint32_t>(i)) {
+      return absl::InvalidArgumentError(absl::StrCat("component ", i, " has id ", c.id(),
+                                                     "; ids must be 0..n-1 in order"));
+    }
+    constexpr uint64_t kMaxComponentBytes = uint64_t{1} << 40;
+    if (c.bytes_per_row() > kMaxComponentBytes || c.private_bytes() > kMaxComponentBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("component ", i, " is too large"));
+    }
+    StateComponent sc;
+    sc.name = c.name().empty() ? absl::StrCat("component", i) : c.name();
+    switch (c.kind()) {
+      case v1::COMPONENT_KIND_ROWS:
+        sc.kind = ComponentKind::kRows;
+        sc.bytes_per_row = static_cast<int64_t>(c.bytes_per_row());
+        break;
+      case v1::COMPONENT_KIND_PRIVATE:
+        sc.kind = ComponentKind::kPrivate;
+        sc.private_bytes = static_cast<int64_t>(c.private_bytes());
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("component ", i, " has no kind"));
+    }
+    layout.components.push_back(std::move(sc));
+  }
+  RETURN_IF_ERROR(layout.Validate());
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  auto known = model_ids_.find(digest);
+  if (known != model_ids_.end()) {
+    const Model& m = models_.at(known->second);
+    if (m.layout.chunk_rows != layout.chunk_rows ||
+        m.layout.components.size() != layout.components.size() ||
+        m.layout.RowBytes() != layout.RowBytes() ||
+        m.layout.PrivateBytes() != layout.PrivateBytes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "compatibility identity ", digest, " is registered with a different layout"));
+    }
+    resp->set_model_id(known->second);
+  } else {
+    absl::Status s = core_->RegisterLayout(digest, layout);
+    if (absl::IsAlreadyExists(s)) return absl::FailedPreconditionError(s.message());
+    RETURN_IF_ERROR(s);
+    uint64_t id = next_id_++;
+    models_.emplace(id, Model{digest, layout});
+    model_ids_.emplace(digest, id);
+    resp->set_model_id(id);
+  }
+  uint64_t ram = 0;
+  uint64_t disk = 0;
+  for (const CheckpointInfo& c : core_->Checkpoints()) {
+    if (c.compatibility != digest) continue;
+    if (c.in_ram) ++ram;
+    if (c.on_disk) ++disk;
+  }
+  resp->set_ram_checkpoints(ram);
+  resp->set_disk_checkpoints(disk);
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, ToTokens(req.tokens()));
+  if (tokens.empty()) return absl::InvalidArgumentError("lookup of an empty prompt");
+  if (req.stable_boundary() > tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("stable boundary ", req.stable_boundary(),
+                                                   " is past the prompt's ", tokens.size(),
+                                                   " tokens"));
+  }
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  LookupRequest lr;
+  lr.identities = Identities{model->compatibility, InputDigest(req.input_identity())};
+  lr.tokens = tokens;
+  lr.daemon_session = req.session_id();  // Only this daemon's own slots are live candidates.
+  lr.stable_boundary = req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary());
+  ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
+  ++lookups_;
+  auto fill = [](const Candidate& c, v1::Candidate* out) {
+    out->set_tier(ToProtoTier(c.tier));
+    out->set_depth(static_cast<uint64_t>(c.depth));
+    out->set_checkpoint_id(c.checkpoint);
+    out->set_slot(static_cast<uint32_t>(c.slot.slot));
+    out->set_session_id(c.slot.daemon_session);
+  };
+  fill(r.best, resp->mutable_best());
+  for (const Candidate& c : r.others) fill(c, resp->add_others());
+  resp->set_shared_prefix(static_cast<uint64_t>(r.shared_prefix));
+  for (const PlannedCapture& p : r.plan.captures) {
+    v1::CapturePoint* cp = resp->mutable_plan()->add_captures();
+    cp->set_position(static_cast<uint64_t>(p.pos));
+    cp->set_kind(ToProtoKind(p.kind));
+  }
+  for (const PrefillPass& p : r.plan.passes) {
+    resp->mutable_plan()->add_pass_ends(static_cast<uint64_t>(p.end));
+  }
+  if (r.best.depth < r.shared_prefix) {
+    resp->set_miss_reason(r.best.tier == Tier::kNone
+                              ? absl::StrCat("no checkpoint before the divergence at token ",
+                                             r.shared_prefix)
+                              : absl::StrCat("deepest checkpoint at ", r.best.depth,
+                                             ", divergence at token ", r.shared_prefix));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Slots, spills and restores.
+
+absl::StatusOr<v1::SpillRequest> CacheDaemon::MakeSpillLocked(uint32_t slot,
+                                                              const std::vector<ChunkCopy>& copies,
+                                                              const Model& model, bool urgent) {
+  v1::SpillRequest spill;
+  spill.set_spill_id(next_id_++);
+  spill.set_slot(slot);
+  spill.set_urgent(urgent);
+  std::vector<ChunkId> ids;
+  const uint64_t chunk_bytes = static_cast<uint64_t>(model.layout.ChunkBytes());
+  for (const ChunkCopy& c : copies) {
+    Held& held = chunks_[c.id];
+    if (held.bytes == 0) {
+      // Space is normally reserved at admission; a chunk without a region gets one now.
+      ASSIGN_OR_RETURN(Region r, arena_->allocator().Allocate(chunk_bytes, RegionKind::kChunk));
+      held.region = r.handle;
+      held.bytes = chunk_bytes;
+    }
+    held.filled = false;
+    v1::ChunkSpill* cs = spill.add_chunks();
+    cs->set_chunk_id(c.id);
+    cs->set_first_row(static_cast<uint64_t>(c.row_begin));
+    cs->set_rows(static_cast<uint32_t>(c.row_end - c.row_begin));
+    FillHandle(held.handle(), cs->mutable_destination());
+    ids.push_back(c.id);
+  }
+  if (!ids.empty()) spills_[spill.spill_id()] = std::move(ids);
+  return spill;
+}
+
+absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp) {
+  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  Lock lock(this);
+  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  const SlotKey key{req.session_id(), slot};
+  const Identities ids{model->compatibility, InputDigest(req.input_identity())};
+  session->slots.insert(slot);
+  switch (req.mode()) {
+    case v1::StartSlotRequest::MODE_COLD: {
+      ASSIGN_OR_RETURN(std::vector<ChunkCopy> copies,
+                       core_->StartCold(key, ids, req.conversation()));
+      ASSIGN_OR_RETURN(*resp->mutable_preserve(), MakeSpillLocked(req.slot(), copies, *model,
+                                                                  /*urgent=*/true));
+      break;
+    }
+    case v1::StartSlotRequest::MODE_CONTINUE:
+      RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation()));
+      ++hits_[static_cast<int>(Tier::kLive)];
+      break;
+    default:
+      return absl::InvalidArgumentError("start slot needs a mode");
+  }
+  ReconcileLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
+                                         v1::RestoreLease* resp) {
+  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  absl::Status result;
+  {
+    Lock lock(this);
+    ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    int open = 0;
+    for (const auto& [id, l] : leases_) open += l.session == req.session_id() ? 1 : 0;
+    if (open >= options_.max_leases_per_session) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session holds ", open, " restore leases, the limit"));
+    }
+    auto bytes_it = checkpoints_.find(req.checkpoint_id());
+    ASSIGN_OR_RETURN(CheckpointInfo info, core_->GetCheckpoint(req.checkpoint_id()));
+    if (info.compatibility != model->compatibility) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", req.checkpoint_id(), " belongs to another compatibility identity"));
+    }
+    if (!info.in_ram || bytes_it == checkpoints_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", req.checkpoint_id(), " is not in the RAM tier"));
+    }
+    // Every chunk must already be in the arena. A chunk whose rows still sit in another slot is
+    // spilled first (urgently), and the caller retries.
+    std::vector<ChunkId> missing;
+    for (ChunkId c : info.chunks) {
+      auto it = chunks_.find(c);
+      if (it == chunks_.end() || !it->second.filled) missing.push_back(c);
+    }
+    if (!missing.empty()) {
+      for (ChunkId c : missing) {
+        absl::StatusOr<ChunkInfo> ci = core_->GetChunk(c);
+        if (!ci.ok()) continue;
+        for (const SlotKey& holder : ci->holders) {
+          auto hs = sessions_.find(holder.daemon_session);
+          if (hs == sessions_.end()) continue;
+          std::vector<ChunkCopy> copies = core_->SpillIdle(holder, 1 << 20);
+          if (copies.empty()) continue;
+          absl::StatusOr<v1::SpillRequest> spill = MakeSpillLocked(
+              static_cast<uint32_t>(holder.slot), copies, *model, /*urgent=*/true);
+          if (!spill.ok()) return spill.status();
+          v1::SessionServerMessage m;
+          *m.mutable_spill_request() = std::move(*spill);
+          hs->second.sink->Send(std::move(m));
+        }
+      }
+      result = absl::UnavailableError(absl::StrCat(
+          "checkpoint ", req.checkpoint_id(), " has ", missing.size(),
+          " chunks still being copied out of a slot; retry shortly"));
+    } else {
+      const SlotKey key{req.session_id(), slot};
+      const Identities ids{model->compatibility, InputDigest(req.input_identity())};
+      ASSIGN_OR_RETURN(RestorePlan plan,
+                       core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
+      session->slots.insert(slot);
+      RETURN_IF_ERROR(core_->Pin(req.checkpoint_id()));
+      absl::Duration duration = req.lease_ms() == 0 ? options_.default_lease
+                                                     : absl::Milliseconds(req.lease_ms());
+      duration = std::min(duration, options_.max_lease);
+      const uint64_t lease_id = next_id_++;
+      leases_[lease_id] = Lease{req.session_id(), req.checkpoint_id(), Now() + duration};
+      resp->set_lease_id(lease_id);
+      resp->set_expires_unix_ms(UnixMs(Now() + duration));
+      resp->set_checkpoint_id(req.checkpoint_id());
+      resp->set_depth(static_cast<uint64_t>(plan.depth));
+      resp->set_loaded_from(v1::TIER_RAM);
+      resp->set_kept_rows(static_cast<uint64_t>(plan.kept_rows));
+      const int64_t chunk_rows = model->layout.chunk_rows;
+      for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const int64_t first_row = static_cast<int64_t>(i) * chunk_rows;
+        if (first_row < plan.kept_rows) continue;
+        const Held& held = chunks_.at(plan.chunks[i]);
+        v1::ChunkRegion* cr = resp->add_chunks();
+        cr->set_chunk_id(plan.chunks[i]);
+        cr->set_first_row(static_cast<uint64_t>(first_row));
+        cr->set_rows(static_cast<uint32_t>(chunk_rows));
+        FillHandle(held.handle(), cr->mutable_region());
+        cr->set_checksum(held.checksum);
+      }
+      const CheckpointBytes& cb = bytes_it->second;
+      FillHandle(cb.private_state.handle(), resp->mutable_private_state()->mutable_region());
+      resp->mutable_private_state()->set_checksum(cb.private_state.checksum);
+      if (cb.tail.bytes > 0) {
+        v1::StateRegion* tail = resp->mutable_tail();
+        tail->set_first_row(static_cast<uint64_t>(plan.depth / chunk_rows * chunk_rows));
+        tail->set_rows(static_cast<uint32_t>(plan.depth % chunk_rows));
+        FillHandle(cb.tail.handle(), tail->mutable_region());
+        tail->set_checksum(cb.tail.checksum);
+      }
+      ASSIGN_OR_RETURN(*resp->mutable_preserve(),
+                       MakeSpillLocked(req.slot(), plan.preserved, *model, /*urgent=*/true));
+      ++hits_[static_cast<int>(Tier::kRam)];
+      tokens_restored_ += static_cast<uint64_t>(plan.depth);
+      ReconcileLocked();
+    }
+  }
+  return result;
+}
+
+void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  // Unpin can only fail for a checkpoint the core already dropped; nothing is left to release.
+  core_->Unpin(it->second.checkpoint).IgnoreError();
+  leases_.erase(it);
+}
+
+absl::Status CacheDaemon::ReleaseLease(const v1::ReleaseLeaseRequest& req,
+                                       v1::ReleaseLeaseResponse* /*resp*/) {
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  auto it = leases_.find(req.lease_id());
+  if (it == leases_.end() || it->second.session != req.session_id()) {
+    return absl::NotFoundError(absl::StrCat("lease ", req.lease_id(), " is not held"));
+  }
+  if (!req.restored()) {
+    CAIRN_LOG(WARNING) << "restore of checkpoint " << it->second.checkpoint
+                       << " failed in the client: " << req.failure();
+  }
+  ReleaseLeaseLocked(req.lease_id());
+  ReconcileLocked();
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Captures.
+
+absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
+                                         v1::CaptureReservation* resp) {
+  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  ASSIGN_OR_RETURN(CaptureKind kind, FromProtoKind(req.kind()));
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  int open = 0;
+  for (const auto& [id, r] : reservations_) open += r.session == req.session_id() ? 1 : 0;
+  if (open >= options_.max_reservations_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session holds ", open, " capture reservations, the limit"));
+  }
+  const SlotKey key{req.session_id(), slot};
+  ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));
+  if (frontier.size() != req.depth()) {
+    return absl::FailedPreconditionError(absl::StrCat("capture at depth ", req.depth(),
+                                                      " but slot ", slot, "'s frontier is at ",
+                                                      frontier.size()));
+  }
+  const uint64_t before = history_.empty() ? 0 : history_.back().seq();
+  ASSIGN_OR_RETURN(CaptureTicket ticket,
+                   core_->BeginCapture(key, kind, req.conversation(),
+                                       req.stable_boundary() == 0
+                                           ? -1
+                                           : static_cast<int64_t>(req.stable_boundary())));
+  Reservation r;
+  r.session = req.session_id();
+  r.ticket = ticket.id;
+  r.expires = Now() + options_.default_lease;
+  r.bytes.chunks = ticket.chunks;
+  const ModelLayout& layout = model->layout;
+  const int64_t depth = static_cast<int64_t>(req.depth());
+  absl::Status alloc = absl::OkStatus();
+  auto allocate = [&](uint64_t bytes, RegionKind rk, Held* held) {
+    if (!alloc.ok() || bytes == 0) return;
+    absl::StatusOr<Region> region = arena_->allocator().Allocate(bytes, rk);
+    if (!region.ok()) {
+      alloc = region.status();
+      return;
+    }
+    held->region = region->handle;
+    held->bytes = bytes;
+  };
+  allocate(static_cast<uint64_t>(layout.PrivateBytes()), RegionKind::kPrivateState,
+           &r.bytes.private_state);
+  allocate(static_cast<uint64_t>(layout.TailBytes(depth)), RegionKind::kTail, &r.bytes.tail);
+  // Space for borrowed chunks is reserved now, so preserving them later never allocates.
+  for (const ChunkCopy& c : ticket.borrowed) {
+    if (chunks_.contains(c.id)) continue;
+    Held held;
+    allocate(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk, &held);
+    if (!alloc.ok()) break;
+    chunks_[c.id] = held;
+    r.new_chunk_regions.push_back(c.id);
+  }
+  if (!alloc.ok()) {
+    const uint64_t id = ticket.id;
+    reservations_[id] = std::move(r);
+    ReleaseReservationLocked(id, absl::StrCat("arena: ", alloc.message()));
+    return absl::ResourceExhaustedError(absl::StrCat("arena cannot hold the capture: ",
+                                                     alloc.message()));
+  }
+  resp->set_reservation_id(ticket.id);
+  resp->set_expires_unix_ms(UnixMs(r.expires));
+  FillHandle(r.bytes.private_state.handle(), resp->mutable_private_state()->mutable_region());
+  if (r.bytes.tail.bytes > 0) {
+    resp->mutable_tail()->set_first_row(
+        static_cast<uint64_t>(depth / layout.chunk_rows * layout.chunk_rows));
+    resp->mutable_tail()->set_rows(static_cast<uint32_t>(depth % layout.chunk_rows));
+    FillHandle(r.bytes.tail.handle(), resp->mutable_tail()->mutable_region());
+  }
+  for (const v1::Event& e : history_) {
+    if (e.seq() > before && e.kind() == v1::EVENT_KIND_EVICT) {
+      resp->add_evicted(e.checkpoint_id());
+    }
+  }
+  reservations_[ticket.id] = std::move(r);
+  ReconcileLocked();
+  return absl::OkStatus();
+}
+
+void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reason) {
+  auto it = reservations_.find(id);
+  if (it == reservations_.end()) return;
+  Reservation r = std::move(it->second);
+  reservations_.erase(it);
+  FreeHeldLocked(&r.bytes.private_state);
+  FreeHeldLocked(&r.bytes.tail);
+  // Abort fails only for a ticket the core already dropped.
+  core_->AbortCapture(r.ticket, reason).IgnoreError();
+  ReconcileLocked();
+}
+
+absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
+                                        v1::CommitCaptureResponse* resp) {
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  auto it = reservations_.find(req.reservation_id());
+  if (it == reservations_.end() || it->second.session != req.session_id()) {
+    return absl::NotFoundError(
+        absl::StrCat("capture reservation ", req.reservation_id(), " is not held"));
+  }
+  Reservation r = std::move(it->second);
+  reservations_.erase(it);
+  // Checksums are computed here over the arena bytes rather than trusted from the client: the
+  // copy the cache will serve is what gets verified on every later restore (SM9).
+  auto checksum = [&](Held* held, uint64_t claimed, const char* what) -> absl::Status {
+    if (held->bytes == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, arena_->Resolve(held->handle()));
+    held->checksum = Xxh3(bytes.data(), bytes.size());
+    held->filled = true;
+    if (claimed != 0 && claimed != held->checksum) {
+      return absl::DataLossError(absl::StrCat(what, " checksum mismatch: client ", claimed,
+                                              ", arena ", held->checksum));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s = checksum(&r.bytes.private_state, req.private_checksum(), "private state");
+  if (s.ok()) s = checksum(&r.bytes.tail, req.tail_checksum(), "tail");
+  if (!s.ok()) {
+    reservations_[req.reservation_id()] = std::move(r);
+    ReleaseReservationLocked(req.reservation_id(), std::string(s.message()));
+    return s;
+  }
+  ASSIGN_OR_RETURN(CheckpointId id, core_->CommitCapture(r.ticket));
+  resp->set_checkpoint_id(id);
+  resp->set_queued_for_disk(false);  // No disk tier is attached to this daemon.
+  checkpoints_[id] = std::move(r.bytes);
+  ReconcileLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::AbortCapture(const v1::AbortCaptureRequest& req,
+                                       v1::AbortCaptureResponse* /*resp*/) {
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  auto it = reservations_.find(req.reservation_id());
+  if (it == reservations_.end() || it->second.session != req.session_id()) {
+    return absl::NotFoundError(
+        absl::StrCat("capture reservation ", req.reservation_id(), " is not held"));
+  }
+  ReleaseReservationLocked(req.reservation_id(),
+                           req.reason().empty() ? "aborted by client" : req.reason());
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::CompleteSpill(const v1::CompleteSpillRequest& req,
+                                        v1::CompleteSpillResponse* /*resp*/) {
+  Lock lock(this);
+  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+  session->last_seen = Now();
+  const v1::SpillDone& done = req.done();
+  auto it = spills_.find(done.spill_id());
+  if (it == spills_.end()) {
+    return absl::NotFoundError(absl::StrCat("spill ", done.spill_id(), " is not outstanding"));
+  }
+  if (done.checksums_size() != 0 && done.checksums_size() != done.chunk_ids_size()) {
+    return absl::InvalidArgumentError("spill checksums do not match the chunk list");
+  }
+  absl::flat_hash_set<ChunkId> expected(it->second.begin(), it->second.end());
+  for (int i = 0; i < done.chunk_ids_size(); ++i) {
+    const ChunkId c = done.chunk_ids(i);
+    if (!expected.contains(c)) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ", c, " is not in spill ",
+                                                     done.spill_id()));
+    }
+  }
+  for (int i = 0; i < done.chunk_ids_size(); ++i) {
+    auto held = chunks_.find(done.chunk_ids(i));
+    if (held == chunks_.end()) continue;  // Freed meanwhile.
+    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, arena_->Resolve(held->second.handle()));
+    held->second.checksum = Xxh3(bytes.data(), bytes.size());
+    held->second.filled = true;
+    if (done.checksums_size() != 0 && done.checksums(i) != held->second.checksum) {
+      CAIRN_LOG(ERROR) << "spilled chunk " << done.chunk_ids(i) << " checksum mismatch";
+      core_->QuarantineChunk(done.chunk_ids(i), "spill checksum mismatch").IgnoreError();
+    }
+  }
+  for (uint64_t failed : done.failed_chunk_ids()) {
+    if (!expected.contains(failed)) continue;
+    // The rows were gone before they could be preserved: every dependent checkpoint is lost.
+    core_->QuarantineChunk(failed, "borrowed rows lost before the spill").IgnoreError();
+  }
+  spills_.erase(it);
+  ReconcileLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
+                                         v1::UpdateFrontierResponse* resp) {
+  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, ToTokens(req.append_tokens()));
+  Lock lock(this);
+  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  RETURN_IF_ERROR(FindModelLocked(req.model_id()).status());
+  const SlotKey key{req.session_id(), slot};
+  ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));
+  if (frontier.size() != req.expected_depth()) {
+    return absl::FailedPreconditionError(absl::StrCat("slot ", slot, "'s frontier is at ",
+                                                      frontier.size(), ", not ",
+                                                      req.expected_depth()));
+  }
+  RETURN_IF_ERROR(core_->ExtendSlot(key, tokens));
+  resp->set_depth(frontier.size() + tokens.size());
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Region bookkeeping.
+
+void CacheDaemon::FreeHeldLocked(Held* held) {
+  if (held->bytes == 0) return;
+  absl::Status s = arena_->allocator().Free(held->region);
+  // A failure here is our own bookkeeping bug; the region leaks rather than being reused.
+  if (!s.ok()) CAIRN_LOG(ERROR) << "freeing arena region at " << held->region.offset << ": " << s;
+  *held = Held{};
+}
+
+void CacheDaemon::ReconcileLocked() {
+  if (!sink_->TakeDirty()) return;
+  std::vector<CheckpointId> gone;
+  for (const auto& [id, bytes] : checkpoints_) {
+    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+    if (!info.ok() || !info->in_ram) gone.push_back(id);
+  }
+  for (CheckpointId id : gone) {
+    CheckpointBytes& b = checkpoints_[id];
+    FreeHeldLocked(&b.private_state);
+    FreeHeldLocked(&b.tail);
+    checkpoints_.erase(id);
+  }
+  std::vector<ChunkId> dead;
+  for (const auto& [id, held] : chunks_) {
+    absl::StatusOr<ChunkInfo> info = core_->GetChunk(id);
+    if (!info.ok() || info->ram_refs == 0) dead.push_back(id);
+  }
+  for (ChunkId id : dead) {
+    FreeHeldLocked(&chunks_[id]);
+    chunks_.erase(id);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Inspection.
+
+absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
+                                    v1::GetStatusResponse* resp) {
+  Lock lock(this);
+  resp->set_cache_incarnation(incarnation_);
+  resp->set_uptime_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(Now() - started_)));
+  Accounting a = core_->RamAccounting();
+  v1::Budget* ram = resp->mutable_ram();
+  ram->set_capacity_bytes(static_cast<uint64_t>(a.budget));
+  ram->set_used_bytes(static_cast<uint64_t>(a.used));
+  ram->set_reserved_bytes(static_cast<uint64_t>(core_->ram_ledger().reserved()));
+  ram->set_row_bytes(static_cast<uint64_t>(a.chunk_bytes));
+  ram->set_private_bytes(static_cast<uint64_t>(a.private_bytes + a.tail_bytes));
+  ram->set_full_copy_bytes(static_cast<uint64_t>(a.full_copy_bytes));
+  ram->set_checkpoints(static_cast<uint64_t>(a.checkpoints));
+  ram->set_max_checkpoints(static_cast<uint64_t>(options_.cache.retention.max_checkpoints));
+  resp->set_disk_enabled(false);
+  resp->set_disk_healthy(false);
+  resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
+  resp->set_lookups(lookups_);
+  resp->set_hits_live(hits_[static_cast<int>(Tier::kLive)]);
+  resp->set_hits_ram(hits_[static_cast<int>(Tier::kRam)]);
+  resp->set_hits_disk(hits_[static_cast<int>(Tier::kDisk)]);
+  resp->set_tokens_restored(tokens_restored_);
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::ListCheckpoints(const v1::ListCheckpointsRequest& req,
+                                          v1::ListCheckpointsResponse* resp) {
+  Lock lock(this);
+  std::string compatibility;
+  if (req.model_id() != 0) {
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    compatibility = model->compatibility;
+  }
+  for (const CheckpointInfo& c : core_->Checkpoints()) {
+    if (!compatibility.empty() && c.compatibility != compatibility) continue;
+    const Tier tier = c.in_ram ? Tier::kRam : Tier::kDisk;
+    if (req.tier() != v1::TIER_UNSPECIFIED && req.tier() != ToProtoTier(tier)) continue;
+    v1::CheckpointInfo* out = resp->add_checkpoints();
+    out->set_checkpoint_id(c.id);
+    out->set_depth(static_cast<uint64_t>(c.depth));
+    out->set_tier(ToProtoTier(tier));
+    out->set_kind(ToProtoKind(c.kind));
+    out->set_on_disk(c.on_disk);
+    bool borrowed = false;
+    for (ChunkId chunk : c.chunks) {
+      absl::StatusOr<ChunkInfo> ci = core_->GetChunk(chunk);
+      if (ci.ok() && ci->borrowed) borrowed = true;
+    }
+    out->set_borrowed(borrowed);
+    out->set_private_bytes(static_cast<uint64_t>(c.private_bytes + c.tail_bytes));
+    const Model* model = nullptr;
+    auto mid = model_ids_.find(c.compatibility);
+    if (mid != model_ids_.end()) model = &models_.at(mid->second);
+    if (model != nullptr) {
+      out->set_row_bytes(static_cast<uint64_t>(c.chunks.size()) *
+                         static_cast<uint64_t>(model->layout.ChunkBytes()));
+    }
+    out->set_conversation(c.conversation);
+    out->set_compat_digest(c.compatibility);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp) {
+  // The tree is rebuilt from the checkpoints' token sequences: a compressed trie in which a
+  // node sits at every checkpoint depth and every branch point.
+  Lock lock(this);
+  std::string compatibility;
+  if (req.model_id() != 0) {
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    compatibility = model->compatibility;
+  } else if (!models_.empty()) {
+    uint64_t first = std::numeric_limits<uint64_t>::max();
+    for (const auto& [id, m] : models_) first = std::min(first, id);
+    compatibility = models_.at(first).compatibility;
+  }
+  struct Entry {
+    std::vector<TokenId> tokens;
+    CheckpointInfo info;
+  };
+  std::vector<Entry> entries;
+  for (const CheckpointInfo& c : core_->Checkpoints()) {
+    if (c.compatibility != compatibility) continue;
+    absl::StatusOr<std::vector<TokenId>> tokens = core_->CheckpointTokens(c.id);
+    if (tokens.ok()) entries.push_back(Entry{std::move(*tokens), c});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.tokens < b.tokens; });
+  const uint32_t max_nodes = req.max_nodes() == 0 ? kDefaultTreeNodes : req.max_nodes();
+  // Sorted sequences put every prefix right before its extensions, so one pass with a stack of
+  // open ancestors builds the compressed trie: pop what the next sequence leaves, split an
+  // edge at a branch point, add a node at the sequence's end.
+  struct Open {
+    uint64_t depth;
+    int index;  // Into resp->nodes(); -1 for the root.
+  };
+  std::vector<Open> stack = {{0, -1}};
+  std::vector<TokenId> previous;
+  auto node_id = [](int index) -> uint64_t { return index < 0 ? 0 : uint64_t(index) + 1; };
+  auto add_node = [&](uint64_t depth) -> int {
+    if (static_cast<uint32_t>(resp->nodes_size()) >= max_nodes) return -2;
+    v1::TreeNode* n = resp->add_nodes();
+    const int index = resp->nodes_size() - 1;
+    n->set_node_id(node_id(index));
+    n->set_parent_id(node_id(stack.back().index));
+    n->set_depth(depth);
+    n->set_edge_tokens(depth - stack.back().depth);
+    stack.push_back({depth, index});
+    return index;
+  };
+  for (const Entry& e : entries) {
+    uint64_t common = 0;
+    while (common < previous.size() && common < e.tokens.size() &&
+           previous[common] == e.tokens[common]) {
+      ++common;
+    }
+    int popped = -1;
+    while (stack.size() > 1 && stack.back().depth > common) {
+      popped = stack.back().index;
+      stack.pop_back();
+    }
+    if (popped >= 0 && stack.back().depth < common) {
+      // The new sequence leaves the popped node's edge part-way: split it there.
+      const int branch = add_node(common);
+      if (branch == -2) break;
+      v1::TreeNode* child = resp->mutable_nodes(popped);
+      child->set_parent_id(node_id(branch));
+      child->set_edge_tokens(child->depth() - common);
+    }
+    int at = stack.back().index;
+    if (at < 0 || stack.back().depth != e.tokens.size()) at = add_node(e.tokens.size());
+    if (at == -2) {
+      resp->set_truncated(true);
+      break;
+    }
+    v1::Candidate* c = resp->mutable_nodes(at)->add_candidates();
+    c->set_tier(ToProtoTier(e.info.in_ram ? Tier::kRam : Tier::kDisk));
+    c->set_depth(static_cast<uint64_t>(e.info.depth));
+    c->set_checkpoint_id(e.info.id);
+    previous = e.tokens;
+  }
+  if (static_cast<uint32_t>(resp->nodes_size()) >= max_nodes) resp->set_truncated(true);
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, ToTokens(req.tokens()));
+  if (tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
+  Lock lock(this);
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  LookupRequest lr;
+  lr.identities = Identities{model->compatibility, ""};
+  lr.tokens = tokens;
+  ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
+  v1::LookupResponse* out = resp->mutable_lookup();
+  out->mutable_best()->set_tier(ToProtoTier(r.best.tier));
+  out->mutable_best()->set_depth(static_cast<uint64_t>(r.best.depth));
+  out->mutable_best()->set_checkpoint_id(r.best.checkpoint);
+  out->set_shared_prefix(static_cast<uint64_t>(r.shared_prefix));
+  absl::flat_hash_set<CheckpointId> on_path;
+  on_path.insert(r.best.checkpoint);
+  for (const Candidate& c : r.others) on_path.insert(c.checkpoint);
+  for (const v1::Event& e : history_) {
+    if (e.checkpoint_id() != 0 && on_path.contains(e.checkpoint_id())) *resp->add_related() = e;
+  }
+  if (r.best.tier == Tier::kNone) {
+    resp->set_summary(absl::StrCat("cold: no compatible checkpoint on the path; longest shared "
+                                   "prefix ", r.shared_prefix, " tokens"));
+  } else {
+    resp->set_summary(absl::StrCat("restores ", r.best.depth, " of ", tokens.size(),
+                                   " tokens from ", TierName(r.best.tier),
+                                   r.best.depth < r.shared_prefix
+                                       ? absl::StrCat("; history matches up to token ",
+                                                      r.shared_prefix)
+                                       : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
+  if (req.include_disk()) return absl::UnimplementedError("this daemon has no disk tier");
+  Lock lock(this);
+  std::vector<CheckpointId> targets;
+  if (req.all()) {
+    for (const CheckpointInfo& c : core_->Checkpoints()) {
+      if (c.in_ram && c.pins == 0) targets.push_back(c.id);
+    }
+  } else {
+    if (req.checkpoint_id() == 0) return absl::InvalidArgumentError("evict needs an id or all");
+    targets.push_back(req.checkpoint_id());
+  }
+  for (CheckpointId id : targets) {
+    absl::Status s = core_->Evict(id, "explicit");
+    if (!s.ok() && !req.all()) return s;
+    if (s.ok()) resp->add_evicted(id);
+  }
+  ReconcileLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Flush(const v1::FlushRequest& /*req*/, v1::FlushResponse* resp) {
+  resp->set_persisted(0);  // Nothing is queued without a disk tier.
+  return absl::OkStatus();
+}
+
+std::vector<v1::Event> CacheDaemon::EventsAfter(uint64_t after_seq, size_t limit) const {
+  Lock lock(this);
+  std::vector<v1::Event> out;
+  for (const v1::Event& e : history_) {
+    if (e.seq() <= after_seq) continue;
+    out.push_back(e);
+    if (limit != 0 && out.size() >= limit) break;
+  }
+  return out;
+}
+
+uint64_t CacheDaemon::WaitForEvents(uint64_t after_seq, std::function<void()> wake) {
+  Lock lock(this);
+  if (!history_.empty() && history_.back().seq() > after_seq) return 0;
+  uint64_t token = next_id_++;
+  event_waiters_[token] = std::move(wake);
+  return token;
+}
+
+void CacheDaemon::CancelEventWait(uint64_t token) {
+  Lock lock(this);
+  event_waiters_.erase(token);
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,238 @@
+#ifndef CAIRN_SERVICES_CACHE_CACHE_DAEMON_H_
+#define CAIRN_SERVICES_CACHE_CACHE_DAEMON_H_
+
+// The cache daemon's state machine: the policy core (CheckpointCache) joined with the bytes
+// (the shared-memory arena), the inference daemons' sessions, restore leases and capture
+// reservations (design.md §1-§5, reliability-plan.md §2). The gRPC adapter (cache_service.h)
+// only moves messages between the wire and this class.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cairn/cache/v1/cache.pb.h"
+#include "common/concurrency/mutex.h"
+#include "common/time/clock.h"
+#include "services/cache/arena/arena.h"
+#include "services/cache/arena/arena_fd_server.h"
+#include "services/cache/core/checkpoint_cache.h"
+
+namespace cairn::cache {
+
+struct CacheDaemonOptions {
+  CacheOptions cache;  // Policy: RAM budget, retention, planner.
+  ArenaOptions arena;  // size_bytes 0: the RAM budget plus arena_slack_fraction.
+  // Extra arena beyond the budget for region alignment (regions are page aligned, so a
+  // region wastes up to one page).
+  double arena_slack_fraction = 1.0 / 16;
+  // Where inference daemons fetch the arena descriptor (SCM_RIGHTS).
+  ArenaFdServerOptions fd_server;
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // Asked of clients.
+  absl::Duration session_timeout = absl::Seconds(10);    // Silence that ends a session.
+  absl::Duration default_lease = absl::Seconds(30);      // Restore leases and reservations.
+  absl::Duration max_lease = absl::Minutes(2);
+  int max_leases_per_session = 64;        // SM8: caps per client.
+  int max_reservations_per_session = 64;
+  int idle_spill_chunks = 8;              // Chunks per idle-spill work item.
+  size_t event_history = 4096;            // Events kept for StreamEvents.
+};
+
+// Delivers server messages to one inference daemon's session stream. Implemented by the
+// gRPC session reactor. The daemon calls Send and Close with its lock held (that is what
+// keeps the sink alive: CloseSession takes the same lock), so they must only queue work,
+// never block or call back into the daemon.
+class SessionSink {
+ public:
+  virtual ~SessionSink() = default;
+  virtual void Send(v1::SessionServerMessage message) = 0;
+  // Ends the session stream with `status` (e.g. after a timeout).
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+// Thread-safe: every public method takes the one mutex (style.md §5: one mutex guards the
+// index), does no I/O under it and may be called from any thread.
+//
+// Invariants: (1) every chunk or checkpoint the core holds in RAM has its bytes in an arena
+// region recorded here (private state, tail, chunks), and a region is freed only when the
+// core no longer needs it; (2) a lease pins its checkpoint in the core until it is released
+// or expires; (3) a reservation holds its regions and the core's ticket until commit, abort,
+// expiry or the end of its session; (4) every slot a session touched is dropped from the
+// core when the session ends.
+class CacheDaemon {
+ public:
+  // Creates the arena (memfd), the descriptor server and the policy core. `clock` must
+  // outlive the daemon. InvalidArgument for bad options; Internal if the kernel refuses.
+  static absl::StatusOr<std::unique_ptr<CacheDaemon>> Create(const CacheDaemonOptions& options,
+                                                             const Clock* clock);
+  ~CacheDaemon();
+  CacheDaemon(const CacheDaemon&) = delete;
+  CacheDaemon& operator=(const CacheDaemon&) = delete;
+
+  // --- The liveness session. `sink` must stay valid until CloseSession(id) returns.
+  absl::StatusOr<v1::Welcome> OpenSession(const v1::Hello& hello, SessionSink* sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Records a sign of life. NotFound for an unknown or closed session.
+  absl::Status Touch(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A client message on the session stream (heartbeat, spill done, idle slot).
+  absl::Status OnSessionMessage(uint64_t session_id, const v1::SessionClientMessage& message)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends a session (stream closed, timed out or peer died): its leases and reservations are
+  // released and its slots dropped; checkpoints whose borrowed rows were never spilled are
+  // dropped with events (SM13). Idempotent.
+  void CloseSession(uint64_t session_id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Expires silent sessions, leases and reservations. Called periodically.
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- The unary calls of cache.proto. Each validates its request (InvalidArgument,
+  // NotFound for unknown sessions/models/ids, FailedPrecondition for a state mismatch,
+  // ResourceExhausted for full budgets or quotas).
+  absl::Status RegisterModel(const v1::RegisterModelRequest& req,
+                             v1::RegisterModelResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AcquireRestore(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReleaseLease(const v1::ReleaseLeaseRequest& req, v1::ReleaseLeaseResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReserveCapture(const v1::ReserveCaptureRequest& req,
+                              v1::CaptureReservation* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CommitCapture(const v1::CommitCaptureRequest& req,
+                             v1::CommitCaptureResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AbortCapture(const v1::AbortCaptureRequest& req, v1::AbortCaptureResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CompleteSpill(const v1::CompleteSpillRequest& req,
+                             v1::CompleteSpillResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UpdateFrontier(const v1::UpdateFrontierRequest& req,
+                              v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status GetStatus(const v1::GetStatusRequest& req, v1::GetStatusResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
+                               v1::ListCheckpointsResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Flush(const v1::FlushRequest& req, v1::FlushResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Events with seq > `after_seq` still in the history, oldest first, at most `limit`
+  // (0 = all).
+  std::vector<v1::Event> EventsAfter(uint64_t after_seq, size_t limit) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Registers `wake` to run once, without the lock, on the thread that logs the next event.
+  // Returns a token for CancelEventWait, or 0 (dropping `wake`) when an event newer than
+  // `after_seq` already exists: fetch again instead of waiting. `wake` must be quick.
+  uint64_t WaitForEvents(uint64_t after_seq, std::function<void()> wake) ABSL_LOCKS_EXCLUDED(mu_);
+  void CancelEventWait(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
+
+  uint64_t incarnation() const { return incarnation_; }
+  const Arena& arena() const { return *arena_; }
+  // The descriptor socket path inference daemons connect to.
+  const std::string& fd_socket_path() const { return options_.fd_server.socket_path; }
+
+ private:
+  struct Model {
+    std::string compatibility;
+    ModelLayout layout;
+  };
+  // An arena region holding bytes the core accounts for, with the checksum of its content.
+  struct Held {
+    ArenaHandle region;    // As allocated (length rounded up to the alignment); 0 = none.
+    uint64_t bytes = 0;    // Logical length handed to clients.
+    uint64_t checksum = 0;
+    bool filled = false;   // False until written (capture commit or spill completion).
+    ArenaHandle handle() const { return ArenaHandle{region.incarnation, region.offset, bytes}; }
+  };
+  struct CheckpointBytes {
+    Held private_state;
+    Held tail;
+    std::vector<ChunkId> chunks;
+  };
+  struct Session {
+    uint64_t id = 0;
+    std::string name;
+    SessionSink* sink = nullptr;
+    absl::Duration last_seen;
+    absl::flat_hash_set<int32_t> slots;
+  };
+  struct Lease {
+    uint64_t session = 0;
+    CheckpointId checkpoint = 0;
+    absl::Duration expires;
+  };
+  struct Reservation {
+    uint64_t session = 0;
+    CheckpointId ticket = 0;
+    absl::Duration expires;
+    CheckpointBytes bytes;
+    std::vector<ChunkId> new_chunk_regions;  // Borrowed-chunk regions this reservation made.
+  };
+  // Collects core events under the lock for processing after each core call.
+  class Sink;
+  // Holds mu_; on release, runs the event waiters that new events made due, unlocked.
+  class ABSL_SCOPED_LOCKABLE Lock;
+
+  CacheDaemon(const CacheDaemonOptions& options, const Clock* clock);
+
+  absl::StatusOr<Session*> FindSessionLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const Model*> FindModelLocked(uint64_t id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Builds the spill work for `copies`: destinations are the chunk regions reserved at
+  // admission (allocated here if missing). Marks them unfilled.
+  absl::StatusOr<v1::SpillRequest> MakeSpillLocked(uint32_t slot,
+                                                   const std::vector<ChunkCopy>& copies,
+                                                   const Model& model, bool urgent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the regions of RAM checkpoints and chunks the core no longer holds, after events.
+  void ReconcileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeHeldLocked(Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseReservationLocked(uint64_t id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLeaseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseSessionLocked(uint64_t id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration Now() const { return clock_->MonotonicNow(); }
+  uint64_t UnixMs(absl::Duration monotonic_deadline) const;
+
+  const CacheDaemonOptions options_;
+  const Clock* const clock_;
+  const uint64_t incarnation_;
+  const absl::Duration started_;
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<ArenaFdServer> fd_server_;
+  std::unique_ptr<Sink> sink_;
+
+  mutable Mutex mu_;
+  std::unique_ptr<CheckpointCache> core_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Model> models_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint64_t> model_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<CheckpointId, CheckpointBytes> checkpoints_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ChunkId, Held> chunks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::vector<ChunkId>> spills_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::Event> history_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::function<void()>> event_waiters_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> due_wakes_ ABSL_GUARDED_BY(mu_);  // Run by ~Lock.
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;  // Sessions, models, leases, spills, waiters.
+  uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.
+  uint64_t tokens_restored_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_CACHE_DAEMON_H_

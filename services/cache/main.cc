@@ -1,0 +1,187 @@
+// cairn-cache: the cache daemon. Wiring only (style.md §2): options, the daemon, the gRPC
+// server, the maintenance ticker, and an orderly drain on SIGTERM.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/concurrency/notification.h"
+#include "common/concurrency/thread_pool.h"
+#include "common/config/flags.h"
+#include "common/grpc/server_runner.h"
+#include "common/grpc/signals.h"
+#include "common/log/log.h"
+#include "common/time/clock.h"
+#include "services/cache/cache_daemon.h"
+#include "services/cache/cache_service.h"
+
+namespace cairn::cache {
+namespace {
+
+struct CacheMainOptions {
+  std::string listen;        // Default: unix:<runtime dir>/cache.sock.
+  std::string arena_socket;  // Default: <runtime dir>/cache-arena.sock.
+  uint64_t ram_bytes = 0;    // 0: half the free RAM, at most 32 GiB.
+  int io_threads = 4;
+  absl::Duration tick = absl::Milliseconds(250);
+  absl::Duration drain_timeout = absl::Seconds(10);
+  std::string log_level = "info";
+  std::vector<std::string> arena_uids;  // Uids allowed to receive the arena; empty: our own.
+};
+
+// The runtime directory: systemd's RuntimeDirectory=, else the user's, else /tmp.
+std::string RuntimeDir() {
+  if (const char* d = std::getenv("RUNTIME_DIRECTORY"); d != nullptr && *d != '\0') return d;
+  if (const char* d = std::getenv("XDG_RUNTIME_DIR"); d != nullptr && *d != '\0') {
+    return absl::StrCat(d, "/cairn");
+  }
+  return absl::StrCat("/tmp/cairn-", ::getuid());
+}
+
+int Run(int argc, char** argv) {
+  BlockTerminationSignals();
+  CacheMainOptions main_options;
+  CacheDaemonOptions options;
+  FlagSet flags("cairn-cache", "The Cairn cache daemon: checkpoints of hybrid-model state.");
+  flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");
+  flags.Add("arena-socket", &main_options.arena_socket,
+            "Unix socket that hands the arena memfd to inference daemons");
+  flags.Add("arena-uid", &main_options.arena_uids,
+            "uids allowed to receive the arena (comma-separated); default: our own uid");
+  flags.AddBytes("cache-ram-bytes", &main_options.ram_bytes,
+                 "RAM budget (0: half the free RAM, at most 32 GiB)");
+  int max_checkpoints = options.cache.retention.max_checkpoints;
+  flags.Add("max-checkpoints", &max_checkpoints, "most checkpoints kept in RAM");
+  flags.Add("cheap-ratio", &options.cache.retention.cheap_ratio,
+            "a checkpoint is cheap when its private state exceeds this many times its rows");
+  flags.Add("near-duplicate-tokens", &options.cache.retention.near_duplicate_tokens,
+            "a checkpoint this close below another on its path is a near-duplicate");
+  flags.Add("disk-spacing-tokens", &options.cache.retention.disk_spacing_tokens,
+            "prompt checkpoints closer than this to a written one are not written to disk");
+  flags.Add("grid-step", &options.cache.planner.grid_step, "grid points sit on multiples");
+  flags.Add("max-grid-points", &options.cache.planner.max_grid_points,
+            "at most this many grid captures per request");
+  flags.Add("grid-snap-tokens", &options.cache.planner.grid_snap_tokens,
+            "a grid point moves to a pass end this close");
+  flags.Add("learned-min-tokens", &options.cache.planner.learned_min_tokens,
+            "a learned point must extend reuse at least this far");
+  flags.Add("learned-merge-tokens", &options.cache.planner.learned_merge_tokens,
+            "a learned point merges with another capture this close");
+  flags.Add("max-pass-tokens", &options.cache.planner.max_pass_tokens,
+            "longest planned prefill pass");
+  flags.Add("grid-budget-share", &options.cache.planner.grid_budget_share,
+            "share of the RAM budget one request's grid points may take");
+  flags.Add("heartbeat-interval", &options.heartbeat_interval, "asked of session clients");
+  flags.Add("session-timeout", &options.session_timeout, "silence that ends a session");
+  flags.Add("lease-timeout", &options.default_lease, "restore lease and reservation duration");
+  flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls");
+  flags.Add("drain-timeout", &main_options.drain_timeout,
+            "how long SIGTERM lets in-flight calls finish");
+  flags.Add("log-level", &main_options.log_level, "info, warning or error");
+
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
+  if (absl::IsCancelled(rest.status())) {  // --help
+    std::cout << rest.status().message();
+    return 0;
+  }
+  if (!rest.ok()) {
+    std::cerr << "cairn-cache: " << rest.status().message() << "\n";
+    return 2;
+  }
+  if (!rest->empty()) {
+    std::cerr << "cairn-cache: unexpected argument \"" << rest->front() << "\"\n";
+    return 2;
+  }
+  LogLevel level;
+  if (!ParseLogLevel(main_options.log_level, &level)) {
+    std::cerr << "cairn-cache: --log-level must be info, warning or error\n";
+    return 2;
+  }
+  SetMinLogLevel(level);
+  options.cache.retention.max_checkpoints = max_checkpoints;
+
+  const std::string runtime_dir = RuntimeDir();
+  if (main_options.listen.empty() || main_options.arena_socket.empty()) {
+    if (::mkdir(runtime_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+      CAIRN_LOG(ERROR) << "cannot create runtime directory " << runtime_dir;
+      return 1;
+    }
+  }
+  if (main_options.listen.empty()) main_options.listen = "unix:" + runtime_dir + "/cache.sock";
+  if (main_options.arena_socket.empty()) {
+    main_options.arena_socket = runtime_dir + "/cache-arena.sock";
+  }
+  uint64_t ram = main_options.ram_bytes;
+  if (ram == 0) {
+    absl::StatusOr<uint64_t> d =
+        DefaultArenaBytes(options.arena.default_free_ram_fraction, options.arena.max_default_bytes);
+    if (!d.ok()) {
+      CAIRN_LOG(ERROR) << "sizing the RAM budget: " << d.status();
+      return 1;
+    }
+    ram = *d;
+  }
+  options.cache.ram_bytes = static_cast<int64_t>(ram);
+  options.fd_server.socket_path = main_options.arena_socket;
+  for (const std::string& uid : main_options.arena_uids) {
+    int value;
+    if (!absl::SimpleAtoi(uid, &value) || value < 0) {
+      std::cerr << "cairn-cache: --arena-uid \"" << uid << "\" is not a uid\n";
+      return 2;
+    }
+    options.fd_server.arena_uids.push_back(static_cast<uid_t>(value));
+  }
+
+  absl::StatusOr<std::unique_ptr<CacheDaemon>> daemon =
+      CacheDaemon::Create(options, RealClock::Get());
+  if (!daemon.ok()) {
+    CAIRN_LOG(ERROR) << "starting the cache: " << daemon.status();
+    return 1;
+  }
+  ThreadPool pool(main_options.io_threads);
+  CacheServiceImpl service(daemon->get(), &pool);
+  ServerRunnerOptions server_options;
+  server_options.listen = main_options.listen;
+  server_options.drain_timeout = main_options.drain_timeout;
+  server_options.health_services = {"cairn.cache.v1.CacheService"};
+  absl::StatusOr<std::unique_ptr<ServerRunner>> server =
+      ServerRunner::Start(server_options, {&service});
+  if (!server.ok()) {
+    CAIRN_LOG(ERROR) << "starting the gRPC server: " << server.status();
+    return 1;
+  }
+  Notification stop_ticker;
+  std::thread ticker([&] {
+    while (!stop_ticker.WaitForNotificationWithTimeout(main_options.tick)) (*daemon)->Tick();
+  });
+  (*server)->SetAllServing(true);
+  CAIRN_LOG(INFO) << "cairn-cache serving on " << (*server)->address() << ", arena "
+                  << (*daemon)->arena().size() << " bytes at " << main_options.arena_socket;
+
+  int sig = WaitForTerminationSignal();
+  // Shutdown order (style.md §5): health NOT_SERVING and drain, server shutdown, workers.
+  CAIRN_LOG(INFO) << "signal " << sig << ": draining";
+  (*server)->Drain();
+  (*server)->Wait();
+  stop_ticker.Notify();
+  ticker.join();
+  pool.Shutdown();
+  server->reset();
+  daemon->reset();
+  CAIRN_LOG(INFO) << "cairn-cache stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace cairn::cache
+
+int main(int argc, char** argv) { return cairn::cache::Run(argc, argv); }
