@@ -1,0 +1,157 @@
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/chat_template.h"
+#include "services/infer/text/file_util.h"
+#include "services/infer/text/output_parser.h"
+#include "services/infer/text/tokenizer.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// The agent loop a real client runs: render turn N, let the "model" produce `generated`, parse
+// it into an OpenAI assistant message, append it and the client's next message, render turn
+// N+1. The new prompt must repeat turn N's prompt up to the stable boundary.
+class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t =
+        Tokenizer::FromFile(testing::Qwen3ModelDir() + "/tokenizer.json");
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = *std::move(t);
+    absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl;
+    if (GetParam() == "qwen3") {
+      tmpl = ChatTemplate::FromModelDir(testing::Qwen3ModelDir());
+      xml_ = false;
+    } else {
+      absl::StatusOr<std::string> source =
+          ReadFileToString(testing::TextDataPath("templates/cairn_xml_tools_test.jinja"));
+      ASSERT_TRUE(source.ok()) << source.status();
+      tmpl = ChatTemplate::Create(*source);
+      xml_ = true;
+    }
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    template_ = *std::move(tmpl);
+  }
+
+  // Converts parsed model output to the assistant message a client sends back.
+  static json AssistantMessage(const ParsedOutput& out) {
+    json m = {{"role", "assistant"}, {"content", out.content}};
+    if (!out.reasoning_content.empty()) m["reasoning_content"] = out.reasoning_content;
+    if (!out.tool_calls.empty()) {
+      m["tool_calls"] = json::array();
+      for (const ToolCall& c : out.tool_calls) {
+        m["tool_calls"].push_back({{"id", c.id},
+                                   {"type", "function"},
+                                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+      }
+    }
+    return m;
+  }
+
+  // Runs one turn and the client's follow-up and checks the boundary property.
+  void CheckTurn(const json& request_json, const std::string& generated, const json& follow_up) {
+    absl::StatusOr<ChatRequest> request = ParseChatRequest(request_json);
+    ASSERT_TRUE(request.ok()) << request.status();
+    absl::StatusOr<RenderedPrompt> turn = RenderPrompt(*template_, *tokenizer_, *request);
+    ASSERT_TRUE(turn.ok()) << turn.status();
+    OutputParserOptions parse;
+    parse.starts_in_reasoning = turn->text.size() >= 8 &&
+                                turn->text.compare(turn->text.size() - 8, 8, "<think>\n") == 0;
+    parse.tools = request->tools;
+    const ParsedOutput out = ParseOutput(generated, parse);
+    ASSERT_TRUE(out.warnings.empty());
+
+    ChatRequest next = *request;
+    next.messages.push_back(AssistantMessage(out));
+    for (const json& m : follow_up) next.messages.push_back(m);
+    absl::StatusOr<RenderedPrompt> next_turn = RenderPrompt(*template_, *tokenizer_, next);
+    ASSERT_TRUE(next_turn.ok()) << next_turn.status();
+
+    // Turn N+1 extends turn N up to the stable boundary...
+    const size_t shared = static_cast<size_t>(
+        std::mismatch(turn->ids.begin(), turn->ids.end(), next_turn->ids.begin(),
+                      next_turn->ids.end()).first - turn->ids.begin());
+    EXPECT_GT(turn->stable_boundary, 0u);
+    EXPECT_LE(turn->stable_boundary, shared) << GetParam() << ": " << turn->text;
+    // ...and when the client's next message is a user question (the placeholder's shape), the
+    // boundary is exactly where the two prompts diverge.
+    if (follow_up.back()["role"] == "user") {
+      EXPECT_EQ(turn->stable_boundary, shared) << GetParam() << ": " << next_turn->text;
+    }
+  }
+
+  json Tools() const {
+    return json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "description": "Weather.", "parameters": {"type": "object", "properties": {
+          "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}])");
+  }
+
+  std::string ToolCallText() const {
+    if (xml_) {
+      return "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+             "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+    }
+    return "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+           "\"days\": 2}}\n</tool_call>";
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> template_;
+  bool xml_ = false;
+};
+
+TEST_P(StableBoundaryTest, NewUserTurnAfterAThinkingAnswer) {
+  const json request = {{"messages",
+                         {{{"role", "system"}, {"content", "Be brief."}},
+                          {{"role", "user"}, {"content", "What is 2+2?"}}}}};
+
+  CheckTurn(request, "<think>\nAdd them.\n</think>\n\nIt is 4.",
+            {{{"role", "user"}, {"content", "And 3+3?"}}});
+}
+
+TEST_P(StableBoundaryTest, NewUserTurnWithThinkingDisabled) {
+  const json request = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                        {"enable_thinking", false}};
+
+  CheckTurn(request, "Hello! How can I help?", {{{"role", "user"}, {"content", "Tell a joke."}}});
+}
+
+TEST_P(StableBoundaryTest, ToolResultTurnOfAnAgentLoop) {
+  const json request = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+                        {"tools", Tools()}};
+
+  CheckTurn(request, "<think>\nUse the tool.\n</think>\n\nLet me check.\n" + ToolCallText(),
+            {{{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "{\"temp\": 21}"}}});
+}
+
+TEST_P(StableBoundaryTest, SecondStepOfAnAgentLoopThenANewQuestion) {
+  const json request = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Weather in Paris?"}},
+        {{"role", "assistant"},
+         {"content", ""},
+         {"reasoning_content", "Use the tool."},
+         {"tool_calls",
+          {{{"id", "call_0"},
+            {"type", "function"},
+            {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "{\"temp\": 21}"}}}},
+      {"tools", Tools()}};
+
+  CheckTurn(request, "<think>\nIt is 21.\n</think>\n\nIt is 21 degrees.",
+            {{{"role", "user"}, {"content", "And tomorrow?"}}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest, ::testing::Values("qwen3", "cairn_xml"));
+
+}  // namespace
+}  // namespace cairn::infer::text
