@@ -1,0 +1,182 @@
+#include "services/infer/text/jinja.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer::text::jinja {
+namespace {
+
+using ::cairn::testing::StatusIs;
+
+// Renders `source` with the variables of the JSON object `vars`; returns the output or
+// "ERROR: <message>".
+std::string Render(const std::string& source, const std::string& vars = "{}") {
+  absl::StatusOr<std::unique_ptr<Template>> t = Template::Parse(source);
+  if (!t.ok()) return "ERROR: " + std::string(t.status().message());
+  ValueDict ctx;
+  const Value v = Value::FromJson(nlohmann::ordered_json::parse(vars));
+  for (const auto& kv : v.dict().items) ctx.Set(kv.first, kv.second);
+  absl::StatusOr<std::string> out = (*t)->Render(ctx);
+  if (!out.ok()) return "ERROR: " + std::string(out.status().message());
+  return *out;
+}
+
+TEST(JinjaTest, TrimAndLstripBlocks) {
+  EXPECT_EQ(Render("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");
+  EXPECT_EQ(Render("x  {%- if true -%}  y  {%- endif %}"), "xy");
+  EXPECT_EQ(Render("a\n  {%+ if true %}b{% endif %}"), "a\n  b");
+  EXPECT_EQ(Render("{{ 'v' }}\nnext"), "v\nnext");          // trim_blocks: not after }}.
+  EXPECT_EQ(Render("a {# note #}\nb"), "a b");               // Comments are trimmed too.
+  EXPECT_EQ(Render("end\n"), "end");                         // keep_trailing_newline=False.
+}
+
+TEST(JinjaTest, ForLoopVariables) {
+  EXPECT_EQ(Render("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}"
+                   "{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}",
+                   R"({"xs": ["a", "b"]})"),
+            "102TrueFalse2|211FalseTrue2|");
+  EXPECT_EQ(Render("{% for x in xs %}{{ loop.previtem|default('-') }}{{ x }}"
+                   "{{ loop.nextitem|default('-') }} {% endfor %}",
+                   R"({"xs": [1, 2, 3]})"),
+            "-12 123 23- ");
+  EXPECT_EQ(Render("{% for x in xs if x > 1 %}{{ x }}{{ loop.length }}{% else %}none"
+                   "{% endfor %}",
+                   R"({"xs": [1, 2, 3]})"),
+            "2232");
+  EXPECT_EQ(Render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(Render("{% for k, v in d|items %}{{ k }}={{ v }},{% endfor %}",
+                   R"({"d": {"b": 1, "a": [true, null]}})"),
+            "b=1,a=[True, None],");
+  EXPECT_EQ(Render("{% for x in [1,2,3,4] %}{% if x == 2 %}{% continue %}{% endif %}"
+                   "{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+            "13");
+}
+
+TEST(JinjaTest, LoopScopeDoesNotLeakButNamespacesDo) {
+  EXPECT_EQ(Render("{% set a = 1 %}{% for x in [5] %}{% set a = x %}{% endfor %}{{ a }}"), "1");
+  EXPECT_EQ(Render("{% set ns = namespace(a=1) %}{% for x in [5] %}{% set ns.a = x %}"
+                   "{% endfor %}{{ ns.a }}"),
+            "5");
+  EXPECT_EQ(Render("{% if true %}{% set a = 2 %}{% endif %}{{ a }}"), "2");
+}
+
+TEST(JinjaTest, MacrosWithDefaultsAndKeywords) {
+  EXPECT_EQ(Render("{% macro m(a, b='B', c=none) %}[{{ a }}{{ b }}{{ c }}]{% endmacro %}"
+                   "{{ m(1) }}{{ m(1, c=3) }}{{ m('x', 'y')|trim }}"),
+            "[1BNone][1B3][xyNone]");
+  EXPECT_EQ(Render("{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{{ m() }}"), "G");
+}
+
+TEST(JinjaTest, ExpressionsAndOperators) {
+  EXPECT_EQ(Render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }}"),
+            "3 -4 1 2 3.5 1024");
+  EXPECT_EQ(Render("{{ 'a' ~ 1 ~ none }} {{ 'ab' * 2 }} {{ [1] + [2] }}"), "a1None abab [1, 2]");
+  EXPECT_EQ(Render("{{ 'b' in 'abc' }} {{ 3 not in [1, 2] }} {{ 'k' in {'k': 1} }}"),
+            "True True True");
+  EXPECT_EQ(Render("{{ 'x' if false else 'y' }}{{ 'z' if false }}"), "y");
+  EXPECT_EQ(Render("{{ not 1 == 2 and (1 < 2 or false) }}"), "True");
+  EXPECT_EQ(Render("{{ -x|abs }}", R"({"x": 3})"), "3");
+}
+
+TEST(JinjaTest, SlicesUseCodePoints) {
+  EXPECT_EQ(Render("{{ s[::-1] }} {{ s[1:] }} {{ s[-2:] }} {{ s[0] }}", R"({"s": "h\u00e9llo"})"),
+            "oll\xC3\xA9h \xC3\xA9llo lo h");
+  EXPECT_EQ(Render("{{ xs[::-1] }} {{ xs[1:3] }} {{ xs[::2] }}", R"({"xs": [1, 2, 3, 4]})"),
+            "[4, 3, 2, 1] [2, 3] [1, 3]");
+}
+
+TEST(JinjaTest, StringMethods) {
+  EXPECT_EQ(Render("{{ s.split('</think>')[-1].lstrip('\\n') }}|{{ s.split('</think>')[0]"
+                   ".rstrip('\\n').split('<think>')[-1] }}",
+                   R"({"s": "<think>r\n</think>\n\nanswer"})"),
+            "answer|r");
+  EXPECT_EQ(Render("{{ ' a  b '.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a b c'.split(' ', 1) }}"),
+            "['a', 'b'] ['a', 'b', '', 'c'] ['a', 'b c']");
+  EXPECT_EQ(Render("{{ 'xxhixx'.strip('x') }} {{ s.startswith(('a', 'h')) }} "
+                   "{{ s.endswith('lo') }} {{ s.upper() }} {{ s.replace('l', 'L') }}",
+                   R"({"s": "hello"})"),
+            "hi True True HELLO heLLo");
+  EXPECT_EQ(Render("{{ ' \\t x \\n'|trim }}|{{ 'ab'|length }}{{ '\u00e9'|length }}"), "x|21");
+}
+
+TEST(JinjaTest, TojsonMatchesPythonJsonDumps) {
+  EXPECT_EQ(Render("{{ v|tojson }}", R"({"v": {"b": [1, 2.5, 1e-7, 1e20, true, null],
+                                            "a": "\u00e9\"\n<"}})"),
+            "{\"b\": [1, 2.5, 1e-07, 1e+20, true, null], \"a\": \"\xC3\xA9\\\"\\n<\"}");
+  EXPECT_EQ(Render("{{ v|tojson(indent=2) }}", R"({"v": {"a": [1]}})"),
+            "{\n  \"a\": [\n    1\n  ]\n}");
+  EXPECT_EQ(Render("{{ 3.0 }} {{ 0.1 + 0.2 }} {{ 1e16 }} {{ 123456789012345.6 }}"),
+            "3.0 0.30000000000000004 1e+16 123456789012345.6");
+}
+
+TEST(JinjaTest, TestsOnValues) {
+  EXPECT_EQ(Render("{{ x is defined }}{{ y is undefined }}{{ n is none }}{{ s is string }}"
+                   "{{ d is mapping }}{{ l is sequence }}{{ s is iterable }}{{ 1 is number }}"
+                   "{{ t is true }}{{ 0 is false }}{{ 4 is even }}{{ 1.5 is integer }}",
+                   R"({"x": 1, "n": null, "s": "a", "d": {}, "l": [], "t": true})"),
+            "TrueTrueTrueTrueTrueTrueTrueTrueTrueFalseTrueFalse");
+  EXPECT_EQ(Render("{{ x is not none }}", R"({"x": 0})"), "True");
+}
+
+TEST(JinjaTest, FiltersOnCollections) {
+  EXPECT_EQ(Render("{{ xs|join(', ') }}|{{ xs|first }}{{ xs|last }}|{{ xs|reverse|list }}|"
+                   "{{ xs|length }}|{{ xs|unique|list }}|{{ xs|sort }}",
+                   R"({"xs": [3, 1, 3]})"),
+            "3, 1, 3|33|[3, 1, 3]|3|[3, 1]|[1, 3, 3]");
+  EXPECT_EQ(Render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='c')|join }}"
+                   "{{ ms|rejectattr('role', 'equalto', 'user')|list|length }}",
+                   R"({"ms": [{"role": "user", "c": "a"}, {"role": "tool", "c": "b"},
+                             {"role": "user", "c": "c"}]})"),
+            "ac1");
+  EXPECT_EQ(Render("{{ u|default('d') }}{{ ''|default('e', true) }}{{ 0|string }}"), "de0");
+  EXPECT_EQ(Render("{{ d.get('a') }}{{ d.get('z', 9) }}{{ d.keys()|list }}{{ d['a'] }}",
+                   R"({"d": {"a": 1}})"),
+            "19['a']1");
+}
+
+TEST(JinjaTest, UnsupportedConstructsFailAtParse) {
+  EXPECT_THAT(Template::Parse("{{ x|wordwrap }}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{% include 'x' %}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{{ x is prime }}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{% if x %}unterminated").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{{ 'unterminated }}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{% raw %}x{% endraw %}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(JinjaTest, RuntimeErrorsAreStatuses) {
+  EXPECT_EQ(Render("{{ x.y.z }}"), "ERROR: template line 1: 'x' is undefined (reading attribute 'y')");
+  EXPECT_EQ(Render("{{ 'a' + 1 }}"),
+            "ERROR: template line 1: unsupported operand type(s) for +: 'str' and 'int'");
+  EXPECT_EQ(Render("\n{{ none.x.y }}"),
+            "ERROR: template line 2: 'x' is undefined (reading attribute 'y')");
+  EXPECT_EQ(Render("{{ raise_exception('boom') }}"), "ERROR: boom");
+  EXPECT_EQ(Render("{% for x in 3 %}{% endfor %}"),
+            "ERROR: template line 1: 'int' object is not iterable");
+}
+
+TEST(JinjaTest, RunawayTemplatesHitLimits) {
+  TemplateOptions options;
+  options.max_loop_iterations = 100;
+  absl::StatusOr<std::unique_ptr<Template>> t =
+      Template::Parse("{% for i in range(1000) %}x{% endfor %}", options);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_THAT((*t)->Render({}).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+
+  absl::StatusOr<std::unique_ptr<Template>> r =
+      Template::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT((*r)->Render({}).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+}  // namespace
+}  // namespace cairn::infer::text::jinja
