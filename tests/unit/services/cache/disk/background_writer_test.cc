@@ -1,0 +1,176 @@
+// The background writer: order, merging of superseded writes, bounded yields to the model,
+// shutdown (design.md §4).
+
+#include "services/cache/disk/background_writer.h"
+
+#include <memory>
+#include <vector>
+
+#include "common/concurrency/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/cache/disk/disk_test_util.h"
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::cache::testing::CheckpointFactory;
+using ::cairn::cache::testing::RestoreAll;
+using ::cairn::cache::testing::TempDir;
+
+constexpr absl::Duration kDeadline = absl::Seconds(30);
+
+// A model that is busy until told otherwise.
+class FakeModelActivity final : public ModelActivity {
+ public:
+  bool WaitUntilIdle(absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    MutexLock lock(&mu_);
+    ++waits_;
+    cv_.SignalAll();
+    while (busy_) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      cv_.WaitWithTimeout(&mu_, left);
+    }
+    return true;
+  }
+  void SetBusy(bool busy) {
+    MutexLock lock(&mu_);
+    busy_ = busy;
+    cv_.SignalAll();
+  }
+  // Waits until the writer has asked at least `n` times; false after the deadline.
+  bool WaitForWaits(int n) {
+    const absl::Time deadline = absl::Now() + kDeadline;
+    MutexLock lock(&mu_);
+    while (waits_ < n) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      cv_.WaitWithTimeout(&mu_, left);
+    }
+    return true;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  int waits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Collects job results. Thread-safe.
+class Results {
+ public:
+  std::function<void(absl::Status)> For(uint64_t id) {
+    return [this, id](absl::Status s) {
+      MutexLock lock(&mu_);
+      results_[id] = s;
+    };
+  }
+  absl::Status Get(uint64_t id) {
+    MutexLock lock(&mu_);
+    auto it = results_.find(id);
+    return it == results_.end() ? absl::UnknownError("no result") : it->second;
+  }
+
+ private:
+  Mutex mu_;
+  std::map<uint64_t, absl::Status> results_ ABSL_GUARDED_BY(mu_);
+};
+
+class BackgroundWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DiskStoreOptions o;
+    o.root = dir_.path();
+    o.free_space_reserve_bytes = 0;
+    auto store = DiskStore::Create(o, PosixFileSystem());
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+  }
+  WriteJob Job(PublishRequest r, const std::string& lineage) {
+    WriteJob job;
+    job.done = results_.For(r.checkpoint_id);
+    job.request = std::move(r);
+    job.lineage = lineage;
+    return job;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<DiskStore> store_;
+  CheckpointFactory factory_{16, 1024};
+  FakeModelActivity model_;
+  Results results_;
+};
+
+TEST_F(BackgroundWriterTest, PublishesInOrderSoLaterJobsMayShareEarlierChunks) {
+  BackgroundWriter writer(store_.get(), &model_, {});
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 2), "a")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, factory_.ChunksOf(1), 1), "b")));
+
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));
+
+  CAIRN_EXPECT_OK(results_.Get(1));
+  CAIRN_EXPECT_OK(results_.Get(2));
+  auto bytes = RestoreAll(store_.get(), 2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(2));
+  EXPECT_EQ(writer.stats().published, 2u);
+}
+
+TEST_F(BackgroundWriterTest, NewerCheckpointOfALineageSupersedesAPendingOne) {
+  BackgroundWriterOptions options;
+  options.max_yield = kDeadline;  // Hold the writer while the queue is arranged.
+  BackgroundWriter writer(store_.get(), &model_, options);
+  model_.SetBusy(true);
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1), "other")));
+  ASSERT_TRUE(model_.WaitForWaits(2));  // The writer holds job 1 and is yielding.
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 2), "conv")));
+
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(3, factory_.ChunksOf(2), 1), "conv")));
+  model_.SetBusy(false);
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));
+
+  EXPECT_EQ(results_.Get(2).code(), absl::StatusCode::kCancelled);
+  CAIRN_EXPECT_OK(results_.Get(3));
+  EXPECT_FALSE(store_->HasCheckpoint(2));
+  auto bytes = RestoreAll(store_.get(), 3);  // Job 2's chunks were written by job 3.
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(3));
+  EXPECT_EQ(writer.stats().merged, 1u);
+}
+
+TEST_F(BackgroundWriterTest, YieldsToABusyModelForAtMostMaxYield) {
+  BackgroundWriterOptions options;
+  options.max_yield = absl::Milliseconds(5);
+  BackgroundWriter writer(store_.get(), &model_, options);
+  model_.SetBusy(true);  // Never idle: the writer must still make progress.
+
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1), "a")));
+
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));
+  CAIRN_EXPECT_OK(results_.Get(1));
+  EXPECT_GE(writer.stats().yields, 1u);
+}
+
+TEST_F(BackgroundWriterTest, ShutdownCancelsPendingJobs) {
+  BackgroundWriterOptions options;
+  options.max_yield = kDeadline;
+  auto writer = std::make_unique<BackgroundWriter>(store_.get(), &model_, options);
+  model_.SetBusy(true);
+  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(1, {}, 1), "a")));
+  ASSERT_TRUE(model_.WaitForWaits(2));
+  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(2, {}, 1), "b")));
+
+  model_.SetBusy(false);
+  writer->Shutdown();
+
+  EXPECT_NE(results_.Get(1).code(), absl::StatusCode::kUnknown);  // Ran to completion.
+  EXPECT_EQ(results_.Get(2).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(writer->Enqueue(Job(factory_.Build(3, {}, 1), "c")).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace cairn::cache
