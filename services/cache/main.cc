@@ -2,10 +2,10 @@
 // server, the maintenance ticker, and an orderly drain on SIGTERM.
 
 #include <sys/stat.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -164,12 +164,15 @@ int Run(int argc, char** argv) {
     while (!stop_ticker.WaitForNotificationWithTimeout(main_options.tick)) (*daemon)->Tick();
   });
   (*server)->SetAllServing(true);
+  // Readiness for systemd's Type=notify (a no-op outside systemd).
+  sd_notify(0, "READY=1");
   CAIRN_LOG(INFO) << "cairn-cache serving on " << (*server)->address() << ", arena "
                   << (*daemon)->arena().size() << " bytes at " << main_options.arena_socket;
 
   int sig = WaitForTerminationSignal();
   // Shutdown order (style.md §5): health NOT_SERVING and drain, server shutdown, workers.
   CAIRN_LOG(INFO) << "signal " << sig << ": draining";
+  sd_notify(0, "STOPPING=1");
   (*server)->Drain();
   (*server)->Wait();
   stop_ticker.Notify();
