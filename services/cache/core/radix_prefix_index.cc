@@ -16,13 +16,16 @@ struct RadixPrefixIndex::Node {
   std::vector<IndexEntry> entries;
 };
 
-namespace {
-
-// Length of the common prefix of `a` and `b`.
-size_t CommonPrefix(absl::Span<const TokenId> a, absl::Span<const TokenId> b) {
+int64_t CommonPrefixLength(absl::Span<const TokenId> a, absl::Span<const TokenId> b) {
   size_t n = std::min(a.size(), b.size());
   auto mismatch = std::mismatch(a.begin(), a.begin() + n, b.begin());
-  return static_cast<size_t>(mismatch.first - a.begin());
+  return static_cast<int64_t>(mismatch.first - a.begin());
+}
+
+namespace {
+
+size_t CommonPrefix(absl::Span<const TokenId> a, absl::Span<const TokenId> b) {
+  return static_cast<size_t>(CommonPrefixLength(a, b));
 }
 
 }  // namespace

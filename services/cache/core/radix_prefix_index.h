@@ -10,6 +10,9 @@
 
 namespace cairn::cache {
 
+// Length of the longest common prefix of `a` and `b`.
+int64_t CommonPrefixLength(absl::Span<const TokenId> a, absl::Span<const TokenId> b);
+
 // What a prefix-index node can hold: a live slot frontier (id = the cache's frontier id) or a
 // checkpoint (id = CheckpointId; its tiers live in the checkpoint table, not here).
 struct IndexEntry {

@@ -16,13 +16,11 @@
 
 namespace cairn::cache::sim {
 
-int64_t CommonPrefix(absl::Span<const TokenId> a, absl::Span<const TokenId> b) {
-  size_t n = std::min(a.size(), b.size());
-  auto mismatch = std::mismatch(a.begin(), a.begin() + n, b.begin());
-  return static_cast<int64_t>(mismatch.first - a.begin());
-}
-
 namespace {
+
+int64_t CommonPrefix(absl::Span<const TokenId> a, absl::Span<const TokenId> b) {
+  return CommonPrefixLength(a, b);
+}
 
 std::vector<TokenId> WithGenerated(const SimRequest& r) {
   std::vector<TokenId> out = r.tokens;
@@ -322,6 +320,34 @@ class StateTree {
     tree_.Remove(states_.at(id).node, {IndexEntry::Kind::kCheckpoint, id});
     states_.erase(id);
   }
+  // Removes the state with the lowest `score` (ties: lowest id), never one of `keep` unless
+  // nothing else is left, until the tree fits `budget`. Records each eviction in `r`.
+  template <typename Score>
+  void EvictUntilFits(int64_t budget, const CostModelOptions& cost,
+                      const std::vector<uint64_t>& keep, const char* reason, Score score,
+                      RequestResult& r) {
+    while (Bytes(cost) > budget && !states_.empty()) {
+      uint64_t victim = 0;
+      double lowest = std::numeric_limits<double>::infinity();
+      for (const auto& [id, s] : states_) {
+        if (std::find(keep.begin(), keep.end(), id) != keep.end()) continue;
+        double v = score(s);
+        if (v < lowest || (v == lowest && id < victim)) {
+          lowest = v;
+          victim = id;
+        }
+      }
+      if (victim == 0) {
+        auto left = std::find_if(keep.begin(), keep.end(),
+                                 [&](uint64_t id) { return states_.contains(id); });
+        if (left == keep.end()) break;
+        victim = *left;
+      }
+      Remove(victim);
+      r.evicted.push_back({victim, reason});
+    }
+  }
+
   int64_t Bytes(const CostModelOptions& cost) const {
     return tree_.token_count() * cost.bytes_per_row +
            static_cast<int64_t>(states_.size()) * cost.private_bytes;
@@ -364,7 +390,11 @@ class BlockAlignedPolicy final : public TrackedPolicy {
       uint64_t id = tree_.Add(absl::MakeConstSpan(request.tokens).subspan(0, boundary), now_);
       r.captures.push_back({boundary, CaptureKind::kGrid});
       r.capture_bytes += options_.cost.private_bytes;
-      Evict(id, r);
+      tree_.EvictUntilFits(options_.ram_bytes, options_.cost, {id}, "lru",
+                           [](const StateTree::State& s) {
+                             return static_cast<double>(s.last_use);
+                           },
+                           r);
     }
     Track();
     return r;
@@ -372,23 +402,6 @@ class BlockAlignedPolicy final : public TrackedPolicy {
   int64_t BytesInUse() const override { return tree_.Bytes(options_.cost); }
 
  private:
-  void Evict(uint64_t keep, RequestResult& r) {
-    while (tree_.Bytes(options_.cost) > options_.ram_bytes) {
-      uint64_t victim = 0;
-      int64_t oldest = std::numeric_limits<int64_t>::max();
-      for (const auto& [id, s] : tree_.states()) {
-        if (id != keep && s.last_use < oldest) {
-          oldest = s.last_use;
-          victim = id;
-        }
-      }
-      if (victim == 0) victim = keep;
-      tree_.Remove(victim);
-      r.evicted.push_back({victim, "lru"});
-      if (victim == keep) break;
-    }
-  }
-
   PolicyOptions options_;
   StateTree tree_;
   int64_t now_ = 0;
@@ -429,44 +442,31 @@ class MarconiPolicy final : public TrackedPolicy {
     admitted.push_back(tree_.Add(full, now_));
     r.captures.push_back({n, CaptureKind::kEnd});
     r.capture_bytes += options_.cost.private_bytes;
-    Evict(admitted, r);
+    // Utility = w * recency + (1 - w) * normalised FLOPs saved per byte; lowest goes. The
+    // normalisers are taken once per request.
+    double max_efficiency = 0;
+    int64_t min_use = std::numeric_limits<int64_t>::max();
+    for (const auto& [id, s] : tree_.states()) {
+      max_efficiency = std::max(max_efficiency, Efficiency(s));
+      min_use = std::min(min_use, s.last_use);
+    }
+    const double w = options_.marconi_recency_weight;
+    tree_.EvictUntilFits(
+        options_.ram_bytes, options_.cost, admitted, "utility",
+        [&](const StateTree::State& s) {
+          double recency = now_ == min_use ? 1.0
+                                           : static_cast<double>(s.last_use - min_use) /
+                                                 static_cast<double>(now_ - min_use);
+          double efficiency = max_efficiency > 0 ? Efficiency(s) / max_efficiency : 0;
+          return w * recency + (1 - w) * efficiency;
+        },
+        r);
     Track();
     return r;
   }
   int64_t BytesInUse() const override { return tree_.Bytes(options_.cost); }
 
  private:
-  void Evict(const std::vector<uint64_t>& keep, RequestResult& r) {
-    while (tree_.Bytes(options_.cost) > options_.ram_bytes) {
-      // Utility = w * recency + (1 - w) * normalised FLOPs saved per byte; lowest goes.
-      double max_efficiency = 0;
-      int64_t min_use = std::numeric_limits<int64_t>::max();
-      for (const auto& [id, s] : tree_.states()) {
-        max_efficiency = std::max(max_efficiency, Efficiency(s));
-        min_use = std::min(min_use, s.last_use);
-      }
-      uint64_t victim = 0;
-      double lowest = std::numeric_limits<double>::infinity();
-      for (const auto& [id, s] : tree_.states()) {
-        if (std::find(keep.begin(), keep.end(), id) != keep.end()) continue;
-        double recency = now_ == min_use ? 1.0
-                                         : static_cast<double>(s.last_use - min_use) /
-                                               static_cast<double>(now_ - min_use);
-        double efficiency = max_efficiency > 0 ? Efficiency(s) / max_efficiency : 0;
-        double w = options_.marconi_recency_weight;
-        double utility = w * recency + (1 - w) * efficiency;
-        if (utility < lowest || (utility == lowest && id < victim)) {
-          lowest = utility;
-          victim = id;
-        }
-      }
-      if (victim == 0) victim = keep.front();
-      tree_.Remove(victim);
-      r.evicted.push_back({victim, "utility"});
-      if (std::find(keep.begin(), keep.end(), victim) != keep.end()) break;
-    }
-  }
-
   double Efficiency(const StateTree::State& s) const {
     double bytes = static_cast<double>(options_.cost.private_bytes) +
                    static_cast<double>(s.depth) * static_cast<double>(options_.cost.bytes_per_row);

@@ -87,9 +87,6 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,
                                                    const PolicyOptions& options,
                                                    const Clock* clock);
 
-// Length of the common prefix of `a` and `b`.
-int64_t CommonPrefix(absl::Span<const TokenId> a, absl::Span<const TokenId> b);
-
 }  // namespace cairn::cache::sim
 
 #endif  // CAIRN_SERVICES_CACHE_SIM_POLICY_H_

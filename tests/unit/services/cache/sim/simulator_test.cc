@@ -1,5 +1,6 @@
 #include "services/cache/sim/simulator.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -101,6 +102,27 @@ TEST(SimulatorTest, EveryPolicyRunsAnAgentTraceAndCairnReusesMost) {
     EXPECT_LE(totals[0].prefilled, totals[i].prefilled) << totals[i].policy;
   }
   EXPECT_LE(totals[0].peak_bytes, options.policy.ram_bytes);
+}
+
+TEST(SimulatorTest, CommittedAgentTraceRunsUnderEveryPolicy) {
+  const char* root = std::getenv("CAIRN_SOURCE_DIR");
+  if (root == nullptr) GTEST_SKIP() << "CAIRN_SOURCE_DIR not set (run through ctest)";
+  absl::StatusOr<std::vector<TraceRequest>> trace =
+      ReadTraceFile(std::string(root) + "/tests/data/traces/agent_small.jsonl");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<SimRequest> requests = PrepareRequests(*trace, {});
+  SimOptions options;
+  options.policy.ram_bytes = int64_t{4} << 30;
+  options.policy.disk_bytes = int64_t{50} << 30;
+
+  absl::StatusOr<SimResult> cairn = Simulate(requests, "cairn", options);
+  absl::StatusOr<SimResult> none = Simulate(requests, "none", options);
+
+  ASSERT_TRUE(cairn.ok() && none.ok());
+  EXPECT_EQ(cairn->totals.requests, 18);
+  EXPECT_EQ(cairn->totals.prompt_tokens, none->totals.prefilled);
+  EXPECT_GT(cairn->totals.hit_ratio, 0.5);
+  EXPECT_LE(cairn->totals.peak_bytes, options.policy.ram_bytes);
 }
 
 TEST(CostModelTest, CalibratedOnTheSeedsMeasuredRun) {
