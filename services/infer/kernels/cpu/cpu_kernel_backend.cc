@@ -14,6 +14,9 @@
 namespace cairn::infer {
 namespace {
 
+// Query rows per block of the attention score matrix.
+constexpr int64_t kAttentionQueryBlock = 256;
+
 float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 float Dot(const float* a, const float* b, int n) {
@@ -286,32 +289,43 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
 }
 
 void CpuKernelBackend::Attention(const AttentionArgs& a) {
+  // Per query head and block of query rows: scores S = Q K^T through sgemm, a causal softmax
+  // per row, then O = P V through sgemm. Blocks bound the score buffer for long contexts.
   const int group = a.q_heads / a.kv_heads;
   const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
   const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  ParallelFor(a.q_heads, [&](int64_t h) {
+  std::vector<float> scores;
+  for (int64_t h = 0; h < a.q_heads; ++h) {
     const int64_t kvh = h / group;
-    std::vector<float> p(a.past + a.tokens);
-    for (int64_t t = 0; t < a.tokens; ++t) {
-      const float* q = a.q + t * q_ld + h * a.head_dim;
-      const int64_t n = a.past + t + 1;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        p[j] = Dot(q, a.k + j * kv_ld + kvh * a.head_dim, a.head_dim) * a.scale;
-        mx = std::max(mx, p[j]);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
-      float* o = a.out + t * q_ld + h * a.head_dim;
-      std::fill(o, o + a.head_dim, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        Axpy(p[j] / sum, a.v + j * kv_ld + kvh * a.head_dim, o, a.head_dim);
-      }
+    for (int64_t t0 = 0; t0 < a.tokens; t0 += kAttentionQueryBlock) {
+      const int64_t rows = std::min(kAttentionQueryBlock, a.tokens - t0);
+      const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
+      scores.resize(static_cast<size_t>(rows * keys));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+                  static_cast<blasint>(keys), a.head_dim, a.scale,
+                  a.q + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld),
+                  a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f, scores.data(),
+                  static_cast<blasint>(keys));
+      ParallelFor(rows, [&](int64_t r) {
+        float* p = scores.data() + r * keys;
+        const int64_t n = a.past + t0 + r + 1;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          p[j] = std::exp(p[j] - mx);
+          sum += p[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+        std::fill(p + n, p + keys, 0.0f);
+      });
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
+                  a.head_dim, static_cast<blasint>(keys), 1.0f, scores.data(),
+                  static_cast<blasint>(keys), a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld),
+                  0.0f, a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
     }
-  });
+  }
 }
 
 void CpuKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {

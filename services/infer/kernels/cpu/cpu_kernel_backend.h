@@ -19,10 +19,11 @@ struct CpuKernelBackendOptions {
   int threads = 0;
 };
 
-// The reference backend: fp32 math on the host, GEMMs through OpenBLAS (cblas_sgemm), the other
-// operations as plain loops split over a fixed pool of threads by head or by row. Every split
-// assigns each output element to exactly one thread with a fixed reduction order, so results
-// are bit-identical run to run for the same shapes.
+// The reference backend: fp32 math on the host. GEMMs, including attention's score and value
+// products per head, go through OpenBLAS (cblas_sgemm, which splits the output, never the
+// reduction, over its threads); the other operations are plain loops split over a fixed pool
+// of threads by head or by row. Every split assigns each output element to exactly one thread
+// with a fixed reduction order, so results are bit-identical run to run for the same shapes.
 //
 // Thread-compatible (KernelBackend). OpenBLAS's thread count is process-wide; Create() sets it.
 class CpuKernelBackend final : public KernelBackend {
