@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,19 @@ namespace {
 double MillisSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
+}
+
+// The `k` largest of `n` logits as [[id, logit], ...], largest first, lower ids first on ties.
+nlohmann::json TopLogits(const float* row, int64_t n, int k) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  k = static_cast<int>(std::min<int64_t>(k, n));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [row](int32_t a, int32_t b) {
+    return row[a] > row[b] || (row[a] == row[b] && a < b);
+  });
+  nlohmann::json pairs = nlohmann::json::array();
+  for (int i = 0; i < k; ++i) pairs.push_back({ids[i], row[ids[i]]});
+  return pairs;
 }
 
 }  // namespace
@@ -59,41 +73,46 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
                    SlotState::Create(model->state_layout(), n + std::max(options.greedy, 1)));
 
-  start = std::chrono::steady_clock::now();
-  const std::vector<int64_t> passes = UniformPasses(n, options.pass_tokens);
-  ASSIGN_OR_RETURN(std::vector<float> logits,
-                   Prefill(*model, slot.get(), options.prompt_ids, passes, /*all_logits=*/true));
-  const double prefill_ms = MillisSince(start);
+  // Pass by pass, keeping only what is reported, so memory grows with the pass size times
+  // the vocabulary rather than the prompt length times it.
   const int64_t vocab = model->info().vocab_size;
+  nlohmann::json argmax = nlohmann::json::array();
+  std::map<int64_t, nlohmann::json> tops;
+  std::vector<float> last_logits;
+  int64_t done = 0;
+  start = std::chrono::steady_clock::now();
+  for (int64_t size : UniformPasses(n, options.pass_tokens)) {
+    ASSIGN_OR_RETURN(std::vector<float> logits,
+                     model->Forward(slot.get(),
+                                    absl::MakeConstSpan(options.prompt_ids).subspan(done, size),
+                                    {.all_logits = true}));
+    for (int64_t i = 0; i < size; ++i) {
+      const float* row = logits.data() + i * vocab;
+      argmax.push_back(Argmax(row, vocab));
+      const int64_t p = done + i;
+      if (std::find(options.logits_at.begin(), options.logits_at.end(), p) !=
+          options.logits_at.end()) {
+        tops[p] = TopLogits(row, vocab, options.top);
+      }
+    }
+    last_logits.assign(logits.end() - vocab, logits.end());
+    done += size;
+  }
+  const double prefill_ms = MillisSince(start);
 
   nlohmann::json out;
   out["model"] = options.model_dir;
   out["architecture"] = model->info().architecture;
   out["weights_digest"] = absl::StrFormat("%016x", model->info().weights_digest);
   out["prompt_tokens"] = n;
-  nlohmann::json argmax = nlohmann::json::array();
-  for (int64_t i = 0; i < n; ++i) argmax.push_back(Argmax(logits.data() + i * vocab, vocab));
   out["argmax"] = argmax;
-  nlohmann::json tops = nlohmann::json::array();
-  for (int64_t p : options.logits_at) {
-    const float* row = logits.data() + p * vocab;
-    std::vector<int32_t> ids(static_cast<size_t>(vocab));
-    std::iota(ids.begin(), ids.end(), 0);
-    const int k = static_cast<int>(std::min<int64_t>(options.top, vocab));
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [row](int32_t a, int32_t b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
-    nlohmann::json pairs = nlohmann::json::array();
-    for (int i = 0; i < k; ++i) pairs.push_back({ids[i], row[ids[i]]});
-    tops.push_back({{"position", p}, {"top", pairs}});
-  }
-  out["top"] = tops;
+  nlohmann::json top_list = nlohmann::json::array();
+  for (int64_t p : options.logits_at) top_list.push_back({{"position", p}, {"top", tops[p]}});
+  out["top"] = top_list;
 
   start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::vector<int32_t> greedy,
-                   GreedyDecode(*model, slot.get(),
-                                absl::MakeConstSpan(logits.data() + (n - 1) * vocab, vocab),
-                                options.greedy));
+                   GreedyDecode(*model, slot.get(), last_logits, options.greedy));
   const double decode_ms = MillisSince(start);
   out["greedy"] = greedy;
   const int decode_passes = std::max(options.greedy - 1, 0);

@@ -23,7 +23,8 @@ struct ModelRunOptions {
   std::string digest_cache;        // Weights digest cache file; empty: none.
 };
 
-// Loads the model, prefills the prompt, decodes, and returns one JSON object:
+// Loads the model, prefills the prompt in passes of `pass_tokens` (memory grows with the pass
+// size times the vocabulary), decodes, and returns one JSON object:
 //   {"model", "architecture", "weights_digest", "prompt_tokens", "greedy": [ids],
 //    "argmax": [id per prompt position], "top": [{"position", "top": [[id, logit], ...]}],
 //    "timings": {"load_ms", "prefill_ms", "decode_ms", "prefill_tokens_per_s",
