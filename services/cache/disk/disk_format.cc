@@ -150,7 +150,7 @@ std::string FixedPrefix(uint64_t magic, FileKind kind, uint64_t payload, uint64_
 
 std::string FinishHeader(std::string header) {
   const uint32_t n = static_cast<uint32_t>(header.size());
-  std::memcpy(header.data() + 16, &n, sizeof(n));
+  for (int i = 0; i < 4; ++i) header[16 + i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return header;
 }
 

@@ -535,9 +535,9 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
       return absl::AlreadyExistsError(absl::StrCat("checkpoint ", id, " is already on disk"));
     }
     for (const ChunkWrite& c : request.new_chunks) {
-      if (chunks_.count(c.id.chunk_id) != 0) {
+      if (chunks_.count(c.id.chunk_id) != 0 || in_flight_chunks_.count(c.id.chunk_id) != 0) {
         return absl::AlreadyExistsError(
-            absl::StrCat("chunk ", c.id.chunk_id, " is already on disk"));
+            absl::StrCat("chunk ", c.id.chunk_id, " is already on disk or being written"));
       }
       bytes_needed += c.bytes.size() + kFileFooterBytes + 256;
     }
@@ -553,15 +553,20 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
       m.chunks.push_back(std::move(entry));
     }
     in_flight_.insert(id);
+    for (const ChunkWrite& c : request.new_chunks) in_flight_chunks_.insert(c.id.chunk_id);
     m.generation = next_generation_++;
   }
+  auto end_in_flight = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    in_flight_.erase(id);
+    for (const ChunkWrite& c : request.new_chunks) in_flight_chunks_.erase(c.id.chunk_id);
+  };
 
   std::vector<std::string> written;  // Deleted if the publish fails (IO2).
   auto fail = [&](absl::Status s) {
     std::vector<std::string> orphans;
     {
       MutexLock lock(&mu_);
-      in_flight_.erase(id);
+      end_in_flight();
       UnpinLocked(request.shared_chunk_ids, &orphans);
       ++counters_.publish_failures;
     }
@@ -627,11 +632,12 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   }
   CAIRN_KILL_POINT("disk.publish.after_catalog");
   MutexLock lock(&mu_);
-  in_flight_.erase(id);
+  end_in_flight();
   absl::Status registered = RegisterLocked(std::move(m), manifest_bytes.size());
   std::vector<std::string> unused;
   UnpinLocked(request.shared_chunk_ids, &unused);
-  CAIRN_CHECK(registered.ok());  // Chunk ids were checked unique under this lock's history.
+  // New chunk ids were unique on disk and among in-flight publishes when this one began.
+  CAIRN_CHECK(registered.ok());
   ++counters_.published;
   return absl::OkStatus();  // P7 is the caller's: acknowledge now.
 }

@@ -244,6 +244,7 @@ class DiskStore {
   std::map<uint64_t, Record> live_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, ChunkRecord> chunks_ ABSL_GUARDED_BY(mu_);
   std::set<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);  // Checkpoint ids being published.
+  std::set<uint64_t> in_flight_chunks_ ABSL_GUARDED_BY(mu_);  // New chunk ids being written.
   std::vector<QuarantineInfo> quarantined_ ABSL_GUARDED_BY(mu_);  // Oldest first.
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
