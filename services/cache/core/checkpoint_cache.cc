@@ -398,6 +398,20 @@ absl::StatusOr<RestorePlan> CheckpointCache::Restore(CheckpointId id, SlotKey ke
   }
   RestorePlan plan;
   plan.preserved = PrepareOverwrite(slot, static_cast<int64_t>(keep));
+  Event spill;
+  spill.type = EventType::kSpill;
+  spill.reason = absl::StrCat("restore of checkpoint ", id, " into slot ", key.slot);
+  for (size_t j = keep; j < ckpt.chunks.size(); ++j) {
+    Chunk& chunk = *chunks_.at(ckpt.chunks[j]);
+    if (chunk.ram_refs == 0 || chunk.in_arena || chunk.holders.empty()) continue;
+    chunk.in_arena = true;
+    plan.spilled_first.push_back({chunk.id, chunk.holders.front(),
+                                  chunk.index * layout.chunk_rows,
+                                  (chunk.index + 1) * layout.chunk_rows});
+    spill.chunks.push_back(chunk.id);
+    spill.bytes += chunk.bytes;
+  }
+  if (!spill.chunks.empty()) Emit(std::move(spill));
   ResetSlot(slot, identities);
   slot.tokens = IndexFor(identities.compatibility).TokensAt(ckpt.node);
   for (size_t j = keep; j < ckpt.chunks.size(); ++j) {

@@ -73,6 +73,9 @@ struct RestorePlan {
   int64_t kept_rows = 0;           // Rows the slot already held (same chunk ids), not copied.
   int64_t bytes_to_copy = 0;       // Rows past kept_rows plus private state.
   std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before the overwrite.
+  // Restored chunks whose bytes still sat in another slot: copied into the arena first, so the
+  // restore reads every chunk from the arena (or from disk).
+  std::vector<ChunkCopy> spilled_first;
 };
 
 // A capture between reservation and commit.
@@ -136,6 +139,10 @@ struct Accounting {
 // disk) or StartCold; ExtendSlot as passes complete, BeginCapture/CommitCapture at each planned
 // capture; ExtendSlot again for generated tokens.
 //
+// Retention ranks (RetentionPolicy) need "idle": a conversation is idle when the bytes
+// admitted since it was last used (captured, restored or continued) reach the RAM budget, i.e.
+// one full turnover of the budget; the admitted-bytes counter is the cache's turnover clock.
+//
 // Invariants: (1) each ledger's used + reserved never exceeds its budget; (2) a chunk's RAM
 // bytes are charged exactly while some RAM checkpoint (committed or pending) references it,
 // and its disk bytes while some disk checkpoint does; (3) a chunk record lives while a
@@ -168,8 +175,11 @@ class CheckpointCache {
   // differ; NotFound for an unknown slot.
   absl::Status ContinueSlot(SlotKey slot, const Identities& identities,
                             const std::string& conversation);
-  // Restores checkpoint `id` into `slot`. NotFound if it is in no tier; FailedPrecondition on
-  // an identity mismatch.
+  // Restores checkpoint `id` into `slot`: rows the slot already holds as the same chunks are
+  // kept, borrowed rows about to be overwritten are preserved, and restored chunks still
+  // borrowed from another slot are spilled first (both listed in the plan; the caller copies
+  // them before touching the slot). NotFound if it is in no tier; FailedPrecondition on an
+  // identity mismatch.
   absl::StatusOr<RestorePlan> Restore(CheckpointId id, SlotKey slot, const Identities& identities,
                                       const std::string& conversation);
   // Appends tokens the slot computed (prefill or generation) to its frontier.
@@ -195,7 +205,11 @@ class CheckpointCache {
   absl::Status AbortCapture(CheckpointId ticket, const std::string& reason);
 
   // --- Disk tier.
-  // True if checkpoint `id` should be written to disk (prompt and learned kinds, spacing).
+  // True if checkpoint `id` should be written to disk: prompt kinds (end, reused, stable)
+  // unless one on disk or being written sits less than disk_spacing_tokens before it on its
+  // path; learned ones always; grid points never.
+  // The caller writes a PersistTicket's chunks only once they are in the arena (a borrowed
+  // chunk is spilled first); the simulator treats writes as instantaneous.
   bool ShouldPersist(CheckpointId id) const;
   // Reserves disk space (evicting disk checkpoints by rank). FailedPrecondition without a disk
   // tier or when `id` is not in RAM or already on disk; ResourceExhausted if it cannot fit.

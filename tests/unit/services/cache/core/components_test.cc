@@ -360,3 +360,70 @@ TEST(CheckpointCacheTest, DroppedSlotQuarantinesCheckpointsWithUnspilledRows) {
 
 }  // namespace
 }  // namespace cairn::cache
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::cache::testing::MakeCache;
+using ::cairn::cache::testing::SimpleLayout;
+using ::cairn::cache::testing::TestIds;
+using ::cairn::cache::testing::Tokens;
+
+TEST(CheckpointCacheRestoreTest, RestoreIntoAnotherSlotSpillsBorrowedChunksFirst) {
+  auto t = MakeCache({}, SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot0{1, 0};
+  SlotKey slot1{1, 1};
+  ASSERT_TRUE(cache.StartCold(slot0, TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot0, Tokens(10, 0)).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(slot0, CaptureKind::kEnd, "A", -1);
+  ASSERT_TRUE(ticket.ok());
+  CheckpointId id = *cache.CommitCapture(ticket->id);
+  const int64_t used = cache.ram_ledger().used();
+
+  absl::StatusOr<RestorePlan> plan = cache.Restore(id, slot1, TestIds(), "A");
+
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kept_rows, 0);
+  ASSERT_EQ(plan->spilled_first.size(), 2u);
+  EXPECT_EQ(plan->spilled_first[0].slot, slot0);
+  EXPECT_EQ(plan->spilled_first[1].row_begin, 4);
+  EXPECT_EQ(cache.ram_ledger().used(), used);  // Space was reserved at admission.
+  for (ChunkId c : plan->chunks) {
+    absl::StatusOr<ChunkInfo> chunk = cache.GetChunk(c);
+    ASSERT_TRUE(chunk.ok());
+    EXPECT_TRUE(chunk->in_arena);
+    EXPECT_EQ(chunk->holders.size(), 2u);  // Both slots hold these rows now.
+  }
+  absl::StatusOr<std::vector<TokenId>> tokens = cache.SlotTokens(slot1);
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(*tokens, Tokens(10, 0));
+}
+
+TEST(CheckpointCacheRestoreTest, RestoreIntoTheSameSlotKeepsSharedRows) {
+  auto t = MakeCache({}, SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(cache.StartCold(slot, TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(9, 0)).ok());
+  absl::StatusOr<CaptureTicket> first = cache.BeginCapture(slot, CaptureKind::kGrid, "A", -1);
+  ASSERT_TRUE(first.ok());
+  CheckpointId at9 = *cache.CommitCapture(first->id);
+  ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(8, 100)).ok());
+  absl::StatusOr<CaptureTicket> second = cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(cache.CommitCapture(second->id).ok());
+
+  absl::StatusOr<RestorePlan> plan = cache.Restore(at9, slot, TestIds(), "A");
+
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->kept_rows, 8);  // Two 4-row chunks are the same chunk ids.
+  EXPECT_TRUE(plan->spilled_first.empty());
+  EXPECT_EQ(plan->preserved.size(), 2u);  // Rows 8..16 of the deeper checkpoint.
+  EXPECT_EQ(plan->bytes_to_copy, 1 * 10 + 100);  // One tail row and the private state.
+}
+
+}  // namespace
+}  // namespace cairn::cache
