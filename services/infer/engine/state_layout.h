@@ -24,6 +24,7 @@ struct StateComponent {
   int64_t floats = 0;  // kRows: floats per row; kPrivate: floats in total.
 
   int64_t bytes() const { return floats * static_cast<int64_t>(sizeof(float)); }
+  bool operator==(const StateComponent&) const = default;
 };
 
 // The list of state components of a model, in a fixed order that models and the engine agree on.
@@ -39,6 +40,8 @@ struct StateLayout {
     }
     return total;
   }
+  bool operator==(const StateLayout&) const = default;
+
   // Bytes of one token's rows over all row components.
   int64_t row_bytes() const {
     int64_t total = 0;

@@ -148,10 +148,9 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.num_heads, Get<int>(t, "num_attention_heads", kDefaultHeads));
   ASSIGN_OR_RETURN(c.num_kv_heads, Get<int>(t, "num_key_value_heads", d.num_kv_heads));
   RETURN_IF_ERROR(Positive("num_attention_heads", c.num_heads));
-  ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", t.contains("hidden_size")
-                                                           ? static_cast<int>(c.hidden_size /
-                                                                              c.num_heads)
-                                                           : kDefaultHeadDim));
+  // transformers' config classes default head_dim to 256 (the modelling code's D / Hq
+  // fallback applies only to configs without the field, which these classes never are).
+  ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", kDefaultHeadDim));
   ASSIGN_OR_RETURN(double eps, Get<double>(t, "rms_norm_eps", kDefaultRmsEps));
   c.rms_norm_eps = static_cast<float>(eps);
   // Wrapped configs may keep tie_word_embeddings at the top level.

@@ -477,7 +477,7 @@ absl::StatusOr<std::vector<float>> Qwen3HybridModel::Forward(SlotState* slot,
           absl::StrCat("token id ", id, " outside vocabulary of ", c_.vocab_size));
     }
   }
-  if (slot->num_components() != static_cast<int>(layout_.components.size())) {
+  if (!(slot->layout() == layout_)) {
     return absl::InvalidArgumentError("slot was not created with this model's state layout");
   }
   RETURN_IF_ERROR(slot->PrepareAppend(t));

@@ -214,5 +214,17 @@ TEST_F(ModelLoaderTest, ForwardRejectsBadTokensAndLeavesTheSlotAlone) {
   EXPECT_EQ((*slot)->position(), 0);
 }
 
+TEST_F(ModelLoaderTest, ForwardRejectsASlotOfAnotherLayout) {
+  absl::StatusOr<std::unique_ptr<Model>> dense = testing::LoadPreset("dense", backend_.get());
+  absl::StatusOr<std::unique_ptr<Model>> next = testing::LoadPreset("next", backend_.get());
+  ASSERT_TRUE(dense.ok() && next.ok());
+  absl::StatusOr<std::unique_ptr<SlotState>> slot = SlotState::Create((*next)->state_layout(), 8);
+  ASSERT_TRUE(slot.ok());
+  const std::vector<int32_t> tokens = {1, 2};
+
+  EXPECT_THAT((*dense)->Forward(slot->get(), tokens, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace cairn::infer
