@@ -15,6 +15,17 @@ The C++ tests (tests/unit/services/infer/models/reference_test.cc) regenerate th
 weights with the writer and compare. Needs transformers >= 5.17 (PR #45513) and torch.
 
 Usage: qwen3_hybrid_reference.py --models DIR --out DIR [--presets dense,next,moe]
+                                 [--wrappers dense-wrapped,moe-wrapped]
+
+How the committed files were made (the folders are ~1 MB each; build them here, carry them to a
+machine with transformers, copy the JSON back into tests/data/models/):
+  for p in dense next moe dense-wrapped moe-wrapped; do
+    cairn-make-model --preset $p --out build/engine/refmodels/$p; done
+  python3 tools/reference/qwen3_hybrid_reference.py --models build/engine/refmodels \
+      --out OUT --wrappers dense-wrapped,moe-wrapped
+Seen with transformers 5.17.0 and torch 2.11.0 (CPU, fp32): every preset loaded with no
+missing, unexpected or mismatched keys, and both wrapper folders load through
+AutoModelForCausalLM as well.
 """
 
 import argparse
