@@ -759,7 +759,8 @@ absl::StatusOr<SweepStats> DiskStore::SweepOrphans() {
 // Restore (R4).
 
 absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile& expected,
-                                     const FileHeader& want, absl::Span<uint8_t> destination) {
+                                     const FileHeader& want, uint64_t payload_bytes,
+                                     uint8_t* destination) {
   ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
   if (size != expected.length) {
     return Corrupt(path, absl::StrCat("size ", size, ", manifest says ", expected.length));
@@ -785,7 +786,7 @@ absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile
       header.kind == want.kind && header.compat_hash == want.compat_hash &&
       (header.kind == FileKind::kChunk ? header.chunk == want.chunk : header.state == want.state);
   if (!identity_ok) return Corrupt(path, "identity or position does not match the manifest");
-  if (header.payload_bytes != destination.size() ||
+  if (header.payload_bytes != payload_bytes ||
       header_bytes + header.payload_bytes + kFileFooterBytes != size) {
     return Corrupt(path, "payload size does not match");
   }
@@ -796,7 +797,7 @@ absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile
     const size_t n = std::min<uint64_t>(options_.staging_bytes, header.payload_bytes - done);
     ASSIGN_OR_RETURN(absl::string_view piece, read(header_bytes + done, n));
     hash.Update(piece);
-    std::memcpy(destination.data() + done, piece.data(), n);
+    if (destination != nullptr) std::memcpy(destination + done, piece.data(), n);
     done += n;
   }
   ASSIGN_OR_RETURN(absl::string_view footer, read(header_bytes + done, kFileFooterBytes));
@@ -809,6 +810,12 @@ absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile
 }
 
 absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination& destination) {
+  return Load(checkpoint_id, &destination);
+}
+
+absl::Status DiskStore::Verify(uint64_t checkpoint_id) { return Load(checkpoint_id, nullptr); }
+
+absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* destination) {
   Manifest m;
   {
     MutexLock lock(&mu_);
@@ -822,6 +829,28 @@ absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination
   const uint64_t compat_hash = CompatHash(m.compat_digest);
   std::set<uint64_t> dependents;  // To quarantine if a file is bad.
   absl::Status status;
+  // Reads one file of the checkpoint into the destination the caller gives for `piece`.
+  auto load_piece = [&](const RestorePiece& piece, const std::string& path,
+                        const ManifestFile& file, const FileHeader& want) -> bool {
+    uint8_t* out = nullptr;
+    if (destination != nullptr) {
+      absl::StatusOr<absl::Span<uint8_t>> dst = (*destination)(piece);
+      if (dst.ok() && dst->size() != piece.bytes) {
+        dst = absl::InvalidArgumentError("restore destination has the wrong size");
+      }
+      if (!dst.ok()) {
+        status = dst.status();  // The caller's error, not the file's.
+        return false;
+      }
+      out = dst->data();
+    }
+    status = ReadVerified(path, file, want, piece.bytes, out);
+    return status.ok();
+  };
+  auto is_bad_file = [&] {
+    return status.code() == absl::StatusCode::kDataLoss ||
+           status.code() == absl::StatusCode::kNotFound;
+  };
   {
     FileHeader want;
     want.kind = FileKind::kState;
@@ -829,13 +858,7 @@ absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination
     want.state = StateIdentity{checkpoint_id, m.depth, m.sections};
     RestorePiece piece{FileKind::kState, {}, m.sections, 0};
     for (const StateSection& s : m.sections) piece.bytes += s.bytes;
-    absl::StatusOr<absl::Span<uint8_t>> dst = destination(piece);
-    status = dst.ok() ? ReadVerified(StatePath(m.state_file.name), m.state_file, want, *dst)
-                      : dst.status();
-    if (!dst.ok()) {
-      // The caller's error, not the file's.
-    } else if (status.code() == absl::StatusCode::kDataLoss ||
-               status.code() == absl::StatusCode::kNotFound) {
+    if (!load_piece(piece, StatePath(m.state_file.name), m.state_file, want) && is_bad_file()) {
       dependents.insert(checkpoint_id);
     }
   }
@@ -846,14 +869,7 @@ absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination
     want.compat_hash = compat_hash;
     want.chunk = c.id;
     RestorePiece piece{FileKind::kChunk, c.id, {}, uint64_t{c.id.rows} * c.id.row_bytes};
-    absl::StatusOr<absl::Span<uint8_t>> dst = destination(piece);
-    if (!dst.ok()) {
-      status = dst.status();
-      break;
-    }
-    status = ReadVerified(ChunkPath(c.file.name), c.file, want, *dst);
-    if (status.code() == absl::StatusCode::kDataLoss ||
-        status.code() == absl::StatusCode::kNotFound) {
+    if (!load_piece(piece, ChunkPath(c.file.name), c.file, want) && is_bad_file()) {
       MutexLock lock(&mu_);
       auto it = chunks_.find(c.id.chunk_id);
       if (it != chunks_.end()) dependents = it->second.users;  // R5: every dependent.
@@ -868,7 +884,7 @@ absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination
   }
   if (!dependents.empty()) {
     QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
-    return absl::DataLossError(absl::StrCat("restoring checkpoint ", checkpoint_id, ": ",
+    return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint_id, ": ",
                                             status.message()));
   }
   if (!status.ok()) NoteIoError(status, false).IgnoreError();  // Counted towards IO4.

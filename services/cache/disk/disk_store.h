@@ -164,6 +164,10 @@ class DiskStore {
   // if the checkpoint is not on disk.
   absl::Status Restore(uint64_t checkpoint_id, const RestoreDestination& destination);
 
+  // Verifies every file of a checkpoint as Restore does, without copying anything out: the
+  // scrubber's and `cairnctl verify`'s check (R7). Quarantines on corruption like Restore.
+  absl::Status Verify(uint64_t checkpoint_id);
+
   // Returns the manifest of a live checkpoint (tokens included). NotFound if absent.
   absl::StatusOr<Manifest> GetManifest(uint64_t checkpoint_id) const;
 
@@ -214,8 +218,12 @@ class DiskStore {
                                              const std::function<void()>& between_pieces);
   absl::Status WriteManifest(const Manifest& manifest, const std::string& tmp_path,
                              const std::string& final_path);
+  // Streams `path` through a staging buffer, checking size, header identity and checksum
+  // against the manifest; copies the payload to `destination` (may be null) as it goes.
   absl::Status ReadVerified(const std::string& path, const ManifestFile& expected,
-                            const FileHeader& expected_header, absl::Span<uint8_t> destination);
+                            const FileHeader& expected_header, uint64_t payload_bytes,
+                            uint8_t* destination);
+  absl::Status Load(uint64_t checkpoint_id, const RestoreDestination* destination);
   absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
   // Removes `id` from the tables; returns the files that nothing references any more.
   std::vector<std::string> DropLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

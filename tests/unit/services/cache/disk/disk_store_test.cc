@@ -285,6 +285,41 @@ TEST_F(DiskStoreTest, CheckpointLargerThanTheBudgetIsResourceExhausted) {
   EXPECT_TRUE(DataFiles(dir_.path()).empty());
 }
 
+TEST_F(DiskStoreTest, VerifyReadsEverythingAndQuarantinesDamage) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+  CAIRN_ASSERT_OK(store->Verify(1));
+  auto m = store->GetManifest(1);
+  ASSERT_TRUE(m.ok());
+  {
+    std::fstream f(Path("states/" + m->state_file.name),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x5a');
+  }
+
+  EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
+
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_EQ(store->Quarantined().size(), 1u);
+}
+
+TEST_F(DiskStoreTest, DestinationOfTheWrongSizeIsTheCallersErrorNotCorruption) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+  std::vector<uint8_t> small(10);
+
+  absl::Status s = store->Restore(1, [&](const RestorePiece&) {
+    return absl::Span<uint8_t>(small);
+  });
+
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(store->HasCheckpoint(1));
+  EXPECT_TRUE(store->Quarantined().empty());
+}
+
 class DiskStoreFaultTest : public DiskStoreTest {
  protected:
   DiskStoreOptions FaultOptions() {
