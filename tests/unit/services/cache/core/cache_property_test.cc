@@ -2,6 +2,7 @@
 // invariants after every request.
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -79,10 +80,9 @@ std::string CheckInvariants(const CheckpointCache& cache, const VectorEventSink&
   return "";
 }
 
-class CachePropertyTest : public ::testing::TestWithParam<int> {};
-
-TEST_P(CachePropertyTest, InvariantsHoldOverRandomTraffic) {
-  Rng rng(static_cast<uint64_t>(GetParam()));
+// Runs `steps` random requests from `seed`, asserting the invariants after each.
+void RunRandomTraffic(int seed, int steps) {
+  Rng rng(static_cast<uint64_t>(seed));
   CacheOptions options;
   options.ram_bytes = rng.Uniform(20000, 400000);
   options.disk_bytes = rng.Chance(50) ? rng.Uniform(50000, 800000) : 0;
@@ -114,7 +114,7 @@ TEST_P(CachePropertyTest, InvariantsHoldOverRandomTraffic) {
     convs.push_back(std::move(c));
   }
 
-  for (int step = 0; step < 120; ++step) {
+  for (int step = 0; step < steps; ++step) {
     clock.Advance(absl::Seconds(rng.Uniform(1, 100)));
     Conv& conv = convs[static_cast<size_t>(rng.Uniform(0, 5))];
     if (rng.Chance(15) && !conv.history.empty()) {  // Edit: diverge somewhere earlier.
@@ -173,12 +173,27 @@ TEST_P(CachePropertyTest, InvariantsHoldOverRandomTraffic) {
       }
     }
     std::string violation = CheckInvariants(cache, sink);
-    ASSERT_EQ(violation, "") << "seed " << GetParam() << " step " << step;
+    ASSERT_EQ(violation, "") << "seed " << seed << " step " << step;
   }
   EXPECT_GT(sink.events().size(), 0u);
 }
 
+class CachePropertyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CachePropertyTest, InvariantsHoldOverRandomTraffic) { RunRandomTraffic(GetParam(), 120); }
+
 INSTANTIATE_TEST_SUITE_P(Seeds, CachePropertyTest, ::testing::Range(1, 41));
+
+// A longer soak, off by default: CAIRN_CACHE_SOAK_SEEDS=N runs seeds 1000..1000+N-1 with
+// 1,000 requests each.
+TEST(CachePropertySoakTest, InvariantsHoldOverManySeeds) {
+  const char* env = std::getenv("CAIRN_CACHE_SOAK_SEEDS");
+  if (env == nullptr) GTEST_SKIP() << "set CAIRN_CACHE_SOAK_SEEDS to run the soak";
+  const int seeds = std::atoi(env);
+  for (int seed = 1000; seed < 1000 + seeds && !::testing::Test::HasFatalFailure(); ++seed) {
+    RunRandomTraffic(seed, 1000);
+  }
+}
 
 }  // namespace
 }  // namespace cairn::cache
