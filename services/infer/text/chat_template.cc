@@ -178,8 +178,11 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
   next.add_generation_prompt = false;
   next.messages.push_back({{"role", "assistant"}, {"content", options.placeholder_answer}});
   next.messages.push_back({{"role", "user"}, {"content", options.placeholder_question}});
-  ASSIGN_OR_RETURN(std::string next_text, chat_template.Render(next));
-  ASSIGN_OR_RETURN(std::vector<TokenId> next_ids, tokenizer.Encode(next_text));
+  // The boundary is a caching hint: if the template rejects the placeholder turns, the request
+  // itself is still fine, and no prefix is promised (boundary 0).
+  absl::StatusOr<std::string> next_text = chat_template.Render(next);
+  if (!next_text.ok()) return out;
+  ASSIGN_OR_RETURN(std::vector<TokenId> next_ids, tokenizer.Encode(*next_text));
   const auto mismatch = std::mismatch(out.ids.begin(), out.ids.end(), next_ids.begin(),
                                       next_ids.end());
   out.stable_boundary = static_cast<size_t>(mismatch.first - out.ids.begin());

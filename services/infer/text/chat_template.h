@@ -96,8 +96,9 @@ struct RenderedPrompt {
   size_t stable_boundary = 0;
 };
 
-// Renders and tokenizes `request` and computes its stable boundary. Errors: those of
-// ChatTemplate::Render and Tokenizer::Encode.
+// Renders and tokenizes `request` and computes its stable boundary (0 when the template rejects
+// the placeholder turns). Errors: those of ChatTemplate::Render and Tokenizer::Encode for
+// `request` itself.
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer,
                                             const ChatRequest& request,

@@ -153,5 +153,24 @@ TEST_P(StableBoundaryTest, SecondStepOfAnAgentLoopThenANewQuestion) {
 
 INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest, ::testing::Values("qwen3", "cairn_xml"));
 
+TEST(RenderPromptTest, TemplateRejectingThePlaceholderTurnsGivesBoundaryZero) {
+  CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromFile(testing::Qwen3ModelDir() + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{% if messages|length > 1 %}{{ raise_exception('one message only') }}{% endif %}"
+      "{{ messages[0].content }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatRequest request;
+  request.messages.push_back({{"role", "user"}, {"content", "hello"}});
+
+  absl::StatusOr<RenderedPrompt> prompt = RenderPrompt(**tmpl, **tokenizer, request);
+
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(prompt->text, "hello");
+  EXPECT_EQ(prompt->stable_boundary, 0u);
+}
+
 }  // namespace
 }  // namespace cairn::infer::text
