@@ -643,15 +643,15 @@ absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
         FillHandle(held.handle(), cr->mutable_region());
         cr->set_checksum(held.checksum);
       }
-      const CheckpointBytes& cb = bytes_it->second;
-      FillHandle(cb.private_state.handle(), resp->mutable_private_state()->mutable_region());
-      resp->mutable_private_state()->set_checksum(cb.private_state.checksum);
-      if (cb.tail.bytes > 0) {
+      const StateBytes& sb = bytes_it->second.state;
+      FillHandle(sb.private_handle(), resp->mutable_private_state()->mutable_region());
+      resp->mutable_private_state()->set_checksum(sb.private_checksum);
+      if (sb.tail_bytes > 0) {
         v1::StateRegion* tail = resp->mutable_tail();
         tail->set_first_row(static_cast<uint64_t>(plan.depth / chunk_rows * chunk_rows));
         tail->set_rows(static_cast<uint32_t>(plan.depth % chunk_rows));
-        FillHandle(cb.tail.handle(), tail->mutable_region());
-        tail->set_checksum(cb.tail.checksum);
+        FillHandle(sb.tail_handle(), tail->mutable_region());
+        tail->set_checksum(sb.tail_checksum);
       }
       ASSIGN_OR_RETURN(*resp->mutable_preserve(),
                        MakeSpillLocked(req.slot(), plan.preserved, *model, /*urgent=*/true));
@@ -735,9 +735,10 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
     held->region = region->handle;
     held->bytes = bytes;
   };
-  allocate(static_cast<uint64_t>(layout.PrivateBytes()), RegionKind::kPrivateState,
-           &r.bytes.private_state);
-  allocate(static_cast<uint64_t>(layout.TailBytes(depth)), RegionKind::kTail, &r.bytes.tail);
+  r.bytes.state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
+  r.bytes.state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(depth));
+  allocate(r.bytes.state.private_bytes + r.bytes.state.tail_bytes, RegionKind::kPrivateState,
+           &r.bytes.state.region);
   // Space for borrowed chunks is reserved now, so preserving them later never allocates.
   for (const ChunkCopy& c : ticket.borrowed) {
     if (chunks_.contains(c.id)) continue;
@@ -756,12 +757,12 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
   }
   resp->set_reservation_id(ticket.id);
   resp->set_expires_unix_ms(UnixMs(r.expires));
-  FillHandle(r.bytes.private_state.handle(), resp->mutable_private_state()->mutable_region());
-  if (r.bytes.tail.bytes > 0) {
+  FillHandle(r.bytes.state.private_handle(), resp->mutable_private_state()->mutable_region());
+  if (r.bytes.state.tail_bytes > 0) {
     resp->mutable_tail()->set_first_row(
         static_cast<uint64_t>(depth / layout.chunk_rows * layout.chunk_rows));
     resp->mutable_tail()->set_rows(static_cast<uint32_t>(depth % layout.chunk_rows));
-    FillHandle(r.bytes.tail.handle(), resp->mutable_tail()->mutable_region());
+    FillHandle(r.bytes.state.tail_handle(), resp->mutable_tail()->mutable_region());
   }
   for (const v1::Event& e : history_) {
     if (e.seq() > before && e.kind() == v1::EVENT_KIND_EVICT) {
@@ -778,8 +779,7 @@ void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reaso
   if (it == reservations_.end()) return;
   Reservation r = std::move(it->second);
   reservations_.erase(it);
-  FreeHeldLocked(&r.bytes.private_state);
-  FreeHeldLocked(&r.bytes.tail);
+  FreeHeldLocked(&r.bytes.state.region);
   // Abort fails only for a ticket the core already dropped.
   core_->AbortCapture(r.ticket, reason).IgnoreError();
   ReconcileLocked();
@@ -798,19 +798,24 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
   reservations_.erase(it);
   // Checksums are computed here over the arena bytes rather than trusted from the client: the
   // copy the cache will serve is what gets verified on every later restore (SM9).
-  auto checksum = [&](Held* held, uint64_t claimed, const char* what) -> absl::Status {
-    if (held->bytes == 0) return absl::OkStatus();
-    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, arena_->Resolve(held->handle()));
-    held->checksum = Xxh3(bytes.data(), bytes.size());
-    held->filled = true;
-    if (claimed != 0 && claimed != held->checksum) {
-      return absl::DataLossError(absl::StrCat(what, " checksum mismatch: client ", claimed,
-                                              ", arena ", held->checksum));
+  StateBytes& sb = r.bytes.state;
+  absl::Status s = absl::OkStatus();
+  if (sb.region.bytes > 0) {
+    absl::StatusOr<absl::Span<uint8_t>> bytes = arena_->Resolve(sb.region.handle());
+    s = bytes.status();
+    if (s.ok()) {
+      sb.private_checksum = Xxh3(bytes->data(), sb.private_bytes);
+      sb.tail_checksum = Xxh3(bytes->data() + sb.private_bytes, sb.tail_bytes);
+      sb.region.checksum = Xxh3(bytes->data(), bytes->size());
+      sb.region.filled = true;
+      if (req.private_checksum() != 0 && req.private_checksum() != sb.private_checksum) {
+        s = absl::DataLossError("private state checksum mismatch between client and arena");
+      } else if (sb.tail_bytes > 0 && req.tail_checksum() != 0 &&
+                 req.tail_checksum() != sb.tail_checksum) {
+        s = absl::DataLossError("tail checksum mismatch between client and arena");
+      }
     }
-    return absl::OkStatus();
-  };
-  absl::Status s = checksum(&r.bytes.private_state, req.private_checksum(), "private state");
-  if (s.ok()) s = checksum(&r.bytes.tail, req.tail_checksum(), "tail");
+  }
   if (!s.ok()) {
     reservations_[req.reservation_id()] = std::move(r);
     ReleaseReservationLocked(req.reservation_id(), std::string(s.message()));
@@ -918,9 +923,7 @@ void CacheDaemon::ReconcileLocked() {
     if (!info.ok() || !info->in_ram) gone.push_back(id);
   }
   for (CheckpointId id : gone) {
-    CheckpointBytes& b = checkpoints_[id];
-    FreeHeldLocked(&b.private_state);
-    FreeHeldLocked(&b.tail);
+    FreeHeldLocked(&checkpoints_[id].state.region);
     checkpoints_.erase(id);
   }
   std::vector<ChunkId> dead;

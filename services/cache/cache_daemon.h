@@ -155,9 +155,24 @@ class CacheDaemon {
     bool filled = false;   // False until written (capture commit or spill completion).
     ArenaHandle handle() const { return ArenaHandle{region.incarnation, region.offset, bytes}; }
   };
+  // A checkpoint's own bytes: its private state followed by its tail, in one region, so the
+  // disk tier writes them as one state file.
+  struct StateBytes {
+    Held region;  // region.bytes = private_bytes + tail_bytes.
+    uint64_t private_bytes = 0;
+    uint64_t tail_bytes = 0;
+    uint64_t private_checksum = 0;
+    uint64_t tail_checksum = 0;
+    ArenaHandle private_handle() const {
+      return ArenaHandle{region.region.incarnation, region.region.offset, private_bytes};
+    }
+    ArenaHandle tail_handle() const {
+      return ArenaHandle{region.region.incarnation, region.region.offset + private_bytes,
+                         tail_bytes};
+    }
+  };
   struct CheckpointBytes {
-    Held private_state;
-    Held tail;
+    StateBytes state;
     std::vector<ChunkId> chunks;
   };
   struct Session {
