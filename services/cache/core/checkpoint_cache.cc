@@ -584,6 +584,12 @@ void CheckpointCache::Quarantine(Checkpoint& ckpt, const std::string& reason) {
     for (ChunkId c : ckpt.chunks) DropDiskRef(c);
     ckpt.on_disk = false;
   }
+  if (ckpt.persisting) {
+    // A write in flight is abandoned; CommitPersist for it will answer NotFound.
+    CAIRN_CHECK(disk_.Rollback(ckpt.disk_reservation).ok());
+    for (ChunkId c : ckpt.chunks) DropDiskRef(c);
+    ckpt.persisting = false;
+  }
   Emit(std::move(e));
   EraseIfGone(id);
 }

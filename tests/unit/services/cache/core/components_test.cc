@@ -427,3 +427,36 @@ TEST(CheckpointCacheRestoreTest, RestoreIntoTheSameSlotKeepsSharedRows) {
 
 }  // namespace
 }  // namespace cairn::cache
+
+namespace cairn::cache {
+namespace {
+
+TEST(CheckpointCacheDiskTest, QuarantineAbandonsAWriteInFlight) {
+  CacheOptions options;
+  options.disk_bytes = 100000;
+  auto t = testing::MakeCache(options, testing::SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(cache.StartCold(slot, testing::TestIds(), "A").ok());
+  ASSERT_TRUE(cache.ExtendSlot(slot, testing::Tokens(10, 0)).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1);
+  ASSERT_TRUE(ticket.ok());
+  CheckpointId id = *cache.CommitCapture(ticket->id);
+  ASSERT_TRUE(cache.ShouldPersist(id));
+  absl::StatusOr<PersistTicket> persist = cache.BeginPersist(id);
+  ASSERT_TRUE(persist.ok()) << persist.status();
+  EXPECT_EQ(persist->new_chunks.size(), 2u);
+  EXPECT_EQ(cache.disk_ledger().used() + cache.disk_ledger().reserved(), 200);
+
+  CAIRN_ASSERT_OK(cache.QuarantineChunk(persist->new_chunks.front(), "checksum mismatch"));
+
+  EXPECT_EQ(cache.disk_ledger().used() + cache.disk_ledger().reserved(), 0);
+  EXPECT_EQ(cache.ram_ledger().used(), 0);
+  EXPECT_THAT(cache.CommitPersist(id), ::cairn::testing::StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(cache.Checkpoints().empty());
+  EXPECT_EQ(cache.chunk_count(), 2u);  // Still the slot's live rows.
+}
+
+}  // namespace
+}  // namespace cairn::cache
