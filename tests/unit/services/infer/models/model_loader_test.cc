@@ -1,7 +1,5 @@
 #include "services/infer/models/model_loader.h"
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,8 +28,7 @@ using ::testing::HasSubstr;
 std::string CopyOfPreset(const std::string& name, const std::string& tag) {
   absl::StatusOr<std::string> src = testing::PresetDir(name);
   EXPECT_TRUE(src.ok()) << src.status();
-  const std::string dst =
-      (fs::path(::testing::TempDir()) / ("copy-" + std::to_string(getpid()) + "-" + tag)).string();
+  const std::string dst = (fs::path(testing::ScratchDir()) / ("copy-" + tag)).string();
   fs::remove_all(dst);
   fs::copy(*src, dst);
   return dst;
@@ -100,8 +97,7 @@ TEST_F(ModelLoaderTest, ShardingDoesNotChangeTheModel) {
   absl::StatusOr<RandomCheckpointOptions> o = RandomCheckpointPreset("moe");
   ASSERT_TRUE(o.ok());
   o->shards = 1;
-  const std::string single =
-      (fs::path(::testing::TempDir()) / ("single-" + std::to_string(getpid()))).string();
+  const std::string single = (fs::path(testing::ScratchDir()) / "single").string();
   CAIRN_ASSERT_OK(WriteRandomCheckpoint(single, *o));
   absl::StatusOr<std::unique_ptr<Model>> sharded = testing::LoadPreset("moe", backend_.get());
   absl::StatusOr<std::unique_ptr<Model>> one = LoadModel(single, backend_.get(), {});
@@ -163,8 +159,7 @@ TEST_F(ModelLoaderTest, DigestIsStableAndDependsOnTheWeights) {
   absl::StatusOr<RandomCheckpointOptions> o = RandomCheckpointPreset("dense");
   ASSERT_TRUE(a.ok() && b.ok() && o.ok());
   o->seed += 1;
-  const std::string other =
-      (fs::path(::testing::TempDir()) / ("reseeded-" + std::to_string(getpid()))).string();
+  const std::string other = (fs::path(testing::ScratchDir()) / "reseeded").string();
   CAIRN_ASSERT_OK(WriteRandomCheckpoint(other, *o));
   absl::StatusOr<std::unique_ptr<Model>> c = LoadModel(other, backend_.get(), {});
   ASSERT_TRUE(c.ok());

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -16,14 +17,28 @@
 
 namespace cairn::infer::testing {
 
+std::string ScratchDir() {
+  static const std::string* dir = [] {
+    auto* path = new std::string((std::filesystem::path(::testing::TempDir()) /
+                                  absl::StrCat("cairn-infer-test-", getpid()))
+                                     .string());
+    std::error_code ec;
+    std::filesystem::create_directories(*path, ec);
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(ScratchDir(), ignored);
+    });
+    return path;
+  }();
+  return *dir;
+}
+
 absl::StatusOr<std::string> PresetDir(const std::string& name) {
   static auto* written = new std::map<std::string, std::string>();
   auto it = written->find(name);
   if (it != written->end()) return it->second;
   ASSIGN_OR_RETURN(RandomCheckpointOptions options, RandomCheckpointPreset(name));
-  const std::string dir = (std::filesystem::path(::testing::TempDir()) /
-                           absl::StrCat("cairn-model-", getpid(), "-", name))
-                              .string();
+  const std::string dir = (std::filesystem::path(ScratchDir()) / ("model-" + name)).string();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   RETURN_IF_ERROR(WriteRandomCheckpoint(dir, options));

@@ -11,8 +11,12 @@
 
 namespace cairn::infer::testing {
 
-// Writes the random-checkpoint preset `name` into a fresh folder under the test's temporary
-// directory (once per process) and returns its path.
+// Returns a folder private to this test process, under the test temporary directory; it is
+// removed when the process exits.
+std::string ScratchDir();
+
+// Writes the random-checkpoint preset `name` into a fresh folder under ScratchDir() (once per
+// process) and returns its path.
 absl::StatusOr<std::string> PresetDir(const std::string& name);
 
 // A CPU backend with a fixed thread count (two, the CI machine's cores).
