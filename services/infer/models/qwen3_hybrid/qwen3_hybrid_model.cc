@@ -100,6 +100,9 @@ void CopyRows(const std::vector<float>& src, int64_t src_row, std::vector<float>
             dst.begin() + dst_row * cols);
 }
 
+// The hybrid decoder of model-spec §3: per layer, a gated full-attention or Gated DeltaNet
+// mixer and a SwiGLU MLP or sparse MoE block, with fp32 copies of every weight.
+// Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
  public:
   Qwen3HybridModel(HybridConfig config, KernelBackend* backend, Qwen3HybridOptions options)
