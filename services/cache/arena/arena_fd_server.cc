@@ -146,6 +146,10 @@ absl::StatusOr<MappedArena> MappedArena::Connect(const ArenaClientOptions& optio
     return absl::PermissionDeniedError(absl::StrCat("arena server runs as uid ", server.uid,
                                                     ", expected ", want_uid));
   }
+  if (options.server_gid.has_value() && server.gid != *options.server_gid) {
+    return absl::PermissionDeniedError(absl::StrCat("arena server runs as gid ", server.gid,
+                                                    ", expected ", *options.server_gid));
+  }
   ASSIGN_OR_RETURN(ReceivedMessage message,
                    ReceiveWithFds(sock.get(), sizeof(ArenaGrant), /*max_fds=*/1));
   ArenaGrant grant;  // Copied once, then validated (SM9).

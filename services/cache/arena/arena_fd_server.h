@@ -87,6 +87,7 @@ class ArenaFdServer {
 struct ArenaClientOptions {
   std::string socket_path;
   std::optional<uid_t> server_uid;  // The cache daemon's uid; unset = our own uid.
+  std::optional<gid_t> server_gid;  // If set, the cache daemon's gid must equal it.
   uint64_t expected_incarnation = 0;  // From the Welcome handshake; 0 = any.
   absl::Duration timeout = absl::Seconds(5);
 };

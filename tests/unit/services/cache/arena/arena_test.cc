@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "services/cache/arena/arena_fd_server.h"
@@ -61,66 +63,69 @@ TEST(ArenaTest, ResolveValidatesEveryHandle) {
   EXPECT_THAT(arena->Resolve(region->handle), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(ArenaTest, PeerReceivesSealedArenaAndSeesTheSameBytes) {
-  auto arena = MakeArena();
-  ASSERT_NE(arena, nullptr);
-  ArenaFdServerOptions so;
-  so.socket_path = SocketPath("ok");
-  auto server = ArenaFdServer::Create(so, arena->fd(), arena->incarnation(), arena->size());
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto region = arena->allocator().Allocate(4096, RegionKind::kTail);
+// Serves a fresh arena on a per-test socket.
+class ArenaFdServerTest : public ::testing::Test {
+ protected:
+  void Serve(const std::string& name, std::vector<uid_t> arena_uids = {}) {
+    arena_ = MakeArena();
+    ASSERT_NE(arena_, nullptr);
+    ArenaFdServerOptions so;
+    so.socket_path = SocketPath(name);
+    so.arena_uids = std::move(arena_uids);
+    auto server =
+        ArenaFdServer::Create(so, arena_->fd(), arena_->incarnation(), arena_->size());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    client_.socket_path = so.socket_path;
+  }
+
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<ArenaFdServer> server_;
+  ArenaClientOptions client_;
+};
+
+TEST_F(ArenaFdServerTest, PeerReceivesSealedArenaAndSeesTheSameBytes) {
+  Serve("ok");
+  auto region = arena_->allocator().Allocate(4096, RegionKind::kTail);
   ASSERT_TRUE(region.ok());
-  auto ours = arena->Resolve(region->handle);
+  auto ours = arena_->Resolve(region->handle);
   ASSERT_TRUE(ours.ok());
   std::memcpy(ours->data(), "hello arena", 12);
+  client_.expected_incarnation = arena_->incarnation();
 
-  ArenaClientOptions co;
-  co.socket_path = so.socket_path;
-  co.expected_incarnation = arena->incarnation();
-  auto peer = MappedArena::Connect(co);
+  auto peer = MappedArena::Connect(client_);
 
   ASSERT_TRUE(peer.ok()) << peer.status();
   EXPECT_EQ(peer->size(), kArenaBytes);
   auto theirs = peer->Resolve(region->handle);
   ASSERT_TRUE(theirs.ok()) << theirs.status();
   EXPECT_STREQ(reinterpret_cast<const char*>(theirs->data()), "hello arena");
-  EXPECT_THAT(peer->Resolve({arena->incarnation(), kArenaBytes, 1}).status(),
+  EXPECT_THAT(peer->Resolve({arena_->incarnation(), kArenaBytes, 1}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ((*server)->granted(), 1u);
+  EXPECT_EQ(server_->granted(), 1u);
 }
 
-TEST(ArenaTest, PeerWithDisallowedUidIsRefused) {
-  auto arena = MakeArena();
-  ASSERT_NE(arena, nullptr);
-  ArenaFdServerOptions so;
-  so.socket_path = SocketPath("refused");
-  so.arena_uids = {::geteuid() + 1};
-  auto server = ArenaFdServer::Create(so, arena->fd(), arena->incarnation(), arena->size());
-  ASSERT_TRUE(server.ok()) << server.status();
-  ArenaClientOptions co;
-  co.socket_path = so.socket_path;
+TEST_F(ArenaFdServerTest, PeerWithDisallowedUidIsRefused) {
+  Serve("refused", {::geteuid() + 1});
 
-  auto peer = MappedArena::Connect(co);
+  auto peer = MappedArena::Connect(client_);
 
   EXPECT_THAT(peer.status(), StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_EQ((*server)->refused(), 1u);
+  EXPECT_EQ(server_->refused(), 1u);
 }
 
-TEST(ArenaTest, ClientRejectsWrongServerUidAndStaleIncarnation) {
-  auto arena = MakeArena();
-  ASSERT_NE(arena, nullptr);
-  ArenaFdServerOptions so;
-  so.socket_path = SocketPath("checks");
-  auto server = ArenaFdServer::Create(so, arena->fd(), arena->incarnation(), arena->size());
-  ASSERT_TRUE(server.ok()) << server.status();
-  ArenaClientOptions wrong_uid;
-  wrong_uid.socket_path = so.socket_path;
+TEST_F(ArenaFdServerTest, ClientRejectsWrongServerUidAndStaleIncarnation) {
+  Serve("checks");
+  ArenaClientOptions wrong_uid = client_;
   wrong_uid.server_uid = ::geteuid() + 1;
-  ArenaClientOptions stale;
-  stale.socket_path = so.socket_path;
-  stale.expected_incarnation = arena->incarnation() ^ 1;
+  ArenaClientOptions wrong_gid = client_;
+  wrong_gid.server_gid = ::getegid() + 1;
+  ArenaClientOptions stale = client_;
+  stale.expected_incarnation = arena_->incarnation() ^ 1;
 
   EXPECT_THAT(MappedArena::Connect(wrong_uid).status(),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(MappedArena::Connect(wrong_gid).status(),
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(MappedArena::Connect(stale).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
