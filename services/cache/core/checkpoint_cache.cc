@@ -536,6 +536,22 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
   return items;
 }
 
+bool CheckpointCache::EvictOne(bool ram_tier) {
+  std::vector<RetentionItem> items = RetentionItems(ram_tier);
+  std::vector<CheckpointId> order = retention_.EvictionOrder(items);
+  if (order.empty()) return false;
+  auto victim = std::find_if(items.begin(), items.end(),
+                             [&](const RetentionItem& i) { return i.id == order.front(); });
+  std::string reason(EvictionRankName(victim->rank));
+  Checkpoint& ckpt = *checkpoints_.at(order.front());
+  if (ram_tier) {
+    EvictFromRam(ckpt, reason);
+  } else {
+    EvictFromDisk(ckpt, reason);
+  }
+  return true;
+}
+
 void CheckpointCache::EvictFromRam(Checkpoint& ckpt, const std::string& reason) {
   CAIRN_CHECK(ckpt.in_ram && !ckpt.pending);
   int64_t freed = ckpt.own_bytes();
@@ -664,13 +680,7 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
     return reject("larger than the ram budget");
   }
   while (ram_.free() < needed() || ram_checkpoints_ >= options_.retention.max_checkpoints) {
-    std::vector<RetentionItem> items = RetentionItems(/*ram_tier=*/true);
-    std::vector<CheckpointId> order = retention_.EvictionOrder(items);
-    if (order.empty()) return reject("nothing left to evict");
-    auto victim = std::find_if(items.begin(), items.end(),
-                               [&](const RetentionItem& i) { return i.id == order.front(); });
-    EvictFromRam(*checkpoints_.at(order.front()),
-                 std::string(EvictionRankName(victim->rank)));
+    if (!EvictOne(/*ram_tier=*/true)) return reject("nothing left to evict");
   }
 
   CaptureTicket ticket;
@@ -776,12 +786,9 @@ absl::StatusOr<PersistTicket> CheckpointCache::BeginPersist(CheckpointId id) {
     return absl::ResourceExhaustedError(absl::StrCat("checkpoint ", id, " exceeds the disk budget"));
   }
   while (disk_.free() < needed()) {
-    std::vector<RetentionItem> items = RetentionItems(/*ram_tier=*/false);
-    std::vector<CheckpointId> order = retention_.EvictionOrder(items);
-    if (order.empty()) return absl::ResourceExhaustedError("disk tier full of pinned checkpoints");
-    auto victim = std::find_if(items.begin(), items.end(),
-                               [&](const RetentionItem& i) { return i.id == order.front(); });
-    EvictFromDisk(*checkpoints_.at(order.front()), std::string(EvictionRankName(victim->rank)));
+    if (!EvictOne(/*ram_tier=*/false)) {
+      return absl::ResourceExhaustedError("disk tier full of pinned checkpoints");
+    }
   }
   PersistTicket ticket;
   ticket.id = id;
