@@ -460,3 +460,27 @@ TEST(CheckpointCacheDiskTest, QuarantineAbandonsAWriteInFlight) {
 
 }  // namespace
 }  // namespace cairn::cache
+
+namespace cairn::cache {
+namespace {
+
+TEST(EventLogFormatTest, OneLineNamesTheDecisionReasonAndNumbers) {
+  Event e;
+  e.seq = 12;
+  e.type = EventType::kEvict;
+  e.checkpoint = 7;
+  e.conversation = "A";
+  e.depth = 8192;
+  e.tier = Tier::kRam;
+  e.bytes = 133000000;
+  e.reason = "retry-copy";
+
+  std::string line = FormatEvent(e);
+
+  EXPECT_EQ(line,
+            "#12 evict ckpt 7 conv A depth 8192 tier ram bytes 133000000 reason retry-copy "
+            "ram_used 0");
+}
+
+}  // namespace
+}  // namespace cairn::cache
