@@ -47,8 +47,11 @@ bool IsDamagedCatalog(const absl::Status& s) {
          absl::StrContains(s.message(), "No such file or directory");
 }
 
+// True for errors that count towards IO4. Not for ENOSPC/EDQUOT (ResourceExhausted), which
+// fail the publish cleanly and let eviction run (IO5), unless an fsync reported them.
 bool IsIoError(const absl::Status& s) {
   return !s.ok() && s.code() != absl::StatusCode::kNotFound &&
+         s.code() != absl::StatusCode::kResourceExhausted &&
          s.code() != absl::StatusCode::kDataLoss &&
          s.code() != absl::StatusCode::kInvalidArgument &&
          s.code() != absl::StatusCode::kAlreadyExists;
@@ -382,7 +385,9 @@ absl::StatusOr<ManifestFile> DiskStore::WriteDataFile(
     const std::string& dir, const std::string& name, const std::string& header,
     absl::Span<const uint8_t> payload, const std::function<void()>& between_pieces) {
   const std::string path = JoinPath(dir, name);
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs_->NewWritableFile(path));
+  absl::StatusOr<std::unique_ptr<WritableFile>> created = fs_->NewWritableFile(path);
+  RETURN_IF_ERROR(NoteIoError(created.status(), false));
+  std::unique_ptr<WritableFile> file = *std::move(created);
   Xxh3Stream hash;
   std::string staging;
   staging.reserve(options_.staging_bytes);
@@ -409,7 +414,9 @@ absl::StatusOr<ManifestFile> DiskStore::WriteDataFile(
 absl::Status DiskStore::WriteManifest(const Manifest& manifest, const std::string& tmp_path,
                                       const std::string& final_path) {
   const std::string bytes = EncodeManifest(manifest);
-  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs_->NewWritableFile(tmp_path));  // P4.
+  absl::StatusOr<std::unique_ptr<WritableFile>> created = fs_->NewWritableFile(tmp_path);  // P4.
+  RETURN_IF_ERROR(NoteIoError(created.status(), false));
+  std::unique_ptr<WritableFile> file = *std::move(created);
   RETURN_IF_ERROR(NoteIoError(file->Append(bytes), false));
   RETURN_IF_ERROR(NoteIoError(file->Sync(), true));
   RETURN_IF_ERROR(NoteIoError(file->Close(), false));

@@ -402,6 +402,47 @@ TEST_F(DiskStoreFaultTest, EveryFailedOperationLeavesNothingAcknowledged) {
   }
 }
 
+TEST_F(DiskStoreFaultTest, RepeatedWriteErrorsWithinTheWindowMakeTheTierReadOnly) {
+  DiskStoreOptions o = FaultOptions();
+  o.io_error_limit = 3;
+  auto store = DiskStore::Create(o, &fault_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  fault_.ClearOpLog();
+  // Every append fails (short writes / EIO), never an fsync.
+  fault_.InjectError(2, absl::UnavailableError("EIO on write"), /*persistent=*/true);
+
+  for (uint64_t id = 1; id <= 3; ++id) {
+    EXPECT_FALSE((*store)->Publish(factory_.Build(id, {}, 1)).ok());
+    EXPECT_EQ((*store)->stats().read_only, id == 3) << id;
+  }
+}
+
+TEST_F(DiskStoreTest, QuarantineKeepsABoundedNumberOfManifests) {
+  DiskStoreOptions o = Options();
+  o.max_quarantined = 2;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  for (uint64_t id = 1; id <= 4; ++id) {
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(id, {}, 1)));
+    auto m = store->GetManifest(id);
+    ASSERT_TRUE(m.ok());
+    std::filesystem::remove(Path("states/" + m->state_file.name));
+  }
+
+  for (uint64_t id = 1; id <= 4; ++id) {
+    EXPECT_THAT(store->Verify(id), StatusIs(absl::StatusCode::kDataLoss));
+  }
+
+  ASSERT_EQ(store->Quarantined().size(), 2u);
+  EXPECT_EQ(store->Quarantined()[0].checkpoint_id, 3u);
+  size_t kept = 0;
+  for (const auto& e : std::filesystem::directory_iterator(Path("quarantine"))) {
+    (void)e;
+    ++kept;
+  }
+  EXPECT_EQ(kept, 2u);
+}
+
 TEST_F(DiskStoreFaultTest, LowFreeSpaceFailsCleanly) {
   auto store = OpenFault();
   ASSERT_NE(store, nullptr);
