@@ -36,9 +36,18 @@ absl::Status BackgroundWriter::Enqueue(WriteJob job) {
     MutexLock lock(&mu_);
     if (stopping_) return absl::FailedPreconditionError("disk writer is shut down");
     const uint64_t depth = job.request.tokens.size();
+    auto supersedes = [&](const WriteJob& pending) {
+      return pending.mergeable && !pending.lineage.empty() && pending.lineage == job.lineage &&
+             pending.request.tokens.size() <= depth;
+    };
+    const size_t merging =
+        static_cast<size_t>(std::count_if(queue_.begin(), queue_.end(), supersedes));
+    if (queue_.size() - merging >= options_.max_queue) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("disk write queue holds ", options_.max_queue, " jobs"));
+    }
     for (auto it = queue_.begin(); it != queue_.end();) {
-      if (it->mergeable && !it->lineage.empty() && it->lineage == job.lineage &&
-          it->request.tokens.size() <= depth) {
+      if (supersedes(*it)) {
         MergeInto(*it, job);
         superseded.push_back(std::move(*it));
         it = queue_.erase(it);
@@ -46,12 +55,6 @@ absl::Status BackgroundWriter::Enqueue(WriteJob job) {
       } else {
         ++it;
       }
-    }
-    if (queue_.size() >= options_.max_queue) {
-      // Put the merged jobs back untouched is not possible (chunks moved); fail them instead.
-      for (WriteJob& s : superseded) queue_.push_back(std::move(s));
-      return absl::ResourceExhaustedError(
-          absl::StrCat("disk write queue holds ", options_.max_queue, " jobs"));
     }
     queue_.push_back(std::move(job));
     cv_.SignalAll();

@@ -444,7 +444,7 @@ absl::Status DiskStore::MakeRoom(uint64_t bytes_needed) {
   {
     MutexLock lock(&mu_);
     for (const auto& [id, r] : live_) {
-      if (r.readers != 0) continue;
+      if (r.readers != 0 || r.deleting) continue;
       candidates.push_back(DiskCheckpointInfo{id, r.manifest.generation, r.manifest.depth,
                                               r.manifest.compat_digest, BytesFreedLocked(r)});
     }
@@ -659,16 +659,25 @@ absl::Status DiskStore::Delete(uint64_t checkpoint_id) {
     if (it == live_.end()) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
     }
-    if (it->second.readers != 0) {
+    if (it->second.readers != 0 || it->second.deleting) {
       return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", checkpoint_id, " is being restored"));
+          absl::StrCat("checkpoint ", checkpoint_id, " is being restored or deleted"));
     }
+    it->second.deleting = true;
   }
-  RETURN_IF_ERROR(NoteIoError(catalog_->Remove(checkpoint_id), false));
+  auto abandon = [&](absl::Status s) {
+    // The manifest may still be durable, so its files stay listed; keep serving it.
+    MutexLock lock(&mu_);
+    if (auto it = live_.find(checkpoint_id); it != live_.end()) it->second.deleting = false;
+    return s;
+  };
+  if (absl::Status s = NoteIoError(catalog_->Remove(checkpoint_id), false); !s.ok()) {
+    return abandon(s);
+  }
   CAIRN_KILL_POINT("disk.delete.after_catalog");
   absl::Status s = fs_->Delete(ManifestPath(checkpoint_id));
-  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return NoteIoError(s, false);
-  RETURN_IF_ERROR(NoteIoError(fs_->SyncDir(manifests_dir_), true));
+  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return abandon(NoteIoError(s, false));
+  if (s = NoteIoError(fs_->SyncDir(manifests_dir_), true); !s.ok()) return abandon(s);
   std::vector<std::string> orphans;
   {
     MutexLock lock(&mu_);
@@ -827,7 +836,7 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
   {
     MutexLock lock(&mu_);
     auto it = live_.find(checkpoint_id);
-    if (it == live_.end()) {
+    if (it == live_.end() || it->second.deleting) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
     }
     m = it->second.manifest;

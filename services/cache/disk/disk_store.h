@@ -192,6 +192,7 @@ class DiskStore {
     Manifest manifest;  // Tokens dropped to keep memory small; GetManifest re-reads.
     uint64_t manifest_bytes = 0;
     uint64_t readers = 0;
+    bool deleting = false;  // A Delete is under way: no new readers, not an eviction candidate.
   };
   struct ChunkRecord {
     ManifestChunk entry;

@@ -141,6 +141,27 @@ TEST_F(BackgroundWriterTest, NewerCheckpointOfALineageSupersedesAPendingOne) {
   EXPECT_EQ(writer.stats().merged, 1u);
 }
 
+TEST_F(BackgroundWriterTest, FullQueueRefusesUnlessTheJobSupersedesAPendingOne) {
+  BackgroundWriterOptions options;
+  options.max_yield = kDeadline;
+  options.max_queue = 1;
+  BackgroundWriter writer(store_.get(), &model_, options);
+  model_.SetBusy(true);
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1), "running")));
+  ASSERT_TRUE(model_.WaitForWaits(2));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 1), "conv")));
+
+  EXPECT_EQ(writer.Enqueue(Job(factory_.Build(3, {}, 1), "other")).code(),
+            absl::StatusCode::kResourceExhausted);
+  CAIRN_EXPECT_OK(writer.Enqueue(Job(factory_.Build(4, {}, 2), "conv")));
+
+  model_.SetBusy(false);
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));
+  EXPECT_EQ(results_.Get(2).code(), absl::StatusCode::kCancelled);
+  CAIRN_EXPECT_OK(results_.Get(4));
+  EXPECT_EQ(results_.Get(3).code(), absl::StatusCode::kUnknown);  // Never queued.
+}
+
 TEST_F(BackgroundWriterTest, YieldsToABusyModelForAtMostMaxYield) {
   BackgroundWriterOptions options;
   options.max_yield = absl::Milliseconds(5);
