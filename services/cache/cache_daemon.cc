@@ -143,9 +143,25 @@ class CacheDaemon::Sink final : public EventSink {
       daemon_->history_.pop_front();
     }
     for (auto& [token, wake] : daemon_->event_waiters_) {
-      daemon_->due_wakes_.push_back(std::move(wake));
+      daemon_->after_unlock_.push_back(std::move(wake));
     }
     daemon_->event_waiters_.clear();
+    if ((e.type == EventType::kDiskEvict || e.type == EventType::kQuarantine) &&
+        daemon_->store_ != nullptr) {
+      // The files go in the background, off the lock; a checkpoint the store no longer has
+      // (never written, or quarantined there first) is NotFound, which is fine.
+      DiskStore* store = daemon_->store_.get();
+      ThreadPool* pool = daemon_->disk_pool_.get();
+      const CheckpointId id = e.checkpoint;
+      daemon_->after_unlock_.push_back([store, pool, id] {
+        pool->Schedule([store, id] {
+          absl::Status s = store->Delete(id);
+          if (!s.ok() && !absl::IsNotFound(s)) {
+            CAIRN_LOG(WARNING) << "deleting checkpoint " << id << " from disk: " << s;
+          }
+        });
+      });
+    }
     if (e.type == EventType::kEvict || e.type == EventType::kQuarantine ||
         e.type == EventType::kReject) {
       dirty_ = true;
@@ -164,6 +180,40 @@ class CacheDaemon::Sink final : public EventSink {
   bool dirty_ = false;
 };
 
+// Busy while any slot has started work and not reported idle since. Thread-safe.
+class CacheDaemon::SlotActivity final : public ModelActivity {
+ public:
+  void Busy(SlotKey slot) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    busy_.insert(slot);
+  }
+  void Idle(SlotKey slot) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    busy_.erase(slot);
+    if (busy_.empty()) cv_.SignalAll();
+  }
+  void SessionGone(uint64_t session) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    absl::erase_if(busy_, [session](const SlotKey& k) { return k.daemon_session == session; });
+    if (busy_.empty()) cv_.SignalAll();
+  }
+  bool WaitUntilIdle(absl::Duration timeout) override ABSL_LOCKS_EXCLUDED(mu_) {
+    const absl::Time deadline = absl::Now() + timeout;
+    MutexLock lock(&mu_);
+    while (!busy_.empty()) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      cv_.WaitWithTimeout(&mu_, left);
+    }
+    return true;
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  absl::flat_hash_set<SlotKey> busy_ ABSL_GUARDED_BY(mu_);
+};
+
 class ABSL_SCOPED_LOCKABLE CacheDaemon::Lock {
  public:
   explicit Lock(const CacheDaemon* d) ABSL_EXCLUSIVE_LOCK_FUNCTION(d->mu_)
@@ -171,8 +221,8 @@ class ABSL_SCOPED_LOCKABLE CacheDaemon::Lock {
     d_->mu_.Lock();
   }
   ~Lock() ABSL_UNLOCK_FUNCTION() {
-    std::vector<std::function<void()>> wakes = std::move(d_->due_wakes_);
-    d_->due_wakes_.clear();
+    std::vector<std::function<void()>> wakes = std::move(d_->after_unlock_);
+    d_->after_unlock_.clear();
     d_->mu_.Unlock();
     for (auto& w : wakes) w();
   }
@@ -207,8 +257,25 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(
                      ArenaFdServer::Create(options.fd_server, d->arena_->fd(),
                                            d->arena_->incarnation(), d->arena_->size()));
   }
+  CacheOptions cache_options = options.cache;
+  if (options.disk_root.empty()) {
+    cache_options.disk_bytes = 0;
+  } else {
+    if (cache_options.disk_bytes <= 0) {
+      return absl::InvalidArgumentError("a disk tier needs a positive disk budget");
+    }
+    DiskStoreOptions disk = options.disk;
+    disk.root = options.disk_root;
+    disk.budget_bytes = 0;  // The policy core owns the disk budget and its eviction ranks.
+    disk.clock = clock;
+    FileSystem* fs = options.file_system != nullptr ? options.file_system : PosixFileSystem();
+    ASSIGN_OR_RETURN(d->store_, DiskStore::Create(disk, fs));
+    d->writer_ = std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(),
+                                                    options.writer);
+    d->disk_pool_ = std::make_unique<ThreadPool>(1);
+  }
   Lock lock(d.get());
-  ASSIGN_OR_RETURN(d->core_, CheckpointCache::Create(options.cache, clock));
+  ASSIGN_OR_RETURN(d->core_, CheckpointCache::Create(cache_options, clock));
   d->core_->events().AddSink(d->sink_.get());
   return d;
 }
@@ -218,11 +285,15 @@ CacheDaemon::CacheDaemon(const CacheDaemonOptions& options, const Clock* clock)
       clock_(clock),
       incarnation_(NewIncarnation()),
       started_(clock->MonotonicNow()),
-      sink_(std::make_unique<Sink>(this)) {}
+      sink_(std::make_unique<Sink>(this)),
+      activity_(std::make_unique<SlotActivity>()) {}
 
 CacheDaemon::~CacheDaemon() {
   // The fd server's thread stops first so nobody receives a descriptor of a dying arena.
   fd_server_.reset();
+  // Pending writes complete (Cancelled) through callbacks that take the lock: not held here.
+  if (writer_ != nullptr) writer_->Shutdown();
+  if (disk_pool_ != nullptr) disk_pool_->Shutdown();
 }
 
 uint64_t CacheDaemon::UnixMs(absl::Duration monotonic_deadline) const {
@@ -302,6 +373,7 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
         ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
         s->last_seen = Now();
         ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_idle().slot()));
+        activity_->Idle(SlotKey{session_id, slot});
         if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
         std::vector<ChunkCopy> copies =
             core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
@@ -350,6 +422,7 @@ void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& rea
   // SM13: checkpoints still borrowing rows from the dead daemon's slots are dropped (the core
   // logs them); everything whose bytes are in the arena stays.
   for (int32_t slot : it->second.slots) core_->DropSlot(SlotKey{session_id, slot});
+  activity_->SessionGone(session_id);
   sessions_.erase(it);
   ReconcileLocked();
 }
@@ -543,6 +616,7 @@ absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSl
   const SlotKey key{req.session_id(), slot};
   const Identities ids{model->compatibility, InputDigest(req.input_identity())};
   session->slots.insert(slot);
+  activity_->Busy(key);
   switch (req.mode()) {
     case v1::StartSlotRequest::MODE_COLD: {
       ASSIGN_OR_RETURN(std::vector<ChunkCopy> copies,
@@ -562,10 +636,14 @@ absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSl
   return absl::OkStatus();
 }
 
+const CacheDaemon::Model* CacheDaemon::ModelForLocked(const std::string& compatibility) const {
+  auto it = model_ids_.find(compatibility);
+  return it == model_ids_.end() ? nullptr : &models_.at(it->second);
+}
+
 absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
                                          v1::RestoreLease* resp) {
   ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
-  absl::Status result;
   {
     Lock lock(this);
     ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
@@ -576,91 +654,247 @@ absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
       return absl::ResourceExhaustedError(
           absl::StrCat("session holds ", open, " restore leases, the limit"));
     }
-    auto bytes_it = checkpoints_.find(req.checkpoint_id());
     ASSIGN_OR_RETURN(CheckpointInfo info, core_->GetCheckpoint(req.checkpoint_id()));
     if (info.compatibility != model->compatibility) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint ", req.checkpoint_id(), " belongs to another compatibility identity"));
     }
-    if (!info.in_ram || bytes_it == checkpoints_.end()) {
+    session->slots.insert(slot);
+    activity_->Busy(SlotKey{req.session_id(), slot});
+    if (info.in_ram && checkpoints_.contains(req.checkpoint_id())) {
+      return RestoreFromRamLocked(req, *model, info, resp);
+    }
+    if (!info.on_disk || store_ == nullptr) {
       return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", req.checkpoint_id(), " is not in the RAM tier"));
-    }
-    // Every chunk must already be in the arena. A chunk whose rows still sit in another slot is
-    // spilled first (urgently), and the caller retries.
-    std::vector<ChunkId> missing;
-    for (ChunkId c : info.chunks) {
-      auto it = chunks_.find(c);
-      if (it == chunks_.end() || !it->second.filled) missing.push_back(c);
-    }
-    if (!missing.empty()) {
-      for (ChunkId c : missing) {
-        absl::StatusOr<ChunkInfo> ci = core_->GetChunk(c);
-        if (!ci.ok()) continue;
-        for (const SlotKey& holder : ci->holders) {
-          auto hs = sessions_.find(holder.daemon_session);
-          if (hs == sessions_.end()) continue;
-          std::vector<ChunkCopy> copies = core_->SpillIdle(holder, 1 << 20);
-          if (copies.empty()) continue;
-          absl::StatusOr<v1::SpillRequest> spill = MakeSpillLocked(
-              static_cast<uint32_t>(holder.slot), copies, *model, /*urgent=*/true);
-          if (!spill.ok()) return spill.status();
-          v1::SessionServerMessage m;
-          *m.mutable_spill_request() = std::move(*spill);
-          hs->second.sink->Send(std::move(m));
-        }
-      }
-      result = absl::UnavailableError(absl::StrCat(
-          "checkpoint ", req.checkpoint_id(), " has ", missing.size(),
-          " chunks still being copied out of a slot; retry shortly"));
-    } else {
-      const SlotKey key{req.session_id(), slot};
-      const Identities ids{model->compatibility, InputDigest(req.input_identity())};
-      ASSIGN_OR_RETURN(RestorePlan plan,
-                       core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
-      session->slots.insert(slot);
-      RETURN_IF_ERROR(core_->Pin(req.checkpoint_id()));
-      absl::Duration duration = req.lease_ms() == 0 ? options_.default_lease
-                                                     : absl::Milliseconds(req.lease_ms());
-      duration = std::min(duration, options_.max_lease);
-      const uint64_t lease_id = next_id_++;
-      leases_[lease_id] = Lease{req.session_id(), req.checkpoint_id(), Now() + duration};
-      resp->set_lease_id(lease_id);
-      resp->set_expires_unix_ms(UnixMs(Now() + duration));
-      resp->set_checkpoint_id(req.checkpoint_id());
-      resp->set_depth(static_cast<uint64_t>(plan.depth));
-      resp->set_loaded_from(v1::TIER_RAM);
-      resp->set_kept_rows(static_cast<uint64_t>(plan.kept_rows));
-      const int64_t chunk_rows = model->layout.chunk_rows;
-      for (size_t i = 0; i < plan.chunks.size(); ++i) {
-        const int64_t first_row = static_cast<int64_t>(i) * chunk_rows;
-        if (first_row < plan.kept_rows) continue;
-        const Held& held = chunks_.at(plan.chunks[i]);
-        v1::ChunkRegion* cr = resp->add_chunks();
-        cr->set_chunk_id(plan.chunks[i]);
-        cr->set_first_row(static_cast<uint64_t>(first_row));
-        cr->set_rows(static_cast<uint32_t>(chunk_rows));
-        FillHandle(held.handle(), cr->mutable_region());
-        cr->set_checksum(held.checksum);
-      }
-      const StateBytes& sb = bytes_it->second.state;
-      FillHandle(sb.private_handle(), resp->mutable_private_state()->mutable_region());
-      resp->mutable_private_state()->set_checksum(sb.private_checksum);
-      if (sb.tail_bytes > 0) {
-        v1::StateRegion* tail = resp->mutable_tail();
-        tail->set_first_row(static_cast<uint64_t>(plan.depth / chunk_rows * chunk_rows));
-        tail->set_rows(static_cast<uint32_t>(plan.depth % chunk_rows));
-        FillHandle(sb.tail_handle(), tail->mutable_region());
-        tail->set_checksum(sb.tail_checksum);
-      }
-      ASSIGN_OR_RETURN(*resp->mutable_preserve(),
-                       MakeSpillLocked(req.slot(), plan.preserved, *model, /*urgent=*/true));
-      ++hits_[static_cast<int>(Tier::kRam)];
-      tokens_restored_ += static_cast<uint64_t>(plan.depth);
-      ReconcileLocked();
+          absl::StrCat("checkpoint ", req.checkpoint_id(), " is in no tier that can restore"));
     }
   }
-  return result;
+  return RestoreFromDisk(req, resp);
+}
+
+absl::Status CacheDaemon::RestoreFromRamLocked(const v1::AcquireRestoreRequest& req,
+                                               const Model& model, const CheckpointInfo& info,
+                                               v1::RestoreLease* resp) {
+  // Every chunk must already be in the arena. A chunk whose rows still sit in a slot is spilled
+  // first (urgently), and the caller retries.
+  std::vector<ChunkId> missing;
+  for (ChunkId c : info.chunks) {
+    auto it = chunks_.find(c);
+    if (it == chunks_.end() || !it->second.filled) missing.push_back(c);
+  }
+  if (!missing.empty()) {
+    for (ChunkId c : missing) {
+      absl::StatusOr<ChunkInfo> ci = core_->GetChunk(c);
+      if (!ci.ok()) continue;
+      for (const SlotKey& holder : ci->holders) {
+        auto hs = sessions_.find(holder.daemon_session);
+        if (hs == sessions_.end()) continue;
+        std::vector<ChunkCopy> copies = core_->SpillIdle(holder, std::numeric_limits<int>::max());
+        if (copies.empty()) continue;
+        v1::SessionServerMessage m;
+        ASSIGN_OR_RETURN(*m.mutable_spill_request(),
+                         MakeSpillLocked(static_cast<uint32_t>(holder.slot), copies, model,
+                                         /*urgent=*/true));
+        hs->second.sink->Send(std::move(m));
+      }
+    }
+    return absl::UnavailableError(absl::StrCat("checkpoint ", req.checkpoint_id(), " has ",
+                                               missing.size(),
+                                               " chunks still being copied out of a slot; "
+                                               "retry shortly"));
+  }
+  const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
+  const Identities ids{model.compatibility, InputDigest(req.input_identity())};
+  ASSIGN_OR_RETURN(RestorePlan plan,
+                   core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
+  RETURN_IF_ERROR(core_->Pin(req.checkpoint_id()));
+  FillLeaseLocked(req, model, plan, checkpoints_.at(req.checkpoint_id()).state, chunks_,
+                  Tier::kRam, nullptr, resp);
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
+                                          v1::RestoreLease* resp) {
+  const CheckpointId id = req.checkpoint_id();
+  auto load = std::make_unique<DiskLoad>();
+  absl::flat_hash_map<ChunkId, absl::Span<uint8_t>> chunk_dest;
+  absl::Span<uint8_t> state_dest;
+  {
+    // Phase 1, locked: pin the checkpoint and give every missing byte a region.
+    Lock lock(this);
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    ASSIGN_OR_RETURN(CheckpointInfo info, core_->GetCheckpoint(id));
+    if (!info.on_disk) return absl::NotFoundError(absl::StrCat("checkpoint ", id, " left disk"));
+    RETURN_IF_ERROR(core_->Pin(id));
+    const ModelLayout& layout = model->layout;
+    absl::Status alloc = absl::OkStatus();
+    auto allocate = [&](uint64_t bytes, RegionKind kind, Held* held) {
+      if (!alloc.ok() || bytes == 0) return;
+      absl::StatusOr<Region> region = arena_->allocator().Allocate(bytes, kind);
+      if (!region.ok()) {
+        alloc = region.status();
+        return;
+      }
+      held->region = region->handle;
+      held->bytes = bytes;
+    };
+    load->state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
+    load->state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(info.depth));
+    allocate(load->state.private_bytes + load->state.tail_bytes, RegionKind::kPrivateState,
+             &load->state.region);
+    for (ChunkId c : info.chunks) {
+      allocate(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk, &load->chunks[c]);
+    }
+    if (!alloc.ok()) {
+      DropDiskLoadLocked(id, load.get());
+      return absl::ResourceExhaustedError(
+          absl::StrCat("arena cannot hold checkpoint ", id, " from disk: ", alloc.message()));
+    }
+    for (auto& [c, held] : load->chunks) {
+      absl::StatusOr<absl::Span<uint8_t>> span = arena_->Resolve(held.handle());
+      if (!span.ok()) {
+        DropDiskLoadLocked(id, load.get());
+        return span.status();
+      }
+      chunk_dest[c] = *span;
+    }
+    if (load->state.region.bytes > 0) {
+      absl::StatusOr<absl::Span<uint8_t>> span = arena_->Resolve(load->state.region.handle());
+      if (!span.ok()) {
+        DropDiskLoadLocked(id, load.get());
+        return span.status();
+      }
+      state_dest = *span;
+    }
+  }
+  // Phase 2, unlocked: read and verify every file into the regions (R4).
+  absl::Status read = store_->Restore(id, [&](const RestorePiece& piece)
+                                              -> absl::StatusOr<absl::Span<uint8_t>> {
+    absl::Span<uint8_t> dest;
+    if (piece.kind == FileKind::kState) {
+      dest = state_dest;
+    } else {
+      auto it = chunk_dest.find(piece.chunk.chunk_id);
+      if (it == chunk_dest.end()) {
+        return absl::DataLossError(absl::StrCat("chunk ", piece.chunk.chunk_id,
+                                                " on disk is not one of the checkpoint's"));
+      }
+      dest = it->second;
+    }
+    if (dest.size() != piece.bytes) {
+      return absl::DataLossError(absl::StrCat("piece of ", piece.bytes, " bytes, expected ",
+                                              dest.size()));
+    }
+    return dest;
+  });
+  // Phase 3, locked: hand the bytes to the slot, or give everything back.
+  Lock lock(this);
+  absl::StatusOr<const Model*> model = FindModelLocked(req.model_id());
+  if (!read.ok() || !model.ok()) {
+    DropDiskLoadLocked(id, load.get());
+    if (!model.ok()) return model.status();
+    if (absl::IsDataLoss(read)) {
+      // The store quarantined the checkpoint and every other one sharing the bad file (R5);
+      // the policy forgets them too, so the next lookup falls back (R6).
+      for (const QuarantineInfo& q : store_->Quarantined()) {
+        absl::StatusOr<CheckpointInfo> gone = core_->GetCheckpoint(q.checkpoint_id);
+        if (!gone.ok()) continue;
+        for (ChunkId c : gone->chunks) {
+          if (!store_->HasChunk(c)) core_->QuarantineChunk(c, q.reason).IgnoreError();
+        }
+      }
+      absl::StatusOr<CheckpointInfo> still = core_->GetCheckpoint(id);
+      if (still.ok()) {
+        for (ChunkId c : still->chunks) core_->QuarantineChunk(c, std::string(read.message())).IgnoreError();
+      }
+    }
+    ReconcileLocked();
+    return read;
+  }
+  load->state.region.filled = true;
+  if (load->state.region.bytes > 0) {
+    load->state.private_checksum = Xxh3(state_dest.data(), load->state.private_bytes);
+    load->state.tail_checksum =
+        Xxh3(state_dest.data() + load->state.private_bytes, load->state.tail_bytes);
+  }
+  for (auto& [c, held] : load->chunks) {
+    held.filled = true;
+    held.checksum = Xxh3(chunk_dest[c].data(), chunk_dest[c].size());
+  }
+  const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
+  const Identities ids{(*model)->compatibility, InputDigest(req.input_identity())};
+  absl::StatusOr<RestorePlan> plan = core_->Restore(id, key, ids, req.conversation());
+  if (!plan.ok()) {
+    DropDiskLoadLocked(id, load.get());
+    return plan.status();
+  }
+  const StateBytes state = load->state;
+  const absl::flat_hash_map<ChunkId, Held> regions = load->chunks;
+  FillLeaseLocked(req, **model, *plan, state, regions, Tier::kDisk, std::move(load), resp);
+  return absl::OkStatus();
+}
+
+void CacheDaemon::DropDiskLoadLocked(CheckpointId id, DiskLoad* load) {
+  FreeHeldLocked(&load->state.region);
+  for (auto& [c, held] : load->chunks) FreeHeldLocked(&held);
+  core_->Unpin(id).IgnoreError();  // Only fails for a checkpoint already gone.
+}
+
+void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Model& model,
+                                  const RestorePlan& plan, const StateBytes& state,
+                                  const absl::flat_hash_map<ChunkId, Held>& chunk_regions,
+                                  Tier tier, std::unique_ptr<DiskLoad> loaded,
+                                  v1::RestoreLease* resp) {
+  absl::Duration duration =
+      req.lease_ms() == 0 ? options_.default_lease : absl::Milliseconds(req.lease_ms());
+  duration = std::min(duration, options_.max_lease);
+  const uint64_t lease_id = next_id_++;
+  leases_[lease_id] =
+      Lease{req.session_id(), req.checkpoint_id(), Now() + duration, std::move(loaded)};
+  resp->set_lease_id(lease_id);
+  resp->set_expires_unix_ms(UnixMs(Now() + duration));
+  resp->set_checkpoint_id(req.checkpoint_id());
+  resp->set_depth(static_cast<uint64_t>(plan.depth));
+  resp->set_loaded_from(ToProtoTier(tier));
+  resp->set_kept_rows(static_cast<uint64_t>(plan.kept_rows));
+  const int64_t chunk_rows = model.layout.chunk_rows;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const int64_t first_row = static_cast<int64_t>(i) * chunk_rows;
+    if (first_row < plan.kept_rows) continue;
+    const Held& held = chunk_regions.at(plan.chunks[i]);
+    v1::ChunkRegion* cr = resp->add_chunks();
+    cr->set_chunk_id(plan.chunks[i]);
+    cr->set_first_row(static_cast<uint64_t>(first_row));
+    cr->set_rows(static_cast<uint32_t>(chunk_rows));
+    FillHandle(held.handle(), cr->mutable_region());
+    cr->set_checksum(held.checksum);
+  }
+  FillHandle(state.private_handle(), resp->mutable_private_state()->mutable_region());
+  resp->mutable_private_state()->set_checksum(state.private_checksum);
+  if (state.tail_bytes > 0) {
+    v1::StateRegion* tail = resp->mutable_tail();
+    tail->set_first_row(static_cast<uint64_t>(plan.depth / chunk_rows * chunk_rows));
+    tail->set_rows(static_cast<uint32_t>(plan.depth % chunk_rows));
+    FillHandle(state.tail_handle(), tail->mutable_region());
+    tail->set_checksum(state.tail_checksum);
+  }
+  absl::StatusOr<v1::SpillRequest> preserve =
+      MakeSpillLocked(req.slot(), plan.preserved, model, /*urgent=*/true);
+  if (preserve.ok()) {
+    *resp->mutable_preserve() = std::move(*preserve);
+  } else {
+    // Regions for borrowed rows are reserved at admission, so this means the arena lost
+    // track of one: the rows cannot be kept, and the checkpoints needing them go.
+    CAIRN_LOG(ERROR) << "preserving slot " << req.slot() << ": " << preserve.status();
+    for (const ChunkCopy& c : plan.preserved) {
+      if (!chunks_.contains(c.id)) {
+        core_->QuarantineChunk(c.id, "no arena region to preserve borrowed rows").IgnoreError();
+      }
+    }
+  }
+  ++hits_[static_cast<int>(tier)];
+  tokens_restored_ += static_cast<uint64_t>(plan.depth);
+  ReconcileLocked();
 }
 
 void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
@@ -668,6 +902,10 @@ void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
   if (it == leases_.end()) return;
   // Unpin can only fail for a checkpoint the core already dropped; nothing is left to release.
   core_->Unpin(it->second.checkpoint).IgnoreError();
+  if (it->second.loaded != nullptr) {
+    FreeHeldLocked(&it->second.loaded->state.region);
+    for (auto& [c, held] : it->second.loaded->chunks) FreeHeldLocked(&held);
+  }
   leases_.erase(it);
 }
 
@@ -823,8 +1061,10 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
   }
   ASSIGN_OR_RETURN(CheckpointId id, core_->CommitCapture(r.ticket));
   resp->set_checkpoint_id(id);
-  resp->set_queued_for_disk(false);  // No disk tier is attached to this daemon.
   checkpoints_[id] = std::move(r.bytes);
+  const uint64_t queued_before = persists_queued_;
+  MaybePersistLocked(id);
+  resp->set_queued_for_disk(persists_queued_ != queued_before || deferred_persists_.contains(id));
   ReconcileLocked();
   return absl::OkStatus();
 }
@@ -882,7 +1122,124 @@ absl::Status CacheDaemon::CompleteSpill(const v1::CompleteSpillRequest& req,
   }
   spills_.erase(it);
   ReconcileLocked();
+  RetryDeferredPersistsLocked();
   return absl::OkStatus();
+}
+
+void CacheDaemon::MaybePersistLocked(CheckpointId id) {
+  if (writer_ == nullptr || !core_->ShouldPersist(id)) return;
+  absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+  auto bytes_it = checkpoints_.find(id);
+  const Model* model = info.ok() ? ModelForLocked(info->compatibility) : nullptr;
+  if (!info.ok() || bytes_it == checkpoints_.end() || model == nullptr) return;
+  // design.md §5 step 6: a checkpoint whose chunks are still borrowed is written after they
+  // are spilled.
+  for (ChunkId c : info->chunks) {
+    auto held = chunks_.find(c);
+    if (held == chunks_.end() || !held->second.filled) {
+      deferred_persists_.insert(id);
+      return;
+    }
+  }
+  deferred_persists_.erase(id);
+  absl::StatusOr<PersistTicket> ticket = core_->BeginPersist(id);
+  if (!ticket.ok()) {
+    CAIRN_LOG(WARNING) << "not writing checkpoint " << id << " to disk: " << ticket.status();
+    return;
+  }
+  absl::StatusOr<std::vector<TokenId>> tokens = core_->CheckpointTokens(id);
+  absl::Status pinned = core_->Pin(id);  // Keeps its regions alive while the writer reads them.
+  if (!tokens.ok() || !pinned.ok()) {
+    core_->AbortPersist(id).IgnoreError();
+    if (pinned.ok()) core_->Unpin(id).IgnoreError();
+    return;
+  }
+  const ModelLayout& layout = model->layout;
+  WriteJob job;
+  PublishRequest& req = job.request;
+  req.checkpoint_id = id;
+  req.compat_digest = info->compatibility;
+  req.tokens.assign(tokens->begin(), tokens->end());
+  absl::flat_hash_set<ChunkId> fresh(ticket->new_chunks.begin(), ticket->new_chunks.end());
+  for (size_t j = 0; j < info->chunks.size(); ++j) {
+    const ChunkId c = info->chunks[j];
+    if (!fresh.contains(c)) {
+      req.shared_chunk_ids.push_back(c);
+      continue;
+    }
+    const Held& held = chunks_.at(c);
+    // One file per chunk holds every row component, one after another (component id 0 with
+    // the summed row size names that layout).
+    ChunkIdentity identity;
+    identity.chunk_id = c;
+    identity.first_row = j * static_cast<uint64_t>(layout.chunk_rows);
+    identity.rows = static_cast<uint32_t>(layout.chunk_rows);
+    identity.row_bytes = static_cast<uint64_t>(layout.RowBytes());
+    absl::StatusOr<absl::Span<uint8_t>> span = arena_->Resolve(held.handle());
+    if (!span.ok()) {
+      core_->AbortPersist(id).IgnoreError();
+      core_->Unpin(id).IgnoreError();
+      return;
+    }
+    req.new_chunks.push_back(ChunkWrite{identity, *span});
+  }
+  const StateBytes& state = bytes_it->second.state;
+  if (state.private_bytes > 0) {
+    req.sections.push_back(StateSection{0, SectionKind::kPrivate, 0, 0, state.private_bytes});
+  }
+  if (state.tail_bytes > 0) {
+    const uint64_t rows = static_cast<uint64_t>(info->depth % layout.chunk_rows);
+    req.sections.push_back(StateSection{0, SectionKind::kTail,
+                                        static_cast<uint64_t>(info->depth) - rows,
+                                        static_cast<uint32_t>(rows), state.tail_bytes});
+  }
+  if (state.region.bytes > 0) {
+    absl::StatusOr<absl::Span<uint8_t>> span = arena_->Resolve(state.region.handle());
+    if (!span.ok()) {
+      core_->AbortPersist(id).IgnoreError();
+      core_->Unpin(id).IgnoreError();
+      return;
+    }
+    req.state = *span;
+  }
+  job.lineage = info->conversation;
+  job.mergeable = info->kind != CaptureKind::kLearned;
+  job.done = [this, id](absl::Status status) {
+    Lock lock(this);
+    if (status.ok()) {
+      absl::Status s = core_->CommitPersist(id);
+      if (!s.ok()) CAIRN_LOG(ERROR) << "committing persist of " << id << ": " << s;
+    } else {
+      if (!absl::IsCancelled(status)) {
+        CAIRN_LOG(WARNING) << "writing checkpoint " << id << " to disk: " << status;
+      }
+      core_->AbortPersist(id).IgnoreError();  // Fails only if the core dropped it already.
+    }
+    core_->Unpin(id).IgnoreError();
+    ReconcileLocked();
+  };
+  ++persists_queued_;
+  // Enqueue may complete a superseded job (its callback takes this lock): after unlocking.
+  BackgroundWriter* writer = writer_.get();
+  after_unlock_.push_back([writer, job = std::move(job)]() mutable {
+    std::function<void(absl::Status)> done = job.done;
+    absl::Status s = writer->Enqueue(std::move(job));
+    if (!s.ok()) done(s);
+  });
+}
+
+void CacheDaemon::RetryDeferredPersistsLocked() {
+  if (deferred_persists_.empty()) return;
+  std::vector<CheckpointId> ids(deferred_persists_.begin(), deferred_persists_.end());
+  std::sort(ids.begin(), ids.end());
+  for (CheckpointId id : ids) {
+    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+    if (!info.ok() || !info->in_ram) {
+      deferred_persists_.erase(id);
+      continue;
+    }
+    MaybePersistLocked(id);
+  }
 }
 
 absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
@@ -955,8 +1312,19 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
   ram->set_full_copy_bytes(static_cast<uint64_t>(a.full_copy_bytes));
   ram->set_checkpoints(static_cast<uint64_t>(a.checkpoints));
   ram->set_max_checkpoints(static_cast<uint64_t>(options_.cache.retention.max_checkpoints));
-  resp->set_disk_enabled(false);
-  resp->set_disk_healthy(false);
+  resp->set_disk_enabled(store_ != nullptr);
+  if (store_ != nullptr) {
+    const DiskStoreStats ds = store_->stats();
+    resp->set_disk_healthy(!ds.read_only);
+    resp->set_quarantined(ds.quarantined);
+    v1::Budget* disk = resp->mutable_disk();
+    disk->set_capacity_bytes(static_cast<uint64_t>(core_->disk_ledger().budget()));
+    disk->set_used_bytes(static_cast<uint64_t>(core_->disk_ledger().used()));
+    disk->set_reserved_bytes(static_cast<uint64_t>(core_->disk_ledger().reserved()));
+    uint64_t on_disk = 0;
+    for (const CheckpointInfo& c : core_->Checkpoints()) on_disk += c.on_disk ? 1 : 0;
+    disk->set_checkpoints(on_disk);
+  }
   resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
   resp->set_lookups(lookups_);
   resp->set_hits_live(hits_[static_cast<int>(Tier::kLive)]);
@@ -1142,7 +1510,15 @@ absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* 
 }
 
 absl::Status CacheDaemon::Flush(const v1::FlushRequest& /*req*/, v1::FlushResponse* resp) {
-  resp->set_persisted(0);  // Nothing is queued without a disk tier.
+  if (writer_ == nullptr) {
+    resp->set_persisted(0);  // Nothing is ever queued without a disk tier.
+    return absl::OkStatus();
+  }
+  const uint64_t before = writer_->stats().published;
+  if (!writer_->WaitIdle(options_.flush_timeout)) {
+    return absl::DeadlineExceededError("the disk writer did not drain in time");
+  }
+  resp->set_persisted(writer_->stats().published - before);
   return absl::OkStatus();
 }
 

@@ -20,10 +20,14 @@
 #include "absl/time/time.h"
 #include "cairn/cache/v1/cache.pb.h"
 #include "common/concurrency/mutex.h"
+#include "common/concurrency/thread_pool.h"
 #include "common/time/clock.h"
 #include "services/cache/arena/arena.h"
 #include "services/cache/arena/arena_fd_server.h"
 #include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/disk/background_writer.h"
+#include "services/cache/disk/disk_store.h"
+#include "services/cache/disk/file_system.h"
 
 namespace cairn::cache {
 
@@ -43,6 +47,12 @@ struct CacheDaemonOptions {
   int max_reservations_per_session = 64;
   int idle_spill_chunks = 8;              // Chunks per idle-spill work item.
   size_t event_history = 4096;            // Events kept for StreamEvents.
+  // The disk tier (--cache-disk): empty = none. Its budget is cache.disk_bytes.
+  std::string disk_root;
+  DiskStoreOptions disk;              // root and budget are filled in from the above.
+  BackgroundWriterOptions writer;
+  FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
+  absl::Duration flush_timeout = absl::Minutes(5);  // Flush waits at most this long.
 };
 
 // Delivers server messages to one inference daemon's session stream. Implemented by the
@@ -139,6 +149,8 @@ class CacheDaemon {
 
   uint64_t incarnation() const { return incarnation_; }
   const Arena& arena() const { return *arena_; }
+  // The disk tier, or nullptr without one.
+  DiskStore* disk_store() const { return store_.get(); }
   // The descriptor socket path inference daemons connect to.
   const std::string& fd_socket_path() const { return options_.fd_server.socket_path; }
 
@@ -175,6 +187,11 @@ class CacheDaemon {
     StateBytes state;
     std::vector<ChunkId> chunks;
   };
+  // Regions loaded from disk for one restore; owned by its lease.
+  struct DiskLoad {
+    StateBytes state;
+    absl::flat_hash_map<ChunkId, Held> chunks;
+  };
   struct Session {
     uint64_t id = 0;
     std::string name;
@@ -186,6 +203,7 @@ class CacheDaemon {
     uint64_t session = 0;
     CheckpointId checkpoint = 0;
     absl::Duration expires;
+    std::unique_ptr<DiskLoad> loaded;  // Regions a disk restore filled; freed on release.
   };
   struct Reservation {
     uint64_t session = 0;
@@ -196,6 +214,8 @@ class CacheDaemon {
   };
   // Collects core events under the lock for processing after each core call.
   class Sink;
+  // The "model is busy" signal for the disk writer, from slot starts and idle reports.
+  class SlotActivity;
   // Holds mu_; on release, runs the event waiters that new events made due, unlocked.
   class ABSL_SCOPED_LOCKABLE Lock;
 
@@ -218,6 +238,26 @@ class CacheDaemon {
   void ReleaseLeaseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CloseSessionLocked(uint64_t id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues checkpoint `id` for the disk tier if the policy wants it there and its chunks are
+  // all in the arena; otherwise remembers it until they are.
+  void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The RAM and disk halves of AcquireRestore.
+  absl::Status RestoreFromRamLocked(const v1::AcquireRestoreRequest& req, const Model& model,
+                                    const CheckpointInfo& info, v1::RestoreLease* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RestoreFromDisk(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees a disk restore's regions and unpins its checkpoint.
+  void DropDiskLoadLocked(CheckpointId id, DiskLoad* load) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills the lease answer shared by both tiers.
+  void FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Model& model,
+                       const RestorePlan& plan, const StateBytes& state,
+                       const absl::flat_hash_map<ChunkId, Held>& chunk_regions, Tier tier,
+                       std::unique_ptr<DiskLoad> loaded, v1::RestoreLease* resp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Model* ModelForLocked(const std::string& compatibility) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration Now() const { return clock_->MonotonicNow(); }
   uint64_t UnixMs(absl::Duration monotonic_deadline) const;
 
@@ -228,6 +268,11 @@ class CacheDaemon {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<ArenaFdServer> fd_server_;
   std::unique_ptr<Sink> sink_;
+  std::unique_ptr<SlotActivity> activity_;
+  // The disk tier: thread-safe on its own and used without mu_ (no I/O under the lock).
+  std::unique_ptr<DiskStore> store_;
+  std::unique_ptr<BackgroundWriter> writer_;
+  std::unique_ptr<ThreadPool> disk_pool_;  // Deletions of disk-evicted checkpoints.
 
   mutable Mutex mu_;
   std::unique_ptr<CheckpointCache> core_ ABSL_GUARDED_BY(mu_);
@@ -241,7 +286,10 @@ class CacheDaemon {
   absl::flat_hash_map<uint64_t, std::vector<ChunkId>> spills_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Event> history_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::function<void()>> event_waiters_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::function<void()>> due_wakes_ ABSL_GUARDED_BY(mu_);  // Run by ~Lock.
+  // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.
+  std::vector<std::function<void()>> after_unlock_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<CheckpointId> deferred_persists_ ABSL_GUARDED_BY(mu_);
+  uint64_t persists_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;  // Sessions, models, leases, spills, waiters.
   uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.

@@ -151,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
                                "services/cache/cairn-cache",
                                "cairn.cache.v1.CacheService",
                                {"--listen=unix:$DIR/grpc.sock",
-                                "--arena-socket=$DIR/arena.sock", "--cache-ram-bytes=64Mi"},
+                                "--arena-socket=$DIR/arena.sock", "--cache-ram-bytes=64Mi",
+                                "--cache-disk=$DIR/disk", "--cache-disk-bytes=64Mi"},
                                2.0}),
     [](const ::testing::TestParamInfo<UnitCase>& param_info) {
       const std::string& unit = param_info.param.unit;

@@ -38,9 +38,14 @@ std::string TempPath(const std::string& name) {
 // A daemon with its gRPC server in this process.
 class Server {
  public:
-  explicit Server(int64_t ram_bytes = 8 << 20) : pool_(2) {
+  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "")
+      : pool_(2) {
     CacheDaemonOptions options;
     options.cache.ram_bytes = ram_bytes;
+    if (!disk_root.empty()) {
+      options.disk_root = disk_root;
+      options.cache.disk_bytes = 64 << 20;
+    }
     options.fd_server.socket_path = TempPath("arena.sock");
     options.arena.first_pin_bytes = 1 << 20;
     options.arena.pin_step_bytes = 1 << 20;
@@ -173,7 +178,7 @@ class FakeInfer {
       rr.set_model_id(model_);
       rr.set_slot(slot);
       rr.set_depth(depth);
-      rr.set_kind(v1::CAPTURE_KIND_GRID);
+      rr.set_kind(capture_kind_);
       rr.set_conversation("conv-" + std::to_string(seed));
       v1::CaptureReservation res;
       s = Call(&v1::CacheService::Stub::ReserveCapture, rr, &res);
@@ -238,6 +243,7 @@ class FakeInfer {
     DoSpill(lease.preserve());
     const SlotState& want = captured_.at(checkpoint);
     ASSERT_EQ(lease.depth(), want.tokens.size());
+    last_restore_tier_ = lease.loaded_from();
     SlotState got;
     got.rows[0].resize(want.tokens.size() * kRowBytes);
     got.rows[1].resize(want.tokens.size() * kRowBytes);
@@ -301,6 +307,8 @@ class FakeInfer {
     return resp;
   }
 
+  void set_capture_kind(v1::CaptureKind kind) { capture_kind_ = kind; }
+  v1::Tier last_restore_tier() const { return last_restore_tier_; }
   uint64_t session() const { return welcome_.session_id(); }
   uint64_t model() const { return model_; }
   v1::CacheService::Stub* stub() { return stub_.get(); }
@@ -356,6 +364,8 @@ class FakeInfer {
   v1::Welcome welcome_;
   std::unique_ptr<MappedArena> arena_;
   uint64_t model_ = 0;
+  v1::CaptureKind capture_kind_ = v1::CAPTURE_KIND_GRID;
+  v1::Tier last_restore_tier_ = v1::TIER_UNSPECIFIED;
   std::map<uint32_t, SlotState> slots_;
   std::map<uint64_t, SlotState> captured_;
 };
@@ -620,6 +630,36 @@ TEST(CacheDaemonTest, RestoreIntoAnotherSlotWaitsForBorrowedRowsToBeSpilled) {
   EXPECT_EQ(first.error_code(), grpc::StatusCode::UNAVAILABLE) << first.error_message();
   ASSERT_NO_FATAL_FAILURE(infer.ServeOneSpill());
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[0]));
+}
+
+TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEviction) {
+  const std::string root = TempPath("disk-evict");
+  ASSERT_EQ(std::system(("rm -rf " + root).c_str()), 0);
+  Server server(8 << 20, root);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.set_capture_kind(v1::CAPTURE_KIND_END);
+  std::vector<uint32_t> a = Tokens(13, 72);
+  // 72 tokens: four full chunks and an 8-row tail; then slot 0 changes hands, so the
+  // borrowed chunks are spilled and the deferred disk write can go ahead.
+  std::vector<uint64_t> ids = infer.PrefillCold(0, a, {72}, 21);
+  infer.PrefillCold(0, Tokens(14, 20), {}, 22);
+  v1::FlushResponse flushed;
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+  v1::EvictRequest evict;
+  evict.set_checkpoint_id(ids[0]);
+  v1::EvictResponse evicted;
+
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Evict, evict, &evicted).ok());
+
+  EXPECT_EQ(flushed.persisted(), 1u);
+  std::vector<uint32_t> a2 = a;
+  a2.push_back(7);
+  v1::LookupResponse found = infer.Lookup(a2);
+  EXPECT_EQ(found.best().tier(), v1::TIER_DISK);
+  EXPECT_EQ(found.best().depth(), 72u);
+  ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[0]));
+  EXPECT_EQ(infer.last_restore_tier(), v1::TIER_DISK);
 }
 
 TEST(CacheDaemonTest, HandlesFromAnotherArenaIncarnationAreRefusedByTheClient) {
