@@ -2,9 +2,9 @@
 //
 //   cairn-run --model DIR (--prompt-ids FILE | --prompt TEXT) [--greedy N]
 //             [--logits-at P1,P2,...] [--top K] [--pass-tokens N] [--json]
+//   cairn-run --model DIR (--tokenize-file FILE | --render FILE) [--json]
 //
-// Text modes (--tokenize-file, --render) and --prompt belong to services/infer/text/ and are
-// dispatched to it once it provides them.
+// The text modes and the tokenizer behind --prompt live in services/infer/text/.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/flags.h"
 #include "services/infer/run/model_runner.h"
+#include "services/infer/text/text_command.h"
+#include "services/infer/text/tokenizer.h"
 
 namespace {
 
@@ -39,7 +41,7 @@ absl::Status Run(int argc, char** argv) {
   cairn::FlagSet flags("cairn-run", "runs one prompt through a model and prints JSON");
   flags.Add("model", &o.model, "Hugging Face checkpoint folder");
   flags.Add("prompt-ids", &o.prompt_ids, "file with the prompt as a JSON array of token ids");
-  flags.Add("prompt", &o.prompt, "prompt text (needs the tokenizer of services/infer/text)");
+  flags.Add("prompt", &o.prompt, "prompt text, encoded with the model's tokenizer.json");
   flags.Add("tokenize-file", &o.tokenize_file, "text mode: tokenize a file");
   flags.Add("render", &o.render, "text mode: render a chat template");
   flags.Add("greedy", &o.greedy, "tokens to generate greedily");
@@ -52,13 +54,17 @@ absl::Status Run(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
   if (!rest.ok()) return rest.status();
   if (!rest->empty()) return absl::InvalidArgumentError("unexpected positional arguments");
-  if (!o.tokenize_file.empty() || !o.render.empty() || !o.prompt.empty()) {
-    // TODO(engine): dispatch to the text modes of services/infer/text once they exist.
-    return absl::UnimplementedError(
-        "text modes and --prompt need the tokenizer (services/infer/text); use --prompt-ids");
+  if (o.model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (!o.tokenize_file.empty() || !o.render.empty()) {
+    cairn::infer::text::TextCommandOptions text;
+    text.model_dir = o.model;
+    text.tokenize_file = o.tokenize_file;
+    text.render_file = o.render;
+    text.json = o.json;
+    return cairn::infer::text::RunTextCommand(text, std::cout);
   }
-  if (o.model.empty() || o.prompt_ids.empty()) {
-    return absl::InvalidArgumentError("--model and --prompt-ids are required");
+  if (o.prompt.empty() == o.prompt_ids.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --prompt-ids and --prompt");
   }
   cairn::infer::ModelRunOptions run;
   run.model_dir = o.model;
@@ -74,13 +80,22 @@ absl::Status Run(int argc, char** argv) {
     }
     run.logits_at.push_back(v);
   }
-  std::ifstream in(o.prompt_ids);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", o.prompt_ids));
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<std::vector<int32_t>> ids = cairn::infer::ParseTokenIds(text.str());
-  if (!ids.ok()) return ids.status();
-  run.prompt_ids = *std::move(ids);
+  if (!o.prompt.empty()) {
+    absl::StatusOr<std::unique_ptr<cairn::infer::text::Tokenizer>> tokenizer =
+        cairn::infer::text::Tokenizer::FromFile(o.model + "/tokenizer.json");
+    if (!tokenizer.ok()) return tokenizer.status();
+    absl::StatusOr<std::vector<cairn::infer::text::TokenId>> ids = (*tokenizer)->Encode(o.prompt);
+    if (!ids.ok()) return ids.status();
+    run.prompt_ids.assign(ids->begin(), ids->end());
+  } else {
+    std::ifstream in(o.prompt_ids);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", o.prompt_ids));
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::vector<int32_t>> ids = cairn::infer::ParseTokenIds(text.str());
+    if (!ids.ok()) return ids.status();
+    run.prompt_ids = *std::move(ids);
+  }
   absl::StatusOr<nlohmann::json> out = cairn::infer::RunModelOnce(run);
   if (!out.ok()) return out.status();
   std::cout << out->dump(o.json ? -1 : 2) << "\n";
