@@ -78,6 +78,8 @@ v1::EventKind ToProtoEventKind(EventType type) {
       return v1::EVENT_KIND_RESTORE;
     case EventType::kQuarantine:
       return v1::EVENT_KIND_QUARANTINE;
+    case EventType::kRecover:
+      return v1::EVENT_KIND_RECOVER;
   }
   return v1::EVENT_KIND_UNSPECIFIED;
 }
@@ -268,8 +270,16 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(
     disk.root = options.disk_root;
     disk.budget_bytes = 0;  // The policy core owns the disk budget and its eviction ranks.
     disk.clock = clock;
+    std::vector<Manifest> found;
+    disk.on_recovered = [&found](const Manifest& m) { found.push_back(m); };
     FileSystem* fs = options.file_system != nullptr ? options.file_system : PosixFileSystem();
     ASSIGN_OR_RETURN(d->store_, DiskStore::Create(disk, fs));
+    {
+      Lock lock(d.get());
+      for (Manifest& m : found) d->recovered_[m.compat_digest].push_back(std::move(m));
+    }
+    CAIRN_LOG(INFO) << "disk tier at " << options.disk_root << ": " << found.size()
+                    << " checkpoints recovered";
     d->writer_ = std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(),
                                                     options.writer);
     d->disk_pool_ = std::make_unique<ThreadPool>(1);
@@ -277,6 +287,20 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(
   Lock lock(d.get());
   ASSIGN_OR_RETURN(d->core_, CheckpointCache::Create(cache_options, clock));
   d->core_->events().AddSink(d->sink_.get());
+  if (d->store_ != nullptr) {
+    d->core_->ReserveIdsAbove(d->store_->max_chunk_id(), d->store_->max_checkpoint_id());
+    // R3: files no manifest lists are removed in the background after start-up.
+    DiskStore* store = d->store_.get();
+    d->disk_pool_->Schedule([store] {
+      absl::StatusOr<SweepStats> swept = store->SweepOrphans();
+      if (!swept.ok()) {
+        CAIRN_LOG(WARNING) << "orphan sweep: " << swept.status();
+      } else if (swept->files_removed > 0) {
+        CAIRN_LOG(INFO) << "orphan sweep removed " << swept->files_removed << " files ("
+                        << swept->bytes_removed << " bytes)";
+      }
+    });
+  }
   return d;
 }
 
@@ -517,6 +541,7 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
     models_.emplace(id, Model{digest, layout});
     model_ids_.emplace(digest, id);
     resp->set_model_id(id);
+    AdmitRecoveredLocked(models_.at(id));
   }
   uint64_t ram = 0;
   uint64_t disk = 0;
@@ -1124,6 +1149,70 @@ absl::Status CacheDaemon::CompleteSpill(const v1::CompleteSpillRequest& req,
   ReconcileLocked();
   RetryDeferredPersistsLocked();
   return absl::OkStatus();
+}
+
+void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
+  auto it = recovered_.find(model.compatibility);
+  if (it == recovered_.end()) return;
+  std::vector<Manifest> manifests = std::move(it->second);
+  recovered_.erase(it);
+  std::sort(manifests.begin(), manifests.end(),
+            [](const Manifest& a, const Manifest& b) { return a.checkpoint_id < b.checkpoint_id; });
+  const ModelLayout& layout = model.layout;
+  const ComputationId provenance = core_->NewComputationId();
+  int admitted = 0;
+  for (const Manifest& m : manifests) {
+    // The files must have this layout's geometry: chunk files of chunk_rows rows of all row
+    // components, a state file of the private state and the tail.
+    std::string mismatch;
+    std::vector<ManifestChunk> chunks = m.chunks;
+    std::sort(chunks.begin(), chunks.end(), [](const ManifestChunk& a, const ManifestChunk& b) {
+      return a.id.first_row < b.id.first_row;
+    });
+    std::vector<ChunkId> ids;
+    for (size_t j = 0; j < chunks.size() && mismatch.empty(); ++j) {
+      const ChunkIdentity& c = chunks[j].id;
+      if (c.first_row != j * static_cast<uint64_t>(layout.chunk_rows) ||
+          c.rows != static_cast<uint32_t>(layout.chunk_rows) ||
+          c.row_bytes != static_cast<uint64_t>(layout.RowBytes())) {
+        mismatch = absl::StrCat("chunk ", c.chunk_id, " does not fit the layout");
+      }
+      ids.push_back(c.chunk_id);
+    }
+    uint64_t state_bytes = 0;
+    for (const StateSection& sec : m.sections) state_bytes += sec.bytes;
+    const int64_t depth = static_cast<int64_t>(m.tokens.size());
+    if (mismatch.empty() &&
+        state_bytes != static_cast<uint64_t>(layout.PrivateBytes() + layout.TailBytes(depth))) {
+      mismatch = "state file does not fit the layout";
+    }
+    std::vector<TokenId> tokens;
+    for (uint32_t t : m.tokens) {
+      if (t > static_cast<uint32_t>(std::numeric_limits<TokenId>::max())) {
+        mismatch = "token id out of range";
+        break;
+      }
+      tokens.push_back(static_cast<TokenId>(t));
+    }
+    absl::Status s = mismatch.empty()
+                         ? core_->AdmitRecovered(m.checkpoint_id,
+                                                 Identities{m.compat_digest, m.input_digest},
+                                                 tokens, ids, CaptureKind::kEnd, provenance)
+                         : absl::DataLossError(mismatch);
+    if (s.ok()) {
+      ++admitted;
+      continue;
+    }
+    CAIRN_LOG(WARNING) << "dropping recovered checkpoint " << m.checkpoint_id << ": " << s;
+    DiskStore* store = store_.get();
+    ThreadPool* pool = disk_pool_.get();
+    const CheckpointId id = m.checkpoint_id;
+    after_unlock_.push_back([store, pool, id] {
+      pool->Schedule([store, id] { store->Delete(id).IgnoreError(); });  // Best effort.
+    });
+  }
+  CAIRN_LOG(INFO) << "model " << model.compatibility << ": " << admitted
+                  << " checkpoints restored to the index from disk";
 }
 
 void CacheDaemon::MaybePersistLocked(CheckpointId id) {

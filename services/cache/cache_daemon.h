@@ -242,6 +242,9 @@ class CacheDaemon {
   // all in the arena; otherwise remembers it until they are.
   void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Indexes the checkpoints recovered from disk for `model`; drops (from disk too) those whose
+  // files do not fit its layout.
+  void AdmitRecoveredLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The RAM and disk halves of AcquireRestore.
   absl::Status RestoreFromRamLocked(const v1::AcquireRestoreRequest& req, const Model& model,
                                     const CheckpointInfo& info, v1::RestoreLease* resp)
@@ -289,6 +292,9 @@ class CacheDaemon {
   // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.
   std::vector<std::function<void()>> after_unlock_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CheckpointId> deferred_persists_ ABSL_GUARDED_BY(mu_);
+  // Checkpoints found on disk at start-up, by compatibility digest, waiting for a model with
+  // that identity to register (the layout is needed to index them).
+  absl::flat_hash_map<std::string, std::vector<Manifest>> recovered_ ABSL_GUARDED_BY(mu_);
   uint64_t persists_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;  // Sessions, models, leases, spills, waiters.
   uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;

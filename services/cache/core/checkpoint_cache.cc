@@ -751,6 +751,93 @@ absl::Status CheckpointCache::AbortCapture(CheckpointId id, const std::string& r
 // ---------------------------------------------------------------------------------------------
 // Disk tier.
 
+void CheckpointCache::ReserveIdsAbove(ChunkId max_chunk, CheckpointId max_checkpoint) {
+  next_chunk_ = std::max(next_chunk_, max_chunk + 1);
+  next_checkpoint_ = std::max(next_checkpoint_, max_checkpoint + 1);
+}
+
+absl::Status CheckpointCache::AdmitRecovered(CheckpointId id, const Identities& identities,
+                                             absl::Span<const TokenId> tokens,
+                                             const std::vector<ChunkId>& chunks,
+                                             CaptureKind kind, ComputationId provenance) {
+  const ModelLayout* layout = LayoutFor(identities.compatibility);
+  if (layout == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no layout registered for compatibility identity ",
+                                            identities.compatibility));
+  }
+  if (id == 0 || checkpoints_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("checkpoint ", id, " is already known"));
+  }
+  const int64_t depth = static_cast<int64_t>(tokens.size());
+  if (depth == 0 || static_cast<int64_t>(chunks.size()) != layout->FullChunks(depth)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", id, " at depth ", depth,
+                                                   " lists ", chunks.size(), " chunks"));
+  }
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    auto it = chunks_.find(chunks[j]);
+    if (chunks[j] == 0 || (it != chunks_.end() && it->second->index != static_cast<int64_t>(j))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", id, ": chunk ", chunks[j], " at the wrong index"));
+    }
+  }
+  const int64_t own = layout->PrivateBytes() + layout->TailBytes(depth);
+  int64_t needed = own;
+  for (ChunkId c : chunks) {
+    auto it = chunks_.find(c);
+    if (it == chunks_.end() || it->second->disk_refs == 0) needed += layout->ChunkBytes();
+  }
+  if (needed > disk_.free()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("recovered checkpoint ", id, " does not fit the disk budget"));
+  }
+  Event e;
+  e.type = EventType::kRecover;
+  e.checkpoint = id;
+  e.tier = Tier::kDisk;
+  e.depth = depth;
+  e.kind = kind;
+  e.tokens_digest = DigestTokens(tokens);
+  e.own_bytes = own;
+  e.chunks = chunks;
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    auto it = chunks_.find(chunks[j]);
+    if (it == chunks_.end()) {
+      auto chunk = std::make_unique<Chunk>();
+      chunk->id = chunks[j];
+      chunk->provenance = provenance;
+      chunk->index = static_cast<int64_t>(j);
+      chunk->bytes = layout->ChunkBytes();
+      e.new_chunks.push_back({chunk->id, provenance, chunk->index, chunk->bytes});
+      it = chunks_.emplace(chunk->id, std::move(chunk)).first;
+    }
+    Chunk& chunk = *it->second;
+    if (chunk.disk_refs++ == 0) {
+      ASSIGN_OR_RETURN(ByteLedger::ReservationId r, disk_.Reserve(chunk.bytes));
+      RETURN_IF_ERROR(disk_.Commit(r));
+    }
+  }
+  auto ckpt = std::make_unique<Checkpoint>();
+  ckpt->id = id;
+  ckpt->identities = identities;
+  ckpt->depth = depth;
+  ckpt->kind = kind;
+  ckpt->private_bytes = layout->PrivateBytes();
+  ckpt->tail_bytes = layout->TailBytes(depth);
+  ckpt->tokens_digest = e.tokens_digest;
+  ckpt->chunks = chunks;
+  ckpt->on_disk = true;
+  ckpt->last_use = clock_->Now();
+  ASSIGN_OR_RETURN(ckpt->disk_reservation, disk_.Reserve(own));
+  RETURN_IF_ERROR(disk_.Commit(ckpt->disk_reservation));
+  ckpt->node = IndexFor(identities.compatibility)
+                   .Insert(tokens, {IndexEntry::Kind::kCheckpoint, id});
+  checkpoints_.emplace(id, std::move(ckpt));
+  next_checkpoint_ = std::max(next_checkpoint_, id + 1);
+  for (ChunkId c : chunks) next_chunk_ = std::max(next_chunk_, c + 1);
+  Emit(std::move(e));
+  return absl::OkStatus();
+}
+
 bool CheckpointCache::ShouldPersist(CheckpointId id) const {
   if (options_.disk_bytes <= 0) return false;
   auto it = checkpoints_.find(id);

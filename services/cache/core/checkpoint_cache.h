@@ -217,6 +217,23 @@ class CheckpointCache {
   absl::Status CommitPersist(CheckpointId id);
   absl::Status AbortPersist(CheckpointId id);
 
+  // --- Recovery (start-up with a disk tier that already holds checkpoints).
+  // Makes every chunk and checkpoint id minted from now on exceed `max_chunk` and
+  // `max_checkpoint` (the largest ids found on disk).
+  void ReserveIdsAbove(ChunkId max_chunk, CheckpointId max_checkpoint);
+  // Registers checkpoint `id`, found in the disk tier, as a disk-only checkpoint over `tokens`
+  // that references `chunks` (the full chunks covering rows [0, tokens.size()), in order).
+  // Chunks not known yet are created disk-resident, with provenance `provenance` (one
+  // computation id per recovered run is enough: sharing follows chunk ids). Logs a recover
+  // event. NotFound for an unregistered identity; InvalidArgument for a chunk count that does
+  // not match the depth or a chunk known at another index; AlreadyExists for a known id;
+  // ResourceExhausted when the disk budget cannot hold it.
+  absl::Status AdmitRecovered(CheckpointId id, const Identities& identities,
+                              absl::Span<const TokenId> tokens, const std::vector<ChunkId>& chunks,
+                              CaptureKind kind, ComputationId provenance);
+  // A fresh computation id for AdmitRecovered.
+  ComputationId NewComputationId() { return next_computation_++; }
+
   // --- Removal.
   // Evicts checkpoint `id` from RAM (explicit request). NotFound if not in RAM;
   // FailedPrecondition while pinned.

@@ -21,6 +21,8 @@ absl::string_view EventTypeName(EventType type) {
       return "persist";
     case EventType::kDiskEvict:
       return "disk-evict";
+    case EventType::kRecover:
+      return "recover";
     case EventType::kRestore:
       return "restore";
     case EventType::kQuarantine:
@@ -118,6 +120,21 @@ absl::StatusOr<CacheStateSummary> ReplayEvents(absl::Span<const Event> events) {
         ckpt.own_bytes = e.own_bytes;
         ckpt.chunks = e.chunks;
         if (absl::Status st = AddTier(e, s, ckpt, /*ram=*/true); !st.ok()) return st;
+        break;
+      }
+      case EventType::kRecover: {
+        if (it != s.checkpoints.end()) return Corrupt(e, "recovered checkpoint already known");
+        for (const NewChunk& c : e.new_chunks) {
+          if (!s.chunks.emplace(c.id, Summary::ChunkState{c.provenance, c.bytes, 0, 0}).second) {
+            return Corrupt(e, absl::StrCat("chunk ", c.id, " created twice"));
+          }
+        }
+        Summary::CheckpointState& ckpt = s.checkpoints[e.checkpoint];
+        ckpt.depth = e.depth;
+        ckpt.tokens_digest = e.tokens_digest;
+        ckpt.own_bytes = e.own_bytes;
+        ckpt.chunks = e.chunks;
+        if (absl::Status st = AddTier(e, s, ckpt, /*ram=*/false); !st.ok()) return st;
         break;
       }
       case EventType::kPersist: {

@@ -24,9 +24,11 @@ enum class EventType {
   kDiskEvict,   // A checkpoint left the disk tier.
   kRestore,     // A checkpoint or live frontier was restored into a slot.
   kQuarantine,  // A checkpoint was dropped because bytes it depends on are corrupt or lost.
+  kRecover,     // A checkpoint found in the disk tier at start-up entered the disk tier.
 };
 
-// "admit", "reject", "evict", "spill", "persist", "disk-evict", "restore", "quarantine".
+// "admit", "reject", "evict", "spill", "persist", "disk-evict", "restore", "quarantine",
+// "recover".
 absl::string_view EventTypeName(EventType type);
 
 // A chunk created by an admission: enough to rebuild the chunk table from events alone.
@@ -53,7 +55,7 @@ struct Event {
   int64_t own_bytes = 0;          // Private state + tail of the checkpoint.
   int64_t bytes = 0;              // Bytes reserved (admit/persist), freed (evict), copied.
   std::vector<ChunkId> chunks;    // Admit/persist: every referenced chunk; spill: chunks copied.
-  std::vector<NewChunk> new_chunks;  // Admit: chunks first referenced by this checkpoint.
+  std::vector<NewChunk> new_chunks;  // Admit, recover: chunks first referenced by this one.
   int64_t ram_used = 0;           // RAM ledger after the event.
   int64_t disk_used = 0;          // Disk ledger after the event.
 };

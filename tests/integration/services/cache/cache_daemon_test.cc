@@ -308,6 +308,9 @@ class FakeInfer {
   }
 
   void set_capture_kind(v1::CaptureKind kind) { capture_kind_ = kind; }
+  // What was captured, by checkpoint id (to check restores made by another client).
+  const std::map<uint64_t, SlotState>& captured() const { return captured_; }
+  void set_captured(std::map<uint64_t, SlotState> c) { captured_ = std::move(c); }
   v1::Tier last_restore_tier() const { return last_restore_tier_; }
   uint64_t session() const { return welcome_.session_id(); }
   uint64_t model() const { return model_; }
@@ -660,6 +663,51 @@ TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEvict
   EXPECT_EQ(found.best().depth(), 72u);
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[0]));
   EXPECT_EQ(infer.last_restore_tier(), v1::TIER_DISK);
+}
+
+TEST(CacheDaemonTest, AfterARestartTheNextTurnRestoresFromDiskByteForByte) {
+  const std::string root = TempPath("disk-restart");
+  ASSERT_EQ(std::system(("rm -rf " + root).c_str()), 0);
+  std::vector<uint32_t> a = Tokens(15, 300);
+  std::vector<uint64_t> ids;
+  std::map<uint64_t, FakeInfer::SlotState> captured;
+  {
+    Server server(8 << 20, root);
+    FakeInfer infer(server.address());
+    ASSERT_NO_FATAL_FAILURE(infer.Open());
+    infer.set_capture_kind(v1::CAPTURE_KIND_END);
+    ids = infer.PrefillCold(0, a, {300}, 31);
+    // A second conversation shares a's first 200 tokens; its prompt end goes to disk too and
+    // shares a's chunk files.
+    std::vector<uint32_t> b(a.begin(), a.begin() + 200);
+    for (uint32_t t : Tokens(18, 60)) b.push_back(t);
+    std::vector<uint64_t> b_ids = infer.PrefillCold(1, b, {260}, 34);
+    ids.push_back(b_ids[0]);
+    infer.PrefillCold(0, Tokens(16, 10), {}, 32);  // Spills the borrowed rows: writes go ahead.
+    infer.PrefillCold(1, Tokens(19, 10), {}, 35);
+    v1::FlushResponse flushed;
+    ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+    ASSERT_EQ(flushed.persisted(), 2u);
+    captured = infer.captured();
+  }
+
+  Server restarted(8 << 20, root);
+  FakeInfer infer(restarted.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.set_captured(captured);
+  std::vector<uint32_t> next = a;
+  next.push_back(77);
+  v1::LookupResponse found = infer.Lookup(next);
+
+  EXPECT_EQ(found.best().tier(), v1::TIER_DISK);
+  EXPECT_EQ(found.best().depth(), 300u);
+  EXPECT_EQ(found.best().checkpoint_id(), ids[0]);
+  ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(0, ids[0]));
+  ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[1]));
+  // New captures get ids that do not collide with the recovered ones.
+  std::vector<uint64_t> more = infer.PrefillCold(1, Tokens(17, 20), {20}, 33);
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_GT(more[0], std::max(ids[0], ids[1]));
 }
 
 TEST(CacheDaemonTest, HandlesFromAnotherArenaIncarnationAreRefusedByTheClient) {
