@@ -164,6 +164,44 @@ TEST(JinjaTest, RuntimeErrorsAreStatuses) {
             "ERROR: template line 1: 'int' object is not iterable");
 }
 
+// Damaged templates (a random span cut out of a real-looking one) parse or fail cleanly, and
+// what parses renders or fails cleanly: never a crash, hang or out-of-bounds read.
+TEST(JinjaTest, DamagedTemplatesFailCleanly) {
+  const std::string source =
+      "{%- macro show(v, q=false) -%}{{ ('\"' ~ v ~ '\"') if q else v }}{%- endmacro -%}\n"
+      "{%- set ns = namespace(n=0) %}\n"
+      "{%- for m in messages[::-1] if m.role != 'tool' %}\n"
+      "  {%- set ns.n = ns.n + loop.index %}{{ show(m.content | trim, true) }}\n"
+      "  {%- if m.tool_calls is defined %}{% for k, v in m.tool_calls[0]|items %}{{ k }}={{ v|tojson }}"
+      "{% endfor %}{% endif %}\n"
+      "{%- endfor %}{{ ns.n }}{# done #}{{ 'x'.split('x')[-1] }}";
+  ValueDict ctx;
+  ctx.Set("messages", Value::FromJson(nlohmann::ordered_json::parse(
+                          R"([{"role": "user", "content": " hi "},
+                              {"role": "assistant", "content": "a", "tool_calls": [{"n": 1}]}])")));
+  absl::StatusOr<std::unique_ptr<Template>> whole = Template::Parse(source);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE((*whole)->Render(ctx).ok());
+  uint64_t state = 12345;
+  for (int i = 0; i < 3000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const size_t at = (state >> 33) % source.size();
+    const size_t len = 1 + (state >> 17) % 12;
+    std::string damaged = source;
+    damaged.erase(at, len);
+
+    absl::StatusOr<std::unique_ptr<Template>> t = Template::Parse(damaged);
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << damaged;
+      continue;
+    }
+    absl::StatusOr<std::string> out = (*t)->Render(ctx);
+    if (!out.ok()) {
+      EXPECT_NE(out.status().code(), absl::StatusCode::kInternal) << damaged;
+    }
+  }
+}
+
 TEST(JinjaTest, RunawayTemplatesHitLimits) {
   TemplateOptions options;
   options.max_loop_iterations = 100;
