@@ -63,6 +63,23 @@ const std::set<std::string>& KnownTests() {
   return *tests;
 }
 
+// Functions the renderer provides (Renderer::AddGlobals).
+const std::set<std::string>& KnownGlobals() {
+  static const auto* globals =
+      new std::set<std::string>{"raise_exception", "namespace", "range", "dict", "strftime_now"};
+  return *globals;
+}
+
+// Methods callable on values: str (Renderer::StringMethod), dict (Renderer::DictMethod) and
+// loop.cycle. `format` is listed so that its use gets a precise error at render.
+const std::set<std::string>& KnownMethods() {
+  static const auto* methods = new std::set<std::string>{
+      "startswith", "endswith", "strip", "lstrip", "rstrip", "split", "rsplit", "upper",
+      "lower", "replace", "title", "capitalize", "find", "count", "splitlines", "join",
+      "items", "keys", "values", "get", "cycle", "format"};
+  return *methods;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Lexer.
 
@@ -361,6 +378,13 @@ class Parser {
     std::string end_tag;
     ASSIGN_OR_RETURN(NodePtr body, ParseBody({}, &end_tag));
     if (!end_tag.empty()) return Error(absl::StrCat("unexpected {% ", end_tag, " %}"));
+    // Calls are resolved now so that a template using a function we lack fails at load.
+    for (const auto& [name, line] : called_functions_) {
+      if (KnownGlobals().count(name) == 0 && macros_.count(name) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("template line ", line, ": unsupported function '", name, "'"));
+      }
+    }
     return body;
   }
 
@@ -527,6 +551,7 @@ class Parser {
     if (kw == "macro") {
       NodePtr n = MakeNode(Node::Kind::kMacro, line);
       ASSIGN_OR_RETURN(n->name, ExpectIdentifier());
+      macros_.insert(n->name);
       RETURN_IF_ERROR(ExpectOp("("));
       std::vector<NodePtr> defaults;
       while (!IsOp(")")) {
@@ -880,6 +905,11 @@ class Parser {
         }
         node = std::move(n);
       } else if (IsOp("(")) {
+        if (node->kind == Node::Kind::kName) {
+          called_functions_.emplace_back(node->name, line);
+        } else if (node->kind == Node::Kind::kAttr && KnownMethods().count(node->name) == 0) {
+          return Error(absl::StrCat("unsupported method '", node->name, "'"));
+        }
         NodePtr n = MakeNode(Node::Kind::kCall, line);
         n->kids.push_back(std::move(node));
         n->names.push_back("");
@@ -947,6 +977,8 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t i_ = 0;
+  std::vector<std::pair<std::string, int>> called_functions_;  // Name and line of each call.
+  std::set<std::string> macros_;
 };
 
 

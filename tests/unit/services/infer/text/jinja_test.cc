@@ -62,6 +62,12 @@ TEST(JinjaTest, LoopScopeDoesNotLeakButNamespacesDo) {
                    "{% endfor %}{{ ns.a }}"),
             "5");
   EXPECT_EQ(Render("{% if true %}{% set a = 2 %}{% endif %}{{ a }}"), "2");
+  // Each iteration starts from the enclosing scope again.
+  EXPECT_EQ(Render("{% set a = 0 %}{% for x in [1, 2] %}{{ a }}{% set a = x %}{{ a }}|{% endfor %}"
+                   "{{ a }}"),
+            "01|02|0");
+  EXPECT_EQ(Render("{% macro m() %}{% set q = 1 %}{{ q }}{% endmacro %}{{ m() }}{{ q }}"), "1");
+  EXPECT_EQ(Render("{{ [1, 2][5] }}|{{ {'a': 1}.b }}|{{ 'abc'[10] }}"), "||");
 }
 
 TEST(JinjaTest, MacrosWithDefaultsAndKeywords) {
@@ -151,6 +157,13 @@ TEST(JinjaTest, UnsupportedConstructsFailAtParse) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Template::Parse("{% raw %}x{% endraw %}").status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{{ s.isdigit() }}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{{ xs.append(1) }}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Template::Parse("{{ cycler(1, 2) }}").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(Template::Parse("{{ m() }}{% macro m() %}{% endmacro %}").ok());
 }
 
 TEST(JinjaTest, RuntimeErrorsAreStatuses) {
