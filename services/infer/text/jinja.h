@@ -32,12 +32,16 @@ struct Node;
 //     its body), comments, whitespace control (-, +, trim_blocks, lstrip_blocks);
 //   expressions: literals, lists, tuples, dicts, attribute and item access, slices, calls,
 //     filters, tests, `in`/`not in`, arithmetic, comparison, `~`, and/or/not, conditional
-//     expressions; string/dict methods (startswith, endswith, strip, lstrip, rstrip, split,
-//     rsplit, upper, lower, replace, title, capitalize, find, count, splitlines, join, format is
-//     not supported; items, keys, values, get);
+//     expressions; str methods startswith, endswith, strip, lstrip, rstrip, split, rsplit,
+//     upper, lower (ASCII case mapping), replace, title, capitalize, find, count, splitlines,
+//     join; dict methods items, keys, values, get;
+//   filters: abs capitalize count d default dictsort e escape first float int items join last
+//     length list lower map reject rejectattr replace reverse safe select selectattr sort string
+//     title tojson trim unique upper;
 //   globals: raise_exception, namespace, range, dict, strftime_now.
-// Anything outside the subset (an unknown statement, filter or test) is an InvalidArgument error
-// from Parse, so a template that would render wrongly fails at model load. Semantics follow
+// Anything outside the subset (an unknown statement, filter, test, function or method) is an
+// InvalidArgument error from Parse, so a template that would render wrongly fails at model
+// load. Semantics follow
 // Jinja2 with Python values (str() of None is "None", tojson is json.dumps with
 // ensure_ascii=False, undefined attributes of undefined values are errors, ...).
 //
