@@ -11,6 +11,17 @@
 #include "absl/status/status.h"
 #include "common/status/check.h"
 
+// OpenBLAS is not built with ThreadSanitizer: its workers' writes are invisible to it and
+// their synchronisation too, so TSan reports false races on every buffer they fill. TSan builds
+// therefore run BLAS on the calling thread only.
+#if defined(__SANITIZE_THREAD__)
+#define CAIRN_BLAS_SINGLE_THREADED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CAIRN_BLAS_SINGLE_THREADED 1
+#endif
+#endif
+
 namespace cairn::infer {
 namespace {
 
@@ -141,7 +152,11 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
   }
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+#ifdef CAIRN_BLAS_SINGLE_THREADED
+  openblas_set_num_threads(1);
+#else
   openblas_set_num_threads(threads);
+#endif
   return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(threads));
 }
 
