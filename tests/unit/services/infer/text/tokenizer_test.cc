@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -213,6 +214,38 @@ TEST_F(Qwen3TokenizerTest, RandomStringsRoundTrip) {
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     ASSERT_EQ(*decoded, unicode::Nfc(text)) << nlohmann::json(text).dump();
   }
+}
+
+// Encode is thread-safe: threads sharing the word cache get the single-threaded results.
+TEST_F(Qwen3TokenizerTest, ConcurrentEncodesAgree) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) {
+    texts.push_back("word" + std::to_string(i % 7) + " \xE4\xB8\xAD\xE6\x96\x87 x" +
+                    std::string(static_cast<size_t>(i), 'a'));
+  }
+  std::vector<std::vector<TokenId>> want;
+  for (const std::string& t : texts) want.push_back(*tokenizer_->Encode(t));
+  TokenizerOptions small_cache;
+  small_cache.cache_max_words = 8;  // Forces clears while other threads read.
+  absl::StatusOr<std::unique_ptr<Tokenizer>> shared =
+      Tokenizer::FromFile(testing::Qwen3ModelDir() + "/tokenizer.json", small_cache);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  std::vector<int> mismatches(4, 0);
+
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          absl::StatusOr<std::vector<TokenId>> ids = (*shared)->Encode(texts[(i + w) % texts.size()]);
+          if (!ids.ok() || *ids != want[(i + w) % texts.size()]) ++mismatches[w];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST_F(Qwen3TokenizerTest, SpecTokenIdsAndChatPrefix) {
