@@ -11,6 +11,8 @@ namespace cairn::cache::sim {
 namespace {
 
 constexpr char kCompatibility[] = "sim";
+// Events kept in RAM per simulation; the runner reads each request's evictions from them.
+constexpr size_t kEventRing = size_t{1} << 16;
 
 class CairnPolicy final : public Policy {
  public:
@@ -63,7 +65,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeCairnPolicy(const PolicyOptions& opt
   cache_options.disk_bytes = options.disk_bytes;
   cache_options.planner = options.planner;
   cache_options.retention = options.retention;
-  cache_options.event_ring_capacity = 1 << 16;
+  cache_options.event_ring_capacity = kEventRing;
   ASSIGN_OR_RETURN(std::unique_ptr<CheckpointCache> cache,
                    CheckpointCache::Create(cache_options, clock));
   RETURN_IF_ERROR(cache->RegisterLayout(kCompatibility, cost.Layout()));

@@ -10,6 +10,9 @@
 namespace cairn::cache::sim {
 namespace {
 
+constexpr int64_t kMinSegmentTokens = 16;  // No message is shorter.
+constexpr double kFirstArrivalSpread = 3;   // First requests arrive over ~3 step gaps.
+
 // Deterministic draws on every platform (std distributions are not).
 class Rng {
  public:
@@ -24,8 +27,8 @@ class Rng {
   bool Chance(double p) { return Uniform() < p; }
   double Exponential(double mean) { return -mean * std::log(1.0 - Uniform()); }
   int64_t Size(int64_t mean, int64_t max) {
-    return std::clamp<int64_t>(static_cast<int64_t>(Exponential(static_cast<double>(mean))), 16,
-                               std::max<int64_t>(16, max));
+    return std::clamp<int64_t>(static_cast<int64_t>(Exponential(static_cast<double>(mean))),
+                               kMinSegmentTokens, std::max(kMinSegmentTokens, max));
   }
 
  private:
@@ -71,7 +74,7 @@ absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOpt
     Conversation c;
     c.name = absl::StrCat("c", i);
     c.history = {system, fresh(rng.Size(o.first_user_tokens, o.append_tokens_max))};
-    c.next_t = rng.Exponential(o.step_seconds_mean * 3);
+    c.next_t = rng.Exponential(o.step_seconds_mean * kFirstArrivalSpread);
     c.turns_left = o.turns_per_conversation;
     convs.push_back(std::move(c));
   }
