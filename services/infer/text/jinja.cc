@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
 #include <set>
 #include <utility>
@@ -1531,7 +1532,9 @@ class Renderer {
           return TypeError(n, absl::StrCat("bad operand type for unary minus: ", KindName(v)));
         }
         if (n.kind == Node::Kind::kPos) return v.is_bool() ? Value::Int(v.as_int()) : v;
-        return v.is_float() ? Value::Float(-v.as_double()) : Value::Int(-v.as_int());
+        if (v.is_float()) return Value::Float(-v.as_double());
+        if (v.as_int() == INT64_MIN) return TypeError(n, "integer overflow in unary minus");
+        return Value::Int(-v.as_int());
       }
       case Node::Kind::kNot: {
         ASSIGN_OR_RETURN(Value v, Eval(*n.kids[0]));
@@ -1711,7 +1714,8 @@ class Renderer {
     if (op == "*" && ((a.is_string() && b.is_int()) || (a.is_int() && b.is_string()))) {
       const Value& s = a.is_string() ? a : b;
       const int64_t times = a.is_string() ? b.as_int() : a.as_int();
-      if (times > 0 && s.str().size() * static_cast<size_t>(times) > options_.max_output_bytes) {
+      if (times > 0 && !s.str().empty() &&
+          static_cast<uint64_t>(times) > options_.max_output_bytes / s.str().size()) {
         return absl::ResourceExhaustedError("string repetition too large");
       }
       std::string out;
@@ -1724,18 +1728,37 @@ class Renderer {
     }
     const bool ints = !a.is_float() && !b.is_float();
     const double x = a.as_double(), y = b.as_double();
-    if (op == "+") return ints ? Value::Int(a.as_int() + b.as_int()) : Value::Float(x + y);
-    if (op == "-") return ints ? Value::Int(a.as_int() - b.as_int()) : Value::Float(x - y);
-    if (op == "*") return ints ? Value::Int(a.as_int() * b.as_int()) : Value::Float(x * y);
+    // Python integers do not overflow; ours are 64-bit, so overflow is an error.
+    const absl::Status overflow = TypeError(n, absl::StrCat("integer overflow in ", op));
+    int64_t r = 0;
+    if (op == "+") {
+      if (!ints) return Value::Float(x + y);
+      if (__builtin_add_overflow(a.as_int(), b.as_int(), &r)) return overflow;
+      return Value::Int(r);
+    }
+    if (op == "-") {
+      if (!ints) return Value::Float(x - y);
+      if (__builtin_sub_overflow(a.as_int(), b.as_int(), &r)) return overflow;
+      return Value::Int(r);
+    }
+    if (op == "*") {
+      if (!ints) return Value::Float(x * y);
+      if (__builtin_mul_overflow(a.as_int(), b.as_int(), &r)) return overflow;
+      return Value::Int(r);
+    }
     if (op == "**") {
       if (ints && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < b.as_int() && k < 64; ++k) r *= a.as_int();
+        r = 1;
+        for (int64_t k = 0; k < b.as_int(); ++k) {
+          if (__builtin_mul_overflow(r, a.as_int(), &r)) return overflow;
+          if (r == 0 || r == 1) break;
+        }
         return Value::Int(r);
       }
       return Value::Float(std::pow(x, y));
     }
     if (y == 0) return TypeError(n, "division by zero");
+    if (ints && b.as_int() == -1 && a.as_int() == INT64_MIN) return overflow;
     if (op == "/") return Value::Float(x / y);
     if (op == "//") {
       if (ints) {
@@ -1747,13 +1770,13 @@ class Renderer {
     }
     if (op == "%") {
       if (ints) {
-        int64_t r = a.as_int() % b.as_int();
-        if (r != 0 && ((r < 0) != (b.as_int() < 0))) r += b.as_int();
-        return Value::Int(r);
+        int64_t m = a.as_int() % b.as_int();
+        if (m != 0 && ((m < 0) != (b.as_int() < 0))) m += b.as_int();
+        return Value::Int(m);
       }
-      double r = std::fmod(x, y);
-      if (r != 0 && ((r < 0) != (y < 0))) r += y;
-      return Value::Float(r);
+      double m = std::fmod(x, y);
+      if (m != 0 && ((m < 0) != (y < 0))) m += y;
+      return Value::Float(m);
     }
     return TypeError(n, absl::StrCat("unsupported operator ", op));
   }
@@ -2141,7 +2164,14 @@ class Renderer {
       return Value::List(std::move(out));
     }
     if (name == "int") {
-      if (v.is_number()) return Value::Int(static_cast<int64_t>(v.as_double()));
+      if (v.is_float()) {
+        const double d = v.as_double();
+        if (!std::isfinite(d) || d >= 9.2e18 || d <= -9.2e18) {
+          return TypeError(n, "int filter: value out of range");
+        }
+        return Value::Int(static_cast<int64_t>(d));
+      }
+      if (v.is_number()) return Value::Int(v.as_int());
       if (v.is_string()) return Value::Int(std::strtoll(v.str().c_str(), nullptr, 10));
       return Value::Int(0);
     }

@@ -175,6 +175,10 @@ TEST(JinjaTest, RuntimeErrorsAreStatuses) {
   EXPECT_EQ(Render("{{ raise_exception('boom') }}"), "ERROR: boom");
   EXPECT_EQ(Render("{% for x in 3 %}{% endfor %}"),
             "ERROR: template line 1: 'int' object is not iterable");
+  EXPECT_EQ(Render("{{ x * x }}", R"({"x": 9223372036854775807})"),
+            "ERROR: template line 1: integer overflow in *");
+  EXPECT_EQ(Render("{{ 2 ** 70 }}"), "ERROR: template line 1: integer overflow in **");
+  EXPECT_EQ(Render("{{ 1 ** 1000000000 }}"), "1");
 }
 
 // Damaged templates (a random span cut out of a real-looking one) parse or fail cleanly, and
