@@ -407,6 +407,72 @@ TEST(CacheDaemonTest, AfterARestartTheNextTurnRestoresFromDiskByteForByte) {
   EXPECT_GT(more[0], std::max(ids[0], ids[1]));
 }
 
+TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFallsBack) {
+  const std::string root = TempPath("disk-corrupt");
+  ASSERT_EQ(std::system(("rm -rf " + root).c_str()), 0);
+  std::vector<uint32_t> a = Tokens(20, 100);
+  std::vector<uint32_t> b = a;  // a's continuation: restores a and shares its chunks.
+  for (uint32_t t : Tokens(21, 40)) b.push_back(t);
+  std::vector<uint32_t> c = Tokens(22, 50);  // Unrelated: must stay restorable.
+  std::map<uint64_t, FakeInfer::SlotState> captured;
+  uint64_t a_id = 0, b_id = 0, c_id = 0;
+  {
+    Server server(8 << 20, root);
+    FakeInfer infer(server.address());
+    ASSERT_NO_FATAL_FAILURE(infer.Open());
+    infer.set_capture_kind(v1::CAPTURE_KIND_LEARNED);  // Written whatever the spacing.
+    a_id = infer.PrefillCold(0, a, {100}, 41)[0];
+    c_id = infer.PrefillCold(1, c, {50}, 43)[0];
+    infer.PrefillCold(0, Tokens(23, 4), {}, 44);  // Spills a's rows.
+    ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(0, a_id));
+    b_id = infer.ExtendAndCapture(0, b, {140}, 42)[0];
+    infer.PrefillCold(0, Tokens(24, 4), {}, 45);
+    infer.PrefillCold(1, Tokens(25, 4), {}, 46);
+    v1::FlushResponse flushed;
+    ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+    ASSERT_EQ(flushed.persisted(), 3u);
+    captured = infer.captured();
+  }
+  // Chunk 1 is a's first chunk, which b shares by provenance: flip one byte of its file.
+  ASSERT_EQ(std::system(("f=$(ls " + root + "/chunks/c-0000000000000001-* | head -1) && " +
+                         "printf '\\377' | dd of=\"$f\" bs=1 seek=300 conv=notrunc " +
+                         "status=none")
+                            .c_str()),
+            0);
+  Server restarted(8 << 20, root);
+  FakeInfer infer(restarted.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.set_captured(captured);
+  v1::AcquireRestoreRequest ar;
+  ar.set_session_id(infer.session());
+  ar.set_model_id(infer.model());
+  ar.set_checkpoint_id(b_id);
+  ar.set_slot(0);
+  v1::RestoreLease lease;
+
+  grpc::Status s = infer.Call(&v1::CacheService::Stub::AcquireRestore, ar, &lease);
+
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  // Both checkpoints that list the chunk are gone from the index; the prompt falls back cold.
+  std::vector<uint32_t> next = b;
+  next.push_back(1);
+  EXPECT_EQ(infer.Lookup(next).best().tier(), v1::TIER_UNSPECIFIED);
+  v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(
+      infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+          .ok());
+  ASSERT_EQ(list.checkpoints_size(), 1);
+  EXPECT_EQ(list.checkpoints(0).checkpoint_id(), c_id);
+  // No false positive: the untouched checkpoint restores byte for byte; the daemon is healthy.
+  ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, c_id));
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status)
+                  .ok());
+  EXPECT_EQ(status.quarantined(), 2u);
+  EXPECT_TRUE(status.disk_healthy());
+  (void)a_id;
+}
+
 TEST(CacheDaemonTest, HandlesFromAnotherArenaIncarnationAreRefusedByTheClient) {
   Server first;
   FakeInfer infer(first.address());

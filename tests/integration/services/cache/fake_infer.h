@@ -118,10 +118,19 @@ class FakeInfer {
     grpc::Status s = Call(&v1::CacheService::Stub::StartSlot, start, &started);
     EXPECT_TRUE(s.ok()) << s.error_message();
     DoSpill(started.preserve());
+    slots_[slot] = SlotState();
+    return ExtendAndCapture(slot, tokens, captures, seed);
+  }
+
+  // Continues `slot` from its current frontier (after PrefillCold or RestoreAndVerify) along
+  // `tokens`, capturing at every depth in `captures`, then to the end of `tokens`.
+  std::vector<uint64_t> ExtendAndCapture(uint32_t slot, const std::vector<uint32_t>& tokens,
+                                         const std::vector<uint64_t>& captures, uint32_t seed) {
+    std::vector<uint64_t> ids;
     SlotState& st = slots_[slot];
-    st = SlotState();
     std::mt19937 rng(seed);
-    uint64_t depth = 0;
+    uint64_t depth = st.tokens.size();
+    grpc::Status s;
     for (uint64_t capture : captures) {
       Extend(slot, tokens, depth, capture, rng);
       depth = capture;
