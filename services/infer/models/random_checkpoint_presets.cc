@@ -12,6 +12,8 @@ RandomCheckpointOptions Dense() {
   o.seed = 11;
   o.num_layers = 8;
   o.tie_word_embeddings = true;
+  // The tied embedding is the LM head: keep logits at the few-units scale of real models.
+  o.embed_scale = 0.25;
   return o;
 }
 

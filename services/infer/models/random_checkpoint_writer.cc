@@ -24,7 +24,7 @@ using Shape = std::vector<int64_t>;
 // that logits are well separated and greedy decoding is stable under rounding differences.
 enum class Init {
   kLinear,    // +-sqrt(3 / fan_in): unit variance out for unit variance in.
-  kEmbed,     // +-1.
+  kEmbed,     // +-embed_scale.
   kZeroNorm,  // +-0.1 around 0 (zero-centred RMSNorm weights).
   kOneNorm,   // 1 +- 0.1 (the GDN gated norm).
   kConv,      // +-0.5.
@@ -53,7 +53,8 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-std::vector<uint16_t> Generate(const TensorSpec& spec, uint64_t seed) {
+std::vector<uint16_t> Generate(const TensorSpec& spec, const RandomCheckpointOptions& o) {
+  const uint64_t seed = o.seed;
   int64_t n = 1;
   for (int64_t d : spec.shape) n *= d;
   const uint64_t key = Xxh3(spec.name, seed);
@@ -69,7 +70,7 @@ std::vector<uint16_t> Generate(const TensorSpec& spec, uint64_t seed) {
         v = s * std::sqrt(3.0f / fan_in);
         break;
       case Init::kEmbed:
-        v = s;
+        v = s * static_cast<float>(o.embed_scale);
         break;
       case Init::kZeroNorm:
         v = s * kNormSpread;
@@ -294,7 +295,7 @@ absl::Status Validate(const RandomCheckpointOptions& o) {
   if (o.vocab_size < 1 || o.hidden_size < 1 || o.num_layers < 1 || o.num_heads < 1 ||
       o.num_kv_heads < 1 || o.head_dim < 2 || o.conv_kernel < 2 || o.linear_k_heads < 1 ||
       o.linear_v_heads < 1 || o.linear_k_dim < 1 || o.linear_v_dim < 1 || o.shards < 1 ||
-      o.full_attention_interval < 1 || o.intermediate_size < 1) {
+      o.full_attention_interval < 1 || o.intermediate_size < 1 || !(o.embed_scale > 0)) {
     return absl::InvalidArgumentError("random checkpoint sizes must be positive");
   }
   if (o.num_heads % o.num_kv_heads != 0 || o.linear_v_heads % o.linear_k_heads != 0) {
@@ -323,7 +324,7 @@ absl::Status WriteRandomCheckpoint(const std::string& dir,
   uint64_t total = 0;
   for (const TensorSpec& spec : Specs(options)) {
     Payload p{spec.prefixed ? prefix + spec.name : spec.name, spec.shape,
-              Generate(spec, options.seed)};
+              Generate(spec, options)};
     total += p.bf16.size() * 2;
     payloads.push_back(std::move(p));
   }

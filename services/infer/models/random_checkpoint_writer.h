@@ -45,6 +45,9 @@ struct RandomCheckpointOptions {
   std::vector<int> mlp_only_layers;  // qwen3_next only.
   bool tie_word_embeddings = false;
   double rms_norm_eps = 1e-6;
+  // Embedding values are uniform in +-embed_scale. With tied embeddings this also sets the
+  // logits' scale (about embed_scale * sqrt(hidden_size / 3) standard deviation).
+  double embed_scale = 1.0;
   // Number of safetensors files; > 1 also writes model.safetensors.index.json.
   int shards = 1;
 };
