@@ -7,10 +7,13 @@
 namespace cairn::cairnctl {
 
 const std::vector<Command>& Commands() {
-  static const auto* commands = new std::vector<Command>{
-      {"simulate", "replay a trace through the cache policy and the baselines", &RunSimulate},
-      {"gen-trace", "write a synthetic coding-agent trace (JSONL)", &RunGenTrace},
-  };
+  static const auto* commands = [] {
+    auto* all = new std::vector<Command>(OnlineCommands());
+    all->push_back(
+        {"simulate", "replay a trace through the cache policy and the baselines", &RunSimulate});
+    all->push_back({"gen-trace", "write a synthetic coding-agent trace (JSONL)", &RunGenTrace});
+    return all;
+  }();
   return *commands;
 }
 

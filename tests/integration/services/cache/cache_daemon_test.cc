@@ -28,53 +28,10 @@ namespace cairn::cache {
 namespace {
 
 using testing::FakeInfer;
+using testing::Server;
+using testing::TempPath;
 using testing::kPrivateBytes;
 using testing::Tokens;
-
-std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/cairn-cache-it-" + std::to_string(::getpid()) + "-" + name;
-}
-
-// A daemon with its gRPC server in this process.
-class Server {
- public:
-  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "")
-      : pool_(2) {
-    CacheDaemonOptions options;
-    options.cache.ram_bytes = ram_bytes;
-    if (!disk_root.empty()) {
-      options.disk_root = disk_root;
-      options.cache.disk_bytes = 64 << 20;
-    }
-    options.fd_server.socket_path = TempPath("arena.sock");
-    options.arena.first_pin_bytes = 1 << 20;
-    options.arena.pin_step_bytes = 1 << 20;
-    auto daemon = CacheDaemon::Create(options, RealClock::Get());
-    EXPECT_TRUE(daemon.ok()) << daemon.status();
-    daemon_ = std::move(*daemon);
-    service_ = std::make_unique<CacheServiceImpl>(daemon_.get(), &pool_);
-    ServerRunnerOptions so;
-    so.listen = "unix:" + TempPath("grpc.sock");
-    so.drain_timeout = absl::Seconds(2);
-    auto runner = ServerRunner::Start(so, {service_.get()});
-    EXPECT_TRUE(runner.ok()) << runner.status();
-    runner_ = std::move(*runner);
-    runner_->SetAllServing(true);
-  }
-  ~Server() {
-    runner_->Drain();
-    runner_->Wait();
-    pool_.Shutdown();
-  }
-  const std::string& address() const { return runner_->address(); }
-  CacheDaemon* daemon() { return daemon_.get(); }
-
- private:
-  ThreadPool pool_;
-  std::unique_ptr<CacheDaemon> daemon_;
-  std::unique_ptr<CacheServiceImpl> service_;
-  std::unique_ptr<ServerRunner> runner_;
-};
 
 TEST(CacheDaemonTest, CaptureSpillAndRestoreFromRamGiveBackEveryByte) {
   Server server;

@@ -1,7 +1,8 @@
 #ifndef CAIRN_TESTS_INTEGRATION_SERVICES_CACHE_FAKE_INFER_H_
 #define CAIRN_TESTS_INTEGRATION_SERVICES_CACHE_FAKE_INFER_H_
 
-// A test client that plays cairn-infer against a cache daemon: one session, the arena mapped
+// Cache daemon test support: an in-process daemon with its gRPC server, and a test client that
+// plays cairn-infer against a cache daemon: one session, the arena mapped
 // from the descriptor the daemon hands over, slots whose rows and private state are
 // pseudo-random bytes kept locally, captures, spills and restores checked byte for byte.
 
@@ -19,7 +20,12 @@
 #include "common/grpc/client.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "common/concurrency/thread_pool.h"
+#include "common/grpc/server_runner.h"
+#include "common/time/clock.h"
 #include "services/cache/arena/arena_fd_server.h"
+#include "services/cache/cache_daemon.h"
+#include "services/cache/cache_service.h"
 
 namespace cairn::cache::testing {
 
@@ -27,6 +33,51 @@ constexpr uint32_t kChunkRows = 16;
 constexpr uint64_t kRowBytes = 64;       // Per row component.
 constexpr uint64_t kPrivateBytes = 4096;  // One private component.
 constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
+
+inline std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/cairn-cache-it-" + std::to_string(::getpid()) + "-" + name;
+}
+
+// A cache daemon with its gRPC server in this process.
+class Server {
+ public:
+  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "")
+      : pool_(2) {
+    CacheDaemonOptions options;
+    options.cache.ram_bytes = ram_bytes;
+    if (!disk_root.empty()) {
+      options.disk_root = disk_root;
+      options.cache.disk_bytes = 64 << 20;
+    }
+    options.fd_server.socket_path = TempPath("arena.sock");
+    options.arena.first_pin_bytes = 1 << 20;
+    options.arena.pin_step_bytes = 1 << 20;
+    auto daemon = CacheDaemon::Create(options, RealClock::Get());
+    EXPECT_TRUE(daemon.ok()) << daemon.status();
+    daemon_ = std::move(*daemon);
+    service_ = std::make_unique<CacheServiceImpl>(daemon_.get(), &pool_);
+    ServerRunnerOptions so;
+    so.listen = "unix:" + TempPath("grpc.sock");
+    so.drain_timeout = absl::Seconds(2);
+    auto runner = ServerRunner::Start(so, {service_.get()});
+    EXPECT_TRUE(runner.ok()) << runner.status();
+    runner_ = std::move(*runner);
+    runner_->SetAllServing(true);
+  }
+  ~Server() {
+    runner_->Drain();
+    runner_->Wait();
+    pool_.Shutdown();
+  }
+  const std::string& address() const { return runner_->address(); }
+  CacheDaemon* daemon() { return daemon_.get(); }
+
+ private:
+  ThreadPool pool_;
+  std::unique_ptr<CacheDaemon> daemon_;
+  std::unique_ptr<CacheServiceImpl> service_;
+  std::unique_ptr<ServerRunner> runner_;
+};
 
 // Plays cairn-infer: one session, the mapped arena, and a slot's rows in local memory.
 class FakeInfer {

@@ -1,0 +1,122 @@
+// cairnctl's online verbs against a live cache daemon (in this process).
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/integration/services/cache/fake_infer.h"
+#include "tools/cairnctl/command.h"
+
+namespace cairn::cache {
+namespace {
+
+using testing::FakeInfer;
+using testing::Server;
+using testing::Tokens;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Result Ctl(const std::string& address, std::vector<std::string> args) {
+  args.insert(args.begin(), "cairnctl");
+  args.push_back("--addr=" + address);
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int code = cairnctl::RunCairnctl(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+class CairnctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    infer_ = std::make_unique<FakeInfer>(server_.address());
+    ASSERT_NO_FATAL_FAILURE(infer_->Open());
+    ids_ = infer_->PrefillCold(0, Tokens(1, 80), {32, 80}, 5);
+    ASSERT_EQ(ids_.size(), 2u);
+  }
+
+  Server server_;
+  std::unique_ptr<FakeInfer> infer_;
+  std::vector<uint64_t> ids_;
+};
+
+TEST_F(CairnctlTest, ListAndDescribeGoThroughReflection) {
+  Result list = Ctl(server_.address(), {"list"});
+  Result methods = Ctl(server_.address(), {"list", "cairn.cache.v1.CacheService"});
+  Result describe = Ctl(server_.address(), {"describe", "cairn.cache.v1.EvictRequest"});
+
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_NE(list.out.find("cairn.cache.v1.CacheService"), std::string::npos);
+  EXPECT_NE(list.out.find("grpc.health.v1.Health"), std::string::npos);
+  EXPECT_NE(methods.out.find("cairn.cache.v1.CacheService.Lookup"), std::string::npos);
+  EXPECT_EQ(describe.code, 0) << describe.err;
+  EXPECT_NE(describe.out.find("bool include_disk = 3;"), std::string::npos);
+}
+
+TEST_F(CairnctlTest, CallSendsJsonAndPrintsJson) {
+  Result r = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/ListCheckpoints",
+                                     "{\"tier\": \"TIER_RAM\"}"});
+
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"checkpoint_id\": \"" + std::to_string(ids_[1]) + "\""),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(CairnctlTest, CallRejectsBadInputClearly) {
+  Result bad_json = Ctl(server_.address(),
+                        {"call", "cairn.cache.v1.CacheService/Evict", "{\"nope\": 1}"});
+  Result no_method = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Nope"});
+  Result streaming = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/StreamEvents"});
+  Result server_error = Ctl(server_.address(),
+                            {"call", "cairn.cache.v1.CacheService/Evict", "{\"checkpointId\": 999}"});
+
+  EXPECT_EQ(bad_json.code, 2);
+  EXPECT_NE(bad_json.err.find("bad JSON"), std::string::npos);
+  EXPECT_EQ(no_method.code, 1);
+  EXPECT_EQ(streaming.code, 2);
+  EXPECT_EQ(server_error.code, 1);
+  EXPECT_NE(server_error.err.find("NOT_FOUND"), std::string::npos) << server_error.err;
+}
+
+TEST_F(CairnctlTest, FriendlyVerbsShowTheCache) {
+  Result status = Ctl(server_.address(), {"status"});
+  Result checkpoints = Ctl(server_.address(), {"checkpoints"});
+  Result tree = Ctl(server_.address(), {"tree"});
+  Result events = Ctl(server_.address(), {"events", "--limit=1"});
+
+  EXPECT_EQ(status.code, 0) << status.err;
+  EXPECT_NE(status.out.find("2 checkpoints"), std::string::npos) << status.out;
+  EXPECT_EQ(checkpoints.code, 0);
+  EXPECT_NE(checkpoints.out.find("conv-5"), std::string::npos) << checkpoints.out;
+  EXPECT_NE(tree.out.find("@32"), std::string::npos) << tree.out;
+  EXPECT_NE(tree.out.find("@80"), std::string::npos) << tree.out;
+  EXPECT_EQ(events.code, 0);
+  EXPECT_NE(events.out.find("admit"), std::string::npos) << events.out;
+}
+
+TEST_F(CairnctlTest, EvictRemovesACheckpoint) {
+  Result evict = Ctl(server_.address(), {"evict", std::to_string(ids_[0])});
+  Result again = Ctl(server_.address(), {"evict", std::to_string(ids_[0])});
+  Result usage = Ctl(server_.address(), {"evict"});
+
+  EXPECT_EQ(evict.code, 0) << evict.err;
+  EXPECT_NE(evict.out.find("evicted 1"), std::string::npos);
+  EXPECT_EQ(again.code, 1);
+  EXPECT_EQ(usage.code, 2);
+}
+
+TEST_F(CairnctlTest, AnUnreachableDaemonIsAClearError) {
+  Result r = Ctl("unix:/nonexistent/cairn.sock", {"status", "--timeout=500ms"});
+
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace cairn::cache
