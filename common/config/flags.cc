@@ -2,16 +2,16 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -74,8 +74,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
 absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text) {
   absl::Duration d;
   if (!absl::ParseDuration(absl::StripAsciiWhitespace(text), &d)) {
-    return absl::InvalidArgumentError(absl::StrCat("duration \"", text,
-                                                   "\" is malformed (want e.g. 500ms, 2s)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("duration \"", text, "\" is malformed (want e.g. 500ms, 2s)"));
   }
   return d;
 }
@@ -85,8 +85,8 @@ FlagSet::FlagSet(std::string program, std::string description)
 
 FlagSet::~FlagSet() = default;
 
-void FlagSet::AddFlag(std::string name, std::string help, std::string default_text,
-                      bool is_bool, std::function<absl::Status(absl::string_view)> set) {
+void FlagSet::AddFlag(std::string name, std::string help, std::string default_text, bool is_bool,
+                      std::function<absl::Status(absl::string_view)> set) {
   auto flag = std::make_unique<Flag>();
   flag->name = std::move(name);
   flag->help = std::move(help);
@@ -121,64 +121,62 @@ void FlagSet::Add(std::string name, bool* field, std::string help) {
 }
 
 void FlagSet::Add(std::string name, int64_t* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false,
-          [field, name](absl::string_view v) {
-            int64_t x;
-            if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--", name, ": \"", v, "\" is not a 64-bit integer"));
-            }
-            *field = x;
-            return absl::OkStatus();
-          });
+  AddFlag(name, std::move(help), absl::StrCat(*field), false, [field, name](absl::string_view v) {
+    int64_t x;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": \"", v, "\" is not a 64-bit integer"));
+    }
+    *field = x;
+    return absl::OkStatus();
+  });
 }
 
 void FlagSet::Add(std::string name, int* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false,
-          [field, name](absl::string_view v) {
-            int x;
-            if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--", name, ": \"", v, "\" is not a 32-bit integer"));
-            }
-            *field = x;
-            return absl::OkStatus();
-          });
+  AddFlag(name, std::move(help), absl::StrCat(*field), false, [field, name](absl::string_view v) {
+    int x;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": \"", v, "\" is not a 32-bit integer"));
+    }
+    *field = x;
+    return absl::OkStatus();
+  });
 }
 
 void FlagSet::Add(std::string name, double* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false,
-          [field, name](absl::string_view v) {
-            double x;
-            if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--", name, ": \"", v, "\" is not a number"));
-            }
-            *field = x;
-            return absl::OkStatus();
-          });
+  AddFlag(name, std::move(help), absl::StrCat(*field), false, [field, name](absl::string_view v) {
+    double x;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": \"", v, "\" is not a number"));
+    }
+    *field = x;
+    return absl::OkStatus();
+  });
 }
 
 void FlagSet::Add(std::string name, absl::Duration* field, std::string help) {
-  AddFlag(name, std::move(help), absl::FormatDuration(*field), false,
-          [field, name](absl::string_view v) -> absl::Status {
-            absl::StatusOr<absl::Duration> d = ParseDurationFlag(v);
-            if (!d.ok()) return absl::InvalidArgumentError(absl::StrCat("--", name, ": ",
-                                                                        d.status().message()));
-            *field = *d;
-            return absl::OkStatus();
-          });
+  AddFlag(
+      name, std::move(help), absl::FormatDuration(*field), false,
+      [field, name](absl::string_view v) -> absl::Status {
+        absl::StatusOr<absl::Duration> d = ParseDurationFlag(v);
+        if (!d.ok())
+          return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", d.status().message()));
+        *field = *d;
+        return absl::OkStatus();
+      });
 }
 
 void FlagSet::AddBytes(std::string name, uint64_t* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false,
-          [field, name](absl::string_view v) -> absl::Status {
-            absl::StatusOr<uint64_t> b = ParseByteSize(v);
-            if (!b.ok()) return absl::InvalidArgumentError(absl::StrCat("--", name, ": ",
-                                                                        b.status().message()));
-            *field = *b;
-            return absl::OkStatus();
-          });
+  AddFlag(
+      name, std::move(help), absl::StrCat(*field), false,
+      [field, name](absl::string_view v) -> absl::Status {
+        absl::StatusOr<uint64_t> b = ParseByteSize(v);
+        if (!b.ok())
+          return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", b.status().message()));
+        *field = *b;
+        return absl::OkStatus();
+      });
 }
 
 void FlagSet::Add(std::string name, std::vector<std::string>* field, std::string help) {
@@ -263,8 +261,7 @@ absl::StatusOr<std::vector<std::string>> FlagSet::Parse(const std::vector<std::s
       }
     }
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " (see --help)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
     }
     if (!value) {
       if (flag->is_bool) {
@@ -320,8 +317,7 @@ absl::Status FlagSet::ApplyConfigText(absl::string_view text, absl::string_view 
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown option \"", name, "\""));
     }
     if (!seen.insert(name).second) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": option \"", name,
-                                                     "\" repeated"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": option \"", name, "\" repeated"));
     }
     if (flag->from_command_line) continue;  // The command line wins.
     absl::Status s = flag->setter(value);

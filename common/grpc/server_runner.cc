@@ -27,8 +27,8 @@ absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& listen) {
     if (out.path.empty()) return absl::InvalidArgumentError("listen address unix: has no path");
     // sockaddr_un.sun_path holds 108 bytes including the terminator.
     if (out.path.size() >= 108) {
-      return absl::InvalidArgumentError(absl::StrCat("unix socket path ", out.path,
-                                                     " is longer than 107 bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unix socket path ", out.path, " is longer than 107 bytes"));
     }
     return out;
   }
@@ -38,10 +38,9 @@ absl::StatusOr<ListenAddress> ParseListenAddress(const std::string& listen) {
         absl::StrCat("listen address \"", listen, "\" is neither unix:PATH nor HOST:PORT"));
   }
   out.host = listen.substr(0, colon);
-  if (!absl::SimpleAtoi(listen.substr(colon + 1), &out.port) || out.port < 0 ||
-      out.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("listen address \"", listen,
-                                                   "\" has a bad port"));
+  if (!absl::SimpleAtoi(listen.substr(colon + 1), &out.port) || out.port < 0 || out.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", listen, "\" has a bad port"));
   }
   return out;
 }
@@ -118,8 +117,8 @@ void ServerRunner::SetAllServing(bool serving) {
 void ServerRunner::Drain() {
   if (server_ == nullptr) return;
   SetAllServing(false);
-  auto deadline = std::chrono::system_clock::now() +
-                  absl::ToChronoMilliseconds(options_.drain_timeout);
+  auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.drain_timeout);
   // Idempotent: gRPC ignores a second Shutdown.
   server_->Shutdown(deadline);
 }

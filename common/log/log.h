@@ -46,10 +46,10 @@ struct Voidify {
 #define CAIRN_LOG_LEVEL_WARNING ::cairn::LogLevel::kWarning
 #define CAIRN_LOG_LEVEL_ERROR ::cairn::LogLevel::kError
 
-#define CAIRN_LOG(severity)                                                  \
-  (CAIRN_LOG_LEVEL_##severity < ::cairn::MinLogLevel())                      \
-      ? (void)0                                                              \
-      : ::cairn::log_internal::Voidify() &                                   \
+#define CAIRN_LOG(severity)                                                                   \
+  (CAIRN_LOG_LEVEL_##severity < ::cairn::MinLogLevel())                                       \
+      ? (void)0                                                                               \
+      : ::cairn::log_internal::Voidify() &                                                    \
             ::cairn::log_internal::LogMessage(CAIRN_LOG_LEVEL_##severity, __FILE__, __LINE__) \
                 .stream()
 

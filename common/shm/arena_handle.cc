@@ -11,9 +11,9 @@ namespace cairn {
 
 absl::Status ArenaHandleValidator::Validate(const ArenaHandle& h) const {
   if (h.incarnation != incarnation_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "handle from arena incarnation ", absl::Hex(h.incarnation), ", current is ",
-        absl::Hex(incarnation_)));
+    return absl::FailedPreconditionError(absl::StrCat("handle from arena incarnation ",
+                                                      absl::Hex(h.incarnation), ", current is ",
+                                                      absl::Hex(incarnation_)));
   }
   if (h.length == 0) return absl::InvalidArgumentError("handle has zero length");
   if (h.offset % alignment_ != 0) {
@@ -22,8 +22,8 @@ absl::Status ArenaHandleValidator::Validate(const ArenaHandle& h) const {
   }
   if (!RangeInside(h.offset, h.length, size_)) {
     return absl::InvalidArgumentError(absl::StrCat("handle range offset ", h.offset, " length ",
-                                                   h.length, " is outside the arena of ",
-                                                   size_, " bytes"));
+                                                   h.length, " is outside the arena of ", size_,
+                                                   " bytes"));
   }
   return absl::OkStatus();
 }
@@ -42,8 +42,7 @@ uint64_t NewIncarnation() {
     if (n != static_cast<ssize_t>(sizeof(v))) {
       if (n < 0 && errno == EINTR) continue;
       // getrandom cannot fail for 8 bytes once the pool is initialised; fall back to time.
-      v = static_cast<uint64_t>(
-              std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
+      v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1;
     }
   }
   return v;

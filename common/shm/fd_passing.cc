@@ -24,12 +24,12 @@ absl::StatusOr<PeerCredentials> GetPeerCredentials(int sock) {
 
 absl::Status SendWithFds(int sock, absl::string_view payload, absl::Span<const int> fds) {
   if (payload.empty() || payload.size() > kMaxPayload) {
-    return absl::InvalidArgumentError(absl::StrCat("payload of ", payload.size(),
-                                                   " bytes is outside 1..", kMaxPayload));
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload of ", payload.size(), " bytes is outside 1..", kMaxPayload));
   }
   if (fds.size() > kMaxFdsPerMessage) {
-    return absl::InvalidArgumentError(absl::StrCat(fds.size(), " descriptors exceed the limit ",
-                                                   kMaxFdsPerMessage));
+    return absl::InvalidArgumentError(
+        absl::StrCat(fds.size(), " descriptors exceed the limit ", kMaxFdsPerMessage));
   }
   struct iovec iov;
   iov.iov_base = const_cast<char*>(payload.data());
@@ -108,9 +108,8 @@ absl::StatusOr<ReceivedMessage> ReceiveWithFds(int sock, size_t max_payload, siz
   }
   if (foreign_control) return absl::InvalidArgumentError("unexpected control message");
   if (out.fds.size() > max_fds) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message carries ", out.fds.size(), " descriptors, at most ", max_fds,
-                     " expected"));
+    return absl::InvalidArgumentError(absl::StrCat("message carries ", out.fds.size(),
+                                                   " descriptors, at most ", max_fds, " expected"));
   }
   if (n == 0) return absl::UnavailableError("descriptor socket closed by peer");
   if (msg.msg_flags & MSG_TRUNC) return absl::InvalidArgumentError("payload truncated");

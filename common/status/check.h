@@ -9,8 +9,8 @@ namespace cairn::check_internal {
 [[noreturn]] void CheckFailed(const char* file, int line, const char* condition);
 }  // namespace cairn::check_internal
 
-#define CAIRN_CHECK(cond)                                                   \
-  do {                                                                      \
+#define CAIRN_CHECK(cond)                                                         \
+  do {                                                                            \
     if (!(cond)) ::cairn::check_internal::CheckFailed(__FILE__, __LINE__, #cond); \
   } while (false)
 

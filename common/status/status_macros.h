@@ -26,12 +26,12 @@ const absl::Status& AsStatus(const absl::StatusOr<T>& s) {
 #define CAIRN_STATUS_CONCAT_INNER_(a, b) a##b
 #define CAIRN_STATUS_CONCAT_(a, b) CAIRN_STATUS_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                                                           \
-  do {                                                                                  \
-    const auto& cairn_status_value_ = (expr);                                           \
-    if (!cairn_status_value_.ok()) {                                                    \
-      return ::cairn::status_internal::AsStatus(cairn_status_value_);                   \
-    }                                                                                   \
+#define RETURN_IF_ERROR(expr)                                         \
+  do {                                                                \
+    const auto& cairn_status_value_ = (expr);                         \
+    if (!cairn_status_value_.ok()) {                                  \
+      return ::cairn::status_internal::AsStatus(cairn_status_value_); \
+    }                                                                 \
   } while (false)
 
 #define CAIRN_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -27,36 +27,25 @@ v1::Tier ToProtoTier(Tier tier) {
   return v1::TIER_UNSPECIFIED;
 }
 
+// Capture kinds on both sides of the wire.
+constexpr std::pair<CaptureKind, v1::CaptureKind> kCaptureKinds[] = {
+    {CaptureKind::kEnd, v1::CAPTURE_KIND_END},
+    {CaptureKind::kReused, v1::CAPTURE_KIND_REUSED},
+    {CaptureKind::kStable, v1::CAPTURE_KIND_STABLE},
+    {CaptureKind::kLearned, v1::CAPTURE_KIND_LEARNED},
+    {CaptureKind::kGrid, v1::CAPTURE_KIND_GRID},
+};
+
 v1::CaptureKind ToProtoKind(CaptureKind kind) {
-  switch (kind) {
-    case CaptureKind::kEnd:
-      return v1::CAPTURE_KIND_END;
-    case CaptureKind::kReused:
-      return v1::CAPTURE_KIND_REUSED;
-    case CaptureKind::kStable:
-      return v1::CAPTURE_KIND_STABLE;
-    case CaptureKind::kLearned:
-      return v1::CAPTURE_KIND_LEARNED;
-    case CaptureKind::kGrid:
-      return v1::CAPTURE_KIND_GRID;
+  for (const auto& [ours, theirs] : kCaptureKinds) {
+    if (ours == kind) return theirs;
   }
   return v1::CAPTURE_KIND_UNSPECIFIED;
 }
 
 absl::StatusOr<CaptureKind> FromProtoKind(v1::CaptureKind kind) {
-  switch (kind) {
-    case v1::CAPTURE_KIND_END:
-      return CaptureKind::kEnd;
-    case v1::CAPTURE_KIND_REUSED:
-      return CaptureKind::kReused;
-    case v1::CAPTURE_KIND_STABLE:
-      return CaptureKind::kStable;
-    case v1::CAPTURE_KIND_LEARNED:
-      return CaptureKind::kLearned;
-    case v1::CAPTURE_KIND_GRID:
-      return CaptureKind::kGrid;
-    default:
-      break;
+  for (const auto& [ours, theirs] : kCaptureKinds) {
+    if (theirs == kind) return ours;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown capture kind ", kind));
 }
@@ -235,8 +224,8 @@ class ABSL_SCOPED_LOCKABLE CacheDaemon::Lock {
   CacheDaemon* const d_;
 };
 
-absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(
-    const CacheDaemonOptions& options, const Clock* clock) {
+absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaemonOptions& options,
+                                                                 const Clock* clock) {
   if (options.cache.ram_bytes <= 0) {
     return absl::InvalidArgumentError("cache RAM budget must be positive");
   }
@@ -280,8 +269,8 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(
     }
     CAIRN_LOG(INFO) << "disk tier at " << options.disk_root << ": " << found.size()
                     << " checkpoints recovered";
-    d->writer_ = std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(),
-                                                    options.writer);
+    d->writer_ =
+        std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(), options.writer);
     d->disk_pool_ = std::make_unique<ThreadPool>(1);
   }
   Lock lock(d.get());
@@ -431,8 +420,7 @@ void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
 void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& reason) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;
-  CAIRN_LOG(INFO) << "session " << session_id << " (" << it->second.name
-                  << ") closed: " << reason;
+  CAIRN_LOG(INFO) << "session " << session_id << " (" << it->second.name << ") closed: " << reason;
   std::vector<uint64_t> leases;
   for (const auto& [id, lease] : leases_) {
     if (lease.session == session_id) leases.push_back(id);
@@ -496,8 +484,8 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
   for (int i = 0; i < req.layout().components_size(); ++i) {
     const v1::StateComponent& c = req.layout().components(i);
     if (c.id() != static_cast<uint32_t>(i)) {
-      return absl::InvalidArgumentError(absl::StrCat("component ", i, " has id ", c.id(),
-                                                     "; ids must be 0..n-1 in order"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("component ", i, " has id ", c.id(), "; ids must be 0..n-1 in order"));
     }
     constexpr uint64_t kMaxComponentBytes = uint64_t{1} << 40;
     if (c.bytes_per_row() > kMaxComponentBytes || c.private_bytes() > kMaxComponentBytes) {
@@ -529,8 +517,8 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
         m.layout.components.size() != layout.components.size() ||
         m.layout.RowBytes() != layout.RowBytes() ||
         m.layout.PrivateBytes() != layout.PrivateBytes()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "compatibility identity ", digest, " is registered with a different layout"));
+      return absl::FailedPreconditionError(absl::StrCat("compatibility identity ", digest,
+                                                        " is registered with a different layout"));
     }
     resp->set_model_id(known->second);
   } else {
@@ -570,7 +558,8 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
   lr.identities = Identities{model->compatibility, InputDigest(req.input_identity())};
   lr.tokens = tokens;
   lr.daemon_session = req.session_id();  // Only this daemon's own slots are live candidates.
-  lr.stable_boundary = req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary());
+  lr.stable_boundary =
+      req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary());
   ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
   ++lookups_;
   auto fill = [](const Candidate& c, v1::Candidate* out) {
@@ -592,11 +581,11 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
     resp->mutable_plan()->add_pass_ends(static_cast<uint64_t>(p.end));
   }
   if (r.best.depth < r.shared_prefix) {
-    resp->set_miss_reason(r.best.tier == Tier::kNone
-                              ? absl::StrCat("no checkpoint before the divergence at token ",
-                                             r.shared_prefix)
-                              : absl::StrCat("deepest checkpoint at ", r.best.depth,
-                                             ", divergence at token ", r.shared_prefix));
+    resp->set_miss_reason(
+        r.best.tier == Tier::kNone
+            ? absl::StrCat("no checkpoint before the divergence at token ", r.shared_prefix)
+            : absl::StrCat("deepest checkpoint at ", r.best.depth, ", divergence at token ",
+                           r.shared_prefix));
   }
   return absl::OkStatus();
 }
@@ -615,12 +604,8 @@ absl::StatusOr<v1::SpillRequest> CacheDaemon::MakeSpillLocked(uint32_t slot,
   const uint64_t chunk_bytes = static_cast<uint64_t>(model.layout.ChunkBytes());
   for (const ChunkCopy& c : copies) {
     Held& held = chunks_[c.id];
-    if (held.bytes == 0) {
-      // Space is normally reserved at admission; a chunk without a region gets one now.
-      ASSIGN_OR_RETURN(Region r, arena_->allocator().Allocate(chunk_bytes, RegionKind::kChunk));
-      held.region = r.handle;
-      held.bytes = chunk_bytes;
-    }
+    // Space is normally reserved at admission; a chunk without a region gets one now.
+    if (held.bytes == 0) RETURN_IF_ERROR(AllocateLocked(chunk_bytes, RegionKind::kChunk, &held));
     held.filled = false;
     v1::ChunkSpill* cs = spill.add_chunks();
     cs->set_chunk_id(c.id);
@@ -733,8 +718,8 @@ absl::Status CacheDaemon::RestoreFromRamLocked(const v1::AcquireRestoreRequest& 
   ASSIGN_OR_RETURN(RestorePlan plan,
                    core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
   RETURN_IF_ERROR(core_->Pin(req.checkpoint_id()));
-  FillLeaseLocked(req, model, plan, checkpoints_.at(req.checkpoint_id()).state, chunks_,
-                  Tier::kRam, nullptr, resp);
+  FillLeaseLocked(req, model, plan, checkpoints_.at(req.checkpoint_id()).state, chunks_, Tier::kRam,
+                  nullptr, resp);
   return absl::OkStatus();
 }
 
@@ -754,14 +739,7 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     const ModelLayout& layout = model->layout;
     absl::Status alloc = absl::OkStatus();
     auto allocate = [&](uint64_t bytes, RegionKind kind, Held* held) {
-      if (!alloc.ok() || bytes == 0) return;
-      absl::StatusOr<Region> region = arena_->allocator().Allocate(bytes, kind);
-      if (!region.ok()) {
-        alloc = region.status();
-        return;
-      }
-      held->region = region->handle;
-      held->bytes = bytes;
+      if (alloc.ok()) alloc = AllocateLocked(bytes, kind, held);
     };
     load->state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
     load->state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(info.depth));
@@ -793,25 +771,25 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     }
   }
   // Phase 2, unlocked: read and verify every file into the regions (R4).
-  absl::Status read = store_->Restore(id, [&](const RestorePiece& piece)
-                                              -> absl::StatusOr<absl::Span<uint8_t>> {
-    absl::Span<uint8_t> dest;
-    if (piece.kind == FileKind::kState) {
-      dest = state_dest;
-    } else {
-      auto it = chunk_dest.find(piece.chunk.chunk_id);
-      if (it == chunk_dest.end()) {
-        return absl::DataLossError(absl::StrCat("chunk ", piece.chunk.chunk_id,
-                                                " on disk is not one of the checkpoint's"));
-      }
-      dest = it->second;
-    }
-    if (dest.size() != piece.bytes) {
-      return absl::DataLossError(absl::StrCat("piece of ", piece.bytes, " bytes, expected ",
-                                              dest.size()));
-    }
-    return dest;
-  });
+  absl::Status read =
+      store_->Restore(id, [&](const RestorePiece& piece) -> absl::StatusOr<absl::Span<uint8_t>> {
+        absl::Span<uint8_t> dest;
+        if (piece.kind == FileKind::kState) {
+          dest = state_dest;
+        } else {
+          auto it = chunk_dest.find(piece.chunk.chunk_id);
+          if (it == chunk_dest.end()) {
+            return absl::DataLossError(absl::StrCat("chunk ", piece.chunk.chunk_id,
+                                                    " on disk is not one of the checkpoint's"));
+          }
+          dest = it->second;
+        }
+        if (dest.size() != piece.bytes) {
+          return absl::DataLossError(
+              absl::StrCat("piece of ", piece.bytes, " bytes, expected ", dest.size()));
+        }
+        return dest;
+      });
   // Phase 3, locked: hand the bytes to the slot, or give everything back.
   Lock lock(this);
   absl::StatusOr<const Model*> model = FindModelLocked(req.model_id());
@@ -830,7 +808,8 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
       }
       absl::StatusOr<CheckpointInfo> still = core_->GetCheckpoint(id);
       if (still.ok()) {
-        for (ChunkId c : still->chunks) core_->QuarantineChunk(c, std::string(read.message())).IgnoreError();
+        for (ChunkId c : still->chunks)
+          core_->QuarantineChunk(c, std::string(read.message())).IgnoreError();
       }
     }
     ReconcileLocked();
@@ -975,11 +954,11 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
                                                       frontier.size()));
   }
   const uint64_t before = history_.empty() ? 0 : history_.back().seq();
-  ASSIGN_OR_RETURN(CaptureTicket ticket,
-                   core_->BeginCapture(key, kind, req.conversation(),
-                                       req.stable_boundary() == 0
-                                           ? -1
-                                           : static_cast<int64_t>(req.stable_boundary())));
+  ASSIGN_OR_RETURN(
+      CaptureTicket ticket,
+      core_->BeginCapture(
+          key, kind, req.conversation(),
+          req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary())));
   Reservation r;
   r.session = req.session_id();
   r.ticket = ticket.id;
@@ -989,14 +968,7 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
   const int64_t depth = static_cast<int64_t>(req.depth());
   absl::Status alloc = absl::OkStatus();
   auto allocate = [&](uint64_t bytes, RegionKind rk, Held* held) {
-    if (!alloc.ok() || bytes == 0) return;
-    absl::StatusOr<Region> region = arena_->allocator().Allocate(bytes, rk);
-    if (!region.ok()) {
-      alloc = region.status();
-      return;
-    }
-    held->region = region->handle;
-    held->bytes = bytes;
+    if (alloc.ok()) alloc = AllocateLocked(bytes, rk, held);
   };
   r.bytes.state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
   r.bytes.state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(depth));
@@ -1015,8 +987,8 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
     const uint64_t id = ticket.id;
     reservations_[id] = std::move(r);
     ReleaseReservationLocked(id, absl::StrCat("arena: ", alloc.message()));
-    return absl::ResourceExhaustedError(absl::StrCat("arena cannot hold the capture: ",
-                                                     alloc.message()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("arena cannot hold the capture: ", alloc.message()));
   }
   resp->set_reservation_id(ticket.id);
   resp->set_expires_unix_ms(UnixMs(r.expires));
@@ -1125,8 +1097,8 @@ absl::Status CacheDaemon::CompleteSpill(const v1::CompleteSpillRequest& req,
   for (int i = 0; i < done.chunk_ids_size(); ++i) {
     const ChunkId c = done.chunk_ids(i);
     if (!expected.contains(c)) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk ", c, " is not in spill ",
-                                                     done.spill_id()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", c, " is not in spill ", done.spill_id()));
     }
   }
   for (int i = 0; i < done.chunk_ids_size(); ++i) {
@@ -1194,11 +1166,11 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
       }
       tokens.push_back(static_cast<TokenId>(t));
     }
-    absl::Status s = mismatch.empty()
-                         ? core_->AdmitRecovered(m.checkpoint_id,
-                                                 Identities{m.compat_digest, m.input_digest},
-                                                 tokens, ids, CaptureKind::kEnd, provenance)
-                         : absl::DataLossError(mismatch);
+    absl::Status s =
+        mismatch.empty()
+            ? core_->AdmitRecovered(m.checkpoint_id, Identities{m.compat_digest, m.input_digest},
+                                    tokens, ids, CaptureKind::kEnd, provenance)
+            : absl::DataLossError(mismatch);
     if (s.ok()) {
       ++admitted;
       continue;
@@ -1341,9 +1313,8 @@ absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
   const SlotKey key{req.session_id(), slot};
   ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));
   if (frontier.size() != req.expected_depth()) {
-    return absl::FailedPreconditionError(absl::StrCat("slot ", slot, "'s frontier is at ",
-                                                      frontier.size(), ", not ",
-                                                      req.expected_depth()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slot ", slot, "'s frontier is at ", frontier.size(), ", not ", req.expected_depth()));
   }
   RETURN_IF_ERROR(core_->ExtendSlot(key, tokens));
   resp->set_depth(frontier.size() + tokens.size());
@@ -1352,6 +1323,14 @@ absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
 
 // ---------------------------------------------------------------------------------------
 // Region bookkeeping.
+
+absl::Status CacheDaemon::AllocateLocked(uint64_t bytes, RegionKind kind, Held* held) {
+  if (bytes == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(Region region, arena_->allocator().Allocate(bytes, kind));
+  held->region = region.handle;
+  held->bytes = bytes;
+  return absl::OkStatus();
+}
 
 void CacheDaemon::FreeHeldLocked(Held* held) {
   if (held->bytes == 0) return;
@@ -1564,15 +1543,16 @@ absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResp
     if (e.checkpoint_id() != 0 && on_path.contains(e.checkpoint_id())) *resp->add_related() = e;
   }
   if (r.best.tier == Tier::kNone) {
-    resp->set_summary(absl::StrCat("cold: no compatible checkpoint on the path; longest shared "
-                                   "prefix ", r.shared_prefix, " tokens"));
+    resp->set_summary(
+        absl::StrCat("cold: no compatible checkpoint on the path; longest shared "
+                     "prefix ",
+                     r.shared_prefix, " tokens"));
   } else {
-    resp->set_summary(absl::StrCat("restores ", r.best.depth, " of ", tokens.size(),
-                                   " tokens from ", TierName(r.best.tier),
-                                   r.best.depth < r.shared_prefix
-                                       ? absl::StrCat("; history matches up to token ",
-                                                      r.shared_prefix)
-                                       : ""));
+    resp->set_summary(absl::StrCat(
+        "restores ", r.best.depth, " of ", tokens.size(), " tokens from ", TierName(r.best.tier),
+        r.best.depth < r.shared_prefix
+            ? absl::StrCat("; history matches up to token ", r.shared_prefix)
+            : ""));
   }
   return absl::OkStatus();
 }

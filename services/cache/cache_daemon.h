@@ -43,13 +43,13 @@ struct CacheDaemonOptions {
   absl::Duration session_timeout = absl::Seconds(10);    // Silence that ends a session.
   absl::Duration default_lease = absl::Seconds(30);      // Restore leases and reservations.
   absl::Duration max_lease = absl::Minutes(2);
-  int max_leases_per_session = 64;        // SM8: caps per client.
+  int max_leases_per_session = 64;  // SM8: caps per client.
   int max_reservations_per_session = 64;
-  int idle_spill_chunks = 8;              // Chunks per idle-spill work item.
-  size_t event_history = 4096;            // Events kept for StreamEvents.
+  int idle_spill_chunks = 8;    // Chunks per idle-spill work item.
+  size_t event_history = 4096;  // Events kept for StreamEvents.
   // The disk tier (--cache-disk): empty = none. Its budget is cache.disk_bytes.
   std::string disk_root;
-  DiskStoreOptions disk;              // root and budget are filled in from the above.
+  DiskStoreOptions disk;  // root and budget are filled in from the above.
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
   absl::Duration flush_timeout = absl::Minutes(5);  // Flush waits at most this long.
@@ -104,8 +104,8 @@ class CacheDaemon {
   // --- The unary calls of cache.proto. Each validates its request (InvalidArgument,
   // NotFound for unknown sessions/models/ids, FailedPrecondition for a state mismatch,
   // ResourceExhausted for full budgets or quotas).
-  absl::Status RegisterModel(const v1::RegisterModelRequest& req,
-                             v1::RegisterModelResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status RegisterModel(const v1::RegisterModelRequest& req, v1::RegisterModelResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
@@ -114,14 +114,14 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReleaseLease(const v1::ReleaseLeaseRequest& req, v1::ReleaseLeaseResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ReserveCapture(const v1::ReserveCaptureRequest& req,
-                              v1::CaptureReservation* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status CommitCapture(const v1::CommitCaptureRequest& req,
-                             v1::CommitCaptureResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReserveCapture(const v1::ReserveCaptureRequest& req, v1::CaptureReservation* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CommitCapture(const v1::CommitCaptureRequest& req, v1::CommitCaptureResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AbortCapture(const v1::AbortCaptureRequest& req, v1::AbortCaptureResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status CompleteSpill(const v1::CompleteSpillRequest& req,
-                             v1::CompleteSpillResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CompleteSpill(const v1::CompleteSpillRequest& req, v1::CompleteSpillResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UpdateFrontier(const v1::UpdateFrontierRequest& req,
                               v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status GetStatus(const v1::GetStatusRequest& req, v1::GetStatusResponse* resp)
@@ -132,10 +132,8 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Flush(const v1::FlushRequest& req, v1::FlushResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Flush(const v1::FlushRequest& req, v1::FlushResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Events with seq > `after_seq` still in the history, oldest first, at most `limit`
   // (0 = all).
@@ -161,10 +159,10 @@ class CacheDaemon {
   };
   // An arena region holding bytes the core accounts for, with the checksum of its content.
   struct Held {
-    ArenaHandle region;    // As allocated (length rounded up to the alignment); 0 = none.
-    uint64_t bytes = 0;    // Logical length handed to clients.
+    ArenaHandle region;  // As allocated (length rounded up to the alignment); 0 = none.
+    uint64_t bytes = 0;  // Logical length handed to clients.
     uint64_t checksum = 0;
-    bool filled = false;   // False until written (capture commit or spill completion).
+    bool filled = false;  // False until written (capture commit or spill completion).
     ArenaHandle handle() const { return ArenaHandle{region.incarnation, region.offset, bytes}; }
   };
   // A checkpoint's own bytes: its private state followed by its tail, in one region, so the
@@ -232,6 +230,9 @@ class CacheDaemon {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the regions of RAM checkpoints and chunks the core no longer holds, after events.
   void ReconcileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives `held` a region of `bytes` (none for 0). ResourceExhausted when the arena is full.
+  absl::Status AllocateLocked(uint64_t bytes, RegionKind kind, Held* held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeHeldLocked(Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservationLocked(uint64_t id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

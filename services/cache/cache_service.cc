@@ -219,9 +219,10 @@ class EventsReactor final : public grpc::ServerWriteReactor<v1::Event> {
 }  // namespace
 
 template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(
-    grpc::CallbackServerContext* context, const Req* request, Resp* response,
-    absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
+grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(grpc::CallbackServerContext* context,
+                                                     const Req* request, Resp* response,
+                                                     absl::Status (CacheDaemon::*method)(const Req&,
+                                                                                         Resp*)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   CacheDaemon* daemon = daemon_;
   // `request` and `response` stay valid until Finish().
@@ -242,10 +243,10 @@ grpc::ServerWriteReactor<v1::Event>* CacheServiceImpl::StreamEvents(
   return new EventsReactor(daemon_, *request);
 }
 
-#define CAIRN_CACHE_UNARY(Method, Req, Resp)                                             \
-  grpc::ServerUnaryReactor* CacheServiceImpl::Method(                                    \
-      grpc::CallbackServerContext* context, const v1::Req* request, v1::Resp* response) { \
-    return Dispatch(context, request, response, &CacheDaemon::Method);                   \
+#define CAIRN_CACHE_UNARY(Method, Req, Resp)                                                       \
+  grpc::ServerUnaryReactor* CacheServiceImpl::Method(grpc::CallbackServerContext* context,         \
+                                                     const v1::Req* request, v1::Resp* response) { \
+    return Dispatch(context, request, response, &CacheDaemon::Method);                             \
   }
 
 CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse)

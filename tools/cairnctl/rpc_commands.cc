@@ -91,9 +91,8 @@ std::string ToJson(const pb::Message& m) {
 }
 
 int Fail(std::ostream& err, const grpc::Status& s) {
-  err << "cairnctl: "
-      << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": "
-      << s.error_message() << "\n";
+  err << "cairnctl: " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))
+      << ": " << s.error_message() << "\n";
   return 1;
 }
 
@@ -309,9 +308,8 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto ctx = NewClientContext(common.timeout);
   Notification done;
   grpc::Status status;
-  stub.UnaryCall(ctx.get(), absl::StrCat("/", service_name, "/", method_name),
-                 grpc::StubOptions(), &request_buffer, &response_buffer,
-                 [&](grpc::Status s) {
+  stub.UnaryCall(ctx.get(), absl::StrCat("/", service_name, "/", method_name), grpc::StubOptions(),
+                 &request_buffer, &response_buffer, [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
@@ -323,8 +321,8 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     return 1;
   }
   std::string answer;
-  for (const grpc::Slice& s : slices) answer.append(reinterpret_cast<const char*>(s.begin()),
-                                                    s.size());
+  for (const grpc::Slice& s : slices)
+    answer.append(reinterpret_cast<const char*>(s.begin()), s.size());
   if (!response->ParseFromString(answer)) {
     err << "cairnctl: answer does not parse as " << method->output_type()->full_name() << "\n";
     return 1;
@@ -362,7 +360,8 @@ int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostr
       << r.ram().max_checkpoints() << ")\n"
       << "  rows        " << Bytes(r.ram().row_bytes()) << " stored once\n"
       << "  private     " << Bytes(r.ram().private_bytes()) << "\n"
-      << "  full copies " << Bytes(r.ram().full_copy_bytes()) << " would be needed without sharing\n";
+      << "  full copies " << Bytes(r.ram().full_copy_bytes())
+      << " would be needed without sharing\n";
   if (r.disk_enabled()) {
     out << "disk          " << Bytes(r.disk().used_bytes()) << " of "
         << Bytes(r.disk().capacity_bytes()) << " (" << r.disk().checkpoints() << " checkpoints, "
@@ -385,8 +384,7 @@ int RunCheckpoints(const std::vector<std::string>& args, std::ostream& out, std:
   if (code >= 0) return code;
   cv1::ListCheckpointsResponse r;
   auto ctx = NewClientContext(common.timeout);
-  grpc::Status s =
-      CacheStub(common)->ListCheckpoints(ctx.get(), cv1::ListCheckpointsRequest(), &r);
+  grpc::Status s = CacheStub(common)->ListCheckpoints(ctx.get(), cv1::ListCheckpointsRequest(), &r);
   if (!s.ok()) return Fail(err, s);
   if (common.json) {
     out << ToJson(r) << "\n";
@@ -421,8 +419,7 @@ int RunTree(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   for (const auto& n : r.nodes()) children[n.parent_id()].push_back(&n);
   std::function<void(uint64_t, int)> print = [&](uint64_t parent, int indent) {
     for (const cv1::TreeNode* n : children[parent]) {
-      out << std::string(2 * indent, ' ') << "@" << n->depth() << " (+" << n->edge_tokens()
-          << ")";
+      out << std::string(2 * indent, ' ') << "@" << n->depth() << " (+" << n->edge_tokens() << ")";
       for (const auto& c : n->candidates()) {
         out << "  " << TierName(c.tier()) << " #" << c.checkpoint_id();
       }

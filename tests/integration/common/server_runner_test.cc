@@ -1,18 +1,19 @@
 // Smoke test of the gRPC server runner: health, reflection and drain on a Unix socket and on
 // 127.0.0.1:0 (reliability-plan.md RPC4, RPC5, RPC7).
 
+#include "common/grpc/server_runner.h"
+
 #include <unistd.h>
 
 #include <memory>
 #include <string>
 
+#include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/grpc/client.h"
-#include "common/grpc/server_runner.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
-#include "cairn/cache/v1/cache.grpc.pb.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tests/support/status_matchers.h"
 
@@ -88,13 +89,10 @@ void ExerciseRunner(const std::string& listen) {
   EXPECT_FALSE(st.ok());
 }
 
-TEST(ServerRunnerTest, ServesHealthAndReflectionOnTcpPortZero) {
-  ExerciseRunner("127.0.0.1:0");
-}
+TEST(ServerRunnerTest, ServesHealthAndReflectionOnTcpPortZero) { ExerciseRunner("127.0.0.1:0"); }
 
 TEST(ServerRunnerTest, ServesHealthAndReflectionOnAUnixSocket) {
-  std::string path = ::testing::TempDir() + "/cairn-runner-" + std::to_string(::getpid()) +
-                     ".sock";
+  std::string path = ::testing::TempDir() + "/cairn-runner-" + std::to_string(::getpid()) + ".sock";
 
   ExerciseRunner("unix:" + path);
 
@@ -116,8 +114,7 @@ TEST(ServerRunnerTest, BadListenAddressesAreInvalidArgument) {
   for (const std::string& bad :
        {std::string("nonsense"), std::string("unix:"), std::string("127.0.0.1:99999"),
         std::string(":80"), "unix:" + std::string(200, 'x')}) {
-    EXPECT_EQ(ParseListenAddress(bad).status().code(), absl::StatusCode::kInvalidArgument)
-        << bad;
+    EXPECT_EQ(ParseListenAddress(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
 

@@ -56,11 +56,11 @@ bool CommandExists(const std::string& name) {
 }
 
 struct UnitCase {
-  std::string unit;          // File in deploy/systemd/.
-  std::string binary_path;   // Relative to the build directory.
-  std::string service_name;  // Reported by the health service.
+  std::string unit;                    // File in deploy/systemd/.
+  std::string binary_path;             // Relative to the build directory.
+  std::string service_name;            // Reported by the health service.
   std::vector<std::string> test_args;  // Flags that move sockets into a temp dir (flags win).
-  double max_exposure;       // systemd-analyze security threshold.
+  double max_exposure;                 // systemd-analyze security threshold.
 };
 
 class SystemdUnitsTest : public ::testing::TestWithParam<UnitCase> {};
@@ -97,8 +97,7 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   bool serving = false;
   for (int attempt = 0; attempt < 100 && !serving; ++attempt) {
     // A fresh channel per attempt: a channel that failed to connect backs off for seconds.
-    auto stub =
-        grpc::health::v1::Health::NewStub(NewLocalChannel("unix:" + dir + "/grpc.sock"));
+    auto stub = grpc::health::v1::Health::NewStub(NewLocalChannel("unix:" + dir + "/grpc.sock"));
     grpc::health::v1::HealthCheckRequest req;
     req.set_service(c.service_name);
     grpc::health::v1::HealthCheckResponse resp;
@@ -119,9 +118,9 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
 TEST_P(SystemdUnitsTest, UnitPassesSystemdAnalyzeSecurity) {
   const UnitCase& c = GetParam();
   if (!CommandExists("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not installed";
-  std::string cmd = absl::StrCat("systemd-analyze security --offline=true --threshold=",
-                                 static_cast<int>(c.max_exposure * 10), " ", SourceDir(),
-                                 "/deploy/systemd/", c.unit, " >/dev/null 2>&1");
+  std::string cmd = absl::StrCat(
+      "systemd-analyze security --offline=true --threshold=", static_cast<int>(c.max_exposure * 10),
+      " ", SourceDir(), "/deploy/systemd/", c.unit, " >/dev/null 2>&1");
 
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
@@ -145,21 +144,21 @@ TEST_P(SystemdUnitsTest, UnitPassesSystemdAnalyzeVerify) {
   EXPECT_EQ(rc, 0) << ReadFile(out);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Units, SystemdUnitsTest,
-    ::testing::Values(UnitCase{"cairn-cache.service",
-                               "services/cache/cairn-cache",
-                               "cairn.cache.v1.CacheService",
-                               {"--listen=unix:$DIR/grpc.sock",
-                                "--arena-socket=$DIR/arena.sock", "--cache-ram-bytes=64Mi",
-                                "--cache-disk=$DIR/disk", "--cache-disk-bytes=64Mi"},
-                               2.0}),
-    [](const ::testing::TestParamInfo<UnitCase>& param_info) {
-      const std::string& unit = param_info.param.unit;
-      std::string name = unit.substr(0, unit.find('.'));
-      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Units, SystemdUnitsTest,
+                         ::testing::Values(UnitCase{
+                             "cairn-cache.service",
+                             "services/cache/cairn-cache",
+                             "cairn.cache.v1.CacheService",
+                             {"--listen=unix:$DIR/grpc.sock", "--arena-socket=$DIR/arena.sock",
+                              "--cache-ram-bytes=64Mi", "--cache-disk=$DIR/disk",
+                              "--cache-disk-bytes=64Mi"},
+                             2.0}),
+                         [](const ::testing::TestParamInfo<UnitCase>& param_info) {
+                           const std::string& unit = param_info.param.unit;
+                           std::string name = unit.substr(0, unit.find('.'));
+                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace cairn

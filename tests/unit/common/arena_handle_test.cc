@@ -1,9 +1,10 @@
+#include "common/shm/arena_handle.h"
+
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "common/shm/arena_handle.h"
 #include "gtest/gtest.h"
 #include "tests/support/status_matchers.h"
 
@@ -34,7 +35,8 @@ TEST(ArenaHandleValidatorTest, RejectsEveryBadHandle) {
       {"offset 2^64-1", {kIncarnation, kMax, 1}, absl::StatusCode::kInvalidArgument},
       {"length 2^64-1", {kIncarnation, 0, kMax}, absl::StatusCode::kInvalidArgument},
       {"offset+length wraps", {kIncarnation, 64, kMax - 63}, absl::StatusCode::kInvalidArgument},
-      {"offset+length wraps to 0", {kIncarnation, 128, kMax - 127},
+      {"offset+length wraps to 0",
+       {kIncarnation, 128, kMax - 127},
        absl::StatusCode::kInvalidArgument},
       {"misaligned", {kIncarnation, 3, 64}, absl::StatusCode::kInvalidArgument},
       {"stale incarnation", {kIncarnation + 1, 0, 64}, absl::StatusCode::kFailedPrecondition},

@@ -1,6 +1,7 @@
+#include "common/checksum/checksum.h"
+
 #include <string>
 
-#include "common/checksum/checksum.h"
 #include "gtest/gtest.h"
 
 namespace cairn {

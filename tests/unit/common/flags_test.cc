@@ -1,9 +1,10 @@
+#include "common/config/flags.h"
+
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "common/config/flags.h"
 #include "gtest/gtest.h"
 #include "tests/support/status_matchers.h"
 
@@ -139,8 +140,7 @@ TEST_F(FlagsTest, ConfigErrorsNameFileAndLine) {
   auto rest = flags_.Parse({"--config=" + path});
 
   ASSERT_THAT(rest, StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_NE(rest.status().message().find(path + ":2"), absl::string_view::npos)
-      << rest.status();
+  EXPECT_NE(rest.status().message().find(path + ":2"), absl::string_view::npos) << rest.status();
 }
 
 TEST_F(FlagsTest, ConfigRejectsUnknownAndRepeatedKeys) {

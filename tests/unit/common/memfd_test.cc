@@ -1,5 +1,7 @@
 // Sealed memfds and descriptor passing (reliability-plan.md SM1-SM3, test G2).
 
+#include "common/shm/memfd.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -13,7 +15,6 @@
 
 #include "common/shm/fd_passing.h"
 #include "common/shm/mapping.h"
-#include "common/shm/memfd.h"
 #include "gtest/gtest.h"
 #include "tests/support/status_matchers.h"
 
@@ -63,8 +64,7 @@ TEST(MemfdTest, SealsStopTruncationAndGrowth) {
 
 TEST(MemfdTest, RejectsBadSizes) {
   EXPECT_THAT(CreateSealedMemfd("x", 0), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(CreateSealedMemfd("x", PageSize() + 1),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CreateSealedMemfd("x", PageSize() + 1), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(MemfdTest, ValidatorRejectsEverythingButAProperlySealedMemfd) {

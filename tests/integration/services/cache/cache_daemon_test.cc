@@ -2,6 +2,8 @@
 // shared memory (the arena memfd received over SCM_RIGHTS), real sessions, captures, spills
 // of borrowed rows, and restores whose bytes must come back equal.
 
+#include "services/cache/cache_daemon.h"
+
 #include <unistd.h>
 
 #include <memory>
@@ -19,7 +21,6 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "services/cache/arena/arena_fd_server.h"
-#include "services/cache/cache_daemon.h"
 #include "services/cache/cache_service.h"
 #include "tests/integration/services/cache/fake_infer.h"
 #include "tests/support/status_matchers.h"
@@ -28,9 +29,9 @@ namespace cairn::cache {
 namespace {
 
 using testing::FakeInfer;
+using testing::kPrivateBytes;
 using testing::Server;
 using testing::TempPath;
-using testing::kPrivateBytes;
 using testing::Tokens;
 
 TEST(CacheDaemonTest, CaptureSpillAndRestoreFromRamGiveBackEveryByte) {
@@ -85,8 +86,7 @@ TEST(CacheDaemonTest, InspectionCallsReportTheCheckpoints) {
   infer.PrefillCold(1, b, {42}, 7);
 
   v1::GetStatusResponse status;
-  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status)
-                  .ok());
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
   v1::ListCheckpointsResponse list;
   ASSERT_TRUE(
       infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
@@ -391,11 +391,11 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
     captured = infer.captured();
   }
   // Chunk 1 is a's first chunk, which b shares by provenance: flip one byte of its file.
-  ASSERT_EQ(std::system(("f=$(ls " + root + "/chunks/c-0000000000000001-* | head -1) && " +
-                         "printf '\\377' | dd of=\"$f\" bs=1 seek=300 conv=notrunc " +
-                         "status=none")
-                            .c_str()),
-            0);
+  ASSERT_EQ(
+      std::system(("f=$(ls " + root + "/chunks/c-0000000000000001-* | head -1) && " +
+                   "printf '\\377' | dd of=\"$f\" bs=1 seek=300 conv=notrunc " + "status=none")
+                      .c_str()),
+      0);
   Server restarted(8 << 20, root);
   FakeInfer infer(restarted.address());
   ASSERT_NO_FATAL_FAILURE(infer.Open());
@@ -423,8 +423,7 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
   // No false positive: the untouched checkpoint restores byte for byte; the daemon is healthy.
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, c_id));
   v1::GetStatusResponse status;
-  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status)
-                  .ok());
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
   EXPECT_EQ(status.quarantined(), 2u);
   EXPECT_TRUE(status.disk_healthy());
   (void)a_id;

@@ -63,18 +63,17 @@ TEST_F(CairnctlTest, CallSendsJsonAndPrintsJson) {
                                      "{\"tier\": \"TIER_RAM\"}"});
 
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("\"checkpoint_id\": \"" + std::to_string(ids_[1]) + "\""),
-            std::string::npos)
+  EXPECT_NE(r.out.find("\"checkpoint_id\": \"" + std::to_string(ids_[1]) + "\""), std::string::npos)
       << r.out;
 }
 
 TEST_F(CairnctlTest, CallRejectsBadInputClearly) {
-  Result bad_json = Ctl(server_.address(),
-                        {"call", "cairn.cache.v1.CacheService/Evict", "{\"nope\": 1}"});
+  Result bad_json =
+      Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Evict", "{\"nope\": 1}"});
   Result no_method = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Nope"});
   Result streaming = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/StreamEvents"});
-  Result server_error = Ctl(server_.address(),
-                            {"call", "cairn.cache.v1.CacheService/Evict", "{\"checkpointId\": 999}"});
+  Result server_error = Ctl(
+      server_.address(), {"call", "cairn.cache.v1.CacheService/Evict", "{\"checkpointId\": 999}"});
 
   EXPECT_EQ(bad_json.code, 2);
   EXPECT_NE(bad_json.err.find("bad JSON"), std::string::npos);

@@ -17,12 +17,12 @@
 
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/checksum/checksum.h"
-#include "common/grpc/client.h"
-#include "grpcpp/grpcpp.h"
-#include "gtest/gtest.h"
 #include "common/concurrency/thread_pool.h"
+#include "common/grpc/client.h"
 #include "common/grpc/server_runner.h"
 #include "common/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
 #include "services/cache/arena/arena_fd_server.h"
 #include "services/cache/cache_daemon.h"
 #include "services/cache/cache_service.h"
@@ -30,7 +30,7 @@
 namespace cairn::cache::testing {
 
 constexpr uint32_t kChunkRows = 16;
-constexpr uint64_t kRowBytes = 64;       // Per row component.
+constexpr uint64_t kRowBytes = 64;        // Per row component.
 constexpr uint64_t kPrivateBytes = 4096;  // One private component.
 constexpr absl::Duration kRpcTimeout = absl::Seconds(10);
 
@@ -41,8 +41,7 @@ inline std::string TempPath(const std::string& name) {
 // A cache daemon with its gRPC server in this process.
 class Server {
  public:
-  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "")
-      : pool_(2) {
+  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "") : pool_(2) {
     CacheDaemonOptions options;
     options.cache.ram_bytes = ram_bytes;
     if (!disk_root.empty()) {
@@ -139,8 +138,8 @@ class FakeInfer {
   }
 
   template <typename Req, typename Resp>
-  grpc::Status Call(grpc::Status (v1::CacheService::Stub::*method)(grpc::ClientContext*,
-                                                                   const Req&, Resp*),
+  grpc::Status Call(grpc::Status (v1::CacheService::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                                   Resp*),
                     const Req& req, Resp* resp) {
     auto ctx = NewClientContext(kRpcTimeout);
     return (stub_.get()->*method)(ctx.get(), req, resp);

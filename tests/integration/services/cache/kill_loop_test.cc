@@ -40,14 +40,13 @@ int EnvInt(const char* name, int fallback) {
 class DaemonProcess {
  public:
   DaemonProcess(const std::string& dir, const std::string& disk_root) : dir_(dir) {
-    std::vector<std::string> args = {
-        std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache",
-        "--listen=unix:" + dir + "/grpc.sock",
-        "--arena-socket=" + dir + "/arena.sock",
-        "--cache-ram-bytes=64Mi",
-        "--cache-disk=" + disk_root,
-        "--cache-disk-bytes=1Gi",
-        "--log-level=warning"};
+    std::vector<std::string> args = {std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache",
+                                     "--listen=unix:" + dir + "/grpc.sock",
+                                     "--arena-socket=" + dir + "/arena.sock",
+                                     "--cache-ram-bytes=64Mi",
+                                     "--cache-disk=" + disk_root,
+                                     "--cache-disk-bytes=1Gi",
+                                     "--log-level=warning"};
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<char*> raw;
@@ -135,8 +134,8 @@ TEST(CacheKillLoopTest, AcknowledgedCheckpointsSurviveKillNine) {
     // The oracle.
     std::set<uint64_t> listed = OnDisk(infer);
     for (uint64_t id : acknowledged) {
-      EXPECT_TRUE(listed.contains(id)) << "cycle " << cycle << ": acknowledged checkpoint " << id
-                                       << " lost";
+      EXPECT_TRUE(listed.contains(id))
+          << "cycle " << cycle << ": acknowledged checkpoint " << id << " lost";
     }
     for (uint64_t id : listed) {
       if (!acknowledged.contains(id)) ++unacknowledged_found;
