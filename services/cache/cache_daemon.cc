@@ -1220,6 +1220,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   PublishRequest& req = job.request;
   req.checkpoint_id = id;
   req.compat_digest = info->compatibility;
+  req.input_digest = info->input;
   req.tokens.assign(tokens->begin(), tokens->end());
   absl::flat_hash_set<ChunkId> fresh(ticket->new_chunks.begin(), ticket->new_chunks.end());
   for (size_t j = 0; j < info->chunks.size(); ++j) {

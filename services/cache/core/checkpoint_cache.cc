@@ -982,6 +982,7 @@ absl::StatusOr<CheckpointInfo> CheckpointCache::GetCheckpoint(CheckpointId id) c
   CheckpointInfo info;
   info.id = c.id;
   info.compatibility = c.identities.compatibility;
+  info.input = c.identities.input;
   info.conversation = c.conversation;
   info.depth = c.depth;
   info.kind = c.kind;

@@ -96,6 +96,7 @@ struct PersistTicket {
 struct CheckpointInfo {
   CheckpointId id = 0;
   std::string compatibility;
+  std::string input;  // Input identity (media digests); empty for text.
   std::string conversation;
   int64_t depth = 0;
   CaptureKind kind = CaptureKind::kEnd;
