@@ -1559,19 +1559,33 @@ absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResp
 }
 
 absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
-  if (req.include_disk()) return absl::UnimplementedError("this daemon has no disk tier");
+  if (req.include_disk() && store_ == nullptr) {
+    return absl::FailedPreconditionError("this daemon runs without a disk tier");
+  }
   Lock lock(this);
   std::vector<CheckpointId> targets;
   if (req.all()) {
     for (const CheckpointInfo& c : core_->Checkpoints()) {
-      if (c.in_ram && c.pins == 0) targets.push_back(c.id);
+      if (c.pins == 0 && (c.in_ram || (req.include_disk() && c.on_disk))) targets.push_back(c.id);
     }
   } else {
     if (req.checkpoint_id() == 0) return absl::InvalidArgumentError("evict needs an id or all");
     targets.push_back(req.checkpoint_id());
   }
   for (CheckpointId id : targets) {
-    absl::Status s = core_->Evict(id, "explicit");
+    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+    if (!info.ok()) {
+      if (!req.all()) return info.status();
+      continue;
+    }
+    absl::Status s = absl::OkStatus();
+    if (info->in_ram) s = core_->Evict(id, "explicit");
+    // The disk copy goes too when asked; the kDiskEvict event deletes its files off the lock.
+    if (s.ok() && req.include_disk() && info->on_disk) s = core_->EvictDisk(id, "explicit");
+    if (s.ok() && !info->in_ram && !req.include_disk()) {
+      s = absl::NotFoundError(
+          absl::StrCat("checkpoint ", id, " is only on disk (evict with include_disk)"));
+    }
     if (!s.ok() && !req.all()) return s;
     if (s.ok()) resp->add_evicted(id);
   }

@@ -475,15 +475,18 @@ int RunEvents(const std::vector<std::string>& args, std::ostream& out, std::ostr
 }
 
 int RunEvict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  FlagSet flags("cairnctl evict (ID | --all)", "Evicts checkpoints from RAM.");
+  FlagSet flags("cairnctl evict (ID | --all) [--disk]", "Evicts checkpoints from RAM (and disk).");
   CommonFlags common;
   bool all = false;
-  flags.Add("all", &all, "evict every unpinned RAM checkpoint");
+  bool disk = false;
+  flags.Add("all", &all, "evict every unpinned checkpoint");
+  flags.Add("disk", &disk, "also delete the disk copies");
   int code;
   std::vector<std::string> rest = ParseFlags(flags, common, args, out, err, &code);
   if (code >= 0) return code;
   cv1::EvictRequest req;
   req.set_all(all);
+  req.set_include_disk(disk);
   if (!all) {
     uint64_t id = 0;
     if (rest.size() != 1 || !absl::SimpleAtoi(rest[0], &id) || id == 0) {

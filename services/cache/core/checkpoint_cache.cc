@@ -940,6 +940,18 @@ absl::Status CheckpointCache::Evict(CheckpointId id, const std::string& reason) 
   return absl::OkStatus();
 }
 
+absl::Status CheckpointCache::EvictDisk(CheckpointId id, const std::string& reason) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || !it->second->on_disk) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", id, " not in the disk tier"));
+  }
+  if (it->second->pins > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is pinned"));
+  }
+  EvictFromDisk(*it->second, reason);
+  return absl::OkStatus();
+}
+
 absl::Status CheckpointCache::QuarantineChunk(ChunkId chunk, const std::string& reason) {
   if (!chunks_.contains(chunk)) return absl::NotFoundError(absl::StrCat("no chunk ", chunk));
   std::vector<CheckpointId> hit;

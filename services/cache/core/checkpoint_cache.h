@@ -239,6 +239,9 @@ class CheckpointCache {
   // Evicts checkpoint `id` from RAM (explicit request). NotFound if not in RAM;
   // FailedPrecondition while pinned.
   absl::Status Evict(CheckpointId id, const std::string& reason);
+  // Evicts checkpoint `id` from the disk tier (explicit request). NotFound if not on disk;
+  // FailedPrecondition while pinned.
+  absl::Status EvictDisk(CheckpointId id, const std::string& reason);
   // Drops every checkpoint that references chunk `chunk` from every tier.
   absl::Status QuarantineChunk(ChunkId chunk, const std::string& reason);
   // Pins keep a checkpoint from eviction while a restore reads it. NotFound for unknown ids.

@@ -317,6 +317,14 @@ TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEvict
   EXPECT_EQ(found.best().depth(), 72u);
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[0]));
   EXPECT_EQ(infer.last_restore_tier(), v1::TIER_DISK);
+  // Evicting the disk copy too leaves only the live frontier of the slot restored into.
+  evict.set_include_disk(true);
+  v1::EvictResponse gone;
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Evict, evict, &gone).ok());
+  EXPECT_EQ(gone.evicted_size(), 1);
+  v1::LookupResponse after = infer.Lookup(a2);
+  EXPECT_EQ(after.best().tier(), v1::TIER_LIVE);
+  EXPECT_EQ(after.others_size(), 0);
 }
 
 TEST(CacheDaemonTest, AfterARestartTheNextTurnRestoresFromDiskByteForByte) {
