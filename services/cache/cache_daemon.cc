@@ -461,7 +461,6 @@ void CacheDaemon::Tick() {
       if (now - s.last_seen > options_.session_timeout) silent.push_back(id);
     }
     for (uint64_t id : silent) {
-      sessions_[id].sink->Close(absl::UnavailableError("session timed out without heartbeats"));
       CloseSessionLocked(id, "no heartbeat within the session timeout");
     }
   }
@@ -737,16 +736,14 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     if (!info.on_disk) return absl::NotFoundError(absl::StrCat("checkpoint ", id, " left disk"));
     RETURN_IF_ERROR(core_->Pin(id));
     const ModelLayout& layout = model->layout;
-    absl::Status alloc = absl::OkStatus();
-    auto allocate = [&](uint64_t bytes, RegionKind kind, Held* held) {
-      if (alloc.ok()) alloc = AllocateLocked(bytes, kind, held);
-    };
     load->state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
     load->state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(info.depth));
-    allocate(load->state.private_bytes + load->state.tail_bytes, RegionKind::kPrivateState,
-             &load->state.region);
+    absl::Status alloc = AllocateLocked(load->state.private_bytes + load->state.tail_bytes,
+                                        RegionKind::kPrivateState, &load->state.region);
     for (ChunkId c : info.chunks) {
-      allocate(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk, &load->chunks[c]);
+      if (!alloc.ok()) break;
+      alloc = AllocateLocked(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk,
+                             &load->chunks[c]);
     }
     if (!alloc.ok()) {
       DropDiskLoadLocked(id, load.get());
@@ -966,19 +963,16 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
   r.bytes.chunks = ticket.chunks;
   const ModelLayout& layout = model->layout;
   const int64_t depth = static_cast<int64_t>(req.depth());
-  absl::Status alloc = absl::OkStatus();
-  auto allocate = [&](uint64_t bytes, RegionKind rk, Held* held) {
-    if (alloc.ok()) alloc = AllocateLocked(bytes, rk, held);
-  };
   r.bytes.state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
   r.bytes.state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(depth));
-  allocate(r.bytes.state.private_bytes + r.bytes.state.tail_bytes, RegionKind::kPrivateState,
-           &r.bytes.state.region);
+  absl::Status alloc = AllocateLocked(r.bytes.state.private_bytes + r.bytes.state.tail_bytes,
+                                      RegionKind::kPrivateState, &r.bytes.state.region);
   // Space for borrowed chunks is reserved now, so preserving them later never allocates.
   for (const ChunkCopy& c : ticket.borrowed) {
+    if (!alloc.ok()) break;
     if (chunks_.contains(c.id)) continue;
     Held held;
-    allocate(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk, &held);
+    alloc = AllocateLocked(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk, &held);
     if (!alloc.ok()) break;
     chunks_[c.id] = held;
     r.new_chunk_regions.push_back(c.id);

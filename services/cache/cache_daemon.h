@@ -56,15 +56,13 @@ struct CacheDaemonOptions {
 };
 
 // Delivers server messages to one inference daemon's session stream. Implemented by the
-// gRPC session reactor. The daemon calls Send and Close with its lock held (that is what
-// keeps the sink alive: CloseSession takes the same lock), so they must only queue work,
-// never block or call back into the daemon.
+// gRPC session reactor. The daemon calls Send with its lock held (that is what keeps the sink
+// alive: CloseSession takes the same lock), so Send must only queue work, never block or call
+// back into the daemon.
 class SessionSink {
  public:
   virtual ~SessionSink() = default;
   virtual void Send(v1::SessionServerMessage message) = 0;
-  // Ends the session stream with `status` (e.g. after a timeout).
-  virtual void Close(const absl::Status& status) = 0;
 };
 
 // Thread-safe: every public method takes the one mutex (style.md §5: one mutex guards the

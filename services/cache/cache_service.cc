@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/concurrency/mutex.h"
 #include "common/log/log.h"
 #include "common/status/grpc_status.h"
@@ -13,7 +14,9 @@ namespace cairn::cache {
 namespace {
 
 // One inference daemon's session stream. Reads run on gRPC's threads and only hand work to
-// the pool; writes are queued and issued one at a time. Deletes itself in OnDone.
+// the pool; writes are queued and issued one at a time. Deletes itself in OnDone. A session
+// the daemon expired (no heartbeat) is ended at the client's next message, or by the transport
+// when the peer is gone.
 //
 // Thread-safe: gRPC callbacks, the daemon (Send/Close under its lock) and pool tasks may
 // race; `mu_` guards the write queue and the finished flag.
@@ -46,6 +49,13 @@ class SessionReactor final
       v1::SessionServerMessage out;
       *out.mutable_welcome() = std::move(*welcome);
       Send(std::move(out));
+    } else if (in_.has_heartbeat()) {
+      // Cheap, no I/O: answered in the reaction. A session the daemon expired ends here.
+      absl::Status s = daemon_->Touch(session_id_);
+      if (!s.ok()) {
+        Close(absl::UnavailableError(absl::StrCat("session ended: ", s.message())));
+        return;
+      }
     } else {
       // Work that may hash arena bytes runs on the pool, never in the reaction.
       uint64_t id = session_id_;
@@ -59,31 +69,33 @@ class SessionReactor final
     StartRead(&in_);
   }
 
+  // Queues `message`. StartWrite is issued without holding mu_: gRPC may run OnWriteDone
+  // inline, and it takes mu_. std::deque keeps the address of queued elements stable.
   void Send(v1::SessionServerMessage message) override ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (finished_) return;
-    queue_.push_back(std::move(message));
-    if (!writing_) {
+    const v1::SessionServerMessage* next = nullptr;
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return;
+      queue_.push_back(std::move(message));
+      if (writing_) return;
       writing_ = true;
-      StartWrite(&queue_.front());
+      next = &queue_.front();
     }
-  }
-
-  void Close(const absl::Status& status) override ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (finished_) return;
-    finished_ = true;
-    Finish(ToGrpcStatus(status));
+    StartWrite(next);
   }
 
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    queue_.pop_front();
-    if (!ok || finished_ || queue_.empty()) {
-      writing_ = false;
-      return;
+    const v1::SessionServerMessage* next = nullptr;
+    {
+      MutexLock lock(&mu_);
+      queue_.pop_front();
+      if (!ok || finished_ || queue_.empty()) {
+        writing_ = false;
+        return;
+      }
+      next = &queue_.front();
     }
-    StartWrite(&queue_.front());
+    StartWrite(next);
   }
 
   void OnDone() override {
@@ -92,6 +104,17 @@ class SessionReactor final
   }
 
  private:
+  // Ends the stream with `status`. Finish runs without mu_: OnDone (which deletes this) may
+  // follow at once.
+  void Close(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(ToGrpcStatus(status));
+  }
+
   void EndSession(const std::string& reason) {
     if (session_id_ != 0) daemon_->CloseSession(session_id_, reason);
   }

@@ -437,6 +437,31 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
   (void)a_id;
 }
 
+TEST(CacheDaemonTest, ASilentSessionExpiresAndItsStreamEndsAtTheNextMessage) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  Server server(8 << 20, "", &clock);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  // One checkpoint borrows a chunk from slot 0 (never spilled), one owns only a tail.
+  infer.PrefillCold(0, Tokens(30, 20), {16}, 1);
+  uint64_t kept = infer.PrefillCold(1, Tokens(31, 10), {10}, 2)[0];
+
+  clock.Advance(absl::Seconds(11));  // Past the 10 s session timeout without a heartbeat.
+  server.daemon()->Tick();
+
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.sessions(), 0u);
+  v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(
+      infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+          .ok());
+  ASSERT_EQ(list.checkpoints_size(), 1);
+  EXPECT_EQ(list.checkpoints(0).checkpoint_id(), kept);
+  infer.Heartbeat();
+  EXPECT_EQ(infer.AwaitSessionEnd().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
 TEST(CacheDaemonTest, HandlesFromAnotherArenaIncarnationAreRefusedByTheClient) {
   Server first;
   FakeInfer infer(first.address());

@@ -41,7 +41,9 @@ inline std::string TempPath(const std::string& name) {
 // A cache daemon with its gRPC server in this process.
 class Server {
  public:
-  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "") : pool_(2) {
+  explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "",
+                  const Clock* clock = RealClock::Get())
+      : pool_(2) {
     CacheDaemonOptions options;
     options.cache.ram_bytes = ram_bytes;
     if (!disk_root.empty()) {
@@ -51,7 +53,7 @@ class Server {
     options.fd_server.socket_path = TempPath("arena.sock");
     options.arena.first_pin_bytes = 1 << 20;
     options.arena.pin_step_bytes = 1 << 20;
-    auto daemon = CacheDaemon::Create(options, RealClock::Get());
+    auto daemon = CacheDaemon::Create(options, clock);
     EXPECT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = std::move(*daemon);
     service_ = std::make_unique<CacheServiceImpl>(daemon_.get(), &pool_);
@@ -295,6 +297,22 @@ class FakeInfer {
     ASSERT_TRUE(s.ok()) << s.error_message();
     slots_[slot] = got;
     slots_[slot].tokens = want.tokens;
+  }
+
+  // Sends a heartbeat; false if the stream is gone.
+  bool Heartbeat() {
+    v1::SessionClientMessage m;
+    m.mutable_heartbeat()->set_sent_unix_ms(1);
+    return stream_->Write(m);
+  }
+  // Reads until the server ends the session stream and returns its status.
+  grpc::Status AwaitSessionEnd() {
+    v1::SessionServerMessage m;
+    while (stream_->Read(&m)) {
+    }
+    grpc::Status s = stream_->Finish();
+    stream_.reset();
+    return s;
   }
 
   // Tells the daemon `slot` has no work (the disk writer stops yielding to it). Any borrowed
