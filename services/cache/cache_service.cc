@@ -1,6 +1,7 @@
 #include "services/cache/cache_service.h"
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -129,11 +130,13 @@ class SessionReactor final
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Streams events, then (with follow) waits for new ones. Deletes itself in OnDone.
+// Streams events, then (with follow) waits for new ones.
 //
-// Thread-safe. A wake-up registered with the daemon may run after the stream is gone, so the
-// reactor and its wake-ups share `State`: the only shared_ptr here, because that lifetime is
-// truly shared between the reactor and the daemon's pending callback.
+// Thread-safe. gRPC may run a reaction inline inside StartWrite or Finish, so neither is ever
+// called with `state_->mu` held. A wake-up registered with the daemon may run after the stream
+// is gone, so the reactor and its wake-ups share `State` (the one shared_ptr here, because
+// that lifetime is truly shared with the daemon's pending callback); a wake-up that is pumping
+// when OnDone runs deletes the reactor when it finishes.
 class EventsReactor final : public grpc::ServerWriteReactor<v1::Event> {
  public:
   EventsReactor(CacheDaemon* daemon, const v1::StreamEventsRequest& request)
@@ -141,86 +144,124 @@ class EventsReactor final : public grpc::ServerWriteReactor<v1::Event> {
         follow_(request.follow()),
         limit_(request.limit()),
         state_(std::make_shared<State>()) {
-    MutexLock lock(&state_->mu);
-    state_->reactor = this;
-    after_ = request.after_seq();
-    NextLocked();
+    {
+      MutexLock lock(&state_->mu);
+      state_->reactor = this;
+      after_ = request.after_seq();
+    }
+    Pump();
   }
 
   void OnWriteDone(bool ok) override {
-    MutexLock lock(&state_->mu);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::CANCELLED);
+    bool cancelled = false;
+    {
+      MutexLock lock(&state_->mu);
+      writing_ = false;
+      if (!ok) {
+        cancelled = !finished_;
+        finished_ = true;
+      } else {
+        after_ = batch_[index_].seq();
+        ++sent_;
+        ++index_;
+      }
+    }
+    if (cancelled) {
+      Finish(grpc::Status::CANCELLED);
       return;
     }
-    after_ = batch_[index_].seq();
-    ++sent_;
-    ++index_;
-    NextLocked();
+    Pump();
   }
 
   void OnCancel() override {
-    MutexLock lock(&state_->mu);
-    if (wait_token_ != 0) daemon_->CancelEventWait(wait_token_);
-    wait_token_ = 0;
-    if (!writing_) FinishLocked(grpc::Status::CANCELLED);
+    bool finish = false;
+    {
+      MutexLock lock(&state_->mu);
+      if (wait_token_ != 0) daemon_->CancelEventWait(wait_token_);
+      wait_token_ = 0;
+      if (!writing_ && !finished_) {
+        finished_ = true;
+        finish = true;
+      }
+    }
+    if (finish) Finish(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
+    bool last = false;
     {
       MutexLock lock(&state_->mu);
       state_->reactor = nullptr;
       if (wait_token_ != 0) daemon_->CancelEventWait(wait_token_);
+      wait_token_ = 0;
+      last = state_->pumping == 0;
     }
-    delete this;
+    if (last) delete this;
   }
 
  private:
   struct State {
     Mutex mu;
-    EventsReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    EventsReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;  // Null once OnDone ran.
+    int pumping ABSL_GUARDED_BY(mu) = 0;                   // Wake-ups inside Pump().
   };
 
-  void FinishLocked(const grpc::Status& status) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(status);
+  // Writes the next event, or registers for the next one, or finishes.
+  void Pump() {
+    while (true) {
+      const v1::Event* write = nullptr;
+      bool finish = false;
+      {
+        MutexLock lock(&state_->mu);
+        if (finished_ || writing_) return;
+        if (limit_ != 0 && sent_ >= limit_) {
+          finished_ = finish = true;
+        } else {
+          if (index_ >= batch_.size()) {
+            batch_ = daemon_->EventsAfter(after_, kBatch);
+            index_ = 0;
+          }
+          if (index_ < batch_.size()) {
+            writing_ = true;
+            write = &batch_[index_];
+          } else if (!follow_) {
+            finished_ = finish = true;
+          } else {
+            wait_token_ = daemon_->WaitForEvents(after_, Waker());
+            if (wait_token_ != 0) return;
+            continue;  // An event arrived between the fetch and the registration.
+          }
+        }
+      }
+      if (write != nullptr) StartWrite(write);
+      if (finish) Finish(grpc::Status::OK);
+      return;
+    }
   }
 
-  // Writes the next event, or waits for one, or finishes.
-  void NextLocked() {
-    while (!finished_) {
-      if (limit_ != 0 && sent_ >= limit_) {
-        FinishLocked(grpc::Status::OK);
-        return;
-      }
-      if (index_ >= batch_.size()) {
-        batch_ = daemon_->EventsAfter(after_, kBatch);
-        index_ = 0;
-      }
-      if (index_ < batch_.size()) {
-        writing_ = true;
-        StartWrite(&batch_[index_]);
-        return;
-      }
-      if (!follow_) {
-        FinishLocked(grpc::Status::OK);
-        return;
-      }
-      std::weak_ptr<State> weak = state_;
-      // The wake-up runs on whichever thread logs the next event, without the daemon's lock.
-      wait_token_ = daemon_->WaitForEvents(after_, [weak] {
-        std::shared_ptr<State> state = weak.lock();
-        if (state == nullptr) return;
+  // The wake-up runs on whichever thread logs the next event, without the daemon's lock.
+  std::function<void()> Waker() {
+    std::weak_ptr<State> weak = state_;
+    return [weak] {
+      std::shared_ptr<State> state = weak.lock();
+      if (state == nullptr) return;
+      EventsReactor* reactor = nullptr;
+      {
         MutexLock lock(&state->mu);
-        if (state->reactor == nullptr) return;
-        state->reactor->wait_token_ = 0;
-        if (!state->reactor->writing_) state->reactor->NextLocked();
-      });
-      if (wait_token_ != 0) return;
-      // An event arrived between the fetch and the registration: fetch again.
-    }
+        reactor = state->reactor;
+        if (reactor == nullptr) return;
+        reactor->wait_token_ = 0;
+        ++state->pumping;
+      }
+      reactor->Pump();
+      bool orphaned = false;
+      {
+        MutexLock lock(&state->mu);
+        --state->pumping;
+        orphaned = state->reactor == nullptr && state->pumping == 0;
+      }
+      if (orphaned) delete reactor;  // OnDone ran while this wake-up was pumping.
+    };
   }
 
   static constexpr size_t kBatch = 256;

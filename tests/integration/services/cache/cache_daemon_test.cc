@@ -136,6 +136,28 @@ TEST(CacheDaemonTest, StreamEventsDeliversAdmissionsAndFollowsNewOnes) {
   EXPECT_TRUE(reader->Finish().ok());
 }
 
+TEST(CacheDaemonTest, AFollowingEventStreamCanBeCancelledWhileItWaits) {
+  Server server;
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.PrefillCold(0, Tokens(40, 40), {40}, 8);
+  auto ctx = NewClientContext(absl::Seconds(20));
+  v1::StreamEventsRequest req;
+  req.set_follow(true);
+  auto reader = infer.stub()->StreamEvents(ctx.get(), req);
+  v1::Event first;
+  ASSERT_TRUE(reader->Read(&first));
+
+  ctx->TryCancel();
+  v1::Event more;
+  while (reader->Read(&more)) {
+  }
+
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // New events after the cancellation reach nobody and break nothing.
+  EXPECT_EQ(infer.PrefillCold(1, Tokens(41, 40), {40}, 9).size(), 1u);
+}
+
 TEST(CacheDaemonTest, PeerDeathDropsCheckpointsWithUnspilledBorrowedRows) {
   Server server;
   uint64_t kept = 0;
