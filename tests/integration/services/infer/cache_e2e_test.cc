@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -263,6 +264,71 @@ TEST_P(CacheEndToEndTest, ThreeConversationsWithOneSystemPromptShareItsLearnedBo
   ExpectExact(c2, l2, r2);
   ExpectExact(c3, Extend(l2, r3), r3);
 }
+
+// Failure tests on one architecture: the other daemon dies in the middle of a request.
+class CacheFailureTest : public CacheEndToEndTest {};
+
+TEST_P(CacheFailureTest, KillingTheCacheMidRequestTheRequestCompletesUncached) {
+  const std::vector<int32_t> a1 = RandomTokens(1500, kVocab, 21);
+  GenerateResult r1;
+  std::thread request([&] {
+    v1::GenerateRequest req = TokenRequest(a1, 120);
+    r1 = Generate(*stub_, req);
+  });
+  absl::SleepFor(absl::Milliseconds(150));  // Into the prefill's passes.
+  cache_->Kill();
+  request.join();
+
+  ASSERT_TRUE(r1.status.ok()) << r1.status.error_message();
+  EXPECT_EQ(r1.tokens.size(), 120u);
+  absl::StatusOr<ReferenceRun> ref = RunReference(model_, Passes(a1, Extend({}, r1)), 120);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r1.tokens, ref->tokens);
+  EXPECT_TRUE(SameFloats(r1.logprobs, ref->logprobs));
+
+  // The cache comes back: cairn-infer reconnects and the next requests use it again.
+  StartCache();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool connected = false;
+  while (!connected && absl::Now() < deadline) {
+    auto ctx = NewClientContext(absl::Seconds(2));
+    v1::GetModelInfoResponse info;
+    connected = stub_->GetModelInfo(ctx.get(), {}, &info).ok() && info.cache_connected();
+    if (!connected) absl::SleepFor(absl::Milliseconds(50));  // Polling the reconnect.
+  }
+  ASSERT_TRUE(connected);
+  GenerateResult r2 = Run(RandomTokens(400, kVocab, 22), "B");
+  EXPECT_TRUE(r2.finished.cache().cache_available());
+  EXPECT_GE(r2.finished.cache().captures(), 1u);
+}
+
+TEST_P(CacheFailureTest, KillingTheInferenceDaemonMidRequestDropsOnlyWhatWasNeverSpilled) {
+  const std::vector<int32_t> a1 = RandomTokens(700, kVocab, 23);
+  GenerateResult r1 = Run(a1, "A");
+  WaitSpilled();  // A's checkpoint is safe in the arena.
+  // B's request is killed in flight: its captures borrow rows nobody spilled.
+  std::thread doomed(
+      [&] { (void)Generate(*stub_, TokenRequest(RandomTokens(1800, kVocab, 24), 50)); });
+  absl::SleepFor(absl::Milliseconds(300));
+  infer_->Kill();
+  doomed.join();
+
+  StartInfer(1);
+  auto cache = cache::v1::CacheService::NewStub(NewLocalChannel(cache_->address()));
+  auto ctx = NewClientContext(absl::Seconds(5));
+  cache::v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(cache->ListCheckpoints(ctx.get(), {}, &list).ok());
+  for (const auto& c : list.checkpoints()) EXPECT_FALSE(c.borrowed()) << c.checkpoint_id();
+  const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(30, kVocab, 25));
+  GenerateResult r2 = Run(a2, "A");
+
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r2.started.cache().restored_depth(), a1.size());
+  ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, CacheFailureTest, ::testing::Values("dense"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CacheEndToEndTest,
                          ::testing::Values("dense", "next", "moe"),
