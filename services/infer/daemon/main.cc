@@ -78,6 +78,9 @@ int Run(int argc, char** argv) {
   flags.Add("served-model-name", &model_options.served_name,
             "model name reported to clients (default: the folder's name)");
   flags.Add("backend", &model_options.backend, "kernel backend: cpu");
+  flags.Add("numerics", &model_options.numerics,
+            "fast (outputs exact for identical pass boundaries) or pass-invariant (exact "
+            "whatever the restore point; slower prefill)");
   flags.Add("threads", &model_options.threads, "backend threads (0: one per hardware thread)");
   flags.Add("context", &model_options.context_tokens,
             "tokens per slot (0: max_position_embeddings, at most --max-context)");

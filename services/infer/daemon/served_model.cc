@@ -16,9 +16,10 @@
 namespace cairn::infer {
 namespace {
 
-// The numerics class of the CPU backend: part of the compatibility identity, so that state
+// The numerics classes of the CPU backend: part of the compatibility identity, so that state
 // computed by another backend (or another version of this one's arithmetic) is never mixed.
 constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
+constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
@@ -84,11 +85,17 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
     return absl::InvalidArgumentError(
         absl::StrCat("backend \"", options.backend, "\" is not available (this build has: cpu)"));
   }
+  if (options.numerics != "fast" && options.numerics != "pass-invariant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("numerics \"", options.numerics, "\" is not one of fast, pass-invariant"));
+  }
+  ModelLoadOptions load = options.load;
+  load.qwen3_hybrid.pass_invariant = options.numerics == "pass-invariant";
   CpuKernelBackendOptions cpu;
   cpu.threads = options.threads;
   ASSIGN_OR_RETURN(served->backend_, CpuKernelBackend::Create(cpu));
   served->backend_name_ = "cpu";
-  ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), options.load));
+  ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), load));
 
   absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer =
       text::Tokenizer::FromFile((dir / "tokenizer.json").string());
@@ -150,7 +157,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
   id.tokenizer_digest = tokenizer_digest;
   id.template_digest = template_digest;
   id.layout_digest = LayoutDigest(layout);
-  id.numerics_class = kCpuNumericsClass;
+  id.numerics_class = load.qwen3_hybrid.pass_invariant ? kCpuPassInvariantClass : kCpuNumericsClass;
   id.speculative_config = "";
   id.digest = Hex(Xxh3(absl::StrCat(
       id.architecture, "|", id.weights_digest, "|", id.tokenizer_digest, "|", id.template_digest,

@@ -22,6 +22,9 @@ struct ServedModelOptions {
   int threads = 0;                     // Backend threads; 0: one per hardware thread.
   int64_t context_tokens = 0;          // 0: config.json's max_position_embeddings.
   int64_t max_context_tokens = 32768;  // Cap on the default context (memory per slot).
+  // "fast" (GEMMs, chunked delta rule: bit-identical for identical pass boundaries) or
+  // "pass-invariant" (bit-identical whatever the pass boundaries; slower prefill).
+  std::string numerics = "fast";
   ModelLoadOptions load;
 };
 

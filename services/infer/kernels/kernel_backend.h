@@ -21,6 +21,10 @@ struct AttentionArgs {
   int kv_heads = 0;  // q head j reads kv head j / (q_heads / kv_heads).
   int head_dim = 0;
   float scale = 0.0f;
+  // Compute each query row on its own, with reductions over head_dim and over keys in a fixed
+  // order that depends only on the row's absolute position: the row's output is then the same
+  // bits whatever pass it belongs to (where the pass starts, how many rows it has).
+  bool row_invariant = false;
 };
 
 // Arguments of KernelBackend::GatedDeltaRule (model-spec §3.6.5). Per v-head h the fp32 state

@@ -416,7 +416,44 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
   std::copy(next.begin(), next.end(), state);
 }
 
+// Causal attention computed query row by query row: scores over keys 0..p in key order, a
+// softmax with sums in key order, the output accumulated in key order. Nothing depends on the
+// pass the row belongs to.
+void CpuKernelBackend::RowInvariantAttention(const AttentionArgs& a) {
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  ParallelFor(a.q_heads * a.tokens, [&](int64_t item) {
+    const int64_t h = item / a.tokens;
+    const int64_t r = item % a.tokens;
+    const int64_t kvh = h / group;
+    const int64_t keys = a.past + r + 1;
+    const float* q = a.q + r * q_ld + h * a.head_dim;
+    std::vector<float> p(static_cast<size_t>(keys));
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < keys; ++j) {
+      p[j] = RowDot(q, a.k + j * kv_ld + kvh * a.head_dim, a.head_dim) * a.scale;
+      mx = std::max(mx, p[j]);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < keys; ++j) {
+      p[j] = std::exp(p[j] - mx);
+      sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+    float* out = a.out + r * q_ld + h * a.head_dim;
+    std::fill(out, out + a.head_dim, 0.0f);
+    for (int64_t j = 0; j < keys; ++j) {
+      Axpy(p[j] * inv, a.v + j * kv_ld + kvh * a.head_dim, out, a.head_dim);
+    }
+  });
+}
+
 void CpuKernelBackend::Attention(const AttentionArgs& a) {
+  if (a.row_invariant) {
+    RowInvariantAttention(a);
+    return;
+  }
   // Per query head and block of query rows: scores S = Q K^T through sgemm, a causal softmax
   // per row, then O = P V through sgemm. Blocks bound the score buffer for long contexts.
   const int group = a.q_heads / a.kv_heads;

@@ -378,6 +378,7 @@ void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, c
     args.kv_heads = c_.num_kv_heads;
     args.head_dim = hd;
     args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    args.row_invariant = options_.pass_invariant;
     backend_->Attention(args);
   }
   backend_->SigmoidMul(o.data(), gate.data(), static_cast<int64_t>(o.size()));
@@ -431,7 +432,7 @@ void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* 
     args.v_heads = hv;
     args.dk = dk;
     args.dv = c_.linear_v_dim;
-    args.chunk = s.tokens == 1 ? 0 : options_.gdn_chunk;
+    args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
     backend_->GatedDeltaRule(args);
   }
   backend_->GatedRmsNorm(o.data(), z.data(), t * hv, c_.linear_v_dim, w.norm.data(),
@@ -588,7 +589,7 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
   small.row_kernel = true;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
-    if (t <= options_.row_kernel_max_tokens) {
+    if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) {
       small.seqs.push_back({static_cast<int>(i), batch[i].slot, small.rows, t});
       small.rows += t;
     }
@@ -596,7 +597,7 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
   if (!small.seqs.empty()) RunGroup(small, batch, results);
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
-    if (t <= options_.row_kernel_max_tokens) continue;
+    if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) continue;
     Group alone;
     alone.seqs.push_back({static_cast<int>(i), batch[i].slot, 0, t});
     alone.rows = t;

@@ -95,14 +95,14 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
     absl::Status serving = cache_->WaitServing(absl::Seconds(30));
     ASSERT_TRUE(serving.ok()) << serving;
   }
-  void StartInfer(int slots) {
+  void StartInfer(int slots, const std::string& numerics = "fast") {
     infer_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{
             std::string(CAIRN_BINARY_DIR) + "/services/infer/daemon/cairn-infer",
             "--model=" + model_, "--sessions=" + std::to_string(slots),
             "--cache=unix:" + dir_ + "/cache.sock", "--listen=unix:" + dir_ + "/infer.sock",
-            "--threads=2", "--context=4096", "--max-pass-tokens=" + std::to_string(kMaxPass),
-            "--log-level=warning"},
+            "--threads=2", "--context=4096", "--numerics=" + numerics,
+            "--max-pass-tokens=" + std::to_string(kMaxPass), "--log-level=warning"},
         "unix:" + dir_ + "/infer.sock");
     ASSERT_TRUE(infer_->Start().ok());
     absl::Status serving = infer_->WaitServing(absl::Seconds(60));
@@ -325,6 +325,25 @@ TEST_P(CacheFailureTest, KillingTheInferenceDaemonMidRequestDropsOnlyWhatWasNeve
   EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
   EXPECT_EQ(r2.started.cache().restored_depth(), a1.size());
   ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
+}
+
+// With pass-invariant numerics caching changes no bit at all: a conversation restored from RAM
+// after another used the slot equals the cold run of its whole prompt in one pass.
+TEST_P(CacheFailureTest, PassInvariantRestoreEqualsTheColdSinglePassRun) {
+  infer_->Kill();
+  StartInfer(1, "pass-invariant");
+  const std::vector<int32_t> a1 = RandomTokens(600, kVocab, 31);
+  GenerateResult r1 = Run(a1, "A");
+  (void)Run(RandomTokens(300, kVocab, 32), "B");
+  const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(45, kVocab, 33));
+
+  GenerateResult r2 = Run(a2, "A");
+
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  absl::StatusOr<ReferenceRun> ref = RunReference(model_, {a2}, kGen, /*pass_invariant=*/true);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r2.tokens, ref->tokens);
+  EXPECT_TRUE(SameFloats(r2.logprobs, ref->logprobs));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dense, CacheFailureTest, ::testing::Values("dense"),

@@ -125,9 +125,11 @@ v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, uint32_t ma
 
 absl::StatusOr<ReferenceRun> RunReference(const std::string& model_dir,
                                           const std::vector<std::vector<int32_t>>& passes,
-                                          int max_tokens) {
+                                          int max_tokens, bool pass_invariant) {
   std::unique_ptr<CpuKernelBackend> backend = TestBackend();
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(model_dir, backend.get(), {}));
+  ModelLoadOptions lo;
+  lo.qwen3_hybrid.pass_invariant = pass_invariant;
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(model_dir, backend.get(), lo));
   int64_t total = 0;
   for (const auto& p : passes) total += static_cast<int64_t>(p.size());
   HostKvMemoryOptions ko;

@@ -95,7 +95,7 @@ struct ReferenceRun {
 };
 absl::StatusOr<ReferenceRun> RunReference(const std::string& model_dir,
                                           const std::vector<std::vector<int32_t>>& passes,
-                                          int max_tokens);
+                                          int max_tokens, bool pass_invariant = false);
 
 }  // namespace cairn::infer::testing
 
