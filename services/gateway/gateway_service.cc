@@ -38,9 +38,13 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
         metrics_(metrics),
         count_(std::move(count)) {}
 
-  void Start(InferPool* pool, const std::string& model, infer_v1::GenerateRequest request) {
+  void Start(InferPool* pool, const std::string& model, infer_v1::GenerateRequest request,
+             absl::Duration ping_interval) {
     call_ = pool->Generate(model, std::move(request), shared_from_this());
     exchange_->OnClientGone([self = shared_from_this()] { self->ClientGone(); });
+    if (stream_ && ping_interval > absl::ZeroDuration()) {
+      exchange_->StartHeartbeat(ping_interval, [self = shared_from_this()] { self->Ping(); });
+    }
   }
 
   // gRPC threads.
@@ -53,7 +57,26 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
 
  private:
   // Strand.
+  void StartStreamOnce() {
+    if (started_stream_) return;
+    exchange_->StartStream(content_type_);
+    count_(200);
+    started_stream_ = true;
+  }
+
+  // Sends an SSE comment when nothing was sent since the last tick.
+  void Ping() {
+    if (client_gone_ || finished_) return;
+    if (active_) {
+      active_ = false;
+      return;
+    }
+    StartStreamOnce();
+    exchange_->Write(": ping\n\n", nullptr);
+  }
+
   void Handle(const infer_v1::GenerateResponse& m) {
+    active_ = true;
     if (client_gone_) {
       call_->ReadNext();  // Drains to the end; the call is cancelled.
       return;
@@ -64,9 +87,7 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
           call_->ReadNext();
           return;
         }
-        exchange_->StartStream(content_type_);
-        count_(200);
-        started_stream_ = true;
+        StartStreamOnce();
         Send(formatter_->StreamStarted(m.started()));
         return;
       case infer_v1::GenerateResponse::kDelta: {
@@ -87,11 +108,7 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
         finished_ = true;
         metrics_->ObserveFinished(m.finished());
         if (stream_) {
-          if (!started_stream_) {  // A daemon that skipped Started.
-            exchange_->StartStream(content_type_);
-            count_(200);
-            started_stream_ = true;
-          }
+          StartStreamOnce();  // A daemon that skipped Started.
           exchange_->Write(formatter_->StreamFinished(m.finished()), nullptr);
           exchange_->EndStream();
         } else {
@@ -158,6 +175,7 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
   bool started_stream_ = false;
   bool finished_ = false;
   bool client_gone_ = false;
+  bool active_ = false;  // A message arrived since the last ping tick.
   absl::Time last_delta_ = absl::InfinitePast();
 };
 
@@ -263,7 +281,7 @@ void GatewayService::Generate(const std::shared_ptr<HttpExchange>& exchange,
   auto run = std::make_shared<GenerationRun>(
       exchange, route, std::move(*spec), std::move(formatter), &metrics_,
       [this, route](int status) { metrics_.CountRequest(route, status); });
-  run->Start(pool_, model->name, std::move(request));
+  run->Start(pool_, model->name, std::move(request), options_.sse_ping_interval);
 }
 
 void GatewayService::Health(const std::shared_ptr<HttpExchange>& exchange) {

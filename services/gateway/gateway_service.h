@@ -19,6 +19,10 @@ namespace cairn::gateway {
 struct GatewayServiceOptions {
   RequestLimits limits;
   ErrorRendering errors;
+  // A streamed request that has sent nothing for this long (a long prefill, a slow step)
+  // gets its headers and an SSE comment, so that proxies keep the connection and a gone
+  // client shows as a failed write (GW6). Zero: never.
+  absl::Duration sse_ping_interval = absl::Seconds(15);
 };
 
 // Thread-safe. `pool` must outlive this object; handlers run on the HTTP server's threads.

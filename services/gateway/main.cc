@@ -72,6 +72,8 @@ int Run(int argc, char** argv) {
   flags.Add("write-timeout", &http.write_timeout, "time for one write to the client");
   flags.Add("drain-timeout", &http.drain_timeout, "how long SIGTERM lets requests finish");
   flags.Add("retry-after", &http.retry_after_seconds, "Retry-After seconds on 429 and 503");
+  flags.Add("sse-ping-interval", &service_options.sse_ping_interval,
+            "silence after which a stream gets an SSE comment (0: never)");
   flags.Add("rpc-timeout", &upstream.rpc_timeout, "deadline of unary calls to the daemons");
   flags.Add("generate-timeout", &upstream.generate_timeout, "deadline of one generation");
   flags.Add("refresh-interval", &upstream.refresh_interval,

@@ -15,6 +15,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/beast/core.hpp"
 #include "common/concurrency/mutex.h"
@@ -169,7 +170,7 @@ std::string RetryAfter(const HttpServerOptions& o) { return absl::StrCat(o.retry
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, HttpServerState* state)
-      : stream_(std::move(socket)), state_(state) {
+      : stream_(std::move(socket)), state_(state), heartbeat_timer_(stream_.get_executor()) {
     ++state_->connections;
   }
   ~Session() { --state_->connections; }
@@ -236,6 +237,12 @@ class Session : public std::enable_shared_from_this<Session> {
     net::post(stream_.get_executor(),
               [self = shared_from_this(), fn = std::move(fn)] { self->RunGuarded(fn); });
   }
+  void StartHeartbeat(uint64_t seq, absl::Duration interval, std::function<void()> tick) {
+    if (!IsCurrent(seq) || interval <= absl::ZeroDuration()) return;
+    heartbeat_ = std::move(tick);
+    heartbeat_interval_ = interval;
+    ArmHeartbeat();
+  }
 
  private:
   struct Chunk {
@@ -243,6 +250,16 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string data;
     std::function<void(bool)> done;
   };
+
+  void ArmHeartbeat() {
+    heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(heartbeat_interval_));
+    heartbeat_timer_.async_wait(
+        [self = shared_from_this(), seq = current_seq_](beast::error_code ec) {
+          if (ec || !self->IsCurrent(seq) || !self->heartbeat_) return;
+          self->RunGuarded(self->heartbeat_);
+          if (self->IsCurrent(seq) && self->heartbeat_) self->ArmHeartbeat();
+        });
+  }
 
   // Runs a handler-supplied function; an exception becomes a 500 (none may escape).
   void RunGuarded(const std::function<void()>& fn) {
@@ -533,6 +550,10 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!exchange_active_) return;
     exchange_active_ = false;
     on_gone_ = nullptr;
+    if (heartbeat_) {
+      heartbeat_ = nullptr;
+      heartbeat_timer_.cancel();
+    }
     if (admitted_) {
       admitted_ = false;
       --state_->inflight;
@@ -571,6 +592,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   HttpServerState* const state_;  // Outlives every session (Shutdown joins the threads).
+  net::steady_timer heartbeat_timer_;
+  std::function<void()> heartbeat_;  // Set while the current exchange wants ticks.
+  absl::Duration heartbeat_interval_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpRequest request_;
@@ -617,6 +641,9 @@ class SessionExchange : public HttpExchange {
     session_->OnClientGone(seq_, std::move(fn));
   }
   void Post(std::function<void()> fn) override { session_->Post(std::move(fn)); }
+  void StartHeartbeat(absl::Duration interval, std::function<void()> tick) override {
+    session_->StartHeartbeat(seq_, interval, std::move(tick));
+  }
   bool finished() const override { return !session_->IsCurrent(seq_); }
 
  private:

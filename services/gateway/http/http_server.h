@@ -73,6 +73,9 @@ class HttpExchange {
   virtual void OnClientGone(std::function<void()> on_gone) = 0;
   // Runs `fn` on the strand (later, never inline).
   virtual void Post(std::function<void()> fn) = 0;
+  // Runs `tick` on the strand every `interval` until the exchange finishes (keep-alive
+  // pings during long waits). A second call replaces the first.
+  virtual void StartHeartbeat(absl::Duration interval, std::function<void()> tick) = 0;
   // True once the exchange has answered or its client is gone.
   virtual bool finished() const = 0;
 };

@@ -36,42 +36,41 @@ int HttpStatusFor(const absl::Status& status) {
   }
 }
 
-absl::string_view OpenAiErrorType(int http_status) {
-  switch (http_status) {
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-    case 504:
-      return "service_unavailable_error";
-    default:
-      return http_status < 500 ? "invalid_request_error" : "server_error";
+namespace {
+
+// Error "type" names by HTTP status in both APIs; others fall back by class (4xx / 5xx).
+struct ErrorTypeRow {
+  int http;
+  absl::string_view openai;
+  absl::string_view anthropic;
+};
+constexpr ErrorTypeRow kErrorTypes[] = {
+    {401, "authentication_error", "authentication_error"},
+    {403, "permission_error", "permission_error"},
+    {404, "not_found_error", "not_found_error"},
+    {413, "invalid_request_error", "request_too_large"},
+    {429, "rate_limit_error", "rate_limit_error"},
+    {503, "service_unavailable_error", "overloaded_error"},
+    {504, "service_unavailable_error", "overloaded_error"},
+};
+
+const ErrorTypeRow* FindErrorType(int http_status) {
+  for (const ErrorTypeRow& row : kErrorTypes) {
+    if (row.http == http_status) return &row;
   }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::string_view OpenAiErrorType(int http_status) {
+  if (const ErrorTypeRow* row = FindErrorType(http_status)) return row->openai;
+  return http_status < 500 ? "invalid_request_error" : "server_error";
 }
 
 absl::string_view AnthropicErrorType(int http_status) {
-  switch (http_status) {
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-    case 504:
-      return "overloaded_error";
-    default:
-      return http_status < 500 ? "invalid_request_error" : "api_error";
-  }
+  if (const ErrorTypeRow* row = FindErrorType(http_status)) return row->anthropic;
+  return http_status < 500 ? "invalid_request_error" : "api_error";
 }
 
 bool IsAnthropicPath(absl::string_view path) { return absl::StartsWith(path, "/v1/messages"); }

@@ -366,6 +366,28 @@ TEST(GatewayApiTest, ErrorAfterTheStreamStartedEndsItWithAnErrorEvent) {
   EXPECT_EQ(chunks.back()["error"]["message"], "model exploded");
 }
 
+TEST(GatewayApiTest, SilentStreamsGetPingsBeforeTheFirstToken) {
+  HarnessOptions options;
+  options.sse_ping_interval = absl::Milliseconds(20);
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s = Script::Reply({"Hello"});
+    s.steps.insert(s.steps.begin(), Script().Pause(absl::Milliseconds(300)).steps[0]);
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions",
+                             R"({"stream":true,"messages":[{"role":"user","content":"x"}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body.rfind(": ping\n\n", 0), 0u) << r.body;
+  bool done = false;
+  std::vector<json> chunks = DataChunks(r.body, &done);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "Hello");
+}
+
 TEST(GatewayApiTest, AnthropicMessagesNonStreamed) {
   GatewayHarness h;
   h.fake().SetScript(ToolCallScript);

@@ -26,6 +26,7 @@ struct HarnessOptions {
     return o;
   }();
   RequestLimits limits;
+  absl::Duration sse_ping_interval = absl::Seconds(15);
   std::string infer_address;  // Empty: start the fake.
 };
 
@@ -45,6 +46,7 @@ class GatewayHarness {
     EXPECT_TRUE(pool_->WaitForReady(absl::Seconds(10))) << "the inference daemon never answered";
     GatewayServiceOptions service_options;
     service_options.limits = options.limits;
+    service_options.sse_ping_interval = options.sse_ping_interval;
     service_ = std::make_unique<GatewayService>(pool_.get(), service_options);
     Router router;
     service_->Register(&router);
