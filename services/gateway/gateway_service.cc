@@ -140,20 +140,16 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
   }
 
   void Done(const absl::Status& status) {
-    if (client_gone_) return;
+    if (client_gone_ || finished_) return;  // Answered already, or nobody to answer.
     absl::Status s = status;
-    if (s.ok() && !finished_)
-      s = absl::InternalError("the inference stream ended without Finished");
-    if (s.ok()) return;
+    if (s.ok()) s = absl::InternalError("the inference stream ended without Finished");
     if (!started_stream_) {
       count_(HttpStatusFor(s));
       exchange_->RespondError(s);
       return;
     }
-    if (!finished_) {
-      exchange_->Write(formatter_->StreamError(s), nullptr);
-      exchange_->EndStream();
-    }
+    exchange_->Write(formatter_->StreamError(s), nullptr);
+    exchange_->EndStream();
   }
 
   void ClientGone() {

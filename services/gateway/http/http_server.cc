@@ -91,6 +91,15 @@ const Router::Route* Router::Find(HttpVerb verb, absl::string_view path, bool* p
   return nullptr;
 }
 
+// A connection the server can close at shutdown.
+class Closable {
+ public:
+  virtual ~Closable() = default;
+  // Drops every handler-supplied callback and closes the socket. Called by Shutdown() once
+  // the io_context's threads have stopped, so nothing else runs on the connection's strand.
+  virtual void ForceClose() = 0;
+};
+
 // Shared by the listener, the sessions and the HttpServer. Thread-safe: options, router and
 // errors are immutable after Start; counters are atomics; the drain wait uses mu_.
 class HttpServerState {
@@ -141,6 +150,31 @@ class HttpServerState {
     return true;
   }
 
+  // Remembers `c` for ForceCloseAll (weakly: the connection's owners decide its lifetime).
+  void Register(const std::shared_ptr<Closable>& c) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    if (connections_.size() >= compact_at_) {
+      connections_.erase(
+          std::remove_if(connections_.begin(), connections_.end(),
+                         [](const std::weak_ptr<Closable>& w) { return w.expired(); }),
+          connections_.end());
+      compact_at_ = std::max<size_t>(64, 2 * connections_.size());
+    }
+    connections_.push_back(c);
+  }
+  // Force-closes every connection still alive. REQUIRES: the io_context is stopped.
+  void ForceCloseAll() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<std::shared_ptr<Closable>> alive;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& w : connections_) {
+        if (auto c = w.lock()) alive.push_back(std::move(c));
+      }
+      connections_.clear();
+    }
+    for (auto& c : alive) c->ForceClose();
+  }
+
   std::vector<std::thread> threads;  // Written by Start and Shutdown only.
   bool shut_down = false;            // Written by Shutdown only (one caller).
 
@@ -154,6 +188,8 @@ class HttpServerState {
   mutable Mutex mu_;
   CondVar cv_;
   int64_t exchanges_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::weak_ptr<Closable>> connections_ ABSL_GUARDED_BY(mu_);
+  size_t compact_at_ ABSL_GUARDED_BY(mu_) = 64;
 };
 
 namespace {
@@ -167,7 +203,7 @@ std::string RetryAfter(const HttpServerOptions& o) { return absl::StrCat(o.retry
 // Invariants: at most one read (request read or watch read) and one write are pending;
 // `current_seq_` names the exchange allowed to answer, and it changes only after the
 // response has been fully written.
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public Closable, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, HttpServerState* state)
       : stream_(std::move(socket)), state_(state), heartbeat_timer_(stream_.get_executor()) {
@@ -186,6 +222,25 @@ class Session : public std::enable_shared_from_this<Session> {
       self->current_path_ = "/";
       self->SendWhole(self->BusyResponse(absl::UnavailableError("too many connections")));
     });
+  }
+
+  void ForceClose() override {
+    on_gone_ = nullptr;
+    heartbeat_ = nullptr;
+    chunks_.clear();
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    if (exchange_active_) {
+      exchange_active_ = false;
+      if (counted_exchange_) {
+        counted_exchange_ = false;
+        state_->ExchangeEnded();
+      }
+      if (admitted_) {
+        admitted_ = false;
+        --state_->inflight;
+      }
+    }
   }
 
   // ---- Exchange API (strand only) ----
@@ -448,7 +503,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::function<void()> fn = std::move(on_gone_);
     on_gone_ = nullptr;
     if (fn) RunGuarded(fn);
-    if (exchange_active_ && !writing_) EndExchange(/*reuse=*/false);
+    Close();  // Ends the exchange; a pending write completes with an error.
   }
 
   void SendWhole(HttpResponse r) {
@@ -670,6 +725,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
     if (ec == net::error::operation_aborted || !state_->acceptor().is_open()) return;
     if (!ec) {
       auto session = std::make_shared<Session>(std::move(socket), state_);
+      state_->Register(session);
       if (state_->connections.load() > state_->options().max_connections) {
         session->RejectBusy();
       } else {
@@ -755,6 +811,9 @@ void HttpServer::Shutdown() {
   state_->ioc().stop();
   for (std::thread& t : state_->threads) t.join();
   state_->threads.clear();
+  // Breaks the references from connections to handler state (a stream still running when
+  // the drain timed out), so that both can be freed.
+  state_->ForceCloseAll();
 }
 
 }  // namespace cairn::gateway

@@ -3,11 +3,15 @@
 // disconnects cancelling generation, keep-alive under many concurrent connections, bad
 // input answered 4xx with the server healthy after (reliability-plan.md GW1-GW7).
 
+#include <algorithm>
 #include <atomic>
+#include <iostream>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/concurrency/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/integration/services/gateway/gateway_harness.h"
 #include "tests/integration/services/gateway/http_test_client.h"
@@ -218,6 +222,56 @@ TEST(GatewayHttpTest, ManyConcurrentConnectionsAllComplete) {
 
   EXPECT_EQ(ok.load(), kClients * kRequestsEach);
   EXPECT_EQ(h.server().stats().inflight, 0);
+}
+
+TEST(GatewayHttpTest, OverloadGetsBusyAnswersAndEveryAdmittedRequestCompletes) {
+  HarnessOptions options;
+  options.http.max_inflight = 4;
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s = Script::Reply({"a", "b", "c"});
+    s.steps.insert(s.steps.begin() + 1, Script().Pause(absl::Milliseconds(20)).steps[0]);
+    return s;
+  });
+  constexpr int kClients = 32;
+  constexpr int kRequestsEach = 5;
+  std::atomic<int> completed{0}, busy{0}, other{0};
+  Mutex mu;
+  std::vector<double> busy_ms;
+  std::vector<std::thread> threads;
+
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kRequestsEach; ++i) {
+        HttpTestClient client(h.port());
+        absl::Time start = absl::Now();
+        HttpResult r = client.Post("/v1/chat/completions", kStreamChat);
+        double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+        if (r.status == 200 && absl::StrContains(r.body, "data: [DONE]") &&
+            absl::StrContains(r.body, "\"finish_reason\":\"stop\"")) {
+          ++completed;
+        } else if (r.status == 503 && r.headers.count("retry-after") == 1) {
+          ++busy;
+          MutexLock lock(&mu);
+          busy_ms.push_back(ms);
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(completed.load() + busy.load(), kClients * kRequestsEach);
+  EXPECT_GT(busy.load(), 0);
+  EXPECT_EQ(h.fake().generate_calls(), completed.load());  // Refused before any upstream call.
+  EXPECT_EQ(h.server().stats().inflight, 0);
+  MutexLock lock(&mu);
+  std::sort(busy_ms.begin(), busy_ms.end());
+  double p99 = busy_ms.empty() ? 0 : busy_ms[busy_ms.size() * 99 / 100];
+  std::cout << "overload: " << completed.load() << " completed, " << busy.load()
+            << " answered 503, busy answer p99 " << p99 << " ms\n";
 }
 
 TEST(GatewayHttpTest, BadInputsGet4xxAndTheServerStaysHealthy) {
