@@ -144,8 +144,7 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
     absl::Status s = status;
     if (s.ok()) s = absl::InternalError("the inference stream ended without Finished");
     if (!started_stream_) {
-      count_(HttpStatusFor(s));
-      exchange_->RespondError(s);
+      exchange_->RespondError(s);  // Counted by the error renderer.
       return;
     }
     exchange_->Write(formatter_->StreamError(s), nullptr);
@@ -186,10 +185,15 @@ absl::StatusOr<std::string> ModelField(const Json& body) {
 GatewayService::GatewayService(InferPool* pool, GatewayServiceOptions options)
     : pool_(pool), options_(std::move(options)) {}
 
-ErrorRenderer GatewayService::error_renderer() const {
+ErrorRenderer GatewayService::error_renderer() {
+  // Every error answer passes here, from the handlers and from the HTTP layer (401, 413,
+  // 503...), so it is counted here, under its route or "other" (the label set stays bounded
+  // whatever paths clients send).
   ErrorRendering rendering = options_.errors;
-  return [rendering](const absl::Status& s, absl::string_view path) {
-    return RenderError(s, path, rendering);
+  return [this, rendering](const absl::Status& s, absl::string_view path) {
+    HttpResponse r = RenderError(s, path, rendering);
+    metrics_.CountRequest(routes_.contains(path) ? path : "other", r.status);
+    return r;
   };
 }
 
@@ -205,9 +209,8 @@ void GatewayService::Respond(const std::shared_ptr<HttpExchange>& exchange,
 }
 
 void GatewayService::RespondError(const std::shared_ptr<HttpExchange>& exchange,
-                                  const std::string& route, const absl::Status& status) {
-  metrics_.CountRequest(route, HttpStatusFor(status));
-  exchange->RespondError(status);
+                                  const absl::Status& status) {
+  exchange->RespondError(status);  // Counted by the error renderer.
 }
 
 absl::StatusOr<Json> GatewayService::Body(const HttpExchange& exchange) const {
@@ -243,6 +246,7 @@ void GatewayService::Register(Router* router) {
   AddGenerationRoute(router, "/v1/completions", ParseCompletionRequest);
   AddGenerationRoute(router, "/v1/messages", ParseAnthropicMessagesRequest);
   AddGenerationRoute(router, "/v1/responses", ParseResponsesRequest);
+  for (const Router::Route& route : router->routes()) routes_.insert(route.path);
 }
 
 void GatewayService::AddGenerationRoute(Router* router, std::string path, ParseFn parse) {
@@ -250,7 +254,7 @@ void GatewayService::AddGenerationRoute(Router* router, std::string path, ParseF
               [this, path, parse = std::move(parse)](std::shared_ptr<HttpExchange> ex) {
                 absl::StatusOr<Json> body = Body(*ex);
                 if (!body.ok()) {
-                  RespondError(ex, path, body.status());
+                  RespondError(ex, body.status());
                   return;
                 }
                 Generate(ex, path, parse(*body, options_.limits));
@@ -260,16 +264,16 @@ void GatewayService::AddGenerationRoute(Router* router, std::string path, ParseF
 void GatewayService::Generate(const std::shared_ptr<HttpExchange>& exchange,
                               const std::string& route, absl::StatusOr<GenerationSpec> spec) {
   if (!spec.ok()) {
-    RespondError(exchange, route, spec.status());
+    RespondError(exchange, spec.status());
     return;
   }
   absl::StatusOr<ModelEntry> model = pool_->ResolveModel(spec->model);
   if (!model.ok()) {
-    RespondError(exchange, route, model.status());
+    RespondError(exchange, model.status());
     return;
   }
   if (absl::Status s = CheckAgainstVocabulary(*spec, model->vocab_size); !s.ok()) {
-    RespondError(exchange, route, s);
+    RespondError(exchange, s);
     return;
   }
   std::unique_ptr<ResponseFormatter> formatter = spec->make_formatter(model->name);
@@ -321,7 +325,7 @@ void GatewayService::Tokenize(const std::shared_ptr<HttpExchange>& exchange) {
   const std::string route = "/tokenize";
   absl::StatusOr<ModelRequest> parsed = BodyAndModel(*exchange);
   if (!parsed.ok()) {
-    RespondError(exchange, route, parsed.status());
+    RespondError(exchange, parsed.status());
     return;
   }
   const ModelEntry* model = &parsed->model;
@@ -330,7 +334,7 @@ void GatewayService::Tokenize(const std::shared_ptr<HttpExchange>& exchange) {
                 context = model->context_length](absl::StatusOr<std::vector<uint32_t>> ids) {
     exchange->Post([this, exchange, route, context, ids = std::move(ids)] {
       if (!ids.ok()) {
-        RespondError(exchange, route, ids.status());
+        RespondError(exchange, ids.status());
         return;
       }
       Respond(exchange, route,
@@ -341,12 +345,12 @@ void GatewayService::Tokenize(const std::shared_ptr<HttpExchange>& exchange) {
     infer_v1::ApplyTemplateRequest req;
     absl::Status s = ParseChatMessages(*messages, "messages", options_.limits, req.mutable_chat());
     if (!s.ok()) {
-      RespondError(exchange, route, s);
+      RespondError(exchange, s);
       return;
     }
     absl::StatusOr<std::optional<bool>> gen = f.Bool("add_generation_prompt");
     if (!gen.ok()) {
-      RespondError(exchange, route, gen.status());
+      RespondError(exchange, gen.status());
       return;
     }
     req.mutable_chat()->mutable_options()->set_add_generation_prompt(gen->value_or(true));
@@ -361,14 +365,14 @@ void GatewayService::Tokenize(const std::shared_ptr<HttpExchange>& exchange) {
       f.String("prompt", options_.limits.max_string_bytes);
   if (text.ok() && !text->has_value()) text = f.String("text", options_.limits.max_string_bytes);
   if (!text.ok() || !text->has_value()) {
-    RespondError(
-        exchange, route,
-        text.ok() ? absl::InvalidArgumentError("prompt (or messages) is required") : text.status());
+    RespondError(exchange, text.ok()
+                               ? absl::InvalidArgumentError("prompt (or messages) is required")
+                               : text.status());
     return;
   }
   absl::StatusOr<std::optional<bool>> special = f.Bool("add_special_tokens");
   if (!special.ok()) {
-    RespondError(exchange, route, special.status());
+    RespondError(exchange, special.status());
     return;
   }
   infer_v1::TokenizeRequest req;
@@ -385,7 +389,7 @@ void GatewayService::Detokenize(const std::shared_ptr<HttpExchange>& exchange) {
   const std::string route = "/detokenize";
   absl::StatusOr<ModelRequest> parsed = BodyAndModel(*exchange);
   if (!parsed.ok()) {
-    RespondError(exchange, route, parsed.status());
+    RespondError(exchange, parsed.status());
     return;
   }
   const ModelEntry* model = &parsed->model;
@@ -393,7 +397,7 @@ void GatewayService::Detokenize(const std::shared_ptr<HttpExchange>& exchange) {
   absl::StatusOr<const Json*> tokens = f.Array("tokens", options_.limits.max_prompt_token_ids);
   if (tokens.ok() && *tokens == nullptr) tokens = absl::InvalidArgumentError("tokens is required");
   if (!tokens.ok()) {
-    RespondError(exchange, route, tokens.status());
+    RespondError(exchange, tokens.status());
     return;
   }
   infer_v1::DetokenizeRequest req;
@@ -403,7 +407,7 @@ void GatewayService::Detokenize(const std::shared_ptr<HttpExchange>& exchange) {
     absl::StatusOr<int64_t> id =
         JsonInteger((**tokens)[i], absl::StrCat("tokens[", i, "]"), 0, max_id);
     if (!id.ok()) {
-      RespondError(exchange, route, id.status());
+      RespondError(exchange, id.status());
       return;
     }
     req.add_ids(static_cast<uint32_t>(*id));
@@ -412,7 +416,7 @@ void GatewayService::Detokenize(const std::shared_ptr<HttpExchange>& exchange) {
                     [this, exchange, route](absl::StatusOr<infer_v1::DetokenizeResponse> r) {
                       exchange->Post([this, exchange, route, r = std::move(r)] {
                         if (!r.ok()) {
-                          RespondError(exchange, route, r.status());
+                          RespondError(exchange, r.status());
                           return;
                         }
                         Respond(exchange, route, JsonResponse({{"prompt", r->text()}}));
@@ -427,7 +431,7 @@ void GatewayService::CountTokens(const std::shared_ptr<HttpExchange>& exchange) 
       body.ok() ? ParseAnthropicCountTokensRequest(*body, options_.limits) : body.status();
   absl::StatusOr<ModelEntry> model = spec.ok() ? pool_->ResolveModel(spec->model) : spec.status();
   if (!model.ok()) {
-    RespondError(exchange, route, model.status());
+    RespondError(exchange, model.status());
     return;
   }
   infer_v1::ApplyTemplateRequest req;
@@ -437,7 +441,7 @@ void GatewayService::CountTokens(const std::shared_ptr<HttpExchange>& exchange) 
       [this, exchange, route](absl::StatusOr<infer_v1::ApplyTemplateResponse> r) {
         exchange->Post([this, exchange, route, r = std::move(r)] {
           if (!r.ok()) {
-            RespondError(exchange, route, r.status());
+            RespondError(exchange, r.status());
             return;
           }
           Respond(exchange, route, JsonResponse({{"input_tokens", r->ids_size()}}));

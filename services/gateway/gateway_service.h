@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "services/gateway/http/http_server.h"
 #include "services/gateway/metrics.h"
 #include "services/gateway/openai/errors.h"
@@ -34,8 +35,9 @@ class GatewayService {
 
   // Adds every route to `router`: GET /health and HEAD / public, the rest behind the keys.
   void Register(Router* router);
-  // Renders errors for the HTTP server (OpenAI or Anthropic shape by path).
-  ErrorRenderer error_renderer() const;
+  // Renders errors for the HTTP server (OpenAI or Anthropic shape by path) and counts them.
+  // Call after Register; the renderer must not outlive this object.
+  ErrorRenderer error_renderer();
   // Where /metrics reads the HTTP server's counters; set once the server has started.
   void SetHttpStatsSource(std::function<HttpServerStats()> source) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -58,8 +60,7 @@ class GatewayService {
   // Answers and counts the request in the metrics.
   void Respond(const std::shared_ptr<HttpExchange>& exchange, const std::string& route,
                HttpResponse response);
-  void RespondError(const std::shared_ptr<HttpExchange>& exchange, const std::string& route,
-                    const absl::Status& status);
+  void RespondError(const std::shared_ptr<HttpExchange>& exchange, const absl::Status& status);
   // Parses the request body as a JSON object (InvalidArgument when it is not one).
   absl::StatusOr<Json> Body(const HttpExchange& exchange) const;
   // Parses the body and resolves its optional "model" field.
@@ -72,6 +73,7 @@ class GatewayService {
   InferPool* const pool_;
   const GatewayServiceOptions options_;
   GatewayMetrics metrics_;
+  absl::flat_hash_set<std::string> routes_;  // Registered paths; written by Register only.
   mutable Mutex mu_;
   std::function<HttpServerStats()> http_stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -293,6 +293,8 @@ TEST(GatewayApiTest, ModelsTokenizeDetokenizeAndMetrics) {
   HttpResult tok = client.Post("/tokenize", R"({"prompt":"AB"})");
   HttpResult tok_chat = client.Post("/tokenize", R"({"messages":[{"role":"user","content":"A"}]})");
   HttpResult detok = client.Post("/detokenize", R"({"tokens":[72,105]})");
+  ASSERT_EQ(client.Get("/no/such/route/123").status, 404);
+  ASSERT_EQ(client.Post("/v1/chat/completions", "{").status, 400);
   HttpResult metrics = client.Get("/metrics");
 
   EXPECT_EQ(models.json()["data"][0]["id"], "fake-model");
@@ -308,6 +310,12 @@ TEST(GatewayApiTest, ModelsTokenizeDetokenizeAndMetrics) {
             std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("cairn_gateway_cache_hits_total{tier=\"ram\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("cairn_gateway_requests_total{route=\"other\",status=\"404\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find(
+                "cairn_gateway_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(metrics.body.find("/no/such/route"), std::string::npos);
   EXPECT_NE(metrics.body.find("cairn_gateway_prompt_tokens_total{kind=\"reused\"} 8"),
             std::string::npos);
   EXPECT_NE(metrics.body.find("cairn_infer_slots{daemon="), std::string::npos);
