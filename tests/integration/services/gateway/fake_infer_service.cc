@@ -116,6 +116,16 @@ FakeInferService::FakeInferService() {
   model_.set_vocab_size(1000);
   model_.set_slots(2);
   model_.set_backend("cpu");
+  for (uint32_t i = 0; i < 2; ++i) {
+    auto* slot = slots_.add_slots();
+    slot->set_slot(i);
+    slot->set_state(infer_v1::SlotInfo::STATE_IDLE);
+  }
+}
+
+void FakeInferService::SetSlots(infer_v1::ListSlotsResponse slots) {
+  MutexLock lock(&mu_);
+  slots_ = std::move(slots);
 }
 
 void FakeInferService::SetScript(std::function<Script(const infer_v1::GenerateRequest&)> choose) {
@@ -219,11 +229,8 @@ grpc::Status FakeInferService::ApplyTemplate(grpc::ServerContext*,
 
 grpc::Status FakeInferService::ListSlots(grpc::ServerContext*, const infer_v1::ListSlotsRequest*,
                                          infer_v1::ListSlotsResponse* response) {
-  for (uint32_t i = 0; i < 2; ++i) {
-    auto* slot = response->add_slots();
-    slot->set_slot(i);
-    slot->set_state(infer_v1::SlotInfo::STATE_IDLE);
-  }
+  MutexLock lock(&mu_);
+  *response = slots_;
   return grpc::Status::OK;
 }
 

@@ -56,6 +56,8 @@ class FakeInferService final : public infer_v1::InferService::Service {
   void SetScript(std::function<Script(const infer_v1::GenerateRequest&)> choose)
       ABSL_LOCKS_EXCLUDED(mu_);
   void SetModel(infer_v1::GetModelInfoResponse model) ABSL_LOCKS_EXCLUDED(mu_);
+  // What ListSlots answers (default: two idle slots).
+  void SetSlots(infer_v1::ListSlotsResponse slots) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The last Generate request received.
   infer_v1::GenerateRequest last_request() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,6 +85,7 @@ class FakeInferService final : public infer_v1::InferService::Service {
   mutable Mutex mu_;
   std::function<Script(const infer_v1::GenerateRequest&)> choose_ ABSL_GUARDED_BY(mu_);
   infer_v1::GetModelInfoResponse model_ ABSL_GUARDED_BY(mu_);
+  infer_v1::ListSlotsResponse slots_ ABSL_GUARDED_BY(mu_);
   infer_v1::GenerateRequest last_request_ ABSL_GUARDED_BY(mu_);
   int generate_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int cancelled_calls_ ABSL_GUARDED_BY(mu_) = 0;

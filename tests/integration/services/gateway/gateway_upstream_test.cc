@@ -112,6 +112,48 @@ TEST(InferPoolTest, RequestsGoToTheDaemonServingTheirModel) {
   pool->Shutdown();
 }
 
+infer_v1::ListSlotsResponse Slots(std::vector<infer_v1::SlotInfo::State> states,
+                                  const std::string& conversation = "", uint32_t queued = 0) {
+  infer_v1::ListSlotsResponse r;
+  for (size_t i = 0; i < states.size(); ++i) {
+    auto* slot = r.add_slots();
+    slot->set_slot(static_cast<uint32_t>(i));
+    slot->set_state(states[i]);
+    if (i == 0) slot->set_conversation(conversation);
+  }
+  r.set_queued_requests(queued);
+  return r;
+}
+
+absl::Status RunConversation(InferPool* pool, const std::string& conversation) {
+  auto collector = std::make_shared<Collector>();
+  infer_v1::GenerateRequest request;
+  request.set_conversation(conversation);
+  collector->set_call(pool->Generate("fake-model", std::move(request), collector));
+  return collector->WaitDone();
+}
+
+TEST(InferPoolTest, LeastLoadedDaemonWinsUnlessAnotherHoldsTheConversation) {
+  using S = infer_v1::SlotInfo;
+  FakeInferServer idle, busy;
+  idle.service().SetSlots(Slots({S::STATE_IDLE, S::STATE_IDLE}));
+  busy.service().SetSlots(Slots({S::STATE_IDLE, S::STATE_DECODE}, "conv-7"));
+  auto pool = MakePool({busy.address(), idle.address()});
+  ASSERT_TRUE(pool->WaitForReady(kWait));
+  pool->RefreshNow();
+
+  EXPECT_TRUE(RunConversation(pool.get(), "conv-1").ok());
+  EXPECT_EQ(idle.service().generate_calls(), 1);
+  EXPECT_TRUE(RunConversation(pool.get(), "conv-7").ok());
+  EXPECT_EQ(busy.service().generate_calls(), 1);
+
+  // A daemon with every slot busy and a queue loses its affinity to one with room.
+  busy.service().SetSlots(Slots({S::STATE_DECODE, S::STATE_DECODE}, "conv-7", 3));
+  pool->RefreshNow();
+  EXPECT_TRUE(RunConversation(pool.get(), "conv-7").ok());
+  EXPECT_EQ(idle.service().generate_calls(), 2);
+}
+
 TEST(InferPoolTest, StrictNamesRefuseUnknownModelsElseTheOnlyModelAnswers) {
   FakeInferServer a;
   auto lenient = MakePool({a.address()});
