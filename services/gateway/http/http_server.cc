@@ -341,7 +341,38 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(state_->options().max_body_bytes);
     parser_->header_limit(state_->options().max_header_bytes);
+    // One deadline for the whole request, header and body.
     stream_.expires_after(absl::ToChronoMilliseconds(state_->options().read_timeout));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  }
+
+  // The header is in (and within the limits): a client waiting for "100 Continue" (curl does
+  // for large bodies) gets it, then the body is read.
+  void OnHeader(beast::error_code ec, size_t bytes) {
+    if (ec || parser_->is_done()) {
+      OnRead(ec, bytes);
+      return;
+    }
+    auto expect = parser_->get().find(http::field::expect);
+    if (expect != parser_->get().end() &&
+        absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()),
+                               "100-continue")) {
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
+                       [self = shared_from_this()](beast::error_code write_ec, size_t) {
+                         if (write_ec) {
+                           self->Close();
+                           return;
+                         }
+                         self->ReadBody();
+                       });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
   }

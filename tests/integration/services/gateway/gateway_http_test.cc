@@ -94,6 +94,21 @@ TEST(GatewayHttpTest, OversizedBodyGets413BeforeTheBodyIsSent) {
   EXPECT_EQ(HttpTestClient(h.port()).Get("/health").status, 200);
 }
 
+TEST(GatewayHttpTest, ExpectContinueGetsAnInterimAnswerThenTheResponse) {
+  GatewayHarness h;
+  const std::string body = kChat;
+  HttpTestClient raw(h.port());
+  HttpResult interim = raw.Raw(
+      absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   "Content-Type: application/json\r\nContent-Length: ",
+                   body.size(), "\r\n\r\n", body));
+  HttpResult final = raw.ReadResponse();
+
+  EXPECT_EQ(interim.status, 100) << interim.error;
+  EXPECT_EQ(final.status, 200) << final.error << final.body;
+  EXPECT_EQ(final.json()["choices"][0]["message"]["content"], "Hello world");
+}
+
 TEST(GatewayHttpTest, OversizedHeadersGet431) {
   HarnessOptions options;
   options.http.max_header_bytes = 2048;

@@ -53,6 +53,8 @@ class HttpTestClient {
 
   // Sends raw bytes and returns whatever response comes back (for malformed requests).
   HttpResult Raw(const std::string& bytes);
+  // Reads one more response on the connection (after an interim 100 Continue, say).
+  HttpResult ReadResponse();
   // Sends the head of a streaming request and reads until `min_bytes` of body arrived;
   // returns the bytes read. The connection stays open (Close() drops it).
   std::string StartStream(const std::string& target, const std::string& body, size_t min_bytes);
@@ -61,7 +63,6 @@ class HttpTestClient {
 
  private:
   bool Connect();
-  HttpResult ReadResponse();
 
   int port_;
   absl::Duration timeout_;
