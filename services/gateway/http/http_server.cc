@@ -20,6 +20,7 @@
 #include "boost/beast/core.hpp"
 #include "common/concurrency/mutex.h"
 #include "common/log/log.h"
+#include "common/status/check.h"
 
 namespace cairn::gateway {
 
@@ -78,6 +79,8 @@ bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& 
 }
 
 void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {
+  // GW1: deny by default; only the health check and the root probe may go without a key.
+  CAIRN_CHECK(!options.public_route || path == "/health" || path == "/");
   routes_.push_back(Route{verb, std::move(path), options, std::move(handler)});
 }
 

@@ -83,7 +83,9 @@ class HttpExchange {
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 
 struct RouteOptions {
-  bool public_route = false;  // Needs no API key (only GET /health and HEAD /).
+  // Needs no API key. Only "/health" and "/" may be public (GW1: deny by default); the
+  // router aborts on any other public route.
+  bool public_route = false;
   bool admission = false;     // Counts against max_inflight (generation routes).
 };
 

@@ -245,6 +245,7 @@ TEST(GatewayHttpTest, ManyConcurrentConnectionsAllComplete) {
   constexpr int kRequestsEach = 4;
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
+  absl::Time start = absl::Now();
 
   for (int t = 0; t < kClients; ++t) {
     threads.emplace_back([&, t] {
@@ -256,8 +257,11 @@ TEST(GatewayHttpTest, ManyConcurrentConnectionsAllComplete) {
     });
   }
   for (std::thread& t : threads) t.join();
+  double seconds = absl::ToDoubleSeconds(absl::Now() - start);
 
   EXPECT_EQ(ok.load(), kClients * kRequestsEach);
+  std::cout << "concurrency: " << kClients << " connections x " << kRequestsEach << " requests in "
+            << seconds * 1000 << " ms (" << kClients * kRequestsEach / seconds << " requests/s)\n";
   EXPECT_TRUE(Eventually([&] { return h.server().stats().inflight == 0; }));
 }
 

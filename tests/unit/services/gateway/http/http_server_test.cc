@@ -56,5 +56,12 @@ TEST(HttpServerTest, RouterDistinguishesUnknownPathsFromWrongMethods) {
   EXPECT_FALSE(known);
 }
 
+TEST(HttpServerDeathTest, RouterRefusesPublicRoutesOutsideTheAllowlist) {
+  Router router;
+  router.Add(HttpVerb::get, "/health", {.public_route = true}, nullptr);
+
+  EXPECT_DEATH(router.Add(HttpVerb::post, "/tokenize", {.public_route = true}, nullptr), "");
+}
+
 }  // namespace
 }  // namespace cairn::gateway
