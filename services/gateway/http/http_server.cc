@@ -266,7 +266,14 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     header->set(http::field::content_type, content_type);
     header->set(http::field::cache_control, "no-cache");
     header->keep_alive(keep_alive_);
-    header->chunked(true);
+    // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
+    chunked_ = request_.version() >= 11;
+    if (chunked_) {
+      header->chunked(true);
+    } else {
+      keep_alive_ = false;
+      header->keep_alive(false);
+    }
     stream_header_ = std::move(header);
     header_serializer_ =
         std::make_unique<http::response_serializer<http::empty_body>>(*stream_header_);
@@ -601,12 +608,19 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
         if (c.data.empty()) {  // An empty chunk would end the stream.
           net::post(stream_.get_executor(),
                     [self = shared_from_this()] { self->OnChunkWritten(beast::error_code(), 0); });
-        } else {
+        } else if (chunked_) {
           net::async_write(stream_, http::make_chunk(net::buffer(c.data)), std::move(handler));
+        } else {
+          net::async_write(stream_, net::buffer(c.data), std::move(handler));
         }
         break;
       case Chunk::kLast:
-        net::async_write(stream_, http::make_chunk_last(), std::move(handler));
+        if (chunked_) {
+          net::async_write(stream_, http::make_chunk_last(), std::move(handler));
+        } else {
+          net::post(stream_.get_executor(),
+                    [self = shared_from_this()] { self->OnChunkWritten(beast::error_code(), 0); });
+        }
         break;
     }
   }
@@ -698,6 +712,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   bool watching_ = false;
   bool read_after_watch_ = false;
   bool writing_ = false;
+  bool chunked_ = true;  // Of the current stream (false for HTTP/1.0 clients).
   bool client_gone_ = false;
   bool closed_ = false;
   std::function<void()> on_gone_;

@@ -109,6 +109,20 @@ TEST(GatewayHttpTest, ExpectContinueGetsAnInterimAnswerThenTheResponse) {
   EXPECT_EQ(final.json()["choices"][0]["message"]["content"], "Hello world");
 }
 
+TEST(GatewayHttpTest, Http10StreamsEndByClosingTheConnection) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  const std::string body = kStreamChat;
+
+  HttpResult r = client.Raw(absl::StrCat(
+      "POST /v1/chat/completions HTTP/1.0\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
+
+  EXPECT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.headers.count("transfer-encoding"), 0u);
+  EXPECT_TRUE(absl::StrContains(r.body, "data: [DONE]")) << r.body;
+  EXPECT_FALSE(client.connected());
+}
+
 TEST(GatewayHttpTest, OversizedHeadersGet431) {
   HarnessOptions options;
   options.http.max_header_bytes = 2048;
