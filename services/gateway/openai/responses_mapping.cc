@@ -17,6 +17,7 @@ absl::Status Invalid(const std::string& field, absl::string_view what) {
 
 // Builds the chat prompt from `input` items. Reasoning items attach to the assistant turn
 // that follows them; consecutive function calls share one assistant turn.
+// Thread-compatible; `limits` and `chat` must outlive it.
 class InputBuilder {
  public:
   InputBuilder(const RequestLimits& limits, infer_v1::ChatPrompt* chat)
