@@ -41,6 +41,14 @@ inline unsigned int GridFor(int64_t n, int threads) {
   return static_cast<unsigned int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KiB a block gets
+// without asking). Cheap; called before each launch that needs it.
+template <typename Kernel>
+inline hipError_t AllowSharedBytes(Kernel kernel, size_t bytes) {
+  return hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
 }  // namespace cairn::infer::hip
 
 #endif  // CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_DEVICE_UTIL_H_

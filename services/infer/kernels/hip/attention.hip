@@ -1,0 +1,296 @@
+// Causal GQA attention, flash style: a block takes kBr query rows of one kv head (rows are
+// (token, q head in group) pairs, token-major) and walks the keys in tiles of kBc with an
+// online softmax; O stays in registers, Q, K, V and the score tile in shared memory.
+//
+// Batch invariance: tiles start at key 0 (or at the start of a split, a multiple of kBc), so a
+// row sees the same tiles with the same keys whatever rows share its block; a tile with no key
+// visible to a row is skipped for that row (not folded in as zeros), so extra tiles that other
+// rows need leave its bits untouched. A row's result therefore depends on its query, its
+// position and the keys up to it, not on `tokens`, `past` or the other rows.
+//
+// The split path (decode): keys are cut into ranges of split_keys; each range writes its
+// unnormalised O with its running max and sum, and a second kernel merges the ranges in order.
+// Ranges with no visible key are skipped exactly.
+
+#include <cmath>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+namespace {
+
+constexpr int kBr = 32;                         // Query rows per block.
+constexpr int kBc = 32;                         // Keys per tile.
+constexpr int kThreads = 128;                   // Threads per block.
+constexpr int kThreadsPerRow = kThreads / kBr;  // Threads sharing one output row.
+constexpr int kScoresPerThread = kBc / kThreadsPerRow;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMergeThreads = 128;
+
+struct Params {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t past;
+  int64_t rows;  // tokens * group per kv head.
+  int group;
+  int kv_heads;
+  int d;
+  float scale;
+  int64_t q_ld;
+  int64_t kv_ld;
+  int64_t split_keys;  // Keys per range; >= past + tokens without splits.
+  float* part_o;       // Split path: [splits, kv_heads, rows, d]; null otherwise.
+  float* part_m;       // [splits, kv_heads, rows]
+  float* part_l;       // [splits, kv_heads, rows]
+};
+
+// Marks a row whose tile held no visible key: the tile is skipped for it.
+constexpr float kSkipTile = -1.0f;
+
+size_t SharedFloats(int d) {
+  const size_t qs = static_cast<size_t>(d) + 1;
+  return kBr * qs + kBc * qs + static_cast<size_t>(kBc) * d + kBr * (kBc + 1) + 3 * kBr;
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
+  extern __shared__ float smem[];
+  const int d = p.d;
+  const int qs = d + 1;  // Padded row stride of Q and K: rows start in different banks.
+  float* q_tile = smem;
+  float* k_tile = q_tile + kBr * qs;
+  float* v_tile = k_tile + kBc * qs;
+  float* s_tile = v_tile + kBc * d;
+  float* row_max = s_tile + kBr * (kBc + 1);
+  float* row_sum = row_max + kBr;
+  float* row_alpha = row_sum + kBr;
+
+  const int tid = threadIdx.x;
+  const int kvh = blockIdx.y;
+  const int64_t rho0 = static_cast<int64_t>(blockIdx.x) * kBr;
+  const int64_t split = blockIdx.z;
+
+  for (int idx = tid; idx < kBr * d; idx += kThreads) {
+    const int r = idx / d;
+    const int c = idx % d;
+    const int64_t rho = rho0 + r;
+    float val = 0.0f;
+    if (rho < p.rows) {
+      const int64_t t = rho / p.group;
+      const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+      val = p.q[t * p.q_ld + h * d + c];
+    }
+    q_tile[r * qs + c] = val;
+  }
+  if (tid < kBr) {
+    row_max[tid] = -INFINITY;
+    row_sum[tid] = 0.0f;
+  }
+
+  const int64_t last_rho = (rho0 + kBr < p.rows ? rho0 + kBr : p.rows) - 1;
+  const int64_t last_pos = p.past + last_rho / p.group;
+  const int64_t k_begin = split * p.split_keys;
+  const int64_t split_end = k_begin + p.split_keys;
+  const int64_t k_end = split_end < last_pos + 1 ? split_end : last_pos + 1;
+
+  // Scores: row sr, columns c = lane + kThreadsPerRow * e. Output: row sr, dims lane + 4 * i.
+  const int sr = tid / kThreadsPerRow;
+  const int lane = tid % kThreadsPerRow;
+  const int64_t my_rho = rho0 + sr;
+  const int64_t my_pos = my_rho < p.rows ? p.past + my_rho / p.group : -1;
+  constexpr int kDims = kMaxD / kThreadsPerRow;
+  float acc[kDims];
+#pragma unroll
+  for (int i = 0; i < kDims; ++i) acc[i] = 0.0f;
+  __syncthreads();
+
+  for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
+    for (int idx = tid; idx < kBc * d; idx += kThreads) {
+      const int c = idx / d;
+      const int x = idx % d;
+      const int64_t key = kt + c;
+      float kval = 0.0f;
+      float vval = 0.0f;
+      if (key < k_end) {
+        const int64_t off = key * p.kv_ld + static_cast<int64_t>(kvh) * d + x;
+        kval = p.k[off];
+        vval = p.v[off];
+      }
+      k_tile[c * qs + x] = kval;
+      v_tile[c * d + x] = vval;
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int e = 0; e < kScoresPerThread; ++e) {
+      const int c = lane + kThreadsPerRow * e;
+      const int64_t key = kt + c;
+      const float* qr = q_tile + sr * qs;
+      const float* kr = k_tile + c * qs;
+      float s = 0.0f;
+#pragma unroll 4
+      for (int x = 0; x < d; ++x) s = fmaf(qr[x], kr[x], s);
+      s_tile[sr * (kBc + 1) + c] = key <= my_pos && key < split_end ? s * p.scale : -INFINITY;
+    }
+    __syncthreads();
+
+    if (tid < kBr) {
+      float* sr_row = s_tile + tid * (kBc + 1);
+      float mx = -INFINITY;
+      for (int c = 0; c < kBc; ++c) mx = fmaxf(mx, sr_row[c]);
+      if (mx == -INFINITY) {
+        row_alpha[tid] = kSkipTile;
+      } else {
+        const float m_old = row_max[tid];
+        const float m_new = fmaxf(m_old, mx);
+        const float alpha = expf(m_old - m_new);  // 0 when m_old is -inf.
+        float sum = 0.0f;
+        for (int c = 0; c < kBc; ++c) {
+          const float pv = expf(sr_row[c] - m_new);
+          sr_row[c] = pv;
+          sum += pv;
+        }
+        row_sum[tid] = row_sum[tid] * alpha + sum;
+        row_max[tid] = m_new;
+        row_alpha[tid] = alpha;
+      }
+    }
+    __syncthreads();
+
+    const float alpha = row_alpha[sr];
+    if (alpha != kSkipTile) {
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) acc[i] *= alpha;
+      const float* pr = s_tile + sr * (kBc + 1);
+      for (int c = 0; c < kBc; ++c) {
+        const float pv = pr[c];
+        const float* vr = v_tile + c * d;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+          const int dim = lane + kThreadsPerRow * i;
+          if (dim < d) acc[i] = fmaf(pv, vr[dim], acc[i]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  if (my_rho >= p.rows) return;
+  if (p.part_o != nullptr) {
+    const int64_t base = (split * p.kv_heads + kvh) * p.rows + my_rho;
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int dim = lane + kThreadsPerRow * i;
+      if (dim < d) p.part_o[base * d + dim] = acc[i];
+    }
+    if (lane == 0) {
+      p.part_m[base] = row_max[sr];
+      p.part_l[base] = row_sum[sr];
+    }
+    return;
+  }
+  const int64_t t = my_rho / p.group;
+  const int64_t h = static_cast<int64_t>(kvh) * p.group + my_rho % p.group;
+  const float inv = 1.0f / row_sum[sr];
+#pragma unroll
+  for (int i = 0; i < kDims; ++i) {
+    const int dim = lane + kThreadsPerRow * i;
+    if (dim < d) p.out[t * p.q_ld + h * d + dim] = acc[i] * inv;
+  }
+}
+
+// One block per (row, kv head): merges the ranges in order, skipping those without a key.
+__global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
+  const int64_t rho = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int d = p.d;
+  auto base = [&](int64_t s) { return (s * p.kv_heads + kvh) * p.rows + rho; };
+  float mx = -INFINITY;
+  for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, p.part_m[base(s)]);
+  float sum = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) {
+    const float m = p.part_m[base(s)];
+    if (m != -INFINITY) sum = fmaf(p.part_l[base(s)], expf(m - mx), sum);
+  }
+  const float inv = 1.0f / sum;
+  const int64_t t = rho / p.group;
+  const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+  for (int dim = threadIdx.x; dim < d; dim += kMergeThreads) {
+    float o = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float m = p.part_m[base(s)];
+      if (m != -INFINITY) o = fmaf(p.part_o[base(s) * d + dim], expf(m - mx), o);
+    }
+    p.out[t * p.q_ld + h * d + dim] = o * inv;
+  }
+}
+
+int64_t Splits(const AttentionLaunch& a) {
+  return a.split_keys > 0 ? CeilDiv(a.past + a.tokens, a.split_keys) : 1;
+}
+
+template <int kMaxD>
+hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
+  const size_t shared = SharedFloats(p.d) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionKernel<kMaxD>, shared);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kBr)),
+                  static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
+  AttentionKernel<kMaxD><<<grid, kThreads, shared, stream>>>(p);
+  e = hipGetLastError();
+  if (e != hipSuccess || p.part_o == nullptr) return e;
+  const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads));
+  MergeSplitsKernel<<<merge_grid, kMergeThreads, 0, stream>>>(p, splits);
+  return hipGetLastError();
+}
+
+}  // namespace
+
+int AttentionMaxHeadDim() { return kMaxHeadDim; }
+int AttentionKeyTile() { return kBc; }
+size_t AttentionSharedBytes(int head_dim) { return SharedFloats(head_dim) * sizeof(float); }
+
+int64_t AttentionWorkspaceFloats(const AttentionLaunch& a) {
+  if (a.split_keys <= 0) return 0;
+  const int64_t rows = a.tokens * (a.q_heads / a.kv_heads);
+  return Splits(a) * a.kv_heads * rows * (a.head_dim + 2);
+}
+
+hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream) {
+  if (a.tokens == 0) return hipSuccess;
+  Params p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  p.past = a.past;
+  p.group = a.q_heads / a.kv_heads;
+  p.rows = a.tokens * p.group;
+  p.kv_heads = a.kv_heads;
+  p.d = a.head_dim;
+  p.scale = a.scale;
+  p.q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  p.kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t splits = Splits(a);
+  if (a.split_keys > 0) {
+    p.split_keys = a.split_keys;
+    const int64_t n = splits * a.kv_heads * p.rows;
+    p.part_o = workspace;
+    p.part_m = workspace + n * a.head_dim;
+    p.part_l = p.part_m + n;
+  } else {
+    p.split_keys = a.past + a.tokens;
+    p.part_o = nullptr;
+    p.part_m = nullptr;
+    p.part_l = nullptr;
+  }
+  if (a.head_dim <= 64) return Launch<64>(p, splits, stream);
+  if (a.head_dim <= 128) return Launch<128>(p, splits, stream);
+  return Launch<256>(p, splits, stream);
+}
+
+}  // namespace cairn::infer::hip
