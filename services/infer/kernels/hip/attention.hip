@@ -21,11 +21,12 @@
 namespace cairn::infer::hip {
 namespace {
 
-constexpr int kBr = 32;                         // Query rows per block.
-constexpr int kBc = 32;                         // Keys per tile.
-constexpr int kThreads = 128;                   // Threads per block.
-constexpr int kThreadsPerRow = kThreads / kBr;  // Threads sharing one output row.
-constexpr int kScoresPerThread = kBc / kThreadsPerRow;
+// Query rows per block: kWideRows for prefill, kNarrowRows when a kv head has few query rows
+// (decode). Rows never share arithmetic, so the choice does not change any row's bits.
+constexpr int kWideRows = 32;
+constexpr int kNarrowRows = 8;
+constexpr int kBc = 32;        // Keys per tile.
+constexpr int kThreads = 128;  // Threads per block.
 constexpr int kMaxHeadDim = 256;
 constexpr int kMergeThreads = 128;
 
@@ -51,13 +52,53 @@ struct Params {
 // Marks a row whose tile held no visible key: the tile is skipped for it.
 constexpr float kSkipTile = -1.0f;
 
-size_t SharedFloats(int d) {
+size_t SharedFloats(int d, int rows) {
   const size_t qs = static_cast<size_t>(d) + 1;
-  return kBr * qs + kBc * qs + static_cast<size_t>(kBc) * d + kBr * (kBc + 1) + 3 * kBr;
+  return rows * qs + kBc * qs + static_cast<size_t>(kBc) * d + rows * (kBc + 1) + 3 * rows;
 }
 
-template <int kMaxD>
+// Loads keys [kt, kt + kBc) of kv head `kvh` into the K and V tiles (zeros past k_end).
+// kVec: 16-byte global loads (head_dim and the row stride multiples of 4, aligned pointers).
+template <bool kVec>
+__device__ void LoadKvTile(const Params& p, int kvh, int64_t kt, int64_t k_end, float* k_tile,
+                           float* v_tile) {
+  const int d = p.d;
+  const int qs = d + 1;
+  constexpr int kWidth = kVec ? 4 : 1;
+  const int per_row = d / kWidth;
+  for (int idx = threadIdx.x; idx < kBc * per_row; idx += kThreads) {
+    const int c = idx / per_row;
+    const int x = (idx % per_row) * kWidth;
+    const int64_t key = kt + c;
+    float kv[kWidth];
+    float vv[kWidth];
+    if (key < k_end) {
+      const int64_t off = key * p.kv_ld + static_cast<int64_t>(kvh) * d + x;
+      if constexpr (kVec) {
+        const float4 k4 = *reinterpret_cast<const float4*>(p.k + off);
+        const float4 v4 = *reinterpret_cast<const float4*>(p.v + off);
+        kv[0] = k4.x, kv[1] = k4.y, kv[2] = k4.z, kv[3] = k4.w;
+        vv[0] = v4.x, vv[1] = v4.y, vv[2] = v4.z, vv[3] = v4.w;
+      } else {
+        kv[0] = p.k[off];
+        vv[0] = p.v[off];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) kv[e] = vv[e] = 0.0f;
+    }
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) {
+      k_tile[c * qs + x + e] = kv[e];
+      v_tile[c * d + x + e] = vv[e];
+    }
+  }
+}
+
+template <int kMaxD, int kBr, bool kVec>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
+  constexpr int kThreadsPerRow = kThreads / kBr;  // Threads sharing one output row.
+  constexpr int kScoresPerThread = kBc / kThreadsPerRow;
   extern __shared__ float smem[];
   const int d = p.d;
   const int qs = d + 1;  // Padded row stride of Q and K: rows start in different banks.
@@ -109,20 +150,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
   __syncthreads();
 
   for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
-    for (int idx = tid; idx < kBc * d; idx += kThreads) {
-      const int c = idx / d;
-      const int x = idx % d;
-      const int64_t key = kt + c;
-      float kval = 0.0f;
-      float vval = 0.0f;
-      if (key < k_end) {
-        const int64_t off = key * p.kv_ld + static_cast<int64_t>(kvh) * d + x;
-        kval = p.k[off];
-        vval = p.v[off];
-      }
-      k_tile[c * qs + x] = kval;
-      v_tile[c * d + x] = vval;
-    }
+    LoadKvTile<kVec>(p, kvh, kt, k_end, k_tile, v_tile);
     __syncthreads();
 
 #pragma unroll
@@ -233,15 +261,29 @@ int64_t Splits(const AttentionLaunch& a) {
   return a.split_keys > 0 ? CeilDiv(a.past + a.tokens, a.split_keys) : 1;
 }
 
-template <int kMaxD>
-hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
-  const size_t shared = SharedFloats(p.d) * sizeof(float);
-  hipError_t e = AllowSharedBytes(AttentionKernel<kMaxD>, shared);
+template <int kMaxD, int kBr, bool kVec>
+hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
+  const size_t shared = SharedFloats(p.d, kBr) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionKernel<kMaxD, kBr, kVec>, shared);
   if (e != hipSuccess) return e;
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kBr)),
                   static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
-  AttentionKernel<kMaxD><<<grid, kThreads, shared, stream>>>(p);
-  e = hipGetLastError();
+  AttentionKernel<kMaxD, kBr, kVec><<<grid, kThreads, shared, stream>>>(p);
+  return hipGetLastError();
+}
+
+template <int kMaxD>
+hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
+  const bool vec = p.d % 4 == 0 && p.kv_ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.v) % 16 == 0;
+  hipError_t e;
+  if (p.rows <= kNarrowRows) {
+    e = vec ? LaunchTiles<kMaxD, kNarrowRows, true>(p, splits, stream)
+            : LaunchTiles<kMaxD, kNarrowRows, false>(p, splits, stream);
+  } else {
+    e = vec ? LaunchTiles<kMaxD, kWideRows, true>(p, splits, stream)
+            : LaunchTiles<kMaxD, kWideRows, false>(p, splits, stream);
+  }
   if (e != hipSuccess || p.part_o == nullptr) return e;
   const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads));
   MergeSplitsKernel<<<merge_grid, kMergeThreads, 0, stream>>>(p, splits);
@@ -252,7 +294,9 @@ hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
 
 int AttentionMaxHeadDim() { return kMaxHeadDim; }
 int AttentionKeyTile() { return kBc; }
-size_t AttentionSharedBytes(int head_dim) { return SharedFloats(head_dim) * sizeof(float); }
+size_t AttentionSharedBytes(int head_dim) {
+  return SharedFloats(head_dim, kWideRows) * sizeof(float);
+}
 
 int64_t AttentionWorkspaceFloats(const AttentionLaunch& a) {
   if (a.split_keys <= 0) return 0;

@@ -226,20 +226,31 @@ __global__ void __launch_bounds__(kPrepThreads)
   if (tid == 0) work.decay[0] = expf(cum[len - 1]);
 }
 
-// One block per (head, column slice); walks the segment's chunks in order. Shared: partial sums
-// [kGroups, chunk, kCols] and v_new [chunk, kCols].
+// Copies `len` rows of `dk` floats (row stride `ld`) into shared memory, coalesced.
+__device__ void StageRows(const float* src, int64_t ld, int len, int dk, float* dst) {
+  for (int idx = threadIdx.x; idx < len * dk; idx += kThreads) {
+    const int i = idx / dk;
+    const int x = idx % dk;
+    dst[idx] = src[i * ld + x];
+  }
+}
+
+// One block per (head, column slice); walks the segment's chunks in order. Shared: one staged
+// [chunk, dk] matrix (w, then q, then k of the chunk), partial sums [kGroups, chunk, kCols] and
+// v_new [chunk, kCols]. Staged rows are read by a whole warp at one address (a broadcast).
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     ChunkScanKernel(Params p, int64_t first, int chunk, int64_t chunks, const float* ws) {
   extern __shared__ float smem[];
-  float* part = smem;
+  const int dk = p.dk;
+  float* rows = smem;
+  float* part = rows + static_cast<int64_t>(chunk) * dk;
   float* vnew = part + static_cast<int64_t>(kGroups) * chunk * kCols;
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int cj = threadIdx.x % kCols;
   const int grp = threadIdx.x / kCols;
   const int col = blockIdx.y * kCols + cj;
-  const int dk = p.dk;
   const int part_stride = chunk * kCols;
   float s[kMaxD / kGroups];
   LoadColumn<kMaxD>(p, h, col, grp, s);
@@ -248,21 +259,24 @@ __global__ void __launch_bounds__(kThreads)
     const int len = static_cast<int>(p.tokens - t0 < chunk ? p.tokens - t0 : chunk);
     const ChunkWork work =
         WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, chunk, dk, p.dv);
-    auto q_at = [&](int i) { return p.q + (t0 + i) * p.qk_ld + static_cast<int64_t>(kh) * dk; };
-    auto k_at = [&](int i) { return p.k + (t0 + i) * p.qk_ld + static_cast<int64_t>(kh) * dk; };
+    const int64_t qk_off = t0 * p.qk_ld + static_cast<int64_t>(kh) * dk;
 
+    // v_new = u - w S.
+    StageRows(work.w, dk, len, dk, rows);
+    __syncthreads();
     for (int i = 0; i < len; ++i) {
-      part[grp * part_stride + i * kCols + cj] =
-          PartialDot<kMaxD>(work.w + static_cast<int64_t>(i) * dk, dk, grp, s);
+      part[grp * part_stride + i * kCols + cj] = PartialDot<kMaxD>(rows + i * dk, dk, grp, s);
     }
     __syncthreads();
     for (int i = grp; i < len; i += kGroups) {
       const float u = col < p.dv ? work.u[static_cast<int64_t>(i) * p.dv + col] : 0.0f;
       vnew[i * kCols + cj] = u - GroupSum(part, part_stride, i * kCols + cj);
     }
+    StageRows(p.q + qk_off, p.qk_ld, len, dk, rows);
     __syncthreads();
+    // o = e^G (q S) + A v_new.
     for (int i = 0; i < len; ++i) {
-      part[grp * part_stride + i * kCols + cj] = PartialDot<kMaxD>(q_at(i), dk, grp, s);
+      part[grp * part_stride + i * kCols + cj] = PartialDot<kMaxD>(rows + i * dk, dk, grp, s);
     }
     __syncthreads();
     for (int i = grp; i < len; i += kGroups) {
@@ -272,26 +286,25 @@ __global__ void __launch_bounds__(kThreads)
       }
       if (col < p.dv) p.out[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * p.dv + col] = o;
     }
+    StageRows(p.k + qk_off, p.qk_ld, len, dk, rows);
+    __syncthreads();
+    // S = e^G_last S + (f k)^T v_new.
     const float decay = work.decay[0];
 #pragma unroll
     for (int e = 0; e < kMaxD / kGroups; ++e) s[e] *= decay;
     for (int i = 0; i < len; ++i) {
       const float fi = work.f[i];
       const float vi = vnew[i * kCols + cj];
-      const float* ki = k_at(i);
+      const float* ki = rows + i * dk;
 #pragma unroll
       for (int e = 0; e < kMaxD / kGroups; ++e) {
         const int x = grp + kGroups * e;
         if (x < dk) s[e] = fmaf(fi * ki[x], vi, s[e]);
       }
     }
-    __syncthreads();  // `part` and `vnew` are rewritten by the next chunk.
+    __syncthreads();  // `rows`, `part` and `vnew` are rewritten by the next chunk.
   }
   StoreColumn<kMaxD>(p, h, col, grp, s);
-}
-
-size_t ScanSharedBytes(int chunk) {
-  return static_cast<size_t>(kGroups + 1) * chunk * kCols * sizeof(float);
 }
 
 int64_t WorkFloatsPerChunk(int chunk, int dk, int dv) {
@@ -307,7 +320,7 @@ hipError_t Run(const Params& p, int chunk, int64_t segment, float* ws, hipStream
     return hipGetLastError();
   }
   const size_t prep_shared = GatedDeltaPrepSharedBytes(chunk, p.dk);
-  const size_t scan_shared = ScanSharedBytes(chunk);
+  const size_t scan_shared = GatedDeltaScanSharedBytes(chunk, p.dk);
   hipError_t e = AllowSharedBytes(PrepKernel, prep_shared);
   if (e == hipSuccess) e = AllowSharedBytes(ChunkScanKernel<kMaxD>, scan_shared);
   if (e != hipSuccess) return e;
@@ -329,6 +342,11 @@ hipError_t Run(const Params& p, int chunk, int64_t segment, float* ws, hipStream
 
 int GatedDeltaMaxHeadDim() { return kMaxDk; }
 int GatedDeltaMaxChunk() { return kMaxChunk; }
+
+size_t GatedDeltaScanSharedBytes(int chunk, int dk) {
+  return (static_cast<size_t>(chunk) * dk + static_cast<size_t>(kGroups + 1) * chunk * kCols) *
+         sizeof(float);
+}
 
 size_t GatedDeltaPrepSharedBytes(int chunk, int dk) {
   return (static_cast<size_t>(chunk) * (dk + 1) + static_cast<size_t>(chunk) * (chunk + 1) +

@@ -138,7 +138,7 @@ void HipKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, in
 void HipKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                                   int64_t n, float* y, int64_t ldy, bool accumulate) {
   if (!Enter() || m == 0 || n == 0) return;
-  if (m < 0 || n < 0 || k < 0 || ldx < k || ldy < n || m > 65535LL * 8) {
+  if (m < 0 || n < 0 || k < 0 || ldx < k || ldy < n || n > hip::MatMulRowsMaxColumns()) {
     Keep(Invalid("matmul rows", absl::StrCat("bad shape m=", m, " n=", n, " k=", k)));
     return;
   }
@@ -232,7 +232,8 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
     return;
   }
   if (a.chunk < 0 || a.chunk > hip::GatedDeltaMaxChunk() ||
-      hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_)) {
+      hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_) ||
+      hip::GatedDeltaScanSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_)) {
     Keep(Invalid("gated delta", absl::StrCat("chunk ", a.chunk, " unsupported (max ",
                                              hip::GatedDeltaMaxChunk(), ")")));
     return;

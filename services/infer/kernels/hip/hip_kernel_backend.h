@@ -20,7 +20,7 @@ struct HipKernelBackendOptions {
   // Attention calls of at most this many query tokens take the split (decode) path.
   int64_t attention_decode_max_tokens = 16;
   // Keys per range of the split path; a multiple of the attention key tile (32).
-  int64_t attention_split_keys = 1024;
+  int64_t attention_split_keys = 256;
   // Tokens whose chunk products the chunked delta rule prepares at once; bounds its workspace
   // (about v_heads * tokens * (chunk + dk + dv + 2) floats). Rounded down to whole chunks.
   int64_t delta_segment_tokens = 4096;

@@ -43,6 +43,7 @@ hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
 
 // y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
 // depends on k alone: rows never influence each other's bits.
+int64_t MatMulRowsMaxColumns();
 hipError_t MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
                       float* y, int64_t ldy, bool accumulate, hipStream_t stream);
 
@@ -95,6 +96,7 @@ struct GatedDeltaLaunch {
 int GatedDeltaMaxHeadDim();
 int GatedDeltaMaxChunk();
 size_t GatedDeltaPrepSharedBytes(int chunk, int dk);
+size_t GatedDeltaScanSharedBytes(int chunk, int dk);
 int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
 hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                       hipStream_t stream);

@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(kThreads)
                      float* y, int64_t ldy, bool accumulate) {
   __shared__ float partial[kRows * kCols][kThreads];
   const int t = threadIdx.x;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kCols;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kCols;
   float acc[kRows][kCols];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -98,8 +98,10 @@ __global__ void __launch_bounds__(kThreads)
 template <int kRows>
 hipError_t LaunchRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
                       float* y, int64_t ldy, bool accumulate, hipStream_t stream) {
-  const dim3 grid(static_cast<unsigned int>(CeilDiv(n, kCols)),
-                  static_cast<unsigned int>(CeilDiv(m, kRows)));
+  // Row tiles vary fastest, so the blocks reading one slice of w run together and all but the
+  // first find it in L2.
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(m, kRows)),
+                  static_cast<unsigned int>(CeilDiv(n, kCols)));
   const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (vec) {
@@ -113,6 +115,8 @@ hipError_t LaunchRows(const float* x, int64_t m, int64_t k, int64_t ldx, const f
 }
 
 }  // namespace
+
+int64_t MatMulRowsMaxColumns() { return int64_t{65535} * kCols; }
 
 hipError_t MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
                       float* y, int64_t ldy, bool accumulate, hipStream_t stream) {
