@@ -29,6 +29,8 @@ constexpr int kBc = 32;        // Keys per tile.
 constexpr int kThreads = 128;  // Threads per block.
 constexpr int kMaxHeadDim = 256;
 constexpr int kMergeThreads = 128;
+// Key ranges one call may have: their merge weights live in shared memory (192 KiB).
+constexpr int64_t kMaxSplits = 49152;
 
 struct Params {
   const float* q;
@@ -231,27 +233,52 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
   }
 }
 
-// One block per (row, kv head): merges the ranges in order, skipping those without a key.
+// Marks a range without a visible key in the merge weights.
+constexpr float kEmptyRange = -1.0f;
+
+// One block per (row, kv head): merges the ranges in order, skipping those without a key (so
+// the ranges past a row's position, which other rows of the call may need, change nothing).
+// Shared: one weight e^{m_s - max} per range.
 __global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
+  extern __shared__ float weights[];
+  __shared__ float scratch[kMergeThreads];
+  __shared__ float total;
   const int64_t rho = blockIdx.x;
   const int kvh = blockIdx.y;
   const int d = p.d;
+  const int tid = threadIdx.x;
   auto base = [&](int64_t s) { return (s * p.kv_heads + kvh) * p.rows + rho; };
   float mx = -INFINITY;
-  for (int64_t s = 0; s < splits; ++s) mx = fmaxf(mx, p.part_m[base(s)]);
-  float sum = 0.0f;
-  for (int64_t s = 0; s < splits; ++s) {
-    const float m = p.part_m[base(s)];
-    if (m != -INFINITY) sum = fmaf(p.part_l[base(s)], expf(m - mx), sum);
+  for (int64_t s = tid; s < splits; s += kMergeThreads) mx = fmaxf(mx, p.part_m[base(s)]);
+  scratch[tid] = mx;
+  __syncthreads();
+  for (int w = kMergeThreads / 2; w > 0; w >>= 1) {
+    if (tid < w) scratch[tid] = fmaxf(scratch[tid], scratch[tid + w]);
+    __syncthreads();
   }
-  const float inv = 1.0f / sum;
+  mx = scratch[0];
+  for (int64_t s = tid; s < splits; s += kMergeThreads) {
+    const float m = p.part_m[base(s)];
+    weights[s] = m == -INFINITY ? kEmptyRange : expf(m - mx);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float sum = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      if (weights[s] != kEmptyRange) sum = fmaf(p.part_l[base(s)], weights[s], sum);
+    }
+    total = sum;
+  }
+  __syncthreads();
+  const float inv = 1.0f / total;
   const int64_t t = rho / p.group;
   const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
-  for (int dim = threadIdx.x; dim < d; dim += kMergeThreads) {
+  for (int dim = tid; dim < d; dim += kMergeThreads) {
     float o = 0.0f;
+#pragma unroll 4
     for (int64_t s = 0; s < splits; ++s) {
-      const float m = p.part_m[base(s)];
-      if (m != -INFINITY) o = fmaf(p.part_o[base(s) * d + dim], expf(m - mx), o);
+      const float w = weights[s];
+      if (w != kEmptyRange) o = fmaf(p.part_o[base(s) * d + dim], w, o);
     }
     p.out[t * p.q_ld + h * d + dim] = o * inv;
   }
@@ -286,7 +313,10 @@ hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
   }
   if (e != hipSuccess || p.part_o == nullptr) return e;
   const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads));
-  MergeSplitsKernel<<<merge_grid, kMergeThreads, 0, stream>>>(p, splits);
+  const size_t merge_shared = static_cast<size_t>(splits) * sizeof(float);
+  e = AllowSharedBytes(MergeSplitsKernel, merge_shared);
+  if (e != hipSuccess) return e;
+  MergeSplitsKernel<<<merge_grid, kMergeThreads, merge_shared, stream>>>(p, splits);
   return hipGetLastError();
 }
 
@@ -294,6 +324,7 @@ hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
 
 int AttentionMaxHeadDim() { return kMaxHeadDim; }
 int AttentionKeyTile() { return kBc; }
+int64_t AttentionMaxSplits() { return kMaxSplits; }
 size_t AttentionSharedBytes(int head_dim) {
   return SharedFloats(head_dim, kWideRows) * sizeof(float);
 }

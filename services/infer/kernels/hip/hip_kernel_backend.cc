@@ -211,8 +211,15 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
   }
   hip::AttentionLaunch l{a.q,       a.k,        a.v,        a.out,   a.tokens, a.past,
                          a.q_heads, a.kv_heads, a.head_dim, a.scale, 0};
-  if (a.tokens <= options_.attention_decode_max_tokens)
+  if (a.tokens <= options_.attention_decode_max_tokens) {
     l.split_keys = options_.attention_split_keys;
+    if ((a.past + a.tokens + l.split_keys - 1) / l.split_keys > hip::AttentionMaxSplits()) {
+      Keep(Invalid("attention",
+                   absl::StrCat(a.past + a.tokens, " keys exceed ", hip::AttentionMaxSplits(),
+                                " ranges of ", l.split_keys, " (raise attention_split_keys)")));
+      return;
+    }
+  }
   float* ws = nullptr;
   const int64_t ws_floats = hip::AttentionWorkspaceFloats(l);
   if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;

@@ -68,6 +68,8 @@ struct AttentionLaunch {
 };
 int AttentionMaxHeadDim();
 int AttentionKeyTile();
+// Key ranges of split_keys one call may have.
+int64_t AttentionMaxSplits();
 // Dynamic shared memory one attention block needs for `head_dim`.
 size_t AttentionSharedBytes(int head_dim);
 // Workspace floats the split path needs (0 without splits).

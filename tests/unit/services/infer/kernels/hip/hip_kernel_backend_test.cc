@@ -100,6 +100,18 @@ TEST(HipKernelBackendSplitTest, CopiesAreCutOnlyAtBoundariesInsideTheRange) {
   EXPECT_EQ(pieces[2], std::make_pair(int64_t{1904}, int64_t{1096}));
 }
 
+TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
+  EXPECT_THAT(HipKernelBackend::Create({.attention_split_keys = 100}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(HipKernelBackend::Create({.delta_segment_tokens = 0}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(HipKernelBackendCreateTest, AMissingDeviceIsUnavailable) {
+  EXPECT_THAT(HipKernelBackend::Create({.device = 4096}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
+}
+
 TEST_F(HipKernelBackendTest, MatMulTransposedMatchesCpu) {
   struct Shape {
     int64_t m, k, n;
@@ -286,7 +298,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{7, 100, 6, 3, 80},     // Odd head_dim, group 2.
                       AttentionCase{129, 40, 4, 4, 32},    // Prefill, tiles not aligned.
                       AttentionCase{300, 0, 12, 2, 128},   // Prefill, group 6.
-                      AttentionCase{1500, 0, 16, 2, 256}));
+                      AttentionCase{1500, 0, 16, 2, 256},
+                      AttentionCase{2, 99998, 16, 2, 256}));  // 100K keys: 391 ranges.
 
 TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
   const int q_heads = 8, kv_heads = 2, hd = 128;
