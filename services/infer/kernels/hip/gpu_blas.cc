@@ -30,6 +30,13 @@ BlasStatus BlasGemmNT(BlasHandle h, int m, int n, int k, const float* alpha, con
                       int ldx, const float* w, int ldw, const float* beta, float* y, int ldy) {
   return hipblasSgemm(h, HIPBLAS_OP_T, HIPBLAS_OP_N, n, m, k, alpha, w, ldw, x, ldx, beta, y, ldy);
 }
+BlasStatus BlasGemmNTBf16(BlasHandle h, int m, int n, int k, const float* alpha, const uint16_t* x,
+                          int ldx, const uint16_t* w, int ldw, const float* beta, float* y,
+                          int ldy) {
+  return hipblasGemmEx(h, HIPBLAS_OP_T, HIPBLAS_OP_N, n, m, k, alpha, w, HIP_R_16BF, ldw, x,
+                       HIP_R_16BF, ldx, beta, y, HIP_R_32F, ldy, HIPBLAS_COMPUTE_32F,
+                       HIPBLAS_GEMM_DEFAULT);
+}
 #else
 using BlasHandle = cublasHandle_t;
 using BlasStatus = cublasStatus_t;
@@ -43,11 +50,43 @@ BlasStatus BlasGemmNT(BlasHandle h, int m, int n, int k, const float* alpha, con
                       int ldx, const float* w, int ldw, const float* beta, float* y, int ldy) {
   return cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, alpha, w, ldw, x, ldx, beta, y, ldy);
 }
+// bf16 products need the default math mode (tensor ops); the fp32 path stays pedantic.
+BlasStatus BlasGemmNTBf16(BlasHandle h, int m, int n, int k, const float* alpha, const uint16_t* x,
+                          int ldx, const uint16_t* w, int ldw, const float* beta, float* y,
+                          int ldy) {
+  BlasStatus s = cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+  if (s != CUBLAS_STATUS_SUCCESS) return s;
+  s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, alpha, w, CUDA_R_16BF, ldw, x, CUDA_R_16BF,
+                   ldx, beta, y, CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  const BlasStatus restore = cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
+  return s != CUBLAS_STATUS_SUCCESS ? s : restore;
+}
 #endif
 
 BlasHandle AsHandle(void* h) { return static_cast<BlasHandle>(h); }
 
 bool FitsInt(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
+
+// Runs `gemm` (one of the BlasGemmNT* above) on int sizes, or says why it cannot.
+template <typename T, typename Gemm>
+absl::Status RunGemm(const char* what, Gemm gemm, BlasHandle h, int64_t m, int64_t n, int64_t k,
+                     const T* x, int64_t ldx, const T* w, int64_t ldw, float* y, int64_t ldy,
+                     float beta) {
+  if (!FitsInt(m) || !FitsInt(n) || !FitsInt(k) || !FitsInt(ldx) || !FitsInt(ldw) ||
+      !FitsInt(ldy)) {
+    return absl::InvalidArgumentError(absl::StrCat("gpu blas: ", what, " sizes m=", m, " n=", n,
+                                                   " k=", k, " exceed the 32-bit interface"));
+  }
+  const float alpha = 1.0f;
+  const BlasStatus s =
+      gemm(h, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, x,
+           static_cast<int>(ldx), w, static_cast<int>(ldw), &beta, y, static_cast<int>(ldy));
+  if (s != kBlasOk) {
+    return absl::InternalError(absl::StrCat("gpu blas: ", what, " m=", m, " n=", n, " k=", k,
+                                            " failed (status ", static_cast<int>(s), ")"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -72,20 +111,14 @@ GpuBlas::~GpuBlas() { BlasDestroy(AsHandle(handle_)); }
 
 absl::Status GpuBlas::GemmNT(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
                              const float* w, int64_t ldw, float* y, int64_t ldy, float beta) {
-  if (!FitsInt(m) || !FitsInt(n) || !FitsInt(k) || !FitsInt(ldx) || !FitsInt(ldw) ||
-      !FitsInt(ldy)) {
-    return absl::InvalidArgumentError(absl::StrCat("gpu blas: gemm sizes m=", m, " n=", n, " k=", k,
-                                                   " exceed the 32-bit interface"));
-  }
-  const float alpha = 1.0f;
-  const BlasStatus s = BlasGemmNT(AsHandle(handle_), static_cast<int>(m), static_cast<int>(n),
-                                  static_cast<int>(k), &alpha, x, static_cast<int>(ldx), w,
-                                  static_cast<int>(ldw), &beta, y, static_cast<int>(ldy));
-  if (s != kBlasOk) {
-    return absl::InternalError(absl::StrCat("gpu blas: sgemm m=", m, " n=", n, " k=", k,
-                                            " failed (status ", static_cast<int>(s), ")"));
-  }
-  return absl::OkStatus();
+  return RunGemm("sgemm", BlasGemmNT, AsHandle(handle_), m, n, k, x, ldx, w, ldw, y, ldy, beta);
+}
+
+absl::Status GpuBlas::GemmNTBf16(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                                 const uint16_t* w, int64_t ldw, float* y, int64_t ldy,
+                                 float beta) {
+  return RunGemm("bf16 gemm", BlasGemmNTBf16, AsHandle(handle_), m, n, k, x, ldx, w, ldw, y, ldy,
+                 beta);
 }
 
 }  // namespace cairn::infer

@@ -31,6 +31,11 @@ class GpuBlas {
   // and Internal for a vendor failure.
   absl::Status GemmNT(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
                       int64_t ldw, float* y, int64_t ldy, float beta);
+  // As GemmNT with bf16 x and w (raw bf16 bit patterns) and fp32 y, accumulating in fp32 on
+  // the matrix units. Not yet used by the backend (its interface is fp32); it measures the bf16
+  // matrix rate and is where bf16 weights will go.
+  absl::Status GemmNTBf16(int64_t m, int64_t n, int64_t k, const uint16_t* x, int64_t ldx,
+                          const uint16_t* w, int64_t ldw, float* y, int64_t ldy, float beta);
 
  private:
   explicit GpuBlas(void* handle) : handle_(handle) {}

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "services/infer/kernels/hip/gpu_blas.h"
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 #include "tests/unit/services/infer/kernels/hip/random_floats.h"
@@ -115,6 +116,31 @@ int Main(bool quick) {
     float* y = bench.Buffer(m * m, 6);
     const double g = bench.Time([&] { b.MatMulTransposed(x, m, m, m, w, m, y, m, false); }, reps);
     Row("ceiling: vendor sgemm 8192^3 fp32", g, "TFLOP/s", 2.0 * m * m * m, 1e12);
+    // bf16 operands (upper halves of random floats), fp32 accumulation and output.
+    absl::StatusOr<std::unique_ptr<GpuBlas>> blas = GpuBlas::Create(nullptr);
+    if (!blas.ok()) Bench::Fail(blas.status().ToString());
+    const std::vector<float> src_bf = RandomFloats(m * m, 24);
+    std::vector<uint16_t> bits(m * m);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &src_bf[i], sizeof u);
+      bits[i] = static_cast<uint16_t>(u >> 16);
+    }
+    const auto* xb = reinterpret_cast<uint16_t*>(x);  // The fp32 buffers hold m*m bf16 easily.
+    const auto* wb = reinterpret_cast<uint16_t*>(w);
+    if (!b.Upload(x, bits.data(), bits.size() * 2).ok() ||
+        !b.Upload(w, bits.data(), bits.size() * 2).ok()) {
+      Bench::Fail("bf16 upload");
+    }
+    const double gb = bench.Time(
+        [&] {
+          const absl::Status st = (*blas)->GemmNTBf16(m, m, m, xb, m, wb, m, y, m, 0.0f);
+          if (!st.ok() || hipStreamSynchronize(nullptr) != hipSuccess) Bench::Fail(st.ToString());
+        },
+        reps);
+    Row("ceiling: vendor gemm 8192^3 bf16 in, fp32 accumulate", gb, "TFLOP/s", 2.0 * m * m * m,
+        1e12);
+    blas->reset();
     bench.Free();
   }
 
