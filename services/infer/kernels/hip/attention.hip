@@ -99,8 +99,14 @@ __device__ void LoadKvTile(const Params& p, int kvh, int64_t kt, int64_t k_end, 
 
 template <int kMaxD, int kBr, bool kVec>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
-  constexpr int kThreadsPerRow = kThreads / kBr;  // Threads sharing one output row.
-  constexpr int kScoresPerThread = kBc / kThreadsPerRow;
+  // Score tile per thread: kScoreRows x kScoreCols; output tile: kOutRows x kDims.
+  constexpr int kScoreRows = kBr >= 32 ? 2 : 1;
+  constexpr int kScoreColGroups = kThreads / (kBr / kScoreRows);
+  constexpr int kScoreCols = kBc / kScoreColGroups;
+  constexpr int kOutRows = 4;
+  constexpr int kDimGroups = kThreads / (kBr / kOutRows);
+  constexpr int kDims = (kMaxD + kDimGroups - 1) / kDimGroups;
+  static_assert(kScoreCols >= 1 && kBr % kOutRows == 0, "tile shapes");
   extern __shared__ float smem[];
   const int d = p.d;
   const int qs = d + 1;  // Padded row stride of Q and K: rows start in different banks.
@@ -140,31 +146,64 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
   const int64_t split_end = k_begin + p.split_keys;
   const int64_t k_end = split_end < last_pos + 1 ? split_end : last_pos + 1;
 
-  // Scores: row sr, columns c = lane + kThreadsPerRow * e. Output: row sr, dims lane + 4 * i.
-  const int sr = tid / kThreadsPerRow;
-  const int lane = tid % kThreadsPerRow;
-  const int64_t my_rho = rho0 + sr;
-  const int64_t my_pos = my_rho < p.rows ? p.past + my_rho / p.group : -1;
-  constexpr int kDims = kMaxD / kThreadsPerRow;
-  float acc[kDims];
+  // Register tiles (every element still reduces in the same order, whatever the tiling).
+  // Scores: rows sg * kScoreRows + r, columns cg + kScoreColGroups * j.
+  const int sg = tid / kScoreColGroups;
+  const int cg = tid % kScoreColGroups;
+  // Output: rows og * kOutRows + r, dims dg + kDimGroups * i.
+  const int og = tid / kDimGroups;
+  const int dg = tid % kDimGroups;
+  int64_t score_pos[kScoreRows];
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) acc[i] = 0.0f;
+  for (int r = 0; r < kScoreRows; ++r) {
+    const int64_t rho = rho0 + sg * kScoreRows + r;
+    score_pos[r] = rho < p.rows ? p.past + rho / p.group : -1;
+  }
+  float acc[kOutRows][kDims];
+#pragma unroll
+  for (int r = 0; r < kOutRows; ++r) {
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) acc[r][i] = 0.0f;
+  }
   __syncthreads();
 
   for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
     LoadKvTile<kVec>(p, kvh, kt, k_end, k_tile, v_tile);
     __syncthreads();
 
+    {
+      float s[kScoreRows][kScoreCols];
 #pragma unroll
-    for (int e = 0; e < kScoresPerThread; ++e) {
-      const int c = lane + kThreadsPerRow * e;
-      const int64_t key = kt + c;
-      const float* qr = q_tile + sr * qs;
-      const float* kr = k_tile + c * qs;
-      float s = 0.0f;
-#pragma unroll 4
-      for (int x = 0; x < d; ++x) s = fmaf(qr[x], kr[x], s);
-      s_tile[sr * (kBc + 1) + c] = key <= my_pos && key < split_end ? s * p.scale : -INFINITY;
+      for (int r = 0; r < kScoreRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kScoreCols; ++j) s[r][j] = 0.0f;
+      }
+      const float* qr = q_tile + sg * kScoreRows * qs;
+      const float* kr = k_tile + cg * qs;
+#pragma unroll 2
+      for (int x = 0; x < d; ++x) {
+        float qv[kScoreRows];
+        float kv[kScoreCols];
+#pragma unroll
+        for (int r = 0; r < kScoreRows; ++r) qv[r] = qr[r * qs + x];
+#pragma unroll
+        for (int j = 0; j < kScoreCols; ++j) kv[j] = kr[j * kScoreColGroups * qs + x];
+#pragma unroll
+        for (int r = 0; r < kScoreRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < kScoreCols; ++j) s[r][j] = fmaf(qv[r], kv[j], s[r][j]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kScoreRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kScoreCols; ++j) {
+          const int c = cg + kScoreColGroups * j;
+          const int64_t key = kt + c;
+          s_tile[(sg * kScoreRows + r) * (kBc + 1) + c] =
+              key <= score_pos[r] && key < split_end ? s[r][j] * p.scale : -INFINITY;
+        }
+      }
     }
     __syncthreads();
 
@@ -191,45 +230,60 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
     }
     __syncthreads();
 
-    const float alpha = row_alpha[sr];
-    if (alpha != kSkipTile) {
+    {
+      bool take[kOutRows];
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) acc[i] *= alpha;
-      const float* pr = s_tile + sr * (kBc + 1);
+      for (int r = 0; r < kOutRows; ++r) {
+        const float alpha = row_alpha[og * kOutRows + r];
+        take[r] = alpha != kSkipTile;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) acc[r][i] *= take[r] ? alpha : 1.0f;
+      }
       for (int c = 0; c < kBc; ++c) {
-        const float pv = pr[c];
+        float pv[kOutRows];
+#pragma unroll
+        for (int r = 0; r < kOutRows; ++r) pv[r] = s_tile[(og * kOutRows + r) * (kBc + 1) + c];
         const float* vr = v_tile + c * d;
 #pragma unroll
         for (int i = 0; i < kDims; ++i) {
-          const int dim = lane + kThreadsPerRow * i;
-          if (dim < d) acc[i] = fmaf(pv, vr[dim], acc[i]);
+          const int dim = dg + kDimGroups * i;
+          const float vv = dim < d ? vr[dim] : 0.0f;
+#pragma unroll
+          for (int r = 0; r < kOutRows; ++r) {
+            if (take[r]) acc[r][i] = fmaf(pv[r], vv, acc[r][i]);
+          }
         }
       }
     }
     __syncthreads();
   }
 
-  if (my_rho >= p.rows) return;
-  if (p.part_o != nullptr) {
-    const int64_t base = (split * p.kv_heads + kvh) * p.rows + my_rho;
+#pragma unroll
+  for (int r = 0; r < kOutRows; ++r) {
+    const int row = og * kOutRows + r;
+    const int64_t rho = rho0 + row;
+    if (rho >= p.rows) continue;
+    if (p.part_o != nullptr) {
+      const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho;
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        const int dim = dg + kDimGroups * i;
+        if (dim < d) p.part_o[base * d + dim] = acc[r][i];
+      }
+      if (dg == 0) {
+        p.part_m[base] = row_max[row];
+        p.part_l[base] = row_sum[row];
+      }
+      continue;
+    }
+    const int64_t t = rho / p.group;
+    const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+    const float inv = 1.0f / row_sum[row];
 #pragma unroll
     for (int i = 0; i < kDims; ++i) {
-      const int dim = lane + kThreadsPerRow * i;
-      if (dim < d) p.part_o[base * d + dim] = acc[i];
+      const int dim = dg + kDimGroups * i;
+      if (dim < d) p.out[t * p.q_ld + h * d + dim] = acc[r][i] * inv;
     }
-    if (lane == 0) {
-      p.part_m[base] = row_max[sr];
-      p.part_l[base] = row_sum[sr];
-    }
-    return;
-  }
-  const int64_t t = my_rho / p.group;
-  const int64_t h = static_cast<int64_t>(kvh) * p.group + my_rho % p.group;
-  const float inv = 1.0f / row_sum[sr];
-#pragma unroll
-  for (int i = 0; i < kDims; ++i) {
-    const int dim = lane + kThreadsPerRow * i;
-    if (dim < d) p.out[t * p.q_ld + h * d + dim] = acc[i] * inv;
   }
 }
 
