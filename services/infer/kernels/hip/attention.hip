@@ -28,9 +28,9 @@ constexpr int kNarrowRows = 8;
 constexpr int kBc = 32;        // Keys per tile.
 constexpr int kThreads = 128;  // Threads per block.
 constexpr int kMaxHeadDim = 256;
-constexpr int kMergeThreads = 128;
-// Key ranges one call may have: their merge weights live in shared memory (192 KiB).
-constexpr int64_t kMaxSplits = 49152;
+constexpr int kMergeThreads = 64;
+// Key ranges one call may have: their merge weights and sums live in shared memory (192 KiB).
+constexpr int64_t kMaxSplits = 24576;
 
 struct Params {
   const float* q;
@@ -290,11 +290,13 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
 // Marks a range without a visible key in the merge weights.
 constexpr float kEmptyRange = -1.0f;
 
-// One block per (row, kv head): merges the ranges in order, skipping those without a key (so
-// the ranges past a row's position, which other rows of the call may need, change nothing).
-// Shared: one weight e^{m_s - max} per range.
+// One block per (row, kv head, slice of kMergeThreads dims): merges the ranges in order,
+// skipping those without a key (so the ranges past a row's position, which other rows of the
+// call may need, change nothing). Shared: per range its weight e^{m_s - max} and its sum l_s.
 __global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
-  extern __shared__ float weights[];
+  extern __shared__ float merge_smem[];
+  float* weights = merge_smem;
+  float* sums = merge_smem + splits;
   __shared__ float scratch[kMergeThreads];
   __shared__ float total;
   const int64_t rho = blockIdx.x;
@@ -314,28 +316,29 @@ __global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int
   for (int64_t s = tid; s < splits; s += kMergeThreads) {
     const float m = p.part_m[base(s)];
     weights[s] = m == -INFINITY ? kEmptyRange : expf(m - mx);
+    sums[s] = p.part_l[base(s)];
   }
   __syncthreads();
   if (tid == 0) {
     float sum = 0.0f;
     for (int64_t s = 0; s < splits; ++s) {
-      if (weights[s] != kEmptyRange) sum = fmaf(p.part_l[base(s)], weights[s], sum);
+      if (weights[s] != kEmptyRange) sum = fmaf(sums[s], weights[s], sum);
     }
     total = sum;
   }
   __syncthreads();
-  const float inv = 1.0f / total;
+  const int dim = blockIdx.z * kMergeThreads + tid;
+  if (dim >= d) return;
+  float o = 0.0f;
+#pragma unroll 8
+  for (int64_t s = 0; s < splits; ++s) {
+    const float w = weights[s];
+    const float po = p.part_o[base(s) * d + dim];
+    if (w != kEmptyRange) o = fmaf(po, w, o);
+  }
   const int64_t t = rho / p.group;
   const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
-  for (int dim = tid; dim < d; dim += kMergeThreads) {
-    float o = 0.0f;
-#pragma unroll 4
-    for (int64_t s = 0; s < splits; ++s) {
-      const float w = weights[s];
-      if (w != kEmptyRange) o = fmaf(p.part_o[base(s) * d + dim], w, o);
-    }
-    p.out[t * p.q_ld + h * d + dim] = o * inv;
-  }
+  p.out[t * p.q_ld + h * d + dim] = o * (1.0f / total);
 }
 
 int64_t Splits(const AttentionLaunch& a) {
@@ -366,8 +369,9 @@ hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
             : LaunchTiles<kMaxD, kWideRows, false>(p, splits, stream);
   }
   if (e != hipSuccess || p.part_o == nullptr) return e;
-  const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads));
-  const size_t merge_shared = static_cast<size_t>(splits) * sizeof(float);
+  const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads),
+                        static_cast<unsigned int>(CeilDiv(p.d, kMergeThreads)));
+  const size_t merge_shared = 2 * static_cast<size_t>(splits) * sizeof(float);
   e = AllowSharedBytes(MergeSplitsKernel, merge_shared);
   if (e != hipSuccess) return e;
   MergeSplitsKernel<<<merge_grid, kMergeThreads, merge_shared, stream>>>(p, splits);
