@@ -236,8 +236,9 @@ __device__ void StageRows(const float* src, int64_t ld, int len, int dk, float* 
 }
 
 // One block per (head, column slice); walks the segment's chunks in order. Shared: one staged
-// [chunk, dk] matrix (w, then q, then k of the chunk), partial sums [kGroups, chunk, kCols] and
-// v_new [chunk, kCols]. Staged rows are read by a whole warp at one address (a broadcast).
+// [chunk, dk] matrix (w, then q, then k of the chunk), partial sums [kGroups, chunk, kCols],
+// v_new [chunk, kCols], and the chunk's A, u slice, e^G and f. Staged rows are read by a whole
+// warp at one address (a broadcast).
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     ChunkScanKernel(Params p, int64_t first, int chunk, int64_t chunks, const float* ws) {
@@ -246,6 +247,10 @@ __global__ void __launch_bounds__(kThreads)
   float* rows = smem;
   float* part = rows + static_cast<int64_t>(chunk) * dk;
   float* vnew = part + static_cast<int64_t>(kGroups) * chunk * kCols;
+  float* a_s = vnew + chunk * kCols;  // [chunk, chunk]
+  float* u_s = a_s + chunk * chunk;   // [chunk, kCols]
+  float* gexp_s = u_s + chunk * kCols;
+  float* f_s = gexp_s + chunk;
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int cj = threadIdx.x % kCols;
@@ -261,16 +266,25 @@ __global__ void __launch_bounds__(kThreads)
         WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, chunk, dk, p.dv);
     const int64_t qk_off = t0 * p.qk_ld + static_cast<int64_t>(kh) * dk;
 
-    // v_new = u - w S.
+    // v_new = u - w S. The chunk's other products are staged with w.
     StageRows(work.w, dk, len, dk, rows);
+    for (int idx = threadIdx.x; idx < len * chunk; idx += kThreads) a_s[idx] = work.a[idx];
+    for (int idx = threadIdx.x; idx < len * kCols; idx += kThreads) {
+      const int i = idx / kCols;
+      const int c = blockIdx.y * kCols + idx % kCols;
+      u_s[idx] = c < p.dv ? work.u[static_cast<int64_t>(i) * p.dv + c] : 0.0f;
+    }
+    for (int i = threadIdx.x; i < len; i += kThreads) {
+      gexp_s[i] = work.gexp[i];
+      f_s[i] = work.f[i];
+    }
     __syncthreads();
     for (int i = 0; i < len; ++i) {
       part[grp * part_stride + i * kCols + cj] = PartialDot<kMaxD>(rows + i * dk, dk, grp, s);
     }
     __syncthreads();
     for (int i = grp; i < len; i += kGroups) {
-      const float u = col < p.dv ? work.u[static_cast<int64_t>(i) * p.dv + col] : 0.0f;
-      vnew[i * kCols + cj] = u - GroupSum(part, part_stride, i * kCols + cj);
+      vnew[i * kCols + cj] = u_s[i * kCols + cj] - GroupSum(part, part_stride, i * kCols + cj);
     }
     StageRows(p.q + qk_off, p.qk_ld, len, dk, rows);
     __syncthreads();
@@ -280,10 +294,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     for (int i = grp; i < len; i += kGroups) {
-      float o = work.gexp[i] * GroupSum(part, part_stride, i * kCols + cj);
-      for (int j = 0; j <= i; ++j) {
-        o = fmaf(work.a[static_cast<int64_t>(i) * chunk + j], vnew[j * kCols + cj], o);
-      }
+      float o = gexp_s[i] * GroupSum(part, part_stride, i * kCols + cj);
+      for (int j = 0; j <= i; ++j) o = fmaf(a_s[i * chunk + j], vnew[j * kCols + cj], o);
       if (col < p.dv) p.out[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * p.dv + col] = o;
     }
     StageRows(p.k + qk_off, p.qk_ld, len, dk, rows);
@@ -293,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < kMaxD / kGroups; ++e) s[e] *= decay;
     for (int i = 0; i < len; ++i) {
-      const float fi = work.f[i];
+      const float fi = f_s[i];
       const float vi = vnew[i * kCols + cj];
       const float* ki = rows + i * dk;
 #pragma unroll
@@ -344,8 +356,8 @@ int GatedDeltaMaxHeadDim() { return kMaxDk; }
 int GatedDeltaMaxChunk() { return kMaxChunk; }
 
 size_t GatedDeltaScanSharedBytes(int chunk, int dk) {
-  return (static_cast<size_t>(chunk) * dk + static_cast<size_t>(kGroups + 1) * chunk * kCols) *
-         sizeof(float);
+  const size_t c = static_cast<size_t>(chunk);
+  return (c * dk + (kGroups + 2) * c * kCols + c * c + 2 * c) * sizeof(float);
 }
 
 size_t GatedDeltaPrepSharedBytes(int chunk, int dk) {

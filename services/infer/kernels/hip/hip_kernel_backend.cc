@@ -145,6 +145,43 @@ void HipKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t 
   Check(hip::MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate, compute_), "matmul rows launch");
 }
 
+void HipKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
+                                       int64_t n, float* out) {
+  if (!Enter()) return;
+  Check(hip::EmbeddingGather(table, dim, ids, n, out, compute_), "embedding gather launch");
+}
+
+void HipKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
+                                      float* a, float* b) {
+  if (!Enter()) return;
+  Check(hip::SplitHeadPairs(in, rows, heads, head_dim, a, b, compute_), "split head pairs launch");
+}
+
+void HipKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
+  if (!Enter()) return;
+  Check(hip::SigmoidMul(x, gate, n, compute_), "sigmoid mul launch");
+}
+
+void HipKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
+                                int64_t b_offset, int64_t a_offset, const float* dt_bias,
+                                const float* neg_a, float* g, float* beta) {
+  if (!Enter()) return;
+  Check(hip::GdnGates(in, ld, tokens, heads, b_offset, a_offset, dt_bias, neg_a, g, beta, compute_),
+        "gdn gates launch");
+}
+
+void HipKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
+                                bool renormalise, int32_t* ids, float* weights) {
+  if (!Enter()) return;
+  if (top_k < 1 || top_k > experts) {
+    Keep(
+        Invalid("moe route", absl::StrCat("top_k ", top_k, " outside [1, experts ", experts, "]")));
+    return;
+  }
+  Check(hip::MoeRoute(logits, tokens, experts, top_k, renormalise, ids, weights, compute_),
+        "moe route launch");
+}
+
 void HipKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   if (!Enter()) return;
