@@ -26,6 +26,7 @@ constexpr int kThreads = kCols * kGroups;  // 128.
 constexpr int kMaxDk = 256;
 constexpr int kMaxChunk = 128;
 constexpr int kPrepThreads = 256;
+constexpr int kStageBatch = 8;  // Loads in flight per thread when staging into shared memory.
 
 struct Params {
   const float* q;
@@ -179,11 +180,9 @@ __global__ void __launch_bounds__(kPrepThreads)
       cum[i] = acc;
     }
   }
-  for (int idx = tid; idx < len * dk; idx += kPrepThreads) {
-    const int i = idx / dk;
-    const int x = idx % dk;
-    k_rows[i * ks + x] = k_at(i)[x];
-  }
+  BatchedCopy<kPrepThreads, kStageBatch>(
+      len * dk, [&](int i) { return k_at(i / dk)[i % dk]; },
+      [&](int i, float v) { k_rows[(i / dk) * ks + i % dk] = v; });
   __syncthreads();
 
   for (int idx = tid; idx < len * len; idx += kPrepThreads) {
@@ -194,6 +193,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     const float* qi = p.q + (t0 + i) * p.qk_ld + static_cast<int64_t>(kh) * dk;
     float kk = 0.0f;
     float qk = 0.0f;
+#pragma unroll 4
     for (int x = 0; x < dk; ++x) {
       kk = fmaf(k_rows[i * ks + x], k_rows[j * ks + x], kk);
       qk = fmaf(qi[x], k_rows[j * ks + x], qk);
@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     for (int i = 0; i < len; ++i) {
       float val = is_u ? beta(i) * p.v[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * dv + c]
                        : beta(i) * expf(cum[i]) * k_rows[i * ks + c];
+#pragma unroll 8
       for (int j = 0; j < i; ++j) {
         val = fmaf(-b[i * (chunk + 1) + j], dst[static_cast<int64_t>(j) * width + c], val);
       }
@@ -228,11 +229,9 @@ __global__ void __launch_bounds__(kPrepThreads)
 
 // Copies `len` rows of `dk` floats (row stride `ld`) into shared memory, coalesced.
 __device__ void StageRows(const float* src, int64_t ld, int len, int dk, float* dst) {
-  for (int idx = threadIdx.x; idx < len * dk; idx += kThreads) {
-    const int i = idx / dk;
-    const int x = idx % dk;
-    dst[idx] = src[i * ld + x];
-  }
+  BatchedCopy<kThreads, kStageBatch>(
+      len * dk, [&](int i) { return src[(i / dk) * ld + i % dk]; },
+      [&](int i, float v) { dst[i] = v; });
 }
 
 // One block per (head, column slice); walks the segment's chunks in order. Shared: one staged
@@ -268,12 +267,15 @@ __global__ void __launch_bounds__(kThreads)
 
     // v_new = u - w S. The chunk's other products are staged with w.
     StageRows(work.w, dk, len, dk, rows);
-    for (int idx = threadIdx.x; idx < len * chunk; idx += kThreads) a_s[idx] = work.a[idx];
-    for (int idx = threadIdx.x; idx < len * kCols; idx += kThreads) {
-      const int i = idx / kCols;
-      const int c = blockIdx.y * kCols + idx % kCols;
-      u_s[idx] = c < p.dv ? work.u[static_cast<int64_t>(i) * p.dv + c] : 0.0f;
-    }
+    BatchedCopy<kThreads, kStageBatch>(
+        len * chunk, [&](int i) { return work.a[i]; }, [&](int i, float v) { a_s[i] = v; });
+    BatchedCopy<kThreads, kStageBatch>(
+        len * kCols,
+        [&](int i) {
+          const int c = blockIdx.y * kCols + i % kCols;
+          return c < p.dv ? work.u[static_cast<int64_t>(i / kCols) * p.dv + c] : 0.0f;
+        },
+        [&](int i, float v) { u_s[i] = v; });
     for (int i = threadIdx.x; i < len; i += kThreads) {
       gexp_s[i] = work.gexp[i];
       f_s[i] = work.f[i];

@@ -32,6 +32,26 @@ __device__ inline float BlockSum(float v, float* scratch) {
   return r;
 }
 
+// Runs store(i, load(i)) for every i in [0, n) over the block's kThreads threads, with kBatch
+// independent loads in flight per thread before their stores (staging global memory into shared
+// memory is latency-bound otherwise). Must be reached by every thread of the block.
+template <int kThreads, int kBatch, typename Load, typename Store>
+__device__ inline void BatchedCopy(int n, Load load, Store store) {
+  for (int base = threadIdx.x; base < n; base += kThreads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      v[b] = i < n ? load(i) : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      if (i < n) store(i, v[b]);
+    }
+  }
+}
+
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Blocks for a grid-stride loop over `n` elements: enough to fill the device, bounded so the
