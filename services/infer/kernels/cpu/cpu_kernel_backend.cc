@@ -45,6 +45,32 @@ float Dot(const float* a, const float* b, int n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+// A dot product whose summation order depends only on `n`: sixteen interleaved partial sums
+// (vectorisable without reassociation), combined pairwise, then the remainder.
+float RowDot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  float s = acc[0];
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Output columns per work item of MatMulRows: enough to amortise scheduling, small enough that
+// a block of weight rows stays in cache while every input row passes over it.
+constexpr int64_t kRowMatMulBlock = 64;
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// torch softplus switches to the identity above this input.
+constexpr float kSoftplusThreshold = 20.0f;
+float Softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
+
 // y[j] += a * x[j]
 void Axpy(float a, const float* x, float* y, int n) {
   for (int j = 0; j < n; ++j) y[j] += a * x[j];
@@ -218,12 +244,88 @@ void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, in
   if (m == 0 || n == 0) return;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(ldx),
-              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y,
-              static_cast<blasint>(ldy));
+              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y, static_cast<blasint>(ldy));
 }
 
-void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w,
-                               float eps, bool zero_centred, float* y) {
+void CpuKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                                  int64_t n, float* y, int64_t ldy, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  const int64_t blocks = (n + kRowMatMulBlock - 1) / kRowMatMulBlock;
+  ParallelFor(blocks, [&](int64_t b) {
+    const int64_t n0 = b * kRowMatMulBlock;
+    const int64_t n1 = std::min(n, n0 + kRowMatMulBlock);
+    for (int64_t r = 0; r < m; ++r) {
+      const float* xr = x + r * ldx;
+      float* yr = y + r * ldy;
+      for (int64_t j = n0; j < n1; ++j) {
+        const float d = RowDot(xr, w + j * k, k);
+        yr[j] = accumulate ? yr[j] + d : d;
+      }
+    }
+  });
+}
+
+void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
+                                       int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = table + static_cast<int64_t>(ids[i]) * dim;
+    std::copy(src, src + dim, out + i * dim);
+  }
+}
+
+void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
+                                      float* a, float* b) {
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int h = 0; h < heads; ++h) {
+      const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
+      const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
+      std::copy(src, src + head_dim, a + dst);
+      std::copy(src + head_dim, src + 2 * head_dim, b + dst);
+    }
+  }
+}
+
+void CpuKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= Sigmoid(gate[i]);
+}
+
+void CpuKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
+                                int64_t b_offset, int64_t a_offset, const float* dt_bias,
+                                const float* neg_a, float* g, float* beta) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = in + t * ld;
+    for (int j = 0; j < heads; ++j) {
+      beta[t * heads + j] = Sigmoid(row[b_offset + j]);
+      g[t * heads + j] = neg_a[j] * Softplus(row[a_offset + j] + dt_bias[j]);
+    }
+  }
+}
+
+void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
+                                bool renormalise, int32_t* ids, float* weights) {
+  std::vector<float> p(experts);
+  std::vector<int> order(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits + t * experts;
+    const float mx = *std::max_element(l, l + experts);
+    float sum = 0.0f;
+    for (int j = 0; j < experts; ++j) sum += p[j] = std::exp(l[j] - mx);
+    for (int j = 0; j < experts; ++j) p[j] /= sum;
+    for (int j = 0; j < experts; ++j) order[j] = j;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0.0f;
+    for (int j = 0; j < top_k; ++j) top_sum += p[order[j]];
+    for (int j = 0; j < top_k; ++j) {
+      ids[t * top_k + j] = order[j];
+      weights[t * top_k + j] = renormalise ? p[order[j]] / top_sum : p[order[j]];
+    }
+  }
+}
+
+void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                               bool zero_centred, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -328,10 +430,9 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
       const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
       scores.resize(static_cast<size_t>(rows * keys));
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-                  static_cast<blasint>(keys), a.head_dim, a.scale,
-                  a.q + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld),
-                  a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f, scores.data(),
-                  static_cast<blasint>(keys));
+                  static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
+                  static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
+                  0.0f, scores.data(), static_cast<blasint>(keys));
       ParallelFor(rows, [&](int64_t r) {
         float* p = scores.data() + r * keys;
         const int64_t n = a.past + t0 + r + 1;
@@ -346,10 +447,10 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
         for (int64_t j = 0; j < n; ++j) p[j] *= inv;
         std::fill(p + n, p + keys, 0.0f);
       });
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
-                  a.head_dim, static_cast<blasint>(keys), 1.0f, scores.data(),
-                  static_cast<blasint>(keys), a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld),
-                  0.0f, a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
+                  static_cast<blasint>(keys), 1.0f, scores.data(), static_cast<blasint>(keys),
+                  a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
+                  a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
     }
   }
 }
