@@ -431,6 +431,84 @@ TEST_F(HipKernelBackendTest, ChunkedDeltaRuleDoesNotDependOnSegmentsOrCallBounda
   EXPECT_TRUE(SameBits(whole, passes));
 }
 
+TEST_F(HipKernelBackendTest, GathersSplitsAndGatesMatchCpu) {
+  const int64_t vocab = 97, dim = 130, n = 23;
+  const std::vector<float> table = RandomFloats(vocab * dim, 40);
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
+  std::vector<float> gathered(n * dim);
+  cpu_->EmbeddingGather(table.data(), dim, ids.data(), n, gathered.data());
+  const int64_t rows = 9;
+  const int heads = 3, hd = 17;
+  const std::vector<float> pairs = RandomFloats(rows * 2 * heads * hd, 41);
+  std::vector<float> a(rows * heads * hd), b(rows * heads * hd);
+  cpu_->SplitHeadPairs(pairs.data(), rows, heads, hd, a.data(), b.data());
+  std::vector<float> x = RandomFloats(1000, 42);
+  const std::vector<float> gate = RandomFloats(1000, 43, -8.0f, 8.0f);
+  std::vector<float> gated = x;
+  cpu_->SigmoidMul(gated.data(), gate.data(), 1000);
+  const int64_t tokens = 31, ld = 70;
+  const int gheads = 12;
+  const std::vector<float> in =
+      RandomFloats(tokens * ld, 44, -30.0f, 30.0f);  // Past softplus's switch.
+  const std::vector<float> dt_bias = RandomFloats(gheads, 45),
+                           neg_a = RandomFloats(gheads, 46, -8.0f, -0.1f);
+  std::vector<float> g(tokens * gheads), beta(tokens * gheads);
+  cpu_->GdnGates(in.data(), ld, tokens, gheads, 3, 40, dt_bias.data(), neg_a.data(), g.data(),
+                 beta.data());
+  DeviceBuffer dtable = Up(table), dpairs = Up(pairs), dx = Up(x), dgate = Up(gate), din = Up(in),
+               ddt = Up(dt_bias), dnega = Up(neg_a), dgath = Poisoned(gathered.size()),
+               da = Poisoned(a.size()), db = Poisoned(b.size()), dg = Poisoned(g.size()),
+               dbeta = Poisoned(beta.size());
+  absl::StatusOr<DeviceBuffer> dids = gpu_->Allocate(n * sizeof(int32_t));
+  ASSERT_TRUE(dids.ok()) << dids.status();
+  ASSERT_TRUE(gpu_->Upload(dids->data(), ids.data(), n * sizeof(int32_t)).ok());
+
+  gpu_->EmbeddingGather(dtable.floats(), dim, static_cast<const int32_t*>(dids->data()), n,
+                        dgath.floats());
+  gpu_->SplitHeadPairs(dpairs.floats(), rows, heads, hd, da.floats(), db.floats());
+  gpu_->SigmoidMul(dx.floats(), dgate.floats(), 1000);
+  gpu_->GdnGates(din.floats(), ld, tokens, gheads, 3, 40, ddt.floats(), dnega.floats(), dg.floats(),
+                 dbeta.floats());
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(dgath, gathered.size()), gathered));
+  EXPECT_TRUE(SameBits(Down(da, a.size()), a));
+  EXPECT_TRUE(SameBits(Down(db, b.size()), b));
+  EXPECT_LT(Measured("sigmoid mul", RelErr(Down(dx, x.size()), gated)), kTightTolerance);
+  EXPECT_LT(Measured("gdn gates g", RelErr(Down(dg, g.size()), g)), kTightTolerance);
+  EXPECT_LT(Measured("gdn gates beta", RelErr(Down(dbeta, beta.size()), beta)), kTightTolerance);
+}
+
+TEST_F(HipKernelBackendTest, MoeRoutingMatchesCpuWithTiesToTheLowerId) {
+  const int64_t tokens = 57;
+  const int experts = 512, top_k = 10;
+  std::vector<float> logits = RandomFloats(tokens * experts, 47, -4.0f, 4.0f);
+  // Token 0: every logit equal, so the picks are experts 0..9 in order.
+  std::fill(logits.begin(), logits.begin() + experts, 0.5f);
+  for (const bool renormalise : {false, true}) {
+    SCOPED_TRACE(renormalise ? "renormalised" : "plain");
+    std::vector<int32_t> ids(tokens * top_k);
+    std::vector<float> weights(tokens * top_k);
+    cpu_->MoeRoute(logits.data(), tokens, experts, top_k, renormalise, ids.data(), weights.data());
+    DeviceBuffer dl = Up(logits), dw = Poisoned(weights.size());
+    absl::StatusOr<DeviceBuffer> dids = gpu_->Allocate(ids.size() * sizeof(int32_t));
+    ASSERT_TRUE(dids.ok()) << dids.status();
+
+    gpu_->MoeRoute(dl.floats(), tokens, experts, top_k, renormalise,
+                   static_cast<int32_t*>(dids->data()), dw.floats());
+
+    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+    std::vector<int32_t> got_ids(ids.size());
+    ASSERT_TRUE(gpu_->Download(got_ids.data(), dids->data(), ids.size() * sizeof(int32_t)).ok());
+    EXPECT_EQ(got_ids, ids);
+    EXPECT_EQ(std::vector<int32_t>(got_ids.begin(), got_ids.begin() + top_k),
+              (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    EXPECT_LT(Measured("moe route weights", RelErr(Down(dw, weights.size()), weights)),
+              kTightTolerance);
+  }
+}
+
 TEST_F(HipKernelBackendTest, UnsupportedShapesAreKeptAsErrors) {
   DeviceBuffer buf = Poisoned(1024);
 
