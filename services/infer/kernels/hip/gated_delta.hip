@@ -21,8 +21,8 @@ namespace cairn::infer::hip {
 namespace {
 
 constexpr int kCols = 32;                  // State columns per block.
-constexpr int kGroups = 4;                 // Threads sharing one column (over dk).
-constexpr int kThreads = kCols * kGroups;  // 128.
+constexpr int kGroups = 8;                 // Threads sharing one column (over dk).
+constexpr int kThreads = kCols * kGroups;  // 256.
 constexpr int kMaxDk = 256;
 constexpr int kMaxChunk = 128;
 constexpr int kPrepThreads = 256;
@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   float* k_rows = smem;
   float* b = k_rows + static_cast<int64_t>(chunk) * ks;
   float* cum = b + static_cast<int64_t>(chunk) * (chunk + 1);
+  float* sub = cum + chunk;  // [chunk, dv + dk]: u | w rows.
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int64_t ci = blockIdx.y;
@@ -203,22 +204,26 @@ __global__ void __launch_bounds__(kPrepThreads)
   }
   __syncthreads();
 
-  // Forward substitution, one thread per column of u (dv) or w (dk); a thread reads back only
-  // what it wrote itself.
-  for (int col = tid; col < dv + dk; col += kPrepThreads) {
+  // Forward substitution in shared memory, one thread per column of [u | w] (dv + dk columns);
+  // a thread reads back only what it wrote itself. Then u and w go out row by row.
+  const int sub_ld = dv + dk;
+  for (int col = tid; col < sub_ld; col += kPrepThreads) {
     const bool is_u = col < dv;
     const int c = is_u ? col : col - dv;
-    const int width = is_u ? dv : dk;
-    float* dst = is_u ? work.u : work.w;
     for (int i = 0; i < len; ++i) {
       float val = is_u ? beta(i) * p.v[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * dv + c]
                        : beta(i) * expf(cum[i]) * k_rows[i * ks + c];
 #pragma unroll 8
-      for (int j = 0; j < i; ++j) {
-        val = fmaf(-b[i * (chunk + 1) + j], dst[static_cast<int64_t>(j) * width + c], val);
-      }
-      dst[static_cast<int64_t>(i) * width + c] = val;
+      for (int j = 0; j < i; ++j) val = fmaf(-b[i * (chunk + 1) + j], sub[j * sub_ld + col], val);
+      sub[i * sub_ld + col] = val;
     }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < len * dv; idx += kPrepThreads) {
+    work.u[idx] = sub[(idx / dv) * sub_ld + idx % dv];
+  }
+  for (int idx = tid; idx < len * dk; idx += kPrepThreads) {
+    work.w[idx] = sub[(idx / dk) * sub_ld + dv + idx % dk];
   }
   for (int i = tid; i < len; i += kPrepThreads) {
     work.gexp[i] = expf(cum[i]);
@@ -281,6 +286,7 @@ __global__ void __launch_bounds__(kThreads)
       f_s[i] = work.f[i];
     }
     __syncthreads();
+#pragma unroll 4
     for (int i = 0; i < len; ++i) {
       part[grp * part_stride + i * kCols + cj] = PartialDot<kMaxD>(rows + i * dk, dk, grp, s);
     }
@@ -291,6 +297,7 @@ __global__ void __launch_bounds__(kThreads)
     StageRows(p.q + qk_off, p.qk_ld, len, dk, rows);
     __syncthreads();
     // o = e^G (q S) + A v_new.
+#pragma unroll 4
     for (int i = 0; i < len; ++i) {
       part[grp * part_stride + i * kCols + cj] = PartialDot<kMaxD>(rows + i * dk, dk, grp, s);
     }
@@ -333,7 +340,7 @@ hipError_t Run(const Params& p, int chunk, int64_t segment, float* ws, hipStream
     RecurrentKernel<kMaxD><<<grid, kThreads, 0, stream>>>(p);
     return hipGetLastError();
   }
-  const size_t prep_shared = GatedDeltaPrepSharedBytes(chunk, p.dk);
+  const size_t prep_shared = GatedDeltaPrepSharedBytes(chunk, p.dk, p.dv);
   const size_t scan_shared = GatedDeltaScanSharedBytes(chunk, p.dk);
   hipError_t e = AllowSharedBytes(PrepKernel, prep_shared);
   if (e == hipSuccess) e = AllowSharedBytes(ChunkScanKernel<kMaxD>, scan_shared);
@@ -362,10 +369,9 @@ size_t GatedDeltaScanSharedBytes(int chunk, int dk) {
   return (c * dk + (kGroups + 2) * c * kCols + c * c + 2 * c) * sizeof(float);
 }
 
-size_t GatedDeltaPrepSharedBytes(int chunk, int dk) {
-  return (static_cast<size_t>(chunk) * (dk + 1) + static_cast<size_t>(chunk) * (chunk + 1) +
-          chunk) *
-         sizeof(float);
+size_t GatedDeltaPrepSharedBytes(int chunk, int dk, int dv) {
+  const size_t c = static_cast<size_t>(chunk);
+  return (c * (dk + 1) + c * (chunk + 1) + c + c * (dv + dk)) * sizeof(float);
 }
 
 int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens) {

@@ -276,7 +276,8 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
     return;
   }
   if (a.chunk < 0 || a.chunk > hip::GatedDeltaMaxChunk() ||
-      hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_) ||
+      hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk, a.dv) >
+          static_cast<size_t>(max_shared_bytes_) ||
       hip::GatedDeltaScanSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_)) {
     Keep(Invalid("gated delta", absl::StrCat("chunk ", a.chunk, " unsupported (max ",
                                              hip::GatedDeltaMaxChunk(), ")")));

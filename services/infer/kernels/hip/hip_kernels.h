@@ -97,7 +97,7 @@ struct GatedDeltaLaunch {
 };
 int GatedDeltaMaxHeadDim();
 int GatedDeltaMaxChunk();
-size_t GatedDeltaPrepSharedBytes(int chunk, int dk);
+size_t GatedDeltaPrepSharedBytes(int chunk, int dk, int dv);
 size_t GatedDeltaScanSharedBytes(int chunk, int dk);
 int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
 hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
