@@ -286,7 +286,11 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   hip::GatedDeltaLaunch l{a.q,      a.k,       a.v,       a.g,  a.beta, a.state, a.out,
                           a.tokens, a.k_heads, a.v_heads, a.dk, a.dv,   a.chunk};
   int64_t segment = options_.delta_segment_tokens;
-  if (a.chunk > 0) segment = std::max<int64_t>(a.chunk, segment / a.chunk * a.chunk);
+  if (a.chunk > 0) {
+    // Whole chunks, and no more chunks per segment than a grid dimension takes.
+    constexpr int64_t kMaxGridY = 65535;
+    segment = std::clamp<int64_t>(segment / a.chunk, 1, kMaxGridY) * a.chunk;
+  }
   float* ws = nullptr;
   const int64_t ws_floats = hip::GatedDeltaWorkspaceFloats(l, segment);
   if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
