@@ -61,38 +61,51 @@ size_t SharedFloats(int d, int rows) {
 
 // Loads keys [kt, kt + kBc) of kv head `kvh` into the K and V tiles (zeros past k_end).
 // kVec: 16-byte global loads (head_dim and the row stride multiples of 4, aligned pointers).
+// kLoadBatch pieces are loaded before any is stored, so that many loads are in flight.
 template <bool kVec>
 __device__ void LoadKvTile(const Params& p, int kvh, int64_t kt, int64_t k_end, float* k_tile,
                            float* v_tile) {
+  constexpr int kWidth = kVec ? 4 : 1;
+  constexpr int kLoadBatch = 4;
   const int d = p.d;
   const int qs = d + 1;
-  constexpr int kWidth = kVec ? 4 : 1;
   const int per_row = d / kWidth;
-  for (int idx = threadIdx.x; idx < kBc * per_row; idx += kThreads) {
-    const int c = idx / per_row;
-    const int x = (idx % per_row) * kWidth;
-    const int64_t key = kt + c;
-    float kv[kWidth];
-    float vv[kWidth];
-    if (key < k_end) {
-      const int64_t off = key * p.kv_ld + static_cast<int64_t>(kvh) * d + x;
-      if constexpr (kVec) {
-        const float4 k4 = *reinterpret_cast<const float4*>(p.k + off);
-        const float4 v4 = *reinterpret_cast<const float4*>(p.v + off);
-        kv[0] = k4.x, kv[1] = k4.y, kv[2] = k4.z, kv[3] = k4.w;
-        vv[0] = v4.x, vv[1] = v4.y, vv[2] = v4.z, vv[3] = v4.w;
-      } else {
-        kv[0] = p.k[off];
-        vv[0] = p.v[off];
-      }
-    } else {
+  const int n = kBc * per_row;
+  for (int base = threadIdx.x; base < n; base += kThreads * kLoadBatch) {
+    float kv[kLoadBatch][kWidth];
+    float vv[kLoadBatch][kWidth];
 #pragma unroll
-      for (int e = 0; e < kWidth; ++e) kv[e] = vv[e] = 0.0f;
+    for (int b = 0; b < kLoadBatch; ++b) {
+      const int idx = base + b * kThreads;
+      const int64_t key = kt + idx / per_row;
+      if (idx < n && key < k_end) {
+        const int64_t off =
+            key * p.kv_ld + static_cast<int64_t>(kvh) * d + (idx % per_row) * kWidth;
+        if constexpr (kVec) {
+          const float4 k4 = *reinterpret_cast<const float4*>(p.k + off);
+          const float4 v4 = *reinterpret_cast<const float4*>(p.v + off);
+          kv[b][0] = k4.x, kv[b][1] = k4.y, kv[b][2] = k4.z, kv[b][3] = k4.w;
+          vv[b][0] = v4.x, vv[b][1] = v4.y, vv[b][2] = v4.z, vv[b][3] = v4.w;
+        } else {
+          kv[b][0] = p.k[off];
+          vv[b][0] = p.v[off];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) kv[b][e] = vv[b][e] = 0.0f;
+      }
     }
 #pragma unroll
-    for (int e = 0; e < kWidth; ++e) {
-      k_tile[c * qs + x + e] = kv[e];
-      v_tile[c * d + x + e] = vv[e];
+    for (int b = 0; b < kLoadBatch; ++b) {
+      const int idx = base + b * kThreads;
+      if (idx >= n) continue;
+      const int c = idx / per_row;
+      const int x = (idx % per_row) * kWidth;
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) {
+        k_tile[c * qs + x + e] = kv[b][e];
+        v_tile[c * d + x + e] = vv[b][e];
+      }
     }
   }
 }
@@ -123,18 +136,16 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
   const int64_t rho0 = static_cast<int64_t>(blockIdx.x) * kBr;
   const int64_t split = blockIdx.z;
 
-  for (int idx = tid; idx < kBr * d; idx += kThreads) {
-    const int r = idx / d;
-    const int c = idx % d;
-    const int64_t rho = rho0 + r;
-    float val = 0.0f;
-    if (rho < p.rows) {
-      const int64_t t = rho / p.group;
-      const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
-      val = p.q[t * p.q_ld + h * d + c];
-    }
-    q_tile[r * qs + c] = val;
-  }
+  BatchedCopy<kThreads, 8>(
+      kBr * d,
+      [&](int idx) {
+        const int64_t rho = rho0 + idx / d;
+        if (rho >= p.rows) return 0.0f;
+        const int64_t t = rho / p.group;
+        const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+        return p.q[t * p.q_ld + h * d + idx % d];
+      },
+      [&](int idx, float v) { q_tile[(idx / d) * qs + idx % d] = v; });
   if (tid < kBr) {
     row_max[tid] = -INFINITY;
     row_sum[tid] = 0.0f;
