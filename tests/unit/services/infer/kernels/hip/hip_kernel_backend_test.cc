@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -257,6 +258,11 @@ struct AttentionCase {
   int q_heads, kv_heads, head_dim;
 };
 
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.tokens << " tokens after " << c.past << ", " << c.q_heads << "q/" << c.kv_heads
+      << "kv, d" << c.head_dim;
+}
+
 class HipAttentionTest : public HipKernelBackendTest,
                          public ::testing::WithParamInterface<AttentionCase> {};
 
@@ -338,6 +344,11 @@ struct DeltaCase {
   int64_t tokens;
   int k_heads, v_heads, dk, dv, chunk;
 };
+
+void PrintTo(const DeltaCase& c, std::ostream* os) {
+  *os << c.tokens << " tokens, " << c.k_heads << "k/" << c.v_heads << "v heads, " << c.dk << "x"
+      << c.dv << ", chunk " << c.chunk;
+}
 
 class HipGatedDeltaTest : public HipKernelBackendTest,
                           public ::testing::WithParamInterface<DeltaCase> {};
