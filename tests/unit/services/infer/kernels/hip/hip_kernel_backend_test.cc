@@ -108,6 +108,17 @@ TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(HipKernelBackendCreateTest, TheFactoryGivesAKernelBackendWhereThereIsADevice) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> b = CreateHipKernelBackend({});
+
+  if (HipDeviceCount() == 0) {
+    EXPECT_THAT(b.status(), cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
+  } else {
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->name(), "hip-fp32");
+  }
+}
+
 TEST(HipKernelBackendCreateTest, AMissingDeviceIsUnavailable) {
   EXPECT_THAT(HipKernelBackend::Create({.device = 4096}).status(),
               cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
