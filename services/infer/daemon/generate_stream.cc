@@ -43,6 +43,7 @@ v1::CacheResult ToProto(const CacheReport& r) {
   out.set_miss_reason(r.miss_reason);
   out.set_captures(static_cast<uint32_t>(r.captures));
   out.set_cache_available(r.cache_available);
+  for (int64_t e : r.pass_ends) out.add_pass_ends(static_cast<uint64_t>(e));
   return out;
 }
 

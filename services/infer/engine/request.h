@@ -24,6 +24,7 @@ struct CacheReport {
   std::string miss_reason;
   int captures = 0;
   bool cache_available = false;
+  std::vector<int64_t> pass_ends;  // Absolute positions where prefill passes ended.
 };
 
 enum class FinishReason { kStop, kLength, kCancelled };

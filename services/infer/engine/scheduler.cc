@@ -403,6 +403,7 @@ bool Scheduler::PrefillStep() {
   }
   s.tokens.insert(s.tokens.end(), prompt.begin() + a->prefilled, prompt.begin() + end);
   a->prefilled = end;
+  a->report.pass_ends.push_back(end);
   capture_here();
   if (end < n) return true;
 
