@@ -14,6 +14,10 @@
 
 #include <hip/hip_runtime.h>
 
+// The shared memory one block may use at most. AMD has no opt-in beyond the per-block limit.
+inline constexpr hipDeviceAttribute_t kCairnMaxSharedPerBlockAttribute =
+    hipDeviceAttributeMaxSharedMemoryPerBlock;
+
 #elif defined(CAIRN_HIP_PLATFORM_NVIDIA) || defined(__CUDACC__)
 
 #include <cuda_runtime.h>
@@ -38,7 +42,8 @@ inline constexpr hipFuncAttribute hipFuncAttributeMaxDynamicSharedMemorySize =
     cudaFuncAttributeMaxDynamicSharedMemorySize;
 inline constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount =
     cudaDevAttrMultiProcessorCount;
-inline constexpr hipDeviceAttribute_t hipDeviceAttributeMaxSharedMemoryPerBlockOptin =
+// The shared memory one block may use at most, after opting in (cudaFuncSetAttribute).
+inline constexpr hipDeviceAttribute_t kCairnMaxSharedPerBlockAttribute =
     cudaDevAttrMaxSharedMemoryPerBlockOptin;
 
 // Runtime calls.

@@ -67,8 +67,7 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   hipError_t e = hipSetDevice(options.device);
   if (e != hipSuccess) return HipError(e, "selecting the device");
   int max_shared = 0;
-  e = hipDeviceGetAttribute(&max_shared, hipDeviceAttributeMaxSharedMemoryPerBlockOptin,
-                            options.device);
+  e = hipDeviceGetAttribute(&max_shared, kCairnMaxSharedPerBlockAttribute, options.device);
   if (e != hipSuccess) return HipError(e, "reading the shared memory limit");
   std::unique_ptr<HipKernelBackend> b(new HipKernelBackend(options, max_shared));
   e = hipStreamCreateWithFlags(&b->compute_, hipStreamNonBlocking);
