@@ -22,21 +22,21 @@ struct ServeRequest {
 struct CaptureOutcome {
   int64_t pos = 0;
   CaptureKind kind = CaptureKind::kEnd;
-  CheckpointId id = 0;        // 0 when not admitted.
+  CheckpointId id = 0;  // 0 when not admitted.
   bool admitted = false;
   bool persisted = false;
-  std::string rejected;       // Why it was not admitted (empty when admitted or duplicate).
+  std::string rejected;  // Why it was not admitted (empty when admitted or duplicate).
 };
 
 struct ServeOutcome {
-  Candidate used;              // Where the prompt resumed (tier kNone: cold).
+  Candidate used;  // Where the prompt resumed (tier kNone: cold).
   int64_t shared_prefix = 0;
-  int64_t prefilled = 0;       // Tokens computed for the prompt.
+  int64_t prefilled = 0;  // Tokens computed for the prompt.
   int32_t slot = 0;
-  RestorePlan restore;         // For RAM and disk candidates.
+  RestorePlan restore;  // For RAM and disk candidates.
   std::vector<PrefillPass> passes;
   std::vector<CaptureOutcome> captures;
-  std::vector<Event> evictions;  // kEvict, kDiskEvict and kQuarantine events of this request.
+  std::vector<Event> evictions;      // kEvict, kDiskEvict and kQuarantine events of this request.
   std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before a slot overwrite.
 };
 
@@ -58,6 +58,9 @@ class RequestRunner {
 
  private:
   int32_t ChooseSlot(const Candidate& best);
+  // Completes every spill the cache asked for (copies are instantaneous here) and returns the
+  // chunks of those in `preserve`.
+  std::vector<ChunkCopy> CompleteSpills(absl::Span<const uint64_t> preserve);
 
   CheckpointCache* cache_;
   uint64_t daemon_session_;

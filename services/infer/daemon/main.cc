@@ -18,6 +18,7 @@
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
+#include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/host_kv_memory.h"
@@ -67,6 +68,7 @@ int Run(int argc, char** argv) {
   InferMainOptions main_options;
   ServedModelOptions model_options;
   SchedulerOptions scheduler_options;
+  GrpcStateCacheOptions cache_options;
   FlagSet flags("cairn-infer",
                 "The Cairn inference daemon: a hybrid model, its execution slots and the cache "
                 "protocol.");
@@ -167,13 +169,32 @@ int Run(int argc, char** argv) {
                   << " tokens";
 
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<GrpcStateCache> cache;
   if (!main_options.cache.empty()) {
-    std::cerr << "cairn-infer: --cache is not wired in this build yet\n";
-    return 2;
+    const CompatibilityIdentity& id = (*served)->identity();
+    cache_options.address = main_options.cache;
+    cache_options.instance_name = main_options.instance_name.empty()
+                                      ? absl::StrCat("cairn-infer-", ::getpid())
+                                      : main_options.instance_name;
+    cache_options.slots = main_options.sessions;
+    cache_options.model_name = (*served)->name();
+    cache_options.identity.set_digest(id.digest);
+    cache_options.identity.set_architecture(id.architecture);
+    cache_options.identity.set_weights_digest(id.weights_digest);
+    cache_options.identity.set_tokenizer_digest(id.tokenizer_digest);
+    cache_options.identity.set_template_digest(id.template_digest);
+    cache_options.identity.set_layout_digest(id.layout_digest);
+    cache_options.identity.set_numerics_class(id.numerics_class);
+    cache_options.identity.set_speculative_config(id.speculative_config);
+    cache_options.layout = model->state_layout();
+    cache = std::make_unique<GrpcStateCache>(cache_options, [&scheduler] {
+      if (scheduler != nullptr) scheduler->Wake();
+    });
   }
-  scheduler = std::make_unique<Scheduler>(model, memory->get(), nullptr, scheduler_options);
+  scheduler = std::make_unique<Scheduler>(model, memory->get(), cache.get(), scheduler_options);
   scheduler->Start();
-  InferServiceImpl service(served->get(), scheduler.get(), &pool, [] { return false; }, {});
+  InferServiceImpl service(served->get(), scheduler.get(), &pool,
+                           [&cache] { return cache != nullptr && cache->connected(); }, {});
   absl::StatusOr<std::unique_ptr<ServerRunner>> server =
       ServerRunner::Start(server_options, {&service});
   if (!server.ok()) {
@@ -184,7 +205,8 @@ int Run(int argc, char** argv) {
   (*server)->SetAllServing(true);
   sd_notify(0, "READY=1");
   CAIRN_LOG(INFO) << "cairn-infer serving " << (*served)->name() << " on " << (*server)->address()
-                  << ", no cache";
+                  << (cache != nullptr ? absl::StrCat(", cache at ", main_options.cache)
+                                       : std::string(", no cache"));
 
   const int sig = WaitForTerminationSignal();
   // Shutdown order (style.md §5): health NOT_SERVING, drain (running requests finish or are
@@ -197,6 +219,7 @@ int Run(int argc, char** argv) {
   (*server)->Drain();
   (*server)->Wait();
   pool.Shutdown();
+  if (cache != nullptr) cache->Shutdown();
   server->reset();
   CAIRN_LOG(INFO) << "cairn-infer stopped";
   return 0;

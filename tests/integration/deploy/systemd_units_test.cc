@@ -25,6 +25,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "services/infer/models/random_checkpoint_presets.h"
+#include "services/infer/models/random_checkpoint_writer.h"
 
 namespace cairn {
 namespace {
@@ -61,6 +63,7 @@ struct UnitCase {
   std::string service_name;            // Reported by the health service.
   std::vector<std::string> test_args;  // Flags that move sockets into a temp dir (flags win).
   double max_exposure;                 // systemd-analyze security threshold.
+  std::string model_preset = "";       // Writes this random model to $DIR/model first.
 };
 
 class SystemdUnitsTest : public ::testing::TestWithParam<UnitCase> {};
@@ -83,6 +86,13 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
   for (const std::string& a : c.test_args) {
     argv.push_back(absl::StrReplaceAll(a, {{"$DIR", dir}}));
+  }
+  if (!c.model_preset.empty()) {
+    absl::StatusOr<infer::RandomCheckpointOptions> preset =
+        infer::RandomCheckpointPreset(c.model_preset);
+    ASSERT_TRUE(preset.ok()) << preset.status();
+    absl::Status written = infer::WriteRandomCheckpoint(dir + "/model", *preset);
+    ASSERT_TRUE(written.ok()) << written;
   }
 
   pid_t pid = ::fork();
@@ -144,21 +154,29 @@ TEST_P(SystemdUnitsTest, UnitPassesSystemdAnalyzeVerify) {
   EXPECT_EQ(rc, 0) << ReadFile(out);
 }
 
-INSTANTIATE_TEST_SUITE_P(Units, SystemdUnitsTest,
-                         ::testing::Values(UnitCase{
-                             "cairn-cache.service",
-                             "services/cache/cairn-cache",
-                             "cairn.cache.v1.CacheService",
-                             {"--listen=unix:$DIR/grpc.sock", "--arena-socket=$DIR/arena.sock",
-                              "--cache-ram-bytes=64Mi", "--cache-disk=$DIR/disk",
-                              "--cache-disk-bytes=64Mi"},
-                             2.0}),
-                         [](const ::testing::TestParamInfo<UnitCase>& param_info) {
-                           const std::string& unit = param_info.param.unit;
-                           std::string name = unit.substr(0, unit.find('.'));
-                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Units, SystemdUnitsTest,
+    ::testing::Values(UnitCase{"cairn-cache.service",
+                               "services/cache/cairn-cache",
+                               "cairn.cache.v1.CacheService",
+                               {"--listen=unix:$DIR/grpc.sock", "--arena-socket=$DIR/arena.sock",
+                                "--cache-ram-bytes=64Mi", "--cache-disk=$DIR/disk",
+                                "--cache-disk-bytes=64Mi"},
+                               2.0},
+                      UnitCase{"cairn-infer.service",
+                               "services/infer/daemon/cairn-infer",
+                               "cairn.infer.v1.InferService",
+                               {"--listen=unix:$DIR/grpc.sock", "--model=$DIR/model",
+                                "--cache=unix:$DIR/no-cache.sock", "--threads=1", "--context=256"},
+                               // Devices stay reachable for GPUs.
+                               4.0,
+                               "dense"}),
+    [](const ::testing::TestParamInfo<UnitCase>& param_info) {
+      const std::string& unit = param_info.param.unit;
+      std::string name = unit.substr(0, unit.find('.'));
+      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+      return name;
+    });
 
 }  // namespace
 }  // namespace cairn
