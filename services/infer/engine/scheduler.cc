@@ -494,13 +494,15 @@ void Scheduler::Finish(Active& a, const absl::Status& status, FinishReason reaso
     const double s = absl::ToDoubleSeconds(absl::Now() - a.first_token);
     if (s > 0) info.decode_tokens_per_s = static_cast<double>(a.generated - 1) / s;
   }
-  a.req.sink->OnFinished(status, info);
   Slot& s = slots_[a.slot];
   s.busy = false;
   s.last_used = ++clock_;
   s.state = SlotSnapshot::State::kIdle;
   s.request_id.clear();
   if (a.use_cache) cache_->SlotIdle(a.slot);
+  // Clients that see the end of their request see the slot free in ListSlots.
+  PublishSnapshot();
+  a.req.sink->OnFinished(status, info);
 }
 
 void Scheduler::CheckCancellations(absl::Time cancel_at) {

@@ -3,20 +3,17 @@
 // restart, from RAM after only the inference daemon restarts; an edit restores the deepest
 // checkpoint before it; conversations sharing a system prompt learn its boundary. In every case
 // the output equals an uncached run with the same pass boundaries, bit for bit.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/grpc/client.h"
-#include "grpc/health/v1/health.grpc.pb.h"
+#include "common/process/child_process.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/services/infer/infer_harness.h"
@@ -28,65 +25,6 @@ namespace {
 constexpr int64_t kVocab = 1024;
 constexpr int64_t kMaxPass = 256;
 constexpr uint32_t kGen = 6;
-
-// One daemon process.
-class Process {
- public:
-  Process(std::vector<std::string> args, std::string address)
-      : args_(std::move(args)), address_(std::move(address)) {
-    Start();
-  }
-  ~Process() { Kill(); }
-
-  void Start() {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> raw;
-      for (std::string& a : args_) raw.push_back(a.data());
-      raw.push_back(nullptr);
-      ::execv(raw[0], raw.data());
-      ::_exit(127);
-    }
-  }
-  // Waits up to `timeout` for health SERVING.
-  bool WaitServing(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      auto stub = grpc::health::v1::Health::NewStub(NewLocalChannel(address_));
-      grpc::health::v1::HealthCheckRequest req;
-      grpc::health::v1::HealthCheckResponse resp;
-      auto ctx = NewClientContext(absl::Milliseconds(200));
-      if (stub->Check(ctx.get(), req, &resp).ok() &&
-          resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(50));  // Polling a child process start.
-    }
-    return false;
-  }
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  // SIGTERM; returns the exit status (or -1).
-  int Terminate() {
-    if (pid_ <= 0) return -1;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  std::vector<std::string> args_;
-  std::string address_;
-  pid_t pid_ = -1;
-};
 
 // Where a state's prefill and decode passes ended, from token 0.
 using Lineage = std::vector<int64_t>;
@@ -146,17 +84,19 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
   }
 
   void StartCache() {
-    cache_ = std::make_unique<Process>(
+    cache_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache",
                                  "--listen=unix:" + dir_ + "/cache.sock",
                                  "--arena-socket=" + dir_ + "/arena.sock",
                                  "--cache-ram-bytes=256Mi", "--cache-disk=" + dir_ + "/disk",
                                  "--cache-disk-bytes=1Gi", "--log-level=warning"},
         "unix:" + dir_ + "/cache.sock");
-    ASSERT_TRUE(cache_->WaitServing(absl::Seconds(30)));
+    ASSERT_TRUE(cache_->Start().ok());
+    absl::Status serving = cache_->WaitServing(absl::Seconds(30));
+    ASSERT_TRUE(serving.ok()) << serving;
   }
   void StartInfer(int slots) {
-    infer_ = std::make_unique<Process>(
+    infer_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{
             std::string(CAIRN_BINARY_DIR) + "/services/infer/daemon/cairn-infer",
             "--model=" + model_, "--sessions=" + std::to_string(slots),
@@ -164,7 +104,9 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
             "--threads=2", "--context=4096", "--max-pass-tokens=" + std::to_string(kMaxPass),
             "--log-level=warning"},
         "unix:" + dir_ + "/infer.sock");
-    ASSERT_TRUE(infer_->WaitServing(absl::Seconds(60)));
+    ASSERT_TRUE(infer_->Start().ok());
+    absl::Status serving = infer_->WaitServing(absl::Seconds(60));
+    ASSERT_TRUE(serving.ok()) << serving;
     stub_ = v1::InferService::NewStub(NewLocalChannel(infer_->address()));
     // Wait for the cache session, so that the first request already uses the cache.
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -220,8 +162,8 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
 
   std::string dir_;
   std::string model_;
-  std::unique_ptr<Process> cache_;
-  std::unique_ptr<Process> infer_;
+  std::unique_ptr<ChildProcess> cache_;
+  std::unique_ptr<ChildProcess> infer_;
   std::unique_ptr<v1::InferService::Stub> stub_;
 };
 
@@ -322,6 +264,71 @@ TEST_P(CacheEndToEndTest, ThreeConversationsWithOneSystemPromptShareItsLearnedBo
   ExpectExact(c2, l2, r2);
   ExpectExact(c3, Extend(l2, r3), r3);
 }
+
+// Failure tests on one architecture: the other daemon dies in the middle of a request.
+class CacheFailureTest : public CacheEndToEndTest {};
+
+TEST_P(CacheFailureTest, KillingTheCacheMidRequestTheRequestCompletesUncached) {
+  const std::vector<int32_t> a1 = RandomTokens(1500, kVocab, 21);
+  GenerateResult r1;
+  std::thread request([&] {
+    v1::GenerateRequest req = TokenRequest(a1, 120);
+    r1 = Generate(*stub_, req);
+  });
+  absl::SleepFor(absl::Milliseconds(150));  // Into the prefill's passes.
+  cache_->Kill();
+  request.join();
+
+  ASSERT_TRUE(r1.status.ok()) << r1.status.error_message();
+  EXPECT_EQ(r1.tokens.size(), 120u);
+  absl::StatusOr<ReferenceRun> ref = RunReference(model_, Passes(a1, Extend({}, r1)), 120);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r1.tokens, ref->tokens);
+  EXPECT_TRUE(SameFloats(r1.logprobs, ref->logprobs));
+
+  // The cache comes back: cairn-infer reconnects and the next requests use it again.
+  StartCache();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool connected = false;
+  while (!connected && absl::Now() < deadline) {
+    auto ctx = NewClientContext(absl::Seconds(2));
+    v1::GetModelInfoResponse info;
+    connected = stub_->GetModelInfo(ctx.get(), {}, &info).ok() && info.cache_connected();
+    if (!connected) absl::SleepFor(absl::Milliseconds(50));  // Polling the reconnect.
+  }
+  ASSERT_TRUE(connected);
+  GenerateResult r2 = Run(RandomTokens(400, kVocab, 22), "B");
+  EXPECT_TRUE(r2.finished.cache().cache_available());
+  EXPECT_GE(r2.finished.cache().captures(), 1u);
+}
+
+TEST_P(CacheFailureTest, KillingTheInferenceDaemonMidRequestDropsOnlyWhatWasNeverSpilled) {
+  const std::vector<int32_t> a1 = RandomTokens(700, kVocab, 23);
+  GenerateResult r1 = Run(a1, "A");
+  WaitSpilled();  // A's checkpoint is safe in the arena.
+  // B's request is killed in flight: its captures borrow rows nobody spilled.
+  std::thread doomed(
+      [&] { (void)Generate(*stub_, TokenRequest(RandomTokens(1800, kVocab, 24), 50)); });
+  absl::SleepFor(absl::Milliseconds(300));
+  infer_->Kill();
+  doomed.join();
+
+  StartInfer(1);
+  auto cache = cache::v1::CacheService::NewStub(NewLocalChannel(cache_->address()));
+  auto ctx = NewClientContext(absl::Seconds(5));
+  cache::v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(cache->ListCheckpoints(ctx.get(), {}, &list).ok());
+  for (const auto& c : list.checkpoints()) EXPECT_FALSE(c.borrowed()) << c.checkpoint_id();
+  const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(30, kVocab, 25));
+  GenerateResult r2 = Run(a2, "A");
+
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r2.started.cache().restored_depth(), a1.size());
+  ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dense, CacheFailureTest, ::testing::Values("dense"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CacheEndToEndTest,
                          ::testing::Values("dense", "next", "moe"),
