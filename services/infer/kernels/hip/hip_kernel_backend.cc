@@ -1,6 +1,8 @@
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
