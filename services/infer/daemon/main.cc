@@ -90,6 +90,8 @@ int Run(int argc, char** argv) {
   flags.Add("max-queue", &scheduler_options.max_queue,
             "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)");
   flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens, "longest prefill pass");
+  flags.Add("preserve-frontier", &scheduler_options.preserve_frontier,
+            "capture a slot's frontier before another conversation overwrites it");
   flags.Add("cache", &main_options.cache,
             "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");

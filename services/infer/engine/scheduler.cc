@@ -29,6 +29,7 @@ struct Scheduler::Slot {
   SlotSnapshot::State state = SlotSnapshot::State::kIdle;
   std::string request_id;
   std::string conversation;
+  int64_t stable_boundary = 0;  // Of the request that left the frontier.
 };
 
 // A request that holds a slot.
@@ -253,10 +254,13 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
   CAIRN_CHECK(slot >= 0);  // Admit only runs with a free slot.
   a.slot = slot;
   Slot& s = slots_[slot];
+  const std::string previous_conversation = s.conversation;
+  const int64_t previous_stable = s.stable_boundary;
   s.busy = true;
   s.last_used = ++clock_;
   s.request_id = a.req.id;
   s.conversation = a.req.conversation;
+  s.stable_boundary = a.req.stable_boundary;
   s.state = SlotSnapshot::State::kPrefill;
   if (a.use_cache) cache_->SlotBusy(slot);
 
@@ -280,6 +284,21 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
       CacheFailed(st, "frontier registration");
       a.use_cache = false;
       s.registered_generation = 0;
+    }
+  }
+
+  // Another conversation is about to overwrite the slot: keep its frontier (prompt and answer)
+  // as a checkpoint first, so that its next turn restores it instead of an earlier point.
+  if (a.use_cache && options_.preserve_frontier && live_depth == 0 && !s.tokens.empty() &&
+      !previous_conversation.empty() && previous_conversation != a.req.conversation) {
+    const absl::Time t0 = absl::Now();
+    absl::Status st =
+        cache_->Capture(slot, static_cast<int64_t>(s.tokens.size()), CapturePointKind::kReused,
+                        previous_conversation, previous_stable, memory_);
+    a.report.capture_ms += Ms(absl::Now() - t0);
+    if (!st.ok()) {
+      // Refused by rank, or the frontier is already a checkpoint: nothing to keep.
+      if (absl::IsUnavailable(st)) a.use_cache = false;
     }
   }
 

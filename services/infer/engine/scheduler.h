@@ -24,6 +24,9 @@ struct SchedulerOptions {
   // Background cache work (idle spills) runs in slices of this length between steps when no
   // slot has work.
   absl::Duration background_slice = absl::Milliseconds(20);
+  // Before another conversation (by its label) overwrites a slot, capture the slot's frontier
+  // (prompt and answer) so that the conversation's next turn restores all of it.
+  bool preserve_frontier = true;
 };
 
 // A snapshot of one slot for ListSlots.

@@ -76,10 +76,13 @@ struct Setup {
   std::unique_ptr<Scheduler> scheduler;
 };
 
-Setup Make(const std::string& dir, int threads, int slots, int64_t context, int64_t max_pass) {
+Setup Make(const std::string& dir, int threads, int slots, int64_t context, int64_t max_pass,
+           bool pass_invariant) {
   Setup s;
   s.backend = *infer::CpuKernelBackend::Create({.threads = threads});
-  s.model = *infer::LoadModel(dir, s.backend.get(), {});
+  infer::ModelLoadOptions lo;
+  lo.qwen3_hybrid.pass_invariant = pass_invariant;
+  s.model = *infer::LoadModel(dir, s.backend.get(), lo);
   infer::HostKvMemoryOptions ko;
   ko.slots = slots;
   ko.max_rows = context;
@@ -111,7 +114,7 @@ std::vector<std::vector<absl::Time>> RunAll(Scheduler& scheduler,
 }
 
 int Run(int argc, char** argv) {
-  std::string model, preset = "bench-50m", work_dir;
+  std::string model, preset = "bench-50m", work_dir, numerics = "fast";
   int threads = 0, slots = 4;
   int64_t decode_tokens = 64, prompt_tokens = 128, long_prompt = 16384, max_pass = 2048;
   FlagSet flags("cairn-scheduler-bench",
@@ -126,12 +129,14 @@ int Run(int argc, char** argv) {
   flags.Add("prompt-tokens", &prompt_tokens, "prompt of each decoding request");
   flags.Add("long-prompt", &long_prompt, "the long prefill's length");
   flags.Add("max-pass-tokens", &max_pass, "longest prefill pass");
+  flags.Add("numerics", &numerics, "fast or pass-invariant");
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
   if (absl::IsCancelled(rest.status())) {
     std::cout << rest.status().message();
     return 0;
   }
-  if (!rest.ok() || !rest->empty() || slots < 2) {
+  if (!rest.ok() || !rest->empty() || slots < 2 ||
+      (numerics != "fast" && numerics != "pass-invariant")) {
     std::cerr << "cairn-scheduler-bench: bad flags (see --help; --slots >= 2)\n";
     return 2;
   }
@@ -148,7 +153,7 @@ int Run(int argc, char** argv) {
   // Decode: 1 slot, then N slots at once.
   double single = 0, batched = 0;
   {
-    Setup s = Make(model, threads, slots, context, max_pass);
+    Setup s = Make(model, threads, slots, context, max_pass, numerics == "pass-invariant");
     const int64_t vocab = s.model->info().vocab_size;
     auto one = RunAll(*s.scheduler, {RandomIds(prompt_tokens, vocab, 1)}, decode_tokens);
     single = (decode_tokens - 1) / absl::ToDoubleSeconds(one[0].back() - one[0].front());
@@ -170,7 +175,7 @@ int Run(int argc, char** argv) {
 
   // Prefill interference: one slot decodes while another prefills `long_prompt` tokens.
   {
-    Setup s = Make(model, threads, 2, context, max_pass);
+    Setup s = Make(model, threads, 2, context, max_pass, numerics == "pass-invariant");
     const int64_t vocab = s.model->info().vocab_size;
     TimingSink::Shared shared;
     std::vector<absl::Time> stream, prefill;
@@ -199,9 +204,11 @@ int Run(int argc, char** argv) {
     const int64_t passes = (long_prompt + max_pass - 1) / max_pass;
     const double mean_pass_ms = 1000.0 * prefill_s / static_cast<double>(passes);
     std::cout << absl::StrFormat(
-        "prefill of %d tokens in %d passes: %.1f s (%.1f ms a pass on average, the later ones "
-        "longer); the decoding stream's longest gap meanwhile %.1f ms (%.2f mean passes)\n",
-        long_prompt, passes, prefill_s, mean_pass_ms, worst, worst / mean_pass_ms);
+        "prefill of %d tokens in %d passes: %.1f s (%.0f tokens/s, %.1f ms a pass on average, "
+        "the later ones longer); the decoding stream's longest gap meanwhile %.1f ms (%.2f mean "
+        "passes)\n",
+        long_prompt, passes, prefill_s, static_cast<double>(long_prompt) / prefill_s, mean_pass_ms,
+        worst, worst / mean_pass_ms);
     s.scheduler->Shutdown(absl::Now());
   }
   std::filesystem::remove_all(work_dir);

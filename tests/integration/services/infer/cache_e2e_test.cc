@@ -188,7 +188,9 @@ TEST_P(CacheEndToEndTest, AgentConversationContinuesLiveThenFromRamAfterAnotherT
   const std::vector<int32_t> a3 = Append(Append(a2, r2.tokens), RandomTokens(40, kVocab, 4));
   GenerateResult r3 = Run(a3, "A");
   EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
-  EXPECT_EQ(r3.started.cache().restored_depth(), a2.size());  // Turn 2's prompt end.
+  // B's request kept A's frontier (turn 2's prompt and all but the last answer token) before it
+  // overwrote the slot.
+  EXPECT_EQ(r3.started.cache().restored_depth(), a2.size() + kGen - 1);
   ExpectExact(a3, Extend(l2, r3), r3);
 }
 
@@ -322,8 +324,10 @@ TEST_P(CacheFailureTest, KillingTheInferenceDaemonMidRequestDropsOnlyWhatWasNeve
   const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(30, kVocab, 25));
   GenerateResult r2 = Run(a2, "A");
 
+  // A's frontier was kept (its rows spilled, its tail and private state copied) before the
+  // doomed request took the slot, so it survives the kill.
   EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
-  EXPECT_EQ(r2.started.cache().restored_depth(), a1.size());
+  EXPECT_EQ(r2.started.cache().restored_depth(), a1.size() + kGen - 1);
   ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
 }
 
