@@ -57,8 +57,7 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "extra prefill cost per token per 1,000 tokens of depth");
   flags.Add("pass-overhead-ms", &p.cost.pass_overhead_ms, "fixed cost of one prefill pass");
   flags.Add("ram-restore-bytes-per-s", &p.cost.ram_restore_bytes_per_s, "RAM restore bandwidth");
-  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s,
-            "disk restore bandwidth");
+  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s, "disk restore bandwidth");
   flags.Add("capture-bytes-per-s", &p.cost.capture_bytes_per_s, "capture copy bandwidth");
   flags.Add("bytes-per-row", &p.cost.bytes_per_row, "row bytes of one token");
   flags.AddBytes("private-bytes", private_bytes, "private state of one checkpoint");
@@ -105,7 +104,7 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
                 "replays a trace (JSONL, design.md §9) through a cache policy with a cost model");
   flags.Add("trace", &trace_path, "trace file (required)");
   flags.Add("policy", &policy,
-            "cairn | none | live-only | llamacpp | block-aligned | marconi | all");
+            "cairn | none | live-only | llamacpp | block-aligned | marconi | oracle | all");
   flags.Add("json", &json, "one JSON object per request, then {\"totals\": ...}");
   flags.Add("per-request", &per_request, "with --policy all: also print every request");
   AddSimFlags(flags, options, &ram, &disk, &private_bytes);
@@ -141,21 +140,18 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   } else {
     policies = {policy};
   }
-  std::vector<cache::sim::SimRequest> requests =
-      cache::sim::PrepareRequests(*trace, options.trace);
+  std::vector<cache::sim::SimRequest> requests = cache::sim::PrepareRequests(*trace, options.trace);
   std::vector<cache::sim::Totals> totals;
   const bool print_requests = policies.size() == 1 || per_request || json;
   for (const std::string& name : policies) {
-    absl::StatusOr<cache::sim::SimResult> result =
-        cache::sim::Simulate(requests, name, options);
+    absl::StatusOr<cache::sim::SimResult> result = cache::sim::Simulate(requests, name, options);
     if (!result.ok()) {
       err << "simulate: " << result.status().message() << "\n";
       return absl::IsInvalidArgument(result.status()) ? 2 : 1;
     }
     if (print_requests) {
       for (const cache::sim::RequestReport& r : result->requests) {
-        out << (json ? cache::sim::RequestJson(r, name) : cache::sim::FormatRequestLine(r))
-            << "\n";
+        out << (json ? cache::sim::RequestJson(r, name) : cache::sim::FormatRequestLine(r)) << "\n";
       }
     }
     if (json) {

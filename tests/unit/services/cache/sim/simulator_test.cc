@@ -43,7 +43,8 @@ TEST(SimulatorTest, GeneratedTokensComeFromTheNextRequestThatRepeatsThePrompt) {
 TEST(SimulatorTest, GeneratedTokensAreFreshWhenTheNextPromptDiverges) {
   std::vector<SimRequest> requests = Requests(
       "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 50}], \"gen\": 10}\n"
-      "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 40}, {\"rand\": 9, \"len\": 30}]}\n");
+      "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 40}, {\"rand\": 9, \"len\": "
+      "30}]}\n");
 
   ASSERT_EQ(requests[0].generated.size(), 10u);
   for (TokenId t : requests[0].generated) EXPECT_GE(t, TokenId{1} << 30);
@@ -69,6 +70,34 @@ TEST(SimulatorTest, NoCachePrefillsEverything) {
   EXPECT_EQ(result->totals.hit_ratio, 0);
 }
 
+TEST(SimulatorTest, OracleResumesAtTheLongestSharedPrefixOfAnythingSeenBefore) {
+  // B shares 3000 tokens with A's prompt; A's second turn resends A's answer (generated tokens
+  // count as history); C repeats B's prompt exactly.
+  std::vector<SimRequest> requests = Requests(
+      "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 5000}], \"gen\": 100}\n"
+      "{\"conv\": \"B\", \"segments\": [{\"rand\": 1, \"len\": 3000},"
+      " {\"rand\": 4, \"len\": 900}]}\n"
+      "{\"conv\": \"A\", \"segments\": [{\"rand\": 1, \"len\": 5000},"
+      " {\"rand\": 2, \"len\": 100}, {\"rand\": 3, \"len\": 700}]}\n"
+      "{\"conv\": \"C\", \"segments\": [{\"rand\": 1, \"len\": 3000},"
+      " {\"rand\": 4, \"len\": 900}]}\n");
+  ASSERT_EQ(requests[0].generated.size(), 100u);
+  SimOptions options;
+  options.policy.ram_bytes = 0;  // The oracle ignores the budget.
+
+  absl::StatusOr<SimResult> result = Simulate(requests, "oracle", options);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->requests[0].result.prefilled, 5000);
+  EXPECT_EQ(result->requests[1].result.restored_depth, 3000);
+  EXPECT_EQ(result->requests[2].result.restored_depth, 5100);
+  EXPECT_EQ(result->requests[3].result.restored_depth, 3900);
+  EXPECT_EQ(result->requests[3].result.prefilled, 0);
+  EXPECT_EQ(result->totals.prefilled, 5000 + 900 + 700);
+  EXPECT_EQ(result->totals.oracle_prefilled, result->totals.prefilled);
+  EXPECT_DOUBLE_EQ(result->totals.vs_oracle, 1.0);
+}
+
 TEST(SimulatorTest, UnknownPolicyIsInvalidArgument) {
   EXPECT_THAT(Simulate(Requests(kTwoTurns), "lru", {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
@@ -91,14 +120,22 @@ TEST(SimulatorTest, EveryPolicyRunsAnAgentTraceAndCairnReusesMost) {
     totals.push_back(result->totals);
   }
 
-  ASSERT_EQ(totals.size(), 6u);
+  ASSERT_EQ(totals.size(), 7u);
+  ASSERT_EQ(totals.back().policy, "oracle");
+  const Totals& oracle = totals.back();
   for (const Totals& t : totals) {
     EXPECT_EQ(t.requests, static_cast<int64_t>(requests.size())) << t.policy;
     EXPECT_EQ(t.prefilled + t.reused, t.prompt_tokens) << t.policy;
     EXPECT_EQ(t.restored_live + t.restored_ram + t.restored_disk + t.cold, t.requests);
+    // The bound is a bound, and every totals row carries it.
+    EXPECT_LE(oracle.prefilled, t.prefilled) << t.policy;
+    EXPECT_EQ(t.oracle_prefilled, oracle.prefilled) << t.policy;
+    EXPECT_DOUBLE_EQ(t.vs_oracle,
+                     static_cast<double>(t.prefilled) / static_cast<double>(oracle.prefilled))
+        << t.policy;
   }
   EXPECT_EQ(totals[0].policy, "cairn");
-  for (size_t i = 1; i < totals.size(); ++i) {
+  for (size_t i = 1; i + 1 < totals.size(); ++i) {
     EXPECT_LE(totals[0].prefilled, totals[i].prefilled) << totals[i].policy;
   }
   EXPECT_LE(totals[0].peak_bytes, options.policy.ram_bytes);
@@ -184,6 +221,7 @@ TEST_F(SimulateCommandTest, JsonHasOneObjectPerRequestAndTotals) {
   EXPECT_TRUE(first["evicted"].is_array());
   EXPECT_EQ(objects[1]["restored_tier"], "live");
   EXPECT_EQ(objects[2]["totals"]["tokens_prefilled"], 5700);
+  EXPECT_EQ(objects[2]["totals"]["oracle_prefilled"], 5700);
 }
 
 TEST_F(SimulateCommandTest, AllPoliciesPrintAComparisonTable) {
@@ -196,6 +234,7 @@ TEST_F(SimulateCommandTest, AllPoliciesPrintAComparisonTable) {
     EXPECT_THAT(out_.str(), ::testing::HasSubstr(name + " "));
   }
   EXPECT_THAT(out_.str(), ::testing::HasSubstr("hit ratio"));
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("/ oracle"));
 }
 
 TEST_F(SimulateCommandTest, BadInputIsAClearErrorNotACrash) {
