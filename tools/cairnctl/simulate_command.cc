@@ -73,7 +73,11 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
   flags.Add("max-pass-tokens", &p.planner.max_pass_tokens, "longest prefill pass (all policies)");
   flags.Add("grid-budget-share", &p.planner.grid_budget_share,
             "share of the RAM budget one request's grid points may hold");
-  flags.Add("max-checkpoints", &p.retention.max_checkpoints, "RAM checkpoint cap");
+  flags.Add("max-checkpoints", &p.retention.max_checkpoints,
+            "RAM checkpoint cap; 0: budget / private bytes, at least --min-checkpoints");
+  flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");
+  flags.Add("superseded-first", &p.retention.superseded_first,
+            "evict checkpoints their own conversation continued past before idle ones");
   flags.Add("cheap-ratio", &p.retention.cheap_ratio,
             "cheap: private bytes above this multiple of restorable row bytes");
   flags.Add("near-duplicate-tokens", &p.retention.near_duplicate_tokens,

@@ -1,8 +1,10 @@
 #include "services/cache/core/checkpoint_cache.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/status/check.h"
@@ -70,8 +72,8 @@ absl::StatusOr<std::unique_ptr<CheckpointCache>> CheckpointCache::Create(CacheOp
   if (options.ram_bytes < 0 || options.disk_bytes < 0) {
     return absl::InvalidArgumentError("cache budgets must be non-negative");
   }
-  if (options.retention.max_checkpoints < 1) {
-    return absl::InvalidArgumentError("max_checkpoints must be at least 1");
+  if (options.retention.max_checkpoints < 0) {
+    return absl::InvalidArgumentError("max_checkpoints must be at least 0 (0: automatic)");
   }
   if (options.planner.grid_step < 1 || options.planner.max_pass_tokens < 1) {
     return absl::InvalidArgumentError("grid step and pass size must be positive");
@@ -505,10 +507,33 @@ void CheckpointCache::DropSlot(SlotKey key) {
 // Retention.
 
 std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const {
+  auto in_tier = [ram_tier](const Checkpoint& c) {
+    return !c.pending && (ram_tier ? c.in_ram : (c.on_disk && !c.persisting));
+  };
+  // Superseded: a deeper checkpoint of the same conversation below it in this tier, and none of
+  // another conversation (RetentionOptions::superseded_first).
+  absl::flat_hash_map<CheckpointId, bool> superseded;
+  if (options_.retention.superseded_first) {
+    absl::flat_hash_set<CheckpointId> other_below;
+    for (const auto& [id, ckpt] : checkpoints_) {
+      if (!in_tier(*ckpt)) continue;
+      for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
+               ckpt->node, std::numeric_limits<int64_t>::max())) {
+        if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
+        const Checkpoint& above = *checkpoints_.at(hit.entry.id);
+        if (!in_tier(above)) continue;
+        if (above.conversation == ckpt->conversation) {
+          superseded.emplace(above.id, true);
+        } else {
+          other_below.insert(above.id);
+        }
+      }
+    }
+    for (CheckpointId id : other_below) superseded[id] = false;
+  }
   std::vector<RetentionItem> items;
   for (const auto& [id, ckpt] : checkpoints_) {
-    if (ckpt->pending) continue;
-    if (ram_tier ? !ckpt->in_ram : (!ckpt->on_disk || ckpt->persisting)) continue;
+    if (!in_tier(*ckpt)) continue;
     const ModelLayout& layout = *LayoutFor(ckpt->identities.compatibility);
     RankInput in;
     in.kind = ckpt->kind;
@@ -517,6 +542,8 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
     in.private_bytes = ckpt->private_bytes;
     in.row_bytes_per_token = layout.RowBytes();
     in.conversation_idle = Idle(ckpt->conversation);
+    auto sup = superseded.find(id);
+    in.superseded = sup != superseded.end() && sup->second;
     RetentionItem item;
     item.id = id;
     item.rank = retention_.Classify(in);
@@ -679,7 +706,8 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
     for (ChunkId id : ckpt->chunks) MaybeFreeChunk(id);
     return reject("larger than the ram budget");
   }
-  while (ram_.free() < needed() || ram_checkpoints_ >= options_.retention.max_checkpoints) {
+  const int64_t cap = retention_.CheckpointCap(ram_.budget(), layout.PrivateBytes());
+  while (ram_.free() < needed() || ram_checkpoints_ >= cap) {
     if (!EvictOne(/*ram_tier=*/true)) return reject("nothing left to evict");
   }
 

@@ -1,6 +1,7 @@
 #include "services/cache/core/retention.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 namespace cairn::cache {
@@ -11,6 +12,8 @@ absl::string_view EvictionRankName(EvictionRank rank) {
       return "retry-copy";
     case EvictionRank::kCheap:
       return "cheap";
+    case EvictionRank::kSuperseded:
+      return "superseded";
     case EvictionRank::kIdle:
       return "idle";
     case EvictionRank::kReused:
@@ -27,17 +30,24 @@ EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
   if (static_cast<double>(in.private_bytes) > options_.cheap_ratio * restorable) {
     return EvictionRank::kCheap;
   }
+  if (options_.superseded_first && in.superseded) return EvictionRank::kSuperseded;
   return in.conversation_idle ? EvictionRank::kIdle : EvictionRank::kReused;
 }
 
+int64_t RetentionPolicy::CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const {
+  if (options_.max_checkpoints > 0) return options_.max_checkpoints;
+  const int64_t floor = std::max(1, options_.min_checkpoints);
+  if (private_bytes <= 0) return std::numeric_limits<int>::max();
+  return std::max<int64_t>(floor, ram_budget_bytes / private_bytes);
+}
+
 std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionItem> items) const {
-  items.erase(std::remove_if(items.begin(), items.end(),
-                             [](const RetentionItem& i) { return i.pinned; }),
-              items.end());
+  items.erase(
+      std::remove_if(items.begin(), items.end(), [](const RetentionItem& i) { return i.pinned; }),
+      items.end());
   std::sort(items.begin(), items.end(), [](const RetentionItem& a, const RetentionItem& b) {
-    return std::make_tuple(static_cast<int>(a.rank), !a.covered, a.branch_point, a.last_use,
-                           a.id) < std::make_tuple(static_cast<int>(b.rank), !b.covered,
-                                                   b.branch_point, b.last_use, b.id);
+    return std::make_tuple(static_cast<int>(a.rank), !a.covered, a.branch_point, a.last_use, a.id) <
+           std::make_tuple(static_cast<int>(b.rank), !b.covered, b.branch_point, b.last_use, b.id);
   });
   std::vector<CheckpointId> out;
   out.reserve(items.size());

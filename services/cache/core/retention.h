@@ -11,10 +11,20 @@
 namespace cairn::cache {
 
 // Retention knobs (design.md §3, seed §5). Every default is the seed's number except
-// `near_duplicate_tokens`, which the seed leaves open (it reuses the grid snap distance).
+// `near_duplicate_tokens`, which the seed leaves open (it reuses the grid snap distance), and
+// the two rules docs/cache-policy.md measured on agent traces: the checkpoint cap follows the
+// budget, and superseded checkpoints go before idle ones.
 struct RetentionOptions {
-  int max_checkpoints = 128;          // RAM checkpoints, whatever their size.
-  double cheap_ratio = 8.0;           // Cheap: private bytes > ratio x restorable row bytes.
+  // RAM checkpoints, whatever their size. 0: automatic, as many private states as the budget
+  // holds (budget / private bytes) but at least `min_checkpoints`. The seed's fixed 128 bound
+  // long before a 64 GiB budget did (docs/cache-policy.md).
+  int max_checkpoints = 0;
+  int min_checkpoints = 128;  // Floor of the automatic cap: the seed's number.
+  // A checkpoint with a deeper checkpoint of its own conversation below it on its path, and
+  // none of another conversation, is superseded: evicted after retry copies and cheap ones,
+  // before idle conversations' latest states. False: the seed's four ranks only.
+  bool superseded_first = true;
+  double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
                                         // on the same path are not written.
@@ -22,13 +32,14 @@ struct RetentionOptions {
 
 // Eviction ranks, first evicted first.
 enum class EvictionRank {
-  kRetryCopy = 1,  // Prompt-end checkpoint past the stable boundary.
-  kCheap = 2,      // Private state > cheap_ratio x the row bytes it would restore.
-  kIdle = 3,       // Its conversation was not reused within one budget turnover.
-  kReused = 4,     // Everything else.
+  kRetryCopy = 1,   // Prompt-end checkpoint past the stable boundary.
+  kCheap = 2,       // Private state > cheap_ratio x the row bytes it would restore.
+  kSuperseded = 3,  // Its own conversation continued past it (superseded_first).
+  kIdle = 4,        // Its conversation was not reused within one budget turnover.
+  kReused = 5,      // Everything else.
 };
 
-// "retry-copy", "cheap", "idle", "reused".
+// "retry-copy", "cheap", "superseded", "idle", "reused".
 absl::string_view EvictionRankName(EvictionRank rank);
 
 // What retention needs to know about one checkpoint.
@@ -48,6 +59,7 @@ struct RankInput {
   int64_t private_bytes = 0;
   int64_t row_bytes_per_token = 0;
   bool conversation_idle = false;
+  bool superseded = false;  // See RetentionOptions::superseded_first.
 };
 
 // Ranks checkpoints for eviction. Stateless and thread-safe.
@@ -56,6 +68,9 @@ class RetentionPolicy {
   explicit RetentionPolicy(RetentionOptions options = {}) : options_(options) {}
 
   EvictionRank Classify(const RankInput& in) const;
+  // The RAM checkpoint cap for a budget and a private-state size (max_checkpoints, or the
+  // automatic cap when it is 0).
+  int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;
   // Returns the ids of unpinned `items` in eviction order: by rank; inside a rank covered
   // near-duplicates first, then leaves before branch points, then least recently used.
   std::vector<CheckpointId> EvictionOrder(std::vector<RetentionItem> items) const;

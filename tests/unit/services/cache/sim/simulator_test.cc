@@ -141,6 +141,40 @@ TEST(SimulatorTest, EveryPolicyRunsAnAgentTraceAndCairnReusesMost) {
   EXPECT_LE(totals[0].peak_bytes, options.policy.ram_bytes);
 }
 
+// The retention rules of docs/cache-policy.md against the seed's, on an agent trace whose
+// conversations do not all fit: each rule must prefill less than the seed's.
+TEST(SimulatorTest, PolicyRulesBeatTheSeedsOnAnAgentTraceThatDoesNotFit) {
+  AgentTraceOptions gen;
+  gen.seed = 7;
+  gen.conversations = 8;
+  gen.turns_per_conversation = 12;
+  absl::StatusOr<std::vector<TraceRequest>> trace = GenerateAgentTrace(gen);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<SimRequest> requests = PrepareRequests(*trace, {});
+  SimOptions seed;
+  seed.policy.slots = 2;
+  seed.policy.ram_bytes = int64_t{4} << 30;
+  seed.policy.retention.max_checkpoints = 128;
+  seed.policy.retention.superseded_first = false;
+  SimOptions superseded = seed;
+  superseded.policy.retention.superseded_first = true;
+  SimOptions big_seed = seed;
+  big_seed.policy.ram_bytes = int64_t{64} << 30;
+  SimOptions big_auto = big_seed;
+  big_auto.policy.retention.max_checkpoints = 0;
+
+  absl::StatusOr<SimResult> a = Simulate(requests, "cairn", seed);
+  absl::StatusOr<SimResult> b = Simulate(requests, "cairn", superseded);
+  absl::StatusOr<SimResult> c = Simulate(requests, "cairn", big_seed);
+  absl::StatusOr<SimResult> d = Simulate(requests, "cairn", big_auto);
+
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  EXPECT_LT(b->totals.prefilled, a->totals.prefilled) << "superseded first";
+  EXPECT_LT(d->totals.prefilled, c->totals.prefilled) << "automatic cap";
+  EXPECT_LE(b->totals.peak_bytes, seed.policy.ram_bytes);
+  EXPECT_LE(d->totals.peak_bytes, big_auto.policy.ram_bytes);
+}
+
 TEST(SimulatorTest, CommittedAgentTraceRunsUnderEveryPolicy) {
   const char* root = std::getenv("CAIRN_SOURCE_DIR");
   if (root == nullptr) GTEST_SKIP() << "CAIRN_SOURCE_DIR not set (run through ctest)";

@@ -1,0 +1,150 @@
+// The policy rules docs/cache-policy.md measured on agent traces, each with a case where the
+// seed's rule loses and the new one wins.
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/core/retention.h"
+#include "tests/unit/services/cache/core/cache_test_util.h"
+
+namespace cairn::cache {
+namespace {
+
+using testing::MakeCache;
+using testing::SimpleLayout;
+using testing::TestIds;
+using testing::Tokens;
+
+constexpr int64_t kPrivate = 10000;  // One private state.
+constexpr int64_t kRowBytes = 10;    // Per token: 1,000 tokens of rows cost one private state.
+
+// Prefills `tokens` past what `slot` holds (cold when `cold`) and captures there.
+CheckpointId Capture(CheckpointCache& cache, int32_t slot, const std::vector<TokenId>& tokens,
+                     const std::string& conv, bool cold) {
+  SlotKey key{1, slot};
+  if (cold) {
+    EXPECT_TRUE(cache.StartCold(key, TestIds(), conv).ok());
+  }
+  EXPECT_TRUE(cache.ExtendSlot(key, tokens).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(key, CaptureKind::kStable, conv, -1);
+  EXPECT_TRUE(ticket.ok()) << ticket.status();
+  if (!ticket.ok()) return 0;
+  return cache.CommitCapture(ticket->id).value_or(0);
+}
+
+TEST(RetentionPolicyTest, SupersededRanksAfterCheapAndBeforeIdle) {
+  RankInput superseded{CaptureKind::kStable, 1000, 1000, 10, 100, /*conversation_idle=*/true,
+                       /*superseded=*/true};
+  RankInput cheap = superseded;
+  cheap.private_bytes = 8001 * 1000;
+  RetentionOptions seed;
+  seed.superseded_first = false;
+
+  EXPECT_EQ(RetentionPolicy().Classify(superseded), EvictionRank::kSuperseded);
+  EXPECT_EQ(RetentionPolicy().Classify(cheap), EvictionRank::kCheap);
+  EXPECT_EQ(RetentionPolicy(seed).Classify(superseded), EvictionRank::kIdle);
+  EXPECT_LT(EvictionRank::kCheap, EvictionRank::kSuperseded);
+  EXPECT_LT(EvictionRank::kSuperseded, EvictionRank::kIdle);
+  EXPECT_EQ(EvictionRankName(EvictionRank::kSuperseded), "superseded");
+}
+
+TEST(RetentionPolicyTest, AutomaticCapFollowsTheBudgetAboveTheSeedsFloor) {
+  RetentionPolicy automatic;
+  RetentionOptions fixed;
+  fixed.max_checkpoints = 7;
+  const int64_t gib = int64_t{1} << 30;
+  const int64_t private_bytes = 133000000;
+
+  EXPECT_EQ(automatic.CheckpointCap(64 * gib, private_bytes), 64 * gib / private_bytes);
+  EXPECT_EQ(automatic.CheckpointCap(4 * gib, private_bytes), 128);  // The floor.
+  EXPECT_EQ(automatic.CheckpointCap(gib, 0), std::numeric_limits<int>::max());
+  EXPECT_EQ(RetentionPolicy(fixed).CheckpointCap(64 * gib, private_bytes), 7);
+}
+
+// Conversation B holds one checkpoint; then A takes two turns, the second extending the
+// first. A new conversation needs room for one more. The seed's rule evicts B (least recently
+// used conversation), losing B's only state; superseded-first evicts A's first turn, which
+// A's second turn already covers, and every conversation can still resume where it was.
+void SupersededCase(bool superseded_first, CheckpointId* evicted, CheckpointId* b_id,
+                    CheckpointId* a1_id) {
+  CacheOptions options;
+  options.retention.superseded_first = superseded_first;
+  // B, A1 and A2 (private + 1,000 new tokens of rows each) and 6,000 free.
+  options.ram_bytes = 3 * 2 * kPrivate + 6000;
+  auto t = testing::MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  *b_id = Capture(cache, 0, Tokens(1000, 100000), "B", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  *a1_id = Capture(cache, 1, Tokens(1000, 0), "A", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId a2 = Capture(cache, 1, Tokens(1000, 50000), "A", /*cold=*/false);
+  ASSERT_NE(a2, 0u);
+  ASSERT_EQ(cache.ram_ledger().free(), 6000);
+  const uint64_t before = cache.events().logged();
+
+  // Needs 15,000: A1's private state (10,000) or all of B (20,000) make room.
+  ASSERT_NE(Capture(cache, 0, Tokens(500, 200000), "C", /*cold=*/true), 0u);
+
+  std::vector<CheckpointId> gone;
+  for (const Event& e : cache.events().recent()) {
+    if (e.seq > before && e.type == EventType::kEvict) gone.push_back(e.checkpoint);
+  }
+  ASSERT_EQ(gone.size(), 1u);
+  *evicted = gone.front();
+  EXPECT_TRUE(cache.GetCheckpoint(a2)->in_ram);
+}
+
+TEST(CheckpointCachePolicyTest, SupersededCheckpointGoesBeforeAnotherConversationsOnlyState) {
+  CheckpointId evicted = 0, b = 0, a1 = 0;
+  SupersededCase(/*superseded_first=*/false, &evicted, &b, &a1);
+  EXPECT_EQ(evicted, b) << "the seed's rule";
+  SupersededCase(/*superseded_first=*/true, &evicted, &b, &a1);
+  EXPECT_EQ(evicted, a1);
+}
+
+TEST(CheckpointCachePolicyTest, ACheckpointAnotherConversationBuildsOnIsNotSuperseded) {
+  CacheOptions options;
+  options.ram_bytes = 3 * 2 * kPrivate + 1000;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  // A's shared prefix, A's own continuation, and B's continuation of the shared prefix.
+  CheckpointId shared = Capture(cache, 0, Tokens(1000, 0), "A", /*cold=*/true);
+  CheckpointId a2 = Capture(cache, 0, Tokens(1000, 50000), "A", /*cold=*/false);
+  t->clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(cache.Restore(shared, {1, 1}, TestIds(), "B").ok());
+  CheckpointId b = Capture(cache, 1, Tokens(1000, 70000), "B", /*cold=*/false);
+  ASSERT_NE(b, 0u);
+  ASSERT_EQ(cache.ram_ledger().free(), 1000);
+
+  // Needs 20,000: evicting the shared prefix would free only its private state (10,000), so
+  // treating it as A's superseded state would lose it and A2 both.
+  ASSERT_NE(Capture(cache, 0, Tokens(1000, 200000), "C", /*cold=*/true), 0u);
+
+  EXPECT_TRUE(cache.GetCheckpoint(shared)->in_ram);
+  EXPECT_FALSE(cache.GetCheckpoint(a2).ok());  // A's least recently used leaf.
+  EXPECT_TRUE(cache.GetCheckpoint(b)->in_ram);
+}
+
+TEST(CheckpointCachePolicyTest, AutomaticCapAdmitsPastTheSeeds128WhenTheBudgetHoldsThem) {
+  CacheOptions options;
+  options.ram_bytes = 300 * (kPrivate + 100 * kRowBytes);
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_NE(Capture(cache, 0, Tokens(100, 1000 * i), "c" + std::to_string(i), true), 0u);
+  }
+
+  EXPECT_EQ(cache.RamAccounting().checkpoints, 200);
+  EXPECT_EQ(cache.retention().CheckpointCap(options.ram_bytes, kPrivate), 330);
+}
+
+}  // namespace
+}  // namespace cairn::cache
