@@ -73,6 +73,8 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
   flags.Add("max-pass-tokens", &p.planner.max_pass_tokens, "longest prefill pass (all policies)");
   flags.Add("grid-budget-share", &p.planner.grid_budget_share,
             "share of the RAM budget one request's grid points may hold");
+  flags.Add("preserve-frontier", &p.planner.preserve_frontier,
+            "capture a slot's frontier before another conversation overwrites it");
   flags.Add("max-checkpoints", &p.retention.max_checkpoints,
             "RAM checkpoint cap; 0: budget / private bytes, at least --min-checkpoints");
   flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");

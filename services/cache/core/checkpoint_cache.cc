@@ -510,22 +510,33 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
   auto in_tier = [ram_tier](const Checkpoint& c) {
     return !c.pending && (ram_tier ? c.in_ram : (c.on_disk && !c.persisting));
   };
-  // Superseded: a deeper checkpoint of the same conversation below it in this tier, and none of
-  // another conversation (RetentionOptions::superseded_first).
+  auto rank_input = [this](const Checkpoint& c) {
+    RankInput in;
+    in.kind = c.kind;
+    in.depth = c.depth;
+    in.stable_boundary = c.stable_boundary;
+    in.private_bytes = c.private_bytes;
+    in.row_bytes_per_token = LayoutFor(c.identities.compatibility)->RowBytes();
+    in.conversation_idle = Idle(c.conversation);
+    return in;
+  };
+  // Superseded: a deeper checkpoint of the same conversation that supersedes it below it in
+  // this tier, and none of another conversation (RetentionOptions::superseded_first).
   absl::flat_hash_map<CheckpointId, bool> superseded;
   if (options_.retention.superseded_first) {
     absl::flat_hash_set<CheckpointId> other_below;
     for (const auto& [id, ckpt] : checkpoints_) {
       if (!in_tier(*ckpt)) continue;
+      const bool supersedes = retention_.Supersedes(rank_input(*ckpt));
       for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
                ckpt->node, std::numeric_limits<int64_t>::max())) {
         if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
         const Checkpoint& above = *checkpoints_.at(hit.entry.id);
         if (!in_tier(above)) continue;
-        if (above.conversation == ckpt->conversation) {
-          superseded.emplace(above.id, true);
-        } else {
+        if (above.conversation != ckpt->conversation) {
           other_below.insert(above.id);
+        } else if (supersedes) {
+          superseded.emplace(above.id, true);
         }
       }
     }
@@ -534,14 +545,7 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
   std::vector<RetentionItem> items;
   for (const auto& [id, ckpt] : checkpoints_) {
     if (!in_tier(*ckpt)) continue;
-    const ModelLayout& layout = *LayoutFor(ckpt->identities.compatibility);
-    RankInput in;
-    in.kind = ckpt->kind;
-    in.depth = ckpt->depth;
-    in.stable_boundary = ckpt->stable_boundary;
-    in.private_bytes = ckpt->private_bytes;
-    in.row_bytes_per_token = layout.RowBytes();
-    in.conversation_idle = Idle(ckpt->conversation);
+    RankInput in = rank_input(*ckpt);
     auto sup = superseded.find(id);
     in.superseded = sup != superseded.end() && sup->second;
     RetentionItem item;

@@ -22,10 +22,23 @@ absl::string_view EvictionRankName(EvictionRank rank) {
   return "reused";
 }
 
+namespace {
+
+// A prompt end, or a frontier preserved before a slot was overwritten (captured as kReused
+// with the stable boundary of its own request), past the stable boundary: a copy for retries.
+bool RetryCopy(const RankInput& in) {
+  return (in.kind == CaptureKind::kEnd || in.kind == CaptureKind::kReused) &&
+         in.stable_boundary >= 0 && in.depth > in.stable_boundary;
+}
+
+}  // namespace
+
+bool RetentionPolicy::Supersedes(const RankInput& deeper) const {
+  return deeper.kind != CaptureKind::kReused && !RetryCopy(deeper);
+}
+
 EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
-  if (in.kind == CaptureKind::kEnd && in.stable_boundary >= 0 && in.depth > in.stable_boundary) {
-    return EvictionRank::kRetryCopy;
-  }
+  if (RetryCopy(in)) return EvictionRank::kRetryCopy;
   double restorable = static_cast<double>(in.depth) * static_cast<double>(in.row_bytes_per_token);
   if (static_cast<double>(in.private_bytes) > options_.cheap_ratio * restorable) {
     return EvictionRank::kCheap;

@@ -20,9 +20,10 @@ struct RetentionOptions {
   // long before a 64 GiB budget did (docs/cache-policy.md).
   int max_checkpoints = 0;
   int min_checkpoints = 128;  // Floor of the automatic cap: the seed's number.
-  // A checkpoint with a deeper checkpoint of its own conversation below it on its path, and
-  // none of another conversation, is superseded: evicted after retry copies and cheap ones,
-  // before idle conversations' latest states. False: the seed's four ranks only.
+  // A checkpoint with a deeper checkpoint of its own conversation below it on its path that
+  // Supersedes() it, and no checkpoint of another conversation below it, is superseded:
+  // evicted after retry copies and cheap ones, before idle conversations' latest states.
+  // False: the seed's four ranks only.
   bool superseded_first = true;
   double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
@@ -32,7 +33,7 @@ struct RetentionOptions {
 
 // Eviction ranks, first evicted first.
 enum class EvictionRank {
-  kRetryCopy = 1,   // Prompt-end checkpoint past the stable boundary.
+  kRetryCopy = 1,   // Prompt-end (or preserved-frontier) checkpoint past the stable boundary.
   kCheap = 2,       // Private state > cheap_ratio x the row bytes it would restore.
   kSuperseded = 3,  // Its own conversation continued past it (superseded_first).
   kIdle = 4,        // Its conversation was not reused within one budget turnover.
@@ -68,6 +69,10 @@ class RetentionPolicy {
   explicit RetentionPolicy(RetentionOptions options = {}) : options_(options) {}
 
   EvictionRank Classify(const RankInput& in) const;
+  // True if a checkpoint described by `deeper` supersedes its own conversation's checkpoints
+  // above it: a point the client resends (not a retry copy or preserved frontier past the
+  // stable boundary, and not a reused history end, which the next prompt may leave).
+  bool Supersedes(const RankInput& deeper) const;
   // The RAM checkpoint cap for a budget and a private-state size (max_checkpoints, or the
   // automatic cap when it is 0).
   int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;

@@ -8,12 +8,14 @@
 
 #include "gtest/gtest.h"
 #include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/core/request_runner.h"
 #include "services/cache/core/retention.h"
 #include "tests/unit/services/cache/core/cache_test_util.h"
 
 namespace cairn::cache {
 namespace {
 
+using testing::Concat;
 using testing::MakeCache;
 using testing::SimpleLayout;
 using testing::TestIds;
@@ -144,6 +146,85 @@ TEST(CheckpointCachePolicyTest, AutomaticCapAdmitsPastTheSeeds128WhenTheBudgetHo
 
   EXPECT_EQ(cache.RamAccounting().checkpoints, 200);
   EXPECT_EQ(cache.retention().CheckpointCap(options.ram_bytes, kPrivate), 330);
+}
+
+TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
+  RetentionPolicy policy;
+  RankInput stable{CaptureKind::kStable, 2000, 2000, 10, 100, false, false};
+  RankInput end_past_stable{CaptureKind::kEnd, 2005, 2000, 10, 100, false, false};
+  RankInput frontier{CaptureKind::kReused, 2300, 2000, 10, 100, false, false};
+  RankInput end_unknown_stable{CaptureKind::kEnd, 2005, -1, 10, 100, false, false};
+
+  EXPECT_TRUE(policy.Supersedes(stable));
+  EXPECT_FALSE(policy.Supersedes(end_past_stable));
+  EXPECT_FALSE(policy.Supersedes(frontier));
+  EXPECT_TRUE(policy.Supersedes(end_unknown_stable));
+  // A preserved frontier past its request's stable boundary is a retry copy.
+  EXPECT_EQ(policy.Classify(frontier), EvictionRank::kRetryCopy);
+}
+
+// One slot. A's first turn answers 300 tokens; B takes the slot; A's second turn resends its
+// prompt and the answer. Without preservation A resumes at its prompt end and recomputes the
+// answer; with it, A resumes after the answer.
+int64_t SecondTurnRestoreDepth(bool preserve_frontier) {
+  CacheOptions options;
+  options.planner.preserve_frontier = preserve_frontier;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return -1;
+  RequestRunner runner(t->cache.get(), 1);
+  std::vector<TokenId> a1 = Tokens(3000, 0);
+  std::vector<TokenId> answer = Tokens(300, 50000);
+  std::vector<TokenId> a2 = Concat(Concat(a1, answer), Tokens(500, 60000));
+  std::vector<TokenId> b1 = Tokens(2000, 100000);
+  ServeRequest request{TestIds(), "A", a1, 3000, answer};
+  EXPECT_TRUE(runner.Serve(request).ok());
+  request = ServeRequest{TestIds(), "B", b1, 2000, {}};
+  absl::StatusOr<ServeOutcome> b = runner.Serve(request);
+  EXPECT_TRUE(b.ok());
+  if (!b.ok()) return -1;
+  EXPECT_EQ(b->preserved_frontier.admitted, preserve_frontier);
+  request = ServeRequest{TestIds(), "A", a2, 3300, {}};
+  absl::StatusOr<ServeOutcome> second = runner.Serve(request);
+  EXPECT_TRUE(second.ok());
+  if (!second.ok()) return -1;
+  EXPECT_EQ(second->used.tier, Tier::kRam);
+  return second->used.depth;
+}
+
+TEST(RequestRunnerPolicyTest, FrontierIsPreservedWhenAnotherConversationTakesTheSlot) {
+  EXPECT_EQ(SecondTurnRestoreDepth(/*preserve_frontier=*/false), 3000) << "the seed's rule";
+  EXPECT_EQ(SecondTurnRestoreDepth(/*preserve_frontier=*/true), 3300);
+}
+
+TEST(RequestRunnerPolicyTest, PreservingAFrontierNeverEvictsTheCheckpointAboutToBeRestored) {
+  CacheOptions options;
+  // Room for A's prompt end (40,000), B's (12,000) and 5,000 more: B's frontier (11,000) needs
+  // an eviction, and A's checkpoint, least recently used, would be the victim.
+  options.ram_bytes = 40000 + 12000 + 5000;
+  options.planner.max_grid_points = 0;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  RequestRunner runner(t->cache.get(), 1);
+  std::vector<TokenId> a1 = Tokens(3000, 0);
+  ServeRequest request{TestIds(), "A", a1, -1, {}};
+  ASSERT_TRUE(runner.Serve(request).ok());
+  std::vector<TokenId> b1 = Tokens(200, 100000);
+  std::vector<TokenId> b_answer = Tokens(100, 110000);
+  request = ServeRequest{TestIds(), "B", b1, -1, b_answer};
+  ASSERT_TRUE(runner.Serve(request).ok());
+  ASSERT_EQ(t->cache->ram_ledger().free(), 5000);
+
+  // A again: B's frontier is captured, but A's checkpoint is pinned while it is.
+  std::vector<TokenId> a2 = Concat(a1, Tokens(10, 70000));
+  request = ServeRequest{TestIds(), "A", a2, -1, {}};
+  absl::StatusOr<ServeOutcome> again = runner.Serve(request);
+
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->used.tier, Tier::kRam);
+  EXPECT_EQ(again->used.depth, 3000);
+  EXPECT_TRUE(again->preserved_frontier.admitted);
+  EXPECT_LE(t->cache->ram_ledger().used(), options.ram_bytes);
 }
 
 }  // namespace
