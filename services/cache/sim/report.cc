@@ -19,7 +19,9 @@ std::string Gb(int64_t bytes) {
   return absl::StrFormat("%.2f GB", static_cast<double>(bytes) / 1e9);
 }
 
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+}  // namespace
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()));
@@ -38,8 +40,6 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string FormatRequestLine(const RequestReport& rep) {
   const RequestResult& r = rep.result;
@@ -66,7 +66,7 @@ std::string FormatRequestLine(const RequestReport& rep) {
 }
 
 std::string FormatTotals(const Totals& t) {
-  return Table({
+  return FormatTable({
       {"policy", t.policy},
       {"requests", absl::StrCat(t.requests)},
       {"prompt tokens", absl::StrCat(t.prompt_tokens)},
@@ -96,7 +96,7 @@ std::string FormatComparison(const std::vector<Totals>& totals) {
          Seconds(t.ttft_ms_mean), Seconds(t.ttft_ms_p95), Seconds(t.ttft_ms_total),
          Gb(t.peak_bytes), Ratio(t.vs_oracle)});
   }
-  return Table(rows);
+  return FormatTable(rows);
 }
 
 std::string RequestJson(const RequestReport& rep, absl::string_view policy) {

@@ -1,5 +1,6 @@
 #include "services/cache/sim/simulator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/cache/sim/cost_model.h"
+#include "services/cache/sim/evaluation.h"
 #include "services/cache/sim/trace_generator.h"
 #include "tests/support/status_matchers.h"
 #include "tools/cairnctl/command.h"
@@ -196,6 +198,57 @@ TEST(SimulatorTest, CommittedAgentTraceRunsUnderEveryPolicy) {
   EXPECT_LE(cairn->totals.peak_bytes, options.policy.ram_bytes);
 }
 
+TEST(EvaluationTest, PicksTheBestPeerAndJudgesEachRowByItsBudgetsBar) {
+  AgentTraceOptions gen;
+  gen.conversations = 3;
+  gen.turns_per_conversation = 4;
+  absl::StatusOr<std::vector<TraceRequest>> trace = GenerateAgentTrace(gen);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<EvalTrace> set = {{"small", PrepareRequests(*trace, {})}};
+  EvalOptions options;
+  options.base.policy.slots = 2;
+  options.ram_budgets = {int64_t{4} << 30, int64_t{64} << 30};
+  options.disk_budgets = {0, int64_t{64} << 30};
+
+  absl::StatusOr<std::vector<EvalRow>> rows = Evaluate(set, options);
+
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 4u);
+  for (const EvalRow& row : *rows) {
+    SimOptions sim = options.base;
+    sim.policy.ram_bytes = row.ram_bytes;
+    for (const std::string& peer : options.peers) {
+      absl::StatusOr<SimResult> r = Simulate(set[0].requests, peer, sim);
+      ASSERT_TRUE(r.ok());
+      EXPECT_LE(row.best_peer_prefilled, r->totals.prefilled) << peer;
+    }
+    EXPECT_DOUBLE_EQ(row.vs_peer, static_cast<double>(row.cairn.prefilled) /
+                                      static_cast<double>(row.best_peer_prefilled));
+    const bool bar = row.ram_bytes <= options.small_budget_bytes
+                         ? row.vs_peer <= options.max_vs_peer
+                         : row.vs_oracle <= options.max_vs_oracle;
+    EXPECT_EQ(row.meets_bar, bar && row.cairn.peak_bytes <= row.ram_bytes);
+  }
+  EXPECT_EQ((*rows)[1].disk_bytes, int64_t{64} << 30);
+  std::string table = FormatEvaluation(*rows, options);
+  EXPECT_THAT(table, ::testing::HasSubstr("small"));
+  EXPECT_THAT(table, ::testing::HasSubstr("worst cairn/oracle"));
+}
+
+TEST(TraceGeneratorTest, PresetsAreNamedAndDiffer) {
+  for (const std::string& name : TracePresetNames()) {
+    absl::StatusOr<AgentTraceOptions> preset = TracePreset(name, 5);
+    ASSERT_TRUE(preset.ok()) << name;
+    EXPECT_EQ(preset->seed, 5u);
+    EXPECT_TRUE(GenerateAgentTrace(*preset).ok()) << name;
+  }
+  EXPECT_EQ(TracePreset("single-user", 1)->conversations, 1);
+  EXPECT_GT(TracePreset("team", 1)->conversations, TracePreset("agent", 1)->conversations);
+  EXPECT_GT(TracePreset("long-context", 1)->append_tokens_mean,
+            TracePreset("agent", 1)->append_tokens_mean);
+  EXPECT_THAT(TracePreset("huge", 1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CostModelTest, CalibratedOnTheSeedsMeasuredRun) {
   CostModel cost;
   std::vector<PrefillPass> cold = SplitPasses(0, 95439, {}, 2048);
@@ -269,6 +322,31 @@ TEST_F(SimulateCommandTest, AllPoliciesPrintAComparisonTable) {
   }
   EXPECT_THAT(out_.str(), ::testing::HasSubstr("hit ratio"));
   EXPECT_THAT(out_.str(), ::testing::HasSubstr("/ oracle"));
+}
+
+TEST_F(SimulateCommandTest, GenTracePresetSetsDefaultsThatFlagsOverride) {
+  ASSERT_EQ(Run({"gen-trace", "--preset", "team", "--turns", "1", "--subagent-probability", "0"}),
+            0)
+      << err_.str();
+  const std::string text = out_.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 24);
+  EXPECT_EQ(Run({"gen-trace", "--preset=nope"}), 2);
+  EXPECT_THAT(err_.str(), ::testing::HasSubstr("unknown trace preset"));
+}
+
+TEST_F(SimulateCommandTest, EvaluatePrintsOneRowPerTraceAndBudgetAndASummary) {
+  std::string path = WriteTrace(kTwoTurns);
+
+  int code = Run({"evaluate", "--presets", "", "--trace", path, "--budgets", "4Gi,64Gi"});
+
+  ASSERT_EQ(code, 0) << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("cairn/oracle"));
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("64 GiB"));
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("rows meeting it"));
+  EXPECT_EQ(Run({"evaluate", "--presets", "", "--trace", path, "--budgets", "lots"}), 2);
+  EXPECT_EQ(Run({"evaluate", "--presets", "", "--trace", path, "--ram-bytes", "4Gi"}), 2);
+  EXPECT_EQ(Run({"evaluate", "--presets", "nope"}), 2);
+  EXPECT_EQ(Run({"evaluate", "--presets", ""}), 2);
 }
 
 TEST_F(SimulateCommandTest, BadInputIsAClearErrorNotACrash) {
