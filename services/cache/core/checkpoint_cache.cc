@@ -520,27 +520,33 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
     in.conversation_idle = Idle(c.conversation);
     return in;
   };
-  // Superseded: a deeper checkpoint of the same conversation that supersedes it below it in
-  // this tier, and none of another conversation (RetentionOptions::superseded_first).
+  // Superseded: its conversation captured a later checkpoint that supersedes (below it on its
+  // path, or on a newer branch after an edit or a compaction), and no checkpoint of another
+  // conversation lies below it (RetentionOptions::superseded_first).
   absl::flat_hash_map<CheckpointId, bool> superseded;
   if (options_.retention.superseded_first) {
+    absl::flat_hash_map<std::string, CheckpointId> latest;  // Per conversation.
     absl::flat_hash_set<CheckpointId> other_below;
     for (const auto& [id, ckpt] : checkpoints_) {
       if (!in_tier(*ckpt)) continue;
-      const bool supersedes = retention_.Supersedes(rank_input(*ckpt));
+      if (retention_.Supersedes(rank_input(*ckpt))) {
+        CheckpointId& newest = latest[ckpt->conversation];
+        newest = std::max(newest, id);
+      }
       for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
                ckpt->node, std::numeric_limits<int64_t>::max())) {
         if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
         const Checkpoint& above = *checkpoints_.at(hit.entry.id);
-        if (!in_tier(above)) continue;
-        if (above.conversation != ckpt->conversation) {
+        if (in_tier(above) && above.conversation != ckpt->conversation) {
           other_below.insert(above.id);
-        } else if (supersedes) {
-          superseded.emplace(above.id, true);
         }
       }
     }
-    for (CheckpointId id : other_below) superseded[id] = false;
+    for (const auto& [id, ckpt] : checkpoints_) {
+      if (!in_tier(*ckpt)) continue;
+      auto newest = latest.find(ckpt->conversation);
+      superseded[id] = newest != latest.end() && newest->second > id && !other_below.contains(id);
+    }
   }
   std::vector<RetentionItem> items;
   for (const auto& [id, ckpt] : checkpoints_) {
@@ -567,12 +573,13 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
   return items;
 }
 
-bool CheckpointCache::EvictOne(bool ram_tier) {
+bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank) {
   std::vector<RetentionItem> items = RetentionItems(ram_tier);
   std::vector<CheckpointId> order = retention_.EvictionOrder(items);
   if (order.empty()) return false;
   auto victim = std::find_if(items.begin(), items.end(),
                              [&](const RetentionItem& i) { return i.id == order.front(); });
+  if (victim->rank > max_rank) return false;
   std::string reason(EvictionRankName(victim->rank));
   Checkpoint& ckpt = *checkpoints_.at(order.front());
   if (ram_tier) {
@@ -711,8 +718,20 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
     return reject("larger than the ram budget");
   }
   const int64_t cap = retention_.CheckpointCap(ram_.budget(), layout.PrivateBytes());
+  RankInput own;
+  own.kind = kind;
+  own.depth = depth;
+  own.stable_boundary = stable_boundary;
+  own.private_bytes = ckpt->private_bytes;
+  own.row_bytes_per_token = layout.RowBytes();
+  const EvictionRank admit = retention_.AdmissionRank(own);
   while (ram_.free() < needed() || ram_checkpoints_ >= cap) {
-    if (!EvictOne(/*ram_tier=*/true)) return reject("nothing left to evict");
+    if (!EvictOne(/*ram_tier=*/true, admit)) {
+      return reject(admit == EvictionRank::kReused
+                        ? std::string("nothing left to evict")
+                        : absl::StrCat("nothing ranked ", EvictionRankName(admit),
+                                       " or below left to evict"));
+    }
   }
 
   CaptureTicket ticket;

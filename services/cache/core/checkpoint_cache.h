@@ -299,7 +299,8 @@ class CheckpointCache {
   // Checkpoints.
   std::vector<RetentionItem> RetentionItems(bool ram_tier) const;
   // Evicts the first checkpoint of the tier's eviction order; false when none can go.
-  bool EvictOne(bool ram_tier);
+  // With `max_rank`, only a checkpoint ranked at or below it.
+  bool EvictOne(bool ram_tier, EvictionRank max_rank = EvictionRank::kReused);
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);

@@ -47,6 +47,15 @@ EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
   return in.conversation_idle ? EvictionRank::kIdle : EvictionRank::kReused;
 }
 
+EvictionRank RetentionPolicy::AdmissionRank(const RankInput& in) const {
+  if (!options_.admission_by_rank) return EvictionRank::kReused;
+  RankInput own = in;
+  own.conversation_idle = false;  // Its conversation is in use now.
+  own.superseded = in.stable_boundary > in.depth &&
+                   (in.kind == CaptureKind::kGrid || in.kind == CaptureKind::kReused);
+  return Classify(own);
+}
+
 int64_t RetentionPolicy::CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const {
   if (options_.max_checkpoints > 0) return options_.max_checkpoints;
   const int64_t floor = std::max(1, options_.min_checkpoints);

@@ -25,6 +25,9 @@ struct RetentionOptions {
   // evicted after retry copies and cheap ones, before idle conversations' latest states.
   // False: the seed's four ranks only.
   bool superseded_first = true;
+  // A capture may evict only checkpoints ranked at or below its own rank (AdmissionRank);
+  // otherwise it is rejected. False: a capture evicts whatever it needs, as the seed did.
+  bool admission_by_rank = true;
   double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
@@ -73,6 +76,11 @@ class RetentionPolicy {
   // above it: a point the client resends (not a retry copy or preserved frontier past the
   // stable boundary, and not a reused history end, which the next prompt may leave).
   bool Supersedes(const RankInput& deeper) const;
+  // The highest rank a capture described by `in` may evict to make room (admission_by_rank):
+  // its own rank as Classify gives it, counting a grid point or reused history end above its
+  // request's stable boundary as superseded (the stable capture that follows supersedes it).
+  // kReused (everything) when admission_by_rank is off.
+  EvictionRank AdmissionRank(const RankInput& in) const;
   // The RAM checkpoint cap for a budget and a private-state size (max_checkpoints, or the
   // automatic cap when it is 0).
   int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;

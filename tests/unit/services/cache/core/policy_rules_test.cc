@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/cache/core/checkpoint_cache.h"
 #include "services/cache/core/request_runner.h"
@@ -146,6 +147,74 @@ TEST(CheckpointCachePolicyTest, AutomaticCapAdmitsPastTheSeeds128WhenTheBudgetHo
 
   EXPECT_EQ(cache.RamAccounting().checkpoints, 200);
   EXPECT_EQ(cache.retention().CheckpointCap(options.ram_bytes, kPrivate), 330);
+}
+
+TEST(RetentionPolicyTest, AdmissionRankIsTheCapturesOwnRank) {
+  RetentionPolicy policy;
+  RetentionOptions seed;
+  seed.admission_by_rank = false;
+  RankInput grid{CaptureKind::kGrid, 2048, 5000, 10, 100, /*conversation_idle=*/true, false};
+  RankInput end{CaptureKind::kEnd, 5005, 5000, 10, 100, false, false};
+  RankInput stable{CaptureKind::kStable, 5000, 5000, 10, 100, /*conversation_idle=*/true, false};
+
+  EXPECT_EQ(policy.AdmissionRank(grid), EvictionRank::kSuperseded);  // The stable follows.
+  EXPECT_EQ(policy.AdmissionRank(end), EvictionRank::kRetryCopy);
+  EXPECT_EQ(policy.AdmissionRank(stable), EvictionRank::kReused);  // In use, so not idle.
+  EXPECT_EQ(RetentionPolicy(seed).AdmissionRank(end), EvictionRank::kReused);
+}
+
+// B holds one stable checkpoint; A then captures a prompt-end retry copy that does not fit next
+// to it. The seed's rule evicts B's only state for A's retry copy; admission by rank rejects
+// the retry copy (with a reject event naming the rank) and keeps B.
+TEST(CheckpointCachePolicyTest, ARetryCopyDoesNotEvictAnotherConversationsState) {
+  for (bool by_rank : {false, true}) {
+    CacheOptions options;
+    options.retention.admission_by_rank = by_rank;
+    options.ram_bytes = 2 * 2 * kPrivate + 5000;
+    auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+    ASSERT_NE(t, nullptr);
+    CheckpointCache& cache = *t->cache;
+    CheckpointId b = Capture(cache, 0, Tokens(1000, 100000), "B", /*cold=*/true);
+    CheckpointId a = Capture(cache, 1, Tokens(1000, 0), "A", /*cold=*/true);
+    ASSERT_NE(a, 0u);
+    ASSERT_TRUE(cache.ExtendSlot({1, 1}, Tokens(5, 50000)).ok());
+
+    absl::StatusOr<CaptureTicket> retry =
+        cache.BeginCapture({1, 1}, CaptureKind::kEnd, "A", /*stable_boundary=*/1000);
+
+    if (by_rank) {
+      EXPECT_FALSE(retry.ok());
+      EXPECT_TRUE(cache.GetCheckpoint(b)->in_ram);
+      ASSERT_FALSE(cache.events().recent().empty());
+      EXPECT_EQ(cache.events().recent().back().type, EventType::kReject);
+      EXPECT_THAT(cache.events().recent().back().reason, ::testing::HasSubstr("retry-copy"));
+    } else {
+      EXPECT_TRUE(retry.ok()) << "the seed's rule";
+      EXPECT_FALSE(cache.GetCheckpoint(b).ok());
+    }
+  }
+}
+
+// After a compaction (or an edit) A's new history leaves its old branch: the old branch is
+// superseded and goes before B's state, though A stays the most recently used conversation.
+TEST(CheckpointCachePolicyTest, AnOldBranchOfAnActiveConversationIsSuperseded) {
+  CacheOptions options;
+  options.ram_bytes = 3 * 2 * kPrivate + 1000;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  CheckpointId b = Capture(cache, 0, Tokens(1000, 100000), "B", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId old_branch = Capture(cache, 1, Tokens(1000, 0), "A", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId compacted = Capture(cache, 1, Tokens(1000, 300000), "A", /*cold=*/true);
+  ASSERT_NE(compacted, 0u);
+
+  ASSERT_NE(Capture(cache, 0, Tokens(1000, 200000), "C", /*cold=*/true), 0u);
+
+  EXPECT_FALSE(cache.GetCheckpoint(old_branch).ok());
+  EXPECT_TRUE(cache.GetCheckpoint(b)->in_ram);
+  EXPECT_TRUE(cache.GetCheckpoint(compacted)->in_ram);
 }
 
 TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
