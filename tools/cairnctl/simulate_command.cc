@@ -83,6 +83,8 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
   flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");
   flags.Add("admission-by-rank", &p.retention.admission_by_rank,
             "a capture may evict only checkpoints ranked at or below its own rank");
+  flags.Add("frontier-with-superseded", &p.retention.frontier_with_superseded,
+            "a preserved frontier ranks with superseded checkpoints, not retry copies");
   flags.Add("superseded-first", &p.retention.superseded_first,
             "evict checkpoints their own conversation continued past before idle ones");
   flags.Add("cheap-ratio", &p.retention.cheap_ratio,

@@ -24,21 +24,26 @@ absl::string_view EvictionRankName(EvictionRank rank) {
 
 namespace {
 
-// A prompt end, or a frontier preserved before a slot was overwritten (captured as kReused
-// with the stable boundary of its own request), past the stable boundary: a copy for retries.
-bool RetryCopy(const RankInput& in) {
-  return (in.kind == CaptureKind::kEnd || in.kind == CaptureKind::kReused) &&
-         in.stable_boundary >= 0 && in.depth > in.stable_boundary;
+// Past the stable boundary of the request that captured it: a prompt end (a copy for
+// retries) or a frontier preserved before a slot was overwritten (captured as kReused with the
+// stable boundary of its own request).
+bool PastStable(const RankInput& in, CaptureKind kind) {
+  return in.kind == kind && in.stable_boundary >= 0 && in.depth > in.stable_boundary;
 }
 
 }  // namespace
 
 bool RetentionPolicy::Supersedes(const RankInput& deeper) const {
-  return deeper.kind != CaptureKind::kReused && !RetryCopy(deeper);
+  return deeper.kind != CaptureKind::kReused && !PastStable(deeper, CaptureKind::kEnd);
 }
 
 EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
-  if (RetryCopy(in)) return EvictionRank::kRetryCopy;
+  if (PastStable(in, CaptureKind::kEnd)) return EvictionRank::kRetryCopy;
+  if (PastStable(in, CaptureKind::kReused)) {
+    return options_.superseded_first && options_.frontier_with_superseded
+               ? EvictionRank::kSuperseded
+               : EvictionRank::kRetryCopy;
+  }
   double restorable = static_cast<double>(in.depth) * static_cast<double>(in.row_bytes_per_token);
   if (static_cast<double>(in.private_bytes) > options_.cheap_ratio * restorable) {
     return EvictionRank::kCheap;

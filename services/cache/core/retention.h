@@ -28,6 +28,11 @@ struct RetentionOptions {
   // A capture may evict only checkpoints ranked at or below its own rank (AdmissionRank);
   // otherwise it is rejected. False: a capture evicts whatever it needs, as the seed did.
   bool admission_by_rank = true;
+  // A frontier preserved past its request's stable boundary (PlannerOptions::
+  // preserve_frontier) ranks with superseded checkpoints rather than with retry copies: it
+  // saves its answer's tokens whenever the next prompt keeps them, a retry copy a few header
+  // tokens. Needs superseded_first.
+  bool frontier_with_superseded = true;
   double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one

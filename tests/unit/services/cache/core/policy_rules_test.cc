@@ -228,8 +228,43 @@ TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
   EXPECT_FALSE(policy.Supersedes(end_past_stable));
   EXPECT_FALSE(policy.Supersedes(frontier));
   EXPECT_TRUE(policy.Supersedes(end_unknown_stable));
-  // A preserved frontier past its request's stable boundary is a retry copy.
-  EXPECT_EQ(policy.Classify(frontier), EvictionRank::kRetryCopy);
+  // A preserved frontier past its request's stable boundary ranks with superseded ones (a
+  // retry copy under the seed's ranks).
+  EXPECT_EQ(policy.Classify(frontier), EvictionRank::kSuperseded);
+  RetentionOptions seed;
+  seed.frontier_with_superseded = false;
+  EXPECT_EQ(RetentionPolicy(seed).Classify(frontier), EvictionRank::kRetryCopy);
+}
+
+// F: the frontier of conversation B (prompt 1,000 + answer 300), preserved before A took its
+// slot; E: A's prompt-end retry copy, 5 header tokens past A's stable boundary. One must go.
+// As retry copies both, the older (F) would go; F saves B 300 tokens, E saves A 5.
+TEST(CheckpointCachePolicyTest, APreservedFrontierOutlivesARetryCopy) {
+  for (bool with_superseded : {false, true}) {
+    CacheOptions options;
+    options.retention.frontier_with_superseded = with_superseded;
+    options.ram_bytes = 1300 * kRowBytes + 1005 * kRowBytes + 2 * kPrivate + 5000;
+    auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+    ASSERT_NE(t, nullptr);
+    CheckpointCache& cache = *t->cache;
+    ASSERT_TRUE(cache.StartCold({1, 0}, TestIds(), "B").ok());
+    ASSERT_TRUE(cache.ExtendSlot({1, 0}, Tokens(1300, 100000)).ok());
+    absl::StatusOr<CaptureTicket> f = cache.BeginCapture({1, 0}, CaptureKind::kReused, "B", 1000);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(cache.CommitCapture(f->id).ok());
+    t->clock.Advance(absl::Seconds(1));
+    ASSERT_TRUE(cache.StartCold({1, 1}, TestIds(), "A").ok());
+    ASSERT_TRUE(cache.ExtendSlot({1, 1}, Tokens(1005, 0)).ok());
+    absl::StatusOr<CaptureTicket> e = cache.BeginCapture({1, 1}, CaptureKind::kEnd, "A", 1000);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_TRUE(cache.CommitCapture(e->id).ok());
+    t->clock.Advance(absl::Seconds(1));
+
+    ASSERT_NE(Capture(cache, 0, Tokens(500, 200000), "C", /*cold=*/true), 0u);
+
+    EXPECT_EQ(cache.GetCheckpoint(f->id).ok(), with_superseded);
+    EXPECT_EQ(cache.GetCheckpoint(e->id).ok(), !with_superseded);
+  }
 }
 
 // One slot. A's first turn answers 300 tokens; B takes the slot; A's second turn resends its
