@@ -85,6 +85,8 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "a capture may evict only checkpoints ranked at or below its own rank");
   flags.Add("frontier-with-superseded", &p.retention.frontier_with_superseded,
             "a preserved frontier ranks with superseded checkpoints, not retry copies");
+  flags.Add("shallow-first", &p.retention.shallow_first,
+            "inside the idle and reused ranks, shallower checkpoints go first");
   flags.Add("superseded-first", &p.retention.superseded_first,
             "evict checkpoints their own conversation continued past before idle ones");
   flags.Add("cheap-ratio", &p.retention.cheap_ratio,

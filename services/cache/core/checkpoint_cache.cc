@@ -568,6 +568,7 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
     item.last_use = conv == conversations_.end() ? ckpt->last_use
                                                  : std::max(conv->second.last_use, ckpt->last_use);
     item.pinned = ckpt->pins > 0;
+    item.depth = ckpt->depth;
     items.push_back(item);
   }
   return items;

@@ -72,10 +72,13 @@ std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionIt
   items.erase(
       std::remove_if(items.begin(), items.end(), [](const RetentionItem& i) { return i.pinned; }),
       items.end());
-  std::sort(items.begin(), items.end(), [](const RetentionItem& a, const RetentionItem& b) {
-    return std::make_tuple(static_cast<int>(a.rank), !a.covered, a.branch_point, a.last_use, a.id) <
-           std::make_tuple(static_cast<int>(b.rank), !b.covered, b.branch_point, b.last_use, b.id);
-  });
+  auto key = [this](const RetentionItem& i) {
+    const int64_t depth = options_.shallow_first && i.rank >= EvictionRank::kIdle ? i.depth : 0;
+    return std::make_tuple(static_cast<int>(i.rank), !i.covered, i.branch_point, depth, i.last_use,
+                           i.id);
+  };
+  std::sort(items.begin(), items.end(),
+            [&](const RetentionItem& a, const RetentionItem& b) { return key(a) < key(b); });
   std::vector<CheckpointId> out;
   out.reserve(items.size());
   for (const RetentionItem& i : items) out.push_back(i.id);

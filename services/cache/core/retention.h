@@ -33,6 +33,11 @@ struct RetentionOptions {
   // saves its answer's tokens whenever the next prompt keeps them, a retry copy a few header
   // tokens. Needs superseded_first.
   bool frontier_with_superseded = true;
+  // Inside the idle and reused ranks, shallower checkpoints go first (before least recently
+  // used): a deeper state restores more tokens per byte, its private state spread over more
+  // rows, and a fixed preference does not thrash the way recency does when more
+  // conversations take turns than the budget holds.
+  bool shallow_first = true;
   double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
@@ -59,6 +64,7 @@ struct RetentionItem {
   bool branch_point = false;  // Two continuations branch at it.
   absl::Time last_use;        // Of its conversation (ties: of itself).
   bool pinned = false;        // Being read; never a victim.
+  int64_t depth = 0;          // Tokens it restores (RetentionOptions::shallow_first).
 };
 
 struct RankInput {
@@ -90,7 +96,8 @@ class RetentionPolicy {
   // automatic cap when it is 0).
   int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;
   // Returns the ids of unpinned `items` in eviction order: by rank; inside a rank covered
-  // near-duplicates first, then leaves before branch points, then least recently used.
+  // near-duplicates first, then leaves before branch points, then (idle and reused ranks,
+  // shallow_first) shallower first, then least recently used.
   std::vector<CheckpointId> EvictionOrder(std::vector<RetentionItem> items) const;
 
   const RetentionOptions& options() const { return options_; }

@@ -217,6 +217,28 @@ TEST(CheckpointCachePolicyTest, AnOldBranchOfAnActiveConversationIsSuperseded) {
   EXPECT_TRUE(cache.GetCheckpoint(compacted)->in_ram);
 }
 
+TEST(RetentionPolicyTest, ShallowerFirstInsideTheIdleAndReusedRanksOnly) {
+  absl::Time t0 = absl::UnixEpoch();
+  auto item = [&](CheckpointId id, EvictionRank rank, int seconds, int64_t depth) {
+    RetentionItem i;
+    i.id = id;
+    i.rank = rank;
+    i.last_use = t0 + absl::Seconds(seconds);
+    i.depth = depth;
+    return i;
+  };
+  std::vector<RetentionItem> items = {
+      item(1, EvictionRank::kIdle, 0, 30000),     item(2, EvictionRank::kIdle, 5, 8000),
+      item(3, EvictionRank::kReused, 9, 9000),    item(4, EvictionRank::kReused, 1, 20000),
+      item(5, EvictionRank::kSuperseded, 9, 100), item(6, EvictionRank::kSuperseded, 1, 9000)};
+  RetentionOptions seed;
+  seed.shallow_first = false;
+
+  EXPECT_EQ(RetentionPolicy().EvictionOrder(items), (std::vector<CheckpointId>{6, 5, 2, 1, 3, 4}));
+  EXPECT_EQ(RetentionPolicy(seed).EvictionOrder(items),
+            (std::vector<CheckpointId>{6, 5, 1, 2, 4, 3}));
+}
+
 TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
   RetentionPolicy policy;
   RankInput stable{CaptureKind::kStable, 2000, 2000, 10, 100, false, false};

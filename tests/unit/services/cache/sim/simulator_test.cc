@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -175,6 +176,38 @@ TEST(SimulatorTest, PolicyRulesBeatTheSeedsOnAnAgentTraceThatDoesNotFit) {
   EXPECT_LT(d->totals.prefilled, c->totals.prefilled) << "automatic cap";
   EXPECT_LE(b->totals.peak_bytes, seed.policy.ram_bytes);
   EXPECT_LE(d->totals.peak_bytes, big_auto.policy.ram_bytes);
+}
+
+// Three conversations take turns on one slot and the budget holds two of their states. Least
+// recently used evicts exactly the state the next turn needs, every time; shallow-first keeps
+// the two deepest and loses only the third.
+TEST(SimulatorTest, ShallowFirstDoesNotThrashWhenConversationsTakeTurns) {
+  std::string trace;
+  for (int turn = 0; turn < 6; ++turn) {
+    for (int c = 0; c < 3; ++c) {
+      // Conversation c: 10,000 + 1,000 c tokens of its own, then one 200-token append a turn.
+      trace += absl::StrCat("{\"conv\": \"c", c, "\", \"t\": ", turn * 3 + c,
+                            ", \"segments\": [{\"rand\": ", 100 + c,
+                            ", \"len\": ", 10000 + 1000 * c + 200 * turn, "}]}\n");
+    }
+  }
+  std::vector<SimRequest> requests = Requests(trace);
+  SimOptions lru;
+  lru.policy.slots = 1;
+  lru.policy.cost.private_bytes = 1000000;
+  lru.policy.cost.bytes_per_row = 1000;
+  lru.policy.ram_bytes = 2 * (13000 * 1000 + 1000000) + 5000000;
+  lru.policy.planner.max_grid_points = 0;
+  lru.policy.retention.shallow_first = false;
+  SimOptions shallow = lru;
+  shallow.policy.retention.shallow_first = true;
+
+  absl::StatusOr<SimResult> a = Simulate(requests, "cairn", lru);
+  absl::StatusOr<SimResult> b = Simulate(requests, "cairn", shallow);
+
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_LT(b->totals.prefilled, a->totals.prefilled);
+  EXPECT_LE(b->totals.peak_bytes, shallow.policy.ram_bytes);
 }
 
 TEST(SimulatorTest, CommittedAgentTraceRunsUnderEveryPolicy) {
