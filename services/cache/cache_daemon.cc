@@ -107,6 +107,7 @@ absl::StatusOr<int32_t> SlotIndex(uint32_t slot) {
 }
 
 constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
+constexpr uint32_t kMaxSlots = 1 << 16;       // Hello.slots beyond this is a client bug.
 
 }  // namespace
 
@@ -137,38 +138,60 @@ class CacheDaemon::Sink final : public EventSink {
       daemon_->after_unlock_.push_back(std::move(wake));
     }
     daemon_->event_waiters_.clear();
-    if ((e.type == EventType::kDiskEvict || e.type == EventType::kQuarantine) &&
-        daemon_->store_ != nullptr) {
-      // The files go in the background, off the lock; a checkpoint the store no longer has
-      // (never written, or quarantined there first) is NotFound, which is fine.
-      DiskStore* store = daemon_->store_.get();
-      ThreadPool* pool = daemon_->disk_pool_.get();
-      const CheckpointId id = e.checkpoint;
-      daemon_->after_unlock_.push_back([store, pool, id] {
-        pool->Schedule([store, id] {
-          absl::Status s = store->Delete(id);
-          if (!s.ok() && !absl::IsNotFound(s)) {
-            CAIRN_LOG(WARNING) << "deleting checkpoint " << id << " from disk: " << s;
-          }
-        });
-      });
-    }
-    if (e.type == EventType::kEvict || e.type == EventType::kQuarantine ||
-        e.type == EventType::kReject) {
-      dirty_ = true;
-    }
-  }
-
-  // Returns whether regions may need freeing since the last call, and clears the flag.
-  bool TakeDirty() {
-    bool d = dirty_;
-    dirty_ = false;
-    return d;
   }
 
  private:
   CacheDaemon* const daemon_;
-  bool dirty_ = false;
+};
+
+// The core's residency callbacks (under the daemon's lock, inside core calls): frees what the
+// core no longer accounts for and notes finished spills for AfterCoreLocked. Never calls back
+// into the core.
+class CacheDaemon::Bytes final : public ResidencyListener {
+ public:
+  explicit Bytes(CacheDaemon* daemon) : d_(daemon) {}
+
+  void ChunkLeftRam(ChunkId id) override {
+    d_->mu_.AssertHeld();
+    auto it = d_->chunks_.find(id);
+    if (it == d_->chunks_.end()) return;
+    d_->FreeHeldLocked(&it->second);
+    d_->chunks_.erase(it);
+  }
+
+  void CheckpointLeftRam(CheckpointId id) override {
+    d_->mu_.AssertHeld();
+    d_->deferred_persists_.erase(id);
+    auto it = d_->checkpoints_.find(id);
+    if (it == d_->checkpoints_.end()) return;
+    d_->FreeHeldLocked(&it->second.state.region);
+    d_->checkpoints_.erase(it);
+  }
+
+  void CheckpointLeftDisk(CheckpointId id) override {
+    d_->mu_.AssertHeld();
+    if (d_->store_ == nullptr) return;
+    // The files go in the background, off the lock; a checkpoint the store no longer has
+    // (never written, or quarantined there first) is NotFound, which is fine.
+    DiskStore* store = d_->store_.get();
+    ThreadPool* pool = d_->disk_pool_.get();
+    d_->after_unlock_.push_back([store, pool, id] {
+      pool->Schedule([store, id] {
+        absl::Status s = store->Delete(id);
+        if (!s.ok() && !absl::IsNotFound(s)) {
+          CAIRN_LOG(WARNING) << "deleting checkpoint " << id << " from disk: " << s;
+        }
+      });
+    });
+  }
+
+  void SpillFinished(uint64_t spill, bool ok, const std::string& failure) override {
+    d_->mu_.AssertHeld();
+    d_->finished_spills_.push_back(FinishedSpill{spill, ok, failure});
+  }
+
+ private:
+  CacheDaemon* const d_;
 };
 
 // Busy while any slot has started work and not reported idle since. Thread-safe.
@@ -276,6 +299,7 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   Lock lock(d.get());
   ASSIGN_OR_RETURN(d->core_, CheckpointCache::Create(cache_options, clock));
   d->core_->events().AddSink(d->sink_.get());
+  d->core_->SetListener(d->bytes_.get());
   if (d->store_ != nullptr) {
     d->core_->ReserveIdsAbove(d->store_->max_chunk_id(), d->store_->max_checkpoint_id());
     // R3: files no manifest lists are removed in the background after start-up.
@@ -299,6 +323,7 @@ CacheDaemon::CacheDaemon(const CacheDaemonOptions& options, const Clock* clock)
       incarnation_(NewIncarnation()),
       started_(clock->MonotonicNow()),
       sink_(std::make_unique<Sink>(this)),
+      bytes_(std::make_unique<Bytes>(this)),
       activity_(std::make_unique<SlotActivity>()) {}
 
 CacheDaemon::~CacheDaemon() {
@@ -333,10 +358,15 @@ absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t 
 
 absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, SessionSink* sink) {
   if (sink == nullptr) return absl::InvalidArgumentError("session needs a sink");
+  if (hello.slots() > kMaxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.slots ", hello.slots(), " is more than ", kMaxSlots));
+  }
   if (hello.instance_name().size() > 256) {
     return absl::InvalidArgumentError("instance name longer than 256 bytes");
   }
   Lock lock(this);
+  if (draining_) return absl::UnavailableError("the cache daemon is draining");
   Session s;
   s.id = next_id_++;
   s.name = hello.instance_name();
@@ -350,6 +380,7 @@ absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, Ses
   arena->set_size_bytes(arena_->size());
   arena->set_fd_socket_path(options_.fd_server.socket_path);
   arena->set_pin_step_bytes(options_.arena.pin_step_bytes);
+  arena->set_first_pin_bytes(options_.arena.first_pin_bytes);
   arena->set_alignment(arena_->alignment());
   w.set_heartbeat_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
@@ -372,36 +403,25 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
   switch (message.body_case()) {
     case v1::SessionClientMessage::kHeartbeat:
       return Touch(session_id);
-    case v1::SessionClientMessage::kSpillDone: {
-      v1::CompleteSpillRequest req;
-      req.set_session_id(session_id);
-      *req.mutable_done() = message.spill_done();
-      v1::CompleteSpillResponse resp;
-      return CompleteSpill(req, &resp);
-    }
+    case v1::SessionClientMessage::kSpillDone:
+      return OnSpillDone(session_id, message.spill_done());
     case v1::SessionClientMessage::kSlotIdle: {
-      v1::SessionServerMessage out;
-      {
-        Lock lock(this);
-        ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-        s->last_seen = Now();
-        ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_idle().slot()));
-        activity_->Idle(SlotKey{session_id, slot});
-        if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
-        std::vector<ChunkCopy> copies =
-            core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
-        if (copies.empty()) return absl::OkStatus();
-        // Any registered model's layout sizes the chunk; regions were sized at admission.
-        const Model* model = nullptr;
-        for (const auto& [id, m] : models_) {
-          model = &m;
-          break;
-        }
-        if (model == nullptr) return absl::FailedPreconditionError("no model registered");
-        ASSIGN_OR_RETURN(*out.mutable_spill_request(),
-                         MakeSpillLocked(message.slot_idle().slot(), copies, *model, false));
-        s->sink->Send(std::move(out));
-      }
+      ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_idle().slot()));
+      Lock lock(this);
+      ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
+      s->last_seen = Now();
+      activity_->Idle(SlotKey{session_id, slot});
+      if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
+      core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
+      AfterCoreLocked();
+      return absl::OkStatus();
+    }
+    case v1::SessionClientMessage::kSlotBusy: {
+      ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_busy().slot()));
+      Lock lock(this);
+      ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
+      s->last_seen = Now();
+      activity_->Busy(SlotKey{session_id, slot});
       return absl::OkStatus();
     }
     case v1::SessionClientMessage::kHello:
@@ -410,6 +430,86 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
       break;
   }
   return absl::InvalidArgumentError("empty session message");
+}
+
+absl::Status CacheDaemon::OnSpillDone(uint64_t session_id, const v1::SpillDone& done) {
+  Lock lock(this);
+  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(session_id));
+  session->last_seen = Now();
+  absl::StatusOr<SpillInfo> spill = core_->GetSpill(done.spill_id());
+  if (!spill.ok() || spill->slot.daemon_session != session_id) {
+    // Also a duplicate of a SpillDone already handled: nothing left to do.
+    return absl::NotFoundError(
+        absl::StrCat("spill ", done.spill_id(), " is not outstanding for session ", session_id));
+  }
+  std::vector<ChunkId> all;
+  for (const ChunkCopy& c : spill->chunks) all.push_back(c.id);
+  auto in_spill = [&all](ChunkId c) { return std::find(all.begin(), all.end(), c) != all.end(); };
+  absl::Status malformed = absl::OkStatus();
+  if (done.checksums_size() != 0 && done.checksums_size() != done.chunk_ids_size()) {
+    malformed = absl::InvalidArgumentError(absl::StrCat("spill ", done.spill_id(), ": ",
+                                                        done.checksums_size(), " checksums for ",
+                                                        done.chunk_ids_size(), " chunks"));
+  }
+  for (uint64_t c : done.chunk_ids()) {
+    if (malformed.ok() && !in_spill(c)) {
+      malformed = absl::InvalidArgumentError(
+          absl::StrCat("chunk ", c, " is not in spill ", done.spill_id()));
+    }
+  }
+  if (!malformed.ok()) {
+    // A broken report cannot be trusted for any chunk: the spill fails as a whole.
+    RETURN_IF_ERROR(core_->FinishSpill(done.spill_id(), {}, all,
+                                       absl::StrCat("bad spill report: ", malformed.message())));
+    AfterCoreLocked();
+    return malformed;
+  }
+  std::vector<ChunkId> copied;
+  std::vector<ChunkId> failed;
+  int mismatches = 0;
+  for (int i = 0; i < done.chunk_ids_size(); ++i) {
+    const ChunkId c = done.chunk_ids(i);
+    auto held = chunks_.find(c);
+    absl::StatusOr<absl::Span<uint8_t>> bytes = held == chunks_.end()
+                                                    ? absl::NotFoundError("no region")
+                                                    : arena_->Resolve(held->second.handle());
+    if (!bytes.ok()) {
+      failed.push_back(c);
+      continue;
+    }
+    const uint64_t sum = Xxh3(bytes->data(), bytes->size());
+    if (done.checksums_size() != 0 && done.checksums(i) != sum) {
+      CAIRN_LOG(ERROR) << "spilled chunk " << c << " checksum mismatch";
+      ++mismatches;
+      failed.push_back(c);
+      continue;
+    }
+    held->second.checksum = sum;
+    copied.push_back(c);
+  }
+  for (uint64_t c : done.failed_chunk_ids()) {
+    if (in_spill(c)) failed.push_back(c);
+  }
+  const std::string reason =
+      mismatches > 0 ? "data loss: spill checksum mismatch" : "borrowed rows lost before the spill";
+  RETURN_IF_ERROR(core_->FinishSpill(done.spill_id(), copied, failed, reason));
+  AfterCoreLocked();
+  if (mismatches > 0) {
+    return absl::DataLossError(absl::StrCat(mismatches, " chunks of spill ", done.spill_id(),
+                                            " do not match their checksums"));
+  }
+  return absl::OkStatus();
+}
+
+void CacheDaemon::DetachSession(uint64_t session_id) {
+  Lock lock(this);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end()) it->second.sink = nullptr;
+}
+
+void CacheDaemon::BeginDrain() {
+  Lock lock(this);
+  draining_ = true;
 }
 
 void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
@@ -431,12 +531,16 @@ void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& rea
     if (r.session == session_id) reservations.push_back(id);
   }
   for (uint64_t id : reservations) ReleaseReservationLocked(id, "session ended: " + reason);
-  // SM13: checkpoints still borrowing rows from the dead daemon's slots are dropped (the core
-  // logs them); everything whose bytes are in the arena stays.
-  for (int32_t slot : it->second.slots) core_->DropSlot(SlotKey{session_id, slot});
+  // Every spill the session owes fails; then (SM13) checkpoints still borrowing rows from the
+  // dead daemon's slots are dropped (the core logs them). Everything in the arena stays.
+  core_->FailSpillsOf(session_id, "session ended: " + reason);
+  for (int32_t slot : it->second.slots) {
+    core_->DropSlot(SlotKey{session_id, slot});
+    slot_models_.erase(SlotKey{session_id, slot});
+  }
   activity_->SessionGone(session_id);
   sessions_.erase(it);
-  ReconcileLocked();
+  AfterCoreLocked();
 }
 
 void CacheDaemon::Tick() {
@@ -445,7 +549,7 @@ void CacheDaemon::Tick() {
     const absl::Duration now = Now();
     std::vector<uint64_t> expired_leases;
     for (const auto& [id, lease] : leases_) {
-      if (lease.expires <= now) expired_leases.push_back(id);
+      if (lease.ready && lease.expires <= now) expired_leases.push_back(id);
     }
     for (uint64_t id : expired_leases) {
       CAIRN_LOG(WARNING) << "restore lease " << id << " expired";
@@ -592,29 +696,141 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
 // ---------------------------------------------------------------------------------------
 // Slots, spills and restores.
 
-absl::StatusOr<v1::SpillRequest> CacheDaemon::MakeSpillLocked(uint32_t slot,
-                                                              const std::vector<ChunkCopy>& copies,
-                                                              const Model& model, bool urgent) {
+absl::StatusOr<v1::SpillRequest> CacheDaemon::MakeSpillLocked(const SpillInfo& info) {
   v1::SpillRequest spill;
-  spill.set_spill_id(next_id_++);
-  spill.set_slot(slot);
-  spill.set_urgent(urgent);
-  std::vector<ChunkId> ids;
-  const uint64_t chunk_bytes = static_cast<uint64_t>(model.layout.ChunkBytes());
-  for (const ChunkCopy& c : copies) {
+  spill.set_spill_id(info.id);
+  spill.set_slot(static_cast<uint32_t>(info.slot.slot));
+  spill.set_urgent(info.urgent);
+  for (const ChunkCopy& c : info.chunks) {
     Held& held = chunks_[c.id];
-    // Space is normally reserved at admission; a chunk without a region gets one now.
-    if (held.bytes == 0) RETURN_IF_ERROR(AllocateLocked(chunk_bytes, RegionKind::kChunk, &held));
-    held.filled = false;
+    // Space is reserved when a capture first references a borrowed chunk; a chunk without a
+    // region gets one now, sized by the model its slot runs.
+    if (held.bytes == 0) {
+      auto model_id = slot_models_.find(info.slot);
+      if (model_id == slot_models_.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("slot ", info.slot.slot, " runs no known model"));
+      }
+      ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id->second));
+      RETURN_IF_ERROR(AllocateLocked(static_cast<uint64_t>(model->layout.ChunkBytes()),
+                                     RegionKind::kChunk, &held));
+    }
     v1::ChunkSpill* cs = spill.add_chunks();
     cs->set_chunk_id(c.id);
     cs->set_first_row(static_cast<uint64_t>(c.row_begin));
     cs->set_rows(static_cast<uint32_t>(c.row_end - c.row_begin));
     FillHandle(held.handle(), cs->mutable_destination());
-    ids.push_back(c.id);
   }
-  if (!ids.empty()) spills_[spill.spill_id()] = std::move(ids);
   return spill;
+}
+
+void CacheDaemon::SendLocked(uint64_t session_id, v1::SessionServerMessage message) {
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end() && it->second.sink != nullptr)
+    it->second.sink->Send(std::move(message));
+}
+
+void CacheDaemon::SendNewSpillsLocked() {
+  for (uint64_t id : core_->TakeNewSpills()) {
+    absl::StatusOr<SpillInfo> info = core_->GetSpill(id);
+    if (!info.ok()) continue;  // Ended in the call that made it.
+    auto session = sessions_.find(info->slot.daemon_session);
+    absl::StatusOr<v1::SpillRequest> request =
+        session == sessions_.end() || session->second.sink == nullptr
+            ? absl::UnavailableError("the session holding the rows has ended")
+            : MakeSpillLocked(*info);
+    if (!request.ok()) {
+      std::vector<ChunkId> all;
+      for (const ChunkCopy& c : info->chunks) all.push_back(c.id);
+      CAIRN_LOG(WARNING) << "spill " << id << " cannot be asked for: " << request.status();
+      core_->FinishSpill(id, {}, all, std::string(request.status().message())).IgnoreError();
+      continue;  // Outstanding a moment ago: cannot fail.
+    }
+    v1::SessionServerMessage m;
+    *m.mutable_spill_request() = std::move(*request);
+    session->second.sink->Send(std::move(m));
+  }
+}
+
+void CacheDaemon::AfterCoreLocked() {
+  // Settling a lease may ask for more spills, and sending a spill may fail it at once: repeat
+  // until both are quiet.
+  while (true) {
+    SendNewSpillsLocked();
+    if (finished_spills_.empty()) break;
+    std::vector<FinishedSpill> done = std::move(finished_spills_);
+    finished_spills_.clear();
+    for (const FinishedSpill& f : done) SettleLeasesLocked(f);
+  }
+  RetryDeferredPersistsLocked();
+}
+
+void CacheDaemon::SettleLeasesLocked(const FinishedSpill& done) {
+  std::vector<uint64_t> waiting;
+  for (const auto& [id, lease] : leases_) {
+    if (!lease.ready && lease.awaiting.contains(done.spill)) waiting.push_back(id);
+  }
+  std::sort(waiting.begin(), waiting.end());
+  for (uint64_t id : waiting) {
+    Lease& lease = leases_.at(id);
+    if (!done.ok) {
+      AnswerLeaseLocked(id, false, done.failure);
+      continue;
+    }
+    lease.awaiting.erase(done.spill);
+    if (!lease.awaiting.empty()) continue;
+    // A declined idle spill leaves chunks borrowed: ask again, urgently.
+    for (uint64_t more : core_->AwaitResident(lease.chunks)) lease.awaiting.insert(more);
+    if (lease.awaiting.empty()) AnswerLeaseLocked(id, true, "");
+  }
+}
+
+void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& failure) {
+  Lease& lease = leases_.at(id);
+  v1::SessionServerMessage m;
+  v1::LeaseReady* ready = m.mutable_lease_ready();
+  ready->set_lease_id(id);
+  absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(lease.checkpoint);
+  std::string why = failure;
+  if (ok && (!info.ok() || !info->in_ram)) {
+    ok = false;
+    why = absl::StrCat("checkpoint ", lease.checkpoint, " left the ram tier while waiting");
+  }
+  if (ok) {
+    const Model* model = ModelForLocked(info->compatibility);
+    const int64_t chunk_rows = model != nullptr ? model->layout.chunk_rows : 1;
+    for (ChunkId c : lease.chunks) {
+      absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
+      auto held = chunks_.find(c);
+      if (!chunk.ok() || chunk->residency != Residency::kResident || held == chunks_.end()) {
+        ok = false;
+        why = absl::StrCat("chunk ", c, " is not in the arena");
+        break;
+      }
+      v1::ChunkRegion* cr = ready->add_chunks();
+      cr->set_chunk_id(c);
+      cr->set_first_row(static_cast<uint64_t>(chunk->index * chunk_rows));
+      cr->set_rows(static_cast<uint32_t>(chunk_rows));
+      FillHandle(held->second.handle(), cr->mutable_region());
+      cr->set_checksum(held->second.checksum);
+    }
+  }
+  ready->set_ok(ok);
+  if (ok) {
+    lease.ready = true;
+    lease.expires = Now() + lease.duration;
+  } else {
+    ready->clear_chunks();
+    ready->set_failure(why);
+    CAIRN_LOG(WARNING) << "restore lease " << id << " of checkpoint " << lease.checkpoint
+                       << " failed while waiting: " << why;
+  }
+  const uint64_t session = lease.session;
+  if (!ok) {
+    core_->AbandonRestore(lease.slot, lease.kept_rows);
+    ReleaseLeaseLocked(id);
+  }
+  SendLocked(session, std::move(m));
 }
 
 absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp) {
@@ -628,10 +844,10 @@ absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSl
   activity_->Busy(key);
   switch (req.mode()) {
     case v1::StartSlotRequest::MODE_COLD: {
-      ASSIGN_OR_RETURN(std::vector<ChunkCopy> copies,
+      ASSIGN_OR_RETURN(std::vector<uint64_t> spills,
                        core_->StartCold(key, ids, req.conversation()));
-      ASSIGN_OR_RETURN(*resp->mutable_preserve(), MakeSpillLocked(req.slot(), copies, *model,
-                                                                  /*urgent=*/true));
+      slot_models_[key] = req.model_id();
+      for (uint64_t spill : spills) resp->add_preserve_spills(spill);
       break;
     }
     case v1::StartSlotRequest::MODE_CONTINUE:
@@ -641,7 +857,7 @@ absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSl
     default:
       return absl::InvalidArgumentError("start slot needs a mode");
   }
-  ReconcileLocked();
+  AfterCoreLocked();
   return absl::OkStatus();
 }
 
@@ -671,7 +887,7 @@ absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
     session->slots.insert(slot);
     activity_->Busy(SlotKey{req.session_id(), slot});
     if (info.in_ram && checkpoints_.contains(req.checkpoint_id())) {
-      return RestoreFromRamLocked(req, *model, info, resp);
+      return RestoreFromRamLocked(req, *model, resp);
     }
     if (!info.on_disk || store_ == nullptr) {
       return absl::FailedPreconditionError(
@@ -682,40 +898,14 @@ absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
 }
 
 absl::Status CacheDaemon::RestoreFromRamLocked(const v1::AcquireRestoreRequest& req,
-                                               const Model& model, const CheckpointInfo& info,
-                                               v1::RestoreLease* resp) {
-  // Every chunk must already be in the arena. A chunk whose rows still sit in a slot is spilled
-  // first (urgently), and the caller retries.
-  std::vector<ChunkId> missing;
-  for (ChunkId c : info.chunks) {
-    auto it = chunks_.find(c);
-    if (it == chunks_.end() || !it->second.filled) missing.push_back(c);
-  }
-  if (!missing.empty()) {
-    for (ChunkId c : missing) {
-      absl::StatusOr<ChunkInfo> ci = core_->GetChunk(c);
-      if (!ci.ok()) continue;
-      for (const SlotKey& holder : ci->holders) {
-        auto hs = sessions_.find(holder.daemon_session);
-        if (hs == sessions_.end()) continue;
-        std::vector<ChunkCopy> copies = core_->SpillIdle(holder, std::numeric_limits<int>::max());
-        if (copies.empty()) continue;
-        v1::SessionServerMessage m;
-        ASSIGN_OR_RETURN(*m.mutable_spill_request(),
-                         MakeSpillLocked(static_cast<uint32_t>(holder.slot), copies, model,
-                                         /*urgent=*/true));
-        hs->second.sink->Send(std::move(m));
-      }
-    }
-    return absl::UnavailableError(absl::StrCat("checkpoint ", req.checkpoint_id(), " has ",
-                                               missing.size(),
-                                               " chunks still being copied out of a slot; "
-                                               "retry shortly"));
-  }
+                                               const Model& model, v1::RestoreLease* resp) {
+  // Chunks whose rows still sit in a slot (of any session) are spilled urgently; the lease
+  // answers at once with ready = false and is settled by LeaseReady when the spills finish.
   const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
   const Identities ids{model.compatibility, InputDigest(req.input_identity())};
   ASSIGN_OR_RETURN(RestorePlan plan,
                    core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
+  slot_models_[key] = req.model_id();
   RETURN_IF_ERROR(core_->Pin(req.checkpoint_id()));
   FillLeaseLocked(req, model, plan, checkpoints_.at(req.checkpoint_id()).state, chunks_, Tier::kRam,
                   nullptr, resp);
@@ -809,17 +999,15 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
           core_->QuarantineChunk(c, std::string(read.message())).IgnoreError();
       }
     }
-    ReconcileLocked();
+    AfterCoreLocked();
     return read;
   }
-  load->state.region.filled = true;
   if (load->state.region.bytes > 0) {
     load->state.private_checksum = Xxh3(state_dest.data(), load->state.private_bytes);
     load->state.tail_checksum =
         Xxh3(state_dest.data() + load->state.private_bytes, load->state.tail_bytes);
   }
   for (auto& [c, held] : load->chunks) {
-    held.filled = true;
     held.checksum = Xxh3(chunk_dest[c].data(), chunk_dest[c].size());
   }
   const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
@@ -829,6 +1017,7 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     DropDiskLoadLocked(id, load.get());
     return plan.status();
   }
+  slot_models_[key] = req.model_id();
   const StateBytes state = load->state;
   const absl::flat_hash_map<ChunkId, Held> regions = load->chunks;
   FillLeaseLocked(req, **model, *plan, state, regions, Tier::kDisk, std::move(load), resp);
@@ -850,26 +1039,51 @@ void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Mo
       req.lease_ms() == 0 ? options_.default_lease : absl::Milliseconds(req.lease_ms());
   duration = std::min(duration, options_.max_lease);
   const uint64_t lease_id = next_id_++;
-  leases_[lease_id] =
-      Lease{req.session_id(), req.checkpoint_id(), Now() + duration, std::move(loaded)};
+  const int64_t chunk_rows = model.layout.chunk_rows;
+  Lease lease;
+  lease.session = req.session_id();
+  lease.checkpoint = req.checkpoint_id();
+  lease.slot = SlotKey{req.session_id(), static_cast<int32_t>(req.slot())};
+  lease.kept_rows = plan.kept_rows;
+  lease.duration = duration;
+  lease.expires = Now() + duration;
+  lease.loaded = std::move(loaded);
+  lease.awaiting.insert(plan.awaiting_spills.begin(), plan.awaiting_spills.end());
+  lease.ready = lease.awaiting.empty();
   resp->set_lease_id(lease_id);
   resp->set_expires_unix_ms(UnixMs(Now() + duration));
   resp->set_checkpoint_id(req.checkpoint_id());
   resp->set_depth(static_cast<uint64_t>(plan.depth));
   resp->set_loaded_from(ToProtoTier(tier));
   resp->set_kept_rows(static_cast<uint64_t>(plan.kept_rows));
-  const int64_t chunk_rows = model.layout.chunk_rows;
+  resp->set_ready(lease.ready);
+  for (uint64_t spill : plan.awaiting_spills) resp->add_awaiting_spills(spill);
+  for (uint64_t spill : plan.preserve_spills) resp->add_preserve_spills(spill);
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const int64_t first_row = static_cast<int64_t>(i) * chunk_rows;
     if (first_row < plan.kept_rows) continue;
-    const Held& held = chunk_regions.at(plan.chunks[i]);
+    lease.chunks.push_back(plan.chunks[i]);
+    auto held = chunk_regions.find(plan.chunks[i]);
     v1::ChunkRegion* cr = resp->add_chunks();
     cr->set_chunk_id(plan.chunks[i]);
     cr->set_first_row(static_cast<uint64_t>(first_row));
     cr->set_rows(static_cast<uint32_t>(chunk_rows));
-    FillHandle(held.handle(), cr->mutable_region());
-    cr->set_checksum(held.checksum);
+    if (held == chunk_regions.end()) continue;  // Cannot happen: regions come with the refs.
+    FillHandle(held->second.handle(), cr->mutable_region());
+    // Known only once the bytes are there: 0 until then (LeaseReady carries it).
+    if (lease.ready || tier == Tier::kDisk) cr->set_checksum(held->second.checksum);
   }
+  if (!lease.ready) {
+    // The checksum of a chunk already resident is known now; others come with LeaseReady.
+    for (v1::ChunkRegion& cr : *resp->mutable_chunks()) {
+      absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(cr.chunk_id());
+      auto held = chunk_regions.find(cr.chunk_id());
+      if (chunk.ok() && chunk->residency == Residency::kResident && held != chunk_regions.end()) {
+        cr.set_checksum(held->second.checksum);
+      }
+    }
+  }
+  leases_[lease_id] = std::move(lease);
   FillHandle(state.private_handle(), resp->mutable_private_state()->mutable_region());
   resp->mutable_private_state()->set_checksum(state.private_checksum);
   if (state.tail_bytes > 0) {
@@ -879,23 +1093,9 @@ void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Mo
     FillHandle(state.tail_handle(), tail->mutable_region());
     tail->set_checksum(state.tail_checksum);
   }
-  absl::StatusOr<v1::SpillRequest> preserve =
-      MakeSpillLocked(req.slot(), plan.preserved, model, /*urgent=*/true);
-  if (preserve.ok()) {
-    *resp->mutable_preserve() = std::move(*preserve);
-  } else {
-    // Regions for borrowed rows are reserved at admission, so this means the arena lost
-    // track of one: the rows cannot be kept, and the checkpoints needing them go.
-    CAIRN_LOG(ERROR) << "preserving slot " << req.slot() << ": " << preserve.status();
-    for (const ChunkCopy& c : plan.preserved) {
-      if (!chunks_.contains(c.id)) {
-        core_->QuarantineChunk(c.id, "no arena region to preserve borrowed rows").IgnoreError();
-      }
-    }
-  }
   ++hits_[static_cast<int>(tier)];
   tokens_restored_ += static_cast<uint64_t>(plan.depth);
-  ReconcileLocked();
+  AfterCoreLocked();
 }
 
 void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
@@ -922,8 +1122,10 @@ absl::Status CacheDaemon::ReleaseLease(const v1::ReleaseLeaseRequest& req,
     CAIRN_LOG(WARNING) << "restore of checkpoint " << it->second.checkpoint
                        << " failed in the client: " << req.failure();
   }
+  // Given up before it was ready: the slot never received the restored rows.
+  if (!it->second.ready) core_->AbandonRestore(it->second.slot, it->second.kept_rows);
   ReleaseLeaseLocked(req.lease_id());
-  ReconcileLocked();
+  AfterCoreLocked();
   return absl::OkStatus();
 }
 
@@ -999,7 +1201,7 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
     }
   }
   reservations_[ticket.id] = std::move(r);
-  ReconcileLocked();
+  AfterCoreLocked();
   return absl::OkStatus();
 }
 
@@ -1009,9 +1211,8 @@ void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reaso
   Reservation r = std::move(it->second);
   reservations_.erase(it);
   FreeHeldLocked(&r.bytes.state.region);
-  // Abort fails only for a ticket the core already dropped.
+  // Abort fails only for a ticket the core already dropped (a chunk it needed was lost).
   core_->AbortCapture(r.ticket, reason).IgnoreError();
-  ReconcileLocked();
 }
 
 absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
@@ -1036,7 +1237,6 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
       sb.private_checksum = Xxh3(bytes->data(), sb.private_bytes);
       sb.tail_checksum = Xxh3(bytes->data() + sb.private_bytes, sb.tail_bytes);
       sb.region.checksum = Xxh3(bytes->data(), bytes->size());
-      sb.region.filled = true;
       if (req.private_checksum() != 0 && req.private_checksum() != sb.private_checksum) {
         s = absl::DataLossError("private state checksum mismatch between client and arena");
       } else if (sb.tail_bytes > 0 && req.tail_checksum() != 0 &&
@@ -1050,13 +1250,21 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
     ReleaseReservationLocked(req.reservation_id(), std::string(s.message()));
     return s;
   }
-  ASSIGN_OR_RETURN(CheckpointId id, core_->CommitCapture(r.ticket));
+  absl::StatusOr<CheckpointId> committed = core_->CommitCapture(r.ticket);
+  if (!committed.ok()) {
+    // The core rolled the capture back already (a chunk it referenced was lost).
+    FreeHeldLocked(&r.bytes.state.region);
+    AfterCoreLocked();
+    return absl::AbortedError(absl::StrCat("capture ", req.reservation_id(),
+                                           " was dropped: ", committed.status().message()));
+  }
+  const CheckpointId id = *committed;
   resp->set_checkpoint_id(id);
   checkpoints_[id] = std::move(r.bytes);
   const uint64_t queued_before = persists_queued_;
   MaybePersistLocked(id);
   resp->set_queued_for_disk(persists_queued_ != queued_before || deferred_persists_.contains(id));
-  ReconcileLocked();
+  AfterCoreLocked();
   return absl::OkStatus();
 }
 
@@ -1071,49 +1279,6 @@ absl::Status CacheDaemon::AbortCapture(const v1::AbortCaptureRequest& req,
   }
   ReleaseReservationLocked(req.reservation_id(),
                            req.reason().empty() ? "aborted by client" : req.reason());
-  return absl::OkStatus();
-}
-
-absl::Status CacheDaemon::CompleteSpill(const v1::CompleteSpillRequest& req,
-                                        v1::CompleteSpillResponse* /*resp*/) {
-  Lock lock(this);
-  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
-  session->last_seen = Now();
-  const v1::SpillDone& done = req.done();
-  auto it = spills_.find(done.spill_id());
-  if (it == spills_.end()) {
-    return absl::NotFoundError(absl::StrCat("spill ", done.spill_id(), " is not outstanding"));
-  }
-  if (done.checksums_size() != 0 && done.checksums_size() != done.chunk_ids_size()) {
-    return absl::InvalidArgumentError("spill checksums do not match the chunk list");
-  }
-  absl::flat_hash_set<ChunkId> expected(it->second.begin(), it->second.end());
-  for (int i = 0; i < done.chunk_ids_size(); ++i) {
-    const ChunkId c = done.chunk_ids(i);
-    if (!expected.contains(c)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", c, " is not in spill ", done.spill_id()));
-    }
-  }
-  for (int i = 0; i < done.chunk_ids_size(); ++i) {
-    auto held = chunks_.find(done.chunk_ids(i));
-    if (held == chunks_.end()) continue;  // Freed meanwhile.
-    ASSIGN_OR_RETURN(absl::Span<uint8_t> bytes, arena_->Resolve(held->second.handle()));
-    held->second.checksum = Xxh3(bytes.data(), bytes.size());
-    held->second.filled = true;
-    if (done.checksums_size() != 0 && done.checksums(i) != held->second.checksum) {
-      CAIRN_LOG(ERROR) << "spilled chunk " << done.chunk_ids(i) << " checksum mismatch";
-      core_->QuarantineChunk(done.chunk_ids(i), "spill checksum mismatch").IgnoreError();
-    }
-  }
-  for (uint64_t failed : done.failed_chunk_ids()) {
-    if (!expected.contains(failed)) continue;
-    // The rows were gone before they could be preserved: every dependent checkpoint is lost.
-    core_->QuarantineChunk(failed, "borrowed rows lost before the spill").IgnoreError();
-  }
-  spills_.erase(it);
-  ReconcileLocked();
-  RetryDeferredPersistsLocked();
   return absl::OkStatus();
 }
 
@@ -1190,8 +1355,8 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   // design.md §5 step 6: a checkpoint whose chunks are still borrowed is written after they
   // are spilled.
   for (ChunkId c : info->chunks) {
-    auto held = chunks_.find(c);
-    if (held == chunks_.end() || !held->second.filled) {
+    absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
+    if (!chunk.ok() || chunk->residency != Residency::kResident || !chunks_.contains(c)) {
       deferred_persists_.insert(id);
       return;
     }
@@ -1272,7 +1437,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
       core_->AbortPersist(id).IgnoreError();  // Fails only if the core dropped it already.
     }
     core_->Unpin(id).IgnoreError();
-    ReconcileLocked();
+    AfterCoreLocked();
   };
   ++persists_queued_;
   // Enqueue may complete a superseded job (its callback takes this lock): after unlocking.
@@ -1333,28 +1498,6 @@ void CacheDaemon::FreeHeldLocked(Held* held) {
   // A failure here is our own bookkeeping bug; the region leaks rather than being reused.
   if (!s.ok()) CAIRN_LOG(ERROR) << "freeing arena region at " << held->region.offset << ": " << s;
   *held = Held{};
-}
-
-void CacheDaemon::ReconcileLocked() {
-  if (!sink_->TakeDirty()) return;
-  std::vector<CheckpointId> gone;
-  for (const auto& [id, bytes] : checkpoints_) {
-    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
-    if (!info.ok() || !info->in_ram) gone.push_back(id);
-  }
-  for (CheckpointId id : gone) {
-    FreeHeldLocked(&checkpoints_[id].state.region);
-    checkpoints_.erase(id);
-  }
-  std::vector<ChunkId> dead;
-  for (const auto& [id, held] : chunks_) {
-    absl::StatusOr<ChunkInfo> info = core_->GetChunk(id);
-    if (!info.ok() || info->ram_refs == 0) dead.push_back(id);
-  }
-  for (ChunkId id : dead) {
-    FreeHeldLocked(&chunks_[id]);
-    chunks_.erase(id);
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1583,7 +1726,7 @@ absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* 
     if (!s.ok() && !req.all()) return s;
     if (s.ok()) resp->add_evicted(id);
   }
-  ReconcileLocked();
+  AfterCoreLocked();
   return absl::OkStatus();
 }
 
@@ -1617,6 +1760,11 @@ uint64_t CacheDaemon::WaitForEvents(uint64_t after_seq, std::function<void()> wa
   uint64_t token = next_id_++;
   event_waiters_[token] = std::move(wake);
   return token;
+}
+
+size_t CacheDaemon::DeferredPersistsForTest() const {
+  Lock lock(this);
+  return deferred_persists_.size();
 }
 
 void CacheDaemon::CancelEventWait(uint64_t token) {

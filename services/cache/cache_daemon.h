@@ -89,13 +89,21 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Records a sign of life. NotFound for an unknown or closed session.
   absl::Status Touch(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // A client message on the session stream (heartbeat, spill done, idle slot).
+  // A client message on the session stream (heartbeat, spill done, idle or busy slot).
+  // Messages of one session must be handed over in the order they arrived.
   absl::Status OnSessionMessage(uint64_t session_id, const v1::SessionClientMessage& message)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The session's stream is ending: nothing more is sent to its sink, which may be destroyed
+  // once this returns; spills that would be sent to it fail at once. Idempotent.
+  void DetachSession(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a session (stream closed, timed out or peer died): its leases and reservations are
-  // released and its slots dropped; checkpoints whose borrowed rows were never spilled are
-  // dropped with events (SM13). Idempotent.
+  // released, every spill it owes fails (the checkpoints needing those rows are dropped with
+  // events, leases of other sessions waiting for them get LeaseReady ok = false) and its slots
+  // are dropped; checkpoints whose borrowed rows were never spilled are dropped with events
+  // (SM13). Idempotent.
   void CloseSession(uint64_t session_id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Refuses new sessions from now on (the daemon is shutting down). Idempotent.
+  void BeginDrain() ABSL_LOCKS_EXCLUDED(mu_);
   // Expires silent sessions, leases and reservations. Called periodically.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -117,8 +125,6 @@ class CacheDaemon {
   absl::Status CommitCapture(const v1::CommitCaptureRequest& req, v1::CommitCaptureResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AbortCapture(const v1::AbortCaptureRequest& req, v1::AbortCaptureResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status CompleteSpill(const v1::CompleteSpillRequest& req, v1::CompleteSpillResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UpdateFrontier(const v1::UpdateFrontierRequest& req,
                               v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
@@ -145,6 +151,8 @@ class CacheDaemon {
 
   uint64_t incarnation() const { return incarnation_; }
   const Arena& arena() const { return *arena_; }
+  // Checkpoints waiting for their chunks to reach the arena before a disk write.
+  size_t DeferredPersistsForTest() const ABSL_LOCKS_EXCLUDED(mu_);
   // The disk tier, or nullptr without one.
   DiskStore* disk_store() const { return store_.get(); }
   // The descriptor socket path inference daemons connect to.
@@ -160,7 +168,6 @@ class CacheDaemon {
     ArenaHandle region;  // As allocated (length rounded up to the alignment); 0 = none.
     uint64_t bytes = 0;  // Logical length handed to clients.
     uint64_t checksum = 0;
-    bool filled = false;  // False until written (capture commit or spill completion).
     ArenaHandle handle() const { return ArenaHandle{region.incarnation, region.offset, bytes}; }
   };
   // A checkpoint's own bytes: its private state followed by its tail, in one region, so the
@@ -191,15 +198,26 @@ class CacheDaemon {
   struct Session {
     uint64_t id = 0;
     std::string name;
-    SessionSink* sink = nullptr;
+    SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
     absl::Duration last_seen;
     absl::flat_hash_set<int32_t> slots;
   };
   struct Lease {
     uint64_t session = 0;
     CheckpointId checkpoint = 0;
-    absl::Duration expires;
-    std::unique_ptr<DiskLoad> loaded;  // Regions a disk restore filled; freed on release.
+    SlotKey slot;
+    int64_t kept_rows = 0;
+    std::vector<ChunkId> chunks;  // Read from the arena: past kept_rows (RAM restores).
+    absl::Duration duration;      // Granted; counted from when the lease becomes ready.
+    absl::Duration expires;       // Meaningful once ready.
+    bool ready = true;
+    absl::flat_hash_set<uint64_t> awaiting;  // Spills to finish before it is ready.
+    std::unique_ptr<DiskLoad> loaded;        // Regions a disk restore filled; freed on release.
+  };
+  struct FinishedSpill {
+    uint64_t spill = 0;
+    bool ok = false;
+    std::string failure;
   };
   struct Reservation {
     uint64_t session = 0;
@@ -208,8 +226,10 @@ class CacheDaemon {
     CheckpointBytes bytes;
     std::vector<ChunkId> new_chunk_regions;  // Borrowed-chunk regions this reservation made.
   };
-  // Collects core events under the lock for processing after each core call.
+  // Keeps the StreamEvents history from the core's events.
   class Sink;
+  // Frees regions and disk files the core no longer needs and notes finished spills.
+  class Bytes;
   // The "model is busy" signal for the disk writer, from slot starts and idle reports.
   class SlotActivity;
   // Holds mu_; on release, runs the event waiters that new events made due, unlocked.
@@ -220,14 +240,23 @@ class CacheDaemon {
   absl::StatusOr<Session*> FindSessionLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Model*> FindModelLocked(uint64_t id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Builds the spill work for `copies`: destinations are the chunk regions reserved at
-  // admission (allocated here if missing). Marks them unfilled.
-  absl::StatusOr<v1::SpillRequest> MakeSpillLocked(uint32_t slot,
-                                                   const std::vector<ChunkCopy>& copies,
-                                                   const Model& model, bool urgent)
+  // Builds the message for spill `spill`: destinations are the chunk regions reserved at
+  // admission (allocated here if missing). ResourceExhausted when the arena is full.
+  absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Frees the regions of RAM checkpoints and chunks the core no longer holds, after events.
-  void ReconcileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs after every core call that may create or finish spills: sends new spill requests to
+  // their sessions (failing those whose session is gone), settles the leases waiting for
+  // finished spills, and retries deferred disk writes.
+  void AfterCoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendNewSpillsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SettleLeasesLocked(const FinishedSpill& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends LeaseReady for lease `id` (ok, or the failure) and, on failure, voids the lease.
+  void AnswerLeaseLocked(uint64_t id, bool ok, const std::string& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A SpillDone from session `session_id`.
+  absl::Status OnSpillDone(uint64_t session_id, const v1::SpillDone& done) ABSL_LOCKS_EXCLUDED(mu_);
+  void SendLocked(uint64_t session_id, v1::SessionServerMessage message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives `held` a region of `bytes` (none for 0). ResourceExhausted when the arena is full.
   absl::Status AllocateLocked(uint64_t bytes, RegionKind kind, Held* held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -246,7 +275,7 @@ class CacheDaemon {
   void AdmitRecoveredLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The RAM and disk halves of AcquireRestore.
   absl::Status RestoreFromRamLocked(const v1::AcquireRestoreRequest& req, const Model& model,
-                                    const CheckpointInfo& info, v1::RestoreLease* resp)
+                                    v1::RestoreLease* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RestoreFromDisk(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -270,6 +299,7 @@ class CacheDaemon {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<ArenaFdServer> fd_server_;
   std::unique_ptr<Sink> sink_;
+  std::unique_ptr<Bytes> bytes_;
   std::unique_ptr<SlotActivity> activity_;
   // The disk tier: thread-safe on its own and used without mu_ (no I/O under the lock).
   std::unique_ptr<DiskStore> store_;
@@ -285,7 +315,10 @@ class CacheDaemon {
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<CheckpointId, CheckpointBytes> checkpoints_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ChunkId, Held> chunks_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::vector<ChunkId>> spills_ ABSL_GUARDED_BY(mu_);
+  // The model each slot last started or restored with (sizes the regions of its spills).
+  absl::flat_hash_map<SlotKey, uint64_t> slot_models_ ABSL_GUARDED_BY(mu_);
+  std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::Event> history_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::function<void()>> event_waiters_ ABSL_GUARDED_BY(mu_);
   // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.

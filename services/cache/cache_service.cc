@@ -3,37 +3,124 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/concurrency/mutex.h"
 #include "common/log/log.h"
 #include "common/status/grpc_status.h"
 
 namespace cairn::cache {
-namespace {
 
-// One inference daemon's session stream. Reads run on gRPC's threads and only hand work to
-// the pool; writes are queued and issued one at a time. Deletes itself in OnDone. A session
-// the daemon expired (no heartbeat) is ended at the client's next message, or by the transport
-// when the peer is gone.
+// Hands each session's stream messages to the daemon one at a time and in arrival order, on
+// the pool (a spill report hashes arena bytes: never in a reaction). The end of a session is
+// queued behind its messages, so a SpillDone sent just before the stream closed still counts.
 //
-// Thread-safe: gRPC callbacks, the daemon (Send/Close under its lock) and pool tasks may
-// race; `mu_` guards the write queue and the finished flag.
-class SessionReactor final
+// Thread-safe. Tasks reference only this object and session ids, never a reactor.
+class CacheServiceImpl::SessionWork {
+ public:
+  SessionWork(CacheDaemon* daemon, ThreadPool* pool) : daemon_(daemon), pool_(pool) {}
+
+  void Message(uint64_t session, v1::SessionClientMessage message) {
+    Enqueue(session, Item{std::move(message), "", nullptr});
+  }
+  // Ends the session after its queued messages, then runs `then` (if any), unlocked.
+  void Close(uint64_t session, std::string reason, std::function<void()> then) {
+    Enqueue(session, Item{std::nullopt, std::move(reason), std::move(then)});
+  }
+
+ private:
+  struct Item {
+    std::optional<v1::SessionClientMessage> message;  // Absent: the session ends.
+    std::string close_reason;
+    std::function<void()> then;
+  };
+
+  void Enqueue(uint64_t session, Item item) ABSL_LOCKS_EXCLUDED(mu_) {
+    bool start = false;
+    {
+      MutexLock lock(&mu_);
+      std::deque<Item>& q = queues_[session];
+      start = q.empty();
+      q.push_back(std::move(item));
+    }
+    // After Shutdown began (the daemon is stopping) the work runs here instead.
+    if (start && !pool_->Schedule([this, session] { Run(session); })) Run(session);
+  }
+
+  void Run(uint64_t session) ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
+      Item item;
+      {
+        MutexLock lock(&mu_);
+        item = std::move(queues_.at(session).front());
+      }
+      if (item.message.has_value()) {
+        absl::Status s = daemon_->OnSessionMessage(session, *item.message);
+        if (!s.ok()) CAIRN_LOG(WARNING) << "session " << session << " message: " << s;
+      } else {
+        daemon_->CloseSession(session, item.close_reason);
+        if (item.then) item.then();
+      }
+      MutexLock lock(&mu_);
+      std::deque<Item>& q = queues_.at(session);
+      q.pop_front();
+      if (q.empty()) {
+        queues_.erase(session);
+        return;
+      }
+    }
+  }
+
+  CacheDaemon* const daemon_;
+  ThreadPool* const pool_;
+  Mutex mu_;
+  // Per session: the item being handled (front) and those behind it. A queue exists while a
+  // task runs it.
+  absl::flat_hash_map<uint64_t, std::deque<Item>> queues_ ABSL_GUARDED_BY(mu_);
+};
+
+// One inference daemon's session stream. Reads run on gRPC's threads and hand work to
+// SessionWork; writes are queued and issued one at a time. Deletes itself in OnDone, unless
+// DrainSessions holds it then (the last Release deletes it). A session the daemon expired (no
+// heartbeat) is ended at the client's next message, or by the transport when the peer is gone.
+//
+// Thread-safe: gRPC callbacks, the daemon (Send under its lock) and DrainSessions may race;
+// `mu_` guards the write queue, the finished flag and the holds. gRPC may run a reaction
+// inline inside StartWrite or Finish, so neither is called with `mu_` held, and Finish is
+// called only from reactions and DrainSessions, never from Send (which runs under the
+// daemon's lock, and OnDone takes that lock).
+class CacheServiceImpl::SessionReactor final
     : public grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>,
       public SessionSink {
  public:
-  SessionReactor(CacheDaemon* daemon, ThreadPool* pool) : daemon_(daemon), pool_(pool) {
+  explicit SessionReactor(CacheServiceImpl* service)
+      : service_(service), daemon_(service->daemon_) {
+    {
+      MutexLock lock(&service_->sessions_mu_);
+      service_->sessions_.insert(this);
+    }
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      // The client closed its side or the stream broke: the session is over.
-      EndSession("stream closed by the client");
-      Close(absl::OkStatus());
+      // The client closed its side or the stream broke: the session is over. The stream ends
+      // once the daemon has closed the session, so a client that sees the end of its stream
+      // sees the session's leases, spills and slots already settled. The hold keeps this
+      // reactor alive until then (OnDone cannot run before this reaction returns).
+      if (session_id_ == 0 || ended_) {
+        Close(absl::OkStatus());
+        return;
+      }
+      Hold();
+      EndSession("stream closed by the client", [this] {
+        Close(absl::OkStatus());
+        Release();
+      });
       return;
     }
     if (session_id_ == 0) {
@@ -58,14 +145,7 @@ class SessionReactor final
         return;
       }
     } else {
-      // Work that may hash arena bytes runs on the pool, never in the reaction.
-      uint64_t id = session_id_;
-      v1::SessionClientMessage message = in_;
-      CacheDaemon* daemon = daemon_;
-      pool_->Schedule([daemon, id, message = std::move(message)] {
-        absl::Status s = daemon->OnSessionMessage(id, message);
-        if (!s.ok()) CAIRN_LOG(WARNING) << "session " << id << " message: " << s;
-      });
+      service_->work_->Message(session_id_, in_);
     }
     StartRead(&in_);
   }
@@ -92,6 +172,7 @@ class SessionReactor final
       queue_.pop_front();
       if (!ok || finished_ || queue_.empty()) {
         writing_ = false;
+        written_.SignalAll();
         return;
       }
       next = &queue_.front();
@@ -100,13 +181,55 @@ class SessionReactor final
   }
 
   void OnDone() override {
-    EndSession("stream done");
-    delete this;
+    EndSession("stream done", nullptr);
+    {
+      MutexLock lock(&service_->sessions_mu_);
+      service_->sessions_.erase(this);
+    }
+    bool last = false;
+    {
+      MutexLock lock(&mu_);
+      done_ = true;
+      last = holds_ == 0;
+    }
+    if (last) delete this;
+  }
+
+  // Keeps the reactor alive past OnDone until Release. REQUIRES: OnDone has not run yet: the
+  // caller is a reaction, or holds the service's sessions_mu_ with this reactor registered.
+  void Hold() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    ++holds_;
+  }
+  void Release() ABSL_LOCKS_EXCLUDED(mu_) {
+    bool last = false;
+    {
+      MutexLock lock(&mu_);
+      last = --holds_ == 0 && done_;
+    }
+    if (last) delete this;
+  }
+
+  // Sends Draining, waits up to `grace` for the queued messages to be written, and ends the
+  // stream. Called by DrainSessions with a hold and no lock.
+  void Drain(absl::Duration grace) ABSL_LOCKS_EXCLUDED(mu_) {
+    v1::SessionServerMessage m;
+    m.mutable_draining()->set_reason("the cache daemon is shutting down");
+    Send(std::move(m));
+    {
+      const absl::Time deadline = absl::Now() + grace;
+      MutexLock lock(&mu_);
+      while (writing_ && !finished_) {
+        const absl::Duration left = deadline - absl::Now();
+        if (left <= absl::ZeroDuration()) break;
+        written_.WaitWithTimeout(&mu_, left);
+      }
+    }
+    Close(absl::UnavailableError("the cache daemon is draining"));
   }
 
  private:
-  // Ends the stream with `status`. Finish runs without mu_: OnDone (which deletes this) may
-  // follow at once.
+  // Ends the stream with `status`. Finish runs without mu_: OnDone may follow at once.
   void Close(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
     {
       MutexLock lock(&mu_);
@@ -116,19 +239,30 @@ class SessionReactor final
     Finish(ToGrpcStatus(status));
   }
 
-  void EndSession(const std::string& reason) {
-    if (session_id_ != 0) daemon_->CloseSession(session_id_, reason);
+  // Nothing more reaches this reactor from the daemon once DetachSession returns; the rest of
+  // the session's end runs in order behind its queued messages.
+  void EndSession(const std::string& reason, std::function<void()> then) {
+    if (session_id_ == 0 || ended_) return;
+    ended_ = true;
+    daemon_->DetachSession(session_id_);
+    service_->work_->Close(session_id_, reason, std::move(then));
   }
 
+  CacheServiceImpl* const service_;
   CacheDaemon* const daemon_;
-  ThreadPool* const pool_;
   v1::SessionClientMessage in_;  // Touched only by the read chain.
   uint64_t session_id_ = 0;      // Set once by the read chain.
+  bool ended_ = false;           // Read chain and OnDone, which never overlap.
   Mutex mu_;
+  CondVar written_;  // Signalled when the write queue empties.
   std::deque<v1::SessionServerMessage> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+namespace {
 
 // Streams events, then (with follow) waits for new ones.
 //
@@ -288,18 +422,71 @@ grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(grpc::CallbackServerContext
                                                      absl::Status (CacheDaemon::*method)(const Req&,
                                                                                          Resp*)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!BeginCall()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
+    return reactor;
+  }
   CacheDaemon* daemon = daemon_;
   // `request` and `response` stay valid until Finish().
-  bool scheduled = pool_->Schedule([daemon, method, request, response, reactor] {
+  bool scheduled = pool_->Schedule([this, daemon, method, request, response, reactor] {
     reactor->Finish(ToGrpcStatus((daemon->*method)(*request, response)));
+    EndCall();
   });
-  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  if (!scheduled) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
+    EndCall();
+  }
   return reactor;
+}
+
+bool CacheServiceImpl::BeginCall() {
+  MutexLock lock(&calls_mu_);
+  if (refusing_calls_) return false;
+  ++calls_;
+  return true;
+}
+
+void CacheServiceImpl::EndCall() {
+  MutexLock lock(&calls_mu_);
+  if (--calls_ == 0) calls_done_.SignalAll();
+}
+
+bool CacheServiceImpl::DrainCalls(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&calls_mu_);
+  refusing_calls_ = true;
+  while (calls_ > 0) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    calls_done_.WaitWithTimeout(&calls_mu_, left);
+  }
+  return true;
+}
+
+CacheServiceImpl::CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool)
+    : daemon_(daemon), pool_(pool), work_(std::make_unique<SessionWork>(daemon, pool)) {}
+
+CacheServiceImpl::~CacheServiceImpl() = default;
+
+void CacheServiceImpl::DrainSessions(absl::Duration grace) {
+  daemon_->BeginDrain();
+  std::vector<SessionReactor*> open;
+  {
+    MutexLock lock(&sessions_mu_);
+    for (SessionReactor* r : sessions_) {
+      r->Hold();
+      open.push_back(r);
+    }
+  }
+  for (SessionReactor* r : open) {
+    r->Drain(grace);
+    r->Release();
+  }
 }
 
 grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>*
 CacheServiceImpl::Session(grpc::CallbackServerContext* /*context*/) {
-  return new SessionReactor(daemon_, pool_);
+  return new SessionReactor(this);
 }
 
 grpc::ServerWriteReactor<v1::Event>* CacheServiceImpl::StreamEvents(
@@ -321,7 +508,6 @@ CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse)
 CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation)
 CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse)
 CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse)
-CAIRN_CACHE_UNARY(CompleteSpill, CompleteSpillRequest, CompleteSpillResponse)
 CAIRN_CACHE_UNARY(UpdateFrontier, UpdateFrontierRequest, UpdateFrontierResponse)
 CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse)
 CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse)

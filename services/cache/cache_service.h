@@ -4,7 +4,10 @@
 // The gRPC adapter of the cache daemon: moves messages between the wire and CacheDaemon.
 // Reactions never block: unary calls run on an I/O pool (style.md §5, gRFC L67).
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
+#include "common/concurrency/mutex.h"
 #include "common/concurrency/thread_pool.h"
 #include "services/cache/cache_daemon.h"
 
@@ -14,7 +17,23 @@ namespace cairn::cache {
 // with (shut the server down first).
 class CacheServiceImpl final : public v1::CacheService::CallbackService {
  public:
-  CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool) : daemon_(daemon), pool_(pool) {}
+  CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool);
+  ~CacheServiceImpl() override;
+
+  // Tells every connected inference daemon that the cache is draining (Draining on its
+  // session stream), waits up to `grace` for those messages to be written, and ends every
+  // session stream; new sessions are refused from now on. Call before the server's Drain so
+  // that open session streams do not hold the drain for its whole timeout.
+  void DrainSessions(absl::Duration grace) ABSL_LOCKS_EXCLUDED(sessions_mu_);
+  // Answers every unary call that arrives from now on with UNAVAILABLE and waits up to
+  // `timeout` for those in flight to finish. Returns false on timeout. With no call in flight
+  // the gRPC server's own shutdown then needs only a short deadline: it would otherwise wait
+  // for idle client connections to close.
+  bool DrainCalls(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(calls_mu_);
+
+  // Used by the session reactors (defined in the .cc file).
+  class SessionReactor;
+  class SessionWork;
 
   grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Session(
       grpc::CallbackServerContext* context) override;
@@ -43,9 +62,6 @@ class CacheServiceImpl final : public v1::CacheService::CallbackService {
   grpc::ServerUnaryReactor* AbortCapture(grpc::CallbackServerContext* context,
                                          const v1::AbortCaptureRequest* request,
                                          v1::AbortCaptureResponse* response) override;
-  grpc::ServerUnaryReactor* CompleteSpill(grpc::CallbackServerContext* context,
-                                          const v1::CompleteSpillRequest* request,
-                                          v1::CompleteSpillResponse* response) override;
   grpc::ServerUnaryReactor* UpdateFrontier(grpc::CallbackServerContext* context,
                                            const v1::UpdateFrontierRequest* request,
                                            v1::UpdateFrontierResponse* response) override;
@@ -79,6 +95,18 @@ class CacheServiceImpl final : public v1::CacheService::CallbackService {
 
   CacheDaemon* const daemon_;
   ThreadPool* const pool_;
+  // Unary calls in flight, for DrainCalls.
+  bool BeginCall() ABSL_LOCKS_EXCLUDED(calls_mu_);
+  void EndCall() ABSL_LOCKS_EXCLUDED(calls_mu_);
+  Mutex calls_mu_;
+  CondVar calls_done_;
+  int calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  bool refusing_calls_ ABSL_GUARDED_BY(calls_mu_) = false;
+  // Session messages, in order per session, on the pool.
+  std::unique_ptr<SessionWork> work_;
+  // Open session streams, for DrainSessions. A reactor removes itself in OnDone.
+  Mutex sessions_mu_;
+  absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);
 };
 
 }  // namespace cairn::cache

@@ -36,6 +36,11 @@ struct CacheMainOptions {
   int io_threads = 4;
   absl::Duration tick = absl::Milliseconds(250);
   absl::Duration drain_timeout = absl::Seconds(10);
+  // How long SIGTERM waits for the Draining message to reach each session before ending it.
+  absl::Duration session_drain_grace = absl::Seconds(1);
+  // Once no call is in flight, how long the gRPC server may wait for clients to close their
+  // idle connections before it closes them (it would wait about 5 s for a connected client).
+  absl::Duration connection_drain = absl::Milliseconds(250);
   std::string log_level = "info";
   std::vector<std::string> arena_uids;  // Uids allowed to receive the arena; empty: our own.
 };
@@ -92,6 +97,10 @@ int Run(int argc, char** argv) {
   flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls");
   flags.Add("drain-timeout", &main_options.drain_timeout,
             "how long SIGTERM lets in-flight calls finish");
+  flags.Add("connection-drain", &main_options.connection_drain,
+            "after the calls drained, how long SIGTERM waits for idle connections to close");
+  flags.Add("session-drain-grace", &main_options.session_drain_grace,
+            "how long SIGTERM waits for Draining to reach a session before ending its stream");
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
 
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
@@ -165,7 +174,9 @@ int Run(int argc, char** argv) {
   CacheServiceImpl service(daemon->get(), &pool);
   ServerRunnerOptions server_options;
   server_options.listen = main_options.listen;
-  server_options.drain_timeout = main_options.drain_timeout;
+  // In-flight calls are drained by the service first (DrainCalls), so the server's own
+  // deadline only bounds the wait for idle connections.
+  server_options.drain_timeout = main_options.connection_drain;
   server_options.health_services = {"cairn.cache.v1.CacheService"};
   absl::StatusOr<std::unique_ptr<ServerRunner>> server =
       ServerRunner::Start(server_options, {&service});
@@ -184,9 +195,16 @@ int Run(int argc, char** argv) {
                   << (*daemon)->arena().size() << " bytes at " << main_options.arena_socket;
 
   int sig = WaitForTerminationSignal();
-  // Shutdown order (style.md §5): health NOT_SERVING and drain, server shutdown, workers.
+  // Shutdown order (style.md §5): sessions told and ended, unary calls drained, health
+  // NOT_SERVING and server shutdown, workers.
   CAIRN_LOG(INFO) << "signal " << sig << ": draining";
   sd_notify(0, "STOPPING=1");
+  // Session streams never end on their own: tell the inference daemons and end them first.
+  service.DrainSessions(main_options.session_drain_grace);
+  if (!service.DrainCalls(main_options.drain_timeout)) {
+    CAIRN_LOG(WARNING) << "calls still in flight after " << main_options.drain_timeout
+                       << ": cancelling them";
+  }
   (*server)->Drain();
   (*server)->Wait();
   stop_ticker.Notify();

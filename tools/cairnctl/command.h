@@ -27,8 +27,9 @@ const std::vector<Command>& Commands();
 // verbs (exit 0); an unknown verb is exit 2.
 int RunCairnctl(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
-// Online verbs over the daemons' gRPC APIs (rpc_commands.cc).
+// Online verbs over the daemons' gRPC APIs (rpc_commands.cc, infer_commands.cc).
 const std::vector<Command>& OnlineCommands();
+const std::vector<Command>& InferCommands();
 
 // Offline verbs (simulate_command.cc).
 int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

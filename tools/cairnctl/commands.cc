@@ -9,6 +9,7 @@ namespace cairn::cairnctl {
 const std::vector<Command>& Commands() {
   static const auto* commands = [] {
     auto* all = new std::vector<Command>(OnlineCommands());
+    all->insert(all->end(), InferCommands().begin(), InferCommands().end());
     all->push_back(
         {"simulate", "replay a trace through the cache policy and the baselines", &RunSimulate});
     all->push_back({"gen-trace", "write a synthetic coding-agent trace (JSONL)", &RunGenTrace});

@@ -32,9 +32,9 @@
 #include "grpcpp/grpcpp.h"
 #include "src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tools/cairnctl/command.h"
+#include "tools/cairnctl/rpc_util.h"
 
 namespace cairn::cairnctl {
-namespace {
 
 namespace cv1 = ::cairn::cache::v1;
 namespace pb = ::google::protobuf;
@@ -51,18 +51,10 @@ std::string DefaultCacheAddress() {
   return absl::StrCat("unix:/tmp/cairn-", ::getuid(), "/cache.sock");
 }
 
-struct CommonFlags {
-  std::string addr;
-  absl::Duration timeout = absl::Seconds(10);
-  bool json = false;
-};
-
-// Parses `args` with the common flags plus the verb's own; returns the positionals or prints
-// the error (exit 2) / usage (exit 0) and sets `exit_code`.
 std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
                                     const std::vector<std::string>& args, std::ostream& out,
                                     std::ostream& err, int* exit_code) {
-  common.addr = DefaultCacheAddress();
+  if (common.addr.empty()) common.addr = DefaultCacheAddress();
   flags.Add("addr", &common.addr, "daemon address: unix:PATH or HOST:PORT");
   flags.Add("timeout", &common.timeout, "deadline of each call");
   flags.Add("json", &common.json, "print JSON instead of tables");
@@ -95,6 +87,8 @@ int Fail(std::ostream& err, const grpc::Status& s) {
       << ": " << s.error_message() << "\n";
   return 1;
 }
+
+namespace {
 
 std::string Bytes(uint64_t b) {
   if (b >= (uint64_t{1} << 30)) return absl::StrFormat("%.2f GiB", b / double(uint64_t{1} << 30));
@@ -259,9 +253,85 @@ int RunDescribe(const std::vector<std::string>& args, std::ostream& out, std::os
   return 0;
 }
 
+bool ByteBufferToString(const grpc::ByteBuffer& buffer, std::string* out) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  out->clear();
+  for (const grpc::Slice& s : slices) {
+    out->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return true;
+}
+
+// A server-streaming call through the generic stub: one request, then every answer printed as
+// one JSON object per line (as grpcurl does). Thread roles: reactions run on gRPC's threads;
+// the calling thread waits for OnDone.
+class StreamingReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamingReader(pb::Message* prototype, std::ostream& out) : message_(prototype), out_(out) {}
+
+  void Run(grpc::GenericStub& stub, grpc::ClientContext* ctx, const std::string& path,
+           const std::string& wire) {
+    grpc::Slice slice(wire);
+    request_ = grpc::ByteBuffer(&slice, 1);
+    stub.PrepareBidiStreamingCall(ctx, path, grpc::StubOptions(), this);
+    StartWrite(&request_);
+    StartWritesDone();
+    StartRead(&response_);
+    StartCall();
+    done_.WaitForNotification();
+  }
+  void OnWriteDone(bool /*ok*/) override {}
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    std::string bytes;
+    if (ByteBufferToString(response_, &bytes) && message_->ParseFromString(bytes)) {
+      std::string line;
+      pb::util::JsonPrintOptions o;
+      o.preserve_proto_field_names = true;
+      if (pb::util::MessageToJsonString(*message_, &line, o).ok()) out_ << line << "\n";
+      out_.flush();
+    } else {
+      malformed_ = true;
+    }
+    StartRead(&response_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    status_ = s;
+    done_.Notify();
+  }
+  const grpc::Status& status() const { return status_; }
+  bool malformed() const { return malformed_; }
+
+ private:
+  pb::Message* message_;
+  std::ostream& out_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer response_;
+  grpc::Status status_;
+  bool malformed_ = false;
+  Notification done_;
+};
+
+int StreamingCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& path,
+                  const std::string& wire, absl::Duration timeout, pb::Message& prototype,
+                  std::ostream& out, std::ostream& err) {
+  grpc::GenericStub stub(channel);
+  auto ctx = NewClientContext(timeout);
+  StreamingReader reader(&prototype, out);
+  reader.Run(stub, ctx.get(), path, wire);
+  if (!reader.status().ok()) return Fail(err, reader.status());
+  if (reader.malformed()) {
+    err << "cairnctl: an answer did not parse as " << prototype.GetTypeName() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("cairnctl call SERVICE/METHOD [JSON]",
-                "Calls a unary method with a JSON request and prints the JSON answer.");
+                "Calls a unary or server-streaming method with a JSON request and prints the JSON "
+                "answer (one object per line for a stream).");
   CommonFlags common;
   int code;
   std::vector<std::string> rest = ParseFlags(flags, common, args, out, err, &code);
@@ -286,8 +356,8 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     err << "cairnctl: no method " << rest[0] << "\n";
     return 1;
   }
-  if (method->client_streaming() || method->server_streaming()) {
-    err << "cairnctl call: " << rest[0] << " streams; use its friendly verb (e.g. events)\n";
+  if (method->client_streaming()) {
+    err << "cairnctl call: " << rest[0] << " takes a stream of requests; use its friendly verb\n";
     return 2;
   }
   pb::DynamicMessageFactory factory(*pool);
@@ -301,6 +371,10 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   }
   std::string wire;
   request->SerializeToString(&wire);
+  const std::string path = absl::StrCat("/", service_name, "/", method_name);
+  if (method->server_streaming()) {
+    return StreamingCall(channel, path, wire, common.timeout, *response, out, err);
+  }
   grpc::Slice slice(wire);
   grpc::ByteBuffer request_buffer(&slice, 1);
   grpc::ByteBuffer response_buffer;
@@ -308,22 +382,15 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   auto ctx = NewClientContext(common.timeout);
   Notification done;
   grpc::Status status;
-  stub.UnaryCall(ctx.get(), absl::StrCat("/", service_name, "/", method_name), grpc::StubOptions(),
-                 &request_buffer, &response_buffer, [&](grpc::Status s) {
+  stub.UnaryCall(ctx.get(), path, grpc::StubOptions(), &request_buffer, &response_buffer,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
   done.WaitForNotification();
   if (!status.ok()) return Fail(err, status);
-  std::vector<grpc::Slice> slices;
-  if (!response_buffer.Dump(&slices).ok()) {
-    err << "cairnctl: unreadable answer\n";
-    return 1;
-  }
   std::string answer;
-  for (const grpc::Slice& s : slices)
-    answer.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  if (!response->ParseFromString(answer)) {
+  if (!ByteBufferToString(response_buffer, &answer) || !response->ParseFromString(answer)) {
     err << "cairnctl: answer does not parse as " << method->output_type()->full_name() << "\n";
     return 1;
   }

@@ -19,7 +19,8 @@ struct CheckpointCache::Chunk {
   int64_t bytes = 0;
   int64_t ram_refs = 0;   // RAM checkpoints (committed or pending) referencing it.
   int64_t disk_refs = 0;  // Disk checkpoints (committed or pending) referencing it.
-  bool in_arena = false;  // Its bytes were copied into the arena (else borrowed from a slot).
+  Residency residency = Residency::kNone;  // Of its RAM-tier bytes.
+  uint64_t spill = 0;                      // While kSpilling: the spill writing it.
   std::vector<SlotKey> holders;
 };
 
@@ -35,7 +36,7 @@ struct CheckpointCache::Checkpoint {
   int64_t tail_bytes = 0;
   uint64_t tokens_digest = 0;
   std::vector<ChunkId> chunks;
-  std::vector<NewChunk> new_chunks;  // Pending only: chunks this admission creates.
+  std::vector<NewChunk> new_chunks;     // Pending only: chunks this admission creates.
   std::vector<TokenId> pending_tokens;  // Pending only.
   ByteLedger::ReservationId ram_reservation = 0;
   ByteLedger::ReservationId disk_reservation = 0;
@@ -65,7 +66,26 @@ uint64_t DigestTokens(absl::Span<const TokenId> tokens) {
   return Xxh3(tokens.data(), tokens.size() * sizeof(TokenId));
 }
 
+template <typename T>
+bool Contains(absl::Span<const T> list, const T& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
 }  // namespace
+
+absl::string_view ResidencyName(Residency residency) {
+  switch (residency) {
+    case Residency::kNone:
+      return "none";
+    case Residency::kBorrowed:
+      return "borrowed";
+    case Residency::kSpilling:
+      return "spilling";
+    case Residency::kResident:
+      return "resident";
+  }
+  return "?";
+}
 
 absl::StatusOr<std::unique_ptr<CheckpointCache>> CheckpointCache::Create(CacheOptions options,
                                                                          const Clock* clock) {
@@ -237,9 +257,21 @@ void CheckpointCache::AddRamRef(Chunk& chunk) {
     CAIRN_CHECK(r.ok());
     CAIRN_CHECK(ram_.Commit(*r).ok());
     // Bytes are in the arena only if no slot holds them (restored from disk into the arena
-    // is the daemon's business; here a chunk without holders was never borrowed).
-    chunk.in_arena = chunk.holders.empty();
+    // is the daemon's business; here a chunk without holders was never borrowed). A chunk
+    // still being spilled keeps its spill.
+    if (chunk.residency == Residency::kNone) {
+      chunk.residency = chunk.holders.empty() ? Residency::kResident : Residency::kBorrowed;
+    }
   }
+}
+
+void CheckpointCache::MaybeLeaveRam(Chunk& chunk) {
+  if (chunk.ram_refs > 0 || chunk.residency == Residency::kSpilling ||
+      chunk.residency == Residency::kNone) {
+    return;
+  }
+  chunk.residency = Residency::kNone;
+  if (listener_ != nullptr) listener_->ChunkLeftRam(chunk.id);
 }
 
 void CheckpointCache::DropRamRef(ChunkId id) {
@@ -247,7 +279,7 @@ void CheckpointCache::DropRamRef(ChunkId id) {
   CAIRN_CHECK(chunk.ram_refs > 0);
   if (--chunk.ram_refs == 0) {
     CAIRN_CHECK(ram_.Release(chunk.bytes).ok());
-    chunk.in_arena = false;
+    MaybeLeaveRam(chunk);
   }
   MaybeFreeChunk(id);
 }
@@ -263,7 +295,10 @@ void CheckpointCache::MaybeFreeChunk(ChunkId id) {
   auto it = chunks_.find(id);
   if (it == chunks_.end()) return;
   const Chunk& chunk = *it->second;
-  if (chunk.ram_refs == 0 && chunk.disk_refs == 0 && chunk.holders.empty()) chunks_.erase(it);
+  if (chunk.ram_refs == 0 && chunk.disk_refs == 0 && chunk.holders.empty() &&
+      chunk.residency != Residency::kSpilling) {
+    chunks_.erase(it);
+  }
 }
 
 void CheckpointCache::RemoveHolder(ChunkId id, SlotKey slot) {
@@ -303,33 +338,58 @@ void CheckpointCache::Reindex(Slot& slot) {
                   .Insert(slot.tokens, {IndexEntry::Kind::kLive, slot.frontier_id});
 }
 
-std::vector<ChunkCopy> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep_chunks) {
+std::vector<uint64_t> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep_chunks) {
   std::vector<ChunkCopy> copies;
+  std::vector<uint64_t> spills;
   const ModelLayout* layout = LayoutFor(slot.identities.compatibility);
   for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
     ChunkId id = slot.chunks[j];
     Chunk& chunk = *chunks_.at(id);
-    bool last_holder = chunk.holders.size() == 1;
-    if (chunk.ram_refs > 0 && !chunk.in_arena && last_holder) {
+    if (chunk.residency == Residency::kSpilling) {
+      // A spill from this slot already under way must finish before the overwrite.
+      SpillInfo& under_way = spills_.at(chunk.spill);
+      if (under_way.slot == slot.key) {
+        under_way.urgent = true;
+        if (!Contains<uint64_t>(spills, under_way.id)) spills.push_back(under_way.id);
+      }
+    } else if (chunk.residency == Residency::kBorrowed && chunk.holders.size() == 1) {
       int64_t rows = layout->chunk_rows;
       copies.push_back({id, slot.key, chunk.index * rows, (chunk.index + 1) * rows});
-      chunk.in_arena = true;
     }
     RemoveHolder(id, slot.key);
   }
   slot.chunks.resize(std::min(slot.chunks.size(), static_cast<size_t>(keep_chunks)));
-  if (!copies.empty()) {
-    Event e;
-    e.type = EventType::kSpill;
-    e.reason = "slot overwrite";
-    e.conversation = slot.conversation;
-    for (const ChunkCopy& c : copies) {
-      e.chunks.push_back(c.id);
-      e.bytes += chunks_.at(c.id)->bytes;
-    }
-    Emit(std::move(e));
+  const uint64_t spill = BeginSpill(slot.key, std::move(copies), /*urgent=*/true, "slot overwrite");
+  if (spill != 0) spills.push_back(spill);
+  return spills;
+}
+
+uint64_t CheckpointCache::BeginSpill(SlotKey slot, std::vector<ChunkCopy> copies, bool urgent,
+                                     const std::string& why) {
+  if (copies.empty()) return 0;
+  SpillInfo spill;
+  spill.id = next_spill_++;
+  spill.slot = slot;
+  spill.urgent = urgent;
+  Event e;
+  e.type = EventType::kSpill;
+  e.reason = why;
+  auto slot_it = slots_.find(slot);
+  if (slot_it != slots_.end()) e.conversation = slot_it->second->conversation;
+  for (const ChunkCopy& c : copies) {
+    Chunk& chunk = *chunks_.at(c.id);
+    CAIRN_CHECK(chunk.residency == Residency::kBorrowed);
+    chunk.residency = Residency::kSpilling;
+    chunk.spill = spill.id;
+    e.chunks.push_back(c.id);
+    e.bytes += chunk.bytes;
   }
-  return copies;
+  spill.chunks = std::move(copies);
+  const uint64_t id = spill.id;
+  spills_.emplace(id, std::move(spill));
+  new_spills_.push_back(id);
+  Emit(std::move(e));
+  return id;
 }
 
 void CheckpointCache::ResetSlot(Slot& slot, const Identities& identities) {
@@ -339,18 +399,19 @@ void CheckpointCache::ResetSlot(Slot& slot, const Identities& identities) {
   slot.computation = next_computation_++;
 }
 
-absl::StatusOr<std::vector<ChunkCopy>> CheckpointCache::StartCold(
-    SlotKey key, const Identities& identities, const std::string& conversation) {
+absl::StatusOr<std::vector<uint64_t>> CheckpointCache::StartCold(SlotKey key,
+                                                                 const Identities& identities,
+                                                                 const std::string& conversation) {
   if (LayoutFor(identities.compatibility) == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no layout registered for compatibility identity ",
-                                            identities.compatibility));
+    return absl::NotFoundError(
+        absl::StrCat("no layout registered for compatibility identity ", identities.compatibility));
   }
   Slot& slot = GetOrCreateSlot(key);
-  std::vector<ChunkCopy> copies = PrepareOverwrite(slot, 0);
+  std::vector<uint64_t> spills = PrepareOverwrite(slot, 0);
   ResetSlot(slot, identities);
   slot.conversation = conversation;
   Touch(conversation);
-  return copies;
+  return spills;
 }
 
 absl::Status CheckpointCache::ContinueSlot(SlotKey key, const Identities& identities,
@@ -399,21 +460,12 @@ absl::StatusOr<RestorePlan> CheckpointCache::Restore(CheckpointId id, SlotKey ke
     }
   }
   RestorePlan plan;
-  plan.preserved = PrepareOverwrite(slot, static_cast<int64_t>(keep));
-  Event spill;
-  spill.type = EventType::kSpill;
-  spill.reason = absl::StrCat("restore of checkpoint ", id, " into slot ", key.slot);
-  for (size_t j = keep; j < ckpt.chunks.size(); ++j) {
-    Chunk& chunk = *chunks_.at(ckpt.chunks[j]);
-    if (chunk.ram_refs == 0 || chunk.in_arena || chunk.holders.empty()) continue;
-    chunk.in_arena = true;
-    plan.spilled_first.push_back({chunk.id, chunk.holders.front(),
-                                  chunk.index * layout.chunk_rows,
-                                  (chunk.index + 1) * layout.chunk_rows});
-    spill.chunks.push_back(chunk.id);
-    spill.bytes += chunk.bytes;
+  plan.preserve_spills = PrepareOverwrite(slot, static_cast<int64_t>(keep));
+  if (ckpt.in_ram) {
+    // The restore reads every chunk past the kept ones from the arena.
+    plan.awaiting_spills = AwaitResident(std::vector<ChunkId>(
+        ckpt.chunks.begin() + static_cast<std::ptrdiff_t>(keep), ckpt.chunks.end()));
   }
-  if (!spill.chunks.empty()) Emit(std::move(spill));
   ResetSlot(slot, identities);
   slot.tokens = IndexFor(identities.compatibility).TokensAt(ckpt.node);
   for (size_t j = keep; j < ckpt.chunks.size(); ++j) {
@@ -454,53 +506,191 @@ absl::StatusOr<std::vector<TokenId>> CheckpointCache::SlotTokens(SlotKey key) co
   return it->second->tokens;
 }
 
-std::vector<ChunkCopy> CheckpointCache::SpillIdle(SlotKey key, int max_chunks) {
+uint64_t CheckpointCache::SpillIdle(SlotKey key, int max_chunks) {
   std::vector<ChunkCopy> copies;
   Slot* slot = FindSlot(key);
-  if (slot == nullptr) return copies;
+  if (slot == nullptr) return 0;
   const ModelLayout* layout = LayoutFor(slot->identities.compatibility);
-  Event e;
-  e.type = EventType::kSpill;
-  e.reason = "idle slot";
   for (ChunkId id : slot->chunks) {
     if (static_cast<int>(copies.size()) >= max_chunks) break;
-    Chunk& chunk = *chunks_.at(id);
-    if (chunk.ram_refs == 0 || chunk.in_arena) continue;
-    chunk.in_arena = true;
-    copies.push_back({id, key, chunk.index * layout->chunk_rows,
-                      (chunk.index + 1) * layout->chunk_rows});
-    e.chunks.push_back(id);
-    e.bytes += chunk.bytes;
+    const Chunk& chunk = *chunks_.at(id);
+    if (chunk.residency != Residency::kBorrowed) continue;
+    copies.push_back(
+        {id, key, chunk.index * layout->chunk_rows, (chunk.index + 1) * layout->chunk_rows});
   }
-  if (!copies.empty()) Emit(std::move(e));
-  return copies;
+  return BeginSpill(key, std::move(copies), /*urgent=*/false, "idle slot");
+}
+
+std::vector<uint64_t> CheckpointCache::AwaitResident(const std::vector<ChunkId>& chunks) {
+  std::vector<uint64_t> spills;
+  // Borrowed chunks, grouped by the slot they are copied from (one spill per slot).
+  std::vector<std::pair<SlotKey, std::vector<ChunkCopy>>> by_slot;
+  for (ChunkId id : chunks) {
+    auto it = chunks_.find(id);
+    if (it == chunks_.end()) continue;
+    Chunk& chunk = *it->second;
+    if (chunk.residency == Residency::kSpilling) {
+      spills_.at(chunk.spill).urgent = true;
+      if (!Contains<uint64_t>(spills, chunk.spill)) spills.push_back(chunk.spill);
+    } else if (chunk.residency == Residency::kBorrowed && !chunk.holders.empty()) {
+      const SlotKey from = chunk.holders.front();
+      const ModelLayout& layout = *LayoutFor(slots_.at(from)->identities.compatibility);
+      auto group = std::find_if(by_slot.begin(), by_slot.end(),
+                                [&](const auto& g) { return g.first == from; });
+      if (group == by_slot.end()) group = by_slot.insert(by_slot.end(), {from, {}});
+      group->second.push_back(
+          {id, from, chunk.index * layout.chunk_rows, (chunk.index + 1) * layout.chunk_rows});
+    }
+  }
+  for (auto& [from, copies] : by_slot) {
+    spills.push_back(BeginSpill(from, std::move(copies), /*urgent=*/true, "restore waits"));
+  }
+  return spills;
+}
+
+void CheckpointCache::AbandonRestore(SlotKey key, int64_t kept_rows) {
+  Slot* slot = FindSlot(key);
+  if (slot == nullptr) return;
+  const ModelLayout& layout = *LayoutFor(slot->identities.compatibility);
+  const size_t keep = static_cast<size_t>(std::max<int64_t>(0, kept_rows) / layout.chunk_rows);
+  for (size_t j = keep; j < slot->chunks.size(); ++j) RemoveHolder(slot->chunks[j], key);
+  slot->chunks.resize(std::min(slot->chunks.size(), keep));
+  slot->tokens.resize(std::min(slot->tokens.size(), keep * static_cast<size_t>(layout.chunk_rows)));
+  Reindex(*slot);
 }
 
 void CheckpointCache::DropSlot(SlotKey key) {
   Slot* slot = FindSlot(key);
   if (slot == nullptr) return;
-  std::vector<CheckpointId> lost;
+  std::vector<uint64_t> owed;
+  for (const auto& [id, spill] : spills_) {
+    if (spill.slot == key) owed.push_back(id);
+  }
+  std::sort(owed.begin(), owed.end());
+  for (uint64_t id : owed) {
+    const SpillInfo& spill = spills_.at(id);
+    std::vector<ChunkId> all;
+    for (const ChunkCopy& c : spill.chunks) all.push_back(c.id);
+    CAIRN_CHECK(FinishSpill(id, {}, all, "borrowed rows lost with their slot").ok());
+  }
+  std::vector<ChunkId> lost;
   for (ChunkId id : slot->chunks) {
     const Chunk& chunk = *chunks_.at(id);
-    if (chunk.ram_refs == 0 || chunk.in_arena || chunk.holders.size() > 1) continue;
-    for (const auto& [cid, ckpt] : checkpoints_) {
-      if (std::find(ckpt->chunks.begin(), ckpt->chunks.end(), id) != ckpt->chunks.end()) {
-        lost.push_back(cid);
-      }
-    }
+    if (chunk.residency == Residency::kBorrowed && chunk.holders.size() == 1) lost.push_back(id);
   }
-  std::sort(lost.begin(), lost.end());
-  lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
-  for (CheckpointId cid : lost) {
-    auto it = checkpoints_.find(cid);
-    if (it != checkpoints_.end() && !it->second->pending) {
-      Quarantine(*it->second, "borrowed rows lost with their slot");
-    }
-  }
+  for (ChunkId id : lost) FailChunk(id, "borrowed rows lost with their slot");
   Unindex(*slot);
   for (ChunkId id : slot->chunks) RemoveHolder(id, key);
   frontier_slots_.erase(slot->frontier_id);
   slots_.erase(key);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spills.
+
+std::vector<uint64_t> CheckpointCache::TakeNewSpills() {
+  std::vector<uint64_t> out;
+  out.swap(new_spills_);
+  // A spill that already ended (its slot dropped in the same call) is not sent.
+  std::erase_if(out, [this](uint64_t id) { return !spills_.contains(id); });
+  return out;
+}
+
+absl::StatusOr<SpillInfo> CheckpointCache::GetSpill(uint64_t spill) const {
+  auto it = spills_.find(spill);
+  if (it == spills_.end()) {
+    return absl::NotFoundError(absl::StrCat("spill ", spill, " is not outstanding"));
+  }
+  return it->second;
+}
+
+absl::Status CheckpointCache::FinishSpill(uint64_t spill, absl::Span<const ChunkId> copied,
+                                          absl::Span<const ChunkId> failed,
+                                          const std::string& reason) {
+  auto it = spills_.find(spill);
+  if (it == spills_.end()) {
+    return absl::NotFoundError(absl::StrCat("spill ", spill, " is not outstanding"));
+  }
+  auto in_spill = [&](ChunkId id) {
+    return std::any_of(it->second.chunks.begin(), it->second.chunks.end(),
+                       [id](const ChunkCopy& c) { return c.id == id; });
+  };
+  for (absl::Span<const ChunkId> list : {copied, failed}) {
+    for (ChunkId id : list) {
+      if (!in_spill(id)) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", id, " is not in spill ", spill));
+      }
+    }
+  }
+  const SpillInfo info = std::move(it->second);
+  spills_.erase(it);
+  // First every chunk leaves kSpilling, then the lost ones take their checkpoints with them
+  // (which may drop references to the others).
+  std::vector<ChunkId> lost;
+  for (const ChunkCopy& c : info.chunks) {
+    Chunk& chunk = *chunks_.at(c.id);
+    CAIRN_CHECK(chunk.residency == Residency::kSpilling && chunk.spill == spill);
+    chunk.spill = 0;
+    const bool ok = Contains(copied, c.id) && !Contains(failed, c.id);
+    const bool held =
+        std::find(chunk.holders.begin(), chunk.holders.end(), info.slot) != chunk.holders.end();
+    if (ok) {
+      chunk.residency = Residency::kResident;
+    } else if (!Contains(failed, c.id) && !info.urgent && held) {
+      chunk.residency = Residency::kBorrowed;  // Declined: the slot still holds the rows.
+    } else {
+      // Not in the arena; FailChunk drops the references, which frees the region once.
+      chunk.residency = Residency::kBorrowed;
+      lost.push_back(c.id);
+      continue;
+    }
+    MaybeLeaveRam(chunk);
+    MaybeFreeChunk(c.id);
+  }
+  for (ChunkId id : lost) FailChunk(id, reason);
+  if (listener_ != nullptr) {
+    listener_->SpillFinished(
+        spill, lost.empty(),
+        lost.empty() ? "" : absl::StrCat(lost.size(), " chunks of spill ", spill, ": ", reason));
+  }
+  return absl::OkStatus();
+}
+
+void CheckpointCache::FailSpillsOf(uint64_t daemon_session, const std::string& reason) {
+  std::vector<uint64_t> owed;
+  for (const auto& [id, spill] : spills_) {
+    if (spill.slot.daemon_session == daemon_session) owed.push_back(id);
+  }
+  std::sort(owed.begin(), owed.end());
+  for (uint64_t id : owed) {
+    std::vector<ChunkId> all;
+    for (const ChunkCopy& c : spills_.at(id).chunks) all.push_back(c.id);
+    CAIRN_CHECK(FinishSpill(id, {}, all, reason).ok());
+  }
+}
+
+void CheckpointCache::FailChunk(ChunkId id, const std::string& reason) {
+  if (!chunks_.contains(id)) return;
+  std::vector<CheckpointId> hit;
+  for (const auto& [cid, ckpt] : checkpoints_) {
+    if (std::find(ckpt->chunks.begin(), ckpt->chunks.end(), id) != ckpt->chunks.end()) {
+      hit.push_back(cid);
+    }
+  }
+  std::sort(hit.begin(), hit.end());
+  for (CheckpointId cid : hit) {
+    auto it = checkpoints_.find(cid);
+    if (it == checkpoints_.end()) continue;
+    if (it->second->pending) {
+      AbortCapture(cid, reason).IgnoreError();  // Pending: always found.
+    } else {
+      Quarantine(*it->second, reason);
+    }
+  }
+  auto it = chunks_.find(id);
+  if (it == chunks_.end()) return;
+  MaybeLeaveRam(*it->second);
+  MaybeFreeChunk(id);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -558,8 +748,8 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
     item.id = id;
     item.rank = retention_.Classify(in);
     item.branch_point = RadixPrefixIndex::IsBranchPoint(ckpt->node);
-    for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
-             ckpt->node, options_.retention.near_duplicate_tokens)) {
+    for (const RadixPrefixIndex::Hit& hit :
+         RadixPrefixIndex::NearAncestors(ckpt->node, options_.retention.near_duplicate_tokens)) {
       if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
       const Checkpoint& other = *checkpoints_.at(hit.entry.id);
       if (ram_tier ? other.in_ram : other.on_disk) item.covered = true;
@@ -605,6 +795,7 @@ void CheckpointCache::EvictFromRam(Checkpoint& ckpt, const std::string& reason) 
   e.tier = Tier::kRam;
   e.bytes = freed;
   Emit(std::move(e));
+  if (listener_ != nullptr) listener_->CheckpointLeftRam(ckpt.id);
   EraseIfGone(ckpt.id);
 }
 
@@ -621,6 +812,7 @@ void CheckpointCache::EvictFromDisk(Checkpoint& ckpt, const std::string& reason)
   e.tier = Tier::kDisk;
   e.bytes = freed;
   Emit(std::move(e));
+  if (listener_ != nullptr) listener_->CheckpointLeftDisk(ckpt.id);
   EraseIfGone(ckpt.id);
 }
 
@@ -628,6 +820,8 @@ void CheckpointCache::Quarantine(Checkpoint& ckpt, const std::string& reason) {
   Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
   e.tier = ckpt.in_ram ? Tier::kRam : Tier::kDisk;
   CheckpointId id = ckpt.id;
+  const bool left_ram = ckpt.in_ram;
+  const bool left_disk = ckpt.on_disk || ckpt.persisting;
   if (ckpt.in_ram) {
     CAIRN_CHECK(ram_.Release(ckpt.own_bytes()).ok());
     for (ChunkId c : ckpt.chunks) DropRamRef(c);
@@ -646,6 +840,8 @@ void CheckpointCache::Quarantine(Checkpoint& ckpt, const std::string& reason) {
     ckpt.persisting = false;
   }
   Emit(std::move(e));
+  if (listener_ != nullptr && left_ram) listener_->CheckpointLeftRam(id);
+  if (listener_ != nullptr && left_disk) listener_->CheckpointLeftDisk(id);
   EraseIfGone(id);
 }
 
@@ -671,8 +867,8 @@ int64_t CheckpointCache::ChunkBytesMissing(const std::vector<ChunkId>& ids, bool
 // Captures.
 
 absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, CaptureKind kind,
-                                                           const std::string& conversation,
-                                                           int64_t stable_boundary) {
+                                                            const std::string& conversation,
+                                                            int64_t stable_boundary) {
   Slot* slot = FindSlot(key);
   if (slot == nullptr) return absl::NotFoundError(absl::StrCat("no slot ", key.slot));
   if (slot->tokens.empty()) {
@@ -747,9 +943,9 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
       ckpt->new_chunks.push_back({id, chunk.provenance, chunk.index, chunk.bytes});
     }
     AddRamRef(chunk);
-    if (!chunk.in_arena) {
-      ticket.borrowed.push_back({id, key, chunk.index * layout.chunk_rows,
-                                 (chunk.index + 1) * layout.chunk_rows});
+    if (chunk.residency != Residency::kResident) {
+      ticket.borrowed.push_back(
+          {id, key, chunk.index * layout.chunk_rows, (chunk.index + 1) * layout.chunk_rows});
     }
   }
   ckpt->pending = true;
@@ -810,20 +1006,20 @@ void CheckpointCache::ReserveIdsAbove(ChunkId max_chunk, CheckpointId max_checkp
 
 absl::Status CheckpointCache::AdmitRecovered(CheckpointId id, const Identities& identities,
                                              absl::Span<const TokenId> tokens,
-                                             const std::vector<ChunkId>& chunks,
-                                             CaptureKind kind, ComputationId provenance) {
+                                             const std::vector<ChunkId>& chunks, CaptureKind kind,
+                                             ComputationId provenance) {
   const ModelLayout* layout = LayoutFor(identities.compatibility);
   if (layout == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no layout registered for compatibility identity ",
-                                            identities.compatibility));
+    return absl::NotFoundError(
+        absl::StrCat("no layout registered for compatibility identity ", identities.compatibility));
   }
   if (id == 0 || checkpoints_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrCat("checkpoint ", id, " is already known"));
   }
   const int64_t depth = static_cast<int64_t>(tokens.size());
   if (depth == 0 || static_cast<int64_t>(chunks.size()) != layout->FullChunks(depth)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", id, " at depth ", depth,
-                                                   " lists ", chunks.size(), " chunks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", id, " at depth ", depth, " lists ", chunks.size(), " chunks"));
   }
   for (size_t j = 0; j < chunks.size(); ++j) {
     auto it = chunks_.find(chunks[j]);
@@ -881,8 +1077,8 @@ absl::Status CheckpointCache::AdmitRecovered(CheckpointId id, const Identities& 
   ckpt->last_use = clock_->Now();
   ASSIGN_OR_RETURN(ckpt->disk_reservation, disk_.Reserve(own));
   RETURN_IF_ERROR(disk_.Commit(ckpt->disk_reservation));
-  ckpt->node = IndexFor(identities.compatibility)
-                   .Insert(tokens, {IndexEntry::Kind::kCheckpoint, id});
+  ckpt->node =
+      IndexFor(identities.compatibility).Insert(tokens, {IndexEntry::Kind::kCheckpoint, id});
   checkpoints_.emplace(id, std::move(ckpt));
   next_checkpoint_ = std::max(next_checkpoint_, id + 1);
   for (ChunkId c : chunks) next_chunk_ = std::max(next_chunk_, c + 1);
@@ -899,8 +1095,8 @@ bool CheckpointCache::ShouldPersist(CheckpointId id) const {
     return false;
   }
   if (ckpt.kind == CaptureKind::kLearned) return true;
-  for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
-           ckpt.node, options_.retention.disk_spacing_tokens - 1)) {
+  for (const RadixPrefixIndex::Hit& hit :
+       RadixPrefixIndex::NearAncestors(ckpt.node, options_.retention.disk_spacing_tokens - 1)) {
     if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
     const Checkpoint& other = *checkpoints_.at(hit.entry.id);
     if (other.on_disk || other.persisting) return false;
@@ -922,7 +1118,8 @@ absl::StatusOr<PersistTicket> CheckpointCache::BeginPersist(CheckpointId id) {
     Event e = MakeEvent(EventType::kReject, ckpt, "larger than the disk budget");
     e.tier = Tier::kDisk;
     Emit(std::move(e));
-    return absl::ResourceExhaustedError(absl::StrCat("checkpoint ", id, " exceeds the disk budget"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("checkpoint ", id, " exceeds the disk budget"));
   }
   while (disk_.free() < needed()) {
     if (!EvictOne(/*ram_tier=*/false)) {
@@ -1077,8 +1274,10 @@ absl::StatusOr<ChunkInfo> CheckpointCache::GetChunk(ChunkId id) const {
   info.index = c.index;
   info.ram_refs = c.ram_refs;
   info.disk_refs = c.disk_refs;
-  info.in_arena = c.in_arena;
-  info.borrowed = c.ram_refs > 0 && !c.in_arena;
+  info.residency = c.residency;
+  info.spill = c.spill;
+  info.in_arena = c.residency == Residency::kResident;
+  info.borrowed = c.ram_refs > 0 && c.residency != Residency::kResident;
   info.holders = c.holders;
   return info;
 }

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/time/clock.h"
@@ -35,7 +36,7 @@ struct CacheOptions {
 
 // A place a prompt can resume from.
 struct Candidate {
-  Tier tier = Tier::kNone;      // kNone: cold.
+  Tier tier = Tier::kNone;  // kNone: cold.
   int64_t depth = 0;
   CheckpointId checkpoint = 0;  // RAM and disk candidates.
   SlotKey slot;                 // Live candidates.
@@ -64,18 +65,40 @@ struct ChunkCopy {
   int64_t row_end = 0;
 };
 
+// Where the RAM-tier bytes of a chunk are. Moved only by CheckpointCache:
+//   kNone -> kBorrowed (a RAM checkpoint references rows that still sit in a slot)
+//   kBorrowed -> kSpilling (a spill asks the slot's daemon to copy them into the arena)
+//   kSpilling -> kResident (the spill completed), kBorrowed (an idle spill was declined) or
+//   kNone (the spill failed: every checkpoint that needed the chunk is dropped)
+//   any -> kNone when no RAM checkpoint references the chunk any more (a spilling chunk
+//   first finishes its spill: its region may still be written).
+enum class Residency { kNone, kBorrowed, kSpilling, kResident };
+
+// "none", "borrowed", "spilling", "resident".
+absl::string_view ResidencyName(Residency residency);
+
+// One request to a slot's daemon to copy borrowed rows into the arena. Spill ids are unique
+// per cache.
+struct SpillInfo {
+  uint64_t id = 0;
+  SlotKey slot;         // The slot that holds the rows; its daemon owes the spill.
+  bool urgent = false;  // The slot is about to be overwritten (or a restore waits for it).
+  std::vector<ChunkCopy> chunks;
+};
+
 // A restore handed to the slot that continues.
 struct RestorePlan {
   Tier tier = Tier::kNone;
   CheckpointId checkpoint = 0;
   int64_t depth = 0;
-  std::vector<ChunkId> chunks;     // The restored chunks, now held by the slot.
-  int64_t kept_rows = 0;           // Rows the slot already held (same chunk ids), not copied.
-  int64_t bytes_to_copy = 0;       // Rows past kept_rows plus private state.
-  std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before the overwrite.
-  // Restored chunks whose bytes still sat in another slot: copied into the arena first, so the
-  // restore reads every chunk from the arena (or from disk).
-  std::vector<ChunkCopy> spilled_first;
+  std::vector<ChunkId> chunks;  // The restored chunks, now held by the slot.
+  int64_t kept_rows = 0;        // Rows the slot already held (same chunk ids), not copied.
+  int64_t bytes_to_copy = 0;    // Rows past kept_rows plus private state.
+  // Spills of the target slot's borrowed rows: finished before the slot is overwritten.
+  std::vector<uint64_t> preserve_spills;
+  // RAM restores: spills that must complete before the restored chunks can be read from the
+  // arena (chunks still borrowed from a slot, possibly another daemon's). Empty: ready now.
+  std::vector<uint64_t> awaiting_spills;
 };
 
 // A capture between reservation and commit.
@@ -114,8 +137,10 @@ struct ChunkInfo {
   int64_t index = 0;
   int64_t ram_refs = 0;
   int64_t disk_refs = 0;
-  bool borrowed = false;  // Referenced in RAM while its bytes still sit in a slot.
-  bool in_arena = false;
+  Residency residency = Residency::kNone;
+  uint64_t spill = 0;            // The spill writing it while kSpilling.
+  bool borrowed = false;         // Referenced in RAM while its bytes are not in the arena yet.
+  bool in_arena = false;         // kResident.
   std::vector<SlotKey> holders;  // Slots whose live rows are this chunk.
 };
 
@@ -128,6 +153,27 @@ struct Accounting {
   int64_t full_copy_bytes = 0;  // What the same checkpoints would take as full copies.
   int64_t used = 0;             // Ledger: used + reserved.
   int64_t budget = 0;
+};
+
+// Told by CheckpointCache, synchronously and inside the call that caused it, when bytes it
+// accounted for are no longer needed, so the owner of the bytes (the daemon's arena and disk
+// tier) frees them. Implementations must not call back into the cache; they record work and
+// do it after the cache call returns.
+class ResidencyListener {
+ public:
+  virtual ~ResidencyListener() = default;
+  // Chunk `id` needs no arena region any more: no RAM checkpoint references it and no spill
+  // writes into it.
+  virtual void ChunkLeftRam(ChunkId id) = 0;
+  // Checkpoint `id` left the RAM tier (evicted, quarantined or its capture rolled back after
+  // commit): its private state and tail need no region.
+  virtual void CheckpointLeftRam(CheckpointId id) = 0;
+  // Checkpoint `id` left the disk tier (evicted or quarantined, or a write in flight was
+  // abandoned): its files should be deleted.
+  virtual void CheckpointLeftDisk(CheckpointId id) = 0;
+  // Spill `spill` ended: `ok` when every chunk it carried is resident now; otherwise
+  // `failure` says why (the chunks that failed took their checkpoints with them).
+  virtual void SpillFinished(uint64_t spill, bool ok, const std::string& failure) = 0;
 };
 
 // The cache policy core: checkpoints and chunks with provenance and reference counts, the
@@ -170,27 +216,55 @@ class CheckpointCache {
 
   // --- Slots (live frontiers). `conversation` names the client conversation for retention.
   // Prepares `slot` for a cold prefill: its rows will be overwritten from row 0. Returns the
-  // borrowed chunks that had to be copied out first. Creates the slot on first use.
-  absl::StatusOr<std::vector<ChunkCopy>> StartCold(SlotKey slot, const Identities& identities,
-                                                   const std::string& conversation);
+  // spills (new ones, and ones already under way for the slot, now urgent) that must finish
+  // before the slot is overwritten. Creates the slot on first use.
+  absl::StatusOr<std::vector<uint64_t>> StartCold(SlotKey slot, const Identities& identities,
+                                                  const std::string& conversation);
   // Continues `slot`'s live frontier in place. FailedPrecondition if the slot's identities
   // differ; NotFound for an unknown slot.
   absl::Status ContinueSlot(SlotKey slot, const Identities& identities,
                             const std::string& conversation);
   // Restores checkpoint `id` into `slot`: rows the slot already holds as the same chunks are
-  // kept, borrowed rows about to be overwritten are preserved, and restored chunks still
-  // borrowed from another slot are spilled first (both listed in the plan; the caller copies
-  // them before touching the slot). NotFound if it is in no tier; FailedPrecondition on an
+  // kept, borrowed rows about to be overwritten are preserved (plan.preserve_spills), and for a
+  // RAM restore, restored chunks not yet in the arena are spilled urgently from the slot that
+  // holds them (plan.awaiting_spills). NotFound if it is in no tier; FailedPrecondition on an
   // identity mismatch.
   absl::StatusOr<RestorePlan> Restore(CheckpointId id, SlotKey slot, const Identities& identities,
                                       const std::string& conversation);
   // Appends tokens the slot computed (prefill or generation) to its frontier.
   absl::Status ExtendSlot(SlotKey slot, absl::Span<const TokenId> tokens);
-  // Copies borrowed chunks of an idle `slot` out, at most `max_chunks`, and returns them.
-  std::vector<ChunkCopy> SpillIdle(SlotKey slot, int max_chunks);
+  // Asks for an idle (non-urgent) spill of at most `max_chunks` borrowed chunks of `slot`.
+  // Returns its id, or 0 when the slot holds nothing borrowed.
+  uint64_t SpillIdle(SlotKey slot, int max_chunks);
+  // A restore of `slot` that was handed out waiting for spills will not happen (a spill failed
+  // or the lease was released before it was ready): the slot keeps only its first `kept_rows`
+  // rows, which it held before the restore.
+  void AbandonRestore(SlotKey slot, int64_t kept_rows);
   // The slot is gone (its daemon restarted): checkpoints whose borrowed rows were never spilled
-  // are quarantined.
+  // are quarantined. Spills the slot owes are failed first.
   void DropSlot(SlotKey slot);
+
+  // --- Spills (the only way borrowed rows reach the arena).
+  // Returns the ids of spills created since the last call, oldest first: the caller sends
+  // each to the daemon that owns its slot.
+  std::vector<uint64_t> TakeNewSpills();
+  // NotFound for a spill that is not outstanding.
+  absl::StatusOr<SpillInfo> GetSpill(uint64_t spill) const;
+  // Ends spill `spill`: chunks in `copied` become resident; chunks in `failed` fail (every
+  // checkpoint that needs one is quarantined with `reason`, pending captures rolled back);
+  // chunks in neither are declined, which an idle spill may do (they are borrowed again) and
+  // an urgent one may not (they fail). NotFound for a spill that is not outstanding;
+  // InvalidArgument for a chunk not in the spill.
+  absl::Status FinishSpill(uint64_t spill, absl::Span<const ChunkId> copied,
+                           absl::Span<const ChunkId> failed, const std::string& reason);
+  // Fails every spill owed by the daemon of session `daemon_session` (it ended).
+  void FailSpillsOf(uint64_t daemon_session, const std::string& reason);
+  // Makes sure every chunk of `chunks` is or will be resident: borrowed ones are spilled
+  // urgently from a slot holding them. Returns the spills they wait for (empty: all resident).
+  std::vector<uint64_t> AwaitResident(const std::vector<ChunkId>& chunks);
+  // Sets the listener told about freed bytes and finished spills; `listener` must outlive the
+  // cache (or be reset to nullptr first).
+  void SetListener(ResidencyListener* listener) { listener_ = listener; }
   // The tokens of `slot`'s frontier; NotFound for an unknown slot.
   absl::StatusOr<std::vector<TokenId>> SlotTokens(SlotKey slot) const;
 
@@ -291,7 +365,16 @@ class CheckpointCache {
   void DropDiskRef(ChunkId id);
   void MaybeFreeChunk(ChunkId id);
   void RemoveHolder(ChunkId id, SlotKey slot);
-  std::vector<ChunkCopy> PrepareOverwrite(Slot& slot, int64_t keep_chunks);
+  // Removes `slot` as holder of its chunks past `keep_chunks`; rows only it holds are spilled
+  // urgently. Returns every spill (new or already under way) that must finish first.
+  std::vector<uint64_t> PrepareOverwrite(Slot& slot, int64_t keep_chunks);
+  // Creates a spill of `copies` (all kBorrowed) from `slot`; 0 when `copies` is empty.
+  uint64_t BeginSpill(SlotKey slot, std::vector<ChunkCopy> copies, bool urgent,
+                      const std::string& why);
+  // The chunk's rows are lost: drops every checkpoint (and pending capture) needing it.
+  void FailChunk(ChunkId id, const std::string& reason);
+  // The chunk needs no region any more if nothing references it in RAM and no spill writes it.
+  void MaybeLeaveRam(Chunk& chunk);
   void ResetSlot(Slot& slot, const Identities& identities);
   void Reindex(Slot& slot);
   void Unindex(Slot& slot);
@@ -322,11 +405,15 @@ class CheckpointCache {
   absl::flat_hash_map<SlotKey, std::unique_ptr<Slot>> slots_;
   absl::flat_hash_map<uint64_t, SlotKey> frontier_slots_;  // Live index entry id -> slot.
   absl::flat_hash_map<std::string, Conversation> conversations_;
+  absl::flat_hash_map<uint64_t, SpillInfo> spills_;  // Outstanding spills.
+  std::vector<uint64_t> new_spills_;                 // Created, not yet taken.
+  ResidencyListener* listener_ = nullptr;
 
   ChunkId next_chunk_ = 1;
   CheckpointId next_checkpoint_ = 1;
   ComputationId next_computation_ = 1;
   uint64_t next_frontier_ = 1;
+  uint64_t next_spill_ = 1;
   int64_t ram_checkpoints_ = 0;  // Committed + pending RAM checkpoints.
   int64_t admitted_bytes_ = 0;   // Bytes admitted so far: the budget-turnover clock.
 };

@@ -13,6 +13,22 @@ RequestRunner::RequestRunner(CheckpointCache* cache, int slots, uint64_t daemon_
       last_conversation_(last_use_.size()),
       last_stable_(last_use_.size(), -1) {}
 
+std::vector<ChunkCopy> RequestRunner::CompleteSpills(absl::Span<const uint64_t> preserve) {
+  std::vector<ChunkCopy> preserved;
+  for (uint64_t id : cache_->TakeNewSpills()) {
+    absl::StatusOr<SpillInfo> spill = cache_->GetSpill(id);
+    if (!spill.ok()) continue;
+    std::vector<ChunkId> copied;
+    for (const ChunkCopy& c : spill->chunks) copied.push_back(c.id);
+    if (std::find(preserve.begin(), preserve.end(), id) != preserve.end()) {
+      preserved.insert(preserved.end(), spill->chunks.begin(), spill->chunks.end());
+    }
+    // Fails only for an unknown spill, and this one was just taken.
+    cache_->FinishSpill(id, copied, {}, "").IgnoreError();
+  }
+  return preserved;
+}
+
 int32_t RequestRunner::ChooseSlot(const Candidate& best) {
   if (best.tier == Tier::kLive) return best.slot.slot;
   auto lru = std::min_element(last_use_.begin(), last_use_.end());
@@ -70,14 +86,15 @@ absl::StatusOr<ServeOutcome> RequestRunner::Serve(const ServeRequest& request) {
       break;
     case Tier::kRam:
     case Tier::kDisk: {
-      ASSIGN_OR_RETURN(out.restore, cache_->Restore(found.best.checkpoint, slot,
-                                                    request.identities, request.conversation));
-      out.preserved = out.restore.preserved;
+      ASSIGN_OR_RETURN(out.restore, cache_->Restore(found.best.checkpoint, slot, request.identities,
+                                                    request.conversation));
+      out.preserved = CompleteSpills(out.restore.preserve_spills);
       break;
     }
     case Tier::kNone: {
-      ASSIGN_OR_RETURN(out.preserved,
+      ASSIGN_OR_RETURN(std::vector<uint64_t> preserve,
                        cache_->StartCold(slot, request.identities, request.conversation));
+      out.preserved = CompleteSpills(preserve);
       break;
     }
   }

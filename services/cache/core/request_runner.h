@@ -22,24 +22,24 @@ struct ServeRequest {
 struct CaptureOutcome {
   int64_t pos = 0;
   CaptureKind kind = CaptureKind::kEnd;
-  CheckpointId id = 0;        // 0 when not admitted.
+  CheckpointId id = 0;  // 0 when not admitted.
   bool admitted = false;
   bool persisted = false;
-  std::string rejected;       // Why it was not admitted (empty when admitted or duplicate).
+  std::string rejected;  // Why it was not admitted (empty when admitted or duplicate).
 };
 
 struct ServeOutcome {
-  Candidate used;              // Where the prompt resumed (tier kNone: cold).
+  Candidate used;  // Where the prompt resumed (tier kNone: cold).
   int64_t shared_prefix = 0;
-  int64_t prefilled = 0;       // Tokens computed for the prompt.
+  int64_t prefilled = 0;  // Tokens computed for the prompt.
   int32_t slot = 0;
-  RestorePlan restore;         // For RAM and disk candidates.
+  RestorePlan restore;  // For RAM and disk candidates.
   std::vector<PrefillPass> passes;
   std::vector<CaptureOutcome> captures;
   // The frontier another conversation left in the chosen slot, captured before the overwrite
   // (PlannerOptions::preserve_frontier); `admitted` false when none was captured.
   CaptureOutcome preserved_frontier;
-  std::vector<Event> evictions;  // kEvict, kDiskEvict and kQuarantine events of this request.
+  std::vector<Event> evictions;      // kEvict, kDiskEvict and kQuarantine events of this request.
   std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before a slot overwrite.
 };
 
@@ -66,6 +66,9 @@ class RequestRunner {
   // left it there. The restore candidate `keep` (0: none) is pinned meanwhile.
   absl::StatusOr<CaptureOutcome> PreserveFrontier(int32_t slot, const ServeRequest& request,
                                                   CheckpointId keep);
+  // Completes every spill the cache asked for (copies are instantaneous here) and returns the
+  // chunks of those in `preserve`.
+  std::vector<ChunkCopy> CompleteSpills(absl::Span<const uint64_t> preserve);
 
   CheckpointCache* cache_;
   uint64_t daemon_session_;

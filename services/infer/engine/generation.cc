@@ -18,12 +18,11 @@ std::vector<int64_t> UniformPasses(int64_t tokens, int64_t max_pass) {
 
 absl::StatusOr<std::vector<float>> Prefill(Model& model, SlotState* slot,
                                            absl::Span<const int32_t> tokens,
-                                           absl::Span<const int64_t> pass_sizes,
-                                           bool all_logits) {
+                                           absl::Span<const int64_t> pass_sizes, bool all_logits) {
   const int64_t total = std::accumulate(pass_sizes.begin(), pass_sizes.end(), int64_t{0});
   if (total != static_cast<int64_t>(tokens.size()) || tokens.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("passes cover ", total, " tokens of ",
-                                                   tokens.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("passes cover ", total, " tokens of ", tokens.size()));
   }
   std::vector<float> logits;
   int64_t done = 0;
@@ -50,8 +49,7 @@ int32_t Argmax(const float* logits, int64_t n) {
 }
 
 absl::StatusOr<std::vector<int32_t>> GreedyDecode(Model& model, SlotState* slot,
-                                                  absl::Span<const float> last_logits,
-                                                  int count) {
+                                                  absl::Span<const float> last_logits, int count) {
   std::vector<int32_t> out;
   std::vector<float> logits(last_logits.begin(), last_logits.end());
   for (int i = 0; i < count; ++i) {

@@ -29,8 +29,7 @@ int32_t Argmax(const float* logits, int64_t n);
 // Greedy decoding of `count` tokens: the first is the argmax of `last_logits`, and each token
 // is fed back as a one-token pass before the next is chosen (the last one is not fed).
 absl::StatusOr<std::vector<int32_t>> GreedyDecode(Model& model, SlotState* slot,
-                                                  absl::Span<const float> last_logits,
-                                                  int count);
+                                                  absl::Span<const float> last_logits, int count);
 
 }  // namespace cairn::infer
 

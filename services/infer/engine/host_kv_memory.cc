@@ -70,8 +70,8 @@ absl::Status HostKvMemory::LoadPrivateState(int slot, int64_t position,
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   if (s->runnable()) return absl::FailedPreconditionError("load private state outside a restore");
   if (static_cast<int64_t>(in.size()) != layout_.private_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("private state is ", layout_.private_bytes(),
-                                                   " bytes, got ", in.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("private state is ", layout_.private_bytes(), " bytes, got ", in.size()));
   }
   size_t offset = 0;
   for (int c = 0; c < s->num_components(); ++c) {
@@ -97,8 +97,8 @@ absl::Status HostKvMemory::CopyRowsOut(int slot, int component, int64_t first_ro
   if (static_cast<int64_t>(out.size()) != count * row_bytes) {
     return absl::InvalidArgumentError("row buffer size does not match the row count");
   }
-  std::memcpy(out.data(), reinterpret_cast<const uint8_t*>(s->data(component)) +
-                              first_row * row_bytes,
+  std::memcpy(out.data(),
+              reinterpret_cast<const uint8_t*>(s->data(component)) + first_row * row_bytes,
               count * row_bytes);
   return absl::OkStatus();
 }
@@ -126,9 +126,19 @@ absl::Status HostKvMemory::CopyRowsIn(int slot, int component, int64_t first_row
   return absl::OkStatus();
 }
 
-absl::Status HostKvMemory::BeginRestore(int slot) {
+absl::Status HostKvMemory::BeginRestore(int slot, int64_t keep_rows) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
-  s->BeginRestore();
+  if (keep_rows < 0 || keep_rows > 0) {
+    for (int c = 0; c < s->num_components(); ++c) {
+      if (layout_.components[c].kind != ComponentKind::kRows) continue;
+      if (keep_rows < 0 || keep_rows > s->component_position(c)) {
+        return absl::OutOfRangeError(absl::StrCat("cannot keep ", keep_rows, " rows of slot ", slot,
+                                                  ": component ", c, " holds ",
+                                                  s->component_position(c)));
+      }
+    }
+  }
+  s->BeginRestore(keep_rows);
   return absl::OkStatus();
 }
 

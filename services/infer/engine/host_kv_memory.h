@@ -11,8 +11,8 @@
 namespace cairn::infer {
 
 struct HostKvMemoryOptions {
-  int slots = 1;             // --sessions
-  int64_t max_rows = 4096;   // Rows per slot (the context limit).
+  int slots = 1;            // --sessions
+  int64_t max_rows = 4096;  // Rows per slot (the context limit).
 };
 
 // KvMemory over slot buffers in host memory (the CPU backend's).
@@ -28,13 +28,12 @@ class HostKvMemory final : public KvMemory {
   SlotState* slot(int slot) override { return slots_[slot].get(); }
 
   absl::StatusOr<int64_t> CapturePrivateState(int slot, absl::Span<uint8_t> out) override;
-  absl::Status LoadPrivateState(int slot, int64_t position,
-                                absl::Span<const uint8_t> in) override;
+  absl::Status LoadPrivateState(int slot, int64_t position, absl::Span<const uint8_t> in) override;
   absl::Status CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
                            absl::Span<uint8_t> out) override;
   absl::Status CopyRowsIn(int slot, int component, int64_t first_row,
                           absl::Span<const uint8_t> in) override;
-  absl::Status BeginRestore(int slot) override;
+  absl::Status BeginRestore(int slot, int64_t keep_rows = 0) override;
   absl::Status Validate(int slot, int64_t position) override;
   absl::Status Reset(int slot) override;
   void SetOverwriteHook(OverwriteHook hook) override;

@@ -48,8 +48,10 @@ class KvMemory {
   // position becomes the end of the written rows. Runs the hook first.
   virtual absl::Status CopyRowsIn(int slot, int component, int64_t first_row,
                                   absl::Span<const uint8_t> in) = 0;
-  // Starts a restore into `slot`: not runnable until Validate() succeeds. Runs the hook.
-  virtual absl::Status BeginRestore(int slot) = 0;
+  // Starts a restore into `slot`: not runnable until Validate() succeeds. Rows [0, keep_rows)
+  // of every rows component stay (they already hold the restored bytes); OutOfRange if they
+  // are not all valid now. Runs the hook from `keep_rows`.
+  virtual absl::Status BeginRestore(int slot, int64_t keep_rows = 0) = 0;
   // Ends a restore: every component must be at `position`.
   virtual absl::Status Validate(int slot, int64_t position) = 0;
   // Empties `slot`. Runs the hook.

@@ -46,13 +46,13 @@ void SlotState::Reset() {
   runnable_ = true;
 }
 
-void SlotState::BeginRestore() {
-  BeforeRowsOverwritten(0);
+void SlotState::BeginRestore(int64_t keep_rows) {
+  BeforeRowsOverwritten(keep_rows);
   runnable_ = false;
-  // Rows must be copied in again from row 0 and private state loaded: until then no component
-  // is at any position a restore could validate.
+  // Rows must be copied in again from `keep_rows` and private state loaded: until then no
+  // component is at any position a restore could validate.
   for (size_t c = 0; c < buffers_.size(); ++c) {
-    component_positions_[c] = layout_.components[c].kind == ComponentKind::kRows ? 0 : -1;
+    component_positions_[c] = layout_.components[c].kind == ComponentKind::kRows ? keep_rows : -1;
   }
 }
 
@@ -77,8 +77,8 @@ absl::Status SlotState::Validate(int64_t position) {
 absl::Status SlotState::PrepareAppend(int64_t tokens) {
   if (!runnable_) return absl::FailedPreconditionError("slot is not runnable (restore pending)");
   if (tokens < 0 || position_ + tokens > max_rows_) {
-    return absl::ResourceExhaustedError(absl::StrCat("slot holds ", max_rows_, " rows; ",
-                                                     position_, " used, ", tokens, " more asked"));
+    return absl::ResourceExhaustedError(absl::StrCat("slot holds ", max_rows_, " rows; ", position_,
+                                                     " used, ", tokens, " more asked"));
   }
   BeforeRowsOverwritten(position_);
   return absl::OkStatus();

@@ -48,9 +48,10 @@ class SlotState {
 
   // Empties the slot (position 0, zero private state, runnable). Runs the hook from row 0.
   void Reset();
-  // Marks the slot not runnable (a restore is in progress), empties the rows components and
-  // invalidates the private ones; runs the hook from row 0.
-  void BeginRestore();
+  // Marks the slot not runnable (a restore is in progress), keeps rows [0, keep_rows) of the
+  // rows components (the caller has checked they are valid) and invalidates the rest and the
+  // private components; runs the hook from row `keep_rows`.
+  void BeginRestore(int64_t keep_rows = 0);
   // Sets component `c`'s position (restore path).
   void SetComponentPosition(int c, int64_t position) { component_positions_[c] = position; }
   // Makes the slot runnable if every component is at `position`; FailedPrecondition naming

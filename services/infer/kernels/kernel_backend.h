@@ -21,6 +21,10 @@ struct AttentionArgs {
   int kv_heads = 0;  // q head j reads kv head j / (q_heads / kv_heads).
   int head_dim = 0;
   float scale = 0.0f;
+  // Compute each query row on its own, with reductions over head_dim and over keys in a fixed
+  // order that depends only on the row's absolute position: the row's output is then the same
+  // bits whatever pass it belongs to (where the pass starts, how many rows it has).
+  bool row_invariant = false;
 };
 
 // Arguments of KernelBackend::GatedDeltaRule (model-spec §3.6.5). Per v-head h the fp32 state
@@ -67,6 +71,39 @@ class KernelBackend {
   // row strides of x and y (>= k and >= n).
   virtual void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                                 int64_t n, float* y, int64_t ldy, bool accumulate) = 0;
+
+  // As MatMulTransposed, with one more promise: every output element is one reduction over k
+  // in an order that depends only on k, never on m, n or how work is split. A row of y is
+  // therefore bit-identical whatever other rows share the call: this is what batched decode
+  // uses, so that a request's logits never depend on which requests share its batch.
+  virtual void MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                          int64_t n, float* y, int64_t ldy, bool accumulate) = 0;
+
+  // out[i] = table[ids[i]] for `n` ids, rows of `dim` values. The caller has checked the ids.
+  virtual void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
+                               float* out) = 0;
+
+  // Splits rows of interleaved per-head [a_h (head_dim) | b_h (head_dim)] pairs (`heads` pairs
+  // per row, `rows` rows) into a [rows, heads * head_dim] and b [rows, heads * head_dim].
+  virtual void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
+                              float* b) = 0;
+
+  // x[i] *= sigmoid(gate[i]) for `n` values.
+  virtual void SigmoidMul(float* x, const float* gate, int64_t n) = 0;
+
+  // The Gated DeltaNet gates of `tokens` rows (model-spec §3.6.3): with b = row[b_offset + j]
+  // and a = row[a_offset + j] for head j < heads (row stride `ld`),
+  //   beta[t, j] = sigmoid(b),  g[t, j] = neg_a[j] * softplus(a + dt_bias[j]).
+  virtual void GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
+                        int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
+                        float* beta) = 0;
+
+  // Routes each of `tokens` rows of router logits ([tokens, experts]): softmax over all
+  // experts, the `top_k` largest probabilities (ties to the lower expert id), renormalised to
+  // sum to one when `renormalise`. Writes ids [tokens, top_k] and weights [tokens, top_k], in
+  // descending probability.
+  virtual void MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
+                        bool renormalise, int32_t* ids, float* weights) = 0;
 
   // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
   // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,13 @@ struct ForwardOptions {
   bool all_logits = false;
 };
 
+// One sequence's part of a batched forward: a pass of `tokens` at `slot`'s position.
+struct SequencePass {
+  SlotState* slot = nullptr;
+  absl::Span<const int32_t> tokens;
+  bool all_logits = false;
+};
+
 // A loaded model: runs forward passes over a slot's state. Architectures live in
 // models/<family>/ and are created by LoadModel (model_loader.h).
 //
@@ -38,15 +46,29 @@ class Model {
   // have been created with this layout.
   virtual const StateLayout& state_layout() const = 0;
 
-  // Runs `tokens` (one pass) at the slot's position, appending their rows and advancing its
-  // private state, and returns logits [rows, vocab_size] (rows = tokens.size() with
-  // all_logits, else 1). The result depends only on the slot's state and the tokens, and is
-  // bit-identical for identical inputs. InvalidArgument for an empty pass or a token id
-  // outside the vocabulary; ResourceExhausted when the slot is full; FailedPrecondition
-  // when the slot is not runnable. On error the slot is unchanged.
-  virtual absl::StatusOr<std::vector<float>> Forward(SlotState* slot,
-                                                     absl::Span<const int32_t> tokens,
-                                                     const ForwardOptions& options) = 0;
+  // Runs one pass for every sequence of `batch` (each on its own slot) and returns each
+  // sequence's logits, in batch order: [rows, vocab_size] with rows = tokens.size() when
+  // all_logits, else 1. A pass appends its tokens' rows to the slot and advances its private
+  // state.
+  //
+  // Batch invariance: a sequence's logits and state depend only on its slot's state and its
+  // tokens, bit for bit, never on the other sequences of the batch or their number; identical
+  // inputs give identical bits. Errors, checked for every sequence before any runs (then no
+  // slot changes): InvalidArgument for an empty batch or pass, a token id outside the
+  // vocabulary, a slot of another layout or a slot named twice; ResourceExhausted when a slot
+  // is full; FailedPrecondition when a slot is not runnable.
+  virtual absl::StatusOr<std::vector<std::vector<float>>> ForwardBatch(
+      absl::Span<const SequencePass> batch) = 0;
+
+  // Runs one pass of one sequence: ForwardBatch of a single sequence.
+  absl::StatusOr<std::vector<float>> Forward(SlotState* slot, absl::Span<const int32_t> tokens,
+                                             const ForwardOptions& options) {
+    const SequencePass pass{slot, tokens, options.all_logits};
+    absl::StatusOr<std::vector<std::vector<float>>> out =
+        ForwardBatch(absl::MakeConstSpan(&pass, 1));
+    if (!out.ok()) return out.status();
+    return std::move(out->front());
+  }
 };
 
 }  // namespace cairn::infer

@@ -1,10 +1,13 @@
 // Checks that each unit in deploy/systemd/ starts the real binary with the shipped
 // configuration: the ExecStart= line is read from the unit, its binary mapped to the build
-// tree and its /etc/cairn/ config to deploy/config/; the daemon must reach SERVING and exit 0
-// on SIGTERM. Also runs `systemd-analyze verify` and `security` on the units when available
-// (reliability-plan.md G7).
+// tree and its /etc/cairn/ config to deploy/config/; the daemon must reach SERVING (gRPC
+// health, or an HTTP answer on /health for the gateway) and exit 0 on SIGTERM. Also runs
+// `systemd-analyze verify` and `security` on the units when available (reliability-plan.md G7).
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +28,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "services/infer/models/random_checkpoint_presets.h"
+#include "services/infer/models/random_checkpoint_writer.h"
 
 namespace cairn {
 namespace {
@@ -58,10 +63,49 @@ bool CommandExists(const std::string& name) {
 struct UnitCase {
   std::string unit;                    // File in deploy/systemd/.
   std::string binary_path;             // Relative to the build directory.
-  std::string service_name;            // Reported by the health service.
-  std::vector<std::string> test_args;  // Flags that move sockets into a temp dir (flags win).
+  std::string service_name;            // Reported by the health service; "" for HTTP.
+  std::vector<std::string> test_args;  // Flags that move sockets into a temp dir (flags win);
+                                       // $DIR and $PORT (a free TCP port) are substituted.
   double max_exposure;                 // systemd-analyze security threshold.
+  std::string model_preset = "";       // Writes this random model to $DIR/model first.
 };
+
+// Returns a TCP port that was free a moment ago on 127.0.0.1.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// Returns true if an HTTP server on 127.0.0.1:`port` answers GET /health (any status: the
+// gateway answers 503 while no inference daemon is ready).
+bool HttpAnswers(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const char req[] = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char buf[16] = {};
+    ok = ::write(fd, req, sizeof(req) - 1) == sizeof(req) - 1 && ::read(fd, buf, 9) == 9 &&
+         absl::StartsWith(buf, "HTTP/1.1 ");
+  }
+  ::close(fd);
+  return ok;
+}
 
 class SystemdUnitsTest : public ::testing::TestWithParam<UnitCase> {};
 
@@ -81,8 +125,16 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   }
   const std::string dir = ::testing::TempDir() + "/cairn-unit-" + std::to_string(::getpid());
   ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
+  const int port = FreePort();
   for (const std::string& a : c.test_args) {
-    argv.push_back(absl::StrReplaceAll(a, {{"$DIR", dir}}));
+    argv.push_back(absl::StrReplaceAll(a, {{"$DIR", dir}, {"$PORT", std::to_string(port)}}));
+  }
+  if (!c.model_preset.empty()) {
+    absl::StatusOr<infer::RandomCheckpointOptions> preset =
+        infer::RandomCheckpointPreset(c.model_preset);
+    ASSERT_TRUE(preset.ok()) << preset.status();
+    absl::Status written = infer::WriteRandomCheckpoint(dir + "/model", *preset);
+    ASSERT_TRUE(written.ok()) << written;
   }
 
   pid_t pid = ::fork();
@@ -96,6 +148,11 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   }
   bool serving = false;
   for (int attempt = 0; attempt < 100 && !serving; ++attempt) {
+    if (c.service_name.empty()) {
+      serving = HttpAnswers(port);
+      if (!serving) absl::SleepFor(absl::Milliseconds(100));  // Polling a child process.
+      continue;
+    }
     // A fresh channel per attempt: a channel that failed to connect backs off for seconds.
     auto stub = grpc::health::v1::Health::NewStub(NewLocalChannel("unix:" + dir + "/grpc.sock"));
     grpc::health::v1::HealthCheckRequest req;
@@ -144,21 +201,34 @@ TEST_P(SystemdUnitsTest, UnitPassesSystemdAnalyzeVerify) {
   EXPECT_EQ(rc, 0) << ReadFile(out);
 }
 
-INSTANTIATE_TEST_SUITE_P(Units, SystemdUnitsTest,
-                         ::testing::Values(UnitCase{
-                             "cairn-cache.service",
-                             "services/cache/cairn-cache",
-                             "cairn.cache.v1.CacheService",
-                             {"--listen=unix:$DIR/grpc.sock", "--arena-socket=$DIR/arena.sock",
-                              "--cache-ram-bytes=64Mi", "--cache-disk=$DIR/disk",
-                              "--cache-disk-bytes=64Mi"},
-                             2.0}),
-                         [](const ::testing::TestParamInfo<UnitCase>& param_info) {
-                           const std::string& unit = param_info.param.unit;
-                           std::string name = unit.substr(0, unit.find('.'));
-                           name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Units, SystemdUnitsTest,
+    ::testing::Values(UnitCase{"cairn-cache.service",
+                               "services/cache/cairn-cache",
+                               "cairn.cache.v1.CacheService",
+                               {"--listen=unix:$DIR/grpc.sock", "--arena-socket=$DIR/arena.sock",
+                                "--cache-ram-bytes=64Mi", "--cache-disk=$DIR/disk",
+                                "--cache-disk-bytes=64Mi"},
+                               2.0},
+                      UnitCase{"cairn-infer.service",
+                               "services/infer/daemon/cairn-infer",
+                               "cairn.infer.v1.InferService",
+                               {"--listen=unix:$DIR/grpc.sock", "--model=$DIR/model",
+                                "--cache=unix:$DIR/no-cache.sock", "--threads=1", "--context=256"},
+                               // Devices stay reachable for GPUs.
+                               4.0,
+                               "dense"},
+                      UnitCase{"cairn-gateway.service",
+                               "services/gateway/cairn-gateway",
+                               "",
+                               {"--listen=127.0.0.1:$PORT", "--infer=unix:$DIR/infer.sock"},
+                               2.0}),
+    [](const ::testing::TestParamInfo<UnitCase>& param_info) {
+      const std::string& unit = param_info.param.unit;
+      std::string name = unit.substr(0, unit.find('.'));
+      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+      return name;
+    });
 
 }  // namespace
 }  // namespace cairn

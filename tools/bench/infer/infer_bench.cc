@@ -4,9 +4,8 @@
 //
 //   cairn_infer_bench [--benchmark_filter=...]
 //   env CAIRN_BENCH_THREADS (default: one per hardware thread)
-#include <unistd.h>
-
 #include <cblas.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -41,9 +40,9 @@ struct Fixture {
 Fixture& Shared() {
   static Fixture* f = [] {
     auto* fx = new Fixture();
-    const std::string dir = (std::filesystem::temp_directory_path() /
-                             ("cairn-bench-" + std::to_string(getpid())))
-                                .string();
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("cairn-bench-" + std::to_string(getpid())))
+            .string();
     absl::StatusOr<RandomCheckpointOptions> options = RandomCheckpointPreset(kPreset);
     absl::Status written = options.ok() ? WriteRandomCheckpoint(dir, *options) : options.status();
     absl::StatusOr<std::unique_ptr<CpuKernelBackend>> backend =
@@ -120,10 +119,10 @@ void BM_Decode(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   // Every decode step reads every fp32 weight once (the tied embedding as the LM head), so
   // this is the memory bandwidth decode runs at.
-  state.counters["weights_GB/s"] = benchmark::Counter(
-      4.0 * static_cast<double>(f.model->info().num_parameters) *
-          static_cast<double>(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["weights_GB/s"] =
+      benchmark::Counter(4.0 * static_cast<double>(f.model->info().num_parameters) *
+                             static_cast<double>(state.iterations()) / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Decode)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -139,8 +138,7 @@ void BM_Sgemm(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * m * n * k * static_cast<double>(state.iterations()) / 1e9,
-      benchmark::Counter::kIsRate);
+      2.0 * m * n * k * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Sgemm)
     ->Args({512, 512, 1280})

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -44,6 +45,74 @@ float Dot(const float* a, const float* b, int n) {
   for (; i < n; ++i) s0 += a[i] * b[i];
   return (s0 + s1) + (s2 + s3);
 }
+
+// Four floats as one value (GCC/Clang vector extension): one SSE register on baseline x86-64,
+// with lane-wise arithmetic.
+typedef float F32x4 __attribute__((vector_size(16)));
+
+inline F32x4 Load4(const float* p) {
+  F32x4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// A dot product whose summation order depends only on `n`: sixteen interleaved partial sums
+// (lane j sums the products at i = j mod 16), folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the
+// remainder in order. Bit-identical wherever it runs.
+float RowDot(const float* a, const float* b, int64_t n) {
+  F32x4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 += Load4(a + i) * Load4(b + i);
+    s1 += Load4(a + i + 4) * Load4(b + i + 4);
+    s2 += Load4(a + i + 8) * Load4(b + i + 8);
+    s3 += Load4(a + i + 12) * Load4(b + i + 12);
+  }
+  const F32x4 lo = s0 + s2;                     // Lanes 0..3 of the 16 -> 8 fold.
+  const F32x4 hi = s1 + s3;                     // Lanes 4..7.
+  const F32x4 f4 = lo + hi;                     // 8 -> 4.
+  float s = (f4[0] + f4[2]) + (f4[1] + f4[3]);  // 4 -> 2 -> 1.
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// RowDot of two rows `a0`, `a1` with the same `b` at once (each weight vector loaded once for
+// both): each result has exactly RowDot's summation order and bits.
+void RowDot2(const float* a0, const float* a1, const float* b, int64_t n, float* out0,
+             float* out1) {
+  F32x4 p0 = {}, p1 = {}, p2 = {}, p3 = {}, q0 = {}, q1 = {}, q2 = {}, q3 = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const F32x4 b0 = Load4(b + i), b1 = Load4(b + i + 4), b2 = Load4(b + i + 8),
+                b3 = Load4(b + i + 12);
+    p0 += Load4(a0 + i) * b0;
+    p1 += Load4(a0 + i + 4) * b1;
+    p2 += Load4(a0 + i + 8) * b2;
+    p3 += Load4(a0 + i + 12) * b3;
+    q0 += Load4(a1 + i) * b0;
+    q1 += Load4(a1 + i + 4) * b1;
+    q2 += Load4(a1 + i + 8) * b2;
+    q3 += Load4(a1 + i + 12) * b3;
+  }
+  const F32x4 fp = (p0 + p2) + (p1 + p3);
+  const F32x4 fq = (q0 + q2) + (q1 + q3);
+  float s0 = (fp[0] + fp[2]) + (fp[1] + fp[3]);
+  float s1 = (fq[0] + fq[2]) + (fq[1] + fq[3]);
+  for (int64_t j = i; j < n; ++j) s0 += a0[j] * b[j];
+  for (int64_t j = i; j < n; ++j) s1 += a1[j] * b[j];
+  *out0 = s0;
+  *out1 = s1;
+}
+
+// Output columns per work item of MatMulRows: enough to amortise scheduling, small enough that
+// a block of weight rows stays in cache while every input row passes over it.
+constexpr int64_t kRowMatMulBlock = 64;
+
+float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// torch softplus switches to the identity above this input.
+constexpr float kSoftplusThreshold = 20.0f;
+float Softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
 
 // y[j] += a * x[j]
 void Axpy(float a, const float* x, float* y, int n) {
@@ -218,12 +287,101 @@ void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, in
   if (m == 0 || n == 0) return;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
               static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(ldx),
-              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y,
-              static_cast<blasint>(ldy));
+              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y, static_cast<blasint>(ldy));
 }
 
-void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w,
-                               float eps, bool zero_centred, float* y) {
+void CpuKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                                  int64_t n, float* y, int64_t ldy, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  const int64_t blocks = (n + kRowMatMulBlock - 1) / kRowMatMulBlock;
+  ParallelFor(blocks, [&](int64_t b) {
+    const int64_t n0 = b * kRowMatMulBlock;
+    const int64_t n1 = std::min(n, n0 + kRowMatMulBlock);
+    int64_t r = 0;
+    for (; r + 2 <= m; r += 2) {
+      const float* x0 = x + r * ldx;
+      const float* x1 = x0 + ldx;
+      float* y0 = y + r * ldy;
+      float* y1 = y0 + ldy;
+      for (int64_t j = n0; j < n1; ++j) {
+        float d0, d1;
+        RowDot2(x0, x1, w + j * k, k, &d0, &d1);
+        y0[j] = accumulate ? y0[j] + d0 : d0;
+        y1[j] = accumulate ? y1[j] + d1 : d1;
+      }
+    }
+    for (; r < m; ++r) {
+      const float* xr = x + r * ldx;
+      float* yr = y + r * ldy;
+      for (int64_t j = n0; j < n1; ++j) {
+        const float d = RowDot(xr, w + j * k, k);
+        yr[j] = accumulate ? yr[j] + d : d;
+      }
+    }
+  });
+}
+
+void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
+                                       int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* src = table + static_cast<int64_t>(ids[i]) * dim;
+    std::copy(src, src + dim, out + i * dim);
+  }
+}
+
+void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
+                                      float* a, float* b) {
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int h = 0; h < heads; ++h) {
+      const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
+      const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
+      std::copy(src, src + head_dim, a + dst);
+      std::copy(src + head_dim, src + 2 * head_dim, b + dst);
+    }
+  }
+}
+
+void CpuKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= Sigmoid(gate[i]);
+}
+
+void CpuKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
+                                int64_t b_offset, int64_t a_offset, const float* dt_bias,
+                                const float* neg_a, float* g, float* beta) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* row = in + t * ld;
+    for (int j = 0; j < heads; ++j) {
+      beta[t * heads + j] = Sigmoid(row[b_offset + j]);
+      g[t * heads + j] = neg_a[j] * Softplus(row[a_offset + j] + dt_bias[j]);
+    }
+  }
+}
+
+void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
+                                bool renormalise, int32_t* ids, float* weights) {
+  std::vector<float> p(experts);
+  std::vector<int> order(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits + t * experts;
+    const float mx = *std::max_element(l, l + experts);
+    float sum = 0.0f;
+    for (int j = 0; j < experts; ++j) sum += p[j] = std::exp(l[j] - mx);
+    for (int j = 0; j < experts; ++j) p[j] /= sum;
+    for (int j = 0; j < experts; ++j) order[j] = j;
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float top_sum = 0.0f;
+    for (int j = 0; j < top_k; ++j) top_sum += p[order[j]];
+    for (int j = 0; j < top_k; ++j) {
+      ids[t * top_k + j] = order[j];
+      weights[t * top_k + j] = renormalise ? p[order[j]] / top_sum : p[order[j]];
+    }
+  }
+}
+
+void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                               bool zero_centred, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -314,7 +472,44 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
   std::copy(next.begin(), next.end(), state);
 }
 
+// Causal attention computed query row by query row: scores over keys 0..p in key order, a
+// softmax with sums in key order, the output accumulated in key order. Nothing depends on the
+// pass the row belongs to.
+void CpuKernelBackend::RowInvariantAttention(const AttentionArgs& a) {
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  ParallelFor(a.q_heads * a.tokens, [&](int64_t item) {
+    const int64_t h = item / a.tokens;
+    const int64_t r = item % a.tokens;
+    const int64_t kvh = h / group;
+    const int64_t keys = a.past + r + 1;
+    const float* q = a.q + r * q_ld + h * a.head_dim;
+    std::vector<float> p(static_cast<size_t>(keys));
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < keys; ++j) {
+      p[j] = RowDot(q, a.k + j * kv_ld + kvh * a.head_dim, a.head_dim) * a.scale;
+      mx = std::max(mx, p[j]);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < keys; ++j) {
+      p[j] = std::exp(p[j] - mx);
+      sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+    float* out = a.out + r * q_ld + h * a.head_dim;
+    std::fill(out, out + a.head_dim, 0.0f);
+    for (int64_t j = 0; j < keys; ++j) {
+      Axpy(p[j] * inv, a.v + j * kv_ld + kvh * a.head_dim, out, a.head_dim);
+    }
+  });
+}
+
 void CpuKernelBackend::Attention(const AttentionArgs& a) {
+  if (a.row_invariant) {
+    RowInvariantAttention(a);
+    return;
+  }
   // Per query head and block of query rows: scores S = Q K^T through sgemm, a causal softmax
   // per row, then O = P V through sgemm. Blocks bound the score buffer for long contexts.
   const int group = a.q_heads / a.kv_heads;
@@ -328,10 +523,9 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
       const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
       scores.resize(static_cast<size_t>(rows * keys));
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-                  static_cast<blasint>(keys), a.head_dim, a.scale,
-                  a.q + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld),
-                  a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f, scores.data(),
-                  static_cast<blasint>(keys));
+                  static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
+                  static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
+                  0.0f, scores.data(), static_cast<blasint>(keys));
       ParallelFor(rows, [&](int64_t r) {
         float* p = scores.data() + r * keys;
         const int64_t n = a.past + t0 + r + 1;
@@ -346,10 +540,10 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
         for (int64_t j = 0; j < n; ++j) p[j] *= inv;
         std::fill(p + n, p + keys, 0.0f);
       });
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows),
-                  a.head_dim, static_cast<blasint>(keys), 1.0f, scores.data(),
-                  static_cast<blasint>(keys), a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld),
-                  0.0f, a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
+                  static_cast<blasint>(keys), 1.0f, scores.data(), static_cast<blasint>(keys),
+                  a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
+                  a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
     }
   }
 }

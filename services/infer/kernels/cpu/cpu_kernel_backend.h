@@ -37,6 +37,18 @@ class CpuKernelBackend final : public KernelBackend {
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                         int64_t n, float* y, int64_t ldy, bool accumulate) override;
+  void MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+                  float* y, int64_t ldy, bool accumulate) override;
+  void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
+                       float* out) override;
+  void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
+                      float* b) override;
+  void SigmoidMul(float* x, const float* gate, int64_t n) override;
+  void GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
+                int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
+                float* beta) override;
+  void MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
+                int32_t* ids, float* weights) override;
   void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                bool zero_centred, float* y) override;
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
@@ -53,6 +65,8 @@ class CpuKernelBackend final : public KernelBackend {
 
  private:
   explicit CpuKernelBackend(int threads);
+
+  void RowInvariantAttention(const AttentionArgs& args);
 
   // Runs fn(i) for every i in [0, n), spread over the pool and the calling thread; returns
   // when all are done.

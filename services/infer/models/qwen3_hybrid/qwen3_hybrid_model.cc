@@ -17,11 +17,8 @@ using Shape = std::vector<int64_t>;
 
 // Epsilon inside the L2 norm of GDN q and k (model-spec §3.6.4); fixed by the architecture.
 constexpr float kL2NormEps = 1e-6f;
-// torch softplus switches to the identity above this input.
-constexpr float kSoftplusThreshold = 20.0f;
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float Softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
 
 // SwiGLU weights: gate_up [2 * width, D] (gate rows, then up rows), down [D, width].
 struct SwiGlu {
@@ -51,9 +48,9 @@ struct GdnWeights {
 };
 
 struct MoeWeights {
-  std::vector<float> router;    // [E, D]
-  std::vector<float> gate_up;   // [E, 2I, D]
-  std::vector<float> down;      // [E, D, I]
+  std::vector<float> router;   // [E, D]
+  std::vector<float> gate_up;  // [E, 2I, D]
+  std::vector<float> down;     // [E, D, I]
   SwiGlu shared;
   std::vector<float> shared_gate;  // [1, D]
 };
@@ -114,8 +111,8 @@ class Qwen3HybridModel final : public Model {
 
   const ModelInfo& info() const override { return info_; }
   const StateLayout& state_layout() const override { return layout_; }
-  absl::StatusOr<std::vector<float>> Forward(SlotState* slot, absl::Span<const int32_t> tokens,
-                                             const ForwardOptions& options) override;
+  absl::StatusOr<std::vector<std::vector<float>>> ForwardBatch(
+      absl::Span<const SequencePass> batch) override;
 
  private:
   absl::Status LoadAttention(WeightReader& r, const std::string& p, AttentionWeights& w);
@@ -123,11 +120,31 @@ class Qwen3HybridModel final : public Model {
   absl::Status LoadSwiGlu(WeightReader& r, const std::string& p, int64_t width, SwiGlu& w);
   absl::Status LoadMoe(WeightReader& r, const std::string& p, MoeWeights& w);
 
-  void RunAttention(const AttentionWeights& w, SlotState* slot, const float* x, int64_t t,
-                    float* h);
-  void RunGdn(const GdnWeights& w, SlotState* slot, const float* x, int64_t t, float* h);
-  void RunSwiGlu(const SwiGlu& w, const float* x, int64_t t, float* y, bool accumulate);
-  void RunMoe(const MoeWeights& w, const float* x, int64_t t, float* h);
+  // One sequence of a group: its index in the batch, its slot and its rows in the group's
+  // activations.
+  struct Sequence {
+    int index = 0;
+    SlotState* slot = nullptr;
+    int64_t row = 0;
+    int64_t tokens = 0;
+  };
+  // Sequences whose rows run through the row-wise layers together.
+  struct Group {
+    std::vector<Sequence> seqs;
+    int64_t rows = 0;
+    bool row_kernel = false;  // MatMulRows (batch invariant) instead of the GEMM.
+  };
+
+  absl::Status CheckPass(const SequencePass& pass) const;
+  void RunGroup(Group& g, absl::Span<const SequencePass> batch,
+                std::vector<std::vector<float>>& results);
+  void MatMul(const Group& g, const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+              int64_t n, float* y, int64_t ldy, bool accumulate);
+  void RunAttention(const Group& g, const AttentionWeights& w, const float* x, float* h);
+  void RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h);
+  void RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t, float* y,
+                 bool accumulate);
+  void RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h);
 
   const HybridConfig c_;
   KernelBackend* const backend_;
@@ -170,7 +187,8 @@ absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, Gd
     const int64_t rdv = vd / hk;
     const int64_t r_heads = hv / hk;
     const int64_t group = 2 * dk + 2 * rdv;
-    ASSIGN_OR_RETURN(std::vector<float> qkvz, r.Read(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, d}));
+    ASSIGN_OR_RETURN(std::vector<float> qkvz,
+                     r.Read(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, d}));
     ASSIGN_OR_RETURN(std::vector<float> ba, r.Read(p + "in_proj_ba.weight", {2 * hv, d}));
     for (int64_t g = 0; g < hk; ++g) {
       CopyRows(qkvz, g * group, w.in_proj, g * dk, dk, d);
@@ -178,8 +196,8 @@ absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, Gd
       CopyRows(qkvz, g * group + 2 * dk, w.in_proj, 2 * kd + g * rdv, rdv, d);
       CopyRows(qkvz, g * group + 2 * dk + rdv, w.in_proj, conv_dim + g * rdv, rdv, d);
       CopyRows(ba, g * 2 * r_heads, w.in_proj, conv_dim + vd + g * r_heads, r_heads, d);
-      CopyRows(ba, g * 2 * r_heads + r_heads, w.in_proj, conv_dim + vd + hv + g * r_heads,
-               r_heads, d);
+      CopyRows(ba, g * 2 * r_heads + r_heads, w.in_proj, conv_dim + vd + hv + g * r_heads, r_heads,
+               d);
     }
   } else {
     ASSIGN_OR_RETURN(std::vector<float> qkv, r.Read(p + "in_proj_qkv.weight", {conv_dim, d}));
@@ -264,16 +282,16 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
     if (lw.full_attention) {
       RETURN_IF_ERROR(LoadAttention(r, p + "self_attn.", lw.attn));
       lw.attn.k_component = static_cast<int>(layout_.components.size());
-      layout_.components.push_back({absl::StrCat("layers.", i, ".k"), ComponentKind::kRows, i,
-                                    kv_floats});
+      layout_.components.push_back(
+          {absl::StrCat("layers.", i, ".k"), ComponentKind::kRows, i, kv_floats});
       lw.attn.v_component = static_cast<int>(layout_.components.size());
-      layout_.components.push_back({absl::StrCat("layers.", i, ".v"), ComponentKind::kRows, i,
-                                    kv_floats});
+      layout_.components.push_back(
+          {absl::StrCat("layers.", i, ".v"), ComponentKind::kRows, i, kv_floats});
     } else {
       RETURN_IF_ERROR(LoadGdn(r, p + "linear_attn.", lw.gdn));
       lw.gdn.conv_component = static_cast<int>(layout_.components.size());
-      layout_.components.push_back({absl::StrCat("layers.", i, ".conv"), ComponentKind::kPrivate,
-                                    i, (c_.conv_kernel - 1) * c_.conv_dim()});
+      layout_.components.push_back({absl::StrCat("layers.", i, ".conv"), ComponentKind::kPrivate, i,
+                                    (c_.conv_kernel - 1) * c_.conv_dim()});
       lw.gdn.recurrent_component = static_cast<int>(layout_.components.size());
       layout_.components.push_back(
           {absl::StrCat("layers.", i, ".recurrent"), ComponentKind::kPrivate, i,
@@ -288,9 +306,9 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
   }
   for (int i = 0; i < c_.rotary_dim / 2; ++i) {
     // As transformers computes it: fp32 base ** (2i / rotary_dim), inverted in fp32.
-    inv_freq_.push_back(1.0f / std::pow(static_cast<float>(c_.rope_theta),
-                                        static_cast<float>(2 * i) /
-                                            static_cast<float>(c_.rotary_dim)));
+    inv_freq_.push_back(1.0f /
+                        std::pow(static_cast<float>(c_.rope_theta),
+                                 static_cast<float>(2 * i) / static_cast<float>(c_.rotary_dim)));
   }
   info_.architecture = c_.model_type;
   info_.vocab_size = c_.vocab_size;
@@ -299,78 +317,92 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
   return absl::OkStatus();
 }
 
-void Qwen3HybridModel::RunSwiGlu(const SwiGlu& w, const float* x, int64_t t, float* y,
-                                 bool accumulate) {
+void Qwen3HybridModel::MatMul(const Group& g, const float* x, int64_t m, int64_t k, int64_t ldx,
+                              const float* w, int64_t n, float* y, int64_t ldy, bool accumulate) {
+  if (g.row_kernel) {
+    backend_->MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate);
+  } else {
+    backend_->MatMulTransposed(x, m, k, ldx, w, n, y, ldy, accumulate);
+  }
+}
+
+void Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t,
+                                 float* y, bool accumulate) {
   const int64_t d = c_.hidden_size;
   std::vector<float> gu(static_cast<size_t>(t * 2 * w.width));
   std::vector<float> act(static_cast<size_t>(t * w.width));
-  backend_->MatMulTransposed(x, t, d, d, w.gate_up.data(), 2 * w.width, gu.data(), 2 * w.width,
-                             false);
+  MatMul(g, x, t, d, d, w.gate_up.data(), 2 * w.width, gu.data(), 2 * w.width, false);
   backend_->SiluMul(gu.data(), 2 * w.width, gu.data() + w.width, 2 * w.width, t, w.width,
                     act.data());
-  backend_->MatMulTransposed(act.data(), t, w.width, w.width, w.down.data(), d, y, d, accumulate);
+  MatMul(g, act.data(), t, w.width, w.width, w.down.data(), d, y, d, accumulate);
 }
 
-void Qwen3HybridModel::RunAttention(const AttentionWeights& w, SlotState* slot, const float* x,
-                                    int64_t t, float* h) {
+void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, const float* x,
+                                    float* h) {
   const int64_t d = c_.hidden_size;
   const int hq = c_.num_heads;
   const int hd = c_.head_dim;
+  const int64_t t = g.rows;
   const int64_t q_width = static_cast<int64_t>(hq) * hd;
   const int64_t kv_width = static_cast<int64_t>(c_.num_kv_heads) * hd;
-  const int64_t pos = slot->position();
   std::vector<float> qg(static_cast<size_t>(t * 2 * q_width));
-  backend_->MatMulTransposed(x, t, d, d, w.q.data(), 2 * q_width, qg.data(), 2 * q_width, false);
+  MatMul(g, x, t, d, d, w.q.data(), 2 * q_width, qg.data(), 2 * q_width, false);
   // q_proj rows are [q_h | gate_h] per head.
   std::vector<float> q(static_cast<size_t>(t * q_width)), gate(q.size());
-  for (int64_t i = 0; i < t; ++i) {
-    for (int j = 0; j < hq; ++j) {
-      const float* src = qg.data() + i * 2 * q_width + static_cast<int64_t>(j) * 2 * hd;
-      std::copy(src, src + hd, q.data() + i * q_width + static_cast<int64_t>(j) * hd);
-      std::copy(src + hd, src + 2 * hd, gate.data() + i * q_width + static_cast<int64_t>(j) * hd);
-    }
-  }
+  backend_->SplitHeadPairs(qg.data(), t, hq, hd, q.data(), gate.data());
   backend_->RmsNorm(q.data(), t * hq, hd, w.q_norm.data(), c_.rms_norm_eps, true, q.data());
-  backend_->Rope(q.data(), t, q_width, hq, hd, c_.rotary_dim, inv_freq_.data(), pos);
-  float* k_rows = slot->data(w.k_component) + pos * kv_width;
-  float* v_rows = slot->data(w.v_component) + pos * kv_width;
-  backend_->MatMulTransposed(x, t, d, d, w.k.data(), kv_width, k_rows, kv_width, false);
-  backend_->MatMulTransposed(x, t, d, d, w.v.data(), kv_width, v_rows, kv_width, false);
-  backend_->RmsNorm(k_rows, t * c_.num_kv_heads, hd, w.k_norm.data(), c_.rms_norm_eps, true,
-                    k_rows);
-  backend_->Rope(k_rows, t, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data(), pos);
+  std::vector<float> k(static_cast<size_t>(t * kv_width)), v(k.size());
+  MatMul(g, x, t, d, d, w.k.data(), kv_width, k.data(), kv_width, false);
+  MatMul(g, x, t, d, d, w.v.data(), kv_width, v.data(), kv_width, false);
+  backend_->RmsNorm(k.data(), t * c_.num_kv_heads, hd, w.k_norm.data(), c_.rms_norm_eps, true,
+                    k.data());
   std::vector<float> o(q.size());
-  AttentionArgs args;
-  args.q = q.data();
-  args.k = slot->data(w.k_component);
-  args.v = slot->data(w.v_component);
-  args.out = o.data();
-  args.tokens = t;
-  args.past = pos;
-  args.q_heads = hq;
-  args.kv_heads = c_.num_kv_heads;
-  args.head_dim = hd;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  backend_->Attention(args);
-  for (size_t i = 0; i < o.size(); ++i) o[i] *= Sigmoid(gate[i]);
-  backend_->MatMulTransposed(o.data(), t, q_width, q_width, w.o.data(), d, h, d, true);
+  for (const Sequence& s : g.seqs) {
+    const int64_t pos = s.slot->position();
+    float* qs = q.data() + s.row * q_width;
+    backend_->Rope(qs, s.tokens, q_width, hq, hd, c_.rotary_dim, inv_freq_.data(), pos);
+    float* k_rows = s.slot->data(w.k_component) + pos * kv_width;
+    float* v_rows = s.slot->data(w.v_component) + pos * kv_width;
+    std::copy(k.begin() + s.row * kv_width, k.begin() + (s.row + s.tokens) * kv_width, k_rows);
+    std::copy(v.begin() + s.row * kv_width, v.begin() + (s.row + s.tokens) * kv_width, v_rows);
+    backend_->Rope(k_rows, s.tokens, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data(),
+                   pos);
+    AttentionArgs args;
+    args.q = qs;
+    args.k = s.slot->data(w.k_component);
+    args.v = s.slot->data(w.v_component);
+    args.out = o.data() + s.row * q_width;
+    args.tokens = s.tokens;
+    args.past = pos;
+    args.q_heads = hq;
+    args.kv_heads = c_.num_kv_heads;
+    args.head_dim = hd;
+    args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    args.row_invariant = options_.pass_invariant;
+    backend_->Attention(args);
+  }
+  backend_->SigmoidMul(o.data(), gate.data(), static_cast<int64_t>(o.size()));
+  MatMul(g, o.data(), t, q_width, q_width, w.o.data(), d, h, d, true);
 }
 
-void Qwen3HybridModel::RunGdn(const GdnWeights& w, SlotState* slot, const float* x, int64_t t,
-                              float* h) {
+void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h) {
   const int64_t d = c_.hidden_size;
   const int64_t kd = c_.key_dim();
   const int64_t vd = c_.value_dim();
   const int hv = c_.linear_v_heads;
   const int64_t conv_dim = c_.conv_dim();
   const int64_t width = conv_dim + vd + 2 * hv;
+  const int64_t t = g.rows;
   std::vector<float> proj(static_cast<size_t>(t * width));
-  backend_->MatMulTransposed(x, t, d, d, w.in_proj.data(), width, proj.data(), width, false);
+  MatMul(g, x, t, d, d, w.in_proj.data(), width, proj.data(), width, false);
   std::vector<float> conv(static_cast<size_t>(t * conv_dim));
-  backend_->CausalConvSilu(proj.data(), width, t, conv_dim, w.conv.data(), c_.conv_kernel,
-                           slot->data(w.conv_component), conv.data());
+  for (const Sequence& s : g.seqs) {
+    backend_->CausalConvSilu(proj.data() + s.row * width, width, s.tokens, conv_dim, w.conv.data(),
+                             c_.conv_kernel, s.slot->data(w.conv_component),
+                             conv.data() + s.row * conv_dim);
+  }
   std::vector<float> q(static_cast<size_t>(t * kd)), k(q.size()), v(static_cast<size_t>(t * vd)),
-      z(v.size()), g(static_cast<size_t>(t * hv)), beta(g.size());
+      z(v.size()), gates(static_cast<size_t>(t * hv)), beta(gates.size());
   for (int64_t i = 0; i < t; ++i) {
     const float* c = conv.data() + i * conv_dim;
     std::copy(c, c + kd, q.data() + i * kd);
@@ -378,68 +410,59 @@ void Qwen3HybridModel::RunGdn(const GdnWeights& w, SlotState* slot, const float*
     std::copy(c + 2 * kd, c + conv_dim, v.data() + i * vd);
     const float* p = proj.data() + i * width;
     std::copy(p + conv_dim, p + conv_dim + vd, z.data() + i * vd);
-    for (int j = 0; j < hv; ++j) {
-      beta[i * hv + j] = Sigmoid(p[conv_dim + vd + j]);
-      g[i * hv + j] = w.neg_a[j] * Softplus(p[conv_dim + vd + hv + j] + w.dt_bias[j]);
-    }
   }
+  backend_->GdnGates(proj.data(), width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data(),
+                     w.neg_a.data(), gates.data(), beta.data());
   const int dk = c_.linear_k_dim;
   backend_->L2Normalize(q.data(), t * c_.linear_k_heads, dk, kL2NormEps,
                         1.0f / std::sqrt(static_cast<float>(dk)));
   backend_->L2Normalize(k.data(), t * c_.linear_k_heads, dk, kL2NormEps, 1.0f);
   std::vector<float> o(static_cast<size_t>(t * vd));
-  GatedDeltaArgs args;
-  args.q = q.data();
-  args.k = k.data();
-  args.v = v.data();
-  args.g = g.data();
-  args.beta = beta.data();
-  args.state = slot->data(w.recurrent_component);
-  args.out = o.data();
-  args.tokens = t;
-  args.k_heads = c_.linear_k_heads;
-  args.v_heads = hv;
-  args.dk = dk;
-  args.dv = c_.linear_v_dim;
-  args.chunk = t == 1 ? 0 : options_.gdn_chunk;
-  backend_->GatedDeltaRule(args);
+  for (const Sequence& s : g.seqs) {
+    GatedDeltaArgs args;
+    args.q = q.data() + s.row * kd;
+    args.k = k.data() + s.row * kd;
+    args.v = v.data() + s.row * vd;
+    args.g = gates.data() + s.row * hv;
+    args.beta = beta.data() + s.row * hv;
+    args.state = s.slot->data(w.recurrent_component);
+    args.out = o.data() + s.row * vd;
+    args.tokens = s.tokens;
+    args.k_heads = c_.linear_k_heads;
+    args.v_heads = hv;
+    args.dk = dk;
+    args.dv = c_.linear_v_dim;
+    args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
+    backend_->GatedDeltaRule(args);
+  }
   backend_->GatedRmsNorm(o.data(), z.data(), t * hv, c_.linear_v_dim, w.norm.data(),
                          c_.rms_norm_eps, o.data());
-  backend_->MatMulTransposed(o.data(), t, vd, vd, w.out.data(), d, h, d, true);
+  MatMul(g, o.data(), t, vd, vd, w.out.data(), d, h, d, true);
 }
 
-void Qwen3HybridModel::RunMoe(const MoeWeights& w, const float* x, int64_t t, float* h) {
+void Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h) {
   const int64_t d = c_.hidden_size;
   const int e = c_.num_experts;
+  const int top_k = c_.top_k;
   const int64_t inter = c_.moe_intermediate_size;
+  const int64_t t = g.rows;
   std::vector<float> logits(static_cast<size_t>(t * e));
-  backend_->MatMulTransposed(x, t, d, d, w.router.data(), e, logits.data(), e, false);
-  // Route: softmax over all experts, top-k (ties to the lower id), optional renormalisation.
+  MatMul(g, x, t, d, d, w.router.data(), e, logits.data(), e, false);
+  std::vector<int32_t> ids(static_cast<size_t>(t * top_k));
+  std::vector<float> weights(ids.size());
+  backend_->MoeRoute(logits.data(), t, e, top_k, c_.norm_topk_prob, ids.data(), weights.data());
   std::vector<std::vector<std::pair<int64_t, float>>> routed(e);  // expert -> (token, weight)
-  std::vector<int> order(e);
-  std::vector<float> p(e);
   for (int64_t i = 0; i < t; ++i) {
-    const float* l = logits.data() + i * e;
-    const float mx = *std::max_element(l, l + e);
-    float sum = 0.0f;
-    for (int j = 0; j < e; ++j) sum += p[j] = std::exp(l[j] - mx);
-    for (int j = 0; j < e; ++j) p[j] /= sum;
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + c_.top_k, order.end(),
-                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float top_sum = 0.0f;
-    for (int j = 0; j < c_.top_k; ++j) top_sum += p[order[j]];
-    for (int j = 0; j < c_.top_k; ++j) {
-      const float weight = c_.norm_topk_prob ? p[order[j]] / top_sum : p[order[j]];
-      routed[order[j]].emplace_back(i, weight);
+    for (int j = 0; j < top_k; ++j) {
+      routed[ids[i * top_k + j]].emplace_back(i, weights[i * top_k + j]);
     }
   }
   // Shared expert first, then routed experts in ascending id; every token's sum has a fixed
   // order.
   std::vector<float> out(static_cast<size_t>(t * d));
-  RunSwiGlu(w.shared, x, t, out.data(), false);
+  RunSwiGlu(g, w.shared, x, t, out.data(), false);
   std::vector<float> sg(static_cast<size_t>(t));
-  backend_->MatMulTransposed(x, t, d, d, w.shared_gate.data(), 1, sg.data(), 1, false);
+  MatMul(g, x, t, d, d, w.shared_gate.data(), 1, sg.data(), 1, false);
   for (int64_t i = 0; i < t; ++i) {
     const float s = Sigmoid(sg[i]);
     for (int64_t j = 0; j < d; ++j) out[i * d + j] *= s;
@@ -455,11 +478,10 @@ void Qwen3HybridModel::RunMoe(const MoeWeights& w, const float* x, int64_t t, fl
       std::copy(x + list[r].first * d, x + (list[r].first + 1) * d, xs.data() + r * d);
     }
     std::vector<float> gu(static_cast<size_t>(n * 2 * inter)), act(static_cast<size_t>(n * inter));
-    backend_->MatMulTransposed(xs.data(), n, d, d, w.gate_up.data() + ex * 2 * inter * d,
-                               2 * inter, gu.data(), 2 * inter, false);
+    MatMul(g, xs.data(), n, d, d, w.gate_up.data() + ex * 2 * inter * d, 2 * inter, gu.data(),
+           2 * inter, false);
     backend_->SiluMul(gu.data(), 2 * inter, gu.data() + inter, 2 * inter, n, inter, act.data());
-    backend_->MatMulTransposed(act.data(), n, inter, inter, w.down.data() + ex * d * inter, d,
-                               ys.data(), d, false);
+    MatMul(g, act.data(), n, inter, inter, w.down.data() + ex * d * inter, d, ys.data(), d, false);
     for (int64_t r = 0; r < n; ++r) {
       float* o = out.data() + list[r].first * d;
       const float weight = list[r].second;
@@ -469,50 +491,119 @@ void Qwen3HybridModel::RunMoe(const MoeWeights& w, const float* x, int64_t t, fl
   for (int64_t i = 0; i < t * d; ++i) h[i] += out[i];
 }
 
-absl::StatusOr<std::vector<float>> Qwen3HybridModel::Forward(SlotState* slot,
-                                                             absl::Span<const int32_t> tokens,
-                                                             const ForwardOptions& options) {
-  const int64_t t = static_cast<int64_t>(tokens.size());
-  if (t == 0) return absl::InvalidArgumentError("empty forward pass");
-  for (int32_t id : tokens) {
+absl::Status Qwen3HybridModel::CheckPass(const SequencePass& pass) const {
+  if (pass.slot == nullptr) return absl::InvalidArgumentError("forward pass without a slot");
+  if (pass.tokens.empty()) return absl::InvalidArgumentError("empty forward pass");
+  for (int32_t id : pass.tokens) {
     if (id < 0 || id >= c_.vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat("token id ", id, " outside vocabulary of ", c_.vocab_size));
     }
   }
-  if (!(slot->layout() == layout_)) {
+  if (!(pass.slot->layout() == layout_)) {
     return absl::InvalidArgumentError("slot was not created with this model's state layout");
   }
-  RETURN_IF_ERROR(slot->PrepareAppend(t));
-  const int64_t d = c_.hidden_size;
-  std::vector<float> h(static_cast<size_t>(t * d)), xn(h.size());
-  for (int64_t i = 0; i < t; ++i) {
-    std::copy(embed_.begin() + tokens[i] * d, embed_.begin() + (tokens[i] + 1) * d,
-              h.begin() + i * d);
+  if (!pass.slot->runnable()) {
+    return absl::FailedPreconditionError("slot is being restored and cannot run");
   }
+  const int64_t t = static_cast<int64_t>(pass.tokens.size());
+  if (pass.slot->position() + t > pass.slot->max_rows()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("pass of ", t, " tokens at position ", pass.slot->position(),
+                     " does not fit the slot's ", pass.slot->max_rows(), " rows"));
+  }
+  return absl::OkStatus();
+}
+
+void Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass> batch,
+                                std::vector<std::vector<float>>& results) {
+  const int64_t d = c_.hidden_size;
+  const int64_t t = g.rows;
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(t));
+  for (const Sequence& s : g.seqs) {
+    const SequencePass& pass = batch[s.index];
+    ids.insert(ids.end(), pass.tokens.begin(), pass.tokens.end());
+  }
+  std::vector<float> h(static_cast<size_t>(t * d)), xn(h.size());
+  backend_->EmbeddingGather(embed_.data(), d, ids.data(), t, h.data());
   for (const LayerWeights& lw : layers_) {
     backend_->RmsNorm(h.data(), t, d, lw.input_norm.data(), c_.rms_norm_eps, true, xn.data());
     if (lw.full_attention) {
-      RunAttention(lw.attn, slot, xn.data(), t, h.data());
+      RunAttention(g, lw.attn, xn.data(), h.data());
     } else {
-      RunGdn(lw.gdn, slot, xn.data(), t, h.data());
+      RunGdn(g, lw.gdn, xn.data(), h.data());
     }
     backend_->RmsNorm(h.data(), t, d, lw.post_norm.data(), c_.rms_norm_eps, true, xn.data());
     if (lw.moe) {
-      RunMoe(lw.experts, xn.data(), t, h.data());
+      RunMoe(g, lw.experts, xn.data(), h.data());
     } else {
-      RunSwiGlu(lw.mlp, xn.data(), t, h.data(), true);
+      RunSwiGlu(g, lw.mlp, xn.data(), t, h.data(), true);
     }
   }
-  const int64_t rows = options.all_logits ? t : 1;
-  const float* last = h.data() + (t - rows) * d;
-  backend_->RmsNorm(last, rows, d, final_norm_.data(), c_.rms_norm_eps, true, xn.data());
+  // The rows whose logits are returned: every row of an all_logits pass, else its last.
+  std::vector<float> last;
+  int64_t rows = 0;
+  for (const Sequence& s : g.seqs) {
+    const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+    last.insert(last.end(), h.begin() + (s.row + s.tokens - n) * d,
+                h.begin() + (s.row + s.tokens) * d);
+    rows += n;
+  }
+  std::vector<float> normed(last.size());
+  backend_->RmsNorm(last.data(), rows, d, final_norm_.data(), c_.rms_norm_eps, true, normed.data());
   std::vector<float> logits(static_cast<size_t>(rows * c_.vocab_size));
   const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
-  backend_->MatMulTransposed(xn.data(), rows, d, d, head.data(), c_.vocab_size, logits.data(),
-                             c_.vocab_size, false);
-  slot->CommitAppend(t);
-  return logits;
+  MatMul(g, normed.data(), rows, d, d, head.data(), c_.vocab_size, logits.data(), c_.vocab_size,
+         false);
+  int64_t row = 0;
+  for (const Sequence& s : g.seqs) {
+    const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+    results[s.index].assign(logits.begin() + row * c_.vocab_size,
+                            logits.begin() + (row + n) * c_.vocab_size);
+    row += n;
+    s.slot->CommitAppend(s.tokens);
+  }
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
+    absl::Span<const SequencePass> batch) {
+  if (batch.empty()) return absl::InvalidArgumentError("empty forward batch");
+  for (size_t i = 0; i < batch.size(); ++i) {
+    RETURN_IF_ERROR(CheckPass(batch[i]));
+    for (size_t j = 0; j < i; ++j) {
+      if (batch[j].slot == batch[i].slot) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("forward batch names one slot twice (sequences ", j, " and ", i, ")"));
+      }
+    }
+  }
+  for (const SequencePass& pass : batch) {
+    RETURN_IF_ERROR(pass.slot->PrepareAppend(static_cast<int64_t>(pass.tokens.size())));
+  }
+  // Short passes (decode steps) share one group computed with the row-invariant product;
+  // each longer pass runs alone through the GEMM. Which path a sequence takes depends only
+  // on its own length, so its bits never depend on the rest of the batch.
+  std::vector<std::vector<float>> results(batch.size());
+  Group small;
+  small.row_kernel = true;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
+    if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) {
+      small.seqs.push_back({static_cast<int>(i), batch[i].slot, small.rows, t});
+      small.rows += t;
+    }
+  }
+  if (!small.seqs.empty()) RunGroup(small, batch, results);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
+    if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) continue;
+    Group alone;
+    alone.seqs.push_back({static_cast<int>(i), batch[i].slot, 0, t});
+    alone.rows = t;
+    RunGroup(alone, batch, results);
+  }
+  return results;
 }
 
 }  // namespace

@@ -15,6 +15,16 @@ struct Qwen3HybridOptions {
   // Tokens per chunk of the chunked gated delta rule in passes of more than one token
   // (model-spec §3.6.5); single-token passes use the recurrent rule.
   int gdn_chunk = 64;
+  // Passes of at most this many tokens (decode steps) run with the batch-invariant row-wise
+  // product (KernelBackend::MatMulRows) and share one group in a batch; longer passes run
+  // alone through the GEMM. The choice depends only on a pass's own length.
+  int64_t row_kernel_max_tokens = 8;
+  // Pass invariance: every product through the row-wise kernel, the delta rule in its
+  // recurrent form, attention row by row. A sequence's logits and state then depend only on
+  // its tokens, never on how they were split into passes, so a restored continuation equals
+  // the cold single-pass run bit for bit, at a cost in prefill speed. A different numerics
+  // class (state computed one way is never restored into the other).
+  bool pass_invariant = false;
 };
 
 // Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE family (model-spec §2-§3) from

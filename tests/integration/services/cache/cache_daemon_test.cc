@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/checksum/checksum.h"
 #include "common/concurrency/thread_pool.h"
@@ -277,13 +278,16 @@ TEST(CacheDaemonTest, MalformedRequestsAreRejected) {
     cases.push_back({"release of a lease never held",
                      infer.Call(&v1::CacheService::Stub::ReleaseLease, rel, &released),
                      grpc::StatusCode::NOT_FOUND});
-    v1::CompleteSpillRequest spill;
-    spill.set_session_id(infer.session());
-    spill.mutable_done()->set_spill_id(99);
-    v1::CompleteSpillResponse spilled;
-    cases.push_back({"completion of a spill never asked",
-                     infer.Call(&v1::CacheService::Stub::CompleteSpill, spill, &spilled),
-                     grpc::StatusCode::NOT_FOUND});
+    // A SpillDone for a spill never asked for is ignored; the session stays usable.
+    v1::SessionClientMessage done;
+    done.mutable_spill_done()->set_spill_id(99);
+    done.mutable_spill_done()->add_chunk_ids(1);
+    ASSERT_TRUE(infer.Write(done));
+    v1::GetStatusResponse status;
+    cases.push_back(
+        {"a call after a spill report never asked for",
+         infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status),
+         grpc::StatusCode::OK});
   }
   for (const Case& c : cases) {
     EXPECT_EQ(c.status.error_code(), c.want) << c.name << ": " << c.status.error_message();
@@ -296,19 +300,188 @@ TEST(CacheDaemonTest, RestoreIntoAnotherSlotWaitsForBorrowedRowsToBeSpilled) {
   ASSERT_NO_FATAL_FAILURE(infer.Open());
   // The checkpoint's two full chunks still live only in slot 0.
   std::vector<uint64_t> ids = infer.PrefillCold(0, Tokens(11, 40), {40}, 4);
-  v1::AcquireRestoreRequest ar;
-  ar.set_session_id(infer.session());
-  ar.set_model_id(infer.model());
-  ar.set_checkpoint_id(ids[0]);
-  ar.set_slot(1);
   v1::RestoreLease lease;
 
-  grpc::Status first = infer.Call(&v1::CacheService::Stub::AcquireRestore, ar, &lease);
+  grpc::Status s = infer.AcquireRestore(1, ids[0], &lease);
 
-  // The restore is refused for now, and the daemon asks for the rows on the session stream.
-  EXPECT_EQ(first.error_code(), grpc::StatusCode::UNAVAILABLE) << first.error_message();
-  ASSERT_NO_FATAL_FAILURE(infer.ServeOneSpill());
-  ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[0]));
+  // The lease comes at once, not ready: the daemon asks for the rows on the session stream
+  // and settles the lease with LeaseReady once they are in the arena.
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(lease.ready());
+  ASSERT_EQ(lease.awaiting_spills_size(), 1);
+  v1::SpillRequest spill = infer.NextSpillRequest();
+  EXPECT_EQ(spill.spill_id(), lease.awaiting_spills(0));
+  EXPECT_TRUE(spill.urgent());
+  EXPECT_EQ(spill.slot(), 0u);
+  EXPECT_EQ(spill.chunks_size(), 2);
+  ASSERT_NO_FATAL_FAILURE(infer.DoSpill(spill));
+  v1::LeaseReady ready = infer.AwaitLeaseReady(lease.lease_id());
+  ASSERT_TRUE(ready.ok()) << ready.failure();
+  EXPECT_EQ(ready.chunks_size(), 2);
+  FakeInfer::ApplyLeaseReady(ready, &lease);
+  ASSERT_NO_FATAL_FAILURE(infer.VerifyAndRelease(1, ids[0], lease));
+}
+
+TEST(CacheDaemonTest, ARestoreOfRowsBorrowedByAnotherSessionCompletesThroughLeaseReady) {
+  Server server;
+  FakeInfer a(server.address());
+  FakeInfer b(server.address());
+  ASSERT_NO_FATAL_FAILURE(a.Open());
+  ASSERT_NO_FATAL_FAILURE(b.Open());
+  std::vector<uint64_t> ids = a.PrefillCold(0, Tokens(50, 40), {40}, 5);
+  b.set_captured(a.captured());
+  v1::RestoreLease lease;
+
+  grpc::Status s = b.AcquireRestore(0, ids[0], &lease);
+
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(lease.ready());
+  ASSERT_EQ(lease.awaiting_spills_size(), 1);
+  // A gets the urgent spill on its stream, performs it, and B's lease becomes ready: no call
+  // is repeated.
+  v1::SpillRequest spill = a.NextSpillRequest();
+  EXPECT_EQ(spill.spill_id(), lease.awaiting_spills(0));
+  EXPECT_TRUE(spill.urgent());
+  ASSERT_NO_FATAL_FAILURE(a.DoSpill(spill));
+  v1::LeaseReady ready = b.AwaitLeaseReady(lease.lease_id());
+  ASSERT_TRUE(ready.ok()) << ready.failure();
+  FakeInfer::ApplyLeaseReady(ready, &lease);
+  ASSERT_NO_FATAL_FAILURE(b.VerifyAndRelease(0, ids[0], lease));
+  // The chunks stay in the arena: the next restore is ready at once.
+  v1::RestoreLease again;
+  ASSERT_TRUE(b.AcquireRestore(1, ids[0], &again).ok());
+  EXPECT_TRUE(again.ready());
+}
+
+// How the session that owes a spill dies.
+enum class Death { kStreamClosed, kHeartbeatTimeout };
+
+class OwnerDeathTest : public ::testing::TestWithParam<Death> {};
+
+TEST_P(OwnerDeathTest, TheWaitingLeaseFailsAndTheCheckpointIsDroppedWithNothingLeft) {
+  FakeClock clock(absl::FromUnixSeconds(1000));
+  const std::string root = TempPath("owner-death");
+  ASSERT_EQ(std::system(("rm -rf " + root).c_str()), 0);
+  Server server(8 << 20, root, &clock);
+  FakeInfer a(server.address());
+  FakeInfer b(server.address());
+  ASSERT_NO_FATAL_FAILURE(a.Open());
+  ASSERT_NO_FATAL_FAILURE(b.Open());
+  a.set_capture_kind(v1::CAPTURE_KIND_END);  // Goes to disk once its chunks are in the arena.
+  std::vector<uint64_t> ids = a.PrefillCold(0, Tokens(51, 40), {40}, 6);
+  ASSERT_EQ(server.daemon()->DeferredPersistsForTest(), 1u);
+  v1::RestoreLease lease;
+  ASSERT_TRUE(b.AcquireRestore(0, ids[0], &lease).ok());
+  ASSERT_FALSE(lease.ready());
+  v1::SpillRequest spill = a.NextSpillRequest();  // Never performed.
+
+  if (GetParam() == Death::kStreamClosed) {
+    a.EndSession();
+  } else {
+    clock.Advance(absl::Seconds(11));  // Past the session timeout; b stays alive.
+    ASSERT_TRUE(b.Heartbeat());
+    server.daemon()->Touch(b.session()).IgnoreError();
+    server.daemon()->Tick();
+  }
+
+  v1::LeaseReady ready = b.AwaitLeaseReady(lease.lease_id());
+  EXPECT_FALSE(ready.ok());
+  EXPECT_FALSE(ready.failure().empty());
+  v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(
+      b.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list).ok());
+  EXPECT_EQ(list.checkpoints_size(), 0);
+  EXPECT_EQ(b.Lookup(Tokens(51, 41)).best().tier(), v1::TIER_UNSPECIFIED);
+  std::vector<v1::Event> events = server.daemon()->EventsAfter(0, 0);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [&](const v1::Event& e) {
+    return e.kind() == v1::EVENT_KIND_QUARANTINE && e.checkpoint_id() == ids[0];
+  }));
+  EXPECT_EQ(server.daemon()->DeferredPersistsForTest(), 0u);
+  EXPECT_EQ(server.daemon()->arena().allocator().used_bytes(), 0u);
+  v1::RestoreLease gone;
+  EXPECT_EQ(b.AcquireRestore(0, ids[0], &gone).error_code(), grpc::StatusCode::NOT_FOUND);
+  (void)spill;
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheDaemonTest, OwnerDeathTest,
+                         ::testing::Values(Death::kStreamClosed, Death::kHeartbeatTimeout),
+                         [](const ::testing::TestParamInfo<Death>& p) {
+                           return p.param == Death::kStreamClosed ? "StreamClosed"
+                                                                  : "HeartbeatTimeout";
+                         });
+
+TEST(CacheDaemonTest, StartSlotPreservesBorrowedRowsThroughTheStream) {
+  Server server;
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  std::vector<uint64_t> ids = infer.PrefillCold(0, Tokens(52, 40), {40}, 7);
+  v1::StartSlotRequest start;
+  start.set_session_id(infer.session());
+  start.set_model_id(infer.model());
+  start.set_slot(0);
+  start.set_mode(v1::StartSlotRequest::MODE_COLD);
+  v1::StartSlotResponse started;
+
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::StartSlot, start, &started).ok());
+
+  // One spill, sent on the stream, preserves the two borrowed chunks before the overwrite.
+  ASSERT_EQ(started.preserve_spills_size(), 1);
+  v1::SpillRequest spill = infer.NextSpillRequest();
+  EXPECT_EQ(spill.spill_id(), started.preserve_spills(0));
+  EXPECT_TRUE(spill.urgent());
+  EXPECT_EQ(spill.chunks_size(), 2);
+  ASSERT_NO_FATAL_FAILURE(infer.DoSpill(spill));
+  // Once reported, the checkpoint restores from the arena without waiting.
+  // The report travels the stream, the call does not: if the call overtakes it, the lease
+  // waits for the same spill instead of asking again.
+  v1::RestoreLease lease;
+  ASSERT_TRUE(infer.AcquireRestore(1, ids[0], &lease).ok());
+  if (!lease.ready()) {
+    EXPECT_EQ(lease.awaiting_spills(0), spill.spill_id());
+    v1::LeaseReady ready = infer.AwaitLeaseReady(lease.lease_id());
+    ASSERT_TRUE(ready.ok()) << ready.failure();
+    FakeInfer::ApplyLeaseReady(ready, &lease);
+  }
+  ASSERT_NO_FATAL_FAILURE(infer.VerifyAndRelease(1, ids[0], lease));
+}
+
+TEST(CacheDaemonTest, ASpillReportWithAWrongChecksumDropsTheCheckpointWithADataLossEvent) {
+  Server server;
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  std::vector<uint64_t> ids = infer.PrefillCold(0, Tokens(53, 40), {40}, 8);
+  infer.set_checksum_skew(1);
+  v1::RestoreLease lease;
+  ASSERT_TRUE(infer.AcquireRestore(1, ids[0], &lease).ok());
+  ASSERT_FALSE(lease.ready());
+
+  v1::LeaseReady ready = infer.AwaitLeaseReady(lease.lease_id());
+
+  EXPECT_FALSE(ready.ok());
+  std::vector<v1::Event> events = server.daemon()->EventsAfter(0, 0);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [&](const v1::Event& e) {
+    return e.kind() == v1::EVENT_KIND_QUARANTINE && e.checkpoint_id() == ids[0] &&
+           absl::StrContains(e.reason(), "data loss");
+  }));
+  v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(
+      infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+          .ok());
+  EXPECT_EQ(list.checkpoints_size(), 0);
+}
+
+TEST(CacheDaemonTest, DrainingTellsTheSessionsAndEndsThemPromptly) {
+  Server server;
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.PrefillCold(0, Tokens(54, 20), {16}, 9);
+  const absl::Time start = absl::Now();
+
+  server.Drain(absl::Seconds(1));
+
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(infer.AwaitSessionEnd().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(infer.SawDraining());
 }
 
 TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEviction) {

@@ -71,14 +71,18 @@ TEST_F(CairnctlTest, CallRejectsBadInputClearly) {
   Result bad_json =
       Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Evict", "{\"nope\": 1}"});
   Result no_method = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Nope"});
-  Result streaming = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/StreamEvents"});
+  Result client_streaming =
+      Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Session"});
+  Result server_streaming =
+      Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/StreamEvents"});
   Result server_error = Ctl(
       server_.address(), {"call", "cairn.cache.v1.CacheService/Evict", "{\"checkpointId\": 999}"});
 
   EXPECT_EQ(bad_json.code, 2);
   EXPECT_NE(bad_json.err.find("bad JSON"), std::string::npos);
   EXPECT_EQ(no_method.code, 1);
-  EXPECT_EQ(streaming.code, 2);
+  EXPECT_EQ(client_streaming.code, 2);
+  EXPECT_EQ(server_streaming.code, 0) << server_streaming.err;
   EXPECT_EQ(server_error.code, 1);
   EXPECT_NE(server_error.err.find("NOT_FOUND"), std::string::npos) << server_error.err;
 }

@@ -5,18 +5,28 @@
 // plays cairn-infer against a cache daemon: one session, the arena mapped
 // from the descriptor the daemon hands over, slots whose rows and private state are
 // pseudo-random bytes kept locally, captures, spills and restores checked byte for byte.
+//
+// FakeInfer is the reference client of the session protocol (docs/cache-protocol.md): a
+// reader thread collects the server's stream messages (spill requests, LeaseReady, Draining)
+// in an inbox; spills are performed from the slots' local rows and reported with SpillDone on
+// the stream; preserve spills are reported before a slot is overwritten; a lease that is not
+// ready is read only after its LeaseReady, serving the session's own spill requests meanwhile.
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/checksum/checksum.h"
+#include "common/concurrency/mutex.h"
 #include "common/concurrency/thread_pool.h"
 #include "common/grpc/client.h"
 #include "common/grpc/server_runner.h"
@@ -70,6 +80,13 @@ class Server {
     runner_->Wait();
     pool_.Shutdown();
   }
+  // What main.cc does on SIGTERM: sessions are told and ended, then the server drains.
+  void Drain(absl::Duration session_grace) {
+    service_->DrainSessions(session_grace);
+    EXPECT_TRUE(service_->DrainCalls(absl::Seconds(10)));
+    runner_->Drain();
+    runner_->Wait();
+  }
   const std::string& address() const { return runner_->address(); }
   CacheDaemon* daemon() { return daemon_.get(); }
 
@@ -100,6 +117,7 @@ class FakeInfer {
     ASSERT_TRUE(stream_->Read(&welcome));
     ASSERT_TRUE(welcome.has_welcome());
     welcome_ = welcome.welcome();
+    reader_ = std::thread([this] { ReadStream(); });
     ArenaClientOptions ao;
     ao.socket_path = welcome_.arena().fd_socket_path();
     ao.expected_incarnation = welcome_.arena().incarnation();
@@ -128,15 +146,15 @@ class FakeInfer {
     model_ = resp.model_id();
   }
 
+  // Closes the session (pending spill requests stay unanswered) and waits for its end.
   void EndSession() {
     if (stream_ == nullptr) return;
-    stream_->WritesDone();
-    v1::SessionServerMessage m;
-    while (stream_->Read(&m)) {
+    {
+      MutexLock lock(&write_mu_);
+      stream_->WritesDone();
     }
-    grpc::Status ignored = stream_->Finish();
+    grpc::Status ignored = AwaitSessionEnd();
     (void)ignored;
-    stream_.reset();
   }
 
   template <typename Req, typename Resp>
@@ -169,7 +187,7 @@ class FakeInfer {
     v1::StartSlotResponse started;
     grpc::Status s = Call(&v1::CacheService::Stub::StartSlot, start, &started);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    DoSpill(started.preserve());
+    ServeSpills(started.preserve_spills());
     slots_[slot] = SlotState();
     return ExtendAndCapture(slot, tokens, captures, seed);
   }
@@ -224,36 +242,119 @@ class FakeInfer {
     return ids;
   }
 
-  // Copies the requested rows from the slot's local state into the arena and reports.
+  // Copies the requested rows from the slot's local state into the arena and reports them
+  // with SpillDone on the stream.
   void DoSpill(const v1::SpillRequest& spill) {
-    if (spill.chunks_size() == 0) return;
-    v1::CompleteSpillRequest done;
-    done.set_session_id(session());
-    done.mutable_done()->set_spill_id(spill.spill_id());
+    v1::SessionClientMessage m;
+    v1::SpillDone* done = m.mutable_spill_done();
+    done->set_spill_id(spill.spill_id());
     SlotState& st = slots_[spill.slot()];
     for (const v1::ChunkSpill& c : spill.chunks()) {
       auto dest = arena_->Resolve(ToHandle(c.destination()));
       ASSERT_TRUE(dest.ok()) << dest.status();
       WriteRows(st, c.first_row(), c.rows(), dest->data());
-      done.mutable_done()->add_chunk_ids(c.chunk_id());
-      done.mutable_done()->add_checksums(Xxh3(dest->data(), dest->size()));
+      done->add_chunk_ids(c.chunk_id());
+      done->add_checksums(Xxh3(dest->data(), dest->size()) + checksum_skew_);
     }
-    v1::CompleteSpillResponse resp;
-    grpc::Status s = Call(&v1::CacheService::Stub::CompleteSpill, done, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_TRUE(Write(m));
   }
 
-  // Restores `checkpoint` into `slot` and checks every byte against what was captured.
-  void RestoreAndVerify(uint32_t slot, uint64_t checkpoint) {
+  // Waits for the spill requests `ids` on the stream and performs them.
+  void ServeSpills(const google::protobuf::RepeatedField<uint64_t>& ids) {
+    for (uint64_t id : ids) {
+      v1::SessionServerMessage m;
+      ASSERT_TRUE(Take(
+          [id](const v1::SessionServerMessage& x) {
+            return x.has_spill_request() && x.spill_request().spill_id() == id;
+          },
+          &m))
+          << "spill request " << id << " never arrived";
+      ASSERT_NO_FATAL_FAILURE(DoSpill(m.spill_request()));
+    }
+  }
+
+  // Waits for the next spill request on the stream and performs it (urgent or not).
+  void ServeOneSpill() {
+    v1::SessionServerMessage m;
+    ASSERT_TRUE(Take([](const v1::SessionServerMessage& x) { return x.has_spill_request(); }, &m))
+        << "no spill request arrived";
+    ASSERT_NO_FATAL_FAILURE(DoSpill(m.spill_request()));
+  }
+
+  // Waits for the next spill request and returns it without performing it.
+  v1::SpillRequest NextSpillRequest() {
+    v1::SessionServerMessage m;
+    EXPECT_TRUE(Take([](const v1::SessionServerMessage& x) { return x.has_spill_request(); }, &m))
+        << "no spill request arrived";
+    return m.spill_request();
+  }
+
+  // Waits for LeaseReady of `lease_id`, performing this session's spill requests meanwhile
+  // (a lease may wait for rows this very session holds).
+  v1::LeaseReady AwaitLeaseReady(uint64_t lease_id) {
+    const absl::Time deadline = absl::Now() + kRpcTimeout;
+    while (absl::Now() < deadline) {
+      v1::SessionServerMessage m;
+      bool got = Take(
+          [lease_id](const v1::SessionServerMessage& x) {
+            return x.has_spill_request() ||
+                   (x.has_lease_ready() && x.lease_ready().lease_id() == lease_id);
+          },
+          &m);
+      if (!got) break;
+      if (m.has_lease_ready()) return m.lease_ready();
+      DoSpill(m.spill_request());
+    }
+    ADD_FAILURE() << "no LeaseReady for lease " << lease_id;
+    return v1::LeaseReady();
+  }
+
+  // True once the server sent Draining on the stream.
+  bool SawDraining() {
+    MutexLock lock(&inbox_mu_);
+    for (const v1::SessionServerMessage& m : inbox_) {
+      if (m.has_draining()) return true;
+    }
+    return false;
+  }
+
+  // Asks for a restore lease of `checkpoint` into `slot`.
+  grpc::Status AcquireRestore(uint32_t slot, uint64_t checkpoint, v1::RestoreLease* lease) {
     v1::AcquireRestoreRequest ar;
     ar.set_session_id(session());
     ar.set_model_id(model_);
     ar.set_checkpoint_id(checkpoint);
     ar.set_slot(slot);
+    return Call(&v1::CacheService::Stub::AcquireRestore, ar, lease);
+  }
+
+  // Restores `checkpoint` into `slot` and checks every byte against what was captured.
+  void RestoreAndVerify(uint32_t slot, uint64_t checkpoint) {
     v1::RestoreLease lease;
-    grpc::Status s = Call(&v1::CacheService::Stub::AcquireRestore, ar, &lease);
+    grpc::Status s = AcquireRestore(slot, checkpoint, &lease);
     ASSERT_TRUE(s.ok()) << s.error_message();
-    DoSpill(lease.preserve());
+    ASSERT_NO_FATAL_FAILURE(ServeSpills(lease.preserve_spills()));
+    if (!lease.ready()) {
+      v1::LeaseReady ready = AwaitLeaseReady(lease.lease_id());
+      ASSERT_TRUE(ready.ok()) << ready.failure();
+      ApplyLeaseReady(ready, &lease);
+    }
+    ASSERT_NO_FATAL_FAILURE(VerifyAndRelease(slot, checkpoint, lease));
+  }
+
+  // Fills in the checksums LeaseReady carries for the chunks that were not resident yet.
+  static void ApplyLeaseReady(const v1::LeaseReady& ready, v1::RestoreLease* lease) {
+    for (const v1::ChunkRegion& c : ready.chunks()) {
+      for (v1::ChunkRegion& mine : *lease->mutable_chunks()) {
+        if (mine.chunk_id() == c.chunk_id()) mine = c;
+      }
+    }
+    lease->set_ready(true);
+  }
+
+  // Reads a ready lease into `slot`, checks every byte against what was captured, releases it.
+  void VerifyAndRelease(uint32_t slot, uint64_t checkpoint, const v1::RestoreLease& lease) {
+    grpc::Status s;
     const SlotState& want = captured_.at(checkpoint);
     ASSERT_EQ(lease.depth(), want.tokens.size());
     last_restore_tier_ = lease.loaded_from();
@@ -303,13 +404,11 @@ class FakeInfer {
   bool Heartbeat() {
     v1::SessionClientMessage m;
     m.mutable_heartbeat()->set_sent_unix_ms(1);
-    return stream_->Write(m);
+    return Write(m);
   }
-  // Reads until the server ends the session stream and returns its status.
+  // Waits until the server ends the session stream and returns its status.
   grpc::Status AwaitSessionEnd() {
-    v1::SessionServerMessage m;
-    while (stream_->Read(&m)) {
-    }
+    if (reader_.joinable()) reader_.join();
     grpc::Status s = stream_->Finish();
     stream_.reset();
     return s;
@@ -320,17 +419,13 @@ class FakeInfer {
   void ReportIdle(uint32_t slot) {
     v1::SessionClientMessage m;
     m.mutable_slot_idle()->set_slot(slot);
-    ASSERT_TRUE(stream_->Write(m));
+    ASSERT_TRUE(Write(m));
   }
 
-  // Reads the next server message on the session stream, which must be a spill request, and
-  // performs it.
-  void ServeOneSpill() {
-    v1::SessionServerMessage m;
-    ASSERT_TRUE(stream_->Read(&m));
-    ASSERT_TRUE(m.has_spill_request()) << m.DebugString();
-    EXPECT_TRUE(m.spill_request().urgent());
-    DoSpill(m.spill_request());
+  // Writes `m` on the session stream; false if the stream is gone.
+  bool Write(const v1::SessionClientMessage& m) {
+    MutexLock lock(&write_mu_);
+    return stream_ != nullptr && stream_->Write(m);
   }
 
   v1::LookupResponse Lookup(const std::vector<uint32_t>& tokens) {
@@ -345,6 +440,8 @@ class FakeInfer {
   }
 
   void set_capture_kind(v1::CaptureKind kind) { capture_kind_ = kind; }
+  // Added to every spill checksum reported (non-zero: the reports lie).
+  void set_checksum_skew(uint64_t skew) { checksum_skew_ = skew; }
   // What was captured, by checkpoint id (to check restores made by another client).
   const std::map<uint64_t, SlotState>& captured() const { return captured_; }
   void set_captured(std::map<uint64_t, SlotState> c) { captured_ = std::move(c); }
@@ -356,6 +453,38 @@ class FakeInfer {
   MappedArena* arena() { return arena_.get(); }
 
  private:
+  // The reader thread: every server message after Welcome goes to the inbox.
+  void ReadStream() {
+    v1::SessionServerMessage m;
+    while (stream_->Read(&m)) {
+      MutexLock lock(&inbox_mu_);
+      inbox_.push_back(m);
+      inbox_cv_.SignalAll();
+    }
+    MutexLock lock(&inbox_mu_);
+    stream_ended_ = true;
+    inbox_cv_.SignalAll();
+  }
+
+  // Removes the first inbox message matching `match` into `out`, waiting up to kRpcTimeout.
+  bool Take(const std::function<bool(const v1::SessionServerMessage&)>& match,
+            v1::SessionServerMessage* out) {
+    const absl::Time deadline = absl::Now() + kRpcTimeout;
+    MutexLock lock(&inbox_mu_);
+    while (true) {
+      for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+        if (match(*it)) {
+          *out = std::move(*it);
+          inbox_.erase(it);
+          return true;
+        }
+      }
+      const absl::Duration left = deadline - absl::Now();
+      if (stream_ended_ || left <= absl::ZeroDuration()) return false;
+      inbox_cv_.WaitWithTimeout(&inbox_mu_, left);
+    }
+  }
+
   static ArenaHandle ToHandle(const v1::ArenaHandle& h) {
     return ArenaHandle{h.incarnation(), h.offset(), h.length()};
   }
@@ -399,6 +528,13 @@ class FakeInfer {
 
   std::unique_ptr<v1::CacheService::Stub> stub_;
   std::unique_ptr<grpc::ClientContext> ctx_;
+  std::thread reader_;
+  Mutex write_mu_;  // One writer at a time on the stream.
+  Mutex inbox_mu_;
+  CondVar inbox_cv_;
+  std::deque<v1::SessionServerMessage> inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  bool stream_ended_ ABSL_GUARDED_BY(inbox_mu_) = false;
+  uint64_t checksum_skew_ = 0;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>>
       stream_;
   v1::Welcome welcome_;

@@ -87,6 +87,26 @@ class DaemonProcess {
     return alive;
   }
 
+  // SIGTERM, then waits up to `timeout` for the exit. Returns the time it took, or an error
+  // if the process did not exit in time (it is killed then) or exited non-zero.
+  absl::StatusOr<absl::Duration> Terminate(absl::Duration timeout) {
+    const absl::Time start = absl::Now();
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (absl::Now() - start > timeout) {
+        Kill();
+        return absl::DeadlineExceededError("no exit after SIGTERM");
+      }
+      absl::SleepFor(absl::Milliseconds(10));  // Polling a child process exit.
+    }
+    pid_ = -1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return absl::InternalError(absl::StrCat("exit status ", status));
+    }
+    return absl::Now() - start;
+  }
+
   std::string address() const { return "unix:" + dir_ + "/grpc.sock"; }
 
  private:
@@ -180,6 +200,23 @@ TEST(CacheKillLoopTest, AcknowledgedCheckpointsSurviveKillNine) {
             << " unacknowledged ones found complete after a kill\n";
   EXPECT_EQ(restarts, kills + 1);
   EXPECT_GE(acknowledged.size(), static_cast<size_t>(2 * kills));
+}
+
+TEST(CacheShutdownTest, SigtermWithASessionConnectedTellsItAndExitsWithinFiveSeconds) {
+  const std::string dir = ::testing::TempDir() + "/cairn-term-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  DaemonProcess daemon(dir, dir + "/disk");
+  ASSERT_TRUE(daemon.WaitServing(absl::Seconds(20)));
+  FakeInfer infer(daemon.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.PrefillCold(0, Tokens(1, 40), {40}, 1);  // A checkpoint borrowing rows of slot 0.
+
+  absl::StatusOr<absl::Duration> took = daemon.Terminate(absl::Seconds(15));
+
+  ASSERT_TRUE(took.ok()) << took.status();
+  EXPECT_LT(*took, absl::Seconds(5));
+  EXPECT_EQ(infer.AwaitSessionEnd().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(infer.SawDraining());
 }
 
 }  // namespace

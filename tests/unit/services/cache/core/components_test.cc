@@ -114,12 +114,9 @@ TEST(CapturePlannerTest, GridPointSnapsToAPassEndWithin128) {
   absl::StatusOr<CapturePlan> plan = planner.Plan(in);
 
   ASSERT_TRUE(plan.ok()) << plan.status();
-  std::vector<PlannedCapture> expected = {{100, CaptureKind::kReused},
-                                          {2148, CaptureKind::kGrid},
-                                          {4196, CaptureKind::kGrid},
-                                          {6244, CaptureKind::kGrid},
-                                          {8292, CaptureKind::kGrid},
-                                          {10000, CaptureKind::kEnd}};
+  std::vector<PlannedCapture> expected = {{100, CaptureKind::kReused}, {2148, CaptureKind::kGrid},
+                                          {4196, CaptureKind::kGrid},  {6244, CaptureKind::kGrid},
+                                          {8292, CaptureKind::kGrid},  {10000, CaptureKind::kEnd}};
   EXPECT_EQ(plan->captures, expected);
 }
 
@@ -139,8 +136,8 @@ TEST(CapturePlannerTest, SmallBudgetGivesFewerGridPoints) {
   ASSERT_TRUE(roomy.ok() && tight.ok() && none.ok());
   EXPECT_EQ(roomy->grid_points, 4);
   EXPECT_EQ(tight->grid_points, 2);
-  EXPECT_EQ(tight->captures, (std::vector<PlannedCapture>{{4096, CaptureKind::kGrid},
-                                                          {8192, CaptureKind::kEnd}}));
+  EXPECT_EQ(tight->captures,
+            (std::vector<PlannedCapture>{{4096, CaptureKind::kGrid}, {8192, CaptureKind::kEnd}}));
   EXPECT_EQ(none->grid_points, 0);
   EXPECT_EQ(none->captures.size(), 1u);
 }
@@ -179,8 +176,7 @@ TEST(CapturePlannerTest, RejectsInconsistentInput) {
   EXPECT_THAT(planner.Plan(in).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   PlannerOptions bad;
   bad.max_pass_tokens = 0;
-  EXPECT_THAT(CapturePlanner(bad).Plan({}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CapturePlanner(bad).Plan({}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(RetentionPolicyTest, ClassifiesByTheSeedsRanks) {
@@ -202,12 +198,12 @@ TEST(RetentionPolicyTest, CoveredFirstBranchPointsLastPinnedNever) {
   RetentionPolicy policy;
   absl::Time t0 = absl::UnixEpoch();
   std::vector<RetentionItem> items = {
-      {1, EvictionRank::kIdle, false, true, t0, false},             // Branch point.
+      {1, EvictionRank::kIdle, false, true, t0, false},  // Branch point.
       {2, EvictionRank::kIdle, false, false, t0 + absl::Seconds(5), false},
       {3, EvictionRank::kIdle, true, false, t0 + absl::Seconds(9), false},  // Covered.
       {4, EvictionRank::kIdle, false, false, t0 + absl::Seconds(1), false},
       {5, EvictionRank::kCheap, false, true, t0 + absl::Seconds(9), false},
-      {6, EvictionRank::kRetryCopy, false, false, t0, true},        // Pinned.
+      {6, EvictionRank::kRetryCopy, false, false, t0, true},  // Pinned.
       {7, EvictionRank::kReused, true, false, t0, false},
   };
 
@@ -345,7 +341,10 @@ TEST(CheckpointCacheTest, DroppedSlotQuarantinesCheckpointsWithUnspilledRows) {
   absl::StatusOr<CaptureTicket> first = cache.BeginCapture(slot, CaptureKind::kGrid, "A", -1);
   ASSERT_TRUE(first.ok());
   CheckpointId spilled = *cache.CommitCapture(first->id);
-  ASSERT_EQ(cache.SpillIdle(slot, 10).size(), 2u);
+  absl::StatusOr<SpillInfo> idle = cache.GetSpill(cache.SpillIdle(slot, 10));
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  ASSERT_EQ(idle->chunks.size(), 2u);
+  CAIRN_ASSERT_OK(cache.FinishSpill(idle->id, {idle->chunks[0].id, idle->chunks[1].id}, {}, ""));
   ASSERT_TRUE(cache.ExtendSlot(slot, Tokens(4, 100)).ok());
   absl::StatusOr<CaptureTicket> second = cache.BeginCapture(slot, CaptureKind::kEnd, "A", -1);
   ASSERT_TRUE(second.ok());
@@ -386,16 +385,23 @@ TEST(CheckpointCacheRestoreTest, RestoreIntoAnotherSlotSpillsBorrowedChunksFirst
 
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->kept_rows, 0);
-  ASSERT_EQ(plan->spilled_first.size(), 2u);
-  EXPECT_EQ(plan->spilled_first[0].slot, slot0);
-  EXPECT_EQ(plan->spilled_first[1].row_begin, 4);
+  ASSERT_EQ(plan->awaiting_spills.size(), 1u);
+  absl::StatusOr<SpillInfo> spill = cache.GetSpill(plan->awaiting_spills[0]);
+  ASSERT_TRUE(spill.ok()) << spill.status();
+  EXPECT_TRUE(spill->urgent);
+  EXPECT_EQ(spill->slot, slot0);
+  ASSERT_EQ(spill->chunks.size(), 2u);
+  EXPECT_EQ(spill->chunks[1].row_begin, 4);
+  EXPECT_EQ(cache.TakeNewSpills(), plan->awaiting_spills);
   EXPECT_EQ(cache.ram_ledger().used(), used);  // Space was reserved at admission.
   for (ChunkId c : plan->chunks) {
     absl::StatusOr<ChunkInfo> chunk = cache.GetChunk(c);
     ASSERT_TRUE(chunk.ok());
-    EXPECT_TRUE(chunk->in_arena);
+    EXPECT_EQ(chunk->residency, Residency::kSpilling);
     EXPECT_EQ(chunk->holders.size(), 2u);  // Both slots hold these rows now.
   }
+  CAIRN_ASSERT_OK(cache.FinishSpill(spill->id, plan->chunks, {}, ""));
+  for (ChunkId c : plan->chunks) EXPECT_TRUE(cache.GetChunk(c)->in_arena);
   absl::StatusOr<std::vector<TokenId>> tokens = cache.SlotTokens(slot1);
   ASSERT_TRUE(tokens.ok());
   EXPECT_EQ(*tokens, Tokens(10, 0));
@@ -420,8 +426,10 @@ TEST(CheckpointCacheRestoreTest, RestoreIntoTheSameSlotKeepsSharedRows) {
 
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->kept_rows, 8);  // Two 4-row chunks are the same chunk ids.
-  EXPECT_TRUE(plan->spilled_first.empty());
-  EXPECT_EQ(plan->preserved.size(), 2u);  // Rows 8..16 of the deeper checkpoint.
+  EXPECT_TRUE(plan->awaiting_spills.empty());
+  ASSERT_EQ(plan->preserve_spills.size(), 1u);
+  // Rows 8..16 of the deeper checkpoint.
+  EXPECT_EQ(cache.GetSpill(plan->preserve_spills[0])->chunks.size(), 2u);
   EXPECT_EQ(plan->bytes_to_copy, 1 * 10 + 100);  // One tail row and the private state.
 }
 
@@ -480,6 +488,150 @@ TEST(EventLogFormatTest, OneLineNamesTheDecisionReasonAndNumbers) {
   EXPECT_EQ(line,
             "#12 evict ckpt 7 conv A depth 8192 tier ram bytes 133000000 reason retry-copy "
             "ram_used 0");
+}
+
+}  // namespace
+}  // namespace cairn::cache
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::cache::testing::MakeCache;
+using ::cairn::cache::testing::SimpleLayout;
+using ::cairn::cache::testing::TestIds;
+using ::cairn::cache::testing::Tokens;
+using ::cairn::testing::StatusIs;
+
+// Records what the core reports.
+class RecordingListener final : public ResidencyListener {
+ public:
+  void ChunkLeftRam(ChunkId id) override { chunks_left.push_back(id); }
+  void CheckpointLeftRam(CheckpointId id) override { left_ram.push_back(id); }
+  void CheckpointLeftDisk(CheckpointId id) override { left_disk.push_back(id); }
+  void SpillFinished(uint64_t spill, bool ok, const std::string& failure) override {
+    finished.push_back({spill, ok, failure});
+  }
+  struct Finished {
+    uint64_t spill;
+    bool ok;
+    std::string failure;
+  };
+  std::vector<ChunkId> chunks_left;
+  std::vector<CheckpointId> left_ram;
+  std::vector<CheckpointId> left_disk;
+  std::vector<Finished> finished;
+};
+
+// A cache with one checkpoint of 10 tokens (two borrowed 4-row chunks) captured in slot {1, 0}.
+struct Borrowed {
+  std::unique_ptr<testing::TestCache> t;
+  RecordingListener listener;
+  CheckpointId id = 0;
+  SlotKey owner{1, 0};
+};
+
+std::unique_ptr<Borrowed> MakeBorrowed() {
+  auto b = std::make_unique<Borrowed>();
+  b->t = MakeCache({}, SimpleLayout(10, 100, 4));
+  if (b->t == nullptr) return nullptr;
+  CheckpointCache& cache = *b->t->cache;
+  cache.SetListener(&b->listener);
+  if (!cache.StartCold(b->owner, TestIds(), "A").ok()) return nullptr;
+  if (!cache.ExtendSlot(b->owner, Tokens(10, 0)).ok()) return nullptr;
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(b->owner, CaptureKind::kEnd, "A", -1);
+  if (!ticket.ok()) return nullptr;
+  b->id = *cache.CommitCapture(ticket->id);
+  return b;
+}
+
+TEST(ChunkResidencyTest, ASessionThatEndsFailsItsSpillsAndTheCheckpointGoes) {
+  std::unique_ptr<Borrowed> b = MakeBorrowed();
+  ASSERT_NE(b, nullptr);
+  CheckpointCache& cache = *b->t->cache;
+  absl::StatusOr<RestorePlan> plan = cache.Restore(b->id, {2, 0}, TestIds(), "B");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->awaiting_spills.size(), 1u);
+
+  cache.FailSpillsOf(1, "session ended");
+
+  EXPECT_THAT(cache.GetCheckpoint(b->id).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.GetSpill(plan->awaiting_spills[0]).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_EQ(b->listener.finished.size(), 1u);
+  EXPECT_FALSE(b->listener.finished[0].ok);
+  EXPECT_EQ(b->listener.left_ram, std::vector<CheckpointId>{b->id});
+  EXPECT_EQ(b->listener.chunks_left.size(), 2u);  // Both regions can be freed.
+  EXPECT_EQ(cache.ram_ledger().used(), 0);
+}
+
+TEST(ChunkResidencyTest, AChunkLeavingRamWhileSpillingKeepsItsRegionUntilTheSpillEnds) {
+  std::unique_ptr<Borrowed> b = MakeBorrowed();
+  ASSERT_NE(b, nullptr);
+  CheckpointCache& cache = *b->t->cache;
+  absl::StatusOr<std::vector<uint64_t>> spills = cache.StartCold(b->owner, TestIds(), "B");
+  ASSERT_TRUE(spills.ok());
+  ASSERT_EQ(spills->size(), 1u);
+
+  CAIRN_ASSERT_OK(cache.Evict(b->id, "explicit"));
+
+  EXPECT_TRUE(b->listener.chunks_left.empty());  // The daemon may still be writing them.
+  absl::StatusOr<SpillInfo> spill = cache.GetSpill((*spills)[0]);
+  ASSERT_TRUE(spill.ok());
+  CAIRN_ASSERT_OK(cache.FinishSpill(spill->id, {spill->chunks[0].id, spill->chunks[1].id}, {}, ""));
+  EXPECT_EQ(b->listener.chunks_left.size(), 2u);
+  EXPECT_EQ(cache.chunk_count(), 0u);
+}
+
+TEST(ChunkResidencyTest, ADeclinedIdleSpillLeavesTheChunksBorrowedAndAnOverwriteWaitsForIt) {
+  std::unique_ptr<Borrowed> b = MakeBorrowed();
+  ASSERT_NE(b, nullptr);
+  CheckpointCache& cache = *b->t->cache;
+  const uint64_t idle = cache.SpillIdle(b->owner, 10);
+  ASSERT_NE(idle, 0u);
+  EXPECT_FALSE(cache.GetSpill(idle)->urgent);
+
+  CAIRN_ASSERT_OK(cache.FinishSpill(idle, {}, {}, ""));  // Declined: the slot got busy.
+
+  absl::StatusOr<CheckpointInfo> info = cache.GetCheckpoint(b->id);
+  ASSERT_TRUE(info.ok());
+  for (ChunkId c : info->chunks) EXPECT_EQ(cache.GetChunk(c)->residency, Residency::kBorrowed);
+  // A second idle spill is under way when the slot is overwritten: the overwrite waits for it
+  // and it becomes urgent (it may no longer be declined).
+  const uint64_t again = cache.SpillIdle(b->owner, 10);
+  absl::StatusOr<std::vector<uint64_t>> spills = cache.StartCold(b->owner, TestIds(), "B");
+  ASSERT_TRUE(spills.ok());
+  EXPECT_EQ(*spills, std::vector<uint64_t>{again});
+  EXPECT_TRUE(cache.GetSpill(again)->urgent);
+  CAIRN_ASSERT_OK(cache.FinishSpill(again, {}, {}, "rows overwritten"));
+  EXPECT_THAT(cache.GetCheckpoint(b->id).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(ChunkResidencyTest, FinishingASpillChecksItsChunks) {
+  std::unique_ptr<Borrowed> b = MakeBorrowed();
+  ASSERT_NE(b, nullptr);
+  CheckpointCache& cache = *b->t->cache;
+  const uint64_t idle = cache.SpillIdle(b->owner, 10);
+
+  EXPECT_THAT(cache.FinishSpill(idle, {999}, {}, ""), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(cache.FinishSpill(idle + 1, {}, {}, ""), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(cache.GetSpill(idle).ok());  // Still outstanding after the bad reports.
+}
+
+TEST(ChunkResidencyTest, AnAbandonedRestoreLeavesTheSlotWithItsKeptRows) {
+  std::unique_ptr<Borrowed> b = MakeBorrowed();
+  ASSERT_NE(b, nullptr);
+  CheckpointCache& cache = *b->t->cache;
+  SlotKey other{2, 0};
+  ASSERT_TRUE(cache.Restore(b->id, other, TestIds(), "B").ok());
+
+  cache.AbandonRestore(other, 0);
+
+  EXPECT_TRUE(cache.SlotTokens(other)->empty());
+  absl::StatusOr<CheckpointInfo> info = cache.GetCheckpoint(b->id);
+  ASSERT_TRUE(info.ok());
+  for (ChunkId c : info->chunks) {
+    EXPECT_EQ(cache.GetChunk(c)->holders, std::vector<SlotKey>{b->owner});
+  }
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ TEST(WorkedExamplesTest, Figure3EditAt7001Restores6144AndRecomputes856) {
   EXPECT_EQ(second->shared_prefix, 7000);
   EXPECT_EQ(second->prefilled, 2048);
   EXPECT_EQ(second->shared_prefix - second->used.depth, 856);  // Unchanged, recomputed.
-  EXPECT_EQ(8192 - second->shared_prefix, 1192);              // Edited.
+  EXPECT_EQ(8192 - second->shared_prefix, 1192);               // Edited.
 }
 
 TEST(WorkedExamplesTest, Figure6ThreeConversationsOnePrefixTwoComputationsOneCopy) {
@@ -149,8 +149,7 @@ TEST(WorkedExamplesTest, Figure7ColdPrefillsDoNotShareARestoreDoes) {
   ASSERT_EQ(bi->chunks.size(), 3u);
   for (size_t j = 0; j < 3; ++j) {
     EXPECT_NE(ai->chunks[j], bi->chunks[j]) << "cold prefills shared chunk " << j;
-    EXPECT_NE(cache.GetChunk(ai->chunks[j])->provenance,
-              cache.GetChunk(bi->chunks[j])->provenance);
+    EXPECT_NE(cache.GetChunk(ai->chunks[j])->provenance, cache.GetChunk(bi->chunks[j])->provenance);
   }
   EXPECT_EQ(rc->used.checkpoint, a_id);
   absl::StatusOr<CheckpointInfo> ci = cache.GetCheckpoint(Find(rc->captures, 8192)->id);
@@ -286,8 +285,8 @@ TEST(WorkedExamplesTest, Figure11EvictionOrderInUnits) {
   for (const Event& e : cache.events().recent()) {
     if (e.seq > before && e.type == EventType::kEvict) reasons.push_back(e.reason);
   }
-  EXPECT_EQ(reasons, (std::vector<std::string>{"retry-copy", "retry-copy", "cheap", "cheap",
-                                               "cheap"}));
+  EXPECT_EQ(reasons,
+            (std::vector<std::string>{"retry-copy", "retry-copy", "cheap", "cheap", "cheap"}));
   EXPECT_TRUE(cache.GetCheckpoint(kept)->in_ram);
   EXPECT_TRUE(cache.GetCheckpoint(stable_ids[0])->in_ram);
   EXPECT_TRUE(cache.GetCheckpoint(stable_ids[1])->in_ram);
@@ -312,15 +311,19 @@ TEST(WorkedExamplesTest, Figure14BorrowedRowsPreservedOnceChunksSurviveChildEvic
   CheckpointId a12288 = *cache.CommitCapture(t12->id);
   const int64_t used_before = cache.ram_ledger().used();
 
-  absl::StatusOr<std::vector<ChunkCopy>> preserved = cache.StartCold(slot1, TestIds(), "B");
+  absl::StatusOr<std::vector<uint64_t>> spills = cache.StartCold(slot1, TestIds(), "B");
 
+  ASSERT_TRUE(spills.ok()) << spills.status();
+  ASSERT_EQ(spills->size(), 1u);
+  absl::StatusOr<SpillInfo> preserved = cache.GetSpill((*spills)[0]);
   ASSERT_TRUE(preserved.ok()) << preserved.status();
-  EXPECT_EQ(preserved->size(), 6u);  // Each chunk copied once.
+  EXPECT_EQ(preserved->chunks.size(), 6u);            // Each chunk copied once.
   EXPECT_EQ(cache.ram_ledger().used(), used_before);  // Space was reserved at admission.
   std::vector<ChunkId> small = cache.GetCheckpoint(a8192)->chunks;
   std::vector<ChunkId> big = cache.GetCheckpoint(a12288)->chunks;
   ASSERT_EQ(big.size(), 6u);
   EXPECT_TRUE(std::equal(small.begin(), small.end(), big.begin()));
+  ASSERT_TRUE(cache.FinishSpill(preserved->id, big, {}, "").ok());
   for (ChunkId id : big) EXPECT_TRUE(cache.GetChunk(id)->in_arena);
 
   ASSERT_TRUE(cache.Evict(a8192, "test").ok());
@@ -347,16 +350,15 @@ TEST(WorkedExamplesTest, Figure15OneLookupThreeTiers) {
   ASSERT_TRUE(end->persisted);
   ASSERT_TRUE(t->cache->Evict(end->id, "test").ok());  // Now on disk only.
 
-  absl::StatusOr<LookupResult> found = t->cache->Lookup(
-      {TestIds(), Concat(a, Tokens(300, 900000)), -1, /*daemon_session=*/1});
+  absl::StatusOr<LookupResult> found =
+      t->cache->Lookup({TestIds(), Concat(a, Tokens(300, 900000)), -1, /*daemon_session=*/1});
 
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(found->best.tier, Tier::kLive);  // Live beats disk at equal depth.
   EXPECT_EQ(found->best.depth, 8192);
   auto has = [&](Tier tier, int64_t depth) {
-    return std::any_of(found->others.begin(), found->others.end(), [&](const Candidate& c) {
-      return c.tier == tier && c.depth == depth;
-    });
+    return std::any_of(found->others.begin(), found->others.end(),
+                       [&](const Candidate& c) { return c.tier == tier && c.depth == depth; });
   };
   EXPECT_TRUE(has(Tier::kDisk, 8192));
   EXPECT_TRUE(has(Tier::kRam, 4096));
@@ -373,9 +375,8 @@ TEST(WorkedExamplesTest, Grid95439TokenPrompt) {
 
   ASSERT_TRUE(plan.ok()) << plan.status();
   std::vector<PlannedCapture> expected = {
-      {22528, CaptureKind::kGrid},   {47104, CaptureKind::kGrid},
-      {69632, CaptureKind::kGrid},   {94208, CaptureKind::kGrid},
-      {95434, CaptureKind::kStable}, {95439, CaptureKind::kEnd}};
+      {22528, CaptureKind::kGrid}, {47104, CaptureKind::kGrid},   {69632, CaptureKind::kGrid},
+      {94208, CaptureKind::kGrid}, {95434, CaptureKind::kStable}, {95439, CaptureKind::kEnd}};
   EXPECT_EQ(plan->captures, expected);
   EXPECT_EQ(planner.GridPositions(8192, 4), (std::vector<int64_t>{2048, 4096, 6144, 8192}));
 }

@@ -76,8 +76,8 @@ absl::StatusOr<Captured> Capture(KvMemory& memory, int slot) {
     for (int64_t first = 0; first < c.position; first += kRowsPerChunk) {
       const int64_t n = std::min(kRowsPerChunk, c.position - first);
       std::vector<uint8_t> chunk(n * comp.bytes());
-      absl::Status s = memory.CopyRowsOut(slot, static_cast<int>(i), first, n,
-                                          absl::MakeSpan(chunk));
+      absl::Status s =
+          memory.CopyRowsOut(slot, static_cast<int>(i), first, n, absl::MakeSpan(chunk));
       if (!s.ok()) return s;
       c.rows.back().insert(c.rows.back().end(), chunk.begin(), chunk.end());
     }
@@ -92,9 +92,9 @@ absl::Status Restore(KvMemory& memory, int slot, const Captured& c, bool skip_pr
     if (comp.kind != ComponentKind::kRows) continue;
     for (int64_t first = 0; s.ok() && first < c.position; first += kRowsPerChunk) {
       const int64_t n = std::min(kRowsPerChunk, c.position - first);
-      s = memory.CopyRowsIn(slot, static_cast<int>(i), first,
-                            absl::MakeConstSpan(c.rows[i]).subspan(first * comp.bytes(),
-                                                                   n * comp.bytes()));
+      s = memory.CopyRowsIn(
+          slot, static_cast<int>(i), first,
+          absl::MakeConstSpan(c.rows[i]).subspan(first * comp.bytes(), n * comp.bytes()));
     }
   }
   if (s.ok() && !skip_private) {

@@ -152,8 +152,8 @@ TEST_F(CpuKernelBackendTest, CausalConvCarriesItsWindowAcrossCalls) {
                            whole.data());
   backend_->CausalConvSilu(in.data(), ch, 2, ch, w.data(), kernel, state_split.data(),
                            split.data());
-  backend_->CausalConvSilu(in.data() + 2 * ch, ch, t - 2, ch, w.data(), kernel,
-                           state_split.data(), split.data() + 2 * ch);
+  backend_->CausalConvSilu(in.data() + 2 * ch, ch, t - 2, ch, w.data(), kernel, state_split.data(),
+                           split.data() + 2 * ch);
 
   EXPECT_EQ(whole, split);
   EXPECT_EQ(state_whole, state_split);
@@ -222,6 +222,90 @@ TEST_F(CpuKernelBackendTest, RopeRotatesPairsHalfApart) {
 TEST(CpuKernelBackendCreateTest, NegativeThreadsAreInvalid) {
   EXPECT_THAT(CpuKernelBackend::Create({.threads = -1}).status(),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(CpuKernelBackendTest, MatMulRowsRowsDoNotDependOnTheirNeighbours) {
+  const int64_t k = 203, n = 130;  // Odd sizes: a remainder past the 16-lane loop.
+  const std::vector<float> x = Random(5 * k, 21);
+  const std::vector<float> w = Random(n * k, 22);
+  std::vector<float> all(5 * n), one(n), gemm(5 * n);
+
+  backend_->MatMulRows(x.data(), 5, k, k, w.data(), n, all.data(), n, false);
+  backend_->MatMulTransposed(x.data(), 5, k, k, w.data(), n, gemm.data(), n, false);
+
+  for (int64_t r = 0; r < 5; ++r) {
+    backend_->MatMulRows(x.data() + r * k, 1, k, k, w.data(), n, one.data(), n, false);
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n, n * sizeof(float)), 0) << "row " << r;
+  }
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_NEAR(all[i], gemm[i], 1e-4f) << i;
+}
+
+TEST_F(CpuKernelBackendTest, GatherSplitAndGates) {
+  const std::vector<float> table = {0, 1, 2, 3, 4, 5};  // 3 rows of 2.
+  const int32_t ids[] = {2, 0};
+  std::vector<float> rows(4);
+  backend_->EmbeddingGather(table.data(), 2, ids, 2, rows.data());
+  EXPECT_EQ(rows, (std::vector<float>{4, 5, 0, 1}));
+
+  // One row, two heads of dim 2: [a0 a0 b0 b0 a1 a1 b1 b1].
+  const std::vector<float> pairs = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> a(4), b(4);
+  backend_->SplitHeadPairs(pairs.data(), 1, 2, 2, a.data(), b.data());
+  EXPECT_EQ(a, (std::vector<float>{1, 2, 5, 6}));
+  EXPECT_EQ(b, (std::vector<float>{3, 4, 7, 8}));
+
+  // b at offset 0, a at offset 1, one head: beta = sigmoid(0) = 0.5, g = -1 * softplus(0 + 0).
+  const std::vector<float> in = {0.0f, 0.0f};
+  const float dt_bias = 0.0f, neg_a = -1.0f;
+  float g = 0, beta = 0;
+  backend_->GdnGates(in.data(), 2, 1, 1, 0, 1, &dt_bias, &neg_a, &g, &beta);
+  EXPECT_FLOAT_EQ(beta, 0.5f);
+  EXPECT_NEAR(g, -std::log(2.0f), 1e-6f);
+}
+
+TEST_F(CpuKernelBackendTest, MoeRouteBreaksTiesTowardsTheLowerExpert) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 0.0f};
+  int32_t ids[2];
+  float weights[2];
+
+  backend_->MoeRoute(logits.data(), 1, 4, 2, /*renormalise=*/true, ids, weights);
+
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  EXPECT_FLOAT_EQ(weights[0], 0.5f);
+  EXPECT_FLOAT_EQ(weights[1], 0.5f);
+}
+
+TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnoresPassStart) {
+  const int64_t t = 9;
+  const int hd = 8;
+  const std::vector<float> q = Random(t * 2 * hd, 31);
+  const std::vector<float> k = Random(t * hd, 32);
+  const std::vector<float> v = Random(t * hd, 33);
+  auto run = [&](bool invariant, int64_t past, int64_t tokens) {
+    std::vector<float> out(tokens * 2 * hd);
+    AttentionArgs a;
+    a.q = q.data() + past * 2 * hd;
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    a.tokens = tokens;
+    a.past = past;
+    a.q_heads = 2;
+    a.kv_heads = 1;
+    a.head_dim = hd;
+    a.scale = 0.35f;
+    a.row_invariant = invariant;
+    backend_->Attention(a);
+    return out;
+  };
+
+  const std::vector<float> blocked = run(false, 0, t);
+  const std::vector<float> whole = run(true, 0, t);
+  const std::vector<float> tail = run(true, 4, t - 4);
+
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], blocked[i], 1e-5f) << i;
+  EXPECT_EQ(std::memcmp(tail.data(), whole.data() + 4 * 2 * hd, tail.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -1,0 +1,868 @@
+#include "services/gateway/http/http_server.h"
+
+#include <algorithm>
+#include <deque>
+#include <exception>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "boost/asio/dispatch.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/asio/strand.hpp"
+#include "boost/beast/core.hpp"
+#include "common/concurrency/mutex.h"
+#include "common/log/log.h"
+#include "common/status/check.h"
+
+namespace cairn::gateway {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+namespace {
+constexpr char kHttpStatusPayload[] = "type.cairn.dev/http-status";
+}  // namespace
+
+absl::Status WithHttpStatus(absl::Status status, int http_status) {
+  status.SetPayload(kHttpStatusPayload, absl::Cord(absl::StrCat(http_status)));
+  return status;
+}
+
+int HttpStatusOf(const absl::Status& status) {
+  absl::optional<absl::Cord> p = status.GetPayload(kHttpStatusPayload);
+  int code = 0;
+  if (!p.has_value() || !absl::SimpleAtoi(std::string(*p), &code)) return 0;
+  return code;
+}
+
+absl::StatusOr<HttpListenAddress> ParseHttpListenAddress(absl::string_view listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", listen, "\" must be HOST:PORT"));
+  }
+  HttpListenAddress a;
+  absl::string_view host = listen.substr(0, colon);
+  if (absl::ConsumePrefix(&host, "[") && !absl::ConsumeSuffix(&host, "]")) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address \"", listen, "\": missing ]"));
+  }
+  a.host = std::string(host);
+  if (!absl::SimpleAtoi(listen.substr(colon + 1), &a.port) || a.port < 0 || a.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", listen, "\" has no valid port"));
+  }
+  return a;
+}
+
+bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& keys) {
+  bool match = false;
+  for (const std::string& key : keys) {
+    // Constant time in the key's length: every byte is compared whatever the mismatch.
+    unsigned char diff = presented.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < key.size(); ++i) {
+      unsigned char c = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+      diff |= c ^ static_cast<unsigned char>(key[i]);
+    }
+    match |= (diff == 0);
+  }
+  return match;
+}
+
+void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {
+  // GW1: deny by default; only the health check and the root probe may go without a key.
+  CAIRN_CHECK(!options.public_route || path == "/health" || path == "/");
+  routes_.push_back(Route{verb, std::move(path), options, std::move(handler)});
+}
+
+const Router::Route* Router::Find(HttpVerb verb, absl::string_view path, bool* path_known) const {
+  *path_known = false;
+  for (const Route& r : routes_) {
+    if (r.path != path) continue;
+    *path_known = true;
+    if (r.verb == verb) return &r;
+  }
+  return nullptr;
+}
+
+// A connection the server can close at shutdown.
+class Closable {
+ public:
+  virtual ~Closable() = default;
+  // Drops every handler-supplied callback and closes the socket. Called by Shutdown() once
+  // the io_context's threads have stopped, so nothing else runs on the connection's strand.
+  virtual void ForceClose() = 0;
+};
+
+// Shared by the listener, the sessions and the HttpServer. Thread-safe: options, router and
+// errors are immutable after Start; counters are atomics; the drain wait uses mu_.
+class HttpServerState {
+ public:
+  HttpServerState(HttpServerOptions options, Router router, ErrorRenderer errors)
+      : options_(std::move(options)),
+        router_(std::move(router)),
+        errors_(std::move(errors)),
+        ioc_(std::max(1, options_.threads)),
+        acceptor_(net::make_strand(ioc_)) {}
+
+  const HttpServerOptions& options() const { return options_; }
+  const Router& router() const { return router_; }
+  HttpResponse RenderError(const absl::Status& s, absl::string_view path) const {
+    return errors_(s, path);
+  }
+  net::io_context& ioc() { return ioc_; }
+  tcp::acceptor& acceptor() { return acceptor_; }
+  bool draining() const { return draining_.load(); }
+  void set_draining() { draining_.store(true); }
+
+  std::atomic<int64_t> connections{0};
+  std::atomic<int64_t> inflight{0};
+  std::atomic<int64_t> rejected_busy{0};
+
+  // Exchanges in progress; Shutdown waits for zero.
+  void ExchangeStarted() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    ++exchanges_;
+  }
+  void ExchangeEnded() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    if (--exchanges_ == 0) cv_.SignalAll();
+  }
+  int64_t exchanges() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return exchanges_;
+  }
+  // Returns true if every exchange ended within `timeout`.
+  bool WaitForExchanges(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::Time deadline = absl::Now() + timeout;
+    MutexLock lock(&mu_);
+    while (exchanges_ > 0) {
+      absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return false;
+      cv_.WaitWithTimeout(&mu_, left);
+    }
+    return true;
+  }
+
+  // Remembers `c` for ForceCloseAll (weakly: the connection's owners decide its lifetime).
+  void Register(const std::shared_ptr<Closable>& c) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    if (connections_.size() >= compact_at_) {
+      connections_.erase(
+          std::remove_if(connections_.begin(), connections_.end(),
+                         [](const std::weak_ptr<Closable>& w) { return w.expired(); }),
+          connections_.end());
+      compact_at_ = std::max<size_t>(64, 2 * connections_.size());
+    }
+    connections_.push_back(c);
+  }
+  // Force-closes every connection still alive. REQUIRES: the io_context is stopped.
+  void ForceCloseAll() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<std::shared_ptr<Closable>> alive;
+    {
+      MutexLock lock(&mu_);
+      for (const auto& w : connections_) {
+        if (auto c = w.lock()) alive.push_back(std::move(c));
+      }
+      connections_.clear();
+    }
+    for (auto& c : alive) c->ForceClose();
+  }
+
+  std::vector<std::thread> threads;  // Written by Start and Shutdown only.
+  bool shut_down = false;            // Written by Shutdown only (one caller).
+
+ private:
+  const HttpServerOptions options_;
+  const Router router_;
+  const ErrorRenderer errors_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  std::atomic<bool> draining_{false};
+  mutable Mutex mu_;
+  CondVar cv_;
+  int64_t exchanges_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::weak_ptr<Closable>> connections_ ABSL_GUARDED_BY(mu_);
+  size_t compact_at_ ABSL_GUARDED_BY(mu_) = 64;
+};
+
+namespace {
+
+std::string RetryAfter(const HttpServerOptions& o) { return absl::StrCat(o.retry_after_seconds); }
+
+// One connection. Confined to its strand: every member is touched only by handlers running
+// on the strand of `stream_`. Held by shared_ptr because pending Beast handlers and the
+// exchanges handed to request handlers keep it alive (Beast's async server pattern).
+//
+// Invariants: at most one read (request read or watch read) and one write are pending;
+// `current_seq_` names the exchange allowed to answer, and it changes only after the
+// response has been fully written.
+class Session : public Closable, public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, HttpServerState* state)
+      : stream_(std::move(socket)), state_(state), heartbeat_timer_(stream_.get_executor()) {
+    ++state_->connections;
+  }
+  ~Session() { --state_->connections; }
+
+  void Run() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+  }
+  // Answers 503 at once and closes (connection cap).
+  void RejectBusy() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      self->keep_alive_ = false;
+      self->exchange_active_ = true;
+      self->current_path_ = "/";
+      self->SendWhole(self->BusyResponse(absl::UnavailableError("too many connections")));
+    });
+  }
+
+  void ForceClose() override {
+    on_gone_ = nullptr;
+    heartbeat_ = nullptr;
+    chunks_.clear();
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+    if (exchange_active_) {
+      exchange_active_ = false;
+      if (counted_exchange_) {
+        counted_exchange_ = false;
+        state_->ExchangeEnded();
+      }
+      if (admitted_) {
+        admitted_ = false;
+        --state_->inflight;
+      }
+    }
+  }
+
+  // ---- Exchange API (strand only) ----
+  bool IsCurrent(uint64_t seq) const { return exchange_active_ && seq == current_seq_; }
+  const HttpRequest& request() const { return request_; }
+  absl::string_view path() const { return current_path_; }
+  void Respond(uint64_t seq, HttpResponse response) {
+    if (!IsCurrent(seq) || response_started_) return;
+    SendWhole(std::move(response));
+  }
+  void RespondError(uint64_t seq, const absl::Status& status) {
+    if (!IsCurrent(seq) || response_started_) return;
+    SendWhole(state_->RenderError(status, current_path_));
+  }
+  void StartStream(uint64_t seq, std::string content_type) {
+    if (!IsCurrent(seq) || response_started_) return;
+    response_started_ = true;
+    auto header =
+        std::make_unique<http::response<http::empty_body>>(http::status::ok, request_.version());
+    header->set(http::field::content_type, content_type);
+    header->set(http::field::cache_control, "no-cache");
+    header->keep_alive(keep_alive_);
+    // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
+    chunked_ = request_.version() >= 11;
+    if (chunked_) {
+      header->chunked(true);
+    } else {
+      keep_alive_ = false;
+      header->keep_alive(false);
+    }
+    stream_header_ = std::move(header);
+    header_serializer_ =
+        std::make_unique<http::response_serializer<http::empty_body>>(*stream_header_);
+    Enqueue(Chunk{Chunk::kHeader, "", nullptr});
+  }
+  void Write(uint64_t seq, std::string data, std::function<void(bool)> done) {
+    if (!IsCurrent(seq) || stream_header_ == nullptr || stream_ended_) {
+      if (done) Post([done] { done(false); });
+      return;
+    }
+    Enqueue(Chunk{Chunk::kData, std::move(data), std::move(done)});
+  }
+  void EndStream(uint64_t seq) {
+    if (!IsCurrent(seq) || stream_header_ == nullptr || stream_ended_) return;
+    stream_ended_ = true;
+    Enqueue(Chunk{Chunk::kLast, "", nullptr});
+  }
+  void OnClientGone(uint64_t seq, std::function<void()> fn) {
+    if (client_gone_) {
+      Post(std::move(fn));
+      return;
+    }
+    if (IsCurrent(seq)) on_gone_ = std::move(fn);
+  }
+  void Post(std::function<void()> fn) {
+    net::post(stream_.get_executor(),
+              [self = shared_from_this(), fn = std::move(fn)] { self->RunGuarded(fn); });
+  }
+  void StartHeartbeat(uint64_t seq, absl::Duration interval, std::function<void()> tick) {
+    if (!IsCurrent(seq) || interval <= absl::ZeroDuration()) return;
+    heartbeat_ = std::move(tick);
+    heartbeat_interval_ = interval;
+    ArmHeartbeat();
+  }
+
+ private:
+  struct Chunk {
+    enum Kind { kHeader, kData, kLast } kind;
+    std::string data;
+    std::function<void(bool)> done;
+  };
+
+  void ArmHeartbeat() {
+    heartbeat_timer_.expires_after(absl::ToChronoMilliseconds(heartbeat_interval_));
+    heartbeat_timer_.async_wait(
+        [self = shared_from_this(), seq = current_seq_](beast::error_code ec) {
+          if (ec || !self->IsCurrent(seq) || !self->heartbeat_) return;
+          self->RunGuarded(self->heartbeat_);
+          if (self->IsCurrent(seq) && self->heartbeat_) self->ArmHeartbeat();
+        });
+  }
+
+  // Runs a handler-supplied function; an exception becomes a 500 (none may escape).
+  void RunGuarded(const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      CAIRN_LOG(ERROR) << "handler for " << current_path_ << " threw: " << e.what();
+      FailCurrent(absl::InternalError("internal error in the handler"));
+    } catch (...) {
+      CAIRN_LOG(ERROR) << "handler for " << current_path_ << " threw";
+      FailCurrent(absl::InternalError("internal error in the handler"));
+    }
+  }
+  void FailCurrent(const absl::Status& s) {
+    if (!exchange_active_) return;
+    if (!response_started_) {
+      SendWhole(state_->RenderError(s, current_path_));
+    } else {
+      Close();
+    }
+  }
+
+  void DoRead() {
+    parser_.emplace();
+    parser_->body_limit(state_->options().max_body_bytes);
+    parser_->header_limit(state_->options().max_header_bytes);
+    // One deadline for the whole request, header and body.
+    stream_.expires_after(absl::ToChronoMilliseconds(state_->options().read_timeout));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
+  }
+
+  // The header is in (and within the limits): a client waiting for "100 Continue" (curl does
+  // for large bodies) gets it, then the body is read.
+  void OnHeader(beast::error_code ec, size_t bytes) {
+    if (ec || parser_->is_done()) {
+      OnRead(ec, bytes);
+      return;
+    }
+    auto expect = parser_->get().find(http::field::expect);
+    if (expect != parser_->get().end() &&
+        absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()),
+                               "100-continue")) {
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),
+                       [self = shared_from_this()](beast::error_code write_ec, size_t) {
+                         if (write_ec) {
+                           self->Close();
+                           return;
+                         }
+                         self->ReadBody();
+                       });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::OnRead, shared_from_this()));
+  }
+
+  void OnRead(beast::error_code ec, size_t /*bytes*/) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+        ec == net::error::eof) {
+      Close();
+      return;
+    }
+    keep_alive_ = false;  // Errors below close the connection.
+    exchange_active_ = true;
+    current_path_ = "/";
+    if (ec == http::error::body_limit) {
+      // Sent as soon as the header shows the size (GW3), the body is never read.
+      SendWhole(state_->RenderError(WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
+                                                       "request body exceeds the limit of ",
+                                                       state_->options().max_body_bytes, " bytes")),
+                                                   413),
+                                    RequestPath()));
+      return;
+    }
+    if (ec == http::error::header_limit) {
+      SendWhole(state_->RenderError(
+          WithHttpStatus(absl::InvalidArgumentError("request headers are too large"), 431), "/"));
+      return;
+    }
+    if (ec) {
+      SendWhole(state_->RenderError(
+          absl::InvalidArgumentError(absl::StrCat("malformed HTTP request: ", ec.message())), "/"));
+      return;
+    }
+    request_ = parser_->release();
+    parser_.reset();
+    keep_alive_ = request_.keep_alive();
+    Dispatch();
+  }
+
+  std::string RequestPath() const {
+    if (!parser_.has_value()) return "/";
+    const auto& req = parser_->get();
+    absl::string_view target(req.target().data(), req.target().size());
+    return std::string(target.substr(0, target.find('?')));
+  }
+
+  HttpResponse BusyResponse(const absl::Status& s) {
+    ++state_->rejected_busy;
+    HttpResponse r = state_->RenderError(s, current_path_);
+    r.status = 503;
+    r.headers.emplace_back("Retry-After", RetryAfter(state_->options()));
+    return r;
+  }
+
+  void Dispatch() {
+    ++current_seq_;
+    exchange_active_ = true;
+    response_started_ = false;
+    stream_ended_ = false;
+    stream_header_.reset();
+    header_serializer_.reset();
+    state_->ExchangeStarted();
+    counted_exchange_ = true;
+    absl::string_view target(request_.target().data(), request_.target().size());
+    current_path_ = std::string(target.substr(0, target.find('?')));
+
+    if (state_->draining()) {
+      keep_alive_ = false;
+      SendWhole(BusyResponse(absl::UnavailableError("the gateway is shutting down")));
+      return;
+    }
+    bool path_known = false;
+    const Router::Route* route =
+        state_->router().Find(request_.method(), current_path_, &path_known);
+    if (route == nullptr) {
+      SendWhole(state_->RenderError(
+          path_known ? WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
+                                          "method ", std::string(request_.method_string()),
+                                          " not allowed on ", current_path_)),
+                                      405)
+                     : absl::NotFoundError(absl::StrCat("no route ", current_path_)),
+          current_path_));
+      return;
+    }
+    if (!route->options.public_route && !state_->options().api_keys.empty() && !Authorized()) {
+      SendWhole(state_->RenderError(
+          absl::UnauthenticatedError("missing or invalid API key (Authorization: Bearer KEY)"),
+          current_path_));
+      return;
+    }
+    if (route->options.admission) {
+      int64_t now = ++state_->inflight;
+      admitted_ = true;
+      if (now > state_->options().max_inflight) {
+        SendWhole(BusyResponse(absl::UnavailableError(absl::StrCat(
+            "server busy: ", state_->options().max_inflight, " requests in progress"))));
+        return;
+      }
+    }
+    StartWatch();
+    auto exchange = MakeExchange();
+    const HttpHandler& handler = route->handler;
+    RunGuarded([&] { handler(exchange); });
+  }
+
+  bool Authorized() const {
+    absl::string_view presented;
+    auto auth = request_.find(http::field::authorization);
+    if (auth != request_.end()) {
+      absl::string_view v(auth->value().data(), auth->value().size());
+      if (v.size() > 7 && absl::EqualsIgnoreCase(v.substr(0, 7), "bearer ")) {
+        presented = absl::StripAsciiWhitespace(v.substr(7));
+      }
+    }
+    if (presented.empty()) {
+      auto x = request_.find("x-api-key");  // Anthropic clients send this header.
+      if (x != request_.end()) presented = absl::string_view(x->value().data(), x->value().size());
+    }
+    return !presented.empty() && ApiKeyMatches(presented, state_->options().api_keys);
+  }
+
+  std::shared_ptr<HttpExchange> MakeExchange();
+
+  // Reads ahead while a handler works, to see the client leave (GW6). Bytes of a pipelined
+  // next request are kept in `buffer_` for the next DoRead.
+  void StartWatch() {
+    if (watching_ || client_gone_ || buffer_.size() >= state_->options().max_pipelined_bytes) {
+      return;
+    }
+    watching_ = true;
+    stream_.expires_never();
+    stream_.async_read_some(buffer_.prepare(4096),
+                            beast::bind_front_handler(&Session::OnWatch, shared_from_this()));
+  }
+
+  void OnWatch(beast::error_code ec, size_t n) {
+    watching_ = false;
+    if (n > 0) buffer_.commit(n);
+    if (read_after_watch_) {  // The exchange ended while the watch was pending.
+      read_after_watch_ = false;
+      if (ec && ec != net::error::operation_aborted) {
+        Close();
+      } else {
+        DoRead();
+      }
+      return;
+    }
+    if (ec) {
+      if (ec != net::error::operation_aborted) ClientGone();
+      return;
+    }
+    if (exchange_active_) StartWatch();
+  }
+
+  void ClientGone() {
+    if (client_gone_) return;
+    client_gone_ = true;
+    keep_alive_ = false;
+    std::function<void()> fn = std::move(on_gone_);
+    on_gone_ = nullptr;
+    if (fn) RunGuarded(fn);
+    Close();  // Ends the exchange; a pending write completes with an error.
+  }
+
+  void SendWhole(HttpResponse r) {
+    response_started_ = true;
+    auto res = std::make_unique<http::response<http::string_body>>(
+        static_cast<http::status>(r.status), request_.version() == 0 ? 11 : request_.version());
+    res->set(http::field::server, "cairn-gateway");
+    if (!r.content_type.empty()) res->set(http::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) res->set(name, value);
+    if (state_->draining()) keep_alive_ = false;
+    res->keep_alive(keep_alive_);
+    const bool head = request_.method() == http::verb::head;
+    if (head) {
+      res->content_length(r.body.size());
+    } else {
+      res->body() = std::move(r.body);
+      res->prepare_payload();
+    }
+    response_ = std::move(res);
+    stream_.expires_after(absl::ToChronoMilliseconds(state_->options().write_timeout));
+    writing_ = true;
+    if (head) {
+      header_only_ = std::make_unique<http::response_serializer<http::string_body>>(*response_);
+      http::async_write_header(
+          stream_, *header_only_,
+          beast::bind_front_handler(&Session::OnWholeWritten, shared_from_this()));
+    } else {
+      http::async_write(stream_, *response_,
+                        beast::bind_front_handler(&Session::OnWholeWritten, shared_from_this()));
+    }
+  }
+
+  void OnWholeWritten(beast::error_code ec, size_t /*bytes*/) {
+    writing_ = false;
+    response_.reset();
+    header_only_.reset();
+    if (ec) {
+      ClientGone();
+      EndExchange(false);
+      return;
+    }
+    EndExchange(keep_alive_ && !client_gone_);
+  }
+
+  void Enqueue(Chunk c) {
+    chunks_.push_back(std::move(c));
+    if (!writing_) WriteNext();
+  }
+
+  void WriteNext() {
+    if (chunks_.empty()) return;
+    writing_ = true;
+    stream_.expires_after(absl::ToChronoMilliseconds(state_->options().write_timeout));
+    auto handler = beast::bind_front_handler(&Session::OnChunkWritten, shared_from_this());
+    Chunk& c = chunks_.front();
+    switch (c.kind) {
+      case Chunk::kHeader:
+        http::async_write_header(stream_, *header_serializer_, std::move(handler));
+        break;
+      case Chunk::kData:
+        if (c.data.empty()) {  // An empty chunk would end the stream.
+          net::post(stream_.get_executor(),
+                    [self = shared_from_this()] { self->OnChunkWritten(beast::error_code(), 0); });
+        } else if (chunked_) {
+          net::async_write(stream_, http::make_chunk(net::buffer(c.data)), std::move(handler));
+        } else {
+          net::async_write(stream_, net::buffer(c.data), std::move(handler));
+        }
+        break;
+      case Chunk::kLast:
+        if (chunked_) {
+          net::async_write(stream_, http::make_chunk_last(), std::move(handler));
+        } else {
+          net::post(stream_.get_executor(),
+                    [self = shared_from_this()] { self->OnChunkWritten(beast::error_code(), 0); });
+        }
+        break;
+    }
+  }
+
+  void OnChunkWritten(beast::error_code ec, size_t /*bytes*/) {
+    writing_ = false;
+    Chunk c = std::move(chunks_.front());
+    chunks_.pop_front();
+    if (ec) {
+      for (Chunk& rest : chunks_) {
+        if (rest.done) Post([done = std::move(rest.done)] { done(false); });
+      }
+      chunks_.clear();
+      if (c.done) RunGuarded([&] { c.done(false); });
+      ClientGone();
+      if (exchange_active_) EndExchange(false);
+      return;
+    }
+    if (c.done) RunGuarded([&] { c.done(true); });
+    if (c.kind == Chunk::kLast) {
+      EndExchange(keep_alive_ && !client_gone_);
+      return;
+    }
+    if (!writing_) WriteNext();
+  }
+
+  // Ends the current exchange: releases its admission and reads the next request (`reuse`)
+  // or closes the connection.
+  void EndExchange(bool reuse) {
+    if (!exchange_active_) return;
+    exchange_active_ = false;
+    on_gone_ = nullptr;
+    if (heartbeat_) {
+      heartbeat_ = nullptr;
+      heartbeat_timer_.cancel();
+    }
+    if (admitted_) {
+      admitted_ = false;
+      --state_->inflight;
+    }
+    if (counted_exchange_) {
+      counted_exchange_ = false;
+      state_->ExchangeEnded();
+    }
+    if (!reuse || state_->draining()) {
+      Close();
+      return;
+    }
+    if (watching_) {
+      read_after_watch_ = true;
+      beast::error_code ignored;
+      beast::get_lowest_layer(stream_).socket().cancel(ignored);
+      return;
+    }
+    DoRead();
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+    if (exchange_active_) {
+      client_gone_ = true;
+      std::function<void()> fn = std::move(on_gone_);
+      on_gone_ = nullptr;
+      if (fn) RunGuarded(fn);
+      EndExchange(false);
+    }
+  }
+
+  beast::tcp_stream stream_;
+  HttpServerState* const state_;  // Outlives every session (Shutdown joins the threads).
+  net::steady_timer heartbeat_timer_;
+  std::function<void()> heartbeat_;  // Set while the current exchange wants ticks.
+  absl::Duration heartbeat_interval_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  HttpRequest request_;
+  std::string current_path_;
+  uint64_t current_seq_ = 0;
+  bool exchange_active_ = false;
+  bool counted_exchange_ = false;
+  bool response_started_ = false;
+  bool stream_ended_ = false;
+  bool keep_alive_ = false;
+  bool admitted_ = false;
+  bool watching_ = false;
+  bool read_after_watch_ = false;
+  bool writing_ = false;
+  bool chunked_ = true;  // Of the current stream (false for HTTP/1.0 clients).
+  bool client_gone_ = false;
+  bool closed_ = false;
+  std::function<void()> on_gone_;
+  std::unique_ptr<http::response<http::string_body>> response_;
+  std::unique_ptr<http::response_serializer<http::string_body>> header_only_;
+  std::unique_ptr<http::response<http::empty_body>> stream_header_;
+  std::unique_ptr<http::response_serializer<http::empty_body>> header_serializer_;
+  std::deque<Chunk> chunks_;
+};
+
+// The handle a handler gets: the session plus the sequence number of its request, so that a
+// late call after the answer (or for an earlier request on a keep-alive connection) is a
+// no-op.
+class SessionExchange : public HttpExchange {
+ public:
+  SessionExchange(std::shared_ptr<Session> session, uint64_t seq)
+      : session_(std::move(session)), seq_(seq) {}
+  const HttpRequest& request() const override { return session_->request(); }
+  absl::string_view path() const override { return session_->path(); }
+  void Respond(HttpResponse r) override { session_->Respond(seq_, std::move(r)); }
+  void RespondError(const absl::Status& s) override { session_->RespondError(seq_, s); }
+  void StartStream(std::string content_type) override {
+    session_->StartStream(seq_, std::move(content_type));
+  }
+  void Write(std::string data, std::function<void(bool)> done) override {
+    session_->Write(seq_, std::move(data), std::move(done));
+  }
+  void EndStream() override { session_->EndStream(seq_); }
+  void OnClientGone(std::function<void()> fn) override {
+    session_->OnClientGone(seq_, std::move(fn));
+  }
+  void Post(std::function<void()> fn) override { session_->Post(std::move(fn)); }
+  void StartHeartbeat(absl::Duration interval, std::function<void()> tick) override {
+    session_->StartHeartbeat(seq_, interval, std::move(tick));
+  }
+  bool finished() const override { return !session_->IsCurrent(seq_); }
+
+ private:
+  std::shared_ptr<Session> session_;
+  const uint64_t seq_;
+};
+
+std::shared_ptr<HttpExchange> Session::MakeExchange() {
+  return std::make_shared<SessionExchange>(shared_from_this(), current_seq_);
+}
+
+// Accepts connections on the acceptor's strand.
+class Listener : public std::enable_shared_from_this<Listener> {
+ public:
+  explicit Listener(HttpServerState* state) : state_(state) {}
+  void DoAccept() {
+    state_->acceptor().async_accept(
+        net::make_strand(state_->ioc()),
+        beast::bind_front_handler(&Listener::OnAccept, shared_from_this()));
+  }
+
+ private:
+  void OnAccept(beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !state_->acceptor().is_open()) return;
+    if (!ec) {
+      auto session = std::make_shared<Session>(std::move(socket), state_);
+      state_->Register(session);
+      if (state_->connections.load() > state_->options().max_connections) {
+        session->RejectBusy();
+      } else {
+        session->Run();
+      }
+    }
+    DoAccept();
+  }
+  HttpServerState* const state_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
+                                                              Router router, ErrorRenderer errors) {
+  beast::error_code ec;
+  net::ip::address address = net::ip::make_address(options.host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen host \"", options.host, "\" is not an IP address"));
+  }
+  if (!address.is_loopback() && options.api_keys.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("refusing to listen on non-loopback address ",
+                                                   options.host, " without API keys"));
+  }
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("listen port ", options.port, " out of range"));
+  }
+  auto server = std::unique_ptr<HttpServer>(new HttpServer());
+  server->state_ = std::make_unique<HttpServerState>(options, std::move(router), std::move(errors));
+  HttpServerState* state = server->state_.get();
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(options.port));
+  tcp::acceptor& acceptor = state->acceptor();
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.host, ":", options.port, ": ", ec.message()));
+  }
+  server->port_ = acceptor.local_endpoint(ec).port();
+  std::make_shared<Listener>(state)->DoAccept();
+  for (int i = 0; i < std::max(1, options.threads); ++i) {
+    state->threads.emplace_back([state] {
+      // Handlers catch their own exceptions; this keeps a thread alive if one slips through.
+      for (;;) {
+        try {
+          state->ioc().run();
+          return;
+        } catch (const std::exception& e) {
+          CAIRN_LOG(ERROR) << "exception escaped an HTTP handler: " << e.what();
+        }
+      }
+    });
+  }
+  return server;
+}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+HttpServerStats HttpServer::stats() const {
+  HttpServerStats s;
+  s.connections = state_->connections.load();
+  s.exchanges = state_->exchanges();
+  s.inflight = state_->inflight.load();
+  s.rejected_busy = state_->rejected_busy.load();
+  return s;
+}
+
+void HttpServer::Shutdown() {
+  if (state_ == nullptr || state_->shut_down) return;
+  state_->shut_down = true;
+  state_->set_draining();
+  net::post(state_->acceptor().get_executor(), [state = state_.get()] {
+    beast::error_code ignored;
+    state->acceptor().close(ignored);
+  });
+  if (!state_->WaitForExchanges(state_->options().drain_timeout)) {
+    CAIRN_LOG(WARNING) << "drain timeout: closing " << state_->exchanges()
+                       << " requests still in progress";
+  }
+  state_->ioc().stop();
+  for (std::thread& t : state_->threads) t.join();
+  state_->threads.clear();
+  // Breaks the references from connections to handler state (a stream still running when
+  // the drain timed out), so that both can be freed.
+  state_->ForceCloseAll();
+}
+
+}  // namespace cairn::gateway

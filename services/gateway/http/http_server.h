@@ -1,0 +1,176 @@
+#ifndef CAIRN_SERVICES_GATEWAY_HTTP_HTTP_SERVER_H_
+#define CAIRN_SERVICES_GATEWAY_HTTP_HTTP_SERVER_H_
+
+// The gateway's HTTP/1.1 server on Boost.Beast: one io_context run by a small fixed pool of
+// threads, one strand per connection, no thread per connection. It knows HTTP only: routing,
+// keep-alive, size limits, timeouts, API keys, bounded admission and a graceful drain. What a
+// route means and how errors are shaped belong to the handlers and the ErrorRenderer.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "boost/beast/http.hpp"
+
+namespace cairn::gateway {
+
+using HttpRequest = boost::beast::http::request<boost::beast::http::string_body>;
+using HttpVerb = boost::beast::http::verb;
+
+// A whole response.
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // Extra headers.
+};
+
+// Attaches an explicit HTTP status to `status` (e.g. 413 on an InvalidArgument), for the
+// cases the status-code table cannot express. The ErrorRenderer honours it.
+absl::Status WithHttpStatus(absl::Status status, int http_status);
+// Returns the HTTP status attached by WithHttpStatus, or 0.
+int HttpStatusOf(const absl::Status& status);
+
+// Renders an error as a response (the body shape may depend on the route).
+using ErrorRenderer = std::function<HttpResponse(const absl::Status&, absl::string_view path)>;
+
+// One request being answered. Handlers get it as a shared_ptr and may keep it while they
+// wait for upstream work.
+//
+// Thread safety: every method must be called on the exchange's strand: handlers are invoked
+// there, and other threads get there with Post(). Methods on an exchange that is finished
+// (answered, or its connection gone) do nothing.
+class HttpExchange {
+ public:
+  virtual ~HttpExchange() = default;
+
+  // The request. Valid until the exchange has answered.
+  virtual const HttpRequest& request() const = 0;
+  // The request path without its query string.
+  virtual absl::string_view path() const = 0;
+  // Answers with a whole response. At most once, and not after StartStream.
+  virtual void Respond(HttpResponse response) = 0;
+  // Answers with an error rendered by the server's ErrorRenderer.
+  virtual void RespondError(const absl::Status& status) = 0;
+  // Starts a chunked 200 response with `content_type` (the headers are sent at once).
+  virtual void StartStream(std::string content_type) = 0;
+  // Sends `data` as one chunk. `done(ok)` runs on the strand once it is written (true) or
+  // the connection failed (false); the caller should wait for it before writing more.
+  virtual void Write(std::string data, std::function<void(bool ok)> done) = 0;
+  // Ends the stream.
+  virtual void EndStream() = 0;
+  // Sets `on_gone` to run on the strand if the client disconnects before the exchange has
+  // finished (a failed write, a reset or EOF). Runs at once if the client is already gone.
+  virtual void OnClientGone(std::function<void()> on_gone) = 0;
+  // Runs `fn` on the strand (later, never inline).
+  virtual void Post(std::function<void()> fn) = 0;
+  // Runs `tick` on the strand every `interval` until the exchange finishes (keep-alive
+  // pings during long waits). A second call replaces the first.
+  virtual void StartHeartbeat(absl::Duration interval, std::function<void()> tick) = 0;
+  // True once the exchange has answered or its client is gone.
+  virtual bool finished() const = 0;
+};
+
+using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
+
+struct RouteOptions {
+  // Needs no API key. Only "/health" and "/" may be public (GW1: deny by default); the
+  // router aborts on any other public route.
+  bool public_route = false;
+  bool admission = false;     // Counts against max_inflight (generation routes).
+};
+
+// Maps (verb, path) to handlers. Thread-compatible: fill it before Start.
+class Router {
+ public:
+  struct Route {
+    HttpVerb verb;
+    std::string path;
+    RouteOptions options;
+    HttpHandler handler;
+  };
+  void Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler);
+  // Returns the route for `verb` and `path`, or nullptr. Sets `*path_known` when another
+  // verb is registered for `path` (405 rather than 404).
+  const Route* Find(HttpVerb verb, absl::string_view path, bool* path_known) const;
+  const std::vector<Route>& routes() const { return routes_; }
+
+ private:
+  std::vector<Route> routes_;
+};
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";                    // Literal IP address to bind.
+  int port = 8080;                                   // 0 picks a free port.
+  int threads = 4;                                   // Threads running the io_context.
+  uint64_t max_body_bytes = 8 << 20;                 // Larger bodies get 413 (GW3).
+  uint32_t max_header_bytes = 64 << 10;              // Larger headers get 431.
+  absl::Duration read_timeout = absl::Seconds(30);   // A whole request, or keep-alive idle.
+  absl::Duration write_timeout = absl::Seconds(60);  // One write.
+  int max_connections = 1024;                        // Further connections get 503.
+  int max_inflight = 64;                             // Admission routes in progress (GW5).
+  int retry_after_seconds = 1;                       // Retry-After on 429/503.
+  absl::Duration drain_timeout = absl::Seconds(10);  // Shutdown() waits this long.
+  uint64_t max_pipelined_bytes = 64 << 10;           // Read ahead while answering.
+  std::vector<std::string> api_keys;                 // Empty: no keys (loopback only).
+};
+
+// Counters the server keeps; read with stats().
+struct HttpServerStats {
+  int64_t connections = 0;    // Open connections.
+  int64_t exchanges = 0;      // Requests being answered.
+  int64_t inflight = 0;       // Admitted requests in progress.
+  int64_t rejected_busy = 0;  // Answered 503 by admission or the connection cap.
+};
+
+class HttpServerState;
+
+// Thread-safe. Handlers run on the io_context's threads.
+class HttpServer {
+ public:
+  // Binds and starts serving. InvalidArgument for a bad host, or for a non-loopback host
+  // without API keys (GW2); Unavailable if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           Router router, ErrorRenderer errors);
+  ~HttpServer();  // Shutdown(), then frees everything.
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  HttpServerStats stats() const;
+  // Stops accepting, answers new requests with 503, waits up to the drain timeout for
+  // requests in progress, then closes every connection and joins the threads. Idempotent.
+  // Upstream callbacks must not Post to exchanges after this returns: stop them first or
+  // let them finish (the exchanges are finished by then, so posting is harmless only while
+  // the server object lives).
+  void Shutdown();
+
+ private:
+  HttpServer() = default;
+  std::unique_ptr<HttpServerState> state_;
+  int port_ = 0;
+};
+
+// Splits a listen address "HOST:PORT" or "[IPV6]:PORT" (HOST an IP literal). InvalidArgument
+// naming the problem.
+struct HttpListenAddress {
+  std::string host;
+  int port = 0;
+};
+absl::StatusOr<HttpListenAddress> ParseHttpListenAddress(absl::string_view listen);
+
+// Returns true if `presented` equals one of `keys`, comparing in constant time per key.
+bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& keys);
+
+}  // namespace cairn::gateway
+
+#endif  // CAIRN_SERVICES_GATEWAY_HTTP_HTTP_SERVER_H_

@@ -1,0 +1,621 @@
+#include "services/gateway/openai/chat_mapping.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "services/gateway/openai/errors.h"
+
+namespace cairn::gateway {
+
+namespace {
+
+constexpr int64_t kMaxSeed = std::numeric_limits<int64_t>::max();
+
+absl::Status Invalid(const std::string& field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
+                                        const RequestLimits& limits) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) {
+    const std::string& s = content.get_ref<const std::string&>();
+    if (s.size() > limits.max_string_bytes) {
+      return Invalid(field, absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+    }
+    return s;
+  }
+  if (!content.is_array()) {
+    return Invalid(
+        field, absl::StrCat("must be a string or an array of parts, not ", JsonTypeName(content)));
+  }
+  if (content.size() > limits.max_content_parts) {
+    return Invalid(field, absl::StrCat("has more than ", limits.max_content_parts, " parts"));
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const std::string part_name = absl::StrCat(field, "[", i, "]");
+    const Json& part = content[i];
+    if (part.is_string()) {  // Some clients send bare strings.
+      absl::StrAppend(&text, part.get_ref<const std::string&>());
+      continue;
+    }
+    JsonFields p(part, part_name);
+    if (!part.is_object()) return Invalid(part_name, "must be an object");
+    ASSIGN_OR_RETURN(std::optional<std::string> type, p.String("type", 64));
+    if (!type.has_value()) return Invalid(p.Name("type"), "is required");
+    if (*type == "text" || *type == "input_text" || *type == "output_text") {
+      ASSIGN_OR_RETURN(std::optional<std::string> t, p.String("text", limits.max_string_bytes));
+      if (!t.has_value()) return Invalid(p.Name("text"), "is required");
+      absl::StrAppend(&text, *t);
+    } else if (*type == "image_url" || *type == "input_image" || *type == "input_audio" ||
+               *type == "file" || *type == "input_file" || *type == "image" ||
+               *type == "video_url") {
+      return Invalid(part_name,
+                     absl::StrCat("is a media part (", *type, "); this server accepts text only"));
+    } else {
+      return Invalid(p.Name("type"), absl::StrCat("\"", *type, "\" is not a known part type"));
+    }
+    if (text.size() > limits.max_string_bytes) {
+      return Invalid(field, absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+    }
+  }
+  return text;
+}
+
+namespace {
+
+absl::Status ParseToolCalls(const Json& calls, const std::string& field,
+                            const RequestLimits& limits, infer_v1::ChatMessage* m) {
+  return ForEachObject(calls, field, limits.max_tools, [&](const JsonFields& c) -> absl::Status {
+    ASSIGN_OR_RETURN(std::optional<std::string> id, c.String("id", 256));
+    ASSIGN_OR_RETURN(const Json* fn, c.Object("function"));
+    if (fn == nullptr) return Invalid(c.Name("function"), "is required");
+    JsonFields f(*fn, c.Name("function"));
+    ASSIGN_OR_RETURN(std::optional<std::string> fname, f.String("name", 256));
+    if (!fname.has_value() || fname->empty()) return Invalid(f.Name("name"), "is required");
+    infer_v1::ToolCall* call = m->add_tool_calls();
+    call->set_id(id.value_or(""));
+    call->set_name(*fname);
+    const Json* args = f.Get("arguments");
+    if (args == nullptr) {
+      call->set_arguments_json("{}");
+    } else if (args->is_string()) {
+      call->set_arguments_json(args->get<std::string>());
+    } else if (args->is_object()) {  // Lenient: some clients send the object itself.
+      call->set_arguments_json(DumpJson(*args));
+    } else {
+      return Invalid(f.Name("arguments"), "must be a JSON string");
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ParseTools(const JsonFields& top, const RequestLimits& limits,
+                        infer_v1::ChatPrompt* chat) {
+  const Json* tools = top.Get("tools");
+  if (tools == nullptr) return absl::OkStatus();
+  return ForEachObject(*tools, "tools", limits.max_tools, [&](const JsonFields& t) -> absl::Status {
+    ASSIGN_OR_RETURN(std::optional<std::string> type, t.String("type", 64));
+    if (type.value_or("function") != "function") {
+      return Invalid(t.Name("type"),
+                     absl::StrCat("\"", *type, "\" is not supported; only function tools are"));
+    }
+    ASSIGN_OR_RETURN(const Json* fn, t.Object("function"));
+    if (fn == nullptr) return Invalid(t.Name("function"), "is required");
+    return AddFunctionTool(JsonFields(*fn, t.Name("function")), "parameters", limits, chat);
+  });
+}
+
+absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
+                            infer_v1::ChatPrompt* chat) {
+  ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
+  if (!role.has_value()) return Invalid(f.Name("role"), "is required");
+  if (*role == "developer") role = "system";
+  if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool") {
+    return Invalid(f.Name("role"), absl::StrCat("\"", *role, "\" is not a known role"));
+  }
+  infer_v1::ChatMessage* m = chat->add_messages();
+  m->set_role(*role);
+  if (const Json* content = f.Get("content"); content != nullptr) {
+    ASSIGN_OR_RETURN(std::string text, ContentText(*content, f.Name("content"), limits));
+    m->set_content(std::move(text));
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> author, f.String("name", 256));
+  if (author.has_value()) m->set_name(*author);
+  if (*role == "assistant") {
+    ASSIGN_OR_RETURN(std::optional<std::string> reasoning,
+                     f.String("reasoning_content", limits.max_string_bytes));
+    if (!reasoning.has_value()) {
+      ASSIGN_OR_RETURN(reasoning, f.String("reasoning", limits.max_string_bytes));
+    }
+    if (reasoning.has_value()) m->set_reasoning_content(*reasoning);
+    if (const Json* calls = f.Get("tool_calls"); calls != nullptr) {
+      RETURN_IF_ERROR(ParseToolCalls(*calls, f.Name("tool_calls"), limits, m));
+    }
+  }
+  if (*role == "tool") {
+    ASSIGN_OR_RETURN(std::optional<std::string> call_id, f.String("tool_call_id", 256));
+    if (call_id.has_value()) m->set_tool_call_id(*call_id);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AddFunctionTool(const JsonFields& f, const char* schema_field,
+                             const RequestLimits& limits, infer_v1::ChatPrompt* chat) {
+  ASSIGN_OR_RETURN(std::optional<std::string> name, f.String("name", 256));
+  if (!name.has_value() || name->empty()) return Invalid(f.Name("name"), "is required");
+  ASSIGN_OR_RETURN(std::optional<std::string> description,
+                   f.String("description", limits.max_string_bytes));
+  ASSIGN_OR_RETURN(const Json* schema, f.Object(schema_field));
+  Json function = {{"name", *name}};
+  if (description.has_value()) function["description"] = *description;
+  function["parameters"] = schema == nullptr ? Json{{"type", "object"}} : *schema;
+  chat->add_tools()->set_json(DumpJson({{"type", "function"}, {"function", function}}));
+  return absl::OkStatus();
+}
+
+absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat) {
+  const Json* choice = top.Get("tool_choice");
+  if (choice == nullptr) return absl::OkStatus();
+  if (choice->is_string()) {
+    const std::string& s = choice->get_ref<const std::string&>();
+    if (s != "auto" && s != "none" && s != "required") {
+      return Invalid("tool_choice", "must be \"auto\", \"none\", \"required\" or an object");
+    }
+    chat->set_tool_choice(s);
+    return absl::OkStatus();
+  }
+  if (!choice->is_object()) return Invalid("tool_choice", "must be a string or an object");
+  // Chat names the function in {"function": {"name"}}, the Responses API in {"name"}.
+  JsonFields c(*choice, "tool_choice");
+  ASSIGN_OR_RETURN(const Json* fn, c.Object("function"));
+  JsonFields named = fn == nullptr ? c : JsonFields(*fn, "tool_choice.function");
+  ASSIGN_OR_RETURN(std::optional<std::string> name, named.String("name", 256));
+  if (!name.has_value() || name->empty()) return Invalid(named.Name("name"), "is required");
+  chat->set_tool_choice(*name);
+  return absl::OkStatus();
+}
+
+absl::Status ParseChatMessages(const Json& messages, const std::string& field,
+                               const RequestLimits& limits, infer_v1::ChatPrompt* chat) {
+  if (messages.is_array() && messages.empty()) return Invalid(field, "must not be empty");
+  return ForEachObject(messages, field, limits.max_messages,
+                       [&](const JsonFields& f) { return AddChatMessage(f, limits, chat); });
+}
+
+absl::Status ParseSampling(const JsonFields& f, const RequestLimits& limits,
+                           std::initializer_list<const char*> max_tokens_fields,
+                           const char* stop_field, infer_v1::SamplingParams* s) {
+  ASSIGN_OR_RETURN(std::optional<double> temperature, f.Number("temperature", 0, 100));
+  s->set_temperature(static_cast<float>(temperature.value_or(1.0)));
+  ASSIGN_OR_RETURN(std::optional<double> top_p, f.Number("top_p", 0, 1));
+  if (top_p.has_value()) s->set_top_p(static_cast<float>(*top_p));
+  ASSIGN_OR_RETURN(std::optional<int64_t> top_k, f.Integer("top_k", -1, 1 << 20));
+  if (top_k.has_value() && *top_k > 0) s->set_top_k(static_cast<uint32_t>(*top_k));
+  ASSIGN_OR_RETURN(std::optional<double> min_p, f.Number("min_p", 0, 1));
+  if (min_p.has_value()) s->set_min_p(static_cast<float>(*min_p));
+  ASSIGN_OR_RETURN(std::optional<double> presence, f.Number("presence_penalty", -2, 2));
+  if (presence.has_value()) s->set_presence_penalty(static_cast<float>(*presence));
+  ASSIGN_OR_RETURN(std::optional<double> frequency, f.Number("frequency_penalty", -2, 2));
+  if (frequency.has_value()) s->set_frequency_penalty(static_cast<float>(*frequency));
+  ASSIGN_OR_RETURN(std::optional<double> repetition, f.Number("repetition_penalty", 0, 10));
+  if (repetition.has_value()) {
+    if (*repetition == 0) return Invalid("repetition_penalty", "must be greater than 0");
+    s->set_repetition_penalty(static_cast<float>(*repetition));
+  }
+  ASSIGN_OR_RETURN(std::optional<int64_t> seed, f.Integer("seed", -1, kMaxSeed));
+  if (seed.has_value() && *seed >= 0) s->set_seed(static_cast<uint64_t>(*seed));
+  int64_t max_tokens = 0;
+  for (const char* name : max_tokens_fields) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> v, f.Integer(name, 1, limits.max_tokens_limit));
+    if (v.has_value()) {
+      max_tokens = *v;
+      break;
+    }
+  }
+  s->set_max_tokens(CappedMaxTokens(max_tokens, limits));
+  if (const Json* stop = f.Get(stop_field); stop != nullptr) {
+    const std::string name = f.Name(stop_field);
+    auto add = [&](const Json& v, const std::string& vname) -> absl::Status {
+      if (!v.is_string()) return Invalid(vname, "must be a string");
+      const std::string& str = v.get_ref<const std::string&>();
+      if (str.empty()) return Invalid(vname, "must not be empty");
+      if (str.size() > limits.max_stop_bytes) {
+        return Invalid(vname, absl::StrCat("is longer than ", limits.max_stop_bytes, " bytes"));
+      }
+      s->add_stop(str);
+      return absl::OkStatus();
+    };
+    if (stop->is_array()) {
+      if (stop->size() > limits.max_stop) {
+        return Invalid(name, absl::StrCat("has more than ", limits.max_stop, " entries"));
+      }
+      for (size_t i = 0; i < stop->size(); ++i) {
+        RETURN_IF_ERROR(add((*stop)[i], absl::StrCat(name, "[", i, "]")));
+      }
+    } else {
+      RETURN_IF_ERROR(add(*stop, name));
+    }
+  }
+  ASSIGN_OR_RETURN(const Json* stop_ids, f.Array("stop_token_ids", limits.max_stop));
+  if (stop_ids != nullptr) {
+    for (size_t i = 0; i < stop_ids->size(); ++i) {
+      ASSIGN_OR_RETURN(int64_t id,
+                       JsonInteger((*stop_ids)[i], absl::StrCat("stop_token_ids[", i, "]"), 0,
+                                   std::numeric_limits<uint32_t>::max()));
+      s->add_stop_token_ids(static_cast<uint32_t>(id));
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, f.Bool("ignore_eos"));
+  s->set_ignore_eos(ignore_eos.value_or(false));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Fields both OpenAI endpoints check the same way: model, n, stream, logprobs.
+struct CommonFields {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+absl::StatusOr<CommonFields> ParseCommon(const JsonFields& f) {
+  CommonFields c;
+  ASSIGN_OR_RETURN(std::optional<std::string> model, f.String("model", 256));
+  c.model = model.value_or("");
+  ASSIGN_OR_RETURN(std::optional<int64_t> n, f.Integer("n", 1, 1 << 20));
+  if (n.has_value() && *n != 1) return Invalid("n", "must be 1 (one choice per request)");
+  ASSIGN_OR_RETURN(std::optional<int64_t> best_of, f.Integer("best_of", 1, 1 << 20));
+  if (best_of.has_value() && *best_of != 1) return Invalid("best_of", "must be 1");
+  ASSIGN_OR_RETURN(std::optional<bool> stream, f.Bool("stream"));
+  c.stream = stream.value_or(false);
+  ASSIGN_OR_RETURN(const Json* options, f.Object("stream_options"));
+  if (options != nullptr) {
+    ASSIGN_OR_RETURN(std::optional<bool> usage,
+                     JsonFields(*options, "stream_options").Bool("include_usage"));
+    c.include_usage = usage.value_or(false);
+  }
+  return c;
+}
+
+Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps) {
+  Json content = Json::array();
+  for (const auto& lp : lps) {
+    Json top = Json::array();
+    for (const auto& alt : lp.top()) {
+      top.push_back({{"token", alt.text()}, {"logprob", alt.logprob()}, {"bytes", nullptr}});
+    }
+    content.push_back({{"token", lp.text()},
+                       {"logprob", lp.logprob()},
+                       {"bytes", nullptr},
+                       {"top_logprobs", top}});
+  }
+  return content;
+}
+
+// chat.completion and chat.completion.chunk.
+class ChatFormatter : public ResponseFormatter {
+ public:
+  ChatFormatter(std::string model, bool include_usage, bool logprobs)
+      : id_(NewId("chatcmpl-")),
+        model_(std::move(model)),
+        created_(UnixSeconds()),
+        include_usage_(include_usage),
+        logprobs_(logprobs) {}
+
+  std::string StreamStarted(const infer_v1::Started&) override {
+    Json delta = {{"role", "assistant"}, {"content", ""}};
+    return SseData(Chunk(delta, nullptr));
+  }
+
+  std::string StreamDelta(const infer_v1::Delta& d) override {
+    Json delta = Json::object();
+    if (!d.reasoning_text().empty()) delta["reasoning_content"] = d.reasoning_text();
+    if (!d.text().empty()) delta["content"] = d.text();
+    if (d.tool_calls_size() > 0) {
+      Json calls = Json::array();
+      for (const auto& tc : d.tool_calls()) {
+        Json c = {{"index", tc.index()}};
+        if (!tc.id().empty()) {
+          c["id"] = tc.id();
+          c["type"] = "function";
+        }
+        Json fn = Json::object();
+        if (!tc.name().empty()) fn["name"] = tc.name();
+        fn["arguments"] = tc.arguments_delta();
+        c["function"] = fn;
+        calls.push_back(c);
+      }
+      delta["tool_calls"] = calls;
+    }
+    if (delta.empty() && !(logprobs_ && d.logprobs_size() > 0)) return "";
+    Json chunk = Chunk(delta, nullptr);
+    if (logprobs_ && d.logprobs_size() > 0) {
+      chunk["choices"][0]["logprobs"] = {{"content", LogprobsContent(d.logprobs())}};
+    }
+    return SseData(chunk);
+  }
+
+  std::string StreamFinished(const infer_v1::Finished& f) override {
+    Json last = Chunk(Json::object(), FinishReasonName(f.reason()));
+    last["cairn"] = CairnObject(f.cache());
+    std::string out = SseData(last);
+    if (include_usage_) {
+      Json usage = Chunk(Json::object(), nullptr);
+      usage["choices"] = Json::array();
+      usage["usage"] = UsageObject(f);
+      usage["cairn"] = CairnObject(f.cache());
+      absl::StrAppend(&out, SseData(usage));
+    }
+    absl::StrAppend(&out, "data: [DONE]\n\n");
+    return out;
+  }
+
+  std::string StreamError(const absl::Status& status) override {
+    return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
+  }
+
+  void Collect(const infer_v1::Delta& d) override { collected_.Add(d); }
+
+  Json Body(const infer_v1::Finished& f) override {
+    Json message = {{"role", "assistant"}};
+    const std::string& content = collected_.text(f);
+    const std::string& reasoning = collected_.reasoning(f);
+    message["content"] = content.empty() && f.tool_calls_size() > 0 ? Json(nullptr) : Json(content);
+    if (!reasoning.empty()) message["reasoning_content"] = reasoning;
+    if (f.tool_calls_size() > 0) {
+      Json calls = Json::array();
+      for (const auto& tc : f.tool_calls()) {
+        calls.push_back({{"id", tc.id()},
+                         {"type", "function"},
+                         {"function", {{"name", tc.name()}, {"arguments", tc.arguments_json()}}}});
+      }
+      message["tool_calls"] = calls;
+    }
+    Json choice = {{"index", 0},
+                   {"message", message},
+                   {"finish_reason", FinishReasonName(f.reason())},
+                   {"logprobs", nullptr}};
+    if (logprobs_) choice["logprobs"] = {{"content", LogprobsContent(collected_.logprobs())}};
+    return {{"id", id_},
+            {"object", "chat.completion"},
+            {"created", created_},
+            {"model", model_},
+            {"choices", Json::array({choice})},
+            {"usage", UsageObject(f)},
+            {"cairn", CairnObject(f.cache())}};
+  }
+
+ private:
+  Json Chunk(Json delta, Json finish_reason) const {
+    return {{"id", id_},
+            {"object", "chat.completion.chunk"},
+            {"created", created_},
+            {"model", model_},
+            {"choices", Json::array({{{"index", 0},
+                                      {"delta", std::move(delta)},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", std::move(finish_reason)}}})}};
+  }
+
+  const std::string id_;
+  const std::string model_;
+  const int64_t created_;
+  const bool include_usage_;
+  const bool logprobs_;
+  CollectedOutput collected_;
+};
+
+// text_completion objects (legacy completions).
+class CompletionFormatter : public ResponseFormatter {
+ public:
+  CompletionFormatter(std::string model, bool include_usage, bool logprobs)
+      : id_(NewId("cmpl-")),
+        model_(std::move(model)),
+        created_(UnixSeconds()),
+        include_usage_(include_usage),
+        logprobs_(logprobs) {}
+
+  std::string StreamStarted(const infer_v1::Started&) override { return ""; }
+  std::string StreamDelta(const infer_v1::Delta& d) override {
+    if (d.text().empty() && d.logprobs_size() == 0) return "";
+    Json chunk = Object(d.text(), nullptr);
+    if (logprobs_) chunk["choices"][0]["logprobs"] = LegacyLogprobs(d.logprobs());
+    return SseData(chunk);
+  }
+  std::string StreamFinished(const infer_v1::Finished& f) override {
+    Json last = Object("", FinishReasonName(f.reason()));
+    last["cairn"] = CairnObject(f.cache());
+    if (include_usage_) last["usage"] = UsageObject(f);
+    return absl::StrCat(SseData(last), "data: [DONE]\n\n");
+  }
+  std::string StreamError(const absl::Status& status) override {
+    return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
+  }
+  void Collect(const infer_v1::Delta& d) override { collected_.Add(d); }
+  Json Body(const infer_v1::Finished& f) override {
+    Json body = Object(collected_.text(f), FinishReasonName(f.reason()));
+    if (logprobs_) body["choices"][0]["logprobs"] = LegacyLogprobs(collected_.logprobs());
+    body["usage"] = UsageObject(f);
+    body["cairn"] = CairnObject(f.cache());
+    return body;
+  }
+
+ private:
+  Json Object(const std::string& text, Json finish_reason) const {
+    return {{"id", id_},
+            {"object", "text_completion"},
+            {"created", created_},
+            {"model", model_},
+            {"choices", Json::array({{{"index", 0},
+                                      {"text", text},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", std::move(finish_reason)}}})}};
+  }
+  static Json LegacyLogprobs(
+      const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps) {
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
+    for (const auto& lp : lps) {
+      tokens.push_back(lp.text());
+      token_logprobs.push_back(lp.logprob());
+      Json alts = Json::object();
+      for (const auto& alt : lp.top()) alts[alt.text()] = alt.logprob();
+      top.push_back(alts);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+  }
+
+  const std::string id_;
+  const std::string model_;
+  const int64_t created_;
+  const bool include_usage_;
+  const bool logprobs_;
+  CollectedOutput collected_;
+};
+
+}  // namespace
+
+absl::string_view FinishReasonName(infer_v1::Finished::Reason reason) {
+  switch (reason) {
+    case infer_v1::Finished::REASON_LENGTH:
+      return "length";
+    case infer_v1::Finished::REASON_TOOL_CALLS:
+      return "tool_calls";
+    default:
+      return "stop";
+  }
+}
+
+Json UsageObject(const infer_v1::Finished& f) {
+  return {{"prompt_tokens", f.prompt_tokens()},
+          {"completion_tokens", f.completion_tokens()},
+          {"total_tokens", static_cast<uint64_t>(f.prompt_tokens()) + f.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens()}}}};
+}
+
+absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
+                                                          const RequestLimits& limits) {
+  JsonFields f(body, "");
+  GenerationSpec spec;
+  ASSIGN_OR_RETURN(CommonFields common, ParseCommon(f));
+  spec.model = common.model;
+  spec.stream = common.stream;
+  infer_v1::GenerateRequest& req = spec.request;
+  infer_v1::ChatPrompt* chat = req.mutable_chat();
+  const Json* messages = f.Get("messages");
+  if (messages == nullptr) return Invalid("messages", "is required");
+  RETURN_IF_ERROR(ParseChatMessages(*messages, "messages", limits, chat));
+  RETURN_IF_ERROR(ParseTools(f, limits, chat));
+  RETURN_IF_ERROR(ParseToolChoice(f, chat));
+  // parallel_tool_calls is accepted; the daemon's output parser decides how many calls a
+  // turn holds (the proto has no field for it).
+  RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
+  ASSIGN_OR_RETURN(const Json* format, f.Object("response_format"));
+  if (format != nullptr) {
+    ASSIGN_OR_RETURN(std::optional<std::string> type,
+                     JsonFields(*format, "response_format").String("type", 64));
+    if (type.value_or("text") != "text") {
+      return Invalid("response_format.type",
+                     absl::StrCat("\"", *type, "\" is not supported; only \"text\" is"));
+    }
+  }
+  RETURN_IF_ERROR(ParseSampling(f, limits, {"max_completion_tokens", "max_tokens"}, "stop",
+                                req.mutable_sampling()));
+  ASSIGN_OR_RETURN(std::optional<bool> logprobs, f.Bool("logprobs"));
+  ASSIGN_OR_RETURN(std::optional<int64_t> top_logprobs,
+                   f.Integer("top_logprobs", 0, limits.max_top_logprobs));
+  if (top_logprobs.value_or(0) > 0 && !logprobs.value_or(false)) {
+    return Invalid("top_logprobs", "needs \"logprobs\": true");
+  }
+  if (logprobs.value_or(false)) {
+    // The daemon returns each token's logprob with its top alternatives; at least one.
+    spec.top_logprobs = static_cast<uint32_t>(top_logprobs.value_or(0));
+    req.mutable_sampling()->set_logprobs(std::max<uint32_t>(1, spec.top_logprobs));
+  }
+  infer_v1::TemplateOptions* options = chat->mutable_options();
+  options->set_add_generation_prompt(true);
+  ASSIGN_OR_RETURN(const Json* kwargs, f.Object("chat_template_kwargs"));
+  if (kwargs != nullptr) {
+    ASSIGN_OR_RETURN(std::optional<bool> thinking,
+                     JsonFields(*kwargs, "chat_template_kwargs").Bool("enable_thinking"));
+    if (thinking.has_value()) options->set_enable_thinking(*thinking);
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> effort, f.String("reasoning_effort", 32));
+  if (effort.has_value() && !options->has_enable_thinking()) {
+    options->set_enable_thinking(*effort != "none" && *effort != "minimal");
+  }
+  req.set_parse_output(true);
+  ASSIGN_OR_RETURN(std::optional<std::string> cache_key, f.String("prompt_cache_key", 1024));
+  req.set_conversation(ConversationLabel(cache_key.value_or(""), *chat));
+  const bool include_usage = common.include_usage;
+  const bool want_logprobs = logprobs.value_or(false);
+  spec.make_formatter = [include_usage, want_logprobs](const std::string& model) {
+    return std::make_unique<ChatFormatter>(model, include_usage, want_logprobs);
+  };
+  return spec;
+}
+
+absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
+                                                      const RequestLimits& limits) {
+  JsonFields f(body, "");
+  GenerationSpec spec;
+  ASSIGN_OR_RETURN(CommonFields common, ParseCommon(f));
+  spec.model = common.model;
+  spec.stream = common.stream;
+  infer_v1::GenerateRequest& req = spec.request;
+  const Json* prompt = f.Get("prompt");
+  if (prompt == nullptr) return Invalid("prompt", "is required");
+  const Json* p = prompt;
+  // A list holding one prompt is that prompt; more than one would be several choices.
+  if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
+    if (p->size() != 1) return Invalid("prompt", "must hold exactly one prompt");
+    p = &p->front();
+  }
+  if (p->is_string()) {
+    const std::string& text = p->get_ref<const std::string&>();
+    if (text.size() > limits.max_string_bytes) {
+      return Invalid("prompt", absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+    }
+    req.set_text(text);
+  } else if (p->is_array()) {
+    if (p->empty()) return Invalid("prompt", "must not be empty");
+    if (p->size() > limits.max_prompt_token_ids) {
+      return Invalid("prompt",
+                     absl::StrCat("has more than ", limits.max_prompt_token_ids, " token ids"));
+    }
+    auto* ids = req.mutable_token_ids()->mutable_ids();
+    ids->Reserve(static_cast<int>(p->size()));
+    for (size_t i = 0; i < p->size(); ++i) {
+      ASSIGN_OR_RETURN(int64_t id, JsonInteger((*p)[i], absl::StrCat("prompt[", i, "]"), 0,
+                                               std::numeric_limits<uint32_t>::max()));
+      ids->Add(static_cast<uint32_t>(id));
+    }
+  } else {
+    return Invalid("prompt", "must be a string or an array of token ids");
+  }
+  ASSIGN_OR_RETURN(std::optional<bool> echo, f.Bool("echo"));
+  if (echo.value_or(false)) return Invalid("echo", "is not supported");
+  ASSIGN_OR_RETURN(std::optional<std::string> suffix, f.String("suffix", 1));
+  if (suffix.has_value() && !suffix->empty()) return Invalid("suffix", "is not supported");
+  RETURN_IF_ERROR(ParseSampling(f, limits, {"max_tokens"}, "stop", req.mutable_sampling()));
+  ASSIGN_OR_RETURN(std::optional<int64_t> top, f.Integer("logprobs", 0, limits.max_top_logprobs));
+  if (top.has_value()) {
+    spec.top_logprobs = static_cast<uint32_t>(*top);
+    req.mutable_sampling()->set_logprobs(std::max<uint32_t>(1, spec.top_logprobs));
+  }
+  const bool include_usage = common.include_usage;
+  const bool want_logprobs = top.has_value();
+  spec.make_formatter = [include_usage, want_logprobs](const std::string& model) {
+    return std::make_unique<CompletionFormatter>(model, include_usage, want_logprobs);
+  };
+  return spec;
+}
+
+}  // namespace cairn::gateway

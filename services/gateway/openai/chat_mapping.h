@@ -1,0 +1,58 @@
+#ifndef CAIRN_SERVICES_GATEWAY_OPENAI_CHAT_MAPPING_H_
+#define CAIRN_SERVICES_GATEWAY_OPENAI_CHAT_MAPPING_H_
+
+// OpenAI's POST /v1/chat/completions and POST /v1/completions <-> cairn.infer.v1.Generate.
+//
+// Requests: every field is type- and range-checked before any work (GW4); errors are
+// InvalidArgument naming the field. Per-run ids and metadata (user, metadata,
+// prompt_cache_key, store, ...) are accepted and never reach the prompt. Media parts are
+// refused with a clear error.
+//
+// Responses: chat.completion / chat.completion.chunk and text_completion objects with
+// usage.prompt_tokens_details.cached_tokens and the `cairn` cache object.
+
+#include "absl/status/statusor.h"
+#include "services/gateway/openai/format_util.h"
+
+namespace cairn::gateway {
+
+// Parses a chat completions request body.
+absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
+                                                          const RequestLimits& limits);
+// Parses a (legacy) completions request body: `prompt` as text or token ids.
+absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
+                                                      const RequestLimits& limits);
+
+// Reads the sampling fields shared by every API from `fields` into `sampling`. `max_tokens`
+// names the field(s) holding the output limit, first found wins.
+absl::Status ParseSampling(const JsonFields& fields, const RequestLimits& limits,
+                           std::initializer_list<const char*> max_tokens_fields,
+                           const char* stop_field, infer_v1::SamplingParams* sampling);
+
+// Parses an OpenAI chat `messages` array into `chat` (shared with the Responses API's
+// pieces). `field` names the array in messages.
+absl::Status ParseChatMessages(const Json& messages, const std::string& field,
+                               const RequestLimits& limits, infer_v1::ChatPrompt* chat);
+
+// Adds the function tool described by `f` (its "name", "description" and the JSON schema in
+// `schema_field`) to `chat` in the OpenAI {"type": "function", "function": {...}} form.
+absl::Status AddFunctionTool(const JsonFields& f, const char* schema_field,
+                             const RequestLimits& limits, infer_v1::ChatPrompt* chat);
+// Reads `tool_choice`: "auto", "none", "required", or an object naming a function (as
+// {"function": {"name"}} in chat, {"name"} in the Responses API).
+absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat);
+
+// Reads the text of an OpenAI `content` (a string, or an array of text parts).
+// InvalidArgument for media parts and unknown part types.
+absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
+                                        const RequestLimits& limits);
+
+// Returns OpenAI's finish_reason for `reason`.
+absl::string_view FinishReasonName(infer_v1::Finished::Reason reason);
+
+// Returns OpenAI's usage object for `finished`.
+Json UsageObject(const infer_v1::Finished& finished);
+
+}  // namespace cairn::gateway
+
+#endif  // CAIRN_SERVICES_GATEWAY_OPENAI_CHAT_MAPPING_H_

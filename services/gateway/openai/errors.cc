@@ -1,0 +1,115 @@
+#include "services/gateway/openai/errors.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "services/gateway/openai/json_util.h"
+
+namespace cairn::gateway {
+
+int HttpStatusFor(const absl::Status& status) {
+  if (int explicit_status = HttpStatusOf(status); explicit_status != 0) return explicit_status;
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:  // AlreadyExists, FailedPrecondition, Cancelled, DataLoss, Internal, Unknown...
+      return 500;
+  }
+}
+
+namespace {
+
+// Error "type" names by HTTP status in both APIs; others fall back by class (4xx / 5xx).
+struct ErrorTypeRow {
+  int http;
+  absl::string_view openai;
+  absl::string_view anthropic;
+};
+constexpr ErrorTypeRow kErrorTypes[] = {
+    {401, "authentication_error", "authentication_error"},
+    {403, "permission_error", "permission_error"},
+    {404, "not_found_error", "not_found_error"},
+    {413, "invalid_request_error", "request_too_large"},
+    {429, "rate_limit_error", "rate_limit_error"},
+    {503, "service_unavailable_error", "overloaded_error"},
+    {504, "service_unavailable_error", "overloaded_error"},
+};
+
+const ErrorTypeRow* FindErrorType(int http_status) {
+  for (const ErrorTypeRow& row : kErrorTypes) {
+    if (row.http == http_status) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::string_view OpenAiErrorType(int http_status) {
+  if (const ErrorTypeRow* row = FindErrorType(http_status)) return row->openai;
+  return http_status < 500 ? "invalid_request_error" : "server_error";
+}
+
+absl::string_view AnthropicErrorType(int http_status) {
+  if (const ErrorTypeRow* row = FindErrorType(http_status)) return row->anthropic;
+  return http_status < 500 ? "invalid_request_error" : "api_error";
+}
+
+bool IsAnthropicPath(absl::string_view path) { return absl::StartsWith(path, "/v1/messages"); }
+
+namespace {
+std::string CodeName(const absl::Status& status) {
+  std::string name = absl::StatusCodeToString(status.code());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+}  // namespace
+
+std::string OpenAiErrorJson(const absl::Status& status) {
+  const int http = HttpStatusFor(status);
+  nlohmann::json error = {{"message", std::string(status.message())},
+                          {"type", OpenAiErrorType(http)},
+                          {"param", nullptr},
+                          {"code", CodeName(status)}};
+  return DumpJson(nlohmann::json{{"error", error}});
+}
+
+HttpResponse RenderError(const absl::Status& status, absl::string_view path,
+                         const ErrorRendering& options) {
+  HttpResponse r;
+  r.status = HttpStatusFor(status);
+  if (IsAnthropicPath(path)) {
+    nlohmann::json body = {
+        {"type", "error"},
+        {"error",
+         {{"type", AnthropicErrorType(r.status)}, {"message", std::string(status.message())}}}};
+    r.body = DumpJson(body);
+  } else {
+    r.body = OpenAiErrorJson(status);
+  }
+  if (r.status == 429 || r.status == 503) {
+    r.headers.emplace_back("Retry-After", absl::StrCat(options.retry_after_seconds));
+  }
+  if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+}  // namespace cairn::gateway

@@ -1,0 +1,39 @@
+#ifndef CAIRN_SERVICES_GATEWAY_OPENAI_ERRORS_H_
+#define CAIRN_SERVICES_GATEWAY_OPENAI_ERRORS_H_
+
+// The one place that maps Status codes to HTTP (style.md §4). Bodies follow the API of the
+// route: OpenAI's {"error": {"message", "type", "param", "code"}} everywhere, except
+// Anthropic's {"type": "error", "error": {"type", "message"}} under /v1/messages.
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "services/gateway/http/http_server.h"
+
+namespace cairn::gateway {
+
+struct ErrorRendering {
+  int retry_after_seconds = 1;  // Sent as Retry-After with 429 and 503.
+};
+
+// Returns the HTTP status for `status`: an explicit one attached with WithHttpStatus, else
+// the table of style.md §4.
+int HttpStatusFor(const absl::Status& status);
+
+// Returns the OpenAI error "type" for an HTTP status ("invalid_request_error", ...).
+absl::string_view OpenAiErrorType(int http_status);
+// Returns the Anthropic error "type" for an HTTP status.
+absl::string_view AnthropicErrorType(int http_status);
+
+// Returns true if `path` is answered in Anthropic's shapes.
+bool IsAnthropicPath(absl::string_view path);
+
+// Renders `status` as the response for a request to `path`.
+HttpResponse RenderError(const absl::Status& status, absl::string_view path,
+                         const ErrorRendering& options = {});
+
+// The error object alone, as OpenAI's SSE streams and the Responses API carry it.
+std::string OpenAiErrorJson(const absl::Status& status);
+
+}  // namespace cairn::gateway
+
+#endif  // CAIRN_SERVICES_GATEWAY_OPENAI_ERRORS_H_

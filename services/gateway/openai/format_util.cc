@@ -1,0 +1,106 @@
+#include "services/gateway/openai/format_util.h"
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace cairn::gateway {
+
+absl::string_view TierName(infer_v1::CacheResult::Tier tier) {
+  switch (tier) {
+    case infer_v1::CacheResult::TIER_LIVE:
+      return "live";
+    case infer_v1::CacheResult::TIER_RAM:
+      return "ram";
+    case infer_v1::CacheResult::TIER_DISK:
+      return "disk";
+    default:
+      return "cold";
+  }
+}
+
+Json CairnObject(const infer_v1::CacheResult& cache) {
+  Json j = {{"tier", TierName(cache.restored_from())},
+            {"depth", cache.restored_depth()},
+            {"prefilled_tokens", cache.prefilled_tokens()},
+            {"restore_ms", cache.restore_ms()},
+            {"capture_ms", cache.capture_ms()},
+            {"ttft_ms", cache.ttft_ms()},
+            {"captures", cache.captures()},
+            {"cache_available", cache.cache_available()}};
+  j["miss_reason"] = cache.miss_reason().empty() ? Json(nullptr) : Json(cache.miss_reason());
+  return j;
+}
+
+std::string SseData(const Json& j) { return absl::StrCat("data: ", DumpJson(j), "\n\n"); }
+
+std::string SseEvent(absl::string_view name, const Json& j) {
+  return absl::StrCat("event: ", name, "\ndata: ", DumpJson(j), "\n\n");
+}
+
+std::string NewId(absl::string_view prefix) {
+  absl::BitGen gen;
+  return absl::StrCat(prefix, absl::StrFormat("%016x%08x", absl::Uniform<uint64_t>(gen),
+                                              absl::Uniform<uint32_t>(gen)));
+}
+
+int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
+
+uint32_t CappedMaxTokens(int64_t requested, const RequestLimits& limits) {
+  int64_t n = requested;
+  if (limits.max_output_tokens > 0 && (n <= 0 || n > limits.max_output_tokens)) {
+    n = limits.max_output_tokens;
+  }
+  return static_cast<uint32_t>(std::max<int64_t>(0, n));
+}
+
+void CollectedOutput::Add(const infer_v1::Delta& delta) {
+  absl::StrAppend(&text_, delta.text());
+  absl::StrAppend(&reasoning_, delta.reasoning_text());
+  for (const auto& lp : delta.logprobs()) *logprobs_.Add() = lp;
+}
+
+absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_size) {
+  if (vocab_size == 0) return absl::OkStatus();
+  const auto& ids = spec.request.token_ids().ids();
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt[", i, "] = ", ids[i], " is not a token id (vocabulary size ", vocab_size, ")"));
+    }
+  }
+  const auto& stops = spec.request.sampling().stop_token_ids();
+  for (int i = 0; i < stops.size(); ++i) {
+    if (stops[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids[", i, "] = ", stops[i],
+                                                     " is not a token id (vocabulary size ",
+                                                     vocab_size, ")"));
+    }
+  }
+  if (spec.top_logprobs > vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs exceeds the vocabulary size ", vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+std::string ConversationLabel(absl::string_view cache_key, const infer_v1::ChatPrompt& chat) {
+  if (!cache_key.empty()) return std::string(cache_key.substr(0, 128));
+  // The system prompt and the first user turn identify an agent conversation well enough
+  // to route its later turns to the same daemon.
+  // FNV-1a: stable across restarts, unlike absl's seeded hash.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](absl::string_view s) {
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  for (const auto& m : chat.messages()) {
+    mix(m.role());
+    mix(m.content());
+    if (m.role() == "user") break;
+  }
+  return absl::StrFormat("conv-%016x", h);
+}
+
+}  // namespace cairn::gateway

@@ -1,0 +1,113 @@
+#ifndef CAIRN_SERVICES_GATEWAY_OPENAI_FORMAT_UTIL_H_
+#define CAIRN_SERVICES_GATEWAY_OPENAI_FORMAT_UTIL_H_
+
+// Pieces every API shape shares: the `cairn` cache object, SSE framing, ids, the common
+// request limits, and the interface that turns a Generate stream into an API's response.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cairn/infer/v1/infer.pb.h"
+#include "services/gateway/openai/json_util.h"
+
+namespace cairn::gateway {
+
+namespace infer_v1 = ::cairn::infer::v1;
+
+// Bounds on request fields (GW4). Every number is a named default with a flag in main.cc.
+struct RequestLimits {
+  size_t max_messages = 4096;         // Chat messages / input items.
+  size_t max_content_parts = 1024;    // Parts in one message's content.
+  size_t max_string_bytes = 4 << 20;  // One string field.
+  size_t max_tools = 512;
+  size_t max_stop = 16;                   // Stop strings.
+  size_t max_stop_bytes = 1024;           // One stop string.
+  size_t max_prompt_token_ids = 1 << 20;  // Token ids in one prompt.
+  int64_t max_tokens_limit = 1 << 24;     // Largest max_tokens accepted at all.
+  uint32_t max_top_logprobs = 20;         // OpenAI's own limit.
+  uint32_t max_output_tokens = 0;         // Server-side cap on each request's output; 0: none.
+  int max_json_depth = 64;
+};
+
+// Returns the tier name of the `cairn` object: "cold", "live", "ram" or "disk".
+absl::string_view TierName(infer_v1::CacheResult::Tier tier);
+// Returns the `cairn` object every response carries (design.md §7).
+Json CairnObject(const infer_v1::CacheResult& cache);
+
+// "data: <json>\n\n" and "event: <name>\ndata: <json>\n\n".
+std::string SseData(const Json& j);
+std::string SseEvent(absl::string_view name, const Json& j);
+
+// Returns `prefix` followed by 24 random hex digits ("chatcmpl-3f...").
+std::string NewId(absl::string_view prefix);
+// Seconds since the epoch.
+int64_t UnixSeconds();
+
+// Applies the server's output cap to `requested` (0: none asked) and returns the value to
+// send as SamplingParams.max_tokens (0: up to the context limit).
+uint32_t CappedMaxTokens(int64_t requested, const RequestLimits& limits);
+
+// Turns one Generate stream into an API's response. Thread-compatible: one request's
+// messages arrive in order on one strand.
+class ResponseFormatter {
+ public:
+  virtual ~ResponseFormatter() = default;
+  // Streaming: the bytes to send for each message ("" for nothing).
+  virtual std::string StreamStarted(const infer_v1::Started& started) = 0;
+  virtual std::string StreamDelta(const infer_v1::Delta& delta) = 0;
+  virtual std::string StreamFinished(const infer_v1::Finished& finished) = 0;
+  // An error after the stream has begun; the stream ends after it.
+  virtual std::string StreamError(const absl::Status& status) = 0;
+  // Non-streaming: each delta is collected, then the body is built from Finished.
+  virtual void Collect(const infer_v1::Delta& delta) = 0;
+  virtual Json Body(const infer_v1::Finished& finished) = 0;
+};
+
+// The content and reasoning of a non-streamed answer: the daemon's parsed whole from Finished
+// when it sent one, else what the deltas carried. Thread-compatible.
+class CollectedOutput {
+ public:
+  void Add(const infer_v1::Delta& delta);
+  const std::string& text(const infer_v1::Finished& f) const {
+    return f.content().empty() ? text_ : f.content();
+  }
+  const std::string& reasoning(const infer_v1::Finished& f) const {
+    return f.reasoning_content().empty() ? reasoning_ : f.reasoning_content();
+  }
+  const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& logprobs() const {
+    return logprobs_;
+  }
+
+ private:
+  std::string text_;
+  std::string reasoning_;
+  google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob> logprobs_;
+};
+
+// A parsed generation request, ready to send once its model is resolved.
+struct GenerationSpec {
+  std::string model;  // As requested ("" when absent).
+  bool stream = false;
+  std::string content_type = "text/event-stream";  // Of the streamed response.
+  infer_v1::GenerateRequest request;
+  uint32_t top_logprobs = 0;  // Checked against the vocabulary once the model is known.
+  // Builds the formatter for the served model's name.
+  std::function<std::unique_ptr<ResponseFormatter>(const std::string& model)> make_formatter;
+};
+
+// Checks what depends on the model: token ids, stop token ids and top_logprobs below
+// `vocab_size`. InvalidArgument naming the field.
+absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_size);
+
+// Returns a label grouping the requests of one conversation, used to route them to the
+// daemon already holding it: `cache_key` when given, else a hash of the first messages.
+std::string ConversationLabel(absl::string_view cache_key, const infer_v1::ChatPrompt& chat);
+
+}  // namespace cairn::gateway
+
+#endif  // CAIRN_SERVICES_GATEWAY_OPENAI_FORMAT_UTIL_H_

@@ -1,0 +1,206 @@
+#include "services/gateway/openai/json_util.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace cairn::gateway {
+
+std::string DumpJson(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+// Returns the deepest nesting of arrays and objects in `text`, skipping strings. Stops
+// counting once past `limit`.
+int NestingDepth(absl::string_view text, int limit) {
+  int depth = 0;
+  int deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+}  // namespace
+
+absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth) {
+  if (body.empty()) return absl::InvalidArgumentError("request body is empty; expected JSON");
+  if (NestingDepth(body, max_depth) > max_depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request JSON is nested deeper than ", max_depth, " levels"));
+  }
+  Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request body must be a JSON object, not ", JsonTypeName(j)));
+  }
+  return j;
+}
+
+std::string JsonTypeName(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "object";
+    case Json::value_t::array:
+      return "array";
+    case Json::value_t::string:
+      return "string";
+    case Json::value_t::boolean:
+      return "boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+      return "integer";
+    case Json::value_t::number_float:
+      return "number";
+    default:
+      return "value";
+  }
+}
+
+const Json* JsonFields::Get(absl::string_view key) const {
+  if (!object_.is_object()) return nullptr;
+  auto it = object_.find(std::string(key));
+  if (it == object_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::string JsonFields::Name(absl::string_view key) const {
+  return path_.empty() ? std::string(key) : absl::StrCat(path_, ".", key);
+}
+
+absl::StatusOr<std::optional<std::string>> JsonFields::String(absl::string_view key,
+                                                              size_t max_bytes) const {
+  const Json* v = Get(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " must be a string, not ", JsonTypeName(*v)));
+  }
+  const std::string& s = v->get_ref<const std::string&>();
+  if (s.size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " is longer than ", max_bytes, " bytes"));
+  }
+  return s;
+}
+
+absl::StatusOr<std::optional<bool>> JsonFields::Bool(absl::string_view key) const {
+  const Json* v = Get(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " must be a boolean, not ", JsonTypeName(*v)));
+  }
+  return v->get<bool>();
+}
+
+absl::StatusOr<std::optional<double>> JsonFields::Number(absl::string_view key, double lo,
+                                                         double hi) const {
+  const Json* v = Get(key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " must be a number, not ", JsonTypeName(*v)));
+  }
+  double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " must be between ", lo, " and ", hi));
+  }
+  return d;
+}
+
+absl::StatusOr<int64_t> JsonInteger(const Json& j, const std::string& name, int64_t lo,
+                                    int64_t hi) {
+  const std::string range = absl::StrCat(" must be an integer between ", lo, " and ", hi);
+  if (j.is_number_unsigned()) {
+    uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) {
+      return absl::InvalidArgumentError(absl::StrCat(name, range));
+    }
+    return static_cast<int64_t>(u);
+  }
+  if (j.is_number_integer()) {
+    int64_t i = j.get<int64_t>();
+    if (i < lo || i > hi) return absl::InvalidArgumentError(absl::StrCat(name, range));
+    return i;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(name, range, ", not ", JsonTypeName(j)));
+}
+
+absl::StatusOr<std::optional<int64_t>> JsonFields::Integer(absl::string_view key, int64_t lo,
+                                                           int64_t hi) const {
+  const Json* v = Get(key);
+  if (v == nullptr) return std::nullopt;
+  absl::StatusOr<int64_t> i = JsonInteger(*v, Name(key), lo, hi);
+  if (!i.ok()) return i.status();
+  return *i;
+}
+
+absl::StatusOr<const Json*> JsonFields::Array(absl::string_view key, size_t max_items) const {
+  const Json* v = Get(key);
+  if (v == nullptr) return nullptr;
+  if (!v->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " must be an array, not ", JsonTypeName(*v)));
+  }
+  if (v->size() > max_items) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " has more than ", max_items, " entries"));
+  }
+  return v;
+}
+
+absl::Status ForEachObject(const Json& array, const std::string& field, size_t max_items,
+                           const std::function<absl::Status(const JsonFields&)>& fn) {
+  if (!array.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be an array, not ", JsonTypeName(array)));
+  }
+  if (array.size() > max_items) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has more than ", max_items, " entries"));
+  }
+  for (size_t i = 0; i < array.size(); ++i) {
+    const std::string name = absl::StrCat(field, "[", i, "]");
+    if (!array[i].is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be an object, not ", JsonTypeName(array[i])));
+    }
+    absl::Status s = fn(JsonFields(array[i], name));
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const Json*> JsonFields::Object(absl::string_view key) const {
+  const Json* v = Get(key);
+  if (v == nullptr) return nullptr;
+  if (!v->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(key), " must be an object, not ", JsonTypeName(*v)));
+  }
+  return v;
+}
+
+}  // namespace cairn::gateway

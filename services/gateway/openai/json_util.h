@@ -1,0 +1,72 @@
+#ifndef CAIRN_SERVICES_GATEWAY_OPENAI_JSON_UTIL_H_
+#define CAIRN_SERVICES_GATEWAY_OPENAI_JSON_UTIL_H_
+
+// Reading untrusted JSON without exceptions: every accessor checks type and range and
+// returns InvalidArgument naming the field ("messages[2].content"), so that no nlohmann
+// type_error can be thrown from our code.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace cairn::gateway {
+
+using Json = nlohmann::json;
+
+// Serializes `j` compactly; never throws (invalid UTF-8 is replaced with U+FFFD).
+std::string DumpJson(const Json& j);
+
+// Parses `body` as one JSON object nested at most `max_depth` deep. InvalidArgument when the
+// body is empty, not JSON, too deep, or not an object.
+absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth);
+
+// Returns the JSON type name used in messages ("string", "array", ...).
+std::string JsonTypeName(const Json& j);
+
+// Typed, bounded reads from one JSON object. A missing key and an explicit null read as
+// absent. Thread-compatible; `object` must outlive this reader.
+class JsonFields {
+ public:
+  // `path` names the object in messages ("" for the request itself, "messages[2]", ...).
+  JsonFields(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  // Returns the value at `key`, or nullptr when absent or null.
+  const Json* Get(absl::string_view key) const;
+  // The object's name in messages.
+  const std::string& path() const { return path_; }
+  // Returns the field's name for messages: "path.key" (or "key" at the top).
+  std::string Name(absl::string_view key) const;
+
+  absl::StatusOr<std::optional<std::string>> String(absl::string_view key, size_t max_bytes) const;
+  absl::StatusOr<std::optional<bool>> Bool(absl::string_view key) const;
+  // A finite number in [lo, hi]; integers are accepted.
+  absl::StatusOr<std::optional<double>> Number(absl::string_view key, double lo, double hi) const;
+  // An integer in [lo, hi]; a fractional number or a string is an error.
+  absl::StatusOr<std::optional<int64_t>> Integer(absl::string_view key, int64_t lo,
+                                                 int64_t hi) const;
+  // An array (nullptr when absent) with at most `max_items` entries.
+  absl::StatusOr<const Json*> Array(absl::string_view key, size_t max_items) const;
+  // An object (nullptr when absent).
+  absl::StatusOr<const Json*> Object(absl::string_view key) const;
+
+ private:
+  const Json& object_;
+  std::string path_;
+};
+
+// Calls `fn` with a reader for each entry of `array` (named `field`), which must be an array
+// of at most `max_items` objects. Stops at the first error.
+absl::Status ForEachObject(const Json& array, const std::string& field, size_t max_items,
+                           const std::function<absl::Status(const JsonFields&)>& fn);
+
+// Reads `j` (named `name`) as an integer in [lo, hi].
+absl::StatusOr<int64_t> JsonInteger(const Json& j, const std::string& name, int64_t lo, int64_t hi);
+
+}  // namespace cairn::gateway
+
+#endif  // CAIRN_SERVICES_GATEWAY_OPENAI_JSON_UTIL_H_

@@ -1,0 +1,477 @@
+#include "services/gateway/openai/responses_mapping.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "services/gateway/openai/chat_mapping.h"
+#include "services/gateway/openai/errors.h"
+
+namespace cairn::gateway {
+
+namespace {
+
+absl::Status Invalid(const std::string& field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+}
+
+// Builds the chat prompt from `input` items. Reasoning items attach to the assistant turn
+// that follows them; consecutive function calls share one assistant turn.
+// Thread-compatible; `limits` and `chat` must outlive it.
+class InputBuilder {
+ public:
+  InputBuilder(const RequestLimits& limits, infer_v1::ChatPrompt* chat)
+      : limits_(limits), chat_(chat) {}
+
+  absl::Status AddItem(const Json& item, const std::string& name) {
+    if (!item.is_object()) return Invalid(name, "must be an object");
+    JsonFields f(item, name);
+    ASSIGN_OR_RETURN(std::optional<std::string> type, f.String("type", 64));
+    const std::string t = type.value_or("message");
+    if (t == "message") return AddMessage(f);
+    if (t == "function_call") {
+      ASSIGN_OR_RETURN(std::optional<std::string> call_id, f.String("call_id", 256));
+      ASSIGN_OR_RETURN(std::optional<std::string> fn, f.String("name", 256));
+      ASSIGN_OR_RETURN(std::optional<std::string> args,
+                       f.String("arguments", limits_.max_string_bytes));
+      if (!call_id.has_value()) return Invalid(f.Name("call_id"), "is required");
+      if (!fn.has_value() || fn->empty()) return Invalid(f.Name("name"), "is required");
+      infer_v1::ChatMessage* m = AssistantTurn(/*for_call=*/true);
+      infer_v1::ToolCall* call = m->add_tool_calls();
+      call->set_id(*call_id);
+      call->set_name(*fn);
+      call->set_arguments_json(args.value_or("{}"));
+      return absl::OkStatus();
+    }
+    if (t == "function_call_output") {
+      ASSIGN_OR_RETURN(std::optional<std::string> call_id, f.String("call_id", 256));
+      if (!call_id.has_value()) return Invalid(f.Name("call_id"), "is required");
+      std::string output;
+      if (const Json* o = f.Get("output"); o != nullptr) {
+        ASSIGN_OR_RETURN(output, ContentText(*o, f.Name("output"), limits_));
+      }
+      infer_v1::ChatMessage* m = NewMessage("tool");
+      m->set_tool_call_id(*call_id);
+      m->set_content(std::move(output));
+      return absl::OkStatus();
+    }
+    if (t == "reasoning") {
+      // Summaries (or full reasoning text) go back as the next assistant turn's reasoning.
+      for (const char* key : {"content", "summary"}) {
+        ASSIGN_OR_RETURN(const Json* parts, f.Array(key, limits_.max_content_parts));
+        if (parts == nullptr || parts->empty()) continue;
+        for (size_t i = 0; i < parts->size(); ++i) {
+          const std::string pname = absl::StrCat(f.Name(key), "[", i, "]");
+          if (!(*parts)[i].is_object()) return Invalid(pname, "must be an object");
+          ASSIGN_OR_RETURN(std::optional<std::string> text,
+                           JsonFields((*parts)[i], pname).String("text", limits_.max_string_bytes));
+          absl::StrAppend(&pending_reasoning_, text.value_or(""));
+        }
+        break;
+      }
+      return absl::OkStatus();
+    }
+    if (t == "item_reference") {
+      return Invalid(f.Name("type"),
+                     "item_reference needs stored responses; this server stores none");
+    }
+    return Invalid(f.Name("type"), absl::StrCat("\"", t, "\" items are not supported"));
+  }
+
+  // Drops reasoning that no assistant turn followed.
+  void Finish() { pending_reasoning_.clear(); }
+
+ private:
+  absl::Status AddMessage(const JsonFields& f) {
+    ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
+    if (!role.has_value()) return Invalid(f.Name("role"), "is required");
+    std::string r = *role == "developer" ? "system" : *role;
+    if (r != "system" && r != "user" && r != "assistant") {
+      return Invalid(f.Name("role"), absl::StrCat("\"", *role, "\" is not a known role"));
+    }
+    std::string text;
+    if (const Json* c = f.Get("content"); c != nullptr) {
+      ASSIGN_OR_RETURN(text, ContentText(*c, f.Name("content"), limits_));
+    }
+    infer_v1::ChatMessage* m = r == "assistant" ? AssistantTurn(/*for_call=*/false) : NewMessage(r);
+    absl::StrAppend(m->mutable_content(), text);
+    return absl::OkStatus();
+  }
+
+  infer_v1::ChatMessage* NewMessage(const std::string& role) {
+    infer_v1::ChatMessage* m = chat_->add_messages();
+    m->set_role(role);
+    return m;
+  }
+
+  // The assistant turn to extend: a new one, unless the last turn is an assistant turn a
+  // function call can join (calls follow the text of their turn).
+  infer_v1::ChatMessage* AssistantTurn(bool for_call) {
+    infer_v1::ChatMessage* m = nullptr;
+    const int n = chat_->messages_size();
+    if (for_call && n > 0 && chat_->messages(n - 1).role() == "assistant" &&
+        pending_reasoning_.empty()) {
+      m = chat_->mutable_messages(n - 1);
+    } else {
+      m = NewMessage("assistant");
+    }
+    if (!pending_reasoning_.empty()) {
+      m->set_reasoning_content(std::move(pending_reasoning_));
+      pending_reasoning_.clear();
+    }
+    return m;
+  }
+
+  const RequestLimits& limits_;
+  infer_v1::ChatPrompt* chat_;
+  std::string pending_reasoning_;
+};
+
+absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
+                        infer_v1::ChatPrompt* chat) {
+  if (const Json* tools = f.Get("tools"); tools != nullptr) {
+    RETURN_IF_ERROR(
+        ForEachObject(*tools, "tools", limits.max_tools, [&](const JsonFields& t) -> absl::Status {
+          ASSIGN_OR_RETURN(std::optional<std::string> type, t.String("type", 64));
+          if (type.value_or("") != "function") {
+            return Invalid(t.Name("type"), absl::StrCat("\"", type.value_or(""),
+                                                        "\" tools are not supported; only "
+                                                        "\"function\" tools are"));
+          }
+          return AddFunctionTool(t, "parameters", limits, chat);
+        }));
+  }
+  return ParseToolChoice(f, chat);
+}
+
+Json MessageItem(const std::string& id, const std::string& text, absl::string_view status) {
+  Json content = Json::array();
+  if (status == "completed") {
+    content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}});
+  }
+  return {{"type", "message"},
+          {"id", id},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", content}};
+}
+
+Json ReasoningItem(const std::string& id, const std::string& text, bool done) {
+  Json summary = Json::array();
+  if (done) summary.push_back({{"type", "summary_text"}, {"text", text}});
+  return {{"type", "reasoning"}, {"id", id}, {"summary", summary}};
+}
+
+Json FunctionCallItem(const std::string& id, const std::string& call_id, const std::string& name,
+                      const std::string& arguments, absl::string_view status) {
+  return {{"type", "function_call"}, {"id", id},        {"call_id", call_id}, {"name", name},
+          {"arguments", arguments},  {"status", status}};
+}
+
+// The response object and its stream events.
+class ResponsesFormatter : public ResponseFormatter {
+ public:
+  explicit ResponsesFormatter(std::string model)
+      : id_(NewId("resp_")), model_(std::move(model)), created_(UnixSeconds()) {}
+
+  std::string StreamStarted(const infer_v1::Started&) override {
+    Json r = Response("in_progress", Json::array(), nullptr);
+    std::string out;
+    Emit("response.created", {{"response", r}}, &out);
+    Emit("response.in_progress", {{"response", r}}, &out);
+    return out;
+  }
+
+  std::string StreamDelta(const infer_v1::Delta& d) override {
+    std::string out;
+    if (!d.reasoning_text().empty()) {
+      if (open_ != kReasoning) {
+        CloseItem(&out);
+        OpenItem(kReasoning, NewId("rs_"), &out);
+        Emit("response.reasoning_summary_part.added",
+             {{"item_id", item_id_},
+              {"output_index", output_.size()},
+              {"summary_index", 0},
+              {"part", {{"type", "summary_text"}, {"text", ""}}}},
+             &out);
+      }
+      item_text_ += d.reasoning_text();
+      Emit("response.reasoning_summary_text.delta",
+           {{"item_id", item_id_},
+            {"output_index", output_.size()},
+            {"summary_index", 0},
+            {"delta", d.reasoning_text()}},
+           &out);
+    }
+    if (!d.text().empty()) {
+      if (open_ != kMessage) {
+        CloseItem(&out);
+        OpenItem(kMessage, NewId("msg_"), &out);
+        Emit("response.content_part.added",
+             {{"item_id", item_id_},
+              {"output_index", output_.size()},
+              {"content_index", 0},
+              {"part", TextPart("")}},
+             &out);
+      }
+      item_text_ += d.text();
+      Emit("response.output_text.delta",
+           {{"item_id", item_id_},
+            {"output_index", output_.size()},
+            {"content_index", 0},
+            {"delta", d.text()}},
+           &out);
+    }
+    for (const auto& tc : d.tool_calls()) {
+      if (open_ != kCall || open_tool_ != static_cast<int>(tc.index())) {
+        CloseItem(&out);
+        call_id_ = tc.id();
+        call_name_ = tc.name();
+        open_tool_ = static_cast<int>(tc.index());
+        OpenItem(kCall, NewId("fc_"), &out);
+      }
+      if (tc.arguments_delta().empty()) continue;
+      item_text_ += tc.arguments_delta();
+      Emit("response.function_call_arguments.delta",
+           {{"item_id", item_id_},
+            {"output_index", output_.size()},
+            {"delta", tc.arguments_delta()}},
+           &out);
+    }
+    return out;
+  }
+
+  std::string StreamFinished(const infer_v1::Finished& f) override {
+    std::string out;
+    CloseItem(&out);
+    Emit("response.completed", {{"response", Final(f, output_)}}, &out);
+    return out;
+  }
+
+  std::string StreamError(const absl::Status& status) override {
+    Json r = Response("failed", output_, nullptr);
+    r["error"] = {{"code", absl::StatusCodeToString(status.code())},
+                  {"message", std::string(status.message())}};
+    std::string out;
+    Emit("response.failed", {{"response", r}}, &out);
+    return out;
+  }
+
+  void Collect(const infer_v1::Delta& d) override { collected_.Add(d); }
+
+  Json Body(const infer_v1::Finished& f) override {
+    Json output = Json::array();
+    const std::string& reasoning = collected_.reasoning(f);
+    const std::string& text = collected_.text(f);
+    if (!reasoning.empty()) output.push_back(ReasoningItem(NewId("rs_"), reasoning, true));
+    if (!text.empty()) output.push_back(MessageItem(NewId("msg_"), text, "completed"));
+    for (const auto& tc : f.tool_calls()) {
+      output.push_back(
+          FunctionCallItem(NewId("fc_"), tc.id(), tc.name(), tc.arguments_json(), "completed"));
+    }
+    return Final(f, output);
+  }
+
+ private:
+  enum Kind { kNone, kReasoning, kMessage, kCall };
+
+  static Json TextPart(const std::string& text) {
+    return {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+  }
+
+  // Appends one event, numbered in the order of the calls.
+  void Emit(absl::string_view type, Json fields, std::string* out) {
+    fields["type"] = type;
+    fields["sequence_number"] = sequence_++;
+    absl::StrAppend(out, SseEvent(type, fields));
+  }
+
+  Json Response(absl::string_view status, Json output, Json usage) const {
+    return {{"id", id_},
+            {"object", "response"},
+            {"created_at", created_},
+            {"status", status},
+            {"model", model_},
+            {"output", std::move(output)},
+            {"parallel_tool_calls", true},
+            {"tool_choice", "auto"},
+            {"tools", Json::array()},
+            {"store", false},
+            {"incomplete_details", nullptr},
+            {"error", nullptr},
+            {"usage", std::move(usage)}};
+  }
+
+  Json Final(const infer_v1::Finished& f, Json output) const {
+    const bool incomplete = f.reason() == infer_v1::Finished::REASON_LENGTH;
+    Json usage = {
+        {"input_tokens", f.prompt_tokens()},
+        {"input_tokens_details", {{"cached_tokens", f.cached_tokens()}}},
+        {"output_tokens", f.completion_tokens()},
+        {"output_tokens_details", {{"reasoning_tokens", 0}}},
+        {"total_tokens", static_cast<uint64_t>(f.prompt_tokens()) + f.completion_tokens()}};
+    Json r = Response(incomplete ? "incomplete" : "completed", std::move(output), usage);
+    if (incomplete) r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    r["cairn"] = CairnObject(f.cache());
+    return r;
+  }
+
+  Json OpenItemJson() const {
+    switch (open_) {
+      case kReasoning:
+        return ReasoningItem(item_id_, "", false);
+      case kMessage:
+        return MessageItem(item_id_, "", "in_progress");
+      default:
+        return FunctionCallItem(item_id_, call_id_, call_name_, "", "in_progress");
+    }
+  }
+
+  void OpenItem(Kind kind, std::string id, std::string* out) {
+    open_ = kind;
+    item_id_ = std::move(id);
+    item_text_.clear();
+    Emit("response.output_item.added", {{"output_index", output_.size()}, {"item", OpenItemJson()}},
+         out);
+  }
+
+  void CloseItem(std::string* out) {
+    if (open_ == kNone) return;
+    const size_t index = output_.size();
+    Json item;
+    switch (open_) {
+      case kReasoning:
+        Emit("response.reasoning_summary_text.done",
+             {{"item_id", item_id_},
+              {"output_index", index},
+              {"summary_index", 0},
+              {"text", item_text_}},
+             out);
+        Emit("response.reasoning_summary_part.done",
+             {{"item_id", item_id_},
+              {"output_index", index},
+              {"summary_index", 0},
+              {"part", {{"type", "summary_text"}, {"text", item_text_}}}},
+             out);
+        item = ReasoningItem(item_id_, item_text_, true);
+        break;
+      case kMessage:
+        Emit("response.output_text.done",
+             {{"item_id", item_id_},
+              {"output_index", index},
+              {"content_index", 0},
+              {"text", item_text_}},
+             out);
+        Emit("response.content_part.done",
+             {{"item_id", item_id_},
+              {"output_index", index},
+              {"content_index", 0},
+              {"part", TextPart(item_text_)}},
+             out);
+        item = MessageItem(item_id_, item_text_, "completed");
+        break;
+      default:
+        Emit("response.function_call_arguments.done",
+             {{"item_id", item_id_}, {"output_index", index}, {"arguments", item_text_}}, out);
+        item = FunctionCallItem(item_id_, call_id_, call_name_, item_text_, "completed");
+        break;
+    }
+    Emit("response.output_item.done", {{"output_index", index}, {"item", item}}, out);
+    output_.push_back(std::move(item));
+    open_ = kNone;
+    open_tool_ = -1;
+  }
+
+  const std::string id_;
+  const std::string model_;
+  const int64_t created_;
+  uint64_t sequence_ = 0;
+  Json output_ = Json::array();  // Items closed so far.
+  Kind open_ = kNone;
+  std::string item_id_;
+  std::string item_text_;  // Text, reasoning or arguments of the open item.
+  std::string call_id_;
+  std::string call_name_;
+  int open_tool_ = -1;
+  CollectedOutput collected_;
+};
+
+}  // namespace
+
+absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
+                                                     const RequestLimits& limits) {
+  JsonFields f(body, "");
+  GenerationSpec spec;
+  ASSIGN_OR_RETURN(std::optional<std::string> model, f.String("model", 256));
+  spec.model = model.value_or("");
+  ASSIGN_OR_RETURN(std::optional<bool> stream, f.Bool("stream"));
+  spec.stream = stream.value_or(false);
+  ASSIGN_OR_RETURN(std::optional<std::string> previous, f.String("previous_response_id", 256));
+  if (previous.has_value()) {
+    return Invalid("previous_response_id",
+                   "is not supported: this server stores no responses; "
+                   "send the whole conversation in input");
+  }
+  RETURN_IF_ERROR(f.Bool("store").status());  // Accepted; nothing is ever stored.
+  infer_v1::GenerateRequest& req = spec.request;
+  infer_v1::ChatPrompt* chat = req.mutable_chat();
+  ASSIGN_OR_RETURN(std::optional<std::string> instructions,
+                   f.String("instructions", limits.max_string_bytes));
+  if (instructions.has_value()) {
+    infer_v1::ChatMessage* m = chat->add_messages();
+    m->set_role("system");
+    m->set_content(*instructions);
+  }
+  const Json* input = f.Get("input");
+  if (input == nullptr) return Invalid("input", "is required");
+  if (input->is_string()) {
+    infer_v1::ChatMessage* m = chat->add_messages();
+    m->set_role("user");
+    ASSIGN_OR_RETURN(std::string text, ContentText(*input, "input", limits));
+    m->set_content(std::move(text));
+  } else if (input->is_array()) {
+    if (input->size() > limits.max_messages) {
+      return Invalid("input", absl::StrCat("has more than ", limits.max_messages, " items"));
+    }
+    InputBuilder builder(limits, chat);
+    for (size_t i = 0; i < input->size(); ++i) {
+      RETURN_IF_ERROR(builder.AddItem((*input)[i], absl::StrCat("input[", i, "]")));
+    }
+    builder.Finish();
+  } else {
+    return Invalid("input", "must be a string or an array of items");
+  }
+  if (chat->messages_size() == 0) return Invalid("input", "must not be empty");
+  RETURN_IF_ERROR(ParseTools(f, limits, chat));
+  RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
+  ASSIGN_OR_RETURN(const Json* text, f.Object("text"));
+  if (text != nullptr) {
+    ASSIGN_OR_RETURN(const Json* format, JsonFields(*text, "text").Object("format"));
+    if (format != nullptr) {
+      ASSIGN_OR_RETURN(std::optional<std::string> type,
+                       JsonFields(*format, "text.format").String("type", 64));
+      if (type.value_or("text") != "text") {
+        return Invalid("text.format.type",
+                       absl::StrCat("\"", *type, "\" is not supported; only \"text\" is"));
+      }
+    }
+  }
+  RETURN_IF_ERROR(ParseSampling(f, limits, {"max_output_tokens"}, "stop", req.mutable_sampling()));
+  infer_v1::TemplateOptions* options = chat->mutable_options();
+  options->set_add_generation_prompt(true);
+  ASSIGN_OR_RETURN(const Json* reasoning, f.Object("reasoning"));
+  if (reasoning != nullptr) {
+    ASSIGN_OR_RETURN(std::optional<std::string> effort,
+                     JsonFields(*reasoning, "reasoning").String("effort", 32));
+    if (effort.has_value()) options->set_enable_thinking(*effort != "none" && *effort != "minimal");
+  }
+  req.set_parse_output(true);
+  ASSIGN_OR_RETURN(std::optional<std::string> cache_key, f.String("prompt_cache_key", 1024));
+  req.set_conversation(ConversationLabel(cache_key.value_or(""), *chat));
+  spec.make_formatter = [](const std::string& name) {
+    return std::make_unique<ResponsesFormatter>(name);
+  };
+  return spec;
+}
+
+}  // namespace cairn::gateway

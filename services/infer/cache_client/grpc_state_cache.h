@@ -1,0 +1,153 @@
+#ifndef CAIRN_SERVICES_INFER_CACHE_CLIENT_GRPC_STATE_CACHE_H_
+#define CAIRN_SERVICES_INFER_CACHE_CLIENT_GRPC_STATE_CACHE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "cairn/cache/v1/cache.grpc.pb.h"
+#include "common/concurrency/mutex.h"
+#include "common/shm/arena_client.h"
+#include "services/infer/engine/state_cache.h"
+#include "services/infer/engine/state_layout.h"
+
+namespace cairn::infer {
+
+struct GrpcStateCacheOptions {
+  std::string address;        // The cache daemon: unix:PATH or HOST:PORT.
+  std::string instance_name;  // For the cache's logs and events.
+  int slots = 1;
+  std::string model_name;
+  cache::v1::CompatibilityIdentity identity;
+  StateLayout layout;
+  absl::Duration rpc_timeout = absl::Seconds(5);           // Every unary call.
+  absl::Duration session_deadline = absl::Hours(24);       // The session stream (then renewed).
+  absl::Duration reconnect_min = absl::Milliseconds(100);  // Backoff after a lost session.
+  absl::Duration reconnect_max = absl::Seconds(5);
+  // How long a slot start or restore waits for the spill requests it was told about, and a
+  // restore for its lease to become ready.
+  absl::Duration spill_wait = absl::Seconds(10);
+  absl::Duration lease_wait = absl::Seconds(30);
+  uint32_t lease_ms = 30000;  // Requested restore lease.
+  // Idle-spill work is done this many chunks at a time between the scheduler's checks.
+  int idle_spill_chunks_per_slice = 4;
+};
+
+// The cache daemon's client (design.md §5, docs/cache-protocol.md): one session stream with
+// heartbeats, the arena mapped from the descriptor the cache hands over, the model registered,
+// and every StateCache call as a unary RPC with a deadline. Spill requests arrive on the stream
+// and are done by the scheduler thread (urgent ones before the slot is overwritten, idle ones in
+// the background); each is answered by one SpillDone. When the cache daemon is unreachable the
+// client reports itself disconnected and reconnects with backoff; a new session (new
+// generation) discards every handle of the old one.
+//
+// Thread roles: the StateCache methods run on the scheduler thread; a session thread reads the
+// stream and a heartbeat thread writes heartbeats; `connected()` and `generation()` are
+// thread-safe. Writes to the stream are serialised by write_mu_.
+class GrpcStateCache final : public StateCache {
+ public:
+  // Starts connecting in the background. `wake` is called (from the session thread) when
+  // work arrives for the scheduler; it must be quick.
+  GrpcStateCache(GrpcStateCacheOptions options, std::function<void()> wake);
+  ~GrpcStateCache() override;
+  GrpcStateCache(const GrpcStateCache&) = delete;
+  GrpcStateCache& operator=(const GrpcStateCache&) = delete;
+
+  // Ends the session and joins the threads. Idempotent.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  bool connected() const override { return connected_.load(); }
+  uint64_t generation() const override { return generation_.load(); }
+
+  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t> prompt, int64_t stable_boundary,
+                                   const std::string& conversation) override;
+  absl::Status StartSlot(int slot, bool cold, const std::string& conversation,
+                         KvMemory* memory) override;
+  absl::StatusOr<RestoreStats> Restore(uint64_t checkpoint_id, int slot,
+                                       const std::string& conversation, KvMemory* memory) override;
+  absl::Status UpdateFrontier(int slot, absl::Span<const int32_t> appended,
+                              int64_t expected_depth) override;
+  absl::Status Capture(int slot, int64_t depth, CapturePointKind kind,
+                       const std::string& conversation, int64_t stable_boundary,
+                       KvMemory* memory) override;
+  void SlotIdle(int slot) override;
+  void SlotBusy(int slot) override;
+  bool RunBackgroundWork(KvMemory* memory, absl::Duration budget) override;
+  bool HasBackgroundWork() const override;
+
+  // Waits until connected or `timeout` passes (tests and start-up logs).
+  bool WaitConnected(absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // What one session knows; replaced wholesale on reconnect.
+  struct Session {
+    std::unique_ptr<cache::v1::CacheService::Stub> stub;
+    uint64_t session_id = 0;
+    uint64_t model_id = 0;
+    uint64_t cache_incarnation = 0;
+    std::unique_ptr<MappedArena> arena;
+  };
+
+  void SessionLoop();
+  void HeartbeatLoop();
+  // Runs one session until the stream ends. Returns true if it got as far as Welcome.
+  bool RunSession();
+  void OnServerMessage(const cache::v1::SessionServerMessage& m) ABSL_LOCKS_EXCLUDED(mu_);
+  bool WriteToStream(const cache::v1::SessionClientMessage& m) ABSL_LOCKS_EXCLUDED(write_mu_);
+  // The current session, or Unavailable.
+  absl::StatusOr<std::shared_ptr<Session>> Current() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks the session lost after a failed RPC (the session thread reconnects).
+  absl::Status Lost(const grpc::Status& status, const char* what);
+  // Waits for spill requests `ids` to arrive and does them (and any other queued urgent ones
+  // for `slot`). DeadlineExceeded after spill_wait.
+  absl::Status DoSpills(const std::vector<uint64_t>& ids, KvMemory* memory)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Copies the rows of one spill request out of its slot into the arena and answers it.
+  void DoSpill(const Session& session, const cache::v1::SpillRequest& request, KvMemory* memory);
+  absl::StatusOr<absl::Span<uint8_t>> Resolve(const Session& session,
+                                              const cache::v1::ArenaHandle& handle) const;
+
+  const GrpcStateCacheOptions options_;
+  const std::function<void()> wake_;
+  const uint64_t client_incarnation_;
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> next_request_id_{1};
+
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::ClientContext> stream_context_ ABSL_GUARDED_BY(mu_);
+  // Spill requests received and not yet done, in arrival order.
+  std::deque<cache::v1::SpillRequest> spills_ ABSL_GUARDED_BY(mu_);
+  // Answers to leases that were not ready, by lease id.
+  absl::flat_hash_map<uint64_t, cache::v1::LeaseReady> lease_ready_ ABSL_GUARDED_BY(mu_);
+  // Spills this session already answered: a StartSlot or lease may name one of them again
+  // (its answer and our SpillDone cross), and then there is nothing left to do.
+  absl::flat_hash_set<uint64_t> done_spills_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int> busy_slots_ ABSL_GUARDED_BY(mu_);
+
+  Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  grpc::ClientReaderWriter<cache::v1::SessionClientMessage, cache::v1::SessionServerMessage>*
+      stream_ ABSL_GUARDED_BY(write_mu_) = nullptr;
+
+  std::thread session_thread_;
+  std::thread heartbeat_thread_;
+};
+
+// The cache's description of a layout: every component in order (rows with their bytes per row,
+// private ones with their size), fp32, chunk size.
+cache::v1::ModelLayout ToCacheLayout(const StateLayout& layout);
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_CACHE_CLIENT_GRPC_STATE_CACHE_H_

@@ -1,0 +1,257 @@
+#include "services/infer/daemon/generate_stream.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/status/grpc_status.h"
+
+namespace cairn::infer {
+namespace {
+
+// The length of the longest prefix of `s` that ends on a UTF-8 character boundary and is at
+// most `n` bytes.
+size_t Utf8Floor(const std::string& s, size_t n) {
+  n = std::min(n, s.size());
+  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+v1::CacheResult::Tier ToProto(StateTier tier) {
+  switch (tier) {
+    case StateTier::kCold:
+      return v1::CacheResult::TIER_UNSPECIFIED;
+    case StateTier::kLive:
+      return v1::CacheResult::TIER_LIVE;
+    case StateTier::kRam:
+      return v1::CacheResult::TIER_RAM;
+    case StateTier::kDisk:
+      return v1::CacheResult::TIER_DISK;
+  }
+  return v1::CacheResult::TIER_UNSPECIFIED;
+}
+
+}  // namespace
+
+v1::CacheResult ToProto(const CacheReport& r) {
+  v1::CacheResult out;
+  out.set_restored_from(ToProto(r.tier));
+  out.set_restored_depth(static_cast<uint64_t>(r.restored_depth));
+  out.set_prefilled_tokens(static_cast<uint64_t>(r.prefilled_tokens));
+  out.set_restore_ms(r.restore_ms);
+  out.set_capture_ms(r.capture_ms);
+  out.set_ttft_ms(r.ttft_ms);
+  out.set_miss_reason(r.miss_reason);
+  out.set_captures(static_cast<uint32_t>(r.captures));
+  out.set_cache_available(r.cache_available);
+  for (int64_t e : r.pass_ends) out.add_pass_ends(static_cast<uint64_t>(e));
+  return out;
+}
+
+void GenerateReactor::Push(v1::GenerateResponse message) {
+  bool start = false;
+  {
+    MutexLock lock(&mu_);
+    if (broken_ || finish_called_) return;
+    if (writing_) {
+      queue_.push_back(std::move(message));
+      return;
+    }
+    writing_ = true;
+    current_ = std::move(message);
+    start = true;
+  }
+  if (start) StartWrite(&current_);
+}
+
+void GenerateReactor::Close(const grpc::Status& status) {
+  bool finish = false;
+  {
+    MutexLock lock(&mu_);
+    closing_ = true;
+    final_status_ = status;
+    if (!writing_ && !finish_called_) finish = finish_called_ = true;
+  }
+  if (finish) Finish(status);
+}
+
+void GenerateReactor::OnWriteDone(bool ok) {
+  bool write = false;
+  bool finish = false;
+  grpc::Status status;
+  {
+    MutexLock lock(&mu_);
+    if (!ok) {
+      broken_ = true;
+      queue_.clear();
+    }
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      write = true;
+    } else {
+      writing_ = false;
+      if (closing_ && !finish_called_) {
+        finish = finish_called_ = true;
+        status = final_status_;
+      }
+    }
+  }
+  if (write) StartWrite(&current_);
+  if (finish) Finish(status);
+}
+
+GenerateSink::GenerateSink(GenerateReactor* reactor, GenerateSinkOptions options)
+    : reactor_(reactor), options_(std::move(options)) {
+  if (options_.tokenizer != nullptr) decoder_.emplace(options_.tokenizer, /*skip_special=*/true);
+  if (options_.parse_output) parser_.emplace(options_.parser);
+  for (const std::string& s : options_.stop) max_stop_ = std::max(max_stop_, s.size());
+}
+
+void GenerateSink::OnStarted(const StartInfo& info) {
+  v1::GenerateResponse r;
+  v1::Started* s = r.mutable_started();
+  s->set_request_id(options_.request_id);
+  s->set_prompt_tokens(static_cast<uint32_t>(info.prompt_tokens));
+  *s->mutable_cache() = ToProto(info.cache);
+  s->set_slot(static_cast<uint32_t>(info.slot));
+  reactor_->Push(std::move(r));
+}
+
+std::string GenerateSink::TokenText(int32_t id) const {
+  if (options_.tokenizer == nullptr) return "";
+  absl::StatusOr<std::string> t = options_.tokenizer->Decode(absl::MakeConstSpan(&id, 1));
+  return t.ok() ? *t : "";
+}
+
+bool GenerateSink::OnToken(const SampledToken& token) {
+  std::vector<v1::TokenLogprob> logprobs;
+  if (options_.logprobs > 0) {
+    v1::TokenLogprob lp;
+    lp.set_token_id(static_cast<uint32_t>(token.id));
+    lp.set_text(TokenText(token.id));
+    lp.set_logprob(token.logprob);
+    for (const auto& [id, value] : token.top) {
+      v1::TokenLogprob::Alternative* alt = lp.add_top();
+      alt->set_token_id(static_cast<uint32_t>(id));
+      alt->set_text(TokenText(id));
+      alt->set_logprob(value);
+    }
+    logprobs.push_back(std::move(lp));
+  }
+  std::vector<uint32_t> ids = {static_cast<uint32_t>(token.id)};
+  if (!decoder_.has_value()) {
+    Emit(text_.size(), std::move(ids), std::move(logprobs));
+    return true;
+  }
+  absl::StatusOr<std::string> piece = decoder_->Push(token.id);
+  if (piece.ok()) text_ += *piece;
+  // A stop string ends the output where it starts; search only where a new match can be.
+  const size_t from = emitted_ > max_stop_ ? emitted_ - max_stop_ : 0;
+  size_t stop_at = std::string::npos;
+  for (const std::string& s : options_.stop) {
+    const size_t p = text_.find(s, from);
+    if (p != std::string::npos && p < stop_at) stop_at = p;
+  }
+  if (stop_at != std::string::npos) {
+    stopped_ = true;
+    Emit(std::max(stop_at, emitted_), std::move(ids), std::move(logprobs));
+    return false;
+  }
+  // Hold back what may still become a stop string.
+  const size_t hold = max_stop_ > 0 ? max_stop_ - 1 : 0;
+  const size_t end = text_.size() > hold ? Utf8Floor(text_, text_.size() - hold) : 0;
+  Emit(std::max(end, emitted_), std::move(ids), std::move(logprobs));
+  return true;
+}
+
+void GenerateSink::Emit(size_t end, std::vector<uint32_t> ids,
+                        std::vector<v1::TokenLogprob> logprobs) {
+  v1::GenerateResponse r;
+  v1::Delta* d = r.mutable_delta();
+  for (uint32_t id : ids) d->add_token_ids(id);
+  for (v1::TokenLogprob& lp : logprobs) *d->add_logprobs() = std::move(lp);
+  const std::string piece = text_.substr(emitted_, end - emitted_);
+  emitted_ = end;
+  if (parser_.has_value()) {
+    text::ParsedOutput out = parser_->Push(piece);
+    d->set_text(out.content);
+    d->set_reasoning_text(out.reasoning_content);
+    for (const text::ToolCall& call : out.tool_calls) {
+      v1::ToolCallDelta* t = d->add_tool_calls();
+      t->set_index(static_cast<uint32_t>(tool_calls_++));
+      t->set_id(call.id);
+      t->set_name(call.name);
+      t->set_arguments_delta(call.arguments);
+    }
+    parsed_.Append(std::move(out));
+  } else {
+    d->set_text(piece);
+  }
+  reactor_->Push(std::move(r));
+}
+
+void GenerateSink::OnFinished(const absl::Status& status, const FinishInfo& info) {
+  if (!status.ok() && !absl::IsCancelled(status)) {
+    reactor_->Close(ToGrpcStatus(status));
+    return;
+  }
+  if (absl::IsCancelled(status) && reactor_->cancelled()) {
+    reactor_->Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+    return;
+  }
+  // Whatever text is still held back (and not cut by a stop string) is output now.
+  if (!stopped_ && decoder_.has_value()) text_ += decoder_->Flush();
+  if (emitted_ < text_.size() && !stopped_) Emit(text_.size(), {}, {});
+  v1::GenerateResponse r;
+  v1::Finished* f = r.mutable_finished();
+  if (parser_.has_value()) {
+    text::ParsedOutput tail = parser_->Finish();
+    if (!tail.content.empty() || !tail.reasoning_content.empty() || !tail.tool_calls.empty()) {
+      v1::GenerateResponse last;
+      v1::Delta* d = last.mutable_delta();
+      d->set_text(tail.content);
+      d->set_reasoning_text(tail.reasoning_content);
+      for (const text::ToolCall& call : tail.tool_calls) {
+        v1::ToolCallDelta* t = d->add_tool_calls();
+        t->set_index(static_cast<uint32_t>(tool_calls_++));
+        t->set_id(call.id);
+        t->set_name(call.name);
+        t->set_arguments_delta(call.arguments);
+      }
+      reactor_->Push(std::move(last));
+    }
+    parsed_.Append(std::move(tail));
+    f->set_content(parsed_.content);
+    f->set_reasoning_content(parsed_.reasoning_content);
+    for (const text::ToolCall& call : parsed_.tool_calls) {
+      v1::ToolCall* t = f->add_tool_calls();
+      t->set_id(call.id);
+      t->set_name(call.name);
+      t->set_arguments_json(call.arguments);
+    }
+    std::string warnings;
+    for (const std::string& w : parsed_.warnings) warnings += (warnings.empty() ? "" : "; ") + w;
+    f->set_parse_warning(warnings);
+  }
+  switch (info.reason) {
+    case FinishReason::kStop:
+      f->set_reason(parsed_.tool_calls.empty() ? v1::Finished::REASON_STOP
+                                               : v1::Finished::REASON_TOOL_CALLS);
+      break;
+    case FinishReason::kLength:
+      f->set_reason(v1::Finished::REASON_LENGTH);
+      break;
+    case FinishReason::kCancelled:
+      f->set_reason(v1::Finished::REASON_CANCELLED);
+      break;
+  }
+  f->set_prompt_tokens(static_cast<uint32_t>(info.prompt_tokens));
+  f->set_completion_tokens(static_cast<uint32_t>(info.completion_tokens));
+  f->set_cached_tokens(static_cast<uint32_t>(info.cache.restored_depth));
+  *f->mutable_cache() = ToProto(info.cache);
+  f->set_decode_tokens_per_s(info.decode_tokens_per_s);
+  reactor_->Push(std::move(r));
+  reactor_->Close(grpc::Status::OK);
+}
+
+}  // namespace cairn::infer

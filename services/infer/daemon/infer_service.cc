@@ -1,0 +1,399 @@
+#include "services/infer/daemon/infer_service.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status/grpc_status.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/daemon/generate_stream.h"
+#include "services/infer/text/chat_template.h"
+
+namespace cairn::infer {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext* context) {
+  const auto d = context->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+absl::StatusOr<ordered_json> MessagesJson(const v1::ChatPrompt& chat, size_t max_messages) {
+  if (chat.messages_size() == 0) return absl::InvalidArgumentError("chat.messages is empty");
+  if (static_cast<size_t>(chat.messages_size()) > max_messages) {
+    return absl::InvalidArgumentError(absl::StrCat("chat.messages has ", chat.messages_size(),
+                                                   " messages, at most ", max_messages,
+                                                   " are accepted"));
+  }
+  ordered_json messages = ordered_json::array();
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    const v1::ChatMessage& m = chat.messages(i);
+    if (m.has_media()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat.messages[", i, "] has non-text content; this server accepts text only"));
+    }
+    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant" &&
+        m.role() != "tool" && m.role() != "developer") {
+      return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role \"", m.role(),
+                                                     "\" is not one of system, ",
+                                                     "developer, user, assistant, tool"));
+    }
+    ordered_json j = ordered_json::object();
+    // Templates know "system"; the Responses API's "developer" role means the same.
+    j["role"] = m.role() == "developer" ? "system" : m.role();
+    j["content"] = m.content();
+    if (!m.reasoning_content().empty()) j["reasoning_content"] = m.reasoning_content();
+    if (m.tool_calls_size() > 0) {
+      ordered_json calls = ordered_json::array();
+      for (const v1::ToolCall& c : m.tool_calls()) {
+        ordered_json call = ordered_json::object();
+        call["id"] = c.id();
+        call["type"] = "function";
+        call["function"] = {{"name", c.name()}, {"arguments", c.arguments_json()}};
+        calls.push_back(std::move(call));
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id().empty()) j["tool_call_id"] = m.tool_call_id();
+    if (!m.name().empty()) j["name"] = m.name();
+    messages.push_back(std::move(j));
+  }
+  return messages;
+}
+
+absl::StatusOr<ordered_json> ToolsJson(const v1::ChatPrompt& chat) {
+  if (chat.tools_size() == 0) return ordered_json(nullptr);
+  ordered_json tools = ordered_json::array();
+  for (int i = 0; i < chat.tools_size(); ++i) {
+    ordered_json t = ordered_json::parse(chat.tools(i).json(), nullptr, /*allow_exceptions=*/false);
+    if (t.is_discarded() || !t.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat.tools[", i, "] is not a JSON object"));
+    }
+    tools.push_back(std::move(t));
+  }
+  return tools;
+}
+
+}  // namespace
+
+InferServiceImpl::InferServiceImpl(const ServedModel* model, Scheduler* scheduler, ThreadPool* pool,
+                                   std::function<bool()> cache_connected,
+                                   const InferServiceOptions& options)
+    : model_(model),
+      scheduler_(scheduler),
+      pool_(pool),
+      cache_connected_(std::move(cache_connected)),
+      options_(options) {}
+
+absl::Status InferServiceImpl::NeedTokenizer() const {
+  if (model_->tokenizer() != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      model_->tokenizer_error(), "; only token-id prompts (prompt.token_ids) are served"));
+}
+
+absl::Status InferServiceImpl::RenderChat(const v1::ChatPrompt& chat, std::vector<int32_t>* ids,
+                                          int64_t* stable_boundary, std::string* text) const {
+  RETURN_IF_ERROR(NeedTokenizer());
+  if (model_->chat_template() == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(model_->template_error(), "; send the prompt as text or token ids instead"));
+  }
+  const std::string& choice = chat.tool_choice();
+  if (!choice.empty() && choice != "auto" && choice != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat.tool_choice \"", choice,
+                     "\" is not supported (only auto and none: the server does not constrain "
+                     "decoding)"));
+  }
+  text::ChatRequest req;
+  ASSIGN_OR_RETURN(req.messages, MessagesJson(chat, options_.max_messages));
+  if (choice != "none") {
+    ASSIGN_OR_RETURN(req.tools, ToolsJson(chat));
+  }
+  req.add_generation_prompt = chat.has_options() ? chat.options().add_generation_prompt() : true;
+  if (chat.has_options() && chat.options().has_enable_thinking()) {
+    req.enable_thinking = chat.options().enable_thinking();
+  }
+  ASSIGN_OR_RETURN(text::RenderedPrompt rendered,
+                   text::RenderPrompt(*model_->chat_template(), *model_->tokenizer(), req));
+  ids->assign(rendered.ids.begin(), rendered.ids.end());
+  *stable_boundary = static_cast<int64_t>(rendered.stable_boundary);
+  if (text != nullptr) *text = std::move(rendered.text);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequest& request,
+                                                          bool* starts_in_reasoning) const {
+  GenerateRequest out;
+  if (request.request_id().size() > options_.max_label_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id is longer than ", options_.max_label_bytes, " bytes"));
+  }
+  if (request.conversation().size() > options_.max_label_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("conversation is longer than ", options_.max_label_bytes, " bytes"));
+  }
+  out.id = request.request_id();
+  out.conversation = request.conversation();
+  const int64_t vocab = model_->model()->info().vocab_size;
+  std::string prompt_text;
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kChat:
+      RETURN_IF_ERROR(RenderChat(request.chat(), &out.prompt, &out.stable_boundary, &prompt_text));
+      break;
+    case v1::GenerateRequest::kText: {
+      RETURN_IF_ERROR(NeedTokenizer());
+      ASSIGN_OR_RETURN(std::vector<text::TokenId> ids, model_->tokenizer()->Encode(request.text()));
+      out.prompt.assign(ids.begin(), ids.end());
+      prompt_text = request.text();
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      for (int i = 0; i < request.token_ids().ids_size(); ++i) {
+        const uint32_t id = request.token_ids().ids(i);
+        if (id >= static_cast<uint64_t>(vocab)) {
+          return absl::InvalidArgumentError(absl::StrCat("token_ids.ids[", i, "] = ", id,
+                                                         " is outside the vocabulary of ", vocab));
+        }
+        out.prompt.push_back(static_cast<int32_t>(id));
+      }
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return absl::InvalidArgumentError("prompt is missing (chat, text or token_ids)");
+  }
+  if (out.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
+  for (size_t i = 0; i < out.prompt.size(); ++i) {
+    if (out.prompt[i] < 0 || out.prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the prompt's token ", i, " (id ", out.prompt[i],
+                       ") is outside the model's vocabulary of ", vocab));
+    }
+  }
+  const int64_t context = scheduler_->context_tokens();
+  const int64_t n = static_cast<int64_t>(out.prompt.size());
+  if (n >= context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", n, " tokens does not fit the context of ", context,
+                     " tokens (at least one token must be generated)"));
+  }
+  if (request.stable_boundary() > 0) {
+    if (request.stable_boundary() > static_cast<uint64_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat("stable_boundary ", request.stable_boundary(),
+                                                     " is past the prompt's ", n, " tokens"));
+    }
+    out.stable_boundary = static_cast<int64_t>(request.stable_boundary());
+  }
+
+  const v1::SamplingParams& p = request.sampling();
+  SamplingOptions& s = out.sampling;
+  s.temperature = p.temperature();
+  s.top_k = static_cast<int>(std::min<uint32_t>(p.top_k(), static_cast<uint32_t>(vocab)));
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  if (p.has_seed()) s.seed = p.seed();
+  if (p.logprobs() > static_cast<uint32_t>(options_.max_logprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.logprobs must be at most ",
+                                                   options_.max_logprobs, ", got ", p.logprobs()));
+  }
+  s.logprobs = static_cast<int>(p.logprobs());
+  if (absl::Status v = ValidateSamplingOptions(s, options_.max_logprobs); !v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.", v.message()));
+  }
+  if (p.has_max_tokens()) {
+    if (p.max_tokens() == 0) {
+      return absl::InvalidArgumentError("sampling.max_tokens must be at least 1");
+    }
+    if (static_cast<int64_t>(p.max_tokens()) > context - n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.max_tokens ", p.max_tokens(), " is more than the ", context - n,
+                       " tokens the context of ", context, " leaves after the prompt"));
+    }
+    out.max_tokens = p.max_tokens();
+  } else {
+    out.max_tokens = context - n;
+  }
+  for (int i = 0; i < p.stop_token_ids_size(); ++i) {
+    if (p.stop_token_ids(i) >= static_cast<uint64_t>(vocab)) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.stop_token_ids[", i,
+                                                     "] = ", p.stop_token_ids(i),
+                                                     " is outside the vocabulary of ", vocab));
+    }
+    out.stop_ids.push_back(static_cast<int32_t>(p.stop_token_ids(i)));
+  }
+  if (!p.ignore_eos()) {
+    out.stop_ids.insert(out.stop_ids.end(), model_->eos_ids().begin(), model_->eos_ids().end());
+  }
+  if (p.stop_size() > options_.max_stop_strings) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.stop has ", p.stop_size(),
+                                                   " strings, at most ", options_.max_stop_strings,
+                                                   " are accepted"));
+  }
+  for (int i = 0; i < p.stop_size(); ++i) {
+    if (p.stop(i).empty() || p.stop(i).size() > options_.max_stop_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sampling.stop[", i, "] must be 1 to ", options_.max_stop_bytes, " bytes"));
+    }
+  }
+  if (p.stop_size() > 0 || request.parse_output()) RETURN_IF_ERROR(NeedTokenizer());
+  *starts_in_reasoning = absl::EndsWith(prompt_text, "<think>\n");
+  return out;
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  auto* reactor = new GenerateReactor();
+  const absl::Time deadline = DeadlineOf(context);
+  const bool scheduled = pool_->Schedule([this, request, reactor, deadline] {
+    bool starts_in_reasoning = false;
+    absl::StatusOr<GenerateRequest> prepared = Prepare(*request, &starts_in_reasoning);
+    if (!prepared.ok()) {
+      reactor->Close(ToGrpcStatus(prepared.status()));
+      return;
+    }
+    GenerateSinkOptions so;
+    so.tokenizer = model_->tokenizer();
+    so.stop.assign(request->sampling().stop().begin(), request->sampling().stop().end());
+    so.parse_output = request->parse_output();
+    so.parser.starts_in_reasoning = starts_in_reasoning;
+    if (request->has_chat()) {
+      absl::StatusOr<ordered_json> tools = ToolsJson(request->chat());
+      if (tools.ok()) so.parser.tools = std::move(*tools);
+    }
+    so.logprobs = prepared->sampling.logprobs;
+    so.request_id = prepared->id;
+    prepared->sink = std::make_unique<GenerateSink>(reactor, std::move(so));
+    prepared->deadline = deadline;
+    // Submit consumes the request only on success; on failure the sink was never used.
+    absl::Status submitted = scheduler_->Submit(std::move(*prepared));
+    if (!submitted.ok()) reactor->Close(ToGrpcStatus(submitted));
+  });
+  if (!scheduled) {
+    reactor->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the inference daemon is draining"));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferServiceImpl::Tokenize(grpc::CallbackServerContext* context,
+                                                     const v1::TokenizeRequest* request,
+                                                     v1::TokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool scheduled = pool_->Schedule([this, request, response, reactor] {
+    absl::Status st = NeedTokenizer();
+    if (st.ok()) {
+      text::EncodeOptions eo;
+      eo.parse_special = request->parse_special();
+      absl::StatusOr<std::vector<text::TokenId>> ids =
+          model_->tokenizer()->Encode(request->text(), eo);
+      if (ids.ok()) {
+        for (text::TokenId id : *ids) response->add_ids(static_cast<uint32_t>(id));
+      }
+      st = ids.status();
+    }
+    reactor->Finish(ToGrpcStatus(st));
+  });
+  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferServiceImpl::Detokenize(grpc::CallbackServerContext* context,
+                                                       const v1::DetokenizeRequest* request,
+                                                       v1::DetokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool scheduled = pool_->Schedule([this, request, response, reactor] {
+    absl::Status st = NeedTokenizer();
+    if (st.ok()) {
+      std::vector<text::TokenId> ids(request->ids().begin(), request->ids().end());
+      absl::StatusOr<std::string> text = model_->tokenizer()->Decode(ids, request->skip_special());
+      if (text.ok()) response->set_text(std::move(*text));
+      st = text.status();
+    }
+    reactor->Finish(ToGrpcStatus(st));
+  });
+  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferServiceImpl::ApplyTemplate(grpc::CallbackServerContext* context,
+                                                          const v1::ApplyTemplateRequest* request,
+                                                          v1::ApplyTemplateResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const bool scheduled = pool_->Schedule([this, request, response, reactor] {
+    std::vector<int32_t> ids;
+    int64_t stable = 0;
+    std::string text;
+    absl::Status st = RenderChat(request->chat(), &ids, &stable, &text);
+    if (st.ok()) {
+      response->set_text(std::move(text));
+      for (int32_t id : ids) response->add_ids(static_cast<uint32_t>(id));
+      response->set_stable_boundary(static_cast<uint64_t>(stable));
+    }
+    reactor->Finish(ToGrpcStatus(st));
+  });
+  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferServiceImpl::ListSlots(grpc::CallbackServerContext* context,
+                                                      const v1::ListSlotsRequest* /*request*/,
+                                                      v1::ListSlotsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  for (const SlotSnapshot& s : scheduler_->Snapshot()) {
+    v1::SlotInfo* info = response->add_slots();
+    info->set_slot(static_cast<uint32_t>(s.slot));
+    switch (s.state) {
+      case SlotSnapshot::State::kIdle:
+        info->set_state(v1::SlotInfo::STATE_IDLE);
+        break;
+      case SlotSnapshot::State::kPrefill:
+        info->set_state(v1::SlotInfo::STATE_PREFILL);
+        break;
+      case SlotSnapshot::State::kDecode:
+        info->set_state(v1::SlotInfo::STATE_DECODE);
+        break;
+      case SlotSnapshot::State::kRestoring:
+        info->set_state(v1::SlotInfo::STATE_RESTORING);
+        break;
+    }
+    info->set_tokens(static_cast<uint64_t>(s.tokens));
+    info->set_request_id(s.request_id);
+    info->set_conversation(s.conversation);
+  }
+  response->set_queued_requests(static_cast<uint32_t>(scheduler_->queued()));
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferServiceImpl::GetModelInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetModelInfoRequest* /*req*/,
+                                                         v1::GetModelInfoResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const Model& m = *model_->model();
+  response->set_name(model_->name());
+  response->set_architecture(m.info().architecture);
+  response->set_parameters(static_cast<uint64_t>(m.info().num_parameters));
+  response->set_context_length(static_cast<uint32_t>(scheduler_->context_tokens()));
+  response->set_vocab_size(static_cast<uint32_t>(m.info().vocab_size));
+  response->set_compat_digest(model_->identity().digest);
+  response->set_weights_digest(model_->identity().weights_digest);
+  response->set_backend(model_->backend_name());
+  response->set_slots(static_cast<uint32_t>(scheduler_->Snapshot().size()));
+  response->set_full_attention_layers(static_cast<uint32_t>(model_->full_attention_layers()));
+  response->set_linear_attention_layers(static_cast<uint32_t>(model_->linear_attention_layers()));
+  response->set_bytes_per_row(static_cast<uint64_t>(m.state_layout().row_bytes()));
+  response->set_private_state_bytes(static_cast<uint64_t>(m.state_layout().private_bytes()));
+  response->set_cache_connected(cache_connected_ && cache_connected_());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,73 @@
+#ifndef CAIRN_SERVICES_INFER_DAEMON_INFER_SERVICE_H_
+#define CAIRN_SERVICES_INFER_DAEMON_INFER_SERVICE_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "cairn/infer/v1/infer.grpc.pb.h"
+#include "common/concurrency/thread_pool.h"
+#include "services/infer/daemon/served_model.h"
+#include "services/infer/engine/request.h"
+#include "services/infer/engine/scheduler.h"
+
+namespace cairn::infer {
+
+struct InferServiceOptions {
+  int max_logprobs = 20;  // Most alternatives per token.
+  int max_stop_strings = 16;
+  size_t max_stop_bytes = 256;   // Longest stop string.
+  size_t max_label_bytes = 256;  // request_id and conversation.
+  size_t max_messages = 4096;    // Chat messages per request.
+};
+
+// The gRPC adapter of cairn.infer.v1.InferService. Reactions never block: every call is
+// validated (and its prompt rendered and tokenized) on `pool`, then handed to the scheduler.
+//
+// Thread-safe. `model`, `scheduler` and `pool` must outlive the service; `cache_connected`
+// reports whether the cache daemon is reachable now.
+class InferServiceImpl final : public v1::InferService::CallbackService {
+ public:
+  InferServiceImpl(const ServedModel* model, Scheduler* scheduler, ThreadPool* pool,
+                   std::function<bool()> cache_connected, const InferServiceOptions& options);
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ApplyTemplate(grpc::CallbackServerContext* context,
+                                          const v1::ApplyTemplateRequest* request,
+                                          v1::ApplyTemplateResponse* response) override;
+  grpc::ServerUnaryReactor* ListSlots(grpc::CallbackServerContext* context,
+                                      const v1::ListSlotsRequest* request,
+                                      v1::ListSlotsResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::GetModelInfoResponse* response) override;
+
+  // Validates `request` and turns it into the scheduler's form (everything but the sink).
+  // InvalidArgument naming the field for a bad request; FailedPrecondition naming what the
+  // model folder lacks for text or chat prompts without a tokenizer or template.
+  absl::StatusOr<GenerateRequest> Prepare(const v1::GenerateRequest& request,
+                                          bool* starts_in_reasoning) const;
+
+ private:
+  // Renders a chat prompt. Returns the token ids and the stable boundary.
+  absl::Status RenderChat(const v1::ChatPrompt& chat, std::vector<int32_t>* ids,
+                          int64_t* stable_boundary, std::string* text) const;
+  absl::Status NeedTokenizer() const;
+
+  const ServedModel* const model_;
+  Scheduler* const scheduler_;
+  ThreadPool* const pool_;
+  const std::function<bool()> cache_connected_;
+  const InferServiceOptions options_;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_DAEMON_INFER_SERVICE_H_

@@ -1,0 +1,234 @@
+// cairn-infer: the inference daemon. Wiring only (style.md §2): options, the model, the slots,
+// the cache client, the scheduler, the gRPC server, and an orderly drain on SIGTERM.
+
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/concurrency/thread_pool.h"
+#include "common/config/flags.h"
+#include "common/grpc/server_runner.h"
+#include "common/grpc/signals.h"
+#include "common/log/log.h"
+#include "services/infer/cache_client/grpc_state_cache.h"
+#include "services/infer/daemon/infer_service.h"
+#include "services/infer/daemon/served_model.h"
+#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/scheduler.h"
+
+namespace cairn::infer {
+namespace {
+
+struct InferMainOptions {
+  std::string listen;  // Default: unix:<runtime dir>/infer.sock.
+  std::string cache;   // Empty: no cache daemon.
+  int sessions = 1;
+  int io_threads = 4;
+  absl::Duration drain_timeout = absl::Seconds(10);
+  std::string log_level = "info";
+  std::string instance_name;
+};
+
+// The runtime directory: systemd's RuntimeDirectory=, else the user's, else /tmp (as the cache
+// daemon chooses it, so the default sockets sit side by side).
+std::string RuntimeDir() {
+  if (const char* d = std::getenv("RUNTIME_DIRECTORY"); d != nullptr && *d != '\0') return d;
+  if (const char* d = std::getenv("XDG_RUNTIME_DIR"); d != nullptr && *d != '\0') {
+    return absl::StrCat(d, "/cairn");
+  }
+  return absl::StrCat("/tmp/cairn-", ::getuid());
+}
+
+// Accepts "-j N" and "-jN" as --sessions.
+std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-j" && i + 1 < argc) {
+      args.push_back("--sessions=" + std::string(argv[++i]));
+    } else if (a.size() > 2 && a.rfind("-j", 0) == 0) {
+      args.push_back("--sessions=" + a.substr(2));
+    } else {
+      args.push_back(a);
+    }
+  }
+  return args;
+}
+
+int Run(int argc, char** argv) {
+  BlockTerminationSignals();
+  InferMainOptions main_options;
+  ServedModelOptions model_options;
+  SchedulerOptions scheduler_options;
+  GrpcStateCacheOptions cache_options;
+  FlagSet flags("cairn-infer",
+                "The Cairn inference daemon: a hybrid model, its execution slots and the cache "
+                "protocol.");
+  flags.Add("model", &model_options.dir,
+            "Hugging Face model folder (config.json, safetensors, "
+            "tokenizer.json, chat template)");
+  flags.Add("served-model-name", &model_options.served_name,
+            "model name reported to clients (default: the folder's name)");
+  flags.Add("backend", &model_options.backend, "kernel backend: cpu");
+  flags.Add("numerics", &model_options.numerics,
+            "fast (outputs exact for identical pass boundaries) or pass-invariant (exact "
+            "whatever the restore point; slower prefill)");
+  flags.Add("threads", &model_options.threads, "backend threads (0: one per hardware thread)");
+  flags.Add("context", &model_options.context_tokens,
+            "tokens per slot (0: max_position_embeddings, at most --max-context)");
+  flags.Add("max-context", &model_options.max_context_tokens,
+            "cap on the default context (slot memory grows with it)");
+  flags.Add("sessions", &main_options.sessions, "execution slots (-j N)");
+  flags.Add("max-queue", &scheduler_options.max_queue,
+            "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)");
+  flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens, "longest prefill pass");
+  flags.Add("cache", &main_options.cache,
+            "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
+  flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");
+  flags.Add("instance-name", &main_options.instance_name, "name in the cache's events");
+  flags.Add("io-threads", &main_options.io_threads, "threads preparing requests");
+  flags.Add("drain-timeout", &main_options.drain_timeout,
+            "how long SIGTERM lets running requests finish before cancelling them");
+  flags.Add("log-level", &main_options.log_level, "info, warning or error");
+
+  const std::vector<std::string> args = ExpandShortFlags(argc, argv);
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
+  if (absl::IsCancelled(rest.status())) {  // --help
+    std::cout << rest.status().message();
+    return 0;
+  }
+  if (!rest.ok()) {
+    std::cerr << "cairn-infer: " << rest.status().message() << "\n";
+    return 2;
+  }
+  if (!rest->empty()) {
+    std::cerr << "cairn-infer: unexpected argument \"" << rest->front() << "\"\n";
+    return 2;
+  }
+  LogLevel level;
+  if (!ParseLogLevel(main_options.log_level, &level)) {
+    std::cerr << "cairn-infer: --log-level must be info, warning or error\n";
+    return 2;
+  }
+  SetMinLogLevel(level);
+  if (model_options.dir.empty()) {
+    std::cerr << "cairn-infer: --model DIR is required\n";
+    return 2;
+  }
+  if (main_options.sessions < 1) {
+    std::cerr << "cairn-infer: --sessions must be at least 1\n";
+    return 2;
+  }
+  if (scheduler_options.max_pass_tokens < 1 || scheduler_options.max_queue < 0) {
+    std::cerr << "cairn-infer: --max-pass-tokens must be >= 1 and --max-queue >= 0\n";
+    return 2;
+  }
+  if (main_options.listen.empty()) {
+    const std::string runtime_dir = RuntimeDir();
+    if (::mkdir(runtime_dir.c_str(), 0750) != 0 && errno != EEXIST) {
+      CAIRN_LOG(ERROR) << "cannot create runtime directory " << runtime_dir;
+      return 1;
+    }
+    main_options.listen = "unix:" + runtime_dir + "/infer.sock";
+  }
+
+  // The server starts first (health NOT_SERVING) so that clients see the daemon while the
+  // model loads.
+  ThreadPool pool(main_options.io_threads);
+  ServerRunnerOptions server_options;
+  server_options.listen = main_options.listen;
+  server_options.drain_timeout = main_options.drain_timeout;
+  server_options.health_services = {"cairn.infer.v1.InferService"};
+  server_options.max_receive_message_bytes = 64 * 1024 * 1024;  // Long token-id prompts.
+
+  CAIRN_LOG(INFO) << "loading " << model_options.dir;
+  const absl::Time load_start = absl::Now();
+  absl::StatusOr<std::unique_ptr<ServedModel>> served = ServedModel::Load(model_options);
+  if (!served.ok()) {
+    CAIRN_LOG(ERROR) << "loading the model: " << served.status();
+    return 1;
+  }
+  Model* model = (*served)->model();
+  HostKvMemoryOptions memory_options;
+  memory_options.slots = main_options.sessions;
+  memory_options.max_rows = (*served)->context_tokens();
+  absl::StatusOr<std::unique_ptr<HostKvMemory>> memory =
+      HostKvMemory::Create(model->state_layout(), memory_options);
+  if (!memory.ok()) {
+    CAIRN_LOG(ERROR) << "allocating slots: " << memory.status();
+    return 1;
+  }
+  CAIRN_LOG(INFO) << "loaded " << model->info().architecture << " (" << model->info().num_parameters
+                  << " parameters) in " << absl::ToDoubleSeconds(absl::Now() - load_start) << " s; "
+                  << main_options.sessions << " slots of " << (*served)->context_tokens()
+                  << " tokens";
+
+  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<GrpcStateCache> cache;
+  if (!main_options.cache.empty()) {
+    const CompatibilityIdentity& id = (*served)->identity();
+    cache_options.address = main_options.cache;
+    cache_options.instance_name = main_options.instance_name.empty()
+                                      ? absl::StrCat("cairn-infer-", ::getpid())
+                                      : main_options.instance_name;
+    cache_options.slots = main_options.sessions;
+    cache_options.model_name = (*served)->name();
+    cache_options.identity.set_digest(id.digest);
+    cache_options.identity.set_architecture(id.architecture);
+    cache_options.identity.set_weights_digest(id.weights_digest);
+    cache_options.identity.set_tokenizer_digest(id.tokenizer_digest);
+    cache_options.identity.set_template_digest(id.template_digest);
+    cache_options.identity.set_layout_digest(id.layout_digest);
+    cache_options.identity.set_numerics_class(id.numerics_class);
+    cache_options.identity.set_speculative_config(id.speculative_config);
+    cache_options.layout = model->state_layout();
+    cache = std::make_unique<GrpcStateCache>(cache_options, [&scheduler] {
+      if (scheduler != nullptr) scheduler->Wake();
+    });
+  }
+  scheduler = std::make_unique<Scheduler>(model, memory->get(), cache.get(), scheduler_options);
+  scheduler->Start();
+  InferServiceImpl service(served->get(), scheduler.get(), &pool,
+                           [&cache] { return cache != nullptr && cache->connected(); }, {});
+  absl::StatusOr<std::unique_ptr<ServerRunner>> server =
+      ServerRunner::Start(server_options, {&service});
+  if (!server.ok()) {
+    CAIRN_LOG(ERROR) << "starting the gRPC server: " << server.status();
+    scheduler->Shutdown(absl::Now());
+    return 1;
+  }
+  (*server)->SetAllServing(true);
+  sd_notify(0, "READY=1");
+  CAIRN_LOG(INFO) << "cairn-infer serving " << (*served)->name() << " on " << (*server)->address()
+                  << (cache != nullptr ? absl::StrCat(", cache at ", main_options.cache)
+                                       : std::string(", no cache"));
+
+  const int sig = WaitForTerminationSignal();
+  // Shutdown order (style.md §5): health NOT_SERVING, drain (running requests finish or are
+  // cancelled at the deadline), server shutdown, then the scheduler and the cache client.
+  CAIRN_LOG(INFO) << "signal " << sig << ": draining";
+  sd_notify(0, "STOPPING=1");
+  const absl::Time deadline = absl::Now() + main_options.drain_timeout;
+  (*server)->SetAllServing(false);
+  scheduler->Shutdown(deadline);
+  (*server)->Drain();
+  (*server)->Wait();
+  pool.Shutdown();
+  if (cache != nullptr) cache->Shutdown();
+  server->reset();
+  CAIRN_LOG(INFO) << "cairn-infer stopped";
+  return 0;
+}
+
+}  // namespace
+}  // namespace cairn::infer
+
+int main(int argc, char** argv) { return cairn::infer::Run(argc, argv); }

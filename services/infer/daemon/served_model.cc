@@ -1,0 +1,168 @@
+#include "services/infer/daemon/served_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/checksum/checksum.h"
+#include "common/log/log.h"
+#include "common/status/annotate.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+
+namespace cairn::infer {
+namespace {
+
+// The numerics classes of the CPU backend: part of the compatibility identity, so that state
+// computed by another backend (or another version of this one's arithmetic) is never mixed.
+constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
+constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
+
+std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// eos_token_id may be an integer or a list of integers.
+void AddIds(const nlohmann::json& v, std::vector<int32_t>* out) {
+  auto add = [out](const nlohmann::json& x) {
+    if (x.is_number_integer() && x.get<int64_t>() >= 0 &&
+        x.get<int64_t>() <= std::numeric_limits<int32_t>::max()) {
+      const int32_t id = static_cast<int32_t>(x.get<int64_t>());
+      if (std::find(out->begin(), out->end(), id) == out->end()) out->push_back(id);
+    }
+  };
+  if (v.is_array()) {
+    for (const auto& x : v) add(x);
+  } else {
+    add(v);
+  }
+}
+
+// Reads eos_token_id (top level or in text_config) and max_position_embeddings.
+void ReadConfigExtras(const std::filesystem::path& dir, std::vector<int32_t>* eos,
+                      int64_t* max_positions) {
+  for (const char* name : {"config.json", "generation_config.json"}) {
+    absl::StatusOr<std::string> text = ReadFile(dir / name);
+    if (!text.ok()) continue;
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    for (const nlohmann::json* o : {&j, j.contains("text_config") ? &j["text_config"] : nullptr}) {
+      if (o == nullptr || !o->is_object()) continue;
+      if (o->contains("eos_token_id")) AddIds((*o)["eos_token_id"], eos);
+      if (o->contains("max_position_embeddings") &&
+          (*o)["max_position_embeddings"].is_number_integer()) {
+        *max_positions =
+            std::max<int64_t>(*max_positions, (*o)["max_position_embeddings"].get<int64_t>());
+      }
+    }
+  }
+}
+
+std::string LayoutDigest(const StateLayout& layout) {
+  std::string text = absl::StrCat("chunk_rows=", layout.rows_per_chunk, ";");
+  for (const StateComponent& c : layout.components) {
+    absl::StrAppend(&text, c.name, ",", c.kind == ComponentKind::kRows ? "rows" : "private", ",",
+                    c.floats, ",f32;");
+  }
+  return Hex(Xxh3(text));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions& options) {
+  auto served = std::unique_ptr<ServedModel>(new ServedModel());
+  const std::filesystem::path dir(options.dir);
+  if (options.backend != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend \"", options.backend, "\" is not available (this build has: cpu)"));
+  }
+  if (options.numerics != "fast" && options.numerics != "pass-invariant") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("numerics \"", options.numerics, "\" is not one of fast, pass-invariant"));
+  }
+  ModelLoadOptions load = options.load;
+  load.qwen3_hybrid.pass_invariant = options.numerics == "pass-invariant";
+  CpuKernelBackendOptions cpu;
+  cpu.threads = options.threads;
+  ASSIGN_OR_RETURN(served->backend_, CpuKernelBackend::Create(cpu));
+  served->backend_name_ = "cpu";
+  ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), load));
+
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer =
+      text::Tokenizer::FromFile((dir / "tokenizer.json").string());
+  std::string tokenizer_digest = "none";
+  if (tokenizer.ok()) {
+    served->tokenizer_ = std::move(*tokenizer);
+    ASSIGN_OR_RETURN(std::string text, ReadFile(dir / "tokenizer.json"));
+    tokenizer_digest = Hex(Xxh3(text));
+    if (served->tokenizer_->id_limit() > served->model_->info().vocab_size) {
+      CAIRN_LOG(WARNING) << "tokenizer has ids up to " << served->tokenizer_->id_limit()
+                         << " but the model's vocabulary is " << served->model_->info().vocab_size
+                         << "; prompts with larger ids are refused";
+    }
+  } else if (absl::IsNotFound(tokenizer.status())) {
+    served->tokenizer_error_ = absl::StrCat("the model folder has no tokenizer.json");
+  } else {
+    return Annotate(tokenizer.status(), "loading tokenizer.json");
+  }
+  absl::StatusOr<std::unique_ptr<text::ChatTemplate>> chat =
+      text::ChatTemplate::FromModelDir(options.dir);
+  std::string template_digest = "none";
+  if (chat.ok()) {
+    template_digest = Hex(Xxh3((*chat)->source()));
+    served->template_ = std::move(*chat);
+  } else if (absl::IsNotFound(chat.status())) {
+    served->template_error_ =
+        "the model folder has no chat template (chat_template.jinja or tokenizer_config.json's "
+        "chat_template)";
+  } else {
+    return Annotate(chat.status(), "loading the chat template");
+  }
+
+  int64_t max_positions = 0;
+  ReadConfigExtras(dir, &served->eos_ids_, &max_positions);
+  if (options.context_tokens > 0) {
+    served->context_tokens_ = options.context_tokens;
+  } else {
+    served->context_tokens_ = max_positions > 0
+                                  ? std::min(max_positions, options.max_context_tokens)
+                                  : options.max_context_tokens;
+  }
+  served->name_ = options.served_name.empty()
+                      ? std::filesystem::weakly_canonical(dir).filename().string()
+                      : options.served_name;
+
+  const StateLayout& layout = served->model_->state_layout();
+  for (const StateComponent& c : layout.components) {
+    if (c.kind == ComponentKind::kRows && c.name.size() > 2 &&
+        c.name.compare(c.name.size() - 2, 2, ".k") == 0) {
+      ++served->full_layers_;
+    }
+    if (c.kind == ComponentKind::kPrivate && c.name.find("recurrent") != std::string::npos) {
+      ++served->linear_layers_;
+    }
+  }
+  CompatibilityIdentity& id = served->identity_;
+  id.architecture = served->model_->info().architecture;
+  id.weights_digest = Hex(served->model_->info().weights_digest);
+  id.tokenizer_digest = tokenizer_digest;
+  id.template_digest = template_digest;
+  id.layout_digest = LayoutDigest(layout);
+  id.numerics_class = load.qwen3_hybrid.pass_invariant ? kCpuPassInvariantClass : kCpuNumericsClass;
+  id.speculative_config = "";
+  id.digest = Hex(Xxh3(absl::StrCat(
+      id.architecture, "|", id.weights_digest, "|", id.tokenizer_digest, "|", id.template_digest,
+      "|", id.layout_digest, "|", id.numerics_class, "|", id.speculative_config)));
+  return served;
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,91 @@
+#ifndef CAIRN_SERVICES_INFER_DAEMON_SERVED_MODEL_H_
+#define CAIRN_SERVICES_INFER_DAEMON_SERVED_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/infer/kernels/kernel_backend.h"
+#include "services/infer/models/model.h"
+#include "services/infer/models/model_loader.h"
+#include "services/infer/text/chat_template.h"
+#include "services/infer/text/tokenizer.h"
+
+namespace cairn::infer {
+
+struct ServedModelOptions {
+  std::string dir;                     // A Hugging Face model folder.
+  std::string served_name;             // Empty: the folder's name.
+  std::string backend = "cpu";         // Only "cpu" today.
+  int threads = 0;                     // Backend threads; 0: one per hardware thread.
+  int64_t context_tokens = 0;          // 0: config.json's max_position_embeddings.
+  int64_t max_context_tokens = 32768;  // Cap on the default context (memory per slot).
+  // "fast" (GEMMs, chunked delta rule: bit-identical for identical pass boundaries) or
+  // "pass-invariant" (bit-identical whatever the pass boundaries; slower prefill).
+  std::string numerics = "fast";
+  ModelLoadOptions load;
+};
+
+// The compatibility identity of design.md §2, as the cache daemon is told it.
+struct CompatibilityIdentity {
+  std::string digest;  // Hash over every field below.
+  std::string architecture;
+  std::string weights_digest;
+  std::string tokenizer_digest;
+  std::string template_digest;
+  std::string layout_digest;
+  std::string numerics_class;
+  std::string speculative_config;
+};
+
+// Everything the daemon serves for one model folder: the backend, the model, and, when the
+// folder has them, the tokenizer and chat template (without them only token-id prompts are
+// served). Immutable after Load.
+//
+// Thread roles: the model and backend belong to the scheduler thread; the tokenizer and the
+// template are thread-safe and used by request handlers.
+class ServedModel {
+ public:
+  // Loads `options.dir`. NotFound / InvalidArgument naming the file for a bad folder,
+  // InvalidArgument for an unknown backend.
+  static absl::StatusOr<std::unique_ptr<ServedModel>> Load(const ServedModelOptions& options);
+
+  Model* model() const { return model_.get(); }
+  const std::string& name() const { return name_; }
+  const std::string& backend_name() const { return backend_name_; }
+  // Null when the folder has no tokenizer.json / chat template; `missing_text()` says what
+  // is missing.
+  const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const text::ChatTemplate* chat_template() const { return template_.get(); }
+  const std::string& tokenizer_error() const { return tokenizer_error_; }
+  const std::string& template_error() const { return template_error_; }
+  // Tokens that end generation (config.json / generation_config.json eos_token_id).
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  int64_t context_tokens() const { return context_tokens_; }
+  const CompatibilityIdentity& identity() const { return identity_; }
+  int full_attention_layers() const { return full_layers_; }
+  int linear_attention_layers() const { return linear_layers_; }
+
+ private:
+  ServedModel() = default;
+
+  std::unique_ptr<KernelBackend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::unique_ptr<text::ChatTemplate> template_;
+  std::string tokenizer_error_;
+  std::string template_error_;
+  std::string name_;
+  std::string backend_name_;
+  std::vector<int32_t> eos_ids_;
+  int64_t context_tokens_ = 0;
+  CompatibilityIdentity identity_;
+  int full_layers_ = 0;
+  int linear_layers_ = 0;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_DAEMON_SERVED_MODEL_H_

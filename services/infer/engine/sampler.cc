@@ -1,0 +1,147 @@
+#include "services/infer/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace cairn::infer {
+namespace {
+
+// OpenAI's range for presence and frequency penalties.
+constexpr float kMaxAbsPenalty = 2.0f;
+
+}  // namespace
+
+absl::Status ValidateSamplingOptions(const SamplingOptions& o, int max_logprobs) {
+  if (!(o.temperature >= 0.0f) || std::isinf(o.temperature)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be a finite value >= 0, got ", o.temperature));
+  }
+  if (o.top_k < 0) return absl::InvalidArgumentError("top_k must be >= 0");
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", o.top_p));
+  }
+  if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", o.min_p));
+  }
+  if (!(o.repetition_penalty > 0.0f) || std::isinf(o.repetition_penalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be a finite value > 0, got ", o.repetition_penalty));
+  }
+  if (!(std::fabs(o.presence_penalty) <= kMaxAbsPenalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("presence_penalty must be in [-2, 2], got ", o.presence_penalty));
+  }
+  if (!(std::fabs(o.frequency_penalty) <= kMaxAbsPenalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frequency_penalty must be in [-2, 2], got ", o.frequency_penalty));
+  }
+  if (o.logprobs < 0 || o.logprobs > max_logprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", max_logprobs, "], got ", o.logprobs));
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingOptions& options, absl::Span<const int32_t> prompt)
+    : options_(options), rng_(options.seed.has_value() ? *options.seed : std::random_device{}()) {
+  if (options_.repetition_penalty != 1.0f) {
+    for (int32_t id : prompt) seen_[id] = true;
+  }
+}
+
+SampledToken Sampler::Sample(absl::Span<const float> logits) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  SampledToken result;
+
+  // Log-probabilities of the raw distribution, for logprobs.
+  const float raw_max = *std::max_element(logits.begin(), logits.end());
+  double raw_sum = 0.0;
+  for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
+  const float log_norm = raw_max + static_cast<float>(std::log(raw_sum));
+
+  // Penalties, on a copy.
+  work_.assign(logits.begin(), logits.end());
+  if (options_.repetition_penalty != 1.0f) {
+    for (const auto& [id, unused] : seen_) {
+      float& l = work_[id];
+      l = l > 0 ? l / options_.repetition_penalty : l * options_.repetition_penalty;
+    }
+  }
+  if (options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f) {
+    for (const auto& [id, count] : generated_) {
+      work_[id] -= options_.presence_penalty + options_.frequency_penalty * count;
+    }
+  }
+
+  int32_t chosen = 0;
+  if (options_.temperature == 0.0f) {
+    chosen = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  } else {
+    // Candidates in descending order of logit (ties to the lower id), then the filters.
+    order_.resize(vocab);
+    std::iota(order_.begin(), order_.end(), 0);
+    int32_t keep = vocab;
+    if (options_.top_k > 0) keep = std::min(keep, options_.top_k);
+    auto better = [&](int32_t a, int32_t b) {
+      return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+    };
+    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), better);
+    const float best = work_[order_[0]];
+    std::vector<double> probs(keep);
+    double total = 0.0;
+    for (int32_t i = 0; i < keep; ++i) {
+      probs[i] = std::exp(static_cast<double>(work_[order_[i]] - best) / options_.temperature);
+      total += probs[i];
+    }
+    if (options_.min_p > 0.0f) {
+      // probs[0] is the most likely candidate's (unnormalised) weight.
+      int32_t n = 1;
+      while (n < keep && probs[n] >= options_.min_p * probs[0]) ++n;
+      keep = n;
+    }
+    if (options_.top_p < 1.0f) {
+      double mass = 0.0;
+      total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+      int32_t n = 0;
+      while (n < keep) {
+        mass += probs[n] / total;
+        ++n;
+        if (mass >= options_.top_p) break;
+      }
+      keep = n;
+    }
+    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+    // One draw per sampled token keeps seeded streams reproducible.
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+    double acc = 0.0;
+    chosen = order_[keep - 1];
+    for (int32_t i = 0; i < keep; ++i) {
+      acc += probs[i];
+      if (u < acc) {
+        chosen = order_[i];
+        break;
+      }
+    }
+  }
+
+  result.id = chosen;
+  result.logprob = logits[chosen] - log_norm;
+  if (options_.logprobs > 0) {
+    const int32_t n = std::min(options_.logprobs, vocab);
+    std::vector<int32_t> top(vocab);
+    std::iota(top.begin(), top.end(), 0);
+    std::partial_sort(top.begin(), top.begin() + n, top.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int32_t i = 0; i < n; ++i) result.top.emplace_back(top[i], logits[top[i]] - log_norm);
+  }
+  ++generated_[chosen];
+  if (options_.repetition_penalty != 1.0f) seen_[chosen] = true;
+  return result;
+}
+
+}  // namespace cairn::infer

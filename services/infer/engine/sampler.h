@@ -1,0 +1,65 @@
+#ifndef CAIRN_SERVICES_INFER_ENGINE_SAMPLER_H_
+#define CAIRN_SERVICES_INFER_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace cairn::infer {
+
+// How the next token is chosen from a row of logits. Zero values switch a filter off.
+struct SamplingOptions {
+  float temperature = 0.0f;  // 0: greedy (argmax, the lowest id on ties).
+  int top_k = 0;             // Keep the k most likely tokens.
+  float top_p = 1.0f;        // Keep the smallest set whose probability reaches p.
+  float min_p = 0.0f;        // Keep tokens at least min_p times as likely as the best.
+  // Penalties (as vLLM applies them): repetition divides positive logits (multiplies negative
+  // ones) of tokens seen in the prompt or the output; presence and frequency subtract from
+  // the logits of tokens already generated, once and per occurrence.
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::optional<uint64_t> seed;  // Absent: a random seed.
+  int logprobs = 0;              // Alternatives reported per token.
+};
+
+// Returns InvalidArgument naming the field for a value outside its range (negative or NaN
+// temperature, top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, penalties
+// outside [-2, 2] or NaN, more than `max_logprobs` alternatives).
+absl::Status ValidateSamplingOptions(const SamplingOptions& options, int max_logprobs);
+
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;                        // log softmax of the raw logits.
+  std::vector<std::pair<int32_t, float>> top;  // The best alternatives with their logprobs.
+};
+
+// Chooses tokens for one request. A seeded sampler draws the same tokens for the same logits:
+// the random stream advances once per sampled token, never depending on anything else.
+//
+// Thread-compatible.
+class Sampler {
+ public:
+  // `prompt` feeds the repetition penalty.
+  Sampler(const SamplingOptions& options, absl::Span<const int32_t> prompt);
+
+  // Chooses the next token from `logits` (vocab values) and records it as generated.
+  SampledToken Sample(absl::Span<const float> logits);
+
+ private:
+  const SamplingOptions options_;
+  std::mt19937_64 rng_;
+  absl::flat_hash_map<int32_t, int> generated_;  // Token -> times generated.
+  absl::flat_hash_map<int32_t, bool> seen_;      // Prompt and generated tokens.
+  std::vector<float> work_;
+  std::vector<int32_t> order_;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_ENGINE_SAMPLER_H_

@@ -1,0 +1,529 @@
+#include "services/infer/engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log/log.h"
+#include "common/status/check.h"
+
+namespace cairn::infer {
+namespace {
+
+// How long the idle loop sleeps before it looks at cancellations and the cache again.
+constexpr absl::Duration kIdleWait = absl::Milliseconds(50);
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+}  // namespace
+
+// The scheduler's view of one execution slot.
+// Invariant: when the slot is not busy, its state is valid at tokens.size() (the live
+// frontier); while busy, tokens grows with every pass.
+struct Scheduler::Slot {
+  std::vector<int32_t> tokens;
+  bool busy = false;
+  uint64_t last_used = 0;
+  // The cache generation its frontier was registered under (0: never).
+  uint64_t registered_generation = 0;
+  SlotSnapshot::State state = SlotSnapshot::State::kIdle;
+  std::string request_id;
+  std::string conversation;
+};
+
+// A request that holds a slot.
+struct Scheduler::Active {
+  GenerateRequest req;
+  int slot = -1;
+  enum class Phase { kPrefill, kDecode, kDone } phase = Phase::kPrefill;
+  int64_t prefilled = 0;  // Prompt tokens in the slot.
+  std::vector<PlannedCapture> captures;
+  size_t next_capture = 0;
+  std::vector<int64_t> pass_ends;
+  size_t next_pass_end = 0;
+  std::unique_ptr<Sampler> sampler;
+  int64_t generated = 0;
+  int32_t pending = -1;           // Sampled, not yet fed.
+  int64_t frontier_reported = 0;  // Tokens of the slot the cache knows about.
+  bool use_cache = false;
+  CacheReport report;
+  absl::Time start;
+  absl::Time first_token;
+};
+
+Scheduler::Scheduler(Model* model, KvMemory* memory, StateCache* cache,
+                     const SchedulerOptions& options)
+    : model_(model),
+      memory_(memory),
+      cache_(cache),
+      options_(options),
+      context_tokens_(memory->num_slots() > 0 ? memory->slot(0)->max_rows() : 0),
+      slots_(memory->num_slots()) {
+  PublishSnapshot();
+}
+
+Scheduler::~Scheduler() { Shutdown(absl::Now()); }
+
+void Scheduler::Start() {
+  CAIRN_CHECK(!thread_.joinable());
+  thread_ = std::thread([this] { Loop(); });
+}
+
+absl::Status Scheduler::Submit(GenerateRequest request) {
+  MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the inference daemon is draining");
+  if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("request queue is full (", options_.max_queue, " waiting); retry later"));
+  }
+  queue_.push_back(std::move(request));
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+void Scheduler::Wake() {
+  MutexLock lock(&mu_);
+  woken_ = true;
+  cv_.SignalAll();
+}
+
+void Scheduler::Shutdown(absl::Time deadline) {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    cancel_at_ = std::min(cancel_at_, deadline);
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<SlotSnapshot> Scheduler::Snapshot() const {
+  MutexLock lock(&mu_);
+  return snapshot_;
+}
+
+int Scheduler::queued() const {
+  MutexLock lock(&mu_);
+  return static_cast<int>(queue_.size());
+}
+
+void Scheduler::PublishSnapshot() {
+  std::vector<SlotSnapshot> snap;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    snap.push_back({static_cast<int>(i), s.busy ? s.state : SlotSnapshot::State::kIdle,
+                    static_cast<int64_t>(s.tokens.size()), s.request_id, s.conversation});
+  }
+  MutexLock lock(&mu_);
+  snapshot_ = std::move(snap);
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    absl::Time cancel_at;
+    std::deque<GenerateRequest> refused;
+    bool exit = false;
+    {
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty() && active_.empty() && !woken_ &&
+             !(cache_ != nullptr && cache_->HasBackgroundWork())) {
+        cv_.WaitWithTimeout(&mu_, kIdleWait);
+        // Re-check the cache's generation now and then even without work.
+        if (cache_ != nullptr && cache_->connected()) break;
+      }
+      woken_ = false;
+      if (stopping_) {
+        refused.swap(queue_);
+        exit = active_.empty();
+      }
+      cancel_at = cancel_at_;
+    }
+    for (GenerateRequest& r : refused) {
+      r.sink->OnFinished(absl::UnavailableError("the inference daemon is draining"), {});
+    }
+    if (exit) break;
+    SyncFrontiers();
+    bool did = Admit();
+    CheckCancellations(cancel_at);
+    did |= PrefillStep();
+    did |= DecodeStep();
+    ReapFinished();
+    PublishSnapshot();
+    // Urgent spills every step (another daemon may wait for them); idle ones only when the
+    // slots have nothing else to do.
+    if (cache_ != nullptr && cache_->HasBackgroundWork()) {
+      cache_->RunBackgroundWork(memory_, did ? absl::ZeroDuration() : options_.background_slice);
+    }
+  }
+  PublishSnapshot();
+}
+
+void Scheduler::CacheFailed(const absl::Status& status, const char* what) {
+  CAIRN_LOG(WARNING) << "cache " << what << " failed, continuing without it: " << status;
+}
+
+void Scheduler::SyncFrontiers() {
+  if (!StateCacheUsable()) return;
+  const uint64_t generation = cache_->generation();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = slots_[i];
+    if (s.busy || s.registered_generation == generation) continue;
+    s.registered_generation = generation;
+    if (s.tokens.empty()) continue;
+    absl::Status st =
+        cache_->StartSlot(static_cast<int>(i), /*cold=*/true, s.conversation, memory_);
+    if (st.ok()) st = cache_->UpdateFrontier(static_cast<int>(i), s.tokens, 0);
+    if (!st.ok()) {
+      CacheFailed(st, "frontier re-registration");
+      s.registered_generation = 0;
+      return;
+    }
+    cache_->SlotIdle(static_cast<int>(i));
+  }
+}
+
+int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t* live_depth) {
+  int best_live = -1;
+  int64_t best_depth = 0;
+  int empty = -1;
+  int lru = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.busy) continue;
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    // A live frontier continues in place only if all of it is a prefix of the prompt and at
+    // least one prompt token is left to compute (the last token's logits are not kept).
+    if (n > best_depth && n < static_cast<int64_t>(prompt.size()) &&
+        std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin())) {
+      best_live = static_cast<int>(i);
+      best_depth = n;
+    }
+    if (n == 0 && empty < 0) empty = static_cast<int>(i);
+    if (lru < 0 || s.last_used < slots_[lru].last_used) lru = static_cast<int>(i);
+  }
+  *live_depth = best_depth;
+  if (best_live >= 0) return best_live;
+  return empty >= 0 ? empty : lru;
+}
+
+bool Scheduler::Admit() {
+  bool did = false;
+  while (true) {
+    bool free_slot = false;
+    for (const Slot& s : slots_) free_slot |= !s.busy;
+    if (!free_slot) return did;
+    GenerateRequest req;
+    {
+      MutexLock lock(&mu_);
+      if (queue_.empty() || stopping_) return did;
+      req = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto a = std::make_unique<Active>();
+    a->req = std::move(req);
+    Setup(std::move(a));
+    did = true;
+  }
+}
+
+void Scheduler::Setup(std::unique_ptr<Active> owned) {
+  Active& a = *owned;
+  active_.push_back(std::move(owned));
+  a.start = absl::Now();
+  const std::vector<int32_t>& prompt = a.req.prompt;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  a.sampler = std::make_unique<Sampler>(a.req.sampling, prompt);
+  a.use_cache = StateCacheUsable();
+  a.report.cache_available = a.use_cache;
+
+  StatePlan plan;
+  if (a.use_cache) {
+    absl::StatusOr<StatePlan> p = cache_->Lookup(prompt, a.req.stable_boundary, a.req.conversation);
+    if (p.ok()) {
+      plan = std::move(*p);
+    } else {
+      CacheFailed(p.status(), "lookup");
+      a.use_cache = false;
+      a.report.cache_available = false;
+    }
+  }
+
+  int64_t live_depth = 0;
+  const int slot = ChooseSlot(prompt, &live_depth);
+  CAIRN_CHECK(slot >= 0);  // Admit only runs with a free slot.
+  a.slot = slot;
+  Slot& s = slots_[slot];
+  s.busy = true;
+  s.last_used = ++clock_;
+  s.request_id = a.req.id;
+  s.conversation = a.req.conversation;
+  s.state = SlotSnapshot::State::kPrefill;
+  if (a.use_cache) cache_->SlotBusy(slot);
+
+  // The deepest usable checkpoint (a resumable one leaves at least one token to compute).
+  const StateCandidate* restore = nullptr;
+  for (const StateCandidate& c : plan.candidates) {
+    if (c.depth >= n) continue;
+    if (c.tier == StateTier::kRam || c.tier == StateTier::kDisk) {
+      if (c.depth > live_depth) restore = &c;
+      break;
+    }
+    if (c.tier == StateTier::kLive) break;  // Live slots were weighed by ChooseSlot.
+  }
+
+  // The cache must know the slot's frontier before it can reason about its rows.
+  if (a.use_cache && s.registered_generation != cache_->generation()) {
+    s.registered_generation = cache_->generation();
+    absl::Status st = cache_->StartSlot(slot, /*cold=*/true, s.conversation, memory_);
+    if (st.ok() && !s.tokens.empty()) st = cache_->UpdateFrontier(slot, s.tokens, 0);
+    if (!st.ok()) {
+      CacheFailed(st, "frontier registration");
+      a.use_cache = false;
+      s.registered_generation = 0;
+    }
+  }
+
+  int64_t start = 0;
+  bool restored = false;
+  if (restore != nullptr && a.use_cache) {
+    s.state = SlotSnapshot::State::kRestoring;
+    PublishSnapshot();
+    const absl::Time t0 = absl::Now();
+    absl::StatusOr<RestoreStats> r =
+        cache_->Restore(restore->checkpoint_id, slot, a.req.conversation, memory_);
+    a.report.restore_ms = Ms(absl::Now() - t0);
+    if (r.ok()) {
+      restored = true;
+      start = r->depth;
+      s.tokens.assign(prompt.begin(), prompt.begin() + start);
+      a.report.tier = r->tier;
+      a.report.restored_depth = start;
+    } else {
+      CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
+                         << slot << " failed, prefilling cold: " << r.status();
+      s.tokens.clear();
+      if (absl::IsUnavailable(r.status())) a.use_cache = false;
+      a.report.miss_reason = absl::StrCat("restore failed: ", r.status().message());
+    }
+    s.state = SlotSnapshot::State::kPrefill;
+  }
+  if (!restored && live_depth > 0) {
+    start = live_depth;
+    a.report.tier = StateTier::kLive;
+    a.report.restored_depth = start;
+    if (a.use_cache) {
+      absl::Status st = cache_->StartSlot(slot, /*cold=*/false, a.req.conversation, memory_);
+      if (!st.ok()) {
+        CacheFailed(st, "start slot");
+        a.use_cache = false;
+      }
+    }
+  } else if (!restored) {
+    if (a.use_cache) {
+      absl::Status st = cache_->StartSlot(slot, /*cold=*/true, a.req.conversation, memory_);
+      if (!st.ok()) {
+        CacheFailed(st, "start slot");
+        a.use_cache = false;
+      }
+    }
+    absl::Status reset = memory_->Reset(slot);
+    CAIRN_CHECK(reset.ok());  // The slot index is ours.
+    s.tokens.clear();
+    a.report.tier = StateTier::kCold;
+  }
+  a.prefilled = start;
+  a.frontier_reported = start;
+  if (a.report.miss_reason.empty()) a.report.miss_reason = plan.miss_reason;
+  if (a.use_cache) {
+    for (const PlannedCapture& c : plan.captures) {
+      if (c.position > n) continue;
+      if (c.position > start || (c.position == start && start > 0 && !restored)) {
+        a.captures.push_back(c);
+      }
+    }
+    for (int64_t e : plan.pass_ends) {
+      if (e > start && e <= n) a.pass_ends.push_back(e);
+    }
+  }
+  a.report.prefilled_tokens = n - start;
+}
+
+bool Scheduler::PrefillStep() {
+  Active* a = nullptr;
+  for (auto& p : active_) {
+    if (p->phase == Active::Phase::kPrefill) {
+      a = p.get();
+      break;
+    }
+  }
+  if (a == nullptr) return false;
+  Slot& s = slots_[a->slot];
+  const std::vector<int32_t>& prompt = a->req.prompt;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+
+  auto capture_here = [&] {
+    while (a->next_capture < a->captures.size() &&
+           a->captures[a->next_capture].position <= a->prefilled) {
+      const PlannedCapture c = a->captures[a->next_capture++];
+      if (c.position != a->prefilled || !a->use_cache) continue;
+      ReportFrontier(*a);
+      const absl::Time t0 = absl::Now();
+      absl::Status st = cache_->Capture(a->slot, a->prefilled, c.kind, a->req.conversation,
+                                        a->req.stable_boundary, memory_);
+      a->report.capture_ms += Ms(absl::Now() - t0);
+      if (st.ok()) {
+        ++a->report.captures;
+      } else {
+        CAIRN_LOG(WARNING) << "capture at " << c.position << " in slot " << a->slot
+                           << " failed: " << st;
+        if (absl::IsUnavailable(st)) a->use_cache = false;
+      }
+    }
+  };
+  capture_here();
+
+  int64_t end = std::min(n, a->prefilled + options_.max_pass_tokens);
+  if (a->next_capture < a->captures.size()) {
+    end = std::min(end, a->captures[a->next_capture].position);
+  }
+  while (a->next_pass_end < a->pass_ends.size() && a->pass_ends[a->next_pass_end] <= a->prefilled) {
+    ++a->next_pass_end;
+  }
+  if (a->next_pass_end < a->pass_ends.size()) end = std::min(end, a->pass_ends[a->next_pass_end]);
+  CAIRN_CHECK(end > a->prefilled);
+
+  const SequencePass pass{memory_->slot(a->slot),
+                          absl::MakeConstSpan(prompt).subspan(a->prefilled, end - a->prefilled),
+                          false};
+  absl::StatusOr<std::vector<std::vector<float>>> logits =
+      model_->ForwardBatch(absl::MakeConstSpan(&pass, 1));
+  if (!logits.ok()) {
+    Finish(*a, logits.status(), FinishReason::kStop);
+    return true;
+  }
+  s.tokens.insert(s.tokens.end(), prompt.begin() + a->prefilled, prompt.begin() + end);
+  a->prefilled = end;
+  a->report.pass_ends.push_back(end);
+  capture_here();
+  if (end < n) return true;
+
+  // The prompt is in the slot: report, then the first token.
+  ReportFrontier(*a);
+  a->first_token = absl::Now();
+  a->report.ttft_ms = Ms(a->first_token - a->start);
+  a->phase = Active::Phase::kDecode;
+  s.state = SlotSnapshot::State::kDecode;
+  a->req.sink->OnStarted({a->slot, n, a->report});
+  EmitToken(*a, a->sampler->Sample(logits->front()));
+  return true;
+}
+
+bool Scheduler::DecodeStep() {
+  std::vector<Active*> batch;
+  std::vector<SequencePass> passes;
+  for (auto& p : active_) {
+    if (p->phase != Active::Phase::kDecode) continue;
+    batch.push_back(p.get());
+  }
+  if (batch.empty()) return false;
+  passes.reserve(batch.size());
+  for (Active* a : batch) {
+    passes.push_back({memory_->slot(a->slot), absl::MakeConstSpan(&a->pending, 1), false});
+  }
+  absl::StatusOr<std::vector<std::vector<float>>> logits = model_->ForwardBatch(passes);
+  if (!logits.ok()) {
+    for (Active* a : batch) Finish(*a, logits.status(), FinishReason::kStop);
+    return true;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Active& a = *batch[i];
+    slots_[a.slot].tokens.push_back(a.pending);
+    a.pending = -1;
+    EmitToken(a, a.sampler->Sample((*logits)[i]));
+  }
+  return true;
+}
+
+void Scheduler::EmitToken(Active& a, const SampledToken& token) {
+  ++a.generated;
+  const bool stop_id =
+      std::find(a.req.stop_ids.begin(), a.req.stop_ids.end(), token.id) != a.req.stop_ids.end();
+  if (stop_id) {
+    Finish(a, absl::OkStatus(), FinishReason::kStop);
+    return;
+  }
+  const bool more = a.req.sink->OnToken(token);
+  if (!more) {
+    Finish(a, absl::OkStatus(), FinishReason::kStop);
+    return;
+  }
+  const int64_t position = static_cast<int64_t>(slots_[a.slot].tokens.size());
+  if (a.generated >= a.req.max_tokens || position + 1 > context_tokens_) {
+    Finish(a, absl::OkStatus(), FinishReason::kLength);
+    return;
+  }
+  a.pending = token.id;
+}
+
+void Scheduler::ReportFrontier(Active& a) {
+  if (!a.use_cache) return;
+  const std::vector<int32_t>& tokens = slots_[a.slot].tokens;
+  const int64_t have = static_cast<int64_t>(tokens.size());
+  if (have <= a.frontier_reported) return;
+  absl::Status st = cache_->UpdateFrontier(
+      a.slot, absl::MakeConstSpan(tokens).subspan(a.frontier_reported), a.frontier_reported);
+  if (!st.ok()) {
+    CacheFailed(st, "frontier update");
+    a.use_cache = false;
+    slots_[a.slot].registered_generation = 0;
+    return;
+  }
+  a.frontier_reported = have;
+}
+
+void Scheduler::Finish(Active& a, const absl::Status& status, FinishReason reason) {
+  if (a.phase == Active::Phase::kDone) return;
+  ReportFrontier(a);
+  a.phase = Active::Phase::kDone;
+  FinishInfo info;
+  info.reason = reason;
+  info.prompt_tokens = static_cast<int64_t>(a.req.prompt.size());
+  info.completion_tokens = a.generated;
+  info.cache = a.report;
+  if (a.generated > 1 && a.first_token != absl::Time()) {
+    const double s = absl::ToDoubleSeconds(absl::Now() - a.first_token);
+    if (s > 0) info.decode_tokens_per_s = static_cast<double>(a.generated - 1) / s;
+  }
+  Slot& s = slots_[a.slot];
+  s.busy = false;
+  s.last_used = ++clock_;
+  s.state = SlotSnapshot::State::kIdle;
+  s.request_id.clear();
+  if (a.use_cache) cache_->SlotIdle(a.slot);
+  // Clients that see the end of their request see the slot free in ListSlots.
+  PublishSnapshot();
+  a.req.sink->OnFinished(status, info);
+}
+
+void Scheduler::CheckCancellations(absl::Time cancel_at) {
+  const absl::Time now = absl::Now();
+  for (auto& p : active_) {
+    Active& a = *p;
+    if (a.phase == Active::Phase::kDone) continue;
+    if (a.req.sink->Cancelled() || now >= cancel_at) {
+      Finish(a, absl::CancelledError("request cancelled"), FinishReason::kCancelled);
+    } else if (now >= a.req.deadline) {
+      Finish(a, absl::DeadlineExceededError("request deadline passed"), FinishReason::kCancelled);
+    }
+  }
+}
+
+void Scheduler::ReapFinished() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(),
+                               [](const std::unique_ptr<Active>& a) {
+                                 return a->phase == Active::Phase::kDone;
+                               }),
+                active_.end());
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,123 @@
+#ifndef CAIRN_SERVICES_INFER_ENGINE_SCHEDULER_H_
+#define CAIRN_SERVICES_INFER_ENGINE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/concurrency/mutex.h"
+#include "services/infer/engine/kv_memory.h"
+#include "services/infer/engine/request.h"
+#include "services/infer/engine/state_cache.h"
+#include "services/infer/models/model.h"
+
+namespace cairn::infer {
+
+struct SchedulerOptions {
+  int max_queue = 64;              // Requests waiting for a slot; more are ResourceExhausted.
+  int64_t max_pass_tokens = 2048;  // Longest prefill pass (captures split passes too).
+  // Background cache work (idle spills) runs in slices of this length between steps when no
+  // slot has work.
+  absl::Duration background_slice = absl::Milliseconds(20);
+};
+
+// A snapshot of one slot for ListSlots.
+struct SlotSnapshot {
+  enum class State { kIdle, kPrefill, kDecode, kRestoring };
+  int slot = 0;
+  State state = State::kIdle;
+  int64_t tokens = 0;
+  std::string request_id;
+  std::string conversation;
+};
+
+// The one thread that owns the execution slots (design.md §6): it admits queued requests to
+// slots (a live slot whose tokens the prompt extends, else a free slot, restoring a checkpoint
+// when the cache has a deeper one), prefills them in passes that stop at the planned captures,
+// and decodes every decoding slot together in one batched forward per step. A long prefill runs
+// one pass per step, between decode steps, so it never stalls other slots' streams for more
+// than one pass. gRPC handlers only call Submit.
+//
+// Thread-safe: Submit, Snapshot, queued and Shutdown may be called from any thread; everything
+// else runs on the scheduler thread, which owns the model, the KV memory and the cache client.
+class Scheduler {
+ public:
+  // `model`, `memory` and `cache` (nullable: no cache daemon) must outlive the scheduler.
+  Scheduler(Model* model, KvMemory* memory, StateCache* cache, const SchedulerOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Starts the scheduler thread.
+  void Start();
+  // Queues `request`. ResourceExhausted when the queue is full, Unavailable after Shutdown;
+  // the request's sink is then never called.
+  absl::Status Submit(GenerateRequest request) ABSL_LOCKS_EXCLUDED(mu_);
+  // Stops admitting requests; requests still running get until `deadline` to finish, then
+  // are cancelled. Joins the thread. Idempotent.
+  void Shutdown(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Wakes the scheduler thread (the cache client calls it when work arrives for an idle
+  // scheduler).
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+
+  std::vector<SlotSnapshot> Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  int queued() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t context_tokens() const { return context_tokens_; }
+
+ private:
+  struct Active;
+  struct Slot;
+
+  void Loop();
+  // Moves queued requests into free slots. Returns true if it did anything.
+  bool Admit();
+  void Setup(std::unique_ptr<Active> active);
+  // Chooses the slot for `prompt`: a free slot whose live tokens are the longest prefix of it
+  // (returned in `live_depth`), else a free empty slot, else the least recently used free one.
+  int ChooseSlot(const std::vector<int32_t>& prompt, int64_t* live_depth);
+  // Runs one prefill pass of one prefilling request. Returns true if it did anything.
+  bool PrefillStep();
+  // Runs one batched decode step of every decoding request.
+  bool DecodeStep();
+  void EmitToken(Active& a, const SampledToken& token);
+  void Finish(Active& a, const absl::Status& status, FinishReason reason);
+  void CheckCancellations(absl::Time cancel_at);
+  // Tells the cache what `a`'s slot computed since the last report.
+  void ReportFrontier(Active& a);
+  // Re-registers slots the cache does not know (after a reconnect).
+  void SyncFrontiers();
+  void ReapFinished();
+  void PublishSnapshot() ABSL_LOCKS_EXCLUDED(mu_);
+  bool StateCacheUsable() const { return cache_ != nullptr && cache_->connected(); }
+  void CacheFailed(const absl::Status& status, const char* what);
+
+  Model* const model_;
+  KvMemory* const memory_;
+  StateCache* const cache_;
+  const SchedulerOptions options_;
+  const int64_t context_tokens_;
+
+  // Scheduler-thread state.
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<Active>> active_;
+  uint64_t clock_ = 0;  // Logical time for least-recently-used slot choice.
+
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<GenerateRequest> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time cancel_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::vector<SlotSnapshot> snapshot_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_ENGINE_SCHEDULER_H_

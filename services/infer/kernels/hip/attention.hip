@@ -1,0 +1,440 @@
+// Causal GQA attention, flash style: a block takes kBr query rows of one kv head (rows are
+// (token, q head in group) pairs, token-major) and walks the keys in tiles of kBc with an
+// online softmax; O stays in registers, Q, K, V and the score tile in shared memory.
+//
+// Batch invariance: tiles start at key 0 (or at the start of a split, a multiple of kBc), so a
+// row sees the same tiles with the same keys whatever rows share its block; a tile with no key
+// visible to a row is skipped for that row (not folded in as zeros), so extra tiles that other
+// rows need leave its bits untouched. A row's result therefore depends on its query, its
+// position and the keys up to it, not on `tokens`, `past` or the other rows.
+//
+// The split path (decode): keys are cut into ranges of split_keys; each range writes its
+// unnormalised O with its running max and sum, and a second kernel merges the ranges in order.
+// Ranges with no visible key are skipped exactly.
+
+#include <cmath>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+namespace {
+
+// Query rows per block: kWideRows for prefill, kNarrowRows when a kv head has few query rows
+// (decode). Rows never share arithmetic, so the choice does not change any row's bits.
+constexpr int kWideRows = 32;
+constexpr int kNarrowRows = 8;
+constexpr int kBc = 32;        // Keys per tile.
+constexpr int kThreads = 128;  // Threads per block.
+constexpr int kMaxHeadDim = 256;
+constexpr int kMergeThreads = 64;
+// Key ranges one call may have: their merge weights and sums live in shared memory (192 KiB).
+constexpr int64_t kMaxSplits = 24576;
+
+struct Params {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t past;
+  int64_t rows;  // tokens * group per kv head.
+  int group;
+  int kv_heads;
+  int d;
+  float scale;
+  int64_t q_ld;
+  int64_t kv_ld;
+  int64_t split_keys;  // Keys per range; >= past + tokens without splits.
+  float* part_o;       // Split path: [splits, kv_heads, rows, d]; null otherwise.
+  float* part_m;       // [splits, kv_heads, rows]
+  float* part_l;       // [splits, kv_heads, rows]
+};
+
+// Marks a row whose tile held no visible key: the tile is skipped for it.
+constexpr float kSkipTile = -1.0f;
+
+size_t SharedFloats(int d, int rows) {
+  const size_t qs = static_cast<size_t>(d) + 1;
+  return rows * qs + kBc * qs + static_cast<size_t>(kBc) * d + rows * (kBc + 1) + 3 * rows;
+}
+
+// Loads keys [kt, kt + kBc) of kv head `kvh` into the K and V tiles (zeros past k_end).
+// kVec: 16-byte global loads (head_dim and the row stride multiples of 4, aligned pointers).
+// kLoadBatch pieces are loaded before any is stored, so that many loads are in flight.
+template <bool kVec>
+__device__ void LoadKvTile(const Params& p, int kvh, int64_t kt, int64_t k_end, float* k_tile,
+                           float* v_tile) {
+  constexpr int kWidth = kVec ? 4 : 1;
+  constexpr int kLoadBatch = 4;
+  const int d = p.d;
+  const int qs = d + 1;
+  const int per_row = d / kWidth;
+  const int n = kBc * per_row;
+  for (int base = threadIdx.x; base < n; base += kThreads * kLoadBatch) {
+    float kv[kLoadBatch][kWidth];
+    float vv[kLoadBatch][kWidth];
+#pragma unroll
+    for (int b = 0; b < kLoadBatch; ++b) {
+      const int idx = base + b * kThreads;
+      const int64_t key = kt + idx / per_row;
+      if (idx < n && key < k_end) {
+        const int64_t off =
+            key * p.kv_ld + static_cast<int64_t>(kvh) * d + (idx % per_row) * kWidth;
+        if constexpr (kVec) {
+          const float4 k4 = *reinterpret_cast<const float4*>(p.k + off);
+          const float4 v4 = *reinterpret_cast<const float4*>(p.v + off);
+          kv[b][0] = k4.x, kv[b][1] = k4.y, kv[b][2] = k4.z, kv[b][3] = k4.w;
+          vv[b][0] = v4.x, vv[b][1] = v4.y, vv[b][2] = v4.z, vv[b][3] = v4.w;
+        } else {
+          kv[b][0] = p.k[off];
+          vv[b][0] = p.v[off];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kWidth; ++e) kv[b][e] = vv[b][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kLoadBatch; ++b) {
+      const int idx = base + b * kThreads;
+      if (idx >= n) continue;
+      const int c = idx / per_row;
+      const int x = (idx % per_row) * kWidth;
+#pragma unroll
+      for (int e = 0; e < kWidth; ++e) {
+        k_tile[c * qs + x + e] = kv[b][e];
+        v_tile[c * d + x + e] = vv[b][e];
+      }
+    }
+  }
+}
+
+template <int kMaxD, int kBr, bool kVec>
+__global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
+  // Score tile per thread: kScoreRows x kScoreCols; output tile: kOutRows x kDims.
+  constexpr int kScoreRows = kBr >= 32 ? 2 : 1;
+  constexpr int kScoreColGroups = kThreads / (kBr / kScoreRows);
+  constexpr int kScoreCols = kBc / kScoreColGroups;
+  constexpr int kOutRows = 4;
+  constexpr int kDimGroups = kThreads / (kBr / kOutRows);
+  constexpr int kDims = (kMaxD + kDimGroups - 1) / kDimGroups;
+  static_assert(kScoreCols >= 1 && kBr % kOutRows == 0, "tile shapes");
+  extern __shared__ float smem[];
+  const int d = p.d;
+  const int qs = d + 1;  // Padded row stride of Q and K: rows start in different banks.
+  float* q_tile = smem;
+  float* k_tile = q_tile + kBr * qs;
+  float* v_tile = k_tile + kBc * qs;
+  float* s_tile = v_tile + kBc * d;
+  float* row_max = s_tile + kBr * (kBc + 1);
+  float* row_sum = row_max + kBr;
+  float* row_alpha = row_sum + kBr;
+
+  const int tid = threadIdx.x;
+  const int kvh = blockIdx.y;
+  const int64_t rho0 = static_cast<int64_t>(blockIdx.x) * kBr;
+  const int64_t split = blockIdx.z;
+
+  BatchedCopy<kThreads, 8>(
+      kBr * d,
+      [&](int idx) {
+        const int64_t rho = rho0 + idx / d;
+        if (rho >= p.rows) return 0.0f;
+        const int64_t t = rho / p.group;
+        const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+        return p.q[t * p.q_ld + h * d + idx % d];
+      },
+      [&](int idx, float v) { q_tile[(idx / d) * qs + idx % d] = v; });
+  if (tid < kBr) {
+    row_max[tid] = -INFINITY;
+    row_sum[tid] = 0.0f;
+  }
+
+  const int64_t last_rho = (rho0 + kBr < p.rows ? rho0 + kBr : p.rows) - 1;
+  const int64_t last_pos = p.past + last_rho / p.group;
+  const int64_t k_begin = split * p.split_keys;
+  const int64_t split_end = k_begin + p.split_keys;
+  const int64_t k_end = split_end < last_pos + 1 ? split_end : last_pos + 1;
+
+  // Register tiles (every element still reduces in the same order, whatever the tiling).
+  // Scores: rows sg * kScoreRows + r, columns cg + kScoreColGroups * j.
+  const int sg = tid / kScoreColGroups;
+  const int cg = tid % kScoreColGroups;
+  // Output: rows og * kOutRows + r, dims dg + kDimGroups * i.
+  const int og = tid / kDimGroups;
+  const int dg = tid % kDimGroups;
+  int64_t score_pos[kScoreRows];
+#pragma unroll
+  for (int r = 0; r < kScoreRows; ++r) {
+    const int64_t rho = rho0 + sg * kScoreRows + r;
+    score_pos[r] = rho < p.rows ? p.past + rho / p.group : -1;
+  }
+  float acc[kOutRows][kDims];
+#pragma unroll
+  for (int r = 0; r < kOutRows; ++r) {
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) acc[r][i] = 0.0f;
+  }
+  __syncthreads();
+
+  for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
+    LoadKvTile<kVec>(p, kvh, kt, k_end, k_tile, v_tile);
+    __syncthreads();
+
+    {
+      float s[kScoreRows][kScoreCols];
+#pragma unroll
+      for (int r = 0; r < kScoreRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kScoreCols; ++j) s[r][j] = 0.0f;
+      }
+      const float* qr = q_tile + sg * kScoreRows * qs;
+      const float* kr = k_tile + cg * qs;
+#pragma unroll 2
+      for (int x = 0; x < d; ++x) {
+        float qv[kScoreRows];
+        float kv[kScoreCols];
+#pragma unroll
+        for (int r = 0; r < kScoreRows; ++r) qv[r] = qr[r * qs + x];
+#pragma unroll
+        for (int j = 0; j < kScoreCols; ++j) kv[j] = kr[j * kScoreColGroups * qs + x];
+#pragma unroll
+        for (int r = 0; r < kScoreRows; ++r) {
+#pragma unroll
+          for (int j = 0; j < kScoreCols; ++j) s[r][j] = fmaf(qv[r], kv[j], s[r][j]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kScoreRows; ++r) {
+#pragma unroll
+        for (int j = 0; j < kScoreCols; ++j) {
+          const int c = cg + kScoreColGroups * j;
+          const int64_t key = kt + c;
+          s_tile[(sg * kScoreRows + r) * (kBc + 1) + c] =
+              key <= score_pos[r] && key < split_end ? s[r][j] * p.scale : -INFINITY;
+        }
+      }
+    }
+    __syncthreads();
+
+    if (tid < kBr) {
+      float* sr_row = s_tile + tid * (kBc + 1);
+      float mx = -INFINITY;
+      for (int c = 0; c < kBc; ++c) mx = fmaxf(mx, sr_row[c]);
+      if (mx == -INFINITY) {
+        row_alpha[tid] = kSkipTile;
+      } else {
+        const float m_old = row_max[tid];
+        const float m_new = fmaxf(m_old, mx);
+        const float alpha = expf(m_old - m_new);  // 0 when m_old is -inf.
+        float sum = 0.0f;
+        for (int c = 0; c < kBc; ++c) {
+          const float pv = expf(sr_row[c] - m_new);
+          sr_row[c] = pv;
+          sum += pv;
+        }
+        row_sum[tid] = row_sum[tid] * alpha + sum;
+        row_max[tid] = m_new;
+        row_alpha[tid] = alpha;
+      }
+    }
+    __syncthreads();
+
+    {
+      bool take[kOutRows];
+#pragma unroll
+      for (int r = 0; r < kOutRows; ++r) {
+        const float alpha = row_alpha[og * kOutRows + r];
+        take[r] = alpha != kSkipTile;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) acc[r][i] *= take[r] ? alpha : 1.0f;
+      }
+      for (int c = 0; c < kBc; ++c) {
+        float pv[kOutRows];
+#pragma unroll
+        for (int r = 0; r < kOutRows; ++r) pv[r] = s_tile[(og * kOutRows + r) * (kBc + 1) + c];
+        const float* vr = v_tile + c * d;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+          const int dim = dg + kDimGroups * i;
+          const float vv = dim < d ? vr[dim] : 0.0f;
+#pragma unroll
+          for (int r = 0; r < kOutRows; ++r) {
+            if (take[r]) acc[r][i] = fmaf(pv[r], vv, acc[r][i]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < kOutRows; ++r) {
+    const int row = og * kOutRows + r;
+    const int64_t rho = rho0 + row;
+    if (rho >= p.rows) continue;
+    if (p.part_o != nullptr) {
+      const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho;
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        const int dim = dg + kDimGroups * i;
+        if (dim < d) p.part_o[base * d + dim] = acc[r][i];
+      }
+      if (dg == 0) {
+        p.part_m[base] = row_max[row];
+        p.part_l[base] = row_sum[row];
+      }
+      continue;
+    }
+    const int64_t t = rho / p.group;
+    const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+    const float inv = 1.0f / row_sum[row];
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int dim = dg + kDimGroups * i;
+      if (dim < d) p.out[t * p.q_ld + h * d + dim] = acc[r][i] * inv;
+    }
+  }
+}
+
+// Marks a range without a visible key in the merge weights.
+constexpr float kEmptyRange = -1.0f;
+
+// One block per (row, kv head, slice of kMergeThreads dims): merges the ranges in order,
+// skipping those without a key (so the ranges past a row's position, which other rows of the
+// call may need, change nothing). Shared: per range its weight e^{m_s - max} and its sum l_s.
+__global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
+  extern __shared__ float merge_smem[];
+  float* weights = merge_smem;
+  float* sums = merge_smem + splits;
+  __shared__ float scratch[kMergeThreads];
+  __shared__ float total;
+  const int64_t rho = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int d = p.d;
+  const int tid = threadIdx.x;
+  auto base = [&](int64_t s) { return (s * p.kv_heads + kvh) * p.rows + rho; };
+  float mx = -INFINITY;
+  for (int64_t s = tid; s < splits; s += kMergeThreads) mx = fmaxf(mx, p.part_m[base(s)]);
+  scratch[tid] = mx;
+  __syncthreads();
+  for (int w = kMergeThreads / 2; w > 0; w >>= 1) {
+    if (tid < w) scratch[tid] = fmaxf(scratch[tid], scratch[tid + w]);
+    __syncthreads();
+  }
+  mx = scratch[0];
+  for (int64_t s = tid; s < splits; s += kMergeThreads) {
+    const float m = p.part_m[base(s)];
+    weights[s] = m == -INFINITY ? kEmptyRange : expf(m - mx);
+    sums[s] = p.part_l[base(s)];
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float sum = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) {
+      if (weights[s] != kEmptyRange) sum = fmaf(sums[s], weights[s], sum);
+    }
+    total = sum;
+  }
+  __syncthreads();
+  const int dim = blockIdx.z * kMergeThreads + tid;
+  if (dim >= d) return;
+  float o = 0.0f;
+#pragma unroll 8
+  for (int64_t s = 0; s < splits; ++s) {
+    const float w = weights[s];
+    const float po = p.part_o[base(s) * d + dim];
+    if (w != kEmptyRange) o = fmaf(po, w, o);
+  }
+  const int64_t t = rho / p.group;
+  const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+  p.out[t * p.q_ld + h * d + dim] = o * (1.0f / total);
+}
+
+int64_t Splits(const AttentionLaunch& a) {
+  return a.split_keys > 0 ? CeilDiv(a.past + a.tokens, a.split_keys) : 1;
+}
+
+template <int kMaxD, int kBr, bool kVec>
+hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
+  const size_t shared = SharedFloats(p.d, kBr) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionKernel<kMaxD, kBr, kVec>, shared);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kBr)),
+                  static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
+  AttentionKernel<kMaxD, kBr, kVec><<<grid, kThreads, shared, stream>>>(p);
+  return hipGetLastError();
+}
+
+template <int kMaxD>
+hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
+  const bool vec = p.d % 4 == 0 && p.kv_ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.v) % 16 == 0;
+  hipError_t e;
+  if (p.rows <= kNarrowRows) {
+    e = vec ? LaunchTiles<kMaxD, kNarrowRows, true>(p, splits, stream)
+            : LaunchTiles<kMaxD, kNarrowRows, false>(p, splits, stream);
+  } else {
+    e = vec ? LaunchTiles<kMaxD, kWideRows, true>(p, splits, stream)
+            : LaunchTiles<kMaxD, kWideRows, false>(p, splits, stream);
+  }
+  if (e != hipSuccess || p.part_o == nullptr) return e;
+  const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads),
+                        static_cast<unsigned int>(CeilDiv(p.d, kMergeThreads)));
+  const size_t merge_shared = 2 * static_cast<size_t>(splits) * sizeof(float);
+  e = AllowSharedBytes(MergeSplitsKernel, merge_shared);
+  if (e != hipSuccess) return e;
+  MergeSplitsKernel<<<merge_grid, kMergeThreads, merge_shared, stream>>>(p, splits);
+  return hipGetLastError();
+}
+
+}  // namespace
+
+int AttentionMaxHeadDim() { return kMaxHeadDim; }
+int AttentionKeyTile() { return kBc; }
+int64_t AttentionMaxSplits() { return kMaxSplits; }
+size_t AttentionSharedBytes(int head_dim) {
+  return SharedFloats(head_dim, kWideRows) * sizeof(float);
+}
+
+int64_t AttentionWorkspaceFloats(const AttentionLaunch& a) {
+  if (a.split_keys <= 0) return 0;
+  const int64_t rows = a.tokens * (a.q_heads / a.kv_heads);
+  return Splits(a) * a.kv_heads * rows * (a.head_dim + 2);
+}
+
+hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream) {
+  if (a.tokens == 0) return hipSuccess;
+  Params p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  p.past = a.past;
+  p.group = a.q_heads / a.kv_heads;
+  p.rows = a.tokens * p.group;
+  p.kv_heads = a.kv_heads;
+  p.d = a.head_dim;
+  p.scale = a.scale;
+  p.q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  p.kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t splits = Splits(a);
+  if (a.split_keys > 0) {
+    p.split_keys = a.split_keys;
+    const int64_t n = splits * a.kv_heads * p.rows;
+    p.part_o = workspace;
+    p.part_m = workspace + n * a.head_dim;
+    p.part_l = p.part_m + n;
+  } else {
+    p.split_keys = a.past + a.tokens;
+    p.part_o = nullptr;
+    p.part_m = nullptr;
+    p.part_l = nullptr;
+  }
+  if (a.head_dim <= 64) return Launch<64>(p, splits, stream);
+  if (a.head_dim <= 128) return Launch<128>(p, splits, stream);
+  return Launch<256>(p, splits, stream);
+}
+
+}  // namespace cairn::infer::hip

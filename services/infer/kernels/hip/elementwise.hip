@@ -1,0 +1,320 @@
+// Row-wise and element-wise kernels: norms, RoPE, SwiGLU, causal conv, gathers, gates and MoE
+// routing. One block per row where a row is reduced (a fixed-tree BlockSum), a grid-stride
+// loop elsewhere.
+
+#include <cmath>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+namespace {
+
+// Largest causal conv kernel: the new window of a channel is staged in registers.
+constexpr int kMaxConvKernel = 16;
+
+// torch's softplus switches to the identity above this input (as the CPU backend).
+constexpr float kSoftplusThreshold = 20.0f;
+
+__device__ float SumSquares(const float* x, int64_t dim) {
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) ss = fmaf(x[i], x[i], ss);
+  return ss;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    RmsNormKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
+                  float* y) {
+  __shared__ float scratch[kRowThreads];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  float* yr = y + r * dim;
+  const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
+    yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
+                       float* y) {
+  __shared__ float scratch[kRowThreads];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  const float* zr = z + r * dim;
+  float* yr = y + r * dim;
+  const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
+    yr[i] = xr[i] * inv * w[i] * DeviceSilu(zr[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    L2NormalizeKernel(float* x, int64_t dim, float eps, float scale) {
+  __shared__ float scratch[kRowThreads];
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
+  const float inv = 1.0f / sqrtf(ss + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = xr[i] * inv * scale;
+}
+
+// One block per token; threads over (head, i < rotary_dim / 2).
+__global__ void RopeKernel(float* x, int64_t ld, int heads, int head_dim, int half,
+                           const float* inv_freq, int64_t first_position) {
+  const int64_t t = blockIdx.x;
+  const float pos = static_cast<float>(first_position + t);
+  for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+    const int h = idx / half;
+    const int i = idx % half;
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle);
+    const float s = sinf(angle);
+    float* p = x + t * ld + static_cast<int64_t>(h) * head_dim;
+    const float x1 = p[i];
+    const float x2 = p[i + half];
+    p[i] = x1 * c - x2 * s;
+    p[i + half] = x2 * c + x1 * s;
+  }
+}
+
+__global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                              int64_t rows, int64_t dim, float* out) {
+  const int64_t n = rows * dim;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / dim;
+    const int64_t i = e % dim;
+    out[e] = DeviceSilu(gate[r * ld_gate + i]) * up[r * ld_up + i];
+  }
+}
+
+// Window row `t` in [-hist, tokens) of channel `ch`: state rows first, then input rows.
+__device__ float WindowAt(const float* in, int64_t ld_in, const float* state, int64_t channels,
+                          int hist, int64_t t, int64_t ch) {
+  return t < 0 ? state[(t + hist) * channels + ch] : in[t * ld_in + ch];
+}
+
+__global__ void CausalConvOutKernel(const float* in, int64_t ld_in, int64_t tokens,
+                                    int64_t channels, const float* w, int kernel,
+                                    const float* state, float* out) {
+  const int hist = kernel - 1;
+  const int64_t n = tokens * channels;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / channels;
+    const int64_t ch = e % channels;
+    float acc = 0.0f;
+    for (int m = 0; m < kernel; ++m) {
+      acc += w[ch * kernel + m] * WindowAt(in, ld_in, state, channels, hist, t - hist + m, ch);
+    }
+    out[e] = DeviceSilu(acc);
+  }
+}
+
+// The last `hist` window rows become the state; each thread owns one channel's column, read
+// whole before it is written.
+__global__ void CausalConvStateKernel(const float* in, int64_t ld_in, int64_t tokens,
+                                      int64_t channels, int kernel, float* state) {
+  const int hist = kernel - 1;
+  for (int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; ch < channels;
+       ch += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float next[kMaxConvKernel];
+#pragma unroll
+    for (int i = 0; i < kMaxConvKernel; ++i) {
+      if (i < hist) next[i] = WindowAt(in, ld_in, state, channels, hist, tokens - hist + i, ch);
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxConvKernel; ++i) {
+      if (i < hist) state[static_cast<int64_t>(i) * channels + ch] = next[i];
+    }
+  }
+}
+
+__global__ void EmbeddingGatherKernel(const float* table, int64_t dim, const int32_t* ids,
+                                      float* out) {
+  const int64_t i = blockIdx.x;
+  const float* src = table + static_cast<int64_t>(ids[i]) * dim;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
+}
+
+__global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, int head_dim,
+                                     float* a, float* b) {
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  const int64_t n = rows * width;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / width;
+    const int64_t h = (e % width) / head_dim;
+    const int64_t i = e % head_dim;
+    const float* src = in + r * 2 * width + h * 2 * head_dim;
+    a[e] = src[i];
+    b[e] = src[head_dim + i];
+  }
+}
+
+__global__ void SigmoidMulKernel(float* x, const float* gate, int64_t n) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[e] *= DeviceSigmoid(gate[e]);
+  }
+}
+
+__global__ void GdnGatesKernel(const float* in, int64_t ld, int64_t tokens, int heads,
+                               int64_t b_offset, int64_t a_offset, const float* dt_bias,
+                               const float* neg_a, float* g, float* beta) {
+  const int64_t n = tokens * heads;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = e / heads;
+    const int j = static_cast<int>(e % heads);
+    const float* row = in + t * ld;
+    beta[e] = DeviceSigmoid(row[b_offset + j]);
+    const float x = row[a_offset + j] + dt_bias[j];
+    g[e] = neg_a[j] * (x > kSoftplusThreshold ? x : log1pf(expf(x)));
+  }
+}
+
+// One thread per token. Probabilities are recomputed where needed (the same expression gives
+// the same bits). The i-th pick is the best expert strictly after the previous pick in the
+// order (probability descending, id ascending), so no per-expert marks are needed.
+__global__ void MoeRouteKernel(const float* logits, int64_t tokens, int experts, int top_k,
+                               bool renormalise, int32_t* ids, float* weights) {
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* l = logits + t * experts;
+    float mx = l[0];
+    for (int j = 1; j < experts; ++j) mx = fmaxf(mx, l[j]);
+    float sum = 0.0f;
+    for (int j = 0; j < experts; ++j) sum += expf(l[j] - mx);
+    float prev_p = INFINITY;
+    int prev_id = -1;
+    float top_sum = 0.0f;
+    for (int i = 0; i < top_k; ++i) {
+      float best_p = -1.0f;
+      int best_id = -1;
+      for (int j = 0; j < experts; ++j) {
+        const float p = expf(l[j] - mx) / sum;
+        const bool after_prev = p < prev_p || (p == prev_p && j > prev_id);
+        if (after_prev && p > best_p) {
+          best_p = p;
+          best_id = j;
+        }
+      }
+      ids[t * top_k + i] = best_id;
+      weights[t * top_k + i] = best_p;
+      top_sum += best_p;
+      prev_p = best_p;
+      prev_id = best_id;
+    }
+    if (renormalise) {
+      for (int i = 0; i < top_k; ++i) weights[t * top_k + i] /= top_sum;
+    }
+  }
+}
+
+constexpr int kElementThreads = 256;
+
+}  // namespace
+
+hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                   bool zero_centred, float* y, hipStream_t stream) {
+  if (rows == 0) return hipSuccess;
+  RmsNormKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, dim, w, eps,
+                                                                             zero_centred, y);
+  return hipGetLastError();
+}
+
+hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                        float eps, float* y, hipStream_t stream) {
+  if (rows == 0) return hipSuccess;
+  GatedRmsNormKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, z, dim, w, eps,
+                                                                                  y);
+  return hipGetLastError();
+}
+
+hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale,
+                       hipStream_t stream) {
+  if (rows == 0) return hipSuccess;
+  L2NormalizeKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, dim, eps,
+                                                                                 scale);
+  return hipGetLastError();
+}
+
+hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
+                const float* inv_freq, int64_t first_position, hipStream_t stream) {
+  const int half = rotary_dim / 2;
+  if (tokens == 0 || half == 0 || heads == 0) return hipSuccess;
+  const int threads = heads * half < kElementThreads ? heads * half : kElementThreads;
+  RopeKernel<<<static_cast<unsigned int>(tokens), threads, 0, stream>>>(
+      x, ld, heads, head_dim, half, inv_freq, first_position);
+  return hipGetLastError();
+}
+
+hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
+                   int64_t dim, float* out, hipStream_t stream) {
+  if (rows * dim == 0) return hipSuccess;
+  SiluMulKernel<<<GridFor(rows * dim, kElementThreads), kElementThreads, 0, stream>>>(
+      gate, ld_gate, up, ld_up, rows, dim, out);
+  return hipGetLastError();
+}
+
+int CausalConvMaxKernel() { return kMaxConvKernel; }
+
+hipError_t CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                          const float* w, int kernel, float* state, float* out,
+                          hipStream_t stream) {
+  if (tokens == 0 || channels == 0) return hipSuccess;
+  CausalConvOutKernel<<<GridFor(tokens * channels, kElementThreads), kElementThreads, 0, stream>>>(
+      in, ld_in, tokens, channels, w, kernel, state, out);
+  hipError_t e = hipGetLastError();
+  if (e != hipSuccess || kernel <= 1) return e;
+  CausalConvStateKernel<<<GridFor(channels, kElementThreads), kElementThreads, 0, stream>>>(
+      in, ld_in, tokens, channels, kernel, state);
+  return hipGetLastError();
+}
+
+hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
+                           float* out, hipStream_t stream) {
+  if (n == 0 || dim == 0) return hipSuccess;
+  EmbeddingGatherKernel<<<static_cast<unsigned int>(n), kElementThreads, 0, stream>>>(table, dim,
+                                                                                      ids, out);
+  return hipGetLastError();
+}
+
+hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
+                          float* b, hipStream_t stream) {
+  const int64_t n = rows * heads * head_dim;
+  if (n == 0) return hipSuccess;
+  SplitHeadPairsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(in, rows, heads,
+                                                                                    head_dim, a, b);
+  return hipGetLastError();
+}
+
+hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream) {
+  if (n == 0) return hipSuccess;
+  SigmoidMulKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(x, gate, n);
+  return hipGetLastError();
+}
+
+hipError_t GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
+                    int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
+                    float* beta, hipStream_t stream) {
+  const int64_t n = tokens * heads;
+  if (n == 0) return hipSuccess;
+  GdnGatesKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(
+      in, ld, tokens, heads, b_offset, a_offset, dt_bias, neg_a, g, beta);
+  return hipGetLastError();
+}
+
+hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
+                    int32_t* ids, float* weights, hipStream_t stream) {
+  if (tokens == 0 || top_k == 0) return hipSuccess;
+  constexpr int kThreads = 64;
+  MoeRouteKernel<<<GridFor(tokens, kThreads), kThreads, 0, stream>>>(logits, tokens, experts, top_k,
+                                                                     renormalise, ids, weights);
+  return hipGetLastError();
+}
+
+}  // namespace cairn::infer::hip

@@ -1,0 +1,74 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_DEVICE_UTIL_H_
+#define CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_DEVICE_UTIL_H_
+
+// Device helpers shared by the .hip files. Included only by kernel sources.
+
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_compat.h"
+
+namespace cairn::infer::hip {
+
+// Threads per block of the row kernels (norms and friends). A power of two.
+inline constexpr int kRowThreads = 256;
+
+__device__ inline float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
+__device__ inline float DeviceSigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Sum of `v` over the block's kThreads threads, as a fixed binary tree over thread indices, so
+// the order never depends on scheduling. `scratch` holds kThreads floats. Every thread gets the
+// sum. Must be reached by every thread of the block.
+template <int kThreads>
+__device__ inline float BlockSum(float v, float* scratch) {
+  const int t = threadIdx.x;
+  scratch[t] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (t < s) scratch[t] += scratch[t + s];
+    __syncthreads();
+  }
+  const float r = scratch[0];
+  __syncthreads();
+  return r;
+}
+
+// Runs store(i, load(i)) for every i in [0, n) over the block's kThreads threads, with kBatch
+// independent loads in flight per thread before their stores (staging global memory into shared
+// memory is latency-bound otherwise). Must be reached by every thread of the block.
+template <int kThreads, int kBatch, typename Load, typename Store>
+__device__ inline void BatchedCopy(int n, Load load, Store store) {
+  for (int base = threadIdx.x; base < n; base += kThreads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      v[b] = i < n ? load(i) : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      if (i < n) store(i, v[b]);
+    }
+  }
+}
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for a grid-stride loop over `n` elements: enough to fill the device, bounded so the
+// grid size stays in range.
+inline unsigned int GridFor(int64_t n, int threads) {
+  const int64_t blocks = CeilDiv(n, threads);
+  return static_cast<unsigned int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KiB a block gets
+// without asking). Cheap; called before each launch that needs it.
+template <typename Kernel>
+inline hipError_t AllowSharedBytes(Kernel kernel, size_t bytes) {
+  return hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             hipFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
+}  // namespace cairn::infer::hip
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_DEVICE_UTIL_H_

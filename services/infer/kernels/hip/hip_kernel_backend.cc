@@ -1,0 +1,409 @@
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer {
+namespace {
+
+absl::Status HipError(hipError_t e, absl::string_view what) {
+  const std::string msg =
+      absl::StrCat("hip: ", what, " failed: ", hipGetErrorName(e), " (", hipGetErrorString(e), ")");
+  if (e == hipErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
+}
+
+absl::Status Invalid(absl::string_view op, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("hip backend: ", op, ": ", why));
+}
+
+}  // namespace
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::Reset() {
+  // A failing free leaves nothing to recover; the backend's next call reports the device error.
+  if (data_ != nullptr) static_cast<void>(hipFree(data_));
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+int HipDeviceCount() {
+  int n = 0;
+  if (hipGetDeviceCount(&n) != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // Clear the runtime's error for later callers.
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
+    const HipKernelBackendOptions& options) {
+  if (options.attention_split_keys <= 0 ||
+      options.attention_split_keys % hip::AttentionKeyTile() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: attention_split_keys must be a positive multiple of ",
+                     hip::AttentionKeyTile(), ", got ", options.attention_split_keys));
+  }
+  if (options.attention_decode_max_tokens < 0 || options.delta_segment_tokens <= 0) {
+    return absl::InvalidArgumentError(
+        "hip backend: attention_decode_max_tokens must be >= 0 and delta_segment_tokens > 0");
+  }
+  const int count = HipDeviceCount();
+  if (options.device < 0 || options.device >= count) {
+    return absl::UnavailableError(
+        absl::StrCat("hip backend: device ", options.device, " not present (", count, " devices)"));
+  }
+  hipError_t e = hipSetDevice(options.device);
+  if (e != hipSuccess) return HipError(e, "selecting the device");
+  int max_shared = 0;
+  e = hipDeviceGetAttribute(&max_shared, kCairnMaxSharedPerBlockAttribute, options.device);
+  if (e != hipSuccess) return HipError(e, "reading the shared memory limit");
+  std::unique_ptr<HipKernelBackend> b(new HipKernelBackend(options, max_shared));
+  e = hipStreamCreateWithFlags(&b->compute_, hipStreamNonBlocking);
+  if (e != hipSuccess) return HipError(e, "creating the compute stream");
+  e = hipStreamCreateWithFlags(&b->transfer_, hipStreamNonBlocking);
+  if (e != hipSuccess) return HipError(e, "creating the transfer stream");
+  ASSIGN_OR_RETURN(b->blas_, GpuBlas::Create(b->compute_));
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateHipKernelBackend(
+    const HipKernelBackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<HipKernelBackend> b, HipKernelBackend::Create(options));
+  return std::unique_ptr<KernelBackend>(std::move(b));
+}
+
+HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int max_shared_bytes)
+    : options_(options), max_shared_bytes_(max_shared_bytes) {}
+
+HipKernelBackend::~HipKernelBackend() {
+  // Teardown cannot report: wait for queued work so buffers are not freed under it.
+  static_cast<void>(hipSetDevice(options_.device));
+  if (compute_ != nullptr) static_cast<void>(hipStreamSynchronize(compute_));
+  if (transfer_ != nullptr) static_cast<void>(hipStreamSynchronize(transfer_));
+  blas_.reset();
+  workspace_.Reset();
+  if (compute_ != nullptr) static_cast<void>(hipStreamDestroy(compute_));
+  if (transfer_ != nullptr) static_cast<void>(hipStreamDestroy(transfer_));
+}
+
+bool HipKernelBackend::Keep(const absl::Status& s) {
+  if (s.ok()) return true;
+  if (error_.ok()) error_ = s;
+  return false;
+}
+
+bool HipKernelBackend::Check(hipError_t e, const char* what) {
+  return e == hipSuccess || Keep(HipError(e, what));
+}
+
+bool HipKernelBackend::Enter() {
+  if (!error_.ok()) return false;
+  return Check(hipSetDevice(options_.device), "selecting the device");
+}
+
+float* HipKernelBackend::Workspace(int64_t floats) {
+  const int64_t bytes = floats * static_cast<int64_t>(sizeof(float));
+  if (bytes <= workspace_.size()) return workspace_.floats();
+  workspace_.Reset();  // hipFree waits for the kernels still using it.
+  absl::StatusOr<DeviceBuffer> b = Allocate(bytes);
+  if (!Keep(b.status())) return nullptr;
+  workspace_ = *std::move(b);
+  return workspace_.floats();
+}
+
+void HipKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx,
+                                        const float* w, int64_t n, float* y, int64_t ldy,
+                                        bool accumulate) {
+  if (!Enter() || m == 0 || n == 0) return;
+  if (m < 0 || n < 0 || k < 0 || ldx < k || ldy < n) {
+    Keep(Invalid("matmul", absl::StrCat("bad shape m=", m, " n=", n, " k=", k)));
+    return;
+  }
+  Keep(blas_->GemmNT(m, n, k, x, ldx, w, k, y, ldy, accumulate ? 1.0f : 0.0f));
+}
+
+void HipKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                                  int64_t n, float* y, int64_t ldy, bool accumulate) {
+  if (!Enter() || m == 0 || n == 0) return;
+  if (m < 0 || n < 0 || k < 0 || ldx < k || ldy < n || n > hip::MatMulRowsMaxColumns()) {
+    Keep(Invalid("matmul rows", absl::StrCat("bad shape m=", m, " n=", n, " k=", k)));
+    return;
+  }
+  Check(hip::MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate, compute_), "matmul rows launch");
+}
+
+void HipKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
+                                       int64_t n, float* out) {
+  if (!Enter()) return;
+  Check(hip::EmbeddingGather(table, dim, ids, n, out, compute_), "embedding gather launch");
+}
+
+void HipKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
+                                      float* a, float* b) {
+  if (!Enter()) return;
+  Check(hip::SplitHeadPairs(in, rows, heads, head_dim, a, b, compute_), "split head pairs launch");
+}
+
+void HipKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
+  if (!Enter()) return;
+  Check(hip::SigmoidMul(x, gate, n, compute_), "sigmoid mul launch");
+}
+
+void HipKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
+                                int64_t b_offset, int64_t a_offset, const float* dt_bias,
+                                const float* neg_a, float* g, float* beta) {
+  if (!Enter()) return;
+  Check(hip::GdnGates(in, ld, tokens, heads, b_offset, a_offset, dt_bias, neg_a, g, beta, compute_),
+        "gdn gates launch");
+}
+
+void HipKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
+                                bool renormalise, int32_t* ids, float* weights) {
+  if (!Enter()) return;
+  if (top_k < 1 || top_k > experts) {
+    Keep(
+        Invalid("moe route", absl::StrCat("top_k ", top_k, " outside [1, experts ", experts, "]")));
+    return;
+  }
+  Check(hip::MoeRoute(logits, tokens, experts, top_k, renormalise, ids, weights, compute_),
+        "moe route launch");
+}
+
+void HipKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                               bool zero_centred, float* y) {
+  if (!Enter()) return;
+  Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, compute_), "rmsnorm launch");
+}
+
+void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
+                                    const float* w, float eps, float* y) {
+  if (!Enter()) return;
+  Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, compute_), "gated rmsnorm launch");
+}
+
+void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+  if (!Enter()) return;
+  Check(hip::L2Normalize(x, rows, dim, eps, scale, compute_), "l2 normalize launch");
+}
+
+void HipKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
+                            int rotary_dim, const float* inv_freq, int64_t first_position) {
+  if (!Enter()) return;
+  if (rotary_dim > head_dim || rotary_dim < 0 || heads < 0) {
+    Keep(Invalid("rope", absl::StrCat("rotary_dim ", rotary_dim, " exceeds head_dim ", head_dim)));
+    return;
+  }
+  Check(hip::Rope(x, tokens, ld, heads, head_dim, rotary_dim, inv_freq, first_position, compute_),
+        "rope launch");
+}
+
+void HipKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
+                               int64_t rows, int64_t dim, float* out) {
+  if (!Enter()) return;
+  Check(hip::SiluMul(gate, ld_gate, up, ld_up, rows, dim, out, compute_), "silu mul launch");
+}
+
+void HipKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens,
+                                      int64_t channels, const float* w, int kernel, float* state,
+                                      float* out) {
+  if (!Enter()) return;
+  if (kernel < 1 || kernel > hip::CausalConvMaxKernel()) {
+    Keep(Invalid("causal conv", absl::StrCat("kernel ", kernel, " outside [1, ",
+                                             hip::CausalConvMaxKernel(), "]")));
+    return;
+  }
+  Check(hip::CausalConvSilu(in, ld_in, tokens, channels, w, kernel, state, out, compute_),
+        "causal conv launch");
+}
+
+void HipKernelBackend::Attention(const AttentionArgs& a) {
+  if (!Enter() || a.tokens == 0) return;
+  if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) {
+    Keep(Invalid("attention", absl::StrCat("q_heads ", a.q_heads, " is not a multiple of kv_heads ",
+                                           a.kv_heads)));
+    return;
+  }
+  if (a.head_dim <= 0 || a.head_dim > hip::AttentionMaxHeadDim() ||
+      hip::AttentionSharedBytes(a.head_dim) > static_cast<size_t>(max_shared_bytes_)) {
+    Keep(Invalid("attention", absl::StrCat("head_dim ", a.head_dim, " unsupported (max ",
+                                           hip::AttentionMaxHeadDim(), ")")));
+    return;
+  }
+  if (a.tokens < 0 || a.past < 0) {
+    Keep(Invalid("attention", "negative tokens or past"));
+    return;
+  }
+  hip::AttentionLaunch l{a.q,       a.k,        a.v,        a.out,   a.tokens, a.past,
+                         a.q_heads, a.kv_heads, a.head_dim, a.scale, 0};
+  if (a.tokens <= options_.attention_decode_max_tokens) {
+    l.split_keys = options_.attention_split_keys;
+    if ((a.past + a.tokens + l.split_keys - 1) / l.split_keys > hip::AttentionMaxSplits()) {
+      Keep(Invalid("attention",
+                   absl::StrCat(a.past + a.tokens, " keys exceed ", hip::AttentionMaxSplits(),
+                                " ranges of ", l.split_keys, " (raise attention_split_keys)")));
+      return;
+    }
+  }
+  float* ws = nullptr;
+  const int64_t ws_floats = hip::AttentionWorkspaceFloats(l);
+  if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
+  Check(hip::Attention(l, ws, compute_), "attention launch");
+}
+
+void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
+  if (!Enter() || a.tokens == 0) return;
+  if (a.k_heads <= 0 || a.v_heads <= 0 || a.v_heads % a.k_heads != 0) {
+    Keep(Invalid("gated delta",
+                 absl::StrCat("v_heads ", a.v_heads, " is not a multiple of k_heads ", a.k_heads)));
+    return;
+  }
+  if (a.dk <= 0 || a.dv <= 0 || a.dk > hip::GatedDeltaMaxHeadDim()) {
+    Keep(Invalid("gated delta", absl::StrCat("dk ", a.dk, " / dv ", a.dv, " unsupported (dk max ",
+                                             hip::GatedDeltaMaxHeadDim(), ")")));
+    return;
+  }
+  if (a.chunk < 0 || a.chunk > hip::GatedDeltaMaxChunk() ||
+      hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk, a.dv) >
+          static_cast<size_t>(max_shared_bytes_) ||
+      hip::GatedDeltaScanSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_)) {
+    Keep(Invalid("gated delta", absl::StrCat("chunk ", a.chunk, " unsupported (max ",
+                                             hip::GatedDeltaMaxChunk(), ")")));
+    return;
+  }
+  hip::GatedDeltaLaunch l{a.q,      a.k,       a.v,       a.g,  a.beta, a.state, a.out,
+                          a.tokens, a.k_heads, a.v_heads, a.dk, a.dv,   a.chunk};
+  int64_t segment = options_.delta_segment_tokens;
+  if (a.chunk > 0) {
+    // Whole chunks, and no more chunks per segment than a grid dimension takes.
+    constexpr int64_t kMaxGridY = 65535;
+    segment = std::clamp<int64_t>(segment / a.chunk, 1, kMaxGridY) * a.chunk;
+  }
+  float* ws = nullptr;
+  const int64_t ws_floats = hip::GatedDeltaWorkspaceFloats(l, segment);
+  if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
+  Check(hip::GatedDelta(l, segment, ws, compute_), "gated delta launch");
+}
+
+absl::StatusOr<DeviceBuffer> HipKernelBackend::Allocate(int64_t bytes) {
+  if (bytes < 0) return Invalid("allocate", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return DeviceBuffer();
+  hipError_t e = hipSetDevice(options_.device);
+  if (e != hipSuccess) return HipError(e, "selecting the device");
+  void* p = nullptr;
+  e = hipMalloc(&p, static_cast<size_t>(bytes));
+  if (e != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // An allocation failure is not sticky.
+    return HipError(e, absl::StrCat("allocating ", bytes, " bytes"));
+  }
+  return DeviceBuffer(p, bytes);
+}
+
+absl::Status HipKernelBackend::Upload(void* device_dst, const void* host_src, int64_t bytes) {
+  RETURN_IF_ERROR(
+      CopySplit(device_dst, host_src, bytes, 0, {}, hipMemcpyHostToDevice, HipStream::kCompute));
+  return Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::Download(void* host_dst, const void* device_src, int64_t bytes) {
+  RETURN_IF_ERROR(
+      CopySplit(host_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToHost, HipStream::kCompute));
+  return Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,
+                                            absl::Span<const uintptr_t> pin_boundaries,
+                                            HipStream stream) {
+  return CopySplit(device_dst, host_src, bytes, reinterpret_cast<uintptr_t>(host_src),
+                   pin_boundaries, hipMemcpyHostToDevice, stream);
+}
+
+absl::Status HipKernelBackend::CopyToHost(void* host_dst, const void* device_src, int64_t bytes,
+                                          absl::Span<const uintptr_t> pin_boundaries,
+                                          HipStream stream) {
+  return CopySplit(host_dst, device_src, bytes, reinterpret_cast<uintptr_t>(host_dst),
+                   pin_boundaries, hipMemcpyDeviceToHost, stream);
+}
+
+std::vector<std::pair<int64_t, int64_t>> HipKernelBackend::SplitAtBoundaries(
+    uintptr_t host, int64_t bytes, absl::Span<const uintptr_t> boundaries) {
+  std::vector<uintptr_t> cuts;
+  for (uintptr_t b : boundaries) {
+    if (b > host && b < host + static_cast<uintptr_t>(bytes)) cuts.push_back(b);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  int64_t start = 0;
+  for (uintptr_t c : cuts) {
+    const int64_t end = static_cast<int64_t>(c - host);
+    pieces.emplace_back(start, end - start);
+    start = end;
+  }
+  if (bytes > start) pieces.emplace_back(start, bytes - start);
+  return pieces;
+}
+
+absl::Status HipKernelBackend::CopySplit(void* dst, const void* src, int64_t bytes, uintptr_t host,
+                                         absl::Span<const uintptr_t> pin_boundaries,
+                                         hipMemcpyKind kind, HipStream stream) {
+  RETURN_IF_ERROR(error_);
+  if (bytes < 0) return Invalid("copy", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return absl::OkStatus();
+  hipError_t e = hipSetDevice(options_.device);
+  if (e != hipSuccess) return HipError(e, "selecting the device");
+  for (const auto& [offset, length] : SplitAtBoundaries(host, bytes, pin_boundaries)) {
+    e = hipMemcpyAsync(static_cast<char*>(dst) + offset, static_cast<const char*>(src) + offset,
+                       static_cast<size_t>(length), kind, StreamOf(stream));
+    if (e != hipSuccess) {
+      const absl::Status s =
+          HipError(e, absl::StrCat("copying ", length, " bytes at offset ", offset));
+      Keep(s);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::RegisterHost(void* host, int64_t bytes) {
+  if (bytes <= 0) return Invalid("register host", absl::StrCat("size ", bytes));
+  hipError_t e = hipSetDevice(options_.device);
+  if (e == hipSuccess)
+    e = hipHostRegister(host, static_cast<size_t>(bytes), hipHostRegisterDefault);
+  if (e != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // A refused registration is not sticky.
+    return HipError(e, absl::StrCat("registering ", bytes, " bytes of host memory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::UnregisterHost(void* host) {
+  const hipError_t e = hipHostUnregister(host);
+  if (e != hipSuccess) {
+    static_cast<void>(hipGetLastError());
+    return HipError(e, "unregistering host memory");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::Synchronize(HipStream stream) {
+  if (!error_.ok()) return error_;
+  if (!Check(hipSetDevice(options_.device), "selecting the device")) return error_;
+  Check(hipStreamSynchronize(StreamOf(stream)), "synchronizing");
+  return error_;
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,177 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNEL_BACKEND_H_
+#define CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNEL_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "services/infer/kernels/hip/gpu_blas.h"
+#include "services/infer/kernels/hip/hip_compat.h"
+#include "services/infer/kernels/kernel_backend.h"
+
+namespace cairn::infer {
+
+struct HipKernelBackendOptions {
+  int device = 0;  // Device ordinal.
+  // Attention calls of at most this many query tokens take the split (decode) path.
+  int64_t attention_decode_max_tokens = 16;
+  // Keys per range of the split path; a multiple of the attention key tile (32).
+  int64_t attention_split_keys = 256;
+  // Tokens whose chunk products the chunked delta rule prepares at once; bounds its workspace
+  // (about v_heads * tokens * (chunk + dk + dv + 2) floats). Rounded down to whole chunks.
+  int64_t delta_segment_tokens = 4096;
+};
+
+// The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
+// compute (background spill, restores).
+enum class HipStream { kCompute, kTransfer };
+
+class HipKernelBackend;
+
+// One device allocation, freed when destroyed. Move-only. Must not outlive its backend.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  float* floats() const { return static_cast<float*>(data_); }
+  int64_t size() const { return bytes_; }
+  // Frees the allocation now (after the device is done with it).
+  void Reset();
+
+ private:
+  friend class HipKernelBackend;
+  DeviceBuffer(void* data, int64_t bytes) : data_(data), bytes_(bytes) {}
+
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// The GPU backend: HIP kernels (kernels/hip/*.hip), GEMMs through the vendor BLAS shim, device
+// memory, two streams and a workspace. Every pointer given to a KernelBackend operation is
+// device memory from Allocate() (or inside it). Operations are enqueued on the compute stream
+// and return before the device is done; Synchronize() waits and reports.
+//
+// Errors: KernelBackend's operations return nothing, so the first failure (a shape the kernels
+// cannot take: InvalidArgument; a launch or device failure: Internal; out of memory:
+// ResourceExhausted) is kept, later operations become no-ops, and status() / Synchronize()
+// return it. Every hip* error becomes a Status here; nothing aborts.
+//
+// Numerics: fp32 with fp32 accumulation; every kernel reduces in an order fixed by the shape, so
+// equal inputs give equal bits. MatMulTransposed uses the vendor BLAS (deterministic per shape;
+// its kernel may change with m); the row kernels behind MatMulRows, and Attention, never let a
+// row's bits depend on the other rows of the call.
+//
+// Thread-compatible (KernelBackend): one caller thread at a time; each call makes the backend's
+// device current on the calling thread.
+class HipKernelBackend final : public KernelBackend {
+ public:
+  // Returns Unavailable when there is no usable device (no driver, no GPU, bad ordinal) and
+  // InvalidArgument for bad options.
+  static absl::StatusOr<std::unique_ptr<HipKernelBackend>> Create(
+      const HipKernelBackendOptions& options);
+  ~HipKernelBackend() override;
+
+  absl::string_view name() const override { return "hip-fp32"; }
+
+  void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                        int64_t n, float* y, int64_t ldy, bool accumulate) override;
+  void MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+                  float* y, int64_t ldy, bool accumulate) override;
+  void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
+                       float* out) override;
+  void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
+                      float* b) override;
+  void SigmoidMul(float* x, const float* gate, int64_t n) override;
+  void GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
+                int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
+                float* beta) override;
+  void MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
+                int32_t* ids, float* weights) override;
+  void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+               bool zero_centred, float* y) override;
+  void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                    float eps, float* y) override;
+  void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override;
+  void Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
+            const float* inv_freq, int64_t first_position) override;
+  void SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
+               int64_t dim, float* out) override;
+  void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                      const float* w, int kernel, float* state, float* out) override;
+  void Attention(const AttentionArgs& args) override;
+  void GatedDeltaRule(const GatedDeltaArgs& args) override;
+
+  // Device memory. Returns ResourceExhausted when the device is full, InvalidArgument for a
+  // negative size. A zero-byte buffer has a null pointer.
+  absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes);
+  // Copies `bytes` from host memory to device memory (or back) and waits for the copy.
+  absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes);
+  absl::Status Download(void* host_dst, const void* device_src, int64_t bytes);
+  // Enqueues a copy on `stream` between device memory and page-locked host memory, cut at every
+  // address of `pin_boundaries` (the starts and ends of host registrations) that falls inside
+  // the host range: a single copy across two registrations fails. The host memory must stay
+  // valid until the stream is synchronised.
+  absl::Status CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,
+                            absl::Span<const uintptr_t> pin_boundaries, HipStream stream);
+  absl::Status CopyToHost(void* host_dst, const void* device_src, int64_t bytes,
+                          absl::Span<const uintptr_t> pin_boundaries, HipStream stream);
+  // Page-locks (registers) host memory for fast copies, and releases it.
+  absl::Status RegisterHost(void* host, int64_t bytes);
+  absl::Status UnregisterHost(void* host);
+  // Waits for everything enqueued on `stream`; returns the first error of any operation so far.
+  absl::Status Synchronize(HipStream stream = HipStream::kCompute);
+  // The first error of any operation so far (without waiting for the device).
+  absl::Status status() const { return error_; }
+
+  // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
+  // boundaries inside it. Exposed for tests.
+  static std::vector<std::pair<int64_t, int64_t>> SplitAtBoundaries(
+      uintptr_t host, int64_t bytes, absl::Span<const uintptr_t> boundaries);
+
+ private:
+  HipKernelBackend(const HipKernelBackendOptions& options, int max_shared_bytes);
+
+  // Makes the device current; false when an earlier error stopped the backend.
+  bool Enter();
+  // Keeps the first error; returns false when `s` is not ok.
+  bool Keep(const absl::Status& s);
+  // Turns a hip error of `what` into a kept Status.
+  bool Check(hipError_t e, const char* what);
+  // Returns at least `floats` floats of workspace (valid until the next call that asks).
+  float* Workspace(int64_t floats);
+  hipStream_t StreamOf(HipStream s) const {
+    return s == HipStream::kCompute ? compute_ : transfer_;
+  }
+  absl::Status CopySplit(void* dst, const void* src, int64_t bytes, uintptr_t host,
+                         absl::Span<const uintptr_t> pin_boundaries, hipMemcpyKind kind,
+                         HipStream stream);
+
+  const HipKernelBackendOptions options_;
+  const int max_shared_bytes_;  // Dynamic shared memory a block may opt into.
+  hipStream_t compute_ = nullptr;
+  hipStream_t transfer_ = nullptr;
+  std::unique_ptr<GpuBlas> blas_;
+  DeviceBuffer workspace_;
+  absl::Status error_;  // First error; once set, operations are no-ops.
+};
+
+// Returns the number of devices the HIP runtime sees (0 when there is no driver or device).
+int HipDeviceCount();
+
+// The factory the engine calls to make the GPU backend (see HipKernelBackend::Create).
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateHipKernelBackend(
+    const HipKernelBackendOptions& options);
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNEL_BACKEND_H_

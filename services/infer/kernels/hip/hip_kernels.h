@@ -1,0 +1,108 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNELS_H_
+#define CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNELS_H_
+
+// Thin launchers of the HIP kernels (the .hip files in this folder). Every pointer is device
+// memory; every launcher enqueues on `stream` and returns the launch's error (hipSuccess when
+// it was enqueued). No launcher synchronises, allocates or knows about Status: HipKernelBackend
+// checks shapes, provides workspaces and turns errors into Statuses.
+//
+// Every kernel reduces in an order fixed by the shape alone (no atomics, no order that depends
+// on scheduling), so equal inputs give equal bits.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_compat.h"
+
+namespace cairn::infer::hip {
+
+hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                   bool zero_centred, float* y, hipStream_t stream);
+hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                        float eps, float* y, hipStream_t stream);
+hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale,
+                       hipStream_t stream);
+hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
+                const float* inv_freq, int64_t first_position, hipStream_t stream);
+hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
+                   int64_t dim, float* out, hipStream_t stream);
+// Outputs first, then the new window per channel, so `state` is read before it is rewritten.
+int CausalConvMaxKernel();
+hipError_t CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                          const float* w, int kernel, float* state, float* out, hipStream_t stream);
+hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
+                           float* out, hipStream_t stream);
+hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
+                          float* b, hipStream_t stream);
+hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream);
+hipError_t GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
+                    int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
+                    float* beta, hipStream_t stream);
+hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
+                    int32_t* ids, float* weights, hipStream_t stream);
+
+// y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
+// depends on k alone: rows never influence each other's bits.
+int64_t MatMulRowsMaxColumns();
+hipError_t MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+                      float* y, int64_t ldy, bool accumulate, hipStream_t stream);
+
+// Causal GQA attention (the layout of AttentionArgs). Query rows are taken per kv head as
+// (token, q head in group) pairs; keys are visited in tiles from key 0, so a row's result
+// depends only on its own query, its position and the keys up to it. With `split_keys` > 0
+// the keys are cut into ranges of that many keys (a multiple of AttentionKeyTile()), each
+// range processed by its own blocks and the partial results merged in range order; that is
+// the decode path, for long contexts with few query rows.
+struct AttentionLaunch {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t tokens;
+  int64_t past;
+  int q_heads;
+  int kv_heads;
+  int head_dim;
+  float scale;
+  int64_t split_keys;  // 0: one range over all keys.
+};
+int AttentionMaxHeadDim();
+int AttentionKeyTile();
+// Key ranges of split_keys one call may have.
+int64_t AttentionMaxSplits();
+// Dynamic shared memory one attention block needs for `head_dim`.
+size_t AttentionSharedBytes(int head_dim);
+// Workspace floats the split path needs (0 without splits).
+int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
+hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream);
+
+// The gated delta rule (the layout of GatedDeltaArgs). chunk == 0: the recurrent form, one
+// token after another. chunk > 0: the chunked form; the chunk-local products of up to
+// `segment_tokens` tokens (a multiple of chunk) are computed in parallel into the workspace,
+// then one pass per head walks the chunks, carrying the state.
+struct GatedDeltaLaunch {
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* g;
+  const float* beta;
+  float* state;
+  float* out;
+  int64_t tokens;
+  int k_heads;
+  int v_heads;
+  int dk;
+  int dv;
+  int chunk;
+};
+int GatedDeltaMaxHeadDim();
+int GatedDeltaMaxChunk();
+size_t GatedDeltaPrepSharedBytes(int chunk, int dk, int dv);
+size_t GatedDeltaScanSharedBytes(int chunk, int dk);
+int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
+hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                      hipStream_t stream);
+
+}  // namespace cairn::infer::hip
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNELS_H_

@@ -1,0 +1,592 @@
+// The gateway's APIs end to end over HTTP against the scripted fake daemon: OpenAI chat
+// and completions (streamed and not, tools, reasoning, logprobs, usage and the `cairn`
+// object), models / tokenize / detokenize / metrics, Anthropic messages and count_tokens,
+// the Responses API, and upstream errors mapped to HTTP codes.
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/integration/services/gateway/gateway_harness.h"
+#include "tests/integration/services/gateway/http_test_client.h"
+
+namespace cairn::gateway::testing {
+namespace {
+
+using nlohmann::json;
+
+const char kChat[] = R"({"model":"fake-model","messages":[{"role":"user","content":"hi"}]})";
+
+// The JSON objects of an OpenAI-style stream, and whether it ended with [DONE].
+std::vector<json> DataChunks(const std::string& body, bool* done) {
+  std::vector<json> chunks;
+  *done = false;
+  for (const SseEvent& e : ParseSse(body)) {
+    if (e.data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    chunks.push_back(json::parse(e.data, nullptr, false));
+  }
+  return chunks;
+}
+
+Script ToolCallScript(const infer_v1::GenerateRequest&) {
+  Script s;
+  s.Started(20)
+      .Reasoning("I should look")
+      .ToolCall(0, "call_1", "read_file", "")
+      .ToolCall(0, "", "", "{\"path\":")
+      .ToolCall(0, "", "", "\"a.txt\"}");
+  infer_v1::Finished f = Script::MakeFinished(infer_v1::Finished::REASON_TOOL_CALLS, 6);
+  f.set_reasoning_content("I should look");
+  auto* tc = f.add_tool_calls();
+  tc->set_id("call_1");
+  tc->set_name("read_file");
+  tc->set_arguments_json("{\"path\":\"a.txt\"}");
+  s.Finished(f);
+  return s;
+}
+
+TEST(GatewayApiTest, ChatCompletionAnswersInTheOpenAiShape) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions", kChat);
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.json();
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_TRUE(absl::StartsWith(body["id"].get<std::string>(), "chatcmpl-"));
+  EXPECT_EQ(body["model"], "fake-model");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 12);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(body["usage"]["total_tokens"], 14);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(body["cairn"]["tier"], "ram");
+  EXPECT_EQ(body["cairn"]["depth"], 8);
+  EXPECT_EQ(body["cairn"]["prefilled_tokens"], 4);
+  EXPECT_DOUBLE_EQ(body["cairn"]["ttft_ms"].get<double>(), 7.25);
+  infer_v1::GenerateRequest sent = h.fake().last_request();
+  ASSERT_EQ(sent.chat().messages_size(), 1);
+  EXPECT_EQ(sent.chat().messages(0).content(), "hi");
+  EXPECT_TRUE(sent.parse_output());
+  EXPECT_TRUE(sent.chat().options().add_generation_prompt());
+}
+
+TEST(GatewayApiTest, ChatCompletionStreamsChunksUsageAndDone) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions",
+                             R"({"stream":true,"stream_options":{"include_usage":true},
+                                 "messages":[{"role":"user","content":"hi"}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  bool done = false;
+  std::vector<json> chunks = DataChunks(r.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string content;
+  for (const json& c : chunks) {
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+      content += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(content, "Hello world");
+  const json& finish = chunks[chunks.size() - 2];
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(finish["cairn"]["tier"], "ram");
+  const json& usage = chunks.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(usage["cairn"]["tier"], "ram");
+}
+
+TEST(GatewayApiTest, ToolCallAndReasoningDeltasStreamInTheOpenAiShape) {
+  GatewayHarness h;
+  h.fake().SetScript(ToolCallScript);
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions", R"({
+      "stream": true, "parallel_tool_calls": false, "tool_choice": "auto",
+      "messages": [{"role": "user", "content": "read a.txt"}],
+      "tools": [{"type": "function", "function": {"name": "read_file",
+                 "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  bool done = false;
+  std::vector<json> chunks = DataChunks(r.body, &done);
+  std::string reasoning, arguments, name, id;
+  for (const json& c : chunks) {
+    if (c["choices"].empty()) continue;
+    const json& delta = c["choices"][0]["delta"];
+    if (delta.contains("reasoning_content"))
+      reasoning += delta["reasoning_content"].get<std::string>();
+    if (!delta.contains("tool_calls")) continue;
+    const json& tc = delta["tool_calls"][0];
+    EXPECT_EQ(tc["index"], 0);
+    if (tc.contains("id")) {
+      id = tc["id"];
+      EXPECT_EQ(tc["type"], "function");
+      name = tc["function"]["name"];
+    }
+    arguments += tc["function"]["arguments"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "I should look");
+  EXPECT_EQ(id, "call_1");
+  EXPECT_EQ(name, "read_file");
+  EXPECT_EQ(arguments, R"({"path":"a.txt"})");
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
+  infer_v1::GenerateRequest sent = h.fake().last_request();
+  ASSERT_EQ(sent.chat().tools_size(), 1);
+  EXPECT_EQ(json::parse(sent.chat().tools(0).json())["function"]["name"], "read_file");
+  EXPECT_EQ(sent.chat().tool_choice(), "auto");
+}
+
+TEST(GatewayApiTest, NonStreamedToolCallsAndReasoningComeFromFinished) {
+  GatewayHarness h;
+  h.fake().SetScript(ToolCallScript);
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions", kChat);
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  json message = r.json()["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["reasoning_content"], "I should look");
+  EXPECT_EQ(message["tool_calls"][0]["id"], "call_1");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"path":"a.txt"})");
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(GatewayApiTest, ConversationHistoryWithToolsMapsToChatMessages) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions", R"({
+      "messages": [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "read "}, {"type": "text", "text": "it"}]},
+        {"role": "assistant", "content": null, "reasoning_content": "need file",
+         "tool_calls": [{"id": "call_9", "type": "function",
+                         "function": {"name": "read_file", "arguments": "{\"path\":\"b\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "file body"},
+        {"role": "system", "content": "late system"}],
+      "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "presence_penalty": 0.1,
+      "frequency_penalty": 0.2, "repetition_penalty": 1.1, "seed": 7, "stop": ["END", "STOP"],
+      "max_completion_tokens": 99, "logprobs": true, "top_logprobs": 3,
+      "chat_template_kwargs": {"enable_thinking": false}})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  infer_v1::GenerateRequest sent = h.fake().last_request();
+  const auto& m = sent.chat().messages();
+  ASSERT_EQ(m.size(), 5);
+  EXPECT_EQ(m[0].role(), "system");
+  EXPECT_EQ(m[1].content(), "read it");
+  EXPECT_EQ(m[2].reasoning_content(), "need file");
+  EXPECT_EQ(m[2].tool_calls(0).id(), "call_9");
+  EXPECT_EQ(m[2].tool_calls(0).arguments_json(), R"({"path":"b"})");
+  EXPECT_EQ(m[3].role(), "tool");
+  EXPECT_EQ(m[3].tool_call_id(), "call_9");
+  EXPECT_EQ(m[4].role(), "system");
+  const auto& s = sent.sampling();
+  EXPECT_FLOAT_EQ(s.temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p(), 0.9f);
+  EXPECT_EQ(s.top_k(), 40u);
+  EXPECT_FLOAT_EQ(s.min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.1f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), 0.2f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
+  EXPECT_EQ(s.seed(), 7u);
+  ASSERT_EQ(s.stop_size(), 2);
+  EXPECT_EQ(s.stop(1), "STOP");
+  EXPECT_EQ(s.max_tokens(), 99u);
+  EXPECT_EQ(s.logprobs(), 3u);
+  EXPECT_FALSE(sent.chat().options().enable_thinking());
+}
+
+TEST(GatewayApiTest, PerRunIdsAndMetadataNeverReachThePrompt) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions", R"({
+      "messages": [{"role": "user", "content": "hi"}],
+      "prompt_cache_key": "run-4242", "user": "user-777", "metadata": {"user_id": "meta-555"},
+      "store": false, "service_tier": "auto", "client_metadata": {"session": "sess-999"}})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string prompt = h.fake().last_request().chat().DebugString();
+  for (const char* id : {"run-4242", "user-777", "meta-555", "sess-999"}) {
+    EXPECT_EQ(prompt.find(id), std::string::npos) << id << " reached the prompt";
+  }
+  EXPECT_EQ(h.fake().last_request().conversation(), "run-4242");  // Routing label only.
+}
+
+TEST(GatewayApiTest, ServerCapsOutputTokensAndReportsLength) {
+  HarnessOptions options;
+  options.limits.max_output_tokens = 16;
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s;
+    s.Started(3).Text("a");
+    s.Finished(Script::MakeFinished(infer_v1::Finished::REASON_LENGTH, 16));
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult big = client.Post(
+      "/v1/chat/completions", R"({"max_tokens":32000,"messages":[{"role":"user","content":"x"}]})");
+  uint32_t sent_big = h.fake().last_request().sampling().max_tokens();
+  HttpResult none = client.Post("/v1/chat/completions", kChat);
+  uint32_t sent_none = h.fake().last_request().sampling().max_tokens();
+  HttpResult small = client.Post("/v1/chat/completions",
+                                 R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}]})");
+  uint32_t sent_small = h.fake().last_request().sampling().max_tokens();
+
+  EXPECT_EQ(sent_big, 16u);
+  EXPECT_EQ(sent_none, 16u);
+  EXPECT_EQ(sent_small, 5u);
+  EXPECT_EQ(big.json()["choices"][0]["finish_reason"], "length");
+}
+
+TEST(GatewayApiTest, CompletionsTakeTextOrTokenIds) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult ids = client.Post("/v1/completions", R"({"prompt":[1,2,999],"max_tokens":4})");
+  infer_v1::GenerateRequest sent_ids = h.fake().last_request();
+  HttpResult text = client.Post("/v1/completions", R"({"prompt":["once upon"],"stream":true})");
+  infer_v1::GenerateRequest sent_text = h.fake().last_request();
+
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  EXPECT_EQ(ids.json()["object"], "text_completion");
+  EXPECT_EQ(ids.json()["choices"][0]["text"], "Hello world");
+  EXPECT_EQ(ids.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  ASSERT_EQ(sent_ids.token_ids().ids_size(), 3);
+  EXPECT_EQ(sent_ids.token_ids().ids(2), 999u);
+  ASSERT_EQ(text.status, 200);
+  EXPECT_EQ(sent_text.text(), "once upon");
+  bool done = false;
+  std::vector<json> chunks = DataChunks(text.body, &done);
+  EXPECT_TRUE(done);
+  std::string all;
+  for (const json& c : chunks) all += c["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(all, "Hello world");
+}
+
+TEST(GatewayApiTest, ModelsTokenizeDetokenizeAndMetrics) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  ASSERT_EQ(client.Post("/v1/chat/completions", kChat).status, 200);
+
+  HttpResult models = client.Get("/v1/models");
+  HttpResult tok = client.Post("/tokenize", R"({"prompt":"AB"})");
+  HttpResult tok_chat = client.Post("/tokenize", R"({"messages":[{"role":"user","content":"A"}]})");
+  HttpResult detok = client.Post("/detokenize", R"({"tokens":[72,105]})");
+  ASSERT_EQ(client.Get("/no/such/route/123").status, 404);
+  ASSERT_EQ(client.Post("/v1/chat/completions", "{").status, 400);
+  HttpResult metrics = client.Get("/metrics");
+
+  EXPECT_EQ(models.json()["data"][0]["id"], "fake-model");
+  EXPECT_EQ(models.json()["data"][0]["max_model_len"], 4096);
+  EXPECT_EQ(tok.json()["tokens"], json::parse("[65,66]"));
+  EXPECT_EQ(tok.json()["count"], 2);
+  EXPECT_GT(tok_chat.json()["count"].get<int>(), 1);
+  EXPECT_EQ(detok.json()["prompt"], "Hi");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_TRUE(absl::StartsWith(metrics.headers["content-type"], "text/plain"));
+  EXPECT_NE(metrics.body.find(
+                "cairn_gateway_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("cairn_gateway_cache_hits_total{tier=\"ram\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("cairn_gateway_requests_total{route=\"other\",status=\"404\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find(
+                "cairn_gateway_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(metrics.body.find("/no/such/route"), std::string::npos);
+  EXPECT_NE(metrics.body.find("cairn_gateway_prompt_tokens_total{kind=\"reused\"} 8"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("cairn_infer_slots{daemon="), std::string::npos);
+  EXPECT_NE(metrics.body.find("cairn_gateway_ttft_ms_bucket{le=\"10\"} 1"), std::string::npos);
+}
+
+TEST(GatewayApiTest, UpstreamErrorsMapToHttpCodes) {
+  GatewayHarness h;
+  struct Case {
+    grpc::StatusCode code;
+    int http;
+    bool retry_after;
+  };
+  for (const Case& c : {Case{grpc::StatusCode::RESOURCE_EXHAUSTED, 429, true},
+                        Case{grpc::StatusCode::UNAVAILABLE, 503, true},
+                        Case{grpc::StatusCode::INVALID_ARGUMENT, 400, false},
+                        Case{grpc::StatusCode::NOT_FOUND, 404, false},
+                        Case{grpc::StatusCode::DEADLINE_EXCEEDED, 504, false},
+                        Case{grpc::StatusCode::INTERNAL, 500, false}}) {
+    h.fake().SetScript([code = c.code](const infer_v1::GenerateRequest&) {
+      Script s;
+      s.Fail(code, "fake failure");
+      return s;
+    });
+    HttpTestClient client(h.port());
+
+    HttpResult r = client.Post("/v1/chat/completions", kChat);
+    HttpResult anthropic = client.Post(
+        "/v1/messages", R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}]})");
+
+    EXPECT_EQ(r.status, c.http) << r.body;
+    EXPECT_EQ(r.json()["error"]["message"], "fake failure");
+    EXPECT_EQ(r.headers.count("retry-after") > 0, c.retry_after) << c.http;
+    EXPECT_EQ(anthropic.status, c.http);
+    EXPECT_EQ(anthropic.json()["type"], "error");
+    EXPECT_EQ(anthropic.json()["error"]["message"], "fake failure");
+  }
+}
+
+TEST(GatewayApiTest, ErrorAfterTheStreamStartedEndsItWithAnErrorEvent) {
+  GatewayHarness h;
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s;
+    s.Started(3).Text("par").Fail(grpc::StatusCode::INTERNAL, "model exploded");
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions",
+                             R"({"stream":true,"messages":[{"role":"user","content":"x"}]})");
+
+  ASSERT_EQ(r.status, 200);
+  bool done = false;
+  std::vector<json> chunks = DataChunks(r.body, &done);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(chunks.back()["error"]["message"], "model exploded");
+}
+
+TEST(GatewayApiTest, SilentStreamsGetPingsBeforeTheFirstToken) {
+  HarnessOptions options;
+  options.sse_ping_interval = absl::Milliseconds(20);
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s = Script::Reply({"Hello"});
+    s.steps.insert(s.steps.begin(), Script().Pause(absl::Milliseconds(300)).steps[0]);
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions",
+                             R"({"stream":true,"messages":[{"role":"user","content":"x"}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body.rfind(": ping\n\n", 0), 0u) << r.body;
+  bool done = false;
+  std::vector<json> chunks = DataChunks(r.body, &done);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "Hello");
+}
+
+TEST(GatewayApiTest, AnthropicMessagesNonStreamed) {
+  GatewayHarness h;
+  h.fake().SetScript(ToolCallScript);
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/messages?beta=true", R"({
+      "model": "claude-sonnet-4-5", "max_tokens": 1024, "metadata": {"user_id": "u-123"},
+      "system": [{"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}],
+      "thinking": {"type": "enabled", "budget_tokens": 1000},
+      "context_management": {"edits": []}, "output_config": {"effort": "high"},
+      "stop_sequences": ["</done>"],
+      "tools": [{"name": "read_file", "description": "reads", "input_schema": {"type": "object"}}],
+      "tool_choice": {"type": "any"},
+      "messages": [
+        {"role": "user", "content": "read a"},
+        {"role": "assistant", "content": [
+          {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+          {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}]},
+        {"role": "user", "content": [
+          {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "body"}]},
+          {"type": "text", "text": "now b"}]}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.json();
+  EXPECT_EQ(body["type"], "message");
+  EXPECT_EQ(body["role"], "assistant");
+  EXPECT_EQ(body["model"], "fake-model");
+  EXPECT_EQ(body["stop_reason"], "tool_use");
+  EXPECT_EQ(body["content"][0]["type"], "thinking");
+  EXPECT_EQ(body["content"][1]["type"], "tool_use");
+  EXPECT_EQ(body["content"][1]["input"]["path"], "a.txt");
+  EXPECT_EQ(body["usage"]["input_tokens"], 4);
+  EXPECT_EQ(body["usage"]["cache_read_input_tokens"], 8);
+  EXPECT_EQ(body["usage"]["output_tokens"], 6);
+  EXPECT_EQ(body["cairn"]["tier"], "ram");
+  infer_v1::GenerateRequest sent = h.fake().last_request();
+  const auto& m = sent.chat().messages();
+  ASSERT_EQ(m.size(), 5);
+  EXPECT_EQ(m[0].role(), "system");
+  EXPECT_EQ(m[0].content(), "You are an agent.");
+  EXPECT_EQ(m[2].reasoning_content(), "hmm");
+  EXPECT_EQ(m[2].tool_calls(0).arguments_json(), R"({"path":"a"})");
+  EXPECT_EQ(m[3].role(), "tool");
+  EXPECT_EQ(m[3].tool_call_id(), "toolu_1");
+  EXPECT_EQ(m[3].content(), "body");
+  EXPECT_EQ(m[4].content(), "now b");
+  EXPECT_EQ(sent.chat().tool_choice(), "required");
+  EXPECT_TRUE(sent.chat().options().enable_thinking());
+  EXPECT_EQ(sent.sampling().stop(0), "</done>");
+  EXPECT_EQ(sent.chat().DebugString().find("u-123"), std::string::npos);
+}
+
+TEST(GatewayApiTest, AnthropicMessagesStreamEvents) {
+  GatewayHarness h;
+  h.fake().SetScript([](const infer_v1::GenerateRequest& req) {
+    Script s = ToolCallScript(req);
+    s.steps.insert(s.steps.begin() + 2, Script().Text("Let me read.").steps[0]);
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/messages", R"({"max_tokens": 100, "stream": true,
+      "messages": [{"role": "user", "content": "go"}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<SseEvent> events = ParseSse(r.body);
+  std::vector<std::string> names;
+  for (const SseEvent& e : events) names.push_back(e.event);
+  std::vector<std::string> expected = {"message_start",       "ping",
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_stop",  "content_block_start",
+                                       "content_block_delta", "content_block_stop",
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_delta", "content_block_stop",
+                                       "message_delta",       "message_stop"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(json::parse(events[2].data)["content_block"]["type"], "thinking");
+  EXPECT_EQ(json::parse(events[3].data)["delta"]["type"], "thinking_delta");
+  EXPECT_EQ(json::parse(events[6].data)["delta"]["text"], "Let me read.");
+  json tool_start = json::parse(events[8].data);
+  EXPECT_EQ(tool_start["index"], 2);
+  EXPECT_EQ(tool_start["content_block"]["type"], "tool_use");
+  EXPECT_EQ(tool_start["content_block"]["id"], "call_1");
+  EXPECT_EQ(json::parse(events[9].data)["delta"]["type"], "input_json_delta");
+  json message_delta = json::parse(events[12].data);
+  EXPECT_EQ(message_delta["delta"]["stop_reason"], "tool_use");
+  EXPECT_EQ(message_delta["usage"]["cache_read_input_tokens"], 8);
+  EXPECT_EQ(json::parse(events[0].data)["message"]["usage"]["input_tokens"], 20);
+}
+
+TEST(GatewayApiTest, AnthropicCountTokensUsesTheTemplate) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r =
+      client.Post("/v1/messages/count_tokens",
+                  R"({"model":"x","system":"S","messages":[{"role":"user","content":"U"}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  // The fake renders "<|system|>S\n<|user|>U\n", one id per byte.
+  EXPECT_EQ(r.json()["input_tokens"], 22);
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
+TEST(GatewayApiTest, ResponsesNonStreamedWithFunctionCalls) {
+  GatewayHarness h;
+  h.fake().SetScript(ToolCallScript);
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/responses", R"({
+      "model": "gpt-5-codex", "instructions": "You are Codex.", "store": false,
+      "prompt_cache_key": "conv-77", "reasoning": {"effort": "medium", "summary": "auto"},
+      "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}],
+      "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+        {"type": "message", "role": "user", "id": "item_1", "content": [{"type": "input_text", "text": "ls"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "run ls"}]},
+        {"type": "function_call", "call_id": "call_a", "name": "shell", "arguments": "{\"cmd\":\"ls\"}"},
+        {"type": "function_call_output", "call_id": "call_a", "output": "a.txt"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.json();
+  EXPECT_EQ(body["object"], "response");
+  EXPECT_EQ(body["status"], "completed");
+  ASSERT_EQ(body["output"].size(), 2u);
+  EXPECT_EQ(body["output"][0]["type"], "reasoning");
+  EXPECT_EQ(body["output"][0]["summary"][0]["text"], "I should look");
+  EXPECT_EQ(body["output"][1]["type"], "function_call");
+  EXPECT_EQ(body["output"][1]["call_id"], "call_1");
+  EXPECT_EQ(body["output"][1]["arguments"], R"({"path":"a.txt"})");
+  EXPECT_EQ(body["usage"]["input_tokens_details"]["cached_tokens"], 8);
+  infer_v1::GenerateRequest sent = h.fake().last_request();
+  const auto& m = sent.chat().messages();
+  ASSERT_EQ(m.size(), 6);
+  EXPECT_EQ(m[0].content(), "You are Codex.");
+  EXPECT_EQ(m[1].role(), "system");
+  EXPECT_EQ(m[2].content(), "ls");
+  EXPECT_EQ(m[3].role(), "assistant");
+  EXPECT_EQ(m[3].reasoning_content(), "run ls");
+  EXPECT_EQ(m[3].tool_calls(0).id(), "call_a");
+  EXPECT_EQ(m[4].role(), "tool");
+  EXPECT_EQ(m[5].content(), "done");
+  EXPECT_EQ(sent.conversation(), "conv-77");
+  EXPECT_EQ(sent.chat().DebugString().find("item_1"), std::string::npos);
+}
+
+TEST(GatewayApiTest, ResponsesStreamEvents) {
+  GatewayHarness h;
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s;
+    s.Started(5).Reasoning("think").Text("Hel").Text("lo");
+    infer_v1::Finished f = Script::MakeFinished(infer_v1::Finished::REASON_STOP, 3);
+    s.Finished(f);
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/responses", R"({"input": "hi", "stream": true})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<SseEvent> events = ParseSse(r.body);
+  std::vector<std::string> names;
+  for (const SseEvent& e : events) names.push_back(e.event);
+  std::vector<std::string> expected = {"response.created",
+                                       "response.in_progress",
+                                       "response.output_item.added",
+                                       "response.reasoning_summary_part.added",
+                                       "response.reasoning_summary_text.delta",
+                                       "response.reasoning_summary_text.done",
+                                       "response.reasoning_summary_part.done",
+                                       "response.output_item.done",
+                                       "response.output_item.added",
+                                       "response.content_part.added",
+                                       "response.output_text.delta",
+                                       "response.output_text.delta",
+                                       "response.output_text.done",
+                                       "response.content_part.done",
+                                       "response.output_item.done",
+                                       "response.completed"};
+  EXPECT_EQ(names, expected);
+  for (size_t i = 0; i < events.size(); ++i) {
+    json e = json::parse(events[i].data);
+    EXPECT_EQ(e["type"], events[i].event);
+    EXPECT_EQ(e["sequence_number"], i);
+  }
+  json completed = json::parse(events.back().data)["response"];
+  EXPECT_EQ(completed["status"], "completed");
+  EXPECT_EQ(completed["output"][1]["content"][0]["text"], "Hello");
+  EXPECT_EQ(completed["cairn"]["tier"], "ram");
+}
+
+}  // namespace
+}  // namespace cairn::gateway::testing

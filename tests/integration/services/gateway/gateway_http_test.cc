@@ -1,0 +1,414 @@
+// The gateway's HTTP rules over real sockets against the fake daemon: body and header
+// limits, bounded admission, API keys on every route but the public ones, client
+// disconnects cancelling generation, keep-alive under many concurrent connections, bad
+// input answered 4xx with the server healthy after (reliability-plan.md GW1-GW7).
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/concurrency/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/integration/services/gateway/gateway_harness.h"
+#include "tests/integration/services/gateway/http_test_client.h"
+
+namespace cairn::gateway::testing {
+namespace {
+
+namespace http = boost::beast::http;
+
+constexpr absl::Duration kCancelDeadline = absl::Seconds(5);
+
+const char kChat[] = R"({"model":"fake-model","messages":[{"role":"user","content":"hi"}]})";
+const char kStreamChat[] =
+    R"({"model":"fake-model","stream":true,"messages":[{"role":"user","content":"hi"}]})";
+
+// Returns true once `done()` holds, polling up to `timeout`: the server releases a request
+// on its own threads just after the client has read the last byte.
+template <typename Pred>
+bool Eventually(Pred done, absl::Duration timeout = absl::Seconds(5)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+Script HangAfterStart(const infer_v1::GenerateRequest&) {
+  Script s;
+  s.Started(3).Text("partial").WaitForCancel();
+  return s;
+}
+
+TEST(GatewayHttpTest, HealthIsPublicAndReportsTheDaemon) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Get("/health");
+
+  ASSERT_EQ(r.status, 200) << r.error << r.body;
+  EXPECT_EQ(r.json()["status"], "ok");
+  EXPECT_EQ(r.json()["daemons_ready"], 1);
+}
+
+TEST(GatewayHttpTest, HeadProbeOnRootAnswers200) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Request(http::verb::head, "/");
+
+  EXPECT_EQ(r.status, 200) << r.error;
+}
+
+TEST(GatewayHttpTest, UnknownRouteIs404AndWrongMethodIs405) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult missing = client.Get("/v1/nothing");
+  HttpResult wrong = client.Get("/v1/chat/completions");
+
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_TRUE(wrong.json()["error"].is_object()) << wrong.body;
+}
+
+TEST(GatewayHttpTest, OversizedBodyGets413BeforeTheBodyIsSent) {
+  HarnessOptions options;
+  options.http.max_body_bytes = 1024;
+  GatewayHarness h(options);
+  HttpTestClient client(h.port());
+
+  // Only the head is sent: the answer must come without the 10 MB body.
+  HttpResult r = client.Raw(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 10000000\r\n\r\n");
+
+  EXPECT_EQ(r.status, 413) << r.error;
+  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("exceeds"), std::string::npos);
+  EXPECT_EQ(HttpTestClient(h.port()).Get("/health").status, 200);
+}
+
+TEST(GatewayHttpTest, ExpectContinueGetsAnInterimAnswerThenTheResponse) {
+  GatewayHarness h;
+  const std::string body = kChat;
+  HttpTestClient raw(h.port());
+  HttpResult interim = raw.Raw(
+      absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                   "Content-Type: application/json\r\nContent-Length: ",
+                   body.size(), "\r\n\r\n", body));
+  HttpResult final = raw.ReadResponse();
+
+  EXPECT_EQ(interim.status, 100) << interim.error;
+  EXPECT_EQ(final.status, 200) << final.error << final.body;
+  EXPECT_EQ(final.json()["choices"][0]["message"]["content"], "Hello world");
+}
+
+TEST(GatewayHttpTest, Http10StreamsEndByClosingTheConnection) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  const std::string body = kStreamChat;
+
+  HttpResult r = client.Raw(absl::StrCat(
+      "POST /v1/chat/completions HTTP/1.0\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
+
+  EXPECT_EQ(r.status, 200) << r.error;
+  EXPECT_EQ(r.headers.count("transfer-encoding"), 0u);
+  EXPECT_TRUE(absl::StrContains(r.body, "data: [DONE]")) << r.body;
+  EXPECT_FALSE(client.connected());
+}
+
+TEST(GatewayHttpTest, OversizedHeadersGet431) {
+  HarnessOptions options;
+  options.http.max_header_bytes = 2048;
+  GatewayHarness h(options);
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Get("/health", {{"X-Big", std::string(8192, 'a')}});
+
+  EXPECT_EQ(r.status, 431) << r.error;
+}
+
+TEST(GatewayHttpTest, MalformedHttpGets400) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Raw("NOT A REQUEST\r\n\r\n");
+
+  EXPECT_EQ(r.status, 400) << r.error;
+  EXPECT_EQ(HttpTestClient(h.port()).Get("/health").status, 200);
+}
+
+TEST(GatewayHttpTest, ApiKeysGuardEveryRouteButThePublicOnes) {
+  HarnessOptions options;
+  options.http.api_keys = {"secret-key-1", "secret-key-2"};
+  GatewayHarness h(options);
+
+  int checked = 0;
+  for (const Router::Route& route : h.routes()) {
+    if (route.options.public_route) continue;
+    for (const std::map<std::string, std::string>& headers :
+         std::vector<std::map<std::string, std::string>>{{},
+                                                         {{"Authorization", "Bearer "}},
+                                                         {{"Authorization", "Bearer wrong"}},
+                                                         {{"x-api-key", "secret-key-1x"}}}) {
+      HttpTestClient client(h.port());
+      HttpResult r = client.Request(route.verb, route.path, "{}", headers);
+      EXPECT_EQ(r.status, 401) << route.path;
+      ++checked;
+    }
+  }
+  HttpTestClient client(h.port());
+  HttpResult bearer = client.Get("/v1/models", {{"Authorization", "Bearer secret-key-2"}});
+  HttpResult x_api_key = client.Get("/v1/models", {{"x-api-key", "secret-key-1"}});
+  HttpResult health = client.Get("/health");
+
+  EXPECT_GE(checked, 4 * 9);
+  EXPECT_EQ(bearer.status, 200) << bearer.body;
+  EXPECT_EQ(x_api_key.status, 200) << x_api_key.body;
+  EXPECT_EQ(health.status, 200);
+}
+
+TEST(GatewayHttpTest, NonLoopbackListenWithoutKeysIsRefused) {
+  HttpServerOptions options;
+  options.host = "0.0.0.0";
+  options.port = 0;
+
+  auto server = HttpServer::Start(
+      options, Router(), [](const absl::Status&, absl::string_view) { return HttpResponse{}; });
+
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GatewayHttpTest, AdmissionLimitAnswers503WithRetryAfterBeforeAnyUpstreamCall) {
+  HarnessOptions options;
+  options.http.max_inflight = 1;
+  GatewayHarness h(options);
+  h.fake().SetScript(HangAfterStart);
+  HttpTestClient first(h.port());
+  ASSERT_FALSE(first.StartStream("/v1/chat/completions", kStreamChat, 1).empty());
+  ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline));
+
+  HttpResult second = HttpTestClient(h.port()).Post("/v1/chat/completions", kChat);
+
+  EXPECT_EQ(second.status, 503) << second.body;
+  EXPECT_EQ(second.headers["retry-after"], "1");
+  EXPECT_EQ(h.fake().generate_calls(), 1);
+  first.Close();
+  EXPECT_TRUE(h.fake().cancelled().WaitForNotificationWithTimeout(kCancelDeadline));
+}
+
+TEST(GatewayHttpTest, ClientDisconnectMidStreamCancelsTheGeneration) {
+  GatewayHarness h;
+  h.fake().SetScript(HangAfterStart);
+  HttpTestClient client(h.port());
+  std::string got = client.StartStream("/v1/chat/completions", kStreamChat, 1);
+  ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline));
+
+  absl::Time closed = absl::Now();
+  client.Close();
+
+  EXPECT_TRUE(h.fake().cancelled().WaitForNotificationWithTimeout(kCancelDeadline));
+  std::cout << "disconnect -> upstream cancelled in "
+            << absl::ToDoubleMilliseconds(absl::Now() - closed) << " ms\n";
+  EXPECT_NE(got.find("200 OK"), std::string::npos) << got;
+  // The connection and its exchange are released too, so no ping timer or handler state
+  // outlives the client.
+  EXPECT_TRUE(Eventually([&] {
+    HttpServerStats stats = h.server().stats();
+    return stats.exchanges == 0 && stats.connections == 0;
+  }));
+}
+
+TEST(GatewayHttpTest, ClientDisconnectWhileWaitingForANonStreamedAnswerCancels) {
+  GatewayHarness h;
+  h.fake().SetScript(HangAfterStart);
+  HttpTestClient client(h.port());
+  // Non-streaming: nothing is written back until the end, so only the read-ahead sees EOF.
+  std::thread closer([&] {
+    if (h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline)) client.Close();
+  });
+  client.StartStream("/v1/chat/completions", kChat, 1);
+  closer.join();
+
+  EXPECT_TRUE(h.fake().cancelled().WaitForNotificationWithTimeout(kCancelDeadline));
+  EXPECT_EQ(h.fake().cancelled_calls(), 1);
+}
+
+TEST(GatewayHttpTest, KeepAliveServesManyRequestsOnOneConnection) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  for (int i = 0; i < 20; ++i) {
+    HttpResult r = client.Post("/v1/chat/completions", kChat);
+    ASSERT_EQ(r.status, 200) << i << " " << r.error;
+    EXPECT_TRUE(client.connected());
+  }
+}
+
+TEST(GatewayHttpTest, ManyConcurrentConnectionsAllComplete) {
+  HarnessOptions options;
+  options.http.max_inflight = 1000;
+  GatewayHarness h(options);
+  constexpr int kClients = 48;
+  constexpr int kRequestsEach = 4;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  absl::Time start = absl::Now();
+
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      HttpTestClient client(h.port());
+      for (int i = 0; i < kRequestsEach; ++i) {
+        HttpResult r = client.Post("/v1/chat/completions", (t + i) % 2 == 0 ? kChat : kStreamChat);
+        if (r.status == 200) ++ok;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+
+  EXPECT_EQ(ok.load(), kClients * kRequestsEach);
+  std::cout << "concurrency: " << kClients << " connections x " << kRequestsEach << " requests in "
+            << seconds * 1000 << " ms (" << kClients * kRequestsEach / seconds << " requests/s)\n";
+  EXPECT_TRUE(Eventually([&] { return h.server().stats().inflight == 0; }));
+}
+
+TEST(GatewayHttpTest, OverloadGetsBusyAnswersAndEveryAdmittedRequestCompletes) {
+  HarnessOptions options;
+  options.http.max_inflight = 4;
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s = Script::Reply({"a", "b", "c"});
+    s.steps.insert(s.steps.begin() + 1, Script().Pause(absl::Milliseconds(20)).steps[0]);
+    return s;
+  });
+  constexpr int kClients = 32;
+  constexpr int kRequestsEach = 5;
+  std::atomic<int> completed{0}, busy{0}, other{0};
+  Mutex mu;
+  std::vector<double> busy_ms;
+  std::vector<std::thread> threads;
+
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kRequestsEach; ++i) {
+        HttpTestClient client(h.port());
+        absl::Time start = absl::Now();
+        HttpResult r = client.Post("/v1/chat/completions", kStreamChat);
+        double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+        if (r.status == 200 && absl::StrContains(r.body, "data: [DONE]") &&
+            absl::StrContains(r.body, "\"finish_reason\":\"stop\"")) {
+          ++completed;
+        } else if (r.status == 503 && r.headers.count("retry-after") == 1) {
+          ++busy;
+          MutexLock lock(&mu);
+          busy_ms.push_back(ms);
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(completed.load() + busy.load(), kClients * kRequestsEach);
+  EXPECT_GT(busy.load(), 0);
+  EXPECT_EQ(h.fake().generate_calls(), completed.load());  // Refused before any upstream call.
+  EXPECT_TRUE(Eventually([&] { return h.server().stats().inflight == 0; }));
+  MutexLock lock(&mu);
+  std::sort(busy_ms.begin(), busy_ms.end());
+  double p99 = busy_ms.empty() ? 0 : busy_ms[busy_ms.size() * 99 / 100];
+  std::cout << "overload: " << completed.load() << " completed, " << busy.load()
+            << " answered 503, busy answer p99 " << p99 << " ms\n";
+}
+
+TEST(GatewayHttpTest, BadInputsGet4xxAndTheServerStaysHealthy) {
+  GatewayHarness h;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/v1/chat/completions", ""},
+      {"/v1/chat/completions", "{"},
+      {"/v1/chat/completions", "[1,2]"},
+      {"/v1/chat/completions", std::string(200, '[') + std::string(200, ']')},
+      {"/v1/chat/completions", R"({"messages":"hi"})"},
+      {"/v1/chat/completions", R"({"messages":[]})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":1000000})"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1.5})"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-1})"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"max_tokens":18446744073709551616})"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search"}]})"},
+      {"/v1/completions", R"({"prompt":[-1]})"},
+      {"/v1/completions", R"({"prompt":[1000]})"},
+      {"/v1/completions", R"({"prompt":[4294967296]})"},
+      {"/v1/completions", R"({"prompt":[]})"},
+      {"/v1/completions", R"({"prompt":[1,"a"]})"},
+      {"/v1/completions", R"({"prompt":["a","b"]})"},
+      {"/v1/messages", R"({"messages":[{"role":"user","content":"x"}]})"},
+      {"/v1/messages",
+       R"({"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})"},
+      {"/v1/responses", R"({"input":"x","tools":[{"type":"web_search"}]})"},
+      {"/v1/responses", R"({"input":"x","previous_response_id":"resp_1"})"},
+      {"/detokenize", R"({"tokens":[-1]})"},
+      {"/detokenize", R"({"tokens":[1000]})"},
+      {"/tokenize", R"({"prompt":5})"},
+  };
+  for (const auto& [path, body] : cases) {
+    HttpTestClient client(h.port());
+    HttpResult r = client.Post(path, body);
+    EXPECT_GE(r.status, 400) << path << " " << body << " -> " << r.status << " " << r.body;
+    EXPECT_LT(r.status, 500) << path << " " << body << " -> " << r.body;
+    EXPECT_FALSE(r.json().is_discarded()) << r.body;
+  }
+
+  EXPECT_EQ(HttpTestClient(h.port()).Get("/health").status, 200);
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
+TEST(GatewayHttpTest, MalformedFieldsAreNamedInTheError) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/chat/completions",
+                             R"({"messages":[{"role":"user","content":"x"}],"top_p":"high"})");
+  HttpResult nested = client.Post("/v1/chat/completions",
+                                  R"({"messages":[{"role":"user","content":"x"},{"role":"user"},
+                                               {"role":"assistant","tool_calls":[{"function":{}}]}]})");
+
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error");
+  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("top_p"), std::string::npos);
+  EXPECT_NE(nested.json()["error"]["message"].get<std::string>().find("messages[2].tool_calls[0]"),
+            std::string::npos)
+      << nested.body;
+}
+
+TEST(GatewayHttpTest, ShutdownDrainsAndRefusesNewRequests) {
+  auto h = std::make_unique<GatewayHarness>();
+  int port = h->port();
+  HttpTestClient client(port);
+  ASSERT_EQ(client.Post("/v1/chat/completions", kChat).status, 200);
+
+  h.reset();
+
+  EXPECT_NE(HttpTestClient(port, absl::Seconds(2)).Get("/health").status, 200);
+}
+
+}  // namespace
+}  // namespace cairn::gateway::testing

@@ -1,0 +1,330 @@
+// cairn-infer over gRPC without a cache daemon: generation equals the uncached reference bit for
+// bit, live continuation, batch invariance under concurrency, cancellation, bad requests.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/services/infer/infer_harness.h"
+#include "tests/unit/services/infer/models/model_test_util.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
+
+namespace cairn::infer::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kVocab = 1024;  // The random presets' vocabulary.
+
+bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<uint32_t>& b, size_t n) {
+  for (size_t i = 0; i < n; ++i) a.push_back(static_cast<int32_t>(b[i]));
+  return a;
+}
+
+class InferDaemonTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::string> dir = MakeModelFolder(GetParam(), false, "m-" + GetParam());
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = *dir;
+  }
+  std::unique_ptr<InferServer> Serve(int slots, int64_t max_pass = 2048) {
+    InferServerOptions o;
+    o.model_dir = dir_;
+    o.slots = slots;
+    o.max_pass_tokens = max_pass;
+    absl::StatusOr<std::unique_ptr<InferServer>> s = InferServer::Start(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  std::string dir_;
+};
+
+TEST_P(InferDaemonTest, GreedyGenerationEqualsTheUncachedReference) {
+  auto server = Serve(1, /*max_pass=*/128);
+  auto stub = server->NewStub();
+  const std::vector<int32_t> prompt = RandomTokens(300, kVocab, 11);
+
+  GenerateResult r = Generate(*stub, TokenRequest(prompt, 12));
+
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  auto ref = RunReference(dir_,
+                          {{prompt.begin(), prompt.begin() + 128},
+                           {prompt.begin() + 128, prompt.begin() + 256},
+                           {prompt.begin() + 256, prompt.end()}},
+                          12);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r.tokens, ref->tokens);
+  EXPECT_TRUE(SameFloats(r.logprobs, ref->logprobs));
+  EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_LENGTH);
+  EXPECT_EQ(r.finished.prompt_tokens(), 300u);
+  EXPECT_EQ(r.finished.completion_tokens(), 12u);
+  EXPECT_EQ(r.started.cache().restored_from(), v1::CacheResult::TIER_UNSPECIFIED);
+  EXPECT_FALSE(r.finished.cache().cache_available());
+}
+
+TEST_P(InferDaemonTest, NextTurnContinuesTheLiveSlotInPlace) {
+  auto server = Serve(1);
+  auto stub = server->NewStub();
+  const std::vector<int32_t> turn1 = RandomTokens(200, kVocab, 21);
+  GenerateResult r1 = Generate(*stub, TokenRequest(turn1, 8));
+  ASSERT_TRUE(r1.status.ok()) << r1.status.error_message();
+  // The next prompt repeats turn 1, its answer (all but the last token are in the slot) and a
+  // new user message.
+  std::vector<int32_t> turn2 = Concat(turn1, r1.tokens, r1.tokens.size());
+  const std::vector<int32_t> extra = RandomTokens(40, kVocab, 22);
+  turn2.insert(turn2.end(), extra.begin(), extra.end());
+
+  GenerateResult r2 = Generate(*stub, TokenRequest(turn2, 8));
+
+  ASSERT_TRUE(r2.status.ok()) << r2.status.error_message();
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+  EXPECT_EQ(r2.started.cache().restored_depth(), 200u + 7u);
+  EXPECT_EQ(r2.started.cache().prefilled_tokens(), turn2.size() - 207u);
+  EXPECT_EQ(r2.finished.cached_tokens(), 207u);
+  // Same pass boundaries uncached: the prompt, seven decode steps, then the rest.
+  std::vector<std::vector<int32_t>> passes = {turn1};
+  for (int i = 0; i < 7; ++i) passes.push_back({static_cast<int32_t>(r1.tokens[i])});
+  passes.push_back({turn2.begin() + 207, turn2.end()});
+  auto ref = RunReference(dir_, passes, 8);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r2.tokens, ref->tokens);
+  EXPECT_TRUE(SameFloats(r2.logprobs, ref->logprobs));
+}
+
+TEST_P(InferDaemonTest, ConcurrentRequestsEqualEachRunAlone) {
+  constexpr int kRequests = 4;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kRequests; ++i) prompts.push_back(RandomTokens(60 + 13 * i, kVocab, 30 + i));
+  std::vector<GenerateResult> alone(kRequests), together(kRequests);
+  {
+    auto server = Serve(1);
+    auto stub = server->NewStub();
+    for (int i = 0; i < kRequests; ++i) alone[i] = Generate(*stub, TokenRequest(prompts[i], 16));
+  }
+  {
+    auto server = Serve(kRequests);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kRequests; ++i) {
+      threads.emplace_back([&, i] {
+        auto stub = server->NewStub();
+        together[i] = Generate(*stub, TokenRequest(prompts[i], 16));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(alone[i].status.ok()) << alone[i].status.error_message();
+    ASSERT_TRUE(together[i].status.ok()) << together[i].status.error_message();
+    EXPECT_EQ(alone[i].tokens, together[i].tokens) << "request " << i;
+    EXPECT_TRUE(SameFloats(alone[i].logprobs, together[i].logprobs)) << "request " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, InferDaemonTest, ::testing::Values("dense", "next", "moe"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+class InferDaemonErrorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::string> dir = MakeModelFolder("dense", false, "m-errors");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    InferServerOptions o;
+    o.model_dir = *dir;
+    o.context_tokens = 512;
+    absl::StatusOr<std::unique_ptr<InferServer>> s = InferServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    stub_ = server_->NewStub();
+  }
+  void ExpectError(const v1::GenerateRequest& req, grpc::StatusCode code,
+                   const std::string& field) {
+    GenerateResult r = Generate(*stub_, req);
+    EXPECT_EQ(r.status.error_code(), code) << r.status.error_message();
+    EXPECT_THAT(r.status.error_message(), HasSubstr(field));
+  }
+  std::unique_ptr<InferServer> server_;
+  std::unique_ptr<v1::InferService::Stub> stub_;
+};
+
+TEST_F(InferDaemonErrorsTest, BadRequestsNameTheFieldAndTheDaemonStaysHealthy) {
+  const auto invalid = grpc::StatusCode::INVALID_ARGUMENT;
+  const std::vector<int32_t> ok_prompt = RandomTokens(10, kVocab, 1);
+  v1::GenerateRequest r;
+
+  ExpectError(v1::GenerateRequest(), invalid, "prompt");
+  r = TokenRequest({}, 4);
+  ExpectError(r, invalid, "prompt is empty");
+  r = TokenRequest({1, 2, static_cast<int32_t>(kVocab)}, 4);
+  ExpectError(r, invalid, "token_ids.ids[2]");
+  r = TokenRequest(RandomTokens(512, kVocab, 2), 4);
+  ExpectError(r, invalid, "context");
+  r = TokenRequest(ok_prompt, 0);
+  ExpectError(r, invalid, "max_tokens");
+  r = TokenRequest(ok_prompt, 600);
+  ExpectError(r, invalid, "max_tokens");
+  r = TokenRequest(ok_prompt, 4);
+  r.mutable_sampling()->add_stop_token_ids(5000);
+  ExpectError(r, invalid, "stop_token_ids[0]");
+  r = TokenRequest(ok_prompt, 4);
+  r.mutable_sampling()->set_temperature(-1.0f);
+  ExpectError(r, invalid, "temperature");
+  r = TokenRequest(ok_prompt, 4);
+  r.mutable_sampling()->set_top_p(std::nanf(""));
+  ExpectError(r, invalid, "top_p");
+  r = TokenRequest(ok_prompt, 4);
+  r.mutable_sampling()->set_presence_penalty(std::nanf(""));
+  ExpectError(r, invalid, "presence_penalty");
+  r = TokenRequest(ok_prompt, 4);
+  r.mutable_sampling()->set_logprobs(1000);
+  ExpectError(r, invalid, "logprobs");
+  // The random folder has no tokenizer or template.
+  r = TokenRequest(ok_prompt, 4);
+  r.clear_token_ids();
+  r.set_text("hello");
+  ExpectError(r, grpc::StatusCode::FAILED_PRECONDITION, "tokenizer.json");
+  r.clear_text();
+  v1::ChatMessage* m = r.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  ExpectError(r, grpc::StatusCode::FAILED_PRECONDITION, "tokenizer.json");
+
+  GenerateResult good = Generate(*stub_, TokenRequest(ok_prompt, 4));
+  EXPECT_TRUE(good.status.ok()) << good.status.error_message();
+  EXPECT_EQ(good.tokens.size(), 4u);
+}
+
+TEST_F(InferDaemonErrorsTest, CancellingTheCallStopsGenerationAndFreesTheSlot) {
+  auto ctx = NewClientContext(absl::Seconds(60));
+  auto reader = stub_->Generate(ctx.get(), TokenRequest(RandomTokens(10, kVocab, 3), 400));
+  v1::GenerateResponse m;
+  int deltas = 0;
+  while (reader->Read(&m)) {
+    if (m.has_delta() && ++deltas == 3) ctx->TryCancel();
+  }
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED);
+
+  // The slot is free again: the next request runs.
+  GenerateResult next = Generate(*stub_, TokenRequest(RandomTokens(10, kVocab, 4), 3));
+  EXPECT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_LT(deltas, 400);
+}
+
+TEST_F(InferDaemonErrorsTest, ModelInfoAndSlots) {
+  auto ctx = NewClientContext(absl::Seconds(10));
+  v1::GetModelInfoResponse info;
+  ASSERT_TRUE(stub_->GetModelInfo(ctx.get(), {}, &info).ok());
+  EXPECT_EQ(info.architecture(), "qwen3_5_text");
+  EXPECT_EQ(info.vocab_size(), kVocab);
+  EXPECT_EQ(info.context_length(), 512u);
+  EXPECT_EQ(info.slots(), 1u);
+  EXPECT_FALSE(info.compat_digest().empty());
+  EXPECT_GT(info.private_state_bytes(), 0u);
+
+  ASSERT_TRUE(Generate(*stub_, TokenRequest(RandomTokens(20, kVocab, 5), 2)).status.ok());
+  auto ctx2 = NewClientContext(absl::Seconds(10));
+  v1::ListSlotsResponse slots;
+  ASSERT_TRUE(stub_->ListSlots(ctx2.get(), {}, &slots).ok());
+  ASSERT_EQ(slots.slots_size(), 1);
+  EXPECT_EQ(slots.slots(0).state(), v1::SlotInfo::STATE_IDLE);
+  EXPECT_EQ(slots.slots(0).tokens(), 21u);  // The prompt and the first generated token.
+}
+
+// Text and chat prompts through the real Qwen3 tokenizer and chat template.
+class InferDaemonTextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
+    absl::StatusOr<std::string> dir = MakeModelFolder("dense", true, "m-text");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    InferServerOptions o;
+    o.model_dir = *dir;
+    absl::StatusOr<std::unique_ptr<InferServer>> s = InferServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    stub_ = server_->NewStub();
+  }
+  std::unique_ptr<InferServer> server_;
+  std::unique_ptr<v1::InferService::Stub> stub_;
+};
+
+TEST_F(InferDaemonTextTest, ChatRequestRendersTokenizesAndStreamsWholeText) {
+  v1::GenerateRequest req;
+  v1::ChatMessage* m = req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Write a haiku about caches.");
+  req.mutable_sampling()->set_max_tokens(24);
+  req.mutable_sampling()->set_ignore_eos(true);
+  auto ctx = NewClientContext(absl::Seconds(10));
+  v1::ApplyTemplateRequest at;
+  *at.mutable_chat() = req.chat();
+  v1::ApplyTemplateResponse rendered;
+  ASSERT_TRUE(stub_->ApplyTemplate(ctx.get(), at, &rendered).ok());
+
+  GenerateResult r = Generate(*stub_, req);
+
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_THAT(rendered.text(), HasSubstr("<|im_start|>user\nWrite a haiku about caches."));
+  EXPECT_GT(rendered.stable_boundary(), 0u);
+  EXPECT_EQ(r.finished.prompt_tokens(), static_cast<uint32_t>(rendered.ids_size()));
+  EXPECT_EQ(r.tokens.size(), 24u);
+  auto ctx2 = NewClientContext(absl::Seconds(10));
+  v1::DetokenizeRequest dr;
+  for (uint32_t id : r.tokens) dr.add_ids(id);
+  dr.set_skip_special(true);
+  v1::DetokenizeResponse text;
+  ASSERT_TRUE(stub_->Detokenize(ctx2.get(), dr, &text).ok());
+  EXPECT_EQ(r.text, text.text());
+}
+
+TEST_F(InferDaemonTextTest, StopStringEndsTheOutputBeforeIt) {
+  // Greedy output is deterministic: find some text in it, then ask to stop there.
+  v1::GenerateRequest req;
+  req.set_text("The cache remembers");
+  req.mutable_sampling()->set_max_tokens(30);
+  req.mutable_sampling()->set_ignore_eos(true);
+  GenerateResult full = Generate(*stub_, req);
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  // Two whole characters from the third on (proto strings must stay valid UTF-8).
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < full.text.size(); ++i) {
+    if ((static_cast<unsigned char>(full.text[i]) & 0xC0) != 0x80) starts.push_back(i);
+  }
+  starts.push_back(full.text.size());
+  ASSERT_GT(starts.size(), 5u) << full.text;
+  const std::string stop = full.text.substr(starts[2], starts[4] - starts[2]);
+  req.mutable_sampling()->add_stop(stop);
+
+  GenerateResult cut = Generate(*stub_, req);
+
+  ASSERT_TRUE(cut.status.ok()) << cut.status.error_message();
+  EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
+  EXPECT_EQ(cut.finished.reason(), v1::Finished::REASON_STOP);
+}
+
+TEST_F(InferDaemonTextTest, MediaIsRefused) {
+  v1::GenerateRequest req;
+  v1::ChatMessage* m = req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("what is in this picture?");
+  m->set_has_media(true);
+
+  GenerateResult r = Generate(*stub_, req);
+
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("text only"));
+}
+
+}  // namespace
+}  // namespace cairn::infer::testing

@@ -1,0 +1,67 @@
+#include "services/gateway/http/http_server.h"
+
+#include "gtest/gtest.h"
+
+namespace cairn::gateway {
+namespace {
+
+TEST(HttpServerTest, ParsesListenAddresses) {
+  absl::StatusOr<HttpListenAddress> v4 = ParseHttpListenAddress("127.0.0.1:8080");
+  absl::StatusOr<HttpListenAddress> v6 = ParseHttpListenAddress("[::1]:0");
+
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_EQ(v4->host, "127.0.0.1");
+  EXPECT_EQ(v4->port, 8080);
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 0);
+}
+
+TEST(HttpServerTest, RejectsMalformedListenAddresses) {
+  for (const char* bad :
+       {"", "8080", ":8080", "host:", "host:x", "host:65536", "host:-1", "[::1:80"}) {
+    EXPECT_EQ(ParseHttpListenAddress(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(HttpServerTest, ApiKeyMatchesOnlyWholeKeys) {
+  std::vector<std::string> keys = {"alpha-key", "beta"};
+
+  EXPECT_TRUE(ApiKeyMatches("alpha-key", keys));
+  EXPECT_TRUE(ApiKeyMatches("beta", keys));
+  EXPECT_FALSE(ApiKeyMatches("alpha", keys));
+  EXPECT_FALSE(ApiKeyMatches("alpha-key2", keys));
+  EXPECT_FALSE(ApiKeyMatches("", keys));
+  EXPECT_FALSE(ApiKeyMatches("beta", {}));
+}
+
+TEST(HttpServerTest, ExplicitHttpStatusRidesOnTheStatus) {
+  absl::Status s = WithHttpStatus(absl::InvalidArgumentError("too big"), 413);
+
+  EXPECT_EQ(HttpStatusOf(s), 413);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpStatusOf(absl::InvalidArgumentError("x")), 0);
+}
+
+TEST(HttpServerTest, RouterDistinguishesUnknownPathsFromWrongMethods) {
+  Router router;
+  router.Add(HttpVerb::post, "/v1/x", {}, [](std::shared_ptr<HttpExchange>) {});
+  bool known = false;
+
+  EXPECT_NE(router.Find(HttpVerb::post, "/v1/x", &known), nullptr);
+  EXPECT_EQ(router.Find(HttpVerb::get, "/v1/x", &known), nullptr);
+  EXPECT_TRUE(known);
+  EXPECT_EQ(router.Find(HttpVerb::post, "/v1/y", &known), nullptr);
+  EXPECT_FALSE(known);
+}
+
+TEST(HttpServerDeathTest, RouterRefusesPublicRoutesOutsideTheAllowlist) {
+  Router router;
+  router.Add(HttpVerb::get, "/health", {.public_route = true}, nullptr);
+
+  EXPECT_DEATH(router.Add(HttpVerb::post, "/tokenize", {.public_route = true}, nullptr), "");
+}
+
+}  // namespace
+}  // namespace cairn::gateway

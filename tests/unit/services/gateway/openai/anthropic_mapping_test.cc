@@ -1,0 +1,78 @@
+#include "services/gateway/openai/anthropic_mapping.h"
+
+#include "gtest/gtest.h"
+
+namespace cairn::gateway {
+namespace {
+
+TEST(AnthropicMappingTest, BlocksMapToChatMessages) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(Json::parse(R"({
+      "max_tokens": 50, "system": "S",
+      "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "calling"},
+          {"type": "tool_use", "id": "t1", "name": "f", "input": {"x": 1}},
+          {"type": "tool_use", "id": "t2", "name": "g", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r1"},
+                                     {"type": "tool_result", "tool_use_id": "t2"}]}],
+      "tool_choice": {"type": "tool", "name": "f"},
+      "tools": [{"name": "f", "input_schema": {"type": "object"}}]})"),
+                                                                      {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& m = spec->request.chat().messages();
+  ASSERT_EQ(m.size(), 5);
+  EXPECT_EQ(m[0].role(), "system");
+  EXPECT_EQ(m[1].content(), "ab");
+  EXPECT_EQ(m[2].content(), "calling");
+  ASSERT_EQ(m[2].tool_calls_size(), 2);
+  EXPECT_EQ(m[2].tool_calls(0).arguments_json(), R"({"x":1})");
+  EXPECT_EQ(m[3].tool_call_id(), "t1");
+  EXPECT_EQ(m[4].tool_call_id(), "t2");
+  EXPECT_EQ(spec->request.chat().tool_choice(), "f");
+  EXPECT_EQ(spec->request.sampling().max_tokens(), 50u);
+}
+
+TEST(AnthropicMappingTest, RefusesServerToolsAndMissingMaxTokens) {
+  auto parse = [](const char* body) {
+    return ParseAnthropicMessagesRequest(Json::parse(body), {}).status();
+  };
+
+  absl::Status no_max = parse(R"({"messages": [{"role": "user", "content": "x"}]})");
+  absl::Status server_tool =
+      parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+                                       "tools": [{"type": "web_search_20250305", "name": "web_search"}]})");
+  absl::Status count = ParseAnthropicCountTokensRequest(
+                           Json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), {})
+                           .status();
+
+  EXPECT_NE(no_max.message().find("max_tokens"), absl::string_view::npos);
+  EXPECT_NE(server_tool.message().find("tools[0].type"), absl::string_view::npos);
+  EXPECT_TRUE(count.ok()) << count;
+}
+
+TEST(AnthropicMappingTest, NonStreamedMessageGoldenShape) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})"), {});
+  ASSERT_TRUE(spec.ok());
+  auto formatter = spec->make_formatter("served");
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_LENGTH);
+  f.set_prompt_tokens(10);
+  f.set_cached_tokens(6);
+  f.set_completion_tokens(5);
+  f.set_content("trunc");
+
+  Json body = formatter->Body(f);
+
+  body.erase("id");
+  body.erase("cairn");
+  EXPECT_EQ(body, Json::parse(R"({"type": "message", "role": "assistant", "model": "served",
+      "content": [{"type": "text", "text": "trunc"}], "stop_reason": "max_tokens",
+      "stop_sequence": null, "usage": {"input_tokens": 4, "output_tokens": 5,
+      "cache_read_input_tokens": 6, "cache_creation_input_tokens": 0}})"))
+      << body.dump(2);
+}
+
+}  // namespace
+}  // namespace cairn::gateway

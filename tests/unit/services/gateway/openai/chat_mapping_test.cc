@@ -1,0 +1,183 @@
+#include "services/gateway/openai/chat_mapping.h"
+
+#include "gtest/gtest.h"
+
+namespace cairn::gateway {
+namespace {
+
+infer_v1::Finished MakeFinished(infer_v1::Finished::Reason reason) {
+  infer_v1::Finished f;
+  f.set_reason(reason);
+  f.set_prompt_tokens(100);
+  f.set_completion_tokens(5);
+  f.set_cached_tokens(96);
+  f.mutable_cache()->set_restored_from(infer_v1::CacheResult::TIER_LIVE);
+  f.mutable_cache()->set_restored_depth(96);
+  f.mutable_cache()->set_prefilled_tokens(4);
+  f.mutable_cache()->set_miss_reason("divergence at token 96");
+  return f;
+}
+
+GenerationSpec MustParse(const char* body, RequestLimits limits = {}) {
+  absl::StatusOr<GenerationSpec> spec = ParseChatCompletionRequest(Json::parse(body), limits);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? std::move(*spec) : GenerationSpec();
+}
+
+std::string ErrorOf(const char* body) {
+  absl::StatusOr<GenerationSpec> spec = ParseChatCompletionRequest(Json::parse(body), {});
+  EXPECT_FALSE(spec.ok()) << body;
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
+  GenerationSpec spec = MustParse(R"({"model": "m", "stream": true,
+      "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+      "temperature": 0, "seed": 3, "stop": "END", "max_tokens": 10})");
+
+  EXPECT_EQ(spec.model, "m");
+  EXPECT_TRUE(spec.stream);
+  const auto& chat = spec.request.chat();
+  ASSERT_EQ(chat.messages_size(), 2);
+  EXPECT_EQ(chat.messages(0).role(), "system");
+  EXPECT_EQ(chat.messages(1).content(), "U");
+  EXPECT_FLOAT_EQ(spec.request.sampling().temperature(), 0.0f);
+  EXPECT_EQ(spec.request.sampling().seed(), 3u);
+  EXPECT_EQ(spec.request.sampling().stop(0), "END");
+  EXPECT_EQ(spec.request.sampling().max_tokens(), 10u);
+  EXPECT_TRUE(spec.request.parse_output());
+  EXPECT_FALSE(chat.options().has_enable_thinking());
+}
+
+TEST(ChatMappingTest, DefaultsLeaveTheDaemonToDecide) {
+  GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}]})");
+
+  EXPECT_FLOAT_EQ(spec.request.sampling().temperature(), 1.0f);
+  EXPECT_FALSE(spec.request.sampling().has_seed());
+  EXPECT_EQ(spec.request.sampling().max_tokens(), 0u);
+  EXPECT_EQ(spec.request.sampling().logprobs(), 0u);
+}
+
+TEST(ChatMappingTest, ToolChoiceObjectNamesTheFunction) {
+  GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+      "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+
+  EXPECT_EQ(spec.request.chat().tool_choice(), "f");
+  EXPECT_EQ(Json::parse(spec.request.chat().tools(0).json())["function"]["name"], "f");
+}
+
+TEST(ChatMappingTest, ErrorsNameTheField) {
+  EXPECT_NE(ErrorOf(R"({})").find("messages is required"), std::string::npos);
+  EXPECT_NE(
+      ErrorOf(R"({"messages": [{"role": "user", "content": 5}]})").find("messages[0].content"),
+      std::string::npos);
+  EXPECT_NE(
+      ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "n": 3})").find("n must be 1"),
+      std::string::npos);
+  EXPECT_NE(
+      ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})").find("stop[0]"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})")
+                .find("logprobs"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})")
+                .find("media"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}],
+                        "response_format": {"type": "json_schema"}})")
+                .find("response_format.type"),
+            std::string::npos);
+}
+
+TEST(ChatMappingTest, ServerCapBoundsMaxTokens) {
+  RequestLimits limits;
+  limits.max_output_tokens = 64;
+
+  GenerationSpec spec = MustParse(
+      R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 32000,
+          "max_tokens": 1})",
+      limits);
+
+  EXPECT_EQ(spec.request.sampling().max_tokens(), 64u);
+}
+
+TEST(ChatMappingTest, NonStreamedBodyGoldenShape) {
+  GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "x"}]})");
+  auto formatter = spec.make_formatter("served");
+  infer_v1::Delta d;
+  d.set_text("Hi");
+  formatter->Collect(d);
+
+  Json body = formatter->Body(MakeFinished(infer_v1::Finished::REASON_STOP));
+
+  body.erase("id");
+  body.erase("created");
+  Json expected = Json::parse(R"({
+    "object": "chat.completion", "model": "served",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"},
+                 "finish_reason": "stop", "logprobs": null}],
+    "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
+              "prompt_tokens_details": {"cached_tokens": 96}},
+    "cairn": {"tier": "live", "depth": 96, "prefilled_tokens": 4, "restore_ms": 0.0,
+              "capture_ms": 0.0, "ttft_ms": 0.0, "captures": 0, "cache_available": false,
+              "miss_reason": "divergence at token 96"}})");
+  EXPECT_EQ(body, expected) << body.dump(2);
+}
+
+TEST(ChatMappingTest, StreamedChunksGoldenShape) {
+  GenerationSpec spec = MustParse(R"({"stream": true, "logprobs": true, "top_logprobs": 1,
+      "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "x"}]})");
+  auto formatter = spec.make_formatter("served");
+  infer_v1::Delta d;
+  d.set_text("A");
+  auto* lp = d.add_logprobs();
+  lp->set_text("A");
+  lp->set_logprob(-0.5f);
+  auto* alt = lp->add_top();
+  alt->set_text("B");
+  alt->set_logprob(-1.0f);
+  infer_v1::Delta tool;
+  auto* tc = tool.add_tool_calls();
+  tc->set_index(0);
+  tc->set_id("call_1");
+  tc->set_name("f");
+  tc->set_arguments_delta("{}");
+
+  std::string first = formatter->StreamStarted(infer_v1::Started());
+  std::string text = formatter->StreamDelta(d);
+  std::string call = formatter->StreamDelta(tool);
+  std::string last = formatter->StreamFinished(MakeFinished(infer_v1::Finished::REASON_TOOL_CALLS));
+
+  auto data = [](const std::string& sse) {
+    EXPECT_EQ(sse.rfind("data: ", 0), 0u) << sse;
+    return Json::parse(sse.substr(6, sse.find("\n\n") - 6));
+  };
+  EXPECT_EQ(data(first)["choices"][0]["delta"],
+            Json::parse(R"({"role":"assistant","content":""})"));
+  Json t = data(text)["choices"][0];
+  EXPECT_EQ(t["delta"]["content"], "A");
+  EXPECT_EQ(t["logprobs"]["content"][0]["top_logprobs"][0]["token"], "B");
+  EXPECT_EQ(data(call)["choices"][0]["delta"]["tool_calls"],
+            Json::parse(R"([{"index":0,"id":"call_1","type":"function",
+                             "function":{"name":"f","arguments":"{}"}}])"));
+  EXPECT_EQ(data(last)["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_NE(last.find("\"usage\":{"), std::string::npos);
+  EXPECT_EQ(last.substr(last.size() - 14), "data: [DONE]\n\n");
+}
+
+TEST(ChatMappingTest, CompletionPromptAsTokenIds) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseCompletionRequest(Json::parse(R"({"prompt": [[5, 6]], "logprobs": 2})"), {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->request.token_ids().ids_size(), 2);
+  EXPECT_EQ(spec->request.token_ids().ids(1), 6u);
+  EXPECT_EQ(spec->request.sampling().logprobs(), 2u);
+  EXPECT_TRUE(CheckAgainstVocabulary(*spec, 7).ok());
+  EXPECT_EQ(CheckAgainstVocabulary(*spec, 6).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cairn::gateway

@@ -1,0 +1,53 @@
+#include "services/gateway/openai/errors.h"
+
+#include "gtest/gtest.h"
+#include "services/gateway/openai/json_util.h"
+
+namespace cairn::gateway {
+namespace {
+
+TEST(ErrorsTest, StatusCodesMapToTheStyleGuideTable) {
+  EXPECT_EQ(HttpStatusFor(absl::InvalidArgumentError("x")), 400);
+  EXPECT_EQ(HttpStatusFor(absl::UnauthenticatedError("x")), 401);
+  EXPECT_EQ(HttpStatusFor(absl::PermissionDeniedError("x")), 403);
+  EXPECT_EQ(HttpStatusFor(absl::NotFoundError("x")), 404);
+  EXPECT_EQ(HttpStatusFor(absl::ResourceExhaustedError("x")), 429);
+  EXPECT_EQ(HttpStatusFor(absl::UnimplementedError("x")), 501);
+  EXPECT_EQ(HttpStatusFor(absl::UnavailableError("x")), 503);
+  EXPECT_EQ(HttpStatusFor(absl::DeadlineExceededError("x")), 504);
+  EXPECT_EQ(HttpStatusFor(absl::AlreadyExistsError("x")), 500);
+  EXPECT_EQ(HttpStatusFor(absl::FailedPreconditionError("x")), 500);
+  EXPECT_EQ(HttpStatusFor(absl::CancelledError("x")), 500);
+  EXPECT_EQ(HttpStatusFor(absl::DataLossError("x")), 500);
+  EXPECT_EQ(HttpStatusFor(absl::InternalError("x")), 500);
+  EXPECT_EQ(HttpStatusFor(WithHttpStatus(absl::InvalidArgumentError("x"), 413)), 413);
+}
+
+TEST(ErrorsTest, OpenAiShapeWithRetryAfterOnBusyAnswers) {
+  HttpResponse r = RenderError(absl::ResourceExhaustedError("queue full"), "/v1/chat/completions",
+                               {.retry_after_seconds = 3});
+
+  Json body = Json::parse(r.body);
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(body["error"]["message"], "queue full");
+  EXPECT_EQ(body["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(body["error"]["code"], "resource_exhausted");
+  ASSERT_EQ(r.headers.size(), 1u);
+  EXPECT_EQ(r.headers[0].first, "Retry-After");
+  EXPECT_EQ(r.headers[0].second, "3");
+}
+
+TEST(ErrorsTest, AnthropicRoutesGetTheAnthropicShape) {
+  HttpResponse r =
+      RenderError(absl::InvalidArgumentError("max_tokens is required"), "/v1/messages");
+
+  Json body = Json::parse(r.body);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(body["type"], "error");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["message"], "max_tokens is required");
+  EXPECT_TRUE(r.headers.empty());
+}
+
+}  // namespace
+}  // namespace cairn::gateway

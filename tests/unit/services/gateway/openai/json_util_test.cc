@@ -1,0 +1,53 @@
+#include "services/gateway/openai/json_util.h"
+
+#include "gtest/gtest.h"
+
+namespace cairn::gateway {
+namespace {
+
+TEST(JsonUtilTest, ParsesObjectsAndRejectsEverythingElse) {
+  EXPECT_TRUE(ParseJsonObject(R"({"a":[1,{"b":"]"}]})", 8).ok());
+  EXPECT_EQ(ParseJsonObject("", 8).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJsonObject("{", 8).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJsonObject("[]", 8).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseJsonObject("\"\\xff\"", 8).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JsonUtilTest, DepthLimitIgnoresBracketsInsideStrings) {
+  std::string deep = std::string(10, '[') + std::string(10, ']');
+
+  EXPECT_FALSE(ParseJsonObject(R"({"a":)" + deep + "}", 8).ok());
+  EXPECT_TRUE(ParseJsonObject(R"({"a":"[[[[[[[[[[[[\"[[["})", 2).ok());
+}
+
+TEST(JsonUtilTest, FieldReadersCheckTypesAndRangesAndNameTheField) {
+  Json j = Json::parse(R"({"s":"x","n":1.5,"i":7,"big":18446744073709551615,"neg":-3,
+                           "b":true,"arr":[1,2,3],"nul":null})");
+  JsonFields f(j, "req");
+
+  EXPECT_EQ(*f.String("s", 10).value(), "x");
+  EXPECT_FALSE(f.String("s", 0).ok());
+  EXPECT_FALSE(f.String("n", 10).ok());
+  EXPECT_DOUBLE_EQ(*f.Number("n", 0, 2).value(), 1.5);
+  EXPECT_FALSE(f.Number("n", 0, 1).ok());
+  EXPECT_EQ(*f.Integer("i", 0, 10).value(), 7);
+  EXPECT_FALSE(f.Integer("n", 0, 10).ok());
+  EXPECT_FALSE(f.Integer("big", 0, 1 << 30).ok());
+  EXPECT_FALSE(f.Integer("neg", 0, 10).ok());
+  EXPECT_TRUE(*f.Bool("b").value());
+  EXPECT_FALSE(f.Bool("i").ok());
+  EXPECT_FALSE(f.Array("arr", 2).ok());
+  EXPECT_FALSE(f.String("nul", 10).value().has_value());
+  EXPECT_FALSE(f.String("missing", 10).value().has_value());
+  absl::Status named = f.Integer("n", 0, 10).status();
+  EXPECT_NE(named.message().find("req.n"), absl::string_view::npos) << named;
+}
+
+TEST(JsonUtilTest, DumpNeverThrowsOnInvalidUtf8) {
+  Json j = std::string("bad \xff byte");
+
+  EXPECT_EQ(DumpJson(j), "\"bad \xef\xbf\xbd byte\"");
+}
+
+}  // namespace
+}  // namespace cairn::gateway

@@ -1,0 +1,562 @@
+// Each HIP kernel against the CPU reference backend on random inputs of several shapes (odd
+// sizes, GQA ratios, one token, lengths crossing the chunk size, long contexts), plus
+// determinism (the same inputs twice give the same bits) and batch invariance. Skips without a
+// device.
+//
+// Tolerances are relative to the largest magnitude of the reference output: kernels and the CPU
+// reduce in different orders (and the GPU contracts to fused multiply-adds), so results agree
+// to a few fp32 ulps times the reduction depth, not bit for bit.
+
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/kernels/hip/random_floats.h"
+
+namespace cairn::infer {
+namespace {
+
+// Element-wise and row operations: a handful of fp32 roundings apart.
+constexpr float kTightTolerance = 2e-6f;
+// Reductions over k (GEMM), keys (attention) or dk (delta rule): order-dependent rounding.
+constexpr float kReductionTolerance = 2e-5f;
+// The delta rule carries its state over many tokens; the chunked form also differs from the
+// recurrent one by its forward substitutions.
+constexpr float kRecurrenceTolerance = 2e-4f;
+
+// max |a - b| / max(max |b|, 1e-30).
+float RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  float diff = 0.0f;
+  float ref = 1e-30f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    ref = std::max(ref, std::fabs(b[i]));
+  }
+  return diff / ref;
+}
+
+// Prints `err` (for the record of measured errors) and returns it.
+float Measured(const std::string& what, float err) {
+  std::printf("[ measured ] %s: max rel err %.3g\n", what.c_str(), err);
+  return err;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class HipKernelBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    gpu_ = *std::move(gpu);
+    absl::StatusOr<std::unique_ptr<CpuKernelBackend>> cpu = CpuKernelBackend::Create({});
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    cpu_ = *std::move(cpu);
+  }
+
+  // Copies `host` into a new device buffer.
+  DeviceBuffer Up(const std::vector<float>& host) {
+    absl::StatusOr<DeviceBuffer> b = gpu_->Allocate(host.size() * sizeof(float));
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) return DeviceBuffer();
+    EXPECT_TRUE(gpu_->Upload(b->data(), host.data(), host.size() * sizeof(float)).ok());
+    return *std::move(b);
+  }
+  // A device buffer of `n` floats filled with NaN, so unwritten outputs show.
+  DeviceBuffer Poisoned(size_t n) { return Up(std::vector<float>(n, NAN)); }
+  std::vector<float> Down(const DeviceBuffer& b, size_t n) {
+    std::vector<float> host(n);
+    const absl::Status s = gpu_->Download(host.data(), b.data(), n * sizeof(float));
+    EXPECT_TRUE(s.ok()) << s;
+    return host;
+  }
+
+  std::unique_ptr<HipKernelBackend> gpu_;
+  std::unique_ptr<CpuKernelBackend> cpu_;
+};
+
+TEST(HipKernelBackendSplitTest, CopiesAreCutOnlyAtBoundariesInsideTheRange) {
+  const uintptr_t base = 4096;
+  const std::vector<uintptr_t> boundaries = {0, 4096, 5000, 6000, 6000, 9000};
+
+  const auto pieces = HipKernelBackend::SplitAtBoundaries(base, 3000, boundaries);
+
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0], std::make_pair(int64_t{0}, int64_t{904}));
+  EXPECT_EQ(pieces[1], std::make_pair(int64_t{904}, int64_t{1000}));
+  EXPECT_EQ(pieces[2], std::make_pair(int64_t{1904}, int64_t{1096}));
+}
+
+TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
+  EXPECT_THAT(HipKernelBackend::Create({.attention_split_keys = 100}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(HipKernelBackend::Create({.delta_segment_tokens = 0}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(HipKernelBackendCreateTest, TheFactoryGivesAKernelBackendWhereThereIsADevice) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> b = CreateHipKernelBackend({});
+
+  if (HipDeviceCount() == 0) {
+    EXPECT_THAT(b.status(), cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
+  } else {
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ((*b)->name(), "hip-fp32");
+  }
+}
+
+TEST(HipKernelBackendCreateTest, AMissingDeviceIsUnavailable) {
+  EXPECT_THAT(HipKernelBackend::Create({.device = 4096}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(HipKernelBackendTest, MatMulTransposedMatchesCpu) {
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (const Shape s : {Shape{1, 64, 33}, Shape{37, 70, 129}, Shape{300, 1024, 520}}) {
+    SCOPED_TRACE(::testing::Message() << "m=" << s.m << " k=" << s.k << " n=" << s.n);
+    const std::vector<float> x = RandomFloats(s.m * s.k, 1), w = RandomFloats(s.n * s.k, 2);
+    const std::vector<float> y0 = RandomFloats(s.m * s.n, 3);
+    std::vector<float> ref = y0;
+    cpu_->MatMulTransposed(x.data(), s.m, s.k, s.k, w.data(), s.n, ref.data(), s.n, true);
+    DeviceBuffer dx = Up(x), dw = Up(w), dy = Up(y0);
+
+    gpu_->MatMulTransposed(dx.floats(), s.m, s.k, s.k, dw.floats(), s.n, dy.floats(), s.n, true);
+    const std::vector<float> got = Down(dy, y0.size());
+
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_LT(Measured(::testing::PrintToString(std::vector<int64_t>{s.m, s.k, s.n}) + " matmul",
+                       RelErr(got, ref)),
+              kReductionTolerance);
+  }
+}
+
+TEST_F(HipKernelBackendTest, MatMulRowsMatchesCpuAndNoRowDependsOnTheOthers) {
+  // k = 70 takes the scalar path (rows not 16-byte aligned), k = 4096 the vector path.
+  for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
+    SCOPED_TRACE(::testing::Message() << "k=" << k);
+    const int64_t m = 13, n = 203;
+    const std::vector<float> x = RandomFloats(m * k, 4), w = RandomFloats(n * k, 5);
+    std::vector<float> ref(m * n);
+    cpu_->MatMulTransposed(x.data(), m, k, k, w.data(), n, ref.data(), n, false);
+    DeviceBuffer dx = Up(x), dw = Up(w), all = Poisoned(m * n), all2 = Poisoned(m * n);
+
+    gpu_->MatMulRows(dx.floats(), m, k, k, dw.floats(), n, all.floats(), n, false);
+    gpu_->MatMulRows(dx.floats(), m, k, k, dw.floats(), n, all2.floats(), n, false);
+    const std::vector<float> together = Down(all, m * n);
+
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_LT(Measured("matmul rows k=" + std::to_string(k), RelErr(together, ref)),
+              kReductionTolerance);
+    EXPECT_TRUE(SameBits(together, Down(all2, m * n)));
+    // Each row alone, and rows 3..7 as a batch of 5, give the same bits as the batch of 13.
+    for (int64_t r = 0; r < m; ++r) {
+      DeviceBuffer one = Poisoned(n);
+      gpu_->MatMulRows(dx.floats() + r * k, 1, k, k, dw.floats(), n, one.floats(), n, false);
+      const std::vector<float> alone = Down(one, n);
+      EXPECT_TRUE(SameBits(
+          alone, std::vector<float>(together.begin() + r * n, together.begin() + (r + 1) * n)))
+          << "row " << r;
+    }
+    DeviceBuffer five = Poisoned(5 * n);
+    gpu_->MatMulRows(dx.floats() + 3 * k, 5, k, k, dw.floats(), n, five.floats(), n, false);
+    EXPECT_TRUE(SameBits(Down(five, 5 * n),
+                         std::vector<float>(together.begin() + 3 * n, together.begin() + 8 * n)));
+  }
+}
+
+TEST_F(HipKernelBackendTest, NormsMatchCpu) {
+  for (const int64_t dim : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{2049}}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
+    const int64_t rows = 37;
+    const std::vector<float> x = RandomFloats(rows * dim, 6, -3.0f, 3.0f),
+                             z = RandomFloats(rows * dim, 7);
+    const std::vector<float> w = RandomFloats(dim, 8);
+    std::vector<float> rms(rows * dim), rms_zc(rows * dim), gated(rows * dim), l2 = x;
+    cpu_->RmsNorm(x.data(), rows, dim, w.data(), 1e-6f, false, rms.data());
+    cpu_->RmsNorm(x.data(), rows, dim, w.data(), 1e-6f, true, rms_zc.data());
+    cpu_->GatedRmsNorm(x.data(), z.data(), rows, dim, w.data(), 1e-6f, gated.data());
+    cpu_->L2Normalize(l2.data(), rows, dim, 1e-6f, 0.5f);
+    DeviceBuffer dx = Up(x), dz = Up(z), dw = Up(w), d1 = Poisoned(x.size()),
+                 d2 = Poisoned(x.size()), d3 = Poisoned(x.size()), d4 = Up(x);
+
+    gpu_->RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, false, d1.floats());
+    gpu_->RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, true, d2.floats());
+    gpu_->GatedRmsNorm(dx.floats(), dz.floats(), rows, dim, dw.floats(), 1e-6f, d3.floats());
+    gpu_->L2Normalize(d4.floats(), rows, dim, 1e-6f, 0.5f);
+
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    const std::string dims = "dim=" + std::to_string(dim);
+    EXPECT_LT(Measured("rmsnorm " + dims, RelErr(Down(d1, x.size()), rms)), kTightTolerance);
+    EXPECT_LT(Measured("rmsnorm zero-centred " + dims, RelErr(Down(d2, x.size()), rms_zc)),
+              kTightTolerance);
+    EXPECT_LT(Measured("gated rmsnorm " + dims, RelErr(Down(d3, x.size()), gated)),
+              kTightTolerance);
+    EXPECT_LT(Measured("l2 normalize " + dims, RelErr(Down(d4, x.size()), l2)), kTightTolerance);
+  }
+}
+
+TEST_F(HipKernelBackendTest, RopeAndSiluMulMatchCpu) {
+  const int64_t tokens = 19;
+  const int heads = 5, head_dim = 34, rotary = 18;
+  const int64_t ld = heads * head_dim + 3;  // Rows padded: only the heads are touched.
+  const std::vector<float> x = RandomFloats(tokens * ld, 9);
+  std::vector<float> inv_freq(rotary / 2);
+  for (int i = 0; i < rotary / 2; ++i) {
+    inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / rotary);
+  }
+  std::vector<float> ref = x;
+  cpu_->Rope(ref.data(), tokens, ld, heads, head_dim, rotary, inv_freq.data(), 100000);
+  const std::vector<float> gate = RandomFloats(tokens * 40, 10, -6.0f, 6.0f),
+                           up = RandomFloats(tokens * 30, 11);
+  std::vector<float> swiglu(tokens * 25);
+  cpu_->SiluMul(gate.data(), 40, up.data(), 30, tokens, 25, swiglu.data());
+  DeviceBuffer dx = Up(x), dfreq = Up(inv_freq), dgate = Up(gate), dup = Up(up),
+               dout = Poisoned(swiglu.size());
+
+  gpu_->Rope(dx.floats(), tokens, ld, heads, head_dim, rotary, dfreq.floats(), 100000);
+  gpu_->SiluMul(dgate.floats(), 40, dup.floats(), 30, tokens, 25, dout.floats());
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  // Angles near 1e5 radians: cos/sin of the same fp32 angle, each within an ulp or two.
+  EXPECT_LT(Measured("rope at 1e5", RelErr(Down(dx, x.size()), ref)), 1e-5f);
+  EXPECT_LT(Measured("silu mul", RelErr(Down(dout, swiglu.size()), swiglu)), kTightTolerance);
+}
+
+TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
+  const int64_t channels = 301, tokens = 23;
+  const int kernel = 4;
+  const int64_t ld = channels + 5;
+  const std::vector<float> in = RandomFloats(tokens * ld, 12),
+                           w = RandomFloats(channels * kernel, 13);
+  const std::vector<float> state0 = RandomFloats((kernel - 1) * channels, 14);
+  std::vector<float> ref_state = state0, ref(tokens * channels);
+  cpu_->CausalConvSilu(in.data(), ld, tokens, channels, w.data(), kernel, ref_state.data(),
+                       ref.data());
+  DeviceBuffer din = Up(in), dw = Up(w), dstate = Up(state0), dout = Poisoned(ref.size());
+
+  // One token, then two (fewer than the window), then the rest: the state carries over.
+  int64_t done = 0;
+  for (const int64_t n : {int64_t{1}, int64_t{2}, tokens - 3}) {
+    gpu_->CausalConvSilu(din.floats() + done * ld, ld, n, channels, dw.floats(), kernel,
+                         dstate.floats(), dout.floats() + done * channels);
+    done += n;
+  }
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_LT(Measured("causal conv", RelErr(Down(dout, ref.size()), ref)), kTightTolerance);
+  EXPECT_LT(Measured("causal conv state", RelErr(Down(dstate, ref_state.size()), ref_state)),
+            kTightTolerance);
+}
+
+struct AttentionCase {
+  int64_t tokens, past;
+  int q_heads, kv_heads, head_dim;
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.tokens << " tokens after " << c.past << ", " << c.q_heads << "q/" << c.kv_heads
+      << "kv, d" << c.head_dim;
+}
+
+class HipAttentionTest : public HipKernelBackendTest,
+                         public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(HipAttentionTest, MatchesCpuAndRepeatsBitForBit) {
+  const AttentionCase c = GetParam();
+  const int64_t rows = c.past + c.tokens;
+  const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
+  const std::vector<float> q = RandomFloats(c.tokens * q_ld, 15, -2.0f, 2.0f);
+  const std::vector<float> k = RandomFloats(rows * kv_ld, 16, -2.0f, 2.0f),
+                           v = RandomFloats(rows * kv_ld, 17);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> ref(c.tokens * q_ld);
+  cpu_->Attention({q.data(), k.data(), v.data(), ref.data(), c.tokens, c.past, c.q_heads,
+                   c.kv_heads, c.head_dim, scale});
+  DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), o1 = Poisoned(ref.size()),
+               o2 = Poisoned(ref.size());
+
+  gpu_->Attention({dq.floats(), dk.floats(), dv.floats(), o1.floats(), c.tokens, c.past, c.q_heads,
+                   c.kv_heads, c.head_dim, scale});
+  gpu_->Attention({dq.floats(), dk.floats(), dv.floats(), o2.floats(), c.tokens, c.past, c.q_heads,
+                   c.kv_heads, c.head_dim, scale});
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  const std::vector<float> got = Down(o1, ref.size());
+  EXPECT_LT(Measured(::testing::PrintToString(std::vector<int64_t>{c.tokens, c.past, c.q_heads,
+                                                                   c.kv_heads, c.head_dim}) +
+                         " attention",
+                     RelErr(got, ref)),
+            kReductionTolerance);
+  EXPECT_TRUE(SameBits(got, Down(o2, ref.size())));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, HipAttentionTest,
+    ::testing::Values(AttentionCase{1, 0, 8, 2, 64},       // First token, decode path.
+                      AttentionCase{1, 5000, 16, 2, 256},  // Long-context decode (splits).
+                      AttentionCase{3, 1023, 8, 8, 128},   // Few tokens across a split edge.
+                      AttentionCase{7, 100, 6, 3, 80},     // Odd head_dim, group 2.
+                      AttentionCase{129, 40, 4, 4, 32},    // Prefill, tiles not aligned.
+                      AttentionCase{300, 0, 12, 2, 128},   // Prefill, group 6.
+                      AttentionCase{1500, 0, 16, 2, 256},
+                      AttentionCase{2, 99998, 16, 2, 256}));  // 100K keys: 391 ranges.
+
+TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
+  const int q_heads = 8, kv_heads = 2, hd = 128;
+  const int64_t total = 200;
+  const int64_t q_ld = q_heads * hd, kv_ld = kv_heads * hd;
+  const std::vector<float> q = RandomFloats(total * q_ld, 18, -2.0f, 2.0f);
+  const std::vector<float> k = RandomFloats(total * kv_ld, 19, -2.0f, 2.0f),
+                           v = RandomFloats(total * kv_ld, 20);
+  DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), whole = Poisoned(total * q_ld),
+               cut = Poisoned(total * q_ld);
+  const float scale = 0.1f;
+  auto run = [&](float* out, int64_t first, int64_t n) {
+    gpu_->Attention({dq.floats() + first * q_ld, dk.floats(), dv.floats(), out + first * q_ld, n,
+                     first, q_heads, kv_heads, hd, scale});
+  };
+
+  // Prefill: one pass of 200 against passes of 77, 40 and 83 (all above the decode limit).
+  run(whole.floats(), 0, total);
+  run(cut.floats(), 0, 77);
+  run(cut.floats(), 77, 40);
+  run(cut.floats(), 117, 83);
+  const std::vector<float> a = Down(whole, total * q_ld), b = Down(cut, total * q_ld);
+  // Decode path: token 150 alone against tokens 148..150 in one call.
+  DeviceBuffer one = Poisoned(total * q_ld), three = Poisoned(total * q_ld);
+  run(one.floats(), 150, 1);
+  run(three.floats(), 148, 3);
+  const std::vector<float> c = Down(one, total * q_ld), d = Down(three, total * q_ld);
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_TRUE(SameBits(a, b));
+  EXPECT_TRUE(SameBits(std::vector<float>(c.begin() + 150 * q_ld, c.begin() + 151 * q_ld),
+                       std::vector<float>(d.begin() + 150 * q_ld, d.begin() + 151 * q_ld)));
+}
+
+struct DeltaCase {
+  int64_t tokens;
+  int k_heads, v_heads, dk, dv, chunk;
+};
+
+void PrintTo(const DeltaCase& c, std::ostream* os) {
+  *os << c.tokens << " tokens, " << c.k_heads << "k/" << c.v_heads << "v heads, " << c.dk << "x"
+      << c.dv << ", chunk " << c.chunk;
+}
+
+class HipGatedDeltaTest : public HipKernelBackendTest,
+                          public ::testing::WithParamInterface<DeltaCase> {};
+
+TEST_P(HipGatedDeltaTest, MatchesCpuAndRepeatsBitForBit) {
+  const DeltaCase c = GetParam();
+  const int64_t qk_n = c.tokens * c.k_heads * c.dk;
+  std::vector<float> q = RandomFloats(qk_n, 21), k = RandomFloats(qk_n, 22);
+  const std::vector<float> v = RandomFloats(c.tokens * c.v_heads * c.dv, 23);
+  const std::vector<float> g = RandomFloats(c.tokens * c.v_heads, 24, -0.5f, -0.01f);
+  const std::vector<float> beta = RandomFloats(c.tokens * c.v_heads, 25, 0.1f, 0.9f);
+  const std::vector<float> state0 = RandomFloats(c.v_heads * c.dk * c.dv, 26, -0.2f, 0.2f);
+  // Unit-norm keys and scaled queries, as the model passes them.
+  cpu_->L2Normalize(k.data(), c.tokens * c.k_heads, c.dk, 1e-6f, 1.0f);
+  cpu_->L2Normalize(q.data(), c.tokens * c.k_heads, c.dk, 1e-6f,
+                    1.0f / std::sqrt(static_cast<float>(c.dk)));
+  std::vector<float> ref_state = state0, ref(c.tokens * c.v_heads * c.dv);
+  cpu_->GatedDeltaRule({q.data(), k.data(), v.data(), g.data(), beta.data(), ref_state.data(),
+                        ref.data(), c.tokens, c.k_heads, c.v_heads, c.dk, c.dv, c.chunk});
+  DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), dg = Up(g), db = Up(beta);
+  DeviceBuffer s1 = Up(state0), s2 = Up(state0), o1 = Poisoned(ref.size()),
+               o2 = Poisoned(ref.size());
+
+  for (auto [s, o] : {std::pair{&s1, &o1}, std::pair{&s2, &o2}}) {
+    gpu_->GatedDeltaRule({dq.floats(), dk.floats(), dv.floats(), dg.floats(), db.floats(),
+                          s->floats(), o->floats(), c.tokens, c.k_heads, c.v_heads, c.dk, c.dv,
+                          c.chunk});
+  }
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  const std::vector<float> out = Down(o1, ref.size()), state = Down(s1, ref_state.size());
+  const std::string name = ::testing::PrintToString(
+      std::vector<int64_t>{c.tokens, c.k_heads, c.v_heads, c.dk, c.dv, c.chunk});
+  EXPECT_LT(Measured(name + " delta out", RelErr(out, ref)), kRecurrenceTolerance);
+  EXPECT_LT(Measured(name + " delta state", RelErr(state, ref_state)), kRecurrenceTolerance);
+  EXPECT_TRUE(SameBits(out, Down(o2, ref.size())));
+  EXPECT_TRUE(SameBits(state, Down(s2, ref_state.size())));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, HipGatedDeltaTest,
+    ::testing::Values(DeltaCase{1, 2, 6, 8, 12, 0},         // One decode step, odd sizes.
+                      DeltaCase{37, 2, 6, 8, 12, 0},        // Recurrent over a short prompt.
+                      DeltaCase{1, 2, 6, 8, 12, 64},        // One token, chunked.
+                      DeltaCase{150, 2, 6, 8, 12, 64},      // Two chunks and a partial one.
+                      DeltaCase{100, 2, 6, 8, 12, 4},       // Small chunks.
+                      DeltaCase{65, 4, 8, 128, 128, 64},    // Real head sizes across a chunk.
+                      DeltaCase{20, 4, 8, 128, 128, 0},     // Real head sizes, recurrent.
+                      DeltaCase{1000, 2, 4, 256, 96, 64},   // Largest dk, dv not a multiple of 32.
+                      DeltaCase{5000, 1, 2, 64, 64, 64}));  // Longer than one segment.
+
+TEST_F(HipKernelBackendTest, ChunkedDeltaRuleDoesNotDependOnSegmentsOrCallBoundaries) {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> small =
+      HipKernelBackend::Create({.delta_segment_tokens = 128});
+  ASSERT_TRUE(small.ok()) << small.status();
+  const int64_t tokens = 640;
+  const int kh = 2, vh = 4, dk = 64, dv = 64, chunk = 64;
+  std::vector<float> q = RandomFloats(tokens * kh * dk, 27), k = RandomFloats(tokens * kh * dk, 28);
+  cpu_->L2Normalize(k.data(), tokens * kh, dk, 1e-6f, 1.0f);
+  cpu_->L2Normalize(q.data(), tokens * kh, dk, 1e-6f, 0.125f);
+  const std::vector<float> v = RandomFloats(tokens * vh * dv, 29);
+  const std::vector<float> g = RandomFloats(tokens * vh, 30, -0.5f, -0.01f);
+  const std::vector<float> beta = RandomFloats(tokens * vh, 31, 0.1f, 0.9f);
+  const std::vector<float> state0 = RandomFloats(vh * dk * dv, 32, -0.2f, 0.2f);
+  auto run = [&](HipKernelBackend& b, const std::vector<int64_t>& passes) {
+    DeviceBuffer dq = Up(q), dk_ = Up(k), dv_ = Up(v), dg = Up(g), db = Up(beta), s = Up(state0),
+                 o = Poisoned(tokens * vh * dv);
+    int64_t first = 0;
+    for (const int64_t n : passes) {
+      b.GatedDeltaRule({dq.floats() + first * kh * dk, dk_.floats() + first * kh * dk,
+                        dv_.floats() + first * vh * dv, dg.floats() + first * vh,
+                        db.floats() + first * vh, s.floats(), o.floats() + first * vh * dv, n, kh,
+                        vh, dk, dv, chunk});
+      first += n;
+    }
+    // Up() and Down() use gpu_'s stream: wait for `b`'s own first.
+    EXPECT_TRUE(b.Synchronize().ok());
+    std::vector<float> out = Down(o, tokens * vh * dv);
+    const std::vector<float> state = Down(s, vh * dk * dv);
+    out.insert(out.end(), state.begin(), state.end());
+    return out;
+  };
+
+  const std::vector<float> whole = run(*gpu_, {tokens});
+  const std::vector<float> segmented = run(**small, {tokens});
+  const std::vector<float> passes = run(*gpu_, {128, 320, 192});
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  ASSERT_TRUE((*small)->Synchronize().ok());
+  EXPECT_TRUE(SameBits(whole, segmented));
+  EXPECT_TRUE(SameBits(whole, passes));
+}
+
+TEST_F(HipKernelBackendTest, GathersSplitsAndGatesMatchCpu) {
+  const int64_t vocab = 97, dim = 130, n = 23;
+  const std::vector<float> table = RandomFloats(vocab * dim, 40);
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
+  std::vector<float> gathered(n * dim);
+  cpu_->EmbeddingGather(table.data(), dim, ids.data(), n, gathered.data());
+  const int64_t rows = 9;
+  const int heads = 3, hd = 17;
+  const std::vector<float> pairs = RandomFloats(rows * 2 * heads * hd, 41);
+  std::vector<float> a(rows * heads * hd), b(rows * heads * hd);
+  cpu_->SplitHeadPairs(pairs.data(), rows, heads, hd, a.data(), b.data());
+  std::vector<float> x = RandomFloats(1000, 42);
+  const std::vector<float> gate = RandomFloats(1000, 43, -8.0f, 8.0f);
+  std::vector<float> gated = x;
+  cpu_->SigmoidMul(gated.data(), gate.data(), 1000);
+  const int64_t tokens = 31, ld = 70;
+  const int gheads = 12;
+  const std::vector<float> in =
+      RandomFloats(tokens * ld, 44, -30.0f, 30.0f);  // Past softplus's switch.
+  const std::vector<float> dt_bias = RandomFloats(gheads, 45),
+                           neg_a = RandomFloats(gheads, 46, -8.0f, -0.1f);
+  std::vector<float> g(tokens * gheads), beta(tokens * gheads);
+  cpu_->GdnGates(in.data(), ld, tokens, gheads, 3, 40, dt_bias.data(), neg_a.data(), g.data(),
+                 beta.data());
+  DeviceBuffer dtable = Up(table), dpairs = Up(pairs), dx = Up(x), dgate = Up(gate), din = Up(in),
+               ddt = Up(dt_bias), dnega = Up(neg_a), dgath = Poisoned(gathered.size()),
+               da = Poisoned(a.size()), db = Poisoned(b.size()), dg = Poisoned(g.size()),
+               dbeta = Poisoned(beta.size());
+  absl::StatusOr<DeviceBuffer> dids = gpu_->Allocate(n * sizeof(int32_t));
+  ASSERT_TRUE(dids.ok()) << dids.status();
+  ASSERT_TRUE(gpu_->Upload(dids->data(), ids.data(), n * sizeof(int32_t)).ok());
+
+  gpu_->EmbeddingGather(dtable.floats(), dim, static_cast<const int32_t*>(dids->data()), n,
+                        dgath.floats());
+  gpu_->SplitHeadPairs(dpairs.floats(), rows, heads, hd, da.floats(), db.floats());
+  gpu_->SigmoidMul(dx.floats(), dgate.floats(), 1000);
+  gpu_->GdnGates(din.floats(), ld, tokens, gheads, 3, 40, ddt.floats(), dnega.floats(), dg.floats(),
+                 dbeta.floats());
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(dgath, gathered.size()), gathered));
+  EXPECT_TRUE(SameBits(Down(da, a.size()), a));
+  EXPECT_TRUE(SameBits(Down(db, b.size()), b));
+  EXPECT_LT(Measured("sigmoid mul", RelErr(Down(dx, x.size()), gated)), kTightTolerance);
+  EXPECT_LT(Measured("gdn gates g", RelErr(Down(dg, g.size()), g)), kTightTolerance);
+  EXPECT_LT(Measured("gdn gates beta", RelErr(Down(dbeta, beta.size()), beta)), kTightTolerance);
+}
+
+TEST_F(HipKernelBackendTest, MoeRoutingMatchesCpuWithTiesToTheLowerId) {
+  const int64_t tokens = 57;
+  const int experts = 512, top_k = 10;
+  std::vector<float> logits = RandomFloats(tokens * experts, 47, -4.0f, 4.0f);
+  // Token 0: every logit equal, so the picks are experts 0..9 in order.
+  std::fill(logits.begin(), logits.begin() + experts, 0.5f);
+  for (const bool renormalise : {false, true}) {
+    SCOPED_TRACE(renormalise ? "renormalised" : "plain");
+    std::vector<int32_t> ids(tokens * top_k);
+    std::vector<float> weights(tokens * top_k);
+    cpu_->MoeRoute(logits.data(), tokens, experts, top_k, renormalise, ids.data(), weights.data());
+    DeviceBuffer dl = Up(logits), dw = Poisoned(weights.size());
+    absl::StatusOr<DeviceBuffer> dids = gpu_->Allocate(ids.size() * sizeof(int32_t));
+    ASSERT_TRUE(dids.ok()) << dids.status();
+
+    gpu_->MoeRoute(dl.floats(), tokens, experts, top_k, renormalise,
+                   static_cast<int32_t*>(dids->data()), dw.floats());
+
+    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+    std::vector<int32_t> got_ids(ids.size());
+    ASSERT_TRUE(gpu_->Download(got_ids.data(), dids->data(), ids.size() * sizeof(int32_t)).ok());
+    EXPECT_EQ(got_ids, ids);
+    EXPECT_EQ(std::vector<int32_t>(got_ids.begin(), got_ids.begin() + top_k),
+              (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    EXPECT_LT(Measured("moe route weights", RelErr(Down(dw, weights.size()), weights)),
+              kTightTolerance);
+  }
+}
+
+TEST_F(HipKernelBackendTest, UnsupportedShapesAreKeptAsErrors) {
+  DeviceBuffer buf = Poisoned(1024);
+
+  gpu_->Attention({buf.floats(), buf.floats(), buf.floats(), buf.floats(), 1, 0, 1, 1, 512, 1.0f});
+
+  EXPECT_THAT(gpu_->Synchronize(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(HipKernelBackendTest, SplitCopiesRoundTripThroughRegisteredMemory) {
+  const int64_t n = 1 << 20;
+  std::vector<float> host = RandomFloats(n, 33), back(n, 0.0f);
+  ASSERT_TRUE(gpu_->RegisterHost(host.data(), n * sizeof(float)).ok());
+  absl::StatusOr<DeviceBuffer> dev = gpu_->Allocate(n * sizeof(float));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  const uintptr_t base = reinterpret_cast<uintptr_t>(host.data());
+  const std::vector<uintptr_t> cuts = {base + 4096, base + 1000000};
+
+  ASSERT_TRUE(
+      gpu_->CopyToDevice(dev->data(), host.data(), n * sizeof(float), cuts, HipStream::kTransfer)
+          .ok());
+  ASSERT_TRUE(gpu_->Synchronize(HipStream::kTransfer).ok());
+  ASSERT_TRUE(gpu_->Download(back.data(), dev->data(), n * sizeof(float)).ok());
+
+  EXPECT_TRUE(SameBits(host, back));
+  EXPECT_TRUE(gpu_->UnregisterHost(host.data()).ok());
+}
+
+}  // namespace
+}  // namespace cairn::infer

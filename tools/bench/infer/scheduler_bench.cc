@@ -1,0 +1,214 @@
+// cairn-scheduler-bench: what batching across slots buys, measured on the scheduler that
+// cairn-infer runs (no gRPC, no cache).
+//
+//   decode     aggregate decode tokens/s with 1 slot and with N slots decoding at once (the
+//              batched forward reads the weights once per step for every slot);
+//   prefill    the longest gap between two tokens of a decoding stream while another slot
+//              prefills a long prompt, against the time of one prefill pass alone: a long
+//              prefill must delay other streams by at most one pass.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/concurrency/mutex.h"
+#include "common/config/flags.h"
+#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/scheduler.h"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/models/model_loader.h"
+#include "services/infer/models/random_checkpoint_presets.h"
+#include "services/infer/models/random_checkpoint_writer.h"
+
+namespace cairn::bench {
+namespace {
+
+using infer::GenerateRequest;
+using infer::Scheduler;
+
+// Records when each token arrived. Thread-safe.
+class TimingSink final : public infer::RequestSink {
+ public:
+  struct Shared {
+    Mutex mu;
+    CondVar cv;
+    int finished ABSL_GUARDED_BY(mu) = 0;
+  };
+  TimingSink(Shared* shared, std::vector<absl::Time>* times) : shared_(shared), times_(times) {}
+  void OnStarted(const infer::StartInfo&) override {}
+  bool OnToken(const infer::SampledToken&) override {
+    times_->push_back(absl::Now());
+    return true;
+  }
+  void OnFinished(const absl::Status&, const infer::FinishInfo&) override {
+    MutexLock lock(&shared_->mu);
+    ++shared_->finished;
+    shared_->cv.SignalAll();
+  }
+  bool Cancelled() const override { return false; }
+
+ private:
+  Shared* shared_;
+  std::vector<absl::Time>* times_;
+};
+
+std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int32_t& id : out) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return out;
+}
+
+struct Setup {
+  std::unique_ptr<infer::CpuKernelBackend> backend;
+  std::unique_ptr<infer::Model> model;
+  std::unique_ptr<infer::HostKvMemory> memory;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+Setup Make(const std::string& dir, int threads, int slots, int64_t context, int64_t max_pass) {
+  Setup s;
+  s.backend = *infer::CpuKernelBackend::Create({.threads = threads});
+  s.model = *infer::LoadModel(dir, s.backend.get(), {});
+  infer::HostKvMemoryOptions ko;
+  ko.slots = slots;
+  ko.max_rows = context;
+  s.memory = *infer::HostKvMemory::Create(s.model->state_layout(), ko);
+  infer::SchedulerOptions so;
+  so.max_pass_tokens = max_pass;
+  s.scheduler = std::make_unique<Scheduler>(s.model.get(), s.memory.get(), nullptr, so);
+  s.scheduler->Start();
+  return s;
+}
+
+// Submits one request per prompt at once and waits for all; returns each one's token times.
+std::vector<std::vector<absl::Time>> RunAll(Scheduler& scheduler,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            int64_t tokens) {
+  TimingSink::Shared shared;
+  std::vector<std::vector<absl::Time>> times(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest r;
+    r.id = absl::StrCat("r", i);
+    r.prompt = prompts[i];
+    r.max_tokens = tokens;
+    r.sink = std::make_unique<TimingSink>(&shared, &times[i]);
+    if (!scheduler.Submit(std::move(r)).ok()) std::cerr << "submit failed\n";
+  }
+  MutexLock lock(&shared.mu);
+  while (shared.finished < static_cast<int>(prompts.size())) shared.cv.Wait(&shared.mu);
+  return times;
+}
+
+int Run(int argc, char** argv) {
+  std::string model, preset = "bench-50m", work_dir;
+  int threads = 0, slots = 4;
+  int64_t decode_tokens = 64, prompt_tokens = 128, long_prompt = 16384, max_pass = 2048;
+  FlagSet flags("cairn-scheduler-bench",
+                "Aggregate decode throughput with 1 and N slots, and how long a long prefill "
+                "delays another slot's stream.");
+  flags.Add("model", &model, "model folder (empty: a random model of --preset)");
+  flags.Add("preset", &preset, "random-checkpoint preset when --model is empty");
+  flags.Add("work-dir", &work_dir, "scratch folder");
+  flags.Add("threads", &threads, "backend threads (0: all)");
+  flags.Add("slots", &slots, "slots decoding at once");
+  flags.Add("decode-tokens", &decode_tokens, "tokens each request generates");
+  flags.Add("prompt-tokens", &prompt_tokens, "prompt of each decoding request");
+  flags.Add("long-prompt", &long_prompt, "the long prefill's length");
+  flags.Add("max-pass-tokens", &max_pass, "longest prefill pass");
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
+  if (absl::IsCancelled(rest.status())) {
+    std::cout << rest.status().message();
+    return 0;
+  }
+  if (!rest.ok() || !rest->empty() || slots < 2) {
+    std::cerr << "cairn-scheduler-bench: bad flags (see --help; --slots >= 2)\n";
+    return 2;
+  }
+  if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-scheduler-bench-", ::getpid());
+  if (model.empty()) {
+    model = work_dir + "/model";
+    if (!infer::WriteRandomCheckpoint(model, *infer::RandomCheckpointPreset(preset)).ok()) {
+      std::cerr << "cannot write the random model\n";
+      return 1;
+    }
+  }
+  const int64_t context = long_prompt + decode_tokens + 16;
+
+  // Decode: 1 slot, then N slots at once.
+  double single = 0, batched = 0;
+  {
+    Setup s = Make(model, threads, slots, context, max_pass);
+    const int64_t vocab = s.model->info().vocab_size;
+    auto one = RunAll(*s.scheduler, {RandomIds(prompt_tokens, vocab, 1)}, decode_tokens);
+    single = (decode_tokens - 1) / absl::ToDoubleSeconds(one[0].back() - one[0].front());
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < slots; ++i) prompts.push_back(RandomIds(prompt_tokens, vocab, 10 + i));
+    auto many = RunAll(*s.scheduler, prompts, decode_tokens);
+    absl::Time first = absl::InfiniteFuture(), last = absl::InfinitePast();
+    for (const auto& t : many) {
+      first = std::min(first, t[1]);  // From the first decode step (prefills are done by then).
+      last = std::max(last, t.back());
+    }
+    batched =
+        static_cast<double>(slots) * (decode_tokens - 2) / absl::ToDoubleSeconds(last - first);
+    s.scheduler->Shutdown(absl::Now());
+  }
+  std::cout << absl::StrFormat(
+      "decode: 1 slot %.1f tokens/s; %d slots %.1f tokens/s aggregate (%.2fx)\n", single, slots,
+      batched, batched / single);
+
+  // Prefill interference: one slot decodes while another prefills `long_prompt` tokens.
+  {
+    Setup s = Make(model, threads, 2, context, max_pass);
+    const int64_t vocab = s.model->info().vocab_size;
+    TimingSink::Shared shared;
+    std::vector<absl::Time> stream, prefill;
+    GenerateRequest decoding;
+    decoding.prompt = RandomIds(prompt_tokens, vocab, 5);
+    decoding.max_tokens = std::max<int64_t>(decode_tokens, 4 * long_prompt / max_pass);
+    decoding.sink = std::make_unique<TimingSink>(&shared, &stream);
+    GenerateRequest long_request;
+    long_request.prompt = RandomIds(long_prompt, vocab, 6);
+    long_request.max_tokens = 1;
+    long_request.sink = std::make_unique<TimingSink>(&shared, &prefill);
+    (void)s.scheduler->Submit(std::move(decoding));
+    absl::SleepFor(absl::Milliseconds(200));  // Let the stream start before the long prompt.
+    const absl::Time long_start = absl::Now();
+    (void)s.scheduler->Submit(std::move(long_request));
+    {
+      MutexLock lock(&shared.mu);
+      while (shared.finished < 2) shared.cv.Wait(&shared.mu);
+    }
+    double worst = 0;
+    for (size_t i = 1; i < stream.size(); ++i) {
+      if (stream[i] < long_start) continue;
+      worst = std::max(worst, absl::ToDoubleMilliseconds(stream[i] - stream[i - 1]));
+    }
+    const double prefill_s = absl::ToDoubleSeconds(prefill.front() - long_start);
+    const int64_t passes = (long_prompt + max_pass - 1) / max_pass;
+    const double mean_pass_ms = 1000.0 * prefill_s / static_cast<double>(passes);
+    std::cout << absl::StrFormat(
+        "prefill of %d tokens in %d passes: %.1f s (%.1f ms a pass on average, the later ones "
+        "longer); the decoding stream's longest gap meanwhile %.1f ms (%.2f mean passes)\n",
+        long_prompt, passes, prefill_s, mean_pass_ms, worst, worst / mean_pass_ms);
+    s.scheduler->Shutdown(absl::Now());
+  }
+  std::filesystem::remove_all(work_dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cairn::bench
+
+int main(int argc, char** argv) { return cairn::bench::Run(argc, argv); }
