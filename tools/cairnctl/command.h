@@ -34,6 +34,7 @@ const std::vector<Command>& InferCommands();
 // Offline verbs (simulate_command.cc).
 int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace cairn::cairnctl
 

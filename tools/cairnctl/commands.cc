@@ -13,6 +13,8 @@ const std::vector<Command>& Commands() {
     all->push_back(
         {"simulate", "replay a trace through the cache policy and the baselines", &RunSimulate});
     all->push_back({"gen-trace", "write a synthetic coding-agent trace (JSONL)", &RunGenTrace});
+    all->push_back({"evaluate", "cairn vs every peer model and the oracle over traces x budgets",
+                    &RunEvaluate});
     return all;
   }();
   return *commands;

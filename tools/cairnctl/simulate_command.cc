@@ -1,4 +1,4 @@
-// `cairnctl simulate` and `cairnctl gen-trace` (tools/cairnctl/README.md).
+// `cairnctl simulate`, `cairnctl evaluate` and `cairnctl gen-trace` (tools/cairnctl/README.md).
 
 #include <algorithm>
 #include <cstdint>
@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/config/flags.h"
+#include "services/cache/sim/evaluation.h"
 #include "services/cache/sim/report.h"
 #include "services/cache/sim/simulator.h"
 #include "services/cache/sim/trace.h"
@@ -57,8 +60,7 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "extra prefill cost per token per 1,000 tokens of depth");
   flags.Add("pass-overhead-ms", &p.cost.pass_overhead_ms, "fixed cost of one prefill pass");
   flags.Add("ram-restore-bytes-per-s", &p.cost.ram_restore_bytes_per_s, "RAM restore bandwidth");
-  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s,
-            "disk restore bandwidth");
+  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s, "disk restore bandwidth");
   flags.Add("capture-bytes-per-s", &p.cost.capture_bytes_per_s, "capture copy bandwidth");
   flags.Add("bytes-per-row", &p.cost.bytes_per_row, "row bytes of one token");
   flags.AddBytes("private-bytes", private_bytes, "private state of one checkpoint");
@@ -74,7 +76,19 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
   flags.Add("max-pass-tokens", &p.planner.max_pass_tokens, "longest prefill pass (all policies)");
   flags.Add("grid-budget-share", &p.planner.grid_budget_share,
             "share of the RAM budget one request's grid points may hold");
-  flags.Add("max-checkpoints", &p.retention.max_checkpoints, "RAM checkpoint cap");
+  flags.Add("preserve-frontier", &p.planner.preserve_frontier,
+            "capture a slot's frontier before another conversation overwrites it");
+  flags.Add("max-checkpoints", &p.retention.max_checkpoints,
+            "RAM checkpoint cap; 0: budget / private bytes, at least --min-checkpoints");
+  flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");
+  flags.Add("admission-by-rank", &p.retention.admission_by_rank,
+            "a capture may evict only checkpoints ranked at or below its own rank");
+  flags.Add("frontier-with-superseded", &p.retention.frontier_with_superseded,
+            "a preserved frontier ranks with superseded checkpoints, not retry copies");
+  flags.Add("shallow-first", &p.retention.shallow_first,
+            "inside the idle and reused ranks, shallower checkpoints go first");
+  flags.Add("superseded-first", &p.retention.superseded_first,
+            "evict checkpoints their own conversation continued past before idle ones");
   flags.Add("cheap-ratio", &p.retention.cheap_ratio,
             "cheap: private bytes above this multiple of restorable row bytes");
   flags.Add("near-duplicate-tokens", &p.retention.near_duplicate_tokens,
@@ -88,6 +102,32 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
   flags.Add("block-tokens", &p.block_tokens, "block size of the block-aligned policy");
   flags.Add("marconi-recency-weight", &p.marconi_recency_weight,
             "Marconi eviction: weight of recency against FLOPs per byte");
+}
+
+// The value of `--name V` or `--name=V` in `args` (the last one wins); empty when absent.
+std::string ScanFlag(const std::vector<std::string>& args, const std::string& name) {
+  std::string value;
+  const std::string flag = "--" + name;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) value = args[i + 1];
+    if (args[i].rfind(flag + "=", 0) == 0) value = args[i].substr(flag.size() + 1);
+  }
+  return value;
+}
+
+// Parses a list of byte counts; on an error prints it (naming `flag`) and returns false.
+bool ParseByteList(const std::vector<std::string>& items, const std::string& flag,
+                   std::vector<int64_t>* out, std::ostream& err) {
+  out->clear();
+  for (const std::string& item : items) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(item);
+    if (!bytes.ok() || *bytes > static_cast<uint64_t>(INT64_MAX)) {
+      err << "evaluate: --" << flag << ": bad byte count '" << item << "'\n";
+      return false;
+    }
+    out->push_back(static_cast<int64_t>(*bytes));
+  }
+  return true;
 }
 
 }  // namespace
@@ -105,7 +145,7 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
                 "replays a trace (JSONL, design.md §9) through a cache policy with a cost model");
   flags.Add("trace", &trace_path, "trace file (required)");
   flags.Add("policy", &policy,
-            "cairn | none | live-only | llamacpp | block-aligned | marconi | all");
+            "cairn | none | live-only | llamacpp | block-aligned | marconi | oracle | all");
   flags.Add("json", &json, "one JSON object per request, then {\"totals\": ...}");
   flags.Add("per-request", &per_request, "with --policy all: also print every request");
   AddSimFlags(flags, options, &ram, &disk, &private_bytes);
@@ -141,21 +181,18 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   } else {
     policies = {policy};
   }
-  std::vector<cache::sim::SimRequest> requests =
-      cache::sim::PrepareRequests(*trace, options.trace);
+  std::vector<cache::sim::SimRequest> requests = cache::sim::PrepareRequests(*trace, options.trace);
   std::vector<cache::sim::Totals> totals;
   const bool print_requests = policies.size() == 1 || per_request || json;
   for (const std::string& name : policies) {
-    absl::StatusOr<cache::sim::SimResult> result =
-        cache::sim::Simulate(requests, name, options);
+    absl::StatusOr<cache::sim::SimResult> result = cache::sim::Simulate(requests, name, options);
     if (!result.ok()) {
       err << "simulate: " << result.status().message() << "\n";
       return absl::IsInvalidArgument(result.status()) ? 2 : 1;
     }
     if (print_requests) {
       for (const cache::sim::RequestReport& r : result->requests) {
-        out << (json ? cache::sim::RequestJson(r, name) : cache::sim::FormatRequestLine(r))
-            << "\n";
+        out << (json ? cache::sim::RequestJson(r, name) : cache::sim::FormatRequestLine(r)) << "\n";
       }
     }
     if (json) {
@@ -172,11 +209,104 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   return 0;
 }
 
+int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  cache::sim::EvalOptions eval;
+  std::vector<std::string> presets = cache::sim::TracePresetNames();
+  std::vector<std::string> seeds = {"1", "2", "3"};
+  std::vector<std::string> budgets = {"4Gi", "8Gi", "16Gi", "64Gi"};
+  std::vector<std::string> disks = {"0"};
+  std::vector<std::string> traces;
+  uint64_t ram = 0;
+  uint64_t disk = 0;
+  uint64_t private_bytes = static_cast<uint64_t>(eval.base.policy.cost.private_bytes);
+  eval.base.policy.slots = 2;
+  FlagSet flags("cairnctl evaluate",
+                "runs cairn, every peer model and the oracle over generated traces (presets x "
+                "seeds) and trace files, at every RAM and disk budget, and prints one table");
+  flags.Add("presets", &presets, "gen-trace presets (empty: none)");
+  flags.Add("seeds", &seeds, "seeds of every preset");
+  flags.Add("trace", &traces, "trace files to add to the set");
+  flags.Add("budgets", &budgets, "RAM budgets");
+  flags.Add("disk-budgets", &disks, "cairn's disk tier budgets (0: none)");
+  flags.Add("max-vs-peer", &eval.max_vs_peer, "bar at small budgets: cairn / best peer");
+  flags.Add("max-vs-oracle", &eval.max_vs_oracle, "bar above them: cairn / oracle");
+  AddSimFlags(flags, eval.base, &ram, &disk, &private_bytes);
+  int code = 0;
+  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (flags.WasSet("ram-bytes") || flags.WasSet("disk-bytes")) {
+    err << "evaluate: use --budgets and --disk-budgets\n";
+    return 2;
+  }
+  eval.base.policy.cost.private_bytes = static_cast<int64_t>(private_bytes);
+  if (!ParseByteList(budgets, "budgets", &eval.ram_budgets, err) ||
+      !ParseByteList(disks, "disk-budgets", &eval.disk_budgets, err)) {
+    return 2;
+  }
+  if (eval.ram_budgets.empty() || eval.disk_budgets.empty()) {
+    err << "evaluate: --budgets and --disk-budgets need at least one value\n";
+    return 2;
+  }
+  std::vector<cache::sim::EvalTrace> set;
+  for (const std::string& preset : presets) {
+    for (const std::string& seed_text : seeds) {
+      uint64_t seed = 0;
+      if (!absl::SimpleAtoi(seed_text, &seed)) {
+        err << "evaluate: --seeds: bad seed '" << seed_text << "'\n";
+        return 2;
+      }
+      absl::StatusOr<AgentTraceOptions> options = cache::sim::TracePreset(preset, seed);
+      if (!options.ok()) {
+        err << "evaluate: " << options.status().message() << "\n";
+        return 2;
+      }
+      absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace =
+          cache::sim::GenerateAgentTrace(*options);
+      if (!trace.ok()) {
+        err << "evaluate: " << trace.status().message() << "\n";
+        return 2;
+      }
+      set.push_back(
+          {absl::StrCat(preset, "/", seed), cache::sim::PrepareRequests(*trace, eval.base.trace)});
+    }
+  }
+  for (const std::string& path : traces) {
+    absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace =
+        cache::sim::ReadTraceFile(path, eval.base.trace);
+    if (!trace.ok()) {
+      err << "evaluate: " << trace.status().message() << "\n";
+      return 1;
+    }
+    set.push_back({path, cache::sim::PrepareRequests(*trace, eval.base.trace)});
+  }
+  if (set.empty()) {
+    err << "evaluate: no traces (give --presets or --trace)\n";
+    return 2;
+  }
+  absl::StatusOr<std::vector<cache::sim::EvalRow>> rows = cache::sim::Evaluate(set, eval);
+  if (!rows.ok()) {
+    err << "evaluate: " << rows.status().message() << "\n";
+    return absl::IsInvalidArgument(rows.status()) ? 2 : 1;
+  }
+  out << cache::sim::FormatEvaluation(*rows, eval);
+  return 0;
+}
+
 int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  AgentTraceOptions o;
+  // The preset sets the defaults every other flag may override.
+  std::string preset = ScanFlag(args, "preset");
+  if (preset.empty()) preset = "agent";
+  absl::StatusOr<AgentTraceOptions> base =
+      cache::sim::TracePreset(preset, AgentTraceOptions{}.seed);
+  if (!base.ok()) {
+    err << "gen-trace: " << base.status().message() << "\n";
+    return 2;
+  }
+  AgentTraceOptions o = *base;
   std::string path;
   int64_t seed = static_cast<int64_t>(o.seed);
   FlagSet flags("cairnctl gen-trace", "writes a synthetic coding-agent trace (JSONL)");
+  flags.Add("preset", &preset,
+            "agent | single-user | team | long-context: defaults the other flags override");
   flags.Add("out", &path, "output file; stdout when empty");
   flags.Add("seed", &seed, "random seed");
   flags.Add("conversations", &o.conversations, "top-level conversations");
@@ -184,6 +314,7 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("system-prompt-tokens", &o.system_prompt_tokens, "shared system prompt + tools");
   flags.Add("first-user-tokens", &o.first_user_tokens, "mean first user message");
   flags.Add("append-tokens", &o.append_tokens_mean, "mean append per step");
+  flags.Add("append-tokens-max", &o.append_tokens_max, "longest message");
   flags.Add("answer-tokens", &o.answer_tokens_mean, "mean visible answer");
   flags.Add("reasoning-fraction", &o.reasoning_fraction, "turns whose reasoning is dropped");
   flags.Add("reasoning-tokens", &o.reasoning_tokens_mean, "mean reasoning length");
@@ -192,6 +323,8 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("subagent-turns", &o.subagent_turns, "turns per subagent");
   flags.Add("compaction-threshold-tokens", &o.compaction_threshold_tokens,
             "histories longer than this are compacted");
+  flags.Add("compaction-summary-tokens", &o.compaction_summary_tokens,
+            "summary a compacted history restarts from");
   flags.Add("step-seconds", &o.step_seconds_mean, "mean gap between steps");
   flags.Add("idle-probability", &o.idle_probability, "a step is followed by a human pause");
   flags.Add("idle-seconds", &o.idle_seconds_mean, "mean pause");

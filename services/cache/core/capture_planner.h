@@ -11,16 +11,21 @@ namespace cairn::cache {
 
 // Capture planning knobs (design.md §3, seed §5). Every default is the seed's number.
 struct PlannerOptions {
-  int64_t grid_step = 2048;          // Grid points sit on multiples of this.
-  int max_grid_points = 4;           // At most this many grid points per request.
-  int64_t grid_snap_tokens = 128;    // A grid point moves to a pass end this close.
-  int64_t learned_min_tokens = 512;  // A learned point must extend reuse this far.
+  int64_t grid_step = 2048;           // Grid points sit on multiples of this.
+  int max_grid_points = 4;            // At most this many grid points per request.
+  int64_t grid_snap_tokens = 128;     // A grid point moves to a pass end this close.
+  int64_t learned_min_tokens = 512;   // A learned point must extend reuse this far.
   int64_t learned_merge_tokens = 64;  // A learned point merges with a capture this close.
   int64_t max_pass_tokens = 2048;     // Longest prefill pass.
   // The small-budget rule: the grid points of one request may together hold at most this
   // share of the RAM budget in private state, so k = min(max_grid_points,
   // floor(budget * share / private_bytes)) (no limit when private_bytes is 0).
   double grid_budget_share = 0.125;
+  // Before a slot's live frontier (prompt plus generated tokens) is overwritten by another
+  // conversation, capture it (kind "reused", ranked a retry copy past its request's stable
+  // boundary), so that conversation's next turn resumes after its answer instead of before it
+  // (docs/cache-policy.md). Its rows are being preserved anyway; the private state is extra.
+  bool preserve_frontier = true;
 };
 
 struct PlanInput {
@@ -30,7 +35,7 @@ struct PlanInput {
   int64_t stable_boundary = -1;  // Tokens the client will resend unchanged; -1 if unknown.
   int64_t shared_prefix = 0;     // Longest prefix shared with cached history (lookup).
   int64_t ram_budget_bytes = 0;
-  int64_t private_bytes = 0;     // Per checkpoint.
+  int64_t private_bytes = 0;      // Per checkpoint.
   std::vector<int64_t> existing;  // Depths on this prompt's path that already hold a checkpoint.
 };
 

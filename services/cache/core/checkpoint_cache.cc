@@ -1,8 +1,10 @@
 #include "services/cache/core/checkpoint_cache.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/status/check.h"
@@ -90,8 +92,8 @@ absl::StatusOr<std::unique_ptr<CheckpointCache>> CheckpointCache::Create(CacheOp
   if (options.ram_bytes < 0 || options.disk_bytes < 0) {
     return absl::InvalidArgumentError("cache budgets must be non-negative");
   }
-  if (options.retention.max_checkpoints < 1) {
-    return absl::InvalidArgumentError("max_checkpoints must be at least 1");
+  if (options.retention.max_checkpoints < 0) {
+    return absl::InvalidArgumentError("max_checkpoints must be at least 0 (0: automatic)");
   }
   if (options.planner.grid_step < 1 || options.planner.max_pass_tokens < 1) {
     return absl::InvalidArgumentError("grid step and pass size must be positive");
@@ -695,18 +697,53 @@ void CheckpointCache::FailChunk(ChunkId id, const std::string& reason) {
 // Retention.
 
 std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const {
+  auto in_tier = [ram_tier](const Checkpoint& c) {
+    return !c.pending && (ram_tier ? c.in_ram : (c.on_disk && !c.persisting));
+  };
+  auto rank_input = [this](const Checkpoint& c) {
+    RankInput in;
+    in.kind = c.kind;
+    in.depth = c.depth;
+    in.stable_boundary = c.stable_boundary;
+    in.private_bytes = c.private_bytes;
+    in.row_bytes_per_token = LayoutFor(c.identities.compatibility)->RowBytes();
+    in.conversation_idle = Idle(c.conversation);
+    return in;
+  };
+  // Superseded: its conversation captured a later checkpoint that supersedes (below it on its
+  // path, or on a newer branch after an edit or a compaction), and no checkpoint of another
+  // conversation lies below it (RetentionOptions::superseded_first).
+  absl::flat_hash_map<CheckpointId, bool> superseded;
+  if (options_.retention.superseded_first) {
+    absl::flat_hash_map<std::string, CheckpointId> latest;  // Per conversation.
+    absl::flat_hash_set<CheckpointId> other_below;
+    for (const auto& [id, ckpt] : checkpoints_) {
+      if (!in_tier(*ckpt)) continue;
+      if (retention_.Supersedes(rank_input(*ckpt))) {
+        CheckpointId& newest = latest[ckpt->conversation];
+        newest = std::max(newest, id);
+      }
+      for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
+               ckpt->node, std::numeric_limits<int64_t>::max())) {
+        if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
+        const Checkpoint& above = *checkpoints_.at(hit.entry.id);
+        if (in_tier(above) && above.conversation != ckpt->conversation) {
+          other_below.insert(above.id);
+        }
+      }
+    }
+    for (const auto& [id, ckpt] : checkpoints_) {
+      if (!in_tier(*ckpt)) continue;
+      auto newest = latest.find(ckpt->conversation);
+      superseded[id] = newest != latest.end() && newest->second > id && !other_below.contains(id);
+    }
+  }
   std::vector<RetentionItem> items;
   for (const auto& [id, ckpt] : checkpoints_) {
-    if (ckpt->pending) continue;
-    if (ram_tier ? !ckpt->in_ram : (!ckpt->on_disk || ckpt->persisting)) continue;
-    const ModelLayout& layout = *LayoutFor(ckpt->identities.compatibility);
-    RankInput in;
-    in.kind = ckpt->kind;
-    in.depth = ckpt->depth;
-    in.stable_boundary = ckpt->stable_boundary;
-    in.private_bytes = ckpt->private_bytes;
-    in.row_bytes_per_token = layout.RowBytes();
-    in.conversation_idle = Idle(ckpt->conversation);
+    if (!in_tier(*ckpt)) continue;
+    RankInput in = rank_input(*ckpt);
+    auto sup = superseded.find(id);
+    in.superseded = sup != superseded.end() && sup->second;
     RetentionItem item;
     item.id = id;
     item.rank = retention_.Classify(in);
@@ -721,17 +758,19 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
     item.last_use = conv == conversations_.end() ? ckpt->last_use
                                                  : std::max(conv->second.last_use, ckpt->last_use);
     item.pinned = ckpt->pins > 0;
+    item.depth = ckpt->depth;
     items.push_back(item);
   }
   return items;
 }
 
-bool CheckpointCache::EvictOne(bool ram_tier) {
+bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank) {
   std::vector<RetentionItem> items = RetentionItems(ram_tier);
   std::vector<CheckpointId> order = retention_.EvictionOrder(items);
   if (order.empty()) return false;
   auto victim = std::find_if(items.begin(), items.end(),
                              [&](const RetentionItem& i) { return i.id == order.front(); });
+  if (victim->rank > max_rank) return false;
   std::string reason(EvictionRankName(victim->rank));
   Checkpoint& ckpt = *checkpoints_.at(order.front());
   if (ram_tier) {
@@ -875,8 +914,21 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
     for (ChunkId id : ckpt->chunks) MaybeFreeChunk(id);
     return reject("larger than the ram budget");
   }
-  while (ram_.free() < needed() || ram_checkpoints_ >= options_.retention.max_checkpoints) {
-    if (!EvictOne(/*ram_tier=*/true)) return reject("nothing left to evict");
+  const int64_t cap = retention_.CheckpointCap(ram_.budget(), layout.PrivateBytes());
+  RankInput own;
+  own.kind = kind;
+  own.depth = depth;
+  own.stable_boundary = stable_boundary;
+  own.private_bytes = ckpt->private_bytes;
+  own.row_bytes_per_token = layout.RowBytes();
+  const EvictionRank admit = retention_.AdmissionRank(own);
+  while (ram_.free() < needed() || ram_checkpoints_ >= cap) {
+    if (!EvictOne(/*ram_tier=*/true, admit)) {
+      return reject(admit == EvictionRank::kReused
+                        ? std::string("nothing left to evict")
+                        : absl::StrCat("nothing ranked ", EvictionRankName(admit),
+                                       " or below left to evict"));
+    }
   }
 
   CaptureTicket ticket;

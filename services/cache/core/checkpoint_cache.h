@@ -194,7 +194,8 @@ class ResidencyListener {
 // bytes are charged exactly while some RAM checkpoint (committed or pending) references it,
 // and its disk bytes while some disk checkpoint does; (3) a chunk record lives while a
 // checkpoint references it or a slot holds it; (4) a checkpoint is in the index iff it is in
-// RAM or on disk; (5) at most max_checkpoints RAM checkpoints, pending captures included.
+// RAM or on disk; (5) at most RetentionPolicy::CheckpointCap RAM checkpoints (for the capturing
+// layout), pending captures included.
 // Thread-compatible.
 class CheckpointCache {
  public:
@@ -333,6 +334,7 @@ class CheckpointCache {
   const ByteLedger& disk_ledger() const { return disk_; }
   EventLog& events() { return events_; }
   const CapturePlanner& planner() const { return planner_; }
+  const RetentionPolicy& retention() const { return retention_; }
   const CacheOptions& options() const { return options_; }
   size_t chunk_count() const { return chunks_.size(); }
 
@@ -380,7 +382,8 @@ class CheckpointCache {
   // Checkpoints.
   std::vector<RetentionItem> RetentionItems(bool ram_tier) const;
   // Evicts the first checkpoint of the tier's eviction order; false when none can go.
-  bool EvictOne(bool ram_tier);
+  // With `max_rank`, only a checkpoint ranked at or below it.
+  bool EvictOne(bool ram_tier, EvictionRank max_rank = EvictionRank::kReused);
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);

@@ -7,7 +7,11 @@
 namespace cairn::cache {
 
 RequestRunner::RequestRunner(CheckpointCache* cache, int slots, uint64_t daemon_session)
-    : cache_(cache), daemon_session_(daemon_session), last_use_(std::max(1, slots), -1) {}
+    : cache_(cache),
+      daemon_session_(daemon_session),
+      last_use_(std::max(1, slots), -1),
+      last_conversation_(last_use_.size()),
+      last_stable_(last_use_.size(), -1) {}
 
 std::vector<ChunkCopy> RequestRunner::CompleteSpills(absl::Span<const uint64_t> preserve) {
   std::vector<ChunkCopy> preserved;
@@ -31,6 +35,33 @@ int32_t RequestRunner::ChooseSlot(const Candidate& best) {
   return static_cast<int32_t>(lru - last_use_.begin());
 }
 
+absl::StatusOr<CaptureOutcome> RequestRunner::PreserveFrontier(int32_t slot,
+                                                               const ServeRequest& request,
+                                                               CheckpointId keep) {
+  CaptureOutcome c;
+  const size_t i = static_cast<size_t>(slot);
+  if (!cache_->planner().options().preserve_frontier || last_conversation_[i].empty() ||
+      last_conversation_[i] == request.conversation) {
+    return c;
+  }
+  const SlotKey key{daemon_session_, slot};
+  absl::StatusOr<std::vector<TokenId>> tokens = cache_->SlotTokens(key);
+  if (!tokens.ok() || tokens->empty()) return c;
+  c.pos = static_cast<int64_t>(tokens->size());
+  c.kind = CaptureKind::kReused;
+  if (keep != 0) RETURN_IF_ERROR(cache_->Pin(keep));
+  absl::StatusOr<CaptureTicket> ticket =
+      cache_->BeginCapture(key, c.kind, last_conversation_[i], last_stable_[i]);
+  if (keep != 0) RETURN_IF_ERROR(cache_->Unpin(keep));
+  if (ticket.ok()) {
+    ASSIGN_OR_RETURN(c.id, cache_->CommitCapture(ticket->id));
+    c.admitted = true;
+  } else if (!absl::IsAlreadyExists(ticket.status())) {
+    c.rejected = std::string(ticket.status().message());
+  }
+  return c;
+}
+
 absl::StatusOr<ServeOutcome> RequestRunner::Serve(const ServeRequest& request) {
   const uint64_t first_event = cache_->events().logged() + 1;
   LookupRequest lookup{request.identities, request.tokens, request.stable_boundary,
@@ -43,6 +74,12 @@ absl::StatusOr<ServeOutcome> RequestRunner::Serve(const ServeRequest& request) {
   out.slot = ChooseSlot(found.best);
   last_use_[static_cast<size_t>(out.slot)] = served_++;
   const SlotKey slot{daemon_session_, out.slot};
+  if (found.best.tier != Tier::kLive) {
+    ASSIGN_OR_RETURN(out.preserved_frontier,
+                     PreserveFrontier(out.slot, request, found.best.checkpoint));
+  }
+  last_conversation_[static_cast<size_t>(out.slot)] = request.conversation;
+  last_stable_[static_cast<size_t>(out.slot)] = request.stable_boundary;
   switch (found.best.tier) {
     case Tier::kLive:
       RETURN_IF_ERROR(cache_->ContinueSlot(slot, request.identities, request.conversation));

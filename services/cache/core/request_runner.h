@@ -36,13 +36,17 @@ struct ServeOutcome {
   RestorePlan restore;  // For RAM and disk candidates.
   std::vector<PrefillPass> passes;
   std::vector<CaptureOutcome> captures;
+  // The frontier another conversation left in the chosen slot, captured before the overwrite
+  // (PlannerOptions::preserve_frontier); `admitted` false when none was captured.
+  CaptureOutcome preserved_frontier;
   std::vector<Event> evictions;      // kEvict, kDiskEvict and kQuarantine events of this request.
   std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before a slot overwrite.
 };
 
 // The reference sequence for one request (design.md §5) over a CheckpointCache, with no bytes:
 // look up, pick a slot (the live candidate's, else an empty one, else the least recently
-// used), continue / restore / start cold, prefill up to each planned capture and capture it,
+// used), capture the frontier another conversation left there (when the planner says so),
+// continue / restore / start cold, prefill up to each planned capture and capture it,
 // persist what ShouldPersist selects, then extend the frontier with the generated tokens. The
 // simulator runs exactly this; the daemons run the same steps with real copies in between.
 // Thread-compatible; `cache` must outlive the runner.
@@ -58,6 +62,10 @@ class RequestRunner {
 
  private:
   int32_t ChooseSlot(const Candidate& best);
+  // Captures the frontier of `slot` before `request` overwrites it, if another conversation
+  // left it there. The restore candidate `keep` (0: none) is pinned meanwhile.
+  absl::StatusOr<CaptureOutcome> PreserveFrontier(int32_t slot, const ServeRequest& request,
+                                                  CheckpointId keep);
   // Completes every spill the cache asked for (copies are instantaneous here) and returns the
   // chunks of those in `preserve`.
   std::vector<ChunkCopy> CompleteSpills(absl::Span<const uint64_t> preserve);
@@ -65,6 +73,9 @@ class RequestRunner {
   CheckpointCache* cache_;
   uint64_t daemon_session_;
   std::vector<int64_t> last_use_;  // Per slot: request counter at last use; -1 never used.
+  // Per slot: the conversation and stable boundary of the request that left its frontier.
+  std::vector<std::string> last_conversation_;
+  std::vector<int64_t> last_stable_;
   int64_t served_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "services/cache/core/retention.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 namespace cairn::cache {
@@ -11,6 +12,8 @@ absl::string_view EvictionRankName(EvictionRank rank) {
       return "retry-copy";
     case EvictionRank::kCheap:
       return "cheap";
+    case EvictionRank::kSuperseded:
+      return "superseded";
     case EvictionRank::kIdle:
       return "idle";
     case EvictionRank::kReused:
@@ -19,26 +22,63 @@ absl::string_view EvictionRankName(EvictionRank rank) {
   return "reused";
 }
 
+namespace {
+
+// Past the stable boundary of the request that captured it: a prompt end (a copy for
+// retries) or a frontier preserved before a slot was overwritten (captured as kReused with the
+// stable boundary of its own request).
+bool PastStable(const RankInput& in, CaptureKind kind) {
+  return in.kind == kind && in.stable_boundary >= 0 && in.depth > in.stable_boundary;
+}
+
+}  // namespace
+
+bool RetentionPolicy::Supersedes(const RankInput& deeper) const {
+  return deeper.kind != CaptureKind::kReused && !PastStable(deeper, CaptureKind::kEnd);
+}
+
 EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
-  if (in.kind == CaptureKind::kEnd && in.stable_boundary >= 0 && in.depth > in.stable_boundary) {
-    return EvictionRank::kRetryCopy;
+  if (PastStable(in, CaptureKind::kEnd)) return EvictionRank::kRetryCopy;
+  if (PastStable(in, CaptureKind::kReused)) {
+    return options_.superseded_first && options_.frontier_with_superseded
+               ? EvictionRank::kSuperseded
+               : EvictionRank::kRetryCopy;
   }
   double restorable = static_cast<double>(in.depth) * static_cast<double>(in.row_bytes_per_token);
   if (static_cast<double>(in.private_bytes) > options_.cheap_ratio * restorable) {
     return EvictionRank::kCheap;
   }
+  if (options_.superseded_first && in.superseded) return EvictionRank::kSuperseded;
   return in.conversation_idle ? EvictionRank::kIdle : EvictionRank::kReused;
 }
 
+EvictionRank RetentionPolicy::AdmissionRank(const RankInput& in) const {
+  if (!options_.admission_by_rank) return EvictionRank::kReused;
+  RankInput own = in;
+  own.conversation_idle = false;  // Its conversation is in use now.
+  own.superseded = in.stable_boundary > in.depth &&
+                   (in.kind == CaptureKind::kGrid || in.kind == CaptureKind::kReused);
+  return Classify(own);
+}
+
+int64_t RetentionPolicy::CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const {
+  if (options_.max_checkpoints > 0) return options_.max_checkpoints;
+  const int64_t floor = std::max(1, options_.min_checkpoints);
+  if (private_bytes <= 0) return std::numeric_limits<int>::max();
+  return std::max<int64_t>(floor, ram_budget_bytes / private_bytes);
+}
+
 std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionItem> items) const {
-  items.erase(std::remove_if(items.begin(), items.end(),
-                             [](const RetentionItem& i) { return i.pinned; }),
-              items.end());
-  std::sort(items.begin(), items.end(), [](const RetentionItem& a, const RetentionItem& b) {
-    return std::make_tuple(static_cast<int>(a.rank), !a.covered, a.branch_point, a.last_use,
-                           a.id) < std::make_tuple(static_cast<int>(b.rank), !b.covered,
-                                                   b.branch_point, b.last_use, b.id);
-  });
+  items.erase(
+      std::remove_if(items.begin(), items.end(), [](const RetentionItem& i) { return i.pinned; }),
+      items.end());
+  auto key = [this](const RetentionItem& i) {
+    const int64_t depth = options_.shallow_first && i.rank >= EvictionRank::kIdle ? i.depth : 0;
+    return std::make_tuple(static_cast<int>(i.rank), !i.covered, i.branch_point, depth, i.last_use,
+                           i.id);
+  };
+  std::sort(items.begin(), items.end(),
+            [&](const RetentionItem& a, const RetentionItem& b) { return key(a) < key(b); });
   std::vector<CheckpointId> out;
   out.reserve(items.size());
   for (const RetentionItem& i : items) out.push_back(i.id);

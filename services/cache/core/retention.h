@@ -11,10 +11,34 @@
 namespace cairn::cache {
 
 // Retention knobs (design.md §3, seed §5). Every default is the seed's number except
-// `near_duplicate_tokens`, which the seed leaves open (it reuses the grid snap distance).
+// `near_duplicate_tokens`, which the seed leaves open (it reuses the grid snap distance), and
+// the two rules docs/cache-policy.md measured on agent traces: the checkpoint cap follows the
+// budget, and superseded checkpoints go before idle ones.
 struct RetentionOptions {
-  int max_checkpoints = 128;          // RAM checkpoints, whatever their size.
-  double cheap_ratio = 8.0;           // Cheap: private bytes > ratio x restorable row bytes.
+  // RAM checkpoints, whatever their size. 0: automatic, as many private states as the budget
+  // holds (budget / private bytes) but at least `min_checkpoints`. The seed's fixed 128 bound
+  // long before a 64 GiB budget did (docs/cache-policy.md).
+  int max_checkpoints = 0;
+  int min_checkpoints = 128;  // Floor of the automatic cap: the seed's number.
+  // A checkpoint with a deeper checkpoint of its own conversation below it on its path that
+  // Supersedes() it, and no checkpoint of another conversation below it, is superseded:
+  // evicted after retry copies and cheap ones, before idle conversations' latest states.
+  // False: the seed's four ranks only.
+  bool superseded_first = true;
+  // A capture may evict only checkpoints ranked at or below its own rank (AdmissionRank);
+  // otherwise it is rejected. False: a capture evicts whatever it needs, as the seed did.
+  bool admission_by_rank = true;
+  // A frontier preserved past its request's stable boundary (PlannerOptions::
+  // preserve_frontier) ranks with superseded checkpoints rather than with retry copies: it
+  // saves its answer's tokens whenever the next prompt keeps them, a retry copy a few header
+  // tokens. Needs superseded_first.
+  bool frontier_with_superseded = true;
+  // Inside the idle and reused ranks, shallower checkpoints go first (before least recently
+  // used): a deeper state restores more tokens per byte, its private state spread over more
+  // rows, and a fixed preference does not thrash the way recency does when more
+  // conversations take turns than the budget holds.
+  bool shallow_first = true;
+  double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
                                         // on the same path are not written.
@@ -22,13 +46,14 @@ struct RetentionOptions {
 
 // Eviction ranks, first evicted first.
 enum class EvictionRank {
-  kRetryCopy = 1,  // Prompt-end checkpoint past the stable boundary.
-  kCheap = 2,      // Private state > cheap_ratio x the row bytes it would restore.
-  kIdle = 3,       // Its conversation was not reused within one budget turnover.
-  kReused = 4,     // Everything else.
+  kRetryCopy = 1,   // Prompt-end (or preserved-frontier) checkpoint past the stable boundary.
+  kCheap = 2,       // Private state > cheap_ratio x the row bytes it would restore.
+  kSuperseded = 3,  // Its own conversation continued past it (superseded_first).
+  kIdle = 4,        // Its conversation was not reused within one budget turnover.
+  kReused = 5,      // Everything else.
 };
 
-// "retry-copy", "cheap", "idle", "reused".
+// "retry-copy", "cheap", "superseded", "idle", "reused".
 absl::string_view EvictionRankName(EvictionRank rank);
 
 // What retention needs to know about one checkpoint.
@@ -39,6 +64,7 @@ struct RetentionItem {
   bool branch_point = false;  // Two continuations branch at it.
   absl::Time last_use;        // Of its conversation (ties: of itself).
   bool pinned = false;        // Being read; never a victim.
+  int64_t depth = 0;          // Tokens it restores (RetentionOptions::shallow_first).
 };
 
 struct RankInput {
@@ -48,6 +74,7 @@ struct RankInput {
   int64_t private_bytes = 0;
   int64_t row_bytes_per_token = 0;
   bool conversation_idle = false;
+  bool superseded = false;  // See RetentionOptions::superseded_first.
 };
 
 // Ranks checkpoints for eviction. Stateless and thread-safe.
@@ -56,8 +83,21 @@ class RetentionPolicy {
   explicit RetentionPolicy(RetentionOptions options = {}) : options_(options) {}
 
   EvictionRank Classify(const RankInput& in) const;
+  // True if a checkpoint described by `deeper` supersedes its own conversation's checkpoints
+  // above it: a point the client resends (not a retry copy or preserved frontier past the
+  // stable boundary, and not a reused history end, which the next prompt may leave).
+  bool Supersedes(const RankInput& deeper) const;
+  // The highest rank a capture described by `in` may evict to make room (admission_by_rank):
+  // its own rank as Classify gives it, counting a grid point or reused history end above its
+  // request's stable boundary as superseded (the stable capture that follows supersedes it).
+  // kReused (everything) when admission_by_rank is off.
+  EvictionRank AdmissionRank(const RankInput& in) const;
+  // The RAM checkpoint cap for a budget and a private-state size (max_checkpoints, or the
+  // automatic cap when it is 0).
+  int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;
   // Returns the ids of unpinned `items` in eviction order: by rank; inside a rank covered
-  // near-duplicates first, then leaves before branch points, then least recently used.
+  // near-duplicates first, then leaves before branch points, then (idle and reused ranks,
+  // shallow_first) shallower first, then least recently used.
   std::vector<CheckpointId> EvictionOrder(std::vector<RetentionItem> items) const;
 
   const RetentionOptions& options() const { return options_; }

@@ -207,11 +207,10 @@ class LlamaCppPolicy final : public TrackedPolicy {
     }
     std::sort(planned.begin(), planned.end(),
               [](const SimCapture& a, const SimCapture& b) { return a.pos < b.pos; });
-    planned.erase(std::unique(planned.begin(), planned.end(),
-                              [](const SimCapture& a, const SimCapture& b) {
-                                return a.pos == b.pos;
-                              }),
-                  planned.end());
+    planned.erase(
+        std::unique(planned.begin(), planned.end(),
+                    [](const SimCapture& a, const SimCapture& b) { return a.pos == b.pos; }),
+        planned.end());
     std::vector<int64_t> stops;
     for (const SimCapture& c : planned) {
       slot->checkpoints.push_back(c.pos);
@@ -390,11 +389,9 @@ class BlockAlignedPolicy final : public TrackedPolicy {
       uint64_t id = tree_.Add(absl::MakeConstSpan(request.tokens).subspan(0, boundary), now_);
       r.captures.push_back({boundary, CaptureKind::kGrid});
       r.capture_bytes += options_.cost.private_bytes;
-      tree_.EvictUntilFits(options_.ram_bytes, options_.cost, {id}, "lru",
-                           [](const StateTree::State& s) {
-                             return static_cast<double>(s.last_use);
-                           },
-                           r);
+      tree_.EvictUntilFits(
+          options_.ram_bytes, options_.cost, {id}, "lru",
+          [](const StateTree::State& s) { return static_cast<double>(s.last_use); }, r);
     }
     Track();
     return r;
@@ -431,8 +428,7 @@ class MarconiPolicy final : public TrackedPolicy {
     std::vector<uint64_t> admitted;
     if (shared > r.restored_depth && shared < n) {
       stops.push_back(shared);
-      admitted.push_back(
-          tree_.Add(absl::MakeConstSpan(request.tokens).subspan(0, shared), now_));
+      admitted.push_back(tree_.Add(absl::MakeConstSpan(request.tokens).subspan(0, shared), now_));
       r.captures.push_back({shared, CaptureKind::kLearned});
       r.capture_bytes += options_.cost.private_bytes;
     }
@@ -479,6 +475,51 @@ class MarconiPolicy final : public TrackedPolicy {
   int64_t now_ = 0;
 };
 
+// The infinite-memory bound (not a peer): unlimited memory, a restore point at every token of
+// every earlier sequence (prompt plus generated tokens, so a live frontier's answer counts),
+// so a request prefills only the tokens past the longest prefix it shares with anything seen
+// before. Memory: the union of every sequence's rows plus one private state per sequence (a
+// lower bound on what a real cache with the same restores would hold).
+class OraclePolicy final : public TrackedPolicy {
+ public:
+  explicit OraclePolicy(const PolicyOptions& o) : options_(o) {}
+
+  absl::StatusOr<RequestResult> Serve(const SimRequest& request) override {
+    RequestResult r;
+    const int64_t n = static_cast<int64_t>(request.tokens.size());
+    const int64_t shared = std::min(n, tree_.Lookup(request.tokens).shared_prefix);
+    if (shared > 0) {
+      r.restored_tier = Tier::kRam;
+      r.restored_depth = shared;
+      r.restore_bytes = options_.cost.private_bytes;
+    }
+    r.prefilled = n - shared;
+    r.passes = SplitPasses(shared, n, {}, options_.planner.max_pass_tokens);
+    std::vector<TokenId> full = WithGenerated(request);
+    if (!full.empty()) {
+      RadixPrefixIndex::Walk walk = tree_.Lookup(full);
+      const bool known = std::any_of(walk.hits.begin(), walk.hits.end(), [&](const auto& h) {
+        return h.depth == static_cast<int64_t>(full.size());
+      });
+      if (!known) {
+        tree_.Insert(full, {IndexEntry::Kind::kCheckpoint, ++sequences_});
+        r.captures.push_back({static_cast<int64_t>(full.size()), CaptureKind::kEnd});
+      }
+    }
+    Track();
+    return r;
+  }
+  int64_t BytesInUse() const override {
+    return tree_.token_count() * options_.cost.bytes_per_row +
+           static_cast<int64_t>(sequences_) * options_.cost.private_bytes;
+  }
+
+ private:
+  PolicyOptions options_;
+  RadixPrefixIndex tree_;
+  uint64_t sequences_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<Policy> MakeNoCachePolicy(const PolicyOptions& o) {
@@ -496,10 +537,13 @@ std::unique_ptr<Policy> MakeBlockAlignedPolicy(const PolicyOptions& o) {
 std::unique_ptr<Policy> MakeMarconiPolicy(const PolicyOptions& o) {
   return std::make_unique<MarconiPolicy>(o);
 }
+std::unique_ptr<Policy> MakeOraclePolicy(const PolicyOptions& o) {
+  return std::make_unique<OraclePolicy>(o);
+}
 
 const std::vector<std::string>& PolicyNames() {
   static const auto* names = new std::vector<std::string>{
-      "cairn", "none", "live-only", "llamacpp", "block-aligned", "marconi"};
+      "cairn", "none", "live-only", "llamacpp", "block-aligned", "marconi", "oracle"};
   return *names;
 }
 
@@ -517,6 +561,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,
   if (name == "llamacpp") return MakeLlamaCppPolicy(options);
   if (name == "block-aligned") return MakeBlockAlignedPolicy(options);
   if (name == "marconi") return MakeMarconiPolicy(options);
+  if (name == "oracle") return MakeOraclePolicy(options);
   return absl::InvalidArgumentError(absl::StrCat("unknown policy '", name, "'"));
 }
 

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "common/status/status_macros.h"
 #include "services/cache/core/request_runner.h"
@@ -33,7 +34,11 @@ class CairnPolicy final : public Policy {
     r.prefilled = out.prefilled;
     r.passes = std::move(out.passes);
     r.restore_bytes = out.restore.bytes_to_copy;
-    for (const CaptureOutcome& c : out.captures) {
+    std::vector<const CaptureOutcome*> captures;
+    if (out.preserved_frontier.admitted) captures.push_back(&out.preserved_frontier);
+    for (const CaptureOutcome& c : out.captures) captures.push_back(&c);
+    for (const CaptureOutcome* cp : captures) {
+      const CaptureOutcome& c = *cp;
       if (!c.admitted) continue;
       r.captures.push_back({c.pos, c.kind});
       absl::StatusOr<CheckpointInfo> info = cache_->GetCheckpoint(c.id);
@@ -58,8 +63,7 @@ class CairnPolicy final : public Policy {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Policy>> MakeCairnPolicy(const PolicyOptions& options,
-                                                        const CostModel& cost,
-                                                        const Clock* clock) {
+                                                        const CostModel& cost, const Clock* clock) {
   CacheOptions cache_options;
   cache_options.ram_bytes = options.ram_bytes;
   cache_options.disk_bytes = options.disk_bytes;

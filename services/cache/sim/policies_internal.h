@@ -12,13 +12,13 @@
 namespace cairn::cache::sim {
 
 absl::StatusOr<std::unique_ptr<Policy>> MakeCairnPolicy(const PolicyOptions& options,
-                                                        const CostModel& cost,
-                                                        const Clock* clock);
+                                                        const CostModel& cost, const Clock* clock);
 std::unique_ptr<Policy> MakeNoCachePolicy(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeLiveOnlyPolicy(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeLlamaCppPolicy(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBlockAlignedPolicy(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeMarconiPolicy(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeOraclePolicy(const PolicyOptions& options);
 
 }  // namespace cairn::cache::sim
 

@@ -53,19 +53,19 @@ struct RequestResult {
 // Knobs of every policy. Peers' numbers come from ../shared/docs/anchors.md.
 struct PolicyOptions {
   int64_t ram_bytes = CacheOptions::kMaxDefaultRamBytes;  // RAM budget of every policy.
-  int64_t disk_bytes = 0;    // Cairn's disk tier (0: none).
-  int slots = 1;             // Execution slots (cairn, live-only, llama.cpp).
+  int64_t disk_bytes = 0;                                 // Cairn's disk tier (0: none).
+  int slots = 1;  // Execution slots (cairn, live-only, llama.cpp).
   CostModelOptions cost;
-  PlannerOptions planner;    // Cairn; max_pass_tokens is every policy's pass size.
+  PlannerOptions planner;  // Cairn; max_pass_tokens is every policy's pass size.
   RetentionOptions retention;
-  int llamacpp_ctx_checkpoints = 32;      // --ctx-checkpoints per slot.
-  int64_t llamacpp_min_step = 8192;       // --checkpoint-min-step.
-  int64_t llamacpp_ubatch = 512;          // n_ubatch: a checkpoint 4 + n_ubatch before the end.
-  int64_t llamacpp_end_offset = 4;        // ... and one 4 tokens before the end.
-  double llamacpp_slot_similarity = 0.10;  // --slot-prompt-similarity.
+  int llamacpp_ctx_checkpoints = 32;          // --ctx-checkpoints per slot.
+  int64_t llamacpp_min_step = 8192;           // --checkpoint-min-step.
+  int64_t llamacpp_ubatch = 512;              // n_ubatch: a checkpoint 4 + n_ubatch before the end.
+  int64_t llamacpp_end_offset = 4;            // ... and one 4 tokens before the end.
+  double llamacpp_slot_similarity = 0.10;     // --slot-prompt-similarity.
   double llamacpp_min_cache_fraction = 0.25;  // RAM entries reused only above this fraction.
-  int64_t block_tokens = 528;             // vLLM hybrid block size (Qwen3.5-4B, #40696).
-  double marconi_recency_weight = 0.5;    // Eviction: recency vs FLOPs saved per byte.
+  int64_t block_tokens = 528;                 // vLLM hybrid block size (Qwen3.5-4B, #40696).
+  double marconi_recency_weight = 0.5;        // Eviction: recency vs FLOPs saved per byte.
 };
 
 // A caching policy under simulation. Thread-compatible.
@@ -78,7 +78,8 @@ class Policy {
   virtual int64_t PeakBytes() const = 0;
 };
 
-// "cairn", "none", "live-only", "llamacpp", "block-aligned", "marconi".
+// "cairn", "none", "live-only", "llamacpp", "block-aligned", "marconi", "oracle" (the
+// infinite-memory bound, not a peer).
 const std::vector<std::string>& PolicyNames();
 
 // Creates policy `name`. InvalidArgument for an unknown name or bad options. `clock` must

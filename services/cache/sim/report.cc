@@ -14,9 +14,14 @@ using Json = nlohmann::json;
 namespace {
 
 std::string Seconds(double ms) { return absl::StrFormat("%.2fs", ms / 1000.0); }
-std::string Gb(int64_t bytes) { return absl::StrFormat("%.2f GB", static_cast<double>(bytes) / 1e9); }
+std::string Ratio(double r) { return absl::StrFormat("%.2fx", r); }
+std::string Gb(int64_t bytes) {
+  return absl::StrFormat("%.2f GB", static_cast<double>(bytes) / 1e9);
+}
 
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+}  // namespace
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()));
@@ -36,17 +41,15 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-}  // namespace
-
 std::string FormatRequestLine(const RequestReport& rep) {
   const RequestResult& r = rep.result;
   std::string restored = r.restored_tier == Tier::kNone
                              ? "cold"
                              : absl::StrCat(TierName(r.restored_tier), "@", r.restored_depth);
-  std::string out = absl::StrCat("#", rep.index, " conv ", rep.conv, " t ",
-                                 absl::StrFormat("%.1fs", rep.t), " prompt ", rep.prompt_tokens,
-                                 " restored ", restored, " prefilled ", r.prefilled, " ttft ",
-                                 Seconds(rep.ttft_ms));
+  std::string out =
+      absl::StrCat("#", rep.index, " conv ", rep.conv, " t ", absl::StrFormat("%.1fs", rep.t),
+                   " prompt ", rep.prompt_tokens, " restored ", restored, " prefilled ",
+                   r.prefilled, " ttft ", Seconds(rep.ttft_ms));
   if (!r.captures.empty()) {
     absl::StrAppend(&out, " captures ",
                     absl::StrJoin(r.captures, ",", [](std::string* s, const SimCapture& c) {
@@ -63,7 +66,7 @@ std::string FormatRequestLine(const RequestReport& rep) {
 }
 
 std::string FormatTotals(const Totals& t) {
-  return Table({
+  return FormatTable({
       {"policy", t.policy},
       {"requests", absl::StrCat(t.requests)},
       {"prompt tokens", absl::StrCat(t.prompt_tokens)},
@@ -74,26 +77,26 @@ std::string FormatTotals(const Totals& t) {
       {"captures", absl::StrCat(t.captures)},
       {"evictions", absl::StrCat(t.evictions)},
       {"ttft total", Seconds(t.ttft_ms_total)},
-      {"ttft mean / p50 / p95", absl::StrCat(Seconds(t.ttft_ms_mean), " / ",
-                                             Seconds(t.ttft_ms_p50), " / ",
-                                             Seconds(t.ttft_ms_p95))},
+      {"ttft mean / p50 / p95", absl::StrCat(Seconds(t.ttft_ms_mean), " / ", Seconds(t.ttft_ms_p50),
+                                             " / ", Seconds(t.ttft_ms_p95))},
       {"peak bytes", absl::StrCat(t.peak_bytes, " (", Gb(t.peak_bytes), ")")},
+      {"oracle prefilled / ratio", absl::StrCat(t.oracle_prefilled, " / ", Ratio(t.vs_oracle))},
   });
 }
 
 std::string FormatComparison(const std::vector<Totals>& totals) {
-  std::vector<std::vector<std::string>> rows = {
-      {"policy", "prompt tok", "prefilled", "hit ratio", "live/ram/disk/cold", "ttft mean",
-       "ttft p95", "ttft total", "peak"}};
+  std::vector<std::vector<std::string>> rows = {{"policy", "prompt tok", "prefilled", "hit ratio",
+                                                 "live/ram/disk/cold", "ttft mean", "ttft p95",
+                                                 "ttft total", "peak", "/ oracle"}};
   for (const Totals& t : totals) {
-    rows.push_back({t.policy, absl::StrCat(t.prompt_tokens), absl::StrCat(t.prefilled),
-                    absl::StrFormat("%.3f", t.hit_ratio),
-                    absl::StrCat(t.restored_live, "/", t.restored_ram, "/", t.restored_disk, "/",
-                                 t.cold),
-                    Seconds(t.ttft_ms_mean), Seconds(t.ttft_ms_p95), Seconds(t.ttft_ms_total),
-                    Gb(t.peak_bytes)});
+    rows.push_back(
+        {t.policy, absl::StrCat(t.prompt_tokens), absl::StrCat(t.prefilled),
+         absl::StrFormat("%.3f", t.hit_ratio),
+         absl::StrCat(t.restored_live, "/", t.restored_ram, "/", t.restored_disk, "/", t.cold),
+         Seconds(t.ttft_ms_mean), Seconds(t.ttft_ms_p95), Seconds(t.ttft_ms_total),
+         Gb(t.peak_bytes), Ratio(t.vs_oracle)});
   }
-  return Table(rows);
+  return FormatTable(rows);
 }
 
 std::string RequestJson(const RequestReport& rep, absl::string_view policy) {
@@ -141,6 +144,8 @@ std::string TotalsJson(const Totals& t) {
   j["ttft_ms_p50"] = t.ttft_ms_p50;
   j["ttft_ms_p95"] = t.ttft_ms_p95;
   j["peak_bytes"] = t.peak_bytes;
+  j["oracle_prefilled"] = t.oracle_prefilled;
+  j["vs_oracle"] = t.vs_oracle;
   Json out;
   out["totals"] = std::move(j);
   return out.dump(-1, ' ', false, Json::error_handler_t::replace);

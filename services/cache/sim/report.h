@@ -11,6 +11,8 @@
 
 namespace cairn::cache::sim {
 
+// Aligned columns: the first left-aligned, the others right-aligned, two spaces apart.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 // "#3 conv A t 12.5s prompt 12000 restored ram@4096 prefilled 7904 ttft 3.21s
 //  captures 6000:learned,8192:grid evicted 5:evict:retry-copy"
 std::string FormatRequestLine(const RequestReport& report);

@@ -14,6 +14,7 @@ namespace {
 
 // Ids for generated tokens that no prompt contains: above every vocabulary id.
 constexpr TokenId kFreshTokenBase = TokenId{1} << 30;
+constexpr char kOracle[] = "oracle";
 
 double Percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
@@ -49,8 +50,8 @@ std::vector<SimRequest> PrepareRequests(const std::vector<TraceRequest>& trace,
     auto it = next_of.find(r.conv);
     const std::vector<TokenId>* next = it == next_of.end() ? nullptr : &out[it->second].tokens;
     const size_t n = r.tokens.size();
-    if (next != nullptr && next->size() > n && std::equal(r.tokens.begin(), r.tokens.end(),
-                                                          next->begin())) {
+    if (next != nullptr && next->size() > n &&
+        std::equal(r.tokens.begin(), r.tokens.end(), next->begin())) {
       size_t take = std::min(static_cast<size_t>(gen), next->size() - n);
       r.generated.assign(next->begin() + static_cast<ptrdiff_t>(n),
                          next->begin() + static_cast<ptrdiff_t>(n + take));
@@ -64,8 +65,7 @@ std::vector<SimRequest> PrepareRequests(const std::vector<TraceRequest>& trace,
 absl::StatusOr<SimResult> Simulate(const std::vector<SimRequest>& requests,
                                    absl::string_view policy_name, const SimOptions& options) {
   FakeClock clock;
-  ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
-                   MakePolicy(policy_name, options.policy, &clock));
+  ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy, MakePolicy(policy_name, options.policy, &clock));
   CostModel cost(options.policy.cost);
   SimResult result;
   Totals& t = result.totals;
@@ -118,6 +118,15 @@ absl::StatusOr<SimResult> Simulate(const std::vector<SimRequest>& requests,
   t.ttft_ms_p50 = Percentile(ttfts, 0.50);
   t.ttft_ms_p95 = Percentile(ttfts, 0.95);
   t.peak_bytes = policy->PeakBytes();
+  if (policy_name == kOracle) {
+    t.oracle_prefilled = t.prefilled;
+  } else {
+    ASSIGN_OR_RETURN(SimResult bound, Simulate(requests, kOracle, options));
+    t.oracle_prefilled = bound.totals.prefilled;
+  }
+  t.vs_oracle = t.oracle_prefilled > 0
+                    ? static_cast<double>(t.prefilled) / static_cast<double>(t.oracle_prefilled)
+                    : 0;
   return result;
 }
 

@@ -36,8 +36,8 @@ struct Totals {
   int64_t requests = 0;
   int64_t prompt_tokens = 0;
   int64_t prefilled = 0;
-  int64_t reused = 0;        // prompt_tokens - prefilled.
-  double hit_ratio = 0;      // reused / prompt_tokens.
+  int64_t reused = 0;    // prompt_tokens - prefilled.
+  double hit_ratio = 0;  // reused / prompt_tokens.
   int64_t restored_live = 0;
   int64_t restored_ram = 0;
   int64_t restored_disk = 0;
@@ -49,6 +49,9 @@ struct Totals {
   double ttft_ms_p50 = 0;
   double ttft_ms_p95 = 0;
   int64_t peak_bytes = 0;
+  // The infinite-memory bound on the same requests (policy "oracle") and prefilled / it.
+  int64_t oracle_prefilled = 0;
+  double vs_oracle = 0;  // 0 when the bound prefills nothing.
 };
 
 struct SimResult {
@@ -63,8 +66,8 @@ struct SimResult {
 std::vector<SimRequest> PrepareRequests(const std::vector<TraceRequest>& trace,
                                         const TraceOptions& options);
 
-// Runs policy `policy` over `requests` (from PrepareRequests). InvalidArgument for an unknown
-// policy or bad options.
+// Runs policy `policy` over `requests` (from PrepareRequests), and the oracle over them for
+// the totals' bound. InvalidArgument for an unknown policy or bad options.
 absl::StatusOr<SimResult> Simulate(const std::vector<SimRequest>& requests,
                                    absl::string_view policy, const SimOptions& options);
 

@@ -11,7 +11,7 @@ namespace cairn::cache::sim {
 namespace {
 
 constexpr int64_t kMinSegmentTokens = 16;  // No message is shorter.
-constexpr double kFirstArrivalSpread = 3;   // First requests arrive over ~3 step gaps.
+constexpr double kFirstArrivalSpread = 3;  // First requests arrive over ~3 step gaps.
 
 // Deterministic draws on every platform (std distributions are not).
 class Rng {
@@ -58,6 +58,42 @@ int64_t Length(const std::vector<Segment>& segments) {
 
 }  // namespace
 
+const std::vector<std::string>& TracePresetNames() {
+  static const auto* names =
+      new std::vector<std::string>{"agent", "single-user", "team", "long-context"};
+  return *names;
+}
+
+absl::StatusOr<AgentTraceOptions> TracePreset(absl::string_view name, uint64_t seed) {
+  AgentTraceOptions o;
+  o.seed = seed;
+  if (name == "agent") return o;
+  if (name == "single-user") {
+    o.conversations = 1;
+    o.turns_per_conversation = 100;
+    o.subagent_probability = 0.1;
+    o.subagent_turns = 5;
+    o.idle_probability = 0.05;
+    return o;
+  }
+  if (name == "team") {
+    o.conversations = 24;
+    o.turns_per_conversation = 10;
+    return o;
+  }
+  if (name == "long-context") {
+    o.conversations = 3;
+    o.turns_per_conversation = 60;
+    o.first_user_tokens = 6000;
+    o.append_tokens_mean = 2500;
+    o.append_tokens_max = 16000;
+    o.compaction_threshold_tokens = 120000;
+    o.compaction_summary_tokens = 8000;
+    return o;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown trace preset '", name, "'"));
+}
+
 absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOptions& o) {
   if (o.conversations < 1 || o.turns_per_conversation < 1 || o.system_prompt_tokens < 0 ||
       o.append_tokens_mean < 1 || o.answer_tokens_mean < 1 || o.first_user_tokens < 1 ||
@@ -81,11 +117,12 @@ absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOpt
   std::vector<TraceRequest> out;
   int subagents = 0;
   while (true) {
-    auto it = std::min_element(convs.begin(), convs.end(), [](const Conversation& a,
-                                                              const Conversation& b) {
-      if ((a.turns_left > 0) != (b.turns_left > 0)) return a.turns_left > 0;
-      return a.next_t < b.next_t;
-    });
+    auto it = std::min_element(convs.begin(), convs.end(),
+                               [](const Conversation& a, const Conversation& b) {
+                                 if ((a.turns_left > 0) != (b.turns_left > 0))
+                                   return a.turns_left > 0;
+                                 return a.next_t < b.next_t;
+                               });
     if (it == convs.end() || it->turns_left <= 0) break;
     const size_t index = static_cast<size_t>(it - convs.begin());
 

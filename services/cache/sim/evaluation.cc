@@ -1,0 +1,101 @@
+#include "services/cache/sim/evaluation.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status/status_macros.h"
+#include "services/cache/sim/report.h"
+
+namespace cairn::cache::sim {
+namespace {
+
+double Ratio(int64_t a, int64_t b) {
+  return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0;
+}
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%g GiB", static_cast<double>(bytes) / static_cast<double>(1 << 30));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<EvalRow>> Evaluate(const std::vector<EvalTrace>& traces,
+                                              const EvalOptions& options) {
+  std::vector<EvalRow> rows;
+  for (const EvalTrace& trace : traces) {
+    for (int64_t ram : options.ram_budgets) {
+      SimOptions sim = options.base;
+      sim.policy.ram_bytes = ram;
+      sim.policy.disk_bytes = 0;
+      std::string best_peer;
+      int64_t best_prefilled = 0;
+      for (const std::string& peer : options.peers) {
+        ASSIGN_OR_RETURN(SimResult r, Simulate(trace.requests, peer, sim));
+        if (best_peer.empty() || r.totals.prefilled < best_prefilled) {
+          best_peer = peer;
+          best_prefilled = r.totals.prefilled;
+        }
+      }
+      for (int64_t disk : options.disk_budgets) {
+        sim.policy.disk_bytes = disk;
+        ASSIGN_OR_RETURN(SimResult cairn, Simulate(trace.requests, "cairn", sim));
+        EvalRow row;
+        row.trace = trace.name;
+        row.ram_bytes = ram;
+        row.disk_bytes = disk;
+        row.cairn = cairn.totals;
+        row.best_peer = best_peer;
+        row.best_peer_prefilled = best_prefilled;
+        row.vs_peer = Ratio(cairn.totals.prefilled, best_prefilled);
+        row.vs_oracle = cairn.totals.vs_oracle;
+        row.meets_bar = ram <= options.small_budget_bytes ? row.vs_peer <= options.max_vs_peer
+                                                          : row.vs_oracle <= options.max_vs_oracle;
+        row.meets_bar = row.meets_bar && cairn.totals.peak_bytes <= ram;
+        rows.push_back(std::move(row));
+      }
+    }
+  }
+  return rows;
+}
+
+std::string FormatEvaluation(const std::vector<EvalRow>& rows, const EvalOptions& options) {
+  std::vector<std::vector<std::string>> table = {{"trace", "ram", "disk", "cairn", "best peer",
+                                                  "peer prefilled", "cairn/peer", "oracle",
+                                                  "cairn/oracle", "cairn peak", "bar"}};
+  struct Worst {
+    double vs_peer = 0;
+    double vs_oracle = 0;
+    int met = 0;
+    int rows = 0;
+  };
+  std::map<std::pair<int64_t, int64_t>, Worst> worst;
+  for (const EvalRow& r : rows) {
+    table.push_back({r.trace, GiB(r.ram_bytes), r.disk_bytes > 0 ? GiB(r.disk_bytes) : "-",
+                     absl::StrCat(r.cairn.prefilled), r.best_peer,
+                     absl::StrCat(r.best_peer_prefilled), absl::StrFormat("%.2f", r.vs_peer),
+                     absl::StrCat(r.cairn.oracle_prefilled), absl::StrFormat("%.2f", r.vs_oracle),
+                     absl::StrFormat("%.2f GB", static_cast<double>(r.cairn.peak_bytes) / 1e9),
+                     r.meets_bar ? "ok" : "MISSED"});
+    Worst& w = worst[{r.ram_bytes, r.disk_bytes}];
+    w.vs_peer = std::max(w.vs_peer, r.vs_peer);
+    w.vs_oracle = std::max(w.vs_oracle, r.vs_oracle);
+    w.met += r.meets_bar ? 1 : 0;
+    ++w.rows;
+  }
+  std::vector<std::vector<std::string>> summary = {
+      {"ram", "disk", "worst cairn/peer", "worst cairn/oracle", "bar", "rows meeting it"}};
+  for (const auto& [budgets, w] : worst) {
+    summary.push_back({GiB(budgets.first), budgets.second > 0 ? GiB(budgets.second) : "-",
+                       absl::StrFormat("%.2f", w.vs_peer), absl::StrFormat("%.2f", w.vs_oracle),
+                       budgets.first <= options.small_budget_bytes
+                           ? absl::StrFormat("cairn/peer <= %.2f", options.max_vs_peer)
+                           : absl::StrFormat("cairn/oracle <= %.2f", options.max_vs_oracle),
+                       absl::StrCat(w.met, "/", w.rows)});
+  }
+  return absl::StrCat(FormatTable(table), "\n", FormatTable(summary));
+}
+
+}  // namespace cairn::cache::sim

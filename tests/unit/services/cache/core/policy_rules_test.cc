@@ -1,0 +1,357 @@
+// The policy rules docs/cache-policy.md measured on agent traces, each with a case where the
+// seed's rule loses and the new one wins.
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/core/request_runner.h"
+#include "services/cache/core/retention.h"
+#include "tests/unit/services/cache/core/cache_test_util.h"
+
+namespace cairn::cache {
+namespace {
+
+using testing::Concat;
+using testing::MakeCache;
+using testing::SimpleLayout;
+using testing::TestIds;
+using testing::Tokens;
+
+constexpr int64_t kPrivate = 10000;  // One private state.
+constexpr int64_t kRowBytes = 10;    // Per token: 1,000 tokens of rows cost one private state.
+
+// Prefills `tokens` past what `slot` holds (cold when `cold`) and captures there.
+CheckpointId Capture(CheckpointCache& cache, int32_t slot, const std::vector<TokenId>& tokens,
+                     const std::string& conv, bool cold) {
+  SlotKey key{1, slot};
+  if (cold) {
+    EXPECT_TRUE(cache.StartCold(key, TestIds(), conv).ok());
+  }
+  EXPECT_TRUE(cache.ExtendSlot(key, tokens).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(key, CaptureKind::kStable, conv, -1);
+  EXPECT_TRUE(ticket.ok()) << ticket.status();
+  if (!ticket.ok()) return 0;
+  return cache.CommitCapture(ticket->id).value_or(0);
+}
+
+TEST(RetentionPolicyTest, SupersededRanksAfterCheapAndBeforeIdle) {
+  RankInput superseded{CaptureKind::kStable, 1000, 1000, 10, 100, /*conversation_idle=*/true,
+                       /*superseded=*/true};
+  RankInput cheap = superseded;
+  cheap.private_bytes = 8001 * 1000;
+  RetentionOptions seed;
+  seed.superseded_first = false;
+
+  EXPECT_EQ(RetentionPolicy().Classify(superseded), EvictionRank::kSuperseded);
+  EXPECT_EQ(RetentionPolicy().Classify(cheap), EvictionRank::kCheap);
+  EXPECT_EQ(RetentionPolicy(seed).Classify(superseded), EvictionRank::kIdle);
+  EXPECT_LT(EvictionRank::kCheap, EvictionRank::kSuperseded);
+  EXPECT_LT(EvictionRank::kSuperseded, EvictionRank::kIdle);
+  EXPECT_EQ(EvictionRankName(EvictionRank::kSuperseded), "superseded");
+}
+
+TEST(RetentionPolicyTest, AutomaticCapFollowsTheBudgetAboveTheSeedsFloor) {
+  RetentionPolicy automatic;
+  RetentionOptions fixed;
+  fixed.max_checkpoints = 7;
+  const int64_t gib = int64_t{1} << 30;
+  const int64_t private_bytes = 133000000;
+
+  EXPECT_EQ(automatic.CheckpointCap(64 * gib, private_bytes), 64 * gib / private_bytes);
+  EXPECT_EQ(automatic.CheckpointCap(4 * gib, private_bytes), 128);  // The floor.
+  EXPECT_EQ(automatic.CheckpointCap(gib, 0), std::numeric_limits<int>::max());
+  EXPECT_EQ(RetentionPolicy(fixed).CheckpointCap(64 * gib, private_bytes), 7);
+}
+
+// Conversation B holds one checkpoint; then A takes two turns, the second extending the
+// first. A new conversation needs room for one more. The seed's rule evicts B (least recently
+// used conversation), losing B's only state; superseded-first evicts A's first turn, which
+// A's second turn already covers, and every conversation can still resume where it was.
+void SupersededCase(bool superseded_first, CheckpointId* evicted, CheckpointId* b_id,
+                    CheckpointId* a1_id) {
+  CacheOptions options;
+  options.retention.superseded_first = superseded_first;
+  // B, A1 and A2 (private + 1,000 new tokens of rows each) and 6,000 free.
+  options.ram_bytes = 3 * 2 * kPrivate + 6000;
+  auto t = testing::MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  *b_id = Capture(cache, 0, Tokens(1000, 100000), "B", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  *a1_id = Capture(cache, 1, Tokens(1000, 0), "A", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId a2 = Capture(cache, 1, Tokens(1000, 50000), "A", /*cold=*/false);
+  ASSERT_NE(a2, 0u);
+  ASSERT_EQ(cache.ram_ledger().free(), 6000);
+  const uint64_t before = cache.events().logged();
+
+  // Needs 15,000: A1's private state (10,000) or all of B (20,000) make room.
+  ASSERT_NE(Capture(cache, 0, Tokens(500, 200000), "C", /*cold=*/true), 0u);
+
+  std::vector<CheckpointId> gone;
+  for (const Event& e : cache.events().recent()) {
+    if (e.seq > before && e.type == EventType::kEvict) gone.push_back(e.checkpoint);
+  }
+  ASSERT_EQ(gone.size(), 1u);
+  *evicted = gone.front();
+  EXPECT_TRUE(cache.GetCheckpoint(a2)->in_ram);
+}
+
+TEST(CheckpointCachePolicyTest, SupersededCheckpointGoesBeforeAnotherConversationsOnlyState) {
+  CheckpointId evicted = 0, b = 0, a1 = 0;
+  SupersededCase(/*superseded_first=*/false, &evicted, &b, &a1);
+  EXPECT_EQ(evicted, b) << "the seed's rule";
+  SupersededCase(/*superseded_first=*/true, &evicted, &b, &a1);
+  EXPECT_EQ(evicted, a1);
+}
+
+TEST(CheckpointCachePolicyTest, ACheckpointAnotherConversationBuildsOnIsNotSuperseded) {
+  CacheOptions options;
+  options.ram_bytes = 3 * 2 * kPrivate + 1000;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  // A's shared prefix, A's own continuation, and B's continuation of the shared prefix.
+  CheckpointId shared = Capture(cache, 0, Tokens(1000, 0), "A", /*cold=*/true);
+  CheckpointId a2 = Capture(cache, 0, Tokens(1000, 50000), "A", /*cold=*/false);
+  t->clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(cache.Restore(shared, {1, 1}, TestIds(), "B").ok());
+  CheckpointId b = Capture(cache, 1, Tokens(1000, 70000), "B", /*cold=*/false);
+  ASSERT_NE(b, 0u);
+  ASSERT_EQ(cache.ram_ledger().free(), 1000);
+
+  // Needs 20,000: evicting the shared prefix would free only its private state (10,000), so
+  // treating it as A's superseded state would lose it and A2 both.
+  ASSERT_NE(Capture(cache, 0, Tokens(1000, 200000), "C", /*cold=*/true), 0u);
+
+  EXPECT_TRUE(cache.GetCheckpoint(shared)->in_ram);
+  EXPECT_FALSE(cache.GetCheckpoint(a2).ok());  // A's least recently used leaf.
+  EXPECT_TRUE(cache.GetCheckpoint(b)->in_ram);
+}
+
+TEST(CheckpointCachePolicyTest, AutomaticCapAdmitsPastTheSeeds128WhenTheBudgetHoldsThem) {
+  CacheOptions options;
+  options.ram_bytes = 300 * (kPrivate + 100 * kRowBytes);
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_NE(Capture(cache, 0, Tokens(100, 1000 * i), "c" + std::to_string(i), true), 0u);
+  }
+
+  EXPECT_EQ(cache.RamAccounting().checkpoints, 200);
+  EXPECT_EQ(cache.retention().CheckpointCap(options.ram_bytes, kPrivate), 330);
+}
+
+TEST(RetentionPolicyTest, AdmissionRankIsTheCapturesOwnRank) {
+  RetentionPolicy policy;
+  RetentionOptions seed;
+  seed.admission_by_rank = false;
+  RankInput grid{CaptureKind::kGrid, 2048, 5000, 10, 100, /*conversation_idle=*/true, false};
+  RankInput end{CaptureKind::kEnd, 5005, 5000, 10, 100, false, false};
+  RankInput stable{CaptureKind::kStable, 5000, 5000, 10, 100, /*conversation_idle=*/true, false};
+
+  EXPECT_EQ(policy.AdmissionRank(grid), EvictionRank::kSuperseded);  // The stable follows.
+  EXPECT_EQ(policy.AdmissionRank(end), EvictionRank::kRetryCopy);
+  EXPECT_EQ(policy.AdmissionRank(stable), EvictionRank::kReused);  // In use, so not idle.
+  EXPECT_EQ(RetentionPolicy(seed).AdmissionRank(end), EvictionRank::kReused);
+}
+
+// B holds one stable checkpoint; A then captures a prompt-end retry copy that does not fit next
+// to it. The seed's rule evicts B's only state for A's retry copy; admission by rank rejects
+// the retry copy (with a reject event naming the rank) and keeps B.
+TEST(CheckpointCachePolicyTest, ARetryCopyDoesNotEvictAnotherConversationsState) {
+  for (bool by_rank : {false, true}) {
+    CacheOptions options;
+    options.retention.admission_by_rank = by_rank;
+    options.ram_bytes = 2 * 2 * kPrivate + 5000;
+    auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+    ASSERT_NE(t, nullptr);
+    CheckpointCache& cache = *t->cache;
+    CheckpointId b = Capture(cache, 0, Tokens(1000, 100000), "B", /*cold=*/true);
+    CheckpointId a = Capture(cache, 1, Tokens(1000, 0), "A", /*cold=*/true);
+    ASSERT_NE(a, 0u);
+    ASSERT_TRUE(cache.ExtendSlot({1, 1}, Tokens(5, 50000)).ok());
+
+    absl::StatusOr<CaptureTicket> retry =
+        cache.BeginCapture({1, 1}, CaptureKind::kEnd, "A", /*stable_boundary=*/1000);
+
+    if (by_rank) {
+      EXPECT_FALSE(retry.ok());
+      EXPECT_TRUE(cache.GetCheckpoint(b)->in_ram);
+      ASSERT_FALSE(cache.events().recent().empty());
+      EXPECT_EQ(cache.events().recent().back().type, EventType::kReject);
+      EXPECT_THAT(cache.events().recent().back().reason, ::testing::HasSubstr("retry-copy"));
+    } else {
+      EXPECT_TRUE(retry.ok()) << "the seed's rule";
+      EXPECT_FALSE(cache.GetCheckpoint(b).ok());
+    }
+  }
+}
+
+// After a compaction (or an edit) A's new history leaves its old branch: the old branch is
+// superseded and goes before B's state, though A stays the most recently used conversation.
+TEST(CheckpointCachePolicyTest, AnOldBranchOfAnActiveConversationIsSuperseded) {
+  CacheOptions options;
+  options.ram_bytes = 3 * 2 * kPrivate + 1000;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  CheckpointId b = Capture(cache, 0, Tokens(1000, 100000), "B", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId old_branch = Capture(cache, 1, Tokens(1000, 0), "A", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId compacted = Capture(cache, 1, Tokens(1000, 300000), "A", /*cold=*/true);
+  ASSERT_NE(compacted, 0u);
+
+  ASSERT_NE(Capture(cache, 0, Tokens(1000, 200000), "C", /*cold=*/true), 0u);
+
+  EXPECT_FALSE(cache.GetCheckpoint(old_branch).ok());
+  EXPECT_TRUE(cache.GetCheckpoint(b)->in_ram);
+  EXPECT_TRUE(cache.GetCheckpoint(compacted)->in_ram);
+}
+
+TEST(RetentionPolicyTest, ShallowerFirstInsideTheIdleAndReusedRanksOnly) {
+  absl::Time t0 = absl::UnixEpoch();
+  auto item = [&](CheckpointId id, EvictionRank rank, int seconds, int64_t depth) {
+    RetentionItem i;
+    i.id = id;
+    i.rank = rank;
+    i.last_use = t0 + absl::Seconds(seconds);
+    i.depth = depth;
+    return i;
+  };
+  std::vector<RetentionItem> items = {
+      item(1, EvictionRank::kIdle, 0, 30000),     item(2, EvictionRank::kIdle, 5, 8000),
+      item(3, EvictionRank::kReused, 9, 9000),    item(4, EvictionRank::kReused, 1, 20000),
+      item(5, EvictionRank::kSuperseded, 9, 100), item(6, EvictionRank::kSuperseded, 1, 9000)};
+  RetentionOptions seed;
+  seed.shallow_first = false;
+
+  EXPECT_EQ(RetentionPolicy().EvictionOrder(items), (std::vector<CheckpointId>{6, 5, 2, 1, 3, 4}));
+  EXPECT_EQ(RetentionPolicy(seed).EvictionOrder(items),
+            (std::vector<CheckpointId>{6, 5, 1, 2, 4, 3}));
+}
+
+TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
+  RetentionPolicy policy;
+  RankInput stable{CaptureKind::kStable, 2000, 2000, 10, 100, false, false};
+  RankInput end_past_stable{CaptureKind::kEnd, 2005, 2000, 10, 100, false, false};
+  RankInput frontier{CaptureKind::kReused, 2300, 2000, 10, 100, false, false};
+  RankInput end_unknown_stable{CaptureKind::kEnd, 2005, -1, 10, 100, false, false};
+
+  EXPECT_TRUE(policy.Supersedes(stable));
+  EXPECT_FALSE(policy.Supersedes(end_past_stable));
+  EXPECT_FALSE(policy.Supersedes(frontier));
+  EXPECT_TRUE(policy.Supersedes(end_unknown_stable));
+  // A preserved frontier past its request's stable boundary ranks with superseded ones (a
+  // retry copy under the seed's ranks).
+  EXPECT_EQ(policy.Classify(frontier), EvictionRank::kSuperseded);
+  RetentionOptions seed;
+  seed.frontier_with_superseded = false;
+  EXPECT_EQ(RetentionPolicy(seed).Classify(frontier), EvictionRank::kRetryCopy);
+}
+
+// F: the frontier of conversation B (prompt 1,000 + answer 300), preserved before A took its
+// slot; E: A's prompt-end retry copy, 5 header tokens past A's stable boundary. One must go.
+// As retry copies both, the older (F) would go; F saves B 300 tokens, E saves A 5.
+TEST(CheckpointCachePolicyTest, APreservedFrontierOutlivesARetryCopy) {
+  for (bool with_superseded : {false, true}) {
+    CacheOptions options;
+    options.retention.frontier_with_superseded = with_superseded;
+    options.ram_bytes = 1300 * kRowBytes + 1005 * kRowBytes + 2 * kPrivate + 5000;
+    auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+    ASSERT_NE(t, nullptr);
+    CheckpointCache& cache = *t->cache;
+    ASSERT_TRUE(cache.StartCold({1, 0}, TestIds(), "B").ok());
+    ASSERT_TRUE(cache.ExtendSlot({1, 0}, Tokens(1300, 100000)).ok());
+    absl::StatusOr<CaptureTicket> f = cache.BeginCapture({1, 0}, CaptureKind::kReused, "B", 1000);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(cache.CommitCapture(f->id).ok());
+    t->clock.Advance(absl::Seconds(1));
+    ASSERT_TRUE(cache.StartCold({1, 1}, TestIds(), "A").ok());
+    ASSERT_TRUE(cache.ExtendSlot({1, 1}, Tokens(1005, 0)).ok());
+    absl::StatusOr<CaptureTicket> e = cache.BeginCapture({1, 1}, CaptureKind::kEnd, "A", 1000);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_TRUE(cache.CommitCapture(e->id).ok());
+    t->clock.Advance(absl::Seconds(1));
+
+    ASSERT_NE(Capture(cache, 0, Tokens(500, 200000), "C", /*cold=*/true), 0u);
+
+    EXPECT_EQ(cache.GetCheckpoint(f->id).ok(), with_superseded);
+    EXPECT_EQ(cache.GetCheckpoint(e->id).ok(), !with_superseded);
+  }
+}
+
+// One slot. A's first turn answers 300 tokens; B takes the slot; A's second turn resends its
+// prompt and the answer. Without preservation A resumes at its prompt end and recomputes the
+// answer; with it, A resumes after the answer.
+int64_t SecondTurnRestoreDepth(bool preserve_frontier) {
+  CacheOptions options;
+  options.planner.preserve_frontier = preserve_frontier;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return -1;
+  RequestRunner runner(t->cache.get(), 1);
+  std::vector<TokenId> a1 = Tokens(3000, 0);
+  std::vector<TokenId> answer = Tokens(300, 50000);
+  std::vector<TokenId> a2 = Concat(Concat(a1, answer), Tokens(500, 60000));
+  std::vector<TokenId> b1 = Tokens(2000, 100000);
+  ServeRequest request{TestIds(), "A", a1, 3000, answer};
+  EXPECT_TRUE(runner.Serve(request).ok());
+  request = ServeRequest{TestIds(), "B", b1, 2000, {}};
+  absl::StatusOr<ServeOutcome> b = runner.Serve(request);
+  EXPECT_TRUE(b.ok());
+  if (!b.ok()) return -1;
+  EXPECT_EQ(b->preserved_frontier.admitted, preserve_frontier);
+  request = ServeRequest{TestIds(), "A", a2, 3300, {}};
+  absl::StatusOr<ServeOutcome> second = runner.Serve(request);
+  EXPECT_TRUE(second.ok());
+  if (!second.ok()) return -1;
+  EXPECT_EQ(second->used.tier, Tier::kRam);
+  return second->used.depth;
+}
+
+TEST(RequestRunnerPolicyTest, FrontierIsPreservedWhenAnotherConversationTakesTheSlot) {
+  EXPECT_EQ(SecondTurnRestoreDepth(/*preserve_frontier=*/false), 3000) << "the seed's rule";
+  EXPECT_EQ(SecondTurnRestoreDepth(/*preserve_frontier=*/true), 3300);
+}
+
+TEST(RequestRunnerPolicyTest, PreservingAFrontierNeverEvictsTheCheckpointAboutToBeRestored) {
+  CacheOptions options;
+  // Room for A's prompt end (40,000), B's (12,000) and 5,000 more: B's frontier (11,000) needs
+  // an eviction, and A's checkpoint, least recently used, would be the victim.
+  options.ram_bytes = 40000 + 12000 + 5000;
+  options.planner.max_grid_points = 0;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  RequestRunner runner(t->cache.get(), 1);
+  std::vector<TokenId> a1 = Tokens(3000, 0);
+  ServeRequest request{TestIds(), "A", a1, -1, {}};
+  ASSERT_TRUE(runner.Serve(request).ok());
+  std::vector<TokenId> b1 = Tokens(200, 100000);
+  std::vector<TokenId> b_answer = Tokens(100, 110000);
+  request = ServeRequest{TestIds(), "B", b1, -1, b_answer};
+  ASSERT_TRUE(runner.Serve(request).ok());
+  ASSERT_EQ(t->cache->ram_ledger().free(), 5000);
+
+  // A again: B's frontier is captured, but A's checkpoint is pinned while it is.
+  std::vector<TokenId> a2 = Concat(a1, Tokens(10, 70000));
+  request = ServeRequest{TestIds(), "A", a2, -1, {}};
+  absl::StatusOr<ServeOutcome> again = runner.Serve(request);
+
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->used.tier, Tier::kRam);
+  EXPECT_EQ(again->used.depth, 3000);
+  EXPECT_TRUE(again->preserved_frontier.admitted);
+  EXPECT_LE(t->cache->ram_ledger().used(), options.ram_bytes);
+}
+
+}  // namespace
+}  // namespace cairn::cache
