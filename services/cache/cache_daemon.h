@@ -195,12 +195,23 @@ class CacheDaemon {
     StateBytes state;
     absl::flat_hash_map<ChunkId, Held> chunks;
   };
+  // The answer to a request with a client_request_id, for its retries.
+  struct Reply {
+    std::string method;
+    bool done = false;     // False while the first attempt runs.
+    std::string response;  // Serialized, once done (only successes are kept).
+  };
+  static constexpr size_t kRepliesKept = 1024;  // Per session.
   struct Session {
     uint64_t id = 0;
     std::string name;
     SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
+    uint32_t slot_count = 0;      // From Hello; 0: not declared (any slot below the cap).
     absl::Duration last_seen;
     absl::flat_hash_set<int32_t> slots;
+    // Answers to the last kRepliesKept requests with a client_request_id, by that id.
+    absl::flat_hash_map<uint64_t, Reply> replies;
+    std::deque<uint64_t> reply_order;
   };
   struct Lease {
     uint64_t session = 0;
@@ -221,6 +232,7 @@ class CacheDaemon {
   };
   struct Reservation {
     uint64_t session = 0;
+    SlotKey slot;
     CheckpointId ticket = 0;
     absl::Duration expires;
     CheckpointBytes bytes;
@@ -240,6 +252,24 @@ class CacheDaemon {
   absl::StatusOr<Session*> FindSessionLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Model*> FindModelLocked(uint64_t id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition when `slot` last started or restored with another model.
+  absl::Status CheckSlotModelLocked(SlotKey slot, uint64_t model_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `run` once per (session, `request_id`): a retry with the same id gets the first
+  // successful answer in `resp` instead of a second effect (SM14). `request_id` 0: always
+  // runs. InvalidArgument when the id was used for another method; Unavailable while the
+  // first attempt is still running.
+  template <typename Resp>
+  absl::Status Once(uint64_t session_id, uint64_t request_id, const char* method, Resp* resp,
+                    const std::function<absl::Status()>& run) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StartSlotOnce(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AcquireRestoreOnce(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReserveCaptureOnce(const v1::ReserveCaptureRequest& req,
+                                  v1::CaptureReservation* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UpdateFrontierOnce(const v1::UpdateFrontierRequest& req,
+                                  v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the message for spill `spill`: destinations are the chunk regions reserved at
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)
@@ -275,8 +305,7 @@ class CacheDaemon {
   void AdmitRecoveredLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The RAM and disk halves of AcquireRestore.
   absl::Status RestoreFromRamLocked(const v1::AcquireRestoreRequest& req, const Model& model,
-                                    v1::RestoreLease* resp)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                    v1::RestoreLease* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RestoreFromDisk(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Frees a disk restore's regions and unpins its checkpoint.

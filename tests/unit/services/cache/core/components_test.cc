@@ -253,6 +253,19 @@ TEST(ModelLayoutTest, ValidatesComponents) {
   EXPECT_THAT(ModelLayout{}.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(ModelLayoutTest, SizesThatWouldOverflowAreRefused) {
+  ModelLayout wide = SimpleLayout(int64_t{1} << 40, 1, 0xFFFFFFFFll);
+  wide.components.push_back({"kv2", ComponentKind::kRows, int64_t{1} << 40, 0});
+  ModelLayout deep_rows = SimpleLayout(int64_t{1} << 30, 1, 1);
+  ModelLayout private_sum = SimpleLayout(1, ModelLayout::kMaxStateBytes);
+  private_sum.components.push_back({"more", ComponentKind::kPrivate, 0, 1});
+
+  EXPECT_THAT(wide.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(deep_rows.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(private_sum.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(SimpleLayout(int64_t{1} << 20, int64_t{1} << 40, 256).Validate().ok());
+}
+
 TEST(CheckpointCacheTest, ErrorsAreStatusesNotCrashes) {
   auto t = MakeCache({}, SimpleLayout(10, 100));
   ASSERT_NE(t, nullptr);
