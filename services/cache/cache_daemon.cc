@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/log/log.h"
+#include "common/status/annotate.h"
 #include "common/status/status_macros.h"
 #include "services/cache/proto_convert.h"
 
@@ -172,8 +173,11 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   if (options.disk_root.empty()) {
     cache_options.disk_bytes = 0;
   } else {
-    if (cache_options.disk_bytes <= 0) {
-      return absl::InvalidArgumentError("a disk tier needs a positive disk budget");
+    if (cache_options.disk_bytes < 0) {
+      return absl::InvalidArgumentError("the disk budget must not be negative");
+    }
+    if (options.default_disk_share <= 0 || options.default_disk_share > 1) {
+      return absl::InvalidArgumentError("default_disk_share must be in (0, 1]");
     }
     DiskStoreOptions disk = options.disk;
     disk.root = options.disk_root;
@@ -189,6 +193,29 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
     }
     CAIRN_LOG(INFO) << "disk tier at " << options.disk_root << ": " << found.size()
                     << " checkpoints recovered";
+    // What the file system can give the tier: its usable free space plus what it holds.
+    absl::StatusOr<uint64_t> usable = d->store_->UsableFreeBytes();
+    if (!usable.ok()) return Annotate(usable.status(), "measuring the disk tier's free space");
+    const int64_t available = static_cast<int64_t>(
+        std::min<uint64_t>(*usable + d->store_->stats().used_bytes,
+                           static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+    if (cache_options.disk_bytes == 0) {
+      cache_options.disk_bytes =
+          static_cast<int64_t>(static_cast<double>(available) * options.default_disk_share);
+      CAIRN_LOG(INFO) << "disk budget " << cache_options.disk_bytes
+                      << " bytes: " << options.default_disk_share << " of the " << available
+                      << " bytes the file system can give the tier";
+    } else if (cache_options.disk_bytes > available) {
+      CAIRN_LOG(WARNING) << "disk budget " << cache_options.disk_bytes << " bytes is more than "
+                         << "the " << available << " bytes the file system can give the tier "
+                         << "(free space less the reserve, plus what it holds): using "
+                         << available;
+      cache_options.disk_bytes = available;
+    }
+    if (cache_options.disk_bytes <= 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no room for a disk tier at ", options.disk_root));
+    }
     d->writer_ =
         std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(), options.writer);
     d->disk_pool_ = std::make_unique<ThreadPool>(1);
@@ -1404,9 +1431,15 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     }
     req.state = *span;
   }
-  job.lineage = info->conversation;
-  job.mergeable = info->kind != CaptureKind::kLearned;
-  job.done = [this, id](absl::Status status) {
+  // Queued writes of checkpoints on this one's path are covered by it: the core decides.
+  job.supersedes = core_->PersistsCoveredBy(id);
+  const int64_t bytes_needed =
+      ticket->own_bytes + static_cast<int64_t>(ticket->new_chunks.size()) * layout.ChunkBytes();
+  job.done = [this, id, bytes_needed](absl::Status status) {
+    // The file system's real room, measured off the lock (a statvfs).
+    const bool disk_full = absl::IsResourceExhausted(status);
+    const int64_t usable =
+        disk_full ? static_cast<int64_t>(store_->UsableFreeBytes().value_or(0)) : 0;
     Lock lock(this);
     if (status.ok()) {
       absl::Status s = core_->CommitPersist(id);
@@ -1418,6 +1451,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
       core_->AbortPersist(id).IgnoreError();  // Fails only if the core dropped it already.
     }
     core_->Unpin(id).IgnoreError();
+    if (disk_full) DiskFullLocked(id, bytes_needed - usable);
     AfterCoreLocked();
   };
   ++persists_queued_;
@@ -1427,6 +1461,23 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     std::function<void(absl::Status)> done = job.done;
     absl::Status s = writer->Enqueue(std::move(job));
     if (!s.ok()) done(s);
+  });
+}
+
+void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
+  // IO5: the file system has less room than the ledger thought. The policy evicts by rank
+  // (events, files deleted on the disk pool) and the write is tried once more after those
+  // deletions (the pool runs its tasks in order).
+  const int64_t freed = core_->EvictDiskBytes(std::max<int64_t>(shortfall, 1), "disk full");
+  CAIRN_LOG(WARNING) << "disk full writing checkpoint " << id << ": " << shortfall
+                     << " bytes short, evicted " << freed << " bytes from the disk tier";
+  if (freed <= 0 || !disk_full_retried_.insert(id).second) return;
+  ThreadPool* pool = disk_pool_.get();
+  after_unlock_.push_back([this, pool, id] {
+    pool->Schedule([this, id] {
+      Lock lock(this);
+      MaybePersistLocked(id);
+    });
   });
 }
 
@@ -1498,6 +1549,8 @@ void CacheDaemon::FreeHeldLocked(Held* held) {
 
 absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
                                     v1::GetStatusResponse* resp) {
+  // A statvfs: measured before taking the lock.
+  const uint64_t disk_free = store_ != nullptr ? store_->UsableFreeBytes().value_or(0) : 0;
   Lock lock(this);
   resp->set_cache_incarnation(incarnation_);
   resp->set_uptime_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(Now() - started_)));
@@ -1523,6 +1576,7 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
     uint64_t on_disk = 0;
     for (const CheckpointInfo& c : core_->Checkpoints()) on_disk += c.on_disk ? 1 : 0;
     disk->set_checkpoints(on_disk);
+    resp->set_disk_free_bytes(disk_free);
   }
   resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
   resp->set_lookups(lookups_);

@@ -47,8 +47,11 @@ struct CacheDaemonOptions {
   int max_reservations_per_session = 64;
   int idle_spill_chunks = 8;    // Chunks per idle-spill work item.
   size_t event_history = 4096;  // Events kept for StreamEvents.
-  // The disk tier (--cache-disk): empty = none. Its budget is cache.disk_bytes.
+  // The disk tier (--cache-disk): empty = none. Its budget is cache.disk_bytes; 0 means
+  // default_disk_share of what the file system can give it (its free space, less the reserve,
+  // plus what the tier already holds). A budget above that is reported and bounded to it.
   std::string disk_root;
+  double default_disk_share = 0.5;
   DiskStoreOptions disk;  // root and budget are filled in from the above.
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
@@ -300,6 +303,9 @@ class CacheDaemon {
   // all in the arena; otherwise remembers it until they are.
   void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The write of `id` failed for lack of space, `shortfall` bytes short: evict by rank and
+  // retry the write once.
+  void DiskFullLocked(CheckpointId id, int64_t shortfall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Indexes the checkpoints recovered from disk for `model`; drops (from disk too) those whose
   // files do not fit its layout.
   void AdmitRecoveredLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -347,6 +353,8 @@ class CacheDaemon {
   // The model each slot last started or restored with (sizes the regions of its spills).
   absl::flat_hash_map<SlotKey, uint64_t> slot_models_ ABSL_GUARDED_BY(mu_);
   std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.
+  // Checkpoints whose disk write failed for lack of space once: retried once after eviction.
+  absl::flat_hash_set<CheckpointId> disk_full_retried_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::Event> history_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::function<void()>> event_waiters_ ABSL_GUARDED_BY(mu_);

@@ -366,7 +366,8 @@ int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostr
     out << "disk          " << Bytes(r.disk().used_bytes()) << " of "
         << Bytes(r.disk().capacity_bytes()) << " (" << r.disk().checkpoints() << " checkpoints, "
         << (r.disk_healthy() ? "healthy" : "READ-ONLY") << ", " << r.quarantined()
-        << " quarantined)\n";
+        << " quarantined)\n"
+        << "  free        " << Bytes(r.disk_free_bytes()) << " usable on the file system\n";
   } else {
     out << "disk          off\n";
   }

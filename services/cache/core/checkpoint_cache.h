@@ -290,6 +290,10 @@ class CheckpointCache {
   // tier or when `id` is not in RAM or already on disk; ResourceExhausted if it cannot fit.
   absl::StatusOr<PersistTicket> BeginPersist(CheckpointId id);
   absl::Status CommitPersist(CheckpointId id);
+  // The checkpoints whose disk writes are under way and that a write of `id` covers: those
+  // whose tokens are a proper prefix of `id`'s (same input identity), except learned ones,
+  // which are always written. The caller drops their queued writes (AbortPersist follows).
+  std::vector<CheckpointId> PersistsCoveredBy(CheckpointId id) const;
   absl::Status AbortPersist(CheckpointId id);
 
   // --- Recovery (start-up with a disk tier that already holds checkpoints).
@@ -313,6 +317,10 @@ class CheckpointCache {
   // Evicts checkpoint `id` from RAM (explicit request). NotFound if not in RAM;
   // FailedPrecondition while pinned.
   absl::Status Evict(CheckpointId id, const std::string& reason);
+  // Evicts disk checkpoints by rank (events with reason "`why`, <rank>") until at least
+  // `bytes` of the disk ledger are freed or nothing more can go. Returns the bytes freed. The
+  // daemon calls this when the file system has less room than the ledger thinks (IO5).
+  int64_t EvictDiskBytes(int64_t bytes, const std::string& why);
   // Evicts checkpoint `id` from the disk tier (explicit request). NotFound if not on disk;
   // FailedPrecondition while pinned.
   absl::Status EvictDisk(CheckpointId id, const std::string& reason);
@@ -380,7 +388,8 @@ class CheckpointCache {
   // Checkpoints.
   std::vector<RetentionItem> RetentionItems(bool ram_tier) const;
   // Evicts the first checkpoint of the tier's eviction order; false when none can go.
-  bool EvictOne(bool ram_tier);
+  // `why`, when set, prefixes the rank in the event's reason.
+  bool EvictOne(bool ram_tier, const std::string& why = "");
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);

@@ -16,8 +16,8 @@
 #include "common/checksum/checksum.h"
 #include "gtest/gtest.h"
 #include "services/cache/disk/disk_store.h"
-#include "services/cache/disk/fault_file_system.h"
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/cache/disk/disk_test_util.h"
 

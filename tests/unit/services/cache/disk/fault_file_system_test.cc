@@ -1,6 +1,6 @@
 // FaultFS itself: what each crash model keeps and loses (reliability-plan.md §5.1).
 
-#include "services/cache/disk/fault_file_system.h"
+#include "services/cache/disk/testing/fault_file_system.h"
 
 #include <filesystem>
 #include <fstream>

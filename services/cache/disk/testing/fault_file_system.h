@@ -1,5 +1,5 @@
-#ifndef CAIRN_SERVICES_CACHE_DISK_FAULT_FILE_SYSTEM_H_
-#define CAIRN_SERVICES_CACHE_DISK_FAULT_FILE_SYSTEM_H_
+#ifndef CAIRN_SERVICES_CACHE_DISK_TESTING_FAULT_FILE_SYSTEM_H_
+#define CAIRN_SERVICES_CACHE_DISK_TESTING_FAULT_FILE_SYSTEM_H_
 
 // FaultFileSystem ("FaultFS"): an in-process fault-injection layer over the POSIX file system
 // for crash-consistency and I/O-error tests (reliability-plan.md §5.1, tests A1, A7).
@@ -139,4 +139,4 @@ class FaultFileSystem final : public FileSystem {
 
 }  // namespace cairn::cache
 
-#endif  // CAIRN_SERVICES_CACHE_DISK_FAULT_FILE_SYSTEM_H_
+#endif  // CAIRN_SERVICES_CACHE_DISK_TESTING_FAULT_FILE_SYSTEM_H_
