@@ -1360,8 +1360,8 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   auto bytes_it = checkpoints_.find(id);
   const Model* model = info.ok() ? ModelForLocked(info->compatibility) : nullptr;
   if (!info.ok() || bytes_it == checkpoints_.end() || model == nullptr) return;
-  // design.md §5 step 6: a checkpoint whose chunks are still borrowed is written after they
-  // are spilled.
+  // docs/architecture.md §5 step 6: a checkpoint whose chunks are still borrowed is written after
+  // they are spilled.
   for (ChunkId c : info->chunks) {
     absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
     if (!chunk.ok() || chunk->residency != Residency::kResident || !chunks_.contains(c)) {

@@ -3,8 +3,8 @@
 
 // The cache daemon's state machine: the policy core (CheckpointCache) joined with the bytes
 // (the shared-memory arena), the inference daemons' sessions, restore leases and capture
-// reservations (design.md §1-§5, reliability-plan.md §2). The gRPC adapter (cache_service.h)
-// only moves messages between the wire and this class.
+// reservations (docs/architecture.md §1-§5, docs/reliability.md §2). The gRPC adapter
+// (cache_service.h) only moves messages between the wire and this class.
 
 #include <cstdint>
 #include <deque>

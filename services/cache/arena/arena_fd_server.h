@@ -2,7 +2,7 @@
 #define CAIRN_SERVICES_CACHE_ARENA_ARENA_FD_SERVER_H_
 
 // Hands the arena memfd to inference daemons over a Unix stream socket with SCM_RIGHTS, after
-// checking the peer's SO_PEERCRED (reliability-plan.md SM2, SM3), and the receiving side.
+// checking the peer's SO_PEERCRED (docs/reliability.md SM2, SM3), and the receiving side.
 
 #include <sys/types.h>
 
@@ -38,10 +38,10 @@ inline constexpr uint32_t kArenaGrantMagic = 0x43414644;  // "CAFD".
 inline constexpr uint32_t kArenaGrantVersion = 1;
 
 struct ArenaFdServerOptions {
-  std::string socket_path;           // Created (an existing socket file is replaced).
-  uint32_t socket_mode = 0660;       // chmod after bind: the units set UMask=0077 (SM2).
-  std::vector<uid_t> arena_uids;     // Peers that may receive the arena; empty = our own uid.
-  std::vector<gid_t> arena_gids;     // If non-empty, the peer's gid must be one of these.
+  std::string socket_path;        // Created (an existing socket file is replaced).
+  uint32_t socket_mode = 0660;    // chmod after bind: the units set UMask=0077 (SM2).
+  std::vector<uid_t> arena_uids;  // Peers that may receive the arena; empty = our own uid.
+  std::vector<gid_t> arena_gids;  // If non-empty, the peer's gid must be one of these.
   int listen_backlog = 16;
 };
 
@@ -86,8 +86,8 @@ class ArenaFdServer {
 
 struct ArenaClientOptions {
   std::string socket_path;
-  std::optional<uid_t> server_uid;  // The cache daemon's uid; unset = our own uid.
-  std::optional<gid_t> server_gid;  // If set, the cache daemon's gid must equal it.
+  std::optional<uid_t> server_uid;    // The cache daemon's uid; unset = our own uid.
+  std::optional<gid_t> server_gid;    // If set, the cache daemon's gid must equal it.
   uint64_t expected_incarnation = 0;  // From the Welcome handshake; 0 = any.
   absl::Duration timeout = absl::Seconds(5);
 };

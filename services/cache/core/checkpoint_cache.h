@@ -24,7 +24,7 @@
 namespace cairn::cache {
 
 struct CacheOptions {
-  // The daemon's default is half the free RAM, at most this (design.md §3).
+  // The daemon's default is half the free RAM, at most this (docs/architecture.md §3).
   static constexpr int64_t kMaxDefaultRamBytes = int64_t{32} << 30;
 
   int64_t ram_bytes = kMaxDefaultRamBytes;  // RAM tier budget (--cache-ram-bytes).
@@ -182,9 +182,9 @@ class ResidencyListener {
 // copy data and report back. The daemon wraps it behind one mutex; the simulator drives it
 // directly.
 //
-// Protocol for one request (design.md §5): Lookup; then ContinueSlot (live), Restore (RAM or
-// disk) or StartCold; ExtendSlot as passes complete, BeginCapture/CommitCapture at each planned
-// capture; ExtendSlot again for generated tokens.
+// Protocol for one request (docs/architecture.md §5): Lookup; then ContinueSlot (live), Restore
+// (RAM or disk) or StartCold; ExtendSlot as passes complete, BeginCapture/CommitCapture at each
+// planned capture; ExtendSlot again for generated tokens.
 //
 // Retention ranks (RetentionPolicy) need "idle": a conversation is idle when the bytes
 // admitted since it was last used (captured, restored or continued) reach the RAM budget, i.e.

@@ -1,8 +1,8 @@
 #ifndef CAIRN_SERVICES_CACHE_CORE_MODEL_LAYOUT_H_
 #define CAIRN_SERVICES_CACHE_CORE_MODEL_LAYOUT_H_
 
-// The shape of a model's per-conversation state as the cache sees it (design.md §2): a list
-// of components, each either append-only rows (one row per token, grouped into chunks of
+// The shape of a model's per-conversation state as the cache sees it (docs/architecture.md §2): a
+// list of components, each either append-only rows (one row per token, grouped into chunks of
 // `chunk_rows`) or private state (fixed size, valid at exactly one position). Sizes only;
 // the cache core never touches bytes. Mapping the proto ModelLayout to this struct is the
 // daemon's job.

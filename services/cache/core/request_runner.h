@@ -40,8 +40,8 @@ struct ServeOutcome {
   std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before a slot overwrite.
 };
 
-// The reference sequence for one request (design.md §5) over a CheckpointCache, with no bytes:
-// look up, pick a slot (the live candidate's, else an empty one, else the least recently
+// The reference sequence for one request (docs/architecture.md §5) over a CheckpointCache, with no
+// bytes: look up, pick a slot (the live candidate's, else an empty one, else the least recently
 // used), continue / restore / start cold, prefill up to each planned capture and capture it,
 // persist what ShouldPersist selects, then extend the frontier with the generated tokens. The
 // simulator runs exactly this; the daemons run the same steps with real copies in between.

@@ -105,7 +105,7 @@ void BackgroundWriter::Yield() {
       MutexLock lock(&mu_);
       ++stats_.yields;
     }
-    // At most max_yield, then one more staging piece regardless (design.md §4).
+    // At most max_yield, then one more staging piece regardless (docs/architecture.md §4).
     activity_->WaitUntilIdle(options_.max_yield);
   }
 }

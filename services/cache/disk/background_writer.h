@@ -1,9 +1,9 @@
 #ifndef CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_
 #define CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_
 
-// The disk tier's background writer (design.md §4): one thread publishes queued checkpoints in
-// order, through 1 MiB staging pieces, yielding to model work for at most 0.5 s at a time, and
-// merges a pending write into a newer one that covers it.
+// The disk tier's background writer (docs/architecture.md §4): one thread publishes queued
+// checkpoints in order, through 1 MiB staging pieces, yielding to model work for at most 0.5 s at a
+// time, and merges a pending write into a newer one that covers it.
 
 #include <cstdint>
 #include <deque>
@@ -29,8 +29,9 @@ class ModelActivity {
 };
 
 struct BackgroundWriterOptions {
-  absl::Duration max_yield = absl::Milliseconds(500);  // design.md §4: at most 0.5 s per yield.
-  size_t max_queue = 256;                              // Pending jobs before Enqueue refuses.
+  absl::Duration max_yield =
+      absl::Milliseconds(500);  // docs/architecture.md §4: at most 0.5 s per yield.
+  size_t max_queue = 256;       // Pending jobs before Enqueue refuses.
 };
 
 // One checkpoint to publish. Every span in `request` must stay valid until `done` runs.

@@ -2,8 +2,8 @@
 #define CAIRN_SERVICES_CACHE_DISK_DISK_STORE_H_
 
 // The crash-safe disk tier: chunk files written once and shared, a private-state file (with
-// the tail) and a manifest per checkpoint, and a RocksDB catalog (design.md §4,
-// reliability-plan.md §1). Stores and loads opaque payloads keyed by plain ids; it knows
+// the tail) and a manifest per checkpoint, and a RocksDB catalog (docs/architecture.md §4,
+// docs/reliability.md §1). Stores and loads opaque payloads keyed by plain ids; it knows
 // nothing of retention ranks or prefix trees (the daemon joins it with the cache core).
 //
 // Layout under the root: chunks/, states/, manifests/, quarantine/, catalog/ (RocksDB).
@@ -43,7 +43,7 @@ struct DiskStoreOptions {
   // A hard cap on the bytes the store holds: a publish past it is refused. The daemon leaves
   // it 0 (no cap): its policy core owns the disk budget and evicts by rank.
   uint64_t budget_bytes = 0;
-  uint64_t staging_bytes = uint64_t{1} << 20;              // design.md §4: 1 MiB staging buffers.
+  uint64_t staging_bytes = uint64_t{1} << 20;  // docs/architecture.md §4: 1 MiB staging buffers.
   uint64_t free_space_reserve_bytes = uint64_t{64} << 20;  // IO5: keep this much free.
   int max_quarantined = 32;                                // R5: quarantined manifests kept.
   int io_error_limit = 8;                                  // IO4: this many errors ...

@@ -1,5 +1,5 @@
 // The background writer: order, merging of superseded writes, bounded yields to the model,
-// shutdown (design.md §4).
+// shutdown (docs/architecture.md §4).
 
 #include "services/cache/disk/background_writer.h"
 

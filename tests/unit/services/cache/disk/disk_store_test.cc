@@ -1,5 +1,5 @@
 // The disk tier: publish, restore, delete, recovery, sweep, quarantine, budget and I/O errors
-// (reliability-plan.md P1-P9, R1-R5, IO1-IO5).
+// (docs/reliability.md P1-P9, R1-R5, IO1-IO5).
 
 #include "services/cache/disk/disk_store.h"
 
