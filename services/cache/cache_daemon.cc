@@ -1713,12 +1713,21 @@ absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResp
   ASSIGN_OR_RETURN(std::vector<TokenId> tokens, TokensFromProto("tokens", req.tokens()));
   if (tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
   Lock lock(this);
-  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  uint64_t model_id = req.model_id();
+  if (model_id == 0) {  // The first registered model, as GetTree.
+    for (const auto& [id, m] : models_) model_id = model_id == 0 ? id : std::min(model_id, id);
+  }
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id));
   LookupRequest lr;
   lr.identities = Identities{model->compatibility, ""};
   lr.tokens = tokens;
   ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
   v1::LookupResponse* out = resp->mutable_lookup();
+  for (const PlannedCapture& p : r.plan.captures) {
+    v1::CapturePoint* cp = out->mutable_plan()->add_captures();
+    cp->set_position(static_cast<uint64_t>(p.pos));
+    cp->set_kind(ToProtoKind(p.kind));
+  }
   out->mutable_best()->set_tier(ToProtoTier(r.best.tier));
   out->mutable_best()->set_depth(static_cast<uint64_t>(r.best.depth));
   out->mutable_best()->set_checkpoint_id(r.best.checkpoint);
