@@ -8,106 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/log/log.h"
+#include "common/status/annotate.h"
 #include "common/status/status_macros.h"
+#include "services/cache/proto_convert.h"
 
 namespace cairn::cache {
 namespace {
 
-v1::Tier ToProtoTier(Tier tier) {
-  switch (tier) {
-    case Tier::kLive:
-      return v1::TIER_LIVE;
-    case Tier::kRam:
-      return v1::TIER_RAM;
-    case Tier::kDisk:
-      return v1::TIER_DISK;
-    case Tier::kNone:
-      break;
-  }
-  return v1::TIER_UNSPECIFIED;
-}
-
-// Capture kinds on both sides of the wire.
-constexpr std::pair<CaptureKind, v1::CaptureKind> kCaptureKinds[] = {
-    {CaptureKind::kEnd, v1::CAPTURE_KIND_END},
-    {CaptureKind::kReused, v1::CAPTURE_KIND_REUSED},
-    {CaptureKind::kStable, v1::CAPTURE_KIND_STABLE},
-    {CaptureKind::kLearned, v1::CAPTURE_KIND_LEARNED},
-    {CaptureKind::kGrid, v1::CAPTURE_KIND_GRID},
-};
-
-v1::CaptureKind ToProtoKind(CaptureKind kind) {
-  for (const auto& [ours, theirs] : kCaptureKinds) {
-    if (ours == kind) return theirs;
-  }
-  return v1::CAPTURE_KIND_UNSPECIFIED;
-}
-
-absl::StatusOr<CaptureKind> FromProtoKind(v1::CaptureKind kind) {
-  for (const auto& [ours, theirs] : kCaptureKinds) {
-    if (theirs == kind) return ours;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown capture kind ", kind));
-}
-
-v1::EventKind ToProtoEventKind(EventType type) {
-  switch (type) {
-    case EventType::kAdmit:
-      return v1::EVENT_KIND_ADMIT;
-    case EventType::kReject:
-      return v1::EVENT_KIND_REJECT;
-    case EventType::kEvict:
-    case EventType::kDiskEvict:
-      return v1::EVENT_KIND_EVICT;
-    case EventType::kSpill:
-      return v1::EVENT_KIND_SPILL;
-    case EventType::kPersist:
-      return v1::EVENT_KIND_PERSIST;
-    case EventType::kRestore:
-      return v1::EVENT_KIND_RESTORE;
-    case EventType::kQuarantine:
-      return v1::EVENT_KIND_QUARANTINE;
-    case EventType::kRecover:
-      return v1::EVENT_KIND_RECOVER;
-  }
-  return v1::EVENT_KIND_UNSPECIFIED;
-}
-
-// The input identity as one comparable string: "position:digest;" per media item.
-std::string InputDigest(const v1::InputIdentity& input) {
-  std::string out;
-  for (const auto& m : input.media()) absl::StrAppend(&out, m.position(), ":", m.digest(), ";");
-  return out;
-}
-
-absl::StatusOr<std::vector<TokenId>> ToTokens(
-    const google::protobuf::RepeatedField<uint32_t>& ids) {
-  std::vector<TokenId> out;
-  out.reserve(ids.size());
-  for (uint32_t id : ids) {
-    if (id > static_cast<uint32_t>(std::numeric_limits<TokenId>::max())) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " out of range"));
-    }
-    out.push_back(static_cast<TokenId>(id));
-  }
-  return out;
-}
-
-void FillHandle(const ArenaHandle& h, v1::ArenaHandle* out) {
-  out->set_incarnation(h.incarnation);
-  out->set_offset(h.offset);
-  out->set_length(h.length);
-}
-
-absl::StatusOr<int32_t> SlotIndex(uint32_t slot) {
-  if (slot > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " out of range"));
-  }
-  return static_cast<int32_t>(slot);
-}
-
 constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
-constexpr uint32_t kMaxSlots = 1 << 16;       // Hello.slots beyond this is a client bug.
 
 }  // namespace
 
@@ -119,17 +27,7 @@ class CacheDaemon::Sink final : public EventSink {
 
   void Append(const Event& e) override {
     daemon_->mu_.AssertHeld();
-    v1::Event out;
-    out.set_seq(e.seq);
-    out.set_unix_ms(absl::ToUnixMillis(e.time));
-    out.set_kind(ToProtoEventKind(e.type));
-    out.set_checkpoint_id(e.checkpoint);
-    out.set_depth(static_cast<uint64_t>(std::max<int64_t>(0, e.depth)));
-    out.set_tier(ToProtoTier(e.tier));
-    out.set_reason(e.type == EventType::kDiskEvict ? absl::StrCat("disk: ", e.reason) : e.reason);
-    out.set_bytes(static_cast<uint64_t>(std::max<int64_t>(0, e.bytes)));
-    out.set_detail(FormatEvent(e));
-    out.set_conversation(e.conversation);
+    v1::Event out = ToProtoEvent(e);
     daemon_->history_.push_back(std::move(out));
     while (daemon_->history_.size() > daemon_->options_.event_history) {
       daemon_->history_.pop_front();
@@ -275,8 +173,11 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   if (options.disk_root.empty()) {
     cache_options.disk_bytes = 0;
   } else {
-    if (cache_options.disk_bytes <= 0) {
-      return absl::InvalidArgumentError("a disk tier needs a positive disk budget");
+    if (cache_options.disk_bytes < 0) {
+      return absl::InvalidArgumentError("the disk budget must not be negative");
+    }
+    if (options.default_disk_share <= 0 || options.default_disk_share > 1) {
+      return absl::InvalidArgumentError("default_disk_share must be in (0, 1]");
     }
     DiskStoreOptions disk = options.disk;
     disk.root = options.disk_root;
@@ -292,6 +193,29 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
     }
     CAIRN_LOG(INFO) << "disk tier at " << options.disk_root << ": " << found.size()
                     << " checkpoints recovered";
+    // What the file system can give the tier: its usable free space plus what it holds.
+    absl::StatusOr<uint64_t> usable = d->store_->UsableFreeBytes();
+    if (!usable.ok()) return Annotate(usable.status(), "measuring the disk tier's free space");
+    const int64_t available = static_cast<int64_t>(
+        std::min<uint64_t>(*usable + d->store_->stats().used_bytes,
+                           static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+    if (cache_options.disk_bytes == 0) {
+      cache_options.disk_bytes =
+          static_cast<int64_t>(static_cast<double>(available) * options.default_disk_share);
+      CAIRN_LOG(INFO) << "disk budget " << cache_options.disk_bytes
+                      << " bytes: " << options.default_disk_share << " of the " << available
+                      << " bytes the file system can give the tier";
+    } else if (cache_options.disk_bytes > available) {
+      CAIRN_LOG(WARNING) << "disk budget " << cache_options.disk_bytes << " bytes is more than "
+                         << "the " << available << " bytes the file system can give the tier "
+                         << "(free space less the reserve, plus what it holds): using "
+                         << available;
+      cache_options.disk_bytes = available;
+    }
+    if (cache_options.disk_bytes <= 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no room for a disk tier at ", options.disk_root));
+    }
     d->writer_ =
         std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(), options.writer);
     d->disk_pool_ = std::make_unique<ThreadPool>(1);
@@ -347,6 +271,58 @@ absl::StatusOr<CacheDaemon::Session*> CacheDaemon::FindSessionLocked(uint64_t id
   return &it->second;
 }
 
+absl::Status CacheDaemon::CheckSlotModelLocked(SlotKey slot, uint64_t model_id) const {
+  auto it = slot_models_.find(slot);
+  if (it == slot_models_.end() || it->second == model_id) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("slot ", slot.slot, " runs model ", it->second, ", not model ", model_id));
+}
+
+template <typename Resp>
+absl::Status CacheDaemon::Once(uint64_t session_id, uint64_t request_id, const char* method,
+                               Resp* resp, const std::function<absl::Status()>& run) {
+  if (request_id == 0) return run();
+  {
+    Lock lock(this);
+    ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
+    auto it = s->replies.find(request_id);
+    if (it != s->replies.end()) {
+      if (it->second.method != method) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("client_request_id ", request_id, " was used for ", it->second.method));
+      }
+      if (!it->second.done) {
+        return absl::UnavailableError(
+            absl::StrCat("request ", request_id, " is still being handled; retry"));
+      }
+      if (!resp->ParseFromString(it->second.response)) {
+        return absl::InternalError("stored reply does not parse");
+      }
+      return absl::OkStatus();
+    }
+    s->replies[request_id] = Reply{method, false, ""};
+    s->reply_order.push_back(request_id);
+    while (s->reply_order.size() > kRepliesKept) {
+      s->replies.erase(s->reply_order.front());
+      s->reply_order.pop_front();
+    }
+  }
+  absl::Status status = run();
+  Lock lock(this);
+  auto session = sessions_.find(session_id);
+  if (session == sessions_.end()) return status;
+  auto it = session->second.replies.find(request_id);
+  if (it == session->second.replies.end()) return status;
+  if (status.ok()) {
+    it->second.done = true;
+    it->second.response = resp->SerializeAsString();
+  } else {
+    // Nothing happened: a retry runs again.
+    session->second.replies.erase(it);
+  }
+  return status;
+}
+
 absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t id) const {
   auto it = models_.find(id);
   if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model ", id, " unknown"));
@@ -358,18 +334,18 @@ absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t 
 
 absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, SessionSink* sink) {
   if (sink == nullptr) return absl::InvalidArgumentError("session needs a sink");
-  if (hello.slots() > kMaxSlots) {
+  if (hello.slots() > WireLimits::kMaxSlots) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hello.slots ", hello.slots(), " is more than ", kMaxSlots));
+        absl::StrCat("hello.slots ", hello.slots(), " is more than ", WireLimits::kMaxSlots));
   }
-  if (hello.instance_name().size() > 256) {
-    return absl::InvalidArgumentError("instance name longer than 256 bytes");
-  }
+  RETURN_IF_ERROR(
+      CheckLength("hello.instance_name", hello.instance_name(), WireLimits::kMaxNameBytes));
   Lock lock(this);
   if (draining_) return absl::UnavailableError("the cache daemon is draining");
   Session s;
   s.id = next_id_++;
   s.name = hello.instance_name();
+  s.slot_count = hello.slots();
   s.sink = sink;
   s.last_seen = Now();
   v1::Welcome w;
@@ -406,10 +382,10 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
     case v1::SessionClientMessage::kSpillDone:
       return OnSpillDone(session_id, message.spill_done());
     case v1::SessionClientMessage::kSlotIdle: {
-      ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_idle().slot()));
       Lock lock(this);
       ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
       s->last_seen = Now();
+      ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_idle().slot(), s->slot_count));
       activity_->Idle(SlotKey{session_id, slot});
       if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
       core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
@@ -417,10 +393,10 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
       return absl::OkStatus();
     }
     case v1::SessionClientMessage::kSlotBusy: {
-      ASSIGN_OR_RETURN(int32_t slot, SlotIndex(message.slot_busy().slot()));
       Lock lock(this);
       ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
       s->last_seen = Now();
+      ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_busy().slot(), s->slot_count));
       activity_->Busy(SlotKey{session_id, slot});
       return absl::OkStatus();
     }
@@ -576,41 +552,21 @@ void CacheDaemon::Tick() {
 absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
                                         v1::RegisterModelResponse* resp) {
   const std::string& digest = req.identity().digest();
-  if (digest.empty() || digest.size() > 256) {
-    return absl::InvalidArgumentError("compatibility digest must be 1..256 bytes");
+  if (digest.empty()) return absl::InvalidArgumentError("identity.digest is empty");
+  const v1::CompatibilityIdentity& ident = req.identity();
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"identity.digest", &ident.digest()},
+        {"identity.architecture", &ident.architecture()},
+        {"identity.weights_digest", &ident.weights_digest()},
+        {"identity.tokenizer_digest", &ident.tokenizer_digest()},
+        {"identity.template_digest", &ident.template_digest()},
+        {"identity.layout_digest", &ident.layout_digest()},
+        {"identity.numerics_class", &ident.numerics_class()},
+        {"identity.speculative_config", &ident.speculative_config()},
+        {"model_name", &req.model_name()}}) {
+    RETURN_IF_ERROR(CheckLength(field, *value, WireLimits::kMaxNameBytes));
   }
-  ModelLayout layout;
-  if (req.layout().chunk_rows() != 0) layout.chunk_rows = req.layout().chunk_rows();
-  if (req.layout().components_size() == 0 || req.layout().components_size() > 4096) {
-    return absl::InvalidArgumentError("layout must have 1..4096 components");
-  }
-  for (int i = 0; i < req.layout().components_size(); ++i) {
-    const v1::StateComponent& c = req.layout().components(i);
-    if (c.id() != static_cast<uint32_t>(i)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("component ", i, " has id ", c.id(), "; ids must be 0..n-1 in order"));
-    }
-    constexpr uint64_t kMaxComponentBytes = uint64_t{1} << 40;
-    if (c.bytes_per_row() > kMaxComponentBytes || c.private_bytes() > kMaxComponentBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("component ", i, " is too large"));
-    }
-    StateComponent sc;
-    sc.name = c.name().empty() ? absl::StrCat("component", i) : c.name();
-    switch (c.kind()) {
-      case v1::COMPONENT_KIND_ROWS:
-        sc.kind = ComponentKind::kRows;
-        sc.bytes_per_row = static_cast<int64_t>(c.bytes_per_row());
-        break;
-      case v1::COMPONENT_KIND_PRIVATE:
-        sc.kind = ComponentKind::kPrivate;
-        sc.private_bytes = static_cast<int64_t>(c.private_bytes());
-        break;
-      default:
-        return absl::InvalidArgumentError(absl::StrCat("component ", i, " has no kind"));
-    }
-    layout.components.push_back(std::move(sc));
-  }
-  RETURN_IF_ERROR(layout.Validate());
+  ASSIGN_OR_RETURN(ModelLayout layout, LayoutFromProto(req.layout()));
   Lock lock(this);
   RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
   auto known = model_ids_.find(digest);
@@ -647,8 +603,10 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
 }
 
 absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
-  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, ToTokens(req.tokens()));
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, TokensFromProto("tokens", req.tokens()));
   if (tokens.empty()) return absl::InvalidArgumentError("lookup of an empty prompt");
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
   if (req.stable_boundary() > tokens.size()) {
     return absl::InvalidArgumentError(absl::StrCat("stable boundary ", req.stable_boundary(),
                                                    " is past the prompt's ", tokens.size(),
@@ -658,7 +616,7 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
   RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
   LookupRequest lr;
-  lr.identities = Identities{model->compatibility, InputDigest(req.input_identity())};
+  lr.identities = Identities{model->compatibility, input};
   lr.tokens = tokens;
   lr.daemon_session = req.session_id();  // Only this daemon's own slots are live candidates.
   lr.stable_boundary =
@@ -834,12 +792,27 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
 }
 
 absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp) {
-  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  return Once(req.session_id(), req.client_request_id(), "StartSlot", resp,
+              [&] { return StartSlotOnce(req, resp); });
+}
+
+absl::Status CacheDaemon::StartSlotOnce(const v1::StartSlotRequest& req,
+                                        v1::StartSlotResponse* resp) {
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
+  if (req.mode() != v1::StartSlotRequest::MODE_COLD &&
+      req.mode() != v1::StartSlotRequest::MODE_CONTINUE) {
+    return absl::InvalidArgumentError("mode must be MODE_COLD or MODE_CONTINUE");
+  }
   Lock lock(this);
   ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
   const SlotKey key{req.session_id(), slot};
-  const Identities ids{model->compatibility, InputDigest(req.input_identity())};
+  if (req.mode() == v1::StartSlotRequest::MODE_CONTINUE) {
+    RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
+  }
+  const Identities ids{model->compatibility, input};
   session->slots.insert(slot);
   activity_->Busy(key);
   switch (req.mode()) {
@@ -868,13 +841,28 @@ const CacheDaemon::Model* CacheDaemon::ModelForLocked(const std::string& compati
 
 absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
                                          v1::RestoreLease* resp) {
-  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  return Once(req.session_id(), req.client_request_id(), "AcquireRestore", resp,
+              [&] { return AcquireRestoreOnce(req, resp); });
+}
+
+absl::Status CacheDaemon::AcquireRestoreOnce(const v1::AcquireRestoreRequest& req,
+                                             v1::RestoreLease* resp) {
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  RETURN_IF_ERROR(InputDigest("input_identity", req.input_identity()).status());
   {
     Lock lock(this);
     ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
     ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
     int open = 0;
-    for (const auto& [id, l] : leases_) open += l.session == req.session_id() ? 1 : 0;
+    for (const auto& [id, l] : leases_) {
+      if (l.session != req.session_id()) continue;
+      ++open;
+      if (l.slot.slot == slot) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("slot ", slot, " already holds restore lease ", id, "; release it first"));
+      }
+    }
     if (open >= options_.max_leases_per_session) {
       return absl::ResourceExhaustedError(
           absl::StrCat("session holds ", open, " restore leases, the limit"));
@@ -902,7 +890,8 @@ absl::Status CacheDaemon::RestoreFromRamLocked(const v1::AcquireRestoreRequest& 
   // Chunks whose rows still sit in a slot (of any session) are spilled urgently; the lease
   // answers at once with ready = false and is settled by LeaseReady when the spills finish.
   const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
-  const Identities ids{model.compatibility, InputDigest(req.input_identity())};
+  ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
+  const Identities ids{model.compatibility, input};
   ASSIGN_OR_RETURN(RestorePlan plan,
                    core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
   slot_models_[key] = req.model_id();
@@ -1011,7 +1000,8 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     held.checksum = Xxh3(chunk_dest[c].data(), chunk_dest[c].size());
   }
   const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
-  const Identities ids{(*model)->compatibility, InputDigest(req.input_identity())};
+  ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
+  const Identities ids{(*model)->compatibility, input};
   absl::StatusOr<RestorePlan> plan = core_->Restore(id, key, ids, req.conversation());
   if (!plan.ok()) {
     DropDiskLoadLocked(id, load.get());
@@ -1112,6 +1102,7 @@ void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
 
 absl::Status CacheDaemon::ReleaseLease(const v1::ReleaseLeaseRequest& req,
                                        v1::ReleaseLeaseResponse* /*resp*/) {
+  RETURN_IF_ERROR(CheckLength("failure", req.failure(), WireLimits::kMaxTextBytes));
   Lock lock(this);
   RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
   auto it = leases_.find(req.lease_id());
@@ -1134,18 +1125,33 @@ absl::Status CacheDaemon::ReleaseLease(const v1::ReleaseLeaseRequest& req,
 
 absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
                                          v1::CaptureReservation* resp) {
-  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
+  return Once(req.session_id(), req.client_request_id(), "ReserveCapture", resp,
+              [&] { return ReserveCaptureOnce(req, resp); });
+}
+
+absl::Status CacheDaemon::ReserveCaptureOnce(const v1::ReserveCaptureRequest& req,
+                                             v1::CaptureReservation* resp) {
   ASSIGN_OR_RETURN(CaptureKind kind, FromProtoKind(req.kind()));
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
+  const SlotKey key{req.session_id(), slot};
+  RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
   int open = 0;
-  for (const auto& [id, r] : reservations_) open += r.session == req.session_id() ? 1 : 0;
+  for (const auto& [id, r] : reservations_) {
+    if (r.session != req.session_id()) continue;
+    ++open;
+    if (r.slot == key) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slot ", slot, " already holds capture reservation ", id, "; commit or abort it"));
+    }
+  }
   if (open >= options_.max_reservations_per_session) {
     return absl::ResourceExhaustedError(
         absl::StrCat("session holds ", open, " capture reservations, the limit"));
   }
-  const SlotKey key{req.session_id(), slot};
   ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));
   if (frontier.size() != req.depth()) {
     return absl::FailedPreconditionError(absl::StrCat("capture at depth ", req.depth(),
@@ -1160,6 +1166,7 @@ absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
           req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary())));
   Reservation r;
   r.session = req.session_id();
+  r.slot = key;
   r.ticket = ticket.id;
   r.expires = Now() + options_.default_lease;
   r.bytes.chunks = ticket.chunks;
@@ -1270,6 +1277,7 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
 
 absl::Status CacheDaemon::AbortCapture(const v1::AbortCaptureRequest& req,
                                        v1::AbortCaptureResponse* /*resp*/) {
+  RETURN_IF_ERROR(CheckLength("reason", req.reason(), WireLimits::kMaxTextBytes));
   Lock lock(this);
   RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
   auto it = reservations_.find(req.reservation_id());
@@ -1352,8 +1360,8 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   auto bytes_it = checkpoints_.find(id);
   const Model* model = info.ok() ? ModelForLocked(info->compatibility) : nullptr;
   if (!info.ok() || bytes_it == checkpoints_.end() || model == nullptr) return;
-  // design.md §5 step 6: a checkpoint whose chunks are still borrowed is written after they
-  // are spilled.
+  // docs/architecture.md §5 step 6: a checkpoint whose chunks are still borrowed is written after
+  // they are spilled.
   for (ChunkId c : info->chunks) {
     absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
     if (!chunk.ok() || chunk->residency != Residency::kResident || !chunks_.contains(c)) {
@@ -1423,9 +1431,15 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     }
     req.state = *span;
   }
-  job.lineage = info->conversation;
-  job.mergeable = info->kind != CaptureKind::kLearned;
-  job.done = [this, id](absl::Status status) {
+  // Queued writes of checkpoints on this one's path are covered by it: the core decides.
+  job.supersedes = core_->PersistsCoveredBy(id);
+  const int64_t bytes_needed =
+      ticket->own_bytes + static_cast<int64_t>(ticket->new_chunks.size()) * layout.ChunkBytes();
+  job.done = [this, id, bytes_needed](absl::Status status) {
+    // The file system's real room, measured off the lock (a statvfs).
+    const bool disk_full = absl::IsResourceExhausted(status);
+    const int64_t usable =
+        disk_full ? static_cast<int64_t>(store_->UsableFreeBytes().value_or(0)) : 0;
     Lock lock(this);
     if (status.ok()) {
       absl::Status s = core_->CommitPersist(id);
@@ -1437,6 +1451,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
       core_->AbortPersist(id).IgnoreError();  // Fails only if the core dropped it already.
     }
     core_->Unpin(id).IgnoreError();
+    if (disk_full) DiskFullLocked(id, bytes_needed - usable);
     AfterCoreLocked();
   };
   ++persists_queued_;
@@ -1446,6 +1461,23 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     std::function<void(absl::Status)> done = job.done;
     absl::Status s = writer->Enqueue(std::move(job));
     if (!s.ok()) done(s);
+  });
+}
+
+void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
+  // IO5: the file system has less room than the ledger thought. The policy evicts by rank
+  // (events, files deleted on the disk pool) and the write is tried once more after those
+  // deletions (the pool runs its tasks in order).
+  const int64_t freed = core_->EvictDiskBytes(std::max<int64_t>(shortfall, 1), "disk full");
+  CAIRN_LOG(WARNING) << "disk full writing checkpoint " << id << ": " << shortfall
+                     << " bytes short, evicted " << freed << " bytes from the disk tier";
+  if (freed <= 0 || !disk_full_retried_.insert(id).second) return;
+  ThreadPool* pool = disk_pool_.get();
+  after_unlock_.push_back([this, pool, id] {
+    pool->Schedule([this, id] {
+      Lock lock(this);
+      MaybePersistLocked(id);
+    });
   });
 }
 
@@ -1465,16 +1497,28 @@ void CacheDaemon::RetryDeferredPersistsLocked() {
 
 absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
                                          v1::UpdateFrontierResponse* resp) {
-  ASSIGN_OR_RETURN(int32_t slot, SlotIndex(req.slot()));
-  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, ToTokens(req.append_tokens()));
+  return Once(req.session_id(), req.client_request_id(), "UpdateFrontier", resp,
+              [&] { return UpdateFrontierOnce(req, resp); });
+}
+
+absl::Status CacheDaemon::UpdateFrontierOnce(const v1::UpdateFrontierRequest& req,
+                                             v1::UpdateFrontierResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens,
+                   TokensFromProto("append_tokens", req.append_tokens()));
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
   RETURN_IF_ERROR(FindModelLocked(req.model_id()).status());
+  ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
   const SlotKey key{req.session_id(), slot};
+  RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
   ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));
   if (frontier.size() != req.expected_depth()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "slot ", slot, "'s frontier is at ", frontier.size(), ", not ", req.expected_depth()));
+  }
+  if (static_cast<int64_t>(frontier.size() + tokens.size()) > WireLimits::kMaxTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("append_tokens would bring slot ", slot,
+                                                   " past ", WireLimits::kMaxTokens, " tokens"));
   }
   RETURN_IF_ERROR(core_->ExtendSlot(key, tokens));
   resp->set_depth(frontier.size() + tokens.size());
@@ -1505,6 +1549,8 @@ void CacheDaemon::FreeHeldLocked(Held* held) {
 
 absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
                                     v1::GetStatusResponse* resp) {
+  // A statvfs: measured before taking the lock.
+  const uint64_t disk_free = store_ != nullptr ? store_->UsableFreeBytes().value_or(0) : 0;
   Lock lock(this);
   resp->set_cache_incarnation(incarnation_);
   resp->set_uptime_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(Now() - started_)));
@@ -1530,6 +1576,7 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
     uint64_t on_disk = 0;
     for (const CheckpointInfo& c : core_->Checkpoints()) on_disk += c.on_disk ? 1 : 0;
     disk->set_checkpoints(on_disk);
+    resp->set_disk_free_bytes(disk_free);
   }
   resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
   resp->set_lookups(lookups_);
@@ -1603,7 +1650,9 @@ absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResp
   }
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.tokens < b.tokens; });
-  const uint32_t max_nodes = req.max_nodes() == 0 ? kDefaultTreeNodes : req.max_nodes();
+  const uint32_t max_nodes = req.max_nodes() == 0
+                                 ? kDefaultTreeNodes
+                                 : std::min(req.max_nodes(), WireLimits::kMaxTreeNodes);
   // Sorted sequences put every prefix right before its extensions, so one pass with a stack of
   // open ancestors builds the compressed trie: pop what the next sequence leaves, split an
   // edge at a branch point, add a node at the sequence's end.
@@ -1661,15 +1710,24 @@ absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResp
 }
 
 absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp) {
-  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, ToTokens(req.tokens()));
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, TokensFromProto("tokens", req.tokens()));
   if (tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
   Lock lock(this);
-  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  uint64_t model_id = req.model_id();
+  if (model_id == 0) {  // The first registered model, as GetTree.
+    for (const auto& [id, m] : models_) model_id = model_id == 0 ? id : std::min(model_id, id);
+  }
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id));
   LookupRequest lr;
   lr.identities = Identities{model->compatibility, ""};
   lr.tokens = tokens;
   ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
   v1::LookupResponse* out = resp->mutable_lookup();
+  for (const PlannedCapture& p : r.plan.captures) {
+    v1::CapturePoint* cp = out->mutable_plan()->add_captures();
+    cp->set_position(static_cast<uint64_t>(p.pos));
+    cp->set_kind(ToProtoKind(p.kind));
+  }
   out->mutable_best()->set_tier(ToProtoTier(r.best.tier));
   out->mutable_best()->set_depth(static_cast<uint64_t>(r.best.depth));
   out->mutable_best()->set_checkpoint_id(r.best.checkpoint);

@@ -3,8 +3,8 @@
 
 // The cache daemon's state machine: the policy core (CheckpointCache) joined with the bytes
 // (the shared-memory arena), the inference daemons' sessions, restore leases and capture
-// reservations (design.md §1-§5, reliability-plan.md §2). The gRPC adapter (cache_service.h)
-// only moves messages between the wire and this class.
+// reservations (docs/architecture.md §1-§5, docs/reliability.md §2). The gRPC adapter
+// (cache_service.h) only moves messages between the wire and this class.
 
 #include <cstdint>
 #include <deque>
@@ -47,8 +47,11 @@ struct CacheDaemonOptions {
   int max_reservations_per_session = 64;
   int idle_spill_chunks = 8;    // Chunks per idle-spill work item.
   size_t event_history = 4096;  // Events kept for StreamEvents.
-  // The disk tier (--cache-disk): empty = none. Its budget is cache.disk_bytes.
+  // The disk tier (--cache-disk): empty = none. Its budget is cache.disk_bytes; 0 means
+  // default_disk_share of what the file system can give it (its free space, less the reserve,
+  // plus what the tier already holds). A budget above that is reported and bounded to it.
   std::string disk_root;
+  double default_disk_share = 0.5;
   DiskStoreOptions disk;  // root and budget are filled in from the above.
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
@@ -195,12 +198,23 @@ class CacheDaemon {
     StateBytes state;
     absl::flat_hash_map<ChunkId, Held> chunks;
   };
+  // The answer to a request with a client_request_id, for its retries.
+  struct Reply {
+    std::string method;
+    bool done = false;     // False while the first attempt runs.
+    std::string response;  // Serialized, once done (only successes are kept).
+  };
+  static constexpr size_t kRepliesKept = 1024;  // Per session.
   struct Session {
     uint64_t id = 0;
     std::string name;
     SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
+    uint32_t slot_count = 0;      // From Hello; 0: not declared (any slot below the cap).
     absl::Duration last_seen;
     absl::flat_hash_set<int32_t> slots;
+    // Answers to the last kRepliesKept requests with a client_request_id, by that id.
+    absl::flat_hash_map<uint64_t, Reply> replies;
+    std::deque<uint64_t> reply_order;
   };
   struct Lease {
     uint64_t session = 0;
@@ -221,6 +235,7 @@ class CacheDaemon {
   };
   struct Reservation {
     uint64_t session = 0;
+    SlotKey slot;
     CheckpointId ticket = 0;
     absl::Duration expires;
     CheckpointBytes bytes;
@@ -240,6 +255,24 @@ class CacheDaemon {
   absl::StatusOr<Session*> FindSessionLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Model*> FindModelLocked(uint64_t id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition when `slot` last started or restored with another model.
+  absl::Status CheckSlotModelLocked(SlotKey slot, uint64_t model_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `run` once per (session, `request_id`): a retry with the same id gets the first
+  // successful answer in `resp` instead of a second effect (SM14). `request_id` 0: always
+  // runs. InvalidArgument when the id was used for another method; Unavailable while the
+  // first attempt is still running.
+  template <typename Resp>
+  absl::Status Once(uint64_t session_id, uint64_t request_id, const char* method, Resp* resp,
+                    const std::function<absl::Status()>& run) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StartSlotOnce(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AcquireRestoreOnce(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ReserveCaptureOnce(const v1::ReserveCaptureRequest& req,
+                                  v1::CaptureReservation* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UpdateFrontierOnce(const v1::UpdateFrontierRequest& req,
+                                  v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the message for spill `spill`: destinations are the chunk regions reserved at
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)
@@ -270,13 +303,15 @@ class CacheDaemon {
   // all in the arena; otherwise remembers it until they are.
   void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The write of `id` failed for lack of space, `shortfall` bytes short: evict by rank and
+  // retry the write once.
+  void DiskFullLocked(CheckpointId id, int64_t shortfall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Indexes the checkpoints recovered from disk for `model`; drops (from disk too) those whose
   // files do not fit its layout.
   void AdmitRecoveredLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The RAM and disk halves of AcquireRestore.
   absl::Status RestoreFromRamLocked(const v1::AcquireRestoreRequest& req, const Model& model,
-                                    v1::RestoreLease* resp)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                    v1::RestoreLease* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RestoreFromDisk(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Frees a disk restore's regions and unpins its checkpoint.
@@ -318,6 +353,8 @@ class CacheDaemon {
   // The model each slot last started or restored with (sizes the regions of its spills).
   absl::flat_hash_map<SlotKey, uint64_t> slot_models_ ABSL_GUARDED_BY(mu_);
   std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.
+  // Checkpoints whose disk write failed for lack of space once: retried once after eviction.
+  absl::flat_hash_set<CheckpointId> disk_full_retried_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::Event> history_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::function<void()>> event_waiters_ ABSL_GUARDED_BY(mu_);

@@ -417,19 +417,32 @@ class EventsReactor final : public grpc::ServerWriteReactor<v1::Event> {
 }  // namespace
 
 template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(grpc::CallbackServerContext* context,
-                                                     const Req* request, Resp* response,
-                                                     absl::Status (CacheDaemon::*method)(const Req&,
-                                                                                         Resp*)) {
+grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response, absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!BeginCall()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
     return reactor;
   }
   CacheDaemon* daemon = daemon_;
-  // `request` and `response` stay valid until Finish().
+  // `request` and `response` stay valid until Finish(). Parsing runs on the pool too.
   bool scheduled = pool_->Schedule([this, daemon, method, request, response, reactor] {
-    reactor->Finish(ToGrpcStatus((daemon->*method)(*request, response)));
+    Req req;
+    Resp resp;
+    grpc::ByteBuffer bytes = *request;  // Shares the slices; parsing consumes the copy.
+    absl::Status status = absl::OkStatus();
+    if (!grpc::SerializationTraits<Req>::Deserialize(&bytes, &req).ok()) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("the request does not parse as ", Req::descriptor()->full_name()));
+    } else {
+      status = (daemon->*method)(req, &resp);
+    }
+    bool own = false;
+    if (status.ok() && !grpc::SerializationTraits<Resp>::Serialize(resp, response, &own).ok()) {
+      status = absl::InternalError("the answer does not serialize");
+    }
+    reactor->Finish(ToGrpcStatus(status));
     EndCall();
   });
   if (!scheduled) {
@@ -494,10 +507,11 @@ grpc::ServerWriteReactor<v1::Event>* CacheServiceImpl::StreamEvents(
   return new EventsReactor(daemon_, *request);
 }
 
-#define CAIRN_CACHE_UNARY(Method, Req, Resp)                                                       \
-  grpc::ServerUnaryReactor* CacheServiceImpl::Method(grpc::CallbackServerContext* context,         \
-                                                     const v1::Req* request, v1::Resp* response) { \
-    return Dispatch(context, request, response, &CacheDaemon::Method);                             \
+#define CAIRN_CACHE_UNARY(Method, Req, Resp)                                               \
+  grpc::ServerUnaryReactor* CacheServiceImpl::Method(grpc::CallbackServerContext* context, \
+                                                     const grpc::ByteBuffer* request,      \
+                                                     grpc::ByteBuffer* response) {         \
+    return Dispatch<v1::Req, v1::Resp>(context, request, response, &CacheDaemon::Method);  \
   }
 
 CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse)

@@ -13,9 +13,37 @@
 
 namespace cairn::cache {
 
+namespace internal {
+
+// The generated service with every unary method taking raw bytes: the adapter parses the
+// request itself, so a request that does not parse is answered INVALID_ARGUMENT naming the
+// message type (gRPC's own parsing answers UNIMPLEMENTED with no message).
+using CacheServiceBase = v1::CacheService::WithCallbackMethod_Session<
+    v1::CacheService::WithCallbackMethod_StreamEvents<v1::CacheService::WithRawCallbackMethod_RegisterModel<
+        v1::CacheService::WithRawCallbackMethod_Lookup<
+            v1::CacheService::WithRawCallbackMethod_StartSlot<
+                v1::CacheService::WithRawCallbackMethod_AcquireRestore<
+                    v1::CacheService::WithRawCallbackMethod_ReleaseLease<
+                        v1::CacheService::WithRawCallbackMethod_ReserveCapture<
+                            v1::CacheService::WithRawCallbackMethod_CommitCapture<
+                                v1::CacheService::WithRawCallbackMethod_AbortCapture<
+                                    v1::CacheService::WithRawCallbackMethod_UpdateFrontier<
+                                        v1::CacheService::WithRawCallbackMethod_GetStatus<
+                                            v1::CacheService::WithRawCallbackMethod_ListCheckpoints<
+                                                v1::CacheService::WithRawCallbackMethod_GetTree<
+                                                    v1::CacheService::WithRawCallbackMethod_Explain<
+                                                        v1::CacheService::
+                                                            WithRawCallbackMethod_Evict<
+                                                                v1::CacheService::
+                                                                    WithRawCallbackMethod_Flush<
+                                                                        v1::CacheService::
+                                                                            Service>>>>>>>>>>>>>>>>>;
+
+}  // namespace internal
+
 // Thread-safe. `daemon` and `pool` must outlive the service and the server it is registered
 // with (shut the server down first).
-class CacheServiceImpl final : public v1::CacheService::CallbackService {
+class CacheServiceImpl final : public internal::CacheServiceBase {
  public:
   CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool);
   ~CacheServiceImpl() override;
@@ -39,58 +67,59 @@ class CacheServiceImpl final : public v1::CacheService::CallbackService {
       grpc::CallbackServerContext* context) override;
 
   grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* context,
-                                          const v1::RegisterModelRequest* request,
-                                          v1::RegisterModelResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* context,
-                                   const v1::LookupRequest* request,
-                                   v1::LookupResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* StartSlot(grpc::CallbackServerContext* context,
-                                      const v1::StartSlotRequest* request,
-                                      v1::StartSlotResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* AcquireRestore(grpc::CallbackServerContext* context,
-                                           const v1::AcquireRestoreRequest* request,
-                                           v1::RestoreLease* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReleaseLease(grpc::CallbackServerContext* context,
-                                         const v1::ReleaseLeaseRequest* request,
-                                         v1::ReleaseLeaseResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReserveCapture(grpc::CallbackServerContext* context,
-                                           const v1::ReserveCaptureRequest* request,
-                                           v1::CaptureReservation* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CommitCapture(grpc::CallbackServerContext* context,
-                                          const v1::CommitCaptureRequest* request,
-                                          v1::CommitCaptureResponse* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* AbortCapture(grpc::CallbackServerContext* context,
-                                         const v1::AbortCaptureRequest* request,
-                                         v1::AbortCaptureResponse* response) override;
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* UpdateFrontier(grpc::CallbackServerContext* context,
-                                           const v1::UpdateFrontierRequest* request,
-                                           v1::UpdateFrontierResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
-                                      const v1::GetStatusRequest* request,
-                                      v1::GetStatusResponse* response) override;
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListCheckpoints(grpc::CallbackServerContext* context,
-                                            const v1::ListCheckpointsRequest* request,
-                                            v1::ListCheckpointsResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetTree(grpc::CallbackServerContext* context,
-                                    const v1::GetTreeRequest* request,
-                                    v1::GetTreeResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Explain(grpc::CallbackServerContext* context,
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<v1::Event>* StreamEvents(
       grpc::CallbackServerContext* context, const v1::StreamEventsRequest* request) override;
-  grpc::ServerUnaryReactor* Explain(grpc::CallbackServerContext* context,
-                                    const v1::ExplainRequest* request,
-                                    v1::ExplainResponse* response) override;
-  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* context,
-                                  const v1::EvictRequest* request,
-                                  v1::EvictResponse* response) override;
-  grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* context,
-                                  const v1::FlushRequest* request,
-                                  v1::FlushResponse* response) override;
 
  private:
-  // Runs `method` on the pool and finishes the call with its status.
+  // Parses the request, runs `method` on the pool, serializes the answer and finishes the
+  // call with its status.
   template <typename Req, typename Resp>
-  grpc::ServerUnaryReactor* Dispatch(grpc::CallbackServerContext* context, const Req* request,
-                                     Resp* response,
+  grpc::ServerUnaryReactor* Dispatch(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
                                      absl::Status (CacheDaemon::*method)(const Req&, Resp*));
 
   CacheDaemon* const daemon_;

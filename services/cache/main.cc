@@ -32,7 +32,7 @@ struct CacheMainOptions {
   std::string arena_socket;  // Default: <runtime dir>/cache-arena.sock.
   uint64_t ram_bytes = 0;    // 0: half the free RAM, at most 32 GiB.
   std::string disk;          // Disk tier directory; empty: no disk tier.
-  uint64_t disk_bytes = 0;   // Disk tier budget (required with --cache-disk).
+  uint64_t disk_bytes = 0;   // Disk tier budget; 0: a share of what the file system can give.
   int io_threads = 4;
   absl::Duration tick = absl::Milliseconds(250);
   absl::Duration drain_timeout = absl::Seconds(10);
@@ -69,7 +69,8 @@ int Run(int argc, char** argv) {
   flags.Add("cache-disk", &main_options.disk,
             "directory of the crash-safe disk tier (empty: RAM only)");
   flags.AddBytes("cache-disk-bytes", &main_options.disk_bytes,
-                 "disk tier budget (needed with --cache-disk)");
+                 "disk tier budget (0: half of the file system's free space under --cache-disk "
+                 "plus what the tier holds; more than that is reported and bounded)");
   int max_checkpoints = options.cache.retention.max_checkpoints;
   flags.Add("max-checkpoints", &max_checkpoints, "most checkpoints kept in RAM");
   flags.Add("cheap-ratio", &options.cache.retention.cheap_ratio,
@@ -148,10 +149,6 @@ int Run(int argc, char** argv) {
   options.cache.ram_bytes = static_cast<int64_t>(ram);
   options.fd_server.socket_path = main_options.arena_socket;
   if (!main_options.disk.empty()) {
-    if (main_options.disk_bytes == 0) {
-      std::cerr << "cairn-cache: --cache-disk needs --cache-disk-bytes\n";
-      return 2;
-    }
     options.disk_root = main_options.disk;
     options.cache.disk_bytes = static_cast<int64_t>(main_options.disk_bytes);
   }

@@ -6,18 +6,21 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <map>
 #include <memory>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "cairn/infer/v1/infer.grpc.pb.h"
 #include "common/concurrency/notification.h"
@@ -433,7 +436,8 @@ int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostr
     out << "disk          " << Bytes(r.disk().used_bytes()) << " of "
         << Bytes(r.disk().capacity_bytes()) << " (" << r.disk().checkpoints() << " checkpoints, "
         << (r.disk_healthy() ? "healthy" : "READ-ONLY") << ", " << r.quarantined()
-        << " quarantined)\n";
+        << " quarantined)\n"
+        << "  free        " << Bytes(r.disk_free_bytes()) << " usable on the file system\n";
   } else {
     out << "disk          off\n";
   }
@@ -570,6 +574,75 @@ int RunEvict(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return 0;
 }
 
+int RunExplain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  FlagSet flags("cairnctl explain",
+                "Says what the cache would restore for a prompt (token ids as arguments, or "
+                "--tokens-file), why it would miss, and the events about checkpoints on its path.");
+  CommonFlags common;
+  int64_t model = 0;
+  std::string tokens_file;
+  flags.Add("model", &model, "model id (0: the first registered)");
+  flags.Add("tokens-file", &tokens_file, "file of token ids separated by spaces or commas");
+  int code;
+  std::vector<std::string> rest = ParseFlags(flags, common, args, out, err, &code);
+  if (code >= 0) return code;
+  std::vector<std::string> words = rest;
+  if (!tokens_file.empty()) {
+    std::ifstream in(tokens_file);
+    if (!in) {
+      err << "cairnctl explain: cannot read " << tokens_file << "\n";
+      return 2;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    words.push_back(text.str());
+  }
+  cv1::ExplainRequest req;
+  if (model < 0) {
+    err << "cairnctl explain: --model must not be negative\n";
+    return 2;
+  }
+  req.set_model_id(static_cast<uint64_t>(model));
+  for (const std::string& w : words) {
+    for (absl::string_view t : absl::StrSplit(w, absl::ByAnyChar(", \n\t"), absl::SkipEmpty())) {
+      uint32_t id = 0;
+      if (!absl::SimpleAtoi(t, &id)) {
+        err << "cairnctl explain: \"" << t << "\" is not a token id\n";
+        return 2;
+      }
+      req.add_tokens(id);
+    }
+  }
+  if (req.tokens_size() == 0) {
+    err << "cairnctl explain: token ids expected (arguments or --tokens-file)\n";
+    return 2;
+  }
+  cv1::ExplainResponse r;
+  auto ctx = NewClientContext(common.timeout);
+  grpc::Status s = CacheStub(common)->Explain(ctx.get(), req, &r);
+  if (!s.ok()) return Fail(err, s);
+  if (common.json) {
+    out << ToJson(r) << "\n";
+    return 0;
+  }
+  out << r.summary() << "\n";
+  const cv1::Candidate& best = r.lookup().best();
+  if (best.tier() != cv1::TIER_UNSPECIFIED) {
+    out << "best          " << TierName(best.tier()) << " #" << best.checkpoint_id() << " at "
+        << best.depth() << " tokens\n";
+  }
+  out << "shared prefix " << r.lookup().shared_prefix() << " tokens\n";
+  if (r.lookup().plan().captures_size() > 0) {
+    out << "would capture";
+    for (const auto& c : r.lookup().plan().captures()) out << " " << c.position();
+    out << "\n";
+  }
+  for (const cv1::Event& e : r.related()) {
+    out << "  #" << e.seq() << " " << e.detail() << "\n";
+  }
+  return 0;
+}
+
 int RunFlush(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("cairnctl flush", "Waits until every queued disk write is published.");
   CommonFlags common;
@@ -598,6 +671,7 @@ const std::vector<Command>& OnlineCommands() {
       {"events", "print (or --follow) the cache's decision events", &RunEvents},
       {"evict", "evict a checkpoint (or --all) from RAM", &RunEvict},
       {"flush", "wait for queued disk writes", &RunFlush},
+      {"explain", "why a prompt would miss, or what it would restore", &RunExplain},
   };
   return *commands;
 }

@@ -2,7 +2,7 @@
 #define CAIRN_SERVICES_CACHE_ARENA_ARENA_H_
 
 // The cache daemon's RAM arena: one sealed memfd of the RAM budget, mapped once, carved by a
-// RegionAllocator (reliability-plan.md SM1, SM4; design.md §3, §5).
+// RegionAllocator (docs/reliability.md SM1, SM4; docs/architecture.md §3, §5).
 
 #include <cstdint>
 #include <memory>
@@ -21,9 +21,9 @@ struct ArenaOptions {
   uint64_t size_bytes = 0;
   uint64_t max_default_bytes = uint64_t{32} << 30;  // Default rule cap: 32 GiB.
   double default_free_ram_fraction = 0.5;           // Default rule: half the free RAM.
-  uint64_t first_pin_bytes = uint64_t{2} << 30;     // design.md §3: 2 GiB before serving.
-  uint64_t pin_step_bytes = uint64_t{128} << 20;    // design.md §3: then 128 MiB steps.
-  uint64_t alignment = 0;                           // 0 = the page size.
+  uint64_t first_pin_bytes = uint64_t{2} << 30;   // docs/architecture.md §3: 2 GiB before serving.
+  uint64_t pin_step_bytes = uint64_t{128} << 20;  // docs/architecture.md §3: then 128 MiB steps.
+  uint64_t alignment = 0;                         // 0 = the page size.
 };
 
 // Returns the default arena size: `fraction` of the available RAM (MemAvailable), at most

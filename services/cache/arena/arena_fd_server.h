@@ -2,7 +2,7 @@
 #define CAIRN_SERVICES_CACHE_ARENA_ARENA_FD_SERVER_H_
 
 // Hands the arena memfd to inference daemons over a Unix stream socket with SCM_RIGHTS, after
-// checking the peer's SO_PEERCRED (reliability-plan.md SM2, SM3).
+// checking the peer's SO_PEERCRED (docs/reliability.md SM2, SM3).
 
 #include <sys/types.h>
 

@@ -2,7 +2,7 @@
 #define CAIRN_SERVICES_CACHE_ARENA_REGION_ALLOCATOR_H_
 
 // Allocator of arena regions (chunks, private state, tails) that never straddle a GPU pinning
-// step boundary (design.md §3 "Pinning").
+// step boundary (docs/architecture.md §3 "Pinning").
 
 #include <cstdint>
 #include <map>
@@ -18,10 +18,10 @@ namespace cairn::cache {
 enum class RegionKind : uint8_t { kChunk = 1, kPrivateState = 2, kTail = 3 };
 
 struct RegionAllocatorOptions {
-  uint64_t arena_bytes = 0;                         // Size of the arena being carved.
-  uint64_t alignment = 4096;                        // Every region offset and length.
-  uint64_t first_pin_bytes = uint64_t{2} << 30;     // Pinned before serving (2 GiB).
-  uint64_t pin_step_bytes = uint64_t{128} << 20;    // Later pinning steps (128 MiB).
+  uint64_t arena_bytes = 0;                       // Size of the arena being carved.
+  uint64_t alignment = 4096;                      // Every region offset and length.
+  uint64_t first_pin_bytes = uint64_t{2} << 30;   // Pinned before serving (2 GiB).
+  uint64_t pin_step_bytes = uint64_t{128} << 20;  // Later pinning steps (128 MiB).
 };
 
 struct Region {
@@ -35,7 +35,7 @@ struct Region {
 // and the pinned prefix can grow step by step.
 //
 // All metadata (free list, region table) lives in this object's private memory, never in the
-// shared mapping (reliability-plan.md SM4).
+// shared mapping (docs/reliability.md SM4).
 //
 // Thread-safe.
 // Invariants: free extents and live regions are disjoint, aligned, and together tile
@@ -77,8 +77,8 @@ class RegionAllocator {
   const RegionAllocatorOptions options_;
   const uint64_t usable_;  // arena_bytes rounded down to the alignment.
   mutable Mutex mu_;
-  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);      // offset -> length.
-  std::map<uint64_t, Region> regions_ ABSL_GUARDED_BY(mu_);     // offset -> live region.
+  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);   // offset -> length.
+  std::map<uint64_t, Region> regions_ ABSL_GUARDED_BY(mu_);  // offset -> live region.
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

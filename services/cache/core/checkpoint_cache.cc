@@ -764,7 +764,7 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
   return items;
 }
 
-bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank) {
+bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank, const std::string& why) {
   std::vector<RetentionItem> items = RetentionItems(ram_tier);
   std::vector<CheckpointId> order = retention_.EvictionOrder(items);
   if (order.empty()) return false;
@@ -772,6 +772,7 @@ bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank) {
                              [&](const RetentionItem& i) { return i.id == order.front(); });
   if (victim->rank > max_rank) return false;
   std::string reason(EvictionRankName(victim->rank));
+  if (!why.empty()) reason = absl::StrCat(why, ", ", reason);
   Checkpoint& ckpt = *checkpoints_.at(order.front());
   if (ram_tier) {
     EvictFromRam(ckpt, reason);
@@ -1161,6 +1162,23 @@ absl::Status CheckpointCache::CommitPersist(CheckpointId id) {
   return absl::OkStatus();
 }
 
+std::vector<CheckpointId> CheckpointCache::PersistsCoveredBy(CheckpointId id) const {
+  std::vector<CheckpointId> covered;
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || it->second->node == nullptr) return covered;
+  const Checkpoint& ckpt = *it->second;
+  for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(ckpt.node, ckpt.depth)) {
+    if (hit.entry.kind != IndexEntry::Kind::kCheckpoint || hit.entry.id == id) continue;
+    const Checkpoint& other = *checkpoints_.at(hit.entry.id);
+    if (other.persisting && other.kind != CaptureKind::kLearned && other.depth < ckpt.depth &&
+        other.identities == ckpt.identities) {
+      covered.push_back(other.id);
+    }
+  }
+  std::sort(covered.begin(), covered.end());
+  return covered;
+}
+
 absl::Status CheckpointCache::AbortPersist(CheckpointId id) {
   auto it = checkpoints_.find(id);
   if (it == checkpoints_.end() || !it->second->persisting) {
@@ -1187,6 +1205,14 @@ absl::Status CheckpointCache::Evict(CheckpointId id, const std::string& reason) 
   }
   EvictFromRam(*it->second, reason);
   return absl::OkStatus();
+}
+
+int64_t CheckpointCache::EvictDiskBytes(int64_t bytes, const std::string& why) {
+  const int64_t start = disk_.used();
+  while (start - disk_.used() < bytes) {
+    if (!EvictOne(/*ram_tier=*/false, EvictionRank::kReused, why)) break;
+  }
+  return start - disk_.used();
 }
 
 absl::Status CheckpointCache::EvictDisk(CheckpointId id, const std::string& reason) {

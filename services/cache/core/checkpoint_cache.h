@@ -24,7 +24,7 @@
 namespace cairn::cache {
 
 struct CacheOptions {
-  // The daemon's default is half the free RAM, at most this (design.md §3).
+  // The daemon's default is half the free RAM, at most this (docs/architecture.md §3).
   static constexpr int64_t kMaxDefaultRamBytes = int64_t{32} << 30;
 
   int64_t ram_bytes = kMaxDefaultRamBytes;  // RAM tier budget (--cache-ram-bytes).
@@ -182,9 +182,9 @@ class ResidencyListener {
 // copy data and report back. The daemon wraps it behind one mutex; the simulator drives it
 // directly.
 //
-// Protocol for one request (design.md §5): Lookup; then ContinueSlot (live), Restore (RAM or
-// disk) or StartCold; ExtendSlot as passes complete, BeginCapture/CommitCapture at each planned
-// capture; ExtendSlot again for generated tokens.
+// Protocol for one request (docs/architecture.md §5): Lookup; then ContinueSlot (live), Restore
+// (RAM or disk) or StartCold; ExtendSlot as passes complete, BeginCapture/CommitCapture at each
+// planned capture; ExtendSlot again for generated tokens.
 //
 // Retention ranks (RetentionPolicy) need "idle": a conversation is idle when the bytes
 // admitted since it was last used (captured, restored or continued) reach the RAM budget, i.e.
@@ -291,6 +291,10 @@ class CheckpointCache {
   // tier or when `id` is not in RAM or already on disk; ResourceExhausted if it cannot fit.
   absl::StatusOr<PersistTicket> BeginPersist(CheckpointId id);
   absl::Status CommitPersist(CheckpointId id);
+  // The checkpoints whose disk writes are under way and that a write of `id` covers: those
+  // whose tokens are a proper prefix of `id`'s (same input identity), except learned ones,
+  // which are always written. The caller drops their queued writes (AbortPersist follows).
+  std::vector<CheckpointId> PersistsCoveredBy(CheckpointId id) const;
   absl::Status AbortPersist(CheckpointId id);
 
   // --- Recovery (start-up with a disk tier that already holds checkpoints).
@@ -314,6 +318,10 @@ class CheckpointCache {
   // Evicts checkpoint `id` from RAM (explicit request). NotFound if not in RAM;
   // FailedPrecondition while pinned.
   absl::Status Evict(CheckpointId id, const std::string& reason);
+  // Evicts disk checkpoints by rank (events with reason "`why`, <rank>") until at least
+  // `bytes` of the disk ledger are freed or nothing more can go. Returns the bytes freed. The
+  // daemon calls this when the file system has less room than the ledger thinks (IO5).
+  int64_t EvictDiskBytes(int64_t bytes, const std::string& why);
   // Evicts checkpoint `id` from the disk tier (explicit request). NotFound if not on disk;
   // FailedPrecondition while pinned.
   absl::Status EvictDisk(CheckpointId id, const std::string& reason);
@@ -382,8 +390,10 @@ class CheckpointCache {
   // Checkpoints.
   std::vector<RetentionItem> RetentionItems(bool ram_tier) const;
   // Evicts the first checkpoint of the tier's eviction order; false when none can go.
-  // With `max_rank`, only a checkpoint ranked at or below it.
-  bool EvictOne(bool ram_tier, EvictionRank max_rank = EvictionRank::kReused);
+  // With `max_rank`, only a checkpoint ranked at or below it. `why`, when set, prefixes the rank
+  // in the event's reason.
+  bool EvictOne(bool ram_tier, EvictionRank max_rank = EvictionRank::kReused,
+                const std::string& why = "");
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);

@@ -42,26 +42,53 @@ absl::Status ModelLayout::Validate() const {
   }
   if (components.empty()) return absl::InvalidArgumentError("model layout has no components");
   absl::flat_hash_set<std::string> names;
-  for (const StateComponent& c : components) {
-    if (c.name.empty()) return absl::InvalidArgumentError("state component without a name");
+  // Sums checked against kMaxStateBytes as they grow, so none can overflow.
+  int64_t row_bytes = 0;
+  int64_t private_bytes = 0;
+  for (size_t i = 0; i < components.size(); ++i) {
+    const StateComponent& c = components[i];
+    const std::string field = absl::StrCat("components[", i, "]");
+    if (c.name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ".name is empty"));
     if (!names.insert(c.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("state component ", c.name, " repeated"));
-    }
-    if (c.bytes_per_row < 0 || c.private_bytes < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("state component ", c.name,
-                                                     " has a negative size"));
-    }
-    if (c.kind == ComponentKind::kRows && c.private_bytes != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("rows component ", c.name, " has private_bytes"));
+          absl::StrCat(field, ".name \"", c.name, "\" is used by another component"));
     }
-    if (c.kind == ComponentKind::kPrivate && c.bytes_per_row != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("private component ", c.name, " has bytes_per_row"));
+    if (c.kind == ComponentKind::kRows) {
+      if (c.private_bytes != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(field, " holds rows but has private_bytes"));
+      }
+      if (c.bytes_per_row < 0 || c.bytes_per_row > kMaxStateBytes - row_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".bytes_per_row must be 0..",
+                                                       kMaxStateBytes - row_bytes, ", got ",
+                                                       c.bytes_per_row));
+      }
+      row_bytes += c.bytes_per_row;
+    } else {
+      if (c.bytes_per_row != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, " is private state but has bytes_per_row"));
+      }
+      if (c.private_bytes < 0 || c.private_bytes > kMaxStateBytes - private_bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ".private_bytes must be 0..",
+                                                       kMaxStateBytes - private_bytes, ", got ",
+                                                       c.private_bytes));
+      }
+      private_bytes += c.private_bytes;
     }
   }
-  if (RowBytes() == 0 && PrivateBytes() == 0) {
+  if (row_bytes == 0 && private_bytes == 0) {
     return absl::InvalidArgumentError("model layout holds zero bytes of state");
+  }
+  // row_bytes <= kMaxStateBytes (2^48) and chunk_rows, kMaxTokens < 2^32: no product overflows.
+  if (chunk_rows > kMaxTokens || row_bytes * chunk_rows > kMaxStateBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk_rows ", chunk_rows, " of ", row_bytes,
+                                                   " bytes each make a chunk larger than ",
+                                                   kMaxStateBytes, " bytes"));
+  }
+  if (row_bytes * kMaxTokens > kMaxStateBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rows of ", row_bytes, " bytes: ", kMaxTokens,
+                                                   " tokens would exceed ", kMaxStateBytes,
+                                                   " bytes"));
   }
   return absl::OkStatus();
 }

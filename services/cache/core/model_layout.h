@@ -1,8 +1,8 @@
 #ifndef CAIRN_SERVICES_CACHE_CORE_MODEL_LAYOUT_H_
 #define CAIRN_SERVICES_CACHE_CORE_MODEL_LAYOUT_H_
 
-// The shape of a model's per-conversation state as the cache sees it (design.md §2): a list
-// of components, each either append-only rows (one row per token, grouped into chunks of
+// The shape of a model's per-conversation state as the cache sees it (docs/architecture.md §2): a
+// list of components, each either append-only rows (one row per token, grouped into chunks of
 // `chunk_rows`) or private state (fixed size, valid at exactly one position). Sizes only;
 // the cache core never touches bytes. Mapping the proto ModelLayout to this struct is the
 // daemon's job.
@@ -27,12 +27,19 @@ struct StateComponent {
 // Thread-compatible value type.
 struct ModelLayout {
   static constexpr int64_t kDefaultChunkRows = 256;  // Seed §4: Flash-Next's chunk size.
+  // Bounds that keep every size computed from a layout inside int64 with room to spare: a
+  // chunk, the private state, and the rows of the deepest checkpoint (kMaxTokens tokens).
+  static constexpr int64_t kMaxTokens = int64_t{1} << 24;
+  static constexpr int64_t kMaxStateBytes = int64_t{1} << 48;
 
   std::vector<StateComponent> components;
   int64_t chunk_rows = kDefaultChunkRows;
 
-  // Returns InvalidArgument naming the component when a size is negative or of the wrong
-  // kind, names repeat, `chunk_rows` < 1, or the layout holds no state at all.
+  // Returns InvalidArgument naming the field (`chunk_rows`, `components[i].bytes_per_row`,
+  // ...) when a size is negative or of the wrong kind, names repeat, `chunk_rows` < 1,
+  // the layout holds no state at all, or a size computed from it (a chunk, the private
+  // state, kMaxTokens rows) would exceed kMaxStateBytes. (A zero-byte component is allowed
+  // here, for simulations; the daemon refuses one from the wire.)
   absl::Status Validate() const;
 
   // Bytes of one token's rows over all row components.

@@ -43,8 +43,8 @@ struct ServeOutcome {
   std::vector<ChunkCopy> preserved;  // Borrowed chunks copied out before a slot overwrite.
 };
 
-// The reference sequence for one request (design.md §5) over a CheckpointCache, with no bytes:
-// look up, pick a slot (the live candidate's, else an empty one, else the least recently
+// The reference sequence for one request (docs/architecture.md §5) over a CheckpointCache, with no
+// bytes: look up, pick a slot (the live candidate's, else an empty one, else the least recently
 // used), capture the frontier another conversation left there (when the planner says so),
 // continue / restore / start cold, prefill up to each planned capture and capture it,
 // persist what ShouldPersist selects, then extend the frontier with the generated tokens. The

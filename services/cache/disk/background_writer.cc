@@ -35,10 +35,9 @@ absl::Status BackgroundWriter::Enqueue(WriteJob job) {
   {
     MutexLock lock(&mu_);
     if (stopping_) return absl::FailedPreconditionError("disk writer is shut down");
-    const uint64_t depth = job.request.tokens.size();
     auto supersedes = [&](const WriteJob& pending) {
-      return pending.mergeable && !pending.lineage.empty() && pending.lineage == job.lineage &&
-             pending.request.tokens.size() <= depth;
+      return std::find(job.supersedes.begin(), job.supersedes.end(),
+                       pending.request.checkpoint_id) != job.supersedes.end();
     };
     const size_t merging =
         static_cast<size_t>(std::count_if(queue_.begin(), queue_.end(), supersedes));
@@ -61,8 +60,8 @@ absl::Status BackgroundWriter::Enqueue(WriteJob job) {
   }
   for (WriteJob& s : superseded) {
     if (s.done) {
-      s.done(absl::CancelledError(absl::StrCat("checkpoint ", s.request.checkpoint_id,
-                                               " superseded by a newer write")));
+      s.done(absl::CancelledError(
+          absl::StrCat("checkpoint ", s.request.checkpoint_id, " superseded by a newer write")));
     }
   }
   return absl::OkStatus();
@@ -106,7 +105,7 @@ void BackgroundWriter::Yield() {
       MutexLock lock(&mu_);
       ++stats_.yields;
     }
-    // At most max_yield, then one more staging piece regardless (design.md §4).
+    // At most max_yield, then one more staging piece regardless (docs/architecture.md §4).
     activity_->WaitUntilIdle(options_.max_yield);
   }
 }

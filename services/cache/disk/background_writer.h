@@ -1,9 +1,9 @@
 #ifndef CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_
 #define CAIRN_SERVICES_CACHE_DISK_BACKGROUND_WRITER_H_
 
-// The disk tier's background writer (design.md §4): one thread publishes queued checkpoints in
-// order, through 1 MiB staging pieces, yielding to model work for at most 0.5 s at a time, and
-// merges a pending write into a newer one that covers it.
+// The disk tier's background writer (docs/architecture.md §4): one thread publishes queued
+// checkpoints in order, through 1 MiB staging pieces, yielding to model work for at most 0.5 s at a
+// time, and merges a pending write into a newer one that covers it.
 
 #include <cstdint>
 #include <deque>
@@ -29,15 +29,18 @@ class ModelActivity {
 };
 
 struct BackgroundWriterOptions {
-  absl::Duration max_yield = absl::Milliseconds(500);  // design.md §4: at most 0.5 s per yield.
-  size_t max_queue = 256;                              // Pending jobs before Enqueue refuses.
+  absl::Duration max_yield =
+      absl::Milliseconds(500);  // docs/architecture.md §4: at most 0.5 s per yield.
+  size_t max_queue = 256;       // Pending jobs before Enqueue refuses.
 };
 
 // One checkpoint to publish. Every span in `request` must stay valid until `done` runs.
 struct WriteJob {
   PublishRequest request;
-  std::string lineage;     // Conversation key: a later job of the same lineage may cover it.
-  bool mergeable = true;   // False for learned checkpoints, which are always written.
+  // Checkpoints whose pending jobs this one covers, as the caller's policy decided (the cache
+  // core: a checkpoint whose tokens are a prefix of this one's). They are dropped, and the
+  // chunks they would have written that this job shares move into it.
+  std::vector<uint64_t> supersedes;
   std::function<void(absl::Status)> done;  // Runs on the writer thread; OK = acknowledged.
 };
 
@@ -58,10 +61,10 @@ class BackgroundWriter {
   BackgroundWriter(const BackgroundWriter&) = delete;
   BackgroundWriter& operator=(const BackgroundWriter&) = delete;
 
-  // Queues `job`. A pending mergeable job of the same lineage and no greater depth is
-  // dropped (its `done` gets Cancelled) and the chunks it would have written that `job` shares
-  // move into `job`. ResourceExhausted when the queue is full, FailedPrecondition after
-  // Shutdown; `job.done` is not called then.
+  // Queues `job`. A pending job of a checkpoint in `job.supersedes` is dropped (its `done` gets
+  // Cancelled) and the chunks it would have written that `job` shares move into `job`.
+  // ResourceExhausted when the queue is full, FailedPrecondition after Shutdown; `job.done` is not
+  // called then.
   absl::Status Enqueue(WriteJob job) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the queue is empty and no job runs; false if `timeout` passed first.
   bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);

@@ -1,7 +1,7 @@
 #ifndef CAIRN_SERVICES_CACHE_DISK_DISK_FORMAT_H_
 #define CAIRN_SERVICES_CACHE_DISK_DISK_FORMAT_H_
 
-// On-disk formats of the disk tier (reliability-plan.md P10-P13).
+// On-disk formats of the disk tier (docs/reliability.md P10-P13).
 //
 // Chunk and private-state files:  header | payload | footer
 //   header  = fixed prefix {magic u64, version u32, kind u32, header_bytes u32, reserved u32,
@@ -42,7 +42,7 @@ struct FormatLimits {
 
 // Identity and position of one chunk of rows (P10).
 struct ChunkIdentity {
-  uint64_t chunk_id = 0;       // Names the producing computation's chunk (provenance).
+  uint64_t chunk_id = 0;  // Names the producing computation's chunk (provenance).
   uint32_t component_id = 0;
   uint64_t first_row = 0;
   uint32_t rows = 0;

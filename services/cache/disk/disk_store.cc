@@ -48,7 +48,8 @@ bool IsDamagedCatalog(const absl::Status& s) {
 }
 
 // True for errors that count towards IO4. Not for ENOSPC/EDQUOT (ResourceExhausted), which
-// fail the publish cleanly and let eviction run (IO5), unless an fsync reported them.
+// fail the publish cleanly so the caller's policy can evict by rank and retry (IO5), unless
+// an fsync reported them.
 bool IsIoError(const absl::Status& s) {
   return !s.ok() && s.code() != absl::StatusCode::kNotFound &&
          s.code() != absl::StatusCode::kResourceExhausted &&
@@ -68,31 +69,14 @@ absl::StatusOr<std::string> ReadSmallFile(FileSystem* fs, const std::string& pat
   if (size > max_bytes) return Corrupt(path, absl::StrCat("file of ", size, " bytes"));
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs->NewReadableFile(path));
   std::string bytes(size, '\0');
-  ASSIGN_OR_RETURN(size_t n,
-                   file->ReadAt(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()),
-                                                       bytes.size())));
+  ASSIGN_OR_RETURN(
+      size_t n,
+      file->ReadAt(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size())));
   if (n != size) return Corrupt(path, "short read");
   return bytes;
 }
 
 }  // namespace
-
-std::vector<uint64_t> OldestFirstDiskEviction::ChooseVictims(
-    const std::vector<DiskCheckpointInfo>& candidates, uint64_t bytes_needed) {
-  std::vector<DiskCheckpointInfo> sorted = candidates;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const DiskCheckpointInfo& a, const DiskCheckpointInfo& b) {
-              return a.generation < b.generation;
-            });
-  std::vector<uint64_t> victims;
-  uint64_t freed = 0;
-  for (const DiskCheckpointInfo& c : sorted) {
-    if (freed >= bytes_needed) break;
-    victims.push_back(c.checkpoint_id);
-    freed += c.bytes_freed;
-  }
-  return victims;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Construction and reconciliation (R1, R2).
@@ -102,7 +86,6 @@ DiskStore::DiskStore(const DiskStoreOptions& options, FileSystem* fs, uint64_t i
       fs_(fs),
       incarnation_(incarnation),
       clock_(options.clock != nullptr ? options.clock : RealClock::Get()),
-      eviction_(options.eviction != nullptr ? options.eviction : &default_eviction_),
       chunks_dir_(JoinPath(options.root, "chunks")),
       states_dir_(JoinPath(options.root, "states")),
       manifests_dir_(JoinPath(options.root, "manifests")),
@@ -118,8 +101,7 @@ absl::StatusOr<std::unique_ptr<DiskStore>> DiskStore::Create(const DiskStoreOpti
     return absl::InvalidArgumentError(
         absl::StrCat("staging buffer of ", options.staging_bytes, " bytes is below 4 KiB"));
   }
-  const uint64_t incarnation =
-      options.incarnation != 0 ? options.incarnation : NewIncarnation();
+  const uint64_t incarnation = options.incarnation != 0 ? options.incarnation : NewIncarnation();
   std::unique_ptr<DiskStore> store(new DiskStore(options, fs, incarnation));
   RETURN_IF_ERROR(Annotate(store->Reconcile(), absl::StrCat("opening disk tier ", options.root)));
   return store;
@@ -187,9 +169,9 @@ absl::Status DiskStore::RegisterLocked(Manifest m, uint64_t manifest_bytes) {
   for (const ManifestChunk& c : m.chunks) {
     auto it = chunks_.find(c.id.chunk_id);
     if (it != chunks_.end() && !(it->second.entry == c)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint ", m.checkpoint_id, " lists chunk ", c.id.chunk_id,
-          " differently from another manifest"));
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", m.checkpoint_id,
+                                                        " lists chunk ", c.id.chunk_id,
+                                                        " differently from another manifest"));
     }
   }
   for (const ManifestChunk& c : m.chunks) {
@@ -212,8 +194,8 @@ absl::Status DiskStore::RegisterLocked(Manifest m, uint64_t manifest_bytes) {
 }
 
 absl::Status DiskStore::Reconcile() {
-  for (const std::string& dir : {options_.root, chunks_dir_, states_dir_, manifests_dir_,
-                                 quarantine_dir_, catalog_dir_}) {
+  for (const std::string& dir :
+       {options_.root, chunks_dir_, states_dir_, manifests_dir_, quarantine_dir_, catalog_dir_}) {
     RETURN_IF_ERROR(fs_->CreateDir(dir));
   }
   // List first (R3): the sweep considers only these names, all older than our writer.
@@ -381,9 +363,11 @@ void DiskStore::DeleteBestEffort(const std::vector<std::string>& paths) {
   }
 }
 
-absl::StatusOr<ManifestFile> DiskStore::WriteDataFile(
-    const std::string& dir, const std::string& name, const std::string& header,
-    absl::Span<const uint8_t> payload, const std::function<void()>& between_pieces) {
+absl::StatusOr<ManifestFile> DiskStore::WriteDataFile(const std::string& dir,
+                                                      const std::string& name,
+                                                      const std::string& header,
+                                                      absl::Span<const uint8_t> payload,
+                                                      const std::function<void()>& between_pieces) {
   const std::string path = JoinPath(dir, name);
   absl::StatusOr<std::unique_ptr<WritableFile>> created = fs_->NewWritableFile(path);
   RETURN_IF_ERROR(NoteIoError(created.status(), false));
@@ -395,9 +379,9 @@ absl::StatusOr<ManifestFile> DiskStore::WriteDataFile(
   hash.Update(header);
   size_t done = 0;
   do {
-    const size_t n = std::min<size_t>(payload.size() - done,
-                                      options_.staging_bytes - std::min<size_t>(
-                                          staging.size(), options_.staging_bytes));
+    const size_t n = std::min<size_t>(
+        payload.size() - done,
+        options_.staging_bytes - std::min<size_t>(staging.size(), options_.staging_bytes));
     staging.append(reinterpret_cast<const char*>(payload.data()) + done, n);
     hash.Update(payload.data() + done, n);
     done += n;
@@ -426,50 +410,29 @@ absl::Status DiskStore::WriteManifest(const Manifest& manifest, const std::strin
   return absl::OkStatus();
 }
 
-absl::Status DiskStore::MakeRoom(uint64_t bytes_needed) {
-  uint64_t shortfall = 0;
-  std::vector<DiskCheckpointInfo> candidates;
+absl::Status DiskStore::CheckRoom(uint64_t bytes_needed) const {
   {
     MutexLock lock(&mu_);
     if (options_.budget_bytes != 0 && used_bytes_ + bytes_needed > options_.budget_bytes) {
-      shortfall = used_bytes_ + bytes_needed - options_.budget_bytes;
+      return absl::ResourceExhaustedError(absl::StrCat("disk tier holds ", used_bytes_, " bytes; ",
+                                                       bytes_needed, " more would pass its cap of ",
+                                                       options_.budget_bytes));
     }
   }
-  absl::StatusOr<uint64_t> free_bytes = fs_->FreeBytes(options_.root);
-  if (free_bytes.ok() && *free_bytes < bytes_needed + options_.free_space_reserve_bytes) {
-    shortfall = std::max(shortfall,
-                         bytes_needed + options_.free_space_reserve_bytes - *free_bytes);
-  }
-  if (shortfall == 0) return absl::OkStatus();
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [id, r] : live_) {
-      if (r.readers != 0 || r.deleting) continue;
-      candidates.push_back(DiskCheckpointInfo{id, r.manifest.generation, r.manifest.depth,
-                                              r.manifest.compat_digest, BytesFreedLocked(r)});
-    }
-  }
-  uint64_t freed = 0;
-  for (uint64_t victim : eviction_->ChooseVictims(candidates, shortfall)) {
-    if (freed >= shortfall) break;
-    uint64_t bytes = 0;
-    {
-      MutexLock lock(&mu_);
-      auto it = live_.find(victim);
-      if (it == live_.end()) continue;
-      bytes = BytesFreedLocked(it->second);
-    }
-    if (Delete(victim).ok()) {
-      freed += bytes;
-      MutexLock lock(&mu_);
-      ++counters_.evicted;
-    }
-  }
-  if (freed < shortfall) {
+  absl::StatusOr<uint64_t> free_bytes = UsableFreeBytes();
+  if (free_bytes.ok() && *free_bytes < bytes_needed) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "disk tier needs ", bytes_needed, " bytes; eviction freed ", freed, " of ", shortfall));
+        "disk full: ", bytes_needed, " bytes needed, ", *free_bytes,
+        " usable (free space less the ", options_.free_space_reserve_bytes, "-byte reserve)"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> DiskStore::UsableFreeBytes() const {
+  ASSIGN_OR_RETURN(uint64_t free_bytes, fs_->FreeBytes(options_.root));
+  return free_bytes > options_.free_space_reserve_bytes
+             ? free_bytes - options_.free_space_reserve_bytes
+             : 0;
 }
 
 uint64_t DiskStore::BytesFreedLocked(const Record& r) const {
@@ -530,8 +493,8 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   m.tokens = request.tokens;
   m.token_hash = TokenHash(m.tokens);
   m.sections = request.sections;
-  uint64_t bytes_needed = request.state.size() + kFileFooterBytes + 4096 +
-                          request.tokens.size() * sizeof(uint32_t);
+  uint64_t bytes_needed =
+      request.state.size() + kFileFooterBytes + 4096 + request.tokens.size() * sizeof(uint32_t);
   {
     MutexLock lock(&mu_);
     if (read_only_) {
@@ -582,7 +545,7 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
     return Annotate(s, absl::StrCat("publishing checkpoint ", id));
   };
 
-  absl::Status room = MakeRoom(bytes_needed);
+  absl::Status room = CheckRoom(bytes_needed);
   if (!room.ok()) return fail(room);
 
   const uint64_t compat_hash = CompatHash(request.compat_digest);
@@ -785,10 +748,9 @@ absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile
   std::string staging(options_.staging_bytes, '\0');
   auto read = [&](uint64_t offset, size_t n) -> absl::StatusOr<absl::string_view> {
     if (n > staging.size()) staging.resize(n);
-    ASSIGN_OR_RETURN(size_t got, file->ReadAt(offset, absl::Span<uint8_t>(
-                                                          reinterpret_cast<uint8_t*>(
-                                                              staging.data()),
-                                                          n)));
+    ASSIGN_OR_RETURN(
+        size_t got,
+        file->ReadAt(offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(staging.data()), n)));
     if (got != n) return Corrupt(path, "short read");
     return absl::string_view(staging.data(), n);
   };
@@ -900,8 +862,7 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
   }
   if (!dependents.empty()) {
     QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
-    return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint_id, ": ",
-                                            status.message()));
+    return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint_id, ": ", status.message()));
   }
   if (!status.ok()) NoteIoError(status, false).IgnoreError();  // Counted towards IO4.
   return status;

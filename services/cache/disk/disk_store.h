@@ -2,8 +2,8 @@
 #define CAIRN_SERVICES_CACHE_DISK_DISK_STORE_H_
 
 // The crash-safe disk tier: chunk files written once and shared, a private-state file (with
-// the tail) and a manifest per checkpoint, and a RocksDB catalog (design.md §4,
-// reliability-plan.md §1). Stores and loads opaque payloads keyed by plain ids; it knows
+// the tail) and a manifest per checkpoint, and a RocksDB catalog (docs/architecture.md §4,
+// docs/reliability.md §1). Stores and loads opaque payloads keyed by plain ids; it knows
 // nothing of retention ranks or prefix trees (the daemon joins it with the cache core).
 //
 // Layout under the root: chunks/, states/, manifests/, quarantine/, catalog/ (RocksDB).
@@ -29,7 +29,7 @@
 
 namespace cairn::cache {
 
-// What the eviction policy sees of one disk checkpoint.
+// One checkpoint the store holds, as ListCheckpoints reports it.
 struct DiskCheckpointInfo {
   uint64_t checkpoint_id = 0;
   uint64_t generation = 0;
@@ -38,39 +38,22 @@ struct DiskCheckpointInfo {
   uint64_t bytes_freed = 0;  // Bytes deleting it alone would free now.
 };
 
-// Chooses disk checkpoints to delete when a publish does not fit the disk budget. The cache
-// core's retention ranks plug in here. Implementations must be thread-safe.
-class DiskEvictionPolicy {
- public:
-  virtual ~DiskEvictionPolicy() = default;
-  // Returns ids from `candidates`, most evictable first, freeing at least `bytes_needed` if
-  // possible (fewer bytes is allowed; the publish then fails with ResourceExhausted).
-  virtual std::vector<uint64_t> ChooseVictims(const std::vector<DiskCheckpointInfo>& candidates,
-                                              uint64_t bytes_needed) = 0;
-};
-
-// Evicts the oldest generations first.
-class OldestFirstDiskEviction final : public DiskEvictionPolicy {
- public:
-  std::vector<uint64_t> ChooseVictims(const std::vector<DiskCheckpointInfo>& candidates,
-                                      uint64_t bytes_needed) override;
-};
-
 struct DiskStoreOptions {
-  std::string root;                                  // --cache-disk.
-  uint64_t budget_bytes = 0;                         // --cache-disk-bytes; 0 = no budget.
-  uint64_t staging_bytes = uint64_t{1} << 20;        // design.md §4: 1 MiB staging buffers.
+  std::string root;  // --cache-disk.
+  // A hard cap on the bytes the store holds: a publish past it is refused. The daemon leaves
+  // it 0 (no cap): its policy core owns the disk budget and evicts by rank.
+  uint64_t budget_bytes = 0;
+  uint64_t staging_bytes = uint64_t{1} << 20;  // docs/architecture.md §4: 1 MiB staging buffers.
   uint64_t free_space_reserve_bytes = uint64_t{64} << 20;  // IO5: keep this much free.
-  int max_quarantined = 32;                          // R5: quarantined manifests kept.
-  int io_error_limit = 8;                            // IO4: this many errors ...
-  absl::Duration io_error_window = absl::Minutes(1); // ... within this window -> read-only.
-  uint64_t incarnation = 0;                          // Writer incarnation; 0 = random.
+  int max_quarantined = 32;                                // R5: quarantined manifests kept.
+  int io_error_limit = 8;                                  // IO4: this many errors ...
+  absl::Duration io_error_window = absl::Minutes(1);       // ... within this window -> read-only.
+  uint64_t incarnation = 0;                                // Writer incarnation; 0 = random.
   CatalogOptions catalog;
   // RocksDB's file system for the catalog; nullptr = RocksDB's default (tests pass
   // NewRocksDbFaultFs).
   std::shared_ptr<rocksdb::FileSystem> catalog_fs;
-  DiskEvictionPolicy* eviction = nullptr;  // nullptr = oldest first. Must outlive the store.
-  const Clock* clock = nullptr;            // nullptr = RealClock.
+  const Clock* clock = nullptr;  // nullptr = RealClock.
   // Called once per checkpoint recovered at start-up, with its manifest (tokens included),
   // before Create returns: the daemon rebuilds its prefix index from these.
   std::function<void(const Manifest&)> on_recovered;
@@ -86,11 +69,11 @@ struct PublishRequest {
   uint64_t checkpoint_id = 0;
   std::string compat_digest;
   std::string input_digest;
-  std::vector<uint32_t> tokens;             // The checkpoint's depth is tokens.size().
-  std::vector<ChunkWrite> new_chunks;       // Written by this publish.
-  std::vector<uint64_t> shared_chunk_ids;   // Already durable on disk (P8).
-  std::vector<StateSection> sections;       // Layout of `state`.
-  absl::Span<const uint8_t> state;          // Private state and tails, section by section.
+  std::vector<uint32_t> tokens;            // The checkpoint's depth is tokens.size().
+  std::vector<ChunkWrite> new_chunks;      // Written by this publish.
+  std::vector<uint64_t> shared_chunk_ids;  // Already durable on disk (P8).
+  std::vector<StateSection> sections;      // Layout of `state`.
+  absl::Span<const uint8_t> state;         // Private state and tails, section by section.
 };
 
 // One piece a restore delivers: a chunk or the state file's payload.
@@ -123,7 +106,6 @@ struct DiskStoreStats {
   uint64_t publish_failures = 0;
   uint64_t restores = 0;
   uint64_t restore_failures = 0;
-  uint64_t evicted = 0;
   uint64_t orphans_removed = 0;
   bool read_only = false;  // IO4: the tier stopped publishing after an I/O failure.
 };
@@ -184,6 +166,9 @@ class DiskStore {
   uint64_t max_checkpoint_id() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t max_chunk_id() const ABSL_LOCKS_EXCLUDED(mu_);
   DiskStoreStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The file system's free bytes under the root (a statvfs), less the free-space reserve
+  // the store keeps (IO5): what publishes may still use.
+  absl::StatusOr<uint64_t> UsableFreeBytes() const;
   uint64_t incarnation() const { return incarnation_; }
   const Catalog& catalog() const { return *catalog_; }
 
@@ -212,7 +197,9 @@ class DiskStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status ValidateRequest(const PublishRequest& request) const;
-  absl::Status MakeRoom(uint64_t bytes_needed) ABSL_LOCKS_EXCLUDED(mu_);
+  // ResourceExhausted (with the numbers) when `bytes_needed` more bytes would pass the cap
+  // or eat into the free-space reserve. Deletes nothing: what to evict is the caller's call.
+  absl::Status CheckRoom(uint64_t bytes_needed) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ManifestFile> WriteDataFile(const std::string& dir, const std::string& name,
                                              const std::string& header,
                                              absl::Span<const uint8_t> payload,
@@ -244,16 +231,14 @@ class DiskStore {
   FileSystem* const fs_;
   const uint64_t incarnation_;
   const Clock* const clock_;
-  OldestFirstDiskEviction default_eviction_;
-  DiskEvictionPolicy* const eviction_;
   const std::string chunks_dir_, states_dir_, manifests_dir_, quarantine_dir_, catalog_dir_;
   std::unique_ptr<Catalog> catalog_;
 
   mutable Mutex mu_;
   std::map<uint64_t, Record> live_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, ChunkRecord> chunks_ ABSL_GUARDED_BY(mu_);
-  std::set<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);  // Checkpoint ids being published.
-  std::set<uint64_t> in_flight_chunks_ ABSL_GUARDED_BY(mu_);  // New chunk ids being written.
+  std::set<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);             // Checkpoint ids being published.
+  std::set<uint64_t> in_flight_chunks_ ABSL_GUARDED_BY(mu_);      // New chunk ids being written.
   std::vector<QuarantineInfo> quarantined_ ABSL_GUARDED_BY(mu_);  // Oldest first.
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;

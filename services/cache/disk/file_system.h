@@ -1,7 +1,7 @@
 #ifndef CAIRN_SERVICES_CACHE_DISK_FILE_SYSTEM_H_
 #define CAIRN_SERVICES_CACHE_DISK_FILE_SYSTEM_H_
 
-// The one seam through which every disk-tier file operation goes (reliability-plan.md §5.1),
+// The one seam through which every disk-tier file operation goes (docs/reliability.md §5.1),
 // so that FaultFileSystem can record, fail and crash any of them.
 
 #include <cstdint>
@@ -24,7 +24,7 @@ class WritableFile {
   // the errno's code: ResourceExhausted for ENOSPC/EDQUOT, Unavailable for EIO.
   virtual absl::Status Append(absl::string_view data) = 0;
   // Makes the data written so far durable (fdatasync). After a failure the file's contents
-  // must never be trusted again (reliability-plan.md IO1).
+  // must never be trusted again (docs/reliability.md IO1).
   virtual absl::Status Sync() = 0;
   // Closes the descriptor; the result is checked (P2). Further calls fail.
   virtual absl::Status Close() = 0;

@@ -4,7 +4,7 @@
 // CAIRN_KILL_POINT(name): in builds without NDEBUG, kills the process with SIGKILL when the
 // environment variable CAIRN_KILL_POINT equals `name` (for kill -9 tests that need a precise
 // crash point, like RocksDB's TEST_KILL_RANDOM). Compiled out of release builds
-// (reliability-plan.md §5.1).
+// (docs/reliability.md §5.1).
 
 namespace cairn::cache {
 // Raises SIGKILL if CAIRN_KILL_POINT names `name`. Thread-safe.

@@ -1,5 +1,5 @@
 // The POSIX FileSystem: pwrite, fdatasync, rename, unlink, directory fsync; every result
-// checked (reliability-plan.md P1-P3, IO1-IO2).
+// checked (docs/reliability.md P1-P3, IO1-IO2).
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -92,15 +92,13 @@ class PosixReadableFile final : public ReadableFile {
 
 class PosixFs final : public FileSystem {
  public:
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640));
     if (!fd.valid()) return ErrnoStatus(errno, "create", path);
     return std::make_unique<PosixWritableFile>(path, std::move(fd));
   }
 
-  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(
-      const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd.valid()) return ErrnoStatus(errno, "open", path);
     return std::make_unique<PosixReadableFile>(path, std::move(fd));

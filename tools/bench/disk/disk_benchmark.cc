@@ -20,8 +20,8 @@
 #include "benchmark/benchmark.h"
 #include "services/cache/arena/arena.h"
 #include "services/cache/disk/disk_store.h"
-#include "services/cache/disk/fault_file_system.h"
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 
 namespace cairn::cache {
 namespace {

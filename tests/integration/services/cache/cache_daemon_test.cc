@@ -214,6 +214,7 @@ TEST(CacheDaemonTest, MalformedRequestsAreRejected) {
     v1::RegisterModelRequest other;
     other.set_session_id(infer.session());
     other.mutable_identity()->set_digest("test-model-v1");
+    other.mutable_layout()->set_chunk_rows(16);
     auto* c = other.mutable_layout()->add_components();
     c->set_kind(v1::COMPONENT_KIND_PRIVATE);
     c->set_private_bytes(1);

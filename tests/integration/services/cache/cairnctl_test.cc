@@ -121,5 +121,22 @@ TEST_F(CairnctlTest, AnUnreachableDaemonIsAClearError) {
   EXPECT_NE(r.err.find("UNAVAILABLE"), std::string::npos) << r.err;
 }
 
+TEST_F(CairnctlTest, ExplainSaysWhatAPromptWouldRestore) {
+  std::vector<std::string> args = {"explain"};
+  for (uint32_t t : Tokens(1, 81)) args.push_back(std::to_string(t));
+  std::vector<std::string> cold = {"explain", "1", "2", "3"};
+
+  Result hit = Ctl(server_.address(), args);
+  Result miss = Ctl(server_.address(), cold);
+  Result bad = Ctl(server_.address(), {"explain", "x1"});
+
+  EXPECT_EQ(hit.code, 0) << hit.err;
+  EXPECT_NE(hit.out.find("restores 80 of 81 tokens"), std::string::npos) << hit.out;
+  EXPECT_NE(hit.out.find("#" + std::to_string(ids_[1])), std::string::npos) << hit.out;
+  EXPECT_EQ(miss.code, 0) << miss.err;
+  EXPECT_NE(miss.out.find("cold"), std::string::npos) << miss.out;
+  EXPECT_EQ(bad.code, 2);
+}
+
 }  // namespace
 }  // namespace cairn::cache

@@ -51,14 +51,18 @@ inline std::string TempPath(const std::string& name) {
 // A cache daemon with its gRPC server in this process.
 class Server {
  public:
+  // `file_system`: nullptr = POSIX (a fault-injecting one for disk-full tests); `disk_bytes`
+  // 0 = the daemon's default share of the free space.
   explicit Server(int64_t ram_bytes = 8 << 20, const std::string& disk_root = "",
-                  const Clock* clock = RealClock::Get())
+                  const Clock* clock = RealClock::Get(), FileSystem* file_system = nullptr,
+                  int64_t disk_bytes = 64 << 20)
       : pool_(2) {
     CacheDaemonOptions options;
     options.cache.ram_bytes = ram_bytes;
     if (!disk_root.empty()) {
       options.disk_root = disk_root;
-      options.cache.disk_bytes = 64 << 20;
+      options.cache.disk_bytes = disk_bytes;
+      options.file_system = file_system;
     }
     options.fd_server.socket_path = TempPath("arena.sock");
     options.arena.first_pin_bytes = 1 << 20;

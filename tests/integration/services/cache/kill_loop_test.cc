@@ -1,4 +1,4 @@
-// A3 (reliability-plan.md): kill -9 the real cairn-cache while it writes checkpoints to disk,
+// A3 (docs/reliability.md): kill -9 the real cairn-cache while it writes checkpoints to disk,
 // restart it, and check the oracle every time: every acknowledged checkpoint (published and
 // reported on disk after a Flush) is still there and restores byte for byte, every
 // checkpoint the daemon lists restores with valid bytes (nothing torn is visible), and every

@@ -1,4 +1,4 @@
-// The arena and its descriptor hand-over (reliability-plan.md SM1-SM3, SM10, test G2).
+// The arena and its descriptor hand-over (docs/reliability.md SM1-SM3, SM10, test G2).
 
 #include "services/cache/arena/arena.h"
 
@@ -72,8 +72,7 @@ class ArenaFdServerTest : public ::testing::Test {
     ArenaFdServerOptions so;
     so.socket_path = SocketPath(name);
     so.arena_uids = std::move(arena_uids);
-    auto server =
-        ArenaFdServer::Create(so, arena_->fd(), arena_->incarnation(), arena_->size());
+    auto server = ArenaFdServer::Create(so, arena_->fd(), arena_->incarnation(), arena_->size());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     client_.socket_path = so.socket_path;

@@ -1,5 +1,5 @@
-// The arena allocator: pin-step boundaries, reuse, handle validation (design.md §3,
-// reliability-plan.md SM4-SM6, test G3).
+// The arena allocator: pin-step boundaries, reuse, handle validation (docs/architecture.md §3,
+// docs/reliability.md SM4-SM6, test G3).
 
 #include "services/cache/arena/region_allocator.h"
 
@@ -134,12 +134,12 @@ TEST(RegionAllocatorTest, ValidateLiveRejectsTheBoundsTable) {
   const std::vector<ArenaHandle> bad = {
       {kIncarnation, h.offset, 0},
       {kIncarnation, h.offset, h.length + 1},
-      {kIncarnation, h.offset + h.length, 1},             // Just past the region (free).
-      {kIncarnation, 256 * kKiB, 1},                       // At the arena size.
+      {kIncarnation, h.offset + h.length, 1},  // Just past the region (free).
+      {kIncarnation, 256 * kKiB, 1},           // At the arena size.
       {kIncarnation, 256 * kKiB + 1, 1},
       {kIncarnation, uint64_t{1} << 63, 1},
       {kIncarnation, max, 1},
-      {kIncarnation, h.offset + 1, max},                   // offset + length wraps.
+      {kIncarnation, h.offset + 1, max},  // offset + length wraps.
   };
   for (const ArenaHandle& b : bad) {
     EXPECT_THAT(a->ValidateLive(b), StatusIs(absl::StatusCode::kInvalidArgument))

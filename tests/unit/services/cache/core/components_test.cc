@@ -253,6 +253,19 @@ TEST(ModelLayoutTest, ValidatesComponents) {
   EXPECT_THAT(ModelLayout{}.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(ModelLayoutTest, SizesThatWouldOverflowAreRefused) {
+  ModelLayout wide = SimpleLayout(int64_t{1} << 40, 1, 0xFFFFFFFFll);
+  wide.components.push_back({"kv2", ComponentKind::kRows, int64_t{1} << 40, 0});
+  ModelLayout deep_rows = SimpleLayout(int64_t{1} << 30, 1, 1);
+  ModelLayout private_sum = SimpleLayout(1, ModelLayout::kMaxStateBytes);
+  private_sum.components.push_back({"more", ComponentKind::kPrivate, 0, 1});
+
+  EXPECT_THAT(wide.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(deep_rows.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(private_sum.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(SimpleLayout(int64_t{1} << 20, int64_t{1} << 40, 256).Validate().ok());
+}
+
 TEST(CheckpointCacheTest, ErrorsAreStatusesNotCrashes) {
   auto t = MakeCache({}, SimpleLayout(10, 100));
   ASSERT_NE(t, nullptr);
@@ -464,6 +477,41 @@ TEST(CheckpointCacheDiskTest, QuarantineAbandonsAWriteInFlight) {
   EXPECT_THAT(cache.CommitPersist(id), ::cairn::testing::StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(cache.Checkpoints().empty());
   EXPECT_EQ(cache.chunk_count(), 2u);  // Still the slot's live rows.
+}
+
+TEST(CheckpointCacheDiskTest, AWriteCoversTheQueuedWritesOfItsPrefixes) {
+  CacheOptions options;
+  options.disk_bytes = 100000;
+  auto t = testing::MakeCache(options, testing::SimpleLayout(10, 100, 4));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  SlotKey slot{1, 0};
+  SlotKey other{1, 1};
+  auto capture = [&](SlotKey at, CaptureKind kind, int64_t n, TokenId base) {
+    EXPECT_TRUE(cache.ExtendSlot(at, testing::Tokens(n, base)).ok());
+    absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(at, kind, "c", -1);
+    EXPECT_TRUE(ticket.ok()) << ticket.status();
+    CheckpointId id = *cache.CommitCapture(ticket->id);
+    EXPECT_TRUE(cache.BeginPersist(id).ok());
+    return id;
+  };
+  ASSERT_TRUE(cache.StartCold(slot, testing::TestIds(), "A").ok());
+  ASSERT_TRUE(cache.StartCold(other, testing::TestIds(), "B").ok());
+  const CheckpointId learned = capture(slot, CaptureKind::kLearned, 4, 0);
+  const CheckpointId prefix = capture(slot, CaptureKind::kEnd, 4, 100);
+  const CheckpointId unrelated = capture(other, CaptureKind::kEnd, 8, 500);
+  ASSERT_TRUE(cache.ExtendSlot(slot, testing::Tokens(4, 200)).ok());
+  absl::StatusOr<CaptureTicket> ticket = cache.BeginCapture(slot, CaptureKind::kEnd, "c", -1);
+  ASSERT_TRUE(ticket.ok());
+  const CheckpointId deeper = *cache.CommitCapture(ticket->id);
+
+  std::vector<CheckpointId> covered = cache.PersistsCoveredBy(deeper);
+
+  // The prefix of the same tokens is covered; a learned one is always written; another
+  // conversation's tokens are no prefix.
+  EXPECT_EQ(covered, std::vector<CheckpointId>{prefix});
+  (void)learned;
+  (void)unrelated;
 }
 
 }  // namespace

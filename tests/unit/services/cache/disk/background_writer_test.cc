@@ -1,5 +1,5 @@
 // The background writer: order, merging of superseded writes, bounded yields to the model,
-// shutdown (design.md §4).
+// shutdown (docs/architecture.md §4).
 
 #include "services/cache/disk/background_writer.h"
 
@@ -89,11 +89,11 @@ class BackgroundWriterTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
   }
-  WriteJob Job(PublishRequest r, const std::string& lineage) {
+  WriteJob Job(PublishRequest r, std::vector<uint64_t> supersedes = {}) {
     WriteJob job;
     job.done = results_.For(r.checkpoint_id);
     job.request = std::move(r);
-    job.lineage = lineage;
+    job.supersedes = std::move(supersedes);
     return job;
   }
 
@@ -106,8 +106,8 @@ class BackgroundWriterTest : public ::testing::Test {
 
 TEST_F(BackgroundWriterTest, PublishesInOrderSoLaterJobsMayShareEarlierChunks) {
   BackgroundWriter writer(store_.get(), &model_, {});
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 2), "a")));
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, factory_.ChunksOf(1), 1), "b")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 2))));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, factory_.ChunksOf(1), 1))));
 
   ASSERT_TRUE(writer.WaitIdle(kDeadline));
 
@@ -119,16 +119,16 @@ TEST_F(BackgroundWriterTest, PublishesInOrderSoLaterJobsMayShareEarlierChunks) {
   EXPECT_EQ(writer.stats().published, 2u);
 }
 
-TEST_F(BackgroundWriterTest, NewerCheckpointOfALineageSupersedesAPendingOne) {
+TEST_F(BackgroundWriterTest, AJobSupersedesThePendingJobsItNames) {
   BackgroundWriterOptions options;
   options.max_yield = kDeadline;  // Hold the writer while the queue is arranged.
   BackgroundWriter writer(store_.get(), &model_, options);
   model_.SetBusy(true);
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1), "other")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1))));
   ASSERT_TRUE(model_.WaitForWaits(2));  // The writer holds job 1 and is yielding.
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 2), "conv")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 2))));
 
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(3, factory_.ChunksOf(2), 1), "conv")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(3, factory_.ChunksOf(2), 1), {2})));
   model_.SetBusy(false);
   ASSERT_TRUE(writer.WaitIdle(kDeadline));
 
@@ -147,13 +147,13 @@ TEST_F(BackgroundWriterTest, FullQueueRefusesUnlessTheJobSupersedesAPendingOne) 
   options.max_queue = 1;
   BackgroundWriter writer(store_.get(), &model_, options);
   model_.SetBusy(true);
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1), "running")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1))));
   ASSERT_TRUE(model_.WaitForWaits(2));
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 1), "conv")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 1))));
 
-  EXPECT_EQ(writer.Enqueue(Job(factory_.Build(3, {}, 1), "other")).code(),
+  EXPECT_EQ(writer.Enqueue(Job(factory_.Build(3, {}, 1))).code(),
             absl::StatusCode::kResourceExhausted);
-  CAIRN_EXPECT_OK(writer.Enqueue(Job(factory_.Build(4, {}, 2), "conv")));
+  CAIRN_EXPECT_OK(writer.Enqueue(Job(factory_.Build(4, {}, 2), {2})));
 
   model_.SetBusy(false);
   ASSERT_TRUE(writer.WaitIdle(kDeadline));
@@ -168,7 +168,7 @@ TEST_F(BackgroundWriterTest, YieldsToABusyModelForAtMostMaxYield) {
   BackgroundWriter writer(store_.get(), &model_, options);
   model_.SetBusy(true);  // Never idle: the writer must still make progress.
 
-  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1), "a")));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1))));
 
   ASSERT_TRUE(writer.WaitIdle(kDeadline));
   CAIRN_EXPECT_OK(results_.Get(1));
@@ -180,16 +180,16 @@ TEST_F(BackgroundWriterTest, ShutdownCancelsPendingJobs) {
   options.max_yield = kDeadline;
   auto writer = std::make_unique<BackgroundWriter>(store_.get(), &model_, options);
   model_.SetBusy(true);
-  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(1, {}, 1), "a")));
+  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(1, {}, 1))));
   ASSERT_TRUE(model_.WaitForWaits(2));
-  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(2, {}, 1), "b")));
+  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(2, {}, 1))));
 
   model_.SetBusy(false);
   writer->Shutdown();
 
   EXPECT_NE(results_.Get(1).code(), absl::StatusCode::kUnknown);  // Ran to completion.
   EXPECT_EQ(results_.Get(2).code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(writer->Enqueue(Job(factory_.Build(3, {}, 1), "c")).code(),
+  EXPECT_EQ(writer->Enqueue(Job(factory_.Build(3, {}, 1))).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

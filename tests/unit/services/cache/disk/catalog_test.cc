@@ -1,4 +1,4 @@
-// The RocksDB catalog on FaultFS (reliability-plan.md P6, A6): after a simulated power loss
+// The RocksDB catalog on FaultFS (docs/reliability.md P6, A6): after a simulated power loss
 // under every crash model, the catalog holds every acknowledged (sync=true) write and is a
 // prefix of the write trace: no holes. More cycles: CAIRN_CATALOG_CYCLES=n.
 
@@ -13,8 +13,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "services/cache/disk/fault_file_system.h"
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/cache/disk/disk_test_util.h"
 
@@ -52,8 +52,8 @@ TEST(CatalogTest, PowerLossKeepsEverySyncedWriteAndLeavesNoHoles) {
   TempDir dir;
   FaultFileSystem fault(PosixFileSystem());
   std::mt19937_64 rng(6);
-  uint64_t next = 1;            // Entries are written in id order: the trace.
-  uint64_t acknowledged = 0;    // Highest id whose Put returned OK.
+  uint64_t next = 1;          // Entries are written in id order: the trace.
+  uint64_t acknowledged = 0;  // Highest id whose Put returned OK.
   int crashes = 0;
   for (int cycle = 0; cycle < Cycles(); ++cycle) {
     const CrashModel model = kAllCrashModels[rng() % 4];

@@ -1,6 +1,6 @@
 // B1 (CI subset): corruption of chunk and state files is detected at restore, every dependent
 // checkpoint is quarantined, unrelated checkpoints keep working, and clean loads never fail
-// (reliability-plan.md P11, R4, R5, §5.2 B1). More offsets: CAIRN_CORRUPTION_OFFSETS=n.
+// (docs/reliability.md P11, R4, R5, §5.2 B1). More offsets: CAIRN_CORRUPTION_OFFSETS=n.
 
 #include <cstdlib>
 #include <filesystem>
@@ -16,8 +16,8 @@
 #include "common/checksum/checksum.h"
 #include "gtest/gtest.h"
 #include "services/cache/disk/disk_store.h"
-#include "services/cache/disk/fault_file_system.h"
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/cache/disk/disk_test_util.h"
 
@@ -30,7 +30,7 @@ using ::cairn::cache::testing::TempDir;
 using ::cairn::testing::StatusIs;
 
 constexpr uint32_t kRows = 16;
-constexpr uint64_t kRowBytes = 256;  // 4 KiB chunks: every offset class is cheap to visit.
+constexpr uint64_t kRowBytes = 256;         // 4 KiB chunks: every offset class is cheap to visit.
 constexpr uint64_t kA = 1, kB = 2, kC = 3;  // B shares A's first two chunks; C is unrelated.
 
 std::string ReadFile(const std::string& path) {
@@ -144,7 +144,8 @@ TEST_F(CorruptionTest, StructuralDamageIsDetected) {
       {"truncate to 0", [](std::string* b) { b->clear(); }},
       {"truncate by 1", [](std::string* b) { b->pop_back(); }},
       {"truncate to the header", [](std::string* b) { b->resize(40); }},
-      {"zero a 4 KiB page", [](std::string* b) {
+      {"zero a 4 KiB page",
+       [](std::string* b) {
          std::fill(b->begin(), b->begin() + std::min<size_t>(b->size(), 4096), '\0');
        }},
       {"append garbage", [](std::string* b) { b->append("garbage!"); }},
@@ -163,9 +164,11 @@ TEST_F(CorruptionTest, SwappedMisplacedAndMislabelledChunksAreDetected) {
   ASSERT_EQ(other.size(), shared.size());
 
   // Another chunk of the same checkpoint in this chunk's place (a swap, one side).
-  ExpectDetected(shared_chunk_, [&](std::string* b) { *b = other; }, kA, {kA, kB}, "swap");
+  ExpectDetected(
+      shared_chunk_, [&](std::string* b) { *b = other; }, kA, {kA, kB}, "swap");
   // A chunk copied in from another checkpoint.
-  ExpectDetected(shared_chunk_, [&](std::string* b) { *b = from_c; }, kA, {kA, kB}, "copy");
+  ExpectDetected(
+      shared_chunk_, [&](std::string* b) { *b = from_c; }, kA, {kA, kB}, "copy");
   // A self-consistent file (valid checksum) carrying the wrong identity: right bytes, wrong
   // first row.
   ExpectDetected(

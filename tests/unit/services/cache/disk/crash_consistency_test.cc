@@ -3,7 +3,7 @@
 // recorded; then for every k the same work crashes after operation k, the directory is reset
 // under each crash model (3 seeds for the random ones), the tier recovers, and the oracle
 // checks: no torn checkpoint visible, no acknowledged checkpoint lost, no false quarantine,
-// and after the sweep no orphan or temporary file left (reliability-plan.md R8, §5.2 A1).
+// and after the sweep no orphan or temporary file left (docs/reliability.md R8, §5.2 A1).
 //
 // Replay one state: --gtest_filter=*Crash* with CAIRN_CRASH_AT=k CAIRN_CRASH_MODEL=name
 // CAIRN_CRASH_SEED=s. More seeds: CAIRN_CRASH_SEEDS=n.
@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,8 +24,8 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "services/cache/disk/disk_store.h"
-#include "services/cache/disk/fault_file_system.h"
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 #include "tests/unit/services/cache/disk/disk_test_util.h"
 
 namespace cairn::cache {
@@ -164,8 +164,7 @@ class CrashTrial {
   const std::vector<std::string>& op_log() const { return log_; }
 
  private:
-  void Check(DiskStore* store, const WindowResult& window, Tally* tally,
-             const std::string& label) {
+  void Check(DiskStore* store, const WindowResult& window, Tally* tally, const std::string& label) {
     ++tally->states;
     ExpectAllVisibleValid(store, factory_, label);
     // No acknowledged checkpoint lost, and acknowledged deletes stay deleted.
@@ -218,9 +217,9 @@ TEST(CrashConsistencyTest, EveryCrashPointUnderEveryModelRecoversConsistently) {
       const int64_t n_seeds = IsRandomModel(model) ? seeds : 1;
       for (int64_t seed = 0; seed < n_seeds; ++seed) {
         if (only_seed >= 0 && seed != only_seed) continue;
-        const std::string label = absl::StrCat(
-            "--crash-at=", k, " (after '", k == 0 ? "nothing" : ops[k - 1], "') model=",
-            CrashModelName(model), " seed=", seed);
+        const std::string label =
+            absl::StrCat("--crash-at=", k, " (after '", k == 0 ? "nothing" : ops[k - 1],
+                         "') model=", CrashModelName(model), " seed=", seed);
         CrashTrial trial;
         trial.Run(k, model, static_cast<uint64_t>(seed), &tally, label);
         if (::testing::Test::HasFatalFailure()) return;
@@ -270,8 +269,8 @@ TEST(CrashConsistencyTest, RandomCrashSoak) {
   uint64_t next_id = 1;
   int crashes = 0, operations = 0;
   for (int64_t cycle = 0; cycle < cycles; ++cycle) {
-    const std::string label = absl::StrCat("cycle ", cycle, " seed ",
-                                           EnvInt("CAIRN_CRASH_SEED", 2));
+    const std::string label =
+        absl::StrCat("cycle ", cycle, " seed ", EnvInt("CAIRN_CRASH_SEED", 2));
     std::set<uint64_t> uncertain;  // Outcome unknown: either state is allowed.
     {
       auto store = DiskStore::Create(FaultOptions(dir.path(), &fault), &fault);

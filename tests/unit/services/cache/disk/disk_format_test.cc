@@ -1,5 +1,5 @@
 // File formats: round trips, checksums over identity and payload, bounded parsing
-// (reliability-plan.md P10-P13).
+// (docs/reliability.md P10-P13).
 
 #include "services/cache/disk/disk_format.h"
 
@@ -50,8 +50,7 @@ TEST(DiskFormatTest, EveryByteOfAManifestIsCovered) {
         << "byte " << i;
   }
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_THAT(DecodeManifest(bytes.substr(0, n)).status(),
-                StatusIs(absl::StatusCode::kDataLoss))
+    EXPECT_THAT(DecodeManifest(bytes.substr(0, n)).status(), StatusIs(absl::StatusCode::kDataLoss))
         << "prefix " << n;
   }
 }
@@ -84,8 +83,7 @@ TEST(DiskFormatTest, ChunkHeaderRoundTripsAndChecksItsSize) {
   EXPECT_EQ(decoded->chunk, id);
   EXPECT_EQ(decoded->compat_hash, 77u);
   EXPECT_EQ(decoded->payload_bytes, 256u * 128u);
-  EXPECT_THAT(EncodeChunkHeader(1, ChunkIdentity{1, 0, 0, 0xffffffff, uint64_t{1} << 40})
-                  .status(),
+  EXPECT_THAT(EncodeChunkHeader(1, ChunkIdentity{1, 0, 0, 0xffffffff, uint64_t{1} << 40}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -1,5 +1,5 @@
 // The disk tier: publish, restore, delete, recovery, sweep, quarantine, budget and I/O errors
-// (reliability-plan.md P1-P9, R1-R5, IO1-IO5).
+// (docs/reliability.md P1-P9, R1-R5, IO1-IO5).
 
 #include "services/cache/disk/disk_store.h"
 
@@ -11,8 +11,8 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "services/cache/disk/fault_file_system.h"
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/cache/disk/disk_test_util.h"
 
@@ -86,8 +86,7 @@ TEST_F(DiskStoreTest, SharingAChunkNotOnDiskFails) {
   EXPECT_THAT(store->Publish(factory_.Build(1, {}, 1)), ::cairn::testing::IsOk());
   EXPECT_THAT(store->Publish(factory_.Build(2, {999}, 1)),
               StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 1)),
-              StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 1)), StatusIs(absl::StatusCode::kAlreadyExists));
 }
 
 TEST_F(DiskStoreTest, MalformedRequestsAreInvalidArgument) {
@@ -258,20 +257,22 @@ TEST_F(DiskStoreTest, SweepRemovesOnlyOrphansFromBeforeTheStart) {
   EXPECT_EQ(again->files_removed, 0u);
 }
 
-TEST_F(DiskStoreTest, BudgetEvictsOldestCheckpointsFirst) {
+TEST_F(DiskStoreTest, APublishPastTheCapIsRefusedAndNothingIsDeleted) {
   DiskStoreOptions o = Options();
   o.budget_bytes = 3 * (2 * kRows * kRowBytes + 8192);
   auto store = Open(o);
   ASSERT_NE(store, nullptr);
-
-  for (uint64_t id = 1; id <= 5; ++id) {
+  for (uint64_t id = 1; id <= 3; ++id) {
     CAIRN_ASSERT_OK(store->Publish(factory_.Build(id, {}, 2)));
   }
 
-  EXPECT_FALSE(store->HasCheckpoint(1));
-  EXPECT_TRUE(store->HasCheckpoint(5));
+  absl::Status fourth = store->Publish(factory_.Build(4, {}, 2));
+
+  // Choosing what to evict is the policy core's job, never the store's.
+  EXPECT_THAT(fourth, StatusIs(absl::StatusCode::kResourceExhausted));
+  for (uint64_t id = 1; id <= 3; ++id) EXPECT_TRUE(store->HasCheckpoint(id));
+  EXPECT_FALSE(store->HasCheckpoint(4));
   EXPECT_LE(store->stats().used_bytes, o.budget_bytes);
-  EXPECT_GT(store->stats().evicted, 0u);
 }
 
 TEST_F(DiskStoreTest, CheckpointLargerThanTheBudgetIsResourceExhausted) {
@@ -311,9 +312,8 @@ TEST_F(DiskStoreTest, DestinationOfTheWrongSizeIsTheCallersErrorNotCorruption) {
   CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
   std::vector<uint8_t> small(10);
 
-  absl::Status s = store->Restore(1, [&](const RestorePiece&) {
-    return absl::Span<uint8_t>(small);
-  });
+  absl::Status s =
+      store->Restore(1, [&](const RestorePiece&) { return absl::Span<uint8_t>(small); });
 
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(store->HasCheckpoint(1));
@@ -446,11 +446,15 @@ TEST_F(DiskStoreTest, QuarantineKeepsABoundedNumberOfManifests) {
 TEST_F(DiskStoreFaultTest, LowFreeSpaceFailsCleanly) {
   auto store = OpenFault();
   ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
   fault_.SetFreeBytes(1000);
 
-  EXPECT_THAT(store->Publish(factory_.Build(1, {}, 2)),
-              StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_TRUE(DataFiles(dir_.path()).empty());
+  absl::Status second = store->Publish(factory_.Build(2, {}, 2));
+
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_TRUE(absl::StrContains(second.message(), "disk full")) << second;
+  EXPECT_TRUE(store->HasCheckpoint(1));  // Nothing deleted to make room.
+  EXPECT_EQ(*store->UsableFreeBytes(), 1000u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// FaultFS itself: what each crash model keeps and loses (reliability-plan.md §5.1).
+// FaultFS itself: what each crash model keeps and loses (docs/reliability.md §5.1).
 
-#include "services/cache/disk/fault_file_system.h"
+#include "services/cache/disk/testing/fault_file_system.h"
 
 #include <filesystem>
 #include <fstream>
@@ -102,8 +102,7 @@ TEST_F(FaultFileSystemTest, CrashAfterKFailsEveryLaterOperation) {
 
 TEST_F(FaultFileSystemTest, InjectedErrorsAreTransientOrPersistent) {
   fs_.InjectError(1, absl::ResourceExhaustedError("ENOSPC"), /*persistent=*/false);
-  EXPECT_THAT(fs_.NewWritableFile(P("a")).status(),
-              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(fs_.NewWritableFile(P("a")).status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_TRUE(fs_.NewWritableFile(P("b")).ok());
 
   fs_.InjectError(3, absl::UnavailableError("EIO"), /*persistent=*/true);

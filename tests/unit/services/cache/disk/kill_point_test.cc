@@ -1,6 +1,6 @@
 // kill -9 at precise points of a publish and a delete (CAIRN_KILL_POINT), then recovery: the
 // page cache survives a kill, so this checks the recovery logic (R2, R3), not durability,
-// which the FaultFS crash tests cover (reliability-plan.md §5.1).
+// which the FaultFS crash tests cover (docs/reliability.md §5.1).
 
 #include <algorithm>
 #include <csignal>

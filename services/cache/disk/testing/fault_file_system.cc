@@ -1,4 +1,4 @@
-#include "services/cache/disk/fault_file_system.h"
+#include "services/cache/disk/testing/fault_file_system.h"
 
 #include <fcntl.h>
 #include <unistd.h>

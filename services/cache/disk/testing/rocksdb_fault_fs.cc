@@ -1,4 +1,4 @@
-#include "services/cache/disk/rocksdb_fault_fs.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
 
 #include <string>
 #include <utility>

@@ -1,8 +1,8 @@
-#ifndef CAIRN_SERVICES_CACHE_DISK_FAULT_FILE_SYSTEM_H_
-#define CAIRN_SERVICES_CACHE_DISK_FAULT_FILE_SYSTEM_H_
+#ifndef CAIRN_SERVICES_CACHE_DISK_TESTING_FAULT_FILE_SYSTEM_H_
+#define CAIRN_SERVICES_CACHE_DISK_TESTING_FAULT_FILE_SYSTEM_H_
 
 // FaultFileSystem ("FaultFS"): an in-process fault-injection layer over the POSIX file system
-// for crash-consistency and I/O-error tests (reliability-plan.md §5.1, tests A1, A7).
+// for crash-consistency and I/O-error tests (docs/reliability.md §5.1, tests A1, A7).
 //
 // It passes every operation to the real file system below a test directory and remembers what
 // is not yet durable: file data written since the file's last Sync, and directory entries
@@ -28,17 +28,16 @@
 namespace cairn::cache {
 
 enum class CrashModel {
-  kDropUnsyncedData,       // Every file loses all data written since its last Sync.
-  kDropRandomTail,         // Every file keeps a random prefix of its unsynced data.
-  kLoseDirEntries,         // Unsynced creates, renames and unlinks are undone; unsynced data
-                           // is dropped as in kDropUnsyncedData.
-  kWriteList,              // SQLite's crash write-list: each unsynced write is kept, dropped
-                           // (zeros) or, one time in four, its sectors trashed with garbage.
+  kDropUnsyncedData,  // Every file loses all data written since its last Sync.
+  kDropRandomTail,    // Every file keeps a random prefix of its unsynced data.
+  kLoseDirEntries,    // Unsynced creates, renames and unlinks are undone; unsynced data
+                      // is dropped as in kDropUnsyncedData.
+  kWriteList,         // SQLite's crash write-list: each unsynced write is kept, dropped
+                      // (zeros) or, one time in four, its sectors trashed with garbage.
 };
-inline constexpr CrashModel kAllCrashModels[] = {CrashModel::kDropUnsyncedData,
-                                                 CrashModel::kDropRandomTail,
-                                                 CrashModel::kLoseDirEntries,
-                                                 CrashModel::kWriteList};
+inline constexpr CrashModel kAllCrashModels[] = {
+    CrashModel::kDropUnsyncedData, CrashModel::kDropRandomTail, CrashModel::kLoseDirEntries,
+    CrashModel::kWriteList};
 const char* CrashModelName(CrashModel model);
 
 struct FaultFileSystemOptions {
@@ -110,10 +109,10 @@ class FaultFileSystem final : public FileSystem {
   };
   struct DirOp {
     enum Kind { kCreate, kRename, kDelete } kind;
-    std::string path;                    // Created, renamed-to or deleted path.
-    std::string from;                    // kRename: the old name.
-    std::optional<std::string> saved;    // Durable bytes to put back at `path` on undo.
-    std::optional<FileState> from_state; // kRename: tracking state of the moved file.
+    std::string path;                     // Created, renamed-to or deleted path.
+    std::string from;                     // kRename: the old name.
+    std::optional<std::string> saved;     // Durable bytes to put back at `path` on undo.
+    std::optional<FileState> from_state;  // kRename: tracking state of the moved file.
   };
 
   absl::Status BeginOpLocked(std::string description) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -139,4 +138,4 @@ class FaultFileSystem final : public FileSystem {
 
 }  // namespace cairn::cache
 
-#endif  // CAIRN_SERVICES_CACHE_DISK_FAULT_FILE_SYSTEM_H_
+#endif  // CAIRN_SERVICES_CACHE_DISK_TESTING_FAULT_FILE_SYSTEM_H_

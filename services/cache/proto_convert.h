@@ -1,0 +1,64 @@
+#ifndef CAIRN_SERVICES_CACHE_PROTO_CONVERT_H_
+#define CAIRN_SERVICES_CACHE_PROTO_CONVERT_H_
+
+// Conversions between cache.proto messages and the core's types, with the validation every
+// field from the wire gets: sizes bounded, strings and lists capped, enums known. Errors are
+// InvalidArgument naming the field. No state; thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "cairn/cache/v1/cache.pb.h"
+#include "services/cache/arena/arena.h"
+#include "services/cache/core/event_log.h"
+#include "services/cache/core/model_layout.h"
+#include "services/cache/core/types.h"
+
+namespace cairn::cache {
+
+// Protocol limits (docs/cache-protocol.md, "Limits").
+struct WireLimits {
+  static constexpr size_t kMaxNameBytes = 256;    // Names, labels, digests, conversations.
+  static constexpr size_t kMaxTextBytes = 4096;   // Free text: failures, reasons.
+  static constexpr int kMaxComponents = 4096;     // Components of one layout.
+  static constexpr int kMaxMedia = 1024;          // Media items of one input identity.
+  static constexpr uint32_t kMaxSlots = 1 << 16;  // Hello.slots.
+  static constexpr uint32_t kMaxTreeNodes = 1 << 16;
+  static constexpr int64_t kMaxTokens = ModelLayout::kMaxTokens;  // One prompt or frontier.
+};
+
+// InvalidArgument naming `field` when `value` is longer than `max` bytes.
+absl::Status CheckLength(absl::string_view field, absl::string_view value, size_t max);
+
+// The layout of RegisterModel: component ids 0..n-1 in order, a known kind, no zero-byte
+// component, chunk_rows > 0, and sizes that fit (ModelLayout::Validate). Errors name the
+// field ("layout.components[2].bytes_per_row").
+absl::StatusOr<ModelLayout> LayoutFromProto(const v1::ModelLayout& layout);
+
+// The input identity as one comparable string ("position:digest;" per media item), after
+// checking the list and digest sizes. `field` names the message in errors.
+absl::StatusOr<std::string> InputDigest(absl::string_view field, const v1::InputIdentity& input);
+
+// Token ids of `field`, at most `max` of them, each within TokenId's range.
+absl::StatusOr<std::vector<TokenId>> TokensFromProto(
+    absl::string_view field, const google::protobuf::RepeatedField<uint32_t>& ids,
+    int64_t max = WireLimits::kMaxTokens);
+
+// A slot index from the wire: below `slots` when the session declared its slot count (> 0).
+absl::StatusOr<int32_t> SlotFromProto(uint32_t slot, uint32_t slots);
+
+v1::Tier ToProtoTier(Tier tier);
+v1::CaptureKind ToProtoKind(CaptureKind kind);
+absl::StatusOr<CaptureKind> FromProtoKind(v1::CaptureKind kind);
+v1::EventKind ToProtoEventKind(EventType type);
+void FillHandle(const ArenaHandle& h, v1::ArenaHandle* out);
+// The StreamEvents form of a core event.
+v1::Event ToProtoEvent(const Event& e);
+
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_PROTO_CONVERT_H_

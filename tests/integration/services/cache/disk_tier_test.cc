@@ -1,0 +1,117 @@
+// The disk tier as the daemon runs it: the budget comes from the file system when not given
+// and is bounded by it; a disk that fills makes the policy core evict by rank, with events,
+// and the index never lists a checkpoint whose files are gone.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "cairn/cache/v1/cache.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "services/cache/disk/file_system.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "tests/integration/services/cache/fake_infer.h"
+
+namespace cairn::cache {
+namespace {
+
+using testing::FakeInfer;
+using testing::Server;
+using testing::TempPath;
+using testing::Tokens;
+
+constexpr uint64_t kReserve = uint64_t{64} << 20;  // DiskStoreOptions' default reserve.
+
+class DiskTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = TempPath(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_EQ(std::system(("rm -rf " + root_).c_str()), 0);
+  }
+
+  v1::GetStatusResponse Status(FakeInfer& infer) {
+    v1::GetStatusResponse status;
+    EXPECT_TRUE(
+        infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
+    return status;
+  }
+
+  // Captures a prompt-end checkpoint of `n` tokens in `slot`, then hands the slot to another
+  // prompt so the borrowed rows are spilled and the disk write can run; waits for the writer.
+  uint64_t CaptureAndFlush(FakeInfer& infer, uint32_t slot, uint32_t seed, size_t n) {
+    uint64_t id = infer.PrefillCold(slot, Tokens(seed, n), {n}, seed)[0];
+    infer.PrefillCold(slot, Tokens(seed + 1000, 4), {}, seed + 1000);
+    v1::FlushResponse flushed;
+    EXPECT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+    return id;
+  }
+
+  std::string root_;
+  FaultFileSystem fs_{PosixFileSystem()};
+};
+
+TEST_F(DiskTierTest, WithoutABudgetTheTierTakesAStatedShareOfTheFreeSpace) {
+  fs_.SetFreeBytes(kReserve + (uint64_t{400} << 20));
+
+  Server server(8 << 20, root_, RealClock::Get(), &fs_, /*disk_bytes=*/0);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+
+  v1::GetStatusResponse status = Status(infer);
+  EXPECT_EQ(status.disk().capacity_bytes(), uint64_t{200} << 20);  // Half of 400 MiB.
+  EXPECT_EQ(status.disk_free_bytes(), uint64_t{400} << 20);
+  EXPECT_EQ(status.disk().used_bytes(), 0u);
+}
+
+TEST_F(DiskTierTest, ABudgetLargerThanTheFreeSpaceIsBoundedByIt) {
+  fs_.SetFreeBytes(kReserve + (uint64_t{100} << 20));
+
+  Server server(8 << 20, root_, RealClock::Get(), &fs_, /*disk_bytes=*/int64_t{1} << 40);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+
+  EXPECT_EQ(Status(infer).disk().capacity_bytes(), uint64_t{100} << 20);
+}
+
+TEST_F(DiskTierTest, ADiskThatFillsMakesThePolicyEvictByRankWithEvents) {
+  Server server(8 << 20, root_, RealClock::Get(), &fs_);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.set_capture_kind(v1::CAPTURE_KIND_END);
+  const uint64_t first = CaptureAndFlush(infer, 0, 1, 72);
+  ASSERT_TRUE(server.daemon()->disk_store()->HasCheckpoint(first));
+  fs_.SetFreeBytes(kReserve + 1000);  // The file system fills behind the ledger's back.
+
+  const uint64_t second = CaptureAndFlush(infer, 1, 2, 72);
+
+  // The write failed for lack of space: the core evicted the older disk checkpoint by rank,
+  // with an event, and nothing in the index points at missing files.
+  std::vector<v1::Event> events = server.daemon()->EventsAfter(0, 0);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [&](const v1::Event& e) {
+    return e.kind() == v1::EVENT_KIND_EVICT && e.checkpoint_id() == first &&
+           absl::StrContains(e.reason(), "disk full");
+  }));
+  v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(
+      infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+          .ok());
+  for (const v1::CheckpointInfo& c : list.checkpoints()) {
+    if (c.on_disk()) {
+      EXPECT_TRUE(server.daemon()->disk_store()->HasCheckpoint(c.checkpoint_id()))
+          << "checkpoint " << c.checkpoint_id() << " is indexed on disk without files";
+    }
+    EXPECT_FALSE(c.checkpoint_id() == first && c.on_disk());
+  }
+  std::vector<uint32_t> again = Tokens(1, 72);
+  again.push_back(9);
+  EXPECT_NE(infer.Lookup(again).best().tier(), v1::TIER_DISK);
+  // With room again, the next capture reaches the disk.
+  fs_.SetFreeBytes(std::nullopt);
+  const uint64_t third = CaptureAndFlush(infer, 0, 3, 72);
+  EXPECT_TRUE(server.daemon()->disk_store()->HasCheckpoint(third));
+  (void)second;
+}
+
+}  // namespace
+}  // namespace cairn::cache
