@@ -72,7 +72,21 @@ int Run(int argc, char** argv) {
                  "disk tier budget (0: half of the file system's free space under --cache-disk "
                  "plus what the tier holds; more than that is reported and bounded)");
   int max_checkpoints = options.cache.retention.max_checkpoints;
-  flags.Add("max-checkpoints", &max_checkpoints, "most checkpoints kept in RAM");
+  flags.Add("max-checkpoints", &max_checkpoints,
+            "most checkpoints kept in RAM (0: automatic, the budget over one private state, at "
+            "least --min-checkpoints)");
+  flags.Add("min-checkpoints", &options.cache.retention.min_checkpoints,
+            "floor of the automatic checkpoint cap");
+  flags.Add("superseded-first", &options.cache.retention.superseded_first,
+            "evict a conversation's superseded checkpoints before other conversations' states");
+  flags.Add("admission-by-rank", &options.cache.retention.admission_by_rank,
+            "a capture evicts only checkpoints ranked at or below it");
+  flags.Add("frontier-with-superseded", &options.cache.retention.frontier_with_superseded,
+            "rank preserved frontiers with superseded checkpoints, not with retry copies");
+  flags.Add("shallow-first", &options.cache.retention.shallow_first,
+            "shallower checkpoints go first inside the idle and reused ranks");
+  flags.Add("preserve-frontier", &options.cache.planner.preserve_frontier,
+            "plan a capture of a slot's frontier before another conversation overwrites it");
   flags.Add("cheap-ratio", &options.cache.retention.cheap_ratio,
             "a checkpoint is cheap when its private state exceeds this many times its rows");
   flags.Add("near-duplicate-tokens", &options.cache.retention.near_duplicate_tokens,
