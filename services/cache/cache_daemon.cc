@@ -286,7 +286,6 @@ absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, Ses
   s.name = hello.instance_name();
   s.slot_count = hello.slots();
   s.sink = sink;
-  s.last_seen = Now();
   v1::Welcome w;
   w.set_session_id(s.id);
   w.set_cache_incarnation(incarnation_);
@@ -301,17 +300,13 @@ absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, Ses
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   w.set_session_timeout_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.session_timeout)));
+  liveness_.Open(s.id, Now());
   CAIRN_LOG(INFO) << "session " << s.id << " opened by \"" << s.name << "\" pid " << hello.pid();
   sessions_.emplace(s.id, std::move(s));
   return w;
 }
 
-absl::Status CacheDaemon::Touch(uint64_t session_id) {
-  Lock lock(this);
-  ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-  s->last_seen = Now();
-  return absl::OkStatus();
-}
+absl::Status CacheDaemon::Touch(uint64_t session_id) { return liveness_.Touch(session_id, Now()); }
 
 absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
                                            const v1::SessionClientMessage& message) {
@@ -323,7 +318,7 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
     case v1::SessionClientMessage::kSlotIdle: {
       Lock lock(this);
       ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-      s->last_seen = Now();
+      liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
       ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_idle().slot(), s->slot_count));
       activity_->Idle(SlotKey{session_id, slot});
       if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
@@ -334,7 +329,7 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
     case v1::SessionClientMessage::kSlotBusy: {
       Lock lock(this);
       ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-      s->last_seen = Now();
+      liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
       ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_busy().slot(), s->slot_count));
       activity_->Busy(SlotKey{session_id, slot});
       return absl::OkStatus();
@@ -349,8 +344,8 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
 
 absl::Status CacheDaemon::OnSpillDone(uint64_t session_id, const v1::SpillDone& done) {
   Lock lock(this);
-  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(session_id));
-  session->last_seen = Now();
+  RETURN_IF_ERROR(FindSessionLocked(session_id).status());
+  liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
   absl::StatusOr<SpillInfo> spill = core_->GetSpill(done.spill_id());
   if (!spill.ok() || spill->slot.daemon_session != session_id) {
     // Also a duplicate of a SpillDone already handled: nothing left to do.
@@ -454,6 +449,7 @@ void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& rea
     slot_models_.erase(SlotKey{session_id, slot});
   }
   activity_->SessionGone(session_id);
+  liveness_.Close(session_id);
   sessions_.erase(it);
   AfterCoreLocked();
 }
@@ -475,10 +471,8 @@ void CacheDaemon::Tick() {
       if (r.expires <= now) expired_reservations.push_back(id);
     }
     for (uint64_t id : expired_reservations) ReleaseReservationLocked(id, "reservation expired");
-    std::vector<uint64_t> silent;
-    for (const auto& [id, s] : sessions_) {
-      if (now - s.last_seen > options_.session_timeout) silent.push_back(id);
-    }
+    std::vector<uint64_t> silent = liveness_.Silent(now, options_.session_timeout);
+    std::sort(silent.begin(), silent.end());
     for (uint64_t id : silent) {
       CloseSessionLocked(id, "no heartbeat within the session timeout");
     }

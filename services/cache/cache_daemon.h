@@ -29,6 +29,7 @@
 #include "services/cache/disk/disk_store.h"
 #include "services/cache/disk/file_system.h"
 #include "services/cache/event_hub.h"
+#include "services/cache/session_liveness.h"
 #include "services/cache/slot_activity.h"
 
 namespace cairn::cache {
@@ -92,8 +93,9 @@ class CacheDaemon {
   // --- The liveness session. `sink` must stay valid until CloseSession(id) returns.
   absl::StatusOr<v1::Welcome> OpenSession(const v1::Hello& hello, SessionSink* sink)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Records a sign of life. NotFound for an unknown or closed session.
-  absl::Status Touch(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records a sign of life. NotFound for an unknown or closed session. Takes only the
+  // liveness table's lock (cheap enough for a gRPC reaction).
+  absl::Status Touch(uint64_t session_id);
   // A client message on the session stream (heartbeat, spill done, idle or busy slot).
   // Messages of one session must be handed over in the order they arrived.
   absl::Status OnSessionMessage(uint64_t session_id, const v1::SessionClientMessage& message)
@@ -212,7 +214,6 @@ class CacheDaemon {
     std::string name;
     SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
     uint32_t slot_count = 0;      // From Hello; 0: not declared (any slot below the cap).
-    absl::Duration last_seen;
     absl::flat_hash_set<int32_t> slots;
     // Answers to the last kRepliesKept requests with a client_request_id, by that id.
     absl::flat_hash_map<uint64_t, Reply> replies;
@@ -333,7 +334,8 @@ class CacheDaemon {
   const absl::Duration started_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<ArenaFdServer> fd_server_;
-  EventHub events_;  // Thread-safe on its own; appended to under mu_ (daemon, then hub).
+  SessionLiveness liveness_;  // Own lock; touched under mu_ or alone (daemon, then liveness).
+  EventHub events_;           // Thread-safe on its own; appended to under mu_ (daemon, then hub).
   std::unique_ptr<Sink> sink_;
   std::unique_ptr<Bytes> bytes_;
   std::unique_ptr<SlotActivity> activity_;
