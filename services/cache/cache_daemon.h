@@ -71,8 +71,11 @@ class SessionSink {
   virtual void Send(v1::SessionServerMessage message) = 0;
 };
 
-// Thread-safe: every public method takes the one mutex (style.md §5: one mutex guards the
-// index), does no I/O under it and may be called from any thread.
+// Thread-safe: the public methods take the one mutex that guards the core and the daemon's
+// tables (sessions, leases, reservations, regions) and do no I/O under it, except Touch
+// (the session-liveness table's own lock) and the event calls (the event hub's own lock).
+// Lock order: mu_, then the liveness table or the event hub; neither calls back. Callable
+// from any thread; core callbacks (ResidencyListener) run inside core calls under mu_.
 //
 // Invariants: (1) every chunk or checkpoint the core holds in RAM has its bytes in an arena
 // region recorded here (private state, tail, chunks), and a region is freed only when the
