@@ -28,6 +28,9 @@
 #include "services/cache/disk/background_writer.h"
 #include "services/cache/disk/disk_store.h"
 #include "services/cache/disk/file_system.h"
+#include "services/cache/event_hub.h"
+#include "services/cache/session_liveness.h"
+#include "services/cache/slot_activity.h"
 
 namespace cairn::cache {
 
@@ -68,8 +71,11 @@ class SessionSink {
   virtual void Send(v1::SessionServerMessage message) = 0;
 };
 
-// Thread-safe: every public method takes the one mutex (style.md §5: one mutex guards the
-// index), does no I/O under it and may be called from any thread.
+// Thread-safe: the public methods take the one mutex that guards the core and the daemon's
+// tables (sessions, leases, reservations, regions) and do no I/O under it, except Touch
+// (the session-liveness table's own lock) and the event calls (the event hub's own lock).
+// Lock order: mu_, then the liveness table or the event hub; neither calls back. Callable
+// from any thread; core callbacks (ResidencyListener) run inside core calls under mu_.
 //
 // Invariants: (1) every chunk or checkpoint the core holds in RAM has its bytes in an arena
 // region recorded here (private state, tail, chunks), and a region is freed only when the
@@ -90,8 +96,9 @@ class CacheDaemon {
   // --- The liveness session. `sink` must stay valid until CloseSession(id) returns.
   absl::StatusOr<v1::Welcome> OpenSession(const v1::Hello& hello, SessionSink* sink)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Records a sign of life. NotFound for an unknown or closed session.
-  absl::Status Touch(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records a sign of life. NotFound for an unknown or closed session. Takes only the
+  // liveness table's lock (cheap enough for a gRPC reaction).
+  absl::Status Touch(uint64_t session_id);
   // A client message on the session stream (heartbeat, spill done, idle or busy slot).
   // Messages of one session must be handed over in the order they arrived.
   absl::Status OnSessionMessage(uint64_t session_id, const v1::SessionClientMessage& message)
@@ -144,13 +151,13 @@ class CacheDaemon {
 
   // Events with seq > `after_seq` still in the history, oldest first, at most `limit`
   // (0 = all).
-  std::vector<v1::Event> EventsAfter(uint64_t after_seq, size_t limit) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Served by the event hub: none of these take the daemon's lock.
+  std::vector<v1::Event> EventsAfter(uint64_t after_seq, size_t limit) const;
   // Registers `wake` to run once, without the lock, on the thread that logs the next event.
   // Returns a token for CancelEventWait, or 0 (dropping `wake`) when an event newer than
   // `after_seq` already exists: fetch again instead of waiting. `wake` must be quick.
-  uint64_t WaitForEvents(uint64_t after_seq, std::function<void()> wake) ABSL_LOCKS_EXCLUDED(mu_);
-  void CancelEventWait(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t WaitForEvents(uint64_t after_seq, std::function<void()> wake);
+  void CancelEventWait(uint64_t token);
 
   uint64_t incarnation() const { return incarnation_; }
   const Arena& arena() const { return *arena_; }
@@ -210,7 +217,6 @@ class CacheDaemon {
     std::string name;
     SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
     uint32_t slot_count = 0;      // From Hello; 0: not declared (any slot below the cap).
-    absl::Duration last_seen;
     absl::flat_hash_set<int32_t> slots;
     // Answers to the last kRepliesKept requests with a client_request_id, by that id.
     absl::flat_hash_map<uint64_t, Reply> replies;
@@ -245,8 +251,6 @@ class CacheDaemon {
   class Sink;
   // Frees regions and disk files the core no longer needs and notes finished spills.
   class Bytes;
-  // The "model is busy" signal for the disk writer, from slot starts and idle reports.
-  class SlotActivity;
   // Holds mu_; on release, runs the event waiters that new events made due, unlocked.
   class ABSL_SCOPED_LOCKABLE Lock;
 
@@ -333,6 +337,8 @@ class CacheDaemon {
   const absl::Duration started_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<ArenaFdServer> fd_server_;
+  SessionLiveness liveness_;  // Own lock; touched under mu_ or alone (daemon, then liveness).
+  EventHub events_;           // Thread-safe on its own; appended to under mu_ (daemon, then hub).
   std::unique_ptr<Sink> sink_;
   std::unique_ptr<Bytes> bytes_;
   std::unique_ptr<SlotActivity> activity_;
@@ -356,8 +362,6 @@ class CacheDaemon {
   // Checkpoints whose disk write failed for lack of space once: retried once after eviction.
   absl::flat_hash_set<CheckpointId> disk_full_retried_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<v1::Event> history_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::function<void()>> event_waiters_ ABSL_GUARDED_BY(mu_);
   // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.
   std::vector<std::function<void()>> after_unlock_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CheckpointId> deferred_persists_ ABSL_GUARDED_BY(mu_);
@@ -369,6 +373,27 @@ class CacheDaemon {
   uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.
   uint64_t tokens_restored_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Holds mu_; on release, runs the work queued in after_unlock_ (event wake-ups, disk jobs)
+// without the lock.
+class ABSL_SCOPED_LOCKABLE CacheDaemon::Lock {
+ public:
+  explicit Lock(const CacheDaemon* d) ABSL_EXCLUSIVE_LOCK_FUNCTION(d->mu_)
+      : d_(const_cast<CacheDaemon*>(d)) {
+    d_->mu_.Lock();
+  }
+  ~Lock() ABSL_UNLOCK_FUNCTION() {
+    std::vector<std::function<void()>> wakes = std::move(d_->after_unlock_);
+    d_->after_unlock_.clear();
+    d_->mu_.Unlock();
+    for (auto& w : wakes) w();
+  }
+  Lock(const Lock&) = delete;
+  Lock& operator=(const Lock&) = delete;
+
+ private:
+  CacheDaemon* const d_;
 };
 
 }  // namespace cairn::cache

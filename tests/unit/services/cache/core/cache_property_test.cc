@@ -182,7 +182,10 @@ class CachePropertyTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(CachePropertyTest, InvariantsHoldOverRandomTraffic) { RunRandomTraffic(GetParam(), 120); }
 
-INSTANTIATE_TEST_SUITE_P(Seeds, CachePropertyTest, ::testing::Range(1, 41));
+INSTANTIATE_TEST_SUITE_P(Seeds, CachePropertyTest, ::testing::Range(1, 41),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return "Seed" + std::to_string(p.param);
+                         });
 
 // A longer soak, off by default: CAIRN_CACHE_SOAK_SEEDS=N runs seeds 1000..1000+N-1 with
 // 1,000 requests each.

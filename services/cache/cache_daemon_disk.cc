@@ -1,0 +1,224 @@
+// CacheDaemon's bridge to the disk tier: recovery, persists, disk-full eviction.
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum/checksum.h"
+#include "common/log/log.h"
+#include "common/status/status_macros.h"
+#include "services/cache/cache_daemon.h"
+#include "services/cache/proto_convert.h"
+
+namespace cairn::cache {
+
+// ---------------------------------------------------------------------------------------
+// The disk-tier bridge: recovery, persists, disk-full handling.
+
+void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
+  auto it = recovered_.find(model.compatibility);
+  if (it == recovered_.end()) return;
+  std::vector<Manifest> manifests = std::move(it->second);
+  recovered_.erase(it);
+  std::sort(manifests.begin(), manifests.end(),
+            [](const Manifest& a, const Manifest& b) { return a.checkpoint_id < b.checkpoint_id; });
+  const ModelLayout& layout = model.layout;
+  const ComputationId provenance = core_->NewComputationId();
+  int admitted = 0;
+  for (const Manifest& m : manifests) {
+    // The files must have this layout's geometry: chunk files of chunk_rows rows of all row
+    // components, a state file of the private state and the tail.
+    std::string mismatch;
+    std::vector<ManifestChunk> chunks = m.chunks;
+    std::sort(chunks.begin(), chunks.end(), [](const ManifestChunk& a, const ManifestChunk& b) {
+      return a.id.first_row < b.id.first_row;
+    });
+    std::vector<ChunkId> ids;
+    for (size_t j = 0; j < chunks.size() && mismatch.empty(); ++j) {
+      const ChunkIdentity& c = chunks[j].id;
+      if (c.first_row != j * static_cast<uint64_t>(layout.chunk_rows) ||
+          c.rows != static_cast<uint32_t>(layout.chunk_rows) ||
+          c.row_bytes != static_cast<uint64_t>(layout.RowBytes())) {
+        mismatch = absl::StrCat("chunk ", c.chunk_id, " does not fit the layout");
+      }
+      ids.push_back(c.chunk_id);
+    }
+    uint64_t state_bytes = 0;
+    for (const StateSection& sec : m.sections) state_bytes += sec.bytes;
+    const int64_t depth = static_cast<int64_t>(m.tokens.size());
+    if (mismatch.empty() &&
+        state_bytes != static_cast<uint64_t>(layout.PrivateBytes() + layout.TailBytes(depth))) {
+      mismatch = "state file does not fit the layout";
+    }
+    std::vector<TokenId> tokens;
+    for (uint32_t t : m.tokens) {
+      if (t > static_cast<uint32_t>(std::numeric_limits<TokenId>::max())) {
+        mismatch = "token id out of range";
+        break;
+      }
+      tokens.push_back(static_cast<TokenId>(t));
+    }
+    absl::Status s =
+        mismatch.empty()
+            ? core_->AdmitRecovered(m.checkpoint_id, Identities{m.compat_digest, m.input_digest},
+                                    tokens, ids, CaptureKind::kEnd, provenance)
+            : absl::DataLossError(mismatch);
+    if (s.ok()) {
+      ++admitted;
+      continue;
+    }
+    CAIRN_LOG(WARNING) << "dropping recovered checkpoint " << m.checkpoint_id << ": " << s;
+    DiskStore* store = store_.get();
+    ThreadPool* pool = disk_pool_.get();
+    const CheckpointId id = m.checkpoint_id;
+    after_unlock_.push_back([store, pool, id] {
+      pool->Schedule([store, id] { store->Delete(id).IgnoreError(); });  // Best effort.
+    });
+  }
+  CAIRN_LOG(INFO) << "model " << model.compatibility << ": " << admitted
+                  << " checkpoints restored to the index from disk";
+}
+
+void CacheDaemon::MaybePersistLocked(CheckpointId id) {
+  if (writer_ == nullptr || !core_->ShouldPersist(id)) return;
+  absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+  auto bytes_it = checkpoints_.find(id);
+  const Model* model = info.ok() ? ModelForLocked(info->compatibility) : nullptr;
+  if (!info.ok() || bytes_it == checkpoints_.end() || model == nullptr) return;
+  // docs/architecture.md §5 step 6: a checkpoint whose chunks are still borrowed is written after
+  // they are spilled.
+  for (ChunkId c : info->chunks) {
+    absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
+    if (!chunk.ok() || chunk->residency != Residency::kResident || !chunks_.contains(c)) {
+      deferred_persists_.insert(id);
+      return;
+    }
+  }
+  deferred_persists_.erase(id);
+  absl::StatusOr<PersistTicket> ticket = core_->BeginPersist(id);
+  if (!ticket.ok()) {
+    CAIRN_LOG(WARNING) << "not writing checkpoint " << id << " to disk: " << ticket.status();
+    return;
+  }
+  absl::StatusOr<std::vector<TokenId>> tokens = core_->CheckpointTokens(id);
+  absl::Status pinned = core_->Pin(id);  // Keeps its regions alive while the writer reads them.
+  if (!tokens.ok() || !pinned.ok()) {
+    core_->AbortPersist(id).IgnoreError();
+    if (pinned.ok()) core_->Unpin(id).IgnoreError();
+    return;
+  }
+  const ModelLayout& layout = model->layout;
+  WriteJob job;
+  PublishRequest& req = job.request;
+  req.checkpoint_id = id;
+  req.compat_digest = info->compatibility;
+  req.input_digest = info->input;
+  req.tokens.assign(tokens->begin(), tokens->end());
+  absl::flat_hash_set<ChunkId> fresh(ticket->new_chunks.begin(), ticket->new_chunks.end());
+  for (size_t j = 0; j < info->chunks.size(); ++j) {
+    const ChunkId c = info->chunks[j];
+    if (!fresh.contains(c)) {
+      req.shared_chunk_ids.push_back(c);
+      continue;
+    }
+    const Held& held = chunks_.at(c);
+    // One file per chunk holds every row component, one after another (component id 0 with
+    // the summed row size names that layout).
+    ChunkIdentity identity;
+    identity.chunk_id = c;
+    identity.first_row = j * static_cast<uint64_t>(layout.chunk_rows);
+    identity.rows = static_cast<uint32_t>(layout.chunk_rows);
+    identity.row_bytes = static_cast<uint64_t>(layout.RowBytes());
+    absl::StatusOr<absl::Span<uint8_t>> span = arena_->Resolve(held.handle());
+    if (!span.ok()) {
+      core_->AbortPersist(id).IgnoreError();
+      core_->Unpin(id).IgnoreError();
+      return;
+    }
+    req.new_chunks.push_back(ChunkWrite{identity, *span});
+  }
+  const StateBytes& state = bytes_it->second.state;
+  if (state.private_bytes > 0) {
+    req.sections.push_back(StateSection{0, SectionKind::kPrivate, 0, 0, state.private_bytes});
+  }
+  if (state.tail_bytes > 0) {
+    const uint64_t rows = static_cast<uint64_t>(info->depth % layout.chunk_rows);
+    req.sections.push_back(StateSection{0, SectionKind::kTail,
+                                        static_cast<uint64_t>(info->depth) - rows,
+                                        static_cast<uint32_t>(rows), state.tail_bytes});
+  }
+  if (state.region.bytes > 0) {
+    absl::StatusOr<absl::Span<uint8_t>> span = arena_->Resolve(state.region.handle());
+    if (!span.ok()) {
+      core_->AbortPersist(id).IgnoreError();
+      core_->Unpin(id).IgnoreError();
+      return;
+    }
+    req.state = *span;
+  }
+  // Queued writes of checkpoints on this one's path are covered by it: the core decides.
+  job.supersedes = core_->PersistsCoveredBy(id);
+  const int64_t bytes_needed =
+      ticket->own_bytes + static_cast<int64_t>(ticket->new_chunks.size()) * layout.ChunkBytes();
+  job.done = [this, id, bytes_needed](absl::Status status) {
+    // The file system's real room, measured off the lock (a statvfs).
+    const bool disk_full = absl::IsResourceExhausted(status);
+    const int64_t usable =
+        disk_full ? static_cast<int64_t>(store_->UsableFreeBytes().value_or(0)) : 0;
+    Lock lock(this);
+    if (status.ok()) {
+      absl::Status s = core_->CommitPersist(id);
+      if (!s.ok()) CAIRN_LOG(ERROR) << "committing persist of " << id << ": " << s;
+    } else {
+      if (!absl::IsCancelled(status)) {
+        CAIRN_LOG(WARNING) << "writing checkpoint " << id << " to disk: " << status;
+      }
+      core_->AbortPersist(id).IgnoreError();  // Fails only if the core dropped it already.
+    }
+    core_->Unpin(id).IgnoreError();
+    if (disk_full) DiskFullLocked(id, bytes_needed - usable);
+    AfterCoreLocked();
+  };
+  ++persists_queued_;
+  // Enqueue may complete a superseded job (its callback takes this lock): after unlocking.
+  BackgroundWriter* writer = writer_.get();
+  after_unlock_.push_back([writer, job = std::move(job)]() mutable {
+    std::function<void(absl::Status)> done = job.done;
+    absl::Status s = writer->Enqueue(std::move(job));
+    if (!s.ok()) done(s);
+  });
+}
+
+void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
+  // IO5: the file system has less room than the ledger thought. The policy evicts by rank
+  // (events, files deleted on the disk pool) and the write is tried once more after those
+  // deletions (the pool runs its tasks in order).
+  const int64_t freed = core_->EvictDiskBytes(std::max<int64_t>(shortfall, 1), "disk full");
+  CAIRN_LOG(WARNING) << "disk full writing checkpoint " << id << ": " << shortfall
+                     << " bytes short, evicted " << freed << " bytes from the disk tier";
+  if (freed <= 0 || !disk_full_retried_.insert(id).second) return;
+  ThreadPool* pool = disk_pool_.get();
+  after_unlock_.push_back([this, pool, id] {
+    pool->Schedule([this, id] {
+      Lock lock(this);
+      MaybePersistLocked(id);
+    });
+  });
+}
+
+void CacheDaemon::RetryDeferredPersistsLocked() {
+  if (deferred_persists_.empty()) return;
+  std::vector<CheckpointId> ids(deferred_persists_.begin(), deferred_persists_.end());
+  std::sort(ids.begin(), ids.end());
+  for (CheckpointId id : ids) {
+    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+    if (!info.ok() || !info->in_ram) {
+      deferred_persists_.erase(id);
+      continue;
+    }
+    MaybePersistLocked(id);
+  }
+}
+
+}  // namespace cairn::cache

@@ -1,0 +1,294 @@
+// CacheDaemon's inspection calls: status, checkpoints, tree, explain, evict, flush, events.
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum/checksum.h"
+#include "common/log/log.h"
+#include "common/status/status_macros.h"
+#include "services/cache/cache_daemon.h"
+#include "services/cache/proto_convert.h"
+
+namespace cairn::cache {
+
+namespace {
+
+constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Inspection.
+
+absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
+                                    v1::GetStatusResponse* resp) {
+  // A statvfs: measured before taking the lock.
+  const uint64_t disk_free = store_ != nullptr ? store_->UsableFreeBytes().value_or(0) : 0;
+  Lock lock(this);
+  resp->set_cache_incarnation(incarnation_);
+  resp->set_uptime_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(Now() - started_)));
+  Accounting a = core_->RamAccounting();
+  v1::Budget* ram = resp->mutable_ram();
+  ram->set_capacity_bytes(static_cast<uint64_t>(a.budget));
+  ram->set_used_bytes(static_cast<uint64_t>(a.used));
+  ram->set_reserved_bytes(static_cast<uint64_t>(core_->ram_ledger().reserved()));
+  ram->set_row_bytes(static_cast<uint64_t>(a.chunk_bytes));
+  ram->set_private_bytes(static_cast<uint64_t>(a.private_bytes + a.tail_bytes));
+  ram->set_full_copy_bytes(static_cast<uint64_t>(a.full_copy_bytes));
+  ram->set_checkpoints(static_cast<uint64_t>(a.checkpoints));
+  ram->set_max_checkpoints(static_cast<uint64_t>(options_.cache.retention.max_checkpoints));
+  resp->set_disk_enabled(store_ != nullptr);
+  if (store_ != nullptr) {
+    const DiskStoreStats ds = store_->stats();
+    resp->set_disk_healthy(!ds.read_only);
+    resp->set_quarantined(ds.quarantined);
+    v1::Budget* disk = resp->mutable_disk();
+    disk->set_capacity_bytes(static_cast<uint64_t>(core_->disk_ledger().budget()));
+    disk->set_used_bytes(static_cast<uint64_t>(core_->disk_ledger().used()));
+    disk->set_reserved_bytes(static_cast<uint64_t>(core_->disk_ledger().reserved()));
+    uint64_t on_disk = 0;
+    for (const CheckpointInfo& c : core_->Checkpoints()) on_disk += c.on_disk ? 1 : 0;
+    disk->set_checkpoints(on_disk);
+    resp->set_disk_free_bytes(disk_free);
+  }
+  resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
+  resp->set_lookups(lookups_);
+  resp->set_hits_live(hits_[static_cast<int>(Tier::kLive)]);
+  resp->set_hits_ram(hits_[static_cast<int>(Tier::kRam)]);
+  resp->set_hits_disk(hits_[static_cast<int>(Tier::kDisk)]);
+  resp->set_tokens_restored(tokens_restored_);
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::ListCheckpoints(const v1::ListCheckpointsRequest& req,
+                                          v1::ListCheckpointsResponse* resp) {
+  Lock lock(this);
+  std::string compatibility;
+  if (req.model_id() != 0) {
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    compatibility = model->compatibility;
+  }
+  for (const CheckpointInfo& c : core_->Checkpoints()) {
+    if (!compatibility.empty() && c.compatibility != compatibility) continue;
+    const Tier tier = c.in_ram ? Tier::kRam : Tier::kDisk;
+    if (req.tier() != v1::TIER_UNSPECIFIED && req.tier() != ToProtoTier(tier)) continue;
+    v1::CheckpointInfo* out = resp->add_checkpoints();
+    out->set_checkpoint_id(c.id);
+    out->set_depth(static_cast<uint64_t>(c.depth));
+    out->set_tier(ToProtoTier(tier));
+    out->set_kind(ToProtoKind(c.kind));
+    out->set_on_disk(c.on_disk);
+    bool borrowed = false;
+    for (ChunkId chunk : c.chunks) {
+      absl::StatusOr<ChunkInfo> ci = core_->GetChunk(chunk);
+      if (ci.ok() && ci->borrowed) borrowed = true;
+    }
+    out->set_borrowed(borrowed);
+    out->set_private_bytes(static_cast<uint64_t>(c.private_bytes + c.tail_bytes));
+    const Model* model = nullptr;
+    auto mid = model_ids_.find(c.compatibility);
+    if (mid != model_ids_.end()) model = &models_.at(mid->second);
+    if (model != nullptr) {
+      out->set_row_bytes(static_cast<uint64_t>(c.chunks.size()) *
+                         static_cast<uint64_t>(model->layout.ChunkBytes()));
+    }
+    out->set_conversation(c.conversation);
+    out->set_compat_digest(c.compatibility);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp) {
+  // The tree is rebuilt from the checkpoints' token sequences: a compressed trie in which a
+  // node sits at every checkpoint depth and every branch point.
+  Lock lock(this);
+  std::string compatibility;
+  if (req.model_id() != 0) {
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+    compatibility = model->compatibility;
+  } else if (!models_.empty()) {
+    uint64_t first = std::numeric_limits<uint64_t>::max();
+    for (const auto& [id, m] : models_) first = std::min(first, id);
+    compatibility = models_.at(first).compatibility;
+  }
+  struct Entry {
+    std::vector<TokenId> tokens;
+    CheckpointInfo info;
+  };
+  std::vector<Entry> entries;
+  for (const CheckpointInfo& c : core_->Checkpoints()) {
+    if (c.compatibility != compatibility) continue;
+    absl::StatusOr<std::vector<TokenId>> tokens = core_->CheckpointTokens(c.id);
+    if (tokens.ok()) entries.push_back(Entry{std::move(*tokens), c});
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.tokens < b.tokens; });
+  const uint32_t max_nodes = req.max_nodes() == 0
+                                 ? kDefaultTreeNodes
+                                 : std::min(req.max_nodes(), WireLimits::kMaxTreeNodes);
+  // Sorted sequences put every prefix right before its extensions, so one pass with a stack of
+  // open ancestors builds the compressed trie: pop what the next sequence leaves, split an
+  // edge at a branch point, add a node at the sequence's end.
+  struct Open {
+    uint64_t depth;
+    int index;  // Into resp->nodes(); -1 for the root.
+  };
+  std::vector<Open> stack = {{0, -1}};
+  std::vector<TokenId> previous;
+  auto node_id = [](int index) -> uint64_t { return index < 0 ? 0 : uint64_t(index) + 1; };
+  auto add_node = [&](uint64_t depth) -> int {
+    if (static_cast<uint32_t>(resp->nodes_size()) >= max_nodes) return -2;
+    v1::TreeNode* n = resp->add_nodes();
+    const int index = resp->nodes_size() - 1;
+    n->set_node_id(node_id(index));
+    n->set_parent_id(node_id(stack.back().index));
+    n->set_depth(depth);
+    n->set_edge_tokens(depth - stack.back().depth);
+    stack.push_back({depth, index});
+    return index;
+  };
+  for (const Entry& e : entries) {
+    uint64_t common = 0;
+    while (common < previous.size() && common < e.tokens.size() &&
+           previous[common] == e.tokens[common]) {
+      ++common;
+    }
+    int popped = -1;
+    while (stack.size() > 1 && stack.back().depth > common) {
+      popped = stack.back().index;
+      stack.pop_back();
+    }
+    if (popped >= 0 && stack.back().depth < common) {
+      // The new sequence leaves the popped node's edge part-way: split it there.
+      const int branch = add_node(common);
+      if (branch == -2) break;
+      v1::TreeNode* child = resp->mutable_nodes(popped);
+      child->set_parent_id(node_id(branch));
+      child->set_edge_tokens(child->depth() - common);
+    }
+    int at = stack.back().index;
+    if (at < 0 || stack.back().depth != e.tokens.size()) at = add_node(e.tokens.size());
+    if (at == -2) {
+      resp->set_truncated(true);
+      break;
+    }
+    v1::Candidate* c = resp->mutable_nodes(at)->add_candidates();
+    c->set_tier(ToProtoTier(e.info.in_ram ? Tier::kRam : Tier::kDisk));
+    c->set_depth(static_cast<uint64_t>(e.info.depth));
+    c->set_checkpoint_id(e.info.id);
+    previous = e.tokens;
+  }
+  if (static_cast<uint32_t>(resp->nodes_size()) >= max_nodes) resp->set_truncated(true);
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, TokensFromProto("tokens", req.tokens()));
+  if (tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
+  Lock lock(this);
+  uint64_t model_id = req.model_id();
+  if (model_id == 0) {  // The first registered model, as GetTree.
+    for (const auto& [id, m] : models_) model_id = model_id == 0 ? id : std::min(model_id, id);
+  }
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id));
+  LookupRequest lr;
+  lr.identities = Identities{model->compatibility, ""};
+  lr.tokens = tokens;
+  ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
+  v1::LookupResponse* out = resp->mutable_lookup();
+  for (const PlannedCapture& p : r.plan.captures) {
+    v1::CapturePoint* cp = out->mutable_plan()->add_captures();
+    cp->set_position(static_cast<uint64_t>(p.pos));
+    cp->set_kind(ToProtoKind(p.kind));
+  }
+  out->mutable_best()->set_tier(ToProtoTier(r.best.tier));
+  out->mutable_best()->set_depth(static_cast<uint64_t>(r.best.depth));
+  out->mutable_best()->set_checkpoint_id(r.best.checkpoint);
+  out->set_shared_prefix(static_cast<uint64_t>(r.shared_prefix));
+  absl::flat_hash_set<CheckpointId> on_path;
+  on_path.insert(r.best.checkpoint);
+  for (const Candidate& c : r.others) on_path.insert(c.checkpoint);
+  for (const v1::Event& e : events_.After(0, 0)) {
+    if (e.checkpoint_id() != 0 && on_path.contains(e.checkpoint_id())) *resp->add_related() = e;
+  }
+  if (r.best.tier == Tier::kNone) {
+    resp->set_summary(
+        absl::StrCat("cold: no compatible checkpoint on the path; longest shared "
+                     "prefix ",
+                     r.shared_prefix, " tokens"));
+  } else {
+    resp->set_summary(absl::StrCat(
+        "restores ", r.best.depth, " of ", tokens.size(), " tokens from ", TierName(r.best.tier),
+        r.best.depth < r.shared_prefix
+            ? absl::StrCat("; history matches up to token ", r.shared_prefix)
+            : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
+  if (req.include_disk() && store_ == nullptr) {
+    return absl::FailedPreconditionError("this daemon runs without a disk tier");
+  }
+  Lock lock(this);
+  std::vector<CheckpointId> targets;
+  if (req.all()) {
+    for (const CheckpointInfo& c : core_->Checkpoints()) {
+      if (c.pins == 0 && (c.in_ram || (req.include_disk() && c.on_disk))) targets.push_back(c.id);
+    }
+  } else {
+    if (req.checkpoint_id() == 0) return absl::InvalidArgumentError("evict needs an id or all");
+    targets.push_back(req.checkpoint_id());
+  }
+  for (CheckpointId id : targets) {
+    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
+    if (!info.ok()) {
+      if (!req.all()) return info.status();
+      continue;
+    }
+    absl::Status s = absl::OkStatus();
+    if (info->in_ram) s = core_->Evict(id, "explicit");
+    // The disk copy goes too when asked; the kDiskEvict event deletes its files off the lock.
+    if (s.ok() && req.include_disk() && info->on_disk) s = core_->EvictDisk(id, "explicit");
+    if (s.ok() && !info->in_ram && !req.include_disk()) {
+      s = absl::NotFoundError(
+          absl::StrCat("checkpoint ", id, " is only on disk (evict with include_disk)"));
+    }
+    if (!s.ok() && !req.all()) return s;
+    if (s.ok()) resp->add_evicted(id);
+  }
+  AfterCoreLocked();
+  return absl::OkStatus();
+}
+
+absl::Status CacheDaemon::Flush(const v1::FlushRequest& /*req*/, v1::FlushResponse* resp) {
+  if (writer_ == nullptr) {
+    resp->set_persisted(0);  // Nothing is ever queued without a disk tier.
+    return absl::OkStatus();
+  }
+  const uint64_t before = writer_->stats().published;
+  if (!writer_->WaitIdle(options_.flush_timeout)) {
+    return absl::DeadlineExceededError("the disk writer did not drain in time");
+  }
+  resp->set_persisted(writer_->stats().published - before);
+  return absl::OkStatus();
+}
+
+std::vector<v1::Event> CacheDaemon::EventsAfter(uint64_t after_seq, size_t limit) const {
+  return events_.After(after_seq, limit);
+}
+
+uint64_t CacheDaemon::WaitForEvents(uint64_t after_seq, std::function<void()> wake) {
+  return events_.Wait(after_seq, std::move(wake));
+}
+
+size_t CacheDaemon::DeferredPersistsForTest() const {
+  Lock lock(this);
+  return deferred_persists_.size();
+}
+
+void CacheDaemon::CancelEventWait(uint64_t token) { events_.Cancel(token); }
+
+}  // namespace cairn::cache
