@@ -1,7 +1,7 @@
 #ifndef CAIRN_COMMON_GRPC_CLIENT_H_
 #define CAIRN_COMMON_GRPC_CLIENT_H_
 
-// Client-side helpers: every call carries a deadline (reliability-plan.md RPC1).
+// Client-side helpers: every call carries a deadline (docs/reliability.md RPC1).
 
 #include <memory>
 #include <string>

@@ -2,7 +2,7 @@
 #define CAIRN_COMMON_GRPC_SERVER_RUNNER_H_
 
 // Starts a gRPC server the way every cairn daemon does: on a Unix socket or TCP, with the
-// standard health service and server reflection, and drains it gracefully (reliability-plan.md
+// standard health service and server reflection, and drains it gracefully (docs/reliability.md
 // RPC4-RPC7).
 
 #include <memory>

@@ -1,7 +1,7 @@
 #ifndef CAIRN_COMMON_SHM_ARENA_HANDLE_H_
 #define CAIRN_COMMON_SHM_ARENA_HANDLE_H_
 
-// Handles naming bytes of a shared arena, and their validation (reliability-plan.md SM5-SM7,
+// Handles naming bytes of a shared arena, and their validation (docs/reliability.md SM5-SM7,
 // SM10). Validation is ordinary code that runs in release builds.
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 #ifndef CAIRN_COMMON_SHM_FD_PASSING_H_
 #define CAIRN_COMMON_SHM_FD_PASSING_H_
 
-// Passing descriptors over Unix stream sockets with SCM_RIGHTS (reliability-plan.md SM2, SM3).
+// Passing descriptors over Unix stream sockets with SCM_RIGHTS (docs/reliability.md SM2, SM3).
 
 #include <sys/types.h>
 

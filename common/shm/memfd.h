@@ -1,7 +1,7 @@
 #ifndef CAIRN_COMMON_SHM_MEMFD_H_
 #define CAIRN_COMMON_SHM_MEMFD_H_
 
-// Sealed memfds for the shared-memory arena (reliability-plan.md SM1, SM3).
+// Sealed memfds for the shared-memory arena (docs/reliability.md SM1, SM3).
 
 #include <cstdint>
 #include <string>

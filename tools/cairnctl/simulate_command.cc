@@ -142,7 +142,7 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   uint64_t disk = static_cast<uint64_t>(options.policy.disk_bytes);
   uint64_t private_bytes = static_cast<uint64_t>(options.policy.cost.private_bytes);
   FlagSet flags("cairnctl simulate",
-                "replays a trace (JSONL, design.md §9) through a cache policy with a cost model");
+                "replays a trace (JSONL, docs/architecture.md §9) through a cache policy with a cost model");
   flags.Add("trace", &trace_path, "trace file (required)");
   flags.Add("policy", &policy,
             "cairn | none | live-only | llamacpp | block-aligned | marconi | oracle | all");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RPC1 (reliability-plan.md): every gRPC client call carries a deadline. Contexts are made
+# RPC1 (docs/reliability.md): every gRPC client call carries a deadline. Contexts are made
 # only by cairn::NewClientContext (common/grpc/client.cc), which always sets one; this lint
 # fails on any other construction of a grpc::ClientContext in first-party code.
 #

@@ -9,7 +9,7 @@
 
 namespace cairn::cache {
 
-// Capture planning knobs (design.md §3, seed §5). Every default is the seed's number.
+// Capture planning knobs (docs/architecture.md §3, seed §5). Every default is the seed's number.
 struct PlannerOptions {
   int64_t grid_step = 2048;           // Grid points sit on multiples of this.
   int max_grid_points = 4;            // At most this many grid points per request.

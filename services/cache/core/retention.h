@@ -10,7 +10,7 @@
 
 namespace cairn::cache {
 
-// Retention knobs (design.md §3, seed §5). Every default is the seed's number except
+// Retention knobs (docs/architecture.md §3, seed §5). Every default is the seed's number except
 // `near_duplicate_tokens`, which the seed leaves open (it reuses the grid snap distance), and
 // the two rules docs/cache-policy.md measured on agent traces: the checkpoint cap follows the
 // budget, and superseded checkpoints go before idle ones.

@@ -1,4 +1,4 @@
-// Baseline policies modelled on ../shared/docs/anchors.md. Each is a simplified, documented
+// Baseline policies modelled on the peers described in tools/cairnctl/README.md. Each is a simplified, documented
 // model of what the peer does with recurrent state, good enough to compare restore depths and
 // memory on one trace; none reproduces every detail of the peer.
 

@@ -50,7 +50,7 @@ struct RequestResult {
   int64_t capture_bytes = 0;  // Copied out of the slot at captures.
 };
 
-// Knobs of every policy. Peers' numbers come from ../shared/docs/anchors.md.
+// Knobs of every policy. Peers' numbers are documented in tools/cairnctl/README.md (baselines).
 struct PolicyOptions {
   int64_t ram_bytes = CacheOptions::kMaxDefaultRamBytes;  // RAM budget of every policy.
   int64_t disk_bytes = 0;                                 // Cairn's disk tier (0: none).

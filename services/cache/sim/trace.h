@@ -1,7 +1,7 @@
 #ifndef CAIRN_SERVICES_CACHE_SIM_TRACE_H_
 #define CAIRN_SERVICES_CACHE_SIM_TRACE_H_
 
-// Request traces for `cairnctl simulate` (design.md §9). JSONL, one request per line:
+// Request traces for `cairnctl simulate` (docs/architecture.md §9). JSONL, one request per line:
 //
 //   {"conv": "A", "t": 12.5, "segments": [...], "stable": K, "gen": M}
 //

@@ -36,7 +36,7 @@ struct RequestLimits {
 
 // Returns the tier name of the `cairn` object: "cold", "live", "ram" or "disk".
 absl::string_view TierName(infer_v1::CacheResult::Tier tier);
-// Returns the `cairn` object every response carries (design.md §7).
+// Returns the `cairn` object every response carries (docs/architecture.md §7).
 Json CairnObject(const infer_v1::CacheResult& cache);
 
 // "data: <json>\n\n" and "event: <name>\ndata: <json>\n\n".

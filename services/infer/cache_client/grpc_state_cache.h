@@ -41,7 +41,7 @@ struct GrpcStateCacheOptions {
   int idle_spill_chunks_per_slice = 4;
 };
 
-// The cache daemon's client (design.md §5, docs/cache-protocol.md): one session stream with
+// The cache daemon's client (docs/architecture.md §5, docs/cache-protocol.md): one session stream with
 // heartbeats, the arena mapped from the descriptor the cache hands over, the model registered,
 // and every StateCache call as a unary RPC with a deadline. Spill requests arrive on the stream
 // and are done by the scheduler thread (urgent ones before the slot is overwritten, idle ones in

@@ -28,7 +28,7 @@ struct ServedModelOptions {
   ModelLoadOptions load;
 };
 
-// The compatibility identity of design.md §2, as the cache daemon is told it.
+// The compatibility identity of docs/architecture.md §2, as the cache daemon is told it.
 struct CompatibilityIdentity {
   std::string digest;  // Hash over every field below.
   std::string architecture;

@@ -12,7 +12,7 @@
 
 namespace cairn::infer {
 
-// The state-component contract of design.md §2: how the engine (and, through it, the cache)
+// The state-component contract of docs/architecture.md §2: how the engine (and, through it, the cache)
 // reads and writes the per-conversation state of the execution slots, component by component.
 //
 // A restore is: BeginRestore(slot); CopyRowsIn(...) for every rows component from row 0;

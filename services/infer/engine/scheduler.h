@@ -39,7 +39,7 @@ struct SlotSnapshot {
   std::string conversation;
 };
 
-// The one thread that owns the execution slots (design.md §6): it admits queued requests to
+// The one thread that owns the execution slots (docs/architecture.md §6): it admits queued requests to
 // slots (a live slot whose tokens the prompt extends, else a free slot, restoring a checkpoint
 // when the cache has a deeper one), prefills them in passes that stop at the planned captures,
 // and decodes every decoding slot together in one batched forward per step. A long prefill runs

@@ -16,7 +16,7 @@ namespace cairn::infer {
 // Where a request's starting state came from.
 enum class StateTier { kCold, kLive, kRam, kDisk };
 
-// Why a capture point was planned (design.md §3).
+// Why a capture point was planned (docs/architecture.md §3).
 enum class CapturePointKind { kEnd, kReused, kStable, kGrid, kLearned };
 
 struct PlannedCapture {
@@ -52,7 +52,7 @@ struct RestoreStats {
   absl::Duration copy;  // Copying and verifying the bytes.
 };
 
-// The inference side of the checkpoint cache (design.md §5), as the scheduler sees it: the
+// The inference side of the checkpoint cache (docs/architecture.md §5), as the scheduler sees it: the
 // cache daemon's client implements it; without a cache daemon there is none. Every call runs on
 // the scheduler thread, which owns `memory`, and may block for a bounded time (an RPC deadline).
 // A call that fails with Unavailable means the cache is gone: the scheduler carries on without

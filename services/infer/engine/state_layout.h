@@ -7,7 +7,7 @@
 
 namespace cairn::infer {
 
-// Rows are grouped into chunks of this many rows (design.md §2); a model-layout constant that
+// Rows are grouped into chunks of this many rows (docs/architecture.md §2); a model-layout constant that
 // is part of the compatibility identity.
 inline constexpr int64_t kRowsPerChunk = 256;
 

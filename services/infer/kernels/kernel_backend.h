@@ -27,7 +27,7 @@ struct AttentionArgs {
   bool row_invariant = false;
 };
 
-// Arguments of KernelBackend::GatedDeltaRule (model-spec §3.6.5). Per v-head h the fp32 state
+// Arguments of KernelBackend::GatedDeltaRule (docs/model.md §3.6.5). Per v-head h the fp32 state
 // S[h] in R^{dk x dv} (layout [v_heads, dk, dv]) is updated token by token:
 //   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t (x) delta;  o_t = S^T q_t.
 // v-head h reads q/k head h / (v_heads / k_heads). q must already be L2-normalised and scaled,
@@ -91,7 +91,7 @@ class KernelBackend {
   // x[i] *= sigmoid(gate[i]) for `n` values.
   virtual void SigmoidMul(float* x, const float* gate, int64_t n) = 0;
 
-  // The Gated DeltaNet gates of `tokens` rows (model-spec §3.6.3): with b = row[b_offset + j]
+  // The Gated DeltaNet gates of `tokens` rows (docs/model.md §3.6.3): with b = row[b_offset + j]
   // and a = row[a_offset + j] for head j < heads (row stride `ld`),
   //   beta[t, j] = sigmoid(b),  g[t, j] = neg_a[j] * softplus(a + dt_bias[j]).
   virtual void GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,

@@ -13,7 +13,7 @@
 
 namespace cairn::infer {
 
-// What identifies a loaded model (part of the compatibility identity, design.md §2).
+// What identifies a loaded model (part of the compatibility identity, docs/architecture.md §2).
 struct ModelInfo {
   std::string architecture;  // config.json model_type, e.g. "qwen3_next".
   int64_t vocab_size = 0;

@@ -12,7 +12,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-// transformers' Qwen3NextConfig defaults (model-spec §1.1) and the Qwen3.5 overrides.
+// transformers' Qwen3NextConfig defaults (docs/model.md §1.1) and the Qwen3.5 overrides.
 struct Defaults {
   int64_t vocab_size = 151936;
   int64_t hidden_size = 2048;
@@ -202,7 +202,7 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
         }
       }
     } else {
-      c.norm_topk_prob = true;  // Qwen3.5-MoE's router always renormalises (model-spec §1.1).
+      c.norm_topk_prob = true;  // Qwen3.5-MoE's router always renormalises (docs/model.md §1.1).
     }
     if (c.num_experts > 0) {
       RETURN_IF_ERROR(Positive("num_experts_per_tok", c.top_k));

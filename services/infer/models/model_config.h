@@ -17,7 +17,7 @@ enum class HybridFamily {
   kQwen35Moe,  // qwen3_5_moe, qwen3_5_moe_text: split GDN projections, MoE in every layer.
 };
 
-// The text hyper-parameters of a hybrid checkpoint (model-spec §1.1), with the defaults of
+// The text hyper-parameters of a hybrid checkpoint (docs/model.md §1.1), with the defaults of
 // the family's transformers config where config.json leaves a field out.
 struct HybridConfig {
   std::string model_type;  // As written at the top of config.json.
@@ -55,7 +55,7 @@ struct HybridConfig {
   bool IsMoeLayer(int i) const;
 };
 
-// Parses config.json text (model-spec §1): `text_config` wrappers, legacy top-level
+// Parses config.json text (docs/model.md §1): `text_config` wrappers, legacy top-level
 // rope_theta / partial_rotary_factor and the newer rope_parameters, derived layer_types.
 // NotFound for an unknown model_type; InvalidArgument naming the field for missing or
 // inconsistent values; Unimplemented for features we do not run (another activation, RoPE

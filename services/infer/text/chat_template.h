@@ -92,7 +92,7 @@ struct RenderedPrompt {
   // The number of leading tokens of `ids` that the next turn's prompt is expected to repeat:
   // the longest common token prefix of `ids` and the tokens of the same messages followed by a
   // placeholder assistant answer and a placeholder user question (rendered without a generation
-  // prompt). Captures reasoning stripping, re-serialisation and tail changes (model-spec §6.3).
+  // prompt). Captures reasoning stripping, re-serialisation and tail changes (docs/model.md §6.3).
   size_t stable_boundary = 0;
 };
 

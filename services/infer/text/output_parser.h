@@ -10,7 +10,7 @@
 
 namespace cairn::infer::text {
 
-// The tool-call body formats of model-spec §6.4.
+// The tool-call body formats of docs/model.md §6.4.
 enum class ToolCallFormat {
   kJson,  // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen3, Qwen3-Next)
   kXml,   // <tool_call>\n<function=NAME>\n<parameter=K>\nV\n</parameter>\n</function>\n</tool_call>

@@ -8,7 +8,7 @@
 
 namespace cairn::infer::text {
 
-// The pre-tokenizer regexes this tokenizer implements exactly (model-spec §6.1). There is no
+// The pre-tokenizer regexes this tokenizer implements exactly (docs/model.md §6.1). There is no
 // Unicode-aware regex engine among our dependencies (std::regex is not Unicode aware), so each
 // pattern is a hand-written matcher that reproduces the leftmost-first, backtracking semantics of
 // the pattern (Oniguruma, which the reference `tokenizers` library uses).

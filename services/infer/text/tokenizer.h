@@ -39,7 +39,7 @@ struct AddedToken {
   bool special = false;
 };
 
-// A byte-level BPE tokenizer loaded from a Hugging Face `tokenizer.json` (model-spec §6.1):
+// A byte-level BPE tokenizer loaded from a Hugging Face `tokenizer.json` (docs/model.md §6.1):
 // NFC normaliser, Split(regex, isolated) + ByteLevel pre-tokenizer, BPE model with merge ranks,
 // added tokens matched (leftmost, longest) before normalisation, ByteLevel decoder.
 // Anything else in tokenizer.json (another model type, normaliser, pre-tokenizer regex,

@@ -1,5 +1,5 @@
 // Smoke test of the gRPC server runner: health, reflection and drain on a Unix socket and on
-// 127.0.0.1:0 (reliability-plan.md RPC4, RPC5, RPC7).
+// 127.0.0.1:0 (docs/reliability.md RPC4, RPC5, RPC7).
 
 #include "common/grpc/server_runner.h"
 

@@ -2,7 +2,7 @@
 // configuration: the ExecStart= line is read from the unit, its binary mapped to the build
 // tree and its /etc/cairn/ config to deploy/config/; the daemon must reach SERVING (gRPC
 // health, or an HTTP answer on /health for the gateway) and exit 0 on SIGTERM. Also runs
-// `systemd-analyze verify` and `security` on the units when available (reliability-plan.md G7).
+// `systemd-analyze verify` and `security` on the units when available (docs/reliability.md G7).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

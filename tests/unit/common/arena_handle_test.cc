@@ -21,7 +21,7 @@ struct BadHandle {
   absl::StatusCode code;
 };
 
-// The G3 table of reliability-plan.md: every entry must be refused, in release builds too.
+// The G3 table of docs/reliability.md: every entry must be refused, in release builds too.
 TEST(ArenaHandleValidatorTest, RejectsEveryBadHandle) {
   ArenaHandleValidator v(kIncarnation, kSize, 64);
   std::vector<BadHandle> table = {

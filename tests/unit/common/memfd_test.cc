@@ -1,4 +1,4 @@
-// Sealed memfds and descriptor passing (reliability-plan.md SM1-SM3, test G2).
+// Sealed memfds and descriptor passing (docs/reliability.md SM1-SM3, test G2).
 
 #include "common/shm/memfd.h"
 

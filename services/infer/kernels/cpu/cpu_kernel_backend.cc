@@ -183,7 +183,7 @@ void RecurrentHead(const GatedDeltaArgs& a, int h, float* s, std::vector<float>&
   }
 }
 
-// One v-head of the chunked gated delta rule (model-spec §3.6.5, "chunked form"). The
+// One v-head of the chunked gated delta rule (docs/model.md §3.6.5, "chunked form"). The
 // (I + B)^-1 products are forward substitutions, row by row, which is what the reference's
 // in-place inversion loop computes.
 void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {

@@ -15,7 +15,7 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-// Epsilon inside the L2 norm of GDN q and k (model-spec §3.6.4); fixed by the architecture.
+// Epsilon inside the L2 norm of GDN q and k (docs/model.md §3.6.4); fixed by the architecture.
 constexpr float kL2NormEps = 1e-6f;
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -97,7 +97,7 @@ void CopyRows(const std::vector<float>& src, int64_t src_row, std::vector<float>
             dst.begin() + dst_row * cols);
 }
 
-// The hybrid decoder of model-spec §3: per layer, a gated full-attention or Gated DeltaNet
+// The hybrid decoder of docs/model.md §3: per layer, a gated full-attention or Gated DeltaNet
 // mixer and a SwiGLU MLP or sparse MoE block, with fp32 copies of every weight.
 // Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
@@ -182,7 +182,7 @@ absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, Gd
   w.in_proj.assign(static_cast<size_t>(rows * d), 0.0f);
   if (c_.family == HybridFamily::kQwen3Next) {
     // in_proj_qkvz: per K-group g, [q_g (dk) | k_g (dk) | v_g (r dv) | z_g (r dv)];
-    // in_proj_ba: per K-group g, [b (r) | a (r)] (model-spec §3.6.1).
+    // in_proj_ba: per K-group g, [b (r) | a (r)] (docs/model.md §3.6.1).
     const int64_t dk = c_.linear_k_dim;
     const int64_t rdv = vd / hk;
     const int64_t r_heads = hv / hk;

@@ -13,7 +13,7 @@ namespace cairn::infer {
 
 struct Qwen3HybridOptions {
   // Tokens per chunk of the chunked gated delta rule in passes of more than one token
-  // (model-spec §3.6.5); single-token passes use the recurrent rule.
+  // (docs/model.md §3.6.5); single-token passes use the recurrent rule.
   int gdn_chunk = 64;
   // Passes of at most this many tokens (decode steps) run with the batch-invariant row-wise
   // product (KernelBackend::MatMulRows) and share one group in a batch; longer passes run
@@ -27,7 +27,7 @@ struct Qwen3HybridOptions {
   bool pass_invariant = false;
 };
 
-// Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE family (model-spec §2-§3) from
+// Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE family (docs/model.md §2-§3) from
 // `config` and the tensors of `store`, widening the weights to fp32. Both weight prefixes
 // (`model.` and `model.language_model.`), tied and untied embeddings and both expert layouts
 // (per-expert, fused) are accepted. InvalidArgument naming the tensor when one is missing,

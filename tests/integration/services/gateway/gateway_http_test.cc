@@ -1,7 +1,7 @@
 // The gateway's HTTP rules over real sockets against the fake daemon: body and header
 // limits, bounded admission, API keys on every route but the public ones, client
 // disconnects cancelling generation, keep-alive under many concurrent connections, bad
-// input answered 4xx with the server healthy after (reliability-plan.md GW1-GW7).
+// input answered 4xx with the server healthy after (docs/reliability.md GW1-GW7).
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-// cairn-infer and cairn-cache as real processes (design.md §5): a conversation continues in its
+// cairn-infer and cairn-cache as real processes (docs/architecture.md §5): a conversation continues in its
 // live slot, comes back from RAM after another took the slot, from disk after both daemons
 // restart, from RAM after only the inference daemon restarts; an edit restores the deepest
 // checkpoint before it; conversations sharing a system prompt learn its boundary. In every case

@@ -1,4 +1,4 @@
-// The seed's worked examples (../shared/seed/hybrid-cache-design.txt), one named test each.
+// The seed's worked examples (the reference design Cairn implements; docs/architecture.md), one named test each.
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// Batch invariance (design.md §6): a sequence's logits and state never depend on which other
+// Batch invariance (docs/architecture.md §6): a sequence's logits and state never depend on which other
 // sequences share its forward batch, bit for bit, for every architecture.
 #include <cstring>
 #include <memory>

@@ -1,4 +1,4 @@
-// Restore exactness (design.md §2, model-spec §5.2): state captured at depth d and restored
+// Restore exactness (docs/architecture.md §2, docs/model.md §5.2): state captured at depth d and restored
 // through the KvMemory adapter continues bit-identically to the uncaptured run with the same
 // pass boundaries; other pass boundaries agree within tolerance.
 #include <algorithm>
