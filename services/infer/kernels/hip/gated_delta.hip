@@ -1,4 +1,4 @@
-// The gated delta rule (model-spec §3.6.5) on the GPU.
+// The gated delta rule (docs/model.md §3.6.5) on the GPU.
 //
 // State columns are independent: column j of S[h] (dk values) evolves using only column j of
 // v, u and v_new. So a block takes kCols columns of one v-head, each column split over kGroups

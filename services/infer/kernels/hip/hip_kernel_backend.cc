@@ -57,9 +57,11 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
         absl::StrCat("hip backend: attention_split_keys must be a positive multiple of ",
                      hip::AttentionKeyTile(), ", got ", options.attention_split_keys));
   }
-  if (options.attention_decode_max_tokens < 0 || options.delta_segment_tokens <= 0) {
+  if (options.attention_decode_max_tokens < 0 || options.delta_segment_tokens <= 0 ||
+      options.attention_invariant_group_tokens <= 0) {
     return absl::InvalidArgumentError(
-        "hip backend: attention_decode_max_tokens must be >= 0 and delta_segment_tokens > 0");
+        "hip backend: attention_decode_max_tokens must be >= 0, delta_segment_tokens and "
+        "attention_invariant_group_tokens > 0");
   }
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
@@ -249,7 +251,8 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
   }
   hip::AttentionLaunch l{a.q,       a.k,        a.v,        a.out,   a.tokens, a.past,
                          a.q_heads, a.kv_heads, a.head_dim, a.scale, 0};
-  if (a.tokens <= options_.attention_decode_max_tokens) {
+  const bool split = a.row_invariant || a.tokens <= options_.attention_decode_max_tokens;
+  if (split) {
     l.split_keys = options_.attention_split_keys;
     if ((a.past + a.tokens + l.split_keys - 1) / l.split_keys > hip::AttentionMaxSplits()) {
       Keep(Invalid("attention",
@@ -258,10 +261,21 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
       return;
     }
   }
-  float* ws = nullptr;
-  const int64_t ws_floats = hip::AttentionWorkspaceFloats(l);
-  if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
-  Check(hip::Attention(l, ws, compute_), "attention launch");
+  // Row-invariant calls always take the split path (a row's bits then depend on its position
+  // alone, whatever the pass), a bounded group of query tokens at a time.
+  const int64_t step = a.row_invariant ? options_.attention_invariant_group_tokens : a.tokens;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  for (int64_t t0 = 0; t0 < a.tokens; t0 += step) {
+    hip::AttentionLaunch part = l;
+    part.q = a.q + t0 * q_ld;
+    part.out = a.out + t0 * q_ld;
+    part.tokens = std::min(step, a.tokens - t0);
+    part.past = a.past + t0;
+    float* ws = nullptr;
+    const int64_t ws_floats = hip::AttentionWorkspaceFloats(part);
+    if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
+    if (!Check(hip::Attention(part, ws, compute_), "attention launch")) return;
+  }
 }
 
 void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {

@@ -21,6 +21,9 @@ struct HipKernelBackendOptions {
   int64_t attention_decode_max_tokens = 16;
   // Keys per range of the split path; a multiple of the attention key tile (32).
   int64_t attention_split_keys = 256;
+  // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
+  // many query tokens per launch (bounds its workspace).
+  int64_t attention_invariant_group_tokens = 64;
   // Tokens whose chunk products the chunked delta rule prepares at once; bounds its workspace
   // (about v_heads * tokens * (chunk + dk + dv + 2) floats). Rounded down to whole chunks.
   int64_t delta_segment_tokens = 4096;

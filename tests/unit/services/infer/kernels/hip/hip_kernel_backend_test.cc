@@ -411,6 +411,47 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{1000, 2, 4, 256, 96, 64},   // Largest dk, dv not a multiple of 32.
                       DeltaCase{5000, 1, 2, 64, 64, 64}));  // Longer than one segment.
 
+TEST_F(HipKernelBackendTest, RowInvariantAttentionIsTheSameBitsInEveryPassAndMatchesCpu) {
+  const int q_heads = 8, kv_heads = 2, hd = 128;
+  const int64_t total = 300;  // Several 64-token groups, and one pass shorter than a group.
+  const int64_t q_ld = q_heads * hd, kv_ld = kv_heads * hd;
+  const std::vector<float> q = RandomFloats(total * q_ld, 50, -2.0f, 2.0f);
+  const std::vector<float> k = RandomFloats(total * kv_ld, 51, -2.0f, 2.0f);
+  const std::vector<float> v = RandomFloats(total * kv_ld, 52);
+  std::vector<float> ref(total * q_ld);
+  AttentionArgs cpu_args{q.data(), k.data(), v.data(), ref.data(), total,
+                         0,        q_heads,  kv_heads, hd,         0.1f};
+  cpu_args.row_invariant = true;
+  cpu_->Attention(cpu_args);
+  DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), whole = Poisoned(total * q_ld),
+               cut = Poisoned(total * q_ld);
+  auto run = [&](float* out, int64_t first, int64_t n) {
+    AttentionArgs args{dq.floats() + first * q_ld,
+                       dk.floats(),
+                       dv.floats(),
+                       out + first * q_ld,
+                       n,
+                       first,
+                       q_heads,
+                       kv_heads,
+                       hd,
+                       0.1f};
+    args.row_invariant = true;
+    gpu_->Attention(args);
+  };
+
+  run(whole.floats(), 0, total);
+  run(cut.floats(), 0, 77);
+  run(cut.floats(), 77, 1);  // A decode-sized pass.
+  run(cut.floats(), 78, 139);
+  run(cut.floats(), 217, 83);
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  const std::vector<float> a = Down(whole, total * q_ld);
+  EXPECT_TRUE(SameBits(a, Down(cut, total * q_ld)));
+  EXPECT_LT(Measured("row-invariant attention", RelErr(a, ref)), kReductionTolerance);
+}
+
 TEST_F(HipKernelBackendTest, ChunkedDeltaRuleDoesNotDependOnSegmentsOrCallBoundaries) {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> small =
       HipKernelBackend::Create({.delta_segment_tokens = 128});
