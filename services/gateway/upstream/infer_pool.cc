@@ -216,8 +216,12 @@ class GenerateRun : public GenerateCall, public std::enable_shared_from_this<Gen
       StartAttempt();
       return;
     }
-    std::shared_ptr<GenerateObserver> observer = std::move(observer_);
-    observer->OnDone(std::move(status));
+    {
+      std::shared_ptr<GenerateObserver> observer = std::move(observer_);
+      observer->OnDone(std::move(status));
+    }
+    // After the observer is released (it may hold the last reference to the caller's state,
+    // which the caller frees once Shutdown() returns).
     pool_->RunEnded(this);
   }
 
@@ -235,23 +239,20 @@ class GenerateRun : public GenerateCall, public std::enable_shared_from_this<Gen
 };
 
 void GenerateReactor::OnReadDone(bool ok) {
-  if (ok) {
-    {
-      MutexLock lock(&mu_);
-      reading_ = false;
-    }
-    infer_v1::GenerateResponse m = std::move(message_);
-    message_.Clear();
-    run_->OnMessage(std::move(m));
-    return;
-  }
   bool release = false;
   {
     MutexLock lock(&mu_);
     reading_ = false;
-    if (!hold_released_) hold_released_ = release = true;
+    // After Cancel the consumer may never ask again (its executor can be gone at shutdown),
+    // so a message that was already on its way is dropped and the hold released here.
+    if ((!ok || cancelled_) && !hold_released_) hold_released_ = release = true;
+    ok = ok && !cancelled_;
   }
   if (release) RemoveHold();
+  if (!ok) return;
+  infer_v1::GenerateResponse m = std::move(message_);
+  message_.Clear();
+  run_->OnMessage(std::move(m));
 }
 
 void GenerateReactor::OnDone(const grpc::Status& status) {
@@ -483,11 +484,15 @@ class UnaryAttempts {
       return;
     }
     InferPool* pool = pool_;
-    UnaryCallback<Response> cb = std::move(done_);
-    absl::StatusOr<Response> result = s.ok() ? absl::StatusOr<Response>(std::move(response_))
-                                             : absl::StatusOr<Response>(FromGrpcStatus(s));
-    delete this;
-    cb(std::move(result));
+    {
+      UnaryCallback<Response> cb = std::move(done_);
+      absl::StatusOr<Response> result = s.ok() ? absl::StatusOr<Response>(std::move(response_))
+                                               : absl::StatusOr<Response>(FromGrpcStatus(s));
+      delete this;
+      cb(std::move(result));
+    }
+    // Only now, with the callback and whatever it held gone, may Shutdown() return: the
+    // callback can hold the last reference to state its caller frees after Shutdown.
     pool->CallEnded();
   }
 

@@ -92,7 +92,8 @@ class InferPool {
   InferPool(const InferPool&) = delete;
   InferPool& operator=(const InferPool&) = delete;
 
-  // Cancels every open call, waits for them to end, stops refreshing. Idempotent.
+  // Cancels every open call, waits for them to end (their observers and callbacks
+  // released), stops refreshing. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Refreshes every daemon now (blocking, bounded by refresh_timeout per call).

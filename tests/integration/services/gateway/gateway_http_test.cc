@@ -230,11 +230,10 @@ TEST(GatewayHttpTest, ClientDisconnectWhileWaitingForANonStreamedAnswerCancels) 
   h.fake().SetScript(HangAfterStart);
   HttpTestClient client(h.port());
   // Non-streaming: nothing is written back until the end, so only the read-ahead sees EOF.
-  std::thread closer([&] {
-    if (h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline)) client.Close();
-  });
-  client.StartStream("/v1/chat/completions", kChat, 1);
-  closer.join();
+  client.StartStream("/v1/chat/completions", kChat, /*min_bytes=*/0);
+  ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline));
+
+  client.Close();
 
   EXPECT_TRUE(h.fake().cancelled().WaitForNotificationWithTimeout(kCancelDeadline));
   EXPECT_EQ(h.fake().cancelled_calls(), 1);

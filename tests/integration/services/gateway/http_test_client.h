@@ -33,7 +33,8 @@ struct SseEvent {
 // Splits an SSE body into events.
 std::vector<SseEvent> ParseSse(const std::string& body);
 
-// One keep-alive connection to 127.0.0.1:`port`. Thread-compatible.
+// One keep-alive connection to 127.0.0.1:`port`. Thread-compatible: one thread at a time,
+// Close() included.
 class HttpTestClient {
  public:
   explicit HttpTestClient(int port, absl::Duration timeout = absl::Seconds(20));
