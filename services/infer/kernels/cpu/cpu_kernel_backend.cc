@@ -113,13 +113,16 @@ typedef float F32x8 __attribute__((vector_size(32)));
 template <int R>
 __attribute__((target("avx2"))) void RowDotAvx2(const float* const* a, const float* b, int64_t n,
                                                 float* out) {
+  // Fully unrolled over the rows so that the accumulators stay in registers.
   F32x8 lo[R], hi[R];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = F32x8{};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     F32x8 b0, b1;
     std::memcpy(&b0, b + i, sizeof(b0));
     std::memcpy(&b1, b + i + 8, sizeof(b1));
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       F32x8 x0, x1;
       std::memcpy(&x0, a[r] + i, sizeof(x0));
