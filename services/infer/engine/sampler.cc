@@ -57,11 +57,15 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   SampledToken result;
 
-  // Log-probabilities of the raw distribution, for logprobs.
-  const float raw_max = *std::max_element(logits.begin(), logits.end());
-  double raw_sum = 0.0;
-  for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
-  const float log_norm = raw_max + static_cast<float>(std::log(raw_sum));
+  // Log-probabilities of the raw distribution, only when they are reported (an exp per
+  // vocabulary entry is a visible share of a decode step).
+  float log_norm = 0.0f;
+  if (options_.logprobs > 0) {
+    const float raw_max = *std::max_element(logits.begin(), logits.end());
+    double raw_sum = 0.0;
+    for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
+    log_norm = raw_max + static_cast<float>(std::log(raw_sum));
+  }
 
   // Penalties, on a copy.
   work_.assign(logits.begin(), logits.end());
@@ -129,7 +133,7 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
   }
 
   result.id = chosen;
-  result.logprob = logits[chosen] - log_norm;
+  if (options_.logprobs > 0) result.logprob = logits[chosen] - log_norm;
   if (options_.logprobs > 0) {
     const int32_t n = std::min(options_.logprobs, vocab);
     std::vector<int32_t> top(vocab);

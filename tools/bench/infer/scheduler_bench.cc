@@ -160,13 +160,18 @@ int Run(int argc, char** argv) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < slots; ++i) prompts.push_back(RandomIds(prompt_tokens, vocab, 10 + i));
     auto many = RunAll(*s.scheduler, prompts, decode_tokens);
-    absl::Time first = absl::InfiniteFuture(), last = absl::InfinitePast();
+    // The window in which every request was decoding (prefills of the others done, none
+    // finished), and the tokens each produced in it.
+    absl::Time from = absl::InfinitePast(), to = absl::InfiniteFuture();
     for (const auto& t : many) {
-      first = std::min(first, t[1]);  // From the first decode step (prefills are done by then).
-      last = std::max(last, t.back());
+      from = std::max(from, t[1]);
+      to = std::min(to, t.back());
     }
-    batched =
-        static_cast<double>(slots) * (decode_tokens - 2) / absl::ToDoubleSeconds(last - first);
+    int64_t in_window = 0;
+    for (const auto& t : many) {
+      for (absl::Time x : t) in_window += x > from && x <= to ? 1 : 0;
+    }
+    batched = static_cast<double>(in_window) / absl::ToDoubleSeconds(to - from);
     s.scheduler->Shutdown(absl::Now());
   }
   std::cout << absl::StrFormat(
