@@ -17,6 +17,7 @@
 #include "common/concurrency/notification.h"
 #include "common/concurrency/thread_pool.h"
 #include "common/config/flags.h"
+#include "common/config/runtime_dir.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
@@ -44,15 +45,6 @@ struct CacheMainOptions {
   std::string log_level = "info";
   std::vector<std::string> arena_uids;  // Uids allowed to receive the arena; empty: our own.
 };
-
-// The runtime directory: systemd's RuntimeDirectory=, else the user's, else /tmp.
-std::string RuntimeDir() {
-  if (const char* d = std::getenv("RUNTIME_DIRECTORY"); d != nullptr && *d != '\0') return d;
-  if (const char* d = std::getenv("XDG_RUNTIME_DIR"); d != nullptr && *d != '\0') {
-    return absl::StrCat(d, "/cairn");
-  }
-  return absl::StrCat("/tmp/cairn-", ::getuid());
-}
 
 int Run(int argc, char** argv) {
   BlockTerminationSignals();
@@ -139,7 +131,7 @@ int Run(int argc, char** argv) {
   SetMinLogLevel(level);
   options.cache.retention.max_checkpoints = max_checkpoints;
 
-  const std::string runtime_dir = RuntimeDir();
+  const std::string runtime_dir = DefaultRuntimeDir();
   if (main_options.listen.empty() || main_options.arena_socket.empty()) {
     if (::mkdir(runtime_dir.c_str(), 0750) != 0 && errno != EEXIST) {
       CAIRN_LOG(ERROR) << "cannot create runtime directory " << runtime_dir;

@@ -20,9 +20,6 @@ namespace {
 
 namespace v1 = ::cairn::cache::v1;
 
-// The heartbeat interval used until the cache's Welcome names one.
-constexpr absl::Duration kDefaultHeartbeat = absl::Seconds(1);
-
 uint64_t RandomIncarnation() {
   std::random_device rd;
   uint64_t v = 0;
@@ -180,6 +177,9 @@ bool GrpcStateCache::RunSession() {
     return false;
   }
   session->session_id = welcome.welcome().session_id();
+  if (welcome.welcome().heartbeat_interval_ms() > 0) {
+    heartbeat_ms_.store(welcome.welcome().heartbeat_interval_ms());
+  }
   session->cache_incarnation = welcome.welcome().cache_incarnation();
   ArenaClientOptions ao;
   ao.socket_path = welcome.welcome().arena().fd_socket_path();
@@ -245,7 +245,7 @@ bool GrpcStateCache::RunSession() {
 void GrpcStateCache::HeartbeatLoop() {
   MutexLock lock(&mu_);
   while (!stopping_) {
-    cv_.WaitWithTimeout(&mu_, kDefaultHeartbeat);
+    cv_.WaitWithTimeout(&mu_, absl::Milliseconds(heartbeat_ms_.load()));
     if (stopping_) break;
     mu_.Unlock();
     v1::SessionClientMessage hb;
@@ -692,20 +692,12 @@ absl::Status GrpcStateCache::Capture(int slot, int64_t depth, CapturePointKind k
 }
 
 void GrpcStateCache::SlotIdle(int slot) {
-  {
-    MutexLock lock(&mu_);
-    busy_slots_.erase(slot);
-  }
   v1::SessionClientMessage m;
   m.mutable_slot_idle()->set_slot(static_cast<uint32_t>(slot));
   WriteToStream(m);
 }
 
 void GrpcStateCache::SlotBusy(int slot) {
-  {
-    MutexLock lock(&mu_);
-    busy_slots_.insert(slot);
-  }
   v1::SessionClientMessage m;
   m.mutable_slot_busy()->set_slot(static_cast<uint32_t>(slot));
   WriteToStream(m);

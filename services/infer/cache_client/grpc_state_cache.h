@@ -41,8 +41,8 @@ struct GrpcStateCacheOptions {
   int idle_spill_chunks_per_slice = 4;
 };
 
-// The cache daemon's client (docs/architecture.md §5, docs/cache-protocol.md): one session stream with
-// heartbeats, the arena mapped from the descriptor the cache hands over, the model registered,
+// The cache daemon's client (docs/architecture.md §5, docs/cache-protocol.md): one session stream
+// with heartbeats, the arena mapped from the descriptor the cache hands over, the model registered,
 // and every StateCache call as a unary RPC with a deadline. Spill requests arrive on the stream
 // and are done by the scheduler thread (urgent ones before the slot is overwritten, idle ones in
 // the background); each is answered by one SpillDone. When the cache daemon is unreachable the
@@ -121,6 +121,8 @@ class GrpcStateCache final : public StateCache {
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> next_request_id_{1};
+  // The heartbeat period the cache asked for in its Welcome.
+  std::atomic<int64_t> heartbeat_ms_{1000};
 
   mutable Mutex mu_;
   mutable CondVar cv_;
@@ -134,7 +136,6 @@ class GrpcStateCache final : public StateCache {
   // Spills this session already answered: a StartSlot or lease may name one of them again
   // (its answer and our SpillDone cross), and then there is nothing left to do.
   absl::flat_hash_set<uint64_t> done_spills_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<int> busy_slots_ ABSL_GUARDED_BY(mu_);
 
   Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
   grpc::ClientReaderWriter<cache::v1::SessionClientMessage, cache::v1::SessionServerMessage>*

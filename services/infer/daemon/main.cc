@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/concurrency/thread_pool.h"
 #include "common/config/flags.h"
+#include "common/config/runtime_dir.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
@@ -36,16 +37,6 @@ struct InferMainOptions {
   std::string log_level = "info";
   std::string instance_name;
 };
-
-// The runtime directory: systemd's RuntimeDirectory=, else the user's, else /tmp (as the cache
-// daemon chooses it, so the default sockets sit side by side).
-std::string RuntimeDir() {
-  if (const char* d = std::getenv("RUNTIME_DIRECTORY"); d != nullptr && *d != '\0') return d;
-  if (const char* d = std::getenv("XDG_RUNTIME_DIR"); d != nullptr && *d != '\0') {
-    return absl::StrCat(d, "/cairn");
-  }
-  return absl::StrCat("/tmp/cairn-", ::getuid());
-}
 
 // Accepts "-j N" and "-jN" as --sessions.
 std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
@@ -134,7 +125,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (main_options.listen.empty()) {
-    const std::string runtime_dir = RuntimeDir();
+    const std::string runtime_dir = DefaultRuntimeDir();
     if (::mkdir(runtime_dir.c_str(), 0750) != 0 && errno != EEXIST) {
       CAIRN_LOG(ERROR) << "cannot create runtime directory " << runtime_dir;
       return 1;

@@ -128,9 +128,9 @@ void Scheduler::Loop() {
       MutexLock lock(&mu_);
       while (!stopping_ && queue_.empty() && active_.empty() && !woken_ &&
              !(cache_ != nullptr && cache_->HasBackgroundWork())) {
+        // The cache client wakes us when work arrives or a new session starts; the timeout
+        // only bounds how stale a missed wake-up can leave us.
         cv_.WaitWithTimeout(&mu_, kIdleWait);
-        // Re-check the cache's generation now and then even without work.
-        if (cache_ != nullptr && cache_->connected()) break;
       }
       woken_ = false;
       if (stopping_) {
