@@ -22,7 +22,7 @@
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/scheduler.h"
 
 namespace cairn::infer {
@@ -150,11 +150,12 @@ int Run(int argc, char** argv) {
     return 1;
   }
   Model* model = (*served)->model();
-  HostKvMemoryOptions memory_options;
+  SlotKvMemoryOptions memory_options;
   memory_options.slots = main_options.sessions;
   memory_options.max_rows = (*served)->context_tokens();
-  absl::StatusOr<std::unique_ptr<HostKvMemory>> memory =
-      HostKvMemory::Create(model->state_layout(), memory_options);
+  memory_options.memory = (*served)->device_memory();
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+      SlotKvMemory::Create(model->state_layout(), memory_options);
   if (!memory.ok()) {
     CAIRN_LOG(ERROR) << "allocating slots: " << memory.status();
     return 1;

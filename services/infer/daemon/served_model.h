@@ -55,6 +55,8 @@ class ServedModel {
   Model* model() const { return model_.get(); }
   const std::string& name() const { return name_; }
   const std::string& backend_name() const { return backend_name_; }
+  // The memory the backend computes in: slot state is allocated from it.
+  DeviceMemory* device_memory() const { return backend_->memory(); }
   // Null when the folder has no tokenizer.json / chat template; `missing_text()` says what
   // is missing.
   const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }

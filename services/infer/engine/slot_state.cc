@@ -4,26 +4,40 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace cairn::infer {
 
 absl::StatusOr<std::unique_ptr<SlotState>> SlotState::Create(const StateLayout& layout,
-                                                             int64_t max_rows) {
+                                                             int64_t max_rows,
+                                                             DeviceMemory* memory) {
   if (max_rows < 1) return absl::InvalidArgumentError("slot max_rows must be >= 1");
+  if (memory == nullptr) return absl::InvalidArgumentError("slot state needs a memory");
+  std::vector<DeviceBuffer> buffers;
   for (const StateComponent& c : layout.components) {
     if (c.floats < 1) {
       return absl::InvalidArgumentError(absl::StrCat("state component ", c.name, " is empty"));
     }
+    const int64_t floats = c.kind == ComponentKind::kRows ? c.floats * max_rows : c.floats;
+    // Allocations are zero-filled: a new slot's private state is the initial (zero) state.
+    absl::StatusOr<DeviceBuffer> b =
+        DeviceBuffer::Allocate(memory, floats * static_cast<int64_t>(sizeof(float)));
+    if (!b.ok()) {
+      return absl::Status(b.status().code(),
+                          absl::StrCat("slot state component ", c.name, " (", memory->name(),
+                                       " memory): ", b.status().message()));
+    }
+    buffers.push_back(*std::move(b));
   }
-  return std::unique_ptr<SlotState>(new SlotState(layout, max_rows));
+  return std::unique_ptr<SlotState>(new SlotState(layout, max_rows, memory, std::move(buffers)));
 }
 
-SlotState::SlotState(StateLayout layout, int64_t max_rows)
-    : layout_(std::move(layout)), max_rows_(max_rows) {
-  for (const StateComponent& c : layout_.components) {
-    const int64_t n = c.kind == ComponentKind::kRows ? c.floats * max_rows_ : c.floats;
-    buffers_.emplace_back(static_cast<size_t>(n), 0.0f);
-  }
+SlotState::SlotState(StateLayout layout, int64_t max_rows, DeviceMemory* memory,
+                     std::vector<DeviceBuffer> buffers)
+    : layout_(std::move(layout)),
+      max_rows_(max_rows),
+      memory_(memory),
+      buffers_(std::move(buffers)) {
   component_positions_.assign(buffers_.size(), 0);
 }
 
@@ -34,16 +48,18 @@ void SlotState::BeforeRowsOverwritten(int64_t first_row) {
   }
 }
 
-void SlotState::Reset() {
+absl::Status SlotState::Reset() {
   BeforeRowsOverwritten(0);
-  for (size_t c = 0; c < buffers_.size(); ++c) {
-    if (layout_.components[c].kind == ComponentKind::kPrivate) {
-      std::fill(buffers_[c].begin(), buffers_[c].end(), 0.0f);
-    }
-  }
   component_positions_.assign(buffers_.size(), 0);
   position_ = 0;
+  runnable_ = false;
+  for (size_t c = 0; c < buffers_.size(); ++c) {
+    if (layout_.components[c].kind == ComponentKind::kPrivate) {
+      RETURN_IF_ERROR(memory_->Zero(buffers_[c].data(), buffers_[c].size()));
+    }
+  }
   runnable_ = true;
+  return absl::OkStatus();
 }
 
 void SlotState::BeginRestore(int64_t keep_rows) {

@@ -9,11 +9,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/infer/engine/state_layout.h"
+#include "services/infer/kernels/device_memory.h"
 
 namespace cairn::infer {
 
-// The per-conversation state of one execution slot: a buffer per StateComponent (rows
-// components hold `max_rows` rows) and the position each component is valid at.
+// The per-conversation state of one execution slot, split in two: host metadata (the
+// position each component is valid at, the high water mark, runnable) kept here, and a buffer
+// per StateComponent (rows components hold `max_rows` rows) in the memory of the kernel
+// backend that runs the model (host memory for the CPU backend, device memory for the GPU
+// one). data(c) is a pointer into that memory: the model hands it to backend operations;
+// host code moves bytes in and out only through memory()'s Upload / Download (as KvMemory
+// does), so the same code serves every backend.
 //
 // Invariants:
 //   - rows component c holds valid rows [0, position(c)); rows at or past it are scratch.
@@ -28,13 +34,16 @@ class SlotState {
   // water mark are about to change.
   using OverwriteHook = std::function<void(int64_t first_row)>;
 
-  // InvalidArgument if `max_rows` < 1 or the layout has a component of no floats.
-  static absl::StatusOr<std::unique_ptr<SlotState>> Create(const StateLayout& layout,
-                                                           int64_t max_rows);
+  // InvalidArgument if `max_rows` < 1 or the layout has a component of no floats;
+  // ResourceExhausted when `memory` has no room for the buffers.
+  static absl::StatusOr<std::unique_ptr<SlotState>> Create(
+      const StateLayout& layout, int64_t max_rows, DeviceMemory* memory = HostDeviceMemory());
 
   const StateLayout& layout() const { return layout_; }
   int64_t max_rows() const { return max_rows_; }
   int num_components() const { return static_cast<int>(buffers_.size()); }
+  // The memory the component buffers live in.
+  DeviceMemory* memory() const { return memory_; }
 
   // The common position of all components; meaningful when runnable().
   int64_t position() const { return position_; }
@@ -42,12 +51,14 @@ class SlotState {
   bool runnable() const { return runnable_; }
   int64_t high_water() const { return high_water_; }
 
-  // Raw fp32 storage of component `c`. Rows components: [max_rows, floats] row-major.
-  float* data(int c) { return buffers_[c].data(); }
-  const float* data(int c) const { return buffers_[c].data(); }
+  // fp32 storage of component `c` in memory(). Rows components: [max_rows, floats] row-major.
+  float* data(int c) { return buffers_[c].floats(); }
+  const float* data(int c) const { return buffers_[c].floats(); }
 
   // Empties the slot (position 0, zero private state, runnable). Runs the hook from row 0.
-  void Reset();
+  // An error of the memory (a device fault zeroing the private state) leaves the slot not
+  // runnable.
+  absl::Status Reset();
   // Marks the slot not runnable (a restore is in progress), keeps rows [0, keep_rows) of the
   // rows components (the caller has checked they are valid) and invalidates the rest and the
   // private components; runs the hook from row `keep_rows`.
@@ -70,11 +81,13 @@ class SlotState {
   void set_overwrite_hook(OverwriteHook hook) { hook_ = std::move(hook); }
 
  private:
-  SlotState(StateLayout layout, int64_t max_rows);
+  SlotState(StateLayout layout, int64_t max_rows, DeviceMemory* memory,
+            std::vector<DeviceBuffer> buffers);
 
   const StateLayout layout_;
   const int64_t max_rows_;
-  std::vector<std::vector<float>> buffers_;
+  DeviceMemory* const memory_;
+  std::vector<DeviceBuffer> buffers_;
   std::vector<int64_t> component_positions_;
   int64_t position_ = 0;
   int64_t high_water_ = 0;

@@ -5,6 +5,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "services/infer/kernels/device_memory.h"
 
 namespace cairn::infer {
 
@@ -66,6 +67,10 @@ class KernelBackend {
 
   // Returns a short name of the backend and its numerics class, e.g. "cpu-fp32".
   virtual absl::string_view name() const = 0;
+
+  // The memory every pointer given to this backend's operations lives in: slot state is
+  // allocated from it (engine/slot_state.h). Host memory unless a device backend overrides it.
+  virtual DeviceMemory* memory() { return HostDeviceMemory(); }
 
   // y[m, n] = x[m, k] . w[n, k]^T, plus the old y when `accumulate`. `ldx` and `ldy` are the
   // row strides of x and y (>= k and >= n).

@@ -82,7 +82,7 @@ void BM_Prefill(benchmark::State& state) {
   const std::vector<int32_t> tokens = Tokens(n, f.model->info().vocab_size);
   absl::StatusOr<std::unique_ptr<SlotState>> slot = SlotState::Create(f.model->state_layout(), n);
   for (auto _ : state) {
-    (*slot)->Reset();
+    if (absl::Status s = (*slot)->Reset(); !s.ok()) state.SkipWithError(s.ToString().c_str());
     absl::StatusOr<std::vector<float>> logits = f.model->Forward(slot->get(), tokens, {});
     if (!logits.ok()) state.SkipWithError(logits.status().ToString().c_str());
     benchmark::DoNotOptimize(logits);

@@ -23,7 +23,7 @@
 #include "absl/time/clock.h"
 #include "common/concurrency/mutex.h"
 #include "common/config/flags.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "services/infer/models/model_loader.h"
@@ -72,7 +72,7 @@ std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, uint64_t seed) {
 struct Setup {
   std::unique_ptr<infer::CpuKernelBackend> backend;
   std::unique_ptr<infer::Model> model;
-  std::unique_ptr<infer::HostKvMemory> memory;
+  std::unique_ptr<infer::SlotKvMemory> memory;
   std::unique_ptr<Scheduler> scheduler;
 };
 
@@ -83,10 +83,10 @@ Setup Make(const std::string& dir, int threads, int slots, int64_t context, int6
   infer::ModelLoadOptions lo;
   lo.qwen3_hybrid.pass_invariant = pass_invariant;
   s.model = *infer::LoadModel(dir, s.backend.get(), lo);
-  infer::HostKvMemoryOptions ko;
+  infer::SlotKvMemoryOptions ko;
   ko.slots = slots;
   ko.max_rows = context;
-  s.memory = *infer::HostKvMemory::Create(s.model->state_layout(), ko);
+  s.memory = *infer::SlotKvMemory::Create(s.model->state_layout(), ko);
   infer::SchedulerOptions so;
   so.max_pass_tokens = max_pass;
   s.scheduler = std::make_unique<Scheduler>(s.model.get(), s.memory.get(), nullptr, so);
@@ -185,10 +185,10 @@ int Run(int argc, char** argv) {
     // Each pass of the long prompt alone (later passes attend to more rows and take longer).
     double longest_pass_ms = 0;
     {
-      infer::HostKvMemoryOptions ko;
+      infer::SlotKvMemoryOptions ko;
       ko.slots = 1;
       ko.max_rows = context;
-      auto alone = *infer::HostKvMemory::Create(s.model->state_layout(), ko);
+      auto alone = *infer::SlotKvMemory::Create(s.model->state_layout(), ko);
       const std::vector<int32_t> tokens = RandomIds(long_prompt, vocab, 6);
       for (int64_t at = 0; at < long_prompt; at += max_pass) {
         const int64_t n = std::min(max_pass, long_prompt - at);

@@ -24,22 +24,6 @@ absl::Status Invalid(absl::string_view op, absl::string_view why) {
 
 }  // namespace
 
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-void DeviceBuffer::Reset() {
-  // A failing free leaves nothing to recover; the backend's next call reports the device error.
-  if (data_ != nullptr) static_cast<void>(hipFree(data_));
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
 int HipDeviceCount() {
   int n = 0;
   if (hipGetDeviceCount(&n) != hipSuccess) {
@@ -312,9 +296,9 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   Check(hip::GatedDelta(l, segment, ws, compute_), "gated delta launch");
 }
 
-absl::StatusOr<DeviceBuffer> HipKernelBackend::Allocate(int64_t bytes) {
+absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
   if (bytes < 0) return Invalid("allocate", absl::StrCat("negative size ", bytes));
-  if (bytes == 0) return DeviceBuffer();
+  if (bytes == 0) return nullptr;
   hipError_t e = hipSetDevice(options_.device);
   if (e != hipSuccess) return HipError(e, "selecting the device");
   void* p = nullptr;
@@ -323,7 +307,47 @@ absl::StatusOr<DeviceBuffer> HipKernelBackend::Allocate(int64_t bytes) {
     static_cast<void>(hipGetLastError());  // An allocation failure is not sticky.
     return HipError(e, absl::StrCat("allocating ", bytes, " bytes"));
   }
-  return DeviceBuffer(p, bytes);
+  // Zeroed on the compute stream and waited for: the buffer is ready for any stream after.
+  e = hipMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_);
+  if (e == hipSuccess) e = hipStreamSynchronize(compute_);
+  if (e != hipSuccess) {
+    static_cast<void>(hipFree(p));
+    return HipError(e, absl::StrCat("zeroing ", bytes, " bytes"));
+  }
+  return p;
+}
+
+absl::StatusOr<void*> HipDeviceMemory::Allocate(int64_t bytes) {
+  return backend_->AllocateDevice(bytes);
+}
+
+void HipDeviceMemory::Free(void* device) {
+  // A failing free leaves nothing to recover; the backend's next call reports the device error.
+  if (device != nullptr) static_cast<void>(hipFree(device));
+}
+
+absl::Status HipDeviceMemory::Upload(void* device_dst, const void* host_src, int64_t bytes) {
+  return backend_->Upload(device_dst, host_src, bytes);
+}
+
+absl::Status HipDeviceMemory::Download(void* host_dst, const void* device_src, int64_t bytes) {
+  return backend_->Download(host_dst, device_src, bytes);
+}
+
+absl::Status HipDeviceMemory::Copy(void* device_dst, const void* device_src, int64_t bytes) {
+  RETURN_IF_ERROR(backend_->CopySplit(device_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToDevice,
+                                      HipStream::kCompute));
+  return backend_->Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipDeviceMemory::Zero(void* device_dst, int64_t bytes) {
+  RETURN_IF_ERROR(backend_->error_);
+  if (bytes < 0) return Invalid("zero", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return absl::OkStatus();
+  if (!backend_->Enter()) return backend_->error_;
+  backend_->Check(hipMemsetAsync(device_dst, 0, static_cast<size_t>(bytes), backend_->compute_),
+                  "zeroing device memory");
+  return backend_->Synchronize(HipStream::kCompute);
 }
 
 absl::Status HipKernelBackend::Upload(void* device_dst, const void* host_src, int64_t bytes) {

@@ -35,28 +35,22 @@ enum class HipStream { kCompute, kTransfer };
 
 class HipKernelBackend;
 
-// One device allocation, freed when destroyed. Move-only. Must not outlive its backend.
-class DeviceBuffer {
+// The HIP backend's device memory (KernelBackend::memory()): hipMalloc'd allocations, copies
+// on the backend's compute stream that complete before returning. Thread roles: as the backend.
+class HipDeviceMemory final : public DeviceMemory {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { Reset(); }
-
-  void* data() const { return data_; }
-  float* floats() const { return static_cast<float*>(data_); }
-  int64_t size() const { return bytes_; }
-  // Frees the allocation now (after the device is done with it).
-  void Reset();
+  explicit HipDeviceMemory(HipKernelBackend* backend) : backend_(backend) {}
+  const char* name() const override { return "hip"; }
+  bool host_visible() const override { return false; }
+  absl::StatusOr<void*> Allocate(int64_t bytes) override;
+  void Free(void* device) override;
+  absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes) override;
+  absl::Status Download(void* host_dst, const void* device_src, int64_t bytes) override;
+  absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) override;
+  absl::Status Zero(void* device_dst, int64_t bytes) override;
 
  private:
-  friend class HipKernelBackend;
-  DeviceBuffer(void* data, int64_t bytes) : data_(data), bytes_(bytes) {}
-
-  void* data_ = nullptr;
-  int64_t bytes_ = 0;
+  HipKernelBackend* const backend_;
 };
 
 // The GPU backend: HIP kernels (kernels/hip/*.hip), GEMMs through the vendor BLAS shim, device
@@ -85,6 +79,7 @@ class HipKernelBackend final : public KernelBackend {
   ~HipKernelBackend() override;
 
   absl::string_view name() const override { return "hip-fp32"; }
+  DeviceMemory* memory() override { return &memory_; }
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                         int64_t n, float* y, int64_t ldy, bool accumulate) override;
@@ -114,9 +109,11 @@ class HipKernelBackend final : public KernelBackend {
   void Attention(const AttentionArgs& args) override;
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
 
-  // Device memory. Returns ResourceExhausted when the device is full, InvalidArgument for a
-  // negative size. A zero-byte buffer has a null pointer.
-  absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes);
+  // A zero-filled buffer of device memory (memory()). Returns ResourceExhausted when the device
+  // is full, InvalidArgument for a negative size. A zero-byte buffer has a null pointer.
+  absl::StatusOr<DeviceBuffer> Allocate(int64_t bytes) {
+    return DeviceBuffer::Allocate(&memory_, bytes);
+  }
   // Copies `bytes` from host memory to device memory (or back) and waits for the copy.
   absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes);
   absl::Status Download(void* host_dst, const void* device_src, int64_t bytes);
@@ -142,7 +139,11 @@ class HipKernelBackend final : public KernelBackend {
       uintptr_t host, int64_t bytes, absl::Span<const uintptr_t> boundaries);
 
  private:
+  friend class HipDeviceMemory;
   HipKernelBackend(const HipKernelBackendOptions& options, int max_shared_bytes);
+
+  // hipMalloc of `bytes` (> 0), zero-filled.
+  absl::StatusOr<void*> AllocateDevice(int64_t bytes);
 
   // Makes the device current; false when an earlier error stopped the backend.
   bool Enter();
@@ -164,8 +165,9 @@ class HipKernelBackend final : public KernelBackend {
   hipStream_t compute_ = nullptr;
   hipStream_t transfer_ = nullptr;
   std::unique_ptr<GpuBlas> blas_;
-  DeviceBuffer workspace_;
-  absl::Status error_;  // First error; once set, operations are no-ops.
+  HipDeviceMemory memory_{this};
+  DeviceBuffer workspace_;  // From memory_; declared after it, so freed before it goes.
+  absl::Status error_;      // First error; once set, operations are no-ops.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

@@ -47,11 +47,11 @@ absl::StatusOr<std::unique_ptr<InferServer>> InferServer::Start(const InferServe
   mo.threads = 2;
   mo.context_tokens = o.context_tokens;
   ASSIGN_OR_RETURN(server->model_, ServedModel::Load(mo));
-  HostKvMemoryOptions ko;
+  SlotKvMemoryOptions ko;
   ko.slots = o.slots;
   ko.max_rows = o.context_tokens;
   ASSIGN_OR_RETURN(server->memory_,
-                   HostKvMemory::Create(server->model_->model()->state_layout(), ko));
+                   SlotKvMemory::Create(server->model_->model()->state_layout(), ko));
   InferServer* raw = server.get();
   if (o.make_cache) {
     server->cache_ = o.make_cache(*server->model_, [raw] {
@@ -132,11 +132,11 @@ absl::StatusOr<ReferenceRun> RunReference(const std::string& model_dir,
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(model_dir, backend.get(), lo));
   int64_t total = 0;
   for (const auto& p : passes) total += static_cast<int64_t>(p.size());
-  HostKvMemoryOptions ko;
+  SlotKvMemoryOptions ko;
   ko.slots = 1;
   ko.max_rows = total + max_tokens + 1;
-  ASSIGN_OR_RETURN(std::unique_ptr<HostKvMemory> memory,
-                   HostKvMemory::Create(model->state_layout(), ko));
+  ASSIGN_OR_RETURN(std::unique_ptr<SlotKvMemory> memory,
+                   SlotKvMemory::Create(model->state_layout(), ko));
   std::vector<float> logits;
   std::vector<int32_t> all;
   for (const auto& p : passes) {

@@ -18,7 +18,7 @@
 #include "common/grpc/server_runner.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/state_cache.h"
 
@@ -61,7 +61,7 @@ class InferServer {
   InferServer() : pool_(4) {}
   ThreadPool pool_;
   std::unique_ptr<ServedModel> model_;
-  std::unique_ptr<HostKvMemory> memory_;
+  std::unique_ptr<SlotKvMemory> memory_;
   std::unique_ptr<StateCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<InferServiceImpl> service_;

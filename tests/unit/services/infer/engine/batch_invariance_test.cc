@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
 
@@ -34,7 +34,7 @@ TEST_P(BatchInvarianceTest, BatchedDecodeEqualsDecodingAlone) {
   ASSERT_TRUE(model.ok()) << model.status();
   const int64_t vocab = (*model)->info().vocab_size;
   auto run = [&](bool batched) {
-    auto memory = HostKvMemory::Create((*model)->state_layout(), {kSlots, 512});
+    auto memory = SlotKvMemory::Create((*model)->state_layout(), {kSlots, 512});
     EXPECT_TRUE(memory.ok());
     std::vector<std::vector<std::vector<float>>> steps(kSlots);
     std::vector<int32_t> next(kSlots);
@@ -85,7 +85,7 @@ TEST_P(BatchInvarianceTest, MixedPrefillAndDecodeBatchEqualsAlone) {
   const std::vector<int32_t> a = testing::RandomTokens(50, vocab, 1);
   const std::vector<int32_t> b = testing::RandomTokens(70, vocab, 2);
   const int32_t one = 7;
-  auto memory = HostKvMemory::Create((*model)->state_layout(), {4, 256});
+  auto memory = SlotKvMemory::Create((*model)->state_layout(), {4, 256});
   ASSERT_TRUE(memory.ok());
   ASSERT_TRUE((*model)->Forward((*memory)->slot(0), a, {}).ok());
   ASSERT_TRUE((*model)->Forward((*memory)->slot(2), a, {}).ok());
@@ -105,7 +105,7 @@ TEST_P(BatchInvarianceTest, BadBatchesChangeNoSlot) {
   auto backend = testing::TestBackend();
   absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  auto memory = HostKvMemory::Create((*model)->state_layout(), {2, 64});
+  auto memory = SlotKvMemory::Create((*model)->state_layout(), {2, 64});
   ASSERT_TRUE(memory.ok());
   const int32_t ok_token = 3;
   const int32_t bad_token = static_cast<int32_t>((*model)->info().vocab_size);

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/models/model_loader.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
 
@@ -34,7 +34,7 @@ class PassInvarianceTest : public ::testing::TestWithParam<std::string> {
   // pass's last logits and every decode step's logits.
   std::vector<std::vector<float>> Run(Model& model, const std::vector<int32_t>& tokens,
                                       const std::vector<int64_t>& sizes, int decode) {
-    auto memory = HostKvMemory::Create(model.state_layout(), {1, 1024});
+    auto memory = SlotKvMemory::Create(model.state_layout(), {1, 1024});
     EXPECT_TRUE(memory.ok());
     std::vector<std::vector<float>> out;
     size_t at = 0;

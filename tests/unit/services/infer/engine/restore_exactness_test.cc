@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
 
@@ -111,8 +111,8 @@ class RestoreExactnessTest : public ::testing::TestWithParam<std::string> {
     absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), backend_.get());
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
-    absl::StatusOr<std::unique_ptr<HostKvMemory>> memory =
-        HostKvMemory::Create(model_->state_layout(), {.slots = 3, .max_rows = kPromptTokens});
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+        SlotKvMemory::Create(model_->state_layout(), {.slots = 3, .max_rows = kPromptTokens});
     ASSERT_TRUE(memory.ok()) << memory.status();
     memory_ = *std::move(memory);
     tokens_ = testing::RandomTokens(kPromptTokens, model_->info().vocab_size, 21);
@@ -127,7 +127,7 @@ class RestoreExactnessTest : public ::testing::TestWithParam<std::string> {
 
   std::unique_ptr<CpuKernelBackend> backend_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<HostKvMemory> memory_;
+  std::unique_ptr<SlotKvMemory> memory_;
   std::vector<int32_t> tokens_;
 };
 

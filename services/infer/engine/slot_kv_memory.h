@@ -1,5 +1,5 @@
-#ifndef CAIRN_SERVICES_INFER_ENGINE_HOST_KV_MEMORY_H_
-#define CAIRN_SERVICES_INFER_ENGINE_HOST_KV_MEMORY_H_
+#ifndef CAIRN_SERVICES_INFER_ENGINE_SLOT_KV_MEMORY_H_
+#define CAIRN_SERVICES_INFER_ENGINE_SLOT_KV_MEMORY_H_
 
 #include <cstdint>
 #include <memory>
@@ -10,18 +10,22 @@
 
 namespace cairn::infer {
 
-struct HostKvMemoryOptions {
+struct SlotKvMemoryOptions {
   int slots = 1;            // --sessions
   int64_t max_rows = 4096;  // Rows per slot (the context limit).
+  // Where the slots' buffers live: the kernel backend's memory (KernelBackend::memory()).
+  DeviceMemory* memory = HostDeviceMemory();
 };
 
-// KvMemory over slot buffers in host memory (the CPU backend's).
+// KvMemory over SlotStates whose buffers live in a kernel backend's memory (host memory for the
+// CPU backend, device memory for the GPU one). Bytes cross to and from the host (the cache's
+// arena) through the memory's Upload / Download only.
 // Thread-compatible.
-class HostKvMemory final : public KvMemory {
+class SlotKvMemory final : public KvMemory {
  public:
   // InvalidArgument for fewer than one slot or row, or an empty component.
-  static absl::StatusOr<std::unique_ptr<HostKvMemory>> Create(const StateLayout& layout,
-                                                              const HostKvMemoryOptions& options);
+  static absl::StatusOr<std::unique_ptr<SlotKvMemory>> Create(const StateLayout& layout,
+                                                              const SlotKvMemoryOptions& options);
 
   const StateLayout& layout() const override { return layout_; }
   int num_slots() const override { return static_cast<int>(slots_.size()); }
@@ -39,7 +43,7 @@ class HostKvMemory final : public KvMemory {
   void SetOverwriteHook(OverwriteHook hook) override;
 
  private:
-  HostKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots);
+  SlotKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots);
   absl::StatusOr<SlotState*> CheckedSlot(int slot);
   absl::Status CheckRowsComponent(int component) const;
 
@@ -50,4 +54,4 @@ class HostKvMemory final : public KvMemory {
 
 }  // namespace cairn::infer
 
-#endif  // CAIRN_SERVICES_INFER_ENGINE_HOST_KV_MEMORY_H_
+#endif  // CAIRN_SERVICES_INFER_ENGINE_SLOT_KV_MEMORY_H_

@@ -1,6 +1,5 @@
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,23 +7,24 @@
 
 namespace cairn::infer {
 
-absl::StatusOr<std::unique_ptr<HostKvMemory>> HostKvMemory::Create(
-    const StateLayout& layout, const HostKvMemoryOptions& options) {
+absl::StatusOr<std::unique_ptr<SlotKvMemory>> SlotKvMemory::Create(
+    const StateLayout& layout, const SlotKvMemoryOptions& options) {
   if (options.slots < 1) return absl::InvalidArgumentError("kv memory needs at least one slot");
   std::vector<std::unique_ptr<SlotState>> slots;
   for (int i = 0; i < options.slots; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<SlotState> s, SlotState::Create(layout, options.max_rows));
+    ASSIGN_OR_RETURN(std::unique_ptr<SlotState> s,
+                     SlotState::Create(layout, options.max_rows, options.memory));
     slots.push_back(std::move(s));
   }
-  auto memory = std::unique_ptr<HostKvMemory>(new HostKvMemory(layout, std::move(slots)));
+  auto memory = std::unique_ptr<SlotKvMemory>(new SlotKvMemory(layout, std::move(slots)));
   memory->SetOverwriteHook(nullptr);
   return memory;
 }
 
-HostKvMemory::HostKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots)
+SlotKvMemory::SlotKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots)
     : layout_(std::move(layout)), slots_(std::move(slots)) {}
 
-void HostKvMemory::SetOverwriteHook(OverwriteHook hook) {
+void SlotKvMemory::SetOverwriteHook(OverwriteHook hook) {
   hook_ = std::move(hook);
   for (int i = 0; i < num_slots(); ++i) {
     slots_[i]->set_overwrite_hook([this, i](int64_t first_row) {
@@ -33,14 +33,14 @@ void HostKvMemory::SetOverwriteHook(OverwriteHook hook) {
   }
 }
 
-absl::StatusOr<SlotState*> HostKvMemory::CheckedSlot(int slot) {
+absl::StatusOr<SlotState*> SlotKvMemory::CheckedSlot(int slot) {
   if (slot < 0 || slot >= num_slots()) {
     return absl::InvalidArgumentError(absl::StrCat("no slot ", slot));
   }
   return slots_[slot].get();
 }
 
-absl::Status HostKvMemory::CheckRowsComponent(int component) const {
+absl::Status SlotKvMemory::CheckRowsComponent(int component) const {
   if (component < 0 || component >= static_cast<int>(layout_.components.size()) ||
       layout_.components[component].kind != ComponentKind::kRows) {
     return absl::InvalidArgumentError(absl::StrCat("component ", component, " is not rows"));
@@ -48,7 +48,7 @@ absl::Status HostKvMemory::CheckRowsComponent(int component) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> HostKvMemory::CapturePrivateState(int slot, absl::Span<uint8_t> out) {
+absl::StatusOr<int64_t> SlotKvMemory::CapturePrivateState(int slot, absl::Span<uint8_t> out) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   if (!s->runnable()) return absl::FailedPreconditionError("capture from a slot being restored");
   if (static_cast<int64_t>(out.size()) != layout_.private_bytes()) {
@@ -59,13 +59,13 @@ absl::StatusOr<int64_t> HostKvMemory::CapturePrivateState(int slot, absl::Span<u
   for (int c = 0; c < s->num_components(); ++c) {
     const StateComponent& comp = layout_.components[c];
     if (comp.kind != ComponentKind::kPrivate) continue;
-    std::memcpy(out.data() + offset, s->data(c), comp.bytes());
+    RETURN_IF_ERROR(s->memory()->Download(out.data() + offset, s->data(c), comp.bytes()));
     offset += comp.bytes();
   }
   return s->position();
 }
 
-absl::Status HostKvMemory::LoadPrivateState(int slot, int64_t position,
+absl::Status SlotKvMemory::LoadPrivateState(int slot, int64_t position,
                                             absl::Span<const uint8_t> in) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   if (s->runnable()) return absl::FailedPreconditionError("load private state outside a restore");
@@ -77,14 +77,14 @@ absl::Status HostKvMemory::LoadPrivateState(int slot, int64_t position,
   for (int c = 0; c < s->num_components(); ++c) {
     const StateComponent& comp = layout_.components[c];
     if (comp.kind != ComponentKind::kPrivate) continue;
-    std::memcpy(s->data(c), in.data() + offset, comp.bytes());
+    RETURN_IF_ERROR(s->memory()->Upload(s->data(c), in.data() + offset, comp.bytes()));
     offset += comp.bytes();
     s->SetComponentPosition(c, position);
   }
   return absl::OkStatus();
 }
 
-absl::Status HostKvMemory::CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
+absl::Status SlotKvMemory::CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
                                        absl::Span<uint8_t> out) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   RETURN_IF_ERROR(CheckRowsComponent(component));
@@ -97,13 +97,12 @@ absl::Status HostKvMemory::CopyRowsOut(int slot, int component, int64_t first_ro
   if (static_cast<int64_t>(out.size()) != count * row_bytes) {
     return absl::InvalidArgumentError("row buffer size does not match the row count");
   }
-  std::memcpy(out.data(),
-              reinterpret_cast<const uint8_t*>(s->data(component)) + first_row * row_bytes,
-              count * row_bytes);
-  return absl::OkStatus();
+  return s->memory()->Download(
+      out.data(), reinterpret_cast<const uint8_t*>(s->data(component)) + first_row * row_bytes,
+      count * row_bytes);
 }
 
-absl::Status HostKvMemory::CopyRowsIn(int slot, int component, int64_t first_row,
+absl::Status SlotKvMemory::CopyRowsIn(int slot, int component, int64_t first_row,
                                       absl::Span<const uint8_t> in) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   RETURN_IF_ERROR(CheckRowsComponent(component));
@@ -120,13 +119,14 @@ absl::Status HostKvMemory::CopyRowsIn(int slot, int component, int64_t first_row
   }
   if (s->runnable()) return absl::FailedPreconditionError("copy rows in outside a restore");
   s->BeforeRowsOverwritten(first_row);
-  std::memcpy(reinterpret_cast<uint8_t*>(s->data(component)) + first_row * row_bytes, in.data(),
-              in.size());
+  RETURN_IF_ERROR(
+      s->memory()->Upload(reinterpret_cast<uint8_t*>(s->data(component)) + first_row * row_bytes,
+                          in.data(), static_cast<int64_t>(in.size())));
   s->SetComponentPosition(component, first_row + count);
   return absl::OkStatus();
 }
 
-absl::Status HostKvMemory::BeginRestore(int slot, int64_t keep_rows) {
+absl::Status SlotKvMemory::BeginRestore(int slot, int64_t keep_rows) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   if (keep_rows < 0 || keep_rows > 0) {
     for (int c = 0; c < s->num_components(); ++c) {
@@ -142,15 +142,14 @@ absl::Status HostKvMemory::BeginRestore(int slot, int64_t keep_rows) {
   return absl::OkStatus();
 }
 
-absl::Status HostKvMemory::Validate(int slot, int64_t position) {
+absl::Status SlotKvMemory::Validate(int slot, int64_t position) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   return s->Validate(position);
 }
 
-absl::Status HostKvMemory::Reset(int slot) {
+absl::Status SlotKvMemory::Reset(int slot) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
-  s->Reset();
-  return absl::OkStatus();
+  return s->Reset();
 }
 
 }  // namespace cairn::infer

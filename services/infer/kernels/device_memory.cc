@@ -1,0 +1,96 @@
+#include "services/infer/kernels/device_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace cairn::infer {
+namespace {
+
+constexpr size_t kHostAlignment = 64;  // A cache line; what the CPU kernels' vectors need.
+
+absl::Status CheckBytes(int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("copy of ", bytes, " bytes"));
+  return absl::OkStatus();
+}
+
+// Host memory: aligned_alloc and memcpy.
+class HostMemory final : public DeviceMemory {
+ public:
+  const char* name() const override { return "host"; }
+  bool host_visible() const override { return true; }
+
+  absl::StatusOr<void*> Allocate(int64_t bytes) override {
+    if (bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("allocation of ", bytes, " bytes"));
+    }
+    if (bytes == 0) return nullptr;
+    const size_t rounded =
+        (static_cast<size_t>(bytes) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    void* p = std::aligned_alloc(kHostAlignment, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes"));
+    }
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void Free(void* device) override { std::free(device); }
+
+  absl::Status Upload(void* dst, const void* src, int64_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status Download(void* dst, const void* src, int64_t bytes) override {
+    return Copy(dst, src, bytes);
+  }
+  absl::Status Copy(void* dst, const void* src, int64_t bytes) override {
+    if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+    if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status Zero(void* dst, int64_t bytes) override {
+    if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+    if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+DeviceMemory* HostDeviceMemory() {
+  static HostMemory* const memory = new HostMemory();
+  return memory;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, int64_t bytes) {
+  absl::StatusOr<void*> data = memory->Allocate(bytes);
+  if (!data.ok()) return data.status();
+  DeviceBuffer buffer;
+  if (bytes == 0) return buffer;
+  buffer.memory_ = memory;
+  buffer.data_ = *data;
+  buffer.size_ = bytes;
+  return buffer;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    memory_ = other.memory_;
+    data_ = other.data_;
+    size_ = other.size_;
+    other.memory_ = nullptr;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::Reset() {
+  if (memory_ != nullptr) memory_->Free(data_);
+  memory_ = nullptr;
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace cairn::infer

@@ -1,0 +1,79 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_DEVICE_MEMORY_H_
+#define CAIRN_SERVICES_INFER_KERNELS_DEVICE_MEMORY_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cairn::infer {
+
+// The memory of a kernel backend's device: where slot state (and, as backends grow, weights
+// and workspaces) live. The engine holds pointers into it that it passes to the backend's
+// operations and never dereferences itself unless host_visible(); bytes cross between the host
+// and the device only through Upload and Download.
+//
+// Host memory (HostDeviceMemory(), the CPU backend's) is the reference implementation; the HIP
+// backend implements the same interface over device allocations and its copy engine.
+//
+// Thread-safety: implementations are thread-safe for Allocate/Free; copies to or from one
+// allocation must not race with kernels or other copies touching the same bytes (the scheduler
+// thread owns the slots, so in practice one thread issues them all).
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+
+  // A short name, e.g. "host" or "hip".
+  virtual const char* name() const = 0;
+  // True when device pointers are ordinary host pointers the caller may read and write.
+  virtual bool host_visible() const = 0;
+
+  // `bytes` of zero-filled memory aligned to at least 64 bytes (nullptr for 0 bytes).
+  // ResourceExhausted when the device has no room, InvalidArgument for bytes < 0.
+  virtual absl::StatusOr<void*> Allocate(int64_t bytes) = 0;
+  // Frees memory from Allocate (nullptr is ignored).
+  virtual void Free(void* device) = 0;
+
+  // Host -> device, device -> host and device -> device copies of `bytes`. They are complete
+  // (the source may be reused, the destination read) when the call returns.
+  virtual absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes) = 0;
+  virtual absl::Status Download(void* host_dst, const void* device_src, int64_t bytes) = 0;
+  virtual absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) = 0;
+  // Sets `bytes` of device memory to zero.
+  virtual absl::Status Zero(void* device_dst, int64_t bytes) = 0;
+};
+
+// The process's host memory as a DeviceMemory (a static object, never destroyed).
+DeviceMemory* HostDeviceMemory();
+
+// One allocation of a DeviceMemory, freed when the buffer is destroyed or Reset. It must not
+// outlive its memory. Thread-compatible; movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // An empty buffer (null data) for 0 bytes.
+  static absl::StatusOr<DeviceBuffer> Allocate(DeviceMemory* memory, int64_t bytes);
+
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = static_cast<DeviceBuffer&&>(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+
+  void* data() const { return data_; }
+  float* floats() const { return static_cast<float*>(data_); }
+  int64_t size() const { return size_; }
+  DeviceMemory* memory() const { return memory_; }
+
+  // Frees the allocation now (the device must be done with it); the buffer becomes empty.
+  void Reset();
+
+ private:
+  DeviceMemory* memory_ = nullptr;
+  void* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_DEVICE_MEMORY_H_

@@ -1,0 +1,90 @@
+// Slot state in GPU memory: the engine's SlotKvMemory over the HIP backend's DeviceMemory. Rows
+// and private state written on the device come back through KvMemory's copies byte for byte, a
+// restore into another slot reproduces them, and Reset zeroes the private state on the device.
+// Skips without a device.
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/infer/engine/slot_kv_memory.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer {
+namespace {
+
+StateLayout Layout() {
+  StateLayout layout;
+  layout.components.push_back({"layers.3.k", ComponentKind::kRows, 3, 96});
+  layout.components.push_back({"layers.3.v", ComponentKind::kRows, 3, 96});
+  layout.components.push_back({"layers.0.recurrent", ComponentKind::kPrivate, 0, 4096});
+  return layout;
+}
+
+TEST(HipSlotMemoryTest, SlotsLiveOnTheDeviceAndRoundTripThroughKvMemory) {
+  if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  DeviceMemory* device = (*gpu)->memory();
+  EXPECT_FALSE(device->host_visible());
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+      SlotKvMemory::Create(Layout(), {.slots = 2, .max_rows = 300, .memory = device});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+
+  // A forward pass of 257 tokens as kernels would leave it: rows and state written on the device.
+  constexpr int64_t kTokens = 257;
+  SlotState* s = (*kv)->slot(0);
+  CAIRN_ASSERT_OK(s->PrepareAppend(kTokens));
+  std::vector<float> k(kTokens * 96), v(kTokens * 96), state(4096);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < v.size(); ++i) v[i] = -static_cast<float>(i);
+  for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<float>(i % 97) - 3.0f;
+  CAIRN_ASSERT_OK(device->Upload(s->data(0), k.data(), k.size() * sizeof(float)));
+  CAIRN_ASSERT_OK(device->Upload(s->data(1), v.data(), v.size() * sizeof(float)));
+  CAIRN_ASSERT_OK(device->Upload(s->data(2), state.data(), state.size() * sizeof(float)));
+  s->CommitAppend(kTokens);
+
+  // Capture as the cache client does, restore into slot 1, empty slot 0.
+  std::vector<uint8_t> k_rows(k.size() * 4), v_rows(v.size() * 4), priv(state.size() * 4);
+  CAIRN_ASSERT_OK((*kv)->CopyRowsOut(0, 0, 0, kTokens, absl::MakeSpan(k_rows)));
+  CAIRN_ASSERT_OK((*kv)->CopyRowsOut(0, 1, 0, kTokens, absl::MakeSpan(v_rows)));
+  ASSERT_TRUE((*kv)->CapturePrivateState(0, absl::MakeSpan(priv)).ok());
+  EXPECT_EQ(std::memcmp(k_rows.data(), k.data(), k_rows.size()), 0);
+  EXPECT_EQ(std::memcmp(priv.data(), state.data(), priv.size()), 0);
+
+  CAIRN_ASSERT_OK((*kv)->BeginRestore(1));
+  CAIRN_ASSERT_OK((*kv)->CopyRowsIn(1, 0, 0, k_rows));
+  CAIRN_ASSERT_OK((*kv)->CopyRowsIn(1, 1, 0, v_rows));
+  CAIRN_ASSERT_OK((*kv)->LoadPrivateState(1, kTokens, priv));
+  CAIRN_ASSERT_OK((*kv)->Validate(1, kTokens));
+  CAIRN_ASSERT_OK((*kv)->Reset(0));
+
+  std::vector<float> v1(v.size()), state1(state.size()), state0(state.size(), 1.0f);
+  CAIRN_ASSERT_OK(device->Download(v1.data(), (*kv)->slot(1)->data(1), v1.size() * 4));
+  CAIRN_ASSERT_OK(device->Download(state1.data(), (*kv)->slot(1)->data(2), state1.size() * 4));
+  CAIRN_ASSERT_OK(device->Download(state0.data(), (*kv)->slot(0)->data(2), state0.size() * 4));
+  EXPECT_EQ(v1, v);
+  EXPECT_EQ(state1, state);
+  EXPECT_EQ(state0, std::vector<float>(state.size(), 0.0f));
+}
+
+TEST(HipSlotMemoryTest, AllocationsAreZeroedAndTooLargeOnesAreResourceExhausted) {
+  if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate((*gpu)->memory(), 1 << 20);
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::vector<float> host(1 << 18, 1.0f);
+  CAIRN_ASSERT_OK((*gpu)->memory()->Download(host.data(), b->data(), 1 << 20));
+  EXPECT_EQ(host, std::vector<float>(host.size(), 0.0f));
+  EXPECT_EQ(DeviceBuffer::Allocate((*gpu)->memory(), int64_t{1} << 50).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // The failed allocation is not sticky.
+  CAIRN_EXPECT_OK((*gpu)->Synchronize());
+}
+
+}  // namespace
+}  // namespace cairn::infer
