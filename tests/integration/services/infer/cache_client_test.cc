@@ -1,0 +1,276 @@
+// The cache daemon's real client, GrpcStateCache, against an in-process cache daemon, driven the
+// way the scheduler drives it but without a model: a "forward pass" writes rows and private
+// state that are a pure function of the token prefix, so every restore can be checked byte for
+// byte. Covers the protocol paths the end-to-end tests reach only by chance: a restore that waits
+// for another slot's borrowed rows, preservation before a slot is overwritten, idle spills in
+// the background, and a restarted cache daemon whose old checkpoint ids are never used.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/infer/cache_client/grpc_state_cache.h"
+#include "services/infer/engine/slot_kv_memory.h"
+#include "tests/integration/services/cache/fake_infer.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer {
+namespace {
+
+constexpr int kSlots = 2;
+constexpr int64_t kMaxRows = 2048;
+constexpr int64_t kRowFloats = 16;
+constexpr int64_t kPrivateFloats = 1024;
+
+StateLayout Layout() {
+  StateLayout layout;
+  layout.components.push_back({"layers.1.k", ComponentKind::kRows, 1, kRowFloats});
+  layout.components.push_back({"layers.0.recurrent", ComponentKind::kPrivate, 0, kPrivateFloats});
+  return layout;
+}
+
+uint64_t Mix(uint64_t h, int32_t token) {
+  h ^= static_cast<uint64_t>(static_cast<uint32_t>(token)) + 0x9e3779b97f4a7c15ull + (h << 6) +
+       (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+// The row a forward pass leaves for the token at `r` given the prefix hash through it.
+std::vector<float> Row(uint64_t h) {
+  std::vector<float> row(kRowFloats);
+  for (int64_t i = 0; i < kRowFloats; ++i) row[i] = static_cast<float>((h >> (i * 4)) & 0xffff);
+  return row;
+}
+
+// The private state after a prefix whose hash is `h`.
+std::vector<float> Private(uint64_t h) {
+  std::vector<float> p(kPrivateFloats);
+  for (int64_t i = 0; i < kPrivateFloats; ++i) {
+    p[i] = static_cast<float>((h ^ (static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull)) & 0xffffff);
+  }
+  return p;
+}
+
+std::vector<int32_t> Tokens(int32_t seed, int64_t n) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((seed * 7919 + i * 104729) % 50000);
+  return t;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Plays the scheduler over slots in host memory and the real cache client.
+class Driver {
+ public:
+  explicit Driver(const std::string& address) {
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+        SlotKvMemory::Create(Layout(), {.slots = kSlots, .max_rows = kMaxRows});
+    EXPECT_TRUE(kv.ok()) << kv.status();
+    kv_ = *std::move(kv);
+    GrpcStateCacheOptions o;
+    o.address = address;
+    o.instance_name = "cache-client-test";
+    o.slots = kSlots;
+    o.model_name = "driver";
+    o.identity.set_digest("cache-client-test-model");
+    o.layout = Layout();
+    o.rpc_timeout = absl::Seconds(10);
+    o.reconnect_min = absl::Milliseconds(20);
+    o.reconnect_max = absl::Milliseconds(200);
+    cache_ = std::make_unique<GrpcStateCache>(o, [] {});
+    tokens_.resize(kSlots);
+  }
+  ~Driver() { cache_->Shutdown(); }
+
+  GrpcStateCache& cache() { return *cache_; }
+  SlotKvMemory& kv() { return *kv_; }
+
+  // A cold start of `slot` for `conversation`, then a prefill of `prompt` that captures at its
+  // end (as the scheduler does for the prompt-end capture).
+  void PrefillAndCapture(int slot, const std::string& conversation,
+                         const std::vector<int32_t>& prompt) {
+    CAIRN_ASSERT_OK(cache_->StartSlot(slot, /*cold=*/true, conversation, kv_.get()));
+    CAIRN_ASSERT_OK(kv_->Reset(slot));
+    tokens_[slot].clear();
+    Append(slot, prompt);
+    CAIRN_ASSERT_OK(cache_->UpdateFrontier(slot, prompt, 0));
+    CAIRN_ASSERT_OK(cache_->Capture(slot, static_cast<int64_t>(prompt.size()),
+                                    CapturePointKind::kEnd, conversation, 0, kv_.get()));
+  }
+
+  // Writes the rows and private state a forward pass over `tokens` would leave in `slot`.
+  void Append(int slot, const std::vector<int32_t>& tokens) {
+    SlotState* s = kv_->slot(slot);
+    CAIRN_ASSERT_OK(s->PrepareAppend(static_cast<int64_t>(tokens.size())));
+    uint64_t h = Hash(tokens_[slot]);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      h = Mix(h, tokens[i]);
+      const std::vector<float> row = Row(h);
+      const int64_t r = s->position() + static_cast<int64_t>(i);
+      CAIRN_ASSERT_OK(s->memory()->Upload(s->data(0) + r * kRowFloats, row.data(), kRowFloats * 4));
+    }
+    const std::vector<float> p = Private(h);
+    CAIRN_ASSERT_OK(s->memory()->Upload(s->data(1), p.data(), kPrivateFloats * 4));
+    s->CommitAppend(static_cast<int64_t>(tokens.size()));
+    tokens_[slot].insert(tokens_[slot].end(), tokens.begin(), tokens.end());
+  }
+
+  // Checks that `slot` holds exactly the state of `prefix`.
+  void ExpectHolds(int slot, const std::vector<int32_t>& prefix) {
+    SlotState* s = kv_->slot(slot);
+    ASSERT_TRUE(s->runnable());
+    ASSERT_EQ(s->position(), static_cast<int64_t>(prefix.size()));
+    std::vector<uint8_t> rows(prefix.size() * kRowFloats * 4);
+    CAIRN_ASSERT_OK(
+        kv_->CopyRowsOut(slot, 0, 0, static_cast<int64_t>(prefix.size()), absl::MakeSpan(rows)));
+    const float* got = reinterpret_cast<const float*>(rows.data());
+    uint64_t h = 0;
+    for (size_t r = 0; r < prefix.size(); ++r) {
+      h = Mix(h, prefix[r]);
+      const std::vector<float> want = Row(h);
+      ASSERT_EQ(std::vector<float>(got + r * kRowFloats, got + (r + 1) * kRowFloats), want)
+          << "row " << r;
+    }
+    std::vector<uint8_t> priv(kPrivateFloats * 4);
+    ASSERT_TRUE(kv_->CapturePrivateState(slot, absl::MakeSpan(priv)).ok());
+    const float* p = reinterpret_cast<const float*>(priv.data());
+    EXPECT_EQ(std::vector<float>(p, p + kPrivateFloats), Private(h));
+  }
+
+  // The deepest RAM candidate the cache offers for `prompt`, or 0.
+  uint64_t RamCandidate(const std::vector<int32_t>& prompt, int64_t* depth) {
+    absl::StatusOr<StatePlan> plan = cache_->Lookup(prompt, 0, "lookup");
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return 0;
+    for (const StateCandidate& c : plan->candidates) {
+      if (c.tier == StateTier::kRam) {
+        *depth = c.depth;
+        return c.checkpoint_id;
+      }
+    }
+    return 0;
+  }
+
+  void Forget(int slot) { tokens_[slot].clear(); }
+
+ private:
+  static uint64_t Hash(const std::vector<int32_t>& tokens) {
+    uint64_t h = 0;
+    for (int32_t t : tokens) h = Mix(h, t);
+    return h;
+  }
+
+  std::unique_ptr<SlotKvMemory> kv_;
+  std::unique_ptr<GrpcStateCache> cache_;
+  std::vector<std::vector<int32_t>> tokens_;
+};
+
+class CacheClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<cache::testing::Server>(32 << 20);
+    driver_ = std::make_unique<Driver>(server_->address());
+    ASSERT_TRUE(driver_->cache().WaitConnected(absl::Seconds(10)));
+  }
+
+  std::unique_ptr<cache::testing::Server> server_;
+  std::unique_ptr<Driver> driver_;
+};
+
+TEST_F(CacheClientTest, RestoreIntoAnotherSlotWaitsForTheBorrowedRows) {
+  // 600 tokens: two full chunks stay borrowed in slot 0, which keeps working (not idle).
+  const std::vector<int32_t> a = Tokens(1, 600);
+  driver_->PrefillAndCapture(0, "a", a);
+  int64_t depth = 0;
+  const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(2, 10)), &depth);
+  ASSERT_NE(id, 0u);
+  EXPECT_EQ(depth, 600);
+
+  // The lease is ready only after this client spilled slot 0's rows, which Restore does itself.
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->depth, 600);
+  driver_->ExpectHolds(1, a);
+  driver_->ExpectHolds(0, a);  // The spill copied; slot 0 is unchanged.
+}
+
+TEST_F(CacheClientTest, ABorrowedCheckpointSurvivesItsSlotBeingOverwritten) {
+  const std::vector<int32_t> a = Tokens(3, 700);
+  driver_->PrefillAndCapture(0, "a", a);
+  // Conversation b takes slot 0: StartSlot preserves a's borrowed rows before they change.
+  driver_->PrefillAndCapture(0, "b", Tokens(4, 900));
+  driver_->ExpectHolds(0, Tokens(4, 900));
+
+  int64_t depth = 0;
+  const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(5, 10)), &depth);
+  ASSERT_NE(id, 0u);
+  EXPECT_EQ(depth, 700);
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  ASSERT_TRUE(r.ok()) << r.status();
+  driver_->ExpectHolds(1, a);
+}
+
+TEST_F(CacheClientTest, IdleSpillsRunInTheBackgroundAndThenTheSlotIsNotNeeded) {
+  const std::vector<int32_t> a = Tokens(6, 1000);
+  driver_->PrefillAndCapture(0, "a", a);
+  driver_->cache().SlotIdle(0);
+  // The cache asks for the idle slot's borrowed rows; the scheduler's idle loop does them.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!driver_->cache().HasBackgroundWork() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(driver_->cache().HasBackgroundWork()) << "no idle spill was asked for";
+  while (driver_->cache().RunBackgroundWork(&driver_->kv(), absl::Milliseconds(50))) {
+  }
+
+  // Scribble over slot 0's rows behind the cache's back: if any chunk were still borrowed, the
+  // restore below would copy these zeros and fail the check.
+  SlotState* s0 = driver_->kv().slot(0);
+  const std::vector<float> zeros(a.size() * kRowFloats, 0.0f);
+  CAIRN_ASSERT_OK(s0->memory()->Upload(s0->data(0), zeros.data(), zeros.size() * 4));
+
+  int64_t depth = 0;
+  const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(7, 3)), &depth);
+  ASSERT_NE(id, 0u);
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  ASSERT_TRUE(r.ok()) << r.status();
+  driver_->ExpectHolds(1, a);
+}
+
+TEST_F(CacheClientTest, ARestartedCacheNeverSeesAnOldCheckpointId) {
+  const std::vector<int32_t> a = Tokens(8, 600);
+  driver_->PrefillAndCapture(0, "a", a);
+  int64_t depth = 0;
+  const uint64_t old_id = driver_->RamCandidate(Concat(a, Tokens(9, 4)), &depth);
+  ASSERT_NE(old_id, 0u);
+  const uint64_t generation = driver_->cache().generation();
+
+  server_.reset();  // The cache daemon goes away (no disk tier: its RAM is gone with it).
+  EXPECT_EQ(driver_->cache().Lookup(a, 0, "a").status().code(), absl::StatusCode::kUnavailable);
+  server_ = std::make_unique<cache::testing::Server>(32 << 20);  // Same address, new arena.
+  ASSERT_TRUE(driver_->cache().WaitConnected(absl::Seconds(10)));
+  EXPECT_NE(driver_->cache().generation(), generation);
+
+  // The new daemon knows nothing of the old id; the restore fails cleanly and empties the slot.
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(old_id, 1, "a", &driver_->kv());
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(driver_->kv().slot(1)->runnable());
+  EXPECT_EQ(driver_->kv().slot(1)->position(), 0);
+  driver_->Forget(1);
+
+  // And the new session works: capture and restore again.
+  driver_->PrefillAndCapture(0, "a", a);
+  const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(9, 4)), &depth);
+  ASSERT_NE(id, 0u);
+  absl::StatusOr<RestoreStats> again = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  ASSERT_TRUE(again.ok()) << again.status();
+  driver_->ExpectHolds(1, a);
+}
+
+}  // namespace
+}  // namespace cairn::infer
