@@ -123,17 +123,47 @@ std::string GenerateSink::TokenText(int32_t id) const {
   return t.ok() ? *t : "";
 }
 
+std::string GenerateSink::TokenBytes(int32_t id) const {
+  if (options_.tokenizer == nullptr) return "";
+  absl::StatusOr<std::string> t = options_.tokenizer->DecodeBytes(absl::MakeConstSpan(&id, 1));
+  return t.ok() ? *t : "";
+}
+
+int64_t GenerateSink::ReasoningTokens() const {
+  if (!options_.parse_output || !options_.parser.parse_reasoning) return 0;
+  const text::OutputParserOptions& p = options_.parser;
+  size_t begin = 0;
+  if (!p.starts_in_reasoning) {
+    begin = text_.find(p.think_open);
+    if (begin == std::string::npos) return 0;
+  }
+  const size_t close =
+      text_.find(p.think_close, p.starts_in_reasoning ? 0 : begin + p.think_open.size());
+  const size_t end = close == std::string::npos ? text_.size() : close + p.think_close.size();
+  // A token counts when its text overlaps [begin, end), or it added no text inside it (bytes of
+  // a character still being completed).
+  int64_t n = 0;
+  size_t start = 0;
+  for (size_t stop : token_text_ends_) {
+    if ((stop > begin && start < end) || (start == stop && start >= begin && start < end)) ++n;
+    start = stop;
+  }
+  return n;
+}
+
 bool GenerateSink::OnToken(const SampledToken& token) {
   std::vector<v1::TokenLogprob> logprobs;
   if (options_.logprobs > 0) {
     v1::TokenLogprob lp;
     lp.set_token_id(static_cast<uint32_t>(token.id));
     lp.set_text(TokenText(token.id));
+    lp.set_token_bytes(TokenBytes(token.id));
     lp.set_logprob(token.logprob);
     for (const auto& [id, value] : token.top) {
       v1::TokenLogprob::Alternative* alt = lp.add_top();
       alt->set_token_id(static_cast<uint32_t>(id));
       alt->set_text(TokenText(id));
+      alt->set_token_bytes(TokenBytes(id));
       alt->set_logprob(value);
     }
     logprobs.push_back(std::move(lp));
@@ -145,12 +175,17 @@ bool GenerateSink::OnToken(const SampledToken& token) {
   }
   absl::StatusOr<std::string> piece = decoder_->Push(token.id);
   if (piece.ok()) text_ += *piece;
-  // A stop string ends the output where it starts; search only where a new match can be.
+  token_text_ends_.push_back(text_.size());
+  // A stop string ends the output where it starts; search only where a new match can be. Of
+  // strings matching at the same place, the first given wins.
   const size_t from = emitted_ > max_stop_ ? emitted_ - max_stop_ : 0;
   size_t stop_at = std::string::npos;
   for (const std::string& s : options_.stop) {
     const size_t p = text_.find(s, from);
-    if (p != std::string::npos && p < stop_at) stop_at = p;
+    if (p != std::string::npos && p < stop_at) {
+      stop_at = p;
+      stop_sequence_ = s;
+    }
   }
   if (stop_at != std::string::npos) {
     stopped_ = true;
@@ -250,6 +285,8 @@ void GenerateSink::OnFinished(const absl::Status& status, const FinishInfo& info
   f->set_cached_tokens(static_cast<uint32_t>(info.cache.restored_depth));
   *f->mutable_cache() = ToProto(info.cache);
   f->set_decode_tokens_per_s(info.decode_tokens_per_s);
+  if (stopped_ && info.reason == FinishReason::kStop) f->set_stop_sequence(stop_sequence_);
+  f->set_reasoning_tokens(static_cast<uint32_t>(ReasoningTokens()));
   reactor_->Push(std::move(r));
   reactor_->Close(grpc::Status::OK);
 }

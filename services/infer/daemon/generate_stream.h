@@ -80,6 +80,9 @@ class GenerateSink final : public RequestSink {
   // `logprobs`.
   void Emit(size_t end, std::vector<uint32_t> ids, std::vector<v1::TokenLogprob> logprobs);
   std::string TokenText(int32_t id) const;
+  std::string TokenBytes(int32_t id) const;
+  // Generated tokens whose text lies in the reasoning block (see Finished.reasoning_tokens).
+  int64_t ReasoningTokens() const;
 
   GenerateReactor* const reactor_;
   const GenerateSinkOptions options_;
@@ -89,6 +92,9 @@ class GenerateSink final : public RequestSink {
   size_t emitted_ = 0;   // Bytes of text_ already sent.
   size_t max_stop_ = 0;  // Longest stop string.
   bool stopped_ = false;
+  std::string stop_sequence_;  // The stop string that ended the output.
+  // text_.size() after each generated token was decoded, in order.
+  std::vector<size_t> token_text_ends_;
   text::ParsedOutput parsed_;  // Accumulated, for Finished.
   int tool_calls_ = 0;
 };

@@ -311,6 +311,58 @@ TEST_F(InferDaemonTextTest, StopStringEndsTheOutputBeforeIt) {
   ASSERT_TRUE(cut.status.ok()) << cut.status.error_message();
   EXPECT_EQ(cut.text, full.text.substr(0, full.text.find(stop)));
   EXPECT_EQ(cut.finished.reason(), v1::Finished::REASON_STOP);
+  EXPECT_EQ(cut.finished.stop_sequence(), stop);  // Anthropic's stop_sequence.
+  EXPECT_EQ(full.finished.stop_sequence(), "");
+}
+
+TEST_F(InferDaemonTextTest, ReasoningTokensCountTheReasoningBlock) {
+  // A prompt that ends inside a reasoning block: everything generated is reasoning until a
+  // closing tag, which a random model does not write.
+  v1::GenerateRequest req;
+  req.set_text("Think first.<think>\n");
+  req.set_parse_output(true);
+  req.mutable_sampling()->set_max_tokens(12);
+  req.mutable_sampling()->set_ignore_eos(true);
+  GenerateResult r = Generate(*stub_, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.finished.completion_tokens(), 12u);
+  if (r.text.empty()) {
+    EXPECT_EQ(r.finished.reasoning_tokens(), 12u) << r.reasoning;
+  } else {
+    EXPECT_LT(r.finished.reasoning_tokens(), 12u);
+  }
+
+  req.set_text("No thinking here.");
+  GenerateResult plain = Generate(*stub_, req);
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  if (plain.reasoning.empty()) {
+    EXPECT_EQ(plain.finished.reasoning_tokens(), 0u);
+  }
+}
+
+TEST_F(InferDaemonTextTest, LogprobsCarryEachTokensRawBytes) {
+  v1::GenerateRequest req;
+  req.set_text("Bytes of every token:");
+  req.mutable_sampling()->set_max_tokens(8);
+  req.mutable_sampling()->set_ignore_eos(true);
+  req.mutable_sampling()->set_logprobs(2);
+  GenerateResult r = Generate(*stub_, req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(r.logprob_entries.size(), 8u);
+  for (const v1::TokenLogprob& lp : r.logprob_entries) {
+    auto ctx = NewClientContext(absl::Seconds(10));
+    v1::DetokenizeRequest dr;
+    dr.add_ids(lp.token_id());
+    v1::DetokenizeResponse text;
+    ASSERT_TRUE(stub_->Detokenize(ctx.get(), dr, &text).ok());
+    EXPECT_FALSE(lp.token_bytes().empty()) << lp.token_id();
+    // Where the token is whole characters, its bytes are its text.
+    if (text.text().find("\xEF\xBF\xBD") == std::string::npos) {
+      EXPECT_EQ(lp.token_bytes(), text.text()) << lp.token_id();
+    }
+    ASSERT_EQ(lp.top_size(), 2);
+    EXPECT_FALSE(lp.top(0).token_bytes().empty());
+  }
 }
 
 TEST_F(InferDaemonTextTest, MediaIsRefused) {

@@ -103,7 +103,10 @@ GenerateResult Generate(v1::InferService::Stub& stub, const v1::GenerateRequest&
     if (m.has_delta()) {
       ++r.deltas;
       for (uint32_t id : m.delta().token_ids()) r.tokens.push_back(id);
-      for (const v1::TokenLogprob& lp : m.delta().logprobs()) r.logprobs.push_back(lp.logprob());
+      for (const v1::TokenLogprob& lp : m.delta().logprobs()) {
+        r.logprobs.push_back(lp.logprob());
+        r.logprob_entries.push_back(lp);
+      }
       r.text += m.delta().text();
       r.reasoning += m.delta().reasoning_text();
     }

@@ -18,8 +18,8 @@
 #include "common/grpc/server_runner.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
-#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/scheduler.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/state_cache.h"
 
 namespace cairn::infer::testing {
@@ -75,6 +75,7 @@ struct GenerateResult {
   v1::Finished finished;
   std::vector<uint32_t> tokens;
   std::vector<float> logprobs;  // Of each generated token.
+  std::vector<v1::TokenLogprob> logprob_entries;
   std::string text;
   std::string reasoning;
   int deltas = 0;
