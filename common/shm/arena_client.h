@@ -58,6 +58,8 @@ class MappedArena {
   }
   uint64_t incarnation() const { return validator_.incarnation(); }
   uint64_t size() const { return validator_.size(); }
+  // The start of the mapping (for page-locking it; regions are reached through Resolve).
+  uint8_t* data() const { return mapping_.data(); }
 
  private:
   MappedArena(SharedMapping mapping, ArenaHandleValidator validator)

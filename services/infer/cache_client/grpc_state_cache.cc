@@ -190,6 +190,10 @@ bool GrpcStateCache::RunSession() {
     CAIRN_LOG(WARNING) << "mapping the cache's arena failed: " << arena.status();
   } else {
     session->arena = std::make_unique<MappedArena>(std::move(*arena));
+    const v1::ArenaInfo& grant = welcome.welcome().arena();
+    session->pins = std::make_unique<ArenaPins>(options_.device_memory, session->arena->data(),
+                                                session->arena->size(), grant.first_pin_bytes(),
+                                                grant.pin_step_bytes());
     v1::RegisterModelRequest reg;
     reg.set_session_id(session->session_id);
     *reg.mutable_identity() = options_.identity;
@@ -298,7 +302,11 @@ absl::Status GrpcStateCache::Lost(const grpc::Status& status, const char* what) 
 
 absl::StatusOr<absl::Span<uint8_t>> GrpcStateCache::Resolve(const Session& session,
                                                             const v1::ArenaHandle& handle) const {
-  return session.arena->Resolve(ToHandle(handle));
+  absl::StatusOr<absl::Span<uint8_t>> bytes = session.arena->Resolve(ToHandle(handle));
+  if (bytes.ok() && session.pins != nullptr) {
+    session.pins->EnsurePinned(handle.offset(), handle.length());
+  }
+  return bytes;
 }
 
 absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> prompt,

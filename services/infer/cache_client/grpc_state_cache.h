@@ -16,6 +16,7 @@
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/concurrency/mutex.h"
 #include "common/shm/arena_client.h"
+#include "services/infer/cache_client/arena_pins.h"
 #include "services/infer/engine/state_cache.h"
 #include "services/infer/engine/state_layout.h"
 
@@ -39,6 +40,9 @@ struct GrpcStateCacheOptions {
   uint32_t lease_ms = 30000;  // Requested restore lease.
   // Idle-spill work is done this many chunks at a time between the scheduler's checks.
   int idle_spill_chunks_per_slice = 4;
+  // The kernel backend's memory (where the slots live). When it is a device's, the mapped
+  // arena is page-locked for it in the cache's pinning steps (ArenaPins).
+  DeviceMemory* device_memory = nullptr;
 };
 
 // The cache daemon's client (docs/architecture.md §5, docs/cache-protocol.md): one session stream
@@ -94,6 +98,8 @@ class GrpcStateCache final : public StateCache {
     uint64_t model_id = 0;
     uint64_t cache_incarnation = 0;
     std::unique_ptr<MappedArena> arena;
+    // Declared after `arena`: released before the arena is unmapped.
+    std::unique_ptr<ArenaPins> pins;
   };
 
   void SessionLoop();

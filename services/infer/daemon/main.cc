@@ -174,6 +174,7 @@ int Run(int argc, char** argv) {
                                       ? absl::StrCat("cairn-infer-", ::getpid())
                                       : main_options.instance_name;
     cache_options.slots = main_options.sessions;
+    cache_options.device_memory = (*served)->device_memory();
     cache_options.model_name = (*served)->name();
     cache_options.identity.set_digest(id.digest);
     cache_options.identity.set_architecture(id.architecture);

@@ -41,6 +41,20 @@ class DeviceMemory {
   virtual absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) = 0;
   // Sets `bytes` of device memory to zero.
   virtual absl::Status Zero(void* device_dst, int64_t bytes) = 0;
+
+  // Page-locks host memory [host, host + bytes) for fast copies to and from the device, as one
+  // registration, and releases a registration. A single copy must not straddle two
+  // registrations (the cache's arena is registered in steps and no arena region crosses one).
+  // Memory whose device is the host needs none: the defaults do nothing.
+  virtual absl::Status RegisterHost(void* host, int64_t bytes) {
+    static_cast<void>(host);
+    static_cast<void>(bytes);
+    return absl::OkStatus();
+  }
+  virtual absl::Status UnregisterHost(void* host) {
+    static_cast<void>(host);
+    return absl::OkStatus();
+  }
 };
 
 // The process's host memory as a DeviceMemory (a static object, never destroyed).

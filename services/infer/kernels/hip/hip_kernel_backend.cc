@@ -340,6 +340,12 @@ absl::Status HipDeviceMemory::Copy(void* device_dst, const void* device_src, int
   return backend_->Synchronize(HipStream::kCompute);
 }
 
+absl::Status HipDeviceMemory::RegisterHost(void* host, int64_t bytes) {
+  return backend_->RegisterHost(host, bytes);
+}
+
+absl::Status HipDeviceMemory::UnregisterHost(void* host) { return backend_->UnregisterHost(host); }
+
 absl::Status HipDeviceMemory::Zero(void* device_dst, int64_t bytes) {
   RETURN_IF_ERROR(backend_->error_);
   if (bytes < 0) return Invalid("zero", absl::StrCat("negative size ", bytes));

@@ -48,6 +48,8 @@ class HipDeviceMemory final : public DeviceMemory {
   absl::Status Download(void* host_dst, const void* device_src, int64_t bytes) override;
   absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) override;
   absl::Status Zero(void* device_dst, int64_t bytes) override;
+  absl::Status RegisterHost(void* host, int64_t bytes) override;
+  absl::Status UnregisterHost(void* host) override;
 
  private:
   HipKernelBackend* const backend_;

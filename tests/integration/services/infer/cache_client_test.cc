@@ -67,7 +67,8 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 // Plays the scheduler over slots in host memory and the real cache client.
 class Driver {
  public:
-  explicit Driver(const std::string& address) {
+  // `device_memory`: passed to the client as the backend's memory (arena pinning).
+  explicit Driver(const std::string& address, DeviceMemory* device_memory = nullptr) {
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(Layout(), {.slots = kSlots, .max_rows = kMaxRows});
     EXPECT_TRUE(kv.ok()) << kv.status();
@@ -82,6 +83,7 @@ class Driver {
     o.rpc_timeout = absl::Seconds(10);
     o.reconnect_min = absl::Milliseconds(20);
     o.reconnect_max = absl::Milliseconds(200);
+    o.device_memory = device_memory;
     cache_ = std::make_unique<GrpcStateCache>(o, [] {});
     tokens_.resize(kSlots);
   }
@@ -270,6 +272,47 @@ TEST_F(CacheClientTest, ARestartedCacheNeverSeesAnOldCheckpointId) {
   absl::StatusOr<RestoreStats> again = driver_->cache().Restore(id, 1, "a", &driver_->kv());
   ASSERT_TRUE(again.ok()) << again.status();
   driver_->ExpectHolds(1, a);
+}
+
+// A device memory that only records page-locking (the slots stay in host memory).
+class PinRecorder final : public DeviceMemory {
+ public:
+  const char* name() const override { return "pin-recorder"; }
+  bool host_visible() const override { return false; }
+  absl::StatusOr<void*> Allocate(int64_t) override { return nullptr; }
+  void Free(void*) override {}
+  absl::Status Upload(void*, const void*, int64_t) override { return absl::OkStatus(); }
+  absl::Status Download(void*, const void*, int64_t) override { return absl::OkStatus(); }
+  absl::Status Copy(void*, const void*, int64_t) override { return absl::OkStatus(); }
+  absl::Status Zero(void*, int64_t) override { return absl::OkStatus(); }
+  absl::Status RegisterHost(void*, int64_t bytes) override {
+    MutexLock lock(&mu);
+    registered.push_back(bytes);
+    return absl::OkStatus();
+  }
+  absl::Status UnregisterHost(void*) override {
+    MutexLock lock(&mu);
+    ++unregistered;
+    return absl::OkStatus();
+  }
+  Mutex mu;
+  std::vector<int64_t> registered ABSL_GUARDED_BY(mu);
+  int unregistered ABSL_GUARDED_BY(mu) = 0;
+};
+
+TEST_F(CacheClientTest, ADeviceBackendPinsTheArenaInTheCachesStepsAndReleasesIt) {
+  PinRecorder pins;
+  {
+    Driver gpu(server_->address(), &pins);
+    ASSERT_TRUE(gpu.cache().WaitConnected(absl::Seconds(10)));
+    const std::vector<int32_t> a = Tokens(10, 600);
+    gpu.PrefillAndCapture(0, "a", a);
+    MutexLock lock(&pins.mu);
+    ASSERT_FALSE(pins.registered.empty());
+    EXPECT_EQ(pins.registered[0], int64_t{1} << 20);  // The test daemon's first pinning step.
+  }
+  MutexLock lock(&pins.mu);
+  EXPECT_EQ(pins.unregistered, static_cast<int>(pins.registered.size()));
 }
 
 }  // namespace

@@ -8,7 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "gtest/gtest.h"
+#include "services/infer/cache_client/arena_pins.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 #include "tests/support/status_matchers.h"
@@ -83,6 +86,48 @@ TEST(HipSlotMemoryTest, AllocationsAreZeroedAndTooLargeOnesAreResourceExhausted)
   EXPECT_EQ(DeviceBuffer::Allocate((*gpu)->memory(), int64_t{1} << 50).status().code(),
             absl::StatusCode::kResourceExhausted);
   // The failed allocation is not sticky.
+  CAIRN_EXPECT_OK((*gpu)->Synchronize());
+}
+
+// The cache's arena as cairn-infer maps it (shared memory), page-locked in steps by ArenaPins:
+// copies inside each registered step run between it and the device, whole steps round-trip,
+// and once the pins are released the memory can be registered again (they really were let go).
+TEST(HipSlotMemoryTest, TheArenaIsPinnedInStepsAndCopiesInsideEachStepWork) {
+  if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  DeviceMemory* device = (*gpu)->memory();
+  constexpr uint64_t kFirst = 4 << 20;
+  constexpr uint64_t kStep = 2 << 20;
+  constexpr uint64_t kSize = kFirst + 3 * kStep;
+  void* mapped = ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  uint8_t* arena = static_cast<uint8_t*>(mapped);
+  for (uint64_t i = 0; i < kSize; ++i) arena[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+
+  absl::StatusOr<DeviceBuffer> d = DeviceBuffer::Allocate(device, kStep);
+  ASSERT_TRUE(d.ok()) << d.status();
+  {
+    ArenaPins pins(device, arena, kSize, kFirst, kStep);
+    EXPECT_EQ(pins.registered_steps(), 1);
+    for (uint64_t at : {uint64_t{0}, kFirst - kStep, kFirst, kFirst + kStep, kFirst + 2 * kStep}) {
+      pins.EnsurePinned(at, kStep);
+      CAIRN_ASSERT_OK(device->Upload(d->data(), arena + at, kStep)) << "at " << at;
+      std::vector<uint8_t> back(kStep);
+      CAIRN_ASSERT_OK(device->Download(back.data(), d->data(), kStep));
+      EXPECT_EQ(std::memcmp(back.data(), arena + at, kStep), 0) << "at " << at;
+      // Device to arena, into the next step's start when there is one.
+      const uint64_t to = at + kStep < kSize ? at + kStep : 0;
+      pins.EnsurePinned(to, kStep);
+      CAIRN_ASSERT_OK(device->Download(arena + to, d->data(), kStep));
+      EXPECT_EQ(std::memcmp(arena + to, back.data(), kStep), 0);
+    }
+    EXPECT_EQ(pins.registered_steps(), 4);
+  }
+  // Released: registering the whole range again succeeds.
+  CAIRN_EXPECT_OK(device->RegisterHost(arena, kSize));
+  CAIRN_EXPECT_OK(device->UnregisterHost(arena));
+  ::munmap(mapped, kSize);
   CAIRN_EXPECT_OK((*gpu)->Synchronize());
 }
 
