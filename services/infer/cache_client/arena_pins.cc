@@ -19,9 +19,8 @@ ArenaPins::ArenaPins(DeviceMemory* memory, uint8_t* base, uint64_t size, uint64_
       first_step_(first_step == 0 || first_step > size ? size : first_step),
       step_(step == 0 ? size : step) {
   if (memory_ == nullptr || size_ == 0) return;
-  const int steps = size_ <= first_step_
-                        ? 1
-                        : 1 + static_cast<int>((size_ - first_step_ + step_ - 1) / step_);
+  const int steps =
+      size_ <= first_step_ ? 1 : 1 + static_cast<int>((size_ - first_step_ + step_ - 1) / step_);
   MutexLock lock(&mu_);
   state_.assign(static_cast<size_t>(steps), kUntried);
   Register(0);  // The first step before serving.

@@ -24,8 +24,7 @@ class ArenaPins {
  public:
   // `memory` null or host-visible: nothing is ever registered. `first_step` and `step` 0 mean
   // one registration of the whole arena.
-  ArenaPins(DeviceMemory* memory, uint8_t* base, uint64_t size, uint64_t first_step,
-            uint64_t step);
+  ArenaPins(DeviceMemory* memory, uint8_t* base, uint64_t size, uint64_t first_step, uint64_t step);
   ~ArenaPins();
   ArenaPins(const ArenaPins&) = delete;
   ArenaPins& operator=(const ArenaPins&) = delete;

@@ -3,12 +3,12 @@
 // restore into another slot reproduces them, and Reset zeroes the private state on the device.
 // Skips without a device.
 
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "gtest/gtest.h"
 #include "services/infer/cache_client/arena_pins.h"
