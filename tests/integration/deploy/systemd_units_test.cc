@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "services/infer/models/random_checkpoint_presets.h"
 #include "services/infer/models/random_checkpoint_writer.h"
+#include "tests/support/free_port.h"
 
 namespace cairn {
 namespace {
@@ -89,22 +90,6 @@ struct UnitCase {
   std::string model_preset = "";       // Writes this random model to $DIR/model first.
 };
 
-// Returns a TCP port that was free a moment ago on 127.0.0.1.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 // Returns true if an HTTP server on 127.0.0.1:`port` answers GET /health (any status: the
 // gateway answers 503 while no inference daemon is ready).
 bool HttpAnswers(int port) {
@@ -144,7 +129,7 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   }
   const std::string dir = ::testing::TempDir() + "/cairn-unit-" + std::to_string(::getpid());
   ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
-  const int port = FreePort();
+  const int port = ::cairn::testing::FreeLoopbackPort();
   for (const std::string& a : c.test_args) {
     argv.push_back(absl::StrReplaceAll(a, {{"$DIR", dir}, {"$PORT", std::to_string(port)}}));
   }

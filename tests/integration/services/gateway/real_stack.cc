@@ -1,10 +1,5 @@
 #include "tests/integration/services/gateway/real_stack.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +11,7 @@
 #include "services/infer/models/random_checkpoint_presets.h"
 #include "services/infer/models/random_checkpoint_writer.h"
 #include "tests/integration/services/gateway/http_test_client.h"
+#include "tests/support/free_port.h"
 
 namespace cairn::gateway::testing {
 namespace {
@@ -31,22 +27,6 @@ std::string SourceDir() {
 
 std::string TokenizerDir() {
   return absl::StrCat(SourceDir(), "/", infer::kDefaultQwen3TokenizerDir);
-}
-
-// Returns a TCP port that was free a moment ago on 127.0.0.1 (0 if none could be bound).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 std::string Binary(const std::string& path) { return absl::StrCat(CAIRN_BINARY_DIR, "/", path); }
@@ -92,7 +72,7 @@ absl::StatusOr<std::unique_ptr<RealStack>> RealStack::Start(const std::string& d
   RETURN_IF_ERROR(stack->infer_->Start());
   RETURN_IF_ERROR(Annotate(stack->infer_->WaitServing(options.start_timeout), "cairn-infer"));
 
-  stack->port_ = FreePort();
+  stack->port_ = ::cairn::testing::FreeLoopbackPort();
   if (stack->port_ == 0) return absl::UnavailableError("no free TCP port on 127.0.0.1");
   stack->gateway_ = std::make_unique<ChildProcess>(
       std::vector<std::string>{Binary("services/gateway/cairn-gateway"),
