@@ -11,6 +11,8 @@ const http = require('node:http');
 const { spawn } = require('node:child_process');
 
 const [gateway, cli, workDir, homeDir, ...prompts] = process.argv.slice(2);
+// Longest one agent run may take (the first prefills the agent's ~12K-token prompt cold).
+const RUN_TIMEOUT_MS = 400 * 1000;
 const upstream = new URL(gateway);
 const requests = [];
 let run = 0;
@@ -76,7 +78,12 @@ function runAgent(prompt) {
     let out = '';
     child.stdout.on('data', (c) => { out += c.toString(); });
     child.stderr.on('data', (c) => { out += c.toString(); });
-    child.on('close', (code) => resolve({ code, output: out.slice(-2000) }));
+    // Every run is bounded: a hung agent is killed and reported with code null.
+    const timer = setTimeout(() => child.kill('SIGKILL'), RUN_TIMEOUT_MS);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, output: out.slice(-2000) });
+    });
   });
 }
 
