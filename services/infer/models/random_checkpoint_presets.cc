@@ -67,10 +67,40 @@ RandomCheckpointOptions Bench50m() {
   return o;
 }
 
+// The Qwen3 vocabulary rows (every id of the real tokenizer) and its end-of-turn ids
+// (<|im_end|>, <|endoftext|>).
+constexpr int64_t kQwen3VocabRows = 151936;
+constexpr int kQwen3ImEnd = 151645;
+constexpr int kQwen3EndOfText = 151643;
+// Long enough for a coding agent's system prompt, tools and a few turns.
+constexpr int64_t kDemoContextTokens = 65536;
+
+RandomCheckpointOptions Demo() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3_5_text";
+  o.seed = 35;
+  o.vocab_size = kQwen3VocabRows;
+  o.hidden_size = 256;
+  o.intermediate_size = 768;
+  o.num_layers = 8;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.head_dim = 64;
+  o.linear_k_heads = 2;
+  o.linear_v_heads = 4;
+  o.linear_k_dim = 64;
+  o.linear_v_dim = 64;
+  o.tie_word_embeddings = true;
+  o.embed_scale = 0.25;
+  o.max_position_embeddings = kDemoContextTokens;
+  o.eos_token_ids = {kQwen3ImEnd, kQwen3EndOfText};
+  return o;
+}
+
 }  // namespace
 
 std::vector<std::string> RandomCheckpointPresetNames() {
-  return {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "bench-50m"};
+  return {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "bench-50m", "demo"};
 }
 
 absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view name) {
@@ -88,6 +118,7 @@ absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view
     return o;
   }
   if (name == "bench-50m") return Bench50m();
+  if (name == "demo") return Demo();
   return absl::NotFoundError(absl::StrCat("unknown preset '", name, "' (known: ",
                                           absl::StrJoin(RandomCheckpointPresetNames(), ", "),
                                           ")"));

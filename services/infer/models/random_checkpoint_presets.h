@@ -18,6 +18,8 @@ namespace cairn::infer {
 //   moe            qwen3_5_moe_text: fused experts, untied, 3 shards
 //   moe-wrapped    the same weights as a qwen3_5_moe wrapper
 //   bench-50m      qwen3_5_text of about 50M parameters (benchmarks)
+//   demo           qwen3_5_text of about 45M parameters with the Qwen3 vocabulary and end-of-turn
+//                  ids and a 64K context: the model tools/serve runs (with WriteDemoTextFiles)
 // NotFound for another name.
 absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view name);
 std::vector<std::string> RandomCheckpointPresetNames();

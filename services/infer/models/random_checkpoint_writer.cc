@@ -192,7 +192,8 @@ Json TextConfig(const RandomCheckpointOptions& o) {
   c["num_key_value_heads"] = o.num_kv_heads;
   c["head_dim"] = o.head_dim;
   c["hidden_act"] = "silu";
-  c["max_position_embeddings"] = 4096;
+  c["max_position_embeddings"] = o.max_position_embeddings;
+  if (!o.eos_token_ids.empty()) c["eos_token_id"] = o.eos_token_ids;
   c["rms_norm_eps"] = o.rms_norm_eps;
   c["tie_word_embeddings"] = o.tie_word_embeddings;
   c["attention_bias"] = false;
@@ -295,7 +296,8 @@ absl::Status Validate(const RandomCheckpointOptions& o) {
   if (o.vocab_size < 1 || o.hidden_size < 1 || o.num_layers < 1 || o.num_heads < 1 ||
       o.num_kv_heads < 1 || o.head_dim < 2 || o.conv_kernel < 2 || o.linear_k_heads < 1 ||
       o.linear_v_heads < 1 || o.linear_k_dim < 1 || o.linear_v_dim < 1 || o.shards < 1 ||
-      o.full_attention_interval < 1 || o.intermediate_size < 1 || !(o.embed_scale > 0)) {
+      o.full_attention_interval < 1 || o.intermediate_size < 1 || !(o.embed_scale > 0) ||
+      o.max_position_embeddings < 1) {
     return absl::InvalidArgumentError("random checkpoint sizes must be positive");
   }
   if (o.num_heads % o.num_kv_heads != 0 || o.linear_v_heads % o.linear_k_heads != 0) {

@@ -50,6 +50,10 @@ struct RandomCheckpointOptions {
   double embed_scale = 1.0;
   // Number of safetensors files; > 1 also writes model.safetensors.index.json.
   int shards = 1;
+  // config.json's max_position_embeddings (the daemon's default context length).
+  int64_t max_position_embeddings = 4096;
+  // config.json's eos_token_id; not written when empty.
+  std::vector<int> eos_token_ids;
 };
 
 // Writes a Hugging Face checkpoint folder into `dir` (created if needed): config.json and bf16

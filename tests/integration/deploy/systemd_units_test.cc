@@ -2,12 +2,14 @@
 // configuration: the ExecStart= line is read from the unit, its binary mapped to the build
 // tree and its /etc/cairn/ config to deploy/config/; the daemon must reach SERVING (gRPC
 // health, or an HTTP answer on /health for the gateway) and exit 0 on SIGTERM. Also runs
-// `systemd-analyze verify` and `security` on the units when available (docs/reliability.md G7).
+// `systemd-analyze verify` and `security` on the units when available (docs/reliability.md G7),
+// and checks cairn.target, the tmpfiles.d and sysusers.d entries.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "services/infer/models/random_checkpoint_presets.h"
 #include "services/infer/models/random_checkpoint_writer.h"
+#include "tests/support/free_port.h"
 
 namespace cairn {
 namespace {
@@ -44,6 +47,23 @@ std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The words of every `key`= line of the unit, in order.
+std::vector<std::string> UnitValues(const std::string& unit_text, absl::string_view key) {
+  std::vector<std::string> values;
+  const std::string prefix = absl::StrCat(key, "=");
+  for (absl::string_view line : absl::StrSplit(unit_text, '\n')) {
+    if (!absl::ConsumePrefix(&line, prefix)) continue;
+    for (absl::string_view w : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      values.emplace_back(w);
+    }
+  }
+  return values;
+}
+
+bool Contains(const std::vector<std::string>& values, const std::string& value) {
+  return std::find(values.begin(), values.end(), value) != values.end();
 }
 
 // The words of the unit's ExecStart= line.
@@ -69,22 +89,6 @@ struct UnitCase {
   double max_exposure;                 // systemd-analyze security threshold.
   std::string model_preset = "";       // Writes this random model to $DIR/model first.
 };
-
-// Returns a TCP port that was free a moment ago on 127.0.0.1.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 // Returns true if an HTTP server on 127.0.0.1:`port` answers GET /health (any status: the
 // gateway answers 503 while no inference daemon is ready).
@@ -125,7 +129,7 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   }
   const std::string dir = ::testing::TempDir() + "/cairn-unit-" + std::to_string(::getpid());
   ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
-  const int port = FreePort();
+  const int port = ::cairn::testing::FreeLoopbackPort();
   for (const std::string& a : c.test_args) {
     argv.push_back(absl::StrReplaceAll(a, {{"$DIR", dir}, {"$PORT", std::to_string(port)}}));
   }
@@ -229,6 +233,91 @@ INSTANTIATE_TEST_SUITE_P(
       name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
       return name;
     });
+
+constexpr const char* kServices[] = {"cairn-cache.service", "cairn-infer.service",
+                                     "cairn-gateway.service"};
+
+TEST(SystemdTargetTest, TargetStartsAndStopsAllThreeDaemons) {
+  const std::string target = ReadFile(SourceDir() + "/deploy/systemd/cairn.target");
+  const std::string gateway = ReadFile(SourceDir() + "/deploy/systemd/cairn-gateway.service");
+
+  for (const char* service : kServices) {
+    const std::string unit = ReadFile(SourceDir() + "/deploy/systemd/" + service);
+    EXPECT_TRUE(Contains(UnitValues(target, "Wants"), service)) << service;
+    EXPECT_TRUE(Contains(UnitValues(unit, "PartOf"), "cairn.target")) << service;
+    EXPECT_TRUE(Contains(UnitValues(unit, "WantedBy"), "cairn.target")) << service;
+  }
+  EXPECT_TRUE(Contains(UnitValues(gateway, "After"), "cairn-infer.service"));
+  EXPECT_TRUE(Contains(UnitValues(gateway, "Wants"), "cairn-infer.service"));
+}
+
+TEST(SystemdTargetTest, TargetAndUnitsPassSystemdAnalyzeVerifyTogether) {
+  if (!CommandExists("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not installed";
+  const std::string dir = ::testing::TempDir() + "/cairn-target-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
+  std::vector<std::string> files = {"cairn.target"};
+  for (const char* service : kServices) files.push_back(service);
+  std::string cmd = "systemd-analyze verify";
+  for (const std::string& file : files) {
+    // verify wants each ExecStart binary to exist: point them at the build tree.
+    std::string text =
+        absl::StrReplaceAll(ReadFile(SourceDir() + "/deploy/systemd/" + file),
+                            {{"/usr/local/bin/cairn-cache",
+                              std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache"},
+                             {"/usr/local/bin/cairn-infer",
+                              std::string(CAIRN_BINARY_DIR) + "/services/infer/daemon/cairn-infer"},
+                             {"/usr/local/bin/cairn-gateway",
+                              std::string(CAIRN_BINARY_DIR) + "/services/gateway/cairn-gateway"}});
+    std::ofstream(dir + "/" + file) << text;
+    absl::StrAppend(&cmd, " ", dir, "/", file);
+  }
+  const std::string out = dir + "/verify.log";
+  absl::StrAppend(&cmd, " >", out, " 2>&1");
+
+  int rc = std::system(cmd.c_str());
+
+  EXPECT_EQ(rc, 0) << ReadFile(out);
+}
+
+// The entry's owner is replaced by the test's user, which exists (cairn may not).
+TEST(SystemdTmpfilesTest, MakesTheRuntimeAndStateDirectories) {
+  if (!CommandExists("systemd-tmpfiles")) GTEST_SKIP() << "systemd-tmpfiles is not installed";
+  const std::string root = ::testing::TempDir() + "/cairn-tmpfiles-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf ", root, " && mkdir -p ", root).c_str()), 0);
+  const std::string user = std::to_string(::getuid());
+  const std::string group = std::to_string(::getgid());
+  const std::string text =
+      absl::StrReplaceAll(ReadFile(SourceDir() + "/deploy/tmpfiles.d/cairn.conf"),
+                          {{" cairn cairn ", absl::StrCat(" ", user, " ", group, " ")}});
+  std::ofstream(root + "/cairn.conf") << text;
+  const std::string cmd = absl::StrCat("systemd-tmpfiles --create --root=", root, " ", root,
+                                       "/cairn.conf >", root, "/tmpfiles.log 2>&1");
+
+  int rc = std::system(cmd.c_str());
+
+  EXPECT_EQ(rc, 0) << ReadFile(root + "/tmpfiles.log");
+  for (const char* path : {"/run/cairn", "/var/lib/cairn"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((root + path).c_str(), &st), 0) << path;
+    EXPECT_TRUE(S_ISDIR(st.st_mode)) << path;
+    EXPECT_EQ(st.st_mode & 07777, 0750u) << path;
+  }
+}
+
+TEST(SystemdSysusersTest, MakesTheCairnUser) {
+  if (!CommandExists("systemd-sysusers")) GTEST_SKIP() << "systemd-sysusers is not installed";
+  const std::string root = ::testing::TempDir() + "/cairn-sysusers-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(absl::StrCat("rm -rf ", root, " && mkdir -p ", root, "/etc").c_str()), 0);
+  const std::string cmd =
+      absl::StrCat("systemd-sysusers --root=", root, " ", SourceDir(),
+                   "/deploy/sysusers.d/cairn.conf >", root, "/sysusers.log 2>&1");
+
+  int rc = std::system(cmd.c_str());
+
+  EXPECT_EQ(rc, 0) << ReadFile(root + "/sysusers.log");
+  EXPECT_TRUE(absl::StartsWith(ReadFile(root + "/etc/passwd"), "cairn:"))
+      << ReadFile(root + "/etc/passwd");
+}
 
 }  // namespace
 }  // namespace cairn

@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc/client.h"
 #include "gmock/gmock.h"
@@ -376,6 +377,53 @@ TEST_F(InferDaemonTextTest, MediaIsRefused) {
 
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(r.status.error_message(), HasSubstr("text only"));
+}
+
+// The demo model (cairn-make-model --preset demo): its own chat template with tools and
+// thinking, served with the real tokenizer.
+TEST(InferDaemonDemoModelTest, ServesChatWithToolsAndParsesReasoning) {
+  CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
+  absl::StatusOr<std::string> dir = MakeModelFolder("demo", true, "m-demo");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  InferServerOptions o;
+  o.model_dir = *dir;
+  absl::StatusOr<std::unique_ptr<InferServer>> server = InferServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<v1::InferService::Stub> stub = (*server)->NewStub();
+  v1::GenerateRequest req;
+  v1::ChatMessage* system = req.mutable_chat()->add_messages();
+  system->set_role("system");
+  system->set_content("You are a coding agent.");
+  v1::ChatMessage* user = req.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content("List the files.");
+  req.mutable_chat()->add_tools()->set_json(
+      R"({"type": "function", "function": {"name": "list_files", "description": "Lists files.",
+          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}})");
+  req.mutable_sampling()->set_max_tokens(12);
+  req.mutable_sampling()->set_ignore_eos(true);
+  req.set_parse_output(true);
+  auto ctx = NewClientContext(absl::Seconds(10));
+  v1::ApplyTemplateRequest at;
+  *at.mutable_chat() = req.chat();
+  v1::ApplyTemplateResponse rendered;
+  const grpc::Status applied = stub->ApplyTemplate(ctx.get(), at, &rendered);
+
+  GenerateResult r = Generate(*stub, req);
+
+  ASSERT_TRUE(applied.ok()) << applied.error_message();
+  EXPECT_THAT(rendered.text(), HasSubstr("<|im_start|>system\nYou are a coding agent.\n\n"));
+  EXPECT_THAT(rendered.text(), HasSubstr(R"("name": "list_files")"));
+  EXPECT_TRUE(absl::EndsWith(rendered.text(), "<|im_start|>assistant\n<think>\n"))
+      << rendered.text();
+  // Everything before the generation prompt is repeated by the next turn.
+  EXPECT_EQ(rendered.stable_boundary(), static_cast<uint64_t>(rendered.ids_size() - 2));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.prompt_tokens(), static_cast<uint32_t>(rendered.ids_size()));
+  EXPECT_EQ(r.tokens.size(), 12u);
+  // The prompt opened a <think> block: the noise is reasoning until the model closes it.
+  EXPECT_EQ(r.finished.reasoning_content(), r.reasoning);
+  EXPECT_FALSE(r.reasoning.empty());
 }
 
 }  // namespace

