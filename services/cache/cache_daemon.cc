@@ -545,6 +545,11 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
                                                    " is past the prompt's ", tokens.size(),
                                                    " tokens"));
   }
+  if (req.shared_boundary() > tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("shared boundary ", req.shared_boundary(),
+                                                   " is past the prompt's ", tokens.size(),
+                                                   " tokens"));
+  }
   Lock lock(this);
   RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
@@ -554,6 +559,8 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
   lr.daemon_session = req.session_id();  // Only this daemon's own slots are live candidates.
   lr.stable_boundary =
       req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary());
+  lr.shared_boundary =
+      req.shared_boundary() == 0 ? -1 : static_cast<int64_t>(req.shared_boundary());
   ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
   ++lookups_;
   auto fill = [](const Candidate& c, v1::Candidate* out) {

@@ -69,6 +69,12 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
   bool has_learned = learned <= n && learned - r >= options_.learned_min_tokens &&
                      !near_capture(learned, options_.learned_merge_tokens);
   if (has_learned) caps.push_back({learned, CaptureKind::kLearned});
+  // The named shared boundary: a learned point the client announces before any branch exists.
+  const int64_t named = in.shared_boundary;
+  const bool has_named = options_.capture_shared_boundary && named > 0 && named < n &&
+                         named - r >= options_.learned_min_tokens &&
+                         !near_capture(named, options_.learned_merge_tokens);
+  if (has_named) caps.push_back({named, CaptureKind::kLearned});
 
   // Grid points snap to the ends of passes planned around the captures above.
   std::vector<int64_t> stops;
@@ -80,6 +86,7 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
   for (int64_t g : GridPositions(n, plan.grid_points)) {
     if (g <= r || g >= n) continue;
     if (has_learned && std::llabs(g - learned) <= options_.learned_merge_tokens) continue;
+    if (has_named && std::llabs(g - named) <= options_.learned_merge_tokens) continue;
     int64_t best = g;
     int64_t best_distance = options_.grid_snap_tokens + 1;
     for (const PrefillPass& p : base_passes) {

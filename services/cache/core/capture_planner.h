@@ -26,6 +26,12 @@ struct PlannerOptions {
   // boundary), so that conversation's next turn resumes after its answer instead of before it
   // (docs/cache-policy.md). Its rows are being preserved anyway; the private state is extra.
   bool preserve_frontier = true;
+  // Capture the request's shared boundary (the end of a preamble other conversations are
+  // expected to send too: system prompt and tool definitions), as a learned point, when the
+  // client names one. The learned-point rule finds such a branch only when a second
+  // conversation diverges there, so the second conversation would restore from the nearest
+  // grid point below it; naming it lets the first conversation capture it.
+  bool capture_shared_boundary = true;
 };
 
 struct PlanInput {
@@ -34,6 +40,7 @@ struct PlanInput {
   bool restored_live = false;    // The state at restore_depth is a live frontier, no checkpoint.
   int64_t stable_boundary = -1;  // Tokens the client will resend unchanged; -1 if unknown.
   int64_t shared_prefix = 0;     // Longest prefix shared with cached history (lookup).
+  int64_t shared_boundary = -1;  // End of a preamble other conversations share; -1 if unknown.
   int64_t ram_budget_bytes = 0;
   int64_t private_bytes = 0;      // Per checkpoint.
   std::vector<int64_t> existing;  // Depths on this prompt's path that already hold a checkpoint.
@@ -74,7 +81,8 @@ std::vector<PrefillPass> SplitPasses(int64_t begin, int64_t end, std::vector<int
 // [restore_depth, N]; grid points ⌊(i·N/k)/grid_step⌋·grid_step for i = 1..k that fall in
 // (restore_depth, N), each moved to a pass end within grid_snap_tokens; the learned point
 // (shared_prefix) when it is at least learned_min_tokens past restore_depth, merged into any
-// always point within learned_merge_tokens (and absorbing grid points that close). Captures
+// always point within learned_merge_tokens (and absorbing grid points that close); the shared
+// boundary the client names, under the same rules, as a second learned point. Captures
 // at `existing` depths are dropped. Passes stop at every capture and are at most
 // max_pass_tokens long.
 class CapturePlanner {

@@ -167,6 +167,7 @@ absl::StatusOr<LookupResult> CheckpointCache::Lookup(const LookupRequest& reques
   in.restore_depth = result.best.depth;
   in.restored_live = result.best.tier == Tier::kLive;
   in.stable_boundary = request.stable_boundary;
+  in.shared_boundary = request.shared_boundary;
   in.shared_prefix = result.shared_prefix;
   in.ram_budget_bytes = ram_.budget();
   in.private_bytes = layout->PrivateBytes();
@@ -557,8 +558,8 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
         CheckpointId& newest = latest[ckpt->conversation];
         newest = std::max(newest, id);
       }
-      for (const RadixPrefixIndex::Hit& hit : RadixPrefixIndex::NearAncestors(
-               ckpt->node, std::numeric_limits<int64_t>::max())) {
+      for (const RadixPrefixIndex::Hit& hit :
+           RadixPrefixIndex::NearAncestors(ckpt->node, std::numeric_limits<int64_t>::max())) {
         if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
         const Checkpoint& above = *checkpoints_.at(hit.entry.id);
         if (in_tier(above) && above.conversation != ckpt->conversation) {

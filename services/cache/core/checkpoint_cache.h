@@ -48,6 +48,8 @@ struct LookupRequest {
   int64_t stable_boundary = -1;  // -1: unknown.
   // Live frontiers are candidates only in the asking daemon's own slots.
   uint64_t daemon_session = 0;
+  // End of the preamble other conversations are expected to share (PlanInput); -1: unknown.
+  int64_t shared_boundary = -1;
 };
 
 struct LookupResult {

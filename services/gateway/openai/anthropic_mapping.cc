@@ -203,7 +203,7 @@ class AnthropicFormatter : public ResponseFormatter {
     Close(&out);
     Json delta = {
         {"type", "message_delta"},
-        {"delta", {{"stop_reason", AnthropicStopReason(f.reason())}, {"stop_sequence", nullptr}}},
+        {"delta", {{"stop_reason", AnthropicStopReason(f)}, {"stop_sequence", StopSequence(f)}}},
         {"usage", Usage(f)},
         {"cairn", CairnObject(f.cache())}};
     absl::StrAppend(&out, SseEvent("message_delta", delta),
@@ -241,14 +241,20 @@ class AnthropicFormatter : public ResponseFormatter {
             {"role", "assistant"},
             {"model", model_},
             {"content", content},
-            {"stop_reason", AnthropicStopReason(f.reason())},
-            {"stop_sequence", nullptr},
+            {"stop_reason", AnthropicStopReason(f)},
+            {"stop_sequence", StopSequence(f)},
             {"usage", Usage(f)},
             {"cairn", CairnObject(f.cache())}};
   }
 
  private:
   enum Kind { kNone, kThinking, kText, kTool };
+
+  // The stop string that ended the output, or null.
+  static Json StopSequence(const infer_v1::Finished& f) {
+    if (AnthropicStopReason(f) != "stop_sequence") return nullptr;
+    return f.stop_sequence();
+  }
 
   static Json Usage(const infer_v1::Finished& f) {
     const uint32_t cached = std::min(f.cached_tokens(), f.prompt_tokens());
@@ -350,8 +356,11 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
 
 }  // namespace
 
-absl::string_view AnthropicStopReason(infer_v1::Finished::Reason reason) {
-  switch (reason) {
+absl::string_view AnthropicStopReason(const infer_v1::Finished& finished) {
+  if (finished.reason() == infer_v1::Finished::REASON_STOP && !finished.stop_sequence().empty()) {
+    return "stop_sequence";
+  }
+  switch (finished.reason()) {
     case infer_v1::Finished::REASON_LENGTH:
       return "max_tokens";
     case infer_v1::Finished::REASON_TOOL_CALLS:

@@ -21,7 +21,7 @@ absl::StatusOr<GenerationSpec> ParseAnthropicCountTokensRequest(const Json& body
                                                                 const RequestLimits& limits);
 
 // Returns Anthropic's stop_reason for `reason`.
-absl::string_view AnthropicStopReason(infer_v1::Finished::Reason reason);
+absl::string_view AnthropicStopReason(const infer_v1::Finished& finished);
 
 }  // namespace cairn::gateway
 

@@ -1,6 +1,7 @@
 #include "services/gateway/openai/chat_mapping.h"
 
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -285,16 +286,25 @@ absl::StatusOr<CommonFields> ParseCommon(const JsonFields& f) {
   return c;
 }
 
+// OpenAI's logprob "bytes": the token's UTF-8 bytes as integers (null when unknown).
+Json Bytes(const std::string& raw) {
+  if (raw.empty()) return nullptr;
+  Json out = Json::array();
+  for (unsigned char c : raw) out.push_back(static_cast<int>(c));
+  return out;
+}
+
 Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps) {
   Json content = Json::array();
   for (const auto& lp : lps) {
     Json top = Json::array();
     for (const auto& alt : lp.top()) {
-      top.push_back({{"token", alt.text()}, {"logprob", alt.logprob()}, {"bytes", nullptr}});
+      top.push_back(
+          {{"token", alt.text()}, {"logprob", alt.logprob()}, {"bytes", Bytes(alt.token_bytes())}});
     }
     content.push_back({{"token", lp.text()},
                        {"logprob", lp.logprob()},
-                       {"bytes", nullptr},
+                       {"bytes", Bytes(lp.token_bytes())},
                        {"top_logprobs", top}});
   }
   return content;
@@ -416,18 +426,25 @@ class ChatFormatter : public ResponseFormatter {
 // text_completion objects (legacy completions).
 class CompletionFormatter : public ResponseFormatter {
  public:
-  CompletionFormatter(std::string model, bool include_usage, bool logprobs)
+  CompletionFormatter(std::string model, bool include_usage, bool logprobs, bool token_ids)
       : id_(NewId("cmpl-")),
         model_(std::move(model)),
         created_(UnixSeconds()),
         include_usage_(include_usage),
-        logprobs_(logprobs) {}
+        logprobs_(logprobs),
+        token_ids_(token_ids) {}
 
   std::string StreamStarted(const infer_v1::Started&) override { return ""; }
   std::string StreamDelta(const infer_v1::Delta& d) override {
-    if (d.text().empty() && d.logprobs_size() == 0) return "";
+    if (d.text().empty() && d.logprobs_size() == 0 && (!token_ids_ || d.token_ids_size() == 0)) {
+      return "";
+    }
     Json chunk = Object(d.text(), nullptr);
     if (logprobs_) chunk["choices"][0]["logprobs"] = LegacyLogprobs(d.logprobs());
+    if (token_ids_) {
+      chunk["choices"][0]["token_ids"] =
+          std::vector<uint32_t>(d.token_ids().begin(), d.token_ids().end());
+    }
     return SseData(chunk);
   }
   std::string StreamFinished(const infer_v1::Finished& f) override {
@@ -439,10 +456,14 @@ class CompletionFormatter : public ResponseFormatter {
   std::string StreamError(const absl::Status& status) override {
     return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
   }
-  void Collect(const infer_v1::Delta& d) override { collected_.Add(d); }
+  void Collect(const infer_v1::Delta& d) override {
+    collected_.Add(d);
+    ids_.insert(ids_.end(), d.token_ids().begin(), d.token_ids().end());
+  }
   Json Body(const infer_v1::Finished& f) override {
     Json body = Object(collected_.text(f), FinishReasonName(f.reason()));
     if (logprobs_) body["choices"][0]["logprobs"] = LegacyLogprobs(collected_.logprobs());
+    if (token_ids_) body["choices"][0]["token_ids"] = ids_;
     body["usage"] = UsageObject(f);
     body["cairn"] = CairnObject(f.cache());
     return body;
@@ -477,7 +498,9 @@ class CompletionFormatter : public ResponseFormatter {
   const int64_t created_;
   const bool include_usage_;
   const bool logprobs_;
+  const bool token_ids_;
   CollectedOutput collected_;
+  std::vector<uint32_t> ids_;  // Generated token ids (non-streaming, when asked for).
 };
 
 }  // namespace
@@ -497,7 +520,8 @@ Json UsageObject(const infer_v1::Finished& f) {
   return {{"prompt_tokens", f.prompt_tokens()},
           {"completion_tokens", f.completion_tokens()},
           {"total_tokens", static_cast<uint64_t>(f.prompt_tokens()) + f.completion_tokens()},
-          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens()}}}};
+          {"prompt_tokens_details", {{"cached_tokens", f.cached_tokens()}}},
+          {"completion_tokens_details", {{"reasoning_tokens", f.reasoning_tokens()}}}};
 }
 
 absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
@@ -602,6 +626,23 @@ absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
   }
   ASSIGN_OR_RETURN(std::optional<bool> echo, f.Bool("echo"));
   if (echo.value_or(false)) return Invalid("echo", "is not supported");
+  // A client's conversation key labels the request in the cache's events and retention.
+  ASSIGN_OR_RETURN(std::optional<std::string> cache_key, f.String("prompt_cache_key", 1024));
+  if (cache_key.has_value()) req.set_conversation(*cache_key);
+  // vLLM's extension: the generated token ids in each choice (a client replaying an agent
+  // conversation sends them back, so the next turn continues the live slot).
+  ASSIGN_OR_RETURN(std::optional<bool> return_ids, f.Bool("return_token_ids"));
+  // Cairn's extension for token-id prompts, whose boundaries the server cannot render:
+  // {"cairn": {"stable_boundary": N, "shared_boundary": M}} (docs/gateway.md).
+  ASSIGN_OR_RETURN(const Json* ext, f.Object("cairn"));
+  if (ext != nullptr) {
+    JsonFields cairn(*ext, "cairn");
+    const int64_t max = std::numeric_limits<uint32_t>::max();
+    ASSIGN_OR_RETURN(std::optional<int64_t> stable, cairn.Integer("stable_boundary", 0, max));
+    ASSIGN_OR_RETURN(std::optional<int64_t> shared, cairn.Integer("shared_boundary", 0, max));
+    if (stable.has_value()) req.set_stable_boundary(static_cast<uint64_t>(*stable));
+    if (shared.has_value()) req.set_shared_boundary(static_cast<uint64_t>(*shared));
+  }
   ASSIGN_OR_RETURN(std::optional<std::string> suffix, f.String("suffix", 1));
   if (suffix.has_value() && !suffix->empty()) return Invalid("suffix", "is not supported");
   RETURN_IF_ERROR(ParseSampling(f, limits, {"max_tokens"}, "stop", req.mutable_sampling()));
@@ -612,8 +653,9 @@ absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
   }
   const bool include_usage = common.include_usage;
   const bool want_logprobs = top.has_value();
-  spec.make_formatter = [include_usage, want_logprobs](const std::string& model) {
-    return std::make_unique<CompletionFormatter>(model, include_usage, want_logprobs);
+  const bool want_ids = return_ids.value_or(false);
+  spec.make_formatter = [include_usage, want_logprobs, want_ids](const std::string& model) {
+    return std::make_unique<CompletionFormatter>(model, include_usage, want_logprobs, want_ids);
   };
   return spec;
 }

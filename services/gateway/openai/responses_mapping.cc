@@ -308,7 +308,7 @@ class ResponsesFormatter : public ResponseFormatter {
         {"input_tokens", f.prompt_tokens()},
         {"input_tokens_details", {{"cached_tokens", f.cached_tokens()}}},
         {"output_tokens", f.completion_tokens()},
-        {"output_tokens_details", {{"reasoning_tokens", 0}}},
+        {"output_tokens_details", {{"reasoning_tokens", f.reasoning_tokens()}}},
         {"total_tokens", static_cast<uint64_t>(f.prompt_tokens()) + f.completion_tokens()}};
     Json r = Response(incomplete ? "incomplete" : "completed", std::move(output), usage);
     if (incomplete) r["incomplete_details"] = {{"reason", "max_output_tokens"}};

@@ -310,7 +310,7 @@ absl::StatusOr<absl::Span<uint8_t>> GrpcStateCache::Resolve(const Session& sessi
 }
 
 absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> prompt,
-                                                 int64_t stable_boundary,
+                                                 int64_t stable_boundary, int64_t shared_boundary,
                                                  const std::string& conversation) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Current());
   v1::LookupRequest req;
@@ -318,6 +318,7 @@ absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> promp
   req.set_model_id(s->model_id);
   for (int32_t id : prompt) req.add_tokens(static_cast<uint32_t>(id));
   req.set_stable_boundary(static_cast<uint64_t>(stable_boundary));
+  req.set_shared_boundary(static_cast<uint64_t>(shared_boundary));
   req.set_conversation(conversation);
   v1::LookupResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);

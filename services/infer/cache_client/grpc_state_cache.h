@@ -72,6 +72,7 @@ class GrpcStateCache final : public StateCache {
   uint64_t generation() const override { return generation_.load(); }
 
   absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t> prompt, int64_t stable_boundary,
+                                   int64_t shared_boundary,
                                    const std::string& conversation) override;
   absl::Status StartSlot(int slot, bool cold, const std::string& conversation,
                          KvMemory* memory) override;

@@ -98,8 +98,8 @@ absl::Status InferServiceImpl::NeedTokenizer() const {
       model_->tokenizer_error(), "; only token-id prompts (prompt.token_ids) are served"));
 }
 
-absl::Status InferServiceImpl::RenderChat(const v1::ChatPrompt& chat, std::vector<int32_t>* ids,
-                                          int64_t* stable_boundary, std::string* text) const {
+absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(
+    const v1::ChatPrompt& chat) const {
   RETURN_IF_ERROR(NeedTokenizer());
   if (model_->chat_template() == nullptr) {
     return absl::FailedPreconditionError(
@@ -121,12 +121,7 @@ absl::Status InferServiceImpl::RenderChat(const v1::ChatPrompt& chat, std::vecto
   if (chat.has_options() && chat.options().has_enable_thinking()) {
     req.enable_thinking = chat.options().enable_thinking();
   }
-  ASSIGN_OR_RETURN(text::RenderedPrompt rendered,
-                   text::RenderPrompt(*model_->chat_template(), *model_->tokenizer(), req));
-  ids->assign(rendered.ids.begin(), rendered.ids.end());
-  *stable_boundary = static_cast<int64_t>(rendered.stable_boundary);
-  if (text != nullptr) *text = std::move(rendered.text);
-  return absl::OkStatus();
+  return text::RenderPrompt(*model_->chat_template(), *model_->tokenizer(), req);
 }
 
 absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequest& request,
@@ -145,9 +140,14 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
   const int64_t vocab = model_->model()->info().vocab_size;
   std::string prompt_text;
   switch (request.prompt_case()) {
-    case v1::GenerateRequest::kChat:
-      RETURN_IF_ERROR(RenderChat(request.chat(), &out.prompt, &out.stable_boundary, &prompt_text));
+    case v1::GenerateRequest::kChat: {
+      ASSIGN_OR_RETURN(text::RenderedPrompt rendered, RenderChat(request.chat()));
+      out.prompt.assign(rendered.ids.begin(), rendered.ids.end());
+      out.stable_boundary = static_cast<int64_t>(rendered.stable_boundary);
+      out.shared_boundary = static_cast<int64_t>(rendered.shared_boundary);
+      prompt_text = std::move(rendered.text);
       break;
+    }
     case v1::GenerateRequest::kText: {
       RETURN_IF_ERROR(NeedTokenizer());
       ASSIGN_OR_RETURN(std::vector<text::TokenId> ids, model_->tokenizer()->Encode(request.text()));
@@ -189,6 +189,13 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
                                                      " is past the prompt's ", n, " tokens"));
     }
     out.stable_boundary = static_cast<int64_t>(request.stable_boundary());
+  }
+  if (request.shared_boundary() > 0) {
+    if (request.shared_boundary() > static_cast<uint64_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat("shared_boundary ", request.shared_boundary(),
+                                                     " is past the prompt's ", n, " tokens"));
+    }
+    out.shared_boundary = static_cast<int64_t>(request.shared_boundary());
   }
 
   const v1::SamplingParams& p = request.sampling();
@@ -328,16 +335,14 @@ grpc::ServerUnaryReactor* InferServiceImpl::ApplyTemplate(grpc::CallbackServerCo
                                                           v1::ApplyTemplateResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const bool scheduled = pool_->Schedule([this, request, response, reactor] {
-    std::vector<int32_t> ids;
-    int64_t stable = 0;
-    std::string text;
-    absl::Status st = RenderChat(request->chat(), &ids, &stable, &text);
-    if (st.ok()) {
-      response->set_text(std::move(text));
-      for (int32_t id : ids) response->add_ids(static_cast<uint32_t>(id));
-      response->set_stable_boundary(static_cast<uint64_t>(stable));
+    absl::StatusOr<text::RenderedPrompt> rendered = RenderChat(request->chat());
+    if (rendered.ok()) {
+      response->set_text(std::move(rendered->text));
+      for (text::TokenId id : rendered->ids) response->add_ids(static_cast<uint32_t>(id));
+      response->set_stable_boundary(static_cast<uint64_t>(rendered->stable_boundary));
+      response->set_shared_boundary(static_cast<uint64_t>(rendered->shared_boundary));
     }
-    reactor->Finish(ToGrpcStatus(st));
+    reactor->Finish(ToGrpcStatus(rendered.status()));
   });
   if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
   return reactor;

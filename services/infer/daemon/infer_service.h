@@ -10,6 +10,7 @@
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/request.h"
 #include "services/infer/engine/scheduler.h"
+#include "services/infer/text/chat_template.h"
 
 namespace cairn::infer {
 
@@ -56,9 +57,8 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
                                           bool* starts_in_reasoning) const;
 
  private:
-  // Renders a chat prompt. Returns the token ids and the stable boundary.
-  absl::Status RenderChat(const v1::ChatPrompt& chat, std::vector<int32_t>* ids,
-                          int64_t* stable_boundary, std::string* text) const;
+  // Renders a chat prompt: its text, token ids, stable and shared boundaries.
+  absl::StatusOr<text::RenderedPrompt> RenderChat(const v1::ChatPrompt& chat) const;
   absl::Status NeedTokenizer() const;
 
   const ServedModel* const model_;

@@ -70,6 +70,7 @@ struct GenerateRequest {
   int64_t max_tokens = 0;         // > 0; the scheduler also stops at the context limit.
   std::vector<int32_t> stop_ids;  // Generation stops after one of these (EOS included).
   int64_t stable_boundary = 0;    // 0 = unknown.
+  int64_t shared_boundary = 0;    // End of a preamble other conversations share; 0 = unknown.
   std::string conversation;       // Label for cache events.
   absl::Time deadline = absl::InfiniteFuture();
   std::unique_ptr<RequestSink> sink;

@@ -239,7 +239,8 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
 
   StatePlan plan;
   if (a.use_cache) {
-    absl::StatusOr<StatePlan> p = cache_->Lookup(prompt, a.req.stable_boundary, a.req.conversation);
+    absl::StatusOr<StatePlan> p =
+        cache_->Lookup(prompt, a.req.stable_boundary, a.req.shared_boundary, a.req.conversation);
     if (p.ok()) {
       plan = std::move(*p);
     } else {

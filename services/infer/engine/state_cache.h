@@ -52,8 +52,8 @@ struct RestoreStats {
   absl::Duration copy;  // Copying and verifying the bytes.
 };
 
-// The inference side of the checkpoint cache (docs/architecture.md §5), as the scheduler sees it: the
-// cache daemon's client implements it; without a cache daemon there is none. Every call runs on
+// The inference side of the checkpoint cache (docs/architecture.md §5), as the scheduler sees it:
+// the cache daemon's client implements it; without a cache daemon there is none. Every call runs on
 // the scheduler thread, which owns `memory`, and may block for a bounded time (an RPC deadline).
 // A call that fails with Unavailable means the cache is gone: the scheduler carries on without
 // it (cold prefill, live slots only).
@@ -71,9 +71,10 @@ class StateCache {
   // re-registers their frontiers (StartSlot cold, then UpdateFrontier with every token).
   virtual uint64_t generation() const = 0;
 
-  // Looks up `prompt` and plans its captures. `stable_boundary` 0 = unknown.
+  // Looks up `prompt` and plans its captures. `stable_boundary` and `shared_boundary` (the end
+  // of a preamble other conversations also send) 0 = unknown.
   virtual absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t> prompt,
-                                           int64_t stable_boundary,
+                                           int64_t stable_boundary, int64_t shared_boundary,
                                            const std::string& conversation) = 0;
 
   // Announces that `slot` starts a request: `cold` (its rows are rewritten from row 0) or

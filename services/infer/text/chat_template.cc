@@ -75,7 +75,8 @@ absl::StatusOr<ChatRequest> ParseChatRequest(const json& request) {
       }
       out.add_generation_prompt = it->get<bool>();
     } else if (key == "enable_thinking") {
-      if (!it->is_boolean()) return absl::InvalidArgumentError("\"enable_thinking\" must be a boolean");
+      if (!it->is_boolean())
+        return absl::InvalidArgumentError("\"enable_thinking\" must be a boolean");
       out.enable_thinking = it->get<bool>();
     } else {
       out.extra[key] = *it;
@@ -135,8 +136,8 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(
     }
   }
   if (!source) {
-    return absl::NotFoundError(
-        absl::StrCat("no chat template in ", dir, " (chat_template.jinja or tokenizer_config.json)"));
+    return absl::NotFoundError(absl::StrCat("no chat template in ", dir,
+                                            " (chat_template.jinja or tokenizer_config.json)"));
   }
   return Create(*source, options);
 }
@@ -157,7 +158,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
   set_token("eos_token", options_.eos_token);
   set_token("pad_token", options_.pad_token);
   set_token("unk_token", options_.unk_token);
-  if (request.enable_thinking) ctx.Set("enable_thinking", jinja::Value::Bool(*request.enable_thinking));
+  if (request.enable_thinking)
+    ctx.Set("enable_thinking", jinja::Value::Bool(*request.enable_thinking));
   if (request.extra.is_object()) {
     for (auto it = request.extra.begin(); it != request.extra.end(); ++it) {
       ctx.Set(it.key(), jinja::Value::FromJson(it.value()));
@@ -167,8 +169,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
 }
 
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
-                                            const Tokenizer& tokenizer,
-                                            const ChatRequest& request,
+                                            const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options) {
   RenderedPrompt out;
   ASSIGN_OR_RETURN(out.text, chat_template.Render(request));
@@ -183,9 +184,28 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
   absl::StatusOr<std::string> next_text = chat_template.Render(next);
   if (!next_text.ok()) return out;
   ASSIGN_OR_RETURN(std::vector<TokenId> next_ids, tokenizer.Encode(*next_text));
-  const auto mismatch = std::mismatch(out.ids.begin(), out.ids.end(), next_ids.begin(),
-                                      next_ids.end());
+  const auto mismatch =
+      std::mismatch(out.ids.begin(), out.ids.end(), next_ids.begin(), next_ids.end());
   out.stable_boundary = static_cast<size_t>(mismatch.first - out.ids.begin());
+
+  // The preamble another conversation would share: the leading system messages and the tools.
+  ChatRequest preamble = request;
+  preamble.add_generation_prompt = false;
+  preamble.messages = nlohmann::ordered_json::array();
+  for (const nlohmann::ordered_json& m : request.messages) {
+    const nlohmann::ordered_json* role = m.is_object() && m.contains("role") ? &m["role"] : nullptr;
+    if (role == nullptr || !role->is_string() || (*role != "system" && *role != "developer")) {
+      break;
+    }
+    preamble.messages.push_back(m);
+  }
+  preamble.messages.push_back({{"role", "user"}, {"content", options.placeholder_question}});
+  absl::StatusOr<std::string> preamble_text = chat_template.Render(preamble);
+  if (!preamble_text.ok()) return out;
+  ASSIGN_OR_RETURN(std::vector<TokenId> preamble_ids, tokenizer.Encode(*preamble_text));
+  const auto shared =
+      std::mismatch(out.ids.begin(), out.ids.end(), preamble_ids.begin(), preamble_ids.end());
+  out.shared_boundary = static_cast<size_t>(shared.first - out.ids.begin());
   return out;
 }
 

@@ -94,14 +94,18 @@ struct RenderedPrompt {
   // placeholder assistant answer and a placeholder user question (rendered without a generation
   // prompt). Captures reasoning stripping, re-serialisation and tail changes (docs/model.md §6.3).
   size_t stable_boundary = 0;
+  // The number of leading tokens of `ids` that another conversation with the same leading
+  // system (and developer) messages and tools is expected to send too: the longest common token
+  // prefix of `ids` and the tokens of those messages followed by a placeholder user question.
+  // 0 when the template rejects that.
+  size_t shared_boundary = 0;
 };
 
 // Renders and tokenizes `request` and computes its stable boundary (0 when the template rejects
 // the placeholder turns). Errors: those of ChatTemplate::Render and Tokenizer::Encode for
 // `request` itself.
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
-                                            const Tokenizer& tokenizer,
-                                            const ChatRequest& request,
+                                            const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options = {});
 
 }  // namespace cairn::infer::text

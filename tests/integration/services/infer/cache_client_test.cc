@@ -146,7 +146,7 @@ class Driver {
 
   // The deepest RAM candidate the cache offers for `prompt`, or 0.
   uint64_t RamCandidate(const std::vector<int32_t>& prompt, int64_t* depth) {
-    absl::StatusOr<StatePlan> plan = cache_->Lookup(prompt, 0, "lookup");
+    absl::StatusOr<StatePlan> plan = cache_->Lookup(prompt, 0, 0, "lookup");
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return 0;
     for (const StateCandidate& c : plan->candidates) {
@@ -253,7 +253,7 @@ TEST_F(CacheClientTest, ARestartedCacheNeverSeesAnOldCheckpointId) {
   const uint64_t generation = driver_->cache().generation();
 
   server_.reset();  // The cache daemon goes away (no disk tier: its RAM is gone with it).
-  EXPECT_EQ(driver_->cache().Lookup(a, 0, "a").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(driver_->cache().Lookup(a, 0, 0, "a").status().code(), absl::StatusCode::kUnavailable);
   server_ = std::make_unique<cache::testing::Server>(32 << 20);  // Same address, new arena.
   ASSERT_TRUE(driver_->cache().WaitConnected(absl::Seconds(10)));
   EXPECT_NE(driver_->cache().generation(), generation);

@@ -1,6 +1,7 @@
 // Unit tests of the cache core's parts: ledger, prefix index, planner, retention, event log,
 // layout and the cache's error paths.
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -165,6 +166,31 @@ TEST(CapturePlannerTest, LearnedPointNeeds512TokensAndMergesWithin64) {
             (std::vector<PlannedCapture>{{6100, CaptureKind::kLearned},
                                          {8148, CaptureKind::kGrid},  // 8,192 snapped.
                                          {9000, CaptureKind::kEnd}}));
+}
+
+TEST(CapturePlannerTest, ANamedSharedBoundaryIsALearnedPointBeforeAnyBranchExists) {
+  PlanInput in;
+  in.prompt_tokens = 13000;
+  in.shared_boundary = 11668;  // An agent's system prompt and tools; nothing cached yet.
+
+  absl::StatusOr<CapturePlan> named = CapturePlanner().Plan(in);
+  PlannerOptions off;
+  off.capture_shared_boundary = false;
+  absl::StatusOr<CapturePlan> ignored = CapturePlanner(off).Plan(in);
+  in.restore_depth = 11668 - 511;  // Too little past the restore point to pay for itself.
+  absl::StatusOr<CapturePlan> too_close = CapturePlanner().Plan(in);
+
+  ASSERT_TRUE(named.ok() && ignored.ok() && too_close.ok());
+  auto has = [](const CapturePlan& p, int64_t pos, CaptureKind kind) {
+    return std::find(p.captures.begin(), p.captures.end(), PlannedCapture{pos, kind}) !=
+           p.captures.end();
+  };
+  EXPECT_TRUE(has(*named, 11668, CaptureKind::kLearned));
+  // Prefill passes stop there, so the capture sees exactly that state.
+  EXPECT_TRUE(std::any_of(named->passes.begin(), named->passes.end(),
+                          [](const PrefillPass& p) { return p.end == 11668; }));
+  EXPECT_FALSE(has(*ignored, 11668, CaptureKind::kLearned));
+  EXPECT_FALSE(has(*too_close, 11668, CaptureKind::kLearned));
 }
 
 TEST(CapturePlannerTest, RejectsInconsistentInput) {

@@ -74,5 +74,23 @@ TEST(AnthropicMappingTest, NonStreamedMessageGoldenShape) {
       << body.dump(2);
 }
 
+TEST(AnthropicMappingTest, AStopStringIsReportedAsTheStopSequence) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseAnthropicMessagesRequest(Json::parse(R"({"max_tokens": 5, "stop_sequences": ["END"],
+                      "messages": [{"role": "user", "content": "x"}]})"),
+                                    {});
+  ASSERT_TRUE(spec.ok());
+  auto formatter = spec->make_formatter("served");
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_STOP);
+  f.set_stop_sequence("END");
+  Json body = formatter->Body(f);
+  EXPECT_EQ(body["stop_reason"], "stop_sequence");
+  EXPECT_EQ(body["stop_sequence"], "END");
+  f.clear_stop_sequence();  // EOS.
+  EXPECT_EQ(spec->make_formatter("served")->Body(f)["stop_reason"], "end_turn");
+  EXPECT_TRUE(spec->make_formatter("served")->Body(f)["stop_sequence"].is_null());
+}
+
 }  // namespace
 }  // namespace cairn::gateway

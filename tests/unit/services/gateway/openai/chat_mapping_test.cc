@@ -119,7 +119,8 @@ TEST(ChatMappingTest, NonStreamedBodyGoldenShape) {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"},
                  "finish_reason": "stop", "logprobs": null}],
     "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105,
-              "prompt_tokens_details": {"cached_tokens": 96}},
+              "prompt_tokens_details": {"cached_tokens": 96},
+              "completion_tokens_details": {"reasoning_tokens": 0}},
     "cairn": {"tier": "live", "depth": 96, "prefilled_tokens": 4, "restore_ms": 0.0,
               "capture_ms": 0.0, "ttft_ms": 0.0, "captures": 0, "cache_available": false,
               "miss_reason": "divergence at token 96"}})");
@@ -134,6 +135,7 @@ TEST(ChatMappingTest, StreamedChunksGoldenShape) {
   d.set_text("A");
   auto* lp = d.add_logprobs();
   lp->set_text("A");
+  lp->set_token_bytes("A");
   lp->set_logprob(-0.5f);
   auto* alt = lp->add_top();
   alt->set_text("B");
@@ -159,6 +161,8 @@ TEST(ChatMappingTest, StreamedChunksGoldenShape) {
   Json t = data(text)["choices"][0];
   EXPECT_EQ(t["delta"]["content"], "A");
   EXPECT_EQ(t["logprobs"]["content"][0]["top_logprobs"][0]["token"], "B");
+  EXPECT_EQ(t["logprobs"]["content"][0]["bytes"], Json::parse("[65]"));
+  EXPECT_TRUE(t["logprobs"]["content"][0]["top_logprobs"][0]["bytes"].is_null());
   EXPECT_EQ(data(call)["choices"][0]["delta"]["tool_calls"],
             Json::parse(R"([{"index":0,"id":"call_1","type":"function",
                              "function":{"name":"f","arguments":"{}"}}])"));
@@ -177,6 +181,36 @@ TEST(ChatMappingTest, CompletionPromptAsTokenIds) {
   EXPECT_EQ(spec->request.sampling().logprobs(), 2u);
   EXPECT_TRUE(CheckAgainstVocabulary(*spec, 7).ok());
   EXPECT_EQ(CheckAgainstVocabulary(*spec, 6).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChatMappingTest, CompletionExtensionsForReplayingAgents) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseCompletionRequest(Json::parse(R"({"prompt": [1, 2, 3, 4], "return_token_ids": true,
+                      "prompt_cache_key": "session-7",
+                      "cairn": {"stable_boundary": 3, "shared_boundary": 2}})"),
+                             {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->request.conversation(), "session-7");
+  EXPECT_EQ(spec->request.stable_boundary(), 3u);
+  EXPECT_EQ(spec->request.shared_boundary(), 2u);
+  auto formatter = spec->make_formatter("served");
+  infer_v1::Delta d;
+  d.add_token_ids(42);  // Held-back text: no text yet, but the id is reported.
+  infer_v1::Delta e;
+  e.add_token_ids(43);
+  e.set_text("hi");
+  formatter->Collect(d);
+  formatter->Collect(e);
+  Json body = formatter->Body(MakeFinished(infer_v1::Finished::REASON_LENGTH));
+  EXPECT_EQ(body["choices"][0]["token_ids"], Json::parse("[42, 43]"));
+  std::string chunk = formatter->StreamDelta(d);
+  EXPECT_NE(chunk.find("\"token_ids\":[42]"), std::string::npos) << chunk;
+
+  absl::StatusOr<GenerationSpec> bad = ParseCompletionRequest(
+      Json::parse(R"({"prompt": [1], "cairn": {"stable_boundary": -1}})"), {});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("cairn.stable_boundary"), std::string::npos)
+      << bad.status();
 }
 
 }  // namespace

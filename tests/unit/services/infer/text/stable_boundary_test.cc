@@ -68,8 +68,8 @@ class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
     absl::StatusOr<RenderedPrompt> turn = RenderPrompt(*template_, *tokenizer_, *request);
     ASSERT_TRUE(turn.ok()) << turn.status();
     OutputParserOptions parse;
-    parse.starts_in_reasoning = turn->text.size() >= 8 &&
-                                turn->text.compare(turn->text.size() - 8, 8, "<think>\n") == 0;
+    parse.starts_in_reasoning =
+        turn->text.size() >= 8 && turn->text.compare(turn->text.size() - 8, 8, "<think>\n") == 0;
     parse.tools = request->tools;
     const ParsedOutput out = ParseOutput(generated, parse);
     ASSERT_TRUE(out.warnings.empty());
@@ -81,9 +81,11 @@ class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(next_turn.ok()) << next_turn.status();
 
     // Turn N+1 extends turn N up to the stable boundary...
-    const size_t shared = static_cast<size_t>(
-        std::mismatch(turn->ids.begin(), turn->ids.end(), next_turn->ids.begin(),
-                      next_turn->ids.end()).first - turn->ids.begin());
+    const size_t shared =
+        static_cast<size_t>(std::mismatch(turn->ids.begin(), turn->ids.end(),
+                                          next_turn->ids.begin(), next_turn->ids.end())
+                                .first -
+                            turn->ids.begin());
     EXPECT_GT(turn->stable_boundary, 0u);
     EXPECT_LE(turn->stable_boundary, shared) << GetParam() << ": " << turn->text;
     // ...and when the client's next message is a user question (the placeholder's shape), the
@@ -153,6 +155,33 @@ TEST_P(StableBoundaryTest, SecondStepOfAnAgentLoopThenANewQuestion) {
 
   CheckTurn(request, "<think>\nIt is 21.\n</think>\n\nIt is 21 degrees.",
             {{{"role", "user"}, {"content", "And tomorrow?"}}});
+}
+
+TEST_P(StableBoundaryTest, SharedBoundaryCoversTheSystemPromptAndToolsOfAnotherConversation) {
+  const json system = {{"role", "system"}, {"content", "You are a careful coding agent."}};
+  auto render = [&](const std::string& question) {
+    json r = {{"messages", {system, {{"role", "user"}, {"content", question}}}},
+              {"tools", Tools()}};
+    absl::StatusOr<ChatRequest> request = ParseChatRequest(r);
+    EXPECT_TRUE(request.ok()) << request.status();
+    absl::StatusOr<RenderedPrompt> p = RenderPrompt(*template_, *tokenizer_, *request);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return *p;
+  };
+  const RenderedPrompt a = render("Fix the failing test in parser.cc.");
+  const RenderedPrompt b = render("Why is the build slow?");
+  const size_t common = static_cast<size_t>(
+      std::mismatch(a.ids.begin(), a.ids.end(), b.ids.begin(), b.ids.end()).first - a.ids.begin());
+  // Another conversation repeats at least the shared boundary, and the boundary covers the
+  // system prompt and the tool definitions (the text before the first user turn).
+  EXPECT_GT(a.shared_boundary, 0u);
+  EXPECT_LE(a.shared_boundary, common) << GetParam();
+  absl::StatusOr<std::string> before_user =
+      tokenizer_->Decode(absl::MakeConstSpan(a.ids).subspan(0, a.shared_boundary));
+  ASSERT_TRUE(before_user.ok());
+  EXPECT_NE(before_user->find("get_weather"), std::string::npos) << *before_user;
+  EXPECT_NE(before_user->find("careful coding agent"), std::string::npos) << *before_user;
+  EXPECT_EQ(before_user->find("parser.cc"), std::string::npos) << *before_user;
 }
 
 INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest,
