@@ -141,8 +141,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   uint64_t ram = static_cast<uint64_t>(options.policy.ram_bytes);
   uint64_t disk = static_cast<uint64_t>(options.policy.disk_bytes);
   uint64_t private_bytes = static_cast<uint64_t>(options.policy.cost.private_bytes);
-  FlagSet flags("cairnctl simulate",
-                "replays a trace (JSONL, docs/architecture.md §9) through a cache policy with a cost model");
+  FlagSet flags(
+      "cairnctl simulate",
+      "replays a trace (JSONL, docs/architecture.md §9) through a cache policy with a cost model");
   flags.Add("trace", &trace_path, "trace file (required)");
   flags.Add("policy", &policy,
             "cairn | none | live-only | llamacpp | block-aligned | marconi | oracle | all");
@@ -306,7 +307,8 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   int64_t seed = static_cast<int64_t>(o.seed);
   FlagSet flags("cairnctl gen-trace", "writes a synthetic coding-agent trace (JSONL)");
   flags.Add("preset", &preset,
-            "agent | single-user | team | long-context: defaults the other flags override");
+            "agent | single-user | team | long-context | coding-agent: defaults the other flags "
+            "override");
   flags.Add("out", &path, "output file; stdout when empty");
   flags.Add("seed", &seed, "random seed");
   flags.Add("conversations", &o.conversations, "top-level conversations");
@@ -318,9 +320,16 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("answer-tokens", &o.answer_tokens_mean, "mean visible answer");
   flags.Add("reasoning-fraction", &o.reasoning_fraction, "turns whose reasoning is dropped");
   flags.Add("reasoning-tokens", &o.reasoning_tokens_mean, "mean reasoning length");
-  flags.Add("edit-probability", &o.edit_probability, "a turn edits a recent message");
+  flags.Add("edit-probability", &o.edit_probability, "a turn edits an earlier message");
+  flags.Add("edit-back-messages", &o.edit_back_messages, "an edit reaches this many messages back");
   flags.Add("subagent-probability", &o.subagent_probability, "a turn starts a subagent");
   flags.Add("subagent-turns", &o.subagent_turns, "turns per subagent");
+  flags.Add("subagent-fork-probability", &o.subagent_fork_probability,
+            "a subagent forks the parent's whole prompt, not only the system prompt");
+  flags.Add("tool-result-tail-probability", &o.tool_result_tail_probability,
+            "an append is a heavy-tailed tool result (Pareto)");
+  flags.Add("tool-result-tail-alpha", &o.tool_result_tail_alpha,
+            "Pareto shape of tool results (smaller: heavier tail)");
   flags.Add("compaction-threshold-tokens", &o.compaction_threshold_tokens,
             "histories longer than this are compacted");
   flags.Add("compaction-summary-tokens", &o.compaction_summary_tokens,
@@ -328,6 +337,8 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("step-seconds", &o.step_seconds_mean, "mean gap between steps");
   flags.Add("idle-probability", &o.idle_probability, "a step is followed by a human pause");
   flags.Add("idle-seconds", &o.idle_seconds_mean, "mean pause");
+  flags.Add("scale", &o.token_scale,
+            "multiplies every token length (e.g. 0.125 for a small CPU model); times unchanged");
   int code = 0;
   if (!ParseFlags(flags, args, out, err, &code)) return code;
   if (seed < 0) {
