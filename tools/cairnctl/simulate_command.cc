@@ -11,41 +11,20 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/flags.h"
+#include "services/cache/sim/calibration.h"
 #include "services/cache/sim/evaluation.h"
 #include "services/cache/sim/report.h"
 #include "services/cache/sim/simulator.h"
 #include "services/cache/sim/trace.h"
 #include "services/cache/sim/trace_generator.h"
 #include "tools/cairnctl/command.h"
+#include "tools/cairnctl/verb_flags.h"
 
 namespace cairn::cairnctl {
 namespace {
 
 using cache::sim::AgentTraceOptions;
 using cache::sim::SimOptions;
-
-// Parses `args` into `flags`; on --help prints usage and sets `*exit_code` to 0, on an error
-// prints it and sets 2. Returns true when the command should go on.
-bool ParseFlags(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
-                std::ostream& err, int* exit_code) {
-  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
-  if (absl::IsCancelled(rest.status())) {
-    out << rest.status().message();
-    *exit_code = 0;
-    return false;
-  }
-  if (!rest.ok()) {
-    err << rest.status().message() << "\n";
-    *exit_code = 2;
-    return false;
-  }
-  if (!rest->empty()) {
-    err << "unexpected argument '" << rest->front() << "'\n";
-    *exit_code = 2;
-    return false;
-  }
-  return true;
-}
 
 void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
                  uint64_t* private_bytes) {
@@ -130,6 +109,56 @@ bool ParseByteList(const std::vector<std::string>& items, const std::string& fla
   return true;
 }
 
+// `simulate --calibrate CSV`: fits the cost model to a replay, then predicts the same trace
+// with it and puts prediction and measurement side by side. Returns the exit code.
+int RunCalibrated(SimOptions options, const std::string& csv, const std::string& tsv_path,
+                  std::vector<cache::sim::TraceRequest> trace, const std::string& policy,
+                  std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::vector<cache::sim::ReplayRecord>> records = cache::sim::ReadReplayCsv(csv);
+  if (!records.ok()) {
+    err << "simulate: --calibrate: " << records.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<cache::sim::CalibrationFit> fit =
+      cache::sim::Calibrate(*records, options.policy.cost, options.policy.planner.max_pass_tokens);
+  if (!fit.ok()) {
+    err << "simulate: --calibrate: " << fit.status().message() << "\n";
+    return 1;
+  }
+  out << "calibration from " << csv << "\n"
+      << cache::sim::FormatCalibration(*fit, options.policy.cost) << "\n";
+  options.policy.cost = fit->cost;
+  int max_index = -1;
+  for (const cache::sim::ReplayRecord& r : *records) max_index = std::max(max_index, r.index);
+  if (static_cast<size_t>(max_index + 1) < trace.size()) {
+    trace.resize(static_cast<size_t>(max_index + 1));
+  }
+  std::vector<cache::sim::SimRequest> requests = cache::sim::PrepareRequests(trace, options.trace);
+  absl::StatusOr<cache::sim::SimResult> predicted = cache::sim::Simulate(requests, policy, options);
+  if (!predicted.ok()) {
+    err << "simulate: " << predicted.status().message() << "\n";
+    return absl::IsInvalidArgument(predicted.status()) ? 2 : 1;
+  }
+  absl::StatusOr<cache::sim::PredictionComparison> comparison =
+      cache::sim::ComparePrediction(*records, *predicted);
+  if (!comparison.ok()) {
+    err << "simulate: --calibrate: " << comparison.status().message() << "\n";
+    return 1;
+  }
+  out << "prediction (" << policy << ", calibrated) vs replay\n"
+      << cache::sim::FormatPrediction(*comparison);
+  if (!tsv_path.empty()) {
+    std::ofstream file(tsv_path, std::ios::binary | std::ios::trunc);
+    file << cache::sim::PredictionTsv(*records, *predicted);
+    file.flush();
+    if (!file) {
+      err << "simulate: cannot write " << tsv_path << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -149,9 +178,27 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
             "cairn | none | live-only | llamacpp | block-aligned | marconi | oracle | all");
   flags.Add("json", &json, "one JSON object per request, then {\"totals\": ...}");
   flags.Add("per-request", &per_request, "with --policy all: also print every request");
+  std::string calibrate;
+  std::string prediction_tsv;
+  flags.Add("calibrate", &calibrate,
+            "fit the cost model to this replay CSV (cairnctl replay --csv), then compare the "
+            "calibrated prediction (--policy, default cairn) with the replay");
+  flags.Add("prediction-tsv", &prediction_tsv,
+            "with --calibrate: write per-request measured and predicted values here");
+  flags.Add("answers-resent", &options.trace.answers_resent,
+            "the model's answers appear in the next prompt (default: true; false with "
+            "--calibrate, as a replay sends the trace's tokens)");
+  flags.Add("keep-stable", &options.trace.keep_stable,
+            "requests keep the trace's stable boundaries (default: true; false with "
+            "--calibrate, as token-id prompts carry none)");
   AddSimFlags(flags, options, &ram, &disk, &private_bytes);
   int code = 0;
-  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
+  if (!calibrate.empty()) {
+    if (!flags.WasSet("answers-resent")) options.trace.answers_resent = false;
+    if (!flags.WasSet("keep-stable")) options.trace.keep_stable = false;
+    if (policy == "all") policy = "cairn";
+  }
   if (trace_path.empty()) {
     err << "simulate: --trace FILE is required\n";
     return 2;
@@ -175,6 +222,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   if (!trace.ok()) {
     err << "simulate: " << trace.status().message() << "\n";
     return 1;
+  }
+  if (!calibrate.empty()) {
+    return RunCalibrated(options, calibrate, prediction_tsv, *std::move(trace), policy, out, err);
   }
   std::vector<std::string> policies;
   if (policy == "all") {
@@ -233,7 +283,7 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("max-vs-oracle", &eval.max_vs_oracle, "bar above them: cairn / oracle");
   AddSimFlags(flags, eval.base, &ram, &disk, &private_bytes);
   int code = 0;
-  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
   if (flags.WasSet("ram-bytes") || flags.WasSet("disk-bytes")) {
     err << "evaluate: use --budgets and --disk-budgets\n";
     return 2;
@@ -340,7 +390,7 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("scale", &o.token_scale,
             "multiplies every token length (e.g. 0.125 for a small CPU model); times unchanged");
   int code = 0;
-  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
   if (seed < 0) {
     err << "gen-trace: --seed must be non-negative\n";
     return 2;
