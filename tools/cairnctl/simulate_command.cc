@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/flags.h"
 #include "services/cache/sim/calibration.h"
+#include "services/cache/sim/comparison.h"
 #include "services/cache/sim/evaluation.h"
 #include "services/cache/sim/report.h"
 #include "services/cache/sim/simulator.h"
@@ -101,7 +102,7 @@ bool ParseByteList(const std::vector<std::string>& items, const std::string& fla
   for (const std::string& item : items) {
     absl::StatusOr<uint64_t> bytes = ParseByteSize(item);
     if (!bytes.ok() || *bytes > static_cast<uint64_t>(INT64_MAX)) {
-      err << "evaluate: --" << flag << ": bad byte count '" << item << "'\n";
+      err << "--" << flag << ": bad byte count '" << item << "'\n";
       return false;
     }
     out->push_back(static_cast<int64_t>(*bytes));
@@ -339,6 +340,84 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
     return absl::IsInvalidArgument(rows.status()) ? 2 : 1;
   }
   out << cache::sim::FormatEvaluation(*rows, eval);
+  return 0;
+}
+
+int RunCompare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  cache::sim::ComparisonOptions compare;
+  std::string trace_path;
+  std::string out_dir;
+  std::vector<std::string> budgets = {"2Gi", "8Gi", "32Gi"};
+  std::string cdf_budget;
+  uint64_t ram = 0;
+  uint64_t disk = uint64_t{64} << 30;
+  uint64_t private_bytes = static_cast<uint64_t>(compare.base.policy.cost.private_bytes);
+  compare.base.policy.slots = 2;
+  FlagSet flags("cairnctl compare",
+                "runs every policy over a trace at several RAM budgets, and cairn also with its "
+                "disk tier; prints a Markdown table and writes the data of the report's plots");
+  flags.Add("trace", &trace_path, "trace file (required)");
+  flags.Add("budgets", &budgets, "RAM budgets");
+  flags.Add("cdf-budget", &cdf_budget, "budget of the TTFT CDF data (default: the middle one)");
+  flags.Add("out-dir", &out_dir,
+            "write compare.md, recomputed_vs_budget.dat and ttft_cdf.dat here (gnuplot blocks)");
+  AddSimFlags(flags, compare.base, &ram, &disk, &private_bytes);
+  int code = 0;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
+  if (trace_path.empty()) {
+    err << "compare: --trace FILE is required\n";
+    return 2;
+  }
+  if (flags.WasSet("ram-bytes")) {
+    err << "compare: use --budgets (--disk-bytes is cairn's disk tier in the +disk rows)\n";
+    return 2;
+  }
+  compare.base.policy.cost.private_bytes = static_cast<int64_t>(private_bytes);
+  if (disk > static_cast<uint64_t>(INT64_MAX) || compare.base.policy.cost.private_bytes < 0) {
+    err << "compare: byte sizes out of range\n";
+    return 2;
+  }
+  compare.disk_bytes = static_cast<int64_t>(disk);
+  if (!ParseByteList(budgets, "budgets", &compare.ram_budgets, err)) return 2;
+  if (compare.ram_budgets.empty()) {
+    err << "compare: --budgets needs at least one value\n";
+    return 2;
+  }
+  int64_t cdf_bytes = compare.ram_budgets[compare.ram_budgets.size() / 2];
+  if (!cdf_budget.empty()) {
+    std::vector<int64_t> one;
+    if (!ParseByteList({cdf_budget}, "cdf-budget", &one, err)) return 2;
+    cdf_bytes = one.front();
+  }
+  absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace =
+      cache::sim::ReadTraceFile(trace_path, compare.base.trace);
+  if (!trace.ok()) {
+    err << "compare: " << trace.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<cache::sim::ComparisonRow>> rows =
+      cache::sim::ComparePolicies(cache::sim::PrepareRequests(*trace, compare.base.trace), compare);
+  if (!rows.ok()) {
+    err << "compare: " << rows.status().message() << "\n";
+    return absl::IsInvalidArgument(rows.status()) ? 2 : 1;
+  }
+  const std::string table = cache::sim::ComparisonMarkdown(*rows);
+  out << table;
+  if (!out_dir.empty()) {
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {"compare.md", table},
+        {"recomputed_vs_budget.dat", cache::sim::RecomputedVsBudgetData(*rows)},
+        {"ttft_cdf.dat", cache::sim::TtftCdfData(*rows, cdf_bytes)}};
+    for (const auto& [name, text] : files) {
+      std::ofstream file(out_dir + "/" + name, std::ios::binary | std::ios::trunc);
+      file << text;
+      file.flush();
+      if (!file) {
+        err << "compare: cannot write " << out_dir << "/" << name << "\n";
+        return 1;
+      }
+    }
+  }
   return 0;
 }
 
