@@ -35,6 +35,9 @@ const std::vector<Command>& InferCommands();
 int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunCompare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `cairnctl replay` (replay_command.cc).
+int RunReplay(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace cairn::cairnctl
 

@@ -15,6 +15,10 @@ const std::vector<Command>& Commands() {
     all->push_back({"gen-trace", "write a synthetic coding-agent trace (JSONL)", &RunGenTrace});
     all->push_back({"evaluate", "cairn vs every peer model and the oracle over traces x budgets",
                     &RunEvaluate});
+    all->push_back(
+        {"compare", "every policy at several RAM budgets, with and without disk", &RunCompare});
+    all->push_back({"replay", "send a trace through the gateway and record TTFT, tier and tokens",
+                    &RunReplay});
     return all;
   }();
   return *commands;

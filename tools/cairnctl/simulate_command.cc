@@ -11,41 +11,21 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/config/flags.h"
+#include "services/cache/sim/calibration.h"
+#include "services/cache/sim/comparison.h"
 #include "services/cache/sim/evaluation.h"
 #include "services/cache/sim/report.h"
 #include "services/cache/sim/simulator.h"
 #include "services/cache/sim/trace.h"
 #include "services/cache/sim/trace_generator.h"
 #include "tools/cairnctl/command.h"
+#include "tools/cairnctl/verb_flags.h"
 
 namespace cairn::cairnctl {
 namespace {
 
 using cache::sim::AgentTraceOptions;
 using cache::sim::SimOptions;
-
-// Parses `args` into `flags`; on --help prints usage and sets `*exit_code` to 0, on an error
-// prints it and sets 2. Returns true when the command should go on.
-bool ParseFlags(FlagSet& flags, const std::vector<std::string>& args, std::ostream& out,
-                std::ostream& err, int* exit_code) {
-  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
-  if (absl::IsCancelled(rest.status())) {
-    out << rest.status().message();
-    *exit_code = 0;
-    return false;
-  }
-  if (!rest.ok()) {
-    err << rest.status().message() << "\n";
-    *exit_code = 2;
-    return false;
-  }
-  if (!rest->empty()) {
-    err << "unexpected argument '" << rest->front() << "'\n";
-    *exit_code = 2;
-    return false;
-  }
-  return true;
-}
 
 void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
                  uint64_t* private_bytes) {
@@ -122,12 +102,62 @@ bool ParseByteList(const std::vector<std::string>& items, const std::string& fla
   for (const std::string& item : items) {
     absl::StatusOr<uint64_t> bytes = ParseByteSize(item);
     if (!bytes.ok() || *bytes > static_cast<uint64_t>(INT64_MAX)) {
-      err << "evaluate: --" << flag << ": bad byte count '" << item << "'\n";
+      err << "--" << flag << ": bad byte count '" << item << "'\n";
       return false;
     }
     out->push_back(static_cast<int64_t>(*bytes));
   }
   return true;
+}
+
+// `simulate --calibrate CSV`: fits the cost model to a replay, then predicts the same trace
+// with it and puts prediction and measurement side by side. Returns the exit code.
+int RunCalibrated(SimOptions options, const std::string& csv, const std::string& tsv_path,
+                  std::vector<cache::sim::TraceRequest> trace, const std::string& policy,
+                  std::ostream& out, std::ostream& err) {
+  absl::StatusOr<std::vector<cache::sim::ReplayRecord>> records = cache::sim::ReadReplayCsv(csv);
+  if (!records.ok()) {
+    err << "simulate: --calibrate: " << records.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<cache::sim::CalibrationFit> fit =
+      cache::sim::Calibrate(*records, options.policy.cost, options.policy.planner.max_pass_tokens);
+  if (!fit.ok()) {
+    err << "simulate: --calibrate: " << fit.status().message() << "\n";
+    return 1;
+  }
+  out << "calibration from " << csv << "\n"
+      << cache::sim::FormatCalibration(*fit, options.policy.cost) << "\n";
+  options.policy.cost = fit->cost;
+  int max_index = -1;
+  for (const cache::sim::ReplayRecord& r : *records) max_index = std::max(max_index, r.index);
+  if (static_cast<size_t>(max_index + 1) < trace.size()) {
+    trace.resize(static_cast<size_t>(max_index + 1));
+  }
+  std::vector<cache::sim::SimRequest> requests = cache::sim::PrepareRequests(trace, options.trace);
+  absl::StatusOr<cache::sim::SimResult> predicted = cache::sim::Simulate(requests, policy, options);
+  if (!predicted.ok()) {
+    err << "simulate: " << predicted.status().message() << "\n";
+    return absl::IsInvalidArgument(predicted.status()) ? 2 : 1;
+  }
+  absl::StatusOr<cache::sim::PredictionComparison> comparison =
+      cache::sim::ComparePrediction(*records, *predicted);
+  if (!comparison.ok()) {
+    err << "simulate: --calibrate: " << comparison.status().message() << "\n";
+    return 1;
+  }
+  out << "prediction (" << policy << ", calibrated) vs replay\n"
+      << cache::sim::FormatPrediction(*comparison);
+  if (!tsv_path.empty()) {
+    std::ofstream file(tsv_path, std::ios::binary | std::ios::trunc);
+    file << cache::sim::PredictionTsv(*records, *predicted);
+    file.flush();
+    if (!file) {
+      err << "simulate: cannot write " << tsv_path << "\n";
+      return 1;
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -141,16 +171,35 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   uint64_t ram = static_cast<uint64_t>(options.policy.ram_bytes);
   uint64_t disk = static_cast<uint64_t>(options.policy.disk_bytes);
   uint64_t private_bytes = static_cast<uint64_t>(options.policy.cost.private_bytes);
-  FlagSet flags("cairnctl simulate",
-                "replays a trace (JSONL, docs/architecture.md §9) through a cache policy with a cost model");
+  FlagSet flags(
+      "cairnctl simulate",
+      "replays a trace (JSONL, docs/architecture.md §9) through a cache policy with a cost model");
   flags.Add("trace", &trace_path, "trace file (required)");
   flags.Add("policy", &policy,
             "cairn | none | live-only | llamacpp | block-aligned | marconi | oracle | all");
   flags.Add("json", &json, "one JSON object per request, then {\"totals\": ...}");
   flags.Add("per-request", &per_request, "with --policy all: also print every request");
+  std::string calibrate;
+  std::string prediction_tsv;
+  flags.Add("calibrate", &calibrate,
+            "fit the cost model to this replay CSV (cairnctl replay --csv), then compare the "
+            "calibrated prediction (--policy, default cairn) with the replay");
+  flags.Add("prediction-tsv", &prediction_tsv,
+            "with --calibrate: write per-request measured and predicted values here");
+  flags.Add("answers-resent", &options.trace.answers_resent,
+            "the model's answers appear in the next prompt (default: true; false with "
+            "--calibrate, as a replay sends the trace's tokens)");
+  flags.Add("keep-stable", &options.trace.keep_stable,
+            "requests keep the trace's stable boundaries (default: true; false with "
+            "--calibrate, as token-id prompts carry none)");
   AddSimFlags(flags, options, &ram, &disk, &private_bytes);
   int code = 0;
-  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
+  if (!calibrate.empty()) {
+    if (!flags.WasSet("answers-resent")) options.trace.answers_resent = false;
+    if (!flags.WasSet("keep-stable")) options.trace.keep_stable = false;
+    if (policy == "all") policy = "cairn";
+  }
   if (trace_path.empty()) {
     err << "simulate: --trace FILE is required\n";
     return 2;
@@ -174,6 +223,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
   if (!trace.ok()) {
     err << "simulate: " << trace.status().message() << "\n";
     return 1;
+  }
+  if (!calibrate.empty()) {
+    return RunCalibrated(options, calibrate, prediction_tsv, *std::move(trace), policy, out, err);
   }
   std::vector<std::string> policies;
   if (policy == "all") {
@@ -232,7 +284,7 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("max-vs-oracle", &eval.max_vs_oracle, "bar above them: cairn / oracle");
   AddSimFlags(flags, eval.base, &ram, &disk, &private_bytes);
   int code = 0;
-  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
   if (flags.WasSet("ram-bytes") || flags.WasSet("disk-bytes")) {
     err << "evaluate: use --budgets and --disk-budgets\n";
     return 2;
@@ -291,6 +343,84 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
   return 0;
 }
 
+int RunCompare(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  cache::sim::ComparisonOptions compare;
+  std::string trace_path;
+  std::string out_dir;
+  std::vector<std::string> budgets = {"2Gi", "8Gi", "32Gi"};
+  std::string cdf_budget;
+  uint64_t ram = 0;
+  uint64_t disk = uint64_t{64} << 30;
+  uint64_t private_bytes = static_cast<uint64_t>(compare.base.policy.cost.private_bytes);
+  compare.base.policy.slots = 2;
+  FlagSet flags("cairnctl compare",
+                "runs every policy over a trace at several RAM budgets, and cairn also with its "
+                "disk tier; prints a Markdown table and writes the data of the report's plots");
+  flags.Add("trace", &trace_path, "trace file (required)");
+  flags.Add("budgets", &budgets, "RAM budgets");
+  flags.Add("cdf-budget", &cdf_budget, "budget of the TTFT CDF data (default: the middle one)");
+  flags.Add("out-dir", &out_dir,
+            "write compare.md, recomputed_vs_budget.dat and ttft_cdf.dat here (gnuplot blocks)");
+  AddSimFlags(flags, compare.base, &ram, &disk, &private_bytes);
+  int code = 0;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
+  if (trace_path.empty()) {
+    err << "compare: --trace FILE is required\n";
+    return 2;
+  }
+  if (flags.WasSet("ram-bytes")) {
+    err << "compare: use --budgets (--disk-bytes is cairn's disk tier in the +disk rows)\n";
+    return 2;
+  }
+  compare.base.policy.cost.private_bytes = static_cast<int64_t>(private_bytes);
+  if (disk > static_cast<uint64_t>(INT64_MAX) || compare.base.policy.cost.private_bytes < 0) {
+    err << "compare: byte sizes out of range\n";
+    return 2;
+  }
+  compare.disk_bytes = static_cast<int64_t>(disk);
+  if (!ParseByteList(budgets, "budgets", &compare.ram_budgets, err)) return 2;
+  if (compare.ram_budgets.empty()) {
+    err << "compare: --budgets needs at least one value\n";
+    return 2;
+  }
+  int64_t cdf_bytes = compare.ram_budgets[compare.ram_budgets.size() / 2];
+  if (!cdf_budget.empty()) {
+    std::vector<int64_t> one;
+    if (!ParseByteList({cdf_budget}, "cdf-budget", &one, err)) return 2;
+    cdf_bytes = one.front();
+  }
+  absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace =
+      cache::sim::ReadTraceFile(trace_path, compare.base.trace);
+  if (!trace.ok()) {
+    err << "compare: " << trace.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<cache::sim::ComparisonRow>> rows =
+      cache::sim::ComparePolicies(cache::sim::PrepareRequests(*trace, compare.base.trace), compare);
+  if (!rows.ok()) {
+    err << "compare: " << rows.status().message() << "\n";
+    return absl::IsInvalidArgument(rows.status()) ? 2 : 1;
+  }
+  const std::string table = cache::sim::ComparisonMarkdown(*rows);
+  out << table;
+  if (!out_dir.empty()) {
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {"compare.md", table},
+        {"recomputed_vs_budget.dat", cache::sim::RecomputedVsBudgetData(*rows)},
+        {"ttft_cdf.dat", cache::sim::TtftCdfData(*rows, cdf_bytes)}};
+    for (const auto& [name, text] : files) {
+      std::ofstream file(out_dir + "/" + name, std::ios::binary | std::ios::trunc);
+      file << text;
+      file.flush();
+      if (!file) {
+        err << "compare: cannot write " << out_dir << "/" << name << "\n";
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
 int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // The preset sets the defaults every other flag may override.
   std::string preset = ScanFlag(args, "preset");
@@ -306,7 +436,8 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   int64_t seed = static_cast<int64_t>(o.seed);
   FlagSet flags("cairnctl gen-trace", "writes a synthetic coding-agent trace (JSONL)");
   flags.Add("preset", &preset,
-            "agent | single-user | team | long-context: defaults the other flags override");
+            "agent | single-user | team | long-context | coding-agent: defaults the other flags "
+            "override");
   flags.Add("out", &path, "output file; stdout when empty");
   flags.Add("seed", &seed, "random seed");
   flags.Add("conversations", &o.conversations, "top-level conversations");
@@ -318,9 +449,16 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("answer-tokens", &o.answer_tokens_mean, "mean visible answer");
   flags.Add("reasoning-fraction", &o.reasoning_fraction, "turns whose reasoning is dropped");
   flags.Add("reasoning-tokens", &o.reasoning_tokens_mean, "mean reasoning length");
-  flags.Add("edit-probability", &o.edit_probability, "a turn edits a recent message");
+  flags.Add("edit-probability", &o.edit_probability, "a turn edits an earlier message");
+  flags.Add("edit-back-messages", &o.edit_back_messages, "an edit reaches this many messages back");
   flags.Add("subagent-probability", &o.subagent_probability, "a turn starts a subagent");
   flags.Add("subagent-turns", &o.subagent_turns, "turns per subagent");
+  flags.Add("subagent-fork-probability", &o.subagent_fork_probability,
+            "a subagent forks the parent's whole prompt, not only the system prompt");
+  flags.Add("tool-result-tail-probability", &o.tool_result_tail_probability,
+            "an append is a heavy-tailed tool result (Pareto)");
+  flags.Add("tool-result-tail-alpha", &o.tool_result_tail_alpha,
+            "Pareto shape of tool results (smaller: heavier tail)");
   flags.Add("compaction-threshold-tokens", &o.compaction_threshold_tokens,
             "histories longer than this are compacted");
   flags.Add("compaction-summary-tokens", &o.compaction_summary_tokens,
@@ -328,8 +466,10 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   flags.Add("step-seconds", &o.step_seconds_mean, "mean gap between steps");
   flags.Add("idle-probability", &o.idle_probability, "a step is followed by a human pause");
   flags.Add("idle-seconds", &o.idle_seconds_mean, "mean pause");
+  flags.Add("scale", &o.token_scale,
+            "multiplies every token length (e.g. 0.125 for a small CPU model); times unchanged");
   int code = 0;
-  if (!ParseFlags(flags, args, out, err, &code)) return code;
+  if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
   if (seed < 0) {
     err << "gen-trace: --seed must be non-negative\n";
     return 2;

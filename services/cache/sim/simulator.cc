@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/status/status_macros.h"
 #include "common/time/clock.h"
+#include "services/cache/sim/replay_log.h"
 
 namespace cairn::cache::sim {
 
@@ -15,13 +16,6 @@ namespace {
 // Ids for generated tokens that no prompt contains: above every vocabulary id.
 constexpr TokenId kFreshTokenBase = TokenId{1} << 30;
 constexpr char kOracle[] = "oracle";
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size()))) - 1;
-  return values[std::min(i, values.size() - 1)];
-}
 
 }  // namespace
 
@@ -38,7 +32,7 @@ std::vector<SimRequest> PrepareRequests(const std::vector<TraceRequest>& trace,
     r.t = trace[i].t;
     r.tokens = std::move(p.tokens);
     r.segment_starts = std::move(p.segment_starts);
-    r.stable = trace[i].stable;
+    r.stable = options.keep_stable ? trace[i].stable : -1;
     out.push_back(std::move(r));
   }
   // Generated tokens, from each conversation's next request.
@@ -50,7 +44,7 @@ std::vector<SimRequest> PrepareRequests(const std::vector<TraceRequest>& trace,
     auto it = next_of.find(r.conv);
     const std::vector<TokenId>* next = it == next_of.end() ? nullptr : &out[it->second].tokens;
     const size_t n = r.tokens.size();
-    if (next != nullptr && next->size() > n &&
+    if (options.answers_resent && next != nullptr && next->size() > n &&
         std::equal(r.tokens.begin(), r.tokens.end(), next->begin())) {
       size_t take = std::min(static_cast<size_t>(gen), next->size() - n);
       r.generated.assign(next->begin() + static_cast<ptrdiff_t>(n),

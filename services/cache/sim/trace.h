@@ -36,8 +36,14 @@
 namespace cairn::cache::sim {
 
 struct TraceOptions {
-  int64_t vocab_size = 151936;          // Modulus of the pseudo-random stream.
+  int64_t vocab_size = 151936;           // Modulus of the pseudo-random stream.
   int64_t max_request_tokens = 1 << 24;  // Longer prompts are an error, not an OOM.
+  // PrepareRequests only. False: the model's answers are never found in the next prompt (a
+  // replay through the gateway sends the trace's tokens, not what the model generated).
+  bool answers_resent = true;
+  // PrepareRequests only. False: requests carry no stable boundary (a token-id prompt through
+  // /v1/completions cannot name one).
+  bool keep_stable = true;
 };
 
 struct Segment {

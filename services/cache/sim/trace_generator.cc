@@ -27,11 +27,19 @@ class Rng {
   bool Chance(double p) { return Uniform() < p; }
   double Exponential(double mean) { return -mean * std::log(1.0 - Uniform()); }
   int64_t Size(int64_t mean, int64_t max) {
-    return std::clamp<int64_t>(static_cast<int64_t>(Exponential(static_cast<double>(mean))),
-                               kMinSegmentTokens, std::max(kMinSegmentTokens, max));
+    return Clamp(Exponential(static_cast<double>(mean)), max);
+  }
+  // Pareto with scale `scale` and shape `alpha`: P(X > x) = (scale / x)^alpha for x >= scale.
+  int64_t Pareto(int64_t scale, double alpha, int64_t max) {
+    return Clamp(static_cast<double>(scale) / std::pow(1.0 - Uniform(), 1.0 / alpha), max);
   }
 
  private:
+  static int64_t Clamp(double tokens, int64_t max) {
+    return std::clamp<int64_t>(static_cast<int64_t>(std::min(tokens, 1e15)), kMinSegmentTokens,
+                               std::max(kMinSegmentTokens, max));
+  }
+
   uint64_t state_;
 };
 
@@ -50,6 +58,15 @@ Segment Rand(uint64_t seed, int64_t len) {
   return s;
 }
 
+// Draws with probability `p`; draws nothing when `p` is 0, so that options which are off leave
+// the random stream (and the traces of the older presets) as they were.
+bool MaybeChance(Rng& rng, double p) { return p > 0 && rng.Chance(p); }
+
+int64_t ScaleTokens(int64_t tokens, double scale) {
+  if (tokens <= 0) return tokens;
+  return std::max<int64_t>(1, std::llround(static_cast<double>(tokens) * scale));
+}
+
 int64_t Length(const std::vector<Segment>& segments) {
   int64_t n = 0;
   for (const Segment& s : segments) n += s.len;
@@ -60,7 +77,7 @@ int64_t Length(const std::vector<Segment>& segments) {
 
 const std::vector<std::string>& TracePresetNames() {
   static const auto* names =
-      new std::vector<std::string>{"agent", "single-user", "team", "long-context"};
+      new std::vector<std::string>{"agent", "single-user", "team", "long-context", "coding-agent"};
   return *names;
 }
 
@@ -91,14 +108,60 @@ absl::StatusOr<AgentTraceOptions> TracePreset(absl::string_view name, uint64_t s
     o.compaction_summary_tokens = 8000;
     return o;
   }
+  if (name == "coding-agent") {
+    o.conversations = 4;
+    o.turns_per_conversation = 30;
+    o.system_prompt_tokens = 8000;
+    o.append_tokens_max = 32000;
+    o.tool_result_tail_probability = 0.25;
+    o.tool_result_tail_alpha = 1.2;
+    o.edit_back_messages = 8;
+    o.subagent_probability = 0.1;
+    o.subagent_fork_probability = 0.5;
+    o.idle_seconds_mean = 300;
+    return o;
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown trace preset '", name, "'"));
 }
 
-absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOptions& o) {
+AgentTraceOptions ScaledTokens(const AgentTraceOptions& options) {
+  AgentTraceOptions o = options;
+  const double k = options.token_scale;
+  for (int64_t* tokens :
+       {&o.system_prompt_tokens, &o.first_user_tokens, &o.append_tokens_mean, &o.append_tokens_max,
+        &o.answer_tokens_mean, &o.reasoning_tokens_mean, &o.subagent_task_tokens,
+        &o.compaction_threshold_tokens, &o.compaction_summary_tokens}) {
+    *tokens = ScaleTokens(*tokens, k);
+  }
+  o.token_scale = 1;
+  return o;
+}
+
+absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOptions& options) {
+  if (!(options.token_scale > 0 && options.token_scale <= 1000)) {
+    return absl::InvalidArgumentError("agent trace: token_scale must be in (0, 1000]");
+  }
+  const AgentTraceOptions o = ScaledTokens(options);
   if (o.conversations < 1 || o.turns_per_conversation < 1 || o.system_prompt_tokens < 0 ||
       o.append_tokens_mean < 1 || o.answer_tokens_mean < 1 || o.first_user_tokens < 1 ||
-      o.assistant_header_tokens < 1 || o.compaction_threshold_tokens < 1) {
+      o.assistant_header_tokens < 1 || o.compaction_threshold_tokens < 1 ||
+      o.edit_back_messages < 1) {
     return absl::InvalidArgumentError("agent trace: counts and sizes must be positive");
+  }
+  for (double p :
+       {o.reasoning_fraction, o.edit_probability, o.subagent_probability,
+        o.subagent_fork_probability, o.tool_result_tail_probability, o.idle_probability}) {
+    if (!(p >= 0 && p <= 1)) {
+      return absl::InvalidArgumentError("agent trace: probabilities must be in [0, 1]");
+    }
+  }
+  if (o.subagent_probability * std::max(1, o.subagent_turns) >= 1) {
+    // Subagents start subagents too: at one or more per subagent the trace never ends.
+    return absl::InvalidArgumentError(
+        "agent trace: subagent_probability x subagent_turns must be below 1");
+  }
+  if (!(o.tool_result_tail_alpha > 0)) {
+    return absl::InvalidArgumentError("agent trace: tool_result_tail_alpha must be positive");
   }
   Rng rng(o.seed);
   uint64_t next_seed = o.seed * 1000003ull + 17;
@@ -150,10 +213,16 @@ absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOpt
       Segment answer_segment = fresh(r.gen);
       c.history.push_back(answer_segment);
     }
-    c.history.push_back(fresh(rng.Size(o.append_tokens_mean, o.append_tokens_max)));
+    const int64_t append =
+        MaybeChance(rng, o.tool_result_tail_probability)
+            ? rng.Pareto(o.append_tokens_mean, o.tool_result_tail_alpha, o.append_tokens_max)
+            : rng.Size(o.append_tokens_mean, o.append_tokens_max);
+    c.history.push_back(fresh(append));
     if (rng.Chance(o.edit_probability) && c.history.size() > 3) {
       // Edit one of the last messages: it and everything after it are rewritten.
-      size_t back = 1 + static_cast<size_t>(rng.Next() % std::min<size_t>(4, c.history.size() - 2));
+      size_t back = 1 + static_cast<size_t>(
+                            rng.Next() % std::min<size_t>(static_cast<size_t>(o.edit_back_messages),
+                                                          c.history.size() - 2));
       size_t at = c.history.size() - back;
       int64_t len = c.history[at].len;
       c.history.resize(at);
@@ -167,7 +236,14 @@ absl::StatusOr<std::vector<TraceRequest>> GenerateAgentTrace(const AgentTraceOpt
     if (rng.Chance(o.subagent_probability)) {
       Conversation sub;
       sub.name = absl::StrCat(c.name, ".sub", subagents++);
-      sub.history = {system, fresh(rng.Size(o.subagent_task_tokens, o.append_tokens_max))};
+      const Segment task = fresh(rng.Size(o.subagent_task_tokens, o.append_tokens_max));
+      if (MaybeChance(rng, o.subagent_fork_probability)) {
+        // A fork: the parent's prompt as it stands, then the subagent's task.
+        sub.history = convs[index].history;
+        sub.history.push_back(task);
+      } else {
+        sub.history = {system, task};
+      }
       sub.next_t = c.next_t;
       sub.turns_left = o.subagent_turns;
       convs.push_back(std::move(sub));

@@ -1,0 +1,48 @@
+#ifndef CAIRN_TOOLS_CAIRNCTL_COMPLETION_STREAM_H_
+#define CAIRN_TOOLS_CAIRNCTL_COMPLETION_STREAM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "services/cache/sim/replay_log.h"
+
+namespace cairn::cairnctl {
+
+// Reads the server-sent events of one streamed `/v1/completions` response as they arrive and
+// fills a replay record from them: the first event carrying text or a finish reason marks the
+// first token; the last one carries the `cairn` object and the usage. SSE comments (": ping")
+// are skipped; an error event or a malformed one sets `error`. Thread-compatible.
+class CompletionStream {
+ public:
+  // Feeds the next piece of the body. Returns true when this piece completed the first event
+  // that marks the first token (the caller timestamps it).
+  bool Feed(absl::string_view bytes);
+  // Copies what the events said into `record` (tier, depth, prefilled, reused, captures,
+  // restore/capture/server TTFT ms, completion tokens), and sets `record->error` when the
+  // stream carried an error or never finished.
+  void Fill(cache::sim::ReplayRecord* record) const;
+
+ private:
+  bool HandleEvent(absl::string_view event);
+
+  std::string pending_;
+  bool first_token_ = false;
+  bool finished_ = false;
+  bool done_ = false;  // data: [DONE]
+  std::string error_;
+  std::string tier_ = "cold";
+  int64_t depth_ = 0;
+  int64_t prefilled_ = 0;
+  int64_t captures_ = 0;
+  double restore_ms_ = 0;
+  double capture_ms_ = 0;
+  double server_ttft_ms_ = 0;
+  int64_t reused_ = 0;
+  int64_t completion_tokens_ = 0;
+  bool have_cairn_ = false;
+};
+
+}  // namespace cairn::cairnctl
+
+#endif  // CAIRN_TOOLS_CAIRNCTL_COMPLETION_STREAM_H_
