@@ -75,6 +75,9 @@ int Run(int argc, char** argv) {
   flags.Add("http-threads", &http.threads, "threads running the HTTP server");
   flags.Add("read-timeout", &http.read_timeout, "time to receive a request, or keep-alive idle");
   flags.Add("write-timeout", &http.write_timeout, "time for one write to the client");
+  flags.Add("socket-send-buffer-bytes", &http.socket_send_buffer_bytes,
+            "kernel send buffer of each connection (0: autotuned); bounds what a client that "
+            "stops reading holds");
   flags.Add("drain-timeout", &http.drain_timeout, "how long SIGTERM lets requests finish");
   flags.Add("retry-after", &http.retry_after_seconds, "Retry-After seconds on 429 and 503");
   flags.Add("sse-ping-interval", &service_options.sse_ping_interval,
@@ -112,6 +115,10 @@ int Run(int argc, char** argv) {
   }
   if (main_options.max_output_tokens < 0 || main_options.max_output_tokens > (1 << 30)) {
     std::cerr << "cairn-gateway: --max-output-tokens must be between 0 and 2^30\n";
+    return 2;
+  }
+  if (http.socket_send_buffer_bytes < 0) {
+    std::cerr << "cairn-gateway: --socket-send-buffer-bytes must be 0 or positive\n";
     return 2;
   }
   if (http.max_inflight <= 0 || http.max_connections <= 0 || http.threads <= 0) {

@@ -831,6 +831,10 @@ class Listener : public std::enable_shared_from_this<Listener> {
   void OnAccept(beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !state_->acceptor().is_open()) return;
     if (!ec) {
+      if (const int bytes = state_->options().socket_send_buffer_bytes; bytes > 0) {
+        beast::error_code ignored;  // Best effort: the kernel's default still works.
+        socket.set_option(net::socket_base::send_buffer_size(bytes), ignored);
+      }
       auto session = std::make_shared<Session>(std::move(socket), state_);
       state_->Register(session);
       if (state_->connections.load() > state_->options().max_connections) {

@@ -127,7 +127,11 @@ struct HttpServerOptions {
   int retry_after_seconds = 1;                       // Retry-After on 429/503.
   absl::Duration drain_timeout = absl::Seconds(10);  // Shutdown() waits this long.
   uint64_t max_pipelined_bytes = 64 << 10;           // Read ahead while answering.
-  std::vector<std::string> api_keys;                 // Empty: no keys (loopback only).
+  // SO_SNDBUF of every accepted connection (0: the kernel's autotuning, up to its
+  // tcp_wmem maximum, 4 MiB by default). A client that stops reading holds at most this much
+  // kernel memory before its writes stall and --write-timeout ends it.
+  int socket_send_buffer_bytes = 256 << 10;
+  std::vector<std::string> api_keys;  // Empty: no keys (loopback only).
 };
 
 // Counters the server keeps; read with stats().
