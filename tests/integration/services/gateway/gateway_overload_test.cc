@@ -43,6 +43,13 @@ constexpr int kClients = 10 * kSlots;
 constexpr int kRequestsPerClient = 4;
 constexpr absl::Duration kReadTimeout = absl::Seconds(2);
 constexpr absl::Duration kWriteTimeout = absl::Seconds(2);
+// How much the gateway's RSS may grow across the rounds. Under a sanitizer, freed memory sits
+// in a quarantine (ASan's is 256 MiB) for a while, so only a gross leak is caught there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int64_t kRssGrowthLimit = int64_t{256} << 20;
+#else
+constexpr int64_t kRssGrowthLimit = int64_t{16} << 20;
+#endif
 
 int Disconnects() {
   int n = 200;
@@ -482,7 +489,7 @@ TEST_F(GatewayOverloadTest, TenTimesTheSlotsStaysBoundedAndEveryVictimIsReleased
             << " KiB, descriptors " << base->fds << " -> " << after->fds << " (warm-up " << warm.ok
             << " completed)\n";
   EXPECT_LE(after->fds, base->fds);
-  EXPECT_LT(after->rss_bytes - base->rss_bytes, 16 << 20);
+  EXPECT_LT(after->rss_bytes - base->rss_bytes, kRssGrowthLimit);
   EXPECT_EQ(Probe(port_, "/health"), 200);
   EXPECT_EQ(gateway_->Terminate(), 0);
 }
