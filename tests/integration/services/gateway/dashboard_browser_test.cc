@@ -115,6 +115,15 @@ TEST(DashboardBrowserTest, RendersBudgetBarsAndTheTreeFromLiveDaemons) {
            absl::Now() < deadline);
   ASSERT_GE(state["cache"]["tree"]["nodes"].size(), 3u) << state.dump();
   ASSERT_GT(state["cache"]["ram"]["shared_rows"].get<uint64_t>(), 0u) << state.dump();
+  // /metrics carries the same numbers, from the daemons' status calls.
+  const std::string metrics = client.Get("/metrics").body;
+  EXPECT_TRUE(absl::StrContains(metrics, "cairn_cache_up 1\n")) << metrics;
+  const std::string rows_line = "cairn_cache_bytes{tier=\"ram\",kind=\"shared_rows\"} ";
+  const size_t rows_at = metrics.find(rows_line);
+  ASSERT_NE(rows_at, std::string::npos) << metrics;
+  EXPECT_NE(metrics.substr(rows_at + rows_line.size(), 2), "0\n") << metrics;
+  EXPECT_TRUE(absl::StrContains(metrics, "cairn_cache_hits_total{tier=\"ram\"}")) << metrics;
+  EXPECT_TRUE(absl::StrContains(metrics, "cairn_infer_slots_busy{daemon=")) << metrics;
   const std::string url = absl::StrCat("http://127.0.0.1:", h.port(), "/");
 
   ASSERT_EQ(
