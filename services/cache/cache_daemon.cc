@@ -22,6 +22,7 @@ class CacheDaemon::Sink final : public EventSink {
 
   void Append(const Event& e) override {
     daemon_->mu_.AssertHeld();
+    if (e.type == EventType::kEvict || e.type == EventType::kDiskEvict) CountEviction(e);
     v1::Event out = ToProtoEvent(e);
     // Followers are woken after the daemon's lock is released.
     for (auto& wake : daemon_->events_.Append(std::move(out))) {
@@ -30,6 +31,28 @@ class CacheDaemon::Sink final : public EventSink {
   }
 
  private:
+  // Distinct eviction reasons counted per tier; more are counted as "other" (a label set that
+  // stays bounded whatever reasons an explicit eviction names).
+  static constexpr size_t kMaxEvictionReasons = 16;
+
+  void CountEviction(const Event& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(daemon_->mu_) {
+    const Tier tier = e.type == EventType::kEvict ? Tier::kRam : Tier::kDisk;
+    // A ranked eviction's reason ends with its rank ("budget, idle"): the rank is the reason.
+    absl::string_view reason = e.reason;
+    if (size_t comma = reason.rfind(", "); comma != absl::string_view::npos) {
+      reason = reason.substr(comma + 2);
+    }
+    if (reason.empty()) reason = "unspecified";
+    auto& counts = daemon_->evictions_;
+    std::pair<Tier, std::string> key{tier, std::string(reason)};
+    if (counts.find(key) == counts.end()) {
+      size_t reasons = 0;
+      for (const auto& [k, n] : counts) reasons += k.first == tier ? 1 : 0;
+      if (reasons >= kMaxEvictionReasons) key.second = "other";
+    }
+    ++counts[key];
+  }
+
   CacheDaemon* const daemon_;
 };
 

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -373,6 +375,9 @@ class CacheDaemon {
   uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.
   uint64_t tokens_restored_ ABSL_GUARDED_BY(mu_) = 0;
+  // Evictions by (tier, reason), for GetStatus; at most kMaxEvictionReasons reasons per tier,
+  // the rest counted under "other".
+  std::map<std::pair<Tier, std::string>, uint64_t> evictions_ ABSL_GUARDED_BY(mu_);
 };
 
 // Holds mu_; on release, runs the work queued in after_unlock_ (event wake-ups, disk jobs)

@@ -45,12 +45,14 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
     resp->set_disk_healthy(!ds.read_only);
     resp->set_quarantined(ds.quarantined);
     v1::Budget* disk = resp->mutable_disk();
+    const Accounting d = core_->DiskAccounting();
     disk->set_capacity_bytes(static_cast<uint64_t>(core_->disk_ledger().budget()));
     disk->set_used_bytes(static_cast<uint64_t>(core_->disk_ledger().used()));
     disk->set_reserved_bytes(static_cast<uint64_t>(core_->disk_ledger().reserved()));
-    uint64_t on_disk = 0;
-    for (const CheckpointInfo& c : core_->Checkpoints()) on_disk += c.on_disk ? 1 : 0;
-    disk->set_checkpoints(on_disk);
+    disk->set_row_bytes(static_cast<uint64_t>(d.chunk_bytes));
+    disk->set_private_bytes(static_cast<uint64_t>(d.private_bytes + d.tail_bytes));
+    disk->set_full_copy_bytes(static_cast<uint64_t>(d.full_copy_bytes));
+    disk->set_checkpoints(static_cast<uint64_t>(d.checkpoints));
     resp->set_disk_free_bytes(disk_free);
   }
   resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
@@ -59,6 +61,12 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
   resp->set_hits_ram(hits_[static_cast<int>(Tier::kRam)]);
   resp->set_hits_disk(hits_[static_cast<int>(Tier::kDisk)]);
   resp->set_tokens_restored(tokens_restored_);
+  for (const auto& [key, n] : evictions_) {
+    v1::EvictionCount* e = resp->add_evictions();
+    e->set_tier(ToProtoTier(key.first));
+    e->set_reason(key.second);
+    e->set_count(n);
+  }
   return absl::OkStatus();
 }
 

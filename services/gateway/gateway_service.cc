@@ -1,12 +1,15 @@
 #include "services/gateway/gateway_service.h"
 
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log/log.h"
 #include "common/status/status_macros.h"
+#include "services/gateway/dashboard/dashboard_state.h"
+#include "services/gateway/dashboard/embedded_assets.h"
 #include "services/gateway/openai/anthropic_mapping.h"
 #include "services/gateway/openai/chat_mapping.h"
 #include "services/gateway/openai/responses_mapping.h"
@@ -174,6 +177,19 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
   absl::Time last_delta_ = absl::InfinitePast();
 };
 
+// The dashboard's pages load only their own files and may not be framed; nothing is cached,
+// since the state changes every second and the page may sit behind a key.
+void AddDashboardHeaders(HttpResponse* r) {
+  r->headers.emplace_back("Content-Security-Policy",
+                          "default-src 'none'; script-src 'self'; style-src 'self'; "
+                          "connect-src 'self'; img-src 'self'; base-uri 'none'; "
+                          "form-action 'none'; frame-ancestors 'none'");
+  r->headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r->headers.emplace_back("X-Frame-Options", "DENY");
+  r->headers.emplace_back("Referrer-Policy", "no-referrer");
+  r->headers.emplace_back("Cache-Control", "no-store");
+}
+
 // Reads an optional "model" field.
 absl::StatusOr<std::string> ModelField(const Json& body) {
   ASSIGN_OR_RETURN(std::optional<std::string> model, JsonFields(body, "").String("model", 256));
@@ -182,8 +198,8 @@ absl::StatusOr<std::string> ModelField(const Json& body) {
 
 }  // namespace
 
-GatewayService::GatewayService(InferPool* pool, GatewayServiceOptions options)
-    : pool_(pool), options_(std::move(options)) {}
+GatewayService::GatewayService(InferPool* pool, GatewayServiceOptions options, CacheMonitor* cache)
+    : pool_(pool), options_(std::move(options)), cache_(cache) {}
 
 ErrorRenderer GatewayService::error_renderer() {
   // Every error answer passes here, from the handlers and from the HTTP layer (401, 413,
@@ -236,6 +252,15 @@ void GatewayService::Register(Router* router) {
               [this](std::shared_ptr<HttpExchange> ex) { Models(ex); });
   router->Add(HttpVerb::get, "/metrics", {},
               [this](std::shared_ptr<HttpExchange> ex) { Metrics(ex); });
+  for (const auto& [path, asset] : {std::pair<const char*, const char*>{"/", "index.html"},
+                                    {"/dashboard/dashboard.js", "dashboard.js"},
+                                    {"/dashboard/dashboard.css", "dashboard.css"}}) {
+    router->Add(HttpVerb::get, path, {.browser = true},
+                [this, route = std::string(path), name = std::string(asset)](
+                    std::shared_ptr<HttpExchange> ex) { DashboardAsset(ex, route, name); });
+  }
+  router->Add(HttpVerb::get, "/dashboard/state.json", {.browser = true},
+              [this](std::shared_ptr<HttpExchange> ex) { DashboardStateJson(ex); });
   router->Add(HttpVerb::post, "/tokenize", {},
               [this](std::shared_ptr<HttpExchange> ex) { Tokenize(ex); });
   router->Add(HttpVerb::post, "/detokenize", {},
@@ -309,16 +334,45 @@ void GatewayService::Models(const std::shared_ptr<HttpExchange>& exchange) {
   Respond(exchange, "/v1/models", JsonResponse({{"object", "list"}, {"data", data}}));
 }
 
+HttpServerStats GatewayService::HttpStats() const {
+  MutexLock lock(&mu_);
+  return http_stats_ ? http_stats_() : HttpServerStats{};
+}
+
 void GatewayService::Metrics(const std::shared_ptr<HttpExchange>& exchange) {
-  HttpServerStats stats;
-  {
-    MutexLock lock(&mu_);
-    if (http_stats_) stats = http_stats_();
-  }
+  std::optional<CacheSnapshot> cache;
+  if (cache_ != nullptr) cache = cache_->Snapshot();
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  r.body = metrics_.Render(pool_->Daemons(), stats);
+  r.body = metrics_.Render(pool_->Daemons(), HttpStats(), cache ? &*cache : nullptr);
   Respond(exchange, "/metrics", std::move(r));
+}
+
+void GatewayService::DashboardAsset(const std::shared_ptr<HttpExchange>& exchange,
+                                    const std::string& route, const std::string& name) {
+  const EmbeddedAsset* asset = FindEmbeddedAsset(name);
+  if (asset == nullptr) {
+    RespondError(exchange, absl::NotFoundError(absl::StrCat("no dashboard file ", name)));
+    return;
+  }
+  HttpResponse r;
+  r.content_type = std::string(AssetContentType(name));
+  r.body.assign(reinterpret_cast<const char*>(asset->data), asset->size);
+  AddDashboardHeaders(&r);
+  Respond(exchange, route, std::move(r));
+}
+
+void GatewayService::DashboardStateJson(const std::shared_ptr<HttpExchange>& exchange) {
+  std::optional<CacheSnapshot> cache;
+  if (cache_ != nullptr) cache = cache_->Snapshot();
+  DashboardInputs in;
+  in.daemons = pool_->Daemons();
+  in.cache = cache ? &*cache : nullptr;
+  in.ttft_by_tier = metrics_.TtftByTier();
+  in.http = HttpStats();
+  HttpResponse r = JsonResponse(DashboardState(in));
+  AddDashboardHeaders(&r);
+  Respond(exchange, "/dashboard/state.json", std::move(r));
 }
 
 void GatewayService::Tokenize(const std::shared_ptr<HttpExchange>& exchange) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
+#include "services/gateway/dashboard/cache_monitor.h"
 #include "services/gateway/http/http_server.h"
 #include "services/gateway/metrics.h"
 #include "services/gateway/openai/errors.h"
@@ -26,14 +27,16 @@ struct GatewayServiceOptions {
   absl::Duration sse_ping_interval = absl::Seconds(15);
 };
 
-// Thread-safe. `pool` must outlive this object; handlers run on the HTTP server's threads.
+// Thread-safe. `pool` and `cache` (null: no cache daemon configured) must outlive this
+// object; handlers run on the HTTP server's threads.
 class GatewayService {
  public:
-  GatewayService(InferPool* pool, GatewayServiceOptions options);
+  GatewayService(InferPool* pool, GatewayServiceOptions options, CacheMonitor* cache = nullptr);
   GatewayService(const GatewayService&) = delete;
   GatewayService& operator=(const GatewayService&) = delete;
 
-  // Adds every route to `router`: GET /health and HEAD / public, the rest behind the keys.
+  // Adds every route to `router`: GET /health and HEAD / public, the rest behind the keys;
+  // the dashboard (GET /, /dashboard/*) as browser routes (RouteOptions::browser).
   void Register(Router* router);
   // Renders errors for the HTTP server (OpenAI or Anthropic shape by path) and counts them.
   // Call after Register; the renderer must not outlive this object.
@@ -53,10 +56,14 @@ class GatewayService {
   void Health(const std::shared_ptr<HttpExchange>& exchange);
   void Models(const std::shared_ptr<HttpExchange>& exchange);
   void Metrics(const std::shared_ptr<HttpExchange>& exchange);
+  void DashboardAsset(const std::shared_ptr<HttpExchange>& exchange, const std::string& route,
+                      const std::string& asset);
+  void DashboardStateJson(const std::shared_ptr<HttpExchange>& exchange);
   void Tokenize(const std::shared_ptr<HttpExchange>& exchange);
   void Detokenize(const std::shared_ptr<HttpExchange>& exchange);
   void CountTokens(const std::shared_ptr<HttpExchange>& exchange);
 
+  HttpServerStats HttpStats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Answers and counts the request in the metrics.
   void Respond(const std::shared_ptr<HttpExchange>& exchange, const std::string& route,
                HttpResponse response);
@@ -72,6 +79,7 @@ class GatewayService {
 
   InferPool* const pool_;
   const GatewayServiceOptions options_;
+  CacheMonitor* const cache_;
   GatewayMetrics metrics_;
   absl::flat_hash_set<std::string> routes_;  // Registered paths; written by Register only.
   mutable Mutex mu_;

@@ -15,6 +15,7 @@
 #include "common/config/flags.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
+#include "services/gateway/dashboard/cache_monitor.h"
 #include "services/gateway/gateway_service.h"
 #include "services/gateway/http/http_server.h"
 #include "services/gateway/upstream/infer_pool.h"
@@ -25,6 +26,7 @@ namespace {
 struct GatewayMainOptions {
   std::string listen = "127.0.0.1:8080";
   std::vector<std::string> infer;
+  std::string cache;
   std::string api_key_file;
   int64_t max_output_tokens = 0;
   std::string log_level = "info";
@@ -59,6 +61,9 @@ int Run(int argc, char** argv) {
   flags.Add("listen", &main_options.listen, "HTTP address HOST:PORT (an IP literal)");
   flags.Add("infer", &main_options.infer,
             "cairn-infer gRPC address (unix:PATH or HOST:PORT); repeat for several daemons");
+  flags.Add("cache", &main_options.cache,
+            "cairn-cache gRPC address (unix:PATH or HOST:PORT) for /metrics and the dashboard's "
+            "budget, tree and events (optional; its control methods only)");
   flags.Add("api-key-file", &main_options.api_key_file,
             "file of API keys, one per line (required off loopback)");
   flags.Add("max-body-bytes", &max_body, "largest request body; larger get 413");
@@ -70,6 +75,9 @@ int Run(int argc, char** argv) {
   flags.Add("http-threads", &http.threads, "threads running the HTTP server");
   flags.Add("read-timeout", &http.read_timeout, "time to receive a request, or keep-alive idle");
   flags.Add("write-timeout", &http.write_timeout, "time for one write to the client");
+  flags.Add("socket-send-buffer-bytes", &http.socket_send_buffer_bytes,
+            "kernel send buffer of each connection (0: autotuned); bounds what a client that "
+            "stops reading holds");
   flags.Add("drain-timeout", &http.drain_timeout, "how long SIGTERM lets requests finish");
   flags.Add("retry-after", &http.retry_after_seconds, "Retry-After seconds on 429 and 503");
   flags.Add("sse-ping-interval", &service_options.sse_ping_interval,
@@ -109,6 +117,10 @@ int Run(int argc, char** argv) {
     std::cerr << "cairn-gateway: --max-output-tokens must be between 0 and 2^30\n";
     return 2;
   }
+  if (http.socket_send_buffer_bytes < 0) {
+    std::cerr << "cairn-gateway: --socket-send-buffer-bytes must be 0 or positive\n";
+    return 2;
+  }
   if (http.max_inflight <= 0 || http.max_connections <= 0 || http.threads <= 0) {
     std::cerr << "cairn-gateway: --max-inflight, --max-connections and --http-threads must be "
                  "positive\n";
@@ -140,7 +152,21 @@ int Run(int argc, char** argv) {
     std::cerr << "cairn-gateway: " << pool.status().message() << "\n";
     return 2;
   }
-  GatewayService service(pool->get(), service_options);
+  std::unique_ptr<CacheMonitor> cache;
+  if (!main_options.cache.empty()) {
+    CacheMonitorOptions cache_options;
+    cache_options.address = main_options.cache;
+    cache_options.refresh_interval = upstream.refresh_interval;
+    cache_options.rpc_timeout = upstream.refresh_timeout;
+    absl::StatusOr<std::unique_ptr<CacheMonitor>> monitor = CacheMonitor::Create(cache_options);
+    if (!monitor.ok()) {
+      std::cerr << "cairn-gateway: " << monitor.status().message() << "\n";
+      (*pool)->Shutdown();
+      return 2;
+    }
+    cache = std::move(*monitor);
+  }
+  GatewayService service(pool->get(), service_options, cache.get());
   Router router;
   service.Register(&router);
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
@@ -167,6 +193,7 @@ int Run(int argc, char** argv) {
   sd_notify(0, "STOPPING=1");
   (*server)->Shutdown();
   (*pool)->Shutdown();
+  if (cache != nullptr) cache->Shutdown();
   server->reset();
   pool->reset();
   CAIRN_LOG(INFO) << "cairn-gateway stopped";

@@ -1,5 +1,8 @@
 #include "services/gateway/metrics.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -19,6 +22,75 @@ void Sample(absl::string_view name, absl::string_view labels, double value, std:
   absl::StrAppend(out, name, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}", " ",
                   value, "\n");
 }
+// Appends cairn-cache's own numbers, from its last GetStatus.
+void RenderCache(const CacheSnapshot& cache, std::string* out) {
+  Header("cairn_cache_up", "gauge", "whether the cache daemon answered its last GetStatus", out);
+  Sample("cairn_cache_up", "", cache.up ? 1 : 0, out);
+  if (!cache.up) return;
+  const cache_v1::GetStatusResponse& s = cache.status;
+  std::vector<std::pair<std::string, const cache_v1::Budget*>> tiers = {{"ram", &s.ram()}};
+  if (s.disk_enabled()) tiers.emplace_back("disk", &s.disk());
+  Header("cairn_cache_bytes", "gauge",
+         "cache bytes by tier and kind: shared_rows (chunks, stored once), private_state "
+         "(private state and tails), reserved (pending captures and spills), free",
+         out);
+  for (const auto& [tier, b] : tiers) {
+    const BudgetSplit split = SplitBudget(*b);
+    for (const auto& [kind, bytes] : {std::pair<const char*, uint64_t>{"shared_rows", split.rows},
+                                      {"private_state", split.private_state},
+                                      {"reserved", split.reserved},
+                                      {"free", split.free}}) {
+      Sample("cairn_cache_bytes", absl::StrCat("tier=\"", tier, "\",kind=\"", kind, "\""),
+             static_cast<double>(bytes), out);
+    }
+  }
+  Header("cairn_cache_capacity_bytes", "gauge", "cache budget by tier", out);
+  for (const auto& [tier, b] : tiers) {
+    Sample("cairn_cache_capacity_bytes", absl::StrCat("tier=\"", tier, "\""),
+           static_cast<double>(b->capacity_bytes()), out);
+  }
+  Header("cairn_cache_full_copy_bytes", "gauge",
+         "what the stored checkpoints would take as full copies (without shared rows)", out);
+  for (const auto& [tier, b] : tiers) {
+    Sample("cairn_cache_full_copy_bytes", absl::StrCat("tier=\"", tier, "\""),
+           static_cast<double>(b->full_copy_bytes()), out);
+  }
+  Header("cairn_cache_checkpoints", "gauge", "checkpoints held by tier", out);
+  for (const auto& [tier, b] : tiers) {
+    Sample("cairn_cache_checkpoints", absl::StrCat("tier=\"", tier, "\""),
+           static_cast<double>(b->checkpoints()), out);
+  }
+  Header("cairn_cache_lookups_total", "counter", "prefix lookups", out);
+  Sample("cairn_cache_lookups_total", "", static_cast<double>(s.lookups()), out);
+  Header("cairn_cache_hits_total", "counter", "lookups answered from each tier", out);
+  Sample("cairn_cache_hits_total", "tier=\"live\"", static_cast<double>(s.hits_live()), out);
+  Sample("cairn_cache_hits_total", "tier=\"ram\"", static_cast<double>(s.hits_ram()), out);
+  Sample("cairn_cache_hits_total", "tier=\"disk\"", static_cast<double>(s.hits_disk()), out);
+  Header("cairn_cache_tokens_restored_total", "counter", "prompt tokens restored from the cache",
+         out);
+  Sample("cairn_cache_tokens_restored_total", "", static_cast<double>(s.tokens_restored()), out);
+  Header("cairn_cache_evictions_total", "counter", "checkpoints evicted by tier and reason", out);
+  for (const cache_v1::EvictionCount& e : s.evictions()) {
+    Sample("cairn_cache_evictions_total",
+           absl::StrCat("tier=\"", e.tier() == cache_v1::TIER_DISK ? "disk" : "ram", "\",reason=\"",
+                        Escape(e.reason()), "\""),
+           static_cast<double>(e.count()), out);
+  }
+  Header("cairn_cache_sessions", "gauge", "inference daemons connected to the cache", out);
+  Sample("cairn_cache_sessions", "", s.sessions(), out);
+  if (s.disk_enabled()) {
+    Header("cairn_cache_disk_healthy", "gauge", "0 once the disk tier went read-only", out);
+    Sample("cairn_cache_disk_healthy", "", s.disk_healthy() ? 1 : 0, out);
+    Header("cairn_cache_disk_queue_bytes", "gauge", "bytes waiting to be written to disk", out);
+    Sample("cairn_cache_disk_queue_bytes", "", static_cast<double>(s.disk_queue_bytes()), out);
+    Header("cairn_cache_disk_fs_free_bytes", "gauge",
+           "free space the disk tier can still use on its file system", out);
+    Sample("cairn_cache_disk_fs_free_bytes", "", static_cast<double>(s.disk_free_bytes()), out);
+    Header("cairn_cache_quarantined_total", "counter", "disk checkpoints quarantined", out);
+    Sample("cairn_cache_quarantined_total", "", static_cast<double>(s.quarantined()), out);
+  }
+}
+
 }  // namespace
 
 void MsHistogram::Observe(double ms) {
@@ -27,15 +99,33 @@ void MsHistogram::Observe(double ms) {
   }
   ++count_;
   sum_ += ms;
+  max_ = std::max(max_, ms);
 }
 
 void MsHistogram::Render(absl::string_view name, absl::string_view help, std::string* out) const {
   Header(name, "histogram", help, out);
+  RenderSamples(name, "", out);
+}
+
+void MsHistogram::RenderSamples(absl::string_view name, absl::string_view labels,
+                                std::string* out) const {
+  const std::string prefix = labels.empty() ? "" : absl::StrCat(labels, ",");
+  const std::string plain = labels.empty() ? "" : absl::StrCat("{", labels, "}");
   for (size_t i = 0; i < kBucketsMs.size(); ++i) {
-    absl::StrAppend(out, name, "_bucket{le=\"", kBucketsMs[i], "\"} ", counts_[i], "\n");
+    absl::StrAppend(out, name, "_bucket{", prefix, "le=\"", kBucketsMs[i], "\"} ", counts_[i],
+                    "\n");
   }
-  absl::StrAppend(out, name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ", sum_, "\n", name,
-                  "_count ", count_, "\n");
+  absl::StrAppend(out, name, "_bucket{", prefix, "le=\"+Inf\"} ", count_, "\n", name, "_sum", plain,
+                  " ", sum_, "\n", name, "_count", plain, " ", count_, "\n");
+}
+
+double MsHistogram::Quantile(double q) const {
+  if (count_ == 0) return 0;
+  const double rank = std::max(1.0, std::ceil(q * static_cast<double>(count_)));
+  for (size_t i = 0; i < kBucketsMs.size(); ++i) {
+    if (static_cast<double>(counts_[i]) >= rank) return std::min(kBucketsMs[i], max_);
+  }
+  return max_;
 }
 
 void GatewayMetrics::CountRequest(absl::string_view route, int status) {
@@ -52,6 +142,7 @@ void GatewayMetrics::ObserveFinished(const infer_v1::Finished& f) {
   MutexLock lock(&mu_);
   const auto& c = f.cache();
   ttft_.Observe(c.ttft_ms());
+  ttft_by_tier_[std::string(TierName(c.restored_from()))].Observe(c.ttft_ms());
   if (c.restored_from() != infer_v1::CacheResult::TIER_UNSPECIFIED) {
     restore_.Observe(c.restore_ms());
   }
@@ -67,8 +158,22 @@ void GatewayMetrics::CountCancelled() {
   ++cancelled_;
 }
 
+std::vector<TierLatency> GatewayMetrics::TtftByTier() const {
+  std::vector<TierLatency> out;
+  MutexLock lock(&mu_);
+  for (absl::string_view tier : {"cold", "live", "ram", "disk"}) {
+    auto it = ttft_by_tier_.find(std::string(tier));
+    if (it == ttft_by_tier_.end()) continue;
+    const MsHistogram& h = it->second;
+    out.push_back(TierLatency{std::string(tier), h.count(),
+                              h.count() == 0 ? 0 : h.sum() / static_cast<double>(h.count()),
+                              h.Quantile(0.5), h.Quantile(0.9), h.Quantile(0.99)});
+  }
+  return out;
+}
+
 std::string GatewayMetrics::Render(const std::vector<DaemonStatus>& daemons,
-                                   const HttpServerStats& http) const {
+                                   const HttpServerStats& http, const CacheSnapshot* cache) const {
   std::string out;
   {
     MutexLock lock(&mu_);
@@ -95,6 +200,11 @@ std::string GatewayMetrics::Render(const std::vector<DaemonStatus>& daemons,
            "generations cancelled because the client went away", &out);
     Sample("cairn_gateway_cancelled_total", "", cancelled_, &out);
     ttft_.Render("cairn_gateway_ttft_ms", "time to first token in milliseconds", &out);
+    Header("cairn_gateway_ttft_by_tier_ms", "histogram",
+           "time to first token in milliseconds by the tier the prompt was restored from", &out);
+    for (const auto& [tier, h] : ttft_by_tier_) {
+      h.RenderSamples("cairn_gateway_ttft_by_tier_ms", absl::StrCat("tier=\"", tier, "\""), &out);
+    }
     inter_token_.Render("cairn_gateway_inter_token_ms",
                         "time between streamed deltas in milliseconds", &out);
     restore_.Render("cairn_gateway_restore_ms", "checkpoint restore time in milliseconds", &out);
@@ -114,9 +224,16 @@ std::string GatewayMetrics::Render(const std::vector<DaemonStatus>& daemons,
            &out);
   }
   std::string slots;
+  std::string busy;
   std::string queued;
   for (const DaemonStatus& d : daemons) {
     if (!d.ready) continue;
+    int busy_slots = 0;
+    for (const auto& slot : d.slots.slots()) {
+      busy_slots += slot.state() != infer_v1::SlotInfo::STATE_IDLE ? 1 : 0;
+    }
+    Sample("cairn_infer_slots_busy", absl::StrCat("daemon=\"", Escape(d.address), "\""), busy_slots,
+           &busy);
     std::map<std::string, int> by_state;
     for (const auto& slot : d.slots.slots()) {
       std::string state = infer_v1::SlotInfo::State_Name(slot.state());
@@ -133,9 +250,12 @@ std::string GatewayMetrics::Render(const std::vector<DaemonStatus>& daemons,
   }
   Header("cairn_infer_slots", "gauge", "slots by state, from ListSlots", &out);
   absl::StrAppend(&out, slots);
+  Header("cairn_infer_slots_busy", "gauge", "slots not idle, from ListSlots", &out);
+  absl::StrAppend(&out, busy);
   Header("cairn_infer_queued_requests", "gauge", "requests queued in the daemon, from ListSlots",
          &out);
   absl::StrAppend(&out, queued);
+  if (cache != nullptr) RenderCache(*cache, &out);
   return out;
 }
 

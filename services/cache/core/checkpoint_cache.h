@@ -339,6 +339,8 @@ class CheckpointCache {
   absl::StatusOr<ChunkInfo> GetChunk(ChunkId id) const;
   std::vector<CheckpointInfo> Checkpoints() const;  // Sorted by id.
   Accounting RamAccounting() const;
+  // The same for the disk tier (checkpoints and chunks on disk, the disk ledger).
+  Accounting DiskAccounting() const;
   CacheStateSummary Summary() const;
   const ByteLedger& ram_ledger() const { return ram_; }
   const ByteLedger& disk_ledger() const { return disk_; }
@@ -349,6 +351,7 @@ class CheckpointCache {
   size_t chunk_count() const { return chunks_.size(); }
 
  private:
+  Accounting TierAccounting(bool ram_tier) const;
   struct Chunk;
   struct Checkpoint;
   struct Slot;

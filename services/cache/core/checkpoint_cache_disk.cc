@@ -271,20 +271,25 @@ std::vector<CheckpointInfo> CheckpointCache::Checkpoints() const {
   return out;
 }
 
-Accounting CheckpointCache::RamAccounting() const {
+Accounting CheckpointCache::RamAccounting() const { return TierAccounting(/*ram_tier=*/true); }
+
+Accounting CheckpointCache::DiskAccounting() const { return TierAccounting(/*ram_tier=*/false); }
+
+Accounting CheckpointCache::TierAccounting(bool ram_tier) const {
   Accounting a;
   for (const auto& [id, ckpt] : checkpoints_) {
-    if (!ckpt->in_ram) continue;
+    if (!(ram_tier ? ckpt->in_ram : ckpt->on_disk)) continue;
     ++a.checkpoints;
     a.private_bytes += ckpt->private_bytes;
     a.tail_bytes += ckpt->tail_bytes;
     a.full_copy_bytes += LayoutFor(ckpt->identities.compatibility)->FullCopyBytes(ckpt->depth);
   }
   for (const auto& [id, chunk] : chunks_) {
-    if (chunk->ram_refs > 0) a.chunk_bytes += chunk->bytes;
+    if ((ram_tier ? chunk->ram_refs : chunk->disk_refs) > 0) a.chunk_bytes += chunk->bytes;
   }
-  a.used = ram_.used() + ram_.reserved();
-  a.budget = ram_.budget();
+  const ByteLedger& ledger = ram_tier ? ram_ : disk_;
+  a.used = ledger.used() + ledger.reserved();
+  a.budget = ledger.budget();
   return a;
 }
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,37 @@ bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& 
     match |= (diff == 0);
   }
   return match;
+}
+
+std::string BasicAuthPassword(absl::string_view authorization) {
+  authorization = absl::StripAsciiWhitespace(authorization);
+  if (authorization.size() <= 6 || !absl::EqualsIgnoreCase(authorization.substr(0, 6), "basic ")) {
+    return "";
+  }
+  std::string decoded;
+  if (!absl::Base64Unescape(absl::StripAsciiWhitespace(authorization.substr(6)), &decoded)) {
+    return "";
+  }
+  const size_t colon = decoded.find(':');
+  return colon == std::string::npos ? "" : decoded.substr(colon + 1);
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  host = absl::StripAsciiWhitespace(host);
+  if (absl::StartsWith(host, "[")) {  // An IPv6 literal, maybe with a port.
+    const size_t close = host.find(']');
+    if (close == absl::string_view::npos) return false;
+    const absl::string_view rest = host.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') return false;
+    return host.substr(1, close - 1) == "::1";
+  }
+  if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(std::string(host), ec);
+  return !ec && address.is_v4() && address.is_loopback();
 }
 
 void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {
@@ -467,9 +499,21 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
           current_path_));
       return;
     }
-    if (!route->options.public_route && !state_->options().api_keys.empty() && !Authorized()) {
-      SendWhole(state_->RenderError(
+    if (!route->options.public_route && !state_->options().api_keys.empty() &&
+        !Authorized(route->options.browser)) {
+      HttpResponse r = state_->RenderError(
           absl::UnauthenticatedError("missing or invalid API key (Authorization: Bearer KEY)"),
+          current_path_);
+      if (route->options.browser) {
+        r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"cairn\", charset=\"UTF-8\"");
+      }
+      SendWhole(std::move(r));
+      return;
+    }
+    if (route->options.browser && state_->options().api_keys.empty() && !LoopbackHost()) {
+      SendWhole(state_->RenderError(
+          absl::PermissionDeniedError("without API keys this page answers only a loopback Host "
+                                      "(localhost, 127.0.0.1 or [::1])"),
           current_path_));
       return;
     }
@@ -488,13 +532,18 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     RunGuarded([&] { handler(exchange); });
   }
 
-  bool Authorized() const {
+  // `basic`: the key may also be a Basic authentication password (browser routes).
+  bool Authorized(bool basic) const {
     absl::string_view presented;
+    std::string password;
     auto auth = request_.find(http::field::authorization);
     if (auth != request_.end()) {
       absl::string_view v(auth->value().data(), auth->value().size());
       if (v.size() > 7 && absl::EqualsIgnoreCase(v.substr(0, 7), "bearer ")) {
         presented = absl::StripAsciiWhitespace(v.substr(7));
+      } else if (basic) {
+        password = BasicAuthPassword(v);
+        presented = password;
       }
     }
     if (presented.empty()) {
@@ -502,6 +551,12 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       if (x != request_.end()) presented = absl::string_view(x->value().data(), x->value().size());
     }
     return !presented.empty() && ApiKeyMatches(presented, state_->options().api_keys);
+  }
+
+  bool LoopbackHost() const {
+    auto host = request_.find(http::field::host);
+    return host != request_.end() &&
+           IsLoopbackHost(absl::string_view(host->value().data(), host->value().size()));
   }
 
   std::shared_ptr<HttpExchange> MakeExchange();
@@ -645,6 +700,9 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       return;
     }
     if (!writing_) WriteNext();
+    // The stream's one timer also bounds the watch read: once nothing is being written, a
+    // quiet stream (a slow step, a long prefill) must not time out as if a write had.
+    if (!writing_ && watching_) stream_.expires_never();
   }
 
   // Ends the current exchange: releases its admission and reads the next request (`reuse`)
@@ -773,6 +831,10 @@ class Listener : public std::enable_shared_from_this<Listener> {
   void OnAccept(beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !state_->acceptor().is_open()) return;
     if (!ec) {
+      if (const int bytes = state_->options().socket_send_buffer_bytes; bytes > 0) {
+        beast::error_code ignored;  // Best effort: the kernel's default still works.
+        socket.set_option(net::socket_base::send_buffer_size(bytes), ignored);
+      }
       auto session = std::make_shared<Session>(std::move(socket), state_);
       state_->Register(session);
       if (state_->connections.load() > state_->options().max_connections) {

@@ -86,7 +86,13 @@ struct RouteOptions {
   // Needs no API key. Only "/health" and "/" may be public (GW1: deny by default); the
   // router aborts on any other public route.
   bool public_route = false;
-  bool admission = false;     // Counts against max_inflight (generation routes).
+  bool admission = false;  // Counts against max_inflight (generation routes).
+  // A page a browser opens (the dashboard). With keys, the key may also come as the password
+  // of HTTP Basic authentication (any user name), and a 401 asks the browser for it
+  // (WWW-Authenticate), since a browser cannot add a Bearer header to a page it navigates to.
+  // Without keys (a loopback listener), only requests whose Host is a loopback name are
+  // answered (403 otherwise), so that a web page cannot read it through DNS rebinding.
+  bool browser = false;
 };
 
 // Maps (verb, path) to handlers. Thread-compatible: fill it before Start.
@@ -121,7 +127,11 @@ struct HttpServerOptions {
   int retry_after_seconds = 1;                       // Retry-After on 429/503.
   absl::Duration drain_timeout = absl::Seconds(10);  // Shutdown() waits this long.
   uint64_t max_pipelined_bytes = 64 << 10;           // Read ahead while answering.
-  std::vector<std::string> api_keys;                 // Empty: no keys (loopback only).
+  // SO_SNDBUF of every accepted connection (0: the kernel's autotuning, up to its
+  // tcp_wmem maximum, 4 MiB by default). A client that stops reading holds at most this much
+  // kernel memory before its writes stall and --write-timeout ends it.
+  int socket_send_buffer_bytes = 256 << 10;
+  std::vector<std::string> api_keys;  // Empty: no keys (loopback only).
 };
 
 // Counters the server keeps; read with stats().
@@ -170,6 +180,14 @@ absl::StatusOr<HttpListenAddress> ParseHttpListenAddress(absl::string_view liste
 
 // Returns true if `presented` equals one of `keys`, comparing in constant time per key.
 bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& keys);
+
+// Returns the password of an HTTP Basic `authorization` header value ("Basic base64(user:pw)"),
+// or "" when it is not one.
+std::string BasicAuthPassword(absl::string_view authorization);
+
+// Returns true if the Host header value `host` names the loopback interface ("localhost",
+// "127.0.0.1", "[::1]", with or without a port).
+bool IsLoopbackHost(absl::string_view host);
 
 }  // namespace cairn::gateway
 

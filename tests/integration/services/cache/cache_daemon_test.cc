@@ -506,6 +506,17 @@ TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEvict
   ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Evict, evict, &evicted).ok());
 
   EXPECT_EQ(flushed.persisted(), 1u);
+  // GetStatus counts the eviction by tier and reason and splits the disk tier's bytes.
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
+  ASSERT_EQ(status.evictions_size(), 1);
+  EXPECT_EQ(status.evictions(0).tier(), v1::TIER_RAM);
+  EXPECT_EQ(status.evictions(0).reason(), "explicit");
+  EXPECT_EQ(status.evictions(0).count(), 1u);
+  EXPECT_EQ(status.disk().checkpoints(), 1u);
+  EXPECT_GT(status.disk().row_bytes(), 0u);
+  EXPECT_GT(status.disk().private_bytes(), 0u);
+  EXPECT_EQ(status.disk().row_bytes() + status.disk().private_bytes(), status.disk().used_bytes());
   std::vector<uint32_t> a2 = a;
   a2.push_back(7);
   v1::LookupResponse found = infer.Lookup(a2);
@@ -518,6 +529,12 @@ TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEvict
   v1::EvictResponse gone;
   ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Evict, evict, &gone).ok());
   EXPECT_EQ(gone.evicted_size(), 1);
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
+  int disk_evictions = 0;
+  for (const v1::EvictionCount& e : status.evictions()) {
+    if (e.tier() == v1::TIER_DISK) disk_evictions += static_cast<int>(e.count());
+  }
+  EXPECT_EQ(disk_evictions, 1);
   v1::LookupResponse after = infer.Lookup(a2);
   EXPECT_EQ(after.best().tier(), v1::TIER_LIVE);
   EXPECT_EQ(after.others_size(), 0);

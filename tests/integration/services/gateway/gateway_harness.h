@@ -28,6 +28,7 @@ struct HarnessOptions {
   RequestLimits limits;
   absl::Duration sse_ping_interval = absl::Seconds(15);
   std::string infer_address;  // Empty: start the fake.
+  std::string cache_address;  // Empty: no cache daemon (--cache).
 };
 
 class GatewayHarness {
@@ -44,10 +45,18 @@ class GatewayHarness {
     EXPECT_TRUE(pool.ok()) << pool.status();
     pool_ = std::move(*pool);
     EXPECT_TRUE(pool_->WaitForReady(absl::Seconds(10))) << "the inference daemon never answered";
+    if (!options.cache_address.empty()) {
+      CacheMonitorOptions cache_options;
+      cache_options.address = options.cache_address;
+      cache_options.refresh_interval = absl::Milliseconds(200);
+      auto cache = CacheMonitor::Create(cache_options);
+      EXPECT_TRUE(cache.ok()) << cache.status();
+      cache_ = std::move(*cache);
+    }
     GatewayServiceOptions service_options;
     service_options.limits = options.limits;
     service_options.sse_ping_interval = options.sse_ping_interval;
-    service_ = std::make_unique<GatewayService>(pool_.get(), service_options);
+    service_ = std::make_unique<GatewayService>(pool_.get(), service_options, cache_.get());
     Router router;
     service_->Register(&router);
     routes_ = router.routes();
@@ -61,6 +70,7 @@ class GatewayHarness {
   ~GatewayHarness() {
     server_->Shutdown();
     pool_->Shutdown();
+    if (cache_ != nullptr) cache_->Shutdown();
     server_.reset();
     pool_.reset();
   }
@@ -68,11 +78,13 @@ class GatewayHarness {
   int port() const { return server_->port(); }
   FakeInferService& fake() { return fake_->service(); }
   HttpServer& server() { return *server_; }
+  GatewayService& service() { return *service_; }
   const std::vector<Router::Route>& routes() const { return routes_; }
 
  private:
   std::unique_ptr<FakeInferServer> fake_;
   std::unique_ptr<InferPool> pool_;
+  std::unique_ptr<CacheMonitor> cache_;
   std::unique_ptr<GatewayService> service_;
   std::unique_ptr<HttpServer> server_;
   std::vector<Router::Route> routes_;

@@ -36,6 +36,27 @@ TEST(HttpServerTest, ApiKeyMatchesOnlyWholeKeys) {
   EXPECT_FALSE(ApiKeyMatches("beta", {}));
 }
 
+TEST(HttpServerTest, BasicAuthPasswordIsTheKey) {
+  // "user:sk-1" and ":sk:2" (a password may hold colons) in base64.
+  EXPECT_EQ(BasicAuthPassword("Basic dXNlcjpzay0x"), "sk-1");
+  EXPECT_EQ(BasicAuthPassword("basic OnNrOjI="), "sk:2");
+  EXPECT_EQ(BasicAuthPassword("Bearer sk-1"), "");
+  EXPECT_EQ(BasicAuthPassword("Basic !!!"), "");
+  EXPECT_EQ(BasicAuthPassword("Basic dXNlcg=="), "");  // "user": no colon.
+  EXPECT_EQ(BasicAuthPassword(""), "");
+}
+
+TEST(HttpServerTest, LoopbackHostsAreRecognised) {
+  for (const char* host : {"localhost", "LOCALHOST:8080", "127.0.0.1", "127.0.0.1:80",
+                           "127.1.2.3:9", "[::1]", "[::1]:8080"}) {
+    EXPECT_TRUE(IsLoopbackHost(host)) << host;
+  }
+  for (const char* host : {"", "example.com", "localhost.example.com", "10.0.0.1:80", "[::2]",
+                           "[::1", "[::1]x", "127.0.0.1.nip.io", "0.0.0.0"}) {
+    EXPECT_FALSE(IsLoopbackHost(host)) << host;
+  }
+}
+
 TEST(HttpServerTest, ExplicitHttpStatusRidesOnTheStatus) {
   absl::Status s = WithHttpStatus(absl::InvalidArgumentError("too big"), 413);
 
