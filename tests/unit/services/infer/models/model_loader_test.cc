@@ -57,6 +57,37 @@ class ModelLoaderTest : public ::testing::Test {
   std::unique_ptr<CpuKernelBackend> backend_ = testing::TestBackend();
 };
 
+TEST_F(ModelLoaderTest, WeightsStayInTheFileTypeAndEveryIsaGivesTheSameBits) {
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> portable =
+      CpuKernelBackend::Create({.threads = 2, .isa = "portable"});
+  ASSERT_TRUE(portable.ok()) << portable.status();
+  for (const std::string preset : {"dense", "next", "moe"}) {
+    absl::StatusOr<std::unique_ptr<Model>> best = testing::LoadPreset(preset, backend_.get());
+    absl::StatusOr<std::unique_ptr<Model>> plain = testing::LoadPreset(preset, portable->get());
+    ASSERT_TRUE(best.ok()) << best.status();
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    const std::vector<int32_t> tokens = testing::RandomTokens(12, (*best)->info().vocab_size, 3);
+    std::vector<std::vector<float>> logits;
+    for (Model* model : {best->get(), plain->get()}) {
+      absl::StatusOr<std::unique_ptr<SlotState>> slot =
+          SlotState::Create(model->state_layout(), 64);
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      // Passes of 3 tokens: the row kernels, whose inner loops differ by isa.
+      absl::StatusOr<std::vector<float>> out =
+          Prefill(*model, slot->get(), tokens, UniformPasses(12, 3), true);
+      ASSERT_TRUE(out.ok()) << out.status();
+      logits.push_back(*std::move(out));
+    }
+
+    // bf16 checkpoints: matrices at two bytes a parameter, vectors (norms, biases) at four.
+    EXPECT_LT((*best)->info().weight_bytes, 3 * (*best)->info().num_parameters) << preset;
+    EXPECT_GE((*best)->info().weight_bytes, 2 * (*best)->info().num_parameters) << preset;
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0)
+        << preset;
+  }
+}
+
 TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
   for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped"}) {
     absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(preset, backend_.get());

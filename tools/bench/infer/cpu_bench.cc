@@ -1,0 +1,399 @@
+// cairn-cpu-bench: how close the CPU backend runs to this machine's limits, all measured in one
+// run (docs/cpu-backend.md):
+//
+//   memory     STREAM-like copy and read bandwidth over arrays far larger than the caches,
+//              on the backend's thread count;
+//   resident   the process's resident memory added by loading the model, against the size of
+//              its safetensors files;
+//   decode     tokens/s with 1 and N slots decoding at once (one batched pass per step), and
+//              the weight bytes read per second as a share of the read bandwidth;
+//   prefill    tokens/s for prompts of the given lengths (in passes of --max-pass-tokens), the
+//              FLOP/s of the linear layers, and that rate as a share of cblas_sgemm and
+//              cblas_sbgemm on the same shapes (the time the bare GEMMs of the pass take over the
+//              time the pass takes); where the rest of the time goes (attention, delta rule,
+//              other operations, outside the backend).
+//
+//   cairn-cpu-bench --preset bench-500m [--threads 0] [--slots 4] [--prefill 512,2048,8192]
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config/flags.h"
+#include "common/status/status_macros.h"
+#include "services/infer/engine/slot_state.h"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/models/model_loader.h"
+#include "services/infer/models/random_checkpoint_presets.h"
+#include "services/infer/models/random_checkpoint_writer.h"
+#include "services/infer/models/safetensors.h"
+
+namespace cairn::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from) {
+  return std::chrono::duration<double>(Clock::now() - from).count();
+}
+
+// The smallest of `reps` timings of `fn`, in seconds.
+double BestOf(int reps, const std::function<void()>& fn) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    fn();
+    best = std::min(best, Seconds(t0));
+  }
+  return best;
+}
+
+// Resident set size of this process in bytes (VmRSS), or 0 when unreadable.
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) != 0) continue;
+    int64_t kb = 0;
+    std::string digits;
+    for (char ch : line) {
+      if (ch >= '0' && ch <= '9') digits += ch;
+    }
+    return absl::SimpleAtoi(digits, &kb) ? kb * 1024 : 0;
+  }
+  return 0;
+}
+
+// Runs fn(begin, end) over [0, n) split into `threads` contiguous parts, one thread each.
+void Split(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  std::vector<std::thread> workers;
+  for (int i = 0; i < threads; ++i) {
+    workers.emplace_back([&, i] { fn(n * i / threads, n * (i + 1) / threads); });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
+struct Bandwidth {
+  double copy_gbs = 0;  // Bytes read plus bytes written, as STREAM counts them.
+  double read_gbs = 0;
+};
+
+Bandwidth MeasureBandwidth(int64_t bytes, int threads) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 2.0f);
+  std::vector<double> sums(static_cast<size_t>(threads));
+  Bandwidth out;
+  const double copy_s = BestOf(5, [&] {
+    Split(n, threads, [&](int64_t from, int64_t to) {
+      std::memcpy(b.data() + from, a.data() + from, static_cast<size_t>(to - from) * 4);
+    });
+  });
+  out.copy_gbs = 2.0 * static_cast<double>(n) * 4 / copy_s / 1e9;
+  const double read_s = BestOf(5, [&] {
+    Split(n, threads, [&](int64_t from, int64_t to) {
+      // Sixteen independent sums so that the loop is bound by loads, not by an add chain.
+      float s[16] = {};
+      for (int64_t i = from; i + 16 <= to; i += 16) {
+        for (int j = 0; j < 16; ++j) s[j] += a[static_cast<size_t>(i + j)];
+      }
+      double total = 0;
+      for (float v : s) total += v;
+      sums[static_cast<size_t>(from * threads / n)] = total;
+    });
+  });
+  out.read_gbs = static_cast<double>(n) * 4 / read_s / 1e9;
+  std::cerr << "(bandwidth checksum " << sums[0] << ")\n";
+  return out;
+}
+
+// The linear layers' weight shapes [rows, cols] of a prefill pass: every 2-D tensor but the
+// embedding and the LM head (a prefill pass computes logits for its last token only).
+std::vector<std::pair<int64_t, int64_t>> LinearShapes(const infer::TensorStore& store) {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& [name, t] : store.tensors()) {
+    if (t->shape.size() != 2) continue;
+    if (name.find("embed_tokens") != std::string::npos || name == "lm_head.weight") continue;
+    shapes.emplace_back(t->shape[0], t->shape[1]);
+  }
+  return shapes;
+}
+
+struct GemmTimes {
+  double sgemm_s = 0;
+  double sbgemm_s = 0;  // 0 when this OpenBLAS has no sbgemm.
+};
+
+// cblas_sbgemm and the fp32 -> bf16 conversion, looked up at run time: OpenBLAS declares them
+// in every build but defines them only when built with BUILD_BFLOAT16 (Debian 12's is not).
+using SbgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                          float, const bfloat16*, blasint, const bfloat16*, blasint, float, float*,
+                          blasint);
+using ToBf16Fn = void (*)(blasint, const float*, blasint, bfloat16*, blasint);
+struct Sbgemm {
+  SbgemmFn gemm = nullptr;
+  ToBf16Fn to_bf16 = nullptr;
+};
+Sbgemm FindSbgemm() {
+  Sbgemm s;
+  s.gemm = reinterpret_cast<SbgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+  s.to_bf16 = reinterpret_cast<ToBf16Fn>(dlsym(RTLD_DEFAULT, "cblas_sbstobf16"));
+  if (s.to_bf16 == nullptr) s.gemm = nullptr;
+  return s;
+}
+
+// The time OpenBLAS takes for y[m, n] = x[m, k] w[n, k]^T over every shape of `shapes` (each
+// distinct shape timed once, best of `reps`, and counted as often as it occurs), in fp32
+// (sgemm) and with bf16 inputs (sbgemm).
+GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t m, int reps) {
+  std::map<std::pair<int64_t, int64_t>, int> count;
+  for (const auto& s : shapes) ++count[s];
+  GemmTimes out;
+  for (const auto& [shape, times] : count) {
+    const auto [n, k] = shape;
+    std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
+        y(static_cast<size_t>(m * n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.01f;
+    out.sgemm_s += times * BestOf(reps, [&] {
+                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                                 static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x.data(),
+                                 static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0f,
+                                 y.data(), static_cast<blasint>(n));
+                   });
+    const Sbgemm sb = FindSbgemm();
+    if (sb.gemm == nullptr) continue;
+    std::vector<bfloat16> xb(x.size()), wb(w.size());
+    sb.to_bf16(static_cast<blasint>(x.size()), x.data(), 1, xb.data(), 1);
+    sb.to_bf16(static_cast<blasint>(w.size()), w.data(), 1, wb.data(), 1);
+    out.sbgemm_s += times * BestOf(reps, [&] {
+                      sb.gemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, xb.data(),
+                              static_cast<blasint>(k), wb.data(), static_cast<blasint>(k), 0.0f,
+                              y.data(), static_cast<blasint>(n));
+                    });
+  }
+  return out;
+}
+
+std::vector<int32_t> Tokens(int64_t n, int64_t vocab, int64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + seed * 104729 + 17) % vocab);
+  }
+  return t;
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+struct DecodeResult {
+  double tokens_per_s = 0;
+  double weight_gbs = 0;
+};
+
+// `slots` sequences, each prefilled with `prompt` tokens, then `steps` batched decode steps.
+absl::StatusOr<DecodeResult> Decode(infer::Model& model, int slots, int64_t prompt, int steps) {
+  const int64_t vocab = model.info().vocab_size;
+  std::vector<std::unique_ptr<infer::SlotState>> state;
+  std::vector<int32_t> next(static_cast<size_t>(slots));
+  for (int i = 0; i < slots; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
+                     infer::SlotState::Create(model.state_layout(), prompt + steps + 8));
+    ASSIGN_OR_RETURN(std::vector<float> logits,
+                     model.Forward(slot.get(), Tokens(prompt, vocab, i), {}));
+    next[static_cast<size_t>(i)] = Argmax(logits);
+    state.push_back(std::move(slot));
+  }
+  auto step = [&]() -> absl::Status {
+    std::vector<infer::SequencePass> batch;
+    for (int i = 0; i < slots; ++i) {
+      batch.push_back({state[static_cast<size_t>(i)].get(),
+                       absl::MakeConstSpan(&next[static_cast<size_t>(i)], 1), false});
+    }
+    ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, model.ForwardBatch(batch));
+    for (int i = 0; i < slots; ++i) {
+      next[static_cast<size_t>(i)] = Argmax(logits[static_cast<size_t>(i)]);
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(step());  // Warm-up.
+  const Clock::time_point t0 = Clock::now();
+  for (int s = 1; s < steps; ++s) RETURN_IF_ERROR(step());
+  const double elapsed = Seconds(t0);
+  DecodeResult out;
+  out.tokens_per_s = static_cast<double>(slots) * (steps - 1) / elapsed;
+  out.weight_gbs = static_cast<double>(model.info().weight_bytes) * (steps - 1) / elapsed / 1e9;
+  return out;
+}
+
+int64_t FileBytes(const std::vector<std::string>& files) {
+  int64_t total = 0;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    total += static_cast<int64_t>(std::filesystem::file_size(f, ec));
+  }
+  return total;
+}
+
+absl::Status Run(int argc, char** argv) {
+  std::string model_dir, preset = "bench-50m", work_dir;
+  std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
+  int threads = 0, slots = 4, decode_steps = 32, gemm_reps = 2;
+  int64_t decode_prompt = 128, max_pass = 2048;
+  uint64_t bandwidth_bytes = uint64_t{1} << 30;
+  FlagSet flags("cairn-cpu-bench",
+                "CPU backend decode and prefill rates against the machine's memory bandwidth "
+                "and GEMM rate, measured in the same run.");
+  flags.Add("model", &model_dir, "model folder (empty: a random model of --preset)");
+  flags.Add("preset", &preset, "random-checkpoint preset when --model is empty");
+  flags.Add("work-dir", &work_dir, "scratch folder");
+  flags.Add("threads", &threads, "backend threads (0: one per hardware thread)");
+  flags.Add("slots", &slots, "slots of the batched decode measurement");
+  flags.Add("decode-steps", &decode_steps, "decode steps per measurement");
+  flags.Add("decode-prompt", &decode_prompt, "prompt tokens before decoding");
+  flags.Add("prefill", &prefill_flag, "prompt lengths of the prefill measurements");
+  flags.Add("max-pass-tokens", &max_pass, "longest prefill pass (as cairn-infer's scheduler)");
+  flags.Add("gemm-reps", &gemm_reps, "timings per GEMM shape (the best counts)");
+  flags.AddBytes("bandwidth-bytes", &bandwidth_bytes, "size of each bandwidth array");
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
+  if (absl::IsCancelled(rest.status())) {
+    std::cout << rest.status().message();
+    return absl::OkStatus();
+  }
+  if (!rest.ok()) return rest.status();
+  std::vector<int64_t> prefill;
+  for (const std::string& p : prefill_flag) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(p, &n) || n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("bad --prefill length '", p, "'"));
+    }
+    prefill.push_back(n);
+  }
+  if (slots < 1 || decode_steps < 2 || max_pass < 1 || gemm_reps < 1 || threads < 0) {
+    return absl::InvalidArgumentError(
+        "--slots, --max-pass-tokens, --gemm-reps must be >= 1, "
+        "--decode-steps >= 2, --threads >= 0");
+  }
+  if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-cpu-bench-", ::getpid());
+  if (model_dir.empty()) {
+    model_dir = work_dir + "/model";
+    ASSIGN_OR_RETURN(infer::RandomCheckpointOptions options, infer::RandomCheckpointPreset(preset));
+    RETURN_IF_ERROR(infer::WriteRandomCheckpoint(model_dir, options));
+  }
+
+  infer::CpuKernelBackendOptions backend_options;
+  backend_options.threads = threads;
+  backend_options.profile = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
+                   infer::CpuKernelBackend::Create(backend_options));
+  const Bandwidth bw = MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
+  std::cout << absl::StrFormat("machine: %d threads; memory copy %.1f GB/s, read %.1f GB/s\n",
+                               backend->threads(), bw.copy_gbs, bw.read_gbs);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::TensorStore> store, infer::TensorStore::Open(model_dir));
+  const int64_t file_bytes = FileBytes(store->files());
+  const std::vector<std::pair<int64_t, int64_t>> shapes = LinearShapes(*store);
+  store.reset();
+  int64_t linear_params = 0;
+  for (const auto& [n, k] : shapes) linear_params += n * k;
+
+  const int64_t rss_before = ResidentBytes();
+  const Clock::time_point load_start = Clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::Model> model,
+                   infer::LoadModel(model_dir, backend.get(), {}));
+  const double load_s = Seconds(load_start);
+  const int64_t resident = ResidentBytes() - rss_before;
+  std::cout << absl::StrFormat(
+      "model: %s, %.1fM parameters, %.1f MB of weights in memory, files %.1f MB; backend %s; "
+      "loaded in %.2f s; resident memory added by loading %.1f MB (%.2fx the files)\n",
+      model->info().architecture, model->info().num_parameters / 1e6,
+      model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(), load_s, resident / 1e6,
+      static_cast<double>(resident) / static_cast<double>(file_bytes));
+
+  for (int n : {1, slots}) {
+    ASSIGN_OR_RETURN(DecodeResult d, Decode(*model, n, decode_prompt, decode_steps));
+    std::cout << absl::StrFormat(
+        "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
+        "bandwidth\n",
+        n, d.tokens_per_s, d.weight_gbs, 100 * d.weight_gbs / bw.read_gbs);
+    if (n == slots) break;
+  }
+
+  for (int64_t n : prefill) {
+    ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
+                     infer::SlotState::Create(model->state_layout(), n));
+    const std::vector<int32_t> tokens = Tokens(n, model->info().vocab_size, 99);
+    backend->ResetProfile();
+    const Clock::time_point t0 = Clock::now();
+    std::vector<int64_t> passes;
+    for (int64_t at = 0; at < n; at += max_pass) {
+      const int64_t len = std::min(max_pass, n - at);
+      passes.push_back(len);
+      RETURN_IF_ERROR(model
+                          ->Forward(slot.get(),
+                                    absl::MakeConstSpan(tokens).subspan(static_cast<size_t>(at),
+                                                                        static_cast<size_t>(len)),
+                                    {})
+                          .status());
+    }
+    const double elapsed = Seconds(t0);
+    const infer::CpuKernelProfile p = backend->profile();
+    std::map<int64_t, int> pass_counts;
+    for (int64_t len : passes) ++pass_counts[len];
+    GemmTimes gemm;
+    for (const auto& [len, count] : pass_counts) {
+      const GemmTimes one = TimeGemms(shapes, len, gemm_reps);
+      gemm.sgemm_s += count * one.sgemm_s;
+      gemm.sbgemm_s += count * one.sbgemm_s;
+    }
+    const double flops = 2.0 * static_cast<double>(linear_params) * static_cast<double>(n);
+    const std::string sbgemm =
+        gemm.sbgemm_s > 0
+            ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * gemm.sbgemm_s / elapsed,
+                              flops / gemm.sbgemm_s / 1e9)
+            : std::string("no sbgemm in this OpenBLAS");
+    const double backend_s =
+        p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
+    std::cout << absl::StrFormat(
+        "prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; linear layers %.1f GFLOP/s = "
+        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; "
+        "time in GEMMs %.0f%%, attention %.1f%%, delta rule %.1f%%, other kernels %.1f%%, "
+        "outside the backend %.1f%%\n",
+        n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
+        100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
+        100 * (p.matmul_s + p.matmul_rows_s) / elapsed, 100 * p.attention_s / elapsed,
+        100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
+        100 * (elapsed - backend_s) / elapsed);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(work_dir, ec);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace cairn::bench
+
+int main(int argc, char** argv) {
+  const absl::Status s = cairn::bench::Run(argc, argv);
+  if (s.ok()) return 0;
+  std::cerr << "cairn-cpu-bench: " << s << "\n";
+  return 1;
+}
