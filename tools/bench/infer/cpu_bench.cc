@@ -81,6 +81,14 @@ int64_t ResidentBytes() {
   return 0;
 }
 
+// The 1-minute load average (/proc/loadavg): how much else this machine was running.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  in >> one;
+  return one.empty() ? "?" : one;
+}
+
 // Runs fn(begin, end) over [0, n) split into `threads` contiguous parts, one thread each.
 void Split(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
   std::vector<std::thread> workers;
@@ -305,8 +313,9 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
                    infer::CpuKernelBackend::Create(backend_options));
   const Bandwidth bw = MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
-  std::cout << absl::StrFormat("machine: %d threads; memory copy %.1f GB/s, read %.1f GB/s\n",
-                               backend->threads(), bw.copy_gbs, bw.read_gbs);
+  std::cout << absl::StrFormat(
+      "machine: %d threads, load average %s; memory copy %.1f GB/s, read %.1f GB/s\n",
+      backend->threads(), LoadAverage(), bw.copy_gbs, bw.read_gbs);
 
   ASSIGN_OR_RETURN(std::unique_ptr<infer::TensorStore> store, infer::TensorStore::Open(model_dir));
   const int64_t file_bytes = FileBytes(store->files());
@@ -320,22 +329,30 @@ absl::Status Run(int argc, char** argv) {
   ASSIGN_OR_RETURN(std::unique_ptr<infer::Model> model,
                    infer::LoadModel(model_dir, backend.get(), {}));
   const double load_s = Seconds(load_start);
-  const int64_t resident = ResidentBytes() - rss_before;
   std::cout << absl::StrFormat(
-      "model: %s, %.1fM parameters, %.1f MB of weights in memory, files %.1f MB; backend %s; "
-      "loaded in %.2f s; resident memory added by loading %.1f MB (%.2fx the files)\n",
+      "model: %s, %.1fM parameters, %.1f MB of weights in memory, files %.1f MB; backend %s "
+      "(isa %s); loaded in %.2f s\n",
       model->info().architecture, model->info().num_parameters / 1e6,
-      model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(), load_s, resident / 1e6,
-      static_cast<double>(resident) / static_cast<double>(file_bytes));
+      model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(),
+      infer::cpu::IsaName(backend->isa()), load_s);
 
   for (int n : {1, slots}) {
+    backend->ResetProfile();
     ASSIGN_OR_RETURN(DecodeResult d, Decode(*model, n, decode_prompt, decode_steps));
+    const infer::CpuKernelProfile& p = backend->profile();
     std::cout << absl::StrFormat(
         "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
-        "bandwidth\n",
-        n, d.tokens_per_s, d.weight_gbs, 100 * d.weight_gbs / bw.read_gbs);
+        "bandwidth; row products %.0f%% of the kernel time\n",
+        n, d.tokens_per_s, d.weight_gbs, 100 * d.weight_gbs / bw.read_gbs,
+        100 * p.matmul_rows_s /
+            (p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s));
     if (n == slots) break;
   }
+  // After decoding every weight has been read: the model's resident share is its working set.
+  const int64_t resident = ResidentBytes() - rss_before;
+  std::cout << absl::StrFormat(
+      "resident memory added by the model and %d decoding slots: %.1f MB (%.2fx the files)\n",
+      slots, resident / 1e6, static_cast<double>(resident) / static_cast<double>(file_bytes));
 
   for (int64_t n : prefill) {
     ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
