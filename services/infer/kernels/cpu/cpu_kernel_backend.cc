@@ -157,13 +157,87 @@ inline __attribute__((always_inline)) void VecMat(const float* vec, const float*
   for (int i = 0; i < rows; ++i) Axpy(vec[i], mat + static_cast<int64_t>(i) * cols, out, cols);
 }
 
-// The delta rule's loops are built for AVX-512, AVX2 and baseline x86-64; the loader picks the
-// widest this processor runs.
-#define CAIRN_DELTA_RULE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The delta rule's loops and the softmax are built for AVX-512, AVX2 and baseline x86-64; the
+// loader picks the widest this processor runs.
+#define CAIRN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+
+// p[0, 16) = exp(p[0, 16)) for inputs <= 0, within about two ulp (a degree-6 polynomial on
+// [-ln2/2, ln2/2] after range reduction, the classic single-precision expf scheme); inputs below
+// -87 give exp(-87) (about 1.6e-38) instead of an underflow. Lane-wise and without fused
+// multiply-adds, so every clone gives the same bits.
+inline __attribute__((always_inline)) void ExpNonPositive16(float* p) {
+  F32x16 x;
+  std::memcpy(&x, p, sizeof(x));
+  const F32x16 lowest = F32x16{} - 87.0f;
+  x = x < lowest ? lowest : x;
+  // Round x / ln2 to the nearest integer n: adding 1.5 * 2^23 leaves no fraction bits.
+  const F32x16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  F32x16 r = x - n * 0.693359375f;  // ln2 in two parts, so that r is exact.
+  r = r - n * -2.12194440e-4f;
+  F32x16 y = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const I32x16 bits = (__builtin_convertvector(n, I32x16) + 127) << 23;  // 2^n.
+  F32x16 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  y *= scale;
+  std::memcpy(p, &y, sizeof(y));
+}
+
+// Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
+// Deterministic for given inputs (the sums run in a fixed lane order).
+CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
+  F32x16 mv = F32x16{} - INFINITY;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    mv = v > mv ? v : mv;
+  }
+  float mx = -INFINITY;
+  for (int i = 0; i < 16; ++i) mx = std::max(mx, mv[i]);
+  for (; j < n; ++j) mx = std::max(mx, p[j]);
+  F32x16 sv = {};
+  for (j = 0; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    v -= mx;
+    std::memcpy(p + j, &v, sizeof(v));
+    ExpNonPositive16(p + j);
+    std::memcpy(&v, p + j, sizeof(v));
+    sv += v;
+  }
+  float sum = 0.0f;
+  if (j < n) {
+    // The tail as one vector padded with the lowest input; only its real lanes count.
+    float tail[16];
+    for (int i = 0; i < 16; ++i) tail[i] = j + i < n ? p[j + i] - mx : -87.0f;
+    ExpNonPositive16(tail);
+    for (int i = 0; j + i < n; ++i) {
+      p[j + i] = tail[i];
+      sum += tail[i];
+    }
+  }
+  for (int i = 0; i < 16; ++i) sum += sv[i];
+  const float inv = 1.0f / sum;
+  for (j = 0; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    v *= inv;
+    std::memcpy(p + j, &v, sizeof(v));
+  }
+  for (; j < n; ++j) p[j] *= inv;
+  std::fill(p + n, p + keys, 0.0f);
+}
 
 // One v-head of the recurrent gated delta rule over all tokens of the call.
-CAIRN_DELTA_RULE_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
-                                           std::vector<float>& kv) {
+CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
+                                     std::vector<float>& kv) {
   const int r = a.v_heads / a.k_heads;
   const int kh = h / r;
   const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
@@ -186,7 +260,7 @@ CAIRN_DELTA_RULE_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float
 // One v-head of the chunked gated delta rule (docs/model.md §3.6.5, "chunked form"). The
 // (I + B)^-1 products are forward substitutions, row by row, which is what the reference's
 // in-place inversion loop computes.
-CAIRN_DELTA_RULE_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
+CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
   const int r = a.v_heads / a.k_heads;
   const int kh = h / r;
   const int dk = a.dk;
@@ -644,18 +718,7 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
                   static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
                   0.0f, scores.data(), static_cast<blasint>(keys));
       ParallelFor(rows, [&](int64_t r) {
-        float* p = scores.data() + r * keys;
-        const int64_t n = a.past + t0 + r + 1;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          p[j] = std::exp(p[j] - mx);
-          sum += p[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < n; ++j) p[j] *= inv;
-        std::fill(p + n, p + keys, 0.0f);
+        SoftmaxRow(scores.data() + r * keys, a.past + t0 + r + 1, keys);
       });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
                   static_cast<blasint>(keys), 1.0f, scores.data(), static_cast<blasint>(keys),

@@ -356,6 +356,33 @@ TEST_F(CpuKernelBackendTest, MoeRouteBreaksTiesTowardsTheLowerExpert) {
   EXPECT_FLOAT_EQ(weights[1], 0.5f);
 }
 
+// The blocked path's vectorised softmax (its own exp) against the row-invariant path's std::exp,
+// over rows of up to 300 keys whose scores span about 60 (down to exp(-60) weights).
+TEST_F(CpuKernelBackendTest, BlockedSoftmaxMatchesTheRowInvariantOneOverManyKeys) {
+  const int64_t t = 300;
+  const int hd = 16;
+  const std::vector<float> q = Random(t * hd, 61, -2.0f, 2.0f);
+  const std::vector<float> k = Random(t * hd, 62, -2.0f, 2.0f);
+  const std::vector<float> v = Random(t * hd, 63);
+  std::vector<float> blocked(t * hd), invariant(t * hd);
+  for (bool row_invariant : {false, true}) {
+    AttentionArgs a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = row_invariant ? invariant.data() : blocked.data();
+    a.tokens = t;
+    a.q_heads = 1;
+    a.kv_heads = 1;
+    a.head_dim = hd;
+    a.scale = 1.0f;
+    a.row_invariant = row_invariant;
+    backend_->Attention(a);
+  }
+
+  EXPECT_LT(MaxAbsDiff(blocked, invariant), 2e-6f);
+}
+
 TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnoresPassStart) {
   const int64_t t = 9;
   const int hd = 8;
