@@ -384,11 +384,12 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
 #else
   openblas_set_num_threads(threads);
 #endif
-  return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(threads, isa, options.profile));
+  return std::unique_ptr<CpuKernelBackend>(
+      new CpuKernelBackend(threads, isa, options.typed_weights, options.profile));
 }
 
-CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool profile)
-    : threads_(threads), isa_(isa), profiling_(profile) {
+CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile)
+    : threads_(threads), isa_(isa), typed_weights_(typed_weights), profiling_(profile) {
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
 }
 

@@ -23,6 +23,10 @@ struct CpuKernelBackendOptions {
   // The instruction set of the row-invariant product and of weight widening: "auto" (the widest
   // this processor runs), "avx512", "avx2" or "portable". Every choice gives the same bits.
   std::string isa = "auto";
+  // Accept bf16 / f16 weights of several parts (AcceptsWeightType). Off, the backend takes
+  // what a backend without typed weights takes (one fp32 part), so models widen their weights:
+  // for tests of that path and for comparisons.
+  bool typed_weights = true;
   // Accumulate the wall time of each kind of operation (profile()); for benchmarks.
   bool profile = false;
 };
@@ -68,7 +72,7 @@ class CpuKernelBackend final : public KernelBackend {
                   float* y, int64_t ldy, bool accumulate) override;
   void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
                        float* out) override;
-  bool AcceptsWeightType(WeightType) const override { return true; }
+  bool AcceptsWeightType(WeightType) const override { return typed_weights_; }
   void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                              float* y, int64_t ldy, bool accumulate) override;
   void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
@@ -98,7 +102,7 @@ class CpuKernelBackend final : public KernelBackend {
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
 
  private:
-  CpuKernelBackend(int threads, cpu::Isa isa, bool profile);
+  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile);
 
   // Adds the time from its construction to its destruction to one field of the profile.
   class ScopedTimer;
@@ -111,6 +115,7 @@ class CpuKernelBackend final : public KernelBackend {
 
   const int threads_;
   const cpu::Isa isa_;
+  const bool typed_weights_;
   std::unique_ptr<ThreadPool> pool_;  // threads_ - 1 workers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;

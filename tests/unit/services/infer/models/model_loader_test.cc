@@ -88,6 +88,36 @@ TEST_F(ModelLoaderTest, WeightsStayInTheFileTypeAndEveryIsaGivesTheSameBits) {
   }
 }
 
+TEST_F(ModelLoaderTest, ABackendWithoutTypedWeightsGetsFp32CopiesAndTheSameBits) {
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> fp32 =
+      CpuKernelBackend::Create({.threads = 2, .typed_weights = false});
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  for (const std::string preset : {"dense", "next", "moe"}) {
+    absl::StatusOr<std::unique_ptr<Model>> typed = testing::LoadPreset(preset, backend_.get());
+    absl::StatusOr<std::unique_ptr<Model>> widened = testing::LoadPreset(preset, fp32->get());
+    ASSERT_TRUE(typed.ok()) << typed.status();
+    ASSERT_TRUE(widened.ok()) << widened.status();
+    const std::vector<int32_t> tokens = testing::RandomTokens(12, (*typed)->info().vocab_size, 4);
+    std::vector<std::vector<float>> logits;
+    for (Model* model : {typed->get(), widened->get()}) {
+      absl::StatusOr<std::unique_ptr<SlotState>> slot =
+          SlotState::Create(model->state_layout(), 64);
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      // Passes of 3 tokens: the row kernels, exact on widened weights.
+      absl::StatusOr<std::vector<float>> out =
+          Prefill(*model, slot->get(), tokens, UniformPasses(12, 3), true);
+      ASSERT_TRUE(out.ok()) << out.status();
+      logits.push_back(*std::move(out));
+    }
+
+    EXPECT_EQ((*widened)->info().weight_bytes, 4 * (*widened)->info().num_parameters) << preset;
+    EXPECT_EQ((*widened)->info().num_parameters, (*typed)->info().num_parameters) << preset;
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0)
+        << preset;
+  }
+}
+
 TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
   for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped"}) {
     absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(preset, backend_.get());
