@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -57,34 +58,42 @@ class ModelLoaderTest : public ::testing::Test {
   std::unique_ptr<CpuKernelBackend> backend_ = testing::TestBackend();
 };
 
+// The logits of `preset` loaded on `a` and on `b`, for the same 12 tokens in passes of 3 (the
+// row kernels), and the two models' infos.
+struct TwoRuns {
+  std::vector<float> a, b;
+  ModelInfo info_a, info_b;
+};
+absl::StatusOr<TwoRuns> RunOnBoth(const std::string& preset, KernelBackend* a, KernelBackend* b) {
+  TwoRuns out;
+  for (KernelBackend* backend : {a, b}) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Model> model, testing::LoadPreset(preset, backend));
+    ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot, SlotState::Create(model->state_layout(), 64));
+    const std::vector<int32_t> tokens = testing::RandomTokens(12, model->info().vocab_size, 3);
+    ASSIGN_OR_RETURN(std::vector<float> logits,
+                     Prefill(*model, slot.get(), tokens, UniformPasses(12, 3), true));
+    (backend == a ? out.a : out.b) = std::move(logits);
+    (backend == a ? out.info_a : out.info_b) = model->info();
+  }
+  return out;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 TEST_F(ModelLoaderTest, WeightsStayInTheFileTypeAndEveryIsaGivesTheSameBits) {
   absl::StatusOr<std::unique_ptr<CpuKernelBackend>> portable =
       CpuKernelBackend::Create({.threads = 2, .isa = "portable"});
   ASSERT_TRUE(portable.ok()) << portable.status();
   for (const std::string preset : {"dense", "next", "moe"}) {
-    absl::StatusOr<std::unique_ptr<Model>> best = testing::LoadPreset(preset, backend_.get());
-    absl::StatusOr<std::unique_ptr<Model>> plain = testing::LoadPreset(preset, portable->get());
-    ASSERT_TRUE(best.ok()) << best.status();
-    ASSERT_TRUE(plain.ok()) << plain.status();
-    const std::vector<int32_t> tokens = testing::RandomTokens(12, (*best)->info().vocab_size, 3);
-    std::vector<std::vector<float>> logits;
-    for (Model* model : {best->get(), plain->get()}) {
-      absl::StatusOr<std::unique_ptr<SlotState>> slot =
-          SlotState::Create(model->state_layout(), 64);
-      ASSERT_TRUE(slot.ok()) << slot.status();
-      // Passes of 3 tokens: the row kernels, whose inner loops differ by isa.
-      absl::StatusOr<std::vector<float>> out =
-          Prefill(*model, slot->get(), tokens, UniformPasses(12, 3), true);
-      ASSERT_TRUE(out.ok()) << out.status();
-      logits.push_back(*std::move(out));
-    }
+    absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), portable->get());
+    ASSERT_TRUE(r.ok()) << r.status();
 
     // bf16 checkpoints: matrices at two bytes a parameter, vectors (norms, biases) at four.
-    EXPECT_LT((*best)->info().weight_bytes, 3 * (*best)->info().num_parameters) << preset;
-    EXPECT_GE((*best)->info().weight_bytes, 2 * (*best)->info().num_parameters) << preset;
-    ASSERT_EQ(logits[0].size(), logits[1].size());
-    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0)
-        << preset;
+    EXPECT_LT(r->info_a.weight_bytes, 3 * r->info_a.num_parameters) << preset;
+    EXPECT_GE(r->info_a.weight_bytes, 2 * r->info_a.num_parameters) << preset;
+    EXPECT_TRUE(SameBits(r->a, r->b)) << preset;
   }
 }
 
@@ -93,28 +102,12 @@ TEST_F(ModelLoaderTest, ABackendWithoutTypedWeightsGetsFp32CopiesAndTheSameBits)
       CpuKernelBackend::Create({.threads = 2, .typed_weights = false});
   ASSERT_TRUE(fp32.ok()) << fp32.status();
   for (const std::string preset : {"dense", "next", "moe"}) {
-    absl::StatusOr<std::unique_ptr<Model>> typed = testing::LoadPreset(preset, backend_.get());
-    absl::StatusOr<std::unique_ptr<Model>> widened = testing::LoadPreset(preset, fp32->get());
-    ASSERT_TRUE(typed.ok()) << typed.status();
-    ASSERT_TRUE(widened.ok()) << widened.status();
-    const std::vector<int32_t> tokens = testing::RandomTokens(12, (*typed)->info().vocab_size, 4);
-    std::vector<std::vector<float>> logits;
-    for (Model* model : {typed->get(), widened->get()}) {
-      absl::StatusOr<std::unique_ptr<SlotState>> slot =
-          SlotState::Create(model->state_layout(), 64);
-      ASSERT_TRUE(slot.ok()) << slot.status();
-      // Passes of 3 tokens: the row kernels, exact on widened weights.
-      absl::StatusOr<std::vector<float>> out =
-          Prefill(*model, slot->get(), tokens, UniformPasses(12, 3), true);
-      ASSERT_TRUE(out.ok()) << out.status();
-      logits.push_back(*std::move(out));
-    }
+    absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), fp32->get());
+    ASSERT_TRUE(r.ok()) << r.status();
 
-    EXPECT_EQ((*widened)->info().weight_bytes, 4 * (*widened)->info().num_parameters) << preset;
-    EXPECT_EQ((*widened)->info().num_parameters, (*typed)->info().num_parameters) << preset;
-    ASSERT_EQ(logits[0].size(), logits[1].size());
-    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * sizeof(float)), 0)
-        << preset;
+    EXPECT_EQ(r->info_b.weight_bytes, 4 * r->info_b.num_parameters) << preset;
+    EXPECT_EQ(r->info_b.num_parameters, r->info_a.num_parameters) << preset;
+    EXPECT_TRUE(SameBits(r->a, r->b)) << preset;
   }
 }
 
