@@ -183,7 +183,8 @@ GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int6
   for (const auto& s : shapes) ++count[s];
   GemmTimes out;
   for (const auto& [shape, times] : count) {
-    const auto [n, k] = shape;
+    const int64_t n = shape.first;
+    const int64_t k = shape.second;
     std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
         y(static_cast<size_t>(m * n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;

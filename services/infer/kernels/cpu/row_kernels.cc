@@ -1,12 +1,18 @@
 #include "services/infer/kernels/cpu/row_kernels.h"
 
+#include <cpuid.h>
+
 // GCC 12 reports the deliberately undefined pass-through operand inside its AVX-512 intrinsics
 // as uninitialised (a false positive at -O1).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 
 #include <cstring>
 
@@ -230,6 +236,12 @@ void WidenAs(Isa isa, const void* src, int64_t n, float* dst) {
   }
 }
 
+// CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c").
+bool HaveF16c() {
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
 }  // namespace
 
 bool IsaSupported(Isa isa) {
@@ -237,7 +249,7 @@ bool IsaSupported(Isa isa) {
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f");
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && HaveF16c();
     case Isa::kPortable:
       return true;
   }
