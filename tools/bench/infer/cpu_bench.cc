@@ -227,8 +227,10 @@ struct DecodeResult {
   double weight_gbs = 0;
 };
 
-// `slots` sequences, each prefilled with `prompt` tokens, then `steps` batched decode steps.
-absl::StatusOr<DecodeResult> Decode(infer::Model& model, int slots, int64_t prompt, int steps) {
+// `slots` sequences, each prefilled with `prompt` tokens, then `steps` batched decode steps; the
+// backend's profile covers the timed steps only.
+absl::StatusOr<DecodeResult> Decode(infer::Model& model, infer::CpuKernelBackend& backend,
+                                    int slots, int64_t prompt, int steps) {
   const int64_t vocab = model.info().vocab_size;
   std::vector<std::unique_ptr<infer::SlotState>> state;
   std::vector<int32_t> next(static_cast<size_t>(slots));
@@ -253,6 +255,7 @@ absl::StatusOr<DecodeResult> Decode(infer::Model& model, int slots, int64_t prom
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(step());  // Warm-up.
+  backend.ResetProfile();
   const Clock::time_point t0 = Clock::now();
   for (int s = 1; s < steps; ++s) RETURN_IF_ERROR(step());
   const double elapsed = Seconds(t0);
@@ -353,8 +356,7 @@ absl::Status Run(int argc, char** argv) {
         MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
     bw.copy_gbs = std::max(bw.copy_gbs, again.copy_gbs);
     bw.read_gbs = std::max(bw.read_gbs, again.read_gbs);
-    backend->ResetProfile();
-    ASSIGN_OR_RETURN(DecodeResult d, Decode(*model, n, decode_prompt, decode_steps));
+    ASSIGN_OR_RETURN(DecodeResult d, Decode(*model, *backend, n, decode_prompt, decode_steps));
     const infer::CpuKernelProfile& p = backend->profile();
     std::cout << absl::StrFormat(
         "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the best read "
