@@ -125,13 +125,19 @@ Bandwidth MeasureBandwidth(int64_t bytes, int threads) {
   out.copy_gbs = 2.0 * static_cast<double>(n) * 4 / copy_s / 1e9;
   const double read_s = BestOf(5, [&] {
     Split(n, threads, [&](int64_t from, int64_t to) {
-      // Sixteen independent sums so that the loop is bound by loads, not by an add chain.
-      float s[16] = {};
-      for (int64_t i = from; i + 16 <= to; i += 16) {
-        for (int j = 0; j < 16; ++j) s[j] += a[static_cast<size_t>(i + j)];
+      // Two vectors of sixteen sums (vector extension: SSE at the baseline, four adds per 64
+      // bytes) so that the loop is bound by loads, not by adds.
+      typedef float F32x16 __attribute__((vector_size(64)));
+      F32x16 s0 = {}, s1 = {};
+      for (int64_t i = from; i + 32 <= to; i += 32) {
+        F32x16 v0, v1;
+        std::memcpy(&v0, a.data() + i, sizeof(v0));
+        std::memcpy(&v1, a.data() + i + 16, sizeof(v1));
+        s0 += v0;
+        s1 += v1;
       }
       double total = 0;
-      for (float v : s) total += v;
+      for (int j = 0; j < 16; ++j) total += s0[j] + s1[j];
       sums[static_cast<size_t>(from / kSplitChunk)] = total;
     });
   });
