@@ -17,6 +17,7 @@
 
 #include <cblas.h>
 #include <dlfcn.h>
+#include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,6 +108,35 @@ void Split(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& 
   for (std::thread& w : workers) w.join();
 }
 
+// Sum of a[0, n) with four independent 8-lane sums: bound by loads, not by adds.
+__attribute__((target("avx2"))) double SumAvx2(const float* a, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
+  }
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  double total = 0;
+  for (float x : v) total += x;
+  for (; i < n; ++i) total += a[i];
+  return total;
+}
+
+double SumFloats(const float* a, int64_t n) {
+  if (__builtin_cpu_supports("avx2")) return SumAvx2(a, n);
+  float s[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j];
+  }
+  double total = 0;
+  for (float x : s) total += x;
+  return total;
+}
+
 struct Bandwidth {
   double copy_gbs = 0;  // Bytes read plus bytes written, as STREAM counts them.
   double read_gbs = 0;
@@ -125,19 +155,7 @@ Bandwidth MeasureBandwidth(int64_t bytes, int threads) {
   out.copy_gbs = 2.0 * static_cast<double>(n) * 4 / copy_s / 1e9;
   const double read_s = BestOf(5, [&] {
     Split(n, threads, [&](int64_t from, int64_t to) {
-      // Two vectors of sixteen sums (vector extension: SSE at the baseline, four adds per 64
-      // bytes) so that the loop is bound by loads, not by adds.
-      typedef float F32x16 __attribute__((vector_size(64)));
-      F32x16 s0 = {}, s1 = {};
-      for (int64_t i = from; i + 32 <= to; i += 32) {
-        F32x16 v0, v1;
-        std::memcpy(&v0, a.data() + i, sizeof(v0));
-        std::memcpy(&v1, a.data() + i + 16, sizeof(v1));
-        s0 += v0;
-        s1 += v1;
-      }
-      double total = 0;
-      for (int j = 0; j < 16; ++j) total += s0[j] + s1[j];
+      const double total = SumFloats(a.data() + from, to - from);
       sums[static_cast<size_t>(from / kSplitChunk)] = total;
     });
   });
@@ -228,47 +246,52 @@ int32_t Argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-struct DecodeResult {
-  double tokens_per_s = 0;
-  double weight_gbs = 0;
+// `slots` sequences decoding together, each prefilled with a prompt; Step() runs one batched
+// decode step for all of them.
+class DecodeSet {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeSet>> Create(infer::Model& model, int slots,
+                                                           int64_t prompt, int64_t max_steps) {
+    auto set = std::unique_ptr<DecodeSet>(new DecodeSet(model));
+    const int64_t vocab = model.info().vocab_size;
+    for (int i = 0; i < slots; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
+                       infer::SlotState::Create(model.state_layout(), prompt + max_steps + 8));
+      ASSIGN_OR_RETURN(std::vector<float> logits,
+                       model.Forward(slot.get(), Tokens(prompt, vocab, i), {}));
+      set->next_.push_back(Argmax(logits));
+      set->slots_.push_back(std::move(slot));
+    }
+    return set;
+  }
+
+  absl::Status Step() {
+    std::vector<infer::SequencePass> batch;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      batch.push_back({slots_[i].get(), absl::MakeConstSpan(&next_[i], 1), false});
+    }
+    ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, model_.ForwardBatch(batch));
+    for (size_t i = 0; i < slots_.size(); ++i) next_[i] = Argmax(logits[i]);
+    return absl::OkStatus();
+  }
+
+  int slots() const { return static_cast<int>(slots_.size()); }
+
+ private:
+  explicit DecodeSet(infer::Model& model) : model_(model) {}
+
+  infer::Model& model_;
+  std::vector<std::unique_ptr<infer::SlotState>> slots_;
+  std::vector<int32_t> next_;
 };
 
-// `slots` sequences, each prefilled with `prompt` tokens, then `steps` batched decode steps; the
-// backend's profile covers the timed steps only.
-absl::StatusOr<DecodeResult> Decode(infer::Model& model, infer::CpuKernelBackend& backend,
-                                    int slots, int64_t prompt, int steps) {
-  const int64_t vocab = model.info().vocab_size;
-  std::vector<std::unique_ptr<infer::SlotState>> state;
-  std::vector<int32_t> next(static_cast<size_t>(slots));
-  for (int i = 0; i < slots; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
-                     infer::SlotState::Create(model.state_layout(), prompt + steps + 8));
-    ASSIGN_OR_RETURN(std::vector<float> logits,
-                     model.Forward(slot.get(), Tokens(prompt, vocab, i), {}));
-    next[static_cast<size_t>(i)] = Argmax(logits);
-    state.push_back(std::move(slot));
-  }
-  auto step = [&]() -> absl::Status {
-    std::vector<infer::SequencePass> batch;
-    for (int i = 0; i < slots; ++i) {
-      batch.push_back({state[static_cast<size_t>(i)].get(),
-                       absl::MakeConstSpan(&next[static_cast<size_t>(i)], 1), false});
-    }
-    ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, model.ForwardBatch(batch));
-    for (int i = 0; i < slots; ++i) {
-      next[static_cast<size_t>(i)] = Argmax(logits[static_cast<size_t>(i)]);
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(step());  // Warm-up.
-  backend.ResetProfile();
-  const Clock::time_point t0 = Clock::now();
-  for (int s = 1; s < steps; ++s) RETURN_IF_ERROR(step());
-  const double elapsed = Seconds(t0);
-  DecodeResult out;
-  out.tokens_per_s = static_cast<double>(slots) * (steps - 1) / elapsed;
-  out.weight_gbs = static_cast<double>(model.info().weight_bytes) * (steps - 1) / elapsed / 1e9;
-  return out;
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double KernelSeconds(const infer::CpuKernelProfile& p) {
+  return p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
 }
 
 int64_t FileBytes(const std::vector<std::string>& files) {
@@ -283,7 +306,7 @@ int64_t FileBytes(const std::vector<std::string>& files) {
 absl::Status Run(int argc, char** argv) {
   std::string model_dir, preset = "bench-50m", work_dir;
   std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
-  int threads = 0, slots = 4, decode_steps = 32, gemm_reps = 2;
+  int threads = 0, slots = 4, decode_steps = 40, decode_rounds = 5, gemm_reps = 2;
   int64_t decode_prompt = 128, max_pass = 2048;
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
   FlagSet flags("cairn-cpu-bench",
@@ -294,7 +317,8 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("work-dir", &work_dir, "scratch folder");
   flags.Add("threads", &threads, "backend threads (0: one per hardware thread)");
   flags.Add("slots", &slots, "slots of the batched decode measurement");
-  flags.Add("decode-steps", &decode_steps, "decode steps per measurement");
+  flags.Add("decode-steps", &decode_steps, "decode steps per measurement (1 slot and N slots)");
+  flags.Add("decode-rounds", &decode_rounds, "rounds the decode steps are split into");
   flags.Add("decode-prompt", &decode_prompt, "prompt tokens before decoding");
   flags.Add("prefill", &prefill_flag, "prompt lengths of the prefill measurements");
   flags.Add("max-pass-tokens", &max_pass, "longest prefill pass (as cairn-infer's scheduler)");
@@ -331,7 +355,7 @@ absl::Status Run(int argc, char** argv) {
   backend_options.profile = true;
   ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
                    infer::CpuKernelBackend::Create(backend_options));
-  Bandwidth bw = MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
+  const Bandwidth bw = MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
   std::cout << absl::StrFormat(
       "machine: %d threads, load average %s; memory copy %.1f GB/s, read %.1f GB/s\n",
       backend->threads(), LoadAverage(), bw.copy_gbs, bw.read_gbs);
@@ -355,22 +379,45 @@ absl::Status Run(int argc, char** argv) {
       model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(),
       infer::cpu::IsaName(backend->isa()), load_s);
 
-  for (int n : {1, slots}) {
-    // On a shared machine the bandwidth left to us varies: measure again next to each decode
-    // run and keep the best, so that the ratio is not flattered by one unlucky measurement.
-    const Bandwidth again =
-        MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
-    bw.copy_gbs = std::max(bw.copy_gbs, again.copy_gbs);
-    bw.read_gbs = std::max(bw.read_gbs, again.read_gbs);
-    ASSIGN_OR_RETURN(DecodeResult d, Decode(*model, *backend, n, decode_prompt, decode_steps));
-    const infer::CpuKernelProfile& p = backend->profile();
+  // Decode: rounds of (read bandwidth, `steps` steps of 1 slot, `steps` steps of N slots), so
+  // that on a shared machine all three see the same load; the medians over the rounds count.
+  {
+    const int steps = std::max(1, decode_steps / decode_rounds);
+    ASSIGN_OR_RETURN(std::unique_ptr<DecodeSet> one,
+                     DecodeSet::Create(*model, 1, decode_prompt, decode_steps + 1));
+    ASSIGN_OR_RETURN(std::unique_ptr<DecodeSet> many,
+                     DecodeSet::Create(*model, slots, decode_prompt, decode_steps + 1));
+    RETURN_IF_ERROR(one->Step());  // Warm-up: page in the weights.
+    RETURN_IF_ERROR(many->Step());
+    std::vector<double> read_gbs, rate[2];
+    double rows_s[2] = {0, 0}, kernel_s[2] = {0, 0};
+    for (int round = 0; round < decode_rounds; ++round) {
+      read_gbs.push_back(
+          MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads()).read_gbs);
+      for (int which = 0; which < 2; ++which) {
+        DecodeSet& set = which == 0 ? *one : *many;
+        backend->ResetProfile();
+        const Clock::time_point t0 = Clock::now();
+        for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(set.Step());
+        rate[which].push_back(steps / Seconds(t0));  // Steps per second.
+        rows_s[which] += backend->profile().matmul_rows_s;
+        kernel_s[which] += KernelSeconds(backend->profile());
+      }
+    }
+    const double read = Median(read_gbs);
     std::cout << absl::StrFormat(
-        "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the best read "
-        "bandwidth so far (%.1f GB/s); row products %.0f%% of the kernel time\n",
-        n, d.tokens_per_s, d.weight_gbs, 100 * d.weight_gbs / bw.read_gbs, bw.read_gbs,
-        100 * p.matmul_rows_s /
-            (p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s));
-    if (n == slots) break;
+        "decode: %d rounds of %d steps; read bandwidth %.1f GB/s (median)\n", decode_rounds, steps,
+        read);
+    for (int which = 0; which < 2; ++which) {
+      const double steps_per_s = Median(rate[which]);
+      const double weight_gbs = steps_per_s * static_cast<double>(model->info().weight_bytes) / 1e9;
+      const int n = which == 0 ? 1 : slots;
+      std::cout << absl::StrFormat(
+          "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
+          "bandwidth; row products %.0f%% of the kernel time\n",
+          n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read,
+          100 * rows_s[which] / kernel_s[which]);
+    }
   }
   // After decoding every weight has been read: the model's resident share is its working set.
   const int64_t resident = ResidentBytes() - rss_before;
