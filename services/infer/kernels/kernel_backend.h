@@ -5,9 +5,50 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "common/status/check.h"
 #include "services/infer/kernels/device_memory.h"
 
 namespace cairn::infer {
+
+// Element type of a weight matrix as a checkpoint stores it. bf16 and f16 values widen to fp32
+// exactly, so a product over them equals the product over their fp32 widening.
+enum class WeightType { kF32, kBF16, kF16 };
+
+// Bytes per element of `type`.
+inline int WeightTypeSize(WeightType type) { return type == WeightType::kF32 ? 4 : 2; }
+
+// A row-major weight matrix [rows(), cols] of one element type in backend memory, as a linear
+// layer holds it (output features by input features). Its rows may lie in up to kMaxParts
+// places: part i holds the next parts[i].rows rows, contiguous with row stride `cols`. That
+// lets one product run over several checkpoint tensors (q, k and v, say) where the checkpoint
+// has put them, without copying them together.
+struct WeightMatrix {
+  static constexpr int kMaxParts = 4;
+  struct Part {
+    const void* data = nullptr;
+    int64_t rows = 0;
+  };
+
+  WeightType type = WeightType::kF32;
+  int64_t cols = 0;
+  Part parts[kMaxParts];
+  int num_parts = 0;
+
+  // A matrix of one part.
+  static WeightMatrix Of(const void* data, WeightType type, int64_t rows, int64_t cols) {
+    WeightMatrix w;
+    w.type = type;
+    w.cols = cols;
+    w.parts[0] = {data, rows};
+    w.num_parts = 1;
+    return w;
+  }
+  int64_t rows() const {
+    int64_t n = 0;
+    for (int i = 0; i < num_parts; ++i) n += parts[i].rows;
+    return n;
+  }
+};
 
 // Arguments of KernelBackend::Attention. Causal GQA softmax attention of `tokens` queries at
 // absolute positions `past .. past+tokens-1` over key/value rows `0 .. past+tokens-1`.
@@ -88,6 +129,19 @@ class KernelBackend {
   virtual void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
                                float* out) = 0;
 
+  // Typed weights. Returns whether the *Typed operations below accept matrices of `type` in up
+  // to WeightMatrix::kMaxParts parts. The default implementations take one fp32 part only (and
+  // accept nothing here); a model gives such a backend its weights widened to fp32, in one
+  // part each.
+  virtual bool AcceptsWeightType(WeightType) const { return false; }
+  virtual void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                                     float* y, int64_t ldy, bool accumulate);
+  virtual void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                               float* y, int64_t ldy, bool accumulate);
+  // EmbeddingGather from rows of `table` (dim = table.cols), widened to fp32.
+  virtual void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
+                                    float* out);
+
   // Splits rows of interleaved per-head [a_h (head_dim) | b_h (head_dim)] pairs (`heads` pairs
   // per row, `rows` rows) into a [rows, heads * head_dim] and b [rows, heads * head_dim].
   virtual void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
@@ -149,6 +203,28 @@ class KernelBackend {
   // function up to rounding.
   virtual void GatedDeltaRule(const GatedDeltaArgs& args) = 0;
 };
+
+inline void KernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,
+                                                 const WeightMatrix& w, float* y, int64_t ldy,
+                                                 bool accumulate) {
+  CAIRN_CHECK(w.type == WeightType::kF32 && w.num_parts == 1);
+  MatMulTransposed(x, m, w.cols, ldx, static_cast<const float*>(w.parts[0].data), w.parts[0].rows,
+                   y, ldy, accumulate);
+}
+
+inline void KernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
+                                           const WeightMatrix& w, float* y, int64_t ldy,
+                                           bool accumulate) {
+  CAIRN_CHECK(w.type == WeightType::kF32 && w.num_parts == 1);
+  MatMulRows(x, m, w.cols, ldx, static_cast<const float*>(w.parts[0].data), w.parts[0].rows, y, ldy,
+             accumulate);
+}
+
+inline void KernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
+                                                int64_t n, float* out) {
+  CAIRN_CHECK(table.type == WeightType::kF32 && table.num_parts == 1);
+  EmbeddingGather(static_cast<const float*>(table.parts[0].data), table.cols, ids, n, out);
+}
 
 }  // namespace cairn::infer
 

@@ -18,6 +18,7 @@ struct ModelInfo {
   std::string architecture;  // config.json model_type, e.g. "qwen3_next".
   int64_t vocab_size = 0;
   int64_t num_parameters = 0;  // Elements of the tensors the model uses.
+  int64_t weight_bytes = 0;    // Bytes those tensors take as the model holds them.
   uint64_t weights_digest = 0;
 };
 

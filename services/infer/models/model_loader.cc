@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/annotate.h"
@@ -26,7 +27,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, KernelB
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
   ASSIGN_OR_RETURN(uint64_t digest, ComputeWeightsDigest(store->files(), options.digest));
   absl::StatusOr<std::unique_ptr<Model>> model =
-      CreateQwen3HybridModel(*config, *store, digest, backend, options.qwen3_hybrid);
+      CreateQwen3HybridModel(*config, std::move(store), digest, backend, options.qwen3_hybrid);
   if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", dir));
   return model;
 }

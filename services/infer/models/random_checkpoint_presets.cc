@@ -97,10 +97,33 @@ RandomCheckpointOptions Demo() {
   return o;
 }
 
+// About 0.53B parameters (a 151936-token tied vocabulary, D 1024, 20 layers of which 5 full
+// attention): the size class of the smallest Qwen3.5 models, for CPU benchmarks.
+RandomCheckpointOptions Bench500m() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3_5_text";
+  o.seed = 500;
+  o.vocab_size = kQwen3VocabRows;
+  o.hidden_size = 1024;
+  o.intermediate_size = 3072;
+  o.num_layers = 20;
+  o.num_heads = 8;
+  o.num_kv_heads = 2;
+  o.head_dim = 256;
+  o.linear_k_heads = 16;
+  o.linear_v_heads = 16;
+  o.linear_k_dim = 128;
+  o.linear_v_dim = 128;
+  o.tie_word_embeddings = true;
+  o.embed_scale = 0.25;
+  return o;
+}
+
 }  // namespace
 
 std::vector<std::string> RandomCheckpointPresetNames() {
-  return {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "bench-50m", "demo"};
+  return {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "bench-50m", "bench-500m",
+          "demo"};
 }
 
 absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view name) {
@@ -119,6 +142,7 @@ absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view
   }
   if (name == "bench-50m") return Bench50m();
   if (name == "demo") return Demo();
+  if (name == "bench-500m") return Bench500m();
   return absl::NotFoundError(absl::StrCat("unknown preset '", name, "' (known: ",
                                           absl::StrJoin(RandomCheckpointPresetNames(), ", "),
                                           ")"));

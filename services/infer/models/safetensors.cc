@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "services/infer/kernels/half_float.h"
 
 namespace cairn::infer {
 namespace {
@@ -30,21 +31,6 @@ absl::StatusOr<DType> ParseDType(const std::string& s) {
   if (s == "F16") return DType::kF16;
   if (s == "BF16") return DType::kBF16;
   return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", s));
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = (h >> 15) & 1;
-  const int exp = (h >> 10) & 0x1f;
-  const uint32_t mant = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant ? NAN : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  }
-  return sign ? -v : v;
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
@@ -81,12 +67,7 @@ uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-float Bf16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float Bf16ToFloat(uint16_t h) { return WidenBf16(h); }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   const std::string base = std::filesystem::path(path).filename().string();
@@ -236,13 +217,16 @@ const TensorView* TensorStore::Find(const std::string& name) const {
   return it == index_.end() ? nullptr : it->second;
 }
 
+absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) {
+  if (t.shape == shape) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file, " has shape ",
+                                                 ShapeText(t.shape), ", expected ",
+                                                 ShapeText(shape)));
+}
+
 absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& t,
                                              const std::vector<int64_t>& shape) {
-  if (t.shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file,
-                                                   " has shape ", ShapeText(t.shape),
-                                                   ", expected ", ShapeText(shape)));
-  }
+  RETURN_IF_ERROR(CheckShape(t, shape));
   const int64_t n = t.elements();
   std::vector<float> out(static_cast<size_t>(n));
   switch (t.dtype) {
@@ -254,7 +238,7 @@ absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& t,
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = t.dtype == DType::kBF16 ? Bf16ToFloat(h) : HalfToFloat(h);
+        out[i] = t.dtype == DType::kBF16 ? Bf16ToFloat(h) : WidenF16(h);
       }
       break;
   }

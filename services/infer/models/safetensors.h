@@ -75,6 +75,9 @@ class TensorStore {
   std::map<std::string, const TensorView*> index_;
 };
 
+// Returns InvalidArgument naming the tensor and both shapes unless `tensor` has shape `shape`.
+absl::Status CheckShape(const TensorView& tensor, const std::vector<int64_t>& shape);
+
 // Widens `tensor` (bf16, f16 or f32) to fp32 after checking its shape is `shape`.
 // InvalidArgument naming the tensor and both shapes on a mismatch.
 absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& tensor,

@@ -117,10 +117,10 @@ void BM_Decode(benchmark::State& state) {
     next = Argmax(logits->data(), static_cast<int64_t>(logits->size()));
   }
   state.SetItemsProcessed(state.iterations());
-  // Every decode step reads every fp32 weight once (the tied embedding as the LM head), so
-  // this is the memory bandwidth decode runs at.
+  // Every decode step reads every weight once (the tied embedding as the LM head), so this is
+  // the memory bandwidth decode runs at.
   state.counters["weights_GB/s"] =
-      benchmark::Counter(4.0 * static_cast<double>(f.model->info().num_parameters) *
+      benchmark::Counter(static_cast<double>(f.model->info().weight_bytes) *
                              static_cast<double>(state.iterations()) / 1e9,
                          benchmark::Counter::kIsRate);
 }

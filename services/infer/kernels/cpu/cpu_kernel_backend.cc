@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/status/check.h"
 
 // OpenBLAS is not built with ThreadSanitizer: its workers' writes are invisible to it and
@@ -76,77 +78,41 @@ float RowDot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// RowDot of two rows `a0`, `a1` with the same `b` at once (each weight vector loaded once for
-// both): each result has exactly RowDot's summation order and bits.
-void RowDot2(const float* a0, const float* a1, const float* b, int64_t n, float* out0,
-             float* out1) {
-  F32x4 p0 = {}, p1 = {}, p2 = {}, p3 = {}, q0 = {}, q1 = {}, q2 = {}, q3 = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const F32x4 b0 = Load4(b + i), b1 = Load4(b + i + 4), b2 = Load4(b + i + 8),
-                b3 = Load4(b + i + 12);
-    p0 += Load4(a0 + i) * b0;
-    p1 += Load4(a0 + i + 4) * b1;
-    p2 += Load4(a0 + i + 8) * b2;
-    p3 += Load4(a0 + i + 12) * b3;
-    q0 += Load4(a1 + i) * b0;
-    q1 += Load4(a1 + i + 4) * b1;
-    q2 += Load4(a1 + i + 8) * b2;
-    q3 += Load4(a1 + i + 12) * b3;
-  }
-  const F32x4 fp = (p0 + p2) + (p1 + p3);
-  const F32x4 fq = (q0 + q2) + (q1 + q3);
-  float s0 = (fp[0] + fp[2]) + (fp[1] + fp[3]);
-  float s1 = (fq[0] + fq[2]) + (fq[1] + fq[3]);
-  for (int64_t j = i; j < n; ++j) s0 += a0[j] * b[j];
-  for (int64_t j = i; j < n; ++j) s1 += a1[j] * b[j];
-  *out0 = s0;
-  *out1 = s1;
-}
-
-// RowDot of `R` rows with one `b`, with AVX2 (chosen at run time): eight lanes per register,
-// the same sixteen partial sums, the same fold and the same remainder, so every result has
-// exactly RowDot's bits. No FMA (target "avx2" only): a fused multiply-add would round
-// differently from the portable path.
-typedef float F32x8 __attribute__((vector_size(32)));
-
-template <int R>
-__attribute__((target("avx2"))) void RowDotAvx2(const float* const* a, const float* b, int64_t n,
-                                                float* out) {
-  // Fully unrolled over the rows so that the accumulators stay in registers.
-  F32x8 lo[R], hi[R];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = F32x8{};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    F32x8 b0, b1;
-    std::memcpy(&b0, b + i, sizeof(b0));
-    std::memcpy(&b1, b + i + 8, sizeof(b1));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      F32x8 x0, x1;
-      std::memcpy(&x0, a[r] + i, sizeof(x0));
-      std::memcpy(&x1, a[r] + i + 8, sizeof(x1));
-      lo[r] += x0 * b0;
-      hi[r] += x1 * b1;
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const F32x8 v = lo[r] + hi[r];  // Lanes j + j+8: the 16 -> 8 fold.
-    float sum = ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-    for (int64_t j = i; j < n; ++j) sum += a[r][j] * b[j];
-    out[r] = sum;
-  }
-}
-
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
-
 // Output columns per work item of MatMulRows: enough to amortise scheduling, small enough that
 // a block of weight rows stays in cache while every input row passes over it.
 constexpr int64_t kRowMatMulBlock = 64;
+
+// MatMulTransposedTyped runs products of at most this many rows through the row kernel: it
+// reads narrow weights in place, where the GEMM would first widen all of them.
+constexpr int64_t kGemmMinRows = 16;
+
+// Weights widened per sgemm call of MatMulTransposedTyped (rows * cols): large enough for the
+// GEMM to run near its peak on the tile, small enough to stay in the last-level cache.
+constexpr int64_t kWidenTileElements = int64_t{1} << 20;
+
+// Weight rows widened per work item.
+constexpr int64_t kWidenRowsPerItem = 16;
+
+// y[m, n] = x[m, k] . w[n, k]^T (+ y) through OpenBLAS.
+void Sgemm(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y,
+           int64_t ldy, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(ldx),
+              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y, static_cast<blasint>(ldy));
+}
+
+// Returns row `j` of `w`.
+const void* WeightRow(const WeightMatrix& w, int64_t j) {
+  for (int p = 0; p < w.num_parts; ++p) {
+    if (j < w.parts[p].rows) {
+      return static_cast<const char*>(w.parts[p].data) + j * w.cols * WeightTypeSize(w.type);
+    }
+    j -= w.parts[p].rows;
+  }
+  CAIRN_CHECK(false);  // j < w.rows(): the caller's loop bound.
+  return nullptr;
+}
 
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
@@ -154,19 +120,124 @@ float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 constexpr float kSoftplusThreshold = 20.0f;
 float Softplus(float x) { return x > kSoftplusThreshold ? x : std::log1p(std::exp(x)); }
 
+// Sixteen floats as one value (GCC/Clang vector extension). Each clone of the delta rule below
+// lowers it to its own registers (four SSE, two AVX2 or one AVX-512); only lane-wise arithmetic
+// is done on it, each product rounded before its sum, so every clone gives the same bits.
+typedef float F32x16 __attribute__((vector_size(64)));
+
 // y[j] += a * x[j]
-void Axpy(float a, const float* x, float* y, int n) {
-  for (int j = 0; j < n; ++j) y[j] += a * x[j];
+inline __attribute__((always_inline)) void Axpy(float a, const float* x, float* y, int n) {
+  int j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 xv, yv;
+    std::memcpy(&xv, x + j, sizeof(xv));
+    std::memcpy(&yv, y + j, sizeof(yv));
+    yv += a * xv;
+    std::memcpy(y + j, &yv, sizeof(yv));
+  }
+  for (; j < n; ++j) y[j] += a * x[j];
+}
+
+// x[j] *= a
+inline __attribute__((always_inline)) void Scale(float a, float* x, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, x + j, sizeof(v));
+    v *= a;
+    std::memcpy(x + j, &v, sizeof(v));
+  }
+  for (; j < n; ++j) x[j] *= a;
 }
 
 // out[j] = sum_i vec[i] * mat[i][j] for mat [rows, cols].
-void VecMat(const float* vec, const float* mat, int rows, int cols, float* out) {
+inline __attribute__((always_inline)) void VecMat(const float* vec, const float* mat, int rows,
+                                                  int cols, float* out) {
   std::fill(out, out + cols, 0.0f);
   for (int i = 0; i < rows; ++i) Axpy(vec[i], mat + static_cast<int64_t>(i) * cols, out, cols);
 }
 
+// The delta rule's loops and the softmax are built for AVX-512, AVX2 and baseline x86-64; the
+// loader picks the widest this processor runs.
+#define CAIRN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+
+// p[0, 16) = exp(p[0, 16)) for inputs <= 0, within about two ulp (a degree-6 polynomial on
+// [-ln2/2, ln2/2] after range reduction, the classic single-precision expf scheme); inputs below
+// -87 give exp(-87) (about 1.6e-38) instead of an underflow. Lane-wise and without fused
+// multiply-adds, so every clone gives the same bits.
+inline __attribute__((always_inline)) void ExpNonPositive16(float* p) {
+  F32x16 x;
+  std::memcpy(&x, p, sizeof(x));
+  const F32x16 lowest = F32x16{} - 87.0f;
+  x = x < lowest ? lowest : x;
+  // Round x / ln2 to the nearest integer n: adding 1.5 * 2^23 leaves no fraction bits.
+  const F32x16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  F32x16 r = x - n * 0.693359375f;  // ln2 in two parts, so that r is exact.
+  r = r - n * -2.12194440e-4f;
+  F32x16 y = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const I32x16 bits = (__builtin_convertvector(n, I32x16) + 127) << 23;  // 2^n.
+  F32x16 scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  y *= scale;
+  std::memcpy(p, &y, sizeof(y));
+}
+
+// Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
+// Deterministic for given inputs (the sums run in a fixed lane order).
+CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
+  F32x16 mv = F32x16{} - INFINITY;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    mv = v > mv ? v : mv;
+  }
+  float mx = -INFINITY;
+  for (int i = 0; i < 16; ++i) mx = std::max(mx, mv[i]);
+  for (; j < n; ++j) mx = std::max(mx, p[j]);
+  F32x16 sv = {};
+  for (j = 0; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    v -= mx;
+    std::memcpy(p + j, &v, sizeof(v));
+    ExpNonPositive16(p + j);
+    std::memcpy(&v, p + j, sizeof(v));
+    sv += v;
+  }
+  float sum = 0.0f;
+  if (j < n) {
+    // The tail as one vector padded with the lowest input; only its real lanes count.
+    float tail[16];
+    for (int i = 0; i < 16; ++i) tail[i] = j + i < n ? p[j + i] - mx : -87.0f;
+    ExpNonPositive16(tail);
+    for (int i = 0; j + i < n; ++i) {
+      p[j + i] = tail[i];
+      sum += tail[i];
+    }
+  }
+  for (int i = 0; i < 16; ++i) sum += sv[i];
+  const float inv = 1.0f / sum;
+  for (j = 0; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    v *= inv;
+    std::memcpy(p + j, &v, sizeof(v));
+  }
+  for (; j < n; ++j) p[j] *= inv;
+  std::fill(p + n, p + keys, 0.0f);
+}
+
 // One v-head of the recurrent gated delta rule over all tokens of the call.
-void RecurrentHead(const GatedDeltaArgs& a, int h, float* s, std::vector<float>& kv) {
+CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
+                                     std::vector<float>& kv) {
   const int r = a.v_heads / a.k_heads;
   const int kh = h / r;
   const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
@@ -178,7 +249,7 @@ void RecurrentHead(const GatedDeltaArgs& a, int h, float* s, std::vector<float>&
     const float* v = a.v + t * v_ld + static_cast<int64_t>(h) * a.dv;
     const float decay = std::exp(a.g[t * a.v_heads + h]);
     const float beta = a.beta[t * a.v_heads + h];
-    for (int64_t i = 0; i < n; ++i) s[i] *= decay;
+    Scale(decay, s, n);
     VecMat(k, s, a.dk, a.dv, kv.data());
     for (int j = 0; j < a.dv; ++j) kv[j] = (v[j] - kv[j]) * beta;
     for (int i = 0; i < a.dk; ++i) Axpy(k[i], kv.data(), s + static_cast<int64_t>(i) * a.dv, a.dv);
@@ -189,7 +260,7 @@ void RecurrentHead(const GatedDeltaArgs& a, int h, float* s, std::vector<float>&
 // One v-head of the chunked gated delta rule (docs/model.md §3.6.5, "chunked form"). The
 // (I + B)^-1 products are forward substitutions, row by row, which is what the reference's
 // in-place inversion loop computes.
-void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
+CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
   const int r = a.v_heads / a.k_heads;
   const int kh = h / r;
   const int dk = a.dk;
@@ -253,7 +324,7 @@ void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i.
     const float last = cum[len - 1];
     const float chunk_decay = std::exp(last);
-    for (int64_t i = 0; i < static_cast<int64_t>(dk) * dv; ++i) s[i] *= chunk_decay;
+    Scale(chunk_decay, s, static_cast<int64_t>(dk) * dv);
     for (int i = 0; i < len; ++i) {
       const float f = std::exp(last - cum[i]);
       const float* ki = k_row(i);
@@ -265,10 +336,46 @@ void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
 
 }  // namespace
 
+class CpuKernelBackend::ScopedTimer {
+ public:
+  ScopedTimer(CpuKernelBackend* backend, double CpuKernelProfile::*field)
+      : field_(backend->profiling_ ? &(backend->profile_.*field) : nullptr) {
+    if (field_ != nullptr) start_ = std::chrono::steady_clock::now();
+  }
+  ~ScopedTimer() {
+    if (field_ == nullptr) return;
+    *field_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+ private:
+  double* field_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
     const CpuKernelBackendOptions& options) {
   if (options.threads < 0) {
     return absl::InvalidArgumentError("cpu backend threads must be >= 0");
+  }
+  cpu::Isa isa = cpu::BestIsa();
+  if (options.isa != "auto") {
+    bool known = false;
+    for (cpu::Isa i : {cpu::Isa::kAvx512, cpu::Isa::kAvx2, cpu::Isa::kPortable}) {
+      if (options.isa == cpu::IsaName(i)) {
+        known = true;
+        isa = i;
+      }
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown cpu backend isa '", options.isa,
+                                                     "' (auto, avx512, avx2, portable)"));
+    }
+    if (!cpu::IsaSupported(isa)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this processor lacks the cpu backend isa ", options.isa));
+    }
   }
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -277,10 +384,12 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
 #else
   openblas_set_num_threads(threads);
 #endif
-  return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(threads));
+  return std::unique_ptr<CpuKernelBackend>(
+      new CpuKernelBackend(threads, isa, options.typed_weights, options.profile));
 }
 
-CpuKernelBackend::CpuKernelBackend(int threads) : threads_(threads) {
+CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile)
+    : threads_(threads), isa_(isa), typed_weights_(typed_weights), profiling_(profile) {
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
 }
 
@@ -324,68 +433,77 @@ void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> f
 void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx,
                                         const float* w, int64_t n, float* y, int64_t ldy,
                                         bool accumulate) {
-  if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(ldx),
-              w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y, static_cast<blasint>(ldy));
+  const ScopedTimer timer(this, &CpuKernelProfile::matmul_s);
+  Sgemm(x, m, k, ldx, w, n, y, ldy, accumulate);
 }
 
 void CpuKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                                   int64_t n, float* y, int64_t ldy, bool accumulate) {
+  MatMulRowsTyped(x, m, ldx, WeightMatrix::Of(w, WeightType::kF32, n, k), y, ldy, accumulate);
+}
+
+void CpuKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
+                                       const WeightMatrix& w, float* y, int64_t ldy,
+                                       bool accumulate) {
+  const ScopedTimer timer(this, &CpuKernelProfile::matmul_rows_s);
+  const int64_t n = w.rows();
   if (m == 0 || n == 0) return;
   const int64_t blocks = (n + kRowMatMulBlock - 1) / kRowMatMulBlock;
   ParallelFor(blocks, [&](int64_t b) {
     const int64_t n0 = b * kRowMatMulBlock;
-    const int64_t n1 = std::min(n, n0 + kRowMatMulBlock);
-    int64_t r = 0;
-    if (HaveAvx2()) {
-      float d[4];
-      for (; r + 4 <= m; r += 4) {
-        const float* rows[4] = {x + r * ldx, x + (r + 1) * ldx, x + (r + 2) * ldx,
-                                x + (r + 3) * ldx};
-        for (int64_t j = n0; j < n1; ++j) {
-          RowDotAvx2<4>(rows, w + j * k, k, d);
-          for (int q = 0; q < 4; ++q) {
-            float& yq = y[(r + q) * ldy + j];
-            yq = accumulate ? yq + d[q] : d[q];
-          }
-        }
-      }
-      for (; r < m; ++r) {
-        const float* row = x + r * ldx;
-        for (int64_t j = n0; j < n1; ++j) {
-          RowDotAvx2<1>(&row, w + j * k, k, d);
-          float& yr = y[r * ldy + j];
-          yr = accumulate ? yr + d[0] : d[0];
-        }
-      }
-      return;
-    }
-    for (; r + 2 <= m; r += 2) {
-      const float* x0 = x + r * ldx;
-      const float* x1 = x0 + ldx;
-      float* y0 = y + r * ldy;
-      float* y1 = y0 + ldy;
-      for (int64_t j = n0; j < n1; ++j) {
-        float d0, d1;
-        RowDot2(x0, x1, w + j * k, k, &d0, &d1);
-        y0[j] = accumulate ? y0[j] + d0 : d0;
-        y1[j] = accumulate ? y1[j] + d1 : d1;
-      }
-    }
-    for (; r < m; ++r) {
-      const float* xr = x + r * ldx;
-      float* yr = y + r * ldy;
-      for (int64_t j = n0; j < n1; ++j) {
-        const float d = RowDot(xr, w + j * k, k);
-        yr[j] = accumulate ? yr[j] + d : d;
-      }
-    }
+    const int64_t count = std::min(n, n0 + kRowMatMulBlock) - n0;
+    const void* rows[kRowMatMulBlock];
+    for (int64_t j = 0; j < count; ++j) rows[j] = WeightRow(w, n0 + j);
+    cpu::RowProducts(isa_, w.type, x, m, ldx, rows, count, w.cols, y + n0, ldy, accumulate);
   });
+}
+
+void CpuKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,
+                                             const WeightMatrix& w, float* y, int64_t ldy,
+                                             bool accumulate) {
+  if (m <= kGemmMinRows && w.type != WeightType::kF32) {
+    MatMulRowsTyped(x, m, ldx, w, y, ldy, accumulate);
+    return;
+  }
+  const ScopedTimer timer(this, &CpuKernelProfile::matmul_s);
+  const int64_t k = w.cols;
+  int64_t first = 0;  // Output column of the part's first row.
+  for (int p = 0; p < w.num_parts; ++p) {
+    const WeightMatrix::Part& part = w.parts[p];
+    if (w.type == WeightType::kF32) {
+      Sgemm(x, m, k, ldx, static_cast<const float*>(part.data), part.rows, y + first, ldy,
+            accumulate);
+      first += part.rows;
+      continue;
+    }
+    const int64_t tile = std::max<int64_t>(kWidenRowsPerItem, kWidenTileElements / k);
+    for (int64_t r0 = 0; r0 < part.rows; r0 += tile) {
+      const int64_t rows = std::min(tile, part.rows - r0);
+      widened_.resize(static_cast<size_t>(rows * k));
+      const char* src = static_cast<const char*>(part.data) + r0 * k * WeightTypeSize(w.type);
+      ParallelFor((rows + kWidenRowsPerItem - 1) / kWidenRowsPerItem, [&](int64_t item) {
+        const int64_t i0 = item * kWidenRowsPerItem;
+        const int64_t i1 = std::min(rows, i0 + kWidenRowsPerItem);
+        cpu::Widen(isa_, w.type, src + i0 * k * WeightTypeSize(w.type), (i1 - i0) * k,
+                   widened_.data() + i0 * k);
+      });
+      Sgemm(x, m, k, ldx, widened_.data(), rows, y + first + r0, ldy, accumulate);
+    }
+    first += part.rows;
+  }
+}
+
+void CpuKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
+                                            int64_t n, float* out) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::Widen(isa_, table.type, WeightRow(table, ids[i]), table.cols, out + i * table.cols);
+  }
 }
 
 void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
                                        int64_t n, float* out) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t i = 0; i < n; ++i) {
     const float* src = table + static_cast<int64_t>(ids[i]) * dim;
     std::copy(src, src + dim, out + i * dim);
@@ -394,6 +512,7 @@ void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const in
 
 void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
                                       float* a, float* b) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
   for (int64_t r = 0; r < rows; ++r) {
     for (int h = 0; h < heads; ++h) {
@@ -406,12 +525,14 @@ void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, 
 }
 
 void CpuKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t i = 0; i < n; ++i) x[i] *= Sigmoid(gate[i]);
 }
 
 void CpuKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
                                 int64_t b_offset, int64_t a_offset, const float* dt_bias,
                                 const float* neg_a, float* g, float* beta) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t t = 0; t < tokens; ++t) {
     const float* row = in + t * ld;
     for (int j = 0; j < heads; ++j) {
@@ -423,6 +544,7 @@ void CpuKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int
 
 void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
                                 bool renormalise, int32_t* ids, float* weights) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   std::vector<float> p(experts);
   std::vector<int> order(experts);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -445,6 +567,7 @@ void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 
 void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
@@ -459,6 +582,7 @@ void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const 
 
 void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     const float* zr = z + r * dim;
@@ -471,6 +595,7 @@ void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
 }
 
 void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * dim;
     float ss = 0.0f;
@@ -482,6 +607,7 @@ void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float ep
 
 void CpuKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
                             int rotary_dim, const float* inv_freq, int64_t first_position) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int half = rotary_dim / 2;
   std::vector<float> cos_v(half), sin_v(half);
   for (int64_t t = 0; t < tokens; ++t) {
@@ -505,6 +631,7 @@ void CpuKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int
 
 void CpuKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                                int64_t rows, int64_t dim, float* out) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < dim; ++i) {
       out[r * dim + i] = Silu(gate[r * ld_gate + i]) * up[r * ld_up + i];
@@ -515,6 +642,7 @@ void CpuKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* 
 void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens,
                                       int64_t channels, const float* w, int kernel, float* state,
                                       float* out) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int hist = kernel - 1;
   // Input row `t` of the window [state rows ; input rows], t in [-hist, tokens).
   auto row = [&](int64_t t) { return t < 0 ? state + (t + hist) * channels : in + t * ld_in; };
@@ -569,6 +697,7 @@ void CpuKernelBackend::RowInvariantAttention(const AttentionArgs& a) {
 }
 
 void CpuKernelBackend::Attention(const AttentionArgs& a) {
+  const ScopedTimer timer(this, &CpuKernelProfile::attention_s);
   if (a.row_invariant) {
     RowInvariantAttention(a);
     return;
@@ -590,18 +719,7 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
                   static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
                   0.0f, scores.data(), static_cast<blasint>(keys));
       ParallelFor(rows, [&](int64_t r) {
-        float* p = scores.data() + r * keys;
-        const int64_t n = a.past + t0 + r + 1;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          p[j] = std::exp(p[j] - mx);
-          sum += p[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < n; ++j) p[j] *= inv;
-        std::fill(p + n, p + keys, 0.0f);
+        SoftmaxRow(scores.data() + r * keys, a.past + t0 + r + 1, keys);
       });
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
                   static_cast<blasint>(keys), 1.0f, scores.data(), static_cast<blasint>(keys),
@@ -612,6 +730,7 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
 }
 
 void CpuKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
+  const ScopedTimer timer(this, &CpuKernelProfile::delta_rule_s);
   const int64_t per_head = static_cast<int64_t>(a.dk) * a.dv;
   ParallelFor(a.v_heads, [&](int64_t h) {
     float* s = a.state + h * per_head;

@@ -3,11 +3,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/concurrency/mutex.h"
 #include "common/concurrency/thread_pool.h"
+#include "services/infer/kernels/cpu/row_kernels.h"
 #include "services/infer/kernels/kernel_backend.h"
 
 namespace cairn::infer {
@@ -17,23 +20,51 @@ struct CpuKernelBackendOptions {
   // thread. The count is fixed for the backend's lifetime, so work splits (and therefore
   // results) do not depend on load.
   int threads = 0;
+  // The instruction set of the row-invariant product and of weight widening: "auto" (the widest
+  // this processor runs), "avx512", "avx2" or "portable". Every choice gives the same bits.
+  std::string isa = "auto";
+  // Accept bf16 / f16 weights of several parts (AcceptsWeightType). Off, the backend takes
+  // what a backend without typed weights takes (one fp32 part), so models widen their weights:
+  // for tests of that path and for comparisons.
+  bool typed_weights = true;
+  // Accumulate the wall time of each kind of operation (profile()); for benchmarks.
+  bool profile = false;
+};
+
+// Wall time a CpuKernelBackend spent in each kind of operation since it was created or last
+// reset (CpuKernelBackendOptions::profile).
+struct CpuKernelProfile {
+  double matmul_s = 0;       // MatMulTransposed (the GEMM path).
+  double matmul_rows_s = 0;  // MatMulRows (the row-invariant path).
+  double attention_s = 0;
+  double delta_rule_s = 0;
+  double other_s = 0;  // Norms, RoPE, activations, gathers, convolution, routing.
 };
 
 // The reference backend: fp32 math on the host. GEMMs, including attention's score and value
 // products per head, go through OpenBLAS (cblas_sgemm, which splits the output, never the
-// reduction, over its threads); the other operations are plain loops split over a fixed pool
-// of threads by head or by row. Every split assigns each output element to exactly one thread
-// with a fixed reduction order, so results are bit-identical run to run for the same shapes.
+// reduction, over its threads); bf16 and f16 weights are widened to fp32 a tile of rows at a
+// time for it. The row-invariant product reads bf16, f16 or fp32 weights directly (AVX-512 or
+// AVX2 where the processor has them, chosen at run time; the same bits on every path). The
+// other operations are plain loops split over a fixed pool of threads by head or by row. Every
+// split assigns each output element to exactly one thread with a fixed reduction order, so results
+// are bit-identical run to run for the same shapes.
 //
 // Thread-compatible (KernelBackend). OpenBLAS's thread count is process-wide; Create() sets it.
 class CpuKernelBackend final : public KernelBackend {
  public:
+  // InvalidArgument for a negative thread count or an unknown isa; FailedPrecondition when
+  // this processor lacks the isa asked for.
   static absl::StatusOr<std::unique_ptr<CpuKernelBackend>> Create(
       const CpuKernelBackendOptions& options);
   ~CpuKernelBackend() override;
 
   absl::string_view name() const override { return "cpu-fp32"; }
   int threads() const { return threads_; }
+  cpu::Isa isa() const { return isa_; }
+  // The time spent per kind of operation; all zero unless profiling was asked for.
+  const CpuKernelProfile& profile() const { return profile_; }
+  void ResetProfile() { profile_ = CpuKernelProfile(); }
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                         int64_t n, float* y, int64_t ldy, bool accumulate) override;
@@ -41,6 +72,13 @@ class CpuKernelBackend final : public KernelBackend {
                   float* y, int64_t ldy, bool accumulate) override;
   void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
                        float* out) override;
+  bool AcceptsWeightType(WeightType) const override { return typed_weights_; }
+  void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                             float* y, int64_t ldy, bool accumulate) override;
+  void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                       int64_t ldy, bool accumulate) override;
+  void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
+                            float* out) override;
   void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
                       float* b) override;
   void SigmoidMul(float* x, const float* gate, int64_t n) override;
@@ -64,7 +102,10 @@ class CpuKernelBackend final : public KernelBackend {
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
 
  private:
-  explicit CpuKernelBackend(int threads);
+  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile);
+
+  // Adds the time from its construction to its destruction to one field of the profile.
+  class ScopedTimer;
 
   void RowInvariantAttention(const AttentionArgs& args);
 
@@ -73,7 +114,12 @@ class CpuKernelBackend final : public KernelBackend {
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);
 
   const int threads_;
+  const cpu::Isa isa_;
+  const bool typed_weights_;
   std::unique_ptr<ThreadPool> pool_;  // threads_ - 1 workers; null when threads_ == 1.
+  const bool profiling_;
+  CpuKernelProfile profile_;
+  std::vector<float> widened_;  // A tile of weights widened for sgemm.
 };
 
 }  // namespace cairn::infer

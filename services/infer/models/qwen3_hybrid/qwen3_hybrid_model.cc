@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -22,37 +23,37 @@ float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // SwiGLU weights: gate_up [2 * width, D] (gate rows, then up rows), down [D, width].
 struct SwiGlu {
-  std::vector<float> gate_up;
-  std::vector<float> down;
+  WeightMatrix gate_up;
+  WeightMatrix down;
   int64_t width = 0;
 };
 
 struct AttentionWeights {
-  std::vector<float> q, k, v, o, q_norm, k_norm;
+  WeightMatrix q, k, v, o;
+  std::vector<float> q_norm, k_norm;
   int k_component = 0;
   int v_component = 0;
 };
 
-// GDN weights with the input projections merged into one matrix whose rows are
+// GDN weights with the input projections as one matrix whose rows are
 // [q (key_dim) | k (key_dim) | v (value_dim) | z (value_dim) | b (Hv) | a (Hv)], v-heads in
-// grouped order; Qwen3-Next's per-group interleaving is undone at load time.
+// grouped order; Qwen3-Next's per-group interleaving is undone at load time (into a copy).
 struct GdnWeights {
-  std::vector<float> in_proj;
+  WeightMatrix in_proj;
   std::vector<float> conv;     // [conv_dim, Kc]
   std::vector<float> dt_bias;  // [Hv]
   std::vector<float> neg_a;    // -exp(A_log), [Hv]
   std::vector<float> norm;     // [dv]
-  std::vector<float> out;      // [D, value_dim]
+  WeightMatrix out;            // [D, value_dim]
   int conv_component = 0;
   int recurrent_component = 0;
 };
 
 struct MoeWeights {
-  std::vector<float> router;   // [E, D]
-  std::vector<float> gate_up;  // [E, 2I, D]
-  std::vector<float> down;     // [E, D, I]
+  WeightMatrix router;          // [E, D]
+  std::vector<SwiGlu> experts;  // E routed experts of width moe_intermediate_size.
   SwiGlu shared;
-  std::vector<float> shared_gate;  // [1, D]
+  WeightMatrix shared_gate;  // [1, D]
 };
 
 struct LayerWeights {
@@ -65,40 +66,148 @@ struct LayerWeights {
   MoeWeights experts;
 };
 
-// Reads tensors by name (relative to a prefix) as fp32, counting parameters.
+WeightType WeightTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return WeightType::kBF16;
+    case DType::kF16:
+      return WeightType::kF16;
+    case DType::kF32:
+      return WeightType::kF32;
+  }
+  return WeightType::kF32;
+}
+
+// Rows [first, first + rows) of the one-part matrix `w`.
+WeightMatrix RowsOf(const WeightMatrix& w, int64_t first, int64_t rows) {
+  return WeightMatrix::Of(
+      static_cast<const char*>(w.parts[0].data) + first * w.cols * WeightTypeSize(w.type), w.type,
+      rows, w.cols);
+}
+
+// Reads tensors by name (relative to a prefix): vectors as fp32 copies, matrices as
+// WeightMatrix views. A matrix stays in the mapped checkpoint, in the file's type, when the
+// backend takes that type; otherwise it is widened into a buffer of `owned`. Counts
+// parameters and the bytes the model holds them in.
 class WeightReader {
  public:
-  WeightReader(const TensorStore& store, std::string prefix)
-      : store_(store), prefix_(std::move(prefix)) {}
+  WeightReader(const TensorStore& store, std::string prefix, const KernelBackend& backend,
+               std::vector<std::vector<char>>& owned)
+      : store_(store), prefix_(std::move(prefix)), backend_(backend), owned_(owned) {}
 
   bool Has(const std::string& name) const { return store_.Find(prefix_ + name) != nullptr; }
 
-  absl::StatusOr<std::vector<float>> Read(const std::string& name, const Shape& shape,
-                                          bool prefixed = true) {
-    const std::string full = prefixed ? prefix_ + name : name;
-    const TensorView* t = store_.Find(full);
-    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", full));
+  absl::StatusOr<std::vector<float>> Read(const std::string& name, const Shape& shape) {
+    ASSIGN_OR_RETURN(const TensorView* t, Find(name, shape, true));
     absl::StatusOr<std::vector<float>> v = ReadAsF32(*t, shape);
-    if (v.ok()) parameters_ += static_cast<int64_t>(v->size());
+    if (v.ok()) Count(t->elements(), sizeof(float));
     return v;
   }
 
+  // The matrix `name` of shape [rows, cols] (or [a, b, cols] read as [a * b, cols]).
+  absl::StatusOr<WeightMatrix> Matrix(const std::string& name, const Shape& shape,
+                                      bool prefixed = true) {
+    ASSIGN_OR_RETURN(const TensorView* t, Find(name, shape, prefixed));
+    const int64_t cols = shape.back();
+    const int64_t rows = t->elements() / cols;
+    const WeightType type = WeightTypeOf(t->dtype);
+    if (backend_.AcceptsWeightType(type)) {
+      Count(t->elements(), WeightTypeSize(type));
+      in_place_ = true;
+      return WeightMatrix::Of(t->data, type, rows, cols);
+    }
+    ASSIGN_OR_RETURN(std::vector<float> wide, ReadAsF32(*t, shape));
+    std::vector<char>& buffer = Own(static_cast<int64_t>(wide.size() * sizeof(float)));
+    std::memcpy(buffer.data(), wide.data(), buffer.size());
+    Count(t->elements(), sizeof(float));
+    return WeightMatrix::Of(buffer.data(), WeightType::kF32, rows, cols);
+  }
+
+  // One matrix whose rows are those of `parts` in order (all of one type and width): a view
+  // of the parts where the backend takes them so, else a copy.
+  WeightMatrix Concat(const std::vector<WeightMatrix>& parts) {
+    int total = 0;
+    for (const WeightMatrix& p : parts) total += p.num_parts;
+    if (backend_.AcceptsWeightType(parts[0].type) && total <= WeightMatrix::kMaxParts) {
+      WeightMatrix w;
+      w.type = parts[0].type;
+      w.cols = parts[0].cols;
+      for (const WeightMatrix& p : parts) {
+        for (int i = 0; i < p.num_parts; ++i) w.parts[w.num_parts++] = p.parts[i];
+      }
+      return w;
+    }
+    std::vector<RowRange> ranges;
+    int64_t first = 0;
+    for (const WeightMatrix& p : parts) {
+      ranges.push_back({&p, 0, first, p.rows()});
+      first += p.rows();
+    }
+    return Gather(ranges, first);
+  }
+
+  // Rows `rows` of `src` (one part) go to rows starting at `dst` of a new matrix.
+  struct RowRange {
+    const WeightMatrix* src;
+    int64_t src_row;
+    int64_t dst_row;
+    int64_t rows;
+  };
+  // A copy holding the rows `ranges` name, `rows` rows in all, in their type.
+  WeightMatrix Gather(const std::vector<RowRange>& ranges, int64_t rows) {
+    const WeightMatrix& first = *ranges[0].src;
+    const int64_t row_bytes = first.cols * WeightTypeSize(first.type);
+    std::vector<char>& buffer = Own(rows * row_bytes);
+    for (const RowRange& r : ranges) {
+      for (int64_t i = 0; i < r.rows; ++i) {
+        const int64_t row = r.src_row + i;
+        int part = 0;
+        int64_t in_part = row;
+        while (in_part >= r.src->parts[part].rows) in_part -= r.src->parts[part++].rows;
+        std::memcpy(buffer.data() + (r.dst_row + i) * row_bytes,
+                    static_cast<const char*>(r.src->parts[part].data) + in_part * row_bytes,
+                    static_cast<size_t>(row_bytes));
+      }
+    }
+    return WeightMatrix::Of(buffer.data(), first.type, rows, first.cols);
+  }
+
   int64_t parameters() const { return parameters_; }
+  int64_t bytes() const { return bytes_; }
+  // Whether some matrix was returned in place (the store must outlive the model).
+  bool in_place() const { return in_place_; }
 
  private:
+  absl::StatusOr<const TensorView*> Find(const std::string& name, const Shape& shape,
+                                         bool prefixed) const {
+    const std::string full = prefixed ? prefix_ + name : name;
+    const TensorView* t = store_.Find(full);
+    if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", full));
+    RETURN_IF_ERROR(CheckShape(*t, shape));
+    return t;
+  }
+  void Count(int64_t elements, int64_t element_bytes) {
+    parameters_ += elements;
+    bytes_ += elements * element_bytes;
+  }
+  std::vector<char>& Own(int64_t bytes) {
+    owned_.emplace_back(static_cast<size_t>(bytes));
+    return owned_.back();
+  }
+
   const TensorStore& store_;
   const std::string prefix_;
+  const KernelBackend& backend_;
+  std::vector<std::vector<char>>& owned_;
   int64_t parameters_ = 0;
+  int64_t bytes_ = 0;
+  bool in_place_ = false;
 };
 
-void CopyRows(const std::vector<float>& src, int64_t src_row, std::vector<float>& dst,
-              int64_t dst_row, int64_t rows, int64_t cols) {
-  std::copy(src.begin() + src_row * cols, src.begin() + (src_row + rows) * cols,
-            dst.begin() + dst_row * cols);
-}
-
 // The hybrid decoder of docs/model.md §3: per layer, a gated full-attention or Gated DeltaNet
-// mixer and a SwiGLU MLP or sparse MoE block, with fp32 copies of every weight.
+// mixer and a SwiGLU MLP or sparse MoE block. Weight matrices stay in the mapped checkpoint in
+// its type where the backend takes it (KernelBackend::AcceptsWeightType); norms and other
+// vectors are fp32 copies.
 // Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
  public:
@@ -107,7 +216,11 @@ class Qwen3HybridModel final : public Model {
 
   // Reads every tensor of `store` the model uses and builds the state layout.
 
+  // `store` must outlive the model when Load() returns with store_needed().
   absl::Status Load(const TensorStore& store, uint64_t weights_digest);
+  // Whether a weight is read in place from the mapped checkpoint.
+  bool store_needed() const { return store_needed_; }
+  void KeepStore(std::unique_ptr<TensorStore> store) { store_ = std::move(store); }
 
   const ModelInfo& info() const override { return info_; }
   const StateLayout& state_layout() const override { return layout_; }
@@ -138,8 +251,8 @@ class Qwen3HybridModel final : public Model {
   absl::Status CheckPass(const SequencePass& pass) const;
   void RunGroup(Group& g, absl::Span<const SequencePass> batch,
                 std::vector<std::vector<float>>& results);
-  void MatMul(const Group& g, const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
-              int64_t n, float* y, int64_t ldy, bool accumulate);
+  void MatMul(const Group& g, const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+              float* y, int64_t ldy, bool accumulate);
   void RunAttention(const Group& g, const AttentionWeights& w, const float* x, float* h);
   void RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h);
   void RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t, float* y,
@@ -151,8 +264,11 @@ class Qwen3HybridModel final : public Model {
   const Qwen3HybridOptions options_;
   ModelInfo info_;
   StateLayout layout_;
-  std::vector<float> embed_;    // [vocab, D]
-  std::vector<float> lm_head_;  // [vocab, D]; empty when tied to embed_.
+  std::unique_ptr<TensorStore> store_;    // The mapped checkpoint, when weights live in it.
+  std::vector<std::vector<char>> owned_;  // Weights the model copied (rearranged, widened).
+  bool store_needed_ = false;
+  WeightMatrix embed_;    // [vocab, D]
+  WeightMatrix lm_head_;  // [vocab, D]; embed_ when tied.
   std::vector<float> final_norm_;
   std::vector<float> inv_freq_;  // [rotary_dim / 2]
   std::vector<LayerWeights> layers_;
@@ -162,10 +278,10 @@ absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string&
                                              AttentionWeights& w) {
   const int64_t d = c_.hidden_size;
   const int64_t hd = c_.head_dim;
-  ASSIGN_OR_RETURN(w.q, r.Read(p + "q_proj.weight", {c_.num_heads * hd * 2, d}));
-  ASSIGN_OR_RETURN(w.k, r.Read(p + "k_proj.weight", {c_.num_kv_heads * hd, d}));
-  ASSIGN_OR_RETURN(w.v, r.Read(p + "v_proj.weight", {c_.num_kv_heads * hd, d}));
-  ASSIGN_OR_RETURN(w.o, r.Read(p + "o_proj.weight", {d, c_.num_heads * hd}));
+  ASSIGN_OR_RETURN(w.q, r.Matrix(p + "q_proj.weight", {c_.num_heads * hd * 2, d}));
+  ASSIGN_OR_RETURN(w.k, r.Matrix(p + "k_proj.weight", {c_.num_kv_heads * hd, d}));
+  ASSIGN_OR_RETURN(w.v, r.Matrix(p + "v_proj.weight", {c_.num_kv_heads * hd, d}));
+  ASSIGN_OR_RETURN(w.o, r.Matrix(p + "o_proj.weight", {d, c_.num_heads * hd}));
   ASSIGN_OR_RETURN(w.q_norm, r.Read(p + "q_norm.weight", {hd}));
   ASSIGN_OR_RETURN(w.k_norm, r.Read(p + "k_norm.weight", {hd}));
   return absl::OkStatus();
@@ -178,36 +294,39 @@ absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, Gd
   const int64_t hv = c_.linear_v_heads;
   const int64_t hk = c_.linear_k_heads;
   const int64_t conv_dim = c_.conv_dim();
-  const int64_t rows = conv_dim + vd + 2 * hv;
-  w.in_proj.assign(static_cast<size_t>(rows * d), 0.0f);
   if (c_.family == HybridFamily::kQwen3Next) {
     // in_proj_qkvz: per K-group g, [q_g (dk) | k_g (dk) | v_g (r dv) | z_g (r dv)];
-    // in_proj_ba: per K-group g, [b (r) | a (r)] (docs/model.md §3.6.1).
+    // in_proj_ba: per K-group g, [b (r) | a (r)] (docs/model.md §3.6.1). Regrouped into a copy.
     const int64_t dk = c_.linear_k_dim;
     const int64_t rdv = vd / hk;
     const int64_t r_heads = hv / hk;
     const int64_t group = 2 * dk + 2 * rdv;
-    ASSIGN_OR_RETURN(std::vector<float> qkvz,
-                     r.Read(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, d}));
-    ASSIGN_OR_RETURN(std::vector<float> ba, r.Read(p + "in_proj_ba.weight", {2 * hv, d}));
-    for (int64_t g = 0; g < hk; ++g) {
-      CopyRows(qkvz, g * group, w.in_proj, g * dk, dk, d);
-      CopyRows(qkvz, g * group + dk, w.in_proj, kd + g * dk, dk, d);
-      CopyRows(qkvz, g * group + 2 * dk, w.in_proj, 2 * kd + g * rdv, rdv, d);
-      CopyRows(qkvz, g * group + 2 * dk + rdv, w.in_proj, conv_dim + g * rdv, rdv, d);
-      CopyRows(ba, g * 2 * r_heads, w.in_proj, conv_dim + vd + g * r_heads, r_heads, d);
-      CopyRows(ba, g * 2 * r_heads + r_heads, w.in_proj, conv_dim + vd + hv + g * r_heads, r_heads,
-               d);
+    ASSIGN_OR_RETURN(WeightMatrix qkvz, r.Matrix(p + "in_proj_qkvz.weight", {2 * kd + 2 * vd, d}));
+    ASSIGN_OR_RETURN(WeightMatrix ba, r.Matrix(p + "in_proj_ba.weight", {2 * hv, d}));
+    if (qkvz.type != ba.type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, "in_proj_qkvz.weight and in_proj_ba.weight differ in dtype"));
     }
+    std::vector<WeightReader::RowRange> ranges;
+    for (int64_t g = 0; g < hk; ++g) {
+      ranges.push_back({&qkvz, g * group, g * dk, dk});
+      ranges.push_back({&qkvz, g * group + dk, kd + g * dk, dk});
+      ranges.push_back({&qkvz, g * group + 2 * dk, 2 * kd + g * rdv, rdv});
+      ranges.push_back({&qkvz, g * group + 2 * dk + rdv, conv_dim + g * rdv, rdv});
+      ranges.push_back({&ba, g * 2 * r_heads, conv_dim + vd + g * r_heads, r_heads});
+      ranges.push_back({&ba, g * 2 * r_heads + r_heads, conv_dim + vd + hv + g * r_heads, r_heads});
+    }
+    w.in_proj = r.Gather(ranges, conv_dim + vd + 2 * hv);
   } else {
-    ASSIGN_OR_RETURN(std::vector<float> qkv, r.Read(p + "in_proj_qkv.weight", {conv_dim, d}));
-    ASSIGN_OR_RETURN(std::vector<float> z, r.Read(p + "in_proj_z.weight", {vd, d}));
-    ASSIGN_OR_RETURN(std::vector<float> b, r.Read(p + "in_proj_b.weight", {hv, d}));
-    ASSIGN_OR_RETURN(std::vector<float> a, r.Read(p + "in_proj_a.weight", {hv, d}));
-    CopyRows(qkv, 0, w.in_proj, 0, conv_dim, d);
-    CopyRows(z, 0, w.in_proj, conv_dim, vd, d);
-    CopyRows(b, 0, w.in_proj, conv_dim + vd, hv, d);
-    CopyRows(a, 0, w.in_proj, conv_dim + vd + hv, hv, d);
+    ASSIGN_OR_RETURN(WeightMatrix qkv, r.Matrix(p + "in_proj_qkv.weight", {conv_dim, d}));
+    ASSIGN_OR_RETURN(WeightMatrix z, r.Matrix(p + "in_proj_z.weight", {vd, d}));
+    ASSIGN_OR_RETURN(WeightMatrix b, r.Matrix(p + "in_proj_b.weight", {hv, d}));
+    ASSIGN_OR_RETURN(WeightMatrix a, r.Matrix(p + "in_proj_a.weight", {hv, d}));
+    if (qkv.type != z.type || qkv.type != b.type || qkv.type != a.type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, "in_proj_{qkv,z,b,a}.weight differ in dtype"));
+    }
+    w.in_proj = r.Concat({qkv, z, b, a});
   }
   ASSIGN_OR_RETURN(w.conv, r.Read(p + "conv1d.weight", {conv_dim, 1, c_.conv_kernel}));
   ASSIGN_OR_RETURN(w.dt_bias, r.Read(p + "dt_bias", {hv}));
@@ -215,7 +334,7 @@ absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, Gd
   w.neg_a.resize(a_log.size());
   for (size_t i = 0; i < a_log.size(); ++i) w.neg_a[i] = -std::exp(a_log[i]);
   ASSIGN_OR_RETURN(w.norm, r.Read(p + "norm.weight", {c_.linear_v_dim}));
-  ASSIGN_OR_RETURN(w.out, r.Read(p + "out_proj.weight", {d, vd}));
+  ASSIGN_OR_RETURN(w.out, r.Matrix(p + "out_proj.weight", {d, vd}));
   return absl::OkStatus();
 }
 
@@ -223,11 +342,14 @@ absl::Status Qwen3HybridModel::LoadSwiGlu(WeightReader& r, const std::string& p,
                                           SwiGlu& w) {
   const int64_t d = c_.hidden_size;
   w.width = width;
-  ASSIGN_OR_RETURN(std::vector<float> gate, r.Read(p + "gate_proj.weight", {width, d}));
-  ASSIGN_OR_RETURN(std::vector<float> up, r.Read(p + "up_proj.weight", {width, d}));
-  ASSIGN_OR_RETURN(w.down, r.Read(p + "down_proj.weight", {d, width}));
-  w.gate_up = std::move(gate);
-  w.gate_up.insert(w.gate_up.end(), up.begin(), up.end());
+  ASSIGN_OR_RETURN(WeightMatrix gate, r.Matrix(p + "gate_proj.weight", {width, d}));
+  ASSIGN_OR_RETURN(WeightMatrix up, r.Matrix(p + "up_proj.weight", {width, d}));
+  ASSIGN_OR_RETURN(w.down, r.Matrix(p + "down_proj.weight", {d, width}));
+  if (gate.type != up.type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, "gate_proj.weight and up_proj.weight differ in dtype"));
+  }
+  w.gate_up = r.Concat({gate, up});
   return absl::OkStatus();
 }
 
@@ -235,22 +357,25 @@ absl::Status Qwen3HybridModel::LoadMoe(WeightReader& r, const std::string& p, Mo
   const int64_t d = c_.hidden_size;
   const int64_t e = c_.num_experts;
   const int64_t inter = c_.moe_intermediate_size;
-  ASSIGN_OR_RETURN(w.router, r.Read(p + "gate.weight", {e, d}));
+  ASSIGN_OR_RETURN(w.router, r.Matrix(p + "gate.weight", {e, d}));
+  w.experts.resize(static_cast<size_t>(e));
   if (r.Has(p + "experts.gate_up_proj")) {
-    ASSIGN_OR_RETURN(w.gate_up, r.Read(p + "experts.gate_up_proj", {e, 2 * inter, d}));
-    ASSIGN_OR_RETURN(w.down, r.Read(p + "experts.down_proj", {e, d, inter}));
-  } else {
-    w.gate_up.reserve(static_cast<size_t>(e * 2 * inter * d));
-    w.down.reserve(static_cast<size_t>(e * d * inter));
+    ASSIGN_OR_RETURN(WeightMatrix gate_up, r.Matrix(p + "experts.gate_up_proj", {e, 2 * inter, d}));
+    ASSIGN_OR_RETURN(WeightMatrix down, r.Matrix(p + "experts.down_proj", {e, d, inter}));
     for (int64_t i = 0; i < e; ++i) {
-      SwiGlu one;
-      RETURN_IF_ERROR(LoadSwiGlu(r, absl::StrCat(p, "experts.", i, "."), inter, one));
-      w.gate_up.insert(w.gate_up.end(), one.gate_up.begin(), one.gate_up.end());
-      w.down.insert(w.down.end(), one.down.begin(), one.down.end());
+      SwiGlu& one = w.experts[static_cast<size_t>(i)];
+      one.width = inter;
+      one.gate_up = RowsOf(gate_up, i * 2 * inter, 2 * inter);
+      one.down = RowsOf(down, i * d, d);
+    }
+  } else {
+    for (int64_t i = 0; i < e; ++i) {
+      RETURN_IF_ERROR(LoadSwiGlu(r, absl::StrCat(p, "experts.", i, "."), inter,
+                                 w.experts[static_cast<size_t>(i)]));
     }
   }
   RETURN_IF_ERROR(LoadSwiGlu(r, p + "shared_expert.", c_.shared_intermediate_size, w.shared));
-  ASSIGN_OR_RETURN(w.shared_gate, r.Read(p + "shared_expert_gate.weight", {1, d}));
+  ASSIGN_OR_RETURN(w.shared_gate, r.Matrix(p + "shared_expert_gate.weight", {1, d}));
   return absl::OkStatus();
 }
 
@@ -264,12 +389,13 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
     return absl::InvalidArgumentError(
         "missing tensor model.embed_tokens.weight (or model.language_model.embed_tokens.weight)");
   }
-  WeightReader r(store, prefix);
+  WeightReader r(store, prefix, *backend_, owned_);
   const int64_t d = c_.hidden_size;
-  ASSIGN_OR_RETURN(embed_, r.Read("embed_tokens.weight", {c_.vocab_size, d}));
+  ASSIGN_OR_RETURN(embed_, r.Matrix("embed_tokens.weight", {c_.vocab_size, d}));
+  lm_head_ = embed_;
   ASSIGN_OR_RETURN(final_norm_, r.Read("norm.weight", {d}));
   if (!c_.tie_word_embeddings) {
-    ASSIGN_OR_RETURN(lm_head_, r.Read("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false));
+    ASSIGN_OR_RETURN(lm_head_, r.Matrix("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false));
   }
   for (int i = 0; i < c_.num_layers; ++i) {
     LayerWeights lw;
@@ -313,16 +439,18 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
   info_.architecture = c_.model_type;
   info_.vocab_size = c_.vocab_size;
   info_.num_parameters = r.parameters();
+  info_.weight_bytes = r.bytes();
+  store_needed_ = r.in_place();
   info_.weights_digest = weights_digest;
   return absl::OkStatus();
 }
 
-void Qwen3HybridModel::MatMul(const Group& g, const float* x, int64_t m, int64_t k, int64_t ldx,
-                              const float* w, int64_t n, float* y, int64_t ldy, bool accumulate) {
+void Qwen3HybridModel::MatMul(const Group& g, const float* x, int64_t m, int64_t ldx,
+                              const WeightMatrix& w, float* y, int64_t ldy, bool accumulate) {
   if (g.row_kernel) {
-    backend_->MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate);
+    backend_->MatMulRowsTyped(x, m, ldx, w, y, ldy, accumulate);
   } else {
-    backend_->MatMulTransposed(x, m, k, ldx, w, n, y, ldy, accumulate);
+    backend_->MatMulTransposedTyped(x, m, ldx, w, y, ldy, accumulate);
   }
 }
 
@@ -331,10 +459,10 @@ void Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const float* x
   const int64_t d = c_.hidden_size;
   std::vector<float> gu(static_cast<size_t>(t * 2 * w.width));
   std::vector<float> act(static_cast<size_t>(t * w.width));
-  MatMul(g, x, t, d, d, w.gate_up.data(), 2 * w.width, gu.data(), 2 * w.width, false);
+  MatMul(g, x, t, d, w.gate_up, gu.data(), 2 * w.width, false);
   backend_->SiluMul(gu.data(), 2 * w.width, gu.data() + w.width, 2 * w.width, t, w.width,
                     act.data());
-  MatMul(g, act.data(), t, w.width, w.width, w.down.data(), d, y, d, accumulate);
+  MatMul(g, act.data(), t, w.width, w.down, y, d, accumulate);
 }
 
 void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, const float* x,
@@ -346,14 +474,14 @@ void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, c
   const int64_t q_width = static_cast<int64_t>(hq) * hd;
   const int64_t kv_width = static_cast<int64_t>(c_.num_kv_heads) * hd;
   std::vector<float> qg(static_cast<size_t>(t * 2 * q_width));
-  MatMul(g, x, t, d, d, w.q.data(), 2 * q_width, qg.data(), 2 * q_width, false);
+  MatMul(g, x, t, d, w.q, qg.data(), 2 * q_width, false);
   // q_proj rows are [q_h | gate_h] per head.
   std::vector<float> q(static_cast<size_t>(t * q_width)), gate(q.size());
   backend_->SplitHeadPairs(qg.data(), t, hq, hd, q.data(), gate.data());
   backend_->RmsNorm(q.data(), t * hq, hd, w.q_norm.data(), c_.rms_norm_eps, true, q.data());
   std::vector<float> k(static_cast<size_t>(t * kv_width)), v(k.size());
-  MatMul(g, x, t, d, d, w.k.data(), kv_width, k.data(), kv_width, false);
-  MatMul(g, x, t, d, d, w.v.data(), kv_width, v.data(), kv_width, false);
+  MatMul(g, x, t, d, w.k, k.data(), kv_width, false);
+  MatMul(g, x, t, d, w.v, v.data(), kv_width, false);
   backend_->RmsNorm(k.data(), t * c_.num_kv_heads, hd, w.k_norm.data(), c_.rms_norm_eps, true,
                     k.data());
   std::vector<float> o(q.size());
@@ -382,7 +510,7 @@ void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, c
     backend_->Attention(args);
   }
   backend_->SigmoidMul(o.data(), gate.data(), static_cast<int64_t>(o.size()));
-  MatMul(g, o.data(), t, q_width, q_width, w.o.data(), d, h, d, true);
+  MatMul(g, o.data(), t, q_width, w.o, h, d, true);
 }
 
 void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h) {
@@ -394,7 +522,7 @@ void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* 
   const int64_t width = conv_dim + vd + 2 * hv;
   const int64_t t = g.rows;
   std::vector<float> proj(static_cast<size_t>(t * width));
-  MatMul(g, x, t, d, d, w.in_proj.data(), width, proj.data(), width, false);
+  MatMul(g, x, t, d, w.in_proj, proj.data(), width, false);
   std::vector<float> conv(static_cast<size_t>(t * conv_dim));
   for (const Sequence& s : g.seqs) {
     backend_->CausalConvSilu(proj.data() + s.row * width, width, s.tokens, conv_dim, w.conv.data(),
@@ -437,17 +565,16 @@ void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* 
   }
   backend_->GatedRmsNorm(o.data(), z.data(), t * hv, c_.linear_v_dim, w.norm.data(),
                          c_.rms_norm_eps, o.data());
-  MatMul(g, o.data(), t, vd, vd, w.out.data(), d, h, d, true);
+  MatMul(g, o.data(), t, vd, w.out, h, d, true);
 }
 
 void Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h) {
   const int64_t d = c_.hidden_size;
   const int e = c_.num_experts;
   const int top_k = c_.top_k;
-  const int64_t inter = c_.moe_intermediate_size;
   const int64_t t = g.rows;
   std::vector<float> logits(static_cast<size_t>(t * e));
-  MatMul(g, x, t, d, d, w.router.data(), e, logits.data(), e, false);
+  MatMul(g, x, t, d, w.router, logits.data(), e, false);
   std::vector<int32_t> ids(static_cast<size_t>(t * top_k));
   std::vector<float> weights(ids.size());
   backend_->MoeRoute(logits.data(), t, e, top_k, c_.norm_topk_prob, ids.data(), weights.data());
@@ -462,7 +589,7 @@ void Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* 
   std::vector<float> out(static_cast<size_t>(t * d));
   RunSwiGlu(g, w.shared, x, t, out.data(), false);
   std::vector<float> sg(static_cast<size_t>(t));
-  MatMul(g, x, t, d, d, w.shared_gate.data(), 1, sg.data(), 1, false);
+  MatMul(g, x, t, d, w.shared_gate, sg.data(), 1, false);
   for (int64_t i = 0; i < t; ++i) {
     const float s = Sigmoid(sg[i]);
     for (int64_t j = 0; j < d; ++j) out[i * d + j] *= s;
@@ -477,11 +604,7 @@ void Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* 
     for (int64_t r = 0; r < n; ++r) {
       std::copy(x + list[r].first * d, x + (list[r].first + 1) * d, xs.data() + r * d);
     }
-    std::vector<float> gu(static_cast<size_t>(n * 2 * inter)), act(static_cast<size_t>(n * inter));
-    MatMul(g, xs.data(), n, d, d, w.gate_up.data() + ex * 2 * inter * d, 2 * inter, gu.data(),
-           2 * inter, false);
-    backend_->SiluMul(gu.data(), 2 * inter, gu.data() + inter, 2 * inter, n, inter, act.data());
-    MatMul(g, act.data(), n, inter, inter, w.down.data() + ex * d * inter, d, ys.data(), d, false);
+    RunSwiGlu(g, w.experts[static_cast<size_t>(ex)], xs.data(), n, ys.data(), false);
     for (int64_t r = 0; r < n; ++r) {
       float* o = out.data() + list[r].first * d;
       const float weight = list[r].second;
@@ -526,7 +649,7 @@ void Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass> batch,
     ids.insert(ids.end(), pass.tokens.begin(), pass.tokens.end());
   }
   std::vector<float> h(static_cast<size_t>(t * d)), xn(h.size());
-  backend_->EmbeddingGather(embed_.data(), d, ids.data(), t, h.data());
+  backend_->EmbeddingGatherTyped(embed_, ids.data(), t, h.data());
   for (const LayerWeights& lw : layers_) {
     backend_->RmsNorm(h.data(), t, d, lw.input_norm.data(), c_.rms_norm_eps, true, xn.data());
     if (lw.full_attention) {
@@ -553,9 +676,7 @@ void Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass> batch,
   std::vector<float> normed(last.size());
   backend_->RmsNorm(last.data(), rows, d, final_norm_.data(), c_.rms_norm_eps, true, normed.data());
   std::vector<float> logits(static_cast<size_t>(rows * c_.vocab_size));
-  const std::vector<float>& head = lm_head_.empty() ? embed_ : lm_head_;
-  MatMul(g, normed.data(), rows, d, d, head.data(), c_.vocab_size, logits.data(), c_.vocab_size,
-         false);
+  MatMul(g, normed.data(), rows, d, lm_head_, logits.data(), c_.vocab_size, false);
   int64_t row = 0;
   for (const Sequence& s : g.seqs) {
     const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
@@ -609,13 +730,14 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> CreateQwen3HybridModel(const HybridConfig& config,
-                                                              const TensorStore& store,
+                                                              std::unique_ptr<TensorStore> store,
                                                               uint64_t weights_digest,
                                                               KernelBackend* backend,
                                                               const Qwen3HybridOptions& options) {
   if (options.gdn_chunk < 1) return absl::InvalidArgumentError("gdn_chunk must be >= 1");
   auto model = std::make_unique<Qwen3HybridModel>(config, backend, options);
-  RETURN_IF_ERROR(model->Load(store, weights_digest));
+  RETURN_IF_ERROR(model->Load(*store, weights_digest));
+  if (model->store_needed()) model->KeepStore(std::move(store));
   return model;
 }
 

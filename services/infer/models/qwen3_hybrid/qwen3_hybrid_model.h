@@ -28,7 +28,9 @@ struct Qwen3HybridOptions {
 };
 
 // Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE family (docs/model.md §2-§3) from
-// `config` and the tensors of `store`, widening the weights to fp32. Both weight prefixes
+// `config` and the tensors of `store`. Weight matrices are used in place in the mapped files, in
+// their stored type, where `backend` accepts that type (the model then keeps `store`); they
+// are widened to fp32 copies otherwise. Both weight prefixes
 // (`model.` and `model.language_model.`), tied and untied embeddings and both expert layouts
 // (per-expert, fused) are accepted. InvalidArgument naming the tensor when one is missing,
 // misshapen or of an unsupported dtype. `weights_digest` goes into info(). `backend` must
@@ -40,7 +42,7 @@ struct Qwen3HybridOptions {
 // conv_kernel - 1 conv inputs, [conv_kernel - 1, conv_dim]) and "layers.{i}.recurrent"
 // ([v_heads, dk, dv] fp32).
 absl::StatusOr<std::unique_ptr<Model>> CreateQwen3HybridModel(const HybridConfig& config,
-                                                              const TensorStore& store,
+                                                              std::unique_ptr<TensorStore> store,
                                                               uint64_t weights_digest,
                                                               KernelBackend* backend,
                                                               const Qwen3HybridOptions& options);

@@ -240,6 +240,86 @@ TEST_F(CpuKernelBackendTest, MatMulRowsRowsDoNotDependOnTheirNeighbours) {
   for (size_t i = 0; i < all.size(); ++i) EXPECT_NEAR(all[i], gemm[i], 1e-4f) << i;
 }
 
+// bf16 bits of `v` (truncated: any bf16 value will do) and their exact fp32 values.
+std::vector<uint16_t> ToBf16(std::vector<float>& v) {
+  std::vector<uint16_t> out;
+  for (float& f : v) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    out.push_back(static_cast<uint16_t>(bits >> 16));
+    bits &= 0xffff0000u;
+    std::memcpy(&f, &bits, 4);
+  }
+  return out;
+}
+
+// A bf16 matrix of n rows split into three parts at `cut0` and `cut1`.
+WeightMatrix ThreeParts(const std::vector<uint16_t>& w, int64_t k, int64_t cut0, int64_t cut1,
+                        int64_t n) {
+  WeightMatrix m;
+  m.type = WeightType::kBF16;
+  m.cols = k;
+  m.parts[0] = {w.data(), cut0};
+  m.parts[1] = {w.data() + cut0 * k, cut1 - cut0};
+  m.parts[2] = {w.data() + cut1 * k, n - cut1};
+  m.num_parts = 3;
+  return m;
+}
+
+TEST_F(CpuKernelBackendTest, TypedRowProductIsTheFp32OneOnTheWidenedWeights) {
+  const int64_t k = 203, n = 150, m = 5;
+  const std::vector<float> x = Random(m * k, 31);
+  std::vector<float> wide = Random(n * k, 32);
+  const std::vector<uint16_t> narrow = ToBf16(wide);
+  std::vector<float> typed(m * n, 1.0f), fp32(m * n, 1.0f);
+
+  backend_->MatMulRowsTyped(x.data(), m, k, ThreeParts(narrow, k, 64, 70, n), typed.data(), n,
+                            true);
+  backend_->MatMulRows(x.data(), m, k, k, wide.data(), n, fp32.data(), n, true);
+
+  EXPECT_EQ(std::memcmp(typed.data(), fp32.data(), typed.size() * sizeof(float)), 0);
+}
+
+TEST_F(CpuKernelBackendTest, TypedGemmMatchesTheFp32GemmOnTheWidenedWeights) {
+  const int64_t k = 96, n = 70;
+  for (int64_t m : {3, 40}) {  // The row kernel below kGemmMinRows rows, the GEMM above.
+    const std::vector<float> x = Random(m * k, 41);
+    std::vector<float> wide = Random(n * k, 42);
+    const std::vector<uint16_t> narrow = ToBf16(wide);
+    std::vector<float> typed(m * n, 1.0f), fp32(m * n, 1.0f);
+
+    backend_->MatMulTransposedTyped(x.data(), m, k, ThreeParts(narrow, k, 10, 33, n), typed.data(),
+                                    n, true);
+    backend_->MatMulTransposed(x.data(), m, k, k, wide.data(), n, fp32.data(), n, true);
+
+    EXPECT_LT(MaxAbsDiff(typed, fp32), 1e-4f) << "m " << m;
+  }
+}
+
+TEST_F(CpuKernelBackendTest, TypedGatherWidensRows) {
+  std::vector<float> wide = Random(3 * 20, 51);
+  const std::vector<uint16_t> narrow = ToBf16(wide);
+  const int32_t ids[] = {2, 0};
+  std::vector<float> rows(2 * 20);
+
+  backend_->EmbeddingGatherTyped(WeightMatrix::Of(narrow.data(), WeightType::kBF16, 3, 20), ids, 2,
+                                 rows.data());
+
+  EXPECT_EQ(std::vector<float>(rows.begin(), rows.begin() + 20),
+            std::vector<float>(wide.begin() + 40, wide.end()));
+  EXPECT_EQ(std::vector<float>(rows.begin() + 20, rows.end()),
+            std::vector<float>(wide.begin(), wide.begin() + 20));
+}
+
+TEST(CpuKernelBackendCreateTest, IsaIsCheckedByName) {
+  EXPECT_THAT(CpuKernelBackend::Create({.isa = "sse9"}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> portable =
+      CpuKernelBackend::Create({.threads = 1, .isa = "portable"});
+  ASSERT_TRUE(portable.ok()) << portable.status();
+  EXPECT_EQ((*portable)->isa(), cpu::Isa::kPortable);
+}
+
 TEST_F(CpuKernelBackendTest, GatherSplitAndGates) {
   const std::vector<float> table = {0, 1, 2, 3, 4, 5};  // 3 rows of 2.
   const int32_t ids[] = {2, 0};
@@ -274,6 +354,33 @@ TEST_F(CpuKernelBackendTest, MoeRouteBreaksTiesTowardsTheLowerExpert) {
   EXPECT_EQ(ids[1], 2);
   EXPECT_FLOAT_EQ(weights[0], 0.5f);
   EXPECT_FLOAT_EQ(weights[1], 0.5f);
+}
+
+// The blocked path's vectorised softmax (its own exp) against the row-invariant path's std::exp,
+// over rows of up to 300 keys whose scores span about 60 (down to exp(-60) weights).
+TEST_F(CpuKernelBackendTest, BlockedSoftmaxMatchesTheRowInvariantOneOverManyKeys) {
+  const int64_t t = 300;
+  const int hd = 16;
+  const std::vector<float> q = Random(t * hd, 61, -2.0f, 2.0f);
+  const std::vector<float> k = Random(t * hd, 62, -2.0f, 2.0f);
+  const std::vector<float> v = Random(t * hd, 63);
+  std::vector<float> blocked(t * hd), invariant(t * hd);
+  for (bool row_invariant : {false, true}) {
+    AttentionArgs a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = row_invariant ? invariant.data() : blocked.data();
+    a.tokens = t;
+    a.q_heads = 1;
+    a.kv_heads = 1;
+    a.head_dim = hd;
+    a.scale = 1.0f;
+    a.row_invariant = row_invariant;
+    backend_->Attention(a);
+  }
+
+  EXPECT_LT(MaxAbsDiff(blocked, invariant), 2e-6f);
 }
 
 TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnoresPassStart) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -56,6 +57,59 @@ class ModelLoaderTest : public ::testing::Test {
  protected:
   std::unique_ptr<CpuKernelBackend> backend_ = testing::TestBackend();
 };
+
+// The logits of `preset` loaded on `a` and on `b`, for the same 12 tokens in passes of 3 (the
+// row kernels), and the two models' infos.
+struct TwoRuns {
+  std::vector<float> a, b;
+  ModelInfo info_a, info_b;
+};
+absl::StatusOr<TwoRuns> RunOnBoth(const std::string& preset, KernelBackend* a, KernelBackend* b) {
+  TwoRuns out;
+  for (KernelBackend* backend : {a, b}) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Model> model, testing::LoadPreset(preset, backend));
+    ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot, SlotState::Create(model->state_layout(), 64));
+    const std::vector<int32_t> tokens = testing::RandomTokens(12, model->info().vocab_size, 3);
+    ASSIGN_OR_RETURN(std::vector<float> logits,
+                     Prefill(*model, slot.get(), tokens, UniformPasses(12, 3), true));
+    (backend == a ? out.a : out.b) = std::move(logits);
+    (backend == a ? out.info_a : out.info_b) = model->info();
+  }
+  return out;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_F(ModelLoaderTest, WeightsStayInTheFileTypeAndEveryIsaGivesTheSameBits) {
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> portable =
+      CpuKernelBackend::Create({.threads = 2, .isa = "portable"});
+  ASSERT_TRUE(portable.ok()) << portable.status();
+  for (const std::string preset : {"dense", "next", "moe"}) {
+    absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), portable->get());
+    ASSERT_TRUE(r.ok()) << r.status();
+
+    // bf16 checkpoints: matrices at two bytes a parameter, vectors (norms, biases) at four.
+    EXPECT_LT(r->info_a.weight_bytes, 3 * r->info_a.num_parameters) << preset;
+    EXPECT_GE(r->info_a.weight_bytes, 2 * r->info_a.num_parameters) << preset;
+    EXPECT_TRUE(SameBits(r->a, r->b)) << preset;
+  }
+}
+
+TEST_F(ModelLoaderTest, ABackendWithoutTypedWeightsGetsFp32CopiesAndTheSameBits) {
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> fp32 =
+      CpuKernelBackend::Create({.threads = 2, .typed_weights = false});
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  for (const std::string preset : {"dense", "next", "moe"}) {
+    absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), fp32->get());
+    ASSERT_TRUE(r.ok()) << r.status();
+
+    EXPECT_EQ(r->info_b.weight_bytes, 4 * r->info_b.num_parameters) << preset;
+    EXPECT_EQ(r->info_b.num_parameters, r->info_a.num_parameters) << preset;
+    EXPECT_TRUE(SameBits(r->a, r->b)) << preset;
+  }
+}
 
 TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
   for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped"}) {

@@ -1,0 +1,308 @@
+#include "services/infer/kernels/cpu/row_kernels.h"
+
+#include <cpuid.h>
+
+// GCC 12 reports the deliberately undefined pass-through operand inside its AVX-512 intrinsics
+// as uninitialised (a false positive at -O1).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+
+#include <cstring>
+
+#include "services/infer/kernels/half_float.h"
+
+// This file is compiled with -ffp-contract=off (see CMakeLists.txt): a compiler that fused
+// `acc + x * w` into one multiply-add would round differently in one form than in another.
+namespace cairn::infer::cpu {
+namespace {
+
+// Weight element `i` of a row of `type`, widened.
+template <WeightType T>
+float WeightAt(const void* row, int64_t i) {
+  if constexpr (T == WeightType::kF32) {
+    return static_cast<const float*>(row)[i];
+  } else {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const uint16_t*>(row) + i, 2);
+    return T == WeightType::kBF16 ? WidenBf16(h) : WidenF16(h);
+  }
+}
+
+// The fold of the sixteen partial sums, given as v[j] = s[j] + s[j + 8] (the 16 -> 8 step),
+// then 8 -> 4 -> 2 -> 1.
+inline float Fold8(const float* v) {
+  return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+// ---- Portable: four lanes per value (one SSE register on baseline x86-64). ----
+
+typedef float F32x4 __attribute__((vector_size(16)));
+
+inline F32x4 Load4(const float* p) {
+  F32x4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <WeightType T, int R>
+void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
+  F32x4 s[R][4] = {};
+  alignas(16) float wf[16];
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if constexpr (T == WeightType::kF32) {
+      std::memcpy(wf, static_cast<const float*>(w) + i, sizeof(wf));
+    } else {
+      for (int j = 0; j < 16; ++j) wf[j] = WeightAt<T>(w, i + j);
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int q = 0; q < 4; ++q) s[r][q] += Load4(a[r] + i + 4 * q) * Load4(wf + 4 * q);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const F32x4 lo = s[r][0] + s[r][2];  // Lanes j + j+8, j < 4.
+    const F32x4 hi = s[r][1] + s[r][3];  // Lanes j + j+8, 4 <= j < 8.
+    const float v[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
+    float sum = Fold8(v);
+    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    out[r] = sum;
+  }
+}
+
+// ---- AVX2 (+F16C): two 8-lane registers per row. ----
+
+template <WeightType T>
+__attribute__((target("avx2,f16c"))) inline __m256 Load8Avx2(const void* w, int64_t i) {
+  if constexpr (T == WeightType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+    if constexpr (T == WeightType::kBF16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  }
+}
+
+template <WeightType T, int R>
+__attribute__((target("avx2,f16c"))) void DotAvx2(const float* const* a, const void* w, int64_t n,
+                                                  float* out) {
+  __m256 lo[R], hi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = Load8Avx2<T>(w, i);
+    const __m256 w1 = Load8Avx2<T>(w, i + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i), w0));
+      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i + 8), w1));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(lo[r], hi[r]));
+    float sum = Fold8(v);
+    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    out[r] = sum;
+  }
+}
+
+// ---- AVX-512F: one 16-lane register per row. ----
+
+template <WeightType T>
+__attribute__((target("avx512f"))) inline __m512 Load16Avx512(const void* w, int64_t i) {
+  if constexpr (T == WeightType::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  } else {
+    const __m256i h =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    if constexpr (T == WeightType::kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+template <WeightType T, int R>
+__attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const void* w, int64_t n,
+                                                  float* out) {
+  __m512 s[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 wv = Load16Avx512<T>(w, i);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_loadu_ps(a[r] + i), wv));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m256 low = _mm512_castps512_ps256(s[r]);
+    const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[r]), 1));
+    alignas(32) float v[8];
+    _mm256_store_ps(v, _mm256_add_ps(low, high));
+    float sum = Fold8(v);
+    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    out[r] = sum;
+  }
+}
+
+template <WeightType T, int R>
+void Dot(Isa isa, const float* const* a, const void* w, int64_t n, float* out) {
+  switch (isa) {
+    case Isa::kAvx512:
+      DotAvx512<T, R>(a, w, n, out);
+      return;
+    case Isa::kAvx2:
+      DotAvx2<T, R>(a, w, n, out);
+      return;
+    case Isa::kPortable:
+      DotPortable<T, R>(a, w, n, out);
+      return;
+  }
+}
+
+// Rows of x in groups of R, every weight row against each group.
+template <WeightType T, int R>
+void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int64_t count,
+           int64_t k, float* y, int64_t ldy, bool accumulate) {
+  const float* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = x + r * ldx;
+  float d[R];
+  for (int64_t j = 0; j < count; ++j) {
+    Dot<T, R>(isa, rows, w_rows[j], k, d);
+    for (int r = 0; r < R; ++r) {
+      float& out = y[r * ldy + j];
+      out = accumulate ? out + d[r] : d[r];
+    }
+  }
+}
+
+template <WeightType T>
+void Products(Isa isa, const float* x, int64_t m, int64_t ldx, const void* const* w_rows,
+              int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate) {
+  int64_t r = 0;
+  for (; r + 8 <= m; r += 8) {
+    Group<T, 8>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+  }
+  if (r + 4 <= m) {
+    Group<T, 4>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+    r += 4;
+  }
+  if (r + 2 <= m) {
+    Group<T, 2>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+    r += 2;
+  }
+  if (r < m) Group<T, 1>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+}
+
+template <WeightType T>
+__attribute__((target("avx512f"))) void WidenAvx512(const void* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, Load16Avx512<T>(src, i));
+  for (; i < n; ++i) dst[i] = WeightAt<T>(src, i);
+}
+
+template <WeightType T>
+__attribute__((target("avx2,f16c"))) void WidenAvx2(const void* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Load8Avx2<T>(src, i));
+  for (; i < n; ++i) dst[i] = WeightAt<T>(src, i);
+}
+
+template <WeightType T>
+void WidenAs(Isa isa, const void* src, int64_t n, float* dst) {
+  if constexpr (T == WeightType::kF32) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if (isa == Isa::kAvx512) {
+    WidenAvx512<T>(src, n, dst);
+  } else if (isa == Isa::kAvx2) {
+    WidenAvx2<T>(src, n, dst);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = WeightAt<T>(src, i);
+  }
+}
+
+// CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c").
+bool HaveF16c() {
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
+}  // namespace
+
+bool IsaSupported(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return __builtin_cpu_supports("avx512f");
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && HaveF16c();
+    case Isa::kPortable:
+      return true;
+  }
+  return false;
+}
+
+Isa BestIsa() {
+  static const Isa best = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
+                          : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
+                                                     : Isa::kPortable;
+  return best;
+}
+
+absl::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kPortable:
+      return "portable";
+  }
+  return "?";
+}
+
+void RowProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
+                 const void* const* w_rows, int64_t count, int64_t k, float* y, int64_t ldy,
+                 bool accumulate) {
+  switch (type) {
+    case WeightType::kF32:
+      Products<WeightType::kF32>(isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
+      return;
+    case WeightType::kBF16:
+      Products<WeightType::kBF16>(isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
+      return;
+    case WeightType::kF16:
+      Products<WeightType::kF16>(isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
+      return;
+  }
+}
+
+void Widen(Isa isa, WeightType type, const void* src, int64_t n, float* dst) {
+  switch (type) {
+    case WeightType::kF32:
+      WidenAs<WeightType::kF32>(isa, src, n, dst);
+      return;
+    case WeightType::kBF16:
+      WidenAs<WeightType::kBF16>(isa, src, n, dst);
+      return;
+    case WeightType::kF16:
+      WidenAs<WeightType::kF16>(isa, src, n, dst);
+      return;
+  }
+}
+
+}  // namespace cairn::infer::cpu

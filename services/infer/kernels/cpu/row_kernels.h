@@ -1,0 +1,35 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_CPU_ROW_KERNELS_H_
+#define CAIRN_SERVICES_INFER_KERNELS_CPU_ROW_KERNELS_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+#include "services/infer/kernels/kernel_backend.h"
+
+// The inner loops of CpuKernelBackend's row-invariant product and weight widening, in one
+// portable form and x86 forms chosen at run time. Every form of RowProducts gives the same bits:
+// a dot product over k has sixteen interleaved partial sums (lane j sums the products at
+// i = j mod 16), folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the remainder in order; each
+// product is rounded before it is added (no fused multiply-add, which would round once).
+// Weights are widened to fp32 exactly before they are multiplied.
+namespace cairn::infer::cpu {
+
+enum class Isa { kPortable, kAvx2, kAvx512 };
+
+// The widest form this processor runs: kAvx512 with AVX-512F, kAvx2 with AVX2 and F16C.
+Isa BestIsa();
+bool IsaSupported(Isa isa);
+absl::string_view IsaName(Isa isa);
+
+// y[r * ldy + j] = (y[r * ldy + j] +) x[r] . w_rows[j] for r < m, j < count: rows of `x` have
+// stride `ldx`; each of the `count` weight rows has `k` elements of `type`.
+void RowProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
+                 const void* const* w_rows, int64_t count, int64_t k, float* y, int64_t ldy,
+                 bool accumulate);
+
+// dst[i] = src[i] widened to fp32, for `n` elements of `type`.
+void Widen(Isa isa, WeightType type, const void* src, int64_t n, float* dst);
+
+}  // namespace cairn::infer::cpu
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_CPU_ROW_KERNELS_H_

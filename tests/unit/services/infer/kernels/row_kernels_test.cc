@@ -1,0 +1,117 @@
+#include "services/infer/kernels/cpu/row_kernels.h"
+
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/infer/kernels/half_float.h"
+
+namespace cairn::infer::cpu {
+namespace {
+
+uint64_t Next(uint64_t& x) {
+  x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return x >> 33;
+}
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (float& f : v) f = static_cast<float>(Next(seed) % 2000001) / 1e6f - 1.0f;
+  return v;
+}
+
+// `n` finite weights of `type` (raw bits) and their exact fp32 values.
+struct Weights {
+  std::vector<uint16_t> narrow;
+  std::vector<float> wide;
+};
+
+Weights RandomWeights(WeightType type, size_t n, uint64_t seed) {
+  Weights w;
+  if (type == WeightType::kF32) {
+    w.wide = RandomFloats(n, seed);
+    return w;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    if (type == WeightType::kBF16) {
+      // Sign, an exponent near 1 (2^-8 .. 2^1) and a random mantissa.
+      h = static_cast<uint16_t>((Next(seed) & 0x8000) | ((119 + Next(seed) % 10) << 7) |
+                                (Next(seed) & 0x7f));
+      w.wide.push_back(WidenBf16(h));
+    } else {
+      // Every finite half, subnormals included.
+      h = static_cast<uint16_t>((Next(seed) & 0x8000) | ((Next(seed) % 31) << 10) |
+                                (Next(seed) & 0x3ff));
+      w.wide.push_back(WidenF16(h));
+    }
+    w.narrow.push_back(h);
+  }
+  return w;
+}
+
+const void* Data(const Weights& w, WeightType type) {
+  return type == WeightType::kF32 ? static_cast<const void*>(w.wide.data())
+                                  : static_cast<const void*>(w.narrow.data());
+}
+
+std::vector<float> Products(Isa isa, WeightType type, const std::vector<float>& x, int64_t m,
+                            const Weights& w, int64_t n, int64_t k) {
+  std::vector<const void*> rows;
+  for (int64_t j = 0; j < n; ++j) {
+    rows.push_back(static_cast<const char*>(Data(w, type)) + j * k * WeightTypeSize(type));
+  }
+  std::vector<float> y(static_cast<size_t>(m * n), 0.5f);
+  RowProducts(isa, type, x.data(), m, k, rows.data(), n, k, y.data(), n, /*accumulate=*/true);
+  return y;
+}
+
+TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
+  const int64_t n = 5;
+  for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    for (int64_t k : {7, 16, 203, 1024}) {
+      const Weights w = RandomWeights(type, static_cast<size_t>(n * k), 3 + k);
+      Weights wide;
+      wide.wide = w.wide;
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 11}) {
+        const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 7 + m);
+        // The reference: the portable path on the fp32 widening of the weights.
+        const std::vector<float> ref = Products(Isa::kPortable, WeightType::kF32, x, m, wide, n, k);
+        for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+          if (!IsaSupported(isa)) continue;
+          const std::vector<float> y = Products(isa, type, x, m, w, n, k);
+          EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
+              << IsaName(isa) << " type " << static_cast<int>(type) << " k " << k << " m " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(RowKernelsTest, AProductIsTheSameWhateverRowsShareTheCall) {
+  const int64_t k = 203, n = 3, m = 11;
+  const Weights w = RandomWeights(WeightType::kBF16, n * k, 5);
+  const std::vector<float> x = RandomFloats(m * k, 6);
+  const std::vector<float> all = Products(BestIsa(), WeightType::kBF16, x, m, w, n, k);
+
+  for (int64_t r = 0; r < m; ++r) {
+    const std::vector<float> row(x.begin() + r * k, x.begin() + (r + 1) * k);
+    const std::vector<float> one = Products(BestIsa(), WeightType::kBF16, row, 1, w, n, k);
+    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n, n * sizeof(float)), 0) << "row " << r;
+  }
+}
+
+TEST(RowKernelsTest, WideningIsExactOnEveryIsa) {
+  for (WeightType type : {WeightType::kBF16, WeightType::kF16}) {
+    const Weights w = RandomWeights(type, 1000, 9);
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (!IsaSupported(isa)) continue;
+      std::vector<float> out(w.wide.size());
+      Widen(isa, type, w.narrow.data(), static_cast<int64_t>(out.size()), out.data());
+      EXPECT_EQ(out, w.wide) << IsaName(isa);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cairn::infer::cpu

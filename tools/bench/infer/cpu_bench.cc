@@ -1,0 +1,487 @@
+// cairn-cpu-bench: how close the CPU backend runs to this machine's limits, all measured in one
+// run (docs/cpu-backend.md):
+//
+//   memory     STREAM-like copy and read bandwidth over arrays far larger than the caches,
+//              on the backend's thread count;
+//   resident   the process's resident memory added by loading the model, against the size of
+//              its safetensors files;
+//   decode     tokens/s with 1 and N slots decoding at once (one batched pass per step), and
+//              the weight bytes read per second as a share of the read bandwidth;
+//   prefill    tokens/s for prompts of the given lengths (in passes of --max-pass-tokens), the
+//              FLOP/s of the linear layers, and that rate as a share of cblas_sgemm and
+//              cblas_sbgemm on the same shapes (the time the bare GEMMs of the pass take over the
+//              time the pass takes); where the rest of the time goes (attention, delta rule,
+//              other operations, outside the backend).
+//
+//   cairn-cpu-bench --preset bench-500m [--threads 0] [--slots 4] [--prefill 512,2048,8192]
+
+#include <cblas.h>
+#include <dlfcn.h>
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/config/flags.h"
+#include "common/status/status_macros.h"
+#include "services/infer/engine/slot_state.h"
+#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/models/model_loader.h"
+#include "services/infer/models/random_checkpoint_presets.h"
+#include "services/infer/models/random_checkpoint_writer.h"
+#include "services/infer/models/safetensors.h"
+
+namespace cairn::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from) {
+  return std::chrono::duration<double>(Clock::now() - from).count();
+}
+
+// The smallest of `reps` timings of `fn`, in seconds.
+double BestOf(int reps, const std::function<void()>& fn) {
+  double best = 1e300;
+  for (int i = 0; i < reps; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    fn();
+    best = std::min(best, Seconds(t0));
+  }
+  return best;
+}
+
+// Resident set size of this process in bytes (VmRSS), or 0 when unreadable.
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) != 0) continue;
+    int64_t kb = 0;
+    std::string digits;
+    for (char ch : line) {
+      if (ch >= '0' && ch <= '9') digits += ch;
+    }
+    return absl::SimpleAtoi(digits, &kb) ? kb * 1024 : 0;
+  }
+  return 0;
+}
+
+// The 1-minute load average (/proc/loadavg): how much else this machine was running.
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  in >> one;
+  return one.empty() ? "?" : one;
+}
+
+// Runs fn(begin, end) over [0, n) split into `threads` contiguous parts, one thread each.
+// Runs fn(begin, end) over [0, n) in chunks of kSplitChunk taken in turn by `threads` threads
+// (a thread the machine delays takes fewer, as the backend's own loops do).
+constexpr int64_t kSplitChunk = int64_t{1} << 18;
+void Split(int64_t n, int threads, const std::function<void(int64_t, int64_t)>& fn) {
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> workers;
+  for (int i = 0; i < threads; ++i) {
+    workers.emplace_back([&] {
+      for (int64_t at = next.fetch_add(kSplitChunk); at < n; at = next.fetch_add(kSplitChunk)) {
+        fn(at, std::min(n, at + kSplitChunk));
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+}
+
+// Sum of a[0, n) with four independent 8-lane sums: bound by loads, not by adds.
+__attribute__((target("avx2"))) double SumAvx2(const float* a, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
+  }
+  alignas(32) float v[8];
+  _mm256_store_ps(v, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  double total = 0;
+  for (float x : v) total += x;
+  for (; i < n; ++i) total += a[i];
+  return total;
+}
+
+double SumFloats(const float* a, int64_t n) {
+  if (__builtin_cpu_supports("avx2")) return SumAvx2(a, n);
+  float s[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j];
+  }
+  double total = 0;
+  for (float x : s) total += x;
+  return total;
+}
+
+struct Bandwidth {
+  double copy_gbs = 0;  // Bytes read plus bytes written, as STREAM counts them.
+  double read_gbs = 0;
+};
+
+Bandwidth MeasureBandwidth(int64_t bytes, int threads) {
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float));
+  std::vector<float> a(static_cast<size_t>(n), 1.0f), b(static_cast<size_t>(n), 2.0f);
+  std::vector<double> sums(static_cast<size_t>(n / kSplitChunk + 1));
+  Bandwidth out;
+  const double copy_s = BestOf(5, [&] {
+    Split(n, threads, [&](int64_t from, int64_t to) {
+      std::memcpy(b.data() + from, a.data() + from, static_cast<size_t>(to - from) * 4);
+    });
+  });
+  out.copy_gbs = 2.0 * static_cast<double>(n) * 4 / copy_s / 1e9;
+  const double read_s = BestOf(5, [&] {
+    Split(n, threads, [&](int64_t from, int64_t to) {
+      const double total = SumFloats(a.data() + from, to - from);
+      sums[static_cast<size_t>(from / kSplitChunk)] = total;
+    });
+  });
+  out.read_gbs = static_cast<double>(n) * 4 / read_s / 1e9;
+  std::cerr << "(bandwidth checksum " << sums[0] << ")\n";
+  return out;
+}
+
+// The linear layers' weight shapes [rows, cols] of a prefill pass: every 2-D tensor but the
+// embedding and the LM head (a prefill pass computes logits for its last token only).
+std::vector<std::pair<int64_t, int64_t>> LinearShapes(const infer::TensorStore& store) {
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& [name, t] : store.tensors()) {
+    if (t->shape.size() != 2) continue;
+    if (name.find("embed_tokens") != std::string::npos || name == "lm_head.weight") continue;
+    shapes.emplace_back(t->shape[0], t->shape[1]);
+  }
+  return shapes;
+}
+
+struct GemmTimes {
+  double sgemm_s = 0;
+  double sbgemm_s = 0;  // 0 when this OpenBLAS has no sbgemm.
+};
+
+// cblas_sbgemm and the fp32 -> bf16 conversion, looked up at run time: OpenBLAS declares them
+// in every build but defines them only when built with BUILD_BFLOAT16 (Debian 12's is not).
+using SbgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
+                          float, const bfloat16*, blasint, const bfloat16*, blasint, float, float*,
+                          blasint);
+using ToBf16Fn = void (*)(blasint, const float*, blasint, bfloat16*, blasint);
+struct Sbgemm {
+  SbgemmFn gemm = nullptr;
+  ToBf16Fn to_bf16 = nullptr;
+};
+Sbgemm FindSbgemm() {
+  Sbgemm s;
+  s.gemm = reinterpret_cast<SbgemmFn>(dlsym(RTLD_DEFAULT, "cblas_sbgemm"));
+  s.to_bf16 = reinterpret_cast<ToBf16Fn>(dlsym(RTLD_DEFAULT, "cblas_sbstobf16"));
+  if (s.to_bf16 == nullptr) s.gemm = nullptr;
+  return s;
+}
+
+// The time OpenBLAS takes for y[m, n] = x[m, k] w[n, k]^T over every shape of `shapes` (each
+// distinct shape timed once, best of `reps`, and counted as often as it occurs), in fp32
+// (sgemm) and with bf16 inputs (sbgemm).
+GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t m, int reps) {
+  std::map<std::pair<int64_t, int64_t>, int> count;
+  for (const auto& s : shapes) ++count[s];
+  GemmTimes out;
+  for (const auto& [shape, times] : count) {
+    const int64_t n = shape.first;
+    const int64_t k = shape.second;
+    std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
+        y(static_cast<size_t>(m * n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.01f;
+    out.sgemm_s += times * BestOf(reps, [&] {
+                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                                 static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x.data(),
+                                 static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0f,
+                                 y.data(), static_cast<blasint>(n));
+                   });
+    const Sbgemm sb = FindSbgemm();
+    if (sb.gemm == nullptr) continue;
+    std::vector<bfloat16> xb(x.size()), wb(w.size());
+    sb.to_bf16(static_cast<blasint>(x.size()), x.data(), 1, xb.data(), 1);
+    sb.to_bf16(static_cast<blasint>(w.size()), w.data(), 1, wb.data(), 1);
+    out.sbgemm_s += times * BestOf(reps, [&] {
+                      sb.gemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, xb.data(),
+                              static_cast<blasint>(k), wb.data(), static_cast<blasint>(k), 0.0f,
+                              y.data(), static_cast<blasint>(n));
+                    });
+  }
+  return out;
+}
+
+std::vector<int32_t> Tokens(int64_t n, int64_t vocab, int64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + seed * 104729 + 17) % vocab);
+  }
+  return t;
+}
+
+int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// `slots` sequences decoding together, each prefilled with a prompt; Step() runs one batched
+// decode step for all of them.
+class DecodeSet {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeSet>> Create(infer::Model& model, int slots,
+                                                           int64_t prompt, int64_t max_steps) {
+    auto set = std::unique_ptr<DecodeSet>(new DecodeSet(model));
+    const int64_t vocab = model.info().vocab_size;
+    for (int i = 0; i < slots; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
+                       infer::SlotState::Create(model.state_layout(), prompt + max_steps + 8));
+      ASSIGN_OR_RETURN(std::vector<float> logits,
+                       model.Forward(slot.get(), Tokens(prompt, vocab, i), {}));
+      set->next_.push_back(Argmax(logits));
+      set->slots_.push_back(std::move(slot));
+    }
+    return set;
+  }
+
+  absl::Status Step() {
+    std::vector<infer::SequencePass> batch;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      batch.push_back({slots_[i].get(), absl::MakeConstSpan(&next_[i], 1), false});
+    }
+    ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, model_.ForwardBatch(batch));
+    for (size_t i = 0; i < slots_.size(); ++i) next_[i] = Argmax(logits[i]);
+    return absl::OkStatus();
+  }
+
+  int slots() const { return static_cast<int>(slots_.size()); }
+
+ private:
+  explicit DecodeSet(infer::Model& model) : model_(model) {}
+
+  infer::Model& model_;
+  std::vector<std::unique_ptr<infer::SlotState>> slots_;
+  std::vector<int32_t> next_;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double KernelSeconds(const infer::CpuKernelProfile& p) {
+  return p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
+}
+
+int64_t FileBytes(const std::vector<std::string>& files) {
+  int64_t total = 0;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    total += static_cast<int64_t>(std::filesystem::file_size(f, ec));
+  }
+  return total;
+}
+
+absl::Status Run(int argc, char** argv) {
+  std::string model_dir, preset = "bench-50m", work_dir;
+  std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
+  int threads = 0, slots = 4, decode_steps = 40, decode_rounds = 5, gemm_reps = 2;
+  int64_t decode_prompt = 128, max_pass = 2048;
+  uint64_t bandwidth_bytes = uint64_t{1} << 30;
+  FlagSet flags("cairn-cpu-bench",
+                "CPU backend decode and prefill rates against the machine's memory bandwidth "
+                "and GEMM rate, measured in the same run.");
+  flags.Add("model", &model_dir, "model folder (empty: a random model of --preset)");
+  flags.Add("preset", &preset, "random-checkpoint preset when --model is empty");
+  flags.Add("work-dir", &work_dir, "scratch folder");
+  flags.Add("threads", &threads, "backend threads (0: one per hardware thread)");
+  flags.Add("slots", &slots, "slots of the batched decode measurement");
+  flags.Add("decode-steps", &decode_steps, "decode steps per measurement (1 slot and N slots)");
+  flags.Add("decode-rounds", &decode_rounds, "rounds the decode steps are split into");
+  flags.Add("decode-prompt", &decode_prompt, "prompt tokens before decoding");
+  flags.Add("prefill", &prefill_flag, "prompt lengths of the prefill measurements");
+  flags.Add("max-pass-tokens", &max_pass, "longest prefill pass (as cairn-infer's scheduler)");
+  flags.Add("gemm-reps", &gemm_reps, "timings per GEMM shape (the best counts)");
+  flags.AddBytes("bandwidth-bytes", &bandwidth_bytes, "size of each bandwidth array");
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
+  if (absl::IsCancelled(rest.status())) {
+    std::cout << rest.status().message();
+    return absl::OkStatus();
+  }
+  if (!rest.ok()) return rest.status();
+  std::vector<int64_t> prefill;
+  for (const std::string& p : prefill_flag) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(p, &n) || n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("bad --prefill length '", p, "'"));
+    }
+    prefill.push_back(n);
+  }
+  if (slots < 1 || decode_steps < 2 || max_pass < 1 || gemm_reps < 1 || threads < 0) {
+    return absl::InvalidArgumentError(
+        "--slots, --max-pass-tokens, --gemm-reps must be >= 1, "
+        "--decode-steps >= 2, --threads >= 0");
+  }
+  if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-cpu-bench-", ::getpid());
+  if (model_dir.empty()) {
+    model_dir = work_dir + "/model";
+    ASSIGN_OR_RETURN(infer::RandomCheckpointOptions options, infer::RandomCheckpointPreset(preset));
+    RETURN_IF_ERROR(infer::WriteRandomCheckpoint(model_dir, options));
+  }
+
+  infer::CpuKernelBackendOptions backend_options;
+  backend_options.threads = threads;
+  backend_options.profile = true;
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
+                   infer::CpuKernelBackend::Create(backend_options));
+  const Bandwidth bw = MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes), backend->threads());
+  std::cout << absl::StrFormat(
+      "machine: %d threads, load average %s; memory copy %.1f GB/s, read %.1f GB/s\n",
+      backend->threads(), LoadAverage(), bw.copy_gbs, bw.read_gbs);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::TensorStore> store, infer::TensorStore::Open(model_dir));
+  const int64_t file_bytes = FileBytes(store->files());
+  const std::vector<std::pair<int64_t, int64_t>> shapes = LinearShapes(*store);
+  store.reset();
+  int64_t linear_params = 0;
+  for (const auto& [n, k] : shapes) linear_params += n * k;
+
+  const int64_t rss_before = ResidentBytes();
+  const Clock::time_point load_start = Clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::Model> model,
+                   infer::LoadModel(model_dir, backend.get(), {}));
+  const double load_s = Seconds(load_start);
+  std::cout << absl::StrFormat(
+      "model: %s, %.1fM parameters, %.1f MB of weights in memory, files %.1f MB; backend %s "
+      "(isa %s); loaded in %.2f s\n",
+      model->info().architecture, model->info().num_parameters / 1e6,
+      model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(),
+      infer::cpu::IsaName(backend->isa()), load_s);
+
+  // Decode: rounds of (read bandwidth, `steps` steps of 1 slot, `steps` steps of N slots), so
+  // that on a shared machine all three see the same load; the medians over the rounds count.
+  {
+    const int steps = std::max(1, decode_steps / decode_rounds);
+    ASSIGN_OR_RETURN(std::unique_ptr<DecodeSet> one,
+                     DecodeSet::Create(*model, 1, decode_prompt, decode_steps + 1));
+    ASSIGN_OR_RETURN(std::unique_ptr<DecodeSet> many,
+                     DecodeSet::Create(*model, slots, decode_prompt, decode_steps + 1));
+    RETURN_IF_ERROR(one->Step());  // Warm-up: page in the weights.
+    RETURN_IF_ERROR(many->Step());
+    std::vector<double> read_gbs, rate[2];
+    double rows_s[2] = {0, 0}, kernel_s[2] = {0, 0};
+    for (int round = 0; round < decode_rounds; ++round) {
+      read_gbs.push_back(
+          MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads()).read_gbs);
+      for (int which = 0; which < 2; ++which) {
+        DecodeSet& set = which == 0 ? *one : *many;
+        backend->ResetProfile();
+        const Clock::time_point t0 = Clock::now();
+        for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(set.Step());
+        rate[which].push_back(steps / Seconds(t0));  // Steps per second.
+        rows_s[which] += backend->profile().matmul_rows_s;
+        kernel_s[which] += KernelSeconds(backend->profile());
+      }
+    }
+    const double read = Median(read_gbs);
+    std::cout << absl::StrFormat(
+        "decode: %d rounds of %d steps; read bandwidth %.1f GB/s (median)\n", decode_rounds, steps,
+        read);
+    for (int which = 0; which < 2; ++which) {
+      const double steps_per_s = Median(rate[which]);
+      const double weight_gbs = steps_per_s * static_cast<double>(model->info().weight_bytes) / 1e9;
+      const int n = which == 0 ? 1 : slots;
+      std::cout << absl::StrFormat(
+          "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
+          "bandwidth; row products %.0f%% of the kernel time\n",
+          n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read,
+          100 * rows_s[which] / kernel_s[which]);
+    }
+  }
+  // After decoding every weight has been read: the model's resident share is its working set.
+  const int64_t resident = ResidentBytes() - rss_before;
+  std::cout << absl::StrFormat(
+      "resident memory added by the model and %d decoding slots: %.1f MB (%.2fx the files)\n",
+      slots, resident / 1e6, static_cast<double>(resident) / static_cast<double>(file_bytes));
+
+  for (int64_t n : prefill) {
+    ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
+                     infer::SlotState::Create(model->state_layout(), n));
+    const std::vector<int32_t> tokens = Tokens(n, model->info().vocab_size, 99);
+    backend->ResetProfile();
+    const Clock::time_point t0 = Clock::now();
+    std::vector<int64_t> passes;
+    for (int64_t at = 0; at < n; at += max_pass) {
+      const int64_t len = std::min(max_pass, n - at);
+      passes.push_back(len);
+      RETURN_IF_ERROR(model
+                          ->Forward(slot.get(),
+                                    absl::MakeConstSpan(tokens).subspan(static_cast<size_t>(at),
+                                                                        static_cast<size_t>(len)),
+                                    {})
+                          .status());
+    }
+    const double elapsed = Seconds(t0);
+    const infer::CpuKernelProfile p = backend->profile();
+    std::map<int64_t, int> pass_counts;
+    for (int64_t len : passes) ++pass_counts[len];
+    GemmTimes gemm;
+    for (const auto& [len, count] : pass_counts) {
+      const GemmTimes one = TimeGemms(shapes, len, gemm_reps);
+      gemm.sgemm_s += count * one.sgemm_s;
+      gemm.sbgemm_s += count * one.sbgemm_s;
+    }
+    const double flops = 2.0 * static_cast<double>(linear_params) * static_cast<double>(n);
+    const std::string sbgemm =
+        gemm.sbgemm_s > 0
+            ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * gemm.sbgemm_s / elapsed,
+                              flops / gemm.sbgemm_s / 1e9)
+            : std::string("no sbgemm in this OpenBLAS");
+    const double backend_s =
+        p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
+    std::cout << absl::StrFormat(
+        "prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; linear layers %.1f GFLOP/s = "
+        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; "
+        "time in GEMMs %.0f%%, attention %.1f%%, delta rule %.1f%%, other kernels %.1f%%, "
+        "outside the backend %.1f%%\n",
+        n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
+        100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
+        100 * (p.matmul_s + p.matmul_rows_s) / elapsed, 100 * p.attention_s / elapsed,
+        100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
+        100 * (elapsed - backend_s) / elapsed);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(work_dir, ec);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace cairn::bench
+
+int main(int argc, char** argv) {
+  const absl::Status s = cairn::bench::Run(argc, argv);
+  if (s.ok()) return 0;
+  std::cerr << "cairn-cpu-bench: " << s << "\n";
+  return 1;
+}
