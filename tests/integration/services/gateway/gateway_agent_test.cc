@@ -33,9 +33,6 @@ using ::testing::AnyOf;
 using ::testing::Eq;
 using Json = nlohmann::json;
 
-// The cache's default grid step (cairn-cache --grid-step).
-constexpr int kGridStep = 2048;
-
 std::string SourceDir() {
   const char* dir = std::getenv("CAIRN_SOURCE_DIR");
   return dir != nullptr ? dir : ".";
@@ -123,17 +120,13 @@ TEST(GatewayAgentTest, QwenCodeReusesItsSystemPromptAndToolsFromTheCache) {
       continue;
     }
     EXPECT_THAT(r["tier"], AnyOf(Eq("live"), Eq("ram"))) << r;
-    if (&r != second_prompt) {
-      // Requests that repeat a conversation reuse all of it but the generation prompt.
-      EXPECT_GE(r["cached_tokens"].get<int>(), prefix) << r;
-    }
+    // Every later request reuses at least the whole system prompt and tools: requests that
+    // repeat a conversation all of it but the generation prompt, and the second prompt's first
+    // request (a new session) the checkpoint the first session left at the shared boundary
+    // (the end of the system turn, which the daemon names to the cache).
+    EXPECT_GE(r["cached_tokens"].get<int>(), prefix) << r;
   }
   ASSERT_NE(second_prompt, nullptr) << out;
-  // The second prompt diverges right after the system turn, the context turn and the previous
-  // prompt; it restores the deepest checkpoint before that: the previous run's last grid point
-  // (the cache captures no checkpoint at the end of the system turn itself).
-  EXPECT_GE((*second_prompt)["cached_tokens"].get<int>(), prefix / kGridStep * kGridStep)
-      << *second_prompt;
   EXPECT_TRUE((*stack)->Stop()) << "a daemon did not exit 0 on SIGTERM";
 }
 
