@@ -38,9 +38,16 @@ std::string SourceDir() {
   return dir != nullptr ? dir : ".";
 }
 
-// Returns the major version of `node`, or 0 when it is missing.
+// The Node.js to run the agent with: the one tools/fetch-test-data fetched where the machine's
+// is older than 20 (Debian 12 ships 18), else the machine's.
+std::string NodeBinary() {
+  const std::string fetched = SourceDir() + "/tests/data/downloads/node20/bin/node";
+  return std::filesystem::exists(fetched) ? fetched : "node";
+}
+
+// Returns the major version of NodeBinary(), or 0 when it is missing.
 int NodeMajorVersion() {
-  FILE* pipe = ::popen("node --version 2>/dev/null", "r");
+  FILE* pipe = ::popen((NodeBinary() + " --version 2>/dev/null").c_str(), "r");
   if (pipe == nullptr) return 0;
   char buf[32] = {};
   const bool read = std::fgets(buf, sizeof(buf), pipe) != nullptr;
@@ -90,7 +97,8 @@ TEST(GatewayAgentTest, QwenCodeReusesItsSystemPromptAndToolsFromTheCache) {
   "general": {"enableAutoUpdate": false, "disableAutoUpdate": true}
 })";
   const std::string command =
-      absl::StrCat("node ", SourceDir(), "/tests/integration/services/gateway/qwen_code_agent.cjs ",
+      absl::StrCat(NodeBinary(), " ", SourceDir(),
+                   "/tests/integration/services/gateway/qwen_code_agent.cjs ",
                    "http://127.0.0.1:", (*stack)->port(), " ", cli, " ", work, " ", home,
                    " 'What does hello.py print?' 'Is hello.py valid Python 3?'");
 
