@@ -65,19 +65,13 @@ class CacheDaemon::Bytes final : public ResidencyListener {
 
   void ChunkLeftRam(ChunkId id) override {
     d_->mu_.AssertHeld();
-    auto it = d_->chunks_.find(id);
-    if (it == d_->chunks_.end()) return;
-    d_->FreeHeldLocked(&it->second);
-    d_->chunks_.erase(it);
+    d_->regions_->DropChunk(id);
   }
 
   void CheckpointLeftRam(CheckpointId id) override {
     d_->mu_.AssertHeld();
     d_->deferred_persists_.erase(id);
-    auto it = d_->checkpoints_.find(id);
-    if (it == d_->checkpoints_.end()) return;
-    d_->FreeHeldLocked(&it->second.state.region);
-    d_->checkpoints_.erase(it);
+    d_->regions_->DropCheckpoint(id);
   }
 
   void CheckpointLeftDisk(CheckpointId id) override {
@@ -125,6 +119,10 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
         std::ceil(static_cast<double>(options.cache.ram_bytes) * (1.0 + slack)));
   }
   ASSIGN_OR_RETURN(d->arena_, Arena::Create(arena_options));
+  {
+    Lock lock(d.get());
+    d->regions_ = std::make_unique<ArenaResidency>(d->arena_.get());
+  }
   if (!options.fd_server.socket_path.empty()) {
     ASSIGN_OR_RETURN(d->fd_server_,
                      ArenaFdServer::Create(options.fd_server, d->arena_->fd(),
@@ -180,7 +178,12 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
     d->writer_ =
         std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(), options.writer);
     d->disk_pool_ = std::make_unique<ThreadPool>(1);
+    CacheDaemon* daemon = d.get();
+    d->scrubber_ = std::make_unique<DiskScrubber>(
+        d->store_.get(), options.scrub,
+        [daemon](uint64_t id, const absl::Status& why) { daemon->OnScrubFoundCorrupt(id, why); });
   }
+  d->flushes_ = std::make_unique<FlushWaiters>(d->writer_.get(), clock);
   Lock lock(d.get());
   ASSIGN_OR_RETURN(d->core_, CheckpointCache::Create(cache_options, clock));
   d->core_->events().AddSink(d->sink_.get());
@@ -199,6 +202,16 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
       }
     });
   }
+  if (d->scrubber_ != nullptr) d->scrubber_->Start();
+  if (options.tick_interval > absl::ZeroDuration()) {
+    CacheDaemon* daemon = d.get();
+    d->ticker_ = std::thread([daemon] {
+      while (
+          !daemon->stop_ticking_.WaitForNotificationWithTimeout(daemon->options_.tick_interval)) {
+        daemon->Tick();
+      }
+    });
+  }
   return d;
 }
 
@@ -213,8 +226,15 @@ CacheDaemon::CacheDaemon(const CacheDaemonOptions& options, const Clock* clock)
       activity_(std::make_unique<SlotActivity>()) {}
 
 CacheDaemon::~CacheDaemon() {
+  if (ticker_.joinable()) {
+    stop_ticking_.Notify();
+    ticker_.join();
+  }
   // The fd server's thread stops first so nobody receives a descriptor of a dying arena.
   fd_server_.reset();
+  // The scrubber's reports take the lock and use the core: it stops before anything goes.
+  if (scrubber_ != nullptr) scrubber_->Shutdown();
+  if (flushes_ != nullptr) AbortFlushes();
   // Pending writes complete (Cancelled) through callbacks that take the lock: not held here.
   if (writer_ != nullptr) writer_->Shutdown();
   if (disk_pool_ != nullptr) disk_pool_->Shutdown();
@@ -244,44 +264,16 @@ template <typename Resp>
 absl::Status CacheDaemon::Once(uint64_t session_id, uint64_t request_id, const char* method,
                                Resp* resp, const std::function<absl::Status()>& run) {
   if (request_id == 0) return run();
-  {
-    Lock lock(this);
-    ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-    auto it = s->replies.find(request_id);
-    if (it != s->replies.end()) {
-      if (it->second.method != method) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("client_request_id ", request_id, " was used for ", it->second.method));
-      }
-      if (!it->second.done) {
-        return absl::UnavailableError(
-            absl::StrCat("request ", request_id, " is still being handled; retry"));
-      }
-      if (!resp->ParseFromString(it->second.response)) {
-        return absl::InternalError("stored reply does not parse");
-      }
-      return absl::OkStatus();
-    }
-    s->replies[request_id] = Reply{method, false, ""};
-    s->reply_order.push_back(request_id);
-    while (s->reply_order.size() > kRepliesKept) {
-      s->replies.erase(s->reply_order.front());
-      s->reply_order.pop_front();
-    }
+  ASSIGN_OR_RETURN(std::optional<std::string> first,
+                   replies_.Begin(session_id, request_id, method));
+  if (first.has_value()) {
+    if (!resp->ParseFromString(*first)) return absl::InternalError("stored reply does not parse");
+    return absl::OkStatus();
   }
   absl::Status status = run();
-  Lock lock(this);
-  auto session = sessions_.find(session_id);
-  if (session == sessions_.end()) return status;
-  auto it = session->second.replies.find(request_id);
-  if (it == session->second.replies.end()) return status;
-  if (status.ok()) {
-    it->second.done = true;
-    it->second.response = resp->SerializeAsString();
-  } else {
-    // Nothing happened: a retry runs again.
-    session->second.replies.erase(it);
-  }
+  replies_.Finish(
+      session_id, request_id,
+      status.ok() ? std::optional<std::string>(resp->SerializeAsString()) : std::nullopt);
   return status;
 }
 
@@ -289,217 +281,6 @@ absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t 
   auto it = models_.find(id);
   if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model ", id, " unknown"));
   return &it->second;
-}
-
-// ---------------------------------------------------------------------------------------
-// Sessions.
-
-absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, SessionSink* sink) {
-  if (sink == nullptr) return absl::InvalidArgumentError("session needs a sink");
-  if (hello.slots() > WireLimits::kMaxSlots) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.slots ", hello.slots(), " is more than ", WireLimits::kMaxSlots));
-  }
-  RETURN_IF_ERROR(
-      CheckLength("hello.instance_name", hello.instance_name(), WireLimits::kMaxNameBytes));
-  Lock lock(this);
-  if (draining_) return absl::UnavailableError("the cache daemon is draining");
-  Session s;
-  s.id = next_id_++;
-  s.name = hello.instance_name();
-  s.slot_count = hello.slots();
-  s.sink = sink;
-  v1::Welcome w;
-  w.set_session_id(s.id);
-  w.set_cache_incarnation(incarnation_);
-  v1::ArenaInfo* arena = w.mutable_arena();
-  arena->set_incarnation(arena_->incarnation());
-  arena->set_size_bytes(arena_->size());
-  arena->set_fd_socket_path(options_.fd_server.socket_path);
-  arena->set_pin_step_bytes(options_.arena.pin_step_bytes);
-  arena->set_first_pin_bytes(options_.arena.first_pin_bytes);
-  arena->set_alignment(arena_->alignment());
-  w.set_heartbeat_interval_ms(
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
-  w.set_session_timeout_ms(
-      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.session_timeout)));
-  liveness_.Open(s.id, Now());
-  CAIRN_LOG(INFO) << "session " << s.id << " opened by \"" << s.name << "\" pid " << hello.pid();
-  sessions_.emplace(s.id, std::move(s));
-  return w;
-}
-
-absl::Status CacheDaemon::Touch(uint64_t session_id) { return liveness_.Touch(session_id, Now()); }
-
-absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
-                                           const v1::SessionClientMessage& message) {
-  switch (message.body_case()) {
-    case v1::SessionClientMessage::kHeartbeat:
-      return Touch(session_id);
-    case v1::SessionClientMessage::kSpillDone:
-      return OnSpillDone(session_id, message.spill_done());
-    case v1::SessionClientMessage::kSlotIdle: {
-      Lock lock(this);
-      ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-      liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
-      ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_idle().slot(), s->slot_count));
-      activity_->Idle(SlotKey{session_id, slot});
-      if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
-      core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
-      AfterCoreLocked();
-      return absl::OkStatus();
-    }
-    case v1::SessionClientMessage::kSlotBusy: {
-      Lock lock(this);
-      ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-      liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
-      ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_busy().slot(), s->slot_count));
-      activity_->Busy(SlotKey{session_id, slot});
-      return absl::OkStatus();
-    }
-    case v1::SessionClientMessage::kHello:
-      return absl::FailedPreconditionError("hello sent twice on one session");
-    case v1::SessionClientMessage::BODY_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError("empty session message");
-}
-
-absl::Status CacheDaemon::OnSpillDone(uint64_t session_id, const v1::SpillDone& done) {
-  Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(session_id).status());
-  liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
-  absl::StatusOr<SpillInfo> spill = core_->GetSpill(done.spill_id());
-  if (!spill.ok() || spill->slot.daemon_session != session_id) {
-    // Also a duplicate of a SpillDone already handled: nothing left to do.
-    return absl::NotFoundError(
-        absl::StrCat("spill ", done.spill_id(), " is not outstanding for session ", session_id));
-  }
-  std::vector<ChunkId> all;
-  for (const ChunkCopy& c : spill->chunks) all.push_back(c.id);
-  auto in_spill = [&all](ChunkId c) { return std::find(all.begin(), all.end(), c) != all.end(); };
-  absl::Status malformed = absl::OkStatus();
-  if (done.checksums_size() != 0 && done.checksums_size() != done.chunk_ids_size()) {
-    malformed = absl::InvalidArgumentError(absl::StrCat("spill ", done.spill_id(), ": ",
-                                                        done.checksums_size(), " checksums for ",
-                                                        done.chunk_ids_size(), " chunks"));
-  }
-  for (uint64_t c : done.chunk_ids()) {
-    if (malformed.ok() && !in_spill(c)) {
-      malformed = absl::InvalidArgumentError(
-          absl::StrCat("chunk ", c, " is not in spill ", done.spill_id()));
-    }
-  }
-  if (!malformed.ok()) {
-    // A broken report cannot be trusted for any chunk: the spill fails as a whole.
-    RETURN_IF_ERROR(core_->FinishSpill(done.spill_id(), {}, all,
-                                       absl::StrCat("bad spill report: ", malformed.message())));
-    AfterCoreLocked();
-    return malformed;
-  }
-  std::vector<ChunkId> copied;
-  std::vector<ChunkId> failed;
-  int mismatches = 0;
-  for (int i = 0; i < done.chunk_ids_size(); ++i) {
-    const ChunkId c = done.chunk_ids(i);
-    auto held = chunks_.find(c);
-    absl::StatusOr<absl::Span<uint8_t>> bytes = held == chunks_.end()
-                                                    ? absl::NotFoundError("no region")
-                                                    : arena_->Resolve(held->second.handle());
-    if (!bytes.ok()) {
-      failed.push_back(c);
-      continue;
-    }
-    const uint64_t sum = Xxh3(bytes->data(), bytes->size());
-    if (done.checksums_size() != 0 && done.checksums(i) != sum) {
-      CAIRN_LOG(ERROR) << "spilled chunk " << c << " checksum mismatch";
-      ++mismatches;
-      failed.push_back(c);
-      continue;
-    }
-    held->second.checksum = sum;
-    copied.push_back(c);
-  }
-  for (uint64_t c : done.failed_chunk_ids()) {
-    if (in_spill(c)) failed.push_back(c);
-  }
-  const std::string reason =
-      mismatches > 0 ? "data loss: spill checksum mismatch" : "borrowed rows lost before the spill";
-  RETURN_IF_ERROR(core_->FinishSpill(done.spill_id(), copied, failed, reason));
-  AfterCoreLocked();
-  if (mismatches > 0) {
-    return absl::DataLossError(absl::StrCat(mismatches, " chunks of spill ", done.spill_id(),
-                                            " do not match their checksums"));
-  }
-  return absl::OkStatus();
-}
-
-void CacheDaemon::DetachSession(uint64_t session_id) {
-  Lock lock(this);
-  auto it = sessions_.find(session_id);
-  if (it != sessions_.end()) it->second.sink = nullptr;
-}
-
-void CacheDaemon::BeginDrain() {
-  Lock lock(this);
-  draining_ = true;
-}
-
-void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
-  Lock lock(this);
-  CloseSessionLocked(session_id, reason);
-}
-
-void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& reason) {
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return;
-  CAIRN_LOG(INFO) << "session " << session_id << " (" << it->second.name << ") closed: " << reason;
-  std::vector<uint64_t> leases;
-  for (const auto& [id, lease] : leases_) {
-    if (lease.session == session_id) leases.push_back(id);
-  }
-  for (uint64_t id : leases) ReleaseLeaseLocked(id);
-  std::vector<uint64_t> reservations;
-  for (const auto& [id, r] : reservations_) {
-    if (r.session == session_id) reservations.push_back(id);
-  }
-  for (uint64_t id : reservations) ReleaseReservationLocked(id, "session ended: " + reason);
-  // Every spill the session owes fails; then (SM13) checkpoints still borrowing rows from the
-  // dead daemon's slots are dropped (the core logs them). Everything in the arena stays.
-  core_->FailSpillsOf(session_id, "session ended: " + reason);
-  for (int32_t slot : it->second.slots) {
-    core_->DropSlot(SlotKey{session_id, slot});
-    slot_models_.erase(SlotKey{session_id, slot});
-  }
-  activity_->SessionGone(session_id);
-  liveness_.Close(session_id);
-  sessions_.erase(it);
-  AfterCoreLocked();
-}
-
-void CacheDaemon::Tick() {
-  {
-    Lock lock(this);
-    const absl::Duration now = Now();
-    std::vector<uint64_t> expired_leases;
-    for (const auto& [id, lease] : leases_) {
-      if (lease.ready && lease.expires <= now) expired_leases.push_back(id);
-    }
-    for (uint64_t id : expired_leases) {
-      CAIRN_LOG(WARNING) << "restore lease " << id << " expired";
-      ReleaseLeaseLocked(id);
-    }
-    std::vector<uint64_t> expired_reservations;
-    for (const auto& [id, r] : reservations_) {
-      if (r.expires <= now) expired_reservations.push_back(id);
-    }
-    for (uint64_t id : expired_reservations) ReleaseReservationLocked(id, "reservation expired");
-    std::vector<uint64_t> silent = liveness_.Silent(now, options_.session_timeout);
-    std::sort(silent.begin(), silent.end());
-    for (uint64_t id : silent) {
-      CloseSessionLocked(id, "no heartbeat within the session timeout");
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -623,24 +404,24 @@ absl::StatusOr<v1::SpillRequest> CacheDaemon::MakeSpillLocked(const SpillInfo& i
   spill.set_slot(static_cast<uint32_t>(info.slot.slot));
   spill.set_urgent(info.urgent);
   for (const ChunkCopy& c : info.chunks) {
-    Held& held = chunks_[c.id];
+    HeldRegion* held = regions_->FindChunk(c.id);
     // Space is reserved when a capture first references a borrowed chunk; a chunk without a
     // region gets one now, sized by the model its slot runs.
-    if (held.bytes == 0) {
+    if (held == nullptr || held->bytes == 0) {
       auto model_id = slot_models_.find(info.slot);
       if (model_id == slot_models_.end()) {
         return absl::FailedPreconditionError(
             absl::StrCat("slot ", info.slot.slot, " runs no known model"));
       }
       ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id->second));
-      RETURN_IF_ERROR(AllocateLocked(static_cast<uint64_t>(model->layout.ChunkBytes()),
-                                     RegionKind::kChunk, &held));
+      ASSIGN_OR_RETURN(
+          held, regions_->ReserveChunk(c.id, static_cast<uint64_t>(model->layout.ChunkBytes())));
     }
     v1::ChunkSpill* cs = spill.add_chunks();
     cs->set_chunk_id(c.id);
     cs->set_first_row(static_cast<uint64_t>(c.row_begin));
     cs->set_rows(static_cast<uint32_t>(c.row_end - c.row_begin));
-    FillHandle(held.handle(), cs->mutable_destination());
+    FillHandle(held->handle(), cs->mutable_destination());
   }
   return spill;
 }
@@ -722,8 +503,8 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
     const int64_t chunk_rows = model != nullptr ? model->layout.chunk_rows : 1;
     for (ChunkId c : lease.chunks) {
       absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
-      auto held = chunks_.find(c);
-      if (!chunk.ok() || chunk->residency != Residency::kResident || held == chunks_.end()) {
+      const HeldRegion* held = regions_->FindChunk(c);
+      if (!chunk.ok() || chunk->residency != Residency::kResident || held == nullptr) {
         ok = false;
         why = absl::StrCat("chunk ", c, " is not in the arena");
         break;
@@ -732,8 +513,8 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
       cr->set_chunk_id(c);
       cr->set_first_row(static_cast<uint64_t>(chunk->index * chunk_rows));
       cr->set_rows(static_cast<uint32_t>(chunk_rows));
-      FillHandle(held->second.handle(), cr->mutable_region());
-      cr->set_checksum(held->second.checksum);
+      FillHandle(held->handle(), cr->mutable_region());
+      cr->set_checksum(held->checksum);
     }
   }
   ready->set_ok(ok);
@@ -818,25 +599,6 @@ absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
                                          v1::UpdateFrontierResponse* resp) {
   return Once(req.session_id(), req.client_request_id(), "UpdateFrontier", resp,
               [&] { return UpdateFrontierOnce(req, resp); });
-}
-
-// ---------------------------------------------------------------------------------------
-// Region bookkeeping.
-
-absl::Status CacheDaemon::AllocateLocked(uint64_t bytes, RegionKind kind, Held* held) {
-  if (bytes == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(Region region, arena_->allocator().Allocate(bytes, kind));
-  held->region = region.handle;
-  held->bytes = bytes;
-  return absl::OkStatus();
-}
-
-void CacheDaemon::FreeHeldLocked(Held* held) {
-  if (held->bytes == 0) return;
-  absl::Status s = arena_->allocator().Free(held->region);
-  // A failure here is our own bookkeeping bug; the region leaks rather than being reused.
-  if (!s.ok()) CAIRN_LOG(ERROR) << "freeing arena region at " << held->region.offset << ": " << s;
-  *held = Held{};
 }
 
 }  // namespace cairn::cache

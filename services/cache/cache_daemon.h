@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,15 +23,20 @@
 #include "absl/time/time.h"
 #include "cairn/cache/v1/cache.pb.h"
 #include "common/concurrency/mutex.h"
+#include "common/concurrency/notification.h"
 #include "common/concurrency/thread_pool.h"
 #include "common/time/clock.h"
 #include "services/cache/arena/arena.h"
 #include "services/cache/arena/arena_fd_server.h"
+#include "services/cache/arena_residency.h"
 #include "services/cache/core/checkpoint_cache.h"
 #include "services/cache/disk/background_writer.h"
 #include "services/cache/disk/disk_store.h"
 #include "services/cache/disk/file_system.h"
+#include "services/cache/disk_scrubber.h"
 #include "services/cache/event_hub.h"
+#include "services/cache/flush_waiters.h"
+#include "services/cache/request_replies.h"
 #include "services/cache/session_liveness.h"
 #include "services/cache/slot_activity.h"
 
@@ -61,6 +67,11 @@ struct CacheDaemonOptions {
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
   absl::Duration flush_timeout = absl::Minutes(5);  // Flush waits at most this long.
+  // The daemon's maintenance thread runs Tick this often; 0 = no thread (tests call Tick).
+  absl::Duration tick_interval = absl::ZeroDuration();
+  // The background scrubber of the disk tier (R7); bytes_per_second 0 = off (main.cc turns
+  // it on from its flag).
+  DiskScrubberOptions scrub{.bytes_per_second = 0};
 };
 
 // Delivers server messages to one inference daemon's session stream. Implemented by the
@@ -149,7 +160,16 @@ class CacheDaemon {
   absl::Status Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Flush(const v1::FlushRequest& req, v1::FlushResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  // Flush: calls `done` once every disk write queued so far has finished (OK, with how many
+  // were published meanwhile), once `timeout` (capped at flush_timeout) passes
+  // (DeadlineExceeded, seen by Tick), or when the daemon drains (Unavailable). Holds no
+  // thread while it waits; `done` runs without the daemon's lock, maybe on this thread.
+  // Returns an id for CancelFlush (0 when `done` already ran).
+  uint64_t StartFlush(absl::Duration timeout, FlushWaiters::Done done);
+  // Answers flush `id` Cancelled if it still waits.
+  void CancelFlush(uint64_t id);
+  // Answers every waiting flush Unavailable and refuses new ones (the daemon is stopping).
+  void AbortFlushes();
 
   // Events with seq > `after_seq` still in the history, oldest first, at most `limit`
   // (0 = all).
@@ -163,6 +183,9 @@ class CacheDaemon {
 
   uint64_t incarnation() const { return incarnation_; }
   const Arena& arena() const { return *arena_; }
+  size_t WaitingFlushesForTest() const { return flushes_->waiting(); }
+  // Runs one whole scrub pass on this thread (no-op without a disk tier).
+  void ScrubPassForTest();
   // Checkpoints waiting for their chunks to reach the arena before a disk write.
   size_t DeferredPersistsForTest() const ABSL_LOCKS_EXCLUDED(mu_);
   // The disk tier, or nullptr without one.
@@ -175,54 +198,17 @@ class CacheDaemon {
     std::string compatibility;
     ModelLayout layout;
   };
-  // An arena region holding bytes the core accounts for, with the checksum of its content.
-  struct Held {
-    ArenaHandle region;  // As allocated (length rounded up to the alignment); 0 = none.
-    uint64_t bytes = 0;  // Logical length handed to clients.
-    uint64_t checksum = 0;
-    ArenaHandle handle() const { return ArenaHandle{region.incarnation, region.offset, bytes}; }
-  };
-  // A checkpoint's own bytes: its private state followed by its tail, in one region, so the
-  // disk tier writes them as one state file.
-  struct StateBytes {
-    Held region;  // region.bytes = private_bytes + tail_bytes.
-    uint64_t private_bytes = 0;
-    uint64_t tail_bytes = 0;
-    uint64_t private_checksum = 0;
-    uint64_t tail_checksum = 0;
-    ArenaHandle private_handle() const {
-      return ArenaHandle{region.region.incarnation, region.region.offset, private_bytes};
-    }
-    ArenaHandle tail_handle() const {
-      return ArenaHandle{region.region.incarnation, region.region.offset + private_bytes,
-                         tail_bytes};
-    }
-  };
-  struct CheckpointBytes {
-    StateBytes state;
-    std::vector<ChunkId> chunks;
-  };
   // Regions loaded from disk for one restore; owned by its lease.
   struct DiskLoad {
     StateBytes state;
-    absl::flat_hash_map<ChunkId, Held> chunks;
+    absl::flat_hash_map<ChunkId, HeldRegion> chunks;
   };
-  // The answer to a request with a client_request_id, for its retries.
-  struct Reply {
-    std::string method;
-    bool done = false;     // False while the first attempt runs.
-    std::string response;  // Serialized, once done (only successes are kept).
-  };
-  static constexpr size_t kRepliesKept = 1024;  // Per session.
   struct Session {
     uint64_t id = 0;
     std::string name;
     SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
     uint32_t slot_count = 0;      // From Hello; 0: not declared (any slot below the cap).
     absl::flat_hash_set<int32_t> slots;
-    // Answers to the last kRepliesKept requests with a client_request_id, by that id.
-    absl::flat_hash_map<uint64_t, Reply> replies;
-    std::deque<uint64_t> reply_order;
   };
   struct Lease {
     uint64_t session = 0;
@@ -246,7 +232,7 @@ class CacheDaemon {
     SlotKey slot;
     CheckpointId ticket = 0;
     absl::Duration expires;
-    CheckpointBytes bytes;
+    StateBytes state;  // The region the client writes the private state and tail into.
     std::vector<ChunkId> new_chunk_regions;  // Borrowed-chunk regions this reservation made.
   };
   // Keeps the StreamEvents history from the core's events.
@@ -296,10 +282,6 @@ class CacheDaemon {
   absl::Status OnSpillDone(uint64_t session_id, const v1::SpillDone& done) ABSL_LOCKS_EXCLUDED(mu_);
   void SendLocked(uint64_t session_id, v1::SessionServerMessage message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives `held` a region of `bytes` (none for 0). ResourceExhausted when the arena is full.
-  absl::Status AllocateLocked(uint64_t bytes, RegionKind kind, Held* held)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FreeHeldLocked(Held* held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservationLocked(uint64_t id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLeaseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -309,6 +291,12 @@ class CacheDaemon {
   // all in the arena; otherwise remembers it until they are.
   void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets it and every
+  // checkpoint the store quarantined with it, with events.
+  void ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The scrubber's report (on its thread).
+  void OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // The write of `id` failed for lack of space, `shortfall` bytes short: evict by rank and
   // retry the write once.
   void DiskFullLocked(CheckpointId id, int64_t shortfall) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -325,7 +313,7 @@ class CacheDaemon {
   // Fills the lease answer shared by both tiers.
   void FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Model& model,
                        const RestorePlan& plan, const StateBytes& state,
-                       const absl::flat_hash_map<ChunkId, Held>& chunk_regions, Tier tier,
+                       const absl::flat_hash_map<ChunkId, HeldRegion>& chunk_regions, Tier tier,
                        std::unique_ptr<DiskLoad> loaded, v1::RestoreLease* resp)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Model* ModelForLocked(const std::string& compatibility) const
@@ -339,6 +327,7 @@ class CacheDaemon {
   const absl::Duration started_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<ArenaFdServer> fd_server_;
+  RequestReplies replies_;    // Own lock; called under mu_ or alone (daemon, then replies).
   SessionLiveness liveness_;  // Own lock; touched under mu_ or alone (daemon, then liveness).
   EventHub events_;           // Thread-safe on its own; appended to under mu_ (daemon, then hub).
   std::unique_ptr<Sink> sink_;
@@ -347,7 +336,11 @@ class CacheDaemon {
   // The disk tier: thread-safe on its own and used without mu_ (no I/O under the lock).
   std::unique_ptr<DiskStore> store_;
   std::unique_ptr<BackgroundWriter> writer_;
-  std::unique_ptr<ThreadPool> disk_pool_;  // Deletions of disk-evicted checkpoints.
+  std::unique_ptr<ThreadPool> disk_pool_;   // Deletions of disk-evicted checkpoints.
+  std::unique_ptr<FlushWaiters> flushes_;   // Own lock; never called with mu_ held.
+  std::unique_ptr<DiskScrubber> scrubber_;  // Own thread and lock; reports take mu_.
+  Notification stop_ticking_;
+  std::thread ticker_;  // Runs Tick every tick_interval; started by Create, joined first.
 
   mutable Mutex mu_;
   std::unique_ptr<CheckpointCache> core_ ABSL_GUARDED_BY(mu_);
@@ -356,8 +349,8 @@ class CacheDaemon {
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<CheckpointId, CheckpointBytes> checkpoints_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<ChunkId, Held> chunks_ ABSL_GUARDED_BY(mu_);
+  // The arena regions of the checkpoints and chunks the core keeps in RAM.
+  std::unique_ptr<ArenaResidency> regions_ ABSL_GUARDED_BY(mu_);
   // The model each slot last started or restored with (sizes the regions of its spills).
   absl::flat_hash_map<SlotKey, uint64_t> slot_models_ ABSL_GUARDED_BY(mu_);
   std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.

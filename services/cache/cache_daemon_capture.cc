@@ -56,21 +56,20 @@ absl::Status CacheDaemon::ReserveCaptureOnce(const v1::ReserveCaptureRequest& re
   r.slot = key;
   r.ticket = ticket.id;
   r.expires = Now() + options_.default_lease;
-  r.bytes.chunks = ticket.chunks;
   const ModelLayout& layout = model->layout;
   const int64_t depth = static_cast<int64_t>(req.depth());
-  r.bytes.state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
-  r.bytes.state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(depth));
-  absl::Status alloc = AllocateLocked(r.bytes.state.private_bytes + r.bytes.state.tail_bytes,
-                                      RegionKind::kPrivateState, &r.bytes.state.region);
+  r.state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
+  r.state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(depth));
+  absl::StatusOr<HeldRegion> state_region =
+      regions_->Allocate(r.state.private_bytes + r.state.tail_bytes, RegionKind::kPrivateState);
+  absl::Status alloc = state_region.status();
+  if (alloc.ok()) r.state.region = *state_region;
   // Space for borrowed chunks is reserved now, so preserving them later never allocates.
   for (const ChunkCopy& c : ticket.borrowed) {
     if (!alloc.ok()) break;
-    if (chunks_.contains(c.id)) continue;
-    Held held;
-    alloc = AllocateLocked(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk, &held);
+    if (regions_->FindChunk(c.id) != nullptr) continue;
+    alloc = regions_->ReserveChunk(c.id, static_cast<uint64_t>(layout.ChunkBytes())).status();
     if (!alloc.ok()) break;
-    chunks_[c.id] = held;
     r.new_chunk_regions.push_back(c.id);
   }
   if (!alloc.ok()) {
@@ -82,12 +81,12 @@ absl::Status CacheDaemon::ReserveCaptureOnce(const v1::ReserveCaptureRequest& re
   }
   resp->set_reservation_id(ticket.id);
   resp->set_expires_unix_ms(UnixMs(r.expires));
-  FillHandle(r.bytes.state.private_handle(), resp->mutable_private_state()->mutable_region());
-  if (r.bytes.state.tail_bytes > 0) {
+  FillHandle(r.state.private_handle(), resp->mutable_private_state()->mutable_region());
+  if (r.state.tail_bytes > 0) {
     resp->mutable_tail()->set_first_row(
         static_cast<uint64_t>(depth / layout.chunk_rows * layout.chunk_rows));
     resp->mutable_tail()->set_rows(static_cast<uint32_t>(depth % layout.chunk_rows));
-    FillHandle(r.bytes.state.tail_handle(), resp->mutable_tail()->mutable_region());
+    FillHandle(r.state.tail_handle(), resp->mutable_tail()->mutable_region());
   }
   for (const v1::Event& e : events_.After(before, 0)) {
     if (e.kind() == v1::EVENT_KIND_EVICT) {
@@ -104,7 +103,7 @@ void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reaso
   if (it == reservations_.end()) return;
   Reservation r = std::move(it->second);
   reservations_.erase(it);
-  FreeHeldLocked(&r.bytes.state.region);
+  regions_->Free(&r.state.region);
   // Abort fails only for a ticket the core already dropped (a chunk it needed was lost).
   core_->AbortCapture(r.ticket, reason).IgnoreError();
 }
@@ -122,7 +121,7 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
   reservations_.erase(it);
   // Checksums are computed here over the arena bytes rather than trusted from the client: the
   // copy the cache will serve is what gets verified on every later restore (SM9).
-  StateBytes& sb = r.bytes.state;
+  StateBytes& sb = r.state;
   absl::Status s = absl::OkStatus();
   if (sb.region.bytes > 0) {
     absl::StatusOr<absl::Span<uint8_t>> bytes = arena_->Resolve(sb.region.handle());
@@ -147,14 +146,14 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
   absl::StatusOr<CheckpointId> committed = core_->CommitCapture(r.ticket);
   if (!committed.ok()) {
     // The core rolled the capture back already (a chunk it referenced was lost).
-    FreeHeldLocked(&r.bytes.state.region);
+    regions_->Free(&r.state.region);
     AfterCoreLocked();
     return absl::AbortedError(absl::StrCat("capture ", req.reservation_id(),
                                            " was dropped: ", committed.status().message()));
   }
   const CheckpointId id = *committed;
   resp->set_checkpoint_id(id);
-  checkpoints_[id] = std::move(r.bytes);
+  regions_->AdoptCheckpoint(id, r.state);
   const uint64_t queued_before = persists_queued_;
   MaybePersistLocked(id);
   resp->set_queued_for_disk(persists_queued_ != queued_before || deferred_persists_.contains(id));

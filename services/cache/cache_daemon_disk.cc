@@ -51,6 +51,11 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
         state_bytes != static_cast<uint64_t>(layout.PrivateBytes() + layout.TailBytes(depth))) {
       mismatch = "state file does not fit the layout";
     }
+    // The kind it was captured as (a version 1 manifest reads as a prompt end).
+    const CaptureKind kind = static_cast<CaptureKind>(m.capture_kind);
+    if (mismatch.empty() && m.capture_kind > static_cast<uint32_t>(CaptureKind::kGrid)) {
+      mismatch = absl::StrCat("unknown capture kind ", m.capture_kind);
+    }
     std::vector<TokenId> tokens;
     for (uint32_t t : m.tokens) {
       if (t > static_cast<uint32_t>(std::numeric_limits<TokenId>::max())) {
@@ -62,7 +67,7 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
     absl::Status s =
         mismatch.empty()
             ? core_->AdmitRecovered(m.checkpoint_id, Identities{m.compat_digest, m.input_digest},
-                                    tokens, ids, CaptureKind::kEnd, provenance)
+                                    tokens, ids, kind, provenance)
             : absl::DataLossError(mismatch);
     if (s.ok()) {
       ++admitted;
@@ -83,14 +88,15 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
 void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   if (writer_ == nullptr || !core_->ShouldPersist(id)) return;
   absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
-  auto bytes_it = checkpoints_.find(id);
+  const StateBytes* own = regions_->FindCheckpoint(id);
   const Model* model = info.ok() ? ModelForLocked(info->compatibility) : nullptr;
-  if (!info.ok() || bytes_it == checkpoints_.end() || model == nullptr) return;
+  if (!info.ok() || own == nullptr || model == nullptr) return;
   // docs/architecture.md §5 step 6: a checkpoint whose chunks are still borrowed is written after
   // they are spilled.
   for (ChunkId c : info->chunks) {
     absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
-    if (!chunk.ok() || chunk->residency != Residency::kResident || !chunks_.contains(c)) {
+    if (!chunk.ok() || chunk->residency != Residency::kResident ||
+        regions_->FindChunk(c) == nullptr) {
       deferred_persists_.insert(id);
       return;
     }
@@ -114,6 +120,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   req.checkpoint_id = id;
   req.compat_digest = info->compatibility;
   req.input_digest = info->input;
+  req.capture_kind = static_cast<uint32_t>(info->kind);
   req.tokens.assign(tokens->begin(), tokens->end());
   absl::flat_hash_set<ChunkId> fresh(ticket->new_chunks.begin(), ticket->new_chunks.end());
   for (size_t j = 0; j < info->chunks.size(); ++j) {
@@ -122,7 +129,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
       req.shared_chunk_ids.push_back(c);
       continue;
     }
-    const Held& held = chunks_.at(c);
+    const HeldRegion& held = *regions_->FindChunk(c);
     // One file per chunk holds every row component, one after another (component id 0 with
     // the summed row size names that layout).
     ChunkIdentity identity;
@@ -138,7 +145,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     }
     req.new_chunks.push_back(ChunkWrite{identity, *span});
   }
-  const StateBytes& state = bytes_it->second.state;
+  const StateBytes& state = *own;
   if (state.private_bytes > 0) {
     req.sections.push_back(StateSection{0, SectionKind::kPrivate, 0, 0, state.private_bytes});
   }
@@ -205,6 +212,36 @@ void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
       MaybePersistLocked(id);
     });
   });
+}
+
+void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why) {
+  // The store quarantined the checkpoint and every other one sharing the bad file (R5); the
+  // policy forgets them too, with events, so the next lookup falls back (R6).
+  for (const QuarantineInfo& q : store_->Quarantined()) {
+    absl::StatusOr<CheckpointInfo> gone = core_->GetCheckpoint(q.checkpoint_id);
+    if (!gone.ok()) continue;
+    for (ChunkId c : gone->chunks) {
+      if (!store_->HasChunk(c)) core_->QuarantineChunk(c, q.reason).IgnoreError();
+    }
+  }
+  absl::StatusOr<CheckpointInfo> still = core_->GetCheckpoint(id);
+  if (still.ok()) {
+    for (ChunkId c : still->chunks) {
+      core_->QuarantineChunk(c, std::string(why.message())).IgnoreError();
+    }
+  }
+}
+
+void CacheDaemon::OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) {
+  Lock lock(this);
+  ForgetQuarantinedLocked(id, why);
+  AfterCoreLocked();
+}
+
+void CacheDaemon::ScrubPassForTest() {
+  if (scrubber_ == nullptr) return;
+  while (scrubber_->Step() > 0) {
+  }
 }
 
 void CacheDaemon::RetryDeferredPersistsLocked() {

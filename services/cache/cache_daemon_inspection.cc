@@ -38,7 +38,17 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
   ram->set_private_bytes(static_cast<uint64_t>(a.private_bytes + a.tail_bytes));
   ram->set_full_copy_bytes(static_cast<uint64_t>(a.full_copy_bytes));
   ram->set_checkpoints(static_cast<uint64_t>(a.checkpoints));
-  ram->set_max_checkpoints(static_cast<uint64_t>(options_.cache.retention.max_checkpoints));
+  // The effective cap: the configured one, or the automatic one of the registered model with
+  // the largest private state (the tightest); 0 while no model is registered.
+  int64_t cap = options_.cache.retention.max_checkpoints;
+  if (cap == 0) {
+    for (const auto& [id, model] : models_) {
+      const int64_t model_cap =
+          core_->retention().CheckpointCap(a.budget, model.layout.PrivateBytes());
+      cap = cap == 0 ? model_cap : std::min(cap, model_cap);
+    }
+  }
+  ram->set_max_checkpoints(static_cast<uint64_t>(cap));
   resp->set_disk_enabled(store_ != nullptr);
   if (store_ != nullptr) {
     const DiskStoreStats ds = store_->stats();
@@ -109,8 +119,6 @@ absl::Status CacheDaemon::ListCheckpoints(const v1::ListCheckpointsRequest& req,
 }
 
 absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp) {
-  // The tree is rebuilt from the checkpoints' token sequences: a compressed trie in which a
-  // node sits at every checkpoint depth and every branch point.
   Lock lock(this);
   std::string compatibility;
   if (req.model_id() != 0) {
@@ -121,74 +129,27 @@ absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResp
     for (const auto& [id, m] : models_) first = std::min(first, id);
     compatibility = models_.at(first).compatibility;
   }
-  struct Entry {
-    std::vector<TokenId> tokens;
-    CheckpointInfo info;
-  };
-  std::vector<Entry> entries;
-  for (const CheckpointInfo& c : core_->Checkpoints()) {
-    if (c.compatibility != compatibility) continue;
-    absl::StatusOr<std::vector<TokenId>> tokens = core_->CheckpointTokens(c.id);
-    if (tokens.ok()) entries.push_back(Entry{std::move(*tokens), c});
-  }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.tokens < b.tokens; });
   const uint32_t max_nodes = req.max_nodes() == 0
                                  ? kDefaultTreeNodes
                                  : std::min(req.max_nodes(), WireLimits::kMaxTreeNodes);
-  // Sorted sequences put every prefix right before its extensions, so one pass with a stack of
-  // open ancestors builds the compressed trie: pop what the next sequence leaves, split an
-  // edge at a branch point, add a node at the sequence's end.
-  struct Open {
-    uint64_t depth;
-    int index;  // Into resp->nodes(); -1 for the root.
-  };
-  std::vector<Open> stack = {{0, -1}};
-  std::vector<TokenId> previous;
-  auto node_id = [](int index) -> uint64_t { return index < 0 ? 0 : uint64_t(index) + 1; };
-  auto add_node = [&](uint64_t depth) -> int {
-    if (static_cast<uint32_t>(resp->nodes_size()) >= max_nodes) return -2;
-    v1::TreeNode* n = resp->add_nodes();
-    const int index = resp->nodes_size() - 1;
-    n->set_node_id(node_id(index));
-    n->set_parent_id(node_id(stack.back().index));
-    n->set_depth(depth);
-    n->set_edge_tokens(depth - stack.back().depth);
-    stack.push_back({depth, index});
-    return index;
-  };
-  for (const Entry& e : entries) {
-    uint64_t common = 0;
-    while (common < previous.size() && common < e.tokens.size() &&
-           previous[common] == e.tokens[common]) {
-      ++common;
+  // Exported from the core's radix index: ids and depths only, no token copies.
+  const RadixPrefixIndex::Export tree = core_->CheckpointTree(compatibility, max_nodes);
+  for (size_t i = 0; i < tree.nodes.size(); ++i) {
+    const RadixPrefixIndex::ExportedNode& n = tree.nodes[i];
+    const int64_t parent_depth = n.parent < 0 ? 0 : tree.nodes[n.parent].depth;
+    v1::TreeNode* out = resp->add_nodes();
+    out->set_node_id(i + 1);  // 0 is the root.
+    out->set_parent_id(n.parent < 0 ? 0 : static_cast<uint64_t>(n.parent) + 1);
+    out->set_depth(static_cast<uint64_t>(n.depth));
+    out->set_edge_tokens(static_cast<uint64_t>(n.depth - parent_depth));
+    for (const IndexEntry& e : n.entries) {
+      v1::Candidate* c = out->add_candidates();
+      c->set_tier(ToProtoTier(core_->InRam(e.id) ? Tier::kRam : Tier::kDisk));
+      c->set_depth(static_cast<uint64_t>(n.depth));
+      c->set_checkpoint_id(e.id);
     }
-    int popped = -1;
-    while (stack.size() > 1 && stack.back().depth > common) {
-      popped = stack.back().index;
-      stack.pop_back();
-    }
-    if (popped >= 0 && stack.back().depth < common) {
-      // The new sequence leaves the popped node's edge part-way: split it there.
-      const int branch = add_node(common);
-      if (branch == -2) break;
-      v1::TreeNode* child = resp->mutable_nodes(popped);
-      child->set_parent_id(node_id(branch));
-      child->set_edge_tokens(child->depth() - common);
-    }
-    int at = stack.back().index;
-    if (at < 0 || stack.back().depth != e.tokens.size()) at = add_node(e.tokens.size());
-    if (at == -2) {
-      resp->set_truncated(true);
-      break;
-    }
-    v1::Candidate* c = resp->mutable_nodes(at)->add_candidates();
-    c->set_tier(ToProtoTier(e.info.in_ram ? Tier::kRam : Tier::kDisk));
-    c->set_depth(static_cast<uint64_t>(e.info.depth));
-    c->set_checkpoint_id(e.info.id);
-    previous = e.tokens;
   }
-  if (static_cast<uint32_t>(resp->nodes_size()) >= max_nodes) resp->set_truncated(true);
+  resp->set_truncated(tree.truncated);
   return absl::OkStatus();
 }
 
@@ -271,17 +232,14 @@ absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* 
   return absl::OkStatus();
 }
 
-absl::Status CacheDaemon::Flush(const v1::FlushRequest& /*req*/, v1::FlushResponse* resp) {
-  if (writer_ == nullptr) {
-    resp->set_persisted(0);  // Nothing is ever queued without a disk tier.
-    return absl::OkStatus();
-  }
-  const uint64_t before = writer_->stats().published;
-  if (!writer_->WaitIdle(options_.flush_timeout)) {
-    return absl::DeadlineExceededError("the disk writer did not drain in time");
-  }
-  resp->set_persisted(writer_->stats().published - before);
-  return absl::OkStatus();
+uint64_t CacheDaemon::StartFlush(absl::Duration timeout, FlushWaiters::Done done) {
+  return flushes_->Start(std::min(timeout, options_.flush_timeout), std::move(done));
+}
+
+void CacheDaemon::CancelFlush(uint64_t id) { flushes_->Cancel(id); }
+
+void CacheDaemon::AbortFlushes() {
+  flushes_->Shutdown(absl::UnavailableError("the cache daemon is draining"));
 }
 
 std::vector<v1::Event> CacheDaemon::EventsAfter(uint64_t after_seq, size_t limit) const {

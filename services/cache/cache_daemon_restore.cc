@@ -42,7 +42,7 @@ absl::Status CacheDaemon::AcquireRestoreOnce(const v1::AcquireRestoreRequest& re
     }
     session->slots.insert(slot);
     activity_->Busy(SlotKey{req.session_id(), slot});
-    if (info.in_ram && checkpoints_.contains(req.checkpoint_id())) {
+    if (info.in_ram && regions_->FindCheckpoint(req.checkpoint_id()) != nullptr) {
       return RestoreFromRamLocked(req, *model, resp);
     }
     if (!info.on_disk || store_ == nullptr) {
@@ -64,8 +64,8 @@ absl::Status CacheDaemon::RestoreFromRamLocked(const v1::AcquireRestoreRequest& 
                    core_->Restore(req.checkpoint_id(), key, ids, req.conversation()));
   slot_models_[key] = req.model_id();
   RETURN_IF_ERROR(core_->Pin(req.checkpoint_id()));
-  FillLeaseLocked(req, model, plan, checkpoints_.at(req.checkpoint_id()).state, chunks_, Tier::kRam,
-                  nullptr, resp);
+  FillLeaseLocked(req, model, plan, *regions_->FindCheckpoint(req.checkpoint_id()),
+                  regions_->chunks(), Tier::kRam, nullptr, resp);
   return absl::OkStatus();
 }
 
@@ -85,12 +85,15 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     const ModelLayout& layout = model->layout;
     load->state.private_bytes = static_cast<uint64_t>(layout.PrivateBytes());
     load->state.tail_bytes = static_cast<uint64_t>(layout.TailBytes(info.depth));
-    absl::Status alloc = AllocateLocked(load->state.private_bytes + load->state.tail_bytes,
-                                        RegionKind::kPrivateState, &load->state.region);
+    absl::StatusOr<HeldRegion> region = regions_->Allocate(
+        load->state.private_bytes + load->state.tail_bytes, RegionKind::kPrivateState);
+    absl::Status alloc = region.status();
+    if (alloc.ok()) load->state.region = *region;
     for (ChunkId c : info.chunks) {
       if (!alloc.ok()) break;
-      alloc = AllocateLocked(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk,
-                             &load->chunks[c]);
+      region = regions_->Allocate(static_cast<uint64_t>(layout.ChunkBytes()), RegionKind::kChunk);
+      alloc = region.status();
+      if (alloc.ok()) load->chunks[c] = *region;
     }
     if (!alloc.ok()) {
       DropDiskLoadLocked(id, load.get());
@@ -140,22 +143,7 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
   if (!read.ok() || !model.ok()) {
     DropDiskLoadLocked(id, load.get());
     if (!model.ok()) return model.status();
-    if (absl::IsDataLoss(read)) {
-      // The store quarantined the checkpoint and every other one sharing the bad file (R5);
-      // the policy forgets them too, so the next lookup falls back (R6).
-      for (const QuarantineInfo& q : store_->Quarantined()) {
-        absl::StatusOr<CheckpointInfo> gone = core_->GetCheckpoint(q.checkpoint_id);
-        if (!gone.ok()) continue;
-        for (ChunkId c : gone->chunks) {
-          if (!store_->HasChunk(c)) core_->QuarantineChunk(c, q.reason).IgnoreError();
-        }
-      }
-      absl::StatusOr<CheckpointInfo> still = core_->GetCheckpoint(id);
-      if (still.ok()) {
-        for (ChunkId c : still->chunks)
-          core_->QuarantineChunk(c, std::string(read.message())).IgnoreError();
-      }
-    }
+    if (absl::IsDataLoss(read)) ForgetQuarantinedLocked(id, read);
     AfterCoreLocked();
     return read;
   }
@@ -177,20 +165,20 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
   }
   slot_models_[key] = req.model_id();
   const StateBytes state = load->state;
-  const absl::flat_hash_map<ChunkId, Held> regions = load->chunks;
+  const absl::flat_hash_map<ChunkId, HeldRegion> regions = load->chunks;
   FillLeaseLocked(req, **model, *plan, state, regions, Tier::kDisk, std::move(load), resp);
   return absl::OkStatus();
 }
 
 void CacheDaemon::DropDiskLoadLocked(CheckpointId id, DiskLoad* load) {
-  FreeHeldLocked(&load->state.region);
-  for (auto& [c, held] : load->chunks) FreeHeldLocked(&held);
+  regions_->Free(&load->state.region);
+  for (auto& [c, held] : load->chunks) regions_->Free(&held);
   core_->Unpin(id).IgnoreError();  // Only fails for a checkpoint already gone.
 }
 
 void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Model& model,
                                   const RestorePlan& plan, const StateBytes& state,
-                                  const absl::flat_hash_map<ChunkId, Held>& chunk_regions,
+                                  const absl::flat_hash_map<ChunkId, HeldRegion>& chunk_regions,
                                   Tier tier, std::unique_ptr<DiskLoad> loaded,
                                   v1::RestoreLease* resp) {
   absl::Duration duration =
@@ -262,8 +250,8 @@ void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
   // Unpin can only fail for a checkpoint the core already dropped; nothing is left to release.
   core_->Unpin(it->second.checkpoint).IgnoreError();
   if (it->second.loaded != nullptr) {
-    FreeHeldLocked(&it->second.loaded->state.region);
-    for (auto& [c, held] : it->second.loaded->chunks) FreeHeldLocked(&held);
+    regions_->Free(&it->second.loaded->state.region);
+    for (auto& [c, held] : it->second.loaded->chunks) regions_->Free(&held);
   }
   leases_.erase(it);
 }

@@ -1,5 +1,7 @@
 #include "services/cache/cache_service.h"
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -416,38 +418,154 @@ class EventsReactor final : public grpc::ServerWriteReactor<v1::Event> {
 
 }  // namespace
 
+namespace {
+
+// The time left before `context`'s deadline; InfiniteDuration when it has none.
+absl::Duration TimeLeft(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteDuration();
+  return absl::FromChrono(deadline) - absl::Now();
+}
+
+}  // namespace
+
+bool CacheServiceImpl::Admit(grpc::ServerUnaryReactor* reactor) {
+  if (!BeginCall()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
+    return false;
+  }
+  if (pool_->queued() >= options_.max_queued_calls) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("the cache daemon has ", options_.max_queued_calls,
+                                              " calls waiting for a thread; retry later")));
+    EndCall();
+    return false;
+  }
+  return true;
+}
+
 template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response, absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!BeginCall()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
-    return reactor;
-  }
+  if (!Admit(reactor)) return reactor;
   CacheDaemon* daemon = daemon_;
-  // `request` and `response` stay valid until Finish(). Parsing runs on the pool too.
-  bool scheduled = pool_->Schedule([this, daemon, method, request, response, reactor] {
+  // `context`, `request` and `response` stay valid until Finish(). Parsing runs on the pool.
+  bool scheduled = pool_->Schedule([this, daemon, method, context, request, response, reactor] {
+    if (TimeLeft(context) <= absl::ZeroDuration()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                   "the call's deadline passed while it waited for a thread"));
+      EndCall();
+      return;
+    }
     Req req;
     Resp resp;
-    grpc::ByteBuffer bytes = *request;  // Shares the slices; parsing consumes the copy.
-    absl::Status status = absl::OkStatus();
-    if (!grpc::SerializationTraits<Req>::Deserialize(&bytes, &req).ok()) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("the request does not parse as ", Req::descriptor()->full_name()));
-    } else {
-      status = (daemon->*method)(req, &resp);
-    }
-    bool own = false;
-    if (status.ok() && !grpc::SerializationTraits<Resp>::Serialize(resp, response, &own).ok()) {
-      status = absl::InternalError("the answer does not serialize");
-    }
-    reactor->Finish(ToGrpcStatus(status));
-    EndCall();
+    absl::Status status = Parse(request, &req);
+    if (status.ok()) status = (daemon->*method)(req, &resp);
+    FinishWith(status, resp, response, reactor);
   });
   if (!scheduled) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
     EndCall();
+  }
+  return reactor;
+}
+
+template <typename Req>
+absl::Status CacheServiceImpl::Parse(const grpc::ByteBuffer* request, Req* req) {
+  grpc::ByteBuffer bytes = *request;  // Shares the slices; parsing consumes the copy.
+  if (!grpc::SerializationTraits<Req>::Deserialize(&bytes, req).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request does not parse as ", Req::descriptor()->full_name()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Resp>
+void CacheServiceImpl::FinishWith(absl::Status status, const Resp& resp, grpc::ByteBuffer* response,
+                                  grpc::ServerUnaryReactor* reactor) {
+  bool own = false;
+  if (status.ok() && !grpc::SerializationTraits<Resp>::Serialize(resp, response, &own).ok()) {
+    status = absl::InternalError("the answer does not serialize");
+  }
+  reactor->Finish(ToGrpcStatus(status));
+  EndCall();
+}
+
+// A Flush call. It holds no thread while it waits: the pool parses the request and registers
+// the flush with the daemon, which finishes the call from the writer thread, its tick or its
+// drain; a cancelled call (client gone, server shutting down) ends the flush at once. The
+// reactor is freed when both gRPC (OnDone) and the pool task are done with it.
+class CacheServiceImpl::FlushReactor final : public grpc::ServerUnaryReactor {
+ public:
+  FlushReactor(CacheServiceImpl* service, grpc::CallbackServerContext* context,
+               const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+      : service_(service), context_(context), request_(request), response_(response) {}
+
+  // On the pool.
+  void Start() {
+    v1::FlushRequest req;
+    absl::Status parsed = Parse(request_, &req);
+    if (!parsed.ok()) {
+      service_->FinishWith(parsed, v1::FlushResponse(), response_, this);
+    } else {
+      const uint64_t id = service_->daemon_->StartFlush(
+          TimeLeft(context_), [this](absl::Status status, uint64_t persisted) {
+            v1::FlushResponse resp;
+            resp.set_persisted(persisted);
+            service_->FinishWith(std::move(status), resp, response_, this);
+          });
+      bool cancelled;
+      {
+        MutexLock lock(&mu_);
+        id_ = id;
+        cancelled = cancelled_;
+      }
+      if (cancelled && id != 0) service_->daemon_->CancelFlush(id);
+    }
+    Release();
+  }
+  // Gives up the pool task's share (Start does so itself).
+  void Release() { Unref(); }
+  void OnCancel() override {
+    uint64_t id;
+    {
+      MutexLock lock(&mu_);
+      cancelled_ = true;
+      id = id_;
+    }
+    if (id != 0) service_->daemon_->CancelFlush(id);
+  }
+  void OnDone() override { Unref(); }
+
+ private:
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  CacheServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  const grpc::ByteBuffer* const request_;
+  grpc::ByteBuffer* const response_;
+  std::atomic<int> refs_{2};  // gRPC's (until OnDone) and the pool task's.
+  Mutex mu_;
+  uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+grpc::ServerUnaryReactor* CacheServiceImpl::Flush(grpc::CallbackServerContext* context,
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  auto* reactor = new FlushReactor(this, context, request, response);
+  if (!Admit(reactor)) {
+    reactor->Release();  // Finished already: only gRPC's OnDone remains.
+    return reactor;
+  }
+  if (!pool_->Schedule([reactor] { reactor->Start(); })) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
+    EndCall();
+    reactor->Release();
   }
   return reactor;
 }
@@ -466,6 +584,11 @@ void CacheServiceImpl::EndCall() {
 
 bool CacheServiceImpl::DrainCalls(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
+  {
+    MutexLock lock(&calls_mu_);
+    refusing_calls_ = true;
+  }
+  daemon_->AbortFlushes();  // Waiting flushes end now (UNAVAILABLE) instead of holding the drain.
   MutexLock lock(&calls_mu_);
   refusing_calls_ = true;
   while (calls_ > 0) {
@@ -476,8 +599,12 @@ bool CacheServiceImpl::DrainCalls(absl::Duration timeout) {
   return true;
 }
 
-CacheServiceImpl::CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool)
-    : daemon_(daemon), pool_(pool), work_(std::make_unique<SessionWork>(daemon, pool)) {}
+CacheServiceImpl::CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool,
+                                   CacheServiceOptions options)
+    : daemon_(daemon),
+      pool_(pool),
+      options_(options),
+      work_(std::make_unique<SessionWork>(daemon, pool)) {}
 
 CacheServiceImpl::~CacheServiceImpl() = default;
 
@@ -528,7 +655,6 @@ CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsRespon
 CAIRN_CACHE_UNARY(GetTree, GetTreeRequest, GetTreeResponse)
 CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse)
 CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse)
-CAIRN_CACHE_UNARY(Flush, FlushRequest, FlushResponse)
 
 #undef CAIRN_CACHE_UNARY
 

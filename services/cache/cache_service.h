@@ -41,11 +41,18 @@ using CacheServiceBase = v1::CacheService::WithCallbackMethod_Session<
 
 }  // namespace internal
 
+struct CacheServiceOptions {
+  // Unary calls waiting for an I/O thread beyond this are refused at once
+  // (RESOURCE_EXHAUSTED): the queue is bounded, so an overload is answered, not absorbed.
+  size_t max_queued_calls = 1024;
+};
+
 // Thread-safe. `daemon` and `pool` must outlive the service and the server it is registered
 // with (shut the server down first).
 class CacheServiceImpl final : public internal::CacheServiceBase {
  public:
-  CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool);
+  CacheServiceImpl(CacheDaemon* daemon, ThreadPool* pool,
+                   CacheServiceOptions options = CacheServiceOptions());
   ~CacheServiceImpl() override;
 
   // Tells every connected inference daemon that the cache is draining (Draining on its
@@ -62,6 +69,7 @@ class CacheServiceImpl final : public internal::CacheServiceBase {
   // Used by the session reactors (defined in the .cc file).
   class SessionReactor;
   class SessionWork;
+  class FlushReactor;
 
   grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Session(
       grpc::CallbackServerContext* context) override;
@@ -116,14 +124,25 @@ class CacheServiceImpl final : public internal::CacheServiceBase {
 
  private:
   // Parses the request, runs `method` on the pool, serializes the answer and finishes the
-  // call with its status.
+  // call with its status. A call whose deadline passed while it waited for a thread is
+  // answered DEADLINE_EXCEEDED without running; one that finds max_queued_calls waiting,
+  // RESOURCE_EXHAUSTED.
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Dispatch(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
                                      absl::Status (CacheDaemon::*method)(const Req&, Resp*));
+  template <typename Req>
+  static absl::Status Parse(const grpc::ByteBuffer* request, Req* req);
+  // Serializes `resp` (when `status` is OK), finishes the call and ends it (EndCall).
+  template <typename Resp>
+  void FinishWith(absl::Status status, const Resp& resp, grpc::ByteBuffer* response,
+                  grpc::ServerUnaryReactor* reactor);
+  // Admits a unary call (BeginCall, then the queue bound), or finishes it with the refusal.
+  bool Admit(grpc::ServerUnaryReactor* reactor);
 
   CacheDaemon* const daemon_;
   ThreadPool* const pool_;
+  const CacheServiceOptions options_;
   // Unary calls in flight, for DrainCalls.
   bool BeginCall() ABSL_LOCKS_EXCLUDED(calls_mu_);
   void EndCall() ABSL_LOCKS_EXCLUDED(calls_mu_);

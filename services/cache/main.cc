@@ -1,20 +1,19 @@
 // cairn-cache: the cache daemon. Wiring only (style.md §2): options, the daemon, the gRPC
-// server, the maintenance ticker, and an orderly drain on SIGTERM.
+// server, and an orderly drain on SIGTERM.
 
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/concurrency/notification.h"
 #include "common/concurrency/thread_pool.h"
 #include "common/config/flags.h"
 #include "common/config/runtime_dir.h"
@@ -35,7 +34,8 @@ struct CacheMainOptions {
   std::string disk;          // Disk tier directory; empty: no disk tier.
   uint64_t disk_bytes = 0;   // Disk tier budget; 0: a share of what the file system can give.
   int io_threads = 4;
-  absl::Duration tick = absl::Milliseconds(250);
+  int max_queued_calls = static_cast<int>(CacheServiceOptions().max_queued_calls);
+  uint64_t scrub_bytes_per_second = DiskScrubberOptions().bytes_per_second;
   absl::Duration drain_timeout = absl::Seconds(10);
   // How long SIGTERM waits for the Draining message to reach each session before ending it.
   absl::Duration session_drain_grace = absl::Seconds(1);
@@ -50,6 +50,7 @@ int Run(int argc, char** argv) {
   BlockTerminationSignals();
   CacheMainOptions main_options;
   CacheDaemonOptions options;
+  options.tick_interval = absl::Milliseconds(250);  // The daemon's maintenance thread.
   FlagSet flags("cairn-cache", "The Cairn cache daemon: checkpoints of hybrid-model state.");
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");
   flags.Add("arena-socket", &main_options.arena_socket,
@@ -102,6 +103,14 @@ int Run(int argc, char** argv) {
   flags.Add("session-timeout", &options.session_timeout, "silence that ends a session");
   flags.Add("lease-timeout", &options.default_lease, "restore lease and reservation duration");
   flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls");
+  flags.Add("max-queued-calls", &main_options.max_queued_calls,
+            "unary calls waiting for a thread beyond this are refused (RESOURCE_EXHAUSTED)");
+  flags.AddBytes("scrub-bytes-per-second", &main_options.scrub_bytes_per_second,
+                 "read rate of the background scrubber that verifies the disk tier (0: off)");
+  flags.Add("scrub-interval", &options.scrub.pass_interval,
+            "pause between two scrub passes over the disk tier");
+  flags.Add("tick", &options.tick_interval,
+            "how often leases, reservations, sessions and flushes are checked for expiry");
   flags.Add("drain-timeout", &main_options.drain_timeout,
             "how long SIGTERM lets in-flight calls finish");
   flags.Add("connection-drain", &main_options.connection_drain,
@@ -154,6 +163,7 @@ int Run(int argc, char** argv) {
   }
   options.cache.ram_bytes = static_cast<int64_t>(ram);
   options.fd_server.socket_path = main_options.arena_socket;
+  options.scrub.bytes_per_second = main_options.scrub_bytes_per_second;
   if (!main_options.disk.empty()) {
     options.disk_root = main_options.disk;
     options.cache.disk_bytes = static_cast<int64_t>(main_options.disk_bytes);
@@ -174,7 +184,10 @@ int Run(int argc, char** argv) {
     return 1;
   }
   ThreadPool pool(main_options.io_threads);
-  CacheServiceImpl service(daemon->get(), &pool);
+  CacheServiceOptions service_options;
+  service_options.max_queued_calls =
+      static_cast<size_t>(std::max(1, main_options.max_queued_calls));
+  CacheServiceImpl service(daemon->get(), &pool, service_options);
   ServerRunnerOptions server_options;
   server_options.listen = main_options.listen;
   // In-flight calls are drained by the service first (DrainCalls), so the server's own
@@ -187,10 +200,6 @@ int Run(int argc, char** argv) {
     CAIRN_LOG(ERROR) << "starting the gRPC server: " << server.status();
     return 1;
   }
-  Notification stop_ticker;
-  std::thread ticker([&] {
-    while (!stop_ticker.WaitForNotificationWithTimeout(main_options.tick)) (*daemon)->Tick();
-  });
   (*server)->SetAllServing(true);
   // Readiness for systemd's Type=notify (a no-op outside systemd).
   sd_notify(0, "READY=1");
@@ -210,8 +219,6 @@ int Run(int argc, char** argv) {
   }
   (*server)->Drain();
   (*server)->Wait();
-  stop_ticker.Notify();
-  ticker.join();
   pool.Shutdown();
   server->reset();
   daemon->reset();

@@ -83,6 +83,24 @@ RadixPrefixIndex& CheckpointCache::IndexFor(const std::string& compatibility) {
   return *index;
 }
 
+RadixPrefixIndex::Export CheckpointCache::CheckpointTree(const std::string& compatibility,
+                                                         size_t max_nodes) const {
+  auto it = indexes_.find(compatibility);
+  if (it == indexes_.end()) return {};
+  return it->second->ExportTree(
+      [this](const IndexEntry& e) {
+        if (e.kind != IndexEntry::Kind::kCheckpoint) return false;
+        auto c = checkpoints_.find(e.id);
+        return c != checkpoints_.end() && !c->second->pending;
+      },
+      max_nodes);
+}
+
+bool CheckpointCache::InRam(CheckpointId id) const {
+  auto it = checkpoints_.find(id);
+  return it != checkpoints_.end() && it->second->in_ram;
+}
+
 void CheckpointCache::Touch(const std::string& conversation) {
   if (conversation.empty()) return;
   Conversation& c = conversations_[conversation];

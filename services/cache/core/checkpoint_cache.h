@@ -338,6 +338,11 @@ class CheckpointCache {
   absl::StatusOr<std::vector<TokenId>> CheckpointTokens(CheckpointId id) const;
   absl::StatusOr<ChunkInfo> GetChunk(ChunkId id) const;
   std::vector<CheckpointInfo> Checkpoints() const;  // Sorted by id.
+  // The prefix tree of `compatibility`'s checkpoints (RadixPrefixIndex::ExportTree over its
+  // checkpoint entries; live frontiers left out), at most `max_nodes` nodes, no tokens copied.
+  RadixPrefixIndex::Export CheckpointTree(const std::string& compatibility, size_t max_nodes) const;
+  // True if checkpoint `id` is in the RAM tier (false for unknown ids).
+  bool InRam(CheckpointId id) const;
   Accounting RamAccounting() const;
   // The same for the disk tier (checkpoints and chunks on disk, the disk ledger).
   Accounting DiskAccounting() const;

@@ -151,4 +151,49 @@ std::vector<RadixPrefixIndex::Hit> RadixPrefixIndex::NearAncestors(Handle node,
   return out;
 }
 
+RadixPrefixIndex::Export RadixPrefixIndex::ExportTree(
+    const std::function<bool(const IndexEntry&)>& keep, size_t max_nodes) const {
+  // Pass 1 (post-order): how many children's subtrees hold a kept entry, and whether a
+  // node's own subtree does.
+  absl::flat_hash_map<const Node*, int> kept_children;
+  std::function<bool(const Node*)> count = [&](const Node* n) -> bool {
+    bool own = std::any_of(n->entries.begin(), n->entries.end(), keep);
+    int children = 0;
+    for (const auto& [token, child] : n->children) children += count(child.get()) ? 1 : 0;
+    kept_children[n] = children;
+    return own || children > 0;
+  };
+  count(root_.get());
+  // Pass 2 (pre-order, children by first token): emit nodes holding kept entries and
+  // branch points between kept subtrees.
+  Export out;
+  std::function<void(const Node*, int)> emit = [&](const Node* n, int parent) {
+    if (out.truncated) return;
+    std::vector<IndexEntry> entries;
+    for (const IndexEntry& e : n->entries) {
+      if (keep(e)) entries.push_back(e);
+    }
+    int here = parent;
+    if (n != root_.get() && (!entries.empty() || kept_children[n] >= 2)) {
+      if (out.nodes.size() >= max_nodes) {
+        out.truncated = true;
+        return;
+      }
+      out.nodes.push_back(ExportedNode{n->depth, parent, std::move(entries)});
+      here = static_cast<int>(out.nodes.size()) - 1;
+    }
+    std::vector<std::pair<TokenId, const Node*>> order;
+    for (const auto& [token, child] : n->children) {
+      if (kept_children[child.get()] > 0 ||
+          std::any_of(child->entries.begin(), child->entries.end(), keep)) {
+        order.emplace_back(token, child.get());
+      }
+    }
+    std::sort(order.begin(), order.end());
+    for (const auto& [token, child] : order) emit(child, here);
+  };
+  emit(root_.get(), -1);
+  return out;
+}
+
 }  // namespace cairn::cache

@@ -2,6 +2,7 @@
 #define CAIRN_SERVICES_CACHE_CORE_RADIX_PREFIX_INDEX_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,6 +50,16 @@ class RadixPrefixIndex {
     std::vector<Hit> hits;      // Every entry on the prompt's path, shallowest first.
     int64_t shared_prefix = 0;  // Longest prefix of the prompt shared with any indexed path.
   };
+  // One node of an exported tree.
+  struct ExportedNode {
+    int64_t depth = 0;
+    int parent = -1;                  // Index into the export; -1 = the root (depth 0).
+    std::vector<IndexEntry> entries;  // Those `keep` accepted.
+  };
+  struct Export {
+    std::vector<ExportedNode> nodes;  // Parents before children, branches in token order.
+    bool truncated = false;           // More nodes than max_nodes.
+  };
 
   RadixPrefixIndex();
   ~RadixPrefixIndex();
@@ -63,6 +74,11 @@ class RadixPrefixIndex {
   // Walks `tokens` from the root and returns every entry whose sequence is a prefix of
   // `tokens`, plus the longest shared prefix. Cost: O(len(tokens)) comparisons.
   Walk Lookup(absl::Span<const TokenId> tokens) const;
+
+  // The tree restricted to the entries `keep` accepts: a node for every depth holding such
+  // an entry and for every branch point between them, each linked to its nearest exported
+  // ancestor; at most `max_nodes`. Copies no tokens. Cost: O(nodes).
+  Export ExportTree(const std::function<bool(const IndexEntry&)>& keep, size_t max_nodes) const;
 
   // The token sequence that ends at `node`.
   std::vector<TokenId> TokensAt(Handle node) const;

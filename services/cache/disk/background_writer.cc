@@ -78,6 +78,32 @@ bool BackgroundWriter::WaitIdle(absl::Duration timeout) {
   return true;
 }
 
+uint64_t BackgroundWriter::NotifyWhenIdle(std::function<void()> idle) {
+  {
+    MutexLock lock(&mu_);
+    if (!queue_.empty() || running_job_) {
+      const uint64_t token = next_waiter_++;
+      idle_waiters_.emplace(token, std::move(idle));
+      return token;
+    }
+  }
+  idle();
+  return 0;
+}
+
+bool BackgroundWriter::CancelIdleWait(uint64_t token) {
+  MutexLock lock(&mu_);
+  return idle_waiters_.erase(token) > 0;
+}
+
+std::vector<std::function<void()>> BackgroundWriter::TakeIdleWaitersLocked() {
+  std::vector<std::function<void()>> due;
+  if (!queue_.empty() || running_job_) return due;
+  for (auto& [token, fn] : idle_waiters_) due.push_back(std::move(fn));
+  idle_waiters_.clear();
+  return due;
+}
+
 void BackgroundWriter::Shutdown() {
   std::deque<WriteJob> cancelled;
   {
@@ -91,6 +117,13 @@ void BackgroundWriter::Shutdown() {
   for (WriteJob& job : cancelled) {
     if (job.done) job.done(absl::CancelledError("disk writer shut down"));
   }
+  // Nothing is queued or running any more: whoever waits for idleness is answered.
+  std::vector<std::function<void()>> idle;
+  {
+    MutexLock lock(&mu_);
+    idle = TakeIdleWaitersLocked();
+  }
+  for (auto& fn : idle) fn();
 }
 
 BackgroundWriterStats BackgroundWriter::stats() const {
@@ -124,10 +157,15 @@ void BackgroundWriter::Run() {
     Yield();
     absl::Status s = store_->Publish(job.request, [this] { Yield(); });
     if (job.done) job.done(s);
-    MutexLock lock(&mu_);
-    running_job_ = false;
-    ++(s.ok() ? stats_.published : stats_.failed);
-    cv_.SignalAll();
+    std::vector<std::function<void()>> idle;
+    {
+      MutexLock lock(&mu_);
+      running_job_ = false;
+      ++(s.ok() ? stats_.published : stats_.failed);
+      cv_.SignalAll();
+      idle = TakeIdleWaitersLocked();
+    }
+    for (auto& fn : idle) fn();
   }
 }
 

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -68,12 +70,22 @@ class BackgroundWriter {
   absl::Status Enqueue(WriteJob job) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the queue is empty and no job runs; false if `timeout` passed first.
   bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `idle` once, without the writer's lock, as soon as the queue is empty and no job
+  // runs: at once on this thread if that is so now (returning 0), else on the writer thread
+  // (or the one calling Shutdown) when it becomes so. Returns a token for CancelIdleWait.
+  // Blocks nobody: Flush waits this way without holding a thread. `idle` must be quick.
+  uint64_t NotifyWhenIdle(std::function<void()> idle) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops a waiter registered by NotifyWhenIdle. Returns false if it already ran (or is
+  // running now: it completes on its own thread).
+  bool CancelIdleWait(uint64_t token) ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   BackgroundWriterStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Run();
   void Yield();
+  // Takes the idle waiters when the writer is idle (queue empty, no job running).
+  std::vector<std::function<void()>> TakeIdleWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DiskStore* const store_;
   ModelActivity* const activity_;
@@ -84,6 +96,8 @@ class BackgroundWriter {
   bool running_job_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   BackgroundWriterStats stats_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::function<void()>> idle_waiters_ ABSL_GUARDED_BY(mu_);  // By token.
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::thread thread_;
 };
 

@@ -281,10 +281,12 @@ constexpr uint64_t kMinChunkEntryBytes = 32 + 4 + 1 + 16;
 
 }  // namespace
 
-std::string EncodeManifest(const Manifest& m) {
+namespace {
+
+std::string EncodeManifestVersion(const Manifest& m, uint32_t version) {
   Encoder e;
   e.U64(kManifestMagic);
-  e.U32(kDiskFormatVersion);
+  e.U32(version);
   e.U32(static_cast<uint32_t>(FileKind::kManifest));
   e.U64(m.checkpoint_id);
   e.U64(m.generation);
@@ -301,9 +303,22 @@ std::string EncodeManifest(const Manifest& m) {
     EncodeChunkIdentity(c.id, &e);
     EncodeManifestFile(c.file, &e);
   }
+  if (version >= 2) e.U32(m.capture_kind);
   const uint64_t checksum = Xxh3(e.out());
   e.U64(checksum);
   return std::move(e.out());
+}
+
+}  // namespace
+
+std::string EncodeManifest(const Manifest& m) {
+  return EncodeManifestVersion(m, kManifestFormatVersion);
+}
+
+std::string EncodeManifestV1ForTest(const Manifest& m) {
+  Manifest v1 = m;
+  v1.capture_kind = 0;
+  return EncodeManifestVersion(v1, 1);
 }
 
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
@@ -318,7 +333,7 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   ASSIGN_OR_RETURN(uint64_t magic, d.U64());
   ASSIGN_OR_RETURN(uint32_t version, d.U32());
   ASSIGN_OR_RETURN(uint32_t kind, d.U32());
-  if (magic != kManifestMagic || version != kDiskFormatVersion ||
+  if (magic != kManifestMagic || version < 1 || version > kManifestFormatVersion ||
       kind != static_cast<uint32_t>(FileKind::kManifest)) {
     return Decoder::Corrupt("bad manifest magic, version or kind");
   }
@@ -343,6 +358,12 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   for (ManifestChunk& c : m.chunks) {
     ASSIGN_OR_RETURN(c.id, DecodeChunkIdentity(&d));
     ASSIGN_OR_RETURN(c.file, DecodeManifestFile(&d));
+  }
+  if (version >= 2) {
+    ASSIGN_OR_RETURN(m.capture_kind, d.U32());
+    if (m.capture_kind > FormatLimits::kMaxCaptureKind) {
+      return Decoder::Corrupt(absl::StrCat("capture kind ", m.capture_kind));
+    }
   }
   if (d.remaining() != 0) return Decoder::Corrupt("trailing manifest bytes");
   return m;

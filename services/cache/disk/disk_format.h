@@ -24,7 +24,9 @@ namespace cairn::cache {
 enum class FileKind : uint32_t { kChunk = 1, kState = 2, kManifest = 3 };
 enum class SectionKind : uint32_t { kPrivate = 1, kTail = 2 };
 
-inline constexpr uint32_t kDiskFormatVersion = 1;
+inline constexpr uint32_t kDiskFormatVersion = 1;  // Chunk and private-state files.
+// Manifests: version 2 adds the capture kind; version 1 manifests (no kind) still load.
+inline constexpr uint32_t kManifestFormatVersion = 2;
 inline constexpr uint64_t kFileFixedHeaderBytes = 40;
 inline constexpr uint64_t kFileFooterBytes = 16;
 
@@ -38,6 +40,7 @@ struct FormatLimits {
   static constexpr uint64_t kMaxHeaderBytes = 1 << 20;
   static constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 40;
   static constexpr uint64_t kMaxManifestBytes = uint64_t{1} << 28;
+  static constexpr uint32_t kMaxCaptureKind = 255;
 };
 
 // Identity and position of one chunk of rows (P10).
@@ -116,11 +119,16 @@ struct Manifest {
   ManifestFile state_file;
   std::vector<StateSection> sections;
   std::vector<ManifestChunk> chunks;
+  // Why the checkpoint was captured, as the cache core numbers its capture kinds (opaque to
+  // the disk tier; 0 = a prompt end, also what a version 1 manifest reads as).
+  uint32_t capture_kind = 0;
   friend bool operator==(const Manifest&, const Manifest&) = default;
 };
 
-// Returns the encoded manifest with its trailing checksum.
+// Returns the encoded manifest (version kManifestFormatVersion) with its trailing checksum.
 std::string EncodeManifest(const Manifest& manifest);
+// The same in the version 1 layout (no capture kind): for compatibility tests only.
+std::string EncodeManifestV1ForTest(const Manifest& manifest);
 // Decodes a manifest; DataLoss if it is short, its checksum fails or any field is out of
 // bounds or inconsistent (torn manifests are ignored by the caller).
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes);

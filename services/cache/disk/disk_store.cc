@@ -17,10 +17,14 @@
 #include "common/status/annotate.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
+#include "services/cache/disk/disk_store_internal.h"
 #include "services/cache/disk/kill_point.h"
 
 namespace cairn::cache {
 namespace {
+
+using disk_internal::Corrupt;
+using disk_internal::ReadSmallFile;
 
 constexpr char kManifestSuffix[] = ".manifest";
 constexpr char kTmpSuffix[] = ".tmp";
@@ -56,24 +60,6 @@ bool IsIoError(const absl::Status& s) {
          s.code() != absl::StatusCode::kDataLoss &&
          s.code() != absl::StatusCode::kInvalidArgument &&
          s.code() != absl::StatusCode::kAlreadyExists;
-}
-
-absl::Status Corrupt(const std::string& path, absl::string_view what) {
-  return absl::DataLossError(absl::StrCat(path, ": ", what));
-}
-
-// Reads a whole small file (manifests), bounded by `max_bytes`.
-absl::StatusOr<std::string> ReadSmallFile(FileSystem* fs, const std::string& path,
-                                          uint64_t max_bytes) {
-  ASSIGN_OR_RETURN(uint64_t size, fs->FileSize(path));
-  if (size > max_bytes) return Corrupt(path, absl::StrCat("file of ", size, " bytes"));
-  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs->NewReadableFile(path));
-  std::string bytes(size, '\0');
-  ASSIGN_OR_RETURN(
-      size_t n,
-      file->ReadAt(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size())));
-  if (n != size) return Corrupt(path, "short read");
-  return bytes;
 }
 
 }  // namespace
@@ -180,7 +166,9 @@ absl::Status DiskStore::RegisterLocked(Manifest m, uint64_t manifest_bytes) {
       it->second.entry = c;
       used_bytes_ += c.file.length;
     }
-    it->second.users.insert(m.checkpoint_id);
+    // Start-up registers checkpoints in id order: the hint makes each insert O(1) instead of
+    // a descent through a set that holds every checkpoint sharing the chunk.
+    it->second.users.emplace_hint(it->second.users.end(), m.checkpoint_id);
     max_chunk_id_ = std::max(max_chunk_id_, c.id.chunk_id);
   }
   used_bytes_ += m.state_file.length + manifest_bytes;
@@ -300,6 +288,10 @@ absl::Status DiskStore::ValidateRequest(const PublishRequest& r) const {
   if (r.compat_digest.empty() || r.compat_digest.size() > FormatLimits::kMaxString ||
       r.input_digest.size() > FormatLimits::kMaxString) {
     return absl::InvalidArgumentError("compatibility or input digest is empty or too long");
+  }
+  if (r.capture_kind > FormatLimits::kMaxCaptureKind) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capture_kind ", r.capture_kind, " is above ", FormatLimits::kMaxCaptureKind));
   }
   if (r.new_chunks.size() + r.shared_chunk_ids.size() > FormatLimits::kMaxChunks ||
       r.sections.size() > FormatLimits::kMaxSections) {
@@ -490,6 +482,7 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   m.depth = request.tokens.size();
   m.compat_digest = request.compat_digest;
   m.input_digest = request.input_digest;
+  m.capture_kind = request.capture_kind;
   m.tokens = request.tokens;
   m.token_hash = TokenHash(m.tokens);
   m.sections = request.sections;
@@ -735,162 +728,31 @@ absl::StatusOr<SweepStats> DiskStore::SweepOrphans() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Restore (R4).
-
-absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile& expected,
-                                     const FileHeader& want, uint64_t payload_bytes,
-                                     uint8_t* destination) {
-  ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
-  if (size != expected.length) {
-    return Corrupt(path, absl::StrCat("size ", size, ", manifest says ", expected.length));
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs_->NewReadableFile(path));
-  std::string staging(options_.staging_bytes, '\0');
-  auto read = [&](uint64_t offset, size_t n) -> absl::StatusOr<absl::string_view> {
-    if (n > staging.size()) staging.resize(n);
-    ASSIGN_OR_RETURN(
-        size_t got,
-        file->ReadAt(offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(staging.data()), n)));
-    if (got != n) return Corrupt(path, "short read");
-    return absl::string_view(staging.data(), n);
-  };
-  if (size < kFileFixedHeaderBytes + kFileFooterBytes) return Corrupt(path, "file too short");
-  ASSIGN_OR_RETURN(absl::string_view prefix, read(0, kFileFixedHeaderBytes));
-  ASSIGN_OR_RETURN(uint64_t header_bytes, PeekHeaderBytes(prefix));
-  if (header_bytes > size - kFileFooterBytes) return Corrupt(path, "header past the end");
-  ASSIGN_OR_RETURN(absl::string_view header_bytes_view, read(0, header_bytes));
-  ASSIGN_OR_RETURN(FileHeader header, DecodeFileHeader(header_bytes_view));
-  const bool identity_ok =
-      header.kind == want.kind && header.compat_hash == want.compat_hash &&
-      (header.kind == FileKind::kChunk ? header.chunk == want.chunk : header.state == want.state);
-  if (!identity_ok) return Corrupt(path, "identity or position does not match the manifest");
-  if (header.payload_bytes != payload_bytes ||
-      header_bytes + header.payload_bytes + kFileFooterBytes != size) {
-    return Corrupt(path, "payload size does not match");
-  }
-  Xxh3Stream hash;
-  hash.Update(header_bytes_view);
-  uint64_t done = 0;
-  while (done < header.payload_bytes) {
-    const size_t n = std::min<uint64_t>(options_.staging_bytes, header.payload_bytes - done);
-    ASSIGN_OR_RETURN(absl::string_view piece, read(header_bytes + done, n));
-    hash.Update(piece);
-    if (destination != nullptr) std::memcpy(destination + done, piece.data(), n);
-    done += n;
-  }
-  ASSIGN_OR_RETURN(absl::string_view footer, read(header_bytes + done, kFileFooterBytes));
-  ASSIGN_OR_RETURN(uint64_t stored, DecodeFooter(footer));
-  const uint64_t computed = hash.Digest();
-  if (stored != computed || computed != expected.checksum) {
-    return Corrupt(path, "checksum mismatch");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination& destination) {
-  return Load(checkpoint_id, &destination);
-}
-
-absl::Status DiskStore::Verify(uint64_t checkpoint_id) { return Load(checkpoint_id, nullptr); }
-
-absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* destination) {
-  Manifest m;
-  {
-    MutexLock lock(&mu_);
-    auto it = live_.find(checkpoint_id);
-    if (it == live_.end() || it->second.deleting) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
-    }
-    m = it->second.manifest;
-    ++it->second.readers;
-  }
-  const uint64_t compat_hash = CompatHash(m.compat_digest);
-  std::set<uint64_t> dependents;  // To quarantine if a file is bad.
-  absl::Status status;
-  // Reads one file of the checkpoint into the destination the caller gives for `piece`.
-  auto load_piece = [&](const RestorePiece& piece, const std::string& path,
-                        const ManifestFile& file, const FileHeader& want) -> bool {
-    uint8_t* out = nullptr;
-    if (destination != nullptr) {
-      absl::StatusOr<absl::Span<uint8_t>> dst = (*destination)(piece);
-      if (dst.ok() && dst->size() != piece.bytes) {
-        dst = absl::InvalidArgumentError("restore destination has the wrong size");
-      }
-      if (!dst.ok()) {
-        status = dst.status();  // The caller's error, not the file's.
-        return false;
-      }
-      out = dst->data();
-    }
-    status = ReadVerified(path, file, want, piece.bytes, out);
-    return status.ok();
-  };
-  auto is_bad_file = [&] {
-    return status.code() == absl::StatusCode::kDataLoss ||
-           status.code() == absl::StatusCode::kNotFound;
-  };
-  {
-    FileHeader want;
-    want.kind = FileKind::kState;
-    want.compat_hash = compat_hash;
-    want.state = StateIdentity{checkpoint_id, m.depth, m.sections};
-    RestorePiece piece{FileKind::kState, {}, m.sections, 0};
-    for (const StateSection& s : m.sections) piece.bytes += s.bytes;
-    if (!load_piece(piece, StatePath(m.state_file.name), m.state_file, want) && is_bad_file()) {
-      dependents.insert(checkpoint_id);
-    }
-  }
-  for (size_t i = 0; status.ok() && i < m.chunks.size(); ++i) {
-    const ManifestChunk& c = m.chunks[i];
-    FileHeader want;
-    want.kind = FileKind::kChunk;
-    want.compat_hash = compat_hash;
-    want.chunk = c.id;
-    RestorePiece piece{FileKind::kChunk, c.id, {}, uint64_t{c.id.rows} * c.id.row_bytes};
-    if (!load_piece(piece, ChunkPath(c.file.name), c.file, want) && is_bad_file()) {
-      MutexLock lock(&mu_);
-      auto it = chunks_.find(c.id.chunk_id);
-      if (it != chunks_.end()) dependents = it->second.users;  // R5: every dependent.
-      dependents.insert(checkpoint_id);
-    }
-  }
-  {
-    MutexLock lock(&mu_);
-    if (auto it = live_.find(checkpoint_id); it != live_.end()) --it->second.readers;
-    ++counters_.restores;
-    if (!status.ok()) ++counters_.restore_failures;
-  }
-  if (!dependents.empty()) {
-    QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
-    return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint_id, ": ", status.message()));
-  }
-  if (!status.ok()) NoteIoError(status, false).IgnoreError();  // Counted towards IO4.
-  return status;
-}
-
-absl::StatusOr<Manifest> DiskStore::GetManifest(uint64_t checkpoint_id) const {
-  {
-    MutexLock lock(&mu_);
-    if (live_.count(checkpoint_id) == 0) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
-    }
-  }
-  ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(fs_, ManifestPath(checkpoint_id),
-                                                    FormatLimits::kMaxManifestBytes));
-  return DecodeManifest(bytes);
-}
-
-// ---------------------------------------------------------------------------------------------
 // Accessors.
 
 std::vector<DiskCheckpointInfo> DiskStore::ListCheckpoints() const {
   MutexLock lock(&mu_);
   std::vector<DiskCheckpointInfo> out;
-  for (const auto& [id, r] : live_) {
-    out.push_back(DiskCheckpointInfo{id, r.manifest.generation, r.manifest.depth,
-                                     r.manifest.compat_digest, BytesFreedLocked(r)});
-  }
+  for (const auto& [id, r] : live_) out.push_back(InfoLocked(id, r));
   return out;
+}
+
+std::optional<DiskCheckpointInfo> DiskStore::NextCheckpointAfter(uint64_t after_id) const {
+  MutexLock lock(&mu_);
+  auto it = live_.upper_bound(after_id);
+  if (it == live_.end()) return std::nullopt;
+  return InfoLocked(it->first, it->second);
+}
+
+DiskCheckpointInfo DiskStore::InfoLocked(uint64_t id, const Record& r) const {
+  uint64_t file_bytes = r.manifest.state_file.length;
+  for (const ManifestChunk& c : r.manifest.chunks) file_bytes += c.file.length;
+  return DiskCheckpointInfo{id,
+                            r.manifest.generation,
+                            r.manifest.depth,
+                            r.manifest.compat_digest,
+                            BytesFreedLocked(r),
+                            file_bytes};
 }
 
 std::vector<QuarantineInfo> DiskStore::Quarantined() const {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct DiskCheckpointInfo {
   uint64_t depth = 0;
   std::string compat_digest;
   uint64_t bytes_freed = 0;  // Bytes deleting it alone would free now.
+  uint64_t file_bytes = 0;   // Its state file and chunk files (what verifying it reads).
 };
 
 struct DiskStoreOptions {
@@ -74,6 +76,7 @@ struct PublishRequest {
   std::vector<uint64_t> shared_chunk_ids;  // Already durable on disk (P8).
   std::vector<StateSection> sections;      // Layout of `state`.
   absl::Span<const uint8_t> state;         // Private state and tails, section by section.
+  uint32_t capture_kind = 0;               // Recorded in the manifest (Manifest::capture_kind).
 };
 
 // One piece a restore delivers: a chunk or the state file's payload.
@@ -159,6 +162,10 @@ class DiskStore {
   absl::StatusOr<SweepStats> SweepOrphans();
 
   std::vector<DiskCheckpointInfo> ListCheckpoints() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The live checkpoint with the smallest id above `after_id`, or nullopt (the scrubber's
+  // cursor).
+  std::optional<DiskCheckpointInfo> NextCheckpointAfter(uint64_t after_id) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<QuarantineInfo> Quarantined() const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasCheckpoint(uint64_t checkpoint_id) const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasChunk(uint64_t chunk_id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -218,6 +225,8 @@ class DiskStore {
   void UnpinLocked(const std::vector<uint64_t>& chunk_ids, std::vector<std::string>* orphans)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t BytesFreedLocked(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  DiskCheckpointInfo InfoLocked(uint64_t id, const Record& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeleteBestEffort(const std::vector<std::string>& paths);
   // Records an I/O error; fsync errors (or too many errors in the window) make the tier
   // read-only (IO1, IO4). Returns `s`.

@@ -35,6 +35,13 @@ using testing::Server;
 using testing::TempPath;
 using testing::Tokens;
 
+// Flips one byte of chunk 1's file under the disk tier at `root`.
+bool DamageFirstChunkFile(const std::string& root) {
+  return std::system(("f=$(ls " + root + "/chunks/c-0000000000000001-* | head -1) && " +
+                      "printf '\\377' | dd of=\"$f\" bs=1 seek=300 conv=notrunc status=none")
+                         .c_str()) == 0;
+}
+
 TEST(CacheDaemonTest, CaptureSpillAndRestoreFromRamGiveBackEveryByte) {
   Server server;
   FakeInfer infer(server.address());
@@ -96,6 +103,8 @@ TEST(CacheDaemonTest, InspectionCallsReportTheCheckpoints) {
   ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetTree, v1::GetTreeRequest(), &tree).ok());
 
   EXPECT_EQ(status.ram().checkpoints(), 3u);
+  // The automatic cap in effect (RAM budget over the model's private state), not 0.
+  EXPECT_EQ(status.ram().max_checkpoints(), (uint64_t{8} << 20) / kPrivateBytes);
   EXPECT_EQ(status.sessions(), 1u);
   EXPECT_GT(status.ram().private_bytes(), 3 * kPrivateBytes - 1);
   EXPECT_EQ(list.checkpoints_size(), 3);
@@ -612,11 +621,7 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
     captured = infer.captured();
   }
   // Chunk 1 is a's first chunk, which b shares by provenance: flip one byte of its file.
-  ASSERT_EQ(
-      std::system(("f=$(ls " + root + "/chunks/c-0000000000000001-* | head -1) && " +
-                   "printf '\\377' | dd of=\"$f\" bs=1 seek=300 conv=notrunc " + "status=none")
-                      .c_str()),
-      0);
+  ASSERT_TRUE(DamageFirstChunkFile(root));
   Server restarted(8 << 20, root);
   FakeInfer infer(restarted.address());
   ASSERT_NO_FATAL_FAILURE(infer.Open());
@@ -641,6 +646,8 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
           .ok());
   ASSERT_EQ(list.checkpoints_size(), 1);
   EXPECT_EQ(list.checkpoints(0).checkpoint_id(), c_id);
+  // The manifest recorded the kind it was captured as: it comes back learned, not as an end.
+  EXPECT_EQ(list.checkpoints(0).kind(), v1::CAPTURE_KIND_LEARNED);
   // No false positive: the untouched checkpoint restores byte for byte; the daemon is healthy.
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, c_id));
   v1::GetStatusResponse status;
@@ -648,6 +655,52 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
   EXPECT_EQ(status.quarantined(), 2u);
   EXPECT_TRUE(status.disk_healthy());
   (void)a_id;
+}
+
+TEST(CacheDaemonTest, TheScrubberQuarantinesADamagedCheckpointBeforeAnyRestoreNeedsIt) {
+  const std::string root = TempPath("disk-scrub");
+  ASSERT_EQ(std::system(("rm -rf " + root).c_str()), 0);
+  std::vector<uint32_t> a = Tokens(26, 100);
+  std::vector<uint32_t> c = Tokens(27, 50);
+  uint64_t a_id = 0, c_id = 0;
+  {
+    Server server(8 << 20, root);
+    FakeInfer infer(server.address());
+    ASSERT_NO_FATAL_FAILURE(infer.Open());
+    infer.set_capture_kind(v1::CAPTURE_KIND_LEARNED);
+    a_id = infer.PrefillCold(0, a, {100}, 51)[0];
+    c_id = infer.PrefillCold(1, c, {50}, 53)[0];
+    infer.PrefillCold(0, Tokens(28, 4), {}, 54);  // Spills the rows: the writes go ahead.
+    infer.PrefillCold(1, Tokens(29, 4), {}, 55);
+    v1::FlushResponse flushed;
+    ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+    ASSERT_EQ(flushed.persisted(), 2u);
+  }
+  // a's first chunk is chunk 1: flip one byte of its file.
+  ASSERT_TRUE(DamageFirstChunkFile(root));
+  Server restarted(8 << 20, root);
+  FakeInfer infer(restarted.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+
+  restarted.daemon()->ScrubPassForTest();
+
+  // No restore was needed to find it: the index no longer offers it, with an event.
+  std::vector<uint32_t> next = a;
+  next.push_back(1);
+  EXPECT_EQ(infer.Lookup(next).best().tier(), v1::TIER_UNSPECIFIED);
+  v1::ListCheckpointsResponse list;
+  ASSERT_TRUE(
+      infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+          .ok());
+  ASSERT_EQ(list.checkpoints_size(), 1);
+  EXPECT_EQ(list.checkpoints(0).checkpoint_id(), c_id);
+  std::vector<v1::Event> events = restarted.daemon()->EventsAfter(0, 0);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(),
+                          [&](const v1::Event& e) { return e.checkpoint_id() == a_id; }));
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.quarantined(), 1u);
+  EXPECT_TRUE(status.disk_healthy());
 }
 
 TEST(CacheDaemonTest, ASilentSessionExpiresAndItsStreamEndsAtTheNextMessage) {

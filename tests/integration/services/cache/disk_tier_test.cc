@@ -2,8 +2,11 @@
 // and is bounded by it; a disk that fills makes the policy core evict by rank, with events,
 // and the index never lists a checkpoint whose files are gone.
 
+#include <atomic>
+#include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -21,7 +24,66 @@ using testing::Server;
 using testing::TempPath;
 using testing::Tokens;
 
-constexpr uint64_t kReserve = uint64_t{64} << 20;  // DiskStoreOptions' default reserve.
+constexpr uint64_t kReserve = uint64_t{64} << 20;    // DiskStoreOptions' default reserve.
+constexpr absl::Duration kWait = absl::Seconds(30);  // Bound of every wait below.
+
+// The POSIX file system with a gate on file creation: while closed, the disk writer stops
+// at its next new file. Thread-safe.
+class GatedFileSystem final : public FileSystem {
+ public:
+  void Close() {
+    MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    MutexLock lock(&mu_);
+    open_ = true;
+    cv_.SignalAll();
+  }
+  // Waits until a writer is held at the gate; false after kWait.
+  bool WaitForHeldWriter() {
+    const absl::Time deadline = absl::Now() + kWait;
+    MutexLock lock(&mu_);
+    while (held_ == 0 && absl::Now() < deadline) cv_.WaitWithTimeout(&mu_, deadline - absl::Now());
+    return held_ > 0;
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    {
+      const absl::Time deadline = absl::Now() + kWait;
+      MutexLock lock(&mu_);
+      ++held_;
+      cv_.SignalAll();
+      while (!open_ && absl::Now() < deadline) cv_.WaitWithTimeout(&mu_, deadline - absl::Now());
+      --held_;
+    }
+    return base_->NewWritableFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    return base_->NewReadableFile(path);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status Delete(const std::string& path) override { return base_->Delete(path); }
+  absl::Status CreateDir(const std::string& path) override { return base_->CreateDir(path); }
+  absl::Status SyncDir(const std::string& path) override { return base_->SyncDir(path); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
+    return base_->ListDir(path);
+  }
+  absl::StatusOr<uint64_t> FileSize(const std::string& path) override {
+    return base_->FileSize(path);
+  }
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& path) override {
+    return base_->FreeBytes(path);
+  }
+
+ private:
+  FileSystem* const base_ = PosixFileSystem();
+  Mutex mu_;
+  CondVar cv_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 class DiskTierTest : public ::testing::Test {
  protected:
@@ -111,6 +173,49 @@ TEST_F(DiskTierTest, ADiskThatFillsMakesThePolicyEvictByRankWithEvents) {
   const uint64_t third = CaptureAndFlush(infer, 0, 3, 72);
   EXPECT_TRUE(server.daemon()->disk_store()->HasCheckpoint(third));
   (void)second;
+}
+
+TEST_F(DiskTierTest, FlushWaitsForTheWriterWithoutHoldingAnIoThread) {
+  GatedFileSystem fs;
+  Server server(8 << 20, root_, RealClock::Get(), &fs);  // Two I/O threads.
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.set_capture_kind(v1::CAPTURE_KIND_END);
+  fs.Close();
+  const uint64_t id = infer.PrefillCold(0, Tokens(1, 72), {72}, 1)[0];
+  infer.PrefillCold(0, Tokens(1001, 4), {}, 1001);  // Spills the rows: the write starts.
+  ASSERT_TRUE(fs.WaitForHeldWriter());
+
+  // More flushes than I/O threads, all waiting for the held write.
+  std::atomic<int> flushed{0};
+  std::vector<std::thread> flushes;
+  for (int i = 0; i < 4; ++i) {
+    flushes.emplace_back([&] {
+      v1::FlushResponse r;
+      if (infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &r).ok()) ++flushed;
+    });
+  }
+  const absl::Time deadline = absl::Now() + kWait;
+  while (server.daemon()->WaitingFlushesForTest() < 4 && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(server.daemon()->WaitingFlushesForTest(), 4u);
+
+  // The I/O threads still answer other calls, and a flush whose caller gives up ends.
+  v1::GetStatusResponse status = Status(infer);
+  EXPECT_TRUE(status.disk_enabled());
+  auto stub = v1::CacheService::NewStub(NewLocalChannel(server.address()));
+  grpc::ClientContext short_ctx;
+  short_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  v1::FlushResponse ignored;
+  EXPECT_EQ(stub->Flush(&short_ctx, v1::FlushRequest(), &ignored).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  fs.Open();
+  for (std::thread& t : flushes) t.join();
+
+  EXPECT_EQ(flushed.load(), 4);
+  EXPECT_TRUE(server.daemon()->disk_store()->HasCheckpoint(id));
+  EXPECT_EQ(server.daemon()->WaitingFlushesForTest(), 0u);
 }
 
 }  // namespace

@@ -105,6 +105,34 @@ TEST(RadixPrefixIndexTest, NearAncestorsStopAtTheDistance) {
   EXPECT_EQ(RadixPrefixIndex::NearAncestors(leaf, 150).size(), 2u);
 }
 
+TEST(RadixPrefixIndexTest, ExportTreeKeepsKeptEntriesAndTheBranchPointsBetweenThem) {
+  RadixPrefixIndex index;
+  index.Insert(Tokens(32, 0), {IndexEntry::Kind::kCheckpoint, 1});
+  index.Insert(Tokens(64, 0), {IndexEntry::Kind::kCheckpoint, 2});
+  index.Insert(Concat(Tokens(40, 0), Tokens(2, 900)), {IndexEntry::Kind::kCheckpoint, 3});
+  index.Insert(Tokens(80, 0), {IndexEntry::Kind::kLive, 4});  // Left out: not kept.
+  auto checkpoints = [](const IndexEntry& e) { return e.kind == IndexEntry::Kind::kCheckpoint; };
+
+  RadixPrefixIndex::Export tree = index.ExportTree(checkpoints, 100);
+
+  // 32 under the root, the branch point at 40 under 32, then 42 and 64 under it.
+  ASSERT_EQ(tree.nodes.size(), 4u);
+  EXPECT_FALSE(tree.truncated);
+  EXPECT_EQ(tree.nodes[0].depth, 32);
+  EXPECT_EQ(tree.nodes[0].parent, -1);
+  EXPECT_EQ(tree.nodes[1].depth, 40);
+  EXPECT_EQ(tree.nodes[1].parent, 0);
+  EXPECT_TRUE(tree.nodes[1].entries.empty());
+  for (int i : {2, 3}) {
+    EXPECT_EQ(tree.nodes[i].parent, 1);
+    ASSERT_EQ(tree.nodes[i].entries.size(), 1u);
+  }
+  EXPECT_EQ(tree.nodes[2].depth + tree.nodes[3].depth, 42 + 64);
+  RadixPrefixIndex::Export small = index.ExportTree(checkpoints, 2);
+  EXPECT_EQ(small.nodes.size(), 2u);
+  EXPECT_TRUE(small.truncated);
+}
+
 TEST(CapturePlannerTest, GridPointSnapsToAPassEndWithin128) {
   CapturePlanner planner;
   PlanInput in;

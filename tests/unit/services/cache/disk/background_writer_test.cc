@@ -15,49 +15,11 @@ namespace cairn::cache {
 namespace {
 
 using ::cairn::cache::testing::CheckpointFactory;
+using ::cairn::cache::testing::FakeModelActivity;
 using ::cairn::cache::testing::RestoreAll;
 using ::cairn::cache::testing::TempDir;
 
 constexpr absl::Duration kDeadline = absl::Seconds(30);
-
-// A model that is busy until told otherwise.
-class FakeModelActivity final : public ModelActivity {
- public:
-  bool WaitUntilIdle(absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
-    MutexLock lock(&mu_);
-    ++waits_;
-    cv_.SignalAll();
-    while (busy_) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return false;
-      cv_.WaitWithTimeout(&mu_, left);
-    }
-    return true;
-  }
-  void SetBusy(bool busy) {
-    MutexLock lock(&mu_);
-    busy_ = busy;
-    cv_.SignalAll();
-  }
-  // Waits until the writer has asked at least `n` times; false after the deadline.
-  bool WaitForWaits(int n) {
-    const absl::Time deadline = absl::Now() + kDeadline;
-    MutexLock lock(&mu_);
-    while (waits_ < n) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return false;
-      cv_.WaitWithTimeout(&mu_, left);
-    }
-    return true;
-  }
-
- private:
-  Mutex mu_;
-  CondVar cv_;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;
-  int waits_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // Collects job results. Thread-safe.
 class Results {
@@ -82,12 +44,19 @@ class Results {
 class BackgroundWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DiskStoreOptions o;
-    o.root = dir_.path();
-    o.free_space_reserve_bytes = 0;
-    auto store = DiskStore::Create(o, PosixFileSystem());
+    auto store = testing::OpenTestStore(dir_.path());
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
+  }
+  // A writer held by the busy model in the middle of checkpoint `id`'s write.
+  std::unique_ptr<BackgroundWriter> HeldWriter(uint64_t id) {
+    BackgroundWriterOptions options;
+    options.max_yield = kDeadline;
+    auto writer = std::make_unique<BackgroundWriter>(store_.get(), &model_, options);
+    model_.SetBusy(true);
+    EXPECT_TRUE(writer->Enqueue(Job(factory_.Build(id, {}, 1))).ok());
+    EXPECT_TRUE(model_.WaitForWaits(2));
+    return writer;
   }
   WriteJob Job(PublishRequest r, std::vector<uint64_t> supersedes = {}) {
     WriteJob job;
@@ -191,6 +160,68 @@ TEST_F(BackgroundWriterTest, ShutdownCancelsPendingJobs) {
   EXPECT_EQ(results_.Get(2).code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(writer->Enqueue(Job(factory_.Build(3, {}, 1))).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(BackgroundWriterTest, IdleWaiterRunsAtOnceWhenNothingIsQueued) {
+  BackgroundWriter writer(store_.get(), &model_, BackgroundWriterOptions());
+  bool ran = false;
+
+  const uint64_t token = writer.NotifyWhenIdle([&ran] { ran = true; });
+
+  EXPECT_EQ(token, 0u);
+  EXPECT_TRUE(ran);
+}
+
+TEST_F(BackgroundWriterTest, IdleWaiterRunsOnTheWriterThreadOnceTheQueueDrains) {
+  std::unique_ptr<BackgroundWriter> writer = HeldWriter(1);
+  Mutex mu;
+  CondVar cv;
+  bool ran = false;
+  absl::Status seen_by_waiter = absl::UnknownError("not run");
+
+  const uint64_t token = writer->NotifyWhenIdle([&] {
+    MutexLock lock(&mu);
+    ran = true;
+    seen_by_waiter = results_.Get(1);
+    cv.SignalAll();
+  });
+  ASSERT_NE(token, 0u);
+  {
+    MutexLock lock(&mu);
+    EXPECT_FALSE(ran);  // The job is held by the busy model: the caller is not blocked.
+  }
+  model_.SetBusy(false);
+
+  const absl::Time deadline = absl::Now() + kDeadline;
+  MutexLock lock(&mu);
+  while (!ran && absl::Now() < deadline) cv.WaitWithTimeout(&mu, deadline - absl::Now());
+  EXPECT_TRUE(ran);
+  CAIRN_EXPECT_OK(seen_by_waiter);  // Runs after the job's own completion.
+  EXPECT_FALSE(writer->CancelIdleWait(token));
+}
+
+TEST_F(BackgroundWriterTest, CancelledIdleWaiterNeverRuns) {
+  std::unique_ptr<BackgroundWriter> writer = HeldWriter(1);
+  bool ran = false;
+  const uint64_t token = writer->NotifyWhenIdle([&ran] { ran = true; });
+
+  EXPECT_TRUE(writer->CancelIdleWait(token));
+  model_.SetBusy(false);
+  ASSERT_TRUE(writer->WaitIdle(kDeadline));
+
+  EXPECT_FALSE(ran);
+}
+
+TEST_F(BackgroundWriterTest, ShutdownAnswersIdleWaiters) {
+  std::unique_ptr<BackgroundWriter> writer = HeldWriter(1);
+  CAIRN_ASSERT_OK(writer->Enqueue(Job(factory_.Build(2, {}, 1))));
+  bool ran = false;
+  ASSERT_NE(writer->NotifyWhenIdle([&ran] { ran = true; }), 0u);
+
+  model_.SetBusy(false);
+  writer->Shutdown();
+
+  EXPECT_TRUE(ran);
 }
 
 }  // namespace

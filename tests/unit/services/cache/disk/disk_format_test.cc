@@ -28,6 +28,7 @@ Manifest SampleManifest() {
   m.state_file = {"s-1.state", 1000, 0xabc};
   m.sections = {{0, SectionKind::kTail, 256, 5, 500}, {1, SectionKind::kPrivate, 0, 0, 484}};
   m.chunks = {{{9, 0, 0, 256, 64}, {"c-9.chunk", 16440, 0xdef}}};
+  m.capture_kind = 3;
   return m;
 }
 
@@ -37,6 +38,17 @@ TEST(DiskFormatTest, ManifestRoundTrips) {
   auto decoded = DecodeManifest(EncodeManifest(m));
 
   ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, m);
+}
+
+TEST(DiskFormatTest, VersionOneManifestsStillLoadWithThePromptEndKind) {
+  Manifest m = SampleManifest();
+
+  auto decoded = DecodeManifest(EncodeManifestV1ForTest(m));
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->capture_kind, 0u);
+  m.capture_kind = 0;
   EXPECT_EQ(*decoded, m);
 }
 

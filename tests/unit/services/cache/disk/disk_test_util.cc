@@ -90,4 +90,41 @@ std::vector<std::string> DataFiles(const std::string& root) {
   return names;
 }
 
+absl::StatusOr<std::unique_ptr<DiskStore>> OpenTestStore(const std::string& root) {
+  DiskStoreOptions o;
+  o.root = root;
+  o.free_space_reserve_bytes = 0;
+  return DiskStore::Create(o, PosixFileSystem());
+}
+
+bool FakeModelActivity::WaitUntilIdle(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  ++waits_;
+  cv_.SignalAll();
+  while (busy_) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    cv_.WaitWithTimeout(&mu_, left);
+  }
+  return true;
+}
+
+void FakeModelActivity::SetBusy(bool busy) {
+  MutexLock lock(&mu_);
+  busy_ = busy;
+  cv_.SignalAll();
+}
+
+bool FakeModelActivity::WaitForWaits(int n, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  while (waits_ < n) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    cv_.WaitWithTimeout(&mu_, left);
+  }
+  return true;
+}
+
 }  // namespace cairn::cache::testing

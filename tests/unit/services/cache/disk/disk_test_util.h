@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/concurrency/mutex.h"
+#include "services/cache/disk/background_writer.h"
 #include "services/cache/disk/disk_store.h"
 
 namespace cairn::cache::testing {
@@ -62,8 +65,27 @@ class CheckpointFactory {
 // Restores `id` into heap buffers and returns the concatenation (state, then chunks).
 absl::StatusOr<std::vector<uint8_t>> RestoreAll(DiskStore* store, uint64_t id);
 
+// Opens a store at `root` on the POSIX file system with no free-space reserve.
+absl::StatusOr<std::unique_ptr<DiskStore>> OpenTestStore(const std::string& root);
+
 // Returns every file name under `root`'s chunks/, states/ and manifests/ directories.
 std::vector<std::string> DataFiles(const std::string& root);
+
+// A model that is busy until told otherwise, so a test can hold the background writer between
+// staging pieces. Thread-safe.
+class FakeModelActivity final : public ModelActivity {
+ public:
+  bool WaitUntilIdle(absl::Duration timeout) override ABSL_LOCKS_EXCLUDED(mu_);
+  void SetBusy(bool busy) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the writer has asked at least `n` times; false after `deadline`.
+  bool WaitForWaits(int n, absl::Duration deadline = absl::Seconds(30)) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  int waits_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace cairn::cache::testing
 

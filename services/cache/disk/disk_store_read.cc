@@ -1,0 +1,167 @@
+// DiskStore's read side: restores and verification (R4, R7).
+
+#include <cstring>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum/checksum.h"
+#include "common/log/log.h"
+#include "common/status/status_macros.h"
+#include "services/cache/disk/disk_store.h"
+#include "services/cache/disk/disk_store_internal.h"
+
+namespace cairn::cache {
+
+using disk_internal::Corrupt;
+using disk_internal::ReadSmallFile;
+
+// ---------------------------------------------------------------------------------------------
+// Restore (R4).
+
+absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile& expected,
+                                     const FileHeader& want, uint64_t payload_bytes,
+                                     uint8_t* destination) {
+  ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
+  if (size != expected.length) {
+    return Corrupt(path, absl::StrCat("size ", size, ", manifest says ", expected.length));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs_->NewReadableFile(path));
+  std::string staging(options_.staging_bytes, '\0');
+  auto read = [&](uint64_t offset, size_t n) -> absl::StatusOr<absl::string_view> {
+    if (n > staging.size()) staging.resize(n);
+    ASSIGN_OR_RETURN(
+        size_t got,
+        file->ReadAt(offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(staging.data()), n)));
+    if (got != n) return Corrupt(path, "short read");
+    return absl::string_view(staging.data(), n);
+  };
+  if (size < kFileFixedHeaderBytes + kFileFooterBytes) return Corrupt(path, "file too short");
+  ASSIGN_OR_RETURN(absl::string_view prefix, read(0, kFileFixedHeaderBytes));
+  ASSIGN_OR_RETURN(uint64_t header_bytes, PeekHeaderBytes(prefix));
+  if (header_bytes > size - kFileFooterBytes) return Corrupt(path, "header past the end");
+  ASSIGN_OR_RETURN(absl::string_view header_bytes_view, read(0, header_bytes));
+  ASSIGN_OR_RETURN(FileHeader header, DecodeFileHeader(header_bytes_view));
+  const bool identity_ok =
+      header.kind == want.kind && header.compat_hash == want.compat_hash &&
+      (header.kind == FileKind::kChunk ? header.chunk == want.chunk : header.state == want.state);
+  if (!identity_ok) return Corrupt(path, "identity or position does not match the manifest");
+  if (header.payload_bytes != payload_bytes ||
+      header_bytes + header.payload_bytes + kFileFooterBytes != size) {
+    return Corrupt(path, "payload size does not match");
+  }
+  Xxh3Stream hash;
+  hash.Update(header_bytes_view);
+  uint64_t done = 0;
+  while (done < header.payload_bytes) {
+    const size_t n = std::min<uint64_t>(options_.staging_bytes, header.payload_bytes - done);
+    ASSIGN_OR_RETURN(absl::string_view piece, read(header_bytes + done, n));
+    hash.Update(piece);
+    if (destination != nullptr) std::memcpy(destination + done, piece.data(), n);
+    done += n;
+  }
+  ASSIGN_OR_RETURN(absl::string_view footer, read(header_bytes + done, kFileFooterBytes));
+  ASSIGN_OR_RETURN(uint64_t stored, DecodeFooter(footer));
+  const uint64_t computed = hash.Digest();
+  if (stored != computed || computed != expected.checksum) {
+    return Corrupt(path, "checksum mismatch");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::Restore(uint64_t checkpoint_id, const RestoreDestination& destination) {
+  return Load(checkpoint_id, &destination);
+}
+
+absl::Status DiskStore::Verify(uint64_t checkpoint_id) { return Load(checkpoint_id, nullptr); }
+
+absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* destination) {
+  Manifest m;
+  {
+    MutexLock lock(&mu_);
+    auto it = live_.find(checkpoint_id);
+    if (it == live_.end() || it->second.deleting) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
+    }
+    m = it->second.manifest;
+    ++it->second.readers;
+  }
+  const uint64_t compat_hash = CompatHash(m.compat_digest);
+  std::set<uint64_t> dependents;  // To quarantine if a file is bad.
+  absl::Status status;
+  // Reads one file of the checkpoint into the destination the caller gives for `piece`.
+  auto load_piece = [&](const RestorePiece& piece, const std::string& path,
+                        const ManifestFile& file, const FileHeader& want) -> bool {
+    uint8_t* out = nullptr;
+    if (destination != nullptr) {
+      absl::StatusOr<absl::Span<uint8_t>> dst = (*destination)(piece);
+      if (dst.ok() && dst->size() != piece.bytes) {
+        dst = absl::InvalidArgumentError("restore destination has the wrong size");
+      }
+      if (!dst.ok()) {
+        status = dst.status();  // The caller's error, not the file's.
+        return false;
+      }
+      out = dst->data();
+    }
+    status = ReadVerified(path, file, want, piece.bytes, out);
+    return status.ok();
+  };
+  auto is_bad_file = [&] {
+    return status.code() == absl::StatusCode::kDataLoss ||
+           status.code() == absl::StatusCode::kNotFound;
+  };
+  {
+    FileHeader want;
+    want.kind = FileKind::kState;
+    want.compat_hash = compat_hash;
+    want.state = StateIdentity{checkpoint_id, m.depth, m.sections};
+    RestorePiece piece{FileKind::kState, {}, m.sections, 0};
+    for (const StateSection& s : m.sections) piece.bytes += s.bytes;
+    if (!load_piece(piece, StatePath(m.state_file.name), m.state_file, want) && is_bad_file()) {
+      dependents.insert(checkpoint_id);
+    }
+  }
+  for (size_t i = 0; status.ok() && i < m.chunks.size(); ++i) {
+    const ManifestChunk& c = m.chunks[i];
+    FileHeader want;
+    want.kind = FileKind::kChunk;
+    want.compat_hash = compat_hash;
+    want.chunk = c.id;
+    RestorePiece piece{FileKind::kChunk, c.id, {}, uint64_t{c.id.rows} * c.id.row_bytes};
+    if (!load_piece(piece, ChunkPath(c.file.name), c.file, want) && is_bad_file()) {
+      MutexLock lock(&mu_);
+      auto it = chunks_.find(c.id.chunk_id);
+      if (it != chunks_.end()) dependents = it->second.users;  // R5: every dependent.
+      dependents.insert(checkpoint_id);
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    if (auto it = live_.find(checkpoint_id); it != live_.end()) --it->second.readers;
+    ++counters_.restores;
+    if (!status.ok()) ++counters_.restore_failures;
+  }
+  if (!dependents.empty()) {
+    QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
+    return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint_id, ": ", status.message()));
+  }
+  if (!status.ok()) NoteIoError(status, false).IgnoreError();  // Counted towards IO4.
+  return status;
+}
+
+absl::StatusOr<Manifest> DiskStore::GetManifest(uint64_t checkpoint_id) const {
+  {
+    MutexLock lock(&mu_);
+    if (live_.count(checkpoint_id) == 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadSmallFile(fs_, ManifestPath(checkpoint_id),
+                                                    FormatLimits::kMaxManifestBytes));
+  return DecodeManifest(bytes);
+}
+
+}  // namespace cairn::cache
