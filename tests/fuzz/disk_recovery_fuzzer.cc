@@ -120,18 +120,34 @@ void ApplyOp(fuzz::FuzzInput& in, const std::string& root, std::unique_ptr<Catal
   }
 }
 
+// Two published checkpoints sharing a chunk, made once per process; every input starts from a
+// copy. Never destroyed (fuzz targets run until the process exits).
+struct Published {
+  testing::TempDir dir;
+  testing::CheckpointFactory factory{/*chunk_rows=*/4, /*row_bytes=*/16};
+};
+
+Published* Publish() {
+  auto* p = new Published();
+  CAIRN_CHECK(!p->dir.path().empty());
+  absl::StatusOr<std::unique_ptr<DiskStore>> store =
+      DiskStore::Create(StoreOptions(p->dir.path()), PosixFileSystem());
+  CAIRN_CHECK(store.ok());
+  CAIRN_CHECK((*store)->Publish(p->factory.Build(1, {}, 2, 256, 3)).ok());
+  CAIRN_CHECK((*store)->Publish(p->factory.Build(2, {p->factory.ChunksOf(1)[0]}, 1, 128, 1)).ok());
+  return p;
+}
+
 void Run(fuzz::FuzzInput& in) {
   SetMinLogLevel(LogLevel::kError);  // Quarantines are routine here.
+  static Published* const published = Publish();
+  const testing::CheckpointFactory& factory = published->factory;
   testing::TempDir dir;
   CAIRN_CHECK(!dir.path().empty());
-  testing::CheckpointFactory factory(/*chunk_rows=*/4, /*row_bytes=*/16);
-  {
-    absl::StatusOr<std::unique_ptr<DiskStore>> store =
-        DiskStore::Create(StoreOptions(dir.path()), PosixFileSystem());
-    CAIRN_CHECK(store.ok());
-    CAIRN_CHECK((*store)->Publish(factory.Build(1, {}, 2, 256, 3)).ok());
-    CAIRN_CHECK((*store)->Publish(factory.Build(2, {factory.ChunksOf(1)[0]}, 1, 128, 1)).ok());
-  }
+  std::error_code ec;
+  std::filesystem::copy(published->dir.path(), dir.path(), std::filesystem::copy_options::recursive,
+                        ec);
+  CAIRN_CHECK(!ec);
   std::unique_ptr<Catalog> catalog;
   for (int i = 0; i < kMaxOps && !in.empty(); ++i) ApplyOp(in, dir.path(), &catalog);
   catalog.reset();

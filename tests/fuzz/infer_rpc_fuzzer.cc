@@ -13,6 +13,7 @@
 #include "cairn/infer/v1/infer.pb.h"
 #include "common/log/log.h"
 #include "common/status/check.h"
+#include "google/protobuf/stubs/logging.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/host_kv_memory.h"
@@ -61,6 +62,7 @@ std::string MakeModelDir() {
 
 Fixture* NewFixture() {
   SetMinLogLevel(LogLevel::kError);
+  google::protobuf::SetLogHandler(nullptr);  // Invalid UTF-8 in strings is routine here.
   auto* f = new Fixture();
   const std::string dir = MakeModelDir();
   ServedModelOptions mo;
