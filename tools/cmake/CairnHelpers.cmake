@@ -24,6 +24,15 @@ if(CAIRN_SANITIZE)
   endif()
 endif()
 
+# The fuzz build (preset `fuzz`): every object carries libFuzzer's coverage instrumentation;
+# only the fuzz targets link the libFuzzer engine (tests/fuzz/CMakeLists.txt).
+if(CAIRN_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "CAIRN_BUILD_FUZZERS needs Clang (libFuzzer): use the fuzz preset")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 # cairn_cc_library(NAME n [HDRS ...] [SRCS ...] [DEPS ...] [PUBLIC_DEFINES ...])
 # Header-only when SRCS is empty.
 function(cairn_cc_library)

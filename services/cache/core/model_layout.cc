@@ -79,13 +79,14 @@ absl::Status ModelLayout::Validate() const {
   if (row_bytes == 0 && private_bytes == 0) {
     return absl::InvalidArgumentError("model layout holds zero bytes of state");
   }
-  // row_bytes <= kMaxStateBytes (2^48) and chunk_rows, kMaxTokens < 2^32: no product overflows.
-  if (chunk_rows > kMaxTokens || row_bytes * chunk_rows > kMaxStateBytes) {
+  // row_bytes <= kMaxStateBytes (2^48) times up to kMaxTokens (2^24) rows would overflow int64:
+  // compare by division instead (chunk_rows >= 1 here).
+  if (chunk_rows > kMaxTokens || row_bytes > kMaxStateBytes / chunk_rows) {
     return absl::InvalidArgumentError(absl::StrCat("chunk_rows ", chunk_rows, " of ", row_bytes,
                                                    " bytes each make a chunk larger than ",
                                                    kMaxStateBytes, " bytes"));
   }
-  if (row_bytes * kMaxTokens > kMaxStateBytes) {
+  if (row_bytes > kMaxStateBytes / kMaxTokens) {
     return absl::InvalidArgumentError(absl::StrCat("rows of ", row_bytes, " bytes: ", kMaxTokens,
                                                    " tokens would exceed ", kMaxStateBytes,
                                                    " bytes"));

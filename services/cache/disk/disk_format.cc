@@ -53,7 +53,7 @@ class Decoder {
   }
   absl::Status Raw(void* p, size_t n) {
     if (in_.size() < n) return Corrupt("truncated record");
-    std::memcpy(p, in_.data(), n);
+    if (n > 0) std::memcpy(p, in_.data(), n);  // `p` may be null for an empty vector.
     in_.remove_prefix(n);
     return absl::OkStatus();
   }

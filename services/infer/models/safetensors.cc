@@ -121,11 +121,16 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     absl::StatusOr<DType> dtype = ParseDType(v["dtype"].get<std::string>());
     if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
     t.dtype = *dtype;
+    int64_t elements = 1;  // Overflow-checked: the shape comes from the file.
     for (const nlohmann::json& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": bad shape"));
       }
       t.shape.push_back(d.get<int64_t>());
+      if (__builtin_mul_overflow(elements, t.shape.back(), &elements)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(t.shape),
+                                                       " has too many elements"));
+      }
     }
     const nlohmann::json& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
@@ -139,7 +144,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
           " data bytes): truncated file"));
     }
     t.bytes = static_cast<int64_t>(end - begin);
-    if (t.bytes != t.elements() * DTypeSize(t.dtype)) {
+    int64_t expected_bytes = 0;
+    if (__builtin_mul_overflow(elements, DTypeSize(t.dtype), &expected_bytes) ||
+        t.bytes != expected_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", t.bytes, " bytes for shape ",
                                                      ShapeText(t.shape), " of ",
                                                      DTypeName(t.dtype)));
@@ -231,7 +238,7 @@ absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& t,
   std::vector<float> out(static_cast<size_t>(n));
   switch (t.dtype) {
     case DType::kF32:
-      std::memcpy(out.data(), t.data, n * 4);
+      if (n > 0) std::memcpy(out.data(), t.data, n * 4);  // An empty tensor has no buffer.
       break;
     case DType::kBF16:
     case DType::kF16:

@@ -313,10 +313,13 @@ TEST(ModelLayoutTest, SizesThatWouldOverflowAreRefused) {
   ModelLayout deep_rows = SimpleLayout(int64_t{1} << 30, 1, 1);
   ModelLayout private_sum = SimpleLayout(1, ModelLayout::kMaxStateBytes);
   private_sum.components.push_back({"more", ComponentKind::kPrivate, 0, 1});
+  // Found by the cache_rpc fuzz target: row bytes times kMaxTokens rows overflowed int64.
+  ModelLayout wide_chunk = SimpleLayout(int64_t{1} << 41, 1, ModelLayout::kMaxTokens);
 
   EXPECT_THAT(wide.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(deep_rows.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(private_sum.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(wide_chunk.Validate(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(SimpleLayout(int64_t{1} << 20, int64_t{1} << 40, 256).Validate().ok());
 }
 

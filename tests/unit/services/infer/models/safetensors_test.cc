@@ -83,6 +83,28 @@ TEST(SafetensorsTest, OffsetsDisagreeingWithShapeAreRejected) {
   EXPECT_THAT(SafetensorsFile::Open(path).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Found by the safetensors fuzz target (tests/fuzz/regressions/safetensors/).
+TEST(SafetensorsTest, AShapeWhoseElementCountOverflowsIsRefusedNamingTheShape) {
+  const std::string path = WriteOne("overflow", "F32", "[4294967296,4294967296]", "", 0);
+
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(path);
+
+  EXPECT_THAT(f.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(f.status().message(), HasSubstr("too many elements"));
+}
+
+// Found by the safetensors fuzz target: an empty tensor has no data to copy.
+TEST(SafetensorsTest, AnEmptyTensorReadsAsNoFloats) {
+  const std::string path = WriteOne("empty", "F32", "[0,5]", "", 0);
+
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(path);
+
+  ASSERT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<std::vector<float>> v = ReadAsF32((*f)->tensors().at("t"), {0, 5});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->empty());
+}
+
 TEST(SafetensorsTest, GarbageHeaderIsRejected) {
   const std::string path = TempPath("garbage");
   const std::string bytes("\x05\0\0\0\0\0\0\0{{{{{", 13);

@@ -1,0 +1,145 @@
+// The audit's checker on hand-written traces: a correct publish and delete pass, and each
+// step of the publication order left out or moved is reported under its rule.
+
+#include "tests/integration/audit/strace_audit.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+
+namespace cairn::audit {
+namespace {
+
+constexpr char kRoot[] = "/s";
+
+// A correct publish of checkpoint 0x1a, then its deletion, as strace prints them.
+std::vector<std::string> GoodTrace() {
+  return {
+      R"(10.000000 openat(AT_FDCWD</w>, "/s/chunks/c-1-7-1.chunk", O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC, 0600) = 5</s/chunks/c-1-7-1.chunk> <0.000010>)",
+      R"(10.000100 pwrite64(5</s/chunks/c-1-7-1.chunk>, "\0\1"..., 4096, 0) = 4096 <0.000010>)",
+      R"(10.000200 fdatasync(5</s/chunks/c-1-7-1.chunk>) = 0 <0.000100>)",
+      R"(10.000400 openat(AT_FDCWD</w>, "/s/states/s-1a-7-1.state", O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC, 0600) = 6</s/states/s-1a-7-1.state> <0.000010>)",
+      R"(10.000500 write(6</s/states/s-1a-7-1.state>, "abc", 3) = 3 <0.000010>)",
+      R"(10.000600 fsync(6</s/states/s-1a-7-1.state>) = 0 <0.000100>)",
+      R"(10.000800 fsync(7</s/chunks>) = 0 <0.000100>)",
+      R"(10.001000 fsync(7</s/states>) = 0 <0.000100>)",
+      R"(10.001200 openat(AT_FDCWD</w>, "/s/manifests/m-1a.manifest.tmp", O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC, 0600) = 8</s/manifests/m-1a.manifest.tmp> <0.000010>)",
+      R"(10.001300 write(8</s/manifests/m-1a.manifest.tmp>, "m", 1) = 1 <0.000010>)",
+      R"(10.001400 fsync(8</s/manifests/m-1a.manifest.tmp>) = 0 <0.000100>)",
+      R"(10.001600 rename("/s/manifests/m-1a.manifest.tmp", "/s/manifests/m-1a.manifest") = 0 <0.000010>)",
+      R"(10.001700 fsync(9</s/manifests>) = 0 <0.000100>)",
+      R"(10.001900 write(10</s/catalog/000004.log>, "put", 3) = 3 <0.000010>)",
+      R"(10.002000 fdatasync(10</s/catalog/000004.log>) = 0 <0.000100>)",
+      R"(11.000000 write(10</s/catalog/000004.log>, "del", 3) = 3 <0.000010>)",
+      R"(11.000100 fdatasync(10</s/catalog/000004.log>) = 0 <0.000100>)",
+      R"(11.000300 unlink("/s/manifests/m-1a.manifest") = 0 <0.000010>)",
+      R"(11.000400 fsync(9</s/manifests>) = 0 <0.000100>)",
+      R"(11.000600 unlink("/s/chunks/c-1-7-1.chunk") = 0 <0.000010>)",
+      R"(11.000700 unlink("/s/states/s-1a-7-1.state") = 0 <0.000010>)",
+      R"(11.000800 openat(AT_FDCWD</w>, "/lib/x86_64-linux-gnu/libc.so.6", O_RDONLY|O_CLOEXEC) = 3</lib/x86_64-linux-gnu/libc.so.6> <0.000010>)",
+  };
+}
+
+AuditReport AuditLines(const std::vector<std::string>& lines, double acknowledged_at = 10.5) {
+  std::vector<Syscall> calls;
+  for (const std::string& line : lines) {
+    Syscall c;
+    EXPECT_TRUE(ParseStraceLine(line, 1, &c)) << line;
+    calls.push_back(c);
+  }
+  AuditOptions options;
+  options.state_dir = kRoot;
+  options.runtime_dir = "/run/cairn";
+  options.acknowledged[0x1a] = acknowledged_at;
+  return Audit(calls, options);
+}
+
+// Returns `lines` without the line containing `needle`.
+std::vector<std::string> Without(std::vector<std::string> lines, const std::string& needle) {
+  std::erase_if(lines, [&](const std::string& l) { return absl::StrContains(l, needle); });
+  return lines;
+}
+
+bool Reports(const AuditReport& r, const std::string& rule) {
+  for (const std::string& v : r.violations) {
+    if (absl::StartsWith(v, rule)) return true;
+  }
+  ADD_FAILURE() << "no " << rule << " among:\n" << absl::StrJoin(r.violations, "\n");
+  return false;
+}
+
+TEST(StraceAuditTest, ParsesPathsFlagsAndTimes) {
+  Syscall c;
+
+  ASSERT_TRUE(ParseStraceLine(GoodTrace()[0], 42, &c));
+
+  EXPECT_EQ(c.name, "openat");
+  EXPECT_EQ(c.path, "/s/chunks/c-1-7-1.chunk");
+  EXPECT_EQ(c.flags, "O_WRONLY|O_CREAT|O_EXCL|O_CLOEXEC");
+  EXPECT_DOUBLE_EQ(c.start, 10.0);
+  EXPECT_DOUBLE_EQ(c.duration, 0.00001);
+  EXPECT_EQ(c.tid, 42);
+  EXPECT_FALSE(c.failed);
+  ASSERT_TRUE(ParseStraceLine(
+      R"(1.5 renameat2(AT_FDCWD</w>, "a.tmp", AT_FDCWD</w>, "a", 0) = 0 <0.1>)", 1, &c));
+  EXPECT_EQ(c.path, "/w/a.tmp");
+  EXPECT_EQ(c.path2, "/w/a");
+  ASSERT_TRUE(ParseStraceLine(
+      R"(1.5 openat(AT_FDCWD</w>, "/x", O_RDONLY) = -1 ENOENT (No such file or directory) <0.1>)",
+      1, &c));
+  EXPECT_TRUE(c.failed);
+  EXPECT_FALSE(ParseStraceLine("+++ exited with 0 +++", 1, &c));
+}
+
+TEST(StraceAuditTest, ACorrectPublishAndDeletePass) {
+  const AuditReport r = AuditLines(GoodTrace());
+
+  EXPECT_EQ(r.publishes, 1);
+  EXPECT_EQ(r.deletes, 1);
+  EXPECT_TRUE(r.violations.empty()) << absl::StrJoin(r.violations, "\n");
+  EXPECT_TRUE(r.outside.empty()) << absl::StrJoin(r.outside, "\n");
+}
+
+TEST(StraceAuditTest, EveryMissingStepIsReportedUnderItsRule) {
+  EXPECT_TRUE(Reports(AuditLines(Without(GoodTrace(), "fdatasync(5")), "P2"));
+  EXPECT_TRUE(Reports(AuditLines(Without(GoodTrace(), "fsync(7</s/chunks>")), "P3"));
+  EXPECT_TRUE(Reports(AuditLines(Without(GoodTrace(), "fsync(8")), "P4"));
+  std::vector<std::string> no_dir_sync = Without(GoodTrace(), "fsync(9</s/manifests>)");
+  EXPECT_TRUE(Reports(AuditLines(no_dir_sync), "P5"));
+  std::vector<std::string> publish_only = GoodTrace();
+  publish_only.resize(15);  // Up to the publish's catalog sync.
+  EXPECT_TRUE(Reports(AuditLines(Without(publish_only, "\"put\"")), "P6"));
+  // With a delete after it, the delete's catalog write comes too late for the acknowledgement.
+  EXPECT_TRUE(Reports(AuditLines(Without(GoodTrace(), "\"put\"")), "P7"));
+  EXPECT_TRUE(Reports(AuditLines(Without(GoodTrace(), "\"del\"")), "P9"));
+}
+
+TEST(StraceAuditTest, AnAcknowledgementBeforeTheSyncedCatalogWriteIsReported) {
+  EXPECT_TRUE(Reports(AuditLines(GoodTrace(), /*acknowledged_at=*/10.0019), "P7"));
+}
+
+TEST(StraceAuditTest, AChunkUnlinkedBeforeItsManifestIsReported) {
+  std::vector<std::string> lines = GoodTrace();
+  std::swap(lines[17], lines[19]);  // The chunk goes before the manifest.
+
+  EXPECT_TRUE(Reports(AuditLines(lines), "P9"));
+}
+
+TEST(StraceAuditTest, FilesOutsideTheOwnedDirectoriesAreReported) {
+  std::vector<std::string> lines = GoodTrace();
+  lines.push_back(
+      R"(12.0 openat(AT_FDCWD</w>, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 3</etc/passwd> <0.1>)");
+  lines.push_back(
+      R"(12.1 openat(AT_FDCWD</w>, "/lib/x", O_WRONLY|O_CREAT, 0600) = 3</lib/x> <0.1>)");
+  lines.push_back(R"(12.2 openat(AT_FDCWD</w>, "../escape", O_RDONLY) = 3</escape> <0.1>)");
+
+  const AuditReport r = AuditLines(lines);
+
+  EXPECT_EQ(r.outside.size(), 3u) << absl::StrJoin(r.outside, "\n");
+}
+
+}  // namespace
+}  // namespace cairn::audit
