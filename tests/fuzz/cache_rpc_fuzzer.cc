@@ -201,9 +201,14 @@ void Run(fuzz::FuzzInput& in) {
       case 13:
         Call(c, flags, bytes, &CacheDaemon::Evict);
         break;
-      case 14:
-        Call(c, flags, bytes, &CacheDaemon::Flush);
+      case 14: {
+        // A flush that may or may not finish at once; a waiting one is cancelled (the caller
+        // went away) or left to the ticks below.
+        const uint64_t id =
+            c.daemon->StartFlush(absl::Milliseconds(flags & 0xff), [](absl::Status, uint64_t) {});
+        if (flags & 2) c.daemon->CancelFlush(id);
         break;
+      }
       case 15: {
         v1::SessionClientMessage m;
         if (m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {

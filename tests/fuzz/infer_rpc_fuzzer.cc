@@ -16,7 +16,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
-#include "services/infer/engine/host_kv_memory.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/models/random_checkpoint_writer.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -31,7 +31,7 @@ constexpr int64_t kContextTokens = 4096;
 // process and never destroyed (fuzz targets run until the process exits).
 struct Fixture {
   std::unique_ptr<ServedModel> model;
-  std::unique_ptr<HostKvMemory> memory;
+  std::unique_ptr<SlotKvMemory> memory;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<InferServiceImpl> service;
 };
@@ -74,11 +74,11 @@ Fixture* NewFixture() {
   f->model = std::move(*model);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);  // Weights are mapped; the tokenizer is in memory.
-  HostKvMemoryOptions ko;
+  SlotKvMemoryOptions ko;
   ko.slots = 1;
   ko.max_rows = kContextTokens;
-  absl::StatusOr<std::unique_ptr<HostKvMemory>> memory =
-      HostKvMemory::Create(f->model->model()->state_layout(), ko);
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+      SlotKvMemory::Create(f->model->model()->state_layout(), ko);
   CAIRN_CHECK(memory.ok());
   f->memory = std::move(*memory);
   f->scheduler =
