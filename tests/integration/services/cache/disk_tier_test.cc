@@ -205,10 +205,9 @@ TEST_F(DiskTierTest, FlushWaitsForTheWriterWithoutHoldingAnIoThread) {
   v1::GetStatusResponse status = Status(infer);
   EXPECT_TRUE(status.disk_enabled());
   auto stub = v1::CacheService::NewStub(NewLocalChannel(server.address()));
-  grpc::ClientContext short_ctx;
-  short_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  std::unique_ptr<grpc::ClientContext> short_ctx = NewClientContext(absl::Milliseconds(200));
   v1::FlushResponse ignored;
-  EXPECT_EQ(stub->Flush(&short_ctx, v1::FlushRequest(), &ignored).error_code(),
+  EXPECT_EQ(stub->Flush(short_ctx.get(), v1::FlushRequest(), &ignored).error_code(),
             grpc::StatusCode::DEADLINE_EXCEEDED);
   fs.Open();
   for (std::thread& t : flushes) t.join();
