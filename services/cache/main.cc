@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/concurrency/thread_pool.h"
+#include "common/config/daemon_command_line.h"
 #include "common/config/flags.h"
 #include "common/config/runtime_dir.h"
 #include "common/grpc/server_runner.h"
@@ -119,25 +121,10 @@ int Run(int argc, char** argv) {
             "how long SIGTERM waits for Draining to reach a session before ending its stream");
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
 
-  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
-  if (absl::IsCancelled(rest.status())) {  // --help
-    std::cout << rest.status().message();
-    return 0;
+  if (std::optional<int> exit_code = ParseDaemonCommandLine(
+          flags, CommandLineArgs(argc, argv), "cairn-cache", main_options.log_level)) {
+    return *exit_code;
   }
-  if (!rest.ok()) {
-    std::cerr << "cairn-cache: " << rest.status().message() << "\n";
-    return 2;
-  }
-  if (!rest->empty()) {
-    std::cerr << "cairn-cache: unexpected argument \"" << rest->front() << "\"\n";
-    return 2;
-  }
-  LogLevel level;
-  if (!ParseLogLevel(main_options.log_level, &level)) {
-    std::cerr << "cairn-cache: --log-level must be info, warning or error\n";
-    return 2;
-  }
-  SetMinLogLevel(level);
   options.cache.retention.max_checkpoints = max_checkpoints;
 
   const std::string runtime_dir = DefaultRuntimeDir();

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/config/daemon_command_line.h"
 #include "common/config/flags.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
@@ -90,25 +92,10 @@ int Run(int argc, char** argv) {
             "refuse model names no daemon serves (else a single served model takes any name)");
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
 
-  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
-  if (absl::IsCancelled(rest.status())) {  // --help
-    std::cout << rest.status().message();
-    return 0;
+  if (std::optional<int> exit_code = ParseDaemonCommandLine(
+          flags, CommandLineArgs(argc, argv), "cairn-gateway", main_options.log_level)) {
+    return *exit_code;
   }
-  if (!rest.ok()) {
-    std::cerr << "cairn-gateway: " << rest.status().message() << "\n";
-    return 2;
-  }
-  if (!rest->empty()) {
-    std::cerr << "cairn-gateway: unexpected argument \"" << rest->front() << "\"\n";
-    return 2;
-  }
-  LogLevel level;
-  if (!ParseLogLevel(main_options.log_level, &level)) {
-    std::cerr << "cairn-gateway: --log-level must be info, warning or error\n";
-    return 2;
-  }
-  SetMinLogLevel(level);
   if (max_body <= 0) {
     std::cerr << "cairn-gateway: --max-body-bytes must be positive\n";
     return 2;

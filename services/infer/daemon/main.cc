@@ -9,11 +9,13 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/concurrency/thread_pool.h"
+#include "common/config/daemon_command_line.h"
 #include "common/config/flags.h"
 #include "common/config/runtime_dir.h"
 #include "common/grpc/server_runner.h"
@@ -22,8 +24,8 @@
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
-#include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/scheduler.h"
+#include "services/infer/engine/slot_kv_memory.h"
 
 namespace cairn::infer {
 namespace {
@@ -93,25 +95,10 @@ int Run(int argc, char** argv) {
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
 
   const std::vector<std::string> args = ExpandShortFlags(argc, argv);
-  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
-  if (absl::IsCancelled(rest.status())) {  // --help
-    std::cout << rest.status().message();
-    return 0;
+  if (std::optional<int> exit_code =
+          ParseDaemonCommandLine(flags, args, "cairn-infer", main_options.log_level)) {
+    return *exit_code;
   }
-  if (!rest.ok()) {
-    std::cerr << "cairn-infer: " << rest.status().message() << "\n";
-    return 2;
-  }
-  if (!rest->empty()) {
-    std::cerr << "cairn-infer: unexpected argument \"" << rest->front() << "\"\n";
-    return 2;
-  }
-  LogLevel level;
-  if (!ParseLogLevel(main_options.log_level, &level)) {
-    std::cerr << "cairn-infer: --log-level must be info, warning or error\n";
-    return 2;
-  }
-  SetMinLogLevel(level);
   if (model_options.dir.empty()) {
     std::cerr << "cairn-infer: --model DIR is required\n";
     return 2;
