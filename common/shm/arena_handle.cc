@@ -48,4 +48,6 @@ uint64_t NewIncarnation() {
   return v;
 }
 
+uint64_t RandomIdBase() { return kIdBaseFloor + NewIncarnation() % kIdBaseSpan; }
+
 }  // namespace cairn

@@ -54,6 +54,14 @@ inline bool RangeInside(uint64_t offset, uint64_t length, uint64_t size) {
 // Returns a random non-zero 64-bit incarnation id from getrandom(2).
 uint64_t NewIncarnation();
 
+// The first of a sequence of ids (sessions, leases, spills) handed out by one incarnation of a
+// daemon: a random value in [kIdBaseFloor, kIdBaseFloor + kIdBaseSpan), so an id kept from an
+// earlier incarnation almost surely names nothing in this one, and ids stay below 2^53 so
+// JSON clients read them exactly.
+inline constexpr uint64_t kIdBaseFloor = uint64_t{1} << 32;
+inline constexpr uint64_t kIdBaseSpan = uint64_t{1} << 48;
+uint64_t RandomIdBase();
+
 }  // namespace cairn
 
 #endif  // CAIRN_COMMON_SHM_ARENA_HANDLE_H_

@@ -25,6 +25,7 @@
 #include "common/concurrency/mutex.h"
 #include "common/concurrency/notification.h"
 #include "common/concurrency/thread_pool.h"
+#include "common/shm/arena_handle.h"
 #include "common/time/clock.h"
 #include "services/cache/arena/arena.h"
 #include "services/cache/arena/arena_fd_server.h"
@@ -364,7 +365,9 @@ class CacheDaemon {
   // that identity to register (the layout is needed to index them).
   absl::flat_hash_map<std::string, std::vector<Manifest>> recovered_ ABSL_GUARDED_BY(mu_);
   uint64_t persists_queued_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;  // Sessions, models, leases, spills, waiters.
+  // Sessions, models, leases, spills, waiters. Starts at a random base per incarnation (SM10):
+  // an id a client kept from an earlier incarnation names nothing in this one.
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = RandomIdBase();
   uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.
   uint64_t tokens_restored_ ABSL_GUARDED_BY(mu_) = 0;

@@ -78,6 +78,18 @@ TEST(ArenaHandleTest, IncarnationsAreNonZeroAndDistinct) {
   EXPECT_NE(a, b);
 }
 
+TEST(ArenaHandleTest, IdBasesAreRandomAndExactInJson) {
+  uint64_t a = RandomIdBase();
+  uint64_t b = RandomIdBase();
+
+  EXPECT_NE(a, b);
+  for (uint64_t v : {a, b}) {
+    EXPECT_GE(v, kIdBaseFloor);
+    EXPECT_LT(v, kIdBaseFloor + kIdBaseSpan);
+    EXPECT_LT(v, uint64_t{1} << 53);
+  }
+}
+
 TEST(RangeInsideTest, Edges) {
   EXPECT_TRUE(RangeInside(0, 0, 0));
   EXPECT_TRUE(RangeInside(10, 0, 10));
