@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -22,7 +23,11 @@
 #include "common/process/child_process.h"
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/tokenizer.h"
+#include "tests/integration/services/gateway/http_test_client.h"
 #include "tests/integration/services/infer/infer_harness.h"
+#include "tests/support/free_port.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
 
 namespace cairn::chaos {
@@ -30,20 +35,34 @@ namespace {
 
 namespace infer_v1 = ::cairn::infer::v1;
 namespace cache_v1 = ::cairn::cache::v1;
+using ::cairn::gateway::testing::HttpResult;
+using ::cairn::gateway::testing::HttpTestClient;
 using infer::testing::ReferenceRun;
+using Json = nlohmann::json;
 
-constexpr int64_t kVocab = 1024;        // The random "dense" preset's vocabulary.
-constexpr int64_t kSharedPrefix = 256;  // A system prompt every conversation starts with.
+constexpr int64_t kPromptVocab = 1024;  // Token-id prompts draw from the first ids.
+constexpr int64_t kSharedPrefix = 256;  // A system prompt every token-id conversation sends.
+constexpr int kSystemWords = 100;       // The chat conversations' shared system prompt.
+constexpr int kTaskWords = 60;          // A chat conversation's first user message (and more).
+constexpr int kTurnWords = 20;          // A tool result or follow-up between turns.
 constexpr int kWarmupCycles = 3;        // Usage is compared from here to the end of a phase.
 constexpr int kMaxFdGrowth = 16;
 constexpr int64_t kMaxRssGrowth = int64_t{96} << 20;
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+constexpr absl::Duration kIdleTimeout = absl::Seconds(30);
 constexpr absl::Duration kRetryPause = absl::Milliseconds(50);
+constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
+constexpr absl::Duration kDiskPollInterval = absl::Milliseconds(5);
 
-// One turn of a conversation and what the uncached greedy run of its prompt gives.
+enum class Api { kChat, kCompletions };
+
+// One turn of a conversation and what the uncached greedy run of its rendered prompt gives.
 struct Turn {
-  std::vector<int32_t> prompt;
+  Api api = Api::kChat;
+  Json prompt;  // The "messages" (chat) or the "prompt" token ids (completions).
+  size_t prompt_tokens = 0;
   ReferenceRun expected;
+  std::vector<Json> expected_bytes;  // Each expected token's bytes, as OpenAI's logprobs give.
 };
 using Script = std::vector<std::vector<Turn>>;  // [conversation][turn].
 
@@ -52,23 +71,85 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-// Agent conversations: a shared system prompt, a task, then turns that append the answer and
-// a tool result of ~100 tokens. Each prompt's expected answer comes from an uncached run.
-absl::StatusOr<Script> MakeScript(const std::string& model_dir, const ChaosOptions& o) {
-  const std::vector<int32_t> system = infer::testing::RandomTokens(kSharedPrefix, kVocab, o.seed);
+// `n` pseudo-words of lower-case letters, the same for the same seed.
+std::string Words(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) out += ' ';
+    const int letters = 3 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < letters; ++k) out += static_cast<char>('a' + rng() % 26);
+  }
+  return out;
+}
+
+// OpenAI's logprob "bytes" of a token: its bytes as integers, null when it has none.
+Json BytesJson(const std::string& raw) {
+  if (raw.empty()) return nullptr;
+  Json out = Json::array();
+  for (unsigned char c : raw) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+// What the gateway renders `messages` to, through its /tokenize route (the same parsing and
+// chat template as a chat completion).
+absl::StatusOr<std::vector<int32_t>> Render(int port, const Json& messages) {
+  HttpTestClient client(port, absl::Seconds(30));
+  HttpResult r = client.Post("/tokenize", Json{{"messages", messages}}.dump());
+  const Json body = r.json();
+  if (r.status != 200 || !body.contains("tokens")) {
+    return absl::InternalError(
+        absl::StrCat("/tokenize answered ", r.status, " ", r.error, " ", r.body.substr(0, 200)));
+  }
+  return body["tokens"].get<std::vector<int32_t>>();
+}
+
+// Agent conversations. Even ones chat: a shared system prompt, a task, then turns that append
+// the answer and a follow-up of kTurnWords words. Odd ones send token ids: a shared system
+// prompt of kSharedPrefix tokens, a task, then turns that append the answer and a tool result
+// of ~50 tokens. Each prompt's expected answer comes from an uncached run of the prompt as the
+// gateway renders it.
+absl::StatusOr<Script> MakeScript(const std::string& model_dir, const ChaosOptions& o, int port) {
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::text::Tokenizer> tokenizer,
+                   infer::text::Tokenizer::FromFile(model_dir + "/tokenizer.json"));
+  const std::vector<int32_t> system =
+      infer::testing::RandomTokens(kSharedPrefix, kPromptVocab, o.seed);
   Script script(static_cast<size_t>(o.conversations));
   for (int c = 0; c < o.conversations; ++c) {
-    std::vector<int32_t> prompt =
-        Concat(system, infer::testing::RandomTokens(200 + 90 * c, kVocab, o.seed * 1000 + 10 * c));
+    const uint64_t seed = o.seed * 1000 + 10 * c;
+    const Api api = c % 2 == 0 ? Api::kChat : Api::kCompletions;
+    Json messages =
+        Json::array({{{"role", "system"}, {"content", Words(kSystemWords, o.seed)}},
+                     {{"role", "user"}, {"content", Words(kTaskWords + 30 * c, seed)}}});
+    std::vector<int32_t> ids =
+        Concat(system, infer::testing::RandomTokens(200 + 90 * c, kPromptVocab, seed));
     for (int t = 0; t < o.turns; ++t) {
-      ASSIGN_OR_RETURN(
-          ReferenceRun expected,
-          infer::testing::RunReference(model_dir, {prompt}, static_cast<int>(o.answer_tokens),
-                                       /*pass_invariant=*/true));
-      script[c].push_back(Turn{prompt, expected});
-      std::vector<int32_t> answer(expected.tokens.begin(), expected.tokens.end());
-      prompt = Concat(Concat(prompt, answer),
-                      infer::testing::RandomTokens(50, kVocab, o.seed * 1000 + 10 * c + t + 1));
+      Turn turn;
+      turn.api = api;
+      if (api == Api::kChat) {
+        ASSIGN_OR_RETURN(ids, Render(port, messages));
+        turn.prompt = messages;
+      } else {
+        turn.prompt = ids;
+      }
+      turn.prompt_tokens = ids.size();
+      ASSIGN_OR_RETURN(turn.expected, infer::testing::RunReference(
+                                          model_dir, {ids}, static_cast<int>(o.answer_tokens),
+                                          /*pass_invariant=*/true));
+      std::vector<int32_t> answer(turn.expected.tokens.begin(), turn.expected.tokens.end());
+      for (int32_t id : answer) {
+        ASSIGN_OR_RETURN(std::string raw, tokenizer->DecodeBytes(absl::MakeConstSpan(&id, 1)));
+        turn.expected_bytes.push_back(BytesJson(raw));
+      }
+      if (api == Api::kChat) {
+        ASSIGN_OR_RETURN(std::string text, tokenizer->Decode(answer, /*skip_special=*/true));
+        messages.push_back({{"role", "assistant"}, {"content", text}});
+        messages.push_back({{"role", "user"}, {"content", Words(kTurnWords, seed + t + 1)}});
+      } else {
+        ids = Concat(Concat(ids, answer),
+                     infer::testing::RandomTokens(50, kPromptVocab, seed + t + 1));
+      }
+      script[c].push_back(std::move(turn));
     }
   }
   return script;
@@ -95,15 +176,12 @@ ProcessUsage UsageOf(pid_t pid) {
   return u;
 }
 
-bool SameLogprobs(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// The two daemons, their addresses and restarts.
+// The three daemons, their addresses and restarts.
 class Daemons {
  public:
-  Daemons(const std::string& dir, const std::string& model_dir, const ChaosOptions& o)
-      : cache_({std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache",
+  Daemons(const std::string& dir, const std::string& model_dir, const ChaosOptions& o, int port)
+      : port_(port),
+        cache_({std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache",
                 "--listen=unix:" + dir + "/cache.sock", "--arena-socket=" + dir + "/arena.sock",
                 "--cache-ram-bytes=16Mi", "--cache-disk=" + dir + "/disk", "--cache-disk-bytes=1Gi",
                 "--log-level=error"},
@@ -113,14 +191,36 @@ class Daemons {
                 "--cache=unix:" + dir + "/cache.sock", "--listen=unix:" + dir + "/infer.sock",
                 "--threads=1", "--context=4096", "--numerics=pass-invariant",
                 "--max-pass-tokens=256", "--log-level=error"},
-               "unix:" + dir + "/infer.sock") {}
+               "unix:" + dir + "/infer.sock"),
+        // The gateway also watches the cache (its dashboard and /metrics), as in production.
+        gateway_(
+            {std::string(CAIRN_BINARY_DIR) + "/services/gateway/cairn-gateway",
+             absl::StrCat("--listen=127.0.0.1:", port), "--infer=unix:" + dir + "/infer.sock",
+             "--cache=unix:" + dir + "/cache.sock", "--refresh-interval=200ms", "--retry-after=1",
+             "--generate-timeout=" + absl::FormatDuration(2 * o.request_bound),
+             "--log-level=error"},
+            "") {}
 
   ChildProcess& cache() { return cache_; }
   ChildProcess& infer() { return infer_; }
+  ChildProcess& gateway() { return gateway_; }
+  int port() const { return port_; }
 
   absl::Status Start(ChildProcess& p) {
     RETURN_IF_ERROR(p.Start());
+    if (&p == &gateway_) return WaitGatewayReady();
     return p.WaitServing(kStartTimeout);
+  }
+
+  // Waits until the gateway answers /health with 200 (it has a ready cairn-infer).
+  absl::Status WaitGatewayReady() {
+    const absl::Time deadline = absl::Now() + kStartTimeout;
+    while (absl::Now() < deadline) {
+      HttpTestClient client(port_, absl::Seconds(2));
+      if (client.Get("/health").status == 200) return absl::OkStatus();
+      absl::SleepFor(kPollInterval);  // Polling another process's start.
+    }
+    return absl::DeadlineExceededError("cairn-gateway never reported a ready daemon on /health");
   }
 
   // Waits until cairn-infer reports its cache session (after either restarts).
@@ -133,9 +233,29 @@ class Daemons {
       if (stub->GetModelInfo(ctx.get(), {}, &info).ok() && info.cache_connected()) {
         return absl::OkStatus();
       }
-      absl::SleepFor(absl::Milliseconds(50));  // Polling another process's reconnect.
+      absl::SleepFor(kPollInterval);  // Polling another process's reconnect.
     }
     return absl::DeadlineExceededError("cairn-infer never reconnected to cairn-cache");
+  }
+
+  // Waits until every slot of cairn-infer is idle and nothing is queued.
+  absl::Status WaitSlotsIdle() {
+    auto stub = infer_v1::InferService::NewStub(NewLocalChannel(infer_.address()));
+    const absl::Time deadline = absl::Now() + kIdleTimeout;
+    std::string last = "no answer";
+    while (absl::Now() < deadline) {
+      auto ctx = NewClientContext(absl::Seconds(2));
+      infer_v1::ListSlotsResponse slots;
+      if (stub->ListSlots(ctx.get(), {}, &slots).ok()) {
+        const int busy = static_cast<int>(std::count_if(
+            slots.slots().begin(), slots.slots().end(),
+            [](const auto& s) { return s.state() != infer_v1::SlotInfo::STATE_IDLE; }));
+        if (busy == 0 && slots.queued_requests() == 0) return absl::OkStatus();
+        last = absl::StrCat(busy, " slots busy, ", slots.queued_requests(), " queued");
+      }
+      absl::SleepFor(kPollInterval);  // Polling another process's slots.
+    }
+    return absl::DeadlineExceededError(absl::StrCat("cairn-infer after the load: ", last));
   }
 
   // The checkpoints cairn-cache reports on disk.
@@ -152,17 +272,106 @@ class Daemons {
     return out;
   }
 
+  // Whether cairn-cache's disk writer has work queued (a kill now lands in a disk publish).
+  bool DiskBusy() {
+    auto stub = cache_v1::CacheService::NewStub(NewLocalChannel(cache_.address()));
+    auto ctx = NewClientContext(absl::Seconds(10));
+    cache_v1::GetStatusResponse status;
+    return stub->GetStatus(ctx.get(), {}, &status).ok() && status.disk_queue_bytes() > 0;
+  }
+
  private:
+  const int port_;
   ChildProcess cache_;
   ChildProcess infer_;
+  ChildProcess gateway_;
 };
 
-// The replayed agent load: one thread per conversation, each sending its turns in order and
-// starting over after the last; a failed turn is sent again.
+// What one HTTP exchange with the gateway gave, parsed from a JSON body or an SSE stream.
+struct Answer {
+  int status = 0;  // 0: no HTTP response (see transport_error).
+  std::string transport_error;
+  bool retry_after = false;  // The response carried Retry-After.
+  bool done = false;         // A JSON body with choices, or a stream that ended with [DONE].
+  std::string error_code;    // From an error body or an error event ("unavailable", ...).
+  std::string error_message;
+  std::vector<uint32_t> ids;  // Completions: the generated token ids.
+  std::vector<float> logprobs;
+  std::vector<Json> bytes;    // Chat: each token's bytes.
+  std::string tier = "cold";  // The "cairn" object's restore tier.
+};
+
+// Adds one choice (a whole answer, or one stream chunk's) to `a`.
+void AddChoice(const Json& choice, Api api, Answer* a) {
+  const Json& lp = choice.contains("logprobs") ? choice["logprobs"] : Json();
+  if (api == Api::kChat) {
+    if (lp.is_object() && lp.contains("content") && lp["content"].is_array()) {
+      for (const Json& entry : lp["content"]) {
+        a->logprobs.push_back(entry.value("logprob", 0.0f));
+        a->bytes.push_back(entry.contains("bytes") ? entry["bytes"] : Json());
+      }
+    }
+    return;
+  }
+  if (choice.contains("token_ids") && choice["token_ids"].is_array()) {
+    for (const Json& id : choice["token_ids"]) a->ids.push_back(id.get<uint32_t>());
+  }
+  if (lp.is_object() && lp.contains("token_logprobs") && lp["token_logprobs"].is_array()) {
+    for (const Json& v : lp["token_logprobs"]) a->logprobs.push_back(v.get<float>());
+  }
+}
+
+// Reads the "error" object or the "cairn" object of a body or chunk into `a`.
+void AddTopLevel(const Json& j, Answer* a) {
+  if (j.contains("error") && j["error"].is_object()) {
+    a->error_code = j["error"].value("code", "");
+    a->error_message = j["error"].value("message", "");
+  }
+  if (j.contains("cairn") && j["cairn"].is_object()) a->tier = j["cairn"].value("tier", "cold");
+}
+
+Answer Parse(const HttpResult& r, bool stream, Api api) {
+  Answer a;
+  a.status = r.status;
+  a.transport_error = r.error;
+  a.retry_after = r.headers.contains("retry-after");
+  if (r.status != 200 || !stream) {
+    const Json j = r.json();
+    if (!j.is_object()) return a;
+    AddTopLevel(j, &a);
+    if (r.status == 200 && j.contains("choices") && j["choices"].is_array() &&
+        !j["choices"].empty()) {
+      AddChoice(j["choices"][0], api, &a);
+      a.done = true;
+    }
+    return a;
+  }
+  for (const gateway::testing::SseEvent& e : gateway::testing::ParseSse(r.body)) {
+    if (e.data == "[DONE]") {
+      a.done = true;
+      continue;
+    }
+    const Json j = Json::parse(e.data, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    AddTopLevel(j, &a);
+    if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+      AddChoice(j["choices"][0], api, &a);
+    }
+  }
+  return a;
+}
+
+bool SameLogprobs(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The replayed agent load: one thread per conversation, each sending its turns in order through
+// the gateway (streamed and not, in turn) and starting over after the last; a failed turn is
+// sent again.
 class Load {
  public:
-  Load(const Script& script, const ChaosOptions& o, const std::string& infer_address)
-      : script_(script), options_(o), address_(infer_address) {}
+  Load(const Script& script, const ChaosOptions& o, int port)
+      : script_(script), options_(o), port_(port) {}
   ~Load() { Stop(); }
 
   void Start() {
@@ -175,42 +384,71 @@ class Load {
     for (std::thread& t : threads_) t.join();
     threads_.clear();
   }
-  int streaming() const { return streaming_.load(); }
-  // Failures from now on count for phase two.
-  void BeginInferPhase() { infer_phase_ = true; }
+  int in_flight() const { return in_flight_.load(); }
+  // Failures from now on count for `phase`.
+  void BeginPhase(const std::string& phase) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    phase_ = phase;
+  }
+  // The gateway is about to be killed / serves again: connection errors of requests that
+  // overlap a kill are the expected failure.
+  void GatewayDown() { ++gateway_epoch_; }
+  void GatewayUp() { ++gateway_epoch_; }
   // Adds this load's counts and findings to `report`.
   void AddTo(ChaosReport* report) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     report->completed += report_.completed;
+    report->completed_streamed += report_.completed_streamed;
+    report->completed_chat += report_.completed_chat;
     report->retried += report_.retried;
     report->restored += report_.restored;
     report->restored_from_disk += report_.restored_from_disk;
     report->slowest_failure = std::max(report->slowest_failure, report_.slowest_failure);
     for (auto& s : report_.wrong_outputs) report->wrong_outputs.push_back(s);
     for (auto& s : report_.bad_errors) report->bad_errors.push_back(s);
-    report->cache_phase_failures = report_.cache_phase_failures;
-    report->infer_phase_failures = report_.infer_phase_failures;
+    report->failures = report_.failures;
   }
 
  private:
+  // The request body of `turn`.
+  std::string Body(const Turn& turn, size_t c, bool stream) const {
+    Json body = {{"model", "chaos"}, {"max_tokens", options_.answer_tokens},
+                 {"temperature", 0}, {"ignore_eos", true},
+                 {"stream", stream}, {"prompt_cache_key", absl::StrCat("agent-", c)}};
+    if (turn.api == Api::kChat) {
+      body["messages"] = turn.prompt;
+      body["logprobs"] = true;
+    } else {
+      body["prompt"] = turn.prompt;
+      body["logprobs"] = 1;
+      body["return_token_ids"] = true;
+    }
+    return body.dump();
+  }
+
   void Run(size_t c) {
-    auto stub = infer_v1::InferService::NewStub(NewLocalChannel(address_));
     size_t t = 0;
+    int64_t sent = 0;
     while (!stop_) {
       const Turn& turn = script_[c][t];
-      infer_v1::GenerateRequest req =
-          infer::testing::TokenRequest(turn.prompt, options_.answer_tokens);
-      req.set_conversation(absl::StrCat("agent-", c));
+      const bool stream = sent++ % 2 == 0;
+      const std::string path = turn.api == Api::kChat ? "/v1/chat/completions" : "/v1/completions";
+      const int64_t epoch = gateway_epoch_.load();
       const absl::Time start = absl::Now();
-      ++streaming_;
-      const infer::testing::GenerateResult r =
-          infer::testing::Generate(*stub, req, 2 * options_.request_bound);
-      --streaming_;
+      ++in_flight_;
+      HttpResult r;
+      {
+        HttpTestClient client(port_, 2 * options_.request_bound);
+        r = client.Post(path, Body(turn, c, stream));
+      }
+      --in_flight_;
       const absl::Duration took = absl::Now() - start;
-      const bool ok = r.status.ok();
-      Record(r, turn, took,
-             absl::StrCat("conversation ", c, " turn ", t, " (", turn.prompt.size(),
-                          " prompt tokens)"));
+      // Down when sent (odd epoch), or killed while the request ran.
+      const bool gateway_killed = epoch % 2 == 1 || gateway_epoch_.load() != epoch;
+      const bool ok =
+          Record(Parse(r, stream, turn.api), turn, stream, took, gateway_killed,
+                 absl::StrCat("conversation ", c, " turn ", t, " (", turn.prompt_tokens,
+                              " prompt tokens, ", stream ? "streamed" : "not streamed", ")"));
       if (ok) {
         t = (t + 1) % script_[c].size();
       } else {
@@ -219,59 +457,83 @@ class Load {
     }
   }
 
-  // Checks one answer against the oracle.
-  void Record(const infer::testing::GenerateResult& r, const Turn& turn, absl::Duration took,
-              const std::string& what) ABSL_LOCKS_EXCLUDED(mu_) {
+  // Checks one answer against the oracle. Returns whether the request completed.
+  bool Record(const Answer& a, const Turn& turn, bool stream, absl::Duration took,
+              bool gateway_killed, const std::string& what) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    if (r.status.ok()) {
+    const bool completed = a.status == 200 && a.done && a.error_code.empty();
+    if (completed) {
       ++report_.completed;
-      const auto tier = r.started.cache().restored_from();
-      if (tier == infer_v1::CacheResult::TIER_RAM || tier == infer_v1::CacheResult::TIER_DISK) {
-        ++report_.restored;
+      if (stream) ++report_.completed_streamed;
+      if (turn.api == Api::kChat) ++report_.completed_chat;
+      if (a.tier == "ram" || a.tier == "disk") ++report_.restored;
+      if (a.tier == "disk") ++report_.restored_from_disk;
+      const bool same_tokens =
+          turn.api == Api::kChat ? a.bytes == turn.expected_bytes : a.ids == turn.expected.tokens;
+      if (!same_tokens || !SameLogprobs(a.logprobs, turn.expected.logprobs)) {
+        report_.wrong_outputs.push_back(absl::StrCat(
+            what, ": the answer differs from the uncached run (restored from tier ", a.tier, ")"));
       }
-      if (tier == infer_v1::CacheResult::TIER_DISK) ++report_.restored_from_disk;
-      if (r.tokens != turn.expected.tokens || !SameLogprobs(r.logprobs, turn.expected.logprobs)) {
-        report_.wrong_outputs.push_back(
-            absl::StrCat(what, ": the answer differs from the uncached run (restored from tier ",
-                         tier, " at depth ", r.started.cache().restored_depth(), ")"));
-      }
-    } else if (r.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-               took <= options_.request_bound) {
-      ++report_.retried;
-      report_.slowest_failure = std::max(report_.slowest_failure, took);
-      const std::string reason =
-          r.status.error_message().substr(0, r.status.error_message().find(':'));
-      ++(infer_phase_ ? report_.infer_phase_failures : report_.cache_phase_failures)[reason];
-    } else {
-      report_.bad_errors.push_back(absl::StrCat(what, ": code ", r.status.error_code(), " \"",
-                                                r.status.error_message(), "\" after ",
-                                                absl::FormatDuration(took)));
+      return true;
     }
+    const std::string cut = a.error_message.substr(0, a.error_message.find(':'));
+    std::string kind;
+    if (took > options_.request_bound) {
+      kind = "";  // A hang, whatever it ended with.
+    } else if (a.status == 503 && a.retry_after && a.error_code == "unavailable") {
+      kind = absl::StrCat("http 503: ", cut);
+    } else if (a.status == 200 && a.error_code == "unavailable") {
+      kind = absl::StrCat("stream: ", cut);
+    } else if (a.status == 0 && gateway_killed) {
+      kind = absl::StrCat("connection: ", a.transport_error);
+    }
+    if (kind.empty()) {
+      report_.bad_errors.push_back(absl::StrCat(
+          what, ": HTTP ", a.status, " code \"", a.error_code, "\" \"", a.error_message,
+          "\" transport \"", a.transport_error, "\"", a.retry_after ? " with" : " without",
+          " Retry-After after ", absl::FormatDuration(took)));
+      return false;
+    }
+    ++report_.retried;
+    report_.slowest_failure = std::max(report_.slowest_failure, took);
+    ++report_.failures[phase_][kind];
+    return false;
   }
 
   const Script& script_;
   const ChaosOptions options_;
-  const std::string address_;
+  const int port_;
   std::atomic<bool> stop_{false};
-  std::atomic<int> streaming_{0};
-  std::atomic<bool> infer_phase_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> gateway_epoch_{0};  // Odd while the gateway is down.
   std::vector<std::thread> threads_;
   Mutex mu_;
+  std::string phase_ ABSL_GUARDED_BY(mu_);
   ChaosReport report_ ABSL_GUARDED_BY(mu_);
 };
 
-// Checks that the surviving daemon's usage stayed flat over its phase.
-void CheckFlat(const char* who, const ProcessUsage& start, const ProcessUsage& end,
-               ChaosReport* report) {
-  if (end.fds > start.fds + kMaxFdGrowth) {
+// Checks that a surviving daemon's usage stayed flat over its phase.
+void CheckFlat(const SurvivorUsage& u, ChaosReport* report) {
+  const std::string who = absl::StrCat(u.daemon, " while killing ", u.phase);
+  if (u.end.fds > u.start.fds + kMaxFdGrowth) {
     report->leaks.push_back(
-        absl::StrCat(who, ": open descriptors grew from ", start.fds, " to ", end.fds));
+        absl::StrCat(who, ": open descriptors grew from ", u.start.fds, " to ", u.end.fds));
   }
-  if (end.rss_bytes > start.rss_bytes + kMaxRssGrowth) {
-    report->leaks.push_back(absl::StrCat(who, ": resident memory grew from ", start.rss_bytes >> 20,
-                                         " MiB to ", end.rss_bytes >> 20, " MiB"));
+  if (u.end.rss_bytes > u.start.rss_bytes + kMaxRssGrowth) {
+    report->leaks.push_back(absl::StrCat(who, ": resident memory grew from ",
+                                         u.start.rss_bytes >> 20, " MiB to ", u.end.rss_bytes >> 20,
+                                         " MiB"));
   }
 }
+
+// One phase: the daemon killed, the ones that survive, and how often.
+struct Phase {
+  std::string name;
+  ChildProcess* victim;
+  std::vector<std::pair<std::string, ChildProcess*>> survivors;
+  int kills;
+  int* survived;  // The report's count.
+};
 
 }  // namespace
 
@@ -281,13 +543,16 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
     return absl::InternalError(absl::StrCat("cannot create ", dir));
   }
   ASSIGN_OR_RETURN(std::string model_dir,
-                   infer::testing::MakeModelFolder("dense", false, "chaos-model"));
-  ASSIGN_OR_RETURN(Script script, MakeScript(model_dir, o));
+                   infer::testing::MakeModelFolder("dense", /*qwen3_text=*/true, "chaos-model"));
+  const int port = ::cairn::testing::FreeLoopbackPort();
+  if (port == 0) return absl::UnavailableError("no free TCP port on 127.0.0.1");
 
-  Daemons daemons(dir, model_dir, o);
+  Daemons daemons(dir, model_dir, o, port);
   RETURN_IF_ERROR(daemons.Start(daemons.cache()));
   RETURN_IF_ERROR(daemons.Start(daemons.infer()));
   RETURN_IF_ERROR(daemons.WaitCacheConnected());
+  RETURN_IF_ERROR(daemons.Start(daemons.gateway()));
+  ASSIGN_OR_RETURN(Script script, MakeScript(model_dir, o, port));
 
   ChaosReport report;
   std::mt19937_64 rng(o.seed);
@@ -296,87 +561,136 @@ absl::StatusOr<ChaosReport> RunChaos(const ChaosOptions& o) {
                                               absl::ToInt64Milliseconds(o.max_run));
     return absl::Milliseconds(ms(rng));
   };
-  Load load(script, o, daemons.infer().address());
+  Load load(script, o, port);
   load.Start();
 
-  // Phase one: cairn-cache dies; cairn-infer must keep serving and reconnect.
-  for (int k = 0; k < o.cache_kills; ++k) {
-    absl::SleepFor(random_run());  // The random point of the kill.
-    absl::StatusOr<std::set<uint64_t>> acknowledged = daemons.OnDisk();
-    if (load.streaming() > 0) ++report.kills_mid_stream;
-    daemons.cache().Kill();
-    RETURN_IF_ERROR(daemons.Start(daemons.cache()));
-    RETURN_IF_ERROR(daemons.WaitCacheConnected());
-    ++report.cache_kills;
-    absl::StatusOr<std::set<uint64_t>> after = daemons.OnDisk();
-    if (acknowledged.ok() && after.ok()) {
-      report.checkpoints_on_disk =
-          std::max<int64_t>(report.checkpoints_on_disk, static_cast<int64_t>(after->size()));
-      for (uint64_t id : *acknowledged) {
-        if (!after->contains(id)) {
-          report.lost_checkpoints.push_back(absl::StrCat("checkpoint ", id,
-                                                         " was on disk before cache kill ", k + 1,
-                                                         " and missing after the restart"));
+  ChildProcess* cache = &daemons.cache();
+  ChildProcess* infer = &daemons.infer();
+  ChildProcess* gateway = &daemons.gateway();
+  const std::vector<Phase> phases = {
+      // cairn-infer must keep serving without the cache and reconnect.
+      {"cairn-cache",
+       cache,
+       {{"cairn-infer", infer}, {"cairn-gateway", gateway}},
+       o.cache_kills,
+       &report.cache_kills},
+      // cairn-cache keeps its checkpoints and reclaims the sessions; the gateway answers 503.
+      {"cairn-infer",
+       infer,
+       {{"cairn-cache", cache}, {"cairn-gateway", gateway}},
+       o.infer_kills,
+       &report.infer_kills},
+      // The daemons behind it cancel what the dead gateway had asked for.
+      {"cairn-gateway",
+       gateway,
+       {{"cairn-cache", cache}, {"cairn-infer", infer}},
+       o.gateway_kills,
+       &report.gateway_kills},
+  };
+  for (const Phase& phase : phases) {
+    load.BeginPhase(phase.name);
+    std::vector<SurvivorUsage> usage;
+    for (const auto& survivor : phase.survivors)
+      usage.push_back({phase.name, survivor.first, {}, {}});
+    const absl::Time phase_start = absl::Now();
+    for (int k = 0; k < phase.kills; ++k) {
+      // The random point of the kill; every other cache kill lands earlier, as soon as the disk
+      // writer has work (in a disk publish).
+      const absl::Time until = absl::Now() + random_run();
+      if (phase.victim == cache && k % 2 == 1) {
+        while (absl::Now() < until && !daemons.DiskBusy()) {
+          absl::SleepFor(kDiskPollInterval);  // Sampling another process's disk queue.
+        }
+      } else {
+        absl::SleepFor(until - absl::Now());
+      }
+      absl::StatusOr<std::set<uint64_t>> acknowledged;
+      if (phase.victim == cache) {
+        acknowledged = daemons.OnDisk();
+        if (daemons.DiskBusy()) ++report.cache_kills_mid_disk;
+      }
+      if (load.in_flight() > 0) ++report.kills_mid_stream;
+      if (phase.victim == gateway) load.GatewayDown();
+      const absl::Time killed = absl::Now();
+      phase.victim->Kill();
+      RETURN_IF_ERROR(daemons.Start(*phase.victim));
+      if (phase.victim == gateway) {
+        load.GatewayUp();
+      } else {
+        RETURN_IF_ERROR(daemons.WaitCacheConnected());
+      }
+      ++*phase.survived;
+      const absl::Duration restart = absl::Now() - killed;
+      report.restart_total[phase.name] += restart;
+      report.restart_slowest[phase.name] = std::max(report.restart_slowest[phase.name], restart);
+      if (phase.victim == cache) {
+        absl::StatusOr<std::set<uint64_t>> after = daemons.OnDisk();
+        if (acknowledged.ok() && after.ok()) {
+          report.checkpoints_on_disk =
+              std::max<int64_t>(report.checkpoints_on_disk, static_cast<int64_t>(after->size()));
+          for (uint64_t id : *acknowledged) {
+            if (!after->contains(id)) {
+              report.lost_checkpoints.push_back(
+                  absl::StrCat("checkpoint ", id, " was on disk before cache kill ", k + 1,
+                               " and missing after the restart"));
+            }
+          }
         }
       }
+      for (size_t i = 0; i < usage.size(); ++i) {
+        const ProcessUsage now = UsageOf(phase.survivors[i].second->pid());
+        if (k == std::min(kWarmupCycles, phase.kills - 1)) usage[i].start = now;
+        usage[i].end = now;
+      }
     }
-    const ProcessUsage usage = UsageOf(daemons.infer().pid());
-    if (k == std::min(kWarmupCycles, o.cache_kills - 1)) report.infer_start = usage;
-    report.infer_end = usage;
+    report.phase_length[phase.name] = absl::Now() - phase_start;
+    for (const SurvivorUsage& u : usage) {
+      CheckFlat(u, &report);
+      report.usage.push_back(u);
+    }
   }
-  CheckFlat("cairn-infer", report.infer_start, report.infer_end, &report);
-
-  // Phase two: cairn-infer dies; cairn-cache keeps its checkpoints and reclaims the sessions.
-  load.BeginInferPhase();
-  for (int k = 0; k < o.infer_kills; ++k) {
-    absl::SleepFor(random_run());
-    if (load.streaming() > 0) ++report.kills_mid_stream;
-    daemons.infer().Kill();
-    RETURN_IF_ERROR(daemons.Start(daemons.infer()));
-    RETURN_IF_ERROR(daemons.WaitCacheConnected());
-    ++report.infer_kills;
-    const ProcessUsage usage = UsageOf(daemons.cache().pid());
-    if (k == std::min(kWarmupCycles, o.infer_kills - 1)) report.cache_start = usage;
-    report.cache_end = usage;
-  }
-  CheckFlat("cairn-cache", report.cache_start, report.cache_end, &report);
   load.Stop();
   load.AddTo(&report);
+  if (absl::Status idle = daemons.WaitSlotsIdle(); !idle.ok()) {
+    report.leaks.push_back(std::string(idle.message()));
+  }
+  daemons.gateway().Terminate();
   daemons.infer().Terminate();
   daemons.cache().Terminate();
   return report;
 }
 
-namespace {
-
-// The figures, on one line.
-std::string Summary(const ChaosReport& r) {
-  return absl::StrFormat(
-      "chaos: %d cache kills and %d infer kills survived (%d mid-stream); %d requests "
-      "completed, all compared with the uncached run: %d wrong; %d restored cached state "
-      "(%d from disk); %d failed with UNAVAILABLE and were retried (slowest %s); %d other "
-      "errors or overruns; up to %d checkpoints on disk, %d lost; cairn-infer %d->%d fds, "
-      "%d->%d MiB; cairn-cache %d->%d fds, %d->%d MiB; %d leaks",
-      r.cache_kills, r.infer_kills, r.kills_mid_stream, r.completed, r.wrong_outputs.size(),
-      r.restored, r.restored_from_disk, r.retried, absl::FormatDuration(r.slowest_failure),
-      r.bad_errors.size(), r.checkpoints_on_disk, r.lost_checkpoints.size(), r.infer_start.fds,
-      r.infer_end.fds, r.infer_start.rss_bytes >> 20, r.infer_end.rss_bytes >> 20,
-      r.cache_start.fds, r.cache_end.fds, r.cache_start.rss_bytes >> 20,
-      r.cache_end.rss_bytes >> 20, r.leaks.size());
-}
-
-}  // namespace
-
 std::string FormatReport(const ChaosReport& r) {
-  std::string reasons;
-  for (const auto& [phase, failures] :
-       {std::pair{"cache", &r.cache_phase_failures}, std::pair{"infer", &r.infer_phase_failures}}) {
-    for (const auto& [reason, n] : *failures) {
-      absl::StrAppend(&reasons, "\n  UNAVAILABLE while killing ", phase, ": ", n, " x \"", reason,
-                      "\"");
+  std::string out = absl::StrFormat(
+      "chaos: %d cache, %d infer and %d gateway kills survived (%d with requests in flight, "
+      "%d cache kills with disk writes queued); %d requests completed (%d streamed, %d chat), "
+      "all compared with the uncached run: %d wrong; %d restored cached state (%d from disk); "
+      "%d failed with a retriable error and were sent again (slowest %s); %d other errors or "
+      "overruns; up to %d checkpoints on disk, %d lost; %d leaks",
+      r.cache_kills, r.infer_kills, r.gateway_kills, r.kills_mid_stream, r.cache_kills_mid_disk,
+      r.completed, r.completed_streamed, r.completed_chat, r.wrong_outputs.size(), r.restored,
+      r.restored_from_disk, r.retried, absl::FormatDuration(r.slowest_failure), r.bad_errors.size(),
+      r.checkpoints_on_disk, r.lost_checkpoints.size(), r.leaks.size());
+  for (const auto& [daemon, total] : r.restart_total) {
+    const int kills = daemon == "cairn-cache"   ? r.cache_kills
+                      : daemon == "cairn-infer" ? r.infer_kills
+                                                : r.gateway_kills;
+    absl::StrAppend(&out, "\n  ", daemon, ": phase of ",
+                    absl::FormatDuration(r.phase_length.at(daemon)), ", kill to serving again ",
+                    absl::FormatDuration(total / std::max(kills, 1)), " on average, slowest ",
+                    absl::FormatDuration(r.restart_slowest.at(daemon)));
+  }
+  for (const SurvivorUsage& u : r.usage) {
+    absl::StrAppendFormat(&out, "\n  %s while killing %s: %d -> %d fds, %d -> %d MiB", u.daemon,
+                          u.phase, u.start.fds, u.end.fds, u.start.rss_bytes >> 20,
+                          u.end.rss_bytes >> 20);
+  }
+  for (const auto& [phase, kinds] : r.failures) {
+    for (const auto& [kind, n] : kinds) {
+      absl::StrAppend(&out, "\n  while killing ", phase, ": ", n, " x ", kind);
     }
   }
-  return reasons.empty() ? Summary(r) : Summary(r) + reasons;
+  return out;
 }
 
 }  // namespace cairn::chaos

@@ -38,6 +38,7 @@ class LiveDaemons {
   const std::string& dir() const { return dir_; }
   std::string infer_address() const { return infer_->address(); }
   std::string cache_address() const { return cache_ ? cache_->address() : ""; }
+  pid_t infer_pid() const { return infer_->pid(); }
   // The daemon's slots now.
   absl::StatusOr<infer::v1::ListSlotsResponse> ListSlots() const;
 
