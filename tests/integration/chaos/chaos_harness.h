@@ -68,9 +68,12 @@ struct ChaosReport {
   int cache_kills = 0;  // Kills survived: the daemon was restarted and served again.
   int infer_kills = 0;
   int gateway_kills = 0;
-  int kills_mid_stream = 0;      // Kills that landed while some request was in flight.
-  int cache_kills_mid_disk = 0;  // Cache kills while its disk writer had work queued.
-  int64_t completed = 0;         // Requests that finished, each compared with the reference.
+  int kills_mid_stream = 0;  // Kills that landed while some request was in flight.
+  // Cache kills aimed at the moment an answer completed (when its captures go to disk), and
+  // cache kills that left a manifest under its temporary name (inside a disk publish).
+  int cache_kills_after_answer = 0;
+  int cache_kills_mid_publish = 0;
+  int64_t completed = 0;  // Requests that finished, each compared with the reference.
   int64_t completed_streamed = 0;
   int64_t completed_chat = 0;
   int64_t retried = 0;   // Requests that failed with a retriable error (then sent again).

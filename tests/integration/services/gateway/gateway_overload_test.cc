@@ -7,8 +7,9 @@
 // mid-stream leave no slot busy, each freed within about one decode step; and the gateway's
 // RSS and descriptor count stay flat across rounds.
 //
-// CAIRN_OVERLOAD_DISCONNECTS=N sets the number of mid-stream disconnects (default 200; the
-// long run uses 1000).
+// CAIRN_OVERLOAD_DISCONNECTS=N sets the number of mid-stream disconnects (default 200) and
+// CAIRN_OVERLOAD_REQUESTS=N the requests each client sends per round (default 4); tools/soak
+// runs 1,000 and 50.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -54,13 +55,17 @@ constexpr int64_t kRssGrowthLimit = int64_t{256} << 20;
 constexpr int64_t kRssGrowthLimit = int64_t{16} << 20;
 #endif
 
-int Disconnects() {
-  int n = 200;
-  if (const char* env = std::getenv("CAIRN_OVERLOAD_DISCONNECTS"); env != nullptr) {
-    if (!absl::SimpleAtoi(env, &n) || n < 1) n = 200;
+// A positive count from the environment variable `name`, or `fallback`.
+int EnvCount(const char* name, int fallback) {
+  int n = fallback;
+  if (const char* env = std::getenv(name); env != nullptr) {
+    if (!absl::SimpleAtoi(env, &n) || n < 1) n = fallback;
   }
   return n;
 }
+
+int Disconnects() { return EnvCount("CAIRN_OVERLOAD_DISCONNECTS", 200); }
+int RequestsPerClient() { return EnvCount("CAIRN_OVERLOAD_REQUESTS", kRequestsPerClient); }
 
 // A TCP connection to the gateway; closed (with a reset when `abort`) by the destructor.
 class Conn {
@@ -288,7 +293,7 @@ class GatewayOverloadTest : public ::testing::Test {
     std::vector<double> ttft_ms;
   };
 
-  // `clients` clients, each sending kRequestsPerClient streamed completions back to back.
+  // `client_count` clients, each sending RequestsPerClient() streamed completions back to back.
   Round OverloadRound(int seed, int client_count = kClients) {
     Round r;
     Mutex mu;
@@ -310,7 +315,7 @@ class GatewayOverloadTest : public ::testing::Test {
     std::vector<std::thread> clients;
     for (int c = 0; c < client_count; ++c) {
       clients.emplace_back([&, c] {
-        for (int i = 0; i < kRequestsPerClient; ++i) {
+        for (int i = 0; i < RequestsPerClient(); ++i) {
           Outcome o = RunStream(port_, 16, seed * 1000 + c * 10 + i);
           MutexLock lock(&mu);
           if (o.status == 200) {
@@ -353,7 +358,7 @@ TEST_F(GatewayOverloadTest, OneToTenTimesTheSlotsStayBoundedAndEveryVictimIsRele
   for (int level : kLoadLevels) {
     const int clients = level * kSlots;
     Round load = OverloadRound(10 + level, clients);
-    const int total = clients * kRequestsPerClient;
+    const int total = clients * RequestsPerClient();
     std::cout << "overload " << level << "x: " << clients << " clients, " << kSlots << " slots, "
               << total << " requests: " << load.ok << " completed, " << load.busy_503 << " x 503, "
               << load.busy_429 << " x 429, " << load.other << " other; daemon queue max "
