@@ -294,6 +294,25 @@ double KernelSeconds(const infer::CpuKernelProfile& p) {
   return p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
 }
 
+void Add(const infer::CpuKernelProfile& p, infer::CpuKernelProfile& sum) {
+  sum.matmul_s += p.matmul_s;
+  sum.matmul_rows_s += p.matmul_rows_s;
+  sum.attention_s += p.attention_s;
+  sum.delta_rule_s += p.delta_rule_s;
+  sum.other_s += p.other_s;
+}
+
+// Where `elapsed` seconds went, as shares of it: the backend's kinds of operation (`p`) and
+// the rest (outside the backend).
+std::string Shares(const infer::CpuKernelProfile& p, double elapsed) {
+  return absl::StrFormat(
+      "time in GEMMs %.1f%%, row products %.1f%%, attention %.1f%%, delta rule %.1f%%, other "
+      "kernels %.1f%%, outside the backend %.1f%%",
+      100 * p.matmul_s / elapsed, 100 * p.matmul_rows_s / elapsed, 100 * p.attention_s / elapsed,
+      100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
+      100 * (elapsed - KernelSeconds(p)) / elapsed);
+}
+
 int64_t FileBytes(const std::vector<std::string>& files) {
   int64_t total = 0;
   for (const std::string& f : files) {
@@ -390,7 +409,8 @@ absl::Status Run(int argc, char** argv) {
     RETURN_IF_ERROR(one->Step());  // Warm-up: page in the weights.
     RETURN_IF_ERROR(many->Step());
     std::vector<double> read_gbs, rate[2];
-    double rows_s[2] = {0, 0}, kernel_s[2] = {0, 0};
+    double elapsed_s[2] = {0, 0};
+    infer::CpuKernelProfile spent[2];
     for (int round = 0; round < decode_rounds; ++round) {
       read_gbs.push_back(
           MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads()).read_gbs);
@@ -399,9 +419,10 @@ absl::Status Run(int argc, char** argv) {
         backend->ResetProfile();
         const Clock::time_point t0 = Clock::now();
         for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(set.Step());
-        rate[which].push_back(steps / Seconds(t0));  // Steps per second.
-        rows_s[which] += backend->profile().matmul_rows_s;
-        kernel_s[which] += KernelSeconds(backend->profile());
+        const double round_s = Seconds(t0);
+        rate[which].push_back(steps / round_s);  // Steps per second.
+        elapsed_s[which] += round_s;
+        Add(backend->profile(), spent[which]);
       }
     }
     const double read = Median(read_gbs);
@@ -414,9 +435,9 @@ absl::Status Run(int argc, char** argv) {
       const int n = which == 0 ? 1 : slots;
       std::cout << absl::StrFormat(
           "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
-          "bandwidth; row products %.0f%% of the kernel time\n",
+          "bandwidth; %s\n",
           n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read,
-          100 * rows_s[which] / kernel_s[which]);
+          Shares(spent[which], elapsed_s[which]));
     }
   }
   // After decoding every weight has been read: the model's resident share is its working set.
@@ -458,18 +479,11 @@ absl::Status Run(int argc, char** argv) {
             ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * gemm.sbgemm_s / elapsed,
                               flops / gemm.sbgemm_s / 1e9)
             : std::string("no sbgemm in this OpenBLAS");
-    const double backend_s =
-        p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
     std::cout << absl::StrFormat(
         "prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; linear layers %.1f GFLOP/s = "
-        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; "
-        "time in GEMMs %.0f%%, attention %.1f%%, delta rule %.1f%%, other kernels %.1f%%, "
-        "outside the backend %.1f%%\n",
+        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; %s\n",
         n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
-        100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
-        100 * (p.matmul_s + p.matmul_rows_s) / elapsed, 100 * p.attention_s / elapsed,
-        100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
-        100 * (elapsed - backend_s) / elapsed);
+        100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm, Shares(p, elapsed));
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);
