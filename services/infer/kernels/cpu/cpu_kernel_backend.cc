@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -92,6 +93,11 @@ constexpr int64_t kWidenTileElements = int64_t{1} << 20;
 
 // Weight rows widened per work item.
 constexpr int64_t kWidenRowsPerItem = 16;
+
+// Elements of an elementwise operation (a norm, an activation, RoPE) per work item: enough to
+// amortise handing the item to another thread, so that a decode step's few rows stay on the
+// calling thread.
+constexpr int64_t kElementwiseItemElements = int64_t{1} << 15;
 
 // y[m, n] = x[m, k] . w[n, k]^T (+ y) through OpenBLAS.
 void Sgemm(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y,
@@ -242,18 +248,29 @@ CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
   const int kh = h / r;
   const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
   const int64_t v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
-  const int64_t n = static_cast<int64_t>(a.dk) * a.dv;
   for (int64_t t = 0; t < a.tokens; ++t) {
     const float* q = a.q + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
     const float* k = a.k + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
     const float* v = a.v + t * v_ld + static_cast<int64_t>(h) * a.dv;
     const float decay = std::exp(a.g[t * a.v_heads + h]);
     const float beta = a.beta[t * a.v_heads + h];
-    Scale(decay, s, n);
-    VecMat(k, s, a.dk, a.dv, kv.data());
+    // Two passes over the state (it is read once per token for each slot of a decode step):
+    // S = decay S and kv = k S, then S += k (x) kv' and out = q S; each element's arithmetic
+    // and every sum's order as in four separate passes.
+    std::fill(kv.begin(), kv.end(), 0.0f);
+    for (int i = 0; i < a.dk; ++i) {
+      float* row = s + static_cast<int64_t>(i) * a.dv;
+      Scale(decay, row, a.dv);
+      Axpy(k[i], row, kv.data(), a.dv);
+    }
     for (int j = 0; j < a.dv; ++j) kv[j] = (v[j] - kv[j]) * beta;
-    for (int i = 0; i < a.dk; ++i) Axpy(k[i], kv.data(), s + static_cast<int64_t>(i) * a.dv, a.dv);
-    VecMat(q, s, a.dk, a.dv, a.out + t * v_ld + static_cast<int64_t>(h) * a.dv);
+    float* out = a.out + t * v_ld + static_cast<int64_t>(h) * a.dv;
+    std::fill(out, out + a.dv, 0.0f);
+    for (int i = 0; i < a.dk; ++i) {
+      float* row = s + static_cast<int64_t>(i) * a.dv;
+      Axpy(k[i], kv.data(), row, a.dv);
+      Axpy(q[i], row, out, a.dv);
+    }
   }
 }
 
@@ -403,31 +420,51 @@ void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> f
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  // The calling thread takes items too and waits only for helpers that joined before every
+  // item was taken: on a loaded machine a helper may start long after the work is done (it
+  // then finds nothing to do), and a small loop must not wait for it to be scheduled. The
+  // state is shared with the helpers, which may outlive this call.
   struct Shared {
     std::atomic<int64_t> next{0};
     Mutex mu;
     CondVar cv;
-    int running ABSL_GUARDED_BY(mu) = 0;
-  } shared;
-  auto drain = [&shared, &fn, n] {
-    for (int64_t i = shared.next.fetch_add(1); i < n; i = shared.next.fetch_add(1)) fn(i);
+    int joined ABSL_GUARDED_BY(mu) = 0;  // Helpers between joining and leaving.
   };
+  auto shared = std::make_shared<Shared>();
+  const absl::FunctionRef<void(int64_t)>* body = &fn;
   const int helpers = static_cast<int>(std::min<int64_t>(threads_ - 1, n - 1));
-  {
-    MutexLock lock(&shared.mu);
-    shared.running = helpers;
-  }
-  for (int i = 0; i < helpers; ++i) {
-    const bool scheduled = pool_->Schedule([&shared, &drain] {
-      drain();
-      MutexLock lock(&shared.mu);
-      if (--shared.running == 0) shared.cv.SignalAll();
+  for (int h = 0; h < helpers; ++h) {
+    const bool scheduled = pool_->Schedule([shared, body, n] {
+      {
+        MutexLock lock(&shared->mu);
+        ++shared->joined;
+      }
+      // Joined before taking an item: an item below n means the caller is still waiting for
+      // this helper, so `body` is alive.
+      for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) {
+        (*body)(i);
+      }
+      MutexLock lock(&shared->mu);
+      if (--shared->joined == 0) shared->cv.SignalAll();
     });
     CAIRN_CHECK(scheduled);  // The pool shuts down only in our destructor.
   }
-  drain();
-  MutexLock lock(&shared.mu);
-  while (shared.running > 0) shared.cv.Wait(&shared.mu);
+  for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) fn(i);
+  // Every item is taken; a helper that joins from now on takes none.
+  MutexLock lock(&shared->mu);
+  while (shared->joined > 0) shared->cv.Wait(&shared->mu);
+}
+
+void CpuKernelBackend::ParallelRows(int64_t rows, int64_t row_elements,
+                                    absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (rows <= 0) return;
+  const int64_t per_item =
+      std::max<int64_t>(1, kElementwiseItemElements / std::max<int64_t>(1, row_elements));
+  const int64_t items = (rows + per_item - 1) / per_item;
+  ParallelFor(items, [&](int64_t item) {
+    const int64_t r0 = item * per_item;
+    fn(r0, std::min(rows, r0 + per_item));
+  });
 }
 
 void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx,
@@ -496,9 +533,11 @@ void CpuKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t 
 void CpuKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
                                             int64_t n, float* out) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::Widen(isa_, table.type, WeightRow(table, ids[i]), table.cols, out + i * table.cols);
-  }
+  ParallelRows(n, table.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      cpu::Widen(isa_, table.type, WeightRow(table, ids[i]), table.cols, out + i * table.cols);
+    }
+  });
 }
 
 void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
@@ -514,32 +553,38 @@ void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, 
                                       float* a, float* b) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int h = 0; h < heads; ++h) {
-      const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
-      const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
-      std::copy(src, src + head_dim, a + dst);
-      std::copy(src + head_dim, src + 2 * head_dim, b + dst);
+  ParallelRows(rows, 2 * width, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
+        const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
+        std::copy(src, src + head_dim, a + dst);
+        std::copy(src + head_dim, src + 2 * head_dim, b + dst);
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t i = 0; i < n; ++i) x[i] *= Sigmoid(gate[i]);
+  ParallelRows(n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] *= Sigmoid(gate[i]);
+  });
 }
 
 void CpuKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
                                 int64_t b_offset, int64_t a_offset, const float* dt_bias,
                                 const float* neg_a, float* g, float* beta) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* row = in + t * ld;
-    for (int j = 0; j < heads; ++j) {
-      beta[t * heads + j] = Sigmoid(row[b_offset + j]);
-      g[t * heads + j] = neg_a[j] * Softplus(row[a_offset + j] + dt_bias[j]);
+  ParallelRows(tokens, 2 * heads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* row = in + t * ld;
+      for (int j = 0; j < heads; ++j) {
+        beta[t * heads + j] = Sigmoid(row[b_offset + j]);
+        g[t * heads + j] = neg_a[j] * Softplus(row[a_offset + j] + dt_bias[j]);
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
@@ -568,75 +613,85 @@ void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) {
-      yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) {
+        yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* zr = z + r * dim;
-    float* yr = y + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i] * Silu(zr[i]);
-  }
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      const float* zr = z + r * dim;
+      float* yr = y + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i] * Silu(zr[i]);
+    }
+  });
 }
 
 void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss + eps);
-    for (int64_t i = 0; i < dim; ++i) xr[i] = xr[i] * inv * scale;
-  }
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* xr = x + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss + eps);
+      for (int64_t i = 0; i < dim; ++i) xr[i] = xr[i] * inv * scale;
+    }
+  });
 }
 
 void CpuKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
                             int rotary_dim, const float* inv_freq, int64_t first_position) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int half = rotary_dim / 2;
-  std::vector<float> cos_v(half), sin_v(half);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float pos = static_cast<float>(first_position + t);
-    for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[i];
-      cos_v[i] = std::cos(angle);
-      sin_v[i] = std::sin(angle);
-    }
-    for (int h = 0; h < heads; ++h) {
-      float* p = x + t * ld + static_cast<int64_t>(h) * head_dim;
+  ParallelRows(tokens, static_cast<int64_t>(heads) * rotary_dim, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cos_v(half), sin_v(half);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float pos = static_cast<float>(first_position + t);
       for (int i = 0; i < half; ++i) {
-        const float x1 = p[i];
-        const float x2 = p[i + half];
-        p[i] = x1 * cos_v[i] - x2 * sin_v[i];
-        p[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+        const float angle = pos * inv_freq[i];
+        cos_v[i] = std::cos(angle);
+        sin_v[i] = std::sin(angle);
+      }
+      for (int h = 0; h < heads; ++h) {
+        float* p = x + t * ld + static_cast<int64_t>(h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const float x1 = p[i];
+          const float x2 = p[i + half];
+          p[i] = x1 * cos_v[i] - x2 * sin_v[i];
+          p[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+        }
       }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                                int64_t rows, int64_t dim, float* out) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < dim; ++i) {
-      out[r * dim + i] = Silu(gate[r * ld_gate + i]) * up[r * ld_up + i];
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t i = 0; i < dim; ++i) {
+        out[r * dim + i] = Silu(gate[r * ld_gate + i]) * up[r * ld_up + i];
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens,
@@ -646,14 +701,18 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
   const int hist = kernel - 1;
   // Input row `t` of the window [state rows ; input rows], t in [-hist, tokens).
   auto row = [&](int64_t t) { return t < 0 ? state + (t + hist) * channels : in + t * ld_in; };
-  for (int64_t t = 0; t < tokens; ++t) {
-    float* o = out + t * channels;
-    for (int64_t ch = 0; ch < channels; ++ch) {
-      float acc = 0.0f;
-      for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
-      o[ch] = Silu(acc);
+  // Split by tokens: an output row reads only input and state rows, which stay as they are
+  // until the loop is done.
+  ParallelRows(tokens, channels * kernel, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = out + t * channels;
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        float acc = 0.0f;
+        for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
+        o[ch] = Silu(acc);
+      }
     }
-  }
+  });
   // New state: the last `hist` rows of the window.
   std::vector<float> next(static_cast<size_t>(hist) * channels);
   for (int i = 0; i < hist; ++i) {
