@@ -163,6 +163,59 @@ inline __attribute__((always_inline)) void VecMat(const float* vec, const float*
   for (int i = 0; i < rows; ++i) Axpy(vec[i], mat + static_cast<int64_t>(i) * cols, out, cols);
 }
 
+// o[r][:] = (0 or o[r][:]) + sum over x in order of a[r][x] * b[x][:] for RB rows r and V * 16
+// columns, the RB * V vectors of o held in registers while b's rows pass: the arithmetic of RB
+// VecMat / Axpy sequences, each b row loaded once for RB rows.
+template <int V, int RB>
+inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t lda, const float* b,
+                                                       int64_t ldb, int inner, float* o,
+                                                       int64_t ldo, bool zero) {
+  F32x16 acc[RB][V];
+  for (int r = 0; r < RB; ++r) {
+    for (int v = 0; v < V; ++v) {
+      if (zero) {
+        acc[r][v] = F32x16{};
+      } else {
+        std::memcpy(&acc[r][v], o + r * ldo + 16 * v, sizeof(F32x16));
+      }
+    }
+  }
+  for (int x = 0; x < inner; ++x) {
+    F32x16 bv[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + x * ldb + 16 * v, sizeof(F32x16));
+    for (int r = 0; r < RB; ++r) {
+      const float s = a[r * lda + x];
+      for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int v = 0; v < V; ++v) std::memcpy(o + r * ldo + 16 * v, &acc[r][v], sizeof(F32x16));
+  }
+}
+
+// o[r][:cols] (+)= sum over x < inner, in order, of a[r][x] * b[x][:cols] for r < rows: with
+// `zero` the sums start from zero (VecMat), else from o (Axpy after Axpy). Blocked where cols is
+// 64 or 128, the same arithmetic otherwise.
+inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, int rows,
+                                                  const float* b, int64_t ldb, int inner, int cols,
+                                                  float* o, int64_t ldo, bool zero) {
+  int r = 0;
+  if (cols == 64) {
+    for (; r + 4 <= rows; r += 4) {
+      MatAccBlock<4, 4>(a + r * lda, lda, b, ldb, inner, o + r * ldo, ldo, zero);
+    }
+  } else if (cols == 128) {
+    for (; r + 2 <= rows; r += 2) {
+      MatAccBlock<8, 2>(a + r * lda, lda, b, ldb, inner, o + r * ldo, ldo, zero);
+    }
+  }
+  for (; r < rows; ++r) {
+    float* orow = o + r * ldo;
+    if (zero) std::fill(orow, orow + cols, 0.0f);
+    for (int x = 0; x < inner; ++x) Axpy(a[r * lda + x], b + x * ldb, orow, cols);
+  }
+}
+
 // The delta rule's loops and the softmax are built for AVX-512, AVX2 and baseline x86-64; the
 // loader picks the widest this processor runs.
 #define CAIRN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -287,7 +340,8 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
   const int c = a.chunk;
   std::vector<float> cum(c), decay(static_cast<size_t>(c) * c), kk(static_cast<size_t>(c) * c),
       u(static_cast<size_t>(c) * dv), w(static_cast<size_t>(c) * dk),
-      vnew(static_cast<size_t>(c) * dv), tmp(dv);
+      vnew(static_cast<size_t>(c) * dv), tmp(static_cast<size_t>(c) * dv),
+      p(static_cast<size_t>(c) * c), kt(static_cast<size_t>(dk) * c);
   for (int64_t c0 = 0; c0 < a.tokens; c0 += c) {
     const int len = static_cast<int>(std::min<int64_t>(c, a.tokens - c0));
     auto q_row = [&](int i) { return a.q + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
@@ -321,33 +375,45 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       }
     }
     // v_new = u - w S.
+    MatAcc(w.data(), dk, len, s, dv, dk, dv, tmp.data(), dv, /*zero=*/true);
     for (int i = 0; i < len; ++i) {
       float* vi = vnew.data() + static_cast<size_t>(i) * dv;
-      VecMat(w.data() + static_cast<size_t>(i) * dk, s, dk, dv, tmp.data());
+      const float* ti = tmp.data() + static_cast<size_t>(i) * dv;
       const float* ui = u.data() + static_cast<size_t>(i) * dv;
-      for (int j = 0; j < dv; ++j) vi[j] = ui[j] - tmp[j];
+      for (int j = 0; j < dv; ++j) vi[j] = ui[j] - ti[j];
     }
-    // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j.
+    // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j, the second sum in
+    // blocks of rows over the j every row of the block has, then each row's own last j.
+    float* o0 = a.out + c0 * v_ld + static_cast<int64_t>(h) * dv;
+    MatAcc(q_row(0), qk_ld, len, s, dv, dk, dv, o0, v_ld, /*zero=*/true);
     for (int i = 0; i < len; ++i) {
-      float* oi = a.out + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv;
-      VecMat(q_row(i), s, dk, dv, oi);
+      float* oi = o0 + i * v_ld;
       const float e = std::exp(cum[i]);
       for (int j = 0; j < dv; ++j) oi[j] *= e;
-      for (int j = 0; j <= i; ++j) {
-        const float p = Dot(q_row(i), k_row(j), dk) * decay[i * c + j];
-        Axpy(p, vnew.data() + static_cast<size_t>(j) * dv, oi, dv);
+      for (int j = 0; j <= i; ++j) p[i * c + j] = Dot(q_row(i), k_row(j), dk) * decay[i * c + j];
+    }
+    const int block = dv == 64 ? 4 : dv == 128 ? 2 : 1;
+    for (int i0 = 0; i0 < len; i0 += block) {
+      const int rows = std::min(block, len - i0);
+      MatAcc(p.data() + static_cast<size_t>(i0) * c, c, rows, vnew.data(), dv, i0 + 1, dv,
+             o0 + i0 * v_ld, v_ld, /*zero=*/false);
+      for (int i = i0 + 1; i < i0 + rows; ++i) {
+        for (int j = i0 + 1; j <= i; ++j) {
+          Axpy(p[i * c + j], vnew.data() + static_cast<size_t>(j) * dv, o0 + i * v_ld, dv);
+        }
       }
     }
-    // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i.
+    // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i, as S += K'^T V_new with
+    // K'[i][x] = exp(G_last - G_i) k_i[x].
     const float last = cum[len - 1];
     const float chunk_decay = std::exp(last);
     Scale(chunk_decay, s, static_cast<int64_t>(dk) * dv);
     for (int i = 0; i < len; ++i) {
       const float f = std::exp(last - cum[i]);
       const float* ki = k_row(i);
-      const float* vi = vnew.data() + static_cast<size_t>(i) * dv;
-      for (int x = 0; x < dk; ++x) Axpy(f * ki[x], vi, s + static_cast<int64_t>(x) * dv, dv);
+      for (int x = 0; x < dk; ++x) kt[static_cast<size_t>(x) * c + i] = f * ki[x];
     }
+    MatAcc(kt.data(), c, dk, vnew.data(), dv, len, dv, s, dv, /*zero=*/false);
   }
 }
 

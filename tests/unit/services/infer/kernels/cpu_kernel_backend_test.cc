@@ -26,24 +26,30 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-// Inputs of one gated delta rule call: 2 key heads, 6 value heads (r = 3), dk 8, dv 12.
+// Inputs of one gated delta rule call: 2 key heads, 6 value heads (r = 3), dk 8 and dv 12
+// unless given.
 struct DeltaCase {
-  static constexpr int kKHeads = 2, kVHeads = 6, kDk = 8, kDv = 12;
+  static constexpr int kKHeads = 2, kVHeads = 6;
   int64_t tokens;
+  int kDk, kDv;
   std::vector<float> q, k, v, g, beta, state;
 
-  explicit DeltaCase(int64_t t) : tokens(t) {
+  explicit DeltaCase(int64_t t, int dk = 8, int dv = 12) : tokens(t), kDk(dk), kDv(dv) {
     q = Random(t * kKHeads * kDk, 1);
     k = Random(t * kKHeads * kDk, 2);
     v = Random(t * kVHeads * kDv, 3);
     g = Random(t * kVHeads, 4, -0.5f, -0.01f);
     beta = Random(t * kVHeads, 5, 0.1f, 0.9f);
     state = Random(kVHeads * kDk * kDv, 6, -0.2f, 0.2f);
-    // Unit-norm keys, as the model passes them.
+    // Unit-norm keys and queries of norm 1 / sqrt(dk), as the model passes them.
     for (int64_t r = 0; r < t * kKHeads; ++r) {
       float ss = 0.0f;
       for (int i = 0; i < kDk; ++i) ss += k[r * kDk + i] * k[r * kDk + i];
       for (int i = 0; i < kDk; ++i) k[r * kDk + i] /= std::sqrt(ss);
+      if (kDk == 8) continue;  // The narrow case keeps the queries it was written with.
+      float qq = 0.0f;
+      for (int i = 0; i < kDk; ++i) qq += q[r * kDk + i] * q[r * kDk + i];
+      for (int i = 0; i < kDk; ++i) q[r * kDk + i] /= std::sqrt(qq * static_cast<float>(kDk));
     }
   }
 
@@ -91,6 +97,22 @@ TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrent) {
   EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f);
   EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f);
   EXPECT_GT(MaxAbsDiff(s_rec, c.state), 1e-2f);  // The state did move.
+}
+
+// Heads of 64 and 128 values take the chunked form's blocked products.
+TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrentOnWideHeads) {
+  for (int d : {64, 128}) {
+    const DeltaCase c(150, d, d);
+    std::vector<float> s_rec = c.state;
+    std::vector<float> s_chunk = c.state;
+
+    const std::vector<float> rec = c.Run(*backend_, s_rec, 0, 0, c.tokens);
+    const std::vector<float> chunked = c.Run(*backend_, s_chunk, 64, 0, c.tokens);
+
+    EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f) << "d " << d;
+    EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f) << "d " << d;
+    EXPECT_GT(MaxAbsDiff(s_rec, c.state), 1e-2f) << "d " << d;
+  }
 }
 
 TEST_F(CpuKernelBackendTest, ChunkSizeOnlyChangesRounding) {
