@@ -32,8 +32,6 @@ namespace {
 // Query rows per block of the attention score matrix.
 constexpr int64_t kAttentionQueryBlock = 256;
 
-float Silu(float x) { return x / (1.0f + std::exp(-x)); }
-
 // Four independent partial sums (a fixed order, so still deterministic) let the compiler
 // vectorise the reduction.
 float Dot(const float* a, const float* b, int n) {
@@ -246,6 +244,45 @@ inline __attribute__((always_inline)) void ExpNonPositive16(float* p) {
   std::memcpy(&scale, &bits, sizeof(scale));
   y *= scale;
   std::memcpy(p, &y, sizeof(y));
+}
+
+// p[0, 16) = sigmoid(p[0, 16)): 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|),
+// so that the exponential never overflows.
+inline __attribute__((always_inline)) void Sigmoid16(float* p) {
+  F32x16 x;
+  std::memcpy(&x, p, sizeof(x));
+  const F32x16 neg_abs = x < 0.0f ? x : -x;
+  alignas(64) float e[16];
+  std::memcpy(e, &neg_abs, sizeof(e));
+  ExpNonPositive16(e);
+  F32x16 ev;
+  std::memcpy(&ev, e, sizeof(ev));
+  const F32x16 inv = 1.0f / (1.0f + ev);
+  const F32x16 y = x >= 0.0f ? inv : ev * inv;
+  std::memcpy(p, &y, sizeof(y));
+}
+
+// out[i] = a[i] * sigmoid(g[i]) (* b[i] where b is given) for i < n, sixteen lanes at a time;
+// the last partial vector is padded, so that an element's bits do not depend on its position.
+// With a = g it is SiLU.
+CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const float* b, int64_t n,
+                                       float* out) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const size_t bytes = static_cast<size_t>(std::min<int64_t>(16, n - i)) * sizeof(float);
+    alignas(64) float sig[16] = {};
+    std::memcpy(sig, g + i, bytes);
+    Sigmoid16(sig);
+    F32x16 av = {}, sv, y;
+    std::memcpy(&av, a + i, bytes);
+    std::memcpy(&sv, sig, sizeof(sv));
+    y = av * sv;
+    if (b != nullptr) {
+      F32x16 bv = {};
+      std::memcpy(&bv, b + i, bytes);
+      y = y * bv;
+    }
+    std::memcpy(out + i, &y, bytes);
+  }
 }
 
 // Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
@@ -634,7 +671,7 @@ void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, 
 void CpuKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   ParallelRows(n, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) x[i] *= Sigmoid(gate[i]);
+    SigmoidProducts(x + i0, gate + i0, nullptr, i1 - i0, x + i0);
   });
 }
 
@@ -704,7 +741,8 @@ void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
       float ss = 0.0f;
       for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
       const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i] * Silu(zr[i]);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
+      SigmoidProducts(zr, zr, yr, dim, yr);  // y * silu(z)
     }
   });
 }
@@ -753,9 +791,8 @@ void CpuKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* 
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t i = 0; i < dim; ++i) {
-        out[r * dim + i] = Silu(gate[r * ld_gate + i]) * up[r * ld_up + i];
-      }
+      const float* g = gate + r * ld_gate;
+      SigmoidProducts(g, g, up + r * ld_up, dim, out + r * dim);
     }
   });
 }
@@ -775,8 +812,9 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
       for (int64_t ch = 0; ch < channels; ++ch) {
         float acc = 0.0f;
         for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
-        o[ch] = Silu(acc);
+        o[ch] = acc;
       }
+      SigmoidProducts(o, o, nullptr, channels, o);  // silu
     }
   });
   // New state: the last `hist` rows of the window.
