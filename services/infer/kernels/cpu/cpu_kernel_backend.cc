@@ -262,27 +262,41 @@ inline __attribute__((always_inline)) void Sigmoid16(float* p) {
   std::memcpy(p, &y, sizeof(y));
 }
 
+// out[0, 16) = a * sigmoid(g) (* b where b is given), lane-wise.
+inline __attribute__((always_inline)) void SigmoidProducts16(const float* a, const float* g,
+                                                             const float* b, float* out) {
+  alignas(64) float sig[16];
+  std::memcpy(sig, g, sizeof(sig));
+  Sigmoid16(sig);
+  F32x16 av, sv;
+  std::memcpy(&av, a, sizeof(av));
+  std::memcpy(&sv, sig, sizeof(sv));
+  F32x16 y = av * sv;
+  if (b != nullptr) {
+    F32x16 bv;
+    std::memcpy(&bv, b, sizeof(bv));
+    y = y * bv;
+  }
+  std::memcpy(out, &y, sizeof(y));
+}
+
 // out[i] = a[i] * sigmoid(g[i]) (* b[i] where b is given) for i < n, sixteen lanes at a time;
 // the last partial vector is padded, so that an element's bits do not depend on its position.
 // With a = g it is SiLU.
 CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const float* b, int64_t n,
                                        float* out) {
-  for (int64_t i = 0; i < n; i += 16) {
-    const size_t bytes = static_cast<size_t>(std::min<int64_t>(16, n - i)) * sizeof(float);
-    alignas(64) float sig[16] = {};
-    std::memcpy(sig, g + i, bytes);
-    Sigmoid16(sig);
-    F32x16 av = {}, sv, y;
-    std::memcpy(&av, a + i, bytes);
-    std::memcpy(&sv, sig, sizeof(sv));
-    y = av * sv;
-    if (b != nullptr) {
-      F32x16 bv = {};
-      std::memcpy(&bv, b + i, bytes);
-      y = y * bv;
-    }
-    std::memcpy(out + i, &y, bytes);
-  }
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    SigmoidProducts16(a + i, g + i, b == nullptr ? nullptr : b + i, out + i);
+  if (i == n) return;
+  // The last partial vector, padded with zeros.
+  alignas(64) float ta[16] = {}, tg[16] = {}, tb[16] = {}, to[16];
+  const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+  std::memcpy(ta, a + i, bytes);
+  std::memcpy(tg, g + i, bytes);
+  if (b != nullptr) std::memcpy(tb, b + i, bytes);
+  SigmoidProducts16(ta, tg, b == nullptr ? nullptr : tb, to);
+  std::memcpy(out + i, to, bytes);
 }
 
 // Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
