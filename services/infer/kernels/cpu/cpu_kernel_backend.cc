@@ -214,6 +214,9 @@ inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, i
   }
 }
 
+// Rows of the chunked delta rule's forward substitution that take their earlier rows together.
+constexpr int kSubstitutionBlock = 4;
+
 // The delta rule's loops and the softmax are built for AVX-512, AVX2 and baseline x86-64; the
 // loader picks the widest this processor runs.
 #define CAIRN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -286,8 +289,9 @@ inline __attribute__((always_inline)) void SigmoidProducts16(const float* a, con
 CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const float* b, int64_t n,
                                        float* out) {
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
+  for (; i + 16 <= n; i += 16) {
     SigmoidProducts16(a + i, g + i, b == nullptr ? nullptr : b + i, out + i);
+  }
   if (i == n) return;
   // The last partial vector, padded with zeros.
   alignas(64) float ta[16] = {}, tg[16] = {}, tb[16] = {}, to[16];
@@ -411,18 +415,35 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
         kk[i * c + j] = beta(i) * Dot(k_row(i), k_row(j), dk) * decay[i * c + j];
       }
     }
-    // u = (I + B)^-1 (beta v);  w = (I + B)^-1 (beta exp(G) k).
+    // u = (I + B)^-1 (beta v);  w = (I + B)^-1 (beta exp(G) k): forward substitution, row i
+    // minus kk[i][j] times row j for j < i in order. In blocks of kSubstitutionBlock rows: first
+    // the rows before the block (MatAcc), then the block's own earlier rows.
     for (int i = 0; i < len; ++i) {
-      float* ui = u.data() + static_cast<size_t>(i) * dv;
-      float* wi = w.data() + static_cast<size_t>(i) * dk;
-      const float* vi = v_row(i);
-      const float* ki = k_row(i);
-      const float bg = beta(i) * std::exp(cum[i]);
-      for (int j = 0; j < dv; ++j) ui[j] = beta(i) * vi[j];
-      for (int j = 0; j < dk; ++j) wi[j] = bg * ki[j];
-      for (int j = 0; j < i; ++j) {
-        Axpy(-kk[i * c + j], u.data() + static_cast<size_t>(j) * dv, ui, dv);
-        Axpy(-kk[i * c + j], w.data() + static_cast<size_t>(j) * dk, wi, dk);
+      for (int j = 0; j < i; ++j) kk[i * c + j] = -kk[i * c + j];
+    }
+    for (int i0 = 0; i0 < len; i0 += kSubstitutionBlock) {
+      const int rows = std::min(kSubstitutionBlock, len - i0);
+      for (int i = i0; i < i0 + rows; ++i) {
+        float* ui = u.data() + static_cast<size_t>(i) * dv;
+        float* wi = w.data() + static_cast<size_t>(i) * dk;
+        const float* vi = v_row(i);
+        const float* ki = k_row(i);
+        const float bg = beta(i) * std::exp(cum[i]);
+        for (int j = 0; j < dv; ++j) ui[j] = beta(i) * vi[j];
+        for (int j = 0; j < dk; ++j) wi[j] = bg * ki[j];
+      }
+      const float* neg = kk.data() + static_cast<size_t>(i0) * c;
+      MatAcc(neg, c, rows, u.data(), dv, i0, dv, u.data() + static_cast<size_t>(i0) * dv, dv,
+             /*zero=*/false);
+      MatAcc(neg, c, rows, w.data(), dk, i0, dk, w.data() + static_cast<size_t>(i0) * dk, dk,
+             /*zero=*/false);
+      for (int i = i0 + 1; i < i0 + rows; ++i) {
+        for (int j = i0; j < i; ++j) {
+          Axpy(kk[i * c + j], u.data() + static_cast<size_t>(j) * dv,
+               u.data() + static_cast<size_t>(i) * dv, dv);
+          Axpy(kk[i * c + j], w.data() + static_cast<size_t>(j) * dk,
+               w.data() + static_cast<size_t>(i) * dk, dk);
+        }
       }
     }
     // v_new = u - w S.
