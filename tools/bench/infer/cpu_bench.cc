@@ -18,6 +18,7 @@
 #include <cblas.h>
 #include <dlfcn.h>
 #include <immintrin.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,16 +57,37 @@ double Seconds(Clock::time_point from) {
   return std::chrono::duration<double>(Clock::now() - from).count();
 }
 
-// The smallest of `reps` timings of `fn`, in seconds.
-double BestOf(int reps, const std::function<void()>& fn) {
-  double best = 1e300;
+// The processor time this process has used (every thread, user and system), in seconds. On a
+// machine shared with other work a rate per processor-second moves far less than a rate per
+// wall-clock second: the time other work takes the cores from this process is not counted.
+double CpuSeconds() {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// Wall-clock and processor seconds of one or more runs.
+struct Timing {
+  double wall_s = 0;
+  double cpu_s = 0;
+};
+
+// The smallest of `reps` timings of `fn`, wall-clock and processor time each.
+Timing BestOfTimed(int reps, const std::function<void()>& fn) {
+  Timing best{1e300, 1e300};
   for (int i = 0; i < reps; ++i) {
+    const double c0 = CpuSeconds();
     const Clock::time_point t0 = Clock::now();
     fn();
-    best = std::min(best, Seconds(t0));
+    best.wall_s = std::min(best.wall_s, Seconds(t0));
+    best.cpu_s = std::min(best.cpu_s, CpuSeconds() - c0);
   }
   return best;
 }
+
+// The smallest of `reps` timings of `fn`, in seconds.
+double BestOf(int reps, const std::function<void()>& fn) { return BestOfTimed(reps, fn).wall_s; }
 
 // Resident set size of this process in bytes (VmRSS), or 0 when unreadable.
 int64_t ResidentBytes() {
@@ -140,6 +162,7 @@ double SumFloats(const float* a, int64_t n) {
 struct Bandwidth {
   double copy_gbs = 0;  // Bytes read plus bytes written, as STREAM counts them.
   double read_gbs = 0;
+  double read_cpu_gbs = 0;  // Bytes read per processor-second (all threads together).
 };
 
 Bandwidth MeasureBandwidth(int64_t bytes, int threads) {
@@ -153,13 +176,14 @@ Bandwidth MeasureBandwidth(int64_t bytes, int threads) {
     });
   });
   out.copy_gbs = 2.0 * static_cast<double>(n) * 4 / copy_s / 1e9;
-  const double read_s = BestOf(5, [&] {
+  const Timing read = BestOfTimed(5, [&] {
     Split(n, threads, [&](int64_t from, int64_t to) {
       const double total = SumFloats(a.data() + from, to - from);
       sums[static_cast<size_t>(from / kSplitChunk)] = total;
     });
   });
-  out.read_gbs = static_cast<double>(n) * 4 / read_s / 1e9;
+  out.read_gbs = static_cast<double>(n) * 4 / read.wall_s / 1e9;
+  out.read_cpu_gbs = static_cast<double>(n) * 4 / read.cpu_s / 1e9;
   std::cerr << "(bandwidth checksum " << sums[0] << ")\n";
   return out;
 }
@@ -178,7 +202,8 @@ std::vector<std::pair<int64_t, int64_t>> LinearShapes(const infer::TensorStore& 
 
 struct GemmTimes {
   double sgemm_s = 0;
-  double sbgemm_s = 0;  // 0 when this OpenBLAS has no sbgemm.
+  double sgemm_cpu_s = 0;  // Processor seconds of the same sgemm calls.
+  double sbgemm_s = 0;     // 0 when this OpenBLAS has no sbgemm.
 };
 
 // cblas_sbgemm and the fp32 -> bf16 conversion, looked up at run time: OpenBLAS declares them
@@ -213,12 +238,14 @@ GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int6
         y(static_cast<size_t>(m * n));
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
     for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.01f;
-    out.sgemm_s += times * BestOf(reps, [&] {
-                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-                                 static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x.data(),
-                                 static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0f,
-                                 y.data(), static_cast<blasint>(n));
-                   });
+    const Timing sgemm = BestOfTimed(reps, [&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x.data(),
+                  static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0f, y.data(),
+                  static_cast<blasint>(n));
+    });
+    out.sgemm_s += times * sgemm.wall_s;
+    out.sgemm_cpu_s += times * sgemm.cpu_s;
     const Sbgemm sb = FindSbgemm();
     if (sb.gemm == nullptr) continue;
     std::vector<bfloat16> xb(x.size()), wb(w.size());
@@ -292,6 +319,25 @@ double Median(std::vector<double> v) {
 
 double KernelSeconds(const infer::CpuKernelProfile& p) {
   return p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
+}
+
+void Add(const infer::CpuKernelProfile& p, infer::CpuKernelProfile& sum) {
+  sum.matmul_s += p.matmul_s;
+  sum.matmul_rows_s += p.matmul_rows_s;
+  sum.attention_s += p.attention_s;
+  sum.delta_rule_s += p.delta_rule_s;
+  sum.other_s += p.other_s;
+}
+
+// Where `elapsed` seconds went, as shares of it: the backend's kinds of operation (`p`) and
+// the rest (outside the backend).
+std::string Shares(const infer::CpuKernelProfile& p, double elapsed) {
+  return absl::StrFormat(
+      "time in GEMMs %.1f%%, row products %.1f%%, attention %.1f%%, delta rule %.1f%%, other "
+      "kernels %.1f%%, outside the backend %.1f%%",
+      100 * p.matmul_s / elapsed, 100 * p.matmul_rows_s / elapsed, 100 * p.attention_s / elapsed,
+      100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
+      100 * (elapsed - KernelSeconds(p)) / elapsed);
 }
 
 int64_t FileBytes(const std::vector<std::string>& files) {
@@ -389,34 +435,44 @@ absl::Status Run(int argc, char** argv) {
                      DecodeSet::Create(*model, slots, decode_prompt, decode_steps + 1));
     RETURN_IF_ERROR(one->Step());  // Warm-up: page in the weights.
     RETURN_IF_ERROR(many->Step());
-    std::vector<double> read_gbs, rate[2];
-    double rows_s[2] = {0, 0}, kernel_s[2] = {0, 0};
+    std::vector<double> read_gbs, read_cpu_gbs, rate[2], cpu_rate[2];
+    double elapsed_s[2] = {0, 0};
+    infer::CpuKernelProfile spent[2];
     for (int round = 0; round < decode_rounds; ++round) {
-      read_gbs.push_back(
-          MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads()).read_gbs);
+      const Bandwidth round_bw =
+          MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads());
+      read_gbs.push_back(round_bw.read_gbs);
+      read_cpu_gbs.push_back(round_bw.read_cpu_gbs);
       for (int which = 0; which < 2; ++which) {
         DecodeSet& set = which == 0 ? *one : *many;
         backend->ResetProfile();
+        const double c0 = CpuSeconds();
         const Clock::time_point t0 = Clock::now();
         for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(set.Step());
-        rate[which].push_back(steps / Seconds(t0));  // Steps per second.
-        rows_s[which] += backend->profile().matmul_rows_s;
-        kernel_s[which] += KernelSeconds(backend->profile());
+        const double round_s = Seconds(t0);
+        rate[which].push_back(steps / round_s);  // Steps per second.
+        cpu_rate[which].push_back(steps / std::max(1e-9, CpuSeconds() - c0));
+        elapsed_s[which] += round_s;
+        Add(backend->profile(), spent[which]);
       }
     }
     const double read = Median(read_gbs);
+    const double read_cpu = Median(read_cpu_gbs);
     std::cout << absl::StrFormat(
-        "decode: %d rounds of %d steps; read bandwidth %.1f GB/s (median)\n", decode_rounds, steps,
-        read);
+        "decode: %d rounds of %d steps; read bandwidth %.1f GB/s, %.1f GB/s per processor-second "
+        "(medians)\n",
+        decode_rounds, steps, read, read_cpu);
     for (int which = 0; which < 2; ++which) {
       const double steps_per_s = Median(rate[which]);
       const double weight_gbs = steps_per_s * static_cast<double>(model->info().weight_bytes) / 1e9;
+      const double weight_cpu_gbs =
+          Median(cpu_rate[which]) * static_cast<double>(model->info().weight_bytes) / 1e9;
       const int n = which == 0 ? 1 : slots;
       std::cout << absl::StrFormat(
           "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
-          "bandwidth; row products %.0f%% of the kernel time\n",
-          n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read,
-          100 * rows_s[which] / kernel_s[which]);
+          "bandwidth; per processor-second %.2f GB/s = %.0f%% of the read loop's; %s\n",
+          n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read, weight_cpu_gbs,
+          100 * weight_cpu_gbs / read_cpu, Shares(spent[which], elapsed_s[which]));
     }
   }
   // After decoding every weight has been read: the model's resident share is its working set.
@@ -430,6 +486,7 @@ absl::Status Run(int argc, char** argv) {
                      infer::SlotState::Create(model->state_layout(), n));
     const std::vector<int32_t> tokens = Tokens(n, model->info().vocab_size, 99);
     backend->ResetProfile();
+    const double c0 = CpuSeconds();
     const Clock::time_point t0 = Clock::now();
     std::vector<int64_t> passes;
     for (int64_t at = 0; at < n; at += max_pass) {
@@ -443,6 +500,7 @@ absl::Status Run(int argc, char** argv) {
                           .status());
     }
     const double elapsed = Seconds(t0);
+    const double elapsed_cpu = CpuSeconds() - c0;
     const infer::CpuKernelProfile p = backend->profile();
     std::map<int64_t, int> pass_counts;
     for (int64_t len : passes) ++pass_counts[len];
@@ -450,6 +508,7 @@ absl::Status Run(int argc, char** argv) {
     for (const auto& [len, count] : pass_counts) {
       const GemmTimes one = TimeGemms(shapes, len, gemm_reps);
       gemm.sgemm_s += count * one.sgemm_s;
+      gemm.sgemm_cpu_s += count * one.sgemm_cpu_s;
       gemm.sbgemm_s += count * one.sbgemm_s;
     }
     const double flops = 2.0 * static_cast<double>(linear_params) * static_cast<double>(n);
@@ -458,18 +517,13 @@ absl::Status Run(int argc, char** argv) {
             ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * gemm.sbgemm_s / elapsed,
                               flops / gemm.sbgemm_s / 1e9)
             : std::string("no sbgemm in this OpenBLAS");
-    const double backend_s =
-        p.matmul_s + p.matmul_rows_s + p.attention_s + p.delta_rule_s + p.other_s;
     std::cout << absl::StrFormat(
         "prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; linear layers %.1f GFLOP/s = "
-        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; "
-        "time in GEMMs %.0f%%, attention %.1f%%, delta rule %.1f%%, other kernels %.1f%%, "
-        "outside the backend %.1f%%\n",
+        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; per processor-second %.0f%% "
+        "of sgemm's; %s\n",
         n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
         100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
-        100 * (p.matmul_s + p.matmul_rows_s) / elapsed, 100 * p.attention_s / elapsed,
-        100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
-        100 * (elapsed - backend_s) / elapsed);
+        100 * gemm.sgemm_cpu_s / elapsed_cpu, Shares(p, elapsed));
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);

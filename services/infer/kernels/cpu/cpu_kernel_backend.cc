@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -30,8 +31,6 @@ namespace {
 
 // Query rows per block of the attention score matrix.
 constexpr int64_t kAttentionQueryBlock = 256;
-
-float Silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 // Four independent partial sums (a fixed order, so still deterministic) let the compiler
 // vectorise the reduction.
@@ -92,6 +91,11 @@ constexpr int64_t kWidenTileElements = int64_t{1} << 20;
 
 // Weight rows widened per work item.
 constexpr int64_t kWidenRowsPerItem = 16;
+
+// Elements of an elementwise operation (a norm, an activation, RoPE) per work item: enough to
+// amortise handing the item to another thread, so that a decode step's few rows stay on the
+// calling thread.
+constexpr int64_t kElementwiseItemElements = int64_t{1} << 15;
 
 // y[m, n] = x[m, k] . w[n, k]^T (+ y) through OpenBLAS.
 void Sgemm(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y,
@@ -157,6 +161,62 @@ inline __attribute__((always_inline)) void VecMat(const float* vec, const float*
   for (int i = 0; i < rows; ++i) Axpy(vec[i], mat + static_cast<int64_t>(i) * cols, out, cols);
 }
 
+// o[r][:] = (0 or o[r][:]) + sum over x in order of a[r][x] * b[x][:] for RB rows r and V * 16
+// columns, the RB * V vectors of o held in registers while b's rows pass: the arithmetic of RB
+// VecMat / Axpy sequences, each b row loaded once for RB rows.
+template <int V, int RB>
+inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t lda, const float* b,
+                                                       int64_t ldb, int inner, float* o,
+                                                       int64_t ldo, bool zero) {
+  F32x16 acc[RB][V];
+  for (int r = 0; r < RB; ++r) {
+    for (int v = 0; v < V; ++v) {
+      if (zero) {
+        acc[r][v] = F32x16{};
+      } else {
+        std::memcpy(&acc[r][v], o + r * ldo + 16 * v, sizeof(F32x16));
+      }
+    }
+  }
+  for (int x = 0; x < inner; ++x) {
+    F32x16 bv[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + x * ldb + 16 * v, sizeof(F32x16));
+    for (int r = 0; r < RB; ++r) {
+      const float s = a[r * lda + x];
+      for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int v = 0; v < V; ++v) std::memcpy(o + r * ldo + 16 * v, &acc[r][v], sizeof(F32x16));
+  }
+}
+
+// o[r][:cols] (+)= sum over x < inner, in order, of a[r][x] * b[x][:cols] for r < rows: with
+// `zero` the sums start from zero (VecMat), else from o (Axpy after Axpy). Blocked where cols is
+// 64 or 128, the same arithmetic otherwise.
+inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, int rows,
+                                                  const float* b, int64_t ldb, int inner, int cols,
+                                                  float* o, int64_t ldo, bool zero) {
+  int r = 0;
+  if (cols == 64) {
+    for (; r + 4 <= rows; r += 4) {
+      MatAccBlock<4, 4>(a + r * lda, lda, b, ldb, inner, o + r * ldo, ldo, zero);
+    }
+  } else if (cols == 128) {
+    for (; r + 2 <= rows; r += 2) {
+      MatAccBlock<8, 2>(a + r * lda, lda, b, ldb, inner, o + r * ldo, ldo, zero);
+    }
+  }
+  for (; r < rows; ++r) {
+    float* orow = o + r * ldo;
+    if (zero) std::fill(orow, orow + cols, 0.0f);
+    for (int x = 0; x < inner; ++x) Axpy(a[r * lda + x], b + x * ldb, orow, cols);
+  }
+}
+
+// Rows of the chunked delta rule's forward substitution that take their earlier rows together.
+constexpr int kSubstitutionBlock = 4;
+
 // The delta rule's loops and the softmax are built for AVX-512, AVX2 and baseline x86-64; the
 // loader picks the widest this processor runs.
 #define CAIRN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -187,6 +247,60 @@ inline __attribute__((always_inline)) void ExpNonPositive16(float* p) {
   std::memcpy(&scale, &bits, sizeof(scale));
   y *= scale;
   std::memcpy(p, &y, sizeof(y));
+}
+
+// p[0, 16) = sigmoid(p[0, 16)): 1 / (1 + e) for x >= 0 and e / (1 + e) below, e = exp(-|x|),
+// so that the exponential never overflows.
+inline __attribute__((always_inline)) void Sigmoid16(float* p) {
+  F32x16 x;
+  std::memcpy(&x, p, sizeof(x));
+  const F32x16 neg_abs = x < 0.0f ? x : -x;
+  alignas(64) float e[16];
+  std::memcpy(e, &neg_abs, sizeof(e));
+  ExpNonPositive16(e);
+  F32x16 ev;
+  std::memcpy(&ev, e, sizeof(ev));
+  const F32x16 inv = 1.0f / (1.0f + ev);
+  const F32x16 y = x >= 0.0f ? inv : ev * inv;
+  std::memcpy(p, &y, sizeof(y));
+}
+
+// out[0, 16) = a * sigmoid(g) (* b where b is given), lane-wise.
+inline __attribute__((always_inline)) void SigmoidProducts16(const float* a, const float* g,
+                                                             const float* b, float* out) {
+  alignas(64) float sig[16];
+  std::memcpy(sig, g, sizeof(sig));
+  Sigmoid16(sig);
+  F32x16 av, sv;
+  std::memcpy(&av, a, sizeof(av));
+  std::memcpy(&sv, sig, sizeof(sv));
+  F32x16 y = av * sv;
+  if (b != nullptr) {
+    F32x16 bv;
+    std::memcpy(&bv, b, sizeof(bv));
+    y = y * bv;
+  }
+  std::memcpy(out, &y, sizeof(y));
+}
+
+// out[i] = a[i] * sigmoid(g[i]) (* b[i] where b is given) for i < n, sixteen lanes at a time;
+// the last partial vector is padded, so that an element's bits do not depend on its position.
+// With a = g it is SiLU.
+CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const float* b, int64_t n,
+                                       float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    SigmoidProducts16(a + i, g + i, b == nullptr ? nullptr : b + i, out + i);
+  }
+  if (i == n) return;
+  // The last partial vector, padded with zeros.
+  alignas(64) float ta[16] = {}, tg[16] = {}, tb[16] = {}, to[16];
+  const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+  std::memcpy(ta, a + i, bytes);
+  std::memcpy(tg, g + i, bytes);
+  if (b != nullptr) std::memcpy(tb, b + i, bytes);
+  SigmoidProducts16(ta, tg, b == nullptr ? nullptr : tb, to);
+  std::memcpy(out + i, to, bytes);
 }
 
 // Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
@@ -242,18 +356,29 @@ CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
   const int kh = h / r;
   const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
   const int64_t v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
-  const int64_t n = static_cast<int64_t>(a.dk) * a.dv;
   for (int64_t t = 0; t < a.tokens; ++t) {
     const float* q = a.q + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
     const float* k = a.k + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
     const float* v = a.v + t * v_ld + static_cast<int64_t>(h) * a.dv;
     const float decay = std::exp(a.g[t * a.v_heads + h]);
     const float beta = a.beta[t * a.v_heads + h];
-    Scale(decay, s, n);
-    VecMat(k, s, a.dk, a.dv, kv.data());
+    // Two passes over the state (it is read once per token for each slot of a decode step):
+    // S = decay S and kv = k S, then S += k (x) kv' and out = q S; each element's arithmetic
+    // and every sum's order as in four separate passes.
+    std::fill(kv.begin(), kv.end(), 0.0f);
+    for (int i = 0; i < a.dk; ++i) {
+      float* row = s + static_cast<int64_t>(i) * a.dv;
+      Scale(decay, row, a.dv);
+      Axpy(k[i], row, kv.data(), a.dv);
+    }
     for (int j = 0; j < a.dv; ++j) kv[j] = (v[j] - kv[j]) * beta;
-    for (int i = 0; i < a.dk; ++i) Axpy(k[i], kv.data(), s + static_cast<int64_t>(i) * a.dv, a.dv);
-    VecMat(q, s, a.dk, a.dv, a.out + t * v_ld + static_cast<int64_t>(h) * a.dv);
+    float* out = a.out + t * v_ld + static_cast<int64_t>(h) * a.dv;
+    std::fill(out, out + a.dv, 0.0f);
+    for (int i = 0; i < a.dk; ++i) {
+      float* row = s + static_cast<int64_t>(i) * a.dv;
+      Axpy(k[i], kv.data(), row, a.dv);
+      Axpy(q[i], row, out, a.dv);
+    }
   }
 }
 
@@ -270,7 +395,8 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
   const int c = a.chunk;
   std::vector<float> cum(c), decay(static_cast<size_t>(c) * c), kk(static_cast<size_t>(c) * c),
       u(static_cast<size_t>(c) * dv), w(static_cast<size_t>(c) * dk),
-      vnew(static_cast<size_t>(c) * dv), tmp(dv);
+      vnew(static_cast<size_t>(c) * dv), tmp(static_cast<size_t>(c) * dv),
+      p(static_cast<size_t>(c) * c), kt(static_cast<size_t>(dk) * c);
   for (int64_t c0 = 0; c0 < a.tokens; c0 += c) {
     const int len = static_cast<int>(std::min<int64_t>(c, a.tokens - c0));
     auto q_row = [&](int i) { return a.q + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
@@ -289,48 +415,77 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
         kk[i * c + j] = beta(i) * Dot(k_row(i), k_row(j), dk) * decay[i * c + j];
       }
     }
-    // u = (I + B)^-1 (beta v);  w = (I + B)^-1 (beta exp(G) k).
+    // u = (I + B)^-1 (beta v);  w = (I + B)^-1 (beta exp(G) k): forward substitution, row i
+    // minus kk[i][j] times row j for j < i in order. In blocks of kSubstitutionBlock rows: first
+    // the rows before the block (MatAcc), then the block's own earlier rows.
     for (int i = 0; i < len; ++i) {
-      float* ui = u.data() + static_cast<size_t>(i) * dv;
-      float* wi = w.data() + static_cast<size_t>(i) * dk;
-      const float* vi = v_row(i);
-      const float* ki = k_row(i);
-      const float bg = beta(i) * std::exp(cum[i]);
-      for (int j = 0; j < dv; ++j) ui[j] = beta(i) * vi[j];
-      for (int j = 0; j < dk; ++j) wi[j] = bg * ki[j];
-      for (int j = 0; j < i; ++j) {
-        Axpy(-kk[i * c + j], u.data() + static_cast<size_t>(j) * dv, ui, dv);
-        Axpy(-kk[i * c + j], w.data() + static_cast<size_t>(j) * dk, wi, dk);
+      for (int j = 0; j < i; ++j) kk[i * c + j] = -kk[i * c + j];
+    }
+    for (int i0 = 0; i0 < len; i0 += kSubstitutionBlock) {
+      const int rows = std::min(kSubstitutionBlock, len - i0);
+      for (int i = i0; i < i0 + rows; ++i) {
+        float* ui = u.data() + static_cast<size_t>(i) * dv;
+        float* wi = w.data() + static_cast<size_t>(i) * dk;
+        const float* vi = v_row(i);
+        const float* ki = k_row(i);
+        const float bg = beta(i) * std::exp(cum[i]);
+        for (int j = 0; j < dv; ++j) ui[j] = beta(i) * vi[j];
+        for (int j = 0; j < dk; ++j) wi[j] = bg * ki[j];
+      }
+      const float* neg = kk.data() + static_cast<size_t>(i0) * c;
+      MatAcc(neg, c, rows, u.data(), dv, i0, dv, u.data() + static_cast<size_t>(i0) * dv, dv,
+             /*zero=*/false);
+      MatAcc(neg, c, rows, w.data(), dk, i0, dk, w.data() + static_cast<size_t>(i0) * dk, dk,
+             /*zero=*/false);
+      for (int i = i0 + 1; i < i0 + rows; ++i) {
+        for (int j = i0; j < i; ++j) {
+          Axpy(kk[i * c + j], u.data() + static_cast<size_t>(j) * dv,
+               u.data() + static_cast<size_t>(i) * dv, dv);
+          Axpy(kk[i * c + j], w.data() + static_cast<size_t>(j) * dk,
+               w.data() + static_cast<size_t>(i) * dk, dk);
+        }
       }
     }
     // v_new = u - w S.
+    MatAcc(w.data(), dk, len, s, dv, dk, dv, tmp.data(), dv, /*zero=*/true);
     for (int i = 0; i < len; ++i) {
       float* vi = vnew.data() + static_cast<size_t>(i) * dv;
-      VecMat(w.data() + static_cast<size_t>(i) * dk, s, dk, dv, tmp.data());
+      const float* ti = tmp.data() + static_cast<size_t>(i) * dv;
       const float* ui = u.data() + static_cast<size_t>(i) * dv;
-      for (int j = 0; j < dv; ++j) vi[j] = ui[j] - tmp[j];
+      for (int j = 0; j < dv; ++j) vi[j] = ui[j] - ti[j];
     }
-    // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j.
+    // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j, the second sum in
+    // blocks of rows over the j every row of the block has, then each row's own last j.
+    float* o0 = a.out + c0 * v_ld + static_cast<int64_t>(h) * dv;
+    MatAcc(q_row(0), qk_ld, len, s, dv, dk, dv, o0, v_ld, /*zero=*/true);
     for (int i = 0; i < len; ++i) {
-      float* oi = a.out + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv;
-      VecMat(q_row(i), s, dk, dv, oi);
+      float* oi = o0 + i * v_ld;
       const float e = std::exp(cum[i]);
       for (int j = 0; j < dv; ++j) oi[j] *= e;
-      for (int j = 0; j <= i; ++j) {
-        const float p = Dot(q_row(i), k_row(j), dk) * decay[i * c + j];
-        Axpy(p, vnew.data() + static_cast<size_t>(j) * dv, oi, dv);
+      for (int j = 0; j <= i; ++j) p[i * c + j] = Dot(q_row(i), k_row(j), dk) * decay[i * c + j];
+    }
+    const int block = dv == 64 ? 4 : dv == 128 ? 2 : 1;
+    for (int i0 = 0; i0 < len; i0 += block) {
+      const int rows = std::min(block, len - i0);
+      MatAcc(p.data() + static_cast<size_t>(i0) * c, c, rows, vnew.data(), dv, i0 + 1, dv,
+             o0 + i0 * v_ld, v_ld, /*zero=*/false);
+      for (int i = i0 + 1; i < i0 + rows; ++i) {
+        for (int j = i0 + 1; j <= i; ++j) {
+          Axpy(p[i * c + j], vnew.data() + static_cast<size_t>(j) * dv, o0 + i * v_ld, dv);
+        }
       }
     }
-    // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i.
+    // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i, as S += K'^T V_new with
+    // K'[i][x] = exp(G_last - G_i) k_i[x].
     const float last = cum[len - 1];
     const float chunk_decay = std::exp(last);
     Scale(chunk_decay, s, static_cast<int64_t>(dk) * dv);
     for (int i = 0; i < len; ++i) {
       const float f = std::exp(last - cum[i]);
       const float* ki = k_row(i);
-      const float* vi = vnew.data() + static_cast<size_t>(i) * dv;
-      for (int x = 0; x < dk; ++x) Axpy(f * ki[x], vi, s + static_cast<int64_t>(x) * dv, dv);
+      for (int x = 0; x < dk; ++x) kt[static_cast<size_t>(x) * c + i] = f * ki[x];
     }
+    MatAcc(kt.data(), c, dk, vnew.data(), dv, len, dv, s, dv, /*zero=*/false);
   }
 }
 
@@ -403,31 +558,51 @@ void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> f
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  // The calling thread takes items too and waits only for helpers that joined before every
+  // item was taken: on a loaded machine a helper may start long after the work is done (it
+  // then finds nothing to do), and a small loop must not wait for it to be scheduled. The
+  // state is shared with the helpers, which may outlive this call.
   struct Shared {
     std::atomic<int64_t> next{0};
     Mutex mu;
     CondVar cv;
-    int running ABSL_GUARDED_BY(mu) = 0;
-  } shared;
-  auto drain = [&shared, &fn, n] {
-    for (int64_t i = shared.next.fetch_add(1); i < n; i = shared.next.fetch_add(1)) fn(i);
+    int joined ABSL_GUARDED_BY(mu) = 0;  // Helpers between joining and leaving.
   };
+  auto shared = std::make_shared<Shared>();
+  const absl::FunctionRef<void(int64_t)>* body = &fn;
   const int helpers = static_cast<int>(std::min<int64_t>(threads_ - 1, n - 1));
-  {
-    MutexLock lock(&shared.mu);
-    shared.running = helpers;
-  }
-  for (int i = 0; i < helpers; ++i) {
-    const bool scheduled = pool_->Schedule([&shared, &drain] {
-      drain();
-      MutexLock lock(&shared.mu);
-      if (--shared.running == 0) shared.cv.SignalAll();
+  for (int h = 0; h < helpers; ++h) {
+    const bool scheduled = pool_->Schedule([shared, body, n] {
+      {
+        MutexLock lock(&shared->mu);
+        ++shared->joined;
+      }
+      // Joined before taking an item: an item below n means the caller is still waiting for
+      // this helper, so `body` is alive.
+      for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) {
+        (*body)(i);
+      }
+      MutexLock lock(&shared->mu);
+      if (--shared->joined == 0) shared->cv.SignalAll();
     });
     CAIRN_CHECK(scheduled);  // The pool shuts down only in our destructor.
   }
-  drain();
-  MutexLock lock(&shared.mu);
-  while (shared.running > 0) shared.cv.Wait(&shared.mu);
+  for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) fn(i);
+  // Every item is taken; a helper that joins from now on takes none.
+  MutexLock lock(&shared->mu);
+  while (shared->joined > 0) shared->cv.Wait(&shared->mu);
+}
+
+void CpuKernelBackend::ParallelRows(int64_t rows, int64_t row_elements,
+                                    absl::FunctionRef<void(int64_t, int64_t)> fn) {
+  if (rows <= 0) return;
+  const int64_t per_item =
+      std::max<int64_t>(1, kElementwiseItemElements / std::max<int64_t>(1, row_elements));
+  const int64_t items = (rows + per_item - 1) / per_item;
+  ParallelFor(items, [&](int64_t item) {
+    const int64_t r0 = item * per_item;
+    fn(r0, std::min(rows, r0 + per_item));
+  });
 }
 
 void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx,
@@ -496,9 +671,11 @@ void CpuKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t 
 void CpuKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
                                             int64_t n, float* out) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::Widen(isa_, table.type, WeightRow(table, ids[i]), table.cols, out + i * table.cols);
-  }
+  ParallelRows(n, table.cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      cpu::Widen(isa_, table.type, WeightRow(table, ids[i]), table.cols, out + i * table.cols);
+    }
+  });
 }
 
 void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
@@ -514,32 +691,38 @@ void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, 
                                       float* a, float* b) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int h = 0; h < heads; ++h) {
-      const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
-      const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
-      std::copy(src, src + head_dim, a + dst);
-      std::copy(src + head_dim, src + 2 * head_dim, b + dst);
+  ParallelRows(rows, 2 * width, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
+        const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
+        std::copy(src, src + head_dim, a + dst);
+        std::copy(src + head_dim, src + 2 * head_dim, b + dst);
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t i = 0; i < n; ++i) x[i] *= Sigmoid(gate[i]);
+  ParallelRows(n, 1, [&](int64_t i0, int64_t i1) {
+    SigmoidProducts(x + i0, gate + i0, nullptr, i1 - i0, x + i0);
+  });
 }
 
 void CpuKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
                                 int64_t b_offset, int64_t a_offset, const float* dt_bias,
                                 const float* neg_a, float* g, float* beta) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* row = in + t * ld;
-    for (int j = 0; j < heads; ++j) {
-      beta[t * heads + j] = Sigmoid(row[b_offset + j]);
-      g[t * heads + j] = neg_a[j] * Softplus(row[a_offset + j] + dt_bias[j]);
+  ParallelRows(tokens, 2 * heads, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* row = in + t * ld;
+      for (int j = 0; j < heads; ++j) {
+        beta[t * heads + j] = Sigmoid(row[b_offset + j]);
+        g[t * heads + j] = neg_a[j] * Softplus(row[a_offset + j] + dt_bias[j]);
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
@@ -568,75 +751,85 @@ void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) {
-      yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) {
+        yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+      }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* zr = z + r * dim;
-    float* yr = y + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i] * Silu(zr[i]);
-  }
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      const float* zr = z + r * dim;
+      float* yr = y + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
+      SigmoidProducts(zr, zr, yr, dim, yr);  // y * silu(z)
+    }
+  });
 }
 
 void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x + r * dim;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss + eps);
-    for (int64_t i = 0; i < dim; ++i) xr[i] = xr[i] * inv * scale;
-  }
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* xr = x + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss + eps);
+      for (int64_t i = 0; i < dim; ++i) xr[i] = xr[i] * inv * scale;
+    }
+  });
 }
 
 void CpuKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
                             int rotary_dim, const float* inv_freq, int64_t first_position) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int half = rotary_dim / 2;
-  std::vector<float> cos_v(half), sin_v(half);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float pos = static_cast<float>(first_position + t);
-    for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[i];
-      cos_v[i] = std::cos(angle);
-      sin_v[i] = std::sin(angle);
-    }
-    for (int h = 0; h < heads; ++h) {
-      float* p = x + t * ld + static_cast<int64_t>(h) * head_dim;
+  ParallelRows(tokens, static_cast<int64_t>(heads) * rotary_dim, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cos_v(half), sin_v(half);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float pos = static_cast<float>(first_position + t);
       for (int i = 0; i < half; ++i) {
-        const float x1 = p[i];
-        const float x2 = p[i + half];
-        p[i] = x1 * cos_v[i] - x2 * sin_v[i];
-        p[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+        const float angle = pos * inv_freq[i];
+        cos_v[i] = std::cos(angle);
+        sin_v[i] = std::sin(angle);
+      }
+      for (int h = 0; h < heads; ++h) {
+        float* p = x + t * ld + static_cast<int64_t>(h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const float x1 = p[i];
+          const float x2 = p[i + half];
+          p[i] = x1 * cos_v[i] - x2 * sin_v[i];
+          p[i + half] = x2 * cos_v[i] + x1 * sin_v[i];
+        }
       }
     }
-  }
+  });
 }
 
 void CpuKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                                int64_t rows, int64_t dim, float* out) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < dim; ++i) {
-      out[r * dim + i] = Silu(gate[r * ld_gate + i]) * up[r * ld_up + i];
+  ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* g = gate + r * ld_gate;
+      SigmoidProducts(g, g, up + r * ld_up, dim, out + r * dim);
     }
-  }
+  });
 }
 
 void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens,
@@ -646,14 +839,19 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
   const int hist = kernel - 1;
   // Input row `t` of the window [state rows ; input rows], t in [-hist, tokens).
   auto row = [&](int64_t t) { return t < 0 ? state + (t + hist) * channels : in + t * ld_in; };
-  for (int64_t t = 0; t < tokens; ++t) {
-    float* o = out + t * channels;
-    for (int64_t ch = 0; ch < channels; ++ch) {
-      float acc = 0.0f;
-      for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
-      o[ch] = Silu(acc);
+  // Split by tokens: an output row reads only input and state rows, which stay as they are
+  // until the loop is done.
+  ParallelRows(tokens, channels * kernel, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = out + t * channels;
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        float acc = 0.0f;
+        for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
+        o[ch] = acc;
+      }
+      SigmoidProducts(o, o, nullptr, channels, o);  // silu
     }
-  }
+  });
   // New state: the last `hist` rows of the window.
   std::vector<float> next(static_cast<size_t>(hist) * channels);
   for (int i = 0; i < hist; ++i) {

@@ -112,6 +112,11 @@ class CpuKernelBackend final : public KernelBackend {
   // Runs fn(i) for every i in [0, n), spread over the pool and the calling thread; returns
   // when all are done.
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);
+  // Runs fn(begin, end) over [0, rows) in ranges of rows of about kElementwiseItemElements
+  // elements (`row_elements` each) spread over the pool; one range on the calling thread when
+  // the work is small. Each row is computed as without the split.
+  void ParallelRows(int64_t rows, int64_t row_elements,
+                    absl::FunctionRef<void(int64_t, int64_t)> fn);
 
   const int threads_;
   const cpu::Isa isa_;

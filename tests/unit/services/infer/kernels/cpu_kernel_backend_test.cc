@@ -26,24 +26,30 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-// Inputs of one gated delta rule call: 2 key heads, 6 value heads (r = 3), dk 8, dv 12.
+// Inputs of one gated delta rule call: 2 key heads, 6 value heads (r = 3), dk 8 and dv 12
+// unless given.
 struct DeltaCase {
-  static constexpr int kKHeads = 2, kVHeads = 6, kDk = 8, kDv = 12;
+  static constexpr int kKHeads = 2, kVHeads = 6;
   int64_t tokens;
+  int kDk, kDv;
   std::vector<float> q, k, v, g, beta, state;
 
-  explicit DeltaCase(int64_t t) : tokens(t) {
+  explicit DeltaCase(int64_t t, int dk = 8, int dv = 12) : tokens(t), kDk(dk), kDv(dv) {
     q = Random(t * kKHeads * kDk, 1);
     k = Random(t * kKHeads * kDk, 2);
     v = Random(t * kVHeads * kDv, 3);
     g = Random(t * kVHeads, 4, -0.5f, -0.01f);
     beta = Random(t * kVHeads, 5, 0.1f, 0.9f);
     state = Random(kVHeads * kDk * kDv, 6, -0.2f, 0.2f);
-    // Unit-norm keys, as the model passes them.
+    // Unit-norm keys and queries of norm 1 / sqrt(dk), as the model passes them.
     for (int64_t r = 0; r < t * kKHeads; ++r) {
       float ss = 0.0f;
       for (int i = 0; i < kDk; ++i) ss += k[r * kDk + i] * k[r * kDk + i];
       for (int i = 0; i < kDk; ++i) k[r * kDk + i] /= std::sqrt(ss);
+      if (kDk == 8) continue;  // The narrow case keeps the queries it was written with.
+      float qq = 0.0f;
+      for (int i = 0; i < kDk; ++i) qq += q[r * kDk + i] * q[r * kDk + i];
+      for (int i = 0; i < kDk; ++i) q[r * kDk + i] /= std::sqrt(qq * static_cast<float>(kDk));
     }
   }
 
@@ -91,6 +97,22 @@ TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrent) {
   EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f);
   EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f);
   EXPECT_GT(MaxAbsDiff(s_rec, c.state), 1e-2f);  // The state did move.
+}
+
+// Heads of 64 and 128 values take the chunked form's blocked products.
+TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrentOnWideHeads) {
+  for (int d : {64, 128}) {
+    const DeltaCase c(150, d, d);
+    std::vector<float> s_rec = c.state;
+    std::vector<float> s_chunk = c.state;
+
+    const std::vector<float> rec = c.Run(*backend_, s_rec, 0, 0, c.tokens);
+    const std::vector<float> chunked = c.Run(*backend_, s_chunk, 64, 0, c.tokens);
+
+    EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f) << "d " << d;
+    EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f) << "d " << d;
+    EXPECT_GT(MaxAbsDiff(s_rec, c.state), 1e-2f) << "d " << d;
+  }
 }
 
 TEST_F(CpuKernelBackendTest, ChunkSizeOnlyChangesRounding) {
@@ -341,6 +363,36 @@ TEST_F(CpuKernelBackendTest, GatherSplitAndGates) {
   backend_->GdnGates(in.data(), 2, 1, 1, 0, 1, &dt_bias, &neg_a, &g, &beta);
   EXPECT_FLOAT_EQ(beta, 0.5f);
   EXPECT_NEAR(g, -std::log(2.0f), 1e-6f);
+}
+
+// SiLU and sigmoid run sixteen lanes at a time with a polynomial exponential: close to the
+// libm formulas over the whole range (no overflow far below zero), and an element's bits do not
+// depend on where it stands in the call.
+TEST_F(CpuKernelBackendTest, SiluAndSigmoidAreAccurateAndPositionIndependent) {
+  std::vector<float> x = Random(37, 21, -12.0f, 12.0f);
+  x[0] = -200.0f;
+  x[1] = 200.0f;
+  x[2] = 0.0f;
+  x[3] = -0.0f;
+  x[4] = -88.5f;
+  const std::vector<float> up = Random(37, 22, -2.0f, 2.0f);
+  std::vector<float> silu(37);
+  backend_->SiluMul(x.data(), 37, up.data(), 37, 1, 37, silu.data());
+  std::vector<float> gated = up;
+  backend_->SigmoidMul(gated.data(), x.data(), 37);
+  for (int i = 0; i < 37; ++i) {
+    const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(x[i])));
+    const double want_silu = x[i] * sig * up[i];
+    const double want_gated = up[i] * sig;
+    EXPECT_NEAR(silu[i], want_silu, 1e-6 * std::fabs(want_silu) + 1e-30) << "x " << x[i];
+    EXPECT_NEAR(gated[i], want_gated, 1e-6 * std::fabs(want_gated) + 1e-30) << "x " << x[i];
+  }
+  // Each element alone (the padded tail) gives the bits it had inside the call.
+  for (int i = 0; i < 37; ++i) {
+    float one = 0.0f;
+    backend_->SiluMul(x.data() + i, 1, up.data() + i, 1, 1, 1, &one);
+    EXPECT_EQ(std::memcmp(&one, &silu[i], sizeof(float)), 0) << "element " << i;
+  }
 }
 
 TEST_F(CpuKernelBackendTest, MoeRouteBreaksTiesTowardsTheLowerExpert) {

@@ -66,8 +66,7 @@ std::vector<float> Products(Isa isa, WeightType type, const std::vector<float>& 
   return y;
 }
 
-TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
-  const int64_t n = 5;
+void ExpectEveryIsaGivesThePortableFp32Bits(int64_t n) {
   for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
     for (int64_t k : {7, 16, 203, 1024}) {
       const Weights w = RandomWeights(type, static_cast<size_t>(n * k), 3 + k);
@@ -81,15 +80,24 @@ TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
           if (!IsaSupported(isa)) continue;
           const std::vector<float> y = Products(isa, type, x, m, w, n, k);
           EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
-              << IsaName(isa) << " type " << static_cast<int>(type) << " k " << k << " m " << m;
+              << IsaName(isa) << " type " << static_cast<int>(type) << " k " << k << " m " << m
+              << " n " << n;
         }
       }
     }
   }
 }
 
+TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
+  // 5 and 11 weight rows: whole groups of the AVX-512 form's 2 or 4 rows side by side and rows
+  // left over.
+  for (int64_t n : {5, 11}) {
+    ExpectEveryIsaGivesThePortableFp32Bits(n);
+  }
+}
+
 TEST(RowKernelsTest, AProductIsTheSameWhateverRowsShareTheCall) {
-  const int64_t k = 203, n = 3, m = 11;
+  const int64_t k = 203, n = 9, m = 11;  // n: whole groups of weight rows and one left over.
   const Weights w = RandomWeights(WeightType::kBF16, n * k, 5);
   const std::vector<float> x = RandomFloats(m * k, 6);
   const std::vector<float> all = Products(BestIsa(), WeightType::kBF16, x, m, w, n, k);
