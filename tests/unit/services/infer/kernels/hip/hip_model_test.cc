@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status/status_macros.h"
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
 #include "services/infer/engine/slot_kv_memory.h"
