@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/concurrency/thread_pool.h"
 #include "common/config/daemon_command_line.h"
 #include "common/config/flags.h"
@@ -26,6 +27,7 @@
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
+#include "services/infer/kernels/backend_factory.h"
 
 namespace cairn::infer {
 namespace {
@@ -70,7 +72,9 @@ int Run(int argc, char** argv) {
             "tokenizer.json, chat template)");
   flags.Add("served-model-name", &model_options.served_name,
             "model name reported to clients (default: the folder's name)");
-  flags.Add("backend", &model_options.backend, "kernel backend: cpu");
+  flags.Add("backend", &model_options.backend,
+            absl::StrCat("kernel backend: ",
+                         absl::StrJoin(cairn::infer::AvailableKernelBackends(), ", ")));
   flags.Add("numerics", &model_options.numerics,
             "fast (outputs exact for identical pass boundaries) or pass-invariant (exact "
             "whatever the restore point; slower prefill)");

@@ -11,15 +11,17 @@
 #include "common/status/annotate.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
-#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/kernels/backend_factory.h"
 
 namespace cairn::infer {
 namespace {
 
-// The numerics classes of the CPU backend: part of the compatibility identity, so that state
-// computed by another backend (or another version of this one's arithmetic) is never mixed.
+// The numerics classes of the backends: part of the compatibility identity, so that state
+// computed by another backend (or another version of one's arithmetic) is never mixed.
 constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
 constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
+constexpr char kHipNumericsClass[] = "hip-f32-v1";
+constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v1";
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 
@@ -81,20 +83,15 @@ std::string LayoutDigest(const StateLayout& layout) {
 absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModelOptions& options) {
   auto served = std::unique_ptr<ServedModel>(new ServedModel());
   const std::filesystem::path dir(options.dir);
-  if (options.backend != "cpu") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("backend \"", options.backend, "\" is not available (this build has: cpu)"));
-  }
   if (options.numerics != "fast" && options.numerics != "pass-invariant") {
     return absl::InvalidArgumentError(
         absl::StrCat("numerics \"", options.numerics, "\" is not one of fast, pass-invariant"));
   }
   ModelLoadOptions load = options.load;
   load.qwen3_hybrid.pass_invariant = options.numerics == "pass-invariant";
-  CpuKernelBackendOptions cpu;
-  cpu.threads = options.threads;
-  ASSIGN_OR_RETURN(served->backend_, CpuKernelBackend::Create(cpu));
-  served->backend_name_ = "cpu";
+  ASSIGN_OR_RETURN(served->backend_,
+                   CreateKernelBackend({.name = options.backend, .threads = options.threads}));
+  served->backend_name_ = options.backend;
   ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), load));
 
   absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer =
@@ -157,7 +154,12 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
   id.tokenizer_digest = tokenizer_digest;
   id.template_digest = template_digest;
   id.layout_digest = LayoutDigest(layout);
-  id.numerics_class = load.qwen3_hybrid.pass_invariant ? kCpuPassInvariantClass : kCpuNumericsClass;
+  const bool hip = options.backend == "hip";
+  if (load.qwen3_hybrid.pass_invariant) {
+    id.numerics_class = hip ? kHipPassInvariantClass : kCpuPassInvariantClass;
+  } else {
+    id.numerics_class = hip ? kHipNumericsClass : kCpuNumericsClass;
+  }
   id.speculative_config = "";
   id.digest = Hex(Xxh3(absl::StrCat(
       id.architecture, "|", id.weights_digest, "|", id.tokenizer_digest, "|", id.template_digest,

@@ -18,7 +18,7 @@ namespace cairn::infer {
 struct ServedModelOptions {
   std::string dir;                     // A Hugging Face model folder.
   std::string served_name;             // Empty: the folder's name.
-  std::string backend = "cpu";         // Only "cpu" today.
+  std::string backend = "cpu";         // A name of AvailableKernelBackends().
   int threads = 0;                     // Backend threads; 0: one per hardware thread.
   int64_t context_tokens = 0;          // 0: config.json's max_position_embeddings.
   int64_t max_context_tokens = 32768;  // Cap on the default context (memory per slot).

@@ -202,6 +202,23 @@ class KernelBackend {
   // The gated delta rule; see GatedDeltaArgs. The chunked and recurrent forms compute the same
   // function up to rounding.
   virtual void GatedDeltaRule(const GatedDeltaArgs& args) = 0;
+
+  // Data movement and small row operations the models need between the products. The defaults
+  // (kernel_backend.cc) run on the host over host pointers; a device backend overrides them.
+
+  // Copies `rows` rows of `cols` values: dst row r (row stride ld_dst) = src row r (ld_src).
+  // The two ranges do not overlap.
+  virtual void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                        int64_t ld_dst);
+
+  // For r < rows: dst row dst_rows[r] += scales[r] * src row r, rows of `dim` values (src
+  // contiguous). A null `dst_rows` means row r; a null `scales` adds the rows unscaled. The
+  // dst rows of one call are distinct, so the result does not depend on an order.
+  virtual void AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
+                             const float* scales, float* dst);
+
+  // x[i][j] *= sigmoid(gate[i]) for `rows` rows of `dim` values (a gate per row).
+  virtual void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate);
 };
 
 inline void KernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,

@@ -14,7 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/config/flags.h"
+#include "services/infer/kernels/backend_factory.h"
 #include "services/infer/run/model_runner.h"
 #include "services/infer/text/text_command.h"
 #include "services/infer/text/tokenizer.h"
@@ -31,6 +33,7 @@ struct CliOptions {
   std::vector<std::string> logits_at;
   int top = 5;
   int64_t pass_tokens = 0;
+  std::string backend = "cpu";
   int threads = 0;
   bool json = false;
   std::string digest_cache;
@@ -48,6 +51,9 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("logits-at", &o.logits_at, "prompt positions whose top logits are printed");
   flags.Add("top", &o.top, "logits printed per position");
   flags.Add("pass-tokens", &o.pass_tokens, "prefill pass size (0: one pass)");
+  flags.Add("backend", &o.backend,
+            absl::StrCat("kernel backend: ",
+                         absl::StrJoin(cairn::infer::AvailableKernelBackends(), ", ")));
   flags.Add("threads", &o.threads, "CPU backend threads (0: one per hardware thread)");
   flags.Add("json", &o.json, "print compact JSON (default: indented)");
   flags.Add("digest-cache", &o.digest_cache, "weights digest cache file (empty: none)");
@@ -71,6 +77,7 @@ absl::Status Run(int argc, char** argv) {
   run.greedy = o.greedy;
   run.top = o.top;
   run.pass_tokens = o.pass_tokens;
+  run.backend = o.backend;
   run.threads = o.threads;
   run.digest_cache = o.digest_cache;
   for (const std::string& p : o.logits_at) {

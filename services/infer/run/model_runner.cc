@@ -10,7 +10,7 @@
 #include "common/status/status_macros.h"
 #include "services/infer/engine/generation.h"
 #include "services/infer/engine/slot_state.h"
-#include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/kernels/backend_factory.h"
 #include "services/infer/models/model_loader.h"
 
 namespace cairn::infer {
@@ -64,14 +64,15 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
     }
   }
   auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(std::unique_ptr<CpuKernelBackend> backend,
-                   CpuKernelBackend::Create({.threads = options.threads}));
+  ASSIGN_OR_RETURN(std::unique_ptr<KernelBackend> backend,
+                   CreateKernelBackend({.name = options.backend, .threads = options.threads}));
   ModelLoadOptions load;
   load.digest.cache_path = options.digest_cache;
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, backend.get(), load));
   const double load_ms = MillisSince(start);
-  ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
-                   SlotState::Create(model->state_layout(), n + std::max(options.greedy, 1)));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<SlotState> slot,
+      SlotState::Create(model->state_layout(), n + std::max(options.greedy, 1), backend->memory()));
 
   // Pass by pass, keeping only what is reported, so memory grows with the pass size times
   // the vocabulary rather than the prompt length times it.
@@ -82,10 +83,10 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
   int64_t done = 0;
   start = std::chrono::steady_clock::now();
   for (int64_t size : UniformPasses(n, options.pass_tokens)) {
-    ASSIGN_OR_RETURN(std::vector<float> logits,
-                     model->Forward(slot.get(),
-                                    absl::MakeConstSpan(options.prompt_ids).subspan(done, size),
-                                    {.all_logits = true}));
+    ASSIGN_OR_RETURN(
+        std::vector<float> logits,
+        model->Forward(slot.get(), absl::MakeConstSpan(options.prompt_ids).subspan(done, size),
+                       {.all_logits = true}));
     for (int64_t i = 0; i < size; ++i) {
       const float* row = logits.data() + i * vocab;
       argmax.push_back(Argmax(row, vocab));

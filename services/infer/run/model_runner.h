@@ -19,7 +19,8 @@ struct ModelRunOptions {
   std::vector<int64_t> logits_at;  // Prompt positions whose top logits are reported.
   int top = 5;                     // Logits reported per position.
   int64_t pass_tokens = 0;         // Prefill pass size; 0: the whole prompt in one pass.
-  int threads = 0;                 // Backend threads; 0: one per hardware thread.
+  std::string backend = "cpu";     // Kernel backend (AvailableKernelBackends()).
+  int threads = 0;                 // CPU backend threads; 0: one per hardware thread.
   std::string digest_cache;        // Weights digest cache file; empty: none.
 };
 

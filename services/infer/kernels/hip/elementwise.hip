@@ -139,6 +139,28 @@ __global__ void EmbeddingGatherKernel(const float* table, int64_t dim, const int
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
 }
 
+// dst row dst_rows[r] += scales[r] * src row r (null dst_rows: row r; null scales: 1). The dst
+// rows are distinct, so no two threads touch one element.
+__global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
+                                    const int32_t* dst_rows, const float* scales, float* dst) {
+  const int64_t n = rows * dim;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / dim;
+    const int64_t row = dst_rows == nullptr ? r : static_cast<int64_t>(dst_rows[r]);
+    float* o = dst + row * dim + e % dim;
+    *o = scales == nullptr ? *o + src[e] : *o + scales[r] * src[e];
+  }
+}
+
+__global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, const float* gate) {
+  const int64_t n = rows * dim;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[e] *= DeviceSigmoid(gate[e / dim]);
+  }
+}
+
 __global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, int head_dim,
                                      float* a, float* b) {
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
@@ -289,6 +311,24 @@ hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim
   if (n == 0) return hipSuccess;
   SplitHeadPairsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(in, rows, heads,
                                                                                     head_dim, a, b);
+  return hipGetLastError();
+}
+
+hipError_t AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
+                         const float* scales, float* dst, hipStream_t stream) {
+  const int64_t n = rows * dim;
+  if (n == 0) return hipSuccess;
+  AddScaledRowsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(
+      src, rows, dim, dst_rows, scales, dst);
+  return hipGetLastError();
+}
+
+hipError_t SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate,
+                            hipStream_t stream) {
+  const int64_t n = rows * dim;
+  if (n == 0) return hipSuccess;
+  SigmoidScaleRowsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(x, rows, dim,
+                                                                                      gate);
   return hipGetLastError();
 }
 

@@ -77,6 +77,10 @@ inline hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, hipMemcpy
                                  hipStream_t s) {
   return cudaMemcpyAsync(dst, src, n, k, s);
 }
+inline hipError_t hipMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                   size_t width, size_t height, hipMemcpyKind k, hipStream_t s) {
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, k, s);
+}
 inline hipError_t hipMemsetAsync(void* p, int v, size_t n, hipStream_t s) {
   return cudaMemsetAsync(p, v, n, s);
 }

@@ -296,6 +296,40 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   Check(hip::GatedDelta(l, segment, ws, compute_), "gated delta launch");
 }
 
+void HipKernelBackend::CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols,
+                                float* dst, int64_t ld_dst) {
+  if (!Enter() || rows == 0 || cols == 0) return;
+  if (rows < 0 || cols < 0 || ld_src < cols || ld_dst < cols) {
+    Keep(Invalid("copy rows", absl::StrCat("bad shape rows=", rows, " cols=", cols)));
+    return;
+  }
+  constexpr size_t kFloat = sizeof(float);
+  Check(hipMemcpy2DAsync(dst, static_cast<size_t>(ld_dst) * kFloat, src,
+                         static_cast<size_t>(ld_src) * kFloat, static_cast<size_t>(cols) * kFloat,
+                         static_cast<size_t>(rows), hipMemcpyDeviceToDevice, compute_),
+        "copy rows");
+}
+
+void HipKernelBackend::AddScaledRows(const float* src, int64_t rows, int64_t dim,
+                                     const int32_t* dst_rows, const float* scales, float* dst) {
+  if (!Enter()) return;
+  if (rows < 0 || dim < 0) {
+    Keep(Invalid("add scaled rows", absl::StrCat("bad shape rows=", rows, " dim=", dim)));
+    return;
+  }
+  Check(hip::AddScaledRows(src, rows, dim, dst_rows, scales, dst, compute_),
+        "add scaled rows launch");
+}
+
+void HipKernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate) {
+  if (!Enter()) return;
+  if (rows < 0 || dim < 0) {
+    Keep(Invalid("sigmoid scale rows", absl::StrCat("bad shape rows=", rows, " dim=", dim)));
+    return;
+  }
+  Check(hip::SigmoidScaleRows(x, rows, dim, gate, compute_), "sigmoid scale rows launch");
+}
+
 absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
   if (bytes < 0) return Invalid("allocate", absl::StrCat("negative size ", bytes));
   if (bytes == 0) return nullptr;

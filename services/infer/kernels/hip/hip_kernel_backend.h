@@ -110,6 +110,11 @@ class HipKernelBackend final : public KernelBackend {
                       const float* w, int kernel, float* state, float* out) override;
   void Attention(const AttentionArgs& args) override;
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
+  void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                int64_t ld_dst) override;
+  void AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
+                     const float* scales, float* dst) override;
+  void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate) override;
 
   // A zero-filled buffer of device memory (memory()). Returns ResourceExhausted when the device
   // is full, InvalidArgument for a negative size. A zero-byte buffer has a null pointer.

@@ -35,6 +35,11 @@ hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, 
 hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
                           float* b, hipStream_t stream);
 hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream);
+// KernelBackend::AddScaledRows and SigmoidScaleRows.
+hipError_t AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
+                         const float* scales, float* dst, hipStream_t stream);
+hipError_t SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate,
+                            hipStream_t stream);
 hipError_t GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
                     int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
                     float* beta, hipStream_t stream);

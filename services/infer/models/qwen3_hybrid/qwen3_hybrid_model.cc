@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
+#include "services/infer/kernels/scratch_arena.h"
 
 namespace cairn::infer {
 namespace {
@@ -19,7 +20,13 @@ using Shape = std::vector<int64_t>;
 // Epsilon inside the L2 norm of GDN q and k (docs/model.md §3.6.4); fixed by the architecture.
 constexpr float kL2NormEps = 1e-6f;
 
-float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// An fp32 parameter vector (norm weights, conv taps, gate constants): read on the host at load
+// time, then given to the backend where its memory is, `data` (the host vector itself for a
+// host-visible memory, else a device copy, and the host vector is dropped).
+struct Params {
+  std::vector<float> host;
+  const float* data = nullptr;
+};
 
 // SwiGLU weights: gate_up [2 * width, D] (gate rows, then up rows), down [D, width].
 struct SwiGlu {
@@ -30,7 +37,7 @@ struct SwiGlu {
 
 struct AttentionWeights {
   WeightMatrix q, k, v, o;
-  std::vector<float> q_norm, k_norm;
+  Params q_norm, k_norm;
   int k_component = 0;
   int v_component = 0;
 };
@@ -40,11 +47,11 @@ struct AttentionWeights {
 // grouped order; Qwen3-Next's per-group interleaving is undone at load time (into a copy).
 struct GdnWeights {
   WeightMatrix in_proj;
-  std::vector<float> conv;     // [conv_dim, Kc]
-  std::vector<float> dt_bias;  // [Hv]
-  std::vector<float> neg_a;    // -exp(A_log), [Hv]
-  std::vector<float> norm;     // [dv]
-  WeightMatrix out;            // [D, value_dim]
+  Params conv;       // [conv_dim, Kc]
+  Params dt_bias;    // [Hv]
+  Params neg_a;      // -exp(A_log), [Hv]
+  Params norm;       // [dv]
+  WeightMatrix out;  // [D, value_dim]
   int conv_component = 0;
   int recurrent_component = 0;
 };
@@ -59,7 +66,7 @@ struct MoeWeights {
 struct LayerWeights {
   bool full_attention = false;
   bool moe = false;
-  std::vector<float> input_norm, post_norm;
+  Params input_norm, post_norm;
   AttentionWeights attn;
   GdnWeights gdn;
   SwiGlu mlp;
@@ -205,14 +212,25 @@ class WeightReader {
 };
 
 // The hybrid decoder of docs/model.md §3: per layer, a gated full-attention or Gated DeltaNet
-// mixer and a SwiGLU MLP or sparse MoE block. Weight matrices stay in the mapped checkpoint in
-// its type where the backend takes it (KernelBackend::AcceptsWeightType); norms and other
-// vectors are fp32 copies.
+// mixer and a SwiGLU MLP or sparse MoE block.
+//
+// Memory: everything the backend's operations read or write lives in the backend's memory
+// (KernelBackend::memory()), and the model never dereferences a pointer into it. For a host
+// backend, weight matrices stay in the mapped checkpoint in its type where the backend takes it
+// (KernelBackend::AcceptsWeightType) and norms and other vectors are fp32 host copies. For a
+// device backend every weight is uploaded once at load time, in the type the backend takes
+// (else widened to fp32 first), and the mapped checkpoint is let go. Per-pass activations come
+// from a ScratchArena over the same memory; token ids and MoE routing lists go up, and only
+// logits and the MoE routing decisions come down.
 // Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
  public:
   Qwen3HybridModel(HybridConfig config, KernelBackend* backend, Qwen3HybridOptions options)
-      : c_(std::move(config)), backend_(backend), options_(options) {}
+      : c_(std::move(config)),
+        backend_(backend),
+        memory_(backend->memory()),
+        options_(options),
+        scratch_(memory_) {}
 
   // Reads every tensor of `store` the model uses and builds the state layout.
 
@@ -232,6 +250,14 @@ class Qwen3HybridModel final : public Model {
   absl::Status LoadGdn(WeightReader& r, const std::string& p, GdnWeights& w);
   absl::Status LoadSwiGlu(WeightReader& r, const std::string& p, int64_t width, SwiGlu& w);
   absl::Status LoadMoe(WeightReader& r, const std::string& p, MoeWeights& w);
+  // Puts a loaded weight where the backend reads it (see the class comment): nothing to do for
+  // host-visible memory, else an upload into a buffer of device_weights_.
+  absl::Status Place(WeightMatrix& w);
+  absl::Status Place(Params& v);
+  absl::Status Place(SwiGlu& w);
+  absl::Status PlaceLayer(LayerWeights& lw);
+  // Frees the host copies the reader made once they are on the device.
+  void DropHostCopies();
 
   // One sequence of a group: its index in the batch, its slot and its rows in the group's
   // activations.
@@ -249,29 +275,34 @@ class Qwen3HybridModel final : public Model {
   };
 
   absl::Status CheckPass(const SequencePass& pass) const;
-  void RunGroup(Group& g, absl::Span<const SequencePass> batch,
-                std::vector<std::vector<float>>& results);
+  absl::Status RunGroup(Group& g, absl::Span<const SequencePass> batch,
+                        std::vector<std::vector<float>>& results);
   void MatMul(const Group& g, const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
               float* y, int64_t ldy, bool accumulate);
-  void RunAttention(const Group& g, const AttentionWeights& w, const float* x, float* h);
-  void RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h);
-  void RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t, float* y,
-                 bool accumulate);
-  void RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h);
+  // The layers' parts: x is the normed input [g.rows, D], h the residual stream they add to
+  // (RunSwiGlu writes y, or adds to it when `accumulate`). All pointers are backend memory.
+  absl::Status RunAttention(const Group& g, const AttentionWeights& w, const float* x, float* h);
+  absl::Status RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h);
+  absl::Status RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t, float* y,
+                         bool accumulate);
+  absl::Status RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h);
 
   const HybridConfig c_;
   KernelBackend* const backend_;
+  DeviceMemory* const memory_;  // backend_->memory().
   const Qwen3HybridOptions options_;
   ModelInfo info_;
   StateLayout layout_;
   std::unique_ptr<TensorStore> store_;    // The mapped checkpoint, when weights live in it.
-  std::vector<std::vector<char>> owned_;  // Weights the model copied (rearranged, widened).
+  std::vector<std::vector<char>> owned_;  // Host weights the model copied (rearranged, widened).
+  std::vector<DeviceBuffer> device_weights_;  // Weights uploaded to a device memory.
   bool store_needed_ = false;
   WeightMatrix embed_;    // [vocab, D]
   WeightMatrix lm_head_;  // [vocab, D]; embed_ when tied.
-  std::vector<float> final_norm_;
-  std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  Params final_norm_;
+  Params inv_freq_;  // [rotary_dim / 2]
   std::vector<LayerWeights> layers_;
+  ScratchArena scratch_;  // Per-pass temporaries; declared last, freed first.
 };
 
 absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string& p,
@@ -282,8 +313,8 @@ absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string&
   ASSIGN_OR_RETURN(w.k, r.Matrix(p + "k_proj.weight", {c_.num_kv_heads * hd, d}));
   ASSIGN_OR_RETURN(w.v, r.Matrix(p + "v_proj.weight", {c_.num_kv_heads * hd, d}));
   ASSIGN_OR_RETURN(w.o, r.Matrix(p + "o_proj.weight", {d, c_.num_heads * hd}));
-  ASSIGN_OR_RETURN(w.q_norm, r.Read(p + "q_norm.weight", {hd}));
-  ASSIGN_OR_RETURN(w.k_norm, r.Read(p + "k_norm.weight", {hd}));
+  ASSIGN_OR_RETURN(w.q_norm.host, r.Read(p + "q_norm.weight", {hd}));
+  ASSIGN_OR_RETURN(w.k_norm.host, r.Read(p + "k_norm.weight", {hd}));
   return absl::OkStatus();
 }
 
@@ -328,12 +359,12 @@ absl::Status Qwen3HybridModel::LoadGdn(WeightReader& r, const std::string& p, Gd
     }
     w.in_proj = r.Concat({qkv, z, b, a});
   }
-  ASSIGN_OR_RETURN(w.conv, r.Read(p + "conv1d.weight", {conv_dim, 1, c_.conv_kernel}));
-  ASSIGN_OR_RETURN(w.dt_bias, r.Read(p + "dt_bias", {hv}));
+  ASSIGN_OR_RETURN(w.conv.host, r.Read(p + "conv1d.weight", {conv_dim, 1, c_.conv_kernel}));
+  ASSIGN_OR_RETURN(w.dt_bias.host, r.Read(p + "dt_bias", {hv}));
   ASSIGN_OR_RETURN(std::vector<float> a_log, r.Read(p + "A_log", {hv}));
-  w.neg_a.resize(a_log.size());
-  for (size_t i = 0; i < a_log.size(); ++i) w.neg_a[i] = -std::exp(a_log[i]);
-  ASSIGN_OR_RETURN(w.norm, r.Read(p + "norm.weight", {c_.linear_v_dim}));
+  w.neg_a.host.resize(a_log.size());
+  for (size_t i = 0; i < a_log.size(); ++i) w.neg_a.host[i] = -std::exp(a_log[i]);
+  ASSIGN_OR_RETURN(w.norm.host, r.Read(p + "norm.weight", {c_.linear_v_dim}));
   ASSIGN_OR_RETURN(w.out, r.Matrix(p + "out_proj.weight", {d, vd}));
   return absl::OkStatus();
 }
@@ -379,6 +410,67 @@ absl::Status Qwen3HybridModel::LoadMoe(WeightReader& r, const std::string& p, Mo
   return absl::OkStatus();
 }
 
+absl::Status Qwen3HybridModel::Place(WeightMatrix& w) {
+  if (memory_->host_visible()) return absl::OkStatus();
+  for (int i = 0; i < w.num_parts; ++i) {
+    const int64_t bytes = w.parts[i].rows * w.cols * WeightTypeSize(w.type);
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(memory_, bytes));
+    RETURN_IF_ERROR(memory_->Upload(buffer.data(), w.parts[i].data, bytes));
+    w.parts[i].data = buffer.data();
+    device_weights_.push_back(std::move(buffer));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::Place(Params& v) {
+  if (memory_->host_visible()) {
+    v.data = v.host.data();
+    return absl::OkStatus();
+  }
+  const int64_t bytes = static_cast<int64_t>(v.host.size() * sizeof(float));
+  ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(memory_, bytes));
+  RETURN_IF_ERROR(memory_->Upload(buffer.data(), v.host.data(), bytes));
+  v.data = buffer.floats();
+  device_weights_.push_back(std::move(buffer));
+  v.host = std::vector<float>();
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::Place(SwiGlu& w) {
+  RETURN_IF_ERROR(Place(w.gate_up));
+  return Place(w.down);
+}
+
+absl::Status Qwen3HybridModel::PlaceLayer(LayerWeights& lw) {
+  RETURN_IF_ERROR(Place(lw.input_norm));
+  RETURN_IF_ERROR(Place(lw.post_norm));
+  if (lw.full_attention) {
+    AttentionWeights& a = lw.attn;
+    for (WeightMatrix* m : {&a.q, &a.k, &a.v, &a.o}) RETURN_IF_ERROR(Place(*m));
+    RETURN_IF_ERROR(Place(a.q_norm));
+    RETURN_IF_ERROR(Place(a.k_norm));
+  } else {
+    GdnWeights& g = lw.gdn;
+    RETURN_IF_ERROR(Place(g.in_proj));
+    RETURN_IF_ERROR(Place(g.out));
+    for (Params* v : {&g.conv, &g.dt_bias, &g.neg_a, &g.norm}) RETURN_IF_ERROR(Place(*v));
+  }
+  if (lw.moe) {
+    MoeWeights& m = lw.experts;
+    RETURN_IF_ERROR(Place(m.router));
+    RETURN_IF_ERROR(Place(m.shared_gate));
+    RETURN_IF_ERROR(Place(m.shared));
+    for (SwiGlu& e : m.experts) RETURN_IF_ERROR(Place(e));
+  } else {
+    RETURN_IF_ERROR(Place(lw.mlp));
+  }
+  return absl::OkStatus();
+}
+
+void Qwen3HybridModel::DropHostCopies() {
+  if (!memory_->host_visible()) owned_.clear();
+}
+
 absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_digest) {
   std::string prefix;
   if (store.Find("model.language_model.embed_tokens.weight") != nullptr) {
@@ -392,18 +484,22 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
   WeightReader r(store, prefix, *backend_, owned_);
   const int64_t d = c_.hidden_size;
   ASSIGN_OR_RETURN(embed_, r.Matrix("embed_tokens.weight", {c_.vocab_size, d}));
+  RETURN_IF_ERROR(Place(embed_));
   lm_head_ = embed_;
-  ASSIGN_OR_RETURN(final_norm_, r.Read("norm.weight", {d}));
+  ASSIGN_OR_RETURN(final_norm_.host, r.Read("norm.weight", {d}));
+  RETURN_IF_ERROR(Place(final_norm_));
   if (!c_.tie_word_embeddings) {
     ASSIGN_OR_RETURN(lm_head_, r.Matrix("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false));
+    RETURN_IF_ERROR(Place(lm_head_));
   }
+  DropHostCopies();
   for (int i = 0; i < c_.num_layers; ++i) {
     LayerWeights lw;
     const std::string p = absl::StrCat("layers.", i, ".");
     lw.full_attention = c_.full_attention[i];
     lw.moe = c_.IsMoeLayer(i);
-    ASSIGN_OR_RETURN(lw.input_norm, r.Read(p + "input_layernorm.weight", {d}));
-    ASSIGN_OR_RETURN(lw.post_norm, r.Read(p + "post_attention_layernorm.weight", {d}));
+    ASSIGN_OR_RETURN(lw.input_norm.host, r.Read(p + "input_layernorm.weight", {d}));
+    ASSIGN_OR_RETURN(lw.post_norm.host, r.Read(p + "post_attention_layernorm.weight", {d}));
     const int64_t kv_floats = static_cast<int64_t>(c_.num_kv_heads) * c_.head_dim;
     if (lw.full_attention) {
       RETURN_IF_ERROR(LoadAttention(r, p + "self_attn.", lw.attn));
@@ -428,19 +524,23 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
     } else {
       RETURN_IF_ERROR(LoadSwiGlu(r, p + "mlp.", c_.intermediate_size, lw.mlp));
     }
+    RETURN_IF_ERROR(PlaceLayer(lw));
+    DropHostCopies();
     layers_.push_back(std::move(lw));
   }
   for (int i = 0; i < c_.rotary_dim / 2; ++i) {
     // As transformers computes it: fp32 base ** (2i / rotary_dim), inverted in fp32.
-    inv_freq_.push_back(1.0f /
-                        std::pow(static_cast<float>(c_.rope_theta),
-                                 static_cast<float>(2 * i) / static_cast<float>(c_.rotary_dim)));
+    inv_freq_.host.push_back(
+        1.0f / std::pow(static_cast<float>(c_.rope_theta),
+                        static_cast<float>(2 * i) / static_cast<float>(c_.rotary_dim)));
   }
+  RETURN_IF_ERROR(Place(inv_freq_));
   info_.architecture = c_.model_type;
   info_.vocab_size = c_.vocab_size;
   info_.num_parameters = r.parameters();
   info_.weight_bytes = r.bytes();
-  store_needed_ = r.in_place();
+  // A device copy of a weight does not need the mapped file.
+  store_needed_ = r.in_place() && memory_->host_visible();
   info_.weights_digest = weights_digest;
   return absl::OkStatus();
 }
@@ -454,52 +554,55 @@ void Qwen3HybridModel::MatMul(const Group& g, const float* x, int64_t m, int64_t
   }
 }
 
-void Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t,
-                                 float* y, bool accumulate) {
+absl::Status Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t,
+                                         float* y, bool accumulate) {
   const int64_t d = c_.hidden_size;
-  std::vector<float> gu(static_cast<size_t>(t * 2 * w.width));
-  std::vector<float> act(static_cast<size_t>(t * w.width));
-  MatMul(g, x, t, d, w.gate_up, gu.data(), 2 * w.width, false);
-  backend_->SiluMul(gu.data(), 2 * w.width, gu.data() + w.width, 2 * w.width, t, w.width,
-                    act.data());
-  MatMul(g, act.data(), t, w.width, w.down, y, d, accumulate);
+  ScratchArena::Frame frame(scratch_);
+  ASSIGN_OR_RETURN(float* gu, scratch_.Take<float>(t * 2 * w.width));
+  ASSIGN_OR_RETURN(float* act, scratch_.Take<float>(t * w.width));
+  MatMul(g, x, t, d, w.gate_up, gu, 2 * w.width, false);
+  backend_->SiluMul(gu, 2 * w.width, gu + w.width, 2 * w.width, t, w.width, act);
+  MatMul(g, act, t, w.width, w.down, y, d, accumulate);
+  return absl::OkStatus();
 }
 
-void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, const float* x,
-                                    float* h) {
+absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w,
+                                            const float* x, float* h) {
   const int64_t d = c_.hidden_size;
   const int hq = c_.num_heads;
   const int hd = c_.head_dim;
   const int64_t t = g.rows;
   const int64_t q_width = static_cast<int64_t>(hq) * hd;
   const int64_t kv_width = static_cast<int64_t>(c_.num_kv_heads) * hd;
-  std::vector<float> qg(static_cast<size_t>(t * 2 * q_width));
-  MatMul(g, x, t, d, w.q, qg.data(), 2 * q_width, false);
+  ScratchArena::Frame frame(scratch_);
+  ASSIGN_OR_RETURN(float* qg, scratch_.Take<float>(t * 2 * q_width));
+  MatMul(g, x, t, d, w.q, qg, 2 * q_width, false);
   // q_proj rows are [q_h | gate_h] per head.
-  std::vector<float> q(static_cast<size_t>(t * q_width)), gate(q.size());
-  backend_->SplitHeadPairs(qg.data(), t, hq, hd, q.data(), gate.data());
-  backend_->RmsNorm(q.data(), t * hq, hd, w.q_norm.data(), c_.rms_norm_eps, true, q.data());
-  std::vector<float> k(static_cast<size_t>(t * kv_width)), v(k.size());
-  MatMul(g, x, t, d, w.k, k.data(), kv_width, false);
-  MatMul(g, x, t, d, w.v, v.data(), kv_width, false);
-  backend_->RmsNorm(k.data(), t * c_.num_kv_heads, hd, w.k_norm.data(), c_.rms_norm_eps, true,
-                    k.data());
-  std::vector<float> o(q.size());
+  ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * q_width));
+  ASSIGN_OR_RETURN(float* gate, scratch_.Take<float>(t * q_width));
+  backend_->SplitHeadPairs(qg, t, hq, hd, q, gate);
+  backend_->RmsNorm(q, t * hq, hd, w.q_norm.data, c_.rms_norm_eps, true, q);
+  ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kv_width));
+  ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * kv_width));
+  MatMul(g, x, t, d, w.k, k, kv_width, false);
+  MatMul(g, x, t, d, w.v, v, kv_width, false);
+  backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps, true, k);
+  ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
-    float* qs = q.data() + s.row * q_width;
-    backend_->Rope(qs, s.tokens, q_width, hq, hd, c_.rotary_dim, inv_freq_.data(), pos);
+    float* qs = q + s.row * q_width;
+    backend_->Rope(qs, s.tokens, q_width, hq, hd, c_.rotary_dim, inv_freq_.data, pos);
     float* k_rows = s.slot->data(w.k_component) + pos * kv_width;
     float* v_rows = s.slot->data(w.v_component) + pos * kv_width;
-    std::copy(k.begin() + s.row * kv_width, k.begin() + (s.row + s.tokens) * kv_width, k_rows);
-    std::copy(v.begin() + s.row * kv_width, v.begin() + (s.row + s.tokens) * kv_width, v_rows);
-    backend_->Rope(k_rows, s.tokens, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data(),
+    backend_->CopyRows(k + s.row * kv_width, kv_width, s.tokens, kv_width, k_rows, kv_width);
+    backend_->CopyRows(v + s.row * kv_width, kv_width, s.tokens, kv_width, v_rows, kv_width);
+    backend_->Rope(k_rows, s.tokens, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data,
                    pos);
     AttentionArgs args;
     args.q = qs;
     args.k = s.slot->data(w.k_component);
     args.v = s.slot->data(w.v_component);
-    args.out = o.data() + s.row * q_width;
+    args.out = o + s.row * q_width;
     args.tokens = s.tokens;
     args.past = pos;
     args.q_heads = hq;
@@ -509,11 +612,13 @@ void Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w, c
     args.row_invariant = options_.pass_invariant;
     backend_->Attention(args);
   }
-  backend_->SigmoidMul(o.data(), gate.data(), static_cast<int64_t>(o.size()));
-  MatMul(g, o.data(), t, q_width, w.o, h, d, true);
+  backend_->SigmoidMul(o, gate, t * q_width);
+  MatMul(g, o, t, q_width, w.o, h, d, true);
+  return absl::OkStatus();
 }
 
-void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h) {
+absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* x,
+                                      float* h) {
   const int64_t d = c_.hidden_size;
   const int64_t kd = c_.key_dim();
   const int64_t vd = c_.value_dim();
@@ -521,40 +626,41 @@ void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* 
   const int64_t conv_dim = c_.conv_dim();
   const int64_t width = conv_dim + vd + 2 * hv;
   const int64_t t = g.rows;
-  std::vector<float> proj(static_cast<size_t>(t * width));
-  MatMul(g, x, t, d, w.in_proj, proj.data(), width, false);
-  std::vector<float> conv(static_cast<size_t>(t * conv_dim));
+  ScratchArena::Frame frame(scratch_);
+  ASSIGN_OR_RETURN(float* proj, scratch_.Take<float>(t * width));
+  MatMul(g, x, t, d, w.in_proj, proj, width, false);
+  ASSIGN_OR_RETURN(float* conv, scratch_.Take<float>(t * conv_dim));
   for (const Sequence& s : g.seqs) {
-    backend_->CausalConvSilu(proj.data() + s.row * width, width, s.tokens, conv_dim, w.conv.data(),
+    backend_->CausalConvSilu(proj + s.row * width, width, s.tokens, conv_dim, w.conv.data,
                              c_.conv_kernel, s.slot->data(w.conv_component),
-                             conv.data() + s.row * conv_dim);
+                             conv + s.row * conv_dim);
   }
-  std::vector<float> q(static_cast<size_t>(t * kd)), k(q.size()), v(static_cast<size_t>(t * vd)),
-      z(v.size()), gates(static_cast<size_t>(t * hv)), beta(gates.size());
-  for (int64_t i = 0; i < t; ++i) {
-    const float* c = conv.data() + i * conv_dim;
-    std::copy(c, c + kd, q.data() + i * kd);
-    std::copy(c + kd, c + 2 * kd, k.data() + i * kd);
-    std::copy(c + 2 * kd, c + conv_dim, v.data() + i * vd);
-    const float* p = proj.data() + i * width;
-    std::copy(p + conv_dim, p + conv_dim + vd, z.data() + i * vd);
-  }
-  backend_->GdnGates(proj.data(), width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data(),
-                     w.neg_a.data(), gates.data(), beta.data());
+  ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * kd));
+  ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kd));
+  ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * vd));
+  ASSIGN_OR_RETURN(float* z, scratch_.Take<float>(t * vd));
+  ASSIGN_OR_RETURN(float* gates, scratch_.Take<float>(t * hv));
+  ASSIGN_OR_RETURN(float* beta, scratch_.Take<float>(t * hv));
+  backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
+  backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
+  backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
+  backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
+  backend_->GdnGates(proj, width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data,
+                     w.neg_a.data, gates, beta);
   const int dk = c_.linear_k_dim;
-  backend_->L2Normalize(q.data(), t * c_.linear_k_heads, dk, kL2NormEps,
+  backend_->L2Normalize(q, t * c_.linear_k_heads, dk, kL2NormEps,
                         1.0f / std::sqrt(static_cast<float>(dk)));
-  backend_->L2Normalize(k.data(), t * c_.linear_k_heads, dk, kL2NormEps, 1.0f);
-  std::vector<float> o(static_cast<size_t>(t * vd));
+  backend_->L2Normalize(k, t * c_.linear_k_heads, dk, kL2NormEps, 1.0f);
+  ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * vd));
   for (const Sequence& s : g.seqs) {
     GatedDeltaArgs args;
-    args.q = q.data() + s.row * kd;
-    args.k = k.data() + s.row * kd;
-    args.v = v.data() + s.row * vd;
-    args.g = gates.data() + s.row * hv;
-    args.beta = beta.data() + s.row * hv;
+    args.q = q + s.row * kd;
+    args.k = k + s.row * kd;
+    args.v = v + s.row * vd;
+    args.g = gates + s.row * hv;
+    args.beta = beta + s.row * hv;
     args.state = s.slot->data(w.recurrent_component);
-    args.out = o.data() + s.row * vd;
+    args.out = o + s.row * vd;
     args.tokens = s.tokens;
     args.k_heads = c_.linear_k_heads;
     args.v_heads = hv;
@@ -563,55 +669,71 @@ void Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* 
     args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
     backend_->GatedDeltaRule(args);
   }
-  backend_->GatedRmsNorm(o.data(), z.data(), t * hv, c_.linear_v_dim, w.norm.data(),
-                         c_.rms_norm_eps, o.data());
-  MatMul(g, o.data(), t, vd, w.out, h, d, true);
+  backend_->GatedRmsNorm(o, z, t * hv, c_.linear_v_dim, w.norm.data, c_.rms_norm_eps, o);
+  MatMul(g, o, t, vd, w.out, h, d, true);
+  return absl::OkStatus();
 }
 
-void Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h) {
+absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* x,
+                                      float* h) {
   const int64_t d = c_.hidden_size;
   const int e = c_.num_experts;
   const int top_k = c_.top_k;
   const int64_t t = g.rows;
-  std::vector<float> logits(static_cast<size_t>(t * e));
-  MatMul(g, x, t, d, w.router, logits.data(), e, false);
-  std::vector<int32_t> ids(static_cast<size_t>(t * top_k));
-  std::vector<float> weights(ids.size());
-  backend_->MoeRoute(logits.data(), t, e, top_k, c_.norm_topk_prob, ids.data(), weights.data());
-  std::vector<std::vector<std::pair<int64_t, float>>> routed(e);  // expert -> (token, weight)
-  for (int64_t i = 0; i < t; ++i) {
-    for (int j = 0; j < top_k; ++j) {
-      routed[ids[i * top_k + j]].emplace_back(i, weights[i * top_k + j]);
-    }
+  const int64_t picks = t * top_k;
+  ScratchArena::Frame frame(scratch_);
+  ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * e));
+  MatMul(g, x, t, d, w.router, logits, e, false);
+  ASSIGN_OR_RETURN(int32_t * ids, scratch_.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* weights, scratch_.Take<float>(picks));
+  backend_->MoeRoute(logits, t, e, top_k, c_.norm_topk_prob, ids, weights);
+  // The routing comes to the host, which sorts the tokens by expert.
+  std::vector<int32_t> host_ids(static_cast<size_t>(picks));
+  std::vector<float> host_weights(host_ids.size());
+  RETURN_IF_ERROR(memory_->Download(host_ids.data(), ids, picks * 4));
+  RETURN_IF_ERROR(memory_->Download(host_weights.data(), weights, picks * 4));
+  std::vector<int64_t> count(static_cast<size_t>(e) + 1, 0);
+  for (int32_t id : host_ids) {
+    if (id < 0 || id >= e) return absl::InternalError(absl::StrCat("MoE routing gave expert ", id));
+    ++count[static_cast<size_t>(id) + 1];
   }
+  // Expert ex's (token, weight) pairs are entries [start[ex], start[ex + 1]) in token order.
+  std::vector<int64_t> start(count.size(), 0);
+  int64_t largest = 0;
+  for (int ex = 0; ex < e; ++ex) {
+    start[ex + 1] = start[ex] + count[ex + 1];
+    largest = std::max(largest, count[ex + 1]);
+  }
+  std::vector<int32_t> rows(static_cast<size_t>(picks));
+  std::vector<float> scales(rows.size());
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < picks; ++i) {
+    const int64_t at = next[static_cast<size_t>(host_ids[i])]++;
+    rows[at] = static_cast<int32_t>(i / top_k);
+    scales[at] = host_weights[i];
+  }
+  ASSIGN_OR_RETURN(int32_t * rows_dev, scratch_.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* scales_dev, scratch_.Take<float>(picks));
+  RETURN_IF_ERROR(memory_->Upload(rows_dev, rows.data(), picks * 4));
+  RETURN_IF_ERROR(memory_->Upload(scales_dev, scales.data(), picks * 4));
   // Shared expert first, then routed experts in ascending id; every token's sum has a fixed
   // order.
-  std::vector<float> out(static_cast<size_t>(t * d));
-  RunSwiGlu(g, w.shared, x, t, out.data(), false);
-  std::vector<float> sg(static_cast<size_t>(t));
-  MatMul(g, x, t, d, w.shared_gate, sg.data(), 1, false);
-  for (int64_t i = 0; i < t; ++i) {
-    const float s = Sigmoid(sg[i]);
-    for (int64_t j = 0; j < d; ++j) out[i * d + j] *= s;
-  }
-  std::vector<float> xs, ys;
+  ASSIGN_OR_RETURN(float* out, scratch_.Take<float>(t * d));
+  RETURN_IF_ERROR(RunSwiGlu(g, w.shared, x, t, out, false));
+  ASSIGN_OR_RETURN(float* sg, scratch_.Take<float>(t));
+  MatMul(g, x, t, d, w.shared_gate, sg, 1, false);
+  backend_->SigmoidScaleRows(out, t, d, sg);
+  ASSIGN_OR_RETURN(float* xs, scratch_.Take<float>(largest * d));
+  ASSIGN_OR_RETURN(float* ys, scratch_.Take<float>(largest * d));
   for (int ex = 0; ex < e; ++ex) {
-    const auto& list = routed[ex];
-    if (list.empty()) continue;
-    const int64_t n = static_cast<int64_t>(list.size());
-    xs.resize(static_cast<size_t>(n * d));
-    ys.resize(static_cast<size_t>(n * d));
-    for (int64_t r = 0; r < n; ++r) {
-      std::copy(x + list[r].first * d, x + (list[r].first + 1) * d, xs.data() + r * d);
-    }
-    RunSwiGlu(g, w.experts[static_cast<size_t>(ex)], xs.data(), n, ys.data(), false);
-    for (int64_t r = 0; r < n; ++r) {
-      float* o = out.data() + list[r].first * d;
-      const float weight = list[r].second;
-      for (int64_t j = 0; j < d; ++j) o[j] += weight * ys[r * d + j];
-    }
+    const int64_t n = count[ex + 1];
+    if (n == 0) continue;
+    backend_->EmbeddingGather(x, d, rows_dev + start[ex], n, xs);
+    RETURN_IF_ERROR(RunSwiGlu(g, w.experts[static_cast<size_t>(ex)], xs, n, ys, false));
+    backend_->AddScaledRows(ys, n, d, rows_dev + start[ex], scales_dev + start[ex], out);
   }
-  for (int64_t i = 0; i < t * d; ++i) h[i] += out[i];
+  backend_->AddScaledRows(out, t, d, nullptr, nullptr, h);
+  return absl::OkStatus();
 }
 
 absl::Status Qwen3HybridModel::CheckPass(const SequencePass& pass) const {
@@ -630,6 +752,11 @@ absl::Status Qwen3HybridModel::CheckPass(const SequencePass& pass) const {
     return absl::FailedPreconditionError("slot is being restored and cannot run");
   }
   const int64_t t = static_cast<int64_t>(pass.tokens.size());
+  if (pass.slot->memory() != memory_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot state is in ", pass.slot->memory()->name(), " memory but the ",
+                     backend_->name(), " backend computes in ", memory_->name(), " memory"));
+  }
   if (pass.slot->position() + t > pass.slot->max_rows()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("pass of ", t, " tokens at position ", pass.slot->position(),
@@ -638,53 +765,62 @@ absl::Status Qwen3HybridModel::CheckPass(const SequencePass& pass) const {
   return absl::OkStatus();
 }
 
-void Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass> batch,
-                                std::vector<std::vector<float>>& results) {
+absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass> batch,
+                                        std::vector<std::vector<float>>& results) {
   const int64_t d = c_.hidden_size;
   const int64_t t = g.rows;
+  ScratchArena::Frame frame(scratch_);
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(t));
   for (const Sequence& s : g.seqs) {
     const SequencePass& pass = batch[s.index];
     ids.insert(ids.end(), pass.tokens.begin(), pass.tokens.end());
   }
-  std::vector<float> h(static_cast<size_t>(t * d)), xn(h.size());
-  backend_->EmbeddingGatherTyped(embed_, ids.data(), t, h.data());
+  ASSIGN_OR_RETURN(int32_t * ids_dev, scratch_.Take<int32_t>(t));
+  RETURN_IF_ERROR(memory_->Upload(ids_dev, ids.data(), t * 4));
+  ASSIGN_OR_RETURN(float* h, scratch_.Take<float>(t * d));
+  ASSIGN_OR_RETURN(float* xn, scratch_.Take<float>(t * d));
+  backend_->EmbeddingGatherTyped(embed_, ids_dev, t, h);
   for (const LayerWeights& lw : layers_) {
-    backend_->RmsNorm(h.data(), t, d, lw.input_norm.data(), c_.rms_norm_eps, true, xn.data());
+    backend_->RmsNorm(h, t, d, lw.input_norm.data, c_.rms_norm_eps, true, xn);
     if (lw.full_attention) {
-      RunAttention(g, lw.attn, xn.data(), h.data());
+      RETURN_IF_ERROR(RunAttention(g, lw.attn, xn, h));
     } else {
-      RunGdn(g, lw.gdn, xn.data(), h.data());
+      RETURN_IF_ERROR(RunGdn(g, lw.gdn, xn, h));
     }
-    backend_->RmsNorm(h.data(), t, d, lw.post_norm.data(), c_.rms_norm_eps, true, xn.data());
+    backend_->RmsNorm(h, t, d, lw.post_norm.data, c_.rms_norm_eps, true, xn);
     if (lw.moe) {
-      RunMoe(g, lw.experts, xn.data(), h.data());
+      RETURN_IF_ERROR(RunMoe(g, lw.experts, xn, h));
     } else {
-      RunSwiGlu(g, lw.mlp, xn.data(), t, h.data(), true);
+      RETURN_IF_ERROR(RunSwiGlu(g, lw.mlp, xn, t, h, true));
     }
   }
   // The rows whose logits are returned: every row of an all_logits pass, else its last.
-  std::vector<float> last;
   int64_t rows = 0;
-  for (const Sequence& s : g.seqs) {
-    const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
-    last.insert(last.end(), h.begin() + (s.row + s.tokens - n) * d,
-                h.begin() + (s.row + s.tokens) * d);
-    rows += n;
-  }
-  std::vector<float> normed(last.size());
-  backend_->RmsNorm(last.data(), rows, d, final_norm_.data(), c_.rms_norm_eps, true, normed.data());
-  std::vector<float> logits(static_cast<size_t>(rows * c_.vocab_size));
-  MatMul(g, normed.data(), rows, d, lm_head_, logits.data(), c_.vocab_size, false);
+  for (const Sequence& s : g.seqs) rows += batch[s.index].all_logits ? s.tokens : 1;
+  ASSIGN_OR_RETURN(float* last, scratch_.Take<float>(rows * d));
   int64_t row = 0;
   for (const Sequence& s : g.seqs) {
     const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
-    results[s.index].assign(logits.begin() + row * c_.vocab_size,
-                            logits.begin() + (row + n) * c_.vocab_size);
+    backend_->CopyRows(h + (s.row + s.tokens - n) * d, d, n, d, last + row * d, d);
     row += n;
-    s.slot->CommitAppend(s.tokens);
   }
+  ASSIGN_OR_RETURN(float* normed, scratch_.Take<float>(rows * d));
+  backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, true, normed);
+  ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(rows * c_.vocab_size));
+  MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
+  row = 0;
+  for (const Sequence& s : g.seqs) {
+    const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+    std::vector<float>& out = results[s.index];
+    out.resize(static_cast<size_t>(n * c_.vocab_size));
+    // The first download waits for the device and reports any error of the pass.
+    RETURN_IF_ERROR(memory_->Download(out.data(), logits + row * c_.vocab_size,
+                                      n * c_.vocab_size * static_cast<int64_t>(sizeof(float))));
+    row += n;
+  }
+  for (const Sequence& s : g.seqs) s.slot->CommitAppend(s.tokens);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
@@ -715,14 +851,19 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
       small.rows += t;
     }
   }
-  if (!small.seqs.empty()) RunGroup(small, batch, results);
+  // The arena's device blocks are merged for the next pass however this one ends.
+  struct EndPass {
+    ScratchArena& arena;
+    ~EndPass() { arena.EndPass(); }
+  } end_pass{scratch_};
+  if (!small.seqs.empty()) RETURN_IF_ERROR(RunGroup(small, batch, results));
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
     if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) continue;
     Group alone;
     alone.seqs.push_back({static_cast<int>(i), batch[i].slot, 0, t});
     alone.rows = t;
-    RunGroup(alone, batch, results);
+    RETURN_IF_ERROR(RunGroup(alone, batch, results));
   }
   return results;
 }

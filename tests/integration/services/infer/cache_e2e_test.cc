@@ -1,5 +1,5 @@
-// cairn-infer and cairn-cache as real processes (docs/architecture.md §5): a conversation continues in its
-// live slot, comes back from RAM after another took the slot, from disk after both daemons
+// cairn-infer and cairn-cache as real processes (docs/architecture.md §5): a conversation continues
+// in its live slot, comes back from RAM after another took the slot, from disk after both daemons
 // restart, from RAM after only the inference daemon restarts; an edit restores the deepest
 // checkpoint before it; conversations sharing a system prompt learn its boundary. In every case
 // the output equals an uncached run with the same pass boundaries, bit for bit.
@@ -67,6 +67,13 @@ std::vector<int32_t> Append(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
+// Where cairn-cache and cairn-infer are: $CAIRN_TEST_BINARY_DIR (a bundle carried to another
+// machine), else this build's folder.
+std::string BinaryDir() {
+  const char* dir = std::getenv("CAIRN_TEST_BINARY_DIR");
+  return dir == nullptr || *dir == '\0' ? std::string(CAIRN_BINARY_DIR) : std::string(dir);
+}
+
 bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -85,11 +92,10 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
 
   void StartCache() {
     cache_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{std::string(CAIRN_BINARY_DIR) + "/services/cache/cairn-cache",
-                                 "--listen=unix:" + dir_ + "/cache.sock",
-                                 "--arena-socket=" + dir_ + "/arena.sock",
-                                 "--cache-ram-bytes=256Mi", "--cache-disk=" + dir_ + "/disk",
-                                 "--cache-disk-bytes=1Gi", "--log-level=warning"},
+        std::vector<std::string>{
+            BinaryDir() + "/services/cache/cairn-cache", "--listen=unix:" + dir_ + "/cache.sock",
+            "--arena-socket=" + dir_ + "/arena.sock", "--cache-ram-bytes=256Mi",
+            "--cache-disk=" + dir_ + "/disk", "--cache-disk-bytes=1Gi", "--log-level=warning"},
         "unix:" + dir_ + "/cache.sock");
     ASSERT_TRUE(cache_->Start().ok());
     absl::Status serving = cache_->WaitServing(absl::Seconds(30));
@@ -98,8 +104,8 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
   void StartInfer(int slots, const std::string& numerics = "fast") {
     infer_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{
-            std::string(CAIRN_BINARY_DIR) + "/services/infer/daemon/cairn-infer",
-            "--model=" + model_, "--sessions=" + std::to_string(slots),
+            BinaryDir() + "/services/infer/daemon/cairn-infer", "--model=" + model_,
+            "--backend=" + TestBackendName(), "--sessions=" + std::to_string(slots),
             "--cache=unix:" + dir_ + "/cache.sock", "--listen=unix:" + dir_ + "/infer.sock",
             "--threads=2", "--context=4096", "--numerics=" + numerics,
             "--max-pass-tokens=" + std::to_string(kMaxPass), "--log-level=warning"},

@@ -1,5 +1,6 @@
 #include "tests/integration/services/infer/infer_harness.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,7 @@
 #include "common/status/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "services/infer/engine/sampler.h"
+#include "services/infer/kernels/backend_factory.h"
 #include "services/infer/models/demo_model.h"
 #include "services/infer/models/model_loader.h"
 #include "services/infer/models/random_checkpoint_presets.h"
@@ -131,10 +133,20 @@ v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, uint32_t ma
   return req;
 }
 
+std::string TestBackendName() {
+  const char* name = std::getenv("CAIRN_TEST_BACKEND");
+  return name == nullptr || *name == '\0' ? "cpu" : name;
+}
+
 absl::StatusOr<ReferenceRun> RunReference(const std::string& model_dir,
                                           const std::vector<std::vector<int32_t>>& passes,
                                           int max_tokens, bool pass_invariant) {
-  std::unique_ptr<CpuKernelBackend> backend = TestBackend();
+  std::unique_ptr<KernelBackend> backend;
+  if (TestBackendName() == "cpu") {
+    backend = TestBackend();
+  } else {
+    ASSIGN_OR_RETURN(backend, CreateKernelBackend({.name = TestBackendName()}));
+  }
   ModelLoadOptions lo;
   lo.qwen3_hybrid.pass_invariant = pass_invariant;
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(model_dir, backend.get(), lo));
@@ -143,6 +155,7 @@ absl::StatusOr<ReferenceRun> RunReference(const std::string& model_dir,
   SlotKvMemoryOptions ko;
   ko.slots = 1;
   ko.max_rows = total + max_tokens + 1;
+  ko.memory = backend->memory();
   ASSIGN_OR_RETURN(std::unique_ptr<SlotKvMemory> memory,
                    SlotKvMemory::Create(model->state_layout(), ko));
   std::vector<float> logits;

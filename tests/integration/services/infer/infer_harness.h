@@ -88,9 +88,13 @@ GenerateResult Generate(v1::InferService::Stub& stub, const v1::GenerateRequest&
 // A token-id request for greedy decoding of `max_tokens` with logprobs.
 v1::GenerateRequest TokenRequest(const std::vector<int32_t>& prompt, uint32_t max_tokens);
 
-// The uncached reference: loads `model_dir` afresh, prefills `passes` (consecutive pieces of
-// the prompt), then decodes greedily one token per pass; returns the tokens and each token's
-// logprob exactly as the daemon computes them.
+// The kernel backend the daemons under test and the references run on: $CAIRN_TEST_BACKEND,
+// "cpu" when unset (a GPU machine runs the same tests with "hip").
+std::string TestBackendName();
+
+// The uncached reference: loads `model_dir` afresh on TestBackendName()'s backend, prefills
+// `passes` (consecutive pieces of the prompt), then decodes greedily one token per pass; returns
+// the tokens and each token's logprob exactly as the daemon computes them.
 struct ReferenceRun {
   std::vector<uint32_t> tokens;
   std::vector<float> logprobs;

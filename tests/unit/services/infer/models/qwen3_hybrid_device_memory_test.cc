@@ -1,0 +1,197 @@
+// The model's device path without a GPU: the CPU backend's kernels behind a memory that says it
+// is not host-visible, so the model uploads its weights, keeps its activations in a bump arena
+// and moves bytes only through Upload / Download, as it does for the HIP backend. The logits must
+// be the CPU backend's bits, only logits (and MoE routing) may come down, and the arena must
+// stop allocating once warm.
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/infer/engine/generation.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/models/model_test_util.h"
+
+namespace cairn::infer {
+namespace {
+
+// Host memory posing as a device's, counting what crosses.
+class CountingMemory final : public DeviceMemory {
+ public:
+  const char* name() const override { return "counting"; }
+  bool host_visible() const override { return false; }
+  absl::StatusOr<void*> Allocate(int64_t bytes) override {
+    ++allocations;
+    return HostDeviceMemory()->Allocate(bytes);
+  }
+  void Free(void* p) override { HostDeviceMemory()->Free(p); }
+  absl::Status Upload(void* d, const void* s, int64_t n) override {
+    uploaded += n;
+    return HostDeviceMemory()->Upload(d, s, n);
+  }
+  absl::Status Download(void* d, const void* s, int64_t n) override {
+    downloaded += n;
+    return HostDeviceMemory()->Download(d, s, n);
+  }
+  absl::Status Copy(void* d, const void* s, int64_t n) override {
+    return HostDeviceMemory()->Copy(d, s, n);
+  }
+  absl::Status Zero(void* d, int64_t n) override { return HostDeviceMemory()->Zero(d, n); }
+
+  int64_t allocations = 0;
+  int64_t uploaded = 0;
+  int64_t downloaded = 0;
+};
+
+// The CPU backend's operations with CountingMemory as its memory.
+class DeviceLikeBackend final : public KernelBackend {
+ public:
+  explicit DeviceLikeBackend(std::unique_ptr<CpuKernelBackend> cpu) : cpu_(std::move(cpu)) {}
+  CountingMemory& counting() { return memory_; }
+
+  absl::string_view name() const override { return "device-like"; }
+  DeviceMemory* memory() override { return &memory_; }
+  void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                        int64_t n, float* y, int64_t ldy, bool accumulate) override {
+    cpu_->MatMulTransposed(x, m, k, ldx, w, n, y, ldy, accumulate);
+  }
+  void MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+                  float* y, int64_t ldy, bool accumulate) override {
+    cpu_->MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate);
+  }
+  void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
+                       float* out) override {
+    cpu_->EmbeddingGather(table, dim, ids, n, out);
+  }
+  bool AcceptsWeightType(WeightType type) const override { return cpu_->AcceptsWeightType(type); }
+  void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                             float* y, int64_t ldy, bool accumulate) override {
+    cpu_->MatMulTransposedTyped(x, m, ldx, w, y, ldy, accumulate);
+  }
+  void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                       int64_t ldy, bool accumulate) override {
+    cpu_->MatMulRowsTyped(x, m, ldx, w, y, ldy, accumulate);
+  }
+  void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
+                            float* out) override {
+    cpu_->EmbeddingGatherTyped(table, ids, n, out);
+  }
+  void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
+                      float* b) override {
+    cpu_->SplitHeadPairs(in, rows, heads, head_dim, a, b);
+  }
+  void SigmoidMul(float* x, const float* gate, int64_t n) override { cpu_->SigmoidMul(x, gate, n); }
+  void GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
+                int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
+                float* beta) override {
+    cpu_->GdnGates(in, ld, tokens, heads, b_offset, a_offset, dt_bias, neg_a, g, beta);
+  }
+  void MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
+                int32_t* ids, float* weights) override {
+    cpu_->MoeRoute(logits, tokens, experts, top_k, renormalise, ids, weights);
+  }
+  void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+               bool zero_centred, float* y) override {
+    cpu_->RmsNorm(x, rows, dim, w, eps, zero_centred, y);
+  }
+  void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                    float eps, float* y) override {
+    cpu_->GatedRmsNorm(x, z, rows, dim, w, eps, y);
+  }
+  void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override {
+    cpu_->L2Normalize(x, rows, dim, eps, scale);
+  }
+  void Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
+            const float* inv_freq, int64_t first_position) override {
+    cpu_->Rope(x, tokens, ld, heads, head_dim, rotary_dim, inv_freq, first_position);
+  }
+  void SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
+               int64_t dim, float* out) override {
+    cpu_->SiluMul(gate, ld_gate, up, ld_up, rows, dim, out);
+  }
+  void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                      const float* w, int kernel, float* state, float* out) override {
+    cpu_->CausalConvSilu(in, ld_in, tokens, channels, w, kernel, state, out);
+  }
+  void Attention(const AttentionArgs& args) override { cpu_->Attention(args); }
+  void GatedDeltaRule(const GatedDeltaArgs& args) override { cpu_->GatedDeltaRule(args); }
+
+ private:
+  std::unique_ptr<CpuKernelBackend> cpu_;
+  CountingMemory memory_;
+};
+
+bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class DeviceMemoryModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeviceMemoryModelTest, DevicePathGivesTheCpuBitsAndMovesOnlyLogits) {
+  std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
+  DeviceLikeBackend device(testing::TestBackend());
+  absl::StatusOr<std::unique_ptr<Model>> host_model = testing::LoadPreset(GetParam(), cpu.get());
+  ASSERT_TRUE(host_model.ok()) << host_model.status();
+  absl::StatusOr<std::unique_ptr<Model>> device_model = testing::LoadPreset(GetParam(), &device);
+  ASSERT_TRUE(device_model.ok()) << device_model.status();
+  const ModelInfo& info = (*device_model)->info();
+  // Every weight went up once (plus the RoPE frequencies the model computes).
+  EXPECT_GE(device.counting().uploaded, info.weight_bytes);
+  EXPECT_LT(device.counting().uploaded, info.weight_bytes + 4096);
+
+  const int64_t vocab = info.vocab_size;
+  const std::vector<int32_t> tokens = testing::RandomTokens(200, vocab, 3);
+  const std::vector<int64_t> passes = {1, 90, 5, 104};
+  absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
+      SlotState::Create((*host_model)->state_layout(), 210);
+  absl::StatusOr<std::unique_ptr<SlotState>> device_slot =
+      SlotState::Create((*device_model)->state_layout(), 210, device.memory());
+  ASSERT_TRUE(host_slot.ok() && device_slot.ok());
+  absl::StatusOr<std::vector<float>> expected =
+      Prefill(**host_model, host_slot->get(), tokens, passes, /*all_logits=*/true);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  device.counting().downloaded = 0;
+  absl::StatusOr<std::vector<float>> got =
+      Prefill(**device_model, device_slot->get(), tokens, passes, /*all_logits=*/true);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(SameBytes(*expected, *got));
+  const bool moe = GetParam() != "dense";
+  if (!moe) {
+    EXPECT_EQ(device.counting().downloaded, 200 * vocab * static_cast<int64_t>(sizeof(float)));
+  }
+
+  // Decode steps of one shape: the arena is warm after the first and allocates nothing more.
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> next = {tokens[static_cast<size_t>(step)]};
+    absl::StatusOr<std::vector<float>> a = (*host_model)->Forward(host_slot->get(), next, {});
+    const int64_t allocations = device.counting().allocations;
+    absl::StatusOr<std::vector<float>> b = (*device_model)->Forward(device_slot->get(), next, {});
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(SameBytes(*a, *b)) << "step " << step;
+    if (step > 0) {
+      EXPECT_EQ(device.counting().allocations, allocations) << "step " << step;
+    }
+  }
+}
+
+TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {
+  DeviceLikeBackend device(testing::TestBackend());
+  absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), &device);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
+      SlotState::Create((*model)->state_layout(), 8);
+  ASSERT_TRUE(host_slot.ok());
+  const std::vector<int32_t> tokens = {1, 2};
+  absl::StatusOr<std::vector<float>> r = (*model)->Forward(host_slot->get(), tokens, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("host memory"), absl::string_view::npos) << r.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, DeviceMemoryModelTest,
+                         ::testing::Values("dense", "next", "moe"));
+
+}  // namespace
+}  // namespace cairn::infer
