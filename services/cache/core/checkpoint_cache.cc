@@ -210,13 +210,28 @@ ChunkId CheckpointCache::MintChunk(ComputationId provenance, int64_t index, int6
   return id;
 }
 
+bool CheckpointCache::ChargedWhenReferenced(const Chunk& chunk) const {
+  if (chunk.ram_refs > 0) return chunk.charged;
+  // A chunk no RAM checkpoint references is kNone, or kSpilling from before its last
+  // reference went; it becomes borrowed when a slot holds it.
+  return !(options_.retention.charge_on_spill && chunk.residency == Residency::kNone &&
+           !chunk.holders.empty());
+}
+
+void CheckpointCache::Charge(Chunk& chunk) {
+  if (chunk.charged) return;
+  absl::StatusOr<ByteLedger::ReservationId> r = ram_.Reserve(chunk.bytes);
+  CAIRN_CHECK(r.ok());
+  CAIRN_CHECK(ram_.Commit(*r).ok());
+  chunk.charged = true;
+}
+
 void CheckpointCache::AddRamRef(Chunk& chunk) {
-  if (chunk.ram_refs++ == 0) {
-    // Space for the chunk (borrowed or not) is charged when first referenced, so preservation
-    // never allocates. The caller made sure it fits.
-    absl::StatusOr<ByteLedger::ReservationId> r = ram_.Reserve(chunk.bytes);
-    CAIRN_CHECK(r.ok());
-    CAIRN_CHECK(ram_.Commit(*r).ok());
+  if (chunk.ram_refs == 0) {
+    // Space for the chunk is charged when first referenced, so preservation never allocates,
+    // unless charge_on_spill defers a borrowed chunk's charge to its spill. The caller made
+    // sure it fits.
+    if (ChargedWhenReferenced(chunk)) Charge(chunk);
     // Bytes are in the arena only if no slot holds them (restored from disk into the arena
     // is the daemon's business; here a chunk without holders was never borrowed). A chunk
     // still being spilled keeps its spill.
@@ -224,6 +239,7 @@ void CheckpointCache::AddRamRef(Chunk& chunk) {
       chunk.residency = chunk.holders.empty() ? Residency::kResident : Residency::kBorrowed;
     }
   }
+  ++chunk.ram_refs;
 }
 
 void CheckpointCache::MaybeLeaveRam(Chunk& chunk) {
@@ -239,7 +255,8 @@ void CheckpointCache::DropRamRef(ChunkId id) {
   Chunk& chunk = *chunks_.at(id);
   CAIRN_CHECK(chunk.ram_refs > 0);
   if (--chunk.ram_refs == 0) {
-    CAIRN_CHECK(ram_.Release(chunk.bytes).ok());
+    if (chunk.charged) CAIRN_CHECK(ram_.Release(chunk.bytes).ok());
+    chunk.charged = false;
     MaybeLeaveRam(chunk);
   }
   MaybeFreeChunk(id);
@@ -299,10 +316,49 @@ void CheckpointCache::Reindex(Slot& slot) {
                   .Insert(slot.tokens, {IndexEntry::Kind::kLive, slot.frontier_id});
 }
 
+bool CheckpointCache::MakeRoomForSpill(const std::vector<ChunkId>& ids, bool may_evict) {
+  auto uncharged = [&] {
+    int64_t bytes = 0;
+    for (ChunkId id : ids) {
+      auto it = chunks_.find(id);
+      if (it == chunks_.end()) continue;
+      const Chunk& chunk = *it->second;
+      if (chunk.ram_refs > 0 && !chunk.charged) bytes += chunk.bytes;
+    }
+    return bytes;
+  };
+  while (ram_.free() < uncharged()) {
+    if (!may_evict || !EvictOne(/*ram_tier=*/true, EvictionRank::kReused, "room for a spill")) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::vector<uint64_t> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep_chunks) {
   std::vector<ChunkCopy> copies;
   std::vector<uint64_t> spills;
   const ModelLayout* layout = LayoutFor(slot.identities.compatibility);
+  if (options_.retention.charge_on_spill) {
+    // Rows only this slot holds are charged now: room is made by evicting by rank (which may
+    // take the checkpoints that need them, and with them the need). Rows that still cannot
+    // fit are lost with their checkpoints.
+    std::vector<ChunkId> own;
+    for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
+      const Chunk& chunk = *chunks_.at(slot.chunks[j]);
+      if (chunk.residency == Residency::kBorrowed && chunk.holders.size() == 1) {
+        own.push_back(chunk.id);
+      }
+    }
+    if (!MakeRoomForSpill(own, /*may_evict=*/true)) {
+      for (ChunkId id : own) {
+        auto it = chunks_.find(id);
+        if (it != chunks_.end() && it->second->ram_refs > 0 && !it->second->charged) {
+          FailChunk(id, "no room to preserve borrowed rows");
+        }
+      }
+    }
+  }
   for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
     ChunkId id = slot.chunks[j];
     Chunk& chunk = *chunks_.at(id);
@@ -340,6 +396,7 @@ uint64_t CheckpointCache::BeginSpill(SlotKey slot, std::vector<ChunkCopy> copies
   for (const ChunkCopy& c : copies) {
     Chunk& chunk = *chunks_.at(c.id);
     CAIRN_CHECK(chunk.residency == Residency::kBorrowed);
+    Charge(chunk);  // charge_on_spill: the caller made room.
     chunk.residency = Residency::kSpilling;
     chunk.spill = spill.id;
     e.chunks.push_back(c.id);
@@ -421,12 +478,15 @@ absl::StatusOr<RestorePlan> CheckpointCache::Restore(CheckpointId id, SlotKey ke
     }
   }
   RestorePlan plan;
+  // Making room for spills (charge_on_spill) must not evict what is being restored.
+  ++ckpt.pins;
   plan.preserve_spills = PrepareOverwrite(slot, static_cast<int64_t>(keep));
   if (ckpt.in_ram) {
     // The restore reads every chunk past the kept ones from the arena.
     plan.awaiting_spills = AwaitResident(std::vector<ChunkId>(
         ckpt.chunks.begin() + static_cast<std::ptrdiff_t>(keep), ckpt.chunks.end()));
   }
+  --ckpt.pins;
   ResetSlot(slot, identities);
   slot.tokens = IndexFor(identities.compatibility).TokensAt(ckpt.node);
   for (size_t j = keep; j < ckpt.chunks.size(); ++j) {
@@ -472,10 +532,15 @@ uint64_t CheckpointCache::SpillIdle(SlotKey key, int max_chunks) {
   Slot* slot = FindSlot(key);
   if (slot == nullptr) return 0;
   const ModelLayout* layout = LayoutFor(slot->identities.compatibility);
+  int64_t to_charge = 0;  // charge_on_spill: an idle spill takes only free room.
   for (ChunkId id : slot->chunks) {
     if (static_cast<int>(copies.size()) >= max_chunks) break;
     const Chunk& chunk = *chunks_.at(id);
     if (chunk.residency != Residency::kBorrowed) continue;
+    if (!chunk.charged) {
+      if (to_charge + chunk.bytes > ram_.free()) break;
+      to_charge += chunk.bytes;
+    }
     copies.push_back(
         {id, key, chunk.index * layout->chunk_rows, (chunk.index + 1) * layout->chunk_rows});
   }
@@ -503,8 +568,35 @@ std::vector<uint64_t> CheckpointCache::AwaitResident(const std::vector<ChunkId>&
           {id, from, chunk.index * layout.chunk_rows, (chunk.index + 1) * layout.chunk_rows});
     }
   }
+  if (options_.retention.charge_on_spill) {
+    std::vector<ChunkId> ids;
+    for (const auto& group : by_slot) {
+      for (const ChunkCopy& c : group.second) ids.push_back(c.id);
+    }
+    // The caller pins what it restores; what cannot fit is lost (and the restore with it).
+    const bool room = MakeRoomForSpill(ids, /*may_evict=*/true);
+    for (auto& group : by_slot) {
+      std::erase_if(group.second, [&](const ChunkCopy& c) {
+        auto it = chunks_.find(c.id);
+        return it == chunks_.end() || it->second->ram_refs == 0 ||
+               it->second->residency != Residency::kBorrowed;
+      });
+    }
+    if (!room) {
+      for (ChunkId id : ids) {
+        auto it = chunks_.find(id);
+        if (it != chunks_.end() && it->second->ram_refs > 0 && !it->second->charged) {
+          FailChunk(id, "no room to copy borrowed rows for a restore");
+        }
+      }
+      for (auto& group : by_slot) {
+        std::erase_if(group.second, [&](const ChunkCopy& c) { return !chunks_.contains(c.id); });
+      }
+    }
+  }
   for (auto& [from, copies] : by_slot) {
-    spills.push_back(BeginSpill(from, std::move(copies), /*urgent=*/true, "restore waits"));
+    const uint64_t spill = BeginSpill(from, std::move(copies), /*urgent=*/true, "restore waits");
+    if (spill != 0) spills.push_back(spill);
   }
   return spills;
 }
@@ -612,6 +704,23 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
                                                  : std::max(conv->second.last_use, ckpt->last_use);
     item.pinned = ckpt->pins > 0;
     item.depth = ckpt->depth;
+    if (options_.retention.value_per_byte) {
+      int64_t fallback = 0;
+      for (const RadixPrefixIndex::Hit& hit :
+           RadixPrefixIndex::NearAncestors(ckpt->node, std::numeric_limits<int64_t>::max())) {
+        if (hit.entry.kind == IndexEntry::Kind::kCheckpoint &&
+            in_tier(*checkpoints_.at(hit.entry.id))) {
+          fallback = std::max(fallback, hit.depth);
+        }
+      }
+      item.saved_tokens = ckpt->depth - fallback;
+      item.freed_bytes = ckpt->own_bytes();
+      for (ChunkId c : ckpt->chunks) {
+        const Chunk& chunk = *chunks_.at(c);
+        const bool sole = (ram_tier ? chunk.ram_refs : chunk.disk_refs) == 1;
+        if (sole && (!ram_tier || chunk.charged)) item.freed_bytes += chunk.bytes;
+      }
+    }
     items.push_back(item);
   }
   return items;
@@ -712,7 +821,9 @@ int64_t CheckpointCache::ChunkBytesMissing(const std::vector<ChunkId>& ids, bool
   int64_t bytes = 0;
   for (ChunkId id : ids) {
     const Chunk& chunk = *chunks_.at(id);
-    if ((ram ? chunk.ram_refs : chunk.disk_refs) == 0) bytes += chunk.bytes;
+    if (ram ? chunk.ram_refs == 0 && ChargedWhenReferenced(chunk) : chunk.disk_refs == 0) {
+      bytes += chunk.bytes;
+    }
   }
   return bytes;
 }
