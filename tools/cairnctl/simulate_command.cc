@@ -58,6 +58,8 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "share of the RAM budget one request's grid points may hold");
   flags.Add("preserve-frontier", &p.planner.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
+  flags.Add("restore-in-holding-slot", &p.planner.restore_in_holding_slot,
+            "restore in the slot that holds the restored rows, not the least recently used");
   flags.Add("max-checkpoints", &p.retention.max_checkpoints,
             "RAM checkpoint cap; 0: budget / private bytes, at least --min-checkpoints");
   flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");

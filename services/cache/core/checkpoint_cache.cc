@@ -221,7 +221,7 @@ bool CheckpointCache::ChargedWhenReferenced(const Chunk& chunk) const {
 void CheckpointCache::Charge(Chunk& chunk) {
   if (chunk.charged) return;
   absl::StatusOr<ByteLedger::ReservationId> r = ram_.Reserve(chunk.bytes);
-  CAIRN_CHECK(r.ok());
+  if (!r.ok()) return;  // Only for a spill of rows a pinned restore reads (MakeRoomForSpill).
   CAIRN_CHECK(ram_.Commit(*r).ok());
   chunk.charged = true;
 }
@@ -316,23 +316,48 @@ void CheckpointCache::Reindex(Slot& slot) {
                   .Insert(slot.tokens, {IndexEntry::Kind::kLive, slot.frontier_id});
 }
 
-bool CheckpointCache::MakeRoomForSpill(const std::vector<ChunkId>& ids, bool may_evict) {
-  auto uncharged = [&] {
-    int64_t bytes = 0;
+void CheckpointCache::MakeRoomForSpill(const std::vector<ChunkId>& ids, bool for_restore,
+                                       const std::string& why) {
+  auto needed = [&] {
+    std::vector<ChunkId> out;
     for (ChunkId id : ids) {
       auto it = chunks_.find(id);
-      if (it == chunks_.end()) continue;
-      const Chunk& chunk = *it->second;
-      if (chunk.ram_refs > 0 && !chunk.charged) bytes += chunk.bytes;
+      if (it != chunks_.end() && it->second->ram_refs > 0 && !it->second->charged) {
+        out.push_back(id);
+      }
     }
-    return bytes;
+    return out;
   };
-  while (ram_.free() < uncharged()) {
-    if (!may_evict || !EvictOne(/*ram_tier=*/true, EvictionRank::kReused, "room for a spill")) {
-      return false;
+  // As for a capture (admission_by_rank): the spill may evict only checkpoints ranked at or
+  // below the highest rank of the checkpoints that need its rows.
+  EvictionRank limit = EvictionRank::kReused;
+  if (options_.retention.admission_by_rank && !for_restore) {
+    limit = EvictionRank::kRetryCopy;
+    const std::vector<ChunkId> need = needed();
+    for (const RetentionItem& item : RetentionItems(/*ram_tier=*/true)) {
+      const std::vector<ChunkId>& chunks = checkpoints_.at(item.id)->chunks;
+      if (std::any_of(chunks.begin(), chunks.end(),
+                      [&](ChunkId c) { return Contains<ChunkId>(need, c); })) {
+        limit = std::max(limit, item.rank);
+      }
     }
   }
-  return true;
+  while (true) {
+    const std::vector<ChunkId> need = needed();
+    int64_t bytes = 0;
+    for (ChunkId id : need) bytes += chunks_.at(id)->bytes;
+    if (ram_.free() >= bytes) return;
+    if (EvictOne(/*ram_tier=*/true, limit, "room for a spill")) continue;
+    // The deepest rows go, with every checkpoint that needs them; never rows a pinned
+    // checkpoint reads (a restore under way). Those are spilled uncharged if the arena still
+    // has room for them, and otherwise their spill fails.
+    const ChunkId deepest = need.back();
+    const bool read = std::any_of(checkpoints_.begin(), checkpoints_.end(), [&](const auto& c) {
+      return c.second->pins > 0 && Contains<ChunkId>(c.second->chunks, deepest);
+    });
+    if (for_restore || read) return;
+    FailChunk(deepest, why);
+  }
 }
 
 std::vector<uint64_t> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep_chunks) {
@@ -350,14 +375,7 @@ std::vector<uint64_t> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep
         own.push_back(chunk.id);
       }
     }
-    if (!MakeRoomForSpill(own, /*may_evict=*/true)) {
-      for (ChunkId id : own) {
-        auto it = chunks_.find(id);
-        if (it != chunks_.end() && it->second->ram_refs > 0 && !it->second->charged) {
-          FailChunk(id, "no room to preserve borrowed rows");
-        }
-      }
-    }
+    MakeRoomForSpill(own, /*for_restore=*/false, "no room to preserve borrowed rows");
   }
   for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
     ChunkId id = slot.chunks[j];
@@ -397,6 +415,7 @@ uint64_t CheckpointCache::BeginSpill(SlotKey slot, std::vector<ChunkCopy> copies
     Chunk& chunk = *chunks_.at(c.id);
     CAIRN_CHECK(chunk.residency == Residency::kBorrowed);
     Charge(chunk);  // charge_on_spill: the caller made room.
+    if (!chunk.charged) e.uncharged_chunks.push_back(c.id);
     chunk.residency = Residency::kSpilling;
     chunk.spill = spill.id;
     e.chunks.push_back(c.id);
@@ -573,25 +592,14 @@ std::vector<uint64_t> CheckpointCache::AwaitResident(const std::vector<ChunkId>&
     for (const auto& group : by_slot) {
       for (const ChunkCopy& c : group.second) ids.push_back(c.id);
     }
-    // The caller pins what it restores; what cannot fit is lost (and the restore with it).
-    const bool room = MakeRoomForSpill(ids, /*may_evict=*/true);
+    // The caller pins what it restores, so nothing it reads is dropped here.
+    MakeRoomForSpill(ids, /*for_restore=*/true, "");
     for (auto& group : by_slot) {
       std::erase_if(group.second, [&](const ChunkCopy& c) {
         auto it = chunks_.find(c.id);
         return it == chunks_.end() || it->second->ram_refs == 0 ||
                it->second->residency != Residency::kBorrowed;
       });
-    }
-    if (!room) {
-      for (ChunkId id : ids) {
-        auto it = chunks_.find(id);
-        if (it != chunks_.end() && it->second->ram_refs > 0 && !it->second->charged) {
-          FailChunk(id, "no room to copy borrowed rows for a restore");
-        }
-      }
-      for (auto& group : by_slot) {
-        std::erase_if(group.second, [&](const ChunkCopy& c) { return !chunks_.contains(c.id); });
-      }
     }
   }
   for (auto& [from, copies] : by_slot) {

@@ -381,11 +381,15 @@ class CheckpointCache {
   ChunkId MintChunk(ComputationId provenance, int64_t index, int64_t bytes, SlotKey holder);
   // True if a new RAM reference to `chunk` finds (or puts) its bytes in the RAM ledger.
   bool ChargedWhenReferenced(const Chunk& chunk) const;
-  // Puts `chunk`'s bytes in the RAM ledger (no-op when they are); the caller made room.
+  // Puts `chunk`'s bytes in the RAM ledger (no-op when they are, or when they do not fit:
+  // MakeRoomForSpill made room unless a pinned restore reads them).
   void Charge(Chunk& chunk);
   // charge_on_spill: makes free room in the RAM ledger for the referenced, uncharged chunks of
-  // `ids`, evicting by rank when `may_evict`. False when it cannot.
-  bool MakeRoomForSpill(const std::vector<ChunkId>& ids, bool may_evict);
+  // `ids` (in row order), evicting by rank (for a preservation, with admission_by_rank, no
+  // higher than the checkpoints that need them; `for_restore`: any unpinned one); rows a
+  // preservation still cannot fit are dropped from the deepest, with every checkpoint that
+  // needs them (reason `why`), unless a pinned checkpoint reads them.
+  void MakeRoomForSpill(const std::vector<ChunkId>& ids, bool for_restore, const std::string& why);
   void AddRamRef(Chunk& chunk);
   void DropRamRef(ChunkId id);
   void DropDiskRef(ChunkId id);

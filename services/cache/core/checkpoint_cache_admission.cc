@@ -239,6 +239,9 @@ absl::StatusOr<CheckpointId> CheckpointCache::CommitCapture(CheckpointId id) {
   e.tier = Tier::kRam;
   e.bytes = charged;
   e.chunks = ckpt.chunks;
+  for (ChunkId c : ckpt.chunks) {
+    if (!chunks_.at(c)->charged) e.uncharged_chunks.push_back(c);
+  }
   e.new_chunks = std::move(ckpt.new_chunks);
   ckpt.new_chunks = {};
   Emit(std::move(e));

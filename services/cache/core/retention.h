@@ -59,7 +59,7 @@ struct RetentionOptions {
   // state does. A capture whose rows and state together exceed the budget is rejected, since
   // it could never be spilled. False: the seed's rule, space reserved at admission so that
   // preservation never evicts.
-  bool charge_on_spill = false;
+  bool charge_on_spill = true;
   double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
