@@ -80,6 +80,12 @@ int Run(int argc, char** argv) {
             "rank preserved frontiers with superseded checkpoints, not with retry copies");
   flags.Add("shallow-first", &options.cache.retention.shallow_first,
             "shallower checkpoints go first inside the idle and reused ranks");
+  flags.Add("charge-on-spill", &options.cache.retention.charge_on_spill,
+            "charge borrowed rows to the RAM budget when they are spilled, not at admission");
+  flags.Add("value-per-byte", &options.cache.retention.value_per_byte,
+            "inside a rank, evict the least tokens saved per byte freed first");
+  flags.Add("value-across-ranks", &options.cache.retention.value_across_ranks,
+            "with --value-per-byte: value weighed by each rank's likelihood of reuse decides");
   flags.Add("preserve-frontier", &options.cache.planner.preserve_frontier,
             "plan a capture of a slot's frontier before another conversation overwrites it");
   flags.Add("cheap-ratio", &options.cache.retention.cheap_ratio,

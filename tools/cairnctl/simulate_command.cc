@@ -58,6 +58,8 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "share of the RAM budget one request's grid points may hold");
   flags.Add("preserve-frontier", &p.planner.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
+  flags.Add("restore-in-holding-slot", &p.planner.restore_in_holding_slot,
+            "restore in the slot that holds the restored rows, not the least recently used");
   flags.Add("max-checkpoints", &p.retention.max_checkpoints,
             "RAM checkpoint cap; 0: budget / private bytes, at least --min-checkpoints");
   flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");
@@ -67,6 +69,13 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "a preserved frontier ranks with superseded checkpoints, not retry copies");
   flags.Add("shallow-first", &p.retention.shallow_first,
             "inside the idle and reused ranks, shallower checkpoints go first");
+  flags.Add("charge-on-spill", &p.retention.charge_on_spill,
+            "charge borrowed rows to the RAM budget when they are spilled, not at admission");
+  flags.Add("value-per-byte", &p.retention.value_per_byte,
+            "inside a rank, evict the least tokens saved per byte freed first");
+  flags.Add("value-across-ranks", &p.retention.value_across_ranks,
+            "with --value-per-byte: value weighed by each rank's likelihood of reuse decides "
+            "across ranks, ranks break ties");
   flags.Add("superseded-first", &p.retention.superseded_first,
             "evict checkpoints their own conversation continued past before idle ones");
   flags.Add("cheap-ratio", &p.retention.cheap_ratio,
@@ -77,6 +86,8 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "prompt checkpoints closer than this to one on disk are not written");
   // Baselines.
   flags.Add("llamacpp-ctx-checkpoints", &p.llamacpp_ctx_checkpoints, "checkpoints per slot");
+  flags.Add("llamacpp-checkpoint-share", &p.llamacpp_checkpoint_share,
+            "share of the RAM budget in slot checkpoints (the rest is --cache-ram)");
   flags.Add("llamacpp-min-step", &p.llamacpp_min_step, "checkpoint min step");
   flags.Add("llamacpp-ubatch", &p.llamacpp_ubatch, "n_ubatch");
   flags.Add("block-tokens", &p.block_tokens, "block size of the block-aligned policy");

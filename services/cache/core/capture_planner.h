@@ -26,6 +26,11 @@ struct PlannerOptions {
   // boundary), so that conversation's next turn resumes after its answer instead of before it
   // (docs/cache-policy.md). Its rows are being preserved anyway; the private state is extra.
   bool preserve_frontier = true;
+  // A request that restores a checkpoint runs in the slot whose frontier shares the most of
+  // its prompt, when that reaches the restore depth (the slot holds the restored rows, so they
+  // are kept, not copied, and no other conversation's frontier is overwritten), instead of the
+  // least recently used slot (RequestRunner; the inference scheduler chooses the same way).
+  bool restore_in_holding_slot = true;
   // Capture the request's shared boundary (the end of a preamble other conversations are
   // expected to send too: system prompt and tool definitions), as a learned point, when the
   // client names one. The learned-point rule finds such a branch only when a second

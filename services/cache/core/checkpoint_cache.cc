@@ -210,13 +210,28 @@ ChunkId CheckpointCache::MintChunk(ComputationId provenance, int64_t index, int6
   return id;
 }
 
+bool CheckpointCache::ChargedWhenReferenced(const Chunk& chunk) const {
+  if (chunk.ram_refs > 0) return chunk.charged;
+  // A chunk no RAM checkpoint references is kNone, or kSpilling from before its last
+  // reference went; it becomes borrowed when a slot holds it.
+  return !(options_.retention.charge_on_spill && chunk.residency == Residency::kNone &&
+           !chunk.holders.empty());
+}
+
+void CheckpointCache::Charge(Chunk& chunk) {
+  if (chunk.charged) return;
+  absl::StatusOr<ByteLedger::ReservationId> r = ram_.Reserve(chunk.bytes);
+  if (!r.ok()) return;  // Only for a spill of rows a pinned restore reads (MakeRoomForSpill).
+  CAIRN_CHECK(ram_.Commit(*r).ok());
+  chunk.charged = true;
+}
+
 void CheckpointCache::AddRamRef(Chunk& chunk) {
-  if (chunk.ram_refs++ == 0) {
-    // Space for the chunk (borrowed or not) is charged when first referenced, so preservation
-    // never allocates. The caller made sure it fits.
-    absl::StatusOr<ByteLedger::ReservationId> r = ram_.Reserve(chunk.bytes);
-    CAIRN_CHECK(r.ok());
-    CAIRN_CHECK(ram_.Commit(*r).ok());
+  if (chunk.ram_refs == 0) {
+    // Space for the chunk is charged when first referenced, so preservation never allocates,
+    // unless charge_on_spill defers a borrowed chunk's charge to its spill. The caller made
+    // sure it fits.
+    if (ChargedWhenReferenced(chunk)) Charge(chunk);
     // Bytes are in the arena only if no slot holds them (restored from disk into the arena
     // is the daemon's business; here a chunk without holders was never borrowed). A chunk
     // still being spilled keeps its spill.
@@ -224,6 +239,7 @@ void CheckpointCache::AddRamRef(Chunk& chunk) {
       chunk.residency = chunk.holders.empty() ? Residency::kResident : Residency::kBorrowed;
     }
   }
+  ++chunk.ram_refs;
 }
 
 void CheckpointCache::MaybeLeaveRam(Chunk& chunk) {
@@ -239,7 +255,8 @@ void CheckpointCache::DropRamRef(ChunkId id) {
   Chunk& chunk = *chunks_.at(id);
   CAIRN_CHECK(chunk.ram_refs > 0);
   if (--chunk.ram_refs == 0) {
-    CAIRN_CHECK(ram_.Release(chunk.bytes).ok());
+    if (chunk.charged) CAIRN_CHECK(ram_.Release(chunk.bytes).ok());
+    chunk.charged = false;
     MaybeLeaveRam(chunk);
   }
   MaybeFreeChunk(id);
@@ -299,10 +316,67 @@ void CheckpointCache::Reindex(Slot& slot) {
                   .Insert(slot.tokens, {IndexEntry::Kind::kLive, slot.frontier_id});
 }
 
+void CheckpointCache::MakeRoomForSpill(const std::vector<ChunkId>& ids, bool for_restore,
+                                       const std::string& why) {
+  auto needed = [&] {
+    std::vector<ChunkId> out;
+    for (ChunkId id : ids) {
+      auto it = chunks_.find(id);
+      if (it != chunks_.end() && it->second->ram_refs > 0 && !it->second->charged) {
+        out.push_back(id);
+      }
+    }
+    return out;
+  };
+  // As for a capture (admission_by_rank): the spill may evict only checkpoints ranked at or
+  // below the highest rank of the checkpoints that need its rows.
+  EvictionRank limit = EvictionRank::kReused;
+  if (options_.retention.admission_by_rank && !for_restore) {
+    limit = EvictionRank::kRetryCopy;
+    const std::vector<ChunkId> need = needed();
+    for (const RetentionItem& item : RetentionItems(/*ram_tier=*/true)) {
+      const std::vector<ChunkId>& chunks = checkpoints_.at(item.id)->chunks;
+      if (std::any_of(chunks.begin(), chunks.end(),
+                      [&](ChunkId c) { return Contains<ChunkId>(need, c); })) {
+        limit = std::max(limit, item.rank);
+      }
+    }
+  }
+  while (true) {
+    const std::vector<ChunkId> need = needed();
+    int64_t bytes = 0;
+    for (ChunkId id : need) bytes += chunks_.at(id)->bytes;
+    if (ram_.free() >= bytes) return;
+    if (EvictOne(/*ram_tier=*/true, limit, "room for a spill")) continue;
+    // The deepest rows go, with every checkpoint that needs them; never rows a pinned
+    // checkpoint reads (a restore under way). Those are spilled uncharged if the arena still
+    // has room for them, and otherwise their spill fails.
+    const ChunkId deepest = need.back();
+    const bool read = std::any_of(checkpoints_.begin(), checkpoints_.end(), [&](const auto& c) {
+      return c.second->pins > 0 && Contains<ChunkId>(c.second->chunks, deepest);
+    });
+    if (for_restore || read) return;
+    FailChunk(deepest, why);
+  }
+}
+
 std::vector<uint64_t> CheckpointCache::PrepareOverwrite(Slot& slot, int64_t keep_chunks) {
   std::vector<ChunkCopy> copies;
   std::vector<uint64_t> spills;
   const ModelLayout* layout = LayoutFor(slot.identities.compatibility);
+  if (options_.retention.charge_on_spill) {
+    // Rows only this slot holds are charged now: room is made by evicting by rank (which may
+    // take the checkpoints that need them, and with them the need). Rows that still cannot
+    // fit are lost with their checkpoints.
+    std::vector<ChunkId> own;
+    for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
+      const Chunk& chunk = *chunks_.at(slot.chunks[j]);
+      if (chunk.residency == Residency::kBorrowed && chunk.holders.size() == 1) {
+        own.push_back(chunk.id);
+      }
+    }
+    MakeRoomForSpill(own, /*for_restore=*/false, "no room to preserve borrowed rows");
+  }
   for (size_t j = static_cast<size_t>(keep_chunks); j < slot.chunks.size(); ++j) {
     ChunkId id = slot.chunks[j];
     Chunk& chunk = *chunks_.at(id);
@@ -340,6 +414,8 @@ uint64_t CheckpointCache::BeginSpill(SlotKey slot, std::vector<ChunkCopy> copies
   for (const ChunkCopy& c : copies) {
     Chunk& chunk = *chunks_.at(c.id);
     CAIRN_CHECK(chunk.residency == Residency::kBorrowed);
+    Charge(chunk);  // charge_on_spill: the caller made room.
+    if (!chunk.charged) e.uncharged_chunks.push_back(c.id);
     chunk.residency = Residency::kSpilling;
     chunk.spill = spill.id;
     e.chunks.push_back(c.id);
@@ -421,12 +497,15 @@ absl::StatusOr<RestorePlan> CheckpointCache::Restore(CheckpointId id, SlotKey ke
     }
   }
   RestorePlan plan;
+  // Making room for spills (charge_on_spill) must not evict what is being restored.
+  ++ckpt.pins;
   plan.preserve_spills = PrepareOverwrite(slot, static_cast<int64_t>(keep));
   if (ckpt.in_ram) {
     // The restore reads every chunk past the kept ones from the arena.
     plan.awaiting_spills = AwaitResident(std::vector<ChunkId>(
         ckpt.chunks.begin() + static_cast<std::ptrdiff_t>(keep), ckpt.chunks.end()));
   }
+  --ckpt.pins;
   ResetSlot(slot, identities);
   slot.tokens = IndexFor(identities.compatibility).TokensAt(ckpt.node);
   for (size_t j = keep; j < ckpt.chunks.size(); ++j) {
@@ -472,10 +551,15 @@ uint64_t CheckpointCache::SpillIdle(SlotKey key, int max_chunks) {
   Slot* slot = FindSlot(key);
   if (slot == nullptr) return 0;
   const ModelLayout* layout = LayoutFor(slot->identities.compatibility);
+  int64_t to_charge = 0;  // charge_on_spill: an idle spill takes only free room.
   for (ChunkId id : slot->chunks) {
     if (static_cast<int>(copies.size()) >= max_chunks) break;
     const Chunk& chunk = *chunks_.at(id);
     if (chunk.residency != Residency::kBorrowed) continue;
+    if (!chunk.charged) {
+      if (to_charge + chunk.bytes > ram_.free()) break;
+      to_charge += chunk.bytes;
+    }
     copies.push_back(
         {id, key, chunk.index * layout->chunk_rows, (chunk.index + 1) * layout->chunk_rows});
   }
@@ -503,8 +587,24 @@ std::vector<uint64_t> CheckpointCache::AwaitResident(const std::vector<ChunkId>&
           {id, from, chunk.index * layout.chunk_rows, (chunk.index + 1) * layout.chunk_rows});
     }
   }
+  if (options_.retention.charge_on_spill) {
+    std::vector<ChunkId> ids;
+    for (const auto& group : by_slot) {
+      for (const ChunkCopy& c : group.second) ids.push_back(c.id);
+    }
+    // The caller pins what it restores, so nothing it reads is dropped here.
+    MakeRoomForSpill(ids, /*for_restore=*/true, "");
+    for (auto& group : by_slot) {
+      std::erase_if(group.second, [&](const ChunkCopy& c) {
+        auto it = chunks_.find(c.id);
+        return it == chunks_.end() || it->second->ram_refs == 0 ||
+               it->second->residency != Residency::kBorrowed;
+      });
+    }
+  }
   for (auto& [from, copies] : by_slot) {
-    spills.push_back(BeginSpill(from, std::move(copies), /*urgent=*/true, "restore waits"));
+    const uint64_t spill = BeginSpill(from, std::move(copies), /*urgent=*/true, "restore waits");
+    if (spill != 0) spills.push_back(spill);
   }
   return spills;
 }
@@ -612,6 +712,23 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
                                                  : std::max(conv->second.last_use, ckpt->last_use);
     item.pinned = ckpt->pins > 0;
     item.depth = ckpt->depth;
+    if (options_.retention.value_per_byte) {
+      int64_t fallback = 0;
+      for (const RadixPrefixIndex::Hit& hit :
+           RadixPrefixIndex::NearAncestors(ckpt->node, std::numeric_limits<int64_t>::max())) {
+        if (hit.entry.kind == IndexEntry::Kind::kCheckpoint &&
+            in_tier(*checkpoints_.at(hit.entry.id))) {
+          fallback = std::max(fallback, hit.depth);
+        }
+      }
+      item.saved_tokens = ckpt->depth - fallback;
+      item.freed_bytes = ckpt->own_bytes();
+      for (ChunkId c : ckpt->chunks) {
+        const Chunk& chunk = *chunks_.at(c);
+        const bool sole = (ram_tier ? chunk.ram_refs : chunk.disk_refs) == 1;
+        if (sole && (!ram_tier || chunk.charged)) item.freed_bytes += chunk.bytes;
+      }
+    }
     items.push_back(item);
   }
   return items;
@@ -712,7 +829,9 @@ int64_t CheckpointCache::ChunkBytesMissing(const std::vector<ChunkId>& ids, bool
   int64_t bytes = 0;
   for (ChunkId id : ids) {
     const Chunk& chunk = *chunks_.at(id);
-    if ((ram ? chunk.ram_refs : chunk.disk_refs) == 0) bytes += chunk.bytes;
+    if (ram ? chunk.ram_refs == 0 && ChargedWhenReferenced(chunk) : chunk.disk_refs == 0) {
+      bytes += chunk.bytes;
+    }
   }
   return bytes;
 }

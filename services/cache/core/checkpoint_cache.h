@@ -193,7 +193,8 @@ class ResidencyListener {
 // one full turnover of the budget; the admitted-bytes counter is the cache's turnover clock.
 //
 // Invariants: (1) each ledger's used + reserved never exceeds its budget; (2) a chunk's RAM
-// bytes are charged exactly while some RAM checkpoint (committed or pending) references it,
+// bytes are charged exactly while some RAM checkpoint (committed or pending) references it
+// (with RetentionOptions::charge_on_spill: and its bytes are not only borrowed from a slot),
 // and its disk bytes while some disk checkpoint does; (3) a chunk record lives while a
 // checkpoint references it or a slot holds it; (4) a checkpoint is in the index iff it is in
 // RAM or on disk; (5) at most RetentionPolicy::CheckpointCap RAM checkpoints (for the capturing
@@ -378,6 +379,17 @@ class CheckpointCache {
 
   // Chunks.
   ChunkId MintChunk(ComputationId provenance, int64_t index, int64_t bytes, SlotKey holder);
+  // True if a new RAM reference to `chunk` finds (or puts) its bytes in the RAM ledger.
+  bool ChargedWhenReferenced(const Chunk& chunk) const;
+  // Puts `chunk`'s bytes in the RAM ledger (no-op when they are, or when they do not fit:
+  // MakeRoomForSpill made room unless a pinned restore reads them).
+  void Charge(Chunk& chunk);
+  // charge_on_spill: makes free room in the RAM ledger for the referenced, uncharged chunks of
+  // `ids` (in row order), evicting by rank (for a preservation, with admission_by_rank, no
+  // higher than the checkpoints that need them; `for_restore`: any unpinned one); rows a
+  // preservation still cannot fit are dropped from the deepest, with every checkpoint that
+  // needs them (reason `why`), unless a pinned checkpoint reads them.
+  void MakeRoomForSpill(const std::vector<ChunkId>& ids, bool for_restore, const std::string& why);
   void AddRamRef(Chunk& chunk);
   void DropRamRef(ChunkId id);
   void DropDiskRef(ChunkId id);

@@ -170,7 +170,10 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
     Emit(std::move(e));
     return absl::ResourceExhaustedError(absl::StrCat("capture at ", depth, " rejected: ", reason));
   };
-  if (needed() > ram_.budget()) {
+  int64_t spilled_bytes = ckpt->own_bytes();  // Once every row it needs is in the arena.
+  for (ChunkId id : ckpt->chunks) spilled_bytes += chunks_.at(id)->bytes;
+  if (needed() > ram_.budget() ||
+      (options_.retention.charge_on_spill && spilled_bytes > ram_.budget())) {
     for (ChunkId id : ckpt->chunks) MaybeFreeChunk(id);
     return reject("larger than the ram budget");
   }
@@ -203,7 +206,8 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
       ckpt->new_chunks.push_back({id, chunk.provenance, chunk.index, chunk.bytes});
     }
     AddRamRef(chunk);
-    if (chunk.residency != Residency::kResident) {
+    // Borrowed rows charged now get their space now; charge_on_spill defers the others'.
+    if (chunk.residency != Residency::kResident && chunk.charged) {
       ticket.borrowed.push_back(
           {id, key, chunk.index * layout.chunk_rows, (chunk.index + 1) * layout.chunk_rows});
     }
@@ -235,6 +239,9 @@ absl::StatusOr<CheckpointId> CheckpointCache::CommitCapture(CheckpointId id) {
   e.tier = Tier::kRam;
   e.bytes = charged;
   e.chunks = ckpt.chunks;
+  for (ChunkId c : ckpt.chunks) {
+    if (!chunks_.at(c)->charged) e.uncharged_chunks.push_back(c);
+  }
   e.new_chunks = std::move(ckpt.new_chunks);
   ckpt.new_chunks = {};
   Emit(std::move(e));

@@ -285,7 +285,9 @@ Accounting CheckpointCache::TierAccounting(bool ram_tier) const {
     a.full_copy_bytes += LayoutFor(ckpt->identities.compatibility)->FullCopyBytes(ckpt->depth);
   }
   for (const auto& [id, chunk] : chunks_) {
-    if ((ram_tier ? chunk->ram_refs : chunk->disk_refs) > 0) a.chunk_bytes += chunk->bytes;
+    if (ram_tier ? chunk->ram_refs > 0 && chunk->charged : chunk->disk_refs > 0) {
+      a.chunk_bytes += chunk->bytes;
+    }
   }
   const ByteLedger& ledger = ram_tier ? ram_ : disk_;
   a.used = ledger.used() + ledger.reserved();

@@ -23,6 +23,7 @@ struct CheckpointCache::Chunk {
   int64_t disk_refs = 0;  // Disk checkpoints (committed or pending) referencing it.
   Residency residency = Residency::kNone;  // Of its RAM-tier bytes.
   uint64_t spill = 0;                      // While kSpilling: the spill writing it.
+  bool charged = false;  // Its bytes are in the RAM ledger (RetentionOptions::charge_on_spill).
   std::vector<SlotKey> holders;
 };
 

@@ -1,7 +1,9 @@
 #include "services/cache/core/event_log.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -60,12 +62,16 @@ namespace {
 using Summary = CacheStateSummary;
 
 absl::Status Corrupt(const Event& e, absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("event ", e.seq, " (", EventTypeName(e.type), "): ",
-                                          what));
+  return absl::DataLossError(
+      absl::StrCat("event ", e.seq, " (", EventTypeName(e.type), "): ", what));
 }
 
+// Chunks referenced in RAM whose bytes are not charged yet (Event::uncharged_chunks).
+using Uncharged = absl::flat_hash_set<ChunkId>;
+
 // Drops one tier's references of `ckpt`'s chunks and its own bytes from that tier's total.
-absl::Status DropTier(const Event& e, Summary& s, Summary::CheckpointState& ckpt, bool ram) {
+absl::Status DropTier(const Event& e, Summary& s, Summary::CheckpointState& ckpt, bool ram,
+                      Uncharged& uncharged) {
   int64_t& used = ram ? s.ram_used : s.disk_used;
   used -= ckpt.own_bytes;
   for (ChunkId id : ckpt.chunks) {
@@ -73,21 +79,28 @@ absl::Status DropTier(const Event& e, Summary& s, Summary::CheckpointState& ckpt
     if (it == s.chunks.end()) return Corrupt(e, absl::StrCat("unknown chunk ", id));
     int64_t& refs = ram ? it->second.ram_refs : it->second.disk_refs;
     if (refs <= 0) return Corrupt(e, absl::StrCat("chunk ", id, " reference count below zero"));
-    if (--refs == 0) used -= it->second.bytes;
+    if (--refs == 0 && !(ram && uncharged.erase(id) > 0)) used -= it->second.bytes;
     if (it->second.ram_refs == 0 && it->second.disk_refs == 0) s.chunks.erase(it);
   }
   (ram ? ckpt.in_ram : ckpt.on_disk) = false;
   return absl::OkStatus();
 }
 
-absl::Status AddTier(const Event& e, Summary& s, Summary::CheckpointState& ckpt, bool ram) {
+absl::Status AddTier(const Event& e, Summary& s, Summary::CheckpointState& ckpt, bool ram,
+                     Uncharged& uncharged) {
   int64_t& used = ram ? s.ram_used : s.disk_used;
   used += ckpt.own_bytes;
   for (ChunkId id : ckpt.chunks) {
     auto it = s.chunks.find(id);
     if (it == s.chunks.end()) return Corrupt(e, absl::StrCat("unknown chunk ", id));
     int64_t& refs = ram ? it->second.ram_refs : it->second.disk_refs;
-    if (refs++ == 0) used += it->second.bytes;
+    if (refs++ > 0) continue;
+    if (ram && std::find(e.uncharged_chunks.begin(), e.uncharged_chunks.end(), id) !=
+                   e.uncharged_chunks.end()) {
+      uncharged.insert(id);
+    } else {
+      used += it->second.bytes;
+    }
   }
   (ram ? ckpt.in_ram : ckpt.on_disk) = true;
   return absl::OkStatus();
@@ -97,6 +110,7 @@ absl::Status AddTier(const Event& e, Summary& s, Summary::CheckpointState& ckpt,
 
 absl::StatusOr<CacheStateSummary> ReplayEvents(absl::Span<const Event> events) {
   Summary s;
+  Uncharged uncharged;
   uint64_t expected_seq = events.empty() ? 0 : events.front().seq;
   if (expected_seq > 1) {
     return absl::DataLossError(absl::StrCat("replay starts at event ", expected_seq, ", not 1"));
@@ -119,7 +133,7 @@ absl::StatusOr<CacheStateSummary> ReplayEvents(absl::Span<const Event> events) {
         ckpt.tokens_digest = e.tokens_digest;
         ckpt.own_bytes = e.own_bytes;
         ckpt.chunks = e.chunks;
-        if (absl::Status st = AddTier(e, s, ckpt, /*ram=*/true); !st.ok()) return st;
+        if (absl::Status st = AddTier(e, s, ckpt, /*ram=*/true, uncharged); !st.ok()) return st;
         break;
       }
       case EventType::kRecover: {
@@ -134,14 +148,15 @@ absl::StatusOr<CacheStateSummary> ReplayEvents(absl::Span<const Event> events) {
         ckpt.tokens_digest = e.tokens_digest;
         ckpt.own_bytes = e.own_bytes;
         ckpt.chunks = e.chunks;
-        if (absl::Status st = AddTier(e, s, ckpt, /*ram=*/false); !st.ok()) return st;
+        if (absl::Status st = AddTier(e, s, ckpt, /*ram=*/false, uncharged); !st.ok()) return st;
         break;
       }
       case EventType::kPersist: {
         if (it == s.checkpoints.end() || it->second.on_disk) {
           return Corrupt(e, "persisting an unknown or persisted checkpoint");
         }
-        if (absl::Status st = AddTier(e, s, it->second, /*ram=*/false); !st.ok()) return st;
+        if (absl::Status st = AddTier(e, s, it->second, /*ram=*/false, uncharged); !st.ok())
+          return st;
         break;
       }
       case EventType::kEvict:
@@ -152,16 +167,27 @@ absl::StatusOr<CacheStateSummary> ReplayEvents(absl::Span<const Event> events) {
         bool drop_disk = e.type != EventType::kEvict && it->second.on_disk;
         if (!drop_ram && !drop_disk) return Corrupt(e, "checkpoint not in that tier");
         if (drop_ram) {
-          if (absl::Status st = DropTier(e, s, it->second, true); !st.ok()) return st;
+          if (absl::Status st = DropTier(e, s, it->second, true, uncharged); !st.ok()) return st;
         }
         if (drop_disk) {
-          if (absl::Status st = DropTier(e, s, it->second, false); !st.ok()) return st;
+          if (absl::Status st = DropTier(e, s, it->second, false, uncharged); !st.ok()) return st;
         }
         if (!it->second.in_ram && !it->second.on_disk) s.checkpoints.erase(it);
         break;
       }
-      case EventType::kReject:
       case EventType::kSpill:
+        // A spill charges the copied chunks whose charge waited for it.
+        for (ChunkId id : e.chunks) {
+          auto chunk = s.chunks.find(id);
+          if (chunk == s.chunks.end() || chunk->second.ram_refs == 0) continue;
+          if (std::find(e.uncharged_chunks.begin(), e.uncharged_chunks.end(), id) ==
+                  e.uncharged_chunks.end() &&
+              uncharged.erase(id) > 0) {
+            s.ram_used += chunk->second.bytes;
+          }
+        }
+        break;
+      case EventType::kReject:
       case EventType::kRestore:
         break;
     }

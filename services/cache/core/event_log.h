@@ -51,13 +51,16 @@ struct Event {
   int64_t depth = 0;
   CaptureKind kind = CaptureKind::kEnd;
   Tier tier = Tier::kNone;
-  uint64_t tokens_digest = 0;     // XXH3 of the token sequence.
-  int64_t own_bytes = 0;          // Private state + tail of the checkpoint.
-  int64_t bytes = 0;              // Bytes reserved (admit/persist), freed (evict), copied.
-  std::vector<ChunkId> chunks;    // Admit/persist: every referenced chunk; spill: chunks copied.
+  uint64_t tokens_digest = 0;        // XXH3 of the token sequence.
+  int64_t own_bytes = 0;             // Private state + tail of the checkpoint.
+  int64_t bytes = 0;                 // Bytes reserved (admit/persist), freed (evict), copied.
+  std::vector<ChunkId> chunks;       // Admit/persist: every referenced chunk; spill: chunks copied.
   std::vector<NewChunk> new_chunks;  // Admit, recover: chunks first referenced by this one.
-  int64_t ram_used = 0;           // RAM ledger after the event.
-  int64_t disk_used = 0;          // Disk ledger after the event.
+  // Admit: referenced chunks not charged to the RAM ledger (borrowed, their charge waits for
+  // their spill: RetentionOptions::charge_on_spill); spill: copied chunks still not charged.
+  std::vector<ChunkId> uncharged_chunks;
+  int64_t ram_used = 0;   // RAM ledger after the event.
+  int64_t disk_used = 0;  // Disk ledger after the event.
 };
 
 // A one-line human rendering: "#12 admit ckpt 7 conv A depth 8192 kind grid ...".

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/status/status_macros.h"
+#include "services/cache/core/radix_prefix_index.h"
 
 namespace cairn::cache {
 
@@ -29,8 +30,24 @@ std::vector<ChunkCopy> RequestRunner::CompleteSpills(absl::Span<const uint64_t> 
   return preserved;
 }
 
-int32_t RequestRunner::ChooseSlot(const Candidate& best) {
+int32_t RequestRunner::ChooseSlot(const Candidate& best, absl::Span<const TokenId> prompt) {
   if (best.tier == Tier::kLive) return best.slot.slot;
+  if (cache_->planner().options().restore_in_holding_slot && best.depth > 0) {
+    int32_t holding = -1;
+    int64_t longest = best.depth - 1;
+    for (size_t i = 0; i < last_use_.size(); ++i) {
+      const int32_t slot = static_cast<int32_t>(i);
+      absl::StatusOr<std::vector<TokenId>> tokens =
+          cache_->SlotTokens(SlotKey{daemon_session_, slot});
+      if (!tokens.ok()) continue;
+      const int64_t shared = CommonPrefixLength(*tokens, prompt);
+      if (shared > longest) {
+        holding = slot;
+        longest = shared;
+      }
+    }
+    if (holding >= 0) return holding;
+  }
   auto lru = std::min_element(last_use_.begin(), last_use_.end());
   return static_cast<int32_t>(lru - last_use_.begin());
 }
@@ -71,7 +88,7 @@ absl::StatusOr<ServeOutcome> RequestRunner::Serve(const ServeRequest& request) {
   ServeOutcome out;
   out.used = found.best;
   out.shared_prefix = found.shared_prefix;
-  out.slot = ChooseSlot(found.best);
+  out.slot = ChooseSlot(found.best, request.tokens);
   last_use_[static_cast<size_t>(out.slot)] = served_++;
   const SlotKey slot{daemon_session_, out.slot};
   if (found.best.tier != Tier::kLive) {

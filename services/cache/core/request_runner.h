@@ -61,7 +61,10 @@ class RequestRunner {
   int slots() const { return static_cast<int>(last_use_.size()); }
 
  private:
-  int32_t ChooseSlot(const Candidate& best);
+  // The live candidate's slot; else (PlannerOptions::restore_in_holding_slot) the slot whose
+  // frontier shares at least the restore depth of `prompt`, the most; else the least
+  // recently used.
+  int32_t ChooseSlot(const Candidate& best, absl::Span<const TokenId> prompt);
   // Captures the frontier of `slot` before `request` overwrites it, if another conversation
   // left it there. The restore candidate `keep` (0: none) is pinned meanwhile.
   absl::StatusOr<CaptureOutcome> PreserveFrontier(int32_t slot, const ServeRequest& request,

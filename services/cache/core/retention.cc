@@ -68,14 +68,37 @@ int64_t RetentionPolicy::CheckpointCap(int64_t ram_budget_bytes, int64_t private
   return std::max<int64_t>(floor, ram_budget_bytes / private_bytes);
 }
 
+double RetentionPolicy::ValuePerByte(const RetentionItem& item) const {
+  double value = static_cast<double>(std::max<int64_t>(0, item.saved_tokens)) /
+                 static_cast<double>(std::max<int64_t>(1, item.freed_bytes));
+  if (!options_.value_across_ranks) return value;
+  switch (item.rank) {
+    case EvictionRank::kRetryCopy:
+      return value * options_.retry_copy_reuse;
+    case EvictionRank::kCheap:
+      return value * options_.cheap_reuse;
+    case EvictionRank::kSuperseded:
+      return value * options_.superseded_reuse;
+    case EvictionRank::kIdle:
+      return value * options_.idle_reuse;
+    case EvictionRank::kReused:
+      return value * options_.reused_reuse;
+  }
+  return value;
+}
+
 std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionItem> items) const {
   items.erase(
       std::remove_if(items.begin(), items.end(), [](const RetentionItem& i) { return i.pinned; }),
       items.end());
-  auto key = [this](const RetentionItem& i) {
-    const int64_t depth = options_.shallow_first && i.rank >= EvictionRank::kIdle ? i.depth : 0;
-    return std::make_tuple(static_cast<int>(i.rank), !i.covered, i.branch_point, depth, i.last_use,
-                           i.id);
+  const bool by_value = options_.value_per_byte;
+  const bool across = by_value && options_.value_across_ranks;
+  auto key = [&](const RetentionItem& i) {
+    const double value = by_value ? ValuePerByte(i) : 0;
+    const int64_t depth =
+        !by_value && options_.shallow_first && i.rank >= EvictionRank::kIdle ? i.depth : 0;
+    return std::make_tuple(across ? value : 0.0, static_cast<int>(i.rank), !i.covered,
+                           i.branch_point, across ? 0.0 : value, depth, i.last_use, i.id);
   };
   std::sort(items.begin(), items.end(),
             [&](const RetentionItem& a, const RetentionItem& b) { return key(a) < key(b); });

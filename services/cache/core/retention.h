@@ -38,6 +38,28 @@ struct RetentionOptions {
   // rows, and a fixed preference does not thrash the way recency does when more
   // conversations take turns than the budget holds.
   bool shallow_first = true;
+  // Inside each rank, the checkpoint worth least per byte goes first (instead of shallow
+  // first, then least recently used): tokens saved (its depth past the deepest checkpoint
+  // above it on its path, which a prompt falls back to without it) per byte its eviction frees
+  // (its private state and tail, and the rows no other checkpoint in the tier references).
+  bool value_per_byte = false;
+  // With value_per_byte: value decides across ranks too, each rank weighing its checkpoints'
+  // value by its likelihood of reuse below; the ranks break ties.
+  bool value_across_ranks = false;
+  // Likelihood of reuse per rank, for value_across_ranks.
+  double retry_copy_reuse = 0.1;
+  double cheap_reuse = 0.5;
+  double superseded_reuse = 0.1;
+  double idle_reuse = 0.5;
+  double reused_reuse = 1.0;
+  // A checkpoint's rows that still sit in a slot (borrowed) are charged to the RAM budget
+  // only when they are spilled into the arena (before the slot is overwritten, or for a
+  // restore into another slot), making room then by rank, instead of when the checkpoint is
+  // admitted: while a slot holds them they cost the arena nothing, as a peer's slot-local
+  // state does. A capture whose rows and state together exceed the budget is rejected, since
+  // it could never be spilled. False: the seed's rule, space reserved at admission so that
+  // preservation never evicts.
+  bool charge_on_spill = true;
   double cheap_ratio = 8.0;             // Cheap: private bytes > ratio x restorable row bytes.
   int64_t near_duplicate_tokens = 128;  // Covered: a shallower RAM checkpoint this close.
   int64_t disk_spacing_tokens = 2048;   // Prompt checkpoints closer than this to a disk one
@@ -65,6 +87,10 @@ struct RetentionItem {
   absl::Time last_use;        // Of its conversation (ties: of itself).
   bool pinned = false;        // Being read; never a victim.
   int64_t depth = 0;          // Tokens it restores (RetentionOptions::shallow_first).
+  // RetentionOptions::value_per_byte: its depth past the deepest checkpoint above it on its
+  // path in the same tier, and the bytes its eviction frees.
+  int64_t saved_tokens = 0;
+  int64_t freed_bytes = 0;
 };
 
 struct RankInput {
@@ -96,9 +122,14 @@ class RetentionPolicy {
   // automatic cap when it is 0).
   int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;
   // Returns the ids of unpinned `items` in eviction order: by rank; inside a rank covered
-  // near-duplicates first, then leaves before branch points, then (idle and reused ranks,
-  // shallow_first) shallower first, then least recently used.
+  // near-duplicates first, then leaves before branch points, then (value_per_byte) least
+  // value per byte first or (idle and reused ranks, shallow_first) shallower first, then least
+  // recently used. With value_per_byte and value_across_ranks: least value per byte weighed
+  // by its rank's likelihood of reuse first, then the order above.
   std::vector<CheckpointId> EvictionOrder(std::vector<RetentionItem> items) const;
+  // Tokens saved per byte freed, times the likelihood of reuse of the item's rank when
+  // value_across_ranks is set.
+  double ValuePerByte(const RetentionItem& item) const;
 
   const RetentionOptions& options() const { return options_; }
 

@@ -1,6 +1,6 @@
-// Baseline policies modelled on the peers described in tools/cairnctl/README.md. Each is a simplified, documented
-// model of what the peer does with recurrent state, good enough to compare restore depths and
-// memory on one trace; none reproduces every detail of the peer.
+// Baseline policies modelled on the peers described in tools/cairnctl/README.md. Each is a
+// simplified, documented model of what the peer does with recurrent state, good enough to compare
+// restore depths and memory on one trace; none reproduces every detail of the peer.
 
 #include <algorithm>
 #include <cmath>
@@ -107,12 +107,25 @@ class LiveOnlyPolicy final : public TrackedPolicy {
 // before the prompt end; at most ctx_checkpoints per slot, oldest dropped first. Slot choice
 // by prompt similarity, else LRU. A host-RAM prompt cache (--cache-ram) keeps whole slot
 // states (rows + checkpoints) when a slot is taken over, oldest evicted first; an entry is
-// reused when it keeps at least 25% of its tokens. Checkpoint bytes count toward peak memory
-// but not against the budget (as upstream before #23561).
+// reused when it keeps at least 25% of its tokens.
+// Memory, held to the RAM budget as a server configured for it would be: slot checkpoints are
+// host RAM that --cache-ram does not cover (anchors §1.1), so --ctx-checkpoints is lowered
+// until every slot's list fits in `llamacpp_checkpoint_share` of the budget, and --cache-ram
+// is the rest of it. The prompt cache counts an entry's checkpoints (#23561) and is a strict
+// limit (#25070): an entry larger than it is not saved, older ones are evicted to make room.
 class LlamaCppPolicy final : public TrackedPolicy {
  public:
   explicit LlamaCppPolicy(const PolicyOptions& o)
-      : options_(o), slots_(static_cast<size_t>(std::max(1, o.slots))) {}
+      : options_(o), slots_(static_cast<size_t>(std::max(1, o.slots))) {
+    const int64_t per_checkpoint = std::max<int64_t>(1, o.cost.private_bytes);
+    const double share = std::clamp(o.llamacpp_checkpoint_share, 0.0, 1.0);
+    const int64_t fits = static_cast<int64_t>(static_cast<double>(o.ram_bytes) * share) /
+                         (per_checkpoint * static_cast<int64_t>(slots_.size()));
+    ctx_checkpoints_ =
+        static_cast<int>(std::min<int64_t>(std::max(0, o.llamacpp_ctx_checkpoints), fits));
+    cache_limit_ =
+        o.ram_bytes - static_cast<int64_t>(slots_.size()) * ctx_checkpoints_ * o.cost.private_bytes;
+  }
 
   absl::StatusOr<RequestResult> Serve(const SimRequest& request) override {
     RequestResult r;
@@ -217,7 +230,7 @@ class LlamaCppPolicy final : public TrackedPolicy {
       stops.push_back(c.pos);
       r.captures.push_back(c);
       r.capture_bytes += private_bytes;
-      while (static_cast<int>(slot->checkpoints.size()) > options_.llamacpp_ctx_checkpoints) {
+      while (static_cast<int>(slot->checkpoints.size()) > ctx_checkpoints_) {
         r.evicted.push_back({static_cast<uint64_t>(slot->checkpoints.front()), "fifo"});
         slot->checkpoints.erase(slot->checkpoints.begin());
       }
@@ -256,20 +269,22 @@ class LlamaCppPolicy final : public TrackedPolicy {
   void SaveToCache(Entry entry, RequestResult& r) {
     if (entry.tokens.empty()) return;
     int64_t bytes = EntryBytes(entry.tokens.size(), entry.checkpoints.size());
-    if (bytes > options_.ram_bytes) return;
-    entries_.push_back(std::move(entry));
-    cache_bytes_ += bytes;
-    while (cache_bytes_ > options_.ram_bytes) {
+    if (bytes > cache_limit_) return;
+    while (!entries_.empty() && cache_bytes_ + bytes > cache_limit_) {
       const Entry& old = entries_.front();
       cache_bytes_ -= EntryBytes(old.tokens.size(), old.checkpoints.size());
       r.evicted.push_back({++evicted_entries_, "ram-cache-oldest"});
       entries_.pop_front();
     }
+    entries_.push_back(std::move(entry));
+    cache_bytes_ += bytes;
     Track();
   }
 
   PolicyOptions options_;
   std::vector<Slot> slots_;
+  int ctx_checkpoints_ = 0;   // --ctx-checkpoints as configured for the budget.
+  int64_t cache_limit_ = 0;   // --cache-ram as configured for the budget.
   std::list<Entry> entries_;  // Oldest first.
   int64_t cache_bytes_ = 0;
   int64_t clock_ = 0;
@@ -554,6 +569,10 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,
       options.block_tokens < 1 || options.llamacpp_ctx_checkpoints < 0) {
     return absl::InvalidArgumentError(
         "policy options: budgets must be >= 0, slots, pass and block sizes >= 1");
+  }
+  if (!(options.llamacpp_checkpoint_share >= 0 && options.llamacpp_checkpoint_share <= 1)) {
+    return absl::InvalidArgumentError(
+        "policy options: llamacpp_checkpoint_share must be in [0, 1]");
   }
   if (name == "cairn") return MakeCairnPolicy(options, CostModel(options.cost), clock);
   if (name == "none") return MakeNoCachePolicy(options);

@@ -20,6 +20,10 @@ std::string GiB(int64_t bytes) {
   return absl::StrFormat("%g GiB", static_cast<double>(bytes) / static_cast<double>(1 << 30));
 }
 
+std::string Gb(int64_t bytes) {
+  return absl::StrFormat("%.2f GB", static_cast<double>(bytes) / 1e9);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<EvalRow>> Evaluate(const std::vector<EvalTrace>& traces,
@@ -32,11 +36,17 @@ absl::StatusOr<std::vector<EvalRow>> Evaluate(const std::vector<EvalTrace>& trac
       sim.policy.disk_bytes = 0;
       std::string best_peer;
       int64_t best_prefilled = 0;
+      std::string peak_peer;
+      int64_t peer_peak = 0;
       for (const std::string& peer : options.peers) {
         ASSIGN_OR_RETURN(SimResult r, Simulate(trace.requests, peer, sim));
         if (best_peer.empty() || r.totals.prefilled < best_prefilled) {
           best_peer = peer;
           best_prefilled = r.totals.prefilled;
+        }
+        if (peak_peer.empty() || r.totals.peak_bytes > peer_peak) {
+          peak_peer = peer;
+          peer_peak = r.totals.peak_bytes;
         }
       }
       for (int64_t disk : options.disk_budgets) {
@@ -49,6 +59,8 @@ absl::StatusOr<std::vector<EvalRow>> Evaluate(const std::vector<EvalTrace>& trac
         row.cairn = cairn.totals;
         row.best_peer = best_peer;
         row.best_peer_prefilled = best_prefilled;
+        row.peak_peer = peak_peer;
+        row.peer_peak_bytes = peer_peak;
         row.vs_peer = Ratio(cairn.totals.prefilled, best_prefilled);
         row.vs_oracle = cairn.totals.vs_oracle;
         row.meets_bar = ram <= options.small_budget_bytes ? row.vs_peer <= options.max_vs_peer
@@ -62,9 +74,9 @@ absl::StatusOr<std::vector<EvalRow>> Evaluate(const std::vector<EvalTrace>& trac
 }
 
 std::string FormatEvaluation(const std::vector<EvalRow>& rows, const EvalOptions& options) {
-  std::vector<std::vector<std::string>> table = {{"trace", "ram", "disk", "cairn", "best peer",
-                                                  "peer prefilled", "cairn/peer", "oracle",
-                                                  "cairn/oracle", "cairn peak", "bar"}};
+  std::vector<std::vector<std::string>> table = {
+      {"trace", "ram", "disk", "cairn", "best peer", "peer prefilled", "cairn/peer", "oracle",
+       "cairn/oracle", "cairn peak", "peer peak", "bar"}};
   struct Worst {
     double vs_peer = 0;
     double vs_oracle = 0;
@@ -77,7 +89,9 @@ std::string FormatEvaluation(const std::vector<EvalRow>& rows, const EvalOptions
                      absl::StrCat(r.cairn.prefilled), r.best_peer,
                      absl::StrCat(r.best_peer_prefilled), absl::StrFormat("%.2f", r.vs_peer),
                      absl::StrCat(r.cairn.oracle_prefilled), absl::StrFormat("%.2f", r.vs_oracle),
-                     absl::StrFormat("%.2f GB", static_cast<double>(r.cairn.peak_bytes) / 1e9),
+                     Gb(r.cairn.peak_bytes),
+                     absl::StrCat(Gb(r.peer_peak_bytes), " ", r.peak_peer,
+                                  r.peer_peak_bytes > r.ram_bytes ? " OVER" : ""),
                      r.meets_bar ? "ok" : "MISSED"});
     Worst& w = worst[{r.ram_bytes, r.disk_bytes}];
     w.vs_peer = std::max(w.vs_peer, r.vs_peer);

@@ -38,6 +38,9 @@ struct EvalRow {
   Totals cairn;
   std::string best_peer;
   int64_t best_peer_prefilled = 0;
+  // The largest peak memory of any peer model (each is held to the RAM budget too).
+  std::string peak_peer;
+  int64_t peer_peak_bytes = 0;
   double vs_peer = 0;      // cairn / best peer (tokens prefilled).
   double vs_oracle = 0;    // cairn / oracle.
   bool meets_bar = false;  // The bar for this budget (EvalOptions).

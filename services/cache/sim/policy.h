@@ -58,7 +58,12 @@ struct PolicyOptions {
   CostModelOptions cost;
   PlannerOptions planner;  // Cairn; max_pass_tokens is every policy's pass size.
   RetentionOptions retention;
-  int llamacpp_ctx_checkpoints = 32;          // --ctx-checkpoints per slot.
+  int llamacpp_ctx_checkpoints = 32;  // --ctx-checkpoints per slot (upstream default).
+  // llama.cpp's slot checkpoints sit in host RAM outside --cache-ram, bounded only by their
+  // count, so a server held to `ram_bytes` is configured with at most this share of the
+  // budget in slot checkpoints (--ctx-checkpoints lowered to fit) and --cache-ram set to the
+  // rest. The share that serves the evaluation set best (docs/cache-policy.md).
+  double llamacpp_checkpoint_share = 0.25;
   int64_t llamacpp_min_step = 8192;           // --checkpoint-min-step.
   int64_t llamacpp_ubatch = 512;              // n_ubatch: a checkpoint 4 + n_ubatch before the end.
   int64_t llamacpp_end_offset = 4;            // ... and one 4 tokens before the end.

@@ -22,6 +22,14 @@ using testing::SimpleLayout;
 using testing::TestIds;
 using testing::Tokens;
 
+// The byte arithmetic of the rules before charge_on_spill counts a checkpoint's rows when it
+// is admitted; their tests keep that accounting.
+CacheOptions AdmissionCharging() {
+  CacheOptions options;
+  options.retention.charge_on_spill = false;
+  return options;
+}
+
 constexpr int64_t kPrivate = 10000;  // One private state.
 constexpr int64_t kRowBytes = 10;    // Per token: 1,000 tokens of rows cost one private state.
 
@@ -74,7 +82,7 @@ TEST(RetentionPolicyTest, AutomaticCapFollowsTheBudgetAboveTheSeedsFloor) {
 // A's second turn already covers, and every conversation can still resume where it was.
 void SupersededCase(bool superseded_first, CheckpointId* evicted, CheckpointId* b_id,
                     CheckpointId* a1_id) {
-  CacheOptions options;
+  CacheOptions options = AdmissionCharging();
   options.retention.superseded_first = superseded_first;
   // B, A1 and A2 (private + 1,000 new tokens of rows each) and 6,000 free.
   options.ram_bytes = 3 * 2 * kPrivate + 6000;
@@ -111,7 +119,7 @@ TEST(CheckpointCachePolicyTest, SupersededCheckpointGoesBeforeAnotherConversatio
 }
 
 TEST(CheckpointCachePolicyTest, ACheckpointAnotherConversationBuildsOnIsNotSuperseded) {
-  CacheOptions options;
+  CacheOptions options = AdmissionCharging();
   options.ram_bytes = 3 * 2 * kPrivate + 1000;
   auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
   ASSERT_NE(t, nullptr);
@@ -135,7 +143,7 @@ TEST(CheckpointCachePolicyTest, ACheckpointAnotherConversationBuildsOnIsNotSuper
 }
 
 TEST(CheckpointCachePolicyTest, AutomaticCapAdmitsPastTheSeeds128WhenTheBudgetHoldsThem) {
-  CacheOptions options;
+  CacheOptions options = AdmissionCharging();
   options.ram_bytes = 300 * (kPrivate + 100 * kRowBytes);
   auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
   ASSERT_NE(t, nullptr);
@@ -168,7 +176,7 @@ TEST(RetentionPolicyTest, AdmissionRankIsTheCapturesOwnRank) {
 // the retry copy (with a reject event naming the rank) and keeps B.
 TEST(CheckpointCachePolicyTest, ARetryCopyDoesNotEvictAnotherConversationsState) {
   for (bool by_rank : {false, true}) {
-    CacheOptions options;
+    CacheOptions options = AdmissionCharging();
     options.retention.admission_by_rank = by_rank;
     options.ram_bytes = 2 * 2 * kPrivate + 5000;
     auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
@@ -198,7 +206,7 @@ TEST(CheckpointCachePolicyTest, ARetryCopyDoesNotEvictAnotherConversationsState)
 // After a compaction (or an edit) A's new history leaves its old branch: the old branch is
 // superseded and goes before B's state, though A stays the most recently used conversation.
 TEST(CheckpointCachePolicyTest, AnOldBranchOfAnActiveConversationIsSuperseded) {
-  CacheOptions options;
+  CacheOptions options = AdmissionCharging();
   options.ram_bytes = 3 * 2 * kPrivate + 1000;
   auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
   ASSERT_NE(t, nullptr);
@@ -263,7 +271,7 @@ TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
 // As retry copies both, the older (F) would go; F saves B 300 tokens, E saves A 5.
 TEST(CheckpointCachePolicyTest, APreservedFrontierOutlivesARetryCopy) {
   for (bool with_superseded : {false, true}) {
-    CacheOptions options;
+    CacheOptions options = AdmissionCharging();
     options.retention.frontier_with_superseded = with_superseded;
     options.ram_bytes = 1300 * kRowBytes + 1005 * kRowBytes + 2 * kPrivate + 5000;
     auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
@@ -293,7 +301,7 @@ TEST(CheckpointCachePolicyTest, APreservedFrontierOutlivesARetryCopy) {
 // prompt and the answer. Without preservation A resumes at its prompt end and recomputes the
 // answer; with it, A resumes after the answer.
 int64_t SecondTurnRestoreDepth(bool preserve_frontier) {
-  CacheOptions options;
+  CacheOptions options = AdmissionCharging();
   options.planner.preserve_frontier = preserve_frontier;
   auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
   EXPECT_NE(t, nullptr);
@@ -324,7 +332,7 @@ TEST(RequestRunnerPolicyTest, FrontierIsPreservedWhenAnotherConversationTakesThe
 }
 
 TEST(RequestRunnerPolicyTest, PreservingAFrontierNeverEvictsTheCheckpointAboutToBeRestored) {
-  CacheOptions options;
+  CacheOptions options = AdmissionCharging();
   // Room for A's prompt end (40,000), B's (12,000) and 5,000 more: B's frontier (11,000) needs
   // an eviction, and A's checkpoint, least recently used, would be the victim.
   options.ram_bytes = 40000 + 12000 + 5000;
@@ -351,6 +359,122 @@ TEST(RequestRunnerPolicyTest, PreservingAFrontierNeverEvictsTheCheckpointAboutTo
   EXPECT_EQ(again->used.depth, 3000);
   EXPECT_TRUE(again->preserved_frontier.admitted);
   EXPECT_LE(t->cache->ram_ledger().used(), options.ram_bytes);
+}
+
+// A borrowed row costs the arena nothing until its slot is overwritten (charge_on_spill):
+// capturing A charges only its private state; the overwrite charges A's rows.
+int64_t UsedAfterCaptureThenOverwrite(bool charge_on_spill, int64_t* used_after_capture) {
+  CacheOptions options;
+  options.retention.charge_on_spill = charge_on_spill;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return -1;
+  CheckpointCache& cache = *t->cache;
+  EXPECT_NE(Capture(cache, 0, Tokens(1000, 0), "A", /*cold=*/true), 0u);
+  *used_after_capture = cache.ram_ledger().used();
+  absl::StatusOr<std::vector<uint64_t>> spills = cache.StartCold({1, 0}, TestIds(), "B");
+  EXPECT_TRUE(spills.ok());
+  EXPECT_EQ(spills.value_or(std::vector<uint64_t>{}).size(), 1u);
+  return cache.ram_ledger().used();
+}
+
+TEST(CheckpointCachePolicyTest, BorrowedRowsAreChargedWhenSpilledNotWhenCaptured) {
+  int64_t at_capture = 0;
+  EXPECT_EQ(UsedAfterCaptureThenOverwrite(/*charge_on_spill=*/false, &at_capture),
+            kPrivate + 1000 * kRowBytes);
+  EXPECT_EQ(at_capture, kPrivate + 1000 * kRowBytes) << "the seed's rule";
+
+  EXPECT_EQ(UsedAfterCaptureThenOverwrite(/*charge_on_spill=*/true, &at_capture),
+            kPrivate + 1000 * kRowBytes);
+  EXPECT_EQ(at_capture, kPrivate);
+}
+
+TEST(CheckpointCachePolicyTest, ASpillMakesRoomByRankAndTheBudgetHolds) {
+  CacheOptions options;
+  options.retention.charge_on_spill = true;
+  options.ram_bytes = 2 * kPrivate + 5000;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  ASSERT_NE(t, nullptr);
+  CheckpointCache& cache = *t->cache;
+  const CheckpointId a = Capture(cache, 0, Tokens(1000, 0), "A", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(1));
+  const CheckpointId b = Capture(cache, 1, Tokens(1000, 50000), "B", /*cold=*/true);
+  ASSERT_NE(b, 0u);
+  const uint64_t before = cache.events().logged();
+
+  // C takes slot 1: B's rows (10,000) need room (5,000 free); A, least recently used, goes.
+  ASSERT_TRUE(cache.StartCold({1, 1}, TestIds(), "C").ok());
+
+  EXPECT_FALSE(cache.InRam(a));
+  EXPECT_TRUE(cache.InRam(b));
+  EXPECT_EQ(cache.ram_ledger().used(), kPrivate + 1000 * kRowBytes);
+  bool logged = false;
+  for (const Event& e : cache.events().recent()) {
+    if (e.seq > before && e.type == EventType::kEvict && e.checkpoint == a) {
+      logged = e.reason.find("room for a spill") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(logged);
+}
+
+// Two slots: A in slot 0, B in slot 1, A continues in slot 0, then A edits its last message.
+// The least recently used slot is B's; the slot holding A's rows is slot 0.
+ServeOutcome EditedTurn(bool restore_in_holding_slot) {
+  CacheOptions options;
+  options.planner.restore_in_holding_slot = restore_in_holding_slot;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return {};
+  RequestRunner runner(t->cache.get(), 2);
+  std::vector<TokenId> a1 = Tokens(3000, 0);
+  std::vector<TokenId> a2 = Concat(a1, Tokens(500, 10000));
+  std::vector<TokenId> edited = Concat(a1, Tokens(600, 20000));
+  std::vector<ServeRequest> requests = {{TestIds(), "A", a1, 3000, {}},
+                                        {TestIds(), "B", Tokens(2000, 100000), 2000, {}},
+                                        {TestIds(), "A", a2, 3000, {}},
+                                        {TestIds(), "A", edited, 3000, {}}};
+  ServeOutcome last;
+  for (const ServeRequest& r : requests) {
+    absl::StatusOr<ServeOutcome> out = runner.Serve(r);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) last = *out;
+  }
+  return last;
+}
+
+TEST(RequestRunnerPolicyTest, ARestoreRunsInTheSlotThatHoldsItsRows) {
+  ServeOutcome lru = EditedTurn(/*restore_in_holding_slot=*/false);
+  EXPECT_EQ(lru.used.tier, Tier::kRam);
+  EXPECT_EQ(lru.slot, 1) << "the seed's rule: least recently used, B's";
+  EXPECT_EQ(lru.restore.kept_rows, 0);
+
+  ServeOutcome holding = EditedTurn(/*restore_in_holding_slot=*/true);
+  EXPECT_EQ(holding.used.tier, Tier::kRam);
+  EXPECT_EQ(holding.used.depth, 3000);
+  EXPECT_EQ(holding.slot, 0);
+  EXPECT_EQ(holding.restore.kept_rows, 3000);
+}
+
+TEST(RetentionPolicyTest, ValuePerByteOrdersInsideARankAndAcrossRanksWhenAsked) {
+  auto item = [](CheckpointId id, EvictionRank rank, int64_t saved, int64_t freed) {
+    RetentionItem i;
+    i.id = id;
+    i.rank = rank;
+    i.saved_tokens = saved;
+    i.freed_bytes = freed;
+    return i;
+  };
+  // 1: 10 tokens per kB; 2: 1; 3: 5; 4 (superseded): 20.
+  std::vector<RetentionItem> items = {
+      item(1, EvictionRank::kIdle, 10000, 1000), item(2, EvictionRank::kIdle, 1000, 1000),
+      item(3, EvictionRank::kReused, 5000, 1000), item(4, EvictionRank::kSuperseded, 20000, 1000)};
+  RetentionOptions within;
+  within.value_per_byte = true;
+  RetentionOptions across = within;
+  across.value_across_ranks = true;  // Superseded weighs 0.1, idle 0.5, reused 1.
+
+  EXPECT_EQ(RetentionPolicy(within).EvictionOrder(items), (std::vector<CheckpointId>{4, 2, 1, 3}));
+  EXPECT_EQ(RetentionPolicy(across).EvictionOrder(items), (std::vector<CheckpointId>{2, 4, 1, 3}));
 }
 
 }  // namespace

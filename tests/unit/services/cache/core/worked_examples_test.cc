@@ -1,4 +1,5 @@
-// The seed's worked examples (the reference design Cairn implements; docs/architecture.md), one named test each.
+// The seed's worked examples (the reference design Cairn implements; docs/architecture.md), one
+// named test each.
 
 #include <algorithm>
 #include <cmath>
@@ -60,6 +61,15 @@ CheckpointId CaptureAt(CheckpointCache& cache, int32_t slot, const std::vector<T
   absl::StatusOr<CheckpointId> id = cache.CommitCapture(ticket->id);
   EXPECT_TRUE(id.ok()) << id.status();
   return id.value_or(0);
+}
+
+// The seed's accounting: a checkpoint's borrowed rows are charged when it is admitted, not
+// when they are spilled (RetentionOptions::charge_on_spill, docs/cache-policy.md). Figures 9,
+// 11 and 14 and section 4's storage numbers count rows that way.
+CacheOptions SeedAccounting() {
+  CacheOptions options;
+  options.retention.charge_on_spill = false;
+  return options;
 }
 
 TEST(WorkedExamplesTest, Figure3EditAt7001Restores6144AndRecomputes856) {
@@ -251,7 +261,7 @@ TEST(WorkedExamplesTest, Figure11EvictionOrderInUnits) {
   // Two conversations with a stable checkpoint and a retry copy (21,400 bytes each), three
   // cheap checkpoints (10,100 each) and one more conversation (11,300): 84,400 bytes, so one
   // unit (10,100) is free.
-  CacheOptions options;
+  CacheOptions options = SeedAccounting();
   options.ram_bytes = 84400 + 10100;
   auto t = MakeCache(options, layout);
   ASSERT_NE(t, nullptr);
@@ -294,7 +304,7 @@ TEST(WorkedExamplesTest, Figure11EvictionOrderInUnits) {
 }
 
 TEST(WorkedExamplesTest, Figure14BorrowedRowsPreservedOnceChunksSurviveChildEviction) {
-  auto t = MakeCache({}, SimpleLayout(10, 1000, /*chunk_rows=*/2048));
+  auto t = MakeCache(SeedAccounting(), SimpleLayout(10, 1000, /*chunk_rows=*/2048));
   ASSERT_NE(t, nullptr);
   CheckpointCache& cache = *t->cache;
   SlotKey slot1{1, 1};
@@ -383,7 +393,7 @@ TEST(WorkedExamplesTest, Grid95439TokenPrompt) {
 
 TEST(WorkedExamplesTest, Grid95439SharesRowsAcrossSixCheckpoints) {
   // Flash-Next: 27,460 bytes per row, ~135 MB private (section 4's measured run).
-  auto t = MakeCache({}, SimpleLayout(27460, 135000000));
+  auto t = MakeCache(SeedAccounting(), SimpleLayout(27460, 135000000));
   ASSERT_NE(t, nullptr);
   RequestRunner runner(t->cache.get(), 1);
   std::vector<TokenId> prompt = Tokens(95439, 0);
@@ -402,7 +412,7 @@ TEST(WorkedExamplesTest, Grid95439SharesRowsAcrossSixCheckpoints) {
 }
 
 TEST(WorkedExamplesTest, Figure9BudgetArithmetic) {
-  CacheOptions options;
+  CacheOptions options = SeedAccounting();
   options.ram_bytes = 9 * kGiB;
   auto t = MakeCache(options, SimpleLayout(27460, 133000000));
   ASSERT_NE(t, nullptr);

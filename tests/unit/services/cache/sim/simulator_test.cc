@@ -210,6 +210,37 @@ TEST(SimulatorTest, ShallowFirstDoesNotThrashWhenConversationsTakeTurns) {
   EXPECT_LE(b->totals.peak_bytes, shallow.policy.ram_bytes);
 }
 
+// Peak memory within the budget applies to every policy. The long-context shape broke it for
+// the llama.cpp model when its slot checkpoints (32 per slot, 133 MB each) sat outside the
+// budget: at 4 GiB it peaked near 12 GB.
+TEST(SimulatorTest, EveryPolicyButTheOracleStaysWithinTheRamBudget) {
+  absl::StatusOr<AgentTraceOptions> gen = TracePreset("long-context", 1);
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  gen->turns_per_conversation = 20;
+  absl::StatusOr<std::vector<TraceRequest>> trace = GenerateAgentTrace(*gen);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::vector<SimRequest> requests = PrepareRequests(*trace, {});
+  SimOptions options;
+  options.policy.slots = 2;
+  options.policy.ram_bytes = int64_t{4} << 30;
+
+  for (const std::string& name : PolicyNames()) {
+    if (name == "oracle") continue;
+    absl::StatusOr<SimResult> r = Simulate(requests, name, options);
+
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_LE(r->totals.peak_bytes, options.policy.ram_bytes) << name;
+  }
+}
+
+TEST(SimulatorTest, LlamaCppCheckpointShareOutsideZeroToOneIsRejected) {
+  SimOptions options;
+  options.policy.llamacpp_checkpoint_share = 1.5;
+
+  EXPECT_THAT(Simulate(Requests(kTwoTurns), "llamacpp", options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(SimulatorTest, CommittedAgentTraceRunsUnderEveryPolicy) {
   const char* root = std::getenv("CAIRN_SOURCE_DIR");
   if (root == nullptr) GTEST_SKIP() << "CAIRN_SOURCE_DIR not set (run through ctest)";
@@ -261,6 +292,7 @@ TEST(EvaluationTest, PicksTheBestPeerAndJudgesEachRowByItsBudgetsBar) {
                          ? row.vs_peer <= options.max_vs_peer
                          : row.vs_oracle <= options.max_vs_oracle;
     EXPECT_EQ(row.meets_bar, bar && row.cairn.peak_bytes <= row.ram_bytes);
+    EXPECT_LE(row.peer_peak_bytes, row.ram_bytes) << row.peak_peer;
   }
   EXPECT_EQ((*rows)[1].disk_bytes, int64_t{64} << 30);
   std::string table = FormatEvaluation(*rows, options);
