@@ -26,15 +26,11 @@ absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, Ses
   }
   RETURN_IF_ERROR(
       CheckLength("hello.instance_name", hello.instance_name(), WireLimits::kMaxNameBytes));
-  Lock lock(this);
-  if (draining_) return absl::UnavailableError("the cache daemon is draining");
-  Session s;
-  s.id = next_id_++;
-  s.name = hello.instance_name();
-  s.slot_count = hello.slots();
-  s.sink = sink;
+  const uint64_t id = next_id_++;
+  RETURN_IF_ERROR(sessions_.Open(id, hello.instance_name(), hello.slots(), sink, Now()));
+  replies_.OpenSession(id);
   v1::Welcome w;
-  w.set_session_id(s.id);
+  w.set_session_id(id);
   w.set_cache_incarnation(incarnation_);
   v1::ArenaInfo* arena = w.mutable_arena();
   arena->set_incarnation(arena_->incarnation());
@@ -47,14 +43,12 @@ absl::StatusOr<v1::Welcome> CacheDaemon::OpenSession(const v1::Hello& hello, Ses
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   w.set_session_timeout_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.session_timeout)));
-  liveness_.Open(s.id, Now());
-  replies_.OpenSession(s.id);
-  CAIRN_LOG(INFO) << "session " << s.id << " opened by \"" << s.name << "\" pid " << hello.pid();
-  sessions_.emplace(s.id, std::move(s));
+  CAIRN_LOG(INFO) << "session " << id << " opened by \"" << hello.instance_name() << "\" pid "
+                  << hello.pid();
   return w;
 }
 
-absl::Status CacheDaemon::Touch(uint64_t session_id) { return liveness_.Touch(session_id, Now()); }
+absl::Status CacheDaemon::Touch(uint64_t session_id) { return sessions_.Touch(session_id, Now()); }
 
 absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
                                            const v1::SessionClientMessage& message) {
@@ -64,21 +58,19 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
     case v1::SessionClientMessage::kSpillDone:
       return OnSpillDone(session_id, message.spill_done());
     case v1::SessionClientMessage::kSlotIdle: {
-      Lock lock(this);
-      ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-      liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
-      ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_idle().slot(), s->slot_count));
+      RETURN_IF_ERROR(Touch(session_id));
+      ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(session_id, message.slot_idle().slot()));
       activity_->Idle(SlotKey{session_id, slot});
-      if (!s->slots.contains(slot)) return absl::OkStatus();  // Nothing borrowed there.
+      Lock lock(this);
+      // Nothing borrowed there (or the session ended meanwhile: its slots are dropped).
+      if (!sessions_.UsedSlot(session_id, slot)) return absl::OkStatus();
       core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
       AfterCoreLocked();
       return absl::OkStatus();
     }
     case v1::SessionClientMessage::kSlotBusy: {
-      Lock lock(this);
-      ASSIGN_OR_RETURN(Session * s, FindSessionLocked(session_id));
-      liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
-      ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(message.slot_busy().slot(), s->slot_count));
+      RETURN_IF_ERROR(Touch(session_id));
+      ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(session_id, message.slot_busy().slot()));
       activity_->Busy(SlotKey{session_id, slot});
       return absl::OkStatus();
     }
@@ -92,8 +84,7 @@ absl::Status CacheDaemon::OnSessionMessage(uint64_t session_id,
 
 absl::Status CacheDaemon::OnSpillDone(uint64_t session_id, const v1::SpillDone& done) {
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(session_id).status());
-  liveness_.Touch(session_id, Now()).IgnoreError();  // Open: found just above.
+  RETURN_IF_ERROR(Touch(session_id));
   absl::StatusOr<SpillInfo> spill = core_->GetSpill(done.spill_id());
   if (!spill.ok() || spill->slot.daemon_session != session_id) {
     // Also a duplicate of a SpillDone already handled: nothing left to do.
@@ -158,16 +149,9 @@ absl::Status CacheDaemon::OnSpillDone(uint64_t session_id, const v1::SpillDone& 
   return absl::OkStatus();
 }
 
-void CacheDaemon::DetachSession(uint64_t session_id) {
-  Lock lock(this);
-  auto it = sessions_.find(session_id);
-  if (it != sessions_.end()) it->second.sink = nullptr;
-}
+void CacheDaemon::DetachSession(uint64_t session_id) { sessions_.Detach(session_id); }
 
-void CacheDaemon::BeginDrain() {
-  Lock lock(this);
-  draining_ = true;
-}
+void CacheDaemon::BeginDrain() { sessions_.BeginDrain(); }
 
 void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
   Lock lock(this);
@@ -175,30 +159,22 @@ void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
 }
 
 void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& reason) {
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return;
-  CAIRN_LOG(INFO) << "session " << session_id << " (" << it->second.name << ") closed: " << reason;
-  std::vector<uint64_t> leases;
-  for (const auto& [id, lease] : leases_) {
-    if (lease.session == session_id) leases.push_back(id);
+  std::optional<SessionTable::Closed> closed = sessions_.Close(session_id);
+  if (!closed.has_value()) return;
+  CAIRN_LOG(INFO) << "session " << session_id << " (" << closed->name << ") closed: " << reason;
+  for (uint64_t id : closed->leases) ReleaseLeaseLocked(id);
+  for (uint64_t id : closed->reservations) {
+    ReleaseReservationLocked(id, "session ended: " + reason);
   }
-  for (uint64_t id : leases) ReleaseLeaseLocked(id);
-  std::vector<uint64_t> reservations;
-  for (const auto& [id, r] : reservations_) {
-    if (r.session == session_id) reservations.push_back(id);
-  }
-  for (uint64_t id : reservations) ReleaseReservationLocked(id, "session ended: " + reason);
   // Every spill the session owes fails; then (SM13) checkpoints still borrowing rows from the
   // dead daemon's slots are dropped (the core logs them). Everything in the arena stays.
   core_->FailSpillsOf(session_id, "session ended: " + reason);
-  for (int32_t slot : it->second.slots) {
+  for (int32_t slot : closed->slots) {
     core_->DropSlot(SlotKey{session_id, slot});
     slot_models_.erase(SlotKey{session_id, slot});
   }
   activity_->SessionGone(session_id);
-  liveness_.Close(session_id);
   replies_.CloseSession(session_id);
-  sessions_.erase(it);
   AfterCoreLocked();
 }
 
@@ -220,9 +196,7 @@ void CacheDaemon::Tick() {
       if (r.expires <= now) expired_reservations.push_back(id);
     }
     for (uint64_t id : expired_reservations) ReleaseReservationLocked(id, "reservation expired");
-    std::vector<uint64_t> silent = liveness_.Silent(now, options_.session_timeout);
-    std::sort(silent.begin(), silent.end());
-    for (uint64_t id : silent) {
+    for (uint64_t id : sessions_.Silent(now, options_.session_timeout)) {
       CloseSessionLocked(id, "no heartbeat within the session timeout");
     }
   }

@@ -5,6 +5,7 @@
 // Reactions never block: unary calls run on an I/O pool (style.md §5, gRFC L67).
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/concurrency/mutex.h"
@@ -127,6 +128,11 @@ class CacheServiceImpl final : public internal::CacheServiceBase {
   // call with its status. A call whose deadline passed while it waited for a thread is
   // answered DEADLINE_EXCEEDED without running; one that finds max_queued_calls waiting,
   // RESOURCE_EXHAUSTED.
+  // Admits a unary call (on context's DefaultReactor) and runs `body` with its reactor on the
+  // pool; `body` must finish the call (FinishWith), there or later. A call whose deadline
+  // passed while it waited for a thread is answered DEADLINE_EXCEEDED without running `body`.
+  using PoolBody = absl::AnyInvocable<void(grpc::ServerUnaryReactor*) &&>;
+  grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, PoolBody body);
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Dispatch(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
