@@ -22,7 +22,10 @@ class CacheDaemon::Sink final : public EventSink {
 
   void Append(const Event& e) override {
     daemon_->mu_.AssertHeld();
-    if (e.type == EventType::kEvict || e.type == EventType::kDiskEvict) CountEviction(e);
+    if (e.type == EventType::kEvict || e.type == EventType::kDiskEvict) {
+      daemon_->counters_.CountEviction(e.type == EventType::kEvict ? Tier::kRam : Tier::kDisk,
+                                       e.reason);
+    }
     v1::Event out = ToProtoEvent(e);
     // Followers are woken after the daemon's lock is released.
     for (auto& wake : daemon_->events_.Append(std::move(out))) {
@@ -31,28 +34,6 @@ class CacheDaemon::Sink final : public EventSink {
   }
 
  private:
-  // Distinct eviction reasons counted per tier; more are counted as "other" (a label set that
-  // stays bounded whatever reasons an explicit eviction names).
-  static constexpr size_t kMaxEvictionReasons = 16;
-
-  void CountEviction(const Event& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(daemon_->mu_) {
-    const Tier tier = e.type == EventType::kEvict ? Tier::kRam : Tier::kDisk;
-    // A ranked eviction's reason ends with its rank ("budget, idle"): the rank is the reason.
-    absl::string_view reason = e.reason;
-    if (size_t comma = reason.rfind(", "); comma != absl::string_view::npos) {
-      reason = reason.substr(comma + 2);
-    }
-    if (reason.empty()) reason = "unspecified";
-    auto& counts = daemon_->evictions_;
-    std::pair<Tier, std::string> key{tier, std::string(reason)};
-    if (counts.find(key) == counts.end()) {
-      size_t reasons = 0;
-      for (const auto& [k, n] : counts) reasons += k.first == tier ? 1 : 0;
-      if (reasons >= kMaxEvictionReasons) key.second = "other";
-    }
-    ++counts[key];
-  }
-
   CacheDaemon* const daemon_;
 };
 
@@ -365,7 +346,7 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
   lr.shared_boundary =
       req.shared_boundary() == 0 ? -1 : static_cast<int64_t>(req.shared_boundary());
   ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
-  ++lookups_;
+  counters_.CountLookup();
   auto fill = [](const Candidate& c, v1::Candidate* out) {
     out->set_tier(ToProtoTier(c.tier));
     out->set_depth(static_cast<uint64_t>(c.depth));
@@ -569,7 +550,7 @@ absl::Status CacheDaemon::StartSlotOnce(const v1::StartSlotRequest& req,
     }
     case v1::StartSlotRequest::MODE_CONTINUE:
       RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation()));
-      ++hits_[static_cast<int>(Tier::kLive)];
+      counters_.CountHit(Tier::kLive, 0);
       break;
     default:
       return absl::InvalidArgumentError("start slot needs a mode");

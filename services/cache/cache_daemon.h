@@ -32,6 +32,7 @@
 #include "services/cache/arena/arena_fd_server.h"
 #include "services/cache/arena_residency.h"
 #include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/daemon_counters.h"
 #include "services/cache/deadline_pool.h"
 #include "services/cache/disk/background_writer.h"
 #include "services/cache/disk/disk_store.h"
@@ -337,7 +338,8 @@ class CacheDaemon {
   // added to and removed from it only under mu_, so it agrees with leases_ and reservations_
   // whenever mu_ is held.
   SessionTable sessions_;
-  EventHub events_;  // Thread-safe on its own; appended to under mu_ (daemon, then hub).
+  DaemonCounters counters_;  // Own lock; counted under mu_ or alone (daemon, then counters).
+  EventHub events_;          // Thread-safe on its own; appended to under mu_ (daemon, then hub).
   std::unique_ptr<Sink> sink_;
   std::unique_ptr<Bytes> bytes_;
   std::unique_ptr<SlotActivity> activity_;
@@ -374,12 +376,6 @@ class CacheDaemon {
   // Sessions, models, leases, spills, waiters. Starts at a random base per incarnation (SM10):
   // an id a client kept from an earlier incarnation names nothing in this one.
   std::atomic<uint64_t> next_id_{RandomIdBase()};
-  uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.
-  uint64_t tokens_restored_ ABSL_GUARDED_BY(mu_) = 0;
-  // Evictions by (tier, reason), for GetStatus; at most kMaxEvictionReasons reasons per tier,
-  // the rest counted under "other".
-  std::map<std::pair<Tier, std::string>, uint64_t> evictions_ ABSL_GUARDED_BY(mu_);
 };
 
 // Holds mu_; on release, runs the work queued in after_unlock_ (event wake-ups, disk jobs)

@@ -66,16 +66,17 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
     resp->set_disk_free_bytes(disk_free);
   }
   resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
-  resp->set_lookups(lookups_);
-  resp->set_hits_live(hits_[static_cast<int>(Tier::kLive)]);
-  resp->set_hits_ram(hits_[static_cast<int>(Tier::kRam)]);
-  resp->set_hits_disk(hits_[static_cast<int>(Tier::kDisk)]);
-  resp->set_tokens_restored(tokens_restored_);
-  for (const auto& [key, n] : evictions_) {
+  const DaemonCounters::Snapshot counts = counters_.Take();
+  resp->set_lookups(counts.lookups);
+  resp->set_hits_live(counts.hits[static_cast<int>(Tier::kLive)]);
+  resp->set_hits_ram(counts.hits[static_cast<int>(Tier::kRam)]);
+  resp->set_hits_disk(counts.hits[static_cast<int>(Tier::kDisk)]);
+  resp->set_tokens_restored(counts.tokens_restored);
+  for (const DaemonCounters::Eviction& count : counts.evictions) {
     v1::EvictionCount* e = resp->add_evictions();
-    e->set_tier(ToProtoTier(key.first));
-    e->set_reason(key.second);
-    e->set_count(n);
+    e->set_tier(ToProtoTier(count.tier));
+    e->set_reason(count.reason);
+    e->set_count(count.count);
   }
   return absl::OkStatus();
 }

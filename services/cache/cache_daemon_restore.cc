@@ -289,8 +289,7 @@ void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Mo
     FillHandle(state.tail_handle(), tail->mutable_region());
     tail->set_checksum(state.tail_checksum);
   }
-  ++hits_[static_cast<int>(tier)];
-  tokens_restored_ += static_cast<uint64_t>(plan.depth);
+  counters_.CountHit(tier, plan.depth);
   AfterCoreLocked();
 }
 
