@@ -40,9 +40,11 @@
 #include "services/cache/disk_scrubber.h"
 #include "services/cache/event_hub.h"
 #include "services/cache/flush_waiters.h"
+#include "services/cache/inspection_types.h"
 #include "services/cache/request_replies.h"
 #include "services/cache/session_sink.h"
 #include "services/cache/session_table.h"
+#include "services/cache/session_types.h"
 #include "services/cache/slot_activity.h"
 
 namespace cairn::cache {
@@ -109,14 +111,22 @@ class CacheDaemon {
   CacheDaemon& operator=(const CacheDaemon&) = delete;
 
   // --- The liveness session. `sink` must stay valid until CloseSession(id) returns.
-  absl::StatusOr<v1::Welcome> OpenSession(const v1::Hello& hello, SessionSink* sink);
+  // `hello` has passed the wire checks (HelloFromProto). Unavailable while draining.
+  absl::StatusOr<SessionWelcome> OpenSession(const SessionHello& hello, SessionSink* sink);
   // Records a sign of life. NotFound for an unknown or closed session. Takes only the
   // session table's lock (cheap enough for a gRPC reaction).
   absl::Status Touch(uint64_t session_id);
-  // A client message on the session stream (heartbeat, spill done, idle or busy slot).
-  // Messages of one session must be handed over in the order they arrived.
-  absl::Status OnSessionMessage(uint64_t session_id, const v1::SessionClientMessage& message)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // The client messages of the session stream besides heartbeats (Touch); messages of one
+  // session must be handed over in the order they arrived (cache_rpc.h does).
+  // `slot` NotFound for a session that is not open, InvalidArgument for a slot past the
+  // count it declared. SlotIdle may ask for an idle spill of the slot's borrowed rows.
+  absl::Status SlotIdle(uint64_t session_id, uint32_t slot) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SlotBusy(uint64_t session_id, uint32_t slot);
+  // A spill finished (SpillDone). NotFound when the spill is not outstanding for the session
+  // (a duplicate report, too); InvalidArgument for a report that does not match its spill
+  // (the spill then fails as a whole); DataLoss when chunks do not match their checksums
+  // (those chunks fail, with events).
+  absl::Status SpillDone(uint64_t session_id, const SpillReport& report) ABSL_LOCKS_EXCLUDED(mu_);
   // The session's stream is ending: nothing more is sent to its sink, which may be destroyed
   // once this returns; spills that would be sent to it fail at once. Idempotent.
   void DetachSession(uint64_t session_id);
@@ -160,12 +170,20 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UpdateFrontier(const v1::UpdateFrontierRequest& req,
                               v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status GetStatus(const v1::GetStatusRequest& req, v1::GetStatusResponse* resp)
+
+  // --- Inspection, in the daemon's own types (cache_rpc.h converts them).
+  // Budgets, use, sessions and traffic counts. The counts, the session count and the disk's
+  // free space are read without the daemon's lock.
+  DaemonStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The checkpoints of model `model_id` (0: all) in `tier` (kNone: all; kRam, kDisk: where
+  // they are served from). NotFound for an unknown model.
+  absl::StatusOr<std::vector<CheckpointRow>> Checkpoints(uint64_t model_id, Tier tier) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
-                               v1::ListCheckpointsResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp)
+  // The checkpoint tree of model `model_id` (0: the first registered), at most `max_nodes`
+  // nodes. NotFound for an unknown model.
+  absl::StatusOr<TreeView> Tree(uint64_t model_id, uint32_t max_nodes) const
       ABSL_LOCKS_EXCLUDED(mu_);
+
   absl::Status Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
@@ -283,8 +301,6 @@ class CacheDaemon {
   // Sends LeaseReady for lease `id` (ok, or the failure) and, on failure, voids the lease.
   void AnswerLeaseLocked(uint64_t id, bool ok, const std::string& failure)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A SpillDone from session `session_id`.
-  absl::Status OnSpillDone(uint64_t session_id, const v1::SpillDone& done) ABSL_LOCKS_EXCLUDED(mu_);
   void SendLocked(uint64_t session_id, v1::SessionServerMessage message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservationLocked(uint64_t id, const std::string& reason)

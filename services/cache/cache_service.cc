@@ -14,6 +14,8 @@
 #include "common/concurrency/mutex.h"
 #include "common/log/log.h"
 #include "common/status/grpc_status.h"
+#include "services/cache/cache_rpc.h"
+#include "services/cache/proto_convert.h"
 
 namespace cairn::cache {
 
@@ -61,7 +63,7 @@ class CacheServiceImpl::SessionWork {
         item = std::move(queues_.at(session).front());
       }
       if (item.message.has_value()) {
-        absl::Status s = daemon_->OnSessionMessage(session, *item.message);
+        absl::Status s = HandleSessionMessage(*daemon_, session, *item.message);
         if (!s.ok()) CAIRN_LOG(WARNING) << "session " << session << " message: " << s;
       } else {
         daemon_->CloseSession(session, item.close_reason);
@@ -130,14 +132,16 @@ class CacheServiceImpl::SessionReactor final
         Close(absl::InvalidArgumentError("the first session message must be hello"));
         return;
       }
-      absl::StatusOr<v1::Welcome> welcome = daemon_->OpenSession(in_.hello(), this);
+      absl::StatusOr<SessionHello> hello = HelloFromProto(in_.hello());
+      absl::StatusOr<SessionWelcome> welcome =
+          hello.ok() ? daemon_->OpenSession(*hello, this) : hello.status();
       if (!welcome.ok()) {
         Close(welcome.status());
         return;
       }
-      session_id_ = welcome->session_id();
+      session_id_ = welcome->session_id;
       v1::SessionServerMessage out;
-      *out.mutable_welcome() = std::move(*welcome);
+      *out.mutable_welcome() = ToProtoWelcome(*welcome);
       Send(std::move(out));
     } else if (in_.has_heartbeat()) {
       // Cheap, no I/O: answered in the reaction. A session the daemon expired ends here.
@@ -469,16 +473,16 @@ grpc::ServerUnaryReactor* CacheServiceImpl::RunOnPool(grpc::CallbackServerContex
   return reactor;
 }
 
-template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response, absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
+template <typename Req, typename Resp, typename Method>
+grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response, Method method) {
   // `context`, `request` and `response` stay valid until Finish(). Parsing runs on the pool.
   return RunOnPool(context, [this, method, request, response](grpc::ServerUnaryReactor* reactor) {
     Req req;
     Resp resp;
     absl::Status status = Parse(request, &req);
-    if (status.ok()) status = (daemon_->*method)(req, &resp);
+    if (status.ok()) status = std::invoke(method, *daemon_, req, &resp);
     FinishWith(status, resp, response, reactor);
   });
 }
@@ -664,26 +668,34 @@ grpc::ServerUnaryReactor* CacheServiceImpl::AcquireRestore(grpc::CallbackServerC
   });
 }
 
-#define CAIRN_CACHE_UNARY(Method, Req, Resp)                                               \
+// `Handler` is &CacheDaemon::Method, or &rpc::Method where the daemon takes its own types.
+#define CAIRN_CACHE_UNARY(Method, Req, Resp, Handler)                                      \
   grpc::ServerUnaryReactor* CacheServiceImpl::Method(grpc::CallbackServerContext* context, \
                                                      const grpc::ByteBuffer* request,      \
                                                      grpc::ByteBuffer* response) {         \
-    return Dispatch<v1::Req, v1::Resp>(context, request, response, &CacheDaemon::Method);  \
+    return Dispatch<v1::Req, v1::Resp>(context, request, response, Handler);               \
   }
 
-CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse)
-CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse)
-CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse)
-CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse)
-CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation)
-CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse)
-CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse)
-CAIRN_CACHE_UNARY(UpdateFrontier, UpdateFrontierRequest, UpdateFrontierResponse)
-CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse)
-CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse)
-CAIRN_CACHE_UNARY(GetTree, GetTreeRequest, GetTreeResponse)
-CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse)
-CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse)
+CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse,
+                  &CacheDaemon::RegisterModel)
+CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse, &CacheDaemon::Lookup)
+CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse, &CacheDaemon::StartSlot)
+CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse,
+                  &CacheDaemon::ReleaseLease)
+CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation,
+                  &CacheDaemon::ReserveCapture)
+CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse,
+                  &CacheDaemon::CommitCapture)
+CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse,
+                  &CacheDaemon::AbortCapture)
+CAIRN_CACHE_UNARY(UpdateFrontier, UpdateFrontierRequest, UpdateFrontierResponse,
+                  &CacheDaemon::UpdateFrontier)
+CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse, &rpc::GetStatus)
+CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse,
+                  &rpc::ListCheckpoints)
+CAIRN_CACHE_UNARY(GetTree, GetTreeRequest, GetTreeResponse, &rpc::GetTree)
+CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse, &CacheDaemon::Explain)
+CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse, &CacheDaemon::Evict)
 
 #undef CAIRN_CACHE_UNARY
 
