@@ -324,5 +324,30 @@ TEST_F(DiskTierTest, ADiskLoadWhoseDeadlinePassedIsAnsweredDeadlineExceededAndHo
   EXPECT_EQ(infer.last_restore_tier(), v1::TIER_DISK);
 }
 
+TEST_F(DiskTierTest, ARetriedRestoreFromDiskGetsTheFirstLeaseAndReadsOnce) {
+  Server server(8 << 20, root_);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  const uint64_t id = OnDiskOnly(infer);
+  v1::AcquireRestoreRequest req;
+  req.set_session_id(infer.session());
+  req.set_model_id(infer.model());
+  req.set_checkpoint_id(id);
+  req.set_slot(1);
+  req.set_client_request_id(7);
+  v1::RestoreLease first;
+  v1::RestoreLease retry;
+
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::AcquireRestore, req, &first).ok());
+  const uint64_t arena_used = server.daemon()->arena().allocator().used_bytes();
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::AcquireRestore, req, &retry).ok());
+
+  EXPECT_EQ(first.loaded_from(), v1::TIER_DISK);
+  EXPECT_EQ(retry.lease_id(), first.lease_id());
+  EXPECT_EQ(retry.loaded_from(), v1::TIER_DISK);
+  // The retry read nothing and took no regions of its own.
+  EXPECT_EQ(server.daemon()->arena().allocator().used_bytes(), arena_used);
+}
+
 }  // namespace
 }  // namespace cairn::cache
