@@ -4,7 +4,10 @@
 // The cache daemon's state machine: the policy core (CheckpointCache) joined with the bytes
 // (the shared-memory arena), the inference daemons' sessions, restore leases and capture
 // reservations (docs/architecture.md §1-§5, docs/reliability.md §2). The gRPC adapter
-// (cache_service.h) only moves messages between the wire and this class.
+// (cache_service.h) only moves messages between the wire and this class. The session and
+// inspection calls take the daemon's own types (session_types.h, inspection_types.h; the wire
+// side is cache_rpc.h); registration, lookup, slots, restores and captures still take the
+// cache.proto messages.
 
 #include <atomic>
 #include <cstdint>
