@@ -22,7 +22,10 @@ class CacheDaemon::Sink final : public EventSink {
 
   void Append(const Event& e) override {
     daemon_->mu_.AssertHeld();
-    if (e.type == EventType::kEvict || e.type == EventType::kDiskEvict) CountEviction(e);
+    if (e.type == EventType::kEvict || e.type == EventType::kDiskEvict) {
+      daemon_->counters_.CountEviction(e.type == EventType::kEvict ? Tier::kRam : Tier::kDisk,
+                                       e.reason);
+    }
     v1::Event out = ToProtoEvent(e);
     // Followers are woken after the daemon's lock is released.
     for (auto& wake : daemon_->events_.Append(std::move(out))) {
@@ -31,28 +34,6 @@ class CacheDaemon::Sink final : public EventSink {
   }
 
  private:
-  // Distinct eviction reasons counted per tier; more are counted as "other" (a label set that
-  // stays bounded whatever reasons an explicit eviction names).
-  static constexpr size_t kMaxEvictionReasons = 16;
-
-  void CountEviction(const Event& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(daemon_->mu_) {
-    const Tier tier = e.type == EventType::kEvict ? Tier::kRam : Tier::kDisk;
-    // A ranked eviction's reason ends with its rank ("budget, idle"): the rank is the reason.
-    absl::string_view reason = e.reason;
-    if (size_t comma = reason.rfind(", "); comma != absl::string_view::npos) {
-      reason = reason.substr(comma + 2);
-    }
-    if (reason.empty()) reason = "unspecified";
-    auto& counts = daemon_->evictions_;
-    std::pair<Tier, std::string> key{tier, std::string(reason)};
-    if (counts.find(key) == counts.end()) {
-      size_t reasons = 0;
-      for (const auto& [k, n] : counts) reasons += k.first == tier ? 1 : 0;
-      if (reasons >= kMaxEvictionReasons) key.second = "other";
-    }
-    ++counts[key];
-  }
-
   CacheDaemon* const daemon_;
 };
 
@@ -178,6 +159,7 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
     d->writer_ =
         std::make_unique<BackgroundWriter>(d->store_.get(), d->activity_.get(), options.writer);
     d->disk_pool_ = std::make_unique<ThreadPool>(1);
+    d->disk_loads_ = std::make_unique<DeadlinePool>(options.disk_loads, clock);
     CacheDaemon* daemon = d.get();
     d->scrubber_ = std::make_unique<DiskScrubber>(
         d->store_.get(), options.scrub,
@@ -220,6 +202,10 @@ CacheDaemon::CacheDaemon(const CacheDaemonOptions& options, const Clock* clock)
       clock_(clock),
       incarnation_(NewIncarnation()),
       started_(clock->MonotonicNow()),
+      sessions_(SessionTable::Options{
+          .max_leases_per_session = options.max_leases_per_session,
+          .max_reservations_per_session = options.max_reservations_per_session,
+          .max_slots = WireLimits::kMaxSlots}),
       events_(options.event_history),
       sink_(std::make_unique<Sink>(this)),
       bytes_(std::make_unique<Bytes>(this)),
@@ -238,19 +224,13 @@ CacheDaemon::~CacheDaemon() {
   // Pending writes complete (Cancelled) through callbacks that take the lock: not held here.
   if (writer_ != nullptr) writer_->Shutdown();
   if (disk_pool_ != nullptr) disk_pool_->Shutdown();
+  // Loads still queued are answered Unavailable; a running one finishes (it takes the lock).
+  if (disk_loads_ != nullptr) disk_loads_->Shutdown();
 }
 
 uint64_t CacheDaemon::UnixMs(absl::Duration monotonic_deadline) const {
   absl::Time wall = clock_->Now() + (monotonic_deadline - Now());
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToUnixMillis(wall)));
-}
-
-absl::StatusOr<CacheDaemon::Session*> CacheDaemon::FindSessionLocked(uint64_t id) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("session ", id, " is not open"));
-  }
-  return &it->second;
 }
 
 absl::Status CacheDaemon::CheckSlotModelLocked(SlotKey slot, uint64_t model_id) const {
@@ -305,7 +285,7 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
   }
   ASSIGN_OR_RETURN(ModelLayout layout, LayoutFromProto(req.layout()));
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
   auto known = model_ids_.find(digest);
   if (known != model_ids_.end()) {
     const Model& m = models_.at(known->second);
@@ -355,7 +335,7 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
                                                    " tokens"));
   }
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
   LookupRequest lr;
   lr.identities = Identities{model->compatibility, input};
@@ -366,7 +346,7 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
   lr.shared_boundary =
       req.shared_boundary() == 0 ? -1 : static_cast<int64_t>(req.shared_boundary());
   ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
-  ++lookups_;
+  counters_.CountLookup();
   auto fill = [](const Candidate& c, v1::Candidate* out) {
     out->set_tier(ToProtoTier(c.tier));
     out->set_depth(static_cast<uint64_t>(c.depth));
@@ -427,30 +407,32 @@ absl::StatusOr<v1::SpillRequest> CacheDaemon::MakeSpillLocked(const SpillInfo& i
 }
 
 void CacheDaemon::SendLocked(uint64_t session_id, v1::SessionServerMessage message) {
-  auto it = sessions_.find(session_id);
-  if (it != sessions_.end() && it->second.sink != nullptr)
-    it->second.sink->Send(std::move(message));
+  sessions_.WithSink(session_id, [&message](SessionSink& sink) { sink.Send(std::move(message)); });
 }
 
 void CacheDaemon::SendNewSpillsLocked() {
   for (uint64_t id : core_->TakeNewSpills()) {
     absl::StatusOr<SpillInfo> info = core_->GetSpill(id);
     if (!info.ok()) continue;  // Ended in the call that made it.
-    auto session = sessions_.find(info->slot.daemon_session);
+    const uint64_t session = info->slot.daemon_session;
     absl::StatusOr<v1::SpillRequest> request =
-        session == sessions_.end() || session->second.sink == nullptr
+        !sessions_.Attached(session)
             ? absl::UnavailableError("the session holding the rows has ended")
             : MakeSpillLocked(*info);
-    if (!request.ok()) {
-      std::vector<ChunkId> all;
-      for (const ChunkCopy& c : info->chunks) all.push_back(c.id);
-      CAIRN_LOG(WARNING) << "spill " << id << " cannot be asked for: " << request.status();
-      core_->FinishSpill(id, {}, all, std::string(request.status().message())).IgnoreError();
-      continue;  // Outstanding a moment ago: cannot fail.
+    if (request.ok()) {
+      v1::SessionServerMessage m;
+      *m.mutable_spill_request() = std::move(*request);
+      // The stream may have ended since Attached: then the spill fails like above.
+      if (sessions_.WithSink(session, [&m](SessionSink& sink) { sink.Send(std::move(m)); })) {
+        continue;
+      }
+      request = absl::UnavailableError("the session holding the rows has ended");
     }
-    v1::SessionServerMessage m;
-    *m.mutable_spill_request() = std::move(*request);
-    session->second.sink->Send(std::move(m));
+    std::vector<ChunkId> all;
+    for (const ChunkCopy& c : info->chunks) all.push_back(c.id);
+    CAIRN_LOG(WARNING) << "spill " << id << " cannot be asked for: " << request.status();
+    // Outstanding a moment ago: cannot fail.
+    core_->FinishSpill(id, {}, all, std::string(request.status().message())).IgnoreError();
   }
 }
 
@@ -549,15 +531,14 @@ absl::Status CacheDaemon::StartSlotOnce(const v1::StartSlotRequest& req,
     return absl::InvalidArgumentError("mode must be MODE_COLD or MODE_CONTINUE");
   }
   Lock lock(this);
-  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+  ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id(), req.slot()));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
-  ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
   const SlotKey key{req.session_id(), slot};
   if (req.mode() == v1::StartSlotRequest::MODE_CONTINUE) {
     RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
   }
   const Identities ids{model->compatibility, input};
-  session->slots.insert(slot);
+  sessions_.UseSlot(req.session_id(), slot);
   activity_->Busy(key);
   switch (req.mode()) {
     case v1::StartSlotRequest::MODE_COLD: {
@@ -569,7 +550,7 @@ absl::Status CacheDaemon::StartSlotOnce(const v1::StartSlotRequest& req,
     }
     case v1::StartSlotRequest::MODE_CONTINUE:
       RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation()));
-      ++hits_[static_cast<int>(Tier::kLive)];
+      counters_.CountHit(Tier::kLive, 0);
       break;
     default:
       return absl::InvalidArgumentError("start slot needs a mode");

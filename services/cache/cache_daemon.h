@@ -4,8 +4,12 @@
 // The cache daemon's state machine: the policy core (CheckpointCache) joined with the bytes
 // (the shared-memory arena), the inference daemons' sessions, restore leases and capture
 // reservations (docs/architecture.md §1-§5, docs/reliability.md §2). The gRPC adapter
-// (cache_service.h) only moves messages between the wire and this class.
+// (cache_service.h) only moves messages between the wire and this class. The session and
+// inspection calls take the daemon's own types (session_types.h, inspection_types.h; the wire
+// side is cache_rpc.h); registration, lookup, slots, restores and captures still take the
+// cache.proto messages.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -31,14 +35,19 @@
 #include "services/cache/arena/arena_fd_server.h"
 #include "services/cache/arena_residency.h"
 #include "services/cache/core/checkpoint_cache.h"
+#include "services/cache/daemon_counters.h"
+#include "services/cache/deadline_pool.h"
 #include "services/cache/disk/background_writer.h"
 #include "services/cache/disk/disk_store.h"
 #include "services/cache/disk/file_system.h"
 #include "services/cache/disk_scrubber.h"
 #include "services/cache/event_hub.h"
 #include "services/cache/flush_waiters.h"
+#include "services/cache/inspection_types.h"
 #include "services/cache/request_replies.h"
-#include "services/cache/session_liveness.h"
+#include "services/cache/session_sink.h"
+#include "services/cache/session_table.h"
+#include "services/cache/session_types.h"
 #include "services/cache/slot_activity.h"
 
 namespace cairn::cache {
@@ -70,26 +79,23 @@ struct CacheDaemonOptions {
   absl::Duration flush_timeout = absl::Minutes(5);  // Flush waits at most this long.
   // The daemon's maintenance thread runs Tick this often; 0 = no thread (tests call Tick).
   absl::Duration tick_interval = absl::ZeroDuration();
+  // Restores from disk read on this pool, never on the caller's (the general I/O pool's)
+  // thread; a load still queued when its deadline passes is answered DeadlineExceeded.
+  DeadlinePoolOptions disk_loads{.threads = 2, .max_queued = 64};
   // The background scrubber of the disk tier (R7); bytes_per_second 0 = off (main.cc turns
   // it on from its flag).
   DiskScrubberOptions scrub{.bytes_per_second = 0};
 };
 
-// Delivers server messages to one inference daemon's session stream. Implemented by the
-// gRPC session reactor. The daemon calls Send with its lock held (that is what keeps the sink
-// alive: CloseSession takes the same lock), so Send must only queue work, never block or call
-// back into the daemon.
-class SessionSink {
- public:
-  virtual ~SessionSink() = default;
-  virtual void Send(v1::SessionServerMessage message) = 0;
-};
-
-// Thread-safe: the public methods take the one mutex that guards the core and the daemon's
-// tables (sessions, leases, reservations, regions) and do no I/O under it, except Touch
-// (the session-liveness table's own lock) and the event calls (the event hub's own lock).
-// Lock order: mu_, then the liveness table or the event hub; neither calls back. Callable
-// from any thread; core callbacks (ResidencyListener) run inside core calls under mu_.
+// Thread-safe. `mu_` is the coordinating lock: it guards the policy core and what must change
+// with it in one step (models, leases, reservations, arena regions, slot models, deferred
+// persists); the public methods that use the core take it and do no I/O under it. The session
+// table (sessions, heartbeats, quotas, which leases and reservations each session holds), the
+// replies of de-duplicated requests, the event hub, the flush waiters and the disk-load pool
+// have their own locks: OpenSession, Touch, DetachSession, BeginDrain, the event calls and the
+// flush calls never take `mu_`. Lock order: mu_, then the session table, the replies or the
+// event hub; none of them calls back. Callable from any thread; core callbacks
+// (ResidencyListener) run inside core calls under mu_.
 //
 // Invariants: (1) every chunk or checkpoint the core holds in RAM has its bytes in an arena
 // region recorded here (private state, tail, chunks), and a region is freed only when the
@@ -108,18 +114,25 @@ class CacheDaemon {
   CacheDaemon& operator=(const CacheDaemon&) = delete;
 
   // --- The liveness session. `sink` must stay valid until CloseSession(id) returns.
-  absl::StatusOr<v1::Welcome> OpenSession(const v1::Hello& hello, SessionSink* sink)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `hello` has passed the wire checks (HelloFromProto). Unavailable while draining.
+  absl::StatusOr<SessionWelcome> OpenSession(const SessionHello& hello, SessionSink* sink);
   // Records a sign of life. NotFound for an unknown or closed session. Takes only the
-  // liveness table's lock (cheap enough for a gRPC reaction).
+  // session table's lock (cheap enough for a gRPC reaction).
   absl::Status Touch(uint64_t session_id);
-  // A client message on the session stream (heartbeat, spill done, idle or busy slot).
-  // Messages of one session must be handed over in the order they arrived.
-  absl::Status OnSessionMessage(uint64_t session_id, const v1::SessionClientMessage& message)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // The client messages of the session stream besides heartbeats (Touch); messages of one
+  // session must be handed over in the order they arrived (cache_rpc.h does).
+  // `slot` NotFound for a session that is not open, InvalidArgument for a slot past the
+  // count it declared. SlotIdle may ask for an idle spill of the slot's borrowed rows.
+  absl::Status SlotIdle(uint64_t session_id, uint32_t slot) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SlotBusy(uint64_t session_id, uint32_t slot);
+  // A spill finished (SpillDone). NotFound when the spill is not outstanding for the session
+  // (a duplicate report, too); InvalidArgument for a report that does not match its spill
+  // (the spill then fails as a whole); DataLoss when chunks do not match their checksums
+  // (those chunks fail, with events).
+  absl::Status SpillDone(uint64_t session_id, const SpillReport& report) ABSL_LOCKS_EXCLUDED(mu_);
   // The session's stream is ending: nothing more is sent to its sink, which may be destroyed
   // once this returns; spills that would be sent to it fail at once. Idempotent.
-  void DetachSession(uint64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void DetachSession(uint64_t session_id);
   // Ends a session (stream closed, timed out or peer died): its leases and reservations are
   // released, every spill it owes fails (the checkpoints needing those rows are dropped with
   // events, leases of other sessions waiting for them get LeaseReady ok = false) and its slots
@@ -127,7 +140,7 @@ class CacheDaemon {
   // (SM13). Idempotent.
   void CloseSession(uint64_t session_id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   // Refuses new sessions from now on (the daemon is shutting down). Idempotent.
-  void BeginDrain() ABSL_LOCKS_EXCLUDED(mu_);
+  void BeginDrain();
   // Expires silent sessions, leases and reservations. Called periodically.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -142,6 +155,14 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AcquireRestore(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // AcquireRestore for the gRPC adapter: a restore from RAM (or a refusal) is answered on this
+  // thread; one from disk is read on the disk-load pool and answered there, DeadlineExceeded
+  // when `deadline` (on the daemon clock's Now) passed before a loader took it,
+  // ResourceExhausted when the pool's queue is full. `done` runs exactly once, without any
+  // daemon lock.
+  using RestoreDone = absl::AnyInvocable<void(absl::Status, v1::RestoreLease) &&>;
+  void AcquireRestoreAsync(const v1::AcquireRestoreRequest& req, absl::Time deadline,
+                           RestoreDone done) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReleaseLease(const v1::ReleaseLeaseRequest& req, v1::ReleaseLeaseResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReserveCapture(const v1::ReserveCaptureRequest& req, v1::CaptureReservation* resp)
@@ -152,12 +173,20 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status UpdateFrontier(const v1::UpdateFrontierRequest& req,
                               v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status GetStatus(const v1::GetStatusRequest& req, v1::GetStatusResponse* resp)
+
+  // --- Inspection, in the daemon's own types (cache_rpc.h converts them).
+  // Budgets, use, sessions and traffic counts. The counts, the session count and the disk's
+  // free space are read without the daemon's lock.
+  DaemonStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The checkpoints of model `model_id` (0: all) in `tier` (kNone: all; kRam, kDisk: where
+  // they are served from). NotFound for an unknown model.
+  absl::StatusOr<std::vector<CheckpointRow>> Checkpoints(uint64_t model_id, Tier tier) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ListCheckpoints(const v1::ListCheckpointsRequest& req,
-                               v1::ListCheckpointsResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp)
+  // The checkpoint tree of model `model_id` (0: the first registered), at most `max_nodes`
+  // nodes. NotFound for an unknown model.
+  absl::StatusOr<TreeView> Tree(uint64_t model_id, uint32_t max_nodes) const
       ABSL_LOCKS_EXCLUDED(mu_);
+
   absl::Status Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
@@ -204,13 +233,6 @@ class CacheDaemon {
     StateBytes state;
     absl::flat_hash_map<ChunkId, HeldRegion> chunks;
   };
-  struct Session {
-    uint64_t id = 0;
-    std::string name;
-    SessionSink* sink = nullptr;  // Null once detached (the stream is ending).
-    uint32_t slot_count = 0;      // From Hello; 0: not declared (any slot below the cap).
-    absl::flat_hash_set<int32_t> slots;
-  };
   struct Lease {
     uint64_t session = 0;
     CheckpointId checkpoint = 0;
@@ -245,7 +267,6 @@ class CacheDaemon {
 
   CacheDaemon(const CacheDaemonOptions& options, const Clock* clock);
 
-  absl::StatusOr<Session*> FindSessionLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Model*> FindModelLocked(uint64_t id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition when `slot` last started or restored with another model.
@@ -261,6 +282,10 @@ class CacheDaemon {
   absl::Status StartSlotOnce(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AcquireRestoreOnce(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The checks of AcquireRestore and, for a checkpoint in RAM, the whole restore. Returns true
+  // when the checkpoint must be read from disk (RestoreFromDisk), false when `resp` is done.
+  absl::StatusOr<bool> BeginRestore(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status ReserveCaptureOnce(const v1::ReserveCaptureRequest& req,
                                   v1::CaptureReservation* resp) ABSL_LOCKS_EXCLUDED(mu_);
@@ -279,8 +304,6 @@ class CacheDaemon {
   // Sends LeaseReady for lease `id` (ok, or the failure) and, on failure, voids the lease.
   void AnswerLeaseLocked(uint64_t id, bool ok, const std::string& failure)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A SpillDone from session `session_id`.
-  absl::Status OnSpillDone(uint64_t session_id, const v1::SpillDone& done) ABSL_LOCKS_EXCLUDED(mu_);
   void SendLocked(uint64_t session_id, v1::SessionServerMessage message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseReservationLocked(uint64_t id, const std::string& reason)
@@ -311,7 +334,8 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Frees a disk restore's regions and unpins its checkpoint.
   void DropDiskLoadLocked(CheckpointId id, DiskLoad* load) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Fills the lease answer shared by both tiers.
+  // Fills the lease answer shared by both tiers and records the lease. REQUIRES: the session
+  // table said CheckCanLease OK under this same hold of mu_.
   void FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Model& model,
                        const RestorePlan& plan, const StateBytes& state,
                        const absl::flat_hash_map<ChunkId, HeldRegion>& chunk_regions, Tier tier,
@@ -328,18 +352,23 @@ class CacheDaemon {
   const absl::Duration started_;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<ArenaFdServer> fd_server_;
-  RequestReplies replies_;    // Own lock; called under mu_ or alone (daemon, then replies).
-  SessionLiveness liveness_;  // Own lock; touched under mu_ or alone (daemon, then liveness).
-  EventHub events_;           // Thread-safe on its own; appended to under mu_ (daemon, then hub).
+  RequestReplies replies_;  // Own lock; called under mu_ or alone (daemon, then replies).
+  // Own lock; called under mu_ or alone (daemon, then table). Leases and reservations are
+  // added to and removed from it only under mu_, so it agrees with leases_ and reservations_
+  // whenever mu_ is held.
+  SessionTable sessions_;
+  DaemonCounters counters_;  // Own lock; counted under mu_ or alone (daemon, then counters).
+  EventHub events_;          // Thread-safe on its own; appended to under mu_ (daemon, then hub).
   std::unique_ptr<Sink> sink_;
   std::unique_ptr<Bytes> bytes_;
   std::unique_ptr<SlotActivity> activity_;
   // The disk tier: thread-safe on its own and used without mu_ (no I/O under the lock).
   std::unique_ptr<DiskStore> store_;
   std::unique_ptr<BackgroundWriter> writer_;
-  std::unique_ptr<ThreadPool> disk_pool_;   // Deletions of disk-evicted checkpoints.
-  std::unique_ptr<FlushWaiters> flushes_;   // Own lock; never called with mu_ held.
-  std::unique_ptr<DiskScrubber> scrubber_;  // Own thread and lock; reports take mu_.
+  std::unique_ptr<ThreadPool> disk_pool_;     // Deletions of disk-evicted checkpoints.
+  std::unique_ptr<DeadlinePool> disk_loads_;  // Restores from disk (own lock, never under mu_).
+  std::unique_ptr<FlushWaiters> flushes_;     // Own lock; never called with mu_ held.
+  std::unique_ptr<DiskScrubber> scrubber_;    // Own thread and lock; reports take mu_.
   Notification stop_ticking_;
   std::thread ticker_;  // Runs Tick every tick_interval; started by Create, joined first.
 
@@ -347,7 +376,6 @@ class CacheDaemon {
   std::unique_ptr<CheckpointCache> core_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Model> models_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> model_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   // The arena regions of the checkpoints and chunks the core keeps in RAM.
@@ -357,7 +385,6 @@ class CacheDaemon {
   std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.
   // Checkpoints whose disk write failed for lack of space once: retried once after eviction.
   absl::flat_hash_set<CheckpointId> disk_full_retried_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.
   std::vector<std::function<void()>> after_unlock_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CheckpointId> deferred_persists_ ABSL_GUARDED_BY(mu_);
@@ -367,13 +394,7 @@ class CacheDaemon {
   uint64_t persists_queued_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions, models, leases, spills, waiters. Starts at a random base per incarnation (SM10):
   // an id a client kept from an earlier incarnation names nothing in this one.
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = RandomIdBase();
-  uint64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t hits_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // By Tier.
-  uint64_t tokens_restored_ ABSL_GUARDED_BY(mu_) = 0;
-  // Evictions by (tier, reason), for GetStatus; at most kMaxEvictionReasons reasons per tier,
-  // the rest counted under "other".
-  std::map<std::pair<Tier, std::string>, uint64_t> evictions_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> next_id_{RandomIdBase()};
 };
 
 // Holds mu_; on release, runs the work queued in after_unlock_ (event wake-ups, disk jobs)

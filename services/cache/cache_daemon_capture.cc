@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/log/log.h"
+#include "common/status/check.h"
 #include "common/status/status_macros.h"
 #include "services/cache/cache_daemon.h"
 #include "services/cache/proto_convert.h"
@@ -21,24 +22,11 @@ absl::Status CacheDaemon::ReserveCaptureOnce(const v1::ReserveCaptureRequest& re
   ASSIGN_OR_RETURN(CaptureKind kind, FromProtoKind(req.kind()));
   RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
   Lock lock(this);
-  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+  ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id(), req.slot()));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
-  ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
   const SlotKey key{req.session_id(), slot};
   RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
-  int open = 0;
-  for (const auto& [id, r] : reservations_) {
-    if (r.session != req.session_id()) continue;
-    ++open;
-    if (r.slot == key) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "slot ", slot, " already holds capture reservation ", id, "; commit or abort it"));
-    }
-  }
-  if (open >= options_.max_reservations_per_session) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("session holds ", open, " capture reservations, the limit"));
-  }
+  RETURN_IF_ERROR(sessions_.CheckCanReserve(req.session_id(), slot));
   ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));
   if (frontier.size() != req.depth()) {
     return absl::FailedPreconditionError(absl::StrCat("capture at depth ", req.depth(),
@@ -72,6 +60,9 @@ absl::Status CacheDaemon::ReserveCaptureOnce(const v1::ReserveCaptureRequest& re
     if (!alloc.ok()) break;
     r.new_chunk_regions.push_back(c.id);
   }
+  // Cannot fail: CheckCanReserve said OK under this hold of mu_, and reservations are added
+  // only under mu_.
+  CAIRN_CHECK(sessions_.AddReservation(req.session_id(), slot, ticket.id).ok());
   if (!alloc.ok()) {
     const uint64_t id = ticket.id;
     reservations_[id] = std::move(r);
@@ -103,6 +94,7 @@ void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reaso
   if (it == reservations_.end()) return;
   Reservation r = std::move(it->second);
   reservations_.erase(it);
+  sessions_.RemoveReservation(id);
   regions_->Free(&r.state.region);
   // Abort fails only for a ticket the core already dropped (a chunk it needed was lost).
   core_->AbortCapture(r.ticket, reason).IgnoreError();
@@ -111,14 +103,16 @@ void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reaso
 absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
                                         v1::CommitCaptureResponse* resp) {
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
   auto it = reservations_.find(req.reservation_id());
-  if (it == reservations_.end() || it->second.session != req.session_id()) {
+  if (it == reservations_.end() ||
+      !sessions_.HoldsReservation(req.session_id(), req.reservation_id())) {
     return absl::NotFoundError(
         absl::StrCat("capture reservation ", req.reservation_id(), " is not held"));
   }
   Reservation r = std::move(it->second);
   reservations_.erase(it);
+  sessions_.RemoveReservation(req.reservation_id());
   // Checksums are computed here over the arena bytes rather than trusted from the client: the
   // copy the cache will serve is what gets verified on every later restore (SM9).
   StateBytes& sb = r.state;
@@ -139,8 +133,9 @@ absl::Status CacheDaemon::CommitCapture(const v1::CommitCaptureRequest& req,
     }
   }
   if (!s.ok()) {
-    reservations_[req.reservation_id()] = std::move(r);
-    ReleaseReservationLocked(req.reservation_id(), std::string(s.message()));
+    regions_->Free(&r.state.region);
+    // Abort fails only for a ticket the core already dropped.
+    core_->AbortCapture(r.ticket, std::string(s.message())).IgnoreError();
     return s;
   }
   absl::StatusOr<CheckpointId> committed = core_->CommitCapture(r.ticket);
@@ -165,9 +160,10 @@ absl::Status CacheDaemon::AbortCapture(const v1::AbortCaptureRequest& req,
                                        v1::AbortCaptureResponse* /*resp*/) {
   RETURN_IF_ERROR(CheckLength("reason", req.reason(), WireLimits::kMaxTextBytes));
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
   auto it = reservations_.find(req.reservation_id());
-  if (it == reservations_.end() || it->second.session != req.session_id()) {
+  if (it == reservations_.end() ||
+      !sessions_.HoldsReservation(req.session_id(), req.reservation_id())) {
     return absl::NotFoundError(
         absl::StrCat("capture reservation ", req.reservation_id(), " is not held"));
   }
@@ -181,9 +177,8 @@ absl::Status CacheDaemon::UpdateFrontierOnce(const v1::UpdateFrontierRequest& re
   ASSIGN_OR_RETURN(std::vector<TokenId> tokens,
                    TokensFromProto("append_tokens", req.append_tokens()));
   Lock lock(this);
-  ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+  ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id(), req.slot()));
   RETURN_IF_ERROR(FindModelLocked(req.model_id()).status());
-  ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
   const SlotKey key{req.session_id(), slot};
   RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
   ASSIGN_OR_RETURN(std::vector<TokenId> frontier, core_->SlotTokens(key));

@@ -13,31 +13,32 @@
 
 namespace cairn::cache {
 
-namespace {
-
-constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------
 // Inspection.
 
-absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
-                                    v1::GetStatusResponse* resp) {
-  // A statvfs: measured before taking the lock.
-  const uint64_t disk_free = store_ != nullptr ? store_->UsableFreeBytes().value_or(0) : 0;
+DaemonStatus CacheDaemon::Status() const {
+  DaemonStatus out;
+  out.cache_incarnation = incarnation_;
+  out.uptime = Now() - started_;
+  out.sessions = static_cast<uint32_t>(sessions_.size());
+  out.counts = counters_.Take();
+  out.disk_enabled = store_ != nullptr;
+  if (store_ != nullptr) {
+    // A statvfs and the store's own lock: before taking the daemon's.
+    out.disk_free_bytes = store_->UsableFreeBytes().value_or(0);
+    const DiskStoreStats ds = store_->stats();
+    out.disk_healthy = !ds.read_only;
+    out.quarantined = ds.quarantined;
+  }
   Lock lock(this);
-  resp->set_cache_incarnation(incarnation_);
-  resp->set_uptime_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(Now() - started_)));
-  Accounting a = core_->RamAccounting();
-  v1::Budget* ram = resp->mutable_ram();
-  ram->set_capacity_bytes(static_cast<uint64_t>(a.budget));
-  ram->set_used_bytes(static_cast<uint64_t>(a.used));
-  ram->set_reserved_bytes(static_cast<uint64_t>(core_->ram_ledger().reserved()));
-  ram->set_row_bytes(static_cast<uint64_t>(a.chunk_bytes));
-  ram->set_private_bytes(static_cast<uint64_t>(a.private_bytes + a.tail_bytes));
-  ram->set_full_copy_bytes(static_cast<uint64_t>(a.full_copy_bytes));
-  ram->set_checkpoints(static_cast<uint64_t>(a.checkpoints));
+  const Accounting a = core_->RamAccounting();
+  out.ram.capacity_bytes = static_cast<uint64_t>(a.budget);
+  out.ram.used_bytes = static_cast<uint64_t>(a.used);
+  out.ram.reserved_bytes = static_cast<uint64_t>(core_->ram_ledger().reserved());
+  out.ram.row_bytes = static_cast<uint64_t>(a.chunk_bytes);
+  out.ram.private_bytes = static_cast<uint64_t>(a.private_bytes + a.tail_bytes);
+  out.ram.full_copy_bytes = static_cast<uint64_t>(a.full_copy_bytes);
+  out.ram.checkpoints = static_cast<uint64_t>(a.checkpoints);
   // The effective cap: the configured one, or the automatic one of the registered model with
   // the largest private state (the tightest); 0 while no model is registered.
   int64_t cap = options_.cache.retention.max_checkpoints;
@@ -48,109 +49,80 @@ absl::Status CacheDaemon::GetStatus(const v1::GetStatusRequest& /*req*/,
       cap = cap == 0 ? model_cap : std::min(cap, model_cap);
     }
   }
-  ram->set_max_checkpoints(static_cast<uint64_t>(cap));
-  resp->set_disk_enabled(store_ != nullptr);
+  out.ram.max_checkpoints = static_cast<uint64_t>(cap);
   if (store_ != nullptr) {
-    const DiskStoreStats ds = store_->stats();
-    resp->set_disk_healthy(!ds.read_only);
-    resp->set_quarantined(ds.quarantined);
-    v1::Budget* disk = resp->mutable_disk();
     const Accounting d = core_->DiskAccounting();
-    disk->set_capacity_bytes(static_cast<uint64_t>(core_->disk_ledger().budget()));
-    disk->set_used_bytes(static_cast<uint64_t>(core_->disk_ledger().used()));
-    disk->set_reserved_bytes(static_cast<uint64_t>(core_->disk_ledger().reserved()));
-    disk->set_row_bytes(static_cast<uint64_t>(d.chunk_bytes));
-    disk->set_private_bytes(static_cast<uint64_t>(d.private_bytes + d.tail_bytes));
-    disk->set_full_copy_bytes(static_cast<uint64_t>(d.full_copy_bytes));
-    disk->set_checkpoints(static_cast<uint64_t>(d.checkpoints));
-    resp->set_disk_free_bytes(disk_free);
+    out.disk.capacity_bytes = static_cast<uint64_t>(core_->disk_ledger().budget());
+    out.disk.used_bytes = static_cast<uint64_t>(core_->disk_ledger().used());
+    out.disk.reserved_bytes = static_cast<uint64_t>(core_->disk_ledger().reserved());
+    out.disk.row_bytes = static_cast<uint64_t>(d.chunk_bytes);
+    out.disk.private_bytes = static_cast<uint64_t>(d.private_bytes + d.tail_bytes);
+    out.disk.full_copy_bytes = static_cast<uint64_t>(d.full_copy_bytes);
+    out.disk.checkpoints = static_cast<uint64_t>(d.checkpoints);
   }
-  resp->set_sessions(static_cast<uint32_t>(sessions_.size()));
-  resp->set_lookups(lookups_);
-  resp->set_hits_live(hits_[static_cast<int>(Tier::kLive)]);
-  resp->set_hits_ram(hits_[static_cast<int>(Tier::kRam)]);
-  resp->set_hits_disk(hits_[static_cast<int>(Tier::kDisk)]);
-  resp->set_tokens_restored(tokens_restored_);
-  for (const auto& [key, n] : evictions_) {
-    v1::EvictionCount* e = resp->add_evictions();
-    e->set_tier(ToProtoTier(key.first));
-    e->set_reason(key.second);
-    e->set_count(n);
-  }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status CacheDaemon::ListCheckpoints(const v1::ListCheckpointsRequest& req,
-                                          v1::ListCheckpointsResponse* resp) {
+absl::StatusOr<std::vector<CheckpointRow>> CacheDaemon::Checkpoints(uint64_t model_id,
+                                                                    Tier tier) const {
   Lock lock(this);
   std::string compatibility;
-  if (req.model_id() != 0) {
-    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  if (model_id != 0) {
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id));
     compatibility = model->compatibility;
   }
+  std::vector<CheckpointRow> out;
   for (const CheckpointInfo& c : core_->Checkpoints()) {
     if (!compatibility.empty() && c.compatibility != compatibility) continue;
-    const Tier tier = c.in_ram ? Tier::kRam : Tier::kDisk;
-    if (req.tier() != v1::TIER_UNSPECIFIED && req.tier() != ToProtoTier(tier)) continue;
-    v1::CheckpointInfo* out = resp->add_checkpoints();
-    out->set_checkpoint_id(c.id);
-    out->set_depth(static_cast<uint64_t>(c.depth));
-    out->set_tier(ToProtoTier(tier));
-    out->set_kind(ToProtoKind(c.kind));
-    out->set_on_disk(c.on_disk);
-    bool borrowed = false;
+    CheckpointRow row;
+    row.tier = c.in_ram ? Tier::kRam : Tier::kDisk;
+    if (tier != Tier::kNone && tier != row.tier) continue;
+    row.id = c.id;
+    row.depth = c.depth;
+    row.kind = c.kind;
+    row.on_disk = c.on_disk;
     for (ChunkId chunk : c.chunks) {
       absl::StatusOr<ChunkInfo> ci = core_->GetChunk(chunk);
-      if (ci.ok() && ci->borrowed) borrowed = true;
+      if (ci.ok() && ci->borrowed) row.borrowed = true;
     }
-    out->set_borrowed(borrowed);
-    out->set_private_bytes(static_cast<uint64_t>(c.private_bytes + c.tail_bytes));
-    const Model* model = nullptr;
-    auto mid = model_ids_.find(c.compatibility);
-    if (mid != model_ids_.end()) model = &models_.at(mid->second);
-    if (model != nullptr) {
-      out->set_row_bytes(static_cast<uint64_t>(c.chunks.size()) *
-                         static_cast<uint64_t>(model->layout.ChunkBytes()));
+    row.private_bytes = static_cast<uint64_t>(c.private_bytes + c.tail_bytes);
+    if (const Model* model = ModelForLocked(c.compatibility); model != nullptr) {
+      row.row_bytes = static_cast<uint64_t>(c.chunks.size()) *
+                      static_cast<uint64_t>(model->layout.ChunkBytes());
     }
-    out->set_conversation(c.conversation);
-    out->set_compat_digest(c.compatibility);
+    row.conversation = c.conversation;
+    row.compat_digest = c.compatibility;
+    out.push_back(std::move(row));
   }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status CacheDaemon::GetTree(const v1::GetTreeRequest& req, v1::GetTreeResponse* resp) {
+absl::StatusOr<TreeView> CacheDaemon::Tree(uint64_t model_id, uint32_t max_nodes) const {
   Lock lock(this);
   std::string compatibility;
-  if (req.model_id() != 0) {
-    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  if (model_id != 0) {
+    ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id));
     compatibility = model->compatibility;
   } else if (!models_.empty()) {
     uint64_t first = std::numeric_limits<uint64_t>::max();
     for (const auto& [id, m] : models_) first = std::min(first, id);
     compatibility = models_.at(first).compatibility;
   }
-  const uint32_t max_nodes = req.max_nodes() == 0
-                                 ? kDefaultTreeNodes
-                                 : std::min(req.max_nodes(), WireLimits::kMaxTreeNodes);
   // Exported from the core's radix index: ids and depths only, no token copies.
   const RadixPrefixIndex::Export tree = core_->CheckpointTree(compatibility, max_nodes);
-  for (size_t i = 0; i < tree.nodes.size(); ++i) {
-    const RadixPrefixIndex::ExportedNode& n = tree.nodes[i];
-    const int64_t parent_depth = n.parent < 0 ? 0 : tree.nodes[n.parent].depth;
-    v1::TreeNode* out = resp->add_nodes();
-    out->set_node_id(i + 1);  // 0 is the root.
-    out->set_parent_id(n.parent < 0 ? 0 : static_cast<uint64_t>(n.parent) + 1);
-    out->set_depth(static_cast<uint64_t>(n.depth));
-    out->set_edge_tokens(static_cast<uint64_t>(n.depth - parent_depth));
+  TreeView out;
+  out.truncated = tree.truncated;
+  out.nodes.reserve(tree.nodes.size());
+  for (const RadixPrefixIndex::ExportedNode& n : tree.nodes) {
+    TreeView::Node node;
+    node.parent = n.parent;
+    node.depth = n.depth;
     for (const IndexEntry& e : n.entries) {
-      v1::Candidate* c = out->add_candidates();
-      c->set_tier(ToProtoTier(core_->InRam(e.id) ? Tier::kRam : Tier::kDisk));
-      c->set_depth(static_cast<uint64_t>(n.depth));
-      c->set_checkpoint_id(e.id);
+      node.checkpoints.emplace_back(e.id, core_->InRam(e.id) ? Tier::kRam : Tier::kDisk);
     }
+    out.nodes.push_back(std::move(node));
   }
-  resp->set_truncated(tree.truncated);
-  return absl::OkStatus();
+  return out;
 }
 
 absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp) {

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/log/log.h"
+#include "common/status/check.h"
 #include "common/status/status_macros.h"
 #include "services/cache/cache_daemon.h"
 #include "services/cache/proto_convert.h"
@@ -15,42 +18,80 @@ namespace cairn::cache {
 
 absl::Status CacheDaemon::AcquireRestoreOnce(const v1::AcquireRestoreRequest& req,
                                              v1::RestoreLease* resp) {
+  ASSIGN_OR_RETURN(bool from_disk, BeginRestore(req, resp));
+  return from_disk ? RestoreFromDisk(req, resp) : absl::OkStatus();
+}
+
+void CacheDaemon::AcquireRestoreAsync(const v1::AcquireRestoreRequest& req, absl::Time deadline,
+                                      RestoreDone done) {
+  const uint64_t session = req.session_id();
+  const uint64_t request_id = req.client_request_id();
+  if (request_id != 0) {
+    absl::StatusOr<std::optional<std::string>> first =
+        replies_.Begin(session, request_id, "AcquireRestore");
+    v1::RestoreLease lease;
+    if (!first.ok() || first->has_value()) {
+      absl::Status status = first.status();
+      if (status.ok() && !lease.ParseFromString(**first)) {
+        status = absl::InternalError("stored reply does not parse");
+      }
+      std::move(done)(std::move(status), std::move(lease));
+      return;
+    }
+  }
+  // Records the answer for retries (as Once does), then hands it over.
+  auto finish = [this, session, request_id, done = std::move(done)](
+                    absl::Status status, v1::RestoreLease lease) mutable {
+    if (request_id != 0) {
+      replies_.Finish(
+          session, request_id,
+          status.ok() ? std::optional<std::string>(lease.SerializeAsString()) : std::nullopt);
+    }
+    std::move(done)(std::move(status), std::move(lease));
+  };
+  v1::RestoreLease resp;
+  absl::StatusOr<bool> from_disk = BeginRestore(req, &resp);
+  if (!from_disk.ok() || !*from_disk) {
+    finish(from_disk.status(), std::move(resp));
+    return;
+  }
+  // A refusal (queue full, shutting down) calls the task at once with it.
+  disk_loads_
+      ->Schedule(deadline,
+                 [this, req, finish = std::move(finish)](absl::Status start) mutable {
+                   v1::RestoreLease lease;
+                   if (start.ok()) start = RestoreFromDisk(req, &lease);
+                   finish(std::move(start), std::move(lease));
+                 })
+      .IgnoreError();  // The task was answered with the refusal.
+}
+
+absl::StatusOr<bool> CacheDaemon::BeginRestore(const v1::AcquireRestoreRequest& req,
+                                               v1::RestoreLease* resp) {
   RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
   RETURN_IF_ERROR(InputDigest("input_identity", req.input_identity()).status());
   {
     Lock lock(this);
-    ASSIGN_OR_RETURN(Session * session, FindSessionLocked(req.session_id()));
+    ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id(), req.slot()));
     ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
-    ASSIGN_OR_RETURN(int32_t slot, SlotFromProto(req.slot(), session->slot_count));
-    int open = 0;
-    for (const auto& [id, l] : leases_) {
-      if (l.session != req.session_id()) continue;
-      ++open;
-      if (l.slot.slot == slot) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("slot ", slot, " already holds restore lease ", id, "; release it first"));
-      }
-    }
-    if (open >= options_.max_leases_per_session) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("session holds ", open, " restore leases, the limit"));
-    }
+    RETURN_IF_ERROR(sessions_.CheckCanLease(req.session_id(), slot));
     ASSIGN_OR_RETURN(CheckpointInfo info, core_->GetCheckpoint(req.checkpoint_id()));
     if (info.compatibility != model->compatibility) {
       return absl::FailedPreconditionError(absl::StrCat(
           "checkpoint ", req.checkpoint_id(), " belongs to another compatibility identity"));
     }
-    session->slots.insert(slot);
+    sessions_.UseSlot(req.session_id(), slot);
     activity_->Busy(SlotKey{req.session_id(), slot});
     if (info.in_ram && regions_->FindCheckpoint(req.checkpoint_id()) != nullptr) {
-      return RestoreFromRamLocked(req, *model, resp);
+      RETURN_IF_ERROR(RestoreFromRamLocked(req, *model, resp));
+      return false;
     }
     if (!info.on_disk || store_ == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint ", req.checkpoint_id(), " is in no tier that can restore"));
     }
   }
-  return RestoreFromDisk(req, resp);
+  return true;
 }
 
 absl::Status CacheDaemon::RestoreFromRamLocked(const v1::AcquireRestoreRequest& req,
@@ -156,6 +197,12 @@ absl::Status CacheDaemon::RestoreFromDisk(const v1::AcquireRestoreRequest& req,
     held.checksum = Xxh3(chunk_dest[c].data(), chunk_dest[c].size());
   }
   const SlotKey key{req.session_id(), static_cast<int32_t>(req.slot())};
+  // The lock was released while reading: the session may have ended, or taken another lease
+  // on this slot, meanwhile.
+  if (absl::Status can = sessions_.CheckCanLease(req.session_id(), key.slot); !can.ok()) {
+    DropDiskLoadLocked(id, load.get());
+    return can;
+  }
   ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
   const Identities ids{(*model)->compatibility, input};
   absl::StatusOr<RestorePlan> plan = core_->Restore(id, key, ids, req.conversation());
@@ -229,6 +276,9 @@ void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Mo
       }
     }
   }
+  // Cannot fail: CheckCanLease said OK under this hold of mu_, and leases are added only
+  // under mu_.
+  CAIRN_CHECK(sessions_.AddLease(lease.session, lease.slot.slot, lease_id).ok());
   leases_[lease_id] = std::move(lease);
   FillHandle(state.private_handle(), resp->mutable_private_state()->mutable_region());
   resp->mutable_private_state()->set_checksum(state.private_checksum);
@@ -239,14 +289,14 @@ void CacheDaemon::FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Mo
     FillHandle(state.tail_handle(), tail->mutable_region());
     tail->set_checksum(state.tail_checksum);
   }
-  ++hits_[static_cast<int>(tier)];
-  tokens_restored_ += static_cast<uint64_t>(plan.depth);
+  counters_.CountHit(tier, plan.depth);
   AfterCoreLocked();
 }
 
 void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return;
+  sessions_.RemoveLease(id);
   // Unpin can only fail for a checkpoint the core already dropped; nothing is left to release.
   core_->Unpin(it->second.checkpoint).IgnoreError();
   if (it->second.loaded != nullptr) {
@@ -260,9 +310,9 @@ absl::Status CacheDaemon::ReleaseLease(const v1::ReleaseLeaseRequest& req,
                                        v1::ReleaseLeaseResponse* /*resp*/) {
   RETURN_IF_ERROR(CheckLength("failure", req.failure(), WireLimits::kMaxTextBytes));
   Lock lock(this);
-  RETURN_IF_ERROR(FindSessionLocked(req.session_id()).status());
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
   auto it = leases_.find(req.lease_id());
-  if (it == leases_.end() || it->second.session != req.session_id()) {
+  if (it == leases_.end() || !sessions_.HoldsLease(req.session_id(), req.lease_id())) {
     return absl::NotFoundError(absl::StrCat("lease ", req.lease_id(), " is not held"));
   }
   if (!req.restored()) {

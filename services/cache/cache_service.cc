@@ -14,6 +14,8 @@
 #include "common/concurrency/mutex.h"
 #include "common/log/log.h"
 #include "common/status/grpc_status.h"
+#include "services/cache/cache_rpc.h"
+#include "services/cache/proto_convert.h"
 
 namespace cairn::cache {
 
@@ -61,7 +63,7 @@ class CacheServiceImpl::SessionWork {
         item = std::move(queues_.at(session).front());
       }
       if (item.message.has_value()) {
-        absl::Status s = daemon_->OnSessionMessage(session, *item.message);
+        absl::Status s = HandleSessionMessage(*daemon_, session, *item.message);
         if (!s.ok()) CAIRN_LOG(WARNING) << "session " << session << " message: " << s;
       } else {
         daemon_->CloseSession(session, item.close_reason);
@@ -90,11 +92,11 @@ class CacheServiceImpl::SessionWork {
 // DrainSessions holds it then (the last Release deletes it). A session the daemon expired (no
 // heartbeat) is ended at the client's next message, or by the transport when the peer is gone.
 //
-// Thread-safe: gRPC callbacks, the daemon (Send under its lock) and DrainSessions may race;
-// `mu_` guards the write queue, the finished flag and the holds. gRPC may run a reaction
-// inline inside StartWrite or Finish, so neither is called with `mu_` held, and Finish is
-// called only from reactions and DrainSessions, never from Send (which runs under the
-// daemon's lock, and OnDone takes that lock).
+// Thread-safe: gRPC callbacks, the daemon (Send under the session table's lock) and
+// DrainSessions may race; `mu_` guards the write queue, the finished flag and the holds. gRPC
+// may run a reaction inline inside StartWrite or Finish, so neither is called with `mu_` held,
+// and Finish is called only from reactions and DrainSessions, never from Send (which runs
+// under the session table's lock, and OnDone takes that lock to detach the session).
 class CacheServiceImpl::SessionReactor final
     : public grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>,
       public SessionSink {
@@ -130,14 +132,16 @@ class CacheServiceImpl::SessionReactor final
         Close(absl::InvalidArgumentError("the first session message must be hello"));
         return;
       }
-      absl::StatusOr<v1::Welcome> welcome = daemon_->OpenSession(in_.hello(), this);
+      absl::StatusOr<SessionHello> hello = HelloFromProto(in_.hello());
+      absl::StatusOr<SessionWelcome> welcome =
+          hello.ok() ? daemon_->OpenSession(*hello, this) : hello.status();
       if (!welcome.ok()) {
         Close(welcome.status());
         return;
       }
-      session_id_ = welcome->session_id();
+      session_id_ = welcome->session_id;
       v1::SessionServerMessage out;
-      *out.mutable_welcome() = std::move(*welcome);
+      *out.mutable_welcome() = ToProtoWelcome(*welcome);
       Send(std::move(out));
     } else if (in_.has_heartbeat()) {
       // Cheap, no I/O: answered in the reaction. A session the daemon expired ends here.
@@ -420,11 +424,16 @@ class EventsReactor final : public grpc::ServerWriteReactor<v1::Event> {
 
 namespace {
 
+// `context`'s deadline; InfiniteFuture when it has none.
+absl::Time Deadline(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
 // The time left before `context`'s deadline; InfiniteDuration when it has none.
 absl::Duration TimeLeft(const grpc::CallbackServerContext* context) {
-  const auto deadline = context->deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteDuration();
-  return absl::FromChrono(deadline) - absl::Now();
+  return Deadline(context) - absl::Now();
 }
 
 }  // namespace
@@ -444,32 +453,38 @@ bool CacheServiceImpl::Admit(grpc::ServerUnaryReactor* reactor) {
   return true;
 }
 
-template <typename Req, typename Resp>
-grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
-    grpc::ByteBuffer* response, absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
+grpc::ServerUnaryReactor* CacheServiceImpl::RunOnPool(grpc::CallbackServerContext* context,
+                                                      PoolBody body) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(reactor)) return reactor;
-  CacheDaemon* daemon = daemon_;
-  // `context`, `request` and `response` stay valid until Finish(). Parsing runs on the pool.
-  bool scheduled = pool_->Schedule([this, daemon, method, context, request, response, reactor] {
+  bool scheduled = pool_->Schedule([this, context, reactor, body = std::move(body)]() mutable {
     if (TimeLeft(context) <= absl::ZeroDuration()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                    "the call's deadline passed while it waited for a thread"));
       EndCall();
       return;
     }
-    Req req;
-    Resp resp;
-    absl::Status status = Parse(request, &req);
-    if (status.ok()) status = (daemon->*method)(req, &resp);
-    FinishWith(status, resp, response, reactor);
+    std::move(body)(reactor);
   });
   if (!scheduled) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
     EndCall();
   }
   return reactor;
+}
+
+template <typename Req, typename Resp, typename Method>
+grpc::ServerUnaryReactor* CacheServiceImpl::Dispatch(grpc::CallbackServerContext* context,
+                                                     const grpc::ByteBuffer* request,
+                                                     grpc::ByteBuffer* response, Method method) {
+  // `context`, `request` and `response` stay valid until Finish(). Parsing runs on the pool.
+  return RunOnPool(context, [this, method, request, response](grpc::ServerUnaryReactor* reactor) {
+    Req req;
+    Resp resp;
+    absl::Status status = Parse(request, &req);
+    if (status.ok()) status = std::invoke(method, *daemon_, req, &resp);
+    FinishWith(status, resp, response, reactor);
+  });
 }
 
 template <typename Req>
@@ -634,27 +649,53 @@ grpc::ServerWriteReactor<v1::Event>* CacheServiceImpl::StreamEvents(
   return new EventsReactor(daemon_, *request);
 }
 
-#define CAIRN_CACHE_UNARY(Method, Req, Resp)                                               \
+// Like the other unary calls, but a restore from disk is read on the daemon's disk-load pool
+// and answered from there: it never holds an I/O thread for the read.
+grpc::ServerUnaryReactor* CacheServiceImpl::AcquireRestore(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return RunOnPool(context, [this, context, request, response](grpc::ServerUnaryReactor* reactor) {
+    v1::AcquireRestoreRequest req;
+    absl::Status parsed = Parse(request, &req);
+    if (!parsed.ok()) {
+      FinishWith(parsed, v1::RestoreLease(), response, reactor);
+      return;
+    }
+    daemon_->AcquireRestoreAsync(req, Deadline(context),
+                                 [this, response, reactor](absl::Status s, v1::RestoreLease lease) {
+                                   FinishWith(std::move(s), lease, response, reactor);
+                                 });
+  });
+}
+
+// `Handler` is &CacheDaemon::Method, or &rpc::Method where the daemon takes its own types.
+#define CAIRN_CACHE_UNARY(Method, Req, Resp, Handler)                                      \
   grpc::ServerUnaryReactor* CacheServiceImpl::Method(grpc::CallbackServerContext* context, \
                                                      const grpc::ByteBuffer* request,      \
                                                      grpc::ByteBuffer* response) {         \
-    return Dispatch<v1::Req, v1::Resp>(context, request, response, &CacheDaemon::Method);  \
+    return Dispatch<v1::Req, v1::Resp>(context, request, response, Handler);               \
   }
 
-CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse)
-CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse)
-CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse)
-CAIRN_CACHE_UNARY(AcquireRestore, AcquireRestoreRequest, RestoreLease)
-CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse)
-CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation)
-CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse)
-CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse)
-CAIRN_CACHE_UNARY(UpdateFrontier, UpdateFrontierRequest, UpdateFrontierResponse)
-CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse)
-CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse)
-CAIRN_CACHE_UNARY(GetTree, GetTreeRequest, GetTreeResponse)
-CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse)
-CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse)
+CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse,
+                  &CacheDaemon::RegisterModel)
+CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse, &CacheDaemon::Lookup)
+CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse, &CacheDaemon::StartSlot)
+CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse,
+                  &CacheDaemon::ReleaseLease)
+CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation,
+                  &CacheDaemon::ReserveCapture)
+CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse,
+                  &CacheDaemon::CommitCapture)
+CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse,
+                  &CacheDaemon::AbortCapture)
+CAIRN_CACHE_UNARY(UpdateFrontier, UpdateFrontierRequest, UpdateFrontierResponse,
+                  &CacheDaemon::UpdateFrontier)
+CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse, &rpc::GetStatus)
+CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse,
+                  &rpc::ListCheckpoints)
+CAIRN_CACHE_UNARY(GetTree, GetTreeRequest, GetTreeResponse, &rpc::GetTree)
+CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse, &CacheDaemon::Explain)
+CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse, &CacheDaemon::Evict)
 
 #undef CAIRN_CACHE_UNARY
 

@@ -5,6 +5,7 @@
 // Reactions never block: unary calls run on an I/O pool (style.md §5, gRFC L67).
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/concurrency/mutex.h"
@@ -123,14 +124,19 @@ class CacheServiceImpl final : public internal::CacheServiceBase {
       grpc::CallbackServerContext* context, const v1::StreamEventsRequest* request) override;
 
  private:
-  // Parses the request, runs `method` on the pool, serializes the answer and finishes the
-  // call with its status. A call whose deadline passed while it waited for a thread is
-  // answered DEADLINE_EXCEEDED without running; one that finds max_queued_calls waiting,
-  // RESOURCE_EXHAUSTED.
-  template <typename Req, typename Resp>
+  // Admits a unary call (on context's DefaultReactor) and runs `body` with its reactor on the
+  // pool; `body` must finish the call (FinishWith), there or later. A call whose deadline
+  // passed while it waited for a thread is answered DEADLINE_EXCEEDED without running `body`;
+  // one that finds max_queued_calls waiting, RESOURCE_EXHAUSTED.
+  using PoolBody = absl::AnyInvocable<void(grpc::ServerUnaryReactor*) &&>;
+  grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, PoolBody body);
+  // Parses the request, runs `method` (a CacheDaemon member, or a cache_rpc.h adapter taking
+  // the daemon first) on the pool, serializes the answer and finishes the call with its
+  // status, as RunOnPool.
+  template <typename Req, typename Resp, typename Method>
   grpc::ServerUnaryReactor* Dispatch(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-                                     absl::Status (CacheDaemon::*method)(const Req&, Resp*));
+                                     Method method);
   template <typename Req>
   static absl::Status Parse(const grpc::ByteBuffer* request, Req* req);
   // Serializes `resp` (when `status` is OK), finishes the call and ends it (EndCall).

@@ -113,6 +113,11 @@ int Run(int argc, char** argv) {
   flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls");
   flags.Add("max-queued-calls", &main_options.max_queued_calls,
             "unary calls waiting for a thread beyond this are refused (RESOURCE_EXHAUSTED)");
+  flags.Add("disk-load-threads", &options.disk_loads.threads,
+            "threads reading restores from the disk tier (apart from --io-threads)");
+  int max_queued_disk_loads = static_cast<int>(options.disk_loads.max_queued);
+  flags.Add("max-queued-disk-loads", &max_queued_disk_loads,
+            "restores from disk waiting for a loader beyond this are refused (RESOURCE_EXHAUSTED)");
   flags.AddBytes("scrub-bytes-per-second", &main_options.scrub_bytes_per_second,
                  "read rate of the background scrubber that verifies the disk tier (0: off)");
   flags.Add("scrub-interval", &options.scrub.pass_interval,
@@ -132,6 +137,8 @@ int Run(int argc, char** argv) {
     return *exit_code;
   }
   options.cache.retention.max_checkpoints = max_checkpoints;
+  options.disk_loads.max_queued = static_cast<size_t>(std::max(1, max_queued_disk_loads));
+  options.disk_loads.threads = std::max(1, options.disk_loads.threads);
 
   const std::string runtime_dir = DefaultRuntimeDir();
   if (main_options.listen.empty() || main_options.arena_socket.empty()) {

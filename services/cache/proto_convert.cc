@@ -123,6 +123,43 @@ absl::StatusOr<int32_t> SlotFromProto(uint32_t slot, uint32_t slots) {
   return static_cast<int32_t>(slot);
 }
 
+absl::StatusOr<SessionHello> HelloFromProto(const v1::Hello& hello) {
+  if (hello.slots() > WireLimits::kMaxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.slots ", hello.slots(), " is more than ", WireLimits::kMaxSlots));
+  }
+  RETURN_IF_ERROR(
+      CheckLength("hello.instance_name", hello.instance_name(), WireLimits::kMaxNameBytes));
+  return SessionHello{hello.instance_name(), hello.pid(), hello.slots()};
+}
+
+v1::Welcome ToProtoWelcome(const SessionWelcome& welcome) {
+  v1::Welcome w;
+  w.set_session_id(welcome.session_id);
+  w.set_cache_incarnation(welcome.cache_incarnation);
+  v1::ArenaInfo* arena = w.mutable_arena();
+  arena->set_incarnation(welcome.arena_incarnation);
+  arena->set_size_bytes(welcome.arena_bytes);
+  arena->set_fd_socket_path(welcome.fd_socket_path);
+  arena->set_pin_step_bytes(welcome.pin_step_bytes);
+  arena->set_first_pin_bytes(welcome.first_pin_bytes);
+  arena->set_alignment(welcome.alignment);
+  w.set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(welcome.heartbeat_interval)));
+  w.set_session_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(welcome.session_timeout)));
+  return w;
+}
+
+SpillReport SpillReportFromProto(const v1::SpillDone& done) {
+  SpillReport r;
+  r.spill_id = done.spill_id();
+  r.chunk_ids.assign(done.chunk_ids().begin(), done.chunk_ids().end());
+  r.checksums.assign(done.checksums().begin(), done.checksums().end());
+  r.failed_chunk_ids.assign(done.failed_chunk_ids().begin(), done.failed_chunk_ids().end());
+  return r;
+}
+
 v1::Tier ToProtoTier(Tier tier) {
   switch (tier) {
     case Tier::kLive:

@@ -17,6 +17,7 @@
 #include "services/cache/core/event_log.h"
 #include "services/cache/core/model_layout.h"
 #include "services/cache/core/types.h"
+#include "services/cache/session_types.h"
 
 namespace cairn::cache {
 
@@ -50,6 +51,12 @@ absl::StatusOr<std::vector<TokenId>> TokensFromProto(
 
 // A slot index from the wire: below `slots` when the session declared its slot count (> 0).
 absl::StatusOr<int32_t> SlotFromProto(uint32_t slot, uint32_t slots);
+
+// The session's hello, with its instance name and slot count within the limits.
+absl::StatusOr<SessionHello> HelloFromProto(const v1::Hello& hello);
+v1::Welcome ToProtoWelcome(const SessionWelcome& welcome);
+// The spill report as sent; whether it matches its spill is the daemon's to check.
+SpillReport SpillReportFromProto(const v1::SpillDone& done);
 
 v1::Tier ToProtoTier(Tier tier);
 v1::CaptureKind ToProtoKind(CaptureKind kind);

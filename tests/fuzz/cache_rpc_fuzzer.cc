@@ -10,6 +10,7 @@
 // know: the last reservation and lease ids and the checksums of the bytes in the reserved
 // regions, bit 4 lets a session timeout pass in silence (the session dies).
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,8 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/stubs/logging.h"
 #include "services/cache/cache_daemon.h"
+#include "services/cache/cache_rpc.h"
+#include "services/cache/proto_convert.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_target.h"
 
@@ -96,20 +99,32 @@ void FillIn(const Context& c, v1::AbortCaptureRequest* req) {
 void FillIn(const Context& c, v1::ReleaseLeaseRequest* req) { req->set_lease_id(c.last_lease); }
 void FillIn(const Context&, google::protobuf::Message*) {}
 
-// Parses `bytes` as Req, points its ids per `flags` and calls `method`.
-template <typename Req, typename Resp>
-void Call(Context& c, uint8_t flags, absl::string_view bytes,
-          absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
+// Parses `bytes` as Req, points its ids per `flags` and calls `method` (a CacheDaemon member,
+// or a cache_rpc.h adapter taking the daemon first).
+template <typename Req, typename Resp, typename Method>
+void CallWith(Context& c, uint8_t flags, absl::string_view bytes, Method method) {
   Req req;
   if (!req.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return;
   if (flags & 1) SetId(&req, "session_id", c.session);
   if (flags & 2) SetId(&req, "model_id", c.model);
   if (flags & 8) FillIn(c, &req);
   Resp resp;
-  absl::Status s = (c.daemon->*method)(req, &resp);
+  absl::Status s = std::invoke(method, *c.daemon, req, &resp);
   if (!s.ok()) return;
   resp.ByteSizeLong();
   Remember(c, resp);
+}
+
+template <typename Req, typename Resp>
+void Call(Context& c, uint8_t flags, absl::string_view bytes,
+          absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
+  CallWith<Req, Resp>(c, flags, bytes, method);
+}
+
+template <typename Req, typename Resp>
+void Call(Context& c, uint8_t flags, absl::string_view bytes,
+          absl::Status (*method)(CacheDaemon&, const Req&, Resp*)) {
+  CallWith<Req, Resp>(c, flags, bytes, method);
 }
 
 v1::RegisterModelRequest Registration(uint64_t session) {
@@ -148,11 +163,13 @@ void Run(fuzz::FuzzInput& in) {
   hello.set_instance_name("fuzz");
   hello.set_client_incarnation(1);
   hello.set_slots(2);
-  absl::StatusOr<v1::Welcome> welcome = (*daemon)->OpenSession(hello, &sink);
+  absl::StatusOr<SessionHello> checked = HelloFromProto(hello);
+  CAIRN_CHECK(checked.ok());
+  absl::StatusOr<SessionWelcome> welcome = (*daemon)->OpenSession(*checked, &sink);
   CAIRN_CHECK(welcome.ok());
   v1::RegisterModelResponse registered;
-  CAIRN_CHECK((*daemon)->RegisterModel(Registration(welcome->session_id()), &registered).ok());
-  Context c{daemon->get(), welcome->session_id(), registered.model_id(), {}, 0};
+  CAIRN_CHECK((*daemon)->RegisterModel(Registration(welcome->session_id), &registered).ok());
+  Context c{daemon->get(), welcome->session_id, registered.model_id(), {}, 0};
 
   for (int i = 0; i < kMaxCalls && !in.empty(); ++i) {
     const uint8_t method = in.Byte();
@@ -187,13 +204,13 @@ void Run(fuzz::FuzzInput& in) {
         Call(c, flags, bytes, &CacheDaemon::UpdateFrontier);
         break;
       case 9:
-        Call(c, flags, bytes, &CacheDaemon::GetStatus);
+        Call(c, flags, bytes, &rpc::GetStatus);
         break;
       case 10:
-        Call(c, flags, bytes, &CacheDaemon::ListCheckpoints);
+        Call(c, flags, bytes, &rpc::ListCheckpoints);
         break;
       case 11:
-        Call(c, flags, bytes, &CacheDaemon::GetTree);
+        Call(c, flags, bytes, &rpc::GetTree);
         break;
       case 12:
         Call(c, flags, bytes, &CacheDaemon::Explain);
@@ -212,7 +229,8 @@ void Run(fuzz::FuzzInput& in) {
       case 15: {
         v1::SessionClientMessage m;
         if (m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-          c.daemon->OnSessionMessage((flags & 1) ? c.session : uint64_t{flags}, m).IgnoreError();
+          HandleSessionMessage(*c.daemon, (flags & 1) ? c.session : uint64_t{flags}, m)
+              .IgnoreError();
         }
         break;
       }

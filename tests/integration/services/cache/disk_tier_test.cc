@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
+#include "common/concurrency/notification.h"
 #include "gtest/gtest.h"
 #include "services/cache/disk/file_system.h"
 #include "services/cache/disk/testing/fault_file_system.h"
@@ -27,10 +28,28 @@ using testing::Tokens;
 constexpr uint64_t kReserve = uint64_t{64} << 20;    // DiskStoreOptions' default reserve.
 constexpr absl::Duration kWait = absl::Seconds(30);  // Bound of every wait below.
 
-// The POSIX file system with a gate on file creation: while closed, the disk writer stops
-// at its next new file. Thread-safe.
+// The POSIX file system with a gate on file creation and one on opening files to read: while
+// closed, the disk writer stops at its next new file, a disk load at its next file. Thread-safe.
 class GatedFileSystem final : public FileSystem {
  public:
+  void CloseReads() {
+    MutexLock lock(&mu_);
+    reads_open_ = false;
+  }
+  void OpenReads() {
+    MutexLock lock(&mu_);
+    reads_open_ = true;
+    cv_.SignalAll();
+  }
+  // Waits until `n` readers are held at the gate; false after kWait.
+  bool WaitForHeldReaders(int n) {
+    const absl::Time deadline = absl::Now() + kWait;
+    MutexLock lock(&mu_);
+    while (held_readers_ < n && absl::Now() < deadline) {
+      cv_.WaitWithTimeout(&mu_, deadline - absl::Now());
+    }
+    return held_readers_ >= n;
+  }
   void Close() {
     MutexLock lock(&mu_);
     open_ = false;
@@ -59,6 +78,16 @@ class GatedFileSystem final : public FileSystem {
     return base_->NewWritableFile(path);
   }
   absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& path) override {
+    {
+      const absl::Time deadline = absl::Now() + kWait;
+      MutexLock lock(&mu_);
+      ++held_readers_;
+      cv_.SignalAll();
+      while (!reads_open_ && absl::Now() < deadline) {
+        cv_.WaitWithTimeout(&mu_, deadline - absl::Now());
+      }
+      --held_readers_;
+    }
     return base_->NewReadableFile(path);
   }
   absl::Status Rename(const std::string& from, const std::string& to) override {
@@ -83,6 +112,8 @@ class GatedFileSystem final : public FileSystem {
   CondVar cv_;
   bool open_ ABSL_GUARDED_BY(mu_) = true;
   int held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reads_open_ ABSL_GUARDED_BY(mu_) = true;
+  int held_readers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class DiskTierTest : public ::testing::Test {
@@ -106,6 +137,18 @@ class DiskTierTest : public ::testing::Test {
     infer.PrefillCold(slot, Tokens(seed + 1000, 4), {}, seed + 1000);
     v1::FlushResponse flushed;
     EXPECT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+    return id;
+  }
+
+  // Captures a prompt-end checkpoint, writes it to disk and evicts its RAM copy: a restore of
+  // the returned id reads from disk.
+  uint64_t OnDiskOnly(FakeInfer& infer) {
+    infer.set_capture_kind(v1::CAPTURE_KIND_END);
+    const uint64_t id = CaptureAndFlush(infer, 0, 5, 72);
+    v1::EvictRequest evict;
+    evict.set_checkpoint_id(id);
+    v1::EvictResponse evicted;
+    EXPECT_TRUE(infer.Call(&v1::CacheService::Stub::Evict, evict, &evicted).ok());
     return id;
   }
 
@@ -215,6 +258,95 @@ TEST_F(DiskTierTest, FlushWaitsForTheWriterWithoutHoldingAnIoThread) {
   EXPECT_EQ(flushed.load(), 4);
   EXPECT_TRUE(server.daemon()->disk_store()->HasCheckpoint(id));
   EXPECT_EQ(server.daemon()->WaitingFlushesForTest(), 0u);
+}
+
+TEST_F(DiskTierTest, DiskLoadsRunOnTheirOwnPoolAndLeaveTheIoThreadsFree) {
+  GatedFileSystem fs;
+  Server server(8 << 20, root_, RealClock::Get(), &fs);  // Two I/O threads, two loaders.
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  FakeInfer other(server.address());  // FakeInfer sessions have two slots.
+  ASSERT_NO_FATAL_FAILURE(other.Open());
+  const uint64_t id = OnDiskOnly(infer);
+  fs.CloseReads();
+
+  // More restores from disk than I/O threads, two held reading, one queued for a loader.
+  std::vector<grpc::Status> answers(3);
+  std::vector<v1::RestoreLease> leases(3);
+  std::vector<std::thread> restores;
+  for (uint32_t i = 0; i < 3; ++i) {
+    FakeInfer* client = i < 2 ? &infer : &other;
+    restores.emplace_back([client, &answers, &leases, id, i] {
+      answers[i] = client->AcquireRestore(i % 2, id, &leases[i]);
+    });
+  }
+  const bool held = fs.WaitForHeldReaders(2);
+
+  // The I/O threads still answer other calls meanwhile.
+  auto stub = v1::CacheService::NewStub(NewLocalChannel(server.address()));
+  std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(absl::Seconds(5));
+  v1::GetStatusResponse status;
+  grpc::Status answered = stub->GetStatus(ctx.get(), v1::GetStatusRequest(), &status);
+  fs.OpenReads();
+  for (std::thread& t : restores) t.join();
+
+  EXPECT_TRUE(held);
+  EXPECT_TRUE(answered.ok()) << answered.error_message();
+  for (size_t i = 0; i < answers.size(); ++i) {
+    EXPECT_TRUE(answers[i].ok()) << answers[i].error_message();
+    EXPECT_EQ(leases[i].loaded_from(), v1::TIER_DISK);
+  }
+}
+
+TEST_F(DiskTierTest, ADiskLoadWhoseDeadlinePassedIsAnsweredDeadlineExceededAndHoldsNothing) {
+  Server server(8 << 20, root_);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  const uint64_t id = OnDiskOnly(infer);
+  v1::AcquireRestoreRequest req;
+  req.set_session_id(infer.session());
+  req.set_model_id(infer.model());
+  req.set_checkpoint_id(id);
+  req.set_slot(1);
+  Notification answered;
+  absl::Status status;
+
+  server.daemon()->AcquireRestoreAsync(req, absl::Now() - absl::Seconds(1),
+                                       [&](absl::Status s, v1::RestoreLease) {
+                                         status = std::move(s);
+                                         answered.Notify();
+                                       });
+
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(kWait));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  // Nothing was kept for it: the slot takes a lease and the checkpoint restores from disk.
+  ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, id));
+  EXPECT_EQ(infer.last_restore_tier(), v1::TIER_DISK);
+}
+
+TEST_F(DiskTierTest, ARetriedRestoreFromDiskGetsTheFirstLeaseAndReadsOnce) {
+  Server server(8 << 20, root_);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  const uint64_t id = OnDiskOnly(infer);
+  v1::AcquireRestoreRequest req;
+  req.set_session_id(infer.session());
+  req.set_model_id(infer.model());
+  req.set_checkpoint_id(id);
+  req.set_slot(1);
+  req.set_client_request_id(7);
+  v1::RestoreLease first;
+  v1::RestoreLease retry;
+
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::AcquireRestore, req, &first).ok());
+  const uint64_t arena_used = server.daemon()->arena().allocator().used_bytes();
+  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::AcquireRestore, req, &retry).ok());
+
+  EXPECT_EQ(first.loaded_from(), v1::TIER_DISK);
+  EXPECT_EQ(retry.lease_id(), first.lease_id());
+  EXPECT_EQ(retry.loaded_from(), v1::TIER_DISK);
+  // The retry read nothing and took no regions of its own.
+  EXPECT_EQ(server.daemon()->arena().allocator().used_bytes(), arena_used);
 }
 
 }  // namespace

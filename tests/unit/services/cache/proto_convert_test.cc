@@ -1,6 +1,7 @@
 #include "services/cache/proto_convert.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -91,6 +92,73 @@ TEST(ProtoConvertTest, CaptureKindsRoundTrip) {
   }
   EXPECT_THAT(FromProtoKind(v1::CAPTURE_KIND_UNSPECIFIED).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ProtoConvertTest, AHelloWithinTheLimitsKeepsItsFields) {
+  v1::Hello hello;
+  hello.set_instance_name("infer-gpu0");
+  hello.set_pid(42);
+  hello.set_slots(4);
+
+  absl::StatusOr<SessionHello> out = HelloFromProto(hello);
+
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->instance_name, "infer-gpu0");
+  EXPECT_EQ(out->pid, 42u);
+  EXPECT_EQ(out->slots, 4u);
+}
+
+TEST(ProtoConvertTest, AHelloPastTheLimitsIsRefusedNamingTheField) {
+  v1::Hello many;
+  many.set_slots(WireLimits::kMaxSlots + 1);
+  v1::Hello long_name;
+  long_name.set_instance_name(std::string(WireLimits::kMaxNameBytes + 1, 'x'));
+
+  ExpectNamed(HelloFromProto(many).status(), "hello.slots");
+  ExpectNamed(HelloFromProto(long_name).status(), "hello.instance_name");
+}
+
+TEST(ProtoConvertTest, TheWelcomeCarriesTheArenaAndTheHeartbeat) {
+  SessionWelcome w;
+  w.session_id = 7;
+  w.cache_incarnation = 8;
+  w.arena_incarnation = 9;
+  w.arena_bytes = 1 << 20;
+  w.fd_socket_path = "arena.sock";
+  w.pin_step_bytes = 4096;
+  w.first_pin_bytes = 8192;
+  w.alignment = 64;
+  w.heartbeat_interval = absl::Seconds(1);
+  w.session_timeout = absl::Seconds(10);
+
+  const v1::Welcome out = ToProtoWelcome(w);
+
+  EXPECT_EQ(out.session_id(), 7u);
+  EXPECT_EQ(out.cache_incarnation(), 8u);
+  EXPECT_EQ(out.arena().incarnation(), 9u);
+  EXPECT_EQ(out.arena().size_bytes(), uint64_t{1} << 20);
+  EXPECT_EQ(out.arena().fd_socket_path(), "arena.sock");
+  EXPECT_EQ(out.arena().pin_step_bytes(), 4096u);
+  EXPECT_EQ(out.arena().first_pin_bytes(), 8192u);
+  EXPECT_EQ(out.arena().alignment(), 64u);
+  EXPECT_EQ(out.heartbeat_interval_ms(), 1000u);
+  EXPECT_EQ(out.session_timeout_ms(), 10000u);
+}
+
+TEST(ProtoConvertTest, ASpillReportKeepsItsChunksInOrder) {
+  v1::SpillDone done;
+  done.set_spill_id(3);
+  done.add_chunk_ids(12);
+  done.add_chunk_ids(11);
+  done.add_checksums(99);
+  done.add_failed_chunk_ids(13);
+
+  const SpillReport r = SpillReportFromProto(done);
+
+  EXPECT_EQ(r.spill_id, 3u);
+  EXPECT_EQ(r.chunk_ids, (std::vector<ChunkId>{12, 11}));
+  EXPECT_EQ(r.checksums, std::vector<uint64_t>{99});  // A count mismatch is the daemon's to judge.
+  EXPECT_EQ(r.failed_chunk_ids, std::vector<ChunkId>{13});
 }
 
 }  // namespace

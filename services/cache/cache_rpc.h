@@ -1,0 +1,40 @@
+#ifndef CAIRN_SERVICES_CACHE_CACHE_RPC_H_
+#define CAIRN_SERVICES_CACHE_CACHE_RPC_H_
+
+// The wire side of the daemon's calls that take the daemon's own types: each converts the
+// cache.proto request (with the wire checks), calls CacheDaemon and converts the answer. The
+// gRPC reactors (cache_service.cc) and the RPC fuzzer call these. Stateless; thread-safe as
+// the daemon is; `daemon` must outlive each call.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "cairn/cache/v1/cache.pb.h"
+#include "services/cache/cache_daemon.h"
+
+namespace cairn::cache {
+
+// Hands one client message of session `session`'s stream to `daemon`: a heartbeat (Touch), a
+// spill report, an idle or busy slot. InvalidArgument for an empty message,
+// FailedPrecondition for a second hello, and whatever the daemon answers. Messages of one
+// session must be handed over in the order they arrived.
+absl::Status HandleSessionMessage(CacheDaemon& daemon, uint64_t session,
+                                  const v1::SessionClientMessage& message);
+
+namespace rpc {
+
+inline constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
+
+absl::Status GetStatus(CacheDaemon& daemon, const v1::GetStatusRequest& req,
+                       v1::GetStatusResponse* resp);
+// NotFound for an unknown model.
+absl::Status ListCheckpoints(CacheDaemon& daemon, const v1::ListCheckpointsRequest& req,
+                             v1::ListCheckpointsResponse* resp);
+// At most max_nodes nodes (0: kDefaultTreeNodes; never more than the wire limit). NotFound for
+// an unknown model.
+absl::Status GetTree(CacheDaemon& daemon, const v1::GetTreeRequest& req, v1::GetTreeResponse* resp);
+
+}  // namespace rpc
+}  // namespace cairn::cache
+
+#endif  // CAIRN_SERVICES_CACHE_CACHE_RPC_H_
