@@ -85,7 +85,7 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     if (it == live_.end() || it->second.deleting) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
     }
-    m = it->second.manifest;
+    m = ManifestLocked(it->second);
     ++it->second.readers;
   }
   const uint64_t compat_hash = CompatHash(m.compat_digest);
@@ -134,7 +134,9 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     if (!load_piece(piece, ChunkPath(c.file.name), c.file, want) && is_bad_file()) {
       MutexLock lock(&mu_);
       auto it = chunks_.find(c.id.chunk_id);
-      if (it != chunks_.end()) dependents = it->second.users;  // R5: every dependent.
+      if (it != chunks_.end()) {  // R5: every dependent.
+        dependents.insert(it->second.users.begin(), it->second.users.end());
+      }
       dependents.insert(checkpoint_id);
     }
   }
