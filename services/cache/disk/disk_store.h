@@ -224,11 +224,12 @@ class DiskStore {
                                              const std::function<void()>& between_pieces);
   absl::Status WriteManifest(const Manifest& manifest, const std::string& tmp_path,
                              const std::string& final_path);
-  // Streams `path` through a staging buffer, checking size, header identity and checksum
-  // against the manifest; copies the payload to `destination` (may be null) as it goes.
+  // Reads `path`, checking size, header identity and checksum against the manifest: the
+  // payload straight into `destination`, or through `staging` when `destination` is null.
+  // `staging` holds headers and footers too; it grows as needed and may be reused.
   absl::Status ReadVerified(const std::string& path, const ManifestFile& expected,
                             const FileHeader& expected_header, uint64_t payload_bytes,
-                            uint8_t* destination);
+                            uint8_t* destination, std::string* staging);
   absl::Status Load(uint64_t checkpoint_id, const RestoreDestination* destination);
   absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
   // Removes `id` from the tables; returns the files that nothing references any more.
