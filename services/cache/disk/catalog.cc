@@ -1,9 +1,12 @@
 #include "services/cache/disk/catalog.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "rocksdb/convenience.h"
 #include "rocksdb/iterator.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace cairn::cache {
@@ -54,6 +57,17 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path,
   options.stats_dump_period_sec = 0;
   options.stats_persist_period_sec = 0;
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  // Start-up reads every entry once (R1), so how fast blocks decompress is what matters; a
+  // build of RocksDB without the codec keeps its default. Files written with another codec
+  // stay readable: the codec is recorded per block.
+  const std::vector<rocksdb::CompressionType> supported = rocksdb::GetSupportedCompressions();
+  if (std::find(supported.begin(), supported.end(), catalog_options.compression) !=
+      supported.end()) {
+    options.compression = catalog_options.compression;
+  }
+  rocksdb::BlockBasedTableOptions table;
+  table.block_size = catalog_options.block_bytes;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   rocksdb::DB* raw = nullptr;
   absl::Status s = FromRocks(rocksdb::DB::Open(options, path, &raw), absl::StrCat("open ", path));
   if (!s.ok()) return s;
@@ -86,8 +100,20 @@ absl::Status Catalog::Remove(uint64_t checkpoint_id) {
 
 absl::StatusOr<std::vector<CatalogEntry>> Catalog::LoadAll() const {
   std::vector<CatalogEntry> entries;
+  absl::Status s = ForEach([&](uint64_t id, bool quarantined, absl::string_view manifest) {
+    entries.push_back(CatalogEntry{id, quarantined, std::string(manifest)});
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return entries;
+}
+
+absl::Status Catalog::ForEach(
+    const std::function<absl::Status(uint64_t, bool, absl::string_view)>& visit) const {
   rocksdb::ReadOptions read;
   read.verify_checksums = true;
+  // One pass over every entry: caching its blocks would only evict each other.
+  read.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
@@ -95,17 +121,13 @@ absl::StatusOr<std::vector<CatalogEntry>> Catalog::LoadAll() const {
     if (key.size() != 9 || key[0] != kEntryPrefix || value.size() < 1) {
       return absl::DataLossError("malformed catalog entry");
     }
-    CatalogEntry e;
-    for (int i = 0; i < 8; ++i) {
-      e.checkpoint_id = (e.checkpoint_id << 8) | static_cast<uint8_t>(key[1 + i]);
-    }
-    e.quarantined = (static_cast<uint8_t>(value[0]) & kFlagQuarantined) != 0;
-    e.manifest.assign(value.data() + 1, value.size() - 1);
-    entries.push_back(std::move(e));
+    uint64_t id = 0;
+    for (int i = 0; i < 8; ++i) id = (id << 8) | static_cast<uint8_t>(key[1 + i]);
+    const bool quarantined = (static_cast<uint8_t>(value[0]) & kFlagQuarantined) != 0;
+    absl::Status s = visit(id, quarantined, absl::string_view(value.data() + 1, value.size() - 1));
+    if (!s.ok()) return s;
   }
-  absl::Status s = FromRocks(it->status(), "scan");
-  if (!s.ok()) return s;
-  return entries;
+  return FromRocks(it->status(), "scan");
 }
 
 absl::Status Catalog::VerifyChecksums() const {

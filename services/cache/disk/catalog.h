@@ -6,12 +6,14 @@
 // manifests stay the source of truth; the catalog can always be rebuilt from them (R2).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
@@ -24,6 +26,11 @@ struct CatalogOptions {
   // Set explicitly (A6): after a power loss, recover the longest consistent WAL prefix.
   rocksdb::WALRecoveryMode wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   int max_background_jobs = 1;  // The catalog is small; leave the cores to the model.
+  // Entries hold whole manifests, and neighbours repeat the chunk entries they share: larger
+  // blocks compress them several times better, and LZ4 decompresses them several times
+  // faster than RocksDB's default Snappy (docs/benchmarks.md, "Disk tier").
+  rocksdb::CompressionType compression = rocksdb::kLZ4Compression;
+  size_t block_bytes = 32 << 10;
 };
 
 struct CatalogEntry {
@@ -49,6 +56,12 @@ class Catalog {
   absl::Status Remove(uint64_t checkpoint_id);
   // Returns every entry, in checkpoint-id order. DataLoss for a malformed entry key or value.
   absl::StatusOr<std::vector<CatalogEntry>> LoadAll() const;
+  // Calls `visit(checkpoint_id, quarantined, manifest)` for every entry in checkpoint-id order,
+  // without copying the values: `manifest` is valid only during the call, and `visit` must not
+  // write to the catalog. Stops at the first error `visit` returns and returns it; DataLoss for
+  // a malformed entry. Start-up's scan: the blocks it reads are not kept in RocksDB's cache.
+  absl::Status ForEach(const std::function<absl::Status(uint64_t checkpoint_id, bool quarantined,
+                                                        absl::string_view manifest)>& visit) const;
   // Runs RocksDB's VerifyChecksum over the catalog's files (B1, R7).
   absl::Status VerifyChecksums() const;
 

@@ -23,33 +23,11 @@
 namespace cairn::cache {
 namespace {
 
-using disk_internal::Corrupt;
-using disk_internal::ReadSmallFile;
-
-constexpr char kManifestSuffix[] = ".manifest";
-constexpr char kTmpSuffix[] = ".tmp";
-
-std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
-
-std::string ManifestName(uint64_t checkpoint_id) {
-  return absl::StrCat("m-", Hex(checkpoint_id), kManifestSuffix);
-}
-
-// Parses "m-<16 hex>.manifest"; false for any other name.
-bool ParseManifestName(absl::string_view name, uint64_t* checkpoint_id) {
-  if (name.size() != 2 + 16 + sizeof(kManifestSuffix) - 1 || !absl::StartsWith(name, "m-") ||
-      !absl::EndsWith(name, kManifestSuffix)) {
-    return false;
-  }
-  return absl::SimpleHexAtoi(name.substr(2, 16), checkpoint_id);
-}
-
-// True for catalog open errors that mean damaged or missing files (rebuild from manifests),
-// false for anything else, such as the lock held by another process (never wipe then).
-bool IsDamagedCatalog(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kDataLoss || s.code() == absl::StatusCode::kNotFound ||
-         absl::StrContains(s.message(), "No such file or directory");
-}
+using disk_internal::Hex;
+using disk_internal::kManifestSuffix;
+using disk_internal::kTmpSuffix;
+using disk_internal::ManifestName;
+using disk_internal::ParseManifestName;
 
 // True for errors that count towards IO4. Not for ENOSPC/EDQUOT (ResourceExhausted), which
 // fail the publish cleanly so the caller's policy can evict by rank and retry (IO5), unless
@@ -65,7 +43,7 @@ bool IsIoError(const absl::Status& s) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Construction and reconciliation (R1, R2).
+// Construction and the tables (reconciliation, R1 and R2, is in disk_store_recovery.cc).
 
 DiskStore::DiskStore(const DiskStoreOptions& options, FileSystem* fs, uint64_t incarnation)
     : options_(options),
@@ -103,55 +81,7 @@ std::string DiskStore::ManifestPath(uint64_t checkpoint_id) const {
   return JoinPath(manifests_dir_, ManifestName(checkpoint_id));
 }
 
-absl::Status DiskStore::WipeCatalog() {
-  catalog_.reset();
-  absl::StatusOr<std::vector<std::string>> names = fs_->ListDir(catalog_dir_);
-  if (!names.ok()) return absl::OkStatus();  // Nothing to wipe.
-  for (const std::string& name : *names) {
-    absl::Status s = fs_->Delete(JoinPath(catalog_dir_, name));
-    if (!s.ok() && s.code() != absl::StatusCode::kNotFound) return s;
-  }
-  return fs_->SyncDir(catalog_dir_);
-}
-
-absl::Status DiskStore::OpenCatalog() {
-  absl::StatusOr<std::unique_ptr<Catalog>> catalog =
-      Catalog::Open(catalog_dir_, options_.catalog_fs, options_.catalog);
-  if (!catalog.ok() && IsDamagedCatalog(catalog.status())) {
-    // The manifests are the truth (R2): a damaged catalog is rebuilt from them.
-    CAIRN_LOG(WARNING) << "rebuilding the disk catalog from manifests: " << catalog.status();
-    RETURN_IF_ERROR(WipeCatalog());
-    catalog = Catalog::Open(catalog_dir_, options_.catalog_fs, options_.catalog);
-  }
-  if (!catalog.ok()) return catalog.status();
-  catalog_ = std::move(*catalog);
-  return absl::OkStatus();
-}
-
-absl::Status DiskStore::CheckFileSizes(const Manifest& m, const std::set<std::string>& chunk_names,
-                                       const std::set<std::string>& state_names) {
-  auto check = [&](const std::string& path, const std::set<std::string>& listed,
-                   const ManifestFile& f) -> absl::Status {
-    if (listed.count(f.name) == 0) return Corrupt(path, "missing");
-    ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
-    if (size != f.length) {
-      return Corrupt(path, absl::StrCat("size ", size, " but the manifest says ", f.length));
-    }
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(check(StatePath(m.state_file.name), state_names, m.state_file));
-  for (const ManifestChunk& c : m.chunks) {
-    {
-      MutexLock lock(&mu_);
-      auto it = chunks_.find(c.id.chunk_id);
-      if (it != chunks_.end() && it->second.entry == c) continue;  // Checked already.
-    }
-    RETURN_IF_ERROR(check(ChunkPath(c.file.name), chunk_names, c.file));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DiskStore::RegisterLocked(Manifest m, uint64_t manifest_bytes) {
+absl::Status DiskStore::RegisterLocked(const Manifest& m, uint64_t manifest_bytes) {
   for (const ManifestChunk& c : m.chunks) {
     auto it = chunks_.find(c.id.chunk_id);
     if (it != chunks_.end() && !(it->second.entry == c)) {
@@ -160,121 +90,47 @@ absl::Status DiskStore::RegisterLocked(Manifest m, uint64_t manifest_bytes) {
                                                         " differently from another manifest"));
     }
   }
+  Record r;
+  r.manifest.checkpoint_id = m.checkpoint_id;
+  r.manifest.generation = m.generation;
+  r.manifest.depth = m.depth;
+  r.manifest.compat_digest = m.compat_digest;
+  r.manifest.input_digest = m.input_digest;
+  r.manifest.token_hash = m.token_hash;
+  r.manifest.state_file = m.state_file;
+  r.manifest.sections = m.sections;
+  r.manifest.capture_kind = m.capture_kind;
+  r.manifest_bytes = manifest_bytes;
+  r.chunk_ids.reserve(m.chunks.size());
   for (const ManifestChunk& c : m.chunks) {
     auto [it, inserted] = chunks_.try_emplace(c.id.chunk_id);
     if (inserted) {
       it->second.entry = c;
       used_bytes_ += c.file.length;
     }
-    // Start-up registers checkpoints in id order: the hint makes each insert O(1) instead of
-    // a descent through a set that holds every checkpoint sharing the chunk.
+    // Start-up registers checkpoints in id order: the hint makes each insert O(1).
     it->second.users.emplace_hint(it->second.users.end(), m.checkpoint_id);
     max_chunk_id_ = std::max(max_chunk_id_, c.id.chunk_id);
+    r.chunk_ids.push_back(c.id.chunk_id);
   }
   used_bytes_ += m.state_file.length + manifest_bytes;
   max_checkpoint_id_ = std::max(max_checkpoint_id_, m.checkpoint_id);
   next_generation_ = std::max(next_generation_, m.generation + 1);
-  m.tokens.clear();
-  m.tokens.shrink_to_fit();
-  const uint64_t id = m.checkpoint_id;
-  live_[id] = Record{std::move(m), manifest_bytes, 0};
+  live_[m.checkpoint_id] = std::move(r);
   return absl::OkStatus();
 }
 
-absl::Status DiskStore::Reconcile() {
-  for (const std::string& dir :
-       {options_.root, chunks_dir_, states_dir_, manifests_dir_, quarantine_dir_, catalog_dir_}) {
-    RETURN_IF_ERROR(fs_->CreateDir(dir));
-  }
-  // List first (R3): the sweep considers only these names, all older than our writer.
-  ASSIGN_OR_RETURN(std::vector<std::string> chunk_list, fs_->ListDir(chunks_dir_));
-  ASSIGN_OR_RETURN(std::vector<std::string> state_list, fs_->ListDir(states_dir_));
-  ASSIGN_OR_RETURN(std::vector<std::string> manifest_list, fs_->ListDir(manifests_dir_));
-  const std::set<std::string> chunk_names(chunk_list.begin(), chunk_list.end());
-  const std::set<std::string> state_names(state_list.begin(), state_list.end());
-  const std::set<std::string> manifest_names(manifest_list.begin(), manifest_list.end());
-  {
-    MutexLock lock(&mu_);
-    for (const std::string& n : chunk_list) sweep_candidates_.push_back(ChunkPath(n));
-    for (const std::string& n : state_list) sweep_candidates_.push_back(StatePath(n));
-    for (const std::string& n : manifest_list) {
-      sweep_candidates_.push_back(JoinPath(manifests_dir_, n));
-    }
-  }
+const ManifestChunk& DiskStore::ChunkEntryLocked(uint64_t chunk_id) const {
+  auto it = chunks_.find(chunk_id);
+  CAIRN_CHECK(it != chunks_.end());  // A chunk stays in chunks_ while a live record lists it.
+  return it->second.entry;
+}
 
-  RETURN_IF_ERROR(OpenCatalog());
-  absl::StatusOr<std::vector<CatalogEntry>> entries = catalog_->LoadAll();
-  if (!entries.ok() && IsDamagedCatalog(entries.status())) {
-    CAIRN_LOG(WARNING) << "rebuilding the disk catalog from manifests: " << entries.status();
-    RETURN_IF_ERROR(WipeCatalog());
-    RETURN_IF_ERROR(OpenCatalog());
-    entries = std::vector<CatalogEntry>();
-  }
-  if (!entries.ok()) return entries.status();
-
-  std::set<uint64_t> registered;
-  std::vector<std::pair<uint64_t, std::string>> to_quarantine;
-  auto admit = [&](Manifest m, uint64_t manifest_bytes) {
-    registered.insert(m.checkpoint_id);  // Seen: a failed admission is not retried below.
-    absl::Status s = CheckFileSizes(m, chunk_names, state_names);
-    if (s.ok()) {
-      MutexLock lock(&mu_);
-      s = RegisterLocked(m, manifest_bytes);
-    }
-    if (!s.ok()) {
-      to_quarantine.emplace_back(m.checkpoint_id, std::string(s.message()));
-      return;
-    }
-    if (options_.on_recovered) options_.on_recovered(m);
-  };
-
-  for (CatalogEntry& e : *entries) {
-    const std::string name = ManifestName(e.checkpoint_id);
-    if (e.quarantined) {
-      if (manifest_names.count(name) != 0) {
-        // A quarantine interrupted between its catalog flag and its rename: finish it.
-        to_quarantine.emplace_back(e.checkpoint_id, "quarantine completed at start-up");
-      } else {
-        MutexLock lock(&mu_);
-        quarantined_.push_back({e.checkpoint_id, "quarantined before this start"});
-      }
-      registered.insert(e.checkpoint_id);
-      continue;
-    }
-    absl::StatusOr<Manifest> m = DecodeManifest(e.manifest);
-    absl::StatusOr<uint64_t> size = manifest_names.count(name) != 0
-                                        ? fs_->FileSize(ManifestPath(e.checkpoint_id))
-                                        : absl::StatusOr<uint64_t>(absl::NotFoundError(name));
-    if (!m.ok() || m->checkpoint_id != e.checkpoint_id || !size.ok() ||
-        *size != e.manifest.size()) {
-      // No valid manifest behind the entry (R2); the manifest file, if any, is examined below.
-      RETURN_IF_ERROR(catalog_->Remove(e.checkpoint_id));
-      continue;
-    }
-    admit(*std::move(m), e.manifest.size());
-  }
-
-  for (const std::string& name : manifest_list) {
-    uint64_t id = 0;
-    if (!ParseManifestName(name, &id) || registered.count(id) != 0) continue;
-    absl::StatusOr<std::string> bytes =
-        ReadSmallFile(fs_, JoinPath(manifests_dir_, name), FormatLimits::kMaxManifestBytes);
-    if (!bytes.ok()) continue;
-    absl::StatusOr<Manifest> m = DecodeManifest(*bytes);
-    if (!m.ok() || m->checkpoint_id != id) continue;  // Torn: ignored, then swept (P12, R3).
-    // A crash between P5 and P6: re-register (R2).
-    RETURN_IF_ERROR(catalog_->Put(CatalogEntry{id, false, *bytes}));
-    admit(*std::move(m), bytes->size());
-  }
-
-  for (const auto& [id, reason] : to_quarantine) {
-    RETURN_IF_ERROR(QuarantineCheckpoints({id}, reason));
-  }
-  MutexLock lock(&mu_);
-  CAIRN_LOG(INFO) << "disk tier " << options_.root << ": " << live_.size() << " checkpoints, "
-                  << chunks_.size() << " chunks, " << used_bytes_ << " bytes, "
-                  << quarantined_.size() << " quarantined";
-  return absl::OkStatus();
+Manifest DiskStore::ManifestLocked(const Record& r) const {
+  Manifest m = r.manifest;
+  m.chunks.reserve(r.chunk_ids.size());
+  for (uint64_t id : r.chunk_ids) m.chunks.push_back(ChunkEntryLocked(id));
+  return m;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,10 +285,10 @@ absl::StatusOr<uint64_t> DiskStore::UsableFreeBytes() const {
 
 uint64_t DiskStore::BytesFreedLocked(const Record& r) const {
   uint64_t bytes = r.manifest.state_file.length + r.manifest_bytes;
-  for (const ManifestChunk& c : r.manifest.chunks) {
-    auto it = chunks_.find(c.id.chunk_id);
+  for (uint64_t id : r.chunk_ids) {
+    auto it = chunks_.find(id);
     if (it != chunks_.end() && it->second.users.size() == 1 && it->second.pins == 0) {
-      bytes += c.file.length;
+      bytes += it->second.entry.file.length;
     }
   }
   return bytes;
@@ -457,8 +313,8 @@ std::vector<std::string> DiskStore::DropLocked(uint64_t id) {
   auto it = live_.find(id);
   if (it == live_.end()) return orphans;
   const Manifest& m = it->second.manifest;
-  for (const ManifestChunk& c : m.chunks) {
-    auto chunk = chunks_.find(c.id.chunk_id);
+  for (uint64_t chunk_id : it->second.chunk_ids) {
+    auto chunk = chunks_.find(chunk_id);
     if (chunk == chunks_.end()) continue;
     chunk->second.users.erase(id);
     if (chunk->second.users.empty() && chunk->second.pins == 0) {
@@ -596,7 +452,7 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   CAIRN_KILL_POINT("disk.publish.after_catalog");
   MutexLock lock(&mu_);
   end_in_flight();
-  absl::Status registered = RegisterLocked(std::move(m), manifest_bytes.size());
+  absl::Status registered = RegisterLocked(m, manifest_bytes.size());
   std::vector<std::string> unused;
   UnpinLocked(request.shared_chunk_ids, &unused);
   // New chunk ids were unique on disk and among in-flight publishes when this one began.
@@ -746,7 +602,7 @@ std::optional<DiskCheckpointInfo> DiskStore::NextCheckpointAfter(uint64_t after_
 
 DiskCheckpointInfo DiskStore::InfoLocked(uint64_t id, const Record& r) const {
   uint64_t file_bytes = r.manifest.state_file.length;
-  for (const ManifestChunk& c : r.manifest.chunks) file_bytes += c.file.length;
+  for (uint64_t chunk_id : r.chunk_ids) file_bytes += ChunkEntryLocked(chunk_id).file.length;
   return DiskCheckpointInfo{id,
                             r.manifest.generation,
                             r.manifest.depth,

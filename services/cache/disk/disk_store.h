@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -181,15 +183,18 @@ class DiskStore {
 
  private:
   struct Record {
-    Manifest manifest;  // Tokens dropped to keep memory small; GetManifest re-reads.
+    // Without its tokens and chunk entries, to keep memory small: GetManifest re-reads the
+    // file, and the entries are in chunks_ (one per chunk however many checkpoints list it).
+    Manifest manifest;
+    std::vector<uint64_t> chunk_ids;  // The manifest's chunks, in its order.
     uint64_t manifest_bytes = 0;
     uint64_t readers = 0;
     bool deleting = false;  // A Delete is under way: no new readers, not an eviction candidate.
   };
   struct ChunkRecord {
     ManifestChunk entry;
-    std::set<uint64_t> users;  // Live checkpoints listing it.
-    int pins = 0;              // In-flight publishes sharing it (P8).
+    absl::btree_set<uint64_t> users;  // Live checkpoints listing it.
+    int pins = 0;                     // In-flight publishes sharing it (P8).
   };
   struct Plan;  // One publish in flight.
 
@@ -198,10 +203,16 @@ class DiskStore {
   absl::Status Reconcile();
   absl::Status OpenCatalog();
   absl::Status WipeCatalog();
-  absl::Status CheckFileSizes(const Manifest& m, const std::set<std::string>& chunk_names,
-                              const std::set<std::string>& state_names);
-  absl::Status RegisterLocked(Manifest manifest, uint64_t manifest_bytes)
+  using FileNameSet = absl::flat_hash_set<std::string>;
+  absl::Status CheckFileSizes(const Manifest& m, const FileNameSet& chunk_names,
+                              const FileNameSet& state_names) ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds a checkpoint whose files are durable (and checked) to the tables. FailedPrecondition
+  // if it lists a chunk differently from a checkpoint already there.
+  absl::Status RegisterLocked(const Manifest& manifest, uint64_t manifest_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const ManifestChunk& ChunkEntryLocked(uint64_t chunk_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns `r`'s manifest with its chunk entries (tokens stay dropped).
+  Manifest ManifestLocked(const Record& r) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status ValidateRequest(const PublishRequest& request) const;
   // ResourceExhausted (with the numbers) when `bytes_needed` more bytes would pass the cap
@@ -213,11 +224,12 @@ class DiskStore {
                                              const std::function<void()>& between_pieces);
   absl::Status WriteManifest(const Manifest& manifest, const std::string& tmp_path,
                              const std::string& final_path);
-  // Streams `path` through a staging buffer, checking size, header identity and checksum
-  // against the manifest; copies the payload to `destination` (may be null) as it goes.
+  // Reads `path`, checking size, header identity and checksum against the manifest: the
+  // payload straight into `destination`, or through `staging` when `destination` is null.
+  // `staging` holds headers and footers too; it grows as needed and may be reused.
   absl::Status ReadVerified(const std::string& path, const ManifestFile& expected,
                             const FileHeader& expected_header, uint64_t payload_bytes,
-                            uint8_t* destination);
+                            uint8_t* destination, std::string* staging);
   absl::Status Load(uint64_t checkpoint_id, const RestoreDestination* destination);
   absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
   // Removes `id` from the tables; returns the files that nothing references any more.

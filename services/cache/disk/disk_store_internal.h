@@ -1,7 +1,8 @@
 #ifndef CAIRN_SERVICES_CACHE_DISK_DISK_STORE_INTERNAL_H_
 #define CAIRN_SERVICES_CACHE_DISK_DISK_STORE_INTERNAL_H_
 
-// Helpers shared by DiskStore's source files (disk_store.cc, disk_store_read.cc); not an API.
+// Helpers shared by DiskStore's source files (disk_store.cc, disk_store_read.cc,
+// disk_store_recovery.cc); not an API.
 
 #include <cstdint>
 #include <memory>
@@ -9,13 +10,34 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "services/cache/disk/file_system.h"
 
 namespace cairn::cache::disk_internal {
+
+inline constexpr char kManifestSuffix[] = ".manifest";
+inline constexpr char kTmpSuffix[] = ".tmp";
+
+inline std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+inline std::string ManifestName(uint64_t checkpoint_id) {
+  return absl::StrCat("m-", Hex(checkpoint_id), kManifestSuffix);
+}
+
+// Parses "m-<16 hex>.manifest"; false for any other name.
+inline bool ParseManifestName(absl::string_view name, uint64_t* checkpoint_id) {
+  if (name.size() != 2 + 16 + sizeof(kManifestSuffix) - 1 || !absl::StartsWith(name, "m-") ||
+      !absl::EndsWith(name, kManifestSuffix)) {
+    return false;
+  }
+  return absl::SimpleHexAtoi(name.substr(2, 16), checkpoint_id);
+}
 
 inline absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat(path, ": ", what));

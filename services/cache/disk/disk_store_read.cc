@@ -23,20 +23,21 @@ using disk_internal::ReadSmallFile;
 
 absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile& expected,
                                      const FileHeader& want, uint64_t payload_bytes,
-                                     uint8_t* destination) {
+                                     uint8_t* destination, std::string* staging) {
   ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
   if (size != expected.length) {
     return Corrupt(path, absl::StrCat("size ", size, ", manifest says ", expected.length));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ReadableFile> file, fs_->NewReadableFile(path));
-  std::string staging(options_.staging_bytes, '\0');
-  auto read = [&](uint64_t offset, size_t n) -> absl::StatusOr<absl::string_view> {
-    if (n > staging.size()) staging.resize(n);
-    ASSIGN_OR_RETURN(
-        size_t got,
-        file->ReadAt(offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(staging.data()), n)));
+  auto read_into = [&](uint64_t offset, uint8_t* out, size_t n) -> absl::Status {
+    ASSIGN_OR_RETURN(size_t got, file->ReadAt(offset, absl::Span<uint8_t>(out, n)));
     if (got != n) return Corrupt(path, "short read");
-    return absl::string_view(staging.data(), n);
+    return absl::OkStatus();
+  };
+  auto read = [&](uint64_t offset, size_t n) -> absl::StatusOr<absl::string_view> {
+    if (n > staging->size()) staging->resize(n);
+    RETURN_IF_ERROR(read_into(offset, reinterpret_cast<uint8_t*>(staging->data()), n));
+    return absl::string_view(staging->data(), n);
   };
   if (size < kFileFixedHeaderBytes + kFileFooterBytes) return Corrupt(path, "file too short");
   ASSIGN_OR_RETURN(absl::string_view prefix, read(0, kFileFixedHeaderBytes));
@@ -54,12 +55,20 @@ absl::Status DiskStore::ReadVerified(const std::string& path, const ManifestFile
   }
   Xxh3Stream hash;
   hash.Update(header_bytes_view);
+  // The payload is read straight into the destination (no staging copy), one staging-sized
+  // piece at a time so that each piece is hashed while it is still in the CPU's caches. Until
+  // the footer is checked the destination holds unverified bytes, which is why a failed
+  // restore's destination must not be used (Restore's contract).
   uint64_t done = 0;
   while (done < header.payload_bytes) {
     const size_t n = std::min<uint64_t>(options_.staging_bytes, header.payload_bytes - done);
-    ASSIGN_OR_RETURN(absl::string_view piece, read(header_bytes + done, n));
-    hash.Update(piece);
-    if (destination != nullptr) std::memcpy(destination + done, piece.data(), n);
+    if (destination != nullptr) {
+      RETURN_IF_ERROR(read_into(header_bytes + done, destination + done, n));
+      hash.Update(destination + done, n);
+    } else {
+      ASSIGN_OR_RETURN(absl::string_view piece, read(header_bytes + done, n));
+      hash.Update(piece);
+    }
     done += n;
   }
   ASSIGN_OR_RETURN(absl::string_view footer, read(header_bytes + done, kFileFooterBytes));
@@ -85,12 +94,13 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     if (it == live_.end() || it->second.deleting) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
     }
-    m = it->second.manifest;
+    m = ManifestLocked(it->second);
     ++it->second.readers;
   }
   const uint64_t compat_hash = CompatHash(m.compat_digest);
   std::set<uint64_t> dependents;  // To quarantine if a file is bad.
   absl::Status status;
+  std::string staging;  // Headers, footers and (for Verify) payload pieces; grows once.
   // Reads one file of the checkpoint into the destination the caller gives for `piece`.
   auto load_piece = [&](const RestorePiece& piece, const std::string& path,
                         const ManifestFile& file, const FileHeader& want) -> bool {
@@ -106,7 +116,7 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
       }
       out = dst->data();
     }
-    status = ReadVerified(path, file, want, piece.bytes, out);
+    status = ReadVerified(path, file, want, piece.bytes, out, &staging);
     return status.ok();
   };
   auto is_bad_file = [&] {
@@ -134,7 +144,9 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     if (!load_piece(piece, ChunkPath(c.file.name), c.file, want) && is_bad_file()) {
       MutexLock lock(&mu_);
       auto it = chunks_.find(c.id.chunk_id);
-      if (it != chunks_.end()) dependents = it->second.users;  // R5: every dependent.
+      if (it != chunks_.end()) {  // R5: every dependent.
+        dependents.insert(it->second.users.begin(), it->second.users.end());
+      }
       dependents.insert(checkpoint_id);
     }
   }

@@ -1,6 +1,7 @@
-// Disk-tier and arena benchmarks (issue 6): restore throughput from the arena and from disk
-// (warm and cold page cache) against this machine's memcpy and sequential-read bandwidth,
-// measured in the same run, and start-up time with 10,000 checkpoints in the catalog.
+// Disk-tier and arena benchmarks: restore throughput from the arena and from disk (warm and
+// cold page cache) against this machine's memcpy and sequential-read bandwidth, each paired
+// with its reference in every iteration, and start-up time with 10,000 checkpoints in the
+// catalog (docs/benchmarks.md, "Disk tier").
 //
 //   cairn_disk_benchmark [--benchmark_filter=...]
 // Files go under $CAIRN_BENCH_DIR (default: the system temp directory); it must be a real
@@ -10,6 +11,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "common/shm/bulk_copy.h"
 #include "services/cache/arena/arena.h"
 #include "services/cache/disk/disk_store.h"
 #include "services/cache/disk/testing/fault_file_system.h"
@@ -40,8 +44,8 @@ constexpr int kStartupSharedChunks = 64;
 std::string BenchDir(const std::string& name) {
   const char* base = std::getenv("CAIRN_BENCH_DIR");
   std::filesystem::path root = base != nullptr ? base : std::filesystem::temp_directory_path();
-  std::filesystem::path dir = root / ("cairn-disk-bench-" + std::to_string(::getpid()) + "-" +
-                                      name);
+  std::filesystem::path dir =
+      root / ("cairn-disk-bench-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -58,64 +62,99 @@ void DropFromPageCache(const std::string& dir) {
   }
 }
 
+// Reads `path` front to back in preads of `buffer`'s size; returns the bytes read.
+uint64_t ReadWhole(const std::string& path, std::vector<uint8_t>* buffer) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  uint64_t done = 0;
+  while (fd >= 0) {
+    ssize_t n = ::pread(fd, buffer->data(), buffer->size(), static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<uint64_t>(n);
+  }
+  if (fd >= 0) ::close(fd);
+  benchmark::DoNotOptimize(buffer->data());
+  return done;
+}
+
 std::vector<uint8_t> Filled(uint64_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (uint64_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + seed);
   return v;
 }
 
-// The machine's memcpy bandwidth over the restore size.
-void BM_Memcpy(benchmark::State& state) {
-  std::vector<uint8_t> src = Filled(kTotalBytes, 1), dst(kTotalBytes);
-  for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), kTotalBytes);
-    benchmark::DoNotOptimize(dst.data());
+// Each restore benchmark measures its reference (the machine's limit) and the restore in the
+// same iteration, one right after the other, alternating which goes first, over the same bytes
+// into the same destination, so that load on a shared machine hits both alike. The reported
+// time is the restore's; the counters are medians over the iterations: ref_GBps, restore_GBps
+// and ratio (restore / reference, per iteration), with ratio_min and ratio_max as the spread.
+class Paired {
+ public:
+  // Times `reference` and `restore` once each, in an order that alternates per call.
+  template <typename R, typename M>
+  void Run(benchmark::State& state, R&& reference, M&& restore) {
+    double ref_s = 0, restore_s = 0;
+    if (runs_ % 2 == 0) {
+      ref_s = Seconds(reference);
+      restore_s = Seconds(restore);
+    } else {
+      restore_s = Seconds(restore);
+      ref_s = Seconds(reference);
+    }
+    ++runs_;
+    ref_.push_back(ref_s);
+    restore_.push_back(restore_s);
+    state.SetIterationTime(restore_s);
   }
-  state.SetBytesProcessed(state.iterations() * kTotalBytes);
-}
-BENCHMARK(BM_Memcpy)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The machine's sequential read bandwidth (1 MiB preads) over one file of the restore size;
-// range(0) = 1 for a cold page cache.
-void BM_SequentialRead(benchmark::State& state) {
-  const bool cold = state.range(0) == 1;
-  const std::string dir = BenchDir("seq");
-  const std::string path = dir + "/file";
-  {
-    std::vector<uint8_t> data = Filled(kTotalBytes, 2);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-    if (fd < 0 || ::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size()) ||
-        ::fsync(fd) != 0) {
-      state.SkipWithError("cannot write the sequential-read file");
-      return;
-    }
-    ::close(fd);
+  // Times `read_files` (a plain read of the restore's own files) for the same iteration: not
+  // a reference, a diagnosis of what the file layout itself costs on this storage.
+  template <typename F>
+  void RunFiles(F&& read_files) {
+    files_.push_back(Seconds(read_files));
   }
-  std::vector<uint8_t> buffer(1 << 20);
-  for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      DropFromPageCache(dir);
-      state.ResumeTiming();
-    }
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    uint64_t done = 0;
-    while (done < kTotalBytes) {
-      ssize_t n = ::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(done));
-      if (n <= 0) break;
-      done += static_cast<uint64_t>(n);
-    }
-    ::close(fd);
-    benchmark::DoNotOptimize(buffer.data());
-  }
-  state.SetBytesProcessed(state.iterations() * kTotalBytes);
-  std::filesystem::remove_all(dir);
-}
-BENCHMARK(BM_SequentialRead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Restore from the arena: every region resolved (validated) and copied out, as the inference
-// daemon copies a RAM checkpoint into a slot.
-void BM_RestoreFromArena(benchmark::State& state) {
+  void Report(benchmark::State& state, uint64_t bytes) const {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < ref_.size(); ++i) ratios.push_back(ref_[i] / restore_[i]);
+    state.counters["ref_GBps"] = bytes / Median(ref_) / 1e9;
+    state.counters["restore_GBps"] = bytes / Median(restore_) / 1e9;
+    state.counters["ratio"] = Median(ratios);
+    state.counters["ratio_min"] = *std::min_element(ratios.begin(), ratios.end());
+    state.counters["ratio_max"] = *std::max_element(ratios.begin(), ratios.end());
+    if (!files_.empty()) {
+      std::vector<double> vs_files;
+      for (size_t i = 0; i < files_.size(); ++i) vs_files.push_back(files_[i] / restore_[i]);
+      state.counters["files_GBps"] = bytes / Median(files_) / 1e9;
+      state.counters["restore_vs_files"] = Median(vs_files);
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  }
+
+ private:
+  template <typename F>
+  static double Seconds(F&& f) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  static double Median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+
+  int runs_ = 0;
+  std::vector<double> ref_, restore_, files_;
+};
+
+constexpr int kPairedIterations = 9;
+
+// Restore from the arena against memcpy: every region resolved (validated) and copied out, as
+// the inference daemon copies a RAM checkpoint into a slot. The reference is one memcpy of the
+// same size from ordinary memory into the same (pre-faulted) slot. range(0) = 1 copies each
+// region with BulkCopy, 0 with memcpy (what the CPU backend's Upload does today).
+void BM_RestoreFromArenaVsMemcpy(benchmark::State& state) {
+  const bool bulk = state.range(0) == 1;
   ArenaOptions options;
   options.size_bytes = kTotalBytes + (64 << 20);
   auto arena = Arena::Create(options);
@@ -127,38 +166,81 @@ void BM_RestoreFromArena(benchmark::State& state) {
   for (int i = 0; i < kChunks; ++i) {
     regions.push_back((*arena)->allocator().Allocate(kChunkBytes, RegionKind::kChunk)->handle);
   }
-  regions.push_back(
-      (*arena)->allocator().Allocate(kStateBytes, RegionKind::kPrivateState)->handle);
+  regions.push_back((*arena)->allocator().Allocate(kStateBytes, RegionKind::kPrivateState)->handle);
   for (const ArenaHandle& h : regions) {
     auto bytes = (*arena)->Resolve(h);
     std::memset(bytes->data(), 7, bytes->size());
   }
+  const std::vector<uint8_t> src = Filled(kTotalBytes, 1);
   std::vector<uint8_t> slot(kTotalBytes);
+  Paired paired;
+  bool resolved = true;
   for (auto _ : state) {
-    uint64_t at = 0;
-    for (const ArenaHandle& h : regions) {
-      auto bytes = (*arena)->Resolve(h);
-      if (!bytes.ok()) {
-        state.SkipWithError("resolve failed");
-        return;
-      }
-      std::memcpy(slot.data() + at, bytes->data(), bytes->size());
-      at += bytes->size();
+    paired.Run(
+        state,
+        [&] {
+          std::memcpy(slot.data(), src.data(), kTotalBytes);
+          benchmark::DoNotOptimize(slot.data());
+        },
+        [&] {
+          uint64_t at = 0;
+          for (const ArenaHandle& h : regions) {
+            auto bytes = (*arena)->Resolve(h);
+            if (!bytes.ok()) {
+              resolved = false;
+              return;
+            }
+            if (bulk) {
+              BulkCopy(slot.data() + at, bytes->data(), bytes->size());
+            } else {
+              std::memcpy(slot.data() + at, bytes->data(), bytes->size());
+            }
+            at += bytes->size();
+          }
+          benchmark::DoNotOptimize(slot.data());
+        });
+    if (!resolved) {
+      state.SkipWithError("resolve failed");
+      return;
     }
-    benchmark::DoNotOptimize(slot.data());
   }
-  state.SetBytesProcessed(state.iterations() * kTotalBytes);
+  paired.Report(state, kTotalBytes);
 }
-BENCHMARK(BM_RestoreFromArena)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RestoreFromArenaVsMemcpy)
+    ->ArgName("bulk_copy")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(kPairedIterations);
 
-// Restore from disk through 1 MiB staging buffers with checksum verification, into a
-// destination (the arena region the inference daemon then copies from); range(0) = 1 for a
-// cold page cache.
-void BM_RestoreFromDisk(benchmark::State& state) {
+// Restore from disk (through DiskStore::Restore: every file's header, size and checksum
+// verified) into a pre-faulted destination, against the machine's sequential read bandwidth:
+// 1 MiB preads of one file of the same size into a buffer. range(0) = 1 drops both from the
+// page cache before each read (cold), 0 reads them from it (warm). files_GBps reads the
+// checkpoint's 65 files the same way the reference reads its one file, without checking or
+// keeping anything (dropped from the page cache again first when cold): restore_vs_files is
+// what the restore itself costs over what its files cost to read.
+void BM_RestoreFromDiskVsSequentialRead(benchmark::State& state) {
   const bool cold = state.range(0) == 1;
-  const std::string dir = BenchDir("restore");
+  const std::string dir = BenchDir(cold ? "restore-cold" : "restore-warm");
+  const std::string seq_dir = dir + "/seq";
+  const std::string seq_path = seq_dir + "/file";
+  {
+    std::filesystem::create_directories(seq_dir);
+    std::vector<uint8_t> data = Filled(kTotalBytes, 2);
+    int fd = ::open(seq_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    const bool ok = fd >= 0 &&
+                    ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()) &&
+                    ::fsync(fd) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!ok) {
+      state.SkipWithError("cannot write the sequential-read file");
+      return;
+    }
+  }
   DiskStoreOptions options;
-  options.root = dir;
+  options.root = dir + "/tier";
   options.free_space_reserve_bytes = 0;
   auto store = DiskStore::Create(options, PosixFileSystem());
   if (!store.ok()) {
@@ -171,10 +253,10 @@ void BM_RestoreFromDisk(benchmark::State& state) {
   r.compat_digest = "bench";
   for (int i = 0; i < kChunks; ++i) {
     chunks.push_back(Filled(kChunkBytes, static_cast<uint8_t>(i)));
-    r.new_chunks.push_back(ChunkWrite{
-        ChunkIdentity{static_cast<uint64_t>(i + 1), 0, i * uint64_t{kChunkRows}, kChunkRows,
-                      kRowBytes},
-        chunks.back()});
+    r.new_chunks.push_back(
+        ChunkWrite{ChunkIdentity{static_cast<uint64_t>(i + 1), 0, i * uint64_t{kChunkRows},
+                                 kChunkRows, kRowBytes},
+                   chunks.back()});
   }
   std::vector<uint8_t> private_state = Filled(kStateBytes, 9);
   r.sections = {StateSection{1, SectionKind::kPrivate, 0, 0, kStateBytes}};
@@ -184,29 +266,56 @@ void BM_RestoreFromDisk(benchmark::State& state) {
     state.SkipWithError(std::string(s.message()).c_str());
     return;
   }
+  chunks.clear();
+  std::vector<uint8_t> buffer(1 << 20);
   std::vector<uint8_t> destination(kTotalBytes);
+  Paired paired;
+  absl::Status status;
   for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      DropFromPageCache(dir);
-      state.ResumeTiming();
-    }
-    uint64_t at = 0;
-    absl::Status s = (*store)->Restore(1, [&](const RestorePiece& piece) {
-      absl::Span<uint8_t> out(destination.data() + at, piece.bytes);
-      at += piece.bytes;
-      return out;
+    if (cold) DropFromPageCache(dir);
+    paired.Run(
+        state,
+        [&] {
+          if (ReadWhole(seq_path, &buffer) != kTotalBytes) {
+            status = absl::DataLossError("short sequential read");
+          }
+        },
+        [&] {
+          uint64_t at = 0;
+          absl::Status s = (*store)->Restore(1, [&](const RestorePiece& piece) {
+            absl::Span<uint8_t> out(destination.data() + at, piece.bytes);
+            at += piece.bytes;
+            return out;
+          });
+          if (!s.ok()) status = s;
+        });
+    if (cold) DropFromPageCache(dir);
+    paired.RunFiles([&] {
+      for (const char* sub : {"/tier/states", "/tier/chunks"}) {
+        std::vector<std::string> paths;
+        for (const auto& e : std::filesystem::directory_iterator(dir + sub)) {
+          paths.push_back(e.path().string());
+        }
+        std::sort(paths.begin(), paths.end());
+        for (const std::string& path : paths) ReadWhole(path, &buffer);
+      }
     });
-    if (!s.ok()) {
-      state.SkipWithError(std::string(s.message()).c_str());
+    if (!status.ok()) {
+      state.SkipWithError(std::string(status.message()).c_str());
       return;
     }
   }
-  state.SetBytesProcessed(state.iterations() * kTotalBytes);
+  paired.Report(state, kTotalBytes);
   store->reset();
   std::filesystem::remove_all(dir);
 }
-BENCHMARK(BM_RestoreFromDisk)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RestoreFromDiskVsSequentialRead)
+    ->ArgName("cold")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(kPairedIterations);
 
 // Start-up (R1): open the catalog, reconcile 10,000 checkpoints by catalog and file sizes.
 // The tier is populated once through FaultFS with simulated fsyncs (population speed is not
@@ -229,8 +338,8 @@ void BM_StartupWith10kCheckpoints(benchmark::State& state) {
     base.compat_digest = "bench";
     base.checkpoint_id = 1;
     for (int i = 0; i < kStartupSharedChunks; ++i) {
-      base.new_chunks.push_back(ChunkWrite{
-          ChunkIdentity{static_cast<uint64_t>(i + 1), 0, i * 16ull, 16, 1024}, chunk});
+      base.new_chunks.push_back(
+          ChunkWrite{ChunkIdentity{static_cast<uint64_t>(i + 1), 0, i * 16ull, 16, 1024}, chunk});
     }
     base.sections = {StateSection{1, SectionKind::kPrivate, 0, 0, tail.size()}};
     base.state = tail;
@@ -269,7 +378,9 @@ void BM_StartupWith10kCheckpoints(benchmark::State& state) {
   state.counters["checkpoints"] = static_cast<double>(recovered);
   std::filesystem::remove_all(dir);
 }
-BENCHMARK(BM_StartupWith10kCheckpoints)->Unit(benchmark::kMillisecond)->UseRealTime()
+BENCHMARK(BM_StartupWith10kCheckpoints)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
     ->Iterations(3);
 
 }  // namespace
