@@ -89,6 +89,8 @@ int Run(int argc, char** argv) {
   flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens, "longest prefill pass");
   flags.Add("preserve-frontier", &scheduler_options.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
+  flags.Add("restore-in-holding-slot", &scheduler_options.restore_in_holding_slot,
+            "run a restore in the idle slot that already holds the checkpoint's rows");
   flags.Add("cache", &main_options.cache,
             "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");

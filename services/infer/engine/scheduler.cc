@@ -183,9 +183,12 @@ void Scheduler::SyncFrontiers() {
   }
 }
 
-int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t* live_depth) {
+int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_depth,
+                          int64_t* live_depth) {
   int best_live = -1;
   int64_t best_depth = 0;
+  int holding = -1;
+  int64_t holding_shared = restore_depth - 1;
   int empty = -1;
   int lru = -1;
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -199,11 +202,21 @@ int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t* live_dept
       best_live = static_cast<int>(i);
       best_depth = n;
     }
+    if (options_.restore_in_holding_slot && restore_depth > 0 && n > holding_shared) {
+      const auto mismatch =
+          std::mismatch(s.tokens.begin(), s.tokens.end(), prompt.begin(), prompt.end());
+      const int64_t shared = mismatch.first - s.tokens.begin();
+      if (shared > holding_shared) {
+        holding = static_cast<int>(i);
+        holding_shared = shared;
+      }
+    }
     if (n == 0 && empty < 0) empty = static_cast<int>(i);
     if (lru < 0 || s.last_used < slots_[lru].last_used) lru = static_cast<int>(i);
   }
   *live_depth = best_depth;
   if (best_live >= 0) return best_live;
+  if (holding >= 0) return holding;
   return empty >= 0 ? empty : lru;
 }
 
@@ -250,9 +263,21 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
     }
   }
 
+  // The deepest usable checkpoint (a resumable one leaves at least one token to compute).
+  const StateCandidate* restore = nullptr;
+  for (const StateCandidate& c : plan.candidates) {
+    if (c.depth >= n) continue;
+    if (c.tier == StateTier::kRam || c.tier == StateTier::kDisk) {
+      restore = &c;
+      break;
+    }
+    if (c.tier == StateTier::kLive) break;  // Live slots are weighed by ChooseSlot.
+  }
+
   int64_t live_depth = 0;
-  const int slot = ChooseSlot(prompt, &live_depth);
+  const int slot = ChooseSlot(prompt, restore != nullptr ? restore->depth : 0, &live_depth);
   CAIRN_CHECK(slot >= 0);  // Admit only runs with a free slot.
+  if (restore != nullptr && restore->depth <= live_depth) restore = nullptr;
   a.slot = slot;
   Slot& s = slots_[slot];
   const std::string previous_conversation = s.conversation;
@@ -264,17 +289,6 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
   s.stable_boundary = a.req.stable_boundary;
   s.state = SlotSnapshot::State::kPrefill;
   if (a.use_cache) cache_->SlotBusy(slot);
-
-  // The deepest usable checkpoint (a resumable one leaves at least one token to compute).
-  const StateCandidate* restore = nullptr;
-  for (const StateCandidate& c : plan.candidates) {
-    if (c.depth >= n) continue;
-    if (c.tier == StateTier::kRam || c.tier == StateTier::kDisk) {
-      if (c.depth > live_depth) restore = &c;
-      break;
-    }
-    if (c.tier == StateTier::kLive) break;  // Live slots were weighed by ChooseSlot.
-  }
 
   // The cache must know the slot's frontier before it can reason about its rows.
   if (a.use_cache && s.registered_generation != cache_->generation()) {

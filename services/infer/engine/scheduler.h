@@ -27,6 +27,11 @@ struct SchedulerOptions {
   // Before another conversation (by its label) overwrites a slot, capture the slot's frontier
   // (prompt and answer) so that the conversation's next turn restores all of it.
   bool preserve_frontier = true;
+  // A request that restores a checkpoint runs in the idle slot whose tokens already hold the
+  // checkpoint's rows (its frontier shares at least the restore depth with the prompt) rather
+  // than the least recently used one, so no other conversation's frontier is overwritten. The
+  // cache simulator's request runner chooses the same way (PlannerOptions).
+  bool restore_in_holding_slot = true;
 };
 
 // A snapshot of one slot for ListSlots.
@@ -39,8 +44,8 @@ struct SlotSnapshot {
   std::string conversation;
 };
 
-// The one thread that owns the execution slots (docs/architecture.md §6): it admits queued requests to
-// slots (a live slot whose tokens the prompt extends, else a free slot, restoring a checkpoint
+// The one thread that owns the execution slots (docs/architecture.md §6): it admits queued requests
+// to slots (a live slot whose tokens the prompt extends, else a free slot, restoring a checkpoint
 // when the cache has a deeper one), prefills them in passes that stop at the planned captures,
 // and decodes every decoding slot together in one batched forward per step. A long prefill runs
 // one pass per step, between decode steps, so it never stalls other slots' streams for more
@@ -83,7 +88,8 @@ class Scheduler {
   void Setup(std::unique_ptr<Active> active);
   // Chooses the slot for `prompt`: a free slot whose live tokens are the longest prefix of it
   // (returned in `live_depth`), else a free empty slot, else the least recently used free one.
-  int ChooseSlot(const std::vector<int32_t>& prompt, int64_t* live_depth);
+  // `restore_depth`: the deepest usable RAM or disk checkpoint (0: none).
+  int ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_depth, int64_t* live_depth);
   // Runs one prefill pass of one prefilling request. Returns true if it did anything.
   bool PrefillStep();
   // Runs one batched decode step of every decoding request.

@@ -200,6 +200,36 @@ TEST_P(CacheEndToEndTest, AgentConversationContinuesLiveThenFromRamAfterAnotherT
   ExpectExact(a3, Extend(l2, r3), r3);
 }
 
+TEST_P(CacheEndToEndTest, ARestoreRunsInTheSlotHoldingItsRowsAndOtherFrontiersStayLive) {
+  infer_->Kill();
+  StartInfer(2);
+  const std::vector<int32_t> a1 = RandomTokens(500, kVocab, 21);
+  GenerateResult r1 = Run(a1, "A");
+  const std::vector<int32_t> b1 = RandomTokens(300, kVocab, 22);
+  GenerateResult rb1 = Run(b1, "B");
+  const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(300, kVocab, 23));
+  GenerateResult r2 = Run(a2, "A");
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+  const Lineage l2 = Extend(Extend({}, r1), r2);
+
+  // An edit near the end of A's turn 2 restores a checkpoint; the least recently used slot is
+  // B's, but the restore runs in A's slot, which holds the checkpoint's rows.
+  std::vector<int32_t> edited = a2;
+  const size_t edit_at = a2.size() - 20;
+  edited[edit_at] = (edited[edit_at] + 1) % kVocab;
+  GenerateResult r3 = Run(edited, "A");
+  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_LE(r3.started.cache().restored_depth(), edit_at);
+  ExpectExact(edited, Extend(l2, r3), r3);
+
+  // B's frontier was not overwritten: its next turn continues in place.
+  const std::vector<int32_t> b2 = Append(Append(b1, rb1.tokens), RandomTokens(30, kVocab, 24));
+  GenerateResult rb2 = Run(b2, "B");
+  EXPECT_EQ(rb2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+  EXPECT_EQ(rb2.started.cache().restored_depth(), b1.size() + kGen - 1);
+  ExpectExact(b2, Extend(Extend({}, rb1), rb2), rb2);
+}
+
 TEST_P(CacheEndToEndTest, AfterRestartingOnlyTheInferenceDaemonTheNextTurnComesFromRam) {
   const std::vector<int32_t> a1 = RandomTokens(700, kVocab, 5);
   GenerateResult r1 = Run(a1, "A");
