@@ -30,6 +30,7 @@ DaemonStatus CacheDaemon::Status() const {
     out.disk_healthy = !ds.read_only;
     out.quarantined = ds.quarantined;
   }
+  if (writer_ != nullptr) out.disk_queue_bytes = writer_->stats().queued_bytes;
   Lock lock(this);
   const Accounting a = core_->RamAccounting();
   out.ram.capacity_bytes = static_cast<uint64_t>(a.budget);

@@ -53,6 +53,7 @@ absl::Status GetStatus(CacheDaemon& daemon, const v1::GetStatusRequest& /*req*/,
   if (s.disk_enabled) {
     resp->set_disk_healthy(s.disk_healthy);
     resp->set_quarantined(s.quarantined);
+    resp->set_disk_queue_bytes(s.disk_queue_bytes);
     FillBudget(s.disk, resp->mutable_disk());
     resp->set_disk_free_bytes(s.disk_free_bytes);
   }

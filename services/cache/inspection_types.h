@@ -35,7 +35,8 @@ struct DaemonStatus {
   bool disk_healthy = false;
   uint64_t quarantined = 0;
   BudgetView disk;
-  uint64_t disk_free_bytes = 0;  // What the file system can still give the tier.
+  uint64_t disk_free_bytes = 0;   // What the file system can still give the tier.
+  uint64_t disk_queue_bytes = 0;  // Accepted for the disk tier, not yet written.
   uint32_t sessions = 0;
   DaemonCounters::Snapshot counts;
 };

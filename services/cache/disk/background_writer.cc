@@ -10,6 +10,12 @@
 namespace cairn::cache {
 namespace {
 
+uint64_t JobBytes(const WriteJob& job) {
+  uint64_t bytes = job.request.state.size();
+  for (const ChunkWrite& c : job.request.new_chunks) bytes += c.bytes.size();
+  return bytes;
+}
+
 // Moves into `newer` the chunks `older` would have written that `newer` shares, so that
 // dropping `older` loses nothing `newer` needs.
 void MergeInto(WriteJob& older, WriteJob& newer) {
@@ -128,7 +134,10 @@ void BackgroundWriter::Shutdown() {
 
 BackgroundWriterStats BackgroundWriter::stats() const {
   MutexLock lock(&mu_);
-  return stats_;
+  BackgroundWriterStats out = stats_;
+  out.queued_bytes = running_bytes_;
+  for (const WriteJob& job : queue_) out.queued_bytes += JobBytes(job);
+  return out;
 }
 
 void BackgroundWriter::Yield() {
@@ -153,6 +162,7 @@ void BackgroundWriter::Run() {
       job = std::move(queue_.front());
       queue_.pop_front();
       running_job_ = true;
+      running_bytes_ = JobBytes(job);
     }
     Yield();
     absl::Status s = store_->Publish(job.request, [this] { Yield(); });
@@ -161,6 +171,7 @@ void BackgroundWriter::Run() {
     {
       MutexLock lock(&mu_);
       running_job_ = false;
+      running_bytes_ = 0;
       ++(s.ok() ? stats_.published : stats_.failed);
       cv_.SignalAll();
       idle = TakeIdleWaitersLocked();

@@ -51,6 +51,8 @@ struct BackgroundWriterStats {
   uint64_t failed = 0;
   uint64_t merged = 0;  // Pending jobs dropped because a newer job covered them.
   uint64_t yields = 0;  // Waits for the model (each at most max_yield).
+  // Bytes still to write: the pending jobs' new chunks and state, and the running job's.
+  uint64_t queued_bytes = 0;
 };
 
 // Thread-safe. Shutdown() (or the destructor) finishes the job in progress, then completes
@@ -94,6 +96,7 @@ class BackgroundWriter {
   CondVar cv_;
   std::deque<WriteJob> queue_ ABSL_GUARDED_BY(mu_);
   bool running_job_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t running_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   BackgroundWriterStats stats_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::function<void()>> idle_waiters_ ABSL_GUARDED_BY(mu_);  // By token.

@@ -110,6 +110,27 @@ TEST_F(BackgroundWriterTest, AJobSupersedesThePendingJobsItNames) {
   EXPECT_EQ(writer.stats().merged, 1u);
 }
 
+TEST_F(BackgroundWriterTest, QueuedBytesCountTheRunningAndPendingJobsUntilWritten) {
+  PublishRequest first = factory_.Build(1, {}, 1);
+  PublishRequest second = factory_.Build(2, {}, 2);
+  uint64_t expected = first.state.size() + second.state.size();
+  for (const PublishRequest* r : {&first, &second}) {
+    for (const ChunkWrite& c : r->new_chunks) expected += c.bytes.size();
+  }
+  BackgroundWriterOptions options;
+  options.max_yield = kDeadline;
+  BackgroundWriter writer(store_.get(), &model_, options);
+  model_.SetBusy(true);
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(std::move(first))));
+  ASSERT_TRUE(model_.WaitForWaits(2));  // Job 1 runs, held by the busy model.
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(std::move(second))));
+
+  EXPECT_EQ(writer.stats().queued_bytes, expected);
+  model_.SetBusy(false);
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));
+  EXPECT_EQ(writer.stats().queued_bytes, 0u);
+}
+
 TEST_F(BackgroundWriterTest, FullQueueRefusesUnlessTheJobSupersedesAPendingOne) {
   BackgroundWriterOptions options;
   options.max_yield = kDeadline;
