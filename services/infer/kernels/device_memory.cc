@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/shm/bulk_copy.h"
 
 namespace cairn::infer {
 namespace {
@@ -15,7 +16,9 @@ absl::Status CheckBytes(int64_t bytes) {
   return absl::OkStatus();
 }
 
-// Host memory: aligned_alloc and memcpy.
+// Host memory: aligned_alloc, and BulkCopy for uploads and downloads (a restore's rows and
+// private state coming out of the arena, a capture's going in: large copies whose destination
+// is not read again at once).
 class HostMemory final : public DeviceMemory {
  public:
   const char* name() const override { return "host"; }
@@ -38,14 +41,20 @@ class HostMemory final : public DeviceMemory {
   void Free(void* device) override { std::free(device); }
 
   absl::Status Upload(void* dst, const void* src, int64_t bytes) override {
-    return Copy(dst, src, bytes);
+    return Transfer(dst, src, bytes);
   }
   absl::Status Download(void* dst, const void* src, int64_t bytes) override {
-    return Copy(dst, src, bytes);
+    return Transfer(dst, src, bytes);
   }
   absl::Status Copy(void* dst, const void* src, int64_t bytes) override {
     if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
     if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  // Between host memory and device memory, which never overlap.
+  static absl::Status Transfer(void* dst, const void* src, int64_t bytes) {
+    if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+    if (bytes > 0) BulkCopy(dst, src, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
   absl::Status Zero(void* dst, int64_t bytes) override {
