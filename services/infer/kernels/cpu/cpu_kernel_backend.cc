@@ -154,16 +154,9 @@ inline __attribute__((always_inline)) void Scale(float a, float* x, int64_t n) {
   for (; j < n; ++j) x[j] *= a;
 }
 
-// out[j] = sum_i vec[i] * mat[i][j] for mat [rows, cols].
-inline __attribute__((always_inline)) void VecMat(const float* vec, const float* mat, int rows,
-                                                  int cols, float* out) {
-  std::fill(out, out + cols, 0.0f);
-  for (int i = 0; i < rows; ++i) Axpy(vec[i], mat + static_cast<int64_t>(i) * cols, out, cols);
-}
-
 // o[r][:] = (0 or o[r][:]) + sum over x in order of a[r][x] * b[x][:] for RB rows r and V * 16
 // columns, the RB * V vectors of o held in registers while b's rows pass: the arithmetic of RB
-// VecMat / Axpy sequences, each b row loaded once for RB rows.
+// Axpy sequences (from zero, or from o), each b row loaded once for RB rows.
 template <int V, int RB>
 inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t lda, const float* b,
                                                        int64_t ldb, int inner, float* o,
@@ -192,7 +185,7 @@ inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t l
 }
 
 // o[r][:cols] (+)= sum over x < inner, in order, of a[r][x] * b[x][:cols] for r < rows: with
-// `zero` the sums start from zero (VecMat), else from o (Axpy after Axpy). Blocked where cols is
+// `zero` the sums start from zero, else from o (Axpy after Axpy). Blocked where cols is
 // 64 or 128, the same arithmetic otherwise.
 inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, int rows,
                                                   const float* b, int64_t ldb, int inner, int cols,

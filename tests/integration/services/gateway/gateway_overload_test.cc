@@ -150,7 +150,7 @@ struct Outcome {
 
 int StatusOf(const std::string& head) {
   int status = 0;
-  if (head.size() > 12) absl::SimpleAtoi(head.substr(9, 3), &status);
+  if (head.size() <= 12 || !absl::SimpleAtoi(head.substr(9, 3), &status)) return 0;
   return status;
 }
 
@@ -209,7 +209,7 @@ double Metric(int port, const std::string& name) {
   double v = -1;
   if (at != std::string::npos) {
     const size_t start = at + name.size() + 2;
-    absl::SimpleAtod(text.substr(start, text.find('\n', start) - start), &v);
+    if (!absl::SimpleAtod(text.substr(start, text.find('\n', start) - start), &v)) v = -1;
   }
   return v;
 }
