@@ -550,9 +550,18 @@ class FakeInfer {
   std::map<uint64_t, SlotState> captured_;
 };
 
+// Token i of conversation `seed`: a splitmix64 hash of (seed, i), so two seeds share no prefix
+// however many conversations a test makes (a linear formula repeated every 5,000 seeds, and the
+// 1,000-kill soak then captured the same tokens twice).
 inline std::vector<uint32_t> Tokens(uint32_t seed, size_t n) {
   std::vector<uint32_t> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = (seed * 7919u + static_cast<uint32_t>(i) * 31u) % 5000u;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t z = (uint64_t{seed} << 32 | i) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    out[i] = static_cast<uint32_t>(z % 5000u);
+  }
   return out;
 }
 
