@@ -241,7 +241,14 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
   double last_wal_sync = -1;
   double wal_used = -1;  // The latest WAL sync already counted for a publish or a delete.
   double last_manifest_op = -1;
-  bool deleting = false;  // A manifest was unlinked since the last publish.
+  // P9 per thread (a delete runs on one thread, while publishes go on concurrently on
+  // others): thread -> when it last unlinked a manifest, and whether manifests/ was fsynced
+  // after that unlink. Only such a thread may unlink chunk files; its next publish ends it.
+  struct Deleting {
+    double unlinked = 0;
+    bool synced = false;
+  };
+  std::map<int, Deleting> deleting;
 
   auto manifest_id = [](const std::string& path, uint64_t* id) {
     std::string name = std::filesystem::path(path).filename().string();
@@ -316,6 +323,9 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
             if (p.dir_synced < 0 && p.renamed < c.start) p.dir_synced = c.end();
           }
           deletes.clear();
+          for (auto& [tid, d] : deleting) {
+            if (d.unlinked <= c.start) d.synced = true;
+          }
         }
       } else {
         if (files[c.path].last_write <= c.start) files[c.path].last_sync = c.end();
@@ -350,7 +360,7 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
         window.clear();
         created_in.clear();
         last_manifest_op = c.start;
-        deleting = false;
+        deleting.erase(c.tid);
       } else if (is_data(c.path2)) {
         created_in[Parent(c.path2)] = std::max(created_in[Parent(c.path2)], c.start);
         window.insert(c.path2);
@@ -370,9 +380,18 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
         deletes[id] = c.start;
         wal_used = last_wal_sync;
         last_manifest_op = c.start;
-        deleting = true;
-      } else if (Parent(c.path) == chunks && !deleting) {
-        violation("P9", c, "a chunk file was unlinked while no manifest had been removed");
+        deleting[c.tid] = Deleting{c.start, false};
+      } else if (Parent(c.path) == chunks) {
+        auto d = deleting.find(c.tid);
+        if (d == deleting.end()) {
+          violation("P9", c,
+                    absl::StrCat("a chunk file was unlinked by thread ", c.tid,
+                                 ", which had removed no manifest since its last publish"));
+        } else if (!d->second.synced) {
+          violation("P9", c,
+                    absl::StrCat("a chunk file was unlinked by thread ", c.tid,
+                                 " before manifests/ was fsynced after its manifest unlink"));
+        }
       }
     }
   }

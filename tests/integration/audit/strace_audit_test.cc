@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
@@ -43,11 +44,13 @@ std::vector<std::string> GoodTrace() {
   };
 }
 
-AuditReport AuditLines(const std::vector<std::string>& lines, double acknowledged_at = 10.5) {
+// `tids[i]` is the thread of `lines[i]` (thread 1 where not given).
+AuditReport AuditLines(const std::vector<std::string>& lines, double acknowledged_at = 10.5,
+                       const std::vector<int>& tids = {}) {
   std::vector<Syscall> calls;
-  for (const std::string& line : lines) {
+  for (size_t i = 0; i < lines.size(); ++i) {
     Syscall c;
-    EXPECT_TRUE(ParseStraceLine(line, 1, &c)) << line;
+    EXPECT_TRUE(ParseStraceLine(lines[i], i < tids.size() ? tids[i] : 1, &c)) << lines[i];
     calls.push_back(c);
   }
   AuditOptions options;
@@ -126,6 +129,35 @@ TEST(StraceAuditTest, AChunkUnlinkedBeforeItsManifestIsReported) {
   std::swap(lines[17], lines[19]);  // The chunk goes before the manifest.
 
   EXPECT_TRUE(Reports(AuditLines(lines), "P9"));
+}
+
+TEST(StraceAuditTest, AChunkUnlinkedBeforeManifestsIsFsyncedIsReported) {
+  std::vector<std::string> lines = GoodTrace();
+  std::swap(lines[18], lines[19]);  // The chunk goes before the manifests/ fsync.
+
+  EXPECT_TRUE(Reports(AuditLines(lines), "P9"));
+}
+
+bool ReportsChunkUnlink(const AuditReport& r) {
+  return absl::c_any_of(r.violations, [](const std::string& v) {
+    return absl::StrContains(v, "a chunk file was unlinked");
+  });
+}
+
+// A delete runs on one thread while the background writer publishes on another: a publish's
+// rename between the delete's manifest unlink and its chunk unlinks does not make them early.
+TEST(StraceAuditTest, APublishOnAnotherThreadDuringADeleteIsNotAChunkViolation) {
+  std::vector<std::string> lines = GoodTrace();
+  lines.insert(
+      lines.begin() + 19,
+      R"(11.000500 rename("/s/manifests/m-1b.manifest.tmp", "/s/manifests/m-1b.manifest") = 0 <0.000010>)");
+  std::vector<int> tids(lines.size(), 1);
+
+  tids[19] = 2;  // The publish is another thread's.
+  EXPECT_FALSE(ReportsChunkUnlink(AuditLines(lines, 10.5, tids)));
+
+  tids[19] = 1;  // The deleting thread itself published: its later chunk unlinks are suspect.
+  EXPECT_TRUE(ReportsChunkUnlink(AuditLines(lines, 10.5, tids)));
 }
 
 TEST(StraceAuditTest, FilesOutsideTheOwnedDirectoriesAreReported) {
