@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log/log.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/table.h"
@@ -71,8 +72,19 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path,
   rocksdb::DB* raw = nullptr;
   absl::Status s = FromRocks(rocksdb::DB::Open(options, path, &raw), absl::StrCat("open ", path));
   if (!s.ok()) return s;
-  return std::unique_ptr<Catalog>(
-      new Catalog(std::move(env), std::move(options), std::unique_ptr<rocksdb::DB>(raw)));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->GetLiveFilesMetaData(&files);
+  if (files.size() > catalog_options.max_table_files) {
+    rocksdb::CompactRangeOptions compact;
+    compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+    // Not merging only costs start-up time later: a failure is logged, never fatal.
+    if (rocksdb::Status c = db->CompactRange(compact, nullptr, nullptr); !c.ok()) {
+      CAIRN_LOG(WARNING) << "catalog " << path << ": merging " << files.size()
+                         << " table files failed: " << c.ToString();
+    }
+  }
+  return std::unique_ptr<Catalog>(new Catalog(std::move(env), std::move(options), std::move(db)));
 }
 
 Catalog::Catalog(std::unique_ptr<rocksdb::Env> env, rocksdb::Options options,

@@ -31,6 +31,11 @@ struct CatalogOptions {
   // faster than RocksDB's default Snappy (docs/benchmarks.md, "Disk tier").
   rocksdb::CompressionType compression = rocksdb::kLZ4Compression;
   size_t block_bytes = 32 << 10;
+  // Each start-up flushes the previous run's log into a small table file, and their key
+  // ranges (one id range per incarnation) rarely overlap, so RocksDB moves them down the
+  // levels without merging them: a daemon restarted many times would read ever more files at
+  // start-up. Open merges them into one when there are more than this.
+  size_t max_table_files = 8;
 };
 
 struct CatalogEntry {

@@ -4,7 +4,9 @@
 
 #include "services/cache/disk/catalog.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <set>
@@ -46,6 +48,43 @@ TEST(CatalogTest, EntriesRoundTripInIdOrder) {
   EXPECT_TRUE((*entries)[0].quarantined);
   EXPECT_EQ((*entries)[1].manifest, "m300");
   CAIRN_EXPECT_OK((*catalog)->VerifyChecksums());
+}
+
+// A daemon restarts many times over the life of its disk tier: reopening the catalog must not
+// leave one more file behind each time (an empty write-ahead log per open, say).
+TEST(CatalogTest, ReopeningDoesNotAccumulateFiles) {
+  TempDir dir;
+  const std::string path = dir.path() + "/catalog";
+  auto count_files = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(path)) n += e.is_regular_file();
+    return n;
+  };
+  constexpr int kOpens = 40;
+  int most_early = 0;  // Files after each of the first half of the opens, at most.
+  int most_late = 0;
+  for (int open = 0; open < kOpens; ++open) {
+    auto catalog = Catalog::Open(path, nullptr, {});
+    ASSERT_TRUE(catalog.ok()) << catalog.status();
+    if (open % 2 == 0) {  // Every other run writes; the others only read.
+      CAIRN_ASSERT_OK((*catalog)->Put({100u + open, false, "m"}));
+    }
+    catalog->reset();
+    int& most = open < kOpens / 2 ? most_early : most_late;
+    most = std::max(most, count_files());
+  }
+
+  // Recovery flushes each run's log into a table file; Open merges them once there are more
+  // than max_table_files: the number of files levels off instead of growing with restarts.
+  EXPECT_LE(most_late, most_early);
+  // Besides the tables: CURRENT, IDENTITY, LOCK, MANIFEST, two OPTIONS, LOG, its old copies
+  // (keep_log_file_num) and a log.
+  EXPECT_LE(most_late, static_cast<int>(CatalogOptions().max_table_files) + 1 + 10);
+  auto catalog = Catalog::Open(path, nullptr, {});
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto entries = (*catalog)->LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  EXPECT_EQ(entries->size(), static_cast<size_t>(kOpens / 2));
 }
 
 TEST(CatalogTest, PowerLossKeepsEverySyncedWriteAndLeavesNoHoles) {
