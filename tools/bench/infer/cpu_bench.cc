@@ -224,10 +224,15 @@ Sbgemm FindSbgemm() {
   return s;
 }
 
-// The time OpenBLAS takes for y[m, n] = x[m, k] w[n, k]^T over every shape of `shapes` (each
-// distinct shape timed once, best of `reps`, and counted as often as it occurs), in fp32
-// (sgemm) and with bf16 inputs (sbgemm).
-GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t m, int reps) {
+// The time OpenBLAS, on `threads` threads of its own, takes for y[m, n] = x[m, k] w[n, k]^T over
+// every shape of `shapes` (each distinct shape timed once, best of `reps`, and counted as often
+// as it occurs), in fp32 (sgemm) and with bf16 inputs (sbgemm). The backend runs OpenBLAS on
+// one thread and splits its products over its own threads; the reference is OpenBLAS's own
+// split.
+GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t m, int reps,
+                    int threads) {
+  const int backend_blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
   std::map<std::pair<int64_t, int64_t>, int> count;
   for (const auto& s : shapes) ++count[s];
   GemmTimes out;
@@ -258,6 +263,7 @@ GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int6
                               y.data(), static_cast<blasint>(n));
                     });
   }
+  openblas_set_num_threads(backend_blas_threads);
   return out;
 }
 
@@ -333,11 +339,18 @@ void Add(const infer::CpuKernelProfile& p, infer::CpuKernelProfile& sum) {
 // the rest (outside the backend).
 std::string Shares(const infer::CpuKernelProfile& p, double elapsed) {
   return absl::StrFormat(
-      "time in GEMMs %.1f%%, row products %.1f%%, attention %.1f%%, delta rule %.1f%%, other "
-      "kernels %.1f%%, outside the backend %.1f%%",
+      "GEMMs %.1f%%, row products %.1f%%, attention %.1f%%, delta rule %.1f%%, other kernels "
+      "%.1f%%, outside the backend %.1f%%",
       100 * p.matmul_s / elapsed, 100 * p.matmul_rows_s / elapsed, 100 * p.attention_s / elapsed,
       100 * p.delta_rule_s / elapsed, 100 * p.other_s / elapsed,
       100 * (elapsed - KernelSeconds(p)) / elapsed);
+}
+
+// Shares() of wall-clock time and of processor time.
+std::string BothShares(const infer::CpuKernelProfile& wall, double elapsed,
+                       const infer::CpuKernelProfile& cpu, double elapsed_cpu) {
+  return absl::StrCat("time in ", Shares(wall, elapsed), "; processor time in ",
+                      Shares(cpu, elapsed_cpu));
 }
 
 int64_t FileBytes(const std::vector<std::string>& files) {
@@ -436,8 +449,8 @@ absl::Status Run(int argc, char** argv) {
     RETURN_IF_ERROR(one->Step());  // Warm-up: page in the weights.
     RETURN_IF_ERROR(many->Step());
     std::vector<double> read_gbs, read_cpu_gbs, rate[2], cpu_rate[2];
-    double elapsed_s[2] = {0, 0};
-    infer::CpuKernelProfile spent[2];
+    double elapsed_s[2] = {0, 0}, elapsed_cpu_s[2] = {0, 0};
+    infer::CpuKernelProfile spent[2], spent_cpu[2];
     for (int round = 0; round < decode_rounds; ++round) {
       const Bandwidth round_bw =
           MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads());
@@ -450,10 +463,13 @@ absl::Status Run(int argc, char** argv) {
         const Clock::time_point t0 = Clock::now();
         for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(set.Step());
         const double round_s = Seconds(t0);
+        const double round_cpu_s = CpuSeconds() - c0;
         rate[which].push_back(steps / round_s);  // Steps per second.
-        cpu_rate[which].push_back(steps / std::max(1e-9, CpuSeconds() - c0));
+        cpu_rate[which].push_back(steps / std::max(1e-9, round_cpu_s));
         elapsed_s[which] += round_s;
+        elapsed_cpu_s[which] += round_cpu_s;
         Add(backend->profile(), spent[which]);
+        Add(backend->cpu_profile(), spent_cpu[which]);
       }
     }
     const double read = Median(read_gbs);
@@ -472,7 +488,8 @@ absl::Status Run(int argc, char** argv) {
           "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
           "bandwidth; per processor-second %.2f GB/s = %.0f%% of the read loop's; %s\n",
           n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read, weight_cpu_gbs,
-          100 * weight_cpu_gbs / read_cpu, Shares(spent[which], elapsed_s[which]));
+          100 * weight_cpu_gbs / read_cpu,
+          BothShares(spent[which], elapsed_s[which], spent_cpu[which], elapsed_cpu_s[which]));
     }
   }
   // After decoding every weight has been read: the model's resident share is its working set.
@@ -502,11 +519,12 @@ absl::Status Run(int argc, char** argv) {
     const double elapsed = Seconds(t0);
     const double elapsed_cpu = CpuSeconds() - c0;
     const infer::CpuKernelProfile p = backend->profile();
+    const infer::CpuKernelProfile p_cpu = backend->cpu_profile();
     std::map<int64_t, int> pass_counts;
     for (int64_t len : passes) ++pass_counts[len];
     GemmTimes gemm;
     for (const auto& [len, count] : pass_counts) {
-      const GemmTimes one = TimeGemms(shapes, len, gemm_reps);
+      const GemmTimes one = TimeGemms(shapes, len, gemm_reps, backend->threads());
       gemm.sgemm_s += count * one.sgemm_s;
       gemm.sgemm_cpu_s += count * one.sgemm_cpu_s;
       gemm.sbgemm_s += count * one.sbgemm_s;
@@ -523,7 +541,7 @@ absl::Status Run(int argc, char** argv) {
         "of sgemm's; %s\n",
         n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
         100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
-        100 * gemm.sgemm_cpu_s / elapsed_cpu, Shares(p, elapsed));
+        100 * gemm.sgemm_cpu_s / elapsed_cpu, BothShares(p, elapsed, p_cpu, elapsed_cpu));
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);
