@@ -389,6 +389,29 @@ CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const flo
   std::memcpy(out + i, to, bytes);
 }
 
+// o[ch] = silu(sum over m < kernel, in order from zero, of taps[m][ch] * window[m][ch]) for
+// ch < channels, sixteen channels at a time (lane-wise, so the same bits as one at a time).
+CAIRN_SIMD_CLONES void ConvSiluRow(const float* taps, const float* const* window, int kernel,
+                                   int64_t channels, float* o) {
+  int64_t ch = 0;
+  for (; ch + 16 <= channels; ch += 16) {
+    F32x16 acc = {};
+    for (int m = 0; m < kernel; ++m) {
+      F32x16 wv, xv;
+      std::memcpy(&wv, taps + m * channels + ch, sizeof(wv));
+      std::memcpy(&xv, window[m] + ch, sizeof(xv));
+      acc += wv * xv;
+    }
+    std::memcpy(o + ch, &acc, sizeof(acc));
+  }
+  for (; ch < channels; ++ch) {
+    float acc = 0.0f;
+    for (int m = 0; m < kernel; ++m) acc += taps[m * channels + ch] * window[m][ch];
+    o[ch] = acc;
+  }
+  SigmoidProducts(o, o, nullptr, channels, o);  // silu
+}
+
 // Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
 // Deterministic for given inputs (the sums run in a fixed lane order).
 CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
@@ -1039,17 +1062,18 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
   const int hist = kernel - 1;
   // Input row `t` of the window [state rows ; input rows], t in [-hist, tokens).
   auto row = [&](int64_t t) { return t < 0 ? state + (t + hist) * channels : in + t * ld_in; };
+  // The taps tap-major (taps[m][ch]), so that sixteen channels take one vector per tap.
+  std::vector<float> taps(static_cast<size_t>(kernel) * channels);
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    for (int m = 0; m < kernel; ++m) taps[m * channels + ch] = w[ch * kernel + m];
+  }
   // Split by tokens: an output row reads only input and state rows, which stay as they are
   // until the loop is done.
   ParallelRows(tokens, channels * kernel, [&](int64_t t0, int64_t t1) {
+    std::vector<const float*> window(static_cast<size_t>(kernel));
     for (int64_t t = t0; t < t1; ++t) {
-      float* o = out + t * channels;
-      for (int64_t ch = 0; ch < channels; ++ch) {
-        float acc = 0.0f;
-        for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
-        o[ch] = acc;
-      }
-      SigmoidProducts(o, o, nullptr, channels, o);  // silu
+      for (int m = 0; m < kernel; ++m) window[m] = row(t - hist + m);
+      ConvSiluRow(taps.data(), window.data(), kernel, channels, out + t * channels);
     }
   });
   // New state: the last `hist` rows of the window.
