@@ -449,8 +449,8 @@ absl::Status Run(int argc, char** argv) {
     RETURN_IF_ERROR(one->Step());  // Warm-up: page in the weights.
     RETURN_IF_ERROR(many->Step());
     std::vector<double> read_gbs, read_cpu_gbs, rate[2], cpu_rate[2];
-    double elapsed_s[2] = {0, 0}, elapsed_cpu_s[2] = {0, 0};
-    infer::CpuKernelProfile spent[2], spent_cpu[2];
+    double elapsed_s[2] = {0, 0};
+    infer::CpuKernelProfile spent[2];
     for (int round = 0; round < decode_rounds; ++round) {
       const Bandwidth round_bw =
           MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads());
@@ -463,13 +463,10 @@ absl::Status Run(int argc, char** argv) {
         const Clock::time_point t0 = Clock::now();
         for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(set.Step());
         const double round_s = Seconds(t0);
-        const double round_cpu_s = CpuSeconds() - c0;
         rate[which].push_back(steps / round_s);  // Steps per second.
-        cpu_rate[which].push_back(steps / std::max(1e-9, round_cpu_s));
+        cpu_rate[which].push_back(steps / std::max(1e-9, CpuSeconds() - c0));
         elapsed_s[which] += round_s;
-        elapsed_cpu_s[which] += round_cpu_s;
         Add(backend->profile(), spent[which]);
-        Add(backend->cpu_profile(), spent_cpu[which]);
       }
     }
     const double read = Median(read_gbs);
@@ -488,8 +485,7 @@ absl::Status Run(int argc, char** argv) {
           "decode, %d slot(s): %.1f tokens/s; weights read at %.2f GB/s = %.0f%% of the read "
           "bandwidth; per processor-second %.2f GB/s = %.0f%% of the read loop's; %s\n",
           n, n * steps_per_s, weight_gbs, 100 * weight_gbs / read, weight_cpu_gbs,
-          100 * weight_cpu_gbs / read_cpu,
-          BothShares(spent[which], elapsed_s[which], spent_cpu[which], elapsed_cpu_s[which]));
+          100 * weight_cpu_gbs / read_cpu, "time in " + Shares(spent[which], elapsed_s[which]));
     }
   }
   // After decoding every weight has been read: the model's resident share is its working set.
@@ -498,6 +494,8 @@ absl::Status Run(int argc, char** argv) {
       "resident memory added by the model and %d decoding slots: %.1f MB (%.2fx the files)\n",
       slots, resident / 1e6, static_cast<double>(resident) / static_cast<double>(file_bytes));
 
+  // A prefill pass makes few backend calls, each long: the processor-time split costs little.
+  backend->ProfileProcessorTime(true);
   for (int64_t n : prefill) {
     ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
                      infer::SlotState::Create(model->state_layout(), n));

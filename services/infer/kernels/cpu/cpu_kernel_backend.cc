@@ -682,13 +682,13 @@ class CpuKernelBackend::ScopedTimer {
       : backend_(backend->profiling_ ? backend : nullptr), field_(field) {
     if (backend_ == nullptr) return;
     start_ = std::chrono::steady_clock::now();
-    start_cpu_ = ProcessCpuSeconds();
+    if (backend_->profile_cpu_) start_cpu_ = ProcessCpuSeconds();
   }
   ~ScopedTimer() {
     if (backend_ == nullptr) return;
     backend_->profile_.*field_ +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    backend_->cpu_profile_.*field_ += ProcessCpuSeconds() - start_cpu_;
+    if (backend_->profile_cpu_) backend_->cpu_profile_.*field_ += ProcessCpuSeconds() - start_cpu_;
   }
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;

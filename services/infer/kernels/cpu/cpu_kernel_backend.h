@@ -27,8 +27,8 @@ struct CpuKernelBackendOptions {
   // what a backend without typed weights takes (one fp32 part), so models widen their weights:
   // for tests of that path and for comparisons.
   bool typed_weights = true;
-  // Accumulate the wall and processor time of each kind of operation (profile(),
-  // cpu_profile()); for benchmarks.
+  // Accumulate the wall time of each kind of operation (profile()); for benchmarks. See also
+  // CpuKernelBackend::ProfileProcessorTime.
   bool profile = false;
 };
 
@@ -71,6 +71,10 @@ class CpuKernelBackend final : public KernelBackend {
   // profiling was asked for.
   const CpuKernelProfile& profile() const { return profile_; }
   const CpuKernelProfile& cpu_profile() const { return cpu_profile_; }
+  // With profiling on, also accumulate processor time (cpu_profile()). Reading the process's
+  // processor time is a system call per operation boundary: it slows a decode step measurably,
+  // so it is off until asked for.
+  void ProfileProcessorTime(bool on) { profile_cpu_ = on; }
   void ResetProfile() {
     profile_ = CpuKernelProfile();
     cpu_profile_ = CpuKernelProfile();
@@ -146,6 +150,7 @@ class CpuKernelBackend final : public KernelBackend {
   const bool profiling_;
   CpuKernelProfile profile_;
   CpuKernelProfile cpu_profile_;
+  bool profile_cpu_ = false;
   // Per thread (ParallelForWorkers' index): a tile of weights widened for sgemm, attention's
   // score block.
   std::vector<std::vector<float>> widened_;
