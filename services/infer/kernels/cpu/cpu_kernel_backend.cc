@@ -268,8 +268,10 @@ inline __attribute__((always_inline)) void DotBlock(const float* a, int64_t lda,
   }
 }
 
-// o[r][j] = Dot(a row r, column j of b) for r < rows, j < cols (b is [inner, cols], row stride
-// ldb): DotBlock's sums, blocked where cols is a multiple of 32.
+// o[r][j] = (row r of a) . (column j of b) for r < rows, j < cols (b is [inner, cols], row
+// stride ldb), with four partial sums by x mod 4 (the remainder into the first) added as
+// (s0 + s1) + (s2 + s3): the order of the chunked delta rule's scalar dot products before they
+// were blocked. Blocked (DotBlock) where cols is a multiple of 32.
 inline __attribute__((always_inline)) void DotProducts(const float* a, int64_t lda, int rows,
                                                        const float* b, int64_t ldb, int inner,
                                                        int cols, float* o, int64_t ldo) {
@@ -636,7 +638,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       const float e = std::exp(cum[i]);
       Scale(e, oi, dv);
     }
-    // p[i][j] = (q_i . k_j) decay[i][j], j <= i, with Q K^T as a blocked product (Dot's sums).
+    // p[i][j] = (q_i . k_j) decay[i][j], j <= i, with Q K^T as a blocked product.
     DotProducts(q_row(0), qk_ld, len, keys.data(), c, dk, c, p.data(), c);
     for (int i = 0; i < len; ++i) {
       float* row = p.data() + static_cast<size_t>(i) * c;
