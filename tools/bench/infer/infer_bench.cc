@@ -1,10 +1,9 @@
 // Prefill and decode tokens/s of the CPU engine on the ~50M-parameter hybrid preset
-// (bench-50m: qwen3_5_text, 12 layers of which 3 full attention, D 512), next to the GEMM
-// FLOP rate OpenBLAS reaches on this machine.
+// (bench-50m: qwen3_5_text, 12 layers of which 3 full attention, D 512), next to the FLOP rate
+// of the backend's GEMM (OpenBLAS sgemm on tiles) on this machine.
 //
 //   cairn_infer_bench [--benchmark_filter=...]
 //   env CAIRN_BENCH_THREADS (default: one per hardware thread)
-#include <cblas.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -126,15 +125,18 @@ void BM_Decode(benchmark::State& state) {
 }
 BENCHMARK(BM_Decode)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// OpenBLAS sgemm y[m, n] = x[m, k] w[n, k]^T, the shape of a prefill projection.
+// The backend's GEMM y[m, n] = x[m, k] w[n, k]^T (single-threaded sgemm calls on tiles of w,
+// spread over the backend's threads), the shape of a prefill projection.
 void BM_Sgemm(benchmark::State& state) {
-  Fixture& f = Shared();  // Sets OpenBLAS's thread count like the engine does.
-  (void)f;
+  Fixture& f = Shared();
+  if (!f.error.empty()) {
+    state.SkipWithError(f.error.c_str());
+    return;
+  }
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   std::vector<float> x(m * k, 0.5f), w(n * k, 0.25f), y(m * n);
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data(), k, w.data(), k,
-                0.0f, y.data(), n);
+    f.backend->MatMulTransposed(x.data(), m, k, k, w.data(), n, y.data(), n, false);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(

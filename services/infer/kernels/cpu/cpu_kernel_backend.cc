@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -15,14 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/check.h"
 
-// OpenBLAS is not built with ThreadSanitizer: its workers' writes are invisible to it and
-// their synchronisation too, so TSan reports false races on every buffer they fill. TSan builds
-// therefore run BLAS on the calling thread only.
+// OpenBLAS is not built with ThreadSanitizer: its accesses and its internal locking are
+// invisible to it, so TSan builds call BLAS from the calling thread only.
 #if defined(__SANITIZE_THREAD__)
-#define CAIRN_BLAS_SINGLE_THREADED 1
+#define CAIRN_BLAS_CALLER_ONLY 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define CAIRN_BLAS_SINGLE_THREADED 1
+#define CAIRN_BLAS_CALLER_ONLY 1
 #endif
 #endif
 
@@ -31,21 +31,6 @@ namespace {
 
 // Query rows per block of the attention score matrix.
 constexpr int64_t kAttentionQueryBlock = 256;
-
-// Four independent partial sums (a fixed order, so still deterministic) let the compiler
-// vectorise the reduction.
-float Dot(const float* a, const float* b, int n) {
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-  int i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
 
 // Four floats as one value (GCC/Clang vector extension): one SSE register on baseline x86-64,
 // with lane-wise arithmetic.
@@ -89,8 +74,11 @@ constexpr int64_t kGemmMinRows = 16;
 // GEMM to run near its peak on the tile, small enough to stay in the last-level cache.
 constexpr int64_t kWidenTileElements = int64_t{1} << 20;
 
-// Weight rows widened per work item.
-constexpr int64_t kWidenRowsPerItem = 16;
+// Tiles of a GEMM's weight rows per backend thread: more than one, so that a thread the machine
+// delays takes fewer of them; few, because each tile's sgemm packs the whole input again.
+constexpr int64_t kGemmTilesPerThread = 2;
+// The fewest weight rows of a tile (a multiple of 16, sgemm's widest register block).
+constexpr int64_t kGemmMinTileRows = 64;
 
 // Elements of an elementwise operation (a norm, an activation, RoPE) per work item: enough to
 // amortise handing the item to another thread, so that a decode step's few rows stay on the
@@ -154,6 +142,49 @@ inline __attribute__((always_inline)) void Scale(float a, float* x, int64_t n) {
   for (; j < n; ++j) x[j] *= a;
 }
 
+// y[j] = a * x[j]
+inline __attribute__((always_inline)) void ScaleTo(float a, const float* x, float* y, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, x + j, sizeof(v));
+    v = a * v;
+    std::memcpy(y + j, &v, sizeof(v));
+  }
+  for (; j < n; ++j) y[j] = a * x[j];
+}
+
+// y[j] = x[j] * z[j] (sub: x[j] - z[j])
+template <bool kSub>
+inline __attribute__((always_inline)) void Lanewise(const float* x, const float* z, float* y,
+                                                    int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 xv, zv;
+    std::memcpy(&xv, x + j, sizeof(xv));
+    std::memcpy(&zv, z + j, sizeof(zv));
+    xv = kSub ? xv - zv : xv * zv;
+    std::memcpy(y + j, &xv, sizeof(xv));
+  }
+  for (; j < n; ++j) y[j] = kSub ? x[j] - z[j] : x[j] * z[j];
+}
+
+// acc[r][v] += a[r][x] * b[x][16 v, 16 v + 16) for RB rows r: one step of MatAccBlock and
+// DotBlock.
+template <int V, int RB>
+inline __attribute__((always_inline)) void DotStep(const float* a, int64_t lda, const float* b,
+                                                   int64_t ldb, int x, F32x16 (&acc)[RB][V]) {
+  F32x16 bv[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + x * ldb + 16 * v, sizeof(F32x16));
+#pragma GCC unroll 4
+  for (int r = 0; r < RB; ++r) {
+    const float av = a[r * lda + x];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) acc[r][v] += av * bv[v];
+  }
+}
+
 // o[r][:] = (0 or o[r][:]) + sum over x in order of a[r][x] * b[x][:] for RB rows r and V * 16
 // columns, the RB * V vectors of o held in registers while b's rows pass: the arithmetic of RB
 // Axpy sequences (from zero, or from o), each b row loaded once for RB rows.
@@ -161,8 +192,12 @@ template <int V, int RB>
 inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t lda, const float* b,
                                                        int64_t ldb, int inner, float* o,
                                                        int64_t ldo, bool zero) {
+  // Fully unrolled, so that the accumulators stay in registers (at -O2 GCC keeps a loop over
+  // them, with every accumulator in memory).
   F32x16 acc[RB][V];
+#pragma GCC unroll 4
   for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       if (zero) {
         acc[r][v] = F32x16{};
@@ -171,15 +206,10 @@ inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t l
       }
     }
   }
-  for (int x = 0; x < inner; ++x) {
-    F32x16 bv[V];
-    for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + x * ldb + 16 * v, sizeof(F32x16));
-    for (int r = 0; r < RB; ++r) {
-      const float s = a[r * lda + x];
-      for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
-    }
-  }
+  for (int x = 0; x < inner; ++x) DotStep<V, RB>(a, lda, b, ldb, x, acc);
+#pragma GCC unroll 4
   for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 8
     for (int v = 0; v < V; ++v) std::memcpy(o + r * ldo + 16 * v, &acc[r][v], sizeof(F32x16));
   }
 }
@@ -204,6 +234,71 @@ inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, i
     float* orow = o + r * ldo;
     if (zero) std::fill(orow, orow + cols, 0.0f);
     for (int x = 0; x < inner; ++x) Axpy(a[r * lda + x], b + x * ldb, orow, cols);
+  }
+}
+
+// o[r][j] = sum over x < inner of a[r][x] * b[x][j] for RB rows r and V * 16 columns j, each sum
+// in the order of the scalar loop in DotProducts: four partial sums by x mod 4 (the remainder
+// into the first), then (s0 + s1) + (s2 + s3).
+template <int V, int RB>
+inline __attribute__((always_inline)) void DotBlock(const float* a, int64_t lda, const float* b,
+                                                    int64_t ldb, int inner, float* o, int64_t ldo) {
+  F32x16 acc[4][RB][V];
+#pragma GCC unroll 4
+  for (int s = 0; s < 4; ++s) {
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[s][r][v] = F32x16{};
+    }
+  }
+  int x = 0;
+  for (; x + 4 <= inner; x += 4) {
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) DotStep<V, RB>(a, lda, b, ldb, x + s, acc[s]);
+  }
+  for (; x < inner; ++x) DotStep<V, RB>(a, lda, b, ldb, x, acc[0]);
+#pragma GCC unroll 4
+  for (int r = 0; r < RB; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      const F32x16 sum = (acc[0][r][v] + acc[1][r][v]) + (acc[2][r][v] + acc[3][r][v]);
+      std::memcpy(o + r * ldo + 16 * v, &sum, sizeof(sum));
+    }
+  }
+}
+
+// o[r][j] = (row r of a) . (column j of b) for r < rows, j < cols (b is [inner, cols], row
+// stride ldb), with four partial sums by x mod 4 (the remainder into the first) added as
+// (s0 + s1) + (s2 + s3): the order of the chunked delta rule's scalar dot products before they
+// were blocked. Blocked (DotBlock) where cols is a multiple of 32.
+inline __attribute__((always_inline)) void DotProducts(const float* a, int64_t lda, int rows,
+                                                       const float* b, int64_t ldb, int inner,
+                                                       int cols, float* o, int64_t ldo) {
+  if (cols % 32 == 0) {
+    int r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      for (int j = 0; j < cols; j += 32) {
+        DotBlock<2, 2>(a + r * lda, lda, b + j, ldb, inner, o + r * ldo + j, ldo);
+      }
+    }
+    if (r < rows) {
+      for (int j = 0; j < cols; j += 32) {
+        DotBlock<2, 1>(a + r * lda, lda, b + j, ldb, inner, o + r * ldo + j, ldo);
+      }
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < cols; ++j) {
+      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      int x = 0;
+      for (; x + 4 <= inner; x += 4) {
+        for (int q = 0; q < 4; ++q) s[q] += a[r * lda + x + q] * b[(x + q) * ldb + j];
+      }
+      for (; x < inner; ++x) s[0] += a[r * lda + x] * b[x * ldb + j];
+      o[r * ldo + j] = (s[0] + s[1]) + (s[2] + s[3]);
+    }
   }
 }
 
@@ -296,6 +391,29 @@ CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const flo
   std::memcpy(out + i, to, bytes);
 }
 
+// o[ch] = silu(sum over m < kernel, in order from zero, of taps[m][ch] * window[m][ch]) for
+// ch < channels, sixteen channels at a time (lane-wise, so the same bits as one at a time).
+CAIRN_SIMD_CLONES void ConvSiluRow(const float* taps, const float* const* window, int kernel,
+                                   int64_t channels, float* o) {
+  int64_t ch = 0;
+  for (; ch + 16 <= channels; ch += 16) {
+    F32x16 acc = {};
+    for (int m = 0; m < kernel; ++m) {
+      F32x16 wv, xv;
+      std::memcpy(&wv, taps + m * channels + ch, sizeof(wv));
+      std::memcpy(&xv, window[m] + ch, sizeof(xv));
+      acc += wv * xv;
+    }
+    std::memcpy(o + ch, &acc, sizeof(acc));
+  }
+  for (; ch < channels; ++ch) {
+    float acc = 0.0f;
+    for (int m = 0; m < kernel; ++m) acc += taps[m * channels + ch] * window[m][ch];
+    o[ch] = acc;
+  }
+  SigmoidProducts(o, o, nullptr, channels, o);  // silu
+}
+
 // Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
 // Deterministic for given inputs (the sums run in a fixed lane order).
 CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
@@ -342,6 +460,48 @@ CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
   std::fill(p + n, p + keys, 0.0f);
 }
 
+// One token of the recurrent delta rule for one head with dv = 16 V: the arithmetic of
+// RecurrentHead's loops, with kv and the output held in registers.
+template <int V>
+inline __attribute__((always_inline)) void RecurrentTokenBlocked(const float* q, const float* k,
+                                                                 const float* v, float decay,
+                                                                 float beta, int dk, float* s,
+                                                                 float* out) {
+  F32x16 kv[V], o[V];
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) kv[u] = o[u] = F32x16{};
+  for (int i = 0; i < dk; ++i) {
+    float* row = s + static_cast<int64_t>(i) * 16 * V;
+#pragma GCC unroll 8
+    for (int u = 0; u < V; ++u) {
+      F32x16 r;
+      std::memcpy(&r, row + 16 * u, sizeof(r));
+      r *= decay;
+      std::memcpy(row + 16 * u, &r, sizeof(r));
+      kv[u] += k[i] * r;
+    }
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) {
+    F32x16 vv;
+    std::memcpy(&vv, v + 16 * u, sizeof(vv));
+    kv[u] = (vv - kv[u]) * beta;
+  }
+  for (int i = 0; i < dk; ++i) {
+    float* row = s + static_cast<int64_t>(i) * 16 * V;
+#pragma GCC unroll 8
+    for (int u = 0; u < V; ++u) {
+      F32x16 r;
+      std::memcpy(&r, row + 16 * u, sizeof(r));
+      r += k[i] * kv[u];
+      std::memcpy(row + 16 * u, &r, sizeof(r));
+      o[u] += q[i] * r;
+    }
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < V; ++u) std::memcpy(out + 16 * u, &o[u], sizeof(F32x16));
+}
+
 // One v-head of the recurrent gated delta rule over all tokens of the call.
 CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
                                      std::vector<float>& kv) {
@@ -355,6 +515,15 @@ CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
     const float* v = a.v + t * v_ld + static_cast<int64_t>(h) * a.dv;
     const float decay = std::exp(a.g[t * a.v_heads + h]);
     const float beta = a.beta[t * a.v_heads + h];
+    float* out = a.out + t * v_ld + static_cast<int64_t>(h) * a.dv;
+    if (a.dv == 64) {
+      RecurrentTokenBlocked<4>(q, k, v, decay, beta, a.dk, s, out);
+      continue;
+    }
+    if (a.dv == 128) {
+      RecurrentTokenBlocked<8>(q, k, v, decay, beta, a.dk, s, out);
+      continue;
+    }
     // Two passes over the state (it is read once per token for each slot of a decode step):
     // S = decay S and kv = k S, then S += k (x) kv' and out = q S; each element's arithmetic
     // and every sum's order as in four separate passes.
@@ -365,7 +534,6 @@ CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
       Axpy(k[i], row, kv.data(), a.dv);
     }
     for (int j = 0; j < a.dv; ++j) kv[j] = (v[j] - kv[j]) * beta;
-    float* out = a.out + t * v_ld + static_cast<int64_t>(h) * a.dv;
     std::fill(out, out + a.dv, 0.0f);
     for (int i = 0; i < a.dk; ++i) {
       float* row = s + static_cast<int64_t>(i) * a.dv;
@@ -389,7 +557,8 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
   std::vector<float> cum(c), decay(static_cast<size_t>(c) * c), kk(static_cast<size_t>(c) * c),
       u(static_cast<size_t>(c) * dv), w(static_cast<size_t>(c) * dk),
       vnew(static_cast<size_t>(c) * dv), tmp(static_cast<size_t>(c) * dv),
-      p(static_cast<size_t>(c) * c), kt(static_cast<size_t>(dk) * c);
+      p(static_cast<size_t>(c) * c), kt(static_cast<size_t>(dk) * c),
+      keys(static_cast<size_t>(dk) * c), f(c);
   for (int64_t c0 = 0; c0 < a.tokens; c0 += c) {
     const int len = static_cast<int>(std::min<int64_t>(c, a.tokens - c0));
     auto q_row = [&](int i) { return a.q + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
@@ -401,12 +570,25 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       acc += a.g[(c0 + i) * a.v_heads + h];
       cum[i] = acc;
     }
-    // decay[i][j] = exp(G_i - G_j) and kk[i][j] = beta_i (k_i . k_j) decay[i][j], j <= i.
+    // keys = K^T ([dk, c]), written row by row; columns from len on keep earlier values and
+    // are never read back.
+    for (int x = 0; x < dk; ++x) {
+      float* row = keys.data() + static_cast<size_t>(x) * c;
+      for (int j = 0; j < len; ++j) row[j] = k_row(j)[x];
+    }
+    // decay[i][j] = exp(G_i - G_j) and kk[i][j] = beta_i (k_i . k_j) decay[i][j] for j <= i,
+    // with K K^T as a blocked product. The forward substitution below amplifies rounding: a
+    // plain running sum over x in the products, or the softmax's polynomial exponential (two
+    // ulp) for the decay, took a prefill split into passes to within a sixth of the tests'
+    // state tolerance.
     for (int i = 0; i < len; ++i) {
-      for (int j = 0; j <= i; ++j) {
-        decay[i * c + j] = std::exp(cum[i] - cum[j]);
-        kk[i * c + j] = beta(i) * Dot(k_row(i), k_row(j), dk) * decay[i * c + j];
-      }
+      for (int j = 0; j <= i; ++j) decay[i * c + j] = std::exp(cum[i] - cum[j]);
+    }
+    DotProducts(k_row(0), qk_ld, len, keys.data(), c, dk, c, kk.data(), c);
+    for (int i = 0; i < len; ++i) {
+      float* row = kk.data() + static_cast<size_t>(i) * c;
+      ScaleTo(beta(i), row, row, i + 1);
+      Lanewise<false>(row, decay.data() + static_cast<size_t>(i) * c, row, i + 1);
     }
     // u = (I + B)^-1 (beta v);  w = (I + B)^-1 (beta exp(G) k): forward substitution, row i
     // minus kk[i][j] times row j for j < i in order. In blocks of kSubstitutionBlock rows: first
@@ -421,9 +603,9 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
         float* wi = w.data() + static_cast<size_t>(i) * dk;
         const float* vi = v_row(i);
         const float* ki = k_row(i);
-        const float bg = beta(i) * std::exp(cum[i]);
-        for (int j = 0; j < dv; ++j) ui[j] = beta(i) * vi[j];
-        for (int j = 0; j < dk; ++j) wi[j] = bg * ki[j];
+        const float bi = beta(i);
+        ScaleTo(bi, vi, ui, dv);
+        ScaleTo(bi * std::exp(cum[i]), ki, wi, dk);
       }
       const float* neg = kk.data() + static_cast<size_t>(i0) * c;
       MatAcc(neg, c, rows, u.data(), dv, i0, dv, u.data() + static_cast<size_t>(i0) * dv, dv,
@@ -445,7 +627,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       float* vi = vnew.data() + static_cast<size_t>(i) * dv;
       const float* ti = tmp.data() + static_cast<size_t>(i) * dv;
       const float* ui = u.data() + static_cast<size_t>(i) * dv;
-      for (int j = 0; j < dv; ++j) vi[j] = ui[j] - ti[j];
+      Lanewise<true>(ui, ti, vi, dv);
     }
     // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j, the second sum in
     // blocks of rows over the j every row of the block has, then each row's own last j.
@@ -454,8 +636,13 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     for (int i = 0; i < len; ++i) {
       float* oi = o0 + i * v_ld;
       const float e = std::exp(cum[i]);
-      for (int j = 0; j < dv; ++j) oi[j] *= e;
-      for (int j = 0; j <= i; ++j) p[i * c + j] = Dot(q_row(i), k_row(j), dk) * decay[i * c + j];
+      Scale(e, oi, dv);
+    }
+    // p[i][j] = (q_i . k_j) decay[i][j], j <= i, with Q K^T as a blocked product.
+    DotProducts(q_row(0), qk_ld, len, keys.data(), c, dk, c, p.data(), c);
+    for (int i = 0; i < len; ++i) {
+      float* row = p.data() + static_cast<size_t>(i) * c;
+      Lanewise<false>(row, decay.data() + static_cast<size_t>(i) * c, row, i + 1);
     }
     const int block = dv == 64 ? 4 : dv == 128 ? 2 : 1;
     for (int i0 = 0; i0 < len; i0 += block) {
@@ -473,13 +660,20 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     const float last = cum[len - 1];
     const float chunk_decay = std::exp(last);
     Scale(chunk_decay, s, static_cast<int64_t>(dk) * dv);
-    for (int i = 0; i < len; ++i) {
-      const float f = std::exp(last - cum[i]);
-      const float* ki = k_row(i);
-      for (int x = 0; x < dk; ++x) kt[static_cast<size_t>(x) * c + i] = f * ki[x];
+    for (int i = 0; i < len; ++i) f[i] = std::exp(last - cum[i]);
+    for (int x = 0; x < dk; ++x) {
+      const size_t row = static_cast<size_t>(x) * c;
+      Lanewise<false>(keys.data() + row, f.data(), kt.data() + row, len);
     }
     MatAcc(kt.data(), c, dk, vnew.data(), dv, len, dv, s, dv, /*zero=*/false);
   }
+}
+
+// The processor time of this process (every thread), in seconds.
+double ProcessCpuSeconds() {
+  timespec ts;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 }  // namespace
@@ -487,19 +681,25 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
 class CpuKernelBackend::ScopedTimer {
  public:
   ScopedTimer(CpuKernelBackend* backend, double CpuKernelProfile::*field)
-      : field_(backend->profiling_ ? &(backend->profile_.*field) : nullptr) {
-    if (field_ != nullptr) start_ = std::chrono::steady_clock::now();
+      : backend_(backend->profiling_ ? backend : nullptr), field_(field) {
+    if (backend_ == nullptr) return;
+    start_ = std::chrono::steady_clock::now();
+    if (backend_->profile_cpu_) start_cpu_ = ProcessCpuSeconds();
   }
   ~ScopedTimer() {
-    if (field_ == nullptr) return;
-    *field_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (backend_ == nullptr) return;
+    backend_->profile_.*field_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (backend_->profile_cpu_) backend_->cpu_profile_.*field_ += ProcessCpuSeconds() - start_cpu_;
   }
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;
 
  private:
-  double* field_;
+  CpuKernelBackend* backend_;  // Null when not profiling.
+  double CpuKernelProfile::*field_;
   std::chrono::steady_clock::time_point start_;
+  double start_cpu_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
@@ -527,17 +727,20 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
   }
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-#ifdef CAIRN_BLAS_SINGLE_THREADED
+  // The backend spreads its GEMMs over its own threads; OpenBLAS's workers would spin between
+  // calls (and are invisible to ThreadSanitizer).
   openblas_set_num_threads(1);
-#else
-  openblas_set_num_threads(threads);
-#endif
   return std::unique_ptr<CpuKernelBackend>(
       new CpuKernelBackend(threads, isa, options.typed_weights, options.profile));
 }
 
 CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile)
-    : threads_(threads), isa_(isa), typed_weights_(typed_weights), profiling_(profile) {
+    : threads_(threads),
+      isa_(isa),
+      typed_weights_(typed_weights),
+      profiling_(profile),
+      widened_(static_cast<size_t>(threads)),
+      scores_(static_cast<size_t>(threads)) {
   if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
 }
 
@@ -546,9 +749,21 @@ CpuKernelBackend::~CpuKernelBackend() {
 }
 
 void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
+  ParallelForWorkers(n, [&](int64_t i, int) { fn(i); });
+}
+
+void CpuKernelBackend::BlasFor(int64_t n, absl::FunctionRef<void(int64_t, int)> fn) {
+#ifdef CAIRN_BLAS_CALLER_ONLY
+  for (int64_t i = 0; i < n; ++i) fn(i, 0);
+#else
+  ParallelForWorkers(n, fn);
+#endif
+}
+
+void CpuKernelBackend::ParallelForWorkers(int64_t n, absl::FunctionRef<void(int64_t, int)> fn) {
   if (n <= 0) return;
   if (pool_ == nullptr || n == 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
   // The calling thread takes items too and waits only for helpers that joined before every
@@ -562,10 +777,10 @@ void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> f
     int joined ABSL_GUARDED_BY(mu) = 0;  // Helpers between joining and leaving.
   };
   auto shared = std::make_shared<Shared>();
-  const absl::FunctionRef<void(int64_t)>* body = &fn;
+  const absl::FunctionRef<void(int64_t, int)>* body = &fn;
   const int helpers = static_cast<int>(std::min<int64_t>(threads_ - 1, n - 1));
   for (int h = 0; h < helpers; ++h) {
-    const bool scheduled = pool_->Schedule([shared, body, n] {
+    const bool scheduled = pool_->Schedule([shared, body, n, worker = h + 1] {
       {
         MutexLock lock(&shared->mu);
         ++shared->joined;
@@ -573,14 +788,14 @@ void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> f
       // Joined before taking an item: an item below n means the caller is still waiting for
       // this helper, so `body` is alive.
       for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) {
-        (*body)(i);
+        (*body)(i, worker);
       }
       MutexLock lock(&shared->mu);
       if (--shared->joined == 0) shared->cv.SignalAll();
     });
     CAIRN_CHECK(scheduled);  // The pool shuts down only in our destructor.
   }
-  for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) fn(i);
+  for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) fn(i, 0);
   // Every item is taken; a helper that joins from now on takes none.
   MutexLock lock(&shared->mu);
   while (shared->joined > 0) shared->cv.Wait(&shared->mu);
@@ -602,7 +817,7 @@ void CpuKernelBackend::MatMulTransposed(const float* x, int64_t m, int64_t k, in
                                         const float* w, int64_t n, float* y, int64_t ldy,
                                         bool accumulate) {
   const ScopedTimer timer(this, &CpuKernelProfile::matmul_s);
-  Sgemm(x, m, k, ldx, w, n, y, ldy, accumulate);
+  TiledGemm(x, m, ldx, WeightMatrix::Of(w, WeightType::kF32, n, k), y, ldy, accumulate);
 }
 
 void CpuKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
@@ -634,31 +849,48 @@ void CpuKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t 
     return;
   }
   const ScopedTimer timer(this, &CpuKernelProfile::matmul_s);
+  TiledGemm(x, m, ldx, w, y, ldy, accumulate);
+}
+
+void CpuKernelBackend::TiledGemm(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                                 float* y, int64_t ldy, bool accumulate) {
   const int64_t k = w.cols;
-  int64_t first = 0;  // Output column of the part's first row.
+  const int64_t n = w.rows();
+  if (m == 0 || n == 0) return;
+  // Tiles of whole 16-row blocks, about kGemmTilesPerThread per thread; a tile of narrow
+  // weights is widened into a buffer that stays in the cache.
+  int64_t tile = (n + threads_ * kGemmTilesPerThread - 1) / (threads_ * kGemmTilesPerThread);
+  tile = std::max(kGemmMinTileRows, (tile + 15) / 16 * 16);
+  if (w.type != WeightType::kF32) {
+    tile = std::min(tile, std::max<int64_t>(16, kWidenTileElements / k / 16 * 16));
+  }
+  struct Tile {
+    const char* rows;  // The tile's first weight row.
+    int64_t count;     // Weight rows in the tile.
+    int64_t column;    // Its first output column.
+  };
+  std::vector<Tile> tiles;
+  const int64_t row_bytes = k * WeightTypeSize(w.type);
+  int64_t column = 0;
   for (int p = 0; p < w.num_parts; ++p) {
     const WeightMatrix::Part& part = w.parts[p];
-    if (w.type == WeightType::kF32) {
-      Sgemm(x, m, k, ldx, static_cast<const float*>(part.data), part.rows, y + first, ldy,
-            accumulate);
-      first += part.rows;
-      continue;
-    }
-    const int64_t tile = std::max<int64_t>(kWidenRowsPerItem, kWidenTileElements / k);
     for (int64_t r0 = 0; r0 < part.rows; r0 += tile) {
-      const int64_t rows = std::min(tile, part.rows - r0);
-      widened_.resize(static_cast<size_t>(rows * k));
-      const char* src = static_cast<const char*>(part.data) + r0 * k * WeightTypeSize(w.type);
-      ParallelFor((rows + kWidenRowsPerItem - 1) / kWidenRowsPerItem, [&](int64_t item) {
-        const int64_t i0 = item * kWidenRowsPerItem;
-        const int64_t i1 = std::min(rows, i0 + kWidenRowsPerItem);
-        cpu::Widen(isa_, w.type, src + i0 * k * WeightTypeSize(w.type), (i1 - i0) * k,
-                   widened_.data() + i0 * k);
-      });
-      Sgemm(x, m, k, ldx, widened_.data(), rows, y + first + r0, ldy, accumulate);
+      tiles.push_back({static_cast<const char*>(part.data) + r0 * row_bytes,
+                       std::min(tile, part.rows - r0), column + r0});
     }
-    first += part.rows;
+    column += part.rows;
   }
+  BlasFor(static_cast<int64_t>(tiles.size()), [&](int64_t i, int worker) {
+    const Tile& t = tiles[static_cast<size_t>(i)];
+    const float* weights = reinterpret_cast<const float*>(t.rows);
+    if (w.type != WeightType::kF32) {
+      std::vector<float>& wide = widened_[static_cast<size_t>(worker)];
+      wide.resize(static_cast<size_t>(t.count * k));
+      cpu::Widen(isa_, w.type, t.rows, t.count * k, wide.data());
+      weights = wide.data();
+    }
+    Sgemm(x, m, k, ldx, weights, t.count, y + t.column, ldy, accumulate);
+  });
 }
 
 void CpuKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
@@ -832,17 +1064,18 @@ void CpuKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
   const int hist = kernel - 1;
   // Input row `t` of the window [state rows ; input rows], t in [-hist, tokens).
   auto row = [&](int64_t t) { return t < 0 ? state + (t + hist) * channels : in + t * ld_in; };
+  // The taps tap-major (taps[m][ch]), so that sixteen channels take one vector per tap.
+  std::vector<float> taps(static_cast<size_t>(kernel) * channels);
+  for (int64_t ch = 0; ch < channels; ++ch) {
+    for (int m = 0; m < kernel; ++m) taps[m * channels + ch] = w[ch * kernel + m];
+  }
   // Split by tokens: an output row reads only input and state rows, which stay as they are
   // until the loop is done.
   ParallelRows(tokens, channels * kernel, [&](int64_t t0, int64_t t1) {
+    std::vector<const float*> window(static_cast<size_t>(kernel));
     for (int64_t t = t0; t < t1; ++t) {
-      float* o = out + t * channels;
-      for (int64_t ch = 0; ch < channels; ++ch) {
-        float acc = 0.0f;
-        for (int m = 0; m < kernel; ++m) acc += w[ch * kernel + m] * row(t - hist + m)[ch];
-        o[ch] = acc;
-      }
-      SigmoidProducts(o, o, nullptr, channels, o);  // silu
+      for (int m = 0; m < kernel; ++m) window[m] = row(t - hist + m);
+      ConvSiluRow(taps.data(), window.data(), kernel, channels, out + t * channels);
     }
   });
   // New state: the last `hist` rows of the window.
@@ -894,30 +1127,32 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
     return;
   }
   // Per query head and block of query rows: scores S = Q K^T through sgemm, a causal softmax
-  // per row, then O = P V through sgemm. Blocks bound the score buffer for long contexts.
+  // per row, then O = P V through sgemm. Blocks bound the score buffer for long contexts. The
+  // (head, block) items are spread over the threads, the last blocks (the most keys) first.
   const int group = a.q_heads / a.kv_heads;
   const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
   const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  std::vector<float> scores;
-  for (int64_t h = 0; h < a.q_heads; ++h) {
+  const int64_t blocks = (a.tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+  BlasFor(blocks * a.q_heads, [&](int64_t item, int worker) {
+    const int64_t h = item % a.q_heads;
+    const int64_t t0 = (blocks - 1 - item / a.q_heads) * kAttentionQueryBlock;
     const int64_t kvh = h / group;
-    for (int64_t t0 = 0; t0 < a.tokens; t0 += kAttentionQueryBlock) {
-      const int64_t rows = std::min(kAttentionQueryBlock, a.tokens - t0);
-      const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
-      scores.resize(static_cast<size_t>(rows * keys));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-                  static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
-                  static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
-                  0.0f, scores.data(), static_cast<blasint>(keys));
-      ParallelFor(rows, [&](int64_t r) {
-        SoftmaxRow(scores.data() + r * keys, a.past + t0 + r + 1, keys);
-      });
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
-                  static_cast<blasint>(keys), 1.0f, scores.data(), static_cast<blasint>(keys),
-                  a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
-                  a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
+    const int64_t rows = std::min(kAttentionQueryBlock, a.tokens - t0);
+    const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
+    std::vector<float>& scores = scores_[static_cast<size_t>(worker)];
+    scores.resize(static_cast<size_t>(rows * keys));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+                static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
+                static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
+                0.0f, scores.data(), static_cast<blasint>(keys));
+    for (int64_t r = 0; r < rows; ++r) {
+      SoftmaxRow(scores.data() + r * keys, a.past + t0 + r + 1, keys);
     }
-  }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
+                static_cast<blasint>(keys), 1.0f, scores.data(), static_cast<blasint>(keys),
+                a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
+                a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
+  });
 }
 
 void CpuKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {

@@ -27,12 +27,14 @@ struct CpuKernelBackendOptions {
   // what a backend without typed weights takes (one fp32 part), so models widen their weights:
   // for tests of that path and for comparisons.
   bool typed_weights = true;
-  // Accumulate the wall time of each kind of operation (profile()); for benchmarks.
+  // Accumulate the wall time of each kind of operation (profile()); for benchmarks. See also
+  // CpuKernelBackend::ProfileProcessorTime.
   bool profile = false;
 };
 
-// Wall time a CpuKernelBackend spent in each kind of operation since it was created or last
-// reset (CpuKernelBackendOptions::profile).
+// Time a CpuKernelBackend spent in each kind of operation since it was created or last reset
+// (CpuKernelBackendOptions::profile): wall-clock seconds, or the process's processor seconds
+// (every thread's) while the operation ran.
 struct CpuKernelProfile {
   double matmul_s = 0;       // MatMulTransposed (the GEMM path).
   double matmul_rows_s = 0;  // MatMulRows (the row-invariant path).
@@ -42,15 +44,18 @@ struct CpuKernelProfile {
 };
 
 // The reference backend: fp32 math on the host. GEMMs, including attention's score and value
-// products per head, go through OpenBLAS (cblas_sgemm, which splits the output, never the
-// reduction, over its threads); bf16 and f16 weights are widened to fp32 a tile of rows at a
-// time for it. The row-invariant product reads bf16, f16 or fp32 weights directly (AVX-512 or
-// AVX2 where the processor has them, chosen at run time; the same bits on every path). The
-// other operations are plain loops split over a fixed pool of threads by head or by row. Every
+// products per head, go through OpenBLAS's cblas_sgemm on one thread: the backend splits each
+// product's output (never its reduction) into tiles of weight rows, or attention into heads and
+// query blocks, and spreads those over its own threads, widening a tile of bf16 or f16 weights
+// to fp32 just before its sgemm. The row-invariant product reads bf16, f16 or fp32 weights directly
+// (AVX-512 or AVX2 where the processor has them, chosen at run time; the same bits on every path).
+// The other operations are plain loops split over a fixed pool of threads by head or by row. Every
 // split assigns each output element to exactly one thread with a fixed reduction order, so results
 // are bit-identical run to run for the same shapes.
 //
-// Thread-compatible (KernelBackend). OpenBLAS's thread count is process-wide; Create() sets it.
+// Thread-compatible (KernelBackend). OpenBLAS's thread count is process-wide; Create() sets it to
+// one (OpenBLAS's own workers spin between calls, which took a fifth of the processor time of a
+// prefill pass on a two-core machine).
 class CpuKernelBackend final : public KernelBackend {
  public:
   // InvalidArgument for a negative thread count or an unknown isa; FailedPrecondition when
@@ -62,9 +67,18 @@ class CpuKernelBackend final : public KernelBackend {
   absl::string_view name() const override { return "cpu-fp32"; }
   int threads() const { return threads_; }
   cpu::Isa isa() const { return isa_; }
-  // The time spent per kind of operation; all zero unless profiling was asked for.
+  // The time spent per kind of operation, wall-clock and processor time; all zero unless
+  // profiling was asked for.
   const CpuKernelProfile& profile() const { return profile_; }
-  void ResetProfile() { profile_ = CpuKernelProfile(); }
+  const CpuKernelProfile& cpu_profile() const { return cpu_profile_; }
+  // With profiling on, also accumulate processor time (cpu_profile()). Reading the process's
+  // processor time is a system call per operation boundary: it slows a decode step measurably,
+  // so it is off until asked for.
+  void ProfileProcessorTime(bool on) { profile_cpu_ = on; }
+  void ResetProfile() {
+    profile_ = CpuKernelProfile();
+    cpu_profile_ = CpuKernelProfile();
+  }
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                         int64_t n, float* y, int64_t ldy, bool accumulate) override;
@@ -104,7 +118,8 @@ class CpuKernelBackend final : public KernelBackend {
  private:
   CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile);
 
-  // Adds the time from its construction to its destruction to one field of the profile.
+  // Adds the wall and processor time from its construction to its destruction to one field of
+  // the profiles.
   class ScopedTimer;
 
   void RowInvariantAttention(const AttentionArgs& args);
@@ -112,6 +127,16 @@ class CpuKernelBackend final : public KernelBackend {
   // Runs fn(i) for every i in [0, n), spread over the pool and the calling thread; returns
   // when all are done.
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);
+  // As ParallelFor, with the index in [0, threads_) of the thread running the item (0 is the
+  // calling thread), so that an item can use that thread's buffers.
+  void ParallelForWorkers(int64_t n, absl::FunctionRef<void(int64_t, int)> fn);
+  // ParallelForWorkers for items that call BLAS; on the calling thread only in builds with
+  // ThreadSanitizer, which cannot see OpenBLAS's own synchronisation.
+  void BlasFor(int64_t n, absl::FunctionRef<void(int64_t, int)> fn);
+  // y = x . w^T (+ y) through single-threaded sgemm calls on tiles of w's rows, spread over the
+  // threads; narrow weights are widened a tile at a time into the running thread's buffer.
+  void TiledGemm(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                 int64_t ldy, bool accumulate);
   // Runs fn(begin, end) over [0, rows) in ranges of rows of about kElementwiseItemElements
   // elements (`row_elements` each) spread over the pool; one range on the calling thread when
   // the work is small. Each row is computed as without the split.
@@ -124,7 +149,12 @@ class CpuKernelBackend final : public KernelBackend {
   std::unique_ptr<ThreadPool> pool_;  // threads_ - 1 workers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;
-  std::vector<float> widened_;  // A tile of weights widened for sgemm.
+  CpuKernelProfile cpu_profile_;
+  bool profile_cpu_ = false;
+  // Per thread (ParallelForWorkers' index): a tile of weights widened for sgemm, attention's
+  // score block.
+  std::vector<std::vector<float>> widened_;
+  std::vector<std::vector<float>> scores_;
 };
 
 }  // namespace cairn::infer
