@@ -20,7 +20,11 @@ namespace {
 // computed by another backend (or another version of one's arithmetic) is never mixed.
 constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
 constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
-constexpr char kHipNumericsClass[] = "hip-f32-v1";
+// The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16
+// inputs (v2; v1 widened the weights and ran everything in fp32). Its pass-invariant numerics
+// run every product through the row kernel with fp32 inputs, whose bits over bf16 weights equal
+// v1's over their widening.
+constexpr char kHipNumericsClass[] = "hip-bf16-v2";
 constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v1";
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
