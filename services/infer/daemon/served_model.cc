@@ -20,7 +20,13 @@ namespace {
 // computed by another backend (or another version of one's arithmetic) is never mixed.
 constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
 constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
-constexpr char kHipNumericsClass[] = "hip-f32-v1";
+// The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16
+// inputs (v2; v1 widened the weights and ran everything in fp32). Its pass-invariant numerics
+// run every product through the row kernel with fp32 inputs, whose bits over bf16 weights equal
+// v1's over their widening.
+constexpr char kHipNumericsClass[] = "hip-bf16-v2";
+// --gpu-bf16-inputs=false: bf16 weights, every matrix-unit input fp32.
+constexpr char kHipFp32InputsClass[] = "hip-f32-inputs-v2";
 constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v1";
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -90,7 +96,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
   ModelLoadOptions load = options.load;
   load.qwen3_hybrid.pass_invariant = options.numerics == "pass-invariant";
   ASSIGN_OR_RETURN(served->backend_,
-                   CreateKernelBackend({.name = options.backend, .threads = options.threads}));
+                   CreateKernelBackend({.name = options.backend,
+                                        .threads = options.threads,
+                                        .gpu_bf16_inputs = options.gpu_bf16_inputs}));
   served->backend_name_ = options.backend;
   ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), load));
 
@@ -158,7 +166,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
   if (load.qwen3_hybrid.pass_invariant) {
     id.numerics_class = hip ? kHipPassInvariantClass : kCpuPassInvariantClass;
   } else {
-    id.numerics_class = hip ? kHipNumericsClass : kCpuNumericsClass;
+    id.numerics_class = kCpuNumericsClass;
+    if (hip) id.numerics_class = options.gpu_bf16_inputs ? kHipNumericsClass : kHipFp32InputsClass;
   }
   id.speculative_config = "";
   id.digest = Hex(Xxh3(absl::StrCat(

@@ -20,6 +20,7 @@ struct ServedModelOptions {
   std::string served_name;             // Empty: the folder's name.
   std::string backend = "cpu";         // A name of AvailableKernelBackends().
   int threads = 0;                     // Backend threads; 0: one per hardware thread.
+  bool gpu_bf16_inputs = true;         // KernelBackendChoice::gpu_bf16_inputs.
   int64_t context_tokens = 0;          // 0: config.json's max_position_embeddings.
   int64_t max_context_tokens = 32768;  // Cap on the default context (memory per slot).
   // "fast" (GEMMs, chunked delta rule: bit-identical for identical pass boundaries) or

@@ -30,6 +30,8 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
   if (choice.name == "hip") {
     HipKernelBackendOptions hip;
     hip.device = choice.device;
+    hip.bf16_gemm_inputs = choice.gpu_bf16_inputs;
+    hip.bf16_attention = choice.gpu_bf16_inputs;
     return CreateHipKernelBackend(hip);
   }
 #endif

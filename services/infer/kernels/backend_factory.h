@@ -15,6 +15,10 @@ struct KernelBackendChoice {
   std::string name = "cpu";  // "cpu", or "hip" in a build with CAIRN_ENABLE_HIP.
   int threads = 0;           // CPU backend threads; 0: one per hardware thread.
   int device = 0;            // GPU ordinal of the HIP backend.
+  // HIP: the matrix units take bf16 inputs (prefill GEMMs and prefill attention; weights stay
+  // bf16 either way). False keeps every input fp32: the CPU backend's numerics up to reduction
+  // order, slower prefill.
+  bool gpu_bf16_inputs = true;
 };
 
 // The backend names this build has: "cpu", and "hip" when built with CAIRN_ENABLE_HIP.

@@ -247,6 +247,24 @@ Json TextConfig(const RandomCheckpointOptions& o) {
   return c;
 }
 
+// config.json: the text config, inside a wrapper for the wrapper types.
+Json FullConfig(const RandomCheckpointOptions& o) {
+  Json config = TextConfig(o);
+  if (!IsWrapper(o.model_type)) return config;
+  Json outer;
+  outer["architectures"] = {o.model_type == "qwen3_5" ? "Qwen3_5ForConditionalGeneration"
+                                                      : "Qwen3_5MoeForConditionalGeneration"};
+  outer["model_type"] = o.model_type;
+  outer["tie_word_embeddings"] = o.tie_word_embeddings;
+  outer["text_config"] = config;
+  return outer;
+}
+
+std::string FullName(const TensorSpec& spec, const RandomCheckpointOptions& o) {
+  if (!spec.prefixed) return spec.name;
+  return (IsWrapper(o.model_type) ? "model.language_model." : "model.") + spec.name;
+}
+
 absl::Status WriteText(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -320,31 +338,17 @@ absl::Status WriteRandomCheckpoint(const std::string& dir,
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
 
-  const bool wrapper = IsWrapper(options.model_type);
-  const std::string prefix = wrapper ? "model.language_model." : "model.";
   std::vector<Payload> payloads;
   uint64_t total = 0;
   for (const TensorSpec& spec : Specs(options)) {
-    Payload p{spec.prefixed ? prefix + spec.name : spec.name, spec.shape,
-              Generate(spec, options)};
+    Payload p{FullName(spec, options), spec.shape, Generate(spec, options)};
     total += p.bf16.size() * 2;
     payloads.push_back(std::move(p));
   }
   std::sort(payloads.begin(), payloads.end(),
             [](const Payload& a, const Payload& b) { return a.name < b.name; });
 
-  Json config = TextConfig(options);
-  if (wrapper) {
-    Json outer;
-    outer["architectures"] = {options.model_type == "qwen3_5"
-                                  ? "Qwen3_5ForConditionalGeneration"
-                                  : "Qwen3_5MoeForConditionalGeneration"};
-    outer["model_type"] = options.model_type;
-    outer["tie_word_embeddings"] = options.tie_word_embeddings;
-    outer["text_config"] = config;
-    config = outer;
-  }
-  RETURN_IF_ERROR(WriteText(fs::path(dir) / "config.json", config.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteText(fs::path(dir) / "config.json", FullConfig(options).dump(2) + "\n"));
 
   const int shards = std::min<int>(options.shards, static_cast<int>(payloads.size()));
   if (shards == 1) {
@@ -372,6 +376,23 @@ absl::Status WriteRandomCheckpoint(const std::string& dir,
   }
   Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   return WriteText(fs::path(dir) / "model.safetensors.index.json", index.dump(2) + "\n");
+}
+
+absl::StatusOr<std::string> RandomCheckpointConfig(const RandomCheckpointOptions& options) {
+  RETURN_IF_ERROR(Validate(options));
+  return FullConfig(options).dump(2) + "\n";
+}
+
+absl::StatusOr<std::vector<RandomTensorShape>> RandomCheckpointTensors(
+    const RandomCheckpointOptions& options) {
+  RETURN_IF_ERROR(Validate(options));
+  std::vector<RandomTensorShape> out;
+  for (const TensorSpec& spec : Specs(options)) {
+    out.push_back({FullName(spec, options), spec.shape});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RandomTensorShape& a, const RandomTensorShape& b) { return a.name < b.name; });
+  return out;
 }
 
 }  // namespace cairn::infer

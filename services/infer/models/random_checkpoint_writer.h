@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace cairn::infer {
 
@@ -41,7 +42,7 @@ struct RandomCheckpointOptions {
   int top_k = 2;
   int64_t moe_intermediate_size = 32;
   int64_t shared_intermediate_size = 48;
-  bool norm_topk_prob = true;      // qwen3_next only.
+  bool norm_topk_prob = true;        // qwen3_next only.
   std::vector<int> mlp_only_layers;  // qwen3_next only.
   bool tie_word_embeddings = false;
   double rms_norm_eps = 1e-6;
@@ -62,6 +63,18 @@ struct RandomCheckpointOptions {
 // and every sharding, hold identical weights. InvalidArgument for inconsistent sizes or an
 // unknown model_type; Internal for I/O errors.
 absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpointOptions& options);
+
+// What WriteRandomCheckpoint would write, without the values: the config.json text and each
+// tensor's full name (weight prefix included) and shape, in name order. For benchmarks of
+// models too large to write, which build their store in memory (TensorStore::FromViews).
+// InvalidArgument as WriteRandomCheckpoint.
+struct RandomTensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+absl::StatusOr<std::string> RandomCheckpointConfig(const RandomCheckpointOptions& options);
+absl::StatusOr<std::vector<RandomTensorShape>> RandomCheckpointTensors(
+    const RandomCheckpointOptions& options);
 
 }  // namespace cairn::infer
 

@@ -161,6 +161,21 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }
 
+absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::FromViews(std::vector<TensorView> views) {
+  auto store = std::unique_ptr<TensorStore>(new TensorStore());
+  for (TensorView& v : views) {
+    if (v.bytes != v.elements() * DTypeSize(v.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", v.name, ": ", v.bytes,
+                                                     " bytes do not match its dtype and shape"));
+    }
+    const std::string name = v.name;
+    auto [it, inserted] = store->memory_views_.emplace(name, std::move(v));
+    if (!inserted) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " given twice"));
+    store->index_.emplace(name, &it->second);
+  }
+  return store;
+}
+
 absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& dir) {
   namespace fs = std::filesystem;
   auto store = std::unique_ptr<TensorStore>(new TensorStore());

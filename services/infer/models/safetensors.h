@@ -60,6 +60,10 @@ class TensorStore {
   // NotFound when the folder has no safetensors; InvalidArgument for a bad index, a tensor
   // named by the index but missing from its shard, or a tensor present in two files.
   static absl::StatusOr<std::unique_ptr<TensorStore>> Open(const std::string& dir);
+  // A store over tensors already in memory (benchmarks build random models this way): the
+  // views' data must outlive the store. InvalidArgument for a name given twice or a view whose
+  // byte count disagrees with its dtype and shape.
+  static absl::StatusOr<std::unique_ptr<TensorStore>> FromViews(std::vector<TensorView> views);
 
   // Returns the tensor `name` or nullptr.
   const TensorView* Find(const std::string& name) const;
@@ -71,6 +75,7 @@ class TensorStore {
   TensorStore() = default;
 
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::map<std::string, TensorView> memory_views_;  // FromViews.
   std::vector<std::string> files_;
   std::map<std::string, const TensorView*> index_;
 };

@@ -65,7 +65,9 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
   }
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<KernelBackend> backend,
-                   CreateKernelBackend({.name = options.backend, .threads = options.threads}));
+                   CreateKernelBackend({.name = options.backend,
+                                        .threads = options.threads,
+                                        .gpu_bf16_inputs = options.gpu_bf16_inputs}));
   ModelLoadOptions load;
   load.digest.cache_path = options.digest_cache;
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, backend.get(), load));

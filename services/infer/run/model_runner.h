@@ -21,6 +21,7 @@ struct ModelRunOptions {
   int64_t pass_tokens = 0;         // Prefill pass size; 0: the whole prompt in one pass.
   std::string backend = "cpu";     // Kernel backend (AvailableKernelBackends()).
   int threads = 0;                 // CPU backend threads; 0: one per hardware thread.
+  bool gpu_bf16_inputs = true;     // KernelBackendChoice::gpu_bf16_inputs.
   std::string digest_cache;        // Weights digest cache file; empty: none.
 };
 

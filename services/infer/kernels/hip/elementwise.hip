@@ -139,6 +139,13 @@ __global__ void EmbeddingGatherKernel(const float* table, int64_t dim, const int
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
 }
 
+__global__ void EmbeddingGatherBf16Kernel(const uint16_t* table, int64_t dim, const int32_t* ids,
+                                          float* out) {
+  const int64_t i = blockIdx.x;
+  const uint16_t* src = table + static_cast<int64_t>(ids[i]) * dim;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = Bf16ToFloat(src[j]);
+}
+
 // dst row dst_rows[r] += scales[r] * src row r (null dst_rows: row r; null scales: 1). The dst
 // rows are distinct, so no two threads touch one element.
 __global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
@@ -302,6 +309,14 @@ hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, 
   if (n == 0 || dim == 0) return hipSuccess;
   EmbeddingGatherKernel<<<static_cast<unsigned int>(n), kElementThreads, 0, stream>>>(table, dim,
                                                                                       ids, out);
+  return hipGetLastError();
+}
+
+hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t n,
+                               float* out, hipStream_t stream) {
+  if (n == 0 || dim == 0) return hipSuccess;
+  EmbeddingGatherBf16Kernel<<<static_cast<unsigned int>(n), kElementThreads, 0, stream>>>(
+      table, dim, ids, out);
   return hipGetLastError();
 }
 

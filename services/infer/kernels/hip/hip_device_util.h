@@ -12,6 +12,17 @@ namespace cairn::infer::hip {
 // Threads per block of the row kernels (norms and friends). A power of two.
 inline constexpr int kRowThreads = 256;
 
+// bf16 (raw bits) to fp32, exactly.
+__device__ inline float Bf16ToFloat(uint16_t h) {
+  return __uint_as_float(static_cast<unsigned int>(h) << 16);
+}
+// fp32 to bf16 (raw bits), rounding to nearest even; NaN stays a (quiet) NaN.
+__device__ inline uint16_t FloatToBf16(float f) {
+  const unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 __device__ inline float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
 __device__ inline float DeviceSigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

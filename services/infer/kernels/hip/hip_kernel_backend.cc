@@ -132,6 +132,121 @@ void HipKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t 
   Check(hip::MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate, compute_), "matmul rows launch");
 }
 
+absl::string_view HipKernelBackend::name() const {
+  return (options_.bf16_weights && options_.bf16_gemm_inputs) || options_.bf16_attention
+             ? "hip-bf16"
+             : "hip-fp32";
+}
+
+bool HipKernelBackend::CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx,
+                                  int64_t ldy) {
+  if (!AcceptsWeightType(w.type) || w.num_parts < 1 || w.num_parts > WeightMatrix::kMaxParts) {
+    return Keep(Invalid(op, absl::StrCat("weight type ", static_cast<int>(w.type), " in ",
+                                         w.num_parts, " parts not taken")));
+  }
+  for (int i = 0; i < w.num_parts; ++i) {
+    if (w.parts[i].rows < 0 || w.parts[i].rows > hip::MatMulRowsMaxColumns()) {
+      return Keep(Invalid(op, absl::StrCat("part ", i, " has ", w.parts[i].rows, " rows")));
+    }
+  }
+  if (m < 0 || w.cols <= 0 || ldx < w.cols || ldy < w.rows()) {
+    return Keep(Invalid(op, absl::StrCat("bad shape m=", m, " n=", w.rows(), " k=", w.cols,
+                                         " ldx=", ldx, " ldy=", ldy)));
+  }
+  return true;
+}
+
+void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
+                                       const WeightMatrix& w, float* y, int64_t ldy,
+                                       bool accumulate) {
+  if (!Enter() || m == 0 || !CheckTyped("matmul rows", w, m, ldx, ldy)) return;
+  const int64_t k = w.cols;
+  int64_t col = 0;
+  for (int i = 0; i < w.num_parts; ++i) {
+    const WeightMatrix::Part& part = w.parts[i];
+    const hipError_t e =
+        w.type == WeightType::kF32
+            ? hip::MatMulRows(x, m, k, ldx, static_cast<const float*>(part.data), part.rows,
+                              y + col, ldy, accumulate, compute_)
+            : hip::MatMulRowsBf16(x, m, k, ldx, static_cast<const uint16_t*>(part.data), part.rows,
+                                  y + col, ldy, accumulate, compute_);
+    if (!Check(e, "matmul rows launch")) return;
+    col += part.rows;
+  }
+}
+
+void HipKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,
+                                             const WeightMatrix& w, float* y, int64_t ldy,
+                                             bool accumulate) {
+  if (!Enter() || m == 0 || !CheckTyped("matmul", w, m, ldx, ldy)) return;
+  const int64_t k = w.cols;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (w.type == WeightType::kF32) {
+    int64_t col = 0;
+    for (int i = 0; i < w.num_parts; ++i) {
+      const WeightMatrix::Part& part = w.parts[i];
+      if (!Keep(blas_->GemmNT(m, part.rows, k, x, ldx, static_cast<const float*>(part.data), k,
+                              y + col, ldy, beta))) {
+        return;
+      }
+      col += part.rows;
+    }
+    return;
+  }
+  if (options_.bf16_gemm_inputs) {
+    // The input rows once in bf16, rows padded to 16 bytes for the matrix units' loads.
+    const int64_t ld = (k + 7) / 8 * 8;
+    auto* xb = reinterpret_cast<uint16_t*>(Workspace((m * ld + 1) / 2));
+    if (xb == nullptr ||
+        !Check(hip::RoundRowsToBf16(x, m, k, ldx, xb, ld, compute_), "bf16 rounding launch")) {
+      return;
+    }
+    int64_t col = 0;
+    for (int i = 0; i < w.num_parts; ++i) {
+      const WeightMatrix::Part& part = w.parts[i];
+      if (!Keep(blas_->GemmNTBf16(m, part.rows, k, xb, ld, static_cast<const uint16_t*>(part.data),
+                                  k, y + col, ldy, beta))) {
+        return;
+      }
+      col += part.rows;
+    }
+    return;
+  }
+  // fp32 inputs: each part widened into the workspace (stream order keeps a part's product
+  // ahead of the next part's widening), then the fp32 GEMM.
+  int64_t widest = 0;
+  for (int i = 0; i < w.num_parts; ++i) widest = std::max(widest, w.parts[i].rows);
+  float* wide = Workspace(widest * k);
+  if (wide == nullptr) return;
+  int64_t col = 0;
+  for (int i = 0; i < w.num_parts; ++i) {
+    const WeightMatrix::Part& part = w.parts[i];
+    if (!Check(
+            hip::WidenBf16(static_cast<const uint16_t*>(part.data), part.rows * k, wide, compute_),
+            "bf16 widening launch") ||
+        !Keep(blas_->GemmNT(m, part.rows, k, x, ldx, wide, k, y + col, ldy, beta))) {
+      return;
+    }
+    col += part.rows;
+  }
+}
+
+void HipKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
+                                            int64_t n, float* out) {
+  if (!Enter()) return;
+  if (!AcceptsWeightType(table.type) || table.num_parts != 1 || table.cols < 0) {
+    Keep(Invalid("embedding gather", "the table must be one part of a type this backend takes"));
+    return;
+  }
+  const hipError_t e =
+      table.type == WeightType::kF32
+          ? hip::EmbeddingGather(static_cast<const float*>(table.parts[0].data), table.cols, ids, n,
+                                 out, compute_)
+          : hip::EmbeddingGatherBf16(static_cast<const uint16_t*>(table.parts[0].data), table.cols,
+                                     ids, n, out, compute_);
+  Check(e, "embedding gather launch");
+}
+
 void HipKernelBackend::EmbeddingGather(const float* table, int64_t dim, const int32_t* ids,
                                        int64_t n, float* out) {
   if (!Enter()) return;
@@ -236,6 +351,10 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
   hip::AttentionLaunch l{a.q,       a.k,        a.v,        a.out,   a.tokens, a.past,
                          a.q_heads, a.kv_heads, a.head_dim, a.scale, 0};
   const bool split = a.row_invariant || a.tokens <= options_.attention_decode_max_tokens;
+  if (!split && options_.bf16_attention && hip::AttentionMmaSupported(l, max_shared_bytes_)) {
+    Check(hip::AttentionMma(l, compute_), "attention (matrix units) launch");
+    return;
+  }
   if (split) {
     l.split_keys = options_.attention_split_keys;
     if ((a.past + a.tokens + l.split_keys - 1) / l.split_keys > hip::AttentionMaxSplits()) {

@@ -27,6 +27,21 @@ struct HipKernelBackendOptions {
   // Tokens whose chunk products the chunked delta rule prepares at once; bounds its workspace
   // (about v_heads * tokens * (chunk + dk + dv + 2) floats). Rounded down to whole chunks.
   int64_t delta_segment_tokens = 4096;
+  // bf16 weight matrices stay bf16 in device memory (AcceptsWeightType(kBF16)): the row kernel
+  // widens them in registers, the GEMM reads them as they are. Off, models widen them to fp32
+  // at load time.
+  bool bf16_weights = true;
+  // How MatMulTransposedTyped multiplies bf16 weights. On: the input rows are rounded to bf16
+  // (into the workspace) and the pinned bf16 GEMM runs on the matrix units with fp32
+  // accumulation (GpuBlas::GemmNTBf16). Off: the weights are widened to fp32 in the workspace
+  // and the fp32 GEMM runs, giving the bits of the fp32 backend over the widened weights.
+  // Activations stay fp32 in memory either way, and MatMulRowsTyped (decode) always takes fp32
+  // inputs.
+  bool bf16_gemm_inputs = true;
+  // Prefill attention (calls above attention_decode_max_tokens, not row_invariant) on the
+  // matrix units: q, k, v and the softmax weights rounded to bf16, fp32 accumulation
+  // (hip::AttentionMma). Off, or where unsupported (AMD, head_dim > 256), the fp32 kernel.
+  bool bf16_attention = true;
 };
 
 // The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
@@ -65,10 +80,12 @@ class HipDeviceMemory final : public DeviceMemory {
 // ResourceExhausted) is kept, later operations become no-ops, and status() / Synchronize()
 // return it. Every hip* error becomes a Status here; nothing aborts.
 //
-// Numerics: fp32 with fp32 accumulation; every kernel reduces in an order fixed by the shape, so
-// equal inputs give equal bits. MatMulTransposed uses the vendor BLAS (deterministic per shape;
-// its kernel may change with m); the row kernels behind MatMulRows, and Attention, never let a
-// row's bits depend on the other rows of the call.
+// Numerics: fp32 activations with fp32 accumulation; every kernel reduces in an order fixed by
+// the shape, so equal inputs give equal bits. bf16 weights stay bf16 on the device; the GEMM
+// over them takes bf16-rounded inputs by default (HipKernelBackendOptions::bf16_gemm_inputs) and
+// runs with a pinned algorithm, so a row's bits do not depend on m. The fp32 MatMulTransposed
+// uses the vendor BLAS (deterministic per shape; its kernel may change with m); the row kernels
+// behind MatMulRows, and Attention, never let a row's bits depend on the other rows of the call.
 //
 // Thread-compatible (KernelBackend): one caller thread at a time; each call makes the backend's
 // device current on the calling thread.
@@ -80,8 +97,21 @@ class HipKernelBackend final : public KernelBackend {
       const HipKernelBackendOptions& options);
   ~HipKernelBackend() override;
 
-  absl::string_view name() const override { return "hip-fp32"; }
+  // "hip-bf16" when GEMMs or prefill attention take bf16 inputs (options), "hip-fp32"
+  // otherwise.
+  absl::string_view name() const override;
   DeviceMemory* memory() override { return &memory_; }
+
+  // fp32 matrices of up to WeightMatrix::kMaxParts parts, and bf16 ones with bf16_weights.
+  bool AcceptsWeightType(WeightType type) const override {
+    return type == WeightType::kF32 || (type == WeightType::kBF16 && options_.bf16_weights);
+  }
+  void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                             float* y, int64_t ldy, bool accumulate) override;
+  void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                       int64_t ldy, bool accumulate) override;
+  void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
+                            float* out) override;
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                         int64_t n, float* y, int64_t ldy, bool accumulate) override;
@@ -160,6 +190,9 @@ class HipKernelBackend final : public KernelBackend {
   bool Check(hipError_t e, const char* what);
   // Returns at least `floats` floats of workspace (valid until the next call that asks).
   float* Workspace(int64_t floats);
+  // Keeps InvalidArgument and returns false unless `w` is a matrix this backend takes whose
+  // columns fit x's row stride `ldx` and whose rows fit y's `ldy`.
+  bool CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx, int64_t ldy);
   hipStream_t StreamOf(HipStream s) const {
     return s == HipStream::kCompute ? compute_ : transfer_;
   }

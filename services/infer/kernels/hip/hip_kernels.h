@@ -32,6 +32,9 @@ hipError_t CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_
                           const float* w, int kernel, float* state, float* out, hipStream_t stream);
 hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
                            float* out, hipStream_t stream);
+// As EmbeddingGather from a table of bf16 rows (raw bits), widened to fp32.
+hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t n,
+                               float* out, hipStream_t stream);
 hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
                           float* b, hipStream_t stream);
 hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream);
@@ -51,6 +54,16 @@ hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
 int64_t MatMulRowsMaxColumns();
 hipError_t MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
                       float* y, int64_t ldy, bool accumulate, hipStream_t stream);
+// As MatMulRows over bf16 weights (raw bits), widened exactly in registers: the bits of
+// MatMulRows over the widened weights, reading half the bytes.
+hipError_t MatMulRowsBf16(const float* x, int64_t m, int64_t k, int64_t ldx, const uint16_t* w,
+                          int64_t n, float* y, int64_t ldy, bool accumulate, hipStream_t stream);
+// out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
+// the input of a bf16 GEMM.
+hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
+                           int64_t ld_out, hipStream_t stream);
+// out[i] = in[i] widened from bf16 to fp32 (exact), `n` values.
+hipError_t WidenBf16(const uint16_t* in, int64_t n, float* out, hipStream_t stream);
 
 // Causal GQA attention (the layout of AttentionArgs). Query rows are taken per kv head as
 // (token, q head in group) pairs; keys are visited in tiles from key 0, so a row's result
@@ -80,6 +93,12 @@ size_t AttentionSharedBytes(int head_dim);
 // Workspace floats the split path needs (0 without splits).
 int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream);
+// The prefill path (split_keys == 0) on the matrix units (attention_mma.hip): q, k, v rounded
+// to bf16 per tile, fp32 softmax and accumulation, keys in tiles of 64 from key 0, so a row's
+// bits depend only on its query, position and keys. Supported: NVIDIA, head_dim <= 256 and a
+// multiple of 4, 16-byte aligned q / k / v, and enough shared memory per block.
+bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes);
+hipError_t AttentionMma(const AttentionLaunch& a, hipStream_t stream);
 
 // The gated delta rule (the layout of GatedDeltaArgs). chunk == 0: the recurrent form, one
 // token after another. chunk > 0: the chunked form; the chunk-local products of up to

@@ -12,8 +12,11 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "services/infer/engine/generation.h"
+#include "services/infer/models/model_config.h"
+#include "services/infer/models/qwen3_hybrid/qwen3_hybrid_model.h"
 #include "services/infer/models/random_checkpoint_presets.h"
 #include "services/infer/models/random_checkpoint_writer.h"
+#include "services/infer/models/safetensors.h"
 #include "services/infer/models/weights_digest.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
@@ -160,6 +163,51 @@ TEST_F(ModelLoaderTest, ShardingDoesNotChangeTheModel) {
 
   EXPECT_EQ(LastLogits(**sharded, tokens), LastLogits(**one, tokens));
   EXPECT_TRUE(fs::exists(fs::path(*testing::PresetDir("moe")) / "model.safetensors.index.json"));
+}
+
+// A model built in memory from RandomCheckpointConfig / RandomCheckpointTensors and a store of
+// views (as the GPU benchmark builds its large models) equals the one written to disk.
+TEST_F(ModelLoaderTest, AStoreInMemoryFromTheRandomShapesGivesTheWrittenModel) {
+  for (const std::string preset : {"dense", "moe-wrapped"}) {
+    SCOPED_TRACE(preset);
+    absl::StatusOr<RandomCheckpointOptions> options = RandomCheckpointPreset(preset);
+    ASSERT_TRUE(options.ok());
+    absl::StatusOr<std::string> dir = testing::PresetDir(preset);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    absl::StatusOr<std::unique_ptr<TensorStore>> disk = TensorStore::Open(*dir);
+    ASSERT_TRUE(disk.ok()) << disk.status();
+    absl::StatusOr<std::vector<RandomTensorShape>> shapes = RandomCheckpointTensors(*options);
+    ASSERT_TRUE(shapes.ok()) << shapes.status();
+    ASSERT_EQ(shapes->size(), (*disk)->tensors().size());
+    std::vector<TensorView> views;
+    for (const RandomTensorShape& t : *shapes) {
+      const TensorView* on_disk = (*disk)->Find(t.name);
+      ASSERT_NE(on_disk, nullptr) << t.name;
+      EXPECT_EQ(on_disk->shape, t.shape) << t.name;
+      views.push_back(*on_disk);
+    }
+    absl::StatusOr<std::unique_ptr<TensorStore>> memory = TensorStore::FromViews(views);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    absl::StatusOr<std::string> config_text = RandomCheckpointConfig(*options);
+    ASSERT_TRUE(config_text.ok());
+    std::ifstream in(fs::path(*dir) / "config.json");
+    std::stringstream written;
+    written << in.rdbuf();
+    EXPECT_EQ(*config_text, written.str());
+    absl::StatusOr<HybridConfig> config = ParseHybridConfig(*config_text);
+    ASSERT_TRUE(config.ok()) << config.status();
+    absl::StatusOr<std::unique_ptr<Model>> from_memory =
+        CreateQwen3HybridModel(*config, *std::move(memory), 0, backend_.get(), {});
+    ASSERT_TRUE(from_memory.ok()) << from_memory.status();
+    absl::StatusOr<std::unique_ptr<Model>> from_disk = testing::LoadPreset(preset, backend_.get());
+    ASSERT_TRUE(from_disk.ok()) << from_disk.status();
+    const std::vector<int32_t> tokens =
+        testing::RandomTokens(12, (*from_disk)->info().vocab_size, 5);
+    const std::vector<float> a = LastLogits(**from_memory, tokens);
+    const std::vector<float> b = LastLogits(**from_disk, tokens);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
 }
 
 TEST_F(ModelLoaderTest, MissingTensorIsNamed) {

@@ -37,6 +37,30 @@ std::string WriteOne(const std::string& name, const std::string& dtype, const st
   return path;
 }
 
+TEST(SafetensorsTest, AStoreOfViewsFindsThemAndRefusesDuplicatesAndWrongSizes) {
+  const std::vector<uint16_t> bits = {0x3f80, 0x4000, 0x4040, 0x4080};  // 1, 2, 3, 4 in bf16.
+  TensorView v;
+  v.name = "w";
+  v.dtype = DType::kBF16;
+  v.shape = {2, 2};
+  v.data = reinterpret_cast<const uint8_t*>(bits.data());
+  v.bytes = 8;
+
+  absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::FromViews({v});
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_NE((*store)->Find("w"), nullptr);
+  absl::StatusOr<std::vector<float>> values = ReadAsF32(*(*store)->Find("w"), {2, 2});
+  ASSERT_TRUE(values.ok());
+  EXPECT_EQ(*values, (std::vector<float>{1, 2, 3, 4}));
+  const absl::Status twice = TensorStore::FromViews({v, v}).status();
+  EXPECT_THAT(twice, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(twice.message(), HasSubstr("given twice"));
+  v.bytes = 6;
+  const absl::Status short_view = TensorStore::FromViews({v}).status();
+  EXPECT_THAT(short_view, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(short_view.message(), HasSubstr("bytes"));
+}
+
 TEST(SafetensorsTest, ReadsF16AndF32AsFloat) {
   const uint16_t half[2] = {0x3c00, 0xc000};  // 1.0, -2.0
   const float full[2] = {0.5f, -3.25f};

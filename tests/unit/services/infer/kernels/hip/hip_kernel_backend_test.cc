@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "tests/support/status_matchers.h"
@@ -30,6 +31,12 @@ namespace {
 constexpr float kTightTolerance = 2e-6f;
 // Reductions over k (GEMM), keys (attention) or dk (delta rule): order-dependent rounding.
 constexpr float kReductionTolerance = 2e-5f;
+// The bf16 GEMM rounds its fp32 inputs to bf16 (relative error up to 2^-9 each, random in sign):
+// a product is off by about 2^-9 / sqrt(3) of its typical magnitude.
+constexpr float kBf16InputTolerance = 4e-3f;
+// Prefill attention on the matrix units rounds q, k, v and the softmax weights to bf16: scores
+// and weights are off by a few 2^-9, the outputs by about 1e-2 of the largest value.
+constexpr float kBf16AttentionTolerance = 2e-2f;
 // The delta rule carries its state over many tokens; the chunked form also differs from the
 // recurrent one by its forward substitutions.
 constexpr float kRecurrenceTolerance = 2e-4f;
@@ -68,12 +75,13 @@ class HipKernelBackendTest : public ::testing::Test {
     cpu_ = *std::move(cpu);
   }
 
-  // Copies `host` into a new device buffer.
-  DeviceBuffer Up(const std::vector<float>& host) {
-    absl::StatusOr<DeviceBuffer> b = gpu_->Allocate(host.size() * sizeof(float));
+  // Copies `host` (floats, or bf16 bit patterns) into a new device buffer.
+  template <typename T>
+  DeviceBuffer Up(const std::vector<T>& host) {
+    absl::StatusOr<DeviceBuffer> b = gpu_->Allocate(host.size() * sizeof(T));
     EXPECT_TRUE(b.ok()) << b.status();
     if (!b.ok()) return DeviceBuffer();
-    EXPECT_TRUE(gpu_->Upload(b->data(), host.data(), host.size() * sizeof(float)).ok());
+    EXPECT_TRUE(gpu_->Upload(b->data(), host.data(), host.size() * sizeof(T)).ok());
     return *std::move(b);
   }
   // A device buffer of `n` floats filled with NaN, so unwritten outputs show.
@@ -115,7 +123,7 @@ TEST(HipKernelBackendCreateTest, TheFactoryGivesAKernelBackendWhereThereIsADevic
     EXPECT_THAT(b.status(), cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
   } else {
     ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_EQ((*b)->name(), "hip-fp32");
+    EXPECT_EQ((*b)->name(), "hip-bf16");
   }
 }
 
@@ -296,13 +304,24 @@ TEST_P(HipAttentionTest, MatchesCpuAndRepeatsBitForBit) {
                    c.kv_heads, c.head_dim, scale});
   gpu_->Attention({dq.floats(), dk.floats(), dv.floats(), o2.floats(), c.tokens, c.past, c.q_heads,
                    c.kv_heads, c.head_dim, scale});
+  // The fp32 kernels on the same inputs (the prefill path otherwise runs on the matrix units).
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+      HipKernelBackend::Create({.bf16_attention = false});
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  DeviceBuffer o3 = Poisoned(ref.size());
+  (*fp32)->Attention({dq.floats(), dk.floats(), dv.floats(), o3.floats(), c.tokens, c.past,
+                      c.q_heads, c.kv_heads, c.head_dim, scale});
+  ASSERT_TRUE((*fp32)->Synchronize().ok()) << (*fp32)->status();
 
   ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
   const std::vector<float> got = Down(o1, ref.size());
-  EXPECT_LT(Measured(::testing::PrintToString(std::vector<int64_t>{c.tokens, c.past, c.q_heads,
-                                                                   c.kv_heads, c.head_dim}) +
-                         " attention",
+  const std::string name = ::testing::PrintToString(
+      std::vector<int64_t>{c.tokens, c.past, c.q_heads, c.kv_heads, c.head_dim});
+  const bool matrix_units = c.tokens > HipKernelBackendOptions().attention_decode_max_tokens;
+  EXPECT_LT(Measured(name + (matrix_units ? " attention (bf16 matrix units)" : " attention"),
                      RelErr(got, ref)),
+            matrix_units ? kBf16AttentionTolerance : kReductionTolerance);
+  EXPECT_LT(Measured(name + " attention fp32", RelErr(Down(o3, ref.size()), ref)),
             kReductionTolerance);
   EXPECT_TRUE(SameBits(got, Down(o2, ref.size())));
 }
@@ -597,6 +616,143 @@ TEST_F(HipKernelBackendTest, SplitCopiesRoundTripThroughRegisteredMemory) {
 
   EXPECT_TRUE(SameBits(host, back));
   EXPECT_TRUE(gpu_->UnregisterHost(host.data()).ok());
+}
+
+// A bf16 matrix of two parts: rows [0, split) from `a`, the rest from `b`.
+WeightMatrix TwoParts(const void* a, const void* b, int64_t split, int64_t rows, int64_t cols) {
+  WeightMatrix w = WeightMatrix::Of(a, WeightType::kBF16, split, cols);
+  w.parts[1] = {b, rows - split};
+  w.num_parts = 2;
+  return w;
+}
+
+TEST_F(HipKernelBackendTest, Bf16RowKernelHasTheBitsOfTheFp32KernelOverTheWidenedWeights) {
+  // k = 70: the scalar path; k = 4096: 8-byte bf16 loads.
+  for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
+    SCOPED_TRACE(::testing::Message() << "k=" << k);
+    const int64_t m = 13, n = 203, split = 100;
+    const std::vector<float> x = RandomFloats(m * k, 40);
+    const RandomBf16 w = RandomBf16Values(n * k, 41);
+    const std::vector<uint16_t> w1(w.bits.begin(), w.bits.begin() + split * k);
+    const std::vector<uint16_t> w2(w.bits.begin() + split * k, w.bits.end());
+    std::vector<float> ref(m * n);
+    cpu_->MatMulRowsTyped(x.data(), m, k, TwoParts(w1.data(), w2.data(), split, n, k), ref.data(),
+                          n, false);
+    DeviceBuffer dx = Up(x), dw1 = Up(w1), dw2 = Up(w2), dwide = Up(w.wide);
+    DeviceBuffer typed = Poisoned(m * n), wide = Poisoned(m * n), one = Poisoned(n);
+
+    gpu_->MatMulRowsTyped(dx.floats(), m, k, TwoParts(dw1.data(), dw2.data(), split, n, k),
+                          typed.floats(), n, false);
+    gpu_->MatMulRows(dx.floats(), m, k, k, dwide.floats(), n, wide.floats(), n, false);
+    gpu_->MatMulRowsTyped(dx.floats() + 5 * k, 1, k, TwoParts(dw1.data(), dw2.data(), split, n, k),
+                          one.floats(), n, false);
+    const std::vector<float> got = Down(typed, m * n);
+
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_TRUE(SameBits(got, Down(wide, m * n)));
+    EXPECT_TRUE(
+        SameBits(Down(one, n), std::vector<float>(got.begin() + 5 * n, got.begin() + 6 * n)));
+    EXPECT_LT(Measured("bf16 matmul rows k=" + std::to_string(k), RelErr(got, ref)),
+              kReductionTolerance);
+  }
+}
+
+TEST_F(HipKernelBackendTest, Bf16GemmMatchesCpuWithinTheInputRoundingOrExactlyWithFp32Inputs) {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32_inputs =
+      HipKernelBackend::Create({.bf16_gemm_inputs = false, .bf16_attention = false});
+  ASSERT_TRUE(fp32_inputs.ok()) << fp32_inputs.status();
+  EXPECT_EQ((*fp32_inputs)->name(), "hip-fp32");
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (const Shape s :
+       {Shape{1, 64, 33}, Shape{37, 70, 129}, Shape{300, 1024, 520}, Shape{64, 4096, 1000}}) {
+    SCOPED_TRACE(::testing::Message() << "m=" << s.m << " k=" << s.k << " n=" << s.n);
+    const int64_t split = s.n / 3;
+    const std::vector<float> x = RandomFloats(s.m * s.k, 42);
+    const std::vector<float> y0 = RandomFloats(s.m * s.n, 43);
+    const RandomBf16 w = RandomBf16Values(s.n * s.k, 44);
+    const std::vector<uint16_t> w1(w.bits.begin(), w.bits.begin() + split * s.k);
+    const std::vector<uint16_t> w2(w.bits.begin() + split * s.k, w.bits.end());
+    std::vector<float> ref = y0;
+    cpu_->MatMulTransposedTyped(x.data(), s.m, s.k, TwoParts(w1.data(), w2.data(), split, s.n, s.k),
+                                ref.data(), s.n, true);
+    DeviceBuffer dx = Up(x), dw1 = Up(w1), dw2 = Up(w2), dy = Up(y0);
+    const WeightMatrix dw = TwoParts(dw1.data(), dw2.data(), split, s.n, s.k);
+
+    gpu_->MatMulTransposedTyped(dx.floats(), s.m, s.k, dw, dy.floats(), s.n, true);
+    const std::vector<float> bf16_inputs = Down(dy, y0.size());
+    ASSERT_TRUE(gpu_->Upload(dy.data(), y0.data(), y0.size() * sizeof(float)).ok());
+    (*fp32_inputs)->MatMulTransposedTyped(dx.floats(), s.m, s.k, dw, dy.floats(), s.n, true);
+    ASSERT_TRUE((*fp32_inputs)->Synchronize().ok());
+    const std::vector<float> exact = Down(dy, y0.size());
+
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    const std::string shape = absl::StrCat(s.m, "x", s.k, "x", s.n);
+    EXPECT_LT(Measured("bf16 gemm, bf16 inputs " + shape, RelErr(bf16_inputs, ref)),
+              kBf16InputTolerance);
+    EXPECT_LT(Measured("bf16 gemm, fp32 inputs " + shape, RelErr(exact, ref)), kReductionTolerance);
+  }
+}
+
+TEST_F(HipKernelBackendTest, PinnedBf16GemmRowsDoNotDependOnTheOtherRows) {
+  struct Shape {
+    int64_t rows, k, n;
+  };
+  // The algorithm's reference row count, and an unaligned k (its own pinned algorithm).
+  for (const Shape s : {Shape{GpuBlas::kPinnedAlgorithmRows, 4096, 1000}, Shape{300, 70, 129}}) {
+    SCOPED_TRACE(::testing::Message() << "k=" << s.k << " n=" << s.n);
+    const std::vector<float> x = RandomFloats(s.rows * s.k, 45);
+    const RandomBf16 w = RandomBf16Values(s.n * s.k, 46);
+    DeviceBuffer dx = Up(x), dw = Up(w.bits), all = Poisoned(s.rows * s.n);
+    const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, s.n, s.k);
+    gpu_->MatMulTransposedTyped(dx.floats(), s.rows, s.k, wm, all.floats(), s.n, false);
+    const std::vector<float> together = Down(all, s.rows * s.n);
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+
+    // Batches of 1, 2, 7, 64 and 129 rows starting at row 3 give the bits of those rows in the
+    // full call.
+    for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{64}, int64_t{129}}) {
+      DeviceBuffer part = Poisoned(m * s.n);
+      gpu_->MatMulTransposedTyped(dx.floats() + 3 * s.k, m, s.k, wm, part.floats(), s.n, false);
+      EXPECT_TRUE(SameBits(
+          Down(part, m * s.n),
+          std::vector<float>(together.begin() + 3 * s.n, together.begin() + (3 + m) * s.n)))
+          << "m=" << m;
+    }
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+  }
+}
+
+TEST_F(HipKernelBackendTest, Bf16EmbeddingGatherWidensExactly) {
+  const int64_t vocab = 50, dim = 70;
+  const RandomBf16 table = RandomBf16Values(vocab * dim, 47);
+  const std::vector<int32_t> ids = {3, 0, 49, 3};
+  DeviceBuffer dt = Up(table.bits), out = Poisoned(ids.size() * dim);
+  absl::StatusOr<DeviceBuffer> dids = gpu_->Allocate(ids.size() * sizeof(int32_t));
+  ASSERT_TRUE(dids.ok());
+  ASSERT_TRUE(gpu_->Upload(dids->data(), ids.data(), ids.size() * sizeof(int32_t)).ok());
+
+  gpu_->EmbeddingGatherTyped(WeightMatrix::Of(dt.data(), WeightType::kBF16, vocab, dim),
+                             static_cast<const int32_t*>(dids->data()), ids.size(), out.floats());
+
+  std::vector<float> expected;
+  for (int32_t id : ids) {
+    expected.insert(expected.end(), table.wide.begin() + id * dim,
+                    table.wide.begin() + (id + 1) * dim);
+  }
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_TRUE(SameBits(Down(out, expected.size()), expected));
+}
+
+TEST_F(HipKernelBackendTest, AnF16MatrixIsRefused) {
+  DeviceBuffer buf = Poisoned(1024);
+
+  gpu_->MatMulRowsTyped(buf.floats(), 1, 16, WeightMatrix::Of(buf.data(), WeightType::kF16, 4, 16),
+                        buf.floats() + 512, 4, false);
+
+  EXPECT_FALSE(gpu_->AcceptsWeightType(WeightType::kF16));
+  EXPECT_THAT(gpu_->Synchronize(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

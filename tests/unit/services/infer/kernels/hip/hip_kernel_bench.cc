@@ -6,73 +6,20 @@
 //
 // Usage: cairn_hip_kernel_bench [--quick]
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "services/infer/kernels/hip/gpu_blas.h"
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "tests/unit/services/infer/kernels/hip/hip_bench_util.h"
 #include "tests/unit/services/infer/kernels/hip/random_floats.h"
 
 namespace cairn::infer {
 namespace {
-
-class Bench {
- public:
-  explicit Bench(HipKernelBackend* b) : b_(b) {}
-
-  // A device buffer of `n` random floats in [lo, hi].
-  float* Buffer(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-    absl::StatusOr<DeviceBuffer> d = b_->Allocate(n * sizeof(float));
-    if (!d.ok()) Fail(d.status().ToString());
-    const std::vector<float> host = RandomFloats(n, seed, lo, hi);
-    const absl::Status s = b_->Upload(d->data(), host.data(), n * sizeof(float));
-    if (!s.ok()) Fail(s.ToString());
-    buffers_.push_back(*std::move(d));
-    return buffers_.back().floats();
-  }
-  void Free() { buffers_.clear(); }
-
-  // Median seconds of one call of `fn` over `reps` timed calls after two warm-ups.
-  double Time(const std::function<void()>& fn, int reps) {
-    for (int i = 0; i < 2; ++i) fn();
-    Sync();
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      fn();
-      Sync();
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  }
-  void Sync() {
-    const absl::Status s = b_->Synchronize();
-    if (!s.ok()) Fail(s.ToString());
-  }
-  [[noreturn]] static void Fail(const std::string& why) {
-    std::fprintf(stderr, "bench failed: %s\n", why.c_str());
-    std::exit(1);
-  }
-
- private:
-  HipKernelBackend* b_;
-  std::vector<DeviceBuffer> buffers_;
-};
-
-// Prints `amount` per second in units of `scale` (1e9: giga).
-void Row(const char* what, double seconds, const char* unit, double amount, double scale = 1e9) {
-  std::printf("%-62s %10.3f ms  %10.2f %s\n", what, seconds * 1e3, amount / seconds / scale, unit);
-}
 
 int Main(bool quick) {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
@@ -82,67 +29,7 @@ int Main(bool quick) {
   const int reps = quick ? 3 : 10;
   char label[160];
 
-  // Ceilings.
-  {
-    const size_t n = size_t{1} << 29;  // 2 GiB of floats.
-    float* src = bench.Buffer(n, 1);
-    float* dst = bench.Buffer(n, 2);
-    hipStream_t s = nullptr;
-    const double t = bench.Time(
-        [&] {
-          if (hipMemcpyAsync(dst, src, n * 4, hipMemcpyDeviceToDevice, s) != hipSuccess) {
-            Bench::Fail("d2d copy");
-          }
-          if (hipStreamSynchronize(s) != hipSuccess) Bench::Fail("sync");
-        },
-        reps);
-    Row("ceiling: device copy 2 GiB (read + write)", t, "GB/s", 2.0 * n * 4);
-    std::vector<float> host = RandomFloats(n / 2, 3);
-    if (!b.RegisterHost(host.data(), host.size() * 4).ok()) Bench::Fail("register");
-    const double h = bench.Time(
-        [&] {
-          if (!b.CopyToDevice(dst, host.data(), host.size() * 4, {}, HipStream::kTransfer).ok() ||
-              !b.Synchronize(HipStream::kTransfer).ok()) {
-            Bench::Fail("h2d");
-          }
-        },
-        reps);
-    Row("ceiling: pinned host-to-device 1 GiB", h, "GB/s", host.size() * 4.0);
-    if (!b.UnregisterHost(host.data()).ok()) Bench::Fail("unregister");
-    bench.Free();
-    const int64_t m = 8192;
-    float* x = bench.Buffer(m * m, 4);
-    float* w = bench.Buffer(m * m, 5);
-    float* y = bench.Buffer(m * m, 6);
-    const double g = bench.Time([&] { b.MatMulTransposed(x, m, m, m, w, m, y, m, false); }, reps);
-    Row("ceiling: vendor sgemm 8192^3 fp32", g, "TFLOP/s", 2.0 * m * m * m, 1e12);
-    // bf16 operands (upper halves of random floats), fp32 accumulation and output.
-    absl::StatusOr<std::unique_ptr<GpuBlas>> blas = GpuBlas::Create(nullptr);
-    if (!blas.ok()) Bench::Fail(blas.status().ToString());
-    const std::vector<float> src_bf = RandomFloats(m * m, 24);
-    std::vector<uint16_t> bits(m * m);
-    for (size_t i = 0; i < bits.size(); ++i) {
-      uint32_t u;
-      std::memcpy(&u, &src_bf[i], sizeof u);
-      bits[i] = static_cast<uint16_t>(u >> 16);
-    }
-    const auto* xb = reinterpret_cast<uint16_t*>(x);  // The fp32 buffers hold m*m bf16 easily.
-    const auto* wb = reinterpret_cast<uint16_t*>(w);
-    if (!b.Upload(x, bits.data(), bits.size() * 2).ok() ||
-        !b.Upload(w, bits.data(), bits.size() * 2).ok()) {
-      Bench::Fail("bf16 upload");
-    }
-    const double gb = bench.Time(
-        [&] {
-          const absl::Status st = (*blas)->GemmNTBf16(m, m, m, xb, m, wb, m, y, m, 0.0f);
-          if (!st.ok() || hipStreamSynchronize(nullptr) != hipSuccess) Bench::Fail(st.ToString());
-        },
-        reps);
-    Row("ceiling: vendor gemm 8192^3 bf16 in, fp32 accumulate", gb, "TFLOP/s", 2.0 * m * m * m,
-        1e12);
-    blas->reset();
-    bench.Free();
-  }
+  MeasureCeilings(b, bench, reps);
 
   // GEMMs: vendor (non-invariant) against the row kernel (batch-invariant).
   for (const int64_t n : {int64_t{4096}, int64_t{12288}, int64_t{151936}}) {
@@ -164,6 +51,46 @@ int Main(bool quick) {
       Row(label, tr, m >= 64 ? "GFLOP/s" : "GB/s", m >= 64 ? flops : bytes);
     }
     bench.Free();
+  }
+
+  // bf16 weights: the pinned GEMM (with the input rounding), the vendor's own choice on the same
+  // bf16 inputs (the fastest non-invariant path), and the bf16 row kernel (decode).
+  {
+    absl::StatusOr<std::unique_ptr<GpuBlas>> blas = GpuBlas::Create(nullptr);
+    if (!blas.ok()) Bench::Fail(blas.status().ToString());
+    for (const int64_t n : {int64_t{12288}, int64_t{151936}}) {
+      const int64_t k = 4096;
+      // Random bits as bf16: the fp32 buffers hold twice the elements needed.
+      const auto* w = reinterpret_cast<const uint16_t*>(bench.Buffer(n * k / 2, 30, 0.01f, 0.02f));
+      const auto* xb =
+          reinterpret_cast<const uint16_t*>(bench.Buffer(4096 * k / 2, 31, 0.01f, 0.02f));
+      float* x = bench.Buffer(4096 * k, 32);
+      float* y = bench.Buffer(4096 * n, 33);
+      const WeightMatrix wm = WeightMatrix::Of(w, WeightType::kBF16, n, k);
+      for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}, int64_t{64}, int64_t{4096}}) {
+        if (n == 151936 && m == 4096) continue;
+        const double tp =
+            bench.Time([&] { b.MatMulTransposedTyped(x, m, k, wm, y, n, false); }, reps);
+        const double tu = bench.Time(
+            [&] {
+              Bench::Check((*blas)->GemmNTBf16Unpinned(m, n, k, xb, k, w, k, y, n, 0.0f), "gemm");
+              if (hipStreamSynchronize(nullptr) != hipSuccess) Bench::Fail("sync");
+            },
+            reps);
+        const double tr = bench.Time([&] { b.MatMulRowsTyped(x, m, k, wm, y, n, false); }, reps);
+        const double flops = 2.0 * m * n * k;
+        const double bytes = 2.0 * n * k + 4.0 * (m * k + m * n);
+        const char* unit = m >= 64 ? "GFLOP/s" : "GB/s";
+        std::snprintf(label, sizeof label, "bf16 gemm m=%ld k=%ld n=%ld vendor's choice", m, k, n);
+        Row(label, tu, unit, m >= 64 ? flops : bytes);
+        std::snprintf(label, sizeof label, "bf16 gemm m=%ld k=%ld n=%ld pinned (x%.2f)", m, k, n,
+                      tp / tu);
+        Row(label, tp, unit, m >= 64 ? flops : bytes);
+        std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld (x%.2f)", m, k, n, tr / tu);
+        Row(label, tr, unit, m >= 64 ? flops : bytes);
+      }
+      bench.Free();
+    }
   }
 
   // Attention, Qwen3-Next-like heads: 16 q heads, 2 kv heads, head_dim 256.

@@ -1,0 +1,298 @@
+// Prefill attention on the matrix units: flash-style causal GQA attention whose two products
+// (Q K^T and P V) run as bf16 x bf16 -> fp32 matrix instructions (NVIDIA mma.sync m16n8k16,
+// sm_80 and later). q, k and v stay fp32 in memory; a block rounds its tiles to bf16 in shared
+// memory, and the softmax weights P are rounded to bf16 for the second product. Scores, the
+// running maxima and sums, and the output accumulate in fp32.
+//
+// Order: a block takes 128 query rows of one q head (16 per warp) and walks the keys in tiles of
+// 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
+// matrix instructions over those tiles; a row's scores depend only on its own query and the
+// tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum and
+// output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position
+// and the keys up to it, never on the other rows of the pass or where the pass starts.
+
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+
+#if defined(__HIP_PLATFORM_AMD__)
+
+// mma.sync is NVIDIA's: the fp32 kernel (attention.hip) serves AMD.
+bool AttentionMmaSupported(const AttentionLaunch&, int) { return false; }
+hipError_t AttentionMma(const AttentionLaunch&, hipStream_t) { return hipErrorNotSupported; }
+
+#else
+
+namespace {
+
+constexpr int kRows = 128;  // Query rows per block: 16 per warp.
+constexpr int kKeys = 64;   // Keys per tile.
+constexpr int kWarps = kRows / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kPad = 8;  // bf16 padding per shared row: conflict-free fragment loads.
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct MmaParams {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t tokens;
+  int64_t past;
+  int group;  // q heads per kv head.
+  int d;
+  float scale_log2;  // scale * log2(e): scores in base 2.
+  int64_t q_ld;
+  int64_t kv_ld;
+};
+
+template <int D>
+constexpr size_t MmaSharedBytes() {
+  return (static_cast<size_t>(kRows) * (D + kPad) + static_cast<size_t>(kKeys) * (D + kPad) +
+          static_cast<size_t>(D) * (kKeys + kPad)) *
+         sizeof(uint16_t);
+}
+
+__device__ inline uint32_t PackBf16(float lo, float hi) {
+  return static_cast<uint32_t>(FloatToBf16(lo)) | (static_cast<uint32_t>(FloatToBf16(hi)) << 16);
+}
+
+__device__ inline uint32_t Load32(const uint16_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// c += a . b for one 16x8x16 tile (fragments in the PTX ISA's m16n8k16 layout).
+__device__ inline void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  static_cast<void>(c);
+  static_cast<void>(a);
+  static_cast<void>(b0);
+  static_cast<void>(b1);
+#endif
+}
+
+// Stores 4 fp32 values as bf16 at dst[0..3] (or dst[0], dst[stride], ... when transposed).
+__device__ inline void StoreBf16x4(uint16_t* dst, int stride, float4 x) {
+  dst[0] = FloatToBf16(x.x);
+  dst[stride] = FloatToBf16(x.y);
+  dst[2 * stride] = FloatToBf16(x.z);
+  dst[3 * stride] = FloatToBf16(x.w);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
+  extern __shared__ __align__(16) uint16_t smem[];
+  constexpr int kQs = D + kPad;      // Row stride of the Q and K tiles.
+  constexpr int kVs = kKeys + kPad;  // Row stride of the transposed V tile.
+  uint16_t* qs = smem;               // [kRows][kQs]
+  uint16_t* ks = qs + kRows * kQs;   // [kKeys][kQs]
+  uint16_t* vt = ks + kKeys * kQs;   // [D][kVs]: V transposed.
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int h = blockIdx.y;
+  const int64_t kv_col = static_cast<int64_t>(h / p.group) * p.d;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  constexpr int kVecs = D / 4;  // float4s per padded row.
+
+  // The Q tile, zeros past the pass's tokens and past d (d % 4 == 0).
+  for (int e = tid; e < kRows * kVecs; e += kThreads) {
+    const int r = e / kVecs;
+    const int c = (e % kVecs) * 4;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (t0 + r < p.tokens && c < p.d) {
+      x = *reinterpret_cast<const float4*>(p.q + (t0 + r) * p.q_ld + static_cast<int64_t>(h) * p.d +
+                                           c);
+    }
+    StoreBf16x4(qs + r * kQs + c, 1, x);
+  }
+
+  const int64_t last_row = (t0 + kRows < p.tokens ? t0 + kRows : p.tokens) - 1;
+  const int64_t keys = p.past + last_row + 1;
+  const int64_t tiles = (keys + kKeys - 1) / kKeys;
+  const int frag_row = warp * 16 + lane / 4;  // This thread's rows: frag_row and frag_row + 8.
+  const int64_t pos0 = p.past + t0 + frag_row;
+  const int64_t pos1 = pos0 + 8;
+  const int quad_col = (lane % 4) * 2;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dn][e] = 0.0f;
+  }
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int64_t key0 = j * kKeys;
+    __syncthreads();  // The previous tile's readers are done.
+    for (int e = tid; e < kKeys * kVecs; e += kThreads) {
+      const int r = e / kVecs;
+      const int c = (e % kVecs) * 4;
+      const int64_t key = key0 + r;
+      float4 kx = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float4 vx = kx;
+      if (key < keys && c < p.d) {
+        const int64_t at = key * p.kv_ld + kv_col + c;
+        kx = *reinterpret_cast<const float4*>(p.k + at);
+        vx = *reinterpret_cast<const float4*>(p.v + at);
+      }
+      StoreBf16x4(ks + r * kQs + c, 1, kx);
+      StoreBf16x4(vt + c * kVs + r, kVs, vx);
+    }
+    __syncthreads();
+
+    // Scores of this warp's 16 rows against the tile's 64 keys.
+    float s[kKeys / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+    }
+#pragma unroll 4
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint16_t* qa = qs + frag_row * kQs + kk * 16 + quad_col;
+      const uint32_t a[4] = {Load32(qa), Load32(qa + 8 * kQs), Load32(qa + 8),
+                             Load32(qa + 8 * kQs + 8)};
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+        const uint16_t* kb = ks + (nt * 8 + lane / 4) * kQs + kk * 16 + quad_col;
+        Mma(s[nt], a, Load32(kb), Load32(kb + 8));
+      }
+    }
+
+    // Causal mask, running maxima (per row over its quad), weights and partial sums.
+    float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t key = key0 + nt * 8 + quad_col + e;
+        s[nt][e] = key <= pos0 ? s[nt][e] * p.scale_log2 : -INFINITY;
+        s[nt][2 + e] = key <= pos1 ? s[nt][2 + e] * p.scale_log2 : -INFINITY;
+        tile_max0 = fmaxf(tile_max0, s[nt][e]);
+        tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+      }
+    }
+    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
+    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
+    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 1));
+    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 2));
+    const float new0 = fmaxf(m0, tile_max0);
+    const float new1 = fmaxf(m1, tile_max1);
+    // A row that has seen no visible key yet keeps zeros (and scale 1).
+    const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
+    const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[nt][e] = new0 == -INFINITY ? 0.0f : exp2f(s[nt][e] - new0);
+        s[nt][2 + e] = new1 == -INFINITY ? 0.0f : exp2f(s[nt][2 + e] - new1);
+        sum0 += s[nt][e];
+        sum1 += s[nt][2 + e];
+      }
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    m0 = new0;
+    m1 = new1;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o[dn][0] *= alpha0;
+      o[dn][1] *= alpha0;
+      o[dn][2] *= alpha1;
+      o[dn][3] *= alpha1;
+    }
+
+    // O += P V: the score fragments of two key groups of 8 form one A fragment of 16 keys.
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
+                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        const uint16_t* vb = vt + (dn * 8 + lane / 4) * kVs + kk * 16 + quad_col;
+        Mma(o[dn], a, Load32(vb), Load32(vb + 8));
+      }
+    }
+  }
+
+  // The quad's partial sums, added in the same order on every lane of the quad.
+  l0 += __shfl_xor_sync(kFullMask, l0, 1);
+  l0 += __shfl_xor_sync(kFullMask, l0, 2);
+  l1 += __shfl_xor_sync(kFullMask, l1, 1);
+  l1 += __shfl_xor_sync(kFullMask, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  const int64_t row0 = t0 + frag_row;
+  const int64_t row1 = row0 + 8;
+  float* out0 = p.out + row0 * p.q_ld + static_cast<int64_t>(h) * p.d;
+  float* out1 = out0 + 8 * p.q_ld;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int col = dn * 8 + quad_col;
+    if (col >= p.d) continue;  // d % 4 == 0: both columns in or both out.
+    if (row0 < p.tokens)
+      *reinterpret_cast<float2*>(out0 + col) = make_float2(o[dn][0] * inv0, o[dn][1] * inv0);
+    if (row1 < p.tokens)
+      *reinterpret_cast<float2*>(out1 + col) = make_float2(o[dn][2] * inv1, o[dn][3] * inv1);
+  }
+}
+
+template <int D>
+hipError_t LaunchMma(const MmaParams& p, int q_heads, hipStream_t stream) {
+  constexpr size_t kShared = MmaSharedBytes<D>();
+  hipError_t e = AllowSharedBytes(AttentionMmaKernel<D>, kShared);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.tokens, kRows)),
+                  static_cast<unsigned int>(q_heads));
+  AttentionMmaKernel<D><<<grid, kThreads, kShared, stream> > >(p);
+  return hipGetLastError();
+}
+
+}  // namespace
+
+bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes) {
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return a.split_keys == 0 && a.head_dim > 0 && a.head_dim <= 256 && a.head_dim % 4 == 0 &&
+         a.q_heads % a.kv_heads == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) &&
+         reinterpret_cast<uintptr_t>(a.out) % 8 == 0 &&
+         MmaSharedBytes<256>() <= static_cast<size_t>(max_shared_bytes) &&
+         a.tokens <= int64_t{65535} * kRows;
+}
+
+hipError_t AttentionMma(const AttentionLaunch& a, hipStream_t stream) {
+  if (a.tokens == 0) return hipSuccess;
+  MmaParams p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  p.tokens = a.tokens;
+  p.past = a.past;
+  p.group = a.q_heads / a.kv_heads;
+  p.d = a.head_dim;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  p.kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  if (a.head_dim <= 64) return LaunchMma<64>(p, a.q_heads, stream);
+  if (a.head_dim <= 128) return LaunchMma<128>(p, a.q_heads, stream);
+  return LaunchMma<256>(p, a.q_heads, stream);
+}
+
+#endif  // __HIP_PLATFORM_AMD__
+
+}  // namespace cairn::infer::hip

@@ -1,0 +1,543 @@
+// The whole model on the GPU with realistic shapes and random bf16 weights (issue 12's
+// benchmark): a Qwen3.5-9B-like dense configuration and a Qwen3-Next-80B-A3B-like MoE
+// configuration with fewer layers, built in host memory (no checkpoint file) and uploaded once.
+// Measures, with the device's limits from the same run:
+//   - prefill tokens/s at each --prefill length (passes of --pass-tokens), as a share of the
+//     bf16 matrix rate for the model's FLOPs (GEMMs, attention, delta rule);
+//   - decode tokens/s at 1, 4 and 16 slots (--decode-depth tokens each), as a share of the HBM
+//     bound (weights read once per step, plus each slot's rows and recurrent state);
+//   - restore of a --ttft-depth checkpoint from pinned host memory (the arena) in GB/s, against
+//     pinned host-to-device bandwidth; capture time of its private state;
+//   - the seed's time-to-first-token table at --ttft-depth: cold (prefill from scratch), disk
+//     (read the checkpoint file, restore, prefill the turn), RAM (restore, prefill the turn) and
+//     live (prefill the turn), for a --turn-tokens turn.
+// Weights are one random block shared by every tensor (throughput does not depend on values).
+//
+// Usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=4096,32768,100000]
+//          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
+//          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/types/span.h"
+#include "services/infer/engine/slot_kv_memory.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/models/model_config.h"
+#include "services/infer/models/qwen3_hybrid/qwen3_hybrid_model.h"
+#include "services/infer/models/random_checkpoint_writer.h"
+#include "services/infer/models/safetensors.h"
+#include "tests/unit/services/infer/kernels/hip/hip_bench_util.h"
+
+namespace cairn::infer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string model = "both";
+  std::vector<int64_t> prefill = {4096, 32768, 100000};
+  int64_t ttft_depth = 95439;  // The seed's measured conversation.
+  int64_t turn_tokens = 40;    // A sentence: the seed's turns add 20 to 70 tokens.
+  int64_t pass_tokens = 8192;
+  int64_t decode_depth = 4096;
+  int decode_steps = 16;
+  int dense_layers = 32;
+  int moe_layers = 12;
+  std::string disk_dir;
+};
+
+// What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
+// DeltaNet layers of 16 k / 32 v heads of 128, a 256K context.
+RandomCheckpointOptions HybridShape(const char* model_type, int layers, int kv_heads) {
+  RandomCheckpointOptions o;
+  o.model_type = model_type;
+  o.num_layers = layers;
+  o.num_heads = 16;
+  o.num_kv_heads = kv_heads;
+  o.head_dim = 256;
+  o.linear_k_heads = 16;
+  o.linear_v_heads = 32;
+  o.linear_k_dim = 128;
+  o.linear_v_dim = 128;
+  o.max_position_embeddings = 262144;
+  return o;
+}
+
+// Qwen3.5-9B-like: hidden 4096, 4 kv heads, MLP 12288, vocabulary 248320, untied.
+RandomCheckpointOptions DenseShape(int layers) {
+  RandomCheckpointOptions o = HybridShape("qwen3_5_text", layers, 4);
+  o.vocab_size = 248320;
+  o.hidden_size = 4096;
+  o.intermediate_size = 12288;
+  return o;
+}
+
+// Qwen3-Next-80B-A3B-like: hidden 2048, 2 kv heads, 512 experts of 512 (top 10) plus a shared
+// expert of 512, vocabulary 151936; 48 layers in the real model, fewer here so the weights fit.
+RandomCheckpointOptions MoeShape(int layers) {
+  RandomCheckpointOptions o = HybridShape("qwen3_5_moe_text", layers, 2);
+  o.vocab_size = 151936;
+  o.hidden_size = 2048;
+  o.num_experts = 512;
+  o.top_k = 10;
+  o.moe_intermediate_size = 512;
+  o.shared_intermediate_size = 512;
+  return o;
+}
+
+void Print(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int32_t& id : ids) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
+// What a model's passes cost, counted from its shapes.
+struct Costs {
+  double matrix_params = 0;  // Weights a token multiplies, embeddings and lm head excepted.
+  double expert_bytes = 0;   // Bytes of routed-expert weights.
+  double embed_bytes = 0;    // The input embedding table (gathered, never read whole).
+  int full_layers = 0;
+  int delta_layers = 0;
+};
+
+Costs CountCosts(const RandomCheckpointOptions& o, const std::vector<RandomTensorShape>& tensors) {
+  Costs c;
+  const double active = o.num_experts > 0 ? static_cast<double>(o.top_k) / o.num_experts : 1.0;
+  for (const RandomTensorShape& t : tensors) {
+    double n = 1;
+    for (int64_t d : t.shape) n *= static_cast<double>(d);
+    if (t.name.find("embed_tokens") != std::string::npos) {
+      c.embed_bytes = 2 * n;
+      continue;
+    }
+    if (t.shape.size() < 2 || t.name.find("lm_head") != std::string::npos ||
+        t.name.find("conv1d") != std::string::npos) {
+      continue;
+    }
+    const bool routed = t.name.find(".experts.") != std::string::npos;
+    if (routed) c.expert_bytes += 2 * n;
+    c.matrix_params += routed ? n * active : n;
+  }
+  for (int i = 0; i < o.num_layers; ++i) {
+    ((i + 1) % o.full_attention_interval == 0 ? c.full_layers : c.delta_layers)++;
+  }
+  return c;
+}
+
+class ModelBench {
+ public:
+  ModelBench(const Flags& flags, HipKernelBackend& backend, const Ceilings& ceilings)
+      : f_(flags), b_(backend), ceil_(ceilings) {}
+
+  void Run(const std::string& name, const RandomCheckpointOptions& o) {
+    name_ = name;
+    o_ = o;
+    absl::StatusOr<std::vector<RandomTensorShape>> tensors = RandomCheckpointTensors(o);
+    absl::StatusOr<std::string> config_text = RandomCheckpointConfig(o);
+    if (!tensors.ok() || !config_text.ok()) Bench::Fail("random checkpoint shapes");
+    costs_ = CountCosts(o, *tensors);
+    absl::StatusOr<HybridConfig> config = ParseHybridConfig(*config_text);
+    if (!config.ok()) Bench::Fail(config.status().ToString());
+
+    // One random block of bf16 values behind every tensor.
+    int64_t largest = 0;
+    for (const RandomTensorShape& t : *tensors) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      largest = std::max(largest, n);
+    }
+    std::vector<uint16_t> values(static_cast<size_t>(largest));
+    const RandomBf16 block = RandomBf16Values(size_t{1} << 20, 1);
+    for (size_t i = 0; i < values.size(); i += block.bits.size()) {
+      const size_t n = std::min(block.bits.size(), values.size() - i);
+      std::memcpy(values.data() + i, block.bits.data(), n * sizeof(uint16_t));
+    }
+    std::vector<TensorView> views;
+    for (const RandomTensorShape& t : *tensors) {
+      TensorView v;
+      v.name = t.name;
+      v.dtype = DType::kBF16;
+      v.shape = t.shape;
+      v.data = reinterpret_cast<const uint8_t*>(values.data());
+      v.bytes = v.elements() * 2;
+      views.push_back(std::move(v));
+    }
+    absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::FromViews(std::move(views));
+    if (!store.ok()) Bench::Fail(store.status().ToString());
+    const auto load_start = Clock::now();
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        CreateQwen3HybridModel(*config, *std::move(store), 0, &b_, {});
+    if (!model.ok()) Bench::Fail(model.status().ToString());
+    model_ = *std::move(model);
+    const ModelInfo& info = model_->info();
+    Print(absl::StrCat("== ", name, ": ", o.num_layers, " layers (", costs_.full_layers,
+                       " full attention), ", info.num_parameters / 1e9, "B parameters, ",
+                       info.weight_bytes / 1e9, " GB on the device (bf16 matrices), ",
+                       costs_.matrix_params / 1e9, "B multiplied per token; load ",
+                       Bench::Seconds(load_start), " s"));
+    const StateLayout& layout = model_->state_layout();
+    Print(absl::StrCat("   state: ", layout.row_bytes(), " bytes of rows per token, ",
+                       layout.private_bytes() / 1e6, " MB private"));
+    tokens_ = RandomIds(std::max<int64_t>(MaxDepth(), f_.decode_depth) + f_.turn_tokens + 64,
+                        info.vocab_size, 7);
+    PrefillAndTtft();
+    Decode();
+    model_.reset();
+  }
+
+ private:
+  int64_t MaxDepth() const {
+    int64_t d = f_.ttft_depth;
+    for (int64_t t : f_.prefill) d = std::max(d, t);
+    return d;
+  }
+
+  // FLOPs of a prefill from token `from` to `to`.
+  double PrefillFlops(int64_t from, int64_t to) const {
+    const double t = static_cast<double>(to - from);
+    const double gemm = 2.0 * costs_.matrix_params * t;
+    // Causal attention: QK^T and PV over the keys up to each query.
+    const double keys = (static_cast<double>(to) * to - static_cast<double>(from) * from) / 2.0;
+    const double attention =
+        costs_.full_layers * 4.0 * o_.num_heads * static_cast<double>(o_.head_dim) * keys;
+    // Delta rule: S^T k, k (x) delta and S^T q per token and v-head.
+    const double delta = costs_.delta_layers * 6.0 * o_.linear_v_heads *
+                         static_cast<double>(o_.linear_k_dim) * o_.linear_v_dim * t;
+    return gemm + attention + delta;
+  }
+
+  // Prefills tokens [from, to) of tokens_ into `slot` in passes of pass_tokens; returns seconds
+  // (the logits of each pass's last token downloaded, as the engine does).
+  double Prefill(SlotState* slot, int64_t from, int64_t to) {
+    const auto start = Clock::now();
+    for (int64_t at = from; at < to;) {
+      const int64_t end = std::min(to, at + f_.pass_tokens);
+      const auto pass = absl::MakeConstSpan(tokens_).subspan(at, end - at);
+      absl::StatusOr<std::vector<float>> logits = model_->Forward(slot, pass, {});
+      if (!logits.ok()) Bench::Fail(logits.status().ToString());
+      at = end;
+    }
+    return Bench::Seconds(start);
+  }
+
+  void ReportPrefill(int64_t tokens, double seconds) {
+    const double flops = PrefillFlops(0, tokens);
+    const double gemm = 2.0 * costs_.matrix_params * tokens;
+    Print(absl::StrFormat(
+        "%s prefill %7ld tokens: %8.3f s  %9.0f tokens/s  %6.1f TFLOP/s = %5.1f %% of the bf16 "
+        "matrix rate (GEMM share of the FLOPs %4.1f %%)",
+        name_.c_str(), tokens, seconds, tokens / seconds, flops / seconds / 1e12,
+        100.0 * flops / seconds / ceil_.bf16_flops, 100.0 * gemm / flops));
+  }
+
+  void PrefillAndTtft() {
+    const StateLayout& layout = model_->state_layout();
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv = SlotKvMemory::Create(
+        layout, {.slots = 1, .max_rows = MaxDepth() + f_.turn_tokens + 8, .memory = b_.memory()});
+    if (!kv.ok()) Bench::Fail(kv.status().ToString());
+    SlotState* slot = (*kv)->slot(0);
+    // The checkpoint at ttft_depth, in page-locked memory as the arena is.
+    const int64_t state_bytes = layout.private_bytes() + f_.ttft_depth * layout.row_bytes();
+    std::unique_ptr<uint8_t[]> state(new uint8_t[static_cast<size_t>(state_bytes)]);
+    std::memset(state.get(), 0, static_cast<size_t>(state_bytes));
+    Bench::Check(b_.RegisterHost(state.get(), state_bytes), "register the checkpoint buffer");
+    const auto whole = absl::MakeSpan(state.get(), static_cast<size_t>(state_bytes));
+
+    double cold = 0, capture_private = 0, capture_rows = 0;
+    for (const int64_t t : f_.prefill) {
+      Bench::Check((*kv)->Reset(0), "reset");
+      if (t < f_.ttft_depth || t != MaxDepth()) {
+        ReportPrefill(t, Prefill(slot, 0, t));
+        continue;
+      }
+      // The longest run also gives the cold TTFT and the capture at ttft_depth.
+      cold = Prefill(slot, 0, f_.ttft_depth);
+      auto start = Clock::now();
+      absl::StatusOr<int64_t> at =
+          (*kv)->CapturePrivateState(0, whole.subspan(0, layout.private_bytes()));
+      if (!at.ok()) Bench::Fail(at.status().ToString());
+      capture_private = Bench::Seconds(start);
+      start = Clock::now();
+      int64_t offset = layout.private_bytes();
+      for (size_t c = 0; c < layout.components.size(); ++c) {
+        const StateComponent& comp = layout.components[c];
+        if (comp.kind != ComponentKind::kRows) continue;
+        const int64_t n = f_.ttft_depth * comp.bytes();
+        Bench::Check(
+            (*kv)->CopyRowsOut(0, static_cast<int>(c), 0, f_.ttft_depth, whole.subspan(offset, n)),
+            "rows out");
+        offset += n;
+      }
+      capture_rows = Bench::Seconds(start);
+      ReportPrefill(t, cold + Prefill(slot, f_.ttft_depth, t));
+    }
+    if (cold == 0) {
+      Bench::Check(b_.UnregisterHost(state.get()), "unregister");
+      return;
+    }
+    const double private_mb = layout.private_bytes() / 1e6;
+    Print(absl::StrFormat(
+        "%s capture at %ld tokens: private state %.1f MB in %.2f ms (%.1f GB/s); all %.2f GB of "
+        "rows out in %.1f ms (%.1f GB/s; a capture borrows them)",
+        name_.c_str(), f_.ttft_depth, private_mb, capture_private * 1e3,
+        private_mb / 1e3 / capture_private, (state_bytes - layout.private_bytes()) / 1e9,
+        capture_rows * 1e3, (state_bytes - layout.private_bytes()) / 1e9 / capture_rows));
+
+    // Restore from the page-locked copy, as from the arena.
+    const double restore = Restore(**kv, whole);
+    Print(absl::StrFormat(
+        "%s restore %.2f GB from pinned memory: %.1f ms  %.1f GB/s = %.1f %% of pinned "
+        "host-to-device",
+        name_.c_str(), state_bytes / 1e9, restore * 1e3, state_bytes / 1e9 / restore,
+        100.0 * state_bytes / restore / ceil_.h2d_bytes_per_s));
+    const double live = Prefill(slot, f_.ttft_depth, f_.ttft_depth + f_.turn_tokens);
+    double disk_read = -1;
+    if (!f_.disk_dir.empty()) disk_read = ReadFromDisk(whole);
+    Print(absl::StrFormat("%s TTFT at %ld tokens + a %ld-token turn:", name_.c_str(), f_.ttft_depth,
+                          f_.turn_tokens));
+    Print(absl::StrFormat("   cold (prefill from scratch)    %9.3f s", cold));
+    if (disk_read >= 0) {
+      Print(absl::StrFormat(
+          "   disk (read, restore, turn)     %9.3f s  (read %.3f s, restore %.3f s)",
+          disk_read + restore + live, disk_read, restore));
+    }
+    Print(absl::StrFormat("   RAM (restore, turn)            %9.3f s  (restore %.3f s)",
+                          restore + live, restore));
+    Print(absl::StrFormat("   live (turn only)               %9.3f s", live));
+    Bench::Check(b_.UnregisterHost(state.get()), "unregister");
+  }
+
+  // Restores `state` (private state, then each rows component) into slot 0; returns seconds.
+  double Restore(SlotKvMemory& kv, absl::Span<uint8_t> state) {
+    const StateLayout& layout = model_->state_layout();
+    const auto start = Clock::now();
+    Bench::Check(kv.BeginRestore(0), "begin restore");
+    int64_t offset = layout.private_bytes();
+    const int64_t depth =
+        (static_cast<int64_t>(state.size()) - offset) / std::max<int64_t>(1, layout.row_bytes());
+    for (size_t c = 0; c < layout.components.size(); ++c) {
+      const StateComponent& comp = layout.components[c];
+      if (comp.kind != ComponentKind::kRows) continue;
+      const int64_t n = depth * comp.bytes();
+      Bench::Check(kv.CopyRowsIn(0, static_cast<int>(c), 0, state.subspan(offset, n)), "rows in");
+      offset += n;
+    }
+    Bench::Check(kv.LoadPrivateState(0, depth, state.subspan(0, layout.private_bytes())),
+                 "private state in");
+    Bench::Check(kv.Validate(0, depth), "validate");
+    return Bench::Seconds(start);
+  }
+
+  // Writes `state` to a file, drops it from the page cache, and times reading it back into
+  // `state`. Returns seconds.
+  double ReadFromDisk(absl::Span<uint8_t> state) {
+    const std::string path = f_.disk_dir + "/cairn-bench-checkpoint";
+    int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    if (fd < 0) Bench::Fail("cannot create " + path);
+    for (size_t at = 0; at < state.size();) {
+      const ssize_t n =
+          ::write(fd, state.data() + at, std::min<size_t>(state.size() - at, 1 << 26));
+      if (n <= 0) Bench::Fail("write " + path);
+      at += static_cast<size_t>(n);
+    }
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) Bench::Fail("cannot open " + path);
+    const auto start = Clock::now();
+    for (size_t at = 0; at < state.size();) {
+      const ssize_t n = ::read(fd, state.data() + at, std::min<size_t>(state.size() - at, 1 << 26));
+      if (n <= 0) Bench::Fail("read " + path);
+      at += static_cast<size_t>(n);
+    }
+    const double seconds = Bench::Seconds(start);
+    ::close(fd);
+    ::unlink(path.c_str());
+    Print(absl::StrFormat("%s disk read %.2f GB: %.3f s (%.2f GB/s)", name_.c_str(),
+                          state.size() / 1e9, seconds, state.size() / 1e9 / seconds));
+    return seconds;
+  }
+
+  void Decode() {
+    const StateLayout& layout = model_->state_layout();
+    constexpr int kMaxSlots = 16;
+    const int warm = 2;
+    const int64_t rows = f_.decode_depth + 3 * (f_.decode_steps + warm) + 8;
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+        SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
+    if (!kv.ok()) Bench::Fail(kv.status().ToString());
+    // Slot 0 prefilled, its state copied into the other slots.
+    Prefill((*kv)->slot(0), 0, f_.decode_depth);
+    std::vector<uint8_t> state(
+        static_cast<size_t>(layout.private_bytes() + f_.decode_depth * layout.row_bytes()));
+    absl::StatusOr<int64_t> at =
+        (*kv)->CapturePrivateState(0, absl::MakeSpan(state).subspan(0, layout.private_bytes()));
+    if (!at.ok()) Bench::Fail(at.status().ToString());
+    int64_t offset = layout.private_bytes();
+    for (size_t c = 0; c < layout.components.size(); ++c) {
+      const StateComponent& comp = layout.components[c];
+      if (comp.kind != ComponentKind::kRows) continue;
+      const int64_t n = f_.decode_depth * comp.bytes();
+      Bench::Check((*kv)->CopyRowsOut(0, static_cast<int>(c), 0, f_.decode_depth,
+                                      absl::MakeSpan(state).subspan(offset, n)),
+                   "rows out");
+      offset += n;
+    }
+    for (int s = 1; s < kMaxSlots; ++s) {
+      Bench::Check((*kv)->BeginRestore(s), "begin restore");
+      offset = layout.private_bytes();
+      for (size_t c = 0; c < layout.components.size(); ++c) {
+        const StateComponent& comp = layout.components[c];
+        if (comp.kind != ComponentKind::kRows) continue;
+        const int64_t n = f_.decode_depth * comp.bytes();
+        Bench::Check((*kv)->CopyRowsIn(s, static_cast<int>(c), 0,
+                                       absl::MakeConstSpan(state).subspan(offset, n)),
+                     "rows in");
+        offset += n;
+      }
+      Bench::Check(
+          (*kv)->LoadPrivateState(s, f_.decode_depth,
+                                  absl::MakeConstSpan(state).subspan(0, layout.private_bytes())),
+          "private in");
+      Bench::Check((*kv)->Validate(s, f_.decode_depth), "validate");
+    }
+    const double weights_other =
+        model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
+    for (const int slots : {1, 4, 16}) {
+      std::vector<std::vector<int32_t>> next(slots);
+      double seconds = 0;
+      for (int step = 0; step < warm + f_.decode_steps; ++step) {
+        std::vector<SequencePass> batch;
+        for (int s = 0; s < slots; ++s) {
+          next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
+          batch.push_back({(*kv)->slot(s), next[s]});
+        }
+        const auto start = Clock::now();
+        absl::StatusOr<std::vector<std::vector<float>>> logits = model_->ForwardBatch(batch);
+        if (!logits.ok()) Bench::Fail(logits.status().ToString());
+        if (step >= warm) seconds += Bench::Seconds(start);
+      }
+      // Bytes one step must read: the weights (embeddings gathered, not read; of the routed
+      // experts, the share random routing of `slots` tokens touches), each slot's rows, and
+      // each slot's private state read and written.
+      double expert_share = 1.0;
+      if (o_.num_experts > 0) {
+        expert_share = 1.0 - std::pow(1.0 - static_cast<double>(o_.top_k) / o_.num_experts, slots);
+      }
+      const double bytes = weights_other + costs_.expert_bytes * expert_share +
+                           slots * (static_cast<double>(f_.decode_depth) * layout.row_bytes() +
+                                    2.0 * layout.private_bytes());
+      const double tokens_per_s = slots * f_.decode_steps / seconds;
+      const double bound = slots / (bytes / ceil_.hbm_bytes_per_s);
+      Print(absl::StrFormat(
+          "%s decode %2d slots at %ld tokens: %7.2f ms a step  %8.1f tokens/s  HBM bound %8.1f "
+          "tokens/s (%.2f GB a step) = %5.1f %%",
+          name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s,
+          bound, bytes / 1e9, 100.0 * tokens_per_s / bound));
+    }
+  }
+
+  const Flags& f_;
+  HipKernelBackend& b_;
+  const Ceilings& ceil_;
+  std::string name_;
+  RandomCheckpointOptions o_;
+  Costs costs_;
+  std::unique_ptr<Model> model_;
+  std::vector<int32_t> tokens_;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) return false;
+    const std::string key = a.substr(2, eq - 2);
+    const std::string value = a.substr(eq + 1);
+    int64_t n = 0;
+    const bool number = absl::SimpleAtoi(value, &n);
+    if (key == "model") {
+      f->model = value;
+    } else if (key == "disk-dir") {
+      f->disk_dir = value;
+    } else if (key == "prefill") {
+      f->prefill.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n <= 0) return false;
+        f->prefill.push_back(n);
+      }
+      std::sort(f->prefill.begin(), f->prefill.end());
+    } else if (!number || n <= 0) {
+      return false;
+    } else if (key == "ttft-depth") {
+      f->ttft_depth = n;
+    } else if (key == "turn-tokens") {
+      f->turn_tokens = n;
+    } else if (key == "pass-tokens") {
+      f->pass_tokens = n;
+    } else if (key == "decode-depth") {
+      f->decode_depth = n;
+    } else if (key == "decode-steps") {
+      f->decode_steps = static_cast<int>(n);
+    } else if (key == "dense-layers") {
+      f->dense_layers = static_cast<int>(n);
+    } else if (key == "moe-layers") {
+      f->moe_layers = static_cast<int>(n);
+    } else {
+      return false;
+    }
+  }
+  return f->model == "dense" || f->model == "moe" || f->model == "both";
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::fprintf(stderr,
+                 "usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=N,N,...] "
+                 "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
+                 "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR]\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  if (!created.ok()) Bench::Fail(created.status().ToString());
+  HipKernelBackend& b = **created;
+  Bench bench(&b);
+  const Ceilings ceilings = MeasureCeilings(b, bench, 5);
+  bench.Free();
+  ModelBench run(flags, b, ceilings);
+  if (flags.model != "moe") run.Run("dense", DenseShape(flags.dense_layers));
+  if (flags.model != "dense") run.Run("moe", MoeShape(flags.moe_layers));
+  return 0;
+}
+
+}  // namespace
+}  // namespace cairn::infer
+
+int main(int argc, char** argv) { return cairn::infer::Main(argc, argv); }
