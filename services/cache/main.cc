@@ -74,6 +74,17 @@ int Run(int argc, char** argv) {
             "floor of the automatic checkpoint cap");
   flags.Add("superseded-first", &options.cache.retention.superseded_first,
             "evict a conversation's superseded checkpoints before other conversations' states");
+  flags.Add("edit-reach-turns", &options.cache.retention.edit_reach_turns,
+            "superseded checkpoints at message boundaries of the latest request and this many "
+            "before it go last among the superseded (0: off)");
+  flags.Add("edit-reach-share", &options.cache.retention.edit_reach_share,
+            "share of the RAM budget in private state of checkpoints within edit reach that "
+            "keep their conversation's rank (the most tokens saved first)");
+  flags.Add("continue-reuse", &options.cache.retention.continue_reuse,
+            "edit reach: likelihood that the next turn continues from the latest preserved "
+            "frontier");
+  flags.Add("edit-reuse", &options.cache.retention.edit_reuse,
+            "edit reach: likelihood that an edit comes back to a checkpoint");
   flags.Add("admission-by-rank", &options.cache.retention.admission_by_rank,
             "a capture evicts only checkpoints ranked at or below it");
   flags.Add("frontier-with-superseded", &options.cache.retention.frontier_with_superseded,

@@ -60,6 +60,15 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "capture a slot's frontier before another conversation overwrites it");
   flags.Add("restore-in-holding-slot", &p.planner.restore_in_holding_slot,
             "restore in the slot that holds the restored rows, not the least recently used");
+  flags.Add("preserve-frontier-min-tokens", &p.planner.preserve_frontier_min_tokens,
+            "preserve a frontier only this many tokens past the deepest checkpoint on its path "
+            "(0: always)");
+  flags.Add("cheapest-slot", &p.planner.cheapest_slot,
+            "when no slot holds the restore depth, the slot whose overwrite spills the fewest "
+            "bytes, not the least recently used");
+  flags.Add("holding-slot-cheapest", &p.planner.holding_slot_cheapest,
+            "among slots holding the restore depth equally far, the one whose overwrite spills "
+            "the fewest bytes");
   flags.Add("max-checkpoints", &p.retention.max_checkpoints,
             "RAM checkpoint cap; 0: budget / private bytes, at least --min-checkpoints");
   flags.Add("min-checkpoints", &p.retention.min_checkpoints, "floor of the automatic cap");
@@ -78,6 +87,17 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "across ranks, ranks break ties");
   flags.Add("superseded-first", &p.retention.superseded_first,
             "evict checkpoints their own conversation continued past before idle ones");
+  flags.Add("edit-reach-turns", &p.retention.edit_reach_turns,
+            "superseded checkpoints at message boundaries of the latest request and this many "
+            "before it go last among the superseded (0: off)");
+  flags.Add("edit-reach-share", &p.retention.edit_reach_share,
+            "share of the RAM budget in private state of checkpoints within edit reach that "
+            "keep their conversation's rank (the most tokens saved first)");
+  flags.Add("continue-reuse", &p.retention.continue_reuse,
+            "edit reach: likelihood that the next turn continues from the latest preserved "
+            "frontier");
+  flags.Add("edit-reuse", &p.retention.edit_reuse,
+            "edit reach: likelihood that an edit comes back to a checkpoint");
   flags.Add("cheap-ratio", &p.retention.cheap_ratio,
             "cheap: private bytes above this multiple of restorable row bytes");
   flags.Add("near-duplicate-tokens", &p.retention.near_duplicate_tokens,

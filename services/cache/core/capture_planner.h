@@ -26,11 +26,22 @@ struct PlannerOptions {
   // boundary), so that conversation's next turn resumes after its answer instead of before it
   // (docs/cache-policy.md). Its rows are being preserved anyway; the private state is extra.
   bool preserve_frontier = true;
+  // Preserve a frontier only when it lies at least this many tokens past the deepest
+  // checkpoint already on its path (what it saves must pay for its private state). 0: always.
+  int64_t preserve_frontier_min_tokens = 0;
   // A request that restores a checkpoint runs in the slot whose frontier shares the most of
   // its prompt, when that reaches the restore depth (the slot holds the restored rows, so they
   // are kept, not copied, and no other conversation's frontier is overwritten), instead of the
   // least recently used slot (RequestRunner; the inference scheduler chooses the same way).
   bool restore_in_holding_slot = true;
+  // Among slots that hold the restore depth equally far (the shared preamble, say), the one
+  // whose overwrite spills the fewest bytes (its rows already in the arena), then the least
+  // recently used; false: the first such slot. Keeps a long session's frontier in its slot
+  // when a short request could as well take the slot of a state the arena already holds.
+  bool holding_slot_cheapest = true;
+  // When no slot holds the restore depth: the slot whose overwrite spills the fewest bytes
+  // instead of the least recently used (ties: the least recently used).
+  bool cheapest_slot = true;
   // Capture the request's shared boundary (the end of a preamble other conversations are
   // expected to send too: system prompt and tool definitions), as a learned point, when the
   // client names one. The learned-point rule finds such a branch only when a second

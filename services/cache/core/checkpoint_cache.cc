@@ -546,6 +546,23 @@ absl::StatusOr<std::vector<TokenId>> CheckpointCache::SlotTokens(SlotKey key) co
   return it->second->tokens;
 }
 
+absl::StatusOr<int64_t> CheckpointCache::SlotSpillBytes(SlotKey key) const {
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return absl::NotFoundError(absl::StrCat("no slot ", key.slot));
+  const Slot& slot = *it->second;
+  const ModelLayout* layout = LayoutFor(slot.identities.compatibility);
+  if (layout == nullptr) return 0;
+  int64_t bytes = 0;
+  for (ChunkId id : slot.chunks) {
+    const Chunk& chunk = *chunks_.at(id);
+    if (chunk.residency == Residency::kBorrowed && chunk.holders.size() == 1) bytes += chunk.bytes;
+  }
+  // Rows no capture has made a chunk of yet.
+  const int64_t minted = static_cast<int64_t>(slot.chunks.size());
+  const int64_t full = layout->FullChunks(static_cast<int64_t>(slot.tokens.size()));
+  return bytes + std::max<int64_t>(0, full - minted) * layout->ChunkBytes();
+}
+
 uint64_t CheckpointCache::SpillIdle(SlotKey key, int max_chunks) {
   std::vector<ChunkCopy> copies;
   Slot* slot = FindSlot(key);
@@ -691,15 +708,40 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
       superseded[id] = newest != latest.end() && newest->second > id && !other_below.contains(id);
     }
   }
+  // Edit reach: per conversation, newest first, the distinct stable boundaries seen so far.
+  absl::flat_hash_map<CheckpointId, int> turns_back;
+  if (options_.retention.edit_reach_turns > 0) {
+    absl::flat_hash_map<std::string, std::vector<const Checkpoint*>> by_conversation;
+    for (const auto& [id, ckpt] : checkpoints_) {
+      if (in_tier(*ckpt)) by_conversation[ckpt->conversation].push_back(ckpt.get());
+    }
+    for (auto& [conversation, list] : by_conversation) {
+      std::sort(list.begin(), list.end(),
+                [](const Checkpoint* a, const Checkpoint* b) { return a->id > b->id; });
+      absl::flat_hash_set<int64_t> newer;
+      for (const Checkpoint* c : list) {
+        turns_back[c->id] =
+            static_cast<int>(newer.size()) - (newer.contains(c->stable_boundary) ? 1 : 0);
+        newer.insert(c->stable_boundary);
+      }
+    }
+  }
   std::vector<RetentionItem> items;
+  absl::flat_hash_map<size_t, RankInput> reach_inputs;  // Index in items -> its rank input.
   for (const auto& [id, ckpt] : checkpoints_) {
     if (!in_tier(*ckpt)) continue;
     RankInput in = rank_input(*ckpt);
     auto sup = superseded.find(id);
     in.superseded = sup != superseded.end() && sup->second;
+    auto back = turns_back.find(id);
+    if (back != turns_back.end()) in.turns_back = back->second;
     RetentionItem item;
     item.id = id;
     item.rank = retention_.Classify(in);
+    item.edit_reach = item.rank == EvictionRank::kSuperseded && retention_.InEditReach(in);
+    item.turns_back = in.turns_back;
+    item.frontier =
+        in.kind == CaptureKind::kReused && in.stable_boundary >= 0 && in.depth > in.stable_boundary;
     item.branch_point = RadixPrefixIndex::IsBranchPoint(ckpt->node);
     for (const RadixPrefixIndex::Hit& hit :
          RadixPrefixIndex::NearAncestors(ckpt->node, options_.retention.near_duplicate_tokens)) {
@@ -712,7 +754,7 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
                                                  : std::max(conv->second.last_use, ckpt->last_use);
     item.pinned = ckpt->pins > 0;
     item.depth = ckpt->depth;
-    if (options_.retention.value_per_byte) {
+    if (options_.retention.value_per_byte || item.edit_reach) {
       int64_t fallback = 0;
       for (const RadixPrefixIndex::Hit& hit :
            RadixPrefixIndex::NearAncestors(ckpt->node, std::numeric_limits<int64_t>::max())) {
@@ -729,9 +771,34 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
         if (sole && (!ram_tier || chunk.charged)) item.freed_bytes += chunk.bytes;
       }
     }
+    if (item.edit_reach) reach_inputs.emplace(items.size(), in);
     items.push_back(item);
   }
+  ProtectEditReach(ram_tier, reach_inputs, items);
   return items;
+}
+
+void CheckpointCache::ProtectEditReach(bool ram_tier,
+                                       const absl::flat_hash_map<size_t, RankInput>& reach_inputs,
+                                       std::vector<RetentionItem>& items) const {
+  const double share = options_.retention.edit_reach_share;
+  if (share <= 0 || reach_inputs.empty()) return;
+  std::vector<size_t> order;
+  for (const auto& [index, in] : reach_inputs) order.push_back(index);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_pair(items[a].saved_tokens, items[a].id) >
+           std::make_pair(items[b].saved_tokens, items[b].id);
+  });
+  double room = share * static_cast<double>(ram_tier ? ram_.budget() : disk_.budget());
+  for (size_t index : order) {
+    const RankInput& in = reach_inputs.at(index);
+    room -= static_cast<double>(in.private_bytes);
+    if (room < 0) break;
+    RankInput kept = in;
+    kept.superseded = false;
+    items[index].rank = retention_.Classify(kept);
+    items[index].edit_reach = false;
+  }
 }
 
 bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank, const std::string& why) {

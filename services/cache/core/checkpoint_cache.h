@@ -270,6 +270,9 @@ class CheckpointCache {
   void SetListener(ResidencyListener* listener) { listener_ = listener; }
   // The tokens of `slot`'s frontier; NotFound for an unknown slot.
   absl::StatusOr<std::vector<TokenId>> SlotTokens(SlotKey slot) const;
+  // The bytes overwriting `slot` would have to spill to keep its frontier: its rows that only
+  // this slot holds and the arena does not (full chunks only); NotFound for an unknown slot.
+  absl::StatusOr<int64_t> SlotSpillBytes(SlotKey slot) const;
 
   // --- Captures at the slot's current position.
   // Reserves space (evicting by rank if needed) and returns a ticket. AlreadyExists if the same
@@ -411,6 +414,11 @@ class CheckpointCache {
 
   // Checkpoints.
   std::vector<RetentionItem> RetentionItems(bool ram_tier) const;
+  // RetentionOptions::edit_reach_share: the `items` within edit reach (indices in
+  // `reach_inputs`) that save the most tokens, as many as the share of the tier's budget holds
+  // in private state, keep their conversation's rank.
+  void ProtectEditReach(bool ram_tier, const absl::flat_hash_map<size_t, RankInput>& reach_inputs,
+                        std::vector<RetentionItem>& items) const;
   // Evicts the first checkpoint of the tier's eviction order; false when none can go.
   // With `max_rank`, only a checkpoint ranked at or below it. `why`, when set, prefixes the rank
   // in the event's reason.

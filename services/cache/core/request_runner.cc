@@ -30,26 +30,51 @@ std::vector<ChunkCopy> RequestRunner::CompleteSpills(absl::Span<const uint64_t> 
   return preserved;
 }
 
+int64_t RequestRunner::SpillBytes(int32_t slot) const {
+  if (last_use_[static_cast<size_t>(slot)] < 0) return 0;  // Never used: nothing to keep.
+  return cache_->SlotSpillBytes(SlotKey{daemon_session_, slot}).value_or(0);
+}
+
 int32_t RequestRunner::ChooseSlot(const Candidate& best, absl::Span<const TokenId> prompt) {
   if (best.tier == Tier::kLive) return best.slot.slot;
   if (cache_->planner().options().restore_in_holding_slot && best.depth > 0) {
+    const bool cheapest = cache_->planner().options().holding_slot_cheapest;
     int32_t holding = -1;
     int64_t longest = best.depth - 1;
+    int64_t holding_spill = 0;
     for (size_t i = 0; i < last_use_.size(); ++i) {
       const int32_t slot = static_cast<int32_t>(i);
-      absl::StatusOr<std::vector<TokenId>> tokens =
-          cache_->SlotTokens(SlotKey{daemon_session_, slot});
+      const SlotKey key{daemon_session_, slot};
+      absl::StatusOr<std::vector<TokenId>> tokens = cache_->SlotTokens(key);
       if (!tokens.ok()) continue;
       const int64_t shared = CommonPrefixLength(*tokens, prompt);
-      if (shared > longest) {
+      if (shared < longest || shared < best.depth) continue;
+      const int64_t spill = cheapest ? SpillBytes(slot) : 0;
+      const bool better =
+          shared > longest ||
+          (cheapest && (spill < holding_spill ||
+                        (spill == holding_spill && last_use_[i] < last_use_[holding])));
+      if (better) {
         holding = slot;
         longest = shared;
+        holding_spill = spill;
       }
     }
     if (holding >= 0) return holding;
   }
   auto lru = std::min_element(last_use_.begin(), last_use_.end());
-  return static_cast<int32_t>(lru - last_use_.begin());
+  int32_t chosen = static_cast<int32_t>(lru - last_use_.begin());
+  if (!cache_->planner().options().cheapest_slot) return chosen;
+  int64_t chosen_spill = SpillBytes(chosen);
+  for (size_t i = 0; i < last_use_.size(); ++i) {
+    const int32_t slot = static_cast<int32_t>(i);
+    const int64_t spill = SpillBytes(slot);
+    if (spill < chosen_spill) {
+      chosen = slot;
+      chosen_spill = spill;
+    }
+  }
+  return chosen;
 }
 
 absl::StatusOr<CaptureOutcome> RequestRunner::PreserveFrontier(int32_t slot,
@@ -66,6 +91,14 @@ absl::StatusOr<CaptureOutcome> RequestRunner::PreserveFrontier(int32_t slot,
   if (!tokens.ok() || tokens->empty()) return c;
   c.pos = static_cast<int64_t>(tokens->size());
   c.kind = CaptureKind::kReused;
+  const int64_t min_tokens = cache_->planner().options().preserve_frontier_min_tokens;
+  if (min_tokens > 0) {
+    // What the frontier saves over the deepest checkpoint already on its path (no session's
+    // live frontier counts: session 0 holds none).
+    absl::StatusOr<LookupResult> below =
+        cache_->Lookup(LookupRequest{request.identities, *tokens, -1, /*daemon_session=*/0});
+    if (below.ok() && c.pos - below->best.depth < min_tokens) return c;
+  }
   if (keep != 0) RETURN_IF_ERROR(cache_->Pin(keep));
   absl::StatusOr<CaptureTicket> ticket =
       cache_->BeginCapture(key, c.kind, last_conversation_[i], last_stable_[i]);

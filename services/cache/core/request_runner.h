@@ -65,6 +65,9 @@ class RequestRunner {
   // frontier shares at least the restore depth of `prompt`, the most; else the least
   // recently used.
   int32_t ChooseSlot(const Candidate& best, absl::Span<const TokenId> prompt);
+  // What overwriting `slot` would spill (CheckpointCache::SlotSpillBytes); 0 for an unused
+  // slot.
+  int64_t SpillBytes(int32_t slot) const;
   // Captures the frontier of `slot` before `request` overwrites it, if another conversation
   // left it there. The restore candidate `keep` (0: none) is pinned meanwhile.
   absl::StatusOr<CaptureOutcome> PreserveFrontier(int32_t slot, const ServeRequest& request,

@@ -37,6 +37,11 @@ bool RetentionPolicy::Supersedes(const RankInput& deeper) const {
   return deeper.kind != CaptureKind::kReused && !PastStable(deeper, CaptureKind::kEnd);
 }
 
+bool RetentionPolicy::InEditReach(const RankInput& in) const {
+  const bool boundary = in.kind != CaptureKind::kGrid && !PastStable(in, CaptureKind::kEnd);
+  return options_.edit_reach_turns > 0 && boundary && in.turns_back <= options_.edit_reach_turns;
+}
+
 EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
   if (PastStable(in, CaptureKind::kEnd)) return EvictionRank::kRetryCopy;
   if (PastStable(in, CaptureKind::kReused)) {
@@ -48,7 +53,9 @@ EvictionRank RetentionPolicy::Classify(const RankInput& in) const {
   if (static_cast<double>(in.private_bytes) > options_.cheap_ratio * restorable) {
     return EvictionRank::kCheap;
   }
-  if (options_.superseded_first && in.superseded) return EvictionRank::kSuperseded;
+  if (options_.superseded_first && in.superseded) {
+    return EvictionRank::kSuperseded;
+  }
   return in.conversation_idle ? EvictionRank::kIdle : EvictionRank::kReused;
 }
 
@@ -87,6 +94,12 @@ double RetentionPolicy::ValuePerByte(const RetentionItem& item) const {
   return value;
 }
 
+double RetentionPolicy::EditReachValue(const RetentionItem& item) const {
+  const double likelihood =
+      item.frontier && item.turns_back == 0 ? options_.continue_reuse : options_.edit_reuse;
+  return likelihood * static_cast<double>(std::max<int64_t>(0, item.saved_tokens));
+}
+
 std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionItem> items) const {
   items.erase(
       std::remove_if(items.begin(), items.end(), [](const RetentionItem& i) { return i.pinned; }),
@@ -97,8 +110,10 @@ std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionIt
     const double value = by_value ? ValuePerByte(i) : 0;
     const int64_t depth =
         !by_value && options_.shallow_first && i.rank >= EvictionRank::kIdle ? i.depth : 0;
-    return std::make_tuple(across ? value : 0.0, static_cast<int>(i.rank), !i.covered,
-                           i.branch_point, across ? 0.0 : value, depth, i.last_use, i.id);
+    // Within edit reach, the checkpoint whose loss costs an edit the fewest tokens goes first.
+    const double reach = i.edit_reach ? EditReachValue(i) : 0.0;
+    return std::make_tuple(across ? value : 0.0, static_cast<int>(i.rank), i.edit_reach, !i.covered,
+                           i.branch_point, reach, across ? 0.0 : value, depth, i.last_use, i.id);
   };
   std::sort(items.begin(), items.end(),
             [&](const RetentionItem& a, const RetentionItem& b) { return key(a) < key(b); });

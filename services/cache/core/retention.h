@@ -25,6 +25,24 @@ struct RetentionOptions {
   // evicted after retry copies and cheap ones, before idle conversations' latest states.
   // False: the seed's four ranks only.
   bool superseded_first = true;
+  // Edit reach: a checkpoint ranked superseded that sits at a message boundary (a stable
+  // boundary, a prompt end not past it, a learned point or a preserved frontier; not a grid
+  // point, where no edit resumes) and belongs to its conversation's latest request or one of
+  // the `edit_reach_turns` before it goes after the other superseded checkpoints, the least
+  // valuable first (EditReachValue). An edit of one of the last messages resumes there;
+  // without it the edited turn restores from the shared preamble (docs/cache-policy.md).
+  // Turns are counted by the distinct stable boundaries of the conversation's newer
+  // checkpoints in the tier. 0: off.
+  int edit_reach_turns = 2;
+  // The most tokens-saving checkpoints within edit reach, as many as this share of the
+  // tier's budget holds in private state, keep their conversation's rank (idle or reused)
+  // instead of staying superseded. 0: none.
+  double edit_reach_share = 0.03;
+  // Likelihoods of reuse that weigh the tokens a checkpoint within edit reach saves: the
+  // frontier preserved after the conversation's latest request (its next turn continues there
+  // when it resends the answer), and every other one (only an edit comes back to it).
+  double continue_reuse = 0.5;
+  double edit_reuse = 0.05;
   // A capture may evict only checkpoints ranked at or below its own rank (AdmissionRank);
   // otherwise it is rejected. False: a capture evicts whatever it needs, as the seed did.
   bool admission_by_rank = true;
@@ -87,6 +105,9 @@ struct RetentionItem {
   absl::Time last_use;        // Of its conversation (ties: of itself).
   bool pinned = false;        // Being read; never a victim.
   int64_t depth = 0;          // Tokens it restores (RetentionOptions::shallow_first).
+  bool edit_reach = false;    // Within edit reach (RetentionOptions::edit_reach_turns).
+  int turns_back = 0;         // RankInput::turns_back.
+  bool frontier = false;      // A frontier preserved past its request's stable boundary.
   // RetentionOptions::value_per_byte: its depth past the deepest checkpoint above it on its
   // path in the same tier, and the bytes its eviction frees.
   int64_t saved_tokens = 0;
@@ -101,6 +122,9 @@ struct RankInput {
   int64_t row_bytes_per_token = 0;
   bool conversation_idle = false;
   bool superseded = false;  // See RetentionOptions::superseded_first.
+  // Distinct stable boundaries among its conversation's newer checkpoints in the tier
+  // (RetentionOptions::edit_reach_turns).
+  int turns_back = 0;
 };
 
 // Ranks checkpoints for eviction. Stateless and thread-safe.
@@ -113,6 +137,9 @@ class RetentionPolicy {
   // above it: a point the client resends (not a retry copy or preserved frontier past the
   // stable boundary, and not a reused history end, which the next prompt may leave).
   bool Supersedes(const RankInput& deeper) const;
+  // True if a checkpoint described by `in` sits at a message boundary within edit reach
+  // (edit_reach_turns); it matters for checkpoints ranked superseded.
+  bool InEditReach(const RankInput& in) const;
   // The highest rank a capture described by `in` may evict to make room (admission_by_rank):
   // its own rank as Classify gives it, counting a grid point or reused history end above its
   // request's stable boundary as superseded (the stable capture that follows supersedes it).
@@ -130,6 +157,9 @@ class RetentionPolicy {
   // Tokens saved per byte freed, times the likelihood of reuse of the item's rank when
   // value_across_ranks is set.
   double ValuePerByte(const RetentionItem& item) const;
+  // Within edit reach: tokens saved times the likelihood of reuse (continue_reuse for the
+  // latest preserved frontier, edit_reuse otherwise); the least valuable goes first.
+  double EditReachValue(const RetentionItem& item) const;
 
   const RetentionOptions& options() const { return options_; }
 

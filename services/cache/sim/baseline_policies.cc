@@ -231,7 +231,7 @@ class LlamaCppPolicy final : public TrackedPolicy {
       r.captures.push_back(c);
       r.capture_bytes += private_bytes;
       while (static_cast<int>(slot->checkpoints.size()) > ctx_checkpoints_) {
-        r.evicted.push_back({static_cast<uint64_t>(slot->checkpoints.front()), "fifo"});
+        r.evicted.push_back({static_cast<uint64_t>(slot->checkpoints.front()), "fifo", "", -1});
         slot->checkpoints.erase(slot->checkpoints.begin());
       }
     }
@@ -273,7 +273,7 @@ class LlamaCppPolicy final : public TrackedPolicy {
     while (!entries_.empty() && cache_bytes_ + bytes > cache_limit_) {
       const Entry& old = entries_.front();
       cache_bytes_ -= EntryBytes(old.tokens.size(), old.checkpoints.size());
-      r.evicted.push_back({++evicted_entries_, "ram-cache-oldest"});
+      r.evicted.push_back({++evicted_entries_, "ram-cache-oldest", "", -1});
       entries_.pop_front();
     }
     entries_.push_back(std::move(entry));
@@ -358,7 +358,7 @@ class StateTree {
         victim = *left;
       }
       Remove(victim);
-      r.evicted.push_back({victim, reason});
+      r.evicted.push_back({victim, reason, "", -1});
     }
   }
 

@@ -45,7 +45,8 @@ class CairnPolicy final : public Policy {
       if (info.ok()) r.capture_bytes += info->private_bytes + info->tail_bytes;
     }
     for (const Event& e : out.evictions) {
-      r.evicted.push_back({e.checkpoint, absl::StrCat(EventTypeName(e.type), ":", e.reason)});
+      r.evicted.push_back({e.checkpoint, absl::StrCat(EventTypeName(e.type), ":", e.reason),
+                           e.conversation, e.depth});
     }
     return r;
   }

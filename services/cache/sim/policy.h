@@ -37,6 +37,10 @@ struct SimCapture {
 struct SimEviction {
   uint64_t id = 0;
   std::string reason;
+  // What the evicted state held, where the policy knows it (cairn: from the event): its
+  // conversation and depth; empty and -1 otherwise.
+  std::string conv;
+  int64_t depth = -1;
 };
 
 struct RequestResult {

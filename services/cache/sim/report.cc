@@ -116,7 +116,12 @@ std::string RequestJson(const RequestReport& rep, absl::string_view policy) {
   }
   j["captures"] = std::move(captures);
   Json evicted = Json::array();
-  for (const SimEviction& e : r.evicted) evicted.push_back({{"id", e.id}, {"reason", e.reason}});
+  for (const SimEviction& e : r.evicted) {
+    Json one = {{"id", e.id}, {"reason", e.reason}};
+    if (!e.conv.empty()) one["conv"] = e.conv;
+    if (e.depth >= 0) one["depth"] = e.depth;
+    evicted.push_back(std::move(one));
+  }
   j["evicted"] = std::move(evicted);
   j["ttft_ms"] = rep.ttft_ms;
   j["restore_ms"] = rep.restore_ms;

@@ -21,7 +21,8 @@ std::string FormatTotals(const Totals& totals);
 // One row per policy.
 std::string FormatComparison(const std::vector<Totals>& totals);
 // One JSON object (no newline) with at least conv, restored_tier, restored_depth, prefilled,
-// captures [{pos, kind}], evicted [{id, reason}]; plus policy, index, line, prompt_tokens,
+// captures [{pos, kind}], evicted [{id, reason}, and conv and depth where the policy knows
+// them]; plus policy, index, line, prompt_tokens,
 // ttft_ms and bytes_in_use.
 std::string RequestJson(const RequestReport& report, absl::string_view policy);
 // {"totals": {...}} (no newline).

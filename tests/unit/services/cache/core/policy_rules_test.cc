@@ -417,6 +417,17 @@ TEST(CheckpointCachePolicyTest, ASpillMakesRoomByRankAndTheBudgetHolds) {
   EXPECT_TRUE(logged);
 }
 
+// Serves `requests` in order and returns the last outcome.
+ServeOutcome ServeAll(RequestRunner& runner, const std::vector<ServeRequest>& requests) {
+  ServeOutcome last;
+  for (const ServeRequest& r : requests) {
+    absl::StatusOr<ServeOutcome> out = runner.Serve(r);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) last = *out;
+  }
+  return last;
+}
+
 // Two slots: A in slot 0, B in slot 1, A continues in slot 0, then A edits its last message.
 // The least recently used slot is B's; the slot holding A's rows is slot 0.
 ServeOutcome EditedTurn(bool restore_in_holding_slot) {
@@ -429,17 +440,12 @@ ServeOutcome EditedTurn(bool restore_in_holding_slot) {
   std::vector<TokenId> a1 = Tokens(3000, 0);
   std::vector<TokenId> a2 = Concat(a1, Tokens(500, 10000));
   std::vector<TokenId> edited = Concat(a1, Tokens(600, 20000));
+  std::vector<TokenId> b = Tokens(2000, 100000);  // Named: a request's tokens are a view.
   std::vector<ServeRequest> requests = {{TestIds(), "A", a1, 3000, {}},
-                                        {TestIds(), "B", Tokens(2000, 100000), 2000, {}},
+                                        {TestIds(), "B", b, 2000, {}},
                                         {TestIds(), "A", a2, 3000, {}},
                                         {TestIds(), "A", edited, 3000, {}}};
-  ServeOutcome last;
-  for (const ServeRequest& r : requests) {
-    absl::StatusOr<ServeOutcome> out = runner.Serve(r);
-    EXPECT_TRUE(out.ok()) << out.status();
-    if (out.ok()) last = *out;
-  }
-  return last;
+  return ServeAll(runner, requests);
 }
 
 TEST(RequestRunnerPolicyTest, ARestoreRunsInTheSlotThatHoldsItsRows) {
@@ -475,6 +481,145 @@ TEST(RetentionPolicyTest, ValuePerByteOrdersInsideARankAndAcrossRanksWhenAsked) 
 
   EXPECT_EQ(RetentionPolicy(within).EvictionOrder(items), (std::vector<CheckpointId>{4, 2, 1, 3}));
   EXPECT_EQ(RetentionPolicy(across).EvictionOrder(items), (std::vector<CheckpointId>{2, 4, 1, 3}));
+}
+
+TEST(RetentionPolicyTest, EditReachCoversRecentMessageBoundariesOnly) {
+  RetentionOptions options;
+  options.edit_reach_turns = 2;
+  RetentionPolicy reach(options);
+  RankInput stable{CaptureKind::kStable, 2000, 2000, 10, 1, false, /*superseded=*/true};
+  stable.turns_back = 2;
+  RankInput grid = stable;
+  grid.kind = CaptureKind::kGrid;
+  RankInput retry_copy = stable;
+  retry_copy.kind = CaptureKind::kEnd;
+  retry_copy.depth = 2005;
+  RankInput old = stable;
+  old.turns_back = 3;
+
+  EXPECT_TRUE(reach.InEditReach(stable));
+  EXPECT_FALSE(reach.InEditReach(grid)) << "no edit resumes inside a message";
+  EXPECT_FALSE(reach.InEditReach(retry_copy));
+  EXPECT_FALSE(reach.InEditReach(old));
+  RetentionOptions off;
+  off.edit_reach_turns = 0;
+  EXPECT_FALSE(RetentionPolicy(off).InEditReach(stable));
+}
+
+TEST(RetentionPolicyTest, WithinEditReachTheCheapestLossGoesLastAmongSuperseded) {
+  auto item = [](CheckpointId id, bool reach, int64_t saved, bool frontier) {
+    RetentionItem i;
+    i.id = id;
+    i.rank = EvictionRank::kSuperseded;
+    i.edit_reach = reach;
+    i.saved_tokens = saved;
+    i.frontier = frontier;
+    return i;
+  };
+  // 1: within reach, an edit would lose 1,000 tokens (value 50); 2: outside reach; 3: within
+  // reach, 100 tokens (5); 4: the latest preserved frontier, 300 answer tokens (150).
+  std::vector<RetentionItem> items = {item(1, true, 1000, false), item(2, false, 5000, false),
+                                      item(3, true, 100, false), item(4, true, 300, true)};
+  RetentionOptions options;
+  options.edit_reach_turns = 2;
+
+  EXPECT_EQ(RetentionPolicy(options).EvictionOrder(items), (std::vector<CheckpointId>{2, 3, 1, 4}));
+}
+
+// A's turns leave stable checkpoints at 1000, 2000, 2300 and 3000; then B needs the room of
+// two private states. Without edit reach the oldest superseded go (1000, 2000); with it the
+// one outside reach (1000) and the one whose loss costs an edit least (2300, 300 tokens past
+// 2000). An edit of A's turn after 2000 then resumes at 2000 instead of from scratch.
+int64_t EditResumesAt(int edit_reach_turns) {
+  CacheOptions options = AdmissionCharging();
+  options.retention.edit_reach_turns = edit_reach_turns;
+  options.ram_bytes = 3000 * kRowBytes + 4 * kPrivate + 500 * kRowBytes + kPrivate - 2 * kPrivate;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return -1;
+  CheckpointCache& cache = *t->cache;
+  const std::vector<TokenId> a = Tokens(3000, 0);
+  EXPECT_TRUE(cache.StartCold({1, 0}, TestIds(), "A").ok());
+  int64_t at = 0;
+  for (int64_t depth : {1000, 2000, 2300, 3000}) {
+    EXPECT_TRUE(cache.ExtendSlot({1, 0}, absl::MakeConstSpan(a).subspan(at, depth - at)).ok());
+    at = depth;
+    absl::StatusOr<CaptureTicket> ticket =
+        cache.BeginCapture({1, 0}, CaptureKind::kStable, "A", depth);
+    EXPECT_TRUE(ticket.ok()) << ticket.status();
+    if (ticket.ok()) {
+      EXPECT_TRUE(cache.CommitCapture(ticket->id).ok());
+    }
+    t->clock.Advance(absl::Seconds(1));
+  }
+  EXPECT_NE(Capture(cache, 1, Tokens(500, 100000), "B", /*cold=*/true), 0u);
+  const std::vector<TokenId> edited = Concat(Tokens(2050, 0), Tokens(400, 200000));
+  absl::StatusOr<LookupResult> found =
+      cache.Lookup(LookupRequest{TestIds(), edited, -1, /*daemon_session=*/2});
+  EXPECT_TRUE(found.ok()) << found.status();
+  if (!found.ok()) return -1;
+  return found->best.tier == Tier::kRam ? found->best.depth : 0;
+}
+
+TEST(CheckpointCachePolicyTest, EditReachKeepsAnEarlierTurnsBoundary) {
+  EXPECT_EQ(EditResumesAt(0), 0) << "without edit reach";
+  EXPECT_EQ(EditResumesAt(2), 2000);
+}
+
+// Slot 0 holds B (a shared 1000-token preamble, then 500 rows of its own, borrowed); slot 1
+// holds A, restored from the arena, with 100 rows of its own. C shares only the preamble with
+// both. The first holding slot is B's, whose overwrite spills 500 rows; A's spills 100.
+ServeOutcome PreambleOnlyRequest(bool holding_slot_cheapest) {
+  CacheOptions options;
+  options.planner.holding_slot_cheapest = holding_slot_cheapest;
+  options.planner.max_grid_points = 0;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return {};
+  RequestRunner runner(t->cache.get(), 2);
+  const std::vector<TokenId> preamble = Tokens(1000, 0);
+  const std::vector<TokenId> a1 = Concat(preamble, Tokens(3000, 10000));
+  const std::vector<TokenId> a2 = Concat(a1, Tokens(100, 20000));
+  const std::vector<TokenId> b = Concat(preamble, Tokens(500, 30000));
+  const std::vector<TokenId> c = Concat(preamble, Tokens(200, 40000));
+  std::vector<ServeRequest> requests = {{TestIds(), "A", a1, 1000, {}},
+                                        {TestIds(), "B", b, 1000, {}},
+                                        {TestIds(), "A", a2, 4000, {}},
+                                        {TestIds(), "C", c, 1000, {}}};
+  return ServeAll(runner, requests);
+}
+
+TEST(RequestRunnerPolicyTest, AmongSlotsHoldingThePreambleTheCheapestToOverwriteIsTaken) {
+  ServeOutcome first = PreambleOnlyRequest(/*holding_slot_cheapest=*/false);
+  EXPECT_EQ(first.used.depth, 1000);
+  EXPECT_EQ(first.slot, 0);
+  ServeOutcome cheapest = PreambleOnlyRequest(/*holding_slot_cheapest=*/true);
+  EXPECT_EQ(cheapest.used.depth, 1000);
+  EXPECT_EQ(cheapest.slot, 1);
+}
+
+// Slot 0 holds A's 3000 computed rows, slot 1 B's 500; C shares nothing. The least recently
+// used slot is A's; overwriting B's spills less.
+TEST(RequestRunnerPolicyTest, CheapestSlotSpillsLessThanTheLeastRecentlyUsed) {
+  for (bool cheapest : {false, true}) {
+    CacheOptions options;
+    options.planner.cheapest_slot = cheapest;
+    options.planner.max_grid_points = 0;
+    auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+    ASSERT_NE(t, nullptr);
+    RequestRunner runner(t->cache.get(), 2);
+    const std::vector<TokenId> a = Tokens(3000, 0);
+    const std::vector<TokenId> b = Tokens(500, 100000);
+    const std::vector<TokenId> c_tokens = Tokens(200, 200000);
+    ASSERT_TRUE(runner.Serve({TestIds(), "A", a, 3000, {}}).ok());
+    ASSERT_TRUE(runner.Serve({TestIds(), "B", b, 500, {}}).ok());
+    EXPECT_EQ(t->cache->SlotSpillBytes({1, 0}).value_or(-1), 3000 * kRowBytes);
+    EXPECT_EQ(t->cache->SlotSpillBytes({1, 1}).value_or(-1), 500 * kRowBytes);
+
+    absl::StatusOr<ServeOutcome> c = runner.Serve({TestIds(), "C", c_tokens, 200, {}});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->slot, cheapest ? 1 : 0);
+  }
 }
 
 }  // namespace
