@@ -429,8 +429,10 @@ ServeOutcome EditedTurn(bool restore_in_holding_slot) {
   std::vector<TokenId> a1 = Tokens(3000, 0);
   std::vector<TokenId> a2 = Concat(a1, Tokens(500, 10000));
   std::vector<TokenId> edited = Concat(a1, Tokens(600, 20000));
+  // Named: a ServeRequest only views its tokens, so they must outlive the requests.
+  std::vector<TokenId> b1 = Tokens(2000, 100000);
   std::vector<ServeRequest> requests = {{TestIds(), "A", a1, 3000, {}},
-                                        {TestIds(), "B", Tokens(2000, 100000), 2000, {}},
+                                        {TestIds(), "B", b1, 2000, {}},
                                         {TestIds(), "A", a2, 3000, {}},
                                         {TestIds(), "A", edited, 3000, {}}};
   ServeOutcome last;
