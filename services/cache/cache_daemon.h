@@ -156,6 +156,7 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
+
   // --- Slots, restores and captures, in the daemon's own types (slot_types.h,
   // lease_types.h; cache_rpc.h converts them and de-duplicates retries). Requests have passed
   // the wire checks.
