@@ -240,23 +240,6 @@ absl::Status CacheDaemon::CheckSlotModelLocked(SlotKey slot, uint64_t model_id) 
       absl::StrCat("slot ", slot.slot, " runs model ", it->second, ", not model ", model_id));
 }
 
-template <typename Resp>
-absl::Status CacheDaemon::Once(uint64_t session_id, uint64_t request_id, const char* method,
-                               Resp* resp, const std::function<absl::Status()>& run) {
-  if (request_id == 0) return run();
-  ASSIGN_OR_RETURN(std::optional<std::string> first,
-                   replies_.Begin(session_id, request_id, method));
-  if (first.has_value()) {
-    if (!resp->ParseFromString(*first)) return absl::InternalError("stored reply does not parse");
-    return absl::OkStatus();
-  }
-  absl::Status status = run();
-  replies_.Finish(
-      session_id, request_id,
-      status.ok() ? std::optional<std::string>(resp->SerializeAsString()) : std::nullopt);
-  return status;
-}
-
 absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t id) const {
   auto it = models_.find(id);
   if (it == models_.end()) return absl::NotFoundError(absl::StrCat("model ", id, " unknown"));
@@ -450,40 +433,40 @@ void CacheDaemon::AfterCoreLocked() {
 }
 
 void CacheDaemon::SettleLeasesLocked(const FinishedSpill& done) {
-  std::vector<uint64_t> waiting;
-  for (const auto& [id, lease] : leases_) {
-    if (!lease.ready && lease.awaiting.contains(done.spill)) waiting.push_back(id);
-  }
-  std::sort(waiting.begin(), waiting.end());
-  for (uint64_t id : waiting) {
-    Lease& lease = leases_.at(id);
-    if (!done.ok) {
+  if (!done.ok) {
+    for (uint64_t id : leases_.AwaitingSpill(done.spill))
       AnswerLeaseLocked(id, false, done.failure);
+    return;
+  }
+  for (uint64_t id : leases_.SpillDone(done.spill)) {
+    std::optional<LeaseView> lease = leases_.Find(id);
+    if (!lease.has_value()) continue;
+    // A declined idle spill leaves chunks borrowed: ask again, urgently.
+    std::vector<uint64_t> more = core_->AwaitResident(lease->chunks);
+    if (!more.empty()) {
+      leases_.Await(id, more);
       continue;
     }
-    lease.awaiting.erase(done.spill);
-    if (!lease.awaiting.empty()) continue;
-    // A declined idle spill leaves chunks borrowed: ask again, urgently.
-    for (uint64_t more : core_->AwaitResident(lease.chunks)) lease.awaiting.insert(more);
-    if (lease.awaiting.empty()) AnswerLeaseLocked(id, true, "");
+    AnswerLeaseLocked(id, true, "");
   }
 }
 
 void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& failure) {
-  Lease& lease = leases_.at(id);
+  std::optional<LeaseView> lease = leases_.Find(id);
+  if (!lease.has_value()) return;
   v1::SessionServerMessage m;
   v1::LeaseReady* ready = m.mutable_lease_ready();
   ready->set_lease_id(id);
-  absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(lease.checkpoint);
+  absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(lease->checkpoint);
   std::string why = failure;
   if (ok && (!info.ok() || !info->in_ram)) {
     ok = false;
-    why = absl::StrCat("checkpoint ", lease.checkpoint, " left the ram tier while waiting");
+    why = absl::StrCat("checkpoint ", lease->checkpoint, " left the ram tier while waiting");
   }
   if (ok) {
     const Model* model = ModelForLocked(info->compatibility);
     const int64_t chunk_rows = model != nullptr ? model->layout.chunk_rows : 1;
-    for (ChunkId c : lease.chunks) {
+    for (ChunkId c : lease->chunks) {
       absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
       const HeldRegion* held = regions_->FindChunk(c);
       if (!chunk.ok() || chunk->residency != Residency::kResident || held == nullptr) {
@@ -501,85 +484,42 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
   }
   ready->set_ok(ok);
   if (ok) {
-    lease.ready = true;
-    lease.expires = Now() + lease.duration;
+    leases_.MarkReady(id, Now());
   } else {
     ready->clear_chunks();
     ready->set_failure(why);
-    CAIRN_LOG(WARNING) << "restore lease " << id << " of checkpoint " << lease.checkpoint
+    CAIRN_LOG(WARNING) << "restore lease " << id << " of checkpoint " << lease->checkpoint
                        << " failed while waiting: " << why;
-  }
-  const uint64_t session = lease.session;
-  if (!ok) {
-    core_->AbandonRestore(lease.slot, lease.kept_rows);
+    core_->AbandonRestore(lease->slot, lease->kept_rows);
     ReleaseLeaseLocked(id);
   }
-  SendLocked(session, std::move(m));
+  SendLocked(lease->session, std::move(m));
 }
 
-absl::Status CacheDaemon::StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp) {
-  return Once(req.session_id(), req.client_request_id(), "StartSlot", resp,
-              [&] { return StartSlotOnce(req, resp); });
-}
-
-absl::Status CacheDaemon::StartSlotOnce(const v1::StartSlotRequest& req,
-                                        v1::StartSlotResponse* resp) {
-  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
-  ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
-  if (req.mode() != v1::StartSlotRequest::MODE_COLD &&
-      req.mode() != v1::StartSlotRequest::MODE_CONTINUE) {
-    return absl::InvalidArgumentError("mode must be MODE_COLD or MODE_CONTINUE");
-  }
+absl::StatusOr<std::vector<uint64_t>> CacheDaemon::StartSlot(const SlotStart& req) {
   Lock lock(this);
-  ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id(), req.slot()));
-  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
-  const SlotKey key{req.session_id(), slot};
-  if (req.mode() == v1::StartSlotRequest::MODE_CONTINUE) {
-    RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id()));
-  }
-  const Identities ids{model->compatibility, input};
-  sessions_.UseSlot(req.session_id(), slot);
+  ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id, req.slot));
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
+  const SlotKey key{req.session_id, slot};
+  if (!req.cold) RETURN_IF_ERROR(CheckSlotModelLocked(key, req.model_id));
+  const Identities ids{model->compatibility, req.input};
+  sessions_.UseSlot(req.session_id, slot);
   activity_->Busy(key);
-  switch (req.mode()) {
-    case v1::StartSlotRequest::MODE_COLD: {
-      ASSIGN_OR_RETURN(std::vector<uint64_t> spills,
-                       core_->StartCold(key, ids, req.conversation()));
-      slot_models_[key] = req.model_id();
-      for (uint64_t spill : spills) resp->add_preserve_spills(spill);
-      break;
-    }
-    case v1::StartSlotRequest::MODE_CONTINUE:
-      RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation()));
-      counters_.CountHit(Tier::kLive, 0);
-      break;
-    default:
-      return absl::InvalidArgumentError("start slot needs a mode");
+  std::vector<uint64_t> preserve_spills;
+  if (req.cold) {
+    ASSIGN_OR_RETURN(preserve_spills, core_->StartCold(key, ids, req.conversation));
+    slot_models_[key] = req.model_id;
+  } else {
+    RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation));
+    counters_.CountHit(Tier::kLive, 0);
   }
   AfterCoreLocked();
-  return absl::OkStatus();
+  return preserve_spills;
 }
 
 const CacheDaemon::Model* CacheDaemon::ModelForLocked(const std::string& compatibility) const {
   auto it = model_ids_.find(compatibility);
   return it == model_ids_.end() ? nullptr : &models_.at(it->second);
-}
-
-absl::Status CacheDaemon::AcquireRestore(const v1::AcquireRestoreRequest& req,
-                                         v1::RestoreLease* resp) {
-  return Once(req.session_id(), req.client_request_id(), "AcquireRestore", resp,
-              [&] { return AcquireRestoreOnce(req, resp); });
-}
-
-absl::Status CacheDaemon::ReserveCapture(const v1::ReserveCaptureRequest& req,
-                                         v1::CaptureReservation* resp) {
-  return Once(req.session_id(), req.client_request_id(), "ReserveCapture", resp,
-              [&] { return ReserveCaptureOnce(req, resp); });
-}
-
-absl::Status CacheDaemon::UpdateFrontier(const v1::UpdateFrontierRequest& req,
-                                         v1::UpdateFrontierResponse* resp) {
-  return Once(req.session_id(), req.client_request_id(), "UpdateFrontier", resp,
-              [&] { return UpdateFrontierOnce(req, resp); });
 }
 
 }  // namespace cairn::cache

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -34,6 +35,7 @@
 #include "services/cache/arena/arena.h"
 #include "services/cache/arena/arena_fd_server.h"
 #include "services/cache/arena_residency.h"
+#include "services/cache/capture_reservations.h"
 #include "services/cache/core/checkpoint_cache.h"
 #include "services/cache/daemon_counters.h"
 #include "services/cache/deadline_pool.h"
@@ -44,11 +46,14 @@
 #include "services/cache/event_hub.h"
 #include "services/cache/flush_waiters.h"
 #include "services/cache/inspection_types.h"
+#include "services/cache/lease_types.h"
 #include "services/cache/request_replies.h"
+#include "services/cache/restore_leases.h"
 #include "services/cache/session_sink.h"
 #include "services/cache/session_table.h"
 #include "services/cache/session_types.h"
 #include "services/cache/slot_activity.h"
+#include "services/cache/slot_types.h"
 
 namespace cairn::cache {
 
@@ -88,14 +93,14 @@ struct CacheDaemonOptions {
 };
 
 // Thread-safe. `mu_` is the coordinating lock: it guards the policy core and what must change
-// with it in one step (models, leases, reservations, arena regions, slot models, deferred
-// persists); the public methods that use the core take it and do no I/O under it. The session
-// table (sessions, heartbeats, quotas, which leases and reservations each session holds), the
-// replies of de-duplicated requests, the event hub, the flush waiters and the disk-load pool
-// have their own locks: OpenSession, Touch, DetachSession, BeginDrain, the event calls and the
-// flush calls never take `mu_`. Lock order: mu_, then the session table, the replies or the
-// event hub; none of them calls back. Callable from any thread; core callbacks
-// (ResidencyListener) run inside core calls under mu_.
+// with it in one step (models, arena regions, slot models, deferred persists), and leases and
+// reservations are granted and ended only under it; the public methods that use the core take
+// it and do no I/O under it. The session table (sessions, heartbeats, quotas, which leases and
+// reservations each session holds), the restore leases, the capture reservations, the replies
+// of de-duplicated requests, the event hub, the flush waiters and the disk-load pool have their
+// own locks: OpenSession, Touch, DetachSession, BeginDrain, the event calls and the flush calls
+// never take `mu_`. Lock order: mu_, then any one of those; none of them calls back. Callable from
+// any thread; core callbacks (ResidencyListener) run inside core calls under mu_.
 //
 // Invariants: (1) every chunk or checkpoint the core holds in RAM has its bytes in an arena
 // region recorded here (private state, tail, chunks), and a region is freed only when the
@@ -151,28 +156,45 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status StartSlot(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status AcquireRestore(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Slots, restores and captures, in the daemon's own types (slot_types.h,
+  // lease_types.h; cache_rpc.h converts them and de-duplicates retries). Requests have passed
+  // the wire checks.
+  // A slot starts cold (returns the spills of rows it is about to overwrite, to preserve
+  // first) or continues its own frontier (FailedPrecondition when it ran another model).
+  absl::StatusOr<std::vector<uint64_t>> StartSlot(const SlotStart& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends tokens to a slot's frontier; returns its new depth. FailedPrecondition when the
+  // frontier is not at `req.expected_depth`; InvalidArgument past the token limit.
+  absl::StatusOr<uint64_t> UpdateFrontier(const FrontierUpdate& req) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A restore lease on checkpoint `req.checkpoint_id` for `req.slot`: from RAM answered at
+  // once (ready, or waiting for the spills it names), from disk read and verified on this
+  // thread. NotFound for unknown sessions, models or checkpoints; FailedPrecondition for a
+  // checkpoint of another identity or in no tier that restores; ResourceExhausted when the
+  // arena or the session's lease quota is full; DataLoss when the disk copy is corrupt (the
+  // checkpoint is quarantined).
+  absl::StatusOr<RestoreGrant> AcquireRestore(const RestoreRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   // AcquireRestore for the gRPC adapter: a restore from RAM (or a refusal) is answered on this
   // thread; one from disk is read on the disk-load pool and answered there, DeadlineExceeded
   // when `deadline` (on the daemon clock's Now) passed before a loader took it,
   // ResourceExhausted when the pool's queue is full. `done` runs exactly once, without any
   // daemon lock.
-  using RestoreDone = absl::AnyInvocable<void(absl::Status, v1::RestoreLease) &&>;
-  void AcquireRestoreAsync(const v1::AcquireRestoreRequest& req, absl::Time deadline,
-                           RestoreDone done) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ReleaseLease(const v1::ReleaseLeaseRequest& req, v1::ReleaseLeaseResponse* resp)
+  using RestoreDone = absl::AnyInvocable<void(absl::StatusOr<RestoreGrant>) &&>;
+  void AcquireRestoreAsync(const RestoreRequest& req, absl::Time deadline, RestoreDone done)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ReserveCapture(const v1::ReserveCaptureRequest& req, v1::CaptureReservation* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status CommitCapture(const v1::CommitCaptureRequest& req, v1::CommitCaptureResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status AbortCapture(const v1::AbortCaptureRequest& req, v1::AbortCaptureResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status UpdateFrontier(const v1::UpdateFrontierRequest& req,
-                              v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends a lease: its pin, and a disk restore's regions, are released. NotFound when the
+  // session does not hold it.
+  absl::Status ReleaseLease(const LeaseRelease& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // Reserves the regions for a capture at the slot's frontier (`req.depth` must equal it,
+  // else FailedPrecondition); may evict by rank (the grant lists them). ResourceExhausted
+  // when the budget, the arena or the reservation quota is full.
+  absl::StatusOr<CaptureGrant> ReserveCapture(const CaptureRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // Commits a reservation into a checkpoint, with checksums computed over the arena bytes.
+  // NotFound when not held; DataLoss when the client's checksums differ; Aborted when the
+  // core dropped the capture meanwhile.
+  absl::StatusOr<CommitResult> CommitCapture(const CaptureCommit& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // NotFound when the session does not hold the reservation.
+  absl::Status AbortCapture(const CaptureAbort& req) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Inspection, in the daemon's own types (cache_rpc.h converts them).
   // Budgets, use, sessions and traffic counts. The counts, the session count and the disk's
@@ -212,6 +234,8 @@ class CacheDaemon {
   void CancelEventWait(uint64_t token);
 
   uint64_t incarnation() const { return incarnation_; }
+  // The answers of de-duplicated requests (SM14), kept per session; the wire side uses it.
+  RequestReplies& replies() { return replies_; }
   const Arena& arena() const { return *arena_; }
   size_t WaitingFlushesForTest() const { return flushes_->waiting(); }
   // Runs one whole scrub pass on this thread (no-op without a disk tier).
@@ -228,35 +252,10 @@ class CacheDaemon {
     std::string compatibility;
     ModelLayout layout;
   };
-  // Regions loaded from disk for one restore; owned by its lease.
-  struct DiskLoad {
-    StateBytes state;
-    absl::flat_hash_map<ChunkId, HeldRegion> chunks;
-  };
-  struct Lease {
-    uint64_t session = 0;
-    CheckpointId checkpoint = 0;
-    SlotKey slot;
-    int64_t kept_rows = 0;
-    std::vector<ChunkId> chunks;  // Read from the arena: past kept_rows (RAM restores).
-    absl::Duration duration;      // Granted; counted from when the lease becomes ready.
-    absl::Duration expires;       // Meaningful once ready.
-    bool ready = true;
-    absl::flat_hash_set<uint64_t> awaiting;  // Spills to finish before it is ready.
-    std::unique_ptr<DiskLoad> loaded;        // Regions a disk restore filled; freed on release.
-  };
   struct FinishedSpill {
     uint64_t spill = 0;
     bool ok = false;
     std::string failure;
-  };
-  struct Reservation {
-    uint64_t session = 0;
-    SlotKey slot;
-    CheckpointId ticket = 0;
-    absl::Duration expires;
-    StateBytes state;  // The region the client writes the private state and tail into.
-    std::vector<ChunkId> new_chunk_regions;  // Borrowed-chunk regions this reservation made.
   };
   // Keeps the StreamEvents history from the core's events.
   class Sink;
@@ -272,25 +271,10 @@ class CacheDaemon {
   // FailedPrecondition when `slot` last started or restored with another model.
   absl::Status CheckSlotModelLocked(SlotKey slot, uint64_t model_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs `run` once per (session, `request_id`): a retry with the same id gets the first
-  // successful answer in `resp` instead of a second effect (SM14). `request_id` 0: always
-  // runs. InvalidArgument when the id was used for another method; Unavailable while the
-  // first attempt is still running.
-  template <typename Resp>
-  absl::Status Once(uint64_t session_id, uint64_t request_id, const char* method, Resp* resp,
-                    const std::function<absl::Status()>& run) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status StartSlotOnce(const v1::StartSlotRequest& req, v1::StartSlotResponse* resp)
+  // The checks of AcquireRestore and, for a checkpoint in RAM, the whole restore. Returns the
+  // lease when it is done, nullopt when the checkpoint must be read from disk (RestoreFromDisk).
+  absl::StatusOr<std::optional<RestoreGrant>> BeginRestore(const RestoreRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status AcquireRestoreOnce(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // The checks of AcquireRestore and, for a checkpoint in RAM, the whole restore. Returns true
-  // when the checkpoint must be read from disk (RestoreFromDisk), false when `resp` is done.
-  absl::StatusOr<bool> BeginRestore(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status ReserveCaptureOnce(const v1::ReserveCaptureRequest& req,
-                                  v1::CaptureReservation* resp) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status UpdateFrontierOnce(const v1::UpdateFrontierRequest& req,
-                                  v1::UpdateFrontierResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the message for spill `spill`: destinations are the chunk regions reserved at
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)
@@ -328,18 +312,17 @@ class CacheDaemon {
   // files do not fit its layout.
   void AdmitRecoveredLocked(const Model& model) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The RAM and disk halves of AcquireRestore.
-  absl::Status RestoreFromRamLocked(const v1::AcquireRestoreRequest& req, const Model& model,
-                                    v1::RestoreLease* resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status RestoreFromDisk(const v1::AcquireRestoreRequest& req, v1::RestoreLease* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<RestoreGrant> RestoreFromRamLocked(const RestoreRequest& req, const Model& model)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RestoreGrant> RestoreFromDisk(const RestoreRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   // Frees a disk restore's regions and unpins its checkpoint.
   void DropDiskLoadLocked(CheckpointId id, DiskLoad* load) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the lease answer shared by both tiers and records the lease. REQUIRES: the session
   // table said CheckCanLease OK under this same hold of mu_.
-  void FillLeaseLocked(const v1::AcquireRestoreRequest& req, const Model& model,
-                       const RestorePlan& plan, const StateBytes& state,
-                       const absl::flat_hash_map<ChunkId, HeldRegion>& chunk_regions, Tier tier,
-                       std::unique_ptr<DiskLoad> loaded, v1::RestoreLease* resp)
+  RestoreGrant GrantLeaseLocked(const RestoreRequest& req, const Model& model,
+                                const RestorePlan& plan, const StateBytes& state,
+                                const absl::flat_hash_map<ChunkId, HeldRegion>& chunk_regions,
+                                Tier tier, std::unique_ptr<DiskLoad> loaded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Model* ModelForLocked(const std::string& compatibility) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -358,7 +341,11 @@ class CacheDaemon {
   // whenever mu_ is held.
   SessionTable sessions_;
   DaemonCounters counters_;  // Own lock; counted under mu_ or alone (daemon, then counters).
-  EventHub events_;          // Thread-safe on its own; appended to under mu_ (daemon, then hub).
+  // Own locks; leases and reservations are added and taken out only under mu_ (daemon, then
+  // these), so they agree with the core's pins and tickets whenever mu_ is held.
+  RestoreLeases leases_;
+  CaptureReservations reservations_;
+  EventHub events_;  // Thread-safe on its own; appended to under mu_ (daemon, then hub).
   std::unique_ptr<Sink> sink_;
   std::unique_ptr<Bytes> bytes_;
   std::unique_ptr<SlotActivity> activity_;
@@ -376,8 +363,6 @@ class CacheDaemon {
   std::unique_ptr<CheckpointCache> core_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Model> models_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> model_ids_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, Reservation> reservations_ ABSL_GUARDED_BY(mu_);
   // The arena regions of the checkpoints and chunks the core keeps in RAM.
   std::unique_ptr<ArenaResidency> regions_ ABSL_GUARDED_BY(mu_);
   // The model each slot last started or restored with (sizes the regions of its spills).

@@ -162,19 +162,13 @@ void CacheDaemon::Tick() {
   {
     Lock lock(this);
     const absl::Duration now = Now();
-    std::vector<uint64_t> expired_leases;
-    for (const auto& [id, lease] : leases_) {
-      if (lease.ready && lease.expires <= now) expired_leases.push_back(id);
-    }
-    for (uint64_t id : expired_leases) {
+    for (uint64_t id : leases_.Expired(now)) {
       CAIRN_LOG(WARNING) << "restore lease " << id << " expired";
       ReleaseLeaseLocked(id);
     }
-    std::vector<uint64_t> expired_reservations;
-    for (const auto& [id, r] : reservations_) {
-      if (r.expires <= now) expired_reservations.push_back(id);
+    for (uint64_t id : reservations_.Expired(now)) {
+      ReleaseReservationLocked(id, "reservation expired");
     }
-    for (uint64_t id : expired_reservations) ReleaseReservationLocked(id, "reservation expired");
     for (uint64_t id : sessions_.Silent(now, options_.session_timeout)) {
       CloseSessionLocked(id, "no heartbeat within the session timeout");
     }

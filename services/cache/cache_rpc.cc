@@ -1,6 +1,9 @@
 #include "services/cache/cache_rpc.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "common/status/status_macros.h"
 #include "services/cache/proto_convert.h"
@@ -18,6 +21,25 @@ void FillBudget(const BudgetView& b, v1::Budget* out) {
   out->set_full_copy_bytes(b.full_copy_bytes);
   out->set_checkpoints(b.checkpoints);
   out->set_max_checkpoints(b.max_checkpoints);
+}
+
+// Runs `run` once per (session, `request_id`): a retry with the same id gets the first
+// successful answer in `resp` instead of a second effect (SM14). `request_id` 0: always runs.
+template <typename Resp, typename Run>
+absl::Status Once(CacheDaemon& daemon, uint64_t session_id, uint64_t request_id, const char* method,
+                  Resp* resp, Run run) {
+  if (request_id == 0) return run();
+  RequestReplies& replies = daemon.replies();
+  ASSIGN_OR_RETURN(std::optional<std::string> first, replies.Begin(session_id, request_id, method));
+  if (first.has_value()) {
+    if (!resp->ParseFromString(*first)) return absl::InternalError("stored reply does not parse");
+    return absl::OkStatus();
+  }
+  absl::Status status = run();
+  replies.Finish(
+      session_id, request_id,
+      status.ok() ? std::optional<std::string>(resp->SerializeAsString()) : std::nullopt);
+  return status;
 }
 
 }  // namespace
@@ -122,6 +144,106 @@ absl::Status GetTree(CacheDaemon& daemon, const v1::GetTreeRequest& req,
   }
   resp->set_truncated(tree.truncated);
   return absl::OkStatus();
+}
+
+absl::Status StartSlot(CacheDaemon& daemon, const v1::StartSlotRequest& req,
+                       v1::StartSlotResponse* resp) {
+  return Once(daemon, req.session_id(), req.client_request_id(), "StartSlot", resp,
+              [&]() -> absl::Status {
+                ASSIGN_OR_RETURN(SlotStart start, SlotStartFromProto(req));
+                ASSIGN_OR_RETURN(std::vector<uint64_t> spills, daemon.StartSlot(start));
+                for (uint64_t spill : spills) resp->add_preserve_spills(spill);
+                return absl::OkStatus();
+              });
+}
+
+absl::Status UpdateFrontier(CacheDaemon& daemon, const v1::UpdateFrontierRequest& req,
+                            v1::UpdateFrontierResponse* resp) {
+  return Once(daemon, req.session_id(), req.client_request_id(), "UpdateFrontier", resp,
+              [&]() -> absl::Status {
+                ASSIGN_OR_RETURN(FrontierUpdate update, FrontierUpdateFromProto(req));
+                ASSIGN_OR_RETURN(uint64_t depth, daemon.UpdateFrontier(update));
+                resp->set_depth(depth);
+                return absl::OkStatus();
+              });
+}
+
+absl::Status AcquireRestore(CacheDaemon& daemon, const v1::AcquireRestoreRequest& req,
+                            v1::RestoreLease* resp) {
+  return Once(daemon, req.session_id(), req.client_request_id(), "AcquireRestore", resp,
+              [&]() -> absl::Status {
+                ASSIGN_OR_RETURN(RestoreRequest restore, RestoreRequestFromProto(req));
+                ASSIGN_OR_RETURN(RestoreGrant grant, daemon.AcquireRestore(restore));
+                *resp = ToProtoLease(grant);
+                return absl::OkStatus();
+              });
+}
+
+void AcquireRestoreAsync(CacheDaemon& daemon, const v1::AcquireRestoreRequest& req,
+                         absl::Time deadline, LeaseDone done) {
+  const uint64_t session = req.session_id();
+  const uint64_t request_id = req.client_request_id();
+  if (request_id != 0) {
+    absl::StatusOr<std::optional<std::string>> first =
+        daemon.replies().Begin(session, request_id, "AcquireRestore");
+    v1::RestoreLease lease;
+    if (!first.ok() || first->has_value()) {
+      absl::Status status = first.status();
+      if (status.ok() && !lease.ParseFromString(**first)) {
+        status = absl::InternalError("stored reply does not parse");
+      }
+      std::move(done)(std::move(status), std::move(lease));
+      return;
+    }
+  }
+  // Records the answer for retries (as Once does), then hands it over.
+  auto finish = [&daemon, session, request_id,
+                 done = std::move(done)](absl::StatusOr<RestoreGrant> grant) mutable {
+    v1::RestoreLease lease;
+    if (grant.ok()) lease = ToProtoLease(*grant);
+    if (request_id != 0) {
+      daemon.replies().Finish(
+          session, request_id,
+          grant.ok() ? std::optional<std::string>(lease.SerializeAsString()) : std::nullopt);
+    }
+    std::move(done)(grant.status(), std::move(lease));
+  };
+  absl::StatusOr<RestoreRequest> restore = RestoreRequestFromProto(req);
+  if (!restore.ok()) {
+    finish(restore.status());
+    return;
+  }
+  daemon.AcquireRestoreAsync(*restore, deadline, std::move(finish));
+}
+
+absl::Status ReleaseLease(CacheDaemon& daemon, const v1::ReleaseLeaseRequest& req,
+                          v1::ReleaseLeaseResponse* /*resp*/) {
+  ASSIGN_OR_RETURN(LeaseRelease release, LeaseReleaseFromProto(req));
+  return daemon.ReleaseLease(release);
+}
+
+absl::Status ReserveCapture(CacheDaemon& daemon, const v1::ReserveCaptureRequest& req,
+                            v1::CaptureReservation* resp) {
+  return Once(daemon, req.session_id(), req.client_request_id(), "ReserveCapture", resp,
+              [&]() -> absl::Status {
+                ASSIGN_OR_RETURN(CaptureRequest capture, CaptureRequestFromProto(req));
+                ASSIGN_OR_RETURN(CaptureGrant grant, daemon.ReserveCapture(capture));
+                *resp = ToProtoReservation(grant);
+                return absl::OkStatus();
+              });
+}
+
+absl::Status CommitCapture(CacheDaemon& daemon, const v1::CommitCaptureRequest& req,
+                           v1::CommitCaptureResponse* resp) {
+  ASSIGN_OR_RETURN(CommitResult result, daemon.CommitCapture(CaptureCommitFromProto(req)));
+  *resp = ToProtoCommit(result);
+  return absl::OkStatus();
+}
+
+absl::Status AbortCapture(CacheDaemon& daemon, const v1::AbortCaptureRequest& req,
+                          v1::AbortCaptureResponse* /*resp*/) {
+  ASSIGN_OR_RETURN(CaptureAbort abort, CaptureAbortFromProto(req));
+  return daemon.AbortCapture(abort);
 }
 
 }  // namespace rpc

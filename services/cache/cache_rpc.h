@@ -2,13 +2,18 @@
 #define CAIRN_SERVICES_CACHE_CACHE_RPC_H_
 
 // The wire side of the daemon's calls that take the daemon's own types: each converts the
-// cache.proto request (with the wire checks), calls CacheDaemon and converts the answer. The
-// gRPC reactors (cache_service.cc) and the RPC fuzzer call these. Stateless; thread-safe as
-// the daemon is; `daemon` must outlive each call.
+// cache.proto request (with the wire checks), calls CacheDaemon and converts the answer. It
+// also de-duplicates retries: a request with a client_request_id runs once per session, and a
+// retry gets the first successful answer (SM14; InvalidArgument when the id was used for
+// another method, Unavailable while the first attempt still runs). The gRPC reactors
+// (cache_service.cc) and the RPC fuzzer call these. Stateless; thread-safe as the daemon is;
+// `daemon` must outlive each call.
 
 #include <cstdint>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "cairn/cache/v1/cache.pb.h"
 #include "services/cache/cache_daemon.h"
 
@@ -33,6 +38,30 @@ absl::Status ListCheckpoints(CacheDaemon& daemon, const v1::ListCheckpointsReque
 // At most max_nodes nodes (0: kDefaultTreeNodes; never more than the wire limit). NotFound for
 // an unknown model.
 absl::Status GetTree(CacheDaemon& daemon, const v1::GetTreeRequest& req, v1::GetTreeResponse* resp);
+
+// Slots and frontiers.
+absl::Status StartSlot(CacheDaemon& daemon, const v1::StartSlotRequest& req,
+                       v1::StartSlotResponse* resp);
+absl::Status UpdateFrontier(CacheDaemon& daemon, const v1::UpdateFrontierRequest& req,
+                            v1::UpdateFrontierResponse* resp);
+
+// Restores: AcquireRestore reads a disk restore on this thread; AcquireRestoreAsync as
+// CacheDaemon::AcquireRestoreAsync (`done` runs exactly once, without any daemon lock).
+absl::Status AcquireRestore(CacheDaemon& daemon, const v1::AcquireRestoreRequest& req,
+                            v1::RestoreLease* resp);
+using LeaseDone = absl::AnyInvocable<void(absl::Status, v1::RestoreLease) &&>;
+void AcquireRestoreAsync(CacheDaemon& daemon, const v1::AcquireRestoreRequest& req,
+                         absl::Time deadline, LeaseDone done);
+absl::Status ReleaseLease(CacheDaemon& daemon, const v1::ReleaseLeaseRequest& req,
+                          v1::ReleaseLeaseResponse* resp);
+
+// Captures.
+absl::Status ReserveCapture(CacheDaemon& daemon, const v1::ReserveCaptureRequest& req,
+                            v1::CaptureReservation* resp);
+absl::Status CommitCapture(CacheDaemon& daemon, const v1::CommitCaptureRequest& req,
+                           v1::CommitCaptureResponse* resp);
+absl::Status AbortCapture(CacheDaemon& daemon, const v1::AbortCaptureRequest& req,
+                          v1::AbortCaptureResponse* resp);
 
 }  // namespace rpc
 }  // namespace cairn::cache

@@ -661,10 +661,10 @@ grpc::ServerUnaryReactor* CacheServiceImpl::AcquireRestore(grpc::CallbackServerC
       FinishWith(parsed, v1::RestoreLease(), response, reactor);
       return;
     }
-    daemon_->AcquireRestoreAsync(req, Deadline(context),
-                                 [this, response, reactor](absl::Status s, v1::RestoreLease lease) {
-                                   FinishWith(std::move(s), lease, response, reactor);
-                                 });
+    rpc::AcquireRestoreAsync(*daemon_, req, Deadline(context),
+                             [this, response, reactor](absl::Status s, v1::RestoreLease lease) {
+                               FinishWith(std::move(s), lease, response, reactor);
+                             });
   });
 }
 
@@ -679,17 +679,13 @@ grpc::ServerUnaryReactor* CacheServiceImpl::AcquireRestore(grpc::CallbackServerC
 CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse,
                   &CacheDaemon::RegisterModel)
 CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse, &CacheDaemon::Lookup)
-CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse, &CacheDaemon::StartSlot)
-CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse,
-                  &CacheDaemon::ReleaseLease)
-CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation,
-                  &CacheDaemon::ReserveCapture)
-CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse,
-                  &CacheDaemon::CommitCapture)
-CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse,
-                  &CacheDaemon::AbortCapture)
+CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse, &rpc::StartSlot)
+CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse, &rpc::ReleaseLease)
+CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation, &rpc::ReserveCapture)
+CAIRN_CACHE_UNARY(CommitCapture, CommitCaptureRequest, CommitCaptureResponse, &rpc::CommitCapture)
+CAIRN_CACHE_UNARY(AbortCapture, AbortCaptureRequest, AbortCaptureResponse, &rpc::AbortCapture)
 CAIRN_CACHE_UNARY(UpdateFrontier, UpdateFrontierRequest, UpdateFrontierResponse,
-                  &CacheDaemon::UpdateFrontier)
+                  &rpc::UpdateFrontier)
 CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse, &rpc::GetStatus)
 CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse,
                   &rpc::ListCheckpoints)

@@ -160,6 +160,130 @@ SpillReport SpillReportFromProto(const v1::SpillDone& done) {
   return r;
 }
 
+namespace {
+
+void FillState(const StateGrant& g, v1::StateRegion* out) {
+  out->set_first_row(g.first_row);
+  out->set_rows(g.rows);
+  FillHandle(g.region, out->mutable_region());
+  out->set_checksum(g.checksum);
+}
+
+}  // namespace
+
+absl::StatusOr<SlotStart> SlotStartFromProto(const v1::StartSlotRequest& req) {
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  SlotStart out;
+  ASSIGN_OR_RETURN(out.input, InputDigest("input_identity", req.input_identity()));
+  if (req.mode() != v1::StartSlotRequest::MODE_COLD &&
+      req.mode() != v1::StartSlotRequest::MODE_CONTINUE) {
+    return absl::InvalidArgumentError("mode must be MODE_COLD or MODE_CONTINUE");
+  }
+  out.session_id = req.session_id();
+  out.model_id = req.model_id();
+  out.slot = req.slot();
+  out.cold = req.mode() == v1::StartSlotRequest::MODE_COLD;
+  out.conversation = req.conversation();
+  return out;
+}
+
+absl::StatusOr<FrontierUpdate> FrontierUpdateFromProto(const v1::UpdateFrontierRequest& req) {
+  FrontierUpdate out;
+  ASSIGN_OR_RETURN(out.tokens, TokensFromProto("append_tokens", req.append_tokens()));
+  out.session_id = req.session_id();
+  out.model_id = req.model_id();
+  out.slot = req.slot();
+  out.expected_depth = req.expected_depth();
+  return out;
+}
+
+absl::StatusOr<RestoreRequest> RestoreRequestFromProto(const v1::AcquireRestoreRequest& req) {
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  RestoreRequest out;
+  ASSIGN_OR_RETURN(out.input, InputDigest("input_identity", req.input_identity()));
+  out.session_id = req.session_id();
+  out.model_id = req.model_id();
+  out.checkpoint_id = req.checkpoint_id();
+  out.slot = req.slot();
+  out.conversation = req.conversation();
+  out.lease = absl::Milliseconds(req.lease_ms());
+  return out;
+}
+
+v1::RestoreLease ToProtoLease(const RestoreGrant& grant) {
+  v1::RestoreLease out;
+  out.set_lease_id(grant.lease_id);
+  out.set_expires_unix_ms(grant.expires_unix_ms);
+  out.set_checkpoint_id(grant.checkpoint_id);
+  out.set_depth(static_cast<uint64_t>(grant.depth));
+  out.set_loaded_from(ToProtoTier(grant.loaded_from));
+  out.set_kept_rows(static_cast<uint64_t>(grant.kept_rows));
+  out.set_ready(grant.ready);
+  for (uint64_t spill : grant.awaiting_spills) out.add_awaiting_spills(spill);
+  for (uint64_t spill : grant.preserve_spills) out.add_preserve_spills(spill);
+  for (const ChunkGrant& c : grant.chunks) {
+    v1::ChunkRegion* cr = out.add_chunks();
+    cr->set_chunk_id(c.chunk_id);
+    cr->set_first_row(c.first_row);
+    cr->set_rows(c.rows);
+    FillHandle(c.region, cr->mutable_region());
+    cr->set_checksum(c.checksum);
+  }
+  FillState(grant.private_state, out.mutable_private_state());
+  if (grant.tail.region.length > 0) FillState(grant.tail, out.mutable_tail());
+  return out;
+}
+
+absl::StatusOr<LeaseRelease> LeaseReleaseFromProto(const v1::ReleaseLeaseRequest& req) {
+  RETURN_IF_ERROR(CheckLength("failure", req.failure(), WireLimits::kMaxTextBytes));
+  return LeaseRelease{req.session_id(), req.lease_id(), req.restored(), req.failure()};
+}
+
+absl::StatusOr<CaptureRequest> CaptureRequestFromProto(const v1::ReserveCaptureRequest& req) {
+  CaptureRequest out;
+  ASSIGN_OR_RETURN(out.kind, FromProtoKind(req.kind()));
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  out.session_id = req.session_id();
+  out.model_id = req.model_id();
+  out.slot = req.slot();
+  out.depth = req.depth();
+  out.conversation = req.conversation();
+  out.stable_boundary =
+      req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary());
+  return out;
+}
+
+v1::CaptureReservation ToProtoReservation(const CaptureGrant& grant) {
+  v1::CaptureReservation out;
+  out.set_reservation_id(grant.reservation_id);
+  out.set_expires_unix_ms(grant.expires_unix_ms);
+  FillHandle(grant.private_state.region, out.mutable_private_state()->mutable_region());
+  if (grant.tail.region.length > 0) {
+    out.mutable_tail()->set_first_row(grant.tail.first_row);
+    out.mutable_tail()->set_rows(grant.tail.rows);
+    FillHandle(grant.tail.region, out.mutable_tail()->mutable_region());
+  }
+  for (CheckpointId id : grant.evicted) out.add_evicted(id);
+  return out;
+}
+
+CaptureCommit CaptureCommitFromProto(const v1::CommitCaptureRequest& req) {
+  return CaptureCommit{req.session_id(), req.reservation_id(), req.private_checksum(),
+                       req.tail_checksum()};
+}
+
+v1::CommitCaptureResponse ToProtoCommit(const CommitResult& result) {
+  v1::CommitCaptureResponse out;
+  out.set_checkpoint_id(result.checkpoint_id);
+  out.set_queued_for_disk(result.queued_for_disk);
+  return out;
+}
+
+absl::StatusOr<CaptureAbort> CaptureAbortFromProto(const v1::AbortCaptureRequest& req) {
+  RETURN_IF_ERROR(CheckLength("reason", req.reason(), WireLimits::kMaxTextBytes));
+  return CaptureAbort{req.session_id(), req.reservation_id(), req.reason()};
+}
+
 v1::Tier ToProtoTier(Tier tier) {
   switch (tier) {
     case Tier::kLive:

@@ -17,7 +17,9 @@
 #include "services/cache/core/event_log.h"
 #include "services/cache/core/model_layout.h"
 #include "services/cache/core/types.h"
+#include "services/cache/lease_types.h"
 #include "services/cache/session_types.h"
+#include "services/cache/slot_types.h"
 
 namespace cairn::cache {
 
@@ -57,6 +59,22 @@ absl::StatusOr<SessionHello> HelloFromProto(const v1::Hello& hello);
 v1::Welcome ToProtoWelcome(const SessionWelcome& welcome);
 // The spill report as sent; whether it matches its spill is the daemon's to check.
 SpillReport SpillReportFromProto(const v1::SpillDone& done);
+
+// The slot calls (slot_types.h): the conversation's length, the input identity, the mode and
+// the tokens are checked.
+absl::StatusOr<SlotStart> SlotStartFromProto(const v1::StartSlotRequest& req);
+absl::StatusOr<FrontierUpdate> FrontierUpdateFromProto(const v1::UpdateFrontierRequest& req);
+
+// The restore and capture calls (lease_types.h). The requests check every string's length,
+// the input identity and the capture kind; ids are the daemon's to check.
+absl::StatusOr<RestoreRequest> RestoreRequestFromProto(const v1::AcquireRestoreRequest& req);
+v1::RestoreLease ToProtoLease(const RestoreGrant& grant);
+absl::StatusOr<LeaseRelease> LeaseReleaseFromProto(const v1::ReleaseLeaseRequest& req);
+absl::StatusOr<CaptureRequest> CaptureRequestFromProto(const v1::ReserveCaptureRequest& req);
+v1::CaptureReservation ToProtoReservation(const CaptureGrant& grant);
+CaptureCommit CaptureCommitFromProto(const v1::CommitCaptureRequest& req);
+v1::CommitCaptureResponse ToProtoCommit(const CommitResult& result);
+absl::StatusOr<CaptureAbort> CaptureAbortFromProto(const v1::AbortCaptureRequest& req);
 
 v1::Tier ToProtoTier(Tier tier);
 v1::CaptureKind ToProtoKind(CaptureKind kind);

@@ -183,25 +183,25 @@ void Run(fuzz::FuzzInput& in) {
         Call(c, flags, bytes, &CacheDaemon::Lookup);
         break;
       case 2:
-        Call(c, flags, bytes, &CacheDaemon::StartSlot);
+        Call(c, flags, bytes, &rpc::StartSlot);
         break;
       case 3:
-        Call(c, flags, bytes, &CacheDaemon::AcquireRestore);
+        Call(c, flags, bytes, &rpc::AcquireRestore);
         break;
       case 4:
-        Call(c, flags, bytes, &CacheDaemon::ReleaseLease);
+        Call(c, flags, bytes, &rpc::ReleaseLease);
         break;
       case 5:
-        Call(c, flags, bytes, &CacheDaemon::ReserveCapture);
+        Call(c, flags, bytes, &rpc::ReserveCapture);
         break;
       case 6:
-        Call(c, flags, bytes, &CacheDaemon::CommitCapture);
+        Call(c, flags, bytes, &rpc::CommitCapture);
         break;
       case 7:
-        Call(c, flags, bytes, &CacheDaemon::AbortCapture);
+        Call(c, flags, bytes, &rpc::AbortCapture);
         break;
       case 8:
-        Call(c, flags, bytes, &CacheDaemon::UpdateFrontier);
+        Call(c, flags, bytes, &rpc::UpdateFrontier);
         break;
       case 9:
         Call(c, flags, bytes, &rpc::GetStatus);

@@ -306,8 +306,14 @@ inline __attribute__((always_inline)) void DotProducts(const float* a, int64_t l
 constexpr int kSubstitutionBlock = 4;
 
 // The delta rule's loops and the softmax are built for AVX-512, AVX2 and baseline x86-64; the
-// loader picks the widest this processor runs.
+// loader picks the widest this processor runs. Not under ThreadSanitizer: the loader runs the
+// clones' resolver while relocating, before TSan's runtime starts, and GCC instruments the
+// resolver, so every binary linking this file crashed before main.
+#if defined(__SANITIZE_THREAD__)
+#define CAIRN_SIMD_CLONES
+#else
 #define CAIRN_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 
 typedef int32_t I32x16 __attribute__((vector_size(64)));
 

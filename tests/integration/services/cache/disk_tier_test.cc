@@ -303,17 +303,17 @@ TEST_F(DiskTierTest, ADiskLoadWhoseDeadlinePassedIsAnsweredDeadlineExceededAndHo
   FakeInfer infer(server.address());
   ASSERT_NO_FATAL_FAILURE(infer.Open());
   const uint64_t id = OnDiskOnly(infer);
-  v1::AcquireRestoreRequest req;
-  req.set_session_id(infer.session());
-  req.set_model_id(infer.model());
-  req.set_checkpoint_id(id);
-  req.set_slot(1);
+  RestoreRequest req;
+  req.session_id = infer.session();
+  req.model_id = infer.model();
+  req.checkpoint_id = id;
+  req.slot = 1;
   Notification answered;
   absl::Status status;
 
   server.daemon()->AcquireRestoreAsync(req, absl::Now() - absl::Seconds(1),
-                                       [&](absl::Status s, v1::RestoreLease) {
-                                         status = std::move(s);
+                                       [&](absl::StatusOr<RestoreGrant> lease) {
+                                         status = lease.status();
                                          answered.Notify();
                                        });
 

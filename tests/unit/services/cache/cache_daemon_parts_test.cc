@@ -1,5 +1,6 @@
 // The daemon's calls that take its own types (sessions, spill reports, slot activity,
-// inspection), in process and without gRPC, so that they run under TSan with the unit label.
+// restores, captures, inspection), in process and without gRPC, so that they run under TSan
+// with the unit label.
 
 #include <atomic>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "common/time/clock.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
+#include "services/cache/cache_rpc.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::cache {
@@ -68,33 +70,60 @@ class CacheDaemonPartsTest : public ::testing::Test {
 
   // Cold-starts slot 0 on `n` tokens and captures them; returns the checkpoint id.
   uint64_t Capture(uint64_t n) {
-    v1::StartSlotRequest start;
-    start.set_session_id(session_);
-    start.set_model_id(model_);
-    start.set_mode(v1::StartSlotRequest::MODE_COLD);
-    v1::StartSlotResponse started;
-    EXPECT_TRUE(daemon_->StartSlot(start, &started).ok());
-    v1::UpdateFrontierRequest up;
-    up.set_session_id(session_);
-    up.set_model_id(model_);
-    for (uint64_t i = 0; i < n; ++i) up.add_append_tokens(static_cast<uint32_t>(100 + i));
-    v1::UpdateFrontierResponse extended;
-    EXPECT_TRUE(daemon_->UpdateFrontier(up, &extended).ok());
-    v1::ReserveCaptureRequest rr;
-    rr.set_session_id(session_);
-    rr.set_model_id(model_);
-    rr.set_depth(n);
-    rr.set_kind(v1::CAPTURE_KIND_END);
-    v1::CaptureReservation reserved;
-    absl::Status s = daemon_->ReserveCapture(rr, &reserved);
-    EXPECT_TRUE(s.ok()) << s;
-    v1::CommitCaptureRequest cr;
-    cr.set_session_id(session_);
-    cr.set_reservation_id(reserved.reservation_id());
-    v1::CommitCaptureResponse committed;
-    s = daemon_->CommitCapture(cr, &committed);
-    EXPECT_TRUE(s.ok()) << s;
-    return committed.checkpoint_id();
+    StartCold(n);
+    absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(CaptureAt(n));
+    EXPECT_TRUE(reserved.ok()) << reserved.status();
+    if (!reserved.ok()) return 0;
+    absl::StatusOr<CommitResult> committed =
+        daemon_->CommitCapture(CaptureCommit{session_, reserved->reservation_id, 0, 0});
+    EXPECT_TRUE(committed.ok()) << committed.status();
+    return committed.ok() ? committed->checkpoint_id : 0;
+  }
+
+  // Cold-starts slot 0 and extends its frontier to `n` tokens.
+  void StartCold(uint64_t n) {
+    SlotStart start;
+    start.session_id = session_;
+    start.model_id = model_;
+    EXPECT_TRUE(daemon_->StartSlot(start).ok());
+    FrontierUpdate up;
+    up.session_id = session_;
+    up.model_id = model_;
+    for (uint64_t i = 0; i < n; ++i) up.tokens.push_back(static_cast<TokenId>(100 + i));
+    absl::StatusOr<uint64_t> depth = daemon_->UpdateFrontier(up);
+    EXPECT_TRUE(depth.ok()) << depth.status();
+  }
+
+  CaptureRequest CaptureAt(uint64_t depth, uint32_t slot = 0) const {
+    CaptureRequest req;
+    req.session_id = session_;
+    req.model_id = model_;
+    req.slot = slot;
+    req.depth = depth;
+    req.kind = CaptureKind::kEnd;
+    return req;
+  }
+
+  RestoreRequest RestoreOf(uint64_t checkpoint, uint32_t slot) const {
+    RestoreRequest req;
+    req.session_id = session_;
+    req.model_id = model_;
+    req.checkpoint_id = checkpoint;
+    req.slot = slot;
+    return req;
+  }
+
+  // Answers every spill request sent so far with the XXH3 of what its regions hold.
+  void AnswerSpills() {
+    for (const v1::SessionServerMessage& m : sink_.messages()) {
+      if (!m.has_spill_request()) continue;
+      SpillReport report;
+      report.spill_id = m.spill_request().spill_id();
+      for (const v1::ChunkSpill& c : m.spill_request().chunks()) {
+        report.chunk_ids.push_back(c.chunk_id());
+      }
+      daemon_->SpillDone(session_, report).IgnoreError();  // Answered before: NotFound.
+    }
   }
 
   FakeClock clock_;
@@ -139,14 +168,9 @@ TEST_F(CacheDaemonPartsTest, ASpillReportForNoOutstandingSpillIsNotFound) {
 
 TEST_F(CacheDaemonPartsTest, ASpillReportWithWrongChecksumsIsDataLossAndDropsTheCheckpoint) {
   const uint64_t id = Capture(40);  // Its rows stay borrowed in slot 0.
-  v1::AcquireRestoreRequest ar;
-  ar.set_session_id(session_);
-  ar.set_model_id(model_);
-  ar.set_checkpoint_id(id);
-  ar.set_slot(1);
-  v1::RestoreLease lease;
-  ASSERT_TRUE(daemon_->AcquireRestore(ar, &lease).ok());
-  ASSERT_FALSE(lease.ready());  // It waits for slot 0's rows to be spilled.
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_FALSE(lease->ready);  // It waits for slot 0's rows to be spilled.
   SpillReport report;
   for (const v1::SessionServerMessage& m : sink_.messages()) {
     if (!m.has_spill_request()) continue;
@@ -174,11 +198,177 @@ TEST_F(CacheDaemonPartsTest, ASpillReportWithWrongChecksumsIsDataLossAndDropsThe
   EXPECT_TRUE(left->empty());
   bool answered = false;
   for (const v1::SessionServerMessage& m : sink_.messages()) {
-    if (m.has_lease_ready() && m.lease_ready().lease_id() == lease.lease_id()) {
+    if (m.has_lease_ready() && m.lease_ready().lease_id() == lease->lease_id) {
       answered = !m.lease_ready().ok();
     }
   }
   EXPECT_TRUE(answered);  // The waiting lease is told, not left to poll.
+}
+
+TEST_F(CacheDaemonPartsTest, ALeaseWaitingForASpillIsToldReadyAndReleasedOnce) {
+  const uint64_t id = Capture(40);  // 2 full chunks borrowed in slot 0, 8 rows of tail.
+
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_FALSE(lease->ready);
+  EXPECT_FALSE(lease->awaiting_spills.empty());
+  AnswerSpills();
+
+  EXPECT_EQ(lease->checkpoint_id, id);
+  EXPECT_EQ(lease->depth, 40);
+  EXPECT_EQ(lease->loaded_from, Tier::kRam);
+  ASSERT_EQ(lease->chunks.size(), 2u);
+  EXPECT_EQ(lease->chunks[1].first_row, kChunkRows);
+  EXPECT_EQ(lease->tail.first_row, 2 * kChunkRows);
+  EXPECT_EQ(lease->tail.rows, 8u);
+  EXPECT_GT(lease->private_state.region.length, 0u);
+  bool ready = false;
+  for (const v1::SessionServerMessage& m : sink_.messages()) {
+    if (m.has_lease_ready() && m.lease_ready().lease_id() == lease->lease_id) {
+      ready = m.lease_ready().ok() && m.lease_ready().chunks_size() == 2;
+    }
+  }
+  EXPECT_TRUE(ready);
+  EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).ok());
+  EXPECT_THAT(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CacheDaemonPartsTest, OneLeasePerSlotAndAnotherSessionCannotReleaseIt) {
+  const uint64_t id = Capture(32);
+  RecordingSink other_sink;
+  absl::StatusOr<SessionWelcome> other =
+      daemon_->OpenSession(SessionHello{"other", 2, 1}, &other_sink);
+  ASSERT_TRUE(other.ok()) << other.status();
+
+  absl::StatusOr<RestoreGrant> first = daemon_->AcquireRestore(RestoreOf(id, 1));
+  absl::StatusOr<RestoreGrant> second = daemon_->AcquireRestore(RestoreOf(id, 1));
+  RestoreRequest unknown = RestoreOf(id + 1000, 0);
+
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(daemon_->AcquireRestore(unknown).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->ReleaseLease(LeaseRelease{other->session_id, first->lease_id, true, ""}),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, first->lease_id, false, "test"}).ok());
+}
+
+TEST_F(CacheDaemonPartsTest, AReadyLeaseExpiresOnTheTickAndFreesTheSlot) {
+  const uint64_t id = Capture(32);
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  AnswerSpills();
+
+  clock_.Advance(absl::Minutes(3));  // Past the longest lease.
+  ASSERT_TRUE(daemon_->Touch(session_).ok());
+  daemon_->Tick();
+
+  EXPECT_THAT(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(daemon_->AcquireRestore(RestoreOf(id, 1)).ok());
+}
+
+TEST_F(CacheDaemonPartsTest, ACommitWhoseChecksumDiffersIsDataLossAndLeavesNoCheckpoint) {
+  StartCold(20);
+  absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(CaptureAt(20));
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+
+  absl::StatusOr<CaptureGrant> twice = daemon_->ReserveCapture(CaptureAt(20));
+  absl::StatusOr<CaptureGrant> wrong_depth = daemon_->ReserveCapture(CaptureAt(21, 1));
+  absl::StatusOr<CommitResult> bad =
+      daemon_->CommitCapture(CaptureCommit{session_, reserved->reservation_id, 1, 0});
+
+  EXPECT_THAT(twice.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(wrong_depth.ok());
+  EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(reserved->tail.rows, 4u);
+  EXPECT_EQ(reserved->tail.first_row, kChunkRows);
+  EXPECT_THAT(
+      daemon_->CommitCapture(CaptureCommit{session_, reserved->reservation_id, 0, 0}).status(),
+      StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+}
+
+TEST_F(CacheDaemonPartsTest, AbortedAndExpiredReservationsGiveTheirRegionsBack) {
+  const uint64_t used_before = daemon_->arena().allocator().used_bytes();
+  Capture(20);
+  const uint64_t used_with_one = daemon_->arena().allocator().used_bytes();
+  FrontierUpdate up;
+  up.session_id = session_;
+  up.model_id = model_;
+  up.expected_depth = 20;
+  up.tokens = {7};
+  absl::StatusOr<uint64_t> depth = daemon_->UpdateFrontier(up);
+  ASSERT_TRUE(depth.ok()) << depth.status();
+  ASSERT_EQ(*depth, 21u);
+
+  absl::StatusOr<CaptureGrant> aborted = daemon_->ReserveCapture(CaptureAt(21));
+  ASSERT_TRUE(aborted.ok()) << aborted.status();
+  EXPECT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, aborted->reservation_id, ""}).ok());
+  EXPECT_THAT(daemon_->AbortCapture(CaptureAbort{session_, aborted->reservation_id, ""}),
+              StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<CaptureGrant> expiring = daemon_->ReserveCapture(CaptureAt(21));
+  ASSERT_TRUE(expiring.ok()) << expiring.status();
+  clock_.Advance(absl::Minutes(3));
+  ASSERT_TRUE(daemon_->Touch(session_).ok());
+  daemon_->Tick();
+
+  EXPECT_GT(used_with_one, used_before);
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), used_with_one);
+  EXPECT_THAT(
+      daemon_->CommitCapture(CaptureCommit{session_, expiring->reservation_id, 0, 0}).status(),
+      StatusIs(absl::StatusCode::kNotFound));
+}
+
+// The wire side (cache_rpc.h) runs a request with a client_request_id once per session.
+TEST_F(CacheDaemonPartsTest, ARetriedReservationOrLeaseGetsTheFirstAnswer) {
+  const uint64_t id = Capture(32);
+  v1::UpdateFrontierRequest up;
+  up.set_session_id(session_);
+  up.set_model_id(model_);
+  up.set_expected_depth(32);
+  up.add_append_tokens(5);
+  up.set_client_request_id(41);
+  v1::UpdateFrontierResponse extended;
+  ASSERT_TRUE(rpc::UpdateFrontier(*daemon_, up, &extended).ok());
+  v1::UpdateFrontierResponse extended_again;
+  ASSERT_TRUE(rpc::UpdateFrontier(*daemon_, up, &extended_again).ok());
+  v1::ReserveCaptureRequest reserve;
+  reserve.set_session_id(session_);
+  reserve.set_model_id(model_);
+  reserve.set_depth(33);
+  reserve.set_kind(v1::CAPTURE_KIND_END);
+  reserve.set_client_request_id(42);
+  v1::AcquireRestoreRequest restore;
+  restore.set_session_id(session_);
+  restore.set_model_id(model_);
+  restore.set_checkpoint_id(id);
+  restore.set_slot(1);
+  restore.set_client_request_id(43);
+
+  v1::CaptureReservation first;
+  v1::CaptureReservation retry;
+  absl::Status s1 = rpc::ReserveCapture(*daemon_, reserve, &first);
+  absl::Status s2 = rpc::ReserveCapture(*daemon_, reserve, &retry);
+  v1::RestoreLease lease;
+  v1::RestoreLease lease_retry;
+  absl::Status r1 = rpc::AcquireRestore(*daemon_, restore, &lease);
+  absl::Status r2 = rpc::AcquireRestore(*daemon_, restore, &lease_retry);
+  v1::AcquireRestoreRequest other_method = restore;
+  other_method.set_client_request_id(42);  // The id of the reservation.
+  v1::RestoreLease refused;
+
+  ASSERT_TRUE(s1.ok()) << s1;
+  ASSERT_TRUE(s2.ok()) << s2;
+  EXPECT_EQ(extended_again.depth(), 33u);  // Not appended twice.
+  EXPECT_EQ(retry.reservation_id(), first.reservation_id());
+  ASSERT_TRUE(r1.ok()) << r1;
+  ASSERT_TRUE(r2.ok()) << r2;
+  EXPECT_EQ(lease_retry.lease_id(), lease.lease_id());
+  EXPECT_THAT(rpc::AcquireRestore(*daemon_, other_method, &refused),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(CacheDaemonPartsTest, InspectionShowsACommittedCheckpointInItsTierAndTree) {
@@ -214,10 +404,10 @@ TEST_F(CacheDaemonPartsTest, InspectionShowsACommittedCheckpointInItsTierAndTree
   EXPECT_FALSE(status.disk_enabled);
 }
 
-// Heartbeats, slot messages and inspection race the calls that take the daemon's lock (run
-// under TSan with the unit label).
+// Heartbeats, slot messages, inspection and restore leases race the calls that take the
+// daemon's lock (run under TSan with the unit label).
 TEST_F(CacheDaemonPartsTest, HeartbeatsAndInspectionRaceCoreCallsSafely) {
-  Capture(32);
+  const uint64_t checkpoint = Capture(32);
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   threads.emplace_back([&] {
@@ -228,6 +418,17 @@ TEST_F(CacheDaemonPartsTest, HeartbeatsAndInspectionRaceCoreCallsSafely) {
       daemon_->SlotBusy(session_, 1).IgnoreError();
       daemon_->Status();
       daemon_->Checkpoints(0, Tier::kNone).IgnoreError();
+    }
+  });
+
+  threads.emplace_back([&] {
+    // Leases on slot 1 taken and given back while the main thread looks up and ticks.
+    while (!stop.load()) {
+      absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(checkpoint, 1));
+      AnswerSpills();
+      if (lease.ok()) {
+        daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).IgnoreError();
+      }
     }
   });
 

@@ -161,5 +161,129 @@ TEST(ProtoConvertTest, ASpillReportKeepsItsChunksInOrder) {
   EXPECT_EQ(r.failed_chunk_ids, std::vector<ChunkId>{13});
 }
 
+TEST(ProtoConvertTest, SlotCallsConvertAndCheckModeAndTokens) {
+  v1::StartSlotRequest start;
+  start.set_session_id(3);
+  start.set_slot(1);
+  start.set_mode(v1::StartSlotRequest::MODE_CONTINUE);
+  v1::StartSlotRequest no_mode = start;
+  no_mode.set_mode(v1::StartSlotRequest::MODE_UNSPECIFIED);
+  v1::UpdateFrontierRequest up;
+  up.set_expected_depth(4);
+  up.add_append_tokens(9);
+  up.add_append_tokens(10);
+
+  absl::StatusOr<SlotStart> started = SlotStartFromProto(start);
+  absl::StatusOr<FrontierUpdate> updated = FrontierUpdateFromProto(up);
+
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_FALSE(started->cold);
+  EXPECT_EQ(started->slot, 1u);
+  EXPECT_THAT(SlotStartFromProto(no_mode).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->tokens, (std::vector<TokenId>{9, 10}));
+  EXPECT_EQ(updated->expected_depth, 4u);
+}
+
+TEST(ProtoConvertTest, ARestoreRequestKeepsItsFieldsAndChecksItsStrings) {
+  v1::AcquireRestoreRequest req;
+  req.set_session_id(3);
+  req.set_model_id(4);
+  req.set_checkpoint_id(5);
+  req.set_slot(6);
+  req.set_conversation("c");
+  req.set_lease_ms(1500);
+  v1::AcquireRestoreRequest long_name = req;
+  long_name.set_conversation(std::string(WireLimits::kMaxNameBytes + 1, 'x'));
+
+  absl::StatusOr<RestoreRequest> out = RestoreRequestFromProto(req);
+
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->session_id, 3u);
+  EXPECT_EQ(out->model_id, 4u);
+  EXPECT_EQ(out->checkpoint_id, 5u);
+  EXPECT_EQ(out->slot, 6u);
+  EXPECT_EQ(out->conversation, "c");
+  EXPECT_EQ(out->lease, absl::Milliseconds(1500));
+  ExpectNamed(RestoreRequestFromProto(long_name).status(), "conversation");
+}
+
+TEST(ProtoConvertTest, ALeaseCarriesItsRegionsAndATailOnlyWhenThereIsOne) {
+  RestoreGrant grant;
+  grant.lease_id = 9;
+  grant.checkpoint_id = 5;
+  grant.depth = 40;
+  grant.loaded_from = Tier::kDisk;
+  grant.ready = false;
+  grant.awaiting_spills = {77};
+  grant.chunks.push_back(ChunkGrant{11, 16, 16, ArenaHandle{1, 4096, 1024}, 0xabc});
+  grant.private_state.region = ArenaHandle{1, 8192, 64};
+  grant.private_state.checksum = 0xdef;
+  RestoreGrant with_tail = grant;
+  with_tail.tail = StateGrant{32, 8, ArenaHandle{1, 8256, 512}, 0x123};
+
+  v1::RestoreLease out = ToProtoLease(grant);
+  v1::RestoreLease out_tail = ToProtoLease(with_tail);
+
+  EXPECT_EQ(out.lease_id(), 9u);
+  EXPECT_EQ(out.depth(), 40u);
+  EXPECT_EQ(out.loaded_from(), v1::TIER_DISK);
+  EXPECT_FALSE(out.ready());
+  ASSERT_EQ(out.awaiting_spills_size(), 1);
+  ASSERT_EQ(out.chunks_size(), 1);
+  EXPECT_EQ(out.chunks(0).first_row(), 16u);
+  EXPECT_EQ(out.chunks(0).region().offset(), 4096u);
+  EXPECT_EQ(out.chunks(0).checksum(), 0xabcu);
+  EXPECT_EQ(out.private_state().region().length(), 64u);
+  EXPECT_EQ(out.private_state().checksum(), 0xdefu);
+  EXPECT_FALSE(out.has_tail());
+  ASSERT_TRUE(out_tail.has_tail());
+  EXPECT_EQ(out_tail.tail().first_row(), 32u);
+  EXPECT_EQ(out_tail.tail().rows(), 8u);
+  EXPECT_EQ(out_tail.tail().checksum(), 0x123u);
+}
+
+TEST(ProtoConvertTest, CaptureCallsConvertAndCheckTheirFields) {
+  v1::ReserveCaptureRequest reserve;
+  reserve.set_session_id(3);
+  reserve.set_slot(2);
+  reserve.set_depth(40);
+  reserve.set_kind(v1::CAPTURE_KIND_STABLE);
+  v1::ReserveCaptureRequest no_kind = reserve;
+  no_kind.set_kind(v1::CAPTURE_KIND_UNSPECIFIED);
+  v1::AbortCaptureRequest abort;
+  abort.set_reason(std::string(WireLimits::kMaxTextBytes + 1, 'x'));
+  v1::ReleaseLeaseRequest release;
+  release.set_failure(std::string(WireLimits::kMaxTextBytes + 1, 'x'));
+  CaptureGrant grant;
+  grant.reservation_id = 12;
+  grant.private_state.region = ArenaHandle{1, 0, 64};
+  grant.evicted = {4, 5};
+
+  absl::StatusOr<CaptureRequest> out = CaptureRequestFromProto(reserve);
+  v1::CaptureReservation reservation = ToProtoReservation(grant);
+  const CaptureCommit commit = CaptureCommitFromProto([] {
+    v1::CommitCaptureRequest c;
+    c.set_reservation_id(12);
+    c.set_tail_checksum(7);
+    return c;
+  }());
+
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->kind, CaptureKind::kStable);
+  EXPECT_EQ(out->depth, 40u);
+  EXPECT_EQ(out->stable_boundary, -1);  // 0 on the wire: none.
+  EXPECT_FALSE(CaptureRequestFromProto(no_kind).ok());
+  ExpectNamed(CaptureAbortFromProto(abort).status(), "reason");
+  ExpectNamed(LeaseReleaseFromProto(release).status(), "failure");
+  EXPECT_EQ(reservation.reservation_id(), 12u);
+  EXPECT_EQ(reservation.private_state().region().length(), 64u);
+  EXPECT_FALSE(reservation.has_tail());
+  EXPECT_EQ(reservation.evicted_size(), 2);
+  EXPECT_EQ(commit.reservation_id, 12u);
+  EXPECT_EQ(commit.tail_checksum, 7u);
+  EXPECT_EQ(ToProtoCommit(CommitResult{12, true}).queued_for_disk(), true);
+}
+
 }  // namespace
 }  // namespace cairn::cache
