@@ -2,8 +2,9 @@
 // invariants after every request.
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <string>
@@ -118,8 +119,8 @@ void RunRandomTraffic(int seed, int steps) {
     clock.Advance(absl::Seconds(rng.Uniform(1, 100)));
     Conv& conv = convs[static_cast<size_t>(rng.Uniform(0, 5))];
     if (rng.Chance(15) && !conv.history.empty()) {  // Edit: diverge somewhere earlier.
-      conv.history.resize(static_cast<size_t>(rng.Uniform(0, static_cast<int64_t>(
-                                                               conv.history.size()))));
+      conv.history.resize(
+          static_cast<size_t>(rng.Uniform(0, static_cast<int64_t>(conv.history.size()))));
     }
     int64_t append = rng.Uniform(1, 600);
     for (int64_t i = 0; i < append; ++i) {
@@ -163,8 +164,8 @@ void RunRandomTraffic(int seed, int steps) {
     if (rng.Chance(5)) {
       std::vector<CheckpointInfo> all = cache.Checkpoints();
       if (!all.empty()) {
-        const CheckpointInfo& victim = all[static_cast<size_t>(rng.Uniform(
-            0, static_cast<int64_t>(all.size()) - 1))];
+        const CheckpointInfo& victim =
+            all[static_cast<size_t>(rng.Uniform(0, static_cast<int64_t>(all.size()) - 1))];
         if (!victim.chunks.empty()) {
           ASSERT_TRUE(cache.QuarantineChunk(victim.chunks.front(), "corrupt").ok());
         } else if (victim.in_ram) {
@@ -187,13 +188,16 @@ INSTANTIATE_TEST_SUITE_P(Seeds, CachePropertyTest, ::testing::Range(1, 41),
                            return "Seed" + std::to_string(p.param);
                          });
 
-// A longer soak, off by default: CAIRN_CACHE_SOAK_SEEDS=N runs seeds 1000..1000+N-1 with
-// 1,000 requests each.
+// A longer soak, off by default: CAIRN_CACHE_SOAK_SEEDS=N runs seeds F..F+N-1 with 1,000
+// requests each, F = CAIRN_CACHE_SOAK_FIRST_SEED (default 1000; shards of a long run differ).
 TEST(CachePropertySoakTest, InvariantsHoldOverManySeeds) {
   const char* env = std::getenv("CAIRN_CACHE_SOAK_SEEDS");
   if (env == nullptr) GTEST_SKIP() << "set CAIRN_CACHE_SOAK_SEEDS to run the soak";
   const int seeds = std::atoi(env);
-  for (int seed = 1000; seed < 1000 + seeds && !::testing::Test::HasFatalFailure(); ++seed) {
+  const char* first_env = std::getenv("CAIRN_CACHE_SOAK_FIRST_SEED");
+  const int first = first_env != nullptr ? std::atoi(first_env) : 1000;
+  std::cout << "cache soak: seeds " << first << ".." << first + seeds - 1 << "\n";
+  for (int seed = first; seed < first + seeds && !::testing::Test::HasFatalFailure(); ++seed) {
     RunRandomTraffic(seed, 1000);
   }
 }
