@@ -259,7 +259,10 @@ hipError_t LaunchMma(const MmaParams& p, int q_heads, hipStream_t stream) {
   if (e != hipSuccess) return e;
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.tokens, kRows)),
                   static_cast<unsigned int>(q_heads));
-  AttentionMmaKernel<D><<<grid, kThreads, kShared, stream> > >(p);
+  // clang-format 14 splits the launch's closing >>> after a template's arguments.
+  // clang-format off
+  AttentionMmaKernel<D><<<grid, kThreads, kShared, stream>>>(p);
+  // clang-format on
   return hipGetLastError();
 }
 
