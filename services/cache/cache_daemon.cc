@@ -348,6 +348,13 @@ absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupRespons
   for (const PrefillPass& p : r.plan.passes) {
     resp->mutable_plan()->add_pass_ends(static_cast<uint64_t>(p.end));
   }
+  for (int32_t slot : sessions_.UsedSlots(req.session_id())) {
+    absl::StatusOr<int64_t> bytes = core_->SlotSpillBytes(SlotKey{req.session_id(), slot});
+    if (!bytes.ok() || *bytes <= 0) continue;  // Not started in the core, or nothing at stake.
+    v1::SlotSpillCost* cost = resp->add_slot_spills();
+    cost->set_slot(static_cast<uint32_t>(slot));
+    cost->set_bytes(static_cast<uint64_t>(*bytes));
+  }
   if (r.best.depth < r.shared_prefix) {
     resp->set_miss_reason(
         r.best.tier == Tier::kNone

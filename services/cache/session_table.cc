@@ -97,6 +97,16 @@ void SessionTable::UseSlot(uint64_t id, int32_t slot) {
   if (it != sessions_.end()) it->second.slots.insert(slot);
 }
 
+std::vector<int32_t> SessionTable::UsedSlots(uint64_t id) const {
+  MutexLock lock(&mu_);
+  std::vector<int32_t> out;
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return out;
+  out.assign(it->second.slots.begin(), it->second.slots.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 bool SessionTable::UsedSlot(uint64_t id, int32_t slot) const {
   MutexLock lock(&mu_);
   const Session* s = FindLocked(id);

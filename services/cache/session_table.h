@@ -73,6 +73,8 @@ class SessionTable {
   // Remembers that session `id` used `slot` (dropped from the core when the session ends).
   // No-op for a session that is not open.
   void UseSlot(uint64_t id, int32_t slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // The slots session `id` has used, ascending (empty for a session that is not open).
+  std::vector<int32_t> UsedSlots(uint64_t id) const ABSL_LOCKS_EXCLUDED(mu_);
   bool UsedSlot(uint64_t id, int32_t slot) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Nothing more is sent to `id`'s sink once this returns. Idempotent.

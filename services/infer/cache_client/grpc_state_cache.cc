@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <random>
 #include <utility>
@@ -351,6 +352,12 @@ absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> promp
   }
   for (uint64_t e : resp.plan().pass_ends()) plan.pass_ends.push_back(static_cast<int64_t>(e));
   plan.miss_reason = resp.miss_reason();
+  for (const v1::SlotSpillCost& c : resp.slot_spills()) {
+    if (c.slot() >= static_cast<uint32_t>(options_.slots)) continue;  // Not one of ours.
+    if (plan.slot_spill_bytes.size() <= c.slot()) plan.slot_spill_bytes.resize(c.slot() + 1, 0);
+    plan.slot_spill_bytes[c.slot()] = static_cast<int64_t>(
+        std::min<uint64_t>(c.bytes(), static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+  }
   return plan;
 }
 

@@ -94,6 +94,11 @@ int Run(int argc, char** argv) {
             "capture a slot's frontier before another conversation overwrites it");
   flags.Add("restore-in-holding-slot", &scheduler_options.restore_in_holding_slot,
             "run a restore in the idle slot that already holds the checkpoint's rows");
+  flags.Add("holding-slot-cheapest", &scheduler_options.holding_slot_cheapest,
+            "among slots holding the restore equally far, take the one that spills least");
+  flags.Add("cheapest-slot", &scheduler_options.cheapest_slot,
+            "with no slot to continue or holding the restore, take the idle slot whose "
+            "overwrite spills least into the cache, not the least recently used");
   flags.Add("cache", &main_options.cache,
             "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");

@@ -184,7 +184,10 @@ void Scheduler::SyncFrontiers() {
 }
 
 int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_depth,
-                          int64_t* live_depth) {
+                          const std::vector<int64_t>& spill_bytes, int64_t* live_depth) {
+  auto spill = [&](int slot) {
+    return static_cast<size_t>(slot) < spill_bytes.size() ? spill_bytes[slot] : 0;
+  };
   int best_live = -1;
   int64_t best_depth = 0;
   int holding = -1;
@@ -194,30 +197,40 @@ int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_de
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
     if (s.busy) continue;
+    const int slot = static_cast<int>(i);
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     // A live frontier continues in place only if all of it is a prefix of the prompt and at
     // least one prompt token is left to compute (the last token's logits are not kept).
     if (n > best_depth && n < static_cast<int64_t>(prompt.size()) &&
         std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin())) {
-      best_live = static_cast<int>(i);
+      best_live = slot;
       best_depth = n;
     }
-    if (options_.restore_in_holding_slot && restore_depth > 0 && n > holding_shared) {
+    if (options_.restore_in_holding_slot && restore_depth > 0 && n >= restore_depth) {
       const auto mismatch =
           std::mismatch(s.tokens.begin(), s.tokens.end(), prompt.begin(), prompt.end());
       const int64_t shared = mismatch.first - s.tokens.begin();
-      if (shared > holding_shared) {
-        holding = static_cast<int>(i);
+      const bool tie = holding >= 0 && shared == holding_shared && options_.holding_slot_cheapest &&
+                       (spill(slot) < spill(holding) ||
+                        (spill(slot) == spill(holding) && s.last_used < slots_[holding].last_used));
+      if (shared > holding_shared || tie) {
+        holding = slot;
         holding_shared = shared;
       }
     }
-    if (n == 0 && empty < 0) empty = static_cast<int>(i);
-    if (lru < 0 || s.last_used < slots_[lru].last_used) lru = static_cast<int>(i);
+    if (n == 0 && empty < 0) empty = slot;
+    if (lru < 0 || s.last_used < slots_[lru].last_used) lru = slot;
   }
   *live_depth = best_depth;
   if (best_live >= 0) return best_live;
   if (holding >= 0) return holding;
-  return empty >= 0 ? empty : lru;
+  int chosen = empty >= 0 ? empty : lru;
+  if (!options_.cheapest_slot) return chosen;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const int slot = static_cast<int>(i);
+    if (!slots_[i].busy && spill(slot) < spill(chosen)) chosen = slot;
+  }
+  return chosen;
 }
 
 bool Scheduler::Admit() {
@@ -275,7 +288,8 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
   }
 
   int64_t live_depth = 0;
-  const int slot = ChooseSlot(prompt, restore != nullptr ? restore->depth : 0, &live_depth);
+  const int slot = ChooseSlot(prompt, restore != nullptr ? restore->depth : 0,
+                              plan.slot_spill_bytes, &live_depth);
   CAIRN_CHECK(slot >= 0);  // Admit only runs with a free slot.
   if (restore != nullptr && restore->depth <= live_depth) restore = nullptr;
   a.slot = slot;

@@ -32,6 +32,13 @@ struct SchedulerOptions {
   // than the least recently used one, so no other conversation's frontier is overwritten. The
   // cache simulator's request runner chooses the same way (PlannerOptions).
   bool restore_in_holding_slot = true;
+  // Among idle slots holding the restore depth equally far, the one whose overwrite spills
+  // the fewest bytes into the cache (StatePlan::slot_spill_bytes), then the least recently
+  // used (PlannerOptions::holding_slot_cheapest in the simulator).
+  bool holding_slot_cheapest = true;
+  // With no slot to continue or holding the restore depth: the idle slot whose overwrite
+  // spills least, instead of the least recently used (PlannerOptions::cheapest_slot).
+  bool cheapest_slot = true;
 };
 
 // A snapshot of one slot for ListSlots.
@@ -89,7 +96,8 @@ class Scheduler {
   // Chooses the slot for `prompt`: a free slot whose live tokens are the longest prefix of it
   // (returned in `live_depth`), else a free empty slot, else the least recently used free one.
   // `restore_depth`: the deepest usable RAM or disk checkpoint (0: none).
-  int ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_depth, int64_t* live_depth);
+  int ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_depth,
+                 const std::vector<int64_t>& spill_bytes, int64_t* live_depth);
   // Runs one prefill pass of one prefilling request. Returns true if it did anything.
   bool PrefillStep();
   // Runs one batched decode step of every decoding request.

@@ -41,6 +41,9 @@ struct StatePlan {
   std::vector<PlannedCapture> captures;  // Sorted by position.
   std::vector<int64_t> pass_ends;        // Where prefill passes end (captures included).
   std::string miss_reason;
+  // Bytes overwriting each slot would first spill into the cache's arena, by slot (a slot
+  // beyond the vector's end, or without a cache, spills nothing).
+  std::vector<int64_t> slot_spill_bytes;
 };
 
 // What a restore did.

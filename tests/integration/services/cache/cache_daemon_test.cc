@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -63,6 +64,32 @@ TEST(CacheDaemonTest, CaptureSpillAndRestoreFromRamGiveBackEveryByte) {
   EXPECT_EQ(found.best().depth(), 96u);
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(1, ids[1]));
   ASSERT_NO_FATAL_FAILURE(infer.RestoreAndVerify(0, ids[0]));
+}
+
+// The lookup tells the client what overwriting each of its slots would spill first, so that
+// its scheduler can take the cheapest of equally good slots (docs/cache-policy.md).
+TEST(CacheDaemonTest, LookupListsWhatOverwritingEachSlotWouldSpill) {
+  Server server;
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  constexpr uint64_t kChunkBytes = testing::kChunkRows * 2 * testing::kRowBytes;  // 2 components.
+  // Slot 0: 100 tokens, a checkpoint at 96 borrows its six full chunks. Slot 1: 20 tokens,
+  // no checkpoint: one full chunk of rows no capture has made a chunk of yet.
+  infer.PrefillCold(0, Tokens(1, 100), {96}, 11);
+  infer.PrefillCold(1, Tokens(2, 20), {}, 22);
+
+  v1::LookupResponse found = infer.Lookup(Tokens(3, 10));
+
+  std::map<uint32_t, uint64_t> spills;
+  for (const v1::SlotSpillCost& c : found.slot_spills()) spills[c.slot()] = c.bytes();
+  EXPECT_EQ(spills, (std::map<uint32_t, uint64_t>{{0, 6 * kChunkBytes}, {1, kChunkBytes}}));
+  // Once slot 0's chunks were preserved (another conversation took the slot), they are in the
+  // arena: the slot now only puts its new rows at stake.
+  infer.PrefillCold(0, Tokens(4, 8), {}, 33);
+  found = infer.Lookup(Tokens(3, 10));
+  spills.clear();
+  for (const v1::SlotSpillCost& c : found.slot_spills()) spills[c.slot()] = c.bytes();
+  EXPECT_EQ(spills, (std::map<uint32_t, uint64_t>{{1, kChunkBytes}}));
 }
 
 TEST(CacheDaemonTest, LookupPrefersALiveFrontierOnEqualDepth) {
