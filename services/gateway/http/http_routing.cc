@@ -1,0 +1,120 @@
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "boost/asio/ip/address.hpp"
+#include "boost/beast/core/error.hpp"
+#include "common/status/check.h"
+#include "services/gateway/http/http_server.h"
+
+// The HTTP layer's pieces that hold no connection: status payloads, listen addresses, API-key
+// and loopback checks, the route table. The server itself is in http_server.cc.
+
+namespace cairn::gateway {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+
+namespace {
+constexpr char kHttpStatusPayload[] = "type.cairn.dev/http-status";
+}  // namespace
+
+absl::Status WithHttpStatus(absl::Status status, int http_status) {
+  status.SetPayload(kHttpStatusPayload, absl::Cord(absl::StrCat(http_status)));
+  return status;
+}
+
+int HttpStatusOf(const absl::Status& status) {
+  absl::optional<absl::Cord> p = status.GetPayload(kHttpStatusPayload);
+  int code = 0;
+  if (!p.has_value() || !absl::SimpleAtoi(std::string(*p), &code)) return 0;
+  return code;
+}
+
+absl::StatusOr<HttpListenAddress> ParseHttpListenAddress(absl::string_view listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", listen, "\" must be HOST:PORT"));
+  }
+  HttpListenAddress a;
+  absl::string_view host = listen.substr(0, colon);
+  if (absl::ConsumePrefix(&host, "[") && !absl::ConsumeSuffix(&host, "]")) {
+    return absl::InvalidArgumentError(absl::StrCat("listen address \"", listen, "\": missing ]"));
+  }
+  a.host = std::string(host);
+  if (!absl::SimpleAtoi(listen.substr(colon + 1), &a.port) || a.port < 0 || a.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address \"", listen, "\" has no valid port"));
+  }
+  return a;
+}
+
+bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& keys) {
+  bool match = false;
+  for (const std::string& key : keys) {
+    // Constant time in the key's length: every byte is compared whatever the mismatch.
+    unsigned char diff = presented.size() == key.size() ? 0 : 1;
+    for (size_t i = 0; i < key.size(); ++i) {
+      unsigned char c = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+      diff |= c ^ static_cast<unsigned char>(key[i]);
+    }
+    match |= (diff == 0);
+  }
+  return match;
+}
+
+std::string BasicAuthPassword(absl::string_view authorization) {
+  authorization = absl::StripAsciiWhitespace(authorization);
+  if (authorization.size() <= 6 || !absl::EqualsIgnoreCase(authorization.substr(0, 6), "basic ")) {
+    return "";
+  }
+  std::string decoded;
+  if (!absl::Base64Unescape(absl::StripAsciiWhitespace(authorization.substr(6)), &decoded)) {
+    return "";
+  }
+  const size_t colon = decoded.find(':');
+  return colon == std::string::npos ? "" : decoded.substr(colon + 1);
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  host = absl::StripAsciiWhitespace(host);
+  if (absl::StartsWith(host, "[")) {  // An IPv6 literal, maybe with a port.
+    const size_t close = host.find(']');
+    if (close == absl::string_view::npos) return false;
+    const absl::string_view rest = host.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') return false;
+    return host.substr(1, close - 1) == "::1";
+  }
+  if (const size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(std::string(host), ec);
+  return !ec && address.is_v4() && address.is_loopback();
+}
+
+void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {
+  // GW1: deny by default; only the health check and the root probe may go without a key.
+  CAIRN_CHECK(!options.public_route || path == "/health" || path == "/");
+  routes_.push_back(Route{verb, std::move(path), options, std::move(handler)});
+}
+
+const Router::Route* Router::Find(HttpVerb verb, absl::string_view path, bool* path_known) const {
+  *path_known = false;
+  for (const Route& r : routes_) {
+    if (r.path != path) continue;
+    *path_known = true;
+    if (r.verb == verb) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace cairn::gateway
