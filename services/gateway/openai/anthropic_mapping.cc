@@ -126,7 +126,7 @@ absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
                                                         "(name, description, input_schema) are "
                                                         "supported"));
           }
-          return AddFunctionTool(t, "input_schema", limits, chat);
+          return AddFunctionTool(t, "input_schema", limits, chat).status();
         }));
   }
   ASSIGN_OR_RETURN(const Json* choice, f.Object("tool_choice"));

@@ -107,7 +107,8 @@ absl::Status ParseTools(const JsonFields& top, const RequestLimits& limits,
     }
     ASSIGN_OR_RETURN(const Json* fn, t.Object("function"));
     if (fn == nullptr) return Invalid(t.Name("function"), "is required");
-    return AddFunctionTool(JsonFields(*fn, t.Name("function")), "parameters", limits, chat);
+    return AddFunctionTool(JsonFields(*fn, t.Name("function")), "parameters", limits, chat)
+        .status();
   });
 }
 
@@ -147,10 +148,12 @@ absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
 
 }  // namespace
 
-absl::Status AddFunctionTool(const JsonFields& f, const char* schema_field,
-                             const RequestLimits& limits, infer_v1::ChatPrompt* chat) {
+absl::StatusOr<std::string> AddFunctionTool(const JsonFields& f, const char* schema_field,
+                                            const RequestLimits& limits, infer_v1::ChatPrompt* chat,
+                                            absl::string_view name_prefix) {
   ASSIGN_OR_RETURN(std::optional<std::string> name, f.String("name", 256));
   if (!name.has_value() || name->empty()) return Invalid(f.Name("name"), "is required");
+  name->insert(0, std::string(name_prefix));
   ASSIGN_OR_RETURN(std::optional<std::string> description,
                    f.String("description", limits.max_string_bytes));
   ASSIGN_OR_RETURN(const Json* schema, f.Object(schema_field));
@@ -158,7 +161,7 @@ absl::Status AddFunctionTool(const JsonFields& f, const char* schema_field,
   if (description.has_value()) function["description"] = *description;
   function["parameters"] = schema == nullptr ? Json{{"type", "object"}} : *schema;
   chat->add_tools()->set_json(DumpJson({{"type", "function"}, {"function", function}}));
-  return absl::OkStatus();
+  return *name;
 }
 
 absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat) {

@@ -35,9 +35,11 @@ absl::Status ParseChatMessages(const Json& messages, const std::string& field,
                                const RequestLimits& limits, infer_v1::ChatPrompt* chat);
 
 // Adds the function tool described by `f` (its "name", "description" and the JSON schema in
-// `schema_field`) to `chat` in the OpenAI {"type": "function", "function": {...}} form.
-absl::Status AddFunctionTool(const JsonFields& f, const char* schema_field,
-                             const RequestLimits& limits, infer_v1::ChatPrompt* chat);
+// `schema_field`) to `chat` in the OpenAI {"type": "function", "function": {...}} form, its
+// name prefixed by `name_prefix` (a Responses namespace, "" for none). Returns the name.
+absl::StatusOr<std::string> AddFunctionTool(const JsonFields& f, const char* schema_field,
+                                            const RequestLimits& limits, infer_v1::ChatPrompt* chat,
+                                            absl::string_view name_prefix = "");
 // Reads `tool_choice`: "auto", "none", "required", or an object naming a function (as
 // {"function": {"name"}} in chat, {"name"} in the Responses API).
 absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat);

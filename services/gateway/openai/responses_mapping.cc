@@ -1,7 +1,11 @@
 #include "services/gateway/openai/responses_mapping.h"
 
+#include <cstring>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "services/gateway/openai/chat_mapping.h"
@@ -14,6 +18,9 @@ namespace {
 absl::Status Invalid(const std::string& field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
 }
+
+// Joins a namespace and the name of one of its functions into the name the model sees.
+constexpr char kNamespaceSeparator[] = ".";
 
 // Builds the chat prompt from `input` items. Reasoning items attach to the assistant turn
 // that follows them; consecutive function calls share one assistant turn.
@@ -32,6 +39,7 @@ class InputBuilder {
     if (t == "function_call") {
       ASSIGN_OR_RETURN(std::optional<std::string> call_id, f.String("call_id", 256));
       ASSIGN_OR_RETURN(std::optional<std::string> fn, f.String("name", 256));
+      ASSIGN_OR_RETURN(std::optional<std::string> ns, f.String("namespace", 128));
       ASSIGN_OR_RETURN(std::optional<std::string> args,
                        f.String("arguments", limits_.max_string_bytes));
       if (!call_id.has_value()) return Invalid(f.Name("call_id"), "is required");
@@ -39,7 +47,8 @@ class InputBuilder {
       infer_v1::ChatMessage* m = AssistantTurn(/*for_call=*/true);
       infer_v1::ToolCall* call = m->add_tool_calls();
       call->set_id(*call_id);
-      call->set_name(*fn);
+      call->set_name(ns.has_value() && !ns->empty() ? absl::StrCat(*ns, kNamespaceSeparator, *fn)
+                                                    : *fn);
       call->set_arguments_json(args.value_or("{}"));
       return absl::OkStatus();
     }
@@ -127,22 +136,93 @@ class InputBuilder {
   std::string pending_reasoning_;
 };
 
-absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
-                        infer_v1::ChatPrompt* chat) {
-  if (const Json* tools = f.Get("tools"); tools != nullptr) {
-    RETURN_IF_ERROR(
-        ForEachObject(*tools, "tools", limits.max_tools, [&](const JsonFields& t) -> absl::Status {
-          ASSIGN_OR_RETURN(std::optional<std::string> type, t.String("type", 64));
-          if (type.value_or("") != "function") {
-            return Invalid(t.Name("type"), absl::StrCat("\"", type.value_or(""),
-                                                        "\" tools are not supported; only "
-                                                        "\"function\" tools are"));
-          }
-          return AddFunctionTool(t, "parameters", limits, chat);
-        }));
-  }
-  return ParseToolChoice(f, chat);
+// Tools OpenAI runs on its own servers. No local server can run them, so they are left out of
+// the prompt (the model never sees them) instead of failing the request: Codex CLI, for one,
+// offers web_search on every request.
+bool IsHostedTool(absl::string_view type) {
+  return absl::StartsWith(type, "web_search") || type == "file_search" ||
+         type == "code_interpreter" || type == "image_generation" || type == "mcp";
 }
+
+// Reads `tools` into `chat`: function tools as they are, the function tools of a namespace
+// under "NAMESPACE.NAME" (kNamespaceSeparator; `namespaces` gets each namespace's name),
+// hosted tools skipped. Names must be unique once qualified.
+// Thread-compatible; `limits`, `chat` and `namespaces` must outlive it.
+class ToolsParser {
+ public:
+  ToolsParser(const RequestLimits& limits, infer_v1::ChatPrompt* chat,
+              std::set<std::string>* namespaces)
+      : limits_(limits), chat_(chat), namespaces_(namespaces) {}
+
+  absl::Status Parse(const JsonFields& f) {
+    if (const Json* tools = f.Get("tools"); tools != nullptr) {
+      RETURN_IF_ERROR(ForEachObject(*tools, "tools", limits_.max_tools,
+                                    [&](const JsonFields& t) { return AddTool(t); }));
+    }
+    RETURN_IF_ERROR(ParseToolChoice(f, chat_));
+    // The Responses API names a namespace's function in {"name", "namespace"}.
+    if (const Json* choice = f.Get("tool_choice"); choice != nullptr && choice->is_object()) {
+      ASSIGN_OR_RETURN(std::optional<std::string> ns,
+                       JsonFields(*choice, "tool_choice").String("namespace", 128));
+      if (ns.has_value() && !ns->empty()) {
+        chat_->set_tool_choice(absl::StrCat(*ns, kNamespaceSeparator, chat_->tool_choice()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status AddTool(const JsonFields& t) {
+    ASSIGN_OR_RETURN(std::optional<std::string> type, t.String("type", 64));
+    const std::string kind = type.value_or("");
+    if (kind == "function") return AddFunction(t, "");
+    if (IsHostedTool(kind)) return absl::OkStatus();
+    if (kind != "namespace") return Unsupported(t, kind);
+    ASSIGN_OR_RETURN(std::optional<std::string> ns, t.String("name", 128));
+    if (!ns.has_value() || ns->empty()) return Invalid(t.Name("name"), "is required");
+    if (ns->find(kNamespaceSeparator) != std::string::npos) {
+      return Invalid(t.Name("name"),
+                     absl::StrCat("must not contain \"", kNamespaceSeparator, "\""));
+    }
+    RETURN_IF_ERROR(t.String("description", limits_.max_string_bytes).status());
+    ASSIGN_OR_RETURN(const Json* inner, t.Array("tools", limits_.max_tools));
+    if (inner == nullptr) return Invalid(t.Name("tools"), "is required");
+    namespaces_->insert(*ns);
+    const std::string prefix = absl::StrCat(*ns, kNamespaceSeparator);
+    return ForEachObject(*inner, t.Name("tools"), limits_.max_tools,
+                         [&](const JsonFields& it) { return AddNamespaceFunction(it, prefix); });
+  }
+
+  absl::Status AddNamespaceFunction(const JsonFields& t, const std::string& prefix) {
+    ASSIGN_OR_RETURN(std::optional<std::string> type, t.String("type", 64));
+    if (type.value_or("") != "function") return Unsupported(t, type.value_or(""));
+    return AddFunction(t, prefix);
+  }
+
+  absl::Status AddFunction(const JsonFields& t, absl::string_view prefix) {
+    if (++functions_ > limits_.max_tools) {
+      return Invalid("tools", absl::StrCat("hold more than ", limits_.max_tools,
+                                           " functions (namespaces included)"));
+    }
+    ASSIGN_OR_RETURN(std::string name, AddFunctionTool(t, "parameters", limits_, chat_, prefix));
+    if (!names_.insert(name).second) {
+      return Invalid(t.Name("name"), absl::StrCat("\"", name, "\" names two tools"));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status Unsupported(const JsonFields& t, const std::string& type) {
+    return Invalid(t.Name("type"), absl::StrCat("\"", type,
+                                                "\" tools are not supported; only \"function\" "
+                                                "tools (also inside a \"namespace\") are"));
+  }
+
+  const RequestLimits& limits_;
+  infer_v1::ChatPrompt* chat_;
+  std::set<std::string>* namespaces_;
+  std::set<std::string> names_;  // Qualified names so far.
+  size_t functions_ = 0;
+};
 
 Json MessageItem(const std::string& id, const std::string& text, absl::string_view status) {
   Json content = Json::array();
@@ -162,17 +242,29 @@ Json ReasoningItem(const std::string& id, const std::string& text, bool done) {
   return {{"type", "reasoning"}, {"id", id}, {"summary", summary}};
 }
 
-Json FunctionCallItem(const std::string& id, const std::string& call_id, const std::string& name,
+// A function_call item; a call of a namespace's function (`name` is "NAMESPACE.NAME" and
+// NAMESPACE one of `namespaces`) names its namespace apart, as the Responses API does.
+Json FunctionCallItem(const std::set<std::string>& namespaces, const std::string& id,
+                      const std::string& call_id, const std::string& name,
                       const std::string& arguments, absl::string_view status) {
-  return {{"type", "function_call"}, {"id", id},        {"call_id", call_id}, {"name", name},
-          {"arguments", arguments},  {"status", status}};
+  Json item = {{"type", "function_call"}, {"id", id},        {"call_id", call_id}, {"name", name},
+               {"arguments", arguments},  {"status", status}};
+  if (const size_t sep = name.find(kNamespaceSeparator);
+      sep != std::string::npos && namespaces.count(name.substr(0, sep)) != 0) {
+    item["namespace"] = name.substr(0, sep);
+    item["name"] = name.substr(sep + std::strlen(kNamespaceSeparator));
+  }
+  return item;
 }
 
 // The response object and its stream events.
 class ResponsesFormatter : public ResponseFormatter {
  public:
-  explicit ResponsesFormatter(std::string model)
-      : id_(NewId("resp_")), model_(std::move(model)), created_(UnixSeconds()) {}
+  ResponsesFormatter(std::string model, std::set<std::string> namespaces)
+      : id_(NewId("resp_")),
+        model_(std::move(model)),
+        namespaces_(std::move(namespaces)),
+        created_(UnixSeconds()) {}
 
   std::string StreamStarted(const infer_v1::Started&) override {
     Json r = Response("in_progress", Json::array(), nullptr);
@@ -266,8 +358,8 @@ class ResponsesFormatter : public ResponseFormatter {
     if (!reasoning.empty()) output.push_back(ReasoningItem(NewId("rs_"), reasoning, true));
     if (!text.empty()) output.push_back(MessageItem(NewId("msg_"), text, "completed"));
     for (const auto& tc : f.tool_calls()) {
-      output.push_back(
-          FunctionCallItem(NewId("fc_"), tc.id(), tc.name(), tc.arguments_json(), "completed"));
+      output.push_back(FunctionCallItem(namespaces_, NewId("fc_"), tc.id(), tc.name(),
+                                        tc.arguments_json(), "completed"));
     }
     return Final(f, output);
   }
@@ -323,7 +415,7 @@ class ResponsesFormatter : public ResponseFormatter {
       case kMessage:
         return MessageItem(item_id_, "", "in_progress");
       default:
-        return FunctionCallItem(item_id_, call_id_, call_name_, "", "in_progress");
+        return FunctionCallItem(namespaces_, item_id_, call_id_, call_name_, "", "in_progress");
     }
   }
 
@@ -373,7 +465,8 @@ class ResponsesFormatter : public ResponseFormatter {
       default:
         Emit("response.function_call_arguments.done",
              {{"item_id", item_id_}, {"output_index", index}, {"arguments", item_text_}}, out);
-        item = FunctionCallItem(item_id_, call_id_, call_name_, item_text_, "completed");
+        item =
+            FunctionCallItem(namespaces_, item_id_, call_id_, call_name_, item_text_, "completed");
         break;
     }
     Emit("response.output_item.done", {{"output_index", index}, {"item", item}}, out);
@@ -384,6 +477,7 @@ class ResponsesFormatter : public ResponseFormatter {
 
   const std::string id_;
   const std::string model_;
+  const std::set<std::string> namespaces_;  // Of the request's namespace tools.
   const int64_t created_;
   uint64_t sequence_ = 0;
   Json output_ = Json::array();  // Items closed so far.
@@ -442,7 +536,8 @@ absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
     return Invalid("input", "must be a string or an array of items");
   }
   if (chat->messages_size() == 0) return Invalid("input", "must not be empty");
-  RETURN_IF_ERROR(ParseTools(f, limits, chat));
+  std::set<std::string> namespaces;
+  RETURN_IF_ERROR(ToolsParser(limits, chat, &namespaces).Parse(f));
   RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
   ASSIGN_OR_RETURN(const Json* text, f.Object("text"));
   if (text != nullptr) {
@@ -468,8 +563,8 @@ absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
   req.set_parse_output(true);
   ASSIGN_OR_RETURN(std::optional<std::string> cache_key, f.String("prompt_cache_key", 1024));
   req.set_conversation(ConversationLabel(cache_key.value_or(""), *chat));
-  spec.make_formatter = [](const std::string& name) {
-    return std::make_unique<ResponsesFormatter>(name);
+  spec.make_formatter = [namespaces = std::move(namespaces)](const std::string& name) {
+    return std::make_unique<ResponsesFormatter>(name, namespaces);
   };
   return spec;
 }

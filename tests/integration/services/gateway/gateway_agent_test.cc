@@ -19,7 +19,9 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -96,11 +98,10 @@ TEST(GatewayAgentTest, QwenCodeReusesItsSystemPromptAndToolsFromTheCache) {
   "telemetry": {"enabled": false},
   "general": {"enableAutoUpdate": false, "disableAutoUpdate": true}
 })";
-  const std::string command =
-      absl::StrCat(NodeBinary(), " ", SourceDir(),
-                   "/tests/integration/services/gateway/qwen_code_agent.cjs ",
-                   "http://127.0.0.1:", (*stack)->port(), " ", cli, " ", work, " ", home,
-                   " 'What does hello.py print?' 'Is hello.py valid Python 3?'");
+  const std::string command = absl::StrCat(
+      NodeBinary(), " ", SourceDir(), "/tests/integration/services/gateway/qwen_code_agent.cjs ",
+      "http://127.0.0.1:", (*stack)->port(), " ", cli, " ", work, " ", home,
+      " 'What does hello.py print?' 'Is hello.py valid Python 3?'");
 
   const std::string out = Output(command);
 
@@ -136,6 +137,118 @@ TEST(GatewayAgentTest, QwenCodeReusesItsSystemPromptAndToolsFromTheCache) {
   }
   ASSERT_NE(second_prompt, nullptr) << out;
   EXPECT_TRUE((*stack)->Stop()) << "a daemon did not exit 0 on SIGTERM";
+}
+
+// The agents that ship as native binaries, installed by tools/fetch-test-data.
+std::string AgentBinary(const std::string& name) {
+  return SourceDir() + "/tests/data/downloads/coding-agents/node_modules/.bin/" + name;
+}
+
+// Runs agent_cli.cjs: `agent` (codex or claude) on `prompts` (each after the first continues
+// the conversation) against a fresh stack on the demo model; returns its summary.
+Json RunNativeAgent(const std::string& agent, const std::vector<std::string>& prompts) {
+  const std::string dir = ::testing::TempDir() + "/gateway-agent-" + agent;
+  std::filesystem::remove_all(dir);
+  RealStackOptions options;
+  options.preset = "demo";
+  options.context_tokens = 16384;
+  options.max_output_tokens = 4;
+  options.start_timeout = absl::Seconds(180);
+  absl::StatusOr<std::unique_ptr<RealStack>> stack = RealStack::Start(dir + "/stack", options);
+  if (!stack.ok()) return Json{{"failure", std::string(stack.status().message())}};
+  const std::string home = dir + "/home";
+  const std::string work = dir + "/work";
+  std::filesystem::create_directories(home);
+  std::filesystem::create_directories(work);
+  std::ofstream(work + "/hello.py") << "print('hello')\n";
+  std::string command =
+      absl::StrCat(NodeBinary(), " ", SourceDir(), "/tests/integration/services/gateway/",
+                   "agent_cli.cjs http://127.0.0.1:", (*stack)->port(), " ", agent, " ",
+                   AgentBinary(agent), " ", work, " ", home);
+  for (const std::string& p : prompts) absl::StrAppend(&command, " '", p, "'");
+  Json summary = Json::parse(Output(command), nullptr, false);
+  if (!summary.is_object()) summary = Json{{"failure", "agent_cli.cjs printed no summary"}};
+  summary["stopped_cleanly"] = (*stack)->Stop();
+  return summary;
+}
+
+// Prints each request's cache use and checks it: every request to a path starting with
+// `path_prefix` answered 200 without an error event; the first (cold) prompt longer than
+// `min_prompt` tokens; every later one restored (live or RAM) at least `restored_percent` % of it.
+void ExpectEveryRequestServed(const Json& requests, const std::string& path_prefix,
+                              int64_t min_prompt, int64_t restored_percent) {
+  ASSERT_GE(requests.size(), 2u) << requests.dump();
+  int64_t first_prompt = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const Json& r = requests[i];
+    const Json cairn = r.value("cairn", Json::object());
+    const int64_t depth = cairn.value("depth", int64_t{0});
+    const int64_t prefilled = cairn.value("prefilled_tokens", int64_t{0});
+    std::cout << "run " << r["run"] << " " << r["path"] << ": " << r.value("status", 0) << ", "
+              << depth << " restored (" << cairn.value("tier", "-") << ") + " << prefilled
+              << " prefilled, TTFT " << cairn.value("ttft_ms", 0.0) << " ms\n";
+    EXPECT_TRUE(absl::StartsWith(r["path"].get<std::string>(), path_prefix)) << r;
+    EXPECT_EQ(r["status"], 200) << r;
+    EXPECT_FALSE(r.contains("error")) << r;
+    ASSERT_TRUE(r.contains("cairn")) << r;
+    if (i == 0) {
+      first_prompt = depth + prefilled;
+      EXPECT_EQ(cairn["tier"], "cold") << r;
+      EXPECT_GT(first_prompt, min_prompt) << "the agent's system prompt and tools: " << r;
+      continue;
+    }
+    EXPECT_THAT(cairn["tier"], AnyOf(Eq("live"), Eq("ram"))) << r;
+    EXPECT_GE(depth * 100, first_prompt * restored_percent) << r;
+  }
+}
+
+bool HaveNativeAgent(const std::string& agent) {
+  return std::filesystem::exists(AgentBinary(agent)) && HaveQwen3Tokenizer();
+}
+
+TEST(GatewayAgentTest, CodexExecAndResumeOverTheResponsesApi) {
+  if (!HaveNativeAgent("codex")) {
+    if (std::getenv("CI") != nullptr) FAIL() << AgentBinary("codex") << " is missing in CI";
+    GTEST_SKIP() << "run tools/fetch-test-data (needs npm)";
+  }
+
+  // Codex CLI 0.171 offers function tools, a "namespace" of functions (its sub-agents) and
+  // the hosted web_search on every request; `resume --last` resends the first run's items.
+  const Json summary =
+      RunNativeAgent("codex", {"What does hello.py print?", "Is hello.py valid Python 3?"});
+
+  ASSERT_TRUE(summary.contains("runs")) << summary.dump();
+  ASSERT_EQ(summary["runs"].size(), 2u) << summary.dump();
+  for (const Json& run : summary["runs"]) EXPECT_EQ(run["code"], 0) << run["output"];
+  // The resumed conversation repeats the first run's prompt: most of it is restored.
+  ExpectEveryRequestServed(summary["requests"], "/v1/responses", 4000, 90);
+  EXPECT_TRUE(summary["stopped_cleanly"].get<bool>()) << "a daemon did not exit 0 on SIGTERM";
+}
+
+TEST(GatewayAgentTest, ClaudeCodeOverTheAnthropicMessagesApi) {
+  if (!HaveNativeAgent("claude")) {
+    if (std::getenv("CI") != nullptr) FAIL() << AgentBinary("claude") << " is missing in CI";
+    GTEST_SKIP() << "run tools/fetch-test-data (needs npm)";
+  }
+
+  const Json summary =
+      RunNativeAgent("claude", {"What does hello.py print?", "Is hello.py valid Python 3?"});
+
+  ASSERT_TRUE(summary.contains("runs")) << summary.dump();
+  ASSERT_EQ(summary["runs"].size(), 2u) << summary.dump();
+  for (const Json& run : summary["runs"]) {
+    // The demo model's noise never ends on its own: every answer stops at the gateway's
+    // --max-output-tokens with stop_reason "max_tokens", Claude Code asks again with a larger
+    // max_tokens and finally gives up with this message. Any other failure is the gateway's.
+    if (run["code"] != 0) {
+      EXPECT_THAT(run["output"].get<std::string>(),
+                  ::testing::HasSubstr("exceeded the 128000 output token maximum"))
+          << run["output"];
+    }
+  }
+  // Every later request repeats the first one's system prompt, tools and first turn.
+  ExpectEveryRequestServed(summary["requests"], "/v1/messages", 8000, 75);
+  EXPECT_TRUE(summary["stopped_cleanly"].get<bool>()) << "a daemon did not exit 0 on SIGTERM";
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "services/gateway/openai/responses_mapping.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -50,6 +54,84 @@ TEST(ResponsesMappingTest, RefusesOtherToolTypesAndStoredState) {
   EXPECT_NE(
       error(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})").find("media"),
       std::string::npos);
+}
+
+TEST(ResponsesMappingTest, NamespaceFunctionsAreQualifiedAndHostedToolsLeftOut) {
+  absl::StatusOr<GenerationSpec> spec = ParseResponsesRequest(Json::parse(R"({
+      "input": [{"role": "user", "content": "go"},
+                {"type": "function_call", "call_id": "a", "namespace": "crm", "name": "get",
+                 "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "a", "output": "1"}],
+      "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}},
+                {"type": "namespace", "name": "crm", "description": "the CRM",
+                 "tools": [{"type": "function", "name": "get"},
+                           {"type": "function", "name": "put", "strict": false}]},
+                {"type": "web_search", "external_web_access": false}],
+      "tool_choice": {"type": "function", "namespace": "crm", "name": "put"}})"),
+                                                              {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& chat = spec->request.chat();
+  std::vector<std::string> names;
+  for (const auto& t : chat.tools()) names.push_back(Json::parse(t.json())["function"]["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"f", "crm.get", "crm.put"}));
+  EXPECT_EQ(chat.tool_choice(), "crm.put");
+  ASSERT_EQ(chat.messages(1).tool_calls_size(), 1);
+  EXPECT_EQ(chat.messages(1).tool_calls(0).name(), "crm.get");
+}
+
+TEST(ResponsesMappingTest, CallsOfANamespaceFunctionNameTheirNamespace) {
+  absl::StatusOr<GenerationSpec> spec = ParseResponsesRequest(Json::parse(R"({"input": "x",
+      "tools": [{"type": "namespace", "name": "crm", "description": "",
+                 "tools": [{"type": "function", "name": "put"}]}]})"),
+                                                              {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto formatter = spec->make_formatter("served");
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_TOOL_CALLS);
+  for (const char* name : {"crm.put", "other.put", "plain"}) {
+    infer_v1::ToolCall* call = f.add_tool_calls();
+    call->set_id(absl::StrCat("call-", name));
+    call->set_name(name);
+    call->set_arguments_json("{}");
+  }
+  infer_v1::Delta streamed;
+  infer_v1::ToolCallDelta* d = streamed.add_tool_calls();
+  d->set_id("call-s");
+  d->set_name("crm.put");
+  d->set_arguments_delta("{}");
+
+  Json body = formatter->Body(f);
+  auto stream_formatter = spec->make_formatter("served");
+  std::string events = stream_formatter->StreamDelta(streamed);
+
+  ASSERT_EQ(body["output"].size(), 3u);
+  EXPECT_EQ(body["output"][0]["name"], "put");
+  EXPECT_EQ(body["output"][0]["namespace"], "crm");
+  EXPECT_EQ(body["output"][1]["name"], "other.put");  // Not a namespace of the request.
+  EXPECT_FALSE(body["output"][1].contains("namespace"));
+  EXPECT_FALSE(body["output"][2].contains("namespace"));
+  EXPECT_NE(events.find(R"("name":"put","namespace":"crm")"), std::string::npos) << events;
+}
+
+TEST(ResponsesMappingTest, RefusesNamespacesItCannotQualify) {
+  auto error = [](const char* body) {
+    return std::string(ParseResponsesRequest(Json::parse(body), {}).status().message());
+  };
+
+  EXPECT_NE(error(R"({"input": "x", "tools": [{"type": "namespace", "name": "a.b",
+                      "tools": []}]})")
+                .find("tools[0].name"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input": "x", "tools": [{"type": "namespace", "name": "a",
+                      "tools": [{"type": "custom", "name": "p"}]}]})")
+                .find("tools[0].tools[0].type"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input": "x", "tools": [{"type": "function", "name": "a.b"},
+                      {"type": "namespace", "name": "a", "tools": [{"type": "function",
+                       "name": "b"}]}]})")
+                .find("names two tools"),
+            std::string::npos);
 }
 
 TEST(ResponsesMappingTest, IncompleteWhenCutByLength) {
