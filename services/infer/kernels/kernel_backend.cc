@@ -34,6 +34,16 @@ void KernelBackend::AddScaledRows(const float* src, int64_t rows, int64_t dim,
   }
 }
 
+void KernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) {
+  for (const CausalConvArgs& a : batch) {
+    CausalConvSilu(a.in, a.ld_in, a.tokens, a.channels, a.w, a.kernel, a.state, a.out);
+  }
+}
+
+void KernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) {
+  for (const GatedDeltaArgs& args : batch) GatedDeltaRule(args);
+}
+
 void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate) {
   for (int64_t i = 0; i < rows; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-gate[i]));

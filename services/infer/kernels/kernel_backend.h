@@ -5,6 +5,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/status/check.h"
 #include "services/infer/kernels/device_memory.h"
 
@@ -90,6 +91,18 @@ struct GatedDeltaArgs {
   // 0: the recurrent (token by token) form. > 0: the chunked form with chunks of this many
   // tokens counted from the first token of the call.
   int chunk = 0;
+};
+
+// One CausalConvSilu call (KernelBackend::CausalConvSiluBatch): its arguments by name.
+struct CausalConvArgs {
+  const float* in = nullptr;
+  int64_t ld_in = 0;
+  int64_t tokens = 0;
+  int64_t channels = 0;
+  const float* w = nullptr;
+  int kernel = 0;
+  float* state = nullptr;
+  float* out = nullptr;
 };
 
 // The device seam of the inference engine: every numerical operation the models run. A backend
@@ -195,6 +208,11 @@ class KernelBackend {
   // the last kernel - 1 input rows. `in` has row stride `ld_in`.
   virtual void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                               const float* w, int kernel, float* state, float* out) = 0;
+  // CausalConvSilu for each element of `batch` (the sequences of one pass; their states and
+  // outputs are distinct). Each result is bit-identical to that of its own call. The default
+  // (kernel_backend.cc) makes those calls in order; a device backend may run several sequences
+  // in one launch.
+  virtual void CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch);
 
   // Causal softmax attention; see AttentionArgs.
   virtual void Attention(const AttentionArgs& args) = 0;
@@ -202,6 +220,11 @@ class KernelBackend {
   // The gated delta rule; see GatedDeltaArgs. The chunked and recurrent forms compute the same
   // function up to rounding.
   virtual void GatedDeltaRule(const GatedDeltaArgs& args) = 0;
+  // GatedDeltaRule for each element of `batch` (the sequences of one pass; their states are
+  // distinct). Each result is bit-identical to that of its own GatedDeltaRule call. The default
+  // (kernel_backend.cc) makes those calls in order; a device backend may run the recurrent
+  // (decode) steps of several sequences in one launch.
+  virtual void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch);
 
   // Data movement and small row operations the models need between the products. The defaults
   // (kernel_backend.cc) run on the host over host pointers; a device backend overrides them.

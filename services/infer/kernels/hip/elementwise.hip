@@ -96,9 +96,10 @@ __device__ float WindowAt(const float* in, int64_t ld_in, const float* state, in
   return t < 0 ? state[(t + hist) * channels + ch] : in[t * ld_in + ch];
 }
 
-__global__ void CausalConvOutKernel(const float* in, int64_t ld_in, int64_t tokens,
-                                    int64_t channels, const float* w, int kernel,
-                                    const float* state, float* out) {
+// The bodies below loop over blockIdx.x / gridDim.x only, so a batched launch can give each
+// sequence its own grid row (blockIdx.y) and run the same arithmetic.
+__device__ void CausalConvOut(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                              const float* w, int kernel, const float* state, float* out) {
   const int hist = kernel - 1;
   const int64_t n = tokens * channels;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
@@ -115,8 +116,8 @@ __global__ void CausalConvOutKernel(const float* in, int64_t ld_in, int64_t toke
 
 // The last `hist` window rows become the state; each thread owns one channel's column, read
 // whole before it is written.
-__global__ void CausalConvStateKernel(const float* in, int64_t ld_in, int64_t tokens,
-                                      int64_t channels, int kernel, float* state) {
+__device__ void CausalConvState(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
+                                int kernel, float* state) {
   const int hist = kernel - 1;
   for (int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; ch < channels;
        ch += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -130,6 +131,34 @@ __global__ void CausalConvStateKernel(const float* in, int64_t ld_in, int64_t to
       if (i < hist) state[static_cast<int64_t>(i) * channels + ch] = next[i];
     }
   }
+}
+
+__global__ void CausalConvOutKernel(const float* in, int64_t ld_in, int64_t tokens,
+                                    int64_t channels, const float* w, int kernel,
+                                    const float* state, float* out) {
+  CausalConvOut(in, ld_in, tokens, channels, w, kernel, state, out);
+}
+
+__global__ void CausalConvStateKernel(const float* in, int64_t ld_in, int64_t tokens,
+                                      int64_t channels, int kernel, float* state) {
+  CausalConvState(in, ld_in, tokens, channels, kernel, state);
+}
+
+// Sequences per batched conv launch; the parameters stay well under 4 KiB.
+constexpr int kMaxConvBatch = 16;
+struct ConvBatch {
+  ConvSequence seq[kMaxConvBatch];
+};
+
+__global__ void CausalConvOutBatchKernel(ConvBatch b, int64_t channels, const float* w,
+                                         int kernel) {
+  const ConvSequence& s = b.seq[blockIdx.y];
+  CausalConvOut(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
+}
+
+__global__ void CausalConvStateBatchKernel(ConvBatch b, int64_t channels, int kernel) {
+  const ConvSequence& s = b.seq[blockIdx.y];
+  CausalConvState(s.in, s.ld_in, s.tokens, channels, kernel, s.state);
 }
 
 __global__ void EmbeddingGatherKernel(const float* table, int64_t dim, const int32_t* ids,
@@ -290,6 +319,29 @@ hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t 
 }
 
 int CausalConvMaxKernel() { return kMaxConvKernel; }
+int CausalConvMaxBatch() { return kMaxConvBatch; }
+
+hipError_t CausalConvSiluBatch(const ConvSequence* seqs, int count, int64_t channels,
+                               const float* w, int kernel, hipStream_t stream) {
+  if (count <= 0 || channels == 0) return hipSuccess;
+  if (count > kMaxConvBatch) return hipErrorInvalidValue;
+  ConvBatch b{};
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) {
+    b.seq[i] = seqs[i];
+    most = seqs[i].tokens > most ? seqs[i].tokens : most;
+  }
+  if (most == 0) return hipSuccess;
+  // A sequence's grid row has the blocks its own launch would have (or more, for a shorter
+  // sequence: the extra blocks find no element), and the same per-element arithmetic.
+  const dim3 out_grid(GridFor(most * channels, kElementThreads), static_cast<unsigned int>(count));
+  CausalConvOutBatchKernel<<<out_grid, kElementThreads, 0, stream>>>(b, channels, w, kernel);
+  hipError_t e = hipGetLastError();
+  if (e != hipSuccess || kernel <= 1) return e;
+  const dim3 state_grid(GridFor(channels, kElementThreads), static_cast<unsigned int>(count));
+  CausalConvStateBatchKernel<<<state_grid, kElementThreads, 0, stream>>>(b, channels, kernel);
+  return hipGetLastError();
+}
 
 hipError_t CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                           const float* w, int kernel, float* state, float* out,

@@ -109,10 +109,10 @@ __device__ float GroupSum(const float* part, int stride, int index) {
   return acc;
 }
 
+// The recurrent form for one block: v-head blockIdx.x, columns blockIdx.y * kCols, ... of one
+// sequence. kq: 2 * kMaxD floats, part: kGroups * kCols floats of shared memory.
 template <int kMaxD>
-__global__ void __launch_bounds__(kThreads) RecurrentKernel(Params p) {
-  __shared__ float kq[2 * kMaxD];
-  __shared__ float part[kGroups * kCols];
+__device__ void RecurrentBlock(const Params& p, float* kq, float* part) {
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int cj = threadIdx.x % kCols;
@@ -150,6 +150,28 @@ __global__ void __launch_bounds__(kThreads) RecurrentKernel(Params p) {
     __syncthreads();  // `kq` and `part` are rewritten by the next token.
   }
   StoreColumn<kMaxD>(p, h, col, grp, s);
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) RecurrentKernel(Params p) {
+  __shared__ float kq[2 * kMaxD];
+  __shared__ float part[kGroups * kCols];
+  RecurrentBlock<kMaxD>(p, kq, part);
+}
+
+// Sequences per launch of RecurrentBatchKernel: its parameters (kMaxBatch Params) stay well
+// under the 4 KiB a kernel's parameters may take.
+constexpr int kMaxBatch = 16;
+struct ParamsBatch {
+  Params seq[kMaxBatch];
+};
+
+// Sequence blockIdx.z of the batch, as RecurrentKernel over that sequence alone.
+template <int kMaxD>
+__global__ void __launch_bounds__(kThreads) RecurrentBatchKernel(ParamsBatch b) {
+  __shared__ float kq[2 * kMaxD];
+  __shared__ float part[kGroups * kCols];
+  RecurrentBlock<kMaxD>(b.seq[blockIdx.z], kq, part);
 }
 
 // One block per (head, chunk of the segment). Shared: k rows [chunk, dk + 1], the B matrix
@@ -380,9 +402,9 @@ int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tok
   return a.v_heads * CeilDiv(seg, a.chunk) * WorkFloatsPerChunk(a.chunk, a.dk, a.dv);
 }
 
-hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
-                      hipStream_t stream) {
-  if (a.tokens == 0) return hipSuccess;
+namespace {
+
+Params ParamsOf(const GatedDeltaLaunch& a) {
   Params p;
   p.q = a.q;
   p.k = a.k;
@@ -398,6 +420,37 @@ hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* 
   p.dv = a.dv;
   p.qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
   p.v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  return p;
+}
+
+template <int kMaxD>
+hipError_t RunBatch(const ParamsBatch& b, int count, hipStream_t stream) {
+  const Params& p = b.seq[0];
+  const dim3 grid(static_cast<unsigned int>(p.v_heads),
+                  static_cast<unsigned int>(CeilDiv(p.dv, kCols)),
+                  static_cast<unsigned int>(count));
+  RecurrentBatchKernel<kMaxD><<<grid, kThreads, 0, stream>>>(b);
+  return hipGetLastError();
+}
+
+}  // namespace
+
+int GatedDeltaMaxBatch() { return kMaxBatch; }
+
+hipError_t GatedDeltaRecurrentBatch(const GatedDeltaLaunch* a, int count, hipStream_t stream) {
+  if (count <= 0) return hipSuccess;
+  if (count > kMaxBatch) return hipErrorInvalidValue;
+  ParamsBatch b{};
+  for (int i = 0; i < count; ++i) b.seq[i] = ParamsOf(a[i]);
+  if (a[0].dk <= 64) return RunBatch<64>(b, count, stream);
+  if (a[0].dk <= 128) return RunBatch<128>(b, count, stream);
+  return RunBatch<256>(b, count, stream);
+}
+
+hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                      hipStream_t stream) {
+  if (a.tokens == 0) return hipSuccess;
+  const Params p = ParamsOf(a);
   if (a.dk <= 64) return Run<64>(p, a.chunk, segment_tokens, workspace, stream);
   if (a.dk <= 128) return Run<128>(p, a.chunk, segment_tokens, workspace, stream);
   return Run<256>(p, a.chunk, segment_tokens, workspace, stream);

@@ -31,6 +31,7 @@ using hipFuncAttribute = cudaFuncAttribute;
 using hipDeviceAttribute_t = cudaDeviceAttr;
 inline constexpr hipError_t hipSuccess = cudaSuccess;
 inline constexpr hipError_t hipErrorNoDevice = cudaErrorNoDevice;
+inline constexpr hipError_t hipErrorInvalidValue = cudaErrorInvalidValue;
 inline constexpr hipError_t hipErrorMemoryAllocation = cudaErrorMemoryAllocation;
 inline constexpr hipError_t hipErrorInsufficientDriver = cudaErrorInsufficientDriver;
 inline constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;

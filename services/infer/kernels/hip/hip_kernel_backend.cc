@@ -129,7 +129,9 @@ void HipKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t 
     Keep(Invalid("matmul rows", absl::StrCat("bad shape m=", m, " n=", n, " k=", k)));
     return;
   }
-  Check(hip::MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate, compute_), "matmul rows launch");
+  Check(
+      hip::MatMulRows(x, m, k, ldx, w, n, y, ldy, accumulate, options_.multi_row_decode, compute_),
+      "matmul rows launch");
 }
 
 absl::string_view HipKernelBackend::name() const {
@@ -160,18 +162,25 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
                                        const WeightMatrix& w, float* y, int64_t ldy,
                                        bool accumulate) {
   if (!Enter() || m == 0 || !CheckTyped("matmul rows", w, m, ldx, ldy)) return;
+  // Every part in one call where their rows together fit the kernels' grid; else a call per
+  // part (the same bits: a column's sum does not depend on the launch).
   const int64_t k = w.cols;
+  const bool one_launch = w.rows() <= hip::MatMulRowsMaxColumns();
   int64_t col = 0;
-  for (int i = 0; i < w.num_parts; ++i) {
-    const WeightMatrix::Part& part = w.parts[i];
-    const hipError_t e =
-        w.type == WeightType::kF32
-            ? hip::MatMulRows(x, m, k, ldx, static_cast<const float*>(part.data), part.rows,
-                              y + col, ldy, accumulate, compute_)
-            : hip::MatMulRowsBf16(x, m, k, ldx, static_cast<const uint16_t*>(part.data), part.rows,
-                                  y + col, ldy, accumulate, compute_);
-    if (!Check(e, "matmul rows launch")) return;
-    col += part.rows;
+  for (int i = 0; i < w.num_parts;) {
+    hip::RowWeights parts{};
+    parts.bf16 = w.type == WeightType::kBF16;
+    const int64_t first = col;
+    for (; i < w.num_parts && (parts.count == 0 || one_launch); ++i, ++parts.count) {
+      parts.data[parts.count] = w.parts[i].data;
+      parts.rows[parts.count] = w.parts[i].rows;
+      col += w.parts[i].rows;
+    }
+    if (!Check(hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
+                                    options_.multi_row_decode, compute_),
+               "matmul rows launch")) {
+      return;
+    }
   }
 }
 
@@ -331,6 +340,36 @@ void HipKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t to
         "causal conv launch");
 }
 
+void HipKernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) {
+  std::vector<hip::ConvSequence> run;
+  const CausalConvArgs* shape = nullptr;  // The run's channels, weights and kernel.
+  const auto flush = [&] {
+    if (!run.empty() && Enter()) {
+      Check(hip::CausalConvSiluBatch(run.data(), static_cast<int>(run.size()), shape->channels,
+                                     shape->w, shape->kernel, compute_),
+            "causal conv batch launch");
+    }
+    run.clear();
+  };
+  for (const CausalConvArgs& a : batch) {
+    if (!Enter()) return;
+    if (a.kernel < 1 || a.kernel > hip::CausalConvMaxKernel()) {
+      Keep(Invalid("causal conv", absl::StrCat("kernel ", a.kernel, " outside [1, ",
+                                               hip::CausalConvMaxKernel(), "]")));
+      return;
+    }
+    bool joins = static_cast<int>(run.size()) < hip::CausalConvMaxBatch() && shape != nullptr &&
+                 a.channels == shape->channels && a.w == shape->w && a.kernel == shape->kernel;
+    for (const hip::ConvSequence& s : run) joins = joins && s.state != a.state && s.out != a.out;
+    if (!joins) {
+      flush();
+      shape = &a;
+    }
+    run.push_back({a.in, a.ld_in, a.tokens, a.state, a.out});
+  }
+  flush();
+}
+
 void HipKernelBackend::Attention(const AttentionArgs& a) {
   if (!Enter() || a.tokens == 0) return;
   if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) {
@@ -381,17 +420,16 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
   }
 }
 
-void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
-  if (!Enter() || a.tokens == 0) return;
+bool HipKernelBackend::CheckGatedDelta(const GatedDeltaArgs& a) {
   if (a.k_heads <= 0 || a.v_heads <= 0 || a.v_heads % a.k_heads != 0) {
     Keep(Invalid("gated delta",
                  absl::StrCat("v_heads ", a.v_heads, " is not a multiple of k_heads ", a.k_heads)));
-    return;
+    return false;
   }
   if (a.dk <= 0 || a.dv <= 0 || a.dk > hip::GatedDeltaMaxHeadDim()) {
     Keep(Invalid("gated delta", absl::StrCat("dk ", a.dk, " / dv ", a.dv, " unsupported (dk max ",
                                              hip::GatedDeltaMaxHeadDim(), ")")));
-    return;
+    return false;
   }
   if (a.chunk < 0 || a.chunk > hip::GatedDeltaMaxChunk() ||
       hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk, a.dv) >
@@ -399,10 +437,23 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
       hip::GatedDeltaScanSharedBytes(a.chunk, a.dk) > static_cast<size_t>(max_shared_bytes_)) {
     Keep(Invalid("gated delta", absl::StrCat("chunk ", a.chunk, " unsupported (max ",
                                              hip::GatedDeltaMaxChunk(), ")")));
-    return;
+    return false;
   }
-  hip::GatedDeltaLaunch l{a.q,      a.k,       a.v,       a.g,  a.beta, a.state, a.out,
-                          a.tokens, a.k_heads, a.v_heads, a.dk, a.dv,   a.chunk};
+  return true;
+}
+
+namespace {
+
+hip::GatedDeltaLaunch LaunchOf(const GatedDeltaArgs& a) {
+  return {a.q,      a.k,       a.v,       a.g,  a.beta, a.state, a.out,
+          a.tokens, a.k_heads, a.v_heads, a.dk, a.dv,   a.chunk};
+}
+
+}  // namespace
+
+void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
+  if (!Enter() || a.tokens == 0 || !CheckGatedDelta(a)) return;
+  const hip::GatedDeltaLaunch l = LaunchOf(a);
   int64_t segment = options_.delta_segment_tokens;
   if (a.chunk > 0) {
     // Whole chunks, and no more chunks per segment than a grid dimension takes.
@@ -413,6 +464,36 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   const int64_t ws_floats = hip::GatedDeltaWorkspaceFloats(l, segment);
   if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
   Check(hip::GatedDelta(l, segment, ws, compute_), "gated delta launch");
+}
+
+void HipKernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) {
+  std::vector<hip::GatedDeltaLaunch> run;
+  // Launches the recurrent calls gathered in `run`.
+  const auto flush = [&] {
+    if (!run.empty() && Enter()) {
+      Check(hip::GatedDeltaRecurrentBatch(run.data(), static_cast<int>(run.size()), compute_),
+            "gated delta batch launch");
+    }
+    run.clear();
+  };
+  for (const GatedDeltaArgs& a : batch) {
+    if (!Enter()) return;
+    if (a.tokens == 0) continue;
+    if (!CheckGatedDelta(a)) return;
+    // A recurrent call joins the run if the run has room, the same shape and not its state.
+    bool joins = a.chunk == 0 && static_cast<int>(run.size()) < hip::GatedDeltaMaxBatch();
+    for (const hip::GatedDeltaLaunch& l : run) {
+      joins = joins && l.state != a.state && l.k_heads == a.k_heads && l.v_heads == a.v_heads &&
+              l.dk == a.dk && l.dv == a.dv;
+    }
+    if (!joins) flush();
+    if (a.chunk == 0) {
+      run.push_back(LaunchOf(a));
+    } else {
+      GatedDeltaRule(a);
+    }
+  }
+  flush();
 }
 
 void HipKernelBackend::CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols,

@@ -42,6 +42,12 @@ struct HipKernelBackendOptions {
   // matrix units: q, k, v and the softmax weights rounded to bf16, fp32 accumulation
   // (hip::AttentionMma). Off, or where unsupported (AMD, head_dim > 256), the fp32 kernel.
   bool bf16_attention = true;
+  // MatMulRows calls of 2 or more rows (batched decode) take the multi-row kernel: up to 16
+  // rows share each weight load, every part of the matrix takes one launch, and the reduction
+  // tree is summed by many threads at once. The same bits as the default row kernel (the same
+  // order per element; tested), but measured slower on the H200 (kernels/hip/README.md), so
+  // off by default.
+  bool multi_row_decode = false;
 };
 
 // The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
@@ -140,6 +146,12 @@ class HipKernelBackend final : public KernelBackend {
                       const float* w, int kernel, float* state, float* out) override;
   void Attention(const AttentionArgs& args) override;
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
+  // Runs of calls with the same channels, weights and kernel and distinct states take one
+  // launch (two with the state update) per hip::CausalConvMaxBatch() sequences.
+  void CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) override;
+  // Runs of recurrent calls (chunk 0) of equal shapes and distinct states take one launch per
+  // hip::GatedDeltaMaxBatch() sequences; the rest are GatedDeltaRule calls.
+  void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
   void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                 int64_t ld_dst) override;
   void AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
@@ -193,6 +205,8 @@ class HipKernelBackend final : public KernelBackend {
   // Keeps InvalidArgument and returns false unless `w` is a matrix this backend takes whose
   // columns fit x's row stride `ldx` and whose rows fit y's `ldy`.
   bool CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx, int64_t ldy);
+  // Keeps InvalidArgument and returns false unless the kernels take `a`'s heads, dims and chunk.
+  bool CheckGatedDelta(const GatedDeltaArgs& a);
   hipStream_t StreamOf(HipStream s) const {
     return s == HipStream::kCompute ? compute_ : transfer_;
   }

@@ -28,6 +28,20 @@ hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t 
                    int64_t dim, float* out, hipStream_t stream);
 // Outputs first, then the new window per channel, so `state` is read before it is rewritten.
 int CausalConvMaxKernel();
+// One sequence of CausalConvSiluBatch.
+struct ConvSequence {
+  const float* in;
+  int64_t ld_in;
+  int64_t tokens;
+  float* state;
+  float* out;
+};
+// CausalConvSilu over `count` (at most CausalConvMaxBatch()) sequences sharing channels,
+// weights and kernel, with distinct states and outputs, in one launch (two with the state
+// update); each sequence gets the bits of its own CausalConvSilu call.
+int CausalConvMaxBatch();
+hipError_t CausalConvSiluBatch(const ConvSequence* seqs, int count, int64_t channels,
+                               const float* w, int kernel, hipStream_t stream);
 hipError_t CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                           const float* w, int kernel, float* state, float* out, hipStream_t stream);
 hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
@@ -50,14 +64,27 @@ hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
                     int32_t* ids, float* weights, hipStream_t stream);
 
 // y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
-// depends on k alone: rows never influence each other's bits.
+// depends on k alone: rows never influence each other's bits. `multi_row`: calls of 2 or more
+// rows take the kernel that shares each weight load among up to 16 rows (the same bits; slower
+// on the H200, so HipKernelBackendOptions::multi_row_decode is off by default).
 int64_t MatMulRowsMaxColumns();
 hipError_t MatMulRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
-                      float* y, int64_t ldy, bool accumulate, hipStream_t stream);
-// As MatMulRows over bf16 weights (raw bits), widened exactly in registers: the bits of
-// MatMulRows over the widened weights, reading half the bytes.
-hipError_t MatMulRowsBf16(const float* x, int64_t m, int64_t k, int64_t ldx, const uint16_t* w,
-                          int64_t n, float* y, int64_t ldy, bool accumulate, hipStream_t stream);
+                      float* y, int64_t ldy, bool accumulate, bool multi_row, hipStream_t stream);
+// A weight matrix of 1 to 4 parts for MatMulRowsParts: part p holds the next rows[p] rows (k
+// values each, contiguous), fp32 or bf16 (raw bits).
+struct RowWeights {
+  const void* data[4];
+  int64_t rows[4];
+  int count;
+  bool bf16;
+};
+// MatMulRows over every part of `w` (n = the parts' rows together, at most
+// MatMulRowsMaxColumns()): one launch per part, or one for all with `multi_row` (2 or more
+// rows). bf16 weights widen exactly in registers: the bits of MatMulRows over the widened
+// weights, reading half the bytes.
+hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
+                           float* y, int64_t ldy, bool accumulate, bool multi_row,
+                           hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
@@ -126,6 +153,11 @@ size_t GatedDeltaScanSharedBytes(int chunk, int dk);
 int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
 hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                       hipStream_t stream);
+// The recurrent form (chunk ignored) of up to GatedDeltaMaxBatch() sequences in one launch:
+// `count` launches of equal k_heads, v_heads, dk and dv with distinct states. Each sequence's
+// blocks run the one-sequence kernel's code, so its bits are those of its own GatedDelta call.
+int GatedDeltaMaxBatch();
+hipError_t GatedDeltaRecurrentBatch(const GatedDeltaLaunch* a, int count, hipStream_t stream);
 
 }  // namespace cairn::infer::hip
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "services/infer/kernels/scratch_arena.h"
 
@@ -630,11 +631,14 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   ASSIGN_OR_RETURN(float* proj, scratch_.Take<float>(t * width));
   MatMul(g, x, t, d, w.in_proj, proj, width, false);
   ASSIGN_OR_RETURN(float* conv, scratch_.Take<float>(t * conv_dim));
+  // One call for the group's sequences: a device backend runs them together.
+  std::vector<CausalConvArgs> convs;
+  convs.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
-    backend_->CausalConvSilu(proj + s.row * width, width, s.tokens, conv_dim, w.conv.data,
-                             c_.conv_kernel, s.slot->data(w.conv_component),
-                             conv + s.row * conv_dim);
+    convs.push_back({proj + s.row * width, width, s.tokens, conv_dim, w.conv.data, c_.conv_kernel,
+                     s.slot->data(w.conv_component), conv + s.row * conv_dim});
   }
+  backend_->CausalConvSiluBatch(convs);
   ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * kd));
   ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kd));
   ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * vd));
@@ -652,8 +656,11 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
                         1.0f / std::sqrt(static_cast<float>(dk)));
   backend_->L2Normalize(k, t * c_.linear_k_heads, dk, kL2NormEps, 1.0f);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * vd));
+  // One call for the group's sequences: a device backend runs their decode steps together.
+  std::vector<GatedDeltaArgs> batch;
+  batch.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
-    GatedDeltaArgs args;
+    GatedDeltaArgs& args = batch.emplace_back();
     args.q = q + s.row * kd;
     args.k = k + s.row * kd;
     args.v = v + s.row * vd;
@@ -667,8 +674,8 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     args.dk = dk;
     args.dv = c_.linear_v_dim;
     args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
-    backend_->GatedDeltaRule(args);
   }
+  backend_->GatedDeltaRuleBatch(batch);
   backend_->GatedRmsNorm(o, z, t * hv, c_.linear_v_dim, w.norm.data, c_.rms_norm_eps, o);
   MatMul(g, o, t, vd, w.out, h, d, true);
   return absl::OkStatus();
@@ -684,14 +691,16 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   ScratchArena::Frame frame(scratch_);
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * e));
   MatMul(g, x, t, d, w.router, logits, e, false);
-  ASSIGN_OR_RETURN(int32_t * ids, scratch_.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(float* weights, scratch_.Take<float>(picks));
+  // The ids and then the weights in one buffer, so they come down in one copy.
+  ASSIGN_OR_RETURN(int32_t * ids, scratch_.Take<int32_t>(2 * picks));
+  float* weights = reinterpret_cast<float*>(ids + picks);
   backend_->MoeRoute(logits, t, e, top_k, c_.norm_topk_prob, ids, weights);
   // The routing comes to the host, which sorts the tokens by expert.
-  std::vector<int32_t> host_ids(static_cast<size_t>(picks));
-  std::vector<float> host_weights(host_ids.size());
-  RETURN_IF_ERROR(memory_->Download(host_ids.data(), ids, picks * 4));
-  RETURN_IF_ERROR(memory_->Download(host_weights.data(), weights, picks * 4));
+  std::vector<int32_t> routing(static_cast<size_t>(2 * picks));
+  RETURN_IF_ERROR(memory_->Download(routing.data(), ids, picks * 8));
+  const absl::Span<const int32_t> host_ids(routing.data(), static_cast<size_t>(picks));
+  std::vector<float> host_weights(static_cast<size_t>(picks));
+  std::memcpy(host_weights.data(), routing.data() + picks, picks * 4);
   std::vector<int64_t> count(static_cast<size_t>(e) + 1, 0);
   for (int32_t id : host_ids) {
     if (id < 0 || id >= e) return absl::InternalError(absl::StrCat("MoE routing gave expert ", id));
@@ -704,18 +713,17 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
     start[ex + 1] = start[ex] + count[ex + 1];
     largest = std::max(largest, count[ex + 1]);
   }
-  std::vector<int32_t> rows(static_cast<size_t>(picks));
-  std::vector<float> scales(rows.size());
+  // The sorted rows and then their scales (as bits) in one buffer, so they go up in one copy.
+  std::vector<int32_t> sorted(static_cast<size_t>(2 * picks));
   std::vector<int64_t> next(start.begin(), start.end() - 1);
   for (int64_t i = 0; i < picks; ++i) {
     const int64_t at = next[static_cast<size_t>(host_ids[i])]++;
-    rows[at] = static_cast<int32_t>(i / top_k);
-    scales[at] = host_weights[i];
+    sorted[at] = static_cast<int32_t>(i / top_k);
+    std::memcpy(&sorted[picks + at], &host_weights[i], 4);
   }
-  ASSIGN_OR_RETURN(int32_t * rows_dev, scratch_.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(float* scales_dev, scratch_.Take<float>(picks));
-  RETURN_IF_ERROR(memory_->Upload(rows_dev, rows.data(), picks * 4));
-  RETURN_IF_ERROR(memory_->Upload(scales_dev, scales.data(), picks * 4));
+  ASSIGN_OR_RETURN(int32_t * rows_dev, scratch_.Take<int32_t>(2 * picks));
+  const float* scales_dev = reinterpret_cast<const float*>(rows_dev + picks);
+  RETURN_IF_ERROR(memory_->Upload(rows_dev, sorted.data(), picks * 8));
   // Shared expert first, then routed experts in ascending id; every token's sum has a fixed
   // order.
   ASSIGN_OR_RETURN(float* out, scratch_.Take<float>(t * d));

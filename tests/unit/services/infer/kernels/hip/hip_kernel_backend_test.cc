@@ -272,6 +272,44 @@ TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
             kTightTolerance);
 }
 
+TEST_F(HipKernelBackendTest, CausalConvBatchGivesTheBitsOfOneCallPerSequence) {
+  // 20 sequences of one token (more than one launch holds), one of 7 tokens, and a last one on
+  // the first sequence's state again (after its update).
+  const int64_t channels = 301, ld = channels + 5;
+  const int kernel = 4;
+  std::vector<int64_t> tokens(19, 1);
+  tokens[4] = 7;
+  std::vector<int> state_of(19);
+  for (int i = 0; i < 19; ++i) state_of[i] = i;
+  tokens.push_back(1);
+  state_of.push_back(0);
+  int64_t total = 0;
+  for (const int64_t t : tokens) total += t;
+  const std::vector<float> in = RandomFloats(total * ld, 70),
+                           w = RandomFloats(channels * kernel, 71),
+                           states0 = RandomFloats(19 * (kernel - 1) * channels, 72);
+  DeviceBuffer din = Up(in), dw = Up(w), batch_states = Up(states0), one_states = Up(states0);
+  DeviceBuffer batch_out = Poisoned(total * channels), one_out = Poisoned(total * channels);
+  const auto args_for = [&](DeviceBuffer& states, DeviceBuffer& out) {
+    std::vector<CausalConvArgs> args;
+    int64_t at = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      args.push_back({din.floats() + at * ld, ld, tokens[i], channels, dw.floats(), kernel,
+                      states.floats() + int64_t{state_of[i]} * (kernel - 1) * channels,
+                      out.floats() + at * channels});
+      at += tokens[i];
+    }
+    return args;
+  };
+  gpu_->CausalConvSiluBatch(args_for(batch_states, batch_out));
+  for (const CausalConvArgs& a : args_for(one_states, one_out)) {
+    gpu_->CausalConvSilu(a.in, a.ld_in, a.tokens, a.channels, a.w, a.kernel, a.state, a.out);
+  }
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(batch_out, total * channels), Down(one_out, total * channels)));
+  EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
+}
+
 struct AttentionCase {
   int64_t tokens, past;
   int q_heads, kv_heads, head_dim;
@@ -416,6 +454,51 @@ TEST_P(HipGatedDeltaTest, MatchesCpuAndRepeatsBitForBit) {
   EXPECT_LT(Measured(name + " delta state", RelErr(state, ref_state)), kRecurrenceTolerance);
   EXPECT_TRUE(SameBits(out, Down(o2, ref.size())));
   EXPECT_TRUE(SameBits(state, Down(s2, ref_state.size())));
+}
+
+TEST_F(HipKernelBackendTest, GatedDeltaBatchGivesTheBitsOfOneCallPerSequence) {
+  // 21 sequences: decode steps (more than one launch holds), a 3-token recurrent call, a chunked
+  // pass in the middle, and a last step on the first sequence's state again (after its update).
+  const int kh = 4, vh = 8, dk = 128, dv = 96;
+  struct Seq {
+    int64_t tokens;
+    int chunk;
+    int state;
+  };
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 18; ++i) seqs.push_back({1, 0, i});
+  seqs.insert(seqs.begin() + 5, Seq{3, 0, 18});
+  seqs.insert(seqs.begin() + 9, Seq{70, 64, 19});
+  seqs.push_back({1, 0, 0});
+  int64_t total = 0;
+  for (const Seq& q : seqs) total += q.tokens;
+  std::vector<float> q = RandomFloats(total * kh * dk, 60), k = RandomFloats(total * kh * dk, 61);
+  cpu_->L2Normalize(k.data(), total * kh, dk, 1e-6f, 1.0f);
+  cpu_->L2Normalize(q.data(), total * kh, dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));
+  const std::vector<float> v = RandomFloats(total * vh * dv, 62),
+                           g = RandomFloats(total * vh, 63, -0.5f, -0.01f),
+                           beta = RandomFloats(total * vh, 64, 0.1f, 0.9f),
+                           states0 = RandomFloats(20 * vh * dk * dv, 65, -0.2f, 0.2f);
+  DeviceBuffer dq = Up(q), dk_ = Up(k), dv_ = Up(v), dg = Up(g), db = Up(beta);
+  DeviceBuffer batch_states = Up(states0), one_states = Up(states0);
+  DeviceBuffer batch_out = Poisoned(total * vh * dv), one_out = Poisoned(total * vh * dv);
+  const auto args_for = [&](DeviceBuffer& states, DeviceBuffer& out) {
+    std::vector<GatedDeltaArgs> args;
+    int64_t at = 0;
+    for (const Seq& s : seqs) {
+      args.push_back({dq.floats() + at * kh * dk, dk_.floats() + at * kh * dk,
+                      dv_.floats() + at * vh * dv, dg.floats() + at * vh, db.floats() + at * vh,
+                      states.floats() + int64_t{s.state} * vh * dk * dv,
+                      out.floats() + at * vh * dv, s.tokens, kh, vh, dk, dv, s.chunk});
+      at += s.tokens;
+    }
+    return args;
+  };
+  gpu_->GatedDeltaRuleBatch(args_for(batch_states, batch_out));
+  for (const GatedDeltaArgs& a : args_for(one_states, one_out)) gpu_->GatedDeltaRule(a);
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(batch_out, total * vh * dv), Down(one_out, total * vh * dv)));
+  EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -654,6 +737,56 @@ TEST_F(HipKernelBackendTest, Bf16RowKernelHasTheBitsOfTheFp32KernelOverTheWidene
         SameBits(Down(one, n), std::vector<float>(got.begin() + 5 * n, got.begin() + 6 * n)));
     EXPECT_LT(Measured("bf16 matmul rows k=" + std::to_string(k), RelErr(got, ref)),
               kReductionTolerance);
+  }
+}
+
+TEST_F(HipKernelBackendTest, MultiRowKernelHasTheBitsOfTheOneRowKernelForEveryRowCount) {
+  // The default row kernel (multi_row_decode off) gives the reference bits; the multi-row
+  // kernel must give them for calls of 2 to 40 rows starting at any row, over bf16 and fp32
+  // weights, with and without accumulation.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> one_row = HipKernelBackend::Create({});
+  ASSERT_TRUE(one_row.ok()) << one_row.status();
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> multi =
+      HipKernelBackend::Create({.multi_row_decode = true});
+  ASSERT_TRUE(multi.ok()) << multi.status();
+  for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
+    SCOPED_TRACE(::testing::Message() << "k=" << k);
+    const int64_t rows = 40, n = 203;
+    const std::vector<float> x = RandomFloats(rows * k, 50), y0 = RandomFloats(rows * n, 52);
+    const RandomBf16 w = RandomBf16Values(n * k, 51);
+    std::vector<float> ref(rows * n);
+    cpu_->MatMulRowsTyped(x.data(), rows, k,
+                          WeightMatrix::Of(w.bits.data(), WeightType::kBF16, n, k), ref.data(), n,
+                          false);
+    DeviceBuffer dx = Up(x), dw = Up(w.bits), dwide = Up(w.wide), base = Poisoned(rows * n),
+                 base_acc = Up(y0);
+    // Two parts, the second starting at a column no block boundary falls on.
+    const int64_t split = 77;
+    const WeightMatrix wm =
+        TwoParts(dw.data(), static_cast<const char*>(dw.data()) + split * k * 2, split, n, k);
+    (*one_row)->MatMulRowsTyped(dx.floats(), rows, k, wm, base.floats(), n, false);
+    (*one_row)->MatMulRowsTyped(dx.floats(), rows, k, wm, base_acc.floats(), n, true);
+    ASSERT_TRUE((*one_row)->Synchronize().ok());
+    const std::vector<float> expect = Down(base, rows * n), expect_acc = Down(base_acc, rows * n);
+    EXPECT_LT(Measured("one-row layout k=" + std::to_string(k), RelErr(expect, ref)),
+              kReductionTolerance);
+    for (const int64_t m : {2, 3, 4, 5, 8, 9, 16, 17, 33, 40}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m);
+      const int64_t first = (rows - m) / 2;
+      const auto slice = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + first * n, v.begin() + (first + m) * n);
+      };
+      DeviceBuffer typed = Poisoned(m * n), wide = Poisoned(m * n);
+      DeviceBuffer acc = Up(slice(y0));
+      (*multi)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, typed.floats(), n, false);
+      (*multi)->MatMulRows(dx.floats() + first * k, m, k, k, dwide.floats(), n, wide.floats(), n,
+                           false);
+      (*multi)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, acc.floats(), n, true);
+      ASSERT_TRUE((*multi)->Synchronize().ok());
+      EXPECT_TRUE(SameBits(Down(typed, m * n), slice(expect)));
+      EXPECT_TRUE(SameBits(Down(wide, m * n), slice(expect)));
+      EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
+    }
   }
 }
 

@@ -58,6 +58,10 @@ int Main(bool quick) {
   {
     absl::StatusOr<std::unique_ptr<GpuBlas>> blas = GpuBlas::Create(nullptr);
     if (!blas.ok()) Bench::Fail(blas.status().ToString());
+    // The multi-row kernel (HipKernelBackendOptions::multi_row_decode; the same bits).
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> multi =
+        HipKernelBackend::Create({.multi_row_decode = true});
+    if (!multi.ok()) Bench::Fail(multi.status().ToString());
     for (const int64_t n : {int64_t{12288}, int64_t{151936}}) {
       const int64_t k = 4096;
       // Random bits as bf16: the fp32 buffers hold twice the elements needed.
@@ -88,6 +92,17 @@ int Main(bool quick) {
         Row(label, tp, unit, m >= 64 ? flops : bytes);
         std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld (x%.2f)", m, k, n, tr / tu);
         Row(label, tr, unit, m >= 64 ? flops : bytes);
+        if (m > 1) {
+          const double to = bench.Time(
+              [&] {
+                (*multi)->MatMulRowsTyped(x, m, k, wm, y, n, false);
+                Bench::Check((*multi)->Synchronize(), "multi-row kernel");
+              },
+              reps);
+          std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld multi-row kernel (x%.2f)",
+                        m, k, n, to / tu);
+          Row(label, to, unit, m >= 64 ? flops : bytes);
+        }
       }
       bench.Free();
     }
