@@ -122,8 +122,6 @@ class CpuKernelBackend final : public KernelBackend {
   // the profiles.
   class ScopedTimer;
 
-  void RowInvariantAttention(const AttentionArgs& args);
-
   // Runs fn(i) for every i in [0, n), spread over the pool and the calling thread; returns
   // when all are done.
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);

@@ -1,0 +1,157 @@
+#include "services/infer/kernels/cpu/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "services/infer/kernels/cpu/simd.h"
+
+namespace cairn::infer::cpu {
+namespace {
+
+// Query rows per block of the attention score matrix.
+constexpr int64_t kAttentionQueryBlock = 256;
+
+// Four floats as one value (GCC/Clang vector extension): one SSE register on baseline x86-64,
+// with lane-wise arithmetic.
+typedef float F32x4 __attribute__((vector_size(16)));
+
+inline F32x4 Load4(const float* p) {
+  F32x4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// A dot product whose summation order depends only on `n`: sixteen interleaved partial sums
+// (lane j sums the products at i = j mod 16), folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the
+// remainder in order. Bit-identical wherever it runs.
+float RowDot(const float* a, const float* b, int64_t n) {
+  F32x4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 += Load4(a + i) * Load4(b + i);
+    s1 += Load4(a + i + 4) * Load4(b + i + 4);
+    s2 += Load4(a + i + 8) * Load4(b + i + 8);
+    s3 += Load4(a + i + 12) * Load4(b + i + 12);
+  }
+  const F32x4 lo = s0 + s2;                     // Lanes 0..3 of the 16 -> 8 fold.
+  const F32x4 hi = s1 + s3;                     // Lanes 4..7.
+  const F32x4 f4 = lo + hi;                     // 8 -> 4.
+  float s = (f4[0] + f4[2]) + (f4[1] + f4[3]);  // 4 -> 2 -> 1.
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Softmax of p[0, n) in place, zeroing p[n, keys): the attention rows of the blocked path.
+// Deterministic for given inputs (the sums run in a fixed lane order).
+CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
+  F32x16 mv = F32x16{} - INFINITY;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    mv = v > mv ? v : mv;
+  }
+  float mx = -INFINITY;
+  for (int i = 0; i < 16; ++i) mx = std::max(mx, mv[i]);
+  for (; j < n; ++j) mx = std::max(mx, p[j]);
+  F32x16 sv = {};
+  for (j = 0; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    v -= mx;
+    std::memcpy(p + j, &v, sizeof(v));
+    ExpNonPositive16(p + j);
+    std::memcpy(&v, p + j, sizeof(v));
+    sv += v;
+  }
+  float sum = 0.0f;
+  if (j < n) {
+    // The tail as one vector padded with the lowest input; only its real lanes count.
+    float tail[16];
+    for (int i = 0; i < 16; ++i) tail[i] = j + i < n ? p[j + i] - mx : -87.0f;
+    ExpNonPositive16(tail);
+    for (int i = 0; j + i < n; ++i) {
+      p[j + i] = tail[i];
+      sum += tail[i];
+    }
+  }
+  for (int i = 0; i < 16; ++i) sum += sv[i];
+  const float inv = 1.0f / sum;
+  for (j = 0; j + 16 <= n; j += 16) {
+    F32x16 v;
+    std::memcpy(&v, p + j, sizeof(v));
+    v *= inv;
+    std::memcpy(p + j, &v, sizeof(v));
+  }
+  for (; j < n; ++j) p[j] *= inv;
+  std::fill(p + n, p + keys, 0.0f);
+}
+
+int64_t QueryBlocks(const AttentionArgs& a) {
+  return (a.tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+}
+
+}  // namespace
+
+int64_t BlockedAttentionItems(const AttentionArgs& a) { return QueryBlocks(a) * a.q_heads; }
+
+void BlockedAttentionItem(const AttentionArgs& a, int64_t item, std::vector<float>* scores) {
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t blocks = QueryBlocks(a);
+  const int64_t h = item % a.q_heads;
+  const int64_t t0 = (blocks - 1 - item / a.q_heads) * kAttentionQueryBlock;
+  const int64_t kvh = h / group;
+  const int64_t rows = std::min(kAttentionQueryBlock, a.tokens - t0);
+  const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
+  scores->resize(static_cast<size_t>(rows * keys));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
+              static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
+              scores->data(), static_cast<blasint>(keys));
+  for (int64_t r = 0; r < rows; ++r) {
+    SoftmaxRow(scores->data() + r * keys, a.past + t0 + r + 1, keys);
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), a.head_dim,
+              static_cast<blasint>(keys), 1.0f, scores->data(), static_cast<blasint>(keys),
+              a.v + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
+              a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
+}
+
+int64_t RowInvariantAttentionItems(const AttentionArgs& a) {
+  return static_cast<int64_t>(a.q_heads) * a.tokens;
+}
+
+void RowInvariantAttentionItem(const AttentionArgs& a, int64_t item) {
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t h = item / a.tokens;
+  const int64_t r = item % a.tokens;
+  const int64_t kvh = h / group;
+  const int64_t keys = a.past + r + 1;
+  const float* q = a.q + r * q_ld + h * a.head_dim;
+  std::vector<float> p(static_cast<size_t>(keys));
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < keys; ++j) {
+    p[j] = RowDot(q, a.k + j * kv_ld + kvh * a.head_dim, a.head_dim) * a.scale;
+    mx = std::max(mx, p[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < keys; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  const float inv = 1.0f / sum;
+  float* out = a.out + r * q_ld + h * a.head_dim;
+  std::fill(out, out + a.head_dim, 0.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    Axpy(p[j] * inv, a.v + j * kv_ld + kvh * a.head_dim, out, a.head_dim);
+  }
+}
+
+}  // namespace cairn::infer::cpu

@@ -1,0 +1,28 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_CPU_ATTENTION_H_
+#define CAIRN_SERVICES_INFER_KERNELS_CPU_ATTENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "services/infer/kernels/kernel_backend.h"
+
+// CpuKernelBackend's causal attention as independent work items, for the backend to spread over
+// its threads. Each item writes its own part of a.out and nothing else.
+namespace cairn::infer::cpu {
+
+// Work items of the blocked attention (prefill passes): one per query head and block of query
+// rows, the blocks with the most keys first.
+int64_t BlockedAttentionItems(const AttentionArgs& a);
+// Item `item` of the blocked attention: scores through cblas_sgemm, a causal softmax per row,
+// the weighted values through cblas_sgemm; `scores` is the running thread's score buffer.
+void BlockedAttentionItem(const AttentionArgs& a, int64_t item, std::vector<float>* scores);
+
+// Work items of the row-invariant attention: one per query head and query row.
+int64_t RowInvariantAttentionItems(const AttentionArgs& a);
+// Item `item`: scores over keys 0..p in key order, a softmax with sums in key order, the
+// output accumulated in key order. Nothing depends on the pass the row belongs to.
+void RowInvariantAttentionItem(const AttentionArgs& a, int64_t item);
+
+}  // namespace cairn::infer::cpu
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_CPU_ATTENTION_H_
