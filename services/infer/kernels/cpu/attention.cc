@@ -90,24 +90,46 @@ CAIRN_SIMD_CLONES void SoftmaxRow(float* p, int64_t n, int64_t keys) {
   std::fill(p + n, p + keys, 0.0f);
 }
 
-int64_t QueryBlocks(const AttentionArgs& a) {
-  return (a.tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+int64_t QueryBlocks(int64_t tokens) {
+  return (tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+}
+
+// Block `b` of the query rows of a pass: its first row, its rows, and the keys its last row sees.
+struct QueryBlock {
+  int64_t t0;
+  int64_t rows;
+  int64_t keys;
+};
+QueryBlock BlockAt(int64_t tokens, int64_t past, int64_t b) {
+  const int64_t t0 = b * kAttentionQueryBlock;
+  const int64_t rows = std::min(kAttentionQueryBlock, tokens - t0);
+  return {t0, rows, past + t0 + rows};
 }
 
 }  // namespace
 
-int64_t BlockedAttentionItems(const AttentionArgs& a) { return QueryBlocks(a) * a.q_heads; }
+std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t past,
+                                                       int64_t head_dim) {
+  std::vector<AttentionProduct> products;
+  for (int64_t b = 0; b < QueryBlocks(tokens); ++b) {
+    const QueryBlock q = BlockAt(tokens, past, b);
+    products.push_back({q.rows, q.keys, head_dim, /*transposed_b=*/true});
+    products.push_back({q.rows, head_dim, q.keys, /*transposed_b=*/false});
+  }
+  return products;
+}
+
+int64_t BlockedAttentionItems(const AttentionArgs& a) { return QueryBlocks(a.tokens) * a.q_heads; }
 
 void BlockedAttentionItem(const AttentionArgs& a, int64_t item, std::vector<float>* scores) {
   const int group = a.q_heads / a.kv_heads;
   const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
   const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  const int64_t blocks = QueryBlocks(a);
   const int64_t h = item % a.q_heads;
-  const int64_t t0 = (blocks - 1 - item / a.q_heads) * kAttentionQueryBlock;
+  // The last blocks (the most keys) first.
+  const auto [t0, rows, keys] =
+      BlockAt(a.tokens, a.past, QueryBlocks(a.tokens) - 1 - item / a.q_heads);
   const int64_t kvh = h / group;
-  const int64_t rows = std::min(kAttentionQueryBlock, a.tokens - t0);
-  const int64_t keys = a.past + t0 + rows;  // Keys visible to the block's last row.
   scores->resize(static_cast<size_t>(rows * keys));
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
               static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,

@@ -10,6 +10,22 @@
 // its threads. Each item writes its own part of a.out and nothing else.
 namespace cairn::infer::cpu {
 
+// One matrix product of the blocked attention, y[m, n] = x[m, k] . b (b is [n, k] when
+// `transposed_b`, else [k, n]): the scores of a block of query rows (m rows, n keys, k the head
+// size; transposed) or its weighted values (m rows, n the head size, k keys).
+struct AttentionProduct {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool transposed_b = false;
+};
+
+// The products BlockedAttentionItem computes for one query head of a pass of `tokens` queries
+// after `past` earlier keys, as it computes them: each block of query rows takes the scores of
+// every key its last row sees (the masked ones after each row's own key included).
+std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t past,
+                                                       int64_t head_dim);
+
 // Work items of the blocked attention (prefill passes): one per query head and block of query
 // rows, the blocks with the most keys first.
 int64_t BlockedAttentionItems(const AttentionArgs& a);

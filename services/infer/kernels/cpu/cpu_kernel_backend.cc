@@ -538,6 +538,7 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
                 [&](int64_t item) { cpu::RowInvariantAttentionItem(a, item); });
     return;
   }
+  if (profiling_) attention_calls_.push_back({a.tokens, a.past, a.q_heads, a.head_dim});
   BlasFor(cpu::BlockedAttentionItems(a), [&](int64_t item, int worker) {
     cpu::BlockedAttentionItem(a, item, &scores_[static_cast<size_t>(worker)]);
   });

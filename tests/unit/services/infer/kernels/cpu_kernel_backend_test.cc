@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/infer/kernels/cpu/attention.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::infer {
@@ -465,6 +466,49 @@ TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnores
 
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], blocked[i], 1e-5f) << i;
   EXPECT_EQ(std::memcmp(tail.data(), whole.data() + 4 * 2 * hd, tail.size() * sizeof(float)), 0);
+}
+
+TEST(CpuKernelBackendProfileTest, RecordsTheBlockedAttentionCallsAndTheirProducts) {
+  CpuKernelBackendOptions options;
+  options.threads = 2;
+  options.profile = true;
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> backend = CpuKernelBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int64_t t = 300, past = 100;
+  const int hd = 8;
+  std::vector<float> q = Random(t * 2 * hd, 21);
+  std::vector<float> k = Random((past + t) * hd, 22);
+  std::vector<float> v = Random((past + t) * hd, 23);
+  std::vector<float> out(t * 2 * hd);
+  AttentionArgs a{q.data(), k.data(), v.data(), out.data(), t, past, 2, 1, hd, 0.5f};
+  (*backend)->Attention(a);
+  a.row_invariant = true;
+  (*backend)->Attention(a);  // Not a blocked call: not recorded.
+
+  ASSERT_EQ((*backend)->attention_calls().size(), 1u);
+  const CpuAttentionCall& call = (*backend)->attention_calls()[0];
+  EXPECT_EQ(call.tokens, t);
+  EXPECT_EQ(call.past, past);
+  EXPECT_EQ(call.q_heads, 2);
+  EXPECT_EQ(call.head_dim, hd);
+  // Blocks of 256 query rows, each with the keys its last row sees.
+  const std::vector<cpu::AttentionProduct> products =
+      cpu::BlockedAttentionProducts(call.tokens, call.past, call.head_dim);
+  ASSERT_EQ(products.size(), 4u);
+  EXPECT_EQ(products[0].m, 256);
+  EXPECT_EQ(products[0].n, past + 256);
+  EXPECT_EQ(products[0].k, hd);
+  EXPECT_TRUE(products[0].transposed_b);
+  EXPECT_EQ(products[1].m, 256);
+  EXPECT_EQ(products[1].n, hd);
+  EXPECT_EQ(products[1].k, past + 256);
+  EXPECT_FALSE(products[1].transposed_b);
+  EXPECT_EQ(products[2].m, t - 256);
+  EXPECT_EQ(products[2].n, past + t);
+  EXPECT_EQ(products[3].k, past + t);
+
+  (*backend)->ResetProfile();
+  EXPECT_TRUE((*backend)->attention_calls().empty());
 }
 
 }  // namespace
