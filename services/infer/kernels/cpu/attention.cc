@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "services/infer/kernels/cpu/simd.h"
+#include "services/infer/kernels/cpu/x86_intrinsics.h"
 
 namespace cairn::infer::cpu {
 namespace {
@@ -106,6 +107,72 @@ QueryBlock BlockAt(int64_t tokens, int64_t past, int64_t b) {
   return {t0, rows, past + t0 + rows};
 }
 
+// Keys per block of the transposed keys (TransposeKeys): one 16-lane vector.
+constexpr int64_t kKeyBlock = 16;
+// Keys per column tile of the score kernel (two vectors) and query rows per row tile.
+constexpr int64_t kScoreTileKeys = 32;
+constexpr int kScoreTileRows = 8;
+
+int64_t PaddedKeys(const AttentionArgs& a) {
+  const int64_t keys = a.past + a.tokens;
+  return (keys + kScoreTileKeys - 1) / kScoreTileKeys * kScoreTileKeys;
+}
+
+// s[r][j] = scale * q_r . k_j for RB query rows (stride q_ld) and the 32 keys of the key blocks
+// kt0 and kt1 (each [hd][16]); columns past `cols` are not stored. Each sum runs over the head
+// dimension in order, with fused multiply-adds.
+template <int RB>
+__attribute__((target("avx512f"))) inline void ScoreTile(const float* q, int64_t q_ld,
+                                                         const float* kt0, const float* kt1, int hd,
+                                                         float scale, float* s, int64_t ld_s,
+                                                         __mmask16 m0, __mmask16 m1) {
+  __m512 acc0[RB], acc1[RB];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  for (int x = 0; x < hd; ++x) {
+    const __m512 k0 = _mm512_loadu_ps(kt0 + x * kKeyBlock);
+    const __m512 k1 = _mm512_loadu_ps(kt1 + x * kKeyBlock);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; ++r) {
+      const __m512 qv = _mm512_set1_ps(q[r * q_ld + x]);
+      acc0[r] = _mm512_fmadd_ps(qv, k0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(qv, k1, acc1[r]);
+    }
+  }
+  const __m512 sv = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; ++r) {
+    _mm512_mask_storeu_ps(s + r * ld_s, m0, _mm512_mul_ps(acc0[r], sv));
+    _mm512_mask_storeu_ps(s + r * ld_s + kKeyBlock, m1, _mm512_mul_ps(acc1[r], sv));
+  }
+}
+
+// s[r][j] = scale * q_r . k_j for r < rows, j < keys (s has row stride `keys`), k given
+// transposed (TransposeKeys). Key tiles outside, so that a tile's keys stay in the L1 cache
+// while every query row passes.
+__attribute__((target("avx512f"))) void ScoresAvx512(const float* q, int64_t q_ld, int64_t rows,
+                                                     const float* kt, int hd, int64_t keys,
+                                                     float scale, float* s) {
+  for (int64_t j0 = 0; j0 < keys; j0 += kScoreTileKeys) {
+    const float* kt0 = kt + j0 * hd;
+    const float* kt1 = kt0 + kKeyBlock * hd;
+    const int64_t cols = std::min(kScoreTileKeys, keys - j0);
+    const auto mask = [](int64_t n) {
+      return static_cast<__mmask16>(n >= kKeyBlock ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
+    };
+    const __mmask16 m0 = mask(cols);
+    const __mmask16 m1 = mask(cols - kKeyBlock);
+    int64_t r = 0;
+    for (; r + kScoreTileRows <= rows; r += kScoreTileRows) {
+      ScoreTile<kScoreTileRows>(q + r * q_ld, q_ld, kt0, kt1, hd, scale, s + r * keys + j0, keys,
+                                m0, m1);
+    }
+    for (; r < rows; ++r) {
+      ScoreTile<1>(q + r * q_ld, q_ld, kt0, kt1, hd, scale, s + r * keys + j0, keys, m0, m1);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t past,
@@ -119,9 +186,37 @@ std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t p
   return products;
 }
 
+bool UseScoreKernel(const AttentionArgs& a) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512 && a.head_dim > 0;
+}
+
+int64_t TransposedKeysFloats(const AttentionArgs& a) {
+  return PaddedKeys(a) * a.head_dim * a.kv_heads;
+}
+
+void TransposeKeys(const AttentionArgs& a, int kv_head, float* kt) {
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t keys = a.past + a.tokens;
+  const int64_t padded = PaddedKeys(a);
+  float* out = kt + static_cast<int64_t>(kv_head) * padded * a.head_dim;
+  for (int64_t b = 0; b < padded; b += kKeyBlock) {
+    float* block = out + b * a.head_dim;
+    for (int64_t j = 0; j < kKeyBlock; ++j) {
+      if (b + j >= keys) {
+        for (int x = 0; x < a.head_dim; ++x) block[x * kKeyBlock + j] = 0.0f;
+        continue;
+      }
+      const float* key = a.k + (b + j) * kv_ld + static_cast<int64_t>(kv_head) * a.head_dim;
+      for (int x = 0; x < a.head_dim; ++x) block[x * kKeyBlock + j] = key[x];
+    }
+  }
+}
+
 int64_t BlockedAttentionItems(const AttentionArgs& a) { return QueryBlocks(a.tokens) * a.q_heads; }
 
-void BlockedAttentionItem(const AttentionArgs& a, int64_t item, std::vector<float>* scores) {
+void BlockedAttentionItem(const AttentionArgs& a, int64_t item, const float* kt,
+                          std::vector<float>* scores) {
   const int group = a.q_heads / a.kv_heads;
   const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
   const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
@@ -131,10 +226,15 @@ void BlockedAttentionItem(const AttentionArgs& a, int64_t item, std::vector<floa
       BlockAt(a.tokens, a.past, QueryBlocks(a.tokens) - 1 - item / a.q_heads);
   const int64_t kvh = h / group;
   scores->resize(static_cast<size_t>(rows * keys));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-              static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
-              static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld), 0.0f,
-              scores->data(), static_cast<blasint>(keys));
+  if (kt != nullptr) {
+    ScoresAvx512(a.q + t0 * q_ld + h * a.head_dim, q_ld, rows,
+                 kt + kvh * PaddedKeys(a) * a.head_dim, a.head_dim, keys, a.scale, scores->data());
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+                static_cast<blasint>(keys), a.head_dim, a.scale, a.q + t0 * q_ld + h * a.head_dim,
+                static_cast<blasint>(q_ld), a.k + kvh * a.head_dim, static_cast<blasint>(kv_ld),
+                0.0f, scores->data(), static_cast<blasint>(keys));
+  }
   for (int64_t r = 0; r < rows; ++r) {
     SoftmaxRow(scores->data() + r * keys, a.past + t0 + r + 1, keys);
   }

@@ -29,9 +29,22 @@ std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t p
 // Work items of the blocked attention (prefill passes): one per query head and block of query
 // rows, the blocks with the most keys first.
 int64_t BlockedAttentionItems(const AttentionArgs& a);
-// Item `item` of the blocked attention: scores through cblas_sgemm, a causal softmax per row,
-// the weighted values through cblas_sgemm; `scores` is the running thread's score buffer.
-void BlockedAttentionItem(const AttentionArgs& a, int64_t item, std::vector<float>* scores);
+// Whether the blocked attention computes its scores with its own kernel (AVX-512) from keys
+// transposed once per call (TransposeKeys), rather than through cblas_sgemm: sgemm runs the
+// scores' narrow inner dimension (the head size) at about two thirds of its rate on wide
+// products.
+bool UseScoreKernel(const AttentionArgs& a);
+// Floats of the transposed keys of every kv head of `a`.
+int64_t TransposedKeysFloats(const AttentionArgs& a);
+// Writes kv head `kv_head`'s keys (all past + tokens of them) into its part of `kt`
+// (TransposedKeysFloats floats in all), transposed in blocks of 16 keys, zeros after the last.
+void TransposeKeys(const AttentionArgs& a, int kv_head, float* kt);
+
+// Item `item` of the blocked attention: the scores (with the score kernel from the transposed
+// keys `kt`, or through cblas_sgemm where `kt` is null), a causal softmax per row, the weighted
+// values through cblas_sgemm; `scores` is the running thread's score buffer.
+void BlockedAttentionItem(const AttentionArgs& a, int64_t item, const float* kt,
+                          std::vector<float>* scores);
 
 // Work items of the row-invariant attention: one per query head and query row.
 int64_t RowInvariantAttentionItems(const AttentionArgs& a);

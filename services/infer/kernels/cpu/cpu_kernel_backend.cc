@@ -539,8 +539,16 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
     return;
   }
   if (profiling_) attention_calls_.push_back({a.tokens, a.past, a.q_heads, a.head_dim});
+  const float* kt = nullptr;
+  if (cpu::UseScoreKernel(a)) {
+    transposed_keys_.resize(static_cast<size_t>(cpu::TransposedKeysFloats(a)));
+    ParallelFor(a.kv_heads, [&](int64_t h) {
+      cpu::TransposeKeys(a, static_cast<int>(h), transposed_keys_.data());
+    });
+    kt = transposed_keys_.data();
+  }
   BlasFor(cpu::BlockedAttentionItems(a), [&](int64_t item, int worker) {
-    cpu::BlockedAttentionItem(a, item, &scores_[static_cast<size_t>(worker)]);
+    cpu::BlockedAttentionItem(a, item, kt, &scores_[static_cast<size_t>(worker)]);
   });
 }
 

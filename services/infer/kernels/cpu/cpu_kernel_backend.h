@@ -167,6 +167,8 @@ class CpuKernelBackend final : public KernelBackend {
   // score block.
   std::vector<std::vector<float>> widened_;
   std::vector<std::vector<float>> scores_;
+  // The blocked attention's keys, transposed for its score kernel.
+  std::vector<float> transposed_keys_;
 };
 
 }  // namespace cairn::infer

@@ -468,6 +468,36 @@ TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnores
   EXPECT_EQ(std::memcmp(tail.data(), whole.data() + 4 * 2 * hd, tail.size() * sizeof(float)), 0);
 }
 
+TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHeads) {
+  // Head size 64, two query heads per kv head, more than one block of query rows, and row and
+  // key counts that leave partial tiles of the score kernel (rows % 8, keys % 32).
+  const int64_t past = 37, t = 301;
+  const int hd = 64, q_heads = 4, kv_heads = 2;
+  const std::vector<float> q = Random(t * q_heads * hd, 41);
+  const std::vector<float> k = Random((past + t) * kv_heads * hd, 42);
+  const std::vector<float> v = Random((past + t) * kv_heads * hd, 43);
+  auto run = [&](bool invariant) {
+    std::vector<float> out(t * q_heads * hd);
+    AttentionArgs a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    a.tokens = t;
+    a.past = past;
+    a.q_heads = q_heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.scale = 0.125f;
+    a.row_invariant = invariant;
+    backend_->Attention(a);
+    return out;
+  };
+  const std::vector<float> blocked = run(false);
+  const std::vector<float> invariant = run(true);
+  for (size_t i = 0; i < blocked.size(); ++i) EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << i;
+}
+
 TEST(CpuKernelBackendProfileTest, RecordsTheBlockedAttentionCallsAndTheirProducts) {
   CpuKernelBackendOptions options;
   options.threads = 2;
