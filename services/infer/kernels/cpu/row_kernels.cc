@@ -3,7 +3,6 @@
 #include <cpuid.h>
 
 #include <cstring>
-#include <vector>
 
 #include "services/infer/kernels/cpu/x86_intrinsics.h"
 #include "services/infer/kernels/half_float.h"
@@ -31,31 +30,6 @@ inline float Fold8(const float* v) {
   return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-// Elements per block of the pair order (row_kernels.h): sixteen lanes of two elements each.
-constexpr int64_t kBlock = 32;
-
-// dst = src in pair order (from element i on): in each whole block of 32 elements, the even
-// elements (2j) first, then the odd ones (2j + 1); the elements after the last whole block as they
-// are. A weight block read as sixteen 32-bit words holds element 2j in the low half of word j and
-// 2j + 1 in the high half, so the kernels widen a block's even and odd weights without moving them
-// across lanes, and multiply them by these activations.
-void ToPairOrderPortable(const float* src, int64_t k, float* dst, int64_t i = 0) {
-  for (; i + kBlock <= k; i += kBlock) {
-    for (int64_t j = 0; j < kBlock / 2; ++j) {
-      dst[i + j] = src[i + 2 * j];
-      dst[i + kBlock / 2 + j] = src[i + 2 * j + 1];
-    }
-  }
-  for (; i < k; ++i) dst[i] = src[i];
-}
-
-// The remainder of a dot product after its whole blocks, in order, added to `sum`.
-template <WeightType T>
-float Remainder(float sum, const float* a, const void* w, int64_t i, int64_t n) {
-  for (int64_t j = i; j < n; ++j) sum += a[j] * WeightAt<T>(w, j);
-  return sum;
-}
-
 // ---- Portable: four lanes per value (one SSE register on baseline x86-64). ----
 
 typedef float F32x4 __attribute__((vector_size(16)));
@@ -66,29 +40,28 @@ inline F32x4 Load4(const float* p) {
   return v;
 }
 
-// `a` in pair order (ToPairOrder).
 template <WeightType T, int R>
 void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
   F32x4 s[R][4] = {};
-  alignas(16) float we[16], wo[16];
+  alignas(16) float wf[16];
   int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    for (int j = 0; j < 16; ++j) {
-      we[j] = WeightAt<T>(w, i + 2 * j);
-      wo[j] = WeightAt<T>(w, i + 2 * j + 1);
+  for (; i + 16 <= n; i += 16) {
+    if constexpr (T == WeightType::kF32) {
+      std::memcpy(wf, static_cast<const float*>(w) + i, sizeof(wf));
+    } else {
+      for (int j = 0; j < 16; ++j) wf[j] = WeightAt<T>(w, i + j);
     }
     for (int r = 0; r < R; ++r) {
-      for (int q = 0; q < 4; ++q) {
-        s[r][q] += Load4(a[r] + i + 4 * q) * Load4(we + 4 * q);
-        s[r][q] += Load4(a[r] + i + 16 + 4 * q) * Load4(wo + 4 * q);
-      }
+      for (int q = 0; q < 4; ++q) s[r][q] += Load4(a[r] + i + 4 * q) * Load4(wf + 4 * q);
     }
   }
   for (int r = 0; r < R; ++r) {
     const F32x4 lo = s[r][0] + s[r][2];  // Lanes j + j+8, j < 4.
     const F32x4 hi = s[r][1] + s[r][3];  // Lanes j + j+8, 4 <= j < 8.
     const float v[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
-    out[r] = Remainder<T>(Fold8(v), a[r], w, i, n);
+    float sum = Fold8(v);
+    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    out[r] = sum;
   }
 }
 
@@ -109,31 +82,6 @@ __attribute__((target("avx2,f16c"))) inline __m256 Load8Avx2(const void* w, int6
   }
 }
 
-// The even (2j) and odd (2j + 1) elements of eight fp32 pairs given as lo (elements 0..7) and hi
-// (8..15), in order.
-__attribute__((target("avx2,f16c"))) inline void DeinterleaveAvx2(__m256 lo, __m256 hi,
-                                                                  __m256* even, __m256* odd) {
-  // Within each 128-bit lane: lo's two pairs' evens, then hi's; the 64-bit blocks then reordered.
-  const __m256 e = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-  const __m256 o = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-  *even = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
-  *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
-}
-
-// The even and odd elements of the sixteen elements at w + i (eight pairs), widened.
-template <WeightType T>
-__attribute__((target("avx2,f16c"))) inline void LoadPairsAvx2(const void* w, int64_t i,
-                                                               __m256* even, __m256* odd) {
-  if constexpr (T == WeightType::kBF16) {
-    const __m256i d =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
-    *even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
-    *odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(~0xFFFF)));
-  } else {
-    DeinterleaveAvx2(Load8Avx2<T>(w, i), Load8Avx2<T>(w, i + 8), even, odd);
-  }
-}
-
 template <WeightType T, int R>
 __attribute__((target("avx2,f16c"))) void DotAvx2(const float* const* a, const void* w, int64_t n,
                                                   float* out) {
@@ -141,23 +89,21 @@ __attribute__((target("avx2,f16c"))) void DotAvx2(const float* const* a, const v
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    // Lanes 0..7 take elements [0, 16) of the block, lanes 8..15 elements [16, 32).
-    __m256 e0, o0, e1, o1;
-    LoadPairsAvx2<T>(w, i, &e0, &o0);
-    LoadPairsAvx2<T>(w, i + 16, &e1, &o1);
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = Load8Avx2<T>(w, i);
+    const __m256 w1 = Load8Avx2<T>(w, i + 8);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i), e0));
-      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i + 16), o0));
-      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i + 8), e1));
-      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i + 24), o1));
+      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i), w0));
+      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i + 8), w1));
     }
   }
   for (int r = 0; r < R; ++r) {
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(lo[r], hi[r]));
-    out[r] = Remainder<T>(Fold8(v), a[r], w, i, n);
+    float sum = Fold8(v);
+    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    out[r] = sum;
   }
 }
 
@@ -178,54 +124,6 @@ __attribute__((target("avx512f"))) inline __m512 Load16Avx512(const void* w, int
   }
 }
 
-// The even (2j) and odd (2j + 1) elements of the block of 32 at w + i, widened: for bf16 the
-// low and high halves of its sixteen 32-bit words, in place (no lane crossing).
-template <WeightType T>
-__attribute__((target("avx512f"))) inline void LoadPairsAvx512(const void* w, int64_t i,
-                                                               __m512* even, __m512* odd) {
-  if constexpr (T == WeightType::kBF16) {
-    const __m512i d = _mm512_loadu_si512(static_cast<const uint16_t*>(w) + i);
-    *even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
-    *odd = _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(~0xFFFF)));
-  } else {
-    const __m512 lo = Load16Avx512<T>(w, i);
-    const __m512 hi = Load16Avx512<T>(w, i + 16);
-    const __m512i even_index =
-        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    *even = _mm512_permutex2var_ps(lo, even_index, hi);
-    *odd = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even_index, _mm512_set1_epi32(1)), hi);
-  }
-}
-
-// ToPairOrderPortable with vectors: the same values moved.
-__attribute__((target("avx512f"))) void ToPairOrderAvx512(const float* src, int64_t k, float* dst) {
-  const __m512i even_index =
-      _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
-  int64_t i = 0;
-  for (; i + kBlock <= k; i += kBlock) {
-    const __m512 lo = _mm512_loadu_ps(src + i);
-    const __m512 hi = _mm512_loadu_ps(src + i + 16);
-    _mm512_storeu_ps(dst + i, _mm512_permutex2var_ps(lo, even_index, hi));
-    _mm512_storeu_ps(dst + i + 16, _mm512_permutex2var_ps(lo, odd_index, hi));
-  }
-  ToPairOrderPortable(src, k, dst, i);
-}
-
-__attribute__((target("avx2,f16c"))) void ToPairOrderAvx2(const float* src, int64_t k, float* dst) {
-  int64_t i = 0;
-  for (; i + kBlock <= k; i += kBlock) {
-    for (int64_t half = 0; half < 2; ++half) {
-      __m256 even, odd;
-      DeinterleaveAvx2(_mm256_loadu_ps(src + i + 16 * half),
-                       _mm256_loadu_ps(src + i + 16 * half + 8), &even, &odd);
-      _mm256_storeu_ps(dst + i + 8 * half, even);
-      _mm256_storeu_ps(dst + i + 16 + 8 * half, odd);
-    }
-  }
-  ToPairOrderPortable(src, k, dst, i);
-}
-
 template <WeightType T, int R>
 __attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const void* w, int64_t n,
                                                   float* out) {
@@ -233,13 +131,11 @@ __attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const v
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    __m512 we, wo;
-    LoadPairsAvx512<T>(w, i, &we, &wo);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 wv = Load16Avx512<T>(w, i);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_loadu_ps(a[r] + i), we));
-      s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_loadu_ps(a[r] + i + 16), wo));
+      s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_loadu_ps(a[r] + i), wv));
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -247,7 +143,9 @@ __attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const v
     const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[r]), 1));
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(low, high));
-    out[r] = Remainder<T>(Fold8(v), a[r], w, i, n);
+    float sum = Fold8(v);
+    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    out[r] = sum;
   }
 }
 
@@ -300,43 +198,39 @@ __attribute__((target("avx512f"))) inline void FoldAvx512(const __m512* acc, flo
 // about 16 KiB ahead restores nearly the rate of one stream.
 constexpr int64_t kWeightPrefetchBytes = 16 * 1024;
 
-// out[c * R + r] = a[r] . w[c] for C weight rows and R input rows of n elements (a in pair
-// order): every weight block is loaded and widened once for all R rows, every input vector once
-// for all C rows, and the C * R folds are done together at the end.
+// out[c * R + r] = a[r] . w[c] for C weight rows and R input rows of n elements: every weight
+// vector is loaded and widened once for all R rows, every input vector once for all C rows,
+// and the C * R folds are done together at the end.
 template <WeightType T, int R, int C>
 __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const void* const* w,
                                                    int64_t n, float* out) {
-  constexpr int64_t kBlockBytes = kBlock * (T == WeightType::kF32 ? 4 : 2);
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
   __m512 s[C * R];
 #pragma GCC unroll 16
   for (int q = 0; q < C * R; ++q) s[q] = _mm512_setzero_ps();
   int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    __m512 we[C], wo[C];
+  for (; i + 16 <= n; i += 16) {
+    __m512 wv[C];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
-      const char* block = static_cast<const char*>(w[c]) + i * (kBlockBytes / kBlock);
       // Prefetching never faults, so an address past the matrix is harmless.
-#pragma GCC unroll 2
-      for (int64_t line = 0; line < kBlockBytes; line += 64) {
-        _mm_prefetch(block + line + kWeightPrefetchBytes, _MM_HINT_T1);
-      }
-      LoadPairsAvx512<T>(w[c], i, &we[c], &wo[c]);
+      _mm_prefetch(static_cast<const char*>(w[c]) + i * kSize + kWeightPrefetchBytes, _MM_HINT_T1);
+      wv[c] = Load16Avx512<T>(w[c], i);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const __m512 xe = _mm512_loadu_ps(a[r] + i);
-      const __m512 xo = _mm512_loadu_ps(a[r] + i + 16);
+      const __m512 x = _mm512_loadu_ps(a[r] + i);
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) {
-        s[c * R + r] = _mm512_add_ps(s[c * R + r], _mm512_mul_ps(xe, we[c]));
-        s[c * R + r] = _mm512_add_ps(s[c * R + r], _mm512_mul_ps(xo, wo[c]));
+        s[c * R + r] = _mm512_add_ps(s[c * R + r], _mm512_mul_ps(x, wv[c]));
       }
     }
   }
   FoldAvx512<C * R>(s, out);
   for (int c = 0; c < C; ++c) {
-    for (int r = 0; r < R; ++r) out[c * R + r] = Remainder<T>(out[c * R + r], a[r], w[c], i, n);
+    for (int r = 0; r < R; ++r) {
+      for (int64_t j = i; j < n; ++j) out[c * R + r] += a[r][j] * WeightAt<T>(w[c], j);
+    }
   }
 }
 
@@ -389,26 +283,6 @@ void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int6
 template <WeightType T>
 void Products(Isa isa, const float* x, int64_t m, int64_t ldx, const void* const* w_rows,
               int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate) {
-  // The input rows in pair order, once per call (a small share of the call's work: every row
-  // meets `count` weight rows).
-  thread_local std::vector<float> ordered;
-  ordered.resize(static_cast<size_t>(m * k));
-  for (int64_t r = 0; r < m; ++r) {
-    float* dst = ordered.data() + r * k;
-    switch (isa) {
-      case Isa::kAvx512:
-        ToPairOrderAvx512(x + r * ldx, k, dst);
-        break;
-      case Isa::kAvx2:
-        ToPairOrderAvx2(x + r * ldx, k, dst);
-        break;
-      case Isa::kPortable:
-        ToPairOrderPortable(x + r * ldx, k, dst);
-        break;
-    }
-  }
-  x = ordered.data();
-  ldx = k;
   int64_t r = 0;
   for (; r + 8 <= m; r += 8) {
     Group<T, 8>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);

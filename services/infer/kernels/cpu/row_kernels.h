@@ -7,16 +7,11 @@
 #include "services/infer/kernels/kernel_backend.h"
 
 // The inner loops of CpuKernelBackend's row-invariant product and weight widening, in one
-// portable form and x86 forms chosen at run time. Every form of RowProducts gives the same bits,
-// whatever the weights' type (a bf16 or f16 weight gives the bits of its fp32 widening) and
-// whichever input rows share the call. A dot product over k is summed in "pair order": in each
-// whole block of 32 elements, lane j of sixteen partial sums adds the product at 32 b + 2 j and
-// then the one at 32 b + 2 j + 1; the lanes are folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the
-// elements after the last whole block are added in order. Each product is rounded before it is
-// added (no fused multiply-add, which would round once). The order suits bf16: a block read as
-// sixteen 32-bit words holds element 2 j in the low half of word j and 2 j + 1 in the high half,
-// so a shift and a mask widen it without moving values across lanes; the input rows are put in
-// the matching order once per call.
+// portable form and x86 forms chosen at run time. Every form of RowProducts gives the same bits:
+// a dot product over k has sixteen interleaved partial sums (lane j sums the products at
+// i = j mod 16), folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the remainder in order; each
+// product is rounded before it is added (no fused multiply-add, which would round once).
+// Weights are widened to fp32 exactly before they are multiplied.
 namespace cairn::infer::cpu {
 
 enum class Isa { kPortable, kAvx2, kAvx512 };

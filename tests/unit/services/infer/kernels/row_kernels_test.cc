@@ -68,7 +68,7 @@ std::vector<float> Products(Isa isa, WeightType type, const std::vector<float>& 
 
 void ExpectEveryIsaGivesThePortableFp32Bits(int64_t n) {
   for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
-    for (int64_t k : {7, 16, 32, 48, 203, 1024}) {
+    for (int64_t k : {7, 16, 203, 1024}) {
       const Weights w = RandomWeights(type, static_cast<size_t>(n * k), 3 + k);
       Weights wide;
       wide.wide = w.wide;
@@ -97,16 +97,13 @@ TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
 }
 
 // The documented order, one scalar at a time: lane j of sixteen partial sums adds the products
-// at 32 b + 2 j, then 32 b + 2 j + 1, block after block; the lanes folded pairwise (16 -> 8 -> 4
-// -> 2 -> 1); then the elements after the last whole block, in order.
-float PairOrderDot(const float* x, const float* w, int64_t k) {
+// at i = 16 b + j, block after block; the lanes folded pairwise (16 -> 8 -> 4 -> 2 -> 1); then the
+// elements after the last whole block, in order.
+float DocumentedOrderDot(const float* x, const float* w, int64_t k) {
   float s[16] = {};
   int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    for (int j = 0; j < 16; ++j) {
-      s[j] += x[i + 2 * j] * w[i + 2 * j];
-      s[j] += x[i + 2 * j + 1] * w[i + 2 * j + 1];
-    }
+  for (; i + 16 <= k; i += 16) {
+    for (int j = 0; j < 16; ++j) s[j] += x[i + j] * w[i + j];
   }
   for (int width = 8; width >= 1; width /= 2) {
     for (int j = 0; j < width; ++j) s[j] = s[j] + s[j + width];
@@ -118,7 +115,7 @@ float PairOrderDot(const float* x, const float* w, int64_t k) {
 
 TEST(RowKernelsTest, EveryIsaSumsInTheDocumentedOrder) {
   const int64_t n = 6, m = 5;
-  for (int64_t k : {31, 32, 64, 77, 512}) {
+  for (int64_t k : {15, 16, 64, 77, 512}) {
     const Weights w = RandomWeights(WeightType::kBF16, static_cast<size_t>(n * k), 11 + k);
     const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 13 + k);
     for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
@@ -126,7 +123,8 @@ TEST(RowKernelsTest, EveryIsaSumsInTheDocumentedOrder) {
       const std::vector<float> y = Products(isa, WeightType::kBF16, x, m, w, n, k);
       for (int64_t r = 0; r < m; ++r) {
         for (int64_t j = 0; j < n; ++j) {
-          const float expected = 0.5f + PairOrderDot(x.data() + r * k, w.wide.data() + j * k, k);
+          const float expected =
+              0.5f + DocumentedOrderDot(x.data() + r * k, w.wide.data() + j * k, k);
           EXPECT_EQ(y[r * n + j], expected) << IsaName(isa) << " k " << k << " row " << r;
         }
       }
