@@ -112,6 +112,9 @@ constexpr int64_t kKeyBlock = 16;
 // Keys per column tile of the score kernel (two vectors) and query rows per row tile.
 constexpr int64_t kScoreTileKeys = 32;
 constexpr int kScoreTileRows = 8;
+// The fewest query rows of a call that uses the score kernel: transposing the keys costs about
+// as much as one query row's scores, so a decode step's few rows keep sgemm.
+constexpr int64_t kScoreKernelMinTokens = 32;
 
 int64_t PaddedKeys(const AttentionArgs& a) {
   const int64_t keys = a.past + a.tokens;
@@ -188,7 +191,7 @@ std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t p
 
 bool UseScoreKernel(const AttentionArgs& a) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512 && a.head_dim > 0;
+  return avx512 && a.head_dim > 0 && a.tokens >= kScoreKernelMinTokens;
 }
 
 int64_t TransposedKeysFloats(const AttentionArgs& a) {

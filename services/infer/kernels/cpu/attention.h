@@ -29,10 +29,10 @@ std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t p
 // Work items of the blocked attention (prefill passes): one per query head and block of query
 // rows, the blocks with the most keys first.
 int64_t BlockedAttentionItems(const AttentionArgs& a);
-// Whether the blocked attention computes its scores with its own kernel (AVX-512) from keys
-// transposed once per call (TransposeKeys), rather than through cblas_sgemm: sgemm runs the
-// scores' narrow inner dimension (the head size) at about two thirds of its rate on wide
-// products.
+// Whether the blocked attention computes its scores with its own kernel (AVX-512 and a call of
+// at least 32 query rows) from keys transposed once per call (TransposeKeys), rather than
+// through cblas_sgemm: sgemm runs the scores' narrow inner dimension (the head size) at about
+// two thirds of its rate on wide products.
 bool UseScoreKernel(const AttentionArgs& a);
 // Floats of the transposed keys of every kv head of `a`.
 int64_t TransposedKeysFloats(const AttentionArgs& a);
