@@ -11,7 +11,9 @@
 //              FLOP/s of the linear layers, and that rate as a share of cblas_sgemm and
 //              cblas_sbgemm on the same shapes (the time the bare GEMMs of the pass take over the
 //              time the pass takes); where the rest of the time goes (attention, delta rule,
-//              other operations, outside the backend).
+//              other operations, outside the backend); and the rate of the linear layers and
+//              attention together as a share of sgemm on both kinds of shapes (attention's own
+//              score and value products, as the backend computes them).
 //
 //   cairn-cpu-bench --preset bench-500m [--threads 0] [--slots 4] [--prefill 512,2048,8192]
 
@@ -33,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,7 @@
 #include "common/config/flags.h"
 #include "common/status/status_macros.h"
 #include "services/infer/engine/slot_state.h"
+#include "services/infer/kernels/cpu/attention.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "services/infer/models/model_loader.h"
 #include "services/infer/models/random_checkpoint_presets.h"
@@ -262,6 +266,50 @@ GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int6
                               static_cast<blasint>(k), wb.data(), static_cast<blasint>(k), 0.0f,
                               y.data(), static_cast<blasint>(n));
                     });
+  }
+  openblas_set_num_threads(backend_blas_threads);
+  return out;
+}
+
+// The bare cblas_sgemm time of the products the backend's blocked attention computed in `calls`
+// (each distinct shape timed once, best of `reps`, counted as often as it occurs), and their
+// FLOPs: the same shapes, the masked scores it computes included, so that attention's share of
+// a pass is measured against what sgemm does with those shapes rather than with the linear
+// layers'. Each product runs on one OpenBLAS thread, as the backend runs them (spread over its
+// threads); the wall-clock time is that of `threads` threads sharing them perfectly. (OpenBLAS's
+// own threads split these small products poorly: a reference that easy would flatter.)
+struct AttentionGemms {
+  GemmTimes times;
+  double flops = 0;
+};
+AttentionGemms TimeAttentionGemms(const std::vector<infer::CpuAttentionCall>& calls, int reps,
+                                  int threads) {
+  const int backend_blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, int64_t> count;
+  for (const infer::CpuAttentionCall& c : calls) {
+    for (const infer::cpu::AttentionProduct& p :
+         infer::cpu::BlockedAttentionProducts(c.tokens, c.past, c.head_dim)) {
+      count[{p.m, p.n, p.k, p.transposed_b}] += c.q_heads;
+    }
+  }
+  AttentionGemms out;
+  for (const auto& [shape, times] : count) {
+    const auto [m, n, k, transposed] = shape;
+    std::vector<float> x(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)),
+        y(static_cast<size_t>(m * n));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.01f;
+    const Timing t = BestOfTimed(reps, [&, m = m, n = n, k = k, transposed = transposed] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans,
+                  static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
+                  x.data(), static_cast<blasint>(k), b.data(),
+                  static_cast<blasint>(transposed ? k : n), 0.0f, y.data(),
+                  static_cast<blasint>(n));
+    });
+    out.times.sgemm_s += static_cast<double>(times) * t.wall_s / threads;
+    out.times.sgemm_cpu_s += static_cast<double>(times) * t.cpu_s;
+    out.flops += static_cast<double>(times) * 2.0 * static_cast<double>(m * n * k);
   }
   openblas_set_num_threads(backend_blas_threads);
   return out;
@@ -540,6 +588,20 @@ absl::Status Run(int argc, char** argv) {
         n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
         100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
         100 * gemm.sgemm_cpu_s / elapsed_cpu, BothShares(p, elapsed, p_cpu, elapsed_cpu));
+    // The same pass against sgemm on the attention's own products too: the time the bare
+    // GEMMs of the linear layers and of attention take, over the time the pass took.
+    const AttentionGemms att =
+        TimeAttentionGemms(backend->attention_calls(), gemm_reps, backend->threads());
+    const double all_flops = flops + att.flops;
+    std::cout << absl::StrFormat(
+        "prefill %d tokens, attention's products included: %.1f GFLOP in attention's products "
+        "(sgemm on their shapes %.1f GFLOP/s) and %.1f GFLOP in the linear layers; "
+        "%.1f GFLOP/s = %.0f%% of sgemm on all these shapes (%.1f GFLOP/s); per "
+        "processor-second %.0f%% of sgemm's\n",
+        n, att.flops / 1e9, att.times.sgemm_s > 0 ? att.flops / att.times.sgemm_s / 1e9 : 0.0,
+        flops / 1e9, all_flops / elapsed / 1e9, 100 * (gemm.sgemm_s + att.times.sgemm_s) / elapsed,
+        all_flops / (gemm.sgemm_s + att.times.sgemm_s) / 1e9,
+        100 * (gemm.sgemm_cpu_s + att.times.sgemm_cpu_s) / elapsed_cpu);
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);

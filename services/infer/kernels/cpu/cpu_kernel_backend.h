@@ -43,6 +43,15 @@ struct CpuKernelProfile {
   double other_s = 0;  // Norms, RoPE, activations, gathers, convolution, routing.
 };
 
+// One blocked (prefill) Attention call, recorded while profiling: it computed
+// cpu::BlockedAttentionProducts(tokens, past, head_dim) for each of its q_heads query heads.
+struct CpuAttentionCall {
+  int64_t tokens = 0;
+  int64_t past = 0;
+  int q_heads = 0;
+  int head_dim = 0;
+};
+
 // The reference backend: fp32 math on the host. GEMMs, including attention's score and value
 // products per head, go through OpenBLAS's cblas_sgemm on one thread: the backend splits each
 // product's output (never its reduction) into tiles of weight rows, or attention into heads and
@@ -75,9 +84,13 @@ class CpuKernelBackend final : public KernelBackend {
   // processor time is a system call per operation boundary: it slows a decode step measurably,
   // so it is off until asked for.
   void ProfileProcessorTime(bool on) { profile_cpu_ = on; }
+  // The blocked Attention calls since the profile was last reset (with profiling on), so that a
+  // benchmark can time the same products bare.
+  const std::vector<CpuAttentionCall>& attention_calls() const { return attention_calls_; }
   void ResetProfile() {
     profile_ = CpuKernelProfile();
     cpu_profile_ = CpuKernelProfile();
+    attention_calls_.clear();
   }
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
@@ -122,8 +135,6 @@ class CpuKernelBackend final : public KernelBackend {
   // the profiles.
   class ScopedTimer;
 
-  void RowInvariantAttention(const AttentionArgs& args);
-
   // Runs fn(i) for every i in [0, n), spread over the pool and the calling thread; returns
   // when all are done.
   void ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn);
@@ -151,10 +162,13 @@ class CpuKernelBackend final : public KernelBackend {
   CpuKernelProfile profile_;
   CpuKernelProfile cpu_profile_;
   bool profile_cpu_ = false;
+  std::vector<CpuAttentionCall> attention_calls_;
   // Per thread (ParallelForWorkers' index): a tile of weights widened for sgemm, attention's
   // score block.
   std::vector<std::vector<float>> widened_;
   std::vector<std::vector<float>> scores_;
+  // The blocked attention's keys, transposed for its score kernel.
+  std::vector<float> transposed_keys_;
 };
 
 }  // namespace cairn::infer

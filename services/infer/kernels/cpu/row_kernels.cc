@@ -2,20 +2,9 @@
 
 #include <cpuid.h>
 
-// GCC 12 reports the deliberately undefined pass-through operand inside its AVX-512 intrinsics
-// as uninitialised (a false positive at -O1).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
-
 #include <cstring>
 
+#include "services/infer/kernels/cpu/x86_intrinsics.h"
 #include "services/infer/kernels/half_float.h"
 
 // This file is compiled with -ffp-contract=off (see CMakeLists.txt): a compiler that fused

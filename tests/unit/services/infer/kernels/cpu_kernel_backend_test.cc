@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/infer/kernels/cpu/attention.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::infer {
@@ -465,6 +466,79 @@ TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnores
 
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], blocked[i], 1e-5f) << i;
   EXPECT_EQ(std::memcmp(tail.data(), whole.data() + 4 * 2 * hd, tail.size() * sizeof(float)), 0);
+}
+
+TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHeads) {
+  // Head size 64, two query heads per kv head, more than one block of query rows, and row and
+  // key counts that leave partial tiles of the score kernel (rows % 8, keys % 32).
+  const int64_t past = 37, t = 301;
+  const int hd = 64, q_heads = 4, kv_heads = 2;
+  const std::vector<float> q = Random(t * q_heads * hd, 41);
+  const std::vector<float> k = Random((past + t) * kv_heads * hd, 42);
+  const std::vector<float> v = Random((past + t) * kv_heads * hd, 43);
+  auto run = [&](bool invariant) {
+    std::vector<float> out(t * q_heads * hd);
+    AttentionArgs a;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    a.tokens = t;
+    a.past = past;
+    a.q_heads = q_heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.scale = 0.125f;
+    a.row_invariant = invariant;
+    backend_->Attention(a);
+    return out;
+  };
+  const std::vector<float> blocked = run(false);
+  const std::vector<float> invariant = run(true);
+  for (size_t i = 0; i < blocked.size(); ++i) EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << i;
+}
+
+TEST(CpuKernelBackendProfileTest, RecordsTheBlockedAttentionCallsAndTheirProducts) {
+  CpuKernelBackendOptions options;
+  options.threads = 2;
+  options.profile = true;
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> backend = CpuKernelBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int64_t t = 300, past = 100;
+  const int hd = 8;
+  std::vector<float> q = Random(t * 2 * hd, 21);
+  std::vector<float> k = Random((past + t) * hd, 22);
+  std::vector<float> v = Random((past + t) * hd, 23);
+  std::vector<float> out(t * 2 * hd);
+  AttentionArgs a{q.data(), k.data(), v.data(), out.data(), t, past, 2, 1, hd, 0.5f};
+  (*backend)->Attention(a);
+  a.row_invariant = true;
+  (*backend)->Attention(a);  // Not a blocked call: not recorded.
+
+  ASSERT_EQ((*backend)->attention_calls().size(), 1u);
+  const CpuAttentionCall& call = (*backend)->attention_calls()[0];
+  EXPECT_EQ(call.tokens, t);
+  EXPECT_EQ(call.past, past);
+  EXPECT_EQ(call.q_heads, 2);
+  EXPECT_EQ(call.head_dim, hd);
+  // Blocks of 256 query rows, each with the keys its last row sees.
+  const std::vector<cpu::AttentionProduct> products =
+      cpu::BlockedAttentionProducts(call.tokens, call.past, call.head_dim);
+  ASSERT_EQ(products.size(), 4u);
+  EXPECT_EQ(products[0].m, 256);
+  EXPECT_EQ(products[0].n, past + 256);
+  EXPECT_EQ(products[0].k, hd);
+  EXPECT_TRUE(products[0].transposed_b);
+  EXPECT_EQ(products[1].m, 256);
+  EXPECT_EQ(products[1].n, hd);
+  EXPECT_EQ(products[1].k, past + 256);
+  EXPECT_FALSE(products[1].transposed_b);
+  EXPECT_EQ(products[2].m, t - 256);
+  EXPECT_EQ(products[2].n, past + t);
+  EXPECT_EQ(products[3].k, past + t);
+
+  (*backend)->ResetProfile();
+  EXPECT_TRUE((*backend)->attention_calls().empty());
 }
 
 }  // namespace

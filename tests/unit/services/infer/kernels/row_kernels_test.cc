@@ -96,6 +96,42 @@ TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
   }
 }
 
+// The documented order, one scalar at a time: lane j of sixteen partial sums adds the products
+// at i = 16 b + j, block after block; the lanes folded pairwise (16 -> 8 -> 4 -> 2 -> 1); then the
+// elements after the last whole block, in order.
+float DocumentedOrderDot(const float* x, const float* w, int64_t k) {
+  float s[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    for (int j = 0; j < 16; ++j) s[j] += x[i + j] * w[i + j];
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int j = 0; j < width; ++j) s[j] = s[j] + s[j + width];
+  }
+  float sum = s[0];
+  for (; i < k; ++i) sum += x[i] * w[i];
+  return sum;
+}
+
+TEST(RowKernelsTest, EveryIsaSumsInTheDocumentedOrder) {
+  const int64_t n = 6, m = 5;
+  for (int64_t k : {15, 16, 64, 77, 512}) {
+    const Weights w = RandomWeights(WeightType::kBF16, static_cast<size_t>(n * k), 11 + k);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 13 + k);
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (!IsaSupported(isa)) continue;
+      const std::vector<float> y = Products(isa, WeightType::kBF16, x, m, w, n, k);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          const float expected =
+              0.5f + DocumentedOrderDot(x.data() + r * k, w.wide.data() + j * k, k);
+          EXPECT_EQ(y[r * n + j], expected) << IsaName(isa) << " k " << k << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(RowKernelsTest, AProductIsTheSameWhateverRowsShareTheCall) {
   const int64_t k = 203, n = 9, m = 11;  // n: whole groups of weight rows and one left over.
   const Weights w = RandomWeights(WeightType::kBF16, n * k, 5);
