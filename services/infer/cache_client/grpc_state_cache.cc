@@ -310,6 +310,12 @@ absl::StatusOr<absl::Span<uint8_t>> GrpcStateCache::Resolve(const Session& sessi
   return bytes;
 }
 
+absl::StatusOr<absl::Span<uint8_t>> GrpcStateCache::ResolvePrivate(
+    const Session& session, const v1::ArenaHandle& handle) const {
+  if (handle.length() == 0) return absl::Span<uint8_t>();
+  return Resolve(session, handle);
+}
+
 absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> prompt,
                                                  int64_t stable_boundary, int64_t shared_boundary,
                                                  const std::string& conversation) {
@@ -604,9 +610,11 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
                    static_cast<int64_t>(lease.tail().first_row()), lease.tail().rows());
     if (!st.ok()) return fail(st);
   }
-  absl::StatusOr<absl::Span<uint8_t>> priv = Resolve(*s, lease.private_state().region());
+  absl::StatusOr<absl::Span<uint8_t>> priv = ResolvePrivate(*s, lease.private_state().region());
   if (!priv.ok()) return fail(priv.status());
-  if (Xxh3(priv->data(), priv->size()) != lease.private_state().checksum()) {
+  // An empty private state (rows-only layout) has no bytes to verify; the cache keeps no
+  // checksum for a checkpoint whose state region is empty.
+  if (!priv->empty() && Xxh3(priv->data(), priv->size()) != lease.private_state().checksum()) {
     return fail(absl::DataLossError("checksum mismatch in the private state"));
   }
   st = memory->LoadPrivateState(slot, depth, *priv);
@@ -656,7 +664,7 @@ absl::Status GrpcStateCache::Capture(int slot, int64_t depth, CapturePointKind k
     if (!st.ok()) return Lost(st, "reserve capture");
   }
   auto copy = [&]() -> absl::StatusOr<std::pair<uint64_t, uint64_t>> {
-    ASSIGN_OR_RETURN(absl::Span<uint8_t> priv, Resolve(*s, res.private_state().region()));
+    ASSIGN_OR_RETURN(absl::Span<uint8_t> priv, ResolvePrivate(*s, res.private_state().region()));
     ASSIGN_OR_RETURN(int64_t position, memory->CapturePrivateState(slot, priv));
     if (position != depth) {
       return absl::FailedPreconditionError(

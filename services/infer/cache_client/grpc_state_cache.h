@@ -121,6 +121,11 @@ class GrpcStateCache final : public StateCache {
   void DoSpill(const Session& session, const cache::v1::SpillRequest& request, KvMemory* memory);
   absl::StatusOr<absl::Span<uint8_t>> Resolve(const Session& session,
                                               const cache::v1::ArenaHandle& handle) const;
+  // The private-state region of a capture grant or a restore lease: empty, with nothing to map,
+  // for a layout without private components (rows only, as plain Qwen3's), which the cache
+  // grants as a zero-length handle (docs/model.md §4).
+  absl::StatusOr<absl::Span<uint8_t>> ResolvePrivate(const Session& session,
+                                                     const cache::v1::ArenaHandle& handle) const;
 
   const GrpcStateCacheOptions options_;
   const std::function<void()> wake_;

@@ -12,18 +12,24 @@ namespace {
 
 using Json = nlohmann::json;
 
-// transformers' Qwen3NextConfig defaults (docs/model.md §1.1) and the Qwen3.5 overrides.
+constexpr int kDefaultHeads = 16;
+constexpr int kDefaultHeadDim = 256;
+constexpr double kDefaultRopeTheta = 10000.0;
+constexpr double kDefaultPartialRotary = 0.25;
+
+// transformers' Qwen3NextConfig defaults (docs/model.md §1.1) and the Qwen3.5 / Qwen3 overrides.
 struct Defaults {
   int64_t vocab_size = 151936;
   int64_t hidden_size = 2048;
   int64_t intermediate_size = 5632;
   int num_layers = 48;
-  int num_kv_heads = 2;
+  int num_kv_heads = 2;  // 0: as many as num_attention_heads.
+  int num_heads = kDefaultHeads;
+  int head_dim = kDefaultHeadDim;
+  double partial_rotary = kDefaultPartialRotary;
 };
-constexpr int kDefaultHeads = 16;
-constexpr int kDefaultHeadDim = 256;
-constexpr double kDefaultRopeTheta = 10000.0;
-constexpr double kDefaultPartialRotary = 0.25;
+// Qwen3Config: 32 heads of 128, KV heads default to the attention heads, the whole head rotated.
+constexpr Defaults kQwen3Defaults{151936, 4096, 22016, 32, 0, 32, 128, 1.0};
 constexpr int kDefaultConvKernel = 4;
 constexpr int kDefaultLinearHeadDim = 128;
 constexpr int kDefaultLinearKHeads = 16;
@@ -60,7 +66,8 @@ absl::Status Positive(const char* name, int64_t v) {
   return absl::OkStatus();
 }
 
-absl::Status ParseRope(const Json& text, const Json& outer, HybridConfig& c) {
+absl::Status ParseRope(const Json& text, const Json& outer, double default_partial_rotary,
+                       HybridConfig& c) {
   const Json* rope = nullptr;
   if (text.contains("rope_parameters") && text["rope_parameters"].is_object()) {
     rope = &text["rope_parameters"];
@@ -69,7 +76,7 @@ absl::Status ParseRope(const Json& text, const Json& outer, HybridConfig& c) {
   }
   ASSIGN_OR_RETURN(c.rope_theta, Get<double>(text, "rope_theta", kDefaultRopeTheta));
   ASSIGN_OR_RETURN(c.partial_rotary_factor,
-                   Get<double>(text, "partial_rotary_factor", kDefaultPartialRotary));
+                   Get<double>(text, "partial_rotary_factor", default_partial_rotary));
   if (rope != nullptr) {
     ASSIGN_OR_RETURN(std::string type, Get<std::string>(*rope, "rope_type", "default"));
     if (type != "default") {
@@ -81,13 +88,14 @@ absl::Status ParseRope(const Json& text, const Json& outer, HybridConfig& c) {
   }
   if (text.contains("rope_scaling") && !text["rope_scaling"].is_null()) {
     const Json& s = text["rope_scaling"];
-    const std::string type =
-        s.is_object() && s.contains("rope_type") && s["rope_type"].is_string()
-            ? s["rope_type"].get<std::string>()
-            : (s.is_object() && s.contains("type") && s["type"].is_string()
-                   ? s["type"].get<std::string>()
-                   : "");
-    if (type != "default" && type != "mrope") {
+    const std::string type = s.is_object() && s.contains("rope_type") && s["rope_type"].is_string()
+                                 ? s["rope_type"].get<std::string>()
+                                 : (s.is_object() && s.contains("type") && s["type"].is_string()
+                                        ? s["type"].get<std::string>()
+                                        : "");
+    // Qwen3.5 configs name their (text-equivalent) multimodal RoPE; plain Qwen3 has none.
+    const bool mrope_ok = c.family != HybridFamily::kQwen3Dense;
+    if (type != "default" && !(type == "mrope" && mrope_ok)) {
       return absl::UnimplementedError(absl::StrCat("rope_scaling ", type, " is not supported"));
     }
   }
@@ -101,10 +109,50 @@ absl::Status ParseRope(const Json& text, const Json& outer, HybridConfig& c) {
   return absl::OkStatus();
 }
 
+// `layer_types` as one flag per layer (true = full attention), or empty when the config has none.
+// `linear_allowed`: whether linear_attention (GDN) layers exist in the family.
+absl::StatusOr<std::vector<bool>> LayerTypes(const Json& t, int num_layers, bool linear_allowed) {
+  std::vector<bool> full;
+  if (!t.contains("layer_types") || t["layer_types"].is_null()) return full;
+  const Json& lt = t["layer_types"];
+  if (!lt.is_array() || static_cast<int>(lt.size()) != num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer_types must list ", num_layers, " layers"));
+  }
+  for (const Json& v : lt) {
+    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    if (s == "sliding_attention") {
+      return absl::UnimplementedError("layer_types: sliding_attention is not supported");
+    }
+    if (s != "full_attention" && !(linear_allowed && s == "linear_attention")) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown layer type '", s, "'"));
+    }
+    full.push_back(s == "full_attention");
+  }
+  return full;
+}
+
+// Plain Qwen3's attention options (docs/model.md §1.2): biases and sliding windows are not run.
+absl::Status ParseQwen3Attention(const Json& t, HybridConfig& c) {
+  ASSIGN_OR_RETURN(bool bias, Get<bool>(t, "attention_bias", false));
+  if (bias) return absl::UnimplementedError("attention_bias true is not supported for qwen3");
+  ASSIGN_OR_RETURN(bool sliding, Get<bool>(t, "use_sliding_window", false));
+  if (sliding) {
+    return absl::UnimplementedError("use_sliding_window true is not supported for qwen3");
+  }
+  ASSIGN_OR_RETURN(c.full_attention, LayerTypes(t, c.num_layers, /*linear_allowed=*/false));
+  if (c.full_attention.empty()) c.full_attention.assign(static_cast<size_t>(c.num_layers), true);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+bool HybridConfig::HasLinearAttention() const {
+  return std::find(full_attention.begin(), full_attention.end(), false) != full_attention.end();
+}
+
 bool HybridConfig::IsMoeLayer(int i) const {
-  if (family == HybridFamily::kQwen35) return false;
+  if (family == HybridFamily::kQwen35 || family == HybridFamily::kQwen3Dense) return false;
   if (family == HybridFamily::kQwen35Moe) return true;
   if (num_experts <= 0) return false;
   if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end()) {
@@ -133,10 +181,15 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   } else if (c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_moe_text") {
     c.family = HybridFamily::kQwen35Moe;
     d = Defaults{248320, 2048, 0, 40, 2};
+  } else if (c.model_type == "qwen3") {
+    c.family = HybridFamily::kQwen3Dense;
+    d = kQwen3Defaults;
+    c.zero_centred_norm = false;
+    c.attention_gate = false;
   } else {
     return absl::NotFoundError(absl::StrCat("unknown model_type '", c.model_type,
-                                            "' (supported: qwen3_next, qwen3_5, qwen3_5_text, "
-                                            "qwen3_5_moe, qwen3_5_moe_text)"));
+                                            "' (supported: qwen3, qwen3_next, qwen3_5, "
+                                            "qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"));
   }
   const Json& t = *text;
   ASSIGN_OR_RETURN(std::string act, Get<std::string>(t, "hidden_act", "silu"));
@@ -145,42 +198,54 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.hidden_size, Get<int64_t>(t, "hidden_size", d.hidden_size));
   ASSIGN_OR_RETURN(c.intermediate_size, Get<int64_t>(t, "intermediate_size", d.intermediate_size));
   ASSIGN_OR_RETURN(c.num_layers, Get<int>(t, "num_hidden_layers", d.num_layers));
-  ASSIGN_OR_RETURN(c.num_heads, Get<int>(t, "num_attention_heads", kDefaultHeads));
-  ASSIGN_OR_RETURN(c.num_kv_heads, Get<int>(t, "num_key_value_heads", d.num_kv_heads));
+  ASSIGN_OR_RETURN(c.num_heads, Get<int>(t, "num_attention_heads", d.num_heads));
+  ASSIGN_OR_RETURN(c.num_kv_heads, Get<int>(t, "num_key_value_heads",
+                                            d.num_kv_heads > 0 ? d.num_kv_heads : c.num_heads));
   RETURN_IF_ERROR(Positive("num_attention_heads", c.num_heads));
-  // transformers' config classes default head_dim to 256 (the modelling code's D / Hq
-  // fallback applies only to configs without the field, which these classes never are).
-  ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", kDefaultHeadDim));
+  // transformers' config classes default head_dim (256; 128 for Qwen3), so the modelling
+  // code's D / Hq fallback never applies.
+  ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", d.head_dim));
   ASSIGN_OR_RETURN(double eps, Get<double>(t, "rms_norm_eps", kDefaultRmsEps));
   c.rms_norm_eps = static_cast<float>(eps);
   // Wrapped configs may keep tie_word_embeddings at the top level.
   ASSIGN_OR_RETURN(bool outer_tie, Get<bool>(outer, "tie_word_embeddings", false));
   ASSIGN_OR_RETURN(c.tie_word_embeddings, Get<bool>(t, "tie_word_embeddings", outer_tie));
+  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
+                         {"hidden_size", c.hidden_size},
+                         {"num_hidden_layers", int64_t{c.num_layers}},
+                         {"num_key_value_heads", int64_t{c.num_kv_heads}},
+                         {"head_dim", int64_t{c.head_dim}}}) {
+    RETURN_IF_ERROR(Positive(name, v));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        "num_attention_heads must be a multiple of "
+        "num_key_value_heads");
+  }
+  RETURN_IF_ERROR(ParseRope(t, outer, d.partial_rotary, c));
+  if (c.family == HybridFamily::kQwen3Dense) {
+    // No linear attention, no experts: the sizes of those stay 0.
+    RETURN_IF_ERROR(ParseQwen3Attention(t, c));
+    RETURN_IF_ERROR(Positive("intermediate_size", c.intermediate_size));
+    return c;
+  }
   ASSIGN_OR_RETURN(c.conv_kernel, Get<int>(t, "linear_conv_kernel_dim", kDefaultConvKernel));
   ASSIGN_OR_RETURN(c.linear_k_dim, Get<int>(t, "linear_key_head_dim", kDefaultLinearHeadDim));
   ASSIGN_OR_RETURN(c.linear_v_dim, Get<int>(t, "linear_value_head_dim", kDefaultLinearHeadDim));
   ASSIGN_OR_RETURN(c.linear_k_heads, Get<int>(t, "linear_num_key_heads", kDefaultLinearKHeads));
   ASSIGN_OR_RETURN(c.linear_v_heads, Get<int>(t, "linear_num_value_heads", kDefaultLinearVHeads));
-  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
-                         {"num_hidden_layers", int64_t{c.num_layers}},
-                         {"num_key_value_heads", int64_t{c.num_kv_heads}},
-                         {"head_dim", int64_t{c.head_dim}},
-                         {"linear_conv_kernel_dim", int64_t{c.conv_kernel}},
-                         {"linear_key_head_dim", int64_t{c.linear_k_dim}},
-                         {"linear_value_head_dim", int64_t{c.linear_v_dim}},
-                         {"linear_num_key_heads", int64_t{c.linear_k_heads}},
-                         {"linear_num_value_heads", int64_t{c.linear_v_heads}}}) {
+  for (auto [name, v] : {std::pair{"linear_conv_kernel_dim", c.conv_kernel},
+                         {"linear_key_head_dim", c.linear_k_dim},
+                         {"linear_value_head_dim", c.linear_v_dim},
+                         {"linear_num_key_heads", c.linear_k_heads},
+                         {"linear_num_value_heads", c.linear_v_heads}}) {
     RETURN_IF_ERROR(Positive(name, v));
   }
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError("num_attention_heads must be a multiple of "
-                                      "num_key_value_heads");
-  }
   if (c.linear_v_heads % c.linear_k_heads != 0) {
-    return absl::InvalidArgumentError("linear_num_value_heads must be a multiple of "
-                                      "linear_num_key_heads");
+    return absl::InvalidArgumentError(
+        "linear_num_value_heads must be a multiple of "
+        "linear_num_key_heads");
   }
-  RETURN_IF_ERROR(ParseRope(t, outer, c));
 
   if (c.family != HybridFamily::kQwen35) {
     ASSIGN_OR_RETURN(c.num_experts, Get<int>(t, "num_experts", kDefaultExperts));
@@ -219,20 +284,8 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
     if (!c.IsMoeLayer(i)) RETURN_IF_ERROR(Positive("intermediate_size", c.intermediate_size));
   }
 
-  if (t.contains("layer_types") && !t["layer_types"].is_null()) {
-    const Json& lt = t["layer_types"];
-    if (!lt.is_array() || static_cast<int>(lt.size()) != c.num_layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer_types must list ", c.num_layers, " layers"));
-    }
-    for (const Json& v : lt) {
-      const std::string s = v.is_string() ? v.get<std::string>() : "";
-      if (s != "full_attention" && s != "linear_attention") {
-        return absl::InvalidArgumentError(absl::StrCat("unknown layer type '", s, "'"));
-      }
-      c.full_attention.push_back(s == "full_attention");
-    }
-  } else {
+  ASSIGN_OR_RETURN(c.full_attention, LayerTypes(t, c.num_layers, /*linear_allowed=*/true));
+  if (c.full_attention.empty()) {
     ASSIGN_OR_RETURN(int interval,
                      Get<int>(t, "full_attention_interval", kDefaultFullAttentionInterval));
     RETURN_IF_ERROR(Positive("full_attention_interval", interval));

@@ -10,15 +10,19 @@
 
 namespace cairn::infer {
 
-// Which of the hybrid (Gated DeltaNet + gated attention) families a config describes.
+// Which of the Qwen3 families a config describes: the hybrids (Gated DeltaNet + gated attention)
+// and plain Qwen3, whose layers are all ungated full attention (docs/model.md §1.2).
 enum class HybridFamily {
-  kQwen3Next,  // qwen3_next: fused in_proj_qkvz / in_proj_ba, MoE with per-expert tensors.
-  kQwen35,     // qwen3_5, qwen3_5_text: split GDN projections, dense MLP.
-  kQwen35Moe,  // qwen3_5_moe, qwen3_5_moe_text: split GDN projections, MoE in every layer.
+  kQwen3Next,   // qwen3_next: fused in_proj_qkvz / in_proj_ba, MoE with per-expert tensors.
+  kQwen35,      // qwen3_5, qwen3_5_text: split GDN projections, dense MLP.
+  kQwen35Moe,   // qwen3_5_moe, qwen3_5_moe_text: split GDN projections, MoE in every layer.
+  kQwen3Dense,  // qwen3: every layer full attention without output gate, plain RMSNorm, dense MLP.
 };
 
-// The text hyper-parameters of a hybrid checkpoint (docs/model.md §1.1), with the defaults of
-// the family's transformers config where config.json leaves a field out.
+// The text hyper-parameters of a Qwen3-family checkpoint (docs/model.md §1.1), with the defaults
+// of the family's transformers config where config.json leaves a field out. The per-family
+// switches (`zero_centred_norm`, `attention_gate`, and `rotary_dim`) are what the model reads;
+// it never branches on `family` for them.
 struct HybridConfig {
   std::string model_type;  // As written at the top of config.json.
   HybridFamily family = HybridFamily::kQwen35;
@@ -34,6 +38,10 @@ struct HybridConfig {
   double partial_rotary_factor = 0;
   int rotary_dim = 0;
   bool tie_word_embeddings = false;
+  // RMSNorm scale 1 + w (the hybrids) or w (plain Qwen3); the GDN gated norm is always w.
+  bool zero_centred_norm = true;
+  // q_proj also produces a per-head output gate, applied as sigmoid(gate) (the hybrids).
+  bool attention_gate = true;
   int conv_kernel = 0;
   int linear_k_heads = 0;
   int linear_v_heads = 0;
@@ -48,6 +56,9 @@ struct HybridConfig {
   std::vector<int> mlp_only_layers;
   std::vector<bool> full_attention;  // Per layer: true = full attention, false = GDN.
 
+  // Whether any layer is a GDN layer (then the linear-attention sizes are meaningful).
+  bool HasLinearAttention() const;
+
   int64_t key_dim() const { return static_cast<int64_t>(linear_k_heads) * linear_k_dim; }
   int64_t value_dim() const { return static_cast<int64_t>(linear_v_heads) * linear_v_dim; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
@@ -59,7 +70,7 @@ struct HybridConfig {
 // rope_theta / partial_rotary_factor and the newer rope_parameters, derived layer_types.
 // NotFound for an unknown model_type; InvalidArgument naming the field for missing or
 // inconsistent values; Unimplemented for features we do not run (another activation, RoPE
-// scaling).
+// scaling, and for qwen3 attention biases and sliding-window layers).
 absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text);
 
 }  // namespace cairn::infer

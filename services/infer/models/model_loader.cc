@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, KernelB
   if (!in) return absl::NotFoundError(absl::StrCat("no config.json in ", dir));
   std::stringstream text;
   text << in.rdbuf();
-  // Every architecture we run is of the hybrid family; ParseHybridConfig rejects unknown
-  // model types. Another family registers here with its own config parser.
+  // Every architecture we run (the hybrids and plain Qwen3) is parsed by ParseHybridConfig,
+  // which rejects unknown model types. Another family registers here with its own parser.
   absl::StatusOr<HybridConfig> config = ParseHybridConfig(text.str());
   if (!config.ok()) return Annotate(config.status(), config_path);
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));

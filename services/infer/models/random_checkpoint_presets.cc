@@ -48,6 +48,19 @@ RandomCheckpointOptions Moe() {
   return o;
 }
 
+// Plain Qwen3 (rows-only state): GQA, head_dim 32 rotated whole, Qwen3's RoPE base, tied
+// embeddings like the small Qwen3 models.
+RandomCheckpointOptions Qwen3() {
+  RandomCheckpointOptions o;
+  o.model_type = "qwen3";
+  o.seed = 14;
+  o.num_layers = 4;
+  o.rope_theta = 1e6;
+  o.tie_word_embeddings = true;
+  o.embed_scale = 0.25;
+  return o;
+}
+
 RandomCheckpointOptions Bench50m() {
   RandomCheckpointOptions o;
   o.model_type = "qwen3_5_text";
@@ -122,8 +135,8 @@ RandomCheckpointOptions Bench500m() {
 }  // namespace
 
 std::vector<std::string> RandomCheckpointPresetNames() {
-  return {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "bench-50m", "bench-500m",
-          "demo"};
+  return {"dense", "dense-wrapped", "next",       "moe", "moe-wrapped",
+          "qwen3", "bench-50m",     "bench-500m", "demo"};
 }
 
 absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view name) {
@@ -140,12 +153,12 @@ absl::StatusOr<RandomCheckpointOptions> RandomCheckpointPreset(absl::string_view
     o.model_type = "qwen3_5_moe";
     return o;
   }
+  if (name == "qwen3") return Qwen3();
   if (name == "bench-50m") return Bench50m();
   if (name == "demo") return Demo();
   if (name == "bench-500m") return Bench500m();
   return absl::NotFoundError(absl::StrCat("unknown preset '", name, "' (known: ",
-                                          absl::StrJoin(RandomCheckpointPresetNames(), ", "),
-                                          ")"));
+                                          absl::StrJoin(RandomCheckpointPresetNames(), ", "), ")"));
 }
 
 }  // namespace cairn::infer

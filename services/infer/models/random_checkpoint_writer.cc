@@ -26,7 +26,7 @@ enum class Init {
   kLinear,    // +-sqrt(3 / fan_in): unit variance out for unit variance in.
   kEmbed,     // +-embed_scale.
   kZeroNorm,  // +-0.1 around 0 (zero-centred RMSNorm weights).
-  kOneNorm,   // 1 +- 0.1 (the GDN gated norm).
+  kOneNorm,   // 1 +- 0.1 (the GDN gated norm; plain Qwen3's RMSNorm weights).
   kConv,      // +-0.5.
   kALog,      // log(U(1, 16)), transformers' A initialisation.
   kDtBias,    // +-0.5.
@@ -63,7 +63,7 @@ std::vector<uint16_t> Generate(const TensorSpec& spec, const RandomCheckpointOpt
   for (int64_t i = 0; i < n; ++i) {
     const float u = static_cast<float>(SplitMix64(key + static_cast<uint64_t>(i)) >> 40) *
                     (1.0f / 16777216.0f);  // [0, 1)
-    const float s = 2.0f * u - 1.0f;           // [-1, 1)
+    const float s = 2.0f * u - 1.0f;       // [-1, 1)
     float v = 0.0f;
     switch (spec.init) {
       case Init::kLinear:
@@ -100,6 +100,11 @@ bool IsMoeType(const std::string& t) {
   return t == "qwen3_next" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text";
 }
 bool IsWrapper(const std::string& t) { return t == "qwen3_5" || t == "qwen3_5_moe"; }
+// Plain Qwen3: every layer ungated full attention, RMSNorm scale w (not 1 + w).
+bool IsPlainQwen3(const std::string& t) { return t == "qwen3"; }
+bool IsFullAttention(const RandomCheckpointOptions& o, int layer) {
+  return IsPlainQwen3(o.model_type) || (layer + 1) % o.full_attention_interval == 0;
+}
 
 std::vector<TensorSpec> Specs(const RandomCheckpointOptions& o) {
   const int64_t d = o.hidden_size;
@@ -107,9 +112,11 @@ std::vector<TensorSpec> Specs(const RandomCheckpointOptions& o) {
   const int64_t vd = static_cast<int64_t>(o.linear_v_heads) * o.linear_v_dim;
   const int64_t hv = o.linear_v_heads;
   const bool next = o.model_type == "qwen3_next";
+  const Init norm = IsPlainQwen3(o.model_type) ? Init::kOneNorm : Init::kZeroNorm;
+  const int64_t q_rows = o.num_heads * o.head_dim * (IsPlainQwen3(o.model_type) ? 1 : 2);
   std::vector<TensorSpec> s;
   s.push_back({"embed_tokens.weight", true, {o.vocab_size, d}, Init::kEmbed});
-  s.push_back({"norm.weight", true, {d}, Init::kZeroNorm});
+  s.push_back({"norm.weight", true, {d}, norm});
   if (!o.tie_word_embeddings) {
     s.push_back({"lm_head.weight", false, {o.vocab_size, d}, Init::kLinear});
   }
@@ -120,17 +127,17 @@ std::vector<TensorSpec> Specs(const RandomCheckpointOptions& o) {
   };
   for (int i = 0; i < o.num_layers; ++i) {
     const std::string p = absl::StrCat("layers.", i, ".");
-    s.push_back({p + "input_layernorm.weight", true, {d}, Init::kZeroNorm});
-    s.push_back({p + "post_attention_layernorm.weight", true, {d}, Init::kZeroNorm});
-    if ((i + 1) % o.full_attention_interval == 0) {
+    s.push_back({p + "input_layernorm.weight", true, {d}, norm});
+    s.push_back({p + "post_attention_layernorm.weight", true, {d}, norm});
+    if (IsFullAttention(o, i)) {
       const std::string a = p + "self_attn.";
       const int64_t hd = o.head_dim;
-      s.push_back({a + "q_proj.weight", true, {o.num_heads * hd * 2, d}, Init::kLinear});
+      s.push_back({a + "q_proj.weight", true, {q_rows, d}, Init::kLinear});
       s.push_back({a + "k_proj.weight", true, {o.num_kv_heads * hd, d}, Init::kLinear});
       s.push_back({a + "v_proj.weight", true, {o.num_kv_heads * hd, d}, Init::kLinear});
       s.push_back({a + "o_proj.weight", true, {d, o.num_heads * hd}, Init::kLinear});
-      s.push_back({a + "q_norm.weight", true, {hd}, Init::kZeroNorm});
-      s.push_back({a + "k_norm.weight", true, {hd}, Init::kZeroNorm});
+      s.push_back({a + "q_norm.weight", true, {hd}, norm});
+      s.push_back({a + "k_norm.weight", true, {hd}, norm});
     } else {
       const std::string g = p + "linear_attn.";
       if (next) {
@@ -149,10 +156,9 @@ std::vector<TensorSpec> Specs(const RandomCheckpointOptions& o) {
       s.push_back({g + "out_proj.weight", true, {d, vd}, Init::kLinear});
     }
     const std::string m = p + "mlp.";
-    const bool dense_layer =
-        !IsMoeType(o.model_type) ||
-        (next && std::find(o.mlp_only_layers.begin(), o.mlp_only_layers.end(), i) !=
-                     o.mlp_only_layers.end());
+    const bool dense_layer = !IsMoeType(o.model_type) ||
+                             (next && std::find(o.mlp_only_layers.begin(), o.mlp_only_layers.end(),
+                                                i) != o.mlp_only_layers.end());
     if (dense_layer) {
       swiglu(m, o.intermediate_size);
       continue;
@@ -172,10 +178,24 @@ std::vector<TensorSpec> Specs(const RandomCheckpointOptions& o) {
   return s;
 }
 
+// The fields of plain Qwen3's config.json that the hybrids lack or spell differently, shaped as
+// the published Qwen3 configs: top-level rope_theta, rope_scaling null, no sliding windows.
+void PlainQwen3Fields(const RandomCheckpointOptions& o, Json& c) {
+  c["rope_theta"] = o.rope_theta;
+  c["rope_scaling"] = nullptr;
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["max_window_layers"] = o.num_layers;
+  c["intermediate_size"] = o.intermediate_size;
+}
+
 Json TextConfig(const RandomCheckpointOptions& o) {
   const bool next = o.model_type == "qwen3_next";
   Json c;
-  if (o.model_type == "qwen3_next") {
+  if (IsPlainQwen3(o.model_type)) {
+    c["architectures"] = {"Qwen3ForCausalLM"};
+    c["model_type"] = "qwen3";
+  } else if (o.model_type == "qwen3_next") {
     c["architectures"] = {"Qwen3NextForCausalLM"};
     c["model_type"] = "qwen3_next";
   } else if (o.model_type == "qwen3_5_text" || o.model_type == "qwen3_5") {
@@ -197,12 +217,16 @@ Json TextConfig(const RandomCheckpointOptions& o) {
   c["rms_norm_eps"] = o.rms_norm_eps;
   c["tie_word_embeddings"] = o.tie_word_embeddings;
   c["attention_bias"] = false;
+  c["dtype"] = "bfloat16";
+  if (IsPlainQwen3(o.model_type)) {
+    PlainQwen3Fields(o, c);
+    return c;
+  }
   c["linear_conv_kernel_dim"] = o.conv_kernel;
   c["linear_key_head_dim"] = o.linear_k_dim;
   c["linear_value_head_dim"] = o.linear_v_dim;
   c["linear_num_key_heads"] = o.linear_k_heads;
   c["linear_num_value_heads"] = o.linear_v_heads;
-  c["dtype"] = "bfloat16";
   if (o.write_layer_types) {
     Json types = Json::array();
     for (int i = 0; i < o.num_layers; ++i) {
@@ -284,7 +308,8 @@ absl::Status WriteShard(const std::filesystem::path& path, const std::vector<Pay
   uint64_t offset = 0;
   for (const Payload* t : tensors) {
     const uint64_t bytes = t->bf16.size() * 2;
-    header[t->name] = {{"dtype", "BF16"}, {"shape", t->shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t->name] = {
+        {"dtype", "BF16"}, {"shape", t->shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   header["__metadata__"] = {{"format", "pt"}};
@@ -308,7 +333,7 @@ absl::Status WriteShard(const std::filesystem::path& path, const std::vector<Pay
 absl::Status Validate(const RandomCheckpointOptions& o) {
   const std::string& t = o.model_type;
   if (t != "qwen3_5_text" && t != "qwen3_5" && t != "qwen3_next" && t != "qwen3_5_moe_text" &&
-      t != "qwen3_5_moe") {
+      t != "qwen3_5_moe" && !IsPlainQwen3(t)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown model_type ", t));
   }
   if (o.vocab_size < 1 || o.hidden_size < 1 || o.num_layers < 1 || o.num_heads < 1 ||
@@ -330,8 +355,7 @@ absl::Status Validate(const RandomCheckpointOptions& o) {
 
 }  // namespace
 
-absl::Status WriteRandomCheckpoint(const std::string& dir,
-                                   const RandomCheckpointOptions& options) {
+absl::Status WriteRandomCheckpoint(const std::string& dir, const RandomCheckpointOptions& options) {
   namespace fs = std::filesystem;
   RETURN_IF_ERROR(Validate(options));
   std::error_code ec;
@@ -361,8 +385,7 @@ absl::Status WriteRandomCheckpoint(const std::string& dir,
   size_t next = 0;
   uint64_t written = 0;
   for (int s = 0; s < shards; ++s) {
-    const std::string name =
-        absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards);
+    const std::string name = absl::StrFormat("model-%05d-of-%05d.safetensors", s + 1, shards);
     const uint64_t target = total * static_cast<uint64_t>(s + 1) / static_cast<uint64_t>(shards);
     std::vector<Payload*> part;
     const size_t remaining_shards = static_cast<size_t>(shards - s - 1);

@@ -15,7 +15,9 @@ namespace cairn::infer {
 // = 2, dk != dv.
 struct RandomCheckpointOptions {
   // qwen3_5_text, qwen3_5 (vision-language wrapper: text_config, model.language_model.*),
-  // qwen3_next (per-expert tensors), qwen3_5_moe_text, qwen3_5_moe (wrapper; fused experts).
+  // qwen3_next (per-expert tensors), qwen3_5_moe_text, qwen3_5_moe (wrapper; fused experts),
+  // qwen3 (plain Qwen3: every layer full attention; the linear-attention, MoE,
+  // partial_rotary_factor and full_attention_interval options are ignored).
   std::string model_type = "qwen3_5_text";
   uint64_t seed = 1;
   int64_t vocab_size = 1024;

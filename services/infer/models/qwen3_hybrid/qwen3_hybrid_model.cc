@@ -212,8 +212,9 @@ class WeightReader {
   bool in_place_ = false;
 };
 
-// The hybrid decoder of docs/model.md §3: per layer, a gated full-attention or Gated DeltaNet
-// mixer and a SwiGLU MLP or sparse MoE block.
+// The decoder of docs/model.md §3: per layer, a (gated) full-attention or Gated DeltaNet mixer
+// and a SwiGLU MLP or sparse MoE block. Plain Qwen3 is the case of every layer full attention,
+// no output gate and plain RMSNorm; the config's switches say so (docs/model.md §1.2).
 //
 // Memory: everything the backend's operations read or write lives in the backend's memory
 // (KernelBackend::memory()), and the model never dereferences a pointer into it. For a host
@@ -310,7 +311,9 @@ absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string&
                                              AttentionWeights& w) {
   const int64_t d = c_.hidden_size;
   const int64_t hd = c_.head_dim;
-  ASSIGN_OR_RETURN(w.q, r.Matrix(p + "q_proj.weight", {c_.num_heads * hd * 2, d}));
+  // With the output gate, q_proj's rows are [q_h | gate_h] per head.
+  const int64_t q_rows = c_.num_heads * hd * (c_.attention_gate ? 2 : 1);
+  ASSIGN_OR_RETURN(w.q, r.Matrix(p + "q_proj.weight", {q_rows, d}));
   ASSIGN_OR_RETURN(w.k, r.Matrix(p + "k_proj.weight", {c_.num_kv_heads * hd, d}));
   ASSIGN_OR_RETURN(w.v, r.Matrix(p + "v_proj.weight", {c_.num_kv_heads * hd, d}));
   ASSIGN_OR_RETURN(w.o, r.Matrix(p + "o_proj.weight", {d, c_.num_heads * hd}));
@@ -576,18 +579,24 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   const int64_t q_width = static_cast<int64_t>(hq) * hd;
   const int64_t kv_width = static_cast<int64_t>(c_.num_kv_heads) * hd;
   ScratchArena::Frame frame(scratch_);
-  ASSIGN_OR_RETURN(float* qg, scratch_.Take<float>(t * 2 * q_width));
-  MatMul(g, x, t, d, w.q, qg, 2 * q_width, false);
-  // q_proj rows are [q_h | gate_h] per head.
   ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * q_width));
-  ASSIGN_OR_RETURN(float* gate, scratch_.Take<float>(t * q_width));
-  backend_->SplitHeadPairs(qg, t, hq, hd, q, gate);
-  backend_->RmsNorm(q, t * hq, hd, w.q_norm.data, c_.rms_norm_eps, true, q);
+  float* gate = nullptr;
+  if (c_.attention_gate) {
+    ASSIGN_OR_RETURN(float* qg, scratch_.Take<float>(t * 2 * q_width));
+    MatMul(g, x, t, d, w.q, qg, 2 * q_width, false);
+    // q_proj rows are [q_h | gate_h] per head.
+    ASSIGN_OR_RETURN(gate, scratch_.Take<float>(t * q_width));
+    backend_->SplitHeadPairs(qg, t, hq, hd, q, gate);
+  } else {
+    MatMul(g, x, t, d, w.q, q, q_width, false);
+  }
+  backend_->RmsNorm(q, t * hq, hd, w.q_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, q);
   ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kv_width));
   ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * kv_width));
   MatMul(g, x, t, d, w.k, k, kv_width, false);
   MatMul(g, x, t, d, w.v, v, kv_width, false);
-  backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps, true, k);
+  backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps,
+                    c_.zero_centred_norm, k);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
@@ -613,7 +622,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
     args.row_invariant = options_.pass_invariant;
     backend_->Attention(args);
   }
-  backend_->SigmoidMul(o, gate, t * q_width);
+  if (gate != nullptr) backend_->SigmoidMul(o, gate, t * q_width);
   MatMul(g, o, t, q_width, w.o, h, d, true);
   return absl::OkStatus();
 }
@@ -790,13 +799,13 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   ASSIGN_OR_RETURN(float* xn, scratch_.Take<float>(t * d));
   backend_->EmbeddingGatherTyped(embed_, ids_dev, t, h);
   for (const LayerWeights& lw : layers_) {
-    backend_->RmsNorm(h, t, d, lw.input_norm.data, c_.rms_norm_eps, true, xn);
+    backend_->RmsNorm(h, t, d, lw.input_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, xn);
     if (lw.full_attention) {
       RETURN_IF_ERROR(RunAttention(g, lw.attn, xn, h));
     } else {
       RETURN_IF_ERROR(RunGdn(g, lw.gdn, xn, h));
     }
-    backend_->RmsNorm(h, t, d, lw.post_norm.data, c_.rms_norm_eps, true, xn);
+    backend_->RmsNorm(h, t, d, lw.post_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, xn);
     if (lw.moe) {
       RETURN_IF_ERROR(RunMoe(g, lw.experts, xn, h));
     } else {
@@ -814,7 +823,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     row += n;
   }
   ASSIGN_OR_RETURN(float* normed, scratch_.Take<float>(rows * d));
-  backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, true, normed);
+  backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, c_.zero_centred_norm, normed);
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(rows * c_.vocab_size));
   MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
   row = 0;

@@ -27,7 +27,8 @@ struct Qwen3HybridOptions {
   bool pass_invariant = false;
 };
 
-// Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE family (docs/model.md §2-§3) from
+// Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE / Qwen3 families (docs/model.md
+// §2-§3) from
 // `config` and the tensors of `store`. Weight matrices are used in place in the mapped files, in
 // their stored type, where `backend` accepts that type (the model then keeps `store`); they
 // are widened to fp32 copies otherwise. Both weight prefixes
@@ -40,7 +41,8 @@ struct Qwen3HybridOptions {
 // "layers.{i}.k" and "layers.{i}.v" (kv_heads * head_dim floats per row, post-norm and
 // post-RoPE keys); a GDN layer has private components "layers.{i}.conv" (the last
 // conv_kernel - 1 conv inputs, [conv_kernel - 1, conv_dim]) and "layers.{i}.recurrent"
-// ([v_heads, dk, dv] fp32).
+// ([v_heads, dk, dv] fp32). Plain Qwen3 has only full-attention layers: rows components only,
+// no private state.
 absl::StatusOr<std::unique_ptr<Model>> CreateQwen3HybridModel(const HybridConfig& config,
                                                               std::unique_ptr<TensorStore> store,
                                                               uint64_t weights_digest,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/engine/slot_kv_memory.h"
@@ -24,10 +25,14 @@ constexpr int64_t kMaxRows = 2048;
 constexpr int64_t kRowFloats = 16;
 constexpr int64_t kPrivateFloats = 1024;
 
-StateLayout Layout() {
+// A hybrid's layout (rows and a private component), or, with `rows_only`, a pure-attention
+// model's (plain Qwen3: no private state, docs/model.md §4).
+StateLayout Layout(bool rows_only = false) {
   StateLayout layout;
   layout.components.push_back({"layers.1.k", ComponentKind::kRows, 1, kRowFloats});
-  layout.components.push_back({"layers.0.recurrent", ComponentKind::kPrivate, 0, kPrivateFloats});
+  if (!rows_only) {
+    layout.components.push_back({"layers.0.recurrent", ComponentKind::kPrivate, 0, kPrivateFloats});
+  }
   return layout;
 }
 
@@ -68,9 +73,12 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 class Driver {
  public:
   // `device_memory`: passed to the client as the backend's memory (arena pinning).
-  explicit Driver(const std::string& address, DeviceMemory* device_memory = nullptr) {
+  // `rows_only`: the layout has no private component (Layout()).
+  explicit Driver(const std::string& address, DeviceMemory* device_memory = nullptr,
+                  bool rows_only = false)
+      : rows_only_(rows_only) {
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
-        SlotKvMemory::Create(Layout(), {.slots = kSlots, .max_rows = kMaxRows});
+        SlotKvMemory::Create(Layout(rows_only), {.slots = kSlots, .max_rows = kMaxRows});
     EXPECT_TRUE(kv.ok()) << kv.status();
     kv_ = *std::move(kv);
     GrpcStateCacheOptions o;
@@ -78,8 +86,9 @@ class Driver {
     o.instance_name = "cache-client-test";
     o.slots = kSlots;
     o.model_name = "driver";
-    o.identity.set_digest("cache-client-test-model");
-    o.layout = Layout();
+    // Another layout is another model to the cache.
+    o.identity.set_digest(rows_only ? "cache-client-test-rows-only" : "cache-client-test-model");
+    o.layout = Layout(rows_only);
     o.rpc_timeout = absl::Seconds(10);
     o.reconnect_min = absl::Milliseconds(20);
     o.reconnect_max = absl::Milliseconds(200);
@@ -116,8 +125,10 @@ class Driver {
       const int64_t r = s->position() + static_cast<int64_t>(i);
       CAIRN_ASSERT_OK(s->memory()->Upload(s->data(0) + r * kRowFloats, row.data(), kRowFloats * 4));
     }
-    const std::vector<float> p = Private(h);
-    CAIRN_ASSERT_OK(s->memory()->Upload(s->data(1), p.data(), kPrivateFloats * 4));
+    if (!rows_only_) {
+      const std::vector<float> p = Private(h);
+      CAIRN_ASSERT_OK(s->memory()->Upload(s->data(1), p.data(), kPrivateFloats * 4));
+    }
     s->CommitAppend(static_cast<int64_t>(tokens.size()));
     tokens_[slot].insert(tokens_[slot].end(), tokens.begin(), tokens.end());
   }
@@ -138,6 +149,7 @@ class Driver {
       ASSERT_EQ(std::vector<float>(got + r * kRowFloats, got + (r + 1) * kRowFloats), want)
           << "row " << r;
     }
+    if (rows_only_) return;
     std::vector<uint8_t> priv(kPrivateFloats * 4);
     ASSERT_TRUE(kv_->CapturePrivateState(slot, absl::MakeSpan(priv)).ok());
     const float* p = reinterpret_cast<const float*>(priv.data());
@@ -167,6 +179,7 @@ class Driver {
     return h;
   }
 
+  const bool rows_only_;
   std::unique_ptr<SlotKvMemory> kv_;
   std::unique_ptr<GrpcStateCache> cache_;
   std::vector<std::vector<int32_t>> tokens_;
@@ -199,6 +212,29 @@ TEST_F(CacheClientTest, RestoreIntoAnotherSlotWaitsForTheBorrowedRows) {
   EXPECT_EQ(r->depth, 600);
   driver_->ExpectHolds(1, a);
   driver_->ExpectHolds(0, a);  // The spill copied; slot 0 is unchanged.
+}
+
+// A model without private state: its checkpoints are rows alone, and one at a chunk boundary
+// holds no private or tail bytes at all (a zero-byte state region).
+TEST_F(CacheClientTest, ARowsOnlyLayoutCapturesAndRestoresWithoutPrivateState) {
+  Driver rows(server_->address(), nullptr, /*rows_only=*/true);
+  ASSERT_TRUE(rows.cache().WaitConnected(absl::Seconds(10)));
+  for (const int64_t n : {int64_t{600}, 2 * kRowsPerChunk}) {
+    SCOPED_TRACE(n);
+    const std::vector<int32_t> a = Tokens(static_cast<int32_t>(n), n);
+    rows.PrefillAndCapture(0, absl::StrCat("rows-", n), a);
+    int64_t depth = 0;
+    const uint64_t id = rows.RamCandidate(Concat(a, Tokens(2, 10)), &depth);
+    ASSERT_NE(id, 0u);
+    EXPECT_EQ(depth, n);
+
+    absl::StatusOr<RestoreStats> r =
+        rows.cache().Restore(id, 1, absl::StrCat("rows-", n), &rows.kv());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->depth, n);
+    rows.ExpectHolds(1, a);
+    rows.Forget(1);
+  }
 }
 
 TEST_F(CacheClientTest, ABorrowedCheckpointSurvivesItsSlotBeingOverwritten) {

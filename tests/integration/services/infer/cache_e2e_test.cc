@@ -390,7 +390,7 @@ INSTANTIATE_TEST_SUITE_P(Dense, CacheFailureTest, ::testing::Values("dense"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CacheEndToEndTest,
-                         ::testing::Values("dense", "next", "moe"),
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

@@ -132,7 +132,8 @@ TEST_P(InferDaemonTest, ConcurrentRequestsEqualEachRunAlone) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, InferDaemonTest, ::testing::Values("dense", "next", "moe"),
+INSTANTIATE_TEST_SUITE_P(Architectures, InferDaemonTest,
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 class InferDaemonErrorsTest : public ::testing::Test {

@@ -1,5 +1,5 @@
-// Batch invariance (docs/architecture.md §6): a sequence's logits and state never depend on which other
-// sequences share its forward batch, bit for bit, for every architecture.
+// Batch invariance (docs/architecture.md §6): a sequence's logits and state never depend on which
+// other sequences share its forward batch, bit for bit, for every architecture.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -123,7 +123,7 @@ TEST_P(BatchInvarianceTest, BadBatchesChangeNoSlot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, BatchInvarianceTest,
-                         ::testing::Values("dense", "next", "moe"),
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

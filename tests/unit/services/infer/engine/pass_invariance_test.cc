@@ -90,7 +90,7 @@ TEST_P(PassInvarianceTest, AgreesWithTheFastNumericsWithinTolerance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, PassInvarianceTest,
-                         ::testing::Values("dense", "next", "moe"),
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

@@ -73,8 +73,7 @@ TEST(ModelConfigTest, InconsistentHeadsAreInvalid) {
                                     "linear_num_value_heads": 5})")
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3_5_text", "hidden_size": "big"})")
-                  .status(),
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3_5_text", "hidden_size": "big"})").status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
@@ -83,6 +82,98 @@ TEST(ModelConfigTest, RopeScalingIsUnimplemented) {
       R"({"model_type": "qwen3_5_text", "rope_parameters": {"rope_type": "yarn"}})");
 
   EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented));
+}
+
+// The published fields of Qwen3-0.6B's config.json, written out by hand.
+constexpr const char* kQwen3SmallConfig = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST(ModelConfigTest, ReadsAPlainQwen3Config) {
+  absl::StatusOr<HybridConfig> c = ParseHybridConfig(kQwen3SmallConfig);
+
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->family, HybridFamily::kQwen3Dense);
+  EXPECT_EQ(c->vocab_size, 151936);
+  EXPECT_EQ(c->hidden_size, 1024);
+  EXPECT_EQ(c->intermediate_size, 3072);
+  EXPECT_EQ(c->num_heads, 16);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rotary_dim, 128);  // The whole head.
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_FLOAT_EQ(c->rms_norm_eps, 1e-6f);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->zero_centred_norm);
+  EXPECT_FALSE(c->attention_gate);
+  EXPECT_EQ(c->full_attention, std::vector<bool>(28, true));
+  EXPECT_FALSE(c->HasLinearAttention());
+  EXPECT_FALSE(c->IsMoeLayer(0));
+  EXPECT_EQ(c->conv_dim(), 0);
+}
+
+TEST(ModelConfigTest, Qwen3DefaultsAreThoseOfQwen3Config) {
+  absl::StatusOr<HybridConfig> c = ParseHybridConfig(R"({"model_type": "qwen3",
+    "num_attention_heads": 8})");
+
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 8);  // As many as the attention heads.
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rotary_dim, 128);
+  EXPECT_EQ(c->rope_theta, 10000.0);
+  EXPECT_EQ(c->num_layers, 32);
+  EXPECT_EQ(c->intermediate_size, 22016);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  // The hybrids keep their switches.
+  absl::StatusOr<HybridConfig> hybrid = ParseHybridConfig(R"({"model_type": "qwen3_5_text"})");
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  EXPECT_TRUE(hybrid->zero_centred_norm);
+  EXPECT_TRUE(hybrid->attention_gate);
+  EXPECT_TRUE(hybrid->HasLinearAttention());
+}
+
+TEST(ModelConfigTest, Qwen3FeaturesWeDoNotRunAreUnimplemented) {
+  for (const char* extra :
+       {R"("attention_bias": true)", R"("use_sliding_window": true)",
+        R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})",
+        R"("rope_scaling": {"type": "mrope"})",
+        R"("rope_parameters": {"rope_type": "linear", "factor": 2.0})",
+        R"("num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"])"}) {
+    const std::string json = std::string(R"({"model_type": "qwen3", )") + extra + "}";
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented)) << json;
+  }
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3", "num_hidden_layers": 2,
+                                    "layer_types": ["full_attention", "linear_attention"]})")
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3", "attention_bias": "no"})").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ModelConfigTest, NotJsonIsInvalid) {

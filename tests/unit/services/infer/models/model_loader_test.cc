@@ -89,7 +89,7 @@ TEST_F(ModelLoaderTest, WeightsStayInTheFileTypeAndEveryIsaGivesTheSameBits) {
   absl::StatusOr<std::unique_ptr<CpuKernelBackend>> portable =
       CpuKernelBackend::Create({.threads = 2, .isa = "portable"});
   ASSERT_TRUE(portable.ok()) << portable.status();
-  for (const std::string preset : {"dense", "next", "moe"}) {
+  for (const std::string preset : {"dense", "next", "moe", "qwen3"}) {
     absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), portable->get());
     ASSERT_TRUE(r.ok()) << r.status();
 
@@ -104,7 +104,7 @@ TEST_F(ModelLoaderTest, ABackendWithoutTypedWeightsGetsFp32CopiesAndTheSameBits)
   absl::StatusOr<std::unique_ptr<CpuKernelBackend>> fp32 =
       CpuKernelBackend::Create({.threads = 2, .typed_weights = false});
   ASSERT_TRUE(fp32.ok()) << fp32.status();
-  for (const std::string preset : {"dense", "next", "moe"}) {
+  for (const std::string preset : {"dense", "next", "moe", "qwen3"}) {
     absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), fp32->get());
     ASSERT_TRUE(r.ok()) << r.status();
 
@@ -115,12 +115,14 @@ TEST_F(ModelLoaderTest, ABackendWithoutTypedWeightsGetsFp32CopiesAndTheSameBits)
 }
 
 TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
-  for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped"}) {
+  for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "qwen3"}) {
     absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(preset, backend_.get());
     ASSERT_TRUE(model.ok()) << preset << ": " << model.status();
     absl::StatusOr<RandomCheckpointOptions> o = RandomCheckpointPreset(preset);
     ASSERT_TRUE(o.ok());
-    const int full_layers = o->num_layers / o->full_attention_interval;
+    // Plain Qwen3 has only full-attention layers.
+    const int full_layers =
+        o->model_type == "qwen3" ? o->num_layers : o->num_layers / o->full_attention_interval;
     const int gdn_layers = o->num_layers - full_layers;
     int rows = 0;
     int priv = 0;
@@ -133,6 +135,16 @@ TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
               2 * full_layers * o->num_kv_heads * o->head_dim * 4);
     EXPECT_EQ((*model)->info().vocab_size, o->vocab_size);
   }
+}
+
+TEST_F(ModelLoaderTest, PlainQwen3HasRowsOnlyState) {
+  absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset("qwen3", backend_.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const StateLayout& layout = (*model)->state_layout();
+
+  EXPECT_EQ(layout.private_bytes(), 0);
+  EXPECT_GT(layout.row_bytes(), 0);
+  EXPECT_EQ((*model)->info().architecture, "qwen3");
 }
 
 TEST_F(ModelLoaderTest, WrapperAndTextOnlyFormsGiveIdenticalLogits) {
@@ -168,7 +180,7 @@ TEST_F(ModelLoaderTest, ShardingDoesNotChangeTheModel) {
 // A model built in memory from RandomCheckpointConfig / RandomCheckpointTensors and a store of
 // views (as the GPU benchmark builds its large models) equals the one written to disk.
 TEST_F(ModelLoaderTest, AStoreInMemoryFromTheRandomShapesGivesTheWrittenModel) {
-  for (const std::string preset : {"dense", "moe-wrapped"}) {
+  for (const std::string preset : {"dense", "moe-wrapped", "qwen3"}) {
     SCOPED_TRACE(preset);
     absl::StatusOr<RandomCheckpointOptions> options = RandomCheckpointPreset(preset);
     ASSERT_TRUE(options.ok());

@@ -191,7 +191,7 @@ TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, DeviceMemoryModelTest,
-                         ::testing::Values("dense", "next", "moe"));
+                         ::testing::Values("dense", "next", "moe", "qwen3"));
 
 }  // namespace
 }  // namespace cairn::infer
