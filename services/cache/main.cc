@@ -91,6 +91,12 @@ int Run(int argc, char** argv) {
             "rank preserved frontiers with superseded checkpoints, not with retry copies");
   flags.Add("shallow-first", &options.cache.retention.shallow_first,
             "shallower checkpoints go first inside the idle and reused ranks");
+  flags.Add("overdue-gaps", &options.cache.retention.overdue_gaps,
+            "a conversation not used for this many of its mean gaps between requests is overdue "
+            "and goes earlier inside the idle and reused ranks (0: off)");
+  flags.Add("overdue-depth-weight", &options.cache.retention.overdue_depth_weight,
+            "with --shallow-first: an overdue conversation's depth counts this much (0: it goes "
+            "first)");
   flags.Add("charge-on-spill", &options.cache.retention.charge_on_spill,
             "charge borrowed rows to the RAM budget when they are spilled, not at admission");
   flags.Add("value-per-byte", &options.cache.retention.value_per_byte,

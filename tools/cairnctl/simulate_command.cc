@@ -78,6 +78,12 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "a preserved frontier ranks with superseded checkpoints, not retry copies");
   flags.Add("shallow-first", &p.retention.shallow_first,
             "inside the idle and reused ranks, shallower checkpoints go first");
+  flags.Add("overdue-gaps", &p.retention.overdue_gaps,
+            "inside the idle and reused ranks, a conversation not used for this many of its "
+            "mean gaps between requests is overdue and goes earlier (0: off)");
+  flags.Add("overdue-depth-weight", &p.retention.overdue_depth_weight,
+            "with --shallow-first: an overdue conversation's depth counts this much instead of "
+            "going first (0)");
   flags.Add("charge-on-spill", &p.retention.charge_on_spill,
             "charge borrowed rows to the RAM budget when they are spilled, not at admission");
   flags.Add("value-per-byte", &p.retention.value_per_byte,

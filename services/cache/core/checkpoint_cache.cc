@@ -108,6 +108,33 @@ void CheckpointCache::Touch(const std::string& conversation) {
   c.last_use_mark = admitted_bytes_;
 }
 
+void CheckpointCache::StartRequest(const std::string& conversation) {
+  if (conversation.empty()) return;
+  Conversation& c = conversations_[conversation];
+  const absl::Time now = clock_->Now();
+  if (c.last_request != absl::Time()) {
+    const absl::Duration gap = std::max(absl::ZeroDuration(), now - c.last_request);
+    c.gap_sum += gap;
+    ++c.gaps;
+    gap_sum_ += gap;
+    ++gaps_;
+  }
+  c.last_request = now;
+  Touch(conversation);
+}
+
+bool CheckpointCache::Overdue(const std::string& conversation) const {
+  const double factor = options_.retention.overdue_gaps;
+  if (factor <= 0) return false;
+  auto it = conversations_.find(conversation);
+  if (it == conversations_.end()) return false;
+  const Conversation& c = it->second;
+  const absl::Duration sum = c.gaps > 0 ? c.gap_sum : gap_sum_;
+  const int64_t count = c.gaps > 0 ? c.gaps : gaps_;
+  if (count == 0) return false;
+  return clock_->Now() - c.last_use > factor * (sum / count);
+}
+
 bool CheckpointCache::Idle(const std::string& conversation) const {
   auto it = conversations_.find(conversation);
   if (it == conversations_.end()) return true;
@@ -447,7 +474,7 @@ absl::StatusOr<std::vector<uint64_t>> CheckpointCache::StartCold(SlotKey key,
   std::vector<uint64_t> spills = PrepareOverwrite(slot, 0);
   ResetSlot(slot, identities);
   slot.conversation = conversation;
-  Touch(conversation);
+  StartRequest(conversation);
   return spills;
 }
 
@@ -463,7 +490,7 @@ absl::Status CheckpointCache::ContinueSlot(SlotKey key, const Identities& identi
   slot->computation = next_computation_++;
   Touch(slot->conversation);
   slot->conversation = conversation;
-  Touch(conversation);
+  StartRequest(conversation);
   Event e;
   e.type = EventType::kRestore;
   e.tier = Tier::kLive;
@@ -514,7 +541,7 @@ absl::StatusOr<RestorePlan> CheckpointCache::Restore(CheckpointId id, SlotKey ke
   }
   Reindex(slot);
   slot.conversation = conversation;
-  Touch(conversation);
+  StartRequest(conversation);
   Touch(ckpt.conversation);
   ckpt.last_use = clock_->Now();
 

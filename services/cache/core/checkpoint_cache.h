@@ -367,6 +367,12 @@ class CheckpointCache {
   struct Conversation {
     absl::Time last_use;
     int64_t last_use_mark = 0;  // admitted_bytes_ at the last use.
+    // Requests of the conversation (StartCold, ContinueSlot, Restore): when the last one
+    // started, and the sum and count of the gaps between consecutive ones
+    // (RetentionOptions::overdue_gaps).
+    absl::Time last_request;
+    absl::Duration gap_sum;
+    int64_t gaps = 0;
   };
 
   CheckpointCache(CacheOptions options, const Clock* clock);
@@ -376,7 +382,12 @@ class CheckpointCache {
   RadixPrefixIndex& IndexFor(const std::string& compatibility);
   const ModelLayout* LayoutFor(const std::string& compatibility) const;
   void Touch(const std::string& conversation);
+  // A request of `conversation` starts: Touch, and its gap since the previous one is counted.
+  void StartRequest(const std::string& conversation);
   bool Idle(const std::string& conversation) const;
+  // Not used for more than RetentionOptions::overdue_gaps of its mean gap between requests
+  // (of every conversation's, while it has had one request only).
+  bool Overdue(const std::string& conversation) const;
   void Emit(Event event);
   Event MakeEvent(EventType type, const Checkpoint& ckpt, std::string reason) const;
 
@@ -456,6 +467,9 @@ class CheckpointCache {
   uint64_t next_spill_ = 1;
   int64_t ram_checkpoints_ = 0;  // Committed + pending RAM checkpoints.
   int64_t admitted_bytes_ = 0;   // Bytes admitted so far: the budget-turnover clock.
+  // Every conversation's gaps between requests (RetentionOptions::overdue_gaps).
+  absl::Duration gap_sum_;
+  int64_t gaps_ = 0;
 };
 
 }  // namespace cairn::cache

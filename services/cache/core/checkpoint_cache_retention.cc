@@ -108,6 +108,7 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
                                                  : std::max(conv->second.last_use, ckpt->last_use);
     item.pinned = ckpt->pins > 0;
     item.depth = ckpt->depth;
+    item.overdue = Overdue(ckpt->conversation);
     if (options_.retention.value_per_byte || item.edit_reach) {
       int64_t fallback = 0;
       for (const RadixPrefixIndex::Hit& hit :
@@ -163,6 +164,13 @@ bool CheckpointCache::EvictOne(bool ram_tier, EvictionRank max_rank, const std::
                              [&](const RetentionItem& i) { return i.id == order.front(); });
   if (victim->rank > max_rank) return false;
   std::string reason(EvictionRankName(victim->rank));
+  // The overdue rule decided inside the rank (RetentionOptions::overdue_gaps): say so before
+  // the rank, which stays last (the daemon counts evictions by the last part).
+  const RetentionOptions& r = options_.retention;
+  if (victim->overdue && r.overdue_gaps > 0 && !r.value_per_byte &&
+      victim->rank >= EvictionRank::kIdle) {
+    reason = absl::StrCat("overdue conversation, ", reason);
+  }
   if (!why.empty()) reason = absl::StrCat(why, ", ", reason);
   Checkpoint& ckpt = *checkpoints_.at(order.front());
   if (ram_tier) {

@@ -108,12 +108,21 @@ std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionIt
   const bool across = by_value && options_.value_across_ranks;
   auto key = [&](const RetentionItem& i) {
     const double value = by_value ? ValuePerByte(i) : 0;
-    const int64_t depth =
-        !by_value && options_.shallow_first && i.rank >= EvictionRank::kIdle ? i.depth : 0;
+    // Idle and reused ranks: an overdue conversation goes first, or (shallow first) counts its
+    // depth at overdue_depth_weight.
+    double depth = 0;
+    bool kept = true;
+    if (!by_value && i.rank >= EvictionRank::kIdle) {
+      const bool overdue = options_.overdue_gaps > 0 && i.overdue;
+      const double weight = overdue ? options_.overdue_depth_weight : 1.0;
+      kept = !overdue || (options_.shallow_first && weight > 0);
+      depth = options_.shallow_first ? weight * static_cast<double>(i.depth) : 0.0;
+    }
     // Within edit reach, the checkpoint whose loss costs an edit the fewest tokens goes first.
     const double reach = i.edit_reach ? EditReachValue(i) : 0.0;
     return std::make_tuple(across ? value : 0.0, static_cast<int>(i.rank), i.edit_reach, !i.covered,
-                           i.branch_point, reach, across ? 0.0 : value, depth, i.last_use, i.id);
+                           i.branch_point, reach, across ? 0.0 : value, kept, depth, i.last_use,
+                           i.id);
   };
   std::sort(items.begin(), items.end(),
             [&](const RetentionItem& a, const RetentionItem& b) { return key(a) < key(b); });

@@ -56,6 +56,17 @@ struct RetentionOptions {
   // rows, and a fixed preference does not thrash the way recency does when more
   // conversations take turns than the budget holds.
   bool shallow_first = true;
+  // Inside the idle and reused ranks, the checkpoints of an overdue conversation go first
+  // (before shallow first): one not used for more than this many of its mean gaps between
+  // requests (while it has had only one request, of the mean gap over every conversation),
+  // which has most likely ended or paused. Shallow first alone keeps the deepest states of
+  // conversations that ended for good. 0: off.
+  double overdue_gaps = 2;
+  // With shallow_first: an overdue conversation's depth counts this much in the shallow-first
+  // order (0: it goes first whatever its depth): its likelihood of coming back weighs the
+  // tokens it would save, so a long session that paused can outlive a short state in use,
+  // while a finished conversation's state goes before others of up to twice its depth.
+  double overdue_depth_weight = 0.5;
   // Inside each rank, the checkpoint worth least per byte goes first (instead of shallow
   // first, then least recently used): tokens saved (its depth past the deepest checkpoint
   // above it on its path, which a prompt falls back to without it) per byte its eviction frees
@@ -105,6 +116,7 @@ struct RetentionItem {
   absl::Time last_use;        // Of its conversation (ties: of itself).
   bool pinned = false;        // Being read; never a victim.
   int64_t depth = 0;          // Tokens it restores (RetentionOptions::shallow_first).
+  bool overdue = false;       // Its conversation is overdue (RetentionOptions::overdue_gaps).
   bool edit_reach = false;    // Within edit reach (RetentionOptions::edit_reach_turns).
   int turns_back = 0;         // RankInput::turns_back.
   bool frontier = false;      // A frontier preserved past its request's stable boundary.
@@ -150,9 +162,10 @@ class RetentionPolicy {
   int64_t CheckpointCap(int64_t ram_budget_bytes, int64_t private_bytes) const;
   // Returns the ids of unpinned `items` in eviction order: by rank; inside a rank covered
   // near-duplicates first, then leaves before branch points, then (value_per_byte) least
-  // value per byte first or (idle and reused ranks, shallow_first) shallower first, then least
-  // recently used. With value_per_byte and value_across_ranks: least value per byte weighed
-  // by its rank's likelihood of reuse first, then the order above.
+  // value per byte first or (idle and reused ranks) overdue conversations first (overdue_gaps)
+  // and shallower first (shallow_first), then least recently used. With value_per_byte and
+  // value_across_ranks: least value per byte weighed by its rank's likelihood of reuse first, then
+  // the order above.
   std::vector<CheckpointId> EvictionOrder(std::vector<RetentionItem> items) const;
   // Tokens saved per byte freed, times the likelihood of reuse of the item's rank when
   // value_across_ranks is set.

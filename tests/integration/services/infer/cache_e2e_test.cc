@@ -101,15 +101,21 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
     absl::Status serving = cache_->WaitServing(absl::Seconds(30));
     ASSERT_TRUE(serving.ok()) << serving;
   }
-  void StartInfer(int slots, const std::string& numerics = "fast") {
-    infer_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{
-            BinaryDir() + "/services/infer/daemon/cairn-infer", "--model=" + model_,
-            "--backend=" + TestBackendName(), "--sessions=" + std::to_string(slots),
-            "--cache=unix:" + dir_ + "/cache.sock", "--listen=unix:" + dir_ + "/infer.sock",
-            "--threads=2", "--context=4096", "--numerics=" + numerics,
-            "--max-pass-tokens=" + std::to_string(kMaxPass), "--log-level=warning"},
-        "unix:" + dir_ + "/infer.sock");
+  void StartInfer(int slots, const std::string& numerics = "fast",
+                  const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> argv = {BinaryDir() + "/services/infer/daemon/cairn-infer",
+                                     "--model=" + model_,
+                                     "--backend=" + TestBackendName(),
+                                     "--sessions=" + std::to_string(slots),
+                                     "--cache=unix:" + dir_ + "/cache.sock",
+                                     "--listen=unix:" + dir_ + "/infer.sock",
+                                     "--threads=2",
+                                     "--context=4096",
+                                     "--numerics=" + numerics,
+                                     "--max-pass-tokens=" + std::to_string(kMaxPass),
+                                     "--log-level=warning"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    infer_ = std::make_unique<ChildProcess>(std::move(argv), "unix:" + dir_ + "/infer.sock");
     ASSERT_TRUE(infer_->Start().ok());
     absl::Status serving = infer_->WaitServing(absl::Seconds(60));
     ASSERT_TRUE(serving.ok()) << serving;
@@ -149,8 +155,18 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(stub->Flush(ctx.get(), {}, &unused).ok());
   }
 
-  GenerateResult Run(const std::vector<int32_t>& prompt, const std::string& conversation) {
-    v1::GenerateRequest req = TokenRequest(prompt, kGen);
+  // Bytes the cache's RAM tier holds (row chunks, private states and tails).
+  int64_t RamUsed() {
+    auto stub = cache::v1::CacheService::NewStub(NewLocalChannel(cache_->address()));
+    auto ctx = NewClientContext(absl::Seconds(5));
+    cache::v1::GetStatusResponse status;
+    EXPECT_TRUE(stub->GetStatus(ctx.get(), {}, &status).ok());
+    return static_cast<int64_t>(status.ram().used_bytes());
+  }
+
+  GenerateResult Run(const std::vector<int32_t>& prompt, const std::string& conversation,
+                     uint32_t gen = kGen) {
+    v1::GenerateRequest req = TokenRequest(prompt, gen);
     req.set_conversation(conversation);
     GenerateResult r = Generate(*stub_, req);
     EXPECT_TRUE(r.status.ok()) << r.status.error_message();
@@ -303,6 +319,92 @@ TEST_P(CacheEndToEndTest, ThreeConversationsWithOneSystemPromptShareItsLearnedBo
   ExpectExact(c3, Extend(l2, r3), r3);
 }
 
+// The slot a request overwrites, when it has a choice (docs/cache-policy.md, "the cheapest slot
+// to overwrite"): cairn-infer takes the idle slot whose overwrite spills least into the cache
+// (LookupResponse.slot_spills), with --cheapest-slot=false the least recently used one, and with
+// --holding-slot-cheapest=false the first of the slots holding the restore equally far. Each
+// sequence runs with the rule on and off, on fresh daemons, so the tests fail if the flag
+// changes nothing.
+class CheapestSlotTest : public CacheEndToEndTest {
+ protected:
+  // What one sequence left behind: how A's next turn resumed, and the bytes the cache's RAM
+  // tier grew by when C's request overwrote a slot (the frontier it preserved).
+  struct Outcome {
+    GenerateResult a_next;
+    int64_t a_frontier = 0;  // Depth of A's frontier (prompt and all but the last answer token).
+    int64_t spilled = 0;
+  };
+
+  // Fresh daemons with two slots and `flags`. A leaves a long answer in its slot (a full chunk
+  // of rows past its prompt's, which no capture made a chunk of and overwriting the slot must
+  // spill), B a short one in the other slot, used later. Then C, `preamble` (which A and B
+  // start with too; may be empty) and its own tokens, overwrites one of them; A's next turn
+  // follows.
+  Outcome Sequence(const std::string& name, const std::vector<std::string>& flags,
+                   const std::vector<int32_t>& preamble) {
+    infer_->Kill();
+    cache_->Kill();
+    dir_ = absl::StrCat(ScratchDir(), "/e2e-cheapest-", name);
+    EXPECT_EQ(std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_).c_str()), 0);
+    StartCache();
+    StartInfer(2, "fast", flags);
+    Outcome out;
+    const std::vector<int32_t> a1 = Append(preamble, RandomTokens(100, kVocab, 41));
+    GenerateResult ra = Run(a1, "A", kLongAnswer);
+    const std::vector<int32_t> b1 = Append(preamble, RandomTokens(100, kVocab, 42));
+    GenerateResult rb = Run(b1, "B");
+    EXPECT_TRUE(ra.status.ok() && rb.status.ok());
+    WaitSpilled();  // Only the rows no capture made chunks of are left to spill.
+
+    const int64_t before = RamUsed();
+    GenerateResult rc = Run(Append(preamble, RandomTokens(100, kVocab, 43)), "C");
+    EXPECT_TRUE(rc.status.ok());
+    if (!preamble.empty()) {
+      // B learned the preamble's boundary; C restores it, and both slots hold it.
+      EXPECT_EQ(rc.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+      EXPECT_EQ(rc.started.cache().restored_depth(), preamble.size());
+    }
+    WaitSpilled();
+    out.spilled = RamUsed() - before;
+
+    const std::vector<int32_t> a2 = Append(Append(a1, ra.tokens), RandomTokens(30, kVocab, 44));
+    out.a_next = Run(a2, "A");
+    out.a_frontier = static_cast<int64_t>(a1.size() + ra.tokens.size()) - 1;
+    EXPECT_EQ(ra.tokens.size(), kLongAnswer);
+    ExpectExact(a2, Extend(Extend({}, ra), out.a_next), out.a_next);
+    return out;
+  }
+
+  // Checks that with the rule on C overwrote B's slot (A continues in place) and spilled less
+  // than with it off, when C overwrote A's (A restores its preserved frontier from RAM).
+  static void ExpectCheapestChosen(const Outcome& on, const Outcome& off) {
+    EXPECT_EQ(on.a_next.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+    EXPECT_EQ(on.a_next.started.cache().restored_depth(), on.a_frontier);
+    EXPECT_EQ(off.a_next.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+    EXPECT_EQ(off.a_next.started.cache().restored_depth(), off.a_frontier);
+    // A's answer rows (kLongAnswer tokens) were spilled only with the rule off.
+    EXPECT_LT(on.spilled, off.spilled);
+  }
+
+  static constexpr uint32_t kLongAnswer = 160;
+};
+
+TEST_P(CheapestSlotTest, WithNoSlotHoldingTheRestoreTheSlotThatSpillsLeastIsOverwritten) {
+  // A's slot is the least recently used; B's spills less.
+  const Outcome on = Sequence("on", {}, {});
+  const Outcome off = Sequence("off", {"--cheapest-slot=false"}, {});
+  ExpectCheapestChosen(on, off);
+}
+
+TEST_P(CheapestSlotTest, AmongSlotsHoldingTheRestoreEquallyFarTheOneThatSpillsLeastIsTaken) {
+  // Both slots hold the shared preamble C restores (long enough for B to learn its boundary);
+  // A's slot is the first and spills more.
+  const std::vector<int32_t> preamble = RandomTokens(600, kVocab, 40);
+  const Outcome on = Sequence("holding-on", {}, preamble);
+  const Outcome off = Sequence("holding-off", {"--holding-slot-cheapest=false"}, preamble);
+  ExpectCheapestChosen(on, off);
+}
+
 // Failure tests on one architecture: the other daemon dies in the middle of a request.
 class CacheFailureTest : public CacheEndToEndTest {};
 
@@ -387,6 +489,8 @@ TEST_P(CacheFailureTest, PassInvariantRestoreEqualsTheColdSinglePassRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dense, CacheFailureTest, ::testing::Values("dense"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(Hybrid, CheapestSlotTest, ::testing::Values("next"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CacheEndToEndTest,

@@ -622,5 +622,91 @@ TEST(RequestRunnerPolicyTest, CheapestSlotSpillsLessThanTheLeastRecentlyUsed) {
   }
 }
 
+TEST(RetentionPolicyTest, OverdueConversationsGoEarlierInsideTheIdleAndReusedRanksOnly) {
+  // Ids 1 to 6: two idle, two reused, two superseded; the second of each pair overdue in the
+  // idle and reused ranks and the first in the superseded one, where the rule does not apply.
+  const EvictionRank ranks[] = {EvictionRank::kIdle,       EvictionRank::kIdle,
+                                EvictionRank::kReused,     EvictionRank::kReused,
+                                EvictionRank::kSuperseded, EvictionRank::kSuperseded};
+  const int64_t depths[] = {8000, 12000, 9000, 20000, 9000, 100};
+  const bool overdue[] = {false, true, false, true, true, false};
+  std::vector<RetentionItem> items(6);
+  for (size_t k = 0; k < items.size(); ++k) {
+    items[k].id = k + 1;
+    items[k].rank = ranks[k];
+    items[k].depth = depths[k];
+    items[k].overdue = overdue[k];
+  }
+  RetentionOptions weighed;  // Overdue depth counts half: 12,000 as 6,000, 20,000 as 10,000.
+  weighed.overdue_gaps = 2;
+  weighed.overdue_depth_weight = 0.5;
+  RetentionOptions first = weighed;
+  first.overdue_depth_weight = 0;
+  RetentionOptions off;
+  off.overdue_gaps = 0;
+
+  EXPECT_EQ(RetentionPolicy(weighed).EvictionOrder(items),
+            (std::vector<CheckpointId>{5, 6, 2, 1, 3, 4}));
+  EXPECT_EQ(RetentionPolicy(first).EvictionOrder(items),
+            (std::vector<CheckpointId>{5, 6, 2, 1, 4, 3}));
+  EXPECT_EQ(RetentionPolicy(off).EvictionOrder(items),
+            (std::vector<CheckpointId>{5, 6, 1, 2, 3, 4}));
+}
+
+// D takes three turns a second apart and stops; S takes two, ten seconds apart; a new
+// conversation then needs more room than S's superseded first turn frees, and one of the
+// latest states (D's, 3,000 tokens, or S's, 2,100; both ranked reused) must go too. Shallow
+// first keeps D's deeper state; D, silent for twelve of its one-second gaps, is overdue, so the
+// rule evicts D's instead (its depth counted at most at half, 1,500) and the event says why.
+// Returns that second eviction.
+CheckpointId OverdueVictim(double overdue_gaps, double overdue_depth_weight, CheckpointId* d3,
+                           CheckpointId* s2, std::string* reason) {
+  CacheOptions options = AdmissionCharging();
+  // D3 (3,000 rows, 40,000 with its private state), S1 (30,000) and S2 (11,000) fill it.
+  options.ram_bytes = 81000;
+  options.retention.overdue_gaps = overdue_gaps;
+  options.retention.overdue_depth_weight = overdue_depth_weight;
+  auto t = MakeCache(options, SimpleLayout(kRowBytes, kPrivate, /*chunk_rows=*/100));
+  CheckpointCache& cache = *t->cache;
+  CheckpointId d = Capture(cache, 0, Tokens(1000, 0), "D", /*cold=*/true);
+  for (int turn = 1; turn <= 2; ++turn) {
+    t->clock.Advance(absl::Seconds(1));
+    EXPECT_TRUE(cache.Restore(d, {1, 0}, TestIds(), "D").ok());
+    d = Capture(cache, 0, Tokens(1000, 1000 * turn), "D", /*cold=*/false);
+  }
+  *d3 = d;
+  t->clock.Advance(absl::Seconds(1));
+  CheckpointId s = Capture(cache, 1, Tokens(2000, 100000), "S", /*cold=*/true);
+  t->clock.Advance(absl::Seconds(10));
+  EXPECT_TRUE(cache.Restore(s, {1, 1}, TestIds(), "S").ok());
+  *s2 = Capture(cache, 1, Tokens(100, 102000), "S", /*cold=*/false);
+  EXPECT_TRUE(cache.GetCheckpoint(*d3)->in_ram);
+  EXPECT_EQ(cache.ram_ledger().free(), 0);
+  const uint64_t before = cache.events().recent().back().seq;
+
+  t->clock.Advance(absl::Seconds(1));
+  EXPECT_NE(Capture(cache, 0, Tokens(500, 200000), "N", /*cold=*/true), 0u);
+
+  std::vector<Event> evicted;
+  for (const Event& e : cache.events().recent()) {
+    if (e.seq > before && e.type == EventType::kEvict) evicted.push_back(e);
+  }
+  EXPECT_EQ(evicted.size(), 2u);
+  if (evicted.size() != 2) return 0;
+  EXPECT_EQ(evicted[0].checkpoint, s);  // S's first turn, superseded.
+  *reason = evicted[1].reason;
+  return evicted[1].checkpoint;
+}
+
+TEST(CheckpointCachePolicyTest, AnOverdueConversationsDeepStateGoesBeforeAnActiveOnesShallowOne) {
+  CheckpointId d3 = 0, s2 = 0;
+  std::string reason;
+  EXPECT_EQ(OverdueVictim(/*overdue_gaps=*/0, 0.5, &d3, &s2, &reason), s2) << "shallow first";
+  EXPECT_EQ(reason, "reused");
+  EXPECT_EQ(OverdueVictim(/*overdue_gaps=*/2, 0.5, &d3, &s2, &reason), d3);
+  EXPECT_EQ(reason, "overdue conversation, reused");
+  EXPECT_EQ(OverdueVictim(/*overdue_gaps=*/2, 0, &d3, &s2, &reason), d3);
+}
+
 }  // namespace
 }  // namespace cairn::cache
