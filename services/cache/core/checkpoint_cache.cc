@@ -131,7 +131,9 @@ bool CheckpointCache::Overdue(const std::string& conversation) const {
   const Conversation& c = it->second;
   const absl::Duration sum = c.gaps > 0 ? c.gap_sum : gap_sum_;
   const int64_t count = c.gaps > 0 ? c.gaps : gaps_;
-  if (count == 0) return false;
+  // No gap yet, or only gaps of zero (requests that all arrived at once): no rhythm to be
+  // late for.
+  if (count == 0 || sum <= absl::ZeroDuration()) return false;
   return clock_->Now() - c.last_use > factor * (sum / count);
 }
 

@@ -659,8 +659,10 @@ TEST(RetentionPolicyTest, OverdueConversationsGoEarlierInsideTheIdleAndReusedRan
 // first keeps D's deeper state; D, silent for twelve of its one-second gaps, is overdue, so the
 // rule evicts D's instead (its depth counted at most at half, 1,500) and the event says why.
 // Returns that second eviction.
+// `d_gap` spaces D's turns (zero: all at once, so D has no rhythm to be late for).
 CheckpointId OverdueVictim(double overdue_gaps, double overdue_depth_weight, CheckpointId* d3,
-                           CheckpointId* s2, std::string* reason) {
+                           CheckpointId* s2, std::string* reason,
+                           absl::Duration d_gap = absl::Seconds(1)) {
   CacheOptions options = AdmissionCharging();
   // D3 (3,000 rows, 40,000 with its private state), S1 (30,000) and S2 (11,000) fill it.
   options.ram_bytes = 81000;
@@ -670,7 +672,7 @@ CheckpointId OverdueVictim(double overdue_gaps, double overdue_depth_weight, Che
   CheckpointCache& cache = *t->cache;
   CheckpointId d = Capture(cache, 0, Tokens(1000, 0), "D", /*cold=*/true);
   for (int turn = 1; turn <= 2; ++turn) {
-    t->clock.Advance(absl::Seconds(1));
+    t->clock.Advance(d_gap);
     EXPECT_TRUE(cache.Restore(d, {1, 0}, TestIds(), "D").ok());
     d = Capture(cache, 0, Tokens(1000, 1000 * turn), "D", /*cold=*/false);
   }
@@ -706,6 +708,17 @@ TEST(CheckpointCachePolicyTest, AnOverdueConversationsDeepStateGoesBeforeAnActiv
   EXPECT_EQ(OverdueVictim(/*overdue_gaps=*/2, 0.5, &d3, &s2, &reason), d3);
   EXPECT_EQ(reason, "overdue conversation, reused");
   EXPECT_EQ(OverdueVictim(/*overdue_gaps=*/2, 0, &d3, &s2, &reason), d3);
+}
+
+TEST(CheckpointCachePolicyTest, AConversationWhoseRequestsAllCameAtOnceIsNeverOverdue) {
+  CheckpointId d3 = 0, s2 = 0;
+  std::string reason;
+
+  const CheckpointId victim = OverdueVictim(/*overdue_gaps=*/2, 0.5, &d3, &s2, &reason,
+                                            /*d_gap=*/absl::ZeroDuration());
+
+  EXPECT_EQ(victim, s2) << "D's mean gap is zero: shallow first, as without the rule";
+  EXPECT_EQ(reason, "reused");
 }
 
 }  // namespace
