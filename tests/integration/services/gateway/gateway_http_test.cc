@@ -362,7 +362,7 @@ TEST(GatewayHttpTest, BadInputsGet4xxAndTheServerStaysHealthy) {
       {"/v1/messages", R"({"messages":[{"role":"user","content":"x"}]})"},
       {"/v1/messages",
        R"({"max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})"},
-      {"/v1/responses", R"({"input":"x","tools":[{"type":"web_search"}]})"},
+      {"/v1/responses", R"({"input":"x","tools":[{"type":"local_shell"}]})"},
       {"/v1/responses", R"({"input":"x","previous_response_id":"resp_1"})"},
       {"/detokenize", R"({"tokens":[-1]})"},
       {"/detokenize", R"({"tokens":[1000]})"},
