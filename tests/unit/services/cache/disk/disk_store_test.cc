@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -217,6 +218,71 @@ TEST_F(DiskStoreTest, WronglySizedFileQuarantinesAtStartUp) {
   ASSERT_NE(again, nullptr);
   ASSERT_EQ(again->Quarantined().size(), 1u);
   EXPECT_FALSE(again->HasCheckpoint(1));
+}
+
+TEST_F(DiskStoreTest, MissingSharedChunkQuarantinesEveryCheckpointListingItAtStartUp) {
+  std::string chunk_name;
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(3, {}, 1)));
+    auto m = store->GetManifest(1);
+    ASSERT_TRUE(m.ok());
+    chunk_name = m->chunks[0].file.name;
+  }
+  std::filesystem::remove(Path("chunks/" + chunk_name));
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_FALSE(store->HasCheckpoint(2));
+  EXPECT_TRUE(store->HasCheckpoint(3));
+  EXPECT_EQ(store->Quarantined().size(), 2u);
+  auto bytes = RestoreAll(store.get(), 3);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(3));
+}
+
+TEST_F(DiskStoreTest, ManifestsListingAChunkDifferentlyKeepOneAtStartUp) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1)));
+  }
+  // Checkpoint 2's manifest now lists chunk 1 with another checksum: a well-formed manifest
+  // that contradicts checkpoint 1's. Start-up rebuilds the catalog from the manifests.
+  const std::string path = Path("manifests/m-0000000000000002.manifest");
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto m = DecodeManifest(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  m->chunks[0].file.checksum ^= 1;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << EncodeManifest(*m);
+  }
+  std::filesystem::remove_all(Path("catalog"));
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_NE(store->HasCheckpoint(1), store->HasCheckpoint(2));  // One kept, one quarantined.
+  ASSERT_EQ(store->Quarantined().size(), 1u);
+  const uint64_t kept = store->HasCheckpoint(1) ? 1 : 2;
+  auto restored = RestoreAll(store.get(), kept);
+  if (kept == 1) {
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(*restored, factory_.Expected(1));
+  } else {  // Checkpoint 2's entry for chunk 1 is wrong: its restore must fail, never lie.
+    EXPECT_THAT(restored.status(), StatusIs(absl::StatusCode::kDataLoss));
+  }
 }
 
 TEST_F(DiskStoreTest, SecondOpenWhileTheCatalogIsLockedFailsWithoutWiping) {
