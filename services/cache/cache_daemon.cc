@@ -291,8 +291,8 @@ absl::StatusOr<LookupAnswer> CacheDaemon::Lookup(const PromptLookup& req) {
   const int64_t n = static_cast<int64_t>(req.tokens.size());
   if (req.stable_boundary > n || req.shared_boundary > n) {
     return absl::InvalidArgumentError(absl::StrCat("boundaries ", req.stable_boundary, " and ",
-                                                   req.shared_boundary, " must be within the ",
-                                                   n, " tokens of the prompt"));
+                                                   req.shared_boundary, " must be within the ", n,
+                                                   " tokens of the prompt"));
   }
   Lock lock(this);
   RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));

@@ -147,16 +147,14 @@ absl::StatusOr<Explanation> CacheDaemon::Explain(const ExplainQuery& req) {
     if (e.checkpoint != 0 && on_path.contains(e.checkpoint)) out.related.push_back(e);
   }
   if (r.best.tier == Tier::kNone) {
-    out.summary = absl::StrCat(
-        "cold: no compatible checkpoint on the path; longest shared prefix ", r.shared_prefix,
-        " tokens");
+    out.summary = absl::StrCat("cold: no compatible checkpoint on the path; longest shared prefix ",
+                               r.shared_prefix, " tokens");
   } else {
-    out.summary = absl::StrCat(
-        "restores ", r.best.depth, " of ", req.tokens.size(), " tokens from ",
-        TierName(r.best.tier),
-        r.best.depth < r.shared_prefix
-            ? absl::StrCat("; history matches up to token ", r.shared_prefix)
-            : "");
+    out.summary = absl::StrCat("restores ", r.best.depth, " of ", req.tokens.size(),
+                               " tokens from ", TierName(r.best.tier),
+                               r.best.depth < r.shared_prefix
+                                   ? absl::StrCat("; history matches up to token ", r.shared_prefix)
+                                   : "");
   }
   return out;
 }

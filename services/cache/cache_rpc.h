@@ -36,8 +36,7 @@ absl::Status RegisterModel(CacheDaemon& daemon, const v1::RegisterModelRequest& 
 absl::Status Lookup(CacheDaemon& daemon, const v1::LookupRequest& req, v1::LookupResponse* resp);
 
 // Explain and Evict (cairnctl's verbs).
-absl::Status Explain(CacheDaemon& daemon, const v1::ExplainRequest& req,
-                     v1::ExplainResponse* resp);
+absl::Status Explain(CacheDaemon& daemon, const v1::ExplainRequest& req, v1::ExplainResponse* resp);
 absl::Status Evict(CacheDaemon& daemon, const v1::EvictRequest& req, v1::EvictResponse* resp);
 
 absl::Status GetStatus(CacheDaemon& daemon, const v1::GetStatusRequest& req,

@@ -33,8 +33,8 @@ struct RegisteredModel {
 struct PromptLookup {
   uint64_t session_id = 0;
   uint64_t model_id = 0;
-  std::vector<TokenId> tokens;  // The whole rendered prompt; not empty.
-  std::string input;            // The input identity as InputDigest makes it.
+  std::vector<TokenId> tokens;   // The whole rendered prompt; not empty.
+  std::string input;             // The input identity as InputDigest makes it.
   int64_t stable_boundary = -1;  // Tokens the client will resend unchanged; -1 unknown.
   int64_t shared_boundary = -1;  // End of a preamble others share; -1 unknown.
 };
@@ -46,7 +46,7 @@ struct SlotSpill {
 };
 
 struct LookupAnswer {
-  LookupResult result;               // The core's: best, others, shared prefix, plan.
+  LookupResult result;                 // The core's: best, others, shared prefix, plan.
   std::vector<SlotSpill> slot_spills;  // Slots of the session that would spill, by slot.
 };
 

@@ -342,9 +342,8 @@ absl::StatusOr<PromptLookup> PromptLookupFromProto(const v1::LookupRequest& req)
        {std::tuple{"stable", req.stable_boundary(), &out.stable_boundary},
         std::tuple{"shared", req.shared_boundary(), &out.shared_boundary}}) {
     if (value > out.tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " boundary ", value,
-                                                     " is past the prompt's ", out.tokens.size(),
-                                                     " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " boundary ", value, " is past the prompt's ", out.tokens.size(), " tokens"));
     }
     *boundary = value == 0 ? -1 : static_cast<int64_t>(value);
   }

@@ -48,6 +48,10 @@ struct DiskStoreOptions {
   // it 0 (no cap): its policy core owns the disk budget and evicts by rank.
   uint64_t budget_bytes = 0;
   uint64_t staging_bytes = uint64_t{1} << 20;  // docs/architecture.md §4: 1 MiB staging buffers.
+  // A restore asks the file system to read this many bytes of the checkpoint's files ahead of
+  // the one it verifies (FileSystem::WillRead, whole files), so the device never waits for
+  // the next file to be opened; 0 = no read-ahead beyond the kernel's own.
+  uint64_t restore_read_ahead_bytes = uint64_t{32} << 20;
   uint64_t free_space_reserve_bytes = uint64_t{64} << 20;  // IO5: keep this much free.
   int max_quarantined = 32;                                // R5: quarantined manifests kept.
   int io_error_limit = 8;                                  // IO4: this many errors ...

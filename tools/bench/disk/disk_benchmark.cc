@@ -242,6 +242,11 @@ void BM_RestoreFromDiskVsSequentialRead(benchmark::State& state) {
   DiskStoreOptions options;
   options.root = dir + "/tier";
   options.free_space_reserve_bytes = 0;
+  // $CAIRN_BENCH_RESTORE_READ_AHEAD overrides DiskStoreOptions::restore_read_ahead_bytes (0:
+  // off), to compare read-ahead settings in one binary.
+  if (const char* ahead = std::getenv("CAIRN_BENCH_RESTORE_READ_AHEAD")) {
+    options.restore_read_ahead_bytes = std::strtoull(ahead, nullptr, 10);
+  }
   auto store = DiskStore::Create(options, PosixFileSystem());
   if (!store.ok()) {
     state.SkipWithError(std::string(store.status().message()).c_str());

@@ -441,8 +441,7 @@ TEST_F(CacheDaemonPartsTest, RegisteringAgainGivesTheSameModelUnlessTheLayoutDif
   EXPECT_THAT(daemon_->RegisterModel(other_layout).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(daemon_->RegisterModel(closed).status(), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(daemon_->RegisterModel(empty).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon_->RegisterModel(empty).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(CacheDaemonPartsTest, ALookupFindsTheCaptureAndSaysWhatTheSlotWouldSpill) {
@@ -469,8 +468,7 @@ TEST_F(CacheDaemonPartsTest, ALookupFindsTheCaptureAndSaysWhatTheSlotWouldSpill)
   EXPECT_EQ(found->slot_spills[0].bytes, 2 * kChunkRows * 64);  // Its 2 borrowed chunks.
   EXPECT_EQ(daemon_->Status().counts.lookups, 1u);
   EXPECT_THAT(daemon_->Lookup(past).status(), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(daemon_->Lookup(LookupOf(0)).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon_->Lookup(LookupOf(0)).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(daemon_->Lookup(unknown_model).status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(daemon_->Lookup(closed).status(), StatusIs(absl::StatusCode::kNotFound));
 }
@@ -552,8 +550,7 @@ TEST_F(CacheDaemonPartsTest, TheWireVerbsConvertAroundTheDaemon) {
   ASSERT_EQ(evicted.evicted_size(), 1);
   EXPECT_EQ(evicted.evicted(0), id);
   lookup.set_conversation(std::string(WireLimits::kMaxNameBytes + 1, 'c'));
-  EXPECT_THAT(rpc::Lookup(*daemon_, lookup, &found),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(rpc::Lookup(*daemon_, lookup, &found), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // Heartbeats, slot messages, inspection and restore leases race the calls that take the

@@ -169,7 +169,8 @@ TEST(ProtoConvertTest, ARegistrationKeepsTheDigestAndLayoutAndBoundsEveryName) {
   v1::RegisterModelRequest no_digest = req;
   no_digest.mutable_identity()->clear_digest();
   v1::RegisterModelRequest long_name = req;
-  long_name.mutable_identity()->set_tokenizer_digest(std::string(WireLimits::kMaxNameBytes + 1, 't'));
+  long_name.mutable_identity()->set_tokenizer_digest(
+      std::string(WireLimits::kMaxNameBytes + 1, 't'));
   v1::RegisterModelRequest bad_layout = req;
   bad_layout.mutable_layout()->set_chunk_rows(0);
 
