@@ -124,14 +124,14 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
   // Verify does not: the scrubber paces its reads.
   std::vector<std::pair<std::string, uint64_t>> ahead;  // Path and length, in read order.
   size_t hinted = 0;
-  uint64_t hinted_bytes = 0, read_bytes = 0;
+  uint64_t hinted_bytes = 0, read_bytes = 0;  // Up to and including the file being read.
   if (destination != nullptr && options_.restore_read_ahead_bytes > 0) {
     ahead.emplace_back(StatePath(m.state_file.name), m.state_file.length);
     for (const ManifestChunk& c : m.chunks)
       ahead.emplace_back(ChunkPath(c.file.name), c.file.length);
   }
   auto read_ahead = [&](size_t file) {  // Before reading file `file` (0: the state file).
-    if (file > 0 && file <= ahead.size()) read_bytes += ahead[file - 1].second;
+    if (file < ahead.size()) read_bytes += ahead[file].second;  // This file counts as read.
     while (hinted < ahead.size() &&
            (hinted <= file || hinted_bytes - read_bytes < options_.restore_read_ahead_bytes)) {
       fs_->WillRead(ahead[hinted].first);
