@@ -48,10 +48,10 @@ struct DiskStoreOptions {
   // it 0 (no cap): its policy core owns the disk budget and evicts by rank.
   uint64_t budget_bytes = 0;
   uint64_t staging_bytes = uint64_t{1} << 20;  // docs/architecture.md §4: 1 MiB staging buffers.
-  // A restore asks the file system to read this many bytes of the checkpoint's files ahead of
-  // the one it verifies (FileSystem::WillRead, whole files), so the device never waits for
-  // the next file to be opened; 0 = no read-ahead beyond the kernel's own.
-  uint64_t restore_read_ahead_bytes = uint64_t{32} << 20;
+  // Files of one restore read and verified at once (the caller's thread and helpers): keeps
+  // several reads in flight and spreads the hashing (docs/benchmarks.md, "Disk tier").
+  // 1 = on the caller's thread only.
+  int restore_threads = 4;
   uint64_t free_space_reserve_bytes = uint64_t{64} << 20;  // IO5: keep this much free.
   int max_quarantined = 32;                                // R5: quarantined manifests kept.
   int io_error_limit = 8;                                  // IO4: this many errors ...
@@ -148,11 +148,12 @@ class DiskStore {
   // being restored.
   absl::Status Delete(uint64_t checkpoint_id);
 
-  // Restores a checkpoint: the state file, then every chunk in manifest order, each verified
-  // (header identity, size, checksum) as it streams through a staging buffer into
-  // `destination` (R4). On a corrupt or missing file, every checkpoint depending on it is
-  // quarantined (R5) and DataLoss is returned: the destination bytes must not be used. NotFound
-  // if the checkpoint is not on disk.
+  // Restores a checkpoint: asks `destination` where each piece goes (the state file, then every
+  // chunk in manifest order, all on the caller's thread), then reads the files,
+  // restore_threads at a time, each verified (header identity, size, checksum) as it streams
+  // into its destination (R4). On a corrupt or missing file, every checkpoint depending on it
+  // is quarantined (R5) and DataLoss is returned: the destination bytes must not be used.
+  // NotFound if the checkpoint is not on disk.
   absl::Status Restore(uint64_t checkpoint_id, const RestoreDestination& destination);
 
   // Verifies every file of a checkpoint as Restore does, without copying anything out: the

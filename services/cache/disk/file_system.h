@@ -69,10 +69,6 @@ class FileSystem {
   // on several threads. The default calls FileSize on each path.
   virtual std::vector<absl::StatusOr<uint64_t>> FileSizesIn(
       const std::string& dir, absl::Span<const absl::string_view> names);
-  // A hint that `path` will soon be read whole: the POSIX file system asks the kernel to start
-  // reading it into the page cache now (posix_fadvise WILLNEED), so that a restore keeps the
-  // device busy across file boundaries. Errors are ignored; the default does nothing.
-  virtual void WillRead(const std::string& path);
   // Returns the bytes available to us on the file system holding `path` (statvfs).
   virtual absl::StatusOr<uint64_t> FreeBytes(const std::string& path) = 0;
 };

@@ -207,11 +207,6 @@ class PosixFs final : public FileSystem {
     return sizes;
   }
 
-  void WillRead(const std::string& path) override {
-    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (fd.valid()) ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED);
-  }
-
   absl::StatusOr<uint64_t> FreeBytes(const std::string& path) override {
     struct statvfs st;
     if (::statvfs(path.c_str(), &st) != 0) return ErrnoStatus(errno, "statvfs", path);
@@ -228,8 +223,6 @@ std::vector<absl::StatusOr<uint64_t>> FileSystem::FileSizesIn(
   for (absl::string_view name : names) sizes.push_back(FileSize(JoinPath(dir, name)));
   return sizes;
 }
-
-void FileSystem::WillRead(const std::string& /*path*/) {}
 
 FileSystem* PosixFileSystem() {
   static FileSystem* const fs = new PosixFs();  // Never destroyed: no static destructor.

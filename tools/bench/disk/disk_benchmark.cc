@@ -242,10 +242,10 @@ void BM_RestoreFromDiskVsSequentialRead(benchmark::State& state) {
   DiskStoreOptions options;
   options.root = dir + "/tier";
   options.free_space_reserve_bytes = 0;
-  // $CAIRN_BENCH_RESTORE_READ_AHEAD overrides DiskStoreOptions::restore_read_ahead_bytes (0:
-  // off), to compare read-ahead settings in one binary.
-  if (const char* ahead = std::getenv("CAIRN_BENCH_RESTORE_READ_AHEAD")) {
-    options.restore_read_ahead_bytes = std::strtoull(ahead, nullptr, 10);
+  // $CAIRN_BENCH_RESTORE_THREADS overrides DiskStoreOptions::restore_threads, to compare
+  // settings in one binary.
+  if (const char* threads = std::getenv("CAIRN_BENCH_RESTORE_THREADS")) {
+    options.restore_threads = std::atoi(threads);
   }
   auto store = DiskStore::Create(options, PosixFileSystem());
   if (!store.ok()) {

@@ -8,12 +8,11 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "common/concurrency/mutex.h"
 #include "gtest/gtest.h"
 #include "services/cache/disk/testing/fault_file_system.h"
 #include "services/cache/disk/testing/rocksdb_fault_fs.h"
@@ -326,87 +325,44 @@ TEST_F(DiskStoreTest, SweepRemovesOnlyOrphansFromBeforeTheStart) {
   EXPECT_EQ(again->files_removed, 0u);
 }
 
-// The POSIX file system, recording the read-ahead hints and the files opened for reading, in
-// order ("hint NAME", "open NAME").
-class ReadOrderFs final : public FileSystem {
- public:
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
-    return fs_->NewWritableFile(p);
-  }
-  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
-    Note("open", p);
-    return fs_->NewReadableFile(p);
-  }
-  absl::Status Rename(const std::string& a, const std::string& b) override {
-    return fs_->Rename(a, b);
-  }
-  absl::Status Delete(const std::string& p) override { return fs_->Delete(p); }
-  absl::Status CreateDir(const std::string& p) override { return fs_->CreateDir(p); }
-  absl::Status SyncDir(const std::string& p) override { return fs_->SyncDir(p); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
-    return fs_->ListDir(p);
-  }
-  absl::StatusOr<uint64_t> FileSize(const std::string& p) override { return fs_->FileSize(p); }
-  absl::StatusOr<uint64_t> FreeBytes(const std::string& p) override { return fs_->FreeBytes(p); }
-  void WillRead(const std::string& p) override {
-    Note("hint", p);
-    fs_->WillRead(p);
-  }
-  std::vector<std::string> TakeLog() {
-    MutexLock lock(&mu_);
-    return std::exchange(log_, {});
-  }
-
- private:
-  void Note(const char* what, const std::string& path) {
-    if (!absl::EndsWith(path, ".chunk") && !absl::EndsWith(path, ".state")) return;
-    MutexLock lock(&mu_);
-    log_.push_back(absl::StrCat(what, " ", path.substr(path.rfind('/') + 1)));
-  }
-  FileSystem* const fs_ = PosixFileSystem();
-  Mutex mu_;
-  std::vector<std::string> log_ ABSL_GUARDED_BY(mu_);
-};
-
-TEST_F(DiskStoreTest, ARestoreReadsAheadAWindowOfFilesInReadOrderAndVerifyDoesNot) {
-  ReadOrderFs fs;
+TEST_F(DiskStoreTest, ParallelRestoresDeliverEveryByteAndQuarantineOnAnyBadFile) {
   DiskStoreOptions o = Options();
-  const uint64_t chunk_file_bytes = kRows * kRowBytes + 100;  // Payload, header, footer.
-  o.restore_read_ahead_bytes = 2 * chunk_file_bytes;          // Two chunk files ahead.
-  auto store = DiskStore::Create(o, &fs);
-  ASSERT_TRUE(store.ok()) << store.status();
-  CAIRN_ASSERT_OK((*store)->Publish(factory_.Build(1, {}, 6)));
-  auto m = (*store)->GetManifest(1);
-  ASSERT_TRUE(m.ok()) << m.status();
-  std::vector<std::string> order = {m->state_file.name};  // The order a restore reads in.
-  for (const ManifestChunk& c : m->chunks) order.push_back(c.file.name);
-  fs.TakeLog();
-
-  auto bytes = RestoreAll(store->get(), 1);
-  const std::vector<std::string> restore_log = fs.TakeLog();
-  CAIRN_ASSERT_OK((*store)->Verify(1));
-  const std::vector<std::string> verify_log = fs.TakeLog();
-
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  EXPECT_EQ(*bytes, factory_.Expected(1));
-  std::vector<std::string> hinted, opened;
-  for (const std::string& entry : restore_log) {
-    const std::string name = entry.substr(5);
-    if (absl::StartsWith(entry, "hint")) {
-      hinted.push_back(name);
-    } else {
-      opened.push_back(name);
-      // Every file is hinted before it is opened, and files are hinted beyond it only while
-      // fewer than the window's bytes are: at most three chunk files of two-file window.
-      ASSERT_LT(opened.size() - 1, hinted.size()) << name << " opened before its hint";
-      EXPECT_EQ(hinted[opened.size() - 1], name);
-      EXPECT_LE(hinted.size() - opened.size(), 3u) << "read ahead too far at " << name;
-    }
+  o.restore_threads = 4;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 12)));
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 3)));
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(3, {}, 5)));
+  std::vector<std::thread> restores;
+  std::vector<absl::StatusOr<std::vector<uint8_t>>> got(6, absl::UnknownError("not run"));
+  for (size_t t = 0; t < got.size(); ++t) {  // Restores of their own, in parallel too.
+    restores.emplace_back([&, t] { got[t] = RestoreAll(store.get(), 1 + t % 3); });
   }
-  EXPECT_EQ(hinted, order);
-  EXPECT_EQ(opened, order);
-  for (const std::string& entry : verify_log) EXPECT_FALSE(absl::StartsWith(entry, "hint"));
-  EXPECT_EQ(verify_log.size(), order.size());  // Verify opened each file once.
+  for (std::thread& t : restores) t.join();
+  for (size_t t = 0; t < got.size(); ++t) {
+    ASSERT_TRUE(got[t].ok()) << got[t].status();
+    EXPECT_EQ(*got[t], factory_.Expected(1 + t % 3)) << "restore " << t;
+  }
+  auto m = store->GetManifest(1);
+  ASSERT_TRUE(m.ok()) << m.status();
+  {  // One byte of a chunk in the middle of checkpoint 1 (shared by checkpoint 2) flips.
+    std::fstream f(Path("chunks/" + m->chunks[7].file.name),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char byte = static_cast<char>(f.get());
+    f.seekp(200);
+    f.put(static_cast<char>(byte ^ 0x5a));
+  }
+
+  auto bad = RestoreAll(store.get(), 1);
+
+  EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_FALSE(store->HasCheckpoint(2));  // It lists the damaged chunk too (R5).
+  EXPECT_TRUE(store->HasCheckpoint(3));
+  auto fine = RestoreAll(store.get(), 3);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(*fine, factory_.Expected(3));
 }
 
 TEST_F(DiskStoreTest, APublishPastTheCapIsRefusedAndNothingIsDeleted) {
@@ -448,8 +404,10 @@ TEST_F(DiskStoreTest, VerifyReadsEverythingAndQuarantinesDamage) {
   {
     std::fstream f(Path("states/" + m->state_file.name),
                    std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char byte = static_cast<char>(f.get());
     f.seekp(200);
-    f.put('\x5a');
+    f.put(static_cast<char>(byte ^ 0x5a));
   }
 
   EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
