@@ -249,26 +249,14 @@ absl::StatusOr<const CacheDaemon::Model*> CacheDaemon::FindModelLocked(uint64_t 
 // ---------------------------------------------------------------------------------------
 // Registration and lookup.
 
-absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
-                                        v1::RegisterModelResponse* resp) {
-  const std::string& digest = req.identity().digest();
-  if (digest.empty()) return absl::InvalidArgumentError("identity.digest is empty");
-  const v1::CompatibilityIdentity& ident = req.identity();
-  for (const auto& [field, value] :
-       {std::pair<const char*, const std::string*>{"identity.digest", &ident.digest()},
-        {"identity.architecture", &ident.architecture()},
-        {"identity.weights_digest", &ident.weights_digest()},
-        {"identity.tokenizer_digest", &ident.tokenizer_digest()},
-        {"identity.template_digest", &ident.template_digest()},
-        {"identity.layout_digest", &ident.layout_digest()},
-        {"identity.numerics_class", &ident.numerics_class()},
-        {"identity.speculative_config", &ident.speculative_config()},
-        {"model_name", &req.model_name()}}) {
-    RETURN_IF_ERROR(CheckLength(field, *value, WireLimits::kMaxNameBytes));
-  }
-  ASSIGN_OR_RETURN(ModelLayout layout, LayoutFromProto(req.layout()));
+absl::StatusOr<RegisteredModel> CacheDaemon::RegisterModel(const ModelRegistration& req) {
+  const std::string& digest = req.compatibility;
+  if (digest.empty()) return absl::InvalidArgumentError("the compatibility identity is empty");
+  RETURN_IF_ERROR(req.layout.Validate());
+  RegisteredModel out;
   Lock lock(this);
-  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));
+  const ModelLayout& layout = req.layout;
   auto known = model_ids_.find(digest);
   if (known != model_ids_.end()) {
     const Model& m = models_.at(known->second);
@@ -279,7 +267,7 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
       return absl::FailedPreconditionError(absl::StrCat("compatibility identity ", digest,
                                                         " is registered with a different layout"));
     }
-    resp->set_model_id(known->second);
+    out.model_id = known->second;
   } else {
     absl::Status s = core_->RegisterLayout(digest, layout);
     if (absl::IsAlreadyExists(s)) return absl::FailedPreconditionError(s.message());
@@ -287,82 +275,43 @@ absl::Status CacheDaemon::RegisterModel(const v1::RegisterModelRequest& req,
     uint64_t id = next_id_++;
     models_.emplace(id, Model{digest, layout});
     model_ids_.emplace(digest, id);
-    resp->set_model_id(id);
+    out.model_id = id;
     AdmitRecoveredLocked(models_.at(id));
   }
-  uint64_t ram = 0;
-  uint64_t disk = 0;
   for (const CheckpointInfo& c : core_->Checkpoints()) {
     if (c.compatibility != digest) continue;
-    if (c.in_ram) ++ram;
-    if (c.on_disk) ++disk;
+    if (c.in_ram) ++out.ram_checkpoints;
+    if (c.on_disk) ++out.disk_checkpoints;
   }
-  resp->set_ram_checkpoints(ram);
-  resp->set_disk_checkpoints(disk);
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status CacheDaemon::Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp) {
-  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, TokensFromProto("tokens", req.tokens()));
-  if (tokens.empty()) return absl::InvalidArgumentError("lookup of an empty prompt");
-  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
-  ASSIGN_OR_RETURN(std::string input, InputDigest("input_identity", req.input_identity()));
-  if (req.stable_boundary() > tokens.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("stable boundary ", req.stable_boundary(),
-                                                   " is past the prompt's ", tokens.size(),
-                                                   " tokens"));
-  }
-  if (req.shared_boundary() > tokens.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("shared boundary ", req.shared_boundary(),
-                                                   " is past the prompt's ", tokens.size(),
-                                                   " tokens"));
+absl::StatusOr<LookupAnswer> CacheDaemon::Lookup(const PromptLookup& req) {
+  if (req.tokens.empty()) return absl::InvalidArgumentError("lookup of an empty prompt");
+  const int64_t n = static_cast<int64_t>(req.tokens.size());
+  if (req.stable_boundary > n || req.shared_boundary > n) {
+    return absl::InvalidArgumentError(absl::StrCat("boundaries ", req.stable_boundary, " and ",
+                                                   req.shared_boundary, " must be within the ", n,
+                                                   " tokens of the prompt"));
   }
   Lock lock(this);
-  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id()));
-  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id()));
+  RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));
+  ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
   LookupRequest lr;
-  lr.identities = Identities{model->compatibility, input};
-  lr.tokens = tokens;
-  lr.daemon_session = req.session_id();  // Only this daemon's own slots are live candidates.
-  lr.stable_boundary =
-      req.stable_boundary() == 0 ? -1 : static_cast<int64_t>(req.stable_boundary());
-  lr.shared_boundary =
-      req.shared_boundary() == 0 ? -1 : static_cast<int64_t>(req.shared_boundary());
-  ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
+  lr.identities = Identities{model->compatibility, req.input};
+  lr.tokens = req.tokens;
+  lr.daemon_session = req.session_id;  // Only this daemon's own slots are live candidates.
+  lr.stable_boundary = req.stable_boundary <= 0 ? -1 : req.stable_boundary;
+  lr.shared_boundary = req.shared_boundary <= 0 ? -1 : req.shared_boundary;
+  LookupAnswer out;
+  ASSIGN_OR_RETURN(out.result, core_->Lookup(lr));
   counters_.CountLookup();
-  auto fill = [](const Candidate& c, v1::Candidate* out) {
-    out->set_tier(ToProtoTier(c.tier));
-    out->set_depth(static_cast<uint64_t>(c.depth));
-    out->set_checkpoint_id(c.checkpoint);
-    out->set_slot(static_cast<uint32_t>(c.slot.slot));
-    out->set_session_id(c.slot.daemon_session);
-  };
-  fill(r.best, resp->mutable_best());
-  for (const Candidate& c : r.others) fill(c, resp->add_others());
-  resp->set_shared_prefix(static_cast<uint64_t>(r.shared_prefix));
-  for (const PlannedCapture& p : r.plan.captures) {
-    v1::CapturePoint* cp = resp->mutable_plan()->add_captures();
-    cp->set_position(static_cast<uint64_t>(p.pos));
-    cp->set_kind(ToProtoKind(p.kind));
-  }
-  for (const PrefillPass& p : r.plan.passes) {
-    resp->mutable_plan()->add_pass_ends(static_cast<uint64_t>(p.end));
-  }
-  for (int32_t slot : sessions_.UsedSlots(req.session_id())) {
-    absl::StatusOr<int64_t> bytes = core_->SlotSpillBytes(SlotKey{req.session_id(), slot});
+  for (int32_t slot : sessions_.UsedSlots(req.session_id)) {
+    absl::StatusOr<int64_t> bytes = core_->SlotSpillBytes(SlotKey{req.session_id, slot});
     if (!bytes.ok() || *bytes <= 0) continue;  // Not started in the core, or nothing at stake.
-    v1::SlotSpillCost* cost = resp->add_slot_spills();
-    cost->set_slot(static_cast<uint32_t>(slot));
-    cost->set_bytes(static_cast<uint64_t>(*bytes));
+    out.slot_spills.push_back(SlotSpill{slot, *bytes});
   }
-  if (r.best.depth < r.shared_prefix) {
-    resp->set_miss_reason(
-        r.best.tier == Tier::kNone
-            ? absl::StrCat("no checkpoint before the divergence at token ", r.shared_prefix)
-            : absl::StrCat("deepest checkpoint at ", r.best.depth, ", divergence at token ",
-                           r.shared_prefix));
-  }
-  return absl::OkStatus();
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------

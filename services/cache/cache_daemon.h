@@ -4,10 +4,11 @@
 // The cache daemon's state machine: the policy core (CheckpointCache) joined with the bytes
 // (the shared-memory arena), the inference daemons' sessions, restore leases and capture
 // reservations (docs/architecture.md §1-§5, docs/reliability.md §2). The gRPC adapter
-// (cache_service.h) only moves messages between the wire and this class. The session and
-// inspection calls take the daemon's own types (session_types.h, inspection_types.h; the wire
-// side is cache_rpc.h); registration, lookup, slots, restores and captures still take the
-// cache.proto messages.
+// (cache_service.h) only moves messages between the wire and this class. Every call takes and
+// answers the daemon's own types (session_types.h, lookup_types.h, slot_types.h,
+// lease_types.h, inspection_types.h); cache_rpc.h converts them next to the gRPC reactors.
+// What keeps cache.proto's form: the messages sent down session streams (SessionSink) and the
+// event history StreamEvents serves (EventsAfter).
 
 #include <atomic>
 #include <cstdint>
@@ -47,6 +48,7 @@
 #include "services/cache/flush_waiters.h"
 #include "services/cache/inspection_types.h"
 #include "services/cache/lease_types.h"
+#include "services/cache/lookup_types.h"
 #include "services/cache/request_replies.h"
 #include "services/cache/restore_leases.h"
 #include "services/cache/session_sink.h"
@@ -152,10 +154,17 @@ class CacheDaemon {
   // --- The unary calls of cache.proto. Each validates its request (InvalidArgument,
   // NotFound for unknown sessions/models/ids, FailedPrecondition for a state mismatch,
   // ResourceExhausted for full budgets or quotas).
-  absl::Status RegisterModel(const v1::RegisterModelRequest& req, v1::RegisterModelResponse* resp)
+  // --- Registration and lookup, in the daemon's own types (lookup_types.h; cache_rpc.h
+  // converts them). Requests have passed the wire checks.
+  // Registers a model's compatibility identity and layout for an open session (the same
+  // identity again: its id, FailedPrecondition if the layout differs) and indexes the
+  // checkpoints recovered from disk for it. NotFound for a session that is not open.
+  absl::StatusOr<RegisteredModel> RegisterModel(const ModelRegistration& req)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Lookup(const v1::LookupRequest& req, v1::LookupResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // The candidates for a prompt (live ones only from the session's own slots), the capture
+  // plan, and what overwriting each of the session's slots would spill. NotFound for an
+  // unknown session or model; InvalidArgument for an empty prompt or boundaries past it.
+  absl::StatusOr<LookupAnswer> Lookup(const PromptLookup& req) ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- Slots, restores and captures, in the daemon's own types (slot_types.h,
   // lease_types.h; cache_rpc.h converts them and de-duplicates retries). Requests have passed
@@ -209,9 +218,14 @@ class CacheDaemon {
   absl::StatusOr<TreeView> Tree(uint64_t model_id, uint32_t max_nodes) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::Status Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) ABSL_LOCKS_EXCLUDED(mu_);
+  // What a prompt would restore, or why it would miss, with the core's recent events about
+  // the checkpoints on its path. NotFound for an unknown model (0: the first registered).
+  absl::StatusOr<Explanation> Explain(const ExplainQuery& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // Evicts checkpoint `req.checkpoint_id`, or with `all` every unpinned one, from RAM (and from
+  // disk with include_disk); returns the ids evicted. One checkpoint: NotFound when unknown or
+  // only on disk without include_disk. FailedPrecondition for include_disk without a disk
+  // tier; InvalidArgument for neither an id nor all.
+  absl::StatusOr<std::vector<CheckpointId>> Evict(const EvictOrder& req) ABSL_LOCKS_EXCLUDED(mu_);
   // Flush: calls `done` once every disk write queued so far has finished (OK, with how many
   // were published meanwhile), once `timeout` (capped at flush_timeout) passes
   // (DeadlineExceeded, seen by Tick), or when the daemon drains (Unavailable). Holds no

@@ -126,83 +126,75 @@ absl::StatusOr<TreeView> CacheDaemon::Tree(uint64_t model_id, uint32_t max_nodes
   return out;
 }
 
-absl::Status CacheDaemon::Explain(const v1::ExplainRequest& req, v1::ExplainResponse* resp) {
-  ASSIGN_OR_RETURN(std::vector<TokenId> tokens, TokensFromProto("tokens", req.tokens()));
-  if (tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
+absl::StatusOr<Explanation> CacheDaemon::Explain(const ExplainQuery& req) {
+  if (req.tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
   Lock lock(this);
-  uint64_t model_id = req.model_id();
+  uint64_t model_id = req.model_id;
   if (model_id == 0) {  // The first registered model, as GetTree.
     for (const auto& [id, m] : models_) model_id = model_id == 0 ? id : std::min(model_id, id);
   }
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(model_id));
   LookupRequest lr;
   lr.identities = Identities{model->compatibility, ""};
-  lr.tokens = tokens;
-  ASSIGN_OR_RETURN(LookupResult r, core_->Lookup(lr));
-  v1::LookupResponse* out = resp->mutable_lookup();
-  for (const PlannedCapture& p : r.plan.captures) {
-    v1::CapturePoint* cp = out->mutable_plan()->add_captures();
-    cp->set_position(static_cast<uint64_t>(p.pos));
-    cp->set_kind(ToProtoKind(p.kind));
-  }
-  out->mutable_best()->set_tier(ToProtoTier(r.best.tier));
-  out->mutable_best()->set_depth(static_cast<uint64_t>(r.best.depth));
-  out->mutable_best()->set_checkpoint_id(r.best.checkpoint);
-  out->set_shared_prefix(static_cast<uint64_t>(r.shared_prefix));
+  lr.tokens = req.tokens;
+  Explanation out;
+  ASSIGN_OR_RETURN(out.result, core_->Lookup(lr));
+  const LookupResult& r = out.result;
   absl::flat_hash_set<CheckpointId> on_path;
   on_path.insert(r.best.checkpoint);
   for (const Candidate& c : r.others) on_path.insert(c.checkpoint);
-  for (const v1::Event& e : events_.After(0, 0)) {
-    if (e.checkpoint_id() != 0 && on_path.contains(e.checkpoint_id())) *resp->add_related() = e;
+  for (const Event& e : core_->events().recent()) {
+    if (e.checkpoint != 0 && on_path.contains(e.checkpoint)) out.related.push_back(e);
   }
   if (r.best.tier == Tier::kNone) {
-    resp->set_summary(
-        absl::StrCat("cold: no compatible checkpoint on the path; longest shared "
-                     "prefix ",
-                     r.shared_prefix, " tokens"));
+    out.summary = absl::StrCat("cold: no compatible checkpoint on the path; longest shared prefix ",
+                               r.shared_prefix, " tokens");
   } else {
-    resp->set_summary(absl::StrCat(
-        "restores ", r.best.depth, " of ", tokens.size(), " tokens from ", TierName(r.best.tier),
-        r.best.depth < r.shared_prefix
-            ? absl::StrCat("; history matches up to token ", r.shared_prefix)
-            : ""));
+    out.summary = absl::StrCat("restores ", r.best.depth, " of ", req.tokens.size(),
+                               " tokens from ", TierName(r.best.tier),
+                               r.best.depth < r.shared_prefix
+                                   ? absl::StrCat("; history matches up to token ", r.shared_prefix)
+                                   : "");
   }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::Status CacheDaemon::Evict(const v1::EvictRequest& req, v1::EvictResponse* resp) {
-  if (req.include_disk() && store_ == nullptr) {
+absl::StatusOr<std::vector<CheckpointId>> CacheDaemon::Evict(const EvictOrder& req) {
+  if (req.include_disk && store_ == nullptr) {
     return absl::FailedPreconditionError("this daemon runs without a disk tier");
+  }
+  if (!req.all && req.checkpoint_id == 0) {
+    return absl::InvalidArgumentError("evict needs an id or all");
   }
   Lock lock(this);
   std::vector<CheckpointId> targets;
-  if (req.all()) {
+  if (req.all) {
     for (const CheckpointInfo& c : core_->Checkpoints()) {
-      if (c.pins == 0 && (c.in_ram || (req.include_disk() && c.on_disk))) targets.push_back(c.id);
+      if (c.pins == 0 && (c.in_ram || (req.include_disk && c.on_disk))) targets.push_back(c.id);
     }
   } else {
-    if (req.checkpoint_id() == 0) return absl::InvalidArgumentError("evict needs an id or all");
-    targets.push_back(req.checkpoint_id());
+    targets.push_back(req.checkpoint_id);
   }
+  std::vector<CheckpointId> evicted;
   for (CheckpointId id : targets) {
     absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
     if (!info.ok()) {
-      if (!req.all()) return info.status();
+      if (!req.all) return info.status();
       continue;
     }
     absl::Status s = absl::OkStatus();
     if (info->in_ram) s = core_->Evict(id, "explicit");
     // The disk copy goes too when asked; the kDiskEvict event deletes its files off the lock.
-    if (s.ok() && req.include_disk() && info->on_disk) s = core_->EvictDisk(id, "explicit");
-    if (s.ok() && !info->in_ram && !req.include_disk()) {
+    if (s.ok() && req.include_disk && info->on_disk) s = core_->EvictDisk(id, "explicit");
+    if (s.ok() && !info->in_ram && !req.include_disk) {
       s = absl::NotFoundError(
           absl::StrCat("checkpoint ", id, " is only on disk (evict with include_disk)"));
     }
-    if (!s.ok() && !req.all()) return s;
-    if (s.ok()) resp->add_evicted(id);
+    if (!s.ok() && !req.all) return s;
+    if (s.ok()) evicted.push_back(id);
   }
   AfterCoreLocked();
-  return absl::OkStatus();
+  return evicted;
 }
 
 uint64_t CacheDaemon::StartFlush(absl::Duration timeout, FlushWaiters::Done done) {

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/status/status_macros.h"
 #include "services/cache/proto_convert.h"
@@ -64,6 +65,35 @@ absl::Status HandleSessionMessage(CacheDaemon& daemon, uint64_t session,
 }
 
 namespace rpc {
+
+absl::Status RegisterModel(CacheDaemon& daemon, const v1::RegisterModelRequest& req,
+                           v1::RegisterModelResponse* resp) {
+  ASSIGN_OR_RETURN(ModelRegistration registration, ModelRegistrationFromProto(req));
+  ASSIGN_OR_RETURN(RegisteredModel model, daemon.RegisterModel(registration));
+  *resp = ToProtoRegistered(model);
+  return absl::OkStatus();
+}
+
+absl::Status Lookup(CacheDaemon& daemon, const v1::LookupRequest& req, v1::LookupResponse* resp) {
+  ASSIGN_OR_RETURN(PromptLookup lookup, PromptLookupFromProto(req));
+  ASSIGN_OR_RETURN(LookupAnswer answer, daemon.Lookup(lookup));
+  *resp = ToProtoLookup(answer);
+  return absl::OkStatus();
+}
+
+absl::Status Explain(CacheDaemon& daemon, const v1::ExplainRequest& req,
+                     v1::ExplainResponse* resp) {
+  ASSIGN_OR_RETURN(ExplainQuery query, ExplainQueryFromProto(req));
+  ASSIGN_OR_RETURN(Explanation explanation, daemon.Explain(query));
+  *resp = ToProtoExplanation(explanation);
+  return absl::OkStatus();
+}
+
+absl::Status Evict(CacheDaemon& daemon, const v1::EvictRequest& req, v1::EvictResponse* resp) {
+  ASSIGN_OR_RETURN(std::vector<CheckpointId> evicted, daemon.Evict(EvictOrderFromProto(req)));
+  for (CheckpointId id : evicted) resp->add_evicted(id);
+  return absl::OkStatus();
+}
 
 absl::Status GetStatus(CacheDaemon& daemon, const v1::GetStatusRequest& /*req*/,
                        v1::GetStatusResponse* resp) {

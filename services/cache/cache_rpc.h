@@ -30,6 +30,15 @@ namespace rpc {
 
 inline constexpr uint32_t kDefaultTreeNodes = 4096;  // GetTree answer size when not asked.
 
+// Registration and lookup.
+absl::Status RegisterModel(CacheDaemon& daemon, const v1::RegisterModelRequest& req,
+                           v1::RegisterModelResponse* resp);
+absl::Status Lookup(CacheDaemon& daemon, const v1::LookupRequest& req, v1::LookupResponse* resp);
+
+// Explain and Evict (cairnctl's verbs).
+absl::Status Explain(CacheDaemon& daemon, const v1::ExplainRequest& req, v1::ExplainResponse* resp);
+absl::Status Evict(CacheDaemon& daemon, const v1::EvictRequest& req, v1::EvictResponse* resp);
+
 absl::Status GetStatus(CacheDaemon& daemon, const v1::GetStatusRequest& req,
                        v1::GetStatusResponse* resp);
 // NotFound for an unknown model.

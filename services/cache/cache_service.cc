@@ -668,7 +668,7 @@ grpc::ServerUnaryReactor* CacheServiceImpl::AcquireRestore(grpc::CallbackServerC
   });
 }
 
-// `Handler` is &CacheDaemon::Method, or &rpc::Method where the daemon takes its own types.
+// `Handler` is &rpc::Method: the conversion of the request, the daemon's call, the answer's.
 #define CAIRN_CACHE_UNARY(Method, Req, Resp, Handler)                                      \
   grpc::ServerUnaryReactor* CacheServiceImpl::Method(grpc::CallbackServerContext* context, \
                                                      const grpc::ByteBuffer* request,      \
@@ -676,9 +676,8 @@ grpc::ServerUnaryReactor* CacheServiceImpl::AcquireRestore(grpc::CallbackServerC
     return Dispatch<v1::Req, v1::Resp>(context, request, response, Handler);               \
   }
 
-CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse,
-                  &CacheDaemon::RegisterModel)
-CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse, &CacheDaemon::Lookup)
+CAIRN_CACHE_UNARY(RegisterModel, RegisterModelRequest, RegisterModelResponse, &rpc::RegisterModel)
+CAIRN_CACHE_UNARY(Lookup, LookupRequest, LookupResponse, &rpc::Lookup)
 CAIRN_CACHE_UNARY(StartSlot, StartSlotRequest, StartSlotResponse, &rpc::StartSlot)
 CAIRN_CACHE_UNARY(ReleaseLease, ReleaseLeaseRequest, ReleaseLeaseResponse, &rpc::ReleaseLease)
 CAIRN_CACHE_UNARY(ReserveCapture, ReserveCaptureRequest, CaptureReservation, &rpc::ReserveCapture)
@@ -690,8 +689,8 @@ CAIRN_CACHE_UNARY(GetStatus, GetStatusRequest, GetStatusResponse, &rpc::GetStatu
 CAIRN_CACHE_UNARY(ListCheckpoints, ListCheckpointsRequest, ListCheckpointsResponse,
                   &rpc::ListCheckpoints)
 CAIRN_CACHE_UNARY(GetTree, GetTreeRequest, GetTreeResponse, &rpc::GetTree)
-CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse, &CacheDaemon::Explain)
-CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse, &CacheDaemon::Evict)
+CAIRN_CACHE_UNARY(Explain, ExplainRequest, ExplainResponse, &rpc::Explain)
+CAIRN_CACHE_UNARY(Evict, EvictRequest, EvictResponse, &rpc::Evict)
 
 #undef CAIRN_CACHE_UNARY
 

@@ -130,9 +130,8 @@ class CacheServiceImpl final : public internal::CacheServiceBase {
   // one that finds max_queued_calls waiting, RESOURCE_EXHAUSTED.
   using PoolBody = absl::AnyInvocable<void(grpc::ServerUnaryReactor*) &&>;
   grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, PoolBody body);
-  // Parses the request, runs `method` (a CacheDaemon member, or a cache_rpc.h adapter taking
-  // the daemon first) on the pool, serializes the answer and finishes the call with its
-  // status, as RunOnPool.
+  // Parses the request, runs `method` (a cache_rpc.h adapter: it takes the daemon first) on
+  // the pool, serializes the answer and finishes the call with its status, as RunOnPool.
   template <typename Req, typename Resp, typename Method>
   grpc::ServerUnaryReactor* Dispatch(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response,

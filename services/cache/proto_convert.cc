@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -296,6 +298,126 @@ v1::Tier ToProtoTier(Tier tier) {
       break;
   }
   return v1::TIER_UNSPECIFIED;
+}
+
+absl::StatusOr<ModelRegistration> ModelRegistrationFromProto(const v1::RegisterModelRequest& req) {
+  const v1::CompatibilityIdentity& ident = req.identity();
+  if (ident.digest().empty()) return absl::InvalidArgumentError("identity.digest is empty");
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"identity.digest", &ident.digest()},
+        {"identity.architecture", &ident.architecture()},
+        {"identity.weights_digest", &ident.weights_digest()},
+        {"identity.tokenizer_digest", &ident.tokenizer_digest()},
+        {"identity.template_digest", &ident.template_digest()},
+        {"identity.layout_digest", &ident.layout_digest()},
+        {"identity.numerics_class", &ident.numerics_class()},
+        {"identity.speculative_config", &ident.speculative_config()},
+        {"model_name", &req.model_name()}}) {
+    RETURN_IF_ERROR(CheckLength(field, *value, WireLimits::kMaxNameBytes));
+  }
+  ModelRegistration out;
+  out.session_id = req.session_id();
+  out.compatibility = ident.digest();
+  ASSIGN_OR_RETURN(out.layout, LayoutFromProto(req.layout()));
+  return out;
+}
+
+v1::RegisterModelResponse ToProtoRegistered(const RegisteredModel& model) {
+  v1::RegisterModelResponse out;
+  out.set_model_id(model.model_id);
+  out.set_ram_checkpoints(model.ram_checkpoints);
+  out.set_disk_checkpoints(model.disk_checkpoints);
+  return out;
+}
+
+absl::StatusOr<PromptLookup> PromptLookupFromProto(const v1::LookupRequest& req) {
+  PromptLookup out;
+  out.session_id = req.session_id();
+  out.model_id = req.model_id();
+  ASSIGN_OR_RETURN(out.tokens, TokensFromProto("tokens", req.tokens()));
+  if (out.tokens.empty()) return absl::InvalidArgumentError("lookup of an empty prompt");
+  RETURN_IF_ERROR(CheckLength("conversation", req.conversation(), WireLimits::kMaxNameBytes));
+  ASSIGN_OR_RETURN(out.input, InputDigest("input_identity", req.input_identity()));
+  for (const auto& [name, value, boundary] :
+       {std::tuple{"stable", req.stable_boundary(), &out.stable_boundary},
+        std::tuple{"shared", req.shared_boundary(), &out.shared_boundary}}) {
+    if (value > out.tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " boundary ", value, " is past the prompt's ", out.tokens.size(), " tokens"));
+    }
+    *boundary = value == 0 ? -1 : static_cast<int64_t>(value);
+  }
+  return out;
+}
+
+namespace {
+
+void FillCandidate(const Candidate& c, v1::Candidate* out) {
+  out->set_tier(ToProtoTier(c.tier));
+  out->set_depth(static_cast<uint64_t>(c.depth));
+  out->set_checkpoint_id(c.checkpoint);
+  out->set_slot(static_cast<uint32_t>(c.slot.slot));
+  out->set_session_id(c.slot.daemon_session);
+}
+
+void FillCaptures(const CapturePlan& plan, v1::CapturePlan* out) {
+  for (const PlannedCapture& p : plan.captures) {
+    v1::CapturePoint* cp = out->add_captures();
+    cp->set_position(static_cast<uint64_t>(p.pos));
+    cp->set_kind(ToProtoKind(p.kind));
+  }
+}
+
+}  // namespace
+
+v1::LookupResponse ToProtoLookup(const LookupAnswer& answer) {
+  const LookupResult& r = answer.result;
+  v1::LookupResponse out;
+  FillCandidate(r.best, out.mutable_best());
+  for (const Candidate& c : r.others) FillCandidate(c, out.add_others());
+  out.set_shared_prefix(static_cast<uint64_t>(r.shared_prefix));
+  FillCaptures(r.plan, out.mutable_plan());
+  for (const PrefillPass& p : r.plan.passes) {
+    out.mutable_plan()->add_pass_ends(static_cast<uint64_t>(p.end));
+  }
+  for (const SlotSpill& spill : answer.slot_spills) {
+    v1::SlotSpillCost* cost = out.add_slot_spills();
+    cost->set_slot(static_cast<uint32_t>(spill.slot));
+    cost->set_bytes(static_cast<uint64_t>(spill.bytes));
+  }
+  if (r.best.depth < r.shared_prefix) {
+    out.set_miss_reason(
+        r.best.tier == Tier::kNone
+            ? absl::StrCat("no checkpoint before the divergence at token ", r.shared_prefix)
+            : absl::StrCat("deepest checkpoint at ", r.best.depth, ", divergence at token ",
+                           r.shared_prefix));
+  }
+  return out;
+}
+
+absl::StatusOr<ExplainQuery> ExplainQueryFromProto(const v1::ExplainRequest& req) {
+  ExplainQuery out;
+  out.model_id = req.model_id();
+  ASSIGN_OR_RETURN(out.tokens, TokensFromProto("tokens", req.tokens()));
+  if (out.tokens.empty()) return absl::InvalidArgumentError("explain of an empty prompt");
+  return out;
+}
+
+v1::ExplainResponse ToProtoExplanation(const Explanation& e) {
+  v1::ExplainResponse out;
+  v1::LookupResponse* lookup = out.mutable_lookup();
+  FillCaptures(e.result.plan, lookup->mutable_plan());
+  lookup->mutable_best()->set_tier(ToProtoTier(e.result.best.tier));
+  lookup->mutable_best()->set_depth(static_cast<uint64_t>(e.result.best.depth));
+  lookup->mutable_best()->set_checkpoint_id(e.result.best.checkpoint);
+  lookup->set_shared_prefix(static_cast<uint64_t>(e.result.shared_prefix));
+  for (const Event& event : e.related) *out.add_related() = ToProtoEvent(event);
+  out.set_summary(e.summary);
+  return out;
+}
+
+EvictOrder EvictOrderFromProto(const v1::EvictRequest& req) {
+  return EvictOrder{req.checkpoint_id(), req.all(), req.include_disk()};
 }
 
 v1::CaptureKind ToProtoKind(CaptureKind kind) {

@@ -18,6 +18,7 @@
 #include "services/cache/core/model_layout.h"
 #include "services/cache/core/types.h"
 #include "services/cache/lease_types.h"
+#include "services/cache/lookup_types.h"
 #include "services/cache/session_types.h"
 #include "services/cache/slot_types.h"
 
@@ -75,6 +76,21 @@ v1::CaptureReservation ToProtoReservation(const CaptureGrant& grant);
 CaptureCommit CaptureCommitFromProto(const v1::CommitCaptureRequest& req);
 v1::CommitCaptureResponse ToProtoCommit(const CommitResult& result);
 absl::StatusOr<CaptureAbort> CaptureAbortFromProto(const v1::AbortCaptureRequest& req);
+
+// Registration and lookup (lookup_types.h). RegisterModel: the identity's digest is not
+// empty, every identity string and the model name are within kMaxNameBytes, and the layout
+// converts (LayoutFromProto). Lookup: the tokens (not empty), the conversation's length, the
+// input identity, and boundaries within the prompt (0 on the wire: unknown).
+absl::StatusOr<ModelRegistration> ModelRegistrationFromProto(const v1::RegisterModelRequest& req);
+v1::RegisterModelResponse ToProtoRegistered(const RegisteredModel& model);
+absl::StatusOr<PromptLookup> PromptLookupFromProto(const v1::LookupRequest& req);
+// With a miss_reason when the best candidate covers less than the shared prefix.
+v1::LookupResponse ToProtoLookup(const LookupAnswer& answer);
+
+// Explain (tokens checked, not empty) and Evict (the daemon checks the order).
+absl::StatusOr<ExplainQuery> ExplainQueryFromProto(const v1::ExplainRequest& req);
+v1::ExplainResponse ToProtoExplanation(const Explanation& explanation);
+EvictOrder EvictOrderFromProto(const v1::EvictRequest& req);
 
 v1::Tier ToProtoTier(Tier tier);
 v1::CaptureKind ToProtoKind(CaptureKind kind);

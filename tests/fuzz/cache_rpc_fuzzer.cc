@@ -99,8 +99,8 @@ void FillIn(const Context& c, v1::AbortCaptureRequest* req) {
 void FillIn(const Context& c, v1::ReleaseLeaseRequest* req) { req->set_lease_id(c.last_lease); }
 void FillIn(const Context&, google::protobuf::Message*) {}
 
-// Parses `bytes` as Req, points its ids per `flags` and calls `method` (a CacheDaemon member,
-// or a cache_rpc.h adapter taking the daemon first).
+// Parses `bytes` as Req, points its ids per `flags` and calls `method` (a cache_rpc.h adapter:
+// it takes the daemon first).
 template <typename Req, typename Resp, typename Method>
 void CallWith(Context& c, uint8_t flags, absl::string_view bytes, Method method) {
   Req req;
@@ -113,12 +113,6 @@ void CallWith(Context& c, uint8_t flags, absl::string_view bytes, Method method)
   if (!s.ok()) return;
   resp.ByteSizeLong();
   Remember(c, resp);
-}
-
-template <typename Req, typename Resp>
-void Call(Context& c, uint8_t flags, absl::string_view bytes,
-          absl::Status (CacheDaemon::*method)(const Req&, Resp*)) {
-  CallWith<Req, Resp>(c, flags, bytes, method);
 }
 
 template <typename Req, typename Resp>
@@ -168,7 +162,7 @@ void Run(fuzz::FuzzInput& in) {
   absl::StatusOr<SessionWelcome> welcome = (*daemon)->OpenSession(*checked, &sink);
   CAIRN_CHECK(welcome.ok());
   v1::RegisterModelResponse registered;
-  CAIRN_CHECK((*daemon)->RegisterModel(Registration(welcome->session_id), &registered).ok());
+  CAIRN_CHECK(rpc::RegisterModel(**daemon, Registration(welcome->session_id), &registered).ok());
   Context c{daemon->get(), welcome->session_id, registered.model_id(), {}, 0};
 
   for (int i = 0; i < kMaxCalls && !in.empty(); ++i) {
@@ -177,10 +171,10 @@ void Run(fuzz::FuzzInput& in) {
     const absl::string_view bytes = in.Piece();
     switch (method % 17) {
       case 0:
-        Call(c, flags, bytes, &CacheDaemon::RegisterModel);
+        Call(c, flags, bytes, &rpc::RegisterModel);
         break;
       case 1:
-        Call(c, flags, bytes, &CacheDaemon::Lookup);
+        Call(c, flags, bytes, &rpc::Lookup);
         break;
       case 2:
         Call(c, flags, bytes, &rpc::StartSlot);
@@ -213,10 +207,10 @@ void Run(fuzz::FuzzInput& in) {
         Call(c, flags, bytes, &rpc::GetTree);
         break;
       case 12:
-        Call(c, flags, bytes, &CacheDaemon::Explain);
+        Call(c, flags, bytes, &rpc::Explain);
         break;
       case 13:
-        Call(c, flags, bytes, &CacheDaemon::Evict);
+        Call(c, flags, bytes, &rpc::Evict);
         break;
       case 14: {
         // A flush that may or may not finish at once; a waiting one is cancelled (the caller

@@ -1,7 +1,9 @@
 #include "services/cache/disk/disk_format.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
@@ -67,6 +69,9 @@ class Decoder {
     return n;
   }
   size_t remaining() const { return in_.size(); }
+  // What is left to read, without consuming it.
+  absl::string_view rest() const { return in_; }
+  void Skip(size_t n) { in_.remove_prefix(std::min(n, in_.size())); }
   static absl::Status Corrupt(absl::string_view what) {
     return absl::DataLossError(absl::StrCat("corrupt disk-tier record: ", what));
   }
@@ -320,7 +325,25 @@ std::string EncodeManifestV1ForTest(const Manifest& m) {
   return EncodeManifestVersion(v1, 1);
 }
 
-absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
+namespace {
+
+// Encoded bytes of the chunk entry at the front of `rest` (identity, then the file's name,
+// length and checksum), or an empty view if `rest` is too short to hold one.
+absl::string_view EncodedChunkEntry(absl::string_view rest) {
+  constexpr size_t kIdentityBytes = 32;
+  if (rest.size() < kIdentityBytes + 4) return {};
+  uint32_t name_bytes;
+  std::memcpy(&name_bytes, rest.data() + kIdentityBytes, sizeof(name_bytes));
+  if (name_bytes > FormatLimits::kMaxFileName) return {};
+  const size_t n = kIdentityBytes + 4 + name_bytes + 16;
+  return n <= rest.size() ? rest.substr(0, n) : absl::string_view();
+}
+
+// DecodeManifest, and DecodeManifestShared when `table` is set (then `refs` receives the
+// chunk entries' indices and `m.chunks` stays empty). `keep_tokens` false checks the tokens'
+// hash on the encoded bytes and leaves `m.tokens` empty.
+absl::StatusOr<Manifest> DecodeManifestImpl(absl::string_view bytes, ChunkEntryTable* table,
+                                            std::vector<uint32_t>* refs, bool keep_tokens) {
   if (bytes.size() < 8 + 24 || bytes.size() > FormatLimits::kMaxManifestBytes) {
     return Decoder::Corrupt(absl::StrCat("manifest of ", bytes.size(), " bytes"));
   }
@@ -343,20 +366,45 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   ASSIGN_OR_RETURN(m.compat_digest, d.Str(FormatLimits::kMaxString));
   ASSIGN_OR_RETURN(m.input_digest, d.Str(FormatLimits::kMaxString));
   ASSIGN_OR_RETURN(uint64_t n_tokens, d.Count(FormatLimits::kMaxTokens, sizeof(uint32_t)));
-  m.tokens.resize(n_tokens);
-  RETURN_IF_ERROR(d.Raw(m.tokens.data(), n_tokens * sizeof(uint32_t)));
+  const absl::string_view token_bytes = d.rest().substr(0, n_tokens * sizeof(uint32_t));
+  if (keep_tokens) {
+    m.tokens.resize(n_tokens);
+    RETURN_IF_ERROR(d.Raw(m.tokens.data(), n_tokens * sizeof(uint32_t)));
+  } else {
+    d.Skip(token_bytes.size());  // Count() checked they are there.
+  }
   ASSIGN_OR_RETURN(m.token_hash, d.U64());
-  if (m.depth != n_tokens || m.token_hash != TokenHash(m.tokens)) {
+  if (m.depth != n_tokens || m.token_hash != Xxh3(token_bytes)) {
     return Decoder::Corrupt("manifest tokens do not match depth or hash");
   }
   ASSIGN_OR_RETURN(m.state_file, DecodeManifestFile(&d));
   uint64_t total = 0;
   ASSIGN_OR_RETURN(m.sections, DecodeSections(&d, &total));
   ASSIGN_OR_RETURN(uint64_t n_chunks, d.Count(FormatLimits::kMaxChunks, kMinChunkEntryBytes));
-  m.chunks.resize(n_chunks);
-  for (ManifestChunk& c : m.chunks) {
-    ASSIGN_OR_RETURN(c.id, DecodeChunkIdentity(&d));
-    ASSIGN_OR_RETURN(c.file, DecodeManifestFile(&d));
+  if (table == nullptr) {
+    m.chunks.resize(n_chunks);
+    for (ManifestChunk& c : m.chunks) {
+      ASSIGN_OR_RETURN(c.id, DecodeChunkIdentity(&d));
+      ASSIGN_OR_RETURN(c.file, DecodeManifestFile(&d));
+    }
+  } else {
+    refs->clear();
+    refs->reserve(n_chunks);
+    for (uint64_t i = 0; i < n_chunks; ++i) {
+      // An entry encoded byte for byte like one already in the table is that entry: the
+      // same bytes passed the same checks when it was decoded.
+      const absl::string_view encoded = EncodedChunkEntry(d.rest());
+      if (std::optional<uint32_t> known = table->Find(encoded, i); known.has_value()) {
+        refs->push_back(*known);
+        d.Skip(encoded.size());
+        continue;
+      }
+      ManifestChunk c;
+      ASSIGN_OR_RETURN(c.id, DecodeChunkIdentity(&d));
+      ASSIGN_OR_RETURN(c.file, DecodeManifestFile(&d));
+      refs->push_back(table->Add(std::move(c), encoded));
+    }
+    table->Remember(*refs);
   }
   if (version >= 2) {
     ASSIGN_OR_RETURN(m.capture_kind, d.U32());
@@ -367,6 +415,45 @@ absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
   if (d.remaining() != 0) return Decoder::Corrupt("trailing manifest bytes");
   return m;
 }
+
+}  // namespace
+
+absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes) {
+  return DecodeManifestImpl(bytes, nullptr, nullptr, /*keep_tokens=*/true);
+}
+
+absl::StatusOr<Manifest> DecodeManifestShared(absl::string_view bytes, bool keep_tokens,
+                                              ChunkEntryTable* table,
+                                              std::vector<uint32_t>* chunk_refs) {
+  return DecodeManifestImpl(bytes, table, chunk_refs, keep_tokens);
+}
+
+std::optional<uint32_t> ChunkEntryTable::Find(absl::string_view encoded, size_t position) const {
+  if (encoded.size() < sizeof(uint64_t)) return std::nullopt;
+  // Manifests that share chunks list them in the same order: try the entry the previous
+  // manifest had at this position first.
+  if (position < last_refs_.size() && encoded_[last_refs_[position]] == encoded) {
+    return last_refs_[position];
+  }
+  uint64_t chunk_id;
+  std::memcpy(&chunk_id, encoded.data(), sizeof(chunk_id));
+  auto it = by_id_.find(chunk_id);
+  if (it == by_id_.end()) return std::nullopt;
+  for (uint32_t index : it->second) {
+    if (encoded_[index] == encoded) return index;
+  }
+  return std::nullopt;
+}
+
+uint32_t ChunkEntryTable::Add(ManifestChunk entry, absl::string_view encoded) {
+  const uint32_t index = static_cast<uint32_t>(entries_.size());
+  by_id_[entry.id.chunk_id].push_back(index);
+  entries_.push_back(std::move(entry));
+  encoded_.emplace_back(encoded);
+  return index;
+}
+
+void ChunkEntryTable::Remember(const std::vector<uint32_t>& refs) { last_refs_ = refs; }
 
 uint64_t TokenHash(const std::vector<uint32_t>& tokens) {
   return Xxh3(tokens.data(), tokens.size() * sizeof(uint32_t));

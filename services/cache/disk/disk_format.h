@@ -13,9 +13,11 @@
 // bounded before anything is allocated, with overflow-checked products (P13).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -132,6 +134,39 @@ std::string EncodeManifestV1ForTest(const Manifest& manifest);
 // Decodes a manifest; DataLoss if it is short, its checksum fails or any field is out of
 // bounds or inconsistent (torn manifests are ignored by the caller).
 absl::StatusOr<Manifest> DecodeManifest(absl::string_view bytes);
+
+// Chunk entries decoded once however many manifests list them: start-up decodes every
+// manifest in the catalog, and checkpoints that extend one another list the same chunks
+// (10,000 manifests of 64 entries may hold 64 distinct ones). Entries are kept with their
+// encoding; an entry encoded byte for byte like one already here is that entry. Two different
+// entries for one chunk id (a damaged or conflicting manifest) are both kept, under different
+// indices. Not thread-safe.
+class ChunkEntryTable {
+ public:
+  size_t size() const { return entries_.size(); }
+  const ManifestChunk& entry(uint32_t index) const { return entries_[index]; }
+
+  // DecodeManifestShared's steps: the index of the entry encoded as `encoded` (the whole
+  // encoded entry, chunk id first), trying first the one the last remembered manifest had at
+  // `position`; adding a decoded entry; remembering a manifest's indices.
+  std::optional<uint32_t> Find(absl::string_view encoded, size_t position) const;
+  uint32_t Add(ManifestChunk entry, absl::string_view encoded);
+  void Remember(const std::vector<uint32_t>& refs);
+
+ private:
+  std::vector<ManifestChunk> entries_;
+  std::vector<std::string> encoded_;
+  absl::flat_hash_map<uint64_t, std::vector<uint32_t>> by_id_;
+  std::vector<uint32_t> last_refs_;
+};
+
+// Decodes a manifest with exactly DecodeManifest's checks and errors, but leaves `chunks`
+// empty: each chunk entry goes to `table` (decoded only if no identical entry is there) and
+// its index to `*chunk_refs`, in the manifest's order. With `keep_tokens` false the tokens are
+// checked against depth and hash but not copied (`tokens` stays empty).
+absl::StatusOr<Manifest> DecodeManifestShared(absl::string_view bytes, bool keep_tokens,
+                                              ChunkEntryTable* table,
+                                              std::vector<uint32_t>* chunk_refs);
 
 uint64_t TokenHash(const std::vector<uint32_t>& tokens);
 uint64_t CompatHash(absl::string_view compat_digest);

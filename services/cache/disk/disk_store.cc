@@ -90,6 +90,23 @@ absl::Status DiskStore::RegisterLocked(const Manifest& m, uint64_t manifest_byte
                                                         " differently from another manifest"));
     }
   }
+  Record r = RecordOf(m, manifest_bytes);
+  r.chunk_ids.reserve(m.chunks.size());
+  for (const ManifestChunk& c : m.chunks) {
+    auto [it, inserted] = chunks_.try_emplace(c.id.chunk_id);
+    if (inserted) {
+      it->second.entry = c;
+      used_bytes_ += c.file.length;
+    }
+    it->second.AddUser(m.checkpoint_id);
+    max_chunk_id_ = std::max(max_chunk_id_, c.id.chunk_id);
+    r.chunk_ids.push_back(c.id.chunk_id);
+  }
+  AddRecordLocked(m, std::move(r));
+  return absl::OkStatus();
+}
+
+DiskStore::Record DiskStore::RecordOf(const Manifest& m, uint64_t manifest_bytes) {
   Record r;
   r.manifest.checkpoint_id = m.checkpoint_id;
   r.manifest.generation = m.generation;
@@ -101,23 +118,14 @@ absl::Status DiskStore::RegisterLocked(const Manifest& m, uint64_t manifest_byte
   r.manifest.sections = m.sections;
   r.manifest.capture_kind = m.capture_kind;
   r.manifest_bytes = manifest_bytes;
-  r.chunk_ids.reserve(m.chunks.size());
-  for (const ManifestChunk& c : m.chunks) {
-    auto [it, inserted] = chunks_.try_emplace(c.id.chunk_id);
-    if (inserted) {
-      it->second.entry = c;
-      used_bytes_ += c.file.length;
-    }
-    // Start-up registers checkpoints in id order: the hint makes each insert O(1).
-    it->second.users.emplace_hint(it->second.users.end(), m.checkpoint_id);
-    max_chunk_id_ = std::max(max_chunk_id_, c.id.chunk_id);
-    r.chunk_ids.push_back(c.id.chunk_id);
-  }
-  used_bytes_ += m.state_file.length + manifest_bytes;
+  return r;
+}
+
+void DiskStore::AddRecordLocked(const Manifest& m, Record r) {
+  used_bytes_ += m.state_file.length + r.manifest_bytes;
   max_checkpoint_id_ = std::max(max_checkpoint_id_, m.checkpoint_id);
   next_generation_ = std::max(next_generation_, m.generation + 1);
-  live_[m.checkpoint_id] = std::move(r);
-  return absl::OkStatus();
+  live_.insert_or_assign(m.checkpoint_id, std::move(r));
 }
 
 const ManifestChunk& DiskStore::ChunkEntryLocked(uint64_t chunk_id) const {
@@ -316,7 +324,7 @@ std::vector<std::string> DiskStore::DropLocked(uint64_t id) {
   for (uint64_t chunk_id : it->second.chunk_ids) {
     auto chunk = chunks_.find(chunk_id);
     if (chunk == chunks_.end()) continue;
-    chunk->second.users.erase(id);
+    chunk->second.RemoveUser(id);
     if (chunk->second.users.empty() && chunk->second.pins == 0) {
       orphans.push_back(ChunkPath(chunk->second.entry.file.name));
       used_bytes_ -= chunk->second.entry.file.length;
@@ -540,26 +548,27 @@ absl::StatusOr<SweepStats> DiskStore::SweepOrphans() {
   std::set<uint64_t> blocked;  // Manifest ids held against publishes while we delete.
   {
     MutexLock lock(&mu_);
-    std::set<std::string> referenced;
-    for (const auto& [id, r] : live_) referenced.insert(StatePath(r.manifest.state_file.name));
-    for (const auto& [id, c] : chunks_) referenced.insert(ChunkPath(c.entry.file.name));
-    for (std::string& path : sweep_candidates_) {
-      if (DirName(path) == manifests_dir_) {
-        uint64_t id = 0;
-        const std::string name = path.substr(manifests_dir_.size() + 1);
-        if (absl::EndsWith(name, kTmpSuffix)) {
-          doomed.push_back(std::move(path));
-        } else if (ParseManifestName(name, &id) && live_.count(id) == 0 &&
-                   in_flight_.count(id) == 0) {
-          in_flight_.insert(id);
-          blocked.insert(id);
-          doomed.push_back(std::move(path));  // Torn or no longer valid.
-        }
-      } else if (referenced.count(path) == 0) {
-        doomed.push_back(std::move(path));
+    absl::flat_hash_set<absl::string_view> referenced;  // Chunk and state file names.
+    for (const auto& [id, r] : live_) referenced.insert(r.manifest.state_file.name);
+    for (const auto& [id, c] : chunks_) referenced.insert(c.entry.file.name);
+    for (const std::string& name : sweep_candidates_.chunks) {
+      if (!referenced.contains(name)) doomed.push_back(ChunkPath(name));
+    }
+    for (const std::string& name : sweep_candidates_.states) {
+      if (!referenced.contains(name)) doomed.push_back(StatePath(name));
+    }
+    for (const std::string& name : sweep_candidates_.manifests) {
+      uint64_t id = 0;
+      if (absl::EndsWith(name, kTmpSuffix)) {
+        doomed.push_back(JoinPath(manifests_dir_, name));
+      } else if (ParseManifestName(name, &id) && live_.count(id) == 0 &&
+                 in_flight_.count(id) == 0) {
+        in_flight_.insert(id);
+        blocked.insert(id);
+        doomed.push_back(JoinPath(manifests_dir_, name));  // Torn or no longer valid.
       }
     }
-    sweep_candidates_.clear();
+    sweep_candidates_ = {};
   }
   SweepStats stats;
   std::set<std::string> dirs;

@@ -24,7 +24,12 @@ namespace cairn::cache::disk_internal {
 inline constexpr char kManifestSuffix[] = ".manifest";
 inline constexpr char kTmpSuffix[] = ".tmp";
 
-inline std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
+// 16 lower-case hex digits (what "%016x" gives; start-up names 10,000s of manifests).
+inline std::string Hex(uint64_t v) {
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[i] = "0123456789abcdef"[v & 0xf];
+  return out;
+}
 
 inline std::string ManifestName(uint64_t checkpoint_id) {
   return absl::StrCat("m-", Hex(checkpoint_id), kManifestSuffix);

@@ -1,8 +1,11 @@
 // DiskStore's read side: restores and verification (R4, R7).
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -98,56 +101,95 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     ++it->second.readers;
   }
   const uint64_t compat_hash = CompatHash(m.compat_digest);
-  std::set<uint64_t> dependents;  // To quarantine if a file is bad.
+  // The checkpoint's files in read order: the state file, then the chunks in manifest order.
+  struct File {
+    RestorePiece piece;
+    std::string path;
+    const ManifestFile* manifest_file = nullptr;
+    FileHeader want;
+    uint8_t* out = nullptr;  // Null for Verify: read through a staging buffer.
+    absl::Status status;     // Of reading and verifying it; unknown until read.
+    bool read = false;
+  };
+  std::vector<File> files(1 + m.chunks.size());
+  {
+    File& f = files[0];
+    f.piece = RestorePiece{FileKind::kState, {}, m.sections, 0};
+    for (const StateSection& s : m.sections) f.piece.bytes += s.bytes;
+    f.path = StatePath(m.state_file.name);
+    f.manifest_file = &m.state_file;
+    f.want.kind = FileKind::kState;
+    f.want.compat_hash = compat_hash;
+    f.want.state = StateIdentity{checkpoint_id, m.depth, m.sections};
+  }
+  for (size_t i = 0; i < m.chunks.size(); ++i) {
+    const ManifestChunk& c = m.chunks[i];
+    File& f = files[i + 1];
+    f.piece = RestorePiece{FileKind::kChunk, c.id, {}, uint64_t{c.id.rows} * c.id.row_bytes};
+    f.path = ChunkPath(c.file.name);
+    f.manifest_file = &c.file;
+    f.want.kind = FileKind::kChunk;
+    f.want.compat_hash = compat_hash;
+    f.want.chunk = c.id;
+  }
   absl::Status status;
-  std::string staging;  // Headers, footers and (for Verify) payload pieces; grows once.
-  // Reads one file of the checkpoint into the destination the caller gives for `piece`.
-  auto load_piece = [&](const RestorePiece& piece, const std::string& path,
-                        const ManifestFile& file, const FileHeader& want) -> bool {
-    uint8_t* out = nullptr;
-    if (destination != nullptr) {
-      absl::StatusOr<absl::Span<uint8_t>> dst = (*destination)(piece);
-      if (dst.ok() && dst->size() != piece.bytes) {
+  // Where each piece goes, asked of the caller in read order before anything is read.
+  if (destination != nullptr) {
+    for (File& f : files) {
+      absl::StatusOr<absl::Span<uint8_t>> dst = (*destination)(f.piece);
+      if (dst.ok() && dst->size() != f.piece.bytes) {
         dst = absl::InvalidArgumentError("restore destination has the wrong size");
       }
       if (!dst.ok()) {
         status = dst.status();  // The caller's error, not the file's.
-        return false;
+        break;
       }
-      out = dst->data();
-    }
-    status = ReadVerified(path, file, want, piece.bytes, out, &staging);
-    return status.ok();
-  };
-  auto is_bad_file = [&] {
-    return status.code() == absl::StatusCode::kDataLoss ||
-           status.code() == absl::StatusCode::kNotFound;
-  };
-  {
-    FileHeader want;
-    want.kind = FileKind::kState;
-    want.compat_hash = compat_hash;
-    want.state = StateIdentity{checkpoint_id, m.depth, m.sections};
-    RestorePiece piece{FileKind::kState, {}, m.sections, 0};
-    for (const StateSection& s : m.sections) piece.bytes += s.bytes;
-    if (!load_piece(piece, StatePath(m.state_file.name), m.state_file, want) && is_bad_file()) {
-      dependents.insert(checkpoint_id);
+      f.out = dst->data();
     }
   }
-  for (size_t i = 0; status.ok() && i < m.chunks.size(); ++i) {
-    const ManifestChunk& c = m.chunks[i];
-    FileHeader want;
-    want.kind = FileKind::kChunk;
-    want.compat_hash = compat_hash;
-    want.chunk = c.id;
-    RestorePiece piece{FileKind::kChunk, c.id, {}, uint64_t{c.id.rows} * c.id.row_bytes};
-    if (!load_piece(piece, ChunkPath(c.file.name), c.file, want) && is_bad_file()) {
-      MutexLock lock(&mu_);
-      auto it = chunks_.find(c.id.chunk_id);
-      if (it != chunks_.end()) {  // R5: every dependent.
-        dependents.insert(it->second.users.begin(), it->second.users.end());
-      }
-      dependents.insert(checkpoint_id);
+  // Restores read several files at once (restore_threads); Verify reads one at a time: the
+  // scrubber paces its reads.
+  const bool restore = destination != nullptr;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{!status.ok()};
+  // Reads and verifies the files not yet claimed, one at a time, until none is left or one
+  // fails. Runs on up to restore_threads threads; each file is read by one of them.
+  auto read_files = [&] {
+    std::string staging;  // Headers, footers and (for Verify) payload pieces; grows once.
+    while (!failed.load(std::memory_order_relaxed)) {
+      const size_t i = next.fetch_add(1);
+      if (i >= files.size()) return;
+      File& f = files[i];
+      f.status = ReadVerified(f.path, *f.manifest_file, f.want, f.piece.bytes, f.out, &staging);
+      f.read = true;
+      if (!f.status.ok()) failed.store(true);
+    }
+  };
+  if (status.ok()) {
+    const size_t threads =
+        restore ? std::clamp<size_t>(options_.restore_threads, 1, files.size()) : 1;
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(read_files);
+    read_files();
+    for (std::thread& t : helpers) t.join();
+  }
+  // The first failure in read order is the answer; every bad file (corrupt or missing)
+  // quarantines every checkpoint that lists it (R5).
+  std::set<uint64_t> dependents;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const File& f = files[i];
+    if (!f.read || f.status.ok()) continue;
+    if (status.ok()) status = f.status;
+    if (f.status.code() != absl::StatusCode::kDataLoss &&
+        f.status.code() != absl::StatusCode::kNotFound) {
+      continue;
+    }
+    dependents.insert(checkpoint_id);
+    if (i == 0) continue;
+    MutexLock lock(&mu_);
+    auto it = chunks_.find(f.piece.chunk.chunk_id);
+    if (it != chunks_.end()) {  // R5: every dependent.
+      dependents.insert(it->second.users.begin(), it->second.users.end());
     }
   }
   {

@@ -7,14 +7,19 @@
 // checksums are verified by every restore before a slot may run (R4) and by the scrubber (R7).
 //
 // What makes it cheap with many checkpoints sharing chunks: the catalog is scanned once
-// without copying its values, a chunk file is stat'ed once however many manifests list it, and
-// the tables keep one entry per chunk (a checkpoint's record holds chunk ids, not entries).
+// without copying its values; a chunk entry repeated by many manifests is decoded once (the
+// scan's ChunkEntryTable) and its file checked once; every listed file is stat'ed once, on
+// other threads while the catalog is scanned; and the tables keep one entry per chunk (a
+// checkpoint's record holds chunk ids, not entries). docs/benchmarks.md ("Disk tier") has
+// the numbers.
 
+#include <future>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
@@ -37,15 +42,40 @@ bool IsDamagedCatalog(const absl::Status& s) {
          absl::StrContains(s.message(), "No such file or directory");
 }
 
-// One catalog entry as the scan found it, decoded.
+// One catalog entry as the scan found it, decoded: the manifest without its chunk entries
+// (tokens only if someone wants them), which are in the scan's ChunkEntryTable.
 struct ScannedEntry {
   uint64_t checkpoint_id = 0;
   bool quarantined = false;
   absl::StatusOr<Manifest> manifest = absl::NotFoundError("quarantined");
-  uint64_t manifest_bytes = 0;  // Size of the catalog's copy.
+  std::vector<uint32_t> chunk_refs;  // Indices in the table, in the manifest's order.
+  uint64_t manifest_bytes = 0;       // Size of the catalog's copy.
 };
 
 }  // namespace
+
+// A directory's entries as start-up listed them, found by name, with their sizes.
+struct DiskStore::ListedFiles {
+  std::vector<std::string> names;
+  absl::flat_hash_map<absl::string_view, size_t> index;  // Views of `names`.
+  std::vector<absl::StatusOr<uint64_t>> sizes;           // Aligned with `names`.
+
+  void Index() {
+    index.reserve(names.size());
+    for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
+  }
+  void Stat(FileSystem* fs, const std::string& dir) {
+    std::vector<absl::string_view> views(names.begin(), names.end());
+    sizes = fs->FileSizesIn(dir, views);
+  }
+  bool Listed(absl::string_view name) const { return index.contains(name); }
+  // The size of `name` in `dir`; DataLoss "missing" if it was not listed.
+  absl::StatusOr<uint64_t> Size(const std::string& dir, absl::string_view name) const {
+    auto it = index.find(name);
+    if (it == index.end()) return Corrupt(JoinPath(dir, name), "missing");
+    return sizes[it->second];
+  }
+};
 
 absl::Status DiskStore::WipeCatalog() {
   catalog_.reset();
@@ -72,31 +102,60 @@ absl::Status DiskStore::OpenCatalog() {
   return absl::OkStatus();
 }
 
-absl::Status DiskStore::CheckFileSizes(const Manifest& m, const FileNameSet& chunk_names,
-                                       const FileNameSet& state_names) {
-  auto check = [&](const std::string& path, const FileNameSet& listed,
-                   const ManifestFile& f) -> absl::Status {
-    if (!listed.contains(f.name)) return Corrupt(path, "missing");
-    ASSIGN_OR_RETURN(uint64_t size, fs_->FileSize(path));
+absl::Status DiskStore::CheckFileSizes(const Manifest& m, absl::Span<const uint32_t> chunk_refs,
+                                       const ChunkEntryTable& table, const ListedFiles& state_files,
+                                       const ListedFiles& chunk_files, RecoveryState* recovery) {
+  auto check = [](const std::string& dir, const ListedFiles& listed,
+                  const ManifestFile& f) -> absl::Status {
+    ASSIGN_OR_RETURN(uint64_t size, listed.Size(dir, f.name));
     if (size != f.length) {
-      return Corrupt(path, absl::StrCat("size ", size, " but the manifest says ", f.length));
+      return Corrupt(JoinPath(dir, f.name),
+                     absl::StrCat("size ", size, " but the manifest says ", f.length));
     }
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(check(StatePath(m.state_file.name), state_names, m.state_file));
-  // A chunk already registered with this very entry had its file checked when that happened;
-  // the others are checked now (outside the lock: no lock across file I/O).
-  std::vector<const ManifestChunk*> unchecked;
-  {
-    MutexLock lock(&mu_);
-    for (const ManifestChunk& c : m.chunks) {
-      auto it = chunks_.find(c.id.chunk_id);
-      if (it == chunks_.end() || !(it->second.entry == c)) unchecked.push_back(&c);
+  RETURN_IF_ERROR(check(states_dir_, state_files, m.state_file));
+  // A chunk entry whose file was checked for an earlier manifest is not checked again.
+  for (uint32_t ref : chunk_refs) {
+    if (recovery->file_checked[ref]) continue;
+    RETURN_IF_ERROR(check(chunks_dir_, chunk_files, table.entry(ref).file));
+    recovery->file_checked[ref] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DiskStore::RegisterRecoveredLocked(const Manifest& m,
+                                                absl::Span<const uint32_t> chunk_refs,
+                                                const ChunkEntryTable& table,
+                                                uint64_t manifest_bytes, RecoveryState* recovery) {
+  for (uint32_t ref : chunk_refs) {
+    if (recovery->record[ref] != nullptr) continue;  // Registered as this very entry.
+    const ManifestChunk& c = table.entry(ref);
+    auto it = chunks_.find(c.id.chunk_id);
+    if (it != chunks_.end() && !(it->second.entry == c)) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", m.checkpoint_id,
+                                                        " lists chunk ", c.id.chunk_id,
+                                                        " differently from another manifest"));
     }
   }
-  for (const ManifestChunk* c : unchecked) {
-    RETURN_IF_ERROR(check(ChunkPath(c->file.name), chunk_names, c->file));
+  Record r = RecordOf(m, manifest_bytes);
+  r.chunk_ids.reserve(chunk_refs.size());
+  for (uint32_t ref : chunk_refs) {
+    ChunkRecord*& chunk = recovery->record[ref];
+    if (chunk == nullptr) {
+      const ManifestChunk& c = table.entry(ref);
+      auto [it, inserted] = chunks_.try_emplace(c.id.chunk_id);
+      if (inserted) {
+        it->second.entry = c;
+        used_bytes_ += c.file.length;
+        max_chunk_id_ = std::max(max_chunk_id_, c.id.chunk_id);
+      }
+      chunk = &it->second;  // Map nodes stay put: nothing leaves chunks_ during recovery.
+    }
+    chunk->AddUser(m.checkpoint_id);  // Checkpoints come in id order: an append.
+    r.chunk_ids.push_back(chunk->entry.id.chunk_id);
   }
+  AddRecordLocked(m, std::move(r));
   return absl::OkStatus();
 }
 
@@ -106,26 +165,29 @@ absl::Status DiskStore::Reconcile() {
     RETURN_IF_ERROR(fs_->CreateDir(dir));
   }
   // List first (R3): the sweep considers only these names, all older than our writer.
-  ASSIGN_OR_RETURN(std::vector<std::string> chunk_list, fs_->ListDir(chunks_dir_));
-  ASSIGN_OR_RETURN(std::vector<std::string> state_list, fs_->ListDir(states_dir_));
-  ASSIGN_OR_RETURN(std::vector<std::string> manifest_list, fs_->ListDir(manifests_dir_));
-  const FileNameSet chunk_names(chunk_list.begin(), chunk_list.end());
-  const FileNameSet state_names(state_list.begin(), state_list.end());
-  const FileNameSet manifest_names(manifest_list.begin(), manifest_list.end());
-  {
-    MutexLock lock(&mu_);
-    sweep_candidates_.reserve(chunk_list.size() + state_list.size() + manifest_list.size());
-    for (const std::string& n : chunk_list) sweep_candidates_.push_back(ChunkPath(n));
-    for (const std::string& n : state_list) sweep_candidates_.push_back(StatePath(n));
-    for (const std::string& n : manifest_list) {
-      sweep_candidates_.push_back(JoinPath(manifests_dir_, n));
+  ListedFiles chunk_files, state_files, manifest_files;
+  ASSIGN_OR_RETURN(chunk_files.names, fs_->ListDir(chunks_dir_));
+  ASSIGN_OR_RETURN(state_files.names, fs_->ListDir(states_dir_));
+  ASSIGN_OR_RETURN(manifest_files.names, fs_->ListDir(manifests_dir_));
+  // Every listed file is stat'ed in the background while the catalog is opened and scanned:
+  // one stat per file, however many manifests list it (nothing writes these directories until
+  // start-up is over, so the sizes stay true). The future's destructor waits for the stats
+  // on every return path.
+  std::future<void> stats = std::async(std::launch::async, [&] {
+    for (auto [files, dir] :
+         {std::pair{&chunk_files, &chunks_dir_}, std::pair{&state_files, &states_dir_},
+          std::pair{&manifest_files, &manifests_dir_}}) {
+      files->Stat(fs_, *dir);
     }
-  }
+  });
+  for (ListedFiles* files : {&chunk_files, &state_files, &manifest_files}) files->Index();
 
   RETURN_IF_ERROR(OpenCatalog());
-  // Decode each entry straight from the scan (no copy of the value). Nothing is admitted
-  // until the scan has succeeded, so a catalog found damaged halfway is rebuilt from the
-  // manifests exactly as one that fails to open.
+  // Decode each entry straight from the scan (no copy of the value), each distinct chunk
+  // entry once. Nothing is admitted until the scan has succeeded, so a catalog found damaged
+  // halfway is rebuilt from the manifests exactly as one that fails to open.
+  const bool keep_tokens = static_cast<bool>(options_.on_recovered);
+  ChunkEntryTable table;
   std::vector<ScannedEntry> entries;
   absl::Status scan =
       catalog_->ForEach([&](uint64_t id, bool quarantined, absl::string_view manifest) {
@@ -133,7 +195,9 @@ absl::Status DiskStore::Reconcile() {
         e.checkpoint_id = id;
         e.quarantined = quarantined;
         e.manifest_bytes = manifest.size();
-        if (!quarantined) e.manifest = DecodeManifest(manifest);
+        if (!quarantined) {
+          e.manifest = DecodeManifestShared(manifest, keep_tokens, &table, &e.chunk_refs);
+        }
         return absl::OkStatus();
       });
   if (!scan.ok() && IsDamagedCatalog(scan)) {
@@ -144,28 +208,35 @@ absl::Status DiskStore::Reconcile() {
     scan = absl::OkStatus();
   }
   RETURN_IF_ERROR(scan);
-
+  stats.get();
   absl::flat_hash_set<uint64_t> registered;
   registered.reserve(entries.size());
   std::vector<std::pair<uint64_t, std::string>> to_quarantine;
-  auto admit = [&](Manifest m, uint64_t manifest_bytes) {
+  RecoveryState recovery;
+  auto admit = [&](Manifest m, absl::Span<const uint32_t> chunk_refs, uint64_t manifest_bytes) {
     registered.insert(m.checkpoint_id);  // Seen: a failed admission is not retried below.
-    absl::Status s = CheckFileSizes(m, chunk_names, state_names);
+    recovery.file_checked.resize(table.size(), false);
+    recovery.record.resize(table.size(), nullptr);
+    absl::Status s = CheckFileSizes(m, chunk_refs, table, state_files, chunk_files, &recovery);
     if (s.ok()) {
       MutexLock lock(&mu_);
-      s = RegisterLocked(m, manifest_bytes);
+      s = RegisterRecoveredLocked(m, chunk_refs, table, manifest_bytes, &recovery);
     }
     if (!s.ok()) {
       to_quarantine.emplace_back(m.checkpoint_id, std::string(s.message()));
       return;
     }
-    if (options_.on_recovered) options_.on_recovered(m);
+    if (options_.on_recovered) {
+      m.chunks.reserve(chunk_refs.size());
+      for (uint32_t ref : chunk_refs) m.chunks.push_back(table.entry(ref));
+      options_.on_recovered(m);
+    }
   };
 
   for (ScannedEntry& e : entries) {
     const std::string name = ManifestName(e.checkpoint_id);
     if (e.quarantined) {
-      if (manifest_names.contains(name)) {
+      if (manifest_files.Listed(name)) {
         // A quarantine interrupted between its catalog flag and its rename: finish it.
         to_quarantine.emplace_back(e.checkpoint_id, "quarantine completed at start-up");
       } else {
@@ -175,36 +246,39 @@ absl::Status DiskStore::Reconcile() {
       registered.insert(e.checkpoint_id);
       continue;
     }
-    absl::StatusOr<uint64_t> size = manifest_names.contains(name)
-                                        ? fs_->FileSize(ManifestPath(e.checkpoint_id))
-                                        : absl::StatusOr<uint64_t>(absl::NotFoundError(name));
+    const absl::StatusOr<uint64_t> size = manifest_files.Size(manifests_dir_, name);
     if (!e.manifest.ok() || e.manifest->checkpoint_id != e.checkpoint_id || !size.ok() ||
         *size != e.manifest_bytes) {
       // No valid manifest behind the entry (R2); the manifest file, if any, is examined below.
       RETURN_IF_ERROR(catalog_->Remove(e.checkpoint_id));
       continue;
     }
-    admit(*std::move(e.manifest), e.manifest_bytes);
-    e.manifest = absl::NotFoundError("admitted");  // Frees its tokens and chunk list now.
+    admit(*std::move(e.manifest), e.chunk_refs, e.manifest_bytes);
+    e.manifest = absl::NotFoundError("admitted");  // Frees its tokens now.
+    e.chunk_refs = {};
   }
 
-  for (const std::string& name : manifest_list) {
+  std::vector<uint32_t> chunk_refs;
+  for (const std::string& name : manifest_files.names) {
     uint64_t id = 0;
     if (!ParseManifestName(name, &id) || registered.contains(id)) continue;
     absl::StatusOr<std::string> bytes =
         ReadSmallFile(fs_, JoinPath(manifests_dir_, name), FormatLimits::kMaxManifestBytes);
     if (!bytes.ok()) continue;
-    absl::StatusOr<Manifest> m = DecodeManifest(*bytes);
+    absl::StatusOr<Manifest> m = DecodeManifestShared(*bytes, keep_tokens, &table, &chunk_refs);
     if (!m.ok() || m->checkpoint_id != id) continue;  // Torn: ignored, then swept (P12, R3).
     // A crash between P5 and P6: re-register (R2).
     RETURN_IF_ERROR(catalog_->Put(CatalogEntry{id, false, *bytes}));
-    admit(*std::move(m), bytes->size());
+    admit(*std::move(m), chunk_refs, bytes->size());
   }
 
   for (const auto& [id, reason] : to_quarantine) {
     RETURN_IF_ERROR(QuarantineCheckpoints({id}, reason));
   }
   MutexLock lock(&mu_);
+  sweep_candidates_.chunks = std::move(chunk_files.names);
+  sweep_candidates_.states = std::move(state_files.names);
+  sweep_candidates_.manifests = std::move(manifest_files.names);
   CAIRN_LOG(INFO) << "disk tier " << options_.root << ": " << live_.size() << " checkpoints, "
                   << chunks_.size() << " chunks, " << used_bytes_ << " bytes, "
                   << quarantined_.size() << " quarantined";

@@ -64,6 +64,11 @@ class FileSystem {
   virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   // Returns the size of `path` from stat; NotFound if absent.
   virtual absl::StatusOr<uint64_t> FileSize(const std::string& path) = 0;
+  // Returns what FileSize would for each entry `names[i]` of directory `dir`, in order. Start-up
+  // checks thousands of files: the POSIX file system stats them relative to the directory,
+  // on several threads. The default calls FileSize on each path.
+  virtual std::vector<absl::StatusOr<uint64_t>> FileSizesIn(
+      const std::string& dir, absl::Span<const absl::string_view> names);
   // Returns the bytes available to us on the file system holding `path` (statvfs).
   virtual absl::StatusOr<uint64_t> FreeBytes(const std::string& path) = 0;
 };

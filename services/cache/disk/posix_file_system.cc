@@ -7,8 +7,12 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/shm/unique_fd.h"
@@ -16,6 +20,8 @@
 
 namespace cairn::cache {
 namespace {
+
+constexpr size_t kMaxStatThreads = 4;
 
 absl::Status ErrnoStatus(int error, absl::string_view op, absl::string_view path) {
   return absl::Status(absl::ErrnoToStatusCode(error),
@@ -152,6 +158,55 @@ class PosixFs final : public FileSystem {
     return static_cast<uint64_t>(st.st_size);
   }
 
+  std::vector<absl::StatusOr<uint64_t>> FileSizesIn(
+      const std::string& dir, absl::Span<const absl::string_view> names) override {
+    std::vector<absl::StatusOr<uint64_t>> sizes(names.size(), absl::UnknownError("not stat'ed"));
+    UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd.valid()) {
+      const absl::Status s = ErrnoStatus(errno, "open directory", dir);
+      for (auto& size : sizes) size = s;
+      return sizes;
+    }
+    auto stat_range = [&](size_t begin, size_t end) {
+      char name[NAME_MAX + 1];
+      for (size_t i = begin; i < end; ++i) {
+        const absl::string_view n = names[i];
+        if (n.empty() || n.size() > NAME_MAX || n.find('/') != absl::string_view::npos) {
+          sizes[i] = absl::InvalidArgumentError(absl::StrCat("bad file name ", n, " in ", dir));
+          continue;
+        }
+        std::memcpy(name, n.data(), n.size());
+        name[n.size()] = '\0';
+        struct stat st;
+        if (::fstatat(dir_fd.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+          sizes[i] = ErrnoStatus(errno, "stat", JoinPath(dir, n));
+        } else if (!S_ISREG(st.st_mode)) {
+          sizes[i] = absl::FailedPreconditionError(
+              absl::StrCat(JoinPath(dir, n), " is not a regular file"));
+        } else {
+          sizes[i] = static_cast<uint64_t>(st.st_size);
+        }
+      }
+    };
+    // Stats are mostly path lookups in the kernel's caches: they scale with threads.
+    constexpr size_t kPerThread = 2048;
+    const size_t threads =
+        std::min<size_t>({kMaxStatThreads, (names.size() + kPerThread - 1) / kPerThread,
+                          std::max(1u, std::thread::hardware_concurrency())});
+    if (threads <= 1) {
+      stat_range(0, names.size());
+      return sizes;
+    }
+    std::vector<std::thread> workers;
+    const size_t per = (names.size() + threads - 1) / threads;
+    for (size_t t = 1; t < threads; ++t) {
+      workers.emplace_back(stat_range, t * per, std::min(names.size(), (t + 1) * per));
+    }
+    stat_range(0, std::min(names.size(), per));
+    for (std::thread& w : workers) w.join();
+    return sizes;
+  }
+
   absl::StatusOr<uint64_t> FreeBytes(const std::string& path) override {
     struct statvfs st;
     if (::statvfs(path.c_str(), &st) != 0) return ErrnoStatus(errno, "statvfs", path);
@@ -160,6 +215,14 @@ class PosixFs final : public FileSystem {
 };
 
 }  // namespace
+
+std::vector<absl::StatusOr<uint64_t>> FileSystem::FileSizesIn(
+    const std::string& dir, absl::Span<const absl::string_view> names) {
+  std::vector<absl::StatusOr<uint64_t>> sizes;
+  sizes.reserve(names.size());
+  for (absl::string_view name : names) sizes.push_back(FileSize(JoinPath(dir, name)));
+  return sizes;
+}
 
 FileSystem* PosixFileSystem() {
   static FileSystem* const fs = new PosixFs();  // Never destroyed: no static destructor.

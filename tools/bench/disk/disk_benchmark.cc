@@ -242,6 +242,11 @@ void BM_RestoreFromDiskVsSequentialRead(benchmark::State& state) {
   DiskStoreOptions options;
   options.root = dir + "/tier";
   options.free_space_reserve_bytes = 0;
+  // $CAIRN_BENCH_RESTORE_THREADS overrides DiskStoreOptions::restore_threads, to compare
+  // settings in one binary.
+  if (const char* threads = std::getenv("CAIRN_BENCH_RESTORE_THREADS")) {
+    options.restore_threads = std::atoi(threads);
+  }
   auto store = DiskStore::Create(options, PosixFileSystem());
   if (!store.ok()) {
     state.SkipWithError(std::string(store.status().message()).c_str());
@@ -320,9 +325,13 @@ BENCHMARK(BM_RestoreFromDiskVsSequentialRead)
 // Start-up (R1): open the catalog, reconcile 10,000 checkpoints by catalog and file sizes.
 // The tier is populated once through FaultFS with simulated fsyncs (population speed is not
 // what is measured), then opened for real each iteration.
+// $CAIRN_BENCH_STARTUP_DIR names a directory to keep the tier in: populated on the first run
+// (when it holds no catalog yet), reused and kept by later ones, so that binaries can be
+// compared on the same files and many iterations cost no population.
 void BM_StartupWith10kCheckpoints(benchmark::State& state) {
-  const std::string dir = BenchDir("startup");
-  {
+  const char* kept = std::getenv("CAIRN_BENCH_STARTUP_DIR");
+  const std::string dir = kept != nullptr ? kept : BenchDir("startup");
+  if (kept == nullptr || !std::filesystem::exists(dir + "/catalog")) {
     FaultFileSystem fast(PosixFileSystem());
     DiskStoreOptions options;
     options.root = dir;
@@ -376,7 +385,7 @@ void BM_StartupWith10kCheckpoints(benchmark::State& state) {
     state.ResumeTiming();
   }
   state.counters["checkpoints"] = static_cast<double>(recovered);
-  std::filesystem::remove_all(dir);
+  if (kept == nullptr) std::filesystem::remove_all(dir);
 }
 BENCHMARK(BM_StartupWith10kCheckpoints)
     ->Unit(benchmark::kMillisecond)

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
 #include "services/cache/cache_rpc.h"
+#include "services/cache/proto_convert.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::cache {
@@ -51,21 +53,34 @@ class CacheDaemonPartsTest : public ::testing::Test {
         daemon_->OpenSession(SessionHello{"unit", 1, 2}, &sink_);
     ASSERT_TRUE(welcome.ok()) << welcome.status();
     session_ = welcome->session_id;
-    v1::RegisterModelRequest reg;
-    reg.set_session_id(session_);
-    reg.mutable_identity()->set_digest("unit-model");
-    reg.mutable_layout()->set_chunk_rows(kChunkRows);
-    v1::StateComponent* rows = reg.mutable_layout()->add_components();
-    rows->set_id(0);
-    rows->set_kind(v1::COMPONENT_KIND_ROWS);
-    rows->set_bytes_per_row(64);
-    v1::StateComponent* priv = reg.mutable_layout()->add_components();
-    priv->set_id(1);
-    priv->set_kind(v1::COMPONENT_KIND_PRIVATE);
-    priv->set_private_bytes(4096);
-    v1::RegisterModelResponse registered;
-    ASSERT_TRUE(daemon_->RegisterModel(reg, &registered).ok());
-    model_ = registered.model_id();
+    absl::StatusOr<RegisteredModel> registered = daemon_->RegisterModel(Registration());
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    model_ = registered->model_id;
+  }
+
+  ModelRegistration Registration(const std::string& compatibility = "unit-model") const {
+    ModelRegistration reg;
+    reg.session_id = session_;
+    reg.compatibility = compatibility;
+    reg.layout.chunk_rows = kChunkRows;
+    StateComponent rows;
+    rows.name = "rows";
+    rows.kind = ComponentKind::kRows;
+    rows.bytes_per_row = 64;
+    StateComponent priv;
+    priv.name = "private";
+    priv.kind = ComponentKind::kPrivate;
+    priv.private_bytes = 4096;
+    reg.layout.components = {rows, priv};
+    return reg;
+  }
+
+  PromptLookup LookupOf(uint64_t n) const {
+    PromptLookup lookup;
+    lookup.session_id = session_;
+    lookup.model_id = model_;
+    for (uint64_t i = 0; i < n; ++i) lookup.tokens.push_back(static_cast<TokenId>(100 + i));
+    return lookup;
   }
 
   // Cold-starts slot 0 on `n` tokens and captures them; returns the checkpoint id.
@@ -404,6 +419,140 @@ TEST_F(CacheDaemonPartsTest, InspectionShowsACommittedCheckpointInItsTierAndTree
   EXPECT_FALSE(status.disk_enabled);
 }
 
+TEST_F(CacheDaemonPartsTest, RegisteringAgainGivesTheSameModelUnlessTheLayoutDiffers) {
+  const uint64_t id = Capture(40);
+  ASSERT_NE(id, 0u);
+  ModelRegistration other_layout = Registration();
+  other_layout.layout.chunk_rows = 2 * kChunkRows;
+  ModelRegistration closed = Registration("second-model");
+  closed.session_id = session_ + 1000;
+  ModelRegistration empty = Registration("");
+
+  absl::StatusOr<RegisteredModel> again = daemon_->RegisterModel(Registration());
+  absl::StatusOr<RegisteredModel> second = daemon_->RegisterModel(Registration("second-model"));
+
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model_id, model_);
+  EXPECT_EQ(again->ram_checkpoints, 1u);  // The capture above.
+  EXPECT_EQ(again->disk_checkpoints, 0u);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(second->model_id, model_);
+  EXPECT_EQ(second->ram_checkpoints, 0u);
+  EXPECT_THAT(daemon_->RegisterModel(other_layout).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(daemon_->RegisterModel(closed).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->RegisterModel(empty).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(CacheDaemonPartsTest, ALookupFindsTheCaptureAndSaysWhatTheSlotWouldSpill) {
+  const uint64_t id = Capture(40);  // 2 full chunks borrowed in slot 0.
+  PromptLookup longer = LookupOf(48);
+  longer.stable_boundary = 44;
+  PromptLookup past = LookupOf(48);
+  past.shared_boundary = 49;
+  PromptLookup unknown_model = LookupOf(48);
+  unknown_model.model_id = model_ + 1000;
+  PromptLookup closed = LookupOf(48);
+  closed.session_id = session_ + 1000;
+
+  absl::StatusOr<LookupAnswer> found = daemon_->Lookup(longer);
+
+  ASSERT_TRUE(found.ok()) << found.status();
+  // Slot 0's live frontier and the RAM checkpoint both cover 40 tokens; live wins ties.
+  EXPECT_EQ(found->result.best.depth, 40);
+  bool ram_candidate = found->result.best.checkpoint == id;
+  for (const Candidate& c : found->result.others) ram_candidate |= c.checkpoint == id;
+  EXPECT_TRUE(ram_candidate);
+  ASSERT_EQ(found->slot_spills.size(), 1u);
+  EXPECT_EQ(found->slot_spills[0].slot, 0);
+  EXPECT_EQ(found->slot_spills[0].bytes, 2 * kChunkRows * 64);  // Its 2 borrowed chunks.
+  EXPECT_EQ(daemon_->Status().counts.lookups, 1u);
+  EXPECT_THAT(daemon_->Lookup(past).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon_->Lookup(LookupOf(0)).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon_->Lookup(unknown_model).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->Lookup(closed).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CacheDaemonPartsTest, ExplainSaysWhatAPromptRestoresWithTheEventsOnItsPath) {
+  const uint64_t id = Capture(40);
+  ExplainQuery hit{0, LookupOf(48).tokens};  // 0: the first registered model.
+  ExplainQuery cold{model_, {7, 8, 9}};
+
+  absl::StatusOr<Explanation> restores = daemon_->Explain(hit);
+  absl::StatusOr<Explanation> misses = daemon_->Explain(cold);
+
+  ASSERT_TRUE(restores.ok()) << restores.status();
+  EXPECT_EQ(restores->result.best.checkpoint, id);  // No session: no live candidates.
+  EXPECT_EQ(restores->result.best.tier, Tier::kRam);
+  EXPECT_TRUE(absl::StartsWith(restores->summary, "restores 40 of 48 tokens from"))
+      << restores->summary;
+  ASSERT_FALSE(restores->related.empty());
+  EXPECT_EQ(restores->related[0].type, EventType::kAdmit);
+  EXPECT_EQ(restores->related[0].checkpoint, id);
+  ASSERT_TRUE(misses.ok()) << misses.status();
+  EXPECT_EQ(misses->result.best.tier, Tier::kNone);
+  EXPECT_TRUE(absl::StartsWith(misses->summary, "cold:")) << misses->summary;
+  EXPECT_TRUE(misses->related.empty());
+  EXPECT_THAT(daemon_->Explain(ExplainQuery{model_ + 1000, {1}}).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->Explain(ExplainQuery{model_, {}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(CacheDaemonPartsTest, EvictTakesOneCheckpointOrAllAndSaysWhichWent) {
+  const uint64_t first = Capture(40);
+  AnswerSpills();  // Capture() below restarts slot 0: nothing of `first` stays borrowed.
+
+  absl::StatusOr<std::vector<CheckpointId>> one = daemon_->Evict(EvictOrder{first, false, false});
+
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, std::vector<CheckpointId>{first});
+  EXPECT_THAT(daemon_->Evict(EvictOrder{first, false, false}).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(daemon_->Evict(EvictOrder{}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon_->Evict(EvictOrder{0, true, true}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));  // No disk tier here.
+  const uint64_t second = Capture(20);
+  absl::StatusOr<std::vector<CheckpointId>> all = daemon_->Evict(EvictOrder{0, true, false});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, std::vector<CheckpointId>{second});
+  absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+}
+
+// The wire side of the same verbs: requests converted with the wire checks, answers converted
+// back (cache_rpc.h).
+TEST_F(CacheDaemonPartsTest, TheWireVerbsConvertAroundTheDaemon) {
+  const uint64_t id = Capture(40);
+  v1::LookupRequest lookup;
+  lookup.set_session_id(session_);
+  lookup.set_model_id(model_);
+  for (uint32_t t = 0; t < 48; ++t) lookup.add_tokens(100 + t);
+  v1::ExplainRequest explain;
+  *explain.mutable_tokens() = lookup.tokens();
+  v1::EvictRequest evict;
+  evict.set_checkpoint_id(id);
+  v1::LookupResponse found;
+  v1::ExplainResponse explained;
+  v1::EvictResponse evicted;
+
+  CAIRN_ASSERT_OK(rpc::Lookup(*daemon_, lookup, &found));
+  CAIRN_ASSERT_OK(rpc::Explain(*daemon_, explain, &explained));
+  AnswerSpills();
+  CAIRN_ASSERT_OK(rpc::Evict(*daemon_, evict, &evicted));
+
+  EXPECT_EQ(found.best().depth(), 40u);
+  EXPECT_EQ(found.slot_spills_size(), 1);
+  EXPECT_EQ(explained.lookup().best().checkpoint_id(), id);
+  ASSERT_GT(explained.related_size(), 0);
+  EXPECT_EQ(explained.related(0).kind(), v1::EVENT_KIND_ADMIT);
+  ASSERT_EQ(evicted.evicted_size(), 1);
+  EXPECT_EQ(evicted.evicted(0), id);
+  lookup.set_conversation(std::string(WireLimits::kMaxNameBytes + 1, 'c'));
+  EXPECT_THAT(rpc::Lookup(*daemon_, lookup, &found), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 // Heartbeats, slot messages, inspection and restore leases race the calls that take the
 // daemon's lock (run under TSan with the unit label).
 TEST_F(CacheDaemonPartsTest, HeartbeatsAndInspectionRaceCoreCallsSafely) {
@@ -433,12 +582,7 @@ TEST_F(CacheDaemonPartsTest, HeartbeatsAndInspectionRaceCoreCallsSafely) {
   });
 
   for (int i = 0; i < 500; ++i) {
-    v1::LookupRequest lookup;
-    lookup.set_session_id(session_);
-    lookup.set_model_id(model_);
-    for (uint32_t t = 0; t < 40; ++t) lookup.add_tokens(100 + t);
-    v1::LookupResponse found;
-    ASSERT_TRUE(daemon_->Lookup(lookup, &found).ok());
+    ASSERT_TRUE(daemon_->Lookup(LookupOf(40)).ok());
     daemon_->Tick();
   }
   stop.store(true);

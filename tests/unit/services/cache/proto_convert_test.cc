@@ -161,6 +161,129 @@ TEST(ProtoConvertTest, ASpillReportKeepsItsChunksInOrder) {
   EXPECT_EQ(r.failed_chunk_ids, std::vector<ChunkId>{13});
 }
 
+TEST(ProtoConvertTest, ARegistrationKeepsTheDigestAndLayoutAndBoundsEveryName) {
+  v1::RegisterModelRequest req;
+  req.set_session_id(3);
+  req.mutable_identity()->set_digest("model-a");
+  *req.mutable_layout() = TwoComponents();
+  v1::RegisterModelRequest no_digest = req;
+  no_digest.mutable_identity()->clear_digest();
+  v1::RegisterModelRequest long_name = req;
+  long_name.mutable_identity()->set_tokenizer_digest(
+      std::string(WireLimits::kMaxNameBytes + 1, 't'));
+  v1::RegisterModelRequest bad_layout = req;
+  bad_layout.mutable_layout()->set_chunk_rows(0);
+
+  absl::StatusOr<ModelRegistration> reg = ModelRegistrationFromProto(req);
+
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->session_id, 3u);
+  EXPECT_EQ(reg->compatibility, "model-a");
+  EXPECT_EQ(reg->layout.chunk_rows, 16);
+  EXPECT_EQ(reg->layout.components.size(), 2u);
+  ExpectNamed(ModelRegistrationFromProto(no_digest).status(), "identity.digest");
+  ExpectNamed(ModelRegistrationFromProto(long_name).status(), "identity.tokenizer_digest");
+  ExpectNamed(ModelRegistrationFromProto(bad_layout).status(), "layout.chunk_rows");
+  v1::RegisterModelResponse resp = ToProtoRegistered(RegisteredModel{7, 2, 3});
+  EXPECT_EQ(resp.model_id(), 7u);
+  EXPECT_EQ(resp.ram_checkpoints(), 2u);
+  EXPECT_EQ(resp.disk_checkpoints(), 3u);
+}
+
+TEST(ProtoConvertTest, ALookupChecksItsPromptBoundariesAndLabels) {
+  v1::LookupRequest req;
+  req.set_session_id(3);
+  req.set_model_id(4);
+  for (uint32_t t = 1; t <= 10; ++t) req.add_tokens(t);
+  req.set_stable_boundary(6);  // shared_boundary stays 0: unknown.
+  req.mutable_input_identity()->add_media()->set_digest("img");
+  v1::LookupRequest past = req;
+  past.set_shared_boundary(11);
+  v1::LookupRequest empty = req;
+  empty.clear_tokens();
+  v1::LookupRequest long_label = req;
+  long_label.set_conversation(std::string(WireLimits::kMaxNameBytes + 1, 'c'));
+
+  absl::StatusOr<PromptLookup> lookup = PromptLookupFromProto(req);
+
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->session_id, 3u);
+  EXPECT_EQ(lookup->model_id, 4u);
+  EXPECT_EQ(lookup->tokens.size(), 10u);
+  EXPECT_EQ(lookup->stable_boundary, 6);
+  EXPECT_EQ(lookup->shared_boundary, -1);
+  EXPECT_FALSE(lookup->input.empty());
+  ExpectNamed(PromptLookupFromProto(past).status(), "shared boundary");
+  EXPECT_THAT(PromptLookupFromProto(empty).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  ExpectNamed(PromptLookupFromProto(long_label).status(), "conversation");
+}
+
+TEST(ProtoConvertTest, ALookupAnswerSaysWhyItMissesAndWhatSlotsWouldSpill) {
+  LookupAnswer answer;
+  answer.result.best.tier = Tier::kRam;
+  answer.result.best.depth = 32;
+  answer.result.best.checkpoint = 9;
+  answer.result.others.push_back(Candidate{});
+  answer.result.shared_prefix = 40;
+  answer.result.plan.captures.push_back(PlannedCapture{48, CaptureKind::kEnd});
+  answer.result.plan.passes.push_back(PrefillPass{0, 48});
+  answer.slot_spills.push_back(SlotSpill{1, 4096});
+
+  v1::LookupResponse out = ToProtoLookup(answer);
+
+  EXPECT_EQ(out.best().tier(), v1::TIER_RAM);
+  EXPECT_EQ(out.best().checkpoint_id(), 9u);
+  EXPECT_EQ(out.others_size(), 1);
+  EXPECT_EQ(out.shared_prefix(), 40u);
+  ASSERT_EQ(out.plan().captures_size(), 1);
+  EXPECT_EQ(out.plan().captures(0).position(), 48u);
+  EXPECT_EQ(out.plan().pass_ends_size(), 1);
+  ASSERT_EQ(out.slot_spills_size(), 1);
+  EXPECT_EQ(out.slot_spills(0).slot(), 1u);
+  EXPECT_EQ(out.slot_spills(0).bytes(), 4096u);
+  EXPECT_EQ(out.miss_reason(), "deepest checkpoint at 32, divergence at token 40");
+  answer.result.best.depth = 40;
+  EXPECT_TRUE(ToProtoLookup(answer).miss_reason().empty());
+}
+
+TEST(ProtoConvertTest, ExplainAndEvictConvert) {
+  v1::ExplainRequest req;
+  req.set_model_id(2);
+  req.add_tokens(5);
+  Explanation e;
+  e.result.best.tier = Tier::kDisk;
+  e.result.best.depth = 1;
+  e.result.best.checkpoint = 8;
+  Event admit;
+  admit.seq = 3;
+  admit.type = EventType::kAdmit;
+  admit.checkpoint = 8;
+  e.related.push_back(admit);
+  e.summary = "restores 1 of 1 tokens from disk";
+  v1::EvictRequest evict;
+  evict.set_checkpoint_id(8);
+  evict.set_include_disk(true);
+
+  absl::StatusOr<ExplainQuery> query = ExplainQueryFromProto(req);
+  v1::ExplainResponse out = ToProtoExplanation(e);
+  EvictOrder order = EvictOrderFromProto(evict);
+
+  ASSERT_TRUE(query.ok()) << query.status();
+  EXPECT_EQ(query->model_id, 2u);
+  EXPECT_EQ(query->tokens, std::vector<TokenId>{5});
+  EXPECT_THAT(ExplainQueryFromProto(v1::ExplainRequest()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(out.lookup().best().tier(), v1::TIER_DISK);
+  EXPECT_EQ(out.lookup().best().checkpoint_id(), 8u);
+  ASSERT_EQ(out.related_size(), 1);
+  EXPECT_EQ(out.related(0).seq(), 3u);
+  EXPECT_EQ(out.related(0).kind(), v1::EVENT_KIND_ADMIT);
+  EXPECT_EQ(out.summary(), e.summary);
+  EXPECT_EQ(order.checkpoint_id, 8u);
+  EXPECT_FALSE(order.all);
+  EXPECT_TRUE(order.include_disk);
+}
+
 TEST(ProtoConvertTest, SlotCallsConvertAndCheckModeAndTokens) {
   v1::StartSlotRequest start;
   start.set_session_id(3);

@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/checksum/checksum.h"
 #include "gmock/gmock.h"
@@ -65,6 +67,89 @@ TEST(DiskFormatTest, EveryByteOfAManifestIsCovered) {
     EXPECT_THAT(DecodeManifest(bytes.substr(0, n)).status(), StatusIs(absl::StatusCode::kDataLoss))
         << "prefix " << n;
   }
+}
+
+// DecodeManifestShared: each chunk entry decoded once into a table shared by many manifests
+// (start-up), with exactly DecodeManifest's checks.
+Manifest WithChunks(Manifest m, const ChunkEntryTable& table, const std::vector<uint32_t>& refs) {
+  for (uint32_t ref : refs) m.chunks.push_back(table.entry(ref));
+  return m;
+}
+
+TEST(DiskFormatTest, SharedDecodingGivesTheSameManifestsAndKeepsEachEntryOnce) {
+  Manifest a = SampleManifest();
+  a.chunks.push_back({{10, 0, 256, 256, 64}, {"c-a.chunk", 16440, 0x123}});
+  Manifest b = a;  // Extends a: its chunks, then one of its own.
+  b.checkpoint_id = 43;
+  b.chunks.push_back({{11, 0, 512, 256, 64}, {"c-b.chunk", 16440, 0x456}});
+  Manifest c = a;  // Lists chunk 10 in another order, with the same entries.
+  c.checkpoint_id = 44;
+  std::swap(c.chunks[0], c.chunks[1]);
+  ChunkEntryTable table;
+  std::vector<uint32_t> refs;
+
+  for (const Manifest& m : {a, b, c, a}) {
+    auto decoded = DecodeManifestShared(EncodeManifest(m), /*keep_tokens=*/true, &table, &refs);
+
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_TRUE(decoded->chunks.empty());
+    EXPECT_EQ(WithChunks(*decoded, table, refs), m);
+  }
+  EXPECT_EQ(table.size(), 3u);  // Chunks 9, 10 and 11, once each.
+}
+
+TEST(DiskFormatTest, SharedDecodingKeepsTwoDifferentEntriesForOneChunkApart) {
+  Manifest a = SampleManifest();
+  Manifest b = a;
+  b.checkpoint_id = 43;
+  b.chunks[0].file.checksum ^= 1;  // The same chunk id, listed differently.
+  ChunkEntryTable table;
+  std::vector<uint32_t> refs_a, refs_b;
+
+  ASSERT_TRUE(DecodeManifestShared(EncodeManifest(a), true, &table, &refs_a).ok());
+  auto decoded_b = DecodeManifestShared(EncodeManifest(b), true, &table, &refs_b);
+
+  ASSERT_TRUE(decoded_b.ok()) << decoded_b.status();
+  EXPECT_NE(refs_a, refs_b);
+  EXPECT_EQ(table.entry(refs_a[0]), a.chunks[0]);
+  EXPECT_EQ(table.entry(refs_b[0]), b.chunks[0]);
+}
+
+TEST(DiskFormatTest, SharedDecodingChecksEveryByteEvenOfEntriesItKnows) {
+  const Manifest m = SampleManifest();
+  const std::string bytes = EncodeManifest(m);
+  ChunkEntryTable table;
+  std::vector<uint32_t> refs;
+  ASSERT_TRUE(DecodeManifestShared(bytes, true, &table, &refs).ok());
+
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string flipped = bytes;
+    flipped[i] ^= 0x10;
+    EXPECT_THAT(DecodeManifestShared(flipped, true, &table, &refs).status(),
+                StatusIs(absl::StatusCode::kDataLoss))
+        << "byte " << i;
+  }
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THAT(DecodeManifestShared(bytes.substr(0, n), false, &table, &refs).status(),
+                StatusIs(absl::StatusCode::kDataLoss))
+        << "prefix " << n;
+  }
+}
+
+TEST(DiskFormatTest, SharedDecodingWithoutTokensStillChecksThem) {
+  Manifest m = SampleManifest();
+  ChunkEntryTable table;
+  std::vector<uint32_t> refs;
+
+  auto decoded = DecodeManifestShared(EncodeManifest(m), /*keep_tokens=*/false, &table, &refs);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->tokens.empty());
+  EXPECT_EQ(decoded->depth, m.tokens.size());
+  EXPECT_EQ(decoded->token_hash, m.token_hash);
+  m.token_hash ^= 1;  // A manifest whose tokens do not match their hash is corrupt either way.
+  EXPECT_THAT(DecodeManifestShared(EncodeManifest(m), false, &table, &refs).status(),
+              StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(DiskFormatTest, HugeCountsAreRejectedBeforeAllocating) {

@@ -5,8 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -219,6 +222,71 @@ TEST_F(DiskStoreTest, WronglySizedFileQuarantinesAtStartUp) {
   EXPECT_FALSE(again->HasCheckpoint(1));
 }
 
+TEST_F(DiskStoreTest, MissingSharedChunkQuarantinesEveryCheckpointListingItAtStartUp) {
+  std::string chunk_name;
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(3, {}, 1)));
+    auto m = store->GetManifest(1);
+    ASSERT_TRUE(m.ok());
+    chunk_name = m->chunks[0].file.name;
+  }
+  std::filesystem::remove(Path("chunks/" + chunk_name));
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_FALSE(store->HasCheckpoint(2));
+  EXPECT_TRUE(store->HasCheckpoint(3));
+  EXPECT_EQ(store->Quarantined().size(), 2u);
+  auto bytes = RestoreAll(store.get(), 3);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(3));
+}
+
+TEST_F(DiskStoreTest, ManifestsListingAChunkDifferentlyKeepOneAtStartUp) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1)));
+  }
+  // Checkpoint 2's manifest now lists chunk 1 with another checksum: a well-formed manifest
+  // that contradicts checkpoint 1's. Start-up rebuilds the catalog from the manifests.
+  const std::string path = Path("manifests/m-0000000000000002.manifest");
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto m = DecodeManifest(bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  m->chunks[0].file.checksum ^= 1;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << EncodeManifest(*m);
+  }
+  std::filesystem::remove_all(Path("catalog"));
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_NE(store->HasCheckpoint(1), store->HasCheckpoint(2));  // One kept, one quarantined.
+  ASSERT_EQ(store->Quarantined().size(), 1u);
+  const uint64_t kept = store->HasCheckpoint(1) ? 1 : 2;
+  auto restored = RestoreAll(store.get(), kept);
+  if (kept == 1) {
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(*restored, factory_.Expected(1));
+  } else {  // Checkpoint 2's entry for chunk 1 is wrong: its restore must fail, never lie.
+    EXPECT_THAT(restored.status(), StatusIs(absl::StatusCode::kDataLoss));
+  }
+}
+
 TEST_F(DiskStoreTest, SecondOpenWhileTheCatalogIsLockedFailsWithoutWiping) {
   auto store = Open();
   ASSERT_NE(store, nullptr);
@@ -255,6 +323,46 @@ TEST_F(DiskStoreTest, SweepRemovesOnlyOrphansFromBeforeTheStart) {
   auto again = store->SweepOrphans();
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->files_removed, 0u);
+}
+
+TEST_F(DiskStoreTest, ParallelRestoresDeliverEveryByteAndQuarantineOnAnyBadFile) {
+  DiskStoreOptions o = Options();
+  o.restore_threads = 4;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 12)));
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 3)));
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(3, {}, 5)));
+  std::vector<std::thread> restores;
+  std::vector<absl::StatusOr<std::vector<uint8_t>>> got(6, absl::UnknownError("not run"));
+  for (size_t t = 0; t < got.size(); ++t) {  // Restores of their own, in parallel too.
+    restores.emplace_back([&, t] { got[t] = RestoreAll(store.get(), 1 + t % 3); });
+  }
+  for (std::thread& t : restores) t.join();
+  for (size_t t = 0; t < got.size(); ++t) {
+    ASSERT_TRUE(got[t].ok()) << got[t].status();
+    EXPECT_EQ(*got[t], factory_.Expected(1 + t % 3)) << "restore " << t;
+  }
+  auto m = store->GetManifest(1);
+  ASSERT_TRUE(m.ok()) << m.status();
+  {  // One byte of a chunk in the middle of checkpoint 1 (shared by checkpoint 2) flips.
+    std::fstream f(Path("chunks/" + m->chunks[7].file.name),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char byte = static_cast<char>(f.get());
+    f.seekp(200);
+    f.put(static_cast<char>(byte ^ 0x5a));
+  }
+
+  auto bad = RestoreAll(store.get(), 1);
+
+  EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_FALSE(store->HasCheckpoint(2));  // It lists the damaged chunk too (R5).
+  EXPECT_TRUE(store->HasCheckpoint(3));
+  auto fine = RestoreAll(store.get(), 3);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(*fine, factory_.Expected(3));
 }
 
 TEST_F(DiskStoreTest, APublishPastTheCapIsRefusedAndNothingIsDeleted) {
@@ -296,8 +404,10 @@ TEST_F(DiskStoreTest, VerifyReadsEverythingAndQuarantinesDamage) {
   {
     std::fstream f(Path("states/" + m->state_file.name),
                    std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char byte = static_cast<char>(f.get());
     f.seekp(200);
-    f.put('\x5a');
+    f.put(static_cast<char>(byte ^ 0x5a));
   }
 
   EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
