@@ -48,9 +48,12 @@ constexpr double kTtftP99LimitMs = 15000;
 constexpr absl::Duration kReadTimeout = absl::Seconds(2);
 constexpr absl::Duration kWriteTimeout = absl::Seconds(2);
 // How much the gateway's RSS may grow across the rounds. Under a sanitizer, freed memory sits
-// in a quarantine (ASan's is 256 MiB) for a while, so only a gross leak is caught there.
+// in a quarantine (ASan's holds 256 MiB of freed user bytes) for a while, so only a gross leak
+// is caught there. A full quarantine costs more RSS than its 256 MiB: chunk headers, redzones
+// and shadow memory come on top (the soak's counts, 50 requests per client and 1,000 resets,
+// fill it: +359 and +372 MiB in two ASan runs, +8 MiB with ASAN_OPTIONS=quarantine_size_mb=8).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr int64_t kRssGrowthLimit = int64_t{256} << 20;
+constexpr int64_t kRssGrowthLimit = int64_t{512} << 20;
 #else
 constexpr int64_t kRssGrowthLimit = int64_t{16} << 20;
 #endif
