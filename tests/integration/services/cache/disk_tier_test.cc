@@ -141,10 +141,9 @@ class DiskTierTest : public ::testing::Test {
     const absl::Time deadline = absl::Now() + kWait;
     while (absl::Now() < deadline) {
       v1::ListCheckpointsResponse list;
-      EXPECT_TRUE(infer
-                      .Call(&v1::CacheService::Stub::ListCheckpoints,
-                            v1::ListCheckpointsRequest(), &list)
-                      .ok());
+      EXPECT_TRUE(
+          infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+              .ok());
       bool borrowed = false;
       for (const v1::CheckpointInfo& c : list.checkpoints()) {
         borrowed |= c.checkpoint_id() == id && c.borrowed();
