@@ -149,6 +149,18 @@ absl::StatusOr<RestoreGrant> CacheDaemon::RestoreFromDisk(const RestoreRequest& 
         }
         return dest;
       });
+  // The regions' own checksums (what a restore from RAM hands out), still unlocked: the regions
+  // belong to this load alone until it is granted or dropped.
+  if (read.ok()) {
+    if (load->state.region.bytes > 0) {
+      load->state.private_checksum = Xxh3(state_dest.data(), load->state.private_bytes);
+      load->state.tail_checksum =
+          Xxh3(state_dest.data() + load->state.private_bytes, load->state.tail_bytes);
+    }
+    for (auto& [c, held] : load->chunks) {
+      held.checksum = Xxh3(chunk_dest[c].data(), chunk_dest[c].size());
+    }
+  }
   // Phase 3, locked: hand the bytes to the slot, or give everything back.
   Lock lock(this);
   absl::StatusOr<const Model*> model = FindModelLocked(req.model_id);
@@ -158,14 +170,6 @@ absl::StatusOr<RestoreGrant> CacheDaemon::RestoreFromDisk(const RestoreRequest& 
     if (absl::IsDataLoss(read)) ForgetQuarantinedLocked(id, read);
     AfterCoreLocked();
     return read;
-  }
-  if (load->state.region.bytes > 0) {
-    load->state.private_checksum = Xxh3(state_dest.data(), load->state.private_bytes);
-    load->state.tail_checksum =
-        Xxh3(state_dest.data() + load->state.private_bytes, load->state.tail_bytes);
-  }
-  for (auto& [c, held] : load->chunks) {
-    held.checksum = Xxh3(chunk_dest[c].data(), chunk_dest[c].size());
   }
   const SlotKey key{req.session_id, static_cast<int32_t>(req.slot)};
   // The lock was released while reading: the session may have ended, or taken another lease

@@ -135,6 +135,22 @@ class DiskTierTest : public ::testing::Test {
   uint64_t CaptureAndFlush(FakeInfer& infer, uint32_t slot, uint32_t seed, size_t n) {
     uint64_t id = infer.PrefillCold(slot, Tokens(seed, n), {n}, seed)[0];
     infer.PrefillCold(slot, Tokens(seed + 1000, 4), {}, seed + 1000);
+    // The spill of the checkpoint's rows was reported on the session stream, which the daemon
+    // reads on its own; the disk write is queued once it has taken the report (the checkpoint
+    // is no longer borrowed). A Flush sent before that would find nothing to wait for.
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      v1::ListCheckpointsResponse list;
+      EXPECT_TRUE(
+          infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+              .ok());
+      bool borrowed = false;
+      for (const v1::CheckpointInfo& c : list.checkpoints()) {
+        borrowed |= c.checkpoint_id() == id && c.borrowed();
+      }
+      if (!borrowed) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     v1::FlushResponse flushed;
     EXPECT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
     return id;
