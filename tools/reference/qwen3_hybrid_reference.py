@@ -25,8 +25,7 @@ machine with transformers, copy the JSON back into tests/data/models/):
       --out OUT --wrappers dense-wrapped,moe-wrapped
 Seen with transformers 5.17.0 and torch 2.11.0 (CPU, fp32): every preset loaded with no
 missing, unexpected or mismatched keys, and both wrapper folders load through
-AutoModelForCausalLM as well. The qwen3 preset (plain Qwen3, Qwen3ForCausalLM) has not been run
-through this script yet: tests/data/models/qwen3.json is missing and its C++ test is skipped.
+AutoModelForCausalLM as well; the qwen3 preset (plain Qwen3) loads through Qwen3ForCausalLM.
 """
 
 import argparse

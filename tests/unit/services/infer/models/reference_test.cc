@@ -19,11 +19,6 @@ namespace {
 constexpr float kLogitTolerance = 1e-3f;
 constexpr double kMinArgmaxAgreement = 0.995;
 
-// Presets whose transformers reference has not been generated yet (docs/model.md §7): their
-// test is skipped while tests/data/models/<preset>.json is missing, and runs once it is there.
-// Every other preset's file must exist.
-bool ReferencePending(const std::string& preset) { return preset == "qwen3"; }
-
 nlohmann::json ReadReference(const std::string& preset) {
   const char* root = std::getenv("CAIRN_SOURCE_DIR");
   std::ifstream in(std::string(root ? root : ".") + "/tests/data/models/" + preset + ".json");
@@ -36,11 +31,6 @@ class ReferenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ReferenceTest, MatchesTransformers) {
   const nlohmann::json ref = ReadReference(GetParam());
-  if (!ref.is_object() && ReferencePending(GetParam())) {
-    GTEST_SKIP() << "no transformers reference for " << GetParam()
-                 << " yet: generate tests/data/models/" << GetParam()
-                 << ".json with tools/reference/qwen3_hybrid_reference.py";
-  }
   ASSERT_TRUE(ref.is_object()) << "missing reference for " << GetParam();
   std::unique_ptr<CpuKernelBackend> backend = testing::TestBackend();
   absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), backend.get());
