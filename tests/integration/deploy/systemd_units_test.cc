@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -89,6 +90,9 @@ struct UnitCase {
   double max_exposure;                 // systemd-analyze security threshold.
   std::string model_preset = "";       // Writes this random model to $DIR/model first.
 };
+
+// gtest names the case by its unit file in test listings instead of dumping its bytes.
+void PrintTo(const UnitCase& c, std::ostream* os) { *os << c.unit; }
 
 // Returns true if an HTTP server on 127.0.0.1:`port` answers GET /health (any status: the
 // gateway answers 503 while no inference daemon is ready).

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <ostream>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -74,6 +75,10 @@ class OpaqueMemory final : public DeviceMemory {
 };
 
 enum class MemoryKind { kHost, kOpaqueDevice };
+
+void PrintTo(MemoryKind kind, std::ostream* os) {
+  *os << (kind == MemoryKind::kHost ? "host" : "opaque device");
+}
 
 // Every test runs over host memory and over memory the host cannot touch: the KvMemory
 // contract must not depend on where the slots live.
