@@ -21,13 +21,14 @@ namespace {
 constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
 constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
 // The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16
-// inputs (v2; v1 widened the weights and ran everything in fp32). Its pass-invariant numerics
-// run every product through the row kernel with fp32 inputs, whose bits over bf16 weights equal
-// v1's over their widening.
-constexpr char kHipNumericsClass[] = "hip-bf16-v2";
-// --gpu-bf16-inputs=false: bf16 weights, every matrix-unit input fp32.
-constexpr char kHipFp32InputsClass[] = "hip-f32-inputs-v2";
-constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v1";
+// inputs (v2; v1 widened the weights and ran everything in fp32); v3: its decode products run on
+// the matrix units with each fp32 input split into three bf16 pieces (hip::MatMulRowsMma), in
+// another order than v2's row kernel. Its pass-invariant numerics run every product through that
+// row-independent product with fp32 inputs (v2; v1 had the row kernel).
+constexpr char kHipNumericsClass[] = "hip-bf16-v3";
+// --gpu-bf16-inputs=false: bf16 weights, every matrix-unit input fp32 (or split exactly).
+constexpr char kHipFp32InputsClass[] = "hip-f32-inputs-v3";
+constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v2";
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 

@@ -1,8 +1,11 @@
 // Prefill attention on the matrix units: flash-style causal GQA attention whose two products
 // (Q K^T and P V) run as bf16 x bf16 -> fp32 matrix instructions (NVIDIA mma.sync m16n8k16,
-// sm_80 and later). q, k and v stay fp32 in memory; a block rounds its tiles to bf16 in shared
-// memory, and the softmax weights P are rounded to bf16 for the second product. Scores, the
-// running maxima and sums, and the output accumulate in fp32.
+// sm_80 and later). q, k and v stay fp32 in memory; a first kernel rounds the call's keys and
+// values to bf16 once into the workspace (keys as they are, values transposed, zeros past the
+// last key), which the attention blocks then copy tile by tile into shared memory with
+// asynchronous copies, the next tile's copy in flight while the current one is multiplied. A
+// block rounds its query tile to bf16 itself, and the softmax weights P are rounded to bf16 for
+// the second product. Scores, the running maxima and sums, and the output accumulate in fp32.
 //
 // Order: a block takes 128 query rows of one q head (16 per warp) and walks the keys in tiles of
 // 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
@@ -22,7 +25,8 @@ namespace cairn::infer::hip {
 
 // mma.sync is NVIDIA's: the fp32 kernel (attention.hip) serves AMD.
 bool AttentionMmaSupported(const AttentionLaunch&, int) { return false; }
-hipError_t AttentionMma(const AttentionLaunch&, hipStream_t) { return hipErrorNotSupported; }
+int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch&) { return 0; }
+hipError_t AttentionMma(const AttentionLaunch&, void*, hipStream_t) { return hipErrorNotSupported; }
 
 #else
 
@@ -37,8 +41,6 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 struct MmaParams {
   const float* q;
-  const float* k;
-  const float* v;
   float* out;
   int64_t tokens;
   int64_t past;
@@ -46,14 +48,63 @@ struct MmaParams {
   int d;
   float scale_log2;  // scale * log2(e): scores in base 2.
   int64_t q_ld;
-  int64_t kv_ld;
+  // The rounded keys, [kv head][key][D], and values, [kv head][D][key], keys padded to a
+  // multiple of kKeys with zeros (ConvertKvKernel).
+  uint16_t* kb;
+  uint16_t* vb;
+  int64_t keys_pad;
 };
+
+// Keys and values (rows of kv_ld floats, head hk at column hk * d) rounded to bf16 into kb
+// ([kv heads][keys_pad][dd], zeros past d and past `keys`) and vb ([kv heads][dd][keys_pad]).
+__global__ void ConvertKvKernel(const float* k, const float* v, int64_t keys, int64_t kv_ld, int d,
+                                int dd, int64_t keys_pad, int64_t total, uint16_t* kb,
+                                uint16_t* vb) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // e runs over [kv head][key][dd] for the keys; the values' element is its transpose.
+    const int c = static_cast<int>(e % dd);
+    const int64_t key = (e / dd) % keys_pad;
+    const int64_t hk = e / (dd * keys_pad);
+    const bool in = key < keys && c < d;
+    const int64_t at = key * kv_ld + hk * d + c;
+    kb[e] = in ? FloatToBf16(k[at]) : 0;
+    // The values: index e read as [kv head][dd][keys_pad].
+    const int64_t vkey = e % keys_pad;
+    const int vc = static_cast<int>((e / keys_pad) % dd);
+    const bool vin = vkey < keys && vc < d;
+    vb[e] = vin ? FloatToBf16(v[vkey * kv_ld + hk * d + vc]) : 0;
+  }
+}
 
 template <int D>
 constexpr size_t MmaSharedBytes() {
-  return (static_cast<size_t>(kRows) * (D + kPad) + static_cast<size_t>(kKeys) * (D + kPad) +
-          static_cast<size_t>(D) * (kKeys + kPad)) *
+  // The query tile, and two buffers of the key and value tiles.
+  return (static_cast<size_t>(kRows) * (D + kPad) + 2 * static_cast<size_t>(kKeys) * (D + kPad) +
+          2 * static_cast<size_t>(D) * (kKeys + kPad)) *
          sizeof(uint16_t);
+}
+
+// 16 bytes from global `src` to shared `dst` without passing through registers.
+__device__ inline void CopyAsync16(uint16_t* dst, const uint16_t* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src));
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ inline void CopyAsyncCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most `kPending` committed groups of this thread are still in flight.
+template <int kPending>
+__device__ inline void CopyAsyncWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
 }
 
 __device__ inline uint32_t PackBf16(float lo, float hi) {
@@ -62,22 +113,6 @@ __device__ inline uint32_t PackBf16(float lo, float hi) {
 
 __device__ inline uint32_t Load32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// c += a . b for one 16x8x16 tile (fragments in the PTX ISA's m16n8k16 layout).
-__device__ inline void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  static_cast<void>(c);
-  static_cast<void>(a);
-  static_cast<void>(b0);
-  static_cast<void>(b1);
-#endif
 }
 
 // Stores 4 fp32 values as bf16 at dst[0..3] (or dst[0], dst[stride], ... when transposed).
@@ -91,16 +126,18 @@ __device__ inline void StoreBf16x4(uint16_t* dst, int stride, float4 x) {
 template <int D>
 __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
   extern __shared__ __align__(16) uint16_t smem[];
-  constexpr int kQs = D + kPad;      // Row stride of the Q and K tiles.
-  constexpr int kVs = kKeys + kPad;  // Row stride of the transposed V tile.
-  uint16_t* qs = smem;               // [kRows][kQs]
-  uint16_t* ks = qs + kRows * kQs;   // [kKeys][kQs]
-  uint16_t* vt = ks + kKeys * kQs;   // [D][kVs]: V transposed.
+  constexpr int kQs = D + kPad;           // Row stride of the Q and K tiles.
+  constexpr int kVs = kKeys + kPad;       // Row stride of the transposed V tile.
+  uint16_t* qs = smem;                    // [kRows][kQs]
+  uint16_t* ks0 = qs + kRows * kQs;       // [2][kKeys][kQs]
+  uint16_t* vt0 = ks0 + 2 * kKeys * kQs;  // [2][D][kVs]: V transposed.
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
   const int h = blockIdx.y;
-  const int64_t kv_col = static_cast<int64_t>(h / p.group) * p.d;
+  const int64_t hk = h / p.group;
+  const uint16_t* kg = p.kb + hk * p.keys_pad * D;
+  const uint16_t* vg = p.vb + hk * D * p.keys_pad;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRows;
   constexpr int kVecs = D / 4;  // float4s per padded row.
 
@@ -132,24 +169,39 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
   }
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
+  // Tile j's keys and values into buffer j % 2: 16-byte pieces, 8 bf16 each. Keys past the
+  // block's last visible key are copied too (the workspace holds them, or zeros past the
+  // call's keys); the mask gives them weight 0, so they add exact zeros.
+  const auto copy_tile = [&](int64_t j) {
+    uint16_t* ks = ks0 + (j % 2) * kKeys * kQs;
+    uint16_t* vt = vt0 + (j % 2) * D * kVs;
+    const int64_t key0 = j * kKeys;
+    constexpr int kKeyPieces = D / 8;
+    for (int e = tid; e < kKeys * kKeyPieces; e += kThreads) {
+      const int r = e / kKeyPieces;
+      const int c = (e % kKeyPieces) * 8;
+      CopyAsync16(ks + r * kQs + c, kg + (key0 + r) * D + c);
+    }
+    constexpr int kValuePieces = kKeys / 8;
+    for (int e = tid; e < D * kValuePieces; e += kThreads) {
+      const int c = e / kValuePieces;
+      const int r = (e % kValuePieces) * 8;
+      CopyAsync16(vt + c * kVs + r, vg + c * p.keys_pad + key0 + r);
+    }
+    CopyAsyncCommit();
+  };
+  if (tiles > 0) copy_tile(0);
   for (int64_t j = 0; j < tiles; ++j) {
     const int64_t key0 = j * kKeys;
-    __syncthreads();  // The previous tile's readers are done.
-    for (int e = tid; e < kKeys * kVecs; e += kThreads) {
-      const int r = e / kVecs;
-      const int c = (e % kVecs) * 4;
-      const int64_t key = key0 + r;
-      float4 kx = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      float4 vx = kx;
-      if (key < keys && c < p.d) {
-        const int64_t at = key * p.kv_ld + kv_col + c;
-        kx = *reinterpret_cast<const float4*>(p.k + at);
-        vx = *reinterpret_cast<const float4*>(p.v + at);
-      }
-      StoreBf16x4(ks + r * kQs + c, 1, kx);
-      StoreBf16x4(vt + c * kVs + r, kVs, vx);
+    const uint16_t* ks = ks0 + (j % 2) * kKeys * kQs;
+    const uint16_t* vt = vt0 + (j % 2) * D * kVs;
+    if (j + 1 < tiles) {
+      copy_tile(j + 1);  // Into the buffer the previous tile's readers are done with.
+      CopyAsyncWait<1>();
+    } else {
+      CopyAsyncWait<0>();
     }
-    __syncthreads();
+    __syncthreads();  // Tile j (and the query tile) complete for every thread.
 
     // Scores of this warp's 16 rows against the tile's 64 keys.
     float s[kKeys / 8][4];
@@ -228,6 +280,7 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
         Mma(o[dn], a, Load32(vb), Load32(vb + 8));
       }
     }
+    __syncthreads();  // Buffer j % 2 is free for tile j + 2.
   }
 
   // The quad's partial sums, added in the same order on every lane of the quad.
@@ -252,13 +305,21 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
   }
 }
 
+constexpr int kConvertThreads = 256;
+
 template <int D>
-hipError_t LaunchMma(const MmaParams& p, int q_heads, hipStream_t stream) {
+hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t kv_ld,
+                     int kv_heads, int q_heads, hipStream_t stream) {
   constexpr size_t kShared = MmaSharedBytes<D>();
   hipError_t e = AllowSharedBytes(AttentionMmaKernel<D>, kShared);
   if (e != hipSuccess) return e;
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.tokens, kRows)),
                   static_cast<unsigned int>(q_heads));
+  const int64_t total = static_cast<int64_t>(kv_heads) * p.keys_pad * D;
+  // clang-format off
+  ConvertKvKernel<<<GridFor(total, kConvertThreads), kConvertThreads, 0, stream>>>(
+      k, v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, total, p.kb, p.vb);
+  // clang-format on
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
   AttentionMmaKernel<D><<<grid, kThreads, kShared, stream>>>(p);
@@ -277,12 +338,17 @@ bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes) {
          a.tokens <= int64_t{65535} * kRows;
 }
 
-hipError_t AttentionMma(const AttentionLaunch& a, hipStream_t stream) {
+// Keys padded to whole tiles; head dimensions padded to the kernel's D.
+int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a) {
+  const int64_t dd = a.head_dim <= 64 ? 64 : a.head_dim <= 128 ? 128 : 256;
+  return 2 * static_cast<int64_t>(a.kv_heads) * CeilDiv(a.past + a.tokens, kKeys) * kKeys * dd *
+         static_cast<int64_t>(sizeof(uint16_t));
+}
+
+hipError_t AttentionMma(const AttentionLaunch& a, void* workspace, hipStream_t stream) {
   if (a.tokens == 0) return hipSuccess;
   MmaParams p;
   p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
   p.out = a.out;
   p.tokens = a.tokens;
   p.past = a.past;
@@ -290,10 +356,14 @@ hipError_t AttentionMma(const AttentionLaunch& a, hipStream_t stream) {
   p.d = a.head_dim;
   p.scale_log2 = a.scale * 1.4426950408889634f;
   p.q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
-  p.kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  if (a.head_dim <= 64) return LaunchMma<64>(p, a.q_heads, stream);
-  if (a.head_dim <= 128) return LaunchMma<128>(p, a.q_heads, stream);
-  return LaunchMma<256>(p, a.q_heads, stream);
+  p.keys_pad = CeilDiv(a.past + a.tokens, kKeys) * kKeys;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  auto* kb = static_cast<uint16_t*>(workspace);
+  p.kb = kb;
+  p.vb = kb + AttentionMmaWorkspaceBytes(a) / 2 / static_cast<int64_t>(sizeof(uint16_t));
+  if (a.head_dim <= 64) return LaunchMma<64>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, stream);
+  if (a.head_dim <= 128) return LaunchMma<128>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, stream);
+  return LaunchMma<256>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

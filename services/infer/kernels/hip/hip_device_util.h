@@ -23,6 +23,25 @@ __device__ inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// c += a . b for one bf16 x bf16 -> fp32 16x8x16 tile on the matrix units (NVIDIA mma.sync,
+// sm_80 and later; fragments in the PTX ISA's m16n8k16 layout).
+__device__ inline void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  static_cast<void>(c);
+  static_cast<void>(a);
+  static_cast<void>(b0);
+  static_cast<void>(b1);
+#endif
+}
+#endif
+
 __device__ inline float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
 __device__ inline float DeviceSigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

@@ -176,8 +176,10 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
       parts.rows[parts.count] = w.parts[i].rows;
       col += w.parts[i].rows;
     }
-    if (!Check(hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
-                                    options_.multi_row_decode, compute_),
+    const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
+    if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate, compute_)
+                   : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
+                                          options_.multi_row_decode, compute_),
                "matmul rows launch")) {
       return;
     }
@@ -391,7 +393,10 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
                          a.q_heads, a.kv_heads, a.head_dim, a.scale, 0};
   const bool split = a.row_invariant || a.tokens <= options_.attention_decode_max_tokens;
   if (!split && options_.bf16_attention && hip::AttentionMmaSupported(l, max_shared_bytes_)) {
-    Check(hip::AttentionMma(l, compute_), "attention (matrix units) launch");
+    const int64_t bytes = hip::AttentionMmaWorkspaceBytes(l);
+    float* ws = Workspace((bytes + 3) / 4);
+    if (ws == nullptr) return;
+    Check(hip::AttentionMma(l, ws, compute_), "attention (matrix units) launch");
     return;
   }
   if (split) {

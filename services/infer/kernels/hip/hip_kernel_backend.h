@@ -19,8 +19,10 @@ struct HipKernelBackendOptions {
   int device = 0;  // Device ordinal.
   // Attention calls of at most this many query tokens take the split (decode) path.
   int64_t attention_decode_max_tokens = 16;
-  // Keys per range of the split path; a multiple of the attention key tile (32).
-  int64_t attention_split_keys = 256;
+  // Keys per range of the split path; a multiple of the attention key tile (32). 128: a decode
+  // step at 4K keys spreads over twice the blocks 256 gave (each block's tiles run one after
+  // another, so fewer per block is less latency).
+  int64_t attention_split_keys = 128;
   // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
   // many query tokens per launch (bounds its workspace).
   int64_t attention_invariant_group_tokens = 64;
@@ -42,11 +44,16 @@ struct HipKernelBackendOptions {
   // matrix units: q, k, v and the softmax weights rounded to bf16, fp32 accumulation
   // (hip::AttentionMma). Off, or where unsupported (AMD, head_dim > 256), the fp32 kernel.
   bool bf16_attention = true;
-  // MatMulRows calls of 2 or more rows (batched decode) take the multi-row kernel: up to 16
-  // rows share each weight load, every part of the matrix takes one launch, and the reduction
-  // tree is summed by many threads at once. The same bits as the default row kernel (the same
-  // order per element; tested), but measured slower on the H200 (kernels/hip/README.md), so
-  // off by default.
+  // MatMulRowsTyped over bf16 weights runs on the matrix units (hip::MatMulRowsMma: inputs split
+  // exactly into three bf16 pieces, an order fixed by the shape, rows independent) where the
+  // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode
+  // products then read each weight once for up to 16 rows instead of once per row tile.
+  bool mma_rows = true;
+  // Row-kernel calls (fp32 weights, or bf16 with mma_rows off or on AMD) of 2 or more rows
+  // take the multi-row kernel: up to 16 rows share each weight load, every part of the matrix
+  // takes one launch, and the reduction tree is summed by many threads at once. The same bits
+  // as the row kernel (the same order per element; tested), but measured slower on the H200
+  // (kernels/hip/README.md), so off by default.
   bool multi_row_decode = false;
 };
 

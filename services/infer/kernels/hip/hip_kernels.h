@@ -85,6 +85,14 @@ struct RowWeights {
 hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
                            float* y, int64_t ldy, bool accumulate, bool multi_row,
                            hipStream_t stream);
+// MatMulRowsParts over bf16 weights on the matrix units (NVIDIA; false / hipErrorNotSupported
+// on AMD): every fp32 input split exactly into three bf16 pieces, each output element a fixed
+// sequence of matrix instructions over its own input row and weight column, k cut into
+// segments chosen by n and k alone and summed in order. Rows never influence each other's bits;
+// the bits differ from MatMulRowsParts' (another order), within fp32 rounding of the product.
+bool MatMulRowsMmaSupported();
+hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
+                         float* y, int64_t ldy, bool accumulate, hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
@@ -121,11 +129,13 @@ size_t AttentionSharedBytes(int head_dim);
 int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream);
 // The prefill path (split_keys == 0) on the matrix units (attention_mma.hip): q, k, v rounded
-// to bf16 per tile, fp32 softmax and accumulation, keys in tiles of 64 from key 0, so a row's
-// bits depend only on its query, position and keys. Supported: NVIDIA, head_dim <= 256 and a
-// multiple of 4, 16-byte aligned q / k / v, and enough shared memory per block.
+// to bf16 (k and v once per call into `workspace`, AttentionMmaWorkspaceBytes), fp32 softmax and
+// accumulation, keys in tiles of 64 from key 0, so a row's bits depend only on its query,
+// position and keys. Supported: NVIDIA, head_dim <= 256 and a multiple of 4, 16-byte aligned
+// q / k / v, and enough shared memory per block.
 bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes);
-hipError_t AttentionMma(const AttentionLaunch& a, hipStream_t stream);
+int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a);
+hipError_t AttentionMma(const AttentionLaunch& a, void* workspace, hipStream_t stream);
 
 // The gated delta rule (the layout of GatedDeltaArgs). chunk == 0: the recurrent form, one
 // token after another. chunk > 0: the chunked form; the chunk-local products of up to

@@ -93,6 +93,16 @@ class HipKernelBackendTest : public ::testing::Test {
     return host;
   }
 
+  // The CPU backend's MatMulRowsTyped of `rows` rows of x over the bf16 matrix w (n x k).
+  std::vector<float> CpuRows(const std::vector<float>& x, int64_t rows, const RandomBf16& w,
+                             int64_t n, int64_t k) {
+    std::vector<float> ref(rows * n);
+    cpu_->MatMulRowsTyped(x.data(), rows, k,
+                          WeightMatrix::Of(w.bits.data(), WeightType::kBF16, n, k), ref.data(), n,
+                          false);
+    return ref;
+  }
+
   std::unique_ptr<HipKernelBackend> gpu_;
   std::unique_ptr<CpuKernelBackend> cpu_;
 };
@@ -710,6 +720,11 @@ WeightMatrix TwoParts(const void* a, const void* b, int64_t split, int64_t rows,
 }
 
 TEST_F(HipKernelBackendTest, Bf16RowKernelHasTheBitsOfTheFp32KernelOverTheWidenedWeights) {
+  // The row kernel serves bf16 weights with mma_rows off.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> row_kernel =
+      HipKernelBackend::Create({.mma_rows = false});
+  ASSERT_TRUE(row_kernel.ok()) << row_kernel.status();
+  gpu_ = *std::move(row_kernel);
   // k = 70: the scalar path; k = 4096: 8-byte bf16 loads.
   for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
     SCOPED_TRACE(::testing::Message() << "k=" << k);
@@ -741,23 +756,21 @@ TEST_F(HipKernelBackendTest, Bf16RowKernelHasTheBitsOfTheFp32KernelOverTheWidene
 }
 
 TEST_F(HipKernelBackendTest, MultiRowKernelHasTheBitsOfTheOneRowKernelForEveryRowCount) {
-  // The default row kernel (multi_row_decode off) gives the reference bits; the multi-row
+  // The row kernel (mma_rows and multi_row_decode off) gives the reference bits; the multi-row
   // kernel must give them for calls of 2 to 40 rows starting at any row, over bf16 and fp32
   // weights, with and without accumulation.
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> one_row = HipKernelBackend::Create({});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> one_row =
+      HipKernelBackend::Create({.mma_rows = false});
   ASSERT_TRUE(one_row.ok()) << one_row.status();
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> multi =
-      HipKernelBackend::Create({.multi_row_decode = true});
+      HipKernelBackend::Create({.mma_rows = false, .multi_row_decode = true});
   ASSERT_TRUE(multi.ok()) << multi.status();
   for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
     SCOPED_TRACE(::testing::Message() << "k=" << k);
     const int64_t rows = 40, n = 203;
     const std::vector<float> x = RandomFloats(rows * k, 50), y0 = RandomFloats(rows * n, 52);
     const RandomBf16 w = RandomBf16Values(n * k, 51);
-    std::vector<float> ref(rows * n);
-    cpu_->MatMulRowsTyped(x.data(), rows, k,
-                          WeightMatrix::Of(w.bits.data(), WeightType::kBF16, n, k), ref.data(), n,
-                          false);
+    const std::vector<float> ref = CpuRows(x, rows, w, n, k);
     DeviceBuffer dx = Up(x), dw = Up(w.bits), dwide = Up(w.wide), base = Poisoned(rows * n),
                  base_acc = Up(y0);
     // Two parts, the second starting at a column no block boundary falls on.
@@ -786,6 +799,48 @@ TEST_F(HipKernelBackendTest, MultiRowKernelHasTheBitsOfTheOneRowKernelForEveryRo
       EXPECT_TRUE(SameBits(Down(typed, m * n), slice(expect)));
       EXPECT_TRUE(SameBits(Down(wide, m * n), slice(expect)));
       EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
+    }
+  }
+}
+
+TEST_F(HipKernelBackendTest, MmaRowProductMatchesCpuAndNoRowDependsOnTheOthers) {
+  // The default decode product over bf16 weights (mma_rows): within the fp32 tolerance of the
+  // CPU backend, and a row's bits the same in calls of 1 to 40 rows starting at any row, with
+  // and without accumulation, run twice. n = 203: k cut into segments (k = 4096, 4104: a last
+  // step past k; k = 12288) or not (k = 70: the scalar path); n = 33000: one segment.
+  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
+    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
+      if (n == 33000 && k != 4096) continue;
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
+      const int64_t rows = 40, split = 77;
+      const std::vector<float> x = RandomFloats(rows * k, 60), y0 = RandomFloats(rows * n, 62);
+      const RandomBf16 w = RandomBf16Values(n * k, 61);
+      const std::vector<float> ref = CpuRows(x, rows, w, n, k);
+      DeviceBuffer dx = Up(x), dw = Up(w.bits), base = Poisoned(rows * n), base_acc = Up(y0);
+      const WeightMatrix wm =
+          TwoParts(dw.data(), static_cast<const char*>(dw.data()) + split * k * 2, split, n, k);
+      gpu_->MatMulRowsTyped(dx.floats(), rows, k, wm, base.floats(), n, false);
+      gpu_->MatMulRowsTyped(dx.floats(), rows, k, wm, base_acc.floats(), n, true);
+      ASSERT_TRUE(gpu_->Synchronize().ok());
+      const std::vector<float> expect = Down(base, rows * n), expect_acc = Down(base_acc, rows * n);
+      EXPECT_LT(Measured("mma rows n=" + std::to_string(n) + " k=" + std::to_string(k),
+                         RelErr(expect, ref)),
+                kReductionTolerance);
+      for (const int64_t m : {1, 2, 3, 5, 8, 9, 16, 17, 33, 40}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << m);
+        const int64_t first = (rows - m) / 3;
+        const auto slice = [&](const std::vector<float>& v) {
+          return std::vector<float>(v.begin() + first * n, v.begin() + (first + m) * n);
+        };
+        DeviceBuffer once = Poisoned(m * n), twice = Poisoned(m * n), acc = Up(slice(y0));
+        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, once.floats(), n, false);
+        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, twice.floats(), n, false);
+        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, acc.floats(), n, true);
+        ASSERT_TRUE(gpu_->Synchronize().ok());
+        EXPECT_TRUE(SameBits(Down(once, m * n), slice(expect)));
+        EXPECT_TRUE(SameBits(Down(twice, m * n), slice(expect)));
+        EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
+      }
     }
   }
 }

@@ -54,15 +54,15 @@ int Main(bool quick) {
   }
 
   // bf16 weights: the pinned GEMM (with the input rounding), the vendor's own choice on the same
-  // bf16 inputs (the fastest non-invariant path), and the bf16 row kernel (decode).
+  // bf16 inputs (the fastest non-invariant path), and the decode products: the matrix-unit
+  // product (the default, HipKernelBackendOptions::mma_rows) and the row kernel.
   {
     absl::StatusOr<std::unique_ptr<GpuBlas>> blas = GpuBlas::Create(nullptr);
     if (!blas.ok()) Bench::Fail(blas.status().ToString());
-    // The multi-row kernel (HipKernelBackendOptions::multi_row_decode; the same bits).
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> multi =
-        HipKernelBackend::Create({.multi_row_decode = true});
-    if (!multi.ok()) Bench::Fail(multi.status().ToString());
-    for (const int64_t n : {int64_t{12288}, int64_t{151936}}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> row_kernel =
+        HipKernelBackend::Create({.mma_rows = false});
+    if (!row_kernel.ok()) Bench::Fail(row_kernel.status().ToString());
+    for (const int64_t n : {int64_t{4096}, int64_t{12288}, int64_t{151936}}) {
       const int64_t k = 4096;
       // Random bits as bf16: the fp32 buffers hold twice the elements needed.
       const auto* w = reinterpret_cast<const uint16_t*>(bench.Buffer(n * k / 2, 30, 0.01f, 0.02f));
@@ -90,17 +90,18 @@ int Main(bool quick) {
         std::snprintf(label, sizeof label, "bf16 gemm m=%ld k=%ld n=%ld pinned (x%.2f)", m, k, n,
                       tp / tu);
         Row(label, tp, unit, m >= 64 ? flops : bytes);
-        std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld (x%.2f)", m, k, n, tr / tu);
+        std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld mma (x%.2f)", m, k, n,
+                      tr / tu);
         Row(label, tr, unit, m >= 64 ? flops : bytes);
-        if (m > 1) {
+        if (m <= 64) {
           const double to = bench.Time(
               [&] {
-                (*multi)->MatMulRowsTyped(x, m, k, wm, y, n, false);
-                Bench::Check((*multi)->Synchronize(), "multi-row kernel");
+                (*row_kernel)->MatMulRowsTyped(x, m, k, wm, y, n, false);
+                Bench::Check((*row_kernel)->Synchronize(), "row kernel");
               },
               reps);
-          std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld multi-row kernel (x%.2f)",
-                        m, k, n, to / tu);
+          std::snprintf(label, sizeof label, "bf16 rows m=%ld k=%ld n=%ld row kernel (x%.2f)", m, k,
+                        n, to / tu);
           Row(label, to, unit, m >= 64 ? flops : bytes);
         }
       }

@@ -1,0 +1,301 @@
+// MatMulRowsMma: the batch-invariant product over bf16 weights on the matrix units (NVIDIA
+// mma.sync m16n8k16, bf16 x bf16 -> fp32, sm_80 and later), for decode.
+//
+// Numerics: each fp32 input x is split into three bf16 pieces, hi = bf16(x),
+// mid = bf16(x - hi), lo = bf16(x - hi - mid) (nearest even; the differences are exact in fp32),
+// whose sum is x to within fp32 rounding of the last piece; a bf16 weight times a bf16 piece is
+// exact in fp32, so what differs from an fp32 dot product is the accumulation: the matrix
+// units add without rounding to nearest (measured 1e-5 of the largest output when one chain ran
+// over all of k), so each chain runs over one step of 32 k values only and its result joins an
+// fp32 sum by ordinary, rounded additions.
+//
+// Order: the weight columns are the matrix instruction's 16 "rows", the input rows its 8
+// "columns" (a second set of instructions for input rows 8-15 of a tile). A warp takes 16
+// weight columns and one segment of k; each step of 32 k values runs two chains of
+// instructions (lo, mid, hi) over a fixed permutation of the step's k values, and adds them to
+// the sum. The number of k segments depends on n and k only; the segments' sums are added in
+// segment order in shared memory. An output element is thus a fixed sequence of operations
+// whose operands are its own input row and its weight column: the other rows of the call, how
+// many there are and where in a tile a row falls never enter its arithmetic, so a row's bits
+// do not depend on m (tested on the H200: calls of 1 to 40 rows from any start give the bits of
+// one call of 40).
+
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+
+#if defined(__HIP_PLATFORM_AMD__)
+
+// mma.sync is NVIDIA's: AMD keeps the row kernel.
+bool MatMulRowsMmaSupported() { return false; }
+hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
+                         int64_t, bool, hipStream_t) {
+  return hipErrorNotSupported;
+}
+
+#else
+
+namespace {
+
+constexpr int kWarps = 8;  // Per block: kWarps / segments column tiles of 16.
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileCols = 16;  // Weight columns per warp.
+constexpr int kTileRows = 16;  // Input rows per tile (two instruction sets of 8).
+constexpr int kStep = 32;      // k values per step: 8 per lane quad position.
+constexpr int kUnroll = 4;     // Steps whose weight loads are in flight together.
+constexpr int kMaxParts = 4;
+// Enough warps to keep the device's memory busy: calls with fewer column tiles cut k into up
+// to kMaxSegments segments (a power of two), none shorter than kMinSegment.
+constexpr int64_t kTargetWarps = 2048;
+constexpr int kMaxSegments = kWarps;
+constexpr int64_t kMinSegment = 256;
+
+struct Parts {
+  const uint16_t* data[kMaxParts];
+  int64_t end[kMaxParts];
+  int count;
+};
+
+// Row `col` of the weights (k values), or null past the last part.
+__device__ inline const uint16_t* ColumnOf(const Parts& w, int64_t col, int64_t k) {
+  int64_t start = 0;
+#pragma unroll
+  for (int p = 0; p < kMaxParts; ++p) {
+    if (p < w.count && col < w.end[p]) return w.data[p] + (col - start) * k;
+    if (p < w.count) start = w.end[p];
+  }
+  return nullptr;
+}
+
+// 8 bf16 weights at p[i .. i+7] (zeros past k or for a null column), as four pairs. kVec: one
+// 16-byte load (k % 8 == 0, aligned rows, i % 8 == 0); the scalar path loads the same values.
+template <bool kVec>
+__device__ inline uint4 LoadWeights8(const uint16_t* p, int64_t i, int64_t k) {
+  if (p == nullptr || i >= k) return make_uint4(0, 0, 0, 0);
+  if constexpr (kVec) {
+    return *reinterpret_cast<const uint4*>(p + i);
+  } else {
+    uint32_t v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t a = i + 2 * e < k ? p[i + 2 * e] : 0u;
+      const uint32_t b = i + 2 * e + 1 < k ? p[i + 2 * e + 1] : 0u;
+      v[e] = a | (b << 16);
+    }
+    return make_uint4(v[0], v[1], v[2], v[3]);
+  }
+}
+
+// 8 fp32 inputs at p[i .. i+7] (zeros past k or for a null row).
+template <bool kVec>
+__device__ inline void LoadInputs8(const float* p, int64_t i, int64_t k, float out[8]) {
+  if (p == nullptr || i >= k) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = 0.0f;
+    return;
+  }
+  if constexpr (kVec) {
+    const float4 a = *reinterpret_cast<const float4*>(p + i);
+    const float4 b = *reinterpret_cast<const float4*>(p + i + 4);
+    out[0] = a.x;
+    out[1] = a.y;
+    out[2] = a.z;
+    out[3] = a.w;
+    out[4] = b.x;
+    out[5] = b.y;
+    out[6] = b.z;
+    out[7] = b.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = i + e < k ? p[i + e] : 0.0f;
+  }
+}
+
+// Two fp32 values rounded to bf16 (nearest even) in one register, `a` in the low half.
+__device__ inline uint32_t PackBf16(float a, float b) {
+  uint32_t r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));
+#else
+  r = static_cast<uint32_t>(FloatToBf16(a)) | (static_cast<uint32_t>(FloatToBf16(b)) << 16);
+#endif
+  return r;
+}
+
+// Splits 8 inputs into the three bf16 pieces, pieces[p][e] holding elements 2e and 2e + 1.
+__device__ inline void SplitPieces(float v[8], uint32_t pieces[3][4]) {
+#pragma unroll
+  for (int p = 0; p < 3; ++p) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t r = PackBf16(v[2 * e], v[2 * e + 1]);
+      pieces[p][e] = r;
+      if (p < 2) {
+        v[2 * e] -= __uint_as_float(r << 16);
+        v[2 * e + 1] -= __uint_as_float(r & 0xffff0000u);
+      }
+    }
+  }
+}
+
+// sum += the step's products for one set of 8 input rows. Lane (g, t) = (lane / 4, lane % 4)
+// holds weights wa (column g) and wb (column g + 8) and inputs (row g) at k = 8t .. 8t + 7 of
+// the step; instruction h takes the pairs 2h and 2h + 1, so its k index 2t(+1) is the step's
+// 8t + 4h (+1) and 2t + 8(+1) is 8t + 4h + 2 (+1), the same permutation for both operands. The
+// two instructions' chains start from zero each step (lo, then mid, then hi: the matrix units
+// accumulate without rounding to nearest, so the small pieces go first and no chain grows
+// long) and reach the fp32 sum by ordinary additions.
+__device__ inline void StepProducts(const uint4& wa, const uint4& wb, const uint32_t pieces[3][4],
+                                    float sum[4]) {
+  float c0[4] = {}, c1[4] = {};
+  const uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y};
+  const uint32_t a1[4] = {wa.z, wb.z, wa.w, wb.w};
+#pragma unroll
+  for (int p = 2; p >= 0; --p) {
+    Mma(c0, a0, pieces[p][0], pieces[p][1]);
+    Mma(c1, a1, pieces[p][2], pieces[p][3]);
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) sum[e] += c0[e] + c1[e];
+}
+
+// Grid: x = tiles of kTileRows input rows, y = groups of kWarps / segments column tiles. Warp w
+// of a block takes column tile w / segments of the group and k segment w % segments. kUpper:
+// the call has more than 8 rows, so a tile may use its second set of 8 (the first set's
+// arithmetic is the same either way).
+template <bool kVec, bool kUpper>
+__global__ void __launch_bounds__(kThreads, 2)
+    MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
+                        float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
+  __shared__ float partial[kWarps][2][4][32];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int s = warp % segments;
+  const int64_t col0 =
+      (static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments) * kTileCols;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const bool upper = kUpper && row0 + 8 < m;  // Rows 8-15 of the tile in use (warp-uniform).
+  const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
+  const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
+  const float* xa = row0 + g < m ? x + (row0 + g) * ldx : nullptr;
+  const float* xb = row0 + 8 + g < m ? x + (row0 + 8 + g) * ldx : nullptr;
+  float acc[2][4] = {};
+  const int64_t begin = s * segment;
+  const int64_t end = begin + segment < k ? begin + segment : k;
+  for (int64_t kb = begin; kb < end; kb += kStep * kUnroll) {
+    // The weights and first rows' inputs of the kUnroll steps first, then the products (the
+    // second rows' inputs, read from L1 or L2, as they are needed: registers for two blocks a
+    // multiprocessor).
+    uint4 va[kUnroll], vb[kUnroll];
+    float v0[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const bool live = kb + u * kStep < end;
+      const int64_t i = kb + u * kStep + 8 * t;
+      va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
+      vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
+      LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (kb + u * kStep >= end) break;
+      uint32_t pieces[3][4];
+      SplitPieces(v0[u], pieces);
+      StepProducts(va[u], vb[u], pieces, acc[0]);
+      if (upper) {
+        float v1[8];
+        LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, v1);
+        SplitPieces(v1, pieces);
+        StepProducts(va[u], vb[u], pieces, acc[1]);
+      }
+    }
+  }
+  if (segments > 1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) partial[warp][h][e][lane] = acc[h][e];
+    }
+    __syncthreads();
+    if (s != 0) return;
+    for (int j = 1; j < segments; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[h][e] += partial[warp + j][h][e][lane];
+      }
+    }
+  }
+  // acc[h][e]: weight column g (+8 for e >= 2), input row 8h + 2t (+1 for odd e).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
+      const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
+      if (row < m && col < n) {
+        float* out = y + row * ldy + col;
+        *out = accumulate ? *out + acc[h][e] : acc[h][e];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool MatMulRowsMmaSupported() { return true; }
+
+hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
+                         float* y, int64_t ldy, bool accumulate, hipStream_t stream) {
+  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16) return hipErrorInvalidValue;
+  Parts w{};
+  int64_t n = 0;
+  bool vec = k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int p = 0; p < rw.count; ++p) {
+    w.data[p] = static_cast<const uint16_t*>(rw.data[p]);
+    n += rw.rows[p];
+    w.end[p] = n;
+    vec = vec && reinterpret_cast<uintptr_t>(rw.data[p]) % 16 == 0;
+  }
+  w.count = rw.count;
+  if (m == 0 || n == 0) return hipSuccess;
+  // The segments depend on n and k only, never on m.
+  const int64_t tiles = CeilDiv(n, kTileCols);
+  const int64_t steps = CeilDiv(k, kStep);
+  int segments = 1;
+  while (segments < kMaxSegments && tiles * segments < kTargetWarps &&
+         steps * kStep / (2 * segments) >= kMinSegment) {
+    segments *= 2;
+  }
+  const int64_t segment = CeilDiv(steps, segments) * kStep;
+  const int64_t groups = CeilDiv(tiles, kWarps / segments);
+  const int64_t row_tiles = CeilDiv(m, kTileRows);
+  if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
+  // clang-format 14 splits the launch's closing >>> after a template's arguments.
+  // clang-format off
+  if (vec && m > 8) {
+    MatMulRowsMmaKernel<true, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec) {
+    MatMulRowsMmaKernel<true, false><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (m > 8) {
+    MatMulRowsMmaKernel<false, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else {
+    MatMulRowsMmaKernel<false, false><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  }
+  // clang-format on
+  return hipGetLastError();
+}
+
+#endif  // __HIP_PLATFORM_AMD__
+
+}  // namespace cairn::infer::hip
