@@ -191,6 +191,10 @@ __attribute__((target("avx512f"))) void ScoresAvx512(const float* q, int64_t q_l
 // key block (32 KiB) and its outputs stay in the core's caches between the three steps.
 constexpr int64_t kFusedRows = 64;
 constexpr int64_t kFusedKeys = 128;
+// The widest head the fused attention takes. Bare, one thread, a last 8K pass: with heads of 64
+// it ran at 60-65 GFLOP/s against 51-53 unfused, with heads of 128 and 256 at 56-62 against
+// 61-71 (sgemm runs the weighted values of wide heads well, and the fused blocks outgrow L1).
+constexpr int kFusedMaxHeadDim = 64;
 // Output columns per pass of the value kernel (four vectors, or two for the last 32 of a head
 // size of 32 mod 64), and query rows per tile: 24 accumulators, each V vector loaded once for
 // six rows, each weight broadcast once for four vectors.
@@ -408,7 +412,7 @@ void BlockedAttentionItem(const AttentionArgs& a, int64_t item, const float* kt,
   const auto [t0, rows, keys] =
       BlockAt(a.tokens, a.past, QueryBlocks(a.tokens) - 1 - item / a.q_heads);
   const int64_t kvh = h / group;
-  if (kt != nullptr && a.head_dim % 32 == 0) {
+  if (kt != nullptr && a.head_dim % 32 == 0 && a.head_dim <= kFusedMaxHeadDim) {
     scores->resize(static_cast<size_t>(FusedAttentionFloats(a.head_dim)));
     FusedAttention(a, h, t0, rows, kt + kvh * PaddedKeys(a) * a.head_dim, scores->data());
     return;

@@ -491,6 +491,30 @@ std::vector<float> RunAttention(KernelBackend& backend, const std::vector<float>
   return out;
 }
 
+// The blocked attention against the row-invariant one (and itself, twice) with head size hd,
+// 70 query rows after 300 keys, and scores that grow along the keys.
+void ExpectBlockedAttentionRescales(KernelBackend& backend, int hd) {
+  const int64_t past = 300, t = 70;
+  const int q_heads = 2, kv_heads = 1;
+  const int64_t keys = past + t;
+  const std::vector<float> q = Random(t * q_heads * hd, 51, 0.5f, 1.0f);
+  std::vector<float> k = Random(keys * kv_heads * hd, 52, 0.0f, 1.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    for (int x = 0; x < hd; ++x) k[j * hd + x] *= 1.0f + 4.0f * static_cast<float>(j) / keys;
+  }
+  const std::vector<float> v = Random(keys * kv_heads * hd, 53);
+  auto run = [&](bool invariant) {
+    return RunAttention(backend, q, k, v, t, past, q_heads, kv_heads, hd, 0.2f, invariant);
+  };
+  const std::vector<float> blocked = run(false);
+  const std::vector<float> invariant = run(true);
+  for (size_t i = 0; i < blocked.size(); ++i) {
+    EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << "hd " << hd << " at " << i;
+  }
+  const std::vector<float> again = run(false);
+  EXPECT_EQ(std::memcmp(again.data(), blocked.data(), blocked.size() * sizeof(float)), 0);
+}
+
 TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHeads) {
   // Head size 64, two query heads per kv head, more than one block of query rows, and row and
   // key counts that leave partial tiles of the score kernel (rows % 8, keys % 32).
@@ -508,26 +532,17 @@ TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHead
 }
 
 TEST_F(CpuKernelBackendTest, BlockedAttentionRescalesAsLaterKeysScoreHigher) {
-  // Head size 128 (four column tiles of the value kernel), several blocks of keys whose scores
-  // grow along the keys, so that each row's running maximum rises block after block, and a
-  // partial group of query rows after a whole one.
-  const int64_t past = 300, t = 70;
-  const int hd = 128, q_heads = 2, kv_heads = 1;
-  const int64_t keys = past + t;
-  const std::vector<float> q = Random(t * q_heads * hd, 51, 0.5f, 1.0f);
-  std::vector<float> k = Random(keys * kv_heads * hd, 52, 0.0f, 1.0f);
-  for (int64_t j = 0; j < keys; ++j) {
-    for (int x = 0; x < hd; ++x) k[j * hd + x] *= 1.0f + 4.0f * static_cast<float>(j) / keys;
+  // Head sizes 32 and 64 (the fused attention's two- and four-vector value tiles), several
+  // blocks of keys whose scores grow along the keys, so that each row's running maximum rises
+  // block after block, and a partial group of query rows after a whole one.
+  for (const int hd : {32, 64}) {
+    ExpectBlockedAttentionRescales(*backend_, hd);
   }
-  const std::vector<float> v = Random(keys * kv_heads * hd, 53);
-  auto run = [&](bool invariant) {
-    return RunAttention(*backend_, q, k, v, t, past, q_heads, kv_heads, hd, 0.2f, invariant);
-  };
-  const std::vector<float> blocked = run(false);
-  const std::vector<float> invariant = run(true);
-  for (size_t i = 0; i < blocked.size(); ++i) EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << i;
-  const std::vector<float> again = run(false);
-  EXPECT_EQ(std::memcmp(again.data(), blocked.data(), blocked.size() * sizeof(float)), 0);
+}
+
+TEST_F(CpuKernelBackendTest, BlockedAttentionRescalesOnWideHeadsToo) {
+  // Head size 128: the unfused form (the score kernel, then sgemm).
+  ExpectBlockedAttentionRescales(*backend_, 128);
 }
 
 TEST(CpuKernelBackendProfileTest, RecordsTheBlockedAttentionCallsAndTheirProducts) {
