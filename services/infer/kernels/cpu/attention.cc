@@ -292,7 +292,7 @@ __attribute__((target("avx512f"))) float BlockSoftmaxRow(float* p, int64_t n, in
 // (ScoresAvx512), a running softmax per row (its maximum so far; earlier terms rescaled when it
 // grows) and the weighted values accumulated into the group's outputs, which are divided by the
 // softmax's sum at the end. Key blocks after a group's last row's keys are not computed, nor
-// the value terms of keys after each tile of eight rows' last row's. `work` holds
+// the value terms of keys after each value tile's last row's. `work` holds
 // FusedAttentionFloats(head_dim) floats.
 __attribute__((target("avx512f"))) void FusedAttention(const AttentionArgs& a, int64_t h,
                                                        int64_t t0, int64_t rows, const float* kt,
