@@ -20,9 +20,11 @@ struct AttentionProduct {
   bool transposed_b = false;
 };
 
-// The products BlockedAttentionItem computes for one query head of a pass of `tokens` queries
-// after `past` earlier keys, as it computes them: each block of query rows takes the scores of
-// every key its last row sees (the masked ones after each row's own key included).
+// The products of the blocked attention of one query head of a pass of `tokens` queries after
+// `past` earlier keys, as sgemm computes them (BlockedAttentionItem without the fused kernel):
+// each block of query rows takes the scores of every key its last row sees (the masked ones
+// after each row's own key included), then the weighted values. The reference the bench times
+// sgemm on; the fused kernel computes fewer of the masked ones.
 std::vector<AttentionProduct> BlockedAttentionProducts(int64_t tokens, int64_t past,
                                                        int64_t head_dim);
 
@@ -40,9 +42,13 @@ int64_t TransposedKeysFloats(const AttentionArgs& a);
 // (TransposedKeysFloats floats in all), transposed in blocks of 16 keys, zeros after the last.
 void TransposeKeys(const AttentionArgs& a, int kv_head, float* kt);
 
-// Item `item` of the blocked attention: the scores (with the score kernel from the transposed
-// keys `kt`, or through cblas_sgemm where `kt` is null), a causal softmax per row, the weighted
-// values through cblas_sgemm; `scores` is the running thread's score buffer.
+// Item `item` of the blocked attention. With the transposed keys `kt` and a head size of 32 or
+// 64 (where it measured faster): fused, one block of keys at a time (the scores from the score
+// kernel, a running softmax per row, the weighted values from a kernel in the score kernel's
+// style), the scores never written out whole and key blocks after the group's last row's keys
+// skipped. Otherwise: the scores (the score kernel, or cblas_sgemm where `kt` is null), a causal
+// softmax per row, the weighted values through cblas_sgemm. `scores` is the running thread's
+// buffer. Deterministic for given shapes; the fused and unfused forms round differently.
 void BlockedAttentionItem(const AttentionArgs& a, int64_t item, const float* kt,
                           std::vector<float>* scores);
 

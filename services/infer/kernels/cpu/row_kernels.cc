@@ -2,13 +2,16 @@
 
 #include <cpuid.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "services/infer/kernels/cpu/x86_intrinsics.h"
 #include "services/infer/kernels/half_float.h"
 
-// This file is compiled with -ffp-contract=off (see CMakeLists.txt): a compiler that fused
-// `acc + x * w` into one multiply-add would round differently in one form than in another.
+// Every product is added to its partial sum with one fused multiply-add (one rounding), in every
+// form: the vector forms with their FMA instructions, the portable form and the tails with
+// std::fma. The file is compiled with -ffp-contract=off (see CMakeLists.txt), so the compiler
+// fuses nothing else (the folds stay plain additions) and every form rounds alike.
 namespace cairn::infer::cpu {
 namespace {
 
@@ -40,6 +43,12 @@ inline F32x4 Load4(const float* p) {
   return v;
 }
 
+// a * b + c lane by lane, each rounded once.
+inline F32x4 Fma4(F32x4 a, F32x4 b, F32x4 c) {
+  return F32x4{std::fma(a[0], b[0], c[0]), std::fma(a[1], b[1], c[1]), std::fma(a[2], b[2], c[2]),
+               std::fma(a[3], b[3], c[3])};
+}
+
 template <WeightType T, int R>
 void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
   F32x4 s[R][4] = {};
@@ -52,7 +61,8 @@ void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
       for (int j = 0; j < 16; ++j) wf[j] = WeightAt<T>(w, i + j);
     }
     for (int r = 0; r < R; ++r) {
-      for (int q = 0; q < 4; ++q) s[r][q] += Load4(a[r] + i + 4 * q) * Load4(wf + 4 * q);
+      for (int q = 0; q < 4; ++q)
+        s[r][q] = Fma4(Load4(a[r] + i + 4 * q), Load4(wf + 4 * q), s[r][q]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -60,7 +70,7 @@ void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
     const F32x4 hi = s[r][1] + s[r][3];  // Lanes j + j+8, 4 <= j < 8.
     const float v[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
     float sum = Fold8(v);
-    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(w, j), sum);
     out[r] = sum;
   }
 }
@@ -68,7 +78,7 @@ void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
 // ---- AVX2 (+F16C): two 8-lane registers per row. ----
 
 template <WeightType T>
-__attribute__((target("avx2,f16c"))) inline __m256 Load8Avx2(const void* w, int64_t i) {
+__attribute__((target("avx2,f16c,fma"))) inline __m256 Load8Avx2(const void* w, int64_t i) {
   if constexpr (T == WeightType::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(w) + i);
   } else {
@@ -83,8 +93,8 @@ __attribute__((target("avx2,f16c"))) inline __m256 Load8Avx2(const void* w, int6
 }
 
 template <WeightType T, int R>
-__attribute__((target("avx2,f16c"))) void DotAvx2(const float* const* a, const void* w, int64_t n,
-                                                  float* out) {
+__attribute__((target("avx2,f16c,fma"))) void DotAvx2(const float* const* a, const void* w,
+                                                      int64_t n, float* out) {
   __m256 lo[R], hi[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
@@ -94,15 +104,15 @@ __attribute__((target("avx2,f16c"))) void DotAvx2(const float* const* a, const v
     const __m256 w1 = Load8Avx2<T>(w, i + 8);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i), w0));
-      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i + 8), w1));
+      lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + i), w0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + i + 8), w1, hi[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(lo[r], hi[r]));
     float sum = Fold8(v);
-    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(w, j), sum);
     out[r] = sum;
   }
 }
@@ -135,7 +145,7 @@ __attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const v
     const __m512 wv = Load16Avx512<T>(w, i);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      s[r] = _mm512_add_ps(s[r], _mm512_mul_ps(_mm512_loadu_ps(a[r] + i), wv));
+      s[r] = _mm512_fmadd_ps(_mm512_loadu_ps(a[r] + i), wv, s[r]);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -144,7 +154,7 @@ __attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const v
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(low, high));
     float sum = Fold8(v);
-    for (int64_t j = i; j < n; ++j) sum += a[r][j] * WeightAt<T>(w, j);
+    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(w, j), sum);
     out[r] = sum;
   }
 }
@@ -222,14 +232,15 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const 
       const __m512 x = _mm512_loadu_ps(a[r] + i);
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) {
-        s[c * R + r] = _mm512_add_ps(s[c * R + r], _mm512_mul_ps(x, wv[c]));
+        s[c * R + r] = _mm512_fmadd_ps(x, wv[c], s[c * R + r]);
       }
     }
   }
   FoldAvx512<C * R>(s, out);
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
-      for (int64_t j = i; j < n; ++j) out[c * R + r] += a[r][j] * WeightAt<T>(w[c], j);
+      float& o = out[c * R + r];
+      for (int64_t j = i; j < n; ++j) o = std::fma(a[r][j], WeightAt<T>(w[c], j), o);
     }
   }
 }
@@ -306,7 +317,7 @@ __attribute__((target("avx512f"))) void WidenAvx512(const void* src, int64_t n, 
 }
 
 template <WeightType T>
-__attribute__((target("avx2,f16c"))) void WidenAvx2(const void* src, int64_t n, float* dst) {
+__attribute__((target("avx2,f16c,fma"))) void WidenAvx2(const void* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, Load8Avx2<T>(src, i));
   for (; i < n; ++i) dst[i] = WeightAt<T>(src, i);
@@ -338,7 +349,7 @@ bool IsaSupported(Isa isa) {
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f");
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && HaveF16c();
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HaveF16c();
     case Isa::kPortable:
       return true;
   }

@@ -10,13 +10,13 @@
 // portable form and x86 forms chosen at run time. Every form of RowProducts gives the same bits:
 // a dot product over k has sixteen interleaved partial sums (lane j sums the products at
 // i = j mod 16), folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the remainder in order; each
-// product is rounded before it is added (no fused multiply-add, which would round once).
+// product is added to its sum with a fused multiply-add (rounded once), in every form.
 // Weights are widened to fp32 exactly before they are multiplied.
 namespace cairn::infer::cpu {
 
 enum class Isa { kPortable, kAvx2, kAvx512 };
 
-// The widest form this processor runs: kAvx512 with AVX-512F, kAvx2 with AVX2 and F16C.
+// The widest form this processor runs: kAvx512 with AVX-512F, kAvx2 with AVX2, FMA and F16C.
 Isa BestIsa();
 bool IsaSupported(Isa isa);
 absl::string_view IsaName(Isa isa);

@@ -468,6 +468,53 @@ TEST_F(CpuKernelBackendTest, RowInvariantAttentionMatchesTheBlockedOneAndIgnores
   EXPECT_EQ(std::memcmp(tail.data(), whole.data() + 4 * 2 * hd, tail.size() * sizeof(float)), 0);
 }
 
+// One Attention call of `tokens` queries after `past` keys (q: tokens rows of q_heads heads; k, v:
+// past + tokens rows of kv_heads heads); returns its output.
+std::vector<float> RunAttention(KernelBackend& backend, const std::vector<float>& q,
+                                const std::vector<float>& k, const std::vector<float>& v,
+                                int64_t tokens, int64_t past, int q_heads, int kv_heads, int hd,
+                                float scale, bool row_invariant) {
+  std::vector<float> out(tokens * q_heads * hd);
+  AttentionArgs a;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = v.data();
+  a.out = out.data();
+  a.tokens = tokens;
+  a.past = past;
+  a.q_heads = q_heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.scale = scale;
+  a.row_invariant = row_invariant;
+  backend.Attention(a);
+  return out;
+}
+
+// The blocked attention against the row-invariant one (and itself, twice) with head size hd,
+// 70 query rows after 300 keys, and scores that grow along the keys.
+void ExpectBlockedAttentionRescales(KernelBackend& backend, int hd) {
+  const int64_t past = 300, t = 70;
+  const int q_heads = 2, kv_heads = 1;
+  const int64_t keys = past + t;
+  const std::vector<float> q = Random(t * q_heads * hd, 51, 0.5f, 1.0f);
+  std::vector<float> k = Random(keys * kv_heads * hd, 52, 0.0f, 1.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    for (int x = 0; x < hd; ++x) k[j * hd + x] *= 1.0f + 4.0f * static_cast<float>(j) / keys;
+  }
+  const std::vector<float> v = Random(keys * kv_heads * hd, 53);
+  auto run = [&](bool invariant) {
+    return RunAttention(backend, q, k, v, t, past, q_heads, kv_heads, hd, 0.2f, invariant);
+  };
+  const std::vector<float> blocked = run(false);
+  const std::vector<float> invariant = run(true);
+  for (size_t i = 0; i < blocked.size(); ++i) {
+    EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << "hd " << hd << " at " << i;
+  }
+  const std::vector<float> again = run(false);
+  EXPECT_EQ(std::memcmp(again.data(), blocked.data(), blocked.size() * sizeof(float)), 0);
+}
+
 TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHeads) {
   // Head size 64, two query heads per kv head, more than one block of query rows, and row and
   // key counts that leave partial tiles of the score kernel (rows % 8, keys % 32).
@@ -477,25 +524,25 @@ TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHead
   const std::vector<float> k = Random((past + t) * kv_heads * hd, 42);
   const std::vector<float> v = Random((past + t) * kv_heads * hd, 43);
   auto run = [&](bool invariant) {
-    std::vector<float> out(t * q_heads * hd);
-    AttentionArgs a;
-    a.q = q.data();
-    a.k = k.data();
-    a.v = v.data();
-    a.out = out.data();
-    a.tokens = t;
-    a.past = past;
-    a.q_heads = q_heads;
-    a.kv_heads = kv_heads;
-    a.head_dim = hd;
-    a.scale = 0.125f;
-    a.row_invariant = invariant;
-    backend_->Attention(a);
-    return out;
+    return RunAttention(*backend_, q, k, v, t, past, q_heads, kv_heads, hd, 0.125f, invariant);
   };
   const std::vector<float> blocked = run(false);
   const std::vector<float> invariant = run(true);
   for (size_t i = 0; i < blocked.size(); ++i) EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << i;
+}
+
+TEST_F(CpuKernelBackendTest, BlockedAttentionRescalesAsLaterKeysScoreHigher) {
+  // Head sizes 32 and 64 (the fused attention's two- and four-vector value tiles), several
+  // blocks of keys whose scores grow along the keys, so that each row's running maximum rises
+  // block after block, and a partial group of query rows after a whole one.
+  for (const int hd : {32, 64}) {
+    ExpectBlockedAttentionRescales(*backend_, hd);
+  }
+}
+
+TEST_F(CpuKernelBackendTest, BlockedAttentionRescalesOnWideHeadsToo) {
+  // Head size 128: the unfused form (the score kernel, then sgemm).
+  ExpectBlockedAttentionRescales(*backend_, 128);
 }
 
 TEST(CpuKernelBackendProfileTest, RecordsTheBlockedAttentionCallsAndTheirProducts) {

@@ -1,5 +1,6 @@
 #include "services/infer/kernels/cpu/row_kernels.h"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -98,18 +99,19 @@ TEST(RowKernelsTest, EveryIsaAndWeightTypeGivesThePortableFp32Bits) {
 
 // The documented order, one scalar at a time: lane j of sixteen partial sums adds the products
 // at i = 16 b + j, block after block; the lanes folded pairwise (16 -> 8 -> 4 -> 2 -> 1); then the
-// elements after the last whole block, in order.
+// elements after the last whole block, in order; every product added with one fused
+// multiply-add.
 float DocumentedOrderDot(const float* x, const float* w, int64_t k) {
   float s[16] = {};
   int64_t i = 0;
   for (; i + 16 <= k; i += 16) {
-    for (int j = 0; j < 16; ++j) s[j] += x[i + j] * w[i + j];
+    for (int j = 0; j < 16; ++j) s[j] = std::fma(x[i + j], w[i + j], s[j]);
   }
   for (int width = 8; width >= 1; width /= 2) {
     for (int j = 0; j < width; ++j) s[j] = s[j] + s[j + width];
   }
   float sum = s[0];
-  for (; i < k; ++i) sum += x[i] * w[i];
+  for (; i < k; ++i) sum = std::fma(x[i], w[i], sum);
   return sum;
 }
 
