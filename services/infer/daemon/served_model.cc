@@ -18,8 +18,11 @@ namespace {
 
 // The numerics classes of the backends: part of the compatibility identity, so that state
 // computed by another backend (or another version of one's arithmetic) is never mixed.
-constexpr char kCpuNumericsClass[] = "cpu-f32-v2";
-constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v1";
+// CPU v3 / pass-invariant v2: the row kernel adds every product with a fused multiply-add, and
+// heads of 32 or 64 take the fused blocked attention (docs/cpu-backend.md, fifth round); both
+// change bits, so checkpoints an older binary persisted are not restored into this arithmetic.
+constexpr char kCpuNumericsClass[] = "cpu-f32-v3";
+constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v2";
 // The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16
 // inputs (v2; v1 widened the weights and ran everything in fp32); v3: its decode products run on
 // the matrix units with each fp32 input split into three bf16 pieces (hip::MatMulRowsMma), in
