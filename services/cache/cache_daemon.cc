@@ -123,13 +123,15 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
     disk.root = options.disk_root;
     disk.budget_bytes = 0;  // The policy core owns the disk budget and its eviction ranks.
     disk.clock = clock;
-    std::vector<Manifest> found;
-    disk.on_recovered = [&found](const Manifest& m) { found.push_back(m); };
+    std::vector<RecoveredCheckpoint> found;
+    disk.on_recovered = [&found](RecoveredCheckpoint c) { found.push_back(std::move(c)); };
     FileSystem* fs = options.file_system != nullptr ? options.file_system : PosixFileSystem();
     ASSIGN_OR_RETURN(d->store_, DiskStore::Create(disk, fs));
     {
       Lock lock(d.get());
-      for (Manifest& m : found) d->recovered_[m.compat_digest].push_back(std::move(m));
+      for (RecoveredCheckpoint& c : found) {
+        d->recovered_[c.compat_digest].push_back(std::move(c));
+      }
     }
     CAIRN_LOG(INFO) << "disk tier at " << options.disk_root << ": " << found.size()
                     << " checkpoints recovered";

@@ -389,7 +389,8 @@ class CacheDaemon {
   absl::flat_hash_set<CheckpointId> deferred_persists_ ABSL_GUARDED_BY(mu_);
   // Checkpoints found on disk at start-up, by compatibility digest, waiting for a model with
   // that identity to register (the layout is needed to index them).
-  absl::flat_hash_map<std::string, std::vector<Manifest>> recovered_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<RecoveredCheckpoint>> recovered_
+      ABSL_GUARDED_BY(mu_);
   uint64_t persists_queued_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions, models, leases, spills, waiters. Starts at a random base per incarnation (SM10):
   // an id a client kept from an earlier incarnation names nothing in this one.

@@ -19,24 +19,27 @@ namespace cairn::cache {
 void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
   auto it = recovered_.find(model.compatibility);
   if (it == recovered_.end()) return;
-  std::vector<Manifest> manifests = std::move(it->second);
+  std::vector<RecoveredCheckpoint> found = std::move(it->second);
   recovered_.erase(it);
-  std::sort(manifests.begin(), manifests.end(),
-            [](const Manifest& a, const Manifest& b) { return a.checkpoint_id < b.checkpoint_id; });
+  std::sort(found.begin(), found.end(),
+            [](const RecoveredCheckpoint& a, const RecoveredCheckpoint& b) {
+              return a.checkpoint_id < b.checkpoint_id;
+            });
   const ModelLayout& layout = model.layout;
   const ComputationId provenance = core_->NewComputationId();
   int admitted = 0;
-  for (const Manifest& m : manifests) {
+  std::vector<ChunkId> ids;
+  std::vector<TokenId> tokens;
+  for (RecoveredCheckpoint& m : found) {
     // The files must have this layout's geometry: chunk files of chunk_rows rows of all row
     // components, a state file of the private state and the tail.
     std::string mismatch;
-    std::vector<ManifestChunk> chunks = m.chunks;
-    std::sort(chunks.begin(), chunks.end(), [](const ManifestChunk& a, const ManifestChunk& b) {
-      return a.id.first_row < b.id.first_row;
+    std::sort(m.chunks.begin(), m.chunks.end(), [](const ChunkIdentity& a, const ChunkIdentity& b) {
+      return a.first_row < b.first_row;
     });
-    std::vector<ChunkId> ids;
-    for (size_t j = 0; j < chunks.size() && mismatch.empty(); ++j) {
-      const ChunkIdentity& c = chunks[j].id;
+    ids.clear();
+    for (size_t j = 0; j < m.chunks.size() && mismatch.empty(); ++j) {
+      const ChunkIdentity& c = m.chunks[j];
       if (c.first_row != j * static_cast<uint64_t>(layout.chunk_rows) ||
           c.rows != static_cast<uint32_t>(layout.chunk_rows) ||
           c.row_bytes != static_cast<uint64_t>(layout.RowBytes())) {
@@ -44,11 +47,9 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
       }
       ids.push_back(c.chunk_id);
     }
-    uint64_t state_bytes = 0;
-    for (const StateSection& sec : m.sections) state_bytes += sec.bytes;
     const int64_t depth = static_cast<int64_t>(m.tokens.size());
     if (mismatch.empty() &&
-        state_bytes != static_cast<uint64_t>(layout.PrivateBytes() + layout.TailBytes(depth))) {
+        m.state_bytes != static_cast<uint64_t>(layout.PrivateBytes() + layout.TailBytes(depth))) {
       mismatch = "state file does not fit the layout";
     }
     // The kind it was captured as (a version 1 manifest reads as a prompt end).
@@ -56,7 +57,8 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
     if (mismatch.empty() && m.capture_kind > static_cast<uint32_t>(CaptureKind::kGrid)) {
       mismatch = absl::StrCat("unknown capture kind ", m.capture_kind);
     }
-    std::vector<TokenId> tokens;
+    tokens.clear();
+    tokens.reserve(m.tokens.size());
     for (uint32_t t : m.tokens) {
       if (t > static_cast<uint32_t>(std::numeric_limits<TokenId>::max())) {
         mismatch = "token id out of range";
@@ -64,6 +66,7 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
       }
       tokens.push_back(static_cast<TokenId>(t));
     }
+    m.tokens = {};  // Not needed again: frees the copy as the index takes its own.
     absl::Status s =
         mismatch.empty()
             ? core_->AdmitRecovered(m.checkpoint_id, Identities{m.compat_digest, m.input_digest},

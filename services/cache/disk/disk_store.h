@@ -42,6 +42,18 @@ struct DiskCheckpointInfo {
   uint64_t file_bytes = 0;   // Its state file and chunk files (what verifying it reads).
 };
 
+// A checkpoint found at start-up, as its owner needs it to file it in a prefix index: no file
+// names, lengths or checksums (the store keeps those; a restore reads them).
+struct RecoveredCheckpoint {
+  uint64_t checkpoint_id = 0;
+  std::string compat_digest;
+  std::string input_digest;
+  std::vector<uint32_t> tokens;
+  std::vector<ChunkIdentity> chunks;  // In the manifest's order.
+  uint64_t state_bytes = 0;           // The state file's sections added up.
+  uint32_t capture_kind = 0;
+};
+
 struct DiskStoreOptions {
   std::string root;  // --cache-disk.
   // A hard cap on the bytes the store holds: a publish past it is refused. The daemon leaves
@@ -62,9 +74,9 @@ struct DiskStoreOptions {
   // NewRocksDbFaultFs).
   std::shared_ptr<rocksdb::FileSystem> catalog_fs;
   const Clock* clock = nullptr;  // nullptr = RealClock.
-  // Called once per checkpoint recovered at start-up, with its manifest (tokens included),
-  // before Create returns: the daemon rebuilds its prefix index from these.
-  std::function<void(const Manifest&)> on_recovered;
+  // Called once per checkpoint recovered at start-up, before Create returns:
+  // the daemon rebuilds its prefix index from these.
+  std::function<void(RecoveredCheckpoint)> on_recovered;
 };
 
 // A new chunk to write: identity and its bytes (e.g. in the arena; read during Publish only).

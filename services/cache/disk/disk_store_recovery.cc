@@ -227,9 +227,16 @@ absl::Status DiskStore::Reconcile() {
       return;
     }
     if (options_.on_recovered) {
-      m.chunks.reserve(chunk_refs.size());
-      for (uint32_t ref : chunk_refs) m.chunks.push_back(table.entry(ref));
-      options_.on_recovered(m);
+      RecoveredCheckpoint found;
+      found.checkpoint_id = m.checkpoint_id;
+      found.compat_digest = std::move(m.compat_digest);
+      found.input_digest = std::move(m.input_digest);
+      found.tokens = std::move(m.tokens);
+      found.chunks.reserve(chunk_refs.size());
+      for (uint32_t ref : chunk_refs) found.chunks.push_back(table.entry(ref).id);
+      for (const StateSection& section : m.sections) found.state_bytes += section.bytes;
+      found.capture_kind = m.capture_kind;
+      options_.on_recovered(std::move(found));
     }
   };
 

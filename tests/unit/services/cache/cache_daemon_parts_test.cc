@@ -3,6 +3,7 @@
 // with the unit label.
 
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,8 +44,11 @@ class RecordingSink final : public SessionSink {
 
 class CacheDaemonPartsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    CacheDaemonOptions options;
+  void SetUp() override { Start(CacheDaemonOptions()); }
+
+  // Creates the daemon with `options` (4 MiB of RAM), opens the session and registers the
+  // model.
+  void Start(CacheDaemonOptions options) {
     options.cache.ram_bytes = 4 << 20;
     absl::StatusOr<std::unique_ptr<CacheDaemon>> daemon = CacheDaemon::Create(options, &clock_);
     ASSERT_TRUE(daemon.ok()) << daemon.status();
@@ -267,6 +271,84 @@ TEST_F(CacheDaemonPartsTest, OneLeasePerSlotAndAnotherSessionCannotReleaseIt) {
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, first->lease_id, false, "test"}).ok());
 }
+
+// How the session that owes a spill dies.
+enum class Death { kStreamClosed, kHeartbeatTimeout };
+
+// The same daemon with a disk tier, so that a checkpoint's persist waits for its spill.
+class SpillOwnerDeathTest : public CacheDaemonPartsTest,
+                            public ::testing::WithParamInterface<Death> {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/spill-owner-death-" +
+            (GetParam() == Death::kStreamClosed ? "closed" : "timeout");
+    std::filesystem::remove_all(root_);
+    CacheDaemonOptions options;
+    options.disk_root = root_;
+    options.disk.free_space_reserve_bytes = 0;
+    options.cache.disk_bytes = 64 << 20;
+    Start(options);
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(root_);
+  }
+
+  std::string root_;
+};
+
+TEST_P(SpillOwnerDeathTest, TheWaitingLeaseFailsAndTheCheckpointGoesWithNothingLeft) {
+  const uint64_t id = Capture(40);                    // Its 2 full chunks stay borrowed in slot 0.
+  ASSERT_EQ(daemon_->DeferredPersistsForTest(), 1u);  // Written once they are spilled.
+  RecordingSink other_sink;
+  absl::StatusOr<SessionWelcome> other =
+      daemon_->OpenSession(SessionHello{"other", 2, 1}, &other_sink);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ModelRegistration reg = Registration();
+  reg.session_id = other->session_id;
+  absl::StatusOr<RegisteredModel> model = daemon_->RegisterModel(reg);
+  ASSERT_TRUE(model.ok()) << model.status();
+  RestoreRequest restore = RestoreOf(id, 0);
+  restore.session_id = other->session_id;
+  restore.model_id = model->model_id;
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(restore);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_FALSE(lease->ready);  // It waits for the first session's spill, never performed.
+
+  if (GetParam() == Death::kStreamClosed) {
+    daemon_->CloseSession(session_, "stream closed");
+  } else {
+    clock_.Advance(absl::Seconds(11));  // Past the session timeout; the other one stays.
+    ASSERT_TRUE(daemon_->Touch(other->session_id).ok());
+    daemon_->Tick();
+  }
+
+  bool failed = false;
+  for (const v1::SessionServerMessage& m : other_sink.messages()) {
+    if (m.has_lease_ready() && m.lease_ready().lease_id() == lease->lease_id) {
+      failed = !m.lease_ready().ok() && !m.lease_ready().failure().empty();
+    }
+  }
+  EXPECT_TRUE(failed);  // Told, not left to poll.
+  bool evented = false;
+  for (const v1::Event& e : daemon_->EventsAfter(0, 0)) {
+    evented |= e.kind() == v1::EVENT_KIND_QUARANTINE && e.checkpoint_id() == id;
+  }
+  EXPECT_TRUE(evented);
+  absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+  EXPECT_EQ(daemon_->DeferredPersistsForTest(), 0u);
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), 0u);
+  EXPECT_THAT(daemon_->AcquireRestore(restore).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheDaemonPartsTest, SpillOwnerDeathTest,
+                         ::testing::Values(Death::kStreamClosed, Death::kHeartbeatTimeout),
+                         [](const ::testing::TestParamInfo<Death>& p) {
+                           return p.param == Death::kStreamClosed ? "StreamClosed"
+                                                                  : "HeartbeatTimeout";
+                         });
 
 TEST_F(CacheDaemonPartsTest, AReadyLeaseExpiresOnTheTickAndFreesTheSlot) {
   const uint64_t id = Capture(32);

@@ -129,24 +129,38 @@ TEST_F(DiskStoreTest, DeleteKeepsChunksOthersStillList) {
   EXPECT_THAT(store->Delete(1), StatusIs(absl::StatusCode::kNotFound));
 }
 
-TEST_F(DiskStoreTest, RestartRecoversFromTheCatalogAndReportsManifests) {
+TEST_F(DiskStoreTest, RestartRecoversFromTheCatalogAndReportsWhatTheIndexNeeds) {
+  std::vector<PublishRequest> published;
   {
     auto store = Open();
     ASSERT_NE(store, nullptr);
-    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
-    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1)));
+    published.push_back(factory_.Build(1, {}, 2));
+    published.push_back(factory_.Build(2, factory_.ChunksOf(1), 1));
+    published.back().capture_kind = 2;
+    for (const PublishRequest& r : published) CAIRN_ASSERT_OK(store->Publish(r));
   }
-  std::vector<uint64_t> recovered;
+  std::vector<RecoveredCheckpoint> recovered;
   DiskStoreOptions o = Options();
-  o.on_recovered = [&](const Manifest& m) {
-    EXPECT_EQ(m.tokens.size(), m.depth);
-    recovered.push_back(m.checkpoint_id);
-  };
+  o.on_recovered = [&](RecoveredCheckpoint c) { recovered.push_back(std::move(c)); };
 
   auto store = Open(o);
 
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(recovered, (std::vector<uint64_t>{1, 2}));
+  ASSERT_EQ(recovered.size(), 2u);
+  for (size_t i = 0; i < recovered.size(); ++i) {
+    const PublishRequest& r = published[i];
+    const RecoveredCheckpoint& c = recovered[i];
+    EXPECT_EQ(c.checkpoint_id, r.checkpoint_id);
+    EXPECT_EQ(c.compat_digest, r.compat_digest);
+    EXPECT_EQ(c.input_digest, r.input_digest);
+    EXPECT_EQ(c.tokens, r.tokens);
+    EXPECT_EQ(c.state_bytes, r.state.size());
+    EXPECT_EQ(c.capture_kind, r.capture_kind);
+    std::vector<uint64_t> chunk_ids;
+    for (const ChunkIdentity& id : c.chunks) chunk_ids.push_back(id.chunk_id);
+    EXPECT_EQ(chunk_ids, factory_.ChunksOf(r.checkpoint_id));
+  }
+  EXPECT_EQ(recovered[0].chunks[1], published[0].new_chunks[1].id);
   auto bytes = RestoreAll(store.get(), 2);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   EXPECT_EQ(*bytes, factory_.Expected(2));
