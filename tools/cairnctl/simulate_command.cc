@@ -78,6 +78,9 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "a preserved frontier ranks with superseded checkpoints, not retry copies");
   flags.Add("shallow-first", &p.retention.shallow_first,
             "inside the idle and reused ranks, shallower checkpoints go first");
+  flags.Add("shallow-by-saved", &p.retention.shallow_by_saved,
+            "with --shallow-first: order by the tokens a checkpoint adds to the deepest "
+            "checkpoint of another conversation above it, not by its depth");
   flags.Add("overdue-gaps", &p.retention.overdue_gaps,
             "inside the idle and reused ranks, a conversation not used for this many of its "
             "mean gaps between requests is overdue and goes earlier (0: off)");
