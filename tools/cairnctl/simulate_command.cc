@@ -78,6 +78,9 @@ void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
             "a preserved frontier ranks with superseded checkpoints, not retry copies");
   flags.Add("shallow-first", &p.retention.shallow_first,
             "inside the idle and reused ranks, shallower checkpoints go first");
+  flags.Add("shallow-by-saved", &p.retention.shallow_by_saved,
+            "with --shallow-first: order by the tokens a checkpoint adds to the deepest "
+            "checkpoint of another conversation above it, not by its depth");
   flags.Add("overdue-gaps", &p.retention.overdue_gaps,
             "inside the idle and reused ranks, a conversation not used for this many of its "
             "mean gaps between requests is overdue and goes earlier (0: off)");
@@ -301,7 +304,9 @@ int RunSimulate(const std::vector<std::string>& args, std::ostream& out, std::os
 int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   cache::sim::EvalOptions eval;
   std::vector<std::string> presets = cache::sim::TracePresetNames();
-  std::vector<std::string> seeds = {"1", "2", "3"};
+  std::vector<std::string> seeds;
+  for (uint64_t seed : cache::sim::EvaluationSeeds()) seeds.push_back(absl::StrCat(seed));
+  bool out_of_set = false;
   std::vector<std::string> budgets = {"4Gi", "8Gi", "16Gi", "64Gi"};
   std::vector<std::string> disks = {"0"};
   std::vector<std::string> traces;
@@ -314,6 +319,9 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
                 "seeds) and trace files, at every RAM and disk budget, and prints one table");
   flags.Add("presets", &presets, "gen-trace presets (empty: none)");
   flags.Add("seeds", &seeds, "seeds of every preset");
+  flags.Add("out-of-set", &out_of_set,
+            "traces outside the evaluation set: its presets and agent-8 (gen-trace "
+            "--conversations 8) x seeds 4, 5, 6, 9-13 (--presets and --seeds still override)");
   flags.Add("trace", &traces, "trace files to add to the set");
   flags.Add("budgets", &budgets, "RAM budgets");
   flags.Add("disk-budgets", &disks, "cairn's disk tier budgets (0: none)");
@@ -327,6 +335,11 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
     return 2;
   }
   eval.base.policy.cost.private_bytes = static_cast<int64_t>(private_bytes);
+  if (out_of_set && !flags.WasSet("presets")) presets = cache::sim::OutOfSetPresetNames();
+  if (out_of_set && !flags.WasSet("seeds")) {
+    seeds.clear();
+    for (uint64_t seed : cache::sim::OutOfSetSeeds()) seeds.push_back(absl::StrCat(seed));
+  }
   if (!ParseByteList(budgets, "budgets", &eval.ram_budgets, err) ||
       !ParseByteList(disks, "disk-budgets", &eval.disk_budgets, err)) {
     return 2;
@@ -473,8 +486,8 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
   int64_t seed = static_cast<int64_t>(o.seed);
   FlagSet flags("cairnctl gen-trace", "writes a synthetic coding-agent trace (JSONL)");
   flags.Add("preset", &preset,
-            "agent | single-user | team | long-context | coding-agent: defaults the other flags "
-            "override");
+            "agent | agent-8 | single-user | team | long-context | coding-agent: defaults the "
+            "other flags override");
   flags.Add("out", &path, "output file; stdout when empty");
   flags.Add("seed", &seed, "random seed");
   flags.Add("conversations", &o.conversations, "top-level conversations");

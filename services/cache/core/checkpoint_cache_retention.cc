@@ -109,6 +109,18 @@ std::vector<RetentionItem> CheckpointCache::RetentionItems(bool ram_tier) const 
     item.pinned = ckpt->pins > 0;
     item.depth = ckpt->depth;
     item.overdue = Overdue(ckpt->conversation);
+    if (options_.retention.shallow_by_saved) {
+      int64_t shared = 0;
+      for (const RadixPrefixIndex::Hit& hit :
+           RadixPrefixIndex::NearAncestors(ckpt->node, std::numeric_limits<int64_t>::max())) {
+        if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
+        const Checkpoint& above = *checkpoints_.at(hit.entry.id);
+        if (in_tier(above) && above.conversation != ckpt->conversation) {
+          shared = std::max(shared, hit.depth);
+        }
+      }
+      item.own_tokens = ckpt->depth - shared;
+    }
     if (options_.retention.value_per_byte || item.edit_reach) {
       int64_t fallback = 0;
       for (const RadixPrefixIndex::Hit& hit :

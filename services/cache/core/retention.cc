@@ -116,7 +116,8 @@ std::vector<CheckpointId> RetentionPolicy::EvictionOrder(std::vector<RetentionIt
       const bool overdue = options_.overdue_gaps > 0 && i.overdue;
       const double weight = overdue ? options_.overdue_depth_weight : 1.0;
       kept = !overdue || (options_.shallow_first && weight > 0);
-      depth = options_.shallow_first ? weight * static_cast<double>(i.depth) : 0.0;
+      const int64_t own = options_.shallow_by_saved ? i.own_tokens : i.depth;
+      depth = options_.shallow_first ? weight * static_cast<double>(own) : 0.0;
     }
     // Within edit reach, the checkpoint whose loss costs an edit the fewest tokens goes first.
     const double reach = i.edit_reach ? EditReachValue(i) : 0.0;

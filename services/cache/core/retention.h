@@ -56,6 +56,12 @@ struct RetentionOptions {
   // rows, and a fixed preference does not thrash the way recency does when more
   // conversations take turns than the budget holds.
   bool shallow_first = true;
+  // With shallow_first: the depth that orders is the tokens a checkpoint adds to the deepest
+  // checkpoint of another conversation above it on its path in the tier, not its depth from
+  // the root: a subagent forked from its parent's 30,000-token prompt that added 2,000 tokens
+  // counts 2,000 while the parent's checkpoint above it is kept. (Its own conversation's
+  // checkpoints above it do not count: they are older states the ranks evict first.)
+  bool shallow_by_saved = false;
   // Inside the idle and reused ranks, the checkpoints of an overdue conversation go first
   // (before shallow first): one not used for more than this many of its mean gaps between
   // requests (while it has had only one request, of the mean gap over every conversation),
@@ -124,6 +130,9 @@ struct RetentionItem {
   // path in the same tier, and the bytes its eviction frees.
   int64_t saved_tokens = 0;
   int64_t freed_bytes = 0;
+  // RetentionOptions::shallow_by_saved: its depth past the deepest checkpoint of another
+  // conversation above it on its path in the same tier.
+  int64_t own_tokens = 0;
 };
 
 struct RankInput {

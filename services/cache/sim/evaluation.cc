@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "services/cache/sim/report.h"
+#include "services/cache/sim/trace_generator.h"
 
 namespace cairn::cache::sim {
 namespace {
@@ -25,6 +27,25 @@ std::string Gb(int64_t bytes) {
 }
 
 }  // namespace
+
+const std::vector<uint64_t>& EvaluationSeeds() {
+  static const auto* seeds = new std::vector<uint64_t>{1, 2, 3};
+  return *seeds;
+}
+
+const std::vector<std::string>& OutOfSetPresetNames() {
+  static const auto* names = [] {
+    auto* all = new std::vector<std::string>(TracePresetNames());
+    all->push_back("agent-8");
+    return all;
+  }();
+  return *names;
+}
+
+const std::vector<uint64_t>& OutOfSetSeeds() {
+  static const auto* seeds = new std::vector<uint64_t>{4, 5, 6, 9, 10, 11, 12, 13};
+  return *seeds;
+}
 
 absl::StatusOr<std::vector<EvalRow>> Evaluate(const std::vector<EvalTrace>& traces,
                                               const EvalOptions& options) {
@@ -77,39 +98,61 @@ std::string FormatEvaluation(const std::vector<EvalRow>& rows, const EvalOptions
   std::vector<std::vector<std::string>> table = {
       {"trace", "ram", "disk", "cairn", "best peer", "peer prefilled", "cairn/peer", "oracle",
        "cairn/oracle", "cairn peak", "peer peak", "bar"}};
+  // Per (RAM, disk) budget: cairn's total, the worst ratios and their rows, the rows meeting
+  // the bar and the names of those that do not.
   struct Worst {
+    int64_t prefilled = 0;
     double vs_peer = 0;
+    std::string vs_peer_trace;
     double vs_oracle = 0;
+    std::string vs_oracle_trace;
     int met = 0;
     int rows = 0;
+    std::vector<std::string> missed;
   };
   std::map<std::pair<int64_t, int64_t>, Worst> worst;
   for (const EvalRow& r : rows) {
     table.push_back({r.trace, GiB(r.ram_bytes), r.disk_bytes > 0 ? GiB(r.disk_bytes) : "-",
                      absl::StrCat(r.cairn.prefilled), r.best_peer,
-                     absl::StrCat(r.best_peer_prefilled), absl::StrFormat("%.2f", r.vs_peer),
-                     absl::StrCat(r.cairn.oracle_prefilled), absl::StrFormat("%.2f", r.vs_oracle),
+                     absl::StrCat(r.best_peer_prefilled), absl::StrFormat("%.3f", r.vs_peer),
+                     absl::StrCat(r.cairn.oracle_prefilled), absl::StrFormat("%.3f", r.vs_oracle),
                      Gb(r.cairn.peak_bytes),
                      absl::StrCat(Gb(r.peer_peak_bytes), " ", r.peak_peer,
                                   r.peer_peak_bytes > r.ram_bytes ? " OVER" : ""),
                      r.meets_bar ? "ok" : "MISSED"});
     Worst& w = worst[{r.ram_bytes, r.disk_bytes}];
-    w.vs_peer = std::max(w.vs_peer, r.vs_peer);
-    w.vs_oracle = std::max(w.vs_oracle, r.vs_oracle);
+    w.prefilled += r.cairn.prefilled;
+    if (w.vs_peer_trace.empty() || r.vs_peer > w.vs_peer) {
+      w.vs_peer = r.vs_peer;
+      w.vs_peer_trace = r.trace;
+    }
+    if (w.vs_oracle_trace.empty() || r.vs_oracle > w.vs_oracle) {
+      w.vs_oracle = r.vs_oracle;
+      w.vs_oracle_trace = r.trace;
+    }
     w.met += r.meets_bar ? 1 : 0;
+    if (!r.meets_bar) w.missed.push_back(r.trace);
     ++w.rows;
   }
-  std::vector<std::vector<std::string>> summary = {
-      {"ram", "disk", "worst cairn/peer", "worst cairn/oracle", "bar", "rows meeting it"}};
+  std::vector<std::vector<std::string>> summary = {{"ram", "disk", "cairn prefilled",
+                                                    "worst cairn/peer", "worst cairn/oracle", "bar",
+                                                    "rows meeting it", "missed"}};
+  int met = 0;
+  int total = 0;
   for (const auto& [budgets, w] : worst) {
-    summary.push_back({GiB(budgets.first), budgets.second > 0 ? GiB(budgets.second) : "-",
-                       absl::StrFormat("%.2f", w.vs_peer), absl::StrFormat("%.2f", w.vs_oracle),
-                       budgets.first <= options.small_budget_bytes
-                           ? absl::StrFormat("cairn/peer <= %.2f", options.max_vs_peer)
-                           : absl::StrFormat("cairn/oracle <= %.2f", options.max_vs_oracle),
-                       absl::StrCat(w.met, "/", w.rows)});
+    summary.push_back(
+        {GiB(budgets.first), budgets.second > 0 ? GiB(budgets.second) : "-",
+         absl::StrCat(w.prefilled), absl::StrFormat("%.3f %s", w.vs_peer, w.vs_peer_trace),
+         absl::StrFormat("%.3f %s", w.vs_oracle, w.vs_oracle_trace),
+         budgets.first <= options.small_budget_bytes
+             ? absl::StrFormat("cairn/peer <= %.2f", options.max_vs_peer)
+             : absl::StrFormat("cairn/oracle <= %.2f", options.max_vs_oracle),
+         absl::StrCat(w.met, "/", w.rows), w.missed.empty() ? "-" : absl::StrJoin(w.missed, " ")});
+    met += w.met;
+    total += w.rows;
   }
-  return absl::StrCat(FormatTable(table), "\n", FormatTable(summary));
+  return absl::StrCat(FormatTable(table), "\n", FormatTable(summary),
+                      "\nrows meeting the bar: ", met, "/", total, "\n");
 }
 
 }  // namespace cairn::cache::sim

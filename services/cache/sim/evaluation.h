@@ -13,6 +13,15 @@
 
 namespace cairn::cache::sim {
 
+// The evaluation set's seeds of every preset (TracePresetNames): 1, 2, 3.
+const std::vector<uint64_t>& EvaluationSeeds();
+// Traces outside the evaluation set, to check that what holds on it is no artefact of it
+// (`cairnctl evaluate --out-of-set`): every preset of the set and "agent-8" (8 conversations,
+// the shape issue 13 was filed with) x seeds 4, 5, 6 and 9 to 13 (7 and 8 are the issue's
+// own traces, which the rules were first measured on).
+const std::vector<std::string>& OutOfSetPresetNames();
+const std::vector<uint64_t>& OutOfSetSeeds();
+
 struct EvalTrace {
   std::string name;
   std::vector<SimRequest> requests;  // From PrepareRequests.

@@ -85,6 +85,10 @@ absl::StatusOr<AgentTraceOptions> TracePreset(absl::string_view name, uint64_t s
   AgentTraceOptions o;
   o.seed = seed;
   if (name == "agent") return o;
+  if (name == "agent-8") {
+    o.conversations = 8;
+    return o;
+  }
   if (name == "single-user") {
     o.conversations = 1;
     o.turns_per_conversation = 100;

@@ -56,6 +56,8 @@ struct AgentTraceOptions {
 
 // Named shapes of traffic (`cairnctl gen-trace --preset`), each the defaults above with:
 // - "agent": nothing changed (several coding-agent conversations at once);
+// - "agent-8": 8 conversations (`gen-trace --conversations 8`, the traces issue 13 was filed
+//   with); not in TracePresetNames (the evaluation set), only in the traces out of it;
 // - "single-user": one user's agent session: one conversation of 100 turns that starts
 //   subagents (probability 0.1 per turn, subagents' turns too; 5 turns each), few human
 //   pauses;
@@ -68,6 +70,7 @@ struct AgentTraceOptions {
 //   results (a quarter of the appends, Pareto shape 1.2, up to 32,000 tokens), edits up to 8
 //   messages back, subagents (probability 0.1, 4 turns) of which half fork the parent's prompt,
 //   compaction past 100,000 tokens, idle gaps of 5 minutes on average.
+// The presets of the evaluation set (`cairnctl evaluate`), every one but "agent-8".
 const std::vector<std::string>& TracePresetNames();
 // The options of preset `name` with `seed`. InvalidArgument for an unknown name.
 absl::StatusOr<AgentTraceOptions> TracePreset(absl::string_view name, uint64_t seed);

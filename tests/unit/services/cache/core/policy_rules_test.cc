@@ -247,6 +247,26 @@ TEST(RetentionPolicyTest, ShallowerFirstInsideTheIdleAndReusedRanksOnly) {
             (std::vector<CheckpointId>{6, 5, 1, 2, 4, 3}));
 }
 
+TEST(RetentionPolicyTest, ShallowBySavedOrdersByTheTokensPastAnotherConversationsCheckpoint) {
+  auto item = [](CheckpointId id, int64_t depth, int64_t own_tokens) {
+    RetentionItem i;
+    i.id = id;
+    i.rank = EvictionRank::kIdle;
+    i.depth = depth;
+    i.own_tokens = own_tokens;
+    return i;
+  };
+  // 1: a parent's state at 30,000 tokens past the 8,000-token preamble; 2: a subagent forked
+  // from it that added 2,000; 3: another conversation's 12,000-token state.
+  std::vector<RetentionItem> items = {item(1, 30000, 22000), item(2, 32000, 2000),
+                                      item(3, 12000, 4000)};
+  RetentionOptions saved;
+  saved.shallow_by_saved = true;
+
+  EXPECT_EQ(RetentionPolicy().EvictionOrder(items), (std::vector<CheckpointId>{3, 1, 2}));
+  EXPECT_EQ(RetentionPolicy(saved).EvictionOrder(items), (std::vector<CheckpointId>{2, 3, 1}));
+}
+
 TEST(RetentionPolicyTest, OnlyPointsTheClientResendsSupersede) {
   RetentionPolicy policy;
   RankInput stable{CaptureKind::kStable, 2000, 2000, 10, 100, false, false};

@@ -314,6 +314,36 @@ TEST(TraceGeneratorTest, PresetsAreNamedAndDiffer) {
   EXPECT_THAT(TracePreset("huge", 1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(EvaluationTest, TracesOutOfTheSetShareNoSeedWithItAndAddTheIssuesShape) {
+  const std::vector<uint64_t>& in_set = EvaluationSeeds();
+  for (uint64_t seed : OutOfSetSeeds()) {
+    EXPECT_EQ(std::count(in_set.begin(), in_set.end(), seed), 0) << seed;
+    EXPECT_NE(seed, 7u);  // Issue 13's own traces.
+    EXPECT_NE(seed, 8u);
+  }
+  EXPECT_GE(OutOfSetSeeds().size(), 4u);
+  const std::vector<std::string>& presets = OutOfSetPresetNames();
+  for (const std::string& name : TracePresetNames()) {
+    EXPECT_EQ(std::count(presets.begin(), presets.end(), name), 1) << name;
+  }
+  EXPECT_EQ(std::count(presets.begin(), presets.end(), "agent-8"), 1);
+  const std::vector<std::string>& set = TracePresetNames();
+  EXPECT_EQ(std::count(set.begin(), set.end(), "agent-8"), 0);
+  // agent-8 is `gen-trace --conversations 8`: the agent preset with 8 conversations.
+  absl::StatusOr<AgentTraceOptions> eight = TracePreset("agent-8", 7);
+  ASSERT_TRUE(eight.ok());
+  AgentTraceOptions issue = *TracePreset("agent", 7);
+  issue.conversations = 8;
+  absl::StatusOr<std::vector<TraceRequest>> a = GenerateAgentTrace(*eight);
+  absl::StatusOr<std::vector<TraceRequest>> b = GenerateAgentTrace(issue);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].conv, (*b)[i].conv) << i;
+    EXPECT_EQ((*a)[i].t, (*b)[i].t) << i;
+  }
+}
+
 TEST(CostModelTest, CalibratedOnTheSeedsMeasuredRun) {
   CostModel cost;
   std::vector<PrefillPass> cold = SplitPasses(0, 95439, {}, 2048);
@@ -412,6 +442,16 @@ TEST_F(SimulateCommandTest, EvaluatePrintsOneRowPerTraceAndBudgetAndASummary) {
   EXPECT_EQ(Run({"evaluate", "--presets", "", "--trace", path, "--ram-bytes", "4Gi"}), 2);
   EXPECT_EQ(Run({"evaluate", "--presets", "nope"}), 2);
   EXPECT_EQ(Run({"evaluate", "--presets", ""}), 2);
+}
+
+TEST_F(SimulateCommandTest, EvaluateOutOfTheSetRunsItsPresetsAndNamesTheWorstRows) {
+  int code = Run(
+      {"evaluate", "--out-of-set", "--presets", "agent-8", "--seeds", "4", "--budgets", "64Gi"});
+
+  ASSERT_EQ(code, 0) << err_.str();
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("agent-8/4"));
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("missed"));
+  EXPECT_THAT(out_.str(), ::testing::HasSubstr("rows meeting the bar: "));
 }
 
 TEST_F(SimulateCommandTest, BadInputIsAClearErrorNotACrash) {
