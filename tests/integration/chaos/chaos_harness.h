@@ -17,7 +17,9 @@
 //     was sent) a connection error; never another status, never a hang;
 //   - no checkpoint the cache reported on disk is missing after a cache restart;
 //   - the surviving daemons' resident memory and open descriptors stay flat across cycles,
-//     and no slot of cairn-infer stays busy once the load stops.
+//     no slot of cairn-infer stays busy once the load stops, and each daemon exits 0 when
+//     stopped at the end (under a sanitizer: LeakSanitizer found no leak);
+//   - the restarted system completes a request before the next kill.
 // Phase one kills cairn-cache `cache_kills` times, phase two cairn-infer `infer_kills` times,
 // phase three cairn-gateway `gateway_kills` times; the other two survive each phase.
 
@@ -44,7 +46,11 @@ struct ChaosOptions {
   int slots = 2;
   uint32_t answer_tokens = 8;
   // A kill lands this long after the restarted daemon serves again, uniformly at random (a
-  // request takes a few hundred milliseconds, so kills land in every part of one).
+  // request takes a few hundred milliseconds, so kills land in every part of one), but never
+  // before the load has completed a request since that restart: a slower build (a sanitizer's,
+  // where cairn-infer restarts in about 10 s and a request takes seconds) then gets longer
+  // cycles instead of kills that no request ever outlives. The wait for that request is bounded
+  // by `request_bound`; a kill it gave up on counts as one without progress.
   absl::Duration min_run = absl::Milliseconds(200);
   absl::Duration max_run = absl::Milliseconds(1500);
   // A request must succeed or fail within this bound (its deadline is twice as long).
@@ -73,6 +79,11 @@ struct ChaosReport {
   // cache kills that left a manifest under its temporary name (inside a disk publish).
   int cache_kills_after_answer = 0;
   int cache_kills_mid_publish = 0;
+  // Kills held back past their random point until the load completed a request since the last
+  // restart, and kills after `request_bound` without one (a restarted system that completes
+  // nothing: a failure).
+  int kills_held_for_progress = 0;
+  int kills_without_progress = 0;
   int64_t completed = 0;  // Requests that finished, each compared with the reference.
   int64_t completed_streamed = 0;
   int64_t completed_chat = 0;
@@ -88,7 +99,8 @@ struct ChaosReport {
   std::vector<std::string> wrong_outputs;
   std::vector<std::string> bad_errors;  // Another status or code, or over the bound.
   std::vector<std::string> lost_checkpoints;
-  std::vector<std::string> leaks;  // Usage that grew, or a slot left busy.
+  // Usage that grew, a slot left busy, or a daemon that did not exit 0 on SIGTERM.
+  std::vector<std::string> leaks;
   std::vector<SurvivorUsage> usage;
   // Per killed daemon: the time from SIGKILL until it served again (cairn-infer: with its cache
   // session; cairn-gateway: /health 200), summed and the slowest; and each phase's length.

@@ -46,7 +46,9 @@ TEST(ChaosTest, KillingAnyDaemonUnderAgentLoadNeverGivesAWrongAnswerOrAHang) {
   EXPECT_TRUE(report->lost_checkpoints.empty()) << absl::StrJoin(report->lost_checkpoints, "\n");
   EXPECT_TRUE(report->leaks.empty()) << absl::StrJoin(report->leaks, "\n");
   // The load really ran through the kills, both ways through both APIs, and the cache really
-  // served it.
+  // served it. A restarted system completed a request before every next kill (the harness
+  // holds a kill back for one, within the request bound), whatever the build's speed.
+  EXPECT_EQ(report->kills_without_progress, 0);
   EXPECT_GT(report->completed, 2 * options.cache_kills);
   EXPECT_GT(report->completed_streamed, 0);
   EXPECT_LT(report->completed_streamed, report->completed);
