@@ -240,7 +240,8 @@ TEST_P(RestoreExactnessTest, DecodeAfterPrefillAgreesWithPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, RestoreExactnessTest,
-                         ::testing::Values("dense", "next", "moe", "qwen3"));
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace cairn::infer

@@ -191,7 +191,8 @@ TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, DeviceMemoryModelTest,
-                         ::testing::Values("dense", "next", "moe", "qwen3"));
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace cairn::infer

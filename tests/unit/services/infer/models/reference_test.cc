@@ -68,7 +68,8 @@ TEST_P(ReferenceTest, MatchesTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ReferenceTest,
-                         ::testing::Values("dense", "next", "moe", "qwen3"));
+                         ::testing::Values("dense", "next", "moe", "qwen3"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace cairn::infer

@@ -185,7 +185,8 @@ TEST_P(StableBoundaryTest, SharedBoundaryCoversTheSystemPromptAndToolsOfAnotherC
 }
 
 INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest,
-                         ::testing::Values("qwen3", "cairn_xml", "demo"));
+                         ::testing::Values("qwen3", "cairn_xml", "demo"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(RenderPromptTest, TemplateRejectingThePlaceholderTurnsGivesBoundaryZero) {
   CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");

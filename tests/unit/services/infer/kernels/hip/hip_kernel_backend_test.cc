@@ -383,7 +383,12 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{129, 40, 4, 4, 32},    // Prefill, tiles not aligned.
                       AttentionCase{300, 0, 12, 2, 128},   // Prefill, group 6.
                       AttentionCase{1500, 0, 16, 2, 256},
-                      AttentionCase{2, 99998, 16, 2, 256}));  // 100K keys: 391 ranges.
+                      AttentionCase{2, 99998, 16, 2, 256}),  // 100K keys: 391 ranges.
+    [](const ::testing::TestParamInfo<AttentionCase>& p) {
+      const AttentionCase& c = p.param;
+      return absl::StrCat(c.tokens, "tokens_after", c.past, "_q", c.q_heads, "_kv", c.kv_heads,
+                          "_d", c.head_dim);
+    });
 
 TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
   const int q_heads = 8, kv_heads = 2, hd = 128;
@@ -513,15 +518,21 @@ TEST_F(HipKernelBackendTest, GatedDeltaBatchGivesTheBitsOfOneCallPerSequence) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, HipGatedDeltaTest,
-    ::testing::Values(DeltaCase{1, 2, 6, 8, 12, 0},         // One decode step, odd sizes.
-                      DeltaCase{37, 2, 6, 8, 12, 0},        // Recurrent over a short prompt.
-                      DeltaCase{1, 2, 6, 8, 12, 64},        // One token, chunked.
-                      DeltaCase{150, 2, 6, 8, 12, 64},      // Two chunks and a partial one.
-                      DeltaCase{100, 2, 6, 8, 12, 4},       // Small chunks.
-                      DeltaCase{65, 4, 8, 128, 128, 64},    // Real head sizes across a chunk.
-                      DeltaCase{20, 4, 8, 128, 128, 0},     // Real head sizes, recurrent.
-                      DeltaCase{1000, 2, 4, 256, 96, 64},   // Largest dk, dv not a multiple of 32.
-                      DeltaCase{5000, 1, 2, 64, 64, 64}));  // Longer than one segment.
+    ::testing::Values(DeltaCase{1, 2, 6, 8, 12, 0},        // One decode step, odd sizes.
+                      DeltaCase{37, 2, 6, 8, 12, 0},       // Recurrent over a short prompt.
+                      DeltaCase{1, 2, 6, 8, 12, 64},       // One token, chunked.
+                      DeltaCase{150, 2, 6, 8, 12, 64},     // Two chunks and a partial one.
+                      DeltaCase{100, 2, 6, 8, 12, 4},      // Small chunks.
+                      DeltaCase{65, 4, 8, 128, 128, 64},   // Real head sizes across a chunk.
+                      DeltaCase{20, 4, 8, 128, 128, 0},    // Real head sizes, recurrent.
+                      DeltaCase{1000, 2, 4, 256, 96, 64},  // Largest dk, dv not a multiple of 32.
+                      DeltaCase{5000, 1, 2, 64, 64, 64}),  // Longer than one segment.
+    [](const ::testing::TestParamInfo<DeltaCase>& p) {
+      const DeltaCase& c = p.param;
+      return absl::StrCat(
+          c.tokens, "tokens_k", c.k_heads, "_v", c.v_heads, "_", c.dk, "x", c.dv,
+          c.chunk == 0 ? std::string("_recurrent") : absl::StrCat("_chunk", c.chunk));
+    });
 
 TEST_F(HipKernelBackendTest, RowInvariantAttentionIsTheSameBitsInEveryPassAndMatchesCpu) {
   const int q_heads = 8, kv_heads = 2, hd = 128;

@@ -242,7 +242,8 @@ TEST_P(HipModelTest, SlotsInHostMemoryAreRefused) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HipModelTest, ::testing::Values("dense", "next", "moe"));
+INSTANTIATE_TEST_SUITE_P(Architectures, HipModelTest, ::testing::Values("dense", "next", "moe"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
 }  // namespace cairn::infer
