@@ -81,14 +81,19 @@ std::string DiskStore::ManifestPath(uint64_t checkpoint_id) const {
   return JoinPath(manifests_dir_, ManifestName(checkpoint_id));
 }
 
+absl::Status DiskStore::CheckSameChunkLocked(uint64_t checkpoint_id, const ManifestChunk& c) const {
+  auto it = chunks_.find(c.id.chunk_id);
+  if (it != chunks_.end() && !(it->second.entry == c)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", checkpoint_id, " lists chunk ",
+                                                      c.id.chunk_id,
+                                                      " differently from another manifest"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DiskStore::RegisterLocked(const Manifest& m, uint64_t manifest_bytes) {
   for (const ManifestChunk& c : m.chunks) {
-    auto it = chunks_.find(c.id.chunk_id);
-    if (it != chunks_.end() && !(it->second.entry == c)) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", m.checkpoint_id,
-                                                        " lists chunk ", c.id.chunk_id,
-                                                        " differently from another manifest"));
-    }
+    RETURN_IF_ERROR(CheckSameChunkLocked(m.checkpoint_id, c));
   }
   Record r = RecordOf(m, manifest_bytes);
   r.chunk_ids.reserve(m.chunks.size());

@@ -256,6 +256,10 @@ class DiskStore {
                                        absl::Span<const uint32_t> chunk_refs,
                                        const ChunkEntryTable& table, uint64_t manifest_bytes,
                                        RecoveryState* recovery) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailedPrecondition if checkpoint `checkpoint_id` lists chunk `c` differently from the entry
+  // a checkpoint already registered holds for it.
+  absl::Status CheckSameChunkLocked(uint64_t checkpoint_id, const ManifestChunk& c) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A record of `m`'s fields without tokens or chunks; AddRecordLocked files it as live.
   static Record RecordOf(const Manifest& m, uint64_t manifest_bytes);
   void AddRecordLocked(const Manifest& m, Record r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

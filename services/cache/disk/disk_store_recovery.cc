@@ -130,13 +130,7 @@ absl::Status DiskStore::RegisterRecoveredLocked(const Manifest& m,
                                                 uint64_t manifest_bytes, RecoveryState* recovery) {
   for (uint32_t ref : chunk_refs) {
     if (recovery->record[ref] != nullptr) continue;  // Registered as this very entry.
-    const ManifestChunk& c = table.entry(ref);
-    auto it = chunks_.find(c.id.chunk_id);
-    if (it != chunks_.end() && !(it->second.entry == c)) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", m.checkpoint_id,
-                                                        " lists chunk ", c.id.chunk_id,
-                                                        " differently from another manifest"));
-    }
+    RETURN_IF_ERROR(CheckSameChunkLocked(m.checkpoint_id, table.entry(ref)));
   }
   Record r = RecordOf(m, manifest_bytes);
   r.chunk_ids.reserve(chunk_refs.size());

@@ -11,8 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -22,90 +20,20 @@
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/kernels/hip/hip_kernel_test_fixture.h"
 #include "tests/unit/services/infer/kernels/hip/random_floats.h"
 
 namespace cairn::infer {
 namespace {
 
-// Element-wise and row operations: a handful of fp32 roundings apart.
-constexpr float kTightTolerance = 2e-6f;
-// Reductions over k (GEMM), keys (attention) or dk (delta rule): order-dependent rounding.
-constexpr float kReductionTolerance = 2e-5f;
-// The bf16 GEMM rounds its fp32 inputs to bf16 (relative error up to 2^-9 each, random in sign):
-// a product is off by about 2^-9 / sqrt(3) of its typical magnitude.
-constexpr float kBf16InputTolerance = 4e-3f;
-// Prefill attention on the matrix units rounds q, k, v and the softmax weights to bf16: scores
-// and weights are off by a few 2^-9, the outputs by about 1e-2 of the largest value.
-constexpr float kBf16AttentionTolerance = 2e-2f;
-// The delta rule carries its state over many tokens; the chunked form also differs from the
-// recurrent one by its forward substitutions.
-constexpr float kRecurrenceTolerance = 2e-4f;
-
-// max |a - b| / max(max |b|, 1e-30).
-float RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  float diff = 0.0f;
-  float ref = 1e-30f;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    diff = std::max(diff, std::fabs(a[i] - b[i]));
-    ref = std::max(ref, std::fabs(b[i]));
-  }
-  return diff / ref;
-}
-
-// Prints `err` (for the record of measured errors) and returns it.
-float Measured(const std::string& what, float err) {
-  std::printf("[ measured ] %s: max rel err %.3g\n", what.c_str(), err);
-  return err;
-}
-
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-class HipKernelBackendTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
-    ASSERT_TRUE(gpu.ok()) << gpu.status();
-    gpu_ = *std::move(gpu);
-    absl::StatusOr<std::unique_ptr<CpuKernelBackend>> cpu = CpuKernelBackend::Create({});
-    ASSERT_TRUE(cpu.ok()) << cpu.status();
-    cpu_ = *std::move(cpu);
-  }
-
-  // Copies `host` (floats, or bf16 bit patterns) into a new device buffer.
-  template <typename T>
-  DeviceBuffer Up(const std::vector<T>& host) {
-    absl::StatusOr<DeviceBuffer> b = gpu_->Allocate(host.size() * sizeof(T));
-    EXPECT_TRUE(b.ok()) << b.status();
-    if (!b.ok()) return DeviceBuffer();
-    EXPECT_TRUE(gpu_->Upload(b->data(), host.data(), host.size() * sizeof(T)).ok());
-    return *std::move(b);
-  }
-  // A device buffer of `n` floats filled with NaN, so unwritten outputs show.
-  DeviceBuffer Poisoned(size_t n) { return Up(std::vector<float>(n, NAN)); }
-  std::vector<float> Down(const DeviceBuffer& b, size_t n) {
-    std::vector<float> host(n);
-    const absl::Status s = gpu_->Download(host.data(), b.data(), n * sizeof(float));
-    EXPECT_TRUE(s.ok()) << s;
-    return host;
-  }
-
-  // The CPU backend's MatMulRowsTyped of `rows` rows of x over the bf16 matrix w (n x k).
-  std::vector<float> CpuRows(const std::vector<float>& x, int64_t rows, const RandomBf16& w,
-                             int64_t n, int64_t k) {
-    std::vector<float> ref(rows * n);
-    cpu_->MatMulRowsTyped(x.data(), rows, k,
-                          WeightMatrix::Of(w.bits.data(), WeightType::kBF16, n, k), ref.data(), n,
-                          false);
-    return ref;
-  }
-
-  std::unique_ptr<HipKernelBackend> gpu_;
-  std::unique_ptr<CpuKernelBackend> cpu_;
-};
+using testing::HipKernelBackendTest;
+using testing::kBf16AttentionTolerance;
+using testing::kRecurrenceTolerance;
+using testing::kReductionTolerance;
+using testing::kTightTolerance;
+using testing::Measured;
+using testing::RelErr;
+using testing::SameBits;
 
 TEST(HipKernelBackendSplitTest, CopiesAreCutOnlyAtBoundariesInsideTheRange) {
   const uintptr_t base = 4096;
@@ -720,238 +648,6 @@ TEST_F(HipKernelBackendTest, SplitCopiesRoundTripThroughRegisteredMemory) {
 
   EXPECT_TRUE(SameBits(host, back));
   EXPECT_TRUE(gpu_->UnregisterHost(host.data()).ok());
-}
-
-// A bf16 matrix of two parts: rows [0, split) from `a`, the rest from `b`.
-WeightMatrix TwoParts(const void* a, const void* b, int64_t split, int64_t rows, int64_t cols) {
-  WeightMatrix w = WeightMatrix::Of(a, WeightType::kBF16, split, cols);
-  w.parts[1] = {b, rows - split};
-  w.num_parts = 2;
-  return w;
-}
-
-TEST_F(HipKernelBackendTest, Bf16RowKernelHasTheBitsOfTheFp32KernelOverTheWidenedWeights) {
-  // The row kernel serves bf16 weights with mma_rows off.
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> row_kernel =
-      HipKernelBackend::Create({.mma_rows = false});
-  ASSERT_TRUE(row_kernel.ok()) << row_kernel.status();
-  gpu_ = *std::move(row_kernel);
-  // k = 70: the scalar path; k = 4096: 8-byte bf16 loads.
-  for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
-    SCOPED_TRACE(::testing::Message() << "k=" << k);
-    const int64_t m = 13, n = 203, split = 100;
-    const std::vector<float> x = RandomFloats(m * k, 40);
-    const RandomBf16 w = RandomBf16Values(n * k, 41);
-    const std::vector<uint16_t> w1(w.bits.begin(), w.bits.begin() + split * k);
-    const std::vector<uint16_t> w2(w.bits.begin() + split * k, w.bits.end());
-    std::vector<float> ref(m * n);
-    cpu_->MatMulRowsTyped(x.data(), m, k, TwoParts(w1.data(), w2.data(), split, n, k), ref.data(),
-                          n, false);
-    DeviceBuffer dx = Up(x), dw1 = Up(w1), dw2 = Up(w2), dwide = Up(w.wide);
-    DeviceBuffer typed = Poisoned(m * n), wide = Poisoned(m * n), one = Poisoned(n);
-
-    gpu_->MatMulRowsTyped(dx.floats(), m, k, TwoParts(dw1.data(), dw2.data(), split, n, k),
-                          typed.floats(), n, false);
-    gpu_->MatMulRows(dx.floats(), m, k, k, dwide.floats(), n, wide.floats(), n, false);
-    gpu_->MatMulRowsTyped(dx.floats() + 5 * k, 1, k, TwoParts(dw1.data(), dw2.data(), split, n, k),
-                          one.floats(), n, false);
-    const std::vector<float> got = Down(typed, m * n);
-
-    ASSERT_TRUE(gpu_->Synchronize().ok());
-    EXPECT_TRUE(SameBits(got, Down(wide, m * n)));
-    EXPECT_TRUE(
-        SameBits(Down(one, n), std::vector<float>(got.begin() + 5 * n, got.begin() + 6 * n)));
-    EXPECT_LT(Measured("bf16 matmul rows k=" + std::to_string(k), RelErr(got, ref)),
-              kReductionTolerance);
-  }
-}
-
-TEST_F(HipKernelBackendTest, MultiRowKernelHasTheBitsOfTheOneRowKernelForEveryRowCount) {
-  // The row kernel (mma_rows and multi_row_decode off) gives the reference bits; the multi-row
-  // kernel must give them for calls of 2 to 40 rows starting at any row, over bf16 and fp32
-  // weights, with and without accumulation.
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> one_row =
-      HipKernelBackend::Create({.mma_rows = false});
-  ASSERT_TRUE(one_row.ok()) << one_row.status();
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> multi =
-      HipKernelBackend::Create({.mma_rows = false, .multi_row_decode = true});
-  ASSERT_TRUE(multi.ok()) << multi.status();
-  for (const int64_t k : {int64_t{70}, int64_t{4096}}) {
-    SCOPED_TRACE(::testing::Message() << "k=" << k);
-    const int64_t rows = 40, n = 203;
-    const std::vector<float> x = RandomFloats(rows * k, 50), y0 = RandomFloats(rows * n, 52);
-    const RandomBf16 w = RandomBf16Values(n * k, 51);
-    const std::vector<float> ref = CpuRows(x, rows, w, n, k);
-    DeviceBuffer dx = Up(x), dw = Up(w.bits), dwide = Up(w.wide), base = Poisoned(rows * n),
-                 base_acc = Up(y0);
-    // Two parts, the second starting at a column no block boundary falls on.
-    const int64_t split = 77;
-    const WeightMatrix wm =
-        TwoParts(dw.data(), static_cast<const char*>(dw.data()) + split * k * 2, split, n, k);
-    (*one_row)->MatMulRowsTyped(dx.floats(), rows, k, wm, base.floats(), n, false);
-    (*one_row)->MatMulRowsTyped(dx.floats(), rows, k, wm, base_acc.floats(), n, true);
-    ASSERT_TRUE((*one_row)->Synchronize().ok());
-    const std::vector<float> expect = Down(base, rows * n), expect_acc = Down(base_acc, rows * n);
-    EXPECT_LT(Measured("one-row layout k=" + std::to_string(k), RelErr(expect, ref)),
-              kReductionTolerance);
-    for (const int64_t m : {2, 3, 4, 5, 8, 9, 16, 17, 33, 40}) {
-      SCOPED_TRACE(::testing::Message() << "m=" << m);
-      const int64_t first = (rows - m) / 2;
-      const auto slice = [&](const std::vector<float>& v) {
-        return std::vector<float>(v.begin() + first * n, v.begin() + (first + m) * n);
-      };
-      DeviceBuffer typed = Poisoned(m * n), wide = Poisoned(m * n);
-      DeviceBuffer acc = Up(slice(y0));
-      (*multi)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, typed.floats(), n, false);
-      (*multi)->MatMulRows(dx.floats() + first * k, m, k, k, dwide.floats(), n, wide.floats(), n,
-                           false);
-      (*multi)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, acc.floats(), n, true);
-      ASSERT_TRUE((*multi)->Synchronize().ok());
-      EXPECT_TRUE(SameBits(Down(typed, m * n), slice(expect)));
-      EXPECT_TRUE(SameBits(Down(wide, m * n), slice(expect)));
-      EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
-    }
-  }
-}
-
-TEST_F(HipKernelBackendTest, MmaRowProductMatchesCpuAndNoRowDependsOnTheOthers) {
-  // The default decode product over bf16 weights (mma_rows): within the fp32 tolerance of the
-  // CPU backend, and a row's bits the same in calls of 1 to 40 rows starting at any row, with
-  // and without accumulation, run twice. n = 203: k cut into segments (k = 4096, 4104: a last
-  // step past k; k = 12288) or not (k = 70: the scalar path); n = 33000: one segment.
-  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
-    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
-      if (n == 33000 && k != 4096) continue;
-      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
-      const int64_t rows = 40, split = 77;
-      const std::vector<float> x = RandomFloats(rows * k, 60), y0 = RandomFloats(rows * n, 62);
-      const RandomBf16 w = RandomBf16Values(n * k, 61);
-      const std::vector<float> ref = CpuRows(x, rows, w, n, k);
-      DeviceBuffer dx = Up(x), dw = Up(w.bits), base = Poisoned(rows * n), base_acc = Up(y0);
-      const WeightMatrix wm =
-          TwoParts(dw.data(), static_cast<const char*>(dw.data()) + split * k * 2, split, n, k);
-      gpu_->MatMulRowsTyped(dx.floats(), rows, k, wm, base.floats(), n, false);
-      gpu_->MatMulRowsTyped(dx.floats(), rows, k, wm, base_acc.floats(), n, true);
-      ASSERT_TRUE(gpu_->Synchronize().ok());
-      const std::vector<float> expect = Down(base, rows * n), expect_acc = Down(base_acc, rows * n);
-      EXPECT_LT(Measured("mma rows n=" + std::to_string(n) + " k=" + std::to_string(k),
-                         RelErr(expect, ref)),
-                kReductionTolerance);
-      for (const int64_t m : {1, 2, 3, 5, 8, 9, 16, 17, 33, 40}) {
-        SCOPED_TRACE(::testing::Message() << "m=" << m);
-        const int64_t first = (rows - m) / 3;
-        const auto slice = [&](const std::vector<float>& v) {
-          return std::vector<float>(v.begin() + first * n, v.begin() + (first + m) * n);
-        };
-        DeviceBuffer once = Poisoned(m * n), twice = Poisoned(m * n), acc = Up(slice(y0));
-        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, once.floats(), n, false);
-        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, twice.floats(), n, false);
-        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, acc.floats(), n, true);
-        ASSERT_TRUE(gpu_->Synchronize().ok());
-        EXPECT_TRUE(SameBits(Down(once, m * n), slice(expect)));
-        EXPECT_TRUE(SameBits(Down(twice, m * n), slice(expect)));
-        EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
-      }
-    }
-  }
-}
-
-TEST_F(HipKernelBackendTest, Bf16GemmMatchesCpuWithinTheInputRoundingOrExactlyWithFp32Inputs) {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32_inputs =
-      HipKernelBackend::Create({.bf16_gemm_inputs = false, .bf16_attention = false});
-  ASSERT_TRUE(fp32_inputs.ok()) << fp32_inputs.status();
-  EXPECT_EQ((*fp32_inputs)->name(), "hip-fp32");
-  struct Shape {
-    int64_t m, k, n;
-  };
-  for (const Shape s :
-       {Shape{1, 64, 33}, Shape{37, 70, 129}, Shape{300, 1024, 520}, Shape{64, 4096, 1000}}) {
-    SCOPED_TRACE(::testing::Message() << "m=" << s.m << " k=" << s.k << " n=" << s.n);
-    const int64_t split = s.n / 3;
-    const std::vector<float> x = RandomFloats(s.m * s.k, 42);
-    const std::vector<float> y0 = RandomFloats(s.m * s.n, 43);
-    const RandomBf16 w = RandomBf16Values(s.n * s.k, 44);
-    const std::vector<uint16_t> w1(w.bits.begin(), w.bits.begin() + split * s.k);
-    const std::vector<uint16_t> w2(w.bits.begin() + split * s.k, w.bits.end());
-    std::vector<float> ref = y0;
-    cpu_->MatMulTransposedTyped(x.data(), s.m, s.k, TwoParts(w1.data(), w2.data(), split, s.n, s.k),
-                                ref.data(), s.n, true);
-    DeviceBuffer dx = Up(x), dw1 = Up(w1), dw2 = Up(w2), dy = Up(y0);
-    const WeightMatrix dw = TwoParts(dw1.data(), dw2.data(), split, s.n, s.k);
-
-    gpu_->MatMulTransposedTyped(dx.floats(), s.m, s.k, dw, dy.floats(), s.n, true);
-    const std::vector<float> bf16_inputs = Down(dy, y0.size());
-    ASSERT_TRUE(gpu_->Upload(dy.data(), y0.data(), y0.size() * sizeof(float)).ok());
-    (*fp32_inputs)->MatMulTransposedTyped(dx.floats(), s.m, s.k, dw, dy.floats(), s.n, true);
-    ASSERT_TRUE((*fp32_inputs)->Synchronize().ok());
-    const std::vector<float> exact = Down(dy, y0.size());
-
-    ASSERT_TRUE(gpu_->Synchronize().ok());
-    const std::string shape = absl::StrCat(s.m, "x", s.k, "x", s.n);
-    EXPECT_LT(Measured("bf16 gemm, bf16 inputs " + shape, RelErr(bf16_inputs, ref)),
-              kBf16InputTolerance);
-    EXPECT_LT(Measured("bf16 gemm, fp32 inputs " + shape, RelErr(exact, ref)), kReductionTolerance);
-  }
-}
-
-TEST_F(HipKernelBackendTest, PinnedBf16GemmRowsDoNotDependOnTheOtherRows) {
-  struct Shape {
-    int64_t rows, k, n;
-  };
-  // The algorithm's reference row count, and an unaligned k (its own pinned algorithm).
-  for (const Shape s : {Shape{GpuBlas::kPinnedAlgorithmRows, 4096, 1000}, Shape{300, 70, 129}}) {
-    SCOPED_TRACE(::testing::Message() << "k=" << s.k << " n=" << s.n);
-    const std::vector<float> x = RandomFloats(s.rows * s.k, 45);
-    const RandomBf16 w = RandomBf16Values(s.n * s.k, 46);
-    DeviceBuffer dx = Up(x), dw = Up(w.bits), all = Poisoned(s.rows * s.n);
-    const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, s.n, s.k);
-    gpu_->MatMulTransposedTyped(dx.floats(), s.rows, s.k, wm, all.floats(), s.n, false);
-    const std::vector<float> together = Down(all, s.rows * s.n);
-    ASSERT_TRUE(gpu_->Synchronize().ok());
-
-    // Batches of 1, 2, 7, 64 and 129 rows starting at row 3 give the bits of those rows in the
-    // full call.
-    for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{64}, int64_t{129}}) {
-      DeviceBuffer part = Poisoned(m * s.n);
-      gpu_->MatMulTransposedTyped(dx.floats() + 3 * s.k, m, s.k, wm, part.floats(), s.n, false);
-      EXPECT_TRUE(SameBits(
-          Down(part, m * s.n),
-          std::vector<float>(together.begin() + 3 * s.n, together.begin() + (3 + m) * s.n)))
-          << "m=" << m;
-    }
-    ASSERT_TRUE(gpu_->Synchronize().ok());
-  }
-}
-
-TEST_F(HipKernelBackendTest, Bf16EmbeddingGatherWidensExactly) {
-  const int64_t vocab = 50, dim = 70;
-  const RandomBf16 table = RandomBf16Values(vocab * dim, 47);
-  const std::vector<int32_t> ids = {3, 0, 49, 3};
-  DeviceBuffer dt = Up(table.bits), out = Poisoned(ids.size() * dim);
-  absl::StatusOr<DeviceBuffer> dids = gpu_->Allocate(ids.size() * sizeof(int32_t));
-  ASSERT_TRUE(dids.ok());
-  ASSERT_TRUE(gpu_->Upload(dids->data(), ids.data(), ids.size() * sizeof(int32_t)).ok());
-
-  gpu_->EmbeddingGatherTyped(WeightMatrix::Of(dt.data(), WeightType::kBF16, vocab, dim),
-                             static_cast<const int32_t*>(dids->data()), ids.size(), out.floats());
-
-  std::vector<float> expected;
-  for (int32_t id : ids) {
-    expected.insert(expected.end(), table.wide.begin() + id * dim,
-                    table.wide.begin() + (id + 1) * dim);
-  }
-  ASSERT_TRUE(gpu_->Synchronize().ok());
-  EXPECT_TRUE(SameBits(Down(out, expected.size()), expected));
-}
-
-TEST_F(HipKernelBackendTest, AnF16MatrixIsRefused) {
-  DeviceBuffer buf = Poisoned(1024);
-
-  gpu_->MatMulRowsTyped(buf.floats(), 1, 16, WeightMatrix::Of(buf.data(), WeightType::kF16, 4, 16),
-                        buf.floats() + 512, 4, false);
-
-  EXPECT_FALSE(gpu_->AcceptsWeightType(WeightType::kF16));
-  EXPECT_THAT(gpu_->Synchronize(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
