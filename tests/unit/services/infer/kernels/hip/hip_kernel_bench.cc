@@ -161,6 +161,20 @@ int Main(bool quick) {
       std::snprintf(label, sizeof label, "gated delta chunked %ld tokens (one layer)", tokens);
       Row(label, t, "ktok/s", static_cast<double>(tokens), 1e3);
     }
+    {
+      // The fp32 kernels (mma_delta off) at 4096 tokens, against the matrix-unit path above.
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+          HipKernelBackend::Create({.mma_delta = false});
+      if (!fp32.ok()) Bench::Fail(fp32.status().ToString());
+      const double tf = bench.Time(
+          [&] {
+            (*fp32)->GatedDeltaRule({q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64});
+            Bench::Check((*fp32)->Synchronize(), "fp32 delta rule");
+          },
+          2);
+      Row("gated delta chunked 4096 tokens, fp32 kernels (mma_delta off)", tf, "ktok/s", 4096.0,
+          1e3);
+    }
     const double t = bench.Time(
         [&] {
           b.GatedDeltaRule({q, k, v, g, beta, state, o, 1, kh, vh, dk, dv, 0});
