@@ -38,6 +38,9 @@ int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch&, int64_t) { return 
 hipError_t GatedDeltaMma(const GatedDeltaLaunch&, int64_t, float*, hipStream_t) {
   return hipErrorNotSupported;
 }
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch&, int64_t, float*, bool, bool, hipStream_t) {
+  return hipErrorNotSupported;
+}
 
 #else
 
@@ -253,6 +256,29 @@ __device__ inline FragB LoadBCols(const float* m, int ld, const float* scale, in
   return f;
 }
 
+// The B fragment whose element (k, n) is hi/lo[n * ld + k]: operands split once, as they are
+// written (the state and v_new), stored as bf16 pieces with k pairs in 32-bit words.
+__device__ inline FragB LoadBSplit(const uint16_t* hi, const uint16_t* lo, int ld, int k0, int n0,
+                                   int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragB f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int at = (n0 + g) * ld + k0 + 2 * t + 8 * r;
+    f.hi[r] = *reinterpret_cast<const uint32_t*>(hi + at);
+    f.lo[r] = *reinterpret_cast<const uint32_t*>(lo + at);
+  }
+  return f;
+}
+
+// hi/lo[at] = the two bf16 pieces of x (nearest even, as Split2).
+__device__ inline void StoreSplit(uint16_t* hi, uint16_t* lo, int at, float x) {
+  const uint16_t h = FloatToBf16(x);
+  hi[at] = h;
+  lo[at] = FloatToBf16(x - Bf16ToFloat(h));
+}
+
 // --- asynchronous copies --------------------------------------------------------------------
 
 // `bytes` (4 or 16) from global `src` into shared `dst`; zeros where `valid` is false.
@@ -431,6 +457,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tm[c * tld + c] = 1.0f;
     for (int i = c + 1; i < kC; ++i) {
       float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma unroll 4
       for (int j = c & ~3; j < i; j += 4) {
         const float4 b = *reinterpret_cast<const float4*>(bm + i * bld + j);
         s0 = fmaf(b.x, tm[j * tld + c], s0);
@@ -472,8 +499,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 // --- scan -----------------------------------------------------------------------------------
 
 struct ScanLayout {
-  int wld, kld, ald, sld;
-  size_t w, q, k, a, u, vnew, s, gexp, f, decay, total;  // Offsets in floats.
+  int wld, kld, ald, sld;  // Row strides of the fp32 arrays (floats).
+  int vld, tld;            // Row strides of the split v_new^T and S^T (bf16 elements).
+  // Offsets in floats; vt and st hold the hi pieces, then the lo pieces.
+  size_t w, q, k, a, u, vt, s, st, gexp, f, decay, total;
 };
 
 __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
@@ -482,14 +511,18 @@ __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
   l.kld = dk + kPadCols;
   l.ald = kC + kPadPairs;
   l.sld = kSlice + kPadCols;
+  // Strides of 4 mod 32 words: the B fragment's pairs of one warp fall on distinct banks.
+  l.vld = kC + kPadPairs;
+  l.tld = dk + kPadPairs;
   l.w = 0;
   l.q = l.w + static_cast<size_t>(kC) * l.wld;
   l.k = l.q + static_cast<size_t>(kC) * l.wld;
   l.a = l.k + static_cast<size_t>(kC) * l.kld;
   l.u = l.a + static_cast<size_t>(kC) * l.ald;
-  l.vnew = l.u + static_cast<size_t>(kC) * l.sld;
-  l.s = l.vnew + static_cast<size_t>(kC) * l.sld;
-  l.gexp = l.s + static_cast<size_t>(dk) * l.sld;
+  l.vt = l.u + static_cast<size_t>(kC) * l.sld;
+  l.s = l.vt + static_cast<size_t>(kSlice) * l.vld;  // Two bf16 arrays of kSlice x vld.
+  l.st = l.s + static_cast<size_t>(dk) * l.sld;
+  l.gexp = l.st + static_cast<size_t>(kSlice) * l.tld;
   l.f = l.gexp + kC;
   l.decay = l.f + kC;
   l.total = l.decay + 4;
@@ -511,8 +544,11 @@ __global__ void __launch_bounds__(kThreads)
   float* k_s = smem + l.k;
   float* a_s = smem + l.a;
   float* u_s = smem + l.u;
-  float* vnew = smem + l.vnew;
+  uint16_t* vt_hi = reinterpret_cast<uint16_t*>(smem + l.vt);
+  uint16_t* vt_lo = vt_hi + kSlice * l.vld;
   float* s_s = smem + l.s;
+  uint16_t* st_hi = reinterpret_cast<uint16_t*>(smem + l.st);
+  uint16_t* st_lo = st_hi + kSlice * l.tld;
   float* gexp_s = smem + l.gexp;
   float* f_s = smem + l.f;
   float* decay_s = smem + l.decay;
@@ -553,7 +589,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < dk * kSlice; i += kThreads) {
     const int x = i / kSlice;
     const int c = i % kSlice;
-    s_s[x * l.sld + c] = c < cols ? state[static_cast<int64_t>(x) * dv + c0 + c] : 0.0f;
+    const float v = c < cols ? state[static_cast<int64_t>(x) * dv + c0 + c] : 0.0f;
+    s_s[x * l.sld + c] = v;
+    StoreSplit(st_hi, st_lo, c * l.tld + x, v);
   }
   issue1(0);
   issue2(0);
@@ -572,7 +610,7 @@ __global__ void __launch_bounds__(kThreads)
       const FragA a = LoadARows(lhs, l.wld, 16 * mi, k0, lane);
 #pragma unroll
       for (int nt = 0; nt < kSliceTiles; ++nt) {
-        Mma3(acc[nt], a, LoadBCols(s_s, l.sld, nullptr, k0, 8 * nt, lane));
+        Mma3(acc[nt], a, LoadBSplit(st_hi, st_lo, l.tld, k0, 8 * nt, lane));
       }
     }
 #pragma unroll
@@ -582,7 +620,7 @@ __global__ void __launch_bounds__(kThreads)
         const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
         const int c = 8 * nt + 2 * t + (e & 1);
         if (warp < 4) {
-          vnew[i * l.sld + c] = u_s[i * l.sld + c] - acc[nt][e];
+          StoreSplit(vt_hi, vt_lo, c * l.vld + i, u_s[i * l.sld + c] - acc[nt][e]);
         } else {
           acc[nt][e] *= gexp_s[i];
         }
@@ -598,7 +636,7 @@ __global__ void __launch_bounds__(kThreads)
         const FragA a = LoadARows(a_s, l.ald, 16 * mi, k0, lane);
 #pragma unroll
         for (int nt = 0; nt < kSliceTiles; ++nt) {
-          Mma3(acc[nt], a, LoadBCols(vnew, l.sld, nullptr, k0, 8 * nt, lane));
+          Mma3(acc[nt], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * nt, lane));
         }
       }
 #pragma unroll
@@ -621,7 +659,7 @@ __global__ void __launch_bounds__(kThreads)
         const FragA a = LoadACols(k_s, l.kld, f_s, 16 * mx, k0, lane);
 #pragma unroll
         for (int nt = 0; nt < kSliceTiles; ++nt) {
-          Mma3(upd[nt], a, LoadBCols(vnew, l.sld, nullptr, k0, 8 * nt, lane));
+          Mma3(upd[nt], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * nt, lane));
         }
       }
 #pragma unroll
@@ -632,6 +670,7 @@ __global__ void __launch_bounds__(kThreads)
           const int c = 8 * nt + 2 * t + (e & 1);
           float& s = s_s[x * l.sld + c];
           s = fmaf(decay, s, upd[nt][e]);
+          StoreSplit(st_hi, st_lo, c * l.tld + x, s);
         }
       }
     }
@@ -670,7 +709,8 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
 }
 
 template <bool kVec>
-hipError_t RunMma(const Params& p, int64_t segment, float* ws, hipStream_t stream) {
+hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, bool scan,
+                  hipStream_t stream) {
   const size_t prep_shared = PrepSharedFloats(p.dk, p.dv) * sizeof(float);
   const size_t scan_shared = ScanLayoutOf(p.dk).total * sizeof(float);
   hipError_t e = AllowSharedBytes(PrepMmaKernel, prep_shared);
@@ -682,12 +722,16 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, hipStream_t strea
     const int64_t seg_tokens = p.tokens - first < segment ? p.tokens - first : segment;
     const int64_t chunks = CeilDiv(seg_tokens, kC);
     const dim3 prep_grid(static_cast<unsigned int>(p.v_heads), static_cast<unsigned int>(chunks));
-    PrepMmaKernel<<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
-    e = hipGetLastError();
-    if (e != hipSuccess) return e;
-    ScanMmaKernel<kVec><<<scan_grid, kThreads, scan_shared, stream>>>(p, first, chunks, ws);
-    e = hipGetLastError();
-    if (e != hipSuccess) return e;
+    if (prepare) {
+      PrepMmaKernel<<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
+      e = hipGetLastError();
+      if (e != hipSuccess) return e;
+    }
+    if (scan) {
+      ScanMmaKernel<kVec><<<scan_grid, kThreads, scan_shared, stream>>>(p, first, chunks, ws);
+      e = hipGetLastError();
+      if (e != hipSuccess) return e;
+    }
   }
   return hipSuccess;
 }
@@ -711,14 +755,19 @@ int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_
 
 hipError_t GatedDeltaMma(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                          hipStream_t stream) {
+  return GatedDeltaMmaParts(a, segment_tokens, workspace, true, true, stream);
+}
+
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                              bool prepare, bool scan, hipStream_t stream) {
   if (a.tokens == 0) return hipSuccess;
   const Params p = ParamsOf(a);
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return hipErrorInvalidValue;
   // q and k rows are copied 16 bytes at a time where aligned (dk is a multiple of 16), else 4.
   const bool vec =
       reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0;
-  return vec ? RunMma<true>(p, segment_tokens, workspace, stream)
-             : RunMma<false>(p, segment_tokens, workspace, stream);
+  return vec ? RunMma<true>(p, segment_tokens, workspace, prepare, scan, stream)
+             : RunMma<false>(p, segment_tokens, workspace, prepare, scan, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

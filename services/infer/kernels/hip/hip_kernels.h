@@ -181,6 +181,10 @@ bool GatedDeltaMmaSupported(const GatedDeltaLaunch& a, int max_shared_bytes);
 int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
 hipError_t GatedDeltaMma(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                          hipStream_t stream);
+// GatedDeltaMma with its kernels chosen: the prepare kernels, the scans, or both (the kernel
+// benchmark times them apart; a scan alone reads what an earlier prepare left).
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                              bool prepare, bool scan, hipStream_t stream);
 // The recurrent form (chunk ignored) of up to GatedDeltaMaxBatch() sequences in one launch:
 // `count` launches of equal k_heads, v_heads, dk and dv with distinct states. Each sequence's
 // blocks run the one-sequence kernel's code, so its bits are those of its own GatedDelta call.
