@@ -16,8 +16,9 @@
 //  - prepare, one block per (v-head, chunk): cumulative log decays G (fp32, in token order);
 //    K K^T (three pieces each, six products: the solve amplifies its rounding) and Q K^T on the
 //    matrix units; B = beta_i (k_i . k_j) e^{G_i - G_j} (j < i) and
-//    A = (q_i . k_j) e^{G_i - G_j} (j <= i); T = (I + B)^-1 by forward substitution in fp32 (one
-//    thread per column); then u = T (beta v) and w = T (beta e^G k) on the matrix units;
+//    A = (q_i . k_j) e^{G_i - G_j} (j <= i); T = (I + B)^-1 in fp32, in blocks of 16 rows (the
+//    diagonal blocks by forward substitution, then block row by block row); then u = T (beta v)
+//    and w = T (beta e^G k) on the matrix units;
 //  - scan, one block per (v-head, slice of kSlice state columns), walking the chunks in order
 //    with the state slice in shared memory: [w; q] S on the matrix units, v_new = u - w S,
 //    o = e^G (q S) + A v_new, S = e^{G_last} S + (f k)^T v_new (f_i = e^{G_last - G_i}); the
@@ -326,13 +327,65 @@ __device__ inline void CopyTile(float* dst, int dld, const float* src, int64_t l
 
 // --- prepare --------------------------------------------------------------------------------
 
+// The triangular inverse works in blocks of kSolveBlock rows.
+constexpr int kSolveBlock = 16;
+constexpr int kSolveBlocks = kC / kSolveBlock;
+
 size_t PrepSharedFloats(int dk, int dv) {
   const int wide = dk > dv ? dk : dv;
-  // k rows, q rows (then v rows), B, T, and G, beta, beta e^G.
+  // k rows, q rows (then v rows), B, T, the solve's block products, and G, beta, beta e^G.
   return static_cast<size_t>(kC) * (dk + kPadPairs) + static_cast<size_t>(kC) * (wide + kPadPairs) +
-         static_cast<size_t>(kC) * (kC + 4) + static_cast<size_t>(kC) * (kC + kPadPairs) + 3 * kC;
+         static_cast<size_t>(kC) * (kC + 4) + static_cast<size_t>(kC) * (kC + kPadPairs) +
+         (kSolveBlocks - 1) * kSolveBlock * kSolveBlock + 3 * kC;
 }
 
+// T = (I + B)^-1 (B strictly lower triangular, zeros elsewhere; T zeros on entry) in blocks of
+// kSolveBlock: the diagonal blocks by forward substitution (thread c of block b solves column
+// c), then block row i from the blocks before it, T_ij = -T_ii (sum_{j <= k < i} B_ik T_kj),
+// every element a sum in a fixed order. `scratch` holds (kSolveBlocks - 1) blocks.
+__device__ void InvertUnitLower(const float* bm, int bld, float* tm, int tld, float* scratch) {
+  const int tid = threadIdx.x;
+  constexpr int kB = kSolveBlock;
+  if (tid < kC) {
+    const int b = tid / kB;
+    const int c = tid;
+    tm[c * tld + c] = 1.0f;
+    for (int i = c + 1; i < (b + 1) * kB; ++i) {
+      float s = 0.0f;
+      for (int j = c; j < i; ++j) s = fmaf(bm[i * bld + j], tm[j * tld + c], s);
+      tm[i * tld + c] = -s;
+    }
+  }
+  __syncthreads();
+  for (int bi = 1; bi < kSolveBlocks; ++bi) {
+    // M_j = sum_{k = j .. bi - 1} B_{bi,k} T_{k,j} for the blocks j < bi.
+    for (int e = tid; e < bi * kB * kB; e += kThreads) {
+      const int j = e / (kB * kB);
+      const int r = (e / kB) % kB;
+      const int c = e % kB;
+      const float* brow = bm + (bi * kB + r) * bld;
+      float s = 0.0f;
+      for (int q = j * kB; q < bi * kB; ++q) s = fmaf(brow[q], tm[q * tld + j * kB + c], s);
+      scratch[e] = s;
+    }
+    __syncthreads();
+    // T_{bi,j} = -T_{bi,bi} M_j (T_{bi,bi} lower triangular).
+    for (int e = tid; e < bi * kB * kB; e += kThreads) {
+      const int j = e / (kB * kB);
+      const int r = (e / kB) % kB;
+      const int c = e % kB;
+      const float* trow = tm + (bi * kB + r) * tld + bi * kB;
+      const float* m = scratch + j * kB * kB;
+      float s = 0.0f;
+      for (int q = 0; q <= r; ++q) s = fmaf(trow[q], m[q * kB + c], s);
+      tm[(bi * kB + r) * tld + j * kB + c] = -s;
+    }
+    __syncthreads();
+  }
+}
+
+// kVec: q, k and v rows copied 16 bytes at a time (aligned), else 4.
+template <bool kVec>
 __global__ void __launch_bounds__(kThreads, 2)
     PrepMmaKernel(Params p, int64_t first, int64_t chunks, float* ws) {
   extern __shared__ float smem[];
@@ -347,7 +400,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* qs = ks + kC * kld;  // q rows, then v rows.
   float* bm = qs + kC * qld;
   float* tm = bm + kC * bld;
-  float* cum = tm + kC * tld;
+  float* scratch = tm + kC * tld;
+  float* cum = scratch + (kSolveBlocks - 1) * kSolveBlock * kSolveBlock;
   float* beta = cum + kC;
   float* rk = beta + kC;
   const int h = blockIdx.x;
@@ -362,27 +416,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane / 4;
   const int t = lane % 4;
 
-  // Stage k and q rows (zeros past the chunk), the gates, and clear B and T.
-  BatchedCopy<kThreads, 8>(
-      kC * dk,
-      [&](int i) {
-        const int r = i / dk;
-        return r < len ? p.k[(t0 + r) * p.qk_ld + static_cast<int64_t>(kh) * dk + i % dk] : 0.0f;
-      },
-      [&](int i, float v) { ks[(i / dk) * kld + i % dk] = v; });
-  BatchedCopy<kThreads, 8>(
-      kC * dk,
-      [&](int i) {
-        const int r = i / dk;
-        return r < len ? p.q[(t0 + r) * p.qk_ld + static_cast<int64_t>(kh) * dk + i % dk] : 0.0f;
-      },
-      [&](int i, float v) { qs[(i / dk) * qld + i % dk] = v; });
+  // Stage k and q rows (zeros past the chunk) asynchronously, the gates, and clear B and T.
+  const int64_t qk_off = t0 * p.qk_ld + static_cast<int64_t>(kh) * dk;
+  CopyTile<kVec>(ks, kld, p.k + qk_off, p.qk_ld, kC, dk, len, dk);
+  CopyTile<kVec>(qs, qld, p.q + qk_off, p.qk_ld, kC, dk, len, dk);
+  CopyCommit();
   for (int i = tid; i < kC; i += kThreads) {
     cum[i] = i < len ? p.g[(t0 + i) * p.v_heads + h] : 0.0f;
     beta[i] = i < len ? p.beta[(t0 + i) * p.v_heads + h] : 0.0f;
   }
   for (int i = tid; i < kC * bld; i += kThreads) bm[i] = 0.0f;
   for (int i = tid; i < kC * tld; i += kThreads) tm[i] = 0.0f;
+  CopyWait<0>();
   __syncthreads();
   if (tid == 0) {
     float acc = 0.0f;
@@ -442,32 +487,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  // v rows into the q rows' place, while T = (I + B)^-1 is solved: column c by thread c,
-  // T[i][c] = -sum_{j < i} B[i][j] T[j][c] for i > c, four partial sums over j mod 4 (B's upper
-  // part and T's unsolved rows are zeros).
-  BatchedCopy<kThreads, 8>(
-      kC * dv,
-      [&](int i) {
-        const int r = i / dv;
-        return r < len ? p.v[(t0 + r) * p.v_ld + static_cast<int64_t>(h) * dv + i % dv] : 0.0f;
-      },
-      [&](int i, float v) { qs[(i / dv) * qld + i % dv] = v; });
-  if (tid < kC) {
-    const int c = tid;
-    tm[c * tld + c] = 1.0f;
-    for (int i = c + 1; i < kC; ++i) {
-      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma unroll 4
-      for (int j = c & ~3; j < i; j += 4) {
-        const float4 b = *reinterpret_cast<const float4*>(bm + i * bld + j);
-        s0 = fmaf(b.x, tm[j * tld + c], s0);
-        s1 = fmaf(b.y, tm[(j + 1) * tld + c], s1);
-        s2 = fmaf(b.z, tm[(j + 2) * tld + c], s2);
-        s3 = fmaf(b.w, tm[(j + 3) * tld + c], s3);
-      }
-      tm[i * tld + c] = -((s0 + s1) + (s2 + s3));
-    }
-  }
+  // v rows into the q rows' place, copied while T = (I + B)^-1 is solved.
+  CopyTile<kVec>(qs, qld, p.v + t0 * p.v_ld + static_cast<int64_t>(h) * dv, p.v_ld, kC, dv, len,
+                 dv);
+  CopyCommit();
+  InvertUnitLower(bm, bld, tm, tld, scratch);
+  CopyWait<0>();
   __syncthreads();
 
   // [u | w] = T [beta v | beta e^G k]: n-tiles of 8 columns over dv + dk, warp w takes n-tiles
@@ -713,7 +738,12 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
                   hipStream_t stream) {
   const size_t prep_shared = PrepSharedFloats(p.dk, p.dv) * sizeof(float);
   const size_t scan_shared = ScanLayoutOf(p.dk).total * sizeof(float);
-  hipError_t e = AllowSharedBytes(PrepMmaKernel, prep_shared);
+  hipError_t e = AllowSharedBytes(PrepMmaKernel<kVec>, prep_shared);
+  // The largest shared-memory carveout, so that two prepare blocks share a multiprocessor.
+  if (e == hipSuccess) {
+    e = hipFuncSetAttribute(reinterpret_cast<const void*>(PrepMmaKernel<kVec>),
+                            hipFuncAttributePreferredSharedMemoryCarveout, 100);
+  }
   if (e == hipSuccess) e = AllowSharedBytes(ScanMmaKernel<kVec>, scan_shared);
   if (e != hipSuccess) return e;
   const dim3 scan_grid(static_cast<unsigned int>(p.v_heads),
@@ -723,7 +753,7 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
     const int64_t chunks = CeilDiv(seg_tokens, kC);
     const dim3 prep_grid(static_cast<unsigned int>(p.v_heads), static_cast<unsigned int>(chunks));
     if (prepare) {
-      PrepMmaKernel<<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
+      PrepMmaKernel<kVec><<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
     }
@@ -763,9 +793,11 @@ hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens,
   if (a.tokens == 0) return hipSuccess;
   const Params p = ParamsOf(a);
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return hipErrorInvalidValue;
-  // q and k rows are copied 16 bytes at a time where aligned (dk is a multiple of 16), else 4.
-  const bool vec =
-      reinterpret_cast<uintptr_t>(a.q) % 16 == 0 && reinterpret_cast<uintptr_t>(a.k) % 16 == 0;
+  // q, k and v rows are copied 16 bytes at a time where aligned (dk is a multiple of 16, dv of
+  // 8), else 4.
+  const bool vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
   return vec ? RunMma<true>(p, segment_tokens, workspace, prepare, scan, stream)
              : RunMma<false>(p, segment_tokens, workspace, prepare, scan, stream);
 }
