@@ -384,12 +384,13 @@ __device__ void InvertUnitLower(const float* bm, int bld, float* tm, int tld, fl
   }
 }
 
-// kVec: q, k and v rows copied 16 bytes at a time (aligned), else 4.
-template <bool kVec>
+// kDk: dk (the k steps unrolled). kVec: q, k and v rows copied 16 bytes at a time (aligned),
+// else 4.
+template <int kDk, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2)
     PrepMmaKernel(Params p, int64_t first, int64_t chunks, float* ws) {
   extern __shared__ float smem[];
-  const int dk = p.dk;
+  constexpr int dk = kDk;
   const int dv = p.dv;
   const int kld = dk + kPadPairs;
   const int wide = dk > dv ? dk : dv;
@@ -462,6 +463,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float* lhs = is_q ? qs : ks;
     const int lld = is_q ? qld : kld;
     float c[4] = {};
+#pragma unroll
     for (int k0 = 0; k0 < dk; k0 += 16) {
       if (is_q) {
         Mma3(c, LoadARows(lhs, lld, 16 * mi, k0, lane), LoadBRows(ks, kld, k0, 8 * ni, lane));
@@ -557,11 +559,11 @@ __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
 // One block per (v-head, slice of kSlice state columns); walks the segment's chunks in order.
 // Warps 0-3 take w's m-tiles and warps 4-7 q's in [w; q] S; then warps 4-7 finish o while every
 // warp updates its m-tiles of the state.
-template <bool kVec>
+template <int kDk, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ScanMmaKernel(Params p, int64_t first, int64_t chunks, const float* ws) {
   extern __shared__ float smem[];
-  const int dk = p.dk;
+  constexpr int dk = kDk;
   const int dv = p.dv;
   const ScanLayout l = ScanLayoutOf(dk);
   float* w_s = smem + l.w;
@@ -631,6 +633,7 @@ __global__ void __launch_bounds__(kThreads)
     const int mi = warp % 4;
     const float* lhs = warp < 4 ? w_s : q_s;
     float acc[kSliceTiles][4] = {};
+#pragma unroll
     for (int k0 = 0; k0 < dk; k0 += 16) {
       const FragA a = LoadARows(lhs, l.wld, 16 * mi, k0, lane);
 #pragma unroll
@@ -680,6 +683,7 @@ __global__ void __launch_bounds__(kThreads)
     const float decay = decay_s[0];
     for (int mx = warp; mx < m_tiles; mx += kWarps) {
       float upd[kSliceTiles][4] = {};
+#pragma unroll
       for (int k0 = 0; k0 < kC; k0 += 16) {
         const FragA a = LoadACols(k_s, l.kld, f_s, 16 * mx, k0, lane);
 #pragma unroll
@@ -733,18 +737,18 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
   return p;
 }
 
-template <bool kVec>
+template <int kDk, bool kVec>
 hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, bool scan,
                   hipStream_t stream) {
   const size_t prep_shared = PrepSharedFloats(p.dk, p.dv) * sizeof(float);
   const size_t scan_shared = ScanLayoutOf(p.dk).total * sizeof(float);
-  hipError_t e = AllowSharedBytes(PrepMmaKernel<kVec>, prep_shared);
+  hipError_t e = AllowSharedBytes(PrepMmaKernel<kDk, kVec>, prep_shared);
   // The largest shared-memory carveout, so that two prepare blocks share a multiprocessor.
   if (e == hipSuccess) {
-    e = hipFuncSetAttribute(reinterpret_cast<const void*>(PrepMmaKernel<kVec>),
+    e = hipFuncSetAttribute(reinterpret_cast<const void*>(PrepMmaKernel<kDk, kVec>),
                             hipFuncAttributePreferredSharedMemoryCarveout, 100);
   }
-  if (e == hipSuccess) e = AllowSharedBytes(ScanMmaKernel<kVec>, scan_shared);
+  if (e == hipSuccess) e = AllowSharedBytes(ScanMmaKernel<kDk, kVec>, scan_shared);
   if (e != hipSuccess) return e;
   const dim3 scan_grid(static_cast<unsigned int>(p.v_heads),
                        static_cast<unsigned int>(CeilDiv(p.dv, kSlice)));
@@ -753,12 +757,14 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
     const int64_t chunks = CeilDiv(seg_tokens, kC);
     const dim3 prep_grid(static_cast<unsigned int>(p.v_heads), static_cast<unsigned int>(chunks));
     if (prepare) {
-      PrepMmaKernel<kVec><<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
+      PrepMmaKernel<kDk, kVec>
+          <<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
     }
     if (scan) {
-      ScanMmaKernel<kVec><<<scan_grid, kThreads, scan_shared, stream>>>(p, first, chunks, ws);
+      ScanMmaKernel<kDk, kVec>
+          <<<scan_grid, kThreads, scan_shared, stream>>>(p, first, chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
     }
@@ -769,7 +775,7 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
 }  // namespace
 
 bool GatedDeltaMmaSupported(const GatedDeltaLaunch& a, int max_shared_bytes) {
-  if (a.chunk != kC || a.dk % 16 != 0 || a.dk > kMaxDk || a.dv % 8 != 0 || a.dv <= 0) {
+  if (a.chunk != kC || (a.dk != 64 && a.dk != kMaxDk) || a.dv % 8 != 0 || a.dv <= 0) {
     return false;
   }
   const size_t prep = PrepSharedFloats(a.dk, a.dv) * sizeof(float);
@@ -793,13 +799,18 @@ hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens,
   if (a.tokens == 0) return hipSuccess;
   const Params p = ParamsOf(a);
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return hipErrorInvalidValue;
-  // q, k and v rows are copied 16 bytes at a time where aligned (dk is a multiple of 16, dv of
+  // q, k and v rows are copied 16 bytes at a time where aligned (dk is 64 or 128, dv a multiple of
   // 8), else 4.
   const bool vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
-  return vec ? RunMma<true>(p, segment_tokens, workspace, prepare, scan, stream)
-             : RunMma<false>(p, segment_tokens, workspace, prepare, scan, stream);
+  if (a.dk == 64) {
+    return vec ? RunMma<64, true>(p, segment_tokens, workspace, prepare, scan, stream)
+               : RunMma<64, false>(p, segment_tokens, workspace, prepare, scan, stream);
+  }
+  if (a.dk != kMaxDk) return hipErrorInvalidValue;
+  return vec ? RunMma<kMaxDk, true>(p, segment_tokens, workspace, prepare, scan, stream)
+             : RunMma<kMaxDk, false>(p, segment_tokens, workspace, prepare, scan, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

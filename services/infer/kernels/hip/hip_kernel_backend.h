@@ -49,7 +49,7 @@ struct HipKernelBackendOptions {
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode
   // products then read each weight once for up to 16 rows instead of once per row tile.
   bool mma_rows = true;
-  // The chunked delta rule (chunk 64, dk a multiple of 16 up to 128, dv a multiple of 8) on the
+  // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
   // has them (NVIDIA); off, other shapes, or on AMD, the fp32 kernels (and their bits).

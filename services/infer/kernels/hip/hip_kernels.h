@@ -175,7 +175,7 @@ hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* 
 // The chunked form on the matrix units (gated_delta_mma.hip): the same chunk algorithm with
 // every matrix product on NVIDIA's mma.sync, each fp32 operand split into two bf16 pieces (a
 // product within a few 2^-17 of fp32); state, decays and the triangular solve stay fp32.
-// Supported: NVIDIA, chunk 64, dk a multiple of 16 up to 128, dv a multiple of 8, enough shared
+// Supported: NVIDIA, chunk 64, dk 64 or 128, dv a multiple of 8, enough shared
 // memory. `workspace` (GatedDeltaMmaWorkspaceFloats) must be 16-byte aligned.
 bool GatedDeltaMmaSupported(const GatedDeltaLaunch& a, int max_shared_bytes);
 int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
