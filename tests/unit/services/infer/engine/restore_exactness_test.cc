@@ -29,14 +29,17 @@ const std::vector<int64_t> kTailPasses = {128, 172};
 // Logits from other pass boundaries (chunk grid, recurrent vs chunked) differ by fp32
 // rounding, which grows with the logits' magnitude and, in the chunked delta rule, with the
 // conditioning of (I + B) (random keys of the small test heads are far from orthogonal): they
-// agree within this fraction of the largest logit (the state within an absolute difference).
-// Seen: up to 3.5e-4 of the largest logit for the dense preset.
+// agree within this fraction of the largest logit, and the state within this fraction of its
+// largest value. The products' rounding depends on the processor too (OpenBLAS picks its sgemm
+// kernels by processor). Seen for the dense preset: 3.5e-4 of the largest logit on one machine;
+// on an AVX-512 AMD EPYC 4.7e-4 of the largest logit and 3.2e-4 of the largest state value
+// (1.37e-3 of 4.29).
 constexpr float kRelativeTolerance = 1e-3f;
-constexpr float kStateTolerance = 1e-3f;
 
-float Tolerance(const std::vector<float>& logits) {
+// kRelativeTolerance of the largest magnitude in `values` (at least of 1).
+float Tolerance(const std::vector<float>& values) {
   float m = 1.0f;
-  for (float v : logits) m = std::max(m, std::fabs(v));
+  for (float v : values) m = std::max(m, std::fabs(v));
   return kRelativeTolerance * m;
 }
 
@@ -216,8 +219,8 @@ TEST_P(RestoreExactnessTest, PrefillSplitAtArbitraryPositionsAgrees) {
   ASSERT_TRUE(whole.ok() && split.ok());
   EXPECT_LT(testing::MaxAbsDiff(*whole, *split), Tolerance(*whole));
   EXPECT_FALSE(SameBytes(*whole, *split));  // Pass shapes do change the bytes.
-  EXPECT_LT(testing::MaxAbsDiff(StateOf(*memory_->slot(0)), StateOf(*memory_->slot(1))),
-            kStateTolerance);
+  const std::vector<float> whole_state = StateOf(*memory_->slot(0));
+  EXPECT_LT(testing::MaxAbsDiff(whole_state, StateOf(*memory_->slot(1))), Tolerance(whole_state));
 }
 
 TEST_P(RestoreExactnessTest, DecodeAfterPrefillAgreesWithPrefill) {
