@@ -554,6 +554,7 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
 
 void CpuKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   const ScopedTimer timer(this, &CpuKernelProfile::delta_rule_s);
+  if (profiling_) delta_rule_calls_.push_back({a.tokens, a.v_heads, a.dk, a.dv, a.chunk});
   const int64_t per_head = static_cast<int64_t>(a.dk) * a.dv;
   ParallelFor(a.v_heads, [&](int64_t h) {
     cpu::GatedDeltaHead(a, static_cast<int>(h), a.state + h * per_head);

@@ -52,6 +52,16 @@ struct CpuAttentionCall {
   int head_dim = 0;
 };
 
+// One GatedDeltaRule call, recorded while profiling: the delta rule over `tokens` tokens for
+// each of its v_heads heads, chunked with `chunk` tokens per chunk (0: recurrent).
+struct CpuDeltaRuleCall {
+  int64_t tokens = 0;
+  int v_heads = 0;
+  int dk = 0;
+  int dv = 0;
+  int chunk = 0;
+};
+
 // The reference backend: fp32 math on the host. GEMMs, including attention's score and value
 // products per head, go through OpenBLAS's cblas_sgemm on one thread: the backend splits each
 // product's output (never its reduction) into tiles of weight rows, or attention into heads and
@@ -87,10 +97,14 @@ class CpuKernelBackend final : public KernelBackend {
   // The blocked Attention calls since the profile was last reset (with profiling on), so that a
   // benchmark can time the same products bare.
   const std::vector<CpuAttentionCall>& attention_calls() const { return attention_calls_; }
+  // The GatedDeltaRule calls since the profile was last reset (with profiling on), so that a
+  // benchmark can count their FLOPs and time their products bare.
+  const std::vector<CpuDeltaRuleCall>& delta_rule_calls() const { return delta_rule_calls_; }
   void ResetProfile() {
     profile_ = CpuKernelProfile();
     cpu_profile_ = CpuKernelProfile();
     attention_calls_.clear();
+    delta_rule_calls_.clear();
   }
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
@@ -163,6 +177,7 @@ class CpuKernelBackend final : public KernelBackend {
   CpuKernelProfile cpu_profile_;
   bool profile_cpu_ = false;
   std::vector<CpuAttentionCall> attention_calls_;
+  std::vector<CpuDeltaRuleCall> delta_rule_calls_;
   // Per thread (ParallelForWorkers' index): a tile of weights widened for sgemm, attention's
   // score block.
   std::vector<std::vector<float>> widened_;
