@@ -40,6 +40,10 @@ void KernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) 
   }
 }
 
+void KernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
+  for (const AttentionArgs& a : batch) Attention(a);
+}
+
 void KernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) {
   for (const GatedDeltaArgs& args : batch) GatedDeltaRule(args);
 }

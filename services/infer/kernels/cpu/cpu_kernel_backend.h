@@ -9,8 +9,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/concurrency/mutex.h"
-#include "common/concurrency/thread_pool.h"
 #include "services/infer/kernels/cpu/row_kernels.h"
+#include "services/infer/kernels/cpu/worker_team.h"
 #include "services/infer/kernels/kernel_backend.h"
 
 namespace cairn::infer {
@@ -27,6 +27,12 @@ struct CpuKernelBackendOptions {
   // what a backend without typed weights takes (one fp32 part), so models widen their weights:
   // for tests of that path and for comparisons.
   bool typed_weights = true;
+  // How long, in microseconds, a helper thread watches for the backend's next parallel loop
+  // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. The time a helper
+  // watches is processor time spent waiting, paid where loops follow each other closely (a
+  // decode step runs about a hundred) instead of a wake-up per loop.
+  int spin_us = kDefaultSpinMicros;
+  static constexpr int kDefaultSpinMicros = 100;
   // Accumulate the wall time of each kind of operation (profile()); for benchmarks. See also
   // CpuKernelBackend::ProfileProcessorTime.
   bool profile = false;
@@ -140,10 +146,17 @@ class CpuKernelBackend final : public KernelBackend {
   void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                       const float* w, int kernel, float* state, float* out) override;
   void Attention(const AttentionArgs& args) override;
+  // One parallel loop over every sequence's items where each sequence takes the row-invariant
+  // or the short path (decode steps); otherwise Attention for each in order.
+  void AttentionBatch(absl::Span<const AttentionArgs> batch) override;
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
+  // One parallel loop over every sequence's heads (a decode step's sequences are one token
+  // each: a loop per sequence would hand work to the threads once per sequence). Each head is
+  // computed as by GatedDeltaRule.
+  void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
 
  private:
-  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile);
+  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile, int spin_us);
 
   // Adds the wall and processor time from its construction to its destruction to one field of
   // the profiles.
@@ -171,7 +184,7 @@ class CpuKernelBackend final : public KernelBackend {
   const int threads_;
   const cpu::Isa isa_;
   const bool typed_weights_;
-  std::unique_ptr<ThreadPool> pool_;  // threads_ - 1 workers; null when threads_ == 1.
+  std::unique_ptr<cpu::WorkerTeam> team_;  // threads_ - 1 helpers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;
   CpuKernelProfile cpu_profile_;
