@@ -61,6 +61,21 @@ const void* WeightRow(const WeightMatrix& w, int64_t j) {
   return nullptr;
 }
 
+// rows[i] = row `first + i` of `w` for i < count, walking the parts once.
+void WeightRows(const WeightMatrix& w, int64_t first, int64_t count, const void** rows) {
+  const int64_t row_bytes = w.cols * WeightTypeSize(w.type);
+  int p = 0;
+  int64_t j = first;
+  while (j >= w.parts[p].rows) j -= w.parts[p++].rows;
+  for (int64_t i = 0; i < count; ++i, ++j) {
+    while (j == w.parts[p].rows) {
+      j = 0;
+      ++p;
+    }
+    rows[i] = static_cast<const char*>(w.parts[p].data) + j * row_bytes;
+  }
+}
+
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // torch softplus switches to the identity above this input.
@@ -282,7 +297,7 @@ void CpuKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     const int64_t n0 = b * kRowMatMulBlock;
     const int64_t count = std::min(n, n0 + kRowMatMulBlock) - n0;
     const void* rows[kRowMatMulBlock];
-    for (int64_t j = 0; j < count; ++j) rows[j] = WeightRow(w, n0 + j);
+    WeightRows(w, n0, count, rows);
     cpu::RowProducts(isa_, w.type, x, m, ldx, rows, count, w.cols, y + n0, ldy, accumulate);
   });
 }

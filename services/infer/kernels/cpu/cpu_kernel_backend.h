@@ -28,11 +28,13 @@ struct CpuKernelBackendOptions {
   // for tests of that path and for comparisons.
   bool typed_weights = true;
   // How long, in microseconds, a helper thread watches for the backend's next parallel loop
-  // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. The time a helper
-  // watches is processor time spent waiting, paid where loops follow each other closely (a
-  // decode step runs about a hundred) instead of a wake-up per loop.
+  // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. Watching trades
+  // processor time spent waiting for the wake-up a loop otherwise costs. Off by default: on the
+  // shared two-core development machine (load 5) a four-slot decode step of bench-50m read
+  // 13.6 and 10.8 GB/s of weights per processor-second without it, 10.8 and 8.8 with 30 us and
+  // 7.4 and 9.5 with 100 us (docs/cpu-backend.md, section 6).
   int spin_us = kDefaultSpinMicros;
-  static constexpr int kDefaultSpinMicros = 100;
+  static constexpr int kDefaultSpinMicros = 0;
   // Accumulate the wall time of each kind of operation (profile()); for benchmarks. See also
   // CpuKernelBackend::ProfileProcessorTime.
   bool profile = false;

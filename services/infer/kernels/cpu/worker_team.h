@@ -14,11 +14,12 @@
 namespace cairn::infer::cpu {
 
 // Helper threads that run the items of one parallel loop at a time together with the calling
-// thread (CpuKernelBackend's loops). Between loops a helper watches for the next one for up to
-// `spin` before it sleeps on a condition variable: a decode step runs a hundred short loops
-// back to back, and waking a sleeping thread for each (a futex call and a context switch on
-// both sides) took about a tenth of the step's processor time on a two-core virtual machine.
-// With `spin` zero every helper sleeps between loops, as a plain thread pool's do.
+// thread (CpuKernelBackend's loops). Between loops a helper may watch for the next one for up
+// to `spin` before it sleeps on a condition variable (a decode step runs about a hundred short
+// loops back to back, each a wake-up otherwise); with `spin` zero every helper sleeps between
+// loops. Either way a loop costs one shared allocation and, only while a helper sleeps, one
+// signal: no queue of closures, and the caller waits for the helpers by polling (they are
+// finishing their last item) rather than on a condition variable.
 //
 // The calling thread takes items too and waits only for helpers that joined the loop before
 // every item was taken (a helper the machine delays then finds nothing to do, and the loop does
