@@ -8,9 +8,9 @@ namespace {
 
 // Polls of an atomic between readings of the clock while a helper watches for the next loop.
 constexpr int kPollsPerClockRead = 64;
-// Polls the calling thread makes waiting for the helpers of a loop before it starts yielding
-// its core between polls (a helper the machine descheduled mid-item needs one).
-constexpr int kPollsBeforeYield = 4096;
+// Polls the calling thread makes waiting for the helpers of a loop before it sleeps until the
+// last one leaves.
+constexpr int kPollsBeforeSleep = 2048;
 
 inline void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -65,13 +65,13 @@ void WorkerTeam::Run(int64_t n, int max_helpers, absl::FunctionRef<void(int64_t,
   // Every item is taken: a helper that joins from now on takes none (`next` only grows, and a
   // helper counts itself in `joined` before it takes an item), so only those counted now can
   // still be running one.
-  for (int polls = 0; loop->joined.load() > 0; ++polls) {
-    if (polls < kPollsBeforeYield) {
-      Pause();
-    } else {
-      std::this_thread::yield();
-    }
-  }
+  for (int polls = 0; loop->joined.load() > 0 && polls < kPollsBeforeSleep; ++polls) Pause();
+  if (loop->joined.load() == 0) return;
+  MutexLock lock(&mu_);
+  loop->caller_sleeps.store(true);
+  // A helper that leaves after this store sees it and signals under mu_; one that left before
+  // it is already out of `joined`.
+  while (loop->joined.load() > 0) done_.Wait(&mu_);
 }
 
 void WorkerTeam::HelperMain(int worker) {
@@ -102,7 +102,10 @@ void WorkerTeam::HelperMain(int worker) {
     for (int64_t i = loop->next.fetch_add(1); i < loop->n; i = loop->next.fetch_add(1)) {
       (*loop->body)(i, worker);
     }
-    loop->joined.fetch_sub(1);
+    if (loop->joined.fetch_sub(1) == 1 && loop->caller_sleeps.load()) {
+      MutexLock lock(&mu_);
+      done_.SignalAll();
+    }
   }
 }
 

@@ -18,8 +18,9 @@ namespace cairn::infer::cpu {
 // to `spin` before it sleeps on a condition variable (a decode step runs about a hundred short
 // loops back to back, each a wake-up otherwise); with `spin` zero every helper sleeps between
 // loops. Either way a loop costs one shared allocation and, only while a helper sleeps, one
-// signal: no queue of closures, and the caller waits for the helpers by polling (they are
-// finishing their last item) rather than on a condition variable.
+// signal: no queue of closures, and the caller waits for the helpers that joined by polling
+// for a few microseconds (they are finishing their last item), then on a condition variable
+// (a prefill pass's items take milliseconds: polling would spend the caller's processor time).
 //
 // The calling thread takes items too and waits only for helpers that joined the loop before
 // every item was taken (a helper the machine delays then finds nothing to do, and the loop does
@@ -50,6 +51,8 @@ class WorkerTeam {
     std::atomic<int64_t> next{0};
     std::atomic<int> joined{0};  // Helpers between joining and leaving.
     std::atomic<int> seats{0};   // Helpers that may still join.
+    // The caller sleeps on done_ until `joined` is zero (set under mu_).
+    std::atomic<bool> caller_sleeps{false};
   };
 
   void HelperMain(int worker);
@@ -58,7 +61,8 @@ class WorkerTeam {
   // Bumped (under mu_) when loop_ is replaced; helpers spin on it.
   std::atomic<uint64_t> epoch_{0};
   Mutex mu_;
-  CondVar cv_;
+  CondVar cv_;    // Helpers wait here for the next loop.
+  CondVar done_;  // The caller waits here for a loop's last helper (Loop::caller_sleeps).
   std::shared_ptr<Loop> loop_ ABSL_GUARDED_BY(mu_);
   int sleeping_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
