@@ -27,11 +27,14 @@ constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v2";
 // inputs (v2; v1 widened the weights and ran everything in fp32); v3: its decode products run on
 // the matrix units with each fp32 input split into three bf16 pieces (hip::MatMulRowsMma), in
 // another order than v2's row kernel. Its pass-invariant numerics run every product through that
-// row-independent product with fp32 inputs (v2; v1 had the row kernel).
-constexpr char kHipNumericsClass[] = "hip-bf16-v3";
-// --gpu-bf16-inputs=false: bf16 weights, every matrix-unit input fp32 (or split exactly).
-constexpr char kHipFp32InputsClass[] = "hip-f32-inputs-v3";
-constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v2";
+// row-independent product with fp32 inputs (v2; v1 had the row kernel). v4 (and pass-invariant
+// v3): decode attention merges its key ranges in a fixed tree of eight chains instead of one
+// chain, and the default's chunked delta rule runs on the matrix units (hip::GatedDeltaMma).
+constexpr char kHipNumericsClass[] = "hip-bf16-v4";
+// --gpu-bf16-inputs=false: bf16 weights, every matrix-unit input fp32 (or split exactly); the
+// delta rule stays on the fp32 kernels.
+constexpr char kHipFp32InputsClass[] = "hip-f32-inputs-v4";
+constexpr char kHipPassInvariantClass[] = "hip-f32-pass-invariant-v3";
 
 std::string Hex(uint64_t v) { return absl::StrFormat("%016x", v); }
 

@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
     hip.device = choice.device;
     hip.bf16_gemm_inputs = choice.gpu_bf16_inputs;
     hip.bf16_attention = choice.gpu_bf16_inputs;
+    hip.mma_delta = choice.gpu_bf16_inputs;
     return CreateHipKernelBackend(hip);
   }
 #endif

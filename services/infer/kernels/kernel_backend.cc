@@ -41,7 +41,7 @@ void KernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) 
 }
 
 void KernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
-  for (const AttentionArgs& a : batch) Attention(a);
+  for (const AttentionArgs& args : batch) Attention(args);
 }
 
 void KernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) {

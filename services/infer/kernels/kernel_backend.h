@@ -218,8 +218,8 @@ class KernelBackend {
   virtual void Attention(const AttentionArgs& args) = 0;
   // Attention for each element of `batch` (the sequences of one pass; their outputs are
   // distinct). Each result is bit-identical to that of its own Attention call. The default
-  // (kernel_backend.cc) makes those calls in order; a backend may spread the sequences' work
-  // over its threads together.
+  // (kernel_backend.cc) makes those calls in order; a device backend may run several sequences'
+  // decode steps in one launch, the CPU backend spreads their work over its threads together.
   virtual void AttentionBatch(absl::Span<const AttentionArgs> batch);
 
   // The gated delta rule; see GatedDeltaArgs. The chunked and recurrent forms compute the same

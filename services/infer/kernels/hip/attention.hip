@@ -9,8 +9,9 @@
 // position and the keys up to it, not on `tokens`, `past` or the other rows.
 //
 // The split path (decode): keys are cut into ranges of split_keys; each range writes its
-// unnormalised O with its running max and sum, and a second kernel merges the ranges in order.
-// Ranges with no visible key are skipped exactly.
+// unnormalised O with its running max and sum, and a second kernel merges the ranges in a
+// fixed tree (eight interleaved chains, then their sums in order). Ranges with no visible key
+// are skipped exactly.
 
 #include <cmath>
 #include <cstdint>
@@ -28,7 +29,10 @@ constexpr int kNarrowRows = 8;
 constexpr int kBc = 32;        // Keys per tile.
 constexpr int kThreads = 128;  // Threads per block.
 constexpr int kMaxHeadDim = 256;
-constexpr int kMergeThreads = 64;
+// The merge: kMergeDims output dimensions per block, each summed by kMergeLanes threads.
+constexpr int kMergeDims = 32;
+constexpr int kMergeLanes = 8;
+constexpr int kMergeThreads = kMergeDims * kMergeLanes;
 // Key ranges one call may have: their merge weights and sums live in shared memory (192 KiB).
 constexpr int64_t kMaxSplits = 24576;
 
@@ -110,8 +114,9 @@ __device__ void LoadKvTile(const Params& p, int kvh, int64_t kt, int64_t k_end, 
   }
 }
 
+// The block of rows [bx * kBr, ...) of kv head `kvh` over key range `split`.
 template <int kMaxD, int kBr, bool kVec>
-__global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
+__device__ void AttentionBlock(const Params& p, int64_t bx, int kvh, int64_t split) {
   // Score tile per thread: kScoreRows x kScoreCols; output tile: kOutRows x kDims.
   constexpr int kScoreRows = kBr >= 32 ? 2 : 1;
   constexpr int kScoreColGroups = kThreads / (kBr / kScoreRows);
@@ -132,9 +137,7 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
   float* row_alpha = row_sum + kBr;
 
   const int tid = threadIdx.x;
-  const int kvh = blockIdx.y;
-  const int64_t rho0 = static_cast<int64_t>(blockIdx.x) * kBr;
-  const int64_t split = blockIdx.z;
+  const int64_t rho0 = bx * kBr;
 
   BatchedCopy<kThreads, 8>(
       kBr * d,
@@ -298,22 +301,55 @@ __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
   }
 }
 
+template <int kMaxD, int kBr, bool kVec>
+__global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
+  AttentionBlock<kMaxD, kBr, kVec>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// Calls per launch of the batched split path: their parameters stay well under the 4 KiB a
+// kernel's parameters may take.
+constexpr int kMaxBatch = 16;
+// Calls times key ranges of one batched launch (its grid's z).
+constexpr int64_t kMaxGridZ = 65535;
+struct ParamsBatch {
+  Params seq[kMaxBatch];
+  int64_t splits[kMaxBatch];
+};
+
+// Call blockIdx.z / max_splits of the batch, key range blockIdx.z % max_splits: the blocks of
+// its own launch, the others exit.
+template <int kMaxD, int kBr, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    AttentionBatchKernel(ParamsBatch b, int64_t max_splits) {
+  const int64_t seq = blockIdx.z / max_splits;
+  const int64_t split = blockIdx.z % max_splits;
+  const Params& p = b.seq[seq];
+  if (split >= b.splits[seq] || static_cast<int64_t>(blockIdx.x) * kBr >= p.rows) return;
+  AttentionBlock<kMaxD, kBr, kVec>(p, blockIdx.x, blockIdx.y, split);
+}
+
 // Marks a range without a visible key in the merge weights.
 constexpr float kEmptyRange = -1.0f;
 
-// One block per (row, kv head, slice of kMergeThreads dims): merges the ranges in order,
-// skipping those without a key (so the ranges past a row's position, which other rows of the
-// call may need, change nothing). Shared: per range its weight e^{m_s - max} and its sum l_s.
-__global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
+// One block per (row, kv head, slice of kMergeDims dims): merges the ranges, skipping those
+// without a key (so the ranges past a row's position, which other rows of the call may need,
+// change nothing). The sums have a fixed shape: lane l (of kMergeLanes) adds the ranges l,
+// l + kMergeLanes, ... in order, then the lanes' sums are added in lane order, a lane without a
+// range skipped; range s always lands in lane s % kMergeLanes, so a row's bits depend on its
+// visible ranges alone, not on how many ranges the call has. Shared: per range its weight
+// e^{m_s - max} and its sum l_s.
+__device__ void MergeBlock(const Params& p, int64_t splits, int64_t rho, int kvh, int zslice) {
   extern __shared__ float merge_smem[];
   float* weights = merge_smem;
   float* sums = merge_smem + splits;
   __shared__ float scratch[kMergeThreads];
-  __shared__ float total;
-  const int64_t rho = blockIdx.x;
-  const int kvh = blockIdx.y;
+  __shared__ float lane_o[kMergeLanes][kMergeDims];
+  __shared__ float lane_total[kMergeLanes];
+  __shared__ int lane_has[kMergeLanes];
   const int d = p.d;
   const int tid = threadIdx.x;
+  const int lane = tid / kMergeDims;
+  const int di = tid % kMergeDims;
   auto base = [&](int64_t s) { return (s * p.kv_heads + kvh) * p.rows + rho; };
   float mx = -INFINITY;
   for (int64_t s = tid; s < splits; s += kMergeThreads) mx = fmaxf(mx, p.part_m[base(s)]);
@@ -330,30 +366,65 @@ __global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int
     sums[s] = p.part_l[base(s)];
   }
   __syncthreads();
-  if (tid == 0) {
+  if (tid < kMergeLanes) {
     float sum = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) {
-      if (weights[s] != kEmptyRange) sum = fmaf(sums[s], weights[s], sum);
+    int has = 0;
+    for (int64_t s = tid; s < splits; s += kMergeLanes) {
+      if (weights[s] != kEmptyRange) {
+        sum = fmaf(sums[s], weights[s], sum);
+        has = 1;
+      }
     }
-    total = sum;
+    lane_total[tid] = sum;
+    lane_has[tid] = has;
   }
-  __syncthreads();
-  const int dim = blockIdx.z * kMergeThreads + tid;
-  if (dim >= d) return;
+  const int dim = zslice * kMergeDims + di;
   float o = 0.0f;
+  if (dim < d) {
 #pragma unroll 8
-  for (int64_t s = 0; s < splits; ++s) {
-    const float w = weights[s];
-    const float po = p.part_o[base(s) * d + dim];
-    if (w != kEmptyRange) o = fmaf(po, w, o);
+    for (int64_t s = lane; s < splits; s += kMergeLanes) {
+      const float w = weights[s];
+      const float po = p.part_o[base(s) * d + dim];
+      if (w != kEmptyRange) o = fmaf(po, w, o);
+    }
+  }
+  lane_o[lane][di] = o;
+  __syncthreads();
+  if (lane != 0 || dim >= d) return;
+  float total = 0.0f;
+  float out = 0.0f;
+  bool any = false;
+  for (int l = 0; l < kMergeLanes; ++l) {
+    if (!lane_has[l]) continue;
+    total = any ? total + lane_total[l] : lane_total[l];
+    out = any ? out + lane_o[l][di] : lane_o[l][di];
+    any = true;
   }
   const int64_t t = rho / p.group;
   const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
-  p.out[t * p.q_ld + h * d + dim] = o * (1.0f / total);
+  p.out[t * p.q_ld + h * d + dim] = out * (1.0f / total);
+}
+
+__global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
+  MergeBlock(p, splits, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// Call blockIdx.z / dim_slices of the batch: the blocks of its own merge, the others exit.
+__global__ void __launch_bounds__(kMergeThreads)
+    MergeSplitsBatchKernel(ParamsBatch b, int dim_slices) {
+  const int seq = blockIdx.z / dim_slices;
+  const Params& p = b.seq[seq];
+  if (static_cast<int64_t>(blockIdx.x) >= p.rows) return;
+  MergeBlock(p, b.splits[seq], blockIdx.x, blockIdx.y, blockIdx.z % dim_slices);
 }
 
 int64_t Splits(const AttentionLaunch& a) {
   return a.split_keys > 0 ? CeilDiv(a.past + a.tokens, a.split_keys) : 1;
+}
+
+bool VecLoads(const Params& p) {
+  return p.d % 4 == 0 && p.kv_ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.v) % 16 == 0;
 }
 
 template <int kMaxD, int kBr, bool kVec>
@@ -369,8 +440,7 @@ hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
 
 template <int kMaxD>
 hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
-  const bool vec = p.d % 4 == 0 && p.kv_ld % 4 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(p.v) % 16 == 0;
+  const bool vec = VecLoads(p);
   hipError_t e;
   if (p.rows <= kNarrowRows) {
     e = vec ? LaunchTiles<kMaxD, kNarrowRows, true>(p, splits, stream)
@@ -381,7 +451,7 @@ hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
   }
   if (e != hipSuccess || p.part_o == nullptr) return e;
   const dim3 merge_grid(static_cast<unsigned int>(p.rows), static_cast<unsigned int>(p.kv_heads),
-                        static_cast<unsigned int>(CeilDiv(p.d, kMergeThreads)));
+                        static_cast<unsigned int>(CeilDiv(p.d, kMergeDims)));
   const size_t merge_shared = 2 * static_cast<size_t>(splits) * sizeof(float);
   e = AllowSharedBytes(MergeSplitsKernel, merge_shared);
   if (e != hipSuccess) return e;
@@ -404,8 +474,10 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a) {
   return Splits(a) * a.kv_heads * rows * (a.head_dim + 2);
 }
 
-hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream) {
-  if (a.tokens == 0) return hipSuccess;
+namespace {
+
+// The kernels' parameters of one call; split-path partial results at `workspace`.
+Params ParamsOf(const AttentionLaunch& a, float* workspace) {
   Params p;
   p.q = a.q;
   p.k = a.k;
@@ -432,9 +504,84 @@ hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t str
     p.part_m = nullptr;
     p.part_l = nullptr;
   }
+  return p;
+}
+
+template <int kMaxD, int kBr, bool kVec>
+hipError_t LaunchBatchTiles(const ParamsBatch& b, int count, int64_t max_rows, int64_t max_splits,
+                            hipStream_t stream) {
+  const size_t shared = SharedFloats(b.seq[0].d, kBr) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionBatchKernel<kMaxD, kBr, kVec>, shared);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kBr)),
+                  static_cast<unsigned int>(b.seq[0].kv_heads),
+                  static_cast<unsigned int>(count * max_splits));
+  AttentionBatchKernel<kMaxD, kBr, kVec><<<grid, kThreads, shared, stream>>>(b, max_splits);
+  return hipGetLastError();
+}
+
+template <int kMaxD>
+hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_rows,
+                       int64_t max_splits, hipStream_t stream) {
+  hipError_t e;
+  if (max_rows <= kNarrowRows) {
+    e = vec ? LaunchBatchTiles<kMaxD, kNarrowRows, true>(b, count, max_rows, max_splits, stream)
+            : LaunchBatchTiles<kMaxD, kNarrowRows, false>(b, count, max_rows, max_splits, stream);
+  } else {
+    e = vec ? LaunchBatchTiles<kMaxD, kWideRows, true>(b, count, max_rows, max_splits, stream)
+            : LaunchBatchTiles<kMaxD, kWideRows, false>(b, count, max_rows, max_splits, stream);
+  }
+  if (e != hipSuccess) return e;
+  const int dim_slices = static_cast<int>(CeilDiv(b.seq[0].d, kMergeDims));
+  const dim3 merge_grid(static_cast<unsigned int>(max_rows),
+                        static_cast<unsigned int>(b.seq[0].kv_heads),
+                        static_cast<unsigned int>(count * dim_slices));
+  const size_t merge_shared = 2 * static_cast<size_t>(max_splits) * sizeof(float);
+  e = AllowSharedBytes(MergeSplitsBatchKernel, merge_shared);
+  if (e != hipSuccess) return e;
+  MergeSplitsBatchKernel<<<merge_grid, kMergeThreads, merge_shared, stream>>>(b, dim_slices);
+  return hipGetLastError();
+}
+
+}  // namespace
+
+hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream) {
+  if (a.tokens == 0) return hipSuccess;
+  const Params p = ParamsOf(a, workspace);
+  const int64_t splits = Splits(a);
   if (a.head_dim <= 64) return Launch<64>(p, splits, stream);
   if (a.head_dim <= 128) return Launch<128>(p, splits, stream);
   return Launch<256>(p, splits, stream);
+}
+
+int AttentionMaxBatch() { return kMaxBatch; }
+int64_t AttentionMaxBatchRanges() { return kMaxGridZ; }
+
+hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* workspace,
+                               hipStream_t stream) {
+  if (count <= 0) return hipSuccess;
+  if (count > kMaxBatch) return hipErrorInvalidValue;
+  ParamsBatch b{};
+  int64_t max_rows = 0;
+  int64_t max_splits = 0;
+  bool vec = true;
+  float* ws = workspace;
+  for (int i = 0; i < count; ++i) {
+    if (a[i].split_keys <= 0 || Splits(a[i]) * count > kMaxGridZ || a[i].tokens <= 0 ||
+        a[i].q_heads != a[0].q_heads || a[i].kv_heads != a[0].kv_heads ||
+        a[i].head_dim != a[0].head_dim) {
+      return hipErrorInvalidValue;
+    }
+    b.seq[i] = ParamsOf(a[i], ws);
+    b.splits[i] = Splits(a[i]);
+    ws += AttentionWorkspaceFloats(a[i]);
+    max_rows = b.seq[i].rows > max_rows ? b.seq[i].rows : max_rows;
+    max_splits = b.splits[i] > max_splits ? b.splits[i] : max_splits;
+    vec = vec && VecLoads(b.seq[i]);
+  }
+  if (a[0].head_dim <= 64) return LaunchBatch<64>(b, count, vec, max_rows, max_splits, stream);
+  if (a[0].head_dim <= 128) return LaunchBatch<128>(b, count, vec, max_rows, max_splits, stream);
+  return LaunchBatch<256>(b, count, vec, max_rows, max_splits, stream);
 }
 
 }  // namespace cairn::infer::hip

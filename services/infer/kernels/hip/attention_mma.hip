@@ -134,11 +134,13 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int h = blockIdx.y;
+  const int h = blockIdx.x;
   const int64_t hk = h / p.group;
   const uint16_t* kg = p.kb + hk * p.keys_pad * D;
   const uint16_t* vg = p.vb + hk * D * p.keys_pad;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  // Blocks start in order of falling work (the last query rows see the most keys), every head's
+  // block of a row range together, so the last blocks to start are the shortest.
+  const int64_t t0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kRows;
   constexpr int kVecs = D / 4;  // float4s per padded row.
 
   // The Q tile, zeros past the pass's tokens and past d (d % 4 == 0).
@@ -313,8 +315,8 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
   constexpr size_t kShared = MmaSharedBytes<D>();
   hipError_t e = AllowSharedBytes(AttentionMmaKernel<D>, kShared);
   if (e != hipSuccess) return e;
-  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.tokens, kRows)),
-                  static_cast<unsigned int>(q_heads));
+  const dim3 grid(static_cast<unsigned int>(q_heads),
+                  static_cast<unsigned int>(CeilDiv(p.tokens, kRows)));
   const int64_t total = static_cast<int64_t>(kv_heads) * p.keys_pad * D;
   // clang-format off
   ConvertKvKernel<<<GridFor(total, kConvertThreads), kConvertThreads, 0, stream>>>(

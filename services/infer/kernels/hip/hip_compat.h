@@ -41,6 +41,8 @@ inline constexpr unsigned int hipStreamNonBlocking = cudaStreamNonBlocking;
 inline constexpr unsigned int hipHostRegisterDefault = cudaHostRegisterDefault;
 inline constexpr hipFuncAttribute hipFuncAttributeMaxDynamicSharedMemorySize =
     cudaFuncAttributeMaxDynamicSharedMemorySize;
+inline constexpr hipFuncAttribute hipFuncAttributePreferredSharedMemoryCarveout =
+    cudaFuncAttributePreferredSharedMemoryCarveout;
 inline constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount =
     cudaDevAttrMultiProcessorCount;
 // The shared memory one block may use at most, after opting in (cudaFuncSetAttribute).

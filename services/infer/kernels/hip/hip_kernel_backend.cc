@@ -372,23 +372,39 @@ void HipKernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batc
   flush();
 }
 
-void HipKernelBackend::Attention(const AttentionArgs& a) {
-  if (!Enter() || a.tokens == 0) return;
+bool HipKernelBackend::CheckAttention(const AttentionArgs& a) {
   if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) {
     Keep(Invalid("attention", absl::StrCat("q_heads ", a.q_heads, " is not a multiple of kv_heads ",
                                            a.kv_heads)));
-    return;
+    return false;
   }
   if (a.head_dim <= 0 || a.head_dim > hip::AttentionMaxHeadDim() ||
       hip::AttentionSharedBytes(a.head_dim) > static_cast<size_t>(max_shared_bytes_)) {
     Keep(Invalid("attention", absl::StrCat("head_dim ", a.head_dim, " unsupported (max ",
                                            hip::AttentionMaxHeadDim(), ")")));
-    return;
+    return false;
   }
   if (a.tokens < 0 || a.past < 0) {
     Keep(Invalid("attention", "negative tokens or past"));
-    return;
+    return false;
   }
+  if ((a.past + a.tokens + options_.attention_split_keys - 1) / options_.attention_split_keys >
+      hip::AttentionMaxSplits()) {
+    // Only the split path is bounded; calls that take another path are not refused.
+    const bool split = a.row_invariant || a.tokens <= options_.attention_decode_max_tokens;
+    if (split) {
+      Keep(Invalid(
+          "attention",
+          absl::StrCat(a.past + a.tokens, " keys exceed ", hip::AttentionMaxSplits(), " ranges of ",
+                       options_.attention_split_keys, " (raise attention_split_keys)")));
+      return false;
+    }
+  }
+  return true;
+}
+
+void HipKernelBackend::Attention(const AttentionArgs& a) {
+  if (!Enter() || a.tokens == 0 || !CheckAttention(a)) return;
   hip::AttentionLaunch l{a.q,       a.k,        a.v,        a.out,   a.tokens, a.past,
                          a.q_heads, a.kv_heads, a.head_dim, a.scale, 0};
   const bool split = a.row_invariant || a.tokens <= options_.attention_decode_max_tokens;
@@ -399,15 +415,7 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     Check(hip::AttentionMma(l, ws, compute_), "attention (matrix units) launch");
     return;
   }
-  if (split) {
-    l.split_keys = options_.attention_split_keys;
-    if ((a.past + a.tokens + l.split_keys - 1) / l.split_keys > hip::AttentionMaxSplits()) {
-      Keep(Invalid("attention",
-                   absl::StrCat(a.past + a.tokens, " keys exceed ", hip::AttentionMaxSplits(),
-                                " ranges of ", l.split_keys, " (raise attention_split_keys)")));
-      return;
-    }
-  }
+  if (split) l.split_keys = options_.attention_split_keys;
   // Row-invariant calls always take the split path (a row's bits then depend on its position
   // alone, whatever the pass), a bounded group of query tokens at a time.
   const int64_t step = a.row_invariant ? options_.attention_invariant_group_tokens : a.tokens;
@@ -423,6 +431,53 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
     if (!Check(hip::Attention(part, ws, compute_), "attention launch")) return;
   }
+}
+
+void HipKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
+  std::vector<hip::AttentionLaunch> run;
+  int64_t run_ranges = 0;  // The most key ranges of one call in `run`.
+  const auto flush = [&] {
+    if (run.size() == 1) {
+      // One call: the one-call launch (the same bits).
+      hip::AttentionLaunch& l = run[0];
+      float* ws = Workspace(hip::AttentionWorkspaceFloats(l));
+      if (ws != nullptr) Check(hip::Attention(l, ws, compute_), "attention launch");
+    } else if (!run.empty()) {
+      int64_t floats = 0;
+      for (const hip::AttentionLaunch& l : run) floats += hip::AttentionWorkspaceFloats(l);
+      float* ws = Workspace(floats);
+      if (ws != nullptr) {
+        Check(hip::AttentionSplitBatch(run.data(), static_cast<int>(run.size()), ws, compute_),
+              "attention batch launch");
+      }
+    }
+    run.clear();
+    run_ranges = 0;
+  };
+  for (const AttentionArgs& a : batch) {
+    if (!Enter()) return;
+    if (a.tokens == 0) continue;
+    if (!CheckAttention(a)) return;
+    if (a.row_invariant || a.tokens > options_.attention_decode_max_tokens) {
+      flush();
+      Attention(a);
+      continue;
+    }
+    const int64_t ranges =
+        (a.past + a.tokens + options_.attention_split_keys - 1) / options_.attention_split_keys;
+    const int64_t widest = std::max(run_ranges, ranges);
+    bool joins = static_cast<int>(run.size()) < hip::AttentionMaxBatch() &&
+                 widest * static_cast<int64_t>(run.size() + 1) <= hip::AttentionMaxBatchRanges();
+    if (!run.empty()) {
+      joins = joins && run[0].q_heads == a.q_heads && run[0].kv_heads == a.kv_heads &&
+              run[0].head_dim == a.head_dim;
+    }
+    if (!joins) flush();
+    run.push_back({a.q, a.k, a.v, a.out, a.tokens, a.past, a.q_heads, a.kv_heads, a.head_dim,
+                   a.scale, options_.attention_split_keys});
+    run_ranges = std::max(run_ranges, ranges);
+  }
+  flush();
 }
 
 bool HipKernelBackend::CheckGatedDelta(const GatedDeltaArgs& a) {
@@ -466,6 +521,12 @@ void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
     segment = std::clamp<int64_t>(segment / a.chunk, 1, kMaxGridY) * a.chunk;
   }
   float* ws = nullptr;
+  if (options_.mma_delta && hip::GatedDeltaMmaSupported(l, max_shared_bytes_)) {
+    const int64_t ws_floats = hip::GatedDeltaMmaWorkspaceFloats(l, segment);
+    if ((ws = Workspace(ws_floats)) == nullptr) return;
+    Check(hip::GatedDeltaMma(l, segment, ws, compute_), "gated delta (matrix units) launch");
+    return;
+  }
   const int64_t ws_floats = hip::GatedDeltaWorkspaceFloats(l, segment);
   if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
   Check(hip::GatedDelta(l, segment, ws, compute_), "gated delta launch");

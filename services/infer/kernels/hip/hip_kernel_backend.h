@@ -49,6 +49,11 @@ struct HipKernelBackendOptions {
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode
   // products then read each weight once for up to 16 rows instead of once per row tile.
   bool mma_rows = true;
+  // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
+  // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
+  // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
+  // has them (NVIDIA); off, other shapes, or on AMD, the fp32 kernels (and their bits).
+  bool mma_delta = true;
   // Row-kernel calls (fp32 weights, or bf16 with mma_rows off or on AMD) of 2 or more rows
   // take the multi-row kernel: up to 16 rows share each weight load, every part of the matrix
   // takes one launch, and the reduction tree is summed by many threads at once. The same bits
@@ -152,6 +157,10 @@ class HipKernelBackend final : public KernelBackend {
   void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                       const float* w, int kernel, float* state, float* out) override;
   void Attention(const AttentionArgs& args) override;
+  // Runs of consecutive decode-path calls (at most attention_decode_max_tokens tokens, not
+  // row_invariant) of equal heads and head_dim take one launch of each split-path kernel, up to
+  // hip::AttentionMaxBatch() calls; the rest are Attention calls. The same bits as one call each.
+  void AttentionBatch(absl::Span<const AttentionArgs> batch) override;
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
   // Runs of calls with the same channels, weights and kernel and distinct states take one
   // launch (two with the state update) per hip::CausalConvMaxBatch() sequences.
@@ -214,6 +223,7 @@ class HipKernelBackend final : public KernelBackend {
   bool CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx, int64_t ldy);
   // Keeps InvalidArgument and returns false unless the kernels take `a`'s heads, dims and chunk.
   bool CheckGatedDelta(const GatedDeltaArgs& a);
+  bool CheckAttention(const AttentionArgs& a);
   hipStream_t StreamOf(HipStream s) const {
     return s == HipStream::kCompute ? compute_ : transfer_;
   }

@@ -128,6 +128,15 @@ size_t AttentionSharedBytes(int head_dim);
 // Workspace floats the split path needs (0 without splits).
 int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream);
+// The split path of `count` calls (each with split_keys > 0, tokens > 0, equal q_heads, kv_heads
+// and head_dim; at most AttentionMaxBatch() calls, and calls times the most key ranges of one
+// call at most AttentionMaxBatchRanges()) in one launch of each kernel: each call's blocks run
+// the code of its own Attention call, so its bits are that call's. `workspace` holds the calls'
+// AttentionWorkspaceFloats one after another.
+int AttentionMaxBatch();
+int64_t AttentionMaxBatchRanges();
+hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* workspace,
+                               hipStream_t stream);
 // The prefill path (split_keys == 0) on the matrix units (attention_mma.hip): q, k, v rounded
 // to bf16 (k and v once per call into `workspace`, AttentionMmaWorkspaceBytes), fp32 softmax and
 // accumulation, keys in tiles of 64 from key 0, so a row's bits depend only on its query,
@@ -163,6 +172,19 @@ size_t GatedDeltaScanSharedBytes(int chunk, int dk);
 int64_t GatedDeltaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
 hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                       hipStream_t stream);
+// The chunked form on the matrix units (gated_delta_mma.hip): the same chunk algorithm with
+// every matrix product on NVIDIA's mma.sync, each fp32 operand split into two bf16 pieces (a
+// product within a few 2^-17 of fp32); state, decays and the triangular solve stay fp32.
+// Supported: NVIDIA, chunk 64, dk 64 or 128, dv a multiple of 8, enough shared
+// memory. `workspace` (GatedDeltaMmaWorkspaceFloats) must be 16-byte aligned.
+bool GatedDeltaMmaSupported(const GatedDeltaLaunch& a, int max_shared_bytes);
+int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
+hipError_t GatedDeltaMma(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                         hipStream_t stream);
+// GatedDeltaMma with its kernels chosen: the prepare kernels, the scans, or both (the kernel
+// benchmark times them apart; a scan alone reads what an earlier prepare left).
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                              bool prepare, bool scan, hipStream_t stream);
 // The recurrent form (chunk ignored) of up to GatedDeltaMaxBatch() sequences in one launch:
 // `count` launches of equal k_heads, v_heads, dk and dv with distinct states. Each sequence's
 // blocks run the one-sequence kernel's code, so its bits are those of its own GatedDelta call.

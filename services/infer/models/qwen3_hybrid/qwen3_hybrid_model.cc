@@ -598,9 +598,8 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps,
                     c_.zero_centred_norm, k);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
-  // One call for the group's sequences: the backend may run their attention together.
-  std::vector<AttentionArgs> attention;
-  attention.reserve(g.seqs.size());
+  std::vector<AttentionArgs> batch;
+  batch.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
     float* qs = q + s.row * q_width;
@@ -611,7 +610,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
     backend_->CopyRows(v + s.row * kv_width, kv_width, s.tokens, kv_width, v_rows, kv_width);
     backend_->Rope(k_rows, s.tokens, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data,
                    pos);
-    AttentionArgs& args = attention.emplace_back();
+    AttentionArgs args;
     args.q = qs;
     args.k = s.slot->data(w.k_component);
     args.v = s.slot->data(w.v_component);
@@ -623,8 +622,9 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
     args.head_dim = hd;
     args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
     args.row_invariant = options_.pass_invariant;
+    batch.push_back(args);
   }
-  backend_->AttentionBatch(attention);
+  backend_->AttentionBatch(batch);
   if (gate != nullptr) backend_->SigmoidMul(o, gate, t * q_width);
   MatMul(g, o, t, q_width, w.o, h, d, true);
   return absl::OkStatus();

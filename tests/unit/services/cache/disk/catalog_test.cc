@@ -79,9 +79,11 @@ TEST(CatalogTest, ReopeningDoesNotAccumulateFiles) {
     most = std::max(most, count_files());
   }
 
-  // Recovery flushes each run's log into a table file; Open merges them once there are more
-  // than max_table_files: the number of files levels off instead of growing with restarts.
-  EXPECT_LE(most_late, most_early);
+  // Each close flushes its run's log into a table file; Open merges them once there are more
+  // than max_table_files: the number of files levels off instead of growing with restarts. One
+  // file of slack: whether RocksDB's own background merge of level-0 tables ran before a close
+  // is a matter of timing.
+  EXPECT_LE(most_late, most_early + 1);
   // Besides the tables: CURRENT, IDENTITY, LOCK, MANIFEST, two OPTIONS, LOG, its old copies
   // (keep_log_file_num) and a log.
   EXPECT_LE(most_late, static_cast<int>(CatalogOptions().max_table_files) + 1 + 10);
@@ -90,6 +92,36 @@ TEST(CatalogTest, ReopeningDoesNotAccumulateFiles) {
   auto entries = (*catalog)->LoadAll();
   ASSERT_TRUE(entries.ok()) << entries.status();
   EXPECT_EQ(entries->size(), static_cast<size_t>(kOpens / 2));
+}
+
+// The common restart: the daemon reads its catalog and stops without publishing anything. Each
+// such run used to leave its empty write-ahead log behind (RocksDB does not flush an empty
+// memtable, so it kept every log as unflushed).
+TEST(CatalogTest, ReopeningWithoutWritesKeepsOneLog) {
+  TempDir dir;
+  const std::string path = dir.path() + "/catalog";
+  auto count = [&](const std::string& extension) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(path)) {
+      n += e.path().extension() == extension;
+    }
+    return n;
+  };
+  {
+    auto catalog = Catalog::Open(path, nullptr, {});
+    ASSERT_TRUE(catalog.ok()) << catalog.status();
+    CAIRN_ASSERT_OK((*catalog)->Put({7, false, "m"}));
+  }
+  for (int open = 0; open < 12; ++open) {
+    auto catalog = Catalog::Open(path, nullptr, {});
+    ASSERT_TRUE(catalog.ok()) << catalog.status();
+    auto entries = (*catalog)->LoadAll();
+    ASSERT_TRUE(entries.ok()) << entries.status();
+    ASSERT_EQ(entries->size(), 1u);  // The close marker is never an entry.
+    EXPECT_EQ((*entries)[0].checkpoint_id, 7u);
+  }
+  EXPECT_LE(count(".log"), 1);
+  EXPECT_LE(count(".sst"), static_cast<int>(CatalogOptions().max_table_files));
 }
 
 TEST(CatalogTest, PowerLossKeepsEverySyncedWriteAndLeavesNoHoles) {

@@ -351,6 +351,69 @@ TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
                        std::vector<float>(d.begin() + 150 * q_ld, d.begin() + 151 * q_ld)));
 }
 
+TEST_F(HipKernelBackendTest, AttentionBatchGivesTheBitsOfOneCallPerSequenceAndMatchesCpu) {
+  // Sequences of one pass over their own caches: decode steps at short and long positions (more
+  // calls than one launch takes, ranges from 1 to 40), a 3-token call, a prefill call in the
+  // middle (its own path) and a row-invariant call.
+  const int q_heads = 8, kv_heads = 2, hd = 128;
+  const int64_t q_ld = q_heads * hd, kv_ld = kv_heads * hd;
+  struct Seq {
+    int64_t tokens, past;
+    bool invariant;
+  };
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 19; ++i) seqs.push_back({1, 37 + 271 * i, false});
+  seqs.insert(seqs.begin() + 4, Seq{3, 500, false});
+  seqs.insert(seqs.begin() + 8, Seq{40, 90, false});
+  seqs.insert(seqs.begin() + 12, Seq{2, 128, true});
+  std::vector<DeviceBuffer> keys, values;
+  std::vector<std::vector<float>> host_k, host_v;
+  int64_t rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t n = seqs[i].past + seqs[i].tokens;
+    host_k.push_back(RandomFloats(n * kv_ld, 300 + i, -2.0f, 2.0f));
+    host_v.push_back(RandomFloats(n * kv_ld, 400 + i));
+    keys.push_back(Up(host_k.back()));
+    values.push_back(Up(host_v.back()));
+    rows += seqs[i].tokens;
+  }
+  const std::vector<float> q = RandomFloats(rows * q_ld, 299, -2.0f, 2.0f);
+  DeviceBuffer dq = Up(q), batch_out = Poisoned(rows * q_ld), one_out = Poisoned(rows * q_ld);
+  std::vector<float> ref(rows * q_ld);
+  const auto args_for = [&](float* qp, float* out, const std::vector<float>* hk,
+                            const std::vector<float>* hv) {
+    std::vector<AttentionArgs> args;
+    int64_t at = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      AttentionArgs a{qp + at * q_ld,
+                      hk != nullptr ? hk[i].data() : keys[i].floats(),
+                      hv != nullptr ? hv[i].data() : values[i].floats(),
+                      out + at * q_ld,
+                      seqs[i].tokens,
+                      seqs[i].past,
+                      q_heads,
+                      kv_heads,
+                      hd,
+                      0.09f};
+      a.row_invariant = seqs[i].invariant;
+      args.push_back(a);
+      at += seqs[i].tokens;
+    }
+    return args;
+  };
+  gpu_->AttentionBatch(args_for(dq.floats(), batch_out.floats(), nullptr, nullptr));
+  for (const AttentionArgs& a : args_for(dq.floats(), one_out.floats(), nullptr, nullptr)) {
+    gpu_->Attention(a);
+  }
+  std::vector<float> hq = q;
+  cpu_->AttentionBatch(args_for(hq.data(), ref.data(), host_k.data(), host_v.data()));
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  const std::vector<float> batched = Down(batch_out, rows * q_ld);
+  EXPECT_TRUE(SameBits(batched, Down(one_out, rows * q_ld)));
+  // The prefill call takes the bf16 path: the loosest tolerance of the ones in the batch.
+  EXPECT_LT(Measured("attention batch", RelErr(batched, ref)), kBf16AttentionTolerance);
+}
+
 struct DeltaCase {
   int64_t tokens;
   int k_heads, v_heads, dk, dv, chunk;

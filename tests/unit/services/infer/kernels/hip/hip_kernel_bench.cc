@@ -15,6 +15,7 @@
 #include "services/infer/kernels/hip/gpu_blas.h"
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
 #include "tests/unit/services/infer/kernels/hip/hip_bench_util.h"
 #include "tests/unit/services/infer/kernels/hip/random_floats.h"
 
@@ -160,6 +161,41 @@ int Main(bool quick) {
           quick ? 2 : 5);
       std::snprintf(label, sizeof label, "gated delta chunked %ld tokens (one layer)", tokens);
       Row(label, t, "ktok/s", static_cast<double>(tokens), 1e3);
+    }
+    {
+      // The fp32 kernels (mma_delta off) at 4096 tokens, against the matrix-unit path above.
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+          HipKernelBackend::Create({.mma_delta = false});
+      if (!fp32.ok()) Bench::Fail(fp32.status().ToString());
+      const double tf = bench.Time(
+          [&] {
+            (*fp32)->GatedDeltaRule({q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64});
+            Bench::Check((*fp32)->Synchronize(), "fp32 delta rule");
+          },
+          2);
+      Row("gated delta chunked 4096 tokens, fp32 kernels (mma_delta off)", tf, "ktok/s", 4096.0,
+          1e3);
+      // The matrix-unit path's two kernels apart (one segment of 4096 tokens).
+      const hip::GatedDeltaLaunch l{q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64};
+      float* ws = bench.Buffer(hip::GatedDeltaMmaWorkspaceFloats(l, 4096), 21);
+      for (const bool prepare : {true, false}) {
+        const double tp = bench.Time(
+            [&] {
+              Bench::Check(
+                  hip::GatedDeltaMmaParts(l, 4096, ws, prepare, !prepare, nullptr) == hipSuccess
+                      ? absl::OkStatus()
+                      : absl::InternalError("delta parts launch"),
+                  "delta parts");
+              Bench::Check(hipStreamSynchronize(nullptr) == hipSuccess
+                               ? absl::OkStatus()
+                               : absl::InternalError("delta parts sync"),
+                           "delta parts sync");
+            },
+            3);
+        Row(prepare ? "gated delta 4096 tokens, matrix units: prepare kernel"
+                    : "gated delta 4096 tokens, matrix units: scan kernel",
+            tp, "ktok/s", 4096.0, 1e3);
+      }
     }
     const double t = bench.Time(
         [&] {

@@ -24,7 +24,7 @@ namespace cairn::infer {
 namespace {
 
 // With fp32 GEMM and attention inputs (HipKernelBackendOptions::bf16_gemm_inputs and
-// bf16_attention off) both backends compute
+// bf16_attention and mma_delta off, as --gpu-bf16-inputs=false sets them) both backends compute
 // over the same bf16 weights in fp32 with fp32 accumulation, in different reduction orders
 // (vendor GEMM against OpenBLAS, tiled attention, chunked delta rule): a pass's logits agree
 // within this fraction of its largest reference logit. The kernels alone agree within 1e-5
@@ -135,8 +135,8 @@ void ExpectLogitsMatch(const std::string& what, Model& cpu_model, KernelBackend&
 }
 
 TEST_P(HipModelTest, LogitsMatchTheCpuBackendWithFp32Inputs) {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> exact =
-      HipKernelBackend::Create({.bf16_gemm_inputs = false, .bf16_attention = false});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> exact = HipKernelBackend::Create(
+      {.bf16_gemm_inputs = false, .bf16_attention = false, .mma_delta = false});
   ASSERT_TRUE(exact.ok()) << exact.status();
   absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), exact->get());
   ASSERT_TRUE(model.ok()) << model.status();

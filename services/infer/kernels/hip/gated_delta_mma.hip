@@ -1,0 +1,818 @@
+// The chunked gated delta rule (docs/model.md §3.6.5) on the matrix units (NVIDIA mma.sync
+// m16n8k16, bf16 x bf16 -> fp32, sm_80 and later): the same chunk algorithm as gated_delta.hip,
+// with every product of two matrices on the matrix units.
+//
+// Numerics: both operands of a product are fp32 and each is split into two bf16 pieces,
+// hi = bf16(x) and lo = bf16(x - hi) (nearest even; x - hi is exact in fp32), so x = hi + lo to
+// about 2^-17 of x; a product is hi.hi + hi.lo + lo.hi (lo.lo, about 2^-18 of it, is left out),
+// three instructions per tile and k step, the small ones first. A product is thus within a few
+// 2^-17 of its fp32 value; the state, the decays, the triangular solve's substitution and every
+// sum outside the matrix units stay fp32. The order of every sum is fixed by the shape (fixed
+// tiles and k steps, no atomics), so equal inputs give equal bits, and chunks count from the
+// call's first token as in gated_delta.hip, so cutting a call at chunk boundaries (segments,
+// passes) leaves the bits unchanged.
+//
+// Per segment of the call, two kernels:
+//  - prepare, one block per (v-head, chunk): cumulative log decays G (fp32, in token order);
+//    K K^T (three pieces each, six products: the solve amplifies its rounding) and Q K^T on the
+//    matrix units; B = beta_i (k_i . k_j) e^{G_i - G_j} (j < i) and
+//    A = (q_i . k_j) e^{G_i - G_j} (j <= i); T = (I + B)^-1 in fp32, in blocks of 16 rows (the
+//    diagonal blocks by forward substitution, then block row by block row); then u = T (beta v)
+//    and w = T (beta e^G k) on the matrix units;
+//  - scan, one block per (v-head, slice of kSlice state columns), walking the chunks in order
+//    with the state slice in shared memory: [w; q] S on the matrix units, v_new = u - w S,
+//    o = e^G (q S) + A v_new, S = e^{G_last} S + (f k)^T v_new (f_i = e^{G_last - G_i}); the
+//    next chunk's inputs are copied asynchronously while the current one is computed.
+
+#include <cmath>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+
+#if defined(__HIP_PLATFORM_AMD__)
+
+bool GatedDeltaMmaSupported(const GatedDeltaLaunch&, int) { return false; }
+int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch&, int64_t) { return 0; }
+hipError_t GatedDeltaMma(const GatedDeltaLaunch&, int64_t, float*, hipStream_t) {
+  return hipErrorNotSupported;
+}
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch&, int64_t, float*, bool, bool, hipStream_t) {
+  return hipErrorNotSupported;
+}
+
+#else
+
+namespace {
+
+constexpr int kC = 64;       // Tokens per chunk (the only chunk this path takes).
+constexpr int kMaxDk = 128;  // Largest dk (shared memory of the scan).
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kSlice = 32;  // State columns per scan block: four 8-column tiles.
+constexpr int kSliceTiles = kSlice / 8;
+// Shared row strides (floats). Rows read as the A operand in pairs along the row: stride = 8
+// mod 32 (the pairs of one half-warp fall on distinct banks); rows read one element per lane
+// down a column (B operand, or A along columns): stride = 4 mod 32.
+constexpr int kPadPairs = 8;
+constexpr int kPadCols = 4;
+
+struct Params {
+  const float* q;
+  const float* k;
+  const float* v;
+  const float* g;
+  const float* beta;
+  float* state;
+  float* out;
+  int64_t tokens;
+  int ratio;  // v_heads / k_heads.
+  int v_heads;
+  int dk;
+  int dv;
+  int64_t qk_ld;
+  int64_t v_ld;
+};
+
+// Workspace of one (v-head, chunk): every section a multiple of 4 floats (16-byte copies).
+struct Work {
+  float* a;      // [kC, kC]: (q_i . k_j) e^{G_i - G_j}, j <= i; 0 elsewhere.
+  float* u;      // [kC, dv]: T beta v (zero rows past the chunk's tokens).
+  float* w;      // [kC, dk]: T beta e^G k.
+  float* gexp;   // [kC]: e^{G_i}
+  float* f;      // [kC]: e^{G_last - G_i}
+  float* decay;  // [4]: e^{G_last}, then padding.
+};
+
+__host__ __device__ inline int64_t WorkFloats(int dk, int dv) {
+  return static_cast<int64_t>(kC) * (kC + dv + dk + 2) + 4;
+}
+
+__device__ inline Work WorkAt(float* ws, int64_t index, int dk, int dv) {
+  Work c;
+  c.a = ws + index * WorkFloats(dk, dv);
+  c.u = c.a + kC * kC;
+  c.w = c.u + static_cast<int64_t>(kC) * dv;
+  c.gexp = c.w + static_cast<int64_t>(kC) * dk;
+  c.f = c.gexp + kC;
+  c.decay = c.f + kC;
+  return c;
+}
+
+// --- matrix-unit helpers --------------------------------------------------------------------
+
+// Two fp32 values rounded to bf16 (nearest even) in one register, `a` in the low half.
+__device__ inline uint32_t Pack2(float a, float b) {
+  uint32_t r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));
+#else
+  r = static_cast<uint32_t>(FloatToBf16(a)) | (static_cast<uint32_t>(FloatToBf16(b)) << 16);
+#endif
+  return r;
+}
+
+// Splits the pair (a, b) into hi and lo bf16 pairs.
+__device__ inline void Split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = Pack2(a, b);
+  lo = Pack2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
+}
+
+// An operand fragment split into its two pieces.
+struct FragA {
+  uint32_t hi[4], lo[4];
+};
+struct FragB {
+  uint32_t hi[2], lo[2];
+};
+
+// c += a . b over both pieces: lo.hi and hi.lo first, then hi.hi.
+__device__ inline void Mma3(float c[4], const FragA& a, const FragB& b) {
+  Mma(c, a.lo, b.hi[0], b.hi[1]);
+  Mma(c, a.hi, b.lo[0], b.lo[1]);
+  Mma(c, a.hi, b.hi[0], b.hi[1]);
+}
+
+// Three pieces (hi, mid, lo) for K K^T, whose rounding the triangular solve amplifies: the
+// six products of combined order up to two (lo.hi .. hi.hi, small first) are within about
+// 2^-24 of fp32.
+struct FragA3 {
+  uint32_t p[3][4];
+};
+struct FragB3 {
+  uint32_t p[3][2];
+};
+
+__device__ inline void Split3(float a, float b, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  hi = Pack2(a, b);
+  a -= __uint_as_float(hi << 16);
+  b -= __uint_as_float(hi & 0xffff0000u);
+  mid = Pack2(a, b);
+  lo = Pack2(a - __uint_as_float(mid << 16), b - __uint_as_float(mid & 0xffff0000u));
+}
+
+__device__ inline void Mma6(float c[4], const FragA3& a, const FragB3& b) {
+  Mma(c, a.p[2], b.p[0][0], b.p[0][1]);
+  Mma(c, a.p[0], b.p[2][0], b.p[2][1]);
+  Mma(c, a.p[1], b.p[1][0], b.p[1][1]);
+  Mma(c, a.p[1], b.p[0][0], b.p[0][1]);
+  Mma(c, a.p[0], b.p[1][0], b.p[1][1]);
+  Mma(c, a.p[0], b.p[0][0], b.p[0][1]);
+}
+
+// As LoadARows and LoadBRows below, in three pieces.
+__device__ inline FragA3 LoadARows3(const float* m, int ld, int m0, int k0, int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragA3 f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = m0 + g + (r & 1) * 8;
+    const int col = k0 + 2 * t + (r >> 1) * 8;
+    const float2 x = *reinterpret_cast<const float2*>(m + row * ld + col);
+    Split3(x.x, x.y, f.p[0][r], f.p[1][r], f.p[2][r]);
+  }
+  return f;
+}
+__device__ inline FragB3 LoadBRows3(const float* m, int ld, int k0, int n0, int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragB3 f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float2 x = *reinterpret_cast<const float2*>(m + (n0 + g) * ld + k0 + 2 * t + 8 * r);
+    Split3(x.x, x.y, f.p[0][r], f.p[1][r], f.p[2][r]);
+  }
+  return f;
+}
+
+// The A fragment (16 x 16, rows m0.., columns k0..) of a row-major fp32 matrix in shared memory
+// with row stride `ld` (even), rows scaled by `scale` (null: 1). Lane (g, t) holds rows g and
+// g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9.
+__device__ inline FragA LoadARows(const float* m, int ld, int m0, int k0, int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragA f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = m0 + g + (r & 1) * 8;
+    const int col = k0 + 2 * t + (r >> 1) * 8;
+    const float2 x = *reinterpret_cast<const float2*>(m + row * ld + col);
+    Split2(x.x, x.y, f.hi[r], f.lo[r]);
+  }
+  return f;
+}
+
+// The A fragment whose element (r, c) is m[c * ld + r] * scale[c] (a transposed operand:
+// columns of the fragment are rows of `m`).
+__device__ inline FragA LoadACols(const float* m, int ld, const float* scale, int m0, int k0,
+                                  int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragA f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = m0 + g + (r & 1) * 8;
+    const int col = k0 + 2 * t + (r >> 1) * 8;
+    const float a = m[col * ld + row] * scale[col];
+    const float b = m[(col + 1) * ld + row] * scale[col + 1];
+    Split2(a, b, f.hi[r], f.lo[r]);
+  }
+  return f;
+}
+
+// The B fragment (16 x 8, k0.., n0..) whose element (k, n) is m[n * ld + k]: the rows of `m`
+// are the fragment's columns, read in pairs along the row.
+__device__ inline FragB LoadBRows(const float* m, int ld, int k0, int n0, int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragB f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float2 x = *reinterpret_cast<const float2*>(m + (n0 + g) * ld + k0 + 2 * t + 8 * r);
+    Split2(x.x, x.y, f.hi[r], f.lo[r]);
+  }
+  return f;
+}
+
+// The B fragment whose element (k, n) is m[k * ld + n] * scale[k] (scale null: 1).
+__device__ inline FragB LoadBCols(const float* m, int ld, const float* scale, int k0, int n0,
+                                  int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragB f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int k = k0 + 2 * t + 8 * r;
+    float a = m[k * ld + n0 + g];
+    float b = m[(k + 1) * ld + n0 + g];
+    if (scale != nullptr) {
+      a *= scale[k];
+      b *= scale[k + 1];
+    }
+    Split2(a, b, f.hi[r], f.lo[r]);
+  }
+  return f;
+}
+
+// The B fragment whose element (k, n) is hi/lo[n * ld + k]: operands split once, as they are
+// written (the state and v_new), stored as bf16 pieces with k pairs in 32-bit words.
+__device__ inline FragB LoadBSplit(const uint16_t* hi, const uint16_t* lo, int ld, int k0, int n0,
+                                   int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragB f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int at = (n0 + g) * ld + k0 + 2 * t + 8 * r;
+    f.hi[r] = *reinterpret_cast<const uint32_t*>(hi + at);
+    f.lo[r] = *reinterpret_cast<const uint32_t*>(lo + at);
+  }
+  return f;
+}
+
+// hi/lo[at] = the two bf16 pieces of x (nearest even, as Split2).
+__device__ inline void StoreSplit(uint16_t* hi, uint16_t* lo, int at, float x) {
+  const uint16_t h = FloatToBf16(x);
+  hi[at] = h;
+  lo[at] = FloatToBf16(x - Bf16ToFloat(h));
+}
+
+// --- asynchronous copies --------------------------------------------------------------------
+
+// `bytes` (4 or 16) from global `src` into shared `dst`; zeros where `valid` is false.
+template <int kBytes>
+__device__ inline void CopyAsync(float* dst, const float* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+  const int n = valid ? kBytes : 0;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(n));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(n));
+  }
+#else
+  for (int i = 0; i < kBytes / 4; ++i) dst[i] = valid ? src[i] : 0.0f;
+#endif
+}
+__device__ inline void CopyCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ inline void CopyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+// Copies `rows` x `cols` floats (cols a multiple of 4 when kVec) from global `src` (row stride
+// `ld`) into shared `dst` (row stride `dld`); rows >= `valid_rows` and columns >= `valid_cols`
+// become zeros. The block's threads share the work.
+template <bool kVec>
+__device__ inline void CopyTile(float* dst, int dld, const float* src, int64_t ld, int rows,
+                                int cols, int valid_rows, int valid_cols) {
+  constexpr int kW = kVec ? 4 : 1;
+  const int per_row = cols / kW;
+  for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
+    const int r = i / per_row;
+    const int c = (i % per_row) * kW;
+    const bool ok = r < valid_rows && c < valid_cols;
+    CopyAsync<kW * 4>(dst + r * dld + c, ok ? src + r * ld + c : src, ok);
+  }
+}
+
+// --- prepare --------------------------------------------------------------------------------
+
+// The triangular inverse works in blocks of kSolveBlock rows.
+constexpr int kSolveBlock = 16;
+constexpr int kSolveBlocks = kC / kSolveBlock;
+
+size_t PrepSharedFloats(int dk, int dv) {
+  const int wide = dk > dv ? dk : dv;
+  // k rows, q rows (then v rows), B, T, the solve's block products, and G, beta, beta e^G.
+  return static_cast<size_t>(kC) * (dk + kPadPairs) + static_cast<size_t>(kC) * (wide + kPadPairs) +
+         static_cast<size_t>(kC) * (kC + 4) + static_cast<size_t>(kC) * (kC + kPadPairs) +
+         (kSolveBlocks - 1) * kSolveBlock * kSolveBlock + 3 * kC;
+}
+
+// T = (I + B)^-1 (B strictly lower triangular, zeros elsewhere; T zeros on entry) in blocks of
+// kSolveBlock: the diagonal blocks by forward substitution (thread c of block b solves column
+// c), then block row i from the blocks before it, T_ij = -T_ii (sum_{j <= k < i} B_ik T_kj),
+// every element a sum in a fixed order. `scratch` holds (kSolveBlocks - 1) blocks.
+__device__ void InvertUnitLower(const float* bm, int bld, float* tm, int tld, float* scratch) {
+  const int tid = threadIdx.x;
+  constexpr int kB = kSolveBlock;
+  if (tid < kC) {
+    const int b = tid / kB;
+    const int c = tid;
+    tm[c * tld + c] = 1.0f;
+    for (int i = c + 1; i < (b + 1) * kB; ++i) {
+      float s = 0.0f;
+      for (int j = c; j < i; ++j) s = fmaf(bm[i * bld + j], tm[j * tld + c], s);
+      tm[i * tld + c] = -s;
+    }
+  }
+  __syncthreads();
+  for (int bi = 1; bi < kSolveBlocks; ++bi) {
+    // M_j = sum_{k = j .. bi - 1} B_{bi,k} T_{k,j} for the blocks j < bi.
+    for (int e = tid; e < bi * kB * kB; e += kThreads) {
+      const int j = e / (kB * kB);
+      const int r = (e / kB) % kB;
+      const int c = e % kB;
+      const float* brow = bm + (bi * kB + r) * bld;
+      float s = 0.0f;
+      for (int q = j * kB; q < bi * kB; ++q) s = fmaf(brow[q], tm[q * tld + j * kB + c], s);
+      scratch[e] = s;
+    }
+    __syncthreads();
+    // T_{bi,j} = -T_{bi,bi} M_j (T_{bi,bi} lower triangular).
+    for (int e = tid; e < bi * kB * kB; e += kThreads) {
+      const int j = e / (kB * kB);
+      const int r = (e / kB) % kB;
+      const int c = e % kB;
+      const float* trow = tm + (bi * kB + r) * tld + bi * kB;
+      const float* m = scratch + j * kB * kB;
+      float s = 0.0f;
+      for (int q = 0; q <= r; ++q) s = fmaf(trow[q], m[q * kB + c], s);
+      tm[(bi * kB + r) * tld + j * kB + c] = -s;
+    }
+    __syncthreads();
+  }
+}
+
+// kDk: dk (the k steps unrolled). kVec: q, k and v rows copied 16 bytes at a time (aligned),
+// else 4.
+template <int kDk, bool kVec>
+__global__ void __launch_bounds__(kThreads, 2)
+    PrepMmaKernel(Params p, int64_t first, int64_t chunks, float* ws) {
+  extern __shared__ float smem[];
+  constexpr int dk = kDk;
+  const int dv = p.dv;
+  const int kld = dk + kPadPairs;
+  const int wide = dk > dv ? dk : dv;
+  const int qld = wide + kPadPairs;
+  constexpr int bld = kC + 4;
+  constexpr int tld = kC + kPadPairs;
+  float* ks = smem;
+  float* qs = ks + kC * kld;  // q rows, then v rows.
+  float* bm = qs + kC * qld;
+  float* tm = bm + kC * bld;
+  float* scratch = tm + kC * tld;
+  float* cum = scratch + (kSolveBlocks - 1) * kSolveBlock * kSolveBlock;
+  float* beta = cum + kC;
+  float* rk = beta + kC;
+  const int h = blockIdx.x;
+  const int kh = h / p.ratio;
+  const int64_t ci = blockIdx.y;
+  const int64_t t0 = first + ci * kC;
+  const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
+  const Work work = WorkAt(ws, static_cast<int64_t>(h) * chunks + ci, dk, dv);
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  // Stage k and q rows (zeros past the chunk) asynchronously, the gates, and clear B and T.
+  const int64_t qk_off = t0 * p.qk_ld + static_cast<int64_t>(kh) * dk;
+  CopyTile<kVec>(ks, kld, p.k + qk_off, p.qk_ld, kC, dk, len, dk);
+  CopyTile<kVec>(qs, qld, p.q + qk_off, p.qk_ld, kC, dk, len, dk);
+  CopyCommit();
+  for (int i = tid; i < kC; i += kThreads) {
+    cum[i] = i < len ? p.g[(t0 + i) * p.v_heads + h] : 0.0f;
+    beta[i] = i < len ? p.beta[(t0 + i) * p.v_heads + h] : 0.0f;
+  }
+  for (int i = tid; i < kC * bld; i += kThreads) bm[i] = 0.0f;
+  for (int i = tid; i < kC * tld; i += kThreads) tm[i] = 0.0f;
+  CopyWait<0>();
+  __syncthreads();
+  if (tid == 0) {
+    float acc = 0.0f;
+    for (int i = 0; i < kC; ++i) {
+      acc += cum[i];
+      cum[i] = acc;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < kC; i += kThreads) {
+    const float e = expf(cum[i]);
+    rk[i] = beta[i] * e;
+    work.gexp[i] = e;
+    work.f[i] = expf(cum[kC - 1] - cum[i]);
+  }
+  if (tid == 0) {
+    work.decay[0] = expf(cum[kC - 1]);
+    work.decay[1] = work.decay[2] = work.decay[3] = 0.0f;
+  }
+
+  // K K^T and Q K^T, the tiles on or below the diagonal: m-tile mi (16 rows), n-tile ni (8
+  // columns) with ni <= 2 mi + 1; 20 tiles each, 40 over the 8 warps.
+  for (int tile = warp; tile < 40; tile += kWarps) {
+    const bool is_q = tile >= 20;
+    int rest = is_q ? tile - 20 : tile;
+    int mi = 0;
+    while (rest >= 2 * mi + 2) {
+      rest -= 2 * mi + 2;
+      ++mi;
+    }
+    const int ni = rest;
+    const float* lhs = is_q ? qs : ks;
+    const int lld = is_q ? qld : kld;
+    float c[4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < dk; k0 += 16) {
+      if (is_q) {
+        Mma3(c, LoadARows(lhs, lld, 16 * mi, k0, lane), LoadBRows(ks, kld, k0, 8 * ni, lane));
+      } else {
+        Mma6(c, LoadARows3(lhs, lld, 16 * mi, k0, lane), LoadBRows3(ks, kld, k0, 8 * ni, lane));
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
+      const int j = 8 * ni + 2 * t + (e & 1);
+      const float decay = expf(cum[i] - cum[j]);
+      if (is_q) {
+        work.a[i * kC + j] = j <= i ? c[e] * decay : 0.0f;
+      } else if (j < i) {
+        bm[i * bld + j] = beta[i] * c[e] * decay;
+      }
+    }
+  }
+  // A's tiles above the diagonal are zeros.
+  for (int i = tid; i < kC * kC; i += kThreads) {
+    if ((i % kC) / 8 > 2 * ((i / kC) / 16) + 1) work.a[i] = 0.0f;
+  }
+  __syncthreads();
+
+  // v rows into the q rows' place, copied while T = (I + B)^-1 is solved.
+  CopyTile<kVec>(qs, qld, p.v + t0 * p.v_ld + static_cast<int64_t>(h) * dv, p.v_ld, kC, dv, len,
+                 dv);
+  CopyCommit();
+  InvertUnitLower(bm, bld, tm, tld, scratch);
+  CopyWait<0>();
+  __syncthreads();
+
+  // [u | w] = T [beta v | beta e^G k]: n-tiles of 8 columns over dv + dk, warp w takes n-tiles
+  // w, w + 8, ...; T is lower triangular, so m-tile mi needs k steps 0..mi only.
+  const int n_tiles = (dv + dk) / 8;
+  for (int mi = 0; mi < kC / 16; ++mi) {
+    for (int nt = warp; nt < n_tiles; nt += kWarps) {
+      const bool is_u = 8 * nt < dv;
+      const int n0 = is_u ? 8 * nt : 8 * nt - dv;
+      float c[4] = {};
+      for (int ks0 = 0; ks0 <= mi; ++ks0) {
+        const FragA a = LoadARows(tm, tld, 16 * mi, 16 * ks0, lane);
+        const FragB b = is_u ? LoadBCols(qs, qld, beta, 16 * ks0, n0, lane)
+                             : LoadBCols(ks, kld, rk, 16 * ks0, n0, lane);
+        Mma3(c, a, b);
+      }
+      float* dst = is_u ? work.u : work.w;
+      const int ld = is_u ? dv : dk;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
+        const int j = n0 + 2 * t + (e & 1);
+        dst[i * ld + j] = c[e];
+      }
+    }
+  }
+}
+
+// --- scan -----------------------------------------------------------------------------------
+
+struct ScanLayout {
+  int wld, kld, ald, sld;  // Row strides of the fp32 arrays (floats).
+  int vld, tld;            // Row strides of the split v_new^T and S^T (bf16 elements).
+  // Offsets in floats; vt and st hold the hi pieces, then the lo pieces.
+  size_t w, q, k, a, u, vt, s, st, gexp, f, decay, total;
+};
+
+__host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
+  ScanLayout l;
+  l.wld = dk + kPadPairs;
+  l.kld = dk + kPadCols;
+  l.ald = kC + kPadPairs;
+  l.sld = kSlice + kPadCols;
+  // Strides of 4 mod 32 words: the B fragment's pairs of one warp fall on distinct banks.
+  l.vld = kC + kPadPairs;
+  l.tld = dk + kPadPairs;
+  l.w = 0;
+  l.q = l.w + static_cast<size_t>(kC) * l.wld;
+  l.k = l.q + static_cast<size_t>(kC) * l.wld;
+  l.a = l.k + static_cast<size_t>(kC) * l.kld;
+  l.u = l.a + static_cast<size_t>(kC) * l.ald;
+  l.vt = l.u + static_cast<size_t>(kC) * l.sld;
+  l.s = l.vt + static_cast<size_t>(kSlice) * l.vld;  // Two bf16 arrays of kSlice x vld.
+  l.st = l.s + static_cast<size_t>(dk) * l.sld;
+  l.gexp = l.st + static_cast<size_t>(kSlice) * l.tld;
+  l.f = l.gexp + kC;
+  l.decay = l.f + kC;
+  l.total = l.decay + 4;
+  return l;
+}
+
+// One block per (v-head, slice of kSlice state columns); walks the segment's chunks in order.
+// Warps 0-3 take w's m-tiles and warps 4-7 q's in [w; q] S; then warps 4-7 finish o while every
+// warp updates its m-tiles of the state.
+template <int kDk, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    ScanMmaKernel(Params p, int64_t first, int64_t chunks, const float* ws) {
+  extern __shared__ float smem[];
+  constexpr int dk = kDk;
+  const int dv = p.dv;
+  const ScanLayout l = ScanLayoutOf(dk);
+  float* w_s = smem + l.w;
+  float* q_s = smem + l.q;
+  float* k_s = smem + l.k;
+  float* a_s = smem + l.a;
+  float* u_s = smem + l.u;
+  uint16_t* vt_hi = reinterpret_cast<uint16_t*>(smem + l.vt);
+  uint16_t* vt_lo = vt_hi + kSlice * l.vld;
+  float* s_s = smem + l.s;
+  uint16_t* st_hi = reinterpret_cast<uint16_t*>(smem + l.st);
+  uint16_t* st_lo = st_hi + kSlice * l.tld;
+  float* gexp_s = smem + l.gexp;
+  float* f_s = smem + l.f;
+  float* decay_s = smem + l.decay;
+  const int h = blockIdx.x;
+  const int kh = h / p.ratio;
+  const int c0 = blockIdx.y * kSlice;
+  const int cols = dv - c0 < kSlice ? dv - c0 : kSlice;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  float* state = p.state + static_cast<int64_t>(h) * dk * dv;
+
+  // The chunk's w, q, u and e^G (group 1) and k, A, f and e^{G_last} (group 2).
+  auto issue1 = [&](int64_t ci) {
+    const int64_t t0 = first + ci * kC;
+    const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
+    const Work work = WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, dk, dv);
+    CopyTile<true>(w_s, l.wld, work.w, dk, kC, dk, kC, dk);
+    CopyTile<kVec>(q_s, l.wld, p.q + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk, p.qk_ld, kC, dk,
+                   len, dk);
+    CopyTile<true>(u_s, l.sld, work.u + c0, dv, kC, kSlice, kC, cols);
+    CopyTile<true>(gexp_s, kC, work.gexp, kC, 1, kC, 1, kC);
+    CopyCommit();
+  };
+  auto issue2 = [&](int64_t ci) {
+    const int64_t t0 = first + ci * kC;
+    const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
+    const Work work = WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, dk, dv);
+    CopyTile<kVec>(k_s, l.kld, p.k + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk, p.qk_ld, kC, dk,
+                   len, dk);
+    CopyTile<true>(a_s, l.ald, work.a, kC, kC, kC, kC, kC);
+    CopyTile<true>(f_s, kC, work.f, kC, 1, kC, 1, kC);
+    CopyTile<true>(decay_s, 4, work.decay, 4, 1, 4, 1, 4);
+    CopyCommit();
+  };
+
+  for (int i = threadIdx.x; i < dk * kSlice; i += kThreads) {
+    const int x = i / kSlice;
+    const int c = i % kSlice;
+    const float v = c < cols ? state[static_cast<int64_t>(x) * dv + c0 + c] : 0.0f;
+    s_s[x * l.sld + c] = v;
+    StoreSplit(st_hi, st_lo, c * l.tld + x, v);
+  }
+  issue1(0);
+  issue2(0);
+  CopyWait<0>();
+  __syncthreads();
+
+  const int m_tiles = dk / 16;
+  for (int64_t ci = 0; ci < chunks; ++ci) {
+    const int64_t t0 = first + ci * kC;
+    const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
+    // [w; q] S: warp w < 4 takes rows 16w.. of w, warp w >= 4 rows 16(w - 4).. of q.
+    const int mi = warp % 4;
+    const float* lhs = warp < 4 ? w_s : q_s;
+    float acc[kSliceTiles][4] = {};
+#pragma unroll
+    for (int k0 = 0; k0 < dk; k0 += 16) {
+      const FragA a = LoadARows(lhs, l.wld, 16 * mi, k0, lane);
+#pragma unroll
+      for (int nt = 0; nt < kSliceTiles; ++nt) {
+        Mma3(acc[nt], a, LoadBSplit(st_hi, st_lo, l.tld, k0, 8 * nt, lane));
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kSliceTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
+        const int c = 8 * nt + 2 * t + (e & 1);
+        if (warp < 4) {
+          StoreSplit(vt_hi, vt_lo, c * l.vld + i, u_s[i * l.sld + c] - acc[nt][e]);
+        } else {
+          acc[nt][e] *= gexp_s[i];
+        }
+      }
+    }
+    CopyWait<0>();  // k, A, f and e^{G_last} of this chunk.
+    __syncthreads();
+    if (ci + 1 < chunks) issue1(ci + 1);
+
+    if (warp >= 4) {
+      // o = e^G (q S) + A v_new; A is lower triangular: k steps 0..mi.
+      for (int k0 = 0; k0 <= 16 * mi; k0 += 16) {
+        const FragA a = LoadARows(a_s, l.ald, 16 * mi, k0, lane);
+#pragma unroll
+        for (int nt = 0; nt < kSliceTiles; ++nt) {
+          Mma3(acc[nt], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * nt, lane));
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kSliceTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
+          const int c = 8 * nt + 2 * t + (e & 1);
+          if (i < len && c < cols) {
+            p.out[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * dv + c0 + c] = acc[nt][e];
+          }
+        }
+      }
+    }
+    // S = e^{G_last} S + (f k)^T v_new: m-tile x of S (16 rows of dk) by warp x % 8.
+    const float decay = decay_s[0];
+    for (int mx = warp; mx < m_tiles; mx += kWarps) {
+      float upd[kSliceTiles][4] = {};
+#pragma unroll
+      for (int k0 = 0; k0 < kC; k0 += 16) {
+        const FragA a = LoadACols(k_s, l.kld, f_s, 16 * mx, k0, lane);
+#pragma unroll
+        for (int nt = 0; nt < kSliceTiles; ++nt) {
+          Mma3(upd[nt], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * nt, lane));
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kSliceTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int x = 16 * mx + g + (e >= 2 ? 8 : 0);
+          const int c = 8 * nt + 2 * t + (e & 1);
+          float& s = s_s[x * l.sld + c];
+          s = fmaf(decay, s, upd[nt][e]);
+          StoreSplit(st_hi, st_lo, c * l.tld + x, s);
+        }
+      }
+    }
+    __syncthreads();  // k, A, f, v_new and the old state are no longer read.
+    if (ci + 1 < chunks) {
+      issue2(ci + 1);
+      CopyWait<1>();  // w, q, u and e^G of the next chunk.
+    }
+    __syncthreads();
+  }
+
+  for (int i = threadIdx.x; i < dk * kSlice; i += kThreads) {
+    const int x = i / kSlice;
+    const int c = i % kSlice;
+    if (c < cols) state[static_cast<int64_t>(x) * dv + c0 + c] = s_s[x * l.sld + c];
+  }
+}
+
+Params ParamsOf(const GatedDeltaLaunch& a) {
+  Params p;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.g = a.g;
+  p.beta = a.beta;
+  p.state = a.state;
+  p.out = a.out;
+  p.tokens = a.tokens;
+  p.ratio = a.v_heads / a.k_heads;
+  p.v_heads = a.v_heads;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
+  p.v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  return p;
+}
+
+template <int kDk, bool kVec>
+hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, bool scan,
+                  hipStream_t stream) {
+  const size_t prep_shared = PrepSharedFloats(p.dk, p.dv) * sizeof(float);
+  const size_t scan_shared = ScanLayoutOf(p.dk).total * sizeof(float);
+  hipError_t e = AllowSharedBytes(PrepMmaKernel<kDk, kVec>, prep_shared);
+  // The largest shared-memory carveout, so that two prepare blocks share a multiprocessor.
+  if (e == hipSuccess) {
+    e = hipFuncSetAttribute(reinterpret_cast<const void*>(PrepMmaKernel<kDk, kVec>),
+                            hipFuncAttributePreferredSharedMemoryCarveout, 100);
+  }
+  if (e == hipSuccess) e = AllowSharedBytes(ScanMmaKernel<kDk, kVec>, scan_shared);
+  if (e != hipSuccess) return e;
+  const dim3 scan_grid(static_cast<unsigned int>(p.v_heads),
+                       static_cast<unsigned int>(CeilDiv(p.dv, kSlice)));
+  for (int64_t first = 0; first < p.tokens; first += segment) {
+    const int64_t seg_tokens = p.tokens - first < segment ? p.tokens - first : segment;
+    const int64_t chunks = CeilDiv(seg_tokens, kC);
+    const dim3 prep_grid(static_cast<unsigned int>(p.v_heads), static_cast<unsigned int>(chunks));
+    if (prepare) {
+      PrepMmaKernel<kDk, kVec>
+          <<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
+      e = hipGetLastError();
+      if (e != hipSuccess) return e;
+    }
+    if (scan) {
+      ScanMmaKernel<kDk, kVec>
+          <<<scan_grid, kThreads, scan_shared, stream>>>(p, first, chunks, ws);
+      e = hipGetLastError();
+      if (e != hipSuccess) return e;
+    }
+  }
+  return hipSuccess;
+}
+
+}  // namespace
+
+bool GatedDeltaMmaSupported(const GatedDeltaLaunch& a, int max_shared_bytes) {
+  if (a.chunk != kC || (a.dk != 64 && a.dk != kMaxDk) || a.dv % 8 != 0 || a.dv <= 0) {
+    return false;
+  }
+  const size_t prep = PrepSharedFloats(a.dk, a.dv) * sizeof(float);
+  const size_t scan = ScanLayoutOf(a.dk).total * sizeof(float);
+  return prep <= static_cast<size_t>(max_shared_bytes) &&
+         scan <= static_cast<size_t>(max_shared_bytes);
+}
+
+int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens) {
+  const int64_t seg = a.tokens < segment_tokens ? a.tokens : segment_tokens;
+  return a.v_heads * CeilDiv(seg, kC) * WorkFloats(a.dk, a.dv);
+}
+
+hipError_t GatedDeltaMma(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                         hipStream_t stream) {
+  return GatedDeltaMmaParts(a, segment_tokens, workspace, true, true, stream);
+}
+
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
+                              bool prepare, bool scan, hipStream_t stream) {
+  if (a.tokens == 0) return hipSuccess;
+  const Params p = ParamsOf(a);
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return hipErrorInvalidValue;
+  // q, k and v rows are copied 16 bytes at a time where aligned (dk is 64 or 128, dv a multiple of
+  // 8), else 4.
+  const bool vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+  if (a.dk == 64) {
+    return vec ? RunMma<64, true>(p, segment_tokens, workspace, prepare, scan, stream)
+               : RunMma<64, false>(p, segment_tokens, workspace, prepare, scan, stream);
+  }
+  if (a.dk != kMaxDk) return hipErrorInvalidValue;
+  return vec ? RunMma<kMaxDk, true>(p, segment_tokens, workspace, prepare, scan, stream)
+             : RunMma<kMaxDk, false>(p, segment_tokens, workspace, prepare, scan, stream);
+}
+
+#endif  // __HIP_PLATFORM_AMD__
+
+}  // namespace cairn::infer::hip
