@@ -219,7 +219,7 @@ class KernelBackend {
   // Attention for each element of `batch` (the sequences of one pass; their outputs are
   // distinct). Each result is bit-identical to that of its own Attention call. The default
   // (kernel_backend.cc) makes those calls in order; a device backend may run several sequences'
-  // decode steps in one launch.
+  // decode steps in one launch, the CPU backend spreads their work over its threads together.
   virtual void AttentionBatch(absl::Span<const AttentionArgs> batch);
 
   // The gated delta rule; see GatedDeltaArgs. The chunked and recurrent forms compute the same

@@ -7,13 +7,13 @@
 //              its safetensors files;
 //   decode     tokens/s with 1 and N slots decoding at once (one batched pass per step), and
 //              the weight bytes read per second as a share of the read bandwidth;
-//   prefill    tokens/s for prompts of the given lengths (in passes of --max-pass-tokens), the
-//              FLOP/s of the linear layers, and that rate as a share of cblas_sgemm and
-//              cblas_sbgemm on the same shapes (the time the bare GEMMs of the pass take over the
-//              time the pass takes); where the rest of the time goes (attention, delta rule,
-//              other operations, outside the backend); and the rate of the linear layers and
-//              attention together as a share of sgemm on both kinds of shapes (attention's own
-//              score and value products, as the backend computes them).
+//   prefill    tokens/s for prompts of the given lengths (in passes of --max-pass-tokens) and
+//              where the time goes (GEMMs, attention, delta rule, other operations, outside the
+//              backend); the target's measure: the pass's model FLOPs (the linear layers,
+//              attention's causal products, the chunked delta rule's products) per second, as a
+//              share of cblas_sgemm's rate on the same FLOP-weighted mix of shapes; and the old
+//              measure beside it: the linear layers' FLOPs over the pass's time, as a share of
+//              cblas_sgemm (and cblas_sbgemm, where OpenBLAS has it) on their shapes only.
 //
 //   cairn-cpu-bench --preset bench-500m [--threads 0] [--slots 4] [--prefill 512,2048,8192]
 
@@ -45,8 +45,8 @@
 #include "common/config/flags.h"
 #include "common/status/status_macros.h"
 #include "services/infer/engine/slot_state.h"
-#include "services/infer/kernels/cpu/attention.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
+#include "services/infer/kernels/cpu/pass_flops.h"
 #include "services/infer/models/model_loader.h"
 #include "services/infer/models/random_checkpoint_presets.h"
 #include "services/infer/models/random_checkpoint_writer.h"
@@ -204,12 +204,6 @@ std::vector<std::pair<int64_t, int64_t>> LinearShapes(const infer::TensorStore& 
   return shapes;
 }
 
-struct GemmTimes {
-  double sgemm_s = 0;
-  double sgemm_cpu_s = 0;  // Processor seconds of the same sgemm calls.
-  double sbgemm_s = 0;     // 0 when this OpenBLAS has no sbgemm.
-};
-
 // cblas_sbgemm and the fp32 -> bf16 conversion, looked up at run time: OpenBLAS declares them
 // in every build but defines them only when built with BUILD_BFLOAT16 (Debian 12's is not).
 using SbgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint,
@@ -228,90 +222,119 @@ Sbgemm FindSbgemm() {
   return s;
 }
 
-// The time OpenBLAS, on `threads` threads of its own, takes for y[m, n] = x[m, k] w[n, k]^T over
-// every shape of `shapes` (each distinct shape timed once, best of `reps`, and counted as often
-// as it occurs), in fp32 (sgemm) and with bf16 inputs (sbgemm). The backend runs OpenBLAS on
-// one thread and splits its products over its own threads; the reference is OpenBLAS's own
-// split.
-GemmTimes TimeGemms(const std::vector<std::pair<int64_t, int64_t>>& shapes, int64_t m, int reps,
-                    int threads) {
-  const int backend_blas_threads = openblas_get_num_threads();
-  openblas_set_num_threads(threads);
-  std::map<std::pair<int64_t, int64_t>, int> count;
-  for (const auto& s : shapes) ++count[s];
-  GemmTimes out;
-  for (const auto& [shape, times] : count) {
-    const int64_t n = shape.first;
-    const int64_t k = shape.second;
-    std::vector<float> x(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k)),
-        y(static_cast<size_t>(m * n));
-    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
-    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 5) * 0.01f;
-    const Timing sgemm = BestOfTimed(reps, [&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-                  static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x.data(),
-                  static_cast<blasint>(k), w.data(), static_cast<blasint>(k), 0.0f, y.data(),
-                  static_cast<blasint>(n));
-    });
-    out.sgemm_s += times * sgemm.wall_s;
-    out.sgemm_cpu_s += times * sgemm.cpu_s;
-    const Sbgemm sb = FindSbgemm();
-    if (sb.gemm == nullptr) continue;
-    std::vector<bfloat16> xb(x.size()), wb(w.size());
-    sb.to_bf16(static_cast<blasint>(x.size()), x.data(), 1, xb.data(), 1);
-    sb.to_bf16(static_cast<blasint>(w.size()), w.data(), 1, wb.data(), 1);
-    out.sbgemm_s += times * BestOf(reps, [&] {
-                      sb.gemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-                              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, xb.data(),
-                              static_cast<blasint>(k), wb.data(), static_cast<blasint>(k), 0.0f,
-                              y.data(), static_cast<blasint>(n));
-                    });
-  }
-  openblas_set_num_threads(backend_blas_threads);
-  return out;
-}
-
-// The bare cblas_sgemm time of the products the backend's blocked attention computed in `calls`
-// (each distinct shape timed once, best of `reps`, counted as often as it occurs), and their
-// FLOPs: the same shapes, the masked scores it computes included, so that attention's share of
-// a pass is measured against what sgemm does with those shapes rather than with the linear
-// layers'. Each product runs on one OpenBLAS thread, as the backend runs them (spread over its
-// threads); the wall-clock time is that of `threads` threads sharing them perfectly. (OpenBLAS's
-// own threads split these small products poorly: a reference that easy would flatter.)
-struct AttentionGemms {
-  GemmTimes times;
-  double flops = 0;
-};
-AttentionGemms TimeAttentionGemms(const std::vector<infer::CpuAttentionCall>& calls, int reps,
-                                  int threads) {
-  const int backend_blas_threads = openblas_get_num_threads();
-  openblas_set_num_threads(1);
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, int64_t> count;
-  for (const infer::CpuAttentionCall& c : calls) {
-    for (const infer::cpu::AttentionProduct& p :
-         infer::cpu::BlockedAttentionProducts(c.tokens, c.past, c.head_dim)) {
-      count[{p.m, p.n, p.k, p.transposed_b}] += c.q_heads;
-    }
-  }
-  AttentionGemms out;
-  for (const auto& [shape, times] : count) {
-    const auto [m, n, k, transposed] = shape;
-    std::vector<float> x(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)),
-        y(static_cast<size_t>(m * n));
+// Inputs of one timed product y[m, n] = x[m, k] . b (b is [n, k] when transposed, else [k, n]).
+struct ProductInputs {
+  std::vector<float> x, b, y;
+  ProductInputs(int64_t m, int64_t n, int64_t k)
+      : x(static_cast<size_t>(m * k)),
+        b(static_cast<size_t>(n * k)),
+        y(static_cast<size_t>(m * n)) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) * 0.1f;
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 5) * 0.01f;
-    const Timing t = BestOfTimed(reps, [&, m = m, n = n, k = k, transposed = transposed] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, transposed ? CblasTrans : CblasNoTrans,
-                  static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
-                  x.data(), static_cast<blasint>(k), b.data(),
-                  static_cast<blasint>(transposed ? k : n), 0.0f, y.data(),
-                  static_cast<blasint>(n));
-    });
-    out.times.sgemm_s += static_cast<double>(times) * t.wall_s / threads;
-    out.times.sgemm_cpu_s += static_cast<double>(times) * t.cpu_s;
-    out.flops += static_cast<double>(times) * 2.0 * static_cast<double>(m * n * k);
+  }
+};
+
+// The best of `reps` timings of cblas_sgemm on one product of the shape of `p`, on
+// `blas_threads` OpenBLAS threads.
+Timing TimeSgemm(const infer::cpu::PassProduct& p, int reps, int blas_threads) {
+  const int backend_blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(blas_threads);
+  ProductInputs in(p.m, p.n, p.k);
+  const Timing t = BestOfTimed(reps, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, p.transposed_b ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(p.m), static_cast<blasint>(p.n), static_cast<blasint>(p.k),
+                1.0f, in.x.data(), static_cast<blasint>(p.k), in.b.data(),
+                static_cast<blasint>(p.transposed_b ? p.k : p.n), 0.0f, in.y.data(),
+                static_cast<blasint>(p.n));
+  });
+  openblas_set_num_threads(backend_blas_threads);
+  return t;
+}
+
+// The wall-clock time cblas_sbgemm (bf16 inputs), on `threads` OpenBLAS threads, takes for the
+// linear products of `products`, each distinct shape timed once (best of `reps`) and counted as
+// often as it occurs; 0 when this OpenBLAS has no sbgemm.
+double TimeSbgemm(const std::vector<infer::cpu::PassProduct>& products, int reps, int threads) {
+  const Sbgemm sb = FindSbgemm();
+  if (sb.gemm == nullptr) return 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int> count;
+  for (const infer::cpu::PassProduct& p : products) {
+    if (p.part == infer::cpu::PassPart::kLinear) ++count[{p.m, p.n, p.k}];
+  }
+  const int backend_blas_threads = openblas_get_num_threads();
+  openblas_set_num_threads(threads);
+  double total = 0;
+  for (const auto& [shape, times] : count) {
+    const auto [m, n, k] = shape;
+    ProductInputs in(m, n, k);
+    std::vector<bfloat16> xb(in.x.size()), wb(in.b.size());
+    sb.to_bf16(static_cast<blasint>(in.x.size()), in.x.data(), 1, xb.data(), 1);
+    sb.to_bf16(static_cast<blasint>(in.b.size()), in.b.data(), 1, wb.data(), 1);
+    total += times * BestOf(reps, [&, m = m, n = n, k = k] {
+               sb.gemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                       static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, xb.data(),
+                       static_cast<blasint>(k), wb.data(), static_cast<blasint>(k), 0.0f,
+                       in.y.data(), static_cast<blasint>(n));
+             });
   }
   openblas_set_num_threads(backend_blas_threads);
+  return total;
+}
+
+// One part of a prefill pass (the linear layers, attention or the delta rule) against sgemm:
+// the model FLOPs it counts, the FLOPs of the shapes sgemm was timed on, and the time sgemm
+// takes for the model FLOPs at its rate on those shapes (wall clock and processor time).
+struct PartReference {
+  double model_flops = 0;
+  double shape_flops = 0;
+  double sgemm_s = 0;
+  double sgemm_cpu_s = 0;
+};
+
+// sgemm on the FLOP-weighted mix of a pass's products (infer::cpu::PassProduct), per part.
+// Each distinct shape is timed once (best of `reps`); the time sgemm takes for a product's
+// model FLOPs is those FLOPs at sgemm's rate on the product's whole shape, so a product that
+// stands for a causal triangle costs the triangle's share of the shape's time. The linear
+// layers' shapes run on `threads` OpenBLAS threads (OpenBLAS's own split of a wide product);
+// attention's and the delta rule's run on one thread, as the backend runs them (spread over
+// its threads), and count as `threads` threads sharing them perfectly (OpenBLAS's own threads
+// split such small products poorly: a reference that easy would flatter). Processor time is
+// the sum over threads either way.
+struct MixReference {
+  PartReference parts[3];  // Indexed by PassPart.
+  double model_flops() const {
+    return parts[0].model_flops + parts[1].model_flops + parts[2].model_flops;
+  }
+  double sgemm_s() const { return parts[0].sgemm_s + parts[1].sgemm_s + parts[2].sgemm_s; }
+  double sgemm_cpu_s() const {
+    return parts[0].sgemm_cpu_s + parts[1].sgemm_cpu_s + parts[2].sgemm_cpu_s;
+  }
+};
+MixReference TimeMix(const std::vector<infer::cpu::PassProduct>& products, int reps, int threads) {
+  using Key = std::tuple<infer::cpu::PassPart, int64_t, int64_t, int64_t, bool>;
+  struct Occurrences {
+    double times = 0;
+    double model_flops = 0;
+  };
+  std::map<Key, Occurrences> shapes;
+  for (const infer::cpu::PassProduct& p : products) {
+    Occurrences& o = shapes[{p.part, p.m, p.n, p.k, p.transposed_b}];
+    o.times += 1;
+    o.model_flops += p.model_flops;
+  }
+  MixReference out;
+  for (const auto& [key, o] : shapes) {
+    const auto [part, m, n, k, transposed] = key;
+    const infer::cpu::PassProduct p{part, m, n, k, transposed, 0};
+    const bool linear = part == infer::cpu::PassPart::kLinear;
+    const Timing t = TimeSgemm(p, reps, linear ? threads : 1);
+    const double shape_flops = infer::cpu::ShapeFlops(p);
+    PartReference& r = out.parts[static_cast<int>(part)];
+    r.model_flops += o.model_flops;
+    r.shape_flops += o.times * shape_flops;
+    r.sgemm_s += o.model_flops / shape_flops * t.wall_s / (linear ? 1 : threads);
+    r.sgemm_cpu_s += o.model_flops / shape_flops * t.cpu_s;
+  }
   return out;
 }
 
@@ -323,8 +346,19 @@ std::vector<int32_t> Tokens(int64_t n, int64_t vocab, int64_t seed) {
   return t;
 }
 
+// The first index of the largest element (as std::max_element), with the running maximum in a
+// register: std::max_element keeps an iterator to it and reloads the value every step, which
+// took 3-4 % of a four-slot decode step of the small model in this bench's own loop.
 int32_t Argmax(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  int32_t best = 0;
+  float top = v[0];
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (top < v[i]) {
+      top = v[i];
+      best = static_cast<int32_t>(i);
+    }
+  }
+  return best;
 }
 
 // `slots` sequences decoding together, each prefilled with a prompt; Step() runs one batched
@@ -413,7 +447,8 @@ int64_t FileBytes(const std::vector<std::string>& files) {
 absl::Status Run(int argc, char** argv) {
   std::string model_dir, preset = "bench-50m", work_dir;
   std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
-  int threads = 0, slots = 4, decode_steps = 40, decode_rounds = 5, gemm_reps = 2;
+  int threads = 0, spin_us = infer::CpuKernelBackendOptions::kDefaultSpinMicros, slots = 4,
+      decode_steps = 40, decode_rounds = 5, gemm_reps = 2;
   int64_t decode_prompt = 128, max_pass = 2048;
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
   FlagSet flags("cairn-cpu-bench",
@@ -423,6 +458,8 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("preset", &preset, "random-checkpoint preset when --model is empty");
   flags.Add("work-dir", &work_dir, "scratch folder");
   flags.Add("threads", &threads, "backend threads (0: one per hardware thread)");
+  flags.Add("spin-us", &spin_us,
+            "microseconds a backend helper thread watches for the next loop before sleeping");
   flags.Add("slots", &slots, "slots of the batched decode measurement");
   flags.Add("decode-steps", &decode_steps, "decode steps per measurement (1 slot and N slots)");
   flags.Add("decode-rounds", &decode_rounds, "rounds the decode steps are split into");
@@ -459,6 +496,7 @@ absl::Status Run(int argc, char** argv) {
 
   infer::CpuKernelBackendOptions backend_options;
   backend_options.threads = threads;
+  backend_options.spin_us = spin_us;
   backend_options.profile = true;
   ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
                    infer::CpuKernelBackend::Create(backend_options));
@@ -471,8 +509,6 @@ absl::Status Run(int argc, char** argv) {
   const int64_t file_bytes = FileBytes(store->files());
   const std::vector<std::pair<int64_t, int64_t>> shapes = LinearShapes(*store);
   store.reset();
-  int64_t linear_params = 0;
-  for (const auto& [n, k] : shapes) linear_params += n * k;
 
   const int64_t rss_before = ResidentBytes();
   const Clock::time_point load_start = Clock::now();
@@ -566,42 +602,59 @@ absl::Status Run(int argc, char** argv) {
     const double elapsed_cpu = CpuSeconds() - c0;
     const infer::CpuKernelProfile p = backend->profile();
     const infer::CpuKernelProfile p_cpu = backend->cpu_profile();
-    std::map<int64_t, int> pass_counts;
-    for (int64_t len : passes) ++pass_counts[len];
-    GemmTimes gemm;
-    for (const auto& [len, count] : pass_counts) {
-      const GemmTimes one = TimeGemms(shapes, len, gemm_reps, backend->threads());
-      gemm.sgemm_s += count * one.sgemm_s;
-      gemm.sgemm_cpu_s += count * one.sgemm_cpu_s;
-      gemm.sbgemm_s += count * one.sbgemm_s;
+    // The pass's products: the linear layers of every pass, and attention's and the delta
+    // rule's as the backend recorded its calls.
+    std::vector<infer::cpu::PassProduct> products;
+    for (int64_t len : passes) {
+      const std::vector<infer::cpu::PassProduct> pass = infer::cpu::LinearPassProducts(shapes, len);
+      products.insert(products.end(), pass.begin(), pass.end());
     }
-    const double flops = 2.0 * static_cast<double>(linear_params) * static_cast<double>(n);
+    for (const infer::CpuAttentionCall& c : backend->attention_calls()) {
+      const std::vector<infer::cpu::PassProduct> head =
+          infer::cpu::AttentionPassProducts(c.tokens, c.past, c.head_dim);
+      for (int h = 0; h < c.q_heads; ++h) products.insert(products.end(), head.begin(), head.end());
+    }
+    for (const infer::CpuDeltaRuleCall& c : backend->delta_rule_calls()) {
+      const std::vector<infer::cpu::PassProduct> head =
+          infer::cpu::DeltaRulePassProducts(c.tokens, c.dk, c.dv, c.chunk);
+      for (int h = 0; h < c.v_heads; ++h) products.insert(products.end(), head.begin(), head.end());
+    }
+    const MixReference mix = TimeMix(products, gemm_reps, backend->threads());
+    const PartReference& linear = mix.parts[static_cast<int>(infer::cpu::PassPart::kLinear)];
+    const PartReference& att = mix.parts[static_cast<int>(infer::cpu::PassPart::kAttention)];
+    const PartReference& delta = mix.parts[static_cast<int>(infer::cpu::PassPart::kDeltaRule)];
+    auto rate = [](const PartReference& r) {
+      return r.sgemm_s > 0 ? r.model_flops / r.sgemm_s / 1e9 : 0.0;
+    };
+    // The old measure: the linear layers' FLOPs over the whole pass's time, against sgemm on
+    // the linear layers' shapes only (attention and the delta rule count as time, not work).
+    const double sbgemm_s = TimeSbgemm(products, gemm_reps, backend->threads());
     const std::string sbgemm =
-        gemm.sbgemm_s > 0
-            ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * gemm.sbgemm_s / elapsed,
-                              flops / gemm.sbgemm_s / 1e9)
-            : std::string("no sbgemm in this OpenBLAS");
+        sbgemm_s > 0 ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * sbgemm_s / elapsed,
+                                       linear.model_flops / sbgemm_s / 1e9)
+                     : std::string("no sbgemm in this OpenBLAS");
+    std::cout << absl::StrFormat("prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; %s\n", n,
+                                 passes.size(), static_cast<double>(n) / elapsed, elapsed,
+                                 BothShares(p, elapsed, p_cpu, elapsed_cpu));
     std::cout << absl::StrFormat(
-        "prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; linear layers %.1f GFLOP/s = "
-        "%.0f%% of sgemm (%.1f GFLOP/s), %s on the same shapes; per processor-second %.0f%% "
-        "of sgemm's; %s\n",
-        n, passes.size(), static_cast<double>(n) / elapsed, elapsed, flops / elapsed / 1e9,
-        100 * gemm.sgemm_s / elapsed, flops / gemm.sgemm_s / 1e9, sbgemm,
-        100 * gemm.sgemm_cpu_s / elapsed_cpu, BothShares(p, elapsed, p_cpu, elapsed_cpu));
-    // The same pass against sgemm on the attention's own products too: the time the bare
-    // GEMMs of the linear layers and of attention take, over the time the pass took.
-    const AttentionGemms att =
-        TimeAttentionGemms(backend->attention_calls(), gemm_reps, backend->threads());
-    const double all_flops = flops + att.flops;
+        "prefill %d tokens, linear layers only (the old measure): %.1f GFLOP/s = %.0f%% of sgemm "
+        "on the linear layers' shapes (%.1f GFLOP/s), %s; per processor-second %.0f%% of "
+        "sgemm's\n",
+        n, linear.model_flops / elapsed / 1e9, 100 * linear.sgemm_s / elapsed, rate(linear), sbgemm,
+        100 * linear.sgemm_cpu_s / elapsed_cpu);
+    // The target's measure: every model FLOP of the pass (the linear layers, attention's causal
+    // products, the delta rule's chunked products) over the pass's time, against sgemm on the
+    // same FLOP-weighted mix of shapes.
     std::cout << absl::StrFormat(
-        "prefill %d tokens, attention's products included: %.1f GFLOP in attention's products "
-        "(sgemm on their shapes %.1f GFLOP/s) and %.1f GFLOP in the linear layers; "
-        "%.1f GFLOP/s = %.0f%% of sgemm on all these shapes (%.1f GFLOP/s); per "
-        "processor-second %.0f%% of sgemm's\n",
-        n, att.flops / 1e9, att.times.sgemm_s > 0 ? att.flops / att.times.sgemm_s / 1e9 : 0.0,
-        flops / 1e9, all_flops / elapsed / 1e9, 100 * (gemm.sgemm_s + att.times.sgemm_s) / elapsed,
-        all_flops / (gemm.sgemm_s + att.times.sgemm_s) / 1e9,
-        100 * (gemm.sgemm_cpu_s + att.times.sgemm_cpu_s) / elapsed_cpu);
+        "prefill %d tokens, the target's measure (model FLOPs against sgemm on the same mix): "
+        "%.1f GFLOP (linear layers %.1f, attention %.1f causal of %.1f computed in its blocks' "
+        "shapes, delta rule %.1f) = %.1f GFLOP/s = %.0f%% of sgemm on the same mix "
+        "(%.1f GFLOP/s; on the linear layers' shapes %.1f, attention's %.1f, the delta rule's "
+        "%.1f); per processor-second %.0f%% of sgemm's\n",
+        n, mix.model_flops() / 1e9, linear.model_flops / 1e9, att.model_flops / 1e9,
+        att.shape_flops / 1e9, delta.model_flops / 1e9, mix.model_flops() / elapsed / 1e9,
+        100 * mix.sgemm_s() / elapsed, mix.model_flops() / mix.sgemm_s() / 1e9, rate(linear),
+        rate(att), rate(delta), 100 * mix.sgemm_cpu_s() / elapsed_cpu);
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);

@@ -437,6 +437,105 @@ void BlockedAttentionItem(const AttentionArgs& a, int64_t item, const float* kt,
               a.out + t0 * q_ld + h * a.head_dim, static_cast<blasint>(q_ld));
 }
 
+namespace {
+
+// Key rows per call of the row kernel in the short path's scores.
+constexpr int64_t kShortKeyBlock = 64;
+// Query heads per pass over the value rows in the short path: four heads by 64 columns are
+// sixteen vector accumulators.
+constexpr int kShortHeadBlock = 4;
+
+// out[g][d0, d0 + 64) = sum over keys j in order of p[g][j] * v_j[d0, d0 + 64) for G heads g,
+// from zero: the G * 4 accumulators stay in registers while the value rows pass.
+template <int G>
+inline __attribute__((always_inline)) void ShortValues(const float* p, int64_t ldp, const float* v,
+                                                       int64_t ldv, int64_t keys, float* out,
+                                                       int64_t ldo) {
+  F32x16 acc[G][4];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) acc[g][q] = F32x16{};
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    F32x16 vv[4];
+    std::memcpy(vv, v + j * ldv, sizeof(vv));
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      const float w = p[g * ldp + j];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) acc[g][q] += w * vv[q];
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) std::memcpy(out + g * ldo, acc[g], sizeof(acc[g]));
+}
+
+CAIRN_SIMD_CLONES void ShortValuesBlock(int heads, const float* p, int64_t ldp, const float* v,
+                                        int64_t ldv, int64_t keys, float* out, int64_t ldo) {
+  switch (heads) {
+    case 1:
+      ShortValues<1>(p, ldp, v, ldv, keys, out, ldo);
+      return;
+    case 2:
+      ShortValues<2>(p, ldp, v, ldv, keys, out, ldo);
+      return;
+    case 3:
+      ShortValues<3>(p, ldp, v, ldv, keys, out, ldo);
+      return;
+    default:
+      ShortValues<4>(p, ldp, v, ldv, keys, out, ldo);
+      return;
+  }
+}
+
+// p[0, n) *= scale, sixteen lanes at a time.
+CAIRN_SIMD_CLONES void ScaleRow(float* p, int64_t n, float scale) { Scale(scale, p, n); }
+
+}  // namespace
+
+bool UseShortAttention(const AttentionArgs& a) {
+  return !a.row_invariant && a.tokens < kScoreKernelMinTokens && a.head_dim % 64 == 0 &&
+         a.kv_heads > 0 && a.q_heads % a.kv_heads == 0;
+}
+
+int64_t ShortAttentionItems(const AttentionArgs& a) {
+  return static_cast<int64_t>(a.kv_heads) * a.tokens;
+}
+
+void ShortAttentionItem(const AttentionArgs& a, Isa isa, int64_t item, std::vector<float>* scores) {
+  const int group = a.q_heads / a.kv_heads;
+  const int64_t hd = a.head_dim;
+  const int64_t q_ld = static_cast<int64_t>(a.q_heads) * hd;
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * hd;
+  const int64_t kvh = item / a.tokens;
+  const int64_t r = item % a.tokens;
+  const int64_t keys = a.past + r + 1;
+  // The group's query heads are consecutive: rows of hd floats.
+  const float* q = a.q + r * q_ld + kvh * group * hd;
+  float* out = a.out + r * q_ld + kvh * group * hd;
+  scores->resize(static_cast<size_t>(group * keys));
+  float* p = scores->data();
+  const void* rows[kShortKeyBlock];
+  for (int64_t j0 = 0; j0 < keys; j0 += kShortKeyBlock) {
+    const int64_t count = std::min(kShortKeyBlock, keys - j0);
+    for (int64_t j = 0; j < count; ++j) rows[j] = a.k + (j0 + j) * kv_ld + kvh * hd;
+    RowProducts(isa, WeightType::kF32, q, group, hd, rows, count, hd, p + j0, keys,
+                /*accumulate=*/false);
+  }
+  for (int g = 0; g < group; ++g) {
+    ScaleRow(p + g * keys, keys, a.scale);
+    SoftmaxRow(p + g * keys, keys, keys);
+  }
+  const float* v = a.v + kvh * hd;
+  for (int g0 = 0; g0 < group; g0 += kShortHeadBlock) {
+    const int heads = std::min(kShortHeadBlock, group - g0);
+    for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+      ShortValuesBlock(heads, p + g0 * keys, keys, v + d0, kv_ld, keys, out + g0 * hd + d0, hd);
+    }
+  }
+}
+
 int64_t RowInvariantAttentionItems(const AttentionArgs& a) {
   return static_cast<int64_t>(a.q_heads) * a.tokens;
 }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "services/infer/kernels/cpu/row_kernels.h"
 #include "services/infer/kernels/kernel_backend.h"
 
 // CpuKernelBackend's causal attention as independent work items, for the backend to spread over
@@ -51,6 +52,19 @@ void TransposeKeys(const AttentionArgs& a, int kv_head, float* kt);
 // buffer. Deterministic for given shapes; the fused and unfused forms round differently.
 void BlockedAttentionItem(const AttentionArgs& a, int64_t item, const float* kt,
                           std::vector<float>* scores);
+
+// Whether `a` takes the short path (ShortAttentionItem): fewer query rows than the score kernel
+// takes (decode steps), a head size that is a multiple of 64 and no row invariance asked for.
+bool UseShortAttention(const AttentionArgs& a);
+// Work items of the short path: one per kv head and query row.
+int64_t ShortAttentionItems(const AttentionArgs& a);
+// Item `item` of the short path: the query heads that share the item's kv head, for one query
+// row, together: their scores through the row kernel (RowProducts on fp32 keys, `isa`), each
+// key row read once for the whole group, a softmax per head, then the weighted values with the
+// group's outputs held in registers while the value rows pass (each sum over keys in order).
+// `scores` is the running thread's buffer. Deterministic for given shapes; the result of a row
+// depends only on its own query, keys and values.
+void ShortAttentionItem(const AttentionArgs& a, Isa isa, int64_t item, std::vector<float>* scores);
 
 // Work items of the row-invariant attention: one per query head and query row.
 int64_t RowInvariantAttentionItems(const AttentionArgs& a);

@@ -61,6 +61,21 @@ const void* WeightRow(const WeightMatrix& w, int64_t j) {
   return nullptr;
 }
 
+// rows[i] = row `first + i` of `w` for i < count, walking the parts once.
+void WeightRows(const WeightMatrix& w, int64_t first, int64_t count, const void** rows) {
+  const int64_t row_bytes = w.cols * WeightTypeSize(w.type);
+  int p = 0;
+  int64_t j = first;
+  while (j >= w.parts[p].rows) j -= w.parts[p++].rows;
+  for (int64_t i = 0; i < count; ++i, ++j) {
+    while (j == w.parts[p].rows) {
+      j = 0;
+      ++p;
+    }
+    rows[i] = static_cast<const char*>(w.parts[p].data) + j * row_bytes;
+  }
+}
+
 float Sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // torch softplus switches to the identity above this input.
@@ -182,6 +197,9 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
   if (options.threads < 0) {
     return absl::InvalidArgumentError("cpu backend threads must be >= 0");
   }
+  if (options.spin_us < 0) {
+    return absl::InvalidArgumentError("cpu backend spin_us must be >= 0");
+  }
   cpu::Isa isa = cpu::BestIsa();
   if (options.isa != "auto") {
     bool known = false;
@@ -206,22 +224,23 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
   // calls (and are invisible to ThreadSanitizer).
   openblas_set_num_threads(1);
   return std::unique_ptr<CpuKernelBackend>(
-      new CpuKernelBackend(threads, isa, options.typed_weights, options.profile));
+      new CpuKernelBackend(threads, isa, options.typed_weights, options.profile, options.spin_us));
 }
 
-CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile)
+CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile,
+                                   int spin_us)
     : threads_(threads),
       isa_(isa),
       typed_weights_(typed_weights),
       profiling_(profile),
       widened_(static_cast<size_t>(threads)),
       scores_(static_cast<size_t>(threads)) {
-  if (threads_ > 1) pool_ = std::make_unique<ThreadPool>(threads_ - 1);
+  if (threads_ > 1) {
+    team_ = std::make_unique<cpu::WorkerTeam>(threads_ - 1, absl::Microseconds(spin_us));
+  }
 }
 
-CpuKernelBackend::~CpuKernelBackend() {
-  if (pool_ != nullptr) pool_->Shutdown();
-}
+CpuKernelBackend::~CpuKernelBackend() = default;
 
 void CpuKernelBackend::ParallelFor(int64_t n, absl::FunctionRef<void(int64_t)> fn) {
   ParallelForWorkers(n, [&](int64_t i, int) { fn(i); });
@@ -236,44 +255,11 @@ void CpuKernelBackend::BlasFor(int64_t n, absl::FunctionRef<void(int64_t, int)> 
 }
 
 void CpuKernelBackend::ParallelForWorkers(int64_t n, absl::FunctionRef<void(int64_t, int)> fn) {
-  if (n <= 0) return;
-  if (pool_ == nullptr || n == 1) {
+  if (team_ == nullptr || n <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
-  // The calling thread takes items too and waits only for helpers that joined before every
-  // item was taken: on a loaded machine a helper may start long after the work is done (it
-  // then finds nothing to do), and a small loop must not wait for it to be scheduled. The
-  // state is shared with the helpers, which may outlive this call.
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    Mutex mu;
-    CondVar cv;
-    int joined ABSL_GUARDED_BY(mu) = 0;  // Helpers between joining and leaving.
-  };
-  auto shared = std::make_shared<Shared>();
-  const absl::FunctionRef<void(int64_t, int)>* body = &fn;
-  const int helpers = static_cast<int>(std::min<int64_t>(threads_ - 1, n - 1));
-  for (int h = 0; h < helpers; ++h) {
-    const bool scheduled = pool_->Schedule([shared, body, n, worker = h + 1] {
-      {
-        MutexLock lock(&shared->mu);
-        ++shared->joined;
-      }
-      // Joined before taking an item: an item below n means the caller is still waiting for
-      // this helper, so `body` is alive.
-      for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) {
-        (*body)(i, worker);
-      }
-      MutexLock lock(&shared->mu);
-      if (--shared->joined == 0) shared->cv.SignalAll();
-    });
-    CAIRN_CHECK(scheduled);  // The pool shuts down only in our destructor.
-  }
-  for (int64_t i = shared->next.fetch_add(1); i < n; i = shared->next.fetch_add(1)) fn(i, 0);
-  // Every item is taken; a helper that joins from now on takes none.
-  MutexLock lock(&shared->mu);
-  while (shared->joined > 0) shared->cv.Wait(&shared->mu);
+  team_->Run(n, threads_ - 1, fn);
 }
 
 void CpuKernelBackend::ParallelRows(int64_t rows, int64_t row_elements,
@@ -311,7 +297,7 @@ void CpuKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     const int64_t n0 = b * kRowMatMulBlock;
     const int64_t count = std::min(n, n0 + kRowMatMulBlock) - n0;
     const void* rows[kRowMatMulBlock];
-    for (int64_t j = 0; j < count; ++j) rows[j] = WeightRow(w, n0 + j);
+    WeightRows(w, n0, count, rows);
     cpu::RowProducts(isa_, w.type, x, m, ldx, rows, count, w.cols, y + n0, ldy, accumulate);
   });
 }
@@ -539,6 +525,12 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
     return;
   }
   if (profiling_) attention_calls_.push_back({a.tokens, a.past, a.q_heads, a.head_dim});
+  if (cpu::UseShortAttention(a)) {
+    ParallelForWorkers(cpu::ShortAttentionItems(a), [&](int64_t item, int worker) {
+      cpu::ShortAttentionItem(a, isa_, item, &scores_[static_cast<size_t>(worker)]);
+    });
+    return;
+  }
   const float* kt = nullptr;
   if (cpu::UseScoreKernel(a)) {
     transposed_keys_.resize(static_cast<size_t>(cpu::TransposedKeysFloats(a)));
@@ -552,11 +544,66 @@ void CpuKernelBackend::Attention(const AttentionArgs& a) {
   });
 }
 
+void CpuKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
+  bool together = batch.size() > 1;
+  for (const AttentionArgs& a : batch) {
+    together = together && (a.row_invariant || cpu::UseShortAttention(a));
+  }
+  if (!together) {
+    for (const AttentionArgs& a : batch) Attention(a);
+    return;
+  }
+  const ScopedTimer timer(this, &CpuKernelProfile::attention_s);
+  // Item i is item i - first[s] of sequence s, for first[s] <= i < first[s + 1].
+  std::vector<int64_t> first(batch.size() + 1, 0);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const AttentionArgs& a = batch[s];
+    if (profiling_ && !a.row_invariant) {
+      attention_calls_.push_back({a.tokens, a.past, a.q_heads, a.head_dim});
+    }
+    first[s + 1] = first[s] + (a.row_invariant ? cpu::RowInvariantAttentionItems(a)
+                                               : cpu::ShortAttentionItems(a));
+  }
+  ParallelForWorkers(first.back(), [&](int64_t i, int worker) {
+    const size_t s =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin() - 1);
+    const AttentionArgs& a = batch[s];
+    if (a.row_invariant) {
+      cpu::RowInvariantAttentionItem(a, i - first[s]);
+    } else {
+      cpu::ShortAttentionItem(a, isa_, i - first[s], &scores_[static_cast<size_t>(worker)]);
+    }
+  });
+}
+
 void CpuKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   const ScopedTimer timer(this, &CpuKernelProfile::delta_rule_s);
+  if (profiling_) delta_rule_calls_.push_back({a.tokens, a.v_heads, a.dk, a.dv, a.chunk});
   const int64_t per_head = static_cast<int64_t>(a.dk) * a.dv;
   ParallelFor(a.v_heads, [&](int64_t h) {
     cpu::GatedDeltaHead(a, static_cast<int>(h), a.state + h * per_head);
+  });
+}
+
+void CpuKernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) {
+  if (batch.size() == 1) {
+    GatedDeltaRule(batch[0]);
+    return;
+  }
+  const ScopedTimer timer(this, &CpuKernelProfile::delta_rule_s);
+  // Item i is head i - first[s] of sequence s, for first[s] <= i < first[s + 1].
+  std::vector<int64_t> first(batch.size() + 1, 0);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const GatedDeltaArgs& a = batch[s];
+    if (profiling_) delta_rule_calls_.push_back({a.tokens, a.v_heads, a.dk, a.dv, a.chunk});
+    first[s + 1] = first[s] + a.v_heads;
+  }
+  ParallelFor(first.back(), [&](int64_t i) {
+    const size_t s =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin() - 1);
+    const GatedDeltaArgs& a = batch[s];
+    const int h = static_cast<int>(i - first[s]);
+    cpu::GatedDeltaHead(a, h, a.state + static_cast<int64_t>(h) * a.dk * a.dv);
   });
 }
 

@@ -9,8 +9,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/concurrency/mutex.h"
-#include "common/concurrency/thread_pool.h"
 #include "services/infer/kernels/cpu/row_kernels.h"
+#include "services/infer/kernels/cpu/worker_team.h"
 #include "services/infer/kernels/kernel_backend.h"
 
 namespace cairn::infer {
@@ -27,6 +27,14 @@ struct CpuKernelBackendOptions {
   // what a backend without typed weights takes (one fp32 part), so models widen their weights:
   // for tests of that path and for comparisons.
   bool typed_weights = true;
+  // How long, in microseconds, a helper thread watches for the backend's next parallel loop
+  // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. Watching trades
+  // processor time spent waiting for the wake-up a loop otherwise costs. Off by default: on the
+  // shared two-core development machine (load 5) a four-slot decode step of bench-50m read
+  // 13.6 and 10.8 GB/s of weights per processor-second without it, 10.8 and 8.8 with 30 us and
+  // 7.4 and 9.5 with 100 us (docs/cpu-backend.md, section 6).
+  int spin_us = kDefaultSpinMicros;
+  static constexpr int kDefaultSpinMicros = 0;
   // Accumulate the wall time of each kind of operation (profile()); for benchmarks. See also
   // CpuKernelBackend::ProfileProcessorTime.
   bool profile = false;
@@ -50,6 +58,16 @@ struct CpuAttentionCall {
   int64_t past = 0;
   int q_heads = 0;
   int head_dim = 0;
+};
+
+// One GatedDeltaRule call, recorded while profiling: the delta rule over `tokens` tokens for
+// each of its v_heads heads, chunked with `chunk` tokens per chunk (0: recurrent).
+struct CpuDeltaRuleCall {
+  int64_t tokens = 0;
+  int v_heads = 0;
+  int dk = 0;
+  int dv = 0;
+  int chunk = 0;
 };
 
 // The reference backend: fp32 math on the host. GEMMs, including attention's score and value
@@ -87,10 +105,14 @@ class CpuKernelBackend final : public KernelBackend {
   // The blocked Attention calls since the profile was last reset (with profiling on), so that a
   // benchmark can time the same products bare.
   const std::vector<CpuAttentionCall>& attention_calls() const { return attention_calls_; }
+  // The GatedDeltaRule calls since the profile was last reset (with profiling on), so that a
+  // benchmark can count their FLOPs and time their products bare.
+  const std::vector<CpuDeltaRuleCall>& delta_rule_calls() const { return delta_rule_calls_; }
   void ResetProfile() {
     profile_ = CpuKernelProfile();
     cpu_profile_ = CpuKernelProfile();
     attention_calls_.clear();
+    delta_rule_calls_.clear();
   }
 
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
@@ -126,10 +148,17 @@ class CpuKernelBackend final : public KernelBackend {
   void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                       const float* w, int kernel, float* state, float* out) override;
   void Attention(const AttentionArgs& args) override;
+  // One parallel loop over every sequence's items where each sequence takes the row-invariant
+  // or the short path (decode steps); otherwise Attention for each in order.
+  void AttentionBatch(absl::Span<const AttentionArgs> batch) override;
   void GatedDeltaRule(const GatedDeltaArgs& args) override;
+  // One parallel loop over every sequence's heads (a decode step's sequences are one token
+  // each: a loop per sequence would hand work to the threads once per sequence). Each head is
+  // computed as by GatedDeltaRule.
+  void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
 
  private:
-  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile);
+  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile, int spin_us);
 
   // Adds the wall and processor time from its construction to its destruction to one field of
   // the profiles.
@@ -157,12 +186,13 @@ class CpuKernelBackend final : public KernelBackend {
   const int threads_;
   const cpu::Isa isa_;
   const bool typed_weights_;
-  std::unique_ptr<ThreadPool> pool_;  // threads_ - 1 workers; null when threads_ == 1.
+  std::unique_ptr<cpu::WorkerTeam> team_;  // threads_ - 1 helpers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;
   CpuKernelProfile cpu_profile_;
   bool profile_cpu_ = false;
   std::vector<CpuAttentionCall> attention_calls_;
+  std::vector<CpuDeltaRuleCall> delta_rule_calls_;
   // Per thread (ParallelForWorkers' index): a tile of weights widened for sgemm, attention's
   // score block.
   std::vector<std::vector<float>> widened_;

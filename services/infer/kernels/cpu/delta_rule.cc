@@ -147,7 +147,9 @@ inline __attribute__((always_inline)) void DotProducts(const float* a, int64_t l
 constexpr int kSubstitutionBlock = 4;
 
 // One token of the recurrent delta rule for one head with dv = 16 V: the arithmetic of
-// RecurrentHead's loops, with kv and the output held in registers.
+// RecurrentHead's loops, with kv and the output held in registers. The decayed state is not
+// stored by the first pass: the second computes the same product again (the same bits) and
+// stores it with the update, so the state is written once per token.
 template <int V>
 inline __attribute__((always_inline)) void RecurrentTokenBlocked(const float* q, const float* k,
                                                                  const float* v, float decay,
@@ -157,13 +159,12 @@ inline __attribute__((always_inline)) void RecurrentTokenBlocked(const float* q,
 #pragma GCC unroll 8
   for (int u = 0; u < V; ++u) kv[u] = o[u] = F32x16{};
   for (int i = 0; i < dk; ++i) {
-    float* row = s + static_cast<int64_t>(i) * 16 * V;
+    const float* row = s + static_cast<int64_t>(i) * 16 * V;
 #pragma GCC unroll 8
     for (int u = 0; u < V; ++u) {
       F32x16 r;
       std::memcpy(&r, row + 16 * u, sizeof(r));
       r *= decay;
-      std::memcpy(row + 16 * u, &r, sizeof(r));
       kv[u] += k[i] * r;
     }
   }
@@ -179,6 +180,7 @@ inline __attribute__((always_inline)) void RecurrentTokenBlocked(const float* q,
     for (int u = 0; u < V; ++u) {
       F32x16 r;
       std::memcpy(&r, row + 16 * u, sizeof(r));
+      r *= decay;
       r += k[i] * kv[u];
       std::memcpy(row + 16 * u, &r, sizeof(r));
       o[u] += q[i] * r;

@@ -531,6 +531,58 @@ TEST_F(CpuKernelBackendTest, BlockedAttentionMatchesTheRowInvariantOneOnWideHead
   for (size_t i = 0; i < blocked.size(); ++i) EXPECT_NEAR(blocked[i], invariant[i], 1e-5f) << i;
 }
 
+TEST_F(CpuKernelBackendTest, ShortAttentionMatchesTheRowInvariantOne) {
+  // Calls of fewer than 32 query rows (decode steps) take the short path: the query heads of a
+  // kv head together (four, or six: a block of four and one of two), heads of 64 and 128.
+  struct Shape {
+    int64_t past, tokens;
+    int q_heads, kv_heads, hd;
+  };
+  for (const Shape& s : {Shape{300, 1, 8, 2, 64}, Shape{300, 5, 8, 2, 64}, Shape{17, 31, 6, 1, 64},
+                         Shape{0, 1, 4, 1, 128}, Shape{129, 3, 12, 2, 128}}) {
+    ASSERT_TRUE(cpu::UseShortAttention(
+        {.tokens = s.tokens, .q_heads = s.q_heads, .kv_heads = s.kv_heads, .head_dim = s.hd}));
+    const std::vector<float> q = Random(s.tokens * s.q_heads * s.hd, 51);
+    const std::vector<float> k = Random((s.past + s.tokens) * s.kv_heads * s.hd, 52);
+    const std::vector<float> v = Random((s.past + s.tokens) * s.kv_heads * s.hd, 53);
+    auto run = [&](bool invariant) {
+      return RunAttention(*backend_, q, k, v, s.tokens, s.past, s.q_heads, s.kv_heads, s.hd, 0.125f,
+                          invariant);
+    };
+    const std::vector<float> short_path = run(false);
+    const std::vector<float> invariant = run(true);
+    for (size_t i = 0; i < short_path.size(); ++i) {
+      ASSERT_NEAR(short_path[i], invariant[i], 1e-5f) << i << " past " << s.past;
+    }
+  }
+}
+
+TEST_F(CpuKernelBackendTest, AttentionBatchGivesEachSequenceItsOwnCallsBits) {
+  // Four decode-like sequences of different lengths in one AttentionBatch call, against one
+  // Attention call each: the same bytes.
+  const int q_heads = 8, kv_heads = 2, hd = 64;
+  const int64_t pasts[] = {0, 40, 301, 7};
+  std::vector<std::vector<float>> qs, ks, vs, batched, alone;
+  std::vector<AttentionArgs> batch;
+  for (int s = 0; s < 4; ++s) {
+    qs.push_back(Random(q_heads * hd, 60 + s));
+    ks.push_back(Random((pasts[s] + 1) * kv_heads * hd, 70 + s));
+    vs.push_back(Random((pasts[s] + 1) * kv_heads * hd, 80 + s));
+    alone.push_back(RunAttention(*backend_, qs[s], ks[s], vs[s], 1, pasts[s], q_heads, kv_heads, hd,
+                                 0.125f, false));
+    batched.emplace_back(q_heads * hd);
+  }
+  for (int s = 0; s < 4; ++s) {
+    batch.push_back({qs[s].data(), ks[s].data(), vs[s].data(), batched[s].data(), 1, pasts[s],
+                     q_heads, kv_heads, hd, 0.125f});
+  }
+  backend_->AttentionBatch(batch);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(std::memcmp(batched[s].data(), alone[s].data(), alone[s].size() * sizeof(float)), 0)
+        << s;
+  }
+}
+
 TEST_F(CpuKernelBackendTest, BlockedAttentionRescalesAsLaterKeysScoreHigher) {
   // Head sizes 32 and 64 (the fused attention's two- and four-vector value tiles), several
   // blocks of keys whose scores grow along the keys, so that each row's running maximum rises
