@@ -21,7 +21,10 @@ namespace {
 // CPU v3 / pass-invariant v2: the row kernel adds every product with a fused multiply-add, and
 // heads of 32 or 64 take the fused blocked attention (docs/cpu-backend.md, fifth round); both
 // change bits, so checkpoints an older binary persisted are not restored into this arithmetic.
-constexpr char kCpuNumericsClass[] = "cpu-f32-v3";
+// CPU v4: decode passes of fewer than 32 rows take the short attention path (the row kernel
+// over a key/value head's query heads instead of sgemm on one row; docs/cpu-backend.md, sixth
+// round), which changes their bits; the pass-invariant arithmetic is unchanged.
+constexpr char kCpuNumericsClass[] = "cpu-f32-v4";
 constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v2";
 // The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16
 // inputs (v2; v1 widened the weights and ran everything in fp32); v3: its decode products run on
