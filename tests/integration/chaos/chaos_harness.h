@@ -48,9 +48,9 @@ struct ChaosOptions {
   // A kill lands this long after the restarted daemon serves again, uniformly at random (a
   // request takes a few hundred milliseconds, so kills land in every part of one), but never
   // before the load has completed a request since that restart: a slower build (a sanitizer's,
-  // where cairn-infer restarts in about 10 s and a request takes seconds) then gets longer
-  // cycles instead of kills that no request ever outlives. The wait for that request is bounded
-  // by `request_bound`; a kill it gave up on counts as one without progress.
+  // where cairn-infer restarts in about 3 s at -O1, 10 s at -O0, and a request takes seconds)
+  // then gets longer cycles instead of kills that no request ever outlives. The wait for that
+  // request is bounded by `request_bound`; a kill it gave up on counts as one without progress.
   absl::Duration min_run = absl::Milliseconds(200);
   absl::Duration max_run = absl::Milliseconds(1500);
   // A request must succeed or fail within this bound (its deadline is twice as long).
