@@ -12,6 +12,13 @@ namespace {
 // Reconnect backoff for a peer on the same host (RPC2).
 constexpr int kInitialReconnectBackoffMs = 100;
 constexpr int kMaxReconnectBackoffMs = 2000;
+// How long one connection attempt may take, the HTTP/2 handshake included. gRPC reads it from
+// GRPC_ARG_MIN_RECONNECT_BACKOFF_MS (its "minimum connect timeout"), not as a delay: attempts
+// that fail at once (nothing listening) are still retried after the backoff above. With the
+// backoff's 100 ms here, a peer whose threads are all busy (a prefill on every core) could miss
+// sending its SETTINGS frame in time, and the call failed with "connection attempt timed out
+// before receiving SETTINGS frame" although the peer was up.
+constexpr int kMinConnectTimeoutMs = 5000;
 }  // namespace
 
 std::unique_ptr<grpc::ClientContext> NewClientContext(absl::Duration timeout) {
@@ -23,7 +30,7 @@ std::unique_ptr<grpc::ClientContext> NewClientContext(absl::Duration timeout) {
 std::shared_ptr<grpc::Channel> NewLocalChannel(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kMinConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }

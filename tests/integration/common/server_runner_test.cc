@@ -3,10 +3,16 @@
 
 #include "common/grpc/server_runner.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/grpc/client.h"
@@ -97,6 +103,91 @@ TEST(ServerRunnerTest, ServesHealthAndReflectionOnAUnixSocket) {
   ExerciseRunner("unix:" + path);
 
   EXPECT_NE(::access(path.c_str(), F_OK), 0);  // Removed after shutdown.
+}
+
+// A Unix-socket relay that takes one connection and starts relaying to `target_path` only after
+// `delay`: to the client, a peer whose handshake (its SETTINGS frame) comes late, as from a
+// daemon whose threads are all busy.
+class SlowRelay {
+ public:
+  SlowRelay(std::string path, std::string target_path, std::chrono::milliseconds delay)
+      : path_(std::move(path)), target_path_(std::move(target_path)), delay_(delay) {}
+  ~SlowRelay() {
+    if (thread_.joinable()) thread_.join();
+    if (listener_ >= 0) ::close(listener_);
+    ::unlink(path_.c_str());
+  }
+  bool Start() {
+    listener_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr = Address(path_);
+    ::unlink(path_.c_str());
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_, 4) != 0) {
+      return false;
+    }
+    thread_ = std::thread([this] { Relay(); });
+    return true;
+  }
+
+ private:
+  static sockaddr_un Address(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    return addr;
+  }
+  void Relay() {
+    const int client = ::accept(listener_, nullptr, nullptr);
+    if (client < 0) return;
+    std::this_thread::sleep_for(delay_);
+    const int server = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr = Address(target_path_);
+    if (server >= 0 && ::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+      char buf[16384];
+      bool open = true;
+      while (open && ::poll(fds, 2, 5000) > 0) {
+        for (int i = 0; i < 2 && open; ++i) {
+          if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+          const ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+          open = n > 0 && ::send(fds[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) == n;
+        }
+      }
+    }
+    if (server >= 0) ::close(server);
+    ::close(client);
+  }
+
+  const std::string path_;
+  const std::string target_path_;
+  const std::chrono::milliseconds delay_;
+  int listener_ = -1;
+  std::thread thread_;
+};
+
+// A peer that is up but slow to answer the HTTP/2 handshake is waited for (within the call's
+// deadline), not failed: gRPC gives a connection attempt the "minimum connect timeout", which
+// it reads from GRPC_ARG_MIN_RECONNECT_BACKOFF_MS; at the reconnect backoff's 100 ms, such calls
+// failed with "connection attempt timed out before receiving SETTINGS frame".
+TEST(ServerRunnerTest, APeerSlowToFinishTheHandshakeIsWaitedFor) {
+  const std::string dir = ::testing::TempDir();
+  const std::string server_path = dir + "/cairn-runner-slow-" + std::to_string(::getpid());
+  const std::string relay_path = server_path + "-relay";
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "unix:" + server_path;
+  auto runner = ServerRunner::Start(options, {&service});
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  (*runner)->SetAllServing(true);
+  SlowRelay relay(relay_path, server_path, std::chrono::milliseconds(600));
+  ASSERT_TRUE(relay.Start());
+
+  grpc::Status st;
+  EXPECT_EQ(Check("unix:" + relay_path, "", &st), HealthCheckResponse::SERVING);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+
+  (*runner)->Drain();
+  (*runner)->Wait();
 }
 
 TEST(ServerRunnerTest, TcpPortIsReported) {
