@@ -28,7 +28,7 @@ absl::StatusOr<void*> ScratchArena::TakeBytes(int64_t bytes) {
     // A new block at least as large as all the others together, so a pass needs few of them.
     int64_t size = std::max({rounded, kMinBlockBytes, next_block_bytes_});
     for (const Block& b : blocks_) size = std::max(size, b.buffer.size() * 2);
-    absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(memory_, size);
+    absl::StatusOr<DeviceBuffer> buffer = DeviceBuffer::AllocateUninitialized(memory_, size);
     if (!buffer.ok()) return buffer.status();
     blocks_.push_back({std::move(*buffer), rounded});
     current_ = blocks_.size() - 1;
