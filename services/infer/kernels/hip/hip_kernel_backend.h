@@ -156,6 +156,9 @@ class HipKernelBackend final : public KernelBackend {
                int64_t dim, float* out) override;
   void CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
                       const float* w, int kernel, float* state, float* out) override;
+  // Runs of calls of one shape (strides, heads, head_dim, rotary_dim, inv_freq) take one launch
+  // per hip::RopeAppendMaxBatch() sequences; the bits of the per-sequence calls.
+  void RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) override;
   void Attention(const AttentionArgs& args) override;
   // Runs of consecutive decode-path calls (at most attention_decode_max_tokens tokens, not
   // row_invariant) of equal heads and head_dim take one launch of each split-path kernel, up to

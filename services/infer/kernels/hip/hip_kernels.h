@@ -24,6 +24,23 @@ hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float sca
                        hipStream_t stream);
 hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
                 const float* inv_freq, int64_t first_position, hipStream_t stream);
+// One sequence of RopeAppendBatch (KernelBackend::RopeAppendArgs without the shared shape).
+struct RopeAppendSequence {
+  float* q;
+  const float* k;
+  const float* v;
+  float* k_dst;
+  float* v_dst;
+  int64_t tokens;
+  int64_t position;
+};
+// For `count` (at most RopeAppendMaxBatch()) sequences of one shape in one launch: Rope of the
+// q rows in place, the k and v rows copied to k_dst / v_dst (row stride kv_heads * head_dim)
+// and the copied keys rotated; the bits of Rope, two copies and Rope per sequence.
+int RopeAppendMaxBatch();
+hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_ld, int q_heads,
+                           int64_t kv_ld, int kv_heads, int head_dim, int rotary_dim,
+                           const float* inv_freq, hipStream_t stream);
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
                    int64_t dim, float* out, hipStream_t stream);
 // Outputs first, then the new window per channel, so `state` is read before it is rewritten.

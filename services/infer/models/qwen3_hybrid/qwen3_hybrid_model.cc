@@ -598,20 +598,35 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps,
                     c_.zero_centred_norm, k);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
+  // RoPE of the queries and the new key rows, appended to each slot: one call for the group's
+  // sequences (a device backend runs them together).
+  std::vector<RopeAppendArgs> appends;
+  appends.reserve(g.seqs.size());
+  for (const Sequence& s : g.seqs) {
+    const int64_t pos = s.slot->position();
+    RopeAppendArgs& a = appends.emplace_back();
+    a.q = q + s.row * q_width;
+    a.k = k + s.row * kv_width;
+    a.v = v + s.row * kv_width;
+    a.k_dst = s.slot->data(w.k_component) + pos * kv_width;
+    a.v_dst = s.slot->data(w.v_component) + pos * kv_width;
+    a.tokens = s.tokens;
+    a.position = pos;
+    a.q_ld = q_width;
+    a.kv_ld = kv_width;
+    a.q_heads = hq;
+    a.kv_heads = c_.num_kv_heads;
+    a.head_dim = hd;
+    a.rotary_dim = c_.rotary_dim;
+    a.inv_freq = inv_freq_.data;
+  }
+  backend_->RopeAppendBatch(appends);
   std::vector<AttentionArgs> batch;
   batch.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
-    float* qs = q + s.row * q_width;
-    backend_->Rope(qs, s.tokens, q_width, hq, hd, c_.rotary_dim, inv_freq_.data, pos);
-    float* k_rows = s.slot->data(w.k_component) + pos * kv_width;
-    float* v_rows = s.slot->data(w.v_component) + pos * kv_width;
-    backend_->CopyRows(k + s.row * kv_width, kv_width, s.tokens, kv_width, k_rows, kv_width);
-    backend_->CopyRows(v + s.row * kv_width, kv_width, s.tokens, kv_width, v_rows, kv_width);
-    backend_->Rope(k_rows, s.tokens, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data,
-                   pos);
     AttentionArgs args;
-    args.q = qs;
+    args.q = q + s.row * q_width;
     args.k = s.slot->data(w.k_component);
     args.v = s.slot->data(w.v_component);
     args.out = o + s.row * q_width;
