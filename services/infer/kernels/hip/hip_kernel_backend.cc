@@ -177,7 +177,8 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
       col += w.parts[i].rows;
     }
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
-    if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate, compute_)
+    if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
+                                        options_.mma_rows_tiles_of_8, compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {

@@ -107,9 +107,12 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // sequence of matrix instructions over its own input row and weight column, k cut into
 // segments chosen by n and k alone and summed in order. Rows never influence each other's bits;
 // the bits differ from MatMulRowsParts' (another order), within fp32 rounding of the product.
+// `tiles_of_8`: calls of 9 to 16 rows run two tiles of 8 rows instead of one of 16 (the same
+// bits).
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
-                         float* y, int64_t ldy, bool accumulate, hipStream_t stream);
+                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8,
+                         hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

@@ -16,7 +16,7 @@
 // Usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=4096,32768,100000]
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
-//          [--decode-slots=1,4,16] [--profile-slots=N]
+//          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 // --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
 // NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`.
 
@@ -69,6 +69,7 @@ struct Flags {
   std::string disk_dir;
   std::vector<int64_t> decode_slots = {1, 4, 16};
   int profile_slots = 0;  // 0: no profiler range.
+  bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -523,6 +524,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n <= 0 || n > 16) return false;
         f->decode_slots.push_back(n);
       }
+    } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
+      f->mma_tiles_of_8 = n == 1;
     } else if (!number || n <= 0) {
       return false;
     } else if (key == "ttft-depth") {
@@ -555,10 +558,11 @@ int Main(int argc, char** argv) {
                  "usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=N,N,...] "
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
-                 "[--decode-slots=N,N,...] [--profile-slots=N]\n");
+                 "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1]\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
+      HipKernelBackend::Create({.mma_rows_tiles_of_8 = flags.mma_tiles_of_8});
   if (!created.ok()) Bench::Fail(created.status().ToString());
   HipKernelBackend& b = **created;
   Bench bench(&b);
