@@ -16,6 +16,9 @@
 // Usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=4096,32768,100000]
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
+//          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
+// --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
+// NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,6 +33,10 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#if defined(CAIRN_HIP_PLATFORM_NVIDIA)
+#include <cuda_profiler_api.h>
+#endif
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -60,6 +67,9 @@ struct Flags {
   int dense_layers = 32;
   int moe_layers = 12;
   std::string disk_dir;
+  std::vector<int64_t> decode_slots = {1, 4, 16};
+  int profile_slots = 0;  // 0: no profiler range.
+  bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -429,7 +439,8 @@ class ModelBench {
     }
     const double weights_other =
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
-    for (const int slots : {1, 4, 16}) {
+    for (const int64_t slot_count : f_.decode_slots) {
+      const int slots = static_cast<int>(slot_count);
       std::vector<std::vector<int32_t>> next(slots);
       double seconds = 0;
       for (int step = 0; step < warm + f_.decode_steps; ++step) {
@@ -438,11 +449,13 @@ class ModelBench {
           next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
           batch.push_back({(*kv)->slot(s), next[s]});
         }
+        ProfilerRange(slots, step == warm);
         const auto start = Clock::now();
         absl::StatusOr<std::vector<std::vector<float>>> logits = model_->ForwardBatch(batch);
         if (!logits.ok()) Bench::Fail(logits.status().ToString());
         if (step >= warm) seconds += Bench::Seconds(start);
       }
+      ProfilerRange(slots, false);
       // Bytes one step must read: the weights (embeddings gathered, not read; of the routed
       // experts, the share random routing of `slots` tokens touches), each slot's rows, and
       // each slot's private state read and written.
@@ -461,6 +474,18 @@ class ModelBench {
           name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s,
           bound, bytes / 1e9, 100.0 * tokens_per_s / bound));
     }
+  }
+
+  // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
+  void ProfilerRange(int slots, bool start) {
+    if (slots != f_.profile_slots) return;
+#if defined(CAIRN_HIP_PLATFORM_NVIDIA)
+    if (start) {
+      cudaProfilerStart();
+    } else {
+      cudaProfilerStop();
+    }
+#endif
   }
 
   const Flags& f_;
@@ -493,6 +518,14 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         f->prefill.push_back(n);
       }
       std::sort(f->prefill.begin(), f->prefill.end());
+    } else if (key == "decode-slots") {
+      f->decode_slots.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n <= 0 || n > 16) return false;
+        f->decode_slots.push_back(n);
+      }
+    } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
+      f->mma_tiles_of_8 = n == 1;
     } else if (!number || n <= 0) {
       return false;
     } else if (key == "ttft-depth") {
@@ -509,6 +542,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->dense_layers = static_cast<int>(n);
     } else if (key == "moe-layers") {
       f->moe_layers = static_cast<int>(n);
+    } else if (key == "profile-slots") {
+      f->profile_slots = static_cast<int>(n);
     } else {
       return false;
     }
@@ -522,10 +557,12 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=N,N,...] "
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
-                 "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR]\n");
+                 "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
+                 "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1]\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
+      HipKernelBackend::Create({.mma_rows_tiles_of_8 = flags.mma_tiles_of_8});
   if (!created.ok()) Bench::Fail(created.status().ToString());
   HipKernelBackend& b = **created;
   Bench bench(&b);
