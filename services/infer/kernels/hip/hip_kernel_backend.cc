@@ -648,6 +648,7 @@ absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
   }
   // Zeroed on the compute stream and waited for: the buffer is ready for any stream after.
   e = hipMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_);
+  ++host_waits_;
   if (e == hipSuccess) e = hipStreamSynchronize(compute_);
   if (e != hipSuccess) {
     static_cast<void>(hipFree(p));
@@ -662,7 +663,9 @@ absl::StatusOr<void*> HipDeviceMemory::Allocate(int64_t bytes) {
 
 void HipDeviceMemory::Free(void* device) {
   // A failing free leaves nothing to recover; the backend's next call reports the device error.
-  if (device != nullptr) static_cast<void>(hipFree(device));
+  if (device == nullptr) return;
+  ++backend_->host_waits_;
+  static_cast<void>(hipFree(device));
 }
 
 absl::Status HipDeviceMemory::Upload(void* device_dst, const void* host_src, int64_t bytes) {
@@ -785,6 +788,7 @@ absl::Status HipKernelBackend::UnregisterHost(void* host) {
 absl::Status HipKernelBackend::Synchronize(HipStream stream) {
   if (!error_.ok()) return error_;
   if (!Check(hipSetDevice(options_.device), "selecting the device")) return error_;
+  ++host_waits_;
   Check(hipStreamSynchronize(StreamOf(stream)), "synchronizing");
   return error_;
 }

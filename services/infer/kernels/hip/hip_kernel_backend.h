@@ -206,6 +206,10 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status Synchronize(HipStream stream = HipStream::kCompute);
   // The first error of any operation so far (without waiting for the device).
   absl::Status status() const { return error_; }
+  // How many times so far the host waited for the device: stream synchronisations (Upload,
+  // Download, Synchronize, a new allocation's zeroing) and device frees. A steady decode step
+  // should wait twice (the token ids' upload and the logits' download).
+  int64_t host_waits() const { return host_waits_; }
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -248,6 +252,7 @@ class HipKernelBackend final : public KernelBackend {
   HipDeviceMemory memory_{this};
   DeviceBuffer workspace_;  // From memory_; declared after it, so freed before it goes.
   absl::Status error_;      // First error; once set, operations are no-ops.
+  int64_t host_waits_ = 0;  // See host_waits().
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

@@ -286,8 +286,8 @@ class Qwen3HybridModel final : public Model {
 
   const ModelInfo& info() const override { return info_; }
   const StateLayout& state_layout() const override { return layout_; }
-  absl::StatusOr<std::vector<std::vector<float>>> ForwardBatch(
-      absl::Span<const SequencePass> batch) override;
+  absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                std::vector<std::vector<float>>& results) override;
 
  private:
   absl::Status LoadAttention(WeightReader& r, const std::string& p, AttentionWeights& w);
@@ -918,8 +918,8 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
-    absl::Span<const SequencePass> batch) {
+absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                                std::vector<std::vector<float>>& results) {
   if (batch.empty()) return absl::InvalidArgumentError("empty forward batch");
   for (size_t i = 0; i < batch.size(); ++i) {
     RETURN_IF_ERROR(CheckPass(batch[i]));
@@ -936,7 +936,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
   // Short passes (decode steps) share one group computed with the row-invariant product;
   // each longer pass runs alone through the GEMM. Which path a sequence takes depends only
   // on its own length, so its bits never depend on the rest of the batch.
-  std::vector<std::vector<float>> results(batch.size());
+  // Every result is assigned or resized in RunGroup, keeping the vectors' memory.
+  results.resize(batch.size());
   Group small;
   small.row_kernel = true;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -960,7 +961,7 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
     alone.rows = t;
     RETURN_IF_ERROR(RunGroup(alone, batch, results));
   }
-  return results;
+  return absl::OkStatus();
 }
 
 }  // namespace
