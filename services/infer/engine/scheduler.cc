@@ -478,16 +478,16 @@ bool Scheduler::DecodeStep() {
   for (Active* a : batch) {
     passes.push_back({memory_->slot(a->slot), absl::MakeConstSpan(&a->pending, 1), false});
   }
-  absl::StatusOr<std::vector<std::vector<float>>> logits = model_->ForwardBatch(passes);
-  if (!logits.ok()) {
-    for (Active* a : batch) Finish(*a, logits.status(), FinishReason::kStop);
+  const absl::Status run = model_->ForwardBatchInto(passes, decode_logits_);
+  if (!run.ok()) {
+    for (Active* a : batch) Finish(*a, run, FinishReason::kStop);
     return true;
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     Active& a = *batch[i];
     slots_[a.slot].tokens.push_back(a.pending);
     a.pending = -1;
-    EmitToken(a, a.sampler->Sample((*logits)[i]));
+    EmitToken(a, a.sampler->Sample(decode_logits_[i]));
   }
   return true;
 }

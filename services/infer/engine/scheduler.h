@@ -124,6 +124,8 @@ class Scheduler {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Active>> active_;
   uint64_t clock_ = 0;  // Logical time for least-recently-used slot choice.
+  // The decode steps' logits, kept between steps so that their memory is reused.
+  std::vector<std::vector<float>> decode_logits_;
 
   mutable Mutex mu_;
   CondVar cv_;

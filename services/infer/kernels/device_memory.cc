@@ -25,18 +25,24 @@ class HostMemory final : public DeviceMemory {
   bool host_visible() const override { return true; }
 
   absl::StatusOr<void*> Allocate(int64_t bytes) override {
+    absl::StatusOr<void*> p = AllocateUninitialized(bytes);
+    if (p.ok() && *p != nullptr) std::memset(*p, 0, Rounded(bytes));
+    return p;
+  }
+  // The scratch arena's blocks (every user writes before reading) skip the fill.
+  absl::StatusOr<void*> AllocateUninitialized(int64_t bytes) override {
     if (bytes < 0) {
       return absl::InvalidArgumentError(absl::StrCat("allocation of ", bytes, " bytes"));
     }
     if (bytes == 0) return nullptr;
-    const size_t rounded =
-        (static_cast<size_t>(bytes) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    void* p = std::aligned_alloc(kHostAlignment, rounded);
+    void* p = std::aligned_alloc(kHostAlignment, Rounded(bytes));
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes"));
     }
-    std::memset(p, 0, rounded);
     return p;
+  }
+  static size_t Rounded(int64_t bytes) {
+    return (static_cast<size_t>(bytes) + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   }
   void Free(void* device) override { std::free(device); }
 
@@ -72,7 +78,16 @@ DeviceMemory* HostDeviceMemory() {
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(DeviceMemory* memory, int64_t bytes) {
-  absl::StatusOr<void*> data = memory->Allocate(bytes);
+  return Adopt(memory->Allocate(bytes), memory, bytes);
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::AllocateUninitialized(DeviceMemory* memory,
+                                                                 int64_t bytes) {
+  return Adopt(memory->AllocateUninitialized(bytes), memory, bytes);
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Adopt(absl::StatusOr<void*> data, DeviceMemory* memory,
+                                                 int64_t bytes) {
   if (!data.ok()) return data.status();
   DeviceBuffer buffer;
   if (bytes == 0) return buffer;

@@ -31,7 +31,10 @@ class DeviceMemory {
   // `bytes` of zero-filled memory aligned to at least 64 bytes (nullptr for 0 bytes).
   // ResourceExhausted when the device has no room, InvalidArgument for bytes < 0.
   virtual absl::StatusOr<void*> Allocate(int64_t bytes) = 0;
-  // Frees memory from Allocate (nullptr is ignored).
+  // As Allocate, but the contents are unspecified: for memory every user writes before
+  // reading (scratch). The default allocates zero-filled memory.
+  virtual absl::StatusOr<void*> AllocateUninitialized(int64_t bytes) { return Allocate(bytes); }
+  // Frees memory from Allocate or AllocateUninitialized (nullptr is ignored).
   virtual void Free(void* device) = 0;
 
   // Host -> device, device -> host and device -> device copies of `bytes`. They are complete
@@ -67,6 +70,8 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   // An empty buffer (null data) for 0 bytes.
   static absl::StatusOr<DeviceBuffer> Allocate(DeviceMemory* memory, int64_t bytes);
+  // The same over DeviceMemory::AllocateUninitialized.
+  static absl::StatusOr<DeviceBuffer> AllocateUninitialized(DeviceMemory* memory, int64_t bytes);
 
   DeviceBuffer(DeviceBuffer&& other) noexcept { *this = static_cast<DeviceBuffer&&>(other); }
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -83,6 +88,9 @@ class DeviceBuffer {
   void Reset();
 
  private:
+  // A buffer owning `data` (an allocation of `bytes` from `memory`), or the allocation's error.
+  static absl::StatusOr<DeviceBuffer> Adopt(absl::StatusOr<void*> data, DeviceMemory* memory,
+                                            int64_t bytes);
   DeviceMemory* memory_ = nullptr;
   void* data_ = nullptr;
   int64_t size_ = 0;

@@ -40,6 +40,16 @@ void KernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) 
   }
 }
 
+void KernelBackend::RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) {
+  for (const RopeAppendArgs& a : batch) {
+    const int64_t width = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+    Rope(a.q, a.tokens, a.q_ld, a.q_heads, a.head_dim, a.rotary_dim, a.inv_freq, a.position);
+    CopyRows(a.k, a.kv_ld, a.tokens, width, a.k_dst, width);
+    CopyRows(a.v, a.kv_ld, a.tokens, width, a.v_dst, width);
+    Rope(a.k_dst, a.tokens, width, a.kv_heads, a.head_dim, a.rotary_dim, a.inv_freq, a.position);
+  }
+}
+
 void KernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
   for (const AttentionArgs& args : batch) Attention(args);
 }

@@ -105,6 +105,25 @@ struct CausalConvArgs {
   float* out = nullptr;
 };
 
+// One sequence of KernelBackend::RopeAppendBatch: a pass's new query rows are rotated in place
+// and its new key and value rows appended to the slot's rows, the keys rotated there.
+struct RopeAppendArgs {
+  float* q = nullptr;        // [tokens, q_heads * head_dim] rows of stride q_ld, in place.
+  const float* k = nullptr;  // [tokens, kv_heads * head_dim] new keys, row stride kv_ld.
+  const float* v = nullptr;  // New values, the layout of `k`.
+  float* k_dst = nullptr;    // [tokens, kv_heads * head_dim] contiguous: the slot's key rows.
+  float* v_dst = nullptr;    // The slot's value rows, as `k_dst`.
+  int64_t tokens = 0;
+  int64_t position = 0;  // Absolute position of the first token.
+  int64_t q_ld = 0;
+  int64_t kv_ld = 0;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  const float* inv_freq = nullptr;  // rotary_dim / 2 entries.
+};
+
 // The device seam of the inference engine: every numerical operation the models run. A backend
 // is chosen when the engine starts; the CPU backend (kernels/cpu/) is always built and is the
 // reference; a HIP backend (kernels/hip/) implements the same operations on a GPU.
@@ -213,6 +232,15 @@ class KernelBackend {
   // (kernel_backend.cc) makes those calls in order; a device backend may run several sequences
   // in one launch.
   virtual void CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch);
+
+  // For each element a of `batch` (the sequences of one pass; their rows are distinct), as the
+  // calls
+  //   Rope(a.q, a.tokens, a.q_ld, a.q_heads, a.head_dim, a.rotary_dim, a.inv_freq, a.position);
+  //   CopyRows(a.k, a.kv_ld, a.tokens, w, a.k_dst, w);  CopyRows(a.v, a.kv_ld, a.tokens, w,
+  //   a.v_dst, w);  Rope(a.k_dst, a.tokens, w, a.kv_heads, ...same rotary..., a.position);
+  // with w = kv_heads * head_dim, and bit-identical to them. The default (kernel_backend.cc)
+  // makes those calls in order; a device backend may run a pass's sequences in one launch.
+  virtual void RopeAppendBatch(absl::Span<const RopeAppendArgs> batch);
 
   // Causal softmax attention; see AttentionArgs.
   virtual void Attention(const AttentionArgs& args) = 0;

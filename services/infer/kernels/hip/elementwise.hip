@@ -79,6 +79,58 @@ __global__ void RopeKernel(float* x, int64_t ld, int heads, int head_dim, int ha
   }
 }
 
+// Sequences per RopeAppendBatch launch; the parameters stay well under 4 KiB.
+constexpr int kMaxRopeAppendBatch = 16;
+struct RopeAppendBatchParams {
+  RopeAppendSequence seq[kMaxRopeAppendBatch];
+};
+
+// One block per (token, sequence of the batch): RopeKernel's arithmetic on the token's q row
+// and on its key row on the way from `k` to `k_dst` (the values Rope would read from the
+// copy), the rest of the key row and the value row copied.
+__global__ void RopeAppendBatchKernel(RopeAppendBatchParams b, int64_t q_ld, int q_heads,
+                                      int64_t kv_ld, int kv_heads, int head_dim, int half,
+                                      const float* inv_freq) {
+  const RopeAppendSequence& sq = b.seq[blockIdx.y];
+  const int64_t t = blockIdx.x;
+  if (t >= sq.tokens) return;
+  const float pos = static_cast<float>(sq.position + t);
+  for (int idx = threadIdx.x; idx < q_heads * half; idx += blockDim.x) {
+    const int h = idx / half;
+    const int i = idx % half;
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle);
+    const float s = sinf(angle);
+    float* p = sq.q + t * q_ld + static_cast<int64_t>(h) * head_dim;
+    const float x1 = p[i];
+    const float x2 = p[i + half];
+    p[i] = x1 * c - x2 * s;
+    p[i + half] = x2 * c + x1 * s;
+  }
+  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
+  const float* k_src = sq.k + t * kv_ld;
+  float* k_out = sq.k_dst + t * width;
+  for (int idx = threadIdx.x; idx < kv_heads * half; idx += blockDim.x) {
+    const int h = idx / half;
+    const int i = idx % half;
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle);
+    const float s = sinf(angle);
+    const float* src = k_src + static_cast<int64_t>(h) * head_dim;
+    float* p = k_out + static_cast<int64_t>(h) * head_dim;
+    const float x1 = src[i];
+    const float x2 = src[i + half];
+    p[i] = x1 * c - x2 * s;
+    p[i + half] = x2 * c + x1 * s;
+  }
+  const float* v_src = sq.v + t * kv_ld;
+  float* v_out = sq.v_dst + t * width;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+    if (e % head_dim >= 2 * half) k_out[e] = k_src[e];
+    v_out[e] = v_src[e];
+  }
+}
+
 __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                               int64_t rows, int64_t dim, float* out) {
   const int64_t n = rows * dim;
@@ -307,6 +359,26 @@ hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, i
   const int threads = heads * half < kElementThreads ? heads * half : kElementThreads;
   RopeKernel<<<static_cast<unsigned int>(tokens), threads, 0, stream>>>(
       x, ld, heads, head_dim, half, inv_freq, first_position);
+  return hipGetLastError();
+}
+
+int RopeAppendMaxBatch() { return kMaxRopeAppendBatch; }
+
+hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_ld, int q_heads,
+                           int64_t kv_ld, int kv_heads, int head_dim, int rotary_dim,
+                           const float* inv_freq, hipStream_t stream) {
+  if (count <= 0) return hipSuccess;
+  if (count > kMaxRopeAppendBatch) return hipErrorInvalidValue;
+  RopeAppendBatchParams b{};
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) {
+    b.seq[i] = seqs[i];
+    most = seqs[i].tokens > most ? seqs[i].tokens : most;
+  }
+  if (most == 0) return hipSuccess;
+  const dim3 grid(static_cast<unsigned int>(most), static_cast<unsigned int>(count));
+  RopeAppendBatchKernel<<<grid, kElementThreads, 0, stream>>>(b, q_ld, q_heads, kv_ld, kv_heads,
+                                                              head_dim, rotary_dim / 2, inv_freq);
   return hipGetLastError();
 }
 

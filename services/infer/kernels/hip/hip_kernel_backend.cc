@@ -177,7 +177,8 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
       col += w.parts[i].rows;
     }
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
-    if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate, compute_)
+    if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
+                                        options_.mma_rows_tiles_of_8, compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {
@@ -368,6 +369,44 @@ void HipKernelBackend::CausalConvSiluBatch(absl::Span<const CausalConvArgs> batc
       shape = &a;
     }
     run.push_back({a.in, a.ld_in, a.tokens, a.state, a.out});
+  }
+  flush();
+}
+
+void HipKernelBackend::RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) {
+  std::vector<hip::RopeAppendSequence> run;
+  const RopeAppendArgs* shape = nullptr;  // The run's strides, heads and rotary table.
+  const auto flush = [&] {
+    if (!run.empty() && Enter()) {
+      Check(hip::RopeAppendBatch(run.data(), static_cast<int>(run.size()), shape->q_ld,
+                                 shape->q_heads, shape->kv_ld, shape->kv_heads, shape->head_dim,
+                                 shape->rotary_dim, shape->inv_freq, compute_),
+            "rope append batch launch");
+    }
+    run.clear();
+  };
+  for (const RopeAppendArgs& a : batch) {
+    if (!Enter()) return;
+    const int64_t width = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+    if (a.rotary_dim > a.head_dim || a.rotary_dim < 0 || a.q_heads < 0 || a.kv_heads < 0 ||
+        a.head_dim < 0 || a.tokens < 0 || a.q_ld < static_cast<int64_t>(a.q_heads) * a.head_dim ||
+        a.kv_ld < width) {
+      Keep(
+          Invalid("rope append", absl::StrCat("bad shape: rotary_dim ", a.rotary_dim, ", head_dim ",
+                                              a.head_dim, ", q_ld ", a.q_ld, ", kv_ld ", a.kv_ld)));
+      return;
+    }
+    if (a.tokens == 0) continue;
+    const bool joins =
+        shape != nullptr && static_cast<int>(run.size()) < hip::RopeAppendMaxBatch() &&
+        a.q_ld == shape->q_ld && a.q_heads == shape->q_heads && a.kv_ld == shape->kv_ld &&
+        a.kv_heads == shape->kv_heads && a.head_dim == shape->head_dim &&
+        a.rotary_dim == shape->rotary_dim && a.inv_freq == shape->inv_freq;
+    if (!joins) {
+      flush();
+      shape = &a;
+    }
+    run.push_back({a.q, a.k, a.v, a.k_dst, a.v_dst, a.tokens, a.position});
   }
   flush();
 }
@@ -609,6 +648,7 @@ absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
   }
   // Zeroed on the compute stream and waited for: the buffer is ready for any stream after.
   e = hipMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_);
+  ++host_waits_;
   if (e == hipSuccess) e = hipStreamSynchronize(compute_);
   if (e != hipSuccess) {
     static_cast<void>(hipFree(p));
@@ -623,7 +663,9 @@ absl::StatusOr<void*> HipDeviceMemory::Allocate(int64_t bytes) {
 
 void HipDeviceMemory::Free(void* device) {
   // A failing free leaves nothing to recover; the backend's next call reports the device error.
-  if (device != nullptr) static_cast<void>(hipFree(device));
+  if (device == nullptr) return;
+  ++backend_->host_waits_;
+  static_cast<void>(hipFree(device));
 }
 
 absl::Status HipDeviceMemory::Upload(void* device_dst, const void* host_src, int64_t bytes) {
@@ -746,6 +788,7 @@ absl::Status HipKernelBackend::UnregisterHost(void* host) {
 absl::Status HipKernelBackend::Synchronize(HipStream stream) {
   if (!error_.ok()) return error_;
   if (!Check(hipSetDevice(options_.device), "selecting the device")) return error_;
+  ++host_waits_;
   Check(hipStreamSynchronize(StreamOf(stream)), "synchronizing");
   return error_;
 }

@@ -24,6 +24,23 @@ hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float sca
                        hipStream_t stream);
 hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
                 const float* inv_freq, int64_t first_position, hipStream_t stream);
+// One sequence of RopeAppendBatch (KernelBackend::RopeAppendArgs without the shared shape).
+struct RopeAppendSequence {
+  float* q;
+  const float* k;
+  const float* v;
+  float* k_dst;
+  float* v_dst;
+  int64_t tokens;
+  int64_t position;
+};
+// For `count` (at most RopeAppendMaxBatch()) sequences of one shape in one launch: Rope of the
+// q rows in place, the k and v rows copied to k_dst / v_dst (row stride kv_heads * head_dim)
+// and the copied keys rotated; the bits of Rope, two copies and Rope per sequence.
+int RopeAppendMaxBatch();
+hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_ld, int q_heads,
+                           int64_t kv_ld, int kv_heads, int head_dim, int rotary_dim,
+                           const float* inv_freq, hipStream_t stream);
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
                    int64_t dim, float* out, hipStream_t stream);
 // Outputs first, then the new window per channel, so `state` is read before it is rewritten.
@@ -90,9 +107,12 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // sequence of matrix instructions over its own input row and weight column, k cut into
 // segments chosen by n and k alone and summed in order. Rows never influence each other's bits;
 // the bits differ from MatMulRowsParts' (another order), within fp32 rounding of the product.
+// `tiles_of_8`: calls of 9 to 16 rows run two tiles of 8 rows instead of one of 16 (the same
+// bits).
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
-                         float* y, int64_t ldy, bool accumulate, hipStream_t stream);
+                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8,
+                         hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

@@ -32,7 +32,7 @@ namespace cairn::infer::hip {
 // mma.sync is NVIDIA's: AMD keeps the row kernel.
 bool MatMulRowsMmaSupported() { return false; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, hipStream_t) {
+                         int64_t, bool, bool, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -162,10 +162,12 @@ __device__ inline void StepProducts(const uint4& wa, const uint4& wb, const uint
   for (int e = 0; e < 4; ++e) sum[e] += c0[e] + c1[e];
 }
 
-// Grid: x = tiles of kTileRows input rows, y = groups of kWarps / segments column tiles. Warp w
-// of a block takes column tile w / segments of the group and k segment w % segments. kUpper:
-// the call has more than 8 rows, so a tile may use its second set of 8 (the first set's
-// arithmetic is the same either way).
+// Grid: x = tiles of input rows (kTileRows with kUpper, else 8), y = groups of
+// kWarps / segments column tiles. Warp w of a block takes column tile w / segments of the group
+// and k segment w % segments. kUpper: tiles of 16 rows whose second set of 8 is in use where
+// the call has them (the first set's arithmetic is the same either way). Without kUpper a call
+// of 9 to 16 rows runs two tiles of 8: the blocks of one column group follow each other in x,
+// so the second tile's weight loads mostly find the first one's in L2.
 template <bool kVec, bool kUpper>
 __global__ void __launch_bounds__(kThreads, 2)
     MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int s = warp % segments;
   const int64_t col0 =
       (static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments) * kTileCols;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (kUpper ? kTileRows : 8);
   const bool upper = kUpper && row0 + 8 < m;  // Rows 8-15 of the tile in use (warp-uniform).
   const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
   const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
@@ -231,9 +233,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
-  // acc[h][e]: weight column g (+8 for e >= 2), input row 8h + 2t (+1 for odd e).
+  // acc[h][e]: weight column g (+8 for e >= 2), input row 8h + 2t (+1 for odd e); the second
+  // set only where it is in use (without kUpper its rows are the next tile's).
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if (h == 1 && !upper) break;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
@@ -251,7 +255,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 bool MatMulRowsMmaSupported() { return true; }
 
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
-                         float* y, int64_t ldy, bool accumulate, hipStream_t stream) {
+                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8,
+                         hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16) return hipErrorInvalidValue;
   Parts w{};
   int64_t n = 0;
@@ -274,18 +279,21 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   }
   const int64_t segment = CeilDiv(steps, segments) * kStep;
   const int64_t groups = CeilDiv(tiles, kWarps / segments);
-  const int64_t row_tiles = CeilDiv(m, kTileRows);
+  // Tiles of 16 rows use their second set of 8 (kUpper) where the call has more than 8 rows;
+  // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead.
+  const bool upper = m > 8 && !(tiles_of_8 && m <= kTileRows);
+  const int64_t row_tiles = CeilDiv(m, upper ? kTileRows : 8);
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
-  if (vec && m > 8) {
+  if (vec && upper) {
     MatMulRowsMmaKernel<true, true><<<grid, kThreads, 0, stream>>>(
         x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec) {
     MatMulRowsMmaKernel<true, false><<<grid, kThreads, 0, stream>>>(
         x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
-  } else if (m > 8) {
+  } else if (upper) {
     MatMulRowsMmaKernel<false, true><<<grid, kThreads, 0, stream>>>(
         x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else {

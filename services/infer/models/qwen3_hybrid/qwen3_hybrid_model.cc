@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -224,6 +225,46 @@ class WeightReader {
 // (else widened to fp32 first), and the mapped checkpoint is let go. Per-pass activations come
 // from a ScratchArena over the same memory; token ids and MoE routing lists go up, and only
 // logits and the MoE routing decisions come down.
+// Page-locked host memory that a pass's logits come down into (one copy for every returned
+// row), kept and reused between passes. Thread-compatible.
+class LogitsStaging {
+ public:
+  // At most this many floats are staged (64 MiB); larger downloads (all_logits passes) go
+  // straight into their results.
+  static constexpr int64_t kMaxFloats = int64_t{1} << 24;
+
+  explicit LogitsStaging(DeviceMemory* memory) : memory_(memory) {}
+  LogitsStaging(const LogitsStaging&) = delete;
+  LogitsStaging& operator=(const LogitsStaging&) = delete;
+  ~LogitsStaging() { Release(); }
+
+  // Returns at least `floats` (<= kMaxFloats) floats of host memory, page-locked where the
+  // memory takes the registration (else ordinary memory: copies are slower, not wrong).
+  float* Get(int64_t floats) {
+    if (floats > size_) {
+      Release();
+      data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(floats));
+      size_ = floats;
+      pinned_ =
+          memory_->RegisterHost(data_.get(), floats * static_cast<int64_t>(sizeof(float))).ok();
+    }
+    return data_.get();
+  }
+
+ private:
+  void Release() {
+    if (pinned_) static_cast<void>(memory_->UnregisterHost(data_.get()));
+    pinned_ = false;
+    data_.reset();
+    size_ = 0;
+  }
+
+  DeviceMemory* const memory_;
+  std::unique_ptr<float[]> data_;
+  int64_t size_ = 0;
+  bool pinned_ = false;
+};
+
 // Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
  public:
@@ -232,6 +273,7 @@ class Qwen3HybridModel final : public Model {
         backend_(backend),
         memory_(backend->memory()),
         options_(options),
+        logits_host_(memory_),
         scratch_(memory_) {}
 
   // Reads every tensor of `store` the model uses and builds the state layout.
@@ -244,8 +286,8 @@ class Qwen3HybridModel final : public Model {
 
   const ModelInfo& info() const override { return info_; }
   const StateLayout& state_layout() const override { return layout_; }
-  absl::StatusOr<std::vector<std::vector<float>>> ForwardBatch(
-      absl::Span<const SequencePass> batch) override;
+  absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                std::vector<std::vector<float>>& results) override;
 
  private:
   absl::Status LoadAttention(WeightReader& r, const std::string& p, AttentionWeights& w);
@@ -304,7 +346,8 @@ class Qwen3HybridModel final : public Model {
   Params final_norm_;
   Params inv_freq_;  // [rotary_dim / 2]
   std::vector<LayerWeights> layers_;
-  ScratchArena scratch_;  // Per-pass temporaries; declared last, freed first.
+  LogitsStaging logits_host_;  // Device memory only.
+  ScratchArena scratch_;       // Per-pass temporaries; declared last, freed first.
 };
 
 absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string& p,
@@ -598,20 +641,35 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps,
                     c_.zero_centred_norm, k);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
+  // RoPE of the queries and the new key rows, appended to each slot: one call for the group's
+  // sequences (a device backend runs them together).
+  std::vector<RopeAppendArgs> appends;
+  appends.reserve(g.seqs.size());
+  for (const Sequence& s : g.seqs) {
+    const int64_t pos = s.slot->position();
+    RopeAppendArgs& a = appends.emplace_back();
+    a.q = q + s.row * q_width;
+    a.k = k + s.row * kv_width;
+    a.v = v + s.row * kv_width;
+    a.k_dst = s.slot->data(w.k_component) + pos * kv_width;
+    a.v_dst = s.slot->data(w.v_component) + pos * kv_width;
+    a.tokens = s.tokens;
+    a.position = pos;
+    a.q_ld = q_width;
+    a.kv_ld = kv_width;
+    a.q_heads = hq;
+    a.kv_heads = c_.num_kv_heads;
+    a.head_dim = hd;
+    a.rotary_dim = c_.rotary_dim;
+    a.inv_freq = inv_freq_.data;
+  }
+  backend_->RopeAppendBatch(appends);
   std::vector<AttentionArgs> batch;
   batch.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
-    float* qs = q + s.row * q_width;
-    backend_->Rope(qs, s.tokens, q_width, hq, hd, c_.rotary_dim, inv_freq_.data, pos);
-    float* k_rows = s.slot->data(w.k_component) + pos * kv_width;
-    float* v_rows = s.slot->data(w.v_component) + pos * kv_width;
-    backend_->CopyRows(k + s.row * kv_width, kv_width, s.tokens, kv_width, k_rows, kv_width);
-    backend_->CopyRows(v + s.row * kv_width, kv_width, s.tokens, kv_width, v_rows, kv_width);
-    backend_->Rope(k_rows, s.tokens, kv_width, c_.num_kv_heads, hd, c_.rotary_dim, inv_freq_.data,
-                   pos);
     AttentionArgs args;
-    args.q = qs;
+    args.q = q + s.row * q_width;
     args.k = s.slot->data(w.k_component);
     args.v = s.slot->data(w.v_component);
     args.out = o + s.row * q_width;
@@ -829,22 +887,39 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, c_.zero_centred_norm, normed);
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(rows * c_.vocab_size));
   MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
-  row = 0;
-  for (const Sequence& s : g.seqs) {
-    const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
-    std::vector<float>& out = results[s.index];
-    out.resize(static_cast<size_t>(n * c_.vocab_size));
-    // The first download waits for the device and reports any error of the pass.
-    RETURN_IF_ERROR(memory_->Download(out.data(), logits + row * c_.vocab_size,
-                                      n * c_.vocab_size * static_cast<int64_t>(sizeof(float))));
-    row += n;
+  const int64_t floats = rows * c_.vocab_size;
+  if (!memory_->host_visible() && floats <= LogitsStaging::kMaxFloats) {
+    // Device memory: every row in one copy into page-locked staging (not one pageable copy a
+    // sequence), then each sequence's rows into its result. The download waits for the device
+    // and reports any error of the pass.
+    float* staged = logits_host_.Get(floats);
+    RETURN_IF_ERROR(
+        memory_->Download(staged, logits, floats * static_cast<int64_t>(sizeof(float))));
+    row = 0;
+    for (const Sequence& s : g.seqs) {
+      const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+      const float* from = staged + row * c_.vocab_size;
+      results[s.index].assign(from, from + n * c_.vocab_size);
+      row += n;
+    }
+  } else {
+    row = 0;
+    for (const Sequence& s : g.seqs) {
+      const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+      std::vector<float>& out = results[s.index];
+      out.resize(static_cast<size_t>(n * c_.vocab_size));
+      // The first download waits for the device and reports any error of the pass.
+      RETURN_IF_ERROR(memory_->Download(out.data(), logits + row * c_.vocab_size,
+                                        n * c_.vocab_size * static_cast<int64_t>(sizeof(float))));
+      row += n;
+    }
   }
   for (const Sequence& s : g.seqs) s.slot->CommitAppend(s.tokens);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
-    absl::Span<const SequencePass> batch) {
+absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                                std::vector<std::vector<float>>& results) {
   if (batch.empty()) return absl::InvalidArgumentError("empty forward batch");
   for (size_t i = 0; i < batch.size(); ++i) {
     RETURN_IF_ERROR(CheckPass(batch[i]));
@@ -861,7 +936,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
   // Short passes (decode steps) share one group computed with the row-invariant product;
   // each longer pass runs alone through the GEMM. Which path a sequence takes depends only
   // on its own length, so its bits never depend on the rest of the batch.
-  std::vector<std::vector<float>> results(batch.size());
+  // Every result is assigned or resized in RunGroup, keeping the vectors' memory.
+  results.resize(batch.size());
   Group small;
   small.row_kernel = true;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -885,7 +961,7 @@ absl::StatusOr<std::vector<std::vector<float>>> Qwen3HybridModel::ForwardBatch(
     alone.rows = t;
     RETURN_IF_ERROR(RunGroup(alone, batch, results));
   }
-  return results;
+  return absl::OkStatus();
 }
 
 }  // namespace

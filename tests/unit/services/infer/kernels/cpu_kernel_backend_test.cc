@@ -242,6 +242,56 @@ TEST_F(CpuKernelBackendTest, RopeRotatesPairsHalfApart) {
   EXPECT_EQ(x[5], 8);
 }
 
+TEST_F(CpuKernelBackendTest, RopeAppendBatchGivesTheBitsOfThePerSequenceCalls) {
+  // Three sequences (one of 3 tokens), partial rotary width, padded row strides: the batch
+  // against Rope of q, the two row copies and Rope of the copied keys per sequence.
+  const int q_heads = 4, kv_heads = 2, hd = 16, rotary = 8;
+  const int64_t q_ld = q_heads * hd + 5, width = kv_heads * hd, kv_ld = width + 3;
+  const int64_t tokens[] = {1, 3, 1}, positions[] = {0, 17, 100000};
+  const int64_t total = 5, slot_rows = 6;
+  const std::vector<float> inv_freq = Random(rotary / 2, 40, 0.0f, 1.0f);
+  const std::vector<float> q = Random(total * q_ld, 41), k = Random(total * kv_ld, 42),
+                           v = Random(total * kv_ld, 43), slots = Random(3 * slot_rows * width, 44);
+  std::vector<float> q_batch = q, k_batch = slots, v_batch = slots;
+  std::vector<float> q_one = q, k_one = slots, v_one = slots;
+  std::vector<RopeAppendArgs> batch;
+  int64_t row = 0;
+  for (int i = 0; i < 3; ++i) {
+    RopeAppendArgs a;
+    a.q = q_batch.data() + row * q_ld;
+    a.k = k.data() + row * kv_ld;
+    a.v = v.data() + row * kv_ld;
+    a.k_dst = k_batch.data() + (i * slot_rows + 1) * width;
+    a.v_dst = v_batch.data() + (i * slot_rows + 1) * width;
+    a.tokens = tokens[i];
+    a.position = positions[i];
+    a.q_ld = q_ld;
+    a.kv_ld = kv_ld;
+    a.q_heads = q_heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.rotary_dim = rotary;
+    a.inv_freq = inv_freq.data();
+    batch.push_back(a);
+    float* k_dst = k_one.data() + (i * slot_rows + 1) * width;
+    backend_->Rope(q_one.data() + row * q_ld, tokens[i], q_ld, q_heads, hd, rotary, inv_freq.data(),
+                   positions[i]);
+    backend_->CopyRows(a.k, kv_ld, tokens[i], width, k_dst, width);
+    backend_->CopyRows(a.v, kv_ld, tokens[i], width, v_one.data() + (i * slot_rows + 1) * width,
+                       width);
+    backend_->Rope(k_dst, tokens[i], width, kv_heads, hd, rotary, inv_freq.data(), positions[i]);
+    row += tokens[i];
+  }
+
+  backend_->RopeAppendBatch(batch);
+
+  EXPECT_EQ(std::memcmp(q_batch.data(), q_one.data(), q.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(k_batch.data(), k_one.data(), slots.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v_batch.data(), v_one.data(), slots.size() * sizeof(float)), 0);
+  EXPECT_NE(q_batch, q);
+  EXPECT_NE(k_batch, slots);
+}
+
 TEST(CpuKernelBackendCreateTest, NegativeThreadsAreInvalid) {
   EXPECT_THAT(CpuKernelBackend::Create({.threads = -1}).status(),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));

@@ -1,5 +1,6 @@
 #include "services/infer/kernels/scratch_arena.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -10,12 +11,13 @@
 namespace cairn::infer {
 namespace {
 
-// Host memory that calls itself a device (not host-visible), counts allocations and refuses
-// allocations beyond `limit` bytes in all.
+// Host memory that calls itself a device (not host-visible unless `visible`), counts
+// allocations and refuses allocations beyond `limit` bytes in all.
 class CountingDeviceMemory final : public DeviceMemory {
  public:
+  explicit CountingDeviceMemory(bool visible = false) : visible_(visible) {}
   const char* name() const override { return "counting"; }
-  bool host_visible() const override { return false; }
+  bool host_visible() const override { return visible_; }
   absl::StatusOr<void*> Allocate(int64_t bytes) override {
     if (live_ + bytes > limit) return absl::ResourceExhaustedError("full");
     absl::StatusOr<void*> p = HostDeviceMemory()->Allocate(bytes);
@@ -48,6 +50,7 @@ class CountingDeviceMemory final : public DeviceMemory {
   int64_t limit = int64_t{1} << 40;
 
  private:
+  const bool visible_;
   int64_t live_ = 0;
   std::map<void*, int64_t> sizes_;
 };
@@ -116,20 +119,77 @@ TEST(ScratchArenaTest, NestedFramesGiveBackOnlyTheirOwn) {
   EXPECT_EQ(b, inner_ptr);
 }
 
-TEST(ScratchArenaTest, HostMemoryAllocatesPerTakeZeroFilledAndFreesAtFrameEnd) {
+// One pass that takes `bytes` (and 7 floats before them) and ends.
+void Pass(ScratchArena& arena, int64_t bytes) {
+  {
+    ScratchArena::Frame frame(arena);
+    CAIRN_ASSERT_OK(arena.Take<float>(7).status());
+    CAIRN_ASSERT_OK(arena.Take<char>(bytes).status());
+  }
+  arena.EndPass();
+}
+
+TEST(ScratchArenaTest, HostMemoryKeepsItsBlockBetweenPasses) {
+  CountingDeviceMemory memory(/*visible=*/true);
+  ScratchArena arena(&memory);
+  for (int pass = 0; pass < 20; ++pass) Pass(arena, 3 * ScratchArena::kMinBlockBytes);
+  // The first pass grew two blocks, the second merged them; then nothing.
+  EXPECT_EQ(memory.allocations, 3);
+  EXPECT_GE(arena.held_bytes(), 3 * ScratchArena::kMinBlockBytes);
+}
+
+TEST(ScratchArenaTest, HostMemoryShrinksAfterSmallPassesInARow) {
+  CountingDeviceMemory memory(/*visible=*/true);
+  ScratchArena arena(&memory);
+  const int64_t big = 16 * ScratchArena::kMinBlockBytes;
+  const int64_t small = ScratchArena::kMinBlockBytes / 2;
+  Pass(arena, big);
+  Pass(arena, big);
+  const int64_t held = arena.held_bytes();
+  ASSERT_GE(held, big);
+  // Small passes alternating with big ones keep the block.
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < ScratchArena::kTrimAfterPasses - 1; ++i) Pass(arena, small);
+    Pass(arena, big);
+  }
+  EXPECT_EQ(arena.held_bytes(), held);
+  const int allocations = memory.allocations;
+  // kTrimAfterPasses small ones in a row give it back; the next pass allocates a small block.
+  for (int i = 0; i < ScratchArena::kTrimAfterPasses - 1; ++i) Pass(arena, small);
+  EXPECT_EQ(arena.held_bytes(), held);
+  Pass(arena, small);
+  EXPECT_EQ(arena.held_bytes(), 0);
+  EXPECT_EQ(memory.live(), 0);
+  Pass(arena, small);
+  EXPECT_EQ(memory.allocations, allocations + 1);
+  EXPECT_EQ(arena.held_bytes(), ScratchArena::kMinBlockBytes);
+  // A device's block never shrinks.
+  CountingDeviceMemory device;
+  ScratchArena device_arena(&device);
+  Pass(device_arena, big);
+  Pass(device_arena, big);
+  const int64_t device_held = device_arena.held_bytes();
+  for (int i = 0; i < 2 * ScratchArena::kTrimAfterPasses; ++i) Pass(device_arena, small);
+  EXPECT_EQ(device_arena.held_bytes(), device_held);
+}
+
+TEST(ScratchArenaTest, HostTakesArePoisonedWhenAssertionsAreOn) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "assertions are off in this build: takes are not filled";
+#else
   ScratchArena arena(HostDeviceMemory());
   {
     ScratchArena::Frame frame(arena);
     float* x = Value(arena.Take<float>(1000));
     ASSERT_NE(x, nullptr);
-    for (int i = 0; i < 1000; ++i) ASSERT_EQ(x[i], 0.0f);
-    std::memset(x, 0xff, 4000);
+    for (int i = 0; i < 1000; ++i) ASSERT_TRUE(std::isnan(x[i])) << i;
+    std::memset(x, 0, 4000);
   }
   ScratchArena::Frame frame(arena);
-  float* y = Value(arena.Take<float>(1000));
+  int32_t* y = Value(arena.Take<int32_t>(1000));
   ASSERT_NE(y, nullptr);
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(y[i], 0.0f);
-  EXPECT_EQ(arena.held_bytes(), 0);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(y[i], -1) << i;  // The zeros written above are gone.
+#endif
 }
 
 TEST(ScratchArenaTest, ErrorsAreStatuses) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -74,6 +75,75 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   float m = a.size() == b.size() ? 0.0f : INFINITY;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t seed) {
+  const int64_t vocab = model.info().vocab_size;
+  const std::vector<int32_t> tokens = RandomTokens(64, vocab, seed);
+  const auto span = absl::MakeConstSpan(tokens);
+  // Each batch: (slot, first token, tokens, all_logits) per sequence.
+  struct Pass {
+    int slot;
+    int64_t first;
+    int64_t n;
+    bool all;
+  };
+  const std::vector<std::vector<Pass>> batches = {
+      {{0, 0, 20, true}, {1, 3, 7, false}},
+      {{0, 20, 1, false}, {1, 10, 1, false}, {2, 30, 5, true}},
+      {{0, 21, 1, false}, {1, 11, 1, false}, {2, 35, 1, false}},
+      {{0, 22, 1, false}, {1, 12, 1, false}},
+      {{2, 36, 1, false}},
+      {{0, 23, 1, false}, {1, 13, 1, false}, {2, 37, 1, false}},
+  };
+  const auto run = [&](bool reuse) -> absl::StatusOr<std::vector<std::vector<std::vector<float>>>> {
+    std::vector<std::unique_ptr<SlotState>> slots;
+    for (int i = 0; i < 3; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
+                       SlotState::Create(model.state_layout(), 64, memory));
+      slots.push_back(std::move(slot));
+    }
+    std::vector<std::vector<float>> kept = {std::vector<float>(3, NAN),
+                                            {},
+                                            std::vector<float>(5 * vocab + 17, 1.0f),
+                                            std::vector<float>(9, -2.0f)};
+    std::vector<std::vector<std::vector<float>>> out;
+    for (const std::vector<Pass>& b : batches) {
+      std::vector<SequencePass> passes;
+      for (const Pass& p : b) {
+        passes.push_back(
+            {slots[static_cast<size_t>(p.slot)].get(), span.subspan(p.first, p.n), p.all});
+      }
+      if (reuse) {
+        RETURN_IF_ERROR(model.ForwardBatchInto(passes, kept));
+        out.push_back(kept);
+      } else {
+        ASSIGN_OR_RETURN(std::vector<std::vector<float>> fresh, model.ForwardBatch(passes));
+        out.push_back(std::move(fresh));
+      }
+    }
+    return out;
+  };
+  ASSIGN_OR_RETURN(const auto fresh, run(false));
+  ASSIGN_OR_RETURN(const auto reused, run(true));
+  for (size_t b = 0; b < batches.size(); ++b) {
+    if (fresh[b].size() != batches[b].size() || reused[b].size() != batches[b].size()) {
+      return absl::InternalError(absl::StrCat("batch ", b, ": ", fresh[b].size(), " and ",
+                                              reused[b].size(), " results for ", batches[b].size(),
+                                              " sequences"));
+    }
+    for (size_t i = 0; i < batches[b].size(); ++i) {
+      const std::vector<float>& f = fresh[b][i];
+      const std::vector<float>& r = reused[b][i];
+      const int64_t rows = batches[b][i].all ? batches[b][i].n : 1;
+      if (static_cast<int64_t>(f.size()) != rows * vocab || r.size() != f.size() ||
+          std::memcmp(f.data(), r.data(), f.size() * sizeof(float)) != 0) {
+        return absl::InternalError(
+            absl::StrCat("batch ", b, " sequence ", i, ": reused results differ from fresh ones"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cairn::infer::testing

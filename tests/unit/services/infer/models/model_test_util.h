@@ -32,6 +32,13 @@ std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed);
 // Returns the largest absolute difference between `a` and `b` (which must be the same size).
 float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 
+// Runs a fixed series of batches (prefill passes with and without all_logits beside decode
+// steps, then decode steps of three, two and one sequences) twice, each time on fresh slots in
+// `memory`: once through ForwardBatch, once through ForwardBatchInto into one results vector kept
+// across the batches and seeded with stale vectors of other sizes. Ok when every batch gives the
+// same sizes and bits both ways; else Internal naming the batch and sequence.
+absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t seed);
+
 }  // namespace cairn::infer::testing
 
 #endif  // CAIRN_TESTS_UNIT_SERVICES_INFER_MODELS_MODEL_TEST_UTIL_H_

@@ -177,6 +177,19 @@ TEST_P(DeviceMemoryModelTest, DevicePathGivesTheCpuBitsAndMovesOnlyLogits) {
   }
 }
 
+// ForwardBatchInto reuses its results' memory and gives ForwardBatch's bits, on the host path
+// and on the device path (logits staged, then copied into each result).
+TEST_P(DeviceMemoryModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
+  std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
+  DeviceLikeBackend device(testing::TestBackend());
+  absl::StatusOr<std::unique_ptr<Model>> host_model = testing::LoadPreset(GetParam(), cpu.get());
+  ASSERT_TRUE(host_model.ok()) << host_model.status();
+  absl::StatusOr<std::unique_ptr<Model>> device_model = testing::LoadPreset(GetParam(), &device);
+  ASSERT_TRUE(device_model.ok()) << device_model.status();
+  CAIRN_EXPECT_OK(testing::CompareReusedResults(**host_model, cpu->memory(), 11));
+  CAIRN_EXPECT_OK(testing::CompareReusedResults(**device_model, device.memory(), 11));
+}
+
 TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {
   DeviceLikeBackend device(testing::TestBackend());
   absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), &device);

@@ -3,6 +3,8 @@
 // the call), the bf16 GEMMs, the embedding gather, and weight matrices split into two parts (as
 // the arena's pin boundaries split them). Skips without a device.
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -156,6 +158,41 @@ TEST_F(HipKernelBackendTest, MmaRowProductMatchesCpuAndNoRowDependsOnTheOthers) 
         EXPECT_TRUE(SameBits(Down(once, m * n), slice(expect)));
         EXPECT_TRUE(SameBits(Down(twice, m * n), slice(expect)));
         EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
+      }
+    }
+  }
+}
+
+TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInTilesOf8AndOf16) {
+  // Calls of 9 to 16 rows in tiles of 8 (the default) against tiles of 16 (the second
+  // instruction set): the same bits, with and without accumulation, vector and scalar paths
+  // (and calls of other sizes, which take the same tiles either way).
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> of16 =
+      HipKernelBackend::Create({.mma_rows_tiles_of_8 = false});
+  ASSERT_TRUE(of16.ok()) << of16.status();
+  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
+    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}}) {
+      if (n == 33000 && k != 4096) continue;
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
+      const int64_t rows = 40;
+      const std::vector<float> x = RandomFloats(rows * k, 63), y0 = RandomFloats(rows * n, 65);
+      const RandomBf16 w = RandomBf16Values(n * k, 64);
+      DeviceBuffer dx = Up(x), dw = Up(w.bits);
+      const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
+      for (const int64_t m : {1, 8, 9, 13, 16, 17, 40}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << m);
+        const std::vector<float> y0m(y0.begin(), y0.begin() + m * n);
+        DeviceBuffer a = Poisoned(m * n), b = Poisoned(m * n), a_acc = Up(y0m), b_acc = Up(y0m);
+        gpu_->MatMulRowsTyped(dx.floats(), m, k, wm, a.floats(), n, false);
+        gpu_->MatMulRowsTyped(dx.floats(), m, k, wm, a_acc.floats(), n, true);
+        (*of16)->MatMulRowsTyped(dx.floats(), m, k, wm, b.floats(), n, false);
+        (*of16)->MatMulRowsTyped(dx.floats(), m, k, wm, b_acc.floats(), n, true);
+        ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+        ASSERT_TRUE((*of16)->Synchronize().ok()) << (*of16)->status();
+        const std::vector<float> got = Down(a, m * n);
+        EXPECT_TRUE(SameBits(got, Down(b, m * n)));
+        EXPECT_TRUE(SameBits(Down(a_acc, m * n), Down(b_acc, m * n)));
+        EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); }), 0);
       }
     }
   }

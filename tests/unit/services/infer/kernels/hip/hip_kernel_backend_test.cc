@@ -184,6 +184,81 @@ TEST_F(HipKernelBackendTest, RopeAndSiluMulMatchCpu) {
   EXPECT_LT(Measured("silu mul", RelErr(Down(dout, swiglu.size()), swiglu)), kTightTolerance);
 }
 
+TEST_F(HipKernelBackendTest, RopeAppendBatchGivesTheBitsOfThePerSequenceCallsAndMatchesCpu) {
+  // 19 sequences (more than one launch holds): one token each at positions from 4096 to 100000,
+  // one of 3 tokens, and one with a full rotary width (a run of its own); padded row strides.
+  const int q_heads = 16, kv_heads = 4, hd = 256;
+  const int64_t q_ld = q_heads * hd + 40, width = kv_heads * hd, kv_ld = width + 12;
+  const int n = 19;
+  std::vector<int64_t> tokens(n, 1), positions(n);
+  std::vector<int> rotary(n, 64);
+  tokens[3] = 3;
+  rotary[10] = hd;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    positions[i] = i == 7 ? 100000 : 4096 + 37 * i;
+    total += tokens[i];
+  }
+  std::vector<float> inv_freq(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / 64.0f);
+  const int64_t slot_rows = 8;  // Each sequence's slot rows: [slot_rows, width].
+  const std::vector<float> q = RandomFloats(total * q_ld, 90), k = RandomFloats(total * kv_ld, 91),
+                           v = RandomFloats(total * kv_ld, 92),
+                           slots = RandomFloats(n * slot_rows * width, 93);
+  DeviceBuffer dfreq = Up(inv_freq), dk = Up(k), dv = Up(v);
+  DeviceBuffer q_batch = Up(q), q_one = Up(q), k_batch = Up(slots), k_one = Up(slots),
+               v_batch = Up(slots), v_one = Up(slots);
+  std::vector<float> q_cpu = q, k_cpu = slots, v_cpu = slots;
+  const auto args_for = [&](float* qb, const float* kb, const float* vb, float* kd, float* vd,
+                            const float* freq) {
+    std::vector<RopeAppendArgs> args;
+    int64_t row = 0;
+    for (int i = 0; i < n; ++i) {
+      RopeAppendArgs& a = args.emplace_back();
+      a.q = qb + row * q_ld;
+      a.k = kb + row * kv_ld;
+      a.v = vb + row * kv_ld;
+      a.k_dst = kd + (i * slot_rows + 2) * width;
+      a.v_dst = vd + (i * slot_rows + 2) * width;
+      a.tokens = tokens[i];
+      a.position = positions[i];
+      a.q_ld = q_ld;
+      a.kv_ld = kv_ld;
+      a.q_heads = q_heads;
+      a.kv_heads = kv_heads;
+      a.head_dim = hd;
+      a.rotary_dim = rotary[i];
+      a.inv_freq = freq;
+      row += tokens[i];
+    }
+    return args;
+  };
+
+  gpu_->RopeAppendBatch(args_for(q_batch.floats(), dk.floats(), dv.floats(), k_batch.floats(),
+                                 v_batch.floats(), dfreq.floats()));
+  for (const RopeAppendArgs& a : args_for(q_one.floats(), dk.floats(), dv.floats(), k_one.floats(),
+                                          v_one.floats(), dfreq.floats())) {
+    gpu_->Rope(a.q, a.tokens, a.q_ld, a.q_heads, a.head_dim, a.rotary_dim, a.inv_freq, a.position);
+    gpu_->CopyRows(a.k, a.kv_ld, a.tokens, width, a.k_dst, width);
+    gpu_->CopyRows(a.v, a.kv_ld, a.tokens, width, a.v_dst, width);
+    gpu_->Rope(a.k_dst, a.tokens, width, a.kv_heads, a.head_dim, a.rotary_dim, a.inv_freq,
+               a.position);
+  }
+  cpu_->RopeAppendBatch(
+      args_for(q_cpu.data(), k.data(), v.data(), k_cpu.data(), v_cpu.data(), inv_freq.data()));
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  const std::vector<float> got_q = Down(q_batch, q.size()), got_k = Down(k_batch, slots.size()),
+                           got_v = Down(v_batch, slots.size());
+  EXPECT_TRUE(SameBits(got_q, Down(q_one, q.size())));
+  EXPECT_TRUE(SameBits(got_k, Down(k_one, slots.size())));
+  EXPECT_TRUE(SameBits(got_v, Down(v_one, slots.size())));
+  EXPECT_TRUE(SameBits(got_v, v_cpu));  // Copies are exact.
+  EXPECT_LT(Measured("rope append q", RelErr(got_q, q_cpu)), 1e-5f);
+  EXPECT_LT(Measured("rope append k", RelErr(got_k, k_cpu)), 1e-5f);
+  EXPECT_NE(got_k, slots);
+}
+
 TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
   const int64_t channels = 301, tokens = 23;
   const int kernel = 4;

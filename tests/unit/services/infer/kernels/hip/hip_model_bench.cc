@@ -5,7 +5,9 @@
 //   - prefill tokens/s at each --prefill length (passes of --pass-tokens), as a share of the
 //     bf16 matrix rate for the model's FLOPs (GEMMs, attention, delta rule);
 //   - decode tokens/s at 1, 4 and 16 slots (--decode-depth tokens each), as a share of the HBM
-//     bound (weights read once per step, plus each slot's rows and recurrent state);
+//     bound (weights read once per step, plus each slot's rows and recurrent state), with the
+//     logits in vectors kept between steps (ForwardBatchInto) and, for comparison, in fresh
+//     vectors each step (ForwardBatch), and how often a step waits for the device;
 //   - restore of a --ttft-depth checkpoint from pinned host memory (the arena) in GB/s, against
 //     pinned host-to-device bandwidth; capture time of its private state;
 //   - the seed's time-to-first-token table at --ttft-depth: cold (prefill from scratch), disk
@@ -16,6 +18,9 @@
 // Usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=4096,32768,100000]
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
+//          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
+// --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
+// NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,6 +35,10 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#if defined(CAIRN_HIP_PLATFORM_NVIDIA)
+#include <cuda_profiler_api.h>
+#endif
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -60,6 +69,9 @@ struct Flags {
   int dense_layers = 32;
   int moe_layers = 12;
   std::string disk_dir;
+  std::vector<int64_t> decode_slots = {1, 4, 16};
+  int profile_slots = 0;  // 0: no profiler range.
+  bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -388,7 +400,10 @@ class ModelBench {
     const StateLayout& layout = model_->state_layout();
     constexpr int kMaxSlots = 16;
     const int warm = 2;
-    const int64_t rows = f_.decode_depth + 3 * (f_.decode_steps + warm) + 8;
+    // Each slot count runs its steps twice (fresh results, then reused ones).
+    const int64_t rows =
+        f_.decode_depth +
+        2 * static_cast<int64_t>(f_.decode_slots.size()) * (f_.decode_steps + warm) + 8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
     if (!kv.ok()) Bench::Fail(kv.status().ToString());
@@ -429,20 +444,42 @@ class ModelBench {
     }
     const double weights_other =
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
-    for (const int slots : {1, 4, 16}) {
+    for (const int64_t slot_count : f_.decode_slots) {
+      const int slots = static_cast<int>(slot_count);
       std::vector<std::vector<int32_t>> next(slots);
+      // First each step's logits in fresh vectors (ForwardBatch, as before ForwardBatchInto),
+      // then in vectors kept between steps (ForwardBatchInto, as the scheduler's decode).
+      double fresh_seconds = 0;
       double seconds = 0;
-      for (int step = 0; step < warm + f_.decode_steps; ++step) {
-        std::vector<SequencePass> batch;
-        for (int s = 0; s < slots; ++s) {
-          next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
-          batch.push_back({(*kv)->slot(s), next[s]});
+      int64_t waits = 0;
+      std::vector<std::vector<float>> kept;
+      for (int reuse = 0; reuse < 2; ++reuse) {
+        double& total = reuse == 1 ? seconds : fresh_seconds;
+        for (int step = 0; step < warm + f_.decode_steps; ++step) {
+          std::vector<SequencePass> batch;
+          for (int s = 0; s < slots; ++s) {
+            next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
+            batch.push_back({(*kv)->slot(s), next[s]});
+          }
+          if (reuse == 1) ProfilerRange(slots, step == warm);
+          // Fresh results are freed after the step's time is taken (as before).
+          absl::StatusOr<std::vector<std::vector<float>>> fresh;
+          const int64_t waits_before = b_.host_waits();
+          const auto start = Clock::now();
+          if (reuse == 1) {
+            const absl::Status st = model_->ForwardBatchInto(batch, kept);
+            if (!st.ok()) Bench::Fail(st.ToString());
+          } else {
+            fresh = model_->ForwardBatch(batch);
+            if (!fresh.ok()) Bench::Fail(fresh.status().ToString());
+          }
+          if (step >= warm) {
+            total += Bench::Seconds(start);
+            if (reuse == 1) waits += b_.host_waits() - waits_before;
+          }
         }
-        const auto start = Clock::now();
-        absl::StatusOr<std::vector<std::vector<float>>> logits = model_->ForwardBatch(batch);
-        if (!logits.ok()) Bench::Fail(logits.status().ToString());
-        if (step >= warm) seconds += Bench::Seconds(start);
       }
+      ProfilerRange(slots, false);
       // Bytes one step must read: the weights (embeddings gathered, not read; of the routed
       // experts, the share random routing of `slots` tokens touches), each slot's rows, and
       // each slot's private state read and written.
@@ -460,7 +497,25 @@ class ModelBench {
           "tokens/s (%.2f GB a step) = %5.1f %%",
           name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s,
           bound, bytes / 1e9, 100.0 * tokens_per_s / bound));
+      const double fresh_tokens_per_s = slots * f_.decode_steps / fresh_seconds;
+      Print(absl::StrFormat(
+          "%s decode %2d slots, logits in fresh vectors each step (ForwardBatch): %7.2f ms a "
+          "step  %8.1f tokens/s = %5.1f %%; host waits a step (reused): %.1f",
+          name_.c_str(), slots, fresh_seconds / f_.decode_steps * 1e3, fresh_tokens_per_s,
+          100.0 * fresh_tokens_per_s / bound, static_cast<double>(waits) / f_.decode_steps));
     }
+  }
+
+  // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
+  void ProfilerRange(int slots, bool start) {
+    if (slots != f_.profile_slots) return;
+#if defined(CAIRN_HIP_PLATFORM_NVIDIA)
+    if (start) {
+      cudaProfilerStart();
+    } else {
+      cudaProfilerStop();
+    }
+#endif
   }
 
   const Flags& f_;
@@ -493,6 +548,14 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         f->prefill.push_back(n);
       }
       std::sort(f->prefill.begin(), f->prefill.end());
+    } else if (key == "decode-slots") {
+      f->decode_slots.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n <= 0 || n > 16) return false;
+        f->decode_slots.push_back(n);
+      }
+    } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
+      f->mma_tiles_of_8 = n == 1;
     } else if (!number || n <= 0) {
       return false;
     } else if (key == "ttft-depth") {
@@ -509,6 +572,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->dense_layers = static_cast<int>(n);
     } else if (key == "moe-layers") {
       f->moe_layers = static_cast<int>(n);
+    } else if (key == "profile-slots") {
+      f->profile_slots = static_cast<int>(n);
     } else {
       return false;
     }
@@ -522,10 +587,12 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=N,N,...] "
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
-                 "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR]\n");
+                 "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
+                 "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1]\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
+      HipKernelBackend::Create({.mma_rows_tiles_of_8 = flags.mma_tiles_of_8});
   if (!created.ok()) Bench::Fail(created.status().ToString());
   HipKernelBackend& b = **created;
   Bench bench(&b);

@@ -164,6 +164,12 @@ TEST_P(HipModelTest, SameInputsGiveBitIdenticalLogits) {
   }
 }
 
+// ForwardBatchInto reuses its results' memory (the logits staged, then copied into each result)
+// and gives ForwardBatch's bits.
+TEST_P(HipModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
+  CAIRN_EXPECT_OK(testing::CompareReusedResults(*gpu_model_, gpu_->memory(), 11));
+}
+
 // Everything valid in slot `slot`: private components whole, rows up to its position, read
 // back from the device.
 absl::StatusOr<std::vector<uint8_t>> StateBytes(SlotKvMemory& kv, int slot) {
