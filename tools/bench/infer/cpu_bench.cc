@@ -385,8 +385,9 @@ class DecodeSet {
     for (size_t i = 0; i < slots_.size(); ++i) {
       batch.push_back({slots_[i].get(), absl::MakeConstSpan(&next_[i], 1), false});
     }
-    ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, model_.ForwardBatch(batch));
-    for (size_t i = 0; i < slots_.size(); ++i) next_[i] = Argmax(logits[i]);
+    // Into kept vectors, as cairn-infer's scheduler decodes.
+    RETURN_IF_ERROR(model_.ForwardBatchInto(batch, logits_));
+    for (size_t i = 0; i < slots_.size(); ++i) next_[i] = Argmax(logits_[i]);
     return absl::OkStatus();
   }
 
@@ -398,6 +399,7 @@ class DecodeSet {
   infer::Model& model_;
   std::vector<std::unique_ptr<infer::SlotState>> slots_;
   std::vector<int32_t> next_;
+  std::vector<std::vector<float>> logits_;  // The last step's, kept between steps.
 };
 
 double Median(std::vector<double> v) {
