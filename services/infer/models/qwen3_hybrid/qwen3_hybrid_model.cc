@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status/status_macros.h"
+#include "services/infer/kernels/pinned_host_buffer.h"
 #include "services/infer/kernels/scratch_arena.h"
 
 namespace cairn::infer {
@@ -21,6 +21,8 @@ using Shape = std::vector<int64_t>;
 
 // Epsilon inside the L2 norm of GDN q and k (docs/model.md §3.6.4); fixed by the architecture.
 constexpr float kL2NormEps = 1e-6f;
+// The most logits a pass stages through page-locked memory on a device backend (64 MiB).
+constexpr int64_t kMaxStagedLogits = int64_t{1} << 24;
 
 // An fp32 parameter vector (norm weights, conv taps, gate constants): read on the host at load
 // time, then given to the backend where its memory is, `data` (the host vector itself for a
@@ -225,46 +227,6 @@ class WeightReader {
 // (else widened to fp32 first), and the mapped checkpoint is let go. Per-pass activations come
 // from a ScratchArena over the same memory; token ids and MoE routing lists go up, and only
 // logits and the MoE routing decisions come down.
-// Page-locked host memory that a pass's logits come down into (one copy for every returned
-// row), kept and reused between passes. Thread-compatible.
-class LogitsStaging {
- public:
-  // At most this many floats are staged (64 MiB); larger downloads (all_logits passes) go
-  // straight into their results.
-  static constexpr int64_t kMaxFloats = int64_t{1} << 24;
-
-  explicit LogitsStaging(DeviceMemory* memory) : memory_(memory) {}
-  LogitsStaging(const LogitsStaging&) = delete;
-  LogitsStaging& operator=(const LogitsStaging&) = delete;
-  ~LogitsStaging() { Release(); }
-
-  // Returns at least `floats` (<= kMaxFloats) floats of host memory, page-locked where the
-  // memory takes the registration (else ordinary memory: copies are slower, not wrong).
-  float* Get(int64_t floats) {
-    if (floats > size_) {
-      Release();
-      data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(floats));
-      size_ = floats;
-      pinned_ =
-          memory_->RegisterHost(data_.get(), floats * static_cast<int64_t>(sizeof(float))).ok();
-    }
-    return data_.get();
-  }
-
- private:
-  void Release() {
-    if (pinned_) static_cast<void>(memory_->UnregisterHost(data_.get()));
-    pinned_ = false;
-    data_.reset();
-    size_ = 0;
-  }
-
-  DeviceMemory* const memory_;
-  std::unique_ptr<float[]> data_;
-  int64_t size_ = 0;
-  bool pinned_ = false;
-};
-
 // Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
  public:
@@ -346,7 +308,9 @@ class Qwen3HybridModel final : public Model {
   Params final_norm_;
   Params inv_freq_;  // [rotary_dim / 2]
   std::vector<LayerWeights> layers_;
-  LogitsStaging logits_host_;  // Device memory only.
+  // Device memory only: a pass's logits come down here in one copy (at most
+  // kMaxStagedLogits floats; larger all-logits passes go straight into their results).
+  PinnedHostBuffer logits_host_;
   ScratchArena scratch_;       // Per-pass temporaries; declared last, freed first.
 };
 
@@ -888,7 +852,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(rows * c_.vocab_size));
   MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
   const int64_t floats = rows * c_.vocab_size;
-  if (!memory_->host_visible() && floats <= LogitsStaging::kMaxFloats) {
+  if (!memory_->host_visible() && floats <= kMaxStagedLogits) {
     // Device memory: every row in one copy into page-locked staging (not one pageable copy a
     // sequence), then each sequence's rows into its result. The download waits for the device
     // and reports any error of the pass.

@@ -1,0 +1,53 @@
+#ifndef CAIRN_SERVICES_INFER_KERNELS_PINNED_HOST_BUFFER_H_
+#define CAIRN_SERVICES_INFER_KERNELS_PINNED_HOST_BUFFER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "services/infer/kernels/device_memory.h"
+
+namespace cairn::infer {
+
+// Host memory that downloads from a DeviceMemory land in, kept and reused between calls and
+// page-locked (DeviceMemory::RegisterHost) where the memory takes the registration: one
+// download into it is one fast copy instead of a pageable one, and no fresh pages fault in.
+//
+// Thread-compatible; must not outlive `memory`.
+class PinnedHostBuffer {
+ public:
+  explicit PinnedHostBuffer(DeviceMemory* memory) : memory_(memory) {}
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer() { Release(); }
+
+  // At least `floats` floats of host memory, valid until the next call with more floats or the
+  // buffer's end. Where the registration fails the memory is ordinary: copies are slower, not
+  // wrong.
+  float* Get(int64_t floats) {
+    if (floats > size_) {
+      Release();
+      data_ = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(floats));
+      size_ = floats;
+      pinned_ =
+          memory_->RegisterHost(data_.get(), floats * static_cast<int64_t>(sizeof(float))).ok();
+    }
+    return data_.get();
+  }
+
+ private:
+  void Release() {
+    if (pinned_) static_cast<void>(memory_->UnregisterHost(data_.get()));
+    pinned_ = false;
+    data_.reset();
+    size_ = 0;
+  }
+
+  DeviceMemory* const memory_;
+  std::unique_ptr<float[]> data_;
+  int64_t size_ = 0;
+  bool pinned_ = false;
+};
+
+}  // namespace cairn::infer
+
+#endif  // CAIRN_SERVICES_INFER_KERNELS_PINNED_HOST_BUFFER_H_
