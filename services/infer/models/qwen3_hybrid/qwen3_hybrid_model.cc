@@ -311,7 +311,7 @@ class Qwen3HybridModel final : public Model {
   // Device memory only: a pass's logits come down here in one copy (at most
   // kMaxStagedLogits floats; larger all-logits passes go straight into their results).
   PinnedHostBuffer logits_host_;
-  ScratchArena scratch_;       // Per-pass temporaries; declared last, freed first.
+  ScratchArena scratch_;  // Per-pass temporaries; declared last, freed first.
 };
 
 absl::Status Qwen3HybridModel::LoadAttention(WeightReader& r, const std::string& p,
