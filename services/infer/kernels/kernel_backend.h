@@ -18,11 +18,22 @@ enum class WeightType { kF32, kBF16, kF16 };
 // Bytes per element of `type`.
 inline int WeightTypeSize(WeightType type) { return type == WeightType::kF32 ? 4 : 2; }
 
-// A row-major weight matrix [rows(), cols] of one element type in backend memory, as a linear
-// layer holds it (output features by input features). Its rows may lie in up to kMaxParts
-// places: part i holds the next parts[i].rows rows, contiguous with row stride `cols`. That
-// lets one product run over several checkpoint tensors (q, k and v, say) where the checkpoint
-// has put them, without copying them together.
+// How a WeightMatrix part orders its rows' elements in memory.
+enum class WeightLayout {
+  // Row-major: row r of the part at data + r * cols elements (as the checkpoint stores it).
+  kRows,
+  // Row tiles (row_tiles.h): the rows in tiles of four, each tile's rows interleaved in blocks
+  // of sixteen elements, so that a product streams four rows from one ascending address range.
+  // Only a backend that says so (KernelBackend::TakesRowTiles) is given such matrices.
+  kRowTiles,
+};
+
+// A weight matrix [rows(), cols] of one element type in backend memory, as a linear layer
+// holds it (output features by input features), row-major unless `layout` says otherwise. Its
+// rows may lie in up to kMaxParts places: part i holds the next parts[i].rows rows, each part
+// laid out on its own (row stride `cols` when row-major). That lets one product run over
+// several checkpoint tensors (q, k and v, say) where the checkpoint has put them, without
+// copying them together.
 struct WeightMatrix {
   static constexpr int kMaxParts = 4;
   struct Part {
@@ -31,6 +42,7 @@ struct WeightMatrix {
   };
 
   WeightType type = WeightType::kF32;
+  WeightLayout layout = WeightLayout::kRows;
   int64_t cols = 0;
   Part parts[kMaxParts];
   int num_parts = 0;
@@ -166,6 +178,11 @@ class KernelBackend {
   // accept nothing here); a model gives such a backend its weights widened to fp32, in one
   // part each.
   virtual bool AcceptsWeightType(WeightType) const { return false; }
+  // Whether the *Typed operations read matrices of `type` fastest in the row-tile layout
+  // (WeightLayout::kRowTiles); a model whose weights are in host memory then packs them so at
+  // load time (row_tiles.h). Implies AcceptsWeightType(type). The layout changes where the
+  // elements lie, never a result's bits.
+  virtual bool TakesRowTiles(WeightType) const { return false; }
   virtual void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                                      float* y, int64_t ldy, bool accumulate);
   virtual void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
@@ -280,7 +297,7 @@ class KernelBackend {
 inline void KernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,
                                                  const WeightMatrix& w, float* y, int64_t ldy,
                                                  bool accumulate) {
-  CAIRN_CHECK(w.type == WeightType::kF32 && w.num_parts == 1);
+  CAIRN_CHECK(w.type == WeightType::kF32 && w.layout == WeightLayout::kRows && w.num_parts == 1);
   MatMulTransposed(x, m, w.cols, ldx, static_cast<const float*>(w.parts[0].data), w.parts[0].rows,
                    y, ldy, accumulate);
 }
@@ -288,14 +305,15 @@ inline void KernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int6
 inline void KernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
                                            const WeightMatrix& w, float* y, int64_t ldy,
                                            bool accumulate) {
-  CAIRN_CHECK(w.type == WeightType::kF32 && w.num_parts == 1);
+  CAIRN_CHECK(w.type == WeightType::kF32 && w.layout == WeightLayout::kRows && w.num_parts == 1);
   MatMulRows(x, m, w.cols, ldx, static_cast<const float*>(w.parts[0].data), w.parts[0].rows, y, ldy,
              accumulate);
 }
 
 inline void KernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
                                                 int64_t n, float* out) {
-  CAIRN_CHECK(table.type == WeightType::kF32 && table.num_parts == 1);
+  CAIRN_CHECK(table.type == WeightType::kF32 && table.layout == WeightLayout::kRows &&
+              table.num_parts == 1);
   EmbeddingGather(static_cast<const float*>(table.parts[0].data), table.cols, ids, n, out);
 }
 

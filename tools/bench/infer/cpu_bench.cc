@@ -462,6 +462,10 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("threads", &threads, "backend threads (0: one per hardware thread)");
   flags.Add("spin-us", &spin_us,
             "microseconds a backend helper thread watches for the next loop before sleeping");
+  bool row_tiles = infer::CpuKernelBackendOptions().row_tiles;
+  flags.Add("row-tiles", &row_tiles,
+            "pack bf16 / f16 matrices into row tiles at load time (false: read them row-major "
+            "where the checkpoint maps them)");
   flags.Add("slots", &slots, "slots of the batched decode measurement");
   flags.Add("decode-steps", &decode_steps, "decode steps per measurement (1 slot and N slots)");
   flags.Add("decode-rounds", &decode_rounds, "rounds the decode steps are split into");
@@ -499,6 +503,7 @@ absl::Status Run(int argc, char** argv) {
   infer::CpuKernelBackendOptions backend_options;
   backend_options.threads = threads;
   backend_options.spin_us = spin_us;
+  backend_options.row_tiles = row_tiles;
   backend_options.profile = true;
   ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
                    infer::CpuKernelBackend::Create(backend_options));
@@ -519,10 +524,11 @@ absl::Status Run(int argc, char** argv) {
   const double load_s = Seconds(load_start);
   std::cout << absl::StrFormat(
       "model: %s, %.1fM parameters, %.1f MB of weights in memory, files %.1f MB; backend %s "
-      "(isa %s); loaded in %.2f s\n",
+      "(isa %s%s); loaded in %.2f s\n",
       model->info().architecture, model->info().num_parameters / 1e6,
       model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(),
-      infer::cpu::IsaName(backend->isa()), load_s);
+      infer::cpu::IsaName(backend->isa()),
+      backend->TakesRowTiles(infer::WeightType::kBF16) ? ", row tiles" : "", load_s);
 
   // Decode: rounds of (read bandwidth, `steps` steps of 1 slot, `steps` steps of N slots), so
   // that on a shared machine all three see the same load; the medians over the rounds count.

@@ -27,6 +27,11 @@ struct CpuKernelBackendOptions {
   // what a backend without typed weights takes (one fp32 part), so models widen their weights:
   // for tests of that path and for comparisons.
   bool typed_weights = true;
+  // With typed weights, ask for bf16 / f16 matrices in the row-tile layout (TakesRowTiles,
+  // row_tiles.h): a model in host memory then packs them at load time (a copy of the weights
+  // instead of the mapped file) and products read four rows as one stream. Same bits either
+  // way; off for comparisons.
+  bool row_tiles = true;
   // How long, in microseconds, a helper thread watches for the backend's next parallel loop
   // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. Watching trades
   // processor time spent waiting for the wake-up a loop otherwise costs. Off by default: on the
@@ -122,6 +127,9 @@ class CpuKernelBackend final : public KernelBackend {
   void EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
                        float* out) override;
   bool AcceptsWeightType(WeightType) const override { return typed_weights_; }
+  bool TakesRowTiles(WeightType type) const override {
+    return typed_weights_ && row_tiles_ && type != WeightType::kF32;
+  }
   void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                              float* y, int64_t ldy, bool accumulate) override;
   void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
@@ -158,7 +166,8 @@ class CpuKernelBackend final : public KernelBackend {
   void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
 
  private:
-  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool profile, int spin_us);
+  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool row_tiles, bool profile,
+                   int spin_us);
 
   // Adds the wall and processor time from its construction to its destruction to one field of
   // the profiles.
@@ -186,6 +195,7 @@ class CpuKernelBackend final : public KernelBackend {
   const int threads_;
   const cpu::Isa isa_;
   const bool typed_weights_;
+  const bool row_tiles_;
   std::unique_ptr<cpu::WorkerTeam> team_;  // threads_ - 1 helpers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;

@@ -2,11 +2,13 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "services/infer/kernels/cpu/x86_intrinsics.h"
 #include "services/infer/kernels/half_float.h"
+#include "services/infer/kernels/row_tiles.h"
 
 // Every product is added to its partial sum with one fused multiply-add (one rounding), in every
 // form: the vector forms with their FMA instructions, the portable form and the tails with
@@ -25,6 +27,14 @@ float WeightAt(const void* row, int64_t i) {
     std::memcpy(&h, static_cast<const uint16_t*>(row) + i, 2);
     return T == WeightType::kBF16 ? WidenBf16(h) : WidenF16(h);
   }
+}
+
+// Where element i (a multiple of 16) of a weight row lies whose blocks of sixteen elements are
+// `stride` elements apart: 16 for a row-major row, kRowTileRows * 16 for a row of a row tile.
+template <WeightType T>
+inline const void* BlockAt(const void* w, int64_t i, int64_t stride) {
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
+  return static_cast<const char*>(w) + (i / 16) * stride * kSize;
 }
 
 // The fold of the sixteen partial sums, given as v[j] = s[j] + s[j + 8] (the 16 -> 8 step),
@@ -50,15 +60,17 @@ inline F32x4 Fma4(F32x4 a, F32x4 b, F32x4 c) {
 }
 
 template <WeightType T, int R>
-void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
+void DotPortable(const float* const* a, const void* w, const void* tail, int64_t stride, int64_t n,
+                 float* out) {
   F32x4 s[R][4] = {};
   alignas(16) float wf[16];
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    const void* block = BlockAt<T>(w, i, stride);
     if constexpr (T == WeightType::kF32) {
-      std::memcpy(wf, static_cast<const float*>(w) + i, sizeof(wf));
+      std::memcpy(wf, block, sizeof(wf));
     } else {
-      for (int j = 0; j < 16; ++j) wf[j] = WeightAt<T>(w, i + j);
+      for (int j = 0; j < 16; ++j) wf[j] = WeightAt<T>(block, j);
     }
     for (int r = 0; r < R; ++r) {
       for (int q = 0; q < 4; ++q)
@@ -70,7 +82,7 @@ void DotPortable(const float* const* a, const void* w, int64_t n, float* out) {
     const F32x4 hi = s[r][1] + s[r][3];  // Lanes j + j+8, 4 <= j < 8.
     const float v[8] = {lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]};
     float sum = Fold8(v);
-    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(w, j), sum);
+    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(tail, j - i), sum);
     out[r] = sum;
   }
 }
@@ -94,14 +106,16 @@ __attribute__((target("avx2,f16c,fma"))) inline __m256 Load8Avx2(const void* w, 
 
 template <WeightType T, int R>
 __attribute__((target("avx2,f16c,fma"))) void DotAvx2(const float* const* a, const void* w,
-                                                      int64_t n, float* out) {
+                                                      const void* tail, int64_t stride, int64_t n,
+                                                      float* out) {
   __m256 lo[R], hi[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = Load8Avx2<T>(w, i);
-    const __m256 w1 = Load8Avx2<T>(w, i + 8);
+    const void* block = BlockAt<T>(w, i, stride);
+    const __m256 w0 = Load8Avx2<T>(block, 0);
+    const __m256 w1 = Load8Avx2<T>(block, 8);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + i), w0, lo[r]);
@@ -112,7 +126,7 @@ __attribute__((target("avx2,f16c,fma"))) void DotAvx2(const float* const* a, con
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(lo[r], hi[r]));
     float sum = Fold8(v);
-    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(w, j), sum);
+    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(tail, j - i), sum);
     out[r] = sum;
   }
 }
@@ -135,14 +149,15 @@ __attribute__((target("avx512f"))) inline __m512 Load16Avx512(const void* w, int
 }
 
 template <WeightType T, int R>
-__attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const void* w, int64_t n,
+__attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const void* w,
+                                                  const void* tail, int64_t stride, int64_t n,
                                                   float* out) {
   __m512 s[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) s[r] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 wv = Load16Avx512<T>(w, i);
+    const __m512 wv = Load16Avx512<T>(BlockAt<T>(w, i, stride), 0);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       s[r] = _mm512_fmadd_ps(_mm512_loadu_ps(a[r] + i), wv, s[r]);
@@ -154,7 +169,7 @@ __attribute__((target("avx512f"))) void DotAvx512(const float* const* a, const v
     alignas(32) float v[8];
     _mm256_store_ps(v, _mm256_add_ps(low, high));
     float sum = Fold8(v);
-    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(w, j), sum);
+    for (int64_t j = i; j < n; ++j) sum = std::fma(a[r][j], WeightAt<T>(tail, j - i), sum);
     out[r] = sum;
   }
 }
@@ -202,17 +217,28 @@ __attribute__((target("avx512f"))) inline void FoldAvx512(const __m512* acc, flo
   for (int q = 0; q < N; ++q) out[q] = f[4 * (q % 4) + q / 4];  // Block q % 4 of u[q / 4].
 }
 
-// How far ahead of the rows it multiplies RowsAvx512 asks for weights (into L2): C rows read
-// side by side are C short streams, which this processor's prefetcher does not follow (reading
-// 4 rows of 1 KiB side by side runs at less than half the rate of one stream); asking for them
-// about 16 KiB ahead restores nearly the rate of one stream.
+// How far ahead of the rows it multiplies RowsAvx512 asks for row-major weights (into L2): C
+// rows read side by side are C short streams, which this processor's prefetcher does not follow
+// (reading 4 rows of 1 KiB side by side runs at less than half the rate of one stream); asking
+// for them about 16 KiB ahead restores nearly the rate of one stream.
 constexpr int64_t kWeightPrefetchBytes = 16 * 1024;
+// How far ahead it asks for a row tile's weights (into L1) when several input rows share them:
+// a tile is one stream, which the prefetcher follows on its own while one input row keeps the
+// loads few; with more input rows (more loads of inputs per weight) asking a few KiB ahead kept
+// the weights coming (measured: 4 KiB ahead, four input rows, 3072 columns: 11 -> 17 GB/s per
+// core; one input row: slower with the prefetch).
+constexpr int64_t kTilePrefetchBytes = 4 * 1024;
+
+// How RowsAvx512 reads its C weight rows: row-major rows (C streams) or C rows of one row tile.
+enum class Reading { kRowMajor, kTile };
 
 // out[c * R + r] = a[r] . w[c] for C weight rows and R input rows of n elements: every weight
 // vector is loaded and widened once for all R rows, every input vector once for all C rows,
-// and the C * R folds are done together at the end.
-template <WeightType T, int R, int C>
+// and the C * R folds are done together at the end. Row c's blocks of sixteen are `stride`
+// elements apart from w[c] on (BlockAt), its last n % 16 elements at tails[c].
+template <WeightType T, int R, int C, Reading kReading>
 __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const void* const* w,
+                                                   const void* const* tails, int64_t stride,
                                                    int64_t n, float* out) {
   constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
   __m512 s[C * R];
@@ -223,9 +249,15 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const 
     __m512 wv[C];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
+      const void* block = BlockAt<T>(w[c], i, stride);
       // Prefetching never faults, so an address past the matrix is harmless.
-      _mm_prefetch(static_cast<const char*>(w[c]) + i * kSize + kWeightPrefetchBytes, _MM_HINT_T1);
-      wv[c] = Load16Avx512<T>(w[c], i);
+      if constexpr (kReading == Reading::kRowMajor) {
+        _mm_prefetch(static_cast<const char*>(block) + kWeightPrefetchBytes, _MM_HINT_T1);
+      } else if (R > 1 && (c * 16 * kSize) % 64 == 0) {
+        // One request per cache line of the tile's block.
+        _mm_prefetch(static_cast<const char*>(block) + kTilePrefetchBytes, _MM_HINT_T0);
+      }
+      wv[c] = Load16Avx512<T>(block, 0);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -240,30 +272,44 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const 
   for (int c = 0; c < C; ++c) {
     for (int r = 0; r < R; ++r) {
       float& o = out[c * R + r];
-      for (int64_t j = i; j < n; ++j) o = std::fma(a[r][j], WeightAt<T>(w[c], j), o);
+      for (int64_t j = i; j < n; ++j) o = std::fma(a[r][j], WeightAt<T>(tails[c], j - i), o);
     }
   }
 }
 
 template <WeightType T, int R>
-void Dot(Isa isa, const float* const* a, const void* w, int64_t n, float* out) {
+void Dot(Isa isa, const float* const* a, const void* w, const void* tail, int64_t stride, int64_t n,
+         float* out) {
   switch (isa) {
     case Isa::kAvx512:
-      DotAvx512<T, R>(a, w, n, out);
+      DotAvx512<T, R>(a, w, tail, stride, n, out);
       return;
     case Isa::kAvx2:
-      DotAvx2<T, R>(a, w, n, out);
+      DotAvx2<T, R>(a, w, tail, stride, n, out);
       return;
     case Isa::kPortable:
-      DotPortable<T, R>(a, w, n, out);
+      DotPortable<T, R>(a, w, tail, stride, n, out);
       return;
   }
 }
 
-// Rows of x in groups of R, every weight row against each group.
+// y[r * ldy + j] = (y +) d[c * R + r] for the C results of one call, columns j = j0 + c.
+template <int R>
+inline void Store(const float* d, int C, int64_t j0, float* y, int64_t ldy, bool accumulate) {
+  for (int c = 0; c < C; ++c) {
+    for (int r = 0; r < R; ++r) {
+      float& out = y[r * ldy + j0 + c];
+      out = accumulate ? out + d[c * R + r] : d[c * R + r];
+    }
+  }
+}
+
+// Rows of x in groups of R, every row-major weight row against each group.
 template <WeightType T, int R>
 void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int64_t count,
            int64_t k, float* y, int64_t ldy, bool accumulate) {
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
+  const int64_t tail_bytes = k / 16 * 16 * kSize;
   const float* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = x + r * ldx;
   int64_t j = 0;
@@ -271,43 +317,89 @@ void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int6
     // C weight rows per call: C * R accumulators, sixteen at most.
     constexpr int C = R >= 8 ? 2 : 4;
     float d[C * R];
+    const void* tails[C];
     for (; j + C <= count; j += C) {
-      RowsAvx512<T, R, C>(rows, w_rows + j, k, d);
-      for (int c = 0; c < C; ++c) {
-        for (int r = 0; r < R; ++r) {
-          float& out = y[r * ldy + j + c];
-          out = accumulate ? out + d[c * R + r] : d[c * R + r];
-        }
-      }
+      for (int c = 0; c < C; ++c) tails[c] = static_cast<const char*>(w_rows[j + c]) + tail_bytes;
+      RowsAvx512<T, R, C, Reading::kRowMajor>(rows, w_rows + j, tails, 16, k, d);
+      Store<R>(d, C, j, y, ldy, accumulate);
     }
   }
   float d[R];
   for (; j < count; ++j) {
-    Dot<T, R>(isa, rows, w_rows[j], k, d);
-    for (int r = 0; r < R; ++r) {
-      float& out = y[r * ldy + j];
-      out = accumulate ? out + d[r] : d[r];
+    Dot<T, R>(isa, rows, w_rows[j], static_cast<const char*>(w_rows[j]) + tail_bytes, 16, k, d);
+    Store<R>(d, 1, j, y, ldy, accumulate);
+  }
+}
+
+// Rows of x in groups of R, against the `count` rows of consecutive row tiles from `tiles` on.
+template <WeightType T, int R>
+void TileGroup(Isa isa, const float* x, int64_t ldx, const void* tiles, int64_t count, int64_t k,
+               float* y, int64_t ldy, bool accumulate) {
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
+  constexpr int64_t kStride = kRowTileRows * kRowTileBlock;
+  const float* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = x + r * ldx;
+  const int64_t tail = k % kRowTileBlock;
+  for (int64_t j = 0; j < count; j += kRowTileRows) {
+    const char* tile = static_cast<const char*>(tiles) + j * k * kSize;
+    const int valid = static_cast<int>(std::min<int64_t>(kRowTileRows, count - j));
+    const void* w[kRowTileRows];
+    const void* tails[kRowTileRows];
+    for (int c = 0; c < kRowTileRows; ++c) {
+      w[c] = tile + c * kRowTileBlock * kSize;
+      tails[c] = tile + (k / kRowTileBlock * kStride + c * tail) * kSize;
+    }
+    if (isa == Isa::kAvx512) {
+      // The tile's rows in calls of C: C * R accumulators, sixteen at most. Rows past the
+      // part's last are zeros; their results are not stored.
+      constexpr int C = R >= 8 ? 2 : 4;
+      float d[C * R];
+      for (int c0 = 0; c0 < valid; c0 += C) {
+        RowsAvx512<T, R, C, Reading::kTile>(rows, w + c0, tails + c0, kStride, k, d);
+        Store<R>(d, std::min(C, valid - c0), j + c0, y, ldy, accumulate);
+      }
+    } else {
+      float d[R];
+      for (int c = 0; c < valid; ++c) {
+        Dot<T, R>(isa, rows, w[c], tails[c], kStride, k, d);
+        Store<R>(d, 1, j + c, y, ldy, accumulate);
+      }
     }
   }
 }
 
-template <WeightType T>
-void Products(Isa isa, const float* x, int64_t m, int64_t ldx, const void* const* w_rows,
-              int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate) {
+// Rows of x in groups of 8, 4, 2 and 1, each group through Run<R>.
+template <template <WeightType, int> class Run, WeightType T, typename... Args>
+void InGroups(Isa isa, const float* x, int64_t m, int64_t ldx, float* y, int64_t ldy,
+              Args... args) {
   int64_t r = 0;
-  for (; r + 8 <= m; r += 8) {
-    Group<T, 8>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
-  }
+  for (; r + 8 <= m; r += 8) Run<T, 8>::Call(isa, x + r * ldx, ldx, y + r * ldy, ldy, args...);
   if (r + 4 <= m) {
-    Group<T, 4>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+    Run<T, 4>::Call(isa, x + r * ldx, ldx, y + r * ldy, ldy, args...);
     r += 4;
   }
   if (r + 2 <= m) {
-    Group<T, 2>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+    Run<T, 2>::Call(isa, x + r * ldx, ldx, y + r * ldy, ldy, args...);
     r += 2;
   }
-  if (r < m) Group<T, 1>(isa, x + r * ldx, ldx, w_rows, count, k, y + r * ldy, ldy, accumulate);
+  if (r < m) Run<T, 1>::Call(isa, x + r * ldx, ldx, y + r * ldy, ldy, args...);
 }
+
+template <WeightType T, int R>
+struct GroupRun {
+  static void Call(Isa isa, const float* x, int64_t ldx, float* y, int64_t ldy,
+                   const void* const* w_rows, int64_t count, int64_t k, bool accumulate) {
+    Group<T, R>(isa, x, ldx, w_rows, count, k, y, ldy, accumulate);
+  }
+};
+
+template <WeightType T, int R>
+struct TileGroupRun {
+  static void Call(Isa isa, const float* x, int64_t ldx, float* y, int64_t ldy, const void* tiles,
+                   int64_t count, int64_t k, bool accumulate) {
+    TileGroup<T, R>(isa, x, ldx, tiles, count, k, y, ldy, accumulate);
+  }
+};
 
 template <WeightType T>
 __attribute__((target("avx512f"))) void WidenAvx512(const void* src, int64_t n, float* dst) {
@@ -335,6 +427,115 @@ void WidenAs(Isa isa, const void* src, int64_t n, float* dst) {
     for (int64_t i = 0; i < n; ++i) dst[i] = WeightAt<T>(src, i);
   }
 }
+
+// Rows [first, first + count) of a row-tile part with k columns, widened into row-major rows
+// of dst. Each form widens a block of sixteen with the instructions Widen uses.
+template <WeightType T>
+__attribute__((target("avx512f"))) void WidenTileRowsAvx512(const void* part, int64_t first,
+                                                            int64_t count, int64_t k, float* dst) {
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
+  const char* base = static_cast<const char*>(part);
+  for (int64_t r = 0; r < count; ++r) {
+    float* out = dst + r * k;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      _mm512_storeu_ps(out + i,
+                       Load16Avx512<T>(base + RowTileBlockOffset(first + r, i / 16, k) * kSize, 0));
+    }
+    const char* tail = base + RowTileTailOffset(first + r, k) * kSize;
+    for (int64_t j = i; j < k; ++j) out[j] = WeightAt<T>(tail, j - i);
+  }
+}
+
+template <WeightType T>
+__attribute__((target("avx2,f16c,fma"))) void WidenTileRowsAvx2(const void* part, int64_t first,
+                                                                int64_t count, int64_t k,
+                                                                float* dst) {
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
+  const char* base = static_cast<const char*>(part);
+  for (int64_t r = 0; r < count; ++r) {
+    float* out = dst + r * k;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      const char* block = base + RowTileBlockOffset(first + r, i / 16, k) * kSize;
+      _mm256_storeu_ps(out + i, Load8Avx2<T>(block, 0));
+      _mm256_storeu_ps(out + i + 8, Load8Avx2<T>(block, 8));
+    }
+    const char* tail = base + RowTileTailOffset(first + r, k) * kSize;
+    for (int64_t j = i; j < k; ++j) out[j] = WeightAt<T>(tail, j - i);
+  }
+}
+
+template <WeightType T>
+void WidenTileRowsPortable(const void* part, int64_t first, int64_t count, int64_t k, float* dst) {
+  constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
+  const char* base = static_cast<const char*>(part);
+  for (int64_t r = 0; r < count; ++r) {
+    float* out = dst + r * k;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      const char* block = base + RowTileBlockOffset(first + r, i / 16, k) * kSize;
+      for (int j = 0; j < 16; ++j) out[i + j] = WeightAt<T>(block, j);
+    }
+    const char* tail = base + RowTileTailOffset(first + r, k) * kSize;
+    for (int64_t j = i; j < k; ++j) out[j] = WeightAt<T>(tail, j - i);
+  }
+}
+
+template <WeightType T>
+void WidenTileRowsAs(Isa isa, const void* part, int64_t first, int64_t count, int64_t k,
+                     float* dst) {
+  switch (isa) {
+    case Isa::kAvx512:
+      WidenTileRowsAvx512<T>(part, first, count, k, dst);
+      return;
+    case Isa::kAvx2:
+      WidenTileRowsAvx2<T>(part, first, count, k, dst);
+      return;
+    case Isa::kPortable:
+      WidenTileRowsPortable<T>(part, first, count, k, dst);
+      return;
+  }
+}
+
+// Calls F<T>::Call(args...) for the weight type `type`.
+template <template <WeightType> class F, typename... Args>
+void ForType(WeightType type, Args... args) {
+  switch (type) {
+    case WeightType::kF32:
+      F<WeightType::kF32>::Call(args...);
+      return;
+    case WeightType::kBF16:
+      F<WeightType::kBF16>::Call(args...);
+      return;
+    case WeightType::kF16:
+      F<WeightType::kF16>::Call(args...);
+      return;
+  }
+}
+
+template <WeightType T>
+struct RowProductsOf {
+  static void Call(Isa isa, const float* x, int64_t m, int64_t ldx, const void* const* w_rows,
+                   int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate) {
+    InGroups<GroupRun, T>(isa, x, m, ldx, y, ldy, w_rows, count, k, accumulate);
+  }
+};
+
+template <WeightType T>
+struct RowTileProductsOf {
+  static void Call(Isa isa, const float* x, int64_t m, int64_t ldx, const void* tiles,
+                   int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate) {
+    InGroups<TileGroupRun, T>(isa, x, m, ldx, y, ldy, tiles, count, k, accumulate);
+  }
+};
+
+template <WeightType T>
+struct WidenTileRowsOf {
+  static void Call(Isa isa, const void* part, int64_t first, int64_t count, int64_t k, float* dst) {
+    WidenTileRowsAs<T>(isa, part, first, count, k, dst);
+  }
+};
 
 // CPUID leaf 1, ECX bit 29 (not every compiler's __builtin_cpu_supports knows "f16c").
 bool HaveF16c() {
@@ -378,17 +579,18 @@ absl::string_view IsaName(Isa isa) {
 void RowProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
                  const void* const* w_rows, int64_t count, int64_t k, float* y, int64_t ldy,
                  bool accumulate) {
-  switch (type) {
-    case WeightType::kF32:
-      Products<WeightType::kF32>(isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
-      return;
-    case WeightType::kBF16:
-      Products<WeightType::kBF16>(isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
-      return;
-    case WeightType::kF16:
-      Products<WeightType::kF16>(isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
-      return;
-  }
+  ForType<RowProductsOf>(type, isa, x, m, ldx, w_rows, count, k, y, ldy, accumulate);
+}
+
+void RowTileProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
+                     const void* tiles, int64_t count, int64_t k, float* y, int64_t ldy,
+                     bool accumulate) {
+  ForType<RowTileProductsOf>(type, isa, x, m, ldx, tiles, count, k, y, ldy, accumulate);
+}
+
+void WidenTileRows(Isa isa, WeightType type, const void* part, int64_t first, int64_t count,
+                   int64_t k, float* dst) {
+  ForType<WidenTileRowsOf>(type, isa, part, first, count, k, dst);
 }
 
 void Widen(Isa isa, WeightType type, const void* src, int64_t n, float* dst) {

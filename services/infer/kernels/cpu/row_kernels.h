@@ -10,7 +10,8 @@
 // portable form and x86 forms chosen at run time. Every form of RowProducts gives the same bits:
 // a dot product over k has sixteen interleaved partial sums (lane j sums the products at
 // i = j mod 16), folded pairwise 16 -> 8 -> 4 -> 2 -> 1, then the remainder in order; each
-// product is added to its sum with a fused multiply-add (rounded once), in every form.
+// product is added to its sum with a fused multiply-add (rounded once), in every form and in
+// either weight layout (row-major rows, or row tiles).
 // Weights are widened to fp32 exactly before they are multiplied.
 namespace cairn::infer::cpu {
 
@@ -26,6 +27,18 @@ absl::string_view IsaName(Isa isa);
 void RowProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
                  const void* const* w_rows, int64_t count, int64_t k, float* y, int64_t ldy,
                  bool accumulate);
+
+// As RowProducts over `count` rows of a part in the row-tile layout (row_tiles.h) with k
+// columns, from the tile at `tiles` on: y[r * ldy + j] = (y +) x[r] . row j. Gives the same
+// bits as RowProducts over the same rows row-major.
+void RowTileProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
+                     const void* tiles, int64_t count, int64_t k, float* y, int64_t ldy,
+                     bool accumulate);
+
+// Rows [first, first + count) of a part in the row-tile layout with k columns, widened to fp32
+// into `count` row-major rows at dst.
+void WidenTileRows(Isa isa, WeightType type, const void* part, int64_t first, int64_t count,
+                   int64_t k, float* dst);
 
 // dst[i] = src[i] widened to fp32, for `n` elements of `type`.
 void Widen(Isa isa, WeightType type, const void* src, int64_t n, float* dst);

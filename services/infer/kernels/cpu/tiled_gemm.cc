@@ -43,8 +43,13 @@ std::vector<GemmTile> GemmTiles(const WeightMatrix& w, int threads) {
   for (int p = 0; p < w.num_parts; ++p) {
     const WeightMatrix::Part& part = w.parts[p];
     for (int64_t r0 = 0; r0 < part.rows; r0 += tile) {
-      tiles.push_back({static_cast<const char*>(part.data) + r0 * row_bytes,
-                       std::min(tile, part.rows - r0), column + r0});
+      if (w.layout == WeightLayout::kRowTiles) {
+        tiles.push_back(
+            {static_cast<const char*>(part.data), std::min(tile, part.rows - r0), column + r0, r0});
+      } else {
+        tiles.push_back({static_cast<const char*>(part.data) + r0 * row_bytes,
+                         std::min(tile, part.rows - r0), column + r0, 0});
+      }
     }
     column += part.rows;
   }
@@ -56,7 +61,11 @@ void GemmTileProduct(Isa isa, const float* x, int64_t m, int64_t ldx, const Weig
                      bool accumulate) {
   const int64_t k = w.cols;
   const float* weights = reinterpret_cast<const float*>(t.rows);
-  if (w.type != WeightType::kF32) {
+  if (w.layout == WeightLayout::kRowTiles) {
+    widened->resize(static_cast<size_t>(t.count * k));
+    WidenTileRows(isa, w.type, t.rows, t.first_row, t.count, k, widened->data());
+    weights = widened->data();
+  } else if (w.type != WeightType::kF32) {
     widened->resize(static_cast<size_t>(t.count * k));
     Widen(isa, w.type, t.rows, t.count * k, widened->data());
     weights = widened->data();

@@ -10,14 +10,16 @@
 // CpuKernelBackend's GEMM path: y = x . w^T (+ y) as single-threaded cblas_sgemm calls on tiles
 // of w's rows, which the backend spreads over its threads. A tile of bf16 or f16 weights is
 // widened to fp32 into the running thread's buffer (it stays in that core's cache) just before
-// its sgemm. Every output element is one sgemm reduction over k, and the tiles depend only on the
-// shapes and the thread count, so results are the same run to run.
+// its sgemm, as are the rows of a matrix in the row-tile layout (row_tiles.h) of any type. Every
+// output element is one sgemm reduction over k, and the tiles depend only on the shapes and the
+// thread count, so results are the same run to run.
 namespace cairn::infer::cpu {
 
 struct GemmTile {
-  const char* rows;  // The tile's first weight row.
-  int64_t count;     // Weight rows in the tile.
-  int64_t column;    // Its first output column.
+  const char* rows;   // The tile's first weight row (row tiles: its part's first tile).
+  int64_t count;      // Weight rows in the tile.
+  int64_t column;     // Its first output column.
+  int64_t first_row;  // Row tiles: the tile's first row in its part (a multiple of 16).
 };
 
 // The tiles of w for `threads` threads: whole 16-row blocks, about two per thread, at most about

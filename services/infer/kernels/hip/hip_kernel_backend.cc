@@ -142,9 +142,11 @@ absl::string_view HipKernelBackend::name() const {
 
 bool HipKernelBackend::CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx,
                                   int64_t ldy) {
-  if (!AcceptsWeightType(w.type) || w.num_parts < 1 || w.num_parts > WeightMatrix::kMaxParts) {
-    return Keep(Invalid(op, absl::StrCat("weight type ", static_cast<int>(w.type), " in ",
-                                         w.num_parts, " parts not taken")));
+  if (!AcceptsWeightType(w.type) || w.layout != WeightLayout::kRows || w.num_parts < 1 ||
+      w.num_parts > WeightMatrix::kMaxParts) {
+    return Keep(Invalid(
+        op, absl::StrCat("weight type ", static_cast<int>(w.type), " (layout ",
+                         static_cast<int>(w.layout), ") in ", w.num_parts, " parts not taken")));
   }
   for (int i = 0; i < w.num_parts; ++i) {
     if (w.parts[i].rows < 0 || w.parts[i].rows > hip::MatMulRowsMaxColumns()) {
@@ -246,8 +248,10 @@ void HipKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t 
 void HipKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,
                                             int64_t n, float* out) {
   if (!Enter()) return;
-  if (!AcceptsWeightType(table.type) || table.num_parts != 1 || table.cols < 0) {
-    Keep(Invalid("embedding gather", "the table must be one part of a type this backend takes"));
+  if (!AcceptsWeightType(table.type) || table.layout != WeightLayout::kRows ||
+      table.num_parts != 1 || table.cols < 0) {
+    Keep(Invalid("embedding gather",
+                 "the table must be one row-major part of a type this backend takes"));
     return;
   }
   const hipError_t e =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "services/infer/kernels/pinned_host_buffer.h"
+#include "services/infer/kernels/row_tiles.h"
 #include "services/infer/kernels/scratch_arena.h"
 
 namespace cairn::infer {
@@ -222,7 +224,9 @@ class WeightReader {
 // Memory: everything the backend's operations read or write lives in the backend's memory
 // (KernelBackend::memory()), and the model never dereferences a pointer into it. For a host
 // backend, weight matrices stay in the mapped checkpoint in its type where the backend takes it
-// (KernelBackend::AcceptsWeightType) and norms and other vectors are fp32 host copies. For a
+// (KernelBackend::AcceptsWeightType), or become packed copies in that type where it asks for row
+// tiles (TakesRowTiles; the mapped file is then let go once every matrix is packed), and norms
+// and other vectors are fp32 host copies. For a
 // device backend every weight is uploaded once at load time, in the type the backend takes
 // (else widened to fp32 first), and the mapped checkpoint is let go. Per-pass activations come
 // from a ScratchArena over the same memory; token ids and MoE routing lists go up, and only
@@ -303,6 +307,8 @@ class Qwen3HybridModel final : public Model {
   std::vector<std::vector<char>> owned_;  // Host weights the model copied (rearranged, widened).
   std::vector<DeviceBuffer> device_weights_;  // Weights uploaded to a device memory.
   bool store_needed_ = false;
+  // Whether Place packed every matrix it was given in host memory into row tiles.
+  bool every_matrix_packed_ = true;
   WeightMatrix embed_;    // [vocab, D]
   WeightMatrix lm_head_;  // [vocab, D]; embed_ when tied.
   Params final_norm_;
@@ -422,7 +428,34 @@ absl::Status Qwen3HybridModel::LoadMoe(WeightReader& r, const std::string& p, Mo
 }
 
 absl::Status Qwen3HybridModel::Place(WeightMatrix& w) {
-  if (memory_->host_visible()) return absl::OkStatus();
+  if (memory_->host_visible()) {
+    if (!backend_->TakesRowTiles(w.type) || w.layout != WeightLayout::kRows) {
+      every_matrix_packed_ = false;
+      return absl::OkStatus();
+    }
+    // A packed copy (row_tiles.h), each part on its own, at a cache-line boundary.
+    constexpr int64_t kAlign = 64;
+    for (int i = 0; i < w.num_parts; ++i) {
+      const int64_t bytes = RowTileElements(w.parts[i].rows, w.cols) * WeightTypeSize(w.type);
+      owned_.emplace_back(static_cast<size_t>(bytes + kAlign));
+      char* start = owned_.back().data();
+      char* aligned = start + (kAlign - reinterpret_cast<uintptr_t>(start) % kAlign) % kAlign;
+      PackRowTiles(w.type, w.parts[i].data, w.parts[i].rows, w.cols, aligned);
+      // A row-major copy the reader made of exactly this part (a regrouped matrix) is no longer
+      // needed.
+      const size_t part_bytes = static_cast<size_t>(w.parts[i].rows * w.cols) *
+                                static_cast<size_t>(WeightTypeSize(w.type));
+      for (std::vector<char>& buffer : owned_) {
+        if (buffer.data() == w.parts[i].data && buffer.size() == part_bytes) {
+          buffer = std::vector<char>();
+          break;
+        }
+      }
+      w.parts[i].data = aligned;
+    }
+    w.layout = WeightLayout::kRowTiles;
+    return absl::OkStatus();
+  }
   for (int i = 0; i < w.num_parts; ++i) {
     const int64_t bytes = w.parts[i].rows * w.cols * WeightTypeSize(w.type);
     ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(memory_, bytes));
@@ -551,7 +584,8 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
   info_.num_parameters = r.parameters();
   info_.weight_bytes = r.bytes();
   // A device copy of a weight does not need the mapped file.
-  store_needed_ = r.in_place() && memory_->host_visible();
+  // Nor does a packed copy (Place).
+  store_needed_ = r.in_place() && memory_->host_visible() && !every_matrix_packed_;
   info_.weights_digest = weights_digest;
   return absl::OkStatus();
 }

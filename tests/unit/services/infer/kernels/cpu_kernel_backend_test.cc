@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/attention.h"
+#include "services/infer/kernels/row_tiles.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::infer {
@@ -382,6 +383,63 @@ TEST_F(CpuKernelBackendTest, TypedGatherWidensRows) {
             std::vector<float>(wide.begin() + 40, wide.end()));
   EXPECT_EQ(std::vector<float>(rows.begin() + 20, rows.end()),
             std::vector<float>(wide.begin(), wide.begin() + 20));
+}
+
+// `w` (bf16, row-major parts) with every part packed into row tiles, in `storage`.
+WeightMatrix PackedTiles(const WeightMatrix& w, std::vector<std::vector<char>>& storage) {
+  WeightMatrix out = w;
+  out.layout = WeightLayout::kRowTiles;
+  for (int i = 0; i < w.num_parts; ++i) {
+    storage.emplace_back(static_cast<size_t>(RowTileElements(w.parts[i].rows, w.cols) * 2));
+    PackRowTiles(w.type, w.parts[i].data, w.parts[i].rows, w.cols, storage.back().data());
+    out.parts[i].data = storage.back().data();
+  }
+  return out;
+}
+
+TEST_F(CpuKernelBackendTest, RowTileMatricesGiveTheRowMajorBits) {
+  // Parts of 1, 63 and 86 rows: tiles cut short at a part's end and blocks that end inside a
+  // part. The row kernel up to kGemmMinRows input rows, the GEMM above.
+  const int64_t k = 203, n = 150;
+  std::vector<float> wide = Random(n * k, 61);
+  const std::vector<uint16_t> narrow = ToBf16(wide);
+  const WeightMatrix rows = ThreeParts(narrow, k, 1, 64, n);
+  std::vector<std::vector<char>> storage;
+  const WeightMatrix tiles = PackedTiles(rows, storage);
+  for (int64_t m : {1, 4, 5, 16, 40}) {
+    const std::vector<float> x = Random(m * k, 62 + m);
+    std::vector<float> a(m * n, 1.0f), b(m * n, 1.0f), c(m * n, 1.0f), d(m * n, 1.0f);
+    backend_->MatMulRowsTyped(x.data(), m, k, rows, a.data(), n, true);
+    backend_->MatMulRowsTyped(x.data(), m, k, tiles, b.data(), n, true);
+    backend_->MatMulTransposedTyped(x.data(), m, k, rows, c.data(), n, true);
+    backend_->MatMulTransposedTyped(x.data(), m, k, tiles, d.data(), n, true);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "m " << m;
+    EXPECT_EQ(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)), 0) << "m " << m;
+  }
+  const int32_t ids[] = {0, 1, 63, 64, 149, 2};
+  std::vector<float> from_rows(6 * k), from_tiles(6 * k);
+  backend_->EmbeddingGatherTyped(rows, ids, 6, from_rows.data());
+  backend_->EmbeddingGatherTyped(tiles, ids, 6, from_tiles.data());
+  EXPECT_EQ(from_rows, from_tiles);
+}
+
+TEST(CpuKernelBackendCreateTest, RowTilesAreAskedForNarrowTypedWeightsOnly) {
+  CpuKernelBackendOptions options;
+  options.threads = 1;
+  auto on = CpuKernelBackend::Create(options);
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE((*on)->TakesRowTiles(WeightType::kBF16));
+  EXPECT_TRUE((*on)->TakesRowTiles(WeightType::kF16));
+  EXPECT_FALSE((*on)->TakesRowTiles(WeightType::kF32));
+  options.row_tiles = false;
+  auto off = CpuKernelBackend::Create(options);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE((*off)->TakesRowTiles(WeightType::kBF16));
+  options.row_tiles = true;
+  options.typed_weights = false;
+  auto untyped = CpuKernelBackend::Create(options);
+  ASSERT_TRUE(untyped.ok());
+  EXPECT_FALSE((*untyped)->TakesRowTiles(WeightType::kBF16));
 }
 
 TEST(CpuKernelBackendCreateTest, IsaIsCheckedByName) {

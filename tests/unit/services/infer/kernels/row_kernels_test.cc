@@ -1,11 +1,13 @@
 #include "services/infer/kernels/cpu/row_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "services/infer/kernels/half_float.h"
+#include "services/infer/kernels/row_tiles.h"
 
 namespace cairn::infer::cpu {
 namespace {
@@ -155,6 +157,84 @@ TEST(RowKernelsTest, WideningIsExactOnEveryIsa) {
       std::vector<float> out(w.wide.size());
       Widen(isa, type, w.narrow.data(), static_cast<int64_t>(out.size()), out.data());
       EXPECT_EQ(out, w.wide) << IsaName(isa);
+    }
+  }
+}
+
+// The rows of `w` ([n, k] row-major, of `type`) packed into row tiles.
+std::vector<char> Packed(const Weights& w, WeightType type, int64_t n, int64_t k) {
+  std::vector<char> tiles(static_cast<size_t>(RowTileElements(n, k) * WeightTypeSize(type)), 'x');
+  PackRowTiles(type, Data(w, type), n, k, tiles.data());
+  return tiles;
+}
+
+TEST(RowTilesTest, PackingPutsEachElementWhereTheLayoutSays) {
+  for (int64_t n : {1, 3, 4, 5, 9}) {
+    for (int64_t k : {1, 15, 16, 17, 40}) {
+      std::vector<uint16_t> rows(static_cast<size_t>(n * k));
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint16_t>(i + 1);
+      std::vector<uint16_t> tiles(static_cast<size_t>(RowTileElements(n, k)), 0xffff);
+      PackRowTiles(WeightType::kBF16, rows.data(), n, k, tiles.data());
+      ASSERT_EQ(RowTileElements(n, k), (n + 3) / 4 * 4 * k);
+      std::vector<int> seen(tiles.size(), 0);
+      for (int64_t r = 0; r < (n + 3) / 4 * 4; ++r) {
+        for (int64_t i = 0; i < k; ++i) {
+          const int64_t at = i < k / 16 * 16 ? RowTileBlockOffset(r, i / 16, k) + i % 16
+                                             : RowTileTailOffset(r, k) + (i - k / 16 * 16);
+          ASSERT_LT(at, static_cast<int64_t>(tiles.size()));
+          ++seen[static_cast<size_t>(at)];
+          // Rows past the last are zeros.
+          EXPECT_EQ(tiles[static_cast<size_t>(at)],
+                    r < n ? rows[static_cast<size_t>(r * k + i)] : 0)
+              << "n " << n << " k " << k << " row " << r << " i " << i;
+        }
+      }
+      // Every element of the packed part is written exactly once.
+      for (int count : seen) EXPECT_EQ(count, 1) << "n " << n << " k " << k;
+    }
+  }
+}
+
+TEST(RowKernelsTest, RowTilesGiveTheBitsOfRowMajorRowsOnEveryIsa) {
+  // Weight rows: part tiles (1, 2, 3 rows), whole tiles and one left over; input rows: every
+  // group of 8, 4, 2 and 1 and several together.
+  for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    for (int64_t n : {1, 2, 3, 4, 7, 9}) {
+      for (int64_t k : {7, 16, 33, 203}) {
+        const Weights w = RandomWeights(type, static_cast<size_t>(n * k), 17 + n + k);
+        const std::vector<char> tiles = Packed(w, type, n, k);
+        for (int64_t m : {1, 2, 3, 4, 5, 8, 11, 16, 17}) {
+          const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 19 + m);
+          const std::vector<float> ref = Products(Isa::kPortable, type, x, m, w, n, k);
+          for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+            if (!IsaSupported(isa)) continue;
+            std::vector<float> y(static_cast<size_t>(m * n), 0.5f);
+            RowTileProducts(isa, type, x.data(), m, k, tiles.data(), n, k, y.data(), n,
+                            /*accumulate=*/true);
+            EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
+                << IsaName(isa) << " type " << static_cast<int>(type) << " n " << n << " k " << k
+                << " m " << m;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RowKernelsTest, RowTilesWidenExactlyOnEveryIsa) {
+  for (WeightType type : {WeightType::kF32, WeightType::kBF16, WeightType::kF16}) {
+    const int64_t n = 11, k = 37;
+    const Weights w = RandomWeights(type, static_cast<size_t>(n * k), 23);
+    const std::vector<char> tiles = Packed(w, type, n, k);
+    for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+      if (!IsaSupported(isa)) continue;
+      for (int64_t first : {0, 3, 4, 10}) {
+        const int64_t count = n - first;
+        std::vector<float> out(static_cast<size_t>(count * k), -7.0f);
+        WidenTileRows(isa, type, tiles.data(), first, count, k, out.data());
+        EXPECT_TRUE(std::equal(out.begin(), out.end(), w.wide.begin() + first * k))
+            << IsaName(isa) << " type " << static_cast<int>(type) << " first " << first;
+      }
     }
   }
 }

@@ -114,6 +114,39 @@ TEST_F(ModelLoaderTest, ABackendWithoutTypedWeightsGetsFp32CopiesAndTheSameBits)
   }
 }
 
+TEST_F(ModelLoaderTest, RowTilePackedWeightsGiveTheBitsOfTheMappedRows) {
+  // backend_ packs bf16 matrices into row tiles at load time (the default); this one reads them
+  // row-major where the checkpoint maps them.
+  absl::StatusOr<std::unique_ptr<CpuKernelBackend>> rows =
+      CpuKernelBackend::Create({.threads = 2, .row_tiles = false});
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_TRUE(backend_->TakesRowTiles(WeightType::kBF16));
+  for (const std::string preset : {"dense", "next", "moe", "qwen3"}) {
+    absl::StatusOr<TwoRuns> r = RunOnBoth(preset, backend_.get(), rows->get());
+    ASSERT_TRUE(r.ok()) << r.status();
+
+    EXPECT_EQ(r->info_a.weight_bytes, r->info_b.weight_bytes) << preset;
+    EXPECT_TRUE(SameBits(r->a, r->b)) << preset;
+
+    // A pass of 40 tokens: the GEMM path, which widens row tiles before its sgemm calls.
+    std::vector<float> logits[2];
+    for (int i = 0; i < 2; ++i) {
+      KernelBackend* backend = i == 0 ? static_cast<KernelBackend*>(backend_.get()) : rows->get();
+      absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(preset, backend);
+      ASSERT_TRUE(model.ok()) << model.status();
+      absl::StatusOr<std::unique_ptr<SlotState>> slot =
+          SlotState::Create((*model)->state_layout(), 64);
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      const std::vector<int32_t> tokens = testing::RandomTokens(40, (*model)->info().vocab_size, 5);
+      absl::StatusOr<std::vector<float>> l =
+          Prefill(**model, slot->get(), tokens, UniformPasses(40, 40), true);
+      ASSERT_TRUE(l.ok()) << l.status();
+      logits[i] = *std::move(l);
+    }
+    EXPECT_TRUE(SameBits(logits[0], logits[1])) << preset << " (one pass of 40)";
+  }
+}
+
 TEST_F(ModelLoaderTest, LoadsEveryPresetWithItsStateLayout) {
   for (const char* preset : {"dense", "dense-wrapped", "next", "moe", "moe-wrapped", "qwen3"}) {
     absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(preset, backend_.get());
