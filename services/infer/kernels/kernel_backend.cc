@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 
 namespace cairn::infer {
 
@@ -63,6 +68,74 @@ void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const 
     const float s = 1.0f / (1.0f + std::exp(-gate[i]));
     for (int64_t j = 0; j < dim; ++j) x[i * dim + j] *= s;
   }
+}
+
+absl::Status KernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
+  const int64_t t = a.tokens;
+  const int64_t d = a.hidden;
+  const int64_t width = a.width;
+  const int e = a.experts;
+  const int top_k = a.top_k;
+  const int64_t picks = t * top_k;
+  if (picks == 0) return absl::OkStatus();
+  DeviceMemory* const memory = this->memory();
+  ScratchArena::Frame frame(scratch);
+  // The ids and then the weights in one buffer, so they come down in one copy.
+  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(2 * picks));
+  float* weights = reinterpret_cast<float*>(ids + picks);
+  MoeRoute(a.logits, t, e, top_k, a.renormalise, ids, weights);
+  // The routing comes to the host, which sorts the tokens by expert.
+  std::vector<int32_t> routing(static_cast<size_t>(2 * picks));
+  RETURN_IF_ERROR(memory->Download(routing.data(), ids, picks * 8));
+  const absl::Span<const int32_t> host_ids(routing.data(), static_cast<size_t>(picks));
+  std::vector<float> host_weights(static_cast<size_t>(picks));
+  std::memcpy(host_weights.data(), routing.data() + picks, picks * 4);
+  std::vector<int64_t> count(static_cast<size_t>(e) + 1, 0);
+  for (int32_t id : host_ids) {
+    if (id < 0 || id >= e) return absl::InternalError(absl::StrCat("MoE routing gave expert ", id));
+    ++count[static_cast<size_t>(id) + 1];
+  }
+  // Expert ex's (token, weight) pairs are entries [start[ex], start[ex + 1]) in token order.
+  std::vector<int64_t> start(count.size(), 0);
+  int64_t largest = 0;
+  for (int ex = 0; ex < e; ++ex) {
+    start[ex + 1] = start[ex] + count[ex + 1];
+    largest = std::max(largest, count[ex + 1]);
+  }
+  // The sorted rows and then their scales (as bits) in one buffer, so they go up in one copy.
+  std::vector<int32_t> sorted(static_cast<size_t>(2 * picks));
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t i = 0; i < picks; ++i) {
+    const int64_t at = next[static_cast<size_t>(host_ids[i])]++;
+    sorted[at] = static_cast<int32_t>(i / top_k);
+    std::memcpy(&sorted[picks + at], &host_weights[i], 4);
+  }
+  ASSIGN_OR_RETURN(int32_t * rows_dev, scratch.Take<int32_t>(2 * picks));
+  const float* scales_dev = reinterpret_cast<const float*>(rows_dev + picks);
+  RETURN_IF_ERROR(memory->Upload(rows_dev, sorted.data(), picks * 8));
+  ASSIGN_OR_RETURN(float* xs, scratch.Take<float>(largest * d));
+  ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(largest * d));
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(largest * 2 * width));
+  ASSIGN_OR_RETURN(float* act, scratch.Take<float>(largest * width));
+  const auto matmul = [&](const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                          int64_t ldy) {
+    if (a.row_invariant) {
+      MatMulRowsTyped(x, m, ldx, w, y, ldy, false);
+    } else {
+      MatMulTransposedTyped(x, m, ldx, w, y, ldy, false);
+    }
+  };
+  // Experts in ascending id: every token's sum has a fixed order.
+  for (int ex = 0; ex < e; ++ex) {
+    const int64_t n = count[ex + 1];
+    if (n == 0) continue;
+    EmbeddingGather(a.x, d, rows_dev + start[ex], n, xs);
+    matmul(xs, n, d, a.gate_up[ex], gu, 2 * width);
+    SiluMul(gu, 2 * width, gu + width, 2 * width, n, width, act);
+    matmul(act, n, width, a.down[ex], ys, d);
+    AddScaledRows(ys, n, d, rows_dev + start[ex], scales_dev + start[ex], a.out);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cairn::infer

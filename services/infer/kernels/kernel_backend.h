@@ -4,10 +4,12 @@
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/status/check.h"
 #include "services/infer/kernels/device_memory.h"
+#include "services/infer/kernels/scratch_arena.h"
 
 namespace cairn::infer {
 
@@ -136,6 +138,26 @@ struct RopeAppendArgs {
   const float* inv_freq = nullptr;  // rotary_dim / 2 entries.
 };
 
+// Arguments of KernelBackend::MoeExperts: the routed experts of one sparse MoE layer
+// (docs/model.md §3.7) over `tokens` rows. Pointers other than `gate_up` and `down` are backend
+// memory; those two are host arrays of `experts` matrices whose data is backend memory.
+struct MoeExpertsArgs {
+  const float* x = nullptr;       // [tokens, hidden]: the layer's normed input.
+  const float* logits = nullptr;  // [tokens, experts]: router logits.
+  float* out = nullptr;           // [tokens, hidden]: the routed experts are added to it.
+  int64_t tokens = 0;
+  int64_t hidden = 0;
+  int64_t width = 0;  // Every expert's SwiGLU width.
+  int experts = 0;
+  int top_k = 0;
+  bool renormalise = false;
+  const WeightMatrix* gate_up = nullptr;  // Expert e: [2 * width, hidden], gate rows then up rows.
+  const WeightMatrix* down = nullptr;     // Expert e: [hidden, width].
+  // The experts' products as MatMulRowsTyped (the row-invariant product, as decode runs) instead
+  // of MatMulTransposedTyped.
+  bool row_invariant = false;
+};
+
 // The device seam of the inference engine: every numerical operation the models run. A backend
 // is chosen when the engine starts; the CPU backend (kernels/cpu/) is always built and is the
 // reference; a HIP backend (kernels/hip/) implements the same operations on a GPU.
@@ -212,6 +234,21 @@ class KernelBackend {
   // descending probability.
   virtual void MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
                         bool renormalise, int32_t* ids, float* weights) = 0;
+
+  // The routed experts of a sparse MoE layer; see MoeExpertsArgs. Each token is routed as
+  // MoeRoute routes it; then, for its picks in ascending expert id,
+  //   out[t] = out[t] + weight * down_e(silu(gate_e(x[t])) * up_e(x[t]))
+  // one rounded addition a pick, so a token's sum has a fixed order. The default
+  // (kernel_backend.cc) is the reference: it routes with MoeRoute, brings the routing to the host
+  // (memory()), sorts the picks by expert (a token's picks in token order) and per expert with
+  // tokens gathers their rows (EmbeddingGather), runs the SwiGLU through MatMulRowsTyped (with
+  // `row_invariant`) or MatMulTransposedTyped and SiluMul, and adds the scaled rows to `out`
+  // (AddScaledRows), experts in ascending id. With `row_invariant` every token's result then
+  // depends only on its own rows of `x` and `logits`; a backend's override must keep that
+  // promise, and may run every expert in grouped launches without bringing the routing to the
+  // host. Temporaries come from `scratch` (memory()). Returns Internal when the routing names an
+  // expert outside [0, experts), or the memory's error.
+  virtual absl::Status MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch);
 
   // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
   // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.

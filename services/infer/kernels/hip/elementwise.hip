@@ -228,7 +228,8 @@ __global__ void EmbeddingGatherBf16Kernel(const uint16_t* table, int64_t dim, co
 }
 
 // dst row dst_rows[r] += scales[r] * src row r (null dst_rows: row r; null scales: 1). The dst
-// rows are distinct, so no two threads touch one element.
+// rows are distinct, so no two threads touch one element. The product and the sum are rounded
+// apart, never fused (as the CPU computes them, and as MoeCombine repeats them).
 __global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
                                     const int32_t* dst_rows, const float* scales, float* dst) {
   const int64_t n = rows * dim;
@@ -237,7 +238,7 @@ __global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
     const int64_t r = e / dim;
     const int64_t row = dst_rows == nullptr ? r : static_cast<int64_t>(dst_rows[r]);
     float* o = dst + row * dim + e % dim;
-    *o = scales == nullptr ? *o + src[e] : *o + scales[r] * src[e];
+    *o = scales == nullptr ? *o + src[e] : __fadd_rn(*o, __fmul_rn(scales[r], src[e]));
   }
 }
 

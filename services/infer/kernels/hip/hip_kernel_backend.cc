@@ -1,6 +1,7 @@
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -82,6 +83,7 @@ HipKernelBackend::~HipKernelBackend() {
   if (transfer_ != nullptr) static_cast<void>(hipStreamSynchronize(transfer_));
   blas_.reset();
   workspace_.Reset();
+  moe_tables_.clear();
   if (compute_ != nullptr) static_cast<void>(hipStreamDestroy(compute_));
   if (transfer_ != nullptr) static_cast<void>(hipStreamDestroy(transfer_));
 }
@@ -637,6 +639,106 @@ void HipKernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, con
     return;
   }
   Check(hip::SigmoidScaleRows(x, rows, dim, gate, compute_), "sigmoid scale rows launch");
+}
+
+const HipKernelBackend::MoeTable* HipKernelBackend::MoeTableFor(const WeightMatrix* w, int experts,
+                                                                int64_t rows, int64_t cols) {
+  // Value-initialised (padding included), so tables compare as bytes.
+  std::vector<hip::MoeExpertParts> host(static_cast<size_t>(experts));
+  bool aligned = true;
+  for (int e = 0; e < experts; ++e) {
+    const WeightMatrix& m = w[e];
+    if (m.type != WeightType::kBF16 || m.cols != cols || m.num_parts < 1 ||
+        m.num_parts > hip::kMoeMaxParts || m.rows() != rows) {
+      return nullptr;
+    }
+    hip::MoeExpertParts& p = host[static_cast<size_t>(e)];
+    int64_t end = 0;
+    for (int i = 0; i < m.num_parts; ++i) {
+      p.data[i] = static_cast<const uint16_t*>(m.parts[i].data);
+      end += m.parts[i].rows;
+      p.end[i] = end;
+      aligned = aligned && reinterpret_cast<uintptr_t>(m.parts[i].data) % 16 == 0;
+    }
+    p.count = m.num_parts;
+  }
+  const size_t bytes = host.size() * sizeof(hip::MoeExpertParts);
+  auto it = moe_tables_.find(w);
+  if (it != moe_tables_.end() && it->second.host.size() == host.size() &&
+      std::memcmp(it->second.host.data(), host.data(), bytes) == 0) {
+    return &it->second;
+  }
+  // A new array, or one whose matrices changed: (re)make its table. Only at the first call for
+  // a model's layer, so its wait for the upload is not a decode step's.
+  MoeTable table;
+  absl::StatusOr<DeviceBuffer> device = Allocate(static_cast<int64_t>(bytes));
+  if (!Keep(device.status())) return nullptr;
+  table.device = *std::move(device);
+  if (!Keep(Upload(table.device.data(), host.data(), static_cast<int64_t>(bytes)))) return nullptr;
+  table.host = std::move(host);
+  table.aligned = aligned;
+  MoeTable& kept = moe_tables_[w];
+  kept = std::move(table);
+  return &kept;
+}
+
+absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
+  if (!Enter()) return error_;
+  const int64_t picks = a.tokens * a.top_k;
+  if (picks == 0) return absl::OkStatus();
+  const bool device_path =
+      options_.grouped_moe && a.row_invariant && options_.mma_rows &&
+      hip::MatMulRowsMmaSupported() && a.experts >= 1 && a.experts <= hip::MoeMaxExperts() &&
+      a.top_k >= 1 && a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts && picks <= 0x7fffffff;
+  const MoeTable* gate_up = nullptr;
+  const MoeTable* down = nullptr;
+  if (device_path) {
+    gate_up = MoeTableFor(a.gate_up, a.experts, 2 * a.width, a.hidden);
+    down = gate_up == nullptr ? nullptr : MoeTableFor(a.down, a.experts, a.hidden, a.width);
+    if (!error_.ok()) return error_;
+  }
+  if (gate_up == nullptr || down == nullptr) return KernelBackend::MoeExperts(a, scratch);
+  ScratchArena::Frame frame(scratch);
+  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts);
+  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
+  hip::MoeSortBuffers b{};
+  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(a.experts));
+  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
+  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
+  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
+  ASSIGN_OR_RETURN(float* act, scratch.Take<float>(picks * a.width));
+  ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
+  const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up->device.data());
+  const auto* down_table = static_cast<const hip::MoeExpertParts*>(down->device.data());
+  const hipError_t routed = options_.moe_block_route
+                                ? hip::MoeRouteBlock(a.logits, a.tokens, a.experts, a.top_k,
+                                                     a.renormalise, ids, weights, compute_)
+                                : hip::MoeRoute(a.logits, a.tokens, a.experts, a.top_k,
+                                                a.renormalise, ids, weights, compute_);
+  if (!Check(routed, "moe route launch") ||
+      !Check(hip::MoeSortPicks(ids, picks, a.experts, b, compute_), "moe sort launch") ||
+      !Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                             sizes.max_tiles, gate_up_table, gate_up->aligned, 2 * a.width,
+                             a.hidden, gu, 2 * a.width, compute_),
+             "moe gate/up launch") ||
+      !Check(
+          hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act, compute_),
+          "moe silu mul launch") ||
+      !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
+                             down_table, down->aligned, a.hidden, a.width, ys, a.hidden, compute_),
+             "moe down launch") ||
+      !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
+                             compute_),
+             "moe combine launch")) {
+    return error_;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {

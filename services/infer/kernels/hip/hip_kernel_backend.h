@@ -2,6 +2,7 @@
 #define CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNEL_BACKEND_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/types/span.h"
 #include "services/infer/kernels/hip/gpu_blas.h"
 #include "services/infer/kernels/hip/hip_compat.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
 #include "services/infer/kernels/kernel_backend.h"
 
 namespace cairn::infer {
@@ -66,6 +68,17 @@ struct HipKernelBackendOptions {
   // as the row kernel (the same order per element; tested), but measured slower on the H200
   // (kernels/hip/README.md), so off by default.
   bool multi_row_decode = false;
+  // MoeExperts calls with row_invariant (decode) over bf16 experts, with mma_rows on NVIDIA,
+  // run on the device: routing, the picks bucketed by expert, the experts' products as grouped
+  // launches over every expert (hip::MoeRowsMma: MatMulRowsMma's arithmetic) and each token's
+  // weighted sum in ascending expert id, with no wait for the device. The bits of the default
+  // (which brings the routing to the host and runs each expert's products alone; tested). Off,
+  // or for other calls, the default serves.
+  bool grouped_moe = true;
+  // The device path routes with a block per token (hip::MoeRouteBlock, the bits of
+  // hip::MoeRoute) instead of MoeRoute's thread per token, which walks all experts top_k + 2
+  // times alone.
+  bool moe_block_route = true;
 };
 
 // The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
@@ -182,6 +195,9 @@ class HipKernelBackend final : public KernelBackend {
   void AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
                      const float* scales, float* dst) override;
   void SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate) override;
+  // See HipKernelBackendOptions::grouped_moe. Returns the backend's first error so far (the
+  // device path does not wait for the device).
+  absl::Status MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) override;
 
   // A zero-filled buffer of device memory (memory()). Returns ResourceExhausted when the device
   // is full, InvalidArgument for a negative size. A zero-byte buffer has a null pointer.
@@ -244,6 +260,18 @@ class HipKernelBackend final : public KernelBackend {
                          absl::Span<const uintptr_t> pin_boundaries, hipMemcpyKind kind,
                          HipStream stream);
 
+  // A device table of the experts' weight parts for hip::MoeRowsMma, made once for an array of
+  // expert matrices (the first call, which waits for its upload) and checked against it on
+  // every later call.
+  struct MoeTable {
+    std::vector<hip::MoeExpertParts> host;
+    DeviceBuffer device;
+    bool aligned = false;
+  };
+  // Returns the device table of `experts` matrices at `w` (each bf16, of `rows` rows and `cols`
+  // columns), or null (and nothing kept) when a matrix does not fit the device path.
+  const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);
+
   const HipKernelBackendOptions options_;
   const int max_shared_bytes_;  // Dynamic shared memory a block may opt into.
   hipStream_t compute_ = nullptr;
@@ -252,6 +280,8 @@ class HipKernelBackend final : public KernelBackend {
   HipDeviceMemory memory_{this};
   DeviceBuffer workspace_;  // From memory_; declared after it, so freed before it goes.
   absl::Status error_;      // First error; once set, operations are no-ops.
+  // MoeTableFor's tables by the address of the host array they were made from.
+  std::map<const WeightMatrix*, MoeTable> moe_tables_;
   int64_t host_waits_ = 0;  // See host_waits().
 };
 

@@ -80,6 +80,68 @@ hipError_t GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int6
 hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
                     int32_t* ids, float* weights, hipStream_t stream);
 
+// The routed experts of a MoE layer on the device (moe_experts.hip; HipKernelBackend::MoeExperts).
+// A pick is entry i = token * top_k + j of MoeRoute's ids / weights. MoeSortPicks buckets the
+// picks by expert (experts in ascending id, an expert's picks in pick order) and cuts every
+// expert's range into tiles of MoeTileRows() picks; MoeRowsMma runs a product over every tile
+// with the tile's expert's weights; MoeCombine adds each token's weighted rows to `out` in
+// ascending expert id. Picks naming no expert (ids outside [0, experts), from NaN logits) are
+// left out.
+int MoeMaxExperts();
+int MoeMaxTopK();
+int MoeTileRows();
+inline constexpr int kMoeMaxParts = 4;
+// One expert's bf16 weight matrix (raw bits) in up to kMoeMaxParts parts: part p holds rows
+// [end[p - 1], end[p]) (k values each, contiguous). A device table holds one per expert.
+struct MoeExpertParts {
+  const uint16_t* data[kMoeMaxParts];
+  int64_t end[kMoeMaxParts];
+  int count;
+};
+// A tile of one expert's picks: slots [start, start + rows) of the sorted order.
+struct MoeTile {
+  int32_t expert;
+  int32_t start;
+  int32_t rows;
+};
+// Sizes of MoeSortPicks' buffers for `picks` picks over `experts` experts.
+struct MoeSortSizes {
+  int64_t chunks = 0;
+  int64_t hist_ints = 0;  // hist and base.
+  int64_t max_tiles = 0;  // The most tiles any routing gives.
+};
+MoeSortSizes MoeSortSizesFor(int64_t picks, int experts);
+// MoeRoute with a block per token (experts <= MoeMaxExperts()): the same ids and weights, bit
+// for bit (the sums in MoeRoute's order; tested), without one thread walking every expert
+// top_k + 2 times.
+hipError_t MoeRouteBlock(const float* logits, int64_t tokens, int experts, int top_k,
+                         bool renormalise, int32_t* ids, float* weights, hipStream_t stream);
+struct MoeSortBuffers {
+  int32_t* hist;          // [hist_ints]
+  int32_t* base;          // [hist_ints]
+  int32_t* rank;          // [picks]
+  int32_t* offsets;       // [experts]: each expert's first slot.
+  MoeTile* tiles;         // [max_tiles]
+  int32_t* num_tiles;     // [1]
+  int32_t* sorted_picks;  // [picks]: slot -> pick.
+  int32_t* slot_of_pick;  // [picks]: pick -> slot (-1: no expert).
+};
+hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, const MoeSortBuffers& b,
+                        hipStream_t stream);
+// y row `slot` = x row (sorted_picks[slot] / top_k, or `slot` with null sorted_picks) . the
+// slot's expert's weights (n x k)^T, for every slot of the first *num_tiles of `tiles` (at most
+// max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert). NVIDIA only.
+// `weights_aligned`: every part's data is 16-byte aligned.
+hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                      const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                      const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
+                      float* y, int64_t ldy, hipStream_t stream);
+// out row t = out row t + weights[i] * y row slot_of_pick[i] for t's picks i in ascending
+// expert id, one rounded addition a pick.
+hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
+                      const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
+                      float* out, hipStream_t stream);
+
 // y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
 // depends on k alone: rows never influence each other's bits. `multi_row`: calls of 2 or more
 // rows take the kernel that shares each weight load among up to 16 rows (the same bits; slower

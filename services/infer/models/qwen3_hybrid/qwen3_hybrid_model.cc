@@ -63,8 +63,11 @@ struct GdnWeights {
 };
 
 struct MoeWeights {
-  WeightMatrix router;          // [E, D]
-  std::vector<SwiGlu> experts;  // E routed experts of width moe_intermediate_size.
+  WeightMatrix router;  // [E, D]
+  // The E routed experts of width moe_intermediate_size (MoeExpertsArgs): gate_up [2 * width, D]
+  // (gate rows, then up rows) and down [D, width] of each.
+  std::vector<WeightMatrix> gate_up;
+  std::vector<WeightMatrix> down;
   SwiGlu shared;
   WeightMatrix shared_gate;  // [1, D]
 };
@@ -229,8 +232,8 @@ class WeightReader {
 // and other vectors are fp32 host copies. For a
 // device backend every weight is uploaded once at load time, in the type the backend takes
 // (else widened to fp32 first), and the mapped checkpoint is let go. Per-pass activations come
-// from a ScratchArena over the same memory; token ids and MoE routing lists go up, and only
-// logits and the MoE routing decisions come down.
+// from a ScratchArena over the same memory; token ids go up and logits come down (and, where the
+// backend's MoeExperts is the default, the MoE routing lists).
 // Thread-compatible (Model).
 class Qwen3HybridModel final : public Model {
  public:
@@ -406,20 +409,21 @@ absl::Status Qwen3HybridModel::LoadMoe(WeightReader& r, const std::string& p, Mo
   const int64_t e = c_.num_experts;
   const int64_t inter = c_.moe_intermediate_size;
   ASSIGN_OR_RETURN(w.router, r.Matrix(p + "gate.weight", {e, d}));
-  w.experts.resize(static_cast<size_t>(e));
+  w.gate_up.resize(static_cast<size_t>(e));
+  w.down.resize(static_cast<size_t>(e));
   if (r.Has(p + "experts.gate_up_proj")) {
     ASSIGN_OR_RETURN(WeightMatrix gate_up, r.Matrix(p + "experts.gate_up_proj", {e, 2 * inter, d}));
     ASSIGN_OR_RETURN(WeightMatrix down, r.Matrix(p + "experts.down_proj", {e, d, inter}));
     for (int64_t i = 0; i < e; ++i) {
-      SwiGlu& one = w.experts[static_cast<size_t>(i)];
-      one.width = inter;
-      one.gate_up = RowsOf(gate_up, i * 2 * inter, 2 * inter);
-      one.down = RowsOf(down, i * d, d);
+      w.gate_up[static_cast<size_t>(i)] = RowsOf(gate_up, i * 2 * inter, 2 * inter);
+      w.down[static_cast<size_t>(i)] = RowsOf(down, i * d, d);
     }
   } else {
     for (int64_t i = 0; i < e; ++i) {
-      RETURN_IF_ERROR(LoadSwiGlu(r, absl::StrCat(p, "experts.", i, "."), inter,
-                                 w.experts[static_cast<size_t>(i)]));
+      SwiGlu one;
+      RETURN_IF_ERROR(LoadSwiGlu(r, absl::StrCat(p, "experts.", i, "."), inter, one));
+      w.gate_up[static_cast<size_t>(i)] = one.gate_up;
+      w.down[static_cast<size_t>(i)] = one.down;
     }
   }
   RETURN_IF_ERROR(LoadSwiGlu(r, p + "shared_expert.", c_.shared_intermediate_size, w.shared));
@@ -504,7 +508,8 @@ absl::Status Qwen3HybridModel::PlaceLayer(LayerWeights& lw) {
     RETURN_IF_ERROR(Place(m.router));
     RETURN_IF_ERROR(Place(m.shared_gate));
     RETURN_IF_ERROR(Place(m.shared));
-    for (SwiGlu& e : m.experts) RETURN_IF_ERROR(Place(e));
+    for (WeightMatrix& e : m.gate_up) RETURN_IF_ERROR(Place(e));
+    for (WeightMatrix& e : m.down) RETURN_IF_ERROR(Place(e));
   } else {
     RETURN_IF_ERROR(Place(lw.mlp));
   }
@@ -753,61 +758,31 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
                                       float* h) {
   const int64_t d = c_.hidden_size;
   const int e = c_.num_experts;
-  const int top_k = c_.top_k;
   const int64_t t = g.rows;
-  const int64_t picks = t * top_k;
   ScratchArena::Frame frame(scratch_);
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * e));
   MatMul(g, x, t, d, w.router, logits, e, false);
-  // The ids and then the weights in one buffer, so they come down in one copy.
-  ASSIGN_OR_RETURN(int32_t * ids, scratch_.Take<int32_t>(2 * picks));
-  float* weights = reinterpret_cast<float*>(ids + picks);
-  backend_->MoeRoute(logits, t, e, top_k, c_.norm_topk_prob, ids, weights);
-  // The routing comes to the host, which sorts the tokens by expert.
-  std::vector<int32_t> routing(static_cast<size_t>(2 * picks));
-  RETURN_IF_ERROR(memory_->Download(routing.data(), ids, picks * 8));
-  const absl::Span<const int32_t> host_ids(routing.data(), static_cast<size_t>(picks));
-  std::vector<float> host_weights(static_cast<size_t>(picks));
-  std::memcpy(host_weights.data(), routing.data() + picks, picks * 4);
-  std::vector<int64_t> count(static_cast<size_t>(e) + 1, 0);
-  for (int32_t id : host_ids) {
-    if (id < 0 || id >= e) return absl::InternalError(absl::StrCat("MoE routing gave expert ", id));
-    ++count[static_cast<size_t>(id) + 1];
-  }
-  // Expert ex's (token, weight) pairs are entries [start[ex], start[ex + 1]) in token order.
-  std::vector<int64_t> start(count.size(), 0);
-  int64_t largest = 0;
-  for (int ex = 0; ex < e; ++ex) {
-    start[ex + 1] = start[ex] + count[ex + 1];
-    largest = std::max(largest, count[ex + 1]);
-  }
-  // The sorted rows and then their scales (as bits) in one buffer, so they go up in one copy.
-  std::vector<int32_t> sorted(static_cast<size_t>(2 * picks));
-  std::vector<int64_t> next(start.begin(), start.end() - 1);
-  for (int64_t i = 0; i < picks; ++i) {
-    const int64_t at = next[static_cast<size_t>(host_ids[i])]++;
-    sorted[at] = static_cast<int32_t>(i / top_k);
-    std::memcpy(&sorted[picks + at], &host_weights[i], 4);
-  }
-  ASSIGN_OR_RETURN(int32_t * rows_dev, scratch_.Take<int32_t>(2 * picks));
-  const float* scales_dev = reinterpret_cast<const float*>(rows_dev + picks);
-  RETURN_IF_ERROR(memory_->Upload(rows_dev, sorted.data(), picks * 8));
-  // Shared expert first, then routed experts in ascending id; every token's sum has a fixed
-  // order.
+  // The shared expert first, then the routed experts in ascending id (MoeExperts); every
+  // token's sum has a fixed order.
   ASSIGN_OR_RETURN(float* out, scratch_.Take<float>(t * d));
   RETURN_IF_ERROR(RunSwiGlu(g, w.shared, x, t, out, false));
   ASSIGN_OR_RETURN(float* sg, scratch_.Take<float>(t));
   MatMul(g, x, t, d, w.shared_gate, sg, 1, false);
   backend_->SigmoidScaleRows(out, t, d, sg);
-  ASSIGN_OR_RETURN(float* xs, scratch_.Take<float>(largest * d));
-  ASSIGN_OR_RETURN(float* ys, scratch_.Take<float>(largest * d));
-  for (int ex = 0; ex < e; ++ex) {
-    const int64_t n = count[ex + 1];
-    if (n == 0) continue;
-    backend_->EmbeddingGather(x, d, rows_dev + start[ex], n, xs);
-    RETURN_IF_ERROR(RunSwiGlu(g, w.experts[static_cast<size_t>(ex)], xs, n, ys, false));
-    backend_->AddScaledRows(ys, n, d, rows_dev + start[ex], scales_dev + start[ex], out);
-  }
+  MoeExpertsArgs args;
+  args.x = x;
+  args.logits = logits;
+  args.out = out;
+  args.tokens = t;
+  args.hidden = d;
+  args.width = c_.moe_intermediate_size;
+  args.experts = e;
+  args.top_k = c_.top_k;
+  args.renormalise = c_.norm_topk_prob;
+  args.gate_up = w.gate_up.data();
+  args.down = w.down.data();
+  args.row_invariant = g.row_kernel;
+  RETURN_IF_ERROR(backend_->MoeExperts(args, scratch_));
   backend_->AddScaledRows(out, t, d, nullptr, nullptr, h);
   return absl::OkStatus();
 }

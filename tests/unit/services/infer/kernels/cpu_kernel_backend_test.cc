@@ -1,5 +1,6 @@
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/attention.h"
 #include "services/infer/kernels/row_tiles.h"
+#include "services/infer/kernels/scratch_arena.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::infer {
@@ -515,6 +517,76 @@ TEST_F(CpuKernelBackendTest, MoeRouteBreaksTiesTowardsTheLowerExpert) {
   EXPECT_EQ(ids[1], 2);
   EXPECT_FLOAT_EQ(weights[0], 0.5f);
   EXPECT_FLOAT_EQ(weights[1], 0.5f);
+}
+
+// MoeExperts (the default, the reference) against its definition written out a token at a time:
+// route, then for each pick in ascending expert id out = out + w * down(silu(gate) * up) with
+// the row product over the token's row alone. With the row-invariant product the two agree bit
+// for bit, whatever the other tokens (one token, tokens whose experts collide, many tokens per
+// expert).
+TEST_F(CpuKernelBackendTest, MoeExpertsIsEachTokensPicksInAscendingExpertOrder) {
+  struct Shape {
+    int64_t tokens, hidden, width;
+    int experts, top_k;
+    float hot;  // Added to experts 1 and 5's logits: every token picks them.
+  };
+  for (const Shape& s :
+       {Shape{1, 24, 8, 6, 3, 0.0f}, Shape{9, 16, 12, 8, 4, 8.0f}, Shape{70, 16, 8, 4, 2, 0.0f}}) {
+    SCOPED_TRACE(s.tokens);
+    const std::vector<float> x = Random(s.tokens * s.hidden, 71);
+    std::vector<float> logits = Random(s.tokens * s.experts, 72, -3.0f, 3.0f);
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      logits[t * s.experts + 1] += s.hot;
+      logits[t * s.experts + 5 % s.experts] += s.hot;
+    }
+    const std::vector<float> gate_up = Random(s.experts * 2 * s.width * s.hidden, 73);
+    const std::vector<float> down = Random(s.experts * s.hidden * s.width, 74);
+    std::vector<WeightMatrix> gu, dn;
+    for (int e = 0; e < s.experts; ++e) {
+      gu.push_back(WeightMatrix::Of(gate_up.data() + e * 2 * s.width * s.hidden, WeightType::kF32,
+                                    2 * s.width, s.hidden));
+      dn.push_back(WeightMatrix::Of(down.data() + e * s.hidden * s.width, WeightType::kF32,
+                                    s.hidden, s.width));
+    }
+    const std::vector<float> out0 = Random(s.tokens * s.hidden, 75);
+    std::vector<float> got = out0;
+    MoeExpertsArgs a;
+    a.x = x.data();
+    a.logits = logits.data();
+    a.out = got.data();
+    a.tokens = s.tokens;
+    a.hidden = s.hidden;
+    a.width = s.width;
+    a.experts = s.experts;
+    a.top_k = s.top_k;
+    a.renormalise = true;
+    a.gate_up = gu.data();
+    a.down = dn.data();
+    a.row_invariant = true;
+    ScratchArena scratch(backend_->memory());
+
+    CAIRN_ASSERT_OK(backend_->MoeExperts(a, scratch));
+
+    std::vector<float> want = out0;
+    std::vector<int32_t> ids(s.top_k);
+    std::vector<float> w(s.top_k), g(2 * s.width), act(s.width), y(s.hidden);
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      backend_->MoeRoute(logits.data() + t * s.experts, 1, s.experts, s.top_k, true, ids.data(),
+                         w.data());
+      std::vector<int> order(s.top_k);
+      for (int j = 0; j < s.top_k; ++j) order[j] = j;
+      std::sort(order.begin(), order.end(), [&](int i, int j) { return ids[i] < ids[j]; });
+      for (int j : order) {
+        backend_->MatMulRowsTyped(x.data() + t * s.hidden, 1, s.hidden, gu[ids[j]], g.data(),
+                                  2 * s.width, false);
+        backend_->SiluMul(g.data(), 2 * s.width, g.data() + s.width, 2 * s.width, 1, s.width,
+                          act.data());
+        backend_->MatMulRowsTyped(act.data(), 1, s.width, dn[ids[j]], y.data(), s.hidden, false);
+        for (int64_t c = 0; c < s.hidden; ++c) want[t * s.hidden + c] += w[j] * y[c];
+      }
+    }
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  }
 }
 
 // The blocked path's vectorised softmax (its own exp) against the row-invariant path's std::exp,

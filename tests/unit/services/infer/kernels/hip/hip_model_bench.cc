@@ -19,8 +19,11 @@
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
+//          [--grouped-moe=0|1]
 // --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
-// NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`.
+// NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`. --grouped-moe=0 runs the MoE
+// layers' routed experts through KernelBackend's default (routing to the host, an expert at a
+// time) instead of the device path (HipKernelBackendOptions::grouped_moe).
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -72,6 +75,7 @@ struct Flags {
   std::vector<int64_t> decode_slots = {1, 4, 16};
   int profile_slots = 0;  // 0: no profiler range.
   bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
+  bool grouped_moe = HipKernelBackendOptions().grouped_moe;
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -556,6 +560,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
+    } else if (key == "grouped-moe" && number && (n == 0 || n == 1)) {
+      f->grouped_moe = n == 1;
     } else if (!number || n <= 0) {
       return false;
     } else if (key == "ttft-depth") {
@@ -588,11 +594,12 @@ int Main(int argc, char** argv) {
                  "usage: cairn_hip_model_bench [--model=dense|moe|both] [--prefill=N,N,...] "
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
-                 "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1]\n");
+                 "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
+                 "[--grouped-moe=0|1]\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
-      HipKernelBackend::Create({.mma_rows_tiles_of_8 = flags.mma_tiles_of_8});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
+      {.mma_rows_tiles_of_8 = flags.mma_tiles_of_8, .grouped_moe = flags.grouped_moe});
   if (!created.ok()) Bench::Fail(created.status().ToString());
   HipKernelBackend& b = **created;
   Bench bench(&b);

@@ -239,6 +239,40 @@ TEST_P(HipModelTest, RestoredSlotContinuesBitIdentically) {
   EXPECT_TRUE(*state0 == *state2);
 }
 
+// A decode step's logits are the same bits whatever shares its batch: a slot decoded alone and
+// its twin (the same prompt) decoded between two other conversations, and within one pass of
+// short prompts of several tokens (the MoE layers' routed experts run on the device).
+TEST_P(HipModelTest, ADecodeStepsLogitsDoNotDependOnItsBatch) {
+  const auto span = absl::MakeConstSpan(tokens_);
+  std::vector<std::unique_ptr<SlotState>> slots;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::unique_ptr<SlotState>> s =
+        SlotState::Create(gpu_model_->state_layout(), 64, gpu_->memory());
+    ASSERT_TRUE(s.ok()) << s.status();
+    slots.push_back(*std::move(s));
+  }
+  // Slots 0 and 1 hold the same conversation; 2 and 3 others.
+  for (int i = 0; i < 4; ++i) {
+    const int64_t first = i < 2 ? 0 : 20 * i;
+    ASSERT_TRUE(gpu_model_->Forward(slots[i].get(), span.subspan(first, 30), {}).ok());
+  }
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> next = {tokens_[static_cast<size_t>(40 + step)]};
+    const std::vector<int32_t> other = {tokens_[static_cast<size_t>(50 + step)]};
+    // A short pass of several tokens shares the batch too (the row-invariant group).
+    const std::vector<int32_t> several(tokens_.begin() + 60 + 3 * step,
+                                       tokens_.begin() + 63 + 3 * step);
+    const SequencePass alone[] = {{slots[0].get(), next}};
+    const SequencePass shared[] = {
+        {slots[2].get(), other}, {slots[1].get(), next}, {slots[3].get(), several}};
+    absl::StatusOr<std::vector<std::vector<float>>> a = gpu_model_->ForwardBatch(alone);
+    absl::StatusOr<std::vector<std::vector<float>>> b = gpu_model_->ForwardBatch(shared);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(SameBytes((*a)[0], (*b)[1])) << "step " << step;
+  }
+}
+
 TEST_P(HipModelTest, SlotsInHostMemoryAreRefused) {
   absl::StatusOr<std::unique_ptr<SlotState>> host =
       SlotState::Create(gpu_model_->state_layout(), 8, HostDeviceMemory());

@@ -1,0 +1,250 @@
+// HipKernelBackend::MoeExperts on the device (routing, bucketing by expert, grouped products and
+// the ordered sum without waiting for the device) against the default path on the same device
+// (bit for bit) and the CPU backend (within the row product's tolerance), on shapes with one
+// token, tokens whose experts collide, many tokens per expert, unaligned widths and experts
+// stored in two parts. Skips without a device.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/kernels/scratch_arena.h"
+#include "tests/unit/services/infer/kernels/hip/hip_kernel_test_fixture.h"
+#include "tests/unit/services/infer/kernels/hip/random_floats.h"
+
+namespace cairn::infer {
+namespace {
+
+using testing::HipKernelBackendTest;
+using testing::kReductionTolerance;
+using testing::Measured;
+using testing::RelErr;
+using testing::SameBits;
+
+struct MoeShape {
+  std::string name;
+  int64_t tokens;
+  int64_t hidden;
+  int64_t width;
+  int experts;
+  int top_k;
+  bool two_parts;  // gate and up rows of an expert in separate buffers.
+  float hot_bias;  // Added to the logits of experts 1 and 5 (0: none): their picks collide.
+};
+
+// Random experts (bf16 bits) of one shape: the fused layout [experts][2 * width][hidden] (gate
+// rows, then up rows), the same rows split into gate and up arrays, and down [experts][hidden]
+// [width].
+struct MoeBits {
+  std::vector<uint16_t> gate_up, gates, ups, down;
+};
+
+MoeBits RandomExperts(const MoeShape& s, uint64_t seed) {
+  MoeBits b;
+  const int64_t half = s.width * s.hidden;
+  b.gate_up = RandomBf16Values(static_cast<size_t>(s.experts * 2 * half), seed).bits;
+  b.down = RandomBf16Values(static_cast<size_t>(s.experts * half), seed + 1).bits;
+  for (int e = 0; e < s.experts; ++e) {
+    const uint16_t* m = b.gate_up.data() + e * 2 * half;
+    b.gates.insert(b.gates.end(), m, m + half);
+    b.ups.insert(b.ups.end(), m + half, m + 2 * half);
+  }
+  return b;
+}
+
+// Each expert's matrices over the arrays at `fused` (or, with s.two_parts and non-null `gates`,
+// `gates` and `ups`) and `down`.
+void ExpertMatrices(const MoeShape& s, const uint16_t* fused, const uint16_t* gates,
+                    const uint16_t* ups, const uint16_t* dn, std::vector<WeightMatrix>& gate_up,
+                    std::vector<WeightMatrix>& down) {
+  const int64_t half = s.width * s.hidden;
+  gate_up.clear();
+  down.clear();
+  for (int e = 0; e < s.experts; ++e) {
+    if (s.two_parts && gates != nullptr) {
+      WeightMatrix w = WeightMatrix::Of(gates + e * half, WeightType::kBF16, s.width, s.hidden);
+      w.parts[1] = {ups + e * half, s.width};
+      w.num_parts = 2;
+      gate_up.push_back(w);
+    } else {
+      gate_up.push_back(
+          WeightMatrix::Of(fused + e * 2 * half, WeightType::kBF16, 2 * s.width, s.hidden));
+    }
+    down.push_back(WeightMatrix::Of(dn + e * half, WeightType::kBF16, s.hidden, s.width));
+  }
+}
+
+class HipMoeExpertsTest : public HipKernelBackendTest {
+ protected:
+  // Uploads `b` (buffers kept in `keep`) and returns the device matrices in gate_up / down.
+  void UploadExperts(const MoeShape& s, const MoeBits& b, std::vector<DeviceBuffer>& keep,
+                     std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
+    keep.push_back(Up(b.gate_up));
+    keep.push_back(Up(b.gates));
+    keep.push_back(Up(b.ups));
+    keep.push_back(Up(b.down));
+    const size_t n = keep.size();
+    ExpertMatrices(s, static_cast<const uint16_t*>(keep[n - 4].data()),
+                   static_cast<const uint16_t*>(keep[n - 3].data()),
+                   static_cast<const uint16_t*>(keep[n - 2].data()),
+                   static_cast<const uint16_t*>(keep[n - 1].data()), gate_up, down);
+  }
+};
+
+std::vector<MoeShape> Shapes() {
+  return {
+      {"one token", 1, 256, 64, 32, 4, false, 0.0f},
+      {"colliding experts", 13, 128, 96, 16, 6, true, 6.0f},
+      {"many tokens per expert", 200, 128, 64, 8, 3, false, 0.0f},
+      {"unaligned widths", 21, 70, 36, 12, 5, true, 0.0f},
+      {"80B-like layer, 16 slots", 16, 2048, 512, 512, 10, true, 0.0f},
+  };
+}
+
+TEST_F(HipMoeExpertsTest, DevicePathGivesTheDefaultsBitsAndMatchesCpu) {
+  for (const MoeShape& s : Shapes()) {
+    SCOPED_TRACE(s.name);
+    const MoeBits bits = RandomExperts(s, 91);
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down, host_gate_up, host_down;
+    UploadExperts(s, bits, keep, gate_up, down);
+    ExpertMatrices(s, bits.gate_up.data(), nullptr, nullptr, bits.down.data(), host_gate_up,
+                   host_down);
+    std::vector<float> x = RandomFloats(s.tokens * s.hidden, 93);
+    std::vector<float> logits = RandomFloats(s.tokens * s.experts, 95, -3.0f, 3.0f);
+    if (s.hot_bias != 0.0f) {
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        logits[t * s.experts + 1] += s.hot_bias;
+        logits[t * s.experts + 5] += s.hot_bias;
+      }
+      // Ties: token 0's logits all equal (its picks are experts 0 .. top_k - 1), token 1's
+      // in equal pairs.
+      std::fill(logits.begin(), logits.begin() + s.experts, 0.25f);
+      for (int e = 0; e + 1 < s.experts; e += 2) {
+        logits[s.experts + e + 1] = logits[s.experts + e];
+      }
+    }
+    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 97);
+    DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), def_out = Up(out0);
+    MoeExpertsArgs a;
+    a.x = dx.floats();
+    a.logits = dl.floats();
+    a.tokens = s.tokens;
+    a.hidden = s.hidden;
+    a.width = s.width;
+    a.experts = s.experts;
+    a.top_k = s.top_k;
+    a.renormalise = true;
+    a.gate_up = gate_up.data();
+    a.down = down.data();
+    a.row_invariant = true;
+    ScratchArena scratch(gpu_->memory());
+
+    a.out = dev_out.floats();
+    ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+    a.out = def_out.floats();
+    ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
+    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+    // The device path with MoeRoute's thread per token instead of a block per token.
+    DeviceBuffer thread_out = Up(out0);
+    {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+          HipKernelBackend::Create({.moe_block_route = false});
+      ASSERT_TRUE(b.ok()) << b.status();
+      ScratchArena other(b->get()->memory());
+      a.out = thread_out.floats();
+      ASSERT_TRUE((*b)->MoeExperts(a, other).ok()) << (*b)->status();
+      ASSERT_TRUE((*b)->Synchronize().ok()) << (*b)->status();
+    }
+
+    const std::vector<float> dev = Down(dev_out, out0.size());
+    const std::vector<float> def = Down(def_out, out0.size());
+    EXPECT_TRUE(SameBits(Down(thread_out, out0.size()), def)) << "thread-per-token routing";
+    EXPECT_TRUE(SameBits(dev, def)) << "block-per-token routing";
+    std::vector<float> ref = out0;
+    MoeExpertsArgs h = a;
+    h.x = x.data();
+    h.logits = logits.data();
+    h.out = ref.data();
+    h.gate_up = host_gate_up.data();
+    h.down = host_down.data();
+    ScratchArena host_scratch(cpu_->memory());
+    ASSERT_TRUE(cpu_->MoeExperts(h, host_scratch).ok());
+    // The routed sum alone (out - out0) against the CPU's.
+    std::vector<float> dev_sum(dev.size()), ref_sum(ref.size());
+    for (size_t i = 0; i < dev.size(); ++i) {
+      dev_sum[i] = dev[i] - out0[i];
+      ref_sum[i] = ref[i] - out0[i];
+    }
+    EXPECT_LT(Measured("moe experts " + s.name, RelErr(dev_sum, ref_sum)), kReductionTolerance);
+  }
+}
+
+TEST_F(HipMoeExpertsTest, ATokensRowsDoNotDependOnTheOtherTokensAndNoStepWaits) {
+  const MoeShape s{"80B-like layer", 16, 2048, 512, 512, 10, true, 0.0f};
+  const MoeBits bits = RandomExperts(s, 101);
+  std::vector<DeviceBuffer> keep;
+  std::vector<WeightMatrix> gate_up, down;
+  UploadExperts(s, bits, keep, gate_up, down);
+  std::vector<float> x = RandomFloats(s.tokens * s.hidden, 103);
+  std::vector<float> logits = RandomFloats(s.tokens * s.experts, 105, -3.0f, 3.0f);
+  // Tokens 3 and 4 route alike: their experts collide.
+  std::copy(logits.begin() + 3 * s.experts, logits.begin() + 4 * s.experts,
+            logits.begin() + 4 * s.experts);
+  const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 107);
+  DeviceBuffer dx = Up(x), dl = Up(logits), all = Up(out0);
+  MoeExpertsArgs a;
+  a.x = dx.floats();
+  a.logits = dl.floats();
+  a.out = all.floats();
+  a.tokens = s.tokens;
+  a.hidden = s.hidden;
+  a.width = s.width;
+  a.experts = s.experts;
+  a.top_k = s.top_k;
+  a.renormalise = true;
+  a.gate_up = gate_up.data();
+  a.down = down.data();
+  a.row_invariant = true;
+  ScratchArena scratch(gpu_->memory());
+  ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+  scratch.EndPass();
+  const std::vector<float> full = Down(all, out0.size());
+  // A second pass takes the arena's merged block (the one allocation a warm-up makes).
+  DeviceBuffer again = Up(out0);
+  a.out = again.floats();
+  ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+  scratch.EndPass();
+  EXPECT_TRUE(SameBits(Down(again, out0.size()), full));
+
+  // Runs of 1, 2 and 5 tokens from several starts give the full call's rows; a warm call does
+  // not wait for the device.
+  for (const auto& [first, count] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {4, 1}, {3, 2}, {11, 5}, {0, 16}}) {
+    SCOPED_TRACE(absl::StrCat("tokens ", first, " + ", count));
+    DeviceBuffer part = Up(std::vector<float>(out0.begin() + first * s.hidden,
+                                              out0.begin() + (first + count) * s.hidden));
+    MoeExpertsArgs p = a;
+    p.x = dx.floats() + first * s.hidden;
+    p.logits = dl.floats() + first * s.experts;
+    p.out = part.floats();
+    p.tokens = count;
+    const int64_t waits = gpu_->host_waits();
+    ASSERT_TRUE(gpu_->MoeExperts(p, scratch).ok()) << gpu_->status();
+    EXPECT_EQ(gpu_->host_waits(), waits);
+    scratch.EndPass();
+    EXPECT_TRUE(SameBits(Down(part, count * s.hidden),
+                         std::vector<float>(full.begin() + first * s.hidden,
+                                            full.begin() + (first + count) * s.hidden)));
+  }
+}
+
+}  // namespace
+}  // namespace cairn::infer
