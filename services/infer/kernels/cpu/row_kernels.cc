@@ -222,15 +222,17 @@ __attribute__((target("avx512f"))) inline void FoldAvx512(const __m512* acc, flo
 // (reading 4 rows of 1 KiB side by side runs at less than half the rate of one stream); asking
 // for them about 16 KiB ahead restores nearly the rate of one stream.
 constexpr int64_t kWeightPrefetchBytes = 16 * 1024;
-// How far ahead it asks for a row tile's weights (into L1) when several input rows share them:
-// a tile is one stream, which the prefetcher follows on its own while one input row keeps the
-// loads few; with more input rows (more loads of inputs per weight) asking a few KiB ahead kept
-// the weights coming (measured: 4 KiB ahead, four input rows, 3072 columns: 11 -> 17 GB/s per
-// core; one input row: slower with the prefetch).
+// How far ahead it asks for a row tile's weights (into L1), and from what size of the input rows
+// on: a tile is one stream, which the prefetcher follows on its own while the input rows stay in
+// L1 beside it; once they do not (four rows of 3072 columns are 48 KiB), asking 4 KiB ahead
+// kept the weights coming. Measured bare on one core, four input rows: 3072 columns 12 -> 21
+// GB/s with the prefetch, but 512 and 1024 columns 27 -> 23 and 24 -> 20 GB/s.
 constexpr int64_t kTilePrefetchBytes = 4 * 1024;
+constexpr int64_t kTilePrefetchMinInputBytes = 24 * 1024;
 
-// How RowsAvx512 reads its C weight rows: row-major rows (C streams) or C rows of one row tile.
-enum class Reading { kRowMajor, kTile };
+// How RowsAvx512 reads its C weight rows: row-major rows (C streams), or C rows of one row tile
+// with or without asking for the weights ahead.
+enum class Reading { kRowMajor, kTile, kTilePrefetch };
 
 // out[c * R + r] = a[r] . w[c] for C weight rows and R input rows of n elements: every weight
 // vector is loaded and widened once for all R rows, every input vector once for all C rows,
@@ -253,7 +255,7 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const 
       // Prefetching never faults, so an address past the matrix is harmless.
       if constexpr (kReading == Reading::kRowMajor) {
         _mm_prefetch(static_cast<const char*>(block) + kWeightPrefetchBytes, _MM_HINT_T1);
-      } else if (R > 1 && (c * 16 * kSize) % 64 == 0) {
+      } else if (kReading == Reading::kTilePrefetch && (c * 16 * kSize) % 64 == 0) {
         // One request per cache line of the tile's block.
         _mm_prefetch(static_cast<const char*>(block) + kTilePrefetchBytes, _MM_HINT_T0);
       }
@@ -316,7 +318,7 @@ void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int6
   if (isa == Isa::kAvx512) {
     // C weight rows per call: C * R accumulators, sixteen at most.
     constexpr int C = R >= 8 ? 2 : 4;
-    float d[C * R];
+    float d[C * R] = {};
     const void* tails[C];
     for (; j + C <= count; j += C) {
       for (int c = 0; c < C; ++c) tails[c] = static_cast<const char*>(w_rows[j + c]) + tail_bytes;
@@ -324,7 +326,7 @@ void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int6
       Store<R>(d, C, j, y, ldy, accumulate);
     }
   }
-  float d[R];
+  float d[R] = {};
   for (; j < count; ++j) {
     Dot<T, R>(isa, rows, w_rows[j], static_cast<const char*>(w_rows[j]) + tail_bytes, 16, k, d);
     Store<R>(d, 1, j, y, ldy, accumulate);
@@ -340,6 +342,7 @@ void TileGroup(Isa isa, const float* x, int64_t ldx, const void* tiles, int64_t 
   const float* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = x + r * ldx;
   const int64_t tail = k % kRowTileBlock;
+  const bool prefetch = R * k * static_cast<int64_t>(sizeof(float)) >= kTilePrefetchMinInputBytes;
   for (int64_t j = 0; j < count; j += kRowTileRows) {
     const char* tile = static_cast<const char*>(tiles) + j * k * kSize;
     const int valid = static_cast<int>(std::min<int64_t>(kRowTileRows, count - j));
@@ -353,13 +356,17 @@ void TileGroup(Isa isa, const float* x, int64_t ldx, const void* tiles, int64_t 
       // The tile's rows in calls of C: C * R accumulators, sixteen at most. Rows past the
       // part's last are zeros; their results are not stored.
       constexpr int C = R >= 8 ? 2 : 4;
-      float d[C * R];
+      float d[C * R] = {};
       for (int c0 = 0; c0 < valid; c0 += C) {
-        RowsAvx512<T, R, C, Reading::kTile>(rows, w + c0, tails + c0, kStride, k, d);
+        if (prefetch) {
+          RowsAvx512<T, R, C, Reading::kTilePrefetch>(rows, w + c0, tails + c0, kStride, k, d);
+        } else {
+          RowsAvx512<T, R, C, Reading::kTile>(rows, w + c0, tails + c0, kStride, k, d);
+        }
         Store<R>(d, std::min(C, valid - c0), j + c0, y, ldy, accumulate);
       }
     } else {
-      float d[R];
+      float d[R] = {};
       for (int c = 0; c < valid; ++c) {
         Dot<T, R>(isa, rows, w[c], tails[c], kStride, k, d);
         Store<R>(d, 1, j + c, y, ldy, accumulate);

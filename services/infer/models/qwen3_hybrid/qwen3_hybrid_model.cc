@@ -43,6 +43,10 @@ struct SwiGlu {
 
 struct AttentionWeights {
   WeightMatrix q, k, v, o;
+  // q, k and v as the parts of one matrix (rows q | k | v) where the backend takes several parts
+  // (else num_parts == 0): a row-kernel group's three products in one call, with the bits of
+  // three (MatMulRows reduces each output alone).
+  WeightMatrix qkv;
   Params q_norm, k_norm;
   int k_component = 0;
   int v_component = 0;
@@ -495,6 +499,18 @@ absl::Status Qwen3HybridModel::PlaceLayer(LayerWeights& lw) {
   if (lw.full_attention) {
     AttentionWeights& a = lw.attn;
     for (WeightMatrix* m : {&a.q, &a.k, &a.v, &a.o}) RETURN_IF_ERROR(Place(*m));
+    a.qkv = WeightMatrix();
+    if (backend_->AcceptsWeightType(a.q.type) &&
+        a.q.num_parts + a.k.num_parts + a.v.num_parts <= WeightMatrix::kMaxParts) {
+      a.qkv = a.q;
+      for (const WeightMatrix* m : {&a.k, &a.v}) {
+        if (m->type != a.q.type || m->layout != a.q.layout || m->cols != a.q.cols) {
+          a.qkv = WeightMatrix();
+          break;
+        }
+        for (int i = 0; i < m->num_parts; ++i) a.qkv.parts[a.qkv.num_parts++] = m->parts[i];
+      }
+    }
     RETURN_IF_ERROR(Place(a.q_norm));
     RETURN_IF_ERROR(Place(a.k_norm));
   } else {
@@ -625,22 +641,35 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   const int64_t q_width = static_cast<int64_t>(hq) * hd;
   const int64_t kv_width = static_cast<int64_t>(c_.num_kv_heads) * hd;
   ScratchArena::Frame frame(scratch_);
+  // q_proj's output: [q_h | gate_h] per head with the output gate, else q.
+  const int64_t q_out = c_.attention_gate ? 2 * q_width : q_width;
   ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * q_width));
-  float* gate = nullptr;
-  if (c_.attention_gate) {
-    ASSIGN_OR_RETURN(float* qg, scratch_.Take<float>(t * 2 * q_width));
-    MatMul(g, x, t, d, w.q, qg, 2 * q_width, false);
-    // q_proj rows are [q_h | gate_h] per head.
-    ASSIGN_OR_RETURN(gate, scratch_.Take<float>(t * q_width));
-    backend_->SplitHeadPairs(qg, t, hq, hd, q, gate);
-  } else {
-    MatMul(g, x, t, d, w.q, q, q_width, false);
-  }
-  backend_->RmsNorm(q, t * hq, hd, w.q_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, q);
   ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kv_width));
   ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * kv_width));
-  MatMul(g, x, t, d, w.k, k, kv_width, false);
-  MatMul(g, x, t, d, w.v, v, kv_width, false);
+  float* qg = q;
+  if (c_.attention_gate) {
+    ASSIGN_OR_RETURN(qg, scratch_.Take<float>(t * q_out));
+  }
+  if (g.row_kernel && w.qkv.num_parts > 0) {
+    // One product for the three (a decode step's few rows: one pass over the weights instead of
+    // three), its rows split apart after.
+    const int64_t width = q_out + 2 * kv_width;
+    ASSIGN_OR_RETURN(float* qkv, scratch_.Take<float>(t * width));
+    MatMul(g, x, t, d, w.qkv, qkv, width, false);
+    backend_->CopyRows(qkv, width, t, q_out, qg, q_out);
+    backend_->CopyRows(qkv + q_out, width, t, kv_width, k, kv_width);
+    backend_->CopyRows(qkv + q_out + kv_width, width, t, kv_width, v, kv_width);
+  } else {
+    MatMul(g, x, t, d, w.q, qg, q_out, false);
+    MatMul(g, x, t, d, w.k, k, kv_width, false);
+    MatMul(g, x, t, d, w.v, v, kv_width, false);
+  }
+  float* gate = nullptr;
+  if (c_.attention_gate) {
+    ASSIGN_OR_RETURN(gate, scratch_.Take<float>(t * q_width));
+    backend_->SplitHeadPairs(qg, t, hq, hd, q, gate);
+  }
+  backend_->RmsNorm(q, t * hq, hd, w.q_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, q);
   backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps,
                     c_.zero_centred_norm, k);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
