@@ -673,16 +673,33 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
                      s.slot->data(w.conv_component), conv + s.row * conv_dim});
   }
   backend_->CausalConvSiluBatch(convs);
-  ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * kd));
-  ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kd));
-  ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * vd));
-  ASSIGN_OR_RETURN(float* z, scratch_.Take<float>(t * vd));
+  // q, k and v are the conv output's column blocks and z a block of the projection, each
+  // copied into rows of its own. One row (a one-slot decode step) needs no copy: its blocks are
+  // already contiguous, and q and k are normalised in place in `conv`, used by nothing else.
+  // Sequences of one token each need no copy of v either (the delta rule takes a pointer a
+  // sequence).
+  bool one_token_each = true;
+  for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
+  float* q = conv;
+  float* k = conv + kd;
+  float* v = conv + 2 * kd;
+  int64_t v_ld = conv_dim;  // Between the sequences' rows of v.
+  float* z = proj + conv_dim;
+  if (t > 1) {
+    ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
+    ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
+    ASSIGN_OR_RETURN(z, scratch_.Take<float>(t * vd));
+    backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
+    backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
+    backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
+    if (!one_token_each) {
+      ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * vd));
+      backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
+      v_ld = vd;
+    }
+  }
   ASSIGN_OR_RETURN(float* gates, scratch_.Take<float>(t * hv));
   ASSIGN_OR_RETURN(float* beta, scratch_.Take<float>(t * hv));
-  backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
-  backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
-  backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
-  backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
   backend_->GdnGates(proj, width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data,
                      w.neg_a.data, gates, beta);
   const int dk = c_.linear_k_dim;
@@ -697,7 +714,7 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     GatedDeltaArgs& args = batch.emplace_back();
     args.q = q + s.row * kd;
     args.k = k + s.row * kd;
-    args.v = v + s.row * vd;
+    args.v = v + s.row * v_ld;
     args.g = gates + s.row * hv;
     args.beta = beta + s.row * hv;
     args.state = s.slot->data(w.recurrent_component);
@@ -838,14 +855,25 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     }
   }
   // The rows whose logits are returned: every row of an all_logits pass, else its last.
+  // Where those are every row of the group in order (a decode step: one token a sequence), they
+  // are `h` itself and need no gathering.
   int64_t rows = 0;
-  for (const Sequence& s : g.seqs) rows += batch[s.index].all_logits ? s.tokens : 1;
-  ASSIGN_OR_RETURN(float* last, scratch_.Take<float>(rows * d));
-  int64_t row = 0;
+  bool every_row = true;
   for (const Sequence& s : g.seqs) {
     const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
-    backend_->CopyRows(h + (s.row + s.tokens - n) * d, d, n, d, last + row * d, d);
-    row += n;
+    every_row = every_row && s.row == rows && n == s.tokens;
+    rows += n;
+  }
+  const float* last = h;
+  if (!every_row) {
+    ASSIGN_OR_RETURN(float* gathered, scratch_.Take<float>(rows * d));
+    int64_t row = 0;
+    for (const Sequence& s : g.seqs) {
+      const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+      backend_->CopyRows(h + (s.row + s.tokens - n) * d, d, n, d, gathered + row * d, d);
+      row += n;
+    }
+    last = gathered;
   }
   ASSIGN_OR_RETURN(float* normed, scratch_.Take<float>(rows * d));
   backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, c_.zero_centred_norm, normed);
@@ -859,7 +887,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     float* staged = logits_host_.Get(floats);
     RETURN_IF_ERROR(
         memory_->Download(staged, logits, floats * static_cast<int64_t>(sizeof(float))));
-    row = 0;
+    int64_t row = 0;
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
       const float* from = staged + row * c_.vocab_size;
@@ -867,7 +895,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
       row += n;
     }
   } else {
-    row = 0;
+    int64_t row = 0;
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
       std::vector<float>& out = results[s.index];
