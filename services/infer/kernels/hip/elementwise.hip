@@ -16,11 +16,27 @@ constexpr int kMaxConvKernel = 16;
 // torch's softplus switches to the identity above this input (as the CPU backend).
 constexpr float kSoftplusThreshold = 20.0f;
 
+// Thread t's sum of squares of x[t], x[t + kRowThreads], ... in that order; eight loads in flight
+// before their multiply-adds.
 __device__ float SumSquares(const float* x, int64_t dim) {
+  constexpr int kBatch = 8;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) ss = fmaf(x[i], x[i], ss);
+  int64_t i = threadIdx.x;
+  for (; i + (kBatch - 1) * kRowThreads < dim; i += kBatch * kRowThreads) {
+    float v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) v[b] = x[i + b * kRowThreads];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) ss = fmaf(v[b], v[b], ss);
+  }
+  for (; i < dim; i += kRowThreads) ss = fmaf(x[i], x[i], ss);
   return ss;
 }
+
+// Rows of at most kHeldValues * kRowThreads values are held in registers between the sum and the
+// output: every load of a thread is in flight at once, and x is read once. The arithmetic and
+// its order are those of the loops over longer rows.
+constexpr int kHeldValues = 16;
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
@@ -29,6 +45,27 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   float* yr = y + r * dim;
+  if (dim <= int64_t{kHeldValues} * kRowThreads) {
+    float v[kHeldValues];
+#pragma unroll
+    for (int b = 0; b < kHeldValues; ++b) {
+      const int64_t i = threadIdx.x + b * kRowThreads;
+      v[b] = i < dim ? xr[i] : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kHeldValues; ++b) {
+      if (threadIdx.x + b * kRowThreads < dim) ss = fmaf(v[b], v[b], ss);
+    }
+    ss = BlockSum<kRowThreads>(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+#pragma unroll
+    for (int b = 0; b < kHeldValues; ++b) {
+      const int64_t i = threadIdx.x + b * kRowThreads;
+      if (i < dim) yr[i] = v[b] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+    }
+    return;
+  }
   const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
@@ -44,6 +81,27 @@ __global__ void __launch_bounds__(kRowThreads)
   const float* xr = x + r * dim;
   const float* zr = z + r * dim;
   float* yr = y + r * dim;
+  if (dim <= int64_t{kHeldValues} * kRowThreads) {
+    float v[kHeldValues];
+#pragma unroll
+    for (int b = 0; b < kHeldValues; ++b) {
+      const int64_t i = threadIdx.x + b * kRowThreads;
+      v[b] = i < dim ? xr[i] : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kHeldValues; ++b) {
+      if (threadIdx.x + b * kRowThreads < dim) ss = fmaf(v[b], v[b], ss);
+    }
+    ss = BlockSum<kRowThreads>(ss, scratch);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+#pragma unroll
+    for (int b = 0; b < kHeldValues; ++b) {
+      const int64_t i = threadIdx.x + b * kRowThreads;
+      if (i < dim) yr[i] = v[b] * inv * w[i] * DeviceSilu(zr[i]);
+    }
+    return;
+  }
   const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {

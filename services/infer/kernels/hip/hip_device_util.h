@@ -53,7 +53,27 @@ __device__ inline float BlockSum(float v, float* scratch) {
   const int t = threadIdx.x;
   scratch[t] = v;
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
+  int s = kThreads / 2;
+#if !defined(__HIP_PLATFORM_AMD__)
+  // NVIDIA (warps of 32): the same tree, its last five levels (s = 16 .. 1) inside the first
+  // warp by shuffles instead of shared memory and a barrier each: lane t < s adds lane t + s's
+  // value, the operands and order of scratch[t] += scratch[t + s].
+  if constexpr (kThreads >= 32) {
+    for (; s >= 32; s >>= 1) {
+      if (t < s) scratch[t] += scratch[t + s];
+      __syncthreads();
+    }
+    if (t < 32) {
+      float r = scratch[t];
+#pragma unroll
+      for (int w = 16; w > 0; w >>= 1) r += __shfl_down_sync(0xffffffffu, r, w);
+      if (t == 0) scratch[0] = r;
+    }
+    __syncthreads();
+    s = 0;
+  }
+#endif
+  for (; s > 0; s >>= 1) {
     if (t < s) scratch[t] += scratch[t + s];
     __syncthreads();
   }

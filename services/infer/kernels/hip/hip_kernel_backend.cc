@@ -23,6 +23,9 @@ absl::Status Invalid(absl::string_view op, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("hip backend: ", op, ": ", why));
 }
 
+// The loads hip::MatMulRowsMma takes (HipKernelBackendOptions::mma_rows_variant).
+bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 1; }
+
 }  // namespace
 
 int HipDeviceCount() {
@@ -48,6 +51,10 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
         "hip backend: attention_decode_max_tokens must be >= 0, delta_segment_tokens and "
         "attention_invariant_group_tokens > 0");
   }
+  if (!ValidMmaRowsVariant(options.mma_rows_variant)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hip backend: mma_rows_variant must be -1, 0 or 1, got ", options.mma_rows_variant));
+  }
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
     return absl::UnavailableError(
@@ -59,6 +66,9 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   e = hipDeviceGetAttribute(&max_shared, kCairnMaxSharedPerBlockAttribute, options.device);
   if (e != hipSuccess) return HipError(e, "reading the shared memory limit");
   std::unique_ptr<HipKernelBackend> b(new HipKernelBackend(options, max_shared));
+  e = hipDeviceGetAttribute(&b->multiprocessors_, hipDeviceAttributeMultiprocessorCount,
+                            options.device);
+  if (e != hipSuccess) return HipError(e, "reading the multiprocessor count");
   e = hipStreamCreateWithFlags(&b->compute_, hipStreamNonBlocking);
   if (e != hipSuccess) return HipError(e, "creating the compute stream");
   e = hipStreamCreateWithFlags(&b->transfer_, hipStreamNonBlocking);
@@ -74,7 +84,18 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateHipKernelBackend(
 }
 
 HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int max_shared_bytes)
-    : options_(options), max_shared_bytes_(max_shared_bytes) {}
+    : options_(options),
+      max_shared_bytes_(max_shared_bytes),
+      mma_rows_variant_(options.mma_rows_variant) {}
+
+absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
+  if (!ValidMmaRowsVariant(variant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: mma_rows_variant must be -1, 0 or 1, got ", variant));
+  }
+  mma_rows_variant_ = variant;
+  return absl::OkStatus();
+}
 
 HipKernelBackend::~HipKernelBackend() {
   // Teardown cannot report: wait for queued work so buffers are not freed under it.
@@ -182,7 +203,8 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     }
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
     if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
-                                        options_.mma_rows_tiles_of_8, compute_)
+                                        options_.mma_rows_tiles_of_8, mma_rows_variant_,
+                                        multiprocessors_, compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {

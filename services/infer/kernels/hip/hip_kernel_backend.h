@@ -57,6 +57,12 @@ struct HipKernelBackendOptions {
   // the H200. The same bits (a row's arithmetic does not depend on its tile; tested). Calls of
   // more rows keep tiles of 16 (at 64 rows tiles of 8 measured 8 % slower).
   bool mma_rows_tiles_of_8 = true;
+  // How MatMulRowsMma's tiles of 8 rows load (hip::MatMulRowsMma `variant`): 0, four steps of
+  // k in flight a warp, two blocks a multiprocessor; 1, three steps and three blocks (80
+  // registers a thread); -1, per call, whichever fills the multiprocessors better for its grid
+  // (the 1.46 waves of the dense model's MLP gate+up and delta-rule in_proj at two blocks take
+  // one at three). The same bits (tested).
+  int mma_rows_variant = -1;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -226,6 +232,10 @@ class HipKernelBackend final : public KernelBackend {
   // Download, Synchronize, a new allocation's zeroing) and device frees. A steady decode step
   // should wait twice (the token ids' upload and the logits' download).
   int64_t host_waits() const { return host_waits_; }
+  // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1,
+  // 0 or 1; the same bits), so that a benchmark can compare them over one model. Returns
+  // InvalidArgument for other values.
+  absl::Status SetMmaRowsVariantForTest(int variant);
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -282,7 +292,9 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;  // See host_waits().
+  int64_t host_waits_ = 0;   // See host_waits().
+  int mma_rows_variant_;     // options_.mma_rows_variant unless changed for a test.
+  int multiprocessors_ = 0;  // The device's.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

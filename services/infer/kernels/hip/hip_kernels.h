@@ -170,11 +170,14 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // segments chosen by n and k alone and summed in order. Rows never influence each other's bits;
 // the bits differ from MatMulRowsParts' (another order), within fp32 rounding of the product.
 // `tiles_of_8`: calls of 9 to 16 rows run two tiles of 8 rows instead of one of 16 (the same
-// bits).
+// bits). `variant` picks how tiles of 8 rows on the vector path (k % 8 == 0, 16-byte aligned
+// rows) load: 0, four steps of k in flight a warp, two blocks a multiprocessor; 1, three steps
+// and three blocks; -1, whichever fills `multiprocessors` multiprocessors better for the call's
+// grid. The same bits. Other values: hipErrorInvalidValue.
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
-                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8,
-                         hipStream_t stream);
+                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
+                         int multiprocessors, hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

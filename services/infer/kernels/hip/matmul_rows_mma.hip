@@ -32,7 +32,7 @@ namespace cairn::infer::hip {
 // mma.sync is NVIDIA's: AMD keeps the row kernel.
 bool MatMulRowsMmaSupported() { return false; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, bool, hipStream_t) {
+                         int64_t, bool, bool, int, int, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -168,8 +168,12 @@ __device__ inline void StepProducts(const uint4& wa, const uint4& wb, const uint
 // the call has them (the first set's arithmetic is the same either way). Without kUpper a call
 // of 9 to 16 rows runs two tiles of 8: the blocks of one column group follow each other in x,
 // so the second tile's weight loads mostly find the first one's in L2.
-template <bool kVec, bool kUpper>
-__global__ void __launch_bounds__(kThreads, 2)
+//
+// kU steps' loads are in flight together; kMinBlocks blocks a multiprocessor bound the
+// registers (kUnroll and 2: 106-122 registers; 3 and 3: 80, so that three blocks fit: variant
+// 1). Neither enters the arithmetic.
+template <bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
   __shared__ float partial[kWarps][2][4][32];
@@ -189,14 +193,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   float acc[2][4] = {};
   const int64_t begin = s * segment;
   const int64_t end = begin + segment < k ? begin + segment : k;
-  for (int64_t kb = begin; kb < end; kb += kStep * kUnroll) {
-    // The weights and first rows' inputs of the kUnroll steps first, then the products (the
+  for (int64_t kb = begin; kb < end; kb += kStep * kU) {
+    // The weights and first rows' inputs of the kU steps first, then the products (the
     // second rows' inputs, read from L1 or L2, as they are needed: registers for two blocks a
     // multiprocessor).
-    uint4 va[kUnroll], vb[kUnroll];
-    float v0[kUnroll][8];
+    uint4 va[kU], vb[kU];
+    float v0[kU][8];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       const bool live = kb + u * kStep < end;
       const int64_t i = kb + u * kStep + 8 * t;
       va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
@@ -204,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kU; ++u) {
       if (kb + u * kStep >= end) break;
       uint32_t pieces[3][4];
       SplitPieces(v0[u], pieces);
@@ -250,14 +254,33 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// 1 when `blocks` blocks of a call of `m` rows fill `multiprocessors` multiprocessors better
+// three at a time (variant 1) than two at a time (variant 0), else 0: the share of the last
+// wave's places in use, waves of 2 or 3 blocks a multiprocessor. Measured on the H200 (dense
+// 9B-like decode shapes): 386 blocks (delta-rule in_proj, 1 row) 0.033 ms in variant 1 against
+// 0.037; 256 (MLP down) 0.035 against 0.032. Near ties go to variant 1 for more than 8 rows
+// (two tiles of 8 a column group: 16 x 24576 0.092 ms against 0.097) and to variant 0 else.
+int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
+  if (multiprocessors <= 0) return 0;
+  const auto fill = [&](int per) {
+    const int64_t places = static_cast<int64_t>(per) * multiprocessors;
+    return static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, places) * places);
+  };
+  const double two = fill(2), three = fill(3);
+  if (three > two + 0.01) return 1;
+  return m > 8 && three >= two - 0.01 ? 1 : 0;
+}
+
 }  // namespace
 
 bool MatMulRowsMmaSupported() { return true; }
 
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
-                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8,
-                         hipStream_t stream) {
-  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16) return hipErrorInvalidValue;
+                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
+                         int multiprocessors, hipStream_t stream) {
+  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 1) {
+    return hipErrorInvalidValue;
+  }
   Parts w{};
   int64_t n = 0;
   bool vec = k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -285,9 +308,13 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   const int64_t row_tiles = CeilDiv(m, upper ? kTileRows : 8);
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
+  if (variant == -1) variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
-  if (vec && upper) {
+  if (vec && !upper && variant == 1) {
+    MatMulRowsMmaKernel<true, false, 3, 3><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec && upper) {
     MatMulRowsMmaKernel<true, true><<<grid, kThreads, 0, stream>>>(
         x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec) {

@@ -645,22 +645,37 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   // q_proj's output: [q_h | gate_h] per head with the output gate, else q.
   const int64_t q_out = c_.attention_gate ? 2 * q_width : q_width;
   ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * q_width));
-  ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kv_width));
-  ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * kv_width));
+  float* k = nullptr;
+  float* v = nullptr;
   float* qg = q;
   if (c_.attention_gate) {
     ASSIGN_OR_RETURN(qg, scratch_.Take<float>(t * q_out));
   }
   if (g.row_kernel && w.qkv.num_parts > 0) {
     // One product for the three (a decode step's few rows: one pass over the weights instead of
-    // three), its rows split apart after.
+    // three). One row (a one-slot decode step) is read where the product put it (k is
+    // normalised in place there, used by nothing else); more rows are split apart.
     const int64_t width = q_out + 2 * kv_width;
     ASSIGN_OR_RETURN(float* qkv, scratch_.Take<float>(t * width));
     MatMul(g, x, t, d, w.qkv, qkv, width, false);
-    backend_->CopyRows(qkv, width, t, q_out, qg, q_out);
-    backend_->CopyRows(qkv + q_out, width, t, kv_width, k, kv_width);
-    backend_->CopyRows(qkv + q_out + kv_width, width, t, kv_width, v, kv_width);
+    if (t == 1) {
+      if (c_.attention_gate) {
+        qg = qkv;
+      } else {
+        q = qg = qkv;
+      }
+      k = qkv + q_out;
+      v = qkv + q_out + kv_width;
+    } else {
+      ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kv_width));
+      ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * kv_width));
+      backend_->CopyRows(qkv, width, t, q_out, qg, q_out);
+      backend_->CopyRows(qkv + q_out, width, t, kv_width, k, kv_width);
+      backend_->CopyRows(qkv + q_out + kv_width, width, t, kv_width, v, kv_width);
+    }
   } else {
+    ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kv_width));
+    ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * kv_width));
     MatMul(g, x, t, d, w.q, qg, q_out, false);
     MatMul(g, x, t, d, w.k, k, kv_width, false);
     MatMul(g, x, t, d, w.v, v, kv_width, false);
@@ -742,16 +757,33 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
                      s.slot->data(w.conv_component), conv + s.row * conv_dim});
   }
   backend_->CausalConvSiluBatch(convs);
-  ASSIGN_OR_RETURN(float* q, scratch_.Take<float>(t * kd));
-  ASSIGN_OR_RETURN(float* k, scratch_.Take<float>(t * kd));
-  ASSIGN_OR_RETURN(float* v, scratch_.Take<float>(t * vd));
-  ASSIGN_OR_RETURN(float* z, scratch_.Take<float>(t * vd));
+  // q, k and v are the conv output's column blocks and z a block of the projection, each
+  // copied into rows of its own. One row (a one-slot decode step) needs no copy: its blocks are
+  // already contiguous, and q and k are normalised in place in `conv`, used by nothing else.
+  // Sequences of one token each need no copy of v either (the delta rule takes a pointer a
+  // sequence).
+  bool one_token_each = true;
+  for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
+  float* q = conv;
+  float* k = conv + kd;
+  float* v = conv + 2 * kd;
+  int64_t v_ld = conv_dim;  // Between the sequences' rows of v.
+  float* z = proj + conv_dim;
+  if (t > 1) {
+    ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
+    ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
+    ASSIGN_OR_RETURN(z, scratch_.Take<float>(t * vd));
+    backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
+    backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
+    backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
+    if (!one_token_each) {
+      ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * vd));
+      backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
+      v_ld = vd;
+    }
+  }
   ASSIGN_OR_RETURN(float* gates, scratch_.Take<float>(t * hv));
   ASSIGN_OR_RETURN(float* beta, scratch_.Take<float>(t * hv));
-  backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
-  backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
-  backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
-  backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
   backend_->GdnGates(proj, width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data,
                      w.neg_a.data, gates, beta);
   const int dk = c_.linear_k_dim;
@@ -766,7 +798,7 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     GatedDeltaArgs& args = batch.emplace_back();
     args.q = q + s.row * kd;
     args.k = k + s.row * kd;
-    args.v = v + s.row * vd;
+    args.v = v + s.row * v_ld;
     args.g = gates + s.row * hv;
     args.beta = beta + s.row * hv;
     args.state = s.slot->data(w.recurrent_component);
@@ -877,14 +909,25 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     }
   }
   // The rows whose logits are returned: every row of an all_logits pass, else its last.
+  // Where those are every row of the group in order (a decode step: one token a sequence), they
+  // are `h` itself and need no gathering.
   int64_t rows = 0;
-  for (const Sequence& s : g.seqs) rows += batch[s.index].all_logits ? s.tokens : 1;
-  ASSIGN_OR_RETURN(float* last, scratch_.Take<float>(rows * d));
-  int64_t row = 0;
+  bool every_row = true;
   for (const Sequence& s : g.seqs) {
     const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
-    backend_->CopyRows(h + (s.row + s.tokens - n) * d, d, n, d, last + row * d, d);
-    row += n;
+    every_row = every_row && s.row == rows && n == s.tokens;
+    rows += n;
+  }
+  const float* last = h;
+  if (!every_row) {
+    ASSIGN_OR_RETURN(float* gathered, scratch_.Take<float>(rows * d));
+    int64_t row = 0;
+    for (const Sequence& s : g.seqs) {
+      const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
+      backend_->CopyRows(h + (s.row + s.tokens - n) * d, d, n, d, gathered + row * d, d);
+      row += n;
+    }
+    last = gathered;
   }
   ASSIGN_OR_RETURN(float* normed, scratch_.Take<float>(rows * d));
   backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, c_.zero_centred_norm, normed);
@@ -898,7 +941,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     float* staged = logits_host_.Get(floats);
     RETURN_IF_ERROR(
         memory_->Download(staged, logits, floats * static_cast<int64_t>(sizeof(float))));
-    row = 0;
+    int64_t row = 0;
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
       const float* from = staged + row * c_.vocab_size;
@@ -906,7 +949,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
       row += n;
     }
   } else {
-    row = 0;
+    int64_t row = 0;
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
       std::vector<float>& out = results[s.index];

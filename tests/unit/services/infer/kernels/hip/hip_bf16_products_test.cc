@@ -198,6 +198,60 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInTilesOf8AndOf16) {
   }
 }
 
+TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
+  // Tiles of 8 rows loading three steps of k at a time with three blocks a multiprocessor
+  // (mma_rows_variant 1) or the variant chosen per call (-1), in tiles of 8 and of 16, against
+  // variant 0: the same bits, with and without accumulation, at one segment and at several
+  // (n = 33000 and 203), a last step past k (k = 4104), k = 12288 and the scalar path (k = 70),
+  // rows starting inside the input.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> registers =
+      HipKernelBackend::Create({.mma_rows_variant = 0});
+  ASSERT_TRUE(registers.ok()) << registers.status();
+  std::vector<std::unique_ptr<HipKernelBackend>> variants;
+  for (const int variant : {1, -1}) {
+    for (const bool tiles_of_8 : {true, false}) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> v = HipKernelBackend::Create(
+          {.mma_rows_tiles_of_8 = tiles_of_8, .mma_rows_variant = variant});
+      ASSERT_TRUE(v.ok()) << v.status();
+      variants.push_back(*std::move(v));
+    }
+  }
+  EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 2}).ok());
+  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
+    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
+      if (n == 33000 && k != 4096) continue;
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
+      const int64_t rows = 40;
+      const std::vector<float> x = RandomFloats(rows * k, 66), y0 = RandomFloats(rows * n, 67);
+      const RandomBf16 w = RandomBf16Values(n * k, 68);
+      DeviceBuffer dx = Up(x), dw = Up(w.bits);
+      const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
+      for (const int64_t m : {1, 2, 8, 9, 13, 16, 17, 40}) {
+        SCOPED_TRACE(::testing::Message() << "m=" << m);
+        const int64_t first = (rows - m) / 2;
+        const std::vector<float> y0m(y0.begin(), y0.begin() + m * n);
+        DeviceBuffer ref = Poisoned(m * n), ref_acc = Up(y0m);
+        (*registers)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, ref.floats(), n, false);
+        (*registers)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, ref_acc.floats(), n, true);
+        ASSERT_TRUE((*registers)->Synchronize().ok()) << (*registers)->status();
+        const std::vector<float> expect = Down(ref, m * n), expect_acc = Down(ref_acc, m * n);
+        EXPECT_EQ(
+            std::count_if(expect.begin(), expect.end(), [](float v) { return std::isnan(v); }), 0);
+        for (size_t i = 0; i < variants.size(); ++i) {
+          SCOPED_TRACE(::testing::Message() << "variant " << i);
+          DeviceBuffer got = Poisoned(m * n), got_acc = Up(y0m);
+          variants[i]->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, got.floats(), n, false);
+          variants[i]->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, got_acc.floats(), n,
+                                       true);
+          ASSERT_TRUE(variants[i]->Synchronize().ok()) << variants[i]->status();
+          EXPECT_TRUE(SameBits(Down(got, m * n), expect));
+          EXPECT_TRUE(SameBits(Down(got_acc, m * n), expect_acc));
+        }
+      }
+    }
+  }
+}
+
 TEST_F(HipKernelBackendTest, Bf16GemmMatchesCpuWithinTheInputRoundingOrExactlyWithFp32Inputs) {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32_inputs =
       HipKernelBackend::Create({.bf16_gemm_inputs = false, .bf16_attention = false});

@@ -4,8 +4,15 @@
 // per row) against the vendor GEMM (fastest, kernel chosen by shape) at decode and prefill
 // shapes. Random inputs (never zeros). Prints one line per measurement.
 //
-// Usage: cairn_hip_kernel_bench [--quick]
+// Usage: cairn_hip_kernel_bench [--quick] [--decode-products]
+//
+// --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
+// rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
+// (HipKernelBackendOptions::mma_rows_variant, tiles of 8 or 16), with the bits of every variant
+// compared against variant 0's; and decode-sized RMSNorm calls.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +28,120 @@
 
 namespace cairn::infer {
 namespace {
+
+// Decode products as the dense 9B-like model's decode step makes them: `calls` back-to-back
+// calls per timing, each on the next of several weight matrices (together larger than L2).
+int DecodeProducts() {
+  struct Variant {
+    const char* name;
+    HipKernelBackendOptions options;
+  };
+  const std::vector<Variant> variants = {
+      {"variant 0 (4 steps, 2 blocks), tiles of 8", {.mma_rows_variant = 0}},
+      {"variant 0, tiles of 16", {.mma_rows_tiles_of_8 = false, .mma_rows_variant = 0}},
+      {"variant 1 (3 steps, 3 blocks), tiles of 8", {.mma_rows_variant = 1}},
+      {"variant -1 (per call; default), tiles of 8", {.mma_rows_variant = -1}},
+  };
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (const Variant& v : variants) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(v.options);
+    if (!created.ok()) Bench::Fail(created.status().ToString());
+    backends.push_back(*std::move(created));
+  }
+  HipKernelBackend& b = *backends[0];
+  Bench bench(&b);
+  // bf16 weights: 2.5 GB (the lm head is 2.03 GB), a 64 MiB block of random bf16 values in
+  // [-1, 1] repeated, cut into matrices at 4 KiB offsets.
+  const int64_t pool_bf16 = int64_t{1280} << 20;
+  const int64_t block_bf16 = int64_t{32} << 20;
+  absl::StatusOr<DeviceBuffer> pool_buffer = b.Allocate(pool_bf16 * 2);
+  if (!pool_buffer.ok()) Bench::Fail(pool_buffer.status().ToString());
+  {
+    const std::vector<float> values = RandomFloats(block_bf16, 40);
+    std::vector<uint16_t> bits(block_bf16);
+    for (int64_t i = 0; i < block_bf16; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &values[i], sizeof u);
+      bits[i] = static_cast<uint16_t>(u >> 16);
+    }
+    for (int64_t at = 0; at < pool_bf16; at += block_bf16) {
+      Bench::Check(
+          b.Upload(static_cast<uint16_t*>(pool_buffer->data()) + at, bits.data(), block_bf16 * 2),
+          "upload weights");
+    }
+  }
+  const auto* pool = static_cast<const uint16_t*>(pool_buffer->data());
+  const int64_t max_k = 12288;
+  float* x = bench.Buffer(16 * max_k, 41);
+  float* y = bench.Buffer(16 * int64_t{248320}, 42);
+  float* y_ref = bench.Buffer(16 * int64_t{248320}, 43);
+  struct Shape {
+    int64_t n, k;
+    const char* what;
+  };
+  const Shape shapes[] = {
+      {24576, 4096, "mlp gate+up"},      {4096, 12288, "mlp down"}, {12352, 4096, "delta in_proj"},
+      {4096, 4096, "delta out, attn o"}, {8192, 4096, "attn q"},    {1024, 4096, "attn k or v"},
+      {248320, 4096, "lm head"},
+  };
+  char label[200];
+  for (const Shape& sh : shapes) {
+    const int64_t bytes = sh.n * sh.k * 2;
+    // Enough matrices to cover 400 MB (one for the lm head), each 4 KiB aligned.
+    const int64_t stride = (sh.n * sh.k + 2047) / 2048 * 2048;
+    const int64_t count = std::max<int64_t>(
+        1, std::min<int64_t>((int64_t{400} << 20) / bytes + 1, pool_bf16 / stride));
+    for (const int64_t m : {int64_t{1}, int64_t{4}, int64_t{16}}) {
+      const int calls = static_cast<int>(std::max<int64_t>(8, std::min<int64_t>(64, 2 * count)));
+      std::vector<float> ref, got(m * sh.n);
+      for (size_t v = 0; v < backends.size(); ++v) {
+        HipKernelBackend& vb = *backends[v];
+        const auto call = [&](int i, float* out) {
+          const WeightMatrix wm =
+              WeightMatrix::Of(pool + (i % count) * stride, WeightType::kBF16, sh.n, sh.k);
+          vb.MatMulRowsTyped(x, m, sh.k, wm, out, sh.n, false);
+        };
+        call(0, v == 0 ? y_ref : y);
+        Bench::Check(vb.Synchronize(), "decode product");
+        if (v == 0) {
+          ref.resize(m * sh.n);
+          Bench::Check(b.Download(ref.data(), y_ref, m * sh.n * 4), "download");
+        } else {
+          Bench::Check(b.Download(got.data(), y, m * sh.n * 4), "download");
+        }
+        const bool same = v == 0 || std::memcmp(got.data(), ref.data(), got.size() * 4) == 0;
+        std::vector<double> times;
+        for (int rep = 0; rep < 3; ++rep) {
+          for (int i = 0; i < 2; ++i) call(i, y);
+          Bench::Check(vb.Synchronize(), "decode product");
+          const auto start = std::chrono::steady_clock::now();
+          for (int i = 0; i < calls; ++i) call(i, y);
+          Bench::Check(vb.Synchronize(), "decode product");
+          times.push_back(Bench::Seconds(start) / calls);
+        }
+        std::sort(times.begin(), times.end());
+        std::snprintf(label, sizeof label, "decode product %s m=%ld n=%ld k=%ld %s%s", sh.what, m,
+                      sh.n, sh.k, variants[v].name, same ? "" : " (BITS DIFFER)");
+        Row(label, times[1], "GB/s", static_cast<double>(bytes));
+        if (!same) std::printf("bits differ from variant 0's\n");
+      }
+    }
+  }
+  // RMSNorm at decode sizes, back-to-back.
+  for (const int64_t rows : {int64_t{1}, int64_t{16}}) {
+    const int64_t dim = 4096;
+    float* w = bench.Buffer(dim, 44);
+    const int calls = 200;
+    for (int i = 0; i < 4; ++i) b.RmsNorm(x, rows, dim, w, 1e-6f, true, y);
+    bench.Sync();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) b.RmsNorm(x, rows, dim, w, 1e-6f, true, y);
+    bench.Sync();
+    std::snprintf(label, sizeof label, "rmsnorm %ld x 4096, back-to-back calls", rows);
+    Row(label, Bench::Seconds(start) / calls, "GB/s", 2.0 * 4.0 * rows * dim);
+  }
+  return 0;
+}
 
 int Main(bool quick) {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
@@ -223,6 +344,11 @@ int Main(bool quick) {
 }  // namespace cairn::infer
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, decode_products = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
+  }
+  if (decode_products) return cairn::infer::DecodeProducts();
   return cairn::infer::Main(quick);
 }

@@ -19,7 +19,9 @@
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
-//          [--grouped-moe=0|1]
+//          [--grouped-moe=0|1] [--mma-variants=N,N,...]
+// --mma-variants: each slot count's decode steps run once for each value of
+// HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
 // --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
 // NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`. --grouped-moe=0 runs the MoE
 // layers' routed experts through KernelBackend's default (routing to the host, an expert at a
@@ -76,6 +78,7 @@ struct Flags {
   int profile_slots = 0;  // 0: no profiler range.
   bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
+  std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -405,9 +408,10 @@ class ModelBench {
     constexpr int kMaxSlots = 16;
     const int warm = 2;
     // Each slot count runs its steps twice (fresh results, then reused ones).
-    const int64_t rows =
-        f_.decode_depth +
-        2 * static_cast<int64_t>(f_.decode_slots.size()) * (f_.decode_steps + warm) + 8;
+    const int64_t rows = f_.decode_depth +
+                         2 * static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size()) *
+                             (f_.decode_steps + warm) +
+                         8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
     if (!kv.ok()) Bench::Fail(kv.status().ToString());
@@ -449,65 +453,79 @@ class ModelBench {
     const double weights_other =
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
     for (const int64_t slot_count : f_.decode_slots) {
-      const int slots = static_cast<int>(slot_count);
-      std::vector<std::vector<int32_t>> next(slots);
-      // First each step's logits in fresh vectors (ForwardBatch, as before ForwardBatchInto),
-      // then in vectors kept between steps (ForwardBatchInto, as the scheduler's decode).
-      double fresh_seconds = 0;
-      double seconds = 0;
-      int64_t waits = 0;
-      std::vector<std::vector<float>> kept;
-      for (int reuse = 0; reuse < 2; ++reuse) {
-        double& total = reuse == 1 ? seconds : fresh_seconds;
-        for (int step = 0; step < warm + f_.decode_steps; ++step) {
-          std::vector<SequencePass> batch;
-          for (int s = 0; s < slots; ++s) {
-            next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
-            batch.push_back({(*kv)->slot(s), next[s]});
-          }
-          if (reuse == 1) ProfilerRange(slots, step == warm);
-          // Fresh results are freed after the step's time is taken (as before).
-          absl::StatusOr<std::vector<std::vector<float>>> fresh;
-          const int64_t waits_before = b_.host_waits();
-          const auto start = Clock::now();
-          if (reuse == 1) {
-            const absl::Status st = model_->ForwardBatchInto(batch, kept);
-            if (!st.ok()) Bench::Fail(st.ToString());
-          } else {
-            fresh = model_->ForwardBatch(batch);
-            if (!fresh.ok()) Bench::Fail(fresh.status().ToString());
-          }
-          if (step >= warm) {
-            total += Bench::Seconds(start);
-            if (reuse == 1) waits += b_.host_waits() - waits_before;
-          }
+      for (const int variant : f_.mma_variants) {
+        Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
+        DecodeSteps(
+            static_cast<int>(slot_count), **kv, weights_other,
+            f_.mma_variants.size() > 1 ? absl::StrFormat(" (mma variant %d)", variant) : "");
+      }
+    }
+  }
+
+  // Times --decode-steps steps of `slots` slots of `kv` (each slot's sequence one token
+  // deeper a step), first with fresh result vectors, then with kept ones, and prints them
+  // against the HBM bound; `suffix` ends the lines.
+  void DecodeSteps(int slots, SlotKvMemory& kv_memory, double weights_other,
+                   const std::string& suffix) {
+    const StateLayout& layout = model_->state_layout();
+    const int warm = 2;
+    std::vector<std::vector<int32_t>> next(slots);
+    // First each step's logits in fresh vectors (ForwardBatch, as before ForwardBatchInto),
+    // then in vectors kept between steps (ForwardBatchInto, as the scheduler's decode).
+    double fresh_seconds = 0;
+    double seconds = 0;
+    int64_t waits = 0;
+    std::vector<std::vector<float>> kept;
+    for (int reuse = 0; reuse < 2; ++reuse) {
+      double& total = reuse == 1 ? seconds : fresh_seconds;
+      for (int step = 0; step < warm + f_.decode_steps; ++step) {
+        std::vector<SequencePass> batch;
+        for (int s = 0; s < slots; ++s) {
+          next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
+          batch.push_back({kv_memory.slot(s), next[s]});
+        }
+        if (reuse == 1) ProfilerRange(slots, step == warm);
+        // Fresh results are freed after the step's time is taken (as before).
+        absl::StatusOr<std::vector<std::vector<float>>> fresh;
+        const int64_t waits_before = b_.host_waits();
+        const auto start = Clock::now();
+        if (reuse == 1) {
+          const absl::Status st = model_->ForwardBatchInto(batch, kept);
+          if (!st.ok()) Bench::Fail(st.ToString());
+        } else {
+          fresh = model_->ForwardBatch(batch);
+          if (!fresh.ok()) Bench::Fail(fresh.status().ToString());
+        }
+        if (step >= warm) {
+          total += Bench::Seconds(start);
+          if (reuse == 1) waits += b_.host_waits() - waits_before;
         }
       }
-      ProfilerRange(slots, false);
-      // Bytes one step must read: the weights (embeddings gathered, not read; of the routed
-      // experts, the share random routing of `slots` tokens touches), each slot's rows, and
-      // each slot's private state read and written.
-      double expert_share = 1.0;
-      if (o_.num_experts > 0) {
-        expert_share = 1.0 - std::pow(1.0 - static_cast<double>(o_.top_k) / o_.num_experts, slots);
-      }
-      const double bytes = weights_other + costs_.expert_bytes * expert_share +
-                           slots * (static_cast<double>(f_.decode_depth) * layout.row_bytes() +
-                                    2.0 * layout.private_bytes());
-      const double tokens_per_s = slots * f_.decode_steps / seconds;
-      const double bound = slots / (bytes / ceil_.hbm_bytes_per_s);
-      Print(absl::StrFormat(
-          "%s decode %2d slots at %ld tokens: %7.2f ms a step  %8.1f tokens/s  HBM bound %8.1f "
-          "tokens/s (%.2f GB a step) = %5.1f %%",
-          name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s,
-          bound, bytes / 1e9, 100.0 * tokens_per_s / bound));
-      const double fresh_tokens_per_s = slots * f_.decode_steps / fresh_seconds;
-      Print(absl::StrFormat(
-          "%s decode %2d slots, logits in fresh vectors each step (ForwardBatch): %7.2f ms a "
-          "step  %8.1f tokens/s = %5.1f %%; host waits a step (reused): %.1f",
-          name_.c_str(), slots, fresh_seconds / f_.decode_steps * 1e3, fresh_tokens_per_s,
-          100.0 * fresh_tokens_per_s / bound, static_cast<double>(waits) / f_.decode_steps));
     }
+    ProfilerRange(slots, false);
+    // Bytes one step must read: the weights (embeddings gathered, not read; of the routed
+    // experts, the share random routing of `slots` tokens touches), each slot's rows, and
+    // each slot's private state read and written.
+    double expert_share = 1.0;
+    if (o_.num_experts > 0) {
+      expert_share = 1.0 - std::pow(1.0 - static_cast<double>(o_.top_k) / o_.num_experts, slots);
+    }
+    const double bytes = weights_other + costs_.expert_bytes * expert_share +
+                         slots * (static_cast<double>(f_.decode_depth) * layout.row_bytes() +
+                                  2.0 * layout.private_bytes());
+    const double tokens_per_s = slots * f_.decode_steps / seconds;
+    const double bound = slots / (bytes / ceil_.hbm_bytes_per_s);
+    Print(absl::StrFormat(
+        "%s decode %2d slots at %ld tokens: %7.2f ms a step  %8.1f tokens/s  HBM bound %8.1f "
+        "tokens/s (%.2f GB a step) = %5.1f %%%s",
+        name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s, bound,
+        bytes / 1e9, 100.0 * tokens_per_s / bound, suffix));
+    const double fresh_tokens_per_s = slots * f_.decode_steps / fresh_seconds;
+    Print(absl::StrFormat(
+        "%s decode %2d slots, logits in fresh vectors each step (ForwardBatch): %7.2f ms a "
+        "step  %8.1f tokens/s = %5.1f %%; host waits a step (reused): %.1f%s",
+        name_.c_str(), slots, fresh_seconds / f_.decode_steps * 1e3, fresh_tokens_per_s,
+        100.0 * fresh_tokens_per_s / bound, static_cast<double>(waits) / f_.decode_steps, suffix));
   }
 
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
@@ -558,6 +576,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n <= 0 || n > 16) return false;
         f->decode_slots.push_back(n);
       }
+    } else if (key == "mma-variants") {
+      f->mma_variants.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 1) return false;
+        f->mma_variants.push_back(static_cast<int>(n));
+      }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
     } else if (key == "grouped-moe" && number && (n == 0 || n == 1)) {
@@ -595,7 +619,7 @@ int Main(int argc, char** argv) {
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
-                 "[--grouped-moe=0|1]\n");
+                 "[--grouped-moe=0|1] [--mma-variants=N,N,...]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
