@@ -363,7 +363,10 @@ void CpuKernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int
       if (table.layout == WeightLayout::kRowTiles) {
         int p = 0;
         int64_t row = ids[i];
-        while (row >= table.parts[p].rows) row -= table.parts[p++].rows;
+        while (row >= table.parts[p].rows) {
+          row -= table.parts[p++].rows;
+          CAIRN_CHECK(p < table.num_parts);  // ids[i] < table.rows(): the caller's check.
+        }
         cpu::WidenTileRows(isa_, table.type, table.parts[p].data, row, 1, table.cols,
                            out + i * table.cols);
       } else {

@@ -14,6 +14,7 @@
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/hip/mma_rows_device.h"
 
 namespace cairn::infer::hip {
 
@@ -202,109 +203,21 @@ __global__ void __launch_bounds__(kSortChunk)
 }
 
 // ---- The grouped product: MatMulRowsMma's kernel in tiles of 8 rows, a tile's rows being
-// one expert's picks. What follows up to MoeRowsMmaKernel repeats matmul_rows_mma.hip's device
-// code (same constants, same operations), so that the bits are that kernel's.
+// one expert's picks, over MatMulRowsMma's device code (mma_rows_device.h), so that the bits
+// are that kernel's.
 
 #if !defined(__HIP_PLATFORM_AMD__)
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTileCols = 16;
-constexpr int kStep = 32;
-constexpr int kUnroll = 4;
-constexpr int64_t kTargetWarps = 2048;
-constexpr int kMaxSegments = kWarps;
-constexpr int64_t kMinSegment = 256;
-
-__device__ inline const uint16_t* ColumnOf(const MoeExpertParts& w, int64_t col, int64_t k) {
-  int64_t start = 0;
-#pragma unroll
-  for (int p = 0; p < kMoeMaxParts; ++p) {
-    if (p < w.count && col < w.end[p]) return w.data[p] + (col - start) * k;
-    if (p < w.count) start = w.end[p];
-  }
-  return nullptr;
-}
-
-template <bool kVec>
-__device__ inline uint4 LoadWeights8(const uint16_t* p, int64_t i, int64_t k) {
-  if (p == nullptr || i >= k) return make_uint4(0, 0, 0, 0);
-  if constexpr (kVec) {
-    return *reinterpret_cast<const uint4*>(p + i);
-  } else {
-    uint32_t v[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t a = i + 2 * e < k ? p[i + 2 * e] : 0u;
-      const uint32_t b = i + 2 * e + 1 < k ? p[i + 2 * e + 1] : 0u;
-      v[e] = a | (b << 16);
-    }
-    return make_uint4(v[0], v[1], v[2], v[3]);
-  }
-}
-
-template <bool kVec>
-__device__ inline void LoadInputs8(const float* p, int64_t i, int64_t k, float out[8]) {
-  if (p == nullptr || i >= k) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = 0.0f;
-    return;
-  }
-  if constexpr (kVec) {
-    const float4 a = *reinterpret_cast<const float4*>(p + i);
-    const float4 b = *reinterpret_cast<const float4*>(p + i + 4);
-    out[0] = a.x;
-    out[1] = a.y;
-    out[2] = a.z;
-    out[3] = a.w;
-    out[4] = b.x;
-    out[5] = b.y;
-    out[6] = b.z;
-    out[7] = b.w;
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = i + e < k ? p[i + e] : 0.0f;
-  }
-}
-
-__device__ inline uint32_t PackBf16(float a, float b) {
-  uint32_t r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));
-#else
-  r = static_cast<uint32_t>(FloatToBf16(a)) | (static_cast<uint32_t>(FloatToBf16(b)) << 16);
-#endif
-  return r;
-}
-
-__device__ inline void SplitPieces(float v[8], uint32_t pieces[3][4]) {
-#pragma unroll
-  for (int p = 0; p < 3; ++p) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t r = PackBf16(v[2 * e], v[2 * e + 1]);
-      pieces[p][e] = r;
-      if (p < 2) {
-        v[2 * e] -= __uint_as_float(r << 16);
-        v[2 * e + 1] -= __uint_as_float(r & 0xffff0000u);
-      }
-    }
-  }
-}
-
-__device__ inline void StepProducts(const uint4& wa, const uint4& wb, const uint32_t pieces[3][4],
-                                    float sum[4]) {
-  float c0[4] = {}, c1[4] = {};
-  const uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y};
-  const uint32_t a1[4] = {wa.z, wb.z, wa.w, wb.w};
-#pragma unroll
-  for (int p = 2; p >= 0; --p) {
-    Mma(c0, a0, pieces[p][0], pieces[p][1]);
-    Mma(c1, a1, pieces[p][2], pieces[p][3]);
-  }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) sum[e] += c0[e] + c1[e];
-}
+using mma_rows::ColumnOf;
+using mma_rows::kStep;
+using mma_rows::kThreads;
+using mma_rows::kTileCols;
+using mma_rows::kUnroll;
+using mma_rows::kWarps;
+using mma_rows::LoadInputs8;
+using mma_rows::LoadWeights8;
+using mma_rows::SplitPieces;
+using mma_rows::StepProducts;
 
 // Grid: x = row tiles (up to max_tiles; blocks past *num_tiles exit), y = groups of
 // kWarps / segments column tiles of 16. A tile's row r is slot tile.start + r; its input is
@@ -469,13 +382,9 @@ hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, 
   if (max_tiles == 0 || n == 0) return hipSuccess;
   // MatMulRowsMma's segments: from n and k only.
   const int64_t col_tiles = CeilDiv(n, kTileCols);
-  const int64_t steps = CeilDiv(k, kStep);
-  int segments = 1;
-  while (segments < kMaxSegments && col_tiles * segments < kTargetWarps &&
-         steps * kStep / (2 * segments) >= kMinSegment) {
-    segments *= 2;
-  }
-  const int64_t segment = CeilDiv(steps, segments) * kStep;
+  const mma_rows::Segments cut = mma_rows::SegmentsFor(n, k);
+  const int segments = cut.count;
+  const int64_t segment = cut.length;
   const int64_t groups = CeilDiv(col_tiles, kWarps / segments);
   if (groups > 65535 || max_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const bool vec =

@@ -7,28 +7,15 @@
 
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/attention.h"
-#include "services/infer/kernels/row_tiles.h"
-#include "services/infer/kernels/scratch_arena.h"
 #include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/kernels/cpu_backend_test_util.h"
 
 namespace cairn::infer {
 namespace {
 
-std::vector<float> Random(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t x = seed * 2654435761u + 7;
-  for (float& f : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    f = lo + (hi - lo) * static_cast<float>(x >> 40) / 16777216.0f;
-  }
-  return v;
-}
-
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  float m = 0.0f;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using testing::CpuKernelBackendTest;
+using testing::MaxAbsDiff;
+using testing::Random;
 
 // Inputs of one gated delta rule call: 2 key heads, 6 value heads (r = 3), dk 8 and dv 12
 // unless given.
@@ -78,16 +65,6 @@ struct DeltaCase {
     b.GatedDeltaRule(a);
     return out;
   }
-};
-
-class CpuKernelBackendTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<CpuKernelBackend>> b = CpuKernelBackend::Create({.threads = 2});
-    ASSERT_TRUE(b.ok()) << b.status();
-    backend_ = *std::move(b);
-  }
-  std::unique_ptr<CpuKernelBackend> backend_;
 };
 
 TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrent) {
@@ -300,150 +277,6 @@ TEST(CpuKernelBackendCreateTest, NegativeThreadsAreInvalid) {
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST_F(CpuKernelBackendTest, MatMulRowsRowsDoNotDependOnTheirNeighbours) {
-  const int64_t k = 203, n = 130;  // Odd sizes: a remainder past the 16-lane loop.
-  const std::vector<float> x = Random(5 * k, 21);
-  const std::vector<float> w = Random(n * k, 22);
-  std::vector<float> all(5 * n), one(n), gemm(5 * n);
-
-  backend_->MatMulRows(x.data(), 5, k, k, w.data(), n, all.data(), n, false);
-  backend_->MatMulTransposed(x.data(), 5, k, k, w.data(), n, gemm.data(), n, false);
-
-  for (int64_t r = 0; r < 5; ++r) {
-    backend_->MatMulRows(x.data() + r * k, 1, k, k, w.data(), n, one.data(), n, false);
-    EXPECT_EQ(std::memcmp(one.data(), all.data() + r * n, n * sizeof(float)), 0) << "row " << r;
-  }
-  for (size_t i = 0; i < all.size(); ++i) EXPECT_NEAR(all[i], gemm[i], 1e-4f) << i;
-}
-
-// bf16 bits of `v` (truncated: any bf16 value will do) and their exact fp32 values.
-std::vector<uint16_t> ToBf16(std::vector<float>& v) {
-  std::vector<uint16_t> out;
-  for (float& f : v) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    out.push_back(static_cast<uint16_t>(bits >> 16));
-    bits &= 0xffff0000u;
-    std::memcpy(&f, &bits, 4);
-  }
-  return out;
-}
-
-// A bf16 matrix of n rows split into three parts at `cut0` and `cut1`.
-WeightMatrix ThreeParts(const std::vector<uint16_t>& w, int64_t k, int64_t cut0, int64_t cut1,
-                        int64_t n) {
-  WeightMatrix m;
-  m.type = WeightType::kBF16;
-  m.cols = k;
-  m.parts[0] = {w.data(), cut0};
-  m.parts[1] = {w.data() + cut0 * k, cut1 - cut0};
-  m.parts[2] = {w.data() + cut1 * k, n - cut1};
-  m.num_parts = 3;
-  return m;
-}
-
-TEST_F(CpuKernelBackendTest, TypedRowProductIsTheFp32OneOnTheWidenedWeights) {
-  const int64_t k = 203, n = 150, m = 5;
-  const std::vector<float> x = Random(m * k, 31);
-  std::vector<float> wide = Random(n * k, 32);
-  const std::vector<uint16_t> narrow = ToBf16(wide);
-  std::vector<float> typed(m * n, 1.0f), fp32(m * n, 1.0f);
-
-  backend_->MatMulRowsTyped(x.data(), m, k, ThreeParts(narrow, k, 64, 70, n), typed.data(), n,
-                            true);
-  backend_->MatMulRows(x.data(), m, k, k, wide.data(), n, fp32.data(), n, true);
-
-  EXPECT_EQ(std::memcmp(typed.data(), fp32.data(), typed.size() * sizeof(float)), 0);
-}
-
-TEST_F(CpuKernelBackendTest, TypedGemmMatchesTheFp32GemmOnTheWidenedWeights) {
-  const int64_t k = 96, n = 70;
-  for (int64_t m : {3, 40}) {  // The row kernel below kGemmMinRows rows, the GEMM above.
-    const std::vector<float> x = Random(m * k, 41);
-    std::vector<float> wide = Random(n * k, 42);
-    const std::vector<uint16_t> narrow = ToBf16(wide);
-    std::vector<float> typed(m * n, 1.0f), fp32(m * n, 1.0f);
-
-    backend_->MatMulTransposedTyped(x.data(), m, k, ThreeParts(narrow, k, 10, 33, n), typed.data(),
-                                    n, true);
-    backend_->MatMulTransposed(x.data(), m, k, k, wide.data(), n, fp32.data(), n, true);
-
-    EXPECT_LT(MaxAbsDiff(typed, fp32), 1e-4f) << "m " << m;
-  }
-}
-
-TEST_F(CpuKernelBackendTest, TypedGatherWidensRows) {
-  std::vector<float> wide = Random(3 * 20, 51);
-  const std::vector<uint16_t> narrow = ToBf16(wide);
-  const int32_t ids[] = {2, 0};
-  std::vector<float> rows(2 * 20);
-
-  backend_->EmbeddingGatherTyped(WeightMatrix::Of(narrow.data(), WeightType::kBF16, 3, 20), ids, 2,
-                                 rows.data());
-
-  EXPECT_EQ(std::vector<float>(rows.begin(), rows.begin() + 20),
-            std::vector<float>(wide.begin() + 40, wide.end()));
-  EXPECT_EQ(std::vector<float>(rows.begin() + 20, rows.end()),
-            std::vector<float>(wide.begin(), wide.begin() + 20));
-}
-
-// `w` (bf16, row-major parts) with every part packed into row tiles, in `storage`.
-WeightMatrix PackedTiles(const WeightMatrix& w, std::vector<std::vector<char>>& storage) {
-  WeightMatrix out = w;
-  out.layout = WeightLayout::kRowTiles;
-  for (int i = 0; i < w.num_parts; ++i) {
-    storage.emplace_back(static_cast<size_t>(RowTileElements(w.parts[i].rows, w.cols) * 2));
-    PackRowTiles(w.type, w.parts[i].data, w.parts[i].rows, w.cols, storage.back().data());
-    out.parts[i].data = storage.back().data();
-  }
-  return out;
-}
-
-TEST_F(CpuKernelBackendTest, RowTileMatricesGiveTheRowMajorBits) {
-  // Parts of 1, 63 and 86 rows: tiles cut short at a part's end and blocks that end inside a
-  // part. The row kernel up to kGemmMinRows input rows, the GEMM above.
-  const int64_t k = 203, n = 150;
-  std::vector<float> wide = Random(n * k, 61);
-  const std::vector<uint16_t> narrow = ToBf16(wide);
-  const WeightMatrix rows = ThreeParts(narrow, k, 1, 64, n);
-  std::vector<std::vector<char>> storage;
-  const WeightMatrix tiles = PackedTiles(rows, storage);
-  for (int64_t m : {1, 4, 5, 16, 40}) {
-    const std::vector<float> x = Random(m * k, 62 + m);
-    std::vector<float> a(m * n, 1.0f), b(m * n, 1.0f), c(m * n, 1.0f), d(m * n, 1.0f);
-    backend_->MatMulRowsTyped(x.data(), m, k, rows, a.data(), n, true);
-    backend_->MatMulRowsTyped(x.data(), m, k, tiles, b.data(), n, true);
-    backend_->MatMulTransposedTyped(x.data(), m, k, rows, c.data(), n, true);
-    backend_->MatMulTransposedTyped(x.data(), m, k, tiles, d.data(), n, true);
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "m " << m;
-    EXPECT_EQ(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)), 0) << "m " << m;
-  }
-  const int32_t ids[] = {0, 1, 63, 64, 149, 2};
-  std::vector<float> from_rows(6 * k), from_tiles(6 * k);
-  backend_->EmbeddingGatherTyped(rows, ids, 6, from_rows.data());
-  backend_->EmbeddingGatherTyped(tiles, ids, 6, from_tiles.data());
-  EXPECT_EQ(from_rows, from_tiles);
-}
-
-TEST(CpuKernelBackendCreateTest, RowTilesAreAskedForNarrowTypedWeightsOnly) {
-  CpuKernelBackendOptions options;
-  options.threads = 1;
-  auto on = CpuKernelBackend::Create(options);
-  ASSERT_TRUE(on.ok());
-  EXPECT_TRUE((*on)->TakesRowTiles(WeightType::kBF16));
-  EXPECT_TRUE((*on)->TakesRowTiles(WeightType::kF16));
-  EXPECT_FALSE((*on)->TakesRowTiles(WeightType::kF32));
-  options.row_tiles = false;
-  auto off = CpuKernelBackend::Create(options);
-  ASSERT_TRUE(off.ok());
-  EXPECT_FALSE((*off)->TakesRowTiles(WeightType::kBF16));
-  options.row_tiles = true;
-  options.typed_weights = false;
-  auto untyped = CpuKernelBackend::Create(options);
-  ASSERT_TRUE(untyped.ok());
-  EXPECT_FALSE((*untyped)->TakesRowTiles(WeightType::kBF16));
-}
-
 TEST(CpuKernelBackendCreateTest, IsaIsCheckedByName) {
   EXPECT_THAT(CpuKernelBackend::Create({.isa = "sse9"}).status(),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
@@ -524,71 +357,6 @@ TEST_F(CpuKernelBackendTest, MoeRouteBreaksTiesTowardsTheLowerExpert) {
 // the row product over the token's row alone. With the row-invariant product the two agree bit
 // for bit, whatever the other tokens (one token, tokens whose experts collide, many tokens per
 // expert).
-TEST_F(CpuKernelBackendTest, MoeExpertsIsEachTokensPicksInAscendingExpertOrder) {
-  struct Shape {
-    int64_t tokens, hidden, width;
-    int experts, top_k;
-    float hot;  // Added to experts 1 and 5's logits: every token picks them.
-  };
-  for (const Shape& s :
-       {Shape{1, 24, 8, 6, 3, 0.0f}, Shape{9, 16, 12, 8, 4, 8.0f}, Shape{70, 16, 8, 4, 2, 0.0f}}) {
-    SCOPED_TRACE(s.tokens);
-    const std::vector<float> x = Random(s.tokens * s.hidden, 71);
-    std::vector<float> logits = Random(s.tokens * s.experts, 72, -3.0f, 3.0f);
-    for (int64_t t = 0; t < s.tokens; ++t) {
-      logits[t * s.experts + 1] += s.hot;
-      logits[t * s.experts + 5 % s.experts] += s.hot;
-    }
-    const std::vector<float> gate_up = Random(s.experts * 2 * s.width * s.hidden, 73);
-    const std::vector<float> down = Random(s.experts * s.hidden * s.width, 74);
-    std::vector<WeightMatrix> gu, dn;
-    for (int e = 0; e < s.experts; ++e) {
-      gu.push_back(WeightMatrix::Of(gate_up.data() + e * 2 * s.width * s.hidden, WeightType::kF32,
-                                    2 * s.width, s.hidden));
-      dn.push_back(WeightMatrix::Of(down.data() + e * s.hidden * s.width, WeightType::kF32,
-                                    s.hidden, s.width));
-    }
-    const std::vector<float> out0 = Random(s.tokens * s.hidden, 75);
-    std::vector<float> got = out0;
-    MoeExpertsArgs a;
-    a.x = x.data();
-    a.logits = logits.data();
-    a.out = got.data();
-    a.tokens = s.tokens;
-    a.hidden = s.hidden;
-    a.width = s.width;
-    a.experts = s.experts;
-    a.top_k = s.top_k;
-    a.renormalise = true;
-    a.gate_up = gu.data();
-    a.down = dn.data();
-    a.row_invariant = true;
-    ScratchArena scratch(backend_->memory());
-
-    CAIRN_ASSERT_OK(backend_->MoeExperts(a, scratch));
-
-    std::vector<float> want = out0;
-    std::vector<int32_t> ids(s.top_k);
-    std::vector<float> w(s.top_k), g(2 * s.width), act(s.width), y(s.hidden);
-    for (int64_t t = 0; t < s.tokens; ++t) {
-      backend_->MoeRoute(logits.data() + t * s.experts, 1, s.experts, s.top_k, true, ids.data(),
-                         w.data());
-      std::vector<int> order(s.top_k);
-      for (int j = 0; j < s.top_k; ++j) order[j] = j;
-      std::sort(order.begin(), order.end(), [&](int i, int j) { return ids[i] < ids[j]; });
-      for (int j : order) {
-        backend_->MatMulRowsTyped(x.data() + t * s.hidden, 1, s.hidden, gu[ids[j]], g.data(),
-                                  2 * s.width, false);
-        backend_->SiluMul(g.data(), 2 * s.width, g.data() + s.width, 2 * s.width, 1, s.width,
-                          act.data());
-        backend_->MatMulRowsTyped(act.data(), 1, s.width, dn[ids[j]], y.data(), s.hidden, false);
-        for (int64_t c = 0; c < s.hidden; ++c) want[t * s.hidden + c] += w[j] * y[c];
-      }
-    }
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
-  }
-}
-
 // The blocked path's vectorised softmax (its own exp) against the row-invariant path's std::exp,
 // over rows of up to 300 keys whose scores span about 60 (down to exp(-60) weights).
 TEST_F(CpuKernelBackendTest, BlockedSoftmaxMatchesTheRowInvariantOneOverManyKeys) {

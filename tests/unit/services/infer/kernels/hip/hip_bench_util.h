@@ -19,7 +19,7 @@
 #include "services/infer/kernels/hip/gpu_blas.h"
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
-#include "tests/unit/services/infer/kernels/hip/random_floats.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
 
 namespace cairn::infer {
 

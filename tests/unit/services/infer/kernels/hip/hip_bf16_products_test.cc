@@ -17,7 +17,7 @@
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/kernels/hip/hip_kernel_test_fixture.h"
-#include "tests/unit/services/infer/kernels/hip/random_floats.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
 
 namespace cairn::infer {
 namespace {

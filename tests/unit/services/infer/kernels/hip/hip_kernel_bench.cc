@@ -24,7 +24,7 @@
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
 #include "tests/unit/services/infer/kernels/hip/hip_bench_util.h"
-#include "tests/unit/services/infer/kernels/hip/random_floats.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
 
 namespace cairn::infer {
 namespace {

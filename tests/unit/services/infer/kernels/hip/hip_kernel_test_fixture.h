@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
-#include "tests/unit/services/infer/kernels/hip/random_floats.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
 
 namespace cairn::infer::testing {
 

@@ -1,0 +1,178 @@
+// HipKernelBackend's memory (allocation, uploads and downloads, copies split at the host
+// arena's registration boundaries, host registration, stream synchronisation) and
+// HipDeviceMemory, the DeviceMemory over it.
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
+#include "services/infer/kernels/hip/hip_errors.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+
+namespace cairn::infer {
+
+using hip::HipError;
+using hip::Invalid;
+
+absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
+  if (bytes < 0) return Invalid("allocate", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return nullptr;
+  hipError_t e = hipSetDevice(options_.device);
+  if (e != hipSuccess) return HipError(e, "selecting the device");
+  void* p = nullptr;
+  e = hipMalloc(&p, static_cast<size_t>(bytes));
+  if (e != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // An allocation failure is not sticky.
+    return HipError(e, absl::StrCat("allocating ", bytes, " bytes"));
+  }
+  // Zeroed on the compute stream and waited for: the buffer is ready for any stream after.
+  e = hipMemsetAsync(p, 0, static_cast<size_t>(bytes), compute_);
+  ++host_waits_;
+  if (e == hipSuccess) e = hipStreamSynchronize(compute_);
+  if (e != hipSuccess) {
+    static_cast<void>(hipFree(p));
+    return HipError(e, absl::StrCat("zeroing ", bytes, " bytes"));
+  }
+  return p;
+}
+
+absl::StatusOr<void*> HipDeviceMemory::Allocate(int64_t bytes) {
+  return backend_->AllocateDevice(bytes);
+}
+
+void HipDeviceMemory::Free(void* device) {
+  // A failing free leaves nothing to recover; the backend's next call reports the device error.
+  if (device == nullptr) return;
+  ++backend_->host_waits_;
+  static_cast<void>(hipFree(device));
+}
+
+absl::Status HipDeviceMemory::Upload(void* device_dst, const void* host_src, int64_t bytes) {
+  return backend_->Upload(device_dst, host_src, bytes);
+}
+
+absl::Status HipDeviceMemory::Download(void* host_dst, const void* device_src, int64_t bytes) {
+  return backend_->Download(host_dst, device_src, bytes);
+}
+
+absl::Status HipDeviceMemory::Copy(void* device_dst, const void* device_src, int64_t bytes) {
+  RETURN_IF_ERROR(backend_->CopySplit(device_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToDevice,
+                                      HipStream::kCompute));
+  return backend_->Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipDeviceMemory::RegisterHost(void* host, int64_t bytes) {
+  return backend_->RegisterHost(host, bytes);
+}
+
+absl::Status HipDeviceMemory::UnregisterHost(void* host) { return backend_->UnregisterHost(host); }
+
+absl::Status HipDeviceMemory::Zero(void* device_dst, int64_t bytes) {
+  RETURN_IF_ERROR(backend_->error_);
+  if (bytes < 0) return Invalid("zero", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return absl::OkStatus();
+  if (!backend_->Enter()) return backend_->error_;
+  backend_->Check(hipMemsetAsync(device_dst, 0, static_cast<size_t>(bytes), backend_->compute_),
+                  "zeroing device memory");
+  return backend_->Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::Upload(void* device_dst, const void* host_src, int64_t bytes) {
+  RETURN_IF_ERROR(
+      CopySplit(device_dst, host_src, bytes, 0, {}, hipMemcpyHostToDevice, HipStream::kCompute));
+  return Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::Download(void* host_dst, const void* device_src, int64_t bytes) {
+  RETURN_IF_ERROR(
+      CopySplit(host_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToHost, HipStream::kCompute));
+  return Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,
+                                            absl::Span<const uintptr_t> pin_boundaries,
+                                            HipStream stream) {
+  return CopySplit(device_dst, host_src, bytes, reinterpret_cast<uintptr_t>(host_src),
+                   pin_boundaries, hipMemcpyHostToDevice, stream);
+}
+
+absl::Status HipKernelBackend::CopyToHost(void* host_dst, const void* device_src, int64_t bytes,
+                                          absl::Span<const uintptr_t> pin_boundaries,
+                                          HipStream stream) {
+  return CopySplit(host_dst, device_src, bytes, reinterpret_cast<uintptr_t>(host_dst),
+                   pin_boundaries, hipMemcpyDeviceToHost, stream);
+}
+
+std::vector<std::pair<int64_t, int64_t>> HipKernelBackend::SplitAtBoundaries(
+    uintptr_t host, int64_t bytes, absl::Span<const uintptr_t> boundaries) {
+  std::vector<uintptr_t> cuts;
+  for (uintptr_t b : boundaries) {
+    if (b > host && b < host + static_cast<uintptr_t>(bytes)) cuts.push_back(b);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  int64_t start = 0;
+  for (uintptr_t c : cuts) {
+    const int64_t end = static_cast<int64_t>(c - host);
+    pieces.emplace_back(start, end - start);
+    start = end;
+  }
+  if (bytes > start) pieces.emplace_back(start, bytes - start);
+  return pieces;
+}
+
+absl::Status HipKernelBackend::CopySplit(void* dst, const void* src, int64_t bytes, uintptr_t host,
+                                         absl::Span<const uintptr_t> pin_boundaries,
+                                         hipMemcpyKind kind, HipStream stream) {
+  RETURN_IF_ERROR(error_);
+  if (bytes < 0) return Invalid("copy", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return absl::OkStatus();
+  hipError_t e = hipSetDevice(options_.device);
+  if (e != hipSuccess) return HipError(e, "selecting the device");
+  for (const auto& [offset, length] : SplitAtBoundaries(host, bytes, pin_boundaries)) {
+    e = hipMemcpyAsync(static_cast<char*>(dst) + offset, static_cast<const char*>(src) + offset,
+                       static_cast<size_t>(length), kind, StreamOf(stream));
+    if (e != hipSuccess) {
+      const absl::Status s =
+          HipError(e, absl::StrCat("copying ", length, " bytes at offset ", offset));
+      Keep(s);
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::RegisterHost(void* host, int64_t bytes) {
+  if (bytes <= 0) return Invalid("register host", absl::StrCat("size ", bytes));
+  hipError_t e = hipSetDevice(options_.device);
+  if (e == hipSuccess)
+    e = hipHostRegister(host, static_cast<size_t>(bytes), hipHostRegisterDefault);
+  if (e != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // A refused registration is not sticky.
+    return HipError(e, absl::StrCat("registering ", bytes, " bytes of host memory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::UnregisterHost(void* host) {
+  const hipError_t e = hipHostUnregister(host);
+  if (e != hipSuccess) {
+    static_cast<void>(hipGetLastError());
+    return HipError(e, "unregistering host memory");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::Synchronize(HipStream stream) {
+  if (!error_.ok()) return error_;
+  if (!Check(hipSetDevice(options_.device), "selecting the device")) return error_;
+  ++host_waits_;
+  Check(hipStreamSynchronize(StreamOf(stream)), "synchronizing");
+  return error_;
+}
+
+}  // namespace cairn::infer
