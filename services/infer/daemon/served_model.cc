@@ -24,8 +24,11 @@ namespace {
 // CPU v4: decode passes of fewer than 32 rows take the short attention path (the row kernel
 // over a key/value head's query heads instead of sgemm on one row; docs/cpu-backend.md, sixth
 // round), which changes their bits; the pass-invariant arithmetic is unchanged.
-constexpr char kCpuNumericsClass[] = "cpu-f32-v4";
-constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v2";
+// CPU v5 / pass-invariant v3: the gated delta rule (both forms) flushes subnormal values to zero
+// (docs/cpu-backend.md, ninth round), which changes the bits of heads whose state decays below
+// 2^-126.
+constexpr char kCpuNumericsClass[] = "cpu-f32-v5";
+constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v3";
 // The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16
 // inputs (v2; v1 widened the weights and ran everything in fp32); v3: its decode products run on
 // the matrix units with each fp32 input split into three bf16 pieces (hip::MatMulRowsMma), in

@@ -18,7 +18,7 @@ inline __attribute__((always_inline)) void DotStep(const float* a, int64_t lda, 
   F32x16 bv[V];
 #pragma GCC unroll 8
   for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + x * ldb + 16 * v, sizeof(F32x16));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
     const float av = a[r * lda + x];
 #pragma GCC unroll 8
@@ -36,7 +36,7 @@ inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t l
   // Fully unrolled, so that the accumulators stay in registers (at -O2 GCC keeps a loop over
   // them, with every accumulator in memory).
   F32x16 acc[RB][V];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
@@ -48,30 +48,38 @@ inline __attribute__((always_inline)) void MatAccBlock(const float* a, int64_t l
     }
   }
   for (int x = 0; x < inner; ++x) DotStep<V, RB>(a, lda, b, ldb, x, acc);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < RB; ++r) {
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) std::memcpy(o + r * ldo + 16 * v, &acc[r][v], sizeof(F32x16));
   }
 }
 
+// Rows of a MatAcc block: with 64 columns (four vectors) each, 24 accumulators and the four
+// vectors of b's row stay in registers, and each b row loaded serves six rows of a.
+constexpr int kMatAccRows = 6;
+
 // o[r][:cols] (+)= sum over x < inner, in order, of a[r][x] * b[x][:cols] for r < rows: with
-// `zero` the sums start from zero, else from o (Axpy after Axpy). Blocked where cols is
-// 64 or 128, the same arithmetic otherwise.
+// `zero` the sums start from zero, else from o (Axpy after Axpy). Where cols is a multiple of
+// 64, blocked by 64 columns (b's slice of them, inner x 256 bytes, stays in L1 while the row
+// blocks pass) and kMatAccRows rows; the same arithmetic otherwise.
 inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, int rows,
                                                   const float* b, int64_t ldb, int inner, int cols,
                                                   float* o, int64_t ldo, bool zero) {
-  int r = 0;
-  if (cols == 64) {
-    for (; r + 4 <= rows; r += 4) {
-      MatAccBlock<4, 4>(a + r * lda, lda, b, ldb, inner, o + r * ldo, ldo, zero);
+  if (cols % 64 == 0) {
+    for (int j = 0; j < cols; j += 64) {
+      int r = 0;
+      for (; r + kMatAccRows <= rows; r += kMatAccRows) {
+        MatAccBlock<4, kMatAccRows>(a + r * lda, lda, b + j, ldb, inner, o + r * ldo + j, ldo,
+                                    zero);
+      }
+      for (; r < rows; ++r) {
+        MatAccBlock<4, 1>(a + r * lda, lda, b + j, ldb, inner, o + r * ldo + j, ldo, zero);
+      }
     }
-  } else if (cols == 128) {
-    for (; r + 2 <= rows; r += 2) {
-      MatAccBlock<8, 2>(a + r * lda, lda, b, ldb, inner, o + r * ldo, ldo, zero);
-    }
+    return;
   }
-  for (; r < rows; ++r) {
+  for (int r = 0; r < rows; ++r) {
     float* orow = o + r * ldo;
     if (zero) std::fill(orow, orow + cols, 0.0f);
     for (int x = 0; x < inner; ++x) Axpy(a[r * lda + x], b + x * ldb, orow, cols);
@@ -246,12 +254,26 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       u(static_cast<size_t>(c) * dv), w(static_cast<size_t>(c) * dk),
       vnew(static_cast<size_t>(c) * dv), tmp(static_cast<size_t>(c) * dv),
       p(static_cast<size_t>(c) * c), kt(static_cast<size_t>(dk) * c),
-      keys(static_cast<size_t>(dk) * c), f(c);
+      keys(static_cast<size_t>(dk) * c), f(c), qc(static_cast<size_t>(c) * dk),
+      kc(static_cast<size_t>(c) * dk), vc(static_cast<size_t>(c) * dv),
+      oc(static_cast<size_t>(c) * dv);
   for (int64_t c0 = 0; c0 < a.tokens; c0 += c) {
     const int len = static_cast<int>(std::min<int64_t>(c, a.tokens - c0));
-    auto q_row = [&](int i) { return a.q + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
-    auto k_row = [&](int i) { return a.k + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk; };
-    auto v_row = [&](int i) { return a.v + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv; };
+    // The chunk's q, k and v rows of this head, copied into contiguous rows first: in the
+    // call's layout consecutive tokens of one head lie (heads x d) floats apart, often a
+    // multiple of 4 KiB, so the loops below, which walk a column across the chunk's rows,
+    // would keep evicting their own lines (64 rows in one cache set). Copies change no bits.
+    for (int i = 0; i < len; ++i) {
+      std::memcpy(qc.data() + static_cast<size_t>(i) * dk,
+                  a.q + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk, sizeof(float) * dk);
+      std::memcpy(kc.data() + static_cast<size_t>(i) * dk,
+                  a.k + (c0 + i) * qk_ld + static_cast<int64_t>(kh) * dk, sizeof(float) * dk);
+      std::memcpy(vc.data() + static_cast<size_t>(i) * dv,
+                  a.v + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv, sizeof(float) * dv);
+    }
+    auto q_row = [&](int i) { return qc.data() + static_cast<size_t>(i) * dk; };
+    auto k_row = [&](int i) { return kc.data() + static_cast<size_t>(i) * dk; };
+    auto v_row = [&](int i) { return vc.data() + static_cast<size_t>(i) * dv; };
     auto beta = [&](int i) { return a.beta[(c0 + i) * a.v_heads + h]; };
     float acc = 0.0f;
     for (int i = 0; i < len; ++i) {
@@ -272,7 +294,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     for (int i = 0; i < len; ++i) {
       for (int j = 0; j <= i; ++j) decay[i * c + j] = std::exp(cum[i] - cum[j]);
     }
-    DotProducts(k_row(0), qk_ld, len, keys.data(), c, dk, c, kk.data(), c);
+    DotProducts(k_row(0), dk, len, keys.data(), c, dk, c, kk.data(), c);
     for (int i = 0; i < len; ++i) {
       float* row = kk.data() + static_cast<size_t>(i) * c;
       ScaleTo(beta(i), row, row, i + 1);
@@ -319,15 +341,16 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     }
     // o_i = exp(G_i) q_i S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j, the second sum in
     // blocks of rows over the j every row of the block has, then each row's own last j.
-    float* o0 = a.out + c0 * v_ld + static_cast<int64_t>(h) * dv;
-    MatAcc(q_row(0), qk_ld, len, s, dv, dk, dv, o0, v_ld, /*zero=*/true);
+    float* o0 = oc.data();
+    const int64_t o_ld = dv;
+    MatAcc(q_row(0), dk, len, s, dv, dk, dv, o0, o_ld, /*zero=*/true);
     for (int i = 0; i < len; ++i) {
-      float* oi = o0 + i * v_ld;
+      float* oi = o0 + i * o_ld;
       const float e = std::exp(cum[i]);
       Scale(e, oi, dv);
     }
     // p[i][j] = (q_i . k_j) decay[i][j], j <= i, with Q K^T as a blocked product.
-    DotProducts(q_row(0), qk_ld, len, keys.data(), c, dk, c, p.data(), c);
+    DotProducts(q_row(0), dk, len, keys.data(), c, dk, c, p.data(), c);
     for (int i = 0; i < len; ++i) {
       float* row = p.data() + static_cast<size_t>(i) * c;
       Lanewise<false>(row, decay.data() + static_cast<size_t>(i) * c, row, i + 1);
@@ -336,12 +359,16 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     for (int i0 = 0; i0 < len; i0 += block) {
       const int rows = std::min(block, len - i0);
       MatAcc(p.data() + static_cast<size_t>(i0) * c, c, rows, vnew.data(), dv, i0 + 1, dv,
-             o0 + i0 * v_ld, v_ld, /*zero=*/false);
+             o0 + i0 * o_ld, o_ld, /*zero=*/false);
       for (int i = i0 + 1; i < i0 + rows; ++i) {
         for (int j = i0 + 1; j <= i; ++j) {
-          Axpy(p[i * c + j], vnew.data() + static_cast<size_t>(j) * dv, o0 + i * v_ld, dv);
+          Axpy(p[i * c + j], vnew.data() + static_cast<size_t>(j) * dv, o0 + i * o_ld, dv);
         }
       }
+    }
+    for (int i = 0; i < len; ++i) {
+      std::memcpy(a.out + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv, o0 + i * o_ld,
+                  sizeof(float) * dv);
     }
     // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i, as S += K'^T V_new with
     // K'[i][x] = exp(G_last - G_i) k_i[x].
@@ -360,6 +387,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
 }  // namespace
 
 void GatedDeltaHead(const GatedDeltaArgs& a, int h, float* state) {
+  const FlushSubnormalsScope flush;
   if (a.chunk > 0) {
     ChunkedHead(a, h, state);
   } else {

@@ -1,5 +1,7 @@
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 
+#include <xmmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -93,6 +95,34 @@ TEST_F(CpuKernelBackendTest, ChunkedDeltaRuleMatchesRecurrentOnWideHeads) {
     EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f) << "d " << d;
     EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f) << "d " << d;
     EXPECT_GT(MaxAbsDiff(s_rec, c.state), 1e-2f) << "d " << d;
+  }
+}
+
+// A head that forgets fast (log-decays of -4 to -1 a token) drives the chunked form's decays
+// and products below 2^-126. The delta rule flushes such values to zero (they cost an assist
+// per operand on Intel cores): no subnormal reaches the outputs or the state, both forms still
+// agree, and the caller's floating-point mode is what it was.
+TEST_F(CpuKernelBackendTest, DeltaRuleFlushesSubnormalsAndKeepsTheCallersMode) {
+  for (int d : {8, 64, 128}) {
+    DeltaCase c(150, d, d);
+    c.g = Random(c.tokens * DeltaCase::kVHeads, 4, -4.0f, -1.0f);
+    std::vector<float> s_rec = c.state;
+    std::vector<float> s_chunk = c.state;
+    const unsigned int mode = _mm_getcsr();
+
+    const std::vector<float> rec = c.Run(*backend_, s_rec, 0, 0, c.tokens);
+    const std::vector<float> chunked = c.Run(*backend_, s_chunk, 64, 0, c.tokens);
+
+    EXPECT_EQ(_mm_getcsr(), mode);
+    EXPECT_LT(MaxAbsDiff(rec, chunked), 1e-4f) << "d " << d;
+    EXPECT_LT(MaxAbsDiff(s_rec, s_chunk), 1e-4f) << "d " << d;
+    const std::vector<float>* const results[] = {&rec, &chunked, &s_rec, &s_chunk};
+    for (const std::vector<float>* values : results) {
+      EXPECT_EQ(std::count_if(values->begin(), values->end(),
+                              [](float x) { return std::fpclassify(x) == FP_SUBNORMAL; }),
+                0)
+          << "d " << d;
+    }
   }
 }
 
