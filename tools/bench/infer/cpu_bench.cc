@@ -222,6 +222,15 @@ Sbgemm FindSbgemm() {
   return s;
 }
 
+// ", row tiles (prefetch ...)" for the model line, or nothing without row tiles.
+std::string RowTilesNote(const infer::CpuKernelBackend& backend) {
+  if (!backend.TakesRowTiles(infer::WeightType::kBF16)) return "";
+  const int64_t bytes = backend.tile_prefetch_min_input_bytes();
+  if (bytes == infer::cpu::kTilePrefetchNever) return ", row tiles, no prefetch";
+  if (bytes == infer::cpu::kTilePrefetchAlways) return ", row tiles, prefetch always";
+  return absl::StrFormat(", row tiles, prefetch from %d-byte input rows", bytes);
+}
+
 // Inputs of one timed product y[m, n] = x[m, k] . b (b is [n, k] when transposed, else [k, n]).
 struct ProductInputs {
   std::vector<float> x, b, y;
@@ -466,6 +475,10 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("row-tiles", &row_tiles,
             "pack bf16 / f16 matrices into row tiles at load time (false: read them row-major "
             "where the checkpoint maps them)");
+  std::string tile_prefetch = infer::CpuKernelBackendOptions().tile_prefetch;
+  flags.Add("tile-prefetch", &tile_prefetch,
+            "when the row kernel asks for row-tile weights ahead: auto, always, never, or the "
+            "input rows' size in bytes from which on");
   flags.Add("slots", &slots, "slots of the batched decode measurement");
   flags.Add("decode-steps", &decode_steps, "decode steps per measurement (1 slot and N slots)");
   flags.Add("decode-rounds", &decode_rounds, "rounds the decode steps are split into");
@@ -504,6 +517,7 @@ absl::Status Run(int argc, char** argv) {
   backend_options.threads = threads;
   backend_options.spin_us = spin_us;
   backend_options.row_tiles = row_tiles;
+  backend_options.tile_prefetch = tile_prefetch;
   backend_options.profile = true;
   ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
                    infer::CpuKernelBackend::Create(backend_options));
@@ -527,8 +541,7 @@ absl::Status Run(int argc, char** argv) {
       "(isa %s%s); loaded in %.2f s\n",
       model->info().architecture, model->info().num_parameters / 1e6,
       model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(),
-      infer::cpu::IsaName(backend->isa()),
-      backend->TakesRowTiles(infer::WeightType::kBF16) ? ", row tiles" : "", load_s);
+      infer::cpu::IsaName(backend->isa()), RowTilesNote(*backend), load_s);
 
   // Decode: rounds of (read bandwidth, `steps` steps of 1 slot, `steps` steps of N slots), so
   // that on a shared machine all three see the same load; the medians over the rounds count.

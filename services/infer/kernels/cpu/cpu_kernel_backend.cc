@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/check.h"
 #include "services/infer/kernels/cpu/attention.h"
@@ -227,21 +228,34 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
           absl::StrCat("this processor lacks the cpu backend isa ", options.isa));
     }
   }
+  int64_t tile_prefetch = cpu::DefaultTilePrefetchMinInputBytes();
+  if (options.tile_prefetch == "always") {
+    tile_prefetch = cpu::kTilePrefetchAlways;
+  } else if (options.tile_prefetch == "never") {
+    tile_prefetch = cpu::kTilePrefetchNever;
+  } else if (options.tile_prefetch != "auto" &&
+             (!absl::SimpleAtoi(options.tile_prefetch, &tile_prefetch) || tile_prefetch < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend tile_prefetch '", options.tile_prefetch,
+                     "' is not auto, always, never or a byte count >= 0"));
+  }
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // The backend spreads its GEMMs over its own threads; OpenBLAS's workers would spin between
   // calls (and are invisible to ThreadSanitizer).
   openblas_set_num_threads(1);
-  return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(
-      threads, isa, options.typed_weights, options.row_tiles, options.profile, options.spin_us));
+  return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(threads, isa, options.typed_weights,
+                                                                options.row_tiles, tile_prefetch,
+                                                                options.profile, options.spin_us));
 }
 
 CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool row_tiles,
-                                   bool profile, int spin_us)
+                                   int64_t tile_prefetch_min_input_bytes, bool profile, int spin_us)
     : threads_(threads),
       isa_(isa),
       typed_weights_(typed_weights),
       row_tiles_(row_tiles),
+      tile_prefetch_min_input_bytes_(tile_prefetch_min_input_bytes),
       profiling_(profile),
       widened_(static_cast<size_t>(threads)),
       scores_(static_cast<size_t>(threads)) {
@@ -323,7 +337,7 @@ void CpuKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
         cpu::RowTileProducts(
             isa_, w.type, x, m, ldx,
             static_cast<const char*>(w.parts[p].data) + r0 / kRowTileRows * tile_bytes, count,
-            w.cols, y + column + r0, ldy, accumulate);
+            w.cols, y + column + r0, ldy, accumulate, tile_prefetch_min_input_bytes_);
       } else {
         const void* rows[kRowMatMulBlock];
         WeightRows(w, column + r0, count, rows);

@@ -32,6 +32,11 @@ struct CpuKernelBackendOptions {
   // instead of the mapped file) and products read four rows as one stream. Same bits either
   // way; off for comparisons.
   bool row_tiles = true;
+  // When the row kernel asks for a row tile's weights ahead of use (cpu::RowTileProducts):
+  // "auto" (what measured faster on this kind of processor, DefaultTilePrefetchMinInputBytes),
+  // "always", "never", or a size in bytes of a group's input rows from which on. Never changes
+  // bits.
+  std::string tile_prefetch = "auto";
   // How long, in microseconds, a helper thread watches for the backend's next parallel loop
   // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. Watching trades
   // processor time spent waiting for the wake-up a loop otherwise costs. Off by default: on the
@@ -99,6 +104,8 @@ class CpuKernelBackend final : public KernelBackend {
   absl::string_view name() const override { return "cpu-fp32"; }
   int threads() const { return threads_; }
   cpu::Isa isa() const { return isa_; }
+  // cpu::RowTileProducts' prefetch threshold (CpuKernelBackendOptions::tile_prefetch resolved).
+  int64_t tile_prefetch_min_input_bytes() const { return tile_prefetch_min_input_bytes_; }
   // The time spent per kind of operation, wall-clock and processor time; all zero unless
   // profiling was asked for.
   const CpuKernelProfile& profile() const { return profile_; }
@@ -166,8 +173,8 @@ class CpuKernelBackend final : public KernelBackend {
   void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
 
  private:
-  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool row_tiles, bool profile,
-                   int spin_us);
+  CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool row_tiles,
+                   int64_t tile_prefetch_min_input_bytes, bool profile, int spin_us);
 
   // Adds the wall and processor time from its construction to its destruction to one field of
   // the profiles.
@@ -196,7 +203,8 @@ class CpuKernelBackend final : public KernelBackend {
   const cpu::Isa isa_;
   const bool typed_weights_;
   const bool row_tiles_;
-  std::unique_ptr<cpu::WorkerTeam> team_;  // threads_ - 1 helpers; null when threads_ == 1.
+  const int64_t tile_prefetch_min_input_bytes_;  // cpu::RowTileProducts' threshold.
+  std::unique_ptr<cpu::WorkerTeam> team_;        // threads_ - 1 helpers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;
   CpuKernelProfile cpu_profile_;

@@ -222,13 +222,9 @@ __attribute__((target("avx512f"))) inline void FoldAvx512(const __m512* acc, flo
 // (reading 4 rows of 1 KiB side by side runs at less than half the rate of one stream); asking
 // for them about 16 KiB ahead restores nearly the rate of one stream.
 constexpr int64_t kWeightPrefetchBytes = 16 * 1024;
-// How far ahead it asks for a row tile's weights (into L1), and from what size of the input rows
-// on: a tile is one stream, which the prefetcher follows on its own while the input rows stay in
-// L1 beside it; once they do not (four rows of 3072 columns are 48 KiB), asking 4 KiB ahead
-// kept the weights coming. Measured bare on one core, four input rows: 3072 columns 12 -> 21
-// GB/s with the prefetch, but 512 and 1024 columns 27 -> 23 and 24 -> 20 GB/s.
+// How far ahead it asks for a row tile's weights (into L1), from the size of the input rows
+// that TileGroup's caller gives on (DefaultTilePrefetchMinInputBytes).
 constexpr int64_t kTilePrefetchBytes = 4 * 1024;
-constexpr int64_t kTilePrefetchMinInputBytes = 24 * 1024;
 
 // How RowsAvx512 reads its C weight rows: row-major rows (C streams), or C rows of one row tile
 // with or without asking for the weights ahead.
@@ -336,13 +332,14 @@ void Group(Isa isa, const float* x, int64_t ldx, const void* const* w_rows, int6
 // Rows of x in groups of R, against the `count` rows of consecutive row tiles from `tiles` on.
 template <WeightType T, int R>
 void TileGroup(Isa isa, const float* x, int64_t ldx, const void* tiles, int64_t count, int64_t k,
-               float* y, int64_t ldy, bool accumulate) {
+               float* y, int64_t ldy, bool accumulate, int64_t prefetch_min_input_bytes) {
   constexpr int64_t kSize = T == WeightType::kF32 ? 4 : 2;
   constexpr int64_t kStride = kRowTileRows * kRowTileBlock;
   const float* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = x + r * ldx;
   const int64_t tail = k % kRowTileBlock;
-  const bool prefetch = R * k * static_cast<int64_t>(sizeof(float)) >= kTilePrefetchMinInputBytes;
+  const bool prefetch = prefetch_min_input_bytes >= 0 &&
+                        R * k * static_cast<int64_t>(sizeof(float)) >= prefetch_min_input_bytes;
   for (int64_t j = 0; j < count; j += kRowTileRows) {
     const char* tile = static_cast<const char*>(tiles) + j * k * kSize;
     const int valid = static_cast<int>(std::min<int64_t>(kRowTileRows, count - j));
@@ -403,8 +400,8 @@ struct GroupRun {
 template <WeightType T, int R>
 struct TileGroupRun {
   static void Call(Isa isa, const float* x, int64_t ldx, float* y, int64_t ldy, const void* tiles,
-                   int64_t count, int64_t k, bool accumulate) {
-    TileGroup<T, R>(isa, x, ldx, tiles, count, k, y, ldy, accumulate);
+                   int64_t count, int64_t k, bool accumulate, int64_t prefetch_min_input_bytes) {
+    TileGroup<T, R>(isa, x, ldx, tiles, count, k, y, ldy, accumulate, prefetch_min_input_bytes);
   }
 };
 
@@ -532,8 +529,10 @@ struct RowProductsOf {
 template <WeightType T>
 struct RowTileProductsOf {
   static void Call(Isa isa, const float* x, int64_t m, int64_t ldx, const void* tiles,
-                   int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate) {
-    InGroups<TileGroupRun, T>(isa, x, m, ldx, y, ldy, tiles, count, k, accumulate);
+                   int64_t count, int64_t k, float* y, int64_t ldy, bool accumulate,
+                   int64_t prefetch_min_input_bytes) {
+    InGroups<TileGroupRun, T>(isa, x, m, ldx, y, ldy, tiles, count, k, accumulate,
+                              prefetch_min_input_bytes);
   }
 };
 
@@ -591,8 +590,20 @@ void RowProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ld
 
 void RowTileProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
                      const void* tiles, int64_t count, int64_t k, float* y, int64_t ldy,
-                     bool accumulate) {
-  ForType<RowTileProductsOf>(type, isa, x, m, ldx, tiles, count, k, y, ldy, accumulate);
+                     bool accumulate, int64_t prefetch_min_input_bytes) {
+  ForType<RowTileProductsOf>(type, isa, x, m, ldx, tiles, count, k, y, ldy, accumulate,
+                             prefetch_min_input_bytes);
+}
+
+int64_t DefaultTilePrefetchMinInputBytes() {
+  // Intel: measured on a two-core Xeon (AMX generation, virtual machine), bench-50m decode
+  // tokens/s, prefetching every tile against from 24 KiB of input rows on, alternating runs:
+  // one slot 76-132 against 61-73, four slots 255-446 against 186-239. AMD: measured bare on
+  // one Zen 5 core, four input rows: 3072 columns 12 -> 21 GB/s with the prefetch, but 512 and
+  // 1024 columns 27 -> 23 and 24 -> 20 GB/s, so only rows that crowd L1 (four of 1536 columns
+  // and more) ask ahead.
+  static const int64_t bytes = __builtin_cpu_is("intel") ? kTilePrefetchAlways : 24 * 1024;
+  return bytes;
 }
 
 void WidenTileRows(Isa isa, WeightType type, const void* part, int64_t first, int64_t count,

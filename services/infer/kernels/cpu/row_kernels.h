@@ -30,10 +30,19 @@ void RowProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ld
 
 // As RowProducts over `count` rows of a part in the row-tile layout (row_tiles.h) with k
 // columns, from the tile at `tiles` on: y[r * ldy + j] = (y +) x[r] . row j. Gives the same
-// bits as RowProducts over the same rows row-major.
+// bits as RowProducts over the same rows row-major. The AVX-512 kernel asks for a tile's weights
+// ahead of use when a group's input rows (up to 8 rows of k floats) take at least
+// `prefetch_min_input_bytes` (kTilePrefetchAlways: always; kTilePrefetchNever: never); where
+// it pays depends on the processor (DefaultTilePrefetchMinInputBytes). Never changes bits.
 void RowTileProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_t ldx,
                      const void* tiles, int64_t count, int64_t k, float* y, int64_t ldy,
-                     bool accumulate);
+                     bool accumulate, int64_t prefetch_min_input_bytes);
+inline constexpr int64_t kTilePrefetchAlways = 0;
+inline constexpr int64_t kTilePrefetchNever = -1;
+
+// RowTileProducts' prefetch threshold for this processor: always on Intel cores, from 24 KiB of
+// input rows elsewhere (row_kernels.cc has the measurements).
+int64_t DefaultTilePrefetchMinInputBytes();
 
 // Rows [first, first + count) of a part in the row-tile layout with k columns, widened to fp32
 // into `count` row-major rows at dst.

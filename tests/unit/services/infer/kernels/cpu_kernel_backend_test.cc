@@ -316,6 +316,17 @@ TEST(CpuKernelBackendCreateTest, IsaIsCheckedByName) {
   EXPECT_EQ((*portable)->isa(), cpu::Isa::kPortable);
 }
 
+TEST(CpuKernelBackendCreateTest, TilePrefetchIsAutoAlwaysNeverOrBytes) {
+  for (const char* bad : {"sometimes", "-5", "4k", ""}) {
+    EXPECT_THAT(CpuKernelBackend::Create({.threads = 1, .tile_prefetch = bad}).status(),
+                cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  for (const char* good : {"auto", "always", "never", "0", "24576"}) {
+    EXPECT_TRUE(CpuKernelBackend::Create({.threads = 1, .tile_prefetch = good}).ok()) << good;
+  }
+}
+
 TEST_F(CpuKernelBackendTest, GatherSplitAndGates) {
   const std::vector<float> table = {0, 1, 2, 3, 4, 5};  // 3 rows of 2.
   const int32_t ids[] = {2, 0};

@@ -208,12 +208,15 @@ TEST(RowKernelsTest, RowTilesGiveTheBitsOfRowMajorRowsOnEveryIsa) {
           const std::vector<float> ref = Products(Isa::kPortable, type, x, m, w, n, k);
           for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
             if (!IsaSupported(isa)) continue;
-            std::vector<float> y(static_cast<size_t>(m * n), 0.5f);
-            RowTileProducts(isa, type, x.data(), m, k, tiles.data(), n, k, y.data(), n,
-                            /*accumulate=*/true);
-            EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
-                << IsaName(isa) << " type " << static_cast<int>(type) << " n " << n << " k " << k
-                << " m " << m;
+            // Asking for the weights ahead or not never changes a bit.
+            for (int64_t prefetch : {kTilePrefetchAlways, kTilePrefetchNever, int64_t{1024}}) {
+              std::vector<float> y(static_cast<size_t>(m * n), 0.5f);
+              RowTileProducts(isa, type, x.data(), m, k, tiles.data(), n, k, y.data(), n,
+                              /*accumulate=*/true, prefetch);
+              EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
+                  << IsaName(isa) << " type " << static_cast<int>(type) << " n " << n << " k " << k
+                  << " m " << m << " prefetch " << prefetch;
+            }
           }
         }
       }
