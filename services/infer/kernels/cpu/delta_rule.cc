@@ -87,7 +87,7 @@ inline __attribute__((always_inline)) void MatAcc(const float* a, int64_t lda, i
 }
 
 // o[r][j] = sum over x < inner of a[r][x] * b[x][j] for RB rows r and V * 16 columns j, each sum
-// in the order of the scalar loop in DotProducts: four partial sums by x mod 4 (the remainder
+// in the order of the scalar loop in LowerDotProducts: four partial sums by x mod 4 (the remainder
 // into the first), then (s0 + s1) + (s2 + s3).
 template <int V, int RB>
 inline __attribute__((always_inline)) void DotBlock(const float* a, int64_t lda, const float* b,
@@ -117,29 +117,31 @@ inline __attribute__((always_inline)) void DotBlock(const float* a, int64_t lda,
   }
 }
 
-// o[r][j] = (row r of a) . (column j of b) for r < rows, j < cols (b is [inner, cols], row
-// stride ldb), with four partial sums by x mod 4 (the remainder into the first) added as
-// (s0 + s1) + (s2 + s3): the order of the chunked delta rule's scalar dot products before they
-// were blocked. Blocked (DotBlock) where cols is a multiple of 32.
-inline __attribute__((always_inline)) void DotProducts(const float* a, int64_t lda, int rows,
-                                                       const float* b, int64_t ldb, int inner,
-                                                       int cols, float* o, int64_t ldo) {
-  if (cols % 32 == 0) {
+// o[r][j] = (row r of a) . (column j of b) for r < rows and j <= r (b is [inner, >= rows], row
+// stride ldb; the chunk's products are causal, so nothing reads o[r][j] for j > r, which is
+// written in part or not at all), with four partial sums by x mod 4 (the remainder into the
+// first) added as (s0 + s1) + (s2 + s3): the order of the chunked delta rule's scalar dot
+// products before they were blocked. Blocked (DotBlock, 32 columns) where b's row stride is a
+// multiple of 32.
+inline __attribute__((always_inline)) void LowerDotProducts(const float* a, int64_t lda, int rows,
+                                                            const float* b, int64_t ldb, int inner,
+                                                            float* o, int64_t ldo) {
+  if (ldb % 32 == 0) {
     int r = 0;
     for (; r + 2 <= rows; r += 2) {
-      for (int j = 0; j < cols; j += 32) {
+      for (int j = 0; j <= r + 1; j += 32) {
         DotBlock<2, 2>(a + r * lda, lda, b + j, ldb, inner, o + r * ldo + j, ldo);
       }
     }
     if (r < rows) {
-      for (int j = 0; j < cols; j += 32) {
+      for (int j = 0; j <= r; j += 32) {
         DotBlock<2, 1>(a + r * lda, lda, b + j, ldb, inner, o + r * ldo + j, ldo);
       }
     }
     return;
   }
   for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < cols; ++j) {
+    for (int j = 0; j <= r; ++j) {
       float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       int x = 0;
       for (; x + 4 <= inner; x += 4) {
@@ -294,7 +296,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
     for (int i = 0; i < len; ++i) {
       for (int j = 0; j <= i; ++j) decay[i * c + j] = std::exp(cum[i] - cum[j]);
     }
-    DotProducts(k_row(0), dk, len, keys.data(), c, dk, c, kk.data(), c);
+    LowerDotProducts(k_row(0), dk, len, keys.data(), c, dk, kk.data(), c);
     for (int i = 0; i < len; ++i) {
       float* row = kk.data() + static_cast<size_t>(i) * c;
       ScaleTo(beta(i), row, row, i + 1);
@@ -350,7 +352,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       Scale(e, oi, dv);
     }
     // p[i][j] = (q_i . k_j) decay[i][j], j <= i, with Q K^T as a blocked product.
-    DotProducts(q_row(0), dk, len, keys.data(), c, dk, c, p.data(), c);
+    LowerDotProducts(q_row(0), dk, len, keys.data(), c, dk, p.data(), c);
     for (int i = 0; i < len; ++i) {
       float* row = p.data() + static_cast<size_t>(i) * c;
       Lanewise<false>(row, decay.data() + static_cast<size_t>(i) * c, row, i + 1);
