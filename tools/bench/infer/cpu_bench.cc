@@ -459,7 +459,7 @@ absl::Status Run(int argc, char** argv) {
   std::string model_dir, preset = "bench-50m", work_dir;
   std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
   int threads = 0, spin_us = infer::CpuKernelBackendOptions::kDefaultSpinMicros, slots = 4,
-      decode_steps = 40, decode_rounds = 5, gemm_reps = 2;
+      decode_steps = 40, decode_rounds = 5, gemm_reps = 2, prefill_rounds = 1;
   int64_t decode_prompt = 128, max_pass = 2048;
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
   FlagSet flags("cairn-cpu-bench",
@@ -485,6 +485,8 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("decode-prompt", &decode_prompt, "prompt tokens before decoding");
   flags.Add("prefill", &prefill_flag, "prompt lengths of the prefill measurements");
   flags.Add("max-pass-tokens", &max_pass, "longest prefill pass (as cairn-infer's scheduler)");
+  flags.Add("prefill-rounds", &prefill_rounds,
+            "rounds of (prefill, sgemm on its mix) per prompt length; the median ratio counts");
   flags.Add("gemm-reps", &gemm_reps, "timings per GEMM shape (the best counts)");
   flags.AddBytes("bandwidth-bytes", &bandwidth_bytes, "size of each bandwidth array");
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
@@ -501,10 +503,11 @@ absl::Status Run(int argc, char** argv) {
     }
     prefill.push_back(n);
   }
-  if (slots < 1 || decode_steps < 2 || max_pass < 1 || gemm_reps < 1 || threads < 0) {
+  if (slots < 1 || decode_steps < 2 || max_pass < 1 || gemm_reps < 1 || threads < 0 ||
+      decode_rounds < 1 || prefill_rounds < 1) {
     return absl::InvalidArgumentError(
-        "--slots, --max-pass-tokens, --gemm-reps must be >= 1, "
-        "--decode-steps >= 2, --threads >= 0");
+        "--slots, --max-pass-tokens, --gemm-reps, --decode-rounds, --prefill-rounds must be >= "
+        "1, --decode-steps >= 2, --threads >= 0");
   }
   if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-cpu-bench-", ::getpid());
   if (model_dir.empty()) {
@@ -605,42 +608,79 @@ absl::Status Run(int argc, char** argv) {
     ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
                      infer::SlotState::Create(model->state_layout(), n));
     const std::vector<int32_t> tokens = Tokens(n, model->info().vocab_size, 99);
-    backend->ResetProfile();
-    const double c0 = CpuSeconds();
-    const Clock::time_point t0 = Clock::now();
-    std::vector<int64_t> passes;
-    for (int64_t at = 0; at < n; at += max_pass) {
-      const int64_t len = std::min(max_pass, n - at);
-      passes.push_back(len);
-      RETURN_IF_ERROR(model
-                          ->Forward(slot.get(),
-                                    absl::MakeConstSpan(tokens).subspan(static_cast<size_t>(at),
-                                                                        static_cast<size_t>(len)),
-                                    {})
-                          .status());
+    // Rounds of (the prompt's passes, sgemm on their mix), so that on a shared machine each
+    // ratio compares two measurements taken under the same load; the round with the median
+    // ratio is reported.
+    struct Round {
+      double elapsed = 0, elapsed_cpu = 0;
+      infer::CpuKernelProfile p, p_cpu;
+      std::vector<int64_t> passes;
+      std::vector<infer::cpu::PassProduct> products;
+      MixReference mix;
+      double ratio() const { return mix.sgemm_s() / elapsed; }
+    };
+    std::vector<Round> rounds;
+    for (int round = 0; round < prefill_rounds; ++round) {
+      Round& r = rounds.emplace_back();
+      RETURN_IF_ERROR(slot->Reset());
+      backend->ResetProfile();
+      const double c0 = CpuSeconds();
+      const Clock::time_point t0 = Clock::now();
+      for (int64_t at = 0; at < n; at += max_pass) {
+        const int64_t len = std::min(max_pass, n - at);
+        r.passes.push_back(len);
+        RETURN_IF_ERROR(model
+                            ->Forward(slot.get(),
+                                      absl::MakeConstSpan(tokens).subspan(static_cast<size_t>(at),
+                                                                          static_cast<size_t>(len)),
+                                      {})
+                            .status());
+      }
+      r.elapsed = Seconds(t0);
+      r.elapsed_cpu = CpuSeconds() - c0;
+      r.p = backend->profile();
+      r.p_cpu = backend->cpu_profile();
+      // The pass's products: the linear layers of every pass, and attention's and the delta
+      // rule's as the backend recorded its calls.
+      for (int64_t len : r.passes) {
+        const std::vector<infer::cpu::PassProduct> pass =
+            infer::cpu::LinearPassProducts(shapes, len);
+        r.products.insert(r.products.end(), pass.begin(), pass.end());
+      }
+      for (const infer::CpuAttentionCall& c : backend->attention_calls()) {
+        const std::vector<infer::cpu::PassProduct> head =
+            infer::cpu::AttentionPassProducts(c.tokens, c.past, c.head_dim);
+        for (int h = 0; h < c.q_heads; ++h) {
+          r.products.insert(r.products.end(), head.begin(), head.end());
+        }
+      }
+      for (const infer::CpuDeltaRuleCall& c : backend->delta_rule_calls()) {
+        const std::vector<infer::cpu::PassProduct> head =
+            infer::cpu::DeltaRulePassProducts(c.tokens, c.dk, c.dv, c.chunk);
+        for (int h = 0; h < c.v_heads; ++h) {
+          r.products.insert(r.products.end(), head.begin(), head.end());
+        }
+      }
+      r.mix = TimeMix(r.products, gemm_reps, backend->threads());
     }
-    const double elapsed = Seconds(t0);
-    const double elapsed_cpu = CpuSeconds() - c0;
-    const infer::CpuKernelProfile p = backend->profile();
-    const infer::CpuKernelProfile p_cpu = backend->cpu_profile();
-    // The pass's products: the linear layers of every pass, and attention's and the delta
-    // rule's as the backend recorded its calls.
-    std::vector<infer::cpu::PassProduct> products;
-    for (int64_t len : passes) {
-      const std::vector<infer::cpu::PassProduct> pass = infer::cpu::LinearPassProducts(shapes, len);
-      products.insert(products.end(), pass.begin(), pass.end());
+    std::vector<const Round*> by_ratio;
+    for (const Round& r : rounds) by_ratio.push_back(&r);
+    std::sort(by_ratio.begin(), by_ratio.end(),
+              [](const Round* a, const Round* b) { return a->ratio() < b->ratio(); });
+    const Round& median = *by_ratio[by_ratio.size() / 2];
+    std::string spread;
+    if (rounds.size() > 1) {
+      spread = absl::StrCat("; round with the median ratio of ", rounds.size(), ", ratios");
+      for (const Round* r : by_ratio)
+        absl::StrAppend(&spread, absl::StrFormat(" %.0f%%", 100 * r->ratio()));
     }
-    for (const infer::CpuAttentionCall& c : backend->attention_calls()) {
-      const std::vector<infer::cpu::PassProduct> head =
-          infer::cpu::AttentionPassProducts(c.tokens, c.past, c.head_dim);
-      for (int h = 0; h < c.q_heads; ++h) products.insert(products.end(), head.begin(), head.end());
-    }
-    for (const infer::CpuDeltaRuleCall& c : backend->delta_rule_calls()) {
-      const std::vector<infer::cpu::PassProduct> head =
-          infer::cpu::DeltaRulePassProducts(c.tokens, c.dk, c.dv, c.chunk);
-      for (int h = 0; h < c.v_heads; ++h) products.insert(products.end(), head.begin(), head.end());
-    }
-    const MixReference mix = TimeMix(products, gemm_reps, backend->threads());
+    const double elapsed = median.elapsed;
+    const double elapsed_cpu = median.elapsed_cpu;
+    const infer::CpuKernelProfile& p = median.p;
+    const infer::CpuKernelProfile& p_cpu = median.p_cpu;
+    const std::vector<int64_t>& passes = median.passes;
+    const std::vector<infer::cpu::PassProduct>& products = median.products;
+    const MixReference& mix = median.mix;
     const PartReference& linear = mix.parts[static_cast<int>(infer::cpu::PassPart::kLinear)];
     const PartReference& att = mix.parts[static_cast<int>(infer::cpu::PassPart::kAttention)];
     const PartReference& delta = mix.parts[static_cast<int>(infer::cpu::PassPart::kDeltaRule)];
@@ -671,11 +711,11 @@ absl::Status Run(int argc, char** argv) {
         "%.1f GFLOP (linear layers %.1f, attention %.1f causal of %.1f computed in its blocks' "
         "shapes, delta rule %.1f) = %.1f GFLOP/s = %.0f%% of sgemm on the same mix "
         "(%.1f GFLOP/s; on the linear layers' shapes %.1f, attention's %.1f, the delta rule's "
-        "%.1f); per processor-second %.0f%% of sgemm's\n",
+        "%.1f); per processor-second %.0f%% of sgemm's%s\n",
         n, mix.model_flops() / 1e9, linear.model_flops / 1e9, att.model_flops / 1e9,
         att.shape_flops / 1e9, delta.model_flops / 1e9, mix.model_flops() / elapsed / 1e9,
         100 * mix.sgemm_s() / elapsed, mix.model_flops() / mix.sgemm_s() / 1e9, rate(linear),
-        rate(att), rate(delta), 100 * mix.sgemm_cpu_s() / elapsed_cpu);
+        rate(att), rate(delta), 100 * mix.sgemm_cpu_s() / elapsed_cpu, spread);
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);
