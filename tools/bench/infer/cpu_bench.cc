@@ -610,7 +610,7 @@ absl::Status Run(int argc, char** argv) {
     const std::vector<int32_t> tokens = Tokens(n, model->info().vocab_size, 99);
     // Rounds of (the prompt's passes, sgemm on their mix), so that on a shared machine each
     // ratio compares two measurements taken under the same load; the round with the median
-    // ratio is reported.
+    // ratio is reported (of an even count, the lower of the middle two).
     struct Round {
       double elapsed = 0, elapsed_cpu = 0;
       infer::CpuKernelProfile p, p_cpu;
@@ -667,7 +667,8 @@ absl::Status Run(int argc, char** argv) {
     for (const Round& r : rounds) by_ratio.push_back(&r);
     std::sort(by_ratio.begin(), by_ratio.end(),
               [](const Round* a, const Round* b) { return a->ratio() < b->ratio(); });
-    const Round& median = *by_ratio[by_ratio.size() / 2];
+    // The lower middle one for an even count: never the better of two.
+    const Round& median = *by_ratio[(by_ratio.size() - 1) / 2];
     std::string spread;
     if (rounds.size() > 1) {
       spread = absl::StrCat("; round with the median ratio of ", rounds.size(), ", ratios");
