@@ -25,6 +25,7 @@ constexpr int kOffsetThreads = 1024;
 constexpr int kMaxExperts = kOffsetThreads;  // One thread per expert in the offsets kernel.
 constexpr int kMaxTopK = 32;
 constexpr int kCombineThreads = 256;
+constexpr int kGemmTileRows = 64;  // Picks per tile of the prefill path (MoeGemmTileRows()).
 
 constexpr int kRouteThreads = 256;
 
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 // (where a row sits in its tile, the tile's other rows, or how many tiles the call has never
 // enter its arithmetic).
 
-constexpr int kGemmRows = 64;    // Picks per tile (one expert's).
+constexpr int kGemmRows = kGemmTileRows;  // Picks per tile (one expert's).
 constexpr int kGemmCols = 128;   // Weight columns (output columns) per block.
 constexpr int kGemmK = 32;       // k values per stage: four 16-byte chunks a row.
 constexpr int kGemmStages = 4;   // Stages in flight (48 KiB of shared memory).
@@ -473,33 +474,62 @@ __global__ void __launch_bounds__(kGemmThreads, 4)
 #endif  // !__HIP_PLATFORM_AMD__
 
 constexpr int kGatherThreads = 256;
+constexpr int kGatherRowsPerBlock = kGatherThreads / 32;  // A warp a row.
+static_assert(kGemmTileRows % kGatherRowsPerBlock == 0);
 
-// A block per tile: its picks' input rows rounded to bf16 (FloatToBf16: RoundRowsToBf16's
-// rounding), in slot order.
+// Four fp32 values rounded to bf16 (FloatToBf16 each) in one 8-byte store.
+__device__ inline void StoreBf16x4(uint16_t* dst, float4 v) {
+  uint2 p;
+  p.x = static_cast<uint32_t>(FloatToBf16(v.x)) | (static_cast<uint32_t>(FloatToBf16(v.y)) << 16);
+  p.y = static_cast<uint32_t>(FloatToBf16(v.z)) | (static_cast<uint32_t>(FloatToBf16(v.w)) << 16);
+  *reinterpret_cast<uint2*>(dst) = p;
+}
+
+// kGatherRowsPerBlock slots of a tile a block (a warp a slot): the pick's input row rounded to
+// bf16 (FloatToBf16: RoundRowsToBf16's rounding). kVec: 16-byte loads and 8-byte stores (k % 4
+// == 0, aligned rows); the same values either way.
+template <bool kVec>
 __global__ void __launch_bounds__(kGatherThreads)
     MoeGatherBf16Kernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                         const MoeTile* tiles, const int32_t* num_tiles, int64_t k, uint16_t* out,
                         int64_t ld_out) {
-  if (static_cast<int32_t>(blockIdx.x) >= *num_tiles) return;
-  const MoeTile tile = tiles[blockIdx.x];
-  for (int r = 0; r < tile.rows; ++r) {
-    const int64_t slot = static_cast<int64_t>(tile.start) + r;
-    const float* src = x + static_cast<int64_t>(sorted_picks[slot] / top_k) * ldx;
-    uint16_t* dst = out + slot * ld_out;
-    for (int64_t c = threadIdx.x; c < k; c += kGatherThreads) dst[c] = FloatToBf16(src[c]);
+  constexpr int kParts = kGemmTileRows / kGatherRowsPerBlock;
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / kParts);
+  if (tile_index >= *num_tiles) return;
+  const MoeTile tile = tiles[tile_index];
+  const int r = static_cast<int>(blockIdx.x % kParts) * kGatherRowsPerBlock + threadIdx.x / 32;
+  if (r >= tile.rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t slot = static_cast<int64_t>(tile.start) + r;
+  const float* src = x + static_cast<int64_t>(sorted_picks[slot] / top_k) * ldx;
+  uint16_t* dst = out + slot * ld_out;
+  if constexpr (kVec) {
+    for (int64_t c = 4 * lane; c < k; c += 4 * 32) {
+      StoreBf16x4(dst + c, *reinterpret_cast<const float4*>(src + c));
+    }
+  } else {
+    for (int64_t c = lane; c < k; c += 32) dst[c] = FloatToBf16(src[c]);
   }
 }
 
-// SiluMulKernel's expression (elementwise.hip), rounded as RoundRowsToBf16Kernel rounds.
+// SiluMulKernel's expression (elementwise.hip) on four values a thread (width % 4 == 0, rows
+// of gu 16-byte aligned), rounded as RoundRowsToBf16Kernel rounds.
 __global__ void MoeSiluMulBf16Kernel(const float* gu, int64_t rows, int64_t width,
                                      uint16_t* out) {
-  const int64_t n = rows * width;
+  const int64_t quads = width / 4;
+  const int64_t n = rows * quads;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = e / width;
-    const int64_t i = e % width;
-    const float v = DeviceSilu(gu[r * 2 * width + i]) * gu[r * 2 * width + width + i];
-    out[e] = FloatToBf16(v);
+    const int64_t r = e / quads;
+    const int64_t i = e % quads * 4;
+    const float4 g = *reinterpret_cast<const float4*>(gu + r * 2 * width + i);
+    const float4 u = *reinterpret_cast<const float4*>(gu + r * 2 * width + width + i);
+    float4 v;
+    v.x = DeviceSilu(g.x) * u.x;
+    v.y = DeviceSilu(g.y) * u.y;
+    v.z = DeviceSilu(g.z) * u.z;
+    v.w = DeviceSilu(g.w) * u.w;
+    StoreBf16x4(out + r * width + i, v);
   }
 }
 
@@ -621,7 +651,7 @@ hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, 
 #if defined(__HIP_PLATFORM_AMD__)
 
 bool MoeGemmSupported() { return false; }
-int MoeGemmTileRows() { return 64; }
+int MoeGemmTileRows() { return kGemmTileRows; }
 hipError_t MoeGemmBf16(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
                        const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
                        hipStream_t) {
@@ -631,7 +661,7 @@ hipError_t MoeGemmBf16(const uint16_t*, int64_t, const MoeTile*, const int32_t*,
 #else
 
 bool MoeGemmSupported() { return true; }
-int MoeGemmTileRows() { return kGemmRows; }
+int MoeGemmTileRows() { return kGemmTileRows; }
 
 hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                        const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
@@ -654,16 +684,30 @@ hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_pick
                          const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                          int64_t k, uint16_t* out, int64_t ld_out, hipStream_t stream) {
   if (max_tiles == 0 || k == 0) return hipSuccess;
-  if (max_tiles > 0x7fffffff || top_k < 1) return hipErrorInvalidValue;
-  MoeGatherBf16Kernel<<<static_cast<unsigned int>(max_tiles), kGatherThreads, 0, stream>>>(
-      x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+  constexpr int64_t kParts = kGemmTileRows / kGatherRowsPerBlock;
+  if (max_tiles * kParts > 0x7fffffff || top_k < 1) return hipErrorInvalidValue;
+  const bool vec = k % 4 == 0 && ldx % 4 == 0 && ld_out % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  const auto blocks = static_cast<unsigned int>(max_tiles * kParts);
+  if (vec) {
+    MoeGatherBf16Kernel<true><<<blocks, kGatherThreads, 0, stream>>>(
+        x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+  } else {
+    MoeGatherBf16Kernel<false><<<blocks, kGatherThreads, 0, stream>>>(
+        x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+  }
   return hipGetLastError();
 }
 
 hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t* out,
                           hipStream_t stream) {
   if (rows * width == 0) return hipSuccess;
-  MoeSiluMulBf16Kernel<<<GridFor(rows * width, kGatherThreads), kGatherThreads, 0, stream>>>(
+  if (width % 4 != 0 || reinterpret_cast<uintptr_t>(gu) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 8 != 0) {
+    return hipErrorInvalidValue;
+  }
+  MoeSiluMulBf16Kernel<<<GridFor(rows * width / 4, kGatherThreads), kGatherThreads, 0, stream>>>(
       gu, rows, width, out);
   return hipGetLastError();
 }
