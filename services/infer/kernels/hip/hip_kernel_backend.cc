@@ -704,8 +704,7 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
   if (picks == 0) return absl::OkStatus();
   const bool routable = options_.grouped_moe && a.experts >= 1 &&
                         a.experts <= hip::MoeMaxExperts() && a.top_k >= 1 &&
-                        a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts &&
-                        picks <= 0x7fffffff;
+                        a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts && picks <= 0x7fffffff;
   const bool device_path =
       routable && a.row_invariant && options_.mma_rows && hip::MatMulRowsMmaSupported();
   // Prefill: the grouped bf16 GEMM, for widths its 16-byte copies take.
@@ -802,9 +801,8 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
       !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                                 sizes.max_tiles, a.hidden, xs, a.hidden, compute_),
              "moe gather launch") ||
-      !Check(hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles,
-                              gate_up_table, gate_up.aligned, 2 * a.width, a.hidden, gu,
-                              2 * a.width, compute_),
+      !Check(hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles, gate_up_table,
+                              gate_up.aligned, 2 * a.width, a.hidden, gu, 2 * a.width, compute_),
              "moe gate/up gemm launch") ||
       !Check(hip::MoeSiluMulBf16(gu, picks, a.width, act, compute_), "moe silu mul launch") ||
       !Check(hip::MoeGemmBf16(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,

@@ -171,9 +171,9 @@ int MoePrefill() {
       bits[i] = static_cast<uint16_t>(u >> 16);
     }
     for (int e = 0; e < experts; ++e) {
-      Bench::Check(b.Upload(static_cast<uint16_t*>(pool_buffer->data()) + e * block, bits.data(),
-                            block * 2),
-                   "upload experts");
+      Bench::Check(
+          b.Upload(static_cast<uint16_t*>(pool_buffer->data()) + e * block, bits.data(), block * 2),
+          "upload experts");
     }
   }
   const auto* pool = static_cast<const uint16_t*>(pool_buffer->data());
@@ -181,8 +181,8 @@ int MoePrefill() {
   for (int e = 0; e < experts; ++e) {
     gate_up.push_back(
         WeightMatrix::Of(pool + e * expert_bf16, WeightType::kBF16, 2 * width, hidden));
-    down.push_back(WeightMatrix::Of(pool + e * expert_bf16 + 2 * width * hidden,
-                                    WeightType::kBF16, hidden, width));
+    down.push_back(WeightMatrix::Of(pool + e * expert_bf16 + 2 * width * hidden, WeightType::kBF16,
+                                    hidden, width));
   }
   char label[200];
   for (const int64_t tokens : {int64_t{4096}, int64_t{8192}}) {
