@@ -79,7 +79,8 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateHipKernelBackend(
 HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int max_shared_bytes)
     : options_(options),
       max_shared_bytes_(max_shared_bytes),
-      mma_rows_variant_(options.mma_rows_variant) {}
+      mma_rows_variant_(options.mma_rows_variant),
+      grouped_moe_prefill_(options.grouped_moe_prefill) {}
 
 absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
   if (!ValidMmaRowsVariant(variant)) {
@@ -701,20 +702,29 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
   if (!Enter()) return error_;
   const int64_t picks = a.tokens * a.top_k;
   if (picks == 0) return absl::OkStatus();
+  const bool routable = options_.grouped_moe && a.experts >= 1 &&
+                        a.experts <= hip::MoeMaxExperts() && a.top_k >= 1 &&
+                        a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts && picks <= 0x7fffffff;
   const bool device_path =
-      options_.grouped_moe && a.row_invariant && options_.mma_rows &&
-      hip::MatMulRowsMmaSupported() && a.experts >= 1 && a.experts <= hip::MoeMaxExperts() &&
-      a.top_k >= 1 && a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts && picks <= 0x7fffffff;
+      routable && a.row_invariant && options_.mma_rows && hip::MatMulRowsMmaSupported();
+  // Prefill: the grouped bf16 GEMM, for widths its 16-byte copies take.
+  const bool gemm_path = routable && !a.row_invariant && grouped_moe_prefill_ &&
+                         options_.bf16_gemm_inputs && hip::MoeGemmSupported() &&
+                         a.hidden % 8 == 0 && a.width % 8 == 0;
   const MoeTable* gate_up = nullptr;
   const MoeTable* down = nullptr;
-  if (device_path) {
+  if (device_path || gemm_path) {
     gate_up = MoeTableFor(a.gate_up, a.experts, 2 * a.width, a.hidden);
     down = gate_up == nullptr ? nullptr : MoeTableFor(a.down, a.experts, a.hidden, a.width);
     if (!error_.ok()) return error_;
   }
   if (gate_up == nullptr || down == nullptr) return KernelBackend::MoeExperts(a, scratch);
+  if (gemm_path) {
+    if (!gate_up->aligned || !down->aligned) return KernelBackend::MoeExperts(a, scratch);
+    return MoeExpertsGemm(a, *gate_up, *down, scratch);
+  }
   ScratchArena::Frame frame(scratch);
-  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts);
+  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeTileRows());
   ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
   ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
   hip::MoeSortBuffers b{};
@@ -737,7 +747,8 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
                                 : hip::MoeRoute(a.logits, a.tokens, a.experts, a.top_k,
                                                 a.renormalise, ids, weights, compute_);
   if (!Check(routed, "moe route launch") ||
-      !Check(hip::MoeSortPicks(ids, picks, a.experts, b, compute_), "moe sort launch") ||
+      !Check(hip::MoeSortPicks(ids, picks, a.experts, hip::MoeTileRows(), b, compute_),
+             "moe sort launch") ||
       !Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                              sizes.max_tiles, gate_up_table, gate_up->aligned, 2 * a.width,
                              a.hidden, gu, 2 * a.width, compute_),
@@ -748,6 +759,55 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
                              down_table, down->aligned, a.hidden, a.width, ys, a.hidden, compute_),
              "moe down launch") ||
+      !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
+                             compute_),
+             "moe combine launch")) {
+    return error_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
+                                              const MoeTable& down, ScratchArena& scratch) {
+  const int64_t picks = a.tokens * a.top_k;
+  ScratchArena::Frame frame(scratch);
+  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeGemmTileRows());
+  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
+  hip::MoeSortBuffers b{};
+  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(a.experts));
+  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
+  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
+  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  // Rows in slot order: the inputs in bf16, gate/up, the activations in bf16, the outputs.
+  ASSIGN_OR_RETURN(uint16_t * xs, scratch.Take<uint16_t>(picks * a.hidden));
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
+  ASSIGN_OR_RETURN(uint16_t * act, scratch.Take<uint16_t>(picks * a.width));
+  ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
+  const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
+  const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
+  const hipError_t routed = options_.moe_block_route
+                                ? hip::MoeRouteBlock(a.logits, a.tokens, a.experts, a.top_k,
+                                                     a.renormalise, ids, weights, compute_)
+                                : hip::MoeRoute(a.logits, a.tokens, a.experts, a.top_k,
+                                                a.renormalise, ids, weights, compute_);
+  if (!Check(routed, "moe route launch") ||
+      !Check(hip::MoeSortPicks(ids, picks, a.experts, hip::MoeGemmTileRows(), b, compute_),
+             "moe sort launch") ||
+      !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                sizes.max_tiles, a.hidden, xs, a.hidden, compute_),
+             "moe gather launch") ||
+      !Check(hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles, gate_up_table,
+                              gate_up.aligned, 2 * a.width, a.hidden, gu, 2 * a.width, compute_),
+             "moe gate/up gemm launch") ||
+      !Check(hip::MoeSiluMulBf16(gu, picks, a.width, act, compute_), "moe silu mul launch") ||
+      !Check(hip::MoeGemmBf16(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
+                              down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
+             "moe down gemm launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_),
              "moe combine launch")) {

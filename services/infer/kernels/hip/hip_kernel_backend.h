@@ -85,6 +85,15 @@ struct HipKernelBackendOptions {
   // hip::MoeRoute) instead of MoeRoute's thread per token, which walks all experts top_k + 2
   // times alone.
   bool moe_block_route = true;
+  // MoeExperts calls that are not row_invariant (prefill) over bf16 experts, with
+  // bf16_gemm_inputs, on NVIDIA, stay on the device too: routing and bucketing as decode's
+  // (tiles of hip::MoeGemmTileRows() picks), the picks' input rows rounded to bf16 once, one
+  // grouped bf16 GEMM launch (hip::MoeGemmBf16) for gate/up and one for down over every
+  // expert's tiles, SiLU-mul rounded to bf16 between them, and decode's ordered sum. The
+  // default's roundings (inputs to bf16, fp32 accumulation), another order within the products:
+  // within the bf16 GEMM's tolerance of the CPU backend, and a token's bits do not depend on
+  // which other tokens share the call (tested). Needs grouped_moe; off, the default serves.
+  bool grouped_moe_prefill = true;
 };
 
 // The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
@@ -236,6 +245,8 @@ class HipKernelBackend final : public KernelBackend {
   // 0 or 1; the same bits), so that a benchmark can compare them over one model. Returns
   // InvalidArgument for other values.
   absl::Status SetMmaRowsVariantForTest(int variant);
+  // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).
+  void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -281,6 +292,9 @@ class HipKernelBackend final : public KernelBackend {
   // Returns the device table of `experts` matrices at `w` (each bf16, of `rows` rows and `cols`
   // columns), or null (and nothing kept) when a matrix does not fit the device path.
   const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);
+  // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
+  absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
+                              const MoeTable& down, ScratchArena& scratch);
 
   const HipKernelBackendOptions options_;
   const int max_shared_bytes_;  // Dynamic shared memory a block may opt into.
@@ -292,9 +306,10 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;   // See host_waits().
-  int mma_rows_variant_;     // options_.mma_rows_variant unless changed for a test.
-  int multiprocessors_ = 0;  // The device's.
+  int64_t host_waits_ = 0;    // See host_waits().
+  int mma_rows_variant_;      // options_.mma_rows_variant unless changed for a test.
+  bool grouped_moe_prefill_;  // options_.grouped_moe_prefill unless changed for a test.
+  int multiprocessors_ = 0;   // The device's.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

@@ -104,13 +104,14 @@ struct MoeTile {
   int32_t start;
   int32_t rows;
 };
-// Sizes of MoeSortPicks' buffers for `picks` picks over `experts` experts.
+// Sizes of MoeSortPicks' buffers for `picks` picks over `experts` experts, in tiles of
+// `tile_rows` picks.
 struct MoeSortSizes {
   int64_t chunks = 0;
   int64_t hist_ints = 0;  // hist and base.
   int64_t max_tiles = 0;  // The most tiles any routing gives.
 };
-MoeSortSizes MoeSortSizesFor(int64_t picks, int experts);
+MoeSortSizes MoeSortSizesFor(int64_t picks, int experts, int tile_rows);
 // MoeRoute with a block per token (experts <= MoeMaxExperts()): the same ids and weights, bit
 // for bit (the sums in MoeRoute's order; tested), without one thread walking every expert
 // top_k + 2 times.
@@ -126,8 +127,9 @@ struct MoeSortBuffers {
   int32_t* sorted_picks;  // [picks]: slot -> pick.
   int32_t* slot_of_pick;  // [picks]: pick -> slot (-1: no expert).
 };
-hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, const MoeSortBuffers& b,
-                        hipStream_t stream);
+// Tiles of `tile_rows` picks: MoeTileRows() for MoeRowsMma, MoeGemmTileRows() for MoeGemmBf16.
+hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile_rows,
+                        const MoeSortBuffers& b, hipStream_t stream);
 // y row `slot` = x row (sorted_picks[slot] / top_k, or `slot` with null sorted_picks) . the
 // slot's expert's weights (n x k)^T, for every slot of the first *num_tiles of `tiles` (at most
 // max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert). NVIDIA only.
@@ -136,6 +138,30 @@ hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, 
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
                       float* y, int64_t ldy, hipStream_t stream);
+// The prefill path (calls that are not row-invariant; bf16 GEMM inputs): the picks' input rows
+// rounded to bf16 once, a grouped bf16 GEMM on the matrix units over every expert's tiles of
+// MoeGemmTileRows() picks, SiLU-mul rounded to bf16, the grouped GEMM again, MoeCombine.
+// MoeGemmBf16: y row `slot` = a row `slot` (bf16) . the slot's expert's weights (n x k, bf16)^T,
+// fp32 accumulation, for every slot of the first *num_tiles of `tiles`; an output element is
+// one chain of matrix instructions over its own row and weight column, k in steps of 16 from 0,
+// so its bits depend on k alone, never on the tile, the slot or the other rows. Needs k % 8 ==
+// 0, 16-byte aligned `a` rows (lda % 8 == 0) and weights (`weights_aligned`); NVIDIA only
+// (MoeGemmSupported()).
+bool MoeGemmSupported();
+int MoeGemmTileRows();
+hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                       const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                       bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
+                       hipStream_t stream);
+// out row `slot` = x row sorted_picks[slot] / top_k rounded to bf16 (nearest even:
+// RoundRowsToBf16's bits), k values, for every slot of the first *num_tiles of `tiles`.
+hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                         const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                         int64_t k, uint16_t* out, int64_t ld_out, hipStream_t stream);
+// out[r, i] = bf16(silu(gu[r, i]) * gu[r, width + i]) for `rows` rows of gu (row stride
+// 2 * width): SiluMul's expression, then RoundRowsToBf16's rounding (their bits).
+hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t* out,
+                          hipStream_t stream);
 // out row t = out row t + weights[i] * y row slot_of_pick[i] for t's picks i in ascending
 // expert id, one rounded addition a pick.
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,

@@ -25,6 +25,7 @@ constexpr int kOffsetThreads = 1024;
 constexpr int kMaxExperts = kOffsetThreads;  // One thread per expert in the offsets kernel.
 constexpr int kMaxTopK = 32;
 constexpr int kCombineThreads = 256;
+constexpr int kGemmTileRows = 64;  // Picks per tile of the prefill path (MoeGemmTileRows()).
 
 constexpr int kRouteThreads = 256;
 
@@ -288,7 +289,249 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// ---- The prefill path's grouped GEMM: bf16 x bf16 -> fp32 on the matrix units over tiles of
+// kGemmRows picks of one expert and kGemmCols weight columns. Operands are staged in shared
+// memory by asynchronous copies (kGemmStages steps of kGemmK in flight), fragments come from
+// ldmatrix, and every output element is one accumulation chain of m16n8k16 instructions over
+// k = 0, 16, 32, ... in order: its bits depend on its own row, its weight column and k alone
+// (where a row sits in its tile, the tile's other rows, or how many tiles the call has never
+// enter its arithmetic).
+
+constexpr int kGemmRows = kGemmTileRows;  // Picks per tile (one expert's).
+constexpr int kGemmCols = 128;   // Weight columns (output columns) per block.
+constexpr int kGemmK = 32;       // k values per stage: four 16-byte chunks a row.
+constexpr int kGemmStages = 4;   // Stages in flight (48 KiB of shared memory).
+constexpr int kGemmThreads = 128;  // 2 x 2 warps, each 32 rows x 64 columns.
+constexpr int kGemmChunks = kGemmK / 8;
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a stage: chunks XOR-swizzled by
+// (row / 2) % 4, so the 8 rows an ldmatrix reads (and the rows a warp's copies write) fall in
+// distinct banks.
+__device__ inline int GemmSwizzle(int row, int chunk) {
+  return row * kGemmK + ((chunk ^ ((row >> 1) & 3)) << 3);
+}
+
+// 16 bytes global -> shared asynchronously, or 16 zero bytes when !valid (`src` unread).
+__device__ inline void CopyAsync16Or0(uint16_t* dst, const uint16_t* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(bytes));
+#else
+  *reinterpret_cast<uint4*>(dst) = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+#endif
+}
+__device__ inline void GemmCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int kPending>
+__device__ inline void GemmWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+// Four 8x8 bf16 matrices from shared memory (lanes 8j .. 8j + 7 give matrix j's row addresses).
+__device__ inline void LoadMatrix4(const uint16_t* p, uint32_t r[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned int at = static_cast<unsigned int>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+#else
+  static_cast<void>(p);
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+// Grid: one block per (tile, group of kGemmCols weight columns), the groups of a tile
+// consecutive, so the blocks running together share their tiles' rows (and a tile's expert's
+// weights its neighbours) in L2; blocks past *num_tiles' exit.
+__global__ void __launch_bounds__(kGemmThreads, 4)
+    MoeGemmKernel(const uint16_t* a, int64_t lda, const MoeTile* tiles, const int32_t* num_tiles,
+                  int groups, const MoeExpertParts* weights, int64_t n, int64_t k, float* y,
+                  int64_t ldy) {
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / groups);
+  if (tile_index >= *num_tiles) return;  // Uniform per block.
+  __shared__ __align__(128) uint16_t sa[kGemmStages][kGemmRows * kGemmK];
+  __shared__ __align__(128) uint16_t sb[kGemmStages][kGemmCols * kGemmK];
+  const MoeTile tile = tiles[tile_index];
+  const MoeExpertParts& w = weights[tile.expert];
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x % groups) * kGemmCols;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+
+  // The chunks this thread copies each stage: 2 of the a tile, 4 of the weights.
+  constexpr int kAPer = kGemmRows * kGemmChunks / kGemmThreads;
+  constexpr int kBPer = kGemmCols * kGemmChunks / kGemmThreads;
+  const uint16_t* a_src[kAPer];
+  int a_dst[kAPer];
+  bool a_live[kAPer];
+  int a_k[kAPer];
+#pragma unroll
+  for (int i = 0; i < kAPer; ++i) {
+    const int c = tid + i * kGemmThreads;
+    const int r = c / kGemmChunks;
+    const int ch = c % kGemmChunks;
+    a_live[i] = r < tile.rows;
+    a_src[i] = a + (static_cast<int64_t>(tile.start) + (a_live[i] ? r : 0)) * lda + ch * 8;
+    a_dst[i] = GemmSwizzle(r, ch);
+    a_k[i] = ch * 8;
+  }
+  const uint16_t* b_src[kBPer];
+  int b_dst[kBPer];
+  bool b_live[kBPer];
+  int b_k[kBPer];
+#pragma unroll
+  for (int i = 0; i < kBPer; ++i) {
+    const int c = tid + i * kGemmThreads;
+    const int r = c / kGemmChunks;
+    const int ch = c % kGemmChunks;
+    const uint16_t* col = col0 + r < n ? ColumnOf(w, col0 + r, k) : nullptr;
+    b_live[i] = col != nullptr;
+    b_src[i] = (col != nullptr ? col : w.data[0]) + ch * 8;
+    b_dst[i] = GemmSwizzle(r, ch);
+    b_k[i] = ch * 8;
+  }
+  const auto load = [&](int stage, int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < kAPer; ++i) {
+      const bool v = a_live[i] && k0 + a_k[i] < k;
+      CopyAsync16Or0(&sa[stage][a_dst[i]], v ? a_src[i] + k0 : a_src[i], v);
+    }
+#pragma unroll
+    for (int i = 0; i < kBPer; ++i) {
+      const bool v = b_live[i] && k0 + b_k[i] < k;
+      CopyAsync16Or0(&sb[stage][b_dst[i]], v ? b_src[i] + k0 : b_src[i], v);
+    }
+  };
+
+  const int wm = warp / 2;  // Rows 32 wm .. 32 wm + 31 of the tile.
+  const int wn = warp % 2;  // Columns 64 wn .. 64 wn + 63 of the block.
+  float acc[2][8][4] = {};
+  const int64_t steps = (k + kGemmK - 1) / kGemmK;
+#pragma unroll
+  for (int s = 0; s < kGemmStages - 1; ++s) {
+    if (s < steps) load(s, static_cast<int64_t>(s) * kGemmK);
+    GemmCommit();
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    GemmWait<kGemmStages - 2>();
+    __syncthreads();  // Stage `step` is in; every warp is done with the stage refilled next.
+    const int64_t ahead = step + kGemmStages - 1;
+    if (ahead < steps) load(static_cast<int>(ahead % kGemmStages), ahead * kGemmK);
+    GemmCommit();
+    const int stage = static_cast<int>(step % kGemmStages);
+#pragma unroll
+    for (int kk = 0; kk < kGemmK / 16; ++kk) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int row = wm * 32 + mi * 16 + lane % 16;
+        LoadMatrix4(&sa[stage][GemmSwizzle(row, 2 * kk + lane / 16)], af[mi]);
+      }
+      uint32_t bf[8][2];
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) {
+        const int row = wn * 64 + nj * 16 + ((lane >> 4) << 3) + (lane & 7);
+        uint32_t r[4];
+        LoadMatrix4(&sb[stage][GemmSwizzle(row, 2 * kk + ((lane >> 3) & 1))], r);
+        bf[2 * nj][0] = r[0];
+        bf[2 * nj][1] = r[1];
+        bf[2 * nj + 1][0] = r[2];
+        bf[2 * nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 8; ++ni) Mma(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+      }
+    }
+  }
+  GemmWait<0>();
+  // acc[mi][ni][e]: tile row 32 wm + 16 mi + lane / 4 (+8 for e >= 2), column
+  // 64 wn + 8 ni + 2 (lane % 4) (+1 for odd e).
+  const int g = lane / 4;
+  const int t = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
+      if (r >= tile.rows) continue;
+      float* out = y + (static_cast<int64_t>(tile.start) + r) * ldy;
+#pragma unroll
+      for (int ni = 0; ni < 8; ++ni) {
+        const int64_t col = col0 + wn * 64 + ni * 8 + 2 * t + (e & 1);
+        if (col < n) out[col] = acc[mi][ni][e];
+      }
+    }
+  }
+}
+
 #endif  // !__HIP_PLATFORM_AMD__
+
+constexpr int kGatherThreads = 256;
+constexpr int kGatherRowsPerBlock = kGatherThreads / 32;  // A warp a row.
+static_assert(kGemmTileRows % kGatherRowsPerBlock == 0);
+
+// Four fp32 values rounded to bf16 (FloatToBf16 each) in one 8-byte store.
+__device__ inline void StoreBf16x4(uint16_t* dst, float4 v) {
+  uint2 p;
+  p.x = static_cast<uint32_t>(FloatToBf16(v.x)) | (static_cast<uint32_t>(FloatToBf16(v.y)) << 16);
+  p.y = static_cast<uint32_t>(FloatToBf16(v.z)) | (static_cast<uint32_t>(FloatToBf16(v.w)) << 16);
+  *reinterpret_cast<uint2*>(dst) = p;
+}
+
+// kGatherRowsPerBlock slots of a tile a block (a warp a slot): the pick's input row rounded to
+// bf16 (FloatToBf16: RoundRowsToBf16's rounding). kVec: 16-byte loads and 8-byte stores (k % 4
+// == 0, aligned rows); the same values either way.
+template <bool kVec>
+__global__ void __launch_bounds__(kGatherThreads)
+    MoeGatherBf16Kernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                        const MoeTile* tiles, const int32_t* num_tiles, int64_t k, uint16_t* out,
+                        int64_t ld_out) {
+  constexpr int kParts = kGemmTileRows / kGatherRowsPerBlock;
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / kParts);
+  if (tile_index >= *num_tiles) return;
+  const MoeTile tile = tiles[tile_index];
+  const int r = static_cast<int>(blockIdx.x % kParts) * kGatherRowsPerBlock + threadIdx.x / 32;
+  if (r >= tile.rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t slot = static_cast<int64_t>(tile.start) + r;
+  const float* src = x + static_cast<int64_t>(sorted_picks[slot] / top_k) * ldx;
+  uint16_t* dst = out + slot * ld_out;
+  if constexpr (kVec) {
+    for (int64_t c = 4 * lane; c < k; c += 4 * 32) {
+      StoreBf16x4(dst + c, *reinterpret_cast<const float4*>(src + c));
+    }
+  } else {
+    for (int64_t c = lane; c < k; c += 32) dst[c] = FloatToBf16(src[c]);
+  }
+}
+
+// SiluMulKernel's expression (elementwise.hip) on four values a thread (width % 4 == 0, rows
+// of gu 16-byte aligned), rounded as RoundRowsToBf16Kernel rounds.
+__global__ void MoeSiluMulBf16Kernel(const float* gu, int64_t rows, int64_t width,
+                                     uint16_t* out) {
+  const int64_t quads = width / 4;
+  const int64_t n = rows * quads;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / quads;
+    const int64_t i = e % quads * 4;
+    const float4 g = *reinterpret_cast<const float4*>(gu + r * 2 * width + i);
+    const float4 u = *reinterpret_cast<const float4*>(gu + r * 2 * width + width + i);
+    float4 v;
+    v.x = DeviceSilu(g.x) * u.x;
+    v.y = DeviceSilu(g.y) * u.y;
+    v.z = DeviceSilu(g.z) * u.z;
+    v.w = DeviceSilu(g.w) * u.w;
+    StoreBf16x4(out + r * width + i, v);
+  }
+}
 
 // A block per token: its picks in ascending expert id, out = out + w * y one pick at a time
 // (AddScaledRows' arithmetic: the product rounded, then the sum).
@@ -326,9 +569,10 @@ int MoeMaxExperts() { return kMaxExperts; }
 int MoeMaxTopK() { return kMaxTopK; }
 int MoeTileRows() { return 8; }
 
-int64_t MoeMaxTiles(int64_t picks, int experts) {
+int64_t MoeMaxTiles(int64_t picks, int experts, int tile_rows) {
+  // An expert with c picks has ceil(c / tile_rows) <= c / tile_rows + 1 tiles.
   const int64_t spread = picks < experts ? picks : experts;
-  const int64_t bound = picks / MoeTileRows() + spread + 1;
+  const int64_t bound = picks / tile_rows + spread + 1;
   return picks < bound ? picks : bound;
 }
 
@@ -341,24 +585,24 @@ hipError_t MoeRouteBlock(const float* logits, int64_t tokens, int experts, int t
   return hipGetLastError();
 }
 
-MoeSortSizes MoeSortSizesFor(int64_t picks, int experts) {
+MoeSortSizes MoeSortSizesFor(int64_t picks, int experts, int tile_rows) {
   MoeSortSizes s;
   s.chunks = CeilDiv(picks, kSortChunk);
   s.hist_ints = s.chunks * experts;
-  s.max_tiles = MoeMaxTiles(picks, experts);
+  s.max_tiles = tile_rows >= 1 ? MoeMaxTiles(picks, experts, tile_rows) : 0;
   return s;
 }
 
-hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, const MoeSortBuffers& b,
-                        hipStream_t stream) {
+hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile_rows,
+                        const MoeSortBuffers& b, hipStream_t stream) {
   if (picks == 0) return hipSuccess;
-  if (experts < 1 || experts > kMaxExperts) return hipErrorInvalidValue;
+  if (experts < 1 || experts > kMaxExperts || tile_rows < 1) return hipErrorInvalidValue;
   const int64_t chunks = CeilDiv(picks, kSortChunk);
   if (chunks > 0x7fffffff) return hipErrorInvalidValue;
   MoeCountKernel<<<static_cast<unsigned int>(chunks), kSortChunk, 0, stream>>>(ids, picks, experts,
                                                                                b.hist, b.rank);
   MoeOffsetsKernel<<<1, kOffsetThreads, 0, stream>>>(b.hist, static_cast<int>(chunks), experts,
-                                                     MoeTileRows(), b.base, b.offsets, b.tiles,
+                                                     tile_rows, b.base, b.offsets, b.tiles,
                                                      b.num_tiles);
   MoeScatterKernel<<<static_cast<unsigned int>(chunks), kSortChunk, 0, stream>>>(
       ids, picks, experts, b.base, b.offsets, b.rank, b.sorted_picks, b.slot_of_pick);
@@ -403,6 +647,70 @@ hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, 
 }
 
 #endif  // __HIP_PLATFORM_AMD__
+
+#if defined(__HIP_PLATFORM_AMD__)
+
+bool MoeGemmSupported() { return false; }
+int MoeGemmTileRows() { return kGemmTileRows; }
+hipError_t MoeGemmBf16(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
+                       const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
+                       hipStream_t) {
+  return hipErrorNotSupported;
+}
+
+#else
+
+bool MoeGemmSupported() { return true; }
+int MoeGemmTileRows() { return kGemmTileRows; }
+
+hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                       const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                       bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
+                       hipStream_t stream) {
+  if (max_tiles == 0 || n == 0) return hipSuccess;
+  const int64_t groups = CeilDiv(n, kGemmCols);
+  if (!weights_aligned || k % 8 != 0 || lda % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(a) % 16 != 0 || max_tiles * groups > 0x7fffffff) {
+    return hipErrorInvalidValue;
+  }
+  MoeGemmKernel<<<static_cast<unsigned int>(max_tiles * groups), kGemmThreads, 0, stream>>>(
+      a, lda, tiles, num_tiles, static_cast<int>(groups), weights, n, k, y, ldy);
+  return hipGetLastError();
+}
+
+#endif  // __HIP_PLATFORM_AMD__
+
+hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                         const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                         int64_t k, uint16_t* out, int64_t ld_out, hipStream_t stream) {
+  if (max_tiles == 0 || k == 0) return hipSuccess;
+  constexpr int64_t kParts = kGemmTileRows / kGatherRowsPerBlock;
+  if (max_tiles * kParts > 0x7fffffff || top_k < 1) return hipErrorInvalidValue;
+  const bool vec = k % 4 == 0 && ldx % 4 == 0 && ld_out % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  const auto blocks = static_cast<unsigned int>(max_tiles * kParts);
+  if (vec) {
+    MoeGatherBf16Kernel<true><<<blocks, kGatherThreads, 0, stream>>>(
+        x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+  } else {
+    MoeGatherBf16Kernel<false><<<blocks, kGatherThreads, 0, stream>>>(
+        x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+  }
+  return hipGetLastError();
+}
+
+hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t* out,
+                          hipStream_t stream) {
+  if (rows * width == 0) return hipSuccess;
+  if (width % 4 != 0 || reinterpret_cast<uintptr_t>(gu) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 8 != 0) {
+    return hipErrorInvalidValue;
+  }
+  MoeSiluMulBf16Kernel<<<GridFor(rows * width / 4, kGatherThreads), kGatherThreads, 0, stream>>>(
+      gu, rows, width, out);
+  return hipGetLastError();
+}
 
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,

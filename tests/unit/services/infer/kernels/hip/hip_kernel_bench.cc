@@ -4,12 +4,18 @@
 // per row) against the vendor GEMM (fastest, kernel chosen by shape) at decode and prefill
 // shapes. Random inputs (never zeros). Prints one line per measurement.
 //
-// Usage: cairn_hip_kernel_bench [--quick] [--decode-products]
+// Usage: cairn_hip_kernel_bench [--quick] [--decode-products] [--moe-prefill]
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
 // rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
 // (HipKernelBackendOptions::mma_rows_variant, tiles of 8 or 16), with the bits of every variant
 // compared against variant 0's; and decode-sized RMSNorm calls.
+//
+// --moe-prefill: only one MoE layer's routed experts at the 80B-A3B-like model's shapes (512
+// experts of 512, hidden 2048, top 10) at prefill sizes: KernelBackend's default (routing to the
+// host, an expert at a time), the grouped device path (HipKernelBackendOptions::
+// grouped_moe_prefill), and the default's per-expert vendor GEMMs alone (every expert the
+// average count of rows), the cost of per-expert GEMMs after one download of the counts.
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +29,7 @@
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/scratch_arena.h"
 #include "tests/unit/services/infer/kernels/hip/hip_bench_util.h"
 #include "tests/unit/services/infer/kernels/random_floats.h"
 
@@ -139,6 +146,92 @@ int DecodeProducts() {
     bench.Sync();
     std::snprintf(label, sizeof label, "rmsnorm %ld x 4096, back-to-back calls", rows);
     Row(label, Bench::Seconds(start) / calls, "GB/s", 2.0 * 4.0 * rows * dim);
+  }
+  return 0;
+}
+
+// One MoE layer's routed experts at prefill sizes (see --moe-prefill above).
+int MoePrefill() {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  if (!created.ok()) Bench::Fail(created.status().ToString());
+  HipKernelBackend& b = **created;
+  Bench bench(&b);
+  const int64_t hidden = 2048, width = 512;
+  const int experts = 512, top_k = 10;
+  const int64_t expert_bf16 = 3 * width * hidden;  // gate, up and down.
+  absl::StatusOr<DeviceBuffer> pool_buffer = b.Allocate(experts * expert_bf16 * 2);
+  if (!pool_buffer.ok()) Bench::Fail(pool_buffer.status().ToString());
+  {
+    const int64_t block = expert_bf16;
+    const std::vector<float> values = RandomFloats(block, 50);
+    std::vector<uint16_t> bits(block);
+    for (int64_t i = 0; i < block; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &values[i], sizeof u);
+      bits[i] = static_cast<uint16_t>(u >> 16);
+    }
+    for (int e = 0; e < experts; ++e) {
+      Bench::Check(
+          b.Upload(static_cast<uint16_t*>(pool_buffer->data()) + e * block, bits.data(), block * 2),
+          "upload experts");
+    }
+  }
+  const auto* pool = static_cast<const uint16_t*>(pool_buffer->data());
+  std::vector<WeightMatrix> gate_up, down;
+  for (int e = 0; e < experts; ++e) {
+    gate_up.push_back(
+        WeightMatrix::Of(pool + e * expert_bf16, WeightType::kBF16, 2 * width, hidden));
+    down.push_back(WeightMatrix::Of(pool + e * expert_bf16 + 2 * width * hidden, WeightType::kBF16,
+                                    hidden, width));
+  }
+  char label[200];
+  for (const int64_t tokens : {int64_t{4096}, int64_t{8192}}) {
+    float* x = bench.Buffer(tokens * hidden, 51);
+    float* logits = bench.Buffer(tokens * experts, 52, -3.0f, 3.0f);
+    float* out = bench.Buffer(tokens * hidden, 53);
+    ScratchArena scratch(b.memory());
+    MoeExpertsArgs a;
+    a.x = x;
+    a.logits = logits;
+    a.out = out;
+    a.tokens = tokens;
+    a.hidden = hidden;
+    a.width = width;
+    a.experts = experts;
+    a.top_k = top_k;
+    a.renormalise = true;
+    a.gate_up = gate_up.data();
+    a.down = down.data();
+    const double flops = 2.0 * tokens * top_k * 3.0 * width * hidden;
+    for (const bool grouped : {false, true}) {
+      b.SetGroupedMoePrefillForTest(grouped);
+      const double t = bench.Time(
+          [&] {
+            Bench::Check(b.MoeExperts(a, scratch), "moe experts");
+            scratch.EndPass();
+          },
+          5);
+      std::snprintf(label, sizeof label, "moe layer routed experts, %ld tokens, %s", tokens,
+                    grouped ? "grouped device path" : "default (host routing)");
+      Row(label, t, "TFLOP/s", flops, 1e12);
+    }
+    // The default's per-expert products alone: every expert the average rows, gate/up then down.
+    const int64_t rows = tokens * top_k / experts;
+    float* xs = bench.Buffer(rows * hidden, 54);
+    float* gu = bench.Buffer(rows * 2 * width, 55);
+    float* ys = bench.Buffer(rows * hidden, 56);
+    const double t = bench.Time(
+        [&] {
+          for (int e = 0; e < experts; ++e) {
+            b.MatMulTransposedTyped(xs, rows, hidden, gate_up[e], gu, 2 * width, false);
+            b.MatMulTransposedTyped(gu, rows, width, down[e], ys, hidden, false);
+          }
+        },
+        5);
+    std::snprintf(label, sizeof label, "moe layer, %ld vendor GEMM pairs of %ld rows alone",
+                  static_cast<int64_t>(experts), rows);
+    Row(label, t, "TFLOP/s", flops, 1e12);
+    bench.Free();
   }
   return 0;
 }
@@ -344,11 +437,13 @@ int Main(bool quick) {
 }  // namespace cairn::infer
 
 int main(int argc, char** argv) {
-  bool quick = false, decode_products = false;
+  bool quick = false, decode_products = false, moe_prefill = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
+    moe_prefill = moe_prefill || std::strcmp(argv[i], "--moe-prefill") == 0;
   }
   if (decode_products) return cairn::infer::DecodeProducts();
+  if (moe_prefill) return cairn::infer::MoePrefill();
   return cairn::infer::Main(quick);
 }

@@ -19,13 +19,16 @@
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
-//          [--grouped-moe=0|1] [--mma-variants=N,N,...]
+//          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
 // --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
 // NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`. --grouped-moe=0 runs the MoE
 // layers' routed experts through KernelBackend's default (routing to the host, an expert at a
-// time) instead of the device path (HipKernelBackendOptions::grouped_moe).
+// time) instead of the device path (HipKernelBackendOptions::grouped_moe). --moe-prefill: each
+// prefill length (except the TTFT run) runs once for each value listed of
+// HipKernelBackendOptions::grouped_moe_prefill (1: the MoE layers' prefill calls on the device's
+// grouped GEMM; 0: KernelBackend's default), in turn; the last value stays for the rest.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -79,6 +82,7 @@ struct Flags {
   bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
+  std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -264,14 +268,14 @@ class ModelBench {
     return Bench::Seconds(start);
   }
 
-  void ReportPrefill(int64_t tokens, double seconds) {
+  void ReportPrefill(int64_t tokens, double seconds, const std::string& suffix = "") {
     const double flops = PrefillFlops(0, tokens);
     const double gemm = 2.0 * costs_.matrix_params * tokens;
     Print(absl::StrFormat(
         "%s prefill %7ld tokens: %8.3f s  %9.0f tokens/s  %6.1f TFLOP/s = %5.1f %% of the bf16 "
-        "matrix rate (GEMM share of the FLOPs %4.1f %%)",
+        "matrix rate (GEMM share of the FLOPs %4.1f %%)%s",
         name_.c_str(), tokens, seconds, tokens / seconds, flops / seconds / 1e12,
-        100.0 * flops / seconds / ceil_.bf16_flops, 100.0 * gemm / flops));
+        100.0 * flops / seconds / ceil_.bf16_flops, 100.0 * gemm / flops, suffix.c_str()));
   }
 
   void PrefillAndTtft() {
@@ -289,11 +293,19 @@ class ModelBench {
 
     double cold = 0, capture_private = 0, capture_rows = 0;
     for (const int64_t t : f_.prefill) {
-      Bench::Check((*kv)->Reset(0), "reset");
       if (t < f_.ttft_depth || t != MaxDepth()) {
-        ReportPrefill(t, Prefill(slot, 0, t));
+        for (const int on : f_.moe_prefill) {
+          b_.SetGroupedMoePrefillForTest(on == 1);
+          Bench::Check((*kv)->Reset(0), "reset");
+          const double seconds = Prefill(slot, 0, t);
+          ReportPrefill(t, seconds,
+                        o_.num_experts > 0
+                            ? absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off")
+                            : "");
+        }
         continue;
       }
+      Bench::Check((*kv)->Reset(0), "reset");
       // The longest run also gives the cold TTFT and the capture at ttft_depth.
       cold = Prefill(slot, 0, f_.ttft_depth);
       auto start = Clock::now();
@@ -582,6 +594,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 1) return false;
         f->mma_variants.push_back(static_cast<int>(n));
       }
+    } else if (key == "moe-prefill") {
+      f->moe_prefill.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
+        f->moe_prefill.push_back(static_cast<int>(n));
+      }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
     } else if (key == "grouped-moe" && number && (n == 0 || n == 1)) {
@@ -619,7 +637,7 @@ int Main(int argc, char** argv) {
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
-                 "[--grouped-moe=0|1] [--mma-variants=N,N,...]\n");
+                 "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
