@@ -24,9 +24,10 @@ namespace {
 // CPU v4: decode passes of fewer than 32 rows take the short attention path (the row kernel
 // over a key/value head's query heads instead of sgemm on one row; docs/cpu-backend.md, sixth
 // round), which changes their bits; the pass-invariant arithmetic is unchanged.
-// CPU v5 / pass-invariant v3: the gated delta rule (both forms) flushes subnormal values to zero
-// (docs/cpu-backend.md, ninth round), which changes the bits of heads whose state decays below
-// 2^-126.
+// CPU v5 / pass-invariant v3: the gated delta rule (both forms) flushes subnormal values to zero,
+// which changes the bits of heads whose state decays below 2^-126, and the norms sum their
+// squares in sixteen lanes and a tree instead of one running sum (docs/cpu-backend.md, ninth
+// round).
 constexpr char kCpuNumericsClass[] = "cpu-f32-v5";
 constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v3";
 // The HIP backend keeps bf16 weights and gives its prefill GEMMs and prefill attention bf16

@@ -146,6 +146,58 @@ CAIRN_SIMD_CLONES void SigmoidProducts(const float* a, const float* g, const flo
   std::memcpy(out + i, to, bytes);
 }
 
+// The sum of x[i]^2 for i < n: sixteen lane sums (lane l takes i = l mod 16, in order; the last
+// partial vector padded with zeros), then the lanes in a fixed tree (l + 8, then + 4, + 2, + 1).
+// A plain running sum is a chain of dependent additions, one element per add latency, which
+// made the norms of a 512-wide prefill pass a visible share of it; this order is the same in
+// every clone.
+CAIRN_SIMD_CLONES float SumOfSquares(const float* x, int64_t n) {
+  F32x16 acc = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    F32x16 v;
+    std::memcpy(&v, x + i, sizeof(v));
+    acc += v * v;
+  }
+  if (i < n) {
+    alignas(64) float tail[16] = {};
+    std::memcpy(tail, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    F32x16 v;
+    std::memcpy(&v, tail, sizeof(v));
+    acc += v * v;
+  }
+  alignas(64) float lanes[16];
+  std::memcpy(lanes, &acc, sizeof(lanes));
+  for (int half = 8; half >= 1; half /= 2) {
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  }
+  return lanes[0];
+}
+
+// y[i] = x[i] * a * (w[i], or 1 + w[i] when zero-centred, or b when w is null) for i < n,
+// multiplied in that order: the arithmetic of the scalar loops the norms had, lane-wise.
+CAIRN_SIMD_CLONES void ScaleRow(const float* x, float a, const float* w, bool zero_centred, float b,
+                                int64_t n, float* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    F32x16 v;
+    std::memcpy(&v, x + i, sizeof(v));
+    F32x16 f;
+    if (w == nullptr) {
+      f = F32x16{} + b;
+    } else {
+      std::memcpy(&f, w + i, sizeof(f));
+      if (zero_centred) f = 1.0f + f;
+    }
+    v = v * a * f;
+    std::memcpy(y + i, &v, sizeof(v));
+  }
+  for (; i < n; ++i) {
+    const float f = w == nullptr ? b : zero_centred ? 1.0f + w[i] : w[i];
+    y[i] = x[i] * a * f;
+  }
+}
+
 // o[ch] = silu(sum over m < kernel, in order from zero, of taps[m][ch] * window[m][ch]) for
 // ch < channels, sixteen channels at a time (lane-wise, so the same bits as one at a time).
 CAIRN_SIMD_CLONES void ConvSiluRow(const float* taps, const float* const* window, int kernel,
@@ -467,12 +519,9 @@ void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const 
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float ss = SumOfSquares(xr, dim);
       const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-      for (int64_t i = 0; i < dim; ++i) {
-        yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
-      }
+      ScaleRow(xr, inv, w, zero_centred, 0.0f, dim, yr);
     }
   });
 }
@@ -485,10 +534,9 @@ void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
       const float* xr = x + r * dim;
       const float* zr = z + r * dim;
       float* yr = y + r * dim;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float ss = SumOfSquares(xr, dim);
       const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
+      ScaleRow(xr, inv, w, /*zero_centred=*/false, 0.0f, dim, yr);
       SigmoidProducts(zr, zr, yr, dim, yr);  // y * silu(z)
     }
   });
@@ -499,10 +547,9 @@ void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float ep
   ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* xr = x + r * dim;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float ss = SumOfSquares(xr, dim);
       const float inv = 1.0f / std::sqrt(ss + eps);
-      for (int64_t i = 0; i < dim; ++i) xr[i] = xr[i] * inv * scale;
+      ScaleRow(xr, inv, nullptr, /*zero_centred=*/false, scale, dim, xr);
     }
   });
 }

@@ -237,6 +237,34 @@ TEST_F(CpuKernelBackendTest, NormsFollowTheirConventions) {
   EXPECT_FLOAT_EQ(x[1], 1.6f);
 }
 
+// Wide rows (the sum of squares in sixteen lanes and a tree, a tail of 7): within a few float
+// roundings of a double-precision norm, and a row's bits do not depend on how many rows the
+// call has (ParallelRows splits many rows over the threads).
+TEST_F(CpuKernelBackendTest, WideNormsMatchDoubleAndDoNotDependOnTheRowCount) {
+  const int64_t rows = 300, dim = 1000 + 7;
+  const std::vector<float> x = Random(rows * dim, 41);
+  const std::vector<float> w = Random(dim, 42);
+  std::vector<float> all(rows * dim), alone(dim), gated(rows * dim), unit = x;
+  backend_->RmsNorm(x.data(), rows, dim, w.data(), 1e-6f, false, all.data());
+  backend_->GatedRmsNorm(x.data(), x.data(), rows, dim, w.data(), 1e-6f, gated.data());
+  backend_->L2Normalize(unit.data(), rows, dim, 0.0f, 1.0f);
+  for (int64_t r : {int64_t{0}, int64_t{137}, rows - 1}) {
+    const float* xr = x.data() + r * dim;
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(ss / dim + 1e-6);
+    double norm = 0;
+    for (int64_t i = 0; i < dim; ++i) {
+      EXPECT_NEAR(all[r * dim + i], xr[i] * inv * w[i], 1e-5) << r << " " << i;
+      norm += static_cast<double>(unit[r * dim + i]) * unit[r * dim + i];
+    }
+    EXPECT_NEAR(norm, 1.0, 1e-5) << r;
+    backend_->RmsNorm(xr, 1, dim, w.data(), 1e-6f, false, alone.data());
+    EXPECT_EQ(std::memcmp(alone.data(), all.data() + r * dim, dim * sizeof(float)), 0) << r;
+  }
+  EXPECT_NE(gated, all);  // The gate did apply.
+}
+
 TEST_F(CpuKernelBackendTest, RopeRotatesPairsHalfApart) {
   // head_dim 6, rotary 4: pairs (0, 2) and (1, 3); dims 4, 5 untouched.
   std::vector<float> x = {1, 0, 0, 1, 7, 8};
