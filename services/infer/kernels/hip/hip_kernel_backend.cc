@@ -19,6 +19,17 @@ using hip::Invalid;
 // The loads hip::MatMulRowsMma takes (HipKernelBackendOptions::mma_rows_variant).
 bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 1; }
 
+// HipKernelBackendOptions::attention_mma_variant.
+bool ValidAttentionMmaVariant(int variant) {
+  return variant >= 0 && variant < hip::kAttentionMmaVariants;
+}
+
+absl::Status InvalidAttentionMmaVariant(int variant) {
+  return absl::InvalidArgumentError(absl::StrCat("hip backend: attention_mma_variant must be 0 to ",
+                                                 hip::kAttentionMmaVariants - 1, ", got ",
+                                                 variant));
+}
+
 }  // namespace
 
 int HipDeviceCount() {
@@ -47,6 +58,9 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   if (!ValidMmaRowsVariant(options.mma_rows_variant)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hip backend: mma_rows_variant must be -1, 0 or 1, got ", options.mma_rows_variant));
+  }
+  if (!ValidAttentionMmaVariant(options.attention_mma_variant)) {
+    return InvalidAttentionMmaVariant(options.attention_mma_variant);
   }
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
@@ -79,7 +93,14 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateHipKernelBackend(
 HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int max_shared_bytes)
     : options_(options),
       max_shared_bytes_(max_shared_bytes),
-      mma_rows_variant_(options.mma_rows_variant) {}
+      mma_rows_variant_(options.mma_rows_variant),
+      attention_mma_variant_(options.attention_mma_variant) {}
+
+absl::Status HipKernelBackend::SetAttentionMmaVariantForTest(int variant) {
+  if (!ValidAttentionMmaVariant(variant)) return InvalidAttentionMmaVariant(variant);
+  attention_mma_variant_ = variant;
+  return absl::OkStatus();
+}
 
 absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
   if (!ValidMmaRowsVariant(variant)) {
@@ -472,7 +493,7 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     const int64_t bytes = hip::AttentionMmaWorkspaceBytes(l);
     float* ws = Workspace((bytes + 3) / 4);
     if (ws == nullptr) return;
-    Check(hip::AttentionMma(l, ws, compute_), "attention (matrix units) launch");
+    Check(hip::AttentionMma(l, attention_mma_variant_, ws, compute_), "attention (matrix units) launch");
     return;
   }
   if (split) l.split_keys = options_.attention_split_keys;

@@ -46,6 +46,13 @@ struct HipKernelBackendOptions {
   // matrix units: q, k, v and the softmax weights rounded to bf16, fp32 accumulation
   // (hip::AttentionMma). Off, or where unsupported (AMD, head_dim > 256), the fp32 kernel.
   bool bf16_attention = true;
+  // How the matrix-unit prefill attention lays out its blocks (hip::AttentionMma `variant`,
+  // 0 to hip::kAttentionMmaVariants - 1; every variant gives the same bits): 0, 128 rows a
+  // block with 32-bit fragment loads; 1, the same with ldmatrix loads, masks only where a tile
+  // crosses a row's position and the output's rescale skipped when no maximum moved; 2,
+  // variant 1's code with 64 rows a block and one key and one value buffer, two blocks a
+  // multiprocessor.
+  int attention_mma_variant = 1;
   // MatMulRowsTyped over bf16 weights runs on the matrix units (hip::MatMulRowsMma: inputs split
   // exactly into three bf16 pieces, an order fixed by the shape, rows independent) where the
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode
@@ -236,6 +243,10 @@ class HipKernelBackend final : public KernelBackend {
   // 0 or 1; the same bits), so that a benchmark can compare them over one model. Returns
   // InvalidArgument for other values.
   absl::Status SetMmaRowsVariantForTest(int variant);
+  // Changes the layout of later matrix-unit prefill attention calls
+  // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
+  // outside 0 to hip::kAttentionMmaVariants - 1.
+  absl::Status SetAttentionMmaVariantForTest(int variant);
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -294,6 +305,7 @@ class HipKernelBackend final : public KernelBackend {
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
   int64_t host_waits_ = 0;   // See host_waits().
   int mma_rows_variant_;     // options_.mma_rows_variant unless changed for a test.
+  int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
   int multiprocessors_ = 0;  // The device's.
 };
 

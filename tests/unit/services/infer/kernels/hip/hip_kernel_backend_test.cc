@@ -426,6 +426,61 @@ TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
                        std::vector<float>(d.begin() + 150 * q_ld, d.begin() + 151 * q_ld)));
 }
 
+TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
+  // Each block layout of the matrix-unit prefill attention against variant 0 (128 rows a block,
+  // 32-bit fragment loads), on passes after earlier keys and cut inside a block, at each head
+  // dimension the kernel has (64, 128, 256; 80 and 32 padded), GQA groups 1 to 6.
+  struct Case {
+    int64_t tokens, past;
+    int q_heads, kv_heads, head_dim;
+  };
+  const std::vector<Case> cases = {{300, 0, 12, 2, 128}, {1500, 0, 16, 2, 256},
+                                   {700, 901, 16, 4, 256}, {129, 40, 4, 4, 32},
+                                   {200, 77, 6, 3, 80},    {1000, 0, 8, 8, 64}};
+  std::vector<std::unique_ptr<HipKernelBackend>> variants;
+  for (int variant = 0; variant < hip::kAttentionMmaVariants; ++variant) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.attention_mma_variant = variant});
+    ASSERT_TRUE(b.ok()) << b.status();
+    variants.push_back(*std::move(b));
+  }
+  EXPECT_THAT(
+      HipKernelBackend::Create({.attention_mma_variant = hip::kAttentionMmaVariants}).status(),
+      cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const Case& c : cases) {
+    const int64_t rows = c.past + c.tokens;
+    const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
+    const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
+    const std::vector<float> q = RandomFloats(c.tokens * q_ld, 31, -2.0f, 2.0f);
+    const std::vector<float> k = RandomFloats(rows * kv_ld, 32, -2.0f, 2.0f),
+                             v = RandomFloats(rows * kv_ld, 33);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
+    std::vector<std::vector<float>> outs;
+    for (const std::unique_ptr<HipKernelBackend>& b : variants) {
+      DeviceBuffer o = Poisoned(c.tokens * q_ld);
+      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past,
+                    c.q_heads, c.kv_heads, c.head_dim, scale});
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs.push_back(Down(o, c.tokens * q_ld));
+    }
+    // The last variant again with the pass cut at 77 tokens (inside a block of every layout).
+    DeviceBuffer cut = Poisoned(c.tokens * q_ld);
+    HipKernelBackend& last = *variants.back();
+    last.Attention({dq.floats(), dk.floats(), dv.floats(), cut.floats(), 77, c.past, c.q_heads,
+                    c.kv_heads, c.head_dim, scale});
+    last.Attention({dq.floats() + 77 * q_ld, dk.floats(), dv.floats(), cut.floats() + 77 * q_ld,
+                    c.tokens - 77, c.past + 77, c.q_heads, c.kv_heads, c.head_dim, scale});
+    ASSERT_TRUE(last.Synchronize().ok()) << last.status();
+    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads,
+                                          "q/", c.kv_heads, "kv, d", c.head_dim);
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_TRUE(SameBits(outs[0], outs[i])) << name << ", variant " << i;
+    }
+    EXPECT_TRUE(SameBits(outs[0], Down(cut, c.tokens * q_ld))) << name << ", cut";
+  }
+}
+
 TEST_F(HipKernelBackendTest, AttentionBatchGivesTheBitsOfOneCallPerSequenceAndMatchesCpu) {
   // Sequences of one pass over their own caches: decode steps at short and long positions (more
   // calls than one launch takes, ranges from 1 to 40), a 3-token call, a prefill call in the

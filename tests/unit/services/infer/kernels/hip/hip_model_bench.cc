@@ -19,9 +19,14 @@
 //          [--ttft-depth=95439] [--turn-tokens=40] [--pass-tokens=8192] [--decode-depth=4096]
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
-//          [--grouped-moe=0|1] [--mma-variants=N,N,...]
+//          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--attention-variants=N,N,...]
+//          [--profile-prefill=N]
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
+// --attention-variants: each prefill length (not the TTFT run) runs once for each value of
+// HipKernelBackendOptions::attention_mma_variant listed (the same bits), in turn.
+// --profile-prefill=N brackets the last pass of each N-token prefill with cudaProfilerStart/Stop
+// (for `ncu --profile-from-start off`).
 // --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
 // NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`. --grouped-moe=0 runs the MoE
 // layers' routed experts through KernelBackend's default (routing to the host, an expert at a
@@ -79,6 +84,8 @@ struct Flags {
   bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
+  std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
+  int64_t profile_prefill = 0;  // 0: no profiler range.
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -257,21 +264,24 @@ class ModelBench {
     for (int64_t at = from; at < to;) {
       const int64_t end = std::min(to, at + f_.pass_tokens);
       const auto pass = absl::MakeConstSpan(tokens_).subspan(at, end - at);
+      const bool profile = from == 0 && to == f_.profile_prefill && end == to;
+      if (profile) ProfilerRange(true);
       absl::StatusOr<std::vector<float>> logits = model_->Forward(slot, pass, {});
       if (!logits.ok()) Bench::Fail(logits.status().ToString());
+      if (profile) ProfilerRange(false);
       at = end;
     }
     return Bench::Seconds(start);
   }
 
-  void ReportPrefill(int64_t tokens, double seconds) {
+  void ReportPrefill(int64_t tokens, double seconds, const std::string& suffix = "") {
     const double flops = PrefillFlops(0, tokens);
     const double gemm = 2.0 * costs_.matrix_params * tokens;
     Print(absl::StrFormat(
         "%s prefill %7ld tokens: %8.3f s  %9.0f tokens/s  %6.1f TFLOP/s = %5.1f %% of the bf16 "
-        "matrix rate (GEMM share of the FLOPs %4.1f %%)",
+        "matrix rate (GEMM share of the FLOPs %4.1f %%)%s",
         name_.c_str(), tokens, seconds, tokens / seconds, flops / seconds / 1e12,
-        100.0 * flops / seconds / ceil_.bf16_flops, 100.0 * gemm / flops));
+        100.0 * flops / seconds / ceil_.bf16_flops, 100.0 * gemm / flops, suffix.c_str()));
   }
 
   void PrefillAndTtft() {
@@ -291,7 +301,16 @@ class ModelBench {
     for (const int64_t t : f_.prefill) {
       Bench::Check((*kv)->Reset(0), "reset");
       if (t < f_.ttft_depth || t != MaxDepth()) {
-        ReportPrefill(t, Prefill(slot, 0, t));
+        for (const int variant : f_.attention_variants) {
+          Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
+          Bench::Check((*kv)->Reset(0), "reset");
+          ReportPrefill(t, Prefill(slot, 0, t),
+                        f_.attention_variants.size() > 1
+                            ? absl::StrFormat(" (attention variant %d)", variant)
+                            : "");
+        }
+        Bench::Check(b_.SetAttentionMmaVariantForTest(HipKernelBackendOptions().attention_mma_variant),
+                     "attention variant");
         continue;
       }
       // The longest run also gives the cold TTFT and the capture at ttft_depth.
@@ -531,6 +550,9 @@ class ModelBench {
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
   void ProfilerRange(int slots, bool start) {
     if (slots != f_.profile_slots) return;
+    ProfilerRange(start);
+  }
+  void ProfilerRange(bool start) {
 #if defined(CAIRN_HIP_PLATFORM_NVIDIA)
     if (start) {
       cudaProfilerStart();
@@ -582,6 +604,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 1) return false;
         f->mma_variants.push_back(static_cast<int>(n));
       }
+    } else if (key == "attention-variants") {
+      f->attention_variants.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionMmaVariants) return false;
+        f->attention_variants.push_back(static_cast<int>(n));
+      }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
     } else if (key == "grouped-moe" && number && (n == 0 || n == 1)) {
@@ -604,6 +632,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "profile-slots") {
       f->profile_slots = static_cast<int>(n);
+    } else if (key == "profile-prefill") {
+      f->profile_prefill = n;
     } else {
       return false;
     }
@@ -619,7 +649,8 @@ int Main(int argc, char** argv) {
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
-                 "[--grouped-moe=0|1] [--mma-variants=N,N,...]\n");
+                 "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--attention-variants=N,N,...] "
+                 "[--profile-prefill=N]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
