@@ -341,18 +341,21 @@ void HipKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 void HipKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   if (!Enter()) return;
-  Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, compute_), "rmsnorm launch");
+  Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, options_.warp_row_norms, compute_),
+        "rmsnorm launch");
 }
 
 void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
   if (!Enter()) return;
-  Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, compute_), "gated rmsnorm launch");
+  Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, options_.warp_row_norms, compute_),
+        "gated rmsnorm launch");
 }
 
 void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   if (!Enter()) return;
-  Check(hip::L2Normalize(x, rows, dim, eps, scale, compute_), "l2 normalize launch");
+  Check(hip::L2Normalize(x, rows, dim, eps, scale, options_.warp_row_norms, compute_),
+        "l2 normalize launch");
 }
 
 void HipKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
@@ -493,7 +496,8 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     const int64_t bytes = hip::AttentionMmaWorkspaceBytes(l);
     float* ws = Workspace((bytes + 3) / 4);
     if (ws == nullptr) return;
-    Check(hip::AttentionMma(l, attention_mma_variant_, ws, compute_), "attention (matrix units) launch");
+    Check(hip::AttentionMma(l, attention_mma_variant_, ws, compute_),
+          "attention (matrix units) launch");
     return;
   }
   if (split) l.split_keys = options_.attention_split_keys;

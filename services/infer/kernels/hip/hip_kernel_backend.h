@@ -92,6 +92,11 @@ struct HipKernelBackendOptions {
   // hip::MoeRoute) instead of MoeRoute's thread per token, which walks all experts top_k + 2
   // times alone.
   bool moe_block_route = true;
+  // RmsNorm, GatedRmsNorm and L2Normalize of rows of at most 256 values (attention's and the
+  // delta rule's heads) take a warp per row instead of a block of 256 threads (most of them
+  // idle, a barrier per level of the sum's tree), adding the same partial sums in the same
+  // tree: the same bits (tested). NVIDIA only.
+  bool warp_row_norms = true;
 };
 
 // The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
@@ -303,10 +308,10 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;   // See host_waits().
-  int mma_rows_variant_;     // options_.mma_rows_variant unless changed for a test.
+  int64_t host_waits_ = 0;     // See host_waits().
+  int mma_rows_variant_;       // options_.mma_rows_variant unless changed for a test.
   int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
-  int multiprocessors_ = 0;  // The device's.
+  int multiprocessors_ = 0;    // The device's.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

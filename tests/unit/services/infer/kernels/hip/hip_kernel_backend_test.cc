@@ -157,6 +157,56 @@ TEST_F(HipKernelBackendTest, NormsMatchCpu) {
   }
 }
 
+TEST_F(HipKernelBackendTest, WarpRowNormsGiveTheBitsOfTheBlockKernels) {
+  // warp_row_norms (the default) against a block of 256 threads per row, at head sizes and
+  // around the warp kernels' limit (257 takes the block kernel in both), 1000 rows.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> block =
+      HipKernelBackend::Create({.warp_row_norms = false});
+  ASSERT_TRUE(block.ok()) << block.status();
+  for (const int64_t dim :
+       {int64_t{1}, int64_t{7}, int64_t{128}, int64_t{200}, int64_t{256}, int64_t{257}}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
+    const int64_t rows = 1000;
+    const std::vector<float> x = RandomFloats(rows * dim, 36, -3.0f, 3.0f),
+                             z = RandomFloats(rows * dim, 37, -4.0f, 4.0f);
+    const std::vector<float> w = RandomFloats(dim, 38);
+    DeviceBuffer dx = Up(x), dz = Up(z), dw = Up(w);
+    std::vector<std::vector<float>> outs[2];
+    HipKernelBackend* backends[2] = {gpu_.get(), block->get()};
+    for (int b = 0; b < 2; ++b) {
+      DeviceBuffer d1 = Poisoned(x.size()), d2 = Poisoned(x.size()), d3 = Poisoned(x.size()),
+                   d4 = Up(x);
+      backends[b]->RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, false, d1.floats());
+      backends[b]->RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, true, d2.floats());
+      backends[b]->GatedRmsNorm(dx.floats(), dz.floats(), rows, dim, dw.floats(), 1e-6f,
+                                d3.floats());
+      backends[b]->L2Normalize(d4.floats(), rows, dim, 1e-6f, 0.5f);
+      ASSERT_TRUE(backends[b]->Synchronize().ok()) << backends[b]->status();
+      for (const DeviceBuffer* d : {&d1, &d2, &d3, &d4}) outs[b].push_back(Down(*d, x.size()));
+    }
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      EXPECT_TRUE(SameBits(outs[0][i], outs[1][i])) << "norm " << i;
+    }
+  }
+}
+
+TEST_F(HipKernelBackendTest, SiluMulGivesTheSameBitsAlignedOrNot) {
+  // Aligned rows take the 16-byte kernel; the same values one float off take the element kernel.
+  const int64_t rows = 300, dim = 1024, ld = 2 * dim;
+  const std::vector<float> gu = RandomFloats(rows * ld, 39, -6.0f, 6.0f);
+  std::vector<float> shifted(gu.size() + 1, 0.0f);
+  std::copy(gu.begin(), gu.end(), shifted.begin() + 1);
+  DeviceBuffer aligned = Up(gu), off = Up(shifted), out1 = Poisoned(rows * dim),
+               out2 = Poisoned(rows * dim + 1);
+
+  gpu_->SiluMul(aligned.floats(), ld, aligned.floats() + dim, ld, rows, dim, out1.floats());
+  gpu_->SiluMul(off.floats() + 1, ld, off.floats() + 1 + dim, ld, rows, dim, out2.floats() + 1);
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  const std::vector<float> b = Down(out2, rows * dim + 1);
+  EXPECT_TRUE(SameBits(Down(out1, rows * dim), std::vector<float>(b.begin() + 1, b.end())));
+}
+
 TEST_F(HipKernelBackendTest, RopeAndSiluMulMatchCpu) {
   const int64_t tokens = 19;
   const int heads = 5, head_dim = 34, rotary = 18;
@@ -434,7 +484,7 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
     int64_t tokens, past;
     int q_heads, kv_heads, head_dim;
   };
-  const std::vector<Case> cases = {{300, 0, 12, 2, 128}, {1500, 0, 16, 2, 256},
+  const std::vector<Case> cases = {{300, 0, 12, 2, 128},   {1500, 0, 16, 2, 256},
                                    {700, 901, 16, 4, 256}, {129, 40, 4, 4, 32},
                                    {200, 77, 6, 3, 80},    {1000, 0, 8, 8, 64}};
   std::vector<std::unique_ptr<HipKernelBackend>> variants;
@@ -459,8 +509,8 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
     std::vector<std::vector<float>> outs;
     for (const std::unique_ptr<HipKernelBackend>& b : variants) {
       DeviceBuffer o = Poisoned(c.tokens * q_ld);
-      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past,
-                    c.q_heads, c.kv_heads, c.head_dim, scale});
+      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past, c.q_heads,
+                    c.kv_heads, c.head_dim, scale});
       ASSERT_TRUE(b->Synchronize().ok()) << b->status();
       outs.push_back(Down(o, c.tokens * q_ld));
     }
@@ -472,8 +522,8 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
     last.Attention({dq.floats() + 77 * q_ld, dk.floats(), dv.floats(), cut.floats() + 77 * q_ld,
                     c.tokens - 77, c.past + 77, c.q_heads, c.kv_heads, c.head_dim, scale});
     ASSERT_TRUE(last.Synchronize().ok()) << last.status();
-    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads,
-                                          "q/", c.kv_heads, "kv, d", c.head_dim);
+    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/",
+                                          c.kv_heads, "kv, d", c.head_dim);
     for (size_t i = 1; i < outs.size(); ++i) {
       EXPECT_TRUE(SameBits(outs[0], outs[i])) << name << ", variant " << i;
     }

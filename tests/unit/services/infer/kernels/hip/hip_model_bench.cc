@@ -309,8 +309,9 @@ class ModelBench {
                             ? absl::StrFormat(" (attention variant %d)", variant)
                             : "");
         }
-        Bench::Check(b_.SetAttentionMmaVariantForTest(HipKernelBackendOptions().attention_mma_variant),
-                     "attention variant");
+        Bench::Check(
+            b_.SetAttentionMmaVariantForTest(HipKernelBackendOptions().attention_mma_variant),
+            "attention variant");
         continue;
       }
       // The longest run also gives the cold TTFT and the capture at ttft_depth.
