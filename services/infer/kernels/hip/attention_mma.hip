@@ -7,8 +7,8 @@
 // block rounds its query tile to bf16 itself, and the softmax weights P are rounded to bf16 for
 // the second product. Scores, the running maxima and sums, and the output accumulate in fp32.
 //
-// Order: a block takes 128 query rows of one q head (16 per warp) and walks the keys in tiles of
-// 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
+// Order: a block takes 128 (or, variant 2, 64) query rows of one q head (16 per warp) and walks
+// the keys in tiles of 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
 // matrix instructions over those tiles; a row's scores depend only on its own query and the
 // tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum and
 // output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position

@@ -470,6 +470,22 @@ __global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, i
   }
 }
 
+// SplitHeadPairsKernel for head_dim % 4 == 0 (pointers aligned to 4 floats) with 16-byte
+// copies: grid.x over a row's groups of 4 of a and b, grid.y over rows.
+__global__ void SplitHeadPairsRowsKernel(const float* in, int64_t rows, int heads, int head_dim,
+                                         float* a, float* b) {
+  const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= groups) return;
+  const int64_t h = c / (head_dim / 4);
+  const int64_t i = c % (head_dim / 4);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float4* src = reinterpret_cast<const float4*>(in + r * 8 * groups + h * 2 * head_dim);
+    reinterpret_cast<float4*>(a + r * 4 * groups)[c] = src[i];
+    reinterpret_cast<float4*>(b + r * 4 * groups)[c] = src[head_dim / 4 + i];
+  }
+}
+
 __global__ void SigmoidMulKernel(float* x, const float* gate, int64_t n) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -701,6 +717,15 @@ hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim
                           float* b, hipStream_t stream) {
   const int64_t n = rows * heads * head_dim;
   if (n == 0) return hipSuccess;
+  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (head_dim % 4 == 0 && aligned(in) && aligned(a) && aligned(b)) {
+    const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
+    const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
+                    static_cast<unsigned int>(rows < 65535 ? rows : 65535));
+    SplitHeadPairsRowsKernel<<<grid, kElementThreads, 0, stream>>>(in, rows, heads, head_dim, a,
+                                                                   b);
+    return hipGetLastError();
+  }
   SplitHeadPairsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(in, rows, heads,
                                                                                     head_dim, a, b);
   return hipGetLastError();

@@ -336,12 +336,15 @@ TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
 }
 
 TEST_F(HipKernelBackendTest, CausalConvBatchGivesTheBitsOfOneCallPerSequence) {
-  // 20 sequences of one token (more than one launch holds), one of 7 tokens, and a last one on
+  // 20 sequences of one token (more than one launch holds), ones of 7, 8 and 29 tokens (the
+  // batch kernel's chunks of 8 tokens: short, whole, and three and a part), and a last one on
   // the first sequence's state again (after its update).
   const int64_t channels = 301, ld = channels + 5;
   const int kernel = 4;
   std::vector<int64_t> tokens(19, 1);
   tokens[4] = 7;
+  tokens[7] = 29;
+  tokens[12] = 8;
   std::vector<int> state_of(19);
   for (int i = 0; i < 19; ++i) state_of[i] = i;
   tokens.push_back(1);
@@ -832,6 +835,16 @@ TEST_F(HipKernelBackendTest, GathersSplitsAndGatesMatchCpu) {
   EXPECT_TRUE(SameBits(Down(dgath, gathered.size()), gathered));
   EXPECT_TRUE(SameBits(Down(da, a.size()), a));
   EXPECT_TRUE(SameBits(Down(db, b.size()), b));
+  // Heads of a multiple of 4 values take the 16-byte copy kernel.
+  const int hd4 = 16;
+  const std::vector<float> pairs4 = RandomFloats(rows * 2 * heads * hd4, 48);
+  std::vector<float> a4(rows * heads * hd4), b4(rows * heads * hd4);
+  cpu_->SplitHeadPairs(pairs4.data(), rows, heads, hd4, a4.data(), b4.data());
+  DeviceBuffer dpairs4 = Up(pairs4), da4 = Poisoned(a4.size()), db4 = Poisoned(b4.size());
+  gpu_->SplitHeadPairs(dpairs4.floats(), rows, heads, hd4, da4.floats(), db4.floats());
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(da4, a4.size()), a4));
+  EXPECT_TRUE(SameBits(Down(db4, b4.size()), b4));
   EXPECT_LT(Measured("sigmoid mul", RelErr(Down(dx, x.size()), gated)), kTightTolerance);
   EXPECT_LT(Measured("gdn gates g", RelErr(Down(dg, g.size()), g)), kTightTolerance);
   EXPECT_LT(Measured("gdn gates beta", RelErr(Down(dbeta, beta.size()), beta)), kTightTolerance);
