@@ -7,8 +7,8 @@
 // block rounds its query tile to bf16 itself, and the softmax weights P are rounded to bf16 for
 // the second product. Scores, the running maxima and sums, and the output accumulate in fp32.
 //
-// Order: a block takes 128 query rows of one q head (16 per warp) and walks the keys in tiles of
-// 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
+// Order: a block takes 128 (or, variant 2, 64) query rows of one q head (16 per warp) and walks
+// the keys in tiles of 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
 // matrix instructions over those tiles; a row's scores depend only on its own query and the
 // tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum and
 // output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position
@@ -26,17 +26,16 @@ namespace cairn::infer::hip {
 // mma.sync is NVIDIA's: the fp32 kernel (attention.hip) serves AMD.
 bool AttentionMmaSupported(const AttentionLaunch&, int) { return false; }
 int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch&) { return 0; }
-hipError_t AttentionMma(const AttentionLaunch&, void*, hipStream_t) { return hipErrorNotSupported; }
+hipError_t AttentionMma(const AttentionLaunch&, int, void*, hipStream_t) {
+  return hipErrorNotSupported;
+}
 
 #else
 
 namespace {
 
-constexpr int kRows = 128;  // Query rows per block: 16 per warp.
-constexpr int kKeys = 64;   // Keys per tile.
-constexpr int kWarps = kRows / 16;
-constexpr int kThreads = kWarps * 32;
-constexpr int kPad = 8;  // bf16 padding per shared row: conflict-free fragment loads.
+constexpr int kKeys = 64;  // Keys per tile.
+constexpr int kPad = 8;    // bf16 padding per shared row: conflict-free fragment loads.
 constexpr unsigned kFullMask = 0xffffffffu;
 
 struct MmaParams {
@@ -77,11 +76,23 @@ __global__ void ConvertKvKernel(const float* k, const float* v, int64_t keys, in
   }
 }
 
-template <int D>
+// A block's layout. Every variant computes the same bits: they differ in how many rows a block
+// takes, how tiles are buffered and how fragments reach registers, never in the arithmetic.
+//   kWarps: 16 query rows per warp.
+//   kSplit: false, keys and values share a stage, two stages (the next tile's copy in flight
+//     while the current one is multiplied); true, one buffer of keys and one of values (the
+//     values copied while the scores are computed, the next keys while the values are
+//     multiplied): half the shared memory, so two blocks of 4 warps share a multiprocessor.
+//   kFast: fragments by ldmatrix (a quarter of the shared-memory load instructions), only tiles
+//     that cross one of the warp's rows' positions masked, the weights packed by one conversion
+//     instruction, and the output's rescale skipped when no row of the warp has a new maximum
+//     (a scale of exactly 1). Off: 32-bit fragment loads, every tile masked (variant 0).
+template <int D, int kWarps, bool kSplit>
 constexpr size_t MmaSharedBytes() {
-  // The query tile, and two buffers of the key and value tiles.
-  return (static_cast<size_t>(kRows) * (D + kPad) + 2 * static_cast<size_t>(kKeys) * (D + kPad) +
-          2 * static_cast<size_t>(D) * (kKeys + kPad)) *
+  constexpr size_t kRows = kWarps * 16;
+  constexpr size_t kBuffers = kSplit ? 1 : 2;
+  // The query tile, and the buffers of the key and value tiles.
+  return (kRows * (D + kPad) + kBuffers * kKeys * (D + kPad) + kBuffers * D * (kKeys + kPad)) *
          sizeof(uint16_t);
 }
 
@@ -107,8 +118,38 @@ __device__ inline void CopyAsyncWait() {
 #endif
 }
 
+// Four 8x8 bf16 matrices from shared memory (ldmatrix): lanes 8i to 8i + 7 give the addresses
+// of matrix i's rows (16 bytes each), and r[i] holds this lane's pair of matrix i (row lane / 4,
+// elements 2 (lane % 4) and the next): the mma.sync fragment layout.
+__device__ inline void LoadMatrixX4(uint32_t r[4], uint32_t shared_address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address));
+#else
+  static_cast<void>(shared_address);
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+__device__ inline uint32_t SharedAddress(const uint16_t* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 __device__ inline uint32_t PackBf16(float lo, float hi) {
   return static_cast<uint32_t>(FloatToBf16(lo)) | (static_cast<uint32_t>(FloatToBf16(hi)) << 16);
+}
+
+// PackBf16 by one instruction (round to nearest even: the same bits for every number; a NaN
+// may come out with another payload).
+__device__ inline uint32_t PackBf16Cvt(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return PackBf16(lo, hi);
+#endif
 }
 
 __device__ inline uint32_t Load32(const uint16_t* p) {
@@ -123,14 +164,17 @@ __device__ inline void StoreBf16x4(uint16_t* dst, int stride, float4 x) {
   dst[3 * stride] = FloatToBf16(x.w);
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
+template <int D, int kWarps, bool kSplit, bool kFast>
+__global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKernel(MmaParams p) {
   extern __shared__ __align__(16) uint16_t smem[];
-  constexpr int kQs = D + kPad;           // Row stride of the Q and K tiles.
-  constexpr int kVs = kKeys + kPad;       // Row stride of the transposed V tile.
-  uint16_t* qs = smem;                    // [kRows][kQs]
-  uint16_t* ks0 = qs + kRows * kQs;       // [2][kKeys][kQs]
-  uint16_t* vt0 = ks0 + 2 * kKeys * kQs;  // [2][D][kVs]: V transposed.
+  constexpr int kRows = kWarps * 16;
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kBuffers = kSplit ? 1 : 2;
+  constexpr int kQs = D + kPad;                  // Row stride of the Q and K tiles.
+  constexpr int kVs = kKeys + kPad;              // Row stride of the transposed V tile.
+  uint16_t* qs = smem;                           // [kRows][kQs]
+  uint16_t* ks0 = qs + kRows * kQs;              // [kBuffers][kKeys][kQs]
+  uint16_t* vt0 = ks0 + kBuffers * kKeys * kQs;  // [kBuffers][D][kVs]: V transposed.
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -161,7 +205,17 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
   const int frag_row = warp * 16 + lane / 4;  // This thread's rows: frag_row and frag_row + 8.
   const int64_t pos0 = p.past + t0 + frag_row;
   const int64_t pos1 = pos0 + 8;
+  // The warp's first row's position: a tile whose last key is at most this is visible whole to
+  // every row of the warp.
+  const int64_t warp_pos = p.past + t0 + warp * 16;
   const int quad_col = (lane % 4) * 2;
+  // ldmatrix addresses: lane l gives row l % 8 of matrix l / 8. For Q (the A fragment):
+  // matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  // For K and transposed V (B fragments of two column groups of 8): (group 0, k 0-7),
+  // (group 0, k 8-15), (group 1, k 0-7), (group 1, k 8-15).
+  const int q_lane = (warp * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kQs + (lane / 16) * 8;
+  const int k_lane = ((lane / 16) * 8 + lane % 8) * kQs + ((lane / 8) % 2) * 8;
+  const int v_lane = ((lane / 16) * 8 + lane % 8) * kVs + ((lane / 8) % 2) * 8;
 
   float o[D / 8][4];
 #pragma unroll
@@ -171,12 +225,11 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
   }
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-  // Tile j's keys and values into buffer j % 2: 16-byte pieces, 8 bf16 each. Keys past the
+  // Tile j's keys or values into buffer j % kBuffers: 16-byte pieces, 8 bf16 each. Keys past the
   // block's last visible key are copied too (the workspace holds them, or zeros past the
   // call's keys); the mask gives them weight 0, so they add exact zeros.
-  const auto copy_tile = [&](int64_t j) {
-    uint16_t* ks = ks0 + (j % 2) * kKeys * kQs;
-    uint16_t* vt = vt0 + (j % 2) * D * kVs;
+  const auto copy_keys = [&](int64_t j) {
+    uint16_t* ks = ks0 + (j % kBuffers) * kKeys * kQs;
     const int64_t key0 = j * kKeys;
     constexpr int kKeyPieces = D / 8;
     for (int e = tid; e < kKeys * kKeyPieces; e += kThreads) {
@@ -184,21 +237,33 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
       const int c = (e % kKeyPieces) * 8;
       CopyAsync16(ks + r * kQs + c, kg + (key0 + r) * D + c);
     }
+  };
+  const auto copy_values = [&](int64_t j) {
+    uint16_t* vt = vt0 + (j % kBuffers) * D * kVs;
+    const int64_t key0 = j * kKeys;
     constexpr int kValuePieces = kKeys / 8;
     for (int e = tid; e < D * kValuePieces; e += kThreads) {
       const int c = e / kValuePieces;
       const int r = (e % kValuePieces) * 8;
       CopyAsync16(vt + c * kVs + r, vg + c * p.keys_pad + key0 + r);
     }
-    CopyAsyncCommit();
   };
-  if (tiles > 0) copy_tile(0);
+  if (tiles > 0) {
+    copy_keys(0);
+    if constexpr (kSplit) CopyAsyncCommit();
+    copy_values(0);
+    CopyAsyncCommit();
+  }
   for (int64_t j = 0; j < tiles; ++j) {
     const int64_t key0 = j * kKeys;
-    const uint16_t* ks = ks0 + (j % 2) * kKeys * kQs;
-    const uint16_t* vt = vt0 + (j % 2) * D * kVs;
-    if (j + 1 < tiles) {
-      copy_tile(j + 1);  // Into the buffer the previous tile's readers are done with.
+    const uint16_t* ks = ks0 + (j % kBuffers) * kKeys * kQs;
+    const uint16_t* vt = vt0 + (j % kBuffers) * D * kVs;
+    if constexpr (kSplit) {
+      CopyAsyncWait<1>();  // Tile j's keys (its values may still be in flight).
+    } else if (j + 1 < tiles) {
+      copy_keys(j + 1);  // Into the buffer the previous tile's readers are done with.
+      copy_values(j + 1);
+      CopyAsyncCommit();
       CopyAsyncWait<1>();
     } else {
       CopyAsyncWait<0>();
@@ -212,29 +277,65 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
     }
+    if constexpr (kFast) {
+      const uint32_t qa = SharedAddress(qs + q_lane);
+      const uint32_t ka = SharedAddress(ks + k_lane);
 #pragma unroll 4
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint16_t* qa = qs + frag_row * kQs + kk * 16 + quad_col;
-      const uint32_t a[4] = {Load32(qa), Load32(qa + 8 * kQs), Load32(qa + 8),
-                             Load32(qa + 8 * kQs + 8)};
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        LoadMatrixX4(a, qa + kk * 32);
 #pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-        const uint16_t* kb = ks + (nt * 8 + lane / 4) * kQs + kk * 16 + quad_col;
-        Mma(s[nt], a, Load32(kb), Load32(kb + 8));
+        for (int np = 0; np < kKeys / 16; ++np) {
+          uint32_t b[4];
+          LoadMatrixX4(b, ka + (np * 16 * kQs + kk * 16) * 2);
+          Mma(s[2 * np], a, b[0], b[1]);
+          Mma(s[2 * np + 1], a, b[2], b[3]);
+        }
       }
+    } else {
+#pragma unroll 4
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint16_t* qa = qs + frag_row * kQs + kk * 16 + quad_col;
+        const uint32_t a[4] = {Load32(qa), Load32(qa + 8 * kQs), Load32(qa + 8),
+                               Load32(qa + 8 * kQs + 8)};
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+          const uint16_t* kb = ks + (nt * 8 + lane / 4) * kQs + kk * 16 + quad_col;
+          Mma(s[nt], a, Load32(kb), Load32(kb + 8));
+        }
+      }
+    }
+    if constexpr (kSplit) {
+      __syncthreads();  // Every warp is done with tile j's keys.
+      if (j + 1 < tiles) copy_keys(j + 1);
+      CopyAsyncCommit();  // Possibly empty: the group count stays one per tile and kind.
     }
 
     // Causal mask, running maxima (per row over its quad), weights and partial sums.
     float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
+    if (!kFast || key0 + kKeys - 1 > warp_pos) {
 #pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t key = key0 + nt * 8 + quad_col + e;
-        s[nt][e] = key <= pos0 ? s[nt][e] * p.scale_log2 : -INFINITY;
-        s[nt][2 + e] = key <= pos1 ? s[nt][2 + e] * p.scale_log2 : -INFINITY;
-        tile_max0 = fmaxf(tile_max0, s[nt][e]);
-        tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+        for (int e = 0; e < 2; ++e) {
+          const int64_t key = key0 + nt * 8 + quad_col + e;
+          s[nt][e] = key <= pos0 ? s[nt][e] * p.scale_log2 : -INFINITY;
+          s[nt][2 + e] = key <= pos1 ? s[nt][2 + e] * p.scale_log2 : -INFINITY;
+          tile_max0 = fmaxf(tile_max0, s[nt][e]);
+          tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+        }
+      }
+    } else {
+      // Every key of the tile is visible to every row of the warp: the same values unmasked.
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[nt][e] = s[nt][e] * p.scale_log2;
+          s[nt][2 + e] = s[nt][2 + e] * p.scale_log2;
+          tile_max0 = fmaxf(tile_max0, s[nt][e]);
+          tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+        }
       }
     }
     tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
@@ -261,28 +362,57 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
     l1 = l1 * alpha1 + sum1;
     m0 = new0;
     m1 = new1;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      o[dn][0] *= alpha0;
-      o[dn][1] *= alpha0;
-      o[dn][2] *= alpha1;
-      o[dn][3] *= alpha1;
-    }
-
-    // O += P V: the score fragments of two key groups of 8 form one A fragment of 16 keys.
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    // x * 1 is x: with kFast the rescale is skipped when every scale of the warp is 1.
+    if (!kFast || __any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
 #pragma unroll
       for (int dn = 0; dn < D / 8; ++dn) {
-        const uint16_t* vb = vt + (dn * 8 + lane / 4) * kVs + kk * 16 + quad_col;
-        Mma(o[dn], a, Load32(vb), Load32(vb + 8));
+        o[dn][0] *= alpha0;
+        o[dn][1] *= alpha0;
+        o[dn][2] *= alpha1;
+        o[dn][3] *= alpha1;
       }
     }
-    __syncthreads();  // Buffer j % 2 is free for tile j + 2.
+
+    if constexpr (kSplit) {
+      CopyAsyncWait<1>();  // Tile j's values (the next keys may still be in flight).
+      __syncthreads();
+    }
+    // O += P V: the score fragments of two key groups of 8 form one A fragment of 16 keys.
+    if constexpr (kFast) {
+      const uint32_t va = SharedAddress(vt + v_lane);
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        const uint32_t a[4] = {PackBf16Cvt(s[2 * kk][0], s[2 * kk][1]),
+                               PackBf16Cvt(s[2 * kk][2], s[2 * kk][3]),
+                               PackBf16Cvt(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               PackBf16Cvt(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          LoadMatrixX4(b, va + (dp * 16 * kVs + kk * 16) * 2);
+          Mma(o[2 * dp], a, b[0], b[1]);
+          Mma(o[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
+                               PackBf16(s[2 * kk][2], s[2 * kk][3]),
+                               PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          const uint16_t* vb = vt + (dn * 8 + lane / 4) * kVs + kk * 16 + quad_col;
+          Mma(o[dn], a, Load32(vb), Load32(vb + 8));
+        }
+      }
+    }
+    __syncthreads();  // Every warp is done with tile j's values (and, unsplit, its keys).
+    if constexpr (kSplit) {
+      if (j + 1 < tiles) copy_values(j + 1);
+      CopyAsyncCommit();
+    }
   }
 
   // The quad's partial sums, added in the same order on every lane of the quad.
@@ -309,24 +439,43 @@ __global__ void __launch_bounds__(kThreads) AttentionMmaKernel(MmaParams p) {
 
 constexpr int kConvertThreads = 256;
 
+template <int D, int kWarps, bool kSplit, bool kFast>
+hipError_t LaunchMmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
+  constexpr size_t kShared = MmaSharedBytes<D, kWarps, kSplit>();
+  const auto kernel = AttentionMmaKernel<D, kWarps, kSplit, kFast>;
+  hipError_t e = AllowSharedBytes(kernel, kShared);
+  if (e != hipSuccess) return e;
+  if constexpr (kSplit) {
+    // Two blocks a multiprocessor need the largest shared-memory carveout.
+    e = hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                            hipFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (e != hipSuccess) return e;
+  }
+  const dim3 grid(static_cast<unsigned int>(q_heads),
+                  static_cast<unsigned int>(CeilDiv(p.tokens, kWarps * 16)));
+  // clang-format 14 splits the launch's closing >>> after a template's arguments.
+  // clang-format off
+  kernel<<<grid, kWarps * 32, kShared, stream>>>(p);
+  // clang-format on
+  return hipGetLastError();
+}
+
 template <int D>
 hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t kv_ld,
-                     int kv_heads, int q_heads, hipStream_t stream) {
-  constexpr size_t kShared = MmaSharedBytes<D>();
-  hipError_t e = AllowSharedBytes(AttentionMmaKernel<D>, kShared);
-  if (e != hipSuccess) return e;
-  const dim3 grid(static_cast<unsigned int>(q_heads),
-                  static_cast<unsigned int>(CeilDiv(p.tokens, kRows)));
+                     int kv_heads, int q_heads, int variant, hipStream_t stream) {
   const int64_t total = static_cast<int64_t>(kv_heads) * p.keys_pad * D;
   // clang-format off
   ConvertKvKernel<<<GridFor(total, kConvertThreads), kConvertThreads, 0, stream>>>(
       k, v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, total, p.kb, p.vb);
   // clang-format on
-  // clang-format 14 splits the launch's closing >>> after a template's arguments.
-  // clang-format off
-  AttentionMmaKernel<D><<<grid, kThreads, kShared, stream>>>(p);
-  // clang-format on
-  return hipGetLastError();
+  switch (variant) {
+    case 0:
+      return LaunchMmaKernel<D, 8, false, false>(p, q_heads, stream);
+    case 1:
+      return LaunchMmaKernel<D, 8, false, true>(p, q_heads, stream);
+    default:
+      return LaunchMmaKernel<D, 4, true, true>(p, q_heads, stream);
+  }
 }
 
 }  // namespace
@@ -336,8 +485,8 @@ bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes) {
   return a.split_keys == 0 && a.head_dim > 0 && a.head_dim <= 256 && a.head_dim % 4 == 0 &&
          a.q_heads % a.kv_heads == 0 && aligned(a.q) && aligned(a.k) && aligned(a.v) &&
          reinterpret_cast<uintptr_t>(a.out) % 8 == 0 &&
-         MmaSharedBytes<256>() <= static_cast<size_t>(max_shared_bytes) &&
-         a.tokens <= int64_t{65535} * kRows;
+         MmaSharedBytes<256, 8, false>() <= static_cast<size_t>(max_shared_bytes) &&
+         a.tokens <= int64_t{65535} * 64;
 }
 
 // Keys padded to whole tiles; head dimensions padded to the kernel's D.
@@ -347,7 +496,8 @@ int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a) {
          static_cast<int64_t>(sizeof(uint16_t));
 }
 
-hipError_t AttentionMma(const AttentionLaunch& a, void* workspace, hipStream_t stream) {
+hipError_t AttentionMma(const AttentionLaunch& a, int variant, void* workspace,
+                        hipStream_t stream) {
   if (a.tokens == 0) return hipSuccess;
   MmaParams p;
   p.q = a.q;
@@ -363,9 +513,13 @@ hipError_t AttentionMma(const AttentionLaunch& a, void* workspace, hipStream_t s
   auto* kb = static_cast<uint16_t*>(workspace);
   p.kb = kb;
   p.vb = kb + AttentionMmaWorkspaceBytes(a) / 2 / static_cast<int64_t>(sizeof(uint16_t));
-  if (a.head_dim <= 64) return LaunchMma<64>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, stream);
-  if (a.head_dim <= 128) return LaunchMma<128>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, stream);
-  return LaunchMma<256>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, stream);
+  if (a.head_dim <= 64) {
+    return LaunchMma<64>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, variant, stream);
+  }
+  if (a.head_dim <= 128) {
+    return LaunchMma<128>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, variant, stream);
+  }
+  return LaunchMma<256>(p, a.k, a.v, kv_ld, a.kv_heads, a.q_heads, variant, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

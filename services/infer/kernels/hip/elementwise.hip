@@ -3,6 +3,7 @@
 // loop elsewhere.
 
 #include <cmath>
+#include <cstdint>
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -118,6 +119,94 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = xr[i] * inv * scale;
 }
 
+constexpr int kWarpParts = kRowThreads / 32;
+constexpr int kWarpRows = kRowThreads / 32;  // Rows per block of kRowThreads threads.
+
+#if !defined(__HIP_PLATFORM_AMD__)
+// Rows of at most kRowThreads values by one warp of 32 each (the block kernels above leave most of
+// a block idle on the delta rule's and attention's heads of 128 and 256 values, and pay a
+// barrier per tree level). Lane l holds the values of threads l, l + 32, ... of the block kernel,
+// and WarpRowSum adds their partial sums in BlockSum<kRowThreads>'s tree: the levels the block
+// kernel sums in shared memory (t + 128, t + 64, t + 32) in registers, then its five shuffle
+// levels. So every output has the block kernel's bits.
+static_assert(kRowThreads == 256, "WarpRowSum spells out BlockSum<256>'s tree");
+
+__device__ inline float WarpRowSum(float part[kWarpParts]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) part[j] += part[j + 4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) part[j] += part[j + 2];
+  float r = part[0] + part[1];
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) r += __shfl_down_sync(0xffffffffu, r, w);
+  return __shfl_sync(0xffffffffu, r, 0);
+}
+
+// This warp's row (blockIdx.x * kWarpRows + warp), lane and values: v[j] = x[lane + 32 j] (zero
+// past dim), part[j] the block kernel's thread lane + 32 j's sum of squares.
+__device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarpParts],
+                                      float part[kWarpParts]) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const float* xr = x + r * dim;
+#pragma unroll
+  for (int j = 0; j < kWarpParts; ++j) {
+    const int i = lane + 32 * j;
+    v[j] = i < dim ? xr[i] : 0.0f;
+    part[j] = i < dim ? fmaf(v[j], v[j], 0.0f) : 0.0f;
+  }
+  return r;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    RmsNormWarpKernel(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                      bool zero_centred, float* y) {
+  if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
+  float v[kWarpParts], part[kWarpParts];
+  const int64_t r = WarpRowLoad(x, dim, v, part);
+  const float ss = WarpRowSum(part);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  float* yr = y + r * dim;
+#pragma unroll
+  for (int j = 0; j < kWarpParts; ++j) {
+    const int i = threadIdx.x % 32 + 32 * j;
+    if (i < dim) yr[i] = v[j] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    GatedRmsNormWarpKernel(const float* x, const float* z, int64_t rows, int64_t dim,
+                           const float* w, float eps, float* y) {
+  if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
+  float v[kWarpParts], part[kWarpParts];
+  const int64_t r = WarpRowLoad(x, dim, v, part);
+  const float ss = WarpRowSum(part);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
+  const float* zr = z + r * dim;
+  float* yr = y + r * dim;
+#pragma unroll
+  for (int j = 0; j < kWarpParts; ++j) {
+    const int i = threadIdx.x % 32 + 32 * j;
+    if (i < dim) yr[i] = v[j] * inv * w[i] * DeviceSilu(zr[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    L2NormalizeWarpKernel(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+  if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
+  float v[kWarpParts], part[kWarpParts];
+  const int64_t r = WarpRowLoad(x, dim, v, part);
+  const float ss = WarpRowSum(part);
+  const float inv = 1.0f / sqrtf(ss + eps);
+  float* xr = x + r * dim;
+#pragma unroll
+  for (int j = 0; j < kWarpParts; ++j) {
+    const int i = threadIdx.x % 32 + 32 * j;
+    if (i < dim) xr[i] = v[j] * inv * scale;
+  }
+}
+#endif  // !__HIP_PLATFORM_AMD__
+
 // One block per token; threads over (head, i < rotary_dim / 2).
 __global__ void RopeKernel(float* x, int64_t ld, int heads, int head_dim, int half,
                            const float* inv_freq, int64_t first_position) {
@@ -200,6 +289,25 @@ __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* u
   }
 }
 
+// SiluMulKernel over rows of dim % 4 == 0 values with 16-byte loads and stores (strides and
+// pointers aligned to 4 floats): blocks of grid.x over the row's groups of 4, grid.y over rows.
+// The same arithmetic per element.
+__global__ void SiluMulRowsKernel(const float* gate, int64_t ld_gate, const float* up,
+                                  int64_t ld_up, int64_t rows, int64_t groups, float* out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= groups) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float4 g = reinterpret_cast<const float4*>(gate + r * ld_gate)[c];
+    const float4 u = reinterpret_cast<const float4*>(up + r * ld_up)[c];
+    float4 o;
+    o.x = DeviceSilu(g.x) * u.x;
+    o.y = DeviceSilu(g.y) * u.y;
+    o.z = DeviceSilu(g.z) * u.z;
+    o.w = DeviceSilu(g.w) * u.w;
+    reinterpret_cast<float4*>(out + r * groups * 4)[c] = o;
+  }
+}
+
 // Window row `t` in [-hist, tokens) of channel `ch`: state rows first, then input rows.
 __device__ float WindowAt(const float* in, int64_t ld_in, const float* state, int64_t channels,
                           int hist, int64_t t, int64_t ch) {
@@ -221,6 +329,45 @@ __device__ void CausalConvOut(const float* in, int64_t ld_in, int64_t tokens, in
       acc += w[ch * kernel + m] * WindowAt(in, ld_in, state, channels, hist, t - hist + m, ch);
     }
     out[e] = DeviceSilu(acc);
+  }
+}
+
+// CausalConvOut with a thread per channel and kConvTokens consecutive tokens: the window's
+// values are loaded once into registers and the weights once per thread, and the index
+// arithmetic is per chunk, not per element. The same sum per output (acc += w * x over the
+// kernel's taps in order, from zero), so the same bits.
+constexpr int kConvTokens = 8;
+__device__ void CausalConvOutChunks(const float* in, int64_t ld_in, int64_t tokens,
+                                    int64_t channels, const float* w, int kernel,
+                                    const float* state, float* out) {
+  const int hist = kernel - 1;
+  const int64_t n = (tokens + kConvTokens - 1) / kConvTokens * channels;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ch = e % channels;
+    const int64_t t0 = e / channels * kConvTokens;
+    float wk[kMaxConvKernel];
+#pragma unroll
+    for (int m = 0; m < kMaxConvKernel; ++m) wk[m] = m < kernel ? w[ch * kernel + m] : 0.0f;
+    // win[i] is window row t0 - hist + i.
+    float win[kConvTokens + kMaxConvKernel - 1];
+#pragma unroll
+    for (int i = 0; i < kConvTokens + kMaxConvKernel - 1; ++i) {
+      const int64_t t = t0 - hist + i;
+      win[i] = i < kConvTokens + hist && t < tokens
+                   ? WindowAt(in, ld_in, state, channels, hist, t, ch)
+                   : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kConvTokens; ++j) {
+      if (t0 + j >= tokens) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kMaxConvKernel; ++m) {
+        if (m < kernel) acc += wk[m] * win[j + m];
+      }
+      out[(t0 + j) * channels + ch] = DeviceSilu(acc);
+    }
   }
 }
 
@@ -263,7 +410,7 @@ struct ConvBatch {
 __global__ void CausalConvOutBatchKernel(ConvBatch b, int64_t channels, const float* w,
                                          int kernel) {
   const ConvSequence& s = b.seq[blockIdx.y];
-  CausalConvOut(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
+  CausalConvOutChunks(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
 }
 
 __global__ void CausalConvStateBatchKernel(ConvBatch b, int64_t channels, int kernel) {
@@ -320,6 +467,22 @@ __global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, i
     const float* src = in + r * 2 * width + h * 2 * head_dim;
     a[e] = src[i];
     b[e] = src[head_dim + i];
+  }
+}
+
+// SplitHeadPairsKernel for head_dim % 4 == 0 (pointers aligned to 4 floats) with 16-byte
+// copies: grid.x over a row's groups of 4 of a and b, grid.y over rows.
+__global__ void SplitHeadPairsRowsKernel(const float* in, int64_t rows, int heads, int head_dim,
+                                         float* a, float* b) {
+  const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= groups) return;
+  const int64_t h = c / (head_dim / 4);
+  const int64_t i = c % (head_dim / 4);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float4* src = reinterpret_cast<const float4*>(in + r * 8 * groups + h * 2 * head_dim);
+    reinterpret_cast<float4*>(a + r * 4 * groups)[c] = src[i];
+    reinterpret_cast<float4*>(b + r * 4 * groups)[c] = src[head_dim / 4 + i];
   }
 }
 
@@ -385,27 +548,63 @@ __global__ void MoeRouteKernel(const float* logits, int64_t tokens, int experts,
 
 constexpr int kElementThreads = 256;
 
+// Whether a norm of rows of `dim` values takes the warp-per-row kernels.
+bool WarpRows(int64_t dim, bool warp_rows) {
+#if defined(__HIP_PLATFORM_AMD__)
+  static_cast<void>(dim);
+  static_cast<void>(warp_rows);
+  return false;
+#else
+  return warp_rows && dim <= kRowThreads;
+#endif
+}
+
+unsigned int WarpRowBlocks(int64_t rows) {
+  return static_cast<unsigned int>((rows + kWarpRows - 1) / kWarpRows);
+}
+
 }  // namespace
 
 hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                   bool zero_centred, float* y, hipStream_t stream) {
+                   bool zero_centred, float* y, bool warp_rows, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
+#if !defined(__HIP_PLATFORM_AMD__)
+  if (WarpRows(dim, warp_rows)) {
+    RmsNormWarpKernel<<<WarpRowBlocks(rows), kRowThreads, 0, stream>>>(x, rows, dim, w, eps,
+                                                                       zero_centred, y);
+    return hipGetLastError();
+  }
+#endif
   RmsNormKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, dim, w, eps,
                                                                              zero_centred, y);
   return hipGetLastError();
 }
 
 hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
-                        float eps, float* y, hipStream_t stream) {
+                        float eps, float* y, bool warp_rows, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
+#if !defined(__HIP_PLATFORM_AMD__)
+  if (WarpRows(dim, warp_rows)) {
+    GatedRmsNormWarpKernel<<<WarpRowBlocks(rows), kRowThreads, 0, stream>>>(x, z, rows, dim, w,
+                                                                            eps, y);
+    return hipGetLastError();
+  }
+#endif
   GatedRmsNormKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, z, dim, w, eps,
                                                                                   y);
   return hipGetLastError();
 }
 
-hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale,
+hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
                        hipStream_t stream) {
   if (rows == 0) return hipSuccess;
+#if !defined(__HIP_PLATFORM_AMD__)
+  if (WarpRows(dim, warp_rows)) {
+    L2NormalizeWarpKernel<<<WarpRowBlocks(rows), kRowThreads, 0, stream>>>(x, rows, dim, eps,
+                                                                           scale);
+    return hipGetLastError();
+  }
+#endif
   L2NormalizeKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, dim, eps,
                                                                                  scale);
   return hipGetLastError();
@@ -444,6 +643,16 @@ hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
                    int64_t dim, float* out, hipStream_t stream) {
   if (rows * dim == 0) return hipSuccess;
+  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (dim % 4 == 0 && ld_gate % 4 == 0 && ld_up % 4 == 0 && aligned(gate) && aligned(up) &&
+      aligned(out)) {
+    const int64_t groups = dim / 4;
+    const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
+                    static_cast<unsigned int>(rows < 65535 ? rows : 65535));
+    SiluMulRowsKernel<<<grid, kElementThreads, 0, stream>>>(gate, ld_gate, up, ld_up, rows,
+                                                            groups, out);
+    return hipGetLastError();
+  }
   SiluMulKernel<<<GridFor(rows * dim, kElementThreads), kElementThreads, 0, stream>>>(
       gate, ld_gate, up, ld_up, rows, dim, out);
   return hipGetLastError();
@@ -463,9 +672,10 @@ hipError_t CausalConvSiluBatch(const ConvSequence* seqs, int count, int64_t chan
     most = seqs[i].tokens > most ? seqs[i].tokens : most;
   }
   if (most == 0) return hipSuccess;
-  // A sequence's grid row has the blocks its own launch would have (or more, for a shorter
-  // sequence: the extra blocks find no element), and the same per-element arithmetic.
-  const dim3 out_grid(GridFor(most * channels, kElementThreads), static_cast<unsigned int>(count));
+  // A sequence's grid row has the blocks its longest sequence needs (the extra blocks of a
+  // shorter one find no element), and the per-element arithmetic of CausalConvSilu's kernel.
+  const dim3 out_grid(GridFor(CeilDiv(most, kConvTokens) * channels, kElementThreads),
+                      static_cast<unsigned int>(count));
   CausalConvOutBatchKernel<<<out_grid, kElementThreads, 0, stream>>>(b, channels, w, kernel);
   hipError_t e = hipGetLastError();
   if (e != hipSuccess || kernel <= 1) return e;
@@ -507,6 +717,15 @@ hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim
                           float* b, hipStream_t stream) {
   const int64_t n = rows * heads * head_dim;
   if (n == 0) return hipSuccess;
+  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (head_dim % 4 == 0 && aligned(in) && aligned(a) && aligned(b)) {
+    const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
+    const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
+                    static_cast<unsigned int>(rows < 65535 ? rows : 65535));
+    SplitHeadPairsRowsKernel<<<grid, kElementThreads, 0, stream>>>(in, rows, heads, head_dim, a,
+                                                                   b);
+    return hipGetLastError();
+  }
   SplitHeadPairsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(in, rows, heads,
                                                                                     head_dim, a, b);
   return hipGetLastError();

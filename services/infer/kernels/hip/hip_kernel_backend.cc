@@ -19,6 +19,17 @@ using hip::Invalid;
 // The loads hip::MatMulRowsMma takes (HipKernelBackendOptions::mma_rows_variant).
 bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 1; }
 
+// HipKernelBackendOptions::attention_mma_variant.
+bool ValidAttentionMmaVariant(int variant) {
+  return variant >= 0 && variant < hip::kAttentionMmaVariants;
+}
+
+absl::Status InvalidAttentionMmaVariant(int variant) {
+  return absl::InvalidArgumentError(absl::StrCat("hip backend: attention_mma_variant must be 0 to ",
+                                                 hip::kAttentionMmaVariants - 1, ", got ",
+                                                 variant));
+}
+
 }  // namespace
 
 int HipDeviceCount() {
@@ -47,6 +58,9 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   if (!ValidMmaRowsVariant(options.mma_rows_variant)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hip backend: mma_rows_variant must be -1, 0 or 1, got ", options.mma_rows_variant));
+  }
+  if (!ValidAttentionMmaVariant(options.attention_mma_variant)) {
+    return InvalidAttentionMmaVariant(options.attention_mma_variant);
   }
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
@@ -80,7 +94,14 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
     : options_(options),
       max_shared_bytes_(max_shared_bytes),
       mma_rows_variant_(options.mma_rows_variant),
-      grouped_moe_prefill_(options.grouped_moe_prefill) {}
+      grouped_moe_prefill_(options.grouped_moe_prefill),
+      attention_mma_variant_(options.attention_mma_variant) {}
+
+absl::Status HipKernelBackend::SetAttentionMmaVariantForTest(int variant) {
+  if (!ValidAttentionMmaVariant(variant)) return InvalidAttentionMmaVariant(variant);
+  attention_mma_variant_ = variant;
+  return absl::OkStatus();
+}
 
 absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
   if (!ValidMmaRowsVariant(variant)) {
@@ -321,18 +342,21 @@ void HipKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 void HipKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   if (!Enter()) return;
-  Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, compute_), "rmsnorm launch");
+  Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, options_.warp_row_norms, compute_),
+        "rmsnorm launch");
 }
 
 void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
   if (!Enter()) return;
-  Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, compute_), "gated rmsnorm launch");
+  Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, options_.warp_row_norms, compute_),
+        "gated rmsnorm launch");
 }
 
 void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   if (!Enter()) return;
-  Check(hip::L2Normalize(x, rows, dim, eps, scale, compute_), "l2 normalize launch");
+  Check(hip::L2Normalize(x, rows, dim, eps, scale, options_.warp_row_norms, compute_),
+        "l2 normalize launch");
 }
 
 void HipKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim,
@@ -473,7 +497,8 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     const int64_t bytes = hip::AttentionMmaWorkspaceBytes(l);
     float* ws = Workspace((bytes + 3) / 4);
     if (ws == nullptr) return;
-    Check(hip::AttentionMma(l, ws, compute_), "attention (matrix units) launch");
+    Check(hip::AttentionMma(l, attention_mma_variant_, ws, compute_),
+          "attention (matrix units) launch");
     return;
   }
   if (split) l.split_keys = options_.attention_split_keys;

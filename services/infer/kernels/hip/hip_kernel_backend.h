@@ -46,6 +46,13 @@ struct HipKernelBackendOptions {
   // matrix units: q, k, v and the softmax weights rounded to bf16, fp32 accumulation
   // (hip::AttentionMma). Off, or where unsupported (AMD, head_dim > 256), the fp32 kernel.
   bool bf16_attention = true;
+  // How the matrix-unit prefill attention lays out its blocks (hip::AttentionMma `variant`,
+  // 0 to hip::kAttentionMmaVariants - 1; every variant gives the same bits): 0, 128 rows a
+  // block with 32-bit fragment loads; 1, the same with ldmatrix loads, masks only where a tile
+  // crosses a row's position and the output's rescale skipped when no maximum moved; 2,
+  // variant 1's code with 64 rows a block and one key and one value buffer, two blocks a
+  // multiprocessor.
+  int attention_mma_variant = 1;
   // MatMulRowsTyped over bf16 weights runs on the matrix units (hip::MatMulRowsMma: inputs split
   // exactly into three bf16 pieces, an order fixed by the shape, rows independent) where the
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode
@@ -94,6 +101,11 @@ struct HipKernelBackendOptions {
   // within the bf16 GEMM's tolerance of the CPU backend, and a token's bits do not depend on
   // which other tokens share the call (tested). Needs grouped_moe; off, the default serves.
   bool grouped_moe_prefill = true;
+  // RmsNorm, GatedRmsNorm and L2Normalize of rows of at most 256 values (attention's and the
+  // delta rule's heads) take a warp per row instead of a block of 256 threads (most of them
+  // idle, a barrier per level of the sum's tree), adding the same partial sums in the same
+  // tree: the same bits (tested). NVIDIA only.
+  bool warp_row_norms = true;
 };
 
 // The streams a copy can run on: kernels run on kCompute; kTransfer is for copies that overlap
@@ -247,6 +259,10 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status SetMmaRowsVariantForTest(int variant);
   // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).
   void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
+  // Changes the layout of later matrix-unit prefill attention calls
+  // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
+  // outside 0 to hip::kAttentionMmaVariants - 1.
+  absl::Status SetAttentionMmaVariantForTest(int variant);
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -309,7 +325,8 @@ class HipKernelBackend final : public KernelBackend {
   int64_t host_waits_ = 0;    // See host_waits().
   int mma_rows_variant_;      // options_.mma_rows_variant unless changed for a test.
   bool grouped_moe_prefill_;  // options_.grouped_moe_prefill unless changed for a test.
-  int multiprocessors_ = 0;   // The device's.
+  int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
+  int multiprocessors_ = 0;    // The device's.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

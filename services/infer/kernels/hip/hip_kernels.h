@@ -16,11 +16,14 @@
 
 namespace cairn::infer::hip {
 
+// The norms reduce each row in BlockSum's fixed tree over 256 threads. With `warp_rows`, rows of
+// at most 256 values (heads) take a warp each on NVIDIA, which adds the same partial sums in the
+// same tree: the same bits.
 hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                   bool zero_centred, float* y, hipStream_t stream);
+                   bool zero_centred, float* y, bool warp_rows, hipStream_t stream);
 hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
-                        float eps, float* y, hipStream_t stream);
-hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale,
+                        float eps, float* y, bool warp_rows, hipStream_t stream);
+hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
                        hipStream_t stream);
 hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
                 const float* inv_freq, int64_t first_position, hipStream_t stream);
@@ -253,9 +256,15 @@ hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* works
 // accumulation, keys in tiles of 64 from key 0, so a row's bits depend only on its query,
 // position and keys. Supported: NVIDIA, head_dim <= 256 and a multiple of 4, 16-byte aligned
 // q / k / v, and enough shared memory per block.
+// `variant` picks the block layout (0 to kAttentionMmaVariants - 1; every variant gives the same
+// bits): 0, 128 rows a block, 32-bit fragment loads (the first kernel); 1, the same layout with
+// ldmatrix fragment loads, masks only on tiles that cross a row's position and the output's
+// rescale skipped when no maximum moved; 2, variant 1's code with 64 rows a block and single
+// key and value buffers, so that two blocks share a multiprocessor.
+inline constexpr int kAttentionMmaVariants = 3;
 bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes);
 int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a);
-hipError_t AttentionMma(const AttentionLaunch& a, void* workspace, hipStream_t stream);
+hipError_t AttentionMma(const AttentionLaunch& a, int variant, void* workspace, hipStream_t stream);
 
 // The gated delta rule (the layout of GatedDeltaArgs). chunk == 0: the recurrent form, one
 // token after another. chunk > 0: the chunked form; the chunk-local products of up to

@@ -376,6 +376,24 @@ __global__ void RoundRowsToBf16Kernel(const float* x, int64_t m, int64_t k, int6
   }
 }
 
+// RoundRowsToBf16Kernel over rows of k % 4 == 0 values with 16-byte loads and 8-byte stores
+// (strides and pointers aligned to them): blocks of grid.x over a row's groups of 4, grid.y
+// over rows. The same rounding per element.
+__global__ void RoundRowsToBf16x4Kernel(const float* x, int64_t m, int64_t groups, int64_t ldx,
+                                        uint16_t* out, int64_t ld_out) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= groups) return;
+  for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
+    const float4 v = reinterpret_cast<const float4*>(x + r * ldx)[c];
+    uint2 packed;
+    packed.x = static_cast<uint32_t>(FloatToBf16(v.x)) |
+               (static_cast<uint32_t>(FloatToBf16(v.y)) << 16);
+    packed.y = static_cast<uint32_t>(FloatToBf16(v.z)) |
+               (static_cast<uint32_t>(FloatToBf16(v.w)) << 16);
+    reinterpret_cast<uint2*>(out + r * ld_out)[c] = packed;
+  }
+}
+
 __global__ void WidenBf16Kernel(const uint16_t* in, int64_t n, float* out) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -405,6 +423,14 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,
                            int64_t ld_out, hipStream_t stream) {
   if (m == 0 || k == 0) return hipSuccess;
+  if (k % 4 == 0 && ldx % 4 == 0 && ld_out % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+    const int64_t groups = k / 4;
+    const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kConvertThreads)),
+                    static_cast<unsigned int>(m < 65535 ? m : 65535));
+    RoundRowsToBf16x4Kernel<<<grid, kConvertThreads, 0, stream>>>(x, m, groups, ldx, out, ld_out);
+    return hipGetLastError();
+  }
   RoundRowsToBf16Kernel<<<GridFor(m * k, kConvertThreads), kConvertThreads, 0, stream>>>(
       x, m, k, ldx, out, ld_out);
   return hipGetLastError();

@@ -157,6 +157,56 @@ TEST_F(HipKernelBackendTest, NormsMatchCpu) {
   }
 }
 
+TEST_F(HipKernelBackendTest, WarpRowNormsGiveTheBitsOfTheBlockKernels) {
+  // warp_row_norms (the default) against a block of 256 threads per row, at head sizes and
+  // around the warp kernels' limit (257 takes the block kernel in both), 1000 rows.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> block =
+      HipKernelBackend::Create({.warp_row_norms = false});
+  ASSERT_TRUE(block.ok()) << block.status();
+  for (const int64_t dim :
+       {int64_t{1}, int64_t{7}, int64_t{128}, int64_t{200}, int64_t{256}, int64_t{257}}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
+    const int64_t rows = 1000;
+    const std::vector<float> x = RandomFloats(rows * dim, 36, -3.0f, 3.0f),
+                             z = RandomFloats(rows * dim, 37, -4.0f, 4.0f);
+    const std::vector<float> w = RandomFloats(dim, 38);
+    DeviceBuffer dx = Up(x), dz = Up(z), dw = Up(w);
+    std::vector<std::vector<float>> outs[2];
+    HipKernelBackend* backends[2] = {gpu_.get(), block->get()};
+    for (int b = 0; b < 2; ++b) {
+      DeviceBuffer d1 = Poisoned(x.size()), d2 = Poisoned(x.size()), d3 = Poisoned(x.size()),
+                   d4 = Up(x);
+      backends[b]->RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, false, d1.floats());
+      backends[b]->RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, true, d2.floats());
+      backends[b]->GatedRmsNorm(dx.floats(), dz.floats(), rows, dim, dw.floats(), 1e-6f,
+                                d3.floats());
+      backends[b]->L2Normalize(d4.floats(), rows, dim, 1e-6f, 0.5f);
+      ASSERT_TRUE(backends[b]->Synchronize().ok()) << backends[b]->status();
+      for (const DeviceBuffer* d : {&d1, &d2, &d3, &d4}) outs[b].push_back(Down(*d, x.size()));
+    }
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      EXPECT_TRUE(SameBits(outs[0][i], outs[1][i])) << "norm " << i;
+    }
+  }
+}
+
+TEST_F(HipKernelBackendTest, SiluMulGivesTheSameBitsAlignedOrNot) {
+  // Aligned rows take the 16-byte kernel; the same values one float off take the element kernel.
+  const int64_t rows = 300, dim = 1024, ld = 2 * dim;
+  const std::vector<float> gu = RandomFloats(rows * ld, 39, -6.0f, 6.0f);
+  std::vector<float> shifted(gu.size() + 1, 0.0f);
+  std::copy(gu.begin(), gu.end(), shifted.begin() + 1);
+  DeviceBuffer aligned = Up(gu), off = Up(shifted), out1 = Poisoned(rows * dim),
+               out2 = Poisoned(rows * dim + 1);
+
+  gpu_->SiluMul(aligned.floats(), ld, aligned.floats() + dim, ld, rows, dim, out1.floats());
+  gpu_->SiluMul(off.floats() + 1, ld, off.floats() + 1 + dim, ld, rows, dim, out2.floats() + 1);
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  const std::vector<float> b = Down(out2, rows * dim + 1);
+  EXPECT_TRUE(SameBits(Down(out1, rows * dim), std::vector<float>(b.begin() + 1, b.end())));
+}
+
 TEST_F(HipKernelBackendTest, RopeAndSiluMulMatchCpu) {
   const int64_t tokens = 19;
   const int heads = 5, head_dim = 34, rotary = 18;
@@ -286,12 +336,15 @@ TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
 }
 
 TEST_F(HipKernelBackendTest, CausalConvBatchGivesTheBitsOfOneCallPerSequence) {
-  // 20 sequences of one token (more than one launch holds), one of 7 tokens, and a last one on
+  // 20 sequences of one token (more than one launch holds), ones of 7, 8 and 29 tokens (the
+  // batch kernel's chunks of 8 tokens: short, whole, and three and a part), and a last one on
   // the first sequence's state again (after its update).
   const int64_t channels = 301, ld = channels + 5;
   const int kernel = 4;
   std::vector<int64_t> tokens(19, 1);
   tokens[4] = 7;
+  tokens[7] = 29;
+  tokens[12] = 8;
   std::vector<int> state_of(19);
   for (int i = 0; i < 19; ++i) state_of[i] = i;
   tokens.push_back(1);
@@ -424,6 +477,61 @@ TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
   EXPECT_TRUE(SameBits(a, b));
   EXPECT_TRUE(SameBits(std::vector<float>(c.begin() + 150 * q_ld, c.begin() + 151 * q_ld),
                        std::vector<float>(d.begin() + 150 * q_ld, d.begin() + 151 * q_ld)));
+}
+
+TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
+  // Each block layout of the matrix-unit prefill attention against variant 0 (128 rows a block,
+  // 32-bit fragment loads), on passes after earlier keys and cut inside a block, at each head
+  // dimension the kernel has (64, 128, 256; 80 and 32 padded), GQA groups 1 to 6.
+  struct Case {
+    int64_t tokens, past;
+    int q_heads, kv_heads, head_dim;
+  };
+  const std::vector<Case> cases = {{300, 0, 12, 2, 128},   {1500, 0, 16, 2, 256},
+                                   {700, 901, 16, 4, 256}, {129, 40, 4, 4, 32},
+                                   {200, 77, 6, 3, 80},    {1000, 0, 8, 8, 64}};
+  std::vector<std::unique_ptr<HipKernelBackend>> variants;
+  for (int variant = 0; variant < hip::kAttentionMmaVariants; ++variant) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.attention_mma_variant = variant});
+    ASSERT_TRUE(b.ok()) << b.status();
+    variants.push_back(*std::move(b));
+  }
+  EXPECT_THAT(
+      HipKernelBackend::Create({.attention_mma_variant = hip::kAttentionMmaVariants}).status(),
+      cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const Case& c : cases) {
+    const int64_t rows = c.past + c.tokens;
+    const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
+    const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
+    const std::vector<float> q = RandomFloats(c.tokens * q_ld, 31, -2.0f, 2.0f);
+    const std::vector<float> k = RandomFloats(rows * kv_ld, 32, -2.0f, 2.0f),
+                             v = RandomFloats(rows * kv_ld, 33);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
+    std::vector<std::vector<float>> outs;
+    for (const std::unique_ptr<HipKernelBackend>& b : variants) {
+      DeviceBuffer o = Poisoned(c.tokens * q_ld);
+      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past, c.q_heads,
+                    c.kv_heads, c.head_dim, scale});
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs.push_back(Down(o, c.tokens * q_ld));
+    }
+    // The last variant again with the pass cut at 77 tokens (inside a block of every layout).
+    DeviceBuffer cut = Poisoned(c.tokens * q_ld);
+    HipKernelBackend& last = *variants.back();
+    last.Attention({dq.floats(), dk.floats(), dv.floats(), cut.floats(), 77, c.past, c.q_heads,
+                    c.kv_heads, c.head_dim, scale});
+    last.Attention({dq.floats() + 77 * q_ld, dk.floats(), dv.floats(), cut.floats() + 77 * q_ld,
+                    c.tokens - 77, c.past + 77, c.q_heads, c.kv_heads, c.head_dim, scale});
+    ASSERT_TRUE(last.Synchronize().ok()) << last.status();
+    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/",
+                                          c.kv_heads, "kv, d", c.head_dim);
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_TRUE(SameBits(outs[0], outs[i])) << name << ", variant " << i;
+    }
+    EXPECT_TRUE(SameBits(outs[0], Down(cut, c.tokens * q_ld))) << name << ", cut";
+  }
 }
 
 TEST_F(HipKernelBackendTest, AttentionBatchGivesTheBitsOfOneCallPerSequenceAndMatchesCpu) {
@@ -727,6 +835,16 @@ TEST_F(HipKernelBackendTest, GathersSplitsAndGatesMatchCpu) {
   EXPECT_TRUE(SameBits(Down(dgath, gathered.size()), gathered));
   EXPECT_TRUE(SameBits(Down(da, a.size()), a));
   EXPECT_TRUE(SameBits(Down(db, b.size()), b));
+  // Heads of a multiple of 4 values take the 16-byte copy kernel.
+  const int hd4 = 16;
+  const std::vector<float> pairs4 = RandomFloats(rows * 2 * heads * hd4, 48);
+  std::vector<float> a4(rows * heads * hd4), b4(rows * heads * hd4);
+  cpu_->SplitHeadPairs(pairs4.data(), rows, heads, hd4, a4.data(), b4.data());
+  DeviceBuffer dpairs4 = Up(pairs4), da4 = Poisoned(a4.size()), db4 = Poisoned(b4.size());
+  gpu_->SplitHeadPairs(dpairs4.floats(), rows, heads, hd4, da4.floats(), db4.floats());
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(da4, a4.size()), a4));
+  EXPECT_TRUE(SameBits(Down(db4, b4.size()), b4));
   EXPECT_LT(Measured("sigmoid mul", RelErr(Down(dx, x.size()), gated)), kTightTolerance);
   EXPECT_LT(Measured("gdn gates g", RelErr(Down(dg, g.size()), g)), kTightTolerance);
   EXPECT_LT(Measured("gdn gates beta", RelErr(Down(dbeta, beta.size()), beta)), kTightTolerance);

@@ -5,6 +5,7 @@
 // shapes. Random inputs (never zeros). Prints one line per measurement.
 //
 // Usage: cairn_hip_kernel_bench [--quick] [--decode-products] [--moe-prefill]
+//                               [--prefill-attention]
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
 // rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
@@ -16,6 +17,12 @@
 // host, an expert at a time), the grouped device path (HipKernelBackendOptions::
 // grouped_moe_prefill), and the default's per-expert vendor GEMMs alone (every expert the
 // average count of rows), the cost of per-expert GEMMs after one download of the counts.
+//
+// --prefill-attention: only the matrix-unit prefill attention at the dense 9B-like model's heads
+// (16 q / 4 kv heads of 256) for the four 8192-token passes of a 32K prefill and one 4096-token
+// pass at the 80B-A3B-like model's heads (16 q / 2 kv), for each block layout
+// (HipKernelBackendOptions::attention_mma_variant), with the bits of every variant compared
+// against variant 0's.
 
 #include <algorithm>
 #include <chrono>
@@ -236,6 +243,64 @@ int MoePrefill() {
   return 0;
 }
 
+// The matrix-unit prefill attention's block layouts on the passes of a 32K dense prefill.
+int PrefillAttention() {
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (int v = 0; v < hip::kAttentionMmaVariants; ++v) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
+        HipKernelBackend::Create({.attention_mma_variant = v});
+    if (!created.ok()) Bench::Fail(created.status().ToString());
+    backends.push_back(*std::move(created));
+  }
+  HipKernelBackend& b = *backends[0];
+  Bench bench(&b);
+  char label[160];
+  const int qh = 16, d = 256;
+  const int64_t pass = 8192, max_keys = 32768;
+  float* k = bench.Buffer(max_keys * 4 * d, 10, -2.0f, 2.0f);
+  float* v = bench.Buffer(max_keys * 4 * d, 11);
+  float* q = bench.Buffer(pass * qh * d, 12, -2.0f, 2.0f);
+  float* o = bench.Buffer(pass * qh * d, 13);
+  struct Shape {
+    int kv_heads;
+    int64_t tokens, past;
+  };
+  const std::vector<Shape> shapes = {
+      {4, pass, 0}, {4, pass, pass}, {4, pass, 2 * pass}, {4, pass, 3 * pass}, {2, 4096, 0}};
+  std::vector<double> totals(backends.size(), 0.0);
+  for (const Shape& sh : shapes) {
+    std::vector<float> first;
+    for (size_t vi = 0; vi < backends.size(); ++vi) {
+      HipKernelBackend& bv = *backends[vi];
+      const AttentionArgs args{q, k, v, o, sh.tokens, sh.past, qh, sh.kv_heads, d, 0.0625f};
+      // Each backend has its own stream: wait for this one's call in the timed function.
+      const double t = bench.Time(
+          [&] {
+            bv.Attention(args);
+            if (!bv.Synchronize().ok()) Bench::Fail(bv.status().ToString());
+          },
+          5);
+      std::vector<float> got(static_cast<size_t>(sh.tokens * qh * d));
+      const absl::Status s = bv.Download(got.data(), o, got.size() * sizeof(float));
+      if (!s.ok()) Bench::Fail(s.ToString());
+      if (vi == 0) first = got;
+      const bool same = std::memcmp(first.data(), got.data(), got.size() * sizeof(float)) == 0;
+      if (sh.kv_heads == 4) totals[vi] += t;
+      const double keys = static_cast<double>(sh.tokens) * (sh.past + (sh.tokens + 1) / 2.0);
+      std::snprintf(label, sizeof label,
+                    "attention prefill %ld tokens after %ld (16q/%dkv, d256) variant %zu%s",
+                    sh.tokens, sh.past, sh.kv_heads, vi, same ? "" : " (BITS DIFFER)");
+      Row(label, t, "GFLOP/s", 4.0 * qh * d * keys);
+      if (!same) std::printf("bits differ from variant 0's\n");
+    }
+  }
+  for (size_t vi = 0; vi < backends.size(); ++vi) {
+    std::printf("attention of one layer of a 32K dense prefill (4 passes), variant %zu: %.3f ms\n",
+                vi, totals[vi] * 1e3);
+  }
+  return 0;
+}
+
 int Main(bool quick) {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
   if (!created.ok()) Bench::Fail(created.status().ToString());
@@ -437,13 +502,15 @@ int Main(bool quick) {
 }  // namespace cairn::infer
 
 int main(int argc, char** argv) {
-  bool quick = false, decode_products = false, moe_prefill = false;
+  bool quick = false, decode_products = false, moe_prefill = false, prefill_attention = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
     moe_prefill = moe_prefill || std::strcmp(argv[i], "--moe-prefill") == 0;
+    prefill_attention = prefill_attention || std::strcmp(argv[i], "--prefill-attention") == 0;
   }
   if (decode_products) return cairn::infer::DecodeProducts();
   if (moe_prefill) return cairn::infer::MoePrefill();
+  if (prefill_attention) return cairn::infer::PrefillAttention();
   return cairn::infer::Main(quick);
 }

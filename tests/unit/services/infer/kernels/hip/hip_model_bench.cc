@@ -20,8 +20,13 @@
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
+//          [--attention-variants=N,N,...] [--profile-prefill=N]
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
+// --attention-variants: each prefill length (not the TTFT run) runs once for each value of
+// HipKernelBackendOptions::attention_mma_variant listed (the same bits), in turn.
+// --profile-prefill=N brackets the last pass of each N-token prefill with cudaProfilerStart/Stop
+// (for `ncu --profile-from-start off`).
 // --profile-slots=N brackets the timed decode steps at N slots with cudaProfilerStart/Stop (on
 // NVIDIA), for `nsys profile --capture-range=cudaProfilerApi`. --grouped-moe=0 runs the MoE
 // layers' routed experts through KernelBackend's default (routing to the host, an expert at a
@@ -83,6 +88,8 @@ struct Flags {
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
+  std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
+  int64_t profile_prefill = 0;  // 0: no profiler range.
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -261,8 +268,11 @@ class ModelBench {
     for (int64_t at = from; at < to;) {
       const int64_t end = std::min(to, at + f_.pass_tokens);
       const auto pass = absl::MakeConstSpan(tokens_).subspan(at, end - at);
+      const bool profile = from == 0 && to == f_.profile_prefill && end == to;
+      if (profile) ProfilerRange(true);
       absl::StatusOr<std::vector<float>> logits = model_->Forward(slot, pass, {});
       if (!logits.ok()) Bench::Fail(logits.status().ToString());
+      if (profile) ProfilerRange(false);
       at = end;
     }
     return Bench::Seconds(start);
@@ -296,13 +306,22 @@ class ModelBench {
       if (t < f_.ttft_depth || t != MaxDepth()) {
         for (const int on : f_.moe_prefill) {
           b_.SetGroupedMoePrefillForTest(on == 1);
-          Bench::Check((*kv)->Reset(0), "reset");
-          const double seconds = Prefill(slot, 0, t);
-          ReportPrefill(t, seconds,
-                        o_.num_experts > 0
-                            ? absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off")
-                            : "");
+          for (const int variant : f_.attention_variants) {
+            Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
+            Bench::Check((*kv)->Reset(0), "reset");
+            std::string label;
+            if (o_.num_experts > 0) {
+              label = absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off");
+            }
+            if (f_.attention_variants.size() > 1) {
+              absl::StrAppend(&label, absl::StrFormat(" (attention variant %d)", variant));
+            }
+            ReportPrefill(t, Prefill(slot, 0, t), label);
+          }
         }
+        Bench::Check(
+            b_.SetAttentionMmaVariantForTest(HipKernelBackendOptions().attention_mma_variant),
+            "attention variant");
         continue;
       }
       Bench::Check((*kv)->Reset(0), "reset");
@@ -543,6 +562,9 @@ class ModelBench {
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
   void ProfilerRange(int slots, bool start) {
     if (slots != f_.profile_slots) return;
+    ProfilerRange(start);
+  }
+  void ProfilerRange(bool start) {
 #if defined(CAIRN_HIP_PLATFORM_NVIDIA)
     if (start) {
       cudaProfilerStart();
@@ -600,6 +622,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
         f->moe_prefill.push_back(static_cast<int>(n));
       }
+    } else if (key == "attention-variants") {
+      f->attention_variants.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionMmaVariants) return false;
+        f->attention_variants.push_back(static_cast<int>(n));
+      }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
     } else if (key == "grouped-moe" && number && (n == 0 || n == 1)) {
@@ -622,6 +650,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "profile-slots") {
       f->profile_slots = static_cast<int>(n);
+    } else if (key == "profile-prefill") {
+      f->profile_prefill = n;
     } else {
       return false;
     }
@@ -637,7 +667,8 @@ int Main(int argc, char** argv) {
                  "[--ttft-depth=N] [--turn-tokens=N] [--pass-tokens=N] [--decode-depth=N] "
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
-                 "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]\n");
+                 "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
+                 "[--attention-variants=N,N,...] [--profile-prefill=N]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
