@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +43,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/config/flags.h"
 #include "common/status/status_macros.h"
 #include "services/infer/engine/slot_state.h"
@@ -442,8 +445,16 @@ std::string Shares(const infer::CpuKernelProfile& p, double elapsed) {
 // Shares() of wall-clock time and of processor time.
 std::string BothShares(const infer::CpuKernelProfile& wall, double elapsed,
                        const infer::CpuKernelProfile& cpu, double elapsed_cpu) {
-  return absl::StrCat("time in ", Shares(wall, elapsed), "; processor time in ",
-                      Shares(cpu, elapsed_cpu));
+  auto busy = [](double cpu_s, double wall_s) { return wall_s > 0 ? cpu_s / wall_s : 0.0; };
+  return absl::StrCat(
+      "time in ", Shares(wall, elapsed), "; processor time in ", Shares(cpu, elapsed_cpu),
+      absl::StrFormat("; processors busy (processor over wall seconds): GEMMs %.2f, attention "
+                      "%.2f, delta rule %.2f, other kernels %.2f, outside the backend %.2f, "
+                      "all %.2f",
+                      busy(cpu.matmul_s, wall.matmul_s), busy(cpu.attention_s, wall.attention_s),
+                      busy(cpu.delta_rule_s, wall.delta_rule_s), busy(cpu.other_s, wall.other_s),
+                      busy(elapsed_cpu - KernelSeconds(cpu), elapsed - KernelSeconds(wall)),
+                      busy(elapsed_cpu, elapsed)));
 }
 
 int64_t FileBytes(const std::vector<std::string>& files) {
@@ -455,11 +466,96 @@ int64_t FileBytes(const std::vector<std::string>& files) {
   return total;
 }
 
+// OpenBLAS's own worker threads, woken by the reference sgemm calls on several threads, spin
+// (sched_yield) for a while before they sleep (THREAD_TIMEOUT, 2^28 cycles by default: about a
+// tenth of a second); a prefill timed meanwhile shares the cores with them, which the backend
+// (OpenBLAS on one thread) never does in service. Waiting this long before a timed prefill lets
+// them sleep first.
+constexpr absl::Duration kBlasWorkersSettle = absl::Milliseconds(500);
+
+void LetBlasWorkersSleep() { absl::SleepFor(kBlasWorkersSettle); }
+
+// Seconds of one prompt's prefill in passes of at most `max_pass` tokens from an empty slot,
+// and the last pass's logits.
+absl::StatusOr<double> TimePrefill(infer::Model& model, infer::SlotState* slot,
+                                   const std::vector<int32_t>& tokens, int64_t max_pass,
+                                   std::vector<float>* logits) {
+  RETURN_IF_ERROR(slot->Reset());
+  const Clock::time_point t0 = Clock::now();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (int64_t at = 0; at < n; at += max_pass) {
+    const int64_t len = std::min(max_pass, n - at);
+    ASSIGN_OR_RETURN(*logits, model.Forward(slot,
+                                            absl::MakeConstSpan(tokens).subspan(
+                                                static_cast<size_t>(at), static_cast<size_t>(len)),
+                                            {}));
+  }
+  return Seconds(t0);
+}
+
+// --compare-gemm-split: `model` (on a backend of options.gemm_split) against a second copy on a
+// backend of `other_split`, prefilling each prompt alternately `alternations` times, so that
+// each pair of times shares the machine's load; prints the median of the pairs' ratios.
+absl::Status CompareGemmSplit(const std::string& model_dir,
+                              const infer::CpuKernelBackendOptions& options,
+                              const std::string& other_split, infer::Model& model,
+                              const std::vector<int64_t>& prefill, int64_t max_pass,
+                              int alternations) {
+  infer::CpuKernelBackendOptions other_options = options;
+  other_options.gemm_split = other_split;
+  other_options.profile = false;
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> other_backend,
+                   infer::CpuKernelBackend::Create(other_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<infer::Model> other,
+                   infer::LoadModel(model_dir, other_backend.get(), {}));
+  for (int64_t n : prefill) {
+    ASSIGN_OR_RETURN(std::unique_ptr<infer::SlotState> slot,
+                     infer::SlotState::Create(model.state_layout(), n));
+    const std::vector<int32_t> tokens = Tokens(n, model.info().vocab_size, 99);
+    std::vector<double> mine, theirs, ratios;
+    std::vector<float> logits, other_logits;
+    LetBlasWorkersSleep();
+    for (int i = 0; i < alternations; ++i) {
+      // In the order A B, B A, A B, ... so that neither always runs first.
+      double a = 0, b = 0;
+      for (int which = 0; which < 2; ++which) {
+        if ((which == 0) == (i % 2 == 0)) {
+          ASSIGN_OR_RETURN(a, TimePrefill(model, slot.get(), tokens, max_pass, &logits));
+        } else {
+          ASSIGN_OR_RETURN(b, TimePrefill(*other, slot.get(), tokens, max_pass, &other_logits));
+        }
+      }
+      mine.push_back(a);
+      theirs.push_back(b);
+      ratios.push_back(b / a);
+    }
+    float largest = 0, diff = 0;
+    for (size_t i = 0; i < logits.size() && i < other_logits.size(); ++i) {
+      largest = std::max(largest, std::abs(logits[i]));
+      diff = std::max(diff, std::abs(logits[i] - other_logits[i]));
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[(v.size() - 1) / 2];
+    };
+    std::cout << absl::StrFormat(
+        "prefill %d tokens, GEMMs split by %s against %s, %d alternations: %.3f s against %.3f s "
+        "(medians); %s / %s time per pair: median %.3f, range %.3f-%.3f; last logits differ by "
+        "%.2g of the largest\n",
+        n, options.gemm_split, other_options.gemm_split, alternations, median(mine), median(theirs),
+        other_options.gemm_split, options.gemm_split, median(ratios),
+        *std::min_element(ratios.begin(), ratios.end()),
+        *std::max_element(ratios.begin(), ratios.end()), largest > 0 ? diff / largest : diff);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(int argc, char** argv) {
   std::string model_dir, preset = "bench-50m", work_dir;
   std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
   int threads = 0, spin_us = infer::CpuKernelBackendOptions::kDefaultSpinMicros, slots = 4,
-      decode_steps = 40, decode_rounds = 5, gemm_reps = 2, prefill_rounds = 1;
+      decode_steps = 40, decode_rounds = 5, gemm_reps = 2, prefill_rounds = 1, compare_rounds = 9;
+  std::string compare_gemm_split;
   int64_t decode_prompt = 128, max_pass = 2048;
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
   FlagSet flags("cairn-cpu-bench",
@@ -475,6 +571,10 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("row-tiles", &row_tiles,
             "pack bf16 / f16 matrices into row tiles at load time (false: read them row-major "
             "where the checkpoint maps them)");
+  std::string gemm_split = infer::CpuKernelBackendOptions().gemm_split;
+  flags.Add("gemm-split", &gemm_split,
+            "how a prefill GEMM is spread over the threads: rows (blocks of input rows, weights "
+            "widened once per chunk) or weights (tiles of weight rows, the input packed per tile)");
   std::string tile_prefetch = infer::CpuKernelBackendOptions().tile_prefetch;
   flags.Add("tile-prefetch", &tile_prefetch,
             "when the row kernel asks for row-tile weights ahead: auto, always, never, or the "
@@ -485,6 +585,11 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("decode-prompt", &decode_prompt, "prompt tokens before decoding");
   flags.Add("prefill", &prefill_flag, "prompt lengths of the prefill measurements");
   flags.Add("max-pass-tokens", &max_pass, "longest prefill pass (as cairn-infer's scheduler)");
+  flags.Add("compare-gemm-split", &compare_gemm_split,
+            "after the prefill measurements, prefill each prompt alternately with this model and "
+            "a second copy on a backend of this --gemm-split (empty: no comparison), for a paired "
+            "comparison on a machine whose speed drifts");
+  flags.Add("compare-rounds", &compare_rounds, "alternations of --compare-gemm-split");
   flags.Add("prefill-rounds", &prefill_rounds,
             "rounds of (prefill, sgemm on its mix) per prompt length; the median ratio counts");
   flags.Add("gemm-reps", &gemm_reps, "timings per GEMM shape (the best counts)");
@@ -504,10 +609,10 @@ absl::Status Run(int argc, char** argv) {
     prefill.push_back(n);
   }
   if (slots < 1 || decode_steps < 2 || max_pass < 1 || gemm_reps < 1 || threads < 0 ||
-      decode_rounds < 1 || prefill_rounds < 1) {
+      decode_rounds < 1 || prefill_rounds < 1 || compare_rounds < 1) {
     return absl::InvalidArgumentError(
         "--slots, --max-pass-tokens, --gemm-reps, --decode-rounds, --prefill-rounds must be >= "
-        "1, --decode-steps >= 2, --threads >= 0");
+        "1, --decode-steps >= 2, --threads >= 0, --compare-rounds >= 1");
   }
   if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-cpu-bench-", ::getpid());
   if (model_dir.empty()) {
@@ -521,6 +626,7 @@ absl::Status Run(int argc, char** argv) {
   backend_options.spin_us = spin_us;
   backend_options.row_tiles = row_tiles;
   backend_options.tile_prefetch = tile_prefetch;
+  backend_options.gemm_split = gemm_split;
   backend_options.profile = true;
   ASSIGN_OR_RETURN(std::unique_ptr<infer::CpuKernelBackend> backend,
                    infer::CpuKernelBackend::Create(backend_options));
@@ -541,10 +647,10 @@ absl::Status Run(int argc, char** argv) {
   const double load_s = Seconds(load_start);
   std::cout << absl::StrFormat(
       "model: %s, %.1fM parameters, %.1f MB of weights in memory, files %.1f MB; backend %s "
-      "(isa %s%s); loaded in %.2f s\n",
+      "(isa %s%s, GEMMs split by %s); loaded in %.2f s\n",
       model->info().architecture, model->info().num_parameters / 1e6,
       model->info().weight_bytes / 1e6, file_bytes / 1e6, backend->name(),
-      infer::cpu::IsaName(backend->isa()), RowTilesNote(*backend), load_s);
+      infer::cpu::IsaName(backend->isa()), RowTilesNote(*backend), gemm_split, load_s);
 
   // Decode: rounds of (read bandwidth, `steps` steps of 1 slot, `steps` steps of N slots), so
   // that on a shared machine all three see the same load; the medians over the rounds count.
@@ -623,6 +729,7 @@ absl::Status Run(int argc, char** argv) {
     for (int round = 0; round < prefill_rounds; ++round) {
       Round& r = rounds.emplace_back();
       RETURN_IF_ERROR(slot->Reset());
+      LetBlasWorkersSleep();
       backend->ResetProfile();
       const double c0 = CpuSeconds();
       const Clock::time_point t0 = Clock::now();
@@ -717,6 +824,10 @@ absl::Status Run(int argc, char** argv) {
         att.shape_flops / 1e9, delta.model_flops / 1e9, mix.model_flops() / elapsed / 1e9,
         100 * mix.sgemm_s() / elapsed, mix.model_flops() / mix.sgemm_s() / 1e9, rate(linear),
         rate(att), rate(delta), 100 * mix.sgemm_cpu_s() / elapsed_cpu, spread);
+  }
+  if (!compare_gemm_split.empty()) {
+    RETURN_IF_ERROR(CompareGemmSplit(model_dir, backend_options, compare_gemm_split, *model,
+                                     prefill, max_pass, compare_rounds));
   }
   std::error_code ec;
   std::filesystem::remove_all(work_dir, ec);

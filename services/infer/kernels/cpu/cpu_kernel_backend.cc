@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -53,6 +54,14 @@ constexpr int64_t kRowItemsPerThread = 2;
 // MatMulTransposedTyped runs products of at most this many rows through the row kernel: it
 // reads narrow weights in place, where the GEMM would first widen all of them.
 constexpr int64_t kGemmMinRows = 16;
+
+// The split of a GEMM by input rows (CpuKernelBackendOptions::gemm_split "rows"): the most
+// weights widened at once into the shared chunk (8 MiB of fp32: a whole projection of the small
+// models, 512 rows of a 4096-wide one), blocks of input rows per thread (one: each block's sgemm
+// packs the whole chunk again) and the fewest rows of a block.
+constexpr int64_t kGemmChunkElements = int64_t{1} << 21;
+constexpr int kGemmRowBlocksPerThread = 1;
+constexpr int64_t kGemmMinBlockRows = 32;
 
 // Elements of an elementwise operation (a norm, an activation, RoPE) per work item: enough to
 // amortise handing the item to another thread, so that a decode step's few rows stay on the
@@ -291,23 +300,34 @@ absl::StatusOr<std::unique_ptr<CpuKernelBackend>> CpuKernelBackend::Create(
         absl::StrCat("cpu backend tile_prefetch '", options.tile_prefetch,
                      "' is not auto, always, never or a byte count >= 0"));
   }
+  int64_t gemm_split_rows_from = CpuKernelBackendOptions::kGemmRowSplitMinRows;
+  if (options.gemm_split == "rows") {
+    gemm_split_rows_from = 0;
+  } else if (options.gemm_split == "weights") {
+    gemm_split_rows_from = std::numeric_limits<int64_t>::max();
+  } else if (options.gemm_split != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("cpu backend gemm_split '", options.gemm_split,
+                                                   "' is not auto, rows or weights"));
+  }
   int threads = options.threads;
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // The backend spreads its GEMMs over its own threads; OpenBLAS's workers would spin between
   // calls (and are invisible to ThreadSanitizer).
   openblas_set_num_threads(1);
-  return std::unique_ptr<CpuKernelBackend>(new CpuKernelBackend(threads, isa, options.typed_weights,
-                                                                options.row_tiles, tile_prefetch,
-                                                                options.profile, options.spin_us));
+  return std::unique_ptr<CpuKernelBackend>(
+      new CpuKernelBackend(threads, isa, options.typed_weights, options.row_tiles, tile_prefetch,
+                           gemm_split_rows_from, options.profile, options.spin_us));
 }
 
 CpuKernelBackend::CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool row_tiles,
-                                   int64_t tile_prefetch_min_input_bytes, bool profile, int spin_us)
+                                   int64_t tile_prefetch_min_input_bytes,
+                                   int64_t gemm_split_rows_from, bool profile, int spin_us)
     : threads_(threads),
       isa_(isa),
       typed_weights_(typed_weights),
       row_tiles_(row_tiles),
       tile_prefetch_min_input_bytes_(tile_prefetch_min_input_bytes),
+      gemm_split_rows_from_(gemm_split_rows_from),
       profiling_(profile),
       widened_(static_cast<size_t>(threads)),
       scores_(static_cast<size_t>(threads)) {
@@ -414,6 +434,31 @@ void CpuKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t 
 void CpuKernelBackend::TiledGemm(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                                  float* y, int64_t ldy, bool accumulate) {
   if (m == 0) return;
+  if (m >= gemm_split_rows_from_) {
+    const std::vector<int64_t> blocks =
+        cpu::GemmRowBlocks(m, threads_, kGemmRowBlocksPerThread, kGemmMinBlockRows);
+    const bool widen = cpu::GemmChunkNeedsWidening(w);
+    for (const cpu::GemmTile& chunk : cpu::GemmChunks(w, kGemmChunkElements)) {
+      const float* weights = reinterpret_cast<const float*>(chunk.rows);
+      if (widen) {
+        gemm_chunk_.resize(static_cast<size_t>(chunk.count * w.cols));
+        // Slices of whole 16-row blocks, one per thread.
+        const int64_t blocks16 = (chunk.count + 15) / 16;
+        const int64_t slices = std::min<int64_t>(threads_, blocks16);
+        ParallelFor(slices, [&](int64_t s) {
+          cpu::WidenGemmChunkRows(isa_, w, chunk, std::min(chunk.count, s * blocks16 / slices * 16),
+                                  std::min(chunk.count, (s + 1) * blocks16 / slices * 16),
+                                  gemm_chunk_.data());
+        });
+        weights = gemm_chunk_.data();
+      }
+      BlasFor(static_cast<int64_t>(blocks.size()) - 1, [&](int64_t b, int) {
+        cpu::GemmChunkProduct(x, blocks[static_cast<size_t>(b)], blocks[static_cast<size_t>(b) + 1],
+                              ldx, w.cols, weights, chunk, y, ldy, accumulate);
+      });
+    }
+    return;
+  }
   const std::vector<cpu::GemmTile> tiles = cpu::GemmTiles(w, threads_);
   BlasFor(static_cast<int64_t>(tiles.size()), [&](int64_t i, int worker) {
     cpu::GemmTileProduct(isa_, x, m, ldx, w, tiles[static_cast<size_t>(i)],

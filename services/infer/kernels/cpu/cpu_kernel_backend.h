@@ -37,6 +37,19 @@ struct CpuKernelBackendOptions {
   // "always", "never", or a size in bytes of a group's input rows from which on. Never changes
   // bits.
   std::string tile_prefetch = "auto";
+  // How a prefill GEMM (MatMulTransposedTyped) is spread over the threads (cpu/tiled_gemm.h):
+  // "rows" (each thread multiplies a block of the input rows by a chunk of the weights widened
+  // once, so OpenBLAS packs each input row once per chunk but every chunk once per thread),
+  // "weights" (each thread multiplies every input row by its tiles of the weights, and OpenBLAS
+  // packs the input again per tile), or "auto": rows for products of at least
+  // kGemmRowSplitMinRows input rows, where packing the input per tile costs more. Every output
+  // element is one sgemm reduction over k either way; the bits may differ between the two
+  // (OpenBLAS's kernels for the edges of a call), never run to run.
+  std::string gemm_split = "auto";
+  // Measured on a two-core Xeon, alternating the two splits in one process (cairn-cpu-bench
+  // --compare-gemm-split): prompts of 2048 tokens 4.7-5.5 % faster split by rows on bench-50m
+  // and bench-500m, prompts of 512 tokens 5-7 % slower.
+  static constexpr int64_t kGemmRowSplitMinRows = 1024;
   // How long, in microseconds, a helper thread watches for the backend's next parallel loop
   // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. Watching trades
   // processor time spent waiting for the wake-up a loop otherwise costs. Off by default: on the
@@ -174,7 +187,8 @@ class CpuKernelBackend final : public KernelBackend {
 
  private:
   CpuKernelBackend(int threads, cpu::Isa isa, bool typed_weights, bool row_tiles,
-                   int64_t tile_prefetch_min_input_bytes, bool profile, int spin_us);
+                   int64_t tile_prefetch_min_input_bytes, int64_t gemm_split_rows_from,
+                   bool profile, int spin_us);
 
   // Adds the wall and processor time from its construction to its destruction to one field of
   // the profiles.
@@ -189,8 +203,9 @@ class CpuKernelBackend final : public KernelBackend {
   // ParallelForWorkers for items that call BLAS; on the calling thread only in builds with
   // ThreadSanitizer, which cannot see OpenBLAS's own synchronisation.
   void BlasFor(int64_t n, absl::FunctionRef<void(int64_t, int)> fn);
-  // y = x . w^T (+ y) through single-threaded sgemm calls on tiles of w's rows, spread over the
-  // threads; narrow weights are widened a tile at a time into the running thread's buffer.
+  // y = x . w^T (+ y) through single-threaded sgemm calls spread over the threads, split by
+  // input rows or by weight rows (gemm_split_rows_from_, cpu/tiled_gemm.h); narrow weights are
+  // widened a chunk or tile at a time.
   void TiledGemm(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
                  int64_t ldy, bool accumulate);
   // Runs fn(begin, end) over [0, rows) in ranges of rows of about kElementwiseItemElements
@@ -204,7 +219,10 @@ class CpuKernelBackend final : public KernelBackend {
   const bool typed_weights_;
   const bool row_tiles_;
   const int64_t tile_prefetch_min_input_bytes_;  // cpu::RowTileProducts' threshold.
-  std::unique_ptr<cpu::WorkerTeam> team_;        // threads_ - 1 helpers; null when threads_ == 1.
+  // CpuKernelBackendOptions::gemm_split resolved: input rows from which a GEMM is split by
+  // them (0: always, INT64_MAX: never).
+  const int64_t gemm_split_rows_from_;
+  std::unique_ptr<cpu::WorkerTeam> team_;  // threads_ - 1 helpers; null when threads_ == 1.
   const bool profiling_;
   CpuKernelProfile profile_;
   CpuKernelProfile cpu_profile_;
@@ -215,6 +233,8 @@ class CpuKernelBackend final : public KernelBackend {
   // score block.
   std::vector<std::vector<float>> widened_;
   std::vector<std::vector<float>> scores_;
+  // The GEMM's chunk of weights widened for every thread's sgemm (gemm_split "rows").
+  std::vector<float> gemm_chunk_;
   // The blocked attention's keys, transposed for its score kernel.
   std::vector<float> transposed_keys_;
 };

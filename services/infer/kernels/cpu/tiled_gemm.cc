@@ -73,4 +73,58 @@ void GemmTileProduct(Isa isa, const float* x, int64_t m, int64_t ldx, const Weig
   Sgemm(x, m, k, ldx, weights, t.count, y + t.column, ldy, accumulate);
 }
 
+std::vector<GemmTile> GemmChunks(const WeightMatrix& w, int64_t max_elements) {
+  const int64_t k = w.cols;
+  const int64_t chunk = std::max<int64_t>(16, max_elements / std::max<int64_t>(1, k) / 16 * 16);
+  const int64_t row_bytes = k * WeightTypeSize(w.type);
+  std::vector<GemmTile> chunks;
+  int64_t column = 0;
+  for (int p = 0; p < w.num_parts; ++p) {
+    const WeightMatrix::Part& part = w.parts[p];
+    for (int64_t r0 = 0; r0 < part.rows; r0 += chunk) {
+      const int64_t count = std::min(chunk, part.rows - r0);
+      if (w.layout == WeightLayout::kRowTiles) {
+        chunks.push_back({static_cast<const char*>(part.data), count, column + r0, r0});
+      } else {
+        chunks.push_back(
+            {static_cast<const char*>(part.data) + r0 * row_bytes, count, column + r0, 0});
+      }
+    }
+    column += part.rows;
+  }
+  return chunks;
+}
+
+bool GemmChunkNeedsWidening(const WeightMatrix& w) {
+  return w.layout == WeightLayout::kRowTiles || w.type != WeightType::kF32;
+}
+
+void WidenGemmChunkRows(Isa isa, const WeightMatrix& w, const GemmTile& t, int64_t begin,
+                        int64_t end, float* dst) {
+  if (end <= begin) return;
+  const int64_t k = w.cols;
+  if (w.layout == WeightLayout::kRowTiles) {
+    WidenTileRows(isa, w.type, t.rows, t.first_row + begin, end - begin, k, dst + begin * k);
+  } else {
+    Widen(isa, w.type, t.rows + begin * k * WeightTypeSize(w.type), (end - begin) * k,
+          dst + begin * k);
+  }
+}
+
+std::vector<int64_t> GemmRowBlocks(int64_t m, int threads, int blocks_per_thread,
+                                   int64_t min_rows) {
+  const int64_t most = std::max<int64_t>(1, m / std::max<int64_t>(1, min_rows));
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min<int64_t>(most, static_cast<int64_t>(threads) * blocks_per_thread));
+  std::vector<int64_t> bounds(static_cast<size_t>(blocks + 1));
+  for (int64_t b = 0; b <= blocks; ++b) bounds[static_cast<size_t>(b)] = b * m / blocks;
+  return bounds;
+}
+
+void GemmChunkProduct(const float* x, int64_t r0, int64_t r1, int64_t ldx, int64_t k,
+                      const float* chunk, const GemmTile& t, float* y, int64_t ldy,
+                      bool accumulate) {
+  Sgemm(x + r0 * ldx, r1 - r0, k, ldx, chunk, t.count, y + r0 * ldy + t.column, ldy, accumulate);
+}
+
 }  // namespace cairn::infer::cpu

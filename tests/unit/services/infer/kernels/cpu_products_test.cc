@@ -130,6 +130,70 @@ TEST_F(CpuKernelBackendTest, RowTileMatricesGiveTheRowMajorBits) {
   EXPECT_EQ(from_rows, from_tiles);
 }
 
+// Every GEMM split (by input rows, by weight rows, and auto's choice) gives the fp32 product of
+// the widened weights, the same bits run to run, and agrees with the others: fp32 and bf16
+// weights, parts, row tiles, a part of more rows than one widened chunk holds, thread counts
+// that do not divide the blocks.
+TEST(CpuGemmSplitTest, EverySplitGivesTheProductOnEveryLayout) {
+  const int64_t k = 64;
+  // Part 0 alone outgrows one chunk of widened weights (2^21 floats: 32768 rows of 64).
+  const int64_t n = 33000 + 7 + 90;
+  std::vector<float> wide = Random(n * k, 71);
+  const std::vector<uint16_t> narrow = ToBf16(wide);
+  const WeightMatrix parts = ThreeParts(narrow, k, 33000, 33007, n);
+  std::vector<std::vector<char>> storage;
+  const WeightMatrix tiles = PackedTiles(parts, storage);
+  const WeightMatrix fp32 = WeightMatrix::Of(wide.data(), WeightType::kF32, n, k);
+  for (const int64_t m : {int64_t{17}, int64_t{70}}) {
+    const std::vector<float> x = Random(m * k, 72 + m);
+    std::vector<float> naive(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p) sum += static_cast<double>(x[i * k + p]) * wide[j * k + p];
+        naive[i * n + j] = static_cast<float>(sum);
+      }
+    }
+    std::vector<float> first;
+    for (const char* split : {"rows", "weights", "auto"}) {
+      for (const int threads : {1, 2, 3}) {
+        absl::StatusOr<std::unique_ptr<CpuKernelBackend>> backend =
+            CpuKernelBackend::Create({.threads = threads, .gemm_split = split});
+        ASSERT_TRUE(backend.ok()) << backend.status();
+        for (const WeightMatrix* w : {&fp32, &parts, &tiles}) {
+          SCOPED_TRACE(::testing::Message()
+                       << split << ", " << threads << " threads, m " << m << ", layout "
+                       << (w == &fp32    ? "fp32"
+                           : w == &parts ? "bf16 parts"
+                                         : "row tiles"));
+          std::vector<float> y(m * n, 1.0f), again(m * n, 1.0f);
+          (*backend)->MatMulTransposedTyped(x.data(), m, k, *w, y.data(), n, false);
+          (*backend)->MatMulTransposedTyped(x.data(), m, k, *w, again.data(), n, false);
+          EXPECT_LT(MaxAbsDiff(y, naive), 1e-4f);
+          EXPECT_EQ(std::memcmp(y.data(), again.data(), y.size() * sizeof(float)), 0);
+          if (first.empty()) first = y;
+          EXPECT_LT(MaxAbsDiff(y, first), 1e-5f);
+          // Accumulating adds the product to what is there.
+          std::vector<float> twice = y;
+          (*backend)->MatMulTransposedTyped(x.data(), m, k, *w, twice.data(), n, true);
+          for (size_t i = 0; i < y.size(); i += 997) EXPECT_NEAR(twice[i], 2 * y[i], 1e-4f) << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuKernelBackendCreateTest, GemmSplitIsAutoRowsOrWeights) {
+  for (const char* bad : {"", "columns", "Rows"}) {
+    EXPECT_THAT(CpuKernelBackend::Create({.threads = 1, .gemm_split = bad}).status(),
+                cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+  for (const char* good : {"auto", "rows", "weights"}) {
+    EXPECT_TRUE(CpuKernelBackend::Create({.threads = 1, .gemm_split = good}).ok()) << good;
+  }
+}
+
 TEST(CpuKernelBackendCreateTest, RowTilesAreAskedForNarrowTypedWeightsOnly) {
   CpuKernelBackendOptions options;
   options.threads = 1;
