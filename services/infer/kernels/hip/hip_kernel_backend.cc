@@ -95,6 +95,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       max_shared_bytes_(max_shared_bytes),
       mma_rows_variant_(options.mma_rows_variant),
       grouped_moe_prefill_(options.grouped_moe_prefill),
+      moe_kernels_(options.moe_kernels),
       attention_mma_variant_(options.attention_mma_variant) {}
 
 absl::Status HipKernelBackend::SetAttentionMmaVariantForTest(int variant) {
@@ -723,6 +724,11 @@ const HipKernelBackend::MoeTable* HipKernelBackend::MoeTableFor(const WeightMatr
   return &kept;
 }
 
+hip::MoeRouting HipKernelBackend::MoeRoutingFor() const {
+  if (!options_.moe_block_route) return hip::MoeRouting::kThread;
+  return moe_kernels_ == 1 ? hip::MoeRouting::kWarp : hip::MoeRouting::kBlock;
+}
+
 absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
   if (!Enter()) return error_;
   const int64_t picks = a.tokens * a.top_k;
@@ -766,14 +772,9 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
   ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
   const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up->device.data());
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down->device.data());
-  const hipError_t routed = options_.moe_block_route
-                                ? hip::MoeRouteBlock(a.logits, a.tokens, a.experts, a.top_k,
-                                                     a.renormalise, ids, weights, compute_)
-                                : hip::MoeRoute(a.logits, a.tokens, a.experts, a.top_k,
-                                                a.renormalise, ids, weights, compute_);
-  if (!Check(routed, "moe route launch") ||
-      !Check(hip::MoeSortPicks(ids, picks, a.experts, hip::MoeTileRows(), b, compute_),
-             "moe sort launch") ||
+  if (!Check(hip::MoeRouteAndSort(a.logits, a.tokens, a.experts, a.top_k, a.renormalise,
+                                  MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
+             "moe route and sort launch") ||
       !Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                              sizes.max_tiles, gate_up_table, gate_up->aligned, 2 * a.width,
                              a.hidden, gu, 2 * a.width, compute_),
@@ -785,7 +786,7 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
                              down_table, down->aligned, a.hidden, a.width, ys, a.hidden, compute_),
              "moe down launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
-                             compute_),
+                             compute_, moe_kernels_ == 1),
              "moe combine launch")) {
     return error_;
   }
@@ -815,14 +816,10 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
   const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
-  const hipError_t routed = options_.moe_block_route
-                                ? hip::MoeRouteBlock(a.logits, a.tokens, a.experts, a.top_k,
-                                                     a.renormalise, ids, weights, compute_)
-                                : hip::MoeRoute(a.logits, a.tokens, a.experts, a.top_k,
-                                                a.renormalise, ids, weights, compute_);
-  if (!Check(routed, "moe route launch") ||
-      !Check(hip::MoeSortPicks(ids, picks, a.experts, hip::MoeGemmTileRows(), b, compute_),
-             "moe sort launch") ||
+  if (!Check(
+          hip::MoeRouteAndSort(a.logits, a.tokens, a.experts, a.top_k, a.renormalise,
+                               MoeRoutingFor(), hip::MoeGemmTileRows(), ids, weights, b, compute_),
+          "moe route and sort launch") ||
       !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                                 sizes.max_tiles, a.hidden, xs, a.hidden, compute_),
              "moe gather launch") ||
@@ -834,7 +831,7 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
                               down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
              "moe down gemm launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
-                             compute_),
+                             compute_, moe_kernels_ == 1),
              "moe combine launch")) {
     return error_;
   }

@@ -92,6 +92,14 @@ struct HipKernelBackendOptions {
   // hip::MoeRoute) instead of MoeRoute's thread per token, which walks all experts top_k + 2
   // times alone.
   bool moe_block_route = true;
+  // The MoE device paths' routing, sorting and sum (both decode and prefill), the same bits
+  // either way: 0, a block per token routing (MoeRouteBlock), the sort in three launches and
+  // the sum a block per token (the fifth and seventh rounds); 1, a warp per token routing with
+  // the experts in registers, fused with the sort into one launch for calls of at most 32
+  // tokens, sorts of at most hip::MoeMaxExperts() picks in one launch, and the sum a block per
+  // (token, 256 columns) with the picks' rows loaded eight at a time (the eighth round).
+  // moe_block_route off still routes with a thread per token.
+  int moe_kernels = 1;
   // MoeExperts calls that are not row_invariant (prefill) over bf16 experts, with
   // bf16_gemm_inputs, on NVIDIA, stay on the device too: routing and bucketing as decode's
   // (tiles of hip::MoeGemmTileRows() picks), the picks' input rows rounded to bf16 once, one
@@ -259,6 +267,8 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status SetMmaRowsVariantForTest(int variant);
   // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).
   void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
+  // Sets HipKernelBackendOptions::moe_kernels (0 or 1; the same bits), for the benchmark.
+  void SetMoeKernelsForTest(int kernels) { moe_kernels_ = kernels; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -308,6 +318,8 @@ class HipKernelBackend final : public KernelBackend {
   // Returns the device table of `experts` matrices at `w` (each bf16, of `rows` rows and `cols`
   // columns), or null (and nothing kept) when a matrix does not fit the device path.
   const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);
+  // How the MoE device paths route (HipKernelBackendOptions::moe_block_route, moe_kernels).
+  hip::MoeRouting MoeRoutingFor() const;
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                               const MoeTable& down, ScratchArena& scratch);
@@ -322,9 +334,10 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;    // See host_waits().
-  int mma_rows_variant_;      // options_.mma_rows_variant unless changed for a test.
-  bool grouped_moe_prefill_;  // options_.grouped_moe_prefill unless changed for a test.
+  int64_t host_waits_ = 0;     // See host_waits().
+  int mma_rows_variant_;       // options_.mma_rows_variant unless changed for a test.
+  bool grouped_moe_prefill_;   // options_.grouped_moe_prefill unless changed for a test.
+  int moe_kernels_;            // options_.moe_kernels unless changed for a test.
   int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
   int multiprocessors_ = 0;    // The device's.
 };

@@ -131,8 +131,21 @@ struct MoeSortBuffers {
   int32_t* slot_of_pick;  // [picks]: pick -> slot (-1: no expert).
 };
 // Tiles of `tile_rows` picks: MoeTileRows() for MoeRowsMma, MoeGemmTileRows() for MoeGemmBf16.
+// `one_block`: calls of at most MoeMaxExperts() picks sort in one launch (the same outputs;
+// hist, base and rank are then left unwritten).
 hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile_rows,
-                        const MoeSortBuffers& b, hipStream_t stream);
+                        const MoeSortBuffers& b, hipStream_t stream, bool one_block = false);
+// How MoeRouteAndSort routes (every way gives MoeRoute's ids and weights, bit for bit): a
+// thread per token (MoeRoute), a block per token (MoeRouteBlock), or a warp per token with the
+// experts in registers (NVIDIA; elsewhere a block), whose calls of at most 32 tokens and
+// MoeMaxExperts() picks also sort in the same launch, and whose sorts of at most
+// MoeMaxExperts() picks take one launch (HipKernelBackendOptions::moe_kernels).
+enum class MoeRouting { kThread, kBlock, kWarp };
+// Routes `tokens` tokens (ids and weights [tokens * top_k]) and sorts their picks into `b`
+// (MoeSortPicks).
+hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int top_k,
+                           bool renormalise, MoeRouting routing, int tile_rows, int32_t* ids,
+                           float* weights, const MoeSortBuffers& b, hipStream_t stream);
 // y row `slot` = x row (sorted_picks[slot] / top_k, or `slot` with null sorted_picks) . the
 // slot's expert's weights (n x k)^T, for every slot of the first *num_tiles of `tiles` (at most
 // max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert). NVIDIA only.
@@ -166,10 +179,11 @@ hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_pick
 hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t* out,
                           hipStream_t stream);
 // out row t = out row t + weights[i] * y row slot_of_pick[i] for t's picks i in ascending
-// expert id, one rounded addition a pick.
+// expert id, one rounded addition a pick. `wide`: a block per (token, 256 columns), the picks'
+// rows loaded eight at a time (the same bits; HipKernelBackendOptions::moe_kernels).
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
-                      float* out, hipStream_t stream);
+                      float* out, hipStream_t stream, bool wide = false);
 
 // y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
 // depends on k alone: rows never influence each other's bits. `multi_row`: calls of 2 or more

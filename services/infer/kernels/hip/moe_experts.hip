@@ -28,6 +28,7 @@ constexpr int kCombineThreads = 256;
 constexpr int kGemmTileRows = 64;  // Picks per tile of the prefill path (MoeGemmTileRows()).
 
 constexpr int kRouteThreads = 256;
+constexpr int kOffsetBatch = 16;  // Chunk counts a thread of MoeOffsetsKernel loads at once.
 
 // MoeRoute (elementwise.hip: one thread walks a token's experts top_k + 2 times) with a block
 // per token and the same bits: the maximum (exact in any order), every exp(l - max) once, their
@@ -154,7 +155,20 @@ __global__ void __launch_bounds__(kOffsetThreads)
   const int e = threadIdx.x;
   int32_t count = 0;
   if (e < experts) {
-    for (int c = 0; c < chunks; ++c) {
+    // kOffsetBatch chunks' counts loaded before any is added, so that the loads overlap (one
+    // dependent load a chunk made a prefill's 320 chunks about 120 us).
+    int c = 0;
+    for (; c + kOffsetBatch <= chunks; c += kOffsetBatch) {
+      int32_t h[kOffsetBatch];
+#pragma unroll
+      for (int u = 0; u < kOffsetBatch; ++u) h[u] = hist[static_cast<int64_t>(c + u) * experts + e];
+#pragma unroll
+      for (int u = 0; u < kOffsetBatch; ++u) {
+        base[static_cast<int64_t>(c + u) * experts + e] = count;
+        count += h[u];
+      }
+    }
+    for (; c < chunks; ++c) {
       base[static_cast<int64_t>(c) * experts + e] = count;
       count += hist[static_cast<int64_t>(c) * experts + e];
     }
@@ -201,6 +215,283 @@ __global__ void __launch_bounds__(kSortChunk)
       offsets[id] + base[static_cast<int64_t>(blockIdx.x) * experts + id] + rank[i];
   sorted_picks[slot] = static_cast<int32_t>(i);
   slot_of_pick[i] = slot;
+}
+
+// ---- The eighth round's routing, sorting and sum (HipKernelBackendOptions::moe_kernels = 1):
+// the same outputs, bit for bit, with fewer launches and loads that overlap.
+
+// The sort of at most kSmallSortPicks picks in one block (MoeCountKernel, MoeOffsetsKernel and
+// MoeScatterKernel in one launch): a pick's rank among the earlier picks of its expert, the
+// experts' counts (integer, exact in any order), the scans and tiles of MoeOffsetsKernel, and
+// each pick to offsets[expert] + rank: the same slots, tiles and counts.
+constexpr int kSmallSortPicks = kOffsetThreads;
+static_assert(kSmallSortPicks == kMaxExperts);
+
+__device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int tile_rows,
+                                 int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
+                                 int32_t* sorted_picks, int32_t* slot_of_pick) {
+  __shared__ int32_t pick_ids[kSmallSortPicks];
+  __shared__ int32_t counts[kMaxExperts];
+  __shared__ int32_t scan_rows[kOffsetThreads];
+  __shared__ int32_t scan_tiles[kOffsetThreads];
+  const int t = threadIdx.x;  // blockDim.x == kOffsetThreads.
+  int32_t id = t < picks ? ids[t] : -1;
+  if (id < 0 || id >= experts) id = -1;
+  pick_ids[t] = id;
+  counts[t] = 0;
+  __syncthreads();
+  int32_t rank = 0;
+  if (id >= 0) {
+    atomicAdd(&counts[id], 1);
+    for (int j = 0; j < t; ++j) rank += pick_ids[j] == id ? 1 : 0;
+  }
+  __syncthreads();
+  const int32_t count = t < experts ? counts[t] : 0;
+  const int32_t ntiles = (count + tile_rows - 1) / tile_rows;
+  scan_rows[t] = count;
+  scan_tiles[t] = ntiles;
+  __syncthreads();
+  for (int s = 1; s < kOffsetThreads; s <<= 1) {
+    const int32_t r = t >= s ? scan_rows[t - s] : 0;
+    const int32_t n = t >= s ? scan_tiles[t - s] : 0;
+    __syncthreads();
+    scan_rows[t] += r;
+    scan_tiles[t] += n;
+    __syncthreads();
+  }
+  const int32_t first_row = scan_rows[t] - count;
+  const int32_t first_tile = scan_tiles[t] - ntiles;
+  if (t < experts) {
+    offsets[t] = first_row;
+    for (int32_t j = 0; j < ntiles; ++j) {
+      const int32_t start = first_row + j * tile_rows;
+      const int32_t rows = count - j * tile_rows < tile_rows ? count - j * tile_rows : tile_rows;
+      tiles[first_tile + j] = MoeTile{t, start, rows};
+    }
+  }
+  if (t == kOffsetThreads - 1) *num_tiles = scan_tiles[t];
+  __syncthreads();
+  // scan_rows[e] - counts[e] is expert e's first slot.
+  if (t < picks) {
+    if (id < 0) {
+      slot_of_pick[t] = -1;
+    } else {
+      const int32_t slot = scan_rows[id] - counts[id] + rank;
+      sorted_picks[slot] = t;
+      slot_of_pick[t] = slot;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kOffsetThreads)
+    MoeSortSmallKernel(const int32_t* ids, int picks, int experts, int tile_rows,
+                       int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
+                       int32_t* sorted_picks, int32_t* slot_of_pick) {
+  SortPicksInBlock(ids, picks, experts, tile_rows, offsets, tiles, num_tiles, sorted_picks,
+                   slot_of_pick);
+}
+
+#if !defined(__HIP_PLATFORM_AMD__)
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kLaneExperts = kMaxExperts / 32;  // Experts a lane holds in registers.
+constexpr int kRouteWarps = kRouteThreads / 32;
+// Calls of at most this many tokens (and kSmallSortPicks picks) route and sort in one block.
+constexpr int kFusedRouteTokens = kOffsetThreads / 32;
+
+// MoeRouteBlockKernel's arithmetic for one token by one warp, lane l holding experts l, l + 32,
+// ... in registers: the maximum by shuffles (exact in any order; NaN ignored unless every logit
+// is NaN, as the block's fmaxf tree), exp(l - max) each, their sum in expert order (each lane
+// adds every value, taken by shuffles, in the order j = 0, 1, ...: the one thread's sum of
+// MoeRoute), the probabilities p / sum, and pick i as the best strictly after pick i - 1 in
+// (probability descending, id ascending): each lane's best in ascending id, then a butterfly of
+// shuffles over a total order (so every lane ends with the warp's best). Lane 0 writes.
+__device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
+                                 int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
+  float p[kLaneExperts];
+  float mx = NAN;
+#pragma unroll
+  for (int s = 0; s < kLaneExperts; ++s) {
+    const int j = s * 32 + lane;
+    p[s] = j < experts ? l[j] : NAN;
+    mx = fmaxf(mx, p[s]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll
+  for (int s = 0; s < kLaneExperts; ++s) {
+    if (s * 32 + lane < experts) p[s] = expf(p[s] - mx);
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kLaneExperts; ++s) {
+    if (s * 32 >= experts) break;  // Uniform.
+#pragma unroll
+    for (int src = 0; src < 32; ++src) {
+      const float v = __shfl_sync(kFullWarp, p[s], src);
+      if (s * 32 + src < experts) sum += v;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kLaneExperts; ++s) {
+    if (s * 32 + lane < experts) p[s] = p[s] / sum;
+  }
+  float prev_p = INFINITY;
+  int prev_id = -1;
+  float top_sum = 0.0f;
+  for (int i = 0; i < top_k; ++i) {
+    float best_p = -1.0f;
+    int best_id = -1;
+#pragma unroll
+    for (int s = 0; s < kLaneExperts; ++s) {
+      const int j = s * 32 + lane;
+      const float v = p[s];
+      const bool after_prev = v < prev_p || (v == prev_p && j > prev_id);
+      if (j < experts && after_prev && v > best_p) {
+        best_p = v;
+        best_id = j;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float op = __shfl_xor_sync(kFullWarp, best_p, off);
+      const int oid = __shfl_xor_sync(kFullWarp, best_id, off);
+      const bool better =
+          oid >= 0 && (best_id < 0 || op > best_p || (op == best_p && oid < best_id));
+      if (better) {
+        best_p = op;
+        best_id = oid;
+      }
+    }
+    if (lane == 0) {
+      ids[i] = best_id;
+      weights[i] = best_p;
+    }
+    top_sum += best_p;
+    prev_p = best_p;
+    prev_id = best_id;
+  }
+  if (renormalise && lane == 0) {
+    for (int i = 0; i < top_k; ++i) weights[i] /= top_sum;
+  }
+}
+
+// A warp per token (kRouteWarps tokens a block).
+__global__ void __launch_bounds__(kRouteThreads)
+    MoeRouteWarpKernel(const float* logits, int64_t tokens, int experts, int top_k,
+                       bool renormalise, int32_t* ids, float* weights) {
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  if (tok >= tokens) return;  // Uniform per warp.
+  RouteTokenInWarp(logits + tok * experts, experts, top_k, renormalise, ids + tok * top_k,
+                   weights + tok * top_k);
+}
+
+// A decode step's routing and sort in one launch: warp w routes token w (tokens <=
+// kFusedRouteTokens), then the block sorts the picks (SortPicksInBlock; the ids written
+// above are visible to the block after the barrier).
+__global__ void __launch_bounds__(kOffsetThreads)
+    MoeRouteSortSmallKernel(const float* logits, int tokens, int experts, int top_k,
+                            bool renormalise, int tile_rows, int32_t* ids, float* weights,
+                            int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
+                            int32_t* sorted_picks, int32_t* slot_of_pick) {
+  const int tok = threadIdx.x / 32;
+  if (tok < tokens) {
+    RouteTokenInWarp(logits + static_cast<int64_t>(tok) * experts, experts, top_k, renormalise,
+                     ids + tok * top_k, weights + tok * top_k);
+  }
+  __syncthreads();
+  SortPicksInBlock(ids, tokens * top_k, experts, tile_rows, offsets, tiles, num_tiles,
+                   sorted_picks, slot_of_pick);
+}
+
+#endif  // !__HIP_PLATFORM_AMD__
+
+// MoeCombineKernel's sums with a block per (token, kCombineWideCols columns): the token's picks
+// put in ascending expert id (stable: a pick's place is the number of valid picks before it in
+// that order, the insertion sort's result) by top_k threads at once, then each thread's 4 (or
+// 1) columns take out = out + w * y a pick at a time in that order, the rows of kCombineBatch
+// picks loaded before they are added.
+constexpr int kCombineWideThreads = 64;
+constexpr int kCombineBatch = 8;
+
+template <bool kVec>
+__global__ void __launch_bounds__(kCombineWideThreads)
+    MoeCombineWideKernel(const float* y, const int32_t* ids, const float* weights,
+                         const int32_t* slot_of_pick, int top_k, int64_t dim, float* out) {
+  __shared__ int32_t pick_ids[kMaxTopK];
+  __shared__ float pick_w[kMaxTopK];
+  __shared__ int32_t pick_slot[kMaxTopK];
+  __shared__ float sorted_w[kMaxTopK];
+  __shared__ int64_t sorted_row[kMaxTopK];
+  __shared__ int valid;
+  const int64_t tok = blockIdx.x;
+  const int tid = threadIdx.x;
+  if (tid < top_k) {
+    const int64_t i = tok * top_k + tid;
+    const int32_t slot = slot_of_pick[i];
+    pick_slot[tid] = slot;
+    pick_ids[tid] = ids[i];
+    pick_w[tid] = weights[i];
+  }
+  __syncthreads();
+  if (tid < top_k && pick_slot[tid] >= 0) {
+    const int32_t id = pick_ids[tid];
+    int at = 0;
+    for (int j = 0; j < top_k; ++j) {
+      if (pick_slot[j] < 0) continue;
+      at += pick_ids[j] < id || (pick_ids[j] == id && j < tid) ? 1 : 0;
+    }
+    sorted_w[at] = pick_w[tid];
+    sorted_row[at] = static_cast<int64_t>(pick_slot[tid]) * dim;
+  }
+  if (tid == 0) {
+    int n = 0;
+    for (int j = 0; j < top_k; ++j) n += pick_slot[j] >= 0 ? 1 : 0;
+    valid = n;
+  }
+  __syncthreads();
+  const int n = valid;
+  constexpr int kPer = kVec ? 4 : 1;
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * kCombineWideThreads + tid) * kPer;
+  if (c >= dim) return;
+  float* o = out + tok * dim + c;
+  if constexpr (kVec) {
+    float4 v = *reinterpret_cast<const float4*>(o);
+    for (int p0 = 0; p0 < n; p0 += kCombineBatch) {
+      float4 yv[kCombineBatch];
+#pragma unroll
+      for (int q = 0; q < kCombineBatch; ++q) {
+        if (p0 + q < n) yv[q] = *reinterpret_cast<const float4*>(y + sorted_row[p0 + q] + c);
+      }
+#pragma unroll
+      for (int q = 0; q < kCombineBatch; ++q) {
+        if (p0 + q >= n) break;
+        const float w = sorted_w[p0 + q];
+        // Two roundings, never a fused multiply-add: AddScaledRows' (and the CPU's) arithmetic.
+        v.x = __fadd_rn(v.x, __fmul_rn(w, yv[q].x));
+        v.y = __fadd_rn(v.y, __fmul_rn(w, yv[q].y));
+        v.z = __fadd_rn(v.z, __fmul_rn(w, yv[q].z));
+        v.w = __fadd_rn(v.w, __fmul_rn(w, yv[q].w));
+      }
+    }
+    *reinterpret_cast<float4*>(o) = v;
+  } else {
+    float v = *o;
+    for (int p0 = 0; p0 < n; p0 += kCombineBatch) {
+      float yv[kCombineBatch];
+#pragma unroll
+      for (int q = 0; q < kCombineBatch; ++q) {
+        if (p0 + q < n) yv[q] = y[sorted_row[p0 + q] + c];
+      }
+#pragma unroll
+      for (int q = 0; q < kCombineBatch; ++q) {
+        if (p0 + q >= n) break;
+        v = __fadd_rn(v, __fmul_rn(sorted_w[p0 + q], yv[q]));
+      }
+    }
+    *o = v;
+  }
 }
 
 // ---- The grouped product: MatMulRowsMma's kernel in tiles of 8 rows, a tile's rows being
@@ -594,9 +885,16 @@ MoeSortSizes MoeSortSizesFor(int64_t picks, int experts, int tile_rows) {
 }
 
 hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile_rows,
-                        const MoeSortBuffers& b, hipStream_t stream) {
+                        const MoeSortBuffers& b, hipStream_t stream, bool one_block) {
   if (picks == 0) return hipSuccess;
   if (experts < 1 || experts > kMaxExperts || tile_rows < 1) return hipErrorInvalidValue;
+  if (one_block && picks <= kSmallSortPicks) {
+    MoeSortSmallKernel<<<1, kOffsetThreads, 0, stream>>>(ids, static_cast<int>(picks), experts,
+                                                         tile_rows, b.offsets, b.tiles,
+                                                         b.num_tiles, b.sorted_picks,
+                                                         b.slot_of_pick);
+    return hipGetLastError();
+  }
   const int64_t chunks = CeilDiv(picks, kSortChunk);
   if (chunks > 0x7fffffff) return hipErrorInvalidValue;
   MoeCountKernel<<<static_cast<unsigned int>(chunks), kSortChunk, 0, stream>>>(ids, picks, experts,
@@ -607,6 +905,45 @@ hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile
   MoeScatterKernel<<<static_cast<unsigned int>(chunks), kSortChunk, 0, stream>>>(
       ids, picks, experts, b.base, b.offsets, b.rank, b.sorted_picks, b.slot_of_pick);
   return hipGetLastError();
+}
+
+hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int top_k,
+                           bool renormalise, MoeRouting routing, int tile_rows, int32_t* ids,
+                           float* weights, const MoeSortBuffers& b, hipStream_t stream) {
+  const int64_t picks = tokens * top_k;
+  if (picks == 0) return hipSuccess;
+  if (experts < 1 || experts > kMaxExperts || top_k > experts || tile_rows < 1 ||
+      tokens > 0x7fffffff) {
+    return hipErrorInvalidValue;
+  }
+  hipError_t e = hipSuccess;
+  switch (routing) {
+    case MoeRouting::kThread:
+      e = MoeRoute(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
+      break;
+    case MoeRouting::kBlock:
+      e = MoeRouteBlock(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
+      break;
+    case MoeRouting::kWarp:
+#if defined(__HIP_PLATFORM_AMD__)
+      e = MoeRouteBlock(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
+#else
+      if (tokens <= kFusedRouteTokens && picks <= kSmallSortPicks) {
+        MoeRouteSortSmallKernel<<<1, kOffsetThreads, 0, stream>>>(
+            logits, static_cast<int>(tokens), experts, top_k, renormalise, tile_rows, ids,
+            weights, b.offsets, b.tiles, b.num_tiles, b.sorted_picks, b.slot_of_pick);
+        return hipGetLastError();
+      }
+      MoeRouteWarpKernel<<<static_cast<unsigned int>(CeilDiv(tokens, kRouteWarps)),
+                           kRouteThreads, 0, stream>>>(logits, tokens, experts, top_k,
+                                                       renormalise, ids, weights);
+      e = hipGetLastError();
+#endif
+      break;
+  }
+  if (e != hipSuccess) return e;
+  return MoeSortPicks(ids, picks, experts, tile_rows, b, stream,
+                      /*one_block=*/routing == MoeRouting::kWarp);
 }
 
 #if defined(__HIP_PLATFORM_AMD__)
@@ -714,9 +1051,24 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
 
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
-                      float* out, hipStream_t stream) {
+                      float* out, hipStream_t stream, bool wide) {
   if (tokens == 0) return hipSuccess;
   if (top_k < 1 || top_k > kMaxTopK || tokens > 0x7fffffff) return hipErrorInvalidValue;
+  if (wide) {
+    const bool vec = dim % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(out) % 16 == 0;
+    const int64_t groups = CeilDiv(dim, kCombineWideThreads * (vec ? 4 : 1));
+    if (groups > 65535) return hipErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned int>(tokens), static_cast<unsigned int>(groups));
+    if (vec) {
+      MoeCombineWideKernel<true><<<grid, kCombineWideThreads, 0, stream>>>(
+          y, ids, weights, slot_of_pick, top_k, dim, out);
+    } else {
+      MoeCombineWideKernel<false><<<grid, kCombineWideThreads, 0, stream>>>(
+          y, ids, weights, slot_of_pick, top_k, dim, out);
+    }
+    return hipGetLastError();
+  }
   MoeCombineKernel<<<static_cast<unsigned int>(tokens), kCombineThreads, 0, stream>>>(
       y, ids, weights, slot_of_pick, top_k, dim, out);
   return hipGetLastError();

@@ -20,7 +20,7 @@
 //          [--decode-steps=16] [--dense-layers=32] [--moe-layers=12] [--disk-dir=DIR]
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
-//          [--attention-variants=N,N,...] [--profile-prefill=N]
+//          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
 // --attention-variants: each prefill length (not the TTFT run) runs once for each value of
@@ -34,6 +34,9 @@
 // prefill length (except the TTFT run) runs once for each value listed of
 // HipKernelBackendOptions::grouped_moe_prefill (1: the MoE layers' prefill calls on the device's
 // grouped GEMM; 0: KernelBackend's default), in turn; the last value stays for the rest.
+// --moe-kernels: each prefill length (except the TTFT run) and each slot count's decode steps
+// run once for each value listed of HipKernelBackendOptions::moe_kernels (the MoE device paths'
+// routing, sort and sum: 1 the eighth round's, 0 the earlier ones; the same bits), in turn.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -90,6 +93,7 @@ struct Flags {
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   int64_t profile_prefill = 0;  // 0: no profiler range.
+  std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -307,16 +311,22 @@ class ModelBench {
         for (const int on : f_.moe_prefill) {
           b_.SetGroupedMoePrefillForTest(on == 1);
           for (const int variant : f_.attention_variants) {
-            Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
-            Bench::Check((*kv)->Reset(0), "reset");
-            std::string label;
-            if (o_.num_experts > 0) {
-              label = absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off");
+            for (const int kernels : f_.moe_kernels) {
+              b_.SetMoeKernelsForTest(kernels);
+              Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
+              Bench::Check((*kv)->Reset(0), "reset");
+              std::string label;
+              if (o_.num_experts > 0) {
+                label = absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off");
+              }
+              if (f_.attention_variants.size() > 1) {
+                absl::StrAppend(&label, absl::StrFormat(" (attention variant %d)", variant));
+              }
+              if (f_.moe_kernels.size() > 1) {
+                absl::StrAppend(&label, absl::StrFormat(" (moe kernels %d)", kernels));
+              }
+              ReportPrefill(t, Prefill(slot, 0, t), label);
             }
-            if (f_.attention_variants.size() > 1) {
-              absl::StrAppend(&label, absl::StrFormat(" (attention variant %d)", variant));
-            }
-            ReportPrefill(t, Prefill(slot, 0, t), label);
           }
         }
         Bench::Check(
@@ -440,7 +450,9 @@ class ModelBench {
     const int warm = 2;
     // Each slot count runs its steps twice (fresh results, then reused ones).
     const int64_t rows = f_.decode_depth +
-                         2 * static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size()) *
+                         2 *
+                             static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size() *
+                                                  f_.moe_kernels.size()) *
                              (f_.decode_steps + warm) +
                          8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
@@ -485,10 +497,16 @@ class ModelBench {
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
     for (const int64_t slot_count : f_.decode_slots) {
       for (const int variant : f_.mma_variants) {
-        Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
-        DecodeSteps(
-            static_cast<int>(slot_count), **kv, weights_other,
-            f_.mma_variants.size() > 1 ? absl::StrFormat(" (mma variant %d)", variant) : "");
+        for (const int kernels : f_.moe_kernels) {
+          Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
+          b_.SetMoeKernelsForTest(kernels);
+          std::string label =
+              f_.mma_variants.size() > 1 ? absl::StrFormat(" (mma variant %d)", variant) : "";
+          if (f_.moe_kernels.size() > 1) {
+            absl::StrAppend(&label, absl::StrFormat(" (moe kernels %d)", kernels));
+          }
+          DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, label);
+        }
       }
     }
   }
@@ -622,6 +640,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
         f->moe_prefill.push_back(static_cast<int>(n));
       }
+    } else if (key == "moe-kernels") {
+      f->moe_kernels.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
+        f->moe_kernels.push_back(static_cast<int>(n));
+      }
     } else if (key == "attention-variants") {
       f->attention_variants.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
@@ -668,7 +692,7 @@ int Main(int argc, char** argv) {
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
-                 "[--attention-variants=N,N,...] [--profile-prefill=N]\n");
+                 "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -428,6 +429,91 @@ TEST_F(HipMoeExpertsTest, PrefillTokensRowsDoNotDependOnTheCallsOtherTokens) {
                                             got.begin() + (before + mine) * s.hidden),
                          std::vector<float>(full.begin() + first * s.hidden,
                                             full.begin() + (first + mine) * s.hidden)));
+  }
+}
+
+// HipKernelBackendOptions::moe_kernels: the eighth round's routing (a warp per token, fused with
+// the sort for calls of at most 32 tokens), one-launch sorts and the column-split sum give the
+// bits of the earlier kernels, on both device paths, at odd expert counts and top-k (one expert;
+// every expert picked; 32 picks of 33; 1000 experts, the most a lane's registers hold), around
+// the fused routing's 32 tokens, past the one-block sort's 1024 picks (and the offsets' batches
+// of 16 chunks), an unaligned width (the scalar sum), and a token whose logits hold a NaN (no
+// expert picked: its row unchanged).
+TEST_F(HipMoeExpertsTest, EighthRoundKernelsGiveTheEarlierKernelsBits) {
+  const std::vector<MoeShape> shapes = {
+      {"one expert, top 1", 5, 64, 32, 1, 1, false, 0.0f},
+      {"three experts, all picked", 7, 72, 40, 3, 3, true, 0.0f},
+      {"33 experts, top 32", 2, 64, 16, 33, 32, false, 0.0f},
+      {"1000 experts, 32 tokens", 32, 128, 64, 1000, 8, false, 6.0f},
+      {"1000 experts, 33 tokens", 33, 128, 64, 1000, 8, true, 0.0f},
+      {"unaligned width, 1030 picks", 103, 70, 36, 12, 10, true, 0.0f},
+      {"500 tokens over 1000 experts", 500, 64, 32, 1000, 10, false, 0.0f},
+      {"80B-like layer, 1 token", 1, 2048, 512, 512, 10, true, 0.0f},
+  };
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> earlier =
+      HipKernelBackend::Create({.moe_kernels = 0});
+  ASSERT_TRUE(earlier.ok()) << earlier.status();
+  for (const MoeShape& s : shapes) {
+    SCOPED_TRACE(s.name);
+    const MoeBits bits = RandomExperts(s, 301);
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down;
+    UploadExperts(s, bits, keep, gate_up, down);
+    std::vector<float> x = RandomFloats(s.tokens * s.hidden, 303);
+    std::vector<float> logits = RandomFloats(s.tokens * s.experts, 305, -3.0f, 3.0f);
+    if (s.hot_bias != 0.0f) {
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        logits[t * s.experts + 1] += s.hot_bias;
+        logits[t * s.experts + 5] += s.hot_bias;
+      }
+      std::fill(logits.begin(), logits.begin() + s.experts, 0.25f);  // Ties.
+      if (s.tokens > 2) logits[2 * s.experts + 7] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 307);
+    DeviceBuffer dx = Up(x), dl = Up(logits);
+    for (const bool row_invariant : {true, false}) {
+      SCOPED_TRACE(row_invariant ? "decode path" : "prefill path");
+      DeviceBuffer new_out = Up(out0), old_out = Up(out0), def_out = Up(out0);
+      MoeExpertsArgs a;
+      a.x = dx.floats();
+      a.logits = dl.floats();
+      a.tokens = s.tokens;
+      a.hidden = s.hidden;
+      a.width = s.width;
+      a.experts = s.experts;
+      a.top_k = s.top_k;
+      a.renormalise = s.top_k > 1;
+      a.gate_up = gate_up.data();
+      a.down = down.data();
+      a.row_invariant = row_invariant;
+      ScratchArena scratch(gpu_->memory());
+      a.out = new_out.floats();
+      ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+      // The default refuses picks that name no expert: no comparison with it for the NaN.
+      const bool nan_token = s.hot_bias != 0.0f && s.tokens > 2;
+      if (!nan_token) {
+        a.out = def_out.floats();
+        ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
+      }
+      ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+      {
+        ScratchArena other(earlier->get()->memory());
+        a.out = old_out.floats();
+        ASSERT_TRUE((*earlier)->MoeExperts(a, other).ok()) << (*earlier)->status();
+        ASSERT_TRUE((*earlier)->Synchronize().ok()) << (*earlier)->status();
+      }
+      const std::vector<float> now = Down(new_out, out0.size());
+      EXPECT_TRUE(SameBits(now, Down(old_out, out0.size()))) << "moe_kernels 1 against 0";
+      if (row_invariant && !nan_token) {
+        EXPECT_TRUE(SameBits(now, Down(def_out, out0.size()))) << "against the default";
+      }
+      if (nan_token) {
+        EXPECT_TRUE(
+            SameBits(std::vector<float>(now.begin() + 2 * s.hidden, now.begin() + 3 * s.hidden),
+                     std::vector<float>(out0.begin() + 2 * s.hidden, out0.begin() + 3 * s.hidden)))
+            << "the NaN token";
+      }
+    }
   }
 }
 
