@@ -25,6 +25,11 @@ struct HipKernelBackendOptions {
   // step at 4K keys spreads over twice the blocks 256 gave (each block's tiles run one after
   // another, so fewer per block is less latency).
   int64_t attention_split_keys = 128;
+  // The split path's blocks for calls of at most 8 query rows a kv head (hip::Attention
+  // `decode_variant`; the same bits): 0, the tile kernel that loads a tile in four batches and
+  // then computes it; 1, keys and values copied asynchronously, each overlapping the other's
+  // arithmetic, and only the rows in use computed (NVIDIA, 16-byte aligned rows; else 0).
+  int attention_decode_variant = 1;
   // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
   // many query tokens per launch (bounds its workspace).
   int64_t attention_invariant_group_tokens = 64;
@@ -263,6 +268,10 @@ class HipKernelBackend final : public KernelBackend {
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
   absl::Status SetAttentionMmaVariantForTest(int variant);
+  // Changes the split path's blocks of later calls (HipKernelBackendOptions::
+  // attention_decode_variant; the same bits). InvalidArgument outside 0 to
+  // hip::kAttentionDecodeVariants - 1.
+  absl::Status SetAttentionDecodeVariantForTest(int variant);
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -326,6 +335,7 @@ class HipKernelBackend final : public KernelBackend {
   int mma_rows_variant_;      // options_.mma_rows_variant unless changed for a test.
   bool grouped_moe_prefill_;  // options_.grouped_moe_prefill unless changed for a test.
   int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
+  int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int multiprocessors_ = 0;    // The device's.
 };
 

@@ -241,7 +241,15 @@ int64_t AttentionMaxSplits();
 size_t AttentionSharedBytes(int head_dim);
 // Workspace floats the split path needs (0 without splits).
 int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
-hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream);
+// `decode_variant` (0 to kAttentionDecodeVariants - 1; the same bits) picks the split path's
+// blocks where a call has at most 8 rows a kv head (a decode token's query heads): 0, the tile
+// kernel (8 rows, keys and values loaded into shared memory in four batches of loads, then
+// computed); 1, where the loads are 16-byte (else 0), AttentionDecodeBlock: asynchronous copies
+// of each tile's keys and values overlapping the other's arithmetic, only the rows in use
+// computed, the scores a lane a key (NVIDIA; AMD takes 0).
+inline constexpr int kAttentionDecodeVariants = 2;
+hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
+                     hipStream_t stream);
 // The split path of `count` calls (each with split_keys > 0, tokens > 0, equal q_heads, kv_heads
 // and head_dim; at most AttentionMaxBatch() calls, and calls times the most key ranges of one
 // call at most AttentionMaxBatchRanges()) in one launch of each kernel: each call's blocks run
@@ -249,8 +257,8 @@ hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t str
 // AttentionWorkspaceFloats one after another.
 int AttentionMaxBatch();
 int64_t AttentionMaxBatchRanges();
-hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* workspace,
-                               hipStream_t stream);
+hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_variant,
+                               float* workspace, hipStream_t stream);
 // The prefill path (split_keys == 0) on the matrix units (attention_mma.hip): q, k, v rounded
 // to bf16 (k and v once per call into `workspace`, AttentionMmaWorkspaceBytes), fp32 softmax and
 // accumulation, keys in tiles of 64 from key 0, so a row's bits depend only on its query,

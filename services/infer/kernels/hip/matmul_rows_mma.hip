@@ -159,8 +159,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // 9B-like decode shapes): 386 blocks (delta-rule in_proj, 1 row) 0.033 ms in variant 1 against
 // 0.037; 256 (MLP down) 0.035 against 0.032. Near ties go to variant 1 for more than 8 rows
 // (two tiles of 8 a column group: 16 x 24576 0.092 ms against 0.097) and to variant 0 else.
+// Over many waves the last wave's fill matters less than variant 1's fewer loads in flight:
+// calls of up to 8 rows whose grids exceed kManyWaves waves at two blocks a multiprocessor take
+// variant 0 (the lm head, 1940 blocks: 0.498 / 0.504 ms at 1 / 4 rows against 0.526 / 0.562 in
+// variant 1; at 16 rows, 3880 blocks, 0.870 against 0.867, so those keep the rule above).
+constexpr int64_t kManyWaves = 4;
 int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
   if (multiprocessors <= 0) return 0;
+  if (m <= 8 && blocks > kManyWaves * 2 * multiprocessors) return 0;
   const auto fill = [&](int per) {
     const int64_t places = static_cast<int64_t>(per) * multiprocessors;
     return static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, places) * places);

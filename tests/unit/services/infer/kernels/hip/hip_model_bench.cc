@@ -21,8 +21,11 @@
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N]
+//          [--decode-attention-variants=N,N,...]
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
+// --decode-attention-variants: within that, once for each value of
+// HipKernelBackendOptions::attention_decode_variant listed (the same bits), in turn.
 // --attention-variants: each prefill length (not the TTFT run) runs once for each value of
 // HipKernelBackendOptions::attention_mma_variant listed (the same bits), in turn.
 // --profile-prefill=N brackets the last pass of each N-token prefill with cudaProfilerStart/Stop
@@ -89,6 +92,8 @@ struct Flags {
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
+  std::vector<int> decode_attention_variants = {
+      HipKernelBackendOptions().attention_decode_variant};
   int64_t profile_prefill = 0;  // 0: no profiler range.
 };
 
@@ -486,10 +491,19 @@ class ModelBench {
     for (const int64_t slot_count : f_.decode_slots) {
       for (const int variant : f_.mma_variants) {
         Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
-        DecodeSteps(
-            static_cast<int>(slot_count), **kv, weights_other,
-            f_.mma_variants.size() > 1 ? absl::StrFormat(" (mma variant %d)", variant) : "");
+        for (const int attention : f_.decode_attention_variants) {
+          Bench::Check(b_.SetAttentionDecodeVariantForTest(attention), "decode attention variant");
+          std::string suffix;
+          if (f_.mma_variants.size() > 1) suffix += absl::StrFormat(" (mma variant %d)", variant);
+          if (f_.decode_attention_variants.size() > 1) {
+            suffix += absl::StrFormat(" (decode attention variant %d)", attention);
+          }
+          DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
+        }
       }
+      Bench::Check(
+          b_.SetAttentionDecodeVariantForTest(HipKernelBackendOptions().attention_decode_variant),
+          "decode attention variant");
     }
   }
 
@@ -628,6 +642,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionMmaVariants) return false;
         f->attention_variants.push_back(static_cast<int>(n));
       }
+    } else if (key == "decode-attention-variants") {
+      f->decode_attention_variants.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionDecodeVariants) return false;
+        f->decode_attention_variants.push_back(static_cast<int>(n));
+      }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
     } else if (key == "grouped-moe" && number && (n == 0 || n == 1)) {
@@ -668,7 +688,8 @@ int Main(int argc, char** argv) {
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
-                 "[--attention-variants=N,N,...] [--profile-prefill=N]\n");
+                 "[--attention-variants=N,N,...] [--profile-prefill=N] "
+                 "[--decode-attention-variants=N,N,...]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
