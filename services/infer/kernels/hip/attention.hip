@@ -333,11 +333,12 @@ __global__ void __launch_bounds__(kThreads)
 // kNarrowRows rows with AttentionBlock's arithmetic, restructured for latency. A tile's keys and
 // values come in by asynchronous copies (`cp.async`, one batch each, zeros past k_end) into one
 // key and one value buffer, the next tile's keys while this tile's values are multiplied and its
-// next values while the next scores are computed; only the block's rows in use are computed
-// (a decode token's group of query heads, 4 of the 8 rows at 16 q / 4 kv heads); warp w scores
-// rows w and w + 4 with lane c taking key c, so a score is one thread's chain over d as before,
-// the tile's maximum is a shuffle tree (a maximum has no rounding) and the weights' exps run on
-// every lane at once; the tile's sum is still one chain in key order (each lane adds the 32
+// next values while the next scores are computed; warp w scores rows w and w + 4 (warps with no
+// row in use skip the scores) with lane c taking key c, so a score is one thread's chain over d
+// as before, and the loops carry no branch (rows not in use or skipped run on zeros or keep their
+// value), so that several steps' shared-memory loads go out together; the tile's maximum is a
+// shuffle tree (a maximum has no rounding) and the weights' exps run on every lane at once; the
+// tile's sum is still one chain in key order (each lane adds the 32
 // weights by shuffles, in order). Per element the same operations on the same values as
 // AttentionBlock: the same bits (tested).
 constexpr int kDecodeThreads = 128;
@@ -466,25 +467,24 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
       float s[kDecodeRowsPerWarp];
 #pragma unroll
       for (int j = 0; j < kDecodeRowsPerWarp; ++j) s[j] = 0.0f;
-      const bool two = warp + kDecodeWarps < live;  // Warp-uniform.
+      // Both of the warp's rows, without a branch in the loop (a row not in use holds zeros and
+      // its score is dropped), so that the loads of several steps go out together.
       if (warp < live) {
         const float* q0 = q_tile + warp * ks;
         const float* q1 = q_tile + (warp + kDecodeWarps) * ks;
-#pragma unroll 4
+#pragma unroll 8
         for (int x = 0; x < d; x += 4) {
           const float4 kv = *reinterpret_cast<const float4*>(kr + x);
           const float4 a = *reinterpret_cast<const float4*>(q0 + x);
+          const float4 b = *reinterpret_cast<const float4*>(q1 + x);
           s[0] = fmaf(a.x, kv.x, s[0]);
+          s[1] = fmaf(b.x, kv.x, s[1]);
           s[0] = fmaf(a.y, kv.y, s[0]);
+          s[1] = fmaf(b.y, kv.y, s[1]);
           s[0] = fmaf(a.z, kv.z, s[0]);
+          s[1] = fmaf(b.z, kv.z, s[1]);
           s[0] = fmaf(a.w, kv.w, s[0]);
-          if (two) {
-            const float4 b = *reinterpret_cast<const float4*>(q1 + x);
-            s[1] = fmaf(b.x, kv.x, s[1]);
-            s[1] = fmaf(b.y, kv.y, s[1]);
-            s[1] = fmaf(b.z, kv.z, s[1]);
-            s[1] = fmaf(b.w, kv.w, s[1]);
-          }
+          s[1] = fmaf(b.w, kv.w, s[1]);
         }
       }
 #pragma unroll
@@ -531,7 +531,7 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
 #pragma unroll
         for (int i = 0; i < kDims; ++i) acc[r][i] *= take[r] ? alpha : 1.0f;
       }
-#pragma unroll 4
+#pragma unroll 8
       for (int c = 0; c < kBc; ++c) {
         const float4 w0 = *reinterpret_cast<const float4*>(w_tile + c * kDecodeRows);
         const float4 w1 = *reinterpret_cast<const float4*>(w_tile + c * kDecodeRows + 4);
@@ -543,11 +543,14 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
           const int dim = tid + kDecodeThreads * i;
           vv[i] = dim < d ? vr[dim] : 0.0f;
         }
+        // Every row without a branch (a skipped row keeps its value), as for the scores.
 #pragma unroll
         for (int r = 0; r < kDecodeRows; ++r) {
-          if (!take[r]) continue;
 #pragma unroll
-          for (int i = 0; i < kDims; ++i) acc[r][i] = fmaf(pv[r], vv[i], acc[r][i]);
+          for (int i = 0; i < kDims; ++i) {
+            const float a = fmaf(pv[r], vv[i], acc[r][i]);
+            acc[r][i] = take[r] ? a : acc[r][i];
+          }
         }
       }
     }

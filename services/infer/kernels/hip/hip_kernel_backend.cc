@@ -17,7 +17,7 @@ using hip::HipError;
 using hip::Invalid;
 
 // The loads hip::MatMulRowsMma takes (HipKernelBackendOptions::mma_rows_variant).
-bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 1; }
+bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 2; }
 
 // HipKernelBackendOptions::attention_mma_variant.
 bool ValidAttentionMmaVariant(int variant) {
@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   }
   if (!ValidMmaRowsVariant(options.mma_rows_variant)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "hip backend: mma_rows_variant must be -1, 0 or 1, got ", options.mma_rows_variant));
+        "hip backend: mma_rows_variant must be -1 to 2, got ", options.mma_rows_variant));
   }
   if (!ValidAttentionMmaVariant(options.attention_mma_variant)) {
     return InvalidAttentionMmaVariant(options.attention_mma_variant);
@@ -121,7 +121,7 @@ absl::Status HipKernelBackend::SetAttentionDecodeVariantForTest(int variant) {
 absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
   if (!ValidMmaRowsVariant(variant)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hip backend: mma_rows_variant must be -1, 0 or 1, got ", variant));
+        absl::StrCat("hip backend: mma_rows_variant must be -1 to 2, got ", variant));
   }
   mma_rows_variant_ = variant;
   return absl::OkStatus();

@@ -28,7 +28,7 @@ struct HipKernelBackendOptions {
   // The split path's blocks for calls of at most 8 query rows a kv head (hip::Attention
   // `decode_variant`; the same bits): 0, the tile kernel that loads a tile in four batches and
   // then computes it; 1, keys and values copied asynchronously, each overlapping the other's
-  // arithmetic, and only the rows in use computed (NVIDIA, 16-byte aligned rows; else 0).
+  // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0).
   int attention_decode_variant = 1;
   // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
   // many query tokens per launch (bounds its workspace).
@@ -73,7 +73,9 @@ struct HipKernelBackendOptions {
   // k in flight a warp, two blocks a multiprocessor; 1, three steps and three blocks (80
   // registers a thread); -1, per call, whichever fills the multiprocessors better for its grid
   // (the 1.46 waves of the dense model's MLP gate+up and delta-rule in_proj at two blocks take
-  // one at three). The same bits (tested).
+  // one at three); 2, calls of 9 to 16 rows as one tile of 16 rows whose second set's inputs
+  // load with the weights (three steps in flight; tiles_of_8 ignored for them), other calls as
+  // -1. The same bits (tested).
   int mma_rows_variant = -1;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
@@ -258,8 +260,8 @@ class HipKernelBackend final : public KernelBackend {
   // Download, Synchronize, a new allocation's zeroing) and device frees. A steady decode step
   // should wait twice (the token ids' upload and the logits' download).
   int64_t host_waits() const { return host_waits_; }
-  // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1,
-  // 0 or 1; the same bits), so that a benchmark can compare them over one model. Returns
+  // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1
+  // to 2; the same bits), so that a benchmark can compare them over one model. Returns
   // InvalidArgument for other values.
   absl::Status SetMmaRowsVariantForTest(int variant);
   // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).

@@ -202,7 +202,9 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // bits). `variant` picks how tiles of 8 rows on the vector path (k % 8 == 0, 16-byte aligned
 // rows) load: 0, four steps of k in flight a warp, two blocks a multiprocessor; 1, three steps
 // and three blocks; -1, whichever fills `multiprocessors` multiprocessors better for the call's
-// grid. The same bits. Other values: hipErrorInvalidValue.
+// grid; 2, calls of 9 to 16 rows as one tile of 16 whose second set's inputs are loaded with
+// the weights (three steps in flight), other calls as -1. The same bits. Other values:
+// hipErrorInvalidValue.
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
                          float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
@@ -245,8 +247,8 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // blocks where a call has at most 8 rows a kv head (a decode token's query heads): 0, the tile
 // kernel (8 rows, keys and values loaded into shared memory in four batches of loads, then
 // computed); 1, where the loads are 16-byte (else 0), AttentionDecodeBlock: asynchronous copies
-// of each tile's keys and values overlapping the other's arithmetic, only the rows in use
-// computed, the scores a lane a key (NVIDIA; AMD takes 0).
+// of each tile's keys and values overlapping the other's arithmetic, warps without a row in use
+// skip the scores, the scores a lane a key, branch-free loops (NVIDIA; AMD takes 0).
 inline constexpr int kAttentionDecodeVariants = 2;
 hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
                      hipStream_t stream);

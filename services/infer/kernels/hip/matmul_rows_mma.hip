@@ -70,8 +70,10 @@ struct Parts {
 //
 // kU steps' loads are in flight together; kMinBlocks blocks a multiprocessor bound the
 // registers (kUnroll and 2: 106-122 registers; 3 and 3: 80, so that three blocks fit: variant
-// 1). Neither enters the arithmetic.
-template <bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2>
+// 1). kEarlyUpper (variant 2, tiles of 16): the second set's inputs are loaded with the weights
+// and the first set's instead of one step at a time as they are needed. None of them enters the
+// arithmetic.
+template <bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2, bool kEarlyUpper = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
@@ -98,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // multiprocessor).
     uint4 va[kU], vb[kU];
     float v0[kU][8];
+    float v1[kEarlyUpper ? kU : 1][8];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const bool live = kb + u * kStep < end;
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
       vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
       LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
+      if constexpr (kEarlyUpper) LoadInputs8<kVec>(live && upper ? xb : nullptr, i, k, v1[u]);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -113,9 +117,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       SplitPieces(v0[u], pieces);
       StepProducts(va[u], vb[u], pieces, acc[0]);
       if (upper) {
-        float v1[8];
-        LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, v1);
-        SplitPieces(v1, pieces);
+        if constexpr (kEarlyUpper) {
+          SplitPieces(v1[u], pieces);
+        } else {
+          float late[8];
+          LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, late);
+          SplitPieces(late, pieces);
+        }
         StepProducts(va[u], vb[u], pieces, acc[1]);
       }
     }
@@ -183,7 +191,7 @@ bool MatMulRowsMmaSupported() { return true; }
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
                          float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
                          int multiprocessors, hipStream_t stream) {
-  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 1) {
+  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2) {
     return hipErrorInvalidValue;
   }
   Parts w{};
@@ -204,15 +212,21 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   const int64_t segment = cut.length;
   const int64_t groups = CeilDiv(tiles, kWarps / segments);
   // Tiles of 16 rows use their second set of 8 (kUpper) where the call has more than 8 rows;
-  // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead.
-  const bool upper = m > 8 && !(tiles_of_8 && m <= kTileRows);
+  // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead, except in
+  // variant 2 (one tile of 16, both sets' inputs loaded early; other calls as variant -1).
+  const bool early = variant == 2 && vec && m > 8 && m <= kTileRows;
+  if (variant == 2 && !early) variant = -1;
+  const bool upper = m > 8 && (early || !(tiles_of_8 && m <= kTileRows));
   const int64_t row_tiles = CeilDiv(m, upper ? kTileRows : 8);
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
   if (variant == -1) variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
-  if (vec && !upper && variant == 1) {
+  if (early) {
+    MatMulRowsMmaKernel<true, true, 3, 2, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec && !upper && variant == 1) {
     MatMulRowsMmaKernel<true, false, 3, 3><<<grid, kThreads, 0, stream>>>(
         x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec && upper) {

@@ -627,7 +627,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (key == "mma-variants") {
       f->mma_variants.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 1) return false;
+        if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 2) return false;
         f->mma_variants.push_back(static_cast<int>(n));
       }
     } else if (key == "moe-prefill") {
