@@ -443,11 +443,11 @@ class ModelBench {
     const StateLayout& layout = model_->state_layout();
     constexpr int kMaxSlots = 16;
     const int warm = 2;
-    // Each slot count runs its steps twice (fresh results, then reused ones).
-    const int64_t rows = f_.decode_depth +
-                         2 * static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size()) *
-                             (f_.decode_steps + warm) +
-                         8;
+    // Each slot count runs its steps twice (fresh results, then reused ones) for each pair of
+    // variants listed.
+    const int64_t runs = static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size() *
+                                              f_.decode_attention_variants.size());
+    const int64_t rows = f_.decode_depth + 2 * runs * (f_.decode_steps + warm) + 8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
     if (!kv.ok()) Bench::Fail(kv.status().ToString());
