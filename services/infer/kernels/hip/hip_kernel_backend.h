@@ -73,9 +73,11 @@ struct HipKernelBackendOptions {
   // k in flight a warp, two blocks a multiprocessor; 1, three steps and three blocks (80
   // registers a thread); -1, per call, whichever fills the multiprocessors better for its grid
   // (the 1.46 waves of the dense model's MLP gate+up and delta-rule in_proj at two blocks take
-  // one at three); 2, calls of 9 to 16 rows as one tile of 16 rows whose second set's inputs
-  // load with the weights (three steps in flight; tiles_of_8 ignored for them), other calls as
-  // -1. The same bits (tested).
+  // one at three), and calls of 9 to 16 rows take variant 2's tile where its grid gives every
+  // multiprocessor a block within one wave of two, or spans many waves (MLP down, attention q
+  // and o, delta-rule out, the lm head; not gate+up, in_proj, k, v); 2, calls of 9 to 16 rows
+  // as one tile of 16 rows whose second set's inputs load with the weights (three steps in
+  // flight; tiles_of_8 ignored for them), other calls as -1. The same bits (tested).
   int mma_rows_variant = -1;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products

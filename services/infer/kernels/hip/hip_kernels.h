@@ -202,8 +202,9 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // bits). `variant` picks how tiles of 8 rows on the vector path (k % 8 == 0, 16-byte aligned
 // rows) load: 0, four steps of k in flight a warp, two blocks a multiprocessor; 1, three steps
 // and three blocks; -1, whichever fills `multiprocessors` multiprocessors better for the call's
-// grid; 2, calls of 9 to 16 rows as one tile of 16 whose second set's inputs are loaded with
-// the weights (three steps in flight), other calls as -1. The same bits. Other values:
+// grid, and for calls of 9 to 16 rows with `tiles_of_8` variant 2's tile where its grid fills
+// the device; 2, calls of 9 to 16 rows as one tile of 16 whose second set's inputs are loaded
+// with the weights (three steps in flight), other calls as -1. The same bits. Other values:
 // hipErrorInvalidValue.
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,

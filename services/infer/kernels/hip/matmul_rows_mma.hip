@@ -184,6 +184,21 @@ int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
   return m > 8 && three >= two - 0.01 ? 1 : 0;
 }
 
+// Whether a call of 9 to 16 rows takes variant 2's kernel (one tile of 16 rows, the second
+// set's inputs loaded with the weights) under variant -1: where that grid of `blocks` blocks
+// gives every multiprocessor one and fits one wave at two a multiprocessor, or spans more than
+// kManyWaves such waves. Measured on the H200 at 16 rows (variant 2 against the tiles of 8 of
+// variant -1): MLP down, 256 blocks, 0.048 ms against 0.054; delta-rule out and attention o
+// (256) 0.020 against 0.022; attention q (256) 0.034 against 0.037; the lm head (1940) 0.821
+// against 0.849; but MLP gate+up (384, 1.45 waves) 0.098 against 0.092, delta-rule in_proj (386)
+// 0.060 against 0.050 and attention k or v (64, half the multiprocessors idle) 0.015 against
+// 0.010, which keep tiles of 8.
+bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
+  if (multiprocessors <= 0) return false;
+  const int64_t two = 2 * static_cast<int64_t>(multiprocessors);
+  return (blocks >= multiprocessors && blocks <= two) || blocks > kManyWaves * two;
+}
+
 }  // namespace
 
 bool MatMulRowsMmaSupported() { return true; }
@@ -213,8 +228,12 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   const int64_t groups = CeilDiv(tiles, kWarps / segments);
   // Tiles of 16 rows use their second set of 8 (kUpper) where the call has more than 8 rows;
   // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead, except in
-  // variant 2 (one tile of 16, both sets' inputs loaded early; other calls as variant -1).
-  const bool early = variant == 2 && vec && m > 8 && m <= kTileRows;
+  // variant 2 (one tile of 16, both sets' inputs loaded early; other calls as variant -1) and,
+  // under variant -1, where that tile's grid fills the device (EarlyTileOf16Fills).
+  const bool batch_of_16 = vec && m > 8 && m <= kTileRows;
+  const bool early =
+      batch_of_16 && (variant == 2 || (variant == -1 && tiles_of_8 &&
+                                       EarlyTileOf16Fills(groups, multiprocessors)));
   if (variant == 2 && !early) variant = -1;
   const bool upper = m > 8 && (early || !(tiles_of_8 && m <= kTileRows));
   const int64_t row_tiles = CeilDiv(m, upper ? kTileRows : 8);
