@@ -530,7 +530,9 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     float* ws = nullptr;
     const int64_t ws_floats = hip::AttentionWorkspaceFloats(part);
     if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
-    if (!Check(hip::Attention(part, attention_decode_variant_, ws, compute_), "attention launch")) return;
+    if (!Check(hip::Attention(part, attention_decode_variant_, ws, compute_), "attention launch")) {
+      return;
+    }
   }
 }
 

@@ -335,12 +335,12 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;    // See host_waits().
-  int mma_rows_variant_;      // options_.mma_rows_variant unless changed for a test.
-  bool grouped_moe_prefill_;  // options_.grouped_moe_prefill unless changed for a test.
-  int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
+  int64_t host_waits_ = 0;        // See host_waits().
+  int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
+  bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
+  int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
-  int multiprocessors_ = 0;    // The device's.
+  int multiprocessors_ = 0;       // The device's.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

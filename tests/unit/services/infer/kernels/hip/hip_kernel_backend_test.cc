@@ -544,10 +544,9 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     int64_t tokens, past;
     int q_heads, kv_heads, head_dim;
   };
-  const std::vector<Case> cases = {{1, 4095, 16, 4, 256}, {1, 0, 8, 2, 64},
-                                   {3, 1023, 8, 8, 128},  {1, 200, 12, 2, 80},
-                                   {2, 130, 8, 2, 32},    {5, 37, 3, 3, 128},
-                                   {1, 70, 4, 1, 36},     {1, 99999, 16, 2, 256}};
+  const std::vector<Case> cases = {
+      {1, 4095, 16, 4, 256}, {1, 0, 8, 2, 64},   {3, 1023, 8, 8, 128}, {1, 200, 12, 2, 80},
+      {2, 130, 8, 2, 32},    {5, 37, 3, 3, 128}, {1, 70, 4, 1, 36},    {1, 99999, 16, 2, 256}};
   std::vector<std::unique_ptr<HipKernelBackend>> variants;
   for (int variant = 0; variant < hip::kAttentionDecodeVariants; ++variant) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
@@ -555,10 +554,9 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     ASSERT_TRUE(b.ok()) << b.status();
     variants.push_back(*std::move(b));
   }
-  EXPECT_THAT(
-      HipKernelBackend::Create({.attention_decode_variant = hip::kAttentionDecodeVariants})
-          .status(),
-      cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(HipKernelBackend::Create({.attention_decode_variant = hip::kAttentionDecodeVariants})
+                  .status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(variants[0]->SetAttentionDecodeVariantForTest(-1),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   for (const Case& c : cases) {
@@ -589,8 +587,8 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   // keys and a 2-token call (8 rows a kv head).
   const int q_heads = 16, kv_heads = 4, hd = 256;
   const int64_t q_ld = q_heads * hd, kv_ld = kv_heads * hd;
-  const std::vector<std::pair<int64_t, int64_t>> seqs = {
-      {1, 0}, {1, 4095}, {2, 700}, {1, 31}, {1, 4999}, {1, 128}, {1, 1000}};
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{1, 0},    {1, 4095}, {2, 700}, {1, 31},
+                                                         {1, 4999}, {1, 128},  {1, 1000}};
   std::vector<DeviceBuffer> keys, values;
   int64_t total = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -607,8 +605,8 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     int64_t at = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       args.push_back({dq.floats() + at * q_ld, keys[i].floats(), values[i].floats(),
-                      o.floats() + at * q_ld, seqs[i].first, seqs[i].second, q_heads, kv_heads,
-                      hd, 0.0625f});
+                      o.floats() + at * q_ld, seqs[i].first, seqs[i].second, q_heads, kv_heads, hd,
+                      0.0625f});
       at += seqs[i].first;
     }
     b->AttentionBatch(args);

@@ -92,8 +92,7 @@ struct Flags {
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
-  std::vector<int> decode_attention_variants = {
-      HipKernelBackendOptions().attention_decode_variant};
+  std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   int64_t profile_prefill = 0;  // 0: no profiler range.
 };
 
