@@ -328,6 +328,276 @@ __global__ void __launch_bounds__(kThreads)
   AttentionBlock<kMaxD, kBr, kVec>(p, blockIdx.x, blockIdx.y, split);
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// The decode blocks (attention_decode_variant 1; NVIDIA): the split path's blocks of at most
+// kNarrowRows rows with AttentionBlock's arithmetic, restructured for latency. A tile's keys and
+// values come in by asynchronous copies (`cp.async`, one batch each, zeros past k_end) into one
+// key and one value buffer, the next tile's keys while this tile's values are multiplied and its
+// next values while the next scores are computed; warp w scores rows w and w + 4 (warps with no
+// row in use skip the scores) with lane c taking key c, so a score is one thread's chain over d
+// as before, and the loops carry no branch (rows not in use or skipped run on zeros or keep their
+// value), so that several steps' shared-memory loads go out together; the tile's maximum is a
+// shuffle tree (a maximum has no rounding) and the weights' exps run on every lane at once; the
+// tile's sum is still one chain in key order (each lane adds the 32
+// weights by shuffles, in order). Per element the same operations on the same values as
+// AttentionBlock: the same bits (tested).
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeWarps = kDecodeThreads / 32;
+constexpr int kDecodeRows = kNarrowRows;
+constexpr int kDecodeRowsPerWarp = kDecodeRows / kDecodeWarps;
+// Row stride of the Q and K buffers: 16-byte aligned for the copies, and rows 4 banks apart, so
+// a warp's 16-byte reads of 8 consecutive keys' rows hit distinct banks.
+constexpr int kDecodePad = 4;
+static_assert(kDecodeRowsPerWarp == 2 && kBc == 32 && kDecodeRows == 8,
+              "two rows a warp, a lane a key, a tile's weights in two float4s");
+
+size_t DecodeSharedFloats(int d) {
+  const size_t ks = static_cast<size_t>(d) + kDecodePad;
+  return kDecodeRows * ks + kBc * ks + static_cast<size_t>(kBc) * d + kDecodeRows * kBc +
+         kDecodeRows;
+}
+
+// 16 bytes from global `src` into shared `dst` without passing through registers; zeros where
+// `valid` is false (then nothing is read).
+__device__ inline void DecodeCopy16(float* dst, const float* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(n));
+#else
+  for (int i = 0; i < 4; ++i) dst[i] = valid ? src[i] : 0.0f;
+#endif
+}
+__device__ inline void DecodeCommit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most kPending of this thread's copy groups are in flight.
+template <int kPending>
+__device__ inline void DecodeWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+
+// Copies keys [kt, kt + kBc) of kv head `kvh` (rows `ld` floats apart in `src`) into `dst`
+// (row stride `ds`), zeros from k_end on; one copy group.
+__device__ inline void DecodeCopyTile(const float* src, int64_t ld, int kvh, int d, int64_t kt,
+                                      int64_t k_end, float* dst, int ds) {
+  const int per_row = d / 4;
+  const int n = kBc * per_row;
+  for (int idx = threadIdx.x; idx < n; idx += kDecodeThreads) {
+    const int c = idx / per_row;
+    const int x = (idx % per_row) * 4;
+    const bool valid = kt + c < k_end;
+    const float* from = valid ? src + (kt + c) * ld + static_cast<int64_t>(kvh) * d + x : src;
+    DecodeCopy16(dst + c * ds + x, from, valid);
+  }
+  DecodeCommit();
+}
+
+// The block of rows [bx * kDecodeRows, ...) of kv head `kvh` over key range `split` (split path
+// only: writes part_o, part_m and part_l). Needs VecLoads(p).
+template <int kMaxD>
+__device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64_t split) {
+  constexpr int kDims = (kMaxD + kDecodeThreads - 1) / kDecodeThreads;
+  extern __shared__ float4 decode_smem4[];
+  float* const smem = reinterpret_cast<float*>(decode_smem4);
+  const int d = p.d;
+  const int ks = d + kDecodePad;
+  float* q_tile = smem;                     // [kDecodeRows][ks]
+  float* k_tile = q_tile + kDecodeRows * ks;  // [kBc][ks]
+  float* v_tile = k_tile + kBc * ks;          // [kBc][d]
+  float* w_tile = v_tile + kBc * d;           // [kBc][kDecodeRows]: the tile's weights
+  float* alphas = w_tile + kBc * kDecodeRows;  // [kDecodeRows]: scale, or kSkipTile
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int64_t rho0 = bx * kDecodeRows;
+  const int live = static_cast<int>(p.rows - rho0 < kDecodeRows ? p.rows - rho0 : kDecodeRows);
+  const int64_t last_pos = p.past + (rho0 + live - 1) / p.group;
+  const int64_t k_begin = split * p.split_keys;
+  const int64_t split_end = k_begin + p.split_keys;
+  const int64_t k_end = split_end < last_pos + 1 ? split_end : last_pos + 1;
+
+  if (k_begin < k_end) {
+    DecodeCopyTile(p.k, p.kv_ld, kvh, d, k_begin, k_end, k_tile, ks);
+    DecodeCopyTile(p.v, p.kv_ld, kvh, d, k_begin, k_end, v_tile, d);
+  }
+  for (int idx = tid; idx < kDecodeRows * d; idx += kDecodeThreads) {
+    const int r = idx / d;
+    const int x = idx % d;
+    float val = 0.0f;
+    if (r < live) {
+      const int64_t rho = rho0 + r;
+      const int64_t t = rho / p.group;
+      const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
+      val = p.q[t * p.q_ld + h * d + x];
+    }
+    q_tile[r * ks + x] = val;
+  }
+
+  // Warp w's rows w + kDecodeWarps * j: running maximum and sum (the same in every lane).
+  float row_max[kDecodeRowsPerWarp], row_sum[kDecodeRowsPerWarp];
+  int64_t pos[kDecodeRowsPerWarp];
+#pragma unroll
+  for (int j = 0; j < kDecodeRowsPerWarp; ++j) {
+    row_max[j] = -INFINITY;
+    row_sum[j] = 0.0f;
+    const int r = warp + kDecodeWarps * j;
+    pos[j] = r < live ? p.past + (rho0 + r) / p.group : -1;
+  }
+  // Output: row r, dims tid + kDecodeThreads * i.
+  float acc[kDecodeRows][kDims];
+#pragma unroll
+  for (int r = 0; r < kDecodeRows; ++r) {
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) acc[r][i] = 0.0f;
+  }
+
+  for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
+    const bool more = kt + kBc < k_end;
+    DecodeWait<1>();  // This tile's keys (its values may still be in flight).
+    __syncthreads();
+    {
+      const int c = lane;
+      const int64_t key = kt + c;
+      const float* kr = k_tile + c * ks;
+      float s[kDecodeRowsPerWarp];
+#pragma unroll
+      for (int j = 0; j < kDecodeRowsPerWarp; ++j) s[j] = 0.0f;
+      // Both of the warp's rows, without a branch in the loop (a row not in use holds zeros and
+      // its score is dropped), so that the loads of several steps go out together.
+      if (warp < live) {
+        const float* q0 = q_tile + warp * ks;
+        const float* q1 = q_tile + (warp + kDecodeWarps) * ks;
+#pragma unroll 8
+        for (int x = 0; x < d; x += 4) {
+          const float4 kv = *reinterpret_cast<const float4*>(kr + x);
+          const float4 a = *reinterpret_cast<const float4*>(q0 + x);
+          const float4 b = *reinterpret_cast<const float4*>(q1 + x);
+          s[0] = fmaf(a.x, kv.x, s[0]);
+          s[1] = fmaf(b.x, kv.x, s[1]);
+          s[0] = fmaf(a.y, kv.y, s[0]);
+          s[1] = fmaf(b.y, kv.y, s[1]);
+          s[0] = fmaf(a.z, kv.z, s[0]);
+          s[1] = fmaf(b.z, kv.z, s[1]);
+          s[0] = fmaf(a.w, kv.w, s[0]);
+          s[1] = fmaf(b.w, kv.w, s[1]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kDecodeRowsPerWarp; ++j) {
+        const int r = warp + kDecodeWarps * j;
+        if (r >= live) continue;
+        // The rounded product and difference AttentionBlock computes (through shared memory
+        // there): spelled out so that neither is fused into a multiply-add here.
+        const float sv =
+            key <= pos[j] && key < split_end ? __fmul_rn(s[j], p.scale) : -INFINITY;
+        float mx = sv;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (mx == -INFINITY) {
+          if (lane == 0) alphas[r] = kSkipTile;
+          continue;
+        }
+        const float m_new = fmaxf(row_max[j], mx);
+        const float alpha = expf(row_max[j] - m_new);  // 0 when the old maximum is -inf.
+        const float pv = expf(__fsub_rn(sv, m_new));
+        float sum = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kBc; ++e) sum += __shfl_sync(0xffffffffu, pv, e);
+        row_sum[j] = fmaf(row_sum[j], alpha, sum);  // AttentionBlock's contracted update.
+        row_max[j] = m_new;
+        w_tile[c * kDecodeRows + r] = pv;
+        if (lane == 0) alphas[r] = alpha;
+      }
+    }
+    __syncthreads();  // The keys are read: the next tile's may come in.
+    if (more) DecodeCopyTile(p.k, p.kv_ld, kvh, d, kt + kBc, k_end, k_tile, ks);
+    if (more) {
+      DecodeWait<1>();  // This tile's values (the next keys may still be in flight).
+    } else {
+      DecodeWait<0>();
+    }
+    __syncthreads();
+    {
+      bool take[kDecodeRows];
+#pragma unroll
+      for (int r = 0; r < kDecodeRows; ++r) {
+        const float alpha = r < live ? alphas[r] : kSkipTile;
+        take[r] = alpha != kSkipTile;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) acc[r][i] *= take[r] ? alpha : 1.0f;
+      }
+#pragma unroll 8
+      for (int c = 0; c < kBc; ++c) {
+        const float4 w0 = *reinterpret_cast<const float4*>(w_tile + c * kDecodeRows);
+        const float4 w1 = *reinterpret_cast<const float4*>(w_tile + c * kDecodeRows + 4);
+        const float pv[kDecodeRows] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        const float* vr = v_tile + c * d;
+        float vv[kDims];
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+          const int dim = tid + kDecodeThreads * i;
+          vv[i] = dim < d ? vr[dim] : 0.0f;
+        }
+        // Every row without a branch (a skipped row keeps its value), as for the scores.
+#pragma unroll
+        for (int r = 0; r < kDecodeRows; ++r) {
+#pragma unroll
+          for (int i = 0; i < kDims; ++i) {
+            const float a = fmaf(pv[r], vv[i], acc[r][i]);
+            acc[r][i] = take[r] ? a : acc[r][i];
+          }
+        }
+      }
+    }
+    __syncthreads();  // The values and weights are read.
+    if (more) DecodeCopyTile(p.v, p.kv_ld, kvh, d, kt + kBc, k_end, v_tile, d);
+  }
+
+#pragma unroll
+  for (int r = 0; r < kDecodeRows; ++r) {
+    if (r >= live) continue;
+    const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int dim = tid + kDecodeThreads * i;
+      if (dim < d) p.part_o[base * d + dim] = acc[r][i];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kDecodeRowsPerWarp; ++j) {
+    const int r = warp + kDecodeWarps * j;
+    if (r < live && lane == 0) {
+      const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
+      p.part_m[base] = row_max[j];
+      p.part_l[base] = row_sum[j];
+    }
+  }
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kDecodeThreads) AttentionDecodeKernel(Params p) {
+  AttentionDecodeBlock<kMaxD>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+template <int kMaxD>
+__global__ void __launch_bounds__(kDecodeThreads)
+    AttentionDecodeBatchKernel(ParamsBatch b, int64_t max_splits) {
+  const int64_t seq = blockIdx.z / max_splits;
+  const int64_t split = blockIdx.z % max_splits;
+  const Params& p = b.seq[seq];
+  if (split >= b.splits[seq] || static_cast<int64_t>(blockIdx.x) * kDecodeRows >= p.rows) return;
+  AttentionDecodeBlock<kMaxD>(p, blockIdx.x, blockIdx.y, split);
+}
+inline constexpr bool kDecodeBlocks = true;
+#else
+inline constexpr bool kDecodeBlocks = false;
+#endif  // !__HIP_PLATFORM_AMD__
+
 // Marks a range without a visible key in the merge weights.
 constexpr float kEmptyRange = -1.0f;
 
@@ -438,11 +708,34 @@ hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
   return hipGetLastError();
 }
 
+// Whether the decode blocks (AttentionDecodeBlock) take a split-path launch whose calls have at
+// most `max_rows` rows a kv head and 16-byte loads.
+bool DecodeBlocks(int decode_variant, bool vec, int64_t max_rows) {
+  return decode_variant == 1 && kDecodeBlocks && vec && max_rows <= kNarrowRows;
+}
+
 template <int kMaxD>
-hipError_t Launch(const Params& p, int64_t splits, hipStream_t stream) {
+hipError_t LaunchDecode(const Params& p, int64_t splits, hipStream_t stream) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  const size_t shared = DecodeSharedFloats(p.d) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionDecodeKernel<kMaxD>, shared);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kDecodeRows)),
+                  static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
+  AttentionDecodeKernel<kMaxD><<<grid, kDecodeThreads, shared, stream>>>(p);
+  return hipGetLastError();
+#else
+  return hipErrorNotSupported;
+#endif
+}
+
+template <int kMaxD>
+hipError_t Launch(const Params& p, int64_t splits, int decode_variant, hipStream_t stream) {
   const bool vec = VecLoads(p);
   hipError_t e;
-  if (p.rows <= kNarrowRows) {
+  if (p.part_o != nullptr && DecodeBlocks(decode_variant, vec, p.rows)) {
+    e = LaunchDecode<kMaxD>(p, splits, stream);
+  } else if (p.rows <= kNarrowRows) {
     e = vec ? LaunchTiles<kMaxD, kNarrowRows, true>(p, splits, stream)
             : LaunchTiles<kMaxD, kNarrowRows, false>(p, splits, stream);
   } else {
@@ -521,10 +814,29 @@ hipError_t LaunchBatchTiles(const ParamsBatch& b, int count, int64_t max_rows, i
 }
 
 template <int kMaxD>
+hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
+                             int64_t max_splits, hipStream_t stream) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  const size_t shared = DecodeSharedFloats(b.seq[0].d) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionDecodeBatchKernel<kMaxD>, shared);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kDecodeRows)),
+                  static_cast<unsigned int>(b.seq[0].kv_heads),
+                  static_cast<unsigned int>(count * max_splits));
+  AttentionDecodeBatchKernel<kMaxD><<<grid, kDecodeThreads, shared, stream>>>(b, max_splits);
+  return hipGetLastError();
+#else
+  return hipErrorNotSupported;
+#endif
+}
+
+template <int kMaxD>
 hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_rows,
-                       int64_t max_splits, hipStream_t stream) {
+                       int64_t max_splits, int decode_variant, hipStream_t stream) {
   hipError_t e;
-  if (max_rows <= kNarrowRows) {
+  if (DecodeBlocks(decode_variant, vec, max_rows)) {
+    e = LaunchDecodeBatch<kMaxD>(b, count, max_rows, max_splits, stream);
+  } else if (max_rows <= kNarrowRows) {
     e = vec ? LaunchBatchTiles<kMaxD, kNarrowRows, true>(b, count, max_rows, max_splits, stream)
             : LaunchBatchTiles<kMaxD, kNarrowRows, false>(b, count, max_rows, max_splits, stream);
   } else {
@@ -545,22 +857,28 @@ hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_ro
 
 }  // namespace
 
-hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream) {
+hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
+                     hipStream_t stream) {
   if (a.tokens == 0) return hipSuccess;
+  if (decode_variant < 0 || decode_variant >= kAttentionDecodeVariants) {
+    return hipErrorInvalidValue;
+  }
   const Params p = ParamsOf(a, workspace);
   const int64_t splits = Splits(a);
-  if (a.head_dim <= 64) return Launch<64>(p, splits, stream);
-  if (a.head_dim <= 128) return Launch<128>(p, splits, stream);
-  return Launch<256>(p, splits, stream);
+  if (a.head_dim <= 64) return Launch<64>(p, splits, decode_variant, stream);
+  if (a.head_dim <= 128) return Launch<128>(p, splits, decode_variant, stream);
+  return Launch<256>(p, splits, decode_variant, stream);
 }
 
 int AttentionMaxBatch() { return kMaxBatch; }
 int64_t AttentionMaxBatchRanges() { return kMaxGridZ; }
 
-hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* workspace,
-                               hipStream_t stream) {
+hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_variant,
+                               float* workspace, hipStream_t stream) {
   if (count <= 0) return hipSuccess;
-  if (count > kMaxBatch) return hipErrorInvalidValue;
+  if (count > kMaxBatch || decode_variant < 0 || decode_variant >= kAttentionDecodeVariants) {
+    return hipErrorInvalidValue;
+  }
   ParamsBatch b{};
   int64_t max_rows = 0;
   int64_t max_splits = 0;
@@ -579,9 +897,13 @@ hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* works
     max_splits = b.splits[i] > max_splits ? b.splits[i] : max_splits;
     vec = vec && VecLoads(b.seq[i]);
   }
-  if (a[0].head_dim <= 64) return LaunchBatch<64>(b, count, vec, max_rows, max_splits, stream);
-  if (a[0].head_dim <= 128) return LaunchBatch<128>(b, count, vec, max_rows, max_splits, stream);
-  return LaunchBatch<256>(b, count, vec, max_rows, max_splits, stream);
+  if (a[0].head_dim <= 64) {
+    return LaunchBatch<64>(b, count, vec, max_rows, max_splits, decode_variant, stream);
+  }
+  if (a[0].head_dim <= 128) {
+    return LaunchBatch<128>(b, count, vec, max_rows, max_splits, decode_variant, stream);
+  }
+  return LaunchBatch<256>(b, count, vec, max_rows, max_splits, decode_variant, stream);
 }
 
 }  // namespace cairn::infer::hip

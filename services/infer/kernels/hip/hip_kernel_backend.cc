@@ -17,7 +17,7 @@ using hip::HipError;
 using hip::Invalid;
 
 // The loads hip::MatMulRowsMma takes (HipKernelBackendOptions::mma_rows_variant).
-bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 1; }
+bool ValidMmaRowsVariant(int variant) { return variant >= -1 && variant <= 2; }
 
 // HipKernelBackendOptions::attention_mma_variant.
 bool ValidAttentionMmaVariant(int variant) {
@@ -28,6 +28,13 @@ absl::Status InvalidAttentionMmaVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("hip backend: attention_mma_variant must be 0 to ",
                                                  hip::kAttentionMmaVariants - 1, ", got ",
                                                  variant));
+}
+
+absl::Status ValidAttentionDecodeVariant(int variant) {
+  if (variant >= 0 && variant < hip::kAttentionDecodeVariants) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("hip backend: attention_decode_variant must be 0 to ",
+                   hip::kAttentionDecodeVariants - 1, ", got ", variant));
 }
 
 }  // namespace
@@ -57,11 +64,12 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   }
   if (!ValidMmaRowsVariant(options.mma_rows_variant)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "hip backend: mma_rows_variant must be -1, 0 or 1, got ", options.mma_rows_variant));
+        "hip backend: mma_rows_variant must be -1 to 2, got ", options.mma_rows_variant));
   }
   if (!ValidAttentionMmaVariant(options.attention_mma_variant)) {
     return InvalidAttentionMmaVariant(options.attention_mma_variant);
   }
+  RETURN_IF_ERROR(ValidAttentionDecodeVariant(options.attention_decode_variant));
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
     return absl::UnavailableError(
@@ -96,7 +104,8 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_variant_(options.mma_rows_variant),
       grouped_moe_prefill_(options.grouped_moe_prefill),
       moe_kernels_(options.moe_kernels),
-      attention_mma_variant_(options.attention_mma_variant) {}
+      attention_mma_variant_(options.attention_mma_variant),
+      attention_decode_variant_(options.attention_decode_variant) {}
 
 absl::Status HipKernelBackend::SetAttentionMmaVariantForTest(int variant) {
   if (!ValidAttentionMmaVariant(variant)) return InvalidAttentionMmaVariant(variant);
@@ -104,10 +113,16 @@ absl::Status HipKernelBackend::SetAttentionMmaVariantForTest(int variant) {
   return absl::OkStatus();
 }
 
+absl::Status HipKernelBackend::SetAttentionDecodeVariantForTest(int variant) {
+  RETURN_IF_ERROR(ValidAttentionDecodeVariant(variant));
+  attention_decode_variant_ = variant;
+  return absl::OkStatus();
+}
+
 absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
   if (!ValidMmaRowsVariant(variant)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hip backend: mma_rows_variant must be -1, 0 or 1, got ", variant));
+        absl::StrCat("hip backend: mma_rows_variant must be -1 to 2, got ", variant));
   }
   mma_rows_variant_ = variant;
   return absl::OkStatus();
@@ -516,7 +531,9 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     float* ws = nullptr;
     const int64_t ws_floats = hip::AttentionWorkspaceFloats(part);
     if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
-    if (!Check(hip::Attention(part, ws, compute_), "attention launch")) return;
+    if (!Check(hip::Attention(part, attention_decode_variant_, ws, compute_), "attention launch")) {
+      return;
+    }
   }
 }
 
@@ -528,13 +545,16 @@ void HipKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
       // One call: the one-call launch (the same bits).
       hip::AttentionLaunch& l = run[0];
       float* ws = Workspace(hip::AttentionWorkspaceFloats(l));
-      if (ws != nullptr) Check(hip::Attention(l, ws, compute_), "attention launch");
+      if (ws != nullptr) {
+        Check(hip::Attention(l, attention_decode_variant_, ws, compute_), "attention launch");
+      }
     } else if (!run.empty()) {
       int64_t floats = 0;
       for (const hip::AttentionLaunch& l : run) floats += hip::AttentionWorkspaceFloats(l);
       float* ws = Workspace(floats);
       if (ws != nullptr) {
-        Check(hip::AttentionSplitBatch(run.data(), static_cast<int>(run.size()), ws, compute_),
+        Check(hip::AttentionSplitBatch(run.data(), static_cast<int>(run.size()),
+                                       attention_decode_variant_, ws, compute_),
               "attention batch launch");
       }
     }

@@ -25,6 +25,11 @@ struct HipKernelBackendOptions {
   // step at 4K keys spreads over twice the blocks 256 gave (each block's tiles run one after
   // another, so fewer per block is less latency).
   int64_t attention_split_keys = 128;
+  // The split path's blocks for calls of at most 8 query rows a kv head (hip::Attention
+  // `decode_variant`; the same bits): 0, the tile kernel that loads a tile in four batches and
+  // then computes it; 1, keys and values copied asynchronously, each overlapping the other's
+  // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0).
+  int attention_decode_variant = 1;
   // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
   // many query tokens per launch (bounds its workspace).
   int64_t attention_invariant_group_tokens = 64;
@@ -68,7 +73,11 @@ struct HipKernelBackendOptions {
   // k in flight a warp, two blocks a multiprocessor; 1, three steps and three blocks (80
   // registers a thread); -1, per call, whichever fills the multiprocessors better for its grid
   // (the 1.46 waves of the dense model's MLP gate+up and delta-rule in_proj at two blocks take
-  // one at three). The same bits (tested).
+  // one at three), and calls of 9 to 16 rows take variant 2's tile where its grid gives every
+  // multiprocessor a block within one wave of two, or spans many waves (MLP down, attention q
+  // and o, delta-rule out, the lm head; not gate+up, in_proj, k, v); 2, calls of 9 to 16 rows
+  // as one tile of 16 rows whose second set's inputs load with the weights (three steps in
+  // flight; tiles_of_8 ignored for them), other calls as -1. The same bits (tested).
   int mma_rows_variant = -1;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
@@ -261,8 +270,8 @@ class HipKernelBackend final : public KernelBackend {
   // Download, Synchronize, a new allocation's zeroing) and device frees. A steady decode step
   // should wait twice (the token ids' upload and the logits' download).
   int64_t host_waits() const { return host_waits_; }
-  // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1,
-  // 0 or 1; the same bits), so that a benchmark can compare them over one model. Returns
+  // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1
+  // to 2; the same bits), so that a benchmark can compare them over one model. Returns
   // InvalidArgument for other values.
   absl::Status SetMmaRowsVariantForTest(int variant);
   // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).
@@ -273,6 +282,10 @@ class HipKernelBackend final : public KernelBackend {
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
   absl::Status SetAttentionMmaVariantForTest(int variant);
+  // Changes the split path's blocks of later calls (HipKernelBackendOptions::
+  // attention_decode_variant; the same bits). InvalidArgument outside 0 to
+  // hip::kAttentionDecodeVariants - 1.
+  absl::Status SetAttentionDecodeVariantForTest(int variant);
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -334,12 +347,13 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;     // See host_waits().
-  int mma_rows_variant_;       // options_.mma_rows_variant unless changed for a test.
-  bool grouped_moe_prefill_;   // options_.grouped_moe_prefill unless changed for a test.
-  int moe_kernels_;            // options_.moe_kernels unless changed for a test.
-  int attention_mma_variant_;  // options_.attention_mma_variant unless changed for a test.
-  int multiprocessors_ = 0;    // The device's.
+  int64_t host_waits_ = 0;        // See host_waits().
+  int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
+  bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
+  int moe_kernels_;               // options_.moe_kernels unless changed for a test.
+  int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
+  int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
+  int multiprocessors_ = 0;       // The device's.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

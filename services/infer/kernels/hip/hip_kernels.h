@@ -216,7 +216,10 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // bits). `variant` picks how tiles of 8 rows on the vector path (k % 8 == 0, 16-byte aligned
 // rows) load: 0, four steps of k in flight a warp, two blocks a multiprocessor; 1, three steps
 // and three blocks; -1, whichever fills `multiprocessors` multiprocessors better for the call's
-// grid. The same bits. Other values: hipErrorInvalidValue.
+// grid, and for calls of 9 to 16 rows with `tiles_of_8` variant 2's tile where its grid fills
+// the device; 2, calls of 9 to 16 rows as one tile of 16 whose second set's inputs are loaded
+// with the weights (three steps in flight), other calls as -1. The same bits. Other values:
+// hipErrorInvalidValue.
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
                          float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
@@ -255,7 +258,15 @@ int64_t AttentionMaxSplits();
 size_t AttentionSharedBytes(int head_dim);
 // Workspace floats the split path needs (0 without splits).
 int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
-hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t stream);
+// `decode_variant` (0 to kAttentionDecodeVariants - 1; the same bits) picks the split path's
+// blocks where a call has at most 8 rows a kv head (a decode token's query heads): 0, the tile
+// kernel (8 rows, keys and values loaded into shared memory in four batches of loads, then
+// computed); 1, where the loads are 16-byte (else 0), AttentionDecodeBlock: asynchronous copies
+// of each tile's keys and values overlapping the other's arithmetic, warps without a row in use
+// skip the scores, the scores a lane a key, branch-free loops (NVIDIA; AMD takes 0).
+inline constexpr int kAttentionDecodeVariants = 2;
+hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
+                     hipStream_t stream);
 // The split path of `count` calls (each with split_keys > 0, tokens > 0, equal q_heads, kv_heads
 // and head_dim; at most AttentionMaxBatch() calls, and calls times the most key ranges of one
 // call at most AttentionMaxBatchRanges()) in one launch of each kernel: each call's blocks run
@@ -263,8 +274,8 @@ hipError_t Attention(const AttentionLaunch& a, float* workspace, hipStream_t str
 // AttentionWorkspaceFloats one after another.
 int AttentionMaxBatch();
 int64_t AttentionMaxBatchRanges();
-hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, float* workspace,
-                               hipStream_t stream);
+hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_variant,
+                               float* workspace, hipStream_t stream);
 // The prefill path (split_keys == 0) on the matrix units (attention_mma.hip): q, k, v rounded
 // to bf16 (k and v once per call into `workspace`, AttentionMmaWorkspaceBytes), fp32 softmax and
 // accumulation, keys in tiles of 64 from key 0, so a row's bits depend only on its query,

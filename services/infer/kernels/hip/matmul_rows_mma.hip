@@ -70,8 +70,10 @@ struct Parts {
 //
 // kU steps' loads are in flight together; kMinBlocks blocks a multiprocessor bound the
 // registers (kUnroll and 2: 106-122 registers; 3 and 3: 80, so that three blocks fit: variant
-// 1). Neither enters the arithmetic.
-template <bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2>
+// 1). kEarlyUpper (variant 2, tiles of 16): the second set's inputs are loaded with the weights
+// and the first set's instead of one step at a time as they are needed. None of them enters the
+// arithmetic.
+template <bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2, bool kEarlyUpper = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
@@ -98,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // multiprocessor).
     uint4 va[kU], vb[kU];
     float v0[kU][8];
+    float v1[kEarlyUpper ? kU : 1][8];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const bool live = kb + u * kStep < end;
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
       vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
       LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
+      if constexpr (kEarlyUpper) LoadInputs8<kVec>(live && upper ? xb : nullptr, i, k, v1[u]);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
@@ -113,9 +117,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       SplitPieces(v0[u], pieces);
       StepProducts(va[u], vb[u], pieces, acc[0]);
       if (upper) {
-        float v1[8];
-        LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, v1);
-        SplitPieces(v1, pieces);
+        if constexpr (kEarlyUpper) {
+          SplitPieces(v1[u], pieces);
+        } else {
+          float late[8];
+          LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, late);
+          SplitPieces(late, pieces);
+        }
         StepProducts(va[u], vb[u], pieces, acc[1]);
       }
     }
@@ -159,8 +167,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // 9B-like decode shapes): 386 blocks (delta-rule in_proj, 1 row) 0.033 ms in variant 1 against
 // 0.037; 256 (MLP down) 0.035 against 0.032. Near ties go to variant 1 for more than 8 rows
 // (two tiles of 8 a column group: 16 x 24576 0.092 ms against 0.097) and to variant 0 else.
+// Over many waves the last wave's fill matters less than variant 1's fewer loads in flight:
+// calls of up to 8 rows whose grids exceed kManyWaves waves at two blocks a multiprocessor take
+// variant 0 (the lm head, 1940 blocks: 0.498 / 0.504 ms at 1 / 4 rows against 0.526 / 0.562 in
+// variant 1; at 16 rows, 3880 blocks, 0.870 against 0.867, so those keep the rule above).
+constexpr int64_t kManyWaves = 4;
 int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
   if (multiprocessors <= 0) return 0;
+  if (m <= 8 && blocks > kManyWaves * 2 * multiprocessors) return 0;
   const auto fill = [&](int per) {
     const int64_t places = static_cast<int64_t>(per) * multiprocessors;
     return static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, places) * places);
@@ -170,6 +184,21 @@ int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
   return m > 8 && three >= two - 0.01 ? 1 : 0;
 }
 
+// Whether a call of 9 to 16 rows takes variant 2's kernel (one tile of 16 rows, the second
+// set's inputs loaded with the weights) under variant -1: where that grid of `blocks` blocks
+// gives every multiprocessor one and fits one wave at two a multiprocessor, or spans more than
+// kManyWaves such waves. Measured on the H200 at 16 rows (variant 2 against the tiles of 8 of
+// variant -1): MLP down, 256 blocks, 0.048 ms against 0.054; delta-rule out and attention o
+// (256) 0.020 against 0.022; attention q (256) 0.034 against 0.037; the lm head (1940) 0.821
+// against 0.849; but MLP gate+up (384, 1.45 waves) 0.098 against 0.092, delta-rule in_proj (386)
+// 0.060 against 0.050 and attention k or v (64, half the multiprocessors idle) 0.015 against
+// 0.010, which keep tiles of 8.
+bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
+  if (multiprocessors <= 0) return false;
+  const int64_t two = 2 * static_cast<int64_t>(multiprocessors);
+  return (blocks >= multiprocessors && blocks <= two) || blocks > kManyWaves * two;
+}
+
 }  // namespace
 
 bool MatMulRowsMmaSupported() { return true; }
@@ -177,7 +206,7 @@ bool MatMulRowsMmaSupported() { return true; }
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
                          float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
                          int multiprocessors, hipStream_t stream) {
-  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 1) {
+  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2) {
     return hipErrorInvalidValue;
   }
   Parts w{};
@@ -198,15 +227,25 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   const int64_t segment = cut.length;
   const int64_t groups = CeilDiv(tiles, kWarps / segments);
   // Tiles of 16 rows use their second set of 8 (kUpper) where the call has more than 8 rows;
-  // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead.
-  const bool upper = m > 8 && !(tiles_of_8 && m <= kTileRows);
+  // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead, except in
+  // variant 2 (one tile of 16, both sets' inputs loaded early; other calls as variant -1) and,
+  // under variant -1, where that tile's grid fills the device (EarlyTileOf16Fills).
+  const bool batch_of_16 = vec && m > 8 && m <= kTileRows;
+  const bool early =
+      batch_of_16 && (variant == 2 || (variant == -1 && tiles_of_8 &&
+                                       EarlyTileOf16Fills(groups, multiprocessors)));
+  if (variant == 2 && !early) variant = -1;
+  const bool upper = m > 8 && (early || !(tiles_of_8 && m <= kTileRows));
   const int64_t row_tiles = CeilDiv(m, upper ? kTileRows : 8);
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
   if (variant == -1) variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
-  if (vec && !upper && variant == 1) {
+  if (early) {
+    MatMulRowsMmaKernel<true, true, 3, 2, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec && !upper && variant == 1) {
     MatMulRowsMmaKernel<true, false, 3, 3><<<grid, kThreads, 0, stream>>>(
         x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec && upper) {

@@ -200,7 +200,8 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInTilesOf8AndOf16) {
 
 TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   // Tiles of 8 rows loading three steps of k at a time with three blocks a multiprocessor
-  // (mma_rows_variant 1) or the variant chosen per call (-1), in tiles of 8 and of 16, against
+  // (mma_rows_variant 1), the variant chosen per call (-1) or one tile of 16 rows with both
+  // sets' inputs loaded early for 9 to 16 rows (2), in tiles of 8 and of 16, against
   // variant 0: the same bits, with and without accumulation, at one segment and at several
   // (n = 33000 and 203), a last step past k (k = 4104), k = 12288 and the scalar path (k = 70),
   // rows starting inside the input.
@@ -208,7 +209,7 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
       HipKernelBackend::Create({.mma_rows_variant = 0});
   ASSERT_TRUE(registers.ok()) << registers.status();
   std::vector<std::unique_ptr<HipKernelBackend>> variants;
-  for (const int variant : {1, -1}) {
+  for (const int variant : {1, -1, 2}) {
     for (const bool tiles_of_8 : {true, false}) {
       absl::StatusOr<std::unique_ptr<HipKernelBackend>> v = HipKernelBackend::Create(
           {.mma_rows_tiles_of_8 = tiles_of_8, .mma_rows_variant = variant});
@@ -216,7 +217,8 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
       variants.push_back(*std::move(v));
     }
   }
-  EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 2}).ok());
+  EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 3}).ok());
+  EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = -2}).ok());
   for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
     for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
       if (n == 33000 && k != 4096) continue;

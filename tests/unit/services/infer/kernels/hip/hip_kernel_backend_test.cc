@@ -14,6 +14,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -532,6 +533,87 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
     }
     EXPECT_TRUE(SameBits(outs[0], Down(cut, c.tokens * q_ld))) << name << ", cut";
   }
+}
+
+TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
+  // The split path's decode blocks (attention_decode_variant 1) against the tile kernel (0):
+  // single calls of 1 to 8 rows a kv head (GQA groups 1 to 6, several tokens whose positions
+  // differ inside a tile), head dimensions 32 to 256 (36 and 80 not multiples of 32), first
+  // keys, unaligned ends, 100K keys; then a batch of decode calls in one launch.
+  struct Case {
+    int64_t tokens, past;
+    int q_heads, kv_heads, head_dim;
+  };
+  const std::vector<Case> cases = {
+      {1, 4095, 16, 4, 256}, {1, 0, 8, 2, 64},   {3, 1023, 8, 8, 128}, {1, 200, 12, 2, 80},
+      {2, 130, 8, 2, 32},    {5, 37, 3, 3, 128}, {1, 70, 4, 1, 36},    {1, 99999, 16, 2, 256}};
+  std::vector<std::unique_ptr<HipKernelBackend>> variants;
+  for (int variant = 0; variant < hip::kAttentionDecodeVariants; ++variant) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.attention_decode_variant = variant});
+    ASSERT_TRUE(b.ok()) << b.status();
+    variants.push_back(*std::move(b));
+  }
+  EXPECT_THAT(HipKernelBackend::Create({.attention_decode_variant = hip::kAttentionDecodeVariants})
+                  .status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(variants[0]->SetAttentionDecodeVariantForTest(-1),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const Case& c : cases) {
+    const int64_t rows = c.past + c.tokens;
+    const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
+    const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
+    const std::vector<float> q = RandomFloats(c.tokens * q_ld, 41, -2.0f, 2.0f);
+    const std::vector<float> k = RandomFloats(rows * kv_ld, 42, -2.0f, 2.0f),
+                             v = RandomFloats(rows * kv_ld, 43);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
+    std::vector<std::vector<float>> outs;
+    for (const std::unique_ptr<HipKernelBackend>& b : variants) {
+      DeviceBuffer o = Poisoned(c.tokens * q_ld);
+      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past, c.q_heads,
+                    c.kv_heads, c.head_dim, scale});
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs.push_back(Down(o, c.tokens * q_ld));
+    }
+    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/",
+                                          c.kv_heads, "kv, d", c.head_dim);
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_TRUE(SameBits(outs[0], outs[i])) << name << ", variant " << i;
+    }
+  }
+
+  // A batch (one launch of each kernel): 16 q / 4 kv heads of 256, decode steps at 1 to 5000
+  // keys and a 2-token call (8 rows a kv head).
+  const int q_heads = 16, kv_heads = 4, hd = 256;
+  const int64_t q_ld = q_heads * hd, kv_ld = kv_heads * hd;
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{1, 0},    {1, 4095}, {2, 700}, {1, 31},
+                                                         {1, 4999}, {1, 128},  {1, 1000}};
+  std::vector<DeviceBuffer> keys, values;
+  int64_t total = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t n = seqs[i].first + seqs[i].second;
+    keys.push_back(Up(RandomFloats(n * kv_ld, 500 + i, -2.0f, 2.0f)));
+    values.push_back(Up(RandomFloats(n * kv_ld, 600 + i)));
+    total += seqs[i].first;
+  }
+  DeviceBuffer dq = Up(RandomFloats(total * q_ld, 499, -2.0f, 2.0f));
+  std::vector<std::vector<float>> outs;
+  for (const std::unique_ptr<HipKernelBackend>& b : variants) {
+    DeviceBuffer o = Poisoned(total * q_ld);
+    std::vector<AttentionArgs> args;
+    int64_t at = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      args.push_back({dq.floats() + at * q_ld, keys[i].floats(), values[i].floats(),
+                      o.floats() + at * q_ld, seqs[i].first, seqs[i].second, q_heads, kv_heads, hd,
+                      0.0625f});
+      at += seqs[i].first;
+    }
+    b->AttentionBatch(args);
+    ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+    outs.push_back(Down(o, total * q_ld));
+  }
+  EXPECT_TRUE(SameBits(outs[0], outs[1])) << "batch";
 }
 
 TEST_F(HipKernelBackendTest, AttentionBatchGivesTheBitsOfOneCallPerSequenceAndMatchesCpu) {

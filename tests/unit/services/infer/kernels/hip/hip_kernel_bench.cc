@@ -54,7 +54,8 @@ int DecodeProducts() {
       {"variant 0 (4 steps, 2 blocks), tiles of 8", {.mma_rows_variant = 0}},
       {"variant 0, tiles of 16", {.mma_rows_tiles_of_8 = false, .mma_rows_variant = 0}},
       {"variant 1 (3 steps, 3 blocks), tiles of 8", {.mma_rows_variant = 1}},
-      {"variant -1 (per call; default), tiles of 8", {.mma_rows_variant = -1}},
+      {"variant -1 (per call; default)", {.mma_rows_variant = -1}},
+      {"variant 2 (9-16 rows: a tile of 16, inputs early)", {.mma_rows_variant = 2}},
   };
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
   for (const Variant& v : variants) {

@@ -21,8 +21,11 @@
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
+//          [--decode-attention-variants=N,N,...]
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
+// --decode-attention-variants: within that, once for each value of
+// HipKernelBackendOptions::attention_decode_variant listed (the same bits), in turn.
 // --attention-variants: each prefill length (not the TTFT run) runs once for each value of
 // HipKernelBackendOptions::attention_mma_variant listed (the same bits), in turn.
 // --profile-prefill=N brackets the last pass of each N-token prefill with cudaProfilerStart/Stop
@@ -92,6 +95,7 @@ struct Flags {
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
+  std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
 };
@@ -448,13 +452,12 @@ class ModelBench {
     const StateLayout& layout = model_->state_layout();
     constexpr int kMaxSlots = 16;
     const int warm = 2;
-    // Each slot count runs its steps twice (fresh results, then reused ones).
-    const int64_t rows = f_.decode_depth +
-                         2 *
-                             static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size() *
-                                                  f_.moe_kernels.size()) *
-                             (f_.decode_steps + warm) +
-                         8;
+    // Each slot count runs its steps twice (fresh results, then reused ones) for each
+    // combination of variants listed.
+    const int64_t runs = static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size() *
+                                              f_.decode_attention_variants.size() *
+                                              f_.moe_kernels.size());
+    const int64_t rows = f_.decode_depth + 2 * runs * (f_.decode_steps + warm) + 8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
     if (!kv.ok()) Bench::Fail(kv.status().ToString());
@@ -497,17 +500,26 @@ class ModelBench {
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
     for (const int64_t slot_count : f_.decode_slots) {
       for (const int variant : f_.mma_variants) {
-        for (const int kernels : f_.moe_kernels) {
-          Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
-          b_.SetMoeKernelsForTest(kernels);
-          std::string label =
-              f_.mma_variants.size() > 1 ? absl::StrFormat(" (mma variant %d)", variant) : "";
-          if (f_.moe_kernels.size() > 1) {
-            absl::StrAppend(&label, absl::StrFormat(" (moe kernels %d)", kernels));
+        Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
+        for (const int attention : f_.decode_attention_variants) {
+          Bench::Check(b_.SetAttentionDecodeVariantForTest(attention), "decode attention variant");
+          for (const int kernels : f_.moe_kernels) {
+            b_.SetMoeKernelsForTest(kernels);
+            std::string suffix;
+            if (f_.mma_variants.size() > 1) suffix += absl::StrFormat(" (mma variant %d)", variant);
+            if (f_.decode_attention_variants.size() > 1) {
+              suffix += absl::StrFormat(" (decode attention variant %d)", attention);
+            }
+            if (f_.moe_kernels.size() > 1) {
+              suffix += absl::StrFormat(" (moe kernels %d)", kernels);
+            }
+            DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
           }
-          DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, label);
         }
       }
+      Bench::Check(
+          b_.SetAttentionDecodeVariantForTest(HipKernelBackendOptions().attention_decode_variant),
+          "decode attention variant");
     }
   }
 
@@ -631,7 +643,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (key == "mma-variants") {
       f->mma_variants.clear();
       for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 1) return false;
+        if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 2) return false;
         f->mma_variants.push_back(static_cast<int>(n));
       }
     } else if (key == "moe-prefill") {
@@ -651,6 +663,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       for (absl::string_view v : absl::StrSplit(value, ',')) {
         if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionMmaVariants) return false;
         f->attention_variants.push_back(static_cast<int>(n));
+      }
+    } else if (key == "decode-attention-variants") {
+      f->decode_attention_variants.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionDecodeVariants) return false;
+        f->decode_attention_variants.push_back(static_cast<int>(n));
       }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;
@@ -692,7 +710,8 @@ int Main(int argc, char** argv) {
                  "[--decode-steps=N] [--dense-layers=N] [--moe-layers=N] [--disk-dir=DIR] "
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
-                 "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]\n");
+                 "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
+                 "[--decode-attention-variants=N,N,...]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
