@@ -7,11 +7,11 @@
 // block rounds its query tile to bf16 itself, and the softmax weights P are rounded to bf16 for
 // the second product. Scores, the running maxima and sums, and the output accumulate in fp32.
 //
-// Order: a block takes 128 (or, variant 2, 64) query rows of one q head (16 per warp) and walks
-// the keys in tiles of 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
-// matrix instructions over those tiles; a row's scores depend only on its own query and the
-// tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum and
-// output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position
+// Order: a block takes 128 (or, variants 2 and 4, 64) query rows of one q head (16 per warp) and
+// walks the keys in tiles of 64 from key 0 up to its last row's position. Each output element is a
+// fixed sequence of matrix instructions over those tiles; a row's scores depend only on its own
+// query and the tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum
+// and output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position
 // and the keys up to it, never on the other rows of the pass or where the pass starts.
 
 #include <cstdint>
@@ -100,27 +100,46 @@ __global__ void __launch_bounds__(kConvertThreads)
   *reinterpret_cast<uint2*>(kb + (hk * keys_pad + key) * dd + c) = r;
 }
 
-// Values, transposed: a block of 32 columns x 8 warps, a thread one column and 8 consecutive
-// keys (a warp reads 32 consecutive floats of a key row, and writes 16 bytes a thread).
-// Grid (keys_pad / 64, dd / 32, kv heads).
+// Values, transposed through shared memory: a block takes 64 keys x 64 columns of one kv head,
+// reads them as rows (16 threads a key, 16 bytes each), rounds them into a [column][key] tile
+// (rows of 66 values: a warp's stores meet at most two to a bank), and writes each column's 64
+// keys as 128 contiguous bytes (8 threads, 16 bytes each, read from the tile as 4-byte words).
+// Grid (keys_pad / 64, dd / 64, kv heads).
 __global__ void __launch_bounds__(kConvertThreads)
     ConvertValuesKernel(const float* v, int64_t keys, int64_t kv_ld, int d, int dd,
                         int64_t keys_pad, uint16_t* vb) {
-  const int c = static_cast<int>(blockIdx.y) * 32 + static_cast<int>(threadIdx.x % 32);
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * 64 + (threadIdx.x / 32) * 8;
+  constexpr int kTile = 64;
+  constexpr int kStride = kTile + 2;
+  __shared__ __align__(16) uint16_t tile[kTile * kStride];
+  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int c0 = static_cast<int>(blockIdx.y) * kTile;
   const int64_t hk = blockIdx.z;
-  uint16_t h[8];
+  const int t = static_cast<int>(threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int64_t key = key0 + i;
-    h[i] = key < keys && c < d ? FloatToBf16(v[key * kv_ld + hk * d + c]) : 0;
+  for (int i = 0; i < kTile * kTile / 4 / kConvertThreads; ++i) {
+    const int r = t / 16 + i * (kConvertThreads / 16);  // The key within the tile.
+    const int c = (t % 16) * 4;                          // The first of 4 columns.
+    const int64_t key = key0 + r;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (key < keys && c0 + c < d) {
+      x = *reinterpret_cast<const float4*>(v + key * kv_ld + hk * d + c0 + c);
+    }
+    tile[(c + 0) * kStride + r] = FloatToBf16(x.x);
+    tile[(c + 1) * kStride + r] = FloatToBf16(x.y);
+    tile[(c + 2) * kStride + r] = FloatToBf16(x.z);
+    tile[(c + 3) * kStride + r] = FloatToBf16(x.w);
   }
-  uint4 r;
-  r.x = static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
-  r.y = static_cast<uint32_t>(h[2]) | (static_cast<uint32_t>(h[3]) << 16);
-  r.z = static_cast<uint32_t>(h[4]) | (static_cast<uint32_t>(h[5]) << 16);
-  r.w = static_cast<uint32_t>(h[6]) | (static_cast<uint32_t>(h[7]) << 16);
-  *reinterpret_cast<uint4*>(vb + (hk * dd + c) * keys_pad + key0) = r;
+  __syncthreads();
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(tile);
+#pragma unroll
+  for (int i = 0; i < kTile * kTile / 8 / kConvertThreads; ++i) {
+    const int u = t + i * kConvertThreads;
+    const int c = u / 8;        // The column.
+    const int r = (u % 8) * 8;  // Its first of 8 keys.
+    const uint32_t* w = words + (c * kStride + r) / 2;
+    *reinterpret_cast<uint4*>(vb + (hk * dd + c0 + c) * keys_pad + key0 + r) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+  }
 }
 
 // A block's layout. Every variant computes the same bits: they differ in how many rows a block
@@ -338,7 +357,8 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
   };
   // O += P V over a tile's values `vt`, P packed: the score fragments of two key groups of 8
   // form one A fragment of 16 keys.
-  [[maybe_unused]] const auto multiply_values = [&](const uint32_t(&pa)[kKeys / 16][4], const uint16_t* vt) {
+  [[maybe_unused]] const auto multiply_values = [&](const uint32_t(&pa)[kKeys / 16][4],
+                                                    const uint16_t* vt) {
     const uint32_t va = SharedAddress(vt + v_lane);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -627,7 +647,7 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
   } else {
     const dim3 keys_grid(static_cast<unsigned int>(p.keys_pad * (D / 4) / kConvertThreads),
                          static_cast<unsigned int>(kv_heads));
-    const dim3 values_grid(static_cast<unsigned int>(p.keys_pad / 64), D / 32,
+    const dim3 values_grid(static_cast<unsigned int>(p.keys_pad / 64), D / 64,
                            static_cast<unsigned int>(kv_heads));
     // clang-format off
     ConvertKeysKernel<<<keys_grid, kConvertThreads, 0, stream>>>(
