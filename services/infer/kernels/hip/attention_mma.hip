@@ -7,11 +7,11 @@
 // block rounds its query tile to bf16 itself, and the softmax weights P are rounded to bf16 for
 // the second product. Scores, the running maxima and sums, and the output accumulate in fp32.
 //
-// Order: a block takes 128 (or, variant 2, 64) query rows of one q head (16 per warp) and walks
-// the keys in tiles of 64 from key 0 up to its last row's position. Each output element is a fixed sequence of
-// matrix instructions over those tiles; a row's scores depend only on its own query and the
-// tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum and
-// output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position
+// Order: a block takes 128 (or, variants 2 and 4, 64) query rows of one q head (16 per warp) and
+// walks the keys in tiles of 64 from key 0 up to its last row's position. Each output element is a
+// fixed sequence of matrix instructions over those tiles; a row's scores depend only on its own
+// query and the tile's keys, and a tile with no key visible to a row leaves that row's maximum, sum
+// and output unchanged (scale 1, weights 0). So a row's bits depend only on its query, its position
 // and the keys up to it, never on the other rows of the pass or where the pass starts.
 
 #include <cstdint>
@@ -73,6 +73,72 @@ __global__ void ConvertKvKernel(const float* k, const float* v, int64_t keys, in
     const int vc = static_cast<int>((e / keys_pad) % dd);
     const bool vin = vkey < keys && vc < d;
     vb[e] = vin ? FloatToBf16(v[vkey * kv_ld + hk * d + vc]) : 0;
+  }
+}
+
+// ConvertKvKernel's output by two kernels with 16-byte accesses and no 64-bit division per
+// element (variants 3 and 4): the same FloatToBf16 of the same values into the same places.
+// Keys: a thread per 4 columns of a key row (the padded row dd / 4 threads, blocks of
+// kConvertThreads rows' worth). Grid (keys_pad * dd / 4 / kConvertThreads, kv heads).
+constexpr int kConvertThreads = 256;
+__global__ void __launch_bounds__(kConvertThreads)
+    ConvertKeysKernel(const float* k, int64_t keys, int64_t kv_ld, int d, int dd,
+                      int64_t keys_pad, uint16_t* kb) {
+  const int quads = dd / 4;
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x;
+  const int64_t key = at / quads;
+  const int c = static_cast<int>(at % quads) * 4;
+  const int64_t hk = blockIdx.y;
+  if (key >= keys_pad) return;
+  float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (key < keys && c < d) {
+    x = *reinterpret_cast<const float4*>(k + key * kv_ld + hk * d + c);
+  }
+  uint2 r;
+  r.x = static_cast<uint32_t>(FloatToBf16(x.x)) | (static_cast<uint32_t>(FloatToBf16(x.y)) << 16);
+  r.y = static_cast<uint32_t>(FloatToBf16(x.z)) | (static_cast<uint32_t>(FloatToBf16(x.w)) << 16);
+  *reinterpret_cast<uint2*>(kb + (hk * keys_pad + key) * dd + c) = r;
+}
+
+// Values, transposed through shared memory: a block takes 64 keys x 64 columns of one kv head,
+// reads them as rows (16 threads a key, 16 bytes each), rounds them into a [column][key] tile
+// (rows of 66 values: a warp's stores meet at most two to a bank), and writes each column's 64
+// keys as 128 contiguous bytes (8 threads, 16 bytes each, read from the tile as 4-byte words).
+// Grid (keys_pad / 64, dd / 64, kv heads).
+__global__ void __launch_bounds__(kConvertThreads)
+    ConvertValuesKernel(const float* v, int64_t keys, int64_t kv_ld, int d, int dd,
+                        int64_t keys_pad, uint16_t* vb) {
+  constexpr int kTile = 64;
+  constexpr int kStride = kTile + 2;
+  __shared__ __align__(16) uint16_t tile[kTile * kStride];
+  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int c0 = static_cast<int>(blockIdx.y) * kTile;
+  const int64_t hk = blockIdx.z;
+  const int t = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kTile * kTile / 4 / kConvertThreads; ++i) {
+    const int r = t / 16 + i * (kConvertThreads / 16);  // The key within the tile.
+    const int c = (t % 16) * 4;                          // The first of 4 columns.
+    const int64_t key = key0 + r;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (key < keys && c0 + c < d) {
+      x = *reinterpret_cast<const float4*>(v + key * kv_ld + hk * d + c0 + c);
+    }
+    tile[(c + 0) * kStride + r] = FloatToBf16(x.x);
+    tile[(c + 1) * kStride + r] = FloatToBf16(x.y);
+    tile[(c + 2) * kStride + r] = FloatToBf16(x.z);
+    tile[(c + 3) * kStride + r] = FloatToBf16(x.w);
+  }
+  __syncthreads();
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(tile);
+#pragma unroll
+  for (int i = 0; i < kTile * kTile / 8 / kConvertThreads; ++i) {
+    const int u = t + i * kConvertThreads;
+    const int c = u / 8;        // The column.
+    const int r = (u % 8) * 8;  // Its first of 8 keys.
+    const uint32_t* w = words + (c * kStride + r) / 2;
+    *reinterpret_cast<uint4*>(vb + (hk * dd + c0 + c) * keys_pad + key0 + r) =
+        make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -164,8 +230,38 @@ __device__ inline void StoreBf16x4(uint16_t* dst, int stride, float4 x) {
   dst[3 * stride] = FloatToBf16(x.w);
 }
 
-template <int D, int kWarps, bool kSplit, bool kFast>
+// One level of kTree's maxima: r[i] = max(r[i], r[i + kWidth]) for i < kWidth, two rows.
+template <int kWidth>
+__device__ inline void TreeMaxLevel(float* r0, float* r1) {
+#pragma unroll
+  for (int i = 0; i < kWidth; ++i) {
+    r0[i] = fmaxf(r0[i], r0[i + kWidth]);
+    r1[i] = fmaxf(r1[i], r1[i + kWidth]);
+  }
+}
+
+// bar.sync on barrier `id` (not 0, __syncthreads') for `threads` threads of the block.
+__device__ inline void NamedBarrier(int id, int threads) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
+// kSkew (variant 3; unsplit, kFast): the block's second half of warps ("late") multiplies each
+// tile's values one tile later than the first half: after the barrier of tile j it runs P V of
+// tile j - 1 (its weights kept packed in registers), then the scores and weights of tile j,
+// while the first half runs tile j's scores, weights and P V. So on every scheduler (warps w and
+// w + 4) one warp's softmax overlaps the other's matrix instructions instead of both waiting
+// on the same phase. One barrier a tile: after it the next keys are copied by every thread
+// into the buffer tile j - 1 used, the next values by the late half once its warps are past
+// P V of tile j - 1 (a barrier of those warps alone). Each output element still sees its
+// rescales and P V products in tile order: variant 1's operations and bits.
+// kTree (variants 3 and 4): a tile's row maxima by a tree of fmaxf instead of a chain (the
+// maximum of the same values whatever the order: fmaxf drops NaNs, and a zero's sign reaches
+// only exp2 of a difference, 1 either way).
+template <int D, int kWarps, bool kSplit, bool kFast, bool kSkew, bool kTree>
 __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKernel(MmaParams p) {
+  static_assert(!kSkew || (!kSplit && kFast && kWarps % 2 == 0), "skew: unsplit, kFast");
   extern __shared__ __align__(16) uint16_t smem[];
   constexpr int kRows = kWarps * 16;
   constexpr int kThreads = kWarps * 32;
@@ -248,6 +344,35 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
       CopyAsync16(vt + c * kVs + r, vg + c * p.keys_pad + key0 + r);
     }
   };
+  // kSkew: the late half's copies of the next tile's values.
+  [[maybe_unused]] const auto copy_values_late = [&](int64_t j) {
+    uint16_t* vt = vt0 + (j % kBuffers) * D * kVs;
+    const int64_t key0 = j * kKeys;
+    constexpr int kValuePieces = kKeys / 8;
+    for (int e = tid - kThreads / 2; e < D * kValuePieces; e += kThreads / 2) {
+      const int c = e / kValuePieces;
+      const int r = (e % kValuePieces) * 8;
+      CopyAsync16(vt + c * kVs + r, vg + c * p.keys_pad + key0 + r);
+    }
+  };
+  // O += P V over a tile's values `vt`, P packed: the score fragments of two key groups of 8
+  // form one A fragment of 16 keys.
+  [[maybe_unused]] const auto multiply_values = [&](const uint32_t(&pa)[kKeys / 16][4],
+                                                    const uint16_t* vt) {
+    const uint32_t va = SharedAddress(vt + v_lane);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        LoadMatrixX4(b, va + (dp * 16 * kVs + kk * 16) * 2);
+        Mma(o[2 * dp], pa[kk], b[0], b[1]);
+        Mma(o[2 * dp + 1], pa[kk], b[2], b[3]);
+      }
+    }
+  };
+  [[maybe_unused]] const bool late = kSkew && warp >= kWarps / 2;
+  [[maybe_unused]] uint32_t pa[kKeys / 16][4];  // kSkew: this tile's weights, packed.
   if (tiles > 0) {
     copy_keys(0);
     if constexpr (kSplit) CopyAsyncCommit();
@@ -258,7 +383,9 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
     const int64_t key0 = j * kKeys;
     const uint16_t* ks = ks0 + (j % kBuffers) * kKeys * kQs;
     const uint16_t* vt = vt0 + (j % kBuffers) * D * kVs;
-    if constexpr (kSplit) {
+    if constexpr (kSkew) {
+      CopyAsyncWait<0>();  // Tile j's keys (and, late half, values).
+    } else if constexpr (kSplit) {
       CopyAsyncWait<1>();  // Tile j's keys (its values may still be in flight).
     } else if (j + 1 < tiles) {
       copy_keys(j + 1);  // Into the buffer the previous tile's readers are done with.
@@ -269,6 +396,18 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
       CopyAsyncWait<0>();
     }
     __syncthreads();  // Tile j (and the query tile) complete for every thread.
+    if constexpr (kSkew) {
+      // Every warp is past tile j - 1's keys, the early half past its values.
+      if (j + 1 < tiles) copy_keys(j + 1);
+      if (late) {
+        if (j > 0) {
+          multiply_values(pa, vt0 + ((j - 1) % kBuffers) * D * kVs);
+          NamedBarrier(1, kThreads / 2);  // The late half is past tile j - 1's values.
+        }
+        if (j + 1 < tiles) copy_values_late(j + 1);
+      }
+      CopyAsyncCommit();
+    }
 
     // Scores of this warp's 16 rows against the tile's 64 keys.
     float s[kKeys / 8][4];
@@ -321,8 +460,10 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
           const int64_t key = key0 + nt * 8 + quad_col + e;
           s[nt][e] = key <= pos0 ? s[nt][e] * p.scale_log2 : -INFINITY;
           s[nt][2 + e] = key <= pos1 ? s[nt][2 + e] * p.scale_log2 : -INFINITY;
-          tile_max0 = fmaxf(tile_max0, s[nt][e]);
-          tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+          if constexpr (!kTree) {
+            tile_max0 = fmaxf(tile_max0, s[nt][e]);
+            tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+          }
         }
       }
     } else {
@@ -333,10 +474,31 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
         for (int e = 0; e < 2; ++e) {
           s[nt][e] = s[nt][e] * p.scale_log2;
           s[nt][2 + e] = s[nt][2 + e] * p.scale_log2;
-          tile_max0 = fmaxf(tile_max0, s[nt][e]);
-          tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+          if constexpr (!kTree) {
+            tile_max0 = fmaxf(tile_max0, s[nt][e]);
+            tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
+          }
         }
       }
+    }
+    if constexpr (kTree) {
+      float r0[kKeys / 4], r1[kKeys / 4];
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          r0[2 * nt + e] = s[nt][e];
+          r1[2 * nt + e] = s[nt][2 + e];
+        }
+      }
+      static_assert(kKeys == 64, "the tree's four levels");
+      TreeMaxLevel<8>(r0, r1);
+      TreeMaxLevel<4>(r0, r1);
+      TreeMaxLevel<2>(r0, r1);
+      TreeMaxLevel<1>(r0, r1);
+      // The chain's start: all NaN gives -inf, as there.
+      tile_max0 = fmaxf(tile_max0, r0[0]);
+      tile_max1 = fmaxf(tile_max1, r1[0]);
     }
     tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
     tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
@@ -378,7 +540,16 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
       __syncthreads();
     }
     // O += P V: the score fragments of two key groups of 8 form one A fragment of 16 keys.
-    if constexpr (kFast) {
+    if constexpr (kSkew) {
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        pa[kk][0] = PackBf16Cvt(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = PackBf16Cvt(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = PackBf16Cvt(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = PackBf16Cvt(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+      if (!late) multiply_values(pa, vt);  // The late half's turn comes after the next barrier.
+    } else if constexpr (kFast) {
       const uint32_t va = SharedAddress(vt + v_lane);
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
@@ -408,11 +579,17 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
         }
       }
     }
-    __syncthreads();  // Every warp is done with tile j's values (and, unsplit, its keys).
+    if constexpr (!kSkew) {
+      __syncthreads();  // Every warp is done with tile j's values (and, unsplit, its keys).
+    }
     if constexpr (kSplit) {
       if (j + 1 < tiles) copy_values(j + 1);
       CopyAsyncCommit();
     }
+  }
+  if constexpr (kSkew) {
+    // The late half's last tile (no copy writes its buffer any more).
+    if (late && tiles > 0) multiply_values(pa, vt0 + ((tiles - 1) % kBuffers) * D * kVs);
   }
 
   // The quad's partial sums, added in the same order on every lane of the quad.
@@ -437,12 +614,10 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
   }
 }
 
-constexpr int kConvertThreads = 256;
-
-template <int D, int kWarps, bool kSplit, bool kFast>
+template <int D, int kWarps, bool kSplit, bool kFast, bool kSkew, bool kTree>
 hipError_t LaunchMmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
   constexpr size_t kShared = MmaSharedBytes<D, kWarps, kSplit>();
-  const auto kernel = AttentionMmaKernel<D, kWarps, kSplit, kFast>;
+  const auto kernel = AttentionMmaKernel<D, kWarps, kSplit, kFast, kSkew, kTree>;
   hipError_t e = AllowSharedBytes(kernel, kShared);
   if (e != hipSuccess) return e;
   if constexpr (kSplit) {
@@ -464,17 +639,34 @@ template <int D>
 hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t kv_ld,
                      int kv_heads, int q_heads, int variant, hipStream_t stream) {
   const int64_t total = static_cast<int64_t>(kv_heads) * p.keys_pad * D;
-  // clang-format off
-  ConvertKvKernel<<<GridFor(total, kConvertThreads), kConvertThreads, 0, stream>>>(
-      k, v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, total, p.kb, p.vb);
-  // clang-format on
+  if (variant < 3) {
+    // clang-format off
+    ConvertKvKernel<<<GridFor(total, kConvertThreads), kConvertThreads, 0, stream>>>(
+        k, v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, total, p.kb, p.vb);
+    // clang-format on
+  } else {
+    const dim3 keys_grid(static_cast<unsigned int>(p.keys_pad * (D / 4) / kConvertThreads),
+                         static_cast<unsigned int>(kv_heads));
+    const dim3 values_grid(static_cast<unsigned int>(p.keys_pad / 64), D / 64,
+                           static_cast<unsigned int>(kv_heads));
+    // clang-format off
+    ConvertKeysKernel<<<keys_grid, kConvertThreads, 0, stream>>>(
+        k, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, p.kb);
+    ConvertValuesKernel<<<values_grid, kConvertThreads, 0, stream>>>(
+        v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, p.vb);
+    // clang-format on
+  }
   switch (variant) {
     case 0:
-      return LaunchMmaKernel<D, 8, false, false>(p, q_heads, stream);
+      return LaunchMmaKernel<D, 8, false, false, false, false>(p, q_heads, stream);
     case 1:
-      return LaunchMmaKernel<D, 8, false, true>(p, q_heads, stream);
+      return LaunchMmaKernel<D, 8, false, true, false, false>(p, q_heads, stream);
+    case 2:
+      return LaunchMmaKernel<D, 4, true, true, false, false>(p, q_heads, stream);
+    case 3:
+      return LaunchMmaKernel<D, 8, false, true, true, true>(p, q_heads, stream);
     default:
-      return LaunchMmaKernel<D, 4, true, true>(p, q_heads, stream);
+      return LaunchMmaKernel<D, 4, true, true, false, true>(p, q_heads, stream);
   }
 }
 

@@ -285,8 +285,11 @@ hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_v
 // bits): 0, 128 rows a block, 32-bit fragment loads (the first kernel); 1, the same layout with
 // ldmatrix fragment loads, masks only on tiles that cross a row's position and the output's
 // rescale skipped when no maximum moved; 2, variant 1's code with 64 rows a block and single
-// key and value buffers, so that two blocks share a multiprocessor.
-inline constexpr int kAttentionMmaVariants = 3;
+// key and value buffers, so that two blocks share a multiprocessor; 3, variant 1's layout with
+// the block's second half of warps one phase behind (P V of the previous tile before the
+// scores of the next), one barrier a tile, row maxima by a tree, and the keys and values
+// rounded by 16-byte kernels; 4, variant 2 with variant 3's maxima and rounding kernels.
+inline constexpr int kAttentionMmaVariants = 5;
 bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes);
 int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a);
 hipError_t AttentionMma(const AttentionLaunch& a, int variant, void* workspace, hipStream_t stream);

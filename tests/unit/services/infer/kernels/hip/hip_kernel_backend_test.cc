@@ -616,6 +616,48 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   EXPECT_TRUE(SameBits(outs[0], outs[1])) << "batch";
 }
 
+TEST_F(HipKernelBackendTest, AttentionMmaVariantsAgreeAtShortAndTileCrossingLengths) {
+  // The matrix-unit path for calls of every size (attention_decode_max_tokens 0): one token,
+  // lengths around the key tile (64) and the row blocks (64 and 128), after no keys, keys
+  // inside a tile and whole tiles; every variant against variant 0, bit for bit.
+  std::vector<std::unique_ptr<HipKernelBackend>> variants;
+  for (int variant = 0; variant < hip::kAttentionMmaVariants; ++variant) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+        {.attention_decode_max_tokens = 0, .attention_mma_variant = variant});
+    ASSERT_TRUE(b.ok()) << b.status();
+    variants.push_back(*std::move(b));
+  }
+  struct Shape {
+    int q_heads, kv_heads, head_dim;
+  };
+  const int64_t max_keys = 200 + 193;
+  for (const Shape sh : {Shape{16, 4, 256}, Shape{6, 2, 128}, Shape{4, 4, 64}}) {
+    const int64_t q_ld = static_cast<int64_t>(sh.q_heads) * sh.head_dim;
+    const int64_t kv_ld = static_cast<int64_t>(sh.kv_heads) * sh.head_dim;
+    const std::vector<float> q = RandomFloats(193 * q_ld, 41, -2.0f, 2.0f);
+    const std::vector<float> k = RandomFloats(max_keys * kv_ld, 42, -2.0f, 2.0f),
+                             v = RandomFloats(max_keys * kv_ld, 43);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
+    for (const int64_t tokens : {1, 2, 63, 64, 65, 127, 128, 129, 193}) {
+      for (const int64_t past : {0, 1, 63, 64, 200}) {
+        std::vector<std::vector<float>> outs;
+        for (const std::unique_ptr<HipKernelBackend>& b : variants) {
+          DeviceBuffer o = Poisoned(tokens * q_ld);
+          b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), tokens, past,
+                        sh.q_heads, sh.kv_heads, sh.head_dim, scale});
+          ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+          outs.push_back(Down(o, tokens * q_ld));
+        }
+        for (size_t i = 1; i < outs.size(); ++i) {
+          EXPECT_TRUE(SameBits(outs[0], outs[i]))
+              << tokens << " tokens after " << past << ", d" << sh.head_dim << ", variant " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(HipKernelBackendTest, AttentionBatchGivesTheBitsOfOneCallPerSequenceAndMatchesCpu) {
   // Sequences of one pass over their own caches: decode steps at short and long positions (more
   // calls than one launch takes, ranges from 1 to 40), a 3-token call, a prefill call in the
