@@ -74,6 +74,31 @@ double CpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+// Processor seconds the hypervisor has taken from this machine's processors since boot (the
+// "steal" field of /proc/stat; a virtual machine's host running other guests), or -1 where that
+// is not available. A measurement that loses a core to it reads slow without any fault of its
+// own, so the bench prints it beside the measurements it overlapped.
+double StealSeconds() {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  int64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = -1;
+  if (!(stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) ||
+      cpu != "cpu" || steal < 0) {
+    return -1;
+  }
+  const long ticks = sysconf(_SC_CLK_TCK);
+  return ticks > 0 ? static_cast<double>(steal) / static_cast<double>(ticks) : -1;
+}
+
+// "; the hypervisor took X processor-seconds (steal) of the Y s" for a span that began at
+// `steal0` (StealSeconds()), or nothing where steal time is not reported.
+std::string StealNote(double steal0, double span_s) {
+  const double steal1 = StealSeconds();
+  if (steal0 < 0 || steal1 < 0) return "";
+  return absl::StrFormat("; the hypervisor took %.2f processor-seconds (steal) in those %.2f s",
+                         steal1 - steal0, span_s);
+}
+
 // Wall-clock and processor seconds of one or more runs.
 struct Timing {
   double wall_s = 0;
@@ -665,6 +690,8 @@ absl::Status Run(int argc, char** argv) {
     std::vector<double> read_gbs, read_cpu_gbs, rate[2], cpu_rate[2];
     double elapsed_s[2] = {0, 0};
     infer::CpuKernelProfile spent[2];
+    const double decode_steal0 = StealSeconds();
+    const Clock::time_point decode_t0 = Clock::now();
     for (int round = 0; round < decode_rounds; ++round) {
       const Bandwidth round_bw =
           MeasureBandwidth(static_cast<int64_t>(bandwidth_bytes) / 4, backend->threads());
@@ -687,8 +714,8 @@ absl::Status Run(int argc, char** argv) {
     const double read_cpu = Median(read_cpu_gbs);
     std::cout << absl::StrFormat(
         "decode: %d rounds of %d steps; read bandwidth %.1f GB/s, %.1f GB/s per processor-second "
-        "(medians)\n",
-        decode_rounds, steps, read, read_cpu);
+        "(medians)%s\n",
+        decode_rounds, steps, read, read_cpu, StealNote(decode_steal0, Seconds(decode_t0)));
     for (int which = 0; which < 2; ++which) {
       const double steps_per_s = Median(rate[which]);
       const double weight_gbs = steps_per_s * static_cast<double>(model->info().weight_bytes) / 1e9;
@@ -719,6 +746,8 @@ absl::Status Run(int argc, char** argv) {
     // ratio is reported (of an even count, the lower of the middle two).
     struct Round {
       double elapsed = 0, elapsed_cpu = 0;
+      double steal0 = -1;  // StealSeconds() at the start of the passes.
+      std::string steal;   // StealNote() of the passes.
       infer::CpuKernelProfile p, p_cpu;
       std::vector<int64_t> passes;
       std::vector<infer::cpu::PassProduct> products;
@@ -732,6 +761,7 @@ absl::Status Run(int argc, char** argv) {
       LetBlasWorkersSleep();
       backend->ResetProfile();
       const double c0 = CpuSeconds();
+      r.steal0 = StealSeconds();
       const Clock::time_point t0 = Clock::now();
       for (int64_t at = 0; at < n; at += max_pass) {
         const int64_t len = std::min(max_pass, n - at);
@@ -745,6 +775,7 @@ absl::Status Run(int argc, char** argv) {
       }
       r.elapsed = Seconds(t0);
       r.elapsed_cpu = CpuSeconds() - c0;
+      r.steal = StealNote(r.steal0, r.elapsed);
       r.p = backend->profile();
       r.p_cpu = backend->cpu_profile();
       // The pass's products: the linear layers of every pass, and attention's and the delta
@@ -802,9 +833,9 @@ absl::Status Run(int argc, char** argv) {
         sbgemm_s > 0 ? absl::StrFormat("%.0f%% of sbgemm (%.1f GFLOP/s)", 100 * sbgemm_s / elapsed,
                                        linear.model_flops / sbgemm_s / 1e9)
                      : std::string("no sbgemm in this OpenBLAS");
-    std::cout << absl::StrFormat("prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; %s\n", n,
+    std::cout << absl::StrFormat("prefill %d tokens (%d passes): %.1f tokens/s, %.3f s; %s%s\n", n,
                                  passes.size(), static_cast<double>(n) / elapsed, elapsed,
-                                 BothShares(p, elapsed, p_cpu, elapsed_cpu));
+                                 BothShares(p, elapsed, p_cpu, elapsed_cpu), median.steal);
     std::cout << absl::StrFormat(
         "prefill %d tokens, linear layers only (the old measure): %.1f GFLOP/s = %.0f%% of sgemm "
         "on the linear layers' shapes (%.1f GFLOP/s), %s; per processor-second %.0f%% of "
