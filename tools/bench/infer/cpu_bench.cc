@@ -90,7 +90,7 @@ double StealSeconds() {
   return ticks > 0 ? static_cast<double>(steal) / static_cast<double>(ticks) : -1;
 }
 
-// "; the hypervisor took X processor-seconds (steal) of the Y s" for a span that began at
+// "; the hypervisor took X processor-seconds (steal) in those Y s" for a span that began at
 // `steal0` (StealSeconds()), or nothing where steal time is not reported.
 std::string StealNote(double steal0, double span_s) {
   const double steal1 = StealSeconds();
@@ -638,6 +638,11 @@ absl::Status Run(int argc, char** argv) {
     return absl::InvalidArgumentError(
         "--slots, --max-pass-tokens, --gemm-reps, --decode-rounds, --prefill-rounds must be >= "
         "1, --decode-steps >= 2, --threads >= 0, --compare-rounds >= 1");
+  }
+  if (!compare_gemm_split.empty() && compare_gemm_split != "auto" && compare_gemm_split != "rows" &&
+      compare_gemm_split != "weights") {
+    return absl::InvalidArgumentError(absl::StrCat("--compare-gemm-split '", compare_gemm_split,
+                                                   "' is not auto, rows or weights"));
   }
   if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-cpu-bench-", ::getpid());
   if (model_dir.empty()) {

@@ -26,34 +26,39 @@ void Sgemm(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, in
               w, static_cast<blasint>(k), accumulate ? 1.0f : 0.0f, y, static_cast<blasint>(ldy));
 }
 
+// w's parts cut into pieces of at most `rows` rows each (a multiple of 16), in output order.
+std::vector<GemmTile> CutParts(const WeightMatrix& w, int64_t rows) {
+  const int64_t row_bytes = w.cols * WeightTypeSize(w.type);
+  std::vector<GemmTile> pieces;
+  int64_t column = 0;
+  for (int p = 0; p < w.num_parts; ++p) {
+    const WeightMatrix::Part& part = w.parts[p];
+    for (int64_t r0 = 0; r0 < part.rows; r0 += rows) {
+      const int64_t count = std::min(rows, part.rows - r0);
+      if (w.layout == WeightLayout::kRowTiles) {
+        pieces.push_back({static_cast<const char*>(part.data), count, column + r0, r0});
+      } else {
+        pieces.push_back(
+            {static_cast<const char*>(part.data) + r0 * row_bytes, count, column + r0, 0});
+      }
+    }
+    column += part.rows;
+  }
+  return pieces;
+}
+
 }  // namespace
 
 std::vector<GemmTile> GemmTiles(const WeightMatrix& w, int threads) {
   const int64_t k = w.cols;
   const int64_t n = w.rows();
-  std::vector<GemmTile> tiles;
-  if (n == 0) return tiles;
+  if (n == 0) return {};
   int64_t tile = (n + threads * kGemmTilesPerThread - 1) / (threads * kGemmTilesPerThread);
   tile = std::max(kGemmMinTileRows, (tile + 15) / 16 * 16);
   if (w.type != WeightType::kF32) {
     tile = std::min(tile, std::max<int64_t>(16, kWidenTileElements / k / 16 * 16));
   }
-  const int64_t row_bytes = k * WeightTypeSize(w.type);
-  int64_t column = 0;
-  for (int p = 0; p < w.num_parts; ++p) {
-    const WeightMatrix::Part& part = w.parts[p];
-    for (int64_t r0 = 0; r0 < part.rows; r0 += tile) {
-      if (w.layout == WeightLayout::kRowTiles) {
-        tiles.push_back(
-            {static_cast<const char*>(part.data), std::min(tile, part.rows - r0), column + r0, r0});
-      } else {
-        tiles.push_back({static_cast<const char*>(part.data) + r0 * row_bytes,
-                         std::min(tile, part.rows - r0), column + r0, 0});
-      }
-    }
-    column += part.rows;
-  }
-  return tiles;
+  return CutParts(w, tile);
 }
 
 void GemmTileProduct(Isa isa, const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
@@ -61,38 +66,16 @@ void GemmTileProduct(Isa isa, const float* x, int64_t m, int64_t ldx, const Weig
                      bool accumulate) {
   const int64_t k = w.cols;
   const float* weights = reinterpret_cast<const float*>(t.rows);
-  if (w.layout == WeightLayout::kRowTiles) {
+  if (GemmChunkNeedsWidening(w)) {
     widened->resize(static_cast<size_t>(t.count * k));
-    WidenTileRows(isa, w.type, t.rows, t.first_row, t.count, k, widened->data());
-    weights = widened->data();
-  } else if (w.type != WeightType::kF32) {
-    widened->resize(static_cast<size_t>(t.count * k));
-    Widen(isa, w.type, t.rows, t.count * k, widened->data());
+    WidenGemmChunkRows(isa, w, t, 0, t.count, widened->data());
     weights = widened->data();
   }
   Sgemm(x, m, k, ldx, weights, t.count, y + t.column, ldy, accumulate);
 }
 
 std::vector<GemmTile> GemmChunks(const WeightMatrix& w, int64_t max_elements) {
-  const int64_t k = w.cols;
-  const int64_t chunk = std::max<int64_t>(16, max_elements / std::max<int64_t>(1, k) / 16 * 16);
-  const int64_t row_bytes = k * WeightTypeSize(w.type);
-  std::vector<GemmTile> chunks;
-  int64_t column = 0;
-  for (int p = 0; p < w.num_parts; ++p) {
-    const WeightMatrix::Part& part = w.parts[p];
-    for (int64_t r0 = 0; r0 < part.rows; r0 += chunk) {
-      const int64_t count = std::min(chunk, part.rows - r0);
-      if (w.layout == WeightLayout::kRowTiles) {
-        chunks.push_back({static_cast<const char*>(part.data), count, column + r0, r0});
-      } else {
-        chunks.push_back(
-            {static_cast<const char*>(part.data) + r0 * row_bytes, count, column + r0, 0});
-      }
-    }
-    column += part.rows;
-  }
-  return chunks;
+  return CutParts(w, std::max<int64_t>(16, max_elements / std::max<int64_t>(1, w.cols) / 16 * 16));
 }
 
 bool GemmChunkNeedsWidening(const WeightMatrix& w) {

@@ -510,14 +510,9 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
                              v = RandomFloats(rows * kv_ld, 33);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
-    std::vector<std::vector<float>> outs;
-    for (const std::unique_ptr<HipKernelBackend>& b : variants) {
-      DeviceBuffer o = Poisoned(c.tokens * q_ld);
-      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past, c.q_heads,
-                    c.kv_heads, c.head_dim, scale});
-      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
-      outs.push_back(Down(o, c.tokens * q_ld));
-    }
+    const std::vector<std::vector<float>> outs =
+        AttentionOnEach(variants, {dq.floats(), dk.floats(), dv.floats(), nullptr, c.tokens, c.past,
+                                   c.q_heads, c.kv_heads, c.head_dim, scale});
     // The last variant again with the pass cut at 77 tokens (inside a block of every layout).
     DeviceBuffer cut = Poisoned(c.tokens * q_ld);
     HipKernelBackend& last = *variants.back();
@@ -568,14 +563,9 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
                              v = RandomFloats(rows * kv_ld, 43);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
-    std::vector<std::vector<float>> outs;
-    for (const std::unique_ptr<HipKernelBackend>& b : variants) {
-      DeviceBuffer o = Poisoned(c.tokens * q_ld);
-      b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), c.tokens, c.past, c.q_heads,
-                    c.kv_heads, c.head_dim, scale});
-      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
-      outs.push_back(Down(o, c.tokens * q_ld));
-    }
+    const std::vector<std::vector<float>> outs =
+        AttentionOnEach(variants, {dq.floats(), dk.floats(), dv.floats(), nullptr, c.tokens, c.past,
+                                   c.q_heads, c.kv_heads, c.head_dim, scale});
     const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/",
                                           c.kv_heads, "kv, d", c.head_dim);
     for (size_t i = 1; i < outs.size(); ++i) {
@@ -641,14 +631,9 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsAgreeAtShortAndTileCrossingLeng
     DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
     for (const int64_t tokens : {1, 2, 63, 64, 65, 127, 128, 129, 193}) {
       for (const int64_t past : {0, 1, 63, 64, 200}) {
-        std::vector<std::vector<float>> outs;
-        for (const std::unique_ptr<HipKernelBackend>& b : variants) {
-          DeviceBuffer o = Poisoned(tokens * q_ld);
-          b->Attention({dq.floats(), dk.floats(), dv.floats(), o.floats(), tokens, past,
-                        sh.q_heads, sh.kv_heads, sh.head_dim, scale});
-          ASSERT_TRUE(b->Synchronize().ok()) << b->status();
-          outs.push_back(Down(o, tokens * q_ld));
-        }
+        const std::vector<std::vector<float>> outs =
+            AttentionOnEach(variants, {dq.floats(), dk.floats(), dv.floats(), nullptr, tokens, past,
+                                       sh.q_heads, sh.kv_heads, sh.head_dim, scale});
         for (size_t i = 1; i < outs.size(); ++i) {
           EXPECT_TRUE(SameBits(outs[0], outs[i]))
               << tokens << " tokens after " << past << ", d" << sh.head_dim << ", variant " << i;

@@ -87,6 +87,22 @@ class HipKernelBackendTest : public ::testing::Test {
     return host;
   }
 
+  // Each backend's output of the Attention call `args` (its `out` replaced by a poisoned buffer
+  // of the call's rows for each backend), downloaded.
+  std::vector<std::vector<float>> AttentionOnEach(
+      const std::vector<std::unique_ptr<HipKernelBackend>>& backends, AttentionArgs args) {
+    const size_t n = static_cast<size_t>(args.tokens * args.q_heads * args.head_dim);
+    std::vector<std::vector<float>> outs;
+    for (const std::unique_ptr<HipKernelBackend>& b : backends) {
+      DeviceBuffer o = Poisoned(n);
+      args.out = o.floats();
+      b->Attention(args);
+      EXPECT_TRUE(b->Synchronize().ok()) << b->status();
+      outs.push_back(Down(o, n));
+    }
+    return outs;
+  }
+
   // The CPU backend's MatMulRowsTyped of `rows` rows of x over the bf16 matrix w (n x k).
   std::vector<float> CpuRows(const std::vector<float>& x, int64_t rows, const RandomBf16& w,
                              int64_t n, int64_t k) {

@@ -44,6 +44,27 @@ struct MoeShape {
   float hot_bias;  // Added to the logits of experts 1 and 5 (0: none): their picks collide.
 };
 
+// MoeExpertsArgs for shape `s` over device inputs x and logits and the uploaded experts (`out`
+// left for the caller).
+MoeExpertsArgs ShapeArgs(const MoeShape& s, const float* x, const float* logits,
+                         const std::vector<WeightMatrix>& gate_up,
+                         const std::vector<WeightMatrix>& down, bool row_invariant,
+                         bool renormalise = true) {
+  MoeExpertsArgs a;
+  a.x = x;
+  a.logits = logits;
+  a.tokens = s.tokens;
+  a.hidden = s.hidden;
+  a.width = s.width;
+  a.experts = s.experts;
+  a.top_k = s.top_k;
+  a.renormalise = renormalise;
+  a.gate_up = gate_up.data();
+  a.down = down.data();
+  a.row_invariant = row_invariant;
+  return a;
+}
+
 // Random experts (bf16 bits) of one shape: the fused layout [experts][2 * width][hidden] (gate
 // rows, then up rows), the same rows split into gate and up arrays, and down [experts][hidden]
 // [width].
@@ -138,18 +159,7 @@ TEST_F(HipMoeExpertsTest, DevicePathGivesTheDefaultsBitsAndMatchesCpu) {
     }
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 97);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), def_out = Up(out0);
-    MoeExpertsArgs a;
-    a.x = dx.floats();
-    a.logits = dl.floats();
-    a.tokens = s.tokens;
-    a.hidden = s.hidden;
-    a.width = s.width;
-    a.experts = s.experts;
-    a.top_k = s.top_k;
-    a.renormalise = true;
-    a.gate_up = gate_up.data();
-    a.down = down.data();
-    a.row_invariant = true;
+    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
     ScratchArena scratch(gpu_->memory());
 
     a.out = dev_out.floats();
@@ -205,19 +215,8 @@ TEST_F(HipMoeExpertsTest, ATokensRowsDoNotDependOnTheOtherTokensAndNoStepWaits) 
             logits.begin() + 4 * s.experts);
   const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 107);
   DeviceBuffer dx = Up(x), dl = Up(logits), all = Up(out0);
-  MoeExpertsArgs a;
-  a.x = dx.floats();
-  a.logits = dl.floats();
+  MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
   a.out = all.floats();
-  a.tokens = s.tokens;
-  a.hidden = s.hidden;
-  a.width = s.width;
-  a.experts = s.experts;
-  a.top_k = s.top_k;
-  a.renormalise = true;
-  a.gate_up = gate_up.data();
-  a.down = down.data();
-  a.row_invariant = true;
   ScratchArena scratch(gpu_->memory());
   ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
   scratch.EndPass();
@@ -287,18 +286,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), again_out = Up(out0),
                  def_out = Up(out0);
-    MoeExpertsArgs a;
-    a.x = dx.floats();
-    a.logits = dl.floats();
-    a.tokens = s.tokens;
-    a.hidden = s.hidden;
-    a.width = s.width;
-    a.experts = s.experts;
-    a.top_k = s.top_k;
-    a.renormalise = true;
-    a.gate_up = gate_up.data();
-    a.down = down.data();
-    a.row_invariant = false;
+    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, false);
     ScratchArena scratch(gpu_->memory());
     a.out = dev_out.floats();
     ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
@@ -357,19 +345,8 @@ TEST_F(HipMoeExpertsTest, PrefillTokensRowsDoNotDependOnTheCallsOtherTokens) {
             logits.begin() + 4 * s.experts);
   const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 207);
   DeviceBuffer dx = Up(x), dl = Up(logits), all = Up(out0);
-  MoeExpertsArgs a;
-  a.x = dx.floats();
-  a.logits = dl.floats();
+  MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, false);
   a.out = all.floats();
-  a.tokens = s.tokens;
-  a.hidden = s.hidden;
-  a.width = s.width;
-  a.experts = s.experts;
-  a.top_k = s.top_k;
-  a.renormalise = true;
-  a.gate_up = gate_up.data();
-  a.down = down.data();
-  a.row_invariant = false;
   ScratchArena scratch(gpu_->memory());
   ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
   scratch.EndPass();
@@ -474,18 +451,8 @@ TEST_F(HipMoeExpertsTest, EighthRoundKernelsGiveTheEarlierKernelsBits) {
     for (const bool row_invariant : {true, false}) {
       SCOPED_TRACE(row_invariant ? "decode path" : "prefill path");
       DeviceBuffer new_out = Up(out0), old_out = Up(out0), def_out = Up(out0);
-      MoeExpertsArgs a;
-      a.x = dx.floats();
-      a.logits = dl.floats();
-      a.tokens = s.tokens;
-      a.hidden = s.hidden;
-      a.width = s.width;
-      a.experts = s.experts;
-      a.top_k = s.top_k;
-      a.renormalise = s.top_k > 1;
-      a.gate_up = gate_up.data();
-      a.down = down.data();
-      a.row_invariant = row_invariant;
+      MoeExpertsArgs a =
+          ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, row_invariant, s.top_k > 1);
       ScratchArena scratch(gpu_->memory());
       a.out = new_out.floats();
       ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
