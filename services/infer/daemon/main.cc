@@ -79,9 +79,12 @@ int Run(int argc, char** argv) {
             "fast (outputs exact for identical pass boundaries) or pass-invariant (exact "
             "whatever the restore point; slower prefill)");
   flags.Add("threads", &model_options.threads, "backend threads (0: one per hardware thread)");
+  flags.Add("cpu-spin-us", &model_options.cpu_spin_us,
+            "cpu backend: microseconds a helper thread watches for the next loop before sleeping "
+            "(0: sleep at once; watching saves a wake-up per loop and costs processor time)");
   flags.Add("gpu-bf16-inputs", &model_options.gpu_bf16_inputs,
-            "hip backend: bf16 inputs to the matrix units in prefill (GEMMs, attention); false "
-            "keeps them fp32");
+            "hip backend: bf16 inputs to the matrix units (prefill GEMMs and attention, decode "
+            "products; not under --numerics=pass-invariant); false keeps them fp32");
   flags.Add("context", &model_options.context_tokens,
             "tokens per slot (0: max_position_embeddings, at most --max-context)");
   flags.Add("max-context", &model_options.max_context_tokens,

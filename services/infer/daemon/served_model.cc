@@ -37,7 +37,10 @@ constexpr char kCpuPassInvariantClass[] = "cpu-f32-pass-invariant-v3";
 // row-independent product with fp32 inputs (v2; v1 had the row kernel). v4 (and pass-invariant
 // v3): decode attention merges its key ranges in a fixed tree of eight chains instead of one
 // chain, and the default's chunked delta rule runs on the matrix units (hip::GatedDeltaMma).
-constexpr char kHipNumericsClass[] = "hip-bf16-v4";
+// v5: the decode products round their inputs to bf16 as the prefill GEMMs do
+// (HipKernelBackendOptions::mma_rows_bf16_inputs) instead of splitting them into three pieces;
+// the fp32-inputs and pass-invariant numerics keep the exact split.
+constexpr char kHipNumericsClass[] = "hip-bf16-v5";
 // --gpu-bf16-inputs=false: bf16 weights, every matrix-unit input fp32 (or split exactly); the
 // delta rule stays on the fp32 kernels.
 constexpr char kHipFp32InputsClass[] = "hip-f32-inputs-v4";
@@ -112,7 +115,9 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
   ASSIGN_OR_RETURN(served->backend_,
                    CreateKernelBackend({.name = options.backend,
                                         .threads = options.threads,
-                                        .gpu_bf16_inputs = options.gpu_bf16_inputs}));
+                                        .cpu_spin_us = options.cpu_spin_us,
+                                        .gpu_bf16_inputs = options.gpu_bf16_inputs,
+                                        .pass_invariant = load.qwen3_hybrid.pass_invariant}));
   served->backend_name_ = options.backend;
   ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), load));
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/infer/kernels/backend_factory.h"
 #include "services/infer/kernels/kernel_backend.h"
 #include "services/infer/models/model.h"
 #include "services/infer/models/model_loader.h"
@@ -16,13 +17,14 @@
 namespace cairn::infer {
 
 struct ServedModelOptions {
-  std::string dir;                     // A Hugging Face model folder.
-  std::string served_name;             // Empty: the folder's name.
-  std::string backend = "cpu";         // A name of AvailableKernelBackends().
-  int threads = 0;                     // Backend threads; 0: one per hardware thread.
-  bool gpu_bf16_inputs = true;         // KernelBackendChoice::gpu_bf16_inputs.
-  int64_t context_tokens = 0;          // 0: config.json's max_position_embeddings.
-  int64_t max_context_tokens = 32768;  // Cap on the default context (memory per slot).
+  std::string dir;                          // A Hugging Face model folder.
+  std::string served_name;                  // Empty: the folder's name.
+  std::string backend = "cpu";              // A name of AvailableKernelBackends().
+  int threads = 0;                          // Backend threads; 0: one per hardware thread.
+  int cpu_spin_us = kServingCpuSpinMicros;  // KernelBackendChoice::cpu_spin_us.
+  bool gpu_bf16_inputs = true;              // KernelBackendChoice::gpu_bf16_inputs.
+  int64_t context_tokens = 0;               // 0: config.json's max_position_embeddings.
+  int64_t max_context_tokens = 32768;       // Cap on the default context (memory per slot).
   // "fast" (GEMMs, chunked delta rule: bit-identical for identical pass boundaries) or
   // "pass-invariant" (bit-identical whatever the pass boundaries; slower prefill).
   std::string numerics = "fast";

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
   if (choice.name == "cpu") {
     CpuKernelBackendOptions cpu;
     cpu.threads = choice.threads;
+    cpu.spin_us = choice.cpu_spin_us;
     absl::StatusOr<std::unique_ptr<CpuKernelBackend>> backend = CpuKernelBackend::Create(cpu);
     if (!backend.ok()) return backend.status();
     return std::unique_ptr<KernelBackend>(std::move(*backend));
@@ -33,6 +34,7 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
     hip.bf16_gemm_inputs = choice.gpu_bf16_inputs;
     hip.bf16_attention = choice.gpu_bf16_inputs;
     hip.mma_delta = choice.gpu_bf16_inputs;
+    hip.mma_rows_bf16_inputs = choice.gpu_bf16_inputs && !choice.pass_invariant;
     return CreateHipKernelBackend(hip);
   }
 #endif

@@ -35,6 +35,7 @@ struct CliOptions {
   int64_t pass_tokens = 0;
   std::string backend = "cpu";
   int threads = 0;
+  int cpu_spin_us = cairn::infer::kServingCpuSpinMicros;
   bool gpu_bf16_inputs = true;
   bool json = false;
   std::string digest_cache;
@@ -56,8 +57,11 @@ absl::Status Run(int argc, char** argv) {
             absl::StrCat("kernel backend: ",
                          absl::StrJoin(cairn::infer::AvailableKernelBackends(), ", ")));
   flags.Add("threads", &o.threads, "CPU backend threads (0: one per hardware thread)");
+  flags.Add("cpu-spin-us", &o.cpu_spin_us,
+            "CPU backend: microseconds a helper thread watches for the next loop before sleeping");
   flags.Add("gpu-bf16-inputs", &o.gpu_bf16_inputs,
-            "hip backend: bf16 inputs to the matrix units in prefill; false keeps them fp32");
+            "hip backend: bf16 inputs to the matrix units (prefill, decode products); false "
+            "keeps them fp32");
   flags.Add("json", &o.json, "print compact JSON (default: indented)");
   flags.Add("digest-cache", &o.digest_cache, "weights digest cache file (empty: none)");
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
@@ -82,6 +86,7 @@ absl::Status Run(int argc, char** argv) {
   run.pass_tokens = o.pass_tokens;
   run.backend = o.backend;
   run.threads = o.threads;
+  run.cpu_spin_us = o.cpu_spin_us;
   run.gpu_bf16_inputs = o.gpu_bf16_inputs;
   run.digest_cache = o.digest_cache;
   for (const std::string& p : o.logits_at) {

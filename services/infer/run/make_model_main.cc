@@ -37,9 +37,11 @@ absl::Status Run(int argc, char** argv) {
   std::string tokenizer_dir = cairn::infer::kDefaultQwen3TokenizerDir;
   cairn::FlagSet flags("cairn-make-model", "writes a random-weight checkpoint folder");
   flags.Add("out", &out, "output folder");
-  flags.Add("preset", &preset,
-            "base configuration: " + absl::StrJoin(cairn::infer::RandomCheckpointPresetNames(), ", "));
-  flags.Add("model-type", &o.model_type, "qwen3_5_text, qwen3_5, qwen3_next, qwen3_5_moe_text, qwen3_5_moe");
+  flags.Add(
+      "preset", &preset,
+      "base configuration: " + absl::StrJoin(cairn::infer::RandomCheckpointPresetNames(), ", "));
+  flags.Add("model-type", &o.model_type,
+            "qwen3_5_text, qwen3_5, qwen3_next, qwen3_5_moe_text, qwen3_5_moe");
   flags.Add("seed", &seed, "weights seed");
   flags.Add("vocab-size", &o.vocab_size, "vocabulary rows");
   flags.Add("hidden-size", &o.hidden_size, "model width");

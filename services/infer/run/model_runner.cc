@@ -67,6 +67,7 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<KernelBackend> backend,
                    CreateKernelBackend({.name = options.backend,
                                         .threads = options.threads,
+                                        .cpu_spin_us = options.cpu_spin_us,
                                         .gpu_bf16_inputs = options.gpu_bf16_inputs}));
   ModelLoadOptions load;
   load.digest.cache_path = options.digest_cache;

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
+#include "services/infer/kernels/backend_factory.h"
 
 namespace cairn::infer {
 
@@ -15,14 +16,15 @@ namespace cairn::infer {
 struct ModelRunOptions {
   std::string model_dir;
   std::vector<int32_t> prompt_ids;
-  int greedy = 0;                  // Tokens to generate greedily after the prompt.
-  std::vector<int64_t> logits_at;  // Prompt positions whose top logits are reported.
-  int top = 5;                     // Logits reported per position.
-  int64_t pass_tokens = 0;         // Prefill pass size; 0: the whole prompt in one pass.
-  std::string backend = "cpu";     // Kernel backend (AvailableKernelBackends()).
-  int threads = 0;                 // CPU backend threads; 0: one per hardware thread.
-  bool gpu_bf16_inputs = true;     // KernelBackendChoice::gpu_bf16_inputs.
-  std::string digest_cache;        // Weights digest cache file; empty: none.
+  int greedy = 0;                           // Tokens to generate greedily after the prompt.
+  std::vector<int64_t> logits_at;           // Prompt positions whose top logits are reported.
+  int top = 5;                              // Logits reported per position.
+  int64_t pass_tokens = 0;                  // Prefill pass size; 0: the whole prompt in one pass.
+  std::string backend = "cpu";              // Kernel backend (AvailableKernelBackends()).
+  int threads = 0;                          // CPU backend threads; 0: one per hardware thread.
+  int cpu_spin_us = kServingCpuSpinMicros;  // KernelBackendChoice::cpu_spin_us.
+  bool gpu_bf16_inputs = true;              // KernelBackendChoice::gpu_bf16_inputs.
+  std::string digest_cache;                 // Weights digest cache file; empty: none.
 };
 
 // Loads the model, prefills the prompt in passes of `pass_tokens` (memory grows with the pass

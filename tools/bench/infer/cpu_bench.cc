@@ -48,6 +48,7 @@
 #include "common/config/flags.h"
 #include "common/status/status_macros.h"
 #include "services/infer/engine/slot_state.h"
+#include "services/infer/kernels/backend_factory.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "services/infer/kernels/cpu/pass_flops.h"
 #include "services/infer/models/model_loader.h"
@@ -578,8 +579,8 @@ absl::Status CompareGemmSplit(const std::string& model_dir,
 absl::Status Run(int argc, char** argv) {
   std::string model_dir, preset = "bench-50m", work_dir;
   std::vector<std::string> prefill_flag = {"512", "2048", "8192"};
-  int threads = 0, spin_us = infer::CpuKernelBackendOptions::kDefaultSpinMicros, slots = 4,
-      decode_steps = 40, decode_rounds = 5, gemm_reps = 2, prefill_rounds = 1, compare_rounds = 9;
+  int threads = 0, spin_us = infer::kServingCpuSpinMicros, slots = 4, decode_steps = 40,
+      decode_rounds = 5, gemm_reps = 2, prefill_rounds = 1, compare_rounds = 9;
   std::string compare_gemm_split;
   int64_t decode_prompt = 128, max_pass = 2048;
   uint64_t bandwidth_bytes = uint64_t{1} << 30;
@@ -591,7 +592,8 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("work-dir", &work_dir, "scratch folder");
   flags.Add("threads", &threads, "backend threads (0: one per hardware thread)");
   flags.Add("spin-us", &spin_us,
-            "microseconds a backend helper thread watches for the next loop before sleeping");
+            "microseconds a backend helper thread watches for the next loop before sleeping (the "
+            "serving programs' default)");
   bool row_tiles = infer::CpuKernelBackendOptions().row_tiles;
   flags.Add("row-tiles", &row_tiles,
             "pack bf16 / f16 matrices into row tiles at load time (false: read them row-major "

@@ -52,10 +52,11 @@ struct CpuKernelBackendOptions {
   static constexpr int64_t kGemmRowSplitMinRows = 1024;
   // How long, in microseconds, a helper thread watches for the backend's next parallel loop
   // before it sleeps (cpu::WorkerTeam); 0: helpers sleep between loops. Watching trades
-  // processor time spent waiting for the wake-up a loop otherwise costs. Off by default: on the
-  // shared two-core development machine (load 5) a four-slot decode step of bench-50m read
-  // 13.6 and 10.8 GB/s of weights per processor-second without it, 10.8 and 8.8 with 30 us and
-  // 7.4 and 9.5 with 100 us (docs/cpu-backend.md, section 6).
+  // processor time spent waiting for the wake-up a loop otherwise costs. Off here (tests and
+  // tools run many backends on few cores: on the shared two-core development machine at load 5 a
+  // four-slot decode step of bench-50m read 13.6 and 10.8 GB/s of weights per processor-second
+  // without it, 10.8 and 8.8 with 30 us); the serving programs, whose backend has the machine's
+  // cores to itself, watch (kServingCpuSpinMicros, backend_factory.h).
   int spin_us = kDefaultSpinMicros;
   static constexpr int kDefaultSpinMicros = 0;
   // Accumulate the wall time of each kind of operation (profile()); for benchmarks. See also

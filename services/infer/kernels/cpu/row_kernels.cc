@@ -222,9 +222,15 @@ __attribute__((target("avx512f"))) inline void FoldAvx512(const __m512* acc, flo
 // (reading 4 rows of 1 KiB side by side runs at less than half the rate of one stream); asking
 // for them about 16 KiB ahead restores nearly the rate of one stream.
 constexpr int64_t kWeightPrefetchBytes = 16 * 1024;
-// How far ahead it asks for a row tile's weights (into L1), from the size of the input rows
-// that TileGroup's caller gives on (DefaultTilePrefetchMinInputBytes).
+// How far ahead it asks for a row tile's weights into L1, and further ahead into L2, from the
+// size of the input rows that TileGroup's caller gives on (DefaultTilePrefetchMinInputBytes).
+// The L2 requests (eleventh round) keep more of the stream in flight than the L1's fill buffers
+// allow: measured on a two-core AMD EPYC (Zen 5), 100 MB of bf16 weights in 2 MB matrices of
+// 512 columns, one thread, one / four input rows, 26.5-26.7 / 25.2-28.3 GB/s without asking
+// ahead, 29.4-31.1 / 27.6-28.7 with the L1 requests alone, 36.4-36.8 / 33.6-35.6 with both;
+// two threads 47-51 / 43-46, 65-67 / 51, 60-62 / 60-61 GB/s.
 constexpr int64_t kTilePrefetchBytes = 4 * 1024;
+constexpr int64_t kTilePrefetchL2Bytes = 16 * 1024;
 
 // How RowsAvx512 reads its C weight rows: row-major rows (C streams), or C rows of one row tile
 // with or without asking for the weights ahead.
@@ -252,8 +258,9 @@ __attribute__((target("avx512f"))) void RowsAvx512(const float* const* a, const 
       if constexpr (kReading == Reading::kRowMajor) {
         _mm_prefetch(static_cast<const char*>(block) + kWeightPrefetchBytes, _MM_HINT_T1);
       } else if (kReading == Reading::kTilePrefetch && (c * 16 * kSize) % 64 == 0) {
-        // One request per cache line of the tile's block.
+        // One request per cache line of the tile's block, at each distance.
         _mm_prefetch(static_cast<const char*>(block) + kTilePrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(static_cast<const char*>(block) + kTilePrefetchL2Bytes, _MM_HINT_T1);
       }
       wv[c] = Load16Avx512<T>(block, 0);
     }
@@ -596,14 +603,15 @@ void RowTileProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_
 }
 
 int64_t DefaultTilePrefetchMinInputBytes() {
-  // Intel: measured on a two-core Xeon (AMX generation, virtual machine), bench-50m decode
-  // tokens/s, prefetching every tile against from 24 KiB of input rows on, alternating runs:
-  // one slot 76-132 against 61-73, four slots 255-446 against 186-239. AMD: measured bare on
-  // one Zen 5 core, four input rows: 3072 columns 12 -> 21 GB/s with the prefetch, but 512 and
-  // 1024 columns 27 -> 23 and 24 -> 20 GB/s, so only rows that crowd L1 (four of 1536 columns
-  // and more) ask ahead.
-  static const int64_t bytes = __builtin_cpu_is("intel") ? kTilePrefetchAlways : 24 * 1024;
-  return bytes;
+  // Always. Intel: measured on a two-core Xeon (AMX generation, virtual machine), bench-50m
+  // decode tokens/s, prefetching every tile (into L1 then) against from 24 KiB of input rows on,
+  // alternating runs: one slot 76-132 against 61-73, four slots 255-446 against 186-239. AMD:
+  // an earlier Zen 5 machine measured the L1 requests alone costing below 24 KiB of input rows
+  // (one core, four rows of 512 columns 27 -> 23 GB/s), so until the eleventh round AMD asked
+  // ahead only from there; with the L2 requests beside them a two-core Zen 5 EPYC measured 25-28
+  // -> 34-36 GB/s on one core at those shapes and bench-50m's four-slot decode 1226-1305 ->
+  // 1442-1509 tokens/s (three alternating triples; kTilePrefetchL2Bytes has the rest).
+  return kTilePrefetchAlways;
 }
 
 void WidenTileRows(Isa isa, WeightType type, const void* part, int64_t first, int64_t count,

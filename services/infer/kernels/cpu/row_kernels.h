@@ -40,8 +40,7 @@ void RowTileProducts(Isa isa, WeightType type, const float* x, int64_t m, int64_
 inline constexpr int64_t kTilePrefetchAlways = 0;
 inline constexpr int64_t kTilePrefetchNever = -1;
 
-// RowTileProducts' prefetch threshold for this processor: always on Intel cores, from 24 KiB of
-// input rows elsewhere (row_kernels.cc has the measurements).
+// RowTileProducts' default prefetch threshold: always (row_kernels.cc has the measurements).
 int64_t DefaultTilePrefetchMinInputBytes();
 
 // Rows [first, first + count) of a part in the row-tile layout with k columns, widened to fp32

@@ -102,6 +102,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
     : options_(options),
       max_shared_bytes_(max_shared_bytes),
       mma_rows_variant_(options.mma_rows_variant),
+      mma_rows_bf16_inputs_(options.mma_rows_bf16_inputs),
       grouped_moe_prefill_(options.grouped_moe_prefill),
       moe_kernels_(options.moe_kernels),
       attention_mma_variant_(options.attention_mma_variant),
@@ -189,9 +190,10 @@ void HipKernelBackend::MatMulRows(const float* x, int64_t m, int64_t k, int64_t 
 }
 
 absl::string_view HipKernelBackend::name() const {
-  return (options_.bf16_weights && options_.bf16_gemm_inputs) || options_.bf16_attention
-             ? "hip-bf16"
-             : "hip-fp32";
+  const bool bf16_products =
+      options_.bf16_weights &&
+      (options_.bf16_gemm_inputs || (options_.mma_rows && options_.mma_rows_bf16_inputs));
+  return bf16_products || options_.bf16_attention ? "hip-bf16" : "hip-fp32";
 }
 
 bool HipKernelBackend::CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx,
@@ -234,8 +236,8 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     }
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
     if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
-                                        options_.mma_rows_tiles_of_8, mma_rows_variant_,
-                                        multiprocessors_, compute_)
+                                        mma_rows_bf16_inputs_, options_.mma_rows_tiles_of_8,
+                                        mma_rows_variant_, multiprocessors_, compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {
@@ -797,13 +799,14 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
              "moe route and sort launch") ||
       !Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                              sizes.max_tiles, gate_up_table, gate_up->aligned, 2 * a.width,
-                             a.hidden, gu, 2 * a.width, compute_),
+                             a.hidden, gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
              "moe gate/up launch") ||
       !Check(
           hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act, compute_),
           "moe silu mul launch") ||
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
-                             down_table, down->aligned, a.hidden, a.width, ys, a.hidden, compute_),
+                             down_table, down->aligned, a.hidden, a.width, ys, a.hidden,
+                             mma_rows_bf16_inputs_, compute_),
              "moe down launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1),

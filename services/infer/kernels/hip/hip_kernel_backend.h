@@ -44,8 +44,8 @@ struct HipKernelBackendOptions {
   // (into the workspace) and the pinned bf16 GEMM runs on the matrix units with fp32
   // accumulation (GpuBlas::GemmNTBf16). Off: the weights are widened to fp32 in the workspace
   // and the fp32 GEMM runs, giving the bits of the fp32 backend over the widened weights.
-  // Activations stay fp32 in memory either way, and MatMulRowsTyped (decode) always takes fp32
-  // inputs.
+  // Activations stay fp32 in memory either way; MatMulRowsTyped (decode) rounds its inputs by
+  // mma_rows_bf16_inputs.
   bool bf16_gemm_inputs = true;
   // Prefill attention (calls above attention_decode_max_tokens, not row_invariant) on the
   // matrix units: q, k, v and the softmax weights rounded to bf16, fp32 accumulation
@@ -67,6 +67,14 @@ struct HipKernelBackendOptions {
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode
   // products then read each weight once for up to 16 rows instead of once per row tile.
   bool mma_rows = true;
+  // MatMulRowsMma (and the MoE layer's grouped decode products, MoeRowsMma) round each fp32
+  // input to bf16 (nearest even) instead of splitting it exactly into three pieces: the rounding
+  // bf16_gemm_inputs gives the prefill GEMMs, a third of the matrix instructions (decode products
+  // of 16 rows were bound by them, not by the weights' bytes). Rows stay independent, so batch
+  // and restore invariance hold either way; off, every decode input is exact (the arithmetic of
+  // the "hip-f32-inputs" and pass-invariant numerics). The daemons set it to their
+  // --gpu-bf16-inputs, except under pass-invariant numerics.
+  bool mma_rows_bf16_inputs = true;
   // MatMulRowsMma calls of 9 to 16 rows (decode batches) run two tiles of 8 input rows (two
   // blocks read a weight tile, the second mostly from L2) instead of one tile of 16 that runs a
   // second set of instructions over reloaded inputs: 16 x 12288 in 0.061 ms instead of 0.082 on
@@ -278,6 +286,9 @@ class HipKernelBackend final : public KernelBackend {
   // to 2; the same bits), so that a benchmark can compare them over one model. Returns
   // InvalidArgument for other values.
   absl::Status SetMmaRowsVariantForTest(int variant);
+  // Sets HipKernelBackendOptions::mma_rows_bf16_inputs for later calls (the benchmark compares
+  // both; they differ in bits).
+  void SetMmaRowsBf16InputsForTest(bool on) { mma_rows_bf16_inputs_ = on; }
   // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).
   void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
   // Sets HipKernelBackendOptions::moe_kernels (0 or 1; the same bits), for the benchmark.
@@ -353,6 +364,7 @@ class HipKernelBackend final : public KernelBackend {
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
   int64_t host_waits_ = 0;        // See host_waits().
   int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
+  bool mma_rows_bf16_inputs_;     // options_.mma_rows_bf16_inputs unless changed for a test.
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.

@@ -148,12 +148,12 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
                            float* weights, const MoeSortBuffers& b, hipStream_t stream);
 // y row `slot` = x row (sorted_picks[slot] / top_k, or `slot` with null sorted_picks) . the
 // slot's expert's weights (n x k)^T, for every slot of the first *num_tiles of `tiles` (at most
-// max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert). NVIDIA only.
-// `weights_aligned`: every part's data is 16-byte aligned.
+// max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert, with the same
+// `bf16_inputs`). NVIDIA only. `weights_aligned`: every part's data is 16-byte aligned.
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
-                      float* y, int64_t ldy, hipStream_t stream);
+                      float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream);
 // The prefill path (calls that are not row-invariant; bf16 GEMM inputs): the picks' input rows
 // rounded to bf16 once, a grouped bf16 GEMM on the matrix units over every expert's tiles of
 // MoeGemmTileRows() picks, SiLU-mul rounded to bf16, the grouped GEMM again, MoeCombine.
@@ -208,10 +208,12 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
                            float* y, int64_t ldy, bool accumulate, bool multi_row,
                            hipStream_t stream);
 // MatMulRowsParts over bf16 weights on the matrix units (NVIDIA; false / hipErrorNotSupported
-// on AMD): every fp32 input split exactly into three bf16 pieces, each output element a fixed
-// sequence of matrix instructions over its own input row and weight column, k cut into
-// segments chosen by n and k alone and summed in order. Rows never influence each other's bits;
-// the bits differ from MatMulRowsParts' (another order), within fp32 rounding of the product.
+// on AMD): every fp32 input split exactly into three bf16 pieces, or with `bf16_inputs` rounded
+// to bf16 (nearest even, as the prefill GEMM's inputs; a third of the matrix instructions), each
+// output element a fixed sequence of matrix instructions over its own input row and weight
+// column, k cut into segments chosen by n and k alone and summed in order. Rows never influence
+// each other's bits; with three pieces the bits differ from MatMulRowsParts' (another order)
+// within fp32 rounding of the product, with bf16 inputs by the inputs' rounding.
 // `tiles_of_8`: calls of 9 to 16 rows run two tiles of 8 rows instead of one of 16 (the same
 // bits). `variant` picks how tiles of 8 rows on the vector path (k % 8 == 0, 16-byte aligned
 // rows) load: 0, four steps of k in flight a warp, two blocks a multiprocessor; 1, three steps
@@ -222,8 +224,8 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // hipErrorInvalidValue.
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
-                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
-                         int multiprocessors, hipStream_t stream);
+                         float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
+                         int variant, int multiprocessors, hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

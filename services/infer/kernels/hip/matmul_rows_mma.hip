@@ -7,7 +7,9 @@
 // exact in fp32, so what differs from an fp32 dot product is the accumulation: the matrix
 // units add without rounding to nearest (measured 1e-5 of the largest output when one chain ran
 // over all of k), so each chain runs over one step of 32 k values only and its result joins an
-// fp32 sum by ordinary, rounded additions.
+// fp32 sum by ordinary, rounded additions. With `bf16_inputs` (kPieces 1) each input is rounded
+// to bf16 (nearest even, hi alone), as the prefill GEMM's inputs are: the products are then
+// exact for the rounded inputs, the order the same, and the matrix instructions a third.
 //
 // Order: the weight columns are the matrix instruction's 16 "rows", the input rows its 8
 // "columns" (a second set of instructions for input rows 8-15 of a tile). A warp takes 16
@@ -33,7 +35,7 @@ namespace cairn::infer::hip {
 // mma.sync is NVIDIA's: AMD keeps the row kernel.
 bool MatMulRowsMmaSupported() { return false; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, bool, int, int, hipStream_t) {
+                         int64_t, bool, bool, bool, int, int, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -73,7 +75,8 @@ struct Parts {
 // 1). kEarlyUpper (variant 2, tiles of 16): the second set's inputs are loaded with the weights
 // and the first set's instead of one step at a time as they are needed. None of them enters the
 // arithmetic.
-template <bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2, bool kEarlyUpper = false>
+template <int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
+          bool kEarlyUpper = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
@@ -113,18 +116,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (kb + u * kStep >= end) break;
-      uint32_t pieces[3][4];
-      SplitPieces(v0[u], pieces);
-      StepProducts(va[u], vb[u], pieces, acc[0]);
+      uint32_t pieces[kPieces][4];
+      SplitPieces<kPieces>(v0[u], pieces);
+      StepProducts<kPieces>(va[u], vb[u], pieces, acc[0]);
       if (upper) {
         if constexpr (kEarlyUpper) {
-          SplitPieces(v1[u], pieces);
+          SplitPieces<kPieces>(v1[u], pieces);
         } else {
           float late[8];
           LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, late);
-          SplitPieces(late, pieces);
+          SplitPieces<kPieces>(late, pieces);
         }
-        StepProducts(va[u], vb[u], pieces, acc[1]);
+        StepProducts<kPieces>(va[u], vb[u], pieces, acc[1]);
       }
     }
   }
@@ -199,13 +202,43 @@ bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
   return (blocks >= multiprocessors && blocks <= two) || blocks > kManyWaves * two;
 }
 
+// The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input.
+template <int kPieces>
+void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, const float* x,
+                         int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n, float* y,
+                         int64_t ldy, bool accumulate, int segments, int64_t segment,
+                         hipStream_t stream) {
+  // clang-format 14 splits the launch's closing >>> after a template's arguments.
+  // clang-format off
+  if (early) {
+    MatMulRowsMmaKernel<kPieces, true, true, 3, 2, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec && !upper && variant == 1) {
+    MatMulRowsMmaKernel<kPieces, true, false, 3, 3><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec && upper) {
+    MatMulRowsMmaKernel<kPieces, true, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec) {
+    MatMulRowsMmaKernel<kPieces, true, false><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (upper) {
+    MatMulRowsMmaKernel<kPieces, false, true><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else {
+    MatMulRowsMmaKernel<kPieces, false, false><<<grid, kThreads, 0, stream>>>(
+        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  }
+  // clang-format on
+}
+
 }  // namespace
 
 bool MatMulRowsMmaSupported() { return true; }
 
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
-                         float* y, int64_t ldy, bool accumulate, bool tiles_of_8, int variant,
-                         int multiprocessors, hipStream_t stream) {
+                         float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
+                         int variant, int multiprocessors, hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2) {
     return hipErrorInvalidValue;
   }
@@ -240,28 +273,13 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
   if (variant == -1) variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
-  // clang-format 14 splits the launch's closing >>> after a template's arguments.
-  // clang-format off
-  if (early) {
-    MatMulRowsMmaKernel<true, true, 3, 2, true><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
-  } else if (vec && !upper && variant == 1) {
-    MatMulRowsMmaKernel<true, false, 3, 3><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
-  } else if (vec && upper) {
-    MatMulRowsMmaKernel<true, true><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
-  } else if (vec) {
-    MatMulRowsMmaKernel<true, false><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
-  } else if (upper) {
-    MatMulRowsMmaKernel<false, true><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+  if (bf16_inputs) {
+    LaunchMatMulRowsMma<1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
+                           accumulate, segments, segment, stream);
   } else {
-    MatMulRowsMmaKernel<false, false><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchMatMulRowsMma<3>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
+                           accumulate, segments, segment, stream);
   }
-  // clang-format on
   return hipGetLastError();
 }
 

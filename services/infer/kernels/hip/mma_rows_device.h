@@ -113,15 +113,19 @@ __device__ inline uint32_t PackBf16(float a, float b) {
   return r;
 }
 
-// Splits 8 inputs into the three bf16 pieces, pieces[p][e] holding elements 2e and 2e + 1.
-__device__ inline void SplitPieces(float v[8], uint32_t pieces[3][4]) {
+// Splits 8 inputs into kPieces bf16 pieces, pieces[p][e] holding elements 2e and 2e + 1: three
+// pieces (hi, mid, lo) sum to the input to within fp32 rounding of the last; one piece is the
+// input rounded to bf16 (nearest even), as the prefill GEMM's inputs are rounded.
+template <int kPieces>
+__device__ inline void SplitPieces(float v[8], uint32_t pieces[kPieces][4]) {
+  static_assert(kPieces == 1 || kPieces == 3);
 #pragma unroll
-  for (int p = 0; p < 3; ++p) {
+  for (int p = 0; p < kPieces; ++p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const uint32_t r = PackBf16(v[2 * e], v[2 * e + 1]);
       pieces[p][e] = r;
-      if (p < 2) {
+      if (p + 1 < kPieces) {
         v[2 * e] -= __uint_as_float(r << 16);
         v[2 * e + 1] -= __uint_as_float(r & 0xffff0000u);
       }
@@ -135,14 +139,16 @@ __device__ inline void SplitPieces(float v[8], uint32_t pieces[3][4]) {
 // 8t + 4h (+1) and 2t + 8(+1) is 8t + 4h + 2 (+1), the same permutation for both operands. The
 // two instructions' chains start from zero each step (lo, then mid, then hi: the matrix units
 // accumulate without rounding to nearest, so the small pieces go first and no chain grows
-// long) and reach the fp32 sum by ordinary additions.
-__device__ inline void StepProducts(const uint4& wa, const uint4& wb, const uint32_t pieces[3][4],
-                                    float sum[4]) {
+// long) and reach the fp32 sum by ordinary additions. With one piece each chain is one
+// instruction.
+template <int kPieces>
+__device__ inline void StepProducts(const uint4& wa, const uint4& wb,
+                                    const uint32_t pieces[kPieces][4], float sum[4]) {
   float c0[4] = {}, c1[4] = {};
   const uint32_t a0[4] = {wa.x, wb.x, wa.y, wb.y};
   const uint32_t a1[4] = {wa.z, wb.z, wa.w, wb.w};
 #pragma unroll
-  for (int p = 2; p >= 0; --p) {
+  for (int p = kPieces - 1; p >= 0; --p) {
     Mma(c0, a0, pieces[p][0], pieces[p][1]);
     Mma(c1, a1, pieces[p][2], pieces[p][3]);
   }

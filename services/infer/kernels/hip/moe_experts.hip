@@ -515,7 +515,7 @@ using mma_rows::StepProducts;
 // kWarps / segments column tiles of 16. A tile's row r is slot tile.start + r; its input is
 // x row sorted_picks[slot] / top_k (`gather`) or x row slot, its output y row slot. Warp w
 // takes column tile w / segments of the group and k segment w % segments, as MatMulRowsMma.
-template <bool kVec>
+template <int kPieces, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2)
     MoeRowsMmaKernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                      const MoeTile* tiles, const int32_t* num_tiles, const MoeExpertParts* weights,
@@ -556,9 +556,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (kb + u * kStep >= end) break;
-      uint32_t pieces[3][4];
-      SplitPieces(v0[u], pieces);
-      StepProducts(va[u], vb[u], pieces, acc);
+      uint32_t pieces[kPieces][4];
+      SplitPieces<kPieces>(v0[u], pieces);
+      StepProducts<kPieces>(va[u], vb[u], pieces, acc);
     }
   }
   if (segments > 1) {
@@ -950,7 +950,7 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
 
 hipError_t MoeRowsMma(const float*, int64_t, const int32_t*, int, const MoeTile*, const int32_t*,
                       int64_t, const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
-                      hipStream_t) {
+                      bool, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -959,7 +959,7 @@ hipError_t MoeRowsMma(const float*, int64_t, const int32_t*, int, const MoeTile*
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
-                      float* y, int64_t ldy, hipStream_t stream) {
+                      float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream) {
   if (max_tiles == 0 || n == 0) return hipSuccess;
   // MatMulRowsMma's segments: from n and k only.
   const int64_t col_tiles = CeilDiv(n, kTileCols);
@@ -972,11 +972,17 @@ hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, 
       weights_aligned && k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const dim3 grid(static_cast<unsigned int>(max_tiles), static_cast<unsigned int>(groups));
   // clang-format off
-  if (vec) {
-    MoeRowsMmaKernel<true><<<grid, kThreads, 0, stream>>>(
+  if (vec && bf16_inputs) {
+    MoeRowsMmaKernel<1, true><<<grid, kThreads, 0, stream>>>(
+        x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+  } else if (vec) {
+    MoeRowsMmaKernel<3, true><<<grid, kThreads, 0, stream>>>(
+        x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+  } else if (bf16_inputs) {
+    MoeRowsMmaKernel<1, false><<<grid, kThreads, 0, stream>>>(
         x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
   } else {
-    MoeRowsMmaKernel<false><<<grid, kThreads, 0, stream>>>(
+    MoeRowsMmaKernel<3, false><<<grid, kThreads, 0, stream>>>(
         x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
   }
   // clang-format on

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +29,19 @@ using testing::kReductionTolerance;
 using testing::Measured;
 using testing::RelErr;
 using testing::SameBits;
+
+// x with every value rounded to bf16 (nearest even; the values are finite), kept as floats: the
+// inputs the matrix-unit row product multiplies with mma_rows_bf16_inputs.
+std::vector<float> RoundedToBf16(std::vector<float> x) {
+  for (float& v : x) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    std::memcpy(&v, &u, 4);
+  }
+  return x;
+}
 
 // A bf16 matrix of two parts: rows [0, split) from `a`, the rest from `b`.
 WeightMatrix TwoParts(const void* a, const void* b, int64_t split, int64_t rows, int64_t cols) {
@@ -122,42 +136,58 @@ TEST_F(HipKernelBackendTest, MultiRowKernelHasTheBitsOfTheOneRowKernelForEveryRo
 }
 
 TEST_F(HipKernelBackendTest, MmaRowProductMatchesCpuAndNoRowDependsOnTheOthers) {
-  // The default decode product over bf16 weights (mma_rows): within the fp32 tolerance of the
-  // CPU backend, and a row's bits the same in calls of 1 to 40 rows starting at any row, with
-  // and without accumulation, run twice. n = 203: k cut into segments (k = 4096, 4104: a last
-  // step past k; k = 12288) or not (k = 70: the scalar path); n = 33000: one segment.
-  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
-    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
-      if (n == 33000 && k != 4096) continue;
-      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
-      const int64_t rows = 40, split = 77;
-      const std::vector<float> x = RandomFloats(rows * k, 60), y0 = RandomFloats(rows * n, 62);
-      const RandomBf16 w = RandomBf16Values(n * k, 61);
-      const std::vector<float> ref = CpuRows(x, rows, w, n, k);
-      DeviceBuffer dx = Up(x), dw = Up(w.bits), base = Poisoned(rows * n), base_acc = Up(y0);
-      const WeightMatrix wm =
-          TwoParts(dw.data(), static_cast<const char*>(dw.data()) + split * k * 2, split, n, k);
-      gpu_->MatMulRowsTyped(dx.floats(), rows, k, wm, base.floats(), n, false);
-      gpu_->MatMulRowsTyped(dx.floats(), rows, k, wm, base_acc.floats(), n, true);
-      ASSERT_TRUE(gpu_->Synchronize().ok());
-      const std::vector<float> expect = Down(base, rows * n), expect_acc = Down(base_acc, rows * n);
-      EXPECT_LT(Measured("mma rows n=" + std::to_string(n) + " k=" + std::to_string(k),
-                         RelErr(expect, ref)),
-                kReductionTolerance);
-      for (const int64_t m : {1, 2, 3, 5, 8, 9, 16, 17, 33, 40}) {
-        SCOPED_TRACE(::testing::Message() << "m=" << m);
-        const int64_t first = (rows - m) / 3;
-        const auto slice = [&](const std::vector<float>& v) {
-          return std::vector<float>(v.begin() + first * n, v.begin() + (first + m) * n);
-        };
-        DeviceBuffer once = Poisoned(m * n), twice = Poisoned(m * n), acc = Up(slice(y0));
-        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, once.floats(), n, false);
-        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, twice.floats(), n, false);
-        gpu_->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, acc.floats(), n, true);
-        ASSERT_TRUE(gpu_->Synchronize().ok());
-        EXPECT_TRUE(SameBits(Down(once, m * n), slice(expect)));
-        EXPECT_TRUE(SameBits(Down(twice, m * n), slice(expect)));
-        EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
+  // The decode product over bf16 weights (mma_rows), inputs split exactly or rounded to bf16
+  // (mma_rows_bf16_inputs, the default): within the fp32 tolerance of the CPU backend over the
+  // same inputs (the rounded ones for the latter: the rounding is nearest even, and each product
+  // of a bf16 input and a bf16 weight is exact), and a row's bits the same in calls of 1 to 40
+  // rows starting at any row, with and without accumulation, run twice. n = 203: k cut into
+  // segments (k = 4096, 4104: a last step past k; k = 12288) or not (k = 70: the scalar path);
+  // n = 33000: one segment.
+  for (const bool bf16_inputs : {false, true}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> mode =
+        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs});
+    ASSERT_TRUE(mode.ok()) << mode.status();
+    HipKernelBackend* gpu = mode->get();
+    for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
+      for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
+        if (n == 33000 && k != 4096) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << n << " k=" << k << " bf16 inputs " << bf16_inputs);
+        const int64_t rows = 40, split = 77;
+        const std::vector<float> x = RandomFloats(rows * k, 60), y0 = RandomFloats(rows * n, 62);
+        const RandomBf16 w = RandomBf16Values(n * k, 61);
+        const std::vector<float> ref = CpuRows(bf16_inputs ? RoundedToBf16(x) : x, rows, w, n, k);
+        DeviceBuffer dx = Up(x), dw = Up(w.bits), base = Poisoned(rows * n), base_acc = Up(y0);
+        const WeightMatrix wm =
+            TwoParts(dw.data(), static_cast<const char*>(dw.data()) + split * k * 2, split, n, k);
+        gpu->MatMulRowsTyped(dx.floats(), rows, k, wm, base.floats(), n, false);
+        gpu->MatMulRowsTyped(dx.floats(), rows, k, wm, base_acc.floats(), n, true);
+        ASSERT_TRUE(gpu->Synchronize().ok());
+        const std::vector<float> expect = Down(base, rows * n),
+                                 expect_acc = Down(base_acc, rows * n);
+        const std::string name = std::string(bf16_inputs ? "mma rows (bf16 inputs)" : "mma rows") +
+                                 " n=" + std::to_string(n) + " k=" + std::to_string(k);
+        EXPECT_LT(Measured(name, RelErr(expect, ref)), kReductionTolerance);
+        if (bf16_inputs) {
+          EXPECT_LT(
+              Measured(name + " vs unrounded inputs", RelErr(expect, CpuRows(x, rows, w, n, k))),
+              kBf16InputTolerance);
+        }
+        for (const int64_t m : {1, 2, 3, 5, 8, 9, 16, 17, 33, 40}) {
+          SCOPED_TRACE(::testing::Message() << "m=" << m);
+          const int64_t first = (rows - m) / 3;
+          const auto slice = [&](const std::vector<float>& v) {
+            return std::vector<float>(v.begin() + first * n, v.begin() + (first + m) * n);
+          };
+          DeviceBuffer once = Poisoned(m * n), twice = Poisoned(m * n), acc = Up(slice(y0));
+          gpu->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, once.floats(), n, false);
+          gpu->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, twice.floats(), n, false);
+          gpu->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, acc.floats(), n, true);
+          ASSERT_TRUE(gpu->Synchronize().ok());
+          EXPECT_TRUE(SameBits(Down(once, m * n), slice(expect)));
+          EXPECT_TRUE(SameBits(Down(twice, m * n), slice(expect)));
+          EXPECT_TRUE(SameBits(Down(acc, m * n), slice(expect_acc)));
+        }
       }
     }
   }
@@ -166,33 +196,41 @@ TEST_F(HipKernelBackendTest, MmaRowProductMatchesCpuAndNoRowDependsOnTheOthers) 
 TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInTilesOf8AndOf16) {
   // Calls of 9 to 16 rows in tiles of 8 (the default) against tiles of 16 (the second
   // instruction set): the same bits, with and without accumulation, vector and scalar paths
-  // (and calls of other sizes, which take the same tiles either way).
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> of16 =
-      HipKernelBackend::Create({.mma_rows_tiles_of_8 = false});
-  ASSERT_TRUE(of16.ok()) << of16.status();
-  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
-    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}}) {
-      if (n == 33000 && k != 4096) continue;
-      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
-      const int64_t rows = 40;
-      const std::vector<float> x = RandomFloats(rows * k, 63), y0 = RandomFloats(rows * n, 65);
-      const RandomBf16 w = RandomBf16Values(n * k, 64);
-      DeviceBuffer dx = Up(x), dw = Up(w.bits);
-      const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
-      for (const int64_t m : {1, 8, 9, 13, 16, 17, 40}) {
-        SCOPED_TRACE(::testing::Message() << "m=" << m);
-        const std::vector<float> y0m(y0.begin(), y0.begin() + m * n);
-        DeviceBuffer a = Poisoned(m * n), b = Poisoned(m * n), a_acc = Up(y0m), b_acc = Up(y0m);
-        gpu_->MatMulRowsTyped(dx.floats(), m, k, wm, a.floats(), n, false);
-        gpu_->MatMulRowsTyped(dx.floats(), m, k, wm, a_acc.floats(), n, true);
-        (*of16)->MatMulRowsTyped(dx.floats(), m, k, wm, b.floats(), n, false);
-        (*of16)->MatMulRowsTyped(dx.floats(), m, k, wm, b_acc.floats(), n, true);
-        ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
-        ASSERT_TRUE((*of16)->Synchronize().ok()) << (*of16)->status();
-        const std::vector<float> got = Down(a, m * n);
-        EXPECT_TRUE(SameBits(got, Down(b, m * n)));
-        EXPECT_TRUE(SameBits(Down(a_acc, m * n), Down(b_acc, m * n)));
-        EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); }), 0);
+  // (and calls of other sizes, which take the same tiles either way); inputs exact and rounded.
+  for (const bool bf16_inputs : {false, true}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> of8 =
+        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs});
+    ASSERT_TRUE(of8.ok()) << of8.status();
+    HipKernelBackend* gpu = of8->get();
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> of16 = HipKernelBackend::Create(
+        {.mma_rows_bf16_inputs = bf16_inputs, .mma_rows_tiles_of_8 = false});
+    ASSERT_TRUE(of16.ok()) << of16.status();
+    for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
+      for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}}) {
+        if (n == 33000 && k != 4096) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << n << " k=" << k << " bf16 inputs " << bf16_inputs);
+        const int64_t rows = 40;
+        const std::vector<float> x = RandomFloats(rows * k, 63), y0 = RandomFloats(rows * n, 65);
+        const RandomBf16 w = RandomBf16Values(n * k, 64);
+        DeviceBuffer dx = Up(x), dw = Up(w.bits);
+        const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
+        for (const int64_t m : {1, 8, 9, 13, 16, 17, 40}) {
+          SCOPED_TRACE(::testing::Message() << "m=" << m);
+          const std::vector<float> y0m(y0.begin(), y0.begin() + m * n);
+          DeviceBuffer a = Poisoned(m * n), b = Poisoned(m * n), a_acc = Up(y0m), b_acc = Up(y0m);
+          gpu->MatMulRowsTyped(dx.floats(), m, k, wm, a.floats(), n, false);
+          gpu->MatMulRowsTyped(dx.floats(), m, k, wm, a_acc.floats(), n, true);
+          (*of16)->MatMulRowsTyped(dx.floats(), m, k, wm, b.floats(), n, false);
+          (*of16)->MatMulRowsTyped(dx.floats(), m, k, wm, b_acc.floats(), n, true);
+          ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->status();
+          ASSERT_TRUE((*of16)->Synchronize().ok()) << (*of16)->status();
+          const std::vector<float> got = Down(a, m * n);
+          EXPECT_TRUE(SameBits(got, Down(b, m * n)));
+          EXPECT_TRUE(SameBits(Down(a_acc, m * n), Down(b_acc, m * n)));
+          EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); }),
+                    0);
+        }
       }
     }
   }
@@ -204,50 +242,57 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   // sets' inputs loaded early for 9 to 16 rows (2), in tiles of 8 and of 16, against
   // variant 0: the same bits, with and without accumulation, at one segment and at several
   // (n = 33000 and 203), a last step past k (k = 4104), k = 12288 and the scalar path (k = 70),
-  // rows starting inside the input.
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> registers =
-      HipKernelBackend::Create({.mma_rows_variant = 0});
-  ASSERT_TRUE(registers.ok()) << registers.status();
-  std::vector<std::unique_ptr<HipKernelBackend>> variants;
-  for (const int variant : {1, -1, 2}) {
-    for (const bool tiles_of_8 : {true, false}) {
-      absl::StatusOr<std::unique_ptr<HipKernelBackend>> v = HipKernelBackend::Create(
-          {.mma_rows_tiles_of_8 = tiles_of_8, .mma_rows_variant = variant});
-      ASSERT_TRUE(v.ok()) << v.status();
-      variants.push_back(*std::move(v));
-    }
-  }
+  // rows starting inside the input; inputs exact and rounded to bf16.
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 3}).ok());
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = -2}).ok());
-  for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
-    for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
-      if (n == 33000 && k != 4096) continue;
-      SCOPED_TRACE(::testing::Message() << "n=" << n << " k=" << k);
-      const int64_t rows = 40;
-      const std::vector<float> x = RandomFloats(rows * k, 66), y0 = RandomFloats(rows * n, 67);
-      const RandomBf16 w = RandomBf16Values(n * k, 68);
-      DeviceBuffer dx = Up(x), dw = Up(w.bits);
-      const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
-      for (const int64_t m : {1, 2, 8, 9, 13, 16, 17, 40}) {
-        SCOPED_TRACE(::testing::Message() << "m=" << m);
-        const int64_t first = (rows - m) / 2;
-        const std::vector<float> y0m(y0.begin(), y0.begin() + m * n);
-        DeviceBuffer ref = Poisoned(m * n), ref_acc = Up(y0m);
-        (*registers)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, ref.floats(), n, false);
-        (*registers)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, ref_acc.floats(), n, true);
-        ASSERT_TRUE((*registers)->Synchronize().ok()) << (*registers)->status();
-        const std::vector<float> expect = Down(ref, m * n), expect_acc = Down(ref_acc, m * n);
-        EXPECT_EQ(
-            std::count_if(expect.begin(), expect.end(), [](float v) { return std::isnan(v); }), 0);
-        for (size_t i = 0; i < variants.size(); ++i) {
-          SCOPED_TRACE(::testing::Message() << "variant " << i);
-          DeviceBuffer got = Poisoned(m * n), got_acc = Up(y0m);
-          variants[i]->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, got.floats(), n, false);
-          variants[i]->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, got_acc.floats(), n,
-                                       true);
-          ASSERT_TRUE(variants[i]->Synchronize().ok()) << variants[i]->status();
-          EXPECT_TRUE(SameBits(Down(got, m * n), expect));
-          EXPECT_TRUE(SameBits(Down(got_acc, m * n), expect_acc));
+  for (const bool bf16_inputs : {false, true}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> registers =
+        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs, .mma_rows_variant = 0});
+    ASSERT_TRUE(registers.ok()) << registers.status();
+    std::vector<std::unique_ptr<HipKernelBackend>> variants;
+    for (const int variant : {1, -1, 2}) {
+      for (const bool tiles_of_8 : {true, false}) {
+        absl::StatusOr<std::unique_ptr<HipKernelBackend>> v =
+            HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
+                                      .mma_rows_tiles_of_8 = tiles_of_8,
+                                      .mma_rows_variant = variant});
+        ASSERT_TRUE(v.ok()) << v.status();
+        variants.push_back(*std::move(v));
+      }
+    }
+    for (const int64_t n : {int64_t{203}, int64_t{33000}}) {
+      for (const int64_t k : {int64_t{70}, int64_t{4096}, int64_t{4104}, int64_t{12288}}) {
+        if (n == 33000 && k != 4096) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "n=" << n << " k=" << k << " bf16 inputs " << bf16_inputs);
+        const int64_t rows = 40;
+        const std::vector<float> x = RandomFloats(rows * k, 66), y0 = RandomFloats(rows * n, 67);
+        const RandomBf16 w = RandomBf16Values(n * k, 68);
+        DeviceBuffer dx = Up(x), dw = Up(w.bits);
+        const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
+        for (const int64_t m : {1, 2, 8, 9, 13, 16, 17, 40}) {
+          SCOPED_TRACE(::testing::Message() << "m=" << m);
+          const int64_t first = (rows - m) / 2;
+          const std::vector<float> y0m(y0.begin(), y0.begin() + m * n);
+          DeviceBuffer ref = Poisoned(m * n), ref_acc = Up(y0m);
+          (*registers)->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, ref.floats(), n, false);
+          (*registers)
+              ->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, ref_acc.floats(), n, true);
+          ASSERT_TRUE((*registers)->Synchronize().ok()) << (*registers)->status();
+          const std::vector<float> expect = Down(ref, m * n), expect_acc = Down(ref_acc, m * n);
+          EXPECT_EQ(
+              std::count_if(expect.begin(), expect.end(), [](float v) { return std::isnan(v); }),
+              0);
+          for (size_t i = 0; i < variants.size(); ++i) {
+            SCOPED_TRACE(::testing::Message() << "variant " << i);
+            DeviceBuffer got = Poisoned(m * n), got_acc = Up(y0m);
+            variants[i]->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, got.floats(), n, false);
+            variants[i]->MatMulRowsTyped(dx.floats() + first * k, m, k, wm, got_acc.floats(), n,
+                                         true);
+            ASSERT_TRUE(variants[i]->Synchronize().ok()) << variants[i]->status();
+            EXPECT_TRUE(SameBits(Down(got, m * n), expect));
+            EXPECT_TRUE(SameBits(Down(got_acc, m * n), expect_acc));
+          }
         }
       }
     }
@@ -255,8 +300,8 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
 }
 
 TEST_F(HipKernelBackendTest, Bf16GemmMatchesCpuWithinTheInputRoundingOrExactlyWithFp32Inputs) {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32_inputs =
-      HipKernelBackend::Create({.bf16_gemm_inputs = false, .bf16_attention = false});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32_inputs = HipKernelBackend::Create(
+      {.bf16_gemm_inputs = false, .bf16_attention = false, .mma_rows_bf16_inputs = false});
   ASSERT_TRUE(fp32_inputs.ok()) << fp32_inputs.status();
   EXPECT_EQ((*fp32_inputs)->name(), "hip-fp32");
   struct Shape {

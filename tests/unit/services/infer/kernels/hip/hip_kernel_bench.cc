@@ -9,8 +9,9 @@
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
 // rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
-// (HipKernelBackendOptions::mma_rows_variant, tiles of 8 or 16), with the bits of every variant
-// compared against variant 0's; and decode-sized RMSNorm calls.
+// (HipKernelBackendOptions::mma_rows_variant, tiles of 8 or 16), inputs rounded to bf16 (the
+// default) and split exactly (mma_rows_bf16_inputs off), with the bits of every variant compared
+// against variant 0's of the same inputs; and decode-sized RMSNorm calls.
 //
 // --moe-prefill: only one MoE layer's routed experts at the 80B-A3B-like model's shapes (512
 // experts of 512, hidden 2048, top 10) at prefill sizes: KernelBackend's default (routing to the
@@ -50,13 +51,20 @@ int DecodeProducts() {
     const char* name;
     HipKernelBackendOptions options;
   };
+  // The loads with bf16-rounded inputs (the default), each against variant 0's bits; then the
+  // exact three-piece inputs, each against the first of those.
   const std::vector<Variant> variants = {
       {"variant 0 (4 steps, 2 blocks), tiles of 8", {.mma_rows_variant = 0}},
       {"variant 0, tiles of 16", {.mma_rows_tiles_of_8 = false, .mma_rows_variant = 0}},
       {"variant 1 (3 steps, 3 blocks), tiles of 8", {.mma_rows_variant = 1}},
       {"variant -1 (per call; default)", {.mma_rows_variant = -1}},
       {"variant 2 (9-16 rows: a tile of 16, inputs early)", {.mma_rows_variant = 2}},
+      {"exact inputs, variant 0", {.mma_rows_bf16_inputs = false, .mma_rows_variant = 0}},
+      {"exact inputs, variant 1", {.mma_rows_bf16_inputs = false, .mma_rows_variant = 1}},
+      {"exact inputs, variant -1", {.mma_rows_bf16_inputs = false, .mma_rows_variant = -1}},
+      {"exact inputs, variant 2", {.mma_rows_bf16_inputs = false, .mma_rows_variant = 2}},
   };
+  const size_t first_exact = 5;
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
   for (const Variant& v : variants) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(v.options);
@@ -116,15 +124,16 @@ int DecodeProducts() {
               WeightMatrix::Of(pool + (i % count) * stride, WeightType::kBF16, sh.n, sh.k);
           vb.MatMulRowsTyped(x, m, sh.k, wm, out, sh.n, false);
         };
-        call(0, v == 0 ? y_ref : y);
+        const bool reference = v == 0 || v == first_exact;
+        call(0, reference ? y_ref : y);
         Bench::Check(vb.Synchronize(), "decode product");
-        if (v == 0) {
+        if (reference) {
           ref.resize(m * sh.n);
           Bench::Check(b.Download(ref.data(), y_ref, m * sh.n * 4), "download");
         } else {
           Bench::Check(b.Download(got.data(), y, m * sh.n * 4), "download");
         }
-        const bool same = v == 0 || std::memcmp(got.data(), ref.data(), got.size() * 4) == 0;
+        const bool same = reference || std::memcmp(got.data(), ref.data(), got.size() * 4) == 0;
         std::vector<double> times;
         for (int rep = 0; rep < 3; ++rep) {
           for (int i = 0; i < 2; ++i) call(i, y);
@@ -138,7 +147,7 @@ int DecodeProducts() {
         std::snprintf(label, sizeof label, "decode product %s m=%ld n=%ld k=%ld %s%s", sh.what, m,
                       sh.n, sh.k, variants[v].name, same ? "" : " (BITS DIFFER)");
         Row(label, times[1], "GB/s", static_cast<double>(bytes));
-        if (!same) std::printf("bits differ from variant 0's\n");
+        if (!same) std::printf("bits differ from the reference variant's\n");
       }
     }
   }

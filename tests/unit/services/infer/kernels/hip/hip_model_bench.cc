@@ -21,7 +21,10 @@
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
-//          [--decode-attention-variants=N,N,...]
+//          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0]
+// --mma-bf16-inputs: each slot count's decode steps run once for each value listed, outermost:
+// 1, the decode products' inputs rounded to bf16 (HipKernelBackendOptions::mma_rows_bf16_inputs,
+// the default), 0, split exactly into three pieces (other bits).
 // --mma-variants: each slot count's decode steps run once for each value of
 // HipKernelBackendOptions::mma_rows_variant listed (the same bits), in turn.
 // --decode-attention-variants: within that, once for each value of
@@ -93,6 +96,7 @@ struct Flags {
   bool mma_tiles_of_8 = HipKernelBackendOptions().mma_rows_tiles_of_8;
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
+  std::vector<int> mma_bf16_inputs = {HipKernelBackendOptions().mma_rows_bf16_inputs ? 1 : 0};
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
@@ -454,9 +458,9 @@ class ModelBench {
     const int warm = 2;
     // Each slot count runs its steps twice (fresh results, then reused ones) for each
     // combination of variants listed.
-    const int64_t runs = static_cast<int64_t>(f_.decode_slots.size() * f_.mma_variants.size() *
-                                              f_.decode_attention_variants.size() *
-                                              f_.moe_kernels.size());
+    const int64_t runs = static_cast<int64_t>(
+        f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
+        f_.decode_attention_variants.size() * f_.moe_kernels.size());
     const int64_t rows = f_.decode_depth + 2 * runs * (f_.decode_steps + warm) + 8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
@@ -499,24 +503,33 @@ class ModelBench {
     const double weights_other =
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
     for (const int64_t slot_count : f_.decode_slots) {
-      for (const int variant : f_.mma_variants) {
-        Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
-        for (const int attention : f_.decode_attention_variants) {
-          Bench::Check(b_.SetAttentionDecodeVariantForTest(attention), "decode attention variant");
-          for (const int kernels : f_.moe_kernels) {
-            b_.SetMoeKernelsForTest(kernels);
-            std::string suffix;
-            if (f_.mma_variants.size() > 1) suffix += absl::StrFormat(" (mma variant %d)", variant);
-            if (f_.decode_attention_variants.size() > 1) {
-              suffix += absl::StrFormat(" (decode attention variant %d)", attention);
+      for (const int bf16_inputs : f_.mma_bf16_inputs) {
+        b_.SetMmaRowsBf16InputsForTest(bf16_inputs == 1);
+        for (const int variant : f_.mma_variants) {
+          Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
+          for (const int attention : f_.decode_attention_variants) {
+            Bench::Check(b_.SetAttentionDecodeVariantForTest(attention),
+                         "decode attention variant");
+            for (const int kernels : f_.moe_kernels) {
+              b_.SetMoeKernelsForTest(kernels);
+              std::string suffix;
+              if (f_.mma_bf16_inputs.size() > 1) {
+                suffix += bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
+              }
+              if (f_.mma_variants.size() > 1)
+                suffix += absl::StrFormat(" (mma variant %d)", variant);
+              if (f_.decode_attention_variants.size() > 1) {
+                suffix += absl::StrFormat(" (decode attention variant %d)", attention);
+              }
+              if (f_.moe_kernels.size() > 1) {
+                suffix += absl::StrFormat(" (moe kernels %d)", kernels);
+              }
+              DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
             }
-            if (f_.moe_kernels.size() > 1) {
-              suffix += absl::StrFormat(" (moe kernels %d)", kernels);
-            }
-            DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
           }
         }
       }
+      b_.SetMmaRowsBf16InputsForTest(HipKernelBackendOptions().mma_rows_bf16_inputs);
       Bench::Check(
           b_.SetAttentionDecodeVariantForTest(HipKernelBackendOptions().attention_decode_variant),
           "decode attention variant");
@@ -587,6 +600,21 @@ class ModelBench {
         "step  %8.1f tokens/s = %5.1f %%; host waits a step (reused): %.1f%s",
         name_.c_str(), slots, fresh_seconds / f_.decode_steps * 1e3, fresh_tokens_per_s,
         100.0 * fresh_tokens_per_s / bound, static_cast<double>(waits) / f_.decode_steps, suffix));
+    // The host's share of a step that copies the logits from page-locked staging into kept
+    // result vectors: the same bytes copied between kept host vectors (median of 5).
+    std::vector<std::vector<float>> copies(kept.size());
+    std::vector<double> copy_seconds;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = Clock::now();
+      for (size_t i = 0; i < kept.size(); ++i) copies[i].assign(kept[i].begin(), kept[i].end());
+      copy_seconds.push_back(Bench::Seconds(start));
+    }
+    std::sort(copy_seconds.begin(), copy_seconds.end());
+    Print(
+        absl::StrFormat("%s decode %2d slots: copying a step's logits (%.1f MB) between kept host "
+                        "vectors takes %.3f ms%s",
+                        name_.c_str(), slots, slots * static_cast<double>(kept[0].size()) * 4e-6,
+                        copy_seconds[2] * 1e3, suffix));
   }
 
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
@@ -645,6 +673,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       for (absl::string_view v : absl::StrSplit(value, ',')) {
         if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 2) return false;
         f->mma_variants.push_back(static_cast<int>(n));
+      }
+    } else if (key == "mma-bf16-inputs") {
+      f->mma_bf16_inputs.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
+        f->mma_bf16_inputs.push_back(static_cast<int>(n));
       }
     } else if (key == "moe-prefill") {
       f->moe_prefill.clear();
@@ -711,7 +745,7 @@ int Main(int argc, char** argv) {
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
-                 "[--decode-attention-variants=N,N,...]\n");
+                 "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(

@@ -23,15 +23,16 @@
 namespace cairn::infer {
 namespace {
 
-// With fp32 GEMM and attention inputs (HipKernelBackendOptions::bf16_gemm_inputs and
-// bf16_attention and mma_delta off, as --gpu-bf16-inputs=false sets them) both backends compute
-// over the same bf16 weights in fp32 with fp32 accumulation, in different reduction orders
-// (vendor GEMM against OpenBLAS, tiled attention, chunked delta rule): a pass's logits agree
+// With fp32 GEMM and attention inputs (HipKernelBackendOptions::bf16_gemm_inputs,
+// bf16_attention, mma_rows_bf16_inputs and mma_delta off, as --gpu-bf16-inputs=false sets
+// them) both backends compute over the same bf16 weights in fp32 with fp32 accumulation, in
+// different reduction orders (vendor GEMM against OpenBLAS, tiled attention, chunked delta
+// rule): a pass's logits agree
 // within this fraction of its largest reference logit. The kernels alone agree within 1e-5
 // (kernels/hip/README.md); eight layers of random weights amplify that.
 constexpr float kRelativeTolerance = 1e-3f;
-// The default backend rounds every GEMM's input rows to bf16, and prefill attention's q, k, v
-// (prefill passes; decode keeps fp32 inputs): each product is off by up to 1.5e-3 of its
+// The default backend rounds every product's input rows to bf16 (prefill GEMMs and decode's row
+// products) and prefill attention's q, k, v: each product is off by up to 1.5e-3 of its
 // magnitude (measured; the kernel test's bound is 4e-3). These random 8-layer presets amplify a
 // product's error about 300 times (fp32: 3e-7 per product gives 1e-4 in the logits), so the bf16
 // path's logits differ from the CPU backend's by up to 0.65 of the largest logit (H200,
@@ -135,8 +136,11 @@ void ExpectLogitsMatch(const std::string& what, Model& cpu_model, KernelBackend&
 }
 
 TEST_P(HipModelTest, LogitsMatchTheCpuBackendWithFp32Inputs) {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> exact = HipKernelBackend::Create(
-      {.bf16_gemm_inputs = false, .bf16_attention = false, .mma_delta = false});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> exact =
+      HipKernelBackend::Create({.bf16_gemm_inputs = false,
+                                .bf16_attention = false,
+                                .mma_rows_bf16_inputs = false,
+                                .mma_delta = false});
   ASSERT_TRUE(exact.ok()) << exact.status();
   absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), exact->get());
   ASSERT_TRUE(model.ok()) << model.status();

@@ -107,8 +107,40 @@ void ExpertMatrices(const MoeShape& s, const uint16_t* fused, const uint16_t* ga
   }
 }
 
+// Router logits for `s`'s tokens: random, and with a hot bias two favoured experts for every
+// token and ties: token 0's logits all equal (its picks are experts 0 .. top_k - 1) and, with
+// `tied_pairs`, token 1's in equal pairs.
+std::vector<float> RouterLogits(const MoeShape& s, uint64_t seed, bool tied_pairs) {
+  std::vector<float> logits = RandomFloats(s.tokens * s.experts, seed, -3.0f, 3.0f);
+  if (s.hot_bias == 0.0f) return logits;
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    logits[t * s.experts + 1] += s.hot_bias;
+    logits[t * s.experts + 5] += s.hot_bias;
+  }
+  std::fill(logits.begin(), logits.begin() + s.experts, 0.25f);
+  if (tied_pairs && s.tokens > 1) {
+    for (int e = 0; e + 1 < s.experts; e += 2) logits[s.experts + e + 1] = logits[s.experts + e];
+  }
+  return logits;
+}
+
 class HipMoeExpertsTest : public HipKernelBackendTest {
  protected:
+  // The CPU backend's MoeExperts of `a`'s shape over the host copies of its inputs: out0 plus
+  // the routed sum.
+  std::vector<float> CpuMoe(MoeExpertsArgs a, const std::vector<float>& x,
+                            const std::vector<float>& logits, std::vector<float> out0,
+                            const std::vector<WeightMatrix>& host_gate_up,
+                            const std::vector<WeightMatrix>& host_down) {
+    a.x = x.data();
+    a.logits = logits.data();
+    a.out = out0.data();
+    a.gate_up = host_gate_up.data();
+    a.down = host_down.data();
+    ScratchArena host_scratch(cpu_->memory());
+    EXPECT_TRUE(cpu_->MoeExperts(a, host_scratch).ok());
+    return out0;
+  }
   // Uploads `b` (buffers kept in `keep`) and returns the device matrices in gate_up / down.
   void UploadExperts(const MoeShape& s, const MoeBits& b, std::vector<DeviceBuffer>& keep,
                      std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
@@ -135,70 +167,64 @@ std::vector<MoeShape> Shapes() {
 }
 
 TEST_F(HipMoeExpertsTest, DevicePathGivesTheDefaultsBitsAndMatchesCpu) {
-  for (const MoeShape& s : Shapes()) {
-    SCOPED_TRACE(s.name);
-    const MoeBits bits = RandomExperts(s, 91);
-    std::vector<DeviceBuffer> keep;
-    std::vector<WeightMatrix> gate_up, down, host_gate_up, host_down;
-    UploadExperts(s, bits, keep, gate_up, down);
-    ExpertMatrices(s, bits.gate_up.data(), nullptr, nullptr, bits.down.data(), host_gate_up,
-                   host_down);
-    std::vector<float> x = RandomFloats(s.tokens * s.hidden, 93);
-    std::vector<float> logits = RandomFloats(s.tokens * s.experts, 95, -3.0f, 3.0f);
-    if (s.hot_bias != 0.0f) {
-      for (int64_t t = 0; t < s.tokens; ++t) {
-        logits[t * s.experts + 1] += s.hot_bias;
-        logits[t * s.experts + 5] += s.hot_bias;
-      }
-      // Ties: token 0's logits all equal (its picks are experts 0 .. top_k - 1), token 1's
-      // in equal pairs.
-      std::fill(logits.begin(), logits.begin() + s.experts, 0.25f);
-      for (int e = 0; e + 1 < s.experts; e += 2) {
-        logits[s.experts + e + 1] = logits[s.experts + e];
-      }
-    }
-    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 97);
-    DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), def_out = Up(out0);
-    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
-    ScratchArena scratch(gpu_->memory());
+  // Both input roundings of the decode products (HipKernelBackendOptions::mma_rows_bf16_inputs):
+  // exact inputs within the fp32 tolerance of the CPU backend, bf16-rounded ones within the
+  // input rounding's; the device path gives the default's bits in each.
+  for (const bool bf16_inputs : {false, true}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> mode =
+        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs});
+    ASSERT_TRUE(mode.ok()) << mode.status();
+    HipKernelBackend* gpu = mode->get();
+    const float tolerance = bf16_inputs ? kBf16InputTolerance : kReductionTolerance;
+    for (const MoeShape& s : Shapes()) {
+      SCOPED_TRACE(::testing::Message()
+                   << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
+      const MoeBits bits = RandomExperts(s, 91);
+      std::vector<DeviceBuffer> keep;
+      std::vector<WeightMatrix> gate_up, down, host_gate_up, host_down;
+      UploadExperts(s, bits, keep, gate_up, down);
+      ExpertMatrices(s, bits.gate_up.data(), nullptr, nullptr, bits.down.data(), host_gate_up,
+                     host_down);
+      std::vector<float> x = RandomFloats(s.tokens * s.hidden, 93);
+      const std::vector<float> logits = RouterLogits(s, 95, /*tied_pairs=*/true);
+      const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 97);
+      DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), def_out = Up(out0);
+      MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+      ScratchArena scratch(gpu->memory());
 
-    a.out = dev_out.floats();
-    ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
-    a.out = def_out.floats();
-    ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
-    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
-    // The device path with MoeRoute's thread per token instead of a block per token.
-    DeviceBuffer thread_out = Up(out0);
-    {
-      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-          HipKernelBackend::Create({.moe_block_route = false});
-      ASSERT_TRUE(b.ok()) << b.status();
-      ScratchArena other(b->get()->memory());
-      a.out = thread_out.floats();
-      ASSERT_TRUE((*b)->MoeExperts(a, other).ok()) << (*b)->status();
-      ASSERT_TRUE((*b)->Synchronize().ok()) << (*b)->status();
-    }
+      a.out = dev_out.floats();
+      ASSERT_TRUE(gpu->MoeExperts(a, scratch).ok()) << gpu->status();
+      a.out = def_out.floats();
+      ASSERT_TRUE(gpu->KernelBackend::MoeExperts(a, scratch).ok()) << gpu->status();
+      ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->status();
+      // The device path with MoeRoute's thread per token instead of a block per token.
+      DeviceBuffer thread_out = Up(out0);
+      {
+        absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+            {.mma_rows_bf16_inputs = bf16_inputs, .moe_block_route = false});
+        ASSERT_TRUE(b.ok()) << b.status();
+        ScratchArena other(b->get()->memory());
+        a.out = thread_out.floats();
+        ASSERT_TRUE((*b)->MoeExperts(a, other).ok()) << (*b)->status();
+        ASSERT_TRUE((*b)->Synchronize().ok()) << (*b)->status();
+      }
 
-    const std::vector<float> dev = Down(dev_out, out0.size());
-    const std::vector<float> def = Down(def_out, out0.size());
-    EXPECT_TRUE(SameBits(Down(thread_out, out0.size()), def)) << "thread-per-token routing";
-    EXPECT_TRUE(SameBits(dev, def)) << "block-per-token routing";
-    std::vector<float> ref = out0;
-    MoeExpertsArgs h = a;
-    h.x = x.data();
-    h.logits = logits.data();
-    h.out = ref.data();
-    h.gate_up = host_gate_up.data();
-    h.down = host_down.data();
-    ScratchArena host_scratch(cpu_->memory());
-    ASSERT_TRUE(cpu_->MoeExperts(h, host_scratch).ok());
-    // The routed sum alone (out - out0) against the CPU's.
-    std::vector<float> dev_sum(dev.size()), ref_sum(ref.size());
-    for (size_t i = 0; i < dev.size(); ++i) {
-      dev_sum[i] = dev[i] - out0[i];
-      ref_sum[i] = ref[i] - out0[i];
+      const std::vector<float> dev = Down(dev_out, out0.size());
+      const std::vector<float> def = Down(def_out, out0.size());
+      EXPECT_TRUE(SameBits(Down(thread_out, out0.size()), def)) << "thread-per-token routing";
+      EXPECT_TRUE(SameBits(dev, def)) << "block-per-token routing";
+      const std::vector<float> ref = CpuMoe(a, x, logits, out0, host_gate_up, host_down);
+      // The routed sum alone (out - out0) against the CPU's.
+      std::vector<float> dev_sum(dev.size()), ref_sum(ref.size());
+      for (size_t i = 0; i < dev.size(); ++i) {
+        dev_sum[i] = dev[i] - out0[i];
+        ref_sum[i] = ref[i] - out0[i];
+      }
+      EXPECT_LT(
+          Measured(std::string("moe experts ") + (bf16_inputs ? "(bf16 inputs) " : "") + s.name,
+                   RelErr(dev_sum, ref_sum)),
+          tolerance);
     }
-    EXPECT_LT(Measured("moe experts " + s.name, RelErr(dev_sum, ref_sum)), kReductionTolerance);
   }
 }
 
@@ -275,14 +301,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     ExpertMatrices(s, bits.gate_up.data(), nullptr, nullptr, bits.down.data(), host_gate_up,
                    host_down);
     std::vector<float> x = RandomFloats(s.tokens * s.hidden, 193);
-    std::vector<float> logits = RandomFloats(s.tokens * s.experts, 195, -3.0f, 3.0f);
-    if (s.hot_bias != 0.0f) {
-      for (int64_t t = 0; t < s.tokens; ++t) {
-        logits[t * s.experts + 1] += s.hot_bias;
-        logits[t * s.experts + 5] += s.hot_bias;
-      }
-      std::fill(logits.begin(), logits.begin() + s.experts, 0.25f);
-    }
+    const std::vector<float> logits = RouterLogits(s, 195, /*tied_pairs=*/false);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), again_out = Up(out0),
                  def_out = Up(out0);
@@ -304,15 +323,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     if (!gemm_path) {
       EXPECT_TRUE(SameBits(dev, def)) << "the default serves";
     }
-    std::vector<float> ref = out0;
-    MoeExpertsArgs h = a;
-    h.x = x.data();
-    h.logits = logits.data();
-    h.out = ref.data();
-    h.gate_up = host_gate_up.data();
-    h.down = host_down.data();
-    ScratchArena host_scratch(cpu_->memory());
-    ASSERT_TRUE(cpu_->MoeExperts(h, host_scratch).ok());
+    const std::vector<float> ref = CpuMoe(a, x, logits, out0, host_gate_up, host_down);
     // The routed sum alone (out - out0) against the CPU's and the default's.
     std::vector<float> dev_sum(dev.size()), def_sum(def.size()), ref_sum(ref.size());
     for (size_t i = 0; i < dev.size(); ++i) {
