@@ -145,7 +145,10 @@ absl::StatusOr<ReferenceRun> RunReference(const std::string& model_dir,
   if (TestBackendName() == "cpu") {
     backend = TestBackend();
   } else {
-    ASSIGN_OR_RETURN(backend, CreateKernelBackend({.name = TestBackendName()}));
+    // As the daemon creates it for these numerics (pass-invariant keeps the GPU's row products'
+    // inputs exact).
+    ASSIGN_OR_RETURN(backend, CreateKernelBackend(
+                                  {.name = TestBackendName(), .pass_invariant = pass_invariant}));
   }
   ModelLoadOptions lo;
   lo.qwen3_hybrid.pass_invariant = pass_invariant;
