@@ -173,11 +173,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // Over many waves the last wave's fill matters less than variant 1's fewer loads in flight:
 // calls of up to 8 rows whose grids exceed kManyWaves waves at two blocks a multiprocessor take
 // variant 0 (the lm head, 1940 blocks: 0.498 / 0.504 ms at 1 / 4 rows against 0.526 / 0.562 in
-// variant 1; at 16 rows, 3880 blocks, 0.870 against 0.867, so those keep the rule above).
+// variant 1; at 16 rows, 3880 blocks, 0.870 against 0.867, so those keep the rule above). That
+// holds for exact inputs; with bf16 inputs (a third of the instructions) variant 1 is the faster
+// there too (the lm head at one row 0.500 ms against 0.526-0.529), so they keep the fill rule.
 constexpr int64_t kManyWaves = 4;
-int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
+int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors, bool bf16_inputs) {
   if (multiprocessors <= 0) return 0;
-  if (m <= 8 && blocks > kManyWaves * 2 * multiprocessors) return 0;
+  if (!bf16_inputs && m <= 8 && blocks > kManyWaves * 2 * multiprocessors) return 0;
   const auto fill = [&](int per) {
     const int64_t places = static_cast<int64_t>(per) * multiprocessors;
     return static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, places) * places);
@@ -272,7 +274,9 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   const int64_t row_tiles = CeilDiv(m, upper ? kTileRows : 8);
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
-  if (variant == -1) variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
+  if (variant == -1) {
+    variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors, bf16_inputs);
+  }
   if (bf16_inputs) {
     LaunchMatMulRowsMma<1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
                            accumulate, segments, segment, stream);
