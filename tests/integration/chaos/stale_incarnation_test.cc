@@ -20,6 +20,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/process/child_process.h"
 #include "common/shm/arena_client.h"
 #include "common/shm/arena_handle.h"
@@ -133,12 +135,22 @@ class StaleIncarnationTest : public ::testing::Test {
     // Another prompt in slot 0 makes the cache preserve the checkpoint's borrowed rows, so
     // that the disk writer has all of its bytes.
     a.PrefillCold(0, Tokens(2, 40), {}, 2);
-    v1::FlushResponse flushed;
-    ASSERT_TRUE(a.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+    // The preserved rows' SpillDone travels on the session stream, so the daemon may queue the
+    // disk write after a Flush sent right away (a Flush waits only for writes queued before
+    // it): flush until the checkpoint is on disk, within a deadline.
     v1::ListCheckpointsResponse list;
-    ASSERT_TRUE(
-        a.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list).ok());
-    ASSERT_EQ(list.checkpoints_size(), 1);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    do {
+      v1::FlushResponse flushed;
+      ASSERT_TRUE(a.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+      list.Clear();
+      ASSERT_TRUE(
+          a.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
+              .ok());
+      ASSERT_EQ(list.checkpoints_size(), 1);
+      if (list.checkpoints(0).on_disk()) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    } while (absl::Now() < deadline);
     ASSERT_TRUE(list.checkpoints(0).on_disk()) << "the checkpoint was never acknowledged on disk";
 
     const v1::RestoreLease lease = Lease(a, 1, ids[0]);
