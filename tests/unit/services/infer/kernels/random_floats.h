@@ -20,6 +20,22 @@ inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1.0f
   return v;
 }
 
+// The bf16 bits of finite `f` rounded to nearest even.
+inline uint16_t Bf16BitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// The fp32 value of bf16 bits `b` (exact).
+inline float WideOfBf16(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // `n` random values rounded to bf16: the raw bits (as a checkpoint stores them) and their exact
 // fp32 widening.
 struct RandomBf16 {
@@ -31,12 +47,8 @@ inline RandomBf16 RandomBf16Values(size_t n, uint64_t seed) {
   r.wide = RandomFloats(n, seed);
   r.bits.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &r.wide[i], 4);
-    u += 0x7fffu + ((u >> 16) & 1u);  // Round to nearest even (the values are finite).
-    r.bits[i] = static_cast<uint16_t>(u >> 16);
-    u = static_cast<uint32_t>(r.bits[i]) << 16;
-    std::memcpy(&r.wide[i], &u, 4);
+    r.bits[i] = Bf16BitsOf(r.wide[i]);
+    r.wide[i] = WideOfBf16(r.bits[i]);
   }
   return r;
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -33,13 +32,7 @@ using testing::SameBits;
 // x with every value rounded to bf16 (nearest even; the values are finite), kept as floats: the
 // inputs the matrix-unit row product multiplies with mma_rows_bf16_inputs.
 std::vector<float> RoundedToBf16(std::vector<float> x) {
-  for (float& v : x) {
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    std::memcpy(&v, &u, 4);
-  }
+  for (float& v : x) v = WideOfBf16(Bf16BitsOf(v));
   return x;
 }
 
