@@ -478,7 +478,7 @@ bool Scheduler::DecodeStep() {
   for (Active* a : batch) {
     passes.push_back({memory_->slot(a->slot), absl::MakeConstSpan(&a->pending, 1), false});
   }
-  const absl::Status run = model_->ForwardBatchInto(passes, decode_logits_);
+  const absl::Status run = model_->ForwardBatchViews(passes, decode_logits_);
   if (!run.ok()) {
     for (Active* a : batch) Finish(*a, run, FinishReason::kStop);
     return true;

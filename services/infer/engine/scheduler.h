@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/concurrency/mutex.h"
 #include "services/infer/engine/kv_memory.h"
 #include "services/infer/engine/request.h"
@@ -124,8 +125,8 @@ class Scheduler {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Active>> active_;
   uint64_t clock_ = 0;  // Logical time for least-recently-used slot choice.
-  // The decode steps' logits, kept between steps so that their memory is reused.
-  std::vector<std::vector<float>> decode_logits_;
+  // The decode steps' logits, read in place (Model::ForwardBatchViews) until the next step.
+  std::vector<absl::Span<const float>> decode_logits_;
 
   mutable Mutex mu_;
   CondVar cv_;

@@ -76,6 +76,22 @@ class Model {
   virtual absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
                                         std::vector<std::vector<float>>& results) = 0;
 
+  // ForwardBatch whose logits are read in place: on return `views` holds batch.size() spans,
+  // each sequence's logits (the same bits as ForwardBatch), valid until the model's next
+  // forward call of any kind. A model that downloads its logits from a device points the spans
+  // into its page-locked staging where one download holds the whole batch (a decode step),
+  // saving the copy into result vectors (16 sequences of a 152K vocabulary: 9.7 MB, about
+  // 1.6 ms of host time a step on the H200's host); otherwise, and by default, the logits go
+  // through ForwardBatchInto into vectors the model keeps. On error `views` holds unspecified
+  // values.
+  virtual absl::Status ForwardBatchViews(absl::Span<const SequencePass> batch,
+                                         std::vector<absl::Span<const float>>& views) {
+    absl::Status s = ForwardBatchInto(batch, view_results_);
+    if (!s.ok()) return s;
+    views.assign(view_results_.begin(), view_results_.end());
+    return absl::OkStatus();
+  }
+
   // Runs one pass of one sequence: ForwardBatch of a single sequence.
   absl::StatusOr<std::vector<float>> Forward(SlotState* slot, absl::Span<const int32_t> tokens,
                                              const ForwardOptions& options) {
@@ -85,6 +101,10 @@ class Model {
     if (!out.ok()) return out.status();
     return std::move(out->front());
   }
+
+ private:
+  // The results behind ForwardBatchViews' default.
+  std::vector<std::vector<float>> view_results_;
 };
 
 }  // namespace cairn::infer

@@ -387,7 +387,7 @@ std::vector<int32_t> Tokens(int64_t n, int64_t vocab, int64_t seed) {
 // The first index of the largest element (as std::max_element), with the running maximum in a
 // register: std::max_element keeps an iterator to it and reloads the value every step, which
 // took 3-4 % of a four-slot decode step of the small model in this bench's own loop.
-int32_t Argmax(const std::vector<float>& v) {
+int32_t Argmax(absl::Span<const float> v) {
   int32_t best = 0;
   float top = v[0];
   for (size_t i = 1; i < v.size(); ++i) {
@@ -423,8 +423,8 @@ class DecodeSet {
     for (size_t i = 0; i < slots_.size(); ++i) {
       batch.push_back({slots_[i].get(), absl::MakeConstSpan(&next_[i], 1), false});
     }
-    // Into kept vectors, as cairn-infer's scheduler decodes.
-    RETURN_IF_ERROR(model_.ForwardBatchInto(batch, logits_));
+    // Read in place, as cairn-infer's scheduler decodes.
+    RETURN_IF_ERROR(model_.ForwardBatchViews(batch, logits_));
     for (size_t i = 0; i < slots_.size(); ++i) next_[i] = Argmax(logits_[i]);
     return absl::OkStatus();
   }
@@ -437,7 +437,7 @@ class DecodeSet {
   infer::Model& model_;
   std::vector<std::unique_ptr<infer::SlotState>> slots_;
   std::vector<int32_t> next_;
-  std::vector<std::vector<float>> logits_;  // The last step's, kept between steps.
+  std::vector<absl::Span<const float>> logits_;  // The last step's, until the next.
 };
 
 double Median(std::vector<double> v) {

@@ -124,6 +124,8 @@ class Qwen3HybridModel final : public Model {
   const StateLayout& state_layout() const override { return layout_; }
   absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
                                 std::vector<std::vector<float>>& results) override;
+  absl::Status ForwardBatchViews(absl::Span<const SequencePass> batch,
+                                 std::vector<absl::Span<const float>>& views) override;
 
  private:
   absl::Status LoadAttention(WeightReader& r, const std::string& p, AttentionWeights& w);
@@ -139,6 +141,12 @@ class Qwen3HybridModel final : public Model {
   // Frees the host copies the reader made once they are on the device.
   void DropHostCopies();
 
+  // Ends the scratch arena's pass when it goes out of scope: its device blocks are merged for
+  // the next pass however this one ends.
+  struct EndPassOnReturn {
+    ScratchArena& arena;
+    ~EndPassOnReturn() { arena.EndPass(); }
+  };
   // One sequence of a group: its index in the batch, its slot and its rows in the group's
   // activations.
   struct Sequence {
@@ -155,8 +163,18 @@ class Qwen3HybridModel final : public Model {
   };
 
   absl::Status CheckPass(const SequencePass& pass) const;
+  // Checks `batch` (ForwardBatch's errors) and prepares its slots for appending.
+  absl::Status PrepareBatch(absl::Span<const SequencePass> batch) const;
+  // Whether a pass of `tokens` tokens runs in the batch's shared row-kernel group.
+  bool InSharedGroup(int64_t tokens) const {
+    return tokens <= options_.row_kernel_max_tokens || options_.pass_invariant;
+  }
+  // Runs group `g` of `batch` and hands each of its sequences' logits out: into `results`, or,
+  // with `views` (device memory and staged logits only: the caller checks), as spans of the
+  // page-locked staging.
   absl::Status RunGroup(Group& g, absl::Span<const SequencePass> batch,
-                        std::vector<std::vector<float>>& results);
+                        std::vector<std::vector<float>>& results,
+                        std::vector<absl::Span<const float>>* views = nullptr);
   void MatMul(const Group& g, const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
               float* y, int64_t ldy, bool accumulate);
   // The layers' parts: x is the normed input [g.rows, D], h the residual stream they add to
@@ -742,7 +760,8 @@ absl::Status Qwen3HybridModel::CheckPass(const SequencePass& pass) const {
 }
 
 absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass> batch,
-                                        std::vector<std::vector<float>>& results) {
+                                        std::vector<std::vector<float>>& results,
+                                        std::vector<absl::Span<const float>>* views) {
   const int64_t d = c_.hidden_size;
   const int64_t t = g.rows;
   ScratchArena::Frame frame(scratch_);
@@ -797,7 +816,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(rows * c_.vocab_size));
   MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
   const int64_t floats = rows * c_.vocab_size;
-  if (!memory_->host_visible() && floats <= kMaxStagedLogits) {
+  if (views != nullptr || (!memory_->host_visible() && floats <= kMaxStagedLogits)) {
     // Device memory: every row in one copy into page-locked staging (not one pageable copy a
     // sequence), then each sequence's rows into its result. The download waits for the device
     // and reports any error of the pass.
@@ -808,7 +827,11 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
       const float* from = staged + row * c_.vocab_size;
-      results[s.index].assign(from, from + n * c_.vocab_size);
+      if (views != nullptr) {
+        (*views)[s.index] = absl::MakeConstSpan(from, static_cast<size_t>(n * c_.vocab_size));
+      } else {
+        results[s.index].assign(from, from + n * c_.vocab_size);
+      }
       row += n;
     }
   } else {
@@ -827,8 +850,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   return absl::OkStatus();
 }
 
-absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> batch,
-                                                std::vector<std::vector<float>>& results) {
+absl::Status Qwen3HybridModel::PrepareBatch(absl::Span<const SequencePass> batch) const {
   if (batch.empty()) return absl::InvalidArgumentError("empty forward batch");
   for (size_t i = 0; i < batch.size(); ++i) {
     RETURN_IF_ERROR(CheckPass(batch[i]));
@@ -842,6 +864,38 @@ absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> b
   for (const SequencePass& pass : batch) {
     RETURN_IF_ERROR(pass.slot->PrepareAppend(static_cast<int64_t>(pass.tokens.size())));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::ForwardBatchViews(absl::Span<const SequencePass> batch,
+                                                 std::vector<absl::Span<const float>>& views) {
+  // In place only where one staged download holds every sequence's logits: device memory, one
+  // shared group (every pass short), at most kMaxStagedLogits floats.
+  bool one_download = !memory_->host_visible() && !batch.empty();
+  int64_t floats = 0;
+  for (const SequencePass& pass : batch) {
+    const int64_t t = static_cast<int64_t>(pass.tokens.size());
+    one_download = one_download && InSharedGroup(t);
+    floats += (pass.all_logits ? t : 1) * c_.vocab_size;
+  }
+  if (!one_download || floats > kMaxStagedLogits) return Model::ForwardBatchViews(batch, views);
+  RETURN_IF_ERROR(PrepareBatch(batch));
+  views.assign(batch.size(), {});
+  Group all;
+  all.row_kernel = true;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
+    all.seqs.push_back({static_cast<int>(i), batch[i].slot, all.rows, t});
+    all.rows += t;
+  }
+  const EndPassOnReturn end_pass{scratch_};
+  std::vector<std::vector<float>> unused;
+  return RunGroup(all, batch, unused, &views);
+}
+
+absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                                std::vector<std::vector<float>>& results) {
+  RETURN_IF_ERROR(PrepareBatch(batch));
   // Short passes (decode steps) share one group computed with the row-invariant product;
   // each longer pass runs alone through the GEMM. Which path a sequence takes depends only
   // on its own length, so its bits never depend on the rest of the batch.
@@ -851,20 +905,16 @@ absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> b
   small.row_kernel = true;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
-    if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) {
+    if (InSharedGroup(t)) {
       small.seqs.push_back({static_cast<int>(i), batch[i].slot, small.rows, t});
       small.rows += t;
     }
   }
-  // The arena's device blocks are merged for the next pass however this one ends.
-  struct EndPass {
-    ScratchArena& arena;
-    ~EndPass() { arena.EndPass(); }
-  } end_pass{scratch_};
+  const EndPassOnReturn end_pass{scratch_};
   if (!small.seqs.empty()) RETURN_IF_ERROR(RunGroup(small, batch, results));
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
-    if (t <= options_.row_kernel_max_tokens || options_.pass_invariant) continue;
+    if (InSharedGroup(t)) continue;
     Group alone;
     alone.seqs.push_back({static_cast<int>(i), batch[i].slot, 0, t});
     alone.rows = t;

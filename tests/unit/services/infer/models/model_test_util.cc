@@ -10,6 +10,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "gtest/gtest.h"
 #include "services/infer/models/model_loader.h"
@@ -96,7 +97,9 @@ absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t s
       {{2, 36, 1, false}},
       {{0, 23, 1, false}, {1, 13, 1, false}, {2, 37, 1, false}},
   };
-  const auto run = [&](bool reuse) -> absl::StatusOr<std::vector<std::vector<std::vector<float>>>> {
+  // How the results come back: 0 ForwardBatch, 1 ForwardBatchInto into kept vectors, 2
+  // ForwardBatchViews into kept spans (copied out before the next batch).
+  const auto run = [&](int mode) -> absl::StatusOr<std::vector<std::vector<std::vector<float>>>> {
     std::vector<std::unique_ptr<SlotState>> slots;
     for (int i = 0; i < 3; ++i) {
       ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
@@ -107,6 +110,7 @@ absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t s
                                             {},
                                             std::vector<float>(5 * vocab + 17, 1.0f),
                                             std::vector<float>(9, -2.0f)};
+    std::vector<absl::Span<const float>> views(5);
     std::vector<std::vector<std::vector<float>>> out;
     for (const std::vector<Pass>& b : batches) {
       std::vector<SequencePass> passes;
@@ -114,7 +118,12 @@ absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t s
         passes.push_back(
             {slots[static_cast<size_t>(p.slot)].get(), span.subspan(p.first, p.n), p.all});
       }
-      if (reuse) {
+      if (mode == 2) {
+        RETURN_IF_ERROR(model.ForwardBatchViews(passes, views));
+        std::vector<std::vector<float>> copied;
+        for (absl::Span<const float> v : views) copied.emplace_back(v.begin(), v.end());
+        out.push_back(std::move(copied));
+      } else if (mode == 1) {
         RETURN_IF_ERROR(model.ForwardBatchInto(passes, kept));
         out.push_back(kept);
       } else {
@@ -124,22 +133,25 @@ absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t s
     }
     return out;
   };
-  ASSIGN_OR_RETURN(const auto fresh, run(false));
-  ASSIGN_OR_RETURN(const auto reused, run(true));
-  for (size_t b = 0; b < batches.size(); ++b) {
-    if (fresh[b].size() != batches[b].size() || reused[b].size() != batches[b].size()) {
-      return absl::InternalError(absl::StrCat("batch ", b, ": ", fresh[b].size(), " and ",
-                                              reused[b].size(), " results for ", batches[b].size(),
-                                              " sequences"));
-    }
-    for (size_t i = 0; i < batches[b].size(); ++i) {
-      const std::vector<float>& f = fresh[b][i];
-      const std::vector<float>& r = reused[b][i];
-      const int64_t rows = batches[b][i].all ? batches[b][i].n : 1;
-      if (static_cast<int64_t>(f.size()) != rows * vocab || r.size() != f.size() ||
-          std::memcmp(f.data(), r.data(), f.size() * sizeof(float)) != 0) {
-        return absl::InternalError(
-            absl::StrCat("batch ", b, " sequence ", i, ": reused results differ from fresh ones"));
+  ASSIGN_OR_RETURN(const auto fresh, run(0));
+  for (int mode = 1; mode <= 2; ++mode) {
+    const char* const how = mode == 1 ? "reused results" : "views";
+    ASSIGN_OR_RETURN(const auto reused, run(mode));
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (fresh[b].size() != batches[b].size() || reused[b].size() != batches[b].size()) {
+        return absl::InternalError(absl::StrCat("batch ", b, ": ", fresh[b].size(), " fresh and ",
+                                                reused[b].size(), " ", how, " for ",
+                                                batches[b].size(), " sequences"));
+      }
+      for (size_t i = 0; i < batches[b].size(); ++i) {
+        const std::vector<float>& f = fresh[b][i];
+        const std::vector<float>& r = reused[b][i];
+        const int64_t rows = batches[b][i].all ? batches[b][i].n : 1;
+        if (static_cast<int64_t>(f.size()) != rows * vocab || r.size() != f.size() ||
+            std::memcmp(f.data(), r.data(), f.size() * sizeof(float)) != 0) {
+          return absl::InternalError(
+              absl::StrCat("batch ", b, " sequence ", i, ": ", how, " differ from fresh results"));
+        }
       }
     }
   }

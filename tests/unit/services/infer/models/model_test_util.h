@@ -35,8 +35,9 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
 // Runs a fixed series of batches (prefill passes with and without all_logits beside decode
 // steps, then decode steps of three, two and one sequences) twice, each time on fresh slots in
 // `memory`: once through ForwardBatch, once through ForwardBatchInto into one results vector kept
-// across the batches and seeded with stale vectors of other sizes. Ok when every batch gives the
-// same sizes and bits both ways; else Internal naming the batch and sequence.
+// across the batches and seeded with stale vectors of other sizes, once through ForwardBatchViews
+// into one vector of spans kept likewise (each batch's copied out before the next). Ok when every
+// batch gives the same sizes and bits every way; else Internal naming the batch and sequence.
 absl::Status CompareReusedResults(Model& model, DeviceMemory* memory, uint64_t seed);
 
 }  // namespace cairn::infer::testing

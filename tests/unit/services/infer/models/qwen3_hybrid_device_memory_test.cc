@@ -178,7 +178,8 @@ TEST_P(DeviceMemoryModelTest, DevicePathGivesTheCpuBitsAndMovesOnlyLogits) {
 }
 
 // ForwardBatchInto reuses its results' memory and gives ForwardBatch's bits, on the host path
-// and on the device path (logits staged, then copied into each result).
+// and on the device path (logits staged, then copied into each result); so do ForwardBatchViews'
+// spans (on the device path, into the staging itself where one download holds the batch).
 TEST_P(DeviceMemoryModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
   std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
   DeviceLikeBackend device(testing::TestBackend());

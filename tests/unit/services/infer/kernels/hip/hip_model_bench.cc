@@ -6,8 +6,9 @@
 //     bf16 matrix rate for the model's FLOPs (GEMMs, attention, delta rule);
 //   - decode tokens/s at 1, 4 and 16 slots (--decode-depth tokens each), as a share of the HBM
 //     bound (weights read once per step, plus each slot's rows and recurrent state), with the
-//     logits in vectors kept between steps (ForwardBatchInto) and, for comparison, in fresh
-//     vectors each step (ForwardBatch), and how often a step waits for the device;
+//     logits read in place (ForwardBatchViews, as the scheduler's decode) and, for comparison,
+//     in vectors kept between steps (ForwardBatchInto) and in fresh vectors each step
+//     (ForwardBatch), and how often a step waits for the device;
 //   - restore of a --ttft-depth checkpoint from pinned host memory (the arena) in GB/s, against
 //     pinned host-to-device bandwidth; capture time of its private state;
 //   - the seed's time-to-first-token table at --ttft-depth: cold (prefill from scratch), disk
@@ -456,12 +457,12 @@ class ModelBench {
     const StateLayout& layout = model_->state_layout();
     constexpr int kMaxSlots = 16;
     const int warm = 2;
-    // Each slot count runs its steps twice (fresh results, then reused ones) for each
-    // combination of variants listed.
+    // Each slot count runs its steps once per way of returning the logits (DecodeSteps'
+    // kDecodeModes) for each combination of variants listed.
     const int64_t runs = static_cast<int64_t>(
         f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
         f_.decode_attention_variants.size() * f_.moe_kernels.size());
-    const int64_t rows = f_.decode_depth + 2 * runs * (f_.decode_steps + warm) + 8;
+    const int64_t rows = f_.decode_depth + kDecodeModes * runs * (f_.decode_steps + warm) + 8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
     if (!kv.ok()) Bench::Fail(kv.status().ToString());
@@ -536,34 +537,43 @@ class ModelBench {
     }
   }
 
+  // How DecodeSteps returns a step's logits, in the order it runs them.
+  enum Mode { kFresh = 0, kKept = 1, kViews = 2 };
+  static constexpr int kDecodeModes = 3;
+
   // Times --decode-steps steps of `slots` slots of `kv` (each slot's sequence one token
-  // deeper a step), first with fresh result vectors, then with kept ones, and prints them
-  // against the HBM bound; `suffix` ends the lines.
+  // deeper a step), first with fresh result vectors, then with kept ones, then read in place,
+  // and prints them against the HBM bound; `suffix` ends the lines.
   void DecodeSteps(int slots, SlotKvMemory& kv_memory, double weights_other,
                    const std::string& suffix) {
     const StateLayout& layout = model_->state_layout();
     const int warm = 2;
     std::vector<std::vector<int32_t>> next(slots);
-    // First each step's logits in fresh vectors (ForwardBatch, as before ForwardBatchInto),
-    // then in vectors kept between steps (ForwardBatchInto, as the scheduler's decode).
+    // Each step's logits in fresh vectors (ForwardBatch), then in vectors kept between steps
+    // (ForwardBatchInto), then read in place (ForwardBatchViews, as the scheduler's decode).
     double fresh_seconds = 0;
+    double kept_seconds = 0;
     double seconds = 0;
     int64_t waits = 0;
     std::vector<std::vector<float>> kept;
-    for (int reuse = 0; reuse < 2; ++reuse) {
-      double& total = reuse == 1 ? seconds : fresh_seconds;
+    std::vector<absl::Span<const float>> views;
+    for (const Mode mode : {kFresh, kKept, kViews}) {
+      double& total = mode == kViews ? seconds : mode == kKept ? kept_seconds : fresh_seconds;
       for (int step = 0; step < warm + f_.decode_steps; ++step) {
         std::vector<SequencePass> batch;
         for (int s = 0; s < slots; ++s) {
           next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
           batch.push_back({kv_memory.slot(s), next[s]});
         }
-        if (reuse == 1) ProfilerRange(slots, step == warm);
+        if (mode == kViews) ProfilerRange(slots, step == warm);
         // Fresh results are freed after the step's time is taken (as before).
         absl::StatusOr<std::vector<std::vector<float>>> fresh;
         const int64_t waits_before = b_.host_waits();
         const auto start = Clock::now();
-        if (reuse == 1) {
+        if (mode == kViews) {
+          const absl::Status st = model_->ForwardBatchViews(batch, views);
+          if (!st.ok()) Bench::Fail(st.ToString());
+        } else if (mode == kKept) {
           const absl::Status st = model_->ForwardBatchInto(batch, kept);
           if (!st.ok()) Bench::Fail(st.ToString());
         } else {
@@ -572,7 +582,7 @@ class ModelBench {
         }
         if (step >= warm) {
           total += Bench::Seconds(start);
-          if (reuse == 1) waits += b_.host_waits() - waits_before;
+          if (mode == kViews) waits += b_.host_waits() - waits_before;
         }
       }
     }
@@ -594,11 +604,14 @@ class ModelBench {
         "tokens/s (%.2f GB a step) = %5.1f %%%s",
         name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s, bound,
         bytes / 1e9, 100.0 * tokens_per_s / bound, suffix));
+    const double kept_tokens_per_s = slots * f_.decode_steps / kept_seconds;
     const double fresh_tokens_per_s = slots * f_.decode_steps / fresh_seconds;
     Print(absl::StrFormat(
-        "%s decode %2d slots, logits in fresh vectors each step (ForwardBatch): %7.2f ms a "
-        "step  %8.1f tokens/s = %5.1f %%; host waits a step (reused): %.1f%s",
-        name_.c_str(), slots, fresh_seconds / f_.decode_steps * 1e3, fresh_tokens_per_s,
+        "%s decode %2d slots, logits copied into kept vectors (ForwardBatchInto): %7.2f ms a "
+        "step = %5.1f %%; into fresh vectors each step (ForwardBatch): %7.2f ms = %5.1f %%; host "
+        "waits a step (in place): %.1f%s",
+        name_.c_str(), slots, kept_seconds / f_.decode_steps * 1e3,
+        100.0 * kept_tokens_per_s / bound, fresh_seconds / f_.decode_steps * 1e3,
         100.0 * fresh_tokens_per_s / bound, static_cast<double>(waits) / f_.decode_steps, suffix));
     // The host's share of a step that copies the logits from page-locked staging into kept
     // result vectors: the same bytes copied between kept host vectors (median of 5).

@@ -169,7 +169,7 @@ TEST_P(HipModelTest, SameInputsGiveBitIdenticalLogits) {
 }
 
 // ForwardBatchInto reuses its results' memory (the logits staged, then copied into each result)
-// and gives ForwardBatch's bits.
+// and gives ForwardBatch's bits; so do ForwardBatchViews' spans into the staging.
 TEST_P(HipModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
   CAIRN_EXPECT_OK(testing::CompareReusedResults(*gpu_model_, gpu_->memory(), 11));
 }
