@@ -42,6 +42,13 @@ class DeviceMemory {
   virtual absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes) = 0;
   virtual absl::Status Download(void* host_dst, const void* device_src, int64_t bytes) = 0;
   virtual absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) = 0;
+  // Host -> device without waiting for the device: the copy is queued in order with the
+  // backend's kernels, so every kernel launched after the call reads the new bytes; the source
+  // may be reused when the call returns. An error of the copy itself may be reported by a later
+  // call. The default is Upload.
+  virtual absl::Status UploadQueued(void* device_dst, const void* host_src, int64_t bytes) {
+    return Upload(device_dst, host_src, bytes);
+  }
   // Sets `bytes` of device memory to zero.
   virtual absl::Status Zero(void* device_dst, int64_t bytes) = 0;
 

@@ -110,10 +110,18 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// Up to two arrays of rows that L2Normalize scales in one launch, each with its own scale: grid
+// row blockIdx.y takes array blockIdx.y.
+struct L2Arrays {
+  float* x[2];
+  float scale[2];
+};
+
 __global__ void __launch_bounds__(kRowThreads)
-    L2NormalizeKernel(float* x, int64_t dim, float eps, float scale) {
+    L2NormalizeKernel(L2Arrays arrays, int64_t dim, float eps) {
   __shared__ float scratch[kRowThreads];
-  float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  const float scale = arrays.scale[blockIdx.y];
+  float* xr = arrays.x[blockIdx.y] + static_cast<int64_t>(blockIdx.x) * dim;
   const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
   const float inv = 1.0f / sqrtf(ss + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = xr[i] * inv * scale;
@@ -192,8 +200,10 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 __global__ void __launch_bounds__(kRowThreads)
-    L2NormalizeWarpKernel(float* x, int64_t rows, int64_t dim, float eps, float scale) {
+    L2NormalizeWarpKernel(L2Arrays arrays, int64_t rows, int64_t dim, float eps) {
   if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
+  float* x = arrays.x[blockIdx.y];
+  const float scale = arrays.scale[blockIdx.y];
   float v[kWarpParts], part[kWarpParts];
   const int64_t r = WarpRowLoad(x, dim, v, part);
   const float ss = WarpRowSum(part);
@@ -336,10 +346,15 @@ __device__ void CausalConvOut(const float* in, int64_t ld_in, int64_t tokens, in
 // values are loaded once into registers and the weights once per thread, and the index
 // arithmetic is per chunk, not per element. The same sum per output (acc += w * x over the
 // kernel's taps in order, from zero), so the same bits.
+// kWriteState (only for tokens <= kConvTokens: one chunk, so each channel's window is one
+// thread's) also writes the last `hist` window rows as the new state, as CausalConvState would
+// after it: the thread read its channel's state rows into the window first, and no other
+// thread reads them.
 constexpr int kConvTokens = 8;
+template <bool kWriteState>
 __device__ void CausalConvOutChunks(const float* in, int64_t ld_in, int64_t tokens,
-                                    int64_t channels, const float* w, int kernel,
-                                    const float* state, float* out) {
+                                    int64_t channels, const float* w, int kernel, float* state,
+                                    float* out) {
   const int hist = kernel - 1;
   const int64_t n = (tokens + kConvTokens - 1) / kConvTokens * channels;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
@@ -367,6 +382,15 @@ __device__ void CausalConvOutChunks(const float* in, int64_t ld_in, int64_t toke
         if (m < kernel) acc += wk[m] * win[j + m];
       }
       out[(t0 + j) * channels + ch] = DeviceSilu(acc);
+    }
+    if constexpr (kWriteState) {
+      // win[x] is window row x - hist (t0 is 0), state row x - tokens; indexed by constants
+      // so that the window stays in registers.
+#pragma unroll
+      for (int x = 0; x < kConvTokens + kMaxConvKernel - 1; ++x) {
+        const int64_t i = x - tokens;
+        if (i >= 0 && i < hist) state[i * channels + ch] = win[x];
+      }
     }
   }
 }
@@ -407,10 +431,11 @@ struct ConvBatch {
   ConvSequence seq[kMaxConvBatch];
 };
 
+template <bool kWriteState>
 __global__ void CausalConvOutBatchKernel(ConvBatch b, int64_t channels, const float* w,
                                          int kernel) {
   const ConvSequence& s = b.seq[blockIdx.y];
-  CausalConvOutChunks(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
+  CausalConvOutChunks<kWriteState>(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
 }
 
 __global__ void CausalConvStateBatchKernel(ConvBatch b, int64_t channels, int kernel) {
@@ -595,19 +620,34 @@ hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t di
   return hipGetLastError();
 }
 
-hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
-                       hipStream_t stream) {
+namespace {
+
+// L2Normalize over the first `count` (1 or 2) arrays of `arrays`, in one launch.
+hipError_t L2NormalizeArrays(const L2Arrays& arrays, unsigned int count, int64_t rows, int64_t dim,
+                             float eps, bool warp_rows, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
-    L2NormalizeWarpKernel<<<WarpRowBlocks(rows), kRowThreads, 0, stream>>>(x, rows, dim, eps,
-                                                                           scale);
+    L2NormalizeWarpKernel<<<dim3(WarpRowBlocks(rows), count), kRowThreads, 0, stream>>>(
+        arrays, rows, dim, eps);
     return hipGetLastError();
   }
 #endif
-  L2NormalizeKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, dim, eps,
-                                                                                 scale);
+  L2NormalizeKernel<<<dim3(static_cast<unsigned int>(rows), count), kRowThreads, 0, stream>>>(
+      arrays, dim, eps);
   return hipGetLastError();
+}
+
+}  // namespace
+
+hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
+                       hipStream_t stream) {
+  return L2NormalizeArrays({{x, nullptr}, {scale, 0.0f}}, 1, rows, dim, eps, warp_rows, stream);
+}
+
+hipError_t L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t rows,
+                          int64_t dim, float eps, bool warp_rows, hipStream_t stream) {
+  return L2NormalizeArrays({{a, b}, {a_scale, b_scale}}, 2, rows, dim, eps, warp_rows, stream);
 }
 
 hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
@@ -676,7 +716,14 @@ hipError_t CausalConvSiluBatch(const ConvSequence* seqs, int count, int64_t chan
   // shorter one find no element), and the per-element arithmetic of CausalConvSilu's kernel.
   const dim3 out_grid(GridFor(CeilDiv(most, kConvTokens) * channels, kElementThreads),
                       static_cast<unsigned int>(count));
-  CausalConvOutBatchKernel<<<out_grid, kElementThreads, 0, stream>>>(b, channels, w, kernel);
+  if (most <= kConvTokens) {
+    // Every sequence in one chunk (decode steps): the state in the same launch.
+    CausalConvOutBatchKernel<true><<<out_grid, kElementThreads, 0, stream>>>(b, channels, w,
+                                                                             kernel);
+    return hipGetLastError();
+  }
+  CausalConvOutBatchKernel<false><<<out_grid, kElementThreads, 0, stream>>>(b, channels, w,
+                                                                            kernel);
   hipError_t e = hipGetLastError();
   if (e != hipSuccess || kernel <= 1) return e;
   const dim3 state_grid(GridFor(channels, kElementThreads), static_cast<unsigned int>(count));

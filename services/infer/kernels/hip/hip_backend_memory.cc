@@ -54,6 +54,10 @@ absl::Status HipDeviceMemory::Upload(void* device_dst, const void* host_src, int
   return backend_->Upload(device_dst, host_src, bytes);
 }
 
+absl::Status HipDeviceMemory::UploadQueued(void* device_dst, const void* host_src, int64_t bytes) {
+  return backend_->UploadQueued(device_dst, host_src, bytes);
+}
+
 absl::Status HipDeviceMemory::Download(void* host_dst, const void* device_src, int64_t bytes) {
   return backend_->Download(host_dst, device_src, bytes);
 }
@@ -84,6 +88,37 @@ absl::Status HipKernelBackend::Upload(void* device_dst, const void* host_src, in
   RETURN_IF_ERROR(
       CopySplit(device_dst, host_src, bytes, 0, {}, hipMemcpyHostToDevice, HipStream::kCompute));
   return Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::UploadQueued(void* device_dst, const void* host_src, int64_t bytes) {
+  RETURN_IF_ERROR(error_);
+  if (bytes < 0) return Invalid("upload", absl::StrCat("negative size ", bytes));
+  if (bytes == 0) return absl::OkStatus();
+  if (!Enter()) return error_;
+  if (upload_done_ == nullptr && !Check(hipEventCreate(&upload_done_), "creating an event")) {
+    return error_;
+  }
+  // The staging may be rewritten once the device has read the last queued upload; a pass's
+  // download has normally waited for that already, so this rarely waits.
+  if (upload_recorded_) {
+    hipError_t e = hipEventQuery(upload_done_);
+    if (e == hipErrorNotReady) {
+      ++host_waits_;
+      e = hipEventSynchronize(upload_done_);
+    }
+    if (!Check(e, "waiting for a queued upload")) return error_;
+  }
+  // Ordinary host memory: the copy's source is the staging, not the caller's memory, so the
+  // caller may reuse it at once whatever the runtime does with pageable sources.
+  if (static_cast<int64_t>(upload_staging_.size()) < bytes) {
+    upload_staging_.resize(static_cast<size_t>(bytes));
+  }
+  std::memcpy(upload_staging_.data(), host_src, static_cast<size_t>(bytes));
+  RETURN_IF_ERROR(CopySplit(device_dst, upload_staging_.data(), bytes, 0, {}, hipMemcpyHostToDevice,
+                            HipStream::kCompute));
+  if (!Check(hipEventRecord(upload_done_, compute_), "recording an event")) return error_;
+  upload_recorded_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status HipKernelBackend::Download(void* host_dst, const void* device_src, int64_t bytes) {

@@ -137,6 +137,7 @@ HipKernelBackend::~HipKernelBackend() {
   blas_.reset();
   workspace_.Reset();
   moe_tables_.clear();
+  if (upload_done_ != nullptr) static_cast<void>(hipEventDestroy(upload_done_));
   if (compute_ != nullptr) static_cast<void>(hipStreamDestroy(compute_));
   if (transfer_ != nullptr) static_cast<void>(hipStreamDestroy(transfer_));
 }
@@ -374,6 +375,14 @@ void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
 void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   if (!Enter()) return;
   Check(hip::L2Normalize(x, rows, dim, eps, scale, options_.warp_row_norms, compute_),
+        "l2 normalize launch");
+}
+
+void HipKernelBackend::L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale,
+                                      int64_t rows, int64_t dim, float eps) {
+  if (!Enter()) return;
+  Check(hip::L2NormalizeTwo(a, a_scale, b, b_scale, rows, dim, eps, options_.warp_row_norms,
+                            compute_),
         "l2 normalize launch");
 }
 

@@ -152,6 +152,7 @@ class HipDeviceMemory final : public DeviceMemory {
   bool host_visible() const override { return false; }
   absl::StatusOr<void*> Allocate(int64_t bytes) override;
   void Free(void* device) override;
+  absl::Status UploadQueued(void* device_dst, const void* host_src, int64_t bytes) override;
   absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes) override;
   absl::Status Download(void* host_dst, const void* device_src, int64_t bytes) override;
   absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) override;
@@ -225,6 +226,8 @@ class HipKernelBackend final : public KernelBackend {
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                     float eps, float* y) override;
   void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override;
+  void L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t rows, int64_t dim,
+                      float eps) override;
   void Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
             const float* inv_freq, int64_t first_position) override;
   void SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
@@ -279,8 +282,9 @@ class HipKernelBackend final : public KernelBackend {
   // The first error of any operation so far (without waiting for the device).
   absl::Status status() const { return error_; }
   // How many times so far the host waited for the device: stream synchronisations (Upload,
-  // Download, Synchronize, a new allocation's zeroing) and device frees. A steady decode step
-  // should wait twice (the token ids' upload and the logits' download).
+  // Download, Synchronize, a new allocation's zeroing), device frees and an UploadQueued whose
+  // staging was still being read. A steady decode step should wait once (the logits' download;
+  // its token ids go up queued).
   int64_t host_waits() const { return host_waits_; }
   // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1
   // to 2; the same bits), so that a benchmark can compare them over one model. Returns
@@ -334,6 +338,9 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status CopySplit(void* dst, const void* src, int64_t bytes, uintptr_t host,
                          absl::Span<const uintptr_t> pin_boundaries, hipMemcpyKind kind,
                          HipStream stream);
+  // HipDeviceMemory::UploadQueued: the source copied into upload_staging_, which the compute
+  // stream copies to the device; upload_done_ marks when the device has read it.
+  absl::Status UploadQueued(void* device_dst, const void* host_src, int64_t bytes);
 
   // A device table of the experts' weight parts for hip::MoeRowsMma, made once for an array of
   // expert matrices (the first call, which waits for its upload) and checked against it on
@@ -362,7 +369,12 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;      // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  int64_t host_waits_ = 0;        // See host_waits().
+  int64_t host_waits_ = 0;  // See host_waits().
+  // UploadQueued's host copy of its source, and the event recorded after the device read it
+  // (created at the first call; upload_recorded_ once recorded).
+  std::vector<uint8_t> upload_staging_;
+  hipEvent_t upload_done_ = nullptr;
+  bool upload_recorded_ = false;
   int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
   bool mma_rows_bf16_inputs_;     // options_.mma_rows_bf16_inputs unless changed for a test.
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.

@@ -668,9 +668,8 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   backend_->GdnGates(proj, width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data,
                      w.neg_a.data, gates, beta);
   const int dk = c_.linear_k_dim;
-  backend_->L2Normalize(q, t * c_.linear_k_heads, dk, kL2NormEps,
-                        1.0f / std::sqrt(static_cast<float>(dk)));
-  backend_->L2Normalize(k, t * c_.linear_k_heads, dk, kL2NormEps, 1.0f);
+  backend_->L2NormalizeTwo(q, 1.0f / std::sqrt(static_cast<float>(dk)), k, 1.0f,
+                           t * c_.linear_k_heads, dk, kL2NormEps);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * vd));
   // One call for the group's sequences: a device backend runs their decode steps together.
   std::vector<GatedDeltaArgs> batch;
@@ -772,7 +771,9 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
     ids.insert(ids.end(), pass.tokens.begin(), pass.tokens.end());
   }
   ASSIGN_OR_RETURN(int32_t * ids_dev, scratch_.Take<int32_t>(t));
-  RETURN_IF_ERROR(memory_->Upload(ids_dev, ids.data(), t * 4));
+  // Queued: the host goes on launching the pass while the ids go up (a decode step waits for
+  // the device once, at its logits' download).
+  RETURN_IF_ERROR(memory_->UploadQueued(ids_dev, ids.data(), t * 4));
   ASSIGN_OR_RETURN(float* h, scratch_.Take<float>(t * d));
   ASSIGN_OR_RETURN(float* xn, scratch_.Take<float>(t * d));
   backend_->EmbeddingGatherTyped(embed_, ids_dev, t, h);

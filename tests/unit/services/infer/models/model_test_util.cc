@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -21,9 +21,9 @@ namespace cairn::infer::testing {
 
 std::string ScratchDir() {
   static const std::string* dir = [] {
-    auto* path = new std::string((std::filesystem::path(::testing::TempDir()) /
-                                  absl::StrCat("cairn-infer-test-", getpid()))
-                                     .string());
+    auto* path = new std::string(
+        (std::filesystem::path(::testing::TempDir()) / absl::StrCat("cairn-infer-test-", getpid()))
+            .string());
     std::error_code ec;
     std::filesystem::create_directories(*path, ec);
     std::atexit([] {
@@ -54,8 +54,7 @@ std::unique_ptr<CpuKernelBackend> TestBackend() {
   return backend.ok() ? *std::move(backend) : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name,
-                                                  KernelBackend* backend) {
+absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name, KernelBackend* backend) {
   ASSIGN_OR_RETURN(std::string dir, PresetDir(name));
   return LoadModel(dir, backend, {});
 }

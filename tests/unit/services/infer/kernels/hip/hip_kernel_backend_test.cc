@@ -191,6 +191,29 @@ TEST_F(HipKernelBackendTest, WarpRowNormsGiveTheBitsOfTheBlockKernels) {
   }
 }
 
+TEST_F(HipKernelBackendTest, L2NormalizeTwoGivesTheBitsOfTwoCalls) {
+  // Both kernels (warp rows and a block a row) and a width past the warp kernels' limit.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> block =
+      HipKernelBackend::Create({.warp_row_norms = false});
+  ASSERT_TRUE(block.ok()) << block.status();
+  for (const int64_t dim : {int64_t{1}, int64_t{128}, int64_t{257}}) {
+    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
+    const int64_t rows = 300;
+    const std::vector<float> a = RandomFloats(rows * dim, 40, -3.0f, 3.0f),
+                             b = RandomFloats(rows * dim, 41, -5.0f, 5.0f);
+    for (HipKernelBackend* backend : {gpu_.get(), block->get()}) {
+      DeviceBuffer a1 = Up(a), b1 = Up(b), a2 = Up(a), b2 = Up(b);
+      backend->L2NormalizeTwo(a1.floats(), 0.125f, b1.floats(), 1.0f, rows, dim, 1e-6f);
+      backend->L2Normalize(a2.floats(), rows, dim, 1e-6f, 0.125f);
+      backend->L2Normalize(b2.floats(), rows, dim, 1e-6f, 1.0f);
+      ASSERT_TRUE(backend->Synchronize().ok()) << backend->status();
+      EXPECT_TRUE(SameBits(Down(a1, a.size()), Down(a2, a.size())));
+      EXPECT_TRUE(SameBits(Down(b1, b.size()), Down(b2, b.size())));
+      EXPECT_FALSE(SameBits(Down(a1, a.size()), a));  // It did normalise.
+    }
+  }
+}
+
 TEST_F(HipKernelBackendTest, SiluMulGivesTheSameBitsAlignedOrNot) {
   // Aligned rows take the 16-byte kernel; the same values one float off take the element kernel.
   const int64_t rows = 300, dim = 1024, ld = 2 * dim;
@@ -339,13 +362,16 @@ TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
 TEST_F(HipKernelBackendTest, CausalConvBatchGivesTheBitsOfOneCallPerSequence) {
   // 20 sequences of one token (more than one launch holds), ones of 7, 8 and 29 tokens (the
   // batch kernel's chunks of 8 tokens: short, whole, and three and a part), and a last one on
-  // the first sequence's state again (after its update).
+  // the first sequence's state again (after its update). The second launch (sequences 16 to
+  // 19, at most 8 tokens each) writes the states in the same kernel as the outputs.
   const int64_t channels = 301, ld = channels + 5;
   const int kernel = 4;
   std::vector<int64_t> tokens(19, 1);
   tokens[4] = 7;
   tokens[7] = 29;
   tokens[12] = 8;
+  tokens[17] = 8;
+  tokens[18] = 2;
   std::vector<int> state_of(19);
   for (int i = 0; i < 19; ++i) state_of[i] = i;
   tokens.push_back(1);

@@ -174,6 +174,54 @@ TEST_P(HipModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
   CAIRN_EXPECT_OK(testing::CompareReusedResults(*gpu_model_, gpu_->memory(), 11));
 }
 
+// A steady decode step through ForwardBatchViews waits for the device once (the logits'
+// download; the token ids go up queued) and gives the bits of the same steps run through
+// ForwardBatch on fresh slots, so the queued ids are the step's own.
+TEST_P(HipModelTest, SteadyDecodeStepWaitsOnceAndGivesTheSameBits) {
+  constexpr int kSteps = 6;
+  const auto run =
+      [&](bool views,
+          std::vector<int64_t>* waits) -> absl::StatusOr<std::vector<std::vector<float>>> {
+    std::vector<std::unique_ptr<SlotState>> slots;
+    for (int i = 0; i < 3; ++i) {
+      ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
+                       SlotState::Create(gpu_model_->state_layout(), 16, gpu_->memory()));
+      slots.push_back(std::move(slot));
+    }
+    std::vector<std::vector<float>> out;
+    std::vector<absl::Span<const float>> spans;
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<int32_t> next(slots.size());
+      std::vector<SequencePass> batch;
+      for (size_t i = 0; i < slots.size(); ++i) {
+        next[i] = tokens_[static_cast<size_t>(step * 3 + static_cast<int>(i))];
+        batch.push_back({slots[i].get(), absl::MakeConstSpan(&next[i], 1)});
+      }
+      const int64_t before = gpu_->host_waits();
+      if (views) {
+        RETURN_IF_ERROR(gpu_model_->ForwardBatchViews(batch, spans));
+        for (absl::Span<const float> v : spans) out.emplace_back(v.begin(), v.end());
+      } else {
+        ASSIGN_OR_RETURN(std::vector<std::vector<float>> logits, gpu_model_->ForwardBatch(batch));
+        for (std::vector<float>& l : logits) out.push_back(std::move(l));
+      }
+      if (waits != nullptr) waits->push_back(gpu_->host_waits() - before);
+    }
+    return out;
+  };
+  absl::StatusOr<std::vector<std::vector<float>>> fresh = run(false, nullptr);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  std::vector<int64_t> waits;
+  absl::StatusOr<std::vector<std::vector<float>>> viewed = run(true, &waits);
+  ASSERT_TRUE(viewed.ok()) << viewed.status();
+  ASSERT_EQ(fresh->size(), viewed->size());
+  for (size_t i = 0; i < fresh->size(); ++i) {
+    EXPECT_TRUE(SameBytes((*fresh)[i], (*viewed)[i])) << "step " << i / 3 << " slot " << i % 3;
+  }
+  // The first steps may grow the scratch arena (an allocation waits); later ones must not.
+  for (int step = 2; step < kSteps; ++step) EXPECT_EQ(waits[step], 1) << "step " << step;
+}
+
 // Everything valid in slot `slot`: private components whole, rows up to its position, read
 // back from the device.
 absl::StatusOr<std::vector<uint8_t>> StateBytes(SlotKvMemory& kv, int slot) {

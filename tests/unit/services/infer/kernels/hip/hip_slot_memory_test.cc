@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -86,6 +87,42 @@ TEST(HipSlotMemoryTest, AllocationsAreZeroedAndTooLargeOnesAreResourceExhausted)
   EXPECT_EQ(DeviceBuffer::Allocate((*gpu)->memory(), int64_t{1} << 50).status().code(),
             absl::StatusCode::kResourceExhausted);
   // The failed allocation is not sticky.
+  CAIRN_EXPECT_OK((*gpu)->Synchronize());
+}
+
+// UploadQueued copies land in their order, before any later work reads them, from sources the
+// caller overwrote as soon as each call returned; a large copy still running when the next
+// queued upload comes in is waited for (the staging is not overwritten under it).
+TEST(HipSlotMemoryTest, QueuedUploadsLandInOrderFromReusedSources) {
+  if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  DeviceMemory* device = (*gpu)->memory();
+  constexpr int64_t kBig = int64_t{64} << 20;
+  absl::StatusOr<DeviceBuffer> big = DeviceBuffer::Allocate(device, kBig);
+  ASSERT_TRUE(big.ok()) << big.status();
+  absl::StatusOr<DeviceBuffer> small = DeviceBuffer::Allocate(device, 4096);
+  ASSERT_TRUE(small.ok()) << small.status();
+  std::vector<uint8_t> source(static_cast<size_t>(kBig));
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 7 + 3);
+  const std::vector<uint8_t> expected_big = source;
+  CAIRN_ASSERT_OK(device->UploadQueued(big->data(), source.data(), kBig));
+  std::fill(source.begin(), source.end(), uint8_t{0xee});
+  // Two uploads into one buffer: the second wins; the first's source is already reused.
+  std::vector<uint8_t> first(4096, 1);
+  CAIRN_ASSERT_OK(device->UploadQueued(small->data(), first.data(), 4096));
+  std::fill(first.begin(), first.end(), uint8_t{9});
+  std::vector<uint8_t> second(4096);
+  for (size_t i = 0; i < second.size(); ++i) second[i] = static_cast<uint8_t>(i);
+  CAIRN_ASSERT_OK(device->UploadQueued(small->data(), second.data(), 4096));
+  std::vector<uint8_t> back(static_cast<size_t>(kBig));
+  CAIRN_ASSERT_OK(device->Download(back.data(), big->data(), kBig));
+  EXPECT_TRUE(back == expected_big);
+  std::vector<uint8_t> small_back(4096);
+  CAIRN_ASSERT_OK(device->Download(small_back.data(), small->data(), 4096));
+  EXPECT_EQ(small_back, second);
+  EXPECT_EQ(device->UploadQueued(small->data(), second.data(), -1).code(),
+            absl::StatusCode::kInvalidArgument);
   CAIRN_EXPECT_OK((*gpu)->Synchronize());
 }
 
