@@ -25,6 +25,17 @@ void KernelBackend::CopyRows(const float* src, int64_t ld_src, int64_t rows, int
   }
 }
 
+void KernelBackend::L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t tokens,
+                                   int heads, int64_t dim, int64_t ld, float eps) {
+  if (ld == heads * dim) {
+    L2Normalize(a, tokens * heads, dim, eps, a_scale);
+    L2Normalize(b, tokens * heads, dim, eps, b_scale);
+    return;
+  }
+  for (int64_t t = 0; t < tokens; ++t) L2Normalize(a + t * ld, heads, dim, eps, a_scale);
+  for (int64_t t = 0; t < tokens; ++t) L2Normalize(b + t * ld, heads, dim, eps, b_scale);
+}
+
 void KernelBackend::AddScaledRows(const float* src, int64_t rows, int64_t dim,
                                   const int32_t* dst_rows, const float* scales, float* dst) {
   for (int64_t r = 0; r < rows; ++r) {

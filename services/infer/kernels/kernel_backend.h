@@ -263,13 +263,11 @@ class KernelBackend {
   // Scales each of `rows` rows of `dim` values to unit L2 norm: x / sqrt(sum(x^2) + eps), then
   // multiplies by `scale`. In place.
   virtual void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) = 0;
-  // L2Normalize of `a` with a_scale, then of `b` with b_scale (rows of `dim`, `rows` each; a
-  // device backend does both in one launch, with the same bits as two calls).
-  virtual void L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t rows,
-                              int64_t dim, float eps) {
-    L2Normalize(a, rows, dim, eps, a_scale);
-    L2Normalize(b, rows, dim, eps, b_scale);
-  }
+  // L2Normalize of `a` with a_scale, then of `b` with b_scale, each `tokens` rows of `heads`
+  // heads of `dim` values, token rows `ld` apart (>= heads * dim; heads are consecutive): a
+  // device backend does both in one launch, with the same bits as L2Normalize calls.
+  virtual void L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t tokens,
+                              int heads, int64_t dim, int64_t ld, float eps);
 
   // NeoX (rotate-half) RoPE on the first `rotary_dim` values of each head: row t of `x`
   // ([tokens, heads * head_dim], row stride `ld`) is at position `first_position + t`.

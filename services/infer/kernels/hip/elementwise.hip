@@ -111,17 +111,24 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 // Up to two arrays of rows that L2Normalize scales in one launch, each with its own scale: grid
-// row blockIdx.y takes array blockIdx.y.
+// row blockIdx.y takes array blockIdx.y. Row r is head r % heads of token r / heads, token rows
+// ld apart.
 struct L2Arrays {
   float* x[2];
   float scale[2];
+  int heads;
+  int64_t ld;
 };
+
+__device__ inline float* L2Row(const L2Arrays& arrays, int64_t r, int64_t dim) {
+  return arrays.x[blockIdx.y] + r / arrays.heads * arrays.ld + r % arrays.heads * dim;
+}
 
 __global__ void __launch_bounds__(kRowThreads)
     L2NormalizeKernel(L2Arrays arrays, int64_t dim, float eps) {
   __shared__ float scratch[kRowThreads];
   const float scale = arrays.scale[blockIdx.y];
-  float* xr = arrays.x[blockIdx.y] + static_cast<int64_t>(blockIdx.x) * dim;
+  float* xr = L2Row(arrays, blockIdx.x, dim);
   const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
   const float inv = 1.0f / sqrtf(ss + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = xr[i] * inv * scale;
@@ -150,19 +157,29 @@ __device__ inline float WarpRowSum(float part[kWarpParts]) {
   return __shfl_sync(0xffffffffu, r, 0);
 }
 
-// This warp's row (blockIdx.x * kWarpRows + warp), lane and values: v[j] = x[lane + 32 j] (zero
-// past dim), part[j] the block kernel's thread lane + 32 j's sum of squares.
-__device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarpParts],
-                                      float part[kWarpParts]) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+// This warp's row index: blockIdx.x * kWarpRows + warp.
+__device__ inline int64_t WarpRow() {
+  return static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+}
+
+// The lane's values of row `xr`: v[j] = xr[lane + 32 j] (zero past dim), part[j] the block
+// kernel's thread lane + 32 j's sum of squares.
+__device__ inline void WarpRowValues(const float* xr, int64_t dim, float v[kWarpParts],
+                                     float part[kWarpParts]) {
   const int lane = threadIdx.x % 32;
-  const float* xr = x + r * dim;
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
     const int i = lane + 32 * j;
     v[j] = i < dim ? xr[i] : 0.0f;
     part[j] = i < dim ? fmaf(v[j], v[j], 0.0f) : 0.0f;
   }
+}
+
+// WarpRowValues of this warp's row of x (rows of dim); returns the row's index.
+__device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarpParts],
+                                      float part[kWarpParts]) {
+  const int64_t r = WarpRow();
+  WarpRowValues(x + r * dim, dim, v, part);
   return r;
 }
 
@@ -201,14 +218,13 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     L2NormalizeWarpKernel(L2Arrays arrays, int64_t rows, int64_t dim, float eps) {
-  if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
-  float* x = arrays.x[blockIdx.y];
+  if (WarpRow() >= rows) return;
   const float scale = arrays.scale[blockIdx.y];
+  float* xr = L2Row(arrays, WarpRow(), dim);
   float v[kWarpParts], part[kWarpParts];
-  const int64_t r = WarpRowLoad(x, dim, v, part);
+  WarpRowValues(xr, dim, v, part);
   const float ss = WarpRowSum(part);
   const float inv = 1.0f / sqrtf(ss + eps);
-  float* xr = x + r * dim;
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
     const int i = threadIdx.x % 32 + 32 * j;
@@ -642,12 +658,15 @@ hipError_t L2NormalizeArrays(const L2Arrays& arrays, unsigned int count, int64_t
 
 hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
                        hipStream_t stream) {
-  return L2NormalizeArrays({{x, nullptr}, {scale, 0.0f}}, 1, rows, dim, eps, warp_rows, stream);
+  return L2NormalizeArrays({{x, nullptr}, {scale, 0.0f}, 1, dim}, 1, rows, dim, eps, warp_rows,
+                           stream);
 }
 
-hipError_t L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t rows,
-                          int64_t dim, float eps, bool warp_rows, hipStream_t stream) {
-  return L2NormalizeArrays({{a, b}, {a_scale, b_scale}}, 2, rows, dim, eps, warp_rows, stream);
+hipError_t L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t tokens,
+                          int heads, int64_t dim, int64_t ld, float eps, bool warp_rows,
+                          hipStream_t stream) {
+  return L2NormalizeArrays({{a, b}, {a_scale, b_scale}, heads, ld}, 2, tokens * heads, dim, eps,
+                           warp_rows, stream);
 }
 
 hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,

@@ -379,10 +379,16 @@ void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float ep
 }
 
 void HipKernelBackend::L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale,
-                                      int64_t rows, int64_t dim, float eps) {
+                                      int64_t tokens, int heads, int64_t dim, int64_t ld,
+                                      float eps) {
   if (!Enter()) return;
-  Check(hip::L2NormalizeTwo(a, a_scale, b, b_scale, rows, dim, eps, options_.warp_row_norms,
-                            compute_),
+  if (heads < 1 || ld < heads * dim) {
+    Keep(Invalid("l2 normalize",
+                 absl::StrCat("row stride ", ld, " under ", heads, " heads of ", dim)));
+    return;
+  }
+  Check(hip::L2NormalizeTwo(a, a_scale, b, b_scale, tokens, heads, dim, ld, eps,
+                            options_.warp_row_norms, compute_),
         "l2 normalize launch");
 }
 

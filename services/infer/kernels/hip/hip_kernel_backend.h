@@ -226,8 +226,8 @@ class HipKernelBackend final : public KernelBackend {
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                     float eps, float* y) override;
   void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override;
-  void L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t rows, int64_t dim,
-                      float eps) override;
+  void L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t tokens, int heads,
+                      int64_t dim, int64_t ld, float eps) override;
   void Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
             const float* inv_freq, int64_t first_position) override;
   void SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,

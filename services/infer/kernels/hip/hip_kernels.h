@@ -25,9 +25,11 @@ hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t di
                         float eps, float* y, bool warp_rows, hipStream_t stream);
 hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
                        hipStream_t stream);
-// L2Normalize of `a` (scale a_scale) and `b` (b_scale), each of `rows` rows, in one launch.
-hipError_t L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t rows,
-                          int64_t dim, float eps, bool warp_rows, hipStream_t stream);
+// L2Normalize of `a` (scale a_scale) and `b` (b_scale), each `tokens` rows of `heads` rows of
+// `dim`, token rows `ld` apart, in one launch.
+hipError_t L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t tokens,
+                          int heads, int64_t dim, int64_t ld, float eps, bool warp_rows,
+                          hipStream_t stream);
 hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
                 const float* inv_freq, int64_t first_position, hipStream_t stream);
 // One sequence of RopeAppendBatch (KernelBackend::RopeAppendArgs without the shared shape).

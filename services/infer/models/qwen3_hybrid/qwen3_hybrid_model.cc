@@ -641,25 +641,27 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   // q, k and v are the conv output's column blocks and z a block of the projection, each
   // copied into rows of its own. One row (a one-slot decode step) needs no copy: its blocks are
   // already contiguous, and q and k are normalised in place in `conv`, used by nothing else.
-  // Sequences of one token each need no copy of v either (the delta rule takes a pointer a
-  // sequence).
+  // Sequences of one token each need no copy of q, k or v either: they are normalised in place
+  // (rows conv_dim apart) and the delta rule takes a pointer a sequence.
   bool one_token_each = true;
   for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
   float* q = conv;
   float* k = conv + kd;
   float* v = conv + 2 * kd;
-  int64_t v_ld = conv_dim;  // Between the sequences' rows of v.
+  int64_t qk_ld = conv_dim;  // Between the sequences' rows of q and of k.
+  int64_t v_ld = conv_dim;   // Between the sequences' rows of v.
   float* z = proj + conv_dim;
   if (t > 1) {
-    ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
-    ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
     ASSIGN_OR_RETURN(z, scratch_.Take<float>(t * vd));
-    backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
-    backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
     backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
     if (!one_token_each) {
+      ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
+      ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
       ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * vd));
+      backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
+      backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
       backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
+      qk_ld = kd;
       v_ld = vd;
     }
   }
@@ -668,16 +670,16 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   backend_->GdnGates(proj, width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data,
                      w.neg_a.data, gates, beta);
   const int dk = c_.linear_k_dim;
-  backend_->L2NormalizeTwo(q, 1.0f / std::sqrt(static_cast<float>(dk)), k, 1.0f,
-                           t * c_.linear_k_heads, dk, kL2NormEps);
+  backend_->L2NormalizeTwo(q, 1.0f / std::sqrt(static_cast<float>(dk)), k, 1.0f, t,
+                           c_.linear_k_heads, dk, qk_ld, kL2NormEps);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * vd));
   // One call for the group's sequences: a device backend runs their decode steps together.
   std::vector<GatedDeltaArgs> batch;
   batch.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
     GatedDeltaArgs& args = batch.emplace_back();
-    args.q = q + s.row * kd;
-    args.k = k + s.row * kd;
+    args.q = q + s.row * qk_ld;
+    args.k = k + s.row * qk_ld;
     args.v = v + s.row * v_ld;
     args.g = gates + s.row * hv;
     args.beta = beta + s.row * hv;

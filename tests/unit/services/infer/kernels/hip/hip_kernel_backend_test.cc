@@ -191,27 +191,37 @@ TEST_F(HipKernelBackendTest, WarpRowNormsGiveTheBitsOfTheBlockKernels) {
   }
 }
 
-TEST_F(HipKernelBackendTest, L2NormalizeTwoGivesTheBitsOfTwoCalls) {
-  // Both kernels (warp rows and a block a row) and a width past the warp kernels' limit.
+TEST_F(HipKernelBackendTest, L2NormalizeTwoGivesTheBitsOfOneCallPerToken) {
+  // Both kernels (warp rows and a block a row), a width past the warp kernels' limit, token rows
+  // packed and apart (the padding between them untouched).
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> block =
       HipKernelBackend::Create({.warp_row_norms = false});
   ASSERT_TRUE(block.ok()) << block.status();
+  const int64_t tokens = 100;
+  const int heads = 3;
   for (const int64_t dim : {int64_t{1}, int64_t{128}, int64_t{257}}) {
-    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
-    const int64_t rows = 300;
-    const std::vector<float> a = RandomFloats(rows * dim, 40, -3.0f, 3.0f),
-                             b = RandomFloats(rows * dim, 41, -5.0f, 5.0f);
-    for (HipKernelBackend* backend : {gpu_.get(), block->get()}) {
-      DeviceBuffer a1 = Up(a), b1 = Up(b), a2 = Up(a), b2 = Up(b);
-      backend->L2NormalizeTwo(a1.floats(), 0.125f, b1.floats(), 1.0f, rows, dim, 1e-6f);
-      backend->L2Normalize(a2.floats(), rows, dim, 1e-6f, 0.125f);
-      backend->L2Normalize(b2.floats(), rows, dim, 1e-6f, 1.0f);
-      ASSERT_TRUE(backend->Synchronize().ok()) << backend->status();
-      EXPECT_TRUE(SameBits(Down(a1, a.size()), Down(a2, a.size())));
-      EXPECT_TRUE(SameBits(Down(b1, b.size()), Down(b2, b.size())));
-      EXPECT_FALSE(SameBits(Down(a1, a.size()), a));  // It did normalise.
+    for (const int64_t pad : {int64_t{0}, int64_t{5}}) {
+      SCOPED_TRACE(::testing::Message() << "dim=" << dim << " pad=" << pad);
+      const int64_t ld = heads * dim + pad;
+      const std::vector<float> a = RandomFloats(tokens * ld, 40, -3.0f, 3.0f),
+                               b = RandomFloats(tokens * ld, 41, -5.0f, 5.0f);
+      for (HipKernelBackend* backend : {gpu_.get(), block->get()}) {
+        DeviceBuffer a1 = Up(a), b1 = Up(b), a2 = Up(a), b2 = Up(b);
+        backend->L2NormalizeTwo(a1.floats(), 0.125f, b1.floats(), 1.0f, tokens, heads, dim, ld,
+                                1e-6f);
+        for (int64_t t = 0; t < tokens; ++t) {
+          backend->L2Normalize(a2.floats() + t * ld, heads, dim, 1e-6f, 0.125f);
+          backend->L2Normalize(b2.floats() + t * ld, heads, dim, 1e-6f, 1.0f);
+        }
+        ASSERT_TRUE(backend->Synchronize().ok()) << backend->status();
+        EXPECT_TRUE(SameBits(Down(a1, a.size()), Down(a2, a.size())));
+        EXPECT_TRUE(SameBits(Down(b1, b.size()), Down(b2, b.size())));
+        EXPECT_FALSE(SameBits(Down(a1, a.size()), a));  // It did normalise.
+      }
     }
   }
+  gpu_->L2NormalizeTwo(nullptr, 1.0f, nullptr, 1.0f, 1, heads, 4, 4 * heads - 1, 1e-6f);
+  EXPECT_EQ(gpu_->status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(HipKernelBackendTest, SiluMulGivesTheSameBitsAlignedOrNot) {
