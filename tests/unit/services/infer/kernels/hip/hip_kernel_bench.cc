@@ -5,7 +5,7 @@
 // shapes. Random inputs (never zeros). Prints one line per measurement.
 //
 // Usage: cairn_hip_kernel_bench [--quick] [--decode-products] [--moe-prefill]
-//                               [--prefill-attention]
+//                               [--prefill-attention] [--decode-batch]
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
 // rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
@@ -18,6 +18,14 @@
 // host, an expert at a time), the grouped device path (HipKernelBackendOptions::
 // grouped_moe_prefill), and the default's per-expert vendor GEMMs alone (every expert the
 // average count of rows), the cost of per-expert GEMMs after one download of the counts.
+//
+// --decode-batch: only the batched per-sequence operations of a dense 9B-like decode step (one
+// token a sequence, 1, 4 and 16 sequences): decode attention at 4096 keys (16 q / 4 kv heads of
+// 256), the delta rule's recurrent step (16 / 32 heads of 128), the causal conv (8192 channels,
+// kernel 4) and RoPE with the KV append; each sequence's state and rows its own and, like the
+// model's layers, cycled over enough copies that they are not in L2. The bytes each must move
+// against the device copy rate of the same run, and the whole step's share: the model has 8
+// attention and 24 delta-rule layers.
 //
 // --prefill-attention: only the matrix-unit prefill attention at the dense 9B-like model's heads
 // (16 q / 4 kv heads of 256) for the four 8192-token passes of a 32K prefill and one 4096-token
@@ -252,6 +260,92 @@ int MoePrefill() {
                   static_cast<int64_t>(experts), rows);
     Row(label, t, "TFLOP/s", flops, 1e12);
     bench.Free();
+  }
+  return 0;
+}
+
+// The per-sequence operations of a dense decode step (see --decode-batch above).
+int DecodeBatch() {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  if (!created.ok()) Bench::Fail(created.status().ToString());
+  HipKernelBackend& b = **created;
+  Bench bench(&b);
+  const Ceilings c = MeasureCeilings(b, bench, 5);
+  bench.Free();
+  constexpr int kMaxSeqs = 16, kCopies = 4;  // Copies of each sequence's rows and state.
+  const int qh = 16, kvh = 4, hd = 256, kh = 16, vh = 32, dk = 128, dv = 128;
+  const int64_t past = 4096, kv_width = int64_t{kvh} * hd, channels = 2 * kh * dk + vh * dv;
+  const int64_t state_floats = int64_t{vh} * dk * dv, conv_floats = 3 * channels;
+  float* q = bench.Buffer(kMaxSeqs * qh * hd, 50, -2.0f, 2.0f);
+  float* o = bench.Buffer(kMaxSeqs * int64_t{vh} * dv * 2, 51);
+  float* kv_new = bench.Buffer(kMaxSeqs * kv_width, 52);
+  float* keys = bench.Buffer(kCopies * kMaxSeqs * (past + 1) * kv_width, 53, -2.0f, 2.0f);
+  float* values = bench.Buffer(kCopies * kMaxSeqs * (past + 1) * kv_width, 54);
+  float* dq = bench.Buffer(kMaxSeqs * int64_t{kh} * dk, 55, -0.1f, 0.1f);
+  float* dkey = bench.Buffer(kMaxSeqs * int64_t{kh} * dk, 56, -0.1f, 0.1f);
+  float* dval = bench.Buffer(kMaxSeqs * int64_t{vh} * dv, 57);
+  float* gates = bench.Buffer(kMaxSeqs * vh, 58, -0.5f, -0.01f);
+  float* beta = bench.Buffer(kMaxSeqs * vh, 59, 0.1f, 0.9f);
+  float* states = bench.Buffer(kCopies * kMaxSeqs * state_floats, 60, -0.1f, 0.1f);
+  float* conv_in = bench.Buffer(kMaxSeqs * channels, 61);
+  float* conv_w = bench.Buffer(channels * 4, 62);
+  float* conv_states = bench.Buffer(kCopies * kMaxSeqs * conv_floats, 63);
+  float* conv_out = bench.Buffer(kMaxSeqs * channels, 64);
+  float* inv_freq = bench.Buffer(32, 65, 0.0f, 1.0f);
+  char label[200];
+  for (const int seqs : {1, 4, 16}) {
+    int copy = 0;  // Each call on the next copy.
+    const auto row_of = [&](int s) { return int64_t{copy} * kMaxSeqs + s; };
+    const auto time = [&](const char* what, double bytes, int layers,
+                          const std::function<void()>& fn) {
+      const double t = bench.Time(
+          [&] {
+            fn();
+            copy = (copy + 1) % kCopies;
+          },
+          50);
+      std::snprintf(label, sizeof label, "%2d seqs: %s", seqs, what);
+      std::printf("%-62s %10.4f ms  %8.1f GB/s = %5.1f %% of the copy rate; x%d layers %.3f ms\n",
+                  label, t * 1e3, bytes / t / 1e9, 100.0 * bytes / t / c.hbm_bytes_per_s, layers,
+                  t * layers * 1e3);
+      std::fflush(stdout);
+    };
+    time("decode attention at 4096 keys", 2.0 * 4.0 * seqs * (past + 1) * kv_width, 8, [&] {
+      std::vector<AttentionArgs> batch;
+      for (int s = 0; s < seqs; ++s) {
+        const int64_t rows = row_of(s) * (past + 1) * kv_width;
+        batch.push_back({q + s * qh * hd, keys + rows, values + rows, o + s * qh * hd, 1, past, qh,
+                         kvh, hd, 0.0625f});
+      }
+      b.AttentionBatch(batch);
+    });
+    time("rope + kv append", 4.0 * seqs * (2.0 * qh * hd + 4.0 * kv_width), 8, [&] {
+      std::vector<RopeAppendArgs> batch;
+      for (int s = 0; s < seqs; ++s) {
+        const int64_t rows = row_of(s) * (past + 1) * kv_width + past * kv_width;
+        batch.push_back({q + s * qh * hd, kv_new + s * kv_width, kv_new + s * kv_width, keys + rows,
+                         values + rows, 1, past, qh * hd, kv_width, qh, kvh, hd, 64, inv_freq});
+      }
+      b.RopeAppendBatch(batch);
+    });
+    time("delta rule step (state read + write)", 2.0 * 4.0 * seqs * state_floats, 24, [&] {
+      std::vector<GatedDeltaArgs> batch;
+      for (int s = 0; s < seqs; ++s) {
+        batch.push_back({dq + s * kh * dk, dkey + s * kh * dk, dval + s * vh * dv, gates + s * vh,
+                         beta + s * vh, states + row_of(s) * state_floats, o + s * vh * dv, 1, kh,
+                         vh, dk, dv, 0});
+      }
+      b.GatedDeltaRuleBatch(batch);
+    });
+    time("causal conv (input, state, output)", 4.0 * seqs * (2.0 * channels + 2.0 * conv_floats),
+         24, [&] {
+           std::vector<CausalConvArgs> batch;
+           for (int s = 0; s < seqs; ++s) {
+             batch.push_back({conv_in + s * channels, channels, 1, channels, conv_w, 4,
+                              conv_states + row_of(s) * conv_floats, conv_out + s * channels});
+           }
+           b.CausalConvSiluBatch(batch);
+         });
   }
   return 0;
 }
@@ -515,13 +609,16 @@ int Main(bool quick) {
 }  // namespace cairn::infer
 
 int main(int argc, char** argv) {
-  bool quick = false, decode_products = false, moe_prefill = false, prefill_attention = false;
+  bool quick = false, decode_products = false, moe_prefill = false, prefill_attention = false,
+       decode_batch = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
     moe_prefill = moe_prefill || std::strcmp(argv[i], "--moe-prefill") == 0;
     prefill_attention = prefill_attention || std::strcmp(argv[i], "--prefill-attention") == 0;
+    decode_batch = decode_batch || std::strcmp(argv[i], "--decode-batch") == 0;
   }
+  if (decode_batch) return cairn::infer::DecodeBatch();
   if (decode_products) return cairn::infer::DecodeProducts();
   if (moe_prefill) return cairn::infer::MoePrefill();
   if (prefill_attention) return cairn::infer::PrefillAttention();
