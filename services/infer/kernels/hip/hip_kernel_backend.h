@@ -286,6 +286,8 @@ class HipKernelBackend final : public KernelBackend {
   // staging was still being read. A steady decode step should wait once (the logits' download;
   // its token ids go up queued).
   int64_t host_waits() const { return host_waits_; }
+  // The stream every kernel and the memory's copies run on, in order (for a benchmark's events).
+  hipStream_t compute_stream() const { return compute_; }
   // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1
   // to 2; the same bits), so that a benchmark can compare them over one model. Returns
   // InvalidArgument for other values.

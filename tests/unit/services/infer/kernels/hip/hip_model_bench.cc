@@ -22,7 +22,9 @@
 //          [--decode-slots=1,4,16] [--profile-slots=N] [--mma-tiles-of-8=0|1]
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
-//          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0]
+//          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
+// --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
+// device event before every backend operation (OpTimingBackend) and the step's time by operation.
 // --mma-bf16-inputs: each slot count's decode steps run once for each value listed, outermost:
 // 1, the decode products' inputs rounded to bf16 (HipKernelBackendOptions::mma_rows_bf16_inputs,
 // the default), 0, split exactly into three pieces (other bits).
@@ -55,6 +57,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +78,7 @@
 #include "services/infer/models/random_checkpoint_writer.h"
 #include "services/infer/models/safetensors.h"
 #include "tests/unit/services/infer/kernels/hip/hip_bench_util.h"
+#include "tests/unit/services/infer/kernels/hip/op_timing_backend.h"
 
 namespace cairn::infer {
 namespace {
@@ -103,6 +107,7 @@ struct Flags {
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
+  bool op_times = false;
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -234,7 +239,7 @@ class ModelBench {
     if (!store.ok()) Bench::Fail(store.status().ToString());
     const auto load_start = Clock::now();
     absl::StatusOr<std::unique_ptr<Model>> model =
-        CreateQwen3HybridModel(*config, *std::move(store), 0, &b_, {});
+        CreateQwen3HybridModel(*config, *std::move(store), 0, &timing_, {});
     if (!model.ok()) Bench::Fail(model.status().ToString());
     model_ = *std::move(model);
     const ModelInfo& info = model_->info();
@@ -462,7 +467,9 @@ class ModelBench {
     const int64_t runs = static_cast<int64_t>(
         f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
         f_.decode_attention_variants.size() * f_.moe_kernels.size());
-    const int64_t rows = f_.decode_depth + kDecodeModes * runs * (f_.decode_steps + warm) + 8;
+    const int64_t rows = f_.decode_depth +
+                         (kDecodeModes + (f_.op_times ? 1 : 0)) * runs * (f_.decode_steps + warm) +
+                         8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
     if (!kv.ok()) Bench::Fail(kv.status().ToString());
@@ -623,11 +630,47 @@ class ModelBench {
       copy_seconds.push_back(Bench::Seconds(start));
     }
     std::sort(copy_seconds.begin(), copy_seconds.end());
+    if (f_.op_times) OpTimes(slots, kv_memory, suffix);
     Print(
         absl::StrFormat("%s decode %2d slots: copying a step's logits (%.1f MB) between kept host "
                         "vectors takes %.3f ms%s",
                         name_.c_str(), slots, slots * static_cast<double>(kept[0].size()) * 4e-6,
                         copy_seconds[2] * 1e3, suffix));
+  }
+
+  // --op-times: --decode-steps more steps of `slots` slots (as the in-place ones) with an event
+  // before every backend operation (OpTimingBackend), and each operation's share of a step.
+  void OpTimes(int slots, SlotKvMemory& kv_memory, const std::string& suffix) {
+    std::map<std::string, std::pair<double, int64_t>> totals;
+    std::vector<int32_t> next(slots);
+    std::vector<absl::Span<const float>> views;
+    for (int step = 0; step < 2 + f_.decode_steps; ++step) {
+      std::vector<SequencePass> batch;
+      for (int s = 0; s < slots; ++s) {
+        next[s] = tokens_[static_cast<size_t>((step * 37 + s) % 1000)];
+        batch.push_back({kv_memory.slot(s), absl::MakeConstSpan(&next[s], 1)});
+      }
+      timing_.SetTiming(step >= 2);
+      Bench::Check(model_->ForwardBatchViews(batch, views), "op-timed step");
+      Bench::Check(timing_.Collect(totals), "op times");
+    }
+    timing_.SetTiming(false);
+    std::vector<std::pair<double, std::string>> order;
+    double step_ms = 0;
+    for (const auto& [what, t] : totals) {
+      order.emplace_back(t.first, what);
+      step_ms += t.first;
+    }
+    std::sort(order.rbegin(), order.rend());
+    Print(
+        absl::StrFormat("%s decode %2d slots by operation (events on the stream, %.2f ms a step "
+                        "with them)%s:",
+                        name_.c_str(), slots, step_ms / f_.decode_steps, suffix));
+    for (const auto& [ms, what] : order) {
+      Print(absl::StrFormat(
+          "   %-40s %8.4f ms a step %6.1f calls %5.1f %%", what, ms / f_.decode_steps,
+          static_cast<double>(totals[what].second) / f_.decode_steps, 100.0 * ms / step_ms));
+    }
   }
 
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
@@ -647,6 +690,8 @@ class ModelBench {
 
   const Flags& f_;
   HipKernelBackend& b_;
+  // What the models run on: b_'s operations, timed per operation under --op-times.
+  OpTimingBackend timing_{&b_};
   const Ceilings& ceil_;
   std::string name_;
   RandomCheckpointOptions o_;
@@ -737,6 +782,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->dense_layers = static_cast<int>(n);
     } else if (key == "moe-layers") {
       f->moe_layers = static_cast<int>(n);
+    } else if (key == "op-times") {
+      f->op_times = n != 0;
     } else if (key == "profile-slots") {
       f->profile_slots = static_cast<int>(n);
     } else if (key == "profile-prefill") {
@@ -758,7 +805,7 @@ int Main(int argc, char** argv) {
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
-                 "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0]\n");
+                 "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
