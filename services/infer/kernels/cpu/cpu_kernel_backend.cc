@@ -587,14 +587,37 @@ void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
   });
 }
 
+namespace {
+
+// L2Normalize's arithmetic for one row, in place.
+void L2NormalizeRow(float* xr, int64_t dim, float eps, float scale) {
+  const float ss = SumOfSquares(xr, dim);
+  const float inv = 1.0f / std::sqrt(ss + eps);
+  ScaleRow(xr, inv, nullptr, /*zero_centred=*/false, scale, dim, xr);
+}
+
+}  // namespace
+
 void CpuKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) L2NormalizeRow(x + r * dim, dim, eps, scale);
+  });
+}
+
+void CpuKernelBackend::L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale,
+                                      int64_t tokens, int heads, int64_t dim, int64_t ld,
+                                      float eps) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
+  const int64_t rows = tokens * heads;
+  // Rows [0, rows) are a's, [rows, 2 rows) b's; row r of an array is head r % heads of token
+  // r / heads.
+  ParallelRows(2 * rows, dim, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      float* xr = x + r * dim;
-      const float ss = SumOfSquares(xr, dim);
-      const float inv = 1.0f / std::sqrt(ss + eps);
-      ScaleRow(xr, inv, nullptr, /*zero_centred=*/false, scale, dim, xr);
+      const bool second = r >= rows;
+      const int64_t i = second ? r - rows : r;
+      float* x = (second ? b : a) + i / heads * ld + i % heads * dim;
+      L2NormalizeRow(x, dim, eps, second ? b_scale : a_scale);
     }
   });
 }

@@ -170,6 +170,10 @@ class CpuKernelBackend final : public KernelBackend {
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                     float eps, float* y) override;
   void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override;
+  // Both arrays' rows in one spread over the threads (the default makes a call per token when
+  // the token rows are apart), each row as L2Normalize computes it.
+  void L2NormalizeTwo(float* a, float a_scale, float* b, float b_scale, int64_t tokens, int heads,
+                      int64_t dim, int64_t ld, float eps) override;
   void Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, int rotary_dim,
             const float* inv_freq, int64_t first_position) override;
   void SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,

@@ -265,6 +265,26 @@ TEST_F(CpuKernelBackendTest, WideNormsMatchDoubleAndDoNotDependOnTheRowCount) {
   EXPECT_NE(gated, all);  // The gate did apply.
 }
 
+// L2NormalizeTwo (the delta rule's q and k, token rows apart in the conv output): each row the
+// bits of L2Normalize, the padding between token rows untouched, over enough rows that the call
+// spreads over the threads.
+TEST_F(CpuKernelBackendTest, L2NormalizeTwoGivesTheBitsOfOneCallPerToken) {
+  const int64_t tokens = 200, dim = 64;
+  const int heads = 3;
+  const int64_t ld = heads * dim + 11;
+  const std::vector<float> a = Random(tokens * ld, 43), b = Random(tokens * ld, 44);
+  std::vector<float> a1 = a, b1 = b, a2 = a, b2 = b;
+  backend_->L2NormalizeTwo(a1.data(), 0.125f, b1.data(), 1.0f, tokens, heads, dim, ld, 1e-6f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    backend_->L2Normalize(a2.data() + t * ld, heads, dim, 1e-6f, 0.125f);
+    backend_->L2Normalize(b2.data() + t * ld, heads, dim, 1e-6f, 1.0f);
+  }
+  EXPECT_EQ(std::memcmp(a1.data(), a2.data(), a1.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(b1.data(), b2.data(), b1.size() * sizeof(float)), 0);
+  EXPECT_NE(a1, a);
+  EXPECT_EQ(a1[heads * dim + 5], a[heads * dim + 5]);  // Padding.
+}
+
 TEST_F(CpuKernelBackendTest, RopeRotatesPairsHalfApart) {
   // head_dim 6, rotary 4: pairs (0, 2) and (1, 3); dims 4, 5 untouched.
   std::vector<float> x = {1, 0, 0, 1, 7, 8};
