@@ -169,6 +169,8 @@ class Qwen3HybridModel final : public Model {
   bool InSharedGroup(int64_t tokens) const {
     return tokens <= options_.row_kernel_max_tokens || options_.pass_invariant;
   }
+  // The batch's shared row-kernel group: its passes that are InSharedGroup, in batch order.
+  Group SharedGroup(absl::Span<const SequencePass> batch) const;
   // Runs group `g` of `batch` and hands each of its sequences' logits out: into `results`, or,
   // with `views` (device memory and staged logits only: the caller checks), as spans of the
   // page-locked staging.
@@ -870,27 +872,34 @@ absl::Status Qwen3HybridModel::PrepareBatch(absl::Span<const SequencePass> batch
   return absl::OkStatus();
 }
 
+Qwen3HybridModel::Group Qwen3HybridModel::SharedGroup(absl::Span<const SequencePass> batch) const {
+  Group small;
+  small.row_kernel = true;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
+    if (InSharedGroup(t)) {
+      small.seqs.push_back({static_cast<int>(i), batch[i].slot, small.rows, t});
+      small.rows += t;
+    }
+  }
+  return small;
+}
+
 absl::Status Qwen3HybridModel::ForwardBatchViews(absl::Span<const SequencePass> batch,
                                                  std::vector<absl::Span<const float>>& views) {
   // In place only where one staged download holds every sequence's logits: device memory, one
   // shared group (every pass short), at most kMaxStagedLogits floats.
-  bool one_download = !memory_->host_visible() && !batch.empty();
+  Group all = SharedGroup(batch);
   int64_t floats = 0;
   for (const SequencePass& pass : batch) {
-    const int64_t t = static_cast<int64_t>(pass.tokens.size());
-    one_download = one_download && InSharedGroup(t);
-    floats += (pass.all_logits ? t : 1) * c_.vocab_size;
+    floats += (pass.all_logits ? static_cast<int64_t>(pass.tokens.size()) : 1) * c_.vocab_size;
   }
-  if (!one_download || floats > kMaxStagedLogits) return Model::ForwardBatchViews(batch, views);
+  if (memory_->host_visible() || batch.empty() || all.seqs.size() != batch.size() ||
+      floats > kMaxStagedLogits) {
+    return Model::ForwardBatchViews(batch, views);
+  }
   RETURN_IF_ERROR(PrepareBatch(batch));
   views.assign(batch.size(), {});
-  Group all;
-  all.row_kernel = true;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
-    all.seqs.push_back({static_cast<int>(i), batch[i].slot, all.rows, t});
-    all.rows += t;
-  }
   const EndPassOnReturn end_pass{scratch_};
   std::vector<std::vector<float>> unused;
   return RunGroup(all, batch, unused, &views);
@@ -904,15 +913,7 @@ absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> b
   // on its own length, so its bits never depend on the rest of the batch.
   // Every result is assigned or resized in RunGroup, keeping the vectors' memory.
   results.resize(batch.size());
-  Group small;
-  small.row_kernel = true;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const int64_t t = static_cast<int64_t>(batch[i].tokens.size());
-    if (InSharedGroup(t)) {
-      small.seqs.push_back({static_cast<int>(i), batch[i].slot, small.rows, t});
-      small.rows += t;
-    }
-  }
+  Group small = SharedGroup(batch);
   const EndPassOnReturn end_pass{scratch_};
   if (!small.seqs.empty()) RETURN_IF_ERROR(RunGroup(small, batch, results));
   for (size_t i = 0; i < batch.size(); ++i) {

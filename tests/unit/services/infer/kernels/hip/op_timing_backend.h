@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
@@ -83,12 +84,12 @@ class OpTimingBackend final : public KernelBackend {
   }
   void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                              float* y, int64_t ldy, bool accumulate) override {
-    Mark(absl::StrCat("gemm n=", w.rows(), " k=", w.cols));
+    if (timing_) Mark(absl::StrCat("gemm n=", w.rows(), " k=", w.cols));
     hip_->MatMulTransposedTyped(x, m, ldx, w, y, ldy, accumulate);
   }
   void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
                        int64_t ldy, bool accumulate) override {
-    Mark(absl::StrCat("product n=", w.rows(), " k=", w.cols));
+    if (timing_) Mark(absl::StrCat("product n=", w.rows(), " k=", w.cols));
     hip_->MatMulRowsTyped(x, m, ldx, w, y, ldy, accumulate);
   }
   void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
@@ -122,7 +123,7 @@ class OpTimingBackend final : public KernelBackend {
   }
   void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                bool zero_centred, float* y) override {
-    Mark(absl::StrCat("rmsnorm dim=", dim));
+    if (timing_) Mark(absl::StrCat("rmsnorm dim=", dim));
     hip_->RmsNorm(x, rows, dim, w, eps, zero_centred, y);
   }
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
@@ -194,8 +195,9 @@ class OpTimingBackend final : public KernelBackend {
   }
 
  private:
-  // Records the next event (creating it the first time) before an operation named `what`.
-  void Mark(std::string what) {
+  // Records the next event (creating it the first time) before an operation named `what`. Call
+  // sites that build a name check timing_ first, so that untimed steps build none.
+  void Mark(absl::string_view what) {
     if (!timing_) return;
     if (marks_.size() == events_.size()) {
       hipEvent_t e = nullptr;
@@ -203,7 +205,7 @@ class OpTimingBackend final : public KernelBackend {
       events_.push_back(e);
     }
     if (hipEventRecord(events_[marks_.size()], hip_->compute_stream()) != hipSuccess) return;
-    marks_.push_back(std::move(what));
+    marks_.emplace_back(what);
   }
 
   HipKernelBackend* const hip_;
