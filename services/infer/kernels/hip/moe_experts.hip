@@ -77,6 +77,9 @@ __global__ void __launch_bounds__(kRouteThreads)
   float prev_p = INFINITY;
   int prev_id = -1;
   float top_sum = 0.0f;
+  // Thread 0's picked probabilities, written once at the end (divided by their sum when
+  // renormalising: the value MoeRoute stores, without reading it back from global memory).
+  float picked[kMaxTopK];
   for (int i = 0; i < top_k; ++i) {
     float best_p = -1.0f;
     int best_id = -1;
@@ -109,14 +112,16 @@ __global__ void __launch_bounds__(kRouteThreads)
     __syncthreads();
     if (tid == 0) {
       ids[tok * top_k + i] = best_id;
-      weights[tok * top_k + i] = best_p;
+      picked[i] = best_p;
     }
     top_sum += best_p;
     prev_p = best_p;
     prev_id = best_id;
   }
-  if (renormalise && tid == 0) {
-    for (int i = 0; i < top_k; ++i) weights[tok * top_k + i] /= top_sum;
+  if (tid == 0) {
+    for (int i = 0; i < top_k; ++i) {
+      weights[tok * top_k + i] = renormalise ? picked[i] / top_sum : picked[i];
+    }
   }
 }
 
@@ -340,6 +345,9 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
   float prev_p = INFINITY;
   int prev_id = -1;
   float top_sum = 0.0f;
+  // Lane 0's picked probabilities, written once at the end (divided by their sum when
+  // renormalising: the value MoeRoute stores, without reading it back from global memory).
+  float picked[kMaxTopK];
   for (int i = 0; i < top_k; ++i) {
     float best_p = -1.0f;
     int best_id = -1;
@@ -366,14 +374,14 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
     }
     if (lane == 0) {
       ids[i] = best_id;
-      weights[i] = best_p;
+      picked[i] = best_p;
     }
     top_sum += best_p;
     prev_p = best_p;
     prev_id = best_id;
   }
-  if (renormalise && lane == 0) {
-    for (int i = 0; i < top_k; ++i) weights[i] /= top_sum;
+  if (lane == 0) {
+    for (int i = 0; i < top_k; ++i) weights[i] = renormalise ? picked[i] / top_sum : picked[i];
   }
 }
 

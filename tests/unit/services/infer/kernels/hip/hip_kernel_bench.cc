@@ -5,7 +5,7 @@
 // shapes. Random inputs (never zeros). Prints one line per measurement.
 //
 // Usage: cairn_hip_kernel_bench [--quick] [--decode-products] [--moe-prefill]
-//                               [--prefill-attention] [--decode-batch]
+//                               [--prefill-attention] [--decode-batch] [--moe-decode]
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
 // rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
@@ -18,6 +18,12 @@
 // host, an expert at a time), the grouped device path (HipKernelBackendOptions::
 // grouped_moe_prefill), and the default's per-expert vendor GEMMs alone (every expert the
 // average count of rows), the cost of per-expert GEMMs after one download of the counts.
+//
+// --moe-decode: only one MoE layer's routed experts at decode sizes (1, 4 and 16 tokens, the
+// 80B-A3B-like shapes): HipKernelBackend::MoeExperts (its device path) called back to back over
+// 16 routings in turn (so the experts come from HBM), then each of its five launches alone the
+// same way (route and sort, the gate/up products, SiLU-mul, the down products, the weighted sum),
+// the products against the bytes of the experts they read.
 //
 // --decode-batch: only the batched per-sequence operations of a dense 9B-like decode step (one
 // token a sequence, 1, 4 and 16 sequences): decode attention at 4096 keys (16 q / 4 kv heads of
@@ -35,10 +41,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "services/infer/kernels/hip/gpu_blas.h"
@@ -178,58 +187,75 @@ int DecodeProducts() {
   return 0;
 }
 
+// One MoE layer's experts at the 80B-A3B-like model's shapes (512 experts of 512, hidden 2048,
+// top 10): every expert's gate/up and down matrices in one device pool (3.2 GB, far larger than
+// L2), bf16 random values.
+struct MoePool {
+  static constexpr int64_t kHidden = 2048, kWidth = 512;
+  static constexpr int kExperts = 512, kTopK = 10;
+  static constexpr int64_t kExpertBf16 = 3 * kWidth * kHidden;  // gate, up and down.
+  DeviceBuffer pool;
+  std::vector<WeightMatrix> gate_up, down;
+
+  explicit MoePool(HipKernelBackend& b) {
+    absl::StatusOr<DeviceBuffer> buffer = b.Allocate(kExperts * kExpertBf16 * 2);
+    if (!buffer.ok()) Bench::Fail(buffer.status().ToString());
+    pool = *std::move(buffer);
+    const std::vector<float> values = RandomFloats(kExpertBf16, 50);
+    std::vector<uint16_t> bits(kExpertBf16);
+    for (int64_t i = 0; i < kExpertBf16; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &values[i], sizeof u);
+      bits[i] = static_cast<uint16_t>(u >> 16);
+    }
+    auto* base = static_cast<uint16_t*>(pool.data());
+    for (int e = 0; e < kExperts; ++e) {
+      Bench::Check(b.Upload(base + e * kExpertBf16, bits.data(), kExpertBf16 * 2),
+                   "upload experts");
+      gate_up.push_back(
+          WeightMatrix::Of(base + e * kExpertBf16, WeightType::kBF16, 2 * kWidth, kHidden));
+      down.push_back(WeightMatrix::Of(base + e * kExpertBf16 + 2 * kWidth * kHidden,
+                                      WeightType::kBF16, kHidden, kWidth));
+    }
+  }
+  // A MoeExperts call over these experts for `tokens` tokens (row_invariant: a decode step's).
+  MoeExpertsArgs Args(const float* x, const float* logits, float* out, int64_t tokens,
+                      bool row_invariant) const {
+    MoeExpertsArgs a;
+    a.x = x;
+    a.logits = logits;
+    a.out = out;
+    a.tokens = tokens;
+    a.hidden = kHidden;
+    a.width = kWidth;
+    a.experts = kExperts;
+    a.top_k = kTopK;
+    a.renormalise = true;
+    a.row_invariant = row_invariant;
+    a.gate_up = gate_up.data();
+    a.down = down.data();
+    return a;
+  }
+};
+
 // One MoE layer's routed experts at prefill sizes (see --moe-prefill above).
 int MoePrefill() {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
   if (!created.ok()) Bench::Fail(created.status().ToString());
   HipKernelBackend& b = **created;
   Bench bench(&b);
-  const int64_t hidden = 2048, width = 512;
-  const int experts = 512, top_k = 10;
-  const int64_t expert_bf16 = 3 * width * hidden;  // gate, up and down.
-  absl::StatusOr<DeviceBuffer> pool_buffer = b.Allocate(experts * expert_bf16 * 2);
-  if (!pool_buffer.ok()) Bench::Fail(pool_buffer.status().ToString());
-  {
-    const int64_t block = expert_bf16;
-    const std::vector<float> values = RandomFloats(block, 50);
-    std::vector<uint16_t> bits(block);
-    for (int64_t i = 0; i < block; ++i) {
-      uint32_t u;
-      std::memcpy(&u, &values[i], sizeof u);
-      bits[i] = static_cast<uint16_t>(u >> 16);
-    }
-    for (int e = 0; e < experts; ++e) {
-      Bench::Check(
-          b.Upload(static_cast<uint16_t*>(pool_buffer->data()) + e * block, bits.data(), block * 2),
-          "upload experts");
-    }
-  }
-  const auto* pool = static_cast<const uint16_t*>(pool_buffer->data());
-  std::vector<WeightMatrix> gate_up, down;
-  for (int e = 0; e < experts; ++e) {
-    gate_up.push_back(
-        WeightMatrix::Of(pool + e * expert_bf16, WeightType::kBF16, 2 * width, hidden));
-    down.push_back(WeightMatrix::Of(pool + e * expert_bf16 + 2 * width * hidden, WeightType::kBF16,
-                                    hidden, width));
-  }
+  const MoePool m(b);
+  const int64_t hidden = MoePool::kHidden, width = MoePool::kWidth;
+  const int experts = MoePool::kExperts, top_k = MoePool::kTopK;
+  const std::vector<WeightMatrix>& gate_up = m.gate_up;
+  const std::vector<WeightMatrix>& down = m.down;
   char label[200];
   for (const int64_t tokens : {int64_t{4096}, int64_t{8192}}) {
     float* x = bench.Buffer(tokens * hidden, 51);
     float* logits = bench.Buffer(tokens * experts, 52, -3.0f, 3.0f);
     float* out = bench.Buffer(tokens * hidden, 53);
     ScratchArena scratch(b.memory());
-    MoeExpertsArgs a;
-    a.x = x;
-    a.logits = logits;
-    a.out = out;
-    a.tokens = tokens;
-    a.hidden = hidden;
-    a.width = width;
-    a.experts = experts;
-    a.top_k = top_k;
-    a.renormalise = true;
-    a.gate_up = gate_up.data();
-    a.down = down.data();
+    const MoeExpertsArgs a = m.Args(x, logits, out, tokens, false);
     const double flops = 2.0 * tokens * top_k * 3.0 * width * hidden;
     for (const bool grouped : {false, true}) {
       b.SetGroupedMoePrefillForTest(grouped);
@@ -259,6 +285,169 @@ int MoePrefill() {
     std::snprintf(label, sizeof label, "moe layer, %ld vendor GEMM pairs of %ld rows alone",
                   static_cast<int64_t>(experts), rows);
     Row(label, t, "TFLOP/s", flops, 1e12);
+    bench.Free();
+  }
+  return 0;
+}
+
+// Seconds per call of fn(i), i = 0 .. calls - 1, run back to back after one warm-up round:
+// work of a few microseconds timed as the device runs it in a step, without a wait per call.
+double BackToBack(Bench& bench, int calls, const std::function<void(int)>& fn) {
+  for (int i = 0; i < calls; ++i) fn(i);
+  bench.Sync();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) fn(i);
+  bench.Sync();
+  return Bench::Seconds(start) / calls;
+}
+
+void CheckLaunch(hipError_t e, const char* what) {
+  if (e != hipSuccess) Bench::Fail(std::string(what) + ": " + hipGetErrorString(e));
+}
+
+// A device copy of `in` holding the host array `host`'s bytes.
+template <typename T>
+T* DeviceCopy(HipKernelBackend& b, std::vector<DeviceBuffer>& keep, const std::vector<T>& host) {
+  absl::StatusOr<DeviceBuffer> d = b.Allocate(static_cast<int64_t>(host.size() * sizeof(T)));
+  if (!d.ok()) Bench::Fail(d.status().ToString());
+  Bench::Check(b.Upload(d->data(), host.data(), static_cast<int64_t>(host.size() * sizeof(T))),
+               "upload");
+  keep.push_back(*std::move(d));
+  return static_cast<T*>(keep.back().data());
+}
+
+// One MoE layer's routed experts at decode sizes (see --moe-decode above).
+int MoeDecode() {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
+  if (!created.ok()) Bench::Fail(created.status().ToString());
+  HipKernelBackend& b = **created;
+  Bench bench(&b);
+  const MoePool m(b);
+  const int64_t hidden = MoePool::kHidden, width = MoePool::kWidth;
+  const int experts = MoePool::kExperts, top_k = MoePool::kTopK;
+  const hipStream_t stream = b.compute_stream();
+  {
+    const int64_t n = int64_t{1} << 28;  // 1 GiB of floats.
+    float* src = bench.Buffer(n, 1);
+    float* dst = bench.Buffer(n, 2);
+    const double t = BackToBack(bench, 5, [&](int) {
+      CheckLaunch(hipMemcpyAsync(dst, src, n * 4, hipMemcpyDeviceToDevice, stream), "copy");
+    });
+    Row("ceiling: device copy 1 GiB (read + write)", t, "GB/s", 2.0 * n * 4);
+    bench.Free();
+  }
+  // The experts' tables as HipKernelBackend::MoeTableFor makes them (one part each).
+  std::vector<DeviceBuffer> keep;
+  std::vector<hip::MoeExpertParts> gu_host(experts), down_host(experts);
+  for (int e = 0; e < experts; ++e) {
+    gu_host[e].data[0] = static_cast<const uint16_t*>(m.gate_up[e].parts[0].data);
+    gu_host[e].end[0] = 2 * width;
+    gu_host[e].count = 1;
+    down_host[e].data[0] = static_cast<const uint16_t*>(m.down[e].parts[0].data);
+    down_host[e].end[0] = hidden;
+    down_host[e].count = 1;
+  }
+  const hip::MoeExpertParts* gu_table = DeviceCopy(b, keep, gu_host);
+  const hip::MoeExpertParts* down_table = DeviceCopy(b, keep, down_host);
+  // Different routings in turn, so that a call's experts are not in L2 from the call before.
+  constexpr int kRoutings = 16;
+  char label[200];
+  for (const int64_t tokens : {int64_t{1}, int64_t{4}, int64_t{16}}) {
+    const int64_t picks = tokens * top_k;
+    // The experts a call reads (expected distinct picks of uniform routing) and their bytes.
+    const double distinct =
+        experts * (1.0 - std::pow(1.0 - static_cast<double>(top_k) / experts, tokens));
+    const double gu_bytes = distinct * 2 * width * hidden * 2;
+    const double down_bytes = distinct * hidden * width * 2;
+    float* x = bench.Buffer(tokens * hidden, 51);
+    float* out = bench.Buffer(tokens * hidden, 53);
+    std::vector<float*> logits;
+    for (int r = 0; r < kRoutings; ++r) {
+      logits.push_back(bench.Buffer(tokens * experts, 60 + r, -3.0f, 3.0f));
+    }
+    ScratchArena scratch(b.memory());
+    MoeExpertsArgs a = m.Args(x, logits[0], out, tokens, true);  // The device path.
+    const double whole = BackToBack(bench, 2 * kRoutings, [&](int i) {
+      a.logits = logits[i % kRoutings];
+      Bench::Check(b.MoeExperts(a, scratch), "moe experts");
+      scratch.EndPass();
+    });
+    std::snprintf(label, sizeof label, "moe decode, %ld tokens: MoeExperts (%.0f experts)", tokens,
+                  distinct);
+    Row(label, whole, "GB/s", gu_bytes + down_bytes);
+
+    // The device path's launches, one kind at a time over the routings.
+    const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, experts, hip::MoeTileRows());
+    auto ints = [&](int64_t n) {
+      return DeviceCopy(b, keep,
+                        std::vector<int32_t>(static_cast<size_t>(std::max<int64_t>(n, 1))));
+    };
+    std::vector<int32_t*> ids(kRoutings);
+    std::vector<float*> weights(kRoutings);
+    std::vector<hip::MoeSortBuffers> sorted(kRoutings);
+    for (int r = 0; r < kRoutings; ++r) {
+      ids[r] = ints(picks);
+      weights[r] = bench.Buffer(picks, 70);
+      hip::MoeSortBuffers& sb = sorted[r];
+      sb.hist = ints(sizes.hist_ints);
+      sb.base = ints(sizes.hist_ints);
+      sb.rank = ints(picks);
+      sb.offsets = ints(experts);
+      sb.tiles = DeviceCopy(b, keep, std::vector<hip::MoeTile>(sizes.max_tiles));
+      sb.num_tiles = ints(1);
+      sb.sorted_picks = ints(picks);
+      sb.slot_of_pick = ints(picks);
+    }
+    float* gu = bench.Buffer(picks * 2 * width, 71);
+    float* act = bench.Buffer(picks * width, 72);
+    float* ys = bench.Buffer(picks * hidden, 73);
+    const double route = BackToBack(bench, kRoutings, [&](int r) {
+      CheckLaunch(
+          hip::MoeRouteAndSort(logits[r], tokens, experts, top_k, true, hip::MoeRouting::kWarp,
+                               hip::MoeTileRows(), ids[r], weights[r], sorted[r], stream),
+          "route and sort");
+    });
+    const double up = BackToBack(bench, kRoutings, [&](int r) {
+      CheckLaunch(hip::MoeRowsMma(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
+                                  sorted[r].num_tiles, sizes.max_tiles, gu_table, true, 2 * width,
+                                  hidden, gu, 2 * width, true, stream),
+                  "gate/up");
+    });
+    const double dn = BackToBack(bench, kRoutings, [&](int r) {
+      CheckLaunch(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles, sorted[r].num_tiles,
+                                  sizes.max_tiles, down_table, true, hidden, width, ys, hidden,
+                                  true, stream),
+                  "down");
+    });
+    // The sort alone (the routed ids above, one block), so that the routing's share shows.
+    const double sort = BackToBack(bench, kRoutings, [&](int r) {
+      CheckLaunch(hip::MoeSortPicks(ids[r], picks, experts, hip::MoeTileRows(), sorted[r], stream,
+                                    /*one_block=*/true),
+                  "sort");
+    });
+    const double silu = BackToBack(bench, kRoutings, [&](int) {
+      CheckLaunch(hip::SiluMul(gu, 2 * width, gu + width, 2 * width, picks, width, act, stream),
+                  "silu mul");
+    });
+    const double combine = BackToBack(bench, kRoutings, [&](int r) {
+      CheckLaunch(hip::MoeCombine(ys, ids[r], weights[r], sorted[r].slot_of_pick, tokens, top_k,
+                                  hidden, out, stream, true),
+                  "combine");
+    });
+    std::snprintf(label, sizeof label, "  route and sort (one launch)");
+    Row(label, route, "calls/s", 1.0, 1.0);
+    std::snprintf(label, sizeof label, "    of which the sort alone (one block)");
+    Row(label, sort, "calls/s", 1.0, 1.0);
+    std::snprintf(label, sizeof label, "  gate/up products, %ld picks", picks);
+    Row(label, up, "GB/s", gu_bytes);
+    std::snprintf(label, sizeof label, "  silu mul");
+    Row(label, silu, "calls/s", 1.0, 1.0);
+    std::snprintf(label, sizeof label, "  down products");
+    Row(label, dn, "GB/s", down_bytes);
+    std::snprintf(label, sizeof label, "  combine");
+    Row(label, combine, "calls/s", 1.0, 1.0);
+    std::snprintf(label, sizeof label, "  sum of the five launches alone");
+    Row(label, route + up + silu + dn + combine, "GB/s", gu_bytes + down_bytes);
     bench.Free();
   }
   return 0;
@@ -610,14 +799,16 @@ int Main(bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, decode_products = false, moe_prefill = false, prefill_attention = false,
-       decode_batch = false;
+       decode_batch = false, moe_decode = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
     moe_prefill = moe_prefill || std::strcmp(argv[i], "--moe-prefill") == 0;
     prefill_attention = prefill_attention || std::strcmp(argv[i], "--prefill-attention") == 0;
     decode_batch = decode_batch || std::strcmp(argv[i], "--decode-batch") == 0;
+    moe_decode = moe_decode || std::strcmp(argv[i], "--moe-decode") == 0;
   }
+  if (moe_decode) return cairn::infer::MoeDecode();
   if (decode_batch) return cairn::infer::DecodeBatch();
   if (decode_products) return cairn::infer::DecodeProducts();
   if (moe_prefill) return cairn::infer::MoePrefill();
