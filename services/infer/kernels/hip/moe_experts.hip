@@ -253,6 +253,52 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
   __syncthreads();
   const int32_t count = t < experts ? counts[t] : 0;
   const int32_t ntiles = (count + tile_rows - 1) / tile_rows;
+#if !defined(__HIP_PLATFORM_AMD__)
+  // The inclusive scans of the counts and tiles: within each warp by shuffles, the warps' totals
+  // by warp 0 the same way, then each thread adds the totals of the warps before its own (three
+  // barriers instead of twenty; integer sums, so the same values in any order).
+  {
+    static_assert(kOffsetThreads / 32 <= 32, "warp 0 scans the warps' totals");
+    constexpr unsigned kAll = 0xffffffffu;
+    __shared__ int32_t warp_rows[kOffsetThreads / 32];
+    __shared__ int32_t warp_tiles[kOffsetThreads / 32];
+    const int lane = t % 32;
+    const int warp = t / 32;
+    int32_t rows_incl = count, tiles_incl = ntiles;
+#pragma unroll
+    for (int s = 1; s < 32; s <<= 1) {
+      const int32_t r = __shfl_up_sync(kAll, rows_incl, s);
+      const int32_t n = __shfl_up_sync(kAll, tiles_incl, s);
+      if (lane >= s) {
+        rows_incl += r;
+        tiles_incl += n;
+      }
+    }
+    if (lane == 31) {
+      warp_rows[warp] = rows_incl;
+      warp_tiles[warp] = tiles_incl;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      int32_t wr = warp_rows[lane], wn = warp_tiles[lane];
+#pragma unroll
+      for (int s = 1; s < 32; s <<= 1) {
+        const int32_t r = __shfl_up_sync(kAll, wr, s);
+        const int32_t n = __shfl_up_sync(kAll, wn, s);
+        if (lane >= s) {
+          wr += r;
+          wn += n;
+        }
+      }
+      warp_rows[lane] = wr;
+      warp_tiles[lane] = wn;
+    }
+    __syncthreads();
+    scan_rows[t] = rows_incl + (warp > 0 ? warp_rows[warp - 1] : 0);
+    scan_tiles[t] = tiles_incl + (warp > 0 ? warp_tiles[warp - 1] : 0);
+    __syncthreads();
+  }
+#else
   scan_rows[t] = count;
   scan_tiles[t] = ntiles;
   __syncthreads();
@@ -264,6 +310,7 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
     scan_tiles[t] += n;
     __syncthreads();
   }
+#endif
   const int32_t first_row = scan_rows[t] - count;
   const int32_t first_tile = scan_tiles[t] - ntiles;
   if (t < experts) {
