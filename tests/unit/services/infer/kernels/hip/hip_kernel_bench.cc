@@ -419,6 +419,14 @@ int MoeDecode() {
                                   true, stream),
                   "down");
     });
+    // The earlier routing for comparison (moe_kernels 0: a block per token, then the sort in
+    // three launches; the same ids, weights and slots).
+    const double route_block = BackToBack(bench, kRoutings, [&](int r) {
+      CheckLaunch(
+          hip::MoeRouteAndSort(logits[r], tokens, experts, top_k, true, hip::MoeRouting::kBlock,
+                               hip::MoeTileRows(), ids[r], weights[r], sorted[r], stream),
+          "route and sort, block per token");
+    });
     // The sort alone (the routed ids above, one block), so that the routing's share shows.
     const double sort = BackToBack(bench, kRoutings, [&](int r) {
       CheckLaunch(hip::MoeSortPicks(ids[r], picks, experts, hip::MoeTileRows(), sorted[r], stream,
@@ -438,6 +446,8 @@ int MoeDecode() {
     Row(label, route, "calls/s", 1.0, 1.0);
     std::snprintf(label, sizeof label, "    of which the sort alone (one block)");
     Row(label, sort, "calls/s", 1.0, 1.0);
+    std::snprintf(label, sizeof label, "  (moe_kernels 0: block routing, sort in three launches)");
+    Row(label, route_block, "calls/s", 1.0, 1.0);
     std::snprintf(label, sizeof label, "  gate/up products, %ld picks", picks);
     Row(label, up, "GB/s", gu_bytes);
     std::snprintf(label, sizeof label, "  silu mul");
