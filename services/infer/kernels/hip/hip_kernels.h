@@ -120,9 +120,9 @@ struct MoeSortSizes {
   int64_t max_tiles = 0;  // The most tiles any routing gives.
 };
 MoeSortSizes MoeSortSizesFor(int64_t picks, int experts, int tile_rows);
-// MoeRoute with a block per token (experts <= MoeMaxExperts()): the same ids and weights, bit
-// for bit (the sums in MoeRoute's order; tested), without one thread walking every expert
-// top_k + 2 times.
+// MoeRoute with a block per token (experts <= MoeMaxExperts(), top_k <= MoeMaxTopK(); else
+// hipErrorInvalidValue): the same ids and weights, bit for bit (the sums in MoeRoute's order;
+// tested), without one thread walking every expert top_k + 2 times.
 hipError_t MoeRouteBlock(const float* logits, int64_t tokens, int experts, int top_k,
                          bool renormalise, int32_t* ids, float* weights, hipStream_t stream);
 struct MoeSortBuffers {

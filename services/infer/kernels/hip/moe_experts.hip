@@ -925,7 +925,11 @@ int64_t MoeMaxTiles(int64_t picks, int experts, int tile_rows) {
 hipError_t MoeRouteBlock(const float* logits, int64_t tokens, int experts, int top_k,
                          bool renormalise, int32_t* ids, float* weights, hipStream_t stream) {
   if (tokens == 0 || top_k == 0) return hipSuccess;
-  if (experts < 1 || experts > kMaxExperts || tokens > 0x7fffffff) return hipErrorInvalidValue;
+  // The kernels keep a token's picks in an array of kMaxTopK.
+  if (experts < 1 || experts > kMaxExperts || top_k < 0 || top_k > kMaxTopK ||
+      tokens > 0x7fffffff) {
+    return hipErrorInvalidValue;
+  }
   MoeRouteBlockKernel<<<static_cast<unsigned int>(tokens), kRouteThreads, 0, stream>>>(
       logits, experts, top_k, renormalise, ids, weights);
   return hipGetLastError();
@@ -967,8 +971,8 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
                            float* weights, const MoeSortBuffers& b, hipStream_t stream) {
   const int64_t picks = tokens * top_k;
   if (picks == 0) return hipSuccess;
-  if (experts < 1 || experts > kMaxExperts || top_k > experts || tile_rows < 1 ||
-      tokens > 0x7fffffff) {
+  if (experts < 1 || experts > kMaxExperts || top_k < 1 || top_k > experts || top_k > kMaxTopK ||
+      tile_rows < 1 || tokens < 0 || tokens > 0x7fffffff) {
     return hipErrorInvalidValue;
   }
   hipError_t e = hipSuccess;

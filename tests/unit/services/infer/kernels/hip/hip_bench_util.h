@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "services/infer/kernels/hip/gpu_blas.h"
@@ -59,6 +60,12 @@ class Bench {
   void Sync() {
     const absl::Status s = b_->Synchronize();
     if (!s.ok()) Fail(s.ToString());
+  }
+  // A backend with `options`, or the run ends with the reason it could not be made.
+  static std::unique_ptr<HipKernelBackend> Backend(const HipKernelBackendOptions& options = {}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(options);
+    if (!created.ok()) Fail(created.status().ToString());
+    return *std::move(created);
   }
   [[noreturn]] static void Fail(const std::string& why) {
     std::fprintf(stderr, "bench failed: %s\n", why.c_str());

@@ -190,9 +190,8 @@ int DecodeProducts() {
 
 // The per-sequence operations of a dense decode step (see --decode-batch above).
 int DecodeBatch() {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
-  if (!created.ok()) Bench::Fail(created.status().ToString());
-  HipKernelBackend& b = **created;
+  const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
+  HipKernelBackend& b = *backend;
   Bench bench(&b);
   const Ceilings c = MeasureCeilings(b, bench, 5);
   bench.Free();
@@ -333,9 +332,8 @@ int PrefillAttention() {
 }
 
 int Main(bool quick) {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
-  if (!created.ok()) Bench::Fail(created.status().ToString());
-  HipKernelBackend& b = **created;
+  const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
+  HipKernelBackend& b = *backend;
   Bench bench(&b);
   const int reps = quick ? 3 : 10;
   char label[160];

@@ -105,9 +105,8 @@ T* DeviceCopy(HipKernelBackend& b, std::vector<DeviceBuffer>& keep, const std::v
 
 // One MoE layer's routed experts at prefill sizes (see --moe-prefill above).
 int MoePrefill() {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
-  if (!created.ok()) Bench::Fail(created.status().ToString());
-  HipKernelBackend& b = **created;
+  const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
+  HipKernelBackend& b = *backend;
   Bench bench(&b);
   const MoePool m(b);
   const int64_t hidden = MoePool::kHidden, width = MoePool::kWidth;
@@ -157,9 +156,8 @@ int MoePrefill() {
 
 // One MoE layer's routed experts at decode sizes (see --moe-decode above).
 int MoeDecode() {
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create({});
-  if (!created.ok()) Bench::Fail(created.status().ToString());
-  HipKernelBackend& b = **created;
+  const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
+  HipKernelBackend& b = *backend;
   Bench bench(&b);
   const MoePool m(b);
   const int64_t hidden = MoePool::kHidden, width = MoePool::kWidth;
