@@ -329,12 +329,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
-// The decode blocks (attention_decode_variant 1; NVIDIA): the split path's blocks of at most
-// kNarrowRows rows with AttentionBlock's arithmetic, restructured for latency. A tile's keys and
+// The decode blocks (attention_decode_variant 1 and 2; NVIDIA): the split path's blocks of at
+// most kNarrowRows rows (variant 2: kDecodeFewRows where a call has no more) with
+// AttentionBlock's arithmetic, restructured for latency. A tile's keys and
 // values come in by asynchronous copies (`cp.async`, one batch each, zeros past k_end) into one
 // key and one value buffer, the next tile's keys while this tile's values are multiplied and its
-// next values while the next scores are computed; warp w scores rows w and w + 4 (warps with no
-// row in use skip the scores) with lane c taking key c, so a score is one thread's chain over d
+// next values while the next scores are computed; warp w scores rows w and w + 4 (w alone in
+// blocks of kDecodeFewRows rows; warps with no row in use skip the scores) with lane c taking key c, so a score is one thread's chain over d
 // as before, and the loops carry no branch (rows not in use or skipped run on zeros or keep their
 // value), so that several steps' shared-memory loads go out together; the tile's maximum is a
 // shuffle tree (a maximum has no rounding) and the weights' exps run on every lane at once; the
@@ -343,19 +344,20 @@ __global__ void __launch_bounds__(kThreads)
 // AttentionBlock: the same bits (tested).
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
-constexpr int kDecodeRows = kNarrowRows;
-constexpr int kDecodeRowsPerWarp = kDecodeRows / kDecodeWarps;
 // Row stride of the Q and K buffers: 16-byte aligned for the copies, and rows 4 banks apart, so
 // a warp's 16-byte reads of 8 consecutive keys' rows hit distinct banks.
 constexpr int kDecodePad = 4;
-static_assert(kDecodeRowsPerWarp == 2 && kBc == 32 && kDecodeRows == 8,
-              "two rows a warp, a lane a key, a tile's weights in two float4s");
+static_assert(kBc == 32, "a lane a key");
 
+// Shared floats of a decode block of kRows rows (kNarrowRows or kDecodeFewRows).
+template <int kRows>
 size_t DecodeSharedFloats(int d) {
   const size_t ks = static_cast<size_t>(d) + kDecodePad;
-  return kDecodeRows * ks + kBc * ks + static_cast<size_t>(kBc) * d + kDecodeRows * kBc +
-         kDecodeRows;
+  return kRows * ks + kBc * ks + static_cast<size_t>(kBc) * d + kRows * kBc + kRows;
 }
+// The smaller decode block (attention_decode_variant 2, calls of at most this many rows a kv
+// head: one token at a GQA group of up to 4): a row a warp, so no arithmetic on unused rows.
+constexpr int kDecodeFewRows = 4;
 
 // 16 bytes from global `src` into shared `dst` without passing through registers; zeros where
 // `valid` is false (then nothing is read).
@@ -381,77 +383,112 @@ __device__ inline void DecodeWait() {
 #endif
 }
 
+// This thread's share of a tile copy, worked out once a block: where the threads divide a row's
+// 16-byte pieces evenly (d / 4 divides kDecodeThreads: d 16, 32, 64, 128, 256, ...) each thread
+// copies the same piece `x` of keys first, first + step, ..., with no division a copy;
+// otherwise (`even` false) the copies walk the tile's pieces in turn.
+struct DecodeCopyShare {
+  bool even;
+  int first;
+  int step;
+  int x;
+};
+__device__ inline DecodeCopyShare DecodeShareOf(int d) {
+  const int per_row = d / 4;
+  DecodeCopyShare s;
+  s.even = kDecodeThreads % per_row == 0;
+  s.first = s.even ? static_cast<int>(threadIdx.x) / per_row : 0;
+  s.step = s.even ? kDecodeThreads / per_row : 0;
+  s.x = s.even ? (static_cast<int>(threadIdx.x) % per_row) * 4 : 0;
+  return s;
+}
+
 // Copies keys [kt, kt + kBc) of kv head `kvh` (rows `ld` floats apart in `src`) into `dst`
 // (row stride `ds`), zeros from k_end on; one copy group.
 __device__ inline void DecodeCopyTile(const float* src, int64_t ld, int kvh, int d, int64_t kt,
-                                      int64_t k_end, float* dst, int ds) {
-  const int per_row = d / 4;
-  const int n = kBc * per_row;
-  for (int idx = threadIdx.x; idx < n; idx += kDecodeThreads) {
-    const int c = idx / per_row;
-    const int x = (idx % per_row) * 4;
-    const bool valid = kt + c < k_end;
-    const float* from = valid ? src + (kt + c) * ld + static_cast<int64_t>(kvh) * d + x : src;
-    DecodeCopy16(dst + c * ds + x, from, valid);
+                                      int64_t k_end, float* dst, int ds,
+                                      const DecodeCopyShare& share) {
+  const float* head = src + static_cast<int64_t>(kvh) * d;
+  if (share.even) {
+    for (int c = share.first; c < kBc; c += share.step) {
+      const bool valid = kt + c < k_end;
+      const float* from = valid ? head + (kt + c) * ld + share.x : src;
+      DecodeCopy16(dst + c * ds + share.x, from, valid);
+    }
+  } else {
+    const int per_row = d / 4;
+    const int n = kBc * per_row;
+    for (int idx = threadIdx.x; idx < n; idx += kDecodeThreads) {
+      const int c = idx / per_row;
+      const int x = (idx % per_row) * 4;
+      const bool valid = kt + c < k_end;
+      const float* from = valid ? head + (kt + c) * ld + x : src;
+      DecodeCopy16(dst + c * ds + x, from, valid);
+    }
   }
   DecodeCommit();
 }
 
-// The block of rows [bx * kDecodeRows, ...) of kv head `kvh` over key range `split` (split path
-// only: writes part_o, part_m and part_l). Needs VecLoads(p).
-template <int kMaxD>
+// The block of rows [bx * kRows, ...) of kv head `kvh` over key range `split` (split path
+// only: writes part_o, part_m and part_l). Needs VecLoads(p). Warp w takes rows w,
+// w + kDecodeWarps, ...
+template <int kMaxD, int kRows>
 __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64_t split) {
   constexpr int kDims = (kMaxD + kDecodeThreads - 1) / kDecodeThreads;
+  constexpr int kRowsPerWarp = kRows / kDecodeWarps;
+  static_assert(kRows % 4 == 0 && kRowsPerWarp >= 1 && kRowsPerWarp <= 2,
+                "one or two rows a warp, a key's weights in float4s");
   extern __shared__ float4 decode_smem4[];
   float* const smem = reinterpret_cast<float*>(decode_smem4);
   const int d = p.d;
   const int ks = d + kDecodePad;
-  float* q_tile = smem;                     // [kDecodeRows][ks]
-  float* k_tile = q_tile + kDecodeRows * ks;  // [kBc][ks]
-  float* v_tile = k_tile + kBc * ks;          // [kBc][d]
-  float* w_tile = v_tile + kBc * d;           // [kBc][kDecodeRows]: the tile's weights
-  float* alphas = w_tile + kBc * kDecodeRows;  // [kDecodeRows]: scale, or kSkipTile
+  float* q_tile = smem;                  // [kRows][ks]
+  float* k_tile = q_tile + kRows * ks;   // [kBc][ks]
+  float* v_tile = k_tile + kBc * ks;     // [kBc][d]
+  float* w_tile = v_tile + kBc * d;      // [kBc][kRows]: the tile's weights
+  float* alphas = w_tile + kBc * kRows;  // [kRows]: scale, or kSkipTile
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int64_t rho0 = bx * kDecodeRows;
-  const int live = static_cast<int>(p.rows - rho0 < kDecodeRows ? p.rows - rho0 : kDecodeRows);
+  const int64_t rho0 = bx * kRows;
+  const int live = static_cast<int>(p.rows - rho0 < kRows ? p.rows - rho0 : kRows);
   const int64_t last_pos = p.past + (rho0 + live - 1) / p.group;
   const int64_t k_begin = split * p.split_keys;
   const int64_t split_end = k_begin + p.split_keys;
   const int64_t k_end = split_end < last_pos + 1 ? split_end : last_pos + 1;
+  const DecodeCopyShare share = DecodeShareOf(d);
 
   if (k_begin < k_end) {
-    DecodeCopyTile(p.k, p.kv_ld, kvh, d, k_begin, k_end, k_tile, ks);
-    DecodeCopyTile(p.v, p.kv_ld, kvh, d, k_begin, k_end, v_tile, d);
+    DecodeCopyTile(p.k, p.kv_ld, kvh, d, k_begin, k_end, k_tile, ks, share);
+    DecodeCopyTile(p.v, p.kv_ld, kvh, d, k_begin, k_end, v_tile, d, share);
   }
-  for (int idx = tid; idx < kDecodeRows * d; idx += kDecodeThreads) {
-    const int r = idx / d;
-    const int x = idx % d;
-    float val = 0.0f;
+  // The rows' queries: a row's token and head worked out once (no division a value).
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float* qr = nullptr;
     if (r < live) {
       const int64_t rho = rho0 + r;
       const int64_t t = rho / p.group;
       const int64_t h = static_cast<int64_t>(kvh) * p.group + rho % p.group;
-      val = p.q[t * p.q_ld + h * d + x];
+      qr = p.q + t * p.q_ld + h * d;
     }
-    q_tile[r * ks + x] = val;
+    for (int x = tid; x < d; x += kDecodeThreads) q_tile[r * ks + x] = r < live ? qr[x] : 0.0f;
   }
 
   // Warp w's rows w + kDecodeWarps * j: running maximum and sum (the same in every lane).
-  float row_max[kDecodeRowsPerWarp], row_sum[kDecodeRowsPerWarp];
-  int64_t pos[kDecodeRowsPerWarp];
+  float row_max[kRowsPerWarp], row_sum[kRowsPerWarp];
+  int64_t pos[kRowsPerWarp];
 #pragma unroll
-  for (int j = 0; j < kDecodeRowsPerWarp; ++j) {
+  for (int j = 0; j < kRowsPerWarp; ++j) {
     row_max[j] = -INFINITY;
     row_sum[j] = 0.0f;
     const int r = warp + kDecodeWarps * j;
     pos[j] = r < live ? p.past + (rho0 + r) / p.group : -1;
   }
   // Output: row r, dims tid + kDecodeThreads * i.
-  float acc[kDecodeRows][kDims];
+  float acc[kRows][kDims];
 #pragma unroll
-  for (int r = 0; r < kDecodeRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
 #pragma unroll
     for (int i = 0; i < kDims; ++i) acc[r][i] = 0.0f;
   }
@@ -464,31 +501,33 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
       const int c = lane;
       const int64_t key = kt + c;
       const float* kr = k_tile + c * ks;
-      float s[kDecodeRowsPerWarp];
+      float s[kRowsPerWarp];
 #pragma unroll
-      for (int j = 0; j < kDecodeRowsPerWarp; ++j) s[j] = 0.0f;
-      // Both of the warp's rows, without a branch in the loop (a row not in use holds zeros and
-      // its score is dropped), so that the loads of several steps go out together.
+      for (int j = 0; j < kRowsPerWarp; ++j) s[j] = 0.0f;
+      // The warp's rows without a branch in the loop (a row not in use holds zeros and its
+      // score is dropped), so that the loads of several steps go out together.
       if (warp < live) {
-        const float* q0 = q_tile + warp * ks;
-        const float* q1 = q_tile + (warp + kDecodeWarps) * ks;
+        const float* qr[kRowsPerWarp];
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) qr[j] = q_tile + (warp + kDecodeWarps * j) * ks;
 #pragma unroll 8
         for (int x = 0; x < d; x += 4) {
           const float4 kv = *reinterpret_cast<const float4*>(kr + x);
-          const float4 a = *reinterpret_cast<const float4*>(q0 + x);
-          const float4 b = *reinterpret_cast<const float4*>(q1 + x);
-          s[0] = fmaf(a.x, kv.x, s[0]);
-          s[1] = fmaf(b.x, kv.x, s[1]);
-          s[0] = fmaf(a.y, kv.y, s[0]);
-          s[1] = fmaf(b.y, kv.y, s[1]);
-          s[0] = fmaf(a.z, kv.z, s[0]);
-          s[1] = fmaf(b.z, kv.z, s[1]);
-          s[0] = fmaf(a.w, kv.w, s[0]);
-          s[1] = fmaf(b.w, kv.w, s[1]);
+          float4 a[kRowsPerWarp];
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) a[j] = *reinterpret_cast<const float4*>(qr[j] + x);
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].x, kv.x, s[j]);
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].y, kv.y, s[j]);
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].z, kv.z, s[j]);
+#pragma unroll
+          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].w, kv.w, s[j]);
         }
       }
 #pragma unroll
-      for (int j = 0; j < kDecodeRowsPerWarp; ++j) {
+      for (int j = 0; j < kRowsPerWarp; ++j) {
         const int r = warp + kDecodeWarps * j;
         if (r >= live) continue;
         // The rounded product and difference AttentionBlock computes (through shared memory
@@ -510,12 +549,12 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
         for (int e = 0; e < kBc; ++e) sum += __shfl_sync(0xffffffffu, pv, e);
         row_sum[j] = fmaf(row_sum[j], alpha, sum);  // AttentionBlock's contracted update.
         row_max[j] = m_new;
-        w_tile[c * kDecodeRows + r] = pv;
+        w_tile[c * kRows + r] = pv;
         if (lane == 0) alphas[r] = alpha;
       }
     }
     __syncthreads();  // The keys are read: the next tile's may come in.
-    if (more) DecodeCopyTile(p.k, p.kv_ld, kvh, d, kt + kBc, k_end, k_tile, ks);
+    if (more) DecodeCopyTile(p.k, p.kv_ld, kvh, d, kt + kBc, k_end, k_tile, ks, share);
     if (more) {
       DecodeWait<1>();  // This tile's values (the next keys may still be in flight).
     } else {
@@ -523,9 +562,9 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
     }
     __syncthreads();
     {
-      bool take[kDecodeRows];
+      bool take[kRows];
 #pragma unroll
-      for (int r = 0; r < kDecodeRows; ++r) {
+      for (int r = 0; r < kRows; ++r) {
         const float alpha = r < live ? alphas[r] : kSkipTile;
         take[r] = alpha != kSkipTile;
 #pragma unroll
@@ -533,9 +572,15 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
       }
 #pragma unroll 8
       for (int c = 0; c < kBc; ++c) {
-        const float4 w0 = *reinterpret_cast<const float4*>(w_tile + c * kDecodeRows);
-        const float4 w1 = *reinterpret_cast<const float4*>(w_tile + c * kDecodeRows + 4);
-        const float pv[kDecodeRows] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        float pv[kRows];
+#pragma unroll
+        for (int g = 0; g < kRows / 4; ++g) {
+          const float4 w = *reinterpret_cast<const float4*>(w_tile + c * kRows + 4 * g);
+          pv[4 * g] = w.x;
+          pv[4 * g + 1] = w.y;
+          pv[4 * g + 2] = w.z;
+          pv[4 * g + 3] = w.w;
+        }
         const float* vr = v_tile + c * d;
         float vv[kDims];
 #pragma unroll
@@ -545,7 +590,7 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
         }
         // Every row without a branch (a skipped row keeps its value), as for the scores.
 #pragma unroll
-        for (int r = 0; r < kDecodeRows; ++r) {
+        for (int r = 0; r < kRows; ++r) {
 #pragma unroll
           for (int i = 0; i < kDims; ++i) {
             const float a = fmaf(pv[r], vv[i], acc[r][i]);
@@ -555,11 +600,11 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
       }
     }
     __syncthreads();  // The values and weights are read.
-    if (more) DecodeCopyTile(p.v, p.kv_ld, kvh, d, kt + kBc, k_end, v_tile, d);
+    if (more) DecodeCopyTile(p.v, p.kv_ld, kvh, d, kt + kBc, k_end, v_tile, d, share);
   }
 
 #pragma unroll
-  for (int r = 0; r < kDecodeRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     if (r >= live) continue;
     const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
 #pragma unroll
@@ -569,7 +614,7 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
     }
   }
 #pragma unroll
-  for (int j = 0; j < kDecodeRowsPerWarp; ++j) {
+  for (int j = 0; j < kRowsPerWarp; ++j) {
     const int r = warp + kDecodeWarps * j;
     if (r < live && lane == 0) {
       const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
@@ -579,19 +624,19 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
   }
 }
 
-template <int kMaxD>
+template <int kMaxD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) AttentionDecodeKernel(Params p) {
-  AttentionDecodeBlock<kMaxD>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
-template <int kMaxD>
+template <int kMaxD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads)
     AttentionDecodeBatchKernel(ParamsBatch b, int64_t max_splits) {
   const int64_t seq = blockIdx.z / max_splits;
   const int64_t split = blockIdx.z % max_splits;
   const Params& p = b.seq[seq];
-  if (split >= b.splits[seq] || static_cast<int64_t>(blockIdx.x) * kDecodeRows >= p.rows) return;
-  AttentionDecodeBlock<kMaxD>(p, blockIdx.x, blockIdx.y, split);
+  if (split >= b.splits[seq] || static_cast<int64_t>(blockIdx.x) * kRows >= p.rows) return;
+  AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y, split);
 }
 inline constexpr bool kDecodeBlocks = true;
 #else
@@ -711,18 +756,22 @@ hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
 // Whether the decode blocks (AttentionDecodeBlock) take a split-path launch whose calls have at
 // most `max_rows` rows a kv head and 16-byte loads.
 bool DecodeBlocks(int decode_variant, bool vec, int64_t max_rows) {
-  return decode_variant == 1 && kDecodeBlocks && vec && max_rows <= kNarrowRows;
+  return decode_variant >= 1 && kDecodeBlocks && vec && max_rows <= kNarrowRows;
+}
+// Whether those blocks take kDecodeFewRows rows (variant 2) rather than kNarrowRows.
+bool DecodeFewRows(int decode_variant, int64_t max_rows) {
+  return decode_variant == 2 && max_rows <= kDecodeFewRows;
 }
 
-template <int kMaxD>
-hipError_t LaunchDecode(const Params& p, int64_t splits, hipStream_t stream) {
+template <int kMaxD, int kRows>
+hipError_t LaunchDecodeRows(const Params& p, int64_t splits, hipStream_t stream) {
 #if !defined(__HIP_PLATFORM_AMD__)
-  const size_t shared = DecodeSharedFloats(p.d) * sizeof(float);
-  hipError_t e = AllowSharedBytes(AttentionDecodeKernel<kMaxD>, shared);
+  const size_t shared = DecodeSharedFloats<kRows>(p.d) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionDecodeKernel<kMaxD, kRows>, shared);
   if (e != hipSuccess) return e;
-  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kDecodeRows)),
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kRows)),
                   static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
-  AttentionDecodeKernel<kMaxD><<<grid, kDecodeThreads, shared, stream>>>(p);
+  AttentionDecodeKernel<kMaxD, kRows><<<grid, kDecodeThreads, shared, stream>>>(p);
   return hipGetLastError();
 #else
   return hipErrorNotSupported;
@@ -730,11 +779,18 @@ hipError_t LaunchDecode(const Params& p, int64_t splits, hipStream_t stream) {
 }
 
 template <int kMaxD>
+hipError_t LaunchDecode(const Params& p, int64_t splits, int decode_variant, hipStream_t stream) {
+  return DecodeFewRows(decode_variant, p.rows)
+             ? LaunchDecodeRows<kMaxD, kDecodeFewRows>(p, splits, stream)
+             : LaunchDecodeRows<kMaxD, kNarrowRows>(p, splits, stream);
+}
+
+template <int kMaxD>
 hipError_t Launch(const Params& p, int64_t splits, int decode_variant, hipStream_t stream) {
   const bool vec = VecLoads(p);
   hipError_t e;
   if (p.part_o != nullptr && DecodeBlocks(decode_variant, vec, p.rows)) {
-    e = LaunchDecode<kMaxD>(p, splits, stream);
+    e = LaunchDecode<kMaxD>(p, splits, decode_variant, stream);
   } else if (p.rows <= kNarrowRows) {
     e = vec ? LaunchTiles<kMaxD, kNarrowRows, true>(p, splits, stream)
             : LaunchTiles<kMaxD, kNarrowRows, false>(p, splits, stream);
@@ -813,17 +869,17 @@ hipError_t LaunchBatchTiles(const ParamsBatch& b, int count, int64_t max_rows, i
   return hipGetLastError();
 }
 
-template <int kMaxD>
-hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
-                             int64_t max_splits, hipStream_t stream) {
+template <int kMaxD, int kRows>
+hipError_t LaunchDecodeBatchRows(const ParamsBatch& b, int count, int64_t max_rows,
+                                 int64_t max_splits, hipStream_t stream) {
 #if !defined(__HIP_PLATFORM_AMD__)
-  const size_t shared = DecodeSharedFloats(b.seq[0].d) * sizeof(float);
-  hipError_t e = AllowSharedBytes(AttentionDecodeBatchKernel<kMaxD>, shared);
+  const size_t shared = DecodeSharedFloats<kRows>(b.seq[0].d) * sizeof(float);
+  hipError_t e = AllowSharedBytes(AttentionDecodeBatchKernel<kMaxD, kRows>, shared);
   if (e != hipSuccess) return e;
-  const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kDecodeRows)),
+  const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kRows)),
                   static_cast<unsigned int>(b.seq[0].kv_heads),
                   static_cast<unsigned int>(count * max_splits));
-  AttentionDecodeBatchKernel<kMaxD><<<grid, kDecodeThreads, shared, stream>>>(b, max_splits);
+  AttentionDecodeBatchKernel<kMaxD, kRows><<<grid, kDecodeThreads, shared, stream>>>(b, max_splits);
   return hipGetLastError();
 #else
   return hipErrorNotSupported;
@@ -831,11 +887,19 @@ hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
 }
 
 template <int kMaxD>
+hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
+                             int64_t max_splits, int decode_variant, hipStream_t stream) {
+  return DecodeFewRows(decode_variant, max_rows)
+             ? LaunchDecodeBatchRows<kMaxD, kDecodeFewRows>(b, count, max_rows, max_splits, stream)
+             : LaunchDecodeBatchRows<kMaxD, kNarrowRows>(b, count, max_rows, max_splits, stream);
+}
+
+template <int kMaxD>
 hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_rows,
                        int64_t max_splits, int decode_variant, hipStream_t stream) {
   hipError_t e;
   if (DecodeBlocks(decode_variant, vec, max_rows)) {
-    e = LaunchDecodeBatch<kMaxD>(b, count, max_rows, max_splits, stream);
+    e = LaunchDecodeBatch<kMaxD>(b, count, max_rows, max_splits, decode_variant, stream);
   } else if (max_rows <= kNarrowRows) {
     e = vec ? LaunchBatchTiles<kMaxD, kNarrowRows, true>(b, count, max_rows, max_splits, stream)
             : LaunchBatchTiles<kMaxD, kNarrowRows, false>(b, count, max_rows, max_splits, stream);

@@ -28,8 +28,9 @@ struct HipKernelBackendOptions {
   // The split path's blocks for calls of at most 8 query rows a kv head (hip::Attention
   // `decode_variant`; the same bits): 0, the tile kernel that loads a tile in four batches and
   // then computes it; 1, keys and values copied asynchronously, each overlapping the other's
-  // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0).
-  int attention_decode_variant = 1;
+  // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0); 2, as
+  // 1, with blocks of 4 rows (a row a warp) for calls of at most 4 rows a kv head (default).
+  int attention_decode_variant = 2;
   // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
   // many query tokens per launch (bounds its workspace).
   int64_t attention_invariant_group_tokens = 64;

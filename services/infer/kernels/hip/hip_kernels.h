@@ -270,8 +270,10 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // kernel (8 rows, keys and values loaded into shared memory in four batches of loads, then
 // computed); 1, where the loads are 16-byte (else 0), AttentionDecodeBlock: asynchronous copies
 // of each tile's keys and values overlapping the other's arithmetic, warps without a row in use
-// skip the scores, the scores a lane a key, branch-free loops (NVIDIA; AMD takes 0).
-inline constexpr int kAttentionDecodeVariants = 2;
+// skip the scores, the scores a lane a key, branch-free loops (NVIDIA; AMD takes 0); 2, as 1,
+// but calls of at most 4 rows a kv head (one token at a GQA group of up to 4) take blocks of 4
+// rows, a row a warp, instead of 8 of which half run on zeros.
+inline constexpr int kAttentionDecodeVariants = 3;
 hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
                      hipStream_t stream);
 // The split path of `count` calls (each with split_keys > 0, tokens > 0, equal q_heads, kv_heads

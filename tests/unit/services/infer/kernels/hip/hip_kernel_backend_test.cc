@@ -567,7 +567,8 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
 }
 
 TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
-  // The split path's decode blocks (attention_decode_variant 1) against the tile kernel (0):
+  // The split path's decode blocks (attention_decode_variant 1, and 2 with blocks of 4 rows
+  // where a call has no more) against the tile kernel (0):
   // single calls of 1 to 8 rows a kv head (GQA groups 1 to 6, several tokens whose positions
   // differ inside a tile), head dimensions 32 to 256 (36 and 80 not multiples of 32), first
   // keys, unaligned ends, 100K keys; then a batch of decode calls in one launch.

@@ -233,15 +233,24 @@ int DecodeBatch() {
                   t * layers * 1e3);
       std::fflush(stdout);
     };
-    time("decode attention at 4096 keys", 2.0 * 4.0 * seqs * (past + 1) * kv_width, 8, [&] {
-      std::vector<AttentionArgs> batch;
-      for (int s = 0; s < seqs; ++s) {
-        const int64_t rows = row_of(s) * (past + 1) * kv_width;
-        batch.push_back({q + s * qh * hd, keys + rows, values + rows, o + s * qh * hd, 1, past, qh,
-                         kvh, hd, 0.0625f});
-      }
-      b.AttentionBatch(batch);
-    });
+    // Decode attention with each decode variant (the same bits), the default last.
+    const int default_variant = HipKernelBackendOptions().attention_decode_variant;
+    for (int v = 0; v <= hip::kAttentionDecodeVariants; ++v) {
+      const int variant = v < hip::kAttentionDecodeVariants ? v : default_variant;
+      if (v < hip::kAttentionDecodeVariants && v == default_variant) continue;
+      if (!b.SetAttentionDecodeVariantForTest(variant).ok()) Bench::Fail("decode variant");
+      char what[80];
+      std::snprintf(what, sizeof what, "decode attention at 4096 keys (variant %d)", variant);
+      time(what, 2.0 * 4.0 * seqs * (past + 1) * kv_width, 8, [&] {
+        std::vector<AttentionArgs> batch;
+        for (int s = 0; s < seqs; ++s) {
+          const int64_t rows = row_of(s) * (past + 1) * kv_width;
+          batch.push_back({q + s * qh * hd, keys + rows, values + rows, o + s * qh * hd, 1, past,
+                           qh, kvh, hd, 0.0625f});
+        }
+        b.AttentionBatch(batch);
+      });
+    }
     time("rope + kv append", 4.0 * seqs * (2.0 * qh * hd + 4.0 * kv_width), 8, [&] {
       std::vector<RopeAppendArgs> batch;
       for (int s = 0; s < seqs; ++s) {
