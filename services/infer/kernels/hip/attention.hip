@@ -303,6 +303,7 @@ __device__ void AttentionBlock(const Params& p, int64_t bx, int kvh, int64_t spl
 
 template <int kMaxD, int kBr, bool kVec>
 __global__ void __launch_bounds__(kThreads) AttentionKernel(Params p) {
+  KernelEntry();
   AttentionBlock<kMaxD, kBr, kVec>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
@@ -321,6 +322,7 @@ struct ParamsBatch {
 template <int kMaxD, int kBr, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     AttentionBatchKernel(ParamsBatch b, int64_t max_splits) {
+  KernelEntry();
   const int64_t seq = blockIdx.z / max_splits;
   const int64_t split = blockIdx.z % max_splits;
   const Params& p = b.seq[seq];
@@ -331,17 +333,17 @@ __global__ void __launch_bounds__(kThreads)
 #if !defined(__HIP_PLATFORM_AMD__)
 // The decode blocks (attention_decode_variant 1 and 2; NVIDIA): the split path's blocks of at
 // most kNarrowRows rows (variant 2: kDecodeFewRows where a call has no more) with
-// AttentionBlock's arithmetic, restructured for latency. A tile's keys and
-// values come in by asynchronous copies (`cp.async`, one batch each, zeros past k_end) into one
-// key and one value buffer, the next tile's keys while this tile's values are multiplied and its
-// next values while the next scores are computed; warp w scores rows w and w + 4 (w alone in
-// blocks of kDecodeFewRows rows; warps with no row in use skip the scores) with lane c taking key c, so a score is one thread's chain over d
-// as before, and the loops carry no branch (rows not in use or skipped run on zeros or keep their
-// value), so that several steps' shared-memory loads go out together; the tile's maximum is a
-// shuffle tree (a maximum has no rounding) and the weights' exps run on every lane at once; the
-// tile's sum is still one chain in key order (each lane adds the 32
-// weights by shuffles, in order). Per element the same operations on the same values as
-// AttentionBlock: the same bits (tested).
+// AttentionBlock's arithmetic, restructured for latency. A tile's keys and values come in by
+// asynchronous copies (`cp.async`, one batch each, zeros past k_end) into one key and one value
+// buffer, the next tile's keys while this tile's values are multiplied and its next values
+// while the next scores are computed; warp w scores rows w and w + 4 (w alone in blocks of
+// kDecodeFewRows rows; warps with no row in use skip the scores) with lane c taking key c, so a
+// score is one thread's chain over d as before, and the loops carry no branch (rows not in use
+// or skipped run on zeros or keep their value), so that several steps' shared-memory loads go
+// out together; the tile's maximum is a shuffle tree (a maximum has no rounding) and the
+// weights' exps run on every lane at once; the tile's sum is still one chain in key order (each
+// lane adds the 32 weights by shuffles, in order). Per element the same operations on the same
+// values as AttentionBlock: the same bits (tested).
 constexpr int kDecodeThreads = 128;
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 // Row stride of the Q and K buffers: 16-byte aligned for the copies, and rows 4 banks apart, so
@@ -626,12 +628,14 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
 
 template <int kMaxD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) AttentionDecodeKernel(Params p) {
+  KernelEntry();
   AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 template <int kMaxD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads)
     AttentionDecodeBatchKernel(ParamsBatch b, int64_t max_splits) {
+  KernelEntry();
   const int64_t seq = blockIdx.z / max_splits;
   const int64_t split = blockIdx.z % max_splits;
   const Params& p = b.seq[seq];
@@ -721,12 +725,14 @@ __device__ void MergeBlock(const Params& p, int64_t splits, int64_t rho, int kvh
 }
 
 __global__ void __launch_bounds__(kMergeThreads) MergeSplitsKernel(Params p, int64_t splits) {
+  KernelEntry();
   MergeBlock(p, splits, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // Call blockIdx.z / dim_slices of the batch: the blocks of its own merge, the others exit.
 __global__ void __launch_bounds__(kMergeThreads)
     MergeSplitsBatchKernel(ParamsBatch b, int dim_slices) {
+  KernelEntry();
   const int seq = blockIdx.z / dim_slices;
   const Params& p = b.seq[seq];
   if (static_cast<int64_t>(blockIdx.x) >= p.rows) return;
@@ -749,7 +755,7 @@ hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
   if (e != hipSuccess) return e;
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kBr)),
                   static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
-  AttentionKernel<kMaxD, kBr, kVec><<<grid, kThreads, shared, stream>>>(p);
+  LaunchKernel(AttentionKernel<kMaxD, kBr, kVec>, grid, kThreads, shared, stream, p);
   return hipGetLastError();
 }
 
@@ -771,7 +777,7 @@ hipError_t LaunchDecodeRows(const Params& p, int64_t splits, hipStream_t stream)
   if (e != hipSuccess) return e;
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kRows)),
                   static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
-  AttentionDecodeKernel<kMaxD, kRows><<<grid, kDecodeThreads, shared, stream>>>(p);
+  LaunchKernel(AttentionDecodeKernel<kMaxD, kRows>, grid, kDecodeThreads, shared, stream, p);
   return hipGetLastError();
 #else
   return hipErrorNotSupported;
@@ -804,7 +810,7 @@ hipError_t Launch(const Params& p, int64_t splits, int decode_variant, hipStream
   const size_t merge_shared = 2 * static_cast<size_t>(splits) * sizeof(float);
   e = AllowSharedBytes(MergeSplitsKernel, merge_shared);
   if (e != hipSuccess) return e;
-  MergeSplitsKernel<<<merge_grid, kMergeThreads, merge_shared, stream>>>(p, splits);
+  LaunchKernel(MergeSplitsKernel, merge_grid, kMergeThreads, merge_shared, stream, p, splits);
   return hipGetLastError();
 }
 
@@ -865,7 +871,8 @@ hipError_t LaunchBatchTiles(const ParamsBatch& b, int count, int64_t max_rows, i
   const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kBr)),
                   static_cast<unsigned int>(b.seq[0].kv_heads),
                   static_cast<unsigned int>(count * max_splits));
-  AttentionBatchKernel<kMaxD, kBr, kVec><<<grid, kThreads, shared, stream>>>(b, max_splits);
+  LaunchKernel(AttentionBatchKernel<kMaxD, kBr, kVec>, grid, kThreads, shared, stream, b,
+               max_splits);
   return hipGetLastError();
 }
 
@@ -879,7 +886,8 @@ hipError_t LaunchDecodeBatchRows(const ParamsBatch& b, int count, int64_t max_ro
   const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kRows)),
                   static_cast<unsigned int>(b.seq[0].kv_heads),
                   static_cast<unsigned int>(count * max_splits));
-  AttentionDecodeBatchKernel<kMaxD, kRows><<<grid, kDecodeThreads, shared, stream>>>(b, max_splits);
+  LaunchKernel(AttentionDecodeBatchKernel<kMaxD, kRows>, grid, kDecodeThreads, shared, stream, b,
+               max_splits);
   return hipGetLastError();
 #else
   return hipErrorNotSupported;
@@ -915,7 +923,8 @@ hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_ro
   const size_t merge_shared = 2 * static_cast<size_t>(max_splits) * sizeof(float);
   e = AllowSharedBytes(MergeSplitsBatchKernel, merge_shared);
   if (e != hipSuccess) return e;
-  MergeSplitsBatchKernel<<<merge_grid, kMergeThreads, merge_shared, stream>>>(b, dim_slices);
+  LaunchKernel(MergeSplitsBatchKernel, merge_grid, kMergeThreads, merge_shared, stream, b,
+               dim_slices);
   return hipGetLastError();
 }
 

@@ -59,6 +59,7 @@ struct MmaParams {
 __global__ void ConvertKvKernel(const float* k, const float* v, int64_t keys, int64_t kv_ld, int d,
                                 int dd, int64_t keys_pad, int64_t total, uint16_t* kb,
                                 uint16_t* vb) {
+  KernelEntry();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     // e runs over [kv head][key][dd] for the keys; the values' element is its transpose.
@@ -84,6 +85,7 @@ constexpr int kConvertThreads = 256;
 __global__ void __launch_bounds__(kConvertThreads)
     ConvertKeysKernel(const float* k, int64_t keys, int64_t kv_ld, int d, int dd,
                       int64_t keys_pad, uint16_t* kb) {
+  KernelEntry();
   const int quads = dd / 4;
   const int64_t at = static_cast<int64_t>(blockIdx.x) * kConvertThreads + threadIdx.x;
   const int64_t key = at / quads;
@@ -108,6 +110,7 @@ __global__ void __launch_bounds__(kConvertThreads)
 __global__ void __launch_bounds__(kConvertThreads)
     ConvertValuesKernel(const float* v, int64_t keys, int64_t kv_ld, int d, int dd,
                         int64_t keys_pad, uint16_t* vb) {
+  KernelEntry();
   constexpr int kTile = 64;
   constexpr int kStride = kTile + 2;
   __shared__ __align__(16) uint16_t tile[kTile * kStride];
@@ -261,6 +264,7 @@ __device__ inline void NamedBarrier(int id, int threads) {
 // only exp2 of a difference, 1 either way).
 template <int D, int kWarps, bool kSplit, bool kFast, bool kSkew, bool kTree>
 __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKernel(MmaParams p) {
+  KernelEntry();
   static_assert(!kSkew || (!kSplit && kFast && kWarps % 2 == 0), "skew: unsplit, kFast");
   extern __shared__ __align__(16) uint16_t smem[];
   constexpr int kRows = kWarps * 16;
@@ -630,7 +634,7 @@ hipError_t LaunchMmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) 
                   static_cast<unsigned int>(CeilDiv(p.tokens, kWarps * 16)));
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
-  kernel<<<grid, kWarps * 32, kShared, stream>>>(p);
+  LaunchKernel(kernel, grid, kWarps * 32, kShared, stream, p);
   // clang-format on
   return hipGetLastError();
 }
@@ -641,8 +645,8 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
   const int64_t total = static_cast<int64_t>(kv_heads) * p.keys_pad * D;
   if (variant < 3) {
     // clang-format off
-    ConvertKvKernel<<<GridFor(total, kConvertThreads), kConvertThreads, 0, stream>>>(
-        k, v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, total, p.kb, p.vb);
+    LaunchKernel(ConvertKvKernel, GridFor(total, kConvertThreads), kConvertThreads, 0, stream, k, v,
+                 p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, total, p.kb, p.vb);
     // clang-format on
   } else {
     const dim3 keys_grid(static_cast<unsigned int>(p.keys_pad * (D / 4) / kConvertThreads),
@@ -650,10 +654,10 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
     const dim3 values_grid(static_cast<unsigned int>(p.keys_pad / 64), D / 64,
                            static_cast<unsigned int>(kv_heads));
     // clang-format off
-    ConvertKeysKernel<<<keys_grid, kConvertThreads, 0, stream>>>(
-        k, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, p.kb);
-    ConvertValuesKernel<<<values_grid, kConvertThreads, 0, stream>>>(
-        v, p.past + p.tokens, kv_ld, p.d, D, p.keys_pad, p.vb);
+    LaunchKernel(ConvertKeysKernel, keys_grid, kConvertThreads, 0, stream, k, p.past + p.tokens,
+                 kv_ld, p.d, D, p.keys_pad, p.kb);
+    LaunchKernel(ConvertValuesKernel, values_grid, kConvertThreads, 0, stream, v, p.past + p.tokens,
+                 kv_ld, p.d, D, p.keys_pad, p.vb);
     // clang-format on
   }
   switch (variant) {

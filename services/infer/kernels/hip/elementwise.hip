@@ -2,6 +2,7 @@
 // routing. One block per row where a row is reduced (a fixed-tree BlockSum), a grid-stride
 // loop elsewhere.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -9,6 +10,16 @@
 #include "services/infer/kernels/hip/hip_kernels.h"
 
 namespace cairn::infer::hip {
+namespace {
+
+// SetOverlappedLaunches' setting; read at every launch, from any thread.
+std::atomic<bool> overlapped_launches{true};
+
+}  // namespace
+
+void SetOverlappedLaunches(bool on) { overlapped_launches.store(on, std::memory_order_relaxed); }
+bool OverlappedLaunches() { return overlapped_launches.load(std::memory_order_relaxed); }
+
 namespace {
 
 // Largest causal conv kernel: the new window of a channel is staged in registers.
@@ -45,6 +56,7 @@ constexpr int kHeldValues = 16;
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
                   float* y) {
+  KernelEntry();
   __shared__ float scratch[kRowThreads];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
@@ -81,6 +93,7 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
                        float* y) {
+  KernelEntry();
   __shared__ float scratch[kRowThreads];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
@@ -132,6 +145,7 @@ __device__ inline float* L2Row(const L2Arrays& arrays, int64_t r, int64_t dim) {
 
 __global__ void __launch_bounds__(kRowThreads)
     L2NormalizeKernel(L2Arrays arrays, int64_t dim, float eps) {
+  KernelEntry();
   __shared__ float scratch[kRowThreads];
   const float scale = arrays.scale[blockIdx.y];
   float* xr = L2Row(arrays, blockIdx.x, dim);
@@ -192,6 +206,7 @@ __device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarp
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                       bool zero_centred, float* y) {
+  KernelEntry();
   if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts];
   const int64_t r = WarpRowLoad(x, dim, v, part);
@@ -214,6 +229,7 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormWarpKernel(const float* x, const float* z, int64_t rows, int64_t dim,
                            const float* w, float eps, float* y) {
+  KernelEntry();
   if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts], zv[kWarpParts];
   const int64_t r = WarpRowLoad(x, dim, v, part);
@@ -237,6 +253,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     L2NormalizeWarpKernel(L2Arrays arrays, int64_t rows, int64_t dim, float eps) {
+  KernelEntry();
   if (WarpRow() >= rows) return;
   const float scale = arrays.scale[blockIdx.y];
   float* xr = L2Row(arrays, WarpRow(), dim);
@@ -255,6 +272,7 @@ __global__ void __launch_bounds__(kRowThreads)
 // One block per token; threads over (head, i < rotary_dim / 2).
 __global__ void RopeKernel(float* x, int64_t ld, int heads, int head_dim, int half,
                            const float* inv_freq, int64_t first_position) {
+  KernelEntry();
   const int64_t t = blockIdx.x;
   const float pos = static_cast<float>(first_position + t);
   for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
@@ -283,6 +301,7 @@ struct RopeAppendBatchParams {
 __global__ void RopeAppendBatchKernel(RopeAppendBatchParams b, int64_t q_ld, int q_heads,
                                       int64_t kv_ld, int kv_heads, int head_dim, int half,
                                       const float* inv_freq) {
+  KernelEntry();
   const RopeAppendSequence& sq = b.seq[blockIdx.y];
   const int64_t t = blockIdx.x;
   if (t >= sq.tokens) return;
@@ -325,6 +344,7 @@ __global__ void RopeAppendBatchKernel(RopeAppendBatchParams b, int64_t q_ld, int
 
 __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                               int64_t rows, int64_t dim, float* out) {
+  KernelEntry();
   const int64_t n = rows * dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -339,6 +359,7 @@ __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* u
 // The same arithmetic per element.
 __global__ void SiluMulRowsKernel(const float* gate, int64_t ld_gate, const float* up,
                                   int64_t ld_up, int64_t rows, int64_t groups, float* out) {
+  KernelEntry();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= groups) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -452,11 +473,13 @@ __device__ void CausalConvState(const float* in, int64_t ld_in, int64_t tokens, 
 __global__ void CausalConvOutKernel(const float* in, int64_t ld_in, int64_t tokens,
                                     int64_t channels, const float* w, int kernel,
                                     const float* state, float* out) {
+  KernelEntry();
   CausalConvOut(in, ld_in, tokens, channels, w, kernel, state, out);
 }
 
 __global__ void CausalConvStateKernel(const float* in, int64_t ld_in, int64_t tokens,
                                       int64_t channels, int kernel, float* state) {
+  KernelEntry();
   CausalConvState(in, ld_in, tokens, channels, kernel, state);
 }
 
@@ -469,17 +492,20 @@ struct ConvBatch {
 template <bool kWriteState>
 __global__ void CausalConvOutBatchKernel(ConvBatch b, int64_t channels, const float* w,
                                          int kernel) {
+  KernelEntry();
   const ConvSequence& s = b.seq[blockIdx.y];
   CausalConvOutChunks<kWriteState>(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
 }
 
 __global__ void CausalConvStateBatchKernel(ConvBatch b, int64_t channels, int kernel) {
+  KernelEntry();
   const ConvSequence& s = b.seq[blockIdx.y];
   CausalConvState(s.in, s.ld_in, s.tokens, channels, kernel, s.state);
 }
 
 __global__ void EmbeddingGatherKernel(const float* table, int64_t dim, const int32_t* ids,
                                       float* out) {
+  KernelEntry();
   const int64_t i = blockIdx.x;
   const float* src = table + static_cast<int64_t>(ids[i]) * dim;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = src[j];
@@ -487,6 +513,7 @@ __global__ void EmbeddingGatherKernel(const float* table, int64_t dim, const int
 
 __global__ void EmbeddingGatherBf16Kernel(const uint16_t* table, int64_t dim, const int32_t* ids,
                                           float* out) {
+  KernelEntry();
   const int64_t i = blockIdx.x;
   const uint16_t* src = table + static_cast<int64_t>(ids[i]) * dim;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) out[i * dim + j] = Bf16ToFloat(src[j]);
@@ -497,6 +524,7 @@ __global__ void EmbeddingGatherBf16Kernel(const uint16_t* table, int64_t dim, co
 // apart, never fused (as the CPU computes them, and as MoeCombine repeats them).
 __global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
                                     const int32_t* dst_rows, const float* scales, float* dst) {
+  KernelEntry();
   const int64_t n = rows * dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -508,6 +536,7 @@ __global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
 }
 
 __global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, const float* gate) {
+  KernelEntry();
   const int64_t n = rows * dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -517,6 +546,7 @@ __global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, cons
 
 __global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, int head_dim,
                                      float* a, float* b) {
+  KernelEntry();
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
   const int64_t n = rows * width;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
@@ -534,6 +564,7 @@ __global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, i
 // copies: grid.x over a row's groups of 4 of a and b, grid.y over rows.
 __global__ void SplitHeadPairsRowsKernel(const float* in, int64_t rows, int heads, int head_dim,
                                          float* a, float* b) {
+  KernelEntry();
   const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= groups) return;
@@ -547,6 +578,7 @@ __global__ void SplitHeadPairsRowsKernel(const float* in, int64_t rows, int head
 }
 
 __global__ void SigmoidMulKernel(float* x, const float* gate, int64_t n) {
+  KernelEntry();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[e] *= DeviceSigmoid(gate[e]);
@@ -556,6 +588,7 @@ __global__ void SigmoidMulKernel(float* x, const float* gate, int64_t n) {
 __global__ void GdnGatesKernel(const float* in, int64_t ld, int64_t tokens, int heads,
                                int64_t b_offset, int64_t a_offset, const float* dt_bias,
                                const float* neg_a, float* g, float* beta) {
+  KernelEntry();
   const int64_t n = tokens * heads;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -573,6 +606,7 @@ __global__ void GdnGatesKernel(const float* in, int64_t ld, int64_t tokens, int 
 // order (probability descending, id ascending), so no per-expert marks are needed.
 __global__ void MoeRouteKernel(const float* logits, int64_t tokens, int experts, int top_k,
                                bool renormalise, int32_t* ids, float* weights) {
+  KernelEntry();
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float* l = logits + t * experts;
@@ -630,13 +664,13 @@ hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, fl
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
-    RmsNormWarpKernel<<<WarpRowBlocks(rows), kRowThreads, 0, stream>>>(x, rows, dim, w, eps,
-                                                                       zero_centred, y);
+    LaunchKernel(RmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, rows, dim, w,
+                 eps, zero_centred, y);
     return hipGetLastError();
   }
 #endif
-  RmsNormKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, dim, w, eps,
-                                                                             zero_centred, y);
+  LaunchKernel(RmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, dim, w,
+               eps, zero_centred, y);
   return hipGetLastError();
 }
 
@@ -645,13 +679,13 @@ hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t di
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
-    GatedRmsNormWarpKernel<<<WarpRowBlocks(rows), kRowThreads, 0, stream>>>(x, z, rows, dim, w,
-                                                                            eps, y);
+    LaunchKernel(GatedRmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, z, rows,
+                 dim, w, eps, y);
     return hipGetLastError();
   }
 #endif
-  GatedRmsNormKernel<<<static_cast<unsigned int>(rows), kRowThreads, 0, stream>>>(x, z, dim, w, eps,
-                                                                                  y);
+  LaunchKernel(GatedRmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, z,
+               dim, w, eps, y);
   return hipGetLastError();
 }
 
@@ -663,13 +697,13 @@ hipError_t L2NormalizeArrays(const L2Arrays& arrays, unsigned int count, int64_t
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
-    L2NormalizeWarpKernel<<<dim3(WarpRowBlocks(rows), count), kRowThreads, 0, stream>>>(
-        arrays, rows, dim, eps);
+    LaunchKernel(L2NormalizeWarpKernel, dim3(WarpRowBlocks(rows), count), kRowThreads, 0, stream,
+                 arrays, rows, dim, eps);
     return hipGetLastError();
   }
 #endif
-  L2NormalizeKernel<<<dim3(static_cast<unsigned int>(rows), count), kRowThreads, 0, stream>>>(
-      arrays, dim, eps);
+  LaunchKernel(L2NormalizeKernel, dim3(static_cast<unsigned int>(rows), count), kRowThreads, 0,
+               stream, arrays, dim, eps);
   return hipGetLastError();
 }
 
@@ -693,8 +727,8 @@ hipError_t Rope(float* x, int64_t tokens, int64_t ld, int heads, int head_dim, i
   const int half = rotary_dim / 2;
   if (tokens == 0 || half == 0 || heads == 0) return hipSuccess;
   const int threads = heads * half < kElementThreads ? heads * half : kElementThreads;
-  RopeKernel<<<static_cast<unsigned int>(tokens), threads, 0, stream>>>(
-      x, ld, heads, head_dim, half, inv_freq, first_position);
+  LaunchKernel(RopeKernel, static_cast<unsigned int>(tokens), threads, 0, stream, x, ld, heads,
+               head_dim, half, inv_freq, first_position);
   return hipGetLastError();
 }
 
@@ -713,8 +747,8 @@ hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_
   }
   if (most == 0) return hipSuccess;
   const dim3 grid(static_cast<unsigned int>(most), static_cast<unsigned int>(count));
-  RopeAppendBatchKernel<<<grid, kElementThreads, 0, stream>>>(b, q_ld, q_heads, kv_ld, kv_heads,
-                                                              head_dim, rotary_dim / 2, inv_freq);
+  LaunchKernel(RopeAppendBatchKernel, grid, kElementThreads, 0, stream, b, q_ld, q_heads, kv_ld,
+               kv_heads, head_dim, rotary_dim / 2, inv_freq);
   return hipGetLastError();
 }
 
@@ -727,12 +761,12 @@ hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t 
     const int64_t groups = dim / 4;
     const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
                     static_cast<unsigned int>(rows < 65535 ? rows : 65535));
-    SiluMulRowsKernel<<<grid, kElementThreads, 0, stream>>>(gate, ld_gate, up, ld_up, rows,
-                                                            groups, out);
+    LaunchKernel(SiluMulRowsKernel, grid, kElementThreads, 0, stream, gate, ld_gate, up, ld_up,
+                 rows, groups, out);
     return hipGetLastError();
   }
-  SiluMulKernel<<<GridFor(rows * dim, kElementThreads), kElementThreads, 0, stream>>>(
-      gate, ld_gate, up, ld_up, rows, dim, out);
+  LaunchKernel(SiluMulKernel, GridFor(rows * dim, kElementThreads), kElementThreads, 0, stream,
+               gate, ld_gate, up, ld_up, rows, dim, out);
   return hipGetLastError();
 }
 
@@ -756,16 +790,17 @@ hipError_t CausalConvSiluBatch(const ConvSequence* seqs, int count, int64_t chan
                       static_cast<unsigned int>(count));
   if (most <= kConvTokens) {
     // Every sequence in one chunk (decode steps): the state in the same launch.
-    CausalConvOutBatchKernel<true><<<out_grid, kElementThreads, 0, stream>>>(b, channels, w,
-                                                                             kernel);
+    LaunchKernel(CausalConvOutBatchKernel<true>, out_grid, kElementThreads, 0, stream, b, channels,
+                 w, kernel);
     return hipGetLastError();
   }
-  CausalConvOutBatchKernel<false><<<out_grid, kElementThreads, 0, stream>>>(b, channels, w,
-                                                                            kernel);
+  LaunchKernel(CausalConvOutBatchKernel<false>, out_grid, kElementThreads, 0, stream, b, channels,
+               w, kernel);
   hipError_t e = hipGetLastError();
   if (e != hipSuccess || kernel <= 1) return e;
   const dim3 state_grid(GridFor(channels, kElementThreads), static_cast<unsigned int>(count));
-  CausalConvStateBatchKernel<<<state_grid, kElementThreads, 0, stream>>>(b, channels, kernel);
+  LaunchKernel(CausalConvStateBatchKernel, state_grid, kElementThreads, 0, stream, b, channels,
+               kernel);
   return hipGetLastError();
 }
 
@@ -773,28 +808,28 @@ hipError_t CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens, int64_
                           const float* w, int kernel, float* state, float* out,
                           hipStream_t stream) {
   if (tokens == 0 || channels == 0) return hipSuccess;
-  CausalConvOutKernel<<<GridFor(tokens * channels, kElementThreads), kElementThreads, 0, stream>>>(
-      in, ld_in, tokens, channels, w, kernel, state, out);
+  LaunchKernel(CausalConvOutKernel, GridFor(tokens * channels, kElementThreads), kElementThreads, 0,
+               stream, in, ld_in, tokens, channels, w, kernel, state, out);
   hipError_t e = hipGetLastError();
   if (e != hipSuccess || kernel <= 1) return e;
-  CausalConvStateKernel<<<GridFor(channels, kElementThreads), kElementThreads, 0, stream>>>(
-      in, ld_in, tokens, channels, kernel, state);
+  LaunchKernel(CausalConvStateKernel, GridFor(channels, kElementThreads), kElementThreads, 0,
+               stream, in, ld_in, tokens, channels, kernel, state);
   return hipGetLastError();
 }
 
 hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, int64_t n,
                            float* out, hipStream_t stream) {
   if (n == 0 || dim == 0) return hipSuccess;
-  EmbeddingGatherKernel<<<static_cast<unsigned int>(n), kElementThreads, 0, stream>>>(table, dim,
-                                                                                      ids, out);
+  LaunchKernel(EmbeddingGatherKernel, static_cast<unsigned int>(n), kElementThreads, 0, stream,
+               table, dim, ids, out);
   return hipGetLastError();
 }
 
 hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t n,
                                float* out, hipStream_t stream) {
   if (n == 0 || dim == 0) return hipSuccess;
-  EmbeddingGatherBf16Kernel<<<static_cast<unsigned int>(n), kElementThreads, 0, stream>>>(
-      table, dim, ids, out);
+  LaunchKernel(EmbeddingGatherBf16Kernel, static_cast<unsigned int>(n), kElementThreads, 0, stream,
+               table, dim, ids, out);
   return hipGetLastError();
 }
 
@@ -807,12 +842,12 @@ hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim
     const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
     const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
                     static_cast<unsigned int>(rows < 65535 ? rows : 65535));
-    SplitHeadPairsRowsKernel<<<grid, kElementThreads, 0, stream>>>(in, rows, heads, head_dim, a,
-                                                                   b);
+    LaunchKernel(SplitHeadPairsRowsKernel, grid, kElementThreads, 0, stream, in, rows, heads,
+                 head_dim, a, b);
     return hipGetLastError();
   }
-  SplitHeadPairsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(in, rows, heads,
-                                                                                    head_dim, a, b);
+  LaunchKernel(SplitHeadPairsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, in,
+               rows, heads, head_dim, a, b);
   return hipGetLastError();
 }
 
@@ -820,8 +855,8 @@ hipError_t AddScaledRows(const float* src, int64_t rows, int64_t dim, const int3
                          const float* scales, float* dst, hipStream_t stream) {
   const int64_t n = rows * dim;
   if (n == 0) return hipSuccess;
-  AddScaledRowsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(
-      src, rows, dim, dst_rows, scales, dst);
+  LaunchKernel(AddScaledRowsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, src,
+               rows, dim, dst_rows, scales, dst);
   return hipGetLastError();
 }
 
@@ -829,14 +864,15 @@ hipError_t SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* ga
                             hipStream_t stream) {
   const int64_t n = rows * dim;
   if (n == 0) return hipSuccess;
-  SigmoidScaleRowsKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(x, rows, dim,
-                                                                                      gate);
+  LaunchKernel(SigmoidScaleRowsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, x,
+               rows, dim, gate);
   return hipGetLastError();
 }
 
 hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream) {
   if (n == 0) return hipSuccess;
-  SigmoidMulKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(x, gate, n);
+  LaunchKernel(SigmoidMulKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, x, gate,
+               n);
   return hipGetLastError();
 }
 
@@ -845,8 +881,8 @@ hipError_t GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int6
                     float* beta, hipStream_t stream) {
   const int64_t n = tokens * heads;
   if (n == 0) return hipSuccess;
-  GdnGatesKernel<<<GridFor(n, kElementThreads), kElementThreads, 0, stream>>>(
-      in, ld, tokens, heads, b_offset, a_offset, dt_bias, neg_a, g, beta);
+  LaunchKernel(GdnGatesKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, in, ld,
+               tokens, heads, b_offset, a_offset, dt_bias, neg_a, g, beta);
   return hipGetLastError();
 }
 
@@ -854,8 +890,8 @@ hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
                     int32_t* ids, float* weights, hipStream_t stream) {
   if (tokens == 0 || top_k == 0) return hipSuccess;
   constexpr int kThreads = 64;
-  MoeRouteKernel<<<GridFor(tokens, kThreads), kThreads, 0, stream>>>(logits, tokens, experts, top_k,
-                                                                     renormalise, ids, weights);
+  LaunchKernel(MoeRouteKernel, GridFor(tokens, kThreads), kThreads, 0, stream, logits, tokens,
+               experts, top_k, renormalise, ids, weights);
   return hipGetLastError();
 }
 

@@ -154,6 +154,7 @@ __device__ void RecurrentBlock(const Params& p, float* kq, float* part) {
 
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads) RecurrentKernel(Params p) {
+  KernelEntry();
   __shared__ float kq[2 * kMaxD];
   __shared__ float part[kGroups * kCols];
   RecurrentBlock<kMaxD>(p, kq, part);
@@ -169,6 +170,7 @@ struct ParamsBatch {
 // Sequence blockIdx.z of the batch, as RecurrentKernel over that sequence alone.
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads) RecurrentBatchKernel(ParamsBatch b) {
+  KernelEntry();
   __shared__ float kq[2 * kMaxD];
   __shared__ float part[kGroups * kCols];
   RecurrentBlock<kMaxD>(b.seq[blockIdx.z], kq, part);
@@ -178,6 +180,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentBatchKernel(ParamsBatch b) 
 // [chunk, chunk + 1] and the cumulative log decays [chunk].
 __global__ void __launch_bounds__(kPrepThreads)
     PrepKernel(Params p, int64_t first, int chunk, int64_t chunks, float* ws) {
+  KernelEntry();
   extern __shared__ float smem[];
   const int dk = p.dk;
   const int dv = p.dv;
@@ -268,6 +271,7 @@ __device__ void StageRows(const float* src, int64_t ld, int len, int dk, float* 
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads)
     ChunkScanKernel(Params p, int64_t first, int chunk, int64_t chunks, const float* ws) {
+  KernelEntry();
   extern __shared__ float smem[];
   const int dk = p.dk;
   float* rows = smem;
@@ -359,7 +363,7 @@ hipError_t Run(const Params& p, int chunk, int64_t segment, float* ws, hipStream
   const dim3 grid(static_cast<unsigned int>(p.v_heads),
                   static_cast<unsigned int>(CeilDiv(p.dv, kCols)));
   if (chunk == 0) {
-    RecurrentKernel<kMaxD><<<grid, kThreads, 0, stream>>>(p);
+    LaunchKernel(RecurrentKernel<kMaxD>, grid, kThreads, 0, stream, p);
     return hipGetLastError();
   }
   const size_t prep_shared = GatedDeltaPrepSharedBytes(chunk, p.dk, p.dv);
@@ -371,10 +375,12 @@ hipError_t Run(const Params& p, int chunk, int64_t segment, float* ws, hipStream
     const int64_t seg_tokens = p.tokens - first < segment ? p.tokens - first : segment;
     const int64_t chunks = CeilDiv(seg_tokens, chunk);
     const dim3 prep_grid(static_cast<unsigned int>(p.v_heads), static_cast<unsigned int>(chunks));
-    PrepKernel<<<prep_grid, kPrepThreads, prep_shared, stream>>>(p, first, chunk, chunks, ws);
+    LaunchKernel(PrepKernel, prep_grid, kPrepThreads, prep_shared, stream, p, first, chunk, chunks,
+                 ws);
     e = hipGetLastError();
     if (e != hipSuccess) return e;
-    ChunkScanKernel<kMaxD><<<grid, kThreads, scan_shared, stream>>>(p, first, chunk, chunks, ws);
+    LaunchKernel(ChunkScanKernel<kMaxD>, grid, kThreads, scan_shared, stream, p, first, chunk,
+                 chunks, ws);
     e = hipGetLastError();
     if (e != hipSuccess) return e;
   }
@@ -429,7 +435,7 @@ hipError_t RunBatch(const ParamsBatch& b, int count, hipStream_t stream) {
   const dim3 grid(static_cast<unsigned int>(p.v_heads),
                   static_cast<unsigned int>(CeilDiv(p.dv, kCols)),
                   static_cast<unsigned int>(count));
-  RecurrentBatchKernel<kMaxD><<<grid, kThreads, 0, stream>>>(b);
+  LaunchKernel(RecurrentBatchKernel<kMaxD>, grid, kThreads, 0, stream, b);
   return hipGetLastError();
 }
 

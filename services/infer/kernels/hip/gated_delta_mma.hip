@@ -389,6 +389,7 @@ __device__ void InvertUnitLower(const float* bm, int bld, float* tm, int tld, fl
 template <int kDk, bool kVec>
 __global__ void __launch_bounds__(kThreads, 2)
     PrepMmaKernel(Params p, int64_t first, int64_t chunks, float* ws) {
+  KernelEntry();
   extern __shared__ float smem[];
   constexpr int dk = kDk;
   const int dv = p.dv;
@@ -562,6 +563,7 @@ __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
 template <int kDk, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ScanMmaKernel(Params p, int64_t first, int64_t chunks, const float* ws) {
+  KernelEntry();
   extern __shared__ float smem[];
   constexpr int dk = kDk;
   const int dv = p.dv;
@@ -757,14 +759,14 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
     const int64_t chunks = CeilDiv(seg_tokens, kC);
     const dim3 prep_grid(static_cast<unsigned int>(p.v_heads), static_cast<unsigned int>(chunks));
     if (prepare) {
-      PrepMmaKernel<kDk, kVec>
-          <<<prep_grid, kThreads, prep_shared, stream>>>(p, first, chunks, ws);
+      LaunchKernel(PrepMmaKernel<kDk, kVec>, prep_grid, kThreads, prep_shared, stream, p, first,
+                   chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
     }
     if (scan) {
-      ScanMmaKernel<kDk, kVec>
-          <<<scan_grid, kThreads, scan_shared, stream>>>(p, first, chunks, ws);
+      LaunchKernel(ScanMmaKernel<kDk, kVec>, scan_grid, kThreads, scan_shared, stream, p, first,
+                   chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
     }

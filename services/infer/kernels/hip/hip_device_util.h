@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "services/infer/kernels/hip/hip_compat.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
 
 namespace cairn::infer::hip {
 
@@ -109,6 +110,48 @@ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline unsigned int GridFor(int64_t n, int threads) {
   const int64_t blocks = CeilDiv(n, threads);
   return static_cast<unsigned int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+// Overlapped launches (programmatic dependent launch, NVIDIA sm_90 and later): every kernel of
+// this backend is launched by LaunchKernel below and begins with KernelEntry(), which waits
+// until the stream's previous kernel has completed and its memory writes are visible. Nothing
+// is read or written before that wait, so every kernel sees exactly what it would after a plain
+// launch (no value changes); what overlaps is this launch's scheduling with the previous
+// kernel's last blocks (its blocks exiting let this one's in). A kernel launched without the
+// attribute (or after a copy, an event, a library's kernel) returns from the wait at once.
+__device__ inline void KernelEntry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), with overlapped launches where
+// OverlappedLaunches() holds (NVIDIA). As with <<<...>>>, the launch's error is then
+// hipGetLastError()'s.
+template <typename... Params, typename... Args>
+inline void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                         hipStream_t stream, Args&&... args) {
+#if defined(__HIP_PLATFORM_AMD__)
+  hipLaunchKernelGGL(kernel, grid, block, shared, stream, static_cast<Params>(args)...);
+#else
+  if (!OverlappedLaunches()) {
+    // clang-format off
+    kernel<<<grid, block, shared, stream>>>(static_cast<Params>(args)...);
+    // clang-format on
+    return;
+  }
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  static_cast<void>(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+#endif
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KiB a block gets

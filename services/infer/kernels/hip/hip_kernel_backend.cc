@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   int max_shared = 0;
   e = hipDeviceGetAttribute(&max_shared, kCairnMaxSharedPerBlockAttribute, options.device);
   if (e != hipSuccess) return HipError(e, "reading the shared memory limit");
+  hip::SetOverlappedLaunches(options.overlapped_launches);
   std::unique_ptr<HipKernelBackend> b(new HipKernelBackend(options, max_shared));
   e = hipDeviceGetAttribute(&b->multiprocessors_, hipDeviceAttributeMultiprocessorCount,
                             options.device);

@@ -92,6 +92,10 @@ struct HipKernelBackendOptions {
   // as one tile of 16 rows whose second set's inputs load with the weights (three steps in
   // flight; tiles_of_8 ignored for them), other calls as -1. The same bits (tested).
   int mma_rows_variant = -1;
+  // Overlapped launches (hip::SetOverlappedLaunches; NVIDIA sm_90 and later): a kernel may be
+  // scheduled while the stream's previous kernel finishes and waits for it before touching
+  // memory, so no value changes. Process-wide: Create applies it to every backend's launches.
+  bool overlapped_launches = true;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device

@@ -16,6 +16,13 @@
 
 namespace cairn::infer::hip {
 
+// Overlapped launches (NVIDIA, sm_90 and later; hip_device_util.h, KernelEntry): each kernel may
+// be scheduled while the stream's previous kernel finishes, and waits for it before it touches
+// memory, so no value depends on the setting. Process-wide (every backend's launches); on by
+// default; the benchmarks time both.
+void SetOverlappedLaunches(bool on);
+bool OverlappedLaunches();
+
 // The norms reduce each row in BlockSum's fixed tree over 256 threads. With `warp_rows`, rows of
 // at most 256 values (heads) take a warp each on NVIDIA, which adds the same partial sums in the
 // same tree: the same bits.

@@ -99,6 +99,7 @@ template <int kRows, bool kVec, typename W>
 __global__ void __launch_bounds__(kThreads)
     MatMulRowsKernel(const float* x, int64_t m, int64_t k, int64_t ldx, const W* w, int64_t n,
                      float* y, int64_t ldy, bool accumulate) {
+  KernelEntry();
   __shared__ float partial[kRows * kCols][kThreads];
   const int t = threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
@@ -192,6 +193,7 @@ template <int kRows, int kCols, bool kVec, typename W>
 __global__ void __launch_bounds__(kMultiThreads, 2)
     MatMulRowsMultiKernel(const float* x, int64_t m, int64_t k, int64_t ldx, const WeightRows<W> w,
                           int64_t n, float* y, int64_t ldy, bool accumulate) {
+  KernelEntry();
   constexpr int kOutputs = kRows * kCols;
   static_assert(kThreads % kOutputs == 0, "outputs must divide the lanes");
   constexpr int kResidues = kThreads / kOutputs;  // Subtrees per output.
@@ -292,7 +294,7 @@ hipError_t LaunchMultiRows(const float* x, int64_t m, int64_t k, int64_t ldx,
     if (e != hipSuccess) return e;
   }
   // clang-format off
-  kernel<<<grid, kMultiThreads, bytes, stream>>>(x, m, k, ldx, w, n, y, ldy, accumulate);
+  LaunchKernel(kernel, grid, kMultiThreads, bytes, stream, x, m, k, ldx, w, n, y, ldy, accumulate);
   // clang-format on
   return hipGetLastError();
 }
@@ -307,11 +309,11 @@ hipError_t LaunchRows(const float* x, int64_t m, int64_t k, int64_t ldx, const W
   const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(w) % (4 * sizeof(W)) == 0;
   if (vec) {
-    MatMulRowsKernel<kRows, true>
-        <<<grid, kThreads, 0, stream>>>(x, m, k, ldx, w, n, y, ldy, accumulate);
+    LaunchKernel(MatMulRowsKernel<kRows, true, W>, grid, kThreads, 0, stream, x, m, k, ldx, w, n, y,
+                 ldy, accumulate);
   } else {
-    MatMulRowsKernel<kRows, false>
-        <<<grid, kThreads, 0, stream>>>(x, m, k, ldx, w, n, y, ldy, accumulate);
+    LaunchKernel(MatMulRowsKernel<kRows, false, W>, grid, kThreads, 0, stream, x, m, k, ldx, w, n,
+                 y, ldy, accumulate);
   }
   return hipGetLastError();
 }
@@ -367,6 +369,7 @@ hipError_t LaunchAnyRows(const float* x, int64_t m, int64_t k, int64_t ldx, cons
 // out row r (stride ld_out) = bf16(x row r), k values per row.
 __global__ void RoundRowsToBf16Kernel(const float* x, int64_t m, int64_t k, int64_t ldx,
                                       uint16_t* out, int64_t ld_out) {
+  KernelEntry();
   const int64_t n = m * k;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -381,6 +384,7 @@ __global__ void RoundRowsToBf16Kernel(const float* x, int64_t m, int64_t k, int6
 // over rows. The same rounding per element.
 __global__ void RoundRowsToBf16x4Kernel(const float* x, int64_t m, int64_t groups, int64_t ldx,
                                         uint16_t* out, int64_t ld_out) {
+  KernelEntry();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= groups) return;
   for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
@@ -395,6 +399,7 @@ __global__ void RoundRowsToBf16x4Kernel(const float* x, int64_t m, int64_t group
 }
 
 __global__ void WidenBf16Kernel(const uint16_t* in, int64_t n, float* out) {
+  KernelEntry();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[e] = Bf16ToFloat(in[e]);
@@ -428,17 +433,19 @@ hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, ui
     const int64_t groups = k / 4;
     const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kConvertThreads)),
                     static_cast<unsigned int>(m < 65535 ? m : 65535));
-    RoundRowsToBf16x4Kernel<<<grid, kConvertThreads, 0, stream>>>(x, m, groups, ldx, out, ld_out);
+    LaunchKernel(RoundRowsToBf16x4Kernel, grid, kConvertThreads, 0, stream, x, m, groups, ldx, out,
+                 ld_out);
     return hipGetLastError();
   }
-  RoundRowsToBf16Kernel<<<GridFor(m * k, kConvertThreads), kConvertThreads, 0, stream>>>(
-      x, m, k, ldx, out, ld_out);
+  LaunchKernel(RoundRowsToBf16Kernel, GridFor(m * k, kConvertThreads), kConvertThreads, 0, stream,
+               x, m, k, ldx, out, ld_out);
   return hipGetLastError();
 }
 
 hipError_t WidenBf16(const uint16_t* in, int64_t n, float* out, hipStream_t stream) {
   if (n == 0) return hipSuccess;
-  WidenBf16Kernel<<<GridFor(n, kConvertThreads), kConvertThreads, 0, stream>>>(in, n, out);
+  LaunchKernel(WidenBf16Kernel, GridFor(n, kConvertThreads), kConvertThreads, 0, stream, in, n,
+               out);
   return hipGetLastError();
 }
 

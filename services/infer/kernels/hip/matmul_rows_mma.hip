@@ -80,6 +80,7 @@ template <int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks 
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
+  KernelEntry();
   __shared__ float partial[kWarps][2][4][32];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -213,23 +214,23 @@ void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int varian
   // clang-format 14 splits the launch's closing >>> after a template's arguments.
   // clang-format off
   if (early) {
-    MatMulRowsMmaKernel<kPieces, true, true, 3, 2, true><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, true, 3, 2, true>, grid, kThreads, 0, stream, x,
+                 m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec && !upper && variant == 1) {
-    MatMulRowsMmaKernel<kPieces, true, false, 3, 3><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, false, 3, 3>, grid, kThreads, 0, stream, x, m,
+                 k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec && upper) {
-    MatMulRowsMmaKernel<kPieces, true, true><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, true>, grid, kThreads, 0, stream, x, m, k, ldx,
+                 w, n, y, ldy, accumulate, segments, segment);
   } else if (vec) {
-    MatMulRowsMmaKernel<kPieces, true, false><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, false>, grid, kThreads, 0, stream, x, m, k, ldx,
+                 w, n, y, ldy, accumulate, segments, segment);
   } else if (upper) {
-    MatMulRowsMmaKernel<kPieces, false, true><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<kPieces, false, true>, grid, kThreads, 0, stream, x, m, k, ldx,
+                 w, n, y, ldy, accumulate, segments, segment);
   } else {
-    MatMulRowsMmaKernel<kPieces, false, false><<<grid, kThreads, 0, stream>>>(
-        x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<kPieces, false, false>, grid, kThreads, 0, stream, x, m, k,
+                 ldx, w, n, y, ldy, accumulate, segments, segment);
   }
   // clang-format on
 }

@@ -39,6 +39,7 @@ constexpr int kOffsetBatch = 16;  // Chunk counts a thread of MoeOffsetsKernel l
 __global__ void __launch_bounds__(kRouteThreads)
     MoeRouteBlockKernel(const float* logits, int experts, int top_k, bool renormalise, int32_t* ids,
                         float* weights) {
+  KernelEntry();
   __shared__ float probs[kMaxExperts];
   __shared__ float best_ps[kRouteThreads];
   __shared__ int32_t best_ids[kRouteThreads];
@@ -130,6 +131,7 @@ __global__ void __launch_bounds__(kRouteThreads)
 // integer counts are exact whatever order the increments land in.
 __global__ void __launch_bounds__(kSortChunk)
     MoeCountKernel(const int32_t* ids, int64_t picks, int experts, int32_t* hist, int32_t* rank) {
+  KernelEntry();
   __shared__ int32_t counts[kMaxExperts];
   __shared__ int32_t chunk_ids[kSortChunk];
   for (int e = threadIdx.x; e < experts; e += kSortChunk) counts[e] = 0;
@@ -155,6 +157,7 @@ __global__ void __launch_bounds__(kSortChunk)
 __global__ void __launch_bounds__(kOffsetThreads)
     MoeOffsetsKernel(const int32_t* hist, int chunks, int experts, int tile_rows, int32_t* base,
                      int32_t* offsets, MoeTile* tiles, int32_t* num_tiles) {
+  KernelEntry();
   __shared__ int32_t scan_rows[kOffsetThreads];
   __shared__ int32_t scan_tiles[kOffsetThreads];
   const int e = threadIdx.x;
@@ -209,6 +212,7 @@ __global__ void __launch_bounds__(kSortChunk)
     MoeScatterKernel(const int32_t* ids, int64_t picks, int experts, const int32_t* base,
                      const int32_t* offsets, const int32_t* rank, int32_t* sorted_picks,
                      int32_t* slot_of_pick) {
+  KernelEntry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kSortChunk + threadIdx.x;
   if (i >= picks) return;
   const int32_t id = ids[i];
@@ -339,6 +343,7 @@ __global__ void __launch_bounds__(kOffsetThreads)
     MoeSortSmallKernel(const int32_t* ids, int picks, int experts, int tile_rows,
                        int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
                        int32_t* sorted_picks, int32_t* slot_of_pick) {
+  KernelEntry();
   SortPicksInBlock(ids, picks, experts, tile_rows, offsets, tiles, num_tiles, sorted_picks,
                    slot_of_pick);
 }
@@ -436,6 +441,7 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
 __global__ void __launch_bounds__(kRouteThreads)
     MoeRouteWarpKernel(const float* logits, int64_t tokens, int experts, int top_k,
                        bool renormalise, int32_t* ids, float* weights) {
+  KernelEntry();
   const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
   if (tok >= tokens) return;  // Uniform per warp.
   RouteTokenInWarp(logits + tok * experts, experts, top_k, renormalise, ids + tok * top_k,
@@ -450,6 +456,7 @@ __global__ void __launch_bounds__(kOffsetThreads)
                             bool renormalise, int tile_rows, int32_t* ids, float* weights,
                             int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
                             int32_t* sorted_picks, int32_t* slot_of_pick) {
+  KernelEntry();
   const int tok = threadIdx.x / 32;
   if (tok < tokens) {
     RouteTokenInWarp(logits + static_cast<int64_t>(tok) * experts, experts, top_k, renormalise,
@@ -474,6 +481,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kCombineWideThreads)
     MoeCombineWideKernel(const float* y, const int32_t* ids, const float* weights,
                          const int32_t* slot_of_pick, int top_k, int64_t dim, float* out) {
+  KernelEntry();
   __shared__ int32_t pick_ids[kMaxTopK];
   __shared__ float pick_w[kMaxTopK];
   __shared__ int32_t pick_slot[kMaxTopK];
@@ -575,6 +583,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     MoeRowsMmaKernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                      const MoeTile* tiles, const int32_t* num_tiles, const MoeExpertParts* weights,
                      int64_t n, int64_t k, float* y, int64_t ldy, int segments, int64_t segment) {
+  KernelEntry();
   if (static_cast<int32_t>(blockIdx.x) >= *num_tiles) return;  // Uniform per block.
   __shared__ float partial[kWarps][4][32];
   const MoeTile tile = tiles[blockIdx.x];
@@ -664,7 +673,8 @@ __device__ inline void CopyAsync16Or0(uint16_t* dst, const uint16_t* src, bool v
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(bytes));
 #else
-  *reinterpret_cast<uint4*>(dst) = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+  *reinterpret_cast<uint4*>(dst) =
+      valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
 #endif
 }
 __device__ inline void GemmCommit() {
@@ -698,6 +708,7 @@ __global__ void __launch_bounds__(kGemmThreads, 4)
     MoeGemmKernel(const uint16_t* a, int64_t lda, const MoeTile* tiles, const int32_t* num_tiles,
                   int groups, const MoeExpertParts* weights, int64_t n, int64_t k, float* y,
                   int64_t ldy) {
+  KernelEntry();
   const int32_t tile_index = static_cast<int32_t>(blockIdx.x / groups);
   if (tile_index >= *num_tiles) return;  // Uniform per block.
   __shared__ __align__(128) uint16_t sa[kGemmStages][kGemmRows * kGemmK];
@@ -839,6 +850,7 @@ __global__ void __launch_bounds__(kGatherThreads)
     MoeGatherBf16Kernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                         const MoeTile* tiles, const int32_t* num_tiles, int64_t k, uint16_t* out,
                         int64_t ld_out) {
+  KernelEntry();
   constexpr int kParts = kGemmTileRows / kGatherRowsPerBlock;
   const int32_t tile_index = static_cast<int32_t>(blockIdx.x / kParts);
   if (tile_index >= *num_tiles) return;
@@ -862,6 +874,7 @@ __global__ void __launch_bounds__(kGatherThreads)
 // of gu 16-byte aligned), rounded as RoundRowsToBf16Kernel rounds.
 __global__ void MoeSiluMulBf16Kernel(const float* gu, int64_t rows, int64_t width,
                                      uint16_t* out) {
+  KernelEntry();
   const int64_t quads = width / 4;
   const int64_t n = rows * quads;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
@@ -884,6 +897,7 @@ __global__ void MoeSiluMulBf16Kernel(const float* gu, int64_t rows, int64_t widt
 __global__ void __launch_bounds__(kCombineThreads)
     MoeCombineKernel(const float* y, const int32_t* ids, const float* weights,
                      const int32_t* slot_of_pick, int top_k, int64_t dim, float* out) {
+  KernelEntry();
   const int64_t tok = blockIdx.x;
   int32_t order[kMaxTopK];
   int n = 0;
@@ -930,8 +944,8 @@ hipError_t MoeRouteBlock(const float* logits, int64_t tokens, int experts, int t
       tokens > 0x7fffffff) {
     return hipErrorInvalidValue;
   }
-  MoeRouteBlockKernel<<<static_cast<unsigned int>(tokens), kRouteThreads, 0, stream>>>(
-      logits, experts, top_k, renormalise, ids, weights);
+  LaunchKernel(MoeRouteBlockKernel, static_cast<unsigned int>(tokens), kRouteThreads, 0, stream,
+               logits, experts, top_k, renormalise, ids, weights);
   return hipGetLastError();
 }
 
@@ -948,21 +962,19 @@ hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile
   if (picks == 0) return hipSuccess;
   if (experts < 1 || experts > kMaxExperts || tile_rows < 1) return hipErrorInvalidValue;
   if (one_block && picks <= kSmallSortPicks) {
-    MoeSortSmallKernel<<<1, kOffsetThreads, 0, stream>>>(ids, static_cast<int>(picks), experts,
-                                                         tile_rows, b.offsets, b.tiles,
-                                                         b.num_tiles, b.sorted_picks,
-                                                         b.slot_of_pick);
+    LaunchKernel(MoeSortSmallKernel, 1, kOffsetThreads, 0, stream, ids, static_cast<int>(picks),
+                 experts, tile_rows, b.offsets, b.tiles, b.num_tiles, b.sorted_picks,
+                 b.slot_of_pick);
     return hipGetLastError();
   }
   const int64_t chunks = CeilDiv(picks, kSortChunk);
   if (chunks > 0x7fffffff) return hipErrorInvalidValue;
-  MoeCountKernel<<<static_cast<unsigned int>(chunks), kSortChunk, 0, stream>>>(ids, picks, experts,
-                                                                               b.hist, b.rank);
-  MoeOffsetsKernel<<<1, kOffsetThreads, 0, stream>>>(b.hist, static_cast<int>(chunks), experts,
-                                                     tile_rows, b.base, b.offsets, b.tiles,
-                                                     b.num_tiles);
-  MoeScatterKernel<<<static_cast<unsigned int>(chunks), kSortChunk, 0, stream>>>(
-      ids, picks, experts, b.base, b.offsets, b.rank, b.sorted_picks, b.slot_of_pick);
+  LaunchKernel(MoeCountKernel, static_cast<unsigned int>(chunks), kSortChunk, 0, stream, ids, picks,
+               experts, b.hist, b.rank);
+  LaunchKernel(MoeOffsetsKernel, 1, kOffsetThreads, 0, stream, b.hist, static_cast<int>(chunks),
+               experts, tile_rows, b.base, b.offsets, b.tiles, b.num_tiles);
+  LaunchKernel(MoeScatterKernel, static_cast<unsigned int>(chunks), kSortChunk, 0, stream, ids,
+               picks, experts, b.base, b.offsets, b.rank, b.sorted_picks, b.slot_of_pick);
   return hipGetLastError();
 }
 
@@ -988,14 +1000,14 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
       e = MoeRouteBlock(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
 #else
       if (tokens <= kFusedRouteTokens && picks <= kSmallSortPicks) {
-        MoeRouteSortSmallKernel<<<1, kOffsetThreads, 0, stream>>>(
-            logits, static_cast<int>(tokens), experts, top_k, renormalise, tile_rows, ids,
-            weights, b.offsets, b.tiles, b.num_tiles, b.sorted_picks, b.slot_of_pick);
+        LaunchKernel(MoeRouteSortSmallKernel, 1, kOffsetThreads, 0, stream, logits,
+                     static_cast<int>(tokens), experts, top_k, renormalise, tile_rows, ids, weights,
+                     b.offsets, b.tiles, b.num_tiles, b.sorted_picks, b.slot_of_pick);
         return hipGetLastError();
       }
-      MoeRouteWarpKernel<<<static_cast<unsigned int>(CeilDiv(tokens, kRouteWarps)),
-                           kRouteThreads, 0, stream>>>(logits, tokens, experts, top_k,
-                                                       renormalise, ids, weights);
+      LaunchKernel(MoeRouteWarpKernel, static_cast<unsigned int>(CeilDiv(tokens, kRouteWarps)),
+                   kRouteThreads, 0, stream, logits, tokens, experts, top_k, renormalise, ids,
+                   weights);
       e = hipGetLastError();
 #endif
       break;
@@ -1032,17 +1044,17 @@ hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, 
   const dim3 grid(static_cast<unsigned int>(max_tiles), static_cast<unsigned int>(groups));
   // clang-format off
   if (vec && bf16_inputs) {
-    MoeRowsMmaKernel<1, true><<<grid, kThreads, 0, stream>>>(
-        x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+    LaunchKernel(MoeRowsMmaKernel<1, true>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
+                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
   } else if (vec) {
-    MoeRowsMmaKernel<3, true><<<grid, kThreads, 0, stream>>>(
-        x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+    LaunchKernel(MoeRowsMmaKernel<3, true>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
+                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
   } else if (bf16_inputs) {
-    MoeRowsMmaKernel<1, false><<<grid, kThreads, 0, stream>>>(
-        x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+    LaunchKernel(MoeRowsMmaKernel<1, false>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
+                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
   } else {
-    MoeRowsMmaKernel<3, false><<<grid, kThreads, 0, stream>>>(
-        x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+    LaunchKernel(MoeRowsMmaKernel<3, false>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
+                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
   }
   // clang-format on
   return hipGetLastError();
@@ -1075,8 +1087,8 @@ hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
       reinterpret_cast<uintptr_t>(a) % 16 != 0 || max_tiles * groups > 0x7fffffff) {
     return hipErrorInvalidValue;
   }
-  MoeGemmKernel<<<static_cast<unsigned int>(max_tiles * groups), kGemmThreads, 0, stream>>>(
-      a, lda, tiles, num_tiles, static_cast<int>(groups), weights, n, k, y, ldy);
+  LaunchKernel(MoeGemmKernel, static_cast<unsigned int>(max_tiles * groups), kGemmThreads, 0,
+               stream, a, lda, tiles, num_tiles, static_cast<int>(groups), weights, n, k, y, ldy);
   return hipGetLastError();
 }
 
@@ -1093,11 +1105,11 @@ hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_pick
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const auto blocks = static_cast<unsigned int>(max_tiles * kParts);
   if (vec) {
-    MoeGatherBf16Kernel<true><<<blocks, kGatherThreads, 0, stream>>>(
-        x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+    LaunchKernel(MoeGatherBf16Kernel<true>, blocks, kGatherThreads, 0, stream, x, ldx, sorted_picks,
+                 top_k, tiles, num_tiles, k, out, ld_out);
   } else {
-    MoeGatherBf16Kernel<false><<<blocks, kGatherThreads, 0, stream>>>(
-        x, ldx, sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+    LaunchKernel(MoeGatherBf16Kernel<false>, blocks, kGatherThreads, 0, stream, x, ldx,
+                 sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
   }
   return hipGetLastError();
 }
@@ -1109,8 +1121,8 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
       reinterpret_cast<uintptr_t>(out) % 8 != 0) {
     return hipErrorInvalidValue;
   }
-  MoeSiluMulBf16Kernel<<<GridFor(rows * width / 4, kGatherThreads), kGatherThreads, 0, stream>>>(
-      gu, rows, width, out);
+  LaunchKernel(MoeSiluMulBf16Kernel, GridFor(rows * width / 4, kGatherThreads), kGatherThreads, 0,
+               stream, gu, rows, width, out);
   return hipGetLastError();
 }
 
@@ -1126,16 +1138,16 @@ hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
     if (groups > 65535) return hipErrorInvalidValue;
     const dim3 grid(static_cast<unsigned int>(tokens), static_cast<unsigned int>(groups));
     if (vec) {
-      MoeCombineWideKernel<true><<<grid, kCombineWideThreads, 0, stream>>>(
-          y, ids, weights, slot_of_pick, top_k, dim, out);
+      LaunchKernel(MoeCombineWideKernel<true>, grid, kCombineWideThreads, 0, stream, y, ids,
+                   weights, slot_of_pick, top_k, dim, out);
     } else {
-      MoeCombineWideKernel<false><<<grid, kCombineWideThreads, 0, stream>>>(
-          y, ids, weights, slot_of_pick, top_k, dim, out);
+      LaunchKernel(MoeCombineWideKernel<false>, grid, kCombineWideThreads, 0, stream, y, ids,
+                   weights, slot_of_pick, top_k, dim, out);
     }
     return hipGetLastError();
   }
-  MoeCombineKernel<<<static_cast<unsigned int>(tokens), kCombineThreads, 0, stream>>>(
-      y, ids, weights, slot_of_pick, top_k, dim, out);
+  LaunchKernel(MoeCombineKernel, static_cast<unsigned int>(tokens), kCombineThreads, 0, stream, y,
+               ids, weights, slot_of_pick, top_k, dim, out);
   return hipGetLastError();
 }
 

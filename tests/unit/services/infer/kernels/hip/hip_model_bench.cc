@@ -23,6 +23,9 @@
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
+//          [--overlapped-launches=1,0]
+// --overlapped-launches: innermost, each slot count's decode steps once for each value listed
+// (hip::SetOverlappedLaunches; the same bits).
 // --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
 // device event before every backend operation (OpTimingBackend) and the step's time by operation.
 // --mma-bf16-inputs: each slot count's decode steps run once for each value listed, outermost:
@@ -73,6 +76,7 @@
 #include "absl/types/span.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
 #include "services/infer/models/model_config.h"
 #include "services/infer/models/qwen3_hybrid/qwen3_hybrid_model.h"
 #include "services/infer/models/random_checkpoint_writer.h"
@@ -105,6 +109,7 @@ struct Flags {
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
+  std::vector<int> overlapped_launches = {HipKernelBackendOptions().overlapped_launches ? 1 : 0};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
@@ -464,9 +469,10 @@ class ModelBench {
     const int warm = 2;
     // Each slot count runs its steps once per way of returning the logits (DecodeSteps'
     // kDecodeModes) for each combination of variants listed.
-    const int64_t runs = static_cast<int64_t>(
-        f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
-        f_.decode_attention_variants.size() * f_.moe_kernels.size());
+    const int64_t runs =
+        static_cast<int64_t>(f_.decode_slots.size() * f_.mma_bf16_inputs.size() *
+                             f_.mma_variants.size() * f_.decode_attention_variants.size() *
+                             f_.moe_kernels.size() * f_.overlapped_launches.size());
     const int64_t rows = f_.decode_depth +
                          (kDecodeModes + (f_.op_times ? 1 : 0)) * runs * (f_.decode_steps + warm) +
                          8;
@@ -520,23 +526,30 @@ class ModelBench {
                          "decode attention variant");
             for (const int kernels : f_.moe_kernels) {
               b_.SetMoeKernelsForTest(kernels);
-              std::string suffix;
-              if (f_.mma_bf16_inputs.size() > 1) {
-                suffix += bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
+              for (const int overlapped : f_.overlapped_launches) {
+                hip::SetOverlappedLaunches(overlapped == 1);
+                std::string suffix;
+                if (f_.mma_bf16_inputs.size() > 1) {
+                  suffix += bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
+                }
+                if (f_.mma_variants.size() > 1)
+                  suffix += absl::StrFormat(" (mma variant %d)", variant);
+                if (f_.decode_attention_variants.size() > 1) {
+                  suffix += absl::StrFormat(" (decode attention variant %d)", attention);
+                }
+                if (f_.moe_kernels.size() > 1) {
+                  suffix += absl::StrFormat(" (moe kernels %d)", kernels);
+                }
+                if (f_.overlapped_launches.size() > 1) {
+                  suffix += absl::StrFormat(" (overlapped launches %d)", overlapped);
+                }
+                DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
               }
-              if (f_.mma_variants.size() > 1)
-                suffix += absl::StrFormat(" (mma variant %d)", variant);
-              if (f_.decode_attention_variants.size() > 1) {
-                suffix += absl::StrFormat(" (decode attention variant %d)", attention);
-              }
-              if (f_.moe_kernels.size() > 1) {
-                suffix += absl::StrFormat(" (moe kernels %d)", kernels);
-              }
-              DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
             }
           }
         }
       }
+      hip::SetOverlappedLaunches(HipKernelBackendOptions().overlapped_launches);
       b_.SetMmaRowsBf16InputsForTest(HipKernelBackendOptions().mma_rows_bf16_inputs);
       Bench::Check(
           b_.SetAttentionDecodeVariantForTest(HipKernelBackendOptions().attention_decode_variant),
@@ -755,6 +768,12 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       for (absl::string_view v : absl::StrSplit(value, ',')) {
         if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionMmaVariants) return false;
         f->attention_variants.push_back(static_cast<int>(n));
+      }
+    } else if (key == "overlapped-launches") {
+      f->overlapped_launches.clear();
+      for (absl::string_view v : absl::StrSplit(value, ',')) {
+        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
+        f->overlapped_launches.push_back(static_cast<int>(n));
       }
     } else if (key == "decode-attention-variants") {
       f->decode_attention_variants.clear();

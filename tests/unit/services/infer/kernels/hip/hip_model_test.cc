@@ -17,6 +17,7 @@
 #include "services/infer/engine/generation.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
 
@@ -165,6 +166,23 @@ TEST_P(HipModelTest, SameInputsGiveBitIdenticalLogits) {
   ASSERT_EQ(first->size(), second->size());
   for (size_t i = 0; i < first->size(); ++i) {
     EXPECT_TRUE(SameBytes((*first)[i], (*second)[i])) << "pass " << i;
+  }
+}
+
+// Overlapped launches (each kernel scheduled while the previous one finishes, waiting for it
+// before it touches memory; on by default) give the bits of plain launches: every prefill pass
+// and batched decode step of RunAll, with them and without.
+TEST_P(HipModelTest, OverlappedLaunchesGiveTheBitsOfPlainOnes) {
+  ASSERT_TRUE(hip::OverlappedLaunches());
+  absl::StatusOr<std::vector<std::vector<float>>> overlapped = RunAll(*gpu_model_, *gpu_, tokens_);
+  hip::SetOverlappedLaunches(false);
+  absl::StatusOr<std::vector<std::vector<float>>> plain = RunAll(*gpu_model_, *gpu_, tokens_);
+  hip::SetOverlappedLaunches(true);
+  ASSERT_TRUE(overlapped.ok()) << overlapped.status();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(overlapped->size(), plain->size());
+  for (size_t i = 0; i < plain->size(); ++i) {
+    EXPECT_TRUE(SameBytes((*plain)[i], (*overlapped)[i])) << "pass " << i;
   }
 }
 
