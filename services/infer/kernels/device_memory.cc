@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/shm/bulk_copy.h"
+#include "common/status/status_macros.h"
 
 namespace cairn::infer {
 namespace {
@@ -71,6 +72,21 @@ class HostMemory final : public DeviceMemory {
 };
 
 }  // namespace
+
+absl::Status DeviceMemory::DownloadRowsQueued(void* host_dst, int64_t dst_pitch,
+                                              const void* device_src, int64_t src_pitch,
+                                              int64_t row_bytes, int64_t rows) {
+  if (rows < 0 || row_bytes < 0 || dst_pitch < row_bytes || src_pitch < row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("download rows: bad shape rows=", rows,
+                                                   " row_bytes=", row_bytes, " pitches ", src_pitch,
+                                                   " -> ", dst_pitch));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(Download(static_cast<char*>(host_dst) + r * dst_pitch,
+                             static_cast<const char*>(device_src) + r * src_pitch, row_bytes));
+  }
+  return absl::OkStatus();
+}
 
 DeviceMemory* HostDeviceMemory() {
   static HostMemory* const memory = new HostMemory();

@@ -49,6 +49,19 @@ class DeviceMemory {
   virtual absl::Status UploadQueued(void* device_dst, const void* host_src, int64_t bytes) {
     return Upload(device_dst, host_src, bytes);
   }
+  // Device -> host of `rows` rows of `row_bytes` bytes (rows `src_pitch` bytes apart in the
+  // device memory, `dst_pitch` apart in the host memory), queued after every operation issued
+  // so far and not waited for: on a device, the copy may run while operations issued after
+  // the call compute. The destination may be read only after WaitQueuedDownloads(), and must
+  // stay valid until then (page-locked memory from the device's host allocator or
+  // RegisterHost, for the copy to run asynchronously). Errors may be reported by
+  // WaitQueuedDownloads() instead. The default copies at once, a row at a time (Download).
+  virtual absl::Status DownloadRowsQueued(void* host_dst, int64_t dst_pitch, const void* device_src,
+                                          int64_t src_pitch, int64_t row_bytes, int64_t rows);
+  // Waits until every DownloadRowsQueued has completed (and so every operation issued before
+  // the last of them), and reports the first error of that work. The default has nothing to
+  // wait for.
+  virtual absl::Status WaitQueuedDownloads() { return absl::OkStatus(); }
   // Sets `bytes` of device memory to zero.
   virtual absl::Status Zero(void* device_dst, int64_t bytes) = 0;
 

@@ -10,6 +10,25 @@
 
 namespace cairn::infer {
 
+WeightMatrix WeightMatrix::RowRange(int64_t begin, int64_t end) const {
+  WeightMatrix out;
+  out.type = type;
+  out.layout = layout;
+  out.cols = cols;
+  const int64_t row_bytes = cols * WeightTypeSize(type);
+  int64_t first = 0;  // The part's first row in the whole matrix.
+  for (int i = 0; i < num_parts; ++i) {
+    const int64_t from = std::max(begin, first);
+    const int64_t to = std::min(end, first + parts[i].rows);
+    if (from < to) {
+      out.parts[out.num_parts++] = {
+          static_cast<const char*>(parts[i].data) + (from - first) * row_bytes, to - from};
+    }
+    first += parts[i].rows;
+  }
+  return out;
+}
+
 // Host implementations of the data-movement operations. They are written as the models wrote
 // them inline before the operations moved behind the seam, so the CPU backend's bits are those
 // of that code.

@@ -63,6 +63,9 @@ struct WeightMatrix {
     for (int i = 0; i < num_parts; ++i) n += parts[i].rows;
     return n;
   }
+  // Rows [begin, end) of a row-major matrix (layout kRows, 0 <= begin <= end <= rows()) as a
+  // matrix over the same memory, in as many parts as that range touches.
+  WeightMatrix RowRange(int64_t begin, int64_t end) const;
 };
 
 // Arguments of KernelBackend::Attention. Causal GQA softmax attention of `tokens` queries at

@@ -535,6 +535,33 @@ __global__ void AddScaledRowsKernel(const float* src, int64_t rows, int64_t dim,
   }
 }
 
+// CopyRows a float at a time: thread e of the grid-stride loop copies element e % cols of row
+// e / cols.
+__global__ void CopyRowsKernel(const float* src, int64_t ld_src, int64_t rows, int64_t cols,
+                               float* dst, int64_t ld_dst) {
+  KernelEntry();
+  const int64_t n = rows * cols;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols;
+    const int64_t c = e % cols;
+    dst[r * ld_dst + c] = src[r * ld_src + c];
+  }
+}
+
+// CopyRows in groups of 4 floats (cols, ld_src and ld_dst multiples of 4, pointers aligned to
+// 16 bytes): grid.x over a row's groups, grid.y over rows.
+__global__ void CopyRowsVec4Kernel(const float* src, int64_t ld_src, int64_t rows,
+                                   int64_t groups, float* dst, int64_t ld_dst) {
+  KernelEntry();
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= groups) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    reinterpret_cast<float4*>(dst + r * ld_dst)[c] =
+        reinterpret_cast<const float4*>(src + r * ld_src)[c];
+  }
+}
+
 __global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, const float* gate) {
   KernelEntry();
   const int64_t n = rows * dim;
@@ -848,6 +875,24 @@ hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim
   }
   LaunchKernel(SplitHeadPairsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, in,
                rows, heads, head_dim, a, b);
+  return hipGetLastError();
+}
+
+hipError_t CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                    int64_t ld_dst, hipStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return hipSuccess;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (cols % 4 == 0 && ld_src % 4 == 0 && ld_dst % 4 == 0 && aligned(src) && aligned(dst)) {
+    const int64_t groups = cols / 4;
+    const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
+                    static_cast<unsigned int>(rows < 65535 ? rows : 65535));
+    LaunchKernel(CopyRowsVec4Kernel, grid, kElementThreads, 0, stream, src, ld_src, rows, groups,
+                 dst, ld_dst);
+    return hipGetLastError();
+  }
+  LaunchKernel(CopyRowsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, src,
+               ld_src, rows, cols, dst, ld_dst);
   return hipGetLastError();
 }
 

@@ -62,6 +62,14 @@ absl::Status HipDeviceMemory::Download(void* host_dst, const void* device_src, i
   return backend_->Download(host_dst, device_src, bytes);
 }
 
+absl::Status HipDeviceMemory::DownloadRowsQueued(void* host_dst, int64_t dst_pitch,
+                                                 const void* device_src, int64_t src_pitch,
+                                                 int64_t row_bytes, int64_t rows) {
+  return backend_->DownloadRowsQueued(host_dst, dst_pitch, device_src, src_pitch, row_bytes, rows);
+}
+
+absl::Status HipDeviceMemory::WaitQueuedDownloads() { return backend_->WaitQueuedDownloads(); }
+
 absl::Status HipDeviceMemory::Copy(void* device_dst, const void* device_src, int64_t bytes) {
   RETURN_IF_ERROR(backend_->CopySplit(device_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToDevice,
                                       HipStream::kCompute));
@@ -125,6 +133,48 @@ absl::Status HipKernelBackend::Download(void* host_dst, const void* device_src, 
   RETURN_IF_ERROR(
       CopySplit(host_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToHost, HipStream::kCompute));
   return Synchronize(HipStream::kCompute);
+}
+
+absl::Status HipKernelBackend::DownloadRowsQueued(void* host_dst, int64_t dst_pitch,
+                                                  const void* device_src, int64_t src_pitch,
+                                                  int64_t row_bytes, int64_t rows) {
+  RETURN_IF_ERROR(error_);
+  if (rows < 0 || row_bytes < 0 || dst_pitch < row_bytes || src_pitch < row_bytes) {
+    return Invalid("download rows", absl::StrCat("bad shape rows=", rows, " row_bytes=", row_bytes,
+                                                 " pitches ", src_pitch, " -> ", dst_pitch));
+  }
+  if (rows == 0 || row_bytes == 0) return absl::OkStatus();
+  if (!Enter()) return error_;
+  if (download_ == nullptr &&
+      !Check(hipStreamCreateWithFlags(&download_, hipStreamNonBlocking), "creating a stream")) {
+    return error_;
+  }
+  if (download_after_ == nullptr && !Check(hipEventCreate(&download_after_), "creating an event")) {
+    return error_;
+  }
+  // The copy waits for everything issued on the compute stream so far (the event's latest
+  // record), and runs beside whatever the compute stream takes up next.
+  if (!Check(hipEventRecord(download_after_, compute_), "recording an event") ||
+      !Check(hipStreamWaitEvent(download_, download_after_, 0), "ordering a download") ||
+      !Check(hipMemcpy2DAsync(host_dst, static_cast<size_t>(dst_pitch), device_src,
+                              static_cast<size_t>(src_pitch), static_cast<size_t>(row_bytes),
+                              static_cast<size_t>(rows), hipMemcpyDeviceToHost, download_),
+             "queueing a download")) {
+    return error_;
+  }
+  downloads_queued_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::WaitQueuedDownloads() {
+  if (downloads_queued_) {
+    // Waited for whatever else failed: no queued copy may still write its destination after.
+    downloads_queued_ = false;
+    ++host_waits_;
+    static_cast<void>(hipSetDevice(options_.device));
+    Check(hipStreamSynchronize(download_), "waiting for a queued download");
+  }
+  return error_;
 }
 
 absl::Status HipKernelBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,

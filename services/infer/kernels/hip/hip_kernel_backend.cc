@@ -106,6 +106,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_bf16_inputs_(options.mma_rows_bf16_inputs),
       grouped_moe_prefill_(options.grouped_moe_prefill),
       moe_kernels_(options.moe_kernels),
+      copy_rows_kernel_(options.copy_rows_kernel),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant) {}
 
@@ -135,12 +136,15 @@ HipKernelBackend::~HipKernelBackend() {
   static_cast<void>(hipSetDevice(options_.device));
   if (compute_ != nullptr) static_cast<void>(hipStreamSynchronize(compute_));
   if (transfer_ != nullptr) static_cast<void>(hipStreamSynchronize(transfer_));
+  if (download_ != nullptr) static_cast<void>(hipStreamSynchronize(download_));
   blas_.reset();
   workspace_.Reset();
   moe_tables_.clear();
   if (upload_done_ != nullptr) static_cast<void>(hipEventDestroy(upload_done_));
   if (compute_ != nullptr) static_cast<void>(hipStreamDestroy(compute_));
   if (transfer_ != nullptr) static_cast<void>(hipStreamDestroy(transfer_));
+  if (download_after_ != nullptr) static_cast<void>(hipEventDestroy(download_after_));
+  if (download_ != nullptr) static_cast<void>(hipStreamDestroy(download_));
 }
 
 bool HipKernelBackend::Keep(const absl::Status& s) {
@@ -692,6 +696,10 @@ void HipKernelBackend::CopyRows(const float* src, int64_t ld_src, int64_t rows, 
   if (!Enter() || rows == 0 || cols == 0) return;
   if (rows < 0 || cols < 0 || ld_src < cols || ld_dst < cols) {
     Keep(Invalid("copy rows", absl::StrCat("bad shape rows=", rows, " cols=", cols)));
+    return;
+  }
+  if (copy_rows_kernel_) {
+    Check(hip::CopyRows(src, ld_src, rows, cols, dst, ld_dst, compute_), "copy rows launch");
     return;
   }
   constexpr size_t kFloat = sizeof(float);

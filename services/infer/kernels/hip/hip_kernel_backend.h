@@ -96,6 +96,9 @@ struct HipKernelBackendOptions {
   // scheduled while the stream's previous kernel finishes and waits for it before touching
   // memory, so no value changes. Process-wide: Create applies it to every backend's launches.
   bool overlapped_launches = true;
+  // CopyRows by a kernel of this backend (hip::CopyRows), which overlapped launches cover, instead
+  // of a 2-D memory copy on the compute stream (which they do not). The same bytes.
+  bool copy_rows_kernel = true;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -160,6 +163,9 @@ class HipDeviceMemory final : public DeviceMemory {
   absl::Status UploadQueued(void* device_dst, const void* host_src, int64_t bytes) override;
   absl::Status Upload(void* device_dst, const void* host_src, int64_t bytes) override;
   absl::Status Download(void* host_dst, const void* device_src, int64_t bytes) override;
+  absl::Status DownloadRowsQueued(void* host_dst, int64_t dst_pitch, const void* device_src,
+                                  int64_t src_pitch, int64_t row_bytes, int64_t rows) override;
+  absl::Status WaitQueuedDownloads() override;
   absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) override;
   absl::Status Zero(void* device_dst, int64_t bytes) override;
   absl::Status RegisterHost(void* host, int64_t bytes) override;
@@ -304,6 +310,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
   // Sets HipKernelBackendOptions::moe_kernels (0 or 1; the same bits), for the benchmark.
   void SetMoeKernelsForTest(int kernels) { moe_kernels_ = kernels; }
+  // Sets HipKernelBackendOptions::copy_rows_kernel (the same bytes), for the benchmark.
+  void SetCopyRowsKernelForTest(bool on) { copy_rows_kernel_ = on; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -348,6 +356,11 @@ class HipKernelBackend final : public KernelBackend {
   // HipDeviceMemory::UploadQueued: the source copied into upload_staging_, which the compute
   // stream copies to the device; upload_done_ marks when the device has read it.
   absl::Status UploadQueued(void* device_dst, const void* host_src, int64_t bytes);
+  // HipDeviceMemory::DownloadRowsQueued: a 2-D copy on download_, after an event recorded on
+  // the compute stream; WaitQueuedDownloads waits for download_.
+  absl::Status DownloadRowsQueued(void* host_dst, int64_t dst_pitch, const void* device_src,
+                                  int64_t src_pitch, int64_t row_bytes, int64_t rows);
+  absl::Status WaitQueuedDownloads();
 
   // A device table of the experts' weight parts for hip::MoeRowsMma, made once for an array of
   // expert matrices (the first call, which waits for its upload) and checked against it on
@@ -382,10 +395,16 @@ class HipKernelBackend final : public KernelBackend {
   std::vector<uint8_t> upload_staging_;
   hipEvent_t upload_done_ = nullptr;
   bool upload_recorded_ = false;
+  // DownloadRowsQueued's stream (not transfer_, whose spills and restores may be long) and the
+  // event each copy waits for; created at the first call. downloads_queued_ until waited for.
+  hipStream_t download_ = nullptr;
+  hipEvent_t download_after_ = nullptr;
+  bool downloads_queued_ = false;
   int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
   bool mma_rows_bf16_inputs_;     // options_.mma_rows_bf16_inputs unless changed for a test.
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
+  bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int multiprocessors_ = 0;       // The device's.

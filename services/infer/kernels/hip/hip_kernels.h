@@ -84,6 +84,11 @@ hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t
 hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
                           float* b, hipStream_t stream);
 hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream);
+// KernelBackend::CopyRows as a kernel (so that it takes part in overlapped launches, which a
+// 2-D memory copy does not): 16-byte copies where cols, both strides and both pointers allow,
+// else a float at a time.
+hipError_t CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
+                    int64_t ld_dst, hipStream_t stream);
 // KernelBackend::AddScaledRows and SigmoidScaleRows.
 hipError_t AddScaledRows(const float* src, int64_t rows, int64_t dim, const int32_t* dst_rows,
                          const float* scales, float* dst, hipStream_t stream);

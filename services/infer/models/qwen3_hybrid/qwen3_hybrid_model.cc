@@ -163,6 +163,11 @@ class Qwen3HybridModel final : public Model {
   };
 
   absl::Status CheckPass(const SequencePass& pass) const;
+  // The lm head over `rows` rows of `normed` into `logits` (device memory, [rows, vocab]) and
+  // down into `staged` (host, [rows, vocab]), in parts where Qwen3HybridOptions::logits_parts
+  // allows; waits for the download and reports any error of the pass.
+  absl::Status LogitsIntoStaging(const Group& g, const float* normed, int64_t rows, float* logits,
+                                 float* staged);
   // Checks `batch` (ForwardBatch's errors) and prepares its slots for appending.
   absl::Status PrepareBatch(absl::Span<const SequencePass> batch) const;
   // Whether a pass of `tokens` tokens runs in the batch's shared row-kernel group.
@@ -819,15 +824,13 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   ASSIGN_OR_RETURN(float* normed, scratch_.Take<float>(rows * d));
   backend_->RmsNorm(last, rows, d, final_norm_.data, c_.rms_norm_eps, c_.zero_centred_norm, normed);
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(rows * c_.vocab_size));
-  MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
   const int64_t floats = rows * c_.vocab_size;
   if (views != nullptr || (!memory_->host_visible() && floats <= kMaxStagedLogits)) {
     // Device memory: every row in one copy into page-locked staging (not one pageable copy a
     // sequence), then each sequence's rows into its result. The download waits for the device
     // and reports any error of the pass.
     float* staged = logits_host_.Get(floats);
-    RETURN_IF_ERROR(
-        memory_->Download(staged, logits, floats * static_cast<int64_t>(sizeof(float))));
+    RETURN_IF_ERROR(LogitsIntoStaging(g, normed, rows, logits, staged));
     int64_t row = 0;
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
@@ -840,6 +843,7 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
       row += n;
     }
   } else {
+    MatMul(g, normed, rows, d, lm_head_, logits, c_.vocab_size, false);
     int64_t row = 0;
     for (const Sequence& s : g.seqs) {
       const int64_t n = batch[s.index].all_logits ? s.tokens : 1;
@@ -853,6 +857,39 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   }
   for (const Sequence& s : g.seqs) s.slot->CommitAppend(s.tokens);
   return absl::OkStatus();
+}
+
+absl::Status Qwen3HybridModel::LogitsIntoStaging(const Group& g, const float* normed, int64_t rows,
+                                                 float* logits, float* staged) {
+  const int64_t vocab = c_.vocab_size;
+  const int64_t bytes = rows * vocab * static_cast<int64_t>(sizeof(float));
+  // Parts of whole groups of kLogitsPartRows rows, so that each part's rows keep the
+  // alignment of the whole matrix's.
+  constexpr int64_t kLogitsPartRows = 128;
+  const int parts = static_cast<int>(
+      std::min<int64_t>(options_.logits_parts, std::max<int64_t>(1, vocab / kLogitsPartRows)));
+  // Only the row kernels promise that a logit does not depend on the other weight rows of its
+  // call (the GEMMs may pick their blocking by the call's shape).
+  if (parts <= 1 || !g.row_kernel || memory_->host_visible() ||
+      lm_head_.layout != WeightLayout::kRows || bytes < options_.logits_parts_min_bytes) {
+    MatMul(g, normed, rows, c_.hidden_size, lm_head_, logits, vocab, false);
+    return memory_->Download(staged, logits, bytes);
+  }
+  const int64_t pitch = vocab * static_cast<int64_t>(sizeof(float));
+  absl::Status queued;
+  for (int p = 0; p < parts && queued.ok(); ++p) {
+    const int64_t begin = vocab * p / parts / kLogitsPartRows * kLogitsPartRows;
+    const int64_t end =
+        p + 1 == parts ? vocab : vocab * (p + 1) / parts / kLogitsPartRows * kLogitsPartRows;
+    MatMul(g, normed, rows, c_.hidden_size, lm_head_.RowRange(begin, end), logits + begin, vocab,
+           false);
+    queued = memory_->DownloadRowsQueued(staged + begin, pitch, logits + begin, pitch,
+                                         (end - begin) * static_cast<int64_t>(sizeof(float)), rows);
+  }
+  // Waited for even after an error: no queued copy may still write the staging afterwards.
+  const absl::Status waited = memory_->WaitQueuedDownloads();
+  RETURN_IF_ERROR(queued);
+  return waited;
 }
 
 absl::Status Qwen3HybridModel::PrepareBatch(absl::Span<const SequencePass> batch) const {

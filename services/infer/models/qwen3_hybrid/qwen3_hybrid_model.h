@@ -1,6 +1,7 @@
 #ifndef CAIRN_SERVICES_INFER_MODELS_QWEN3_HYBRID_QWEN3_HYBRID_MODEL_H_
 #define CAIRN_SERVICES_INFER_MODELS_QWEN3_HYBRID_QWEN3_HYBRID_MODEL_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,21 @@ struct Qwen3HybridOptions {
   // the cold single-pass run bit for bit, at a cost in prefill speed. A different numerics
   // class (state computed one way is never restored into the other).
   bool pass_invariant = false;
+  // Where the model's memory is a device's (not host-visible), the logits of a group of passes
+  // on the row-wise product (decode steps, short passes) of at least logits_parts_min_bytes
+  // come out in logits_parts parts of the vocabulary: each part's product, then its download
+  // queued (DeviceMemory::DownloadRowsQueued) while the next part computes, so that only the
+  // last part's download is left after the last product. The same bits (the row-wise product
+  // computes a logit whatever other weight rows its call has); 1 computes the whole product,
+  // then downloads it.
+  int logits_parts = kDefaultLogitsParts;
+  int64_t logits_parts_min_bytes = kDefaultLogitsPartsMinBytes;
+
+  // Four parts leave a quarter of the download after the last product (16 decoding slots of a
+  // 248K vocabulary: about 0.07 ms of 0.3 at 52 GB/s) for three more launches.
+  static constexpr int kDefaultLogitsParts = 4;
+  // Below this a download takes a few microseconds, about what a launch costs.
+  static constexpr int64_t kDefaultLogitsPartsMinBytes = int64_t{2} << 20;
 };
 
 // Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE / Qwen3 families (docs/model.md

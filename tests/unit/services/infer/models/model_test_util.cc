@@ -55,8 +55,13 @@ std::unique_ptr<CpuKernelBackend> TestBackend() {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name, KernelBackend* backend) {
+  return LoadPreset(name, backend, {});
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name, KernelBackend* backend,
+                                                  const ModelLoadOptions& options) {
   ASSIGN_OR_RETURN(std::string dir, PresetDir(name));
-  return LoadModel(dir, backend, {});
+  return LoadModel(dir, backend, options);
 }
 
 std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed) {

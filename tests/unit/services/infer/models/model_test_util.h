@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
 #include "services/infer/models/model.h"
+#include "services/infer/models/model_loader.h"
 
 namespace cairn::infer::testing {
 
@@ -23,8 +24,10 @@ absl::StatusOr<std::string> PresetDir(const std::string& name);
 std::unique_ptr<CpuKernelBackend> TestBackend();
 
 // Loads preset `name` on `backend`.
-absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name,
-                                                  KernelBackend* backend);
+absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name, KernelBackend* backend);
+// The same with `options`.
+absl::StatusOr<std::unique_ptr<Model>> LoadPreset(const std::string& name, KernelBackend* backend,
+                                                  const ModelLoadOptions& options);
 
 // Returns `n` pseudo-random token ids below `vocab` (fixed sequence for a given seed).
 std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint64_t seed);

@@ -40,8 +40,20 @@ class CountingMemory final : public DeviceMemory {
     return HostDeviceMemory()->Copy(d, s, n);
   }
   absl::Status Zero(void* d, int64_t n) override { return HostDeviceMemory()->Zero(d, n); }
+  absl::Status DownloadRowsQueued(void* d, int64_t dst_pitch, const void* s, int64_t src_pitch,
+                                  int64_t row_bytes, int64_t rows) override {
+    ++queued_downloads;
+    // The default: a Download a row, at once.
+    return DeviceMemory::DownloadRowsQueued(d, dst_pitch, s, src_pitch, row_bytes, rows);
+  }
+  absl::Status WaitQueuedDownloads() override {
+    ++waits;
+    return absl::OkStatus();
+  }
 
   int64_t allocations = 0;
+  int64_t queued_downloads = 0;
+  int64_t waits = 0;
   int64_t uploaded = 0;
   int64_t downloaded = 0;
 };
@@ -189,6 +201,58 @@ TEST_P(DeviceMemoryModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
   ASSERT_TRUE(device_model.ok()) << device_model.status();
   CAIRN_EXPECT_OK(testing::CompareReusedResults(**host_model, cpu->memory(), 11));
   CAIRN_EXPECT_OK(testing::CompareReusedResults(**device_model, device.memory(), 11));
+}
+
+// Logits in parts of the vocabulary (Qwen3HybridOptions::logits_parts, each part's download
+// queued while the next computes) give the bits of one product and one download: short passes
+// (the row-wise product) with every position's logits and with the last only, a batched decode
+// step, and a long pass (the GEMM: one product, not in parts).
+TEST_P(DeviceMemoryModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
+  DeviceLikeBackend whole_device(testing::TestBackend());
+  DeviceLikeBackend parts_device(testing::TestBackend());
+  absl::StatusOr<std::unique_ptr<Model>> whole = testing::LoadPreset(GetParam(), &whole_device);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ModelLoadOptions options;
+  options.qwen3_hybrid.logits_parts = 3;
+  options.qwen3_hybrid.logits_parts_min_bytes = 0;
+  absl::StatusOr<std::unique_ptr<Model>> parts =
+      testing::LoadPreset(GetParam(), &parts_device, options);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  const int64_t vocab = (*whole)->info().vocab_size;
+  const std::vector<int32_t> tokens = testing::RandomTokens(57, vocab, 5);
+  std::vector<std::unique_ptr<SlotState>> slots;
+  for (DeviceLikeBackend* device : {&whole_device, &parts_device}) {
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<std::unique_ptr<SlotState>> slot =
+          SlotState::Create((*whole)->state_layout(), 64, device->memory());
+      ASSERT_TRUE(slot.ok()) << slot.status();
+      slots.push_back(*std::move(slot));
+    }
+  }
+  for (const bool all_logits : {true, false}) {
+    absl::StatusOr<std::vector<float>> a =
+        Prefill(**whole, slots[all_logits ? 0 : 1].get(), tokens, {7, 50}, all_logits);
+    absl::StatusOr<std::vector<float>> b =
+        Prefill(**parts, slots[all_logits ? 2 : 3].get(), tokens, {7, 50}, all_logits);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(SameBytes(*a, *b)) << "all logits " << all_logits;
+  }
+  // Passes of 7 tokens in parts, of 50 (longer than row_kernel_max_tokens) whole.
+  EXPECT_EQ(whole_device.counting().queued_downloads, 0);
+  EXPECT_EQ(parts_device.counting().queued_downloads, 3 * 2);
+  EXPECT_EQ(parts_device.counting().waits, 2);
+  const std::vector<int32_t> next_a = {tokens[0]};
+  const std::vector<int32_t> next_b = {tokens[1]};
+  const SequencePass whole_batch[] = {{slots[0].get(), next_a}, {slots[1].get(), next_b}};
+  const SequencePass parts_batch[] = {{slots[2].get(), next_a}, {slots[3].get(), next_b}};
+  absl::StatusOr<std::vector<std::vector<float>>> a = (*whole)->ForwardBatch(whole_batch);
+  absl::StatusOr<std::vector<std::vector<float>>> b = (*parts)->ForwardBatch(parts_batch);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(a->size(), 2u);
+  ASSERT_EQ(b->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(SameBytes((*a)[i], (*b)[i])) << "sequence " << i;
+  EXPECT_EQ(parts_device.counting().queued_downloads, 3 * 3);
 }
 
 TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {

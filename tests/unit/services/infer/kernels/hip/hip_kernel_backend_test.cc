@@ -1025,6 +1025,71 @@ TEST_F(HipKernelBackendTest, MoeRoutingMatchesCpuWithTiesToTheLowerId) {
   }
 }
 
+// CopyRows by the kernel (16-byte copies where the shape and pointers allow, else a float at a
+// time, rows past the grid's 65535) and by the 2-D memory copy leave the bytes a host copy
+// does, and nothing outside the rows' columns.
+TEST_F(HipKernelBackendTest, CopyRowsKernelWritesWhatTheMemoryCopyWrites) {
+  struct Shape {
+    int64_t rows, cols, ld_src, ld_dst, src_at, dst_at;
+  };
+  for (const Shape& c :
+       {Shape{1, 1, 1, 1, 0, 0}, Shape{7, 5, 9, 6, 1, 3}, Shape{300, 1024, 3072, 1024, 0, 0},
+        Shape{17, 8, 12, 8, 0, 4}, Shape{3, 8, 12, 8, 1, 0}, Shape{70000, 4, 8, 4, 4, 0}}) {
+    const std::string what = absl::StrCat(c.rows, " rows of ", c.cols, ", strides ", c.ld_src,
+                                          " -> ", c.ld_dst, ", at ", c.src_at, " -> ", c.dst_at);
+    const size_t src_n = static_cast<size_t>(c.src_at + c.rows * c.ld_src);
+    const size_t dst_n = static_cast<size_t>(c.dst_at + c.rows * c.ld_dst);
+    const std::vector<float> src = RandomFloats(static_cast<int64_t>(src_n), 41, -3.0f, 3.0f);
+    std::vector<float> want(dst_n, NAN);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t j = 0; j < c.cols; ++j) {
+        want[static_cast<size_t>(c.dst_at + r * c.ld_dst + j)] =
+            src[static_cast<size_t>(c.src_at + r * c.ld_src + j)];
+      }
+    }
+    DeviceBuffer dsrc = Up(src);
+    for (const bool kernel : {true, false}) {
+      gpu_->SetCopyRowsKernelForTest(kernel);
+      DeviceBuffer dst = Poisoned(dst_n);
+      gpu_->CopyRows(dsrc.floats() + c.src_at, c.ld_src, c.rows, c.cols, dst.floats() + c.dst_at,
+                     c.ld_dst);
+      ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+      EXPECT_TRUE(SameBits(Down(dst, dst_n), want)) << what << (kernel ? " (kernel)" : " (copy)");
+    }
+  }
+  gpu_->SetCopyRowsKernelForTest(HipKernelBackendOptions().copy_rows_kernel);
+}
+
+// Queued 2-D downloads of column ranges (as the model's logits come down in parts of the
+// vocabulary, each part's product writing other columns) each wait for the kernels before them
+// and together give the whole matrix.
+TEST_F(HipKernelBackendTest, QueuedRowDownloadsFollowTheKernelsBeforeThem) {
+  const int64_t rows = 16, cols = 1000, split = 384;
+  const size_t n = static_cast<size_t>(rows * cols);
+  const std::vector<float> gate = RandomFloats(rows * cols, 44, -2.0f, 2.0f);
+  DeviceBuffer x = Up(RandomFloats(rows * cols, 43, -2.0f, 2.0f));
+  DeviceBuffer y = Up(RandomFloats(rows * cols, 45, -2.0f, 2.0f));
+  DeviceBuffer g = Up(gate);
+  std::vector<float> got(n, NAN);
+  DeviceMemory* memory = gpu_->memory();
+  const int64_t pitch = cols * static_cast<int64_t>(sizeof(float));
+  // Columns [0, split) of x after a kernel on x, the rest of y after a kernel on y.
+  gpu_->SigmoidMul(x.floats(), g.floats(), rows * cols);
+  CAIRN_ASSERT_OK(memory->DownloadRowsQueued(got.data(), pitch, x.data(), pitch, split * 4, rows));
+  gpu_->SigmoidMul(y.floats(), g.floats(), rows * cols);
+  CAIRN_ASSERT_OK(memory->DownloadRowsQueued(got.data() + split, pitch, y.floats() + split, pitch,
+                                             (cols - split) * 4, rows));
+  CAIRN_ASSERT_OK(memory->WaitQueuedDownloads());
+  const std::vector<float> xs = Down(x, n), ys = Down(y, n);
+  std::vector<float> want(n);
+  for (size_t i = 0; i < n; ++i) {
+    want[i] = static_cast<int64_t>(i) % cols < split ? xs[i] : ys[i];
+  }
+  EXPECT_TRUE(SameBits(got, want));
+  EXPECT_THAT(memory->DownloadRowsQueued(got.data(), 4, x.data(), 4, 8, 1),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(HipKernelBackendTest, UnsupportedShapesAreKeptAsErrors) {
   DeviceBuffer buf = Poisoned(1024);
 

@@ -23,9 +23,13 @@
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
-//          [--overlapped-launches=1,0]
-// --overlapped-launches: innermost, each slot count's decode steps once for each value listed
-// (hip::SetOverlappedLaunches; the same bits).
+//          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
+// --overlapped-launches: each slot count's decode steps once for each value listed
+// (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
+// for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes).
+// --logits-parts: outermost, every slot count's decode steps once for each value of
+// Qwen3HybridOptions::logits_parts listed (the model made again for each change; the same
+// bits); the prefill and TTFT runs use the first.
 // --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
 // device event before every backend operation (OpTimingBackend) and the step's time by operation.
 // --mma-bf16-inputs: each slot count's decode steps run once for each value listed, outermost:
@@ -110,6 +114,8 @@ struct Flags {
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   std::vector<int> overlapped_launches = {HipKernelBackendOptions().overlapped_launches ? 1 : 0};
+  std::vector<int> copy_rows_kernel = {HipKernelBackendOptions().copy_rows_kernel ? 1 : 0};
+  std::vector<int> logits_parts = {Qwen3HybridOptions().logits_parts};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
@@ -216,43 +222,15 @@ class ModelBench {
     costs_ = CountCosts(o, *tensors);
     absl::StatusOr<HybridConfig> config = ParseHybridConfig(*config_text);
     if (!config.ok()) Bench::Fail(config.status().ToString());
-
-    // One random block of bf16 values behind every tensor.
-    int64_t largest = 0;
-    for (const RandomTensorShape& t : *tensors) {
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      largest = std::max(largest, n);
-    }
-    std::vector<uint16_t> values(static_cast<size_t>(largest));
-    const RandomBf16 block = RandomBf16Values(size_t{1} << 20, 1);
-    for (size_t i = 0; i < values.size(); i += block.bits.size()) {
-      const size_t n = std::min(block.bits.size(), values.size() - i);
-      std::memcpy(values.data() + i, block.bits.data(), n * sizeof(uint16_t));
-    }
-    std::vector<TensorView> views;
-    for (const RandomTensorShape& t : *tensors) {
-      TensorView v;
-      v.name = t.name;
-      v.dtype = DType::kBF16;
-      v.shape = t.shape;
-      v.data = reinterpret_cast<const uint8_t*>(values.data());
-      v.bytes = v.elements() * 2;
-      views.push_back(std::move(v));
-    }
-    absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::FromViews(std::move(views));
-    if (!store.ok()) Bench::Fail(store.status().ToString());
-    const auto load_start = Clock::now();
-    absl::StatusOr<std::unique_ptr<Model>> model =
-        CreateQwen3HybridModel(*config, *std::move(store), 0, &timing_, {});
-    if (!model.ok()) Bench::Fail(model.status().ToString());
-    model_ = *std::move(model);
+    config_ = *std::move(config);
+    tensors_ = *std::move(tensors);
+    const double load_seconds = MakeModel(f_.logits_parts[0]);
     const ModelInfo& info = model_->info();
     Print(absl::StrCat("== ", name, ": ", o.num_layers, " layers (", costs_.full_layers,
                        " full attention), ", info.num_parameters / 1e9, "B parameters, ",
                        info.weight_bytes / 1e9, " GB on the device (bf16 matrices), ",
-                       costs_.matrix_params / 1e9, "B multiplied per token; load ",
-                       Bench::Seconds(load_start), " s"));
+                       costs_.matrix_params / 1e9, "B multiplied per token; load ", load_seconds,
+                       " s"));
     const StateLayout& layout = model_->state_layout();
     Print(absl::StrCat("   state: ", layout.row_bytes(), " bytes of rows per token, ",
                        layout.private_bytes() / 1e6, " MB private"));
@@ -264,6 +242,48 @@ class ModelBench {
   }
 
  private:
+  // (Re)makes model_ from config_ and tensors_ with `logits_parts` (Qwen3HybridOptions), the
+  // earlier model freed first; returns the seconds CreateQwen3HybridModel took (the load).
+  double MakeModel(int logits_parts) {
+    model_.reset();
+    // One random block of bf16 values behind every tensor.
+    int64_t largest = 0;
+    for (const RandomTensorShape& t : tensors_) {
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      largest = std::max(largest, n);
+    }
+    std::vector<uint16_t>& values = values_;
+    values.assign(static_cast<size_t>(largest), 0);
+    const RandomBf16 block = RandomBf16Values(size_t{1} << 20, 1);
+    for (size_t i = 0; i < values.size(); i += block.bits.size()) {
+      const size_t n = std::min(block.bits.size(), values.size() - i);
+      std::memcpy(values.data() + i, block.bits.data(), n * sizeof(uint16_t));
+    }
+    std::vector<TensorView> views;
+    for (const RandomTensorShape& t : tensors_) {
+      TensorView v;
+      v.name = t.name;
+      v.dtype = DType::kBF16;
+      v.shape = t.shape;
+      v.data = reinterpret_cast<const uint8_t*>(values.data());
+      v.bytes = v.elements() * 2;
+      views.push_back(std::move(v));
+    }
+    absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::FromViews(std::move(views));
+    if (!store.ok()) Bench::Fail(store.status().ToString());
+    Qwen3HybridOptions options;
+    options.logits_parts = logits_parts;
+    const auto start = Clock::now();
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        CreateQwen3HybridModel(config_, *std::move(store), 0, &timing_, options);
+    if (!model.ok()) Bench::Fail(model.status().ToString());
+    const double seconds = Bench::Seconds(start);
+    model_ = *std::move(model);
+    logits_parts_ = logits_parts;
+    return seconds;
+  }
+
   int64_t MaxDepth() const {
     int64_t d = f_.ttft_depth;
     for (int64_t t : f_.prefill) d = std::max(d, t);
@@ -464,15 +484,16 @@ class ModelBench {
   }
 
   void Decode() {
-    const StateLayout& layout = model_->state_layout();
+    // A copy: --logits-parts may make model_ again below.
+    const StateLayout layout = model_->state_layout();
     constexpr int kMaxSlots = 16;
     const int warm = 2;
     // Each slot count runs its steps once per way of returning the logits (DecodeSteps'
     // kDecodeModes) for each combination of variants listed.
-    const int64_t runs =
-        static_cast<int64_t>(f_.decode_slots.size() * f_.mma_bf16_inputs.size() *
-                             f_.mma_variants.size() * f_.decode_attention_variants.size() *
-                             f_.moe_kernels.size() * f_.overlapped_launches.size());
+    const int64_t runs = static_cast<int64_t>(
+        f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
+        f_.decode_attention_variants.size() * f_.moe_kernels.size() *
+        f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.logits_parts.size());
     const int64_t rows = f_.decode_depth +
                          (kDecodeModes + (f_.op_times ? 1 : 0)) * runs * (f_.decode_steps + warm) +
                          8;
@@ -516,44 +537,64 @@ class ModelBench {
     }
     const double weights_other =
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
-    for (const int64_t slot_count : f_.decode_slots) {
-      for (const int bf16_inputs : f_.mma_bf16_inputs) {
-        b_.SetMmaRowsBf16InputsForTest(bf16_inputs == 1);
-        for (const int variant : f_.mma_variants) {
-          Bench::Check(b_.SetMmaRowsVariantForTest(variant), "mma variant");
-          for (const int attention : f_.decode_attention_variants) {
-            Bench::Check(b_.SetAttentionDecodeVariantForTest(attention),
-                         "decode attention variant");
-            for (const int kernels : f_.moe_kernels) {
-              b_.SetMoeKernelsForTest(kernels);
-              for (const int overlapped : f_.overlapped_launches) {
-                hip::SetOverlappedLaunches(overlapped == 1);
-                std::string suffix;
-                if (f_.mma_bf16_inputs.size() > 1) {
-                  suffix += bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
-                }
-                if (f_.mma_variants.size() > 1)
-                  suffix += absl::StrFormat(" (mma variant %d)", variant);
-                if (f_.decode_attention_variants.size() > 1) {
-                  suffix += absl::StrFormat(" (decode attention variant %d)", attention);
-                }
-                if (f_.moe_kernels.size() > 1) {
-                  suffix += absl::StrFormat(" (moe kernels %d)", kernels);
-                }
-                if (f_.overlapped_launches.size() > 1) {
-                  suffix += absl::StrFormat(" (overlapped launches %d)", overlapped);
-                }
-                DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
+    // Every combination of the variants listed, the last listed innermost.
+    struct Config {
+      int bf16_inputs, variant, attention, kernels, overlapped, copy_kernel;
+    };
+    std::vector<Config> configs;
+    for (const int bf16_inputs : f_.mma_bf16_inputs) {
+      for (const int variant : f_.mma_variants) {
+        for (const int attention : f_.decode_attention_variants) {
+          for (const int kernels : f_.moe_kernels) {
+            for (const int overlapped : f_.overlapped_launches) {
+              for (const int copy_kernel : f_.copy_rows_kernel) {
+                configs.push_back(
+                    {bf16_inputs, variant, attention, kernels, overlapped, copy_kernel});
               }
             }
           }
         }
       }
-      hip::SetOverlappedLaunches(HipKernelBackendOptions().overlapped_launches);
-      b_.SetMmaRowsBf16InputsForTest(HipKernelBackendOptions().mma_rows_bf16_inputs);
-      Bench::Check(
-          b_.SetAttentionDecodeVariantForTest(HipKernelBackendOptions().attention_decode_variant),
-          "decode attention variant");
+    }
+    for (const int parts : f_.logits_parts) {
+      // The same weights and state layout, so the slots' contents stay valid.
+      if (parts != logits_parts_) MakeModel(parts);
+      for (const int64_t slot_count : f_.decode_slots) {
+        for (const Config& c : configs) {
+          b_.SetMmaRowsBf16InputsForTest(c.bf16_inputs == 1);
+          Bench::Check(b_.SetMmaRowsVariantForTest(c.variant), "mma variant");
+          Bench::Check(b_.SetAttentionDecodeVariantForTest(c.attention),
+                       "decode attention variant");
+          b_.SetMoeKernelsForTest(c.kernels);
+          hip::SetOverlappedLaunches(c.overlapped == 1);
+          b_.SetCopyRowsKernelForTest(c.copy_kernel == 1);
+          std::string suffix;
+          if (f_.mma_bf16_inputs.size() > 1) {
+            suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
+          }
+          if (f_.mma_variants.size() > 1) suffix += absl::StrFormat(" (mma variant %d)", c.variant);
+          if (f_.decode_attention_variants.size() > 1) {
+            suffix += absl::StrFormat(" (decode attention variant %d)", c.attention);
+          }
+          if (f_.moe_kernels.size() > 1) suffix += absl::StrFormat(" (moe kernels %d)", c.kernels);
+          if (f_.overlapped_launches.size() > 1) {
+            suffix += absl::StrFormat(" (overlapped launches %d)", c.overlapped);
+          }
+          if (f_.copy_rows_kernel.size() > 1) {
+            suffix += absl::StrFormat(" (copy rows kernel %d)", c.copy_kernel);
+          }
+          if (f_.logits_parts.size() > 1) suffix += absl::StrFormat(" (logits parts %d)", parts);
+          DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
+        }
+        const HipKernelBackendOptions defaults;
+        hip::SetOverlappedLaunches(defaults.overlapped_launches);
+        b_.SetCopyRowsKernelForTest(defaults.copy_rows_kernel);
+        b_.SetMoeKernelsForTest(defaults.moe_kernels);
+        b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
+        Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
+        Bench::Check(b_.SetAttentionDecodeVariantForTest(defaults.attention_decode_variant),
+                     "decode attention variant");
+      }
     }
   }
 
@@ -708,10 +749,25 @@ class ModelBench {
   const Ceilings& ceil_;
   std::string name_;
   RandomCheckpointOptions o_;
+  HybridConfig config_;
+  std::vector<RandomTensorShape> tensors_;
+  std::vector<uint16_t> values_;  // Behind every tensor of model_ (kept while it lives).
+  int logits_parts_ = 0;          // model_'s.
   Costs costs_;
   std::unique_ptr<Model> model_;
   std::vector<int32_t> tokens_;
 };
+
+// Parses a comma-separated list of integers in [lo, hi] into `out`.
+bool IntList(const std::string& value, int lo, int hi, std::vector<int>* out) {
+  out->clear();
+  for (absl::string_view v : absl::StrSplit(value, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(v, &n) || n < lo || n > hi) return false;
+    out->push_back(n);
+  }
+  return true;
+}
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
@@ -740,46 +796,24 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
         f->decode_slots.push_back(n);
       }
     } else if (key == "mma-variants") {
-      f->mma_variants.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < -1 || n > 2) return false;
-        f->mma_variants.push_back(static_cast<int>(n));
-      }
+      if (!IntList(value, -1, 2, &f->mma_variants)) return false;
     } else if (key == "mma-bf16-inputs") {
-      f->mma_bf16_inputs.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
-        f->mma_bf16_inputs.push_back(static_cast<int>(n));
-      }
+      if (!IntList(value, 0, 1, &f->mma_bf16_inputs)) return false;
     } else if (key == "moe-prefill") {
-      f->moe_prefill.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
-        f->moe_prefill.push_back(static_cast<int>(n));
-      }
+      if (!IntList(value, 0, 1, &f->moe_prefill)) return false;
     } else if (key == "moe-kernels") {
-      f->moe_kernels.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
-        f->moe_kernels.push_back(static_cast<int>(n));
-      }
+      if (!IntList(value, 0, 1, &f->moe_kernels)) return false;
     } else if (key == "attention-variants") {
-      f->attention_variants.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionMmaVariants) return false;
-        f->attention_variants.push_back(static_cast<int>(n));
-      }
+      if (!IntList(value, 0, hip::kAttentionMmaVariants - 1, &f->attention_variants)) return false;
     } else if (key == "overlapped-launches") {
-      f->overlapped_launches.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < 0 || n > 1) return false;
-        f->overlapped_launches.push_back(static_cast<int>(n));
-      }
+      if (!IntList(value, 0, 1, &f->overlapped_launches)) return false;
+    } else if (key == "copy-rows-kernel") {
+      if (!IntList(value, 0, 1, &f->copy_rows_kernel)) return false;
+    } else if (key == "logits-parts") {
+      if (!IntList(value, 1, 64, &f->logits_parts)) return false;
     } else if (key == "decode-attention-variants") {
-      f->decode_attention_variants.clear();
-      for (absl::string_view v : absl::StrSplit(value, ',')) {
-        if (!absl::SimpleAtoi(v, &n) || n < 0 || n >= hip::kAttentionDecodeVariants) return false;
-        f->decode_attention_variants.push_back(static_cast<int>(n));
+      if (!IntList(value, 0, hip::kAttentionDecodeVariants - 1, &f->decode_attention_variants)) {
+        return false;
       }
     } else if (key == "mma-tiles-of-8" && number && (n == 0 || n == 1)) {
       f->mma_tiles_of_8 = n == 1;

@@ -186,6 +186,26 @@ TEST_P(HipModelTest, OverlappedLaunchesGiveTheBitsOfPlainOnes) {
   }
 }
 
+// Logits in parts of the vocabulary, each part's download queued on its own stream while the
+// next part computes (Qwen3HybridOptions::logits_parts; the test presets' logits are below the
+// default's minimum size, so gpu_model_ computes them whole), give the bits of one product.
+TEST_P(HipModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
+  ModelLoadOptions options;
+  options.qwen3_hybrid.logits_parts = 3;
+  options.qwen3_hybrid.logits_parts_min_bytes = 0;
+  absl::StatusOr<std::unique_ptr<Model>> parts =
+      testing::LoadPreset(GetParam(), gpu_.get(), options);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  absl::StatusOr<std::vector<std::vector<float>>> want = RunAll(*gpu_model_, *gpu_, tokens_);
+  absl::StatusOr<std::vector<std::vector<float>>> got = RunAll(**parts, *gpu_, tokens_);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t i = 0; i < want->size(); ++i) {
+    EXPECT_TRUE(SameBytes((*want)[i], (*got)[i])) << "pass " << i;
+  }
+}
+
 // ForwardBatchInto reuses its results' memory (the logits staged, then copied into each result)
 // and gives ForwardBatch's bits; so do ForwardBatchViews' spans into the staging.
 TEST_P(HipModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
