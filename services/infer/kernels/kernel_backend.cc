@@ -15,6 +15,7 @@ WeightMatrix WeightMatrix::RowRange(int64_t begin, int64_t end) const {
   out.type = type;
   out.layout = layout;
   out.cols = cols;
+  out.whole_rows = whole_rows > 0 ? whole_rows : rows();
   const int64_t row_bytes = cols * WeightTypeSize(type);
   int64_t first = 0;  // The part's first row in the whole matrix.
   for (int i = 0; i < num_parts; ++i) {

@@ -48,6 +48,10 @@ struct WeightMatrix {
   int64_t cols = 0;
   Part parts[kMaxParts];
   int num_parts = 0;
+  // For a RowRange, the rows of the matrix it was cut from (0: the matrix is whole). A backend
+  // whose arithmetic for an output depends on the rows of the call (how it cuts k, say) decides
+  // it by these, so that a range's outputs are the whole product's bits.
+  int64_t whole_rows = 0;
 
   // A matrix of one part.
   static WeightMatrix Of(const void* data, WeightType type, int64_t rows, int64_t cols) {
@@ -64,7 +68,8 @@ struct WeightMatrix {
     return n;
   }
   // Rows [begin, end) of a row-major matrix (layout kRows, 0 <= begin <= end <= rows()) as a
-  // matrix over the same memory, in as many parts as that range touches.
+  // matrix over the same memory, in as many parts as that range touches (whole_rows: this
+  // matrix's).
   WeightMatrix RowRange(int64_t begin, int64_t end) const;
 };
 

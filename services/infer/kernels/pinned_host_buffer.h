@@ -33,6 +33,9 @@ class PinnedHostBuffer {
     }
     return data_.get();
   }
+  // Whether the memory Get last returned is page-locked (copies into it can run while the
+  // device computes).
+  bool pinned() const { return pinned_; }
 
  private:
   void Release() {

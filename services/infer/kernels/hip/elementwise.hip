@@ -13,11 +13,18 @@ namespace cairn::infer::hip {
 namespace {
 
 // SetOverlappedLaunches' setting; read at every launch, from any thread.
-std::atomic<bool> overlapped_launches{true};
+std::atomic<bool> overlapped_launches{false};
+
+// Whether the kernels the device runs wait at entry (KernelEntry's wait is compiled only for
+// sm_90 and later; a build whose kernels reach the device as older code, say PTX for sm_80
+// compiled there, must not overlap). Defined below, by one kernel's attributes.
+bool KernelsWaitAtEntry();
 
 }  // namespace
 
-void SetOverlappedLaunches(bool on) { overlapped_launches.store(on, std::memory_order_relaxed); }
+void SetOverlappedLaunches(bool on) {
+  overlapped_launches.store(on && KernelsWaitAtEntry(), std::memory_order_relaxed);
+}
 bool OverlappedLaunches() { return overlapped_launches.load(std::memory_order_relaxed); }
 
 namespace {
@@ -877,6 +884,26 @@ hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim
                rows, heads, head_dim, a, b);
   return hipGetLastError();
 }
+
+namespace {
+
+bool KernelsWaitAtEntry() {
+#if defined(__HIP_PLATFORM_AMD__)
+  return false;
+#else
+  static const bool waits = [] {
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, CopyRowsKernel) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // No device: nothing launches anyway.
+      return false;
+    }
+    return a.ptxVersion >= 90 && a.binaryVersion >= 90;
+  }();
+  return waits;
+#endif
+}
+
+}  // namespace
 
 hipError_t CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                     int64_t ld_dst, hipStream_t stream) {

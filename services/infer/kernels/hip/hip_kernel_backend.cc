@@ -230,6 +230,8 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
   // part (the same bits: a column's sum does not depend on the launch).
   const int64_t k = w.cols;
   const bool one_launch = w.rows() <= hip::MatMulRowsMaxColumns();
+  // The matrix-unit product cuts k by its columns: those of the whole matrix, for a range.
+  const int64_t whole_n = w.whole_rows > 0 ? w.whole_rows : w.rows();
   int64_t col = 0;
   for (int i = 0; i < w.num_parts;) {
     hip::RowWeights parts{};
@@ -243,7 +245,7 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
     if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                         mma_rows_bf16_inputs_, options_.mma_rows_tiles_of_8,
-                                        mma_rows_variant_, multiprocessors_, compute_)
+                                        mma_rows_variant_, multiprocessors_, whole_n, compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {

@@ -18,8 +18,10 @@ namespace cairn::infer::hip {
 
 // Overlapped launches (NVIDIA, sm_90 and later; hip_device_util.h, KernelEntry): each kernel may
 // be scheduled while the stream's previous kernel finishes, and waits for it before it touches
-// memory, so no value depends on the setting. Process-wide (every backend's launches); on by
-// default; the benchmarks time both.
+// memory, so no value depends on the setting. Process-wide (every backend's launches); set by
+// HipKernelBackend::Create (HipKernelBackendOptions::overlapped_launches, on by default) and by
+// the benchmarks, which time both. Stays off where the device runs kernels compiled without
+// the wait (older than sm_90) and on AMD.
 void SetOverlappedLaunches(bool on);
 bool OverlappedLaunches();
 
@@ -238,11 +240,13 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // grid, and for calls of 9 to 16 rows with `tiles_of_8` variant 2's tile where its grid fills
 // the device; 2, calls of 9 to 16 rows as one tile of 16 whose second set's inputs are loaded
 // with the weights (three steps in flight), other calls as -1. The same bits. Other values:
-// hipErrorInvalidValue.
+// hipErrorInvalidValue. k is cut into segments by (segment_n, k) (segment_n: the columns of the
+// whole matrix where `w` is a range of it, else w's own), so that a range's columns are the
+// whole product's bits.
 bool MatMulRowsMmaSupported();
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
-                         int variant, int multiprocessors, hipStream_t stream);
+                         int variant, int multiprocessors, int64_t segment_n, hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

@@ -15,12 +15,12 @@
 // "columns" (a second set of instructions for input rows 8-15 of a tile). A warp takes 16
 // weight columns and one segment of k; each step of 32 k values runs two chains of
 // instructions (lo, mid, hi) over a fixed permutation of the step's k values, and adds them to
-// the sum. The number of k segments depends on n and k only; the segments' sums are added in
-// segment order in shared memory. An output element is thus a fixed sequence of operations
-// whose operands are its own input row and its weight column: the other rows of the call, how
-// many there are and where in a tile a row falls never enter its arithmetic, so a row's bits
-// do not depend on m (tested on the H200: calls of 1 to 40 rows from any start give the bits of
-// one call of 40).
+// the sum. The number of k segments depends on n (the whole matrix's, for a range of its rows)
+// and k only; the segments' sums are added in segment order in shared memory. An output
+// element is thus a fixed sequence of operations whose operands are its own input row and its
+// weight column: the other rows of the call, how many there are and where in a tile a row falls
+// never enter its arithmetic, so a row's bits do not depend on m (tested on the H200: calls of
+// 1 to 40 rows from any start give the bits of one call of 40).
 
 #include <cstdint>
 
@@ -35,7 +35,7 @@ namespace cairn::infer::hip {
 // mma.sync is NVIDIA's: AMD keeps the row kernel.
 bool MatMulRowsMmaSupported() { return false; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, bool, bool, int, int, hipStream_t) {
+                         int64_t, bool, bool, bool, int, int, int64_t, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -241,7 +241,7 @@ bool MatMulRowsMmaSupported() { return true; }
 
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
-                         int variant, int multiprocessors, hipStream_t stream) {
+                         int variant, int multiprocessors, int64_t segment_n, hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2) {
     return hipErrorInvalidValue;
   }
@@ -256,9 +256,9 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   }
   w.count = rw.count;
   if (m == 0 || n == 0) return hipSuccess;
-  // The segments depend on n and k only, never on m.
+  // The segments depend on the whole matrix's n and on k only, never on m or on the range.
   const int64_t tiles = CeilDiv(n, kTileCols);
-  const mma_rows::Segments cut = mma_rows::SegmentsFor(n, k);
+  const mma_rows::Segments cut = mma_rows::SegmentsFor(segment_n > n ? segment_n : n, k);
   const int segments = cut.count;
   const int64_t segment = cut.length;
   const int64_t groups = CeilDiv(tiles, kWarps / segments);

@@ -869,8 +869,10 @@ absl::Status Qwen3HybridModel::LogitsIntoStaging(const Group& g, const float* no
   const int parts = static_cast<int>(
       std::min<int64_t>(options_.logits_parts, std::max<int64_t>(1, vocab / kLogitsPartRows)));
   // Only the row kernels promise that a logit does not depend on the other weight rows of its
-  // call (the GEMMs may pick their blocking by the call's shape).
-  if (parts <= 1 || !g.row_kernel || memory_->host_visible() ||
+  // call (the GEMMs may pick their blocking by the call's shape; the row kernels decide theirs
+  // by the whole matrix, WeightMatrix::whole_rows). A download into pageable memory would wait
+  // for its part's product, so parts would only add launches.
+  if (parts <= 1 || !g.row_kernel || memory_->host_visible() || !logits_host_.pinned() ||
       lm_head_.layout != WeightLayout::kRows || bytes < options_.logits_parts_min_bytes) {
     MatMul(g, normed, rows, c_.hidden_size, lm_head_, logits, vocab, false);
     return memory_->Download(staged, logits, bytes);

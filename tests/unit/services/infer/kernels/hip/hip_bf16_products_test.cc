@@ -292,6 +292,37 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   }
 }
 
+// Ranges of a matrix's rows (WeightMatrix::RowRange, as the model's logits come in parts of the
+// vocabulary) give the whole product's bits: the matrix-unit product cuts k by the whole
+// matrix's columns (33000 x 4096: one segment; a range of 8250 alone would take four), in one
+// part and across two, exact and bf16 inputs, one row and a batch of 16.
+TEST_F(HipKernelBackendTest, MmaRowProductOfARowRangeGivesTheWholeProductsBits) {
+  const int64_t n = 33000, k = 4096, split = 20000, rows = 16;
+  const std::vector<float> x = RandomFloats(rows * k, 71);
+  const RandomBf16 w = RandomBf16Values(n * k, 72);
+  DeviceBuffer dx = Up(x), dw = Up(w.bits);
+  const auto* base = static_cast<const uint16_t*>(dw.data());
+  const WeightMatrix whole = TwoParts(base, base + split * k, split, n, k);
+  for (const bool bf16_inputs : {false, true}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs});
+    ASSERT_TRUE(b.ok()) << b.status();
+    for (const int64_t m : {int64_t{1}, rows}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << m << " bf16 inputs " << bf16_inputs);
+      DeviceBuffer all = Poisoned(m * n), parts = Poisoned(m * n);
+      (*b)->MatMulRowsTyped(dx.floats(), m, k, whole, all.floats(), n, false);
+      // Four ranges; the second crosses the parts' boundary.
+      for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, 8192}, {8192, 24576}, {24576, 32768}, {32768, n}}) {
+        (*b)->MatMulRowsTyped(dx.floats(), m, k, whole.RowRange(begin, end), parts.floats() + begin,
+                              n, false);
+      }
+      ASSERT_TRUE((*b)->Synchronize().ok()) << (*b)->status();
+      EXPECT_TRUE(SameBits(Down(parts, m * n), Down(all, m * n)));
+    }
+  }
+}
+
 TEST_F(HipKernelBackendTest, Bf16GemmMatchesCpuWithinTheInputRoundingOrExactlyWithFp32Inputs) {
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32_inputs = HipKernelBackend::Create(
       {.bf16_gemm_inputs = false, .bf16_attention = false, .mma_rows_bf16_inputs = false});

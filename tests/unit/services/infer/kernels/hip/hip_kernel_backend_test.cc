@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/infer/kernels/cpu/cpu_kernel_backend.h"
@@ -1072,6 +1073,13 @@ TEST_F(HipKernelBackendTest, QueuedRowDownloadsFollowTheKernelsBeforeThem) {
   DeviceBuffer g = Up(gate);
   std::vector<float> got(n, NAN);
   DeviceMemory* memory = gpu_->memory();
+  // Page-locked, so the copies run beside the kernels (into pageable memory they would wait);
+  // waited for and released however the test ends.
+  CAIRN_ASSERT_OK(memory->RegisterHost(got.data(), static_cast<int64_t>(n * sizeof(float))));
+  const absl::Cleanup release = [&] {
+    static_cast<void>(memory->WaitQueuedDownloads());
+    static_cast<void>(memory->UnregisterHost(got.data()));
+  };
   const int64_t pitch = cols * static_cast<int64_t>(sizeof(float));
   // Columns [0, split) of x after a kernel on x, the rest of y after a kernel on y.
   gpu_->SigmoidMul(x.floats(), g.floats(), rows * cols);
