@@ -125,6 +125,13 @@ __device__ inline void KernelEntry() {
 #endif
 }
 
+// `value` as a T by implicit conversion only (what passing it to a T parameter allows): a
+// launch's arguments reach the kernel's parameter types this way, never by an explicit cast.
+template <typename T>
+inline T AsParameter(T value) {
+  return value;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), with overlapped launches where
 // OverlappedLaunches() holds (NVIDIA). As with <<<...>>>, the launch's error is then
 // hipGetLastError()'s.
@@ -132,11 +139,11 @@ template <typename... Params, typename... Args>
 inline void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
                          hipStream_t stream, Args&&... args) {
 #if defined(__HIP_PLATFORM_AMD__)
-  hipLaunchKernelGGL(kernel, grid, block, shared, stream, static_cast<Params>(args)...);
+  hipLaunchKernelGGL(kernel, grid, block, shared, stream, AsParameter<Params>(args)...);
 #else
   if (!OverlappedLaunches()) {
     // clang-format off
-    kernel<<<grid, block, shared, stream>>>(static_cast<Params>(args)...);
+    kernel<<<grid, block, shared, stream>>>(AsParameter<Params>(args)...);
     // clang-format on
     return;
   }
@@ -150,7 +157,7 @@ inline void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   config.stream = stream;
   config.attrs = attribute;
   config.numAttrs = 1;
-  static_cast<void>(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+  static_cast<void>(cudaLaunchKernelEx(&config, kernel, AsParameter<Params>(args)...));
 #endif
 }
 
