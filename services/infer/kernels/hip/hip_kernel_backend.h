@@ -289,6 +289,8 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status RegisterHost(void* host, int64_t bytes);
   absl::Status UnregisterHost(void* host);
   // Waits for everything enqueued on `stream`; returns the first error of any operation so far.
+  // Queued downloads (HipDeviceMemory::DownloadRowsQueued) run on a stream of their own and are
+  // waited for by WaitQueuedDownloads, not here.
   absl::Status Synchronize(HipStream stream = HipStream::kCompute);
   // The first error of any operation so far (without waiting for the device).
   absl::Status status() const { return error_; }

@@ -159,14 +159,20 @@ TEST_P(HipModelTest, WeightsStayBf16OnTheDevice) {
   EXPECT_LT(gpu_model_->info().weight_bytes, 3 * gpu_model_->info().num_parameters);
 }
 
+// Expects two RunAll results to hold the same bits in every pass.
+void ExpectSamePasses(const absl::StatusOr<std::vector<std::vector<float>>>& want,
+                      const absl::StatusOr<std::vector<std::vector<float>>>& got) {
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t i = 0; i < want->size(); ++i) {
+    EXPECT_TRUE(SameBytes((*want)[i], (*got)[i])) << "pass " << i;
+  }
+}
+
 TEST_P(HipModelTest, SameInputsGiveBitIdenticalLogits) {
   absl::StatusOr<std::vector<std::vector<float>>> first = RunAll(*gpu_model_, *gpu_, tokens_);
-  absl::StatusOr<std::vector<std::vector<float>>> second = RunAll(*gpu_model_, *gpu_, tokens_);
-  ASSERT_TRUE(first.ok() && second.ok());
-  ASSERT_EQ(first->size(), second->size());
-  for (size_t i = 0; i < first->size(); ++i) {
-    EXPECT_TRUE(SameBytes((*first)[i], (*second)[i])) << "pass " << i;
-  }
+  ExpectSamePasses(first, RunAll(*gpu_model_, *gpu_, tokens_));
 }
 
 // Overlapped launches (each kernel scheduled while the previous one finishes, waiting for it
@@ -178,12 +184,7 @@ TEST_P(HipModelTest, OverlappedLaunchesGiveTheBitsOfPlainOnes) {
   hip::SetOverlappedLaunches(false);
   absl::StatusOr<std::vector<std::vector<float>>> plain = RunAll(*gpu_model_, *gpu_, tokens_);
   hip::SetOverlappedLaunches(true);
-  ASSERT_TRUE(overlapped.ok()) << overlapped.status();
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  ASSERT_EQ(overlapped->size(), plain->size());
-  for (size_t i = 0; i < plain->size(); ++i) {
-    EXPECT_TRUE(SameBytes((*plain)[i], (*overlapped)[i])) << "pass " << i;
-  }
+  ExpectSamePasses(plain, overlapped);
 }
 
 // Logits in parts of the vocabulary, each part's download queued on its own stream while the
@@ -197,13 +198,7 @@ TEST_P(HipModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
       testing::LoadPreset(GetParam(), gpu_.get(), options);
   ASSERT_TRUE(parts.ok()) << parts.status();
   absl::StatusOr<std::vector<std::vector<float>>> want = RunAll(*gpu_model_, *gpu_, tokens_);
-  absl::StatusOr<std::vector<std::vector<float>>> got = RunAll(**parts, *gpu_, tokens_);
-  ASSERT_TRUE(want.ok()) << want.status();
-  ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(want->size(), got->size());
-  for (size_t i = 0; i < want->size(); ++i) {
-    EXPECT_TRUE(SameBytes((*want)[i], (*got)[i])) << "pass " << i;
-  }
+  ExpectSamePasses(want, RunAll(**parts, *gpu_, tokens_));
 }
 
 // ForwardBatchInto reuses its results' memory (the logits staged, then copied into each result)
