@@ -56,6 +56,42 @@ void KernelBackend::L2NormalizeTwo(float* a, float a_scale, float* b, float b_sc
   for (int64_t t = 0; t < tokens; ++t) L2Normalize(b + t * ld, heads, dim, eps, b_scale);
 }
 
+void KernelBackend::SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads,
+                                          int head_dim, float* a, float* b) {
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  if (ld == 2 * width) {
+    SplitHeadPairs(in, rows, heads, head_dim, a, b);
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    SplitHeadPairs(in + r * ld, 1, heads, head_dim, a + r * width, b + r * width);
+  }
+}
+
+void KernelBackend::RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
+                                 const float* w, float eps, bool zero_centred) {
+  if (ld == heads * dim) {
+    RmsNorm(x, tokens * heads, dim, w, eps, zero_centred, x);
+    return;
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    RmsNorm(x + t * ld, heads, dim, w, eps, zero_centred, x + t * ld);
+  }
+}
+
+void KernelBackend::GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
+                                      int64_t dim, int64_t z_ld, const float* w, float eps,
+                                      float* y) {
+  if (z_ld == heads * dim) {
+    GatedRmsNorm(x, z, tokens * heads, dim, w, eps, y);
+    return;
+  }
+  const int64_t width = heads * dim;
+  for (int64_t t = 0; t < tokens; ++t) {
+    GatedRmsNorm(x + t * width, z + t * z_ld, heads, dim, w, eps, y + t * width);
+  }
+}
+
 void KernelBackend::AddScaledRows(const float* src, int64_t rows, int64_t dim,
                                   const int32_t* dst_rows, const float* scales, float* dst) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -226,6 +226,12 @@ class KernelBackend {
   virtual void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
                               float* b) = 0;
 
+  // SplitHeadPairs of `rows` input rows `ld` apart (ld >= 2 * heads * head_dim): the pairs
+  // can be a column block of a wider row, such as a fused product's output. The default calls
+  // SplitHeadPairs once where ld is 2 * heads * head_dim and once a row otherwise.
+  virtual void SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads,
+                                     int head_dim, float* a, float* b);
+
   // x[i] *= sigmoid(gate[i]) for `n` values.
   virtual void SigmoidMul(float* x, const float* gate, int64_t n) = 0;
 
@@ -267,6 +273,19 @@ class KernelBackend {
   // `dim`. `y` may equal `x`.
   virtual void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                             const float* w, float eps, float* y) = 0;
+
+  // RmsNorm in place of `tokens` rows of `heads` heads of `dim` values, token rows `ld` apart
+  // (ld >= heads * dim; a token's heads consecutive), such as a column block of a fused
+  // product's output: each head the bits RmsNorm gives it as a row of its own. The default
+  // calls RmsNorm once where ld is heads * dim and once a token otherwise.
+  virtual void RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
+                            const float* w, float eps, bool zero_centred);
+  // GatedRmsNorm of `tokens * heads` rows of `dim` (x and y contiguous) whose gates are
+  // `tokens` rows of `heads` heads of `dim`, z's token rows `z_ld` apart (z_ld >= heads * dim):
+  // the bits of GatedRmsNorm over the gates copied into rows of their own. The default calls
+  // GatedRmsNorm once where z_ld is heads * dim and once a token otherwise.
+  virtual void GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
+                                 int64_t dim, int64_t z_ld, const float* w, float eps, float* y);
 
   // Scales each of `rows` rows of `dim` values to unit L2 norm: x / sqrt(sum(x^2) + eps), then
   // multiplies by `scale`. In place.

@@ -498,12 +498,18 @@ void CpuKernelBackend::EmbeddingGather(const float* table, int64_t dim, const in
 
 void CpuKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
                                       float* a, float* b) {
+  SplitHeadPairsStrided(in, 2 * static_cast<int64_t>(heads) * head_dim, rows, heads, head_dim, a,
+                        b);
+}
+
+void CpuKernelBackend::SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads,
+                                             int head_dim, float* a, float* b) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
   ParallelRows(rows, 2 * width, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int h = 0; h < heads; ++h) {
-        const float* src = in + r * 2 * width + static_cast<int64_t>(h) * 2 * head_dim;
+        const float* src = in + r * ld + static_cast<int64_t>(h) * 2 * head_dim;
         const int64_t dst = r * width + static_cast<int64_t>(h) * head_dim;
         std::copy(src, src + head_dim, a + dst);
         std::copy(src + head_dim, src + 2 * head_dim, b + dst);
@@ -557,16 +563,37 @@ void CpuKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
   }
 }
 
+namespace {
+
+// RmsNorm's and GatedRmsNorm's arithmetic for one row (`zr` null: ungated).
+void RmsNormRow(const float* xr, int64_t dim, const float* w, float eps, bool zero_centred,
+                const float* zr, float* yr) {
+  const float ss = SumOfSquares(xr, dim);
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+  ScaleRow(xr, inv, w, zero_centred, 0.0f, dim, yr);
+  if (zr != nullptr) SigmoidProducts(zr, zr, yr, dim, yr);  // y * silu(z)
+}
+
+}  // namespace
+
 void CpuKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * dim;
-      float* yr = y + r * dim;
-      const float ss = SumOfSquares(xr, dim);
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-      ScaleRow(xr, inv, w, zero_centred, 0.0f, dim, yr);
+      RmsNormRow(x + r * dim, dim, w, eps, zero_centred, nullptr, y + r * dim);
+    }
+  });
+}
+
+void CpuKernelBackend::RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
+                                    const float* w, float eps, bool zero_centred) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
+  // Row r is head r % heads of token r / heads.
+  ParallelRows(tokens * heads, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* xr = x + r / heads * ld + r % heads * dim;
+      RmsNormRow(xr, dim, w, eps, zero_centred, nullptr, xr);
     }
   });
 }
@@ -576,13 +603,19 @@ void CpuKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
   const ScopedTimer timer(this, &CpuKernelProfile::other_s);
   ParallelRows(rows, dim, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * dim;
-      const float* zr = z + r * dim;
-      float* yr = y + r * dim;
-      const float ss = SumOfSquares(xr, dim);
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-      ScaleRow(xr, inv, w, /*zero_centred=*/false, 0.0f, dim, yr);
-      SigmoidProducts(zr, zr, yr, dim, yr);  // y * silu(z)
+      RmsNormRow(x + r * dim, dim, w, eps, /*zero_centred=*/false, z + r * dim, y + r * dim);
+    }
+  });
+}
+
+void CpuKernelBackend::GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
+                                         int64_t dim, int64_t z_ld, const float* w, float eps,
+                                         float* y) {
+  const ScopedTimer timer(this, &CpuKernelProfile::other_s);
+  ParallelRows(tokens * heads, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      RmsNormRow(x + r * dim, dim, w, eps, /*zero_centred=*/false,
+                 z + r / heads * z_ld + r % heads * dim, y + r * dim);
     }
   });
 }

@@ -159,6 +159,8 @@ class CpuKernelBackend final : public KernelBackend {
                             float* out) override;
   void SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
                       float* b) override;
+  void SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads, int head_dim,
+                             float* a, float* b) override;
   void SigmoidMul(float* x, const float* gate, int64_t n) override;
   void GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int64_t b_offset,
                 int64_t a_offset, const float* dt_bias, const float* neg_a, float* g,
@@ -169,6 +171,10 @@ class CpuKernelBackend final : public KernelBackend {
                bool zero_centred, float* y) override;
   void GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                     float eps, float* y) override;
+  void RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld, const float* w,
+                    float eps, bool zero_centred) override;
+  void GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads, int64_t dim,
+                         int64_t z_ld, const float* w, float eps, float* y) override;
   void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override;
   // Both arrays' rows in one spread over the threads (the default makes a call per token when
   // the token rows are apart), each row as L2Normalize computes it.

@@ -35,6 +35,17 @@ constexpr int kMaxConvKernel = 16;
 // torch's softplus switches to the identity above this input (as the CPU backend).
 constexpr float kSoftplusThreshold = 20.0f;
 
+// Where row r of a norm's rows of `dim` values starts: head r % heads of token r / heads, token
+// rows `ld` apart (contiguous rows: heads 1, ld dim). Only the addresses follow it.
+struct HeadRows {
+  int64_t heads;
+  int64_t ld;
+  __device__ int64_t Offset(int64_t r, int64_t dim) const {
+    return r / heads * ld + r % heads * dim;
+  }
+};
+HeadRows Contiguous(int64_t dim) { return {1, dim}; }
+
 // Thread t's sum of squares of x[t], x[t + kRowThreads], ... in that order; eight loads in flight
 // before their multiply-adds.
 __device__ float SumSquares(const float* x, int64_t dim) {
@@ -62,12 +73,12 @@ constexpr int kHeldValues = 16;
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
-                  float* y) {
+                  float* y, HeadRows rows) {
   KernelEntry();
   __shared__ float scratch[kRowThreads];
-  const int64_t r = blockIdx.x;
-  const float* xr = x + r * dim;
-  float* yr = y + r * dim;
+  const int64_t at = rows.Offset(blockIdx.x, dim);
+  const float* xr = x + at;
+  float* yr = y + at;
   if (dim <= int64_t{kHeldValues} * kRowThreads) {
     float v[kHeldValues], wv[kHeldValues];
 #pragma unroll
@@ -99,12 +110,12 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
-                       float* y) {
+                       float* y, HeadRows z_rows) {
   KernelEntry();
   __shared__ float scratch[kRowThreads];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
-  const float* zr = z + r * dim;
+  const float* zr = z + z_rows.Offset(r, dim);
   float* yr = y + r * dim;
   if (dim <= int64_t{kHeldValues} * kRowThreads) {
     float v[kHeldValues], wv[kHeldValues], zv[kHeldValues];
@@ -212,11 +223,12 @@ __device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarp
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                      bool zero_centred, float* y) {
+                      bool zero_centred, float* y, HeadRows layout) {
   KernelEntry();
-  if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
+  if (WarpRow() >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts];
-  const int64_t r = WarpRowLoad(x, dim, v, part);
+  const int64_t at = layout.Offset(WarpRow(), dim);
+  WarpRowValues(x + at, dim, v, part);
   // The weights before the sum, as RmsNormKernel's held rows.
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
@@ -225,7 +237,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   const float ss = WarpRowSum(part);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-  float* yr = y + r * dim;
+  float* yr = y + at;
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
     const int i = threadIdx.x % 32 + 32 * j;
@@ -235,12 +247,12 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormWarpKernel(const float* x, const float* z, int64_t rows, int64_t dim,
-                           const float* w, float eps, float* y) {
+                           const float* w, float eps, float* y, HeadRows z_rows) {
   KernelEntry();
   if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts], zv[kWarpParts];
   const int64_t r = WarpRowLoad(x, dim, v, part);
-  const float* zr = z + r * dim;
+  const float* zr = z + z_rows.Offset(r, dim);
   // The weights and gates before the sum, as RmsNormKernel's held rows.
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
@@ -578,8 +590,8 @@ __global__ void SigmoidScaleRowsKernel(float* x, int64_t rows, int64_t dim, cons
   }
 }
 
-__global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, int head_dim,
-                                     float* a, float* b) {
+__global__ void SplitHeadPairsKernel(const float* in, int64_t ld, int64_t rows, int heads,
+                                     int head_dim, float* a, float* b) {
   KernelEntry();
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
   const int64_t n = rows * width;
@@ -588,16 +600,16 @@ __global__ void SplitHeadPairsKernel(const float* in, int64_t rows, int heads, i
     const int64_t r = e / width;
     const int64_t h = (e % width) / head_dim;
     const int64_t i = e % head_dim;
-    const float* src = in + r * 2 * width + h * 2 * head_dim;
+    const float* src = in + r * ld + h * 2 * head_dim;
     a[e] = src[i];
     b[e] = src[head_dim + i];
   }
 }
 
-// SplitHeadPairsKernel for head_dim % 4 == 0 (pointers aligned to 4 floats) with 16-byte
-// copies: grid.x over a row's groups of 4 of a and b, grid.y over rows.
-__global__ void SplitHeadPairsRowsKernel(const float* in, int64_t rows, int heads, int head_dim,
-                                         float* a, float* b) {
+// SplitHeadPairsKernel for head_dim % 4 == 0 and ld % 4 == 0 (pointers aligned to 4 floats)
+// with 16-byte copies: grid.x over a row's groups of 4 of a and b, grid.y over rows.
+__global__ void SplitHeadPairsRowsKernel(const float* in, int64_t ld, int64_t rows, int heads,
+                                         int head_dim, float* a, float* b) {
   KernelEntry();
   const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -605,7 +617,7 @@ __global__ void SplitHeadPairsRowsKernel(const float* in, int64_t rows, int head
   const int64_t h = c / (head_dim / 4);
   const int64_t i = c % (head_dim / 4);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const float4* src = reinterpret_cast<const float4*>(in + r * 8 * groups + h * 2 * head_dim);
+    const float4* src = reinterpret_cast<const float4*>(in + r * ld + h * 2 * head_dim);
     reinterpret_cast<float4*>(a + r * 4 * groups)[c] = src[i];
     reinterpret_cast<float4*>(b + r * 4 * groups)[c] = src[head_dim / 4 + i];
   }
@@ -693,34 +705,66 @@ unsigned int WarpRowBlocks(int64_t rows) {
 
 }  // namespace
 
-hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                   bool zero_centred, float* y, bool warp_rows, hipStream_t stream) {
+namespace {
+
+hipError_t LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                         bool zero_centred, float* y, HeadRows layout, bool warp_rows,
+                         hipStream_t stream) {
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
     LaunchKernel(RmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, rows, dim, w,
-                 eps, zero_centred, y);
+                 eps, zero_centred, y, layout);
     return hipGetLastError();
   }
 #endif
   LaunchKernel(RmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, dim, w,
-               eps, zero_centred, y);
+               eps, zero_centred, y, layout);
   return hipGetLastError();
 }
 
-hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
-                        float eps, float* y, bool warp_rows, hipStream_t stream) {
+hipError_t LaunchGatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
+                              const float* w, float eps, float* y, HeadRows z_rows,
+                              bool warp_rows, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
     LaunchKernel(GatedRmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, z, rows,
-                 dim, w, eps, y);
+                 dim, w, eps, y, z_rows);
     return hipGetLastError();
   }
 #endif
   LaunchKernel(GatedRmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, z,
-               dim, w, eps, y);
+               dim, w, eps, y, z_rows);
   return hipGetLastError();
+}
+
+}  // namespace
+
+hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
+                   bool zero_centred, float* y, bool warp_rows, hipStream_t stream) {
+  return LaunchRmsNorm(x, rows, dim, w, eps, zero_centred, y, Contiguous(dim), warp_rows, stream);
+}
+
+hipError_t RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
+                        const float* w, float eps, bool zero_centred, bool warp_rows,
+                        hipStream_t stream) {
+  if (heads <= 0 || ld < heads * dim) return hipErrorInvalidValue;
+  return LaunchRmsNorm(x, tokens * heads, dim, w, eps, zero_centred, x, HeadRows{heads, ld},
+                       warp_rows, stream);
+}
+
+hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
+                        float eps, float* y, bool warp_rows, hipStream_t stream) {
+  return LaunchGatedRmsNorm(x, z, rows, dim, w, eps, y, Contiguous(dim), warp_rows, stream);
+}
+
+hipError_t GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
+                             int64_t dim, int64_t z_ld, const float* w, float eps, float* y,
+                             bool warp_rows, hipStream_t stream) {
+  if (heads <= 0 || z_ld < heads * dim) return hipErrorInvalidValue;
+  return LaunchGatedRmsNorm(x, z, tokens * heads, dim, w, eps, y, HeadRows{heads, z_ld},
+                            warp_rows, stream);
 }
 
 namespace {
@@ -867,21 +911,22 @@ hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t
   return hipGetLastError();
 }
 
-hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
-                          float* b, hipStream_t stream) {
+hipError_t SplitHeadPairs(const float* in, int64_t ld, int64_t rows, int heads, int head_dim,
+                          float* a, float* b, hipStream_t stream) {
   const int64_t n = rows * heads * head_dim;
   if (n == 0) return hipSuccess;
+  if (ld < 2 * static_cast<int64_t>(heads) * head_dim) return hipErrorInvalidValue;
   const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (head_dim % 4 == 0 && aligned(in) && aligned(a) && aligned(b)) {
+  if (head_dim % 4 == 0 && ld % 4 == 0 && aligned(in) && aligned(a) && aligned(b)) {
     const int64_t groups = static_cast<int64_t>(heads) * head_dim / 4;
     const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
                     static_cast<unsigned int>(rows < 65535 ? rows : 65535));
-    LaunchKernel(SplitHeadPairsRowsKernel, grid, kElementThreads, 0, stream, in, rows, heads,
+    LaunchKernel(SplitHeadPairsRowsKernel, grid, kElementThreads, 0, stream, in, ld, rows, heads,
                  head_dim, a, b);
     return hipGetLastError();
   }
   LaunchKernel(SplitHeadPairsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, in,
-               rows, heads, head_dim, a, b);
+               ld, rows, heads, head_dim, a, b);
   return hipGetLastError();
 }
 

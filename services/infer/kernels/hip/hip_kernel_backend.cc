@@ -337,7 +337,16 @@ void HipKernelBackend::EmbeddingGather(const float* table, int64_t dim, const in
 void HipKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim,
                                       float* a, float* b) {
   if (!Enter()) return;
-  Check(hip::SplitHeadPairs(in, rows, heads, head_dim, a, b, compute_), "split head pairs launch");
+  Check(hip::SplitHeadPairs(in, 2 * static_cast<int64_t>(heads) * head_dim, rows, heads, head_dim,
+                            a, b, compute_),
+        "split head pairs launch");
+}
+
+void HipKernelBackend::SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads,
+                                             int head_dim, float* a, float* b) {
+  if (!Enter()) return;
+  Check(hip::SplitHeadPairs(in, ld, rows, heads, head_dim, a, b, compute_),
+        "split head pairs launch");
 }
 
 void HipKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
@@ -377,6 +386,23 @@ void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
   if (!Enter()) return;
   Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, options_.warp_row_norms, compute_),
         "gated rmsnorm launch");
+}
+
+void HipKernelBackend::RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
+                                    const float* w, float eps, bool zero_centred) {
+  if (!Enter()) return;
+  Check(hip::RmsNormHeads(x, tokens, heads, dim, ld, w, eps, zero_centred, options_.warp_row_norms,
+                          compute_),
+        "rmsnorm heads launch");
+}
+
+void HipKernelBackend::GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
+                                         int64_t dim, int64_t z_ld, const float* w, float eps,
+                                         float* y) {
+  if (!Enter()) return;
+  Check(hip::GatedRmsNormHeads(x, z, tokens, heads, dim, z_ld, w, eps, y, options_.warp_row_norms,
+                               compute_),
+        "gated rmsnorm heads launch");
 }
 
 void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {

@@ -32,6 +32,14 @@ hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, fl
                    bool zero_centred, float* y, bool warp_rows, hipStream_t stream);
 hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                         float eps, float* y, bool warp_rows, hipStream_t stream);
+// KernelBackend::RmsNormHeads and GatedRmsNormHeads in one launch each: the kernels above with
+// each row's address from its token and head (the same arithmetic).
+hipError_t RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
+                        const float* w, float eps, bool zero_centred, bool warp_rows,
+                        hipStream_t stream);
+hipError_t GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads, int64_t dim,
+                             int64_t z_ld, const float* w, float eps, float* y, bool warp_rows,
+                             hipStream_t stream);
 hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
                        hipStream_t stream);
 // L2Normalize of `a` (scale a_scale) and `b` (b_scale), each `tokens` rows of `heads` rows of
@@ -83,8 +91,9 @@ hipError_t EmbeddingGather(const float* table, int64_t dim, const int32_t* ids, 
 // As EmbeddingGather from a table of bf16 rows (raw bits), widened to fp32.
 hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t n,
                                float* out, hipStream_t stream);
-hipError_t SplitHeadPairs(const float* in, int64_t rows, int heads, int head_dim, float* a,
-                          float* b, hipStream_t stream);
+// KernelBackend::SplitHeadPairsStrided (SplitHeadPairs: ld = 2 * heads * head_dim).
+hipError_t SplitHeadPairs(const float* in, int64_t ld, int64_t rows, int heads, int head_dim,
+                          float* a, float* b, hipStream_t stream);
 hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream);
 // KernelBackend::CopyRows as a kernel (so that it takes part in overlapped launches, which a
 // 2-D memory copy does not): 16-byte copies where cols, both strides and both pointers allow,

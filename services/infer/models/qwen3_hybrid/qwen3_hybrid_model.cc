@@ -536,32 +536,38 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   float* k = nullptr;
   float* v = nullptr;
   float* qg = q;
-  if (c_.attention_gate) {
-    ASSIGN_OR_RETURN(qg, scratch_.Take<float>(t * q_out));
-  }
+  // Between consecutive tokens' rows of qg, q (as the norm, RoPE and attention read it) and k
+  // and v.
+  int64_t qg_ld = q_out;
+  int64_t q_ld = q_width;
+  int64_t kv_ld = kv_width;
   if (g.row_kernel && w.qkv.num_parts > 0) {
     // One product for the three (a decode step's few rows: one pass over the weights instead of
-    // three). One row (a one-slot decode step) is read where the product put it (k is
-    // normalised in place there, used by nothing else); more rows are split apart.
+    // three), each block used where the product put it, token rows `width` apart: k normalised
+    // in place there and appended from there with v, the output gate's pairs split from there.
+    // Queries without the gate stay there too where every sequence has one token (attention
+    // reads a sequence's query rows q_width apart), else they are copied into rows of their own.
     const int64_t width = q_out + 2 * kv_width;
     ASSIGN_OR_RETURN(float* qkv, scratch_.Take<float>(t * width));
     MatMul(g, x, t, d, w.qkv, qkv, width, false);
-    if (t == 1) {
-      if (c_.attention_gate) {
-        qg = qkv;
-      } else {
-        q = qg = qkv;
-      }
-      k = qkv + q_out;
-      v = qkv + q_out + kv_width;
+    bool one_token_each = true;
+    for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
+    k = qkv + q_out;
+    v = qkv + q_out + kv_width;
+    kv_ld = width;
+    if (c_.attention_gate) {
+      qg = qkv;
+      qg_ld = width;
+    } else if (one_token_each) {
+      q = qg = qkv;
+      q_ld = width;
     } else {
-      ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kv_width));
-      ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * kv_width));
-      backend_->CopyRows(qkv, width, t, q_out, qg, q_out);
-      backend_->CopyRows(qkv + q_out, width, t, kv_width, k, kv_width);
-      backend_->CopyRows(qkv + q_out + kv_width, width, t, kv_width, v, kv_width);
+      backend_->CopyRows(qkv, width, t, q_width, q, q_width);
     }
   } else {
+    if (c_.attention_gate) {
+      ASSIGN_OR_RETURN(qg, scratch_.Take<float>(t * q_out));
+    }
     ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kv_width));
     ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * kv_width));
     MatMul(g, x, t, d, w.q, qg, q_out, false);
@@ -571,11 +577,11 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   float* gate = nullptr;
   if (c_.attention_gate) {
     ASSIGN_OR_RETURN(gate, scratch_.Take<float>(t * q_width));
-    backend_->SplitHeadPairs(qg, t, hq, hd, q, gate);
+    backend_->SplitHeadPairsStrided(qg, qg_ld, t, hq, hd, q, gate);
   }
-  backend_->RmsNorm(q, t * hq, hd, w.q_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, q);
-  backend_->RmsNorm(k, t * c_.num_kv_heads, hd, w.k_norm.data, c_.rms_norm_eps,
-                    c_.zero_centred_norm, k);
+  backend_->RmsNormHeads(q, t, hq, hd, q_ld, w.q_norm.data, c_.rms_norm_eps, c_.zero_centred_norm);
+  backend_->RmsNormHeads(k, t, c_.num_kv_heads, hd, kv_ld, w.k_norm.data, c_.rms_norm_eps,
+                         c_.zero_centred_norm);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
   // RoPE of the queries and the new key rows, appended to each slot: one call for the group's
   // sequences (a device backend runs them together).
@@ -584,15 +590,15 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
     RopeAppendArgs& a = appends.emplace_back();
-    a.q = q + s.row * q_width;
-    a.k = k + s.row * kv_width;
-    a.v = v + s.row * kv_width;
+    a.q = q + s.row * q_ld;
+    a.k = k + s.row * kv_ld;
+    a.v = v + s.row * kv_ld;
     a.k_dst = s.slot->data(w.k_component) + pos * kv_width;
     a.v_dst = s.slot->data(w.v_component) + pos * kv_width;
     a.tokens = s.tokens;
     a.position = pos;
-    a.q_ld = q_width;
-    a.kv_ld = kv_width;
+    a.q_ld = q_ld;
+    a.kv_ld = kv_ld;
     a.q_heads = hq;
     a.kv_heads = c_.num_kv_heads;
     a.head_dim = hd;
@@ -605,7 +611,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   for (const Sequence& s : g.seqs) {
     const int64_t pos = s.slot->position();
     AttentionArgs args;
-    args.q = q + s.row * q_width;
+    args.q = q + s.row * q_ld;
     args.k = s.slot->data(w.k_component);
     args.v = s.slot->data(w.v_component);
     args.out = o + s.row * q_width;
@@ -645,32 +651,29 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
                      s.slot->data(w.conv_component), conv + s.row * conv_dim});
   }
   backend_->CausalConvSiluBatch(convs);
-  // q, k and v are the conv output's column blocks and z a block of the projection, each
-  // copied into rows of its own. One row (a one-slot decode step) needs no copy: its blocks are
+  // q, k and v are the conv output's column blocks, each copied into rows of its own for
+  // sequences of several tokens. One row (a one-slot decode step) needs no copy: its blocks are
   // already contiguous, and q and k are normalised in place in `conv`, used by nothing else.
-  // Sequences of one token each need no copy of q, k or v either: they are normalised in place
-  // (rows conv_dim apart) and the delta rule takes a pointer a sequence.
+  // Sequences of one token each need no copy either: they are normalised in place (rows
+  // conv_dim apart) and the delta rule takes a pointer a sequence. z, a block of the projection,
+  // is never copied: the gated norm reads it there.
   bool one_token_each = true;
   for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
   float* q = conv;
   float* k = conv + kd;
   float* v = conv + 2 * kd;
-  int64_t qk_ld = conv_dim;  // Between the sequences' rows of q and of k.
-  int64_t v_ld = conv_dim;   // Between the sequences' rows of v.
-  float* z = proj + conv_dim;
-  if (t > 1) {
-    ASSIGN_OR_RETURN(z, scratch_.Take<float>(t * vd));
-    backend_->CopyRows(proj + conv_dim, width, t, vd, z, vd);
-    if (!one_token_each) {
-      ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
-      ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
-      ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * vd));
-      backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
-      backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
-      backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
-      qk_ld = kd;
-      v_ld = vd;
-    }
+  int64_t qk_ld = conv_dim;          // Between the sequences' rows of q and of k.
+  int64_t v_ld = conv_dim;           // Between the sequences' rows of v.
+  const float* z = proj + conv_dim;  // Token rows `width` apart.
+  if (t > 1 && !one_token_each) {
+    ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
+    ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
+    ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * vd));
+    backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
+    backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
+    backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
+    qk_ld = kd;
+    v_ld = vd;
   }
   ASSIGN_OR_RETURN(float* gates, scratch_.Take<float>(t * hv));
   ASSIGN_OR_RETURN(float* beta, scratch_.Take<float>(t * hv));
@@ -700,7 +703,7 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
   }
   backend_->GatedDeltaRuleBatch(batch);
-  backend_->GatedRmsNorm(o, z, t * hv, c_.linear_v_dim, w.norm.data, c_.rms_norm_eps, o);
+  backend_->GatedRmsNormHeads(o, z, t, hv, c_.linear_v_dim, width, w.norm.data, c_.rms_norm_eps, o);
   MatMul(g, o, t, vd, w.out, h, d, true);
   return absl::OkStatus();
 }

@@ -285,6 +285,73 @@ TEST_F(CpuKernelBackendTest, L2NormalizeTwoGivesTheBitsOfOneCallPerToken) {
   EXPECT_EQ(a1[heads * dim + 5], a[heads * dim + 5]);  // Padding.
 }
 
+// The strided forms the models use on a fused product's column blocks: the CPU backend's
+// overrides and KernelBackend's defaults (a call a token) both give the bits of the contiguous
+// operation over the rows copied out, and leave the rest of the wide rows alone.
+TEST_F(CpuKernelBackendTest, HeadRowsGiveTheBitsOfRowsOfTheirOwn) {
+  const int64_t tokens = 37, dim = 24;
+  const int heads = 3;
+  const int64_t width = heads * dim, ld = width + 13;
+  const std::vector<float> wide = Random(tokens * ld, 45), w = Random(dim, 46);
+  const std::vector<float> x = Random(tokens * width, 47);
+  // The blocks copied into rows of their own.
+  std::vector<float> rows(tokens * width);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy_n(wide.data() + t * ld, width, rows.data() + t * width);
+  }
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const bool base : {false, true}) {
+    SCOPED_TRACE(base ? "KernelBackend's default" : "CpuKernelBackend");
+    KernelBackend& b = *backend_;
+    for (const bool zero_centred : {false, true}) {
+      std::vector<float> want = rows, got = wide;
+      b.RmsNorm(want.data(), tokens * heads, dim, w.data(), 1e-6f, zero_centred, want.data());
+      if (base) {
+        b.KernelBackend::RmsNormHeads(got.data(), tokens, heads, dim, ld, w.data(), 1e-6f,
+                                      zero_centred);
+      } else {
+        b.RmsNormHeads(got.data(), tokens, heads, dim, ld, w.data(), 1e-6f, zero_centred);
+      }
+      for (int64_t t = 0; t < tokens; ++t) {
+        ASSERT_EQ(std::memcmp(got.data() + t * ld, want.data() + t * width, width * sizeof(float)),
+                  0)
+            << "token " << t;
+        ASSERT_TRUE(std::equal(got.begin() + t * ld + width, got.begin() + (t + 1) * ld,
+                               wide.begin() + t * ld + width));
+      }
+    }
+    std::vector<float> want(tokens * width), got(tokens * width);
+    b.GatedRmsNorm(x.data(), rows.data(), tokens * heads, dim, w.data(), 1e-6f, want.data());
+    if (base) {
+      b.KernelBackend::GatedRmsNormHeads(x.data(), wide.data(), tokens, heads, dim, ld, w.data(),
+                                         1e-6f, got.data());
+    } else {
+      b.GatedRmsNormHeads(x.data(), wide.data(), tokens, heads, dim, ld, w.data(), 1e-6f,
+                          got.data());
+    }
+    EXPECT_TRUE(same(got, want));
+    // Two pairs of heads of dim / 4 (dim values) at the start of each wide row.
+    const int pair_heads = 2;
+    const int pair_dim = dim / 4;
+    std::vector<float> wa(tokens * pair_heads * pair_dim), wb = wa, ga = wa, gb = wa;
+    std::vector<float> packed(tokens * dim);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::copy_n(wide.data() + t * ld, dim, packed.data() + t * dim);
+    }
+    b.SplitHeadPairs(packed.data(), tokens, pair_heads, pair_dim, wa.data(), wb.data());
+    if (base) {
+      b.KernelBackend::SplitHeadPairsStrided(wide.data(), ld, tokens, pair_heads, pair_dim,
+                                             ga.data(), gb.data());
+    } else {
+      b.SplitHeadPairsStrided(wide.data(), ld, tokens, pair_heads, pair_dim, ga.data(), gb.data());
+    }
+    EXPECT_TRUE(same(ga, wa));
+    EXPECT_TRUE(same(gb, wb));
+  }
+}
+
 TEST_F(CpuKernelBackendTest, RopeRotatesPairsHalfApart) {
   // head_dim 6, rotary 4: pairs (0, 2) and (1, 3); dims 4, 5 untouched.
   std::vector<float> x = {1, 0, 0, 1, 7, 8};

@@ -225,6 +225,69 @@ TEST_F(HipKernelBackendTest, L2NormalizeTwoGivesTheBitsOfOneCallPerToken) {
   EXPECT_EQ(gpu_->status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(HipKernelBackendTest, HeadRowNormsAndSplitsGiveTheBitsOfOneCallPerToken) {
+  // RmsNormHeads, GatedRmsNormHeads and SplitHeadPairsStrided (a fused product's column blocks,
+  // token rows ld apart) against the contiguous operations a token at a time: both norm kernels,
+  // a width past the warp kernels' limit, rows packed and apart, the split's 16-byte and scalar
+  // paths (ld a multiple of 4 or not); the padding between token rows untouched.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> block =
+      HipKernelBackend::Create({.warp_row_norms = false});
+  ASSERT_TRUE(block.ok()) << block.status();
+  const int64_t tokens = 100;
+  const int heads = 3;
+  for (const int64_t dim : {int64_t{1}, int64_t{128}, int64_t{257}}) {
+    for (const int64_t pad : {int64_t{0}, int64_t{4}, int64_t{5}}) {
+      SCOPED_TRACE(::testing::Message() << "dim=" << dim << " pad=" << pad);
+      const int64_t width = heads * dim, ld = width + pad;
+      const std::vector<float> x = RandomFloats(tokens * ld, 42, -3.0f, 3.0f),
+                               z = RandomFloats(tokens * ld, 43, -4.0f, 4.0f),
+                               g = RandomFloats(tokens * width, 44, -3.0f, 3.0f),
+                               w = RandomFloats(dim, 45);
+      DeviceBuffer dw = Up(w), dz = Up(z), dg = Up(g);
+      for (HipKernelBackend* backend : {gpu_.get(), block->get()}) {
+        for (const bool zero_centred : {false, true}) {
+          DeviceBuffer one = Up(x), each = Up(x);
+          backend->RmsNormHeads(one.floats(), tokens, heads, dim, ld, dw.floats(), 1e-6f,
+                                zero_centred);
+          for (int64_t t = 0; t < tokens; ++t) {
+            backend->RmsNorm(each.floats() + t * ld, heads, dim, dw.floats(), 1e-6f, zero_centred,
+                             each.floats() + t * ld);
+          }
+          ASSERT_TRUE(backend->Synchronize().ok()) << backend->status();
+          const std::vector<float> got = Down(one, x.size());
+          EXPECT_TRUE(SameBits(got, Down(each, x.size())));
+          EXPECT_FALSE(SameBits(got, x));  // It did normalise.
+        }
+        DeviceBuffer one = Poisoned(g.size()), each = Poisoned(g.size());
+        backend->GatedRmsNormHeads(dg.floats(), dz.floats(), tokens, heads, dim, ld, dw.floats(),
+                                   1e-6f, one.floats());
+        for (int64_t t = 0; t < tokens; ++t) {
+          backend->GatedRmsNorm(dg.floats() + t * width, dz.floats() + t * ld, heads, dim,
+                                dw.floats(), 1e-6f, each.floats() + t * width);
+        }
+        ASSERT_TRUE(backend->Synchronize().ok()) << backend->status();
+        EXPECT_TRUE(SameBits(Down(one, g.size()), Down(each, g.size())));
+      }
+      if (dim % 2 != 0) continue;
+      // Pairs: heads of dim / 2, a row's first `width` values.
+      const int64_t half = dim / 2;
+      DeviceBuffer dx = Up(x), a1 = Poisoned(tokens * width / 2), b1 = Poisoned(tokens * width / 2),
+                   a2 = Poisoned(tokens * width / 2), b2 = Poisoned(tokens * width / 2);
+      gpu_->SplitHeadPairsStrided(dx.floats(), ld, tokens, heads, static_cast<int>(half),
+                                  a1.floats(), b1.floats());
+      for (int64_t t = 0; t < tokens; ++t) {
+        gpu_->SplitHeadPairs(dx.floats() + t * ld, 1, heads, static_cast<int>(half),
+                             a2.floats() + t * width / 2, b2.floats() + t * width / 2);
+      }
+      ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+      EXPECT_TRUE(SameBits(Down(a1, tokens * width / 2), Down(a2, tokens * width / 2)));
+      EXPECT_TRUE(SameBits(Down(b1, tokens * width / 2), Down(b2, tokens * width / 2)));
+    }
+  }
+  gpu_->RmsNormHeads(nullptr, 1, heads, 4, 4 * heads - 1, nullptr, 1e-6f, false);
+  EXPECT_FALSE(gpu_->status().ok());
+}
+
 TEST_F(HipKernelBackendTest, SiluMulGivesTheSameBitsAlignedOrNot) {
   // Aligned rows take the 16-byte kernel; the same values one float off take the element kernel.
   const int64_t rows = 300, dim = 1024, ld = 2 * dim;

@@ -102,6 +102,11 @@ class OpTimingBackend final : public KernelBackend {
     Mark("split head pairs");
     hip_->SplitHeadPairs(in, rows, heads, head_dim, a, b);
   }
+  void SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads, int head_dim,
+                             float* a, float* b) override {
+    Mark("split head pairs");
+    hip_->SplitHeadPairsStrided(in, ld, rows, heads, head_dim, a, b);
+  }
   void SigmoidMul(float* x, const float* gate, int64_t n) override {
     Mark("sigmoid mul");
     hip_->SigmoidMul(x, gate, n);
@@ -130,6 +135,16 @@ class OpTimingBackend final : public KernelBackend {
                     float eps, float* y) override {
     Mark("gated rmsnorm");
     hip_->GatedRmsNorm(x, z, rows, dim, w, eps, y);
+  }
+  void RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld, const float* w,
+                    float eps, bool zero_centred) override {
+    if (timing_) Mark(absl::StrCat("rmsnorm dim=", dim));
+    hip_->RmsNormHeads(x, tokens, heads, dim, ld, w, eps, zero_centred);
+  }
+  void GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads, int64_t dim,
+                         int64_t z_ld, const float* w, float eps, float* y) override {
+    Mark("gated rmsnorm");
+    hip_->GatedRmsNormHeads(x, z, tokens, heads, dim, z_ld, w, eps, y);
   }
   void L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) override {
     Mark("l2 normalize");
