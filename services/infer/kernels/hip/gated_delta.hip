@@ -127,13 +127,14 @@ __device__ void RecurrentBlock(const Params& p, float* kq, float* part) {
     }
     const float decay = expf(p.g[t * p.v_heads + h]);
     const float beta = p.beta[t * p.v_heads + h];
+    // Loaded with k and q, before the barriers: its latency is not added to the token's.
+    const float vj = col < p.dv ? p.v[t * p.v_ld + static_cast<int64_t>(h) * p.dv + col] : 0.0f;
     __syncthreads();
 #pragma unroll
     for (int e = 0; e < kMaxD / kGroups; ++e) s[e] *= decay;
     part[grp * kCols + cj] = PartialDot<kMaxD>(kq, p.dk, grp, s);
     __syncthreads();
     const float kv = GroupSum(part, kCols, cj);
-    const float vj = col < p.dv ? p.v[t * p.v_ld + static_cast<int64_t>(h) * p.dv + col] : 0.0f;
     const float delta = (vj - kv) * beta;
 #pragma unroll
     for (int e = 0; e < kMaxD / kGroups; ++e) {
