@@ -107,6 +107,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       grouped_moe_prefill_(options.grouped_moe_prefill),
       moe_kernels_(options.moe_kernels),
       copy_rows_kernel_(options.copy_rows_kernel),
+      mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant) {}
 
@@ -243,9 +244,18 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
       col += w.parts[i].rows;
     }
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
+    // The inputs rounded to bf16 once, into the workspace, for calls of enough rows.
+    uint16_t* staging = nullptr;
+    if (mma && mma_rows_bf16_inputs_ && mma_rows_staged_min_rows_ > 0 &&
+        m >= mma_rows_staged_min_rows_) {
+      const int64_t bytes = hip::MatMulRowsMmaStagingBytes(m, k);
+      staging = reinterpret_cast<uint16_t*>(Workspace((bytes + 3) / 4));
+      if (staging == nullptr) return;
+    }
     if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                         mma_rows_bf16_inputs_, options_.mma_rows_tiles_of_8,
-                                        mma_rows_variant_, multiprocessors_, whole_n, compute_)
+                                        mma_rows_variant_, multiprocessors_, whole_n, staging,
+                                        compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {

@@ -99,6 +99,10 @@ struct HipKernelBackendOptions {
   // CopyRows by a kernel of this backend (hip::CopyRows), which overlapped launches cover, instead
   // of a 2-D memory copy on the compute stream (which they do not). The same bytes.
   bool copy_rows_kernel = true;
+  // MatMulRowsMma calls of at least this many rows with bf16 inputs round their inputs into
+  // the workspace first (one kernel) and load them as bf16: half the input bytes each warp
+  // loads (at 16 rows twice the weights' bytes as fp32), the same bits. 0: never.
+  int mma_rows_staged_min_rows = 0;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -320,6 +324,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeKernelsForTest(int kernels) { moe_kernels_ = kernels; }
   // Sets HipKernelBackendOptions::copy_rows_kernel (the same bytes), for the benchmark.
   void SetCopyRowsKernelForTest(bool on) { copy_rows_kernel_ = on; }
+  // Sets HipKernelBackendOptions::mma_rows_staged_min_rows (the same bits), for the benchmark.
+  void SetMmaRowsStagedMinRowsForTest(int rows) { mma_rows_staged_min_rows_ = rows; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -413,6 +419,7 @@ class HipKernelBackend final : public KernelBackend {
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
   bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
+  int mma_rows_staged_min_rows_;  // options_.mma_rows_staged_min_rows unless changed for a test.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int multiprocessors_ = 0;       // The device's.

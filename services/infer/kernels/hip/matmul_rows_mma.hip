@@ -34,8 +34,9 @@ namespace cairn::infer::hip {
 
 // mma.sync is NVIDIA's: AMD keeps the row kernel.
 bool MatMulRowsMmaSupported() { return false; }
+int64_t MatMulRowsMmaStagingBytes(int64_t, int64_t) { return 0; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, bool, bool, int, int, int64_t, hipStream_t) {
+                         int64_t, bool, bool, bool, int, int, int64_t, uint16_t*, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -44,15 +45,17 @@ hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeigh
 namespace {
 
 using mma_rows::ColumnOf;
+using mma_rows::InputPieces;
 using mma_rows::kStep;
 using mma_rows::kThreads;
 using mma_rows::kTileCols;
 using mma_rows::kTileRows;
 using mma_rows::kUnroll;
 using mma_rows::kWarps;
-using mma_rows::LoadInputs8;
+using mma_rows::LoadStepInputs;
 using mma_rows::LoadWeights8;
-using mma_rows::SplitPieces;
+using mma_rows::PackBf16;
+using mma_rows::StepInputs;
 using mma_rows::StepProducts;
 
 constexpr int kMaxParts = 4;
@@ -75,10 +78,14 @@ struct Parts {
 // 1). kEarlyUpper (variant 2, tiles of 16): the second set's inputs are loaded with the weights
 // and the first set's instead of one step at a time as they are needed. None of them enters the
 // arithmetic.
-template <int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
+//
+// In: float (fp32 inputs, split into kPieces pieces as they are used) or uint16_t (inputs
+// rounded to bf16 beforehand by RoundInputsKernel, kPieces 1: half the bytes to load, the same
+// pieces).
+template <typename In, int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
           bool kEarlyUpper = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    MatMulRowsMmaKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
+    MatMulRowsMmaKernel(const In* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
   KernelEntry();
   __shared__ float partial[kWarps][2][4][32];
@@ -93,8 +100,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const bool upper = kUpper && row0 + 8 < m;  // Rows 8-15 of the tile in use (warp-uniform).
   const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
   const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
-  const float* xa = row0 + g < m ? x + (row0 + g) * ldx : nullptr;
-  const float* xb = row0 + 8 + g < m ? x + (row0 + 8 + g) * ldx : nullptr;
+  const In* xa = row0 + g < m ? x + (row0 + g) * ldx : nullptr;
+  const In* xb = row0 + 8 + g < m ? x + (row0 + 8 + g) * ldx : nullptr;
   float acc[2][4] = {};
   const int64_t begin = s * segment;
   const int64_t end = begin + segment < k ? begin + segment : k;
@@ -103,30 +110,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // second rows' inputs, read from L1 or L2, as they are needed: registers for two blocks a
     // multiprocessor).
     uint4 va[kU], vb[kU];
-    float v0[kU][8];
-    float v1[kEarlyUpper ? kU : 1][8];
+    StepInputs<In> v0[kU];
+    StepInputs<In> v1[kEarlyUpper ? kU : 1];
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const bool live = kb + u * kStep < end;
       const int64_t i = kb + u * kStep + 8 * t;
       va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
       vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
-      LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
-      if constexpr (kEarlyUpper) LoadInputs8<kVec>(live && upper ? xb : nullptr, i, k, v1[u]);
+      LoadStepInputs<kVec>(live ? xa : nullptr, i, k, v0[u]);
+      if constexpr (kEarlyUpper) LoadStepInputs<kVec>(live && upper ? xb : nullptr, i, k, v1[u]);
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       if (kb + u * kStep >= end) break;
       uint32_t pieces[kPieces][4];
-      SplitPieces<kPieces>(v0[u], pieces);
+      InputPieces<kPieces>(v0[u], pieces);
       StepProducts<kPieces>(va[u], vb[u], pieces, acc[0]);
       if (upper) {
         if constexpr (kEarlyUpper) {
-          SplitPieces<kPieces>(v1[u], pieces);
+          InputPieces<kPieces>(v1[u], pieces);
         } else {
-          float late[8];
-          LoadInputs8<kVec>(xb, kb + u * kStep + 8 * t, k, late);
-          SplitPieces<kPieces>(late, pieces);
+          StepInputs<In> late;
+          LoadStepInputs<kVec>(xb, kb + u * kStep + 8 * t, k, late);
+          InputPieces<kPieces>(late, pieces);
         }
         StepProducts<kPieces>(va[u], vb[u], pieces, acc[1]);
       }
@@ -206,48 +213,74 @@ bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
 }
 
 // The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input.
-template <int kPieces>
-void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, const float* x,
+template <typename In, int kPieces>
+void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, const In* x,
                          int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n, float* y,
                          int64_t ldy, bool accumulate, int segments, int64_t segment,
                          hipStream_t stream) {
-  // clang-format 14 splits the launch's closing >>> after a template's arguments.
-  // clang-format off
   if (early) {
-    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, true, 3, 2, true>, grid, kThreads, 0, stream, x,
-                 m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true>, grid, kThreads, 0,
+                 stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec && !upper && variant == 1) {
-    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, false, 3, 3>, grid, kThreads, 0, stream, x, m,
-                 k, ldx, w, n, y, ldy, accumulate, segments, segment);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3>, grid, kThreads, 0, stream, x,
+                 m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
   } else if (vec && upper) {
-    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, true>, grid, kThreads, 0, stream, x, m, k, ldx,
-                 w, n, y, ldy, accumulate, segments, segment);
-  } else if (vec) {
-    LaunchKernel(MatMulRowsMmaKernel<kPieces, true, false>, grid, kThreads, 0, stream, x, m, k, ldx,
-                 w, n, y, ldy, accumulate, segments, segment);
-  } else if (upper) {
-    LaunchKernel(MatMulRowsMmaKernel<kPieces, false, true>, grid, kThreads, 0, stream, x, m, k, ldx,
-                 w, n, y, ldy, accumulate, segments, segment);
-  } else {
-    LaunchKernel(MatMulRowsMmaKernel<kPieces, false, false>, grid, kThreads, 0, stream, x, m, k,
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true>, grid, kThreads, 0, stream, x, m, k,
                  ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (vec) {
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false>, grid, kThreads, 0, stream, x, m, k,
+                 ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else if (upper) {
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m, k,
+                 ldx, w, n, y, ldy, accumulate, segments, segment);
+  } else {
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, false>, grid, kThreads, 0, stream, x, m,
+                 k, ldx, w, n, y, ldy, accumulate, segments, segment);
   }
-  // clang-format on
+}
+
+// The staged inputs' row stride: whole 16-byte groups, so that every row's loads are vectors.
+int64_t StagedStride(int64_t k) { return (k + 7) / 8 * 8; }
+
+// out row r (stride StagedStride(k)) = x row r rounded to bf16 by PackBf16 (the rounding the
+// product's one-piece split makes), zeros from k to the stride: thread e of the grid-stride loop
+// writes the pair 2e % stride of row 2e / stride.
+__global__ void RoundInputsKernel(const float* x, int64_t m, int64_t k, int64_t ldx,
+                                  uint32_t* out, int64_t stride) {
+  KernelEntry();
+  const int64_t pairs = stride / 2;
+  const int64_t n = m * pairs;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / pairs;
+    const int64_t c = 2 * (e % pairs);
+    const float* row = x + r * ldx;
+    out[e] = PackBf16(c < k ? row[c] : 0.0f, c + 1 < k ? row[c + 1] : 0.0f);
+  }
 }
 
 }  // namespace
 
 bool MatMulRowsMmaSupported() { return true; }
 
+int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k) {
+  return m * StagedStride(k) * static_cast<int64_t>(sizeof(uint16_t));
+}
+
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
-                         int variant, int multiprocessors, int64_t segment_n, hipStream_t stream) {
-  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2) {
+                         int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
+                         hipStream_t stream) {
+  if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2 ||
+      reinterpret_cast<uintptr_t>(staging) % 16 != 0) {
     return hipErrorInvalidValue;
   }
+  const bool staged = bf16_inputs && staging != nullptr;
   Parts w{};
   int64_t n = 0;
-  bool vec = k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  // Staged inputs are 16-byte rows of whole groups of 8 (StagedStride); their loads are vectors
+  // where the weights' are.
+  bool vec = k % 8 == 0 && (staged || (ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0));
   for (int p = 0; p < rw.count; ++p) {
     w.data[p] = static_cast<const uint16_t*>(rw.data[p]);
     n += rw.rows[p];
@@ -278,12 +311,21 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   if (variant == -1) {
     variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors, bf16_inputs);
   }
-  if (bf16_inputs) {
-    LaunchMatMulRowsMma<1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                           accumulate, segments, segment, stream);
+  if (staged) {
+    const int64_t stride = StagedStride(k);
+    constexpr int kRoundThreads = 256;
+    LaunchKernel(RoundInputsKernel, GridFor(m * stride / 2, kRoundThreads), kRoundThreads, 0,
+                 stream, x, m, k, ldx, reinterpret_cast<uint32_t*>(staging), stride);
+    const hipError_t e = hipGetLastError();
+    if (e != hipSuccess) return e;
+    LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, staging, m, k, stride, w, n,
+                                     y, ldy, accumulate, segments, segment, stream);
+  } else if (bf16_inputs) {
+    LaunchMatMulRowsMma<float, 1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
+                                  accumulate, segments, segment, stream);
   } else {
-    LaunchMatMulRowsMma<3>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                           accumulate, segments, segment, stream);
+    LaunchMatMulRowsMma<float, 3>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
+                                  accumulate, segments, segment, stream);
   }
   return hipGetLastError();
 }

@@ -133,6 +133,47 @@ __device__ inline void SplitPieces(float v[8], uint32_t pieces[kPieces][4]) {
   }
 }
 
+// One lane's inputs of one step: 8 fp32 values (split into pieces when used) or 8 inputs
+// already rounded to bf16 (MatMulRowsMma's staged inputs), as four pairs.
+template <typename In>
+struct StepInputs;
+template <>
+struct StepInputs<float> {
+  float v[8];
+};
+template <>
+struct StepInputs<uint16_t> {
+  uint4 v;
+};
+
+// The step's 8 inputs at p[i .. i+7] (zeros past k or for a null row); bf16 inputs as weights
+// are loaded (the same pairs).
+template <bool kVec>
+__device__ inline void LoadStepInputs(const float* p, int64_t i, int64_t k,
+                                      StepInputs<float>& out) {
+  LoadInputs8<kVec>(p, i, k, out.v);
+}
+template <bool kVec>
+__device__ inline void LoadStepInputs(const uint16_t* p, int64_t i, int64_t k,
+                                      StepInputs<uint16_t>& out) {
+  out.v = LoadWeights8<kVec>(p, i, k);
+}
+
+// The pieces of a step's inputs (SplitPieces); inputs rounded to bf16 already are the one
+// piece PackBf16 would have made of their fp32 values.
+template <int kPieces>
+__device__ inline void InputPieces(StepInputs<float>& in, uint32_t pieces[kPieces][4]) {
+  SplitPieces<kPieces>(in.v, pieces);
+}
+template <int kPieces>
+__device__ inline void InputPieces(const StepInputs<uint16_t>& in, uint32_t pieces[kPieces][4]) {
+  static_assert(kPieces == 1, "staged inputs are one bf16 piece");
+  pieces[0][0] = in.v.x;
+  pieces[0][1] = in.v.y;
+  pieces[0][2] = in.v.z;
+  pieces[0][3] = in.v.w;
+}
+
 // sum += the step's products for one set of 8 input rows. Lane (g, t) = (lane / 4, lane % 4)
 // holds weights wa (column g) and wb (column g + 8) and inputs (row g) at k = 8t .. 8t + 7 of
 // the step; instruction h takes the pairs 2h and 2h + 1, so its k index 2t(+1) is the step's
