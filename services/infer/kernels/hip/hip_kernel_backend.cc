@@ -108,6 +108,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_kernels_(options.moe_kernels),
       copy_rows_kernel_(options.copy_rows_kernel),
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),
+      mma_rows_staged_min_bytes_(options.mma_rows_staged_min_bytes),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant) {}
 
@@ -244,10 +245,12 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
       col += w.parts[i].rows;
     }
     const bool mma = parts.bf16 && options_.mma_rows && hip::MatMulRowsMmaSupported();
-    // The inputs rounded to bf16 once, into the workspace, for calls of enough rows.
+    // The inputs rounded to bf16 once, into the workspace, for calls of enough rows over
+    // enough weights (the rounding is a launch of its own).
     uint16_t* staging = nullptr;
     if (mma && mma_rows_bf16_inputs_ && mma_rows_staged_min_rows_ > 0 &&
-        m >= mma_rows_staged_min_rows_) {
+        m >= mma_rows_staged_min_rows_ &&
+        (col - first) * k * static_cast<int64_t>(sizeof(uint16_t)) >= mma_rows_staged_min_bytes_) {
       const int64_t bytes = hip::MatMulRowsMmaStagingBytes(m, k);
       staging = reinterpret_cast<uint16_t*>(Workspace((bytes + 3) / 4));
       if (staging == nullptr) return;

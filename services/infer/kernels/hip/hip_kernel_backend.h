@@ -103,6 +103,9 @@ struct HipKernelBackendOptions {
   // the workspace first (one kernel) and load them as bf16: half the input bytes each warp
   // loads (at 16 rows twice the weights' bytes as fp32), the same bits. 0: never.
   int mma_rows_staged_min_rows = 0;
+  // ... and whose weights (this call's columns) take at least this many bytes: the rounding is
+  // a launch of its own, which costs more than it saves on small matrices.
+  int64_t mma_rows_staged_min_bytes = 0;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -326,6 +329,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetCopyRowsKernelForTest(bool on) { copy_rows_kernel_ = on; }
   // Sets HipKernelBackendOptions::mma_rows_staged_min_rows (the same bits), for the benchmark.
   void SetMmaRowsStagedMinRowsForTest(int rows) { mma_rows_staged_min_rows_ = rows; }
+  // Sets HipKernelBackendOptions::mma_rows_staged_min_bytes (the same bits), for the benchmark.
+  void SetMmaRowsStagedMinBytesForTest(int64_t bytes) { mma_rows_staged_min_bytes_ = bytes; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -420,7 +425,8 @@ class HipKernelBackend final : public KernelBackend {
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
   bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
   int mma_rows_staged_min_rows_;  // options_.mma_rows_staged_min_rows unless changed for a test.
-  int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
+  int64_t mma_rows_staged_min_bytes_;  // options_.mma_rows_staged_min_bytes, likewise.
+  int attention_mma_variant_;          // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int multiprocessors_ = 0;       // The device's.
 };
