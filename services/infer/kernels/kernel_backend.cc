@@ -138,6 +138,13 @@ void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const 
 }
 
 absl::Status KernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
+  if (a.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, a.out_gate);
+  RETURN_IF_ERROR(MoeRoutedExperts(a, scratch));
+  if (a.residual != nullptr) AddScaledRows(a.out, a.tokens, a.hidden, nullptr, nullptr, a.residual);
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::MoeRoutedExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
   const int64_t t = a.tokens;
   const int64_t d = a.hidden;
   const int64_t width = a.width;

@@ -164,6 +164,14 @@ struct MoeExpertsArgs {
   // The experts' products as MatMulRowsTyped (the row-invariant product, as decode runs) instead
   // of MatMulTransposedTyped.
   bool row_invariant = false;
+  // Optional, backend memory. [tokens]: before the routed experts are added, out's rows are
+  // scaled as SigmoidScaleRows(out, tokens, hidden, out_gate) scales them (a shared expert's
+  // gate).
+  const float* out_gate = nullptr;
+  // Optional, backend memory. [tokens, hidden]: after, out's rows are added to these as
+  // AddScaledRows(out, tokens, hidden, nullptr, nullptr, residual) adds them (the residual
+  // stream). A device backend may do either in the launch that adds the routed experts.
+  float* residual = nullptr;
 };
 
 // The device seam of the inference engine: every numerical operation the models run. A backend
@@ -263,6 +271,8 @@ class KernelBackend {
   // host. Temporaries come from `scratch` (memory()). Returns Internal when the routing names an
   // expert outside [0, experts), or the memory's error.
   virtual absl::Status MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch);
+  // MoeExperts without out_gate and residual (which MoeExperts' default applies around it).
+  absl::Status MoeRoutedExperts(const MoeExpertsArgs& args, ScratchArena& scratch);
 
   // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
   // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.

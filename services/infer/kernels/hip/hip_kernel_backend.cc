@@ -824,8 +824,7 @@ hip::MoeRouting HipKernelBackend::MoeRoutingFor() const {
 absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
   if (!Enter()) return error_;
   const int64_t picks = a.tokens * a.top_k;
-  if (picks == 0) return absl::OkStatus();
-  const bool routable = options_.grouped_moe && a.experts >= 1 &&
+  const bool routable = options_.grouped_moe && picks > 0 && a.experts >= 1 &&
                         a.experts <= hip::MoeMaxExperts() && a.top_k >= 1 &&
                         a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts && picks <= 0x7fffffff;
   const bool device_path =
@@ -841,11 +840,31 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
     down = gate_up == nullptr ? nullptr : MoeTableFor(a.down, a.experts, a.hidden, a.width);
     if (!error_.ok()) return error_;
   }
-  if (gate_up == nullptr || down == nullptr) return KernelBackend::MoeExperts(a, scratch);
-  if (gemm_path) {
-    if (!gate_up->aligned || !down->aligned) return KernelBackend::MoeExperts(a, scratch);
-    return MoeExpertsGemm(a, *gate_up, *down, scratch);
+  const bool on_device =
+      gate_up != nullptr && down != nullptr && (!gemm_path || (gate_up->aligned && down->aligned));
+  // The shared expert's gate and the residual in the launch that adds the routed experts where
+  // that is the wide sum (moe_kernels 1); else around the routed experts, as
+  // KernelBackend::MoeExperts applies them.
+  if (on_device && moe_kernels_ == 1) {
+    return MoeExpertsOnDevice(a, *gate_up, *down, gemm_path, scratch);
   }
+  MoeExpertsArgs plain = a;
+  plain.out_gate = nullptr;
+  plain.residual = nullptr;
+  if (a.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, a.out_gate);
+  RETURN_IF_ERROR(on_device ? MoeExpertsOnDevice(plain, *gate_up, *down, gemm_path, scratch)
+                            : KernelBackend::MoeRoutedExperts(plain, scratch));
+  if (a.residual != nullptr) {
+    AddScaledRows(a.out, a.tokens, a.hidden, nullptr, nullptr, a.residual);
+  }
+  return Enter() ? absl::OkStatus() : error_;
+}
+
+absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
+                                                  const MoeTable& down, bool gemm_path,
+                                                  ScratchArena& scratch) {
+  if (gemm_path) return MoeExpertsGemm(a, gate_up, down, scratch);
+  const int64_t picks = a.tokens * a.top_k;
   ScratchArena::Frame frame(scratch);
   const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeTileRows());
   ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
@@ -862,24 +881,24 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
   ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
   ASSIGN_OR_RETURN(float* act, scratch.Take<float>(picks * a.width));
   ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
-  const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up->device.data());
-  const auto* down_table = static_cast<const hip::MoeExpertParts*>(down->device.data());
+  const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
+  const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
   if (!Check(hip::MoeRouteAndSort(a.logits, a.tokens, a.experts, a.top_k, a.renormalise,
                                   MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
              "moe route and sort launch") ||
       !Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
-                             sizes.max_tiles, gate_up_table, gate_up->aligned, 2 * a.width,
-                             a.hidden, gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
+                             sizes.max_tiles, gate_up_table, gate_up.aligned, 2 * a.width, a.hidden,
+                             gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
              "moe gate/up launch") ||
       !Check(
           hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act, compute_),
           "moe silu mul launch") ||
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
-                             down_table, down->aligned, a.hidden, a.width, ys, a.hidden,
+                             down_table, down.aligned, a.hidden, a.width, ys, a.hidden,
                              mma_rows_bf16_inputs_, compute_),
              "moe down launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
-                             compute_, moe_kernels_ == 1),
+                             compute_, moe_kernels_ == 1, a.out_gate, a.residual),
              "moe combine launch")) {
     return error_;
   }
@@ -924,7 +943,7 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
                               down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
              "moe down gemm launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
-                             compute_, moe_kernels_ == 1),
+                             compute_, moe_kernels_ == 1, a.out_gate, a.residual),
              "moe combine launch")) {
     return error_;
   }

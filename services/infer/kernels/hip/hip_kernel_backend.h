@@ -402,6 +402,10 @@ class HipKernelBackend final : public KernelBackend {
   // How the MoE device paths route (HipKernelBackendOptions::moe_block_route, moe_kernels).
   hip::MoeRouting MoeRoutingFor() const;
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
+  // The routed experts on the device (the decode path, or the grouped GEMM where `gemm_path`),
+  // with a's gate and residual in the sum's launch (moe_kernels 1 only).
+  absl::Status MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
+                                  const MoeTable& down, bool gemm_path, ScratchArena& scratch);
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                               const MoeTable& down, ScratchArena& scratch);
 

@@ -208,10 +208,14 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
                           hipStream_t stream);
 // out row t = out row t + weights[i] * y row slot_of_pick[i] for t's picks i in ascending
 // expert id, one rounded addition a pick. `wide`: a block per (token, 256 columns), the picks'
-// rows loaded eight at a time (the same bits; HipKernelBackendOptions::moe_kernels).
+// rows loaded eight at a time (the same bits; HipKernelBackendOptions::moe_kernels). With
+// `wide` only: a non-null `gate` ([tokens]) first scales out row t by sigmoid(gate[t]) as
+// SigmoidScaleRows does, and a non-null `residual` ([tokens, dim]) then has out row t added as
+// AddScaledRows adds it (their bits; out is written as without them).
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
-                      float* out, hipStream_t stream, bool wide = false);
+                      float* out, hipStream_t stream, bool wide = false,
+                      const float* gate = nullptr, float* residual = nullptr);
 
 // y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
 // depends on k alone: rows never influence each other's bits. `multi_row`: calls of 2 or more

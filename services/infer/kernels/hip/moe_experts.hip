@@ -480,7 +480,8 @@ constexpr int kCombineBatch = 8;
 template <bool kVec>
 __global__ void __launch_bounds__(kCombineWideThreads)
     MoeCombineWideKernel(const float* y, const int32_t* ids, const float* weights,
-                         const int32_t* slot_of_pick, int top_k, int64_t dim, float* out) {
+                         const int32_t* slot_of_pick, int top_k, int64_t dim, float* out,
+                         const float* gate, float* residual) {
   KernelEntry();
   __shared__ int32_t pick_ids[kMaxTopK];
   __shared__ float pick_w[kMaxTopK];
@@ -519,8 +520,16 @@ __global__ void __launch_bounds__(kCombineWideThreads)
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * kCombineWideThreads + tid) * kPer;
   if (c >= dim) return;
   float* o = out + tok * dim + c;
+  // SigmoidScaleRows' product (one rounding) where there is a gate.
+  const float scale = gate != nullptr ? DeviceSigmoid(gate[tok]) : 1.0f;
   if constexpr (kVec) {
     float4 v = *reinterpret_cast<const float4*>(o);
+    if (gate != nullptr) {
+      v.x = __fmul_rn(v.x, scale);
+      v.y = __fmul_rn(v.y, scale);
+      v.z = __fmul_rn(v.z, scale);
+      v.w = __fmul_rn(v.w, scale);
+    }
     for (int p0 = 0; p0 < n; p0 += kCombineBatch) {
       float4 yv[kCombineBatch];
 #pragma unroll
@@ -539,8 +548,19 @@ __global__ void __launch_bounds__(kCombineWideThreads)
       }
     }
     *reinterpret_cast<float4*>(o) = v;
+    if (residual != nullptr) {
+      // AddScaledRows' unscaled addition.
+      float4* r = reinterpret_cast<float4*>(residual + tok * dim + c);
+      float4 rv = *r;
+      rv.x = __fadd_rn(rv.x, v.x);
+      rv.y = __fadd_rn(rv.y, v.y);
+      rv.z = __fadd_rn(rv.z, v.z);
+      rv.w = __fadd_rn(rv.w, v.w);
+      *r = rv;
+    }
   } else {
     float v = *o;
+    if (gate != nullptr) v = __fmul_rn(v, scale);
     for (int p0 = 0; p0 < n; p0 += kCombineBatch) {
       float yv[kCombineBatch];
 #pragma unroll
@@ -554,6 +574,7 @@ __global__ void __launch_bounds__(kCombineWideThreads)
       }
     }
     *o = v;
+    if (residual != nullptr) residual[tok * dim + c] = __fadd_rn(residual[tok * dim + c], v);
   }
 }
 
@@ -1128,21 +1149,24 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
 
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
-                      float* out, hipStream_t stream, bool wide) {
+                      float* out, hipStream_t stream, bool wide, const float* gate,
+                      float* residual) {
   if (tokens == 0) return hipSuccess;
   if (top_k < 1 || top_k > kMaxTopK || tokens > 0x7fffffff) return hipErrorInvalidValue;
+  if (!wide && (gate != nullptr || residual != nullptr)) return hipErrorInvalidValue;
   if (wide) {
     const bool vec = dim % 4 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(out) % 16 == 0;
+                     reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(residual) % 16 == 0;
     const int64_t groups = CeilDiv(dim, kCombineWideThreads * (vec ? 4 : 1));
     if (groups > 65535) return hipErrorInvalidValue;
     const dim3 grid(static_cast<unsigned int>(tokens), static_cast<unsigned int>(groups));
     if (vec) {
       LaunchKernel(MoeCombineWideKernel<true>, grid, kCombineWideThreads, 0, stream, y, ids,
-                   weights, slot_of_pick, top_k, dim, out);
+                   weights, slot_of_pick, top_k, dim, out, gate, residual);
     } else {
       LaunchKernel(MoeCombineWideKernel<false>, grid, kCombineWideThreads, 0, stream, y, ids,
-                   weights, slot_of_pick, top_k, dim, out);
+                   weights, slot_of_pick, top_k, dim, out, gate, residual);
     }
     return hipGetLastError();
   }

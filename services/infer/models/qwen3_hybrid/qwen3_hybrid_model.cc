@@ -722,7 +722,8 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   RETURN_IF_ERROR(RunSwiGlu(g, w.shared, x, t, out, false));
   ASSIGN_OR_RETURN(float* sg, scratch_.Take<float>(t));
   MatMul(g, x, t, d, w.shared_gate, sg, 1, false);
-  backend_->SigmoidScaleRows(out, t, d, sg);
+  // The shared expert's gate, the routed experts, then the layer's output into the residual
+  // stream: one call (a device backend may do the three in one launch).
   MoeExpertsArgs args;
   args.x = x;
   args.logits = logits;
@@ -736,9 +737,9 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   args.gate_up = w.gate_up.data();
   args.down = w.down.data();
   args.row_invariant = g.row_kernel;
-  RETURN_IF_ERROR(backend_->MoeExperts(args, scratch_));
-  backend_->AddScaledRows(out, t, d, nullptr, nullptr, h);
-  return absl::OkStatus();
+  args.out_gate = sg;
+  args.residual = h;
+  return backend_->MoeExperts(args, scratch_);
 }
 
 absl::Status Qwen3HybridModel::CheckPass(const SequencePass& pass) const {

@@ -228,6 +228,55 @@ TEST_F(HipMoeExpertsTest, DevicePathGivesTheDefaultsBitsAndMatchesCpu) {
   }
 }
 
+TEST_F(HipMoeExpertsTest, TheGateAndTheResidualGiveTheBitsOfTheirOwnLaunches) {
+  // MoeExpertsArgs::out_gate and residual (the shared expert's gate and the residual stream,
+  // taken into the sum's launch by moe_kernels 1) against SigmoidScaleRows, MoeExperts and
+  // AddScaledRows as separate calls: the decode and prefill paths, both sum kernels, 16-byte and
+  // scalar sums (widths 128 and 70); out and the residual bit for bit.
+  for (const int kernels : {1, 0}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> mode =
+        HipKernelBackend::Create({.moe_kernels = kernels});
+    ASSERT_TRUE(mode.ok()) << mode.status();
+    HipKernelBackend* gpu = mode->get();
+    for (const MoeShape& s : Shapes()) {
+      if (s.tokens > 100) continue;
+      for (const bool row_invariant : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << s.name << ", moe_kernels " << kernels
+                                          << (row_invariant ? ", decode" : ", prefill"));
+        const MoeBits bits = RandomExperts(s, 191);
+        std::vector<DeviceBuffer> keep;
+        std::vector<WeightMatrix> gate_up, down;
+        UploadExperts(s, bits, keep, gate_up, down);
+        const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 193);
+        const std::vector<float> logits = RouterLogits(s, 195, /*tied_pairs=*/false);
+        const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
+        const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 198);
+        const std::vector<float> gate = RandomFloats(s.tokens, 199, -4.0f, 4.0f);
+        DeviceBuffer dx = Up(x), dl = Up(logits), dg = Up(gate), fused_out = Up(out0),
+                     fused_h = Up(h0), apart_out = Up(out0), apart_h = Up(h0);
+        MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, row_invariant);
+        ScratchArena scratch(gpu->memory());
+        a.out = fused_out.floats();
+        a.out_gate = dg.floats();
+        a.residual = fused_h.floats();
+        ASSERT_TRUE(gpu->MoeExperts(a, scratch).ok()) << gpu->status();
+        a.out = apart_out.floats();
+        a.out_gate = nullptr;
+        a.residual = nullptr;
+        gpu->SigmoidScaleRows(a.out, s.tokens, s.hidden, dg.floats());
+        ASSERT_TRUE(gpu->MoeExperts(a, scratch).ok()) << gpu->status();
+        gpu->AddScaledRows(a.out, s.tokens, s.hidden, nullptr, nullptr, apart_h.floats());
+        ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->status();
+        const size_t n = out0.size();
+        EXPECT_TRUE(SameBits(Down(fused_out, n), Down(apart_out, n))) << "out";
+        const std::vector<float> h = Down(fused_h, n);
+        EXPECT_TRUE(SameBits(h, Down(apart_h, n))) << "residual";
+        EXPECT_FALSE(SameBits(h, h0));  // It did add.
+      }
+    }
+  }
+}
+
 TEST_F(HipMoeExpertsTest, ATokensRowsDoNotDependOnTheOtherTokensAndNoStepWaits) {
   const MoeShape s{"80B-like layer", 16, 2048, 512, 512, 10, true, 0.0f};
   const MoeBits bits = RandomExperts(s, 101);
