@@ -109,7 +109,6 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       copy_rows_kernel_(options.copy_rows_kernel),
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),
       mma_rows_staged_min_bytes_(options.mma_rows_staged_min_bytes),
-      mma_rows_shared_min_rows_(options.mma_rows_shared_min_rows),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant) {}
 
@@ -256,14 +255,10 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
       staging = reinterpret_cast<uint16_t*>(Workspace((bytes + 3) / 4));
       if (staging == nullptr) return;
     }
-    // Tiles of 16 rows with the inputs rounded into shared memory once a block, for calls of
-    // enough rows.
-    const bool shared = mma && mma_rows_bf16_inputs_ && mma_rows_shared_min_rows_ > 0 &&
-                        m >= mma_rows_shared_min_rows_;
     if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                         mma_rows_bf16_inputs_, options_.mma_rows_tiles_of_8,
                                         mma_rows_variant_, multiprocessors_, whole_n, staging,
-                                        shared, compute_)
+                                        compute_)
                    : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                           options_.multi_row_decode, compute_),
                "matmul rows launch")) {

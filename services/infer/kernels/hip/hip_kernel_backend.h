@@ -106,11 +106,6 @@ struct HipKernelBackendOptions {
   // ... and whose weights (this call's columns) take at least this many bytes: the rounding is
   // a launch of its own, which costs more than it saves on small matrices.
   int64_t mma_rows_staged_min_bytes = 0;
-  // MatMulRowsMma calls of at least this many rows with bf16 inputs (and not staged) run tiles of
-  // 16 rows whose inputs each block rounds into shared memory once for all its warps of a k
-  // segment (the other kernels load them a warp at a time, from L2 or L1: at 16 rows twice the
-  // weights' bytes each warp). The same bits. 0: never.
-  int mma_rows_shared_min_rows = 0;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -336,8 +331,6 @@ class HipKernelBackend final : public KernelBackend {
   void SetMmaRowsStagedMinRowsForTest(int rows) { mma_rows_staged_min_rows_ = rows; }
   // Sets HipKernelBackendOptions::mma_rows_staged_min_bytes (the same bits), for the benchmark.
   void SetMmaRowsStagedMinBytesForTest(int64_t bytes) { mma_rows_staged_min_bytes_ = bytes; }
-  // Sets HipKernelBackendOptions::mma_rows_shared_min_rows (the same bits), for the benchmark.
-  void SetMmaRowsSharedMinRowsForTest(int rows) { mma_rows_shared_min_rows_ = rows; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -437,7 +430,6 @@ class HipKernelBackend final : public KernelBackend {
   bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
   int mma_rows_staged_min_rows_;  // options_.mma_rows_staged_min_rows unless changed for a test.
   int64_t mma_rows_staged_min_bytes_;  // options_.mma_rows_staged_min_bytes, likewise.
-  int mma_rows_shared_min_rows_;       // options_.mma_rows_shared_min_rows, likewise.
   int attention_mma_variant_;          // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int multiprocessors_ = 0;       // The device's.

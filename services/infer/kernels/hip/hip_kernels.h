@@ -258,15 +258,13 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // whole product's bits. With `bf16_inputs` and a non-null `staging` (16-byte aligned device
 // memory of MatMulRowsMmaStagingBytes(m, k)), one kernel first rounds the inputs into it as the
 // product would round them, and the product loads them as bf16: half the bytes of fp32 inputs,
-// the same bits. Ignored without bf16_inputs. With `shared_inputs` (bf16 inputs, no staging)
-// tiles of 16 rows whose inputs are rounded into shared memory once a block and k segment, for
-// every warp of it: the same bits.
+// the same bits. Ignored without bf16_inputs.
 bool MatMulRowsMmaSupported();
 int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k);
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
                          int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
-                         bool shared_inputs, hipStream_t stream);
+                         hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

@@ -36,8 +36,7 @@ namespace cairn::infer::hip {
 bool MatMulRowsMmaSupported() { return false; }
 int64_t MatMulRowsMmaStagingBytes(int64_t, int64_t) { return 0; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, bool, bool, int, int, int64_t, uint16_t*, bool,
-                         hipStream_t) {
+                         int64_t, bool, bool, bool, int, int, int64_t, uint16_t*, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -66,49 +65,6 @@ struct Parts {
   int64_t end[kMaxParts];
   int count;
 };
-
-// The end of a block of either kernel: with several k segments, each warp's sums into
-// `partial` (kWarps x 2 x 4 x 32 floats of shared memory), then the segments' added in segment
-// order by the tile's first warp; then that warp's outputs: acc[h][e] is weight column g (+8
-// for e >= 2), input row 8h + 2t (+1 for odd e), the second set only where `upper` (without
-// tiles of 16 its rows are the next tile's). Reached by every thread of the block.
-__device__ inline void FinishTile(float acc[2][4], float (*partial)[2][4][32], int segments,
-                                  bool upper, int64_t row0, int64_t col0, int64_t m, int64_t n,
-                                  float* y, int64_t ldy, bool accumulate) {
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-  if (segments > 1) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) partial[warp][h][e][lane] = acc[h][e];
-    }
-    __syncthreads();
-    if (warp % segments != 0) return;
-    for (int j = 1; j < segments; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[h][e] += partial[warp + j][h][e][lane];
-      }
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !upper) break;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
-      const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
-      if (row < m && col < n) {
-        float* out = y + row * ldy + col;
-        *out = accumulate ? *out + acc[h][e] : acc[h][e];
-      }
-    }
-  }
-}
 
 // Grid: x = tiles of input rows (kTileRows with kUpper, else 8), y = groups of
 // kWarps / segments column tiles. Warp w of a block takes column tile w / segments of the group
@@ -183,106 +139,37 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
   }
-  FinishTile(acc, partial, segments, upper, row0, col0, m, n, y, ldy, accumulate);
-}
-
-// Shared inputs (HipKernelBackendOptions::mma_rows_shared_min_rows), bf16 inputs: tiles of 16
-// rows, each iteration of kSharedSteps steps first rounds the block's input rows into shared
-// memory, once for all the warps of a k segment (the other kernels load each warp's own, from L2
-// or L1, the 8 or 16 rows once per column tile), in one of two buffers (one barrier an iteration).
-// A pair of inputs is rounded by PackBf16 as SplitPieces<1> rounds it, each warp's steps are its
-// steps in the other kernels (the same weights, pieces and order; steps past its segment's end
-// skipped), and the segments meet as there: the same bits.
-constexpr int kSharedSteps = 3;
-constexpr int kSharedPairs = kSharedSteps * kStep / 2;  // A row's input pairs an iteration.
-constexpr int kSharedQuads = kSharedPairs / 4;          // ... as 16-byte groups of 8 inputs.
-
-// Dynamic shared memory of a launch with `segments` segments: two buffers of 16 rows of
-// kSharedPairs pairs a segment (the segments' partial sums reuse it after the loop).
-size_t SharedInputBytes(int segments) {
-  const size_t buffers = 2 * static_cast<size_t>(segments) * kTileRows * kSharedPairs * 4;
-  const size_t partial = static_cast<size_t>(kWarps) * 2 * 4 * 32 * sizeof(float);
-  return buffers > partial ? buffers : partial;
-}
-
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads, 2)
-    MatMulRowsMmaSharedKernel(const float* x, int64_t m, int64_t k, int64_t ldx, Parts w,
-                              int64_t n, float* y, int64_t ldy, bool accumulate, int segments,
-                              int64_t segment) {
-  KernelEntry();
-  extern __shared__ uint4 shared_words[];
-  uint32_t* in = reinterpret_cast<uint32_t*>(shared_words);
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-  const int s = warp % segments;
-  const int64_t col0 =
-      (static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments) * kTileCols;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
-  const bool upper = row0 + 8 < m;  // Rows 8-15 of the tile in use (uniform).
-  const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
-  const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
-  float acc[2][4] = {};
-  const int64_t begin = s * segment;
-  const int64_t end = begin + segment < k ? begin + segment : k;
-  constexpr int64_t kSpan = static_cast<int64_t>(kStep) * kSharedSteps;
-  // The same count for every warp (the last segment may be shorter: its later steps skip).
-  const int64_t iterations = (segment + kSpan - 1) / kSpan;
-  const int buffer_words = segments * kTileRows * kSharedPairs;
-  for (int64_t it = 0; it < iterations; ++it) {
-    const int64_t kb = begin + it * kSpan;
-    uint4 va[kSharedSteps], vb[kSharedSteps];
+  if (segments > 1) {
 #pragma unroll
-    for (int u = 0; u < kSharedSteps; ++u) {
-      const bool live = kb + u * kStep < end;
-      const int64_t i = kb + u * kStep + 8 * t;
-      va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
-      vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
-    }
-    // Every segment's 16 rows of this iteration into buffer it % 2, 8 inputs a thread a time
-    // (zeros past k, past the segment and for rows past m, as the other kernels load them).
-    uint32_t* buf = in + (it % 2) * buffer_words;
-    const int quads = segments * kTileRows * kSharedQuads;
-    for (int q = threadIdx.x; q < quads; q += kThreads) {
-      const int seg = q / (kTileRows * kSharedQuads);
-      const int row = q / kSharedQuads % kTileRows;
-      const int quad = q % kSharedQuads;
-      const int64_t r = row0 + row;
-      const int64_t seg_begin = seg * segment;
-      const int64_t seg_end = seg_begin + segment < k ? seg_begin + segment : k;
-      const int64_t i = seg_begin + it * kSpan + 8 * static_cast<int64_t>(quad);
-      float v[8];
-      mma_rows::LoadInputs8<kVec>(r < m && i < seg_end ? x + r * ldx : nullptr, i, k, v);
-      *reinterpret_cast<uint4*>(buf + (seg * kTileRows + row) * kSharedPairs + 4 * quad) =
-          make_uint4(PackBf16(v[0], v[1]), PackBf16(v[2], v[3]), PackBf16(v[4], v[5]),
-                     PackBf16(v[6], v[7]));
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) partial[warp][h][e][lane] = acc[h][e];
     }
     __syncthreads();
-    const uint32_t* rows = buf + s * kTileRows * kSharedPairs;
+    if (s != 0) return;
+    for (int j = 1; j < segments; ++j) {
 #pragma unroll
-    for (int u = 0; u < kSharedSteps; ++u) {
-      if (kb + u * kStep >= end) break;
-      const uint4 p0 = *reinterpret_cast<const uint4*>(rows + g * kSharedPairs + u * 16 + 4 * t);
-      uint32_t pieces[1][4] = {{p0.x, p0.y, p0.z, p0.w}};
-      StepProducts<1>(va[u], vb[u], pieces, acc[0]);
-      if (upper) {
-        const uint4 p1 =
-            *reinterpret_cast<const uint4*>(rows + (8 + g) * kSharedPairs + u * 16 + 4 * t);
-        pieces[0][0] = p1.x;
-        pieces[0][1] = p1.y;
-        pieces[0][2] = p1.z;
-        pieces[0][3] = p1.w;
-        StepProducts<1>(va[u], vb[u], pieces, acc[1]);
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[h][e] += partial[warp + j][h][e][lane];
       }
     }
-    // The next iteration fills the other buffer, which every warp finished reading before this
-    // iteration's barrier.
   }
-  if (segments > 1) __syncthreads();  // The buffers become the partial sums.
-  FinishTile(acc, reinterpret_cast<float(*)[2][4][32]>(shared_words), segments, upper, row0, col0,
-             m, n, y, ldy, accumulate);
+  // acc[h][e]: weight column g (+8 for e >= 2), input row 8h + 2t (+1 for odd e); the second
+  // set only where it is in use (without kUpper its rows are the next tile's).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (h == 1 && !upper) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
+      const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
+      if (row < m && col < n) {
+        float* out = y + row * ldy + col;
+        *out = accumulate ? *out + acc[h][e] : acc[h][e];
+      }
+    }
+  }
 }
 
 // 1 when `blocks` blocks of a call of `m` rows fill `multiprocessors` multiprocessors better
@@ -383,7 +270,7 @@ int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k) {
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
                          int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
-                         bool shared_inputs, hipStream_t stream) {
+                         hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2 ||
       reinterpret_cast<uintptr_t>(staging) % 16 != 0) {
     return hipErrorInvalidValue;
@@ -408,25 +295,6 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   const int segments = cut.count;
   const int64_t segment = cut.length;
   const int64_t groups = CeilDiv(tiles, kWarps / segments);
-  if (shared_inputs && bf16_inputs && staging == nullptr) {
-    const int64_t tiles16 = CeilDiv(m, kTileRows);
-    if (groups > 65535 || tiles16 > 0x7fffffff) return hipErrorInvalidValue;
-    const size_t bytes = SharedInputBytes(segments);
-    const dim3 grid(static_cast<unsigned int>(tiles16), static_cast<unsigned int>(groups));
-    // The inputs' 16-byte loads need 16-byte rows too (vec covers the weights and k % 8).
-    if (vec) {
-      hipError_t e = AllowSharedBytes(MatMulRowsMmaSharedKernel<true>, bytes);
-      if (e != hipSuccess) return e;
-      LaunchKernel(MatMulRowsMmaSharedKernel<true>, grid, kThreads, bytes, stream, x, m, k, ldx, w,
-                   n, y, ldy, accumulate, segments, segment);
-    } else {
-      hipError_t e = AllowSharedBytes(MatMulRowsMmaSharedKernel<false>, bytes);
-      if (e != hipSuccess) return e;
-      LaunchKernel(MatMulRowsMmaSharedKernel<false>, grid, kThreads, bytes, stream, x, m, k, ldx,
-                   w, n, y, ldy, accumulate, segments, segment);
-    }
-    return hipGetLastError();
-  }
   // Tiles of 16 rows use their second set of 8 (kUpper) where the call has more than 8 rows;
   // with `tiles_of_8`, calls of 9 to 16 rows (decode batches) run tiles of 8 instead, except in
   // variant 2 (one tile of 16, both sets' inputs loaded early; other calls as variant -1) and,

@@ -236,8 +236,7 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   // variant 0: the same bits, with and without accumulation, at one segment and at several
   // (n = 33000 and 203), a last step past k (k = 4104), k = 12288 and the scalar path (k = 70),
   // rows starting inside the input; inputs exact and rounded to bf16, and with bf16 inputs the
-  // inputs staged (rounded into the workspace first, mma_rows_staged_min_rows) in each variant
-  // and rounded into shared memory a block at a time (mma_rows_shared_min_rows).
+  // inputs staged (rounded into the workspace first, mma_rows_staged_min_rows) in each variant.
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 3}).ok());
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = -2}).ok());
   for (const bool bf16_inputs : {false, true}) {
@@ -258,13 +257,6 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
                                       .mma_rows_tiles_of_8 = tiles_of_8,
                                       .mma_rows_variant = variant,
                                       .mma_rows_staged_min_rows = 1});
-        ASSERT_TRUE(v.ok()) << v.status();
-        variants.push_back(*std::move(v));
-        if (variant != -1) continue;  // The shared inputs' kernel ignores the variant.
-        v = HipKernelBackend::Create({.mma_rows_bf16_inputs = true,
-                                      .mma_rows_tiles_of_8 = tiles_of_8,
-                                      .mma_rows_variant = variant,
-                                      .mma_rows_shared_min_rows = 1});
         ASSERT_TRUE(v.ok()) << v.status();
         variants.push_back(*std::move(v));
       }

@@ -24,15 +24,13 @@
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
 //          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
-//          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--mma-shared-rows=0,9]
+//          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64]
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
 // within that once for each value of HipKernelBackendOptions::mma_rows_staged_min_rows listed
 // (0: never; the same bits) and, innermost, of mma_rows_staged_min_bytes in MB
-// (--mma-staged-mb; where staged rows are 0, only the first). --mma-shared-rows: outside the
-// staged inputs' lists, once for each value of HipKernelBackendOptions::mma_rows_shared_min_rows
-// listed (0: never; the same bits).
+// (--mma-staged-mb; where staged rows are 0, only the first).
 // --logits-parts: outermost, every slot count's decode steps once for each value of
 // Qwen3HybridOptions::logits_parts listed (the model made again for each change; the same
 // bits); the prefill and TTFT runs use the first.
@@ -122,7 +120,6 @@ struct Flags {
   std::vector<int> overlapped_launches = {HipKernelBackendOptions().overlapped_launches ? 1 : 0};
   std::vector<int> copy_rows_kernel = {HipKernelBackendOptions().copy_rows_kernel ? 1 : 0};
   std::vector<int> mma_staged_rows = {HipKernelBackendOptions().mma_rows_staged_min_rows};
-  std::vector<int> mma_shared_rows = {HipKernelBackendOptions().mma_rows_shared_min_rows};
   std::vector<int> mma_staged_mb = {
       static_cast<int>(HipKernelBackendOptions().mma_rows_staged_min_bytes >> 20)};
   std::vector<int> logits_parts = {Qwen3HybridOptions().logits_parts};
@@ -504,7 +501,7 @@ class ModelBench {
         f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
         f_.decode_attention_variants.size() * f_.moe_kernels.size() *
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
-        f_.mma_staged_mb.size() * f_.mma_shared_rows.size() * f_.logits_parts.size());
+        f_.mma_staged_mb.size() * f_.logits_parts.size());
     const int64_t rows = f_.decode_depth +
                          (kDecodeModes + (f_.op_times ? 1 : 0)) * runs * (f_.decode_steps + warm) +
                          8;
@@ -550,8 +547,7 @@ class ModelBench {
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
     // Every combination of the variants listed, the last listed innermost.
     struct Config {
-      int bf16_inputs, variant, attention, kernels, overlapped, copy_kernel, shared_rows,
-          staged_rows, staged_mb;
+      int bf16_inputs, variant, attention, kernels, overlapped, copy_kernel, staged_rows, staged_mb;
     };
     std::vector<Config> configs;
     for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -560,13 +556,11 @@ class ModelBench {
           for (const int kernels : f_.moe_kernels) {
             for (const int overlapped : f_.overlapped_launches) {
               for (const int copy_kernel : f_.copy_rows_kernel) {
-                for (const int shared_rows : f_.mma_shared_rows) {
-                  for (const int staged_rows : f_.mma_staged_rows) {
-                    for (const int staged_mb : f_.mma_staged_mb) {
-                      configs.push_back({bf16_inputs, variant, attention, kernels, overlapped,
-                                         copy_kernel, shared_rows, staged_rows, staged_mb});
-                      if (staged_rows == 0) break;  // The threshold does not enter.
-                    }
+                for (const int staged_rows : f_.mma_staged_rows) {
+                  for (const int staged_mb : f_.mma_staged_mb) {
+                    configs.push_back({bf16_inputs, variant, attention, kernels, overlapped,
+                                       copy_kernel, staged_rows, staged_mb});
+                    if (staged_rows == 0) break;  // The threshold does not enter.
                   }
                 }
               }
@@ -588,7 +582,6 @@ class ModelBench {
           hip::SetOverlappedLaunches(c.overlapped == 1);
           b_.SetCopyRowsKernelForTest(c.copy_kernel == 1);
           b_.SetMmaRowsStagedMinRowsForTest(c.staged_rows);
-          b_.SetMmaRowsSharedMinRowsForTest(c.shared_rows);
           b_.SetMmaRowsStagedMinBytesForTest(int64_t{c.staged_mb} << 20);
           std::string suffix;
           if (f_.mma_bf16_inputs.size() > 1) {
@@ -605,9 +598,6 @@ class ModelBench {
           if (f_.copy_rows_kernel.size() > 1) {
             suffix += absl::StrFormat(" (copy rows kernel %d)", c.copy_kernel);
           }
-          if (f_.mma_shared_rows.size() > 1) {
-            suffix += absl::StrFormat(" (shared inputs from %d rows)", c.shared_rows);
-          }
           if (f_.mma_staged_rows.size() > 1) {
             suffix += absl::StrFormat(" (staged inputs from %d rows)", c.staged_rows);
           }
@@ -621,7 +611,6 @@ class ModelBench {
         hip::SetOverlappedLaunches(defaults.overlapped_launches);
         b_.SetCopyRowsKernelForTest(defaults.copy_rows_kernel);
         b_.SetMmaRowsStagedMinRowsForTest(defaults.mma_rows_staged_min_rows);
-        b_.SetMmaRowsSharedMinRowsForTest(defaults.mma_rows_shared_min_rows);
         b_.SetMmaRowsStagedMinBytesForTest(defaults.mma_rows_staged_min_bytes);
         b_.SetMoeKernelsForTest(defaults.moe_kernels);
         b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
@@ -845,8 +834,6 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1, &f->copy_rows_kernel)) return false;
     } else if (key == "mma-staged-rows") {
       if (!IntList(value, 0, 64, &f->mma_staged_rows)) return false;
-    } else if (key == "mma-shared-rows") {
-      if (!IntList(value, 0, 64, &f->mma_shared_rows)) return false;
     } else if (key == "mma-staged-mb") {
       if (!IntList(value, 0, 1 << 20, &f->mma_staged_mb)) return false;
     } else if (key == "logits-parts") {
