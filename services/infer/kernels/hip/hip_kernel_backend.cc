@@ -358,6 +358,11 @@ void HipKernelBackend::SplitHeadPairs(const float* in, int64_t rows, int heads, 
 void HipKernelBackend::SplitHeadPairsStrided(const float* in, int64_t ld, int64_t rows, int heads,
                                              int head_dim, float* a, float* b) {
   if (!Enter()) return;
+  if (heads < 1 || head_dim < 0 || ld < 2 * static_cast<int64_t>(heads) * head_dim) {
+    Keep(Invalid("split head pairs",
+                 absl::StrCat("row stride ", ld, " under ", heads, " pairs of ", head_dim)));
+    return;
+  }
   Check(hip::SplitHeadPairs(in, ld, rows, heads, head_dim, a, b, compute_),
         "split head pairs launch");
 }
@@ -404,6 +409,11 @@ void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows
 void HipKernelBackend::RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
                                     const float* w, float eps, bool zero_centred) {
   if (!Enter()) return;
+  if (heads < 1 || ld < heads * dim) {
+    Keep(Invalid("rmsnorm heads",
+                 absl::StrCat("row stride ", ld, " under ", heads, " heads of ", dim)));
+    return;
+  }
   Check(hip::RmsNormHeads(x, tokens, heads, dim, ld, w, eps, zero_centred, options_.warp_row_norms,
                           compute_),
         "rmsnorm heads launch");
@@ -413,6 +423,11 @@ void HipKernelBackend::GatedRmsNormHeads(const float* x, const float* z, int64_t
                                          int64_t dim, int64_t z_ld, const float* w, float eps,
                                          float* y) {
   if (!Enter()) return;
+  if (heads < 1 || z_ld < heads * dim) {
+    Keep(Invalid("gated rmsnorm heads",
+                 absl::StrCat("gate row stride ", z_ld, " under ", heads, " heads of ", dim)));
+    return;
+  }
   Check(hip::GatedRmsNormHeads(x, z, tokens, heads, dim, z_ld, w, eps, y, options_.warp_row_norms,
                                compute_),
         "gated rmsnorm heads launch");

@@ -394,11 +394,11 @@ class HipKernelBackend final : public KernelBackend {
   const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);
   // How the MoE device paths route (HipKernelBackendOptions::moe_block_route, moe_kernels).
   hip::MoeRouting MoeRoutingFor() const;
-  // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   // The routed experts on the device (the decode path, or the grouped GEMM where `gemm_path`),
   // with a's gate and residual in the sum's launch (moe_kernels 1 only).
   absl::Status MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
                                   const MoeTable& down, bool gemm_path, ScratchArena& scratch);
+  // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                               const MoeTable& down, ScratchArena& scratch);
 
