@@ -24,7 +24,7 @@
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
 //          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
-//          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64]
+//          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -36,6 +36,10 @@
 // bits); the prefill and TTFT runs use the first.
 // --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
 // device event before every backend operation (OpTimingBackend) and the step's time by operation.
+// --host-lead-mb=N: after each slot count's decode measurements, --decode-steps more steps each
+// enqueued behind a device-to-device copy of N MB on the compute stream, so that the host
+// enqueues the step while the device is still copying: the step's time less the copy's (timed
+// alone) is the device's own time for the step, without waits for the host's launches.
 // --mma-bf16-inputs: each slot count's decode steps run once for each value listed, outermost:
 // 1, the decode products' inputs rounded to bf16 (HipKernelBackendOptions::mma_rows_bf16_inputs,
 // the default), 0, split exactly into three pieces (other bits).
@@ -126,6 +130,7 @@ struct Flags {
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
+  int64_t host_lead_mb = 0;  // 0: no host-lead steps.
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -503,7 +508,8 @@ class ModelBench {
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
         f_.mma_staged_mb.size() * f_.logits_parts.size());
     const int64_t rows = f_.decode_depth +
-                         (kDecodeModes + (f_.op_times ? 1 : 0)) * runs * (f_.decode_steps + warm) +
+                         (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0)) *
+                             runs * (f_.decode_steps + warm) +
                          8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
         SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
@@ -708,6 +714,7 @@ class ModelBench {
     }
     std::sort(copy_seconds.begin(), copy_seconds.end());
     if (f_.op_times) OpTimes(slots, kv_memory, suffix);
+    if (f_.host_lead_mb > 0) HostLead(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
     Print(
         absl::StrFormat("%s decode %2d slots: copying a step's logits (%.1f MB) between kept host "
                         "vectors takes %.3f ms%s",
@@ -748,6 +755,52 @@ class ModelBench {
           "   %-40s %8.4f ms a step %6.1f calls %5.1f %%", what, ms / f_.decode_steps,
           static_cast<double>(totals[what].second) / f_.decode_steps, 100.0 * ms / step_ms));
     }
+  }
+
+  // --host-lead-mb: --decode-steps more in-place steps of `slots` slots, each enqueued behind a
+  // device copy of --host-lead-mb MB; `step_seconds` is the in-place steps' time without it.
+  void HostLead(int slots, SlotKvMemory& kv_memory, double step_seconds, double bound,
+                const std::string& suffix) {
+    const size_t bytes = static_cast<size_t>(f_.host_lead_mb) << 20;
+    absl::StatusOr<DeviceBuffer> src = b_.Allocate(bytes);
+    absl::StatusOr<DeviceBuffer> dst = b_.Allocate(bytes);
+    if (!src.ok() || !dst.ok()) Bench::Fail("host lead buffers");
+    hipStream_t stream = b_.compute_stream();
+    auto copy = [&] {
+      if (hipMemcpyAsync(dst->data(), src->data(), bytes, hipMemcpyDeviceToDevice, stream) !=
+          hipSuccess) {
+        Bench::Fail("host lead copy");
+      }
+    };
+    std::vector<double> copy_seconds;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = Clock::now();
+      copy();
+      if (hipStreamSynchronize(stream) != hipSuccess) Bench::Fail("host lead sync");
+      copy_seconds.push_back(Bench::Seconds(start));
+    }
+    std::sort(copy_seconds.begin(), copy_seconds.end());
+    const double copy_s = copy_seconds[2];
+    std::vector<int32_t> next(slots);
+    std::vector<absl::Span<const float>> views;
+    double total = 0;
+    for (int step = 0; step < 2 + f_.decode_steps; ++step) {
+      std::vector<SequencePass> batch;
+      for (int s = 0; s < slots; ++s) {
+        next[s] = tokens_[static_cast<size_t>((step * 41 + s) % 1000)];
+        batch.push_back({kv_memory.slot(s), absl::MakeConstSpan(&next[s], 1)});
+      }
+      const auto start = Clock::now();
+      copy();
+      Bench::Check(model_->ForwardBatchViews(batch, views), "host-lead step");
+      if (step >= 2) total += Bench::Seconds(start);
+    }
+    const double device_s = total / f_.decode_steps - copy_s;
+    Print(absl::StrFormat(
+        "%s decode %2d slots behind a %.2f ms device copy: %.2f ms a step of the device's own "
+        "(= %5.1f %% of the HBM bound) against %.2f ms as enqueued%s",
+        name_.c_str(), slots, copy_s * 1e3, device_s * 1e3, 100.0 * slots / device_s / bound,
+        step_seconds * 1e3, suffix));
   }
 
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
@@ -864,6 +917,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "op-times") {
       f->op_times = n != 0;
+    } else if (key == "host-lead-mb") {
+      f->host_lead_mb = n;
     } else if (key == "profile-slots") {
       f->profile_slots = static_cast<int>(n);
     } else if (key == "profile-prefill") {
@@ -885,7 +940,8 @@ int Main(int argc, char** argv) {
                  "[--decode-slots=N,N,...] [--profile-slots=N] [--mma-tiles-of-8=0|1] "
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
-                 "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]\n");
+                 "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
+                 "[--host-lead-mb=N]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
