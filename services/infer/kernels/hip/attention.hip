@@ -431,11 +431,15 @@ __device__ inline void DecodeCopyTile(const float* src, int64_t ld, int kvh, int
   DecodeCommit();
 }
 
-// The block of rows [bx * kRows, ...) of kv head `kvh` over key range `split` (split path
-// only: writes part_o, part_m and part_l). Needs VecLoads(p). Warp w takes rows w,
-// w + kDecodeWarps, ...
+// The block of rows [bx * kRows, ...) of kv head `kvh` over key ranges split0, split0 + 1, ...
+// (`ranges` of them, those below `splits`; split path only: writes each range's part_o, part_m
+// and part_l). A range's tiles and arithmetic are those of a block of that range alone, its
+// running maximum, sum and output starting afresh; the copies run on across a range's end, the
+// next range's first tile coming in while this range's last is computed. Needs VecLoads(p).
+// Warp w takes rows w, w + kDecodeWarps, ...
 template <int kMaxD, int kRows>
-__device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64_t split) {
+__device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64_t split0,
+                                     int ranges, int64_t splits) {
   constexpr int kDims = (kMaxD + kDecodeThreads - 1) / kDecodeThreads;
   constexpr int kRowsPerWarp = kRows / kDecodeWarps;
   static_assert(kRows % 4 == 0 && kRowsPerWarp >= 1 && kRowsPerWarp <= 2,
@@ -455,14 +459,17 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
   const int64_t rho0 = bx * kRows;
   const int live = static_cast<int>(p.rows - rho0 < kRows ? p.rows - rho0 : kRows);
   const int64_t last_pos = p.past + (rho0 + live - 1) / p.group;
-  const int64_t k_begin = split * p.split_keys;
-  const int64_t split_end = k_begin + p.split_keys;
-  const int64_t k_end = split_end < last_pos + 1 ? split_end : last_pos + 1;
+  if (split0 + ranges > splits) ranges = static_cast<int>(splits - split0);
+  // The block's keys: its ranges' keys up to the last visible one. Tiles never straddle two
+  // ranges (split_keys is a multiple of kBc), and keys past span_end are zeros as past k_end.
+  const int64_t span_begin = split0 * p.split_keys;
+  const int64_t ranges_end = span_begin + ranges * p.split_keys;
+  const int64_t span_end = ranges_end < last_pos + 1 ? ranges_end : last_pos + 1;
   const DecodeCopyShare share = DecodeShareOf(d);
 
-  if (k_begin < k_end) {
-    DecodeCopyTile(p.k, p.kv_ld, kvh, d, k_begin, k_end, k_tile, ks, share);
-    DecodeCopyTile(p.v, p.kv_ld, kvh, d, k_begin, k_end, v_tile, d, share);
+  if (span_begin < span_end) {
+    DecodeCopyTile(p.k, p.kv_ld, kvh, d, span_begin, span_end, k_tile, ks, share);
+    DecodeCopyTile(p.v, p.kv_ld, kvh, d, span_begin, span_end, v_tile, d, share);
   }
   // The rows' queries: a row's token and head worked out once (no division a value).
 #pragma unroll
@@ -482,165 +489,181 @@ __device__ void AttentionDecodeBlock(const Params& p, int64_t bx, int kvh, int64
   int64_t pos[kRowsPerWarp];
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j) {
-    row_max[j] = -INFINITY;
-    row_sum[j] = 0.0f;
     const int r = warp + kDecodeWarps * j;
     pos[j] = r < live ? p.past + (rho0 + r) / p.group : -1;
   }
   // Output: row r, dims tid + kDecodeThreads * i.
   float acc[kRows][kDims];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) acc[r][i] = 0.0f;
-  }
 
-  for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
-    const bool more = kt + kBc < k_end;
-    DecodeWait<1>();  // This tile's keys (its values may still be in flight).
-    __syncthreads();
-    {
-      const int c = lane;
-      const int64_t key = kt + c;
-      const float* kr = k_tile + c * ks;
-      float s[kRowsPerWarp];
+  for (int64_t split = split0; split < split0 + ranges; ++split) {
+    const int64_t k_begin = split * p.split_keys;
+    const int64_t split_end = k_begin + p.split_keys;
+    const int64_t k_end = split_end < span_end ? split_end : span_end;
 #pragma unroll
-      for (int j = 0; j < kRowsPerWarp; ++j) s[j] = 0.0f;
-      // The warp's rows without a branch in the loop (a row not in use holds zeros and its
-      // score is dropped), so that the loads of several steps go out together.
-      if (warp < live) {
-        const float* qr[kRowsPerWarp];
-#pragma unroll
-        for (int j = 0; j < kRowsPerWarp; ++j) qr[j] = q_tile + (warp + kDecodeWarps * j) * ks;
-#pragma unroll 8
-        for (int x = 0; x < d; x += 4) {
-          const float4 kv = *reinterpret_cast<const float4*>(kr + x);
-          float4 a[kRowsPerWarp];
-#pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) a[j] = *reinterpret_cast<const float4*>(qr[j] + x);
-#pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].x, kv.x, s[j]);
-#pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].y, kv.y, s[j]);
-#pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].z, kv.z, s[j]);
-#pragma unroll
-          for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].w, kv.w, s[j]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kRowsPerWarp; ++j) {
-        const int r = warp + kDecodeWarps * j;
-        if (r >= live) continue;
-        // The rounded product and difference AttentionBlock computes (through shared memory
-        // there): spelled out so that neither is fused into a multiply-add here.
-        const float sv =
-            key <= pos[j] && key < split_end ? __fmul_rn(s[j], p.scale) : -INFINITY;
-        float mx = sv;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        if (mx == -INFINITY) {
-          if (lane == 0) alphas[r] = kSkipTile;
-          continue;
-        }
-        const float m_new = fmaxf(row_max[j], mx);
-        const float alpha = expf(row_max[j] - m_new);  // 0 when the old maximum is -inf.
-        const float pv = expf(__fsub_rn(sv, m_new));
-        float sum = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kBc; ++e) sum += __shfl_sync(0xffffffffu, pv, e);
-        row_sum[j] = fmaf(row_sum[j], alpha, sum);  // AttentionBlock's contracted update.
-        row_max[j] = m_new;
-        w_tile[c * kRows + r] = pv;
-        if (lane == 0) alphas[r] = alpha;
-      }
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      row_max[j] = -INFINITY;
+      row_sum[j] = 0.0f;
     }
-    __syncthreads();  // The keys are read: the next tile's may come in.
-    if (more) DecodeCopyTile(p.k, p.kv_ld, kvh, d, kt + kBc, k_end, k_tile, ks, share);
-    if (more) {
-      DecodeWait<1>();  // This tile's values (the next keys may still be in flight).
-    } else {
-      DecodeWait<0>();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) acc[r][i] = 0.0f;
     }
-    __syncthreads();
-    {
-      bool take[kRows];
+
+    for (int64_t kt = k_begin; kt < k_end; kt += kBc) {
+      // The block's next tile, in this range or the next one.
+      const bool more = kt + kBc < span_end;
+      DecodeWait<1>();  // This tile's keys (its values may still be in flight).
+      __syncthreads();
+      {
+        const int c = lane;
+        const int64_t key = kt + c;
+        const float* kr = k_tile + c * ks;
+        float s[kRowsPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const float alpha = r < live ? alphas[r] : kSkipTile;
-        take[r] = alpha != kSkipTile;
+        for (int j = 0; j < kRowsPerWarp; ++j) s[j] = 0.0f;
+        // The warp's rows without a branch in the loop (a row not in use holds zeros and its
+        // score is dropped), so that the loads of several steps go out together.
+        if (warp < live) {
+          const float* qr[kRowsPerWarp];
 #pragma unroll
-        for (int i = 0; i < kDims; ++i) acc[r][i] *= take[r] ? alpha : 1.0f;
-      }
+          for (int j = 0; j < kRowsPerWarp; ++j) qr[j] = q_tile + (warp + kDecodeWarps * j) * ks;
 #pragma unroll 8
-      for (int c = 0; c < kBc; ++c) {
-        float pv[kRows];
+          for (int x = 0; x < d; x += 4) {
+            const float4 kv = *reinterpret_cast<const float4*>(kr + x);
+            float4 a[kRowsPerWarp];
 #pragma unroll
-        for (int g = 0; g < kRows / 4; ++g) {
-          const float4 w = *reinterpret_cast<const float4*>(w_tile + c * kRows + 4 * g);
-          pv[4 * g] = w.x;
-          pv[4 * g + 1] = w.y;
-          pv[4 * g + 2] = w.z;
-          pv[4 * g + 3] = w.w;
-        }
-        const float* vr = v_tile + c * d;
-        float vv[kDims];
+            for (int j = 0; j < kRowsPerWarp; ++j) {
+              a[j] = *reinterpret_cast<const float4*>(qr[j] + x);
+            }
 #pragma unroll
-        for (int i = 0; i < kDims; ++i) {
-          const int dim = tid + kDecodeThreads * i;
-          vv[i] = dim < d ? vr[dim] : 0.0f;
+            for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].x, kv.x, s[j]);
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].y, kv.y, s[j]);
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].z, kv.z, s[j]);
+#pragma unroll
+            for (int j = 0; j < kRowsPerWarp; ++j) s[j] = fmaf(a[j].w, kv.w, s[j]);
+          }
         }
-        // Every row without a branch (a skipped row keeps its value), as for the scores.
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp; ++j) {
+          const int r = warp + kDecodeWarps * j;
+          if (r >= live) continue;
+          // The rounded product and difference AttentionBlock computes (through shared memory
+          // there): spelled out so that neither is fused into a multiply-add here.
+          const float sv =
+              key <= pos[j] && key < split_end ? __fmul_rn(s[j], p.scale) : -INFINITY;
+          float mx = sv;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+          if (mx == -INFINITY) {
+            if (lane == 0) alphas[r] = kSkipTile;
+            continue;
+          }
+          const float m_new = fmaxf(row_max[j], mx);
+          const float alpha = expf(row_max[j] - m_new);  // 0 when the old maximum is -inf.
+          const float pv = expf(__fsub_rn(sv, m_new));
+          float sum = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kBc; ++e) sum += __shfl_sync(0xffffffffu, pv, e);
+          row_sum[j] = fmaf(row_sum[j], alpha, sum);  // AttentionBlock's contracted update.
+          row_max[j] = m_new;
+          w_tile[c * kRows + r] = pv;
+          if (lane == 0) alphas[r] = alpha;
+        }
+      }
+      __syncthreads();  // The keys are read: the next tile's may come in.
+      if (more) DecodeCopyTile(p.k, p.kv_ld, kvh, d, kt + kBc, span_end, k_tile, ks, share);
+      if (more) {
+        DecodeWait<1>();  // This tile's values (the next keys may still be in flight).
+      } else {
+        DecodeWait<0>();
+      }
+      __syncthreads();
+      {
+        bool take[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
+          const float alpha = r < live ? alphas[r] : kSkipTile;
+          take[r] = alpha != kSkipTile;
+#pragma unroll
+          for (int i = 0; i < kDims; ++i) acc[r][i] *= take[r] ? alpha : 1.0f;
+        }
+#pragma unroll 8
+        for (int c = 0; c < kBc; ++c) {
+          float pv[kRows];
+#pragma unroll
+          for (int g = 0; g < kRows / 4; ++g) {
+            const float4 w = *reinterpret_cast<const float4*>(w_tile + c * kRows + 4 * g);
+            pv[4 * g] = w.x;
+            pv[4 * g + 1] = w.y;
+            pv[4 * g + 2] = w.z;
+            pv[4 * g + 3] = w.w;
+          }
+          const float* vr = v_tile + c * d;
+          float vv[kDims];
 #pragma unroll
           for (int i = 0; i < kDims; ++i) {
-            const float a = fmaf(pv[r], vv[i], acc[r][i]);
-            acc[r][i] = take[r] ? a : acc[r][i];
+            const int dim = tid + kDecodeThreads * i;
+            vv[i] = dim < d ? vr[dim] : 0.0f;
+          }
+          // Every row without a branch (a skipped row keeps its value), as for the scores.
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+            for (int i = 0; i < kDims; ++i) {
+              const float a = fmaf(pv[r], vv[i], acc[r][i]);
+              acc[r][i] = take[r] ? a : acc[r][i];
+            }
           }
         }
       }
+      __syncthreads();  // The values and weights are read.
+      if (more) DecodeCopyTile(p.v, p.kv_ld, kvh, d, kt + kBc, span_end, v_tile, d, share);
     }
-    __syncthreads();  // The values and weights are read.
-    if (more) DecodeCopyTile(p.v, p.kv_ld, kvh, d, kt + kBc, k_end, v_tile, d, share);
-  }
 
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= live) continue;
-    const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) {
-      const int dim = tid + kDecodeThreads * i;
-      if (dim < d) p.part_o[base * d + dim] = acc[r][i];
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kRowsPerWarp; ++j) {
-    const int r = warp + kDecodeWarps * j;
-    if (r < live && lane == 0) {
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= live) continue;
       const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
-      p.part_m[base] = row_max[j];
-      p.part_l[base] = row_sum[j];
+#pragma unroll
+      for (int i = 0; i < kDims; ++i) {
+        const int dim = tid + kDecodeThreads * i;
+        if (dim < d) p.part_o[base * d + dim] = acc[r][i];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int r = warp + kDecodeWarps * j;
+      if (r < live && lane == 0) {
+        const int64_t base = (split * p.kv_heads + kvh) * p.rows + rho0 + r;
+        p.part_m[base] = row_max[j];
+        p.part_l[base] = row_sum[j];
+      }
     }
   }
 }
 
-template <int kMaxD, int kRows>
-__global__ void __launch_bounds__(kDecodeThreads) AttentionDecodeKernel(Params p) {
-  KernelEntry();
-  AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y, blockIdx.z);
-}
-
+// Block z takes ranges z * ranges, ... of `splits`.
 template <int kMaxD, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads)
-    AttentionDecodeBatchKernel(ParamsBatch b, int64_t max_splits) {
+    AttentionDecodeKernel(Params p, int ranges, int64_t splits) {
   KernelEntry();
-  const int64_t seq = blockIdx.z / max_splits;
-  const int64_t split = blockIdx.z % max_splits;
+  AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y,
+                                     static_cast<int64_t>(blockIdx.z) * ranges, ranges, splits);
+}
+
+// Block z takes sequence z / groups, its ranges (z % groups) * ranges, ...
+template <int kMaxD, int kRows>
+__global__ void __launch_bounds__(kDecodeThreads)
+    AttentionDecodeBatchKernel(ParamsBatch b, int64_t groups, int ranges) {
+  KernelEntry();
+  const int64_t seq = blockIdx.z / groups;
+  const int64_t split0 = (blockIdx.z % groups) * ranges;
   const Params& p = b.seq[seq];
-  if (split >= b.splits[seq] || static_cast<int64_t>(blockIdx.x) * kRows >= p.rows) return;
-  AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y, split);
+  if (split0 >= b.splits[seq] || static_cast<int64_t>(blockIdx.x) * kRows >= p.rows) return;
+  AttentionDecodeBlock<kMaxD, kRows>(p, blockIdx.x, blockIdx.y, split0, ranges, b.splits[seq]);
 }
 inline constexpr bool kDecodeBlocks = true;
 #else
@@ -769,15 +792,42 @@ bool DecodeFewRows(int decode_variant, int64_t max_rows) {
   return decode_variant == 2 && max_rows <= kDecodeFewRows;
 }
 
+// Key ranges a decode block takes (AttentionDecodeSpread): `blocks_of(r)` is the launch's
+// blocks at r ranges a block, `shared` a block's shared memory.
+template <typename BlocksOf>
+int DecodeRangesPerBlock(const AttentionDecodeSpread& spread, size_t shared,
+                         const BlocksOf& blocks_of) {
+  if (spread.ranges_per_block > 0) return spread.ranges_per_block;
+  if (spread.multiprocessors <= 0 || spread.shared_per_multiprocessor <= 0) return 1;
+  // A block's shared memory plus what the device reserves a block (1 KiB on NVIDIA).
+  constexpr int64_t kReserved = 1024;
+  constexpr int64_t kMostBlocks = 2048 / kDecodeThreads;  // Threads a multiprocessor.
+  int64_t per = (spread.shared_per_multiprocessor) / (static_cast<int64_t>(shared) + kReserved);
+  per = per < 1 ? 1 : per > kMostBlocks ? kMostBlocks : per;
+  const int64_t wave = per * spread.multiprocessors;
+  int ranges = 1;
+  while (ranges < kAttentionDecodeMaxRangesPerBlock &&
+         blocks_of(2 * ranges) >= spread.min_waves * wave) {
+    ranges *= 2;
+  }
+  return ranges;
+}
+
 template <int kMaxD, int kRows>
-hipError_t LaunchDecodeRows(const Params& p, int64_t splits, hipStream_t stream) {
+hipError_t LaunchDecodeRows(const Params& p, int64_t splits, const AttentionDecodeSpread& spread,
+                            hipStream_t stream) {
 #if !defined(__HIP_PLATFORM_AMD__)
   const size_t shared = DecodeSharedFloats<kRows>(p.d) * sizeof(float);
   hipError_t e = AllowSharedBytes(AttentionDecodeKernel<kMaxD, kRows>, shared);
   if (e != hipSuccess) return e;
+  const int64_t row_blocks = CeilDiv(p.rows, kRows) * p.kv_heads;
+  const int ranges = DecodeRangesPerBlock(
+      spread, shared, [&](int r) { return row_blocks * CeilDiv(splits, r); });
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kRows)),
-                  static_cast<unsigned int>(p.kv_heads), static_cast<unsigned int>(splits));
-  LaunchKernel(AttentionDecodeKernel<kMaxD, kRows>, grid, kDecodeThreads, shared, stream, p);
+                  static_cast<unsigned int>(p.kv_heads),
+                  static_cast<unsigned int>(CeilDiv(splits, ranges)));
+  LaunchKernel(AttentionDecodeKernel<kMaxD, kRows>, grid, kDecodeThreads, shared, stream, p,
+               ranges, splits);
   return hipGetLastError();
 #else
   return hipErrorNotSupported;
@@ -785,18 +835,20 @@ hipError_t LaunchDecodeRows(const Params& p, int64_t splits, hipStream_t stream)
 }
 
 template <int kMaxD>
-hipError_t LaunchDecode(const Params& p, int64_t splits, int decode_variant, hipStream_t stream) {
+hipError_t LaunchDecode(const Params& p, int64_t splits, int decode_variant,
+                        const AttentionDecodeSpread& spread, hipStream_t stream) {
   return DecodeFewRows(decode_variant, p.rows)
-             ? LaunchDecodeRows<kMaxD, kDecodeFewRows>(p, splits, stream)
-             : LaunchDecodeRows<kMaxD, kNarrowRows>(p, splits, stream);
+             ? LaunchDecodeRows<kMaxD, kDecodeFewRows>(p, splits, spread, stream)
+             : LaunchDecodeRows<kMaxD, kNarrowRows>(p, splits, spread, stream);
 }
 
 template <int kMaxD>
-hipError_t Launch(const Params& p, int64_t splits, int decode_variant, hipStream_t stream) {
+hipError_t Launch(const Params& p, int64_t splits, int decode_variant,
+                  const AttentionDecodeSpread& spread, hipStream_t stream) {
   const bool vec = VecLoads(p);
   hipError_t e;
   if (p.part_o != nullptr && DecodeBlocks(decode_variant, vec, p.rows)) {
-    e = LaunchDecode<kMaxD>(p, splits, decode_variant, stream);
+    e = LaunchDecode<kMaxD>(p, splits, decode_variant, spread, stream);
   } else if (p.rows <= kNarrowRows) {
     e = vec ? LaunchTiles<kMaxD, kNarrowRows, true>(p, splits, stream)
             : LaunchTiles<kMaxD, kNarrowRows, false>(p, splits, stream);
@@ -878,16 +930,26 @@ hipError_t LaunchBatchTiles(const ParamsBatch& b, int count, int64_t max_rows, i
 
 template <int kMaxD, int kRows>
 hipError_t LaunchDecodeBatchRows(const ParamsBatch& b, int count, int64_t max_rows,
-                                 int64_t max_splits, hipStream_t stream) {
+                                 int64_t max_splits, const AttentionDecodeSpread& spread,
+                                 hipStream_t stream) {
 #if !defined(__HIP_PLATFORM_AMD__)
   const size_t shared = DecodeSharedFloats<kRows>(b.seq[0].d) * sizeof(float);
   hipError_t e = AllowSharedBytes(AttentionDecodeBatchKernel<kMaxD, kRows>, shared);
   if (e != hipSuccess) return e;
+  // The blocks that run (those past a sequence's ranges return at once).
+  const int ranges = DecodeRangesPerBlock(spread, shared, [&](int r) {
+    int64_t blocks = 0;
+    for (int i = 0; i < count; ++i) {
+      blocks += CeilDiv(b.seq[i].rows, kRows) * b.seq[i].kv_heads * CeilDiv(b.splits[i], r);
+    }
+    return blocks;
+  });
+  const int64_t groups = CeilDiv(max_splits, ranges);
   const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kRows)),
                   static_cast<unsigned int>(b.seq[0].kv_heads),
-                  static_cast<unsigned int>(count * max_splits));
+                  static_cast<unsigned int>(count * groups));
   LaunchKernel(AttentionDecodeBatchKernel<kMaxD, kRows>, grid, kDecodeThreads, shared, stream, b,
-               max_splits);
+               groups, ranges);
   return hipGetLastError();
 #else
   return hipErrorNotSupported;
@@ -896,18 +958,22 @@ hipError_t LaunchDecodeBatchRows(const ParamsBatch& b, int count, int64_t max_ro
 
 template <int kMaxD>
 hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
-                             int64_t max_splits, int decode_variant, hipStream_t stream) {
+                             int64_t max_splits, int decode_variant,
+                             const AttentionDecodeSpread& spread, hipStream_t stream) {
   return DecodeFewRows(decode_variant, max_rows)
-             ? LaunchDecodeBatchRows<kMaxD, kDecodeFewRows>(b, count, max_rows, max_splits, stream)
-             : LaunchDecodeBatchRows<kMaxD, kNarrowRows>(b, count, max_rows, max_splits, stream);
+             ? LaunchDecodeBatchRows<kMaxD, kDecodeFewRows>(b, count, max_rows, max_splits,
+                                                             spread, stream)
+             : LaunchDecodeBatchRows<kMaxD, kNarrowRows>(b, count, max_rows, max_splits, spread,
+                                                         stream);
 }
 
 template <int kMaxD>
 hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_rows,
-                       int64_t max_splits, int decode_variant, hipStream_t stream) {
+                       int64_t max_splits, int decode_variant,
+                       const AttentionDecodeSpread& spread, hipStream_t stream) {
   hipError_t e;
   if (DecodeBlocks(decode_variant, vec, max_rows)) {
-    e = LaunchDecodeBatch<kMaxD>(b, count, max_rows, max_splits, decode_variant, stream);
+    e = LaunchDecodeBatch<kMaxD>(b, count, max_rows, max_splits, decode_variant, spread, stream);
   } else if (max_rows <= kNarrowRows) {
     e = vec ? LaunchBatchTiles<kMaxD, kNarrowRows, true>(b, count, max_rows, max_splits, stream)
             : LaunchBatchTiles<kMaxD, kNarrowRows, false>(b, count, max_rows, max_splits, stream);
@@ -930,26 +996,35 @@ hipError_t LaunchBatch(const ParamsBatch& b, int count, bool vec, int64_t max_ro
 
 }  // namespace
 
-hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
-                     hipStream_t stream) {
+namespace {
+bool ValidSpread(const AttentionDecodeSpread& s) {
+  return s.ranges_per_block >= 0 && s.ranges_per_block <= kAttentionDecodeMaxRangesPerBlock &&
+         (s.ranges_per_block & (s.ranges_per_block - 1)) == 0 && s.min_waves >= 0;
+}
+}  // namespace
+
+hipError_t Attention(const AttentionLaunch& a, int decode_variant,
+                     const AttentionDecodeSpread& spread, float* workspace, hipStream_t stream) {
   if (a.tokens == 0) return hipSuccess;
-  if (decode_variant < 0 || decode_variant >= kAttentionDecodeVariants) {
+  if (decode_variant < 0 || decode_variant >= kAttentionDecodeVariants || !ValidSpread(spread)) {
     return hipErrorInvalidValue;
   }
   const Params p = ParamsOf(a, workspace);
   const int64_t splits = Splits(a);
-  if (a.head_dim <= 64) return Launch<64>(p, splits, decode_variant, stream);
-  if (a.head_dim <= 128) return Launch<128>(p, splits, decode_variant, stream);
-  return Launch<256>(p, splits, decode_variant, stream);
+  if (a.head_dim <= 64) return Launch<64>(p, splits, decode_variant, spread, stream);
+  if (a.head_dim <= 128) return Launch<128>(p, splits, decode_variant, spread, stream);
+  return Launch<256>(p, splits, decode_variant, spread, stream);
 }
 
 int AttentionMaxBatch() { return kMaxBatch; }
 int64_t AttentionMaxBatchRanges() { return kMaxGridZ; }
 
 hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_variant,
-                               float* workspace, hipStream_t stream) {
+                               const AttentionDecodeSpread& spread, float* workspace,
+                               hipStream_t stream) {
   if (count <= 0) return hipSuccess;
-  if (count > kMaxBatch || decode_variant < 0 || decode_variant >= kAttentionDecodeVariants) {
+  if (count > kMaxBatch || decode_variant < 0 || decode_variant >= kAttentionDecodeVariants ||
+      !ValidSpread(spread)) {
     return hipErrorInvalidValue;
   }
   ParamsBatch b{};
@@ -971,12 +1046,12 @@ hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_v
     vec = vec && VecLoads(b.seq[i]);
   }
   if (a[0].head_dim <= 64) {
-    return LaunchBatch<64>(b, count, vec, max_rows, max_splits, decode_variant, stream);
+    return LaunchBatch<64>(b, count, vec, max_rows, max_splits, decode_variant, spread, stream);
   }
   if (a[0].head_dim <= 128) {
-    return LaunchBatch<128>(b, count, vec, max_rows, max_splits, decode_variant, stream);
+    return LaunchBatch<128>(b, count, vec, max_rows, max_splits, decode_variant, spread, stream);
   }
-  return LaunchBatch<256>(b, count, vec, max_rows, max_splits, decode_variant, stream);
+  return LaunchBatch<256>(b, count, vec, max_rows, max_splits, decode_variant, spread, stream);
 }
 
 }  // namespace cairn::infer::hip

@@ -17,6 +17,8 @@
 // The shared memory one block may use at most. AMD has no opt-in beyond the per-block limit.
 inline constexpr hipDeviceAttribute_t kCairnMaxSharedPerBlockAttribute =
     hipDeviceAttributeMaxSharedMemoryPerBlock;
+inline constexpr hipDeviceAttribute_t kCairnSharedPerMultiprocessorAttribute =
+    hipDeviceAttributeMaxSharedMemoryPerMultiprocessor;
 
 #elif defined(CAIRN_HIP_PLATFORM_NVIDIA) || defined(__CUDACC__)
 
@@ -49,6 +51,9 @@ inline constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount =
 // The shared memory one block may use at most, after opting in (cudaFuncSetAttribute).
 inline constexpr hipDeviceAttribute_t kCairnMaxSharedPerBlockAttribute =
     cudaDevAttrMaxSharedMemoryPerBlockOptin;
+// The shared memory of one multiprocessor (what its resident blocks share).
+inline constexpr hipDeviceAttribute_t kCairnSharedPerMultiprocessorAttribute =
+    cudaDevAttrMaxSharedMemoryPerMultiprocessor;
 
 // Runtime calls.
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }

@@ -37,6 +37,17 @@ absl::Status ValidAttentionDecodeVariant(int variant) {
                    hip::kAttentionDecodeVariants - 1, ", got ", variant));
 }
 
+absl::Status ValidDecodeRangesPerBlock(int ranges) {
+  if (ranges >= 0 && ranges <= hip::kAttentionDecodeMaxRangesPerBlock &&
+      (ranges & (ranges - 1)) == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "hip backend: attention_decode_ranges_per_block must be 0 (automatic) or a power of two up "
+      "to ",
+      hip::kAttentionDecodeMaxRangesPerBlock, ", got ", ranges));
+}
+
 }  // namespace
 
 int HipDeviceCount() {
@@ -70,6 +81,12 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
     return InvalidAttentionMmaVariant(options.attention_mma_variant);
   }
   RETURN_IF_ERROR(ValidAttentionDecodeVariant(options.attention_decode_variant));
+  RETURN_IF_ERROR(ValidDecodeRangesPerBlock(options.attention_decode_ranges_per_block));
+  if (options.attention_decode_min_waves < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: attention_decode_min_waves must be at least 0, got ",
+                     options.attention_decode_min_waves));
+  }
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
     return absl::UnavailableError(
@@ -85,6 +102,9 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   e = hipDeviceGetAttribute(&b->multiprocessors_, hipDeviceAttributeMultiprocessorCount,
                             options.device);
   if (e != hipSuccess) return HipError(e, "reading the multiprocessor count");
+  e = hipDeviceGetAttribute(&b->shared_per_multiprocessor_, kCairnSharedPerMultiprocessorAttribute,
+                            options.device);
+  if (e != hipSuccess) return HipError(e, "reading the shared memory of a multiprocessor");
   e = hipStreamCreateWithFlags(&b->compute_, hipStreamNonBlocking);
   if (e != hipSuccess) return HipError(e, "creating the compute stream");
   e = hipStreamCreateWithFlags(&b->transfer_, hipStreamNonBlocking);
@@ -110,7 +130,8 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),
       mma_rows_staged_min_bytes_(options.mma_rows_staged_min_bytes),
       attention_mma_variant_(options.attention_mma_variant),
-      attention_decode_variant_(options.attention_decode_variant) {}
+      attention_decode_variant_(options.attention_decode_variant),
+      attention_decode_ranges_(options.attention_decode_ranges_per_block) {}
 
 absl::Status HipKernelBackend::SetAttentionMmaVariantForTest(int variant) {
   if (!ValidAttentionMmaVariant(variant)) return InvalidAttentionMmaVariant(variant);
@@ -122,6 +143,19 @@ absl::Status HipKernelBackend::SetAttentionDecodeVariantForTest(int variant) {
   RETURN_IF_ERROR(ValidAttentionDecodeVariant(variant));
   attention_decode_variant_ = variant;
   return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::SetAttentionDecodeRangesPerBlockForTest(int ranges) {
+  RETURN_IF_ERROR(ValidDecodeRangesPerBlock(ranges));
+  attention_decode_ranges_ = ranges;
+  return absl::OkStatus();
+}
+
+hip::AttentionDecodeSpread HipKernelBackend::DecodeSpread() const {
+  return {.ranges_per_block = attention_decode_ranges_,
+          .multiprocessors = multiprocessors_,
+          .shared_per_multiprocessor = shared_per_multiprocessor_,
+          .min_waves = options_.attention_decode_min_waves};
 }
 
 absl::Status HipKernelBackend::SetMmaRowsVariantForTest(int variant) {
@@ -609,7 +643,8 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     float* ws = nullptr;
     const int64_t ws_floats = hip::AttentionWorkspaceFloats(part);
     if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
-    if (!Check(hip::Attention(part, attention_decode_variant_, ws, compute_), "attention launch")) {
+    if (!Check(hip::Attention(part, attention_decode_variant_, DecodeSpread(), ws, compute_),
+               "attention launch")) {
       return;
     }
   }
@@ -624,7 +659,8 @@ void HipKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
       hip::AttentionLaunch& l = run[0];
       float* ws = Workspace(hip::AttentionWorkspaceFloats(l));
       if (ws != nullptr) {
-        Check(hip::Attention(l, attention_decode_variant_, ws, compute_), "attention launch");
+        Check(hip::Attention(l, attention_decode_variant_, DecodeSpread(), ws, compute_),
+              "attention launch");
       }
     } else if (!run.empty()) {
       int64_t floats = 0;
@@ -632,7 +668,7 @@ void HipKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
       float* ws = Workspace(floats);
       if (ws != nullptr) {
         Check(hip::AttentionSplitBatch(run.data(), static_cast<int>(run.size()),
-                                       attention_decode_variant_, ws, compute_),
+                                       attention_decode_variant_, DecodeSpread(), ws, compute_),
               "attention batch launch");
       }
     }

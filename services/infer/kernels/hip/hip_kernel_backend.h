@@ -31,6 +31,10 @@ struct HipKernelBackendOptions {
   // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0); 2, as
   // 1, with blocks of 4 rows (a row a warp) for calls of at most 4 rows a kv head (default).
   int attention_decode_variant = 2;
+  // Key ranges a decode block takes (hip::AttentionDecodeSpread; the same bits): 1, 2 or 4, or 0
+  // (default) the most that leave attention_decode_min_waves waves of blocks on the device.
+  int attention_decode_ranges_per_block = 0;
+  int attention_decode_min_waves = 2;
   // Row-invariant attention (AttentionArgs::row_invariant) always takes the split path, this
   // many query tokens per launch (bounds its workspace).
   int64_t attention_invariant_group_tokens = 64;
@@ -339,6 +343,10 @@ class HipKernelBackend final : public KernelBackend {
   // attention_decode_variant; the same bits). InvalidArgument outside 0 to
   // hip::kAttentionDecodeVariants - 1.
   absl::Status SetAttentionDecodeVariantForTest(int variant);
+  // Changes the key ranges a decode block of later calls takes
+  // (HipKernelBackendOptions::attention_decode_ranges_per_block; the same bits).
+  // InvalidArgument unless 0, 1, 2 or 4.
+  absl::Status SetAttentionDecodeRangesPerBlockForTest(int ranges);
 
   // Returns the [offset, length) pieces of a host range [host, host + bytes) cut at the
   // boundaries inside it. Exposed for tests.
@@ -360,6 +368,8 @@ class HipKernelBackend final : public KernelBackend {
   bool Check(hipError_t e, const char* what);
   // Returns at least `floats` floats of workspace (valid until the next call that asks).
   float* Workspace(int64_t floats);
+  // How the decode attention blocks share out key ranges (attention_decode_ranges_per_block).
+  hip::AttentionDecodeSpread DecodeSpread() const;
   // Keeps InvalidArgument and returns false unless `w` is a matrix this backend takes whose
   // columns fit x's row stride `ldx` and whose rows fit y's `ldy`.
   bool CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx, int64_t ldy);
@@ -432,7 +442,9 @@ class HipKernelBackend final : public KernelBackend {
   int64_t mma_rows_staged_min_bytes_;  // options_.mma_rows_staged_min_bytes, likewise.
   int attention_mma_variant_;          // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
+  int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.
   int multiprocessors_ = 0;       // The device's.
+  int shared_per_multiprocessor_ = 0;  // The device's, in bytes.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

@@ -308,8 +308,21 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // but calls of at most 4 rows a kv head (one token at a GQA group of up to 4) take blocks of 4
 // rows, a row a warp, instead of 8 of which half run on zeros.
 inline constexpr int kAttentionDecodeVariants = 3;
-hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* workspace,
-                     hipStream_t stream);
+// How the decode blocks (decode_variant 1 and 2) share out a call's key ranges: each block takes
+// `ranges_per_block` consecutive ranges (1, 2 or 4; 0: the most of those that still leave
+// `min_waves` waves of blocks on `multiprocessors` multiprocessors of
+// `shared_per_multiprocessor` bytes of shared memory, 1 where those are unknown). A range's
+// arithmetic is that of a block of its own, so the choice never changes a bit; fewer, longer
+// blocks keep their copies in flight across a range's end and are fewer to schedule.
+inline constexpr int kAttentionDecodeMaxRangesPerBlock = 4;
+struct AttentionDecodeSpread {
+  int ranges_per_block = 1;
+  int multiprocessors = 0;
+  int64_t shared_per_multiprocessor = 0;
+  int min_waves = 2;
+};
+hipError_t Attention(const AttentionLaunch& a, int decode_variant,
+                     const AttentionDecodeSpread& spread, float* workspace, hipStream_t stream);
 // The split path of `count` calls (each with split_keys > 0, tokens > 0, equal q_heads, kv_heads
 // and head_dim; at most AttentionMaxBatch() calls, and calls times the most key ranges of one
 // call at most AttentionMaxBatchRanges()) in one launch of each kernel: each call's blocks run
@@ -318,7 +331,8 @@ hipError_t Attention(const AttentionLaunch& a, int decode_variant, float* worksp
 int AttentionMaxBatch();
 int64_t AttentionMaxBatchRanges();
 hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_variant,
-                               float* workspace, hipStream_t stream);
+                               const AttentionDecodeSpread& spread, float* workspace,
+                               hipStream_t stream);
 // The prefill path (split_keys == 0) on the matrix units (attention_mma.hip): q, k, v rounded
 // to bf16 (k and v once per call into `workspace`, AttentionMmaWorkspaceBytes), fp32 softmax and
 // accumulation, keys in tiles of 64 from key 0, so a row's bits depend only on its query,

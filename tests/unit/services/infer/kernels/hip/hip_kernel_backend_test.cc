@@ -635,7 +635,10 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   // where a call has no more) against the tile kernel (0):
   // single calls of 1 to 8 rows a kv head (GQA groups 1 to 6, several tokens whose positions
   // differ inside a tile), head dimensions 32 to 256 (36 and 80 not multiples of 32), first
-  // keys, unaligned ends, 100K keys; then a batch of decode calls in one launch.
+  // keys, unaligned ends, 100K keys; then a batch of decode calls in one launch. Variants 1 and
+  // 2 also with 2 and 4 key ranges a block (attention_decode_ranges_per_block; the automatic
+  // choice is the variants' own), whose ranges end inside a block and whose last block has
+  // fewer ranges than the others.
   struct Case {
     int64_t tokens, past;
     int q_heads, kv_heads, head_dim;
@@ -650,8 +653,20 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     ASSERT_TRUE(b.ok()) << b.status();
     variants.push_back(*std::move(b));
   }
+  for (const int variant : {1, 2}) {
+    for (const int ranges : {1, 2, 4}) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+          {.attention_decode_variant = variant, .attention_decode_ranges_per_block = ranges});
+      ASSERT_TRUE(b.ok()) << b.status();
+      variants.push_back(*std::move(b));
+    }
+  }
   EXPECT_THAT(HipKernelBackend::Create({.attention_decode_variant = hip::kAttentionDecodeVariants})
                   .status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(HipKernelBackend::Create({.attention_decode_ranges_per_block = 3}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(variants[0]->SetAttentionDecodeRangesPerBlockForTest(8),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(variants[0]->SetAttentionDecodeVariantForTest(-1),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
@@ -704,7 +719,7 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     ASSERT_TRUE(b->Synchronize().ok()) << b->status();
     outs.push_back(Down(o, total * q_ld));
   }
-  EXPECT_TRUE(SameBits(outs[0], outs[1])) << "batch";
+  for (size_t i = 1; i < outs.size(); ++i) EXPECT_TRUE(SameBits(outs[0], outs[i])) << "batch " << i;
 }
 
 TEST_F(HipKernelBackendTest, AttentionMmaVariantsAgreeAtShortAndTileCrossingLengths) {

@@ -25,6 +25,7 @@
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
 //          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
 //          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
+//          [--attention-split-keys=N] [--decode-ranges=0,1,2,4]
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -40,6 +41,9 @@
 // enqueued behind a device-to-device copy of N MB on the compute stream, so that the host
 // enqueues the step while the device is still copying: the step's time less the copy's (timed
 // alone) is the device's own time for the step, without waits for the host's launches.
+// --attention-split-keys=N: HipKernelBackendOptions::attention_split_keys (other bits).
+// --decode-ranges: within --decode-attention-variants, once for each value listed of
+// HipKernelBackendOptions::attention_decode_ranges_per_block (0: automatic; the same bits).
 // --mma-bf16-inputs: each slot count's decode steps run once for each value listed, outermost:
 // 1, the decode products' inputs rounded to bf16 (HipKernelBackendOptions::mma_rows_bf16_inputs,
 // the default), 0, split exactly into three pieces (other bits).
@@ -121,6 +125,7 @@ struct Flags {
   std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
+  std::vector<int> decode_ranges = {HipKernelBackendOptions().attention_decode_ranges_per_block};
   std::vector<int> overlapped_launches = {HipKernelBackendOptions().overlapped_launches ? 1 : 0};
   std::vector<int> copy_rows_kernel = {HipKernelBackendOptions().copy_rows_kernel ? 1 : 0};
   std::vector<int> mma_staged_rows = {HipKernelBackendOptions().mma_rows_staged_min_rows};
@@ -131,6 +136,7 @@ struct Flags {
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
   int64_t host_lead_mb = 0;  // 0: no host-lead steps.
+  int64_t attention_split_keys = HipKernelBackendOptions().attention_split_keys;
 };
 
 // What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
@@ -504,7 +510,7 @@ class ModelBench {
     // kDecodeModes) for each combination of variants listed.
     const int64_t runs = static_cast<int64_t>(
         f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
-        f_.decode_attention_variants.size() * f_.moe_kernels.size() *
+        f_.decode_attention_variants.size() * f_.decode_ranges.size() * f_.moe_kernels.size() *
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
         f_.mma_staged_mb.size() * f_.logits_parts.size());
     const int64_t rows = f_.decode_depth +
@@ -553,20 +559,23 @@ class ModelBench {
         model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
     // Every combination of the variants listed, the last listed innermost.
     struct Config {
-      int bf16_inputs, variant, attention, kernels, overlapped, copy_kernel, staged_rows, staged_mb;
+      int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
+          staged_mb;
     };
     std::vector<Config> configs;
     for (const int bf16_inputs : f_.mma_bf16_inputs) {
       for (const int variant : f_.mma_variants) {
         for (const int attention : f_.decode_attention_variants) {
-          for (const int kernels : f_.moe_kernels) {
-            for (const int overlapped : f_.overlapped_launches) {
-              for (const int copy_kernel : f_.copy_rows_kernel) {
-                for (const int staged_rows : f_.mma_staged_rows) {
-                  for (const int staged_mb : f_.mma_staged_mb) {
-                    configs.push_back({bf16_inputs, variant, attention, kernels, overlapped,
-                                       copy_kernel, staged_rows, staged_mb});
-                    if (staged_rows == 0) break;  // The threshold does not enter.
+          for (const int ranges : f_.decode_ranges) {
+            for (const int kernels : f_.moe_kernels) {
+              for (const int overlapped : f_.overlapped_launches) {
+                for (const int copy_kernel : f_.copy_rows_kernel) {
+                  for (const int staged_rows : f_.mma_staged_rows) {
+                    for (const int staged_mb : f_.mma_staged_mb) {
+                      configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
+                                         overlapped, copy_kernel, staged_rows, staged_mb});
+                      if (staged_rows == 0) break;  // The threshold does not enter.
+                    }
                   }
                 }
               }
@@ -584,6 +593,8 @@ class ModelBench {
           Bench::Check(b_.SetMmaRowsVariantForTest(c.variant), "mma variant");
           Bench::Check(b_.SetAttentionDecodeVariantForTest(c.attention),
                        "decode attention variant");
+          Bench::Check(b_.SetAttentionDecodeRangesPerBlockForTest(c.ranges),
+                       "decode attention ranges");
           b_.SetMoeKernelsForTest(c.kernels);
           hip::SetOverlappedLaunches(c.overlapped == 1);
           b_.SetCopyRowsKernelForTest(c.copy_kernel == 1);
@@ -596,6 +607,9 @@ class ModelBench {
           if (f_.mma_variants.size() > 1) suffix += absl::StrFormat(" (mma variant %d)", c.variant);
           if (f_.decode_attention_variants.size() > 1) {
             suffix += absl::StrFormat(" (decode attention variant %d)", c.attention);
+          }
+          if (f_.decode_ranges.size() > 1) {
+            suffix += absl::StrFormat(" (decode attention ranges a block %d)", c.ranges);
           }
           if (f_.moe_kernels.size() > 1) suffix += absl::StrFormat(" (moe kernels %d)", c.kernels);
           if (f_.overlapped_launches.size() > 1) {
@@ -623,6 +637,9 @@ class ModelBench {
         Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
         Bench::Check(b_.SetAttentionDecodeVariantForTest(defaults.attention_decode_variant),
                      "decode attention variant");
+        Bench::Check(
+            b_.SetAttentionDecodeRangesPerBlockForTest(defaults.attention_decode_ranges_per_block),
+            "decode attention ranges");
       }
     }
   }
@@ -881,6 +898,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1, &f->moe_kernels)) return false;
     } else if (key == "attention-variants") {
       if (!IntList(value, 0, hip::kAttentionMmaVariants - 1, &f->attention_variants)) return false;
+    } else if (key == "decode-ranges") {
+      if (!IntList(value, 0, hip::kAttentionDecodeMaxRangesPerBlock, &f->decode_ranges)) {
+        return false;
+      }
     } else if (key == "overlapped-launches") {
       if (!IntList(value, 0, 1, &f->overlapped_launches)) return false;
     } else if (key == "copy-rows-kernel") {
@@ -917,6 +938,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "op-times") {
       f->op_times = n != 0;
+    } else if (key == "attention-split-keys") {
+      f->attention_split_keys = n;
     } else if (key == "host-lead-mb") {
       f->host_lead_mb = n;
     } else if (key == "profile-slots") {
@@ -941,11 +964,13 @@ int Main(int argc, char** argv) {
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
                  "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
-                 "[--host-lead-mb=N]\n");
+                 "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...]\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created = HipKernelBackend::Create(
-      {.mma_rows_tiles_of_8 = flags.mma_tiles_of_8, .grouped_moe = flags.grouped_moe});
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
+      HipKernelBackend::Create({.attention_split_keys = flags.attention_split_keys,
+                                .mma_rows_tiles_of_8 = flags.mma_tiles_of_8,
+                                .grouped_moe = flags.grouped_moe});
   if (!created.ok()) Bench::Fail(created.status().ToString());
   HipKernelBackend& b = **created;
   Bench bench(&b);
