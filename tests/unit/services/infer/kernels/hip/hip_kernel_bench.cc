@@ -215,6 +215,9 @@ int DecodeBatch() {
   float* conv_states = bench.Buffer(kCopies * kMaxSeqs * conv_floats, 63);
   float* conv_out = bench.Buffer(kMaxSeqs * channels, 64);
   float* inv_freq = bench.Buffer(32, 65, 0.0f, 1.0f);
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> wide_ranges =
+      HipKernelBackend::Create({.attention_split_keys = 256});
+  if (!wide_ranges.ok()) Bench::Fail(wide_ranges.status().ToString());
   char label[200];
   for (const int seqs : {1, 4, 16}) {
     int copy = 0;  // Each call on the next copy.
@@ -251,6 +254,34 @@ int DecodeBatch() {
         b.AttentionBatch(batch);
       });
     }
+    // The default variant with each count of key ranges a block (the same bits), then ranges of
+    // 256 keys instead of 128 (other bits), for comparison.
+    const auto attention_on = [&](HipKernelBackend& on) {
+      std::vector<AttentionArgs> batch;
+      for (int s = 0; s < seqs; ++s) {
+        const int64_t rows = row_of(s) * (past + 1) * kv_width;
+        batch.push_back({q + s * qh * hd, keys + rows, values + rows, o + s * qh * hd, 1, past, qh,
+                         kvh, hd, 0.0625f});
+      }
+      on.AttentionBatch(batch);
+    };
+    for (int ranges = 1; ranges <= hip::kAttentionDecodeMaxRangesPerBlock; ranges *= 2) {
+      if (!b.SetAttentionDecodeRangesPerBlockForTest(ranges).ok()) Bench::Fail("decode ranges");
+      char what[80];
+      std::snprintf(what, sizeof what, "decode attention at 4096 keys (%d ranges a block)", ranges);
+      time(what, 2.0 * 4.0 * seqs * (past + 1) * kv_width, 8, [&] { attention_on(b); });
+    }
+    if (!b.SetAttentionDecodeRangesPerBlockForTest(
+              HipKernelBackendOptions().attention_decode_ranges_per_block)
+             .ok()) {
+      Bench::Fail("decode ranges");
+    }
+    time("decode attention at 4096 keys (ranges of 256 keys)",
+         2.0 * 4.0 * seqs * (past + 1) * kv_width, 8, [&] {
+           // Its own stream: waited for here, as Bench::Time waits for b's.
+           attention_on(**wide_ranges);
+           Bench::Check((*wide_ranges)->Synchronize(), "ranges of 256 keys");
+         });
     time("rope + kv append", 4.0 * seqs * (2.0 * qh * hd + 4.0 * kv_width), 8, [&] {
       std::vector<RopeAppendArgs> batch;
       for (int s = 0; s < seqs; ++s) {
