@@ -330,7 +330,6 @@ __global__ void __launch_bounds__(kThreads)
   AttentionBlock<kMaxD, kBr, kVec>(p, blockIdx.x, blockIdx.y, split);
 }
 
-#if !defined(__HIP_PLATFORM_AMD__)
 // The decode blocks (attention_decode_variant 1 and 2; NVIDIA): the split path's blocks of at
 // most kNarrowRows rows (variant 2: kDecodeFewRows where a call has no more) with
 // AttentionBlock's arithmetic, restructured for latency. A tile's keys and values come in by
@@ -345,7 +344,6 @@ __global__ void __launch_bounds__(kThreads)
 // lane adds the 32 weights by shuffles, in order). Per element the same operations on the same
 // values as AttentionBlock: the same bits (tested).
 constexpr int kDecodeThreads = 128;
-constexpr int kDecodeWarps = kDecodeThreads / 32;
 // Row stride of the Q and K buffers: 16-byte aligned for the copies, and rows 4 banks apart, so
 // a warp's 16-byte reads of 8 consecutive keys' rows hit distinct banks.
 constexpr int kDecodePad = 4;
@@ -361,6 +359,9 @@ size_t DecodeSharedFloats(int d) {
 // head: one token at a GQA group of up to 4): a row a warp, so no arithmetic on unused rows.
 constexpr int kDecodeFewRows = 4;
 
+// (The constants above also serve the host code below that picks the blocks on every platform.)
+#if !defined(__HIP_PLATFORM_AMD__)
+constexpr int kDecodeWarps = kDecodeThreads / 32;
 // 16 bytes from global `src` into shared `dst` without passing through registers; zeros where
 // `valid` is false (then nothing is read).
 __device__ inline void DecodeCopy16(float* dst, const float* src, bool valid) {
