@@ -793,19 +793,23 @@ bool DecodeFewRows(int decode_variant, int64_t max_rows) {
   return decode_variant == 2 && max_rows <= kDecodeFewRows;
 }
 
-// Key ranges a decode block takes (AttentionDecodeSpread): `blocks_of(r)` is the launch's
-// blocks at r ranges a block, `shared` a block's shared memory.
-template <typename BlocksOf>
-int DecodeRangesPerBlock(const AttentionDecodeSpread& spread, size_t shared,
+// Key ranges a block of `kernel` (kDecodeThreads threads, `shared` bytes of dynamic shared
+// memory) takes (AttentionDecodeSpread): `blocks_of(r)` is the launch's blocks at r ranges a
+// block. The blocks a multiprocessor holds come from the runtime's occupancy calculator
+// (registers, shared memory and threads); where it has no answer, one range a block.
+template <typename Kernel, typename BlocksOf>
+int DecodeRangesPerBlock(const AttentionDecodeSpread& spread, Kernel kernel, size_t shared,
                          const BlocksOf& blocks_of) {
   if (spread.ranges_per_block > 0) return spread.ranges_per_block;
-  if (spread.multiprocessors <= 0 || spread.shared_per_multiprocessor <= 0) return 1;
-  // A block's shared memory plus what the device reserves a block (1 KiB on NVIDIA).
-  constexpr int64_t kReserved = 1024;
-  constexpr int64_t kMostBlocks = 2048 / kDecodeThreads;  // Threads a multiprocessor.
-  int64_t per = (spread.shared_per_multiprocessor) / (static_cast<int64_t>(shared) + kReserved);
-  per = per < 1 ? 1 : per > kMostBlocks ? kMostBlocks : per;
-  const int64_t wave = per * spread.multiprocessors;
+  int per = 0;
+  if (spread.multiprocessors <= 0 ||
+      hipOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, kDecodeThreads, shared) !=
+          hipSuccess ||
+      per <= 0) {
+    static_cast<void>(hipGetLastError());  // Not the launch's error.
+    return 1;
+  }
+  const int64_t wave = static_cast<int64_t>(per) * spread.multiprocessors;
   int ranges = 1;
   while (ranges < kAttentionDecodeMaxRangesPerBlock &&
          blocks_of(2 * ranges) >= spread.min_waves * wave) {
@@ -822,8 +826,9 @@ hipError_t LaunchDecodeRows(const Params& p, int64_t splits, const AttentionDeco
   hipError_t e = AllowSharedBytes(AttentionDecodeKernel<kMaxD, kRows>, shared);
   if (e != hipSuccess) return e;
   const int64_t row_blocks = CeilDiv(p.rows, kRows) * p.kv_heads;
-  const int ranges = DecodeRangesPerBlock(
-      spread, shared, [&](int r) { return row_blocks * CeilDiv(splits, r); });
+  const int ranges =
+      DecodeRangesPerBlock(spread, AttentionDecodeKernel<kMaxD, kRows>, shared,
+                           [&](int r) { return row_blocks * CeilDiv(splits, r); });
   const dim3 grid(static_cast<unsigned int>(CeilDiv(p.rows, kRows)),
                   static_cast<unsigned int>(p.kv_heads),
                   static_cast<unsigned int>(CeilDiv(splits, ranges)));
@@ -938,13 +943,15 @@ hipError_t LaunchDecodeBatchRows(const ParamsBatch& b, int count, int64_t max_ro
   hipError_t e = AllowSharedBytes(AttentionDecodeBatchKernel<kMaxD, kRows>, shared);
   if (e != hipSuccess) return e;
   // The blocks that run (those past a sequence's ranges return at once).
-  const int ranges = DecodeRangesPerBlock(spread, shared, [&](int r) {
+  const auto blocks_of = [&](int r) {
     int64_t blocks = 0;
     for (int i = 0; i < count; ++i) {
       blocks += CeilDiv(b.seq[i].rows, kRows) * b.seq[i].kv_heads * CeilDiv(b.splits[i], r);
     }
     return blocks;
-  });
+  };
+  const int ranges =
+      DecodeRangesPerBlock(spread, AttentionDecodeBatchKernel<kMaxD, kRows>, shared, blocks_of);
   const int64_t groups = CeilDiv(max_splits, ranges);
   const dim3 grid(static_cast<unsigned int>(CeilDiv(max_rows, kRows)),
                   static_cast<unsigned int>(b.seq[0].kv_heads),

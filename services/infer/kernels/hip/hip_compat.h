@@ -17,8 +17,6 @@
 // The shared memory one block may use at most. AMD has no opt-in beyond the per-block limit.
 inline constexpr hipDeviceAttribute_t kCairnMaxSharedPerBlockAttribute =
     hipDeviceAttributeMaxSharedMemoryPerBlock;
-inline constexpr hipDeviceAttribute_t kCairnSharedPerMultiprocessorAttribute =
-    hipDeviceAttributeMaxSharedMemoryPerMultiprocessor;
 
 #elif defined(CAIRN_HIP_PLATFORM_NVIDIA) || defined(__CUDACC__)
 
@@ -51,9 +49,6 @@ inline constexpr hipDeviceAttribute_t hipDeviceAttributeMultiprocessorCount =
 // The shared memory one block may use at most, after opting in (cudaFuncSetAttribute).
 inline constexpr hipDeviceAttribute_t kCairnMaxSharedPerBlockAttribute =
     cudaDevAttrMaxSharedMemoryPerBlockOptin;
-// The shared memory of one multiprocessor (what its resident blocks share).
-inline constexpr hipDeviceAttribute_t kCairnSharedPerMultiprocessorAttribute =
-    cudaDevAttrMaxSharedMemoryPerMultiprocessor;
 
 // Runtime calls.
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
@@ -111,6 +106,11 @@ inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) {
 }
 inline hipError_t hipFuncSetAttribute(const void* f, hipFuncAttribute a, int v) {
   return cudaFuncSetAttribute(f, a, v);
+}
+template <typename Kernel>
+inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel kernel,
+                                                               int threads, size_t shared) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, shared);
 }
 
 #else

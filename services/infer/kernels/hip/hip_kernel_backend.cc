@@ -102,9 +102,6 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   e = hipDeviceGetAttribute(&b->multiprocessors_, hipDeviceAttributeMultiprocessorCount,
                             options.device);
   if (e != hipSuccess) return HipError(e, "reading the multiprocessor count");
-  e = hipDeviceGetAttribute(&b->shared_per_multiprocessor_, kCairnSharedPerMultiprocessorAttribute,
-                            options.device);
-  if (e != hipSuccess) return HipError(e, "reading the shared memory of a multiprocessor");
   e = hipStreamCreateWithFlags(&b->compute_, hipStreamNonBlocking);
   if (e != hipSuccess) return HipError(e, "creating the compute stream");
   e = hipStreamCreateWithFlags(&b->transfer_, hipStreamNonBlocking);
@@ -154,7 +151,6 @@ absl::Status HipKernelBackend::SetAttentionDecodeRangesPerBlockForTest(int range
 hip::AttentionDecodeSpread HipKernelBackend::DecodeSpread() const {
   return {.ranges_per_block = attention_decode_ranges_,
           .multiprocessors = multiprocessors_,
-          .shared_per_multiprocessor = shared_per_multiprocessor_,
           .min_waves = options_.attention_decode_min_waves};
 }
 

@@ -444,7 +444,6 @@ class HipKernelBackend final : public KernelBackend {
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.
   int multiprocessors_ = 0;       // The device's.
-  int shared_per_multiprocessor_ = 0;  // The device's, in bytes.
 };
 
 // Returns the number of devices the HIP runtime sees (0 when there is no driver or device).

@@ -310,15 +310,14 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 inline constexpr int kAttentionDecodeVariants = 3;
 // How the decode blocks (decode_variant 1 and 2) share out a call's key ranges: each block takes
 // `ranges_per_block` consecutive ranges (1, 2 or 4; 0: the most of those that still leave
-// `min_waves` waves of blocks on `multiprocessors` multiprocessors of
-// `shared_per_multiprocessor` bytes of shared memory, 1 where those are unknown). A range's
+// `min_waves` waves of blocks on `multiprocessors` multiprocessors, each holding as many blocks
+// as the runtime's occupancy calculator gives; 1 where those are unknown). A range's
 // arithmetic is that of a block of its own, so the choice never changes a bit; fewer, longer
 // blocks keep their copies in flight across a range's end and are fewer to schedule.
 inline constexpr int kAttentionDecodeMaxRangesPerBlock = 4;
 struct AttentionDecodeSpread {
   int ranges_per_block = 1;
   int multiprocessors = 0;
-  int64_t shared_per_multiprocessor = 0;
   int min_waves = 2;
 };
 hipError_t Attention(const AttentionLaunch& a, int decode_variant,

@@ -902,6 +902,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, hip::kAttentionDecodeMaxRangesPerBlock, &f->decode_ranges)) {
         return false;
       }
+      for (const int r : f->decode_ranges) {
+        if ((r & (r - 1)) != 0) return false;  // 0 or a power of two.
+      }
     } else if (key == "overlapped-launches") {
       if (!IntList(value, 0, 1, &f->overlapped_launches)) return false;
     } else if (key == "copy-rows-kernel") {
