@@ -367,11 +367,11 @@ absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> promp
   return plan;
 }
 
-void GrpcStateCache::DoSpill(const Session& session, const v1::SpillRequest& request,
-                             KvMemory* memory) {
-  v1::SessionClientMessage msg;
-  v1::SpillDone* done = msg.mutable_spill_done();
-  done->set_spill_id(request.spill_id());
+GrpcStateCache::SpillInFlight GrpcStateCache::StartSpill(std::shared_ptr<Session> session,
+                                                         const v1::SpillRequest& request,
+                                                         KvMemory* memory) {
+  SpillInFlight spill;
+  spill.spill_id = request.spill_id();
   const StateLayout& layout = memory->layout();
   const int slot = static_cast<int>(request.slot());
   for (const v1::ChunkSpill& chunk : request.chunks()) {
@@ -380,7 +380,7 @@ void GrpcStateCache::DoSpill(const Session& session, const v1::SpillRequest& req
                           : absl::InvalidArgumentError(absl::StrCat("no slot ", slot));
     absl::Span<uint8_t> dest;
     if (st.ok()) {
-      absl::StatusOr<absl::Span<uint8_t>> d = Resolve(session, chunk.destination());
+      absl::StatusOr<absl::Span<uint8_t>> d = Resolve(*session, chunk.destination());
       st = d.status();
       if (d.ok()) dest = *d;
     }
@@ -392,29 +392,80 @@ void GrpcStateCache::DoSpill(const Session& session, const v1::SpillRequest& req
     for (size_t c = 0; st.ok() && c < layout.components.size(); ++c) {
       if (layout.components[c].kind != ComponentKind::kRows) continue;
       const size_t n = static_cast<size_t>(rows * layout.components[c].bytes());
-      st = memory->CopyRowsOut(slot, static_cast<int>(c), static_cast<int64_t>(chunk.first_row()),
-                               rows, dest.subspan(offset, n));
+      absl::StatusOr<uint64_t> ticket = memory->CopyRowsOutBackground(
+          slot, static_cast<int>(c), static_cast<int64_t>(chunk.first_row()), rows,
+          dest.subspan(offset, n));
+      st = ticket.status();
+      if (ticket.ok()) spill.ticket = std::max(spill.ticket, *ticket);
       offset += n;
     }
     if (st.ok()) {
-      done->add_chunk_ids(chunk.chunk_id());
-      done->add_checksums(Xxh3(dest.data(), dest.size()));
+      spill.chunks.emplace_back(chunk.chunk_id(), dest);
+      spill.bytes += static_cast<int64_t>(dest.size());
     } else {
       CAIRN_LOG(WARNING) << "spill " << request.spill_id() << " of chunk " << chunk.chunk_id()
                          << " from slot " << slot << " failed: " << st;
-      done->add_failed_chunk_ids(chunk.chunk_id());
+      spill.failed.push_back(chunk.chunk_id());
     }
   }
+  spill.session = std::move(session);
+  return spill;
+}
+
+bool GrpcStateCache::FinishSpill(SpillInFlight& spill, KvMemory* memory, bool wait) {
+  absl::Status copied = absl::OkStatus();
+  if (wait) {
+    copied = memory->WaitBackgroundCopy(spill.ticket);
+  } else {
+    absl::StatusOr<bool> done = memory->BackgroundCopyDone(spill.ticket);
+    if (done.ok() && !*done) return false;
+    copied = done.status();
+  }
+  v1::SessionClientMessage msg;
+  v1::SpillDone* done = msg.mutable_spill_done();
+  done->set_spill_id(spill.spill_id);
+  for (const auto& [chunk_id, dest] : spill.chunks) {
+    if (copied.ok()) {
+      done->add_chunk_ids(chunk_id);
+      done->add_checksums(Xxh3(dest.data(), dest.size()));
+    } else {
+      done->add_failed_chunk_ids(chunk_id);
+    }
+  }
+  if (!copied.ok()) {
+    CAIRN_LOG(WARNING) << "spill " << spill.spill_id << ": copying its rows failed: " << copied;
+  }
+  for (uint64_t chunk_id : spill.failed) done->add_failed_chunk_ids(chunk_id);
   {
     MutexLock lock(&mu_);
-    done_spills_.insert(request.spill_id());
+    done_spills_.insert(spill.spill_id);
   }
   if (!WriteToStream(msg)) {
-    CAIRN_LOG(WARNING) << "could not report spill " << request.spill_id() << " (session lost)";
+    CAIRN_LOG(WARNING) << "could not report spill " << spill.spill_id << " (session lost)";
+  }
+  return true;
+}
+
+void GrpcStateCache::FinishSpills(KvMemory* memory, bool wait) {
+  // Tickets complete in order, so the oldest spill finishes first.
+  while (!in_flight_.empty() && FinishSpill(in_flight_.front(), memory, wait)) {
+    in_flight_bytes_ -= in_flight_.front().bytes;
+    in_flight_.pop_front();
+    in_flight_count_.store(static_cast<int>(in_flight_.size()));
   }
 }
 
+void GrpcStateCache::FinishBackgroundCopies(KvMemory* memory) { FinishSpills(memory, true); }
+
+void GrpcStateCache::DoSpill(std::shared_ptr<Session> session, const v1::SpillRequest& request,
+                             KvMemory* memory) {
+  SpillInFlight spill = StartSpill(std::move(session), request, memory);
+  FinishSpill(spill, memory, /*wait=*/true);
+}
+
 absl::Status GrpcStateCache::DoSpills(const std::vector<uint64_t>& ids, KvMemory* memory) {
+  // Spills in flight first: `ids` may name them, and a restore's lease may wait for them.
+  FinishSpills(memory, /*wait=*/true);
   if (ids.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Current());
   const uint64_t generation = generation_.load();
@@ -453,7 +504,7 @@ absl::Status GrpcStateCache::DoSpills(const std::vector<uint64_t>& ids, KvMemory
       }
     }
     remaining.erase(request.spill_id());
-    DoSpill(*session, request, memory);
+    DoSpill(session, request, memory);
   }
   return absl::OkStatus();
 }
@@ -546,7 +597,7 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
         }
       }
       if (work.has_value()) {
-        DoSpill(*s, *work, memory);
+        DoSpill(s, *work, memory);
         continue;
       }
       if (!answer.has_value()) {
@@ -728,30 +779,58 @@ void GrpcStateCache::SlotBusy(int slot) {
 }
 
 bool GrpcStateCache::HasBackgroundWork() const {
+  if (in_flight_count_.load() > 0) return true;
   MutexLock lock(&mu_);
   return !spills_.empty();
 }
 
 bool GrpcStateCache::RunBackgroundWork(KvMemory* memory, absl::Duration budget) {
+  FinishSpills(memory, /*wait=*/false);
   absl::StatusOr<std::shared_ptr<Session>> s = Current();
-  if (!s.ok()) return false;
+  if (!s.ok()) {
+    // The session's arena stays mapped for the copies in flight; answering them fails.
+    FinishSpills(memory, /*wait=*/budget > absl::ZeroDuration());
+    return HasBackgroundWork();
+  }
+  const bool background = options_.background_spill_bytes > 0;
   const absl::Time deadline = absl::Now() + budget;
   while (true) {
     v1::SpillRequest request;
     {
       MutexLock lock(&mu_);
       // Urgent spills are always done (copying rows below a running slot's position is safe
-      // between steps); idle ones only with a budget.
+      // between steps), and at once; idle ones with a budget, or in the background while
+      // fewer than background_spill_bytes are in flight.
+      const bool room = background && in_flight_bytes_ < options_.background_spill_bytes;
       auto it = std::find_if(spills_.begin(), spills_.end(), [&](const v1::SpillRequest& r) {
-        return r.urgent() || budget > absl::ZeroDuration();
+        return r.urgent() || budget > absl::ZeroDuration() || room;
       });
-      if (it == spills_.end()) return !spills_.empty();
+      if (it == spills_.end()) break;
+      if (!it->urgent() && background && !room) break;
       request = std::move(*it);
       spills_.erase(it);
     }
-    DoSpill(**s, request, memory);
-    if (absl::Now() >= deadline && budget > absl::ZeroDuration()) return HasBackgroundWork();
+    if (request.urgent() || !background) {
+      DoSpill(*s, request, memory);
+    } else {
+      in_flight_.push_back(StartSpill(*s, request, memory));
+      in_flight_bytes_ += in_flight_.back().bytes;
+      in_flight_count_.store(static_cast<int>(in_flight_.size()));
+      FinishSpills(memory, /*wait=*/false);
+    }
+    if (absl::Now() >= deadline && budget > absl::ZeroDuration()) break;
   }
+  // With a budget (no slot has work) the oldest copies are waited for rather than polled
+  // again at once, so that the scheduler does not spin on them.
+  if (budget > absl::ZeroDuration()) {
+    while (!in_flight_.empty() && absl::Now() < deadline) {
+      if (!FinishSpill(in_flight_.front(), memory, /*wait=*/true)) break;
+      in_flight_bytes_ -= in_flight_.front().bytes;
+      in_flight_.pop_front();
+      in_flight_count_.store(static_cast<int>(in_flight_.size()));
+    }
+  }
+  return HasBackgroundWork();
 }
 
 }  // namespace cairn::infer

@@ -102,6 +102,9 @@ int Run(int argc, char** argv) {
   flags.Add("cheapest-slot", &scheduler_options.cheapest_slot,
             "with no slot to continue or holding the restore, take the idle slot whose "
             "overwrite spills least into the cache, not the least recently used");
+  flags.Add("background-spill-bytes", &cache_options.background_spill_bytes,
+            "idle spills copied in the background beside the compute, at most this many bytes "
+            "in flight (0: only when no slot has work, one at a time)");
   flags.Add("cache", &main_options.cache,
             "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");

@@ -12,8 +12,9 @@
 
 namespace cairn::infer {
 
-// The state-component contract of docs/architecture.md §2: how the engine (and, through it, the cache)
-// reads and writes the per-conversation state of the execution slots, component by component.
+// The state-component contract of docs/architecture.md §2: how the engine (and, through it, the
+// cache) reads and writes the per-conversation state of the execution slots, component by
+// component.
 //
 // A restore is: BeginRestore(slot); CopyRowsIn(...) for every rows component from row 0;
 // LoadPrivateState(slot, d, ...); Validate(slot, d). The slot cannot run in between.
@@ -44,6 +45,26 @@ class KvMemory {
   // (count * row bytes). OutOfRange if they are not all valid.
   virtual absl::Status CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
                                    absl::Span<uint8_t> out) = 0;
+  // As CopyRowsOut, in the background (DeviceMemory::DownloadBackground): returns a ticket, and
+  // `out` may be read once BackgroundCopyDone(ticket) says so. The rows stay as they are until
+  // then: before any of them is overwritten or invalidated (the hook's cases) the memory waits
+  // for the copy. The default copies at once (CopyRowsOut) and returns 0, always done.
+  virtual absl::StatusOr<uint64_t> CopyRowsOutBackground(int slot, int component, int64_t first_row,
+                                                         int64_t count, absl::Span<uint8_t> out) {
+    absl::Status copied = CopyRowsOut(slot, component, first_row, count, out);
+    if (!copied.ok()) return copied;
+    return uint64_t{0};
+  }
+  // Whether background copy `ticket` (and every one started before it) has completed; the
+  // first error of that work. WaitBackgroundCopy waits for it.
+  virtual absl::StatusOr<bool> BackgroundCopyDone(uint64_t ticket) {
+    static_cast<void>(ticket);
+    return true;
+  }
+  virtual absl::Status WaitBackgroundCopy(uint64_t ticket) {
+    static_cast<void>(ticket);
+    return absl::OkStatus();
+  }
   // Writes whole rows from `in` at `first_row` (<= the component's position); the component's
   // position becomes the end of the written rows. Runs the hook first.
   virtual absl::Status CopyRowsIn(int slot, int component, int64_t first_row,

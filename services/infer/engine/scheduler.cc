@@ -156,6 +156,8 @@ void Scheduler::Loop() {
       cache_->RunBackgroundWork(memory_, did ? absl::ZeroDuration() : options_.background_slice);
     }
   }
+  // Spills copying in the background are answered before the slots go.
+  if (cache_ != nullptr) cache_->FinishBackgroundCopies(memory_);
   PublishSnapshot();
 }
 

@@ -1,5 +1,6 @@
 #include "services/infer/engine/slot_kv_memory.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -22,15 +23,24 @@ absl::StatusOr<std::unique_ptr<SlotKvMemory>> SlotKvMemory::Create(
 }
 
 SlotKvMemory::SlotKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots)
-    : layout_(std::move(layout)), slots_(std::move(slots)) {}
+    : layout_(std::move(layout)), slots_(std::move(slots)), pending_copy_(slots_.size(), 0) {}
 
 void SlotKvMemory::SetOverwriteHook(OverwriteHook hook) {
   hook_ = std::move(hook);
   for (int i = 0; i < num_slots(); ++i) {
     slots_[i]->set_overwrite_hook([this, i](int64_t first_row) {
+      WaitSlotCopies(i);
       if (hook_) hook_(i, first_row);
     });
   }
+}
+
+void SlotKvMemory::WaitSlotCopies(int slot) {
+  const uint64_t ticket = pending_copy_[slot];
+  if (ticket == 0) return;
+  pending_copy_[slot] = 0;
+  absl::Status waited = slots_[slot]->memory()->WaitBackground(ticket);
+  if (!waited.ok() && copy_error_.ok()) copy_error_ = waited;
 }
 
 absl::StatusOr<SlotState*> SlotKvMemory::CheckedSlot(int slot) {
@@ -86,6 +96,35 @@ absl::Status SlotKvMemory::LoadPrivateState(int slot, int64_t position,
 
 absl::Status SlotKvMemory::CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
                                        absl::Span<uint8_t> out) {
+  ASSIGN_OR_RETURN(const uint8_t* rows, RowsOut(slot, component, first_row, count, out));
+  return slots_[slot]->memory()->Download(out.data(), rows, static_cast<int64_t>(out.size()));
+}
+
+absl::StatusOr<uint64_t> SlotKvMemory::CopyRowsOutBackground(int slot, int component,
+                                                             int64_t first_row, int64_t count,
+                                                             absl::Span<uint8_t> out) {
+  ASSIGN_OR_RETURN(const uint8_t* rows, RowsOut(slot, component, first_row, count, out));
+  ASSIGN_OR_RETURN(const uint64_t ticket, slots_[slot]->memory()->DownloadBackground(
+                                              out.data(), rows, static_cast<int64_t>(out.size())));
+  if (ticket != 0) pending_copy_[slot] = std::max(pending_copy_[slot], ticket);
+  return ticket;
+}
+
+absl::StatusOr<bool> SlotKvMemory::BackgroundCopyDone(uint64_t ticket) {
+  RETURN_IF_ERROR(copy_error_);
+  if (ticket == 0) return true;
+  // Every slot's buffers live in the same memory.
+  return slots_[0]->memory()->BackgroundDone(ticket);
+}
+
+absl::Status SlotKvMemory::WaitBackgroundCopy(uint64_t ticket) {
+  RETURN_IF_ERROR(copy_error_);
+  if (ticket == 0) return absl::OkStatus();
+  return slots_[0]->memory()->WaitBackground(ticket);
+}
+
+absl::StatusOr<const uint8_t*> SlotKvMemory::RowsOut(int slot, int component, int64_t first_row,
+                                                     int64_t count, absl::Span<uint8_t> out) {
   ASSIGN_OR_RETURN(SlotState * s, CheckedSlot(slot));
   RETURN_IF_ERROR(CheckRowsComponent(component));
   const int64_t row_bytes = layout_.components[component].bytes();
@@ -97,9 +136,7 @@ absl::Status SlotKvMemory::CopyRowsOut(int slot, int component, int64_t first_ro
   if (static_cast<int64_t>(out.size()) != count * row_bytes) {
     return absl::InvalidArgumentError("row buffer size does not match the row count");
   }
-  return s->memory()->Download(
-      out.data(), reinterpret_cast<const uint8_t*>(s->data(component)) + first_row * row_bytes,
-      count * row_bytes);
+  return reinterpret_cast<const uint8_t*>(s->data(component)) + first_row * row_bytes;
 }
 
 absl::Status SlotKvMemory::CopyRowsIn(int slot, int component, int64_t first_row,

@@ -35,6 +35,10 @@ class SlotKvMemory final : public KvMemory {
   absl::Status LoadPrivateState(int slot, int64_t position, absl::Span<const uint8_t> in) override;
   absl::Status CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
                            absl::Span<uint8_t> out) override;
+  absl::StatusOr<uint64_t> CopyRowsOutBackground(int slot, int component, int64_t first_row,
+                                                 int64_t count, absl::Span<uint8_t> out) override;
+  absl::StatusOr<bool> BackgroundCopyDone(uint64_t ticket) override;
+  absl::Status WaitBackgroundCopy(uint64_t ticket) override;
   absl::Status CopyRowsIn(int slot, int component, int64_t first_row,
                           absl::Span<const uint8_t> in) override;
   absl::Status BeginRestore(int slot, int64_t keep_rows = 0) override;
@@ -46,10 +50,21 @@ class SlotKvMemory final : public KvMemory {
   SlotKvMemory(StateLayout layout, std::vector<std::unique_ptr<SlotState>> slots);
   absl::StatusOr<SlotState*> CheckedSlot(int slot);
   absl::Status CheckRowsComponent(int component) const;
+  // The checks of CopyRowsOut; the rows' device address.
+  absl::StatusOr<const uint8_t*> RowsOut(int slot, int component, int64_t first_row, int64_t count,
+                                         absl::Span<uint8_t> out);
+  // Waits for the background copies from `slot`'s rows (the overwrite hook's first step).
+  void WaitSlotCopies(int slot);
 
   const StateLayout layout_;
   std::vector<std::unique_ptr<SlotState>> slots_;
   OverwriteHook hook_;
+  // By slot, the last background copy from its rows not yet waited for (0: none). The slots
+  // share one DeviceMemory, whose tickets complete in order.
+  std::vector<uint64_t> pending_copy_;
+  // The first error of waiting for a background copy in the hook (which cannot return it),
+  // reported by the next BackgroundCopyDone or WaitBackgroundCopy.
+  absl::Status copy_error_;
 };
 
 }  // namespace cairn::infer

@@ -115,6 +115,9 @@ class StateCache {
   virtual bool RunBackgroundWork(KvMemory* memory, absl::Duration budget) = 0;
   // Whether RunBackgroundWork has anything to do.
   virtual bool HasBackgroundWork() const = 0;
+  // Waits for background copies RunBackgroundWork started and answers them (the scheduler's
+  // last call before it stops using `memory`). The default has none.
+  virtual void FinishBackgroundCopies(KvMemory* memory) { static_cast<void>(memory); }
 };
 
 }  // namespace cairn::infer

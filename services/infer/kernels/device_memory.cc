@@ -88,6 +88,12 @@ absl::Status DeviceMemory::DownloadRowsQueued(void* host_dst, int64_t dst_pitch,
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> DeviceMemory::DownloadBackground(void* host_dst, const void* device_src,
+                                                          int64_t bytes) {
+  RETURN_IF_ERROR(Download(host_dst, device_src, bytes));
+  return uint64_t{0};
+}
+
 DeviceMemory* HostDeviceMemory() {
   static HostMemory* const memory = new HostMemory();
   return memory;

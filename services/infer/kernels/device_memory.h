@@ -62,6 +62,26 @@ class DeviceMemory {
   // the last of them), and reports the first error of that work. The default has nothing to
   // wait for.
   virtual absl::Status WaitQueuedDownloads() { return absl::OkStatus(); }
+  // Device -> host of `bytes` in the background: on a queue of the device's own beside the
+  // compute (on a GPU, the transfer stream), after every operation issued so far, not waited
+  // for. Returns a ticket for BackgroundDone / WaitBackground; background copies complete in the
+  // order they were issued. Until its ticket is done the destination must stay valid and
+  // unread (page-locked by RegisterHost for the copy to be asynchronous), and the source must
+  // not be rewritten. The default copies at once (Download) and returns 0, always done.
+  virtual absl::StatusOr<uint64_t> DownloadBackground(void* host_dst, const void* device_src,
+                                                      int64_t bytes);
+  // Whether background copy `ticket` (and so every one before it) has completed, or the first
+  // error of that work. The default: every ticket is done.
+  virtual absl::StatusOr<bool> BackgroundDone(uint64_t ticket) {
+    static_cast<void>(ticket);
+    return true;
+  }
+  // Waits until background copy `ticket` and every one before it have completed; the first
+  // error of that work. The default has nothing to wait for.
+  virtual absl::Status WaitBackground(uint64_t ticket) {
+    static_cast<void>(ticket);
+    return absl::OkStatus();
+  }
   // Sets `bytes` of device memory to zero.
   virtual absl::Status Zero(void* device_dst, int64_t bytes) = 0;
 

@@ -70,6 +70,19 @@ absl::Status HipDeviceMemory::DownloadRowsQueued(void* host_dst, int64_t dst_pit
 
 absl::Status HipDeviceMemory::WaitQueuedDownloads() { return backend_->WaitQueuedDownloads(); }
 
+absl::StatusOr<uint64_t> HipDeviceMemory::DownloadBackground(void* host_dst, const void* device_src,
+                                                             int64_t bytes) {
+  return backend_->DownloadBackground(host_dst, device_src, bytes);
+}
+
+absl::StatusOr<bool> HipDeviceMemory::BackgroundDone(uint64_t ticket) {
+  return backend_->BackgroundDone(ticket);
+}
+
+absl::Status HipDeviceMemory::WaitBackground(uint64_t ticket) {
+  return backend_->WaitBackground(ticket);
+}
+
 absl::Status HipDeviceMemory::Copy(void* device_dst, const void* device_src, int64_t bytes) {
   RETURN_IF_ERROR(backend_->CopySplit(device_dst, device_src, bytes, 0, {}, hipMemcpyDeviceToDevice,
                                       HipStream::kCompute));
@@ -175,6 +188,75 @@ absl::Status HipKernelBackend::WaitQueuedDownloads() {
     Check(hipStreamSynchronize(download_), "waiting for a queued download");
   }
   return error_;
+}
+
+absl::StatusOr<uint64_t> HipKernelBackend::DownloadBackground(void* host_dst,
+                                                              const void* device_src,
+                                                              int64_t bytes) {
+  RETURN_IF_ERROR(error_);
+  if (bytes < 0) return Invalid("background download", absl::StrCat("negative size ", bytes));
+  if (!Enter()) return error_;
+  if (background_after_ == nullptr &&
+      !Check(hipEventCreate(&background_after_), "creating an event")) {
+    return error_;
+  }
+  hipEvent_t done = nullptr;
+  if (!spare_events_.empty()) {
+    done = spare_events_.back();
+    spare_events_.pop_back();
+  } else if (!Check(hipEventCreateWithFlags(&done, hipEventDisableTiming), "creating an event")) {
+    return error_;
+  }
+  // The copy waits for everything issued on the compute stream so far (the rows it reads were
+  // written there) and runs on the transfer stream beside whatever the compute takes up next.
+  const bool queued =
+      Check(hipEventRecord(background_after_, compute_), "recording an event") &&
+      Check(hipStreamWaitEvent(transfer_, background_after_, 0), "ordering a background copy") &&
+      (bytes == 0 || Check(hipMemcpyAsync(host_dst, device_src, static_cast<size_t>(bytes),
+                                          hipMemcpyDeviceToHost, transfer_),
+                           "queueing a background copy")) &&
+      Check(hipEventRecord(done, transfer_), "recording an event");
+  if (!queued) {
+    static_cast<void>(hipEventDestroy(done));
+    return error_;
+  }
+  background_events_.emplace_back(++background_issued_, done);
+  return background_issued_;
+}
+
+absl::Status HipKernelBackend::RetireBackground(uint64_t ticket, bool wait) {
+  while (!background_events_.empty() && background_done_ < ticket) {
+    const auto [t, event] = background_events_.front();
+    const hipError_t e = wait ? hipEventSynchronize(event) : hipEventQuery(event);
+    if (e == hipErrorNotReady) break;
+    if (!Check(e, "waiting for a background copy")) return error_;
+    background_done_ = t;
+    spare_events_.push_back(event);
+    background_events_.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> HipKernelBackend::BackgroundDone(uint64_t ticket) {
+  RETURN_IF_ERROR(error_);
+  if (ticket > background_issued_) {
+    return Invalid("background copy", absl::StrCat("no ticket ", ticket));
+  }
+  if (ticket <= background_done_) return true;
+  static_cast<void>(hipSetDevice(options_.device));
+  RETURN_IF_ERROR(RetireBackground(ticket, /*wait=*/false));
+  return ticket <= background_done_;
+}
+
+absl::Status HipKernelBackend::WaitBackground(uint64_t ticket) {
+  RETURN_IF_ERROR(error_);
+  if (ticket > background_issued_) {
+    return Invalid("background copy", absl::StrCat("no ticket ", ticket));
+  }
+  if (ticket <= background_done_) return absl::OkStatus();
+  ++host_waits_;
+  static_cast<void>(hipSetDevice(options_.device));
+  return RetireBackground(ticket, /*wait=*/true);
 }
 
 absl::Status HipKernelBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,

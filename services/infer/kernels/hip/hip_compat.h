@@ -39,6 +39,7 @@ inline constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 inline constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 inline constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;
 inline constexpr unsigned int hipStreamNonBlocking = cudaStreamNonBlocking;
+inline constexpr unsigned int hipEventDisableTiming = cudaEventDisableTiming;
 inline constexpr unsigned int hipHostRegisterDefault = cudaHostRegisterDefault;
 inline constexpr hipFuncAttribute hipFuncAttributeMaxDynamicSharedMemorySize =
     cudaFuncAttributeMaxDynamicSharedMemorySize;
@@ -97,6 +98,9 @@ inline hipError_t hipStreamWaitEvent(hipStream_t s, hipEvent_t e, unsigned int f
   return cudaStreamWaitEvent(s, e, flags);
 }
 inline hipError_t hipEventCreate(hipEvent_t* e) { return cudaEventCreate(e); }
+inline hipError_t hipEventCreateWithFlags(hipEvent_t* e, unsigned int flags) {
+  return cudaEventCreateWithFlags(e, flags);
+}
 inline hipError_t hipEventDestroy(hipEvent_t e) { return cudaEventDestroy(e); }
 inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) { return cudaEventRecord(e, s); }
 inline hipError_t hipEventSynchronize(hipEvent_t e) { return cudaEventSynchronize(e); }

@@ -176,6 +176,11 @@ HipKernelBackend::~HipKernelBackend() {
   if (compute_ != nullptr) static_cast<void>(hipStreamDestroy(compute_));
   if (transfer_ != nullptr) static_cast<void>(hipStreamDestroy(transfer_));
   if (download_after_ != nullptr) static_cast<void>(hipEventDestroy(download_after_));
+  if (background_after_ != nullptr) static_cast<void>(hipEventDestroy(background_after_));
+  for (const auto& [ticket, event] : background_events_) {
+    static_cast<void>(hipEventDestroy(event));
+  }
+  for (hipEvent_t event : spare_events_) static_cast<void>(hipEventDestroy(event));
   if (download_ != nullptr) static_cast<void>(hipStreamDestroy(download_));
 }
 

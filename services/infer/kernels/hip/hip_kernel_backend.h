@@ -2,6 +2,7 @@
 #define CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNEL_BACKEND_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <utility>
@@ -177,6 +178,10 @@ class HipDeviceMemory final : public DeviceMemory {
   absl::Status DownloadRowsQueued(void* host_dst, int64_t dst_pitch, const void* device_src,
                                   int64_t src_pitch, int64_t row_bytes, int64_t rows) override;
   absl::Status WaitQueuedDownloads() override;
+  absl::StatusOr<uint64_t> DownloadBackground(void* host_dst, const void* device_src,
+                                              int64_t bytes) override;
+  absl::StatusOr<bool> BackgroundDone(uint64_t ticket) override;
+  absl::Status WaitBackground(uint64_t ticket) override;
   absl::Status Copy(void* device_dst, const void* device_src, int64_t bytes) override;
   absl::Status Zero(void* device_dst, int64_t bytes) override;
   absl::Status RegisterHost(void* host, int64_t bytes) override;
@@ -390,6 +395,16 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status DownloadRowsQueued(void* host_dst, int64_t dst_pitch, const void* device_src,
                                   int64_t src_pitch, int64_t row_bytes, int64_t rows);
   absl::Status WaitQueuedDownloads();
+  // HipDeviceMemory's background copies: each on transfer_ after an event recorded on the
+  // compute stream, then an event of its own recorded after it (background_events_, in ticket
+  // order, retired as they complete).
+  absl::StatusOr<uint64_t> DownloadBackground(void* host_dst, const void* device_src,
+                                              int64_t bytes);
+  absl::StatusOr<bool> BackgroundDone(uint64_t ticket);
+  absl::Status WaitBackground(uint64_t ticket);
+  // Retires background_events_ from the front while they have completed (`wait`: waits for
+  // each up to `ticket`).
+  absl::Status RetireBackground(uint64_t ticket, bool wait);
 
   // A device table of the experts' weight parts for hip::MoeRowsMma, made once for an array of
   // expert matrices (the first call, which waits for its upload) and checked against it on
@@ -433,6 +448,14 @@ class HipKernelBackend final : public KernelBackend {
   hipStream_t download_ = nullptr;
   hipEvent_t download_after_ = nullptr;
   bool downloads_queued_ = false;
+  // Background copies (DownloadBackground): the event transfer_ waits for, the events recorded
+  // after each copy by ticket (oldest first; spare_events_ for reuse), the last ticket given
+  // and the last one known complete.
+  hipEvent_t background_after_ = nullptr;
+  std::deque<std::pair<uint64_t, hipEvent_t>> background_events_;
+  std::vector<hipEvent_t> spare_events_;
+  uint64_t background_issued_ = 0;
+  uint64_t background_done_ = 0;
   int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
   bool mma_rows_bf16_inputs_;     // options_.mma_rows_bf16_inputs unless changed for a test.
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.

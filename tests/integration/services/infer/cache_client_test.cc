@@ -6,6 +6,7 @@
 // the background, and a restarted cache daemon whose old checkpoint ids are never used.
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,12 +74,14 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 class Driver {
  public:
   // `device_memory`: passed to the client as the backend's memory (arena pinning).
-  // `rows_only`: the layout has no private component (Layout()).
+  // `rows_only`: the layout has no private component (Layout()). `slot_memory`: where the
+  // slots live; `background_spill_bytes`: the client's option of that name.
   explicit Driver(const std::string& address, DeviceMemory* device_memory = nullptr,
-                  bool rows_only = false)
+                  bool rows_only = false, DeviceMemory* slot_memory = HostDeviceMemory(),
+                  int64_t background_spill_bytes = GrpcStateCacheOptions().background_spill_bytes)
       : rows_only_(rows_only) {
-    absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
-        SlotKvMemory::Create(Layout(rows_only), {.slots = kSlots, .max_rows = kMaxRows});
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv = SlotKvMemory::Create(
+        Layout(rows_only), {.slots = kSlots, .max_rows = kMaxRows, .memory = slot_memory});
     EXPECT_TRUE(kv.ok()) << kv.status();
     kv_ = *std::move(kv);
     GrpcStateCacheOptions o;
@@ -93,6 +96,7 @@ class Driver {
     o.reconnect_min = absl::Milliseconds(20);
     o.reconnect_max = absl::Milliseconds(200);
     o.device_memory = device_memory;
+    o.background_spill_bytes = background_spill_bytes;
     cache_ = std::make_unique<GrpcStateCache>(o, [] {});
     tokens_.resize(kSlots);
   }
@@ -278,6 +282,125 @@ TEST_F(CacheClientTest, IdleSpillsRunInTheBackgroundAndThenTheSlotIsNotNeeded) {
   absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
   ASSERT_TRUE(r.ok()) << r.status();
   driver_->ExpectHolds(1, a);
+}
+
+// Host memory whose background copies run as a slow device's would: none has happened until
+// someone waits for it (then each copies the bytes its source holds at that moment), and
+// BackgroundDone says so until `Release` lets them run.
+class SlowCopies final : public DeviceMemory {
+ public:
+  const char* name() const override { return "slow-copies"; }
+  bool host_visible() const override { return true; }
+  absl::StatusOr<void*> Allocate(int64_t bytes) override { return host_->Allocate(bytes); }
+  void Free(void* p) override { host_->Free(p); }
+  absl::Status Upload(void* d, const void* s, int64_t n) override { return host_->Upload(d, s, n); }
+  absl::Status Download(void* d, const void* s, int64_t n) override {
+    return host_->Download(d, s, n);
+  }
+  absl::Status Copy(void* d, const void* s, int64_t n) override { return host_->Copy(d, s, n); }
+  absl::Status Zero(void* d, int64_t n) override { return host_->Zero(d, n); }
+  absl::StatusOr<uint64_t> DownloadBackground(void* dst, const void* src, int64_t n) override {
+    pending_.push_back({++issued_, dst, src, n});
+    return issued_;
+  }
+  absl::StatusOr<bool> BackgroundDone(uint64_t ticket) override {
+    if (released_) {
+      absl::Status waited = WaitBackground(issued_);
+      if (!waited.ok()) return waited;
+    }
+    return ticket <= done_;
+  }
+  absl::Status WaitBackground(uint64_t ticket) override {
+    while (done_ < ticket && !pending_.empty()) {
+      std::memcpy(pending_.front().dst, pending_.front().src, pending_.front().bytes);
+      done_ = pending_.front().ticket;
+      pending_.erase(pending_.begin());
+    }
+    return absl::OkStatus();
+  }
+  void Release() { released_ = true; }
+  uint64_t issued() const { return issued_; }
+  uint64_t done() const { return done_; }
+
+ private:
+  struct Pending {
+    uint64_t ticket;
+    void* dst;
+    const void* src;
+    int64_t bytes;
+  };
+  DeviceMemory* const host_ = HostDeviceMemory();
+  std::vector<Pending> pending_;
+  uint64_t issued_ = 0;
+  uint64_t done_ = 0;
+  bool released_ = false;
+};
+
+// Idle spills start while the slots are busy (no budget), copy in the background and are
+// answered only when their copies are done: a restore that needs the rows waits for them
+// (the cache's lease is ready only after the answers), and the restored rows are right.
+// Captures `a` in slot 0 of `d`, lets the slot go idle and waits for the cache to ask for its
+// borrowed rows (idle spills).
+void CaptureAndIdle(Driver& d, const std::vector<int32_t>& a) {
+  ASSERT_TRUE(d.cache().WaitConnected(absl::Seconds(10)));
+  d.PrefillAndCapture(0, "a", a);
+  d.cache().SlotIdle(0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!d.cache().HasBackgroundWork() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(d.cache().HasBackgroundWork()) << "no idle spill was asked for";
+}
+
+// Restores conversation "a" (its checkpoint at the end of `a`) into slot 1 and checks its rows.
+void RestoreIntoSlot1(Driver& d, const std::vector<int32_t>& a) {
+  int64_t depth = 0;
+  const uint64_t id = d.RamCandidate(Concat(a, Tokens(7, 3)), &depth);
+  ASSERT_NE(id, 0u);
+  absl::StatusOr<RestoreStats> r = d.cache().Restore(id, 1, "a", &d.kv());
+  ASSERT_TRUE(r.ok()) << r.status();
+  d.ExpectHolds(1, a);
+}
+
+TEST_F(CacheClientTest, BackgroundSpillsAreAnsweredWhenTheirCopiesAreDone) {
+  SlowCopies slow;
+  Driver d(server_->address(), nullptr, false, &slow);
+  const std::vector<int32_t> a = Tokens(6, 1000);
+  ASSERT_NO_FATAL_FAILURE(CaptureAndIdle(d, a));
+  // Busy: the spills start in the background and stay unanswered while their copies wait.
+  for (int i = 0; i < 20; ++i) d.cache().RunBackgroundWork(&d.kv(), absl::ZeroDuration());
+  EXPECT_GT(slow.issued(), 0u);
+  EXPECT_EQ(slow.done(), 0u);
+  EXPECT_TRUE(d.cache().HasBackgroundWork());
+
+  ASSERT_NO_FATAL_FAILURE(RestoreIntoSlot1(d, a));
+  EXPECT_EQ(slow.done(), slow.issued());
+  d.ExpectHolds(0, a);
+}
+
+// The copies complete on their own (the device finished): polling answers them, and once every
+// chunk is spilled the slot's rows are not needed by the checkpoint any more.
+TEST_F(CacheClientTest, BackgroundSpillsThatFinishAreAnsweredByPolling) {
+  SlowCopies slow;
+  Driver d(server_->address(), nullptr, false, &slow);
+  const std::vector<int32_t> a = Tokens(6, 1000);
+  ASSERT_NO_FATAL_FAILURE(CaptureAndIdle(d, a));
+  d.cache().RunBackgroundWork(&d.kv(), absl::ZeroDuration());
+  ASSERT_GT(slow.issued(), 0u);
+  slow.Release();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (d.cache().RunBackgroundWork(&d.kv(), absl::ZeroDuration()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_FALSE(d.cache().HasBackgroundWork());
+  EXPECT_EQ(slow.done(), slow.issued());
+
+  // Scribble over slot 0's rows behind the cache's back: a chunk still borrowed would make
+  // the restore below copy these zeros.
+  SlotState* s0 = d.kv().slot(0);
+  const std::vector<float> zeros(a.size() * kRowFloats, 0.0f);
+  CAIRN_ASSERT_OK(s0->memory()->Upload(s0->data(0), zeros.data(), zeros.size() * 4));
+  ASSERT_NO_FATAL_FAILURE(RestoreIntoSlot1(d, a));
 }
 
 TEST_F(CacheClientTest, ARestartedCacheNeverSeesAnOldCheckpointId) {

@@ -56,6 +56,24 @@ class OpaqueMemory final : public DeviceMemory {
     std::memset(Host(dst, bytes), 0, bytes);
     return absl::OkStatus();
   }
+  // Background copies as a slow device runs them: nothing is copied until someone waits, and
+  // then the bytes the source holds at that moment are (so a copy waited for only after its
+  // rows were rewritten would bring the new bytes).
+  absl::StatusOr<uint64_t> DownloadBackground(void* dst, const void* src, int64_t bytes) override {
+    Host(src, bytes);  // Checks the range now.
+    background_.push_back({++issued_, dst, src, bytes});
+    return issued_;
+  }
+  absl::StatusOr<bool> BackgroundDone(uint64_t ticket) override { return ticket <= done_; }
+  absl::Status WaitBackground(uint64_t ticket) override {
+    while (done_ < ticket && !background_.empty()) {
+      const Pending& p = background_.front();
+      std::memcpy(p.dst, Host(p.src, p.bytes), p.bytes);
+      done_ = p.ticket;
+      background_.erase(background_.begin());
+    }
+    return absl::OkStatus();
+  }
 
   int transfers = 0;
 
@@ -72,6 +90,15 @@ class OpaqueMemory final : public DeviceMemory {
   }
   uintptr_t next_ = 0x1000;
   std::map<uintptr_t, std::vector<uint8_t>> blocks_;
+  struct Pending {
+    uint64_t ticket;
+    void* dst;
+    const void* src;
+    int64_t bytes;
+  };
+  std::vector<Pending> background_;
+  uint64_t issued_ = 0;
+  uint64_t done_ = 0;
 };
 
 enum class MemoryKind { kHost, kOpaqueDevice };
@@ -171,6 +198,63 @@ TEST_P(SlotKvMemoryTest, HookRunsBeforeRowsBelowTheHighWaterMarkChange) {
   CAIRN_ASSERT_OK(memory_->LoadPrivateState(0, 2, priv));
   CAIRN_EXPECT_OK(memory_->Validate(0, 2));
   EXPECT_EQ(memory_->slot(0)->position(), 2);
+}
+
+// A background copy of a slot's rows (an idle spill) brings the rows as they were when it
+// started, however late the device runs it: the memory waits for it before a restore or a
+// reset rewrites them, and before the user's hook runs. Over host memory the copy is done at
+// once (ticket 0).
+TEST_P(SlotKvMemoryTest, BackgroundCopiesFinishBeforeTheirRowsChange) {
+  // Rows of component 0 are two floats (8 bytes).
+  std::vector<uint8_t> expect(32), out(32, 0xee), out2(16, 0xee);
+  std::vector<bool> copied_at_hook;
+  memory_->SetOverwriteHook([&](int slot, int64_t) {
+    EXPECT_EQ(slot, 0);
+    copied_at_hook.push_back(out == expect);
+  });
+  Append(4);
+  CAIRN_ASSERT_OK(memory_->CopyRowsOut(0, 0, 0, 4, absl::MakeSpan(expect)));
+  absl::StatusOr<uint64_t> ticket = memory_->CopyRowsOutBackground(0, 0, 0, 4, absl::MakeSpan(out));
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  absl::StatusOr<uint64_t> ticket2 =
+      memory_->CopyRowsOutBackground(0, 0, 1, 2, absl::MakeSpan(out2));
+  ASSERT_TRUE(ticket2.ok()) << ticket2.status();
+  EXPECT_THAT(memory_->CopyRowsOutBackground(0, 0, 2, 4, absl::MakeSpan(out)),
+              StatusIs(absl::StatusCode::kOutOfRange));  // Rows past the position.
+  absl::StatusOr<bool> done = memory_->BackgroundCopyDone(*ticket);
+  ASSERT_TRUE(done.ok()) << done.status();
+  if (GetParam() == MemoryKind::kHost) {
+    EXPECT_EQ(*ticket, 0u);
+    EXPECT_TRUE(*done);
+  } else {
+    EXPECT_GT(*ticket2, *ticket);
+    EXPECT_FALSE(*done);  // The slow device has not run it.
+  }
+
+  // A restore from row 0 rewrites the rows: both copies are done first.
+  CAIRN_ASSERT_OK(memory_->BeginRestore(0, 0));
+  ASSERT_EQ(copied_at_hook.size(), 1u);
+  EXPECT_TRUE(copied_at_hook[0]);
+  EXPECT_EQ(out, expect);
+  EXPECT_EQ(std::vector<uint8_t>(out2.begin(), out2.end()),
+            std::vector<uint8_t>(expect.begin() + 8, expect.begin() + 24));
+  done = memory_->BackgroundCopyDone(*ticket2);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_TRUE(*done);
+  std::vector<uint8_t> other(32, 0x11);
+  CAIRN_ASSERT_OK(memory_->CopyRowsIn(0, 0, 0, other));
+  EXPECT_EQ(out, expect);
+
+  // Reset likewise; waiting for a ticket already done returns at once.
+  std::vector<uint8_t> priv(12, 0);
+  CAIRN_ASSERT_OK(memory_->LoadPrivateState(0, 4, priv));
+  CAIRN_ASSERT_OK(memory_->Validate(0, 4));
+  ticket = memory_->CopyRowsOutBackground(0, 0, 0, 4, absl::MakeSpan(out));
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  CAIRN_ASSERT_OK(memory_->Reset(0));
+  EXPECT_EQ(out, other);
+  CAIRN_EXPECT_OK(memory_->WaitBackgroundCopy(*ticket));
+  CAIRN_EXPECT_OK(memory_->WaitBackgroundCopy(*ticket2));
 }
 
 TEST_P(SlotKvMemoryTest, ResetZeroesPrivateStateAndRestoreRoundTrips) {

@@ -25,7 +25,7 @@
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
 //          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
 //          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
-//          [--attention-split-keys=N] [--decode-ranges=0,1,2,4]
+//          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -41,6 +41,10 @@
 // enqueued behind a device-to-device copy of N MB on the compute stream, so that the host
 // enqueues the step while the device is still copying: the step's time less the copy's (timed
 // alone) is the device's own time for the step, without waits for the host's launches.
+// --background-spill-mb=N: after each slot count's decode measurements, --decode-steps more
+// steps, each issued right after a background download of N MB (DeviceMemory::
+// DownloadBackground into page-locked memory, as cairn-infer's idle spills): the step's time
+// beside the copies, and the copies' rate.
 // --attention-split-keys=N: HipKernelBackendOptions::attention_split_keys (other bits).
 // --decode-ranges: within --decode-attention-variants, once for each value listed of
 // HipKernelBackendOptions::attention_decode_ranges_per_block (0: automatic; the same bits).
@@ -135,7 +139,8 @@ struct Flags {
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
-  int64_t host_lead_mb = 0;  // 0: no host-lead steps.
+  int64_t host_lead_mb = 0;         // 0: no host-lead steps.
+  int64_t background_spill_mb = 0;  // 0: no steps beside background downloads.
   int64_t attention_split_keys = HipKernelBackendOptions().attention_split_keys;
 };
 
@@ -514,7 +519,8 @@ class ModelBench {
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
         f_.mma_staged_mb.size() * f_.logits_parts.size());
     const int64_t rows = f_.decode_depth +
-                         (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0)) *
+                         (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
+                          (f_.background_spill_mb > 0 ? 1 : 0)) *
                              runs * (f_.decode_steps + warm) +
                          8;
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
@@ -732,6 +738,9 @@ class ModelBench {
     std::sort(copy_seconds.begin(), copy_seconds.end());
     if (f_.op_times) OpTimes(slots, kv_memory, suffix);
     if (f_.host_lead_mb > 0) HostLead(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
+    if (f_.background_spill_mb > 0) {
+      BesideSpills(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
+    }
     Print(
         absl::StrFormat("%s decode %2d slots: copying a step's logits (%.1f MB) between kept host "
                         "vectors takes %.3f ms%s",
@@ -818,6 +827,47 @@ class ModelBench {
         "(= %5.1f %% of the HBM bound) against %.2f ms as enqueued%s",
         name_.c_str(), slots, copy_s * 1e3, device_s * 1e3, 100.0 * slots / device_s / bound,
         step_seconds * 1e3, suffix));
+  }
+
+  // --background-spill-mb: --decode-steps more in-place steps of `slots` slots, each issued
+  // right after a background download of --background-spill-mb MB into page-locked memory;
+  // `step_seconds` is the in-place steps' time without them.
+  void BesideSpills(int slots, SlotKvMemory& kv_memory, double step_seconds, double bound,
+                    const std::string& suffix) {
+    const int64_t bytes = f_.background_spill_mb << 20;
+    absl::StatusOr<DeviceBuffer> src = b_.Allocate(bytes);
+    if (!src.ok()) Bench::Fail("background spill source");
+    std::vector<uint8_t> host(static_cast<size_t>(bytes));
+    DeviceMemory* memory = b_.memory();
+    Bench::Check(memory->RegisterHost(host.data(), bytes), "pinning the spill destination");
+    std::vector<int32_t> next(slots);
+    std::vector<absl::Span<const float>> views;
+    double total = 0;
+    uint64_t ticket = 0;
+    Clock::time_point first;
+    for (int step = 0; step < 2 + f_.decode_steps; ++step) {
+      std::vector<SequencePass> batch;
+      for (int s = 0; s < slots; ++s) {
+        next[s] = tokens_[static_cast<size_t>((step * 43 + s) % 1000)];
+        batch.push_back({kv_memory.slot(s), absl::MakeConstSpan(&next[s], 1)});
+      }
+      const auto start = Clock::now();
+      if (step == 2) first = start;
+      absl::StatusOr<uint64_t> t = memory->DownloadBackground(host.data(), src->data(), bytes);
+      Bench::Check(t.status(), "background download");
+      ticket = *t;
+      Bench::Check(model_->ForwardBatchViews(batch, views), "step beside a background download");
+      if (step >= 2) total += Bench::Seconds(start);
+    }
+    Bench::Check(memory->WaitBackground(ticket), "background downloads");
+    const double copies_s = Bench::Seconds(first);
+    Bench::Check(memory->UnregisterHost(host.data()), "unpinning the spill destination");
+    const double step_s = total / f_.decode_steps;
+    Print(absl::StrFormat(
+        "%s decode %2d slots beside %ld MB of background downloads a step: %.2f ms a step "
+        "(= %5.1f %% of the HBM bound) against %.2f ms without; the downloads %.1f GB/s%s",
+        name_.c_str(), slots, f_.background_spill_mb, step_s * 1e3, 100.0 * slots / step_s / bound,
+        step_seconds * 1e3, static_cast<double>(bytes) * f_.decode_steps / copies_s / 1e9, suffix));
   }
 
   // Starts (`start`) or stops the profiler's capture range when `slots` is --profile-slots.
@@ -945,6 +995,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->attention_split_keys = n;
     } else if (key == "host-lead-mb") {
       f->host_lead_mb = n;
+    } else if (key == "background-spill-mb" && number && n >= 0 && n <= (1 << 16)) {
+      f->background_spill_mb = n;
     } else if (key == "profile-slots") {
       f->profile_slots = static_cast<int>(n);
     } else if (key == "profile-prefill") {
@@ -967,7 +1019,8 @@ int Main(int argc, char** argv) {
                  "[--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...] "
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
                  "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
-                 "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...]\n");
+                 "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...] "
+                 "[--background-spill-mb=N]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =

@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "services/infer/cache_client/arena_pins.h"
 #include "services/infer/engine/slot_kv_memory.h"
@@ -123,6 +125,71 @@ TEST(HipSlotMemoryTest, QueuedUploadsLandInOrderFromReusedSources) {
   EXPECT_EQ(small_back, second);
   EXPECT_EQ(device->UploadQueued(small->data(), second.data(), -1).code(),
             absl::StatusCode::kInvalidArgument);
+  CAIRN_EXPECT_OK((*gpu)->Synchronize());
+}
+
+// Background downloads (idle spills): each runs after the work queued before it on the compute
+// stream (here a queued upload of 64 MB), beside what comes after, and they complete in the
+// order they were issued; through SlotKvMemory, a slot's rows are not rewritten (Reset) before
+// the copy from them is done.
+TEST(HipSlotMemoryTest, BackgroundDownloadsFollowTheWorkBeforeThemAndCompleteInOrder) {
+  if (HipDeviceCount() == 0) GTEST_SKIP() << "no HIP device";
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> gpu = HipKernelBackend::Create({});
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  DeviceMemory* device = (*gpu)->memory();
+  constexpr int64_t kBig = int64_t{64} << 20;
+  absl::StatusOr<DeviceBuffer> big = DeviceBuffer::Allocate(device, kBig);
+  ASSERT_TRUE(big.ok()) << big.status();
+  std::vector<uint8_t> source(static_cast<size_t>(kBig));
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 5 + 1);
+  std::vector<uint8_t> out(static_cast<size_t>(kBig), 0), out_small(4096, 0);
+  CAIRN_ASSERT_OK(device->RegisterHost(out.data(), kBig));
+  CAIRN_ASSERT_OK(device->UploadQueued(big->data(), source.data(), kBig));
+  absl::StatusOr<uint64_t> t1 = device->DownloadBackground(out.data(), big->data(), kBig);
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  absl::StatusOr<uint64_t> t2 =
+      device->DownloadBackground(out_small.data(), static_cast<uint8_t*>(big->data()) + 8192, 4096);
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  EXPECT_GT(*t1, 0u);
+  EXPECT_GT(*t2, *t1);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool done = false;
+  while (!done && absl::Now() < deadline) {
+    absl::StatusOr<bool> d = device->BackgroundDone(*t2);
+    ASSERT_TRUE(d.ok()) << d.status();
+    done = *d;
+  }
+  ASSERT_TRUE(done);
+  absl::StatusOr<bool> d1 = device->BackgroundDone(*t1);
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_TRUE(*d1);
+  EXPECT_TRUE(out == source);
+  EXPECT_EQ(std::memcmp(out_small.data(), source.data() + 8192, 4096), 0);
+  CAIRN_EXPECT_OK(device->WaitBackground(*t2));
+  EXPECT_EQ(device->BackgroundDone(*t2 + 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(device->DownloadBackground(out.data(), big->data(), -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  CAIRN_EXPECT_OK(device->UnregisterHost(out.data()));
+
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+      SlotKvMemory::Create(Layout(), {.slots = 2, .max_rows = 300, .memory = device});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  constexpr int64_t kTokens = 200;
+  SlotState* s = (*kv)->slot(0);
+  CAIRN_ASSERT_OK(s->PrepareAppend(kTokens));
+  std::vector<float> k(kTokens * 96);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i) * 0.25f;
+  CAIRN_ASSERT_OK(device->Upload(s->data(0), k.data(), k.size() * sizeof(float)));
+  s->CommitAppend(kTokens);
+  std::vector<uint8_t> rows(k.size() * 4, 0);
+  absl::StatusOr<uint64_t> t = (*kv)->CopyRowsOutBackground(0, 0, 0, kTokens, absl::MakeSpan(rows));
+  ASSERT_TRUE(t.ok()) << t.status();
+  CAIRN_ASSERT_OK((*kv)->Reset(0));  // Waits for the copy before the rows may change.
+  CAIRN_ASSERT_OK(device->Zero(s->data(0), static_cast<int64_t>(k.size() * 4)));
+  absl::StatusOr<bool> copied = (*kv)->BackgroundCopyDone(*t);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_TRUE(*copied);
+  EXPECT_EQ(std::memcmp(rows.data(), k.data(), rows.size()), 0);
   CAIRN_EXPECT_OK((*gpu)->Synchronize());
 }
 
