@@ -106,7 +106,12 @@ GrpcStateCache::GrpcStateCache(GrpcStateCacheOptions options, std::function<void
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
 }
 
-GrpcStateCache::~GrpcStateCache() { Shutdown(); }
+GrpcStateCache::~GrpcStateCache() {
+  Shutdown();
+  // Spills the scheduler left in flight: their copies write into the arena, which goes with
+  // their session, so they are waited for (the slots' memory outlives this client).
+  if (!in_flight_.empty()) FinishSpills(in_flight_.front().memory, /*wait=*/true);
+}
 
 void GrpcStateCache::Shutdown() {
   std::shared_ptr<grpc::ClientContext> ctx;
@@ -217,6 +222,7 @@ bool GrpcStateCache::RunSession() {
     {
       MutexLock wl(&write_mu_);
       stream_ = stream.get();
+      stream_session_ = session.get();
     }
     {
       MutexLock lock(&mu_);
@@ -238,6 +244,7 @@ bool GrpcStateCache::RunSession() {
     {
       MutexLock wl(&write_mu_);
       stream_ = nullptr;
+      stream_session_ = nullptr;
     }
   }
   ctx->TryCancel();
@@ -261,9 +268,9 @@ void GrpcStateCache::HeartbeatLoop() {
   }
 }
 
-bool GrpcStateCache::WriteToStream(const v1::SessionClientMessage& m) {
+bool GrpcStateCache::WriteToStream(const v1::SessionClientMessage& m, const Session* session) {
   MutexLock lock(&write_mu_);
-  if (stream_ == nullptr) return false;
+  if (stream_ == nullptr || (session != nullptr && session != stream_session_)) return false;
   return stream_->Write(m);
 }
 
@@ -372,6 +379,7 @@ GrpcStateCache::SpillInFlight GrpcStateCache::StartSpill(std::shared_ptr<Session
                                                          KvMemory* memory) {
   SpillInFlight spill;
   spill.spill_id = request.spill_id();
+  spill.memory = memory;
   const StateLayout& layout = memory->layout();
   const int slot = static_cast<int>(request.slot());
   for (const v1::ChunkSpill& chunk : request.chunks()) {
@@ -438,9 +446,16 @@ bool GrpcStateCache::FinishSpill(SpillInFlight& spill, KvMemory* memory, bool wa
   for (uint64_t chunk_id : spill.failed) done->add_failed_chunk_ids(chunk_id);
   {
     MutexLock lock(&mu_);
+    // A spill of a session that has since been replaced is not answered: the new session's
+    // spill ids are its own, and one of them may be this one's number (WriteToStream checks
+    // the stream's session again).
+    if (session_ != spill.session) {
+      CAIRN_LOG(WARNING) << "spill " << spill.spill_id << " of a lost session not answered";
+      return true;
+    }
     done_spills_.insert(spill.spill_id);
   }
-  if (!WriteToStream(msg)) {
+  if (!WriteToStream(msg, spill.session.get())) {
     CAIRN_LOG(WARNING) << "could not report spill " << spill.spill_id << " (session lost)";
   }
   return true;
@@ -792,21 +807,27 @@ bool GrpcStateCache::RunBackgroundWork(KvMemory* memory, absl::Duration budget) 
     FinishSpills(memory, /*wait=*/budget > absl::ZeroDuration());
     return HasBackgroundWork();
   }
-  const bool background = options_.background_spill_bytes > 0;
+  // Background spills where the slots' memory copies asynchronously; over host memory (the
+  // CPU backend) a copy is done as it starts, so idle spills wait for idle time as before.
+  const bool background =
+      options_.background_spill_bytes > 0 &&
+      (options_.device_memory == nullptr || !options_.device_memory->host_visible());
   const absl::Time deadline = absl::Now() + budget;
+  int64_t started = 0;  // Bytes of idle spills started by this call.
   while (true) {
     v1::SpillRequest request;
     {
       MutexLock lock(&mu_);
       // Urgent spills are always done (copying rows below a running slot's position is safe
-      // between steps), and at once; idle ones with a budget, or in the background while
-      // fewer than background_spill_bytes are in flight.
-      const bool room = background && in_flight_bytes_ < options_.background_spill_bytes;
+      // between steps), and at once. Idle ones in the background, while fewer than
+      // background_spill_bytes are in flight and this call has started fewer than that (the
+      // answers' checksums are hashed on this thread, between steps); otherwise with a budget.
+      const bool room = background && in_flight_bytes_ < options_.background_spill_bytes &&
+                        started < options_.background_spill_bytes;
       auto it = std::find_if(spills_.begin(), spills_.end(), [&](const v1::SpillRequest& r) {
-        return r.urgent() || budget > absl::ZeroDuration() || room;
+        return r.urgent() || room || (budget > absl::ZeroDuration() && !background);
       });
       if (it == spills_.end()) break;
-      if (!it->urgent() && background && !room) break;
       request = std::move(*it);
       spills_.erase(it);
     }
@@ -815,8 +836,8 @@ bool GrpcStateCache::RunBackgroundWork(KvMemory* memory, absl::Duration budget) 
     } else {
       in_flight_.push_back(StartSpill(*s, request, memory));
       in_flight_bytes_ += in_flight_.back().bytes;
+      started += in_flight_.back().bytes;
       in_flight_count_.store(static_cast<int>(in_flight_.size()));
-      FinishSpills(memory, /*wait=*/false);
     }
     if (absl::Now() >= deadline && budget > absl::ZeroDuration()) break;
   }

@@ -43,12 +43,14 @@ struct GrpcStateCacheOptions {
   // Idle spills run in the background (KvMemory::CopyRowsOutBackground: on a GPU, copies on
   // the transfer stream beside the compute), at most this many bytes of them in flight; they
   // start between steps while slots are busy too, and each is answered when its copy is done.
-  // 0: idle spills only when no slot has work, each copied before the next starts. A step's
-  // logits come down the same way to the host, after the spills queued before them: on the
-  // H200 (55 GB/s) 64 MB of downloads a step left every decode step as fast as without
-  // (MoE at one slot 1.81 against 1.79 ms), 256 MB stretched the MoE steps to the copies'
-  // 4.9 ms (hip README, sixteenth round).
-  int64_t background_spill_bytes = int64_t{64} << 20;
+  // 0, or slots in host memory (device_memory host-visible): idle spills only when no slot has
+  // work, each copied before the next starts. Also the bytes of idle spills one call of
+  // RunBackgroundWork starts, since their answers' checksums are hashed on the scheduler's
+  // thread between steps. A step's logits come down to the host after the spills queued
+  // before them: on the H200 (55 GB/s) 16 and 64 MB of downloads a step left every decode
+  // step as fast as without (MoE at one slot 1.80 / 1.81 against 1.79 ms), 256 MB stretched
+  // the MoE steps to the copies' 4.9 ms (hip README, sixteenth round).
+  int64_t background_spill_bytes = int64_t{16} << 20;
   // The kernel backend's memory (where the slots live). When it is a device's, the mapped
   // arena is page-locked for it in the cache's pinning steps (ArenaPins).
   DeviceMemory* device_memory = nullptr;
@@ -118,7 +120,10 @@ class GrpcStateCache final : public StateCache {
   // Runs one session until the stream ends. Returns true if it got as far as Welcome.
   bool RunSession();
   void OnServerMessage(const cache::v1::SessionServerMessage& m) ABSL_LOCKS_EXCLUDED(mu_);
-  bool WriteToStream(const cache::v1::SessionClientMessage& m) ABSL_LOCKS_EXCLUDED(write_mu_);
+  // Writes `m` to the session stream; false without one, or when `session` (if not null) is not
+  // the stream's session.
+  bool WriteToStream(const cache::v1::SessionClientMessage& m, const Session* session = nullptr)
+      ABSL_LOCKS_EXCLUDED(write_mu_);
   // The current session, or Unavailable.
   absl::StatusOr<std::shared_ptr<Session>> Current() const ABSL_LOCKS_EXCLUDED(mu_);
   // Marks the session lost after a failed RPC (the session thread reconnects).
@@ -130,6 +135,7 @@ class GrpcStateCache final : public StateCache {
   // A spill whose rows are being copied in the background: answered once `ticket` is done.
   struct SpillInFlight {
     std::shared_ptr<Session> session;  // Keeps the arena (and its pins) the copies write.
+    KvMemory* memory = nullptr;        // The slots' memory the copies run in.
     uint64_t spill_id = 0;
     int64_t bytes = 0;
     uint64_t ticket = 0;  // The last of its copies (KvMemory::CopyRowsOutBackground).
@@ -187,6 +193,7 @@ class GrpcStateCache final : public StateCache {
   Mutex write_mu_ ABSL_ACQUIRED_AFTER(mu_);
   grpc::ClientReaderWriter<cache::v1::SessionClientMessage, cache::v1::SessionServerMessage>*
       stream_ ABSL_GUARDED_BY(write_mu_) = nullptr;
+  const Session* stream_session_ ABSL_GUARDED_BY(write_mu_) = nullptr;  // Whose stream_ it is.
 
   std::thread session_thread_;
   std::thread heartbeat_thread_;

@@ -197,7 +197,8 @@ absl::StatusOr<uint64_t> HipKernelBackend::DownloadBackground(void* host_dst,
   if (bytes < 0) return Invalid("background download", absl::StrCat("negative size ", bytes));
   if (!Enter()) return error_;
   if (background_after_ == nullptr &&
-      !Check(hipEventCreate(&background_after_), "creating an event")) {
+      !Check(hipEventCreateWithFlags(&background_after_, hipEventDisableTiming),
+             "creating an event")) {
     return error_;
   }
   hipEvent_t done = nullptr;
@@ -217,11 +218,19 @@ absl::StatusOr<uint64_t> HipKernelBackend::DownloadBackground(void* host_dst,
                            "queueing a background copy")) &&
       Check(hipEventRecord(done, transfer_), "recording an event");
   if (!queued) {
+    // A copy may have been queued before the failure: its destination must not be given up
+    // while it runs.
+    DrainBackground();
     static_cast<void>(hipEventDestroy(done));
     return error_;
   }
   background_events_.emplace_back(++background_issued_, done);
   return background_issued_;
+}
+
+void HipKernelBackend::DrainBackground() {
+  static_cast<void>(hipSetDevice(options_.device));
+  if (transfer_ != nullptr) static_cast<void>(hipStreamSynchronize(transfer_));
 }
 
 absl::Status HipKernelBackend::RetireBackground(uint64_t ticket, bool wait) {
@@ -238,25 +247,38 @@ absl::Status HipKernelBackend::RetireBackground(uint64_t ticket, bool wait) {
 }
 
 absl::StatusOr<bool> HipKernelBackend::BackgroundDone(uint64_t ticket) {
-  RETURN_IF_ERROR(error_);
+  if (!error_.ok()) {
+    // The caller gives the copies' destinations up on an error: none may still be running.
+    DrainBackground();
+    return error_;
+  }
   if (ticket > background_issued_) {
     return Invalid("background copy", absl::StrCat("no ticket ", ticket));
   }
   if (ticket <= background_done_) return true;
   static_cast<void>(hipSetDevice(options_.device));
-  RETURN_IF_ERROR(RetireBackground(ticket, /*wait=*/false));
+  absl::Status retired = RetireBackground(ticket, /*wait=*/false);
+  if (!retired.ok()) {
+    DrainBackground();
+    return retired;
+  }
   return ticket <= background_done_;
 }
 
 absl::Status HipKernelBackend::WaitBackground(uint64_t ticket) {
-  RETURN_IF_ERROR(error_);
+  if (!error_.ok()) {
+    DrainBackground();
+    return error_;
+  }
   if (ticket > background_issued_) {
     return Invalid("background copy", absl::StrCat("no ticket ", ticket));
   }
   if (ticket <= background_done_) return absl::OkStatus();
   ++host_waits_;
   static_cast<void>(hipSetDevice(options_.device));
-  return RetireBackground(ticket, /*wait=*/true);
+  absl::Status retired = RetireBackground(ticket, /*wait=*/true);
+  if (!retired.ok()) DrainBackground();
+  return retired;
 }
 
 absl::Status HipKernelBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,

@@ -405,6 +405,9 @@ class HipKernelBackend final : public KernelBackend {
   // Retires background_events_ from the front while they have completed (`wait`: waits for
   // each up to `ticket`).
   absl::Status RetireBackground(uint64_t ticket, bool wait);
+  // Waits for everything on transfer_ (errors ignored): on an error path, so that no copy
+  // still writes a destination its caller is about to give up.
+  void DrainBackground();
 
   // A device table of the experts' weight parts for hip::MoeRowsMma, made once for an array of
   // expert matrices (the first call, which waits for its upload) and checked against it on
