@@ -841,16 +841,9 @@ bool GrpcStateCache::RunBackgroundWork(KvMemory* memory, absl::Duration budget) 
     }
     if (absl::Now() >= deadline && budget > absl::ZeroDuration()) break;
   }
-  // With a budget (no slot has work) the oldest copies are waited for rather than polled
-  // again at once, so that the scheduler does not spin on them.
-  if (budget > absl::ZeroDuration()) {
-    while (!in_flight_.empty() && absl::Now() < deadline) {
-      if (!FinishSpill(in_flight_.front(), memory, /*wait=*/true)) break;
-      in_flight_bytes_ -= in_flight_.front().bytes;
-      in_flight_.pop_front();
-      in_flight_count_.store(static_cast<int>(in_flight_.size()));
-    }
-  }
+  // With a budget (no slot has work) the copies in flight (at most background_spill_bytes) are
+  // waited for rather than polled again at once, so that the scheduler does not spin on them.
+  FinishSpills(memory, /*wait=*/budget > absl::ZeroDuration());
   return HasBackgroundWork();
 }
 

@@ -246,7 +246,7 @@ absl::Status HipKernelBackend::RetireBackground(uint64_t ticket, bool wait) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> HipKernelBackend::BackgroundDone(uint64_t ticket) {
+absl::StatusOr<bool> HipKernelBackend::BackgroundState(uint64_t ticket, bool wait) {
   if (!error_.ok()) {
     // The caller gives the copies' destinations up on an error: none may still be running.
     DrainBackground();
@@ -256,8 +256,9 @@ absl::StatusOr<bool> HipKernelBackend::BackgroundDone(uint64_t ticket) {
     return Invalid("background copy", absl::StrCat("no ticket ", ticket));
   }
   if (ticket <= background_done_) return true;
+  if (wait) ++host_waits_;
   static_cast<void>(hipSetDevice(options_.device));
-  absl::Status retired = RetireBackground(ticket, /*wait=*/false);
+  absl::Status retired = RetireBackground(ticket, wait);
   if (!retired.ok()) {
     DrainBackground();
     return retired;
@@ -265,20 +266,12 @@ absl::StatusOr<bool> HipKernelBackend::BackgroundDone(uint64_t ticket) {
   return ticket <= background_done_;
 }
 
+absl::StatusOr<bool> HipKernelBackend::BackgroundDone(uint64_t ticket) {
+  return BackgroundState(ticket, /*wait=*/false);
+}
+
 absl::Status HipKernelBackend::WaitBackground(uint64_t ticket) {
-  if (!error_.ok()) {
-    DrainBackground();
-    return error_;
-  }
-  if (ticket > background_issued_) {
-    return Invalid("background copy", absl::StrCat("no ticket ", ticket));
-  }
-  if (ticket <= background_done_) return absl::OkStatus();
-  ++host_waits_;
-  static_cast<void>(hipSetDevice(options_.device));
-  absl::Status retired = RetireBackground(ticket, /*wait=*/true);
-  if (!retired.ok()) DrainBackground();
-  return retired;
+  return BackgroundState(ticket, /*wait=*/true).status();
 }
 
 absl::Status HipKernelBackend::CopyToDevice(void* device_dst, const void* host_src, int64_t bytes,

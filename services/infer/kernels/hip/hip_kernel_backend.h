@@ -402,6 +402,8 @@ class HipKernelBackend final : public KernelBackend {
                                               int64_t bytes);
   absl::StatusOr<bool> BackgroundDone(uint64_t ticket);
   absl::Status WaitBackground(uint64_t ticket);
+  // Both: whether `ticket` is done, waiting for it with `wait`.
+  absl::StatusOr<bool> BackgroundState(uint64_t ticket, bool wait);
   // Retires background_events_ from the front while they have completed (`wait`: waits for
   // each up to `ticket`).
   absl::Status RetireBackground(uint64_t ticket, bool wait);

@@ -748,6 +748,18 @@ class ModelBench {
                         copy_seconds[2] * 1e3, suffix));
   }
 
+  // One decode step's batch over slots 0 .. next.size() - 1: slot s takes the prompt's token
+  // (offset + s) % 1000, kept in next[s].
+  std::vector<SequencePass> StepBatch(SlotKvMemory& kv_memory, int offset,
+                                      std::vector<int32_t>& next) {
+    std::vector<SequencePass> batch;
+    for (size_t s = 0; s < next.size(); ++s) {
+      next[s] = tokens_[(static_cast<size_t>(offset) + s) % 1000];
+      batch.push_back({kv_memory.slot(static_cast<int>(s)), absl::MakeConstSpan(&next[s], 1)});
+    }
+    return batch;
+  }
+
   // --op-times: --decode-steps more steps of `slots` slots (as the in-place ones) with an event
   // before every backend operation (OpTimingBackend), and each operation's share of a step.
   void OpTimes(int slots, SlotKvMemory& kv_memory, const std::string& suffix) {
@@ -755,11 +767,7 @@ class ModelBench {
     std::vector<int32_t> next(slots);
     std::vector<absl::Span<const float>> views;
     for (int step = 0; step < 2 + f_.decode_steps; ++step) {
-      std::vector<SequencePass> batch;
-      for (int s = 0; s < slots; ++s) {
-        next[s] = tokens_[static_cast<size_t>((step * 37 + s) % 1000)];
-        batch.push_back({kv_memory.slot(s), absl::MakeConstSpan(&next[s], 1)});
-      }
+      const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 37, next);
       timing_.SetTiming(step >= 2);
       Bench::Check(model_->ForwardBatchViews(batch, views), "op-timed step");
       Bench::Check(timing_.Collect(totals), "op times");
@@ -811,11 +819,7 @@ class ModelBench {
     std::vector<absl::Span<const float>> views;
     double total = 0;
     for (int step = 0; step < 2 + f_.decode_steps; ++step) {
-      std::vector<SequencePass> batch;
-      for (int s = 0; s < slots; ++s) {
-        next[s] = tokens_[static_cast<size_t>((step * 41 + s) % 1000)];
-        batch.push_back({kv_memory.slot(s), absl::MakeConstSpan(&next[s], 1)});
-      }
+      const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 41, next);
       const auto start = Clock::now();
       copy();
       Bench::Check(model_->ForwardBatchViews(batch, views), "host-lead step");
@@ -846,11 +850,7 @@ class ModelBench {
     uint64_t ticket = 0;
     Clock::time_point first;
     for (int step = 0; step < 2 + f_.decode_steps; ++step) {
-      std::vector<SequencePass> batch;
-      for (int s = 0; s < slots; ++s) {
-        next[s] = tokens_[static_cast<size_t>((step * 43 + s) % 1000)];
-        batch.push_back({kv_memory.slot(s), absl::MakeConstSpan(&next[s], 1)});
-      }
+      const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 43, next);
       const auto start = Clock::now();
       if (step == 2) first = start;
       absl::StatusOr<uint64_t> t = memory->DownloadBackground(host.data(), src->data(), bytes);
