@@ -71,9 +71,17 @@ __device__ float SumSquares(const float* x, int64_t dim) {
 // those of the loops over longer rows.
 constexpr int kHeldValues = 16;
 
+// yr[i] = v and, where `rounded` is not null, rounded[at + i] = v in bf16 as the products round
+// their inputs (the norms' and SiLU-mul's rounded copies: rows of a multiple of 8 values, laid
+// out as y's).
+__device__ inline void StoreOut(float* yr, uint16_t* rounded, int64_t at, int64_t i, float v) {
+  yr[i] = v;
+  if (rounded != nullptr) rounded[at + i] = RoundBf16(v);
+}
+
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
-                  float* y, HeadRows rows) {
+                  float* y, HeadRows rows, uint16_t* rounded) {
   KernelEntry();
   __shared__ float scratch[kRowThreads];
   const int64_t at = rows.Offset(blockIdx.x, dim);
@@ -97,20 +105,20 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int b = 0; b < kHeldValues; ++b) {
       const int64_t i = threadIdx.x + b * kRowThreads;
-      if (i < dim) yr[i] = v[b] * inv * wv[b];
+      if (i < dim) StoreOut(yr, rounded, at, i, v[b] * inv * wv[b]);
     }
     return;
   }
   const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
-    yr[i] = xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]);
+    StoreOut(yr, rounded, at, i, xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]));
   }
 }
 
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
-                       float* y, HeadRows z_rows) {
+                       float* y, HeadRows z_rows, uint16_t* rounded) {
   KernelEntry();
   __shared__ float scratch[kRowThreads];
   const int64_t r = blockIdx.x;
@@ -136,14 +144,14 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int b = 0; b < kHeldValues; ++b) {
       const int64_t i = threadIdx.x + b * kRowThreads;
-      if (i < dim) yr[i] = v[b] * inv * wv[b] * DeviceSilu(zv[b]);
+      if (i < dim) StoreOut(yr, rounded, r * dim, i, v[b] * inv * wv[b] * DeviceSilu(zv[b]));
     }
     return;
   }
   const float ss = BlockSum<kRowThreads>(SumSquares(xr, dim), scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
-    yr[i] = xr[i] * inv * w[i] * DeviceSilu(zr[i]);
+    StoreOut(yr, rounded, r * dim, i, xr[i] * inv * w[i] * DeviceSilu(zr[i]));
   }
 }
 
@@ -223,7 +231,7 @@ __device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarp
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                      bool zero_centred, float* y, HeadRows layout) {
+                      bool zero_centred, float* y, HeadRows layout, uint16_t* rounded) {
   KernelEntry();
   if (WarpRow() >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts];
@@ -241,13 +249,14 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
     const int i = threadIdx.x % 32 + 32 * j;
-    if (i < dim) yr[i] = v[j] * inv * wv[j];
+    if (i < dim) StoreOut(yr, rounded, at, i, v[j] * inv * wv[j]);
   }
 }
 
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormWarpKernel(const float* x, const float* z, int64_t rows, int64_t dim,
-                           const float* w, float eps, float* y, HeadRows z_rows) {
+                           const float* w, float eps, float* y, HeadRows z_rows,
+                           uint16_t* rounded) {
   KernelEntry();
   if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts], zv[kWarpParts];
@@ -266,7 +275,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
   for (int j = 0; j < kWarpParts; ++j) {
     const int i = threadIdx.x % 32 + 32 * j;
-    if (i < dim) yr[i] = v[j] * inv * wv[j] * DeviceSilu(zv[j]);
+    if (i < dim) StoreOut(yr, rounded, r * dim, i, v[j] * inv * wv[j] * DeviceSilu(zv[j]));
   }
 }
 
@@ -362,14 +371,14 @@ __global__ void RopeAppendBatchKernel(RopeAppendBatchParams b, int64_t q_ld, int
 }
 
 __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
-                              int64_t rows, int64_t dim, float* out) {
+                              int64_t rows, int64_t dim, float* out, uint16_t* rounded) {
   KernelEntry();
   const int64_t n = rows * dim;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / dim;
     const int64_t i = e % dim;
-    out[e] = DeviceSilu(gate[r * ld_gate + i]) * up[r * ld_up + i];
+    StoreOut(out, rounded, 0, e, DeviceSilu(gate[r * ld_gate + i]) * up[r * ld_up + i]);
   }
 }
 
@@ -377,7 +386,8 @@ __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* u
 // pointers aligned to 4 floats): blocks of grid.x over the row's groups of 4, grid.y over rows.
 // The same arithmetic per element.
 __global__ void SiluMulRowsKernel(const float* gate, int64_t ld_gate, const float* up,
-                                  int64_t ld_up, int64_t rows, int64_t groups, float* out) {
+                                  int64_t ld_up, int64_t rows, int64_t groups, float* out,
+                                  uint16_t* rounded) {
   KernelEntry();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= groups) return;
@@ -390,6 +400,12 @@ __global__ void SiluMulRowsKernel(const float* gate, int64_t ld_gate, const floa
     o.z = DeviceSilu(g.z) * u.z;
     o.w = DeviceSilu(g.w) * u.w;
     reinterpret_cast<float4*>(out + r * groups * 4)[c] = o;
+    if (rounded != nullptr) {
+      // Four bf16 values as one 8-byte store (rows of a multiple of 8 values).
+      const uint32_t lo = RoundBf16(o.x) | static_cast<uint32_t>(RoundBf16(o.y)) << 16;
+      const uint32_t hi = RoundBf16(o.z) | static_cast<uint32_t>(RoundBf16(o.w)) << 16;
+      reinterpret_cast<uint2*>(rounded + r * groups * 4)[c] = make_uint2(lo, hi);
+    }
   }
 }
 
@@ -623,11 +639,11 @@ __global__ void SplitHeadPairsRowsKernel(const float* in, int64_t ld, int64_t ro
   }
 }
 
-__global__ void SigmoidMulKernel(float* x, const float* gate, int64_t n) {
+__global__ void SigmoidMulKernel(float* x, const float* gate, int64_t n, uint16_t* rounded) {
   KernelEntry();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    x[e] *= DeviceSigmoid(gate[e]);
+    StoreOut(x, rounded, 0, e, x[e] * DeviceSigmoid(gate[e]));
   }
 }
 
@@ -709,41 +725,44 @@ namespace {
 
 hipError_t LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                          bool zero_centred, float* y, HeadRows layout, bool warp_rows,
-                         hipStream_t stream) {
+                         uint16_t* rounded, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
     LaunchKernel(RmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, rows, dim, w,
-                 eps, zero_centred, y, layout);
+                 eps, zero_centred, y, layout, rounded);
     return hipGetLastError();
   }
 #endif
   LaunchKernel(RmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, dim, w,
-               eps, zero_centred, y, layout);
+               eps, zero_centred, y, layout, rounded);
   return hipGetLastError();
 }
 
 hipError_t LaunchGatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                               const float* w, float eps, float* y, HeadRows z_rows,
-                              bool warp_rows, hipStream_t stream) {
+                              bool warp_rows, uint16_t* rounded, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
     LaunchKernel(GatedRmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, z, rows,
-                 dim, w, eps, y, z_rows);
+                 dim, w, eps, y, z_rows, rounded);
     return hipGetLastError();
   }
 #endif
   LaunchKernel(GatedRmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, z,
-               dim, w, eps, y, z_rows);
+               dim, w, eps, y, z_rows, rounded);
   return hipGetLastError();
 }
 
 }  // namespace
 
 hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                   bool zero_centred, float* y, bool warp_rows, hipStream_t stream) {
-  return LaunchRmsNorm(x, rows, dim, w, eps, zero_centred, y, Contiguous(dim), warp_rows, stream);
+                   bool zero_centred, float* y, bool warp_rows, uint16_t* rounded,
+                   hipStream_t stream) {
+  if (rounded != nullptr && dim % 8 != 0) return hipErrorInvalidValue;
+  return LaunchRmsNorm(x, rows, dim, w, eps, zero_centred, y, Contiguous(dim), warp_rows, rounded,
+                       stream);
 }
 
 hipError_t RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
@@ -751,20 +770,24 @@ hipError_t RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_
                         hipStream_t stream) {
   if (heads <= 0 || ld < heads * dim) return hipErrorInvalidValue;
   return LaunchRmsNorm(x, tokens * heads, dim, w, eps, zero_centred, x, HeadRows{heads, ld},
-                       warp_rows, stream);
+                       warp_rows, nullptr, stream);
 }
 
 hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
-                        float eps, float* y, bool warp_rows, hipStream_t stream) {
-  return LaunchGatedRmsNorm(x, z, rows, dim, w, eps, y, Contiguous(dim), warp_rows, stream);
+                        float eps, float* y, bool warp_rows, uint16_t* rounded,
+                        hipStream_t stream) {
+  if (rounded != nullptr && dim % 8 != 0) return hipErrorInvalidValue;
+  return LaunchGatedRmsNorm(x, z, rows, dim, w, eps, y, Contiguous(dim), warp_rows, rounded,
+                            stream);
 }
 
 hipError_t GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
                              int64_t dim, int64_t z_ld, const float* w, float eps, float* y,
-                             bool warp_rows, hipStream_t stream) {
+                             bool warp_rows, uint16_t* rounded, hipStream_t stream) {
   if (heads <= 0 || z_ld < heads * dim) return hipErrorInvalidValue;
+  if (rounded != nullptr && heads * dim % 8 != 0) return hipErrorInvalidValue;
   return LaunchGatedRmsNorm(x, z, tokens * heads, dim, w, eps, y, HeadRows{heads, z_ld},
-                            warp_rows, stream);
+                            warp_rows, rounded, stream);
 }
 
 namespace {
@@ -831,8 +854,11 @@ hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_
 }
 
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
-                   int64_t dim, float* out, hipStream_t stream) {
+                   int64_t dim, float* out, uint16_t* rounded, hipStream_t stream) {
   if (rows * dim == 0) return hipSuccess;
+  if (rounded != nullptr && (dim % 8 != 0 || reinterpret_cast<uintptr_t>(rounded) % 16 != 0)) {
+    return hipErrorInvalidValue;
+  }
   const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (dim % 4 == 0 && ld_gate % 4 == 0 && ld_up % 4 == 0 && aligned(gate) && aligned(up) &&
       aligned(out)) {
@@ -840,11 +866,11 @@ hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t 
     const dim3 grid(static_cast<unsigned int>(CeilDiv(groups, kElementThreads)),
                     static_cast<unsigned int>(rows < 65535 ? rows : 65535));
     LaunchKernel(SiluMulRowsKernel, grid, kElementThreads, 0, stream, gate, ld_gate, up, ld_up,
-                 rows, groups, out);
+                 rows, groups, out, rounded);
     return hipGetLastError();
   }
   LaunchKernel(SiluMulKernel, GridFor(rows * dim, kElementThreads), kElementThreads, 0, stream,
-               gate, ld_gate, up, ld_up, rows, dim, out);
+               gate, ld_gate, up, ld_up, rows, dim, out, rounded);
   return hipGetLastError();
 }
 
@@ -986,10 +1012,11 @@ hipError_t SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* ga
   return hipGetLastError();
 }
 
-hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream) {
+hipError_t SigmoidMul(float* x, const float* gate, int64_t n, uint16_t* rounded,
+                      hipStream_t stream) {
   if (n == 0) return hipSuccess;
   LaunchKernel(SigmoidMulKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, x, gate,
-               n);
+               n, rounded);
   return hipGetLastError();
 }
 

@@ -22,6 +22,7 @@ absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
   if (bytes == 0) return nullptr;
   hipError_t e = hipSetDevice(options_.device);
   if (e != hipSuccess) return HipError(e, "selecting the device");
+  rounded_ = {};  // New memory may take the place of the rows it was made from.
   void* p = nullptr;
   e = hipMalloc(&p, static_cast<size_t>(bytes));
   if (e != hipSuccess) {
@@ -315,6 +316,7 @@ absl::Status HipKernelBackend::CopySplit(void* dst, const void* src, int64_t byt
   if (bytes == 0) return absl::OkStatus();
   hipError_t e = hipSetDevice(options_.device);
   if (e != hipSuccess) return HipError(e, "selecting the device");
+  if (kind != hipMemcpyDeviceToHost) ForgetRoundedRowsIn(dst, static_cast<char*>(dst) + bytes);
   for (const auto& [offset, length] : SplitAtBoundaries(host, bytes, pin_boundaries)) {
     e = hipMemcpyAsync(static_cast<char*>(dst) + offset, static_cast<const char*>(src) + offset,
                        static_cast<size_t>(length), kind, StreamOf(stream));

@@ -24,6 +24,18 @@ __device__ inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// fp32 to bf16 (raw bits) as the matrix-unit products round their inputs (mma_rows::PackBf16's
+// conversion, nearest even); the same as FloatToBf16 but for a NaN's payload.
+__device__ inline uint16_t RoundBf16(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIP_PLATFORM_AMD__)
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(f));
+  return r;
+#else
+  return FloatToBf16(f);
+#endif
+}
+
 #if !defined(__HIP_PLATFORM_AMD__)
 // c += a . b for one bf16 x bf16 -> fp32 16x8x16 tile on the matrix units (NVIDIA mma.sync,
 // sm_80 and later; fragments in the PTX ISA's m16n8k16 layout).
@@ -122,6 +134,17 @@ inline unsigned int GridFor(int64_t n, int threads) {
 __device__ inline void KernelEntry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Asks for the 128-byte line holding `p` in L2 (NVIDIA; a hint, nothing on AMD). L2 is where
+// device memory is coherent, so a line fetched early is never stale: a kernel may prefetch
+// before KernelEntry()'s wait.
+__device__ inline void PrefetchL2(const void* p) {
+#if defined(__CUDA_ARCH__) && !defined(__HIP_PLATFORM_AMD__)
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+#else
+  static_cast<void>(p);
 #endif
 }
 

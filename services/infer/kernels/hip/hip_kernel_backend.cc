@@ -126,6 +126,8 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       copy_rows_kernel_(options.copy_rows_kernel),
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),
       mma_rows_staged_min_bytes_(options.mma_rows_staged_min_bytes),
+      mma_rows_prefetch_k_(options.mma_rows_prefetch_k),
+      round_product_inputs_max_bytes_(options.round_product_inputs_max_bytes),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}
@@ -194,9 +196,49 @@ bool HipKernelBackend::Check(hipError_t e, const char* what) {
   return e == hipSuccess || Keep(HipError(e, what));
 }
 
-bool HipKernelBackend::Enter() {
+bool HipKernelBackend::Enter(bool keep_rounded) {
+  if (!keep_rounded) rounded_ = {};
   if (!error_.ok()) return false;
   return Check(hipSetDevice(options_.device), "selecting the device");
+}
+
+uint16_t* HipKernelBackend::RoundedOutput(int64_t rows, int64_t count, int64_t width) {
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(uint16_t));
+  const bool readers =
+      (options_.mma_rows && mma_rows_bf16_inputs_ && hip::MatMulRowsMmaSupported()) ||
+      options_.bf16_gemm_inputs;
+  if (!readers || count <= 0 || width <= 0 || width % 8 != 0 ||
+      (rows >= 0 && rows < options_.round_product_inputs_min_rows) ||
+      bytes > round_product_inputs_max_bytes_) {
+    return nullptr;
+  }
+  if (bytes > rounded_buffer_.size()) {
+    // Doubling, so that growing passes allocate a few times only; without the memory, no copy.
+    const int64_t size =
+        std::min(std::max(bytes, 2 * rounded_buffer_.size()), round_product_inputs_max_bytes_);
+    rounded_buffer_.Reset();  // hipFree waits for the kernels still using it.
+    absl::StatusOr<DeviceBuffer> b = Allocate(size);
+    if (!b.ok()) return nullptr;
+    rounded_buffer_ = *std::move(b);
+  }
+  return static_cast<uint16_t*>(rounded_buffer_.data());
+}
+
+const uint16_t* HipKernelBackend::RoundedInputs(const float* x, int64_t m, int64_t k,
+                                                int64_t ldx) const {
+  if (rounded_.x == nullptr || m <= 0 || x < rounded_.x || ldx % 8 != 0) return nullptr;
+  const int64_t at = x - rounded_.x;
+  if (at % 8 != 0 || at + (m - 1) * ldx + k > rounded_.count) return nullptr;
+  return rounded_.data + at;
+}
+
+void HipKernelBackend::ForgetRoundedRowsIn(const void* begin, const void* end) {
+  const auto* b = static_cast<const char*>(begin);
+  const auto* e = static_cast<const char*>(end);
+  const auto* x = reinterpret_cast<const char*>(rounded_.x);
+  if (x != nullptr && b < x + rounded_.count * static_cast<int64_t>(sizeof(float)) && x < e) {
+    rounded_ = {};
+  }
 }
 
 float* HipKernelBackend::Workspace(int64_t floats) {
@@ -262,7 +304,17 @@ bool HipKernelBackend::CheckTyped(const char* op, const WeightMatrix& w, int64_t
 void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
                                        const WeightMatrix& w, float* y, int64_t ldy,
                                        bool accumulate) {
-  if (!Enter() || m == 0 || !CheckTyped("matmul rows", w, m, ldx, ldy)) return;
+  if (!Enter(/*keep_rounded=*/true) || m == 0 || !CheckTyped("matmul rows", w, m, ldx, ldy)) {
+    return;
+  }
+  // The inputs as a norm or SiLU-mul just rounded them, where it did.
+  const bool mma_bf16 = w.type == WeightType::kBF16 && options_.mma_rows && mma_rows_bf16_inputs_ &&
+                        hip::MatMulRowsMmaSupported();
+  const uint16_t* rounded = mma_bf16 && m >= options_.round_product_inputs_min_rows
+                                ? RoundedInputs(x, m, w.cols, ldx)
+                                : nullptr;
+  if (rounded != nullptr) ++rounded_input_reads_;
+  ForgetRoundedRowsIn(y, y + (m - 1) * ldy + w.rows());
   // Every part in one call where their rows together fit the kernels' grid; else a call per
   // part (the same bits: a column's sum does not depend on the launch).
   const int64_t k = w.cols;
@@ -283,20 +335,27 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     // The inputs rounded to bf16 once, into the workspace, for calls of enough rows over
     // enough weights (the rounding is a launch of its own).
     uint16_t* staging = nullptr;
-    if (mma && mma_rows_bf16_inputs_ && mma_rows_staged_min_rows_ > 0 &&
+    if (mma && rounded == nullptr && mma_rows_bf16_inputs_ && mma_rows_staged_min_rows_ > 0 &&
         m >= mma_rows_staged_min_rows_ &&
         (col - first) * k * static_cast<int64_t>(sizeof(uint16_t)) >= mma_rows_staged_min_bytes_) {
       const int64_t bytes = hip::MatMulRowsMmaStagingBytes(m, k);
       staging = reinterpret_cast<uint16_t*>(Workspace((bytes + 3) / 4));
       if (staging == nullptr) return;
     }
-    if (!Check(mma ? hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate,
-                                        mma_rows_bf16_inputs_, options_.mma_rows_tiles_of_8,
-                                        mma_rows_variant_, multiprocessors_, whole_n, staging,
-                                        compute_)
-                   : hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
-                                          options_.multi_row_decode, compute_),
-               "matmul rows launch")) {
+    hipError_t e;
+    if (mma && rounded != nullptr) {
+      e = hip::MatMulRowsMmaRounded(rounded, m, k, ldx, parts, y + first, ldy, accumulate,
+                                    options_.mma_rows_tiles_of_8, mma_rows_variant_,
+                                    multiprocessors_, whole_n, mma_rows_prefetch_k_, compute_);
+    } else if (mma) {
+      e = hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate, mma_rows_bf16_inputs_,
+                             options_.mma_rows_tiles_of_8, mma_rows_variant_, multiprocessors_,
+                             whole_n, staging, mma_rows_prefetch_k_, compute_);
+    } else {
+      e = hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
+                               options_.multi_row_decode, compute_);
+    }
+    if (!Check(e, "matmul rows launch")) {
       return;
     }
   }
@@ -305,8 +364,16 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
 void HipKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,
                                              const WeightMatrix& w, float* y, int64_t ldy,
                                              bool accumulate) {
-  if (!Enter() || m == 0 || !CheckTyped("matmul", w, m, ldx, ldy)) return;
+  if (!Enter(/*keep_rounded=*/true) || m == 0 || !CheckTyped("matmul", w, m, ldx, ldy)) return;
   const int64_t k = w.cols;
+  // The inputs as a norm or SiLU-mul just rounded them, where it did, in the row stride the
+  // rounding below would give them (the pinned algorithm follows the strides and alignment).
+  const uint16_t* rounded =
+      options_.bf16_gemm_inputs && w.type == WeightType::kBF16 && ldx == (k + 7) / 8 * 8
+          ? RoundedInputs(x, m, k, ldx)
+          : nullptr;
+  if (rounded != nullptr) ++rounded_input_reads_;
+  ForgetRoundedRowsIn(y, y + (m - 1) * ldy + w.rows());
   const float beta = accumulate ? 1.0f : 0.0f;
   if (w.type == WeightType::kF32) {
     int64_t col = 0;
@@ -322,11 +389,17 @@ void HipKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t 
   }
   if (options_.bf16_gemm_inputs) {
     // The input rows once in bf16, rows padded to 16 bytes for the matrix units' loads.
-    const int64_t ld = (k + 7) / 8 * 8;
-    auto* xb = reinterpret_cast<uint16_t*>(Workspace((m * ld + 1) / 2));
-    if (xb == nullptr ||
-        !Check(hip::RoundRowsToBf16(x, m, k, ldx, xb, ld, compute_), "bf16 rounding launch")) {
-      return;
+    int64_t ld = (k + 7) / 8 * 8;
+    const uint16_t* xb = rounded;
+    if (xb != nullptr) {
+      ld = ldx;
+    } else {
+      auto* staged = reinterpret_cast<uint16_t*>(Workspace((m * ld + 1) / 2));
+      if (staged == nullptr || !Check(hip::RoundRowsToBf16(x, m, k, ldx, staged, ld, compute_),
+                                      "bf16 rounding launch")) {
+        return;
+      }
+      xb = staged;
     }
     int64_t col = 0;
     for (int i = 0; i < w.num_parts; ++i) {
@@ -404,7 +477,12 @@ void HipKernelBackend::SplitHeadPairsStrided(const float* in, int64_t ld, int64_
 
 void HipKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
   if (!Enter()) return;
-  Check(hip::SigmoidMul(x, gate, n, compute_), "sigmoid mul launch");
+  // The rows are not known here: the products check their own (round_product_inputs_min_rows).
+  uint16_t* rounded = RoundedOutput(-1, n, 8);
+  if (Check(hip::SigmoidMul(x, gate, n, rounded, compute_), "sigmoid mul launch") &&
+      rounded != nullptr) {
+    rounded_ = {x, n, rounded};
+  }
 }
 
 void HipKernelBackend::GdnGates(const float* in, int64_t ld, int64_t tokens, int heads,
@@ -430,15 +508,25 @@ void HipKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 void HipKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   if (!Enter()) return;
-  Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, options_.warp_row_norms, compute_),
-        "rmsnorm launch");
+  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim);
+  if (Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, options_.warp_row_norms, rounded,
+                         compute_),
+            "rmsnorm launch") &&
+      rounded != nullptr) {
+    rounded_ = {y, rows * dim, rounded};
+  }
 }
 
 void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
   if (!Enter()) return;
-  Check(hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, options_.warp_row_norms, compute_),
-        "gated rmsnorm launch");
+  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim);
+  if (Check(
+          hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, options_.warp_row_norms, rounded, compute_),
+          "gated rmsnorm launch") &&
+      rounded != nullptr) {
+    rounded_ = {y, rows * dim, rounded};
+  }
 }
 
 void HipKernelBackend::RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
@@ -463,9 +551,13 @@ void HipKernelBackend::GatedRmsNormHeads(const float* x, const float* z, int64_t
                  absl::StrCat("gate row stride ", z_ld, " under ", heads, " heads of ", dim)));
     return;
   }
-  Check(hip::GatedRmsNormHeads(x, z, tokens, heads, dim, z_ld, w, eps, y, options_.warp_row_norms,
-                               compute_),
-        "gated rmsnorm heads launch");
+  uint16_t* rounded = RoundedOutput(tokens, tokens * heads * dim, heads * dim);
+  if (Check(hip::GatedRmsNormHeads(x, z, tokens, heads, dim, z_ld, w, eps, y,
+                                   options_.warp_row_norms, rounded, compute_),
+            "gated rmsnorm heads launch") &&
+      rounded != nullptr) {
+    rounded_ = {y, tokens * heads * dim, rounded};
+  }
 }
 
 void HipKernelBackend::L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale) {
@@ -502,7 +594,12 @@ void HipKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int
 void HipKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                                int64_t rows, int64_t dim, float* out) {
   if (!Enter()) return;
-  Check(hip::SiluMul(gate, ld_gate, up, ld_up, rows, dim, out, compute_), "silu mul launch");
+  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim);
+  if (Check(hip::SiluMul(gate, ld_gate, up, ld_up, rows, dim, out, rounded, compute_),
+            "silu mul launch") &&
+      rounded != nullptr) {
+    rounded_ = {out, rows * dim, rounded};
+  }
 }
 
 void HipKernelBackend::CausalConvSilu(const float* in, int64_t ld_in, int64_t tokens,
@@ -937,9 +1034,9 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
                              sizes.max_tiles, gate_up_table, gate_up.aligned, 2 * a.width, a.hidden,
                              gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
              "moe gate/up launch") ||
-      !Check(
-          hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act, compute_),
-          "moe silu mul launch") ||
+      !Check(hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act, nullptr,
+                          compute_),
+             "moe silu mul launch") ||
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
                              down_table, down.aligned, a.hidden, a.width, ys, a.hidden,
                              mma_rows_bf16_inputs_, compute_),

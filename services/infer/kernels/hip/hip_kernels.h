@@ -27,11 +27,15 @@ bool OverlappedLaunches();
 
 // The norms reduce each row in BlockSum's fixed tree over 256 threads. With `warp_rows`, rows of
 // at most 256 values (heads) take a warp each on NVIDIA, which adds the same partial sums in the
-// same tree: the same bits.
+// same tree: the same bits. Where `rounded` is not null (rows of a multiple of 8 values, else
+// hipErrorInvalidValue), the kernels also write each output value rounded to bf16 as the
+// matrix-unit products round their inputs (RoundBf16) at the same index of `rounded`: the
+// products' bf16 inputs (MatMulRowsMmaRounded, GEMM inputs) without a launch of their own.
 hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                   bool zero_centred, float* y, bool warp_rows, hipStream_t stream);
+                   bool zero_centred, float* y, bool warp_rows, uint16_t* rounded,
+                   hipStream_t stream);
 hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
-                        float eps, float* y, bool warp_rows, hipStream_t stream);
+                        float eps, float* y, bool warp_rows, uint16_t* rounded, hipStream_t stream);
 // KernelBackend::RmsNormHeads and GatedRmsNormHeads in one launch each: the kernels above with
 // each row's address from its token and head (the same arithmetic).
 hipError_t RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_t ld,
@@ -39,7 +43,7 @@ hipError_t RmsNormHeads(float* x, int64_t tokens, int heads, int64_t dim, int64_
                         hipStream_t stream);
 hipError_t GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads, int64_t dim,
                              int64_t z_ld, const float* w, float eps, float* y, bool warp_rows,
-                             hipStream_t stream);
+                             uint16_t* rounded, hipStream_t stream);
 hipError_t L2Normalize(float* x, int64_t rows, int64_t dim, float eps, float scale, bool warp_rows,
                        hipStream_t stream);
 // L2Normalize of `a` (scale a_scale) and `b` (b_scale), each `tokens` rows of `heads` rows of
@@ -66,8 +70,9 @@ int RopeAppendMaxBatch();
 hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_ld, int q_heads,
                            int64_t kv_ld, int kv_heads, int head_dim, int rotary_dim,
                            const float* inv_freq, hipStream_t stream);
+// `rounded`: as the norms' (dim a multiple of 8, 16-byte aligned).
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
-                   int64_t dim, float* out, hipStream_t stream);
+                   int64_t dim, float* out, uint16_t* rounded, hipStream_t stream);
 // Outputs first, then the new window per channel, so `state` is read before it is rewritten.
 int CausalConvMaxKernel();
 // One sequence of CausalConvSiluBatch.
@@ -94,7 +99,9 @@ hipError_t EmbeddingGatherBf16(const uint16_t* table, int64_t dim, const int32_t
 // KernelBackend::SplitHeadPairsStrided (SplitHeadPairs: ld = 2 * heads * head_dim).
 hipError_t SplitHeadPairs(const float* in, int64_t ld, int64_t rows, int heads, int head_dim,
                           float* a, float* b, hipStream_t stream);
-hipError_t SigmoidMul(float* x, const float* gate, int64_t n, hipStream_t stream);
+// `rounded`: as the norms' (any n), x[e] rounded at rounded[e].
+hipError_t SigmoidMul(float* x, const float* gate, int64_t n, uint16_t* rounded,
+                      hipStream_t stream);
 // KernelBackend::CopyRows as a kernel (so that it takes part in overlapped launches, which a
 // 2-D memory copy does not): 16-byte copies where cols, both strides and both pointers allow,
 // else a float at a time.
@@ -258,13 +265,23 @@ hipError_t MatMulRowsParts(const float* x, int64_t m, int64_t k, int64_t ldx, co
 // whole product's bits. With `bf16_inputs` and a non-null `staging` (16-byte aligned device
 // memory of MatMulRowsMmaStagingBytes(m, k)), one kernel first rounds the inputs into it as the
 // product would round them, and the product loads them as bf16: half the bytes of fp32 inputs,
-// the same bits. Ignored without bf16_inputs.
+// the same bits. Ignored without bf16_inputs. `prefetch_k` > 0: each warp first asks the first
+// prefetch_k weights of each of its columns' k segment into L2, before the kernel's wait for
+// the previous one (overlapped launches), so that their fetch overlaps that kernel's end. The
+// same bits.
 bool MatMulRowsMmaSupported();
 int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k);
 hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& w,
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
                          int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
-                         hipStream_t stream);
+                         int64_t prefetch_k, hipStream_t stream);
+// MatMulRowsMma with bf16_inputs over inputs already rounded to bf16 as it rounds them (a
+// norm's or SiLU-mul's `rounded` rows, RoundBf16), `xb` rows `ldxb` apart: the bits of
+// MatMulRowsMma with bf16_inputs over the fp32 rows they were rounded from.
+hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_t ldxb,
+                                const RowWeights& w, float* y, int64_t ldy, bool accumulate,
+                                bool tiles_of_8, int variant, int multiprocessors,
+                                int64_t segment_n, int64_t prefetch_k, hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

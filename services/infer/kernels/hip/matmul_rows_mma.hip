@@ -36,7 +36,13 @@ namespace cairn::infer::hip {
 bool MatMulRowsMmaSupported() { return false; }
 int64_t MatMulRowsMmaStagingBytes(int64_t, int64_t) { return 0; }
 hipError_t MatMulRowsMma(const float*, int64_t, int64_t, int64_t, const RowWeights&, float*,
-                         int64_t, bool, bool, bool, int, int, int64_t, uint16_t*, hipStream_t) {
+                         int64_t, bool, bool, bool, int, int, int64_t, uint16_t*, int64_t,
+                         hipStream_t) {
+  return hipErrorNotSupported;
+}
+hipError_t MatMulRowsMmaRounded(const uint16_t*, int64_t, int64_t, int64_t, const RowWeights&,
+                                float*, int64_t, bool, bool, int, int, int64_t, int64_t,
+                                hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -86,8 +92,8 @@ template <typename In, int kPieces, bool kVec, bool kUpper, int kU = kUnroll, in
           bool kEarlyUpper = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const In* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
-                        float* y, int64_t ldy, bool accumulate, int segments, int64_t segment) {
-  KernelEntry();
+                        float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
+                        int64_t prefetch_k) {
   __shared__ float partial[kWarps][2][4][32];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -100,11 +106,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const bool upper = kUpper && row0 + 8 < m;  // Rows 8-15 of the tile in use (warp-uniform).
   const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
   const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
+  const int64_t begin = s * segment;
+  const int64_t end = begin + segment < k ? begin + segment : k;
+  // The first prefetch_k weights of each of the warp's columns asked into L2 before the wait
+  // (the weights are not what earlier kernels write; a prefetch changes no value either way),
+  // the quad's four lanes a line in four each.
+  if (prefetch_k > 0) {
+    const int64_t stop = begin + prefetch_k < end ? begin + prefetch_k : end;
+    for (const uint16_t* col : {wa, wb}) {
+      if (col == nullptr) continue;
+      const char* first = reinterpret_cast<const char*>(col + begin);
+      const char* last = reinterpret_cast<const char*>(col + stop);
+      const char* line = first - reinterpret_cast<uintptr_t>(first) % 128 + 128 * t;
+      for (; line < last; line += 4 * 128) PrefetchL2(line);
+    }
+  }
+  KernelEntry();
   const In* xa = row0 + g < m ? x + (row0 + g) * ldx : nullptr;
   const In* xb = row0 + 8 + g < m ? x + (row0 + 8 + g) * ldx : nullptr;
   float acc[2][4] = {};
-  const int64_t begin = s * segment;
-  const int64_t end = begin + segment < k ? begin + segment : k;
   for (int64_t kb = begin; kb < end; kb += kStep * kU) {
     // The weights and first rows' inputs of the kU steps first, then the products (the
     // second rows' inputs, read from L1 or L2, as they are needed: registers for two blocks a
@@ -217,25 +237,25 @@ template <typename In, int kPieces>
 void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, const In* x,
                          int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n, float* y,
                          int64_t ldy, bool accumulate, int segments, int64_t segment,
-                         hipStream_t stream) {
+                         int64_t prefetch_k, hipStream_t stream) {
   if (early) {
     LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true>, grid, kThreads, 0,
-                 stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+                 stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
   } else if (vec && !upper && variant == 1) {
     LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3>, grid, kThreads, 0, stream, x,
-                 m, k, ldx, w, n, y, ldy, accumulate, segments, segment);
+                 m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
   } else if (vec && upper) {
     LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true>, grid, kThreads, 0, stream, x, m, k,
-                 ldx, w, n, y, ldy, accumulate, segments, segment);
+                 ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
   } else if (vec) {
     LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false>, grid, kThreads, 0, stream, x, m, k,
-                 ldx, w, n, y, ldy, accumulate, segments, segment);
+                 ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
   } else if (upper) {
     LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m, k,
-                 ldx, w, n, y, ldy, accumulate, segments, segment);
+                 ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
   } else {
     LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, false>, grid, kThreads, 0, stream, x, m,
-                 k, ldx, w, n, y, ldy, accumulate, segments, segment);
+                 k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
   }
 }
 
@@ -267,20 +287,29 @@ int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k) {
   return m * StagedStride(k) * static_cast<int64_t>(sizeof(uint16_t));
 }
 
-hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
-                         float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
-                         int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
-                         hipStream_t stream) {
+namespace {
+
+// MatMulRowsMma over fp32 inputs `x` (rows ldx apart), or, where `rounded` is not null, over
+// inputs already rounded to bf16 (rows ld_rounded apart; bf16_inputs then holds).
+hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, int64_t k,
+                            int64_t ldx, int64_t ld_rounded, const RowWeights& rw, float* y,
+                            int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
+                            int variant, int multiprocessors, int64_t segment_n,
+                            uint16_t* staging, int64_t prefetch_k, hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2 ||
-      reinterpret_cast<uintptr_t>(staging) % 16 != 0) {
+      reinterpret_cast<uintptr_t>(staging) % 16 != 0 || (rounded != nullptr && !bf16_inputs)) {
     return hipErrorInvalidValue;
   }
-  const bool staged = bf16_inputs && staging != nullptr;
+  const bool staged = rounded == nullptr && bf16_inputs && staging != nullptr;
   Parts w{};
   int64_t n = 0;
   // Staged inputs are 16-byte rows of whole groups of 8 (StagedStride); their loads are vectors
-  // where the weights' are.
-  bool vec = k % 8 == 0 && (staged || (ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0));
+  // where the weights' are, as are rounded rows whose stride and start allow them.
+  bool vec = k % 8 == 0 &&
+             (staged ||
+              (rounded != nullptr
+                   ? ld_rounded % 8 == 0 && reinterpret_cast<uintptr_t>(rounded) % 16 == 0
+                   : ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0));
   for (int p = 0; p < rw.count; ++p) {
     w.data[p] = static_cast<const uint16_t*>(rw.data[p]);
     n += rw.rows[p];
@@ -311,7 +340,11 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
   if (variant == -1) {
     variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors, bf16_inputs);
   }
-  if (staged) {
+  if (rounded != nullptr) {
+    LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, rounded, m, k, ld_rounded,
+                                     w, n, y, ldy, accumulate, segments, segment, prefetch_k,
+                                     stream);
+  } else if (staged) {
     const int64_t stride = StagedStride(k);
     constexpr int kRoundThreads = 256;
     LaunchKernel(RoundInputsKernel, GridFor(m * stride / 2, kRoundThreads), kRoundThreads, 0,
@@ -319,15 +352,35 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
     const hipError_t e = hipGetLastError();
     if (e != hipSuccess) return e;
     LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, staging, m, k, stride, w, n,
-                                     y, ldy, accumulate, segments, segment, stream);
+                                     y, ldy, accumulate, segments, segment, prefetch_k, stream);
   } else if (bf16_inputs) {
     LaunchMatMulRowsMma<float, 1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                                  accumulate, segments, segment, stream);
+                                  accumulate, segments, segment, prefetch_k, stream);
   } else {
     LaunchMatMulRowsMma<float, 3>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                                  accumulate, segments, segment, stream);
+                                  accumulate, segments, segment, prefetch_k, stream);
   }
   return hipGetLastError();
+}
+
+}  // namespace
+
+hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, const RowWeights& rw,
+                         float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
+                         int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
+                         int64_t prefetch_k, hipStream_t stream) {
+  return RunMatMulRowsMma(x, nullptr, m, k, ldx, 0, rw, y, ldy, accumulate, bf16_inputs,
+                          tiles_of_8, variant, multiprocessors, segment_n, staging, prefetch_k,
+                          stream);
+}
+
+hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_t ldxb,
+                                const RowWeights& rw, float* y, int64_t ldy, bool accumulate,
+                                bool tiles_of_8, int variant, int multiprocessors,
+                                int64_t segment_n, int64_t prefetch_k, hipStream_t stream) {
+  if (xb == nullptr || ldxb < k) return hipErrorInvalidValue;
+  return RunMatMulRowsMma(nullptr, xb, m, k, 0, ldxb, rw, y, ldy, accumulate, true, tiles_of_8,
+                          variant, multiprocessors, segment_n, nullptr, prefetch_k, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

@@ -236,7 +236,8 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   // variant 0: the same bits, with and without accumulation, at one segment and at several
   // (n = 33000 and 203), a last step past k (k = 4104), k = 12288 and the scalar path (k = 70),
   // rows starting inside the input; inputs exact and rounded to bf16, and with bf16 inputs the
-  // inputs staged (rounded into the workspace first, mma_rows_staged_min_rows) in each variant.
+  // inputs staged (rounded into the workspace first, mma_rows_staged_min_rows) in each variant,
+  // and each variant with its weights prefetched into L2 (mma_rows_prefetch_k).
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 3}).ok());
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = -2}).ok());
   for (const bool bf16_inputs : {false, true}) {
@@ -250,6 +251,13 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
             HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
                                       .mma_rows_tiles_of_8 = tiles_of_8,
                                       .mma_rows_variant = variant});
+        ASSERT_TRUE(v.ok()) << v.status();
+        variants.push_back(*std::move(v));
+        // Weights asked into L2 before the wait: part of a segment, and more than any has.
+        v = HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
+                                      .mma_rows_tiles_of_8 = tiles_of_8,
+                                      .mma_rows_variant = variant,
+                                      .mma_rows_prefetch_k = variant == 2 ? 1 << 20 : 100});
         ASSERT_TRUE(v.ok()) << v.status();
         variants.push_back(*std::move(v));
         if (!bf16_inputs) continue;
@@ -395,6 +403,65 @@ TEST_F(HipKernelBackendTest, PinnedBf16GemmRowsDoNotDependOnTheOtherRows) {
           << "m=" << m;
     }
     ASSERT_TRUE(gpu_->Synchronize().ok());
+  }
+}
+
+TEST_F(HipKernelBackendTest, ProductsOverANormsRoundedOutputGiveTheBitsOfTheirFp32Rows) {
+  // The norms, SiLU-mul and SigmoidMul also write their outputs rounded to bf16, and the products
+  // and GEMMs that read those rows load the rounded copy (round_product_inputs_max_bytes): against
+  // a backend that never rounds ahead, the same bits, for rows starting inside the output, one row
+  // (read only where round_product_inputs_min_rows allows), 9, 13 and 40 rows, the GEMM; after an
+  // operation or an upload rewrites the rows, the products read the new values.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> plain =
+      HipKernelBackend::Create({.round_product_inputs_max_bytes = 0});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> one_row =
+      HipKernelBackend::Create({.round_product_inputs_min_rows = 1});
+  ASSERT_TRUE(one_row.ok()) << one_row.status();
+  const int64_t rows = 40, k = 4096, n = 203, heads = 32, head_dim = 128;
+  const std::vector<float> x = RandomFloats(rows * k, 70), norm_w = RandomFloats(k, 71),
+                           gu = RandomFloats(rows * 2 * k, 72), z = RandomFloats(rows * 2 * k, 73),
+                           head_w = RandomFloats(head_dim, 74), fresh = RandomFloats(rows * k, 75);
+  const RandomBf16 w = RandomBf16Values(n * k, 76);
+  DeviceBuffer dx = Up(x), dnw = Up(norm_w), dgu = Up(gu), dz = Up(z), dhw = Up(head_w),
+               dw = Up(w.bits);
+  const WeightMatrix wm = WeightMatrix::Of(dw.data(), WeightType::kBF16, n, k);
+  constexpr int kOuts = 9;
+  std::vector<std::vector<float>> got[3];
+  for (int b = 0; b < 3; ++b) {
+    HipKernelBackend& be = b == 0 ? **plain : b == 1 ? *gpu_ : **one_row;
+    DeviceBuffer y = Poisoned(rows * k), act = Poisoned(rows * k), yh = Poisoned(rows * k);
+    std::vector<DeviceBuffer> outs;
+    for (int i = 0; i < kOuts; ++i) outs.push_back(Poisoned(rows * n));
+    be.RmsNorm(dx.floats(), rows, k, dnw.floats(), 1e-6f, false, y.floats());
+    be.MatMulRowsTyped(y.floats() + 3 * k, 13, k, wm, outs[0].floats(), n, false);
+    be.MatMulRowsTyped(y.floats() + 39 * k, 1, k, wm, outs[1].floats(), n, false);
+    be.MatMulTransposedTyped(y.floats(), rows, k, wm, outs[2].floats(), n, false);
+    be.SigmoidMul(y.floats(), dx.floats(), rows * k);  // Rewrites y in place, rounded.
+    be.MatMulRowsTyped(y.floats(), 16, k, wm, outs[3].floats(), n, false);
+    be.L2Normalize(y.floats(), rows, k, 1e-6f, 1.0f);  // Rewrites y in place, not rounded.
+    be.MatMulRowsTyped(y.floats(), 16, k, wm, outs[8].floats(), n, false);
+    be.SiluMul(dgu.floats(), 2 * k, dgu.floats() + k, 2 * k, 16, k, act.floats());
+    be.MatMulRowsTyped(act.floats(), 16, k, wm, outs[4].floats(), n, false);
+    be.GatedRmsNormHeads(dx.floats(), dz.floats(), 9, heads, head_dim, 2 * k, dhw.floats(), 1e-6f,
+                         yh.floats());
+    be.MatMulRowsTyped(yh.floats(), 9, k, wm, outs[5].floats(), n, false);
+    be.RmsNorm(dx.floats(), rows, k, dnw.floats(), 1e-6f, true, y.floats());
+    ASSERT_TRUE(be.Upload(y.data(), fresh.data(), 8 * k * sizeof(float)).ok());
+    be.MatMulRowsTyped(y.floats(), 16, k, wm, outs[6].floats(), n, false);
+    be.MatMulTransposedTyped(y.floats(), rows, k, wm, outs[7].floats(), n, false);
+    ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+    for (int i = 0; i < kOuts; ++i) got[b].push_back(Down(outs[i], rows * n));
+  }
+  EXPECT_EQ((*plain)->rounded_input_reads(), 0);
+  // The first three products (the one-row product only from one row) and the sigmoid's, the
+  // SiLU-mul's and the gated norm's read rounded copies.
+  EXPECT_EQ(gpu_->rounded_input_reads(), 5);
+  EXPECT_EQ((*one_row)->rounded_input_reads(), 6);
+  for (int i = 0; i < kOuts; ++i) {
+    SCOPED_TRACE(::testing::Message() << "product " << i);
+    EXPECT_TRUE(SameBits(got[1][i], got[0][i]));
+    EXPECT_TRUE(SameBits(got[2][i], got[0][i]));
   }
 }
 

@@ -26,6 +26,12 @@
 //          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
 //          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
+//          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0]
+// --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
+// HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
+// --round-inputs-mb: within that, once for each value listed of
+// HipKernelBackendOptions::round_product_inputs_max_bytes in MB (0: off; the same bits); the
+// prefill runs (not the TTFT run) likewise, each length once for each value.
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -136,6 +142,10 @@ struct Flags {
   std::vector<int> mma_staged_mb = {
       static_cast<int>(HipKernelBackendOptions().mma_rows_staged_min_bytes >> 20)};
   std::vector<int> logits_parts = {Qwen3HybridOptions().logits_parts};
+  std::vector<int> mma_prefetch_k = {
+      static_cast<int>(HipKernelBackendOptions().mma_rows_prefetch_k)};
+  std::vector<int> round_inputs_mb = {
+      static_cast<int>(HipKernelBackendOptions().round_product_inputs_max_bytes >> 20)};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
@@ -374,26 +384,35 @@ class ModelBench {
           b_.SetGroupedMoePrefillForTest(on == 1);
           for (const int variant : f_.attention_variants) {
             for (const int kernels : f_.moe_kernels) {
-              b_.SetMoeKernelsForTest(kernels);
-              Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
-              Bench::Check((*kv)->Reset(0), "reset");
-              std::string label;
-              if (o_.num_experts > 0) {
-                label = absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off");
+              for (const int round_mb : f_.round_inputs_mb) {
+                b_.SetMoeKernelsForTest(kernels);
+                b_.SetRoundProductInputsMaxBytesForTest(int64_t{round_mb} << 20);
+                Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
+                Bench::Check((*kv)->Reset(0), "reset");
+                std::string label;
+                if (o_.num_experts > 0) {
+                  label = absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off");
+                }
+                if (f_.attention_variants.size() > 1) {
+                  absl::StrAppend(&label, absl::StrFormat(" (attention variant %d)", variant));
+                }
+                if (f_.moe_kernels.size() > 1) {
+                  absl::StrAppend(&label, absl::StrFormat(" (moe kernels %d)", kernels));
+                }
+                if (f_.round_inputs_mb.size() > 1) {
+                  absl::StrAppend(&label,
+                                  absl::StrFormat(" (rounded inputs up to %d MB)", round_mb));
+                }
+                ReportPrefill(t, Prefill(slot, 0, t), label);
               }
-              if (f_.attention_variants.size() > 1) {
-                absl::StrAppend(&label, absl::StrFormat(" (attention variant %d)", variant));
-              }
-              if (f_.moe_kernels.size() > 1) {
-                absl::StrAppend(&label, absl::StrFormat(" (moe kernels %d)", kernels));
-              }
-              ReportPrefill(t, Prefill(slot, 0, t), label);
             }
           }
         }
         Bench::Check(
             b_.SetAttentionMmaVariantForTest(HipKernelBackendOptions().attention_mma_variant),
             "attention variant");
+        b_.SetRoundProductInputsMaxBytesForTest(
+            HipKernelBackendOptions().round_product_inputs_max_bytes);
         continue;
       }
       Bench::Check((*kv)->Reset(0), "reset");
@@ -517,7 +536,8 @@ class ModelBench {
         f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
         f_.decode_attention_variants.size() * f_.decode_ranges.size() * f_.moe_kernels.size() *
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
-        f_.mma_staged_mb.size() * f_.logits_parts.size());
+        f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
+        f_.round_inputs_mb.size());
     const int64_t rows = f_.decode_depth +
                          (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
                           (f_.background_spill_mb > 0 ? 1 : 0)) *
@@ -566,7 +586,7 @@ class ModelBench {
     // Every combination of the variants listed, the last listed innermost.
     struct Config {
       int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
-          staged_mb;
+          staged_mb, prefetch_k, round_mb;
     };
     std::vector<Config> configs;
     for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -578,8 +598,13 @@ class ModelBench {
                 for (const int copy_kernel : f_.copy_rows_kernel) {
                   for (const int staged_rows : f_.mma_staged_rows) {
                     for (const int staged_mb : f_.mma_staged_mb) {
-                      configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
-                                         overlapped, copy_kernel, staged_rows, staged_mb});
+                      for (const int prefetch_k : f_.mma_prefetch_k) {
+                        for (const int round_mb : f_.round_inputs_mb) {
+                          configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
+                                             overlapped, copy_kernel, staged_rows, staged_mb,
+                                             prefetch_k, round_mb});
+                        }
+                      }
                       if (staged_rows == 0) break;  // The threshold does not enter.
                     }
                   }
@@ -606,6 +631,8 @@ class ModelBench {
           b_.SetCopyRowsKernelForTest(c.copy_kernel == 1);
           b_.SetMmaRowsStagedMinRowsForTest(c.staged_rows);
           b_.SetMmaRowsStagedMinBytesForTest(int64_t{c.staged_mb} << 20);
+          b_.SetMmaRowsPrefetchKForTest(c.prefetch_k);
+          b_.SetRoundProductInputsMaxBytesForTest(int64_t{c.round_mb} << 20);
           std::string suffix;
           if (f_.mma_bf16_inputs.size() > 1) {
             suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -631,6 +658,12 @@ class ModelBench {
             suffix += absl::StrFormat(" (staged from %d MB of weights)", c.staged_mb);
           }
           if (f_.logits_parts.size() > 1) suffix += absl::StrFormat(" (logits parts %d)", parts);
+          if (f_.mma_prefetch_k.size() > 1) {
+            suffix += absl::StrFormat(" (mma prefetch %d)", c.prefetch_k);
+          }
+          if (f_.round_inputs_mb.size() > 1) {
+            suffix += absl::StrFormat(" (rounded inputs up to %d MB)", c.round_mb);
+          }
           DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
         }
         const HipKernelBackendOptions defaults;
@@ -638,6 +671,8 @@ class ModelBench {
         b_.SetCopyRowsKernelForTest(defaults.copy_rows_kernel);
         b_.SetMmaRowsStagedMinRowsForTest(defaults.mma_rows_staged_min_rows);
         b_.SetMmaRowsStagedMinBytesForTest(defaults.mma_rows_staged_min_bytes);
+        b_.SetMmaRowsPrefetchKForTest(defaults.mma_rows_prefetch_k);
+        b_.SetRoundProductInputsMaxBytesForTest(defaults.round_product_inputs_max_bytes);
         b_.SetMoeKernelsForTest(defaults.moe_kernels);
         b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
         Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
@@ -963,6 +998,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 64, &f->mma_staged_rows)) return false;
     } else if (key == "mma-staged-mb") {
       if (!IntList(value, 0, 1 << 20, &f->mma_staged_mb)) return false;
+    } else if (key == "round-inputs-mb") {
+      if (!IntList(value, 0, 1 << 20, &f->round_inputs_mb)) return false;
+    } else if (key == "mma-prefetch-k") {
+      if (!IntList(value, 0, 1 << 20, &f->mma_prefetch_k)) return false;
     } else if (key == "logits-parts") {
       if (!IntList(value, 1, 64, &f->logits_parts)) return false;
     } else if (key == "decode-attention-variants") {

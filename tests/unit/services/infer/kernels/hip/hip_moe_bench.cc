@@ -271,8 +271,9 @@ int MoeDecode() {
                   "sort");
     });
     const double silu = BackToBack(bench, kRoutings, [&](int) {
-      CheckLaunch(hip::SiluMul(gu, 2 * width, gu + width, 2 * width, picks, width, act, stream),
-                  "silu mul");
+      CheckLaunch(
+          hip::SiluMul(gu, 2 * width, gu + width, 2 * width, picks, width, act, nullptr, stream),
+          "silu mul");
     });
     const double combine = BackToBack(bench, kRoutings, [&](int r) {
       CheckLaunch(hip::MoeCombine(ys, ids[r], weights[r], sorted[r].slot_of_pick, tokens, top_k,
