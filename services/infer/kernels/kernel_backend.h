@@ -225,6 +225,12 @@ class KernelBackend {
                                      float* y, int64_t ldy, bool accumulate);
   virtual void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                                float* y, int64_t ldy, bool accumulate);
+  // A SwiGLU's first half in decode: act[m, width] = silu(x . gate^T) * (x . up^T) for `w`
+  // = [gate; up] (2 * width rows), with the bits of MatMulRowsTyped into `gu` ([m, 2 * width],
+  // scratch the caller provides) then SiluMul into `act`, which is what the default does. A
+  // backend may skip `gu` and compute both halves of a column pair in one launch.
+  virtual void MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
+                                 float* gu, float* act);
   // EmbeddingGather from rows of `table` (dim = table.cols), widened to fp32.
   virtual void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
                                     float* out);
@@ -387,6 +393,13 @@ inline void KernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ld
   CAIRN_CHECK(w.type == WeightType::kF32 && w.layout == WeightLayout::kRows && w.num_parts == 1);
   MatMulRows(x, m, w.cols, ldx, static_cast<const float*>(w.parts[0].data), w.parts[0].rows, y, ldy,
              accumulate);
+}
+
+inline void KernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
+                                             const WeightMatrix& w, float* gu, float* act) {
+  const int64_t width = w.rows() / 2;
+  MatMulRowsTyped(x, m, ldx, w, gu, 2 * width, false);
+  SiluMul(gu, 2 * width, gu + width, 2 * width, m, width, act);
 }
 
 inline void KernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,

@@ -128,6 +128,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_staged_min_bytes_(options.mma_rows_staged_min_bytes),
       mma_rows_prefetch_k_(options.mma_rows_prefetch_k),
       round_product_inputs_max_bytes_(options.round_product_inputs_max_bytes),
+      fuse_gate_up_silu_(options.fuse_gate_up_silu),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}
@@ -202,7 +203,7 @@ bool HipKernelBackend::Enter(bool keep_rounded) {
   return Check(hipSetDevice(options_.device), "selecting the device");
 }
 
-uint16_t* HipKernelBackend::RoundedOutput(int64_t rows, int64_t count, int64_t width) {
+uint16_t* HipKernelBackend::RoundedOutput(int64_t rows, int64_t count, int64_t width, int* buffer) {
   const int64_t bytes = count * static_cast<int64_t>(sizeof(uint16_t));
   const bool readers =
       (options_.mma_rows && mma_rows_bf16_inputs_ && hip::MatMulRowsMmaSupported()) ||
@@ -212,16 +213,18 @@ uint16_t* HipKernelBackend::RoundedOutput(int64_t rows, int64_t count, int64_t w
       bytes > round_product_inputs_max_bytes_) {
     return nullptr;
   }
-  if (bytes > rounded_buffer_.size()) {
+  *buffer = rounded_.x != nullptr ? 1 - rounded_.buffer : 0;
+  DeviceBuffer& into = rounded_buffers_[*buffer];
+  if (bytes > into.size()) {
     // Doubling, so that growing passes allocate a few times only; without the memory, no copy.
     const int64_t size =
-        std::min(std::max(bytes, 2 * rounded_buffer_.size()), round_product_inputs_max_bytes_);
-    rounded_buffer_.Reset();  // hipFree waits for the kernels still using it.
+        std::min(std::max(bytes, 2 * into.size()), round_product_inputs_max_bytes_);
+    into.Reset();  // hipFree waits for the kernels still using it.
     absl::StatusOr<DeviceBuffer> b = Allocate(size);
     if (!b.ok()) return nullptr;
-    rounded_buffer_ = *std::move(b);
+    into = *std::move(b);
   }
-  return static_cast<uint16_t*>(rounded_buffer_.data());
+  return static_cast<uint16_t*>(into.data());
 }
 
 const uint16_t* HipKernelBackend::RoundedInputs(const float* x, int64_t m, int64_t k,
@@ -346,11 +349,11 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     if (mma && rounded != nullptr) {
       e = hip::MatMulRowsMmaRounded(rounded, m, k, ldx, parts, y + first, ldy, accumulate,
                                     options_.mma_rows_tiles_of_8, mma_rows_variant_,
-                                    multiprocessors_, whole_n, mma_rows_prefetch_k_, compute_);
+                                    multiprocessors_, whole_n, PrefetchK(m), compute_);
     } else if (mma) {
       e = hip::MatMulRowsMma(x, m, k, ldx, parts, y + first, ldy, accumulate, mma_rows_bf16_inputs_,
                              options_.mma_rows_tiles_of_8, mma_rows_variant_, multiprocessors_,
-                             whole_n, staging, mma_rows_prefetch_k_, compute_);
+                             whole_n, staging, PrefetchK(m), compute_);
     } else {
       e = hip::MatMulRowsParts(x, m, k, ldx, parts, y + first, ldy, accumulate,
                                options_.multi_row_decode, compute_);
@@ -358,6 +361,42 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
     if (!Check(e, "matmul rows launch")) {
       return;
     }
+  }
+}
+
+void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
+                                         const WeightMatrix& w, float* gu, float* act) {
+  const int64_t width = w.rows() / 2;
+  const bool fused = fuse_gate_up_silu_ && w.type == WeightType::kBF16 && options_.mma_rows &&
+                     mma_rows_bf16_inputs_ && hip::MatMulRowsMmaSupported() && w.whole_rows <= 0 &&
+                     width % 8 == 0 && w.rows() == 2 * width && w.num_parts <= 4 &&
+                     w.rows() <= hip::MatMulRowsMaxColumns();
+  if (!fused) {
+    KernelBackend::MatMulRowsSiluMul(x, m, ldx, w, gu, act);
+    return;
+  }
+  if (!Enter(/*keep_rounded=*/true) || m == 0 ||
+      !CheckTyped("matmul rows silu mul", w, m, ldx, w.rows())) {
+    return;
+  }
+  const uint16_t* xb =
+      m >= options_.round_product_inputs_min_rows ? RoundedInputs(x, m, w.cols, ldx) : nullptr;
+  if (xb != nullptr) ++rounded_input_reads_;
+  int buffer = 0;
+  uint16_t* act_rounded = RoundedOutput(m, m * width, width, &buffer);
+  hip::RowWeights parts{};
+  parts.bf16 = true;
+  for (int i = 0; i < w.num_parts; ++i, ++parts.count) {
+    parts.data[i] = w.parts[i].data;
+    parts.rows[i] = w.parts[i].rows;
+  }
+  rounded_ = {};
+  if (Check(hip::MatMulRowsMmaSiluMul(xb != nullptr ? nullptr : x, xb, m, w.cols, ldx, parts, width,
+                                      act, act_rounded, options_.mma_rows_tiles_of_8,
+                                      mma_rows_variant_, multiprocessors_, PrefetchK(m), compute_),
+            "matmul rows silu mul launch") &&
+      act_rounded != nullptr) {
+    rounded_ = {act, m * width, act_rounded, buffer};
   }
 }
 
@@ -478,10 +517,11 @@ void HipKernelBackend::SplitHeadPairsStrided(const float* in, int64_t ld, int64_
 void HipKernelBackend::SigmoidMul(float* x, const float* gate, int64_t n) {
   if (!Enter()) return;
   // The rows are not known here: the products check their own (round_product_inputs_min_rows).
-  uint16_t* rounded = RoundedOutput(-1, n, 8);
+  int buffer = 0;
+  uint16_t* rounded = RoundedOutput(-1, n, 8, &buffer);
   if (Check(hip::SigmoidMul(x, gate, n, rounded, compute_), "sigmoid mul launch") &&
       rounded != nullptr) {
-    rounded_ = {x, n, rounded};
+    rounded_ = {x, n, rounded, buffer};
   }
 }
 
@@ -508,24 +548,26 @@ void HipKernelBackend::MoeRoute(const float* logits, int64_t tokens, int experts
 void HipKernelBackend::RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                                bool zero_centred, float* y) {
   if (!Enter()) return;
-  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim);
+  int buffer = 0;
+  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim, &buffer);
   if (Check(hip::RmsNorm(x, rows, dim, w, eps, zero_centred, y, options_.warp_row_norms, rounded,
                          compute_),
             "rmsnorm launch") &&
       rounded != nullptr) {
-    rounded_ = {y, rows * dim, rounded};
+    rounded_ = {y, rows * dim, rounded, buffer};
   }
 }
 
 void HipKernelBackend::GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
                                     const float* w, float eps, float* y) {
   if (!Enter()) return;
-  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim);
+  int buffer = 0;
+  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim, &buffer);
   if (Check(
           hip::GatedRmsNorm(x, z, rows, dim, w, eps, y, options_.warp_row_norms, rounded, compute_),
           "gated rmsnorm launch") &&
       rounded != nullptr) {
-    rounded_ = {y, rows * dim, rounded};
+    rounded_ = {y, rows * dim, rounded, buffer};
   }
 }
 
@@ -551,12 +593,13 @@ void HipKernelBackend::GatedRmsNormHeads(const float* x, const float* z, int64_t
                  absl::StrCat("gate row stride ", z_ld, " under ", heads, " heads of ", dim)));
     return;
   }
-  uint16_t* rounded = RoundedOutput(tokens, tokens * heads * dim, heads * dim);
+  int buffer = 0;
+  uint16_t* rounded = RoundedOutput(tokens, tokens * heads * dim, heads * dim, &buffer);
   if (Check(hip::GatedRmsNormHeads(x, z, tokens, heads, dim, z_ld, w, eps, y,
                                    options_.warp_row_norms, rounded, compute_),
             "gated rmsnorm heads launch") &&
       rounded != nullptr) {
-    rounded_ = {y, tokens * heads * dim, rounded};
+    rounded_ = {y, tokens * heads * dim, rounded, buffer};
   }
 }
 
@@ -594,11 +637,12 @@ void HipKernelBackend::Rope(float* x, int64_t tokens, int64_t ld, int heads, int
 void HipKernelBackend::SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                                int64_t rows, int64_t dim, float* out) {
   if (!Enter()) return;
-  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim);
+  int buffer = 0;
+  uint16_t* rounded = RoundedOutput(rows, rows * dim, dim, &buffer);
   if (Check(hip::SiluMul(gate, ld_gate, up, ld_up, rows, dim, out, rounded, compute_),
             "silu mul launch") &&
       rounded != nullptr) {
-    rounded_ = {out, rows * dim, rounded};
+    rounded_ = {out, rows * dim, rounded, buffer};
   }
 }
 

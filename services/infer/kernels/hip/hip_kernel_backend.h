@@ -113,8 +113,13 @@ struct HipKernelBackendOptions {
   int64_t mma_rows_staged_min_bytes = 0;
   // MatMulRowsMma's warps ask the first this-many weights of each column's k segment into L2
   // before waiting for the previous kernel (hip::MatMulRowsMma `prefetch_k`; with overlapped
-  // launches their fetch overlaps that kernel's end). The same bits. 0: no prefetch.
-  int64_t mma_rows_prefetch_k = 0;
+  // launches their fetch overlaps that kernel's end), in calls of at most
+  // mma_rows_prefetch_max_rows rows. The same bits. 0: no prefetch. Measured on the H200
+  // (2026-12-03, dense 9B-like decode, ms a step without / with 128): 1 slot 5.37-5.40 /
+  // 5.33-5.38, 4 slots 5.94 / 5.89-5.90, 16 slots 8.57-8.61 / 8.64 (so not there); 512 was
+  // slower at every slot count.
+  int64_t mma_rows_prefetch_k = 128;
+  int64_t mma_rows_prefetch_max_rows = 8;
   // RmsNorm, GatedRmsNorm(Heads), SiluMul (rows of a multiple of 8 values) and SigmoidMul write
   // their output rounded to bf16 as the products round their inputs (hip::RoundBf16), into a
   // buffer of the backend kept until the next operation other than a product or any write
@@ -128,6 +133,11 @@ struct HipKernelBackendOptions {
   // as many. Measured on the H200 (dense 9B-like decode, 2026-12-03): 16 slots 8.70 ms a step
   // against 8.79 without, but 1 and 4 slots 5.51 / 6.11 ms against 5.46 / 6.02.
   int64_t round_product_inputs_min_rows = 9;
+  // MatMulRowsSiluMul (a SwiGLU's gate/up product and SiLU-mul in decode) in one launch of the
+  // matrix-unit product, each warp taking 8 gate rows and their 8 up rows and writing the
+  // activation (hip::MatMulRowsMmaSiluMul) instead of the gate/up rows and a SiLU-mul launch.
+  // The same bits. Off, or where the kernel does not take the shape, the default's two calls.
+  bool fuse_gate_up_silu = true;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -246,6 +256,8 @@ class HipKernelBackend final : public KernelBackend {
   }
   void MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                              float* y, int64_t ldy, bool accumulate) override;
+  void MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* gu,
+                         float* act) override;
   void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
                        int64_t ldy, bool accumulate) override;
   void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
@@ -367,6 +379,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetRoundProductInputsMaxBytesForTest(int64_t bytes) {
     round_product_inputs_max_bytes_ = bytes;
   }
+  // Sets HipKernelBackendOptions::fuse_gate_up_silu (the same bits), for the benchmark.
+  void SetFuseGateUpSiluForTest(bool on) { fuse_gate_up_silu_ = on; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -399,12 +413,18 @@ class HipKernelBackend final : public KernelBackend {
   // write them rounded to bf16 (hip::RmsNorm's `rounded`), or null: rows of a multiple of 8
   // values within round_product_inputs_max_bytes and _min_rows (rows -1: not known), with
   // products to read them and the buffer there.
-  uint16_t* RoundedOutput(int64_t rows, int64_t count, int64_t width);
+  // The buffer is the one of rounded_buffers_ that rounded_ does not use (*buffer), so that an
+  // operation may read one rounded copy and write the next.
+  uint16_t* RoundedOutput(int64_t rows, int64_t count, int64_t width, int* buffer);
   // The rounded copy of the rows a product reads (m rows of k values, ldx apart, at x), or null
   // where rounded_ does not hold all of them at a 16-byte aligned start and stride.
   const uint16_t* RoundedInputs(const float* x, int64_t m, int64_t k, int64_t ldx) const;
   // Forgets rounded_ where [begin, end) overlaps the rows it was made from.
   void ForgetRoundedRowsIn(const void* begin, const void* end);
+  // The prefetch a product of m rows asks for (mma_rows_prefetch_k and _max_rows).
+  int64_t PrefetchK(int64_t m) const {
+    return m <= options_.mma_rows_prefetch_max_rows ? mma_rows_prefetch_k_ : 0;
+  }
   // Keeps the first error; returns false when `s` is not ok.
   bool Keep(const absl::Status& s);
   // Turns a hip error of `what` into a kept Status.
@@ -478,15 +498,16 @@ class HipKernelBackend final : public KernelBackend {
   HipDeviceMemory memory_{this};
   DeviceBuffer workspace_;  // From memory_; declared after it, so freed before it goes.
   // The last rounded output (round_product_inputs_max_bytes): `count` floats at `x`, their
-  // bf16 copy at `data` (in rounded_buffer_), at the same indices. Null x: none.
+  // bf16 copy at `data` (in rounded_buffers_[buffer]), at the same indices. Null x: none.
   struct RoundedRows {
     const float* x = nullptr;
     int64_t count = 0;
     const uint16_t* data = nullptr;
+    int buffer = 0;
   };
   RoundedRows rounded_;
   int64_t rounded_input_reads_ = 0;  // See rounded_input_reads().
-  DeviceBuffer rounded_buffer_;      // From memory_, as workspace_.
+  DeviceBuffer rounded_buffers_[2];  // From memory_, as workspace_.
   absl::Status error_;               // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
@@ -518,6 +539,7 @@ class HipKernelBackend final : public KernelBackend {
   int64_t mma_rows_staged_min_bytes_;  // options_.mma_rows_staged_min_bytes, likewise.
   int64_t mma_rows_prefetch_k_;        // options_.mma_rows_prefetch_k unless changed for a test.
   int64_t round_product_inputs_max_bytes_;  // options_.round_product_inputs_max_bytes, likewise.
+  bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

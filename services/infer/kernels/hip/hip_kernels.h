@@ -282,6 +282,17 @@ hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_
                                 const RowWeights& w, float* y, int64_t ldy, bool accumulate,
                                 bool tiles_of_8, int variant, int multiprocessors,
                                 int64_t segment_n, int64_t prefetch_k, hipStream_t stream);
+// act[r * width + j] = silu(gate_j . x_r) * (up_j . x_r) for w = [gate; up] (2 * width rows,
+// width a multiple of 8, vector loads possible: 16-byte aligned parts and rows), inputs with
+// bf16_inputs as fp32 rows `x` or already rounded rows `xb` (exactly one non-null), rows `ldx`
+// apart: the bits of MatMulRowsMma into gate/up rows then SiluMul, in one launch (column tile c
+// takes gate rows 8c.. and up rows width + 8c..); where `act_rounded` is not null, the
+// activation rounded as SiluMul's `rounded`. Other arguments as MatMulRowsMma's;
+// hipErrorInvalidValue for shapes it does not take.
+hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, int64_t k,
+                                int64_t ldx, const RowWeights& w, int64_t width, float* act,
+                                uint16_t* act_rounded, bool tiles_of_8, int variant,
+                                int multiprocessors, int64_t prefetch_k, hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

@@ -45,6 +45,11 @@ hipError_t MatMulRowsMmaRounded(const uint16_t*, int64_t, int64_t, int64_t, cons
                                 hipStream_t) {
   return hipErrorNotSupported;
 }
+hipError_t MatMulRowsMmaSiluMul(const float*, const uint16_t*, int64_t, int64_t, int64_t,
+                                const RowWeights&, int64_t, float*, uint16_t*, bool, int, int,
+                                int64_t, hipStream_t) {
+  return hipErrorNotSupported;
+}
 
 #else
 
@@ -72,6 +77,15 @@ struct Parts {
   int count;
 };
 
+// MatMulRowsMmaSiluMul's output: act[row * width + j] = silu(gate j) * up j, the gate and up
+// products of weight rows j and width + j, and, where `rounded` is not null, the value rounded
+// to bf16 at the same index of `rounded`.
+struct SiluOut {
+  float* act;
+  uint16_t* rounded;
+  int64_t width;
+};
+
 // Grid: x = tiles of input rows (kTileRows with kUpper, else 8), y = groups of
 // kWarps / segments column tiles. Warp w of a block takes column tile w / segments of the group
 // and k segment w % segments. kUpper: tiles of 16 rows whose second set of 8 is in use where
@@ -86,26 +100,41 @@ struct Parts {
 // arithmetic.
 //
 // In: float (fp32 inputs, split into kPieces pieces as they are used) or uint16_t (inputs
-// rounded to bf16 beforehand by RoundInputsKernel, kPieces 1: half the bytes to load, the same
-// pieces).
+// rounded to bf16 beforehand by RoundInputsKernel or by the kernel that wrote them, kPieces 1:
+// half the bytes to load, the same pieces).
+//
+// kSilu (MatMulRowsMmaSiluMul, w = [gate; up] of silu.width rows each): column tile c takes
+// gate rows 8c .. 8c + 7 as its columns g and up rows width + 8c .. as its columns g + 8, so
+// that each lane holds a gate and its up for the same rows and writes silu(gate) * up (SiluMul's
+// expression) instead of both; y is not written. A column's arithmetic does not depend on where
+// in a tile it falls, and the segments follow n (2 * width) as for the plain product: the gate
+// and up values are the plain product's bits, the activation SiluMul's over them.
 template <typename In, int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
-          bool kEarlyUpper = false>
+          bool kEarlyUpper = false, bool kSilu = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const In* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
-                        int64_t prefetch_k) {
+                        int64_t prefetch_k, SiluOut silu) {
   __shared__ float partial[kWarps][2][4][32];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
   const int s = warp % segments;
-  const int64_t col0 =
-      (static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments) * kTileCols;
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments;
+  const int64_t col0 = tile * kTileCols;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (kUpper ? kTileRows : 8);
   const bool upper = kUpper && row0 + 8 < m;  // Rows 8-15 of the tile in use (warp-uniform).
-  const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
-  const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
+  const uint16_t* wa;
+  const uint16_t* wb;
+  if constexpr (kSilu) {
+    const int64_t j = tile * 8 + g;
+    wa = j < silu.width ? ColumnOf(w, j, k) : nullptr;
+    wb = j < silu.width ? ColumnOf(w, silu.width + j, k) : nullptr;
+  } else {
+    wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
+    wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
+  }
   const int64_t begin = s * segment;
   const int64_t end = begin + segment < k ? begin + segment : k;
   // The first prefetch_k weights of each of the warp's columns asked into L2 before the wait
@@ -177,16 +206,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   // acc[h][e]: weight column g (+8 for e >= 2), input row 8h + 2t (+1 for odd e); the second
   // set only where it is in use (without kUpper its rows are the next tile's).
+  if constexpr (kSilu) {
+    const int64_t j = tile * 8 + g;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (h == 1 && !upper) break;
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !upper) break;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
-      const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
-      if (row < m && col < n) {
-        float* out = y + row * ldy + col;
-        *out = accumulate ? *out + acc[h][e] : acc[h][e];
+      for (int e = 0; e < 2; ++e) {
+        const int64_t row = row0 + 8 * h + 2 * t + e;
+        if (row < m && j < silu.width) {
+          const float v = DeviceSilu(acc[h][e]) * acc[h][e + 2];
+          silu.act[row * silu.width + j] = v;
+          if (silu.rounded != nullptr) silu.rounded[row * silu.width + j] = RoundBf16(v);
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !upper) break;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
+        const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
+        if (row < m && col < n) {
+          float* out = y + row * ldy + col;
+          *out = accumulate ? *out + acc[h][e] : acc[h][e];
+        }
       }
     }
   }
@@ -233,29 +279,36 @@ bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
 }
 
 // The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input.
-template <typename In, int kPieces>
+template <typename In, int kPieces, bool kSilu = false>
 void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, const In* x,
                          int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n, float* y,
                          int64_t ldy, bool accumulate, int segments, int64_t segment,
-                         int64_t prefetch_k, hipStream_t stream) {
+                         int64_t prefetch_k, const SiluOut& silu, hipStream_t stream) {
+  // kSilu runs only with vector loads (MatMulRowsMmaSiluMul checks).
   if (early) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true>, grid, kThreads, 0,
-                 stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, kSilu>, grid, kThreads,
+                 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
+                 silu);
   } else if (vec && !upper && variant == 1) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3>, grid, kThreads, 0, stream, x,
-                 m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, kSilu>, grid, kThreads,
+                 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
+                 silu);
   } else if (vec && upper) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true>, grid, kThreads, 0, stream, x, m, k,
-                 ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, kSilu>, grid,
+                 kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
+                 prefetch_k, silu);
   } else if (vec) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false>, grid, kThreads, 0, stream, x, m, k,
-                 ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
-  } else if (upper) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m, k,
-                 ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
-  } else {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, false>, grid, kThreads, 0, stream, x, m,
-                 k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, kSilu>, grid,
+                 kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
+                 prefetch_k, silu);
+  } else if constexpr (!kSilu) {
+    if (upper) {
+      LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m,
+                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, silu);
+    } else {
+      LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, false>, grid, kThreads, 0, stream, x, m,
+                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, silu);
+    }
   }
 }
 
@@ -290,14 +343,20 @@ int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k) {
 namespace {
 
 // MatMulRowsMma over fp32 inputs `x` (rows ldx apart), or, where `rounded` is not null, over
-// inputs already rounded to bf16 (rows ld_rounded apart; bf16_inputs then holds).
+// inputs already rounded to bf16 (rows ld_rounded apart; bf16_inputs then holds). With `silu`,
+// MatMulRowsMmaSiluMul's activation instead of y.
 hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, int64_t k,
                             int64_t ldx, int64_t ld_rounded, const RowWeights& rw, float* y,
                             int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
                             int variant, int multiprocessors, int64_t segment_n,
-                            uint16_t* staging, int64_t prefetch_k, hipStream_t stream) {
+                            uint16_t* staging, int64_t prefetch_k, const SiluOut* silu,
+                            hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2 ||
       reinterpret_cast<uintptr_t>(staging) % 16 != 0 || (rounded != nullptr && !bf16_inputs)) {
+    return hipErrorInvalidValue;
+  }
+  if (silu != nullptr && (!bf16_inputs || staging != nullptr || accumulate || silu->width <= 0 ||
+                          silu->width % 8 != 0 || segment_n != 2 * silu->width)) {
     return hipErrorInvalidValue;
   }
   const bool staged = rounded == nullptr && bf16_inputs && staging != nullptr;
@@ -317,6 +376,7 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
     vec = vec && reinterpret_cast<uintptr_t>(rw.data[p]) % 16 == 0;
   }
   w.count = rw.count;
+  if (silu != nullptr && (!vec || n != 2 * silu->width)) return hipErrorInvalidValue;
   if (m == 0 || n == 0) return hipSuccess;
   // The segments depend on the whole matrix's n and on k only, never on m or on the range.
   const int64_t tiles = CeilDiv(n, kTileCols);
@@ -340,9 +400,16 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
   if (variant == -1) {
     variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors, bf16_inputs);
   }
-  if (rounded != nullptr) {
+  if (silu != nullptr && rounded != nullptr) {
+    LaunchMatMulRowsMma<uint16_t, 1, true>(grid, early, vec, upper, variant, rounded, m, k,
+                                           ld_rounded, w, n, y, ldy, false, segments, segment,
+                                           prefetch_k, *silu, stream);
+  } else if (silu != nullptr) {
+    LaunchMatMulRowsMma<float, 1, true>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y,
+                                        ldy, false, segments, segment, prefetch_k, *silu, stream);
+  } else if (rounded != nullptr) {
     LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, rounded, m, k, ld_rounded,
-                                     w, n, y, ldy, accumulate, segments, segment, prefetch_k,
+                                     w, n, y, ldy, accumulate, segments, segment, prefetch_k, {},
                                      stream);
   } else if (staged) {
     const int64_t stride = StagedStride(k);
@@ -352,13 +419,13 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
     const hipError_t e = hipGetLastError();
     if (e != hipSuccess) return e;
     LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, staging, m, k, stride, w, n,
-                                     y, ldy, accumulate, segments, segment, prefetch_k, stream);
+                                     y, ldy, accumulate, segments, segment, prefetch_k, {}, stream);
   } else if (bf16_inputs) {
     LaunchMatMulRowsMma<float, 1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                                  accumulate, segments, segment, prefetch_k, stream);
+                                  accumulate, segments, segment, prefetch_k, {}, stream);
   } else {
     LaunchMatMulRowsMma<float, 3>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                                  accumulate, segments, segment, prefetch_k, stream);
+                                  accumulate, segments, segment, prefetch_k, {}, stream);
   }
   return hipGetLastError();
 }
@@ -371,7 +438,7 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
                          int64_t prefetch_k, hipStream_t stream) {
   return RunMatMulRowsMma(x, nullptr, m, k, ldx, 0, rw, y, ldy, accumulate, bf16_inputs,
                           tiles_of_8, variant, multiprocessors, segment_n, staging, prefetch_k,
-                          stream);
+                          nullptr, stream);
 }
 
 hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_t ldxb,
@@ -380,7 +447,18 @@ hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_
                                 int64_t segment_n, int64_t prefetch_k, hipStream_t stream) {
   if (xb == nullptr || ldxb < k) return hipErrorInvalidValue;
   return RunMatMulRowsMma(nullptr, xb, m, k, 0, ldxb, rw, y, ldy, accumulate, true, tiles_of_8,
-                          variant, multiprocessors, segment_n, nullptr, prefetch_k, stream);
+                          variant, multiprocessors, segment_n, nullptr, prefetch_k, nullptr,
+                          stream);
+}
+
+hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, int64_t k,
+                                int64_t ldx, const RowWeights& rw, int64_t width, float* act,
+                                uint16_t* act_rounded, bool tiles_of_8, int variant,
+                                int multiprocessors, int64_t prefetch_k, hipStream_t stream) {
+  if ((x == nullptr) == (xb == nullptr) || act == nullptr || ldx < k) return hipErrorInvalidValue;
+  const SiluOut silu{act, act_rounded, width};
+  return RunMatMulRowsMma(x, xb, m, k, ldx, ldx, rw, nullptr, 0, false, true, tiles_of_8, variant,
+                          multiprocessors, 2 * width, nullptr, prefetch_k, &silu, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

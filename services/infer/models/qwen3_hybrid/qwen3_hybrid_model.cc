@@ -515,8 +515,12 @@ absl::Status Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const 
   ScratchArena::Frame frame(scratch_);
   ASSIGN_OR_RETURN(float* gu, scratch_.Take<float>(t * 2 * w.width));
   ASSIGN_OR_RETURN(float* act, scratch_.Take<float>(t * w.width));
-  MatMul(g, x, t, d, w.gate_up, gu, 2 * w.width, false);
-  backend_->SiluMul(gu, 2 * w.width, gu + w.width, 2 * w.width, t, w.width, act);
+  if (g.row_kernel) {
+    backend_->MatMulRowsSiluMul(x, t, d, w.gate_up, gu, act);
+  } else {
+    MatMul(g, x, t, d, w.gate_up, gu, 2 * w.width, false);
+    backend_->SiluMul(gu, 2 * w.width, gu + w.width, 2 * w.width, t, w.width, act);
+  }
   MatMul(g, act, t, w.width, w.down, y, d, accumulate);
   return absl::OkStatus();
 }

@@ -465,6 +465,66 @@ TEST_F(HipKernelBackendTest, ProductsOverANormsRoundedOutputGiveTheBitsOfTheirFp
   }
 }
 
+TEST_F(HipKernelBackendTest, FusedGateUpSiluGivesTheBitsOfTheProductThenSiluMul) {
+  // MatMulRowsSiluMul in one launch (fuse_gate_up_silu) against the product into gate/up rows
+  // then SiluMul: the same activation bits, over fp32 inputs and over a norm's rounded copy, in
+  // every product variant, for widths of one and of many column tiles and the weights in two
+  // parts; a down product over the activation (reading its rounded copy) gives the same bits
+  // too. The fused launch leaves the caller's gate/up scratch unwritten.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.fuse_gate_up_silu = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  std::vector<std::unique_ptr<HipKernelBackend>> fused;
+  for (const int variant : {-1, 0, 1, 2}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.mma_rows_variant = variant});
+    ASSERT_TRUE(b.ok()) << b.status();
+    fused.push_back(*std::move(b));
+  }
+  const int64_t rows = 40, k = 2048, d = 520;
+  const std::vector<float> x = RandomFloats(rows * k, 80), norm_w = RandomFloats(k, 81);
+  DeviceBuffer dx = Up(x), dnw = Up(norm_w);
+  for (const int64_t width : {int64_t{8}, int64_t{1032}}) {
+    const RandomBf16 gu_w = RandomBf16Values(2 * width * k, 82),
+                     down_w = RandomBf16Values(d * width, 83);
+    DeviceBuffer dgu = Up(gu_w.bits), ddown = Up(down_w.bits);
+    // The gate/up matrix in two parts, split inside the gate half.
+    const WeightMatrix gu =
+        TwoParts(dgu.data(), static_cast<const uint16_t*>(dgu.data()) + 3 * k, 3, 2 * width, k);
+    const WeightMatrix down = WeightMatrix::Of(ddown.data(), WeightType::kBF16, d, width);
+    for (const int64_t m : {1, 4, 9, 16, 33}) {
+      for (const bool norm_first : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "width=" << width << " m=" << m << " after a norm " << norm_first);
+        std::vector<std::vector<float>> acts, outs;
+        for (size_t b = 0; b <= fused.size(); ++b) {
+          HipKernelBackend& be = b == 0 ? **apart : *fused[b - 1];
+          DeviceBuffer xn = Poisoned(rows * k), scratch = Poisoned(rows * 2 * width),
+                       act = Poisoned(rows * width), out = Poisoned(rows * d);
+          const float* in = dx.floats();
+          if (norm_first) {
+            be.RmsNorm(dx.floats(), rows, k, dnw.floats(), 1e-6f, false, xn.floats());
+            in = xn.floats();
+          }
+          be.MatMulRowsSiluMul(in + 2 * k, m, k, gu, scratch.floats(), act.floats());
+          be.MatMulRowsTyped(act.floats(), m, width, down, out.floats(), d, false);
+          ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+          acts.push_back(Down(act, rows * width));
+          outs.push_back(Down(out, rows * d));
+          // The fused launch never writes the gate/up rows.
+          const std::vector<float> g = Down(scratch, rows * 2 * width);
+          EXPECT_EQ(std::count_if(g.begin(), g.end(), [](float v) { return !std::isnan(v); }),
+                    b == 0 ? m * 2 * width : 0);
+        }
+        for (size_t b = 1; b < acts.size(); ++b) {
+          EXPECT_TRUE(SameBits(acts[b], acts[0])) << "variant backend " << b;
+          EXPECT_TRUE(SameBits(outs[b], outs[0])) << "variant backend " << b;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(HipKernelBackendTest, Bf16EmbeddingGatherWidensExactly) {
   const int64_t vocab = 50, dim = 70;
   const RandomBf16 table = RandomBf16Values(vocab * dim, 47);

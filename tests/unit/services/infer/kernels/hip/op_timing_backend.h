@@ -92,6 +92,11 @@ class OpTimingBackend final : public KernelBackend {
     if (timing_) Mark(absl::StrCat("product n=", w.rows(), " k=", w.cols));
     hip_->MatMulRowsTyped(x, m, ldx, w, y, ldy, accumulate);
   }
+  void MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* gu,
+                         float* act) override {
+    if (timing_) Mark(absl::StrCat("product + silu mul n=", w.rows(), " k=", w.cols));
+    hip_->MatMulRowsSiluMul(x, m, ldx, w, gu, act);
+  }
   void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
                             float* out) override {
     Mark("embedding");
