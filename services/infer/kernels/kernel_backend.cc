@@ -130,6 +130,14 @@ void KernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) 
   for (const GatedDeltaArgs& args : batch) GatedDeltaRule(args);
 }
 
+void KernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
+                                        absl::Span<const GatedDeltaArgs> batch) {
+  GdnGates(in.proj, in.proj_ld, in.tokens, in.v_heads, in.b_offset, in.a_offset, in.dt_bias,
+           in.neg_a, in.g, in.beta);
+  L2NormalizeTwo(in.q, in.q_scale, in.k, 1.0f, in.tokens, in.k_heads, in.dk, in.qk_ld, in.eps);
+  GatedDeltaRuleBatch(batch);
+}
+
 void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate) {
   for (int64_t i = 0; i < rows; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-gate[i]));

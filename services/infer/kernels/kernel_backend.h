@@ -115,6 +115,30 @@ struct GatedDeltaArgs {
   int chunk = 0;
 };
 
+// The delta-rule layer's inputs before KernelBackend::GatedDeltaStepBatch's rule: the GdnGates
+// call that fills g and beta and the L2NormalizeTwo call that normalises q and k in place.
+struct GatedDeltaInputs {
+  // GdnGates(proj, proj_ld, tokens, v_heads, b_offset, a_offset, dt_bias, neg_a, g, beta).
+  const float* proj = nullptr;
+  int64_t proj_ld = 0;
+  int64_t tokens = 0;
+  int v_heads = 0;
+  int64_t b_offset = 0;
+  int64_t a_offset = 0;
+  const float* dt_bias = nullptr;
+  const float* neg_a = nullptr;
+  float* g = nullptr;
+  float* beta = nullptr;
+  // L2NormalizeTwo(q, q_scale, k, 1, tokens, k_heads, dk, qk_ld, eps).
+  float* q = nullptr;
+  float* k = nullptr;
+  float q_scale = 1.0f;
+  int k_heads = 0;
+  int64_t dk = 0;
+  int64_t qk_ld = 0;
+  float eps = 0.0f;
+};
+
 // One CausalConvSilu call (KernelBackend::CausalConvSiluBatch): its arguments by name.
 struct CausalConvArgs {
   const float* in = nullptr;
@@ -360,6 +384,13 @@ class KernelBackend {
   // (kernel_backend.cc) makes those calls in order; a device backend may run the recurrent
   // (decode) steps of several sequences in one launch.
   virtual void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch);
+  // `inputs`' GdnGates and L2NormalizeTwo calls, then GatedDeltaRuleBatch(batch), whose q, k, g
+  // and beta point into inputs.q, .k, .g and .beta (sequence rows of the same token rows). The
+  // default makes the three calls; a device backend may instead normalise and gate inside the
+  // rule's decode steps, with the same outputs and states, leaving q, k, g and beta unwritten
+  // (the caller must not read them afterwards).
+  virtual void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
+                                   absl::Span<const GatedDeltaArgs> batch);
 
   // Data movement and small row operations the models need between the products. The defaults
   // (kernel_backend.cc) run on the host over host pointers; a device backend overrides them.

@@ -32,8 +32,6 @@ namespace {
 // Largest causal conv kernel: the new window of a channel is staged in registers.
 constexpr int kMaxConvKernel = 16;
 
-// torch's softplus switches to the identity above this input (as the CPU backend).
-constexpr float kSoftplusThreshold = 20.0f;
 
 // Where row r of a norm's rows of `dim` values starts: head r % heads of token r / heads, token
 // rows `ld` apart (contiguous rows: heads 1, ld dim). Only the addresses follow it.
@@ -180,45 +178,12 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) xr[i] = xr[i] * inv * scale;
 }
 
-constexpr int kWarpParts = kRowThreads / 32;
 constexpr int kWarpRows = kRowThreads / 32;  // Rows per block of kRowThreads threads.
 
 #if !defined(__HIP_PLATFORM_AMD__)
-// Rows of at most kRowThreads values by one warp of 32 each (the block kernels above leave most of
-// a block idle on the delta rule's and attention's heads of 128 and 256 values, and pay a
-// barrier per tree level). Lane l holds the values of threads l, l + 32, ... of the block kernel,
-// and WarpRowSum adds their partial sums in BlockSum<kRowThreads>'s tree: the levels the block
-// kernel sums in shared memory (t + 128, t + 64, t + 32) in registers, then its five shuffle
-// levels. So every output has the block kernel's bits.
-static_assert(kRowThreads == 256, "WarpRowSum spells out BlockSum<256>'s tree");
-
-__device__ inline float WarpRowSum(float part[kWarpParts]) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) part[j] += part[j + 4];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) part[j] += part[j + 2];
-  float r = part[0] + part[1];
-#pragma unroll
-  for (int w = 16; w > 0; w >>= 1) r += __shfl_down_sync(0xffffffffu, r, w);
-  return __shfl_sync(0xffffffffu, r, 0);
-}
-
 // This warp's row index: blockIdx.x * kWarpRows + warp.
 __device__ inline int64_t WarpRow() {
   return static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
-}
-
-// The lane's values of row `xr`: v[j] = xr[lane + 32 j] (zero past dim), part[j] the block
-// kernel's thread lane + 32 j's sum of squares.
-__device__ inline void WarpRowValues(const float* xr, int64_t dim, float v[kWarpParts],
-                                     float part[kWarpParts]) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int j = 0; j < kWarpParts; ++j) {
-    const int i = lane + 32 * j;
-    v[j] = i < dim ? xr[i] : 0.0f;
-    part[j] = i < dim ? fmaf(v[j], v[j], 0.0f) : 0.0f;
-  }
 }
 
 // WarpRowValues of this warp's row of x (rows of dim); returns the row's index.
@@ -283,17 +248,8 @@ __global__ void __launch_bounds__(kRowThreads)
     L2NormalizeWarpKernel(L2Arrays arrays, int64_t rows, int64_t dim, float eps) {
   KernelEntry();
   if (WarpRow() >= rows) return;
-  const float scale = arrays.scale[blockIdx.y];
   float* xr = L2Row(arrays, WarpRow(), dim);
-  float v[kWarpParts], part[kWarpParts];
-  WarpRowValues(xr, dim, v, part);
-  const float ss = WarpRowSum(part);
-  const float inv = 1.0f / sqrtf(ss + eps);
-#pragma unroll
-  for (int j = 0; j < kWarpParts; ++j) {
-    const int i = threadIdx.x % 32 + 32 * j;
-    if (i < dim) xr[i] = v[j] * inv * scale;
-  }
+  WarpL2Normalize(xr, dim, eps, arrays.scale[blockIdx.y], xr);
 }
 #endif  // !__HIP_PLATFORM_AMD__
 
@@ -657,9 +613,7 @@ __global__ void GdnGatesKernel(const float* in, int64_t ld, int64_t tokens, int 
     const int64_t t = e / heads;
     const int j = static_cast<int>(e % heads);
     const float* row = in + t * ld;
-    beta[e] = DeviceSigmoid(row[b_offset + j]);
-    const float x = row[a_offset + j] + dt_bias[j];
-    g[e] = neg_a[j] * (x > kSoftplusThreshold ? x : log1pf(expf(x)));
+    GdnGate(row[b_offset + j], row[a_offset + j], dt_bias[j], neg_a[j], &g[e], &beta[e]);
   }
 }
 

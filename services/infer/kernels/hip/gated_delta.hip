@@ -43,6 +43,20 @@ struct Params {
   int dv;
   int64_t qk_ld;
   int64_t v_ld;
+  // GatedDeltaRecurrentPrepared: the token's projection row, whose b and a values give the
+  // gates (g and beta are then not read); q and k are then the rows before their L2
+  // normalisation. Null: g, beta and q, k as given.
+  const float* gate_row;
+};
+
+// GatedDeltaRecurrentPrepared's gate and normalisation arguments, the same for every sequence.
+struct Prep {
+  int64_t b_offset;
+  int64_t a_offset;
+  const float* dt_bias;
+  const float* neg_a;
+  float q_scale;
+  float eps;
 };
 
 // Workspace of one segment, per (head, chunk) of the segment.
@@ -112,7 +126,7 @@ __device__ float GroupSum(const float* part, int stride, int index) {
 // The recurrent form for one block: v-head blockIdx.x, columns blockIdx.y * kCols, ... of one
 // sequence. kq: 2 * kMaxD floats, part: kGroups * kCols floats of shared memory.
 template <int kMaxD>
-__device__ void RecurrentBlock(const Params& p, float* kq, float* part) {
+__device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, float* part) {
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int cj = threadIdx.x % kCols;
@@ -121,12 +135,29 @@ __device__ void RecurrentBlock(const Params& p, float* kq, float* part) {
   float s[kMaxD / kGroups];
   LoadColumn<kMaxD>(p, h, col, grp, s);
   for (int64_t t = 0; t < p.tokens; ++t) {
-    for (int x = threadIdx.x; x < p.dk; x += kThreads) {
-      kq[x] = p.k[t * p.qk_ld + static_cast<int64_t>(kh) * p.dk + x];
-      kq[kMaxD + x] = p.q[t * p.qk_ld + static_cast<int64_t>(kh) * p.dk + x];
+    float decay, beta;
+    if (p.gate_row != nullptr) {
+      // One token (GatedDeltaRecurrentPrepared): warp 0 normalises k, warp 1 q, as the L2 norm
+      // kernels do, and every thread works out the head's gates as GdnGates does.
+#if !defined(__HIP_PLATFORM_AMD__)
+      const int w = threadIdx.x / 32;
+      if (w < 2) {
+        const float* row = (w == 0 ? p.k : p.q) + static_cast<int64_t>(kh) * p.dk;
+        WarpL2Normalize(row, p.dk, prep.eps, w == 0 ? 1.0f : prep.q_scale, kq + w * kMaxD);
+      }
+#endif
+      float g;
+      GdnGate(p.gate_row[prep.b_offset + h], p.gate_row[prep.a_offset + h], prep.dt_bias[h],
+              prep.neg_a[h], &g, &beta);
+      decay = expf(g);
+    } else {
+      for (int x = threadIdx.x; x < p.dk; x += kThreads) {
+        kq[x] = p.k[t * p.qk_ld + static_cast<int64_t>(kh) * p.dk + x];
+        kq[kMaxD + x] = p.q[t * p.qk_ld + static_cast<int64_t>(kh) * p.dk + x];
+      }
+      decay = expf(p.g[t * p.v_heads + h]);
+      beta = p.beta[t * p.v_heads + h];
     }
-    const float decay = expf(p.g[t * p.v_heads + h]);
-    const float beta = p.beta[t * p.v_heads + h];
     // Loaded with k and q, before the barriers: its latency is not added to the token's.
     const float vj = col < p.dv ? p.v[t * p.v_ld + static_cast<int64_t>(h) * p.dv + col] : 0.0f;
     __syncthreads();
@@ -158,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentKernel(Params p) {
   KernelEntry();
   __shared__ float kq[2 * kMaxD];
   __shared__ float part[kGroups * kCols];
-  RecurrentBlock<kMaxD>(p, kq, part);
+  RecurrentBlock<kMaxD>(p, Prep{}, kq, part);
 }
 
 // Sequences per launch of RecurrentBatchKernel: its parameters (kMaxBatch Params) stay well
@@ -166,6 +197,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentKernel(Params p) {
 constexpr int kMaxBatch = 16;
 struct ParamsBatch {
   Params seq[kMaxBatch];
+  Prep prep;
 };
 
 // Sequence blockIdx.z of the batch, as RecurrentKernel over that sequence alone.
@@ -174,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) RecurrentBatchKernel(ParamsBatch b) 
   KernelEntry();
   __shared__ float kq[2 * kMaxD];
   __shared__ float part[kGroups * kCols];
-  RecurrentBlock<kMaxD>(b.seq[blockIdx.z], kq, part);
+  RecurrentBlock<kMaxD>(b.seq[blockIdx.z], b.prep, kq, part);
 }
 
 // One block per (head, chunk of the segment). Shared: k rows [chunk, dk + 1], the B matrix
@@ -427,6 +459,7 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
   p.dv = a.dv;
   p.qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
   p.v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  p.gate_row = nullptr;
   return p;
 }
 
@@ -452,6 +485,37 @@ hipError_t GatedDeltaRecurrentBatch(const GatedDeltaLaunch* a, int count, hipStr
   if (a[0].dk <= 64) return RunBatch<64>(b, count, stream);
   if (a[0].dk <= 128) return RunBatch<128>(b, count, stream);
   return RunBatch<256>(b, count, stream);
+}
+
+bool GatedDeltaPreparedSupported() {
+#if defined(__HIP_PLATFORM_AMD__)
+  return false;
+#else
+  return true;
+#endif
+}
+
+int GatedDeltaPreparedMaxHeadDim() { return kRowThreads < kMaxDk ? kRowThreads : kMaxDk; }
+
+hipError_t GatedDeltaRecurrentPrepared(const GatedDeltaLaunch* a, const float* const* gate_rows,
+                                      int count, const GatedDeltaPrepArgs& prep,
+                                      hipStream_t stream) {
+#if defined(__HIP_PLATFORM_AMD__)
+  return hipErrorNotSupported;
+#else
+  if (count <= 0) return hipSuccess;
+  if (count > kMaxBatch || a[0].dk > kRowThreads || a[0].dk > kMaxDk) return hipErrorInvalidValue;
+  ParamsBatch b{};
+  for (int i = 0; i < count; ++i) {
+    if (a[i].tokens != 1 || gate_rows[i] == nullptr) return hipErrorInvalidValue;
+    b.seq[i] = ParamsOf(a[i]);
+    b.seq[i].gate_row = gate_rows[i];
+  }
+  b.prep = {prep.b_offset, prep.a_offset, prep.dt_bias, prep.neg_a, prep.q_scale, prep.eps};
+  if (a[0].dk <= 64) return RunBatch<64>(b, count, stream);
+  if (a[0].dk <= 128) return RunBatch<128>(b, count, stream);
+  return RunBatch<256>(b, count, stream);
+#endif
 }
 
 hipError_t GatedDelta(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,

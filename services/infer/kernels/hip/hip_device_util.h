@@ -58,6 +58,69 @@ __device__ inline void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_
 __device__ inline float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }
 __device__ inline float DeviceSigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// torch's softplus switches to the identity above this input (as the CPU backend).
+inline constexpr float kSoftplusThreshold = 20.0f;
+
+// One delta-rule head's gates from its projection's b and a values (KernelBackend::GdnGates):
+// beta = sigmoid(b), g = neg_a * softplus(a + dt_bias).
+__device__ inline void GdnGate(float b, float a, float dt_bias, float neg_a, float* g,
+                               float* beta) {
+  *beta = DeviceSigmoid(b);
+  const float x = a + dt_bias;
+  *g = neg_a * (x > kSoftplusThreshold ? x : log1pf(expf(x)));
+}
+
+#if !defined(__HIP_PLATFORM_AMD__)
+// Rows of at most kRowThreads values by one warp of 32 each (the norms' block kernels leave most
+// of a block idle on the delta rule's and attention's heads of 128 and 256 values, and pay a
+// barrier per tree level). Lane l holds the values of threads l, l + 32, ... of the block kernel,
+// and WarpRowSum adds their partial sums in BlockSum<kRowThreads>'s tree: the levels the block
+// kernel sums in shared memory (t + 128, t + 64, t + 32) in registers, then its five shuffle
+// levels. So every output has the block kernel's bits.
+inline constexpr int kWarpParts = kRowThreads / 32;
+static_assert(kRowThreads == 256, "WarpRowSum spells out BlockSum<256>'s tree");
+
+__device__ inline float WarpRowSum(float part[kWarpParts]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) part[j] += part[j + 4];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) part[j] += part[j + 2];
+  float r = part[0] + part[1];
+#pragma unroll
+  for (int w = 16; w > 0; w >>= 1) r += __shfl_down_sync(0xffffffffu, r, w);
+  return __shfl_sync(0xffffffffu, r, 0);
+}
+
+// The lane's values of row `xr`: v[j] = xr[lane + 32 j] (zero past dim), part[j] the block
+// kernel's thread lane + 32 j's sum of squares.
+__device__ inline void WarpRowValues(const float* xr, int64_t dim, float v[kWarpParts],
+                                     float part[kWarpParts]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kWarpParts; ++j) {
+    const int i = lane + 32 * j;
+    v[j] = i < dim ? xr[i] : 0.0f;
+    part[j] = i < dim ? fmaf(v[j], v[j], 0.0f) : 0.0f;
+  }
+}
+
+// One row of at most kRowThreads values L2-normalised by this warp as the L2 norm kernels
+// normalise it (x * (1 / sqrt(sum x^2 + eps)) * scale, the sum in WarpRowSum's tree), written
+// to `out` (which may be `xr`).
+__device__ inline void WarpL2Normalize(const float* xr, int64_t dim, float eps, float scale,
+                                       float* out) {
+  float v[kWarpParts], part[kWarpParts];
+  WarpRowValues(xr, dim, v, part);
+  const float ss = WarpRowSum(part);
+  const float inv = 1.0f / sqrtf(ss + eps);
+#pragma unroll
+  for (int j = 0; j < kWarpParts; ++j) {
+    const int i = threadIdx.x % 32 + 32 * j;
+    if (i < dim) out[i] = v[j] * inv * scale;
+  }
+}
+#endif
+
 // Sum of `v` over the block's kThreads threads, as a fixed binary tree over thread indices, so
 // the order never depends on scheduling. `scratch` holds kThreads floats. Every thread gets the
 // sum. Must be reached by every thread of the block.

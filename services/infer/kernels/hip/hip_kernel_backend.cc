@@ -129,6 +129,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_prefetch_k_(options.mma_rows_prefetch_k),
       round_product_inputs_max_bytes_(options.round_product_inputs_max_bytes),
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
+      fuse_delta_inputs_(options.fuse_delta_inputs),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}
@@ -923,6 +924,47 @@ void HipKernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batc
     }
   }
   flush();
+}
+
+void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
+                                           absl::Span<const GatedDeltaArgs> batch) {
+  // One launch where every sequence takes one recurrent step whose q, k, g and beta are the
+  // inputs' rows of one token each; otherwise the three calls.
+  bool fused = fuse_delta_inputs_ && hip::GatedDeltaPreparedSupported() && !batch.empty() &&
+               static_cast<int>(batch.size()) <= hip::GatedDeltaMaxBatch() && in.v_heads > 0 &&
+               in.qk_ld > 0 && in.dk <= hip::GatedDeltaPreparedMaxHeadDim();
+  std::vector<hip::GatedDeltaLaunch> run;
+  std::vector<const float*> gate_rows;
+  for (size_t i = 0; fused && i < batch.size(); ++i) {
+    const GatedDeltaArgs& a = batch[i];
+    // a.g's place in in.g, in floats (any pointers: compared as addresses).
+    const auto bytes =
+        static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.g) - reinterpret_cast<uintptr_t>(in.g));
+    const int64_t at = bytes / static_cast<int64_t>(sizeof(float));
+    const int64_t r = at / in.v_heads;
+    fused = a.tokens == 1 && a.chunk == 0 && a.dk == in.dk && a.k_heads == in.k_heads &&
+            a.v_heads == in.v_heads && bytes >= 0 && bytes % sizeof(float) == 0 &&
+            at % in.v_heads == 0 && r < in.tokens && a.beta == in.beta + at &&
+            a.q == in.q + r * in.qk_ld && a.k == in.k + r * in.qk_ld;
+    for (size_t j = 0; fused && j < i; ++j) fused = batch[j].state != a.state;
+    if (fused) {
+      run.push_back(LaunchOf(a));
+      gate_rows.push_back(in.proj + r * in.proj_ld);
+    }
+  }
+  if (!fused) {
+    KernelBackend::GatedDeltaStepBatch(in, batch);
+    return;
+  }
+  if (!Enter()) return;
+  for (const GatedDeltaArgs& a : batch) {
+    if (!CheckGatedDelta(a)) return;
+  }
+  const hip::GatedDeltaPrepArgs prep{in.b_offset, in.a_offset, in.dt_bias,
+                                     in.neg_a,    in.q_scale,  in.eps};
+  Check(hip::GatedDeltaRecurrentPrepared(run.data(), gate_rows.data(), static_cast<int>(run.size()),
+                                         prep, compute_),
+        "gated delta prepared launch");
 }
 
 void HipKernelBackend::CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols,

@@ -138,6 +138,10 @@ struct HipKernelBackendOptions {
   // activation (hip::MatMulRowsMmaSiluMul) instead of the gate/up rows and a SiLU-mul launch.
   // The same bits. Off, or where the kernel does not take the shape, the default's two calls.
   bool fuse_gate_up_silu = true;
+  // GatedDeltaStepBatch's decode steps (one token a sequence) in one launch that normalises q
+  // and k and works out the gates inside the rule's blocks (hip::GatedDeltaRecurrentPrepared)
+  // instead of the GdnGates and L2NormalizeTwo launches before it. The same bits. NVIDIA only.
+  bool fuse_delta_inputs = true;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -310,6 +314,8 @@ class HipKernelBackend final : public KernelBackend {
   void CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) override;
   // Runs of recurrent calls (chunk 0) of equal shapes and distinct states take one launch per
   // hip::GatedDeltaMaxBatch() sequences; the rest are GatedDeltaRule calls.
+  void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
+                           absl::Span<const GatedDeltaArgs> batch) override;
   void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
   void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                 int64_t ld_dst) override;
@@ -381,6 +387,8 @@ class HipKernelBackend final : public KernelBackend {
   }
   // Sets HipKernelBackendOptions::fuse_gate_up_silu (the same bits), for the benchmark.
   void SetFuseGateUpSiluForTest(bool on) { fuse_gate_up_silu_ = on; }
+  // Sets HipKernelBackendOptions::fuse_delta_inputs (the same bits), for the benchmark.
+  void SetFuseDeltaInputsForTest(bool on) { fuse_delta_inputs_ = on; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -540,6 +548,7 @@ class HipKernelBackend final : public KernelBackend {
   int64_t mma_rows_prefetch_k_;        // options_.mma_rows_prefetch_k unless changed for a test.
   int64_t round_product_inputs_max_bytes_;  // options_.round_product_inputs_max_bytes, likewise.
   bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
+  bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

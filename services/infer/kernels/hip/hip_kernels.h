@@ -397,6 +397,25 @@ struct GatedDeltaLaunch {
   int dv;
   int chunk;
 };
+// GatedDeltaRecurrentBatch over one token a sequence whose q and k have not been L2-normalised
+// and whose gates have not been worked out: each block normalises its key head's k and q rows
+// (L2NormalizeTwo's arithmetic, q scaled by q_scale) and works out its head's g and beta from
+// gate_rows[i] (sequence i's projection row: b at b_offset + head, a at a_offset + head;
+// GdnGates' arithmetic): the bits of L2NormalizeTwo, GdnGates and GatedDeltaRecurrentBatch, in
+// one launch, without writing q, k, g or beta. dk at most 256; NVIDIA only.
+struct GatedDeltaPrepArgs {
+  int64_t b_offset;
+  int64_t a_offset;
+  const float* dt_bias;
+  const float* neg_a;
+  float q_scale;
+  float eps;
+};
+hipError_t GatedDeltaRecurrentPrepared(const GatedDeltaLaunch* a, const float* const* gate_rows,
+                                       int count, const GatedDeltaPrepArgs& prep,
+                                       hipStream_t stream);
+bool GatedDeltaPreparedSupported();  // NVIDIA builds.
+int GatedDeltaPreparedMaxHeadDim();
 int GatedDeltaMaxHeadDim();
 int GatedDeltaMaxChunk();
 size_t GatedDeltaPrepSharedBytes(int chunk, int dk, int dv);

@@ -681,11 +681,27 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   }
   ASSIGN_OR_RETURN(float* gates, scratch_.Take<float>(t * hv));
   ASSIGN_OR_RETURN(float* beta, scratch_.Take<float>(t * hv));
-  backend_->GdnGates(proj, width, t, hv, conv_dim + vd, conv_dim + vd + hv, w.dt_bias.data,
-                     w.neg_a.data, gates, beta);
   const int dk = c_.linear_k_dim;
-  backend_->L2NormalizeTwo(q, 1.0f / std::sqrt(static_cast<float>(dk)), k, 1.0f, t,
-                           c_.linear_k_heads, dk, qk_ld, kL2NormEps);
+  // The gates and q / k's normalisation, then the rule: one call (a device backend may do them
+  // inside the rule's decode steps).
+  GatedDeltaInputs inputs;
+  inputs.proj = proj;
+  inputs.proj_ld = width;
+  inputs.tokens = t;
+  inputs.v_heads = hv;
+  inputs.b_offset = conv_dim + vd;
+  inputs.a_offset = conv_dim + vd + hv;
+  inputs.dt_bias = w.dt_bias.data;
+  inputs.neg_a = w.neg_a.data;
+  inputs.g = gates;
+  inputs.beta = beta;
+  inputs.q = q;
+  inputs.k = k;
+  inputs.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  inputs.k_heads = c_.linear_k_heads;
+  inputs.dk = dk;
+  inputs.qk_ld = qk_ld;
+  inputs.eps = kL2NormEps;
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * vd));
   // One call for the group's sequences: a device backend runs their decode steps together.
   std::vector<GatedDeltaArgs> batch;
@@ -706,7 +722,7 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     args.dv = c_.linear_v_dim;
     args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
   }
-  backend_->GatedDeltaRuleBatch(batch);
+  backend_->GatedDeltaStepBatch(inputs, batch);
   backend_->GatedRmsNormHeads(o, z, t, hv, c_.linear_v_dim, width, w.norm.data, c_.rms_norm_eps, o);
   MatMul(g, o, t, vd, w.out, h, d, true);
   return absl::OkStatus();

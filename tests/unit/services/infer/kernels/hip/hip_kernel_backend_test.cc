@@ -915,6 +915,85 @@ TEST_F(HipKernelBackendTest, GatedDeltaBatchGivesTheBitsOfOneCallPerSequence) {
   EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
 }
 
+TEST_F(HipKernelBackendTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCalls) {
+  // GatedDeltaStepBatch over decode steps (one token a sequence, q and k as the conv leaves them,
+  // the gates in the projection rows), in one launch (fuse_delta_inputs) against GdnGates,
+  // L2NormalizeTwo and GatedDeltaRuleBatch: the same outputs and states, bit for bit. Head
+  // sizes 128 (the 9B-like model's), 256 (the largest the launch takes) and 40 (not a multiple
+  // of the warp), two v-heads a k-head, sequences in an order other than their token rows, and
+  // a batch whose first step is chunked (the three calls, on both backends).
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.fuse_delta_inputs = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  struct Case {
+    int kh, dk, dv, seqs;
+    bool chunked_first;
+  };
+  for (const Case c : {Case{4, 128, 96, 16, false}, Case{2, 256, 64, 3, false},
+                       Case{3, 40, 24, 5, false}, Case{4, 128, 96, 4, true}}) {
+    SCOPED_TRACE(::testing::Message() << "dk=" << c.dk << " sequences " << c.seqs);
+    const int vh = 2 * c.kh;
+    const int64_t tokens = c.seqs;
+    const int64_t qk = static_cast<int64_t>(c.kh) * c.dk;
+    // Rows as the model lays them out: [q | k | v] a token, and a projection row whose tail
+    // holds b and a for every v-head.
+    const int64_t conv_ld = 2 * qk + static_cast<int64_t>(vh) * c.dv;
+    const int64_t proj_ld = conv_ld + 2 * vh + 5;
+    const std::vector<float> conv = RandomFloats(tokens * conv_ld, 90),
+                             proj = RandomFloats(tokens * proj_ld, 91, -3.0f, 3.0f),
+                             dt_bias = RandomFloats(vh, 92),
+                             neg_a = RandomFloats(vh, 93, -2.0f, -0.1f),
+                             states0 = RandomFloats(c.seqs * vh * c.dk * c.dv, 94, -0.2f, 0.2f);
+    DeviceBuffer dproj = Up(proj), ddt = Up(dt_bias), dna = Up(neg_a);
+    std::vector<std::vector<float>> outs, states;
+    for (int b = 0; b < 2; ++b) {
+      HipKernelBackend& be = b == 0 ? **apart : *gpu_;
+      DeviceBuffer dconv = Up(conv), dstates = Up(states0), dout = Poisoned(tokens * vh * c.dv),
+                   dg = Poisoned(tokens * vh), dbeta = Poisoned(tokens * vh);
+      GatedDeltaInputs in;
+      in.proj = dproj.floats();
+      in.proj_ld = proj_ld;
+      in.tokens = tokens;
+      in.v_heads = vh;
+      in.b_offset = conv_ld + 3;
+      in.a_offset = conv_ld + 3 + vh;
+      in.dt_bias = ddt.floats();
+      in.neg_a = dna.floats();
+      in.g = dg.floats();
+      in.beta = dbeta.floats();
+      in.q = dconv.floats();
+      in.k = dconv.floats() + qk;
+      in.q_scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+      in.k_heads = c.kh;
+      in.dk = c.dk;
+      in.qk_ld = conv_ld;
+      in.eps = 1e-6f;
+      std::vector<GatedDeltaArgs> args;
+      for (int i = 0; i < c.seqs; ++i) {
+        const int64_t row = c.seqs - 1 - i;  // Sequence i's token row.
+        args.push_back({in.q + row * conv_ld, in.k + row * conv_ld,
+                        dconv.floats() + row * conv_ld + 2 * qk, in.g + row * vh,
+                        in.beta + row * vh, dstates.floats() + int64_t{i} * vh * c.dk * c.dv,
+                        dout.floats() + row * vh * c.dv, 1, c.kh, vh, c.dk, c.dv,
+                        c.chunked_first && i == 0 ? 64 : 0});
+      }
+      be.GatedDeltaStepBatch(in, args);
+      ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+      outs.push_back(Down(dout, tokens * vh * c.dv));
+      states.push_back(Down(dstates, states0.size()));
+      // The one launch leaves the gates unwritten; the three calls write them.
+      const std::vector<float> gates = Down(dg, tokens * vh);
+      const bool one_launch = b == 1 && !c.chunked_first;
+      EXPECT_EQ(std::count_if(gates.begin(), gates.end(), [](float v) { return std::isnan(v); }),
+                one_launch ? tokens * vh : 0);
+    }
+    EXPECT_TRUE(SameBits(outs[1], outs[0]));
+    EXPECT_TRUE(SameBits(states[1], states[0]));
+    EXPECT_EQ(std::count_if(outs[1].begin(), outs[1].end(), [](float v) { return std::isnan(v); }),
+              0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, HipGatedDeltaTest,
     ::testing::Values(DeltaCase{1, 2, 6, 8, 12, 0},        // One decode step, odd sizes.

@@ -199,6 +199,12 @@ class OpTimingBackend final : public KernelBackend {
     Mark("delta rule");
     hip_->GatedDeltaRuleBatch(batch);
   }
+  void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
+                           absl::Span<const GatedDeltaArgs> batch) override {
+    if (timing_) Mark("delta rule step with its gates and q / k norms");
+    hip_->GatedDeltaStepBatch(inputs, batch);
+  }
+
   void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                 int64_t ld_dst) override {
     Mark("copy rows");
