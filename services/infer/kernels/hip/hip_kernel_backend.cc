@@ -368,10 +368,18 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
 void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
                                          const WeightMatrix& w, float* gu, float* act) {
   const int64_t width = w.rows() / 2;
-  const bool fused = fuse_gate_up_silu_ && w.type == WeightType::kBF16 && options_.mma_rows &&
-                     mma_rows_bf16_inputs_ && hip::MatMulRowsMmaSupported() && w.whole_rows <= 0 &&
-                     width % 8 == 0 && w.rows() == 2 * width && w.num_parts <= 4 &&
-                     w.rows() <= hip::MatMulRowsMaxColumns();
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool fused = fuse_gate_up_silu_ && w.type == WeightType::kBF16 && options_.mma_rows &&
+               mma_rows_bf16_inputs_ && hip::MatMulRowsMmaSupported() && w.whole_rows <= 0 &&
+               width % 8 == 0 && w.rows() == 2 * width && w.num_parts <= 4 &&
+               w.rows() <= hip::MatMulRowsMaxColumns() && w.cols % 8 == 0;
+  for (int i = 0; fused && i < w.num_parts; ++i) fused = aligned(w.parts[i].data);
+  // The kernel's vector loads: a rounded copy's rows are aligned (RoundedInputs), fp32 rows
+  // must be.
+  const uint16_t* xb = fused && m >= options_.round_product_inputs_min_rows
+                           ? RoundedInputs(x, m, w.cols, ldx)
+                           : nullptr;
+  fused = fused && (xb != nullptr || (ldx % 4 == 0 && aligned(x)));
   if (!fused) {
     KernelBackend::MatMulRowsSiluMul(x, m, ldx, w, gu, act);
     return;
@@ -380,8 +388,6 @@ void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
       !CheckTyped("matmul rows silu mul", w, m, ldx, w.rows())) {
     return;
   }
-  const uint16_t* xb =
-      m >= options_.round_product_inputs_min_rows ? RoundedInputs(x, m, w.cols, ldx) : nullptr;
   if (xb != nullptr) ++rounded_input_reads_;
   int buffer = 0;
   uint16_t* act_rounded = RoundedOutput(m, m * width, width, &buffer);
@@ -942,10 +948,10 @@ void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
         static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.g) - reinterpret_cast<uintptr_t>(in.g));
     const int64_t at = bytes / static_cast<int64_t>(sizeof(float));
     const int64_t r = at / in.v_heads;
-    fused = a.tokens == 1 && a.chunk == 0 && a.dk == in.dk && a.k_heads == in.k_heads &&
-            a.v_heads == in.v_heads && bytes >= 0 && bytes % sizeof(float) == 0 &&
-            at % in.v_heads == 0 && r < in.tokens && a.beta == in.beta + at &&
-            a.q == in.q + r * in.qk_ld && a.k == in.k + r * in.qk_ld;
+    fused = a.tokens == 1 && a.chunk == 0 && a.dk == in.dk && a.dv == batch[0].dv &&
+            a.k_heads == in.k_heads && a.v_heads == in.v_heads && bytes >= 0 &&
+            bytes % sizeof(float) == 0 && at % in.v_heads == 0 && r < in.tokens &&
+            a.beta == in.beta + at && a.q == in.q + r * in.qk_ld && a.k == in.k + r * in.qk_ld;
     for (size_t j = 0; fused && j < i; ++j) fused = batch[j].state != a.state;
     if (fused) {
       run.push_back(LaunchOf(a));

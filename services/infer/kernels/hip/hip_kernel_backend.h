@@ -126,8 +126,9 @@ struct HipKernelBackendOptions {
   // through the memory: the row products with bf16 inputs (MatMulRowsTyped) and the bf16 GEMMs
   // (MatMulTransposedTyped) that read those rows load the rounded copy instead of rounding
   // their inputs again (at 16 rows each warp loads half the input bytes; a GEMM skips its
-  // rounding launch). The same bits. Only outputs of at most round_product_inputs_max_bytes
-  // (as bf16) are rounded; 0 turns it off.
+  // rounding launch). The same bits (a NaN's payload aside: a GEMM's own rounding keeps it, the
+  // copy's is the canonical NaN; the output is NaN either way). Only outputs of at most
+  // round_product_inputs_max_bytes (as bf16) are rounded; 0 turns it off.
   int64_t round_product_inputs_max_bytes = int64_t{64} << 20;
   // ... and of at least this many rows, which the row products read where they take at least
   // as many. Measured on the H200 (dense 9B-like decode, 2026-12-03): 16 slots 8.70 ms a step
@@ -136,7 +137,8 @@ struct HipKernelBackendOptions {
   // MatMulRowsSiluMul (a SwiGLU's gate/up product and SiLU-mul in decode) in one launch of the
   // matrix-unit product, each warp taking 8 gate rows and their 8 up rows and writing the
   // activation (hip::MatMulRowsMmaSiluMul) instead of the gate/up rows and a SiLU-mul launch.
-  // The same bits. Off, or where the kernel does not take the shape, the default's two calls.
+  // The same bits. Off, or where the kernel does not take the shape (k a multiple of 8, the
+  // weights' parts and fp32 input rows 16-byte aligned), the default's two calls.
   bool fuse_gate_up_silu = true;
   // GatedDeltaStepBatch's decode steps (one token a sequence) in one launch that normalises q
   // and k and works out the gates inside the rule's blocks (hip::GatedDeltaRecurrentPrepared)

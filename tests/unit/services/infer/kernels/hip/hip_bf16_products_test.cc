@@ -241,8 +241,8 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 3}).ok());
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = -2}).ok());
   for (const bool bf16_inputs : {false, true}) {
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> registers =
-        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs, .mma_rows_variant = 0});
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> registers = HipKernelBackend::Create(
+        {.mma_rows_bf16_inputs = bf16_inputs, .mma_rows_variant = 0, .mma_rows_prefetch_k = 0});
     ASSERT_TRUE(registers.ok()) << registers.status();
     std::vector<std::unique_ptr<HipKernelBackend>> variants;
     for (const int variant : {1, -1, 2}) {
@@ -470,7 +470,8 @@ TEST_F(HipKernelBackendTest, FusedGateUpSiluGivesTheBitsOfTheProductThenSiluMul)
   // then SiluMul: the same activation bits, over fp32 inputs and over a norm's rounded copy, in
   // every product variant, for widths of one and of many column tiles and the weights in two
   // parts; a down product over the activation (reading its rounded copy) gives the same bits
-  // too. The fused launch leaves the caller's gate/up scratch unwritten.
+  // too. The fused launch leaves the caller's gate/up scratch unwritten; shapes it does not take
+  // fall back to the two calls.
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
       HipKernelBackend::Create({.fuse_gate_up_silu = false});
   ASSERT_TRUE(apart.ok()) << apart.status();
@@ -522,6 +523,28 @@ TEST_F(HipKernelBackendTest, FusedGateUpSiluGivesTheBitsOfTheProductThenSiluMul)
         }
       }
     }
+  }
+  // Shapes the one launch does not take (k not a multiple of 8, inputs not 16-byte aligned)
+  // take the two calls on every backend: the same bits, the scratch written.
+  const int64_t k2 = 70, width2 = 16, m2 = 4;
+  const std::vector<float> x2 = RandomFloats(8 * k2 + 1, 84);
+  const RandomBf16 w2 = RandomBf16Values(2 * width2 * k2, 85);
+  DeviceBuffer dx2 = Up(x2), dw2 = Up(w2.bits);
+  const WeightMatrix gu2 = WeightMatrix::Of(dw2.data(), WeightType::kBF16, 2 * width2, k2);
+  for (const bool unaligned : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "k=" << k2 << " unaligned inputs " << unaligned);
+    std::vector<std::vector<float>> acts;
+    for (size_t b = 0; b <= fused.size(); ++b) {
+      HipKernelBackend& be = b == 0 ? **apart : *fused[b - 1];
+      DeviceBuffer scratch = Poisoned(m2 * 2 * width2), act = Poisoned(m2 * width2);
+      be.MatMulRowsSiluMul(dx2.floats() + (unaligned ? 1 : 0), m2, k2, gu2, scratch.floats(),
+                           act.floats());
+      ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+      acts.push_back(Down(act, m2 * width2));
+      const std::vector<float> g = Down(scratch, m2 * 2 * width2);
+      EXPECT_EQ(std::count_if(g.begin(), g.end(), [](float v) { return std::isnan(v); }), 0);
+    }
+    for (size_t b = 1; b < acts.size(); ++b) EXPECT_TRUE(SameBits(acts[b], acts[0]));
   }
 }
 

@@ -920,17 +920,19 @@ TEST_F(HipKernelBackendTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCa
   // the gates in the projection rows), in one launch (fuse_delta_inputs) against GdnGates,
   // L2NormalizeTwo and GatedDeltaRuleBatch: the same outputs and states, bit for bit. Head
   // sizes 128 (the 9B-like model's), 256 (the largest the launch takes) and 40 (not a multiple
-  // of the warp), two v-heads a k-head, sequences in an order other than their token rows, and
-  // a batch whose first step is chunked (the three calls, on both backends).
+  // of the warp), two v-heads a k-head, sequences in an order other than their token rows; a
+  // batch whose first step is chunked and one whose sequences differ in dv take the three calls
+  // on both backends.
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
       HipKernelBackend::Create({.fuse_delta_inputs = false});
   ASSERT_TRUE(apart.ok()) << apart.status();
   struct Case {
     int kh, dk, dv, seqs;
-    bool chunked_first;
+    bool chunked_first, mixed_dv;
   };
-  for (const Case c : {Case{4, 128, 96, 16, false}, Case{2, 256, 64, 3, false},
-                       Case{3, 40, 24, 5, false}, Case{4, 128, 96, 4, true}}) {
+  for (const Case c : {Case{4, 128, 96, 16, false, false}, Case{2, 256, 64, 3, false, false},
+                       Case{3, 40, 24, 5, false, false}, Case{4, 128, 96, 4, true, false},
+                       Case{4, 128, 96, 4, false, true}}) {
     SCOPED_TRACE(::testing::Message() << "dk=" << c.dk << " sequences " << c.seqs);
     const int vh = 2 * c.kh;
     const int64_t tokens = c.seqs;
@@ -971,11 +973,11 @@ TEST_F(HipKernelBackendTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCa
       std::vector<GatedDeltaArgs> args;
       for (int i = 0; i < c.seqs; ++i) {
         const int64_t row = c.seqs - 1 - i;  // Sequence i's token row.
-        args.push_back({in.q + row * conv_ld, in.k + row * conv_ld,
-                        dconv.floats() + row * conv_ld + 2 * qk, in.g + row * vh,
-                        in.beta + row * vh, dstates.floats() + int64_t{i} * vh * c.dk * c.dv,
-                        dout.floats() + row * vh * c.dv, 1, c.kh, vh, c.dk, c.dv,
-                        c.chunked_first && i == 0 ? 64 : 0});
+        args.push_back(
+            {in.q + row * conv_ld, in.k + row * conv_ld, dconv.floats() + row * conv_ld + 2 * qk,
+             in.g + row * vh, in.beta + row * vh, dstates.floats() + int64_t{i} * vh * c.dk * c.dv,
+             dout.floats() + row * vh * c.dv, 1, c.kh, vh, c.dk,
+             c.mixed_dv && i % 2 == 1 ? c.dv / 2 : c.dv, c.chunked_first && i == 0 ? 64 : 0});
       }
       be.GatedDeltaStepBatch(in, args);
       ASSERT_TRUE(be.Synchronize().ok()) << be.status();
@@ -983,14 +985,15 @@ TEST_F(HipKernelBackendTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCa
       states.push_back(Down(dstates, states0.size()));
       // The one launch leaves the gates unwritten; the three calls write them.
       const std::vector<float> gates = Down(dg, tokens * vh);
-      const bool one_launch = b == 1 && !c.chunked_first;
+      const bool one_launch = b == 1 && !c.chunked_first && !c.mixed_dv;
       EXPECT_EQ(std::count_if(gates.begin(), gates.end(), [](float v) { return std::isnan(v); }),
                 one_launch ? tokens * vh : 0);
     }
     EXPECT_TRUE(SameBits(outs[1], outs[0]));
     EXPECT_TRUE(SameBits(states[1], states[0]));
+    // Every output written (with mixed dv, half of the narrower sequences' rows stay unwritten).
     EXPECT_EQ(std::count_if(outs[1].begin(), outs[1].end(), [](float v) { return std::isnan(v); }),
-              0);
+              c.mixed_dv ? (c.seqs / 2) * vh * (c.dv - c.dv / 2) : 0);
   }
 }
 
