@@ -145,7 +145,58 @@ void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const 
   }
 }
 
-absl::Status KernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
+absl::StatusOr<MoeExpertsArgs> KernelBackend::PackedMoeArgs(const MoeExpertsArgs& args,
+                                                            ScratchArena& scratch) {
+  if (args.logits_ld < 0 || args.out_gate_ld < 0 ||
+      (args.logits_ld > 0 && args.logits_ld < args.experts)) {
+    return absl::InvalidArgumentError(absl::StrCat("MoE logits rows ", args.logits_ld,
+                                                   " apart for ", args.experts, " experts, gates ",
+                                                   args.out_gate_ld));
+  }
+  MoeExpertsArgs a = args;
+  if (a.LogitsLd() != a.experts && a.tokens > 0) {
+    ASSIGN_OR_RETURN(float* logits, scratch.Take<float>(a.tokens * a.experts));
+    CopyRows(args.logits, args.LogitsLd(), a.tokens, a.experts, logits, a.experts);
+    a.logits = logits;
+  }
+  if (a.out_gate != nullptr && a.OutGateLd() != 1 && a.tokens > 0) {
+    ASSIGN_OR_RETURN(float* gate, scratch.Take<float>(a.tokens));
+    CopyRows(args.out_gate, args.OutGateLd(), a.tokens, 1, gate, 1);
+    a.out_gate = gate;
+  }
+  a.logits_ld = 0;
+  a.out_gate_ld = 0;
+  return a;
+}
+
+absl::Status KernelBackend::MoeSharedExpert(const MoeExpertsArgs& a, ScratchArena& scratch) {
+  if (a.shared_gate_up == nullptr && a.shared_down == nullptr) return absl::OkStatus();
+  const int64_t w = a.shared_width;
+  if (a.shared_gate_up == nullptr || a.shared_down == nullptr || w <= 0 ||
+      a.shared_gate_up->rows() != 2 * w || a.shared_gate_up->cols != a.hidden ||
+      a.shared_down->rows() != a.hidden || a.shared_down->cols != w) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoE shared expert of width ", w, " does not fit hidden ", a.hidden));
+  }
+  const int64_t t = a.tokens;
+  ScratchArena::Frame frame(scratch);
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(t * 2 * w));
+  ASSIGN_OR_RETURN(float* act, scratch.Take<float>(t * w));
+  if (a.row_invariant) {
+    MatMulRowsSiluMul(a.x, t, a.hidden, *a.shared_gate_up, gu, act);
+    MatMulRowsTyped(act, t, w, *a.shared_down, a.out, a.hidden, false);
+  } else {
+    MatMulTransposedTyped(a.x, t, a.hidden, *a.shared_gate_up, gu, 2 * w, false);
+    SiluMul(gu, 2 * w, gu + w, 2 * w, t, w, act);
+    MatMulTransposedTyped(act, t, w, *a.shared_down, a.out, a.hidden, false);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) {
+  ScratchArena::Frame frame(scratch);
+  RETURN_IF_ERROR(MoeSharedExpert(args, scratch));
+  ASSIGN_OR_RETURN(const MoeExpertsArgs a, PackedMoeArgs(args, scratch));
   if (a.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, a.out_gate);
   RETURN_IF_ERROR(MoeRoutedExperts(a, scratch));
   if (a.residual != nullptr) AddScaledRows(a.out, a.tokens, a.hidden, nullptr, nullptr, a.residual);

@@ -196,6 +196,22 @@ struct MoeExpertsArgs {
   // AddScaledRows(out, tokens, hidden, nullptr, nullptr, residual) adds them (the residual
   // stream). A device backend may do either in the launch that adds the routed experts.
   float* residual = nullptr;
+  // Floats from one token's logits to the next's (0: experts) and from one token's out_gate to
+  // the next's (0: 1), so that one product can give both: the router's rows and the shared
+  // expert's gate row as one matrix, token rows experts + 1 apart.
+  int64_t logits_ld = 0;
+  int64_t out_gate_ld = 0;
+  // Optional: the layer's shared expert, a SwiGLU of `shared_width` ([2 * shared_width, hidden]
+  // gate rows then up rows, and [hidden, shared_width]). Then out's contents are not read:
+  // MoeExperts first writes out = the shared expert of x, as MatMulRowsSiluMul and
+  // MatMulRowsTyped give it with `row_invariant` (else MatMulTransposedTyped, SiluMul and
+  // MatMulTransposedTyped), so that a device backend may run it in the routed experts' launches.
+  const WeightMatrix* shared_gate_up = nullptr;
+  const WeightMatrix* shared_down = nullptr;
+  int64_t shared_width = 0;
+
+  int64_t LogitsLd() const { return logits_ld > 0 ? logits_ld : experts; }
+  int64_t OutGateLd() const { return out_gate_ld > 0 ? out_gate_ld : 1; }
 };
 
 // The device seam of the inference engine: every numerical operation the models run. A backend
@@ -302,7 +318,16 @@ class KernelBackend {
   // expert outside [0, experts), or the memory's error.
   virtual absl::Status MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch);
   // MoeExperts without out_gate and residual (which MoeExperts' default applies around it).
+  // Needs `args`' logits in rows of their own (PackedMoeArgs).
   absl::Status MoeRoutedExperts(const MoeExpertsArgs& args, ScratchArena& scratch);
+  // `args` with its logits and out_gate each in rows of their own (logits_ld experts,
+  // out_gate_ld 1), copied into `scratch` by CopyRows where they are not already (the copies
+  // live until the caller's frame ends). InvalidArgument for a logits_ld below experts or a
+  // negative stride.
+  absl::StatusOr<MoeExpertsArgs> PackedMoeArgs(const MoeExpertsArgs& args, ScratchArena& scratch);
+  // Writes out = args' shared expert of x (MoeExpertsArgs::shared_gate_up), its temporaries
+  // from `scratch`; nothing without one.
+  absl::Status MoeSharedExpert(const MoeExpertsArgs& args, ScratchArena& scratch);
 
   // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
   // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.

@@ -130,6 +130,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       round_product_inputs_max_bytes_(options.round_product_inputs_max_bytes),
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
       fuse_delta_inputs_(options.fuse_delta_inputs),
+      fold_shared_expert_(options.fold_shared_expert),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}
@@ -801,38 +802,71 @@ hip::MoeRouting HipKernelBackend::MoeRoutingFor() const {
   return moe_kernels_ == 1 ? hip::MoeRouting::kWarp : hip::MoeRouting::kBlock;
 }
 
-absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
+absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) {
   if (!Enter()) return error_;
-  const int64_t picks = a.tokens * a.top_k;
-  const bool routable = options_.grouped_moe && picks > 0 && a.experts >= 1 &&
-                        a.experts <= hip::MoeMaxExperts() && a.top_k >= 1 &&
-                        a.top_k <= hip::MoeMaxTopK() && a.top_k <= a.experts && picks <= 0x7fffffff;
+  if (args.logits_ld < 0 || args.out_gate_ld < 0 ||
+      (args.logits_ld > 0 && args.logits_ld < args.experts)) {
+    return PackedMoeArgs(args, scratch).status();  // Its InvalidArgument.
+  }
+  const int64_t picks = args.tokens * args.top_k;
+  const bool routable = options_.grouped_moe && picks > 0 && args.experts >= 1 &&
+                        args.experts <= hip::MoeMaxExperts() && args.top_k >= 1 &&
+                        args.top_k <= hip::MoeMaxTopK() && args.top_k <= args.experts &&
+                        picks <= 0x7fffffff;
   const bool device_path =
-      routable && a.row_invariant && options_.mma_rows && hip::MatMulRowsMmaSupported();
+      routable && args.row_invariant && options_.mma_rows && hip::MatMulRowsMmaSupported();
   // Prefill: the grouped bf16 GEMM, for widths its 16-byte copies take.
-  const bool gemm_path = routable && !a.row_invariant && grouped_moe_prefill_ &&
+  const bool gemm_path = routable && !args.row_invariant && grouped_moe_prefill_ &&
                          options_.bf16_gemm_inputs && hip::MoeGemmSupported() &&
-                         a.hidden % 8 == 0 && a.width % 8 == 0;
+                         args.hidden % 8 == 0 && args.width % 8 == 0;
   const MoeTable* gate_up = nullptr;
   const MoeTable* down = nullptr;
   if (device_path || gemm_path) {
-    gate_up = MoeTableFor(a.gate_up, a.experts, 2 * a.width, a.hidden);
-    down = gate_up == nullptr ? nullptr : MoeTableFor(a.down, a.experts, a.hidden, a.width);
+    gate_up = MoeTableFor(args.gate_up, args.experts, 2 * args.width, args.hidden);
+    down = gate_up == nullptr ? nullptr
+                              : MoeTableFor(args.down, args.experts, args.hidden, args.width);
     if (!error_.ok()) return error_;
   }
   const bool on_device =
       gate_up != nullptr && down != nullptr && (!gemm_path || (gate_up->aligned && down->aligned));
+  // The warp routing and the wide sum read logits and gates rows apart where they are; other
+  // ways take copies in rows of their own.
+  const bool strided = on_device && moe_kernels_ == 1 && MoeRoutingFor() == hip::MoeRouting::kWarp;
+  // The shared expert in the decode path's grouped launches (fold_shared_expert) where it has
+  // the routed experts' width and the gate/up launch is the fused one; else first, on its own.
+  MoeShared shared;
+  if (strided && !gemm_path && fold_shared_expert_ && args.shared_gate_up != nullptr &&
+      args.shared_down != nullptr && args.shared_width == args.width && fuse_gate_up_silu_ &&
+      args.width % 8 == 0) {
+    shared.gate_up = MoeTableFor(args.shared_gate_up, 1, 2 * args.width, args.hidden);
+    shared.down = shared.gate_up == nullptr
+                      ? nullptr
+                      : MoeTableFor(args.shared_down, 1, args.hidden, args.width);
+    if (!error_.ok()) return error_;
+  }
+  ScratchArena::Frame frame(scratch);
+  MoeExpertsArgs a = args;
+  if (shared.gate_up == nullptr || shared.down == nullptr) {
+    shared = MoeShared();
+    RETURN_IF_ERROR(MoeSharedExpert(args, scratch));
+    if (!Enter()) return error_;
+  }
+  a.shared_gate_up = nullptr;
+  a.shared_down = nullptr;
   // The shared expert's gate and the residual in the launch that adds the routed experts where
   // that is the wide sum (moe_kernels 1); else around the routed experts, as
   // KernelBackend::MoeExperts applies them.
+  if (strided) return MoeExpertsOnDevice(a, *gate_up, *down, shared, gemm_path, scratch);
+  ASSIGN_OR_RETURN(const MoeExpertsArgs packed, PackedMoeArgs(a, scratch));
+  if (!Enter()) return error_;
   if (on_device && moe_kernels_ == 1) {
-    return MoeExpertsOnDevice(a, *gate_up, *down, gemm_path, scratch);
+    return MoeExpertsOnDevice(packed, *gate_up, *down, shared, gemm_path, scratch);
   }
-  MoeExpertsArgs plain = a;
+  MoeExpertsArgs plain = packed;
   plain.out_gate = nullptr;
   plain.residual = nullptr;
-  if (a.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, a.out_gate);
-  RETURN_IF_ERROR(on_device ? MoeExpertsOnDevice(plain, *gate_up, *down, gemm_path, scratch)
+  if (packed.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, packed.out_gate);
+  RETURN_IF_ERROR(on_device ? MoeExpertsOnDevice(plain, *gate_up, *down, shared, gemm_path, scratch)
                             : KernelBackend::MoeRoutedExperts(plain, scratch));
   if (a.residual != nullptr) {
     AddScaledRows(a.out, a.tokens, a.hidden, nullptr, nullptr, a.residual);
@@ -841,8 +875,8 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& a, ScratchArena&
 }
 
 absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
-                                                  const MoeTable& down, bool gemm_path,
-                                                  ScratchArena& scratch) {
+                                                  const MoeTable& down, const MoeShared& shared,
+                                                  bool gemm_path, ScratchArena& scratch) {
   if (gemm_path) return MoeExpertsGemm(a, gate_up, down, scratch);
   const int64_t picks = a.tokens * a.top_k;
   ScratchArena::Frame frame(scratch);
@@ -858,27 +892,62 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
   ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
   ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
+  // The gate/up product and SiLU-mul in one launch where the width allows (fuse_gate_up_silu).
+  const bool fused = fuse_gate_up_silu_ && a.width % 8 == 0;
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(fused ? 0 : picks * 2 * a.width));
   ASSIGN_OR_RETURN(float* act, scratch.Take<float>(picks * a.width));
   ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
   const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
-  if (!Check(hip::MoeRouteAndSort(a.logits, a.tokens, a.experts, a.top_k, a.renormalise,
-                                  MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
-             "moe route and sort launch") ||
-      !Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
-                             sizes.max_tiles, gate_up_table, gate_up.aligned, 2 * a.width, a.hidden,
-                             gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
-             "moe gate/up launch") ||
-      !Check(hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act, nullptr,
-                          compute_),
-             "moe silu mul launch") ||
+  // The shared expert's rows in the same two launches (MoeExperts folds it only with `fused`):
+  // its activations in rows of their own, its output straight into out, which the sum reads.
+  hip::MoeSharedRows shared_up, shared_down;
+  bool gate_up_aligned = gate_up.aligned;
+  bool down_aligned = down.aligned;
+  if (shared.gate_up != nullptr && shared.down != nullptr && fused) {
+    ASSIGN_OR_RETURN(float* shared_act, scratch.Take<float>(a.tokens * a.width));
+    shared_up = {static_cast<const hip::MoeExpertParts*>(shared.gate_up->device.data()),
+                 a.x,
+                 a.hidden,
+                 shared_act,
+                 a.width,
+                 a.tokens};
+    shared_down = {static_cast<const hip::MoeExpertParts*>(shared.down->device.data()),
+                   shared_act,
+                   a.width,
+                   a.out,
+                   a.hidden,
+                   a.tokens};
+    gate_up_aligned = gate_up_aligned && shared.gate_up->aligned;
+    down_aligned = down_aligned && shared.down->aligned;
+  }
+  const auto gate_up_and_silu = [&] {
+    if (fused) {
+      return Check(
+          hip::MoeRowsMmaSiluMul(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                 sizes.max_tiles, gate_up_table, gate_up_aligned, a.width, a.hidden,
+                                 act, mma_rows_bf16_inputs_, compute_, shared_up),
+          "moe gate/up and silu mul launch");
+    }
+    return Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                 sizes.max_tiles, gate_up_table, gate_up.aligned, 2 * a.width,
+                                 a.hidden, gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
+                 "moe gate/up launch") &&
+           Check(hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act,
+                              nullptr, compute_),
+                 "moe silu mul launch");
+  };
+  if (!Check(
+          hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
+                               MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
+          "moe route and sort launch") ||
+      !gate_up_and_silu() ||
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
-                             down_table, down.aligned, a.hidden, a.width, ys, a.hidden,
-                             mma_rows_bf16_inputs_, compute_),
+                             down_table, down_aligned, a.hidden, a.width, ys, a.hidden,
+                             mma_rows_bf16_inputs_, compute_, shared_down),
              "moe down launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
-                             compute_, moe_kernels_ == 1, a.out_gate, a.residual),
+                             compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
              "moe combine launch")) {
     return error_;
   }
@@ -909,7 +978,7 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
   if (!Check(
-          hip::MoeRouteAndSort(a.logits, a.tokens, a.experts, a.top_k, a.renormalise,
+          hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
                                MoeRoutingFor(), hip::MoeGemmTileRows(), ids, weights, b, compute_),
           "moe route and sort launch") ||
       !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
@@ -923,7 +992,7 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
                               down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
              "moe down gemm launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
-                             compute_, moe_kernels_ == 1, a.out_gate, a.residual),
+                             compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
              "moe combine launch")) {
     return error_;
   }

@@ -144,6 +144,12 @@ struct HipKernelBackendOptions {
   // and k and works out the gates inside the rule's blocks (hip::GatedDeltaRecurrentPrepared)
   // instead of the GdnGates and L2NormalizeTwo launches before it. The same bits. NVIDIA only.
   bool fuse_delta_inputs = true;
+  // A MoE layer's shared expert (MoeExpertsArgs::shared_gate_up) in the decode path's grouped
+  // gate/up and down launches, as tiles of 8 tokens after the routed experts' tiles, its output
+  // written where the sum reads it (two launches fewer a layer). The same bits: the grouped
+  // products are MatMulRowsMma's. Needs the routed experts' width, grouped_moe,
+  // fuse_gate_up_silu and moe_kernels 1; else the shared expert runs first on its own.
+  bool fold_shared_expert = true;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -391,6 +397,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetFuseGateUpSiluForTest(bool on) { fuse_gate_up_silu_ = on; }
   // Sets HipKernelBackendOptions::fuse_delta_inputs (the same bits), for the benchmark.
   void SetFuseDeltaInputsForTest(bool on) { fuse_delta_inputs_ = on; }
+  // Sets HipKernelBackendOptions::fold_shared_expert (the same bits), for the benchmark.
+  void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -492,10 +500,19 @@ class HipKernelBackend final : public KernelBackend {
   const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);
   // How the MoE device paths route (HipKernelBackendOptions::moe_block_route, moe_kernels).
   hip::MoeRouting MoeRoutingFor() const;
+  // The tables of a MoE layer's shared expert folded into the decode path's launches (both null:
+  // none).
+  struct MoeShared {
+    const MoeTable* gate_up = nullptr;
+    const MoeTable* down = nullptr;
+  };
   // The routed experts on the device (the decode path, or the grouped GEMM where `gemm_path`),
-  // with a's gate and residual in the sum's launch (moe_kernels 1 only).
+  // with a's gate and residual in the sum's launch (moe_kernels 1 only), and the shared expert
+  // in the products' launches where `shared` has it (the decode path with the fused gate/up;
+  // then out's contents are not read).
   absl::Status MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
-                                  const MoeTable& down, bool gemm_path, ScratchArena& scratch);
+                                  const MoeTable& down, const MoeShared& shared, bool gemm_path,
+                                  ScratchArena& scratch);
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                               const MoeTable& down, ScratchArena& scratch);
@@ -551,6 +568,7 @@ class HipKernelBackend final : public KernelBackend {
   int64_t round_product_inputs_max_bytes_;  // options_.round_product_inputs_max_bytes, likewise.
   bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
+  bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

@@ -136,6 +136,18 @@ struct MoeExpertParts {
   int64_t end[kMoeMaxParts];
   int count;
 };
+// Rows of one more expert that every token takes (the MoE layer's shared expert), run in the
+// grouped products' launches: `rows` input rows of x (ldx apart) in tiles of 8 over the one
+// expert at `weights` (device memory), written to y (ldy apart) as the grouped rows are written.
+// Null weights: none.
+struct MoeSharedRows {
+  const MoeExpertParts* weights = nullptr;
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int64_t rows = 0;
+};
 // A tile of one expert's picks: slots [start, start + rows) of the sorted order.
 struct MoeTile {
   int32_t expert;
@@ -172,15 +184,17 @@ hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile
                         const MoeSortBuffers& b, hipStream_t stream, bool one_block = false);
 // How MoeRouteAndSort routes (every way gives MoeRoute's ids and weights, bit for bit): a
 // thread per token (MoeRoute), a block per token (MoeRouteBlock), or a warp per token with the
-// experts in registers (NVIDIA; elsewhere a block), whose calls of at most 32 tokens and
+// experts in shared memory (NVIDIA; elsewhere a block), whose calls of at most 32 tokens and
 // MoeMaxExperts() picks also sort in the same launch, and whose sorts of at most
 // MoeMaxExperts() picks take one launch (HipKernelBackendOptions::moe_kernels).
 enum class MoeRouting { kThread, kBlock, kWarp };
 // Routes `tokens` tokens (ids and weights [tokens * top_k]) and sorts their picks into `b`
-// (MoeSortPicks).
-hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int top_k,
-                           bool renormalise, MoeRouting routing, int tile_rows, int32_t* ids,
-                           float* weights, const MoeSortBuffers& b, hipStream_t stream);
+// (MoeSortPicks). A token's logits are `logits_ld` floats after the one before it (kWarp only;
+// the other ways need logits_ld == experts).
+hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t tokens, int experts,
+                           int top_k, bool renormalise, MoeRouting routing, int tile_rows,
+                           int32_t* ids, float* weights, const MoeSortBuffers& b,
+                           hipStream_t stream);
 // y row `slot` = x row (sorted_picks[slot] / top_k, or `slot` with null sorted_picks) . the
 // slot's expert's weights (n x k)^T, for every slot of the first *num_tiles of `tiles` (at most
 // max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert, with the same
@@ -188,7 +202,17 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
-                      float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream);
+                      float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream,
+                      const MoeSharedRows& shared = {});
+// MoeRowsMma over each expert's [gate; up] rows (2 * width, width a multiple of 8) writing
+// act row `slot` (width values) = silu(gate) * up, SiluMul's expression over MoeRowsMma's gate
+// and up values (their bits), in one launch: column tile c takes gate rows 8c.. and up rows
+// width + 8c.. (as MatMulRowsMmaSiluMul).
+hipError_t MoeRowsMmaSiluMul(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                             const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                             const MoeExpertParts* weights, bool weights_aligned, int64_t width,
+                             int64_t k, float* act, bool bf16_inputs, hipStream_t stream,
+                             const MoeSharedRows& shared = {});
 // The prefill path (calls that are not row-invariant; bf16 GEMM inputs): the picks' input rows
 // rounded to bf16 once, a grouped bf16 GEMM on the matrix units over every expert's tiles of
 // MoeGemmTileRows() picks, SiLU-mul rounded to bf16, the grouped GEMM again, MoeCombine.
@@ -216,13 +240,13 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
 // out row t = out row t + weights[i] * y row slot_of_pick[i] for t's picks i in ascending
 // expert id, one rounded addition a pick. `wide`: a block per (token, 256 columns), the picks'
 // rows loaded eight at a time (the same bits; HipKernelBackendOptions::moe_kernels). With
-// `wide` only: a non-null `gate` ([tokens]) first scales out row t by sigmoid(gate[t]) as
-// SigmoidScaleRows does, and a non-null `residual` ([tokens, dim]) then has out row t added as
-// AddScaledRows adds it (their bits; out is written as without them).
+// `wide` only: a non-null `gate` (token t's at gate[t * gate_ld]) first scales out row t by its
+// sigmoid as SigmoidScaleRows does, and a non-null `residual` ([tokens, dim]) then has out row t
+// added as AddScaledRows adds it (their bits; out is written as without them).
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
                       float* out, hipStream_t stream, bool wide = false,
-                      const float* gate = nullptr, float* residual = nullptr);
+                      const float* gate = nullptr, float* residual = nullptr, int64_t gate_ld = 1);
 
 // y[m, n] (+)= x[m, k] . w[n, k]^T where every element is one reduction over k in an order that
 // depends on k alone: rows never influence each other's bits. `multi_row`: calls of 2 or more

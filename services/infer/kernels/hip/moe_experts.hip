@@ -351,64 +351,86 @@ __global__ void __launch_bounds__(kOffsetThreads)
 #if !defined(__HIP_PLATFORM_AMD__)
 
 constexpr unsigned kFullWarp = 0xffffffffu;
-constexpr int kLaneExperts = kMaxExperts / 32;  // Experts a lane holds in registers.
 constexpr int kRouteWarps = kRouteThreads / 32;
 // Calls of at most this many tokens (and kSmallSortPicks picks) route and sort in one block.
 constexpr int kFusedRouteTokens = kOffsetThreads / 32;
+// Shared memory a block may take without asking for more, and (at least) the static shared
+// memory of SortPicksInBlock (16.25 KiB) beside the fused kernel's dynamic routing buffer.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+constexpr size_t kSortSharedBytes = 17 * 1024;
 
-// MoeRouteBlockKernel's arithmetic for one token by one warp, lane l holding experts l, l + 32,
-// ... in registers: the maximum by shuffles (exact in any order; NaN ignored unless every logit
-// is NaN, as the block's fmaxf tree), exp(l - max) each, their sum in expert order (each lane
-// adds every value, taken by shuffles, in the order j = 0, 1, ...: the one thread's sum of
-// MoeRoute), the probabilities p / sum, and pick i as the best strictly after pick i - 1 in
-// (probability descending, id ascending): each lane's best in ascending id, then a butterfly of
-// shuffles over a total order (so every lane ends with the warp's best). Lane 0 writes.
+// Floats of shared memory a routing warp's token takes: its experts rounded up to whole float4s.
+__host__ __device__ constexpr int RouteStride(int experts) { return (experts + 3) / 4 * 4; }
+constexpr int kRouteLoads = 8;  // Logits a lane loads before it stores any (loads in flight).
+
+// MoeRouteBlockKernel's arithmetic for one token by one warp, over `buf`, RouteStride(experts)
+// floats of shared memory, 16-byte aligned (lane l takes experts l, l + 32, ...): the maximum by
+// shuffles (exact in any order; NaN ignored unless every logit is NaN, as the block's fmaxf
+// tree), exp(l - max) each, their sum by lane 0 in expert order (MoeRoute's one thread), the
+// probabilities p / sum, and pick i as the best strictly after pick i - 1 in (probability
+// descending, id ascending): each lane's best in ascending id, then a butterfly of shuffles over
+// a total order (so every lane ends with the warp's best). Lane i keeps pick i and writes it.
+//
+// Loops, not unrolled code (one warp runs this once a launch), with their loads batched so that
+// latency is paid once a batch: the logits kRouteLoads a lane at a time, the sum's values 16 at a
+// time in four 16-byte loads (the additions stay one chain in expert order).
 __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
-                                 int32_t* ids, float* weights) {
+                                 float* buf, int32_t* ids, float* weights) {
   const int lane = threadIdx.x % 32;
-  float p[kLaneExperts];
   float mx = NAN;
+  for (int j0 = lane; j0 < experts; j0 += 32 * kRouteLoads) {
+    float v[kRouteLoads];
 #pragma unroll
-  for (int s = 0; s < kLaneExperts; ++s) {
-    const int j = s * 32 + lane;
-    p[s] = j < experts ? l[j] : NAN;
-    mx = fmaxf(mx, p[s]);
-  }
+    for (int u = 0; u < kRouteLoads; ++u) {
+      const int j = j0 + 32 * u;
+      v[u] = j < experts ? l[j] : NAN;
+    }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
-#pragma unroll
-  for (int s = 0; s < kLaneExperts; ++s) {
-    if (s * 32 + lane < experts) p[s] = expf(p[s] - mx);
-  }
-  float sum = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kLaneExperts; ++s) {
-    if (s * 32 >= experts) break;  // Uniform.
-#pragma unroll
-    for (int src = 0; src < 32; ++src) {
-      const float v = __shfl_sync(kFullWarp, p[s], src);
-      if (s * 32 + src < experts) sum += v;
+    for (int u = 0; u < kRouteLoads; ++u) {
+      const int j = j0 + 32 * u;
+      if (j < experts) buf[j] = v[u];
+      mx = fmaxf(mx, v[u]);
     }
   }
 #pragma unroll
-  for (int s = 0; s < kLaneExperts; ++s) {
-    if (s * 32 + lane < experts) p[s] = p[s] / sum;
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll 4
+  for (int j = lane; j < experts; j += 32) buf[j] = expf(buf[j] - mx);
+  __syncwarp();
+  float sum = 0.0f;
+  if (lane == 0) {
+    int j = 0;
+    for (; j + 16 <= experts; j += 16) {
+      float4 q[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) q[u] = *reinterpret_cast<const float4*>(buf + j + 4 * u);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        sum += q[u].x;
+        sum += q[u].y;
+        sum += q[u].z;
+        sum += q[u].w;
+      }
+    }
+    for (; j < experts; ++j) sum += buf[j];
   }
+  sum = __shfl_sync(kFullWarp, sum, 0);
+  // From here each lane reads only its own experts' values.
+#pragma unroll 4
+  for (int j = lane; j < experts; j += 32) buf[j] = buf[j] / sum;
   float prev_p = INFINITY;
   int prev_id = -1;
   float top_sum = 0.0f;
-  // Lane 0's picked probabilities, written once at the end (divided by their sum when
-  // renormalising: the value MoeRoute stores, without reading it back from global memory).
-  float picked[kMaxTopK];
+  float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).
+  int my_id = -1;
   for (int i = 0; i < top_k; ++i) {
     float best_p = -1.0f;
     int best_id = -1;
-#pragma unroll
-    for (int s = 0; s < kLaneExperts; ++s) {
-      const int j = s * 32 + lane;
-      const float v = p[s];
+#pragma unroll 4
+    for (int j = lane; j < experts; j += 32) {
+      const float v = buf[j];
       const bool after_prev = v < prev_p || (v == prev_p && j > prev_id);
-      if (j < experts && after_prev && v > best_p) {
+      if (after_prev && v > best_p) {
         best_p = v;
         best_id = j;
       }
@@ -424,43 +446,55 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
         best_id = oid;
       }
     }
-    if (lane == 0) {
-      ids[i] = best_id;
-      picked[i] = best_p;
+    if (lane == i) {
+      my_p = best_p;
+      my_id = best_id;
     }
     top_sum += best_p;
     prev_p = best_p;
     prev_id = best_id;
   }
-  if (lane == 0) {
-    for (int i = 0; i < top_k; ++i) weights[i] = renormalise ? picked[i] / top_sum : picked[i];
+  // The value MoeRoute stores: divided by the picks' sum when renormalising.
+  if (lane < top_k) {
+    ids[lane] = my_id;
+    weights[lane] = renormalise ? my_p / top_sum : my_p;
   }
 }
 
-// A warp per token (kRouteWarps tokens a block).
+// A warp per token (kRouteWarps tokens a block); dynamic shared memory: kRouteWarps *
+// RouteStride(experts) floats.
 __global__ void __launch_bounds__(kRouteThreads)
-    MoeRouteWarpKernel(const float* logits, int64_t tokens, int experts, int top_k,
-                       bool renormalise, int32_t* ids, float* weights) {
+    MoeRouteWarpKernel(const float* logits, int64_t logits_ld, int64_t tokens, int experts,
+                       int top_k, bool renormalise, int32_t* ids, float* weights) {
+  extern __shared__ float4 route_buf4[];
+  float* const route_buf = reinterpret_cast<float*>(route_buf4);
   KernelEntry();
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  const int warp = threadIdx.x / 32;
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (tok >= tokens) return;  // Uniform per warp.
-  RouteTokenInWarp(logits + tok * experts, experts, top_k, renormalise, ids + tok * top_k,
+  RouteTokenInWarp(logits + tok * logits_ld, experts, top_k, renormalise,
+                   route_buf + warp * RouteStride(experts), ids + tok * top_k,
                    weights + tok * top_k);
 }
 
 // A decode step's routing and sort in one launch: warp w routes token w (tokens <=
 // kFusedRouteTokens), then the block sorts the picks (SortPicksInBlock; the ids written
-// above are visible to the block after the barrier).
+// above are visible to the block after the barrier). Dynamic shared memory: tokens *
+// RouteStride(experts) floats.
 __global__ void __launch_bounds__(kOffsetThreads)
-    MoeRouteSortSmallKernel(const float* logits, int tokens, int experts, int top_k,
-                            bool renormalise, int tile_rows, int32_t* ids, float* weights,
+    MoeRouteSortSmallKernel(const float* logits, int64_t logits_ld, int tokens, int experts,
+                            int top_k, bool renormalise, int tile_rows, int32_t* ids,
+                            float* weights,
                             int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
                             int32_t* sorted_picks, int32_t* slot_of_pick) {
+  extern __shared__ float4 route_buf4[];
+  float* const route_buf = reinterpret_cast<float*>(route_buf4);
   KernelEntry();
   const int tok = threadIdx.x / 32;
   if (tok < tokens) {
-    RouteTokenInWarp(logits + static_cast<int64_t>(tok) * experts, experts, top_k, renormalise,
-                     ids + tok * top_k, weights + tok * top_k);
+    RouteTokenInWarp(logits + tok * logits_ld, experts, top_k, renormalise,
+                     route_buf + tok * RouteStride(experts), ids + tok * top_k,
+                     weights + tok * top_k);
   }
   __syncthreads();
   SortPicksInBlock(ids, tokens * top_k, experts, tile_rows, offsets, tiles, num_tiles,
@@ -481,7 +515,7 @@ template <bool kVec>
 __global__ void __launch_bounds__(kCombineWideThreads)
     MoeCombineWideKernel(const float* y, const int32_t* ids, const float* weights,
                          const int32_t* slot_of_pick, int top_k, int64_t dim, float* out,
-                         const float* gate, float* residual) {
+                         const float* gate, int64_t gate_ld, float* residual) {
   KernelEntry();
   __shared__ int32_t pick_ids[kMaxTopK];
   __shared__ float pick_w[kMaxTopK];
@@ -521,7 +555,7 @@ __global__ void __launch_bounds__(kCombineWideThreads)
   if (c >= dim) return;
   float* o = out + tok * dim + c;
   // SigmoidScaleRows' product (one rounding) where there is a gate.
-  const float scale = gate != nullptr ? DeviceSigmoid(gate[tok]) : 1.0f;
+  const float scale = gate != nullptr ? DeviceSigmoid(gate[tok * gate_ld]) : 1.0f;
   if constexpr (kVec) {
     float4 v = *reinterpret_cast<const float4*>(o);
     if (gate != nullptr) {
@@ -599,25 +633,55 @@ using mma_rows::StepProducts;
 // kWarps / segments column tiles of 16. A tile's row r is slot tile.start + r; its input is
 // x row sorted_picks[slot] / top_k (`gather`) or x row slot, its output y row slot. Warp w
 // takes column tile w / segments of the group and k segment w % segments, as MatMulRowsMma.
-template <int kPieces, bool kVec>
+// kSilu (MoeRowsMmaSiluMul, each expert's rows [gate; up] of `width` rows each): column tile c
+// takes gate rows 8c .. 8c + 7 as its columns g and the matching up rows as its columns g + 8,
+// and writes act row slot = silu(gate) * up (SiluMul's expression) instead of y: as
+// MatMulRowsMmaSiluMul, the gate and up values are the plain product's bits.
+template <int kPieces, bool kVec, bool kSilu = false>
 __global__ void __launch_bounds__(kThreads, 2)
     MoeRowsMmaKernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
-                     const MoeTile* tiles, const int32_t* num_tiles, const MoeExpertParts* weights,
-                     int64_t n, int64_t k, float* y, int64_t ldy, int segments, int64_t segment) {
+                     const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                     const MoeExpertParts* weights, int64_t n, int64_t k, float* y, int64_t ldy,
+                     int segments, int64_t segment, int64_t width, MoeSharedRows shared) {
   KernelEntry();
-  if (static_cast<int32_t>(blockIdx.x) >= *num_tiles) return;  // Uniform per block.
   __shared__ float partial[kWarps][4][32];
-  const MoeTile tile = tiles[blockIdx.x];
-  const MoeExpertParts& w = weights[tile.expert];
+  // Blocks past max_tiles take the shared rows' tiles of 8 (their rows in order, no sort).
+  const int64_t shared_tile = static_cast<int64_t>(blockIdx.x) - max_tiles;
+  MoeTile tile;
+  const MoeExpertParts* parts;
+  if (shared_tile >= 0) {
+    const int64_t start = shared_tile * 8;
+    tile = {-1, static_cast<int32_t>(start),
+            static_cast<int32_t>(shared.rows - start < 8 ? shared.rows - start : 8)};
+    parts = shared.weights;
+    x = shared.x;
+    ldx = shared.ldx;
+    y = shared.y;
+    ldy = shared.ldy;
+    sorted_picks = nullptr;
+  } else {
+    if (static_cast<int32_t>(blockIdx.x) >= *num_tiles) return;  // Uniform per block.
+    tile = tiles[blockIdx.x];
+    parts = weights + tile.expert;
+  }
+  const MoeExpertParts& w = *parts;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
   const int s = warp % segments;
-  const int64_t col0 =
-      (static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments) * kTileCols;
-  const uint16_t* wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
-  const uint16_t* wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
+  const int64_t ctile = static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments;
+  const int64_t col0 = ctile * kTileCols;
+  const uint16_t* wa;
+  const uint16_t* wb;
+  if constexpr (kSilu) {
+    const int64_t j = ctile * 8 + g;
+    wa = j < width ? ColumnOf(w, j, k) : nullptr;
+    wb = j < width ? ColumnOf(w, width + j, k) : nullptr;
+  } else {
+    wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
+    wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
+  }
   const float* xa = nullptr;
   if (g < tile.rows) {
     const int64_t slot = tile.start + g;
@@ -657,11 +721,22 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   // acc[e]: weight column g (+8 for e >= 2), tile row 2t (+1 for odd e).
+  if constexpr (kSilu) {
+    const int64_t j = ctile * 8 + g;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int r = 2 * t + (e & 1);
-    const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
-    if (r < tile.rows && col < n) y[(tile.start + r) * ldy + col] = acc[e];
+    for (int e = 0; e < 2; ++e) {
+      const int r = 2 * t + e;
+      if (r < tile.rows && j < width) {
+        y[(tile.start + r) * ldy + j] = DeviceSilu(acc[e]) * acc[e + 2];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = 2 * t + (e & 1);
+      const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
+      if (r < tile.rows && col < n) y[(tile.start + r) * ldy + col] = acc[e];
+    }
   }
 }
 
@@ -999,15 +1074,21 @@ hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile
   return hipGetLastError();
 }
 
-hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int top_k,
-                           bool renormalise, MoeRouting routing, int tile_rows, int32_t* ids,
-                           float* weights, const MoeSortBuffers& b, hipStream_t stream) {
+hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t tokens, int experts,
+                           int top_k, bool renormalise, MoeRouting routing, int tile_rows,
+                           int32_t* ids, float* weights, const MoeSortBuffers& b,
+                           hipStream_t stream) {
   const int64_t picks = tokens * top_k;
   if (picks == 0) return hipSuccess;
   if (experts < 1 || experts > kMaxExperts || top_k < 1 || top_k > experts || top_k > kMaxTopK ||
-      tile_rows < 1 || tokens < 0 || tokens > 0x7fffffff) {
+      tile_rows < 1 || tokens < 0 || tokens > 0x7fffffff || logits_ld < experts) {
     return hipErrorInvalidValue;
   }
+#if defined(__HIP_PLATFORM_AMD__)
+  if (logits_ld != experts) return hipErrorInvalidValue;
+#else
+  if (routing != MoeRouting::kWarp && logits_ld != experts) return hipErrorInvalidValue;
+#endif
   hipError_t e = hipSuccess;
   switch (routing) {
     case MoeRouting::kThread:
@@ -1021,14 +1102,21 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
       e = MoeRouteBlock(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
 #else
       if (tokens <= kFusedRouteTokens && picks <= kSmallSortPicks) {
-        LaunchKernel(MoeRouteSortSmallKernel, 1, kOffsetThreads, 0, stream, logits,
+        const size_t bytes = static_cast<size_t>(tokens) * RouteStride(experts) * sizeof(float);
+        // Beyond the default beside the sort's static shared memory: ask for it.
+        if (bytes + kSortSharedBytes > kDefaultSharedBytes) {
+          e = AllowSharedBytes(MoeRouteSortSmallKernel, bytes);
+          if (e != hipSuccess) return e;
+        }
+        LaunchKernel(MoeRouteSortSmallKernel, 1, kOffsetThreads, bytes, stream, logits, logits_ld,
                      static_cast<int>(tokens), experts, top_k, renormalise, tile_rows, ids, weights,
                      b.offsets, b.tiles, b.num_tiles, b.sorted_picks, b.slot_of_pick);
         return hipGetLastError();
       }
       LaunchKernel(MoeRouteWarpKernel, static_cast<unsigned int>(CeilDiv(tokens, kRouteWarps)),
-                   kRouteThreads, 0, stream, logits, tokens, experts, top_k, renormalise, ids,
-                   weights);
+                   kRouteThreads,
+                   static_cast<size_t>(kRouteWarps) * RouteStride(experts) * sizeof(float),
+                   stream, logits, logits_ld, tokens, experts, top_k, renormalise, ids, weights);
       e = hipGetLastError();
 #endif
       break;
@@ -1042,43 +1130,86 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t tokens, int experts, int
 
 hipError_t MoeRowsMma(const float*, int64_t, const int32_t*, int, const MoeTile*, const int32_t*,
                       int64_t, const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
-                      bool, hipStream_t) {
+                      bool, hipStream_t, const MoeSharedRows&) {
+  return hipErrorNotSupported;
+}
+hipError_t MoeRowsMmaSiluMul(const float*, int64_t, const int32_t*, int, const MoeTile*,
+                             const int32_t*, int64_t, const MoeExpertParts*, bool, int64_t,
+                             int64_t, float*, bool, hipStream_t, const MoeSharedRows&) {
   return hipErrorNotSupported;
 }
 
 #else
 
-hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
-                      const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
-                      const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
-                      float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream) {
-  if (max_tiles == 0 || n == 0) return hipSuccess;
+namespace {
+
+// MoeRowsMma, or with kSilu MoeRowsMmaSiluMul (n = 2 * width, y the activation).
+// `weights_aligned` covers the shared rows' weights too.
+template <bool kSilu>
+hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                         const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                         const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
+                         float* y, int64_t ldy, bool bf16_inputs, int64_t width,
+                         hipStream_t stream, const MoeSharedRows& shared) {
+  const int64_t shared_tiles =
+      shared.weights != nullptr && shared.rows > 0 ? CeilDiv(shared.rows, 8) : 0;
+  if ((max_tiles == 0 && shared_tiles == 0) || n == 0) return hipSuccess;
   // MatMulRowsMma's segments: from n and k only.
   const int64_t col_tiles = CeilDiv(n, kTileCols);
   const mma_rows::Segments cut = mma_rows::SegmentsFor(n, k);
   const int segments = cut.count;
   const int64_t segment = cut.length;
   const int64_t groups = CeilDiv(col_tiles, kWarps / segments);
-  if (groups > 65535 || max_tiles > 0x7fffffff) return hipErrorInvalidValue;
-  const bool vec =
-      weights_aligned && k % 8 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const dim3 grid(static_cast<unsigned int>(max_tiles), static_cast<unsigned int>(groups));
-  // clang-format off
-  if (vec && bf16_inputs) {
-    LaunchKernel(MoeRowsMmaKernel<1, true>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
-                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
-  } else if (vec) {
-    LaunchKernel(MoeRowsMmaKernel<3, true>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
-                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
-  } else if (bf16_inputs) {
-    LaunchKernel(MoeRowsMmaKernel<1, false>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
-                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
-  } else {
-    LaunchKernel(MoeRowsMmaKernel<3, false>, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k,
-                 tiles, num_tiles, weights, n, k, y, ldy, segments, segment);
+  if (groups > 65535 || max_tiles < 0 || max_tiles + shared_tiles > 0x7fffffff) {
+    return hipErrorInvalidValue;
   }
-  // clang-format on
+  const auto rows_aligned = [&](const float* p, int64_t ld) {
+    return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  };
+  const bool vec = weights_aligned && k % 8 == 0 && rows_aligned(x, ldx) &&
+                   (shared_tiles == 0 || rows_aligned(shared.x, shared.ldx));
+  const dim3 grid(static_cast<unsigned int>(max_tiles + shared_tiles),
+                  static_cast<unsigned int>(groups));
+  if (vec && bf16_inputs) {
+    LaunchKernel(MoeRowsMmaKernel<1, true, kSilu>, grid, kThreads, 0, stream, x, ldx,
+                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
+                 segments, segment, width, shared);
+  } else if (vec) {
+    LaunchKernel(MoeRowsMmaKernel<3, true, kSilu>, grid, kThreads, 0, stream, x, ldx,
+                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
+                 segments, segment, width, shared);
+  } else if (bf16_inputs) {
+    LaunchKernel(MoeRowsMmaKernel<1, false, kSilu>, grid, kThreads, 0, stream, x, ldx,
+                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
+                 segments, segment, width, shared);
+  } else {
+    LaunchKernel(MoeRowsMmaKernel<3, false, kSilu>, grid, kThreads, 0, stream, x, ldx,
+                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
+                 segments, segment, width, shared);
+  }
   return hipGetLastError();
+}
+
+}  // namespace
+
+hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                      const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                      const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
+                      float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream,
+                      const MoeSharedRows& shared) {
+  return RunMoeRowsMma<false>(x, ldx, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
+                              weights_aligned, n, k, y, ldy, bf16_inputs, 0, stream, shared);
+}
+
+hipError_t MoeRowsMmaSiluMul(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                             const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                             const MoeExpertParts* weights, bool weights_aligned, int64_t width,
+                             int64_t k, float* act, bool bf16_inputs, hipStream_t stream,
+                             const MoeSharedRows& shared) {
+  if (width <= 0 || width % 8 != 0) return hipErrorInvalidValue;
+  return RunMoeRowsMma<true>(x, ldx, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
+                             weights_aligned, 2 * width, k, act, width, bf16_inputs, width, stream,
+                             shared);
 }
 
 #endif  // __HIP_PLATFORM_AMD__
@@ -1150,7 +1281,7 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
                       float* out, hipStream_t stream, bool wide, const float* gate,
-                      float* residual) {
+                      float* residual, int64_t gate_ld) {
   if (tokens == 0) return hipSuccess;
   if (top_k < 1 || top_k > kMaxTopK || tokens > 0x7fffffff) return hipErrorInvalidValue;
   if (!wide && (gate != nullptr || residual != nullptr)) return hipErrorInvalidValue;
@@ -1163,10 +1294,10 @@ hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
     const dim3 grid(static_cast<unsigned int>(tokens), static_cast<unsigned int>(groups));
     if (vec) {
       LaunchKernel(MoeCombineWideKernel<true>, grid, kCombineWideThreads, 0, stream, y, ids,
-                   weights, slot_of_pick, top_k, dim, out, gate, residual);
+                   weights, slot_of_pick, top_k, dim, out, gate, gate_ld, residual);
     } else {
       LaunchKernel(MoeCombineWideKernel<false>, grid, kCombineWideThreads, 0, stream, y, ids,
-                   weights, slot_of_pick, top_k, dim, out, gate, residual);
+                   weights, slot_of_pick, top_k, dim, out, gate, gate_ld, residual);
     }
     return hipGetLastError();
   }

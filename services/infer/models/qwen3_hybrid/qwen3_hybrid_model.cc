@@ -75,6 +75,9 @@ struct MoeWeights {
   std::vector<WeightMatrix> down;
   SwiGlu shared;
   WeightMatrix shared_gate;  // [1, D]
+  // The router's rows, then the shared gate's, as one matrix [E + 1, D] over the same memory
+  // (no parts where they cannot be one product): decode's one product for both.
+  WeightMatrix router_gate;
 };
 
 struct LayerWeights {
@@ -412,6 +415,15 @@ absl::Status Qwen3HybridModel::PlaceLayer(LayerWeights& lw) {
     MoeWeights& m = lw.experts;
     RETURN_IF_ERROR(Place(m.router));
     RETURN_IF_ERROR(Place(m.shared_gate));
+    m.router_gate = WeightMatrix();
+    if (backend_->AcceptsWeightType(m.router.type) && m.shared_gate.type == m.router.type &&
+        m.shared_gate.layout == m.router.layout && m.shared_gate.cols == m.router.cols &&
+        m.router.num_parts + m.shared_gate.num_parts <= WeightMatrix::kMaxParts) {
+      m.router_gate = m.router;
+      for (int i = 0; i < m.shared_gate.num_parts; ++i) {
+        m.router_gate.parts[m.router_gate.num_parts++] = m.shared_gate.parts[i];
+      }
+    }
     RETURN_IF_ERROR(Place(m.shared));
     for (WeightMatrix& e : m.gate_up) RETURN_IF_ERROR(Place(e));
     for (WeightMatrix& e : m.down) RETURN_IF_ERROR(Place(e));
@@ -734,14 +746,24 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   const int e = c_.num_experts;
   const int64_t t = g.rows;
   ScratchArena::Frame frame(scratch_);
-  ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * e));
-  MatMul(g, x, t, d, w.router, logits, e, false);
-  // The shared expert first, then the routed experts in ascending id (MoeExperts); every
-  // token's sum has a fixed order.
+  // Decode's router logits and shared gate from one product (token rows e + 1 apart, the gate
+  // last), else two.
+  const bool one_product = g.row_kernel && w.router_gate.num_parts > 0;
+  const int64_t logits_ld = one_product ? e + 1 : e;
+  ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * logits_ld));
+  float* sg = logits + e;
+  if (one_product) {
+    MatMul(g, x, t, d, w.router_gate, logits, logits_ld, false);
+  } else {
+    MatMul(g, x, t, d, w.router, logits, e, false);
+  }
+  // The shared expert first, then the routed experts in ascending id (MoeExperts, which runs
+  // the shared expert too, as RunSwiGlu would); every token's sum has a fixed order.
   ASSIGN_OR_RETURN(float* out, scratch_.Take<float>(t * d));
-  RETURN_IF_ERROR(RunSwiGlu(g, w.shared, x, t, out, false));
-  ASSIGN_OR_RETURN(float* sg, scratch_.Take<float>(t));
-  MatMul(g, x, t, d, w.shared_gate, sg, 1, false);
+  if (!one_product) {
+    ASSIGN_OR_RETURN(sg, scratch_.Take<float>(t));
+    MatMul(g, x, t, d, w.shared_gate, sg, 1, false);
+  }
   // The shared expert's gate, the routed experts, then the layer's output into the residual
   // stream: one call (a device backend may do the three in one launch).
   MoeExpertsArgs args;
@@ -758,6 +780,11 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   args.down = w.down.data();
   args.row_invariant = g.row_kernel;
   args.out_gate = sg;
+  args.logits_ld = logits_ld;
+  args.out_gate_ld = one_product ? logits_ld : 1;
+  args.shared_gate_up = &w.shared.gate_up;
+  args.shared_down = &w.shared.down;
+  args.shared_width = w.shared.width;
   args.residual = h;
   return backend_->MoeExperts(args, scratch_);
 }

@@ -278,5 +278,91 @@ TEST_F(CpuKernelBackendTest, MoeExpertsIsEachTokensPicksInAscendingExpertOrder) 
   }
 }
 
+TEST_F(CpuKernelBackendTest, MoeExpertsReadsLogitsAndGatesRowsApartAndRunsTheSharedExpert) {
+  // The router's logits and the shared gate from one product: token rows experts + 1 apart, the
+  // gate last. The same bits as the packed arrays; a stride below the experts is refused.
+  const int64_t tokens = 5, hidden = 16, width = 8;
+  const int experts = 6, top_k = 2;
+  const std::vector<float> x = Random(tokens * hidden, 81);
+  const std::vector<float> both = Random(tokens * (experts + 1), 82, -3.0f, 3.0f);
+  std::vector<float> logits, gates;
+  for (int64_t t = 0; t < tokens; ++t) {
+    logits.insert(logits.end(), both.begin() + t * (experts + 1),
+                  both.begin() + t * (experts + 1) + experts);
+    gates.push_back(both[t * (experts + 1) + experts]);
+  }
+  const std::vector<float> gate_up = Random(experts * 2 * width * hidden, 83);
+  const std::vector<float> down = Random(experts * hidden * width, 84);
+  std::vector<WeightMatrix> gu, dn;
+  for (int e = 0; e < experts; ++e) {
+    gu.push_back(WeightMatrix::Of(gate_up.data() + e * 2 * width * hidden, WeightType::kF32,
+                                  2 * width, hidden));
+    dn.push_back(
+        WeightMatrix::Of(down.data() + e * hidden * width, WeightType::kF32, hidden, width));
+  }
+  const std::vector<float> out0 = Random(tokens * hidden, 85);
+  const std::vector<float> residual0 = Random(tokens * hidden, 86);
+  MoeExpertsArgs a;
+  a.x = x.data();
+  a.tokens = tokens;
+  a.hidden = hidden;
+  a.width = width;
+  a.experts = experts;
+  a.top_k = top_k;
+  a.renormalise = true;
+  a.gate_up = gu.data();
+  a.down = dn.data();
+  a.row_invariant = true;
+  ScratchArena scratch(backend_->memory());
+  std::vector<float> packed_out = out0, packed_res = residual0;
+  a.logits = logits.data();
+  a.out_gate = gates.data();
+  a.out = packed_out.data();
+  a.residual = packed_res.data();
+  CAIRN_ASSERT_OK(backend_->MoeExperts(a, scratch));
+  std::vector<float> strided_out = out0, strided_res = residual0;
+  a.logits = both.data();
+  a.out_gate = both.data() + experts;
+  a.logits_ld = experts + 1;
+  a.out_gate_ld = experts + 1;
+  a.out = strided_out.data();
+  a.residual = strided_res.data();
+  CAIRN_ASSERT_OK(backend_->MoeExperts(a, scratch));
+  EXPECT_EQ(std::memcmp(packed_out.data(), strided_out.data(), packed_out.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(packed_res.data(), strided_res.data(), packed_res.size() * 4), 0);
+
+  // The shared expert given to MoeExperts: out = its SwiGLU of x first, as the separate calls.
+  const std::vector<float> shared_gu = Random(2 * width * hidden, 87);
+  const std::vector<float> shared_dn = Random(hidden * width, 88);
+  const WeightMatrix sgu = WeightMatrix::Of(shared_gu.data(), WeightType::kF32, 2 * width, hidden);
+  const WeightMatrix sdn = WeightMatrix::Of(shared_dn.data(), WeightType::kF32, hidden, width);
+  std::vector<float> apart_out(out0.size()), apart_res = residual0, gu_rows(tokens * 2 * width),
+                                             act(tokens * width);
+  backend_->MatMulRowsSiluMul(x.data(), tokens, hidden, sgu, gu_rows.data(), act.data());
+  backend_->MatMulRowsTyped(act.data(), tokens, width, sdn, apart_out.data(), hidden, false);
+  a.out = apart_out.data();
+  a.residual = apart_res.data();
+  CAIRN_ASSERT_OK(backend_->MoeExperts(a, scratch));
+  std::vector<float> folded_out = out0, folded_res = residual0;
+  a.out = folded_out.data();
+  a.residual = folded_res.data();
+  a.shared_gate_up = &sgu;
+  a.shared_down = &sdn;
+  a.shared_width = width;
+  CAIRN_ASSERT_OK(backend_->MoeExperts(a, scratch));
+  EXPECT_EQ(std::memcmp(apart_out.data(), folded_out.data(), apart_out.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(apart_res.data(), folded_res.data(), apart_res.size() * 4), 0);
+  a.shared_width = width + 1;
+  EXPECT_EQ(backend_->MoeExperts(a, scratch).code(), absl::StatusCode::kInvalidArgument);
+  a.shared_gate_up = nullptr;
+  a.shared_down = nullptr;
+
+  a.logits_ld = experts - 1;
+  EXPECT_EQ(backend_->MoeExperts(a, scratch).code(), absl::StatusCode::kInvalidArgument);
+  a.logits_ld = 0;
+  a.out_gate_ld = -1;
+  EXPECT_EQ(backend_->MoeExperts(a, scratch).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cairn::infer

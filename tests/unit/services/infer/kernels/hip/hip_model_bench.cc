@@ -27,7 +27,7 @@
 //          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
-//          [--fuse-delta=1,0]
+//          [--fuse-delta=1,0] [--fold-shared=1,0]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
 // --round-inputs-mb: within that, once for each value listed of
@@ -35,7 +35,8 @@
 // prefill runs (not the TTFT run) likewise, each length once for each value.
 // --fuse-silu: within that, once for each value listed of
 // HipKernelBackendOptions::fuse_gate_up_silu (the same bits), and within that of
-// HipKernelBackendOptions::fuse_delta_inputs (--fuse-delta; the same bits).
+// HipKernelBackendOptions::fuse_delta_inputs (--fuse-delta; the same bits), and within that of
+// HipKernelBackendOptions::fold_shared_expert (--fold-shared; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -152,6 +153,7 @@ struct Flags {
       static_cast<int>(HipKernelBackendOptions().round_product_inputs_max_bytes >> 20)};
   std::vector<int> fuse_silu = {HipKernelBackendOptions().fuse_gate_up_silu ? 1 : 0};
   std::vector<int> fuse_delta = {HipKernelBackendOptions().fuse_delta_inputs ? 1 : 0};
+  std::vector<int> fold_shared = {HipKernelBackendOptions().fold_shared_expert ? 1 : 0};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
@@ -543,7 +545,8 @@ class ModelBench {
         f_.decode_attention_variants.size() * f_.decode_ranges.size() * f_.moe_kernels.size() *
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
         f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
-        f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size());
+        f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size() *
+        f_.fold_shared.size());
     const int64_t rows = f_.decode_depth +
                          (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
                           (f_.background_spill_mb > 0 ? 1 : 0)) *
@@ -592,7 +595,7 @@ class ModelBench {
     // Every combination of the variants listed, the last listed innermost.
     struct Config {
       int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
-          staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta;
+          staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared;
     };
     std::vector<Config> configs;
     for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -608,9 +611,11 @@ class ModelBench {
                         for (const int round_mb : f_.round_inputs_mb) {
                           for (const int fuse : f_.fuse_silu) {
                             for (const int delta : f_.fuse_delta) {
-                              configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
-                                                 overlapped, copy_kernel, staged_rows, staged_mb,
-                                                 prefetch_k, round_mb, fuse, delta});
+                              for (const int fold : f_.fold_shared) {
+                                configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
+                                                   overlapped, copy_kernel, staged_rows, staged_mb,
+                                                   prefetch_k, round_mb, fuse, delta, fold});
+                              }
                             }
                           }
                         }
@@ -645,6 +650,7 @@ class ModelBench {
           b_.SetRoundProductInputsMaxBytesForTest(int64_t{c.round_mb} << 20);
           b_.SetFuseGateUpSiluForTest(c.fuse_silu == 1);
           b_.SetFuseDeltaInputsForTest(c.fuse_delta == 1);
+          b_.SetFoldSharedExpertForTest(c.fold_shared == 1);
           std::string suffix;
           if (f_.mma_bf16_inputs.size() > 1) {
             suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -680,6 +686,9 @@ class ModelBench {
           if (f_.fuse_delta.size() > 1) {
             suffix += absl::StrFormat(" (fused delta inputs %d)", c.fuse_delta);
           }
+          if (f_.fold_shared.size() > 1) {
+            suffix += absl::StrFormat(" (shared expert folded %d)", c.fold_shared);
+          }
           DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
         }
         const HipKernelBackendOptions defaults;
@@ -691,6 +700,7 @@ class ModelBench {
         b_.SetRoundProductInputsMaxBytesForTest(defaults.round_product_inputs_max_bytes);
         b_.SetFuseGateUpSiluForTest(defaults.fuse_gate_up_silu);
         b_.SetFuseDeltaInputsForTest(defaults.fuse_delta_inputs);
+        b_.SetFoldSharedExpertForTest(defaults.fold_shared_expert);
         b_.SetMoeKernelsForTest(defaults.moe_kernels);
         b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
         Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
@@ -1018,6 +1028,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1 << 20, &f->mma_staged_mb)) return false;
     } else if (key == "fuse-delta") {
       if (!IntList(value, 0, 1, &f->fuse_delta)) return false;
+    } else if (key == "fold-shared") {
+      if (!IntList(value, 0, 1, &f->fold_shared)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

@@ -163,6 +163,10 @@ std::vector<MoeShape> Shapes() {
       {"many tokens per expert", 200, 128, 64, 8, 3, false, 0.0f},
       {"unaligned widths", 21, 70, 36, 12, 5, true, 0.0f},
       {"80B-like layer, 16 slots", 16, 2048, 512, 512, 10, true, 0.0f},
+      // More than 512 experts (a routing warp's lanes take 19 or 18 each).
+      // One launch routes and sorts 5 tokens; 40 take a warp each, then the sort.
+      {"600 experts", 5, 64, 32, 600, 8, false, 0.0f},
+      {"600 experts, 40 tokens", 40, 64, 32, 600, 8, false, 0.0f},
   };
 }
 
@@ -232,7 +236,8 @@ TEST_F(HipMoeExpertsTest, TheGateAndTheResidualGiveTheBitsOfTheirOwnLaunches) {
   // MoeExpertsArgs::out_gate and residual (the shared expert's gate and the residual stream,
   // taken into the sum's launch by moe_kernels 1) against SigmoidScaleRows, MoeExperts and
   // AddScaledRows as separate calls: the decode and prefill paths, both sum kernels, 16-byte and
-  // scalar sums (widths 128 and 70); out and the residual bit for bit.
+  // scalar sums (widths 128 and 70); out and the residual bit for bit. Also with the logits and
+  // gate rows apart in one buffer, read there or copied into rows of their own.
   for (const int kernels : {1, 0}) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> mode =
         HipKernelBackend::Create({.moe_kernels = kernels});
@@ -266,14 +271,85 @@ TEST_F(HipMoeExpertsTest, TheGateAndTheResidualGiveTheBitsOfTheirOwnLaunches) {
         gpu->SigmoidScaleRows(a.out, s.tokens, s.hidden, dg.floats());
         ASSERT_TRUE(gpu->MoeExperts(a, scratch).ok()) << gpu->status();
         gpu->AddScaledRows(a.out, s.tokens, s.hidden, nullptr, nullptr, apart_h.floats());
+        // The logits and the gate as one product gives them: token rows experts + 1 apart, the
+        // gate last (MoeExpertsArgs::logits_ld and out_gate_ld).
+        std::vector<float> both;
+        for (int64_t t = 0; t < s.tokens; ++t) {
+          both.insert(both.end(), logits.begin() + t * s.experts,
+                      logits.begin() + (t + 1) * s.experts);
+          both.push_back(gate[t]);
+        }
+        DeviceBuffer db = Up(both), strided_out = Up(out0), strided_h = Up(h0);
+        a.logits = db.floats();
+        a.logits_ld = s.experts + 1;
+        a.out_gate = db.floats() + s.experts;
+        a.out_gate_ld = s.experts + 1;
+        a.out = strided_out.floats();
+        a.residual = strided_h.floats();
+        ASSERT_TRUE(gpu->MoeExperts(a, scratch).ok()) << gpu->status();
         ASSERT_TRUE(gpu->Synchronize().ok()) << gpu->status();
         const size_t n = out0.size();
         EXPECT_TRUE(SameBits(Down(fused_out, n), Down(apart_out, n))) << "out";
         const std::vector<float> h = Down(fused_h, n);
         EXPECT_TRUE(SameBits(h, Down(apart_h, n))) << "residual";
+        EXPECT_TRUE(SameBits(Down(strided_out, n), Down(fused_out, n))) << "strided out";
+        EXPECT_TRUE(SameBits(Down(strided_h, n), h)) << "strided residual";
         EXPECT_FALSE(SameBits(h, h0));  // It did add.
       }
     }
+  }
+}
+
+TEST_F(HipMoeExpertsTest, TheSharedExpertInTheGroupedLaunchesGivesTheBitsOfItsOwnLaunches) {
+  // MoeExpertsArgs::shared_gate_up folded into the decode path's grouped launches
+  // (fold_shared_expert) against the shared expert run first on its own (fold off) and against
+  // the default (KernelBackend::MoeExperts): out and the residual bit for bit, with the gate.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart_backend =
+      HipKernelBackend::Create({.fold_shared_expert = false});
+  ASSERT_TRUE(apart_backend.ok()) << apart_backend.status();
+  HipKernelBackend* apart = apart_backend->get();
+  for (const MoeShape& s : Shapes()) {
+    if (s.tokens > 100) continue;
+    SCOPED_TRACE(s.name);
+    const MoeBits bits = RandomExperts(s, 291);
+    MoeShape one = s;
+    one.experts = 1;
+    const MoeBits shared_bits = RandomExperts(one, 292);
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+    UploadExperts(s, bits, keep, gate_up, down);
+    UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+    const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 293);
+    const std::vector<float> logits = RouterLogits(s, 295, /*tied_pairs=*/false);
+    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 297);
+    const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 298);
+    const std::vector<float> gate = RandomFloats(s.tokens, 299, -4.0f, 4.0f);
+    DeviceBuffer dx = Up(x), dl = Up(logits), dg = Up(gate);
+    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+    a.out_gate = dg.floats();
+    a.shared_gate_up = &shared_gate_up[0];
+    a.shared_down = &shared_down[0];
+    a.shared_width = s.width;
+    const size_t n = out0.size();
+    std::vector<std::vector<float>> outs, hs;
+    for (int way = 0; way < 3; ++way) {
+      DeviceBuffer out = Up(out0), h = Up(h0);
+      a.out = out.floats();
+      a.residual = h.floats();
+      HipKernelBackend* b = way == 1 ? apart : gpu_.get();
+      ScratchArena scratch(b->memory());
+      const absl::Status st =
+          way == 2 ? b->KernelBackend::MoeExperts(a, scratch) : b->MoeExperts(a, scratch);
+      ASSERT_TRUE(st.ok()) << st << " " << b->status();
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs.push_back(Down(out, n));
+      hs.push_back(Down(h, n));
+    }
+    EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out, fold off";
+    EXPECT_TRUE(SameBits(outs[0], outs[2])) << "out, the default";
+    EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual, fold off";
+    EXPECT_TRUE(SameBits(hs[0], hs[2])) << "residual, the default";
+    EXPECT_FALSE(SameBits(outs[0], out0));  // It did write.
   }
 }
 
