@@ -204,6 +204,9 @@ absl::Status KernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchArena&
 }
 
 absl::Status KernelBackend::MoeRoutedExperts(const MoeExpertsArgs& a, ScratchArena& scratch) {
+  if (a.LogitsLd() != a.experts) {
+    return absl::InvalidArgumentError("MoeRoutedExperts needs its logits in rows of their own");
+  }
   const int64_t t = a.tokens;
   const int64_t d = a.hidden;
   const int64_t width = a.width;

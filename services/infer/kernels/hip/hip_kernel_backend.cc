@@ -877,6 +877,12 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchAre
 absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
                                                   const MoeTable& down, const MoeShared& shared,
                                                   bool gemm_path, ScratchArena& scratch) {
+  const bool fused = fuse_gate_up_silu_ && a.width % 8 == 0;
+  if ((shared.gate_up != nullptr || shared.down != nullptr) &&
+      (gemm_path || !fused || shared.gate_up == nullptr || shared.down == nullptr)) {
+    // MoeExperts folds only what these launches take; out would go unwritten.
+    return absl::InternalError("MoE shared expert handed to a path that does not fold it");
+  }
   if (gemm_path) return MoeExpertsGemm(a, gate_up, down, scratch);
   const int64_t picks = a.tokens * a.top_k;
   ScratchArena::Frame frame(scratch);
@@ -893,7 +899,6 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
   ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
   // The gate/up product and SiLU-mul in one launch where the width allows (fuse_gate_up_silu).
-  const bool fused = fuse_gate_up_silu_ && a.width % 8 == 0;
   ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(fused ? 0 : picks * 2 * a.width));
   ASSIGN_OR_RETURN(float* act, scratch.Take<float>(picks * a.width));
   ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
@@ -904,7 +909,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   hip::MoeSharedRows shared_up, shared_down;
   bool gate_up_aligned = gate_up.aligned;
   bool down_aligned = down.aligned;
-  if (shared.gate_up != nullptr && shared.down != nullptr && fused) {
+  if (shared.gate_up != nullptr) {
     ASSIGN_OR_RETURN(float* shared_act, scratch.Take<float>(a.tokens * a.width));
     shared_up = {static_cast<const hip::MoeExpertParts*>(shared.gate_up->device.data()),
                  a.x,

@@ -358,6 +358,9 @@ constexpr int kFusedRouteTokens = kOffsetThreads / 32;
 // memory of SortPicksInBlock (16.25 KiB) beside the fused kernel's dynamic routing buffer.
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 constexpr size_t kSortSharedBytes = 17 * 1024;
+static_assert((4 * kOffsetThreads + 2 * (kOffsetThreads / 32)) * sizeof(int32_t) <=
+                  kSortSharedBytes,
+              "SortPicksInBlock's shared arrays");
 
 // Floats of shared memory a routing warp's token takes: its experts rounded up to whole float4s.
 __host__ __device__ constexpr int RouteStride(int experts) { return (experts + 3) / 4 * 4; }
@@ -1103,15 +1106,17 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t token
 #else
       if (tokens <= kFusedRouteTokens && picks <= kSmallSortPicks) {
         const size_t bytes = static_cast<size_t>(tokens) * RouteStride(experts) * sizeof(float);
-        // Beyond the default beside the sort's static shared memory: ask for it.
-        if (bytes + kSortSharedBytes > kDefaultSharedBytes) {
-          e = AllowSharedBytes(MoeRouteSortSmallKernel, bytes);
-          if (e != hipSuccess) return e;
+        // Beyond the default beside the sort's static shared memory: ask for it. A device whose
+        // blocks cannot have that much routes and sorts in separate launches below.
+        if (bytes + kSortSharedBytes <= kDefaultSharedBytes ||
+            AllowSharedBytes(MoeRouteSortSmallKernel, bytes) == hipSuccess) {
+          LaunchKernel(MoeRouteSortSmallKernel, 1, kOffsetThreads, bytes, stream, logits,
+                       logits_ld, static_cast<int>(tokens), experts, top_k, renormalise,
+                       tile_rows, ids, weights, b.offsets, b.tiles, b.num_tiles, b.sorted_picks,
+                       b.slot_of_pick);
+          return hipGetLastError();
         }
-        LaunchKernel(MoeRouteSortSmallKernel, 1, kOffsetThreads, bytes, stream, logits, logits_ld,
-                     static_cast<int>(tokens), experts, top_k, renormalise, tile_rows, ids, weights,
-                     b.offsets, b.tiles, b.num_tiles, b.sorted_picks, b.slot_of_pick);
-        return hipGetLastError();
+        static_cast<void>(hipGetLastError());  // The refusal, not an error of this call.
       }
       LaunchKernel(MoeRouteWarpKernel, static_cast<unsigned int>(CeilDiv(tokens, kRouteWarps)),
                    kRouteThreads,
