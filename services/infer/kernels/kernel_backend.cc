@@ -147,8 +147,7 @@ void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const 
 
 absl::StatusOr<MoeExpertsArgs> KernelBackend::PackedMoeArgs(const MoeExpertsArgs& args,
                                                             ScratchArena& scratch) {
-  if (args.logits_ld < 0 || args.out_gate_ld < 0 ||
-      (args.logits_ld > 0 && args.logits_ld < args.experts)) {
+  if (!args.StridesValid()) {
     return absl::InvalidArgumentError(absl::StrCat("MoE logits rows ", args.logits_ld,
                                                    " apart for ", args.experts, " experts, gates ",
                                                    args.out_gate_ld));

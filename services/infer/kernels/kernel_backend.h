@@ -210,6 +210,9 @@ struct MoeExpertsArgs {
   const WeightMatrix* shared_down = nullptr;
   int64_t shared_width = 0;
 
+  bool StridesValid() const {
+    return logits_ld >= 0 && out_gate_ld >= 0 && (logits_ld == 0 || logits_ld >= experts);
+  }
   int64_t LogitsLd() const { return logits_ld > 0 ? logits_ld : experts; }
   int64_t OutGateLd() const { return out_gate_ld > 0 ? out_gate_ld : 1; }
 };

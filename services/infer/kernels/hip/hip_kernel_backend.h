@@ -500,6 +500,9 @@ class HipKernelBackend final : public KernelBackend {
   const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);
   // How the MoE device paths route (HipKernelBackendOptions::moe_block_route, moe_kernels).
   hip::MoeRouting MoeRoutingFor() const;
+  // Whether the MoE decode path runs an expert width's gate/up product and SiLU-mul as one
+  // launch (fuse_gate_up_silu; hip::MoeRowsMmaSiluMul takes widths that are multiples of 8).
+  bool MoeFusesGateUpSilu(int64_t width) const;
   // The tables of a MoE layer's shared expert folded into the decode path's launches (both null:
   // none).
   struct MoeShared {

@@ -632,9 +632,10 @@ using mma_rows::LoadWeights8;
 using mma_rows::SplitPieces;
 using mma_rows::StepProducts;
 
-// Grid: x = row tiles (up to max_tiles; blocks past *num_tiles exit), y = groups of
-// kWarps / segments column tiles of 16. A tile's row r is slot tile.start + r; its input is
-// x row sorted_picks[slot] / top_k (`gather`) or x row slot, its output y row slot. Warp w
+// Grid: x = row tiles (up to max_tiles; blocks past *num_tiles exit), then the shared rows'
+// tiles of 8 (MoeSharedRows), y = groups of kWarps / segments column tiles of 16. A tile's row r
+// is slot tile.start + r; its input is x row sorted_picks[slot] / top_k (`gather`) or x row
+// slot, its output y row slot (for a shared tile: shared.x and shared.y rows of that index). Warp w
 // takes column tile w / segments of the group and k segment w % segments, as MatMulRowsMma.
 // kSilu (MoeRowsMmaSiluMul, each expert's rows [gate; up] of `width` rows each): column tile c
 // takes gate rows 8c .. 8c + 7 as its columns g and the matching up rows as its columns g + 8,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -141,6 +142,10 @@ class Qwen3HybridModel final : public Model {
   absl::Status Place(Params& v);
   absl::Status Place(SwiGlu& w);
   absl::Status PlaceLayer(LayerWeights& lw);
+  // `matrices` (placed) as the parts of one matrix, rows in order, where the backend takes
+  // their type and they share it, the layout and the columns within WeightMatrix::kMaxParts
+  // parts; else an empty matrix (no parts): one product for several.
+  WeightMatrix JoinedRows(std::initializer_list<const WeightMatrix*> matrices) const;
   // Frees the host copies the reader made once they are on the device.
   void DropHostCopies();
 
@@ -385,24 +390,29 @@ absl::Status Qwen3HybridModel::Place(SwiGlu& w) {
   return Place(w.down);
 }
 
+WeightMatrix Qwen3HybridModel::JoinedRows(
+    std::initializer_list<const WeightMatrix*> matrices) const {
+  const WeightMatrix& first = **matrices.begin();
+  if (!backend_->AcceptsWeightType(first.type)) return WeightMatrix();
+  WeightMatrix joined = first;
+  joined.num_parts = 0;
+  for (const WeightMatrix* m : matrices) {
+    if (m->type != first.type || m->layout != first.layout || m->cols != first.cols ||
+        joined.num_parts + m->num_parts > WeightMatrix::kMaxParts) {
+      return WeightMatrix();
+    }
+    for (int i = 0; i < m->num_parts; ++i) joined.parts[joined.num_parts++] = m->parts[i];
+  }
+  return joined;
+}
+
 absl::Status Qwen3HybridModel::PlaceLayer(LayerWeights& lw) {
   RETURN_IF_ERROR(Place(lw.input_norm));
   RETURN_IF_ERROR(Place(lw.post_norm));
   if (lw.full_attention) {
     AttentionWeights& a = lw.attn;
     for (WeightMatrix* m : {&a.q, &a.k, &a.v, &a.o}) RETURN_IF_ERROR(Place(*m));
-    a.qkv = WeightMatrix();
-    if (backend_->AcceptsWeightType(a.q.type) &&
-        a.q.num_parts + a.k.num_parts + a.v.num_parts <= WeightMatrix::kMaxParts) {
-      a.qkv = a.q;
-      for (const WeightMatrix* m : {&a.k, &a.v}) {
-        if (m->type != a.q.type || m->layout != a.q.layout || m->cols != a.q.cols) {
-          a.qkv = WeightMatrix();
-          break;
-        }
-        for (int i = 0; i < m->num_parts; ++i) a.qkv.parts[a.qkv.num_parts++] = m->parts[i];
-      }
-    }
+    a.qkv = JoinedRows({&a.q, &a.k, &a.v});
     RETURN_IF_ERROR(Place(a.q_norm));
     RETURN_IF_ERROR(Place(a.k_norm));
   } else {
@@ -415,15 +425,7 @@ absl::Status Qwen3HybridModel::PlaceLayer(LayerWeights& lw) {
     MoeWeights& m = lw.experts;
     RETURN_IF_ERROR(Place(m.router));
     RETURN_IF_ERROR(Place(m.shared_gate));
-    m.router_gate = WeightMatrix();
-    if (backend_->AcceptsWeightType(m.router.type) && m.shared_gate.type == m.router.type &&
-        m.shared_gate.layout == m.router.layout && m.shared_gate.cols == m.router.cols &&
-        m.router.num_parts + m.shared_gate.num_parts <= WeightMatrix::kMaxParts) {
-      m.router_gate = m.router;
-      for (int i = 0; i < m.shared_gate.num_parts; ++i) {
-        m.router_gate.parts[m.router_gate.num_parts++] = m.shared_gate.parts[i];
-      }
-    }
+    m.router_gate = JoinedRows({&m.router, &m.shared_gate});
     RETURN_IF_ERROR(Place(m.shared));
     for (WeightMatrix& e : m.gate_up) RETURN_IF_ERROR(Place(e));
     for (WeightMatrix& e : m.down) RETURN_IF_ERROR(Place(e));

@@ -1,0 +1,265 @@
+// HipKernelBackend's MoE layer (MoeExperts): the device tables of a layer's experts, the choice
+// of path (the decode path's grouped launches, the prefill path's grouped GEMM, or the default),
+// the shared expert folded into the decode launches, and the launches of each path. The rest of
+// the backend is in hip_kernel_backend.cc; its products in hip_backend_products.cc.
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/status/status_macros.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer {
+
+const HipKernelBackend::MoeTable* HipKernelBackend::MoeTableFor(const WeightMatrix* w, int experts,
+                                                                int64_t rows, int64_t cols) {
+  // Value-initialised (padding included), so tables compare as bytes.
+  std::vector<hip::MoeExpertParts> host(static_cast<size_t>(experts));
+  bool aligned = true;
+  for (int e = 0; e < experts; ++e) {
+    const WeightMatrix& m = w[e];
+    if (m.type != WeightType::kBF16 || m.cols != cols || m.num_parts < 1 ||
+        m.num_parts > hip::kMoeMaxParts || m.rows() != rows) {
+      return nullptr;
+    }
+    hip::MoeExpertParts& p = host[static_cast<size_t>(e)];
+    int64_t end = 0;
+    for (int i = 0; i < m.num_parts; ++i) {
+      p.data[i] = static_cast<const uint16_t*>(m.parts[i].data);
+      end += m.parts[i].rows;
+      p.end[i] = end;
+      aligned = aligned && reinterpret_cast<uintptr_t>(m.parts[i].data) % 16 == 0;
+    }
+    p.count = m.num_parts;
+  }
+  const size_t bytes = host.size() * sizeof(hip::MoeExpertParts);
+  auto it = moe_tables_.find(w);
+  if (it != moe_tables_.end() && it->second.host.size() == host.size() &&
+      std::memcmp(it->second.host.data(), host.data(), bytes) == 0) {
+    return &it->second;
+  }
+  // A new array, or one whose matrices changed: (re)make its table. Only at the first call for
+  // a model's layer, so its wait for the upload is not a decode step's.
+  MoeTable table;
+  absl::StatusOr<DeviceBuffer> device = Allocate(static_cast<int64_t>(bytes));
+  if (!Keep(device.status())) return nullptr;
+  table.device = *std::move(device);
+  if (!Keep(Upload(table.device.data(), host.data(), static_cast<int64_t>(bytes)))) return nullptr;
+  table.host = std::move(host);
+  table.aligned = aligned;
+  MoeTable& kept = moe_tables_[w];
+  kept = std::move(table);
+  return &kept;
+}
+
+bool HipKernelBackend::MoeFusesGateUpSilu(int64_t width) const {
+  return fuse_gate_up_silu_ && width % 8 == 0;
+}
+
+hip::MoeRouting HipKernelBackend::MoeRoutingFor() const {
+  if (!options_.moe_block_route) return hip::MoeRouting::kThread;
+  return moe_kernels_ == 1 ? hip::MoeRouting::kWarp : hip::MoeRouting::kBlock;
+}
+
+absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) {
+  if (!Enter()) return error_;
+  if (!args.StridesValid()) return PackedMoeArgs(args, scratch).status();  // Its InvalidArgument.
+  const int64_t picks = args.tokens * args.top_k;
+  const bool routable = options_.grouped_moe && picks > 0 && args.experts >= 1 &&
+                        args.experts <= hip::MoeMaxExperts() && args.top_k >= 1 &&
+                        args.top_k <= hip::MoeMaxTopK() && args.top_k <= args.experts &&
+                        picks <= 0x7fffffff;
+  const bool device_path =
+      routable && args.row_invariant && options_.mma_rows && hip::MatMulRowsMmaSupported();
+  // Prefill: the grouped bf16 GEMM, for widths its 16-byte copies take.
+  const bool gemm_path = routable && !args.row_invariant && grouped_moe_prefill_ &&
+                         options_.bf16_gemm_inputs && hip::MoeGemmSupported() &&
+                         args.hidden % 8 == 0 && args.width % 8 == 0;
+  const MoeTable* gate_up = nullptr;
+  const MoeTable* down = nullptr;
+  if (device_path || gemm_path) {
+    gate_up = MoeTableFor(args.gate_up, args.experts, 2 * args.width, args.hidden);
+    down = gate_up == nullptr ? nullptr
+                              : MoeTableFor(args.down, args.experts, args.hidden, args.width);
+    if (!error_.ok()) return error_;
+  }
+  const bool on_device =
+      gate_up != nullptr && down != nullptr && (!gemm_path || (gate_up->aligned && down->aligned));
+  // The warp routing and the wide sum read logits and gates rows apart where they are; other
+  // ways take copies in rows of their own.
+  const bool strided = on_device && moe_kernels_ == 1 && MoeRoutingFor() == hip::MoeRouting::kWarp;
+  // The shared expert in the decode path's grouped launches (fold_shared_expert) where it has
+  // the routed experts' width and the gate/up launch is the fused one; else first, on its own.
+  MoeShared shared;
+  if (strided && !gemm_path && fold_shared_expert_ && args.shared_gate_up != nullptr &&
+      args.shared_down != nullptr && args.shared_width == args.width &&
+      MoeFusesGateUpSilu(args.width)) {
+    shared.gate_up = MoeTableFor(args.shared_gate_up, 1, 2 * args.width, args.hidden);
+    shared.down = shared.gate_up == nullptr
+                      ? nullptr
+                      : MoeTableFor(args.shared_down, 1, args.hidden, args.width);
+    if (!error_.ok()) return error_;
+  }
+  ScratchArena::Frame frame(scratch);
+  MoeExpertsArgs a = args;
+  if (shared.gate_up == nullptr || shared.down == nullptr) {
+    shared = MoeShared();
+    RETURN_IF_ERROR(MoeSharedExpert(args, scratch));
+    if (!Enter()) return error_;
+  }
+  a.shared_gate_up = nullptr;
+  a.shared_down = nullptr;
+  // The shared expert's gate and the residual in the launch that adds the routed experts where
+  // that is the wide sum (moe_kernels 1); else around the routed experts, as
+  // KernelBackend::MoeExperts applies them.
+  if (strided) return MoeExpertsOnDevice(a, *gate_up, *down, shared, gemm_path, scratch);
+  ASSIGN_OR_RETURN(const MoeExpertsArgs packed, PackedMoeArgs(a, scratch));
+  if (!Enter()) return error_;
+  if (on_device && moe_kernels_ == 1) {
+    return MoeExpertsOnDevice(packed, *gate_up, *down, shared, gemm_path, scratch);
+  }
+  MoeExpertsArgs plain = packed;
+  plain.out_gate = nullptr;
+  plain.residual = nullptr;
+  if (packed.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, packed.out_gate);
+  RETURN_IF_ERROR(on_device ? MoeExpertsOnDevice(plain, *gate_up, *down, shared, gemm_path, scratch)
+                            : KernelBackend::MoeRoutedExperts(plain, scratch));
+  if (a.residual != nullptr) {
+    AddScaledRows(a.out, a.tokens, a.hidden, nullptr, nullptr, a.residual);
+  }
+  return Enter() ? absl::OkStatus() : error_;
+}
+
+absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
+                                                  const MoeTable& down, const MoeShared& shared,
+                                                  bool gemm_path, ScratchArena& scratch) {
+  const bool fused = MoeFusesGateUpSilu(a.width);
+  if ((shared.gate_up != nullptr || shared.down != nullptr) &&
+      (gemm_path || !fused || shared.gate_up == nullptr || shared.down == nullptr)) {
+    // MoeExperts folds only what these launches take; out would go unwritten.
+    return absl::InternalError("MoE shared expert handed to a path that does not fold it");
+  }
+  if (gemm_path) return MoeExpertsGemm(a, gate_up, down, scratch);
+  const int64_t picks = a.tokens * a.top_k;
+  ScratchArena::Frame frame(scratch);
+  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeTileRows());
+  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
+  hip::MoeSortBuffers b{};
+  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(a.experts));
+  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
+  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
+  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  // The gate/up product and SiLU-mul in one launch where the width allows (fuse_gate_up_silu).
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(fused ? 0 : picks * 2 * a.width));
+  ASSIGN_OR_RETURN(float* act, scratch.Take<float>(picks * a.width));
+  ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
+  const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
+  const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
+  // The shared expert's rows in the same two launches (MoeExperts folds it only with `fused`):
+  // its activations in rows of their own, its output straight into out, which the sum reads.
+  hip::MoeSharedRows shared_up, shared_down;
+  bool gate_up_aligned = gate_up.aligned;
+  bool down_aligned = down.aligned;
+  if (shared.gate_up != nullptr) {
+    ASSIGN_OR_RETURN(float* shared_act, scratch.Take<float>(a.tokens * a.width));
+    shared_up = {static_cast<const hip::MoeExpertParts*>(shared.gate_up->device.data()),
+                 a.x,
+                 a.hidden,
+                 shared_act,
+                 a.width,
+                 a.tokens};
+    shared_down = {static_cast<const hip::MoeExpertParts*>(shared.down->device.data()),
+                   shared_act,
+                   a.width,
+                   a.out,
+                   a.hidden,
+                   a.tokens};
+    gate_up_aligned = gate_up_aligned && shared.gate_up->aligned;
+    down_aligned = down_aligned && shared.down->aligned;
+  }
+  const auto gate_up_and_silu = [&] {
+    if (fused) {
+      return Check(
+          hip::MoeRowsMmaSiluMul(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                 sizes.max_tiles, gate_up_table, gate_up_aligned, a.width, a.hidden,
+                                 act, mma_rows_bf16_inputs_, compute_, shared_up),
+          "moe gate/up and silu mul launch");
+    }
+    return Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                 sizes.max_tiles, gate_up_table, gate_up.aligned, 2 * a.width,
+                                 a.hidden, gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
+                 "moe gate/up launch") &&
+           Check(hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act,
+                              nullptr, compute_),
+                 "moe silu mul launch");
+  };
+  if (!Check(
+          hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
+                               MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
+          "moe route and sort launch") ||
+      !gate_up_and_silu() ||
+      !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
+                             down_table, down_aligned, a.hidden, a.width, ys, a.hidden,
+                             mma_rows_bf16_inputs_, compute_, shared_down),
+             "moe down launch") ||
+      !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
+                             compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
+             "moe combine launch")) {
+    return error_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
+                                              const MoeTable& down, ScratchArena& scratch) {
+  const int64_t picks = a.tokens * a.top_k;
+  ScratchArena::Frame frame(scratch);
+  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeGemmTileRows());
+  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
+  hip::MoeSortBuffers b{};
+  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(a.experts));
+  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
+  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
+  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  // Rows in slot order: the inputs in bf16, gate/up, the activations in bf16, the outputs.
+  ASSIGN_OR_RETURN(uint16_t * xs, scratch.Take<uint16_t>(picks * a.hidden));
+  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
+  ASSIGN_OR_RETURN(uint16_t * act, scratch.Take<uint16_t>(picks * a.width));
+  ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
+  const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
+  const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
+  if (!Check(
+          hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
+                               MoeRoutingFor(), hip::MoeGemmTileRows(), ids, weights, b, compute_),
+          "moe route and sort launch") ||
+      !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                sizes.max_tiles, a.hidden, xs, a.hidden, compute_),
+             "moe gather launch") ||
+      !Check(hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles, gate_up_table,
+                              gate_up.aligned, 2 * a.width, a.hidden, gu, 2 * a.width, compute_),
+             "moe gate/up gemm launch") ||
+      !Check(hip::MoeSiluMulBf16(gu, picks, a.width, act, compute_), "moe silu mul launch") ||
+      !Check(hip::MoeGemmBf16(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
+                              down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
+             "moe down gemm launch") ||
+      !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
+                             compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
+             "moe combine launch")) {
+    return error_;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::infer
