@@ -330,8 +330,9 @@ __global__ void __launch_bounds__(kThreads)
   AttentionBlock<kMaxD, kBr, kVec>(p, blockIdx.x, blockIdx.y, split);
 }
 
-// The decode blocks (attention_decode_variant 1 and 2; NVIDIA): the split path's blocks of at
-// most kNarrowRows rows (variant 2: kDecodeFewRows where a call has no more) with
+// The decode blocks (attention_decode_variant 1 to 3; NVIDIA): the split path's blocks of at
+// most kNarrowRows rows (variants 2 and 3: kDecodeFewRows where a call has no more, or with
+// variant 3 where the device would otherwise have idle multiprocessors) with
 // AttentionBlock's arithmetic, restructured for latency. A tile's keys and values come in by
 // asynchronous copies (`cp.async`, one batch each, zeros past k_end) into one key and one value
 // buffer, the next tile's keys while this tile's values are multiplied and its next values
@@ -355,8 +356,8 @@ size_t DecodeSharedFloats(int d) {
   const size_t ks = static_cast<size_t>(d) + kDecodePad;
   return kRows * ks + kBc * ks + static_cast<size_t>(kBc) * d + kRows * kBc + kRows;
 }
-// The smaller decode block (attention_decode_variant 2, calls of at most this many rows a kv
-// head: one token at a GQA group of up to 4): a row a warp, so no arithmetic on unused rows.
+// The smaller decode block (attention_decode_variant 3, or 2 for calls of at most this many rows
+// a kv head: one token at a GQA group of up to 4): a row a warp, so no arithmetic on unused rows.
 constexpr int kDecodeFewRows = 4;
 
 // (The constants above also serve the host code below that picks the blocks on every platform.)
@@ -788,9 +789,15 @@ hipError_t LaunchTiles(const Params& p, int64_t splits, hipStream_t stream) {
 bool DecodeBlocks(int decode_variant, bool vec, int64_t max_rows) {
   return decode_variant >= 1 && kDecodeBlocks && vec && max_rows <= kNarrowRows;
 }
-// Whether those blocks take kDecodeFewRows rows (variant 2) rather than kNarrowRows.
-bool DecodeFewRows(int decode_variant, int64_t max_rows) {
-  return decode_variant == 2 && max_rows <= kDecodeFewRows;
+// Whether those blocks take kDecodeFewRows rows rather than kNarrowRows: variant 2 where a call
+// has no more; variant 3 also where blocks of kNarrowRows rows (`narrow_blocks` of them at one
+// range a block) would leave some of the device's `multiprocessors` without one, a kv head's
+// rows then in two blocks. Which block takes a row never enters its arithmetic.
+bool DecodeFewRows(int decode_variant, int64_t max_rows, int64_t narrow_blocks,
+                   int multiprocessors) {
+  if (decode_variant < 2) return false;
+  return max_rows <= kDecodeFewRows ||
+         (decode_variant == 3 && narrow_blocks < static_cast<int64_t>(multiprocessors));
 }
 
 // Key ranges a block of `kernel` (kDecodeThreads threads, `shared` bytes of dynamic shared
@@ -843,7 +850,8 @@ hipError_t LaunchDecodeRows(const Params& p, int64_t splits, const AttentionDeco
 template <int kMaxD>
 hipError_t LaunchDecode(const Params& p, int64_t splits, int decode_variant,
                         const AttentionDecodeSpread& spread, hipStream_t stream) {
-  return DecodeFewRows(decode_variant, p.rows)
+  const int64_t narrow_blocks = CeilDiv(p.rows, kNarrowRows) * p.kv_heads * splits;
+  return DecodeFewRows(decode_variant, p.rows, narrow_blocks, spread.multiprocessors)
              ? LaunchDecodeRows<kMaxD, kDecodeFewRows>(p, splits, spread, stream)
              : LaunchDecodeRows<kMaxD, kNarrowRows>(p, splits, spread, stream);
 }
@@ -968,7 +976,11 @@ template <int kMaxD>
 hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
                              int64_t max_splits, int decode_variant,
                              const AttentionDecodeSpread& spread, hipStream_t stream) {
-  return DecodeFewRows(decode_variant, max_rows)
+  int64_t narrow_blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    narrow_blocks += CeilDiv(b.seq[i].rows, kNarrowRows) * b.seq[i].kv_heads * b.splits[i];
+  }
+  return DecodeFewRows(decode_variant, max_rows, narrow_blocks, spread.multiprocessors)
              ? LaunchDecodeBatchRows<kMaxD, kDecodeFewRows>(b, count, max_rows, max_splits,
                                                              spread, stream)
              : LaunchDecodeBatchRows<kMaxD, kNarrowRows>(b, count, max_rows, max_splits, spread,

@@ -30,8 +30,10 @@ struct HipKernelBackendOptions {
   // `decode_variant`; the same bits): 0, the tile kernel that loads a tile in four batches and
   // then computes it; 1, keys and values copied asynchronously, each overlapping the other's
   // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0); 2, as
-  // 1, with blocks of 4 rows (a row a warp) for calls of at most 4 rows a kv head (default).
-  int attention_decode_variant = 2;
+  // 1, with blocks of 4 rows (a row a warp) for calls of at most 4 rows a kv head; 3 (default),
+  // as 2, and also for calls whose blocks of 8 rows would be fewer than the multiprocessors (a
+  // kv head's 5 to 8 rows then in two blocks).
+  int attention_decode_variant = 3;
   // Key ranges a decode block takes (hip::AttentionDecodeSpread; the same bits): 1, 2 or 4, or 0
   // (default) the most that leave attention_decode_min_waves waves of blocks on the device.
   int attention_decode_ranges_per_block = 0;

@@ -358,8 +358,11 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // of each tile's keys and values overlapping the other's arithmetic, warps without a row in use
 // skip the scores, the scores a lane a key, branch-free loops (NVIDIA; AMD takes 0); 2, as 1,
 // but calls of at most 4 rows a kv head (one token at a GQA group of up to 4) take blocks of 4
-// rows, a row a warp, instead of 8 of which half run on zeros.
-inline constexpr int kAttentionDecodeVariants = 3;
+// rows, a row a warp, instead of 8 of which half run on zeros; 3, as 2, and calls of 5 to 8 rows
+// a kv head whose blocks of 8 rows would leave multiprocessors idle (fewer blocks than
+// `spread.multiprocessors`: one token of a GQA group of 8 at a few thousand keys) take blocks of
+// 4 rows too, a kv head's rows in two blocks reading the same keys and values.
+inline constexpr int kAttentionDecodeVariants = 4;
 // How the decode blocks (decode_variant 1 and 2) share out a call's key ranges: each block takes
 // `ranges_per_block` consecutive ranges (1, 2 or 4; 0: the most of those that still leave
 // `min_waves` waves of blocks on `multiprocessors` multiprocessors, each holding as many blocks

@@ -236,14 +236,17 @@ __global__ void __launch_bounds__(kSortChunk)
 constexpr int kSmallSortPicks = kOffsetThreads;
 static_assert(kSmallSortPicks == kMaxExperts);
 
+// kThreads: the block's threads, at least the call's picks and experts.
+template <int kThreads = kOffsetThreads>
 __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int tile_rows,
                                  int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
                                  int32_t* sorted_picks, int32_t* slot_of_pick) {
-  __shared__ int32_t pick_ids[kSmallSortPicks];
-  __shared__ int32_t counts[kMaxExperts];
-  __shared__ int32_t scan_rows[kOffsetThreads];
-  __shared__ int32_t scan_tiles[kOffsetThreads];
-  const int t = threadIdx.x;  // blockDim.x == kOffsetThreads.
+  static_assert(kThreads % 32 == 0 && kThreads <= kSmallSortPicks);
+  __shared__ int32_t pick_ids[kThreads];
+  __shared__ int32_t counts[kThreads];
+  __shared__ int32_t scan_rows[kThreads];
+  __shared__ int32_t scan_tiles[kThreads];
+  const int t = threadIdx.x;  // blockDim.x == kThreads.
   int32_t id = t < picks ? ids[t] : -1;
   if (id < 0 || id >= experts) id = -1;
   pick_ids[t] = id;
@@ -262,10 +265,10 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
   // by warp 0 the same way, then each thread adds the totals of the warps before its own (three
   // barriers instead of twenty; integer sums, so the same values in any order).
   {
-    static_assert(kOffsetThreads / 32 <= 32, "warp 0 scans the warps' totals");
+    static_assert(kThreads / 32 <= 32, "warp 0 scans the warps' totals");
     constexpr unsigned kAll = 0xffffffffu;
-    __shared__ int32_t warp_rows[kOffsetThreads / 32];
-    __shared__ int32_t warp_tiles[kOffsetThreads / 32];
+    __shared__ int32_t warp_rows[kThreads / 32];
+    __shared__ int32_t warp_tiles[kThreads / 32];
     const int lane = t % 32;
     const int warp = t / 32;
     int32_t rows_incl = count, tiles_incl = ntiles;
@@ -306,7 +309,7 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
   scan_rows[t] = count;
   scan_tiles[t] = ntiles;
   __syncthreads();
-  for (int s = 1; s < kOffsetThreads; s <<= 1) {
+  for (int s = 1; s < kThreads; s <<= 1) {
     const int32_t r = t >= s ? scan_rows[t - s] : 0;
     const int32_t n = t >= s ? scan_tiles[t - s] : 0;
     __syncthreads();
@@ -325,7 +328,7 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
       tiles[first_tile + j] = MoeTile{t, start, rows};
     }
   }
-  if (t == kOffsetThreads - 1) *num_tiles = scan_tiles[t];
+  if (t == kThreads - 1) *num_tiles = scan_tiles[t];
   __syncthreads();
   // scan_rows[e] - counts[e] is expert e's first slot.
   if (t < picks) {
@@ -352,6 +355,10 @@ __global__ void __launch_bounds__(kOffsetThreads)
 
 constexpr unsigned kFullWarp = 0xffffffffu;
 constexpr int kRouteWarps = kRouteThreads / 32;
+constexpr int kLaneExperts = 16;  // Experts a routing lane keeps in registers (RouteTokenInWarp).
+// The fused routing and sort's smaller block, for calls of at most this many experts and picks.
+constexpr int kHalfRouteThreads = kOffsetThreads / 2;
+static_assert(kHalfRouteThreads >= 32 * kLaneExperts, "a half block routes in registers");
 // Calls of at most this many tokens (and kSmallSortPicks picks) route and sort in one block.
 constexpr int kFusedRouteTokens = kOffsetThreads / 32;
 // Shared memory a block may take without asking for more, and (at least) the static shared
@@ -366,19 +373,144 @@ static_assert((4 * kOffsetThreads + 2 * (kOffsetThreads / 32)) * sizeof(int32_t)
 __host__ __device__ constexpr int RouteStride(int experts) { return (experts + 3) / 4 * 4; }
 constexpr int kRouteLoads = 8;  // Logits a lane loads before it stores any (loads in flight).
 
+// The warp's best under (probability descending, id ascending) of the lanes' own bests
+// (best_id < 0: none), in every lane; none anywhere leaves best_p -1 and best_id -1. The
+// probabilities of candidates are never negative or NaN, so their bits plus one order them as
+// unsigned integers (0: no candidate): the largest by one warp reduction, then the least id among
+// the lanes holding it by another. The order is total, so this is the butterfly's and MoeRoute's
+// pick.
+__device__ inline void WarpBestPick(float& best_p, int& best_id) {
+  const unsigned key = best_id >= 0 ? __float_as_uint(best_p) + 1u : 0u;
+  const unsigned top = __reduce_max_sync(kFullWarp, key);
+  if (top == 0u) {
+    best_p = -1.0f;
+    best_id = -1;
+    return;
+  }
+  best_id = static_cast<int>(
+      __reduce_min_sync(kFullWarp, key == top ? static_cast<unsigned>(best_id) : 0xffffffffu));
+  best_p = __uint_as_float(top - 1u);
+}
+
+// Lane 0's sum of buf[0 .. experts) in expert order (MoeRoute's one chain of additions): 16
+// values a batch in four 16-byte loads, the next batch's loads issued before this batch's adds.
+__device__ inline float SumInOrder(const float* buf, int experts) {
+  float sum = 0.0f;
+  int j = 0;
+  if (experts >= 16) {
+    float4 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = *reinterpret_cast<const float4*>(buf + 4 * u);
+    for (; j + 16 <= experts; j += 16) {
+      float4 next[4];
+      const bool more = j + 32 <= experts;
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          next[u] = *reinterpret_cast<const float4*>(buf + j + 16 + 4 * u);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        sum += q[u].x;
+        sum += q[u].y;
+        sum += q[u].z;
+        sum += q[u].w;
+      }
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) q[u] = next[u];
+      }
+    }
+  }
+  for (; j < experts; ++j) sum += buf[j];
+  return sum;
+}
+
+// Lane i's pick i to ids / weights: the value MoeRoute stores (divided by the picks' sum when
+// renormalising).
+__device__ inline void StorePicks(int top_k, bool renormalise, float my_p, int my_id,
+                                  float top_sum, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
+  if (lane < top_k) {
+    ids[lane] = my_id;
+    weights[lane] = renormalise ? my_p / top_sum : my_p;
+  }
+}
+
 // MoeRouteBlockKernel's arithmetic for one token by one warp, over `buf`, RouteStride(experts)
 // floats of shared memory, 16-byte aligned (lane l takes experts l, l + 32, ...): the maximum by
 // shuffles (exact in any order; NaN ignored unless every logit is NaN, as the block's fmaxf
 // tree), exp(l - max) each, their sum by lane 0 in expert order (MoeRoute's one thread), the
 // probabilities p / sum, and pick i as the best strictly after pick i - 1 in (probability
-// descending, id ascending): each lane's best in ascending id, then a butterfly of shuffles over
-// a total order (so every lane ends with the warp's best). Lane i keeps pick i and writes it.
+// descending, id ascending): each lane's best in ascending id, then the warp's best
+// (WarpBestPick). Lane i keeps pick i and writes it.
 //
-// Loops, not unrolled code (one warp runs this once a launch), with their loads batched so that
-// latency is paid once a batch: the logits kRouteLoads a lane at a time, the sum's values 16 at a
-// time in four 16-byte loads (the additions stay one chain in expert order).
+// Up to kLaneExperts experts a lane (512 experts) each lane keeps its values in registers and
+// `buf` holds only the exps for lane 0's sum; more experts take loops over `buf`, their loads
+// batched so that latency is paid once a batch (the logits kRouteLoads a lane at a time).
+
+__device__ void RouteTokenInRegisters(const float* l, int experts, int top_k, bool renormalise,
+                                      float* buf, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
+  float v[kLaneExperts];
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    v[u] = j < experts ? l[j] : NAN;
+  }
+  float mx = NAN;
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) mx = fmaxf(mx, v[u]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    if (j < experts) {
+      v[u] = expf(v[u] - mx);
+      buf[j] = v[u];
+    }
+  }
+  __syncwarp();
+  const float sum = __shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0);
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) v[u] = v[u] / sum;
+  float prev_p = INFINITY;
+  int prev_id = -1;
+  float top_sum = 0.0f;
+  float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).
+  int my_id = -1;
+  for (int i = 0; i < top_k; ++i) {
+    float best_p = -1.0f;
+    int best_id = -1;
+#pragma unroll
+    for (int u = 0; u < kLaneExperts; ++u) {
+      const int j = lane + 32 * u;
+      const bool after_prev = v[u] < prev_p || (v[u] == prev_p && j > prev_id);
+      if (j < experts && after_prev && v[u] > best_p) {
+        best_p = v[u];
+        best_id = j;
+      }
+    }
+    WarpBestPick(best_p, best_id);
+    if (lane == i) {
+      my_p = best_p;
+      my_id = best_id;
+    }
+    top_sum += best_p;
+    prev_p = best_p;
+    prev_id = best_id;
+  }
+  StorePicks(top_k, renormalise, my_p, my_id, top_sum, ids, weights);
+}
+
 __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
                                  float* buf, int32_t* ids, float* weights) {
+  if (experts <= 32 * kLaneExperts) {
+    RouteTokenInRegisters(l, experts, top_k, renormalise, buf, ids, weights);
+    return;
+  }
   const int lane = threadIdx.x % 32;
   float mx = NAN;
   for (int j0 = lane; j0 < experts; j0 += 32 * kRouteLoads) {
@@ -400,24 +532,7 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
 #pragma unroll 4
   for (int j = lane; j < experts; j += 32) buf[j] = expf(buf[j] - mx);
   __syncwarp();
-  float sum = 0.0f;
-  if (lane == 0) {
-    int j = 0;
-    for (; j + 16 <= experts; j += 16) {
-      float4 q[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) q[u] = *reinterpret_cast<const float4*>(buf + j + 4 * u);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        sum += q[u].x;
-        sum += q[u].y;
-        sum += q[u].z;
-        sum += q[u].w;
-      }
-    }
-    for (; j < experts; ++j) sum += buf[j];
-  }
-  sum = __shfl_sync(kFullWarp, sum, 0);
+  const float sum = __shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0);
   // From here each lane reads only its own experts' values.
 #pragma unroll 4
   for (int j = lane; j < experts; j += 32) buf[j] = buf[j] / sum;
@@ -438,17 +553,7 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
         best_id = j;
       }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float op = __shfl_xor_sync(kFullWarp, best_p, off);
-      const int oid = __shfl_xor_sync(kFullWarp, best_id, off);
-      const bool better =
-          oid >= 0 && (best_id < 0 || op > best_p || (op == best_p && oid < best_id));
-      if (better) {
-        best_p = op;
-        best_id = oid;
-      }
-    }
+    WarpBestPick(best_p, best_id);
     if (lane == i) {
       my_p = best_p;
       my_id = best_id;
@@ -457,11 +562,7 @@ __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool re
     prev_p = best_p;
     prev_id = best_id;
   }
-  // The value MoeRoute stores: divided by the picks' sum when renormalising.
-  if (lane < top_k) {
-    ids[lane] = my_id;
-    weights[lane] = renormalise ? my_p / top_sum : my_p;
-  }
+  StorePicks(top_k, renormalise, my_p, my_id, top_sum, ids, weights);
 }
 
 // A warp per token (kRouteWarps tokens a block); dynamic shared memory: kRouteWarps *
@@ -484,7 +585,8 @@ __global__ void __launch_bounds__(kRouteThreads)
 // kFusedRouteTokens), then the block sorts the picks (SortPicksInBlock; the ids written
 // above are visible to the block after the barrier). Dynamic shared memory: tokens *
 // RouteStride(experts) floats.
-__global__ void __launch_bounds__(kOffsetThreads)
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
     MoeRouteSortSmallKernel(const float* logits, int64_t logits_ld, int tokens, int experts,
                             int top_k, bool renormalise, int tile_rows, int32_t* ids,
                             float* weights,
@@ -500,8 +602,8 @@ __global__ void __launch_bounds__(kOffsetThreads)
                      weights + tok * top_k);
   }
   __syncthreads();
-  SortPicksInBlock(ids, tokens * top_k, experts, tile_rows, offsets, tiles, num_tiles,
-                   sorted_picks, slot_of_pick);
+  SortPicksInBlock<kThreads>(ids, tokens * top_k, experts, tile_rows, offsets, tiles, num_tiles,
+                             sorted_picks, slot_of_pick);
 }
 
 #endif  // !__HIP_PLATFORM_AMD__
@@ -664,8 +766,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     ldy = shared.ldy;
     sorted_picks = nullptr;
   } else {
-    if (static_cast<int32_t>(blockIdx.x) >= *num_tiles) return;  // Uniform per block.
+    // The count and this block's tile loaded together (the tile table has max_tiles entries, so
+    // the load stays inside it; an entry past the count is not used).
+    const int32_t count = *num_tiles;
     tile = tiles[blockIdx.x];
+    if (static_cast<int32_t>(blockIdx.x) >= count) return;  // Uniform per block.
     parts = weights + tile.expert;
   }
   const MoeExpertParts& w = *parts;
@@ -1109,9 +1214,15 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t token
         const size_t bytes = static_cast<size_t>(tokens) * RouteStride(experts) * sizeof(float);
         // Beyond the default beside the sort's static shared memory: ask for it. A device whose
         // blocks cannot have that much routes and sorts in separate launches below.
+        // Half the block where the call allows it: a thread then has up to 128 registers, and
+        // the routing warps keep their experts in them without spilling.
+        const bool half = experts <= kHalfRouteThreads && picks <= kHalfRouteThreads &&
+                          tokens <= kHalfRouteThreads / 32;
+        const auto kernel = half ? MoeRouteSortSmallKernel<kHalfRouteThreads>
+                                 : MoeRouteSortSmallKernel<kOffsetThreads>;
         if (bytes + kSortSharedBytes <= kDefaultSharedBytes ||
-            AllowSharedBytes(MoeRouteSortSmallKernel, bytes) == hipSuccess) {
-          LaunchKernel(MoeRouteSortSmallKernel, 1, kOffsetThreads, bytes, stream, logits,
+            AllowSharedBytes(kernel, bytes) == hipSuccess) {
+          LaunchKernel(kernel, 1, half ? kHalfRouteThreads : kOffsetThreads, bytes, stream, logits,
                        logits_ld, static_cast<int>(tokens), experts, top_k, renormalise,
                        tile_rows, ids, weights, b.offsets, b.tiles, b.num_tiles, b.sorted_picks,
                        b.slot_of_pick);
