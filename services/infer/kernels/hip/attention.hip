@@ -791,13 +791,17 @@ bool DecodeBlocks(int decode_variant, bool vec, int64_t max_rows) {
 }
 // Whether those blocks take kDecodeFewRows rows rather than kNarrowRows: variant 2 where a call
 // has no more; variant 3 also where blocks of kNarrowRows rows (`narrow_blocks` of them at one
-// range a block) would leave some of the device's `multiprocessors` without one, a kv head's
-// rows then in two blocks. Which block takes a row never enters its arithmetic.
+// range a block) would leave some of the device's `multiprocessors` without one and every
+// sequence of the call is one token (`one_token`), a kv head's rows then in two blocks. The
+// rows of one token share their position, so both blocks copy the same keys and values (a
+// block's span ends at its last row's last visible key) and a row's arithmetic is the one
+// block's; rows of several tokens in two blocks would see different zeros past a span's end.
 bool DecodeFewRows(int decode_variant, int64_t max_rows, int64_t narrow_blocks,
-                   int multiprocessors) {
+                   int multiprocessors, bool one_token) {
   if (decode_variant < 2) return false;
   return max_rows <= kDecodeFewRows ||
-         (decode_variant == 3 && narrow_blocks < static_cast<int64_t>(multiprocessors));
+         (decode_variant == 3 && one_token &&
+          narrow_blocks < static_cast<int64_t>(multiprocessors));
 }
 
 // Key ranges a block of `kernel` (kDecodeThreads threads, `shared` bytes of dynamic shared
@@ -851,7 +855,8 @@ template <int kMaxD>
 hipError_t LaunchDecode(const Params& p, int64_t splits, int decode_variant,
                         const AttentionDecodeSpread& spread, hipStream_t stream) {
   const int64_t narrow_blocks = CeilDiv(p.rows, kNarrowRows) * p.kv_heads * splits;
-  return DecodeFewRows(decode_variant, p.rows, narrow_blocks, spread.multiprocessors)
+  return DecodeFewRows(decode_variant, p.rows, narrow_blocks, spread.multiprocessors,
+                       p.rows == p.group)
              ? LaunchDecodeRows<kMaxD, kDecodeFewRows>(p, splits, spread, stream)
              : LaunchDecodeRows<kMaxD, kNarrowRows>(p, splits, spread, stream);
 }
@@ -977,10 +982,13 @@ hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
                              int64_t max_splits, int decode_variant,
                              const AttentionDecodeSpread& spread, hipStream_t stream) {
   int64_t narrow_blocks = 0;
+  bool one_token = true;
   for (int i = 0; i < count; ++i) {
     narrow_blocks += CeilDiv(b.seq[i].rows, kNarrowRows) * b.seq[i].kv_heads * b.splits[i];
+    one_token = one_token && b.seq[i].rows == b.seq[i].group;
   }
-  return DecodeFewRows(decode_variant, max_rows, narrow_blocks, spread.multiprocessors)
+  return DecodeFewRows(decode_variant, max_rows, narrow_blocks, spread.multiprocessors,
+                       one_token)
              ? LaunchDecodeBatchRows<kMaxD, kDecodeFewRows>(b, count, max_rows, max_splits,
                                                              spread, stream)
              : LaunchDecodeBatchRows<kMaxD, kNarrowRows>(b, count, max_rows, max_splits, spread,

@@ -184,8 +184,8 @@ hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile
                         const MoeSortBuffers& b, hipStream_t stream, bool one_block = false);
 // How MoeRouteAndSort routes (every way gives MoeRoute's ids and weights, bit for bit): a
 // thread per token (MoeRoute), a block per token (MoeRouteBlock), or a warp per token with the
-// experts in shared memory (NVIDIA; elsewhere a block), whose calls of at most 32 tokens and
-// MoeMaxExperts() picks also sort in the same launch, and whose sorts of at most
+// experts in registers (up to 512) or shared memory (NVIDIA; elsewhere a block), whose calls of at
+// most 32 tokens and MoeMaxExperts() picks also sort in the same launch, and whose sorts of at most
 // MoeMaxExperts() picks take one launch (HipKernelBackendOptions::moe_kernels).
 enum class MoeRouting { kThread, kBlock, kWarp };
 // Routes `tokens` tokens (ids and weights [tokens * top_k]) and sorts their picks into `b`
@@ -197,8 +197,9 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t token
                            hipStream_t stream);
 // y row `slot` = x row (sorted_picks[slot] / top_k, or `slot` with null sorted_picks) . the
 // slot's expert's weights (n x k)^T, for every slot of the first *num_tiles of `tiles` (at most
-// max_tiles): MatMulRowsMma's arithmetic (its bits for that row and expert, with the same
-// `bf16_inputs`). NVIDIA only. `weights_aligned`: every part's data is 16-byte aligned.
+// max_tiles; `tiles` must have max_tiles readable entries, past the count unused):
+// MatMulRowsMma's arithmetic (its bits for that row and expert, with the same `bf16_inputs`).
+// NVIDIA only. `weights_aligned`: every part's data is 16-byte aligned.
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
@@ -358,12 +359,13 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // of each tile's keys and values overlapping the other's arithmetic, warps without a row in use
 // skip the scores, the scores a lane a key, branch-free loops (NVIDIA; AMD takes 0); 2, as 1,
 // but calls of at most 4 rows a kv head (one token at a GQA group of up to 4) take blocks of 4
-// rows, a row a warp, instead of 8 of which half run on zeros; 3, as 2, and calls of 5 to 8 rows
-// a kv head whose blocks of 8 rows would leave multiprocessors idle (fewer blocks than
-// `spread.multiprocessors`: one token of a GQA group of 8 at a few thousand keys) take blocks of
-// 4 rows too, a kv head's rows in two blocks reading the same keys and values.
+// rows, a row a warp, instead of 8 of which half run on zeros; 3, as 2, and one-token calls (every
+// sequence of a batch one token) of 5 to 8 rows a kv head whose blocks of 8 rows would leave
+// multiprocessors idle (fewer blocks than `spread.multiprocessors`: one token of a GQA group of 8
+// at a few thousand keys) take blocks of 4 rows too, a kv head's rows in two blocks reading the
+// same keys and values.
 inline constexpr int kAttentionDecodeVariants = 4;
-// How the decode blocks (decode_variant 1 and 2) share out a call's key ranges: each block takes
+// How the decode blocks (decode_variant 1 to 3) share out a call's key ranges: each block takes
 // `ranges_per_block` consecutive ranges (1, 2 or 4; 0: the most of those that still leave
 // `min_waves` waves of blocks on `multiprocessors` multiprocessors, each holding as many blocks
 // as the runtime's occupancy calculator gives; 1 where those are unknown). A range's

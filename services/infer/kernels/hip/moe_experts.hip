@@ -287,7 +287,11 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
     }
     __syncthreads();
     if (warp == 0) {
-      int32_t wr = warp_rows[lane], wn = warp_tiles[lane];
+      // Lanes past the block's warps take zeros and store nothing (a block of fewer than 32
+      // warps has fewer totals).
+      constexpr int kWarpsHere = kThreads / 32;
+      int32_t wr = lane < kWarpsHere ? warp_rows[lane] : 0;
+      int32_t wn = lane < kWarpsHere ? warp_tiles[lane] : 0;
 #pragma unroll
       for (int s = 1; s < 32; s <<= 1) {
         const int32_t r = __shfl_up_sync(kAll, wr, s);
@@ -297,8 +301,10 @@ __device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int
           wn += n;
         }
       }
-      warp_rows[lane] = wr;
-      warp_tiles[lane] = wn;
+      if (lane < kWarpsHere) {
+        warp_rows[lane] = wr;
+        warp_tiles[lane] = wn;
+      }
     }
     __syncthreads();
     scan_rows[t] = rows_incl + (warp > 0 ? warp_rows[warp - 1] : 0);
@@ -358,11 +364,12 @@ constexpr int kRouteWarps = kRouteThreads / 32;
 constexpr int kLaneExperts = 16;  // Experts a routing lane keeps in registers (RouteTokenInWarp).
 // The fused routing and sort's smaller block, for calls of at most this many experts and picks.
 constexpr int kHalfRouteThreads = kOffsetThreads / 2;
-static_assert(kHalfRouteThreads >= 32 * kLaneExperts, "a half block routes in registers");
+static_assert(kHalfRouteThreads <= 32 * kLaneExperts, "a half block's calls route in registers");
 // Calls of at most this many tokens (and kSmallSortPicks picks) route and sort in one block.
 constexpr int kFusedRouteTokens = kOffsetThreads / 32;
 // Shared memory a block may take without asking for more, and (at least) the static shared
-// memory of SortPicksInBlock (16.25 KiB) beside the fused kernel's dynamic routing buffer.
+// memory of SortPicksInBlock at its largest block (16.25 KiB at 1024 threads; 8.125 KiB at 512)
+// beside the fused kernel's dynamic routing buffer.
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 constexpr size_t kSortSharedBytes = 17 * 1024;
 static_assert((4 * kOffsetThreads + 2 * (kOffsetThreads / 32)) * sizeof(int32_t) <=
@@ -379,7 +386,21 @@ constexpr int kRouteLoads = 8;  // Logits a lane loads before it stores any (loa
 // unsigned integers (0: no candidate): the largest by one warp reduction, then the least id among
 // the lanes holding it by another. The order is total, so this is the butterfly's and MoeRoute's
 // pick.
+// (Before sm_80, which has no warp reductions: the butterfly of shuffles under the same order.)
 __device__ inline void WarpBestPick(float& best_p, int& best_id) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float op = __shfl_xor_sync(kFullWarp, best_p, off);
+    const int oid = __shfl_xor_sync(kFullWarp, best_id, off);
+    const bool better =
+        oid >= 0 && (best_id < 0 || op > best_p || (op == best_p && oid < best_id));
+    if (better) {
+      best_p = op;
+      best_id = oid;
+    }
+  }
+#else
   const unsigned key = best_id >= 0 ? __float_as_uint(best_p) + 1u : 0u;
   const unsigned top = __reduce_max_sync(kFullWarp, key);
   if (top == 0u) {
@@ -390,6 +411,7 @@ __device__ inline void WarpBestPick(float& best_p, int& best_id) {
   best_id = static_cast<int>(
       __reduce_min_sync(kFullWarp, key == top ? static_cast<unsigned>(best_id) : 0xffffffffu));
   best_p = __uint_as_float(top - 1u);
+#endif
 }
 
 // Lane 0's sum of buf[0 .. experts) in expert order (MoeRoute's one chain of additions): 16
@@ -438,18 +460,8 @@ __device__ inline void StorePicks(int top_k, bool renormalise, float my_p, int m
   }
 }
 
-// MoeRouteBlockKernel's arithmetic for one token by one warp, over `buf`, RouteStride(experts)
-// floats of shared memory, 16-byte aligned (lane l takes experts l, l + 32, ...): the maximum by
-// shuffles (exact in any order; NaN ignored unless every logit is NaN, as the block's fmaxf
-// tree), exp(l - max) each, their sum by lane 0 in expert order (MoeRoute's one thread), the
-// probabilities p / sum, and pick i as the best strictly after pick i - 1 in (probability
-// descending, id ascending): each lane's best in ascending id, then the warp's best
-// (WarpBestPick). Lane i keeps pick i and writes it.
-//
-// Up to kLaneExperts experts a lane (512 experts) each lane keeps its values in registers and
-// `buf` holds only the exps for lane 0's sum; more experts take loops over `buf`, their loads
-// batched so that latency is paid once a batch (the logits kRouteLoads a lane at a time).
-
+// RouteTokenInWarp's register path (experts <= 32 * kLaneExperts): lane l's experts l, l + 32,
+// ... in registers, `buf` holding only the exps for lane 0's sum.
 __device__ void RouteTokenInRegisters(const float* l, int experts, int top_k, bool renormalise,
                                       float* buf, int32_t* ids, float* weights) {
   const int lane = threadIdx.x % 32;
@@ -505,6 +517,17 @@ __device__ void RouteTokenInRegisters(const float* l, int experts, int top_k, bo
   StorePicks(top_k, renormalise, my_p, my_id, top_sum, ids, weights);
 }
 
+// MoeRouteBlockKernel's arithmetic for one token by one warp, over `buf`, RouteStride(experts)
+// floats of shared memory, 16-byte aligned (lane l takes experts l, l + 32, ...): the maximum by
+// shuffles (exact in any order; NaN ignored unless every logit is NaN, as the block's fmaxf
+// tree), exp(l - max) each, their sum by lane 0 in expert order (MoeRoute's one thread), the
+// probabilities p / sum, and pick i as the best strictly after pick i - 1 in (probability
+// descending, id ascending): each lane's best in ascending id, then the warp's best
+// (WarpBestPick). Lane i keeps pick i and writes it.
+//
+// Up to kLaneExperts experts a lane (512 experts) each lane keeps its values in registers and
+// `buf` holds only the exps for lane 0's sum; more experts take loops over `buf`, their loads
+// batched so that latency is paid once a batch (the logits kRouteLoads a lane at a time).
 __device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
                                  float* buf, int32_t* ids, float* weights) {
   if (experts <= 32 * kLaneExperts) {

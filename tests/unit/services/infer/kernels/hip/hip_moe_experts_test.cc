@@ -552,6 +552,72 @@ TEST_F(HipMoeExpertsTest, PrefillTokensRowsDoNotDependOnTheCallsOtherTokens) {
 // the fused routing's 32 tokens, past the one-block sort's 1024 picks (and the offsets' batches
 // of 16 chunks), an unaligned width (the scalar sum), and a token whose logits hold a NaN (no
 // expert picked: its row unchanged).
+TEST_F(HipMoeExpertsTest, WarpRoutingGivesMoeRoutesPicksOnHostileLogits) {
+  // The warp routing (registers up to 512 experts, the fused routing and sort in blocks of 512
+  // or 1024 threads) against MoeRoute's thread per token, ids and weights bit for bit, on rows
+  // of logits with a NaN, all NaN, a +inf, all -inf, all equal, and fewer finite logits than
+  // top_k (the picks past them name no expert): 12, 33, 512 and 600 experts, 1, 5 and 20
+  // tokens, top 1 to 10, with and without renormalising.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    int experts, top_k, tokens;
+  };
+  for (const Case c : {Case{12, 5, 5}, Case{33, 10, 20}, Case{512, 10, 5}, Case{512, 8, 20},
+                       Case{600, 10, 5}, Case{512, 1, 1}}) {
+    for (const bool renormalise : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.experts << " experts, top " << c.top_k << ", " << c.tokens << " tokens"
+                   << (renormalise ? ", renormalised" : ""));
+      std::vector<float> logits =
+          RandomFloats(static_cast<int64_t>(c.tokens) * c.experts, 501, -3.0f, 3.0f);
+      const auto row = [&](int t) { return logits.begin() + static_cast<int64_t>(t) * c.experts; };
+      const int hostile = std::min(c.tokens, 6);
+      if (hostile > 1) row(1)[c.experts / 2] = nan;
+      if (hostile > 2) std::fill(row(2), row(2) + c.experts, nan);
+      if (hostile > 3) row(3)[c.experts - 1] = inf;
+      if (hostile > 4) std::fill(row(4), row(4) + c.experts, -inf);
+      if (hostile > 5) {
+        // Finite logits at 3 experts only (ties among them), fewer than top_k > 3.
+        std::fill(row(5), row(5) + c.experts, nan);
+        row(5)[0] = 1.0f;
+        row(5)[c.experts - 1] = 1.0f;
+        row(5)[c.experts / 3] = -2.0f;
+      }
+      if (c.tokens == 1) std::fill(row(0), row(0) + c.experts, 0.5f);
+      const int64_t picks = static_cast<int64_t>(c.tokens) * c.top_k;
+      const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, c.experts, hip::MoeTileRows());
+      DeviceBuffer dl = Up(logits);
+      std::vector<std::vector<float>> ids_as_floats, weights;
+      for (const hip::MoeRouting routing : {hip::MoeRouting::kWarp, hip::MoeRouting::kThread}) {
+        DeviceBuffer ids = Up(std::vector<int32_t>(picks, -7)), w = Poisoned(picks);
+        DeviceBuffer hist = Up(std::vector<int32_t>(std::max<int64_t>(sizes.hist_ints, 1)));
+        DeviceBuffer base = Up(std::vector<int32_t>(std::max<int64_t>(sizes.hist_ints, 1)));
+        DeviceBuffer rank = Up(std::vector<int32_t>(picks)),
+                     offsets = Up(std::vector<int32_t>(c.experts));
+        DeviceBuffer tiles = Up(std::vector<hip::MoeTile>(std::max<int64_t>(sizes.max_tiles, 1)));
+        DeviceBuffer num_tiles = Up(std::vector<int32_t>(1));
+        DeviceBuffer sorted = Up(std::vector<int32_t>(picks)),
+                     slot = Up(std::vector<int32_t>(picks));
+        const hip::MoeSortBuffers b{
+            static_cast<int32_t*>(hist.data()),       static_cast<int32_t*>(base.data()),
+            static_cast<int32_t*>(rank.data()),       static_cast<int32_t*>(offsets.data()),
+            static_cast<hip::MoeTile*>(tiles.data()), static_cast<int32_t*>(num_tiles.data()),
+            static_cast<int32_t*>(sorted.data()),     static_cast<int32_t*>(slot.data())};
+        ASSERT_EQ(hip::MoeRouteAndSort(dl.floats(), c.experts, c.tokens, c.experts, c.top_k,
+                                       renormalise, routing, hip::MoeTileRows(),
+                                       static_cast<int32_t*>(ids.data()), w.floats(), b, nullptr),
+                  hipSuccess);
+        ASSERT_EQ(hipStreamSynchronize(nullptr), hipSuccess);
+        ids_as_floats.push_back(Down(ids, picks));  // The ids' bits, compared as bits.
+        weights.push_back(Down(w, picks));
+      }
+      EXPECT_TRUE(SameBits(ids_as_floats[0], ids_as_floats[1])) << "ids";
+      EXPECT_TRUE(SameBits(weights[0], weights[1])) << "weights";
+    }
+  }
+}
+
 TEST_F(HipMoeExpertsTest, EighthRoundKernelsGiveTheEarlierKernelsBits) {
   const std::vector<MoeShape> shapes = {
       {"one expert, top 1", 5, 64, 32, 1, 1, false, 0.0f},
