@@ -12,6 +12,33 @@
 #include "services/infer/kernels/hip/hip_kernels.h"
 
 namespace cairn::infer {
+namespace {
+
+// A MoE call's routing (ids and weights) and sort buffers for `picks` picks over `experts`
+// experts (`sizes`: MoeSortSizesFor's), taken from `scratch`.
+struct MoeRouteBuffers {
+  int32_t* ids;
+  float* weights;
+  hip::MoeSortBuffers sort;
+};
+absl::StatusOr<MoeRouteBuffers> TakeRouteBuffers(ScratchArena& scratch, int64_t picks, int experts,
+                                                 const hip::MoeSortSizes& sizes) {
+  MoeRouteBuffers r{};
+  ASSIGN_OR_RETURN(r.ids, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(r.weights, scratch.Take<float>(picks));
+  hip::MoeSortBuffers& b = r.sort;
+  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
+  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(experts));
+  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
+  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
+  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  return r;
+}
+
+}  // namespace
 
 const HipKernelBackend::MoeTable* HipKernelBackend::MoeTableFor(const WeightMatrix* w, int experts,
                                                                 int64_t rows, int64_t cols) {
@@ -145,17 +172,10 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   const int64_t picks = a.tokens * a.top_k;
   ScratchArena::Frame frame(scratch);
   const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeTileRows());
-  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
-  hip::MoeSortBuffers b{};
-  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
-  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
-  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(a.experts));
-  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
-  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
-  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(const MoeRouteBuffers route, TakeRouteBuffers(scratch, picks, a.experts, sizes));
+  int32_t* const ids = route.ids;
+  float* const weights = route.weights;
+  const hip::MoeSortBuffers& b = route.sort;
   // The gate/up product and SiLU-mul in one launch where the width allows (fuse_gate_up_silu).
   ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(fused ? 0 : picks * 2 * a.width));
   ASSIGN_OR_RETURN(float* act, scratch.Take<float>(picks * a.width));
@@ -222,17 +242,10 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   const int64_t picks = a.tokens * a.top_k;
   ScratchArena::Frame frame(scratch);
   const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeGemmTileRows());
-  ASSIGN_OR_RETURN(int32_t * ids, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(float* weights, scratch.Take<float>(picks));
-  hip::MoeSortBuffers b{};
-  ASSIGN_OR_RETURN(b.hist, scratch.Take<int32_t>(sizes.hist_ints));
-  ASSIGN_OR_RETURN(b.base, scratch.Take<int32_t>(sizes.hist_ints));
-  ASSIGN_OR_RETURN(b.rank, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(b.offsets, scratch.Take<int32_t>(a.experts));
-  ASSIGN_OR_RETURN(b.tiles, scratch.Take<hip::MoeTile>(sizes.max_tiles));
-  ASSIGN_OR_RETURN(b.num_tiles, scratch.Take<int32_t>(1));
-  ASSIGN_OR_RETURN(b.sorted_picks, scratch.Take<int32_t>(picks));
-  ASSIGN_OR_RETURN(b.slot_of_pick, scratch.Take<int32_t>(picks));
+  ASSIGN_OR_RETURN(const MoeRouteBuffers route, TakeRouteBuffers(scratch, picks, a.experts, sizes));
+  int32_t* const ids = route.ids;
+  float* const weights = route.weights;
+  const hip::MoeSortBuffers& b = route.sort;
   // Rows in slot order: the inputs in bf16, gate/up, the activations in bf16, the outputs.
   ASSIGN_OR_RETURN(uint16_t * xs, scratch.Take<uint16_t>(picks * a.hidden));
   ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
