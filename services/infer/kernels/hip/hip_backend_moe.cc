@@ -204,17 +204,21 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     gate_up_aligned = gate_up_aligned && shared.gate_up->aligned;
     down_aligned = down_aligned && shared.down->aligned;
   }
+  // Who does the grouped products' work (moe_product_waves; the same bits).
+  const hip::MoeLongWarps long_warps{.multiprocessors = multiprocessors_,
+                                     .waves = moe_product_waves_};
   const auto gate_up_and_silu = [&] {
     if (fused) {
       return Check(
           hip::MoeRowsMmaSiluMul(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                                  sizes.max_tiles, gate_up_table, gate_up_aligned, a.width, a.hidden,
-                                 act, mma_rows_bf16_inputs_, compute_, shared_up),
+                                 act, mma_rows_bf16_inputs_, compute_, shared_up, long_warps),
           "moe gate/up and silu mul launch");
     }
     return Check(hip::MoeRowsMma(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                                  sizes.max_tiles, gate_up_table, gate_up.aligned, 2 * a.width,
-                                 a.hidden, gu, 2 * a.width, mma_rows_bf16_inputs_, compute_),
+                                 a.hidden, gu, 2 * a.width, mma_rows_bf16_inputs_, compute_, {},
+                                 long_warps),
                  "moe gate/up launch") &&
            Check(hip::SiluMul(gu, 2 * a.width, gu + a.width, 2 * a.width, picks, a.width, act,
                               nullptr, compute_),
@@ -227,7 +231,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       !gate_up_and_silu() ||
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
                              down_table, down_aligned, a.hidden, a.width, ys, a.hidden,
-                             mma_rows_bf16_inputs_, compute_, shared_down),
+                             mma_rows_bf16_inputs_, compute_, shared_down, long_warps),
              "moe down launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),

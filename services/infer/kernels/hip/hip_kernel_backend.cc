@@ -82,6 +82,10 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   }
   RETURN_IF_ERROR(ValidAttentionDecodeVariant(options.attention_decode_variant));
   RETURN_IF_ERROR(ValidDecodeRangesPerBlock(options.attention_decode_ranges_per_block));
+  if (options.moe_product_waves < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hip backend: moe_product_waves must be at least 0, got ", options.moe_product_waves));
+  }
   if (options.attention_decode_min_waves < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("hip backend: attention_decode_min_waves must be at least 0, got ",
@@ -131,6 +135,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
       fuse_delta_inputs_(options.fuse_delta_inputs),
       fold_shared_expert_(options.fold_shared_expert),
+      moe_product_waves_(options.moe_product_waves),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}

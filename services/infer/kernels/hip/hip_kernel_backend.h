@@ -152,6 +152,11 @@ struct HipKernelBackendOptions {
   // products are MatMulRowsMma's. Needs the routed experts' width, grouped_moe,
   // fuse_gate_up_silu and moe_kernels 1; else the shared expert runs first on its own.
   bool fold_shared_expert = true;
+  // The decode path's grouped expert products (hip::MoeRowsMma): each warp takes as many of a
+  // column tile's k segments as still leaves this many waves of blocks on the device (calls of
+  // many tiles get fewer, longer-lived warps); 0: a warp a segment (MatMulRowsMma's layout). The
+  // same bits for every value.
+  int moe_product_waves = 4;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -401,6 +406,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetFuseDeltaInputsForTest(bool on) { fuse_delta_inputs_ = on; }
   // Sets HipKernelBackendOptions::fold_shared_expert (the same bits), for the benchmark.
   void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
+  // Sets HipKernelBackendOptions::moe_product_waves (the same bits), for the benchmark.
+  void SetMoeProductWavesForTest(int waves) { moe_product_waves_ = waves; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -574,6 +581,7 @@ class HipKernelBackend final : public KernelBackend {
   bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
+  int moe_product_waves_;                   // options_.moe_product_waves, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

@@ -200,11 +200,19 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t token
 // max_tiles; `tiles` must have max_tiles readable entries, past the count unused):
 // MatMulRowsMma's arithmetic (its bits for that row and expert, with the same `bf16_inputs`).
 // NVIDIA only. `weights_aligned`: every part's data is 16-byte aligned.
+// `long_warps`: who does the work, never its arithmetic (the same bits for every value): with
+// waves > 0 each warp takes as many of a column tile's k segments as keeps at least `waves`
+// blocks for each place the device's `multiprocessors` hold (longer-lived warps where the call
+// has many tiles); else a warp a segment, as MatMulRowsMma.
+struct MoeLongWarps {
+  int multiprocessors = 0;
+  int waves = 0;
+};
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
                       float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream,
-                      const MoeSharedRows& shared = {});
+                      const MoeSharedRows& shared = {}, const MoeLongWarps& long_warps = {});
 // MoeRowsMma over each expert's [gate; up] rows (2 * width, width a multiple of 8) writing
 // act row `slot` (width values) = silu(gate) * up, SiluMul's expression over MoeRowsMma's gate
 // and up values (their bits), in one launch: column tile c takes gate rows 8c.. and up rows
@@ -213,7 +221,9 @@ hipError_t MoeRowsMmaSiluMul(const float* x, int64_t ldx, const int32_t* sorted_
                              const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                              const MoeExpertParts* weights, bool weights_aligned, int64_t width,
                              int64_t k, float* act, bool bf16_inputs, hipStream_t stream,
-                             const MoeSharedRows& shared = {});
+                             const MoeSharedRows& shared = {}, const MoeLongWarps& long_warps = {});
+// How many grouped products have run with warps of several segments in this process, for tests.
+int64_t MoeLongWarpLaunches();
 // The prefill path (calls that are not row-invariant; bf16 GEMM inputs): the picks' input rows
 // rounded to bf16 once, a grouped bf16 GEMM on the matrix units over every expert's tiles of
 // MoeGemmTileRows() picks, SiLU-mul rounded to bf16, the grouped GEMM again, MoeCombine.

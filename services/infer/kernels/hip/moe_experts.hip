@@ -10,6 +10,7 @@
 // default's order. Nothing depends on which other tokens share the call or where a pick lands
 // in its expert's range.
 
+#include <atomic>
 #include <cstdint>
 
 #include "services/infer/kernels/hip/hip_device_util.h"
@@ -758,22 +759,36 @@ using mma_rows::SplitPieces;
 using mma_rows::StepProducts;
 
 // Grid: x = row tiles (up to max_tiles; blocks past *num_tiles exit), then the shared rows'
-// tiles of 8 (MoeSharedRows), y = groups of kWarps / segments column tiles of 16. A tile's row r
-// is slot tile.start + r; its input is x row sorted_picks[slot] / top_k (`gather`) or x row
-// slot, its output y row slot (for a shared tile: shared.x and shared.y rows of that index). Warp w
-// takes column tile w / segments of the group and k segment w % segments, as MatMulRowsMma.
-// kSilu (MoeRowsMmaSiluMul, each expert's rows [gate; up] of `width` rows each): column tile c
-// takes gate rows 8c .. 8c + 7 as its columns g and the matching up rows as its columns g + 8,
-// and writes act row slot = silu(gate) * up (SiluMul's expression) instead of y: as
+// tiles of 8 (MoeSharedRows), y = groups of kWarps / warps_per_tile column tiles of 16. A
+// tile's row r is slot tile.start + r; its input is x row sorted_picks[slot] / top_k (`gather`)
+// or x row slot, its output y row slot (for a shared tile: shared.x and shared.y rows of that
+// index). kSilu (MoeRowsMmaSiluMul, each expert's rows [gate; up] of `width` rows each): column
+// tile c takes gate rows 8c .. 8c + 7 as its columns g and the matching up rows as its columns
+// g + 8, and writes act row slot = silu(gate) * up (SiluMul's expression) instead of y: as
 // MatMulRowsMmaSiluMul, the gate and up values are the plain product's bits.
+//
+// The arithmetic is MatMulRowsMma's: k is cut into `segments` segments (from n and k only),
+// each segment's sum is one chain of steps from zero, and a column's value is segment 0's sum
+// plus segment 1's, plus segment 2's, ... in order. warps_per_tile (a power of two dividing
+// segments) is only who does that work: warp w takes column tile w / warps_per_tile of the
+// group and the segments / warps_per_tile consecutive segments from part w % warps_per_tile on,
+// each segment's sum kept apart; part 0 adds its own segments' sums in order as they finish,
+// then the other parts' from shared memory, in order. warps_per_tile == segments is
+// MatMulRowsMma's own layout (a warp a segment); fewer make fewer, longer-lived warps (calls of
+// many tiles: a warp's loads stream for longer between its start and its reduction). The bits
+// are the same for every warps_per_tile.
+constexpr int kMaxPartSegments = kWarps / 2;  // Segments a part past 0 hands over (at most).
+
 template <int kPieces, bool kVec, bool kSilu = false>
 __global__ void __launch_bounds__(kThreads, 2)
     MoeRowsMmaKernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                      const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                      const MoeExpertParts* weights, int64_t n, int64_t k, float* y, int64_t ldy,
-                     int segments, int64_t segment, int64_t width, MoeSharedRows shared) {
+                     int segments, int64_t segment, int warps_per_tile, int64_t width,
+                     MoeSharedRows shared) {
   KernelEntry();
-  __shared__ float partial[kWarps][4][32];
+  // Part p's sum of its segment j (of segments / warps_per_tile), for parts past 0 only.
+  __shared__ float partial[kWarps][kMaxPartSegments][4][32];
   // Blocks past max_tiles take the shared rows' tiles of 8 (their rows in order, no sort).
   const int64_t shared_tile = static_cast<int64_t>(blockIdx.x) - max_tiles;
   MoeTile tile;
@@ -801,8 +816,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int s = warp % segments;
-  const int64_t ctile = static_cast<int64_t>(blockIdx.y) * (kWarps / segments) + warp / segments;
+  const int part = warp % warps_per_tile;
+  const int own = segments / warps_per_tile;  // Segments a warp takes.
+  const int64_t ctile =
+      static_cast<int64_t>(blockIdx.y) * (kWarps / warps_per_tile) + warp / warps_per_tile;
   const int64_t col0 = ctile * kTileCols;
   const uint16_t* wa;
   const uint16_t* wb;
@@ -821,35 +838,48 @@ __global__ void __launch_bounds__(kThreads, 2)
     xa = x + row * ldx;
   }
   float acc[4] = {};
-  const int64_t begin = s * segment;
-  const int64_t end = begin + segment < k ? begin + segment : k;
-  for (int64_t kb = begin; kb < end; kb += kStep * kUnroll) {
-    uint4 va[kUnroll], vb[kUnroll];
-    float v0[kUnroll][8];
+  for (int j = 0; j < own; ++j) {
+    float sum[4] = {};
+    const int64_t begin = static_cast<int64_t>(part * own + j) * segment;
+    const int64_t end = begin + segment < k ? begin + segment : k;
+    for (int64_t kb = begin; kb < end; kb += kStep * kUnroll) {
+      uint4 va[kUnroll], vb[kUnroll];
+      float v0[kUnroll][8];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const bool live = kb + u * kStep < end;
-      const int64_t i = kb + u * kStep + 8 * t;
-      va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
-      vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
-      LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const bool live = kb + u * kStep < end;
+        const int64_t i = kb + u * kStep + 8 * t;
+        va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
+        vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
+        LoadInputs8<kVec>(live ? xa : nullptr, i, k, v0[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (kb + u * kStep >= end) break;
+        uint32_t pieces[kPieces][4];
+        SplitPieces<kPieces>(v0[u], pieces);
+        StepProducts<kPieces>(va[u], vb[u], pieces, sum);
+      }
     }
+    if (part != 0) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (kb + u * kStep >= end) break;
-      uint32_t pieces[kPieces][4];
-      SplitPieces<kPieces>(v0[u], pieces);
-      StepProducts<kPieces>(va[u], vb[u], pieces, acc);
+      for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = sum[e];
+    } else if (j == 0) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] = sum[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[e] += sum[e];
     }
   }
-  if (segments > 1) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) partial[warp][e][lane] = acc[e];
+  if (warps_per_tile > 1) {
     __syncthreads();
-    if (s != 0) return;
-    for (int j = 1; j < segments; ++j) {
+    if (part != 0) return;
+    for (int p = 1; p < warps_per_tile; ++p) {
+      for (int j = 0; j < own; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[e] += partial[warp + j][e][lane];
+        for (int e = 0; e < 4; ++e) acc[e] += partial[warp + p][j][e][lane];
+      }
     }
   }
   // acc[e]: weight column g (+8 for e >= 2), tile row 2t (+1 for odd e).
@@ -1268,20 +1298,42 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t token
 
 #if defined(__HIP_PLATFORM_AMD__)
 
+int64_t MoeLongWarpLaunches() { return 0; }
 hipError_t MoeRowsMma(const float*, int64_t, const int32_t*, int, const MoeTile*, const int32_t*,
                       int64_t, const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
-                      bool, hipStream_t, const MoeSharedRows&) {
+                      bool, hipStream_t, const MoeSharedRows&, const MoeLongWarps&) {
   return hipErrorNotSupported;
 }
 hipError_t MoeRowsMmaSiluMul(const float*, int64_t, const int32_t*, int, const MoeTile*,
                              const int32_t*, int64_t, const MoeExpertParts*, bool, int64_t,
-                             int64_t, float*, bool, hipStream_t, const MoeSharedRows&) {
+                             int64_t, float*, bool, hipStream_t, const MoeSharedRows&,
+                             const MoeLongWarps&) {
   return hipErrorNotSupported;
 }
 
 #else
 
 namespace {
+
+std::atomic<int64_t> long_warp_launches{0};  // MoeLongWarpLaunches().
+
+// The grouped product's kernel for the call's inputs.
+template <bool kSilu>
+auto MoeRowsMmaKernelFor(bool vec, bool bf16_inputs) {
+  return vec ? (bf16_inputs ? MoeRowsMmaKernel<1, true, kSilu> : MoeRowsMmaKernel<3, true, kSilu>)
+             : (bf16_inputs ? MoeRowsMmaKernel<1, false, kSilu>
+                            : MoeRowsMmaKernel<3, false, kSilu>);
+}
+
+// Warps a column tile (MoeRowsMmaKernel's warps_per_tile): the fewest, so the longest-lived
+// warps, whose grid of `tiles` row tiles still has `waves` blocks for each place the device
+// holds (`places`); else `segments`, a warp a segment. waves <= 0 or places <= 0: segments.
+int WarpsPerTile(int64_t tiles, int64_t col_tiles, int segments, int waves, int64_t places) {
+  if (waves <= 0 || places <= 0) return segments;
+  int wpt = 1;
+  while (wpt < segments && tiles * CeilDiv(col_tiles, kWarps / wpt) < waves * places) wpt *= 2;
+  return wpt;
+}
 
 // MoeRowsMma, or with kSilu MoeRowsMmaSiluMul (n = 2 * width, y the activation).
 // `weights_aligned` covers the shared rows' weights too.
@@ -1290,66 +1342,71 @@ hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_pick
                          const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                          const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
                          float* y, int64_t ldy, bool bf16_inputs, int64_t width,
-                         hipStream_t stream, const MoeSharedRows& shared) {
+                         hipStream_t stream, const MoeSharedRows& shared,
+                         const MoeLongWarps& long_warps) {
   const int64_t shared_tiles =
       shared.weights != nullptr && shared.rows > 0 ? CeilDiv(shared.rows, 8) : 0;
   if ((max_tiles == 0 && shared_tiles == 0) || n == 0) return hipSuccess;
+  if (max_tiles < 0 || max_tiles + shared_tiles > 0x7fffffff) return hipErrorInvalidValue;
   // MatMulRowsMma's segments: from n and k only.
   const int64_t col_tiles = CeilDiv(n, kTileCols);
   const mma_rows::Segments cut = mma_rows::SegmentsFor(n, k);
   const int segments = cut.count;
   const int64_t segment = cut.length;
-  const int64_t groups = CeilDiv(col_tiles, kWarps / segments);
-  if (groups > 65535 || max_tiles < 0 || max_tiles + shared_tiles > 0x7fffffff) {
-    return hipErrorInvalidValue;
-  }
   const auto rows_aligned = [&](const float* p, int64_t ld) {
     return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
   };
   const bool vec = weights_aligned && k % 8 == 0 && rows_aligned(x, ldx) &&
                    (shared_tiles == 0 || rows_aligned(shared.x, shared.ldx));
+  const auto kernel = MoeRowsMmaKernelFor<kSilu>(vec, bf16_inputs);
+  int64_t places = 0;
+  if (long_warps.waves > 0 && long_warps.multiprocessors > 0) {
+    int per = 0;
+    if (hipOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, kThreads, 0) == hipSuccess) {
+      places = static_cast<int64_t>(per) * long_warps.multiprocessors;
+    } else {
+      static_cast<void>(hipGetLastError());  // No answer: a warp a segment.
+    }
+  }
+  const int wpt =
+      WarpsPerTile(max_tiles + shared_tiles, col_tiles, segments, long_warps.waves, places);
+  static_assert(kWarps / 2 <= kMaxPartSegments, "a part past 0 has at most kWarps / 2 segments");
+  if (segments > kWarps || wpt < 1 || wpt > segments || segments % wpt != 0) {
+    return hipErrorInvalidValue;
+  }
+  const int64_t groups = CeilDiv(col_tiles, kWarps / wpt);
+  if (groups > 65535) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(max_tiles + shared_tiles),
                   static_cast<unsigned int>(groups));
-  if (vec && bf16_inputs) {
-    LaunchKernel(MoeRowsMmaKernel<1, true, kSilu>, grid, kThreads, 0, stream, x, ldx,
-                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
-                 segments, segment, width, shared);
-  } else if (vec) {
-    LaunchKernel(MoeRowsMmaKernel<3, true, kSilu>, grid, kThreads, 0, stream, x, ldx,
-                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
-                 segments, segment, width, shared);
-  } else if (bf16_inputs) {
-    LaunchKernel(MoeRowsMmaKernel<1, false, kSilu>, grid, kThreads, 0, stream, x, ldx,
-                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
-                 segments, segment, width, shared);
-  } else {
-    LaunchKernel(MoeRowsMmaKernel<3, false, kSilu>, grid, kThreads, 0, stream, x, ldx,
-                 sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
-                 segments, segment, width, shared);
-  }
+  LaunchKernel(kernel, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k, tiles, num_tiles,
+               max_tiles, weights, n, k, y, ldy, segments, segment, wpt, width, shared);
+  if (wpt < segments) long_warp_launches.fetch_add(1, std::memory_order_relaxed);
   return hipGetLastError();
 }
 
 }  // namespace
 
+int64_t MoeLongWarpLaunches() { return long_warp_launches.load(std::memory_order_relaxed); }
+
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
                       float* y, int64_t ldy, bool bf16_inputs, hipStream_t stream,
-                      const MoeSharedRows& shared) {
+                      const MoeSharedRows& shared, const MoeLongWarps& long_warps) {
   return RunMoeRowsMma<false>(x, ldx, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
-                              weights_aligned, n, k, y, ldy, bf16_inputs, 0, stream, shared);
+                              weights_aligned, n, k, y, ldy, bf16_inputs, 0, stream, shared,
+                              long_warps);
 }
 
 hipError_t MoeRowsMmaSiluMul(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                              const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                              const MoeExpertParts* weights, bool weights_aligned, int64_t width,
                              int64_t k, float* act, bool bf16_inputs, hipStream_t stream,
-                             const MoeSharedRows& shared) {
+                             const MoeSharedRows& shared, const MoeLongWarps& long_warps) {
   if (width <= 0 || width % 8 != 0) return hipErrorInvalidValue;
   return RunMoeRowsMma<true>(x, ldx, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
                              weights_aligned, 2 * width, k, act, width, bf16_inputs, width, stream,
-                             shared);
+                             shared, long_warps);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

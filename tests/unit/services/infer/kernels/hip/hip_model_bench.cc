@@ -27,7 +27,7 @@
 //          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
-//          [--fuse-delta=1,0] [--fold-shared=1,0]
+//          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
 // --round-inputs-mb: within that, once for each value listed of
@@ -36,7 +36,8 @@
 // --fuse-silu: within that, once for each value listed of
 // HipKernelBackendOptions::fuse_gate_up_silu (the same bits), and within that of
 // HipKernelBackendOptions::fuse_delta_inputs (--fuse-delta; the same bits), and within that of
-// HipKernelBackendOptions::fold_shared_expert (--fold-shared; the same bits).
+// HipKernelBackendOptions::fold_shared_expert (--fold-shared; the same bits), and innermost
+// of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -154,6 +155,7 @@ struct Flags {
   std::vector<int> fuse_silu = {HipKernelBackendOptions().fuse_gate_up_silu ? 1 : 0};
   std::vector<int> fuse_delta = {HipKernelBackendOptions().fuse_delta_inputs ? 1 : 0};
   std::vector<int> fold_shared = {HipKernelBackendOptions().fold_shared_expert ? 1 : 0};
+  std::vector<int> moe_waves = {HipKernelBackendOptions().moe_product_waves};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
@@ -546,7 +548,7 @@ class ModelBench {
         f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
         f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
         f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size() *
-        f_.fold_shared.size());
+        f_.fold_shared.size() * f_.moe_waves.size());
     const int64_t rows = f_.decode_depth +
                          (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
                           (f_.background_spill_mb > 0 ? 1 : 0)) *
@@ -595,7 +597,7 @@ class ModelBench {
     // Every combination of the variants listed, the last listed innermost.
     struct Config {
       int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
-          staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared;
+          staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves;
     };
     std::vector<Config> configs;
     for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -612,9 +614,12 @@ class ModelBench {
                           for (const int fuse : f_.fuse_silu) {
                             for (const int delta : f_.fuse_delta) {
                               for (const int fold : f_.fold_shared) {
-                                configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
-                                                   overlapped, copy_kernel, staged_rows, staged_mb,
-                                                   prefetch_k, round_mb, fuse, delta, fold});
+                                for (const int waves : f_.moe_waves) {
+                                  configs.push_back({bf16_inputs, variant, attention, ranges,
+                                                     kernels, overlapped, copy_kernel, staged_rows,
+                                                     staged_mb, prefetch_k, round_mb, fuse, delta,
+                                                     fold, waves});
+                                }
                               }
                             }
                           }
@@ -651,6 +656,7 @@ class ModelBench {
           b_.SetFuseGateUpSiluForTest(c.fuse_silu == 1);
           b_.SetFuseDeltaInputsForTest(c.fuse_delta == 1);
           b_.SetFoldSharedExpertForTest(c.fold_shared == 1);
+          b_.SetMoeProductWavesForTest(c.moe_waves);
           std::string suffix;
           if (f_.mma_bf16_inputs.size() > 1) {
             suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -689,6 +695,9 @@ class ModelBench {
           if (f_.fold_shared.size() > 1) {
             suffix += absl::StrFormat(" (shared expert folded %d)", c.fold_shared);
           }
+          if (f_.moe_waves.size() > 1) {
+            suffix += absl::StrFormat(" (moe product waves %d)", c.moe_waves);
+          }
           DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
         }
         const HipKernelBackendOptions defaults;
@@ -701,6 +710,7 @@ class ModelBench {
         b_.SetFuseGateUpSiluForTest(defaults.fuse_gate_up_silu);
         b_.SetFuseDeltaInputsForTest(defaults.fuse_delta_inputs);
         b_.SetFoldSharedExpertForTest(defaults.fold_shared_expert);
+        b_.SetMoeProductWavesForTest(defaults.moe_product_waves);
         b_.SetMoeKernelsForTest(defaults.moe_kernels);
         b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
         Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
@@ -1030,6 +1040,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1, &f->fuse_delta)) return false;
     } else if (key == "fold-shared") {
       if (!IntList(value, 0, 1, &f->fold_shared)) return false;
+    } else if (key == "moe-waves") {
+      if (!IntList(value, 0, 64, &f->moe_waves)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

@@ -163,6 +163,11 @@ int MoeDecode() {
   const int64_t hidden = MoePool::kHidden, width = MoePool::kWidth;
   const int experts = MoePool::kExperts, top_k = MoePool::kTopK;
   const hipStream_t stream = b.compute_stream();
+  int multiprocessors = 0;
+  if (hipDeviceGetAttribute(&multiprocessors, hipDeviceAttributeMultiprocessorCount, 0) !=
+      hipSuccess) {
+    Bench::Fail("multiprocessor count");
+  }
   {
     const int64_t n = int64_t{1} << 28;  // 1 GiB of floats.
     float* src = bench.Buffer(n, 1);
@@ -263,6 +268,25 @@ int MoeDecode() {
                                   true, stream),
                   "down");
     });
+    // The same two products with warps of several segments (moe_product_waves; the same bits).
+    const std::vector<int> waves = {2, 4, 8};
+    std::vector<double> up_silu_long, dn_long;
+    for (const int w : waves) {
+      const hip::MoeLongWarps lw{.multiprocessors = multiprocessors, .waves = w};
+      up_silu_long.push_back(BackToBack(bench, kRoutings, [&](int r) {
+        CheckLaunch(
+            hip::MoeRowsMmaSiluMul(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
+                                   sorted[r].num_tiles, sizes.max_tiles, gu_table, true, width,
+                                   hidden, act, true, stream, {}, lw),
+            "gate/up and silu mul, long warps");
+      }));
+      dn_long.push_back(BackToBack(bench, kRoutings, [&](int r) {
+        CheckLaunch(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles,
+                                    sorted[r].num_tiles, sizes.max_tiles, down_table, true, hidden,
+                                    width, ys, hidden, true, stream, {}, lw),
+                    "down, long warps");
+      }));
+    }
     // The earlier routing for comparison (moe_kernels 0: a block per token, then the sort in
     // three launches; the same ids, weights and slots).
     const double route_block = BackToBack(bench, kRoutings, [&](int r) {
@@ -297,10 +321,18 @@ int MoeDecode() {
     Row(label, up, "GB/s", gu_bytes);
     std::snprintf(label, sizeof label, "  gate/up and silu mul, one launch");
     Row(label, up_silu, "GB/s", gu_bytes);
+    for (size_t i = 0; i < waves.size(); ++i) {
+      std::snprintf(label, sizeof label, "  gate/up and silu mul, long warps (%d waves)", waves[i]);
+      Row(label, up_silu_long[i], "GB/s", gu_bytes);
+    }
     std::snprintf(label, sizeof label, "  silu mul");
     Row(label, silu, "calls/s", 1.0, 1.0);
     std::snprintf(label, sizeof label, "  down products");
     Row(label, dn, "GB/s", down_bytes);
+    for (size_t i = 0; i < waves.size(); ++i) {
+      std::snprintf(label, sizeof label, "  down products, long warps (%d waves)", waves[i]);
+      Row(label, dn_long[i], "GB/s", down_bytes);
+    }
     std::snprintf(label, sizeof label, "  combine");
     Row(label, combine, "calls/s", 1.0, 1.0);
     std::snprintf(label, sizeof label, "  sum of the four launches alone (fused gate/up)");

@@ -353,6 +353,84 @@ TEST_F(HipMoeExpertsTest, TheSharedExpertInTheGroupedLaunchesGivesTheBitsOfItsOw
   }
 }
 
+TEST_F(HipMoeExpertsTest, LongWarpsGiveTheBitsOfAWarpASegment) {
+  // The decode path's grouped products with warps of several k segments (moe_product_waves)
+  // against a warp a segment (0) and the default (KernelBackend::MoeExperts: MatMulRowsMma per
+  // expert), with both input roundings and the shared expert folded in. On the H200 (132
+  // multiprocessors, two blocks each) waves 1, 2 and 4 give warps of 8, 4 and 2 of the 80B-like
+  // gate/up product's 8 segments on one token or 16 (parts past 0 handing over 1 to 4 sums); the
+  // long segments' last step runs past k; unaligned inputs take the scalar loads.
+  const std::vector<MoeShape> shapes = {
+      {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
+      {"80B-like layer, 16 slots", 16, 2048, 512, 512, 10, false, 0.0f},
+      {"long segments", 9, 2056, 1024, 4, 2, true, 0.0f},
+      {"narrow", 20, 256, 40, 16, 4, false, 6.0f},
+      {"unaligned", 21, 70, 36, 12, 5, true, 0.0f},
+  };
+  const std::vector<int> waves = {0, 1, 2, 4};
+  const int64_t long_before = hip::MoeLongWarpLaunches();
+  for (const bool bf16_inputs : {true, false}) {
+    std::vector<std::unique_ptr<HipKernelBackend>> backends;
+    for (const int w : waves) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+          HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs, .moe_product_waves = w});
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends.push_back(*std::move(b));
+    }
+    for (const MoeShape& s : shapes) {
+      SCOPED_TRACE(::testing::Message()
+                   << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
+      const MoeBits bits = RandomExperts(s, 391);
+      MoeShape one = s;
+      one.experts = 1;
+      const MoeBits shared_bits = RandomExperts(one, 392);
+      std::vector<DeviceBuffer> keep;
+      std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+      UploadExperts(s, bits, keep, gate_up, down);
+      UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+      const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 393);
+      const std::vector<float> logits = RouterLogits(s, 395, /*tied_pairs=*/false);
+      const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 397);
+      DeviceBuffer dx = Up(x), dl = Up(logits);
+      for (const bool with_shared : {false, true}) {
+        SCOPED_TRACE(with_shared ? "shared expert folded" : "routed experts only");
+        MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+        if (with_shared) {
+          a.shared_gate_up = &shared_gate_up[0];
+          a.shared_down = &shared_down[0];
+          a.shared_width = s.width;
+        }
+        const size_t n = out0.size();
+        std::vector<std::vector<float>> outs;
+        for (size_t way = 0; way <= backends.size(); ++way) {
+          DeviceBuffer out = Up(out0);
+          a.out = out.floats();
+          // The last way: the default on the first backend.
+          HipKernelBackend* b = backends[way < backends.size() ? way : 0].get();
+          ScratchArena scratch(b->memory());
+          const absl::Status st = way == backends.size() ? b->KernelBackend::MoeExperts(a, scratch)
+                                                         : b->MoeExperts(a, scratch);
+          ASSERT_TRUE(st.ok()) << st << " " << b->status();
+          ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+          outs.push_back(Down(out, n));
+        }
+        for (size_t way = 1; way < outs.size(); ++way) {
+          EXPECT_TRUE(SameBits(outs[0], outs[way]))
+              << (way < waves.size() ? absl::StrCat("waves ", waves[way]) : "the default")
+              << " against a warp a segment";
+        }
+        EXPECT_FALSE(SameBits(outs[0], out0));  // It did write.
+      }
+    }
+  }
+  // Warps of several segments did run (none where the matrix-unit path is not built: AMD).
+  if (hip::MatMulRowsMmaSupported()) {
+    EXPECT_GT(hip::MoeLongWarpLaunches(), long_before);
+  } else {
+    EXPECT_EQ(hip::MoeLongWarpLaunches(), long_before);
+  }
+}
+
 TEST_F(HipMoeExpertsTest, ATokensRowsDoNotDependOnTheOtherTokensAndNoStepWaits) {
   const MoeShape s{"80B-like layer", 16, 2048, 512, 512, 10, true, 0.0f};
   const MoeBits bits = RandomExperts(s, 101);
