@@ -118,7 +118,8 @@ hipError_t GdnGates(const float* in, int64_t ld, int64_t tokens, int heads, int6
 hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k, bool renormalise,
                     int32_t* ids, float* weights, hipStream_t stream);
 
-// The routed experts of a MoE layer on the device (moe_experts.hip; HipKernelBackend::MoeExperts).
+// The routed experts of a MoE layer on the device (moe_routing.hip, moe_experts.hip;
+// HipKernelBackend::MoeExperts).
 // A pick is entry i = token * top_k + j of MoeRoute's ids / weights. MoeSortPicks buckets the
 // picks by expert (experts in ascending id, an expert's picks in pick order) and cuts every
 // expert's range into tiles of MoeTileRows() picks; MoeRowsMma runs a product over every tile
@@ -126,6 +127,7 @@ hipError_t MoeRoute(const float* logits, int64_t tokens, int experts, int top_k,
 // ascending expert id. Picks naming no expert (ids outside [0, experts), from NaN logits) are
 // left out.
 int MoeMaxExperts();
+inline constexpr int kMoeMaxTopK = 32;  // MoeMaxTopK(): a token's picks kept in arrays this long.
 int MoeMaxTopK();
 int MoeTileRows();
 inline constexpr int kMoeMaxParts = 4;

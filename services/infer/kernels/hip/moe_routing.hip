@@ -1,0 +1,741 @@
+// MoE routing and sort on the device (HipKernelBackend::MoeExperts; moe_experts.hip has the
+// products and the sum): MoeRoute's picks by a block or a warp per token, bucketed by expert
+// into tiles (MoeSortPicks), and both in one launch for small decode calls (MoeRouteAndSort).
+//
+// Bits: the routing is MoeRoute's (elementwise.hip) pick for pick and weight for weight (the
+// same maximum, exps, sum in expert order and total order of picks); the sort is integer
+// counting, so its slots and tiles do not depend on how the work is split.
+
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+
+namespace cairn::infer::hip {
+
+namespace {
+
+constexpr int kSortChunk = 256;  // Picks per block of the count and scatter kernels.
+constexpr int kOffsetThreads = 1024;
+constexpr int kMaxExperts = kOffsetThreads;  // One thread per expert in the offsets kernel.
+constexpr int kMaxTopK = kMoeMaxTopK;
+
+constexpr int kRouteThreads = 256;
+constexpr int kOffsetBatch = 16;  // Chunk counts a thread of MoeOffsetsKernel loads at once.
+
+// MoeRoute (elementwise.hip: one thread walks a token's experts top_k + 2 times) with a block
+// per token and the same bits: the maximum (exact in any order), every exp(l - max) once, their
+// sum by one thread in expert order (MoeRoute's order), the probabilities by MoeRoute's
+// expression, and pick i as the best expert strictly after pick i - 1 in the order
+// (probability descending, id ascending), found by a tree over the threads' own bests (the
+// order is total, so any tree finds MoeRoute's pick); the picks' sum in pick order.
+__global__ void __launch_bounds__(kRouteThreads)
+    MoeRouteBlockKernel(const float* logits, int experts, int top_k, bool renormalise, int32_t* ids,
+                        float* weights) {
+  KernelEntry();
+  __shared__ float probs[kMaxExperts];
+  __shared__ float best_ps[kRouteThreads];
+  __shared__ int32_t best_ids[kRouteThreads];
+  __shared__ float shared_sum;
+  const int64_t tok = blockIdx.x;
+  const float* l = logits + tok * experts;
+  const int tid = threadIdx.x;
+  float mx = -INFINITY;
+  bool any = false;
+  for (int j = tid; j < experts; j += kRouteThreads) {
+    mx = any ? fmaxf(mx, l[j]) : l[j];
+    any = true;
+  }
+  best_ps[tid] = mx;
+  best_ids[tid] = any ? 1 : 0;
+  __syncthreads();
+  for (int s = kRouteThreads / 2; s > 0; s >>= 1) {
+    if (tid < s && best_ids[tid + s] != 0) {
+      best_ps[tid] = best_ids[tid] != 0 ? fmaxf(best_ps[tid], best_ps[tid + s]) : best_ps[tid + s];
+      best_ids[tid] = 1;
+    }
+    __syncthreads();
+  }
+  mx = best_ps[0];
+  for (int j = tid; j < experts; j += kRouteThreads) probs[j] = expf(l[j] - mx);
+  __syncthreads();
+  if (tid == 0) {
+    float sum = 0.0f;
+    for (int j = 0; j < experts; ++j) sum += probs[j];
+    shared_sum = sum;
+  }
+  __syncthreads();
+  const float sum = shared_sum;
+  for (int j = tid; j < experts; j += kRouteThreads) probs[j] = probs[j] / sum;
+  __syncthreads();
+  float prev_p = INFINITY;
+  int prev_id = -1;
+  float top_sum = 0.0f;
+  // Thread 0's picked probabilities, written once at the end (divided by their sum when
+  // renormalising: the value MoeRoute stores, without reading it back from global memory).
+  float picked[kMaxTopK];
+  for (int i = 0; i < top_k; ++i) {
+    float best_p = -1.0f;
+    int best_id = -1;
+    for (int j = tid; j < experts; j += kRouteThreads) {
+      const float p = probs[j];
+      const bool after_prev = p < prev_p || (p == prev_p && j > prev_id);
+      if (after_prev && p > best_p) {
+        best_p = p;
+        best_id = j;
+      }
+    }
+    best_ps[tid] = best_p;
+    best_ids[tid] = best_id;
+    __syncthreads();
+    for (int s = kRouteThreads / 2; s > 0; s >>= 1) {
+      if (tid < s) {
+        const float op = best_ps[tid + s];
+        const int oid = best_ids[tid + s];
+        const bool better = oid >= 0 && (best_ids[tid] < 0 || op > best_ps[tid] ||
+                                         (op == best_ps[tid] && oid < best_ids[tid]));
+        if (better) {
+          best_ps[tid] = op;
+          best_ids[tid] = oid;
+        }
+      }
+      __syncthreads();
+    }
+    best_p = best_ps[0];
+    best_id = best_ids[0];
+    __syncthreads();
+    if (tid == 0) {
+      ids[tok * top_k + i] = best_id;
+      picked[i] = best_p;
+    }
+    top_sum += best_p;
+    prev_p = best_p;
+    prev_id = best_id;
+  }
+  if (tid == 0) {
+    for (int i = 0; i < top_k; ++i) {
+      weights[tok * top_k + i] = renormalise ? picked[i] / top_sum : picked[i];
+    }
+  }
+}
+
+// Per chunk of kSortChunk picks: the picks per expert, and each pick's rank among the chunk's
+// earlier picks of its expert (a stable order: token order within an expert). Shared-memory
+// integer counts are exact whatever order the increments land in.
+__global__ void __launch_bounds__(kSortChunk)
+    MoeCountKernel(const int32_t* ids, int64_t picks, int experts, int32_t* hist, int32_t* rank) {
+  KernelEntry();
+  __shared__ int32_t counts[kMaxExperts];
+  __shared__ int32_t chunk_ids[kSortChunk];
+  for (int e = threadIdx.x; e < experts; e += kSortChunk) counts[e] = 0;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSortChunk + threadIdx.x;
+  int32_t id = i < picks ? ids[i] : -1;
+  if (id < 0 || id >= experts) id = -1;
+  chunk_ids[threadIdx.x] = id;
+  __syncthreads();
+  if (id >= 0) {
+    atomicAdd(&counts[id], 1);
+    int32_t r = 0;
+    for (int j = 0; j < static_cast<int>(threadIdx.x); ++j) r += chunk_ids[j] == id ? 1 : 0;
+    rank[i] = r;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += kSortChunk) {
+    hist[static_cast<int64_t>(blockIdx.x) * experts + e] = counts[e];
+  }
+}
+
+// One block, a thread per expert: each chunk's first slot in the expert's range, the ranges'
+// starts (experts in ascending id) and the row tiles of every expert (`tile_rows` picks each).
+__global__ void __launch_bounds__(kOffsetThreads)
+    MoeOffsetsKernel(const int32_t* hist, int chunks, int experts, int tile_rows, int32_t* base,
+                     int32_t* offsets, MoeTile* tiles, int32_t* num_tiles) {
+  KernelEntry();
+  __shared__ int32_t scan_rows[kOffsetThreads];
+  __shared__ int32_t scan_tiles[kOffsetThreads];
+  const int e = threadIdx.x;
+  int32_t count = 0;
+  if (e < experts) {
+    // kOffsetBatch chunks' counts loaded before any is added, so that the loads overlap (one
+    // dependent load a chunk made a prefill's 320 chunks about 120 us).
+    int c = 0;
+    for (; c + kOffsetBatch <= chunks; c += kOffsetBatch) {
+      int32_t h[kOffsetBatch];
+#pragma unroll
+      for (int u = 0; u < kOffsetBatch; ++u) h[u] = hist[static_cast<int64_t>(c + u) * experts + e];
+#pragma unroll
+      for (int u = 0; u < kOffsetBatch; ++u) {
+        base[static_cast<int64_t>(c + u) * experts + e] = count;
+        count += h[u];
+      }
+    }
+    for (; c < chunks; ++c) {
+      base[static_cast<int64_t>(c) * experts + e] = count;
+      count += hist[static_cast<int64_t>(c) * experts + e];
+    }
+  }
+  const int32_t ntiles = (count + tile_rows - 1) / tile_rows;
+  scan_rows[e] = count;
+  scan_tiles[e] = ntiles;
+  __syncthreads();
+  // Inclusive scans (Hillis-Steele over the block's threads).
+  for (int s = 1; s < kOffsetThreads; s <<= 1) {
+    const int32_t r = e >= s ? scan_rows[e - s] : 0;
+    const int32_t t = e >= s ? scan_tiles[e - s] : 0;
+    __syncthreads();
+    scan_rows[e] += r;
+    scan_tiles[e] += t;
+    __syncthreads();
+  }
+  const int32_t first_row = scan_rows[e] - count;
+  const int32_t first_tile = scan_tiles[e] - ntiles;
+  if (e < experts) {
+    offsets[e] = first_row;
+    for (int32_t j = 0; j < ntiles; ++j) {
+      const int32_t start = first_row + j * tile_rows;
+      const int32_t rows = count - j * tile_rows < tile_rows ? count - j * tile_rows : tile_rows;
+      tiles[first_tile + j] = MoeTile{e, start, rows};
+    }
+  }
+  if (e == kOffsetThreads - 1) *num_tiles = scan_tiles[e];
+}
+
+// Each pick to its slot: its expert's range start, its chunk's first slot there, its rank.
+__global__ void __launch_bounds__(kSortChunk)
+    MoeScatterKernel(const int32_t* ids, int64_t picks, int experts, const int32_t* base,
+                     const int32_t* offsets, const int32_t* rank, int32_t* sorted_picks,
+                     int32_t* slot_of_pick) {
+  KernelEntry();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSortChunk + threadIdx.x;
+  if (i >= picks) return;
+  const int32_t id = ids[i];
+  if (id < 0 || id >= experts) {
+    slot_of_pick[i] = -1;
+    return;
+  }
+  const int32_t slot =
+      offsets[id] + base[static_cast<int64_t>(blockIdx.x) * experts + id] + rank[i];
+  sorted_picks[slot] = static_cast<int32_t>(i);
+  slot_of_pick[i] = slot;
+}
+
+// ---- The eighth round's routing, sorting and sum (HipKernelBackendOptions::moe_kernels = 1):
+// the same outputs, bit for bit, with fewer launches and loads that overlap.
+
+// The sort of at most kSmallSortPicks picks in one block (MoeCountKernel, MoeOffsetsKernel and
+// MoeScatterKernel in one launch): a pick's rank among the earlier picks of its expert, the
+// experts' counts (integer, exact in any order), the scans and tiles of MoeOffsetsKernel, and
+// each pick to offsets[expert] + rank: the same slots, tiles and counts.
+constexpr int kSmallSortPicks = kOffsetThreads;
+static_assert(kSmallSortPicks == kMaxExperts);
+
+// kThreads: the block's threads, at least the call's picks and experts.
+template <int kThreads = kOffsetThreads>
+__device__ void SortPicksInBlock(const int32_t* ids, int picks, int experts, int tile_rows,
+                                 int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
+                                 int32_t* sorted_picks, int32_t* slot_of_pick) {
+  static_assert(kThreads % 32 == 0 && kThreads <= kSmallSortPicks);
+  __shared__ int32_t pick_ids[kThreads];
+  __shared__ int32_t counts[kThreads];
+  __shared__ int32_t scan_rows[kThreads];
+  __shared__ int32_t scan_tiles[kThreads];
+  const int t = threadIdx.x;  // blockDim.x == kThreads.
+  int32_t id = t < picks ? ids[t] : -1;
+  if (id < 0 || id >= experts) id = -1;
+  pick_ids[t] = id;
+  counts[t] = 0;
+  __syncthreads();
+  int32_t rank = 0;
+  if (id >= 0) {
+    atomicAdd(&counts[id], 1);
+    for (int j = 0; j < t; ++j) rank += pick_ids[j] == id ? 1 : 0;
+  }
+  __syncthreads();
+  const int32_t count = t < experts ? counts[t] : 0;
+  const int32_t ntiles = (count + tile_rows - 1) / tile_rows;
+#if !defined(__HIP_PLATFORM_AMD__)
+  // The inclusive scans of the counts and tiles: within each warp by shuffles, the warps' totals
+  // by warp 0 the same way, then each thread adds the totals of the warps before its own (three
+  // barriers instead of twenty; integer sums, so the same values in any order).
+  {
+    static_assert(kThreads / 32 <= 32, "warp 0 scans the warps' totals");
+    constexpr unsigned kAll = 0xffffffffu;
+    __shared__ int32_t warp_rows[kThreads / 32];
+    __shared__ int32_t warp_tiles[kThreads / 32];
+    const int lane = t % 32;
+    const int warp = t / 32;
+    int32_t rows_incl = count, tiles_incl = ntiles;
+#pragma unroll
+    for (int s = 1; s < 32; s <<= 1) {
+      const int32_t r = __shfl_up_sync(kAll, rows_incl, s);
+      const int32_t n = __shfl_up_sync(kAll, tiles_incl, s);
+      if (lane >= s) {
+        rows_incl += r;
+        tiles_incl += n;
+      }
+    }
+    if (lane == 31) {
+      warp_rows[warp] = rows_incl;
+      warp_tiles[warp] = tiles_incl;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lanes past the block's warps take zeros and store nothing (a block of fewer than 32
+      // warps has fewer totals).
+      constexpr int kWarpsHere = kThreads / 32;
+      int32_t wr = lane < kWarpsHere ? warp_rows[lane] : 0;
+      int32_t wn = lane < kWarpsHere ? warp_tiles[lane] : 0;
+#pragma unroll
+      for (int s = 1; s < 32; s <<= 1) {
+        const int32_t r = __shfl_up_sync(kAll, wr, s);
+        const int32_t n = __shfl_up_sync(kAll, wn, s);
+        if (lane >= s) {
+          wr += r;
+          wn += n;
+        }
+      }
+      if (lane < kWarpsHere) {
+        warp_rows[lane] = wr;
+        warp_tiles[lane] = wn;
+      }
+    }
+    __syncthreads();
+    scan_rows[t] = rows_incl + (warp > 0 ? warp_rows[warp - 1] : 0);
+    scan_tiles[t] = tiles_incl + (warp > 0 ? warp_tiles[warp - 1] : 0);
+    __syncthreads();
+  }
+#else
+  scan_rows[t] = count;
+  scan_tiles[t] = ntiles;
+  __syncthreads();
+  for (int s = 1; s < kThreads; s <<= 1) {
+    const int32_t r = t >= s ? scan_rows[t - s] : 0;
+    const int32_t n = t >= s ? scan_tiles[t - s] : 0;
+    __syncthreads();
+    scan_rows[t] += r;
+    scan_tiles[t] += n;
+    __syncthreads();
+  }
+#endif
+  const int32_t first_row = scan_rows[t] - count;
+  const int32_t first_tile = scan_tiles[t] - ntiles;
+  if (t < experts) {
+    offsets[t] = first_row;
+    for (int32_t j = 0; j < ntiles; ++j) {
+      const int32_t start = first_row + j * tile_rows;
+      const int32_t rows = count - j * tile_rows < tile_rows ? count - j * tile_rows : tile_rows;
+      tiles[first_tile + j] = MoeTile{t, start, rows};
+    }
+  }
+  if (t == kThreads - 1) *num_tiles = scan_tiles[t];
+  __syncthreads();
+  // scan_rows[e] - counts[e] is expert e's first slot.
+  if (t < picks) {
+    if (id < 0) {
+      slot_of_pick[t] = -1;
+    } else {
+      const int32_t slot = scan_rows[id] - counts[id] + rank;
+      sorted_picks[slot] = t;
+      slot_of_pick[t] = slot;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kOffsetThreads)
+    MoeSortSmallKernel(const int32_t* ids, int picks, int experts, int tile_rows,
+                       int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
+                       int32_t* sorted_picks, int32_t* slot_of_pick) {
+  KernelEntry();
+  SortPicksInBlock(ids, picks, experts, tile_rows, offsets, tiles, num_tiles, sorted_picks,
+                   slot_of_pick);
+}
+
+#if !defined(__HIP_PLATFORM_AMD__)
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+constexpr int kRouteWarps = kRouteThreads / 32;
+constexpr int kLaneExperts = 16;  // Experts a routing lane keeps in registers (RouteTokenInWarp).
+// The fused routing and sort's smaller block, for calls of at most this many experts and picks.
+constexpr int kHalfRouteThreads = kOffsetThreads / 2;
+static_assert(kHalfRouteThreads <= 32 * kLaneExperts, "a half block's calls route in registers");
+// Calls of at most this many tokens (and kSmallSortPicks picks) route and sort in one block.
+constexpr int kFusedRouteTokens = kOffsetThreads / 32;
+// Shared memory a block may take without asking for more, and (at least) the static shared
+// memory of SortPicksInBlock at its largest block (16.25 KiB at 1024 threads; 8.125 KiB at 512)
+// beside the fused kernel's dynamic routing buffer.
+constexpr size_t kDefaultSharedBytes = 48 * 1024;
+constexpr size_t kSortSharedBytes = 17 * 1024;
+static_assert((4 * kOffsetThreads + 2 * (kOffsetThreads / 32)) * sizeof(int32_t) <=
+                  kSortSharedBytes,
+              "SortPicksInBlock's shared arrays");
+
+// Floats of shared memory a routing warp's token takes: its experts rounded up to whole float4s.
+__host__ __device__ constexpr int RouteStride(int experts) { return (experts + 3) / 4 * 4; }
+constexpr int kRouteLoads = 8;  // Logits a lane loads before it stores any (loads in flight).
+
+// The warp's best under (probability descending, id ascending) of the lanes' own bests
+// (best_id < 0: none), in every lane; none anywhere leaves best_p -1 and best_id -1. The
+// probabilities of candidates are never negative or NaN, so their bits plus one order them as
+// unsigned integers (0: no candidate): the largest by one warp reduction, then the least id among
+// the lanes holding it by another. The order is total, so this is the butterfly's and MoeRoute's
+// pick.
+// (Before sm_80, which has no warp reductions: the butterfly of shuffles under the same order.)
+__device__ inline void WarpBestPick(float& best_p, int& best_id) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float op = __shfl_xor_sync(kFullWarp, best_p, off);
+    const int oid = __shfl_xor_sync(kFullWarp, best_id, off);
+    const bool better =
+        oid >= 0 && (best_id < 0 || op > best_p || (op == best_p && oid < best_id));
+    if (better) {
+      best_p = op;
+      best_id = oid;
+    }
+  }
+#else
+  const unsigned key = best_id >= 0 ? __float_as_uint(best_p) + 1u : 0u;
+  const unsigned top = __reduce_max_sync(kFullWarp, key);
+  if (top == 0u) {
+    best_p = -1.0f;
+    best_id = -1;
+    return;
+  }
+  best_id = static_cast<int>(
+      __reduce_min_sync(kFullWarp, key == top ? static_cast<unsigned>(best_id) : 0xffffffffu));
+  best_p = __uint_as_float(top - 1u);
+#endif
+}
+
+// Lane 0's sum of buf[0 .. experts) in expert order (MoeRoute's one chain of additions): 16
+// values a batch in four 16-byte loads, the next batch's loads issued before this batch's adds.
+__device__ inline float SumInOrder(const float* buf, int experts) {
+  float sum = 0.0f;
+  int j = 0;
+  if (experts >= 16) {
+    float4 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = *reinterpret_cast<const float4*>(buf + 4 * u);
+    for (; j + 16 <= experts; j += 16) {
+      float4 next[4];
+      const bool more = j + 32 <= experts;
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          next[u] = *reinterpret_cast<const float4*>(buf + j + 16 + 4 * u);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        sum += q[u].x;
+        sum += q[u].y;
+        sum += q[u].z;
+        sum += q[u].w;
+      }
+      if (more) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) q[u] = next[u];
+      }
+    }
+  }
+  for (; j < experts; ++j) sum += buf[j];
+  return sum;
+}
+
+// Lane i's pick i to ids / weights: the value MoeRoute stores (divided by the picks' sum when
+// renormalising).
+__device__ inline void StorePicks(int top_k, bool renormalise, float my_p, int my_id,
+                                  float top_sum, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
+  if (lane < top_k) {
+    ids[lane] = my_id;
+    weights[lane] = renormalise ? my_p / top_sum : my_p;
+  }
+}
+
+// RouteTokenInWarp's register path (experts <= 32 * kLaneExperts): lane l's experts l, l + 32,
+// ... in registers, `buf` holding only the exps for lane 0's sum.
+__device__ void RouteTokenInRegisters(const float* l, int experts, int top_k, bool renormalise,
+                                      float* buf, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x % 32;
+  float v[kLaneExperts];
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    v[u] = j < experts ? l[j] : NAN;
+  }
+  float mx = NAN;
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) mx = fmaxf(mx, v[u]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    if (j < experts) {
+      v[u] = expf(v[u] - mx);
+      buf[j] = v[u];
+    }
+  }
+  __syncwarp();
+  const float sum = __shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0);
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) v[u] = v[u] / sum;
+  float prev_p = INFINITY;
+  int prev_id = -1;
+  float top_sum = 0.0f;
+  float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).
+  int my_id = -1;
+  for (int i = 0; i < top_k; ++i) {
+    float best_p = -1.0f;
+    int best_id = -1;
+#pragma unroll
+    for (int u = 0; u < kLaneExperts; ++u) {
+      const int j = lane + 32 * u;
+      const bool after_prev = v[u] < prev_p || (v[u] == prev_p && j > prev_id);
+      if (j < experts && after_prev && v[u] > best_p) {
+        best_p = v[u];
+        best_id = j;
+      }
+    }
+    WarpBestPick(best_p, best_id);
+    if (lane == i) {
+      my_p = best_p;
+      my_id = best_id;
+    }
+    top_sum += best_p;
+    prev_p = best_p;
+    prev_id = best_id;
+  }
+  StorePicks(top_k, renormalise, my_p, my_id, top_sum, ids, weights);
+}
+
+// MoeRouteBlockKernel's arithmetic for one token by one warp, over `buf`, RouteStride(experts)
+// floats of shared memory, 16-byte aligned (lane l takes experts l, l + 32, ...): the maximum by
+// shuffles (exact in any order; NaN ignored unless every logit is NaN, as the block's fmaxf
+// tree), exp(l - max) each, their sum by lane 0 in expert order (MoeRoute's one thread), the
+// probabilities p / sum, and pick i as the best strictly after pick i - 1 in (probability
+// descending, id ascending): each lane's best in ascending id, then the warp's best
+// (WarpBestPick). Lane i keeps pick i and writes it.
+//
+// Up to kLaneExperts experts a lane (512 experts) each lane keeps its values in registers and
+// `buf` holds only the exps for lane 0's sum; more experts take loops over `buf`, their loads
+// batched so that latency is paid once a batch (the logits kRouteLoads a lane at a time).
+__device__ void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
+                                 float* buf, int32_t* ids, float* weights) {
+  if (experts <= 32 * kLaneExperts) {
+    RouteTokenInRegisters(l, experts, top_k, renormalise, buf, ids, weights);
+    return;
+  }
+  const int lane = threadIdx.x % 32;
+  float mx = NAN;
+  for (int j0 = lane; j0 < experts; j0 += 32 * kRouteLoads) {
+    float v[kRouteLoads];
+#pragma unroll
+    for (int u = 0; u < kRouteLoads; ++u) {
+      const int j = j0 + 32 * u;
+      v[u] = j < experts ? l[j] : NAN;
+    }
+#pragma unroll
+    for (int u = 0; u < kRouteLoads; ++u) {
+      const int j = j0 + 32 * u;
+      if (j < experts) buf[j] = v[u];
+      mx = fmaxf(mx, v[u]);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll 4
+  for (int j = lane; j < experts; j += 32) buf[j] = expf(buf[j] - mx);
+  __syncwarp();
+  const float sum = __shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0);
+  // From here each lane reads only its own experts' values.
+#pragma unroll 4
+  for (int j = lane; j < experts; j += 32) buf[j] = buf[j] / sum;
+  float prev_p = INFINITY;
+  int prev_id = -1;
+  float top_sum = 0.0f;
+  float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).
+  int my_id = -1;
+  for (int i = 0; i < top_k; ++i) {
+    float best_p = -1.0f;
+    int best_id = -1;
+#pragma unroll 4
+    for (int j = lane; j < experts; j += 32) {
+      const float v = buf[j];
+      const bool after_prev = v < prev_p || (v == prev_p && j > prev_id);
+      if (after_prev && v > best_p) {
+        best_p = v;
+        best_id = j;
+      }
+    }
+    WarpBestPick(best_p, best_id);
+    if (lane == i) {
+      my_p = best_p;
+      my_id = best_id;
+    }
+    top_sum += best_p;
+    prev_p = best_p;
+    prev_id = best_id;
+  }
+  StorePicks(top_k, renormalise, my_p, my_id, top_sum, ids, weights);
+}
+
+// A warp per token (kRouteWarps tokens a block); dynamic shared memory: kRouteWarps *
+// RouteStride(experts) floats.
+__global__ void __launch_bounds__(kRouteThreads)
+    MoeRouteWarpKernel(const float* logits, int64_t logits_ld, int64_t tokens, int experts,
+                       int top_k, bool renormalise, int32_t* ids, float* weights) {
+  extern __shared__ float4 route_buf4[];
+  float* const route_buf = reinterpret_cast<float*>(route_buf4);
+  KernelEntry();
+  const int warp = threadIdx.x / 32;
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (tok >= tokens) return;  // Uniform per warp.
+  RouteTokenInWarp(logits + tok * logits_ld, experts, top_k, renormalise,
+                   route_buf + warp * RouteStride(experts), ids + tok * top_k,
+                   weights + tok * top_k);
+}
+
+// A decode step's routing and sort in one launch: warp w routes token w (tokens <=
+// kFusedRouteTokens), then the block sorts the picks (SortPicksInBlock; the ids written
+// above are visible to the block after the barrier). Dynamic shared memory: tokens *
+// RouteStride(experts) floats.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    MoeRouteSortSmallKernel(const float* logits, int64_t logits_ld, int tokens, int experts,
+                            int top_k, bool renormalise, int tile_rows, int32_t* ids,
+                            float* weights,
+                            int32_t* offsets, MoeTile* tiles, int32_t* num_tiles,
+                            int32_t* sorted_picks, int32_t* slot_of_pick) {
+  extern __shared__ float4 route_buf4[];
+  float* const route_buf = reinterpret_cast<float*>(route_buf4);
+  KernelEntry();
+  const int tok = threadIdx.x / 32;
+  if (tok < tokens) {
+    RouteTokenInWarp(logits + tok * logits_ld, experts, top_k, renormalise,
+                     route_buf + tok * RouteStride(experts), ids + tok * top_k,
+                     weights + tok * top_k);
+  }
+  __syncthreads();
+  SortPicksInBlock<kThreads>(ids, tokens * top_k, experts, tile_rows, offsets, tiles, num_tiles,
+                             sorted_picks, slot_of_pick);
+}
+
+#endif  // !__HIP_PLATFORM_AMD__
+
+}  // namespace
+
+int MoeMaxExperts() { return kMaxExperts; }
+int MoeMaxTopK() { return kMaxTopK; }
+
+int64_t MoeMaxTiles(int64_t picks, int experts, int tile_rows) {
+  // An expert with c picks has ceil(c / tile_rows) <= c / tile_rows + 1 tiles.
+  const int64_t spread = picks < experts ? picks : experts;
+  const int64_t bound = picks / tile_rows + spread + 1;
+  return picks < bound ? picks : bound;
+}
+
+hipError_t MoeRouteBlock(const float* logits, int64_t tokens, int experts, int top_k,
+                         bool renormalise, int32_t* ids, float* weights, hipStream_t stream) {
+  if (tokens == 0 || top_k == 0) return hipSuccess;
+  // The kernels keep a token's picks in an array of kMaxTopK.
+  if (experts < 1 || experts > kMaxExperts || top_k < 0 || top_k > kMaxTopK ||
+      tokens > 0x7fffffff) {
+    return hipErrorInvalidValue;
+  }
+  LaunchKernel(MoeRouteBlockKernel, static_cast<unsigned int>(tokens), kRouteThreads, 0, stream,
+               logits, experts, top_k, renormalise, ids, weights);
+  return hipGetLastError();
+}
+
+MoeSortSizes MoeSortSizesFor(int64_t picks, int experts, int tile_rows) {
+  MoeSortSizes s;
+  s.chunks = CeilDiv(picks, kSortChunk);
+  s.hist_ints = s.chunks * experts;
+  s.max_tiles = tile_rows >= 1 ? MoeMaxTiles(picks, experts, tile_rows) : 0;
+  return s;
+}
+
+hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile_rows,
+                        const MoeSortBuffers& b, hipStream_t stream, bool one_block) {
+  if (picks == 0) return hipSuccess;
+  if (experts < 1 || experts > kMaxExperts || tile_rows < 1) return hipErrorInvalidValue;
+  if (one_block && picks <= kSmallSortPicks) {
+    LaunchKernel(MoeSortSmallKernel, 1, kOffsetThreads, 0, stream, ids, static_cast<int>(picks),
+                 experts, tile_rows, b.offsets, b.tiles, b.num_tiles, b.sorted_picks,
+                 b.slot_of_pick);
+    return hipGetLastError();
+  }
+  const int64_t chunks = CeilDiv(picks, kSortChunk);
+  if (chunks > 0x7fffffff) return hipErrorInvalidValue;
+  LaunchKernel(MoeCountKernel, static_cast<unsigned int>(chunks), kSortChunk, 0, stream, ids, picks,
+               experts, b.hist, b.rank);
+  LaunchKernel(MoeOffsetsKernel, 1, kOffsetThreads, 0, stream, b.hist, static_cast<int>(chunks),
+               experts, tile_rows, b.base, b.offsets, b.tiles, b.num_tiles);
+  LaunchKernel(MoeScatterKernel, static_cast<unsigned int>(chunks), kSortChunk, 0, stream, ids,
+               picks, experts, b.base, b.offsets, b.rank, b.sorted_picks, b.slot_of_pick);
+  return hipGetLastError();
+}
+
+hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t tokens, int experts,
+                           int top_k, bool renormalise, MoeRouting routing, int tile_rows,
+                           int32_t* ids, float* weights, const MoeSortBuffers& b,
+                           hipStream_t stream) {
+  const int64_t picks = tokens * top_k;
+  if (picks == 0) return hipSuccess;
+  if (experts < 1 || experts > kMaxExperts || top_k < 1 || top_k > experts || top_k > kMaxTopK ||
+      tile_rows < 1 || tokens < 0 || tokens > 0x7fffffff || logits_ld < experts) {
+    return hipErrorInvalidValue;
+  }
+#if defined(__HIP_PLATFORM_AMD__)
+  if (logits_ld != experts) return hipErrorInvalidValue;
+#else
+  if (routing != MoeRouting::kWarp && logits_ld != experts) return hipErrorInvalidValue;
+#endif
+  hipError_t e = hipSuccess;
+  switch (routing) {
+    case MoeRouting::kThread:
+      e = MoeRoute(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
+      break;
+    case MoeRouting::kBlock:
+      e = MoeRouteBlock(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
+      break;
+    case MoeRouting::kWarp:
+#if defined(__HIP_PLATFORM_AMD__)
+      e = MoeRouteBlock(logits, tokens, experts, top_k, renormalise, ids, weights, stream);
+#else
+      if (tokens <= kFusedRouteTokens && picks <= kSmallSortPicks) {
+        const size_t bytes = static_cast<size_t>(tokens) * RouteStride(experts) * sizeof(float);
+        // Beyond the default beside the sort's static shared memory: ask for it. A device whose
+        // blocks cannot have that much routes and sorts in separate launches below.
+        // Half the block where the call allows it: a thread then has up to 128 registers, and
+        // the routing warps keep their experts in them without spilling.
+        const bool half = experts <= kHalfRouteThreads && picks <= kHalfRouteThreads &&
+                          tokens <= kHalfRouteThreads / 32;
+        const auto kernel = half ? MoeRouteSortSmallKernel<kHalfRouteThreads>
+                                 : MoeRouteSortSmallKernel<kOffsetThreads>;
+        if (bytes + kSortSharedBytes <= kDefaultSharedBytes ||
+            AllowSharedBytes(kernel, bytes) == hipSuccess) {
+          LaunchKernel(kernel, 1, half ? kHalfRouteThreads : kOffsetThreads, bytes, stream, logits,
+                       logits_ld, static_cast<int>(tokens), experts, top_k, renormalise,
+                       tile_rows, ids, weights, b.offsets, b.tiles, b.num_tiles, b.sorted_picks,
+                       b.slot_of_pick);
+          return hipGetLastError();
+        }
+        static_cast<void>(hipGetLastError());  // The refusal, not an error of this call.
+      }
+      LaunchKernel(MoeRouteWarpKernel, static_cast<unsigned int>(CeilDiv(tokens, kRouteWarps)),
+                   kRouteThreads,
+                   static_cast<size_t>(kRouteWarps) * RouteStride(experts) * sizeof(float),
+                   stream, logits, logits_ld, tokens, experts, top_k, renormalise, ids, weights);
+      e = hipGetLastError();
+#endif
+      break;
+  }
+  if (e != hipSuccess) return e;
+  return MoeSortPicks(ids, picks, experts, tile_rows, b, stream,
+                      /*one_block=*/routing == MoeRouting::kWarp);
+}
+
+}  // namespace cairn::infer::hip
