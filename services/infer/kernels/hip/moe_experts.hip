@@ -652,7 +652,9 @@ hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_pick
   }
   const int wpt =
       WarpsPerTile(max_tiles + shared_tiles, col_tiles, segments, long_warps.waves, places);
-  static_assert(kWarps / 2 <= kMaxPartSegments, "a part past 0 has at most kWarps / 2 segments");
+  // With wpt >= 2 a warp takes at most segments / 2 <= kWarps / 2 segments (the bound of the
+  // kernel's `partial`); SegmentsFor never cuts more than kWarps.
+  static_assert(mma_rows::kMaxSegments <= kWarps && kWarps / 2 <= kMaxPartSegments);
   if (segments > kWarps || wpt < 1 || wpt > segments || segments % wpt != 0) {
     return hipErrorInvalidValue;
   }
@@ -662,8 +664,11 @@ hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_pick
                   static_cast<unsigned int>(groups));
   LaunchKernel(kernel, grid, kThreads, 0, stream, x, ldx, sorted_picks, top_k, tiles, num_tiles,
                max_tiles, weights, n, k, y, ldy, segments, segment, wpt, width, shared);
-  if (wpt < segments) long_warp_launches.fetch_add(1, std::memory_order_relaxed);
-  return hipGetLastError();
+  const hipError_t e = hipGetLastError();
+  if (e == hipSuccess && wpt < segments) {
+    long_warp_launches.fetch_add(1, std::memory_order_relaxed);
+  }
+  return e;
 }
 
 }  // namespace

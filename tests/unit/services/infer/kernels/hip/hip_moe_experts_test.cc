@@ -357,15 +357,18 @@ TEST_F(HipMoeExpertsTest, LongWarpsGiveTheBitsOfAWarpASegment) {
   // The decode path's grouped products with warps of several k segments (moe_product_waves)
   // against a warp a segment (0) and the default (KernelBackend::MoeExperts: MatMulRowsMma per
   // expert), with both input roundings and the shared expert folded in. On the H200 (132
-  // multiprocessors, two blocks each) waves 1, 2 and 4 give warps of 8, 4 and 2 of the 80B-like
-  // gate/up product's 8 segments on one token or 16 (parts past 0 handing over 1 to 4 sums); the
-  // long segments' last step runs past k; unaligned inputs take the scalar loads.
+  // multiprocessors, two blocks each), warps a column tile of the gate/up product at waves 1 /
+  // 2 / 4: one token of the 80B-like layer 4 / 8 / 8 of its 8 segments, 16 tokens 1 / 1 / 1
+  // (a warp all 8), the long segments (last step past k) with the shared expert 2 / 4 / 8 (parts
+  // past 0 handing over 4 sums), the unaligned inputs of several segments (the scalar loads) 1
+  // or 2 of 4.
   const std::vector<MoeShape> shapes = {
       {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
       {"80B-like layer, 16 slots", 16, 2048, 512, 512, 10, false, 0.0f},
       {"long segments", 9, 2056, 1024, 4, 2, true, 0.0f},
       {"narrow", 20, 256, 40, 16, 4, false, 6.0f},
       {"unaligned", 21, 70, 36, 12, 5, true, 0.0f},
+      {"unaligned, several segments", 64, 1030, 256, 64, 8, false, 0.0f},
   };
   const std::vector<int> waves = {0, 1, 2, 4};
   const int64_t long_before = hip::MoeLongWarpLaunches();
