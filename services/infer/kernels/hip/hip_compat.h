@@ -111,6 +111,25 @@ inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) {
 inline hipError_t hipFuncSetAttribute(const void* f, hipFuncAttribute a, int v) {
   return cudaFuncSetAttribute(f, a, v);
 }
+// Stream capture into graphs (the kernel benchmark's launch-chain probe).
+using hipGraph_t = cudaGraph_t;
+using hipGraphExec_t = cudaGraphExec_t;
+using hipStreamCaptureMode = cudaStreamCaptureMode;
+inline constexpr hipStreamCaptureMode hipStreamCaptureModeThreadLocal =
+    cudaStreamCaptureModeThreadLocal;
+inline hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode mode) {
+  return cudaStreamBeginCapture(s, mode);
+}
+inline hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t* g) {
+  return cudaStreamEndCapture(s, g);
+}
+inline hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* e, hipGraph_t g,
+                                               unsigned long long flags) {  // NOLINT
+  return cudaGraphInstantiateWithFlags(e, g, flags);
+}
+inline hipError_t hipGraphLaunch(hipGraphExec_t e, hipStream_t s) { return cudaGraphLaunch(e, s); }
+inline hipError_t hipGraphExecDestroy(hipGraphExec_t e) { return cudaGraphExecDestroy(e); }
+inline hipError_t hipGraphDestroy(hipGraph_t g) { return cudaGraphDestroy(g); }
 template <typename Kernel>
 inline hipError_t hipOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel kernel,
                                                                int threads, size_t shared) {

@@ -6,6 +6,7 @@
 //
 // Usage: cairn_hip_kernel_bench [--quick] [--decode-products] [--moe-prefill]
 //                               [--prefill-attention] [--decode-batch] [--moe-decode]
+//                               [--launch-chain]
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
 // rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
@@ -32,6 +33,12 @@
 // model's layers, cycled over enough copies that they are not in L2. The bytes each must move
 // against the device copy rate of the same run, and the whole step's share: the model has 8
 // attention and 24 delta-rule layers.
+//
+// --launch-chain: only the cost a launch of a chain of small dependent kernels (SigmoidMul on
+// 256 values, 200 in a row, as a decode step's small launches): plain launches and overlapped
+// ones (hip::SetOverlappedLaunches), each issued one by one (the host's issue rate may set the
+// pace), queued behind a long device copy (the device's own cost) and replayed from a captured
+// graph.
 //
 // --prefill-attention: only the matrix-unit prefill attention at the dense 9B-like model's heads
 // (16 q / 4 kv heads of 256) for the four 8192-token passes of a 32K prefill and one 4096-token
@@ -189,6 +196,86 @@ int DecodeProducts() {
 }
 
 // The per-sequence operations of a dense decode step (see --decode-batch above).
+// Exits with the error's name where a runtime call or launch failed.
+void CheckRuntime(hipError_t e, const char* what) {
+  if (e != hipSuccess) Bench::Fail(std::string(what) + ": " + hipGetErrorName(e));
+}
+
+// See --launch-chain above.
+int LaunchChain() {
+  const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
+  HipKernelBackend& b = *backend;
+  Bench bench(&b);
+  const hipStream_t stream = b.compute_stream();
+  constexpr int kChain = 200, kRepeats = 50, kQueuedRepeats = 10;
+  constexpr size_t kBigBytes = size_t{1} << 30;  // Contents unused: never filled.
+  absl::StatusOr<DeviceBuffer> big_src = b.Allocate(kBigBytes);
+  absl::StatusOr<DeviceBuffer> big_dst = b.Allocate(kBigBytes);
+  if (!big_src.ok() || !big_dst.ok()) Bench::Fail("allocating the copy's 2 GiB");
+  float* x = bench.Buffer(256, 90);
+  float* gate = bench.Buffer(256, 91);
+  const auto chain = [&] {
+    for (int i = 0; i < kChain; ++i) {
+      CheckRuntime(hip::SigmoidMul(x, gate, 256, nullptr, stream), "sigmoid mul");
+    }
+  };
+  hipEvent_t start, stop;
+  CheckRuntime(hipEventCreate(&start), "event");
+  CheckRuntime(hipEventCreate(&stop), "event");
+  // Microseconds a launch of `run` (one chain) over kRepeats chains, after one to warm up.
+  const auto time = [&](const std::function<void()>& run) {
+    run();
+    CheckRuntime(hipStreamSynchronize(stream), "sync");
+    CheckRuntime(hipEventRecord(start, stream), "record");
+    for (int r = 0; r < kRepeats; ++r) run();
+    CheckRuntime(hipEventRecord(stop, stream), "record");
+    CheckRuntime(hipEventSynchronize(stop), "sync");
+    float ms = 0.0f;
+    CheckRuntime(hipEventElapsedTime(&ms, start, stop), "elapsed");
+    return 1000.0 * ms / (kRepeats * kChain);
+  };
+  const bool before = hip::OverlappedLaunches();
+  for (const bool overlapped : {false, true}) {
+    hip::SetOverlappedLaunches(overlapped);
+    const double issued = time(chain);
+    hipGraph_t graph = nullptr;
+    hipGraphExec_t exec = nullptr;
+    CheckRuntime(hipStreamBeginCapture(stream, hipStreamCaptureModeThreadLocal), "capture");
+    chain();
+    CheckRuntime(hipStreamEndCapture(stream, &graph), "end capture");
+    CheckRuntime(hipGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+    const double replayed = time([&] { CheckRuntime(hipGraphLaunch(exec, stream), "graph"); });
+    // The chain issued while the device copies 4 GiB (about 2 ms, longer than the host takes to
+    // issue it), timed from the copy's end: the device's own cost a launch, without the host's.
+    double queued = 0.0;
+    for (int r = 0; r < kQueuedRepeats; ++r) {
+      for (int c = 0; c < 4; ++c) {
+        CheckRuntime(hipMemcpyAsync(big_dst->data(), big_src->data(), kBigBytes,
+                                    hipMemcpyDeviceToDevice, stream),
+                     "copy");
+      }
+      CheckRuntime(hipEventRecord(start, stream), "record");
+      chain();
+      CheckRuntime(hipEventRecord(stop, stream), "record");
+      CheckRuntime(hipEventSynchronize(stop), "sync");
+      float ms = 0.0f;
+      CheckRuntime(hipEventElapsedTime(&ms, start, stop), "elapsed");
+      queued += 1000.0 * ms / (kQueuedRepeats * kChain);
+    }
+    CheckRuntime(hipGraphExecDestroy(exec), "graph");
+    CheckRuntime(hipGraphDestroy(graph), "graph");
+    std::printf(
+        "launch chain, %s launches: issued one by one %.2f us a launch, queued behind a copy "
+        "%.2f us, from a graph %.2f us\n",
+        overlapped ? "overlapped" : "plain", issued, queued, replayed);
+  }
+  hip::SetOverlappedLaunches(before);
+  CheckRuntime(hipEventDestroy(start), "event");
+  CheckRuntime(hipEventDestroy(stop), "event");
+  bench.Free();
+  return 0;
+}
+
 int DecodeBatch() {
   const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
   HipKernelBackend& b = *backend;
@@ -572,7 +659,7 @@ int Main(bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, decode_products = false, moe_prefill = false, prefill_attention = false,
-       decode_batch = false, moe_decode = false;
+       decode_batch = false, moe_decode = false, launch_chain = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
@@ -580,7 +667,9 @@ int main(int argc, char** argv) {
     prefill_attention = prefill_attention || std::strcmp(argv[i], "--prefill-attention") == 0;
     decode_batch = decode_batch || std::strcmp(argv[i], "--decode-batch") == 0;
     moe_decode = moe_decode || std::strcmp(argv[i], "--moe-decode") == 0;
+    launch_chain = launch_chain || std::strcmp(argv[i], "--launch-chain") == 0;
   }
+  if (launch_chain) return cairn::infer::LaunchChain();
   if (moe_decode) return cairn::infer::MoeDecode();
   if (decode_batch) return cairn::infer::DecodeBatch();
   if (decode_products) return cairn::infer::DecodeProducts();
