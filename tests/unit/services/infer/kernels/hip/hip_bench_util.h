@@ -74,6 +74,10 @@ class Bench {
   static void Check(const absl::Status& s, const char* what) {
     if (!s.ok()) Fail(std::string(what) + ": " + s.ToString());
   }
+  // A runtime call's or launch's error ends the run with its description.
+  static void Check(hipError_t e, const char* what) {
+    if (e != hipSuccess) Fail(std::string(what) + ": " + hipGetErrorString(e));
+  }
 
  private:
   HipKernelBackend* b_;

@@ -195,12 +195,6 @@ int DecodeProducts() {
   return 0;
 }
 
-// The per-sequence operations of a dense decode step (see --decode-batch above).
-// Exits with the error's name where a runtime call or launch failed.
-void CheckRuntime(hipError_t e, const char* what) {
-  if (e != hipSuccess) Bench::Fail(std::string(what) + ": " + hipGetErrorName(e));
-}
-
 // See --launch-chain above.
 int LaunchChain() {
   const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
@@ -216,22 +210,22 @@ int LaunchChain() {
   float* gate = bench.Buffer(256, 91);
   const auto chain = [&] {
     for (int i = 0; i < kChain; ++i) {
-      CheckRuntime(hip::SigmoidMul(x, gate, 256, nullptr, stream), "sigmoid mul");
+      Bench::Check(hip::SigmoidMul(x, gate, 256, nullptr, stream), "sigmoid mul");
     }
   };
   hipEvent_t start, stop;
-  CheckRuntime(hipEventCreate(&start), "event");
-  CheckRuntime(hipEventCreate(&stop), "event");
+  Bench::Check(hipEventCreate(&start), "event");
+  Bench::Check(hipEventCreate(&stop), "event");
   // Microseconds a launch of `run` (one chain) over kRepeats chains, after one to warm up.
   const auto time = [&](const std::function<void()>& run) {
     run();
-    CheckRuntime(hipStreamSynchronize(stream), "sync");
-    CheckRuntime(hipEventRecord(start, stream), "record");
+    Bench::Check(hipStreamSynchronize(stream), "sync");
+    Bench::Check(hipEventRecord(start, stream), "record");
     for (int r = 0; r < kRepeats; ++r) run();
-    CheckRuntime(hipEventRecord(stop, stream), "record");
-    CheckRuntime(hipEventSynchronize(stop), "sync");
+    Bench::Check(hipEventRecord(stop, stream), "record");
+    Bench::Check(hipEventSynchronize(stop), "sync");
     float ms = 0.0f;
-    CheckRuntime(hipEventElapsedTime(&ms, start, stop), "elapsed");
+    Bench::Check(hipEventElapsedTime(&ms, start, stop), "elapsed");
     return 1000.0 * ms / (kRepeats * kChain);
   };
   const bool before = hip::OverlappedLaunches();
@@ -240,42 +234,43 @@ int LaunchChain() {
     const double issued = time(chain);
     hipGraph_t graph = nullptr;
     hipGraphExec_t exec = nullptr;
-    CheckRuntime(hipStreamBeginCapture(stream, hipStreamCaptureModeThreadLocal), "capture");
+    Bench::Check(hipStreamBeginCapture(stream, hipStreamCaptureModeThreadLocal), "capture");
     chain();
-    CheckRuntime(hipStreamEndCapture(stream, &graph), "end capture");
-    CheckRuntime(hipGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
-    const double replayed = time([&] { CheckRuntime(hipGraphLaunch(exec, stream), "graph"); });
+    Bench::Check(hipStreamEndCapture(stream, &graph), "end capture");
+    Bench::Check(hipGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+    const double replayed = time([&] { Bench::Check(hipGraphLaunch(exec, stream), "graph"); });
     // The chain issued while the device copies 4 GiB (about 2 ms, longer than the host takes to
     // issue it), timed from the copy's end: the device's own cost a launch, without the host's.
     double queued = 0.0;
     for (int r = 0; r < kQueuedRepeats; ++r) {
       for (int c = 0; c < 4; ++c) {
-        CheckRuntime(hipMemcpyAsync(big_dst->data(), big_src->data(), kBigBytes,
+        Bench::Check(hipMemcpyAsync(big_dst->data(), big_src->data(), kBigBytes,
                                     hipMemcpyDeviceToDevice, stream),
                      "copy");
       }
-      CheckRuntime(hipEventRecord(start, stream), "record");
+      Bench::Check(hipEventRecord(start, stream), "record");
       chain();
-      CheckRuntime(hipEventRecord(stop, stream), "record");
-      CheckRuntime(hipEventSynchronize(stop), "sync");
+      Bench::Check(hipEventRecord(stop, stream), "record");
+      Bench::Check(hipEventSynchronize(stop), "sync");
       float ms = 0.0f;
-      CheckRuntime(hipEventElapsedTime(&ms, start, stop), "elapsed");
+      Bench::Check(hipEventElapsedTime(&ms, start, stop), "elapsed");
       queued += 1000.0 * ms / (kQueuedRepeats * kChain);
     }
-    CheckRuntime(hipGraphExecDestroy(exec), "graph");
-    CheckRuntime(hipGraphDestroy(graph), "graph");
+    Bench::Check(hipGraphExecDestroy(exec), "graph");
+    Bench::Check(hipGraphDestroy(graph), "graph");
     std::printf(
         "launch chain, %s launches: issued one by one %.2f us a launch, queued behind a copy "
         "%.2f us, from a graph %.2f us\n",
         overlapped ? "overlapped" : "plain", issued, queued, replayed);
   }
   hip::SetOverlappedLaunches(before);
-  CheckRuntime(hipEventDestroy(start), "event");
-  CheckRuntime(hipEventDestroy(stop), "event");
+  Bench::Check(hipEventDestroy(start), "event");
+  Bench::Check(hipEventDestroy(stop), "event");
   bench.Free();
   return 0;
 }
 
+// The per-sequence operations of a dense decode step (see --decode-batch above).
 int DecodeBatch() {
   const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
   HipKernelBackend& b = *backend;

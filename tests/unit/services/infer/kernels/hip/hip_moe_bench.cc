@@ -86,10 +86,6 @@ double BackToBack(Bench& bench, int calls, const std::function<void(int)>& fn) {
   return Bench::Seconds(start) / calls;
 }
 
-void CheckLaunch(hipError_t e, const char* what) {
-  if (e != hipSuccess) Bench::Fail(std::string(what) + ": " + hipGetErrorString(e));
-}
-
 // A device copy of `in` holding the host array `host`'s bytes.
 template <typename T>
 T* DeviceCopy(HipKernelBackend& b, std::vector<DeviceBuffer>& keep, const std::vector<T>& host) {
@@ -173,7 +169,7 @@ int MoeDecode() {
     float* src = bench.Buffer(n, 1);
     float* dst = bench.Buffer(n, 2);
     const double t = BackToBack(bench, 5, [&](int) {
-      CheckLaunch(hipMemcpyAsync(dst, src, n * 4, hipMemcpyDeviceToDevice, stream), "copy");
+      Bench::Check(hipMemcpyAsync(dst, src, n * 4, hipMemcpyDeviceToDevice, stream), "copy");
     });
     Row("ceiling: device copy 1 GiB (read + write)", t, "GB/s", 2.0 * n * 4);
     bench.Free();
@@ -244,29 +240,29 @@ int MoeDecode() {
     float* act = bench.Buffer(picks * width, 72);
     float* ys = bench.Buffer(picks * hidden, 73);
     const double route = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeRouteAndSort(logits[r], experts, tokens, experts, top_k, true,
-                                       hip::MoeRouting::kWarp, hip::MoeTileRows(), ids[r],
-                                       weights[r], sorted[r], stream),
-                  "route and sort");
+      Bench::Check(hip::MoeRouteAndSort(logits[r], experts, tokens, experts, top_k, true,
+                                        hip::MoeRouting::kWarp, hip::MoeTileRows(), ids[r],
+                                        weights[r], sorted[r], stream),
+                   "route and sort");
     });
     // The grouped products, and the gate/up product with SiLU-mul in one launch.
     const double up = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeRowsMma(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
-                                  sorted[r].num_tiles, sizes.max_tiles, gu_table, true, 2 * width,
-                                  hidden, gu, 2 * width, true, stream),
-                  "gate/up");
+      Bench::Check(hip::MoeRowsMma(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
+                                   sorted[r].num_tiles, sizes.max_tiles, gu_table, true, 2 * width,
+                                   hidden, gu, 2 * width, true, stream),
+                   "gate/up");
     });
     const double up_silu = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeRowsMmaSiluMul(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
-                                         sorted[r].num_tiles, sizes.max_tiles, gu_table, true,
-                                         width, hidden, act, true, stream),
-                  "gate/up and silu mul");
+      Bench::Check(hip::MoeRowsMmaSiluMul(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
+                                          sorted[r].num_tiles, sizes.max_tiles, gu_table, true,
+                                          width, hidden, act, true, stream),
+                   "gate/up and silu mul");
     });
     const double dn = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles, sorted[r].num_tiles,
-                                  sizes.max_tiles, down_table, true, hidden, width, ys, hidden,
-                                  true, stream),
-                  "down");
+      Bench::Check(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles, sorted[r].num_tiles,
+                                   sizes.max_tiles, down_table, true, hidden, width, ys, hidden,
+                                   true, stream),
+                   "down");
     });
     // The same two products with warps of several segments (moe_product_waves; the same bits).
     const std::vector<int> waves = {2, 4, 8};
@@ -274,42 +270,42 @@ int MoeDecode() {
     for (const int w : waves) {
       const hip::MoeLongWarps lw{.multiprocessors = multiprocessors, .waves = w};
       up_silu_long.push_back(BackToBack(bench, kRoutings, [&](int r) {
-        CheckLaunch(
+        Bench::Check(
             hip::MoeRowsMmaSiluMul(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
                                    sorted[r].num_tiles, sizes.max_tiles, gu_table, true, width,
                                    hidden, act, true, stream, {}, lw),
             "gate/up and silu mul, long warps");
       }));
       dn_long.push_back(BackToBack(bench, kRoutings, [&](int r) {
-        CheckLaunch(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles,
-                                    sorted[r].num_tiles, sizes.max_tiles, down_table, true, hidden,
-                                    width, ys, hidden, true, stream, {}, lw),
-                    "down, long warps");
+        Bench::Check(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles,
+                                     sorted[r].num_tiles, sizes.max_tiles, down_table, true, hidden,
+                                     width, ys, hidden, true, stream, {}, lw),
+                     "down, long warps");
       }));
     }
     // The earlier routing for comparison (moe_kernels 0: a block per token, then the sort in
     // three launches; the same ids, weights and slots).
     const double route_block = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeRouteAndSort(logits[r], experts, tokens, experts, top_k, true,
-                                       hip::MoeRouting::kBlock, hip::MoeTileRows(), ids[r],
-                                       weights[r], sorted[r], stream),
-                  "route and sort, block per token");
+      Bench::Check(hip::MoeRouteAndSort(logits[r], experts, tokens, experts, top_k, true,
+                                        hip::MoeRouting::kBlock, hip::MoeTileRows(), ids[r],
+                                        weights[r], sorted[r], stream),
+                   "route and sort, block per token");
     });
     // The sort alone (the routed ids above, one block), so that the routing's share shows.
     const double sort = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeSortPicks(ids[r], picks, experts, hip::MoeTileRows(), sorted[r], stream,
-                                    /*one_block=*/true),
-                  "sort");
+      Bench::Check(hip::MoeSortPicks(ids[r], picks, experts, hip::MoeTileRows(), sorted[r], stream,
+                                     /*one_block=*/true),
+                   "sort");
     });
     const double silu = BackToBack(bench, kRoutings, [&](int) {
-      CheckLaunch(
+      Bench::Check(
           hip::SiluMul(gu, 2 * width, gu + width, 2 * width, picks, width, act, nullptr, stream),
           "silu mul");
     });
     const double combine = BackToBack(bench, kRoutings, [&](int r) {
-      CheckLaunch(hip::MoeCombine(ys, ids[r], weights[r], sorted[r].slot_of_pick, tokens, top_k,
-                                  hidden, out, stream, true),
-                  "combine");
+      Bench::Check(hip::MoeCombine(ys, ids[r], weights[r], sorted[r].slot_of_pick, tokens, top_k,
+                                   hidden, out, stream, true),
+                   "combine");
     });
     std::snprintf(label, sizeof label, "  route and sort (one launch)");
     Row(label, route, "calls/s", 1.0, 1.0);
