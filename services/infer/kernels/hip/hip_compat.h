@@ -128,6 +128,11 @@ inline hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* e, hipGraph_t g,
   return cudaGraphInstantiateWithFlags(e, g, flags);
 }
 inline hipError_t hipGraphLaunch(hipGraphExec_t e, hipStream_t s) { return cudaGraphLaunch(e, s); }
+// Updates `e` in place to `g`'s parameters where the two have the same nodes and edges.
+inline hipError_t hipGraphExecUpdate(hipGraphExec_t e, hipGraph_t g) {
+  cudaGraphExecUpdateResultInfo info;
+  return cudaGraphExecUpdate(e, g, &info);
+}
 inline hipError_t hipGraphExecDestroy(hipGraphExec_t e) { return cudaGraphExecDestroy(e); }
 inline hipError_t hipGraphDestroy(hipGraph_t g) { return cudaGraphDestroy(g); }
 template <typename Kernel>
