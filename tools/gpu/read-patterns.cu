@@ -28,10 +28,12 @@ bool Check(cudaError_t e, const char* what) {
 constexpr int K = 2048;
 // Each warp: 16 rows x [k0, k1): lane g = lane/4 reads row g and g+8, 16 bytes at 8t.
 template <int U>
-__global__ void __launch_bounds__(256, 2) Rows(const uint16_t* w, int64_t rows, int segs, unsigned* out) {
+__global__ void __launch_bounds__(256, 2)
+    Rows(const uint16_t* w, int64_t rows, int segs, unsigned* out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t gw = (int64_t)blockIdx.x * 8 + warp;
-  const int64_t tile = gw / segs; const int seg = gw % segs;
+  const int64_t tile = gw / segs;
+  const int seg = gw % segs;
   if (tile * 16 >= rows) return;
   const int seglen = K / segs;
   const uint16_t* a = w + (tile * 16 + g) * K;
@@ -45,13 +47,15 @@ __global__ void __launch_bounds__(256, 2) Rows(const uint16_t* w, int64_t rows, 
       vb[u] = __ldg(reinterpret_cast<const uint4*>(b + kb + u * 32 + 8 * t));
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) acc += va[u].x ^ va[u].y ^ va[u].z ^ va[u].w ^ vb[u].x ^ vb[u].y ^ vb[u].z ^ vb[u].w;
+    for (int u = 0; u < U; ++u)
+      acc += va[u].x ^ va[u].y ^ va[u].z ^ va[u].w ^ vb[u].x ^ vb[u].y ^ vb[u].z ^ vb[u].w;
   }
   if (acc == 0x12345678u) out[0] = acc;
 }
 // Each warp: the same 64 KB / segs bytes, read as contiguous 512-byte runs per instruction.
 template <int U>
-__global__ void __launch_bounds__(256, 2) Linear(const uint16_t* w, int64_t rows, int segs, unsigned* out) {
+__global__ void __launch_bounds__(256, 2)
+    Linear(const uint16_t* w, int64_t rows, int segs, unsigned* out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t gw = (int64_t)blockIdx.x * 8 + warp;
   const int64_t bytes = 16LL * K * 2 / segs;
@@ -74,7 +78,8 @@ __global__ void __launch_bounds__(256, 2) Linear(const uint16_t* w, int64_t rows
 // (as MoeRowsMmaKernel's grid), 1: tile b / 32 (an expert's groups consecutive). kSilu: rows g of
 // the tile's 8 gate rows and the matching up rows 512 further (else rows g and g + 8).
 template <int kOrder, bool kSilu, bool kPdl>
-__global__ void __launch_bounds__(256, 2) Grouped(const uint16_t* w, int rot, unsigned* out, int tiles = 40) {
+__global__ void __launch_bounds__(256, 2)
+    Grouped(const uint16_t* w, int rot, unsigned* out, int tiles = 40) {
 #if __CUDA_ARCH__ >= 900
   if (kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -85,7 +90,8 @@ __global__ void __launch_bounds__(256, 2) Grouped(const uint16_t* w, int rot, un
   const int ctile = group * 2 + warp / 4, part = warp % 4;
   const uint16_t* e = w + (int64_t)((tile * 7 + rot) % 512) * 1024 * K;
   const uint16_t* a = kSilu ? e + (int64_t)(ctile * 8 + g) * K : e + (int64_t)(ctile * 16 + g) * K;
-  const uint16_t* bb = kSilu ? e + (int64_t)(512 + ctile * 8 + g) * K : e + (int64_t)(ctile * 16 + g + 8) * K;
+  const uint16_t* bb =
+      kSilu ? e + (int64_t)(512 + ctile * 8 + g) * K : e + (int64_t)(ctile * 16 + g + 8) * K;
   unsigned acc = 0;
   for (int kb = part * 512; kb < (part + 1) * 512; kb += 32 * 4) {
     uint4 va[4], vb[4];
@@ -95,7 +101,8 @@ __global__ void __launch_bounds__(256, 2) Grouped(const uint16_t* w, int rot, un
       vb[u] = __ldg(reinterpret_cast<const uint4*>(bb + kb + u * 32 + 8 * t));
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc += va[u].x ^ va[u].y ^ va[u].z ^ va[u].w ^ vb[u].x ^ vb[u].y ^ vb[u].z ^ vb[u].w;
+    for (int u = 0; u < 4; ++u)
+      acc += va[u].x ^ va[u].y ^ va[u].z ^ va[u].w ^ vb[u].x ^ vb[u].y ^ vb[u].z ^ vb[u].w;
   }
   if (acc == 0x12345678u) out[0] = acc;
 }
@@ -113,12 +120,14 @@ __global__ void RouteLike(const uint16_t* w, int rot, int tiles, unsigned bytes,
     while (left > 0) {
       const unsigned n = left < (1u << 20) ? left : (1u << 20);
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-      p += n; left -= n;
+      p += n;
+      left -= n;
     }
   }
 #endif
   const long long t0 = clock64();
-  while (clock64() - t0 < spin) {}
+  while (clock64() - t0 < spin) {
+  }
   if (threadIdx.x == 0 && spin < 0) out[0] = 1;
 }
 template <typename... P, typename... A>
@@ -127,24 +136,39 @@ void Pdl2(void (*k)(P...), int blocks, int threads, A... args) {
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t c = {};
-  c.gridDim = blocks; c.blockDim = threads; c.attrs = at; c.numAttrs = 1;
+  c.gridDim = blocks;
+  c.blockDim = threads;
+  c.attrs = at;
+  c.numAttrs = 1;
   cudaLaunchKernelEx(&c, k, args...);
 }
 template <typename... P, typename... A>
-void Pdl(void (*k)(P...), int blocks, A... args) { Pdl2(k, blocks, 256, args...); }
+void Pdl(void (*k)(P...), int blocks, A... args) {
+  Pdl2(k, blocks, 256, args...);
+}
 template <typename F>
 float Time(F f, int reps) {
-  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-  f(); cudaDeviceSynchronize();
-  cudaEventRecord(a); for (int r = 0; r < reps; ++r) f(); cudaEventRecord(b); cudaEventSynchronize(b);
-  float ms; cudaEventElapsedTime(&ms, a, b); return ms / reps;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  f();
+  cudaDeviceSynchronize();
+  cudaEventRecord(a);
+  for (int r = 0; r < reps; ++r) f();
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms;
+  cudaEventElapsedTime(&ms, a, b);
+  return ms / reps;
 }
 }  // namespace
 
 int main() {
   const int64_t rows = 512 * 1024;  // 2 GiB of bf16 weights.
   const size_t bytes = rows * K * 2;
-  uint16_t* w; unsigned* out; void* dst;
+  uint16_t* w;
+  unsigned* out;
+  void* dst;
   if (!Check(cudaMalloc(&w, bytes), "malloc") || !Check(cudaMalloc(&dst, bytes), "malloc") ||
       !Check(cudaMalloc(&out, 4), "malloc") || !Check(cudaMemset(w, 1, bytes), "memset")) {
     return 1;
@@ -168,36 +192,51 @@ int main() {
       const int blocks = (int)((r / 16 * segs + 7) / 8);
       int rep = 0;
       ms = Time([&] { Rows<4><<<blocks, 256>>>(w + (rep++ % 10) * r * K, r, segs, out); }, 20);
-      printf("%d experts, rows pattern, %d segments: %.1f us, %.0f GB/s\n", experts, segs, ms * 1e3, r * K * 2 / ms / 1e6);
+      printf("%d experts, rows pattern, %d segments: %.1f us, %.0f GB/s\n", experts, segs, ms * 1e3,
+             r * K * 2 / ms / 1e6);
       ms = Time([&] { Linear<4><<<blocks, 256>>>(w + (rep++ % 10) * r * K, r, segs, out); }, 20);
-      printf("%d experts, linear, %d segments: %.1f us, %.0f GB/s\n", experts, segs, ms * 1e3, r * K * 2 / ms / 1e6);
+      printf("%d experts, linear, %d segments: %.1f us, %.0f GB/s\n", experts, segs, ms * 1e3,
+             r * K * 2 / ms / 1e6);
     }
   }
   {
     int rot = 0;
     const double gb = 40.0 * 1024 * K * 2;
     ms = Time([&] { Grouped<0, false, false><<<1280, 256>>>(w, rot += 41, out); }, 20);
-    printf("grouped, tile-minor order (as the kernel), rows g / g+8: %.1f us %.0f GB/s\n", ms * 1e3, gb / ms / 1e6);
+    printf("grouped, tile-minor order (as the kernel), rows g / g+8: %.1f us %.0f GB/s\n", ms * 1e3,
+           gb / ms / 1e6);
     ms = Time([&] { Grouped<1, false, false><<<1280, 256>>>(w, rot += 41, out); }, 20);
-    printf("grouped, expert-major order, rows g / g+8: %.1f us %.0f GB/s\n", ms * 1e3, gb / ms / 1e6);
+    printf("grouped, expert-major order, rows g / g+8: %.1f us %.0f GB/s\n", ms * 1e3,
+           gb / ms / 1e6);
     ms = Time([&] { Grouped<0, true, false><<<1280, 256>>>(w, rot += 41, out); }, 20);
-    printf("grouped, tile-minor order, gate / up rows: %.1f us %.0f GB/s\n", ms * 1e3, gb / ms / 1e6);
+    printf("grouped, tile-minor order, gate / up rows: %.1f us %.0f GB/s\n", ms * 1e3,
+           gb / ms / 1e6);
     ms = Time([&] { Grouped<1, true, false><<<1280, 256>>>(w, rot += 41, out); }, 20);
-    printf("grouped, expert-major order, gate / up rows: %.1f us %.0f GB/s\n", ms * 1e3, gb / ms / 1e6);
-    ms = Time([&] { Pdl(Grouped<0, true, true>, 1280, (const uint16_t*)w, rot += 41, out, 40); }, 20);
-    printf("grouped, tile-minor order, gate / up rows, overlapped launches: %.1f us %.0f GB/s\n", ms * 1e3, gb / ms / 1e6);
-    ms = Time([&] { Pdl(Grouped<1, true, true>, 1280, (const uint16_t*)w, rot += 41, out, 40); }, 20);
-    printf("grouped, expert-major order, gate / up rows, overlapped launches: %.1f us %.0f GB/s\n", ms * 1e3, gb / ms / 1e6);
+    printf("grouped, expert-major order, gate / up rows: %.1f us %.0f GB/s\n", ms * 1e3,
+           gb / ms / 1e6);
+    ms = Time([&] { Pdl(Grouped<0, true, true>, 1280, (const uint16_t*)w, rot += 41, out, 40); },
+              20);
+    printf("grouped, tile-minor order, gate / up rows, overlapped launches: %.1f us %.0f GB/s\n",
+           ms * 1e3, gb / ms / 1e6);
+    ms = Time([&] { Pdl(Grouped<1, true, true>, 1280, (const uint16_t*)w, rot += 41, out, 40); },
+              20);
+    printf("grouped, expert-major order, gate / up rows, overlapped launches: %.1f us %.0f GB/s\n",
+           ms * 1e3, gb / ms / 1e6);
   }
   for (int tiles : {11, 40}) {
     for (unsigned mb : {0u, 1u, 2u, 4u}) {
       int rot = 0;
-      ms = Time([&] {
-        rot += 41;
-        Pdl2(RouteLike, 1, 512, (const uint16_t*)w, rot, tiles, mb << 20, 12000LL, out);
-        Pdl(Grouped<1, true, true>, tiles * 32, (const uint16_t*)w, rot, out, tiles);
-      }, 20);
-      printf("%d experts after a 12000-cycle routing that prefetched %u MB of each: %.1f us the pair\n", tiles, mb, ms * 1e3);
+      ms = Time(
+          [&] {
+            rot += 41;
+            Pdl2(RouteLike, 1, 512, (const uint16_t*)w, rot, tiles, mb << 20, 12000LL, out);
+            Pdl(Grouped<1, true, true>, tiles * 32, (const uint16_t*)w, rot, out, tiles);
+          },
+          20);
+      printf(
+          "%d experts after a 12000-cycle routing that prefetched %u MB of each: %.1f us the "
+          "pair\n",
+          tiles, mb, ms * 1e3);
     }
   }
   return Check(cudaGetLastError(), "launches") ? 0 : 1;
