@@ -23,6 +23,7 @@
 //          [--grouped-moe=0|1] [--mma-variants=N,N,...] [--moe-prefill=N,N,...]
 //          [--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...]
 //          [--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1]
+//          [--prefill-op-times=1]
 //          [--overlapped-launches=1,0] [--copy-rows-kernel=1,0] [--logits-parts=4,1]
 //          [--mma-staged-rows=0,2] [--mma-staged-mb=0,64] [--host-lead-mb=N]
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
@@ -49,6 +50,9 @@
 // bits); the prefill and TTFT runs use the first.
 // --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
 // device event before every backend operation (OpTimingBackend) and the step's time by operation.
+// --prefill-op-times=1: after each prefill length's run (not the TTFT run's), the same prefill
+// again with an event before every operation, and its time by operation (the events end the
+// overlap of consecutive launches, a few microseconds each: small against a prefill's kernels).
 // --host-lead-mb=N: after each slot count's decode measurements, --decode-steps more steps each
 // enqueued behind a device-to-device copy of N MB on the compute stream, so that the host
 // enqueues the step while the device is still copying: the step's time less the copy's (timed
@@ -159,6 +163,7 @@ struct Flags {
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
+  bool prefill_op_times = false;
   int64_t host_lead_mb = 0;         // 0: no host-lead steps.
   int64_t background_spill_mb = 0;  // 0: no steps beside background downloads.
   int64_t attention_split_keys = HipKernelBackendOptions().attention_split_keys;
@@ -414,6 +419,7 @@ class ModelBench {
                                   absl::StrFormat(" (rounded inputs up to %d MB)", round_mb));
                 }
                 ReportPrefill(t, Prefill(slot, 0, t), label);
+                if (f_.prefill_op_times) PrefillOpTimes(**kv, slot, t, label);
               }
             }
           }
@@ -833,6 +839,47 @@ class ModelBench {
     return batch;
   }
 
+  // A heading, `before` the total time of `totals` (ms, calls by operation) divided by `per`
+  // (`decimals` places) and `after` it, then each operation's time, largest first, divided by
+  // `per` (calls and times a step where `per` counts steps), and its share of the whole.
+  void PrintOpTotals(const std::string& before, const std::string& after,
+                     const std::map<std::string, std::pair<double, int64_t>>& totals, double per,
+                     int decimals, const char* unit) {
+    std::vector<std::pair<double, std::string>> order;
+    double all_ms = 0;
+    for (const auto& [what, t] : totals) {
+      order.emplace_back(t.first, what);
+      all_ms += t.first;
+    }
+    Print(absl::StrFormat("%s%.*f%s", before, decimals, all_ms / per, after));
+    std::sort(order.rbegin(), order.rend());
+    for (const auto& [ms, what] : order) {
+      Print(absl::StrFormat("   %-40s %8.4f ms%s %6.1f calls %5.1f %%", what, ms / per, unit,
+                            static_cast<double>(totals.at(what).second) / per,
+                            100.0 * ms / all_ms));
+    }
+  }
+
+  // --prefill-op-times: the prefill of `tokens` tokens into `slot` (reset first) again, in passes
+  // of pass_tokens, with an event before every backend operation, and its time by operation.
+  void PrefillOpTimes(SlotKvMemory& kv, SlotState* slot, int64_t tokens, const std::string& label) {
+    std::map<std::string, std::pair<double, int64_t>> totals;
+    Bench::Check(kv.Reset(0), "reset");
+    for (int64_t at = 0; at < tokens;) {
+      const int64_t end = std::min(tokens, at + f_.pass_tokens);
+      timing_.SetTiming(true);
+      absl::StatusOr<std::vector<float>> logits =
+          model_->Forward(slot, absl::MakeConstSpan(tokens_).subspan(at, end - at), {});
+      if (!logits.ok()) Bench::Fail(logits.status().ToString());
+      Bench::Check(timing_.Collect(totals), "prefill op times");
+      at = end;
+    }
+    timing_.SetTiming(false);
+    PrintOpTotals(absl::StrFormat("%s prefill %ld tokens by operation (events on the stream, ",
+                                  name_.c_str(), tokens),
+                  absl::StrCat(" ms with them)", label, ":"), totals, 1.0, 1, "");
+  }
+
   // --op-times: --decode-steps more steps of `slots` slots (as the in-place ones) with an event
   // before every backend operation (OpTimingBackend), and each operation's share of a step.
   void OpTimes(int slots, SlotKvMemory& kv_memory, const std::string& suffix) {
@@ -846,22 +893,10 @@ class ModelBench {
       Bench::Check(timing_.Collect(totals), "op times");
     }
     timing_.SetTiming(false);
-    std::vector<std::pair<double, std::string>> order;
-    double step_ms = 0;
-    for (const auto& [what, t] : totals) {
-      order.emplace_back(t.first, what);
-      step_ms += t.first;
-    }
-    std::sort(order.rbegin(), order.rend());
-    Print(
-        absl::StrFormat("%s decode %2d slots by operation (events on the stream, %.2f ms a step "
-                        "with them)%s:",
-                        name_.c_str(), slots, step_ms / f_.decode_steps, suffix));
-    for (const auto& [ms, what] : order) {
-      Print(absl::StrFormat(
-          "   %-40s %8.4f ms a step %6.1f calls %5.1f %%", what, ms / f_.decode_steps,
-          static_cast<double>(totals[what].second) / f_.decode_steps, 100.0 * ms / step_ms));
-    }
+    PrintOpTotals(absl::StrFormat("%s decode %2d slots by operation (events on the stream, ",
+                                  name_.c_str(), slots),
+                  absl::StrCat(" ms a step with them)", suffix, ":"), totals, f_.decode_steps, 2,
+                  " a step");
   }
 
   // --host-lead-mb: --decode-steps more in-place steps of `slots` slots, each enqueued behind a
@@ -1076,6 +1111,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "op-times") {
       f->op_times = n != 0;
+    } else if (key == "prefill-op-times") {
+      f->prefill_op_times = n != 0;
     } else if (key == "attention-split-keys") {
       f->attention_split_keys = n;
     } else if (key == "host-lead-mb") {
@@ -1105,7 +1142,7 @@ int Main(int argc, char** argv) {
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
                  "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
                  "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...] "
-                 "[--background-spill-mb=N]\n");
+                 "[--background-spill-mb=N] [--prefill-op-times=1]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =
