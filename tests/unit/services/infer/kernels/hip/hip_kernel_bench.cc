@@ -8,11 +8,12 @@
 //                               [--prefill-attention] [--decode-batch] [--moe-decode]
 //                               [--launch-chain]
 //
-// --decode-products: only the decode products at the dense 9B-like model's shapes (1, 4 and 16
-// rows), back-to-back calls over weights that do not fit in L2, for each way of loading them
-// (HipKernelBackendOptions::mma_rows_variant, tiles of 8 or 16), inputs rounded to bf16 (the
-// default) and split exactly (mma_rows_bf16_inputs off), with the bits of every variant compared
-// against variant 0's of the same inputs; and decode-sized RMSNorm calls.
+// --decode-products: only the decode products at the dense 9B-like model's shapes and three of
+// the MoE 80B-A3B-like model's (1, 4 and 16 rows), back-to-back calls over weights that do not
+// fit in L2, for each way of loading them (HipKernelBackendOptions::mma_rows_variant, tiles of
+// 8 or 16), inputs rounded to bf16 (the default) and split exactly (mma_rows_bf16_inputs off),
+// with the bits of every variant compared against variant 0's of the same inputs; and
+// decode-sized RMSNorm calls.
 //
 // --moe-prefill: only one MoE layer's routed experts at the 80B-A3B-like model's shapes (512
 // experts of 512, hidden 2048, top 10) at prefill sizes: KernelBackend's default (routing to the
@@ -131,9 +132,18 @@ int DecodeProducts() {
     const char* what;
   };
   const Shape shapes[] = {
-      {24576, 4096, "mlp gate+up"},      {4096, 12288, "mlp down"}, {12352, 4096, "delta in_proj"},
-      {4096, 4096, "delta out, attn o"}, {8192, 4096, "attn q"},    {1024, 4096, "attn k or v"},
+      {24576, 4096, "mlp gate+up"},
+      {4096, 12288, "mlp down"},
+      {12352, 4096, "delta in_proj"},
+      {4096, 4096, "delta out, attn o"},
+      {8192, 4096, "attn q"},
+      {1024, 4096, "attn k or v"},
       {248320, 4096, "lm head"},
+      // The MoE 80B-A3B-like model's: its delta-rule out and attention o (128 blocks, one a
+      // multiprocessor), the router with the shared expert's gate, the delta-rule in_proj.
+      {2048, 4096, "moe delta out, attn o"},
+      {513, 2048, "moe router and shared gate"},
+      {12352, 2048, "moe delta in_proj"},
   };
   char label[200];
   for (const Shape& sh : shapes) {
