@@ -247,13 +247,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // Over many waves the last wave's fill matters less than variant 1's fewer loads in flight:
 // calls of up to 8 rows whose grids exceed kManyWaves waves at two blocks a multiprocessor take
 // variant 0 (the lm head, 1940 blocks: 0.498 / 0.504 ms at 1 / 4 rows against 0.526 / 0.562 in
-// variant 1; at 16 rows, 3880 blocks, 0.870 against 0.867, so those keep the rule above). That
-// holds for exact inputs; with bf16 inputs (a third of the instructions) variant 1 is the faster
-// there too (the lm head at one row 0.500 ms against 0.526-0.529), so they keep the fill rule.
+// variant 1; at 16 rows, 3880 blocks, 0.870 against 0.867, so those keep the rule above). With
+// bf16 inputs too (2026-12-04, `cairn_hip_kernel_bench --decode-products`): the dense lm head
+// at 1 / 4 rows 0.480 / 0.487 ms in variant 0 against 0.520 / 0.525 in variant 1, the MoE
+// model's (151936 x 2048, 1187 blocks) 0.154 / 0.156 against 0.161 / 0.163. (An earlier
+// measurement with bf16 inputs had variant 1 the faster, 0.500 against 0.526 ms; the weights'
+// prefetch before the wait and the inputs rounded by the kernels that write them came since.)
 constexpr int64_t kManyWaves = 4;
-int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors, bool bf16_inputs) {
+int ThreeBlocksFillBetter(int64_t blocks, int64_t m, int multiprocessors) {
   if (multiprocessors <= 0) return 0;
-  if (!bf16_inputs && m <= 8 && blocks > kManyWaves * 2 * multiprocessors) return 0;
+  if (m <= 8 && blocks > kManyWaves * 2 * multiprocessors) return 0;
   const auto fill = [&](int per) {
     const int64_t places = static_cast<int64_t>(per) * multiprocessors;
     return static_cast<double>(blocks) / static_cast<double>(CeilDiv(blocks, places) * places);
@@ -398,7 +401,7 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
   if (groups > 65535 || row_tiles > 0x7fffffff) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned int>(row_tiles), static_cast<unsigned int>(groups));
   if (variant == -1) {
-    variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors, bf16_inputs);
+    variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
   }
   if (silu != nullptr && rounded != nullptr) {
     LaunchMatMulRowsMma<uint16_t, 1, true>(grid, early, vec, upper, variant, rounded, m, k,

@@ -8,7 +8,7 @@
 //                               [--prefill-attention] [--decode-batch] [--moe-decode]
 //                               [--launch-chain]
 //
-// --decode-products: only the decode products at the dense 9B-like model's shapes and three of
+// --decode-products: only the decode products at the dense 9B-like model's shapes and four of
 // the MoE 80B-A3B-like model's (1, 4 and 16 rows), back-to-back calls over weights that do not
 // fit in L2, for each way of loading them (HipKernelBackendOptions::mma_rows_variant, tiles of
 // 8 or 16), inputs rounded to bf16 (the default) and split exactly (mma_rows_bf16_inputs off),
@@ -140,10 +140,12 @@ int DecodeProducts() {
       {1024, 4096, "attn k or v"},
       {248320, 4096, "lm head"},
       // The MoE 80B-A3B-like model's: its delta-rule out and attention o (128 blocks, one a
-      // multiprocessor), the router with the shared expert's gate, the delta-rule in_proj.
+      // multiprocessor), the router with the shared expert's gate, the delta-rule in_proj, the
+      // lm head.
       {2048, 4096, "moe delta out, attn o"},
       {513, 2048, "moe router and shared gate"},
       {12352, 2048, "moe delta in_proj"},
+      {151936, 2048, "moe lm head"},
   };
   char label[200];
   for (const Shape& sh : shapes) {
