@@ -245,32 +245,54 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
                                               const MoeTable& down, ScratchArena& scratch) {
   const int64_t picks = a.tokens * a.top_k;
   ScratchArena::Frame frame(scratch);
-  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, hip::MoeGemmTileRows());
+  // The warpgroup GEMMs (moe_gemm_wgmma) where built: larger tiles, SiLU-mul in the gate/up
+  // launch; else MoeGemmBf16 with MoeSiluMulBf16 between its launches.
+  const bool wgmma = moe_gemm_wgmma_ && hip::MoeGemmWgmmaSupported();
+  const int tile_rows = wgmma ? hip::MoeGemmWgmmaTileRows() : hip::MoeGemmTileRows();
+  const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, tile_rows);
   ASSIGN_OR_RETURN(const MoeRouteBuffers route, TakeRouteBuffers(scratch, picks, a.experts, sizes));
   int32_t* const ids = route.ids;
   float* const weights = route.weights;
   const hip::MoeSortBuffers& b = route.sort;
-  // Rows in slot order: the inputs in bf16, gate/up, the activations in bf16, the outputs.
+  // Rows in slot order: the inputs in bf16, gate/up (not with wgmma), the activations in bf16,
+  // the outputs.
   ASSIGN_OR_RETURN(uint16_t * xs, scratch.Take<uint16_t>(picks * a.hidden));
-  ASSIGN_OR_RETURN(float* gu, scratch.Take<float>(picks * 2 * a.width));
+  float* gu = nullptr;
+  if (!wgmma) {
+    ASSIGN_OR_RETURN(gu, scratch.Take<float>(picks * 2 * a.width));
+  }
   ASSIGN_OR_RETURN(uint16_t * act, scratch.Take<uint16_t>(picks * a.width));
   ASSIGN_OR_RETURN(float* ys, scratch.Take<float>(picks * a.hidden));
   const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
+  const auto products = [&]() {
+    if (wgmma) {
+      return Check(hip::MoeGemmWgmmaSiluMul(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles,
+                                            gate_up_table, gate_up.aligned, a.width, a.hidden, act,
+                                            compute_),
+                   "moe gate/up gemm launch") &&
+             Check(
+                 hip::MoeGemmWgmma(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
+                                   down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
+                 "moe down gemm launch");
+    }
+    return Check(
+               hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles, gate_up_table,
+                                gate_up.aligned, 2 * a.width, a.hidden, gu, 2 * a.width, compute_),
+               "moe gate/up gemm launch") &&
+           Check(hip::MoeSiluMulBf16(gu, picks, a.width, act, compute_), "moe silu mul launch") &&
+           Check(hip::MoeGemmBf16(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
+                                  down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
+                 "moe down gemm launch");
+  };
   if (!Check(
           hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
-                               MoeRoutingFor(), hip::MoeGemmTileRows(), ids, weights, b, compute_),
+                               MoeRoutingFor(), tile_rows, ids, weights, b, compute_),
           "moe route and sort launch") ||
       !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
-                                sizes.max_tiles, a.hidden, xs, a.hidden, compute_),
+                                sizes.max_tiles, a.hidden, xs, a.hidden, tile_rows, compute_),
              "moe gather launch") ||
-      !Check(hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles, gate_up_table,
-                              gate_up.aligned, 2 * a.width, a.hidden, gu, 2 * a.width, compute_),
-             "moe gate/up gemm launch") ||
-      !Check(hip::MoeSiluMulBf16(gu, picks, a.width, act, compute_), "moe silu mul launch") ||
-      !Check(hip::MoeGemmBf16(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
-                              down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
-             "moe down gemm launch") ||
+      !products() ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
              "moe combine launch")) {

@@ -126,6 +126,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_variant_(options.mma_rows_variant),
       mma_rows_bf16_inputs_(options.mma_rows_bf16_inputs),
       grouped_moe_prefill_(options.grouped_moe_prefill),
+      moe_gemm_wgmma_(options.moe_gemm_wgmma),
       moe_kernels_(options.moe_kernels),
       copy_rows_kernel_(options.copy_rows_kernel),
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),

@@ -196,6 +196,11 @@ struct HipKernelBackendOptions {
   // within the bf16 GEMM's tolerance of the CPU backend, and a token's bits do not depend on
   // which other tokens share the call (tested). Needs grouped_moe; off, the default serves.
   bool grouped_moe_prefill = true;
+  // grouped_moe_prefill's GEMMs on Hopper's warpgroup matrix instructions (hip::MoeGemmWgmma,
+  // builds for sm_90a only; elsewhere this is ignored): tiles of 128 picks by 256 weight columns,
+  // a block of two warpgroups, and SiLU-mul in the gate/up launch's epilogue (no fp32 gate/up
+  // rows in memory). Each output is again one chain of k16 instructions over k in order.
+  bool moe_gemm_wgmma = true;
   // RmsNorm, GatedRmsNorm and L2Normalize of rows of at most 256 values (attention's and the
   // delta rule's heads) take a warp per row instead of a block of 256 threads (most of them
   // idle, a barrier per level of the sum's tree), adding the same partial sums in the same
@@ -385,6 +390,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetMmaRowsBf16InputsForTest(bool on) { mma_rows_bf16_inputs_ = on; }
   // Sets HipKernelBackendOptions::grouped_moe_prefill (the benchmark compares both paths).
   void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
+  // Sets HipKernelBackendOptions::moe_gemm_wgmma (the benchmark and tests compare both).
+  void SetMoeGemmWgmmaForTest(bool on) { moe_gemm_wgmma_ = on; }
   // Sets HipKernelBackendOptions::moe_kernels (0 or 1; the same bits), for the benchmark.
   void SetMoeKernelsForTest(int kernels) { moe_kernels_ = kernels; }
   // Sets HipKernelBackendOptions::copy_rows_kernel (the same bytes), for the benchmark.
@@ -572,6 +579,7 @@ class HipKernelBackend final : public KernelBackend {
   int mma_rows_variant_;          // options_.mma_rows_variant unless changed for a test.
   bool mma_rows_bf16_inputs_;     // options_.mma_rows_bf16_inputs unless changed for a test.
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
+  bool moe_gemm_wgmma_;           // options_.moe_gemm_wgmma unless changed for a test.
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
   bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
   int mma_rows_staged_min_rows_;  // options_.mma_rows_staged_min_rows unless changed for a test.

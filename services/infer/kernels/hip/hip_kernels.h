@@ -241,11 +241,28 @@ hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                        const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
                        bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
                        hipStream_t stream);
+// MoeGemmBf16's products on Hopper's warpgroup instructions (moe_gemm_wgmma.hip; builds for
+// sm_90a only, MoeGemmWgmmaSupported()) over tiles of MoeGemmWgmmaTileRows() picks, with the
+// same conditions and n % 8 == 0. MoeGemmWgmmaSiluMul takes each expert's [gate; up] rows
+// (2 * width, width % 8 == 0) and writes act row `slot` (width bf16 values, width apart) =
+// bf16(silu(gate) * up), MoeSiluMulBf16's expression and rounding of the gate/up products.
+bool MoeGemmWgmmaSupported();
+int MoeGemmWgmmaTileRows();
+hipError_t MoeGemmWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                        const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                        bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
+                        hipStream_t stream);
+hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                               const int32_t* num_tiles, int64_t max_tiles,
+                               const MoeExpertParts* weights, bool weights_aligned, int64_t width,
+                               int64_t k, uint16_t* act, hipStream_t stream);
 // out row `slot` = x row sorted_picks[slot] / top_k rounded to bf16 (nearest even:
-// RoundRowsToBf16's bits), k values, for every slot of the first *num_tiles of `tiles`.
+// RoundRowsToBf16's bits), k values, for every slot of the first *num_tiles of `tiles` (tiles of
+// at most `tile_rows` picks, a multiple of 8).
 hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                          const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
-                         int64_t k, uint16_t* out, int64_t ld_out, hipStream_t stream);
+                         int64_t k, uint16_t* out, int64_t ld_out, int tile_rows,
+                         hipStream_t stream);
 // out[r, i] = bf16(silu(gu[r, i]) * gu[r, width + i]) for `rows` rows of gu (row stride
 // 2 * width): SiluMul's expression, then RoundRowsToBf16's rounding (their bits).
 hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t* out,

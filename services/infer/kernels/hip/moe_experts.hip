@@ -500,13 +500,12 @@ template <bool kVec>
 __global__ void __launch_bounds__(kGatherThreads)
     MoeGatherBf16Kernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                         const MoeTile* tiles, const int32_t* num_tiles, int64_t k, uint16_t* out,
-                        int64_t ld_out) {
+                        int64_t ld_out, int parts) {
   KernelEntry();
-  constexpr int kParts = kGemmTileRows / kGatherRowsPerBlock;
-  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / kParts);
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / parts);
   if (tile_index >= *num_tiles) return;
   const MoeTile tile = tiles[tile_index];
-  const int r = static_cast<int>(blockIdx.x % kParts) * kGatherRowsPerBlock + threadIdx.x / 32;
+  const int r = static_cast<int>(blockIdx.x % parts) * kGatherRowsPerBlock + threadIdx.x / 32;
   if (r >= tile.rows) return;
   const int lane = threadIdx.x % 32;
   const int64_t slot = static_cast<int64_t>(tile.start) + r;
@@ -732,20 +731,24 @@ hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
 
 hipError_t MoeGatherBf16(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                          const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
-                         int64_t k, uint16_t* out, int64_t ld_out, hipStream_t stream) {
+                         int64_t k, uint16_t* out, int64_t ld_out, int tile_rows,
+                         hipStream_t stream) {
   if (max_tiles == 0 || k == 0) return hipSuccess;
-  constexpr int64_t kParts = kGemmTileRows / kGatherRowsPerBlock;
-  if (max_tiles * kParts > 0x7fffffff || top_k < 1) return hipErrorInvalidValue;
+  const int parts = tile_rows / kGatherRowsPerBlock;
+  if (tile_rows <= 0 || tile_rows % kGatherRowsPerBlock != 0 || max_tiles * parts > 0x7fffffff ||
+      top_k < 1) {
+    return hipErrorInvalidValue;
+  }
   const bool vec = k % 4 == 0 && ldx % 4 == 0 && ld_out % 4 == 0 &&
                    reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0;
-  const auto blocks = static_cast<unsigned int>(max_tiles * kParts);
+  const auto blocks = static_cast<unsigned int>(max_tiles * parts);
   if (vec) {
     LaunchKernel(MoeGatherBf16Kernel<true>, blocks, kGatherThreads, 0, stream, x, ldx, sorted_picks,
-                 top_k, tiles, num_tiles, k, out, ld_out);
+                 top_k, tiles, num_tiles, k, out, ld_out, parts);
   } else {
     LaunchKernel(MoeGatherBf16Kernel<false>, blocks, kGatherThreads, 0, stream, x, ldx,
-                 sorted_picks, top_k, tiles, num_tiles, k, out, ld_out);
+                 sorted_picks, top_k, tiles, num_tiles, k, out, ld_out, parts);
   }
   return hipGetLastError();
 }

@@ -81,7 +81,8 @@
 // time) instead of the device path (HipKernelBackendOptions::grouped_moe). --moe-prefill: each
 // prefill length (except the TTFT run) runs once for each value listed of
 // HipKernelBackendOptions::grouped_moe_prefill (1: the MoE layers' prefill calls on the device's
-// grouped GEMM; 0: KernelBackend's default), in turn; the last value stays for the rest.
+// grouped GEMM, MoeGemmBf16; 2: the same on the warpgroup GEMMs, moe_gemm_wgmma, where built;
+// 0: KernelBackend's default), in turn; the last value stays for the rest.
 // --moe-kernels: each prefill length (except the TTFT run) and each slot count's decode steps
 // run once for each value listed of HipKernelBackendOptions::moe_kernels (the MoE device paths'
 // routing, sort and sum: 1 the eighth round's, 0 the earlier ones; the same bits), in turn.
@@ -142,7 +143,10 @@ struct Flags {
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
   std::vector<int> mma_bf16_inputs = {HipKernelBackendOptions().mma_rows_bf16_inputs ? 1 : 0};
-  std::vector<int> moe_prefill = {HipKernelBackendOptions().grouped_moe_prefill ? 1 : 0};
+  std::vector<int> moe_prefill = {
+      !HipKernelBackendOptions().grouped_moe_prefill                             ? 0
+      : HipKernelBackendOptions().moe_gemm_wgmma && hip::MoeGemmWgmmaSupported() ? 2
+                                                                                 : 1};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   std::vector<int> decode_ranges = {HipKernelBackendOptions().attention_decode_ranges_per_block};
@@ -396,7 +400,8 @@ class ModelBench {
     for (const int64_t t : f_.prefill) {
       if (t < f_.ttft_depth || t != MaxDepth()) {
         for (const int on : f_.moe_prefill) {
-          b_.SetGroupedMoePrefillForTest(on == 1);
+          b_.SetGroupedMoePrefillForTest(on >= 1);
+          b_.SetMoeGemmWgmmaForTest(on == 2);
           for (const int variant : f_.attention_variants) {
             for (const int kernels : f_.moe_kernels) {
               for (const int round_mb : f_.round_inputs_mb) {
@@ -406,7 +411,9 @@ class ModelBench {
                 Bench::Check((*kv)->Reset(0), "reset");
                 std::string label;
                 if (o_.num_experts > 0) {
-                  label = absl::StrFormat(" (grouped moe prefill %s)", on ? "on" : "off");
+                  label = absl::StrFormat(" (grouped moe prefill %s)", on == 2   ? "wgmma"
+                                                                       : on == 1 ? "on"
+                                                                                 : "off");
                 }
                 if (f_.attention_variants.size() > 1) {
                   absl::StrAppend(&label, absl::StrFormat(" (attention variant %d)", variant));
@@ -1051,7 +1058,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (key == "mma-bf16-inputs") {
       if (!IntList(value, 0, 1, &f->mma_bf16_inputs)) return false;
     } else if (key == "moe-prefill") {
-      if (!IntList(value, 0, 1, &f->moe_prefill)) return false;
+      if (!IntList(value, 0, 2, &f->moe_prefill)) return false;
     } else if (key == "moe-kernels") {
       if (!IntList(value, 0, 1, &f->moe_kernels)) return false;
     } else if (key == "attention-variants") {

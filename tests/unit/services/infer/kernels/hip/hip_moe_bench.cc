@@ -110,25 +110,32 @@ int MoePrefill() {
   const std::vector<WeightMatrix>& gate_up = m.gate_up;
   const std::vector<WeightMatrix>& down = m.down;
   char label[200];
-  for (const int64_t tokens : {int64_t{4096}, int64_t{8192}}) {
+  for (const int64_t tokens : {int64_t{4096}, int64_t{8192}, int64_t{32768}}) {
     float* x = bench.Buffer(tokens * hidden, 51);
     float* logits = bench.Buffer(tokens * experts, 52, -3.0f, 3.0f);
     float* out = bench.Buffer(tokens * hidden, 53);
     ScratchArena scratch(b.memory());
     const MoeExpertsArgs a = m.Args(x, logits, out, tokens, false);
     const double flops = 2.0 * tokens * top_k * 3.0 * width * hidden;
-    for (const bool grouped : {false, true}) {
-      b.SetGroupedMoePrefillForTest(grouped);
+    // 0: the default (host routing); 1: the grouped device path on MoeGemmBf16; 2: on the
+    // warpgroup GEMMs (moe_gemm_wgmma, where built).
+    for (const int path : {0, 1, 2}) {
+      if (path == 2 && !hip::MoeGemmWgmmaSupported()) continue;
+      b.SetGroupedMoePrefillForTest(path > 0);
+      b.SetMoeGemmWgmmaForTest(path == 2);
       const double t = bench.Time(
           [&] {
             Bench::Check(b.MoeExperts(a, scratch), "moe experts");
             scratch.EndPass();
           },
           5);
+      static constexpr const char* kPaths[] = {"default (host routing)", "grouped device path",
+                                               "grouped device path, wgmma"};
       std::snprintf(label, sizeof label, "moe layer routed experts, %ld tokens, %s", tokens,
-                    grouped ? "grouped device path" : "default (host routing)");
+                    kPaths[path]);
       Row(label, t, "TFLOP/s", flops, 1e12);
     }
+    b.SetMoeGemmWgmmaForTest(HipKernelBackendOptions().moe_gemm_wgmma);
     // The default's per-expert products alone: every expert the average rows, gate/up then down.
     const int64_t rows = tokens * top_k / experts;
     float* xs = bench.Buffer(rows * hidden, 54);

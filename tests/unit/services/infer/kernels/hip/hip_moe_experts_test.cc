@@ -141,6 +141,8 @@ class HipMoeExpertsTest : public HipKernelBackendTest {
     EXPECT_TRUE(cpu_->MoeExperts(a, host_scratch).ok());
     return out0;
   }
+  // PrefillTokensRowsDoNotDependOnTheCallsOtherTokens for one shape.
+  void PrefillRowsDoNotDependOnOtherTokens(const MoeShape& s);
   // Uploads `b` (buffers kept in `keep`) and returns the device matrices in gate_up / down.
   void UploadExperts(const MoeShape& s, const MoeBits& b, std::vector<DeviceBuffer>& keep,
                      std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
@@ -510,7 +512,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> logits = RouterLogits(s, 195, /*tied_pairs=*/false);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), again_out = Up(out0),
-                 def_out = Up(out0);
+                 def_out = Up(out0), other_out = Up(out0);
     MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, false);
     ScratchArena scratch(gpu_->memory());
     a.out = dev_out.floats();
@@ -519,24 +521,39 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     a.out = again_out.floats();
     ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
     scratch.EndPass();
+    // The other grouped GEMM (moe_gemm_wgmma flipped).
+    const bool wgmma = HipKernelBackendOptions().moe_gemm_wgmma;
+    gpu_->SetMoeGemmWgmmaForTest(!wgmma);
+    a.out = other_out.floats();
+    ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+    scratch.EndPass();
+    gpu_->SetMoeGemmWgmmaForTest(wgmma);
     a.out = def_out.floats();
     ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
     ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
 
     const std::vector<float> dev = Down(dev_out, out0.size());
     const std::vector<float> def = Down(def_out, out0.size());
+    const std::vector<float> other = Down(other_out, out0.size());
     EXPECT_TRUE(SameBits(Down(again_out, out0.size()), dev)) << "a second call";
     if (!gemm_path) {
       EXPECT_TRUE(SameBits(dev, def)) << "the default serves";
     }
     const std::vector<float> ref = CpuMoe(a, x, logits, out0, host_gate_up, host_down);
     // The routed sum alone (out - out0) against the CPU's and the default's.
-    std::vector<float> dev_sum(dev.size()), def_sum(def.size()), ref_sum(ref.size());
+    std::vector<float> dev_sum(dev.size()), def_sum(def.size()), ref_sum(ref.size()),
+        other_sum(other.size());
     for (size_t i = 0; i < dev.size(); ++i) {
       dev_sum[i] = dev[i] - out0[i];
       def_sum[i] = def[i] - out0[i];
       ref_sum[i] = ref[i] - out0[i];
+      other_sum[i] = other[i] - out0[i];
     }
+    EXPECT_LT(Measured("moe prefill experts, the other grouped GEMM vs cpu, " + s.name,
+                       RelErr(other_sum, ref_sum)),
+              kBf16InputTolerance);
+    std::printf("[ measured ] moe prefill experts, %s: the two grouped GEMMs give %s bits\n",
+                s.name.c_str(), SameBits(dev, other) ? "the same" : "different");
     EXPECT_LT(Measured("moe prefill experts vs cpu, " + s.name, RelErr(dev_sum, ref_sum)),
               kBf16InputTolerance);
     // The promise is the tolerance; on the H200 the pinned vendor GEMM the default runs gave
@@ -550,7 +567,20 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
 }
 
 TEST_F(HipMoeExpertsTest, PrefillTokensRowsDoNotDependOnTheCallsOtherTokens) {
-  const MoeShape s{"80B-like layer", 256, 2048, 512, 512, 10, true, 0.0f};
+  // The 80B-like layer (a few picks an expert), and few experts (tiles of several warpgroups'
+  // rows, experts over several tiles), on both grouped GEMMs.
+  for (const bool wgmma : {true, false}) {
+    gpu_->SetMoeGemmWgmmaForTest(wgmma);
+    for (const MoeShape& s : {MoeShape{"80B-like layer", 256, 2048, 512, 512, 10, true, 0.0f},
+                              MoeShape{"few experts", 256, 256, 64, 6, 3, false, 0.0f}}) {
+      SCOPED_TRACE(absl::StrCat(s.name, wgmma ? ", wgmma" : ", MoeGemmBf16"));
+      PrefillRowsDoNotDependOnOtherTokens(s);
+    }
+  }
+  gpu_->SetMoeGemmWgmmaForTest(HipKernelBackendOptions().moe_gemm_wgmma);
+}
+
+void HipMoeExpertsTest::PrefillRowsDoNotDependOnOtherTokens(const MoeShape& s) {
   const MoeBits bits = RandomExperts(s, 201);
   std::vector<DeviceBuffer> keep;
   std::vector<WeightMatrix> gate_up, down;

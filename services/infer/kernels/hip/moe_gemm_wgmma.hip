@@ -1,0 +1,307 @@
+// The MoE prefill path's grouped GEMMs on Hopper's warpgroup matrix instructions (`wgmma`,
+// NVIDIA sm_90a builds, CAIRN_HIP_WGMMA): the same tiles of one expert's picks as MoeGemmBf16
+// (moe_experts.hip), 128 picks a tile, a block of two warpgroups per (tile, 256 weight
+// columns), operands staged in shared memory by asynchronous copies in the 128-byte swizzled
+// layout the instructions read, four stages of 64 k values in flight.
+//
+// Bits: every output element is one accumulation chain of k16 matrix instructions over its own
+// input row and weight column, k = 0, 16, 32, ... in order from zero, as in MoeGemmBf16; which
+// tile, slot or warpgroup holds a row, and the tile's other rows, never enter its arithmetic.
+// The gate/up launch takes each 8 act columns' gate and up weight rows side by side in its
+// 256 columns and writes bf16(silu(gate) * up) (MoeSiluMulBf16's expression and rounding)
+// instead of the fp32 gate/up rows.
+
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/hip/mma_rows_device.h"
+
+namespace cairn::infer::hip {
+
+namespace {
+constexpr int kWgTileRows = 128;  // Picks a tile (MoeGemmWgmmaTileRows()): a warpgroup's 64 each.
+}  // namespace
+
+int MoeGemmWgmmaTileRows() { return kWgTileRows; }
+
+#if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
+
+bool MoeGemmWgmmaSupported() { return false; }
+hipError_t MoeGemmWgmma(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
+                        const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
+                        hipStream_t) {
+  return hipErrorInvalidValue;
+}
+hipError_t MoeGemmWgmmaSiluMul(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
+                               const MoeExpertParts*, bool, int64_t, int64_t, uint16_t*,
+                               hipStream_t) {
+  return hipErrorInvalidValue;
+}
+
+#else
+
+namespace {
+
+constexpr int kCols = 256;     // Weight columns (instruction n) a block.
+constexpr int kK = 64;         // k values a stage: one 128-byte row of bf16.
+constexpr int kStages = 4;     // Stages in shared memory; kStages - 2 loads ahead.
+constexpr int kThreads = 256;  // Two warpgroups.
+constexpr int kChunks = kK / 8;                   // 16-byte chunks a row of a stage.
+constexpr int kABytes = kWgTileRows * kK * 2;     // 16 KiB.
+constexpr int kBBytes = kCols * kK * 2;           // 32 KiB.
+constexpr int kStageBytes = kABytes + kBBytes;    // 48 KiB.
+constexpr int kAlign = 1024;                      // The swizzle's period: 8 rows of 128 bytes.
+constexpr int kSharedBytes = kStages * kStageBytes + kAlign;
+constexpr int kAPer = kWgTileRows * kChunks / kThreads;  // Chunks a thread copies a stage.
+constexpr int kBPer = kCols * kChunks / kThreads;
+constexpr int kRowStep = kThreads / kChunks;  // Rows between a thread's chunks.
+constexpr int kAcc = kCols / 2;               // Accumulators a thread (64 x 256 / 128).
+static_assert(kAPer == 4 && kBPer == 8 && kStageBytes % kAlign == 0 && kABytes % kAlign == 0);
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a K-major tile with 128-byte rows,
+// swizzled as the instructions' 128-byte mode reads it (chunk XOR row % 8 within each 1 KiB
+// group of 8 rows; the tile 1 KiB aligned).
+__device__ inline uint32_t Swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// The instructions' shared-memory matrix descriptor of a K-major, 128-byte swizzled tile at
+// shared address `at`: start address >> 4, leading offset 1 (unused in this mode), stride
+// 1024 bytes between groups of 8 rows, swizzle mode 1 (128 bytes).
+__device__ inline uint64_t Descriptor(uint32_t at) {
+  return static_cast<uint64_t>((at & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+__device__ inline void CopyChunk(uint32_t to, const uint16_t* from, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from),
+               "r"(valid ? 16 : 0));
+}
+
+// Keeps the compiler from moving accesses of the accumulators across the asynchronous
+// instructions that write them.
+__device__ inline void FenceAccumulators(float (&d)[kAcc]) {
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d += a (64 x 16, descriptor) . b (256 x 16, descriptor)^T, asynchronously.
+__device__ inline void Wgmma(float (&d)[kAcc], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+      "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+      "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+      "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+      "%120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+        "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+        "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+        "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+        "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+        "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+        "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+// Grid: one block per (tile, group of columns), a tile's groups consecutive (blocks running
+// together share the tile's rows and its expert's weights in L2); blocks past *num_tiles exit.
+// Warpgroup w computes the tile's rows 64 w .. 64 w + 63 (past tile.rows: zeros, not written).
+// kSilu: the group's 128 act columns c0 + j take weight rows j (gate) and width + j (up), 8 of
+// each in turn (B row 16 i + e: gate c0 + 8 i + e, row 16 i + 8 + e: up), and act row `slot`
+// gets bf16(silu(gate) * up); else the group's columns are weight rows col0 .. col0 + 255 and
+// y row `slot` gets the fp32 products.
+template <bool kSilu>
+__global__ void __launch_bounds__(kThreads, 1)
+    MoeGemmWgmmaKernel(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                       const int32_t* num_tiles, int groups, const MoeExpertParts* weights,
+                       int64_t n, int64_t k, float* y, int64_t ldy, uint16_t* act) {
+  KernelEntry();
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / groups);
+  if (tile_index >= *num_tiles) return;  // Uniform per block.
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(shared_raw));
+  const uint32_t base = (raw + kAlign - 1) / kAlign * kAlign;
+  const MoeTile tile = tiles[tile_index];
+  const MoeExpertParts& w = weights[tile.expert];
+  const int64_t group = blockIdx.x % groups;
+  const int tid = threadIdx.x;
+  const int chunk = tid % kChunks;
+
+  // This thread's copies: rows tid / 8 + 32 i of the a tile and of the weight columns, its
+  // chunk of each.
+  const int row0 = tid / kChunks;
+  const uint16_t* a_src = a + (static_cast<int64_t>(tile.start) + row0) * lda + chunk * 8;
+  uint32_t a_live = 0;
+#pragma unroll
+  for (int i = 0; i < kAPer; ++i) a_live |= (row0 + kRowStep * i < tile.rows ? 1u : 0u) << i;
+  const uint16_t* b_src[kBPer];
+#pragma unroll
+  for (int i = 0; i < kBPer; ++i) {
+    const int r = row0 + kRowStep * i;
+    int64_t col;
+    if constexpr (kSilu) {
+      const int64_t j = group * (kCols / 2) + (r / 16) * 8 + r % 8;
+      col = j < n ? ((r / 8) % 2 == 0 ? j : n + j) : -1;  // n: the width.
+    } else {
+      col = group * kCols + r < n ? group * kCols + r : -1;
+    }
+    b_src[i] = col >= 0 ? mma_rows::ColumnOf(w, col, k) : nullptr;
+  }
+  const auto load = [&](int stage, int64_t k0) {
+    const uint32_t sa = base + static_cast<uint32_t>(stage * kStageBytes);
+    const uint32_t sb = sa + kABytes;
+    const bool in_k = k0 + chunk * 8 < k;
+#pragma unroll
+    for (int i = 0; i < kAPer; ++i) {
+      const bool v = in_k && ((a_live >> i) & 1u) != 0;
+      CopyChunk(sa + Swizzled(row0 + kRowStep * i, chunk),
+                v ? a_src + static_cast<int64_t>(kRowStep) * i * lda + k0 : a, v);
+    }
+#pragma unroll
+    for (int i = 0; i < kBPer; ++i) {
+      const bool v = in_k && b_src[i] != nullptr;
+      CopyChunk(sb + Swizzled(row0 + kRowStep * i, chunk), v ? b_src[i] + k0 + chunk * 8 : a, v);
+    }
+  };
+
+  const int wg = tid / 128;
+  float d[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
+  const int64_t steps = (k + kK - 1) / kK;
+  constexpr int kAhead = kStages - 2;
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < steps) load(s, static_cast<int64_t>(s) * kK);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    // This thread's copies of stage `step` are in; made visible to the matrix instructions'
+    // reads, then every thread's (the barrier). Each warp waited below for its instructions
+    // of step - 2, so the stage refilled next (step - 2's) is free once all have arrived.
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int64_t ahead = step + kAhead;
+    if (ahead < steps) load(static_cast<int>(ahead % kStages), ahead * kK);
+    asm volatile("cp.async.commit_group;\n" ::);
+    const uint32_t sa = base + static_cast<uint32_t>((step % kStages) * kStageBytes);
+    const uint64_t da = Descriptor(sa + static_cast<uint32_t>(wg * 64 * 128));
+    const uint64_t db = Descriptor(sa + kABytes);
+    FenceAccumulators(d);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+      // k16 step kk: 32 bytes further along the swizzled rows (descriptor units of 16).
+      Wgmma(d, da + 2 * kk, db + 2 * kk);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    FenceAccumulators(d);
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  FenceAccumulators(d);
+  if (64 * wg >= tile.rows) return;  // Uniform per warpgroup: its rows are all past the tile.
+
+  // d[j]: row 64 wg + 16 (warp % 4) + lane / 4 (+8 for odd j / 2), column
+  // 8 (j / 4) + 2 (lane % 4) + j % 2 of the block's 256.
+  const int lane = tid % 32;
+  const int rbase = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = rbase + 8 * h;
+    if (r >= tile.rows) continue;
+    const int64_t slot = static_cast<int64_t>(tile.start) + r;
+    if constexpr (kSilu) {
+#pragma unroll
+      for (int q = 0; q < kCols / 16; ++q) {  // Gate columns 16 q .. 16 q + 7, up 16 q + 8 ...
+        const int jg = 8 * q + 2 * h;          // d index of the gate pair; up: jg + 4.
+        const int64_t c = group * (kCols / 2) + 8 * q + 2 * (lane % 4);
+        if (c < n) {
+          const uint32_t lo = FloatToBf16(DeviceSilu(d[jg]) * d[jg + 4]);
+          const uint32_t hi = FloatToBf16(DeviceSilu(d[jg + 1]) * d[jg + 5]);
+          *reinterpret_cast<uint32_t*>(act + slot * n + c) = lo | (hi << 16);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < kCols / 8; ++q) {
+        const int j = 4 * q + 2 * h;
+        const int64_t c = group * kCols + 8 * q + 2 * (lane % 4);
+        if (c < n) *reinterpret_cast<float2*>(y + slot * ldy + c) = make_float2(d[j], d[j + 1]);
+      }
+    }
+  }
+}
+
+template <bool kSilu>
+hipError_t LaunchWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                       const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                       bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
+                       uint16_t* act, hipStream_t stream) {
+  if (max_tiles == 0 || n == 0) return hipSuccess;
+  const int64_t groups = CeilDiv(n, kSilu ? kCols / 2 : kCols);
+  if (!weights_aligned || k % 8 != 0 || n % 8 != 0 || lda % 8 != 0 || (!kSilu && ldy % 2 != 0) ||
+      reinterpret_cast<uintptr_t>(a) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(kSilu ? static_cast<const void*>(act)
+                                        : static_cast<const void*>(y)) % 8 != 0 ||
+      max_tiles * groups > 0x7fffffff) {
+    return hipErrorInvalidValue;
+  }
+  const auto kernel = MoeGemmWgmmaKernel<kSilu>;
+  const hipError_t e = AllowSharedBytes(kernel, kSharedBytes);
+  if (e != hipSuccess) return e;
+  LaunchKernel(kernel, static_cast<unsigned int>(max_tiles * groups), kThreads, kSharedBytes,
+               stream, a, lda, tiles, num_tiles, static_cast<int>(groups), weights, n, k, y, ldy,
+               act);
+  return hipGetLastError();
+}
+
+}  // namespace
+
+bool MoeGemmWgmmaSupported() { return true; }
+
+hipError_t MoeGemmWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                        const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                        bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
+                        hipStream_t stream) {
+  return LaunchWgmma<false>(a, lda, tiles, num_tiles, max_tiles, weights, weights_aligned, n, k,
+                            y, ldy, nullptr, stream);
+}
+
+hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                               const int32_t* num_tiles, int64_t max_tiles,
+                               const MoeExpertParts* weights, bool weights_aligned, int64_t width,
+                               int64_t k, uint16_t* act, hipStream_t stream) {
+  return LaunchWgmma<true>(a, lda, tiles, num_tiles, max_tiles, weights, weights_aligned, width,
+                           k, nullptr, 0, act, stream);
+}
+
+#endif  // CAIRN_HIP_WGMMA
+
+}  // namespace cairn::infer::hip
