@@ -254,9 +254,10 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   int32_t* const ids = route.ids;
   float* const weights = route.weights;
   const hip::MoeSortBuffers& b = route.sort;
-  // Rows in slot order: the inputs in bf16, gate/up (not with wgmma), the activations in bf16,
-  // the outputs.
-  ASSIGN_OR_RETURN(uint16_t * xs, scratch.Take<uint16_t>(picks * a.hidden));
+  // The inputs in bf16: the tokens' rows (wgmma: its gate/up launch reads each pick's token
+  // row), else the picks' rows in slot order. Then in slot order: gate/up (not with wgmma), the
+  // activations in bf16, the outputs.
+  ASSIGN_OR_RETURN(uint16_t * xs, scratch.Take<uint16_t>((wgmma ? a.tokens : picks) * a.hidden));
   float* gu = nullptr;
   if (!wgmma) {
     ASSIGN_OR_RETURN(gu, scratch.Take<float>(picks * 2 * a.width));
@@ -267,16 +268,21 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
   const auto products = [&]() {
     if (wgmma) {
-      return Check(hip::MoeGemmWgmmaSiluMul(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles,
-                                            gate_up_table, gate_up.aligned, a.width, a.hidden, act,
-                                            compute_),
+      return Check(hip::RoundRowsToBf16(a.x, a.tokens, a.hidden, a.hidden, xs, a.hidden, compute_),
+                   "moe round inputs launch") &&
+             Check(hip::MoeGemmWgmmaSiluMul(xs, a.hidden, b.sorted_picks, a.top_k, b.tiles,
+                                            b.num_tiles, sizes.max_tiles, gate_up_table,
+                                            gate_up.aligned, a.width, a.hidden, act, compute_),
                    "moe gate/up gemm launch") &&
              Check(
                  hip::MoeGemmWgmma(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
                                    down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
                  "moe down gemm launch");
     }
-    return Check(
+    return Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
+                                    sizes.max_tiles, a.hidden, xs, a.hidden, tile_rows, compute_),
+                 "moe gather launch") &&
+           Check(
                hip::MoeGemmBf16(xs, a.hidden, b.tiles, b.num_tiles, sizes.max_tiles, gate_up_table,
                                 gate_up.aligned, 2 * a.width, a.hidden, gu, 2 * a.width, compute_),
                "moe gate/up gemm launch") &&
@@ -289,9 +295,6 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
           hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
                                MoeRoutingFor(), tile_rows, ids, weights, b, compute_),
           "moe route and sort launch") ||
-      !Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
-                                sizes.max_tiles, a.hidden, xs, a.hidden, tile_rows, compute_),
-             "moe gather launch") ||
       !products() ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),

@@ -33,9 +33,9 @@ hipError_t MoeGemmWgmma(const uint16_t*, int64_t, const MoeTile*, const int32_t*
                         hipStream_t) {
   return hipErrorInvalidValue;
 }
-hipError_t MoeGemmWgmmaSiluMul(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
-                               const MoeExpertParts*, bool, int64_t, int64_t, uint16_t*,
-                               hipStream_t) {
+hipError_t MoeGemmWgmmaSiluMul(const uint16_t*, int64_t, const int32_t*, int, const MoeTile*,
+                               const int32_t*, int64_t, const MoeExpertParts*, bool, int64_t,
+                               int64_t, uint16_t*, hipStream_t) {
   return hipErrorInvalidValue;
 }
 
@@ -135,11 +135,14 @@ __device__ inline void Wgmma(float (&d)[kAcc], uint64_t a, uint64_t b) {
 // each in turn (B row 16 i + e: gate c0 + 8 i + e, row 16 i + 8 + e: up), and act row `slot`
 // gets bf16(silu(gate) * up); else the group's columns are weight rows col0 .. col0 + 255 and
 // y row `slot` gets the fp32 products.
+// A row r of a tile: a row tile.start + r, or with `sorted_picks` (gate/up) a row
+// sorted_picks[tile.start + r] / top_k (the pick's token).
 template <bool kSilu>
 __global__ void __launch_bounds__(kThreads, 1)
-    MoeGemmWgmmaKernel(const uint16_t* a, int64_t lda, const MoeTile* tiles,
-                       const int32_t* num_tiles, int groups, const MoeExpertParts* weights,
-                       int64_t n, int64_t k, float* y, int64_t ldy, uint16_t* act) {
+    MoeGemmWgmmaKernel(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
+                       const MoeTile* tiles, const int32_t* num_tiles, int groups,
+                       const MoeExpertParts* weights, int64_t n, int64_t k, float* y,
+                       int64_t ldy, uint16_t* act) {
   KernelEntry();
   const int32_t tile_index = static_cast<int32_t>(blockIdx.x / groups);
   if (tile_index >= *num_tiles) return;  // Uniform per block.
@@ -155,10 +158,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This thread's copies: rows tid / 8 + 32 i of the a tile and of the weight columns, its
   // chunk of each.
   const int row0 = tid / kChunks;
-  const uint16_t* a_src = a + (static_cast<int64_t>(tile.start) + row0) * lda + chunk * 8;
-  uint32_t a_live = 0;
+  const uint16_t* a_src[kAPer];
 #pragma unroll
-  for (int i = 0; i < kAPer; ++i) a_live |= (row0 + kRowStep * i < tile.rows ? 1u : 0u) << i;
+  for (int i = 0; i < kAPer; ++i) {
+    const int r = row0 + kRowStep * i;
+    const int64_t slot = static_cast<int64_t>(tile.start) + r;
+    const int64_t row = r >= tile.rows ? -1 : sorted_picks != nullptr ? sorted_picks[slot] / top_k
+                                                                      : slot;
+    a_src[i] = row >= 0 ? a + row * lda + chunk * 8 : nullptr;
+  }
   const uint16_t* b_src[kBPer];
 #pragma unroll
   for (int i = 0; i < kBPer; ++i) {
@@ -178,9 +186,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool in_k = k0 + chunk * 8 < k;
 #pragma unroll
     for (int i = 0; i < kAPer; ++i) {
-      const bool v = in_k && ((a_live >> i) & 1u) != 0;
-      CopyChunk(sa + Swizzled(row0 + kRowStep * i, chunk),
-                v ? a_src + static_cast<int64_t>(kRowStep) * i * lda + k0 : a, v);
+      const bool v = in_k && a_src[i] != nullptr;
+      CopyChunk(sa + Swizzled(row0 + kRowStep * i, chunk), v ? a_src[i] + k0 : a, v);
     }
 #pragma unroll
     for (int i = 0; i < kBPer; ++i) {
@@ -260,11 +267,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <bool kSilu>
-hipError_t LaunchWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
-                       const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
-                       bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
-                       uint16_t* act, hipStream_t stream) {
+hipError_t LaunchWgmma(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
+                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                       const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
+                       float* y, int64_t ldy, uint16_t* act, hipStream_t stream) {
   if (max_tiles == 0 || n == 0) return hipSuccess;
+  if (sorted_picks != nullptr && top_k < 1) return hipErrorInvalidValue;
   const int64_t groups = CeilDiv(n, kSilu ? kCols / 2 : kCols);
   if (!weights_aligned || k % 8 != 0 || n % 8 != 0 || lda % 8 != 0 || (!kSilu && ldy % 2 != 0) ||
       reinterpret_cast<uintptr_t>(a) % 16 != 0 ||
@@ -277,8 +285,8 @@ hipError_t LaunchWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
   const hipError_t e = AllowSharedBytes(kernel, kSharedBytes);
   if (e != hipSuccess) return e;
   LaunchKernel(kernel, static_cast<unsigned int>(max_tiles * groups), kThreads, kSharedBytes,
-               stream, a, lda, tiles, num_tiles, static_cast<int>(groups), weights, n, k, y, ldy,
-               act);
+               stream, a, lda, sorted_picks, top_k, tiles, num_tiles, static_cast<int>(groups),
+               weights, n, k, y, ldy, act);
   return hipGetLastError();
 }
 
@@ -290,16 +298,17 @@ hipError_t MoeGemmWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                         const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
                         bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
                         hipStream_t stream) {
-  return LaunchWgmma<false>(a, lda, tiles, num_tiles, max_tiles, weights, weights_aligned, n, k,
-                            y, ldy, nullptr, stream);
+  return LaunchWgmma<false>(a, lda, nullptr, 0, tiles, num_tiles, max_tiles, weights,
+                            weights_aligned, n, k, y, ldy, nullptr, stream);
 }
 
-hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const MoeTile* tiles,
-                               const int32_t* num_tiles, int64_t max_tiles,
-                               const MoeExpertParts* weights, bool weights_aligned, int64_t width,
-                               int64_t k, uint16_t* act, hipStream_t stream) {
-  return LaunchWgmma<true>(a, lda, tiles, num_tiles, max_tiles, weights, weights_aligned, width,
-                           k, nullptr, 0, act, stream);
+hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* sorted_picks,
+                               int top_k, const MoeTile* tiles, const int32_t* num_tiles,
+                               int64_t max_tiles, const MoeExpertParts* weights,
+                               bool weights_aligned, int64_t width, int64_t k, uint16_t* act,
+                               hipStream_t stream) {
+  return LaunchWgmma<true>(a, lda, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
+                           weights_aligned, width, k, nullptr, 0, act, stream);
 }
 
 #endif  // CAIRN_HIP_WGMMA
