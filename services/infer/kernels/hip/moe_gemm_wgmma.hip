@@ -12,6 +12,7 @@
 // instead of the fp32 gate/up rows.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -87,7 +88,7 @@ __device__ inline void FenceAccumulators(float (&d)[kAcc]) {
 }
 
 // d += a (64 x 16, descriptor) . b (256 x 16, descriptor)^T, asynchronously.
-__device__ inline void Wgmma(float (&d)[kAcc], uint64_t a, uint64_t b) {
+__device__ inline void Wgmma256(float (&d)[kAcc], uint64_t a, uint64_t b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
@@ -125,6 +126,32 @@ __device__ inline void Wgmma(float (&d)[kAcc], uint64_t a, uint64_t b) {
         "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
         "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+// d[0 .. 63] += a (64 x 16, descriptor) . b (128 x 16, descriptor)^T, asynchronously.
+__device__ inline void Wgmma128(float (&d)[kAcc], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+      "%60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(a), "l"(b), "r"(1));
 }
 
@@ -197,9 +224,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   const int wg = tid / 128;
-  float d[kAcc];
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
+  // Tiles of at most 64 picks: both warpgroups take rows 0 .. 63, warpgroup w the block's
+  // columns 128 w .. 128 w + 127 (half the instructions' n), so no warpgroup multiplies rows
+  // past the tile only. Uniform per block.
+  const bool half = tile.rows <= 64;
   const int64_t steps = (k + kK - 1) / kK;
   constexpr int kAhead = kStages - 2;
 #pragma unroll
@@ -207,62 +235,87 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (s < steps) load(s, static_cast<int64_t>(s) * kK);
     asm volatile("cp.async.commit_group;\n" ::);
   }
-  for (int64_t step = 0; step < steps; ++step) {
-    // This thread's copies of stage `step` are in; made visible to the matrix instructions'
-    // reads, then every thread's (the barrier). Each warp waited below for its instructions
-    // of step - 2, so the stage refilled next (step - 2's) is free once all have arrived.
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();
-    const int64_t ahead = step + kAhead;
-    if (ahead < steps) load(static_cast<int>(ahead % kStages), ahead * kK);
-    asm volatile("cp.async.commit_group;\n" ::);
-    const uint32_t sa = base + static_cast<uint32_t>((step % kStages) * kStageBytes);
-    const uint64_t da = Descriptor(sa + static_cast<uint32_t>(wg * 64 * 128));
-    const uint64_t db = Descriptor(sa + kABytes);
-    FenceAccumulators(d);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+  // The k loop and the stores for one kind of tile (each with accumulators of its own, so that
+  // nothing but the matrix instructions writes them between the instructions).
+  const auto run = [&](auto half_tile) {
+    constexpr bool kHalf = decltype(half_tile)::value;
+    float d[kAcc];
 #pragma unroll
-    for (int kk = 0; kk < kK / 16; ++kk) {
+    for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
+    for (int64_t step = 0; step < steps; ++step) {
+      // This thread's copies of stage `step` are in; made visible to the matrix instructions'
+      // reads, then every thread's (the barrier). Each warp waited below for its instructions
+      // of step - 2, so the stage refilled next (step - 2's) is free once all have arrived.
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncthreads();
+      const int64_t ahead = step + kAhead;
+      if (ahead < steps) load(static_cast<int>(ahead % kStages), ahead * kK);
+      asm volatile("cp.async.commit_group;\n" ::);
+      const uint32_t sa = base + static_cast<uint32_t>((step % kStages) * kStageBytes);
+      FenceAccumulators(d);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
       // k16 step kk: 32 bytes further along the swizzled rows (descriptor units of 16).
-      Wgmma(d, da + 2 * kk, db + 2 * kk);
+      if constexpr (kHalf) {
+        const uint64_t da = Descriptor(sa);
+        const uint64_t db = Descriptor(sa + kABytes + static_cast<uint32_t>(wg * 128 * 128));
+#pragma unroll
+        for (int kk = 0; kk < kK / 16; ++kk) Wgmma128(d, da + 2 * kk, db + 2 * kk);
+      } else {
+        const uint64_t da = Descriptor(sa + static_cast<uint32_t>(wg * 64 * 128));
+        const uint64_t db = Descriptor(sa + kABytes);
+#pragma unroll
+        for (int kk = 0; kk < kK / 16; ++kk) Wgmma256(d, da + 2 * kk, db + 2 * kk);
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      FenceAccumulators(d);
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     FenceAccumulators(d);
-  }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  FenceAccumulators(d);
-  if (64 * wg >= tile.rows) return;  // Uniform per warpgroup: its rows are all past the tile.
+    if (!kHalf && 64 * wg >= tile.rows) return;  // Uniform per warpgroup: rows past the tile.
 
-  // d[j]: row 64 wg + 16 (warp % 4) + lane / 4 (+8 for odd j / 2), column
-  // 8 (j / 4) + 2 (lane % 4) + j % 2 of the block's 256.
-  const int lane = tid % 32;
-  const int rbase = 64 * wg + 16 * ((tid / 32) % 4) + lane / 4;
+    // d[j]: row 16 (warp % 4) + lane / 4 (+8 for odd j / 2) of the warpgroup's 64, column
+    // 8 (j / 4) + 2 (lane % 4) + j % 2 of its 256 (half: 128) columns.
+    const int lane = tid % 32;
+    const int rbase = (kHalf ? 0 : 64 * wg) + 16 * ((tid / 32) % 4) + lane / 4;
+    const int64_t cbase = group * kCols + (kHalf ? 128 * wg : 0);  // Of the B rows.
+    const int groups_of_8 = kHalf ? kCols / 16 : kCols / 8;  // Column groups of 8 in d.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = rbase + 8 * h;
-    if (r >= tile.rows) continue;
-    const int64_t slot = static_cast<int64_t>(tile.start) + r;
-    if constexpr (kSilu) {
+    for (int h = 0; h < 2; ++h) {
+      const int r = rbase + 8 * h;
+      if (r >= tile.rows) continue;
+      const int64_t slot = static_cast<int64_t>(tile.start) + r;
+      if constexpr (kSilu) {
+        // B rows 16 q .. 16 q + 7: gate of act columns cbase / 2 + 8 q + ..., 16 q + 8 ..: up.
 #pragma unroll
-      for (int q = 0; q < kCols / 16; ++q) {  // Gate columns 16 q .. 16 q + 7, up 16 q + 8 ...
-        const int jg = 8 * q + 2 * h;          // d index of the gate pair; up: jg + 4.
-        const int64_t c = group * (kCols / 2) + 8 * q + 2 * (lane % 4);
-        if (c < n) {
-          const uint32_t lo = FloatToBf16(DeviceSilu(d[jg]) * d[jg + 4]);
-          const uint32_t hi = FloatToBf16(DeviceSilu(d[jg + 1]) * d[jg + 5]);
-          *reinterpret_cast<uint32_t*>(act + slot * n + c) = lo | (hi << 16);
+        for (int q = 0; q < kCols / 16; ++q) {
+          if (q >= groups_of_8 / 2) break;
+          const int jg = 8 * q + 2 * h;  // d index of the gate pair; up: jg + 4.
+          const int64_t c = cbase / 2 + 8 * q + 2 * (lane % 4);
+          if (c < n) {
+            const uint32_t lo = FloatToBf16(DeviceSilu(d[jg]) * d[jg + 4]);
+            const uint32_t hi = FloatToBf16(DeviceSilu(d[jg + 1]) * d[jg + 5]);
+            *reinterpret_cast<uint32_t*>(act + slot * n + c) = lo | (hi << 16);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < kCols / 8; ++q) {
+          if (q >= groups_of_8) break;
+          const int j = 4 * q + 2 * h;
+          const int64_t c = cbase + 8 * q + 2 * (lane % 4);
+          if (c < n) {
+            *reinterpret_cast<float2*>(y + slot * ldy + c) = make_float2(d[j], d[j + 1]);
+          }
         }
       }
-    } else {
-#pragma unroll
-      for (int q = 0; q < kCols / 8; ++q) {
-        const int j = 4 * q + 2 * h;
-        const int64_t c = group * kCols + 8 * q + 2 * (lane % 4);
-        if (c < n) *reinterpret_cast<float2*>(y + slot * ldy + c) = make_float2(d[j], d[j + 1]);
-      }
     }
+  };
+  if (half) {
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
   }
 }
 
