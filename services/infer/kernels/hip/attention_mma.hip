@@ -18,6 +18,7 @@
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/hip/wgmma_device.h"
 
 namespace cairn::infer::hip {
 
@@ -618,6 +619,259 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
   }
 }
 
+#if defined(CAIRN_HIP_WGMMA)
+// Variant 5 (head dim 256, sm_90a builds): variant 3's operations with both products on the
+// warpgroup instructions. A block of two warpgroups takes 128 query rows (warp w rows 16 w ..
+// 16 w + 15, as variant 3's); the query tile and each tile's keys and transposed values sit in
+// shared memory in the instructions' 128-byte swizzled layout (the query and keys as sub-tiles
+// of 64 head columns), two stages of keys and values. The scores of a warpgroup's 64 rows
+// against a tile's 64 keys are one m64n64 instruction a k16 step over the head dimension in
+// order; their accumulators hold the values variant 3's m16n8 fragments hold, so the mask, the
+// maxima (the tree), the weights and sums and the rescale are variant 3's code; the weights,
+// packed to bf16 as there, are the register operand of P V, one m64n256 instruction a k16 step
+// over the tile's keys in order. Each output element so sees the same sequence of operations:
+// the bits of variants 0-4 (tested).
+constexpr int kWgD = 256;
+constexpr int kWgRows = 128;
+constexpr int kWgThreads = 256;
+constexpr int kWgSub = 64 * wgmma::kRowBytes;   // A sub-tile: 64 rows of 64 bf16, 8 KiB.
+constexpr int kWgQBytes = kWgRows * kWgD * 2;   // [warpgroup][head column / 64] sub-tiles.
+constexpr int kWgKBytes = kKeys * kWgD * 2;     // [head column / 64] sub-tiles of 64 keys.
+constexpr int kWgVBytes = kWgD * kKeys * 2;     // [head column][64 keys]: V transposed.
+constexpr int kWgStageBytes = kWgKBytes + kWgVBytes;
+constexpr size_t kWgSharedBytes = kWgQBytes + 2 * kWgStageBytes + wgmma::kAlign;
+
+__global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams p) {
+  KernelEntry();
+  constexpr int D = kWgD;
+  extern __shared__ __align__(16) unsigned char wg_smem[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(wg_smem));
+  const uint32_t q_at = (raw + wgmma::kAlign - 1) / wgmma::kAlign * wgmma::kAlign;
+  unsigned char* const q_tile = wg_smem + (q_at - raw);
+  const uint32_t stage0 = q_at + kWgQBytes;
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int wg = warp / 4;
+  const int h = blockIdx.x;
+  const int64_t hk = h / p.group;
+  const uint16_t* kg = p.kb + hk * p.keys_pad * D;
+  const uint16_t* vg = p.vb + hk * D * p.keys_pad;
+  const int64_t t0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kWgRows;
+  constexpr int kVecs = D / 4;
+
+  // The query tile (variant 3's rounding), zeros past the pass's tokens and past d.
+  for (int e = tid; e < kWgRows * kVecs; e += kWgThreads) {
+    const int r = e / kVecs;
+    const int c = (e % kVecs) * 4;
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (t0 + r < p.tokens && c < p.d) {
+      x = *reinterpret_cast<const float4*>(p.q + (t0 + r) * p.q_ld + static_cast<int64_t>(h) * p.d +
+                                           c);
+    }
+    auto* dst = reinterpret_cast<uint16_t*>(q_tile + ((r / 64) * (D / 64) + c / 64) * kWgSub +
+                                            wgmma::Swizzled(r % 64, (c % 64) / 8)) +
+                c % 8;
+    StoreBf16x4(dst, 1, x);
+  }
+
+  const int64_t last_row = (t0 + kWgRows < p.tokens ? t0 + kWgRows : p.tokens) - 1;
+  const int64_t keys = p.past + last_row + 1;
+  const int64_t tiles = (keys + kKeys - 1) / kKeys;
+  const int frag_row = warp * 16 + lane / 4;
+  const int64_t pos0 = p.past + t0 + frag_row;
+  const int64_t pos1 = pos0 + 8;
+  const int64_t warp_pos = p.past + t0 + warp * 16;
+  const int quad_col = (lane % 4) * 2;
+
+  // Tile j's keys and values into stage j % 2: 16-byte pieces, 8 bf16 each.
+  const auto copy_tile = [&](int64_t j) {
+    const uint32_t ks = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes);
+    const uint32_t vs = ks + kWgKBytes;
+    const int64_t key0 = j * kKeys;
+    constexpr int kKeyPieces = D / 8;
+    for (int e = tid; e < kKeys * kKeyPieces; e += kWgThreads) {
+      const int r = e / kKeyPieces;
+      const int c = e % kKeyPieces;
+      wgmma::CopyChunk(ks + static_cast<uint32_t>((c / 8) * kWgSub) + wgmma::Swizzled(r, c % 8),
+                       kg + (key0 + r) * D + c * 8, true);
+    }
+    constexpr int kValuePieces = kKeys / 8;
+    for (int e = tid; e < D * kValuePieces; e += kWgThreads) {
+      const int c = e / kValuePieces;
+      const int r = e % kValuePieces;
+      wgmma::CopyChunk(vs + wgmma::Swizzled(c, r), vg + c * p.keys_pad + key0 + r * 8, true);
+    }
+  };
+
+  float o[D / 2];  // o[4 dn + e]: variant 3's o[dn][e].
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  if (tiles > 0) {
+    copy_tile(0);
+    wgmma::CopyCommit();
+  }
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int64_t key0 = j * kKeys;
+    if (j + 1 < tiles) {
+      copy_tile(j + 1);  // Into the stage the previous tile's readers are done with.
+      wgmma::CopyCommit();
+      wgmma::CopyWait<1>();
+    } else {
+      wgmma::CopyWait<0>();
+    }
+    wgmma::FenceProxy();
+    __syncthreads();  // Tile j (and the query tile) complete for every thread.
+    const uint32_t ks = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes);
+    const uint32_t vs = ks + kWgKBytes;
+
+    // Scores of this warpgroup's 64 rows against the tile's 64 keys (s[4 nt + e]: variant 3's
+    // s[nt][e]).
+    float s[kKeys / 2];
+#pragma unroll
+    for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.0f;
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t qa = q_at + static_cast<uint32_t>((wg * (D / 64) + kk / 4) * kWgSub);
+      const uint32_t ka = ks + static_cast<uint32_t>((kk / 4) * kWgSub);
+      wgmma::MmaSS64(s, wgmma::Descriptor(qa) + 2 * (kk % 4),
+                     wgmma::Descriptor(ka) + 2 * (kk % 4));
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceAccumulators(s);
+
+    // Variant 3's mask, maxima, weights, sums and rescale.
+    float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
+    if (key0 + kKeys - 1 > warp_pos) {
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t key = key0 + nt * 8 + quad_col + e;
+          s[4 * nt + e] = key <= pos0 ? s[4 * nt + e] * p.scale_log2 : -INFINITY;
+          s[4 * nt + 2 + e] = key <= pos1 ? s[4 * nt + 2 + e] * p.scale_log2 : -INFINITY;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[4 * nt + e] = s[4 * nt + e] * p.scale_log2;
+          s[4 * nt + 2 + e] = s[4 * nt + 2 + e] * p.scale_log2;
+        }
+      }
+    }
+    {
+      float r0[kKeys / 4], r1[kKeys / 4];
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          r0[2 * nt + e] = s[4 * nt + e];
+          r1[2 * nt + e] = s[4 * nt + 2 + e];
+        }
+      }
+      TreeMaxLevel<8>(r0, r1);
+      TreeMaxLevel<4>(r0, r1);
+      TreeMaxLevel<2>(r0, r1);
+      TreeMaxLevel<1>(r0, r1);
+      tile_max0 = fmaxf(tile_max0, r0[0]);
+      tile_max1 = fmaxf(tile_max1, r1[0]);
+    }
+    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
+    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
+    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 1));
+    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 2));
+    const float new0 = fmaxf(m0, tile_max0);
+    const float new1 = fmaxf(m1, tile_max1);
+    const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
+    const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[4 * nt + e] = new0 == -INFINITY ? 0.0f : exp2f(s[4 * nt + e] - new0);
+        s[4 * nt + 2 + e] = new1 == -INFINITY ? 0.0f : exp2f(s[4 * nt + 2 + e] - new1);
+        sum0 += s[4 * nt + e];
+        sum1 += s[4 * nt + 2 + e];
+      }
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    m0 = new0;
+    m1 = new1;
+    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[4 * dn] *= alpha0;
+        o[4 * dn + 1] *= alpha0;
+        o[4 * dn + 2] *= alpha1;
+        o[4 * dn + 3] *= alpha1;
+      }
+    }
+
+    // O += P V: the weights of two key groups of 8 form one register operand of 16 keys.
+    uint32_t pa[kKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      pa[kk][0] = PackBf16Cvt(s[8 * kk], s[8 * kk + 1]);
+      pa[kk][1] = PackBf16Cvt(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = PackBf16Cvt(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = PackBf16Cvt(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    wgmma::FenceAccumulators(o);
+    wgmma::Fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      wgmma::MmaRS256(o, pa[kk], wgmma::Descriptor(vs) + 2 * kk);
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+    wgmma::FenceAccumulators(o);
+    __syncthreads();  // Every warp is done with tile j's keys and values.
+  }
+
+  // Variant 3's sums and stores.
+  l0 += __shfl_xor_sync(kFullMask, l0, 1);
+  l0 += __shfl_xor_sync(kFullMask, l0, 2);
+  l1 += __shfl_xor_sync(kFullMask, l1, 1);
+  l1 += __shfl_xor_sync(kFullMask, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  const int64_t row0 = t0 + frag_row;
+  const int64_t row1 = row0 + 8;
+  float* out0 = p.out + row0 * p.q_ld + static_cast<int64_t>(h) * p.d;
+  float* out1 = out0 + 8 * p.q_ld;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int col = dn * 8 + quad_col;
+    if (col >= p.d) continue;
+    if (row0 < p.tokens) {
+      *reinterpret_cast<float2*>(out0 + col) =
+          make_float2(o[4 * dn] * inv0, o[4 * dn + 1] * inv0);
+    }
+    if (row1 < p.tokens) {
+      *reinterpret_cast<float2*>(out1 + col) =
+          make_float2(o[4 * dn + 2] * inv1, o[4 * dn + 3] * inv1);
+    }
+  }
+}
+
+hipError_t LaunchWgmmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
+  const hipError_t e = AllowSharedBytes(AttentionWgmmaKernel, kWgSharedBytes);
+  if (e != hipSuccess) return e;
+  const dim3 grid(static_cast<unsigned int>(q_heads),
+                  static_cast<unsigned int>(CeilDiv(p.tokens, kWgRows)));
+  LaunchKernel(AttentionWgmmaKernel, grid, kWgThreads, kWgSharedBytes, stream, p);
+  return hipGetLastError();
+}
+#endif  // CAIRN_HIP_WGMMA
+
 template <int D, int kWarps, bool kSplit, bool kFast, bool kSkew, bool kTree>
 hipError_t LaunchMmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
   constexpr size_t kShared = MmaSharedBytes<D, kWarps, kSplit>();
@@ -669,8 +923,14 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
       return LaunchMmaKernel<D, 4, true, true, false, false>(p, q_heads, stream);
     case 3:
       return LaunchMmaKernel<D, 8, false, true, true, true>(p, q_heads, stream);
-    default:
+    case 4:
       return LaunchMmaKernel<D, 4, true, true, false, true>(p, q_heads, stream);
+    default:
+#if defined(CAIRN_HIP_WGMMA)
+      if constexpr (D == kWgD) return LaunchWgmmaKernel(p, q_heads, stream);
+#endif
+      // Variant 5 elsewhere (other head dimensions, builds without wgmma): variant 3.
+      return LaunchMmaKernel<D, 8, false, true, true, true>(p, q_heads, stream);
   }
 }
 

@@ -67,9 +67,12 @@ struct HipKernelBackendOptions {
   // multiprocessor; 3, variant 1's layout with the second half of a block's warps one phase
   // behind the first (its P V of a tile after the next barrier, so one half's softmax meets the
   // other's matrix instructions), one barrier a tile, row maxima by a tree and the keys and
-  // values rounded by 16-byte kernels (the default: a 32K dense prefill 2 % faster than with
-  // 1, 100K 5 %, on the H200); 4, variant 2 with variant 3's maxima and rounding.
-  int attention_mma_variant = 3;
+  // values rounded by 16-byte kernels (a 32K dense prefill 2 % faster than with 1, 100K 5 %,
+  // on the H200); 4, variant 2 with variant 3's maxima and rounding; 5 (the default), for head
+  // dimension 256 in sm_90a builds, variant 3's operations on the warpgroup instructions (one
+  // layer's attention over a 32K dense prefill 26.1 ms against variant 3's 35.5 on the H200;
+  // other head dimensions and builds: variant 3).
+  int attention_mma_variant = 5;
   // MatMulRowsTyped over bf16 weights runs on the matrix units (hip::MatMulRowsMma: inputs split
   // exactly into three bf16 pieces, an order fixed by the shape, rows independent) where the
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode

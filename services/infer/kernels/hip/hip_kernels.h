@@ -433,8 +433,10 @@ hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_v
 // key and value buffers, so that two blocks share a multiprocessor; 3, variant 1's layout with
 // the block's second half of warps one phase behind (P V of the previous tile before the
 // scores of the next), one barrier a tile, row maxima by a tree, and the keys and values
-// rounded by 16-byte kernels; 4, variant 2 with variant 3's maxima and rounding kernels.
-inline constexpr int kAttentionMmaVariants = 5;
+// rounded by 16-byte kernels; 4, variant 2 with variant 3's maxima and rounding kernels; 5, for
+// head dimension 256 in sm_90a builds, variant 3's operations on the warpgroup instructions
+// (elsewhere variant 3).
+inline constexpr int kAttentionMmaVariants = 6;
 bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes);
 int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a);
 hipError_t AttentionMma(const AttentionLaunch& a, int variant, void* workspace, hipStream_t stream);

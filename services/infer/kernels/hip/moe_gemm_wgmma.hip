@@ -17,6 +17,7 @@
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
 #include "services/infer/kernels/hip/mma_rows_device.h"
+#include "services/infer/kernels/hip/wgmma_device.h"
 
 namespace cairn::infer::hip {
 
@@ -44,6 +45,12 @@ hipError_t MoeGemmWgmmaSiluMul(const uint16_t*, int64_t, const int32_t*, int, co
 
 namespace {
 
+using wgmma::CopyChunk;
+using wgmma::Descriptor;
+using wgmma::FenceAccumulators;
+using wgmma::kAlign;
+using wgmma::Swizzled;
+
 constexpr int kCols = 256;     // Weight columns (instruction n) a block.
 constexpr int kK = 64;         // k values a stage: one 128-byte row of bf16.
 constexpr int kStages = 4;     // Stages in shared memory; kStages - 2 loads ahead.
@@ -52,108 +59,12 @@ constexpr int kChunks = kK / 8;                   // 16-byte chunks a row of a s
 constexpr int kABytes = kWgTileRows * kK * 2;     // 16 KiB.
 constexpr int kBBytes = kCols * kK * 2;           // 32 KiB.
 constexpr int kStageBytes = kABytes + kBBytes;    // 48 KiB.
-constexpr int kAlign = 1024;                      // The swizzle's period: 8 rows of 128 bytes.
 constexpr int kSharedBytes = kStages * kStageBytes + kAlign;
 constexpr int kAPer = kWgTileRows * kChunks / kThreads;  // Chunks a thread copies a stage.
 constexpr int kBPer = kCols * kChunks / kThreads;
 constexpr int kRowStep = kThreads / kChunks;  // Rows between a thread's chunks.
 constexpr int kAcc = kCols / 2;               // Accumulators a thread (64 x 256 / 128).
 static_assert(kAPer == 4 && kBPer == 8 && kStageBytes % kAlign == 0 && kABytes % kAlign == 0);
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a K-major tile with 128-byte rows,
-// swizzled as the instructions' 128-byte mode reads it (chunk XOR row % 8 within each 1 KiB
-// group of 8 rows; the tile 1 KiB aligned).
-__device__ inline uint32_t Swizzled(int row, int chunk) {
-  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
-}
-
-// The instructions' shared-memory matrix descriptor of a K-major, 128-byte swizzled tile at
-// shared address `at`: start address >> 4, leading offset 1 (unused in this mode), stride
-// 1024 bytes between groups of 8 rows, swizzle mode 1 (128 bytes).
-__device__ inline uint64_t Descriptor(uint32_t at) {
-  return static_cast<uint64_t>((at & 0x3ffff) >> 4) | (uint64_t{1} << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (uint64_t{1} << 62);
-}
-
-__device__ inline void CopyChunk(uint32_t to, const uint16_t* from, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from),
-               "r"(valid ? 16 : 0));
-}
-
-// Keeps the compiler from moving accesses of the accumulators across the asynchronous
-// instructions that write them.
-__device__ inline void FenceAccumulators(float (&d)[kAcc]) {
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// d += a (64 x 16, descriptor) . b (256 x 16, descriptor)^T, asynchronously.
-__device__ inline void Wgmma256(float (&d)[kAcc], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
-      "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
-      "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
-      "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
-      "%120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
-        "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
-        "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
-        "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
-        "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
-        "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
-        "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
-        "+f"(d[126]), "+f"(d[127])
-      : "l"(a), "l"(b), "r"(1));
-}
-
-// d[0 .. 63] += a (64 x 16, descriptor) . b (128 x 16, descriptor)^T, asynchronously.
-__device__ inline void Wgmma128(float (&d)[kAcc], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
-      "%60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-        "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-        "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-        "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-        "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(1));
-}
 
 // Grid: one block per (tile, group of columns), a tile's groups consecutive (blocks running
 // together share the tile's rows and its expert's weights in L2); blocks past *num_tiles exit.
@@ -233,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < steps) load(s, static_cast<int64_t>(s) * kK);
-    asm volatile("cp.async.commit_group;\n" ::);
+    wgmma::CopyCommit();
   }
   // The k loop and the stores for one kind of tile (each with accumulators of its own, so that
   // nothing but the matrix instructions writes them between the instructions).
@@ -246,32 +157,32 @@ __global__ void __launch_bounds__(kThreads, 1)
       // This thread's copies of stage `step` are in; made visible to the matrix instructions'
       // reads, then every thread's (the barrier). Each warp waited below for its instructions
       // of step - 2, so the stage refilled next (step - 2's) is free once all have arrived.
-      asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      wgmma::CopyWait<kAhead - 1>();
+      wgmma::FenceProxy();
       __syncthreads();
       const int64_t ahead = step + kAhead;
       if (ahead < steps) load(static_cast<int>(ahead % kStages), ahead * kK);
-      asm volatile("cp.async.commit_group;\n" ::);
+      wgmma::CopyCommit();
       const uint32_t sa = base + static_cast<uint32_t>((step % kStages) * kStageBytes);
       FenceAccumulators(d);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma::Fence();
       // k16 step kk: 32 bytes further along the swizzled rows (descriptor units of 16).
       if constexpr (kHalf) {
         const uint64_t da = Descriptor(sa);
         const uint64_t db = Descriptor(sa + kABytes + static_cast<uint32_t>(wg * 128 * 128));
 #pragma unroll
-        for (int kk = 0; kk < kK / 16; ++kk) Wgmma128(d, da + 2 * kk, db + 2 * kk);
+        for (int kk = 0; kk < kK / 16; ++kk) wgmma::MmaSS128(d, da + 2 * kk, db + 2 * kk);
       } else {
         const uint64_t da = Descriptor(sa + static_cast<uint32_t>(wg * 64 * 128));
         const uint64_t db = Descriptor(sa + kABytes);
 #pragma unroll
-        for (int kk = 0; kk < kK / 16; ++kk) Wgmma256(d, da + 2 * kk, db + 2 * kk);
+        for (int kk = 0; kk < kK / 16; ++kk) wgmma::MmaSS256(d, da + 2 * kk, db + 2 * kk);
       }
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      wgmma::Commit();
+      wgmma::Wait<1>();
       FenceAccumulators(d);
     }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma::Wait<0>();
     FenceAccumulators(d);
     if (!kHalf && 64 * wg >= tile.rows) return;  // Uniform per warpgroup: rows past the tile.
 
