@@ -410,7 +410,7 @@ class ModelBench {
                 Bench::Check(b_.SetAttentionMmaVariantForTest(variant), "attention variant");
                 Bench::Check((*kv)->Reset(0), "reset");
                 std::string label;
-                if (o_.num_experts > 0) {
+                if (costs_.expert_bytes > 0) {  // Models with routed experts only.
                   label = absl::StrFormat(" (grouped moe prefill %s)", on == 2   ? "wgmma"
                                                                        : on == 1 ? "on"
                                                                                  : "off");
