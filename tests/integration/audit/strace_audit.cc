@@ -228,6 +228,7 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
   };
   struct Publish {
     double renamed = 0;
+    int tid = 0;  // The thread that renamed the manifest into place.
     double dir_synced = -1;
     double catalog_synced = -1;
   };
@@ -239,8 +240,13 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
   std::map<uint64_t, double> deletes;  // Id -> unlink time, until manifests/ is fsynced.
   double last_wal_write = -1;
   double last_wal_sync = -1;
-  double wal_used = -1;  // The latest WAL sync already counted for a publish or a delete.
-  double last_manifest_op = -1;
+  // P9 per thread too: thread -> its latest manifest operation (rename or unlink), and the
+  // latest WAL sync already counted for one of its publishes or deletes. Publishes run on other
+  // threads while a delete goes on, so another thread's rename may fall between a delete's
+  // synced catalog write and its unlink, and the catalog's group commit may make one WAL sync
+  // durable for a publish's write and a delete's; neither is an order violation of the delete.
+  std::map<int, double> manifest_op_by;
+  std::map<int, double> wal_used_by;
   // P9 per thread (a delete runs on one thread, while publishes go on concurrently on
   // others): thread -> when it last unlinked a manifest, and whether manifests/ was fsynced
   // after that unlink. Only such a thread may unlink chunk files; its next publish ends it.
@@ -335,7 +341,7 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
           for (auto& [id, p] : publishes) {
             if (p.dir_synced >= 0 && p.catalog_synced < 0 && last_wal_write >= p.dir_synced) {
               p.catalog_synced = c.end();
-              wal_used = c.end();
+              wal_used_by[p.tid] = c.end();
             }
           }
         }
@@ -356,10 +362,10 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
         }
         check_data_durable(c);
         check_catalog_written(c);
-        publishes[id] = Publish{c.start};
+        publishes[id] = Publish{c.start, c.tid};
         window.clear();
         created_in.clear();
-        last_manifest_op = c.start;
+        manifest_op_by[c.tid] = c.start;
         deleting.erase(c.tid);
       } else if (is_data(c.path2)) {
         created_in[Parent(c.path2)] = std::max(created_in[Parent(c.path2)], c.start);
@@ -371,15 +377,20 @@ AuditReport Audit(const std::vector<Syscall>& calls, const AuditOptions& o) {
       if (Parent(c.path) == manifests && manifest_id(c.path, &id)) {
         ++report.deletes;
         check_catalog_written(c);
-        if (last_wal_sync < 0 || last_wal_sync <= last_manifest_op || last_wal_sync <= wal_used ||
+        // A WAL sync after this thread's previous manifest operation, not yet counted for
+        // another of its publishes or deletes.
+        const auto op = manifest_op_by.find(c.tid);
+        const auto used = wal_used_by.find(c.tid);
+        if (last_wal_sync < 0 || (op != manifest_op_by.end() && last_wal_sync <= op->second) ||
+            (used != wal_used_by.end() && last_wal_sync <= used->second) ||
             last_wal_sync > c.start) {
           violation("P9", c,
                     "the manifest was unlinked before its catalog entry was removed "
                     "with a synced write");
         }
         deletes[id] = c.start;
-        wal_used = last_wal_sync;
-        last_manifest_op = c.start;
+        wal_used_by[c.tid] = last_wal_sync;
+        manifest_op_by[c.tid] = c.start;
         deleting[c.tid] = Deleting{c.start, false};
       } else if (Parent(c.path) == chunks) {
         auto d = deleting.find(c.tid);

@@ -160,6 +160,44 @@ TEST(StraceAuditTest, APublishOnAnotherThreadDuringADeleteIsNotAChunkViolation) 
   EXPECT_TRUE(ReportsChunkUnlink(AuditLines(lines, 10.5, tids)));
 }
 
+bool ReportsManifestUnlink(const AuditReport& r) {
+  return absl::c_any_of(r.violations, [](const std::string& v) {
+    return absl::StrContains(v, "the manifest was unlinked before its catalog entry");
+  });
+}
+
+// Another thread's publish renamed between a delete's synced catalog write and its manifest
+// unlink leaves the delete's order intact; the deleting thread's own rename there does not.
+TEST(StraceAuditTest, ARenameOnAnotherThreadBeforeADeletesUnlinkIsNotAnOrderViolation) {
+  std::vector<std::string> lines = GoodTrace();
+  lines.insert(
+      lines.begin() + 17,
+      R"(11.000200 rename("/s/manifests/m-1b.manifest.tmp", "/s/manifests/m-1b.manifest") = 0 <0.000010>)");
+  std::vector<int> tids(lines.size(), 1);
+  for (size_t i = 15; i < lines.size(); ++i) tids[i] = 2;  // The delete is thread 2's.
+
+  tids[17] = 1;  // The publish is another thread's.
+  EXPECT_FALSE(ReportsManifestUnlink(AuditLines(lines, 10.5, tids)));
+
+  tids[17] = 2;  // The deleting thread renamed after its catalog write: the write is stale.
+  EXPECT_TRUE(ReportsManifestUnlink(AuditLines(lines, 10.5, tids)));
+}
+
+// The catalog's group commit: one WAL sync makes a publish's write (thread 1) and a delete's
+// (thread 2) durable. It counts for both threads, but not twice for one.
+TEST(StraceAuditTest, OneWalSyncForAPublishAndAnotherThreadsDeleteIsNotAnOrderViolation) {
+  std::vector<std::string> lines = Without(Without(GoodTrace(), "\"del\""), "11.000100");
+  lines.insert(lines.begin() + 14,
+               R"(10.001950 write(10</s/catalog/000004.log>, "del", 3) = 3 <0.000010>)");
+  std::vector<int> tids(lines.size(), 1);
+  tids[14] = 2;
+  for (size_t i = 16; i < lines.size(); ++i) tids[i] = 2;  // The delete's unlinks.
+  EXPECT_FALSE(ReportsManifestUnlink(AuditLines(lines, 10.5, tids)));
+
+  std::fill(tids.begin(), tids.end(), 1);  // One thread: the publish already used that sync.
+  EXPECT_TRUE(ReportsManifestUnlink(AuditLines(lines, 10.5, tids)));
+}
+
 TEST(StraceAuditTest, FilesOutsideTheOwnedDirectoriesAreReported) {
   std::vector<std::string> lines = GoodTrace();
   lines.push_back(
