@@ -442,6 +442,56 @@ __device__ void CausalConvOutChunks(const float* in, int64_t ld_in, int64_t toke
   }
 }
 
+// CausalConvOutChunks (without the state) for a kernel of kKernel taps over 4 channels a thread
+// (16-byte loads and stores: channels, ld_in and the pointers multiples of 4 floats) and
+// kConvTokensVec tokens, so that a thread reads (kConvTokensVec + kKernel - 1) / kConvTokensVec
+// rows a token instead of 11 / 8. Each channel's sum is CausalConvOutChunks' (acc += w * x
+// over the taps in order, from zero), so the same bits.
+constexpr int kConvTokensVec = 16;
+template <int kKernel>
+__device__ void CausalConvOutChunksVec(const float* in, int64_t ld_in, int64_t tokens,
+                                       int64_t channels, const float* w, const float* state,
+                                       float* out) {
+  constexpr int kHist = kKernel - 1;
+  const int64_t quads = channels / 4;
+  const int64_t n = (tokens + kConvTokensVec - 1) / kConvTokensVec * quads;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t ch = e % quads * 4;
+    const int64_t t0 = e / quads * kConvTokensVec;
+    float wk[4][kKernel];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+#pragma unroll
+      for (int m = 0; m < kKernel; ++m) wk[c][m] = w[(ch + c) * kKernel + m];
+    }
+    // win[i] is window row t0 - kHist + i.
+    float4 win[kConvTokensVec + kHist];
+#pragma unroll
+    for (int i = 0; i < kConvTokensVec + kHist; ++i) {
+      const int64_t t = t0 - kHist + i;
+      win[i] = t >= tokens ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+               : t < 0     ? *reinterpret_cast<const float4*>(state + (t + kHist) * channels + ch)
+                           : *reinterpret_cast<const float4*>(in + t * ld_in + ch);
+    }
+#pragma unroll
+    for (int j = 0; j < kConvTokensVec; ++j) {
+      if (t0 + j >= tokens) break;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int m = 0; m < kKernel; ++m) {
+        acc[0] += wk[0][m] * win[j + m].x;
+        acc[1] += wk[1][m] * win[j + m].y;
+        acc[2] += wk[2][m] * win[j + m].z;
+        acc[3] += wk[3][m] * win[j + m].w;
+      }
+      *reinterpret_cast<float4*>(out + (t0 + j) * channels + ch) =
+          make_float4(DeviceSilu(acc[0]), DeviceSilu(acc[1]), DeviceSilu(acc[2]),
+                      DeviceSilu(acc[3]));
+    }
+  }
+}
+
 // The last `hist` window rows become the state; each thread owns one channel's column, read
 // whole before it is written.
 __device__ void CausalConvState(const float* in, int64_t ld_in, int64_t tokens, int64_t channels,
@@ -486,6 +536,15 @@ __global__ void CausalConvOutBatchKernel(ConvBatch b, int64_t channels, const fl
   KernelEntry();
   const ConvSequence& s = b.seq[blockIdx.y];
   CausalConvOutChunks<kWriteState>(s.in, s.ld_in, s.tokens, channels, w, kernel, s.state, s.out);
+}
+
+// kKernel taps, 16-byte accesses (CausalConvSiluBatch checks the alignment), the prefill
+// chunks without the state.
+template <int kKernel>
+__global__ void CausalConvOutBatchVecKernel(ConvBatch b, int64_t channels, const float* w) {
+  KernelEntry();
+  const ConvSequence& s = b.seq[blockIdx.y];
+  CausalConvOutChunksVec<kKernel>(s.in, s.ld_in, s.tokens, channels, w, s.state, s.out);
 }
 
 __global__ void CausalConvStateBatchKernel(ConvBatch b, int64_t channels, int kernel) {
@@ -852,8 +911,23 @@ hipError_t CausalConvSiluBatch(const ConvSequence* seqs, int count, int64_t chan
                  w, kernel);
     return hipGetLastError();
   }
-  LaunchKernel(CausalConvOutBatchKernel<false>, out_grid, kElementThreads, 0, stream, b, channels,
-               w, kernel);
+  // The convolution of the real models (4 taps) over channels and rows in whole 16-byte
+  // pieces: 4 channels and 16 tokens a thread.
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool vec = kernel == 4 && channels % 4 == 0;
+  for (int i = 0; i < count; ++i) {
+    vec = vec && b.seq[i].ld_in % 4 == 0 && aligned(b.seq[i].in) && aligned(b.seq[i].state) &&
+          aligned(b.seq[i].out);
+  }
+  if (vec) {
+    const dim3 vec_grid(GridFor(CeilDiv(most, kConvTokensVec) * (channels / 4), kElementThreads),
+                        static_cast<unsigned int>(count));
+    LaunchKernel(CausalConvOutBatchVecKernel<4>, vec_grid, kElementThreads, 0, stream, b,
+                 channels, w);
+  } else {
+    LaunchKernel(CausalConvOutBatchKernel<false>, out_grid, kElementThreads, 0, stream, b,
+                 channels, w, kernel);
+  }
   hipError_t e = hipGetLastError();
   if (e != hipSuccess || kernel <= 1) return e;
   const dim3 state_grid(GridFor(channels, kElementThreads), static_cast<unsigned int>(count));

@@ -434,47 +434,53 @@ TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
 }
 
 TEST_F(HipKernelBackendTest, CausalConvBatchGivesTheBitsOfOneCallPerSequence) {
-  // 20 sequences of one token (more than one launch holds), ones of 7, 8 and 29 tokens (the
-  // batch kernel's chunks of 8 tokens: short, whole, and three and a part), and a last one on
-  // the first sequence's state again (after its update). The second launch (sequences 16 to
-  // 19, at most 8 tokens each) writes the states in the same kernel as the outputs.
-  const int64_t channels = 301, ld = channels + 5;
-  const int kernel = 4;
-  std::vector<int64_t> tokens(19, 1);
-  tokens[4] = 7;
-  tokens[7] = 29;
-  tokens[12] = 8;
-  tokens[17] = 8;
-  tokens[18] = 2;
-  std::vector<int> state_of(19);
-  for (int i = 0; i < 19; ++i) state_of[i] = i;
-  tokens.push_back(1);
-  state_of.push_back(0);
-  int64_t total = 0;
-  for (const int64_t t : tokens) total += t;
-  const std::vector<float> in = RandomFloats(total * ld, 70),
-                           w = RandomFloats(channels * kernel, 71),
-                           states0 = RandomFloats(19 * (kernel - 1) * channels, 72);
-  DeviceBuffer din = Up(in), dw = Up(w), batch_states = Up(states0), one_states = Up(states0);
-  DeviceBuffer batch_out = Poisoned(total * channels), one_out = Poisoned(total * channels);
-  const auto args_for = [&](DeviceBuffer& states, DeviceBuffer& out) {
-    std::vector<CausalConvArgs> args;
-    int64_t at = 0;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      args.push_back({din.floats() + at * ld, ld, tokens[i], channels, dw.floats(), kernel,
-                      states.floats() + int64_t{state_of[i]} * (kernel - 1) * channels,
-                      out.floats() + at * channels});
-      at += tokens[i];
+  // 20 sequences of one token (more than one launch holds), ones of 7, 8, 29 and 40 tokens (the
+  // batch kernel's chunks of 8 tokens, or 16 over 4 channels a thread: short, whole, and
+  // several and a part), and a last one on the first sequence's state again (after its
+  // update). The second launch (sequences 16 to 19, at most 8 tokens each) writes the states in
+  // the same kernel as the outputs. 301 channels take the scalar kernel, 304 (rows of a
+  // multiple of 4 floats) the 16-byte one.
+  for (const auto& [channels, ld] :
+       {std::pair<int64_t, int64_t>{301, 306}, std::pair<int64_t, int64_t>{304, 308}}) {
+    SCOPED_TRACE(absl::StrCat(channels, " channels"));
+    const int kernel = 4;
+    std::vector<int64_t> tokens(19, 1);
+    tokens[2] = 40;
+    tokens[4] = 7;
+    tokens[7] = 29;
+    tokens[12] = 8;
+    tokens[17] = 8;
+    tokens[18] = 2;
+    std::vector<int> state_of(19);
+    for (int i = 0; i < 19; ++i) state_of[i] = i;
+    tokens.push_back(1);
+    state_of.push_back(0);
+    int64_t total = 0;
+    for (const int64_t t : tokens) total += t;
+    const std::vector<float> in = RandomFloats(total * ld, 70),
+                             w = RandomFloats(channels * kernel, 71),
+                             states0 = RandomFloats(19 * (kernel - 1) * channels, 72);
+    DeviceBuffer din = Up(in), dw = Up(w), batch_states = Up(states0), one_states = Up(states0);
+    DeviceBuffer batch_out = Poisoned(total * channels), one_out = Poisoned(total * channels);
+    const auto args_for = [&](DeviceBuffer& states, DeviceBuffer& out) {
+      std::vector<CausalConvArgs> args;
+      int64_t at = 0;
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        args.push_back({din.floats() + at * ld, ld, tokens[i], channels, dw.floats(), kernel,
+                        states.floats() + int64_t{state_of[i]} * (kernel - 1) * channels,
+                        out.floats() + at * channels});
+        at += tokens[i];
+      }
+      return args;
+    };
+    gpu_->CausalConvSiluBatch(args_for(batch_states, batch_out));
+    for (const CausalConvArgs& a : args_for(one_states, one_out)) {
+      gpu_->CausalConvSilu(a.in, a.ld_in, a.tokens, a.channels, a.w, a.kernel, a.state, a.out);
     }
-    return args;
-  };
-  gpu_->CausalConvSiluBatch(args_for(batch_states, batch_out));
-  for (const CausalConvArgs& a : args_for(one_states, one_out)) {
-    gpu_->CausalConvSilu(a.in, a.ld_in, a.tokens, a.channels, a.w, a.kernel, a.state, a.out);
+    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+    EXPECT_TRUE(SameBits(Down(batch_out, total * channels), Down(one_out, total * channels)));
+    EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
   }
-  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
-  EXPECT_TRUE(SameBits(Down(batch_out, total * channels), Down(one_out, total * channels)));
-  EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
 }
 
 struct AttentionCase {
