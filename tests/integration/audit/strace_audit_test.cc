@@ -138,10 +138,13 @@ TEST(StraceAuditTest, AChunkUnlinkedBeforeManifestsIsFsyncedIsReported) {
   EXPECT_TRUE(Reports(AuditLines(lines), "P9"));
 }
 
+// Whether a violation's text contains `what`.
+bool ReportsText(const AuditReport& r, const std::string& what) {
+  return absl::c_any_of(r.violations,
+                        [&](const std::string& v) { return absl::StrContains(v, what); });
+}
 bool ReportsChunkUnlink(const AuditReport& r) {
-  return absl::c_any_of(r.violations, [](const std::string& v) {
-    return absl::StrContains(v, "a chunk file was unlinked");
-  });
+  return ReportsText(r, "a chunk file was unlinked");
 }
 
 // A delete runs on one thread while the background writer publishes on another: a publish's
@@ -161,9 +164,7 @@ TEST(StraceAuditTest, APublishOnAnotherThreadDuringADeleteIsNotAChunkViolation) 
 }
 
 bool ReportsManifestUnlink(const AuditReport& r) {
-  return absl::c_any_of(r.violations, [](const std::string& v) {
-    return absl::StrContains(v, "the manifest was unlinked before its catalog entry");
-  });
+  return ReportsText(r, "the manifest was unlinked before its catalog entry");
 }
 
 // Another thread's publish renamed between a delete's synced catalog write and its manifest
