@@ -251,6 +251,138 @@ __device__ inline void NamedBarrier(int id, int threads) {
 #endif
 }
 
+// The positions a thread's two rows (frag_row and frag_row + 8 of its warp's 16) see in key
+// tile `key0`.
+struct TileRows {
+  int64_t key0;      // The tile's first key.
+  int64_t pos0;      // The rows' positions.
+  int64_t pos1;
+  int64_t warp_pos;  // The warp's first row's: a tile ending there is visible whole to the warp.
+  int quad_col;      // 2 (lane % 4): the thread's first column of each group of 8.
+  float scale_log2;
+};
+
+// One key tile's softmax step for a thread's two rows, every variant's: `s(nt, e)` and
+// `o(dn, e)` are the thread's m16n8 fragment values of the tile's scores (column group nt of
+// kKeys / 8) and of the output (head column group dn of D / 8), e 0-1 row frag_row, 2-3 row
+// frag_row + 8. The causal mask and scale (kFast: only on tiles that cross one of the warp's
+// rows' positions), the tile's maxima (kTree: a tree of fmaxf, else a chain) over the row's
+// quad, the running maxima m, the weights in place of the scores, the partial sums l, and the
+// output's rescale (kFast: skipped when every scale of the warp is 1).
+template <int D, bool kFast, bool kTree, typename Scores, typename Out>
+__device__ inline void SoftmaxTile(Scores s, Out o, const TileRows& r, float& m0, float& m1,
+                                   float& l0, float& l1) {
+  // Causal mask, running maxima (per row over its quad), weights and partial sums.
+  float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
+  if (!kFast || r.key0 + kKeys - 1 > r.warp_pos) {
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int64_t key = r.key0 + nt * 8 + r.quad_col + e;
+        s(nt, e) = key <= r.pos0 ? s(nt, e) * r.scale_log2 : -INFINITY;
+        s(nt, 2 + e) = key <= r.pos1 ? s(nt, 2 + e) * r.scale_log2 : -INFINITY;
+        if constexpr (!kTree) {
+          tile_max0 = fmaxf(tile_max0, s(nt, e));
+          tile_max1 = fmaxf(tile_max1, s(nt, 2 + e));
+        }
+      }
+    }
+  } else {
+    // Every key of the tile is visible to every row of the warp: the same values unmasked.
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s(nt, e) = s(nt, e) * r.scale_log2;
+        s(nt, 2 + e) = s(nt, 2 + e) * r.scale_log2;
+        if constexpr (!kTree) {
+          tile_max0 = fmaxf(tile_max0, s(nt, e));
+          tile_max1 = fmaxf(tile_max1, s(nt, 2 + e));
+        }
+      }
+    }
+  }
+  if constexpr (kTree) {
+    float r0[kKeys / 4], r1[kKeys / 4];
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        r0[2 * nt + e] = s(nt, e);
+        r1[2 * nt + e] = s(nt, 2 + e);
+      }
+    }
+    static_assert(kKeys == 64, "the tree's four levels");
+    TreeMaxLevel<8>(r0, r1);
+    TreeMaxLevel<4>(r0, r1);
+    TreeMaxLevel<2>(r0, r1);
+    TreeMaxLevel<1>(r0, r1);
+    // The chain's start: all NaN gives -inf, as there.
+    tile_max0 = fmaxf(tile_max0, r0[0]);
+    tile_max1 = fmaxf(tile_max1, r1[0]);
+  }
+  tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
+  tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
+  tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 1));
+  tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 2));
+  const float new0 = fmaxf(m0, tile_max0);
+  const float new1 = fmaxf(m1, tile_max1);
+  // A row that has seen no visible key yet keeps zeros (and scale 1).
+  const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
+  const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s(nt, e) = new0 == -INFINITY ? 0.0f : exp2f(s(nt, e) - new0);
+      s(nt, 2 + e) = new1 == -INFINITY ? 0.0f : exp2f(s(nt, 2 + e) - new1);
+      sum0 += s(nt, e);
+      sum1 += s(nt, 2 + e);
+    }
+  }
+  l0 = l0 * alpha0 + sum0;
+  l1 = l1 * alpha1 + sum1;
+  m0 = new0;
+  m1 = new1;
+  // x * 1 is x: with kFast the rescale is skipped when every scale of the warp is 1.
+  if (!kFast || __any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o(dn, 0) *= alpha0;
+      o(dn, 1) *= alpha0;
+      o(dn, 2) *= alpha1;
+      o(dn, 3) *= alpha1;
+    }
+  }
+}
+
+// The quad's partial sums, added in the same order on every lane of the quad, and the thread's
+// two output rows (out0, out1: rows row0 and row0 + 8 of the pass, `o` as in SoftmaxTile)
+// divided by them, rows past `tokens` and columns past `d` left alone.
+template <int D, typename Out>
+__device__ inline void StoreRows(Out o, float l0, float l1, int64_t row0, int64_t tokens, int d,
+                                 int quad_col, float* out0, float* out1) {
+  l0 += __shfl_xor_sync(kFullMask, l0, 1);
+  l0 += __shfl_xor_sync(kFullMask, l0, 2);
+  l1 += __shfl_xor_sync(kFullMask, l1, 1);
+  l1 += __shfl_xor_sync(kFullMask, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
+  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int col = dn * 8 + quad_col;
+    if (col >= d) continue;  // d % 4 == 0: both columns in or both out.
+    if (row0 < tokens) {
+      *reinterpret_cast<float2*>(out0 + col) = make_float2(o(dn, 0) * inv0, o(dn, 1) * inv0);
+    }
+    if (row0 + 8 < tokens) {
+      *reinterpret_cast<float2*>(out1 + col) = make_float2(o(dn, 2) * inv1, o(dn, 3) * inv1);
+    }
+  }
+}
+
 // kSkew (variant 3; unsplit, kFast): the block's second half of warps ("late") multiplies each
 // tile's values one tile later than the first half: after the barrier of tile j it runs P V of
 // tile j - 1 (its weights kept packed in registers), then the scores and weights of tile j,
@@ -455,90 +587,10 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
       CopyAsyncCommit();  // Possibly empty: the group count stays one per tile and kind.
     }
 
-    // Causal mask, running maxima (per row over its quad), weights and partial sums.
-    float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
-    if (!kFast || key0 + kKeys - 1 > warp_pos) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t key = key0 + nt * 8 + quad_col + e;
-          s[nt][e] = key <= pos0 ? s[nt][e] * p.scale_log2 : -INFINITY;
-          s[nt][2 + e] = key <= pos1 ? s[nt][2 + e] * p.scale_log2 : -INFINITY;
-          if constexpr (!kTree) {
-            tile_max0 = fmaxf(tile_max0, s[nt][e]);
-            tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
-          }
-        }
-      }
-    } else {
-      // Every key of the tile is visible to every row of the warp: the same values unmasked.
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[nt][e] = s[nt][e] * p.scale_log2;
-          s[nt][2 + e] = s[nt][2 + e] * p.scale_log2;
-          if constexpr (!kTree) {
-            tile_max0 = fmaxf(tile_max0, s[nt][e]);
-            tile_max1 = fmaxf(tile_max1, s[nt][2 + e]);
-          }
-        }
-      }
-    }
-    if constexpr (kTree) {
-      float r0[kKeys / 4], r1[kKeys / 4];
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          r0[2 * nt + e] = s[nt][e];
-          r1[2 * nt + e] = s[nt][2 + e];
-        }
-      }
-      static_assert(kKeys == 64, "the tree's four levels");
-      TreeMaxLevel<8>(r0, r1);
-      TreeMaxLevel<4>(r0, r1);
-      TreeMaxLevel<2>(r0, r1);
-      TreeMaxLevel<1>(r0, r1);
-      // The chain's start: all NaN gives -inf, as there.
-      tile_max0 = fmaxf(tile_max0, r0[0]);
-      tile_max1 = fmaxf(tile_max1, r1[0]);
-    }
-    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
-    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
-    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 1));
-    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 2));
-    const float new0 = fmaxf(m0, tile_max0);
-    const float new1 = fmaxf(m1, tile_max1);
-    // A row that has seen no visible key yet keeps zeros (and scale 1).
-    const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
-    const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[nt][e] = new0 == -INFINITY ? 0.0f : exp2f(s[nt][e] - new0);
-        s[nt][2 + e] = new1 == -INFINITY ? 0.0f : exp2f(s[nt][2 + e] - new1);
-        sum0 += s[nt][e];
-        sum1 += s[nt][2 + e];
-      }
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
-    m0 = new0;
-    m1 = new1;
-    // x * 1 is x: with kFast the rescale is skipped when every scale of the warp is 1.
-    if (!kFast || __any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][0] *= alpha0;
-        o[dn][1] *= alpha0;
-        o[dn][2] *= alpha1;
-        o[dn][3] *= alpha1;
-      }
-    }
+    SoftmaxTile<D, kFast, kTree>([&](int nt, int e) -> float& { return s[nt][e]; },
+                                 [&](int dn, int e) -> float& { return o[dn][e]; },
+                                 {key0, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0, m1, l0,
+                                 l1);
 
     if constexpr (kSplit) {
       CopyAsyncWait<1>();  // Tile j's values (the next keys may still be in flight).
@@ -597,26 +649,10 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
     if (late && tiles > 0) multiply_values(pa, vt0 + ((tiles - 1) % kBuffers) * D * kVs);
   }
 
-  // The quad's partial sums, added in the same order on every lane of the quad.
-  l0 += __shfl_xor_sync(kFullMask, l0, 1);
-  l0 += __shfl_xor_sync(kFullMask, l0, 2);
-  l1 += __shfl_xor_sync(kFullMask, l1, 1);
-  l1 += __shfl_xor_sync(kFullMask, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const int64_t row0 = t0 + frag_row;
-  const int64_t row1 = row0 + 8;
   float* out0 = p.out + row0 * p.q_ld + static_cast<int64_t>(h) * p.d;
-  float* out1 = out0 + 8 * p.q_ld;
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) {
-    const int col = dn * 8 + quad_col;
-    if (col >= p.d) continue;  // d % 4 == 0: both columns in or both out.
-    if (row0 < p.tokens)
-      *reinterpret_cast<float2*>(out0 + col) = make_float2(o[dn][0] * inv0, o[dn][1] * inv0);
-    if (row1 < p.tokens)
-      *reinterpret_cast<float2*>(out1 + col) = make_float2(o[dn][2] * inv1, o[dn][3] * inv1);
-  }
+  StoreRows<D>([&](int dn, int e) -> float& { return o[dn][e]; }, l0, l1, row0, p.tokens, p.d,
+               quad_col, out0, out0 + 8 * p.q_ld);
 }
 
 #if defined(CAIRN_HIP_WGMMA)
@@ -744,76 +780,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
     wgmma::FenceAccumulators(s);
 
     // Variant 3's mask, maxima, weights, sums and rescale.
-    float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
-    if (key0 + kKeys - 1 > warp_pos) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t key = key0 + nt * 8 + quad_col + e;
-          s[4 * nt + e] = key <= pos0 ? s[4 * nt + e] * p.scale_log2 : -INFINITY;
-          s[4 * nt + 2 + e] = key <= pos1 ? s[4 * nt + 2 + e] * p.scale_log2 : -INFINITY;
-        }
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[4 * nt + e] = s[4 * nt + e] * p.scale_log2;
-          s[4 * nt + 2 + e] = s[4 * nt + 2 + e] * p.scale_log2;
-        }
-      }
-    }
-    {
-      float r0[kKeys / 4], r1[kKeys / 4];
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          r0[2 * nt + e] = s[4 * nt + e];
-          r1[2 * nt + e] = s[4 * nt + 2 + e];
-        }
-      }
-      TreeMaxLevel<8>(r0, r1);
-      TreeMaxLevel<4>(r0, r1);
-      TreeMaxLevel<2>(r0, r1);
-      TreeMaxLevel<1>(r0, r1);
-      tile_max0 = fmaxf(tile_max0, r0[0]);
-      tile_max1 = fmaxf(tile_max1, r1[0]);
-    }
-    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
-    tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
-    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 1));
-    tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 2));
-    const float new0 = fmaxf(m0, tile_max0);
-    const float new1 = fmaxf(m1, tile_max1);
-    const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
-    const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[4 * nt + e] = new0 == -INFINITY ? 0.0f : exp2f(s[4 * nt + e] - new0);
-        s[4 * nt + 2 + e] = new1 == -INFINITY ? 0.0f : exp2f(s[4 * nt + 2 + e] - new1);
-        sum0 += s[4 * nt + e];
-        sum1 += s[4 * nt + 2 + e];
-      }
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
-    m0 = new0;
-    m1 = new1;
-    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[4 * dn] *= alpha0;
-        o[4 * dn + 1] *= alpha0;
-        o[4 * dn + 2] *= alpha1;
-        o[4 * dn + 3] *= alpha1;
-      }
-    }
+    SoftmaxTile<D, true, true>([&](int nt, int e) -> float& { return s[4 * nt + e]; },
+                               [&](int dn, int e) -> float& { return o[4 * dn + e]; },
+                               {key0, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0, m1, l0,
+                               l1);
 
     // O += P V: the weights of two key groups of 8 form one register operand of 16 keys.
     uint32_t pa[kKeys / 16][4];
@@ -837,29 +807,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
   }
 
   // Variant 3's sums and stores.
-  l0 += __shfl_xor_sync(kFullMask, l0, 1);
-  l0 += __shfl_xor_sync(kFullMask, l0, 2);
-  l1 += __shfl_xor_sync(kFullMask, l1, 1);
-  l1 += __shfl_xor_sync(kFullMask, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const int64_t row0 = t0 + frag_row;
-  const int64_t row1 = row0 + 8;
   float* out0 = p.out + row0 * p.q_ld + static_cast<int64_t>(h) * p.d;
-  float* out1 = out0 + 8 * p.q_ld;
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) {
-    const int col = dn * 8 + quad_col;
-    if (col >= p.d) continue;
-    if (row0 < p.tokens) {
-      *reinterpret_cast<float2*>(out0 + col) =
-          make_float2(o[4 * dn] * inv0, o[4 * dn + 1] * inv0);
-    }
-    if (row1 < p.tokens) {
-      *reinterpret_cast<float2*>(out1 + col) =
-          make_float2(o[4 * dn + 2] * inv1, o[4 * dn + 3] * inv1);
-    }
-  }
+  StoreRows<D>([&](int dn, int e) -> float& { return o[4 * dn + e]; }, l0, l1, row0, p.tokens,
+               p.d, quad_col, out0, out0 + 8 * p.q_ld);
 }
 
 hipError_t LaunchWgmmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {

@@ -195,10 +195,10 @@ struct HipKernelBackendOptions {
   // (tiles of hip::MoeGemmTileRows() picks), the picks' input rows rounded to bf16 once, one
   // grouped bf16 GEMM launch (hip::MoeGemmBf16) for gate/up and one for down over every
   // expert's tiles, SiLU-mul rounded to bf16 between them (moe_gemm_wgmma: hip::MoeGemmWgmma,
-  // below), and decode's ordered sum. The
-  // default's roundings (inputs to bf16, fp32 accumulation), another order within the products:
-  // within the bf16 GEMM's tolerance of the CPU backend, and a token's bits do not depend on
-  // which other tokens share the call (tested). Needs grouped_moe; off, the default serves.
+  // below), and decode's ordered sum. The default's roundings (inputs to bf16, fp32
+  // accumulation), another order within the products: within the bf16 GEMM's tolerance of the
+  // CPU backend, and a token's bits do not depend on which other tokens share the call
+  // (tested). Needs grouped_moe; off, the default serves.
   bool grouped_moe_prefill = true;
   // grouped_moe_prefill's GEMMs on Hopper's warpgroup matrix instructions (hip::MoeGemmWgmma,
   // builds for sm_90a only; elsewhere this is ignored): tiles of 128 picks by 256 weight columns,
