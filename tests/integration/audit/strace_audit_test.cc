@@ -199,6 +199,23 @@ TEST(StraceAuditTest, OneWalSyncForAPublishAndAnotherThreadsDeleteIsNotAnOrderVi
   EXPECT_TRUE(ReportsManifestUnlink(AuditLines(lines, 10.5, tids)));
 }
 
+// A delete on another thread unlinking a manifest between a publish's manifests/ fsync and its
+// synced catalog write is not the publish's next manifest operation; the publishing thread's
+// own unlink there is.
+TEST(StraceAuditTest, AnUnlinkOnAnotherThreadBeforeAPublishsCatalogWriteIsNotLate) {
+  std::vector<std::string> lines = GoodTrace();
+  lines.insert(lines.begin() + 13,
+               R"(10.001800 unlink("/s/manifests/m-1b.manifest") = 0 <0.000010>)");
+  std::vector<int> tids(lines.size(), 1);
+  const std::string late = "has no synced catalog write before the next manifest operation";
+
+  tids[13] = 2;
+  EXPECT_FALSE(ReportsText(AuditLines(lines, 10.5, tids), late));
+
+  tids[13] = 1;
+  EXPECT_TRUE(ReportsText(AuditLines(lines, 10.5, tids), late));
+}
+
 TEST(StraceAuditTest, FilesOutsideTheOwnedDirectoriesAreReported) {
   std::vector<std::string> lines = GoodTrace();
   lines.push_back(
