@@ -15,6 +15,7 @@
 // and the keys up to it, never on the other rows of the pass or where the pass starts.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -234,14 +235,22 @@ __device__ inline void StoreBf16x4(uint16_t* dst, int stride, float4 x) {
   dst[3 * stride] = FloatToBf16(x.w);
 }
 
-// One level of kTree's maxima: r[i] = max(r[i], r[i + kWidth]) for i < kWidth, two rows.
-template <int kWidth>
-__device__ inline void TreeMaxLevel(float* r0, float* r1) {
+// One level of kTree's maxima (kMax) or kBareExp's minima: r[i] = max (min) of r[i] and
+// r[i + kWidth] for i < kWidth, two rows.
+template <int kWidth, bool kMax = true>
+__device__ inline void TreeLevel(float* r0, float* r1) {
 #pragma unroll
   for (int i = 0; i < kWidth; ++i) {
-    r0[i] = fmaxf(r0[i], r0[i + kWidth]);
-    r1[i] = fmaxf(r1[i], r1[i + kWidth]);
+    r0[i] = kMax ? fmaxf(r0[i], r0[i + kWidth]) : fminf(r0[i], r0[i + kWidth]);
+    r1[i] = kMax ? fmaxf(r1[i], r1[i + kWidth]) : fminf(r1[i], r1[i + kWidth]);
   }
+}
+
+// 2^x by the bare instruction (flushes results below 2^-126 to zero).
+__device__ inline float BareExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // bar.sync on barrier `id` (not 0, __syncthreads') for `threads` threads of the block.
@@ -268,8 +277,9 @@ struct TileRows {
 // frag_row + 8. The causal mask and scale (kFast: only on tiles that cross one of the warp's
 // rows' positions), the tile's maxima (kTree: a tree of fmaxf, else a chain) over the row's
 // quad, the running maxima m, the weights in place of the scores, the partial sums l, and the
-// output's rescale (kFast: skipped when every scale of the warp is 1).
-template <int D, bool kFast, bool kTree, typename Scores, typename Out>
+// output's rescale (kFast: skipped when every scale of the warp is 1). kBareExp: the weights by
+// the bare exp2 instruction where that gives exp2f's bits (below).
+template <int D, bool kFast, bool kTree, bool kBareExp, typename Scores, typename Out>
 __device__ inline void SoftmaxTile(Scores s, Out o, const TileRows& r, float& m0, float& m1,
                                    float& l0, float& l1) {
   // Causal mask, running maxima (per row over its quad), weights and partial sums.
@@ -314,10 +324,10 @@ __device__ inline void SoftmaxTile(Scores s, Out o, const TileRows& r, float& m0
       }
     }
     static_assert(kKeys == 64, "the tree's four levels");
-    TreeMaxLevel<8>(r0, r1);
-    TreeMaxLevel<4>(r0, r1);
-    TreeMaxLevel<2>(r0, r1);
-    TreeMaxLevel<1>(r0, r1);
+    TreeLevel<8>(r0, r1);
+    TreeLevel<4>(r0, r1);
+    TreeLevel<2>(r0, r1);
+    TreeLevel<1>(r0, r1);
     // The chain's start: all NaN gives -inf, as there.
     tile_max0 = fmaxf(tile_max0, r0[0]);
     tile_max1 = fmaxf(tile_max1, r1[0]);
@@ -332,14 +342,51 @@ __device__ inline void SoftmaxTile(Scores s, Out o, const TileRows& r, float& m0
   const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
   const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
   float sum0 = 0.0f, sum1 = 0.0f;
+  // kBareExp: exp2f(x) is the bare ex2.approx.ftz(x) for x >= -126 and for NaN (below -126 it
+  // scales the argument into the normal range and squares the result, several instructions
+  // more), so where every argument of the warp's rows is at least -126 (the smallest score less
+  // the row's maximum, a finite one: rounding is monotonic) the bare instruction gives exp2f's
+  // bits, and the row's maximum is not -inf (no 0 to select).
+  bool bare = false;
+  if constexpr (kBareExp) {
+    float r0[kKeys / 4], r1[kKeys / 4];
 #pragma unroll
-  for (int nt = 0; nt < kKeys / 8; ++nt) {
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      s(nt, e) = new0 == -INFINITY ? 0.0f : exp2f(s(nt, e) - new0);
-      s(nt, 2 + e) = new1 == -INFINITY ? 0.0f : exp2f(s(nt, 2 + e) - new1);
-      sum0 += s(nt, e);
-      sum1 += s(nt, 2 + e);
+      for (int e = 0; e < 2; ++e) {
+        r0[2 * nt + e] = s(nt, e);
+        r1[2 * nt + e] = s(nt, 2 + e);
+      }
+    }
+    TreeLevel<8, false>(r0, r1);
+    TreeLevel<4, false>(r0, r1);
+    TreeLevel<2, false>(r0, r1);
+    TreeLevel<1, false>(r0, r1);
+    const float lo0 = r0[0], lo1 = r1[0];
+    bare = __all_sync(kFullMask, new0 != -INFINITY && new1 != -INFINITY && lo0 - new0 >= -126.0f &&
+                                     lo1 - new1 >= -126.0f);
+  }
+  if (bare) {
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s(nt, e) = BareExp2(s(nt, e) - new0);
+        s(nt, 2 + e) = BareExp2(s(nt, 2 + e) - new1);
+        sum0 += s(nt, e);
+        sum1 += s(nt, 2 + e);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s(nt, e) = new0 == -INFINITY ? 0.0f : exp2f(s(nt, e) - new0);
+        s(nt, 2 + e) = new1 == -INFINITY ? 0.0f : exp2f(s(nt, 2 + e) - new1);
+        sum0 += s(nt, e);
+        sum1 += s(nt, 2 + e);
+      }
     }
   }
   l0 = l0 * alpha0 + sum0;
@@ -394,7 +441,8 @@ __device__ inline void StoreRows(Out o, float l0, float l1, int64_t row0, int64_
 // rescales and P V products in tile order: variant 1's operations and bits.
 // kTree (variants 3 and 4): a tile's row maxima by a tree of fmaxf instead of a chain (the
 // maximum of the same values whatever the order: fmaxf drops NaNs, and a zero's sign reaches
-// only exp2 of a difference, 1 either way).
+// only exp2 of a difference, 1 either way), and the weights by the bare exp2 instruction where
+// it gives exp2f's bits (SoftmaxTile's kBareExp).
 template <int D, int kWarps, bool kSplit, bool kFast, bool kSkew, bool kTree>
 __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKernel(MmaParams p) {
   KernelEntry();
@@ -587,10 +635,10 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
       CopyAsyncCommit();  // Possibly empty: the group count stays one per tile and kind.
     }
 
-    SoftmaxTile<D, kFast, kTree>([&](int nt, int e) -> float& { return s[nt][e]; },
-                                 [&](int dn, int e) -> float& { return o[dn][e]; },
-                                 {key0, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0, m1, l0,
-                                 l1);
+    SoftmaxTile<D, kFast, kTree, kTree>([&](int nt, int e) -> float& { return s[nt][e]; },
+                                        [&](int dn, int e) -> float& { return o[dn][e]; },
+                                        {key0, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0,
+                                        m1, l0, l1);
 
     if constexpr (kSplit) {
       CopyAsyncWait<1>();  // Tile j's values (the next keys may still be in flight).
@@ -667,6 +715,9 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
 // packed to bf16 as there, are the register operand of P V, one m64n256 instruction a k16 step
 // over the tile's keys in order. Each output element so sees the same sequence of operations:
 // the bits of variants 0-4 (tested).
+// Variant 6 (kSkew): the second warpgroup one phase behind the first, as variant 3's second half
+// of warps (below, at the loop), so that one warpgroup's softmax meets the other's matrix
+// instructions.
 constexpr int kWgD = 256;
 constexpr int kWgRows = 128;
 constexpr int kWgThreads = 256;
@@ -677,6 +728,7 @@ constexpr int kWgVBytes = kWgD * kKeys * 2;     // [head column][64 keys]: V tra
 constexpr int kWgStageBytes = kWgKBytes + kWgVBytes;
 constexpr size_t kWgSharedBytes = kWgQBytes + 2 * kWgStageBytes + wgmma::kAlign;
 
+template <bool kSkew>
 __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams p) {
   KernelEntry();
   constexpr int D = kWgD;
@@ -720,23 +772,42 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
   const int64_t warp_pos = p.past + t0 + warp * 16;
   const int quad_col = (lane % 4) * 2;
 
-  // Tile j's keys and values into stage j % 2: 16-byte pieces, 8 bf16 each.
-  const auto copy_tile = [&](int64_t j) {
-    const uint32_t ks = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes);
-    const uint32_t vs = ks + kWgKBytes;
-    const int64_t key0 = j * kKeys;
-    constexpr int kKeyPieces = D / 8;
-    for (int e = tid; e < kKeys * kKeyPieces; e += kWgThreads) {
-      const int r = e / kKeyPieces;
-      const int c = e % kKeyPieces;
-      wgmma::CopyChunk(ks + static_cast<uint32_t>((c / 8) * kWgSub) + wgmma::Swizzled(r, c % 8),
-                       kg + (key0 + r) * D + c * 8, true);
+  // Tile j's keys and values into stage j % 2 in 16-byte pieces (8 bf16). A thread's pieces
+  // sit at fixed strides from its first, so only its first piece's addresses are computed:
+  // keys, pieces tid + 256 i of a tile (row tid / 32 + 8 i, chunk tid % 32: 8 rows further,
+  // the same swizzle); values, pieces t + kN i when kN threads copy them (thread t of them:
+  // head column t / 8 + kN / 8 i, key chunk t % 8).
+  constexpr int kKeyPieces = D / 8;  // A key row's.
+  constexpr int kValuePieces = kKeys / 8;  // A transposed value row's.
+  static_assert(kWgThreads % kKeyPieces == 0 && (kWgThreads / kKeyPieces) % 8 == 0);
+  const uint32_t key_to = static_cast<uint32_t>((tid % kKeyPieces / 8) * kWgSub) +
+                          wgmma::Swizzled(tid / kKeyPieces, tid % kKeyPieces % 8);
+  const uint16_t* const key_from = kg + (tid / kKeyPieces) * D + (tid % kKeyPieces) * 8;
+  const auto copy_keys = [&](int64_t j) {
+    const uint32_t to = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes) + key_to;
+    const uint16_t* from = key_from + j * kKeys * D;
+    constexpr int kRows = kWgThreads / kKeyPieces;
+#pragma unroll
+    for (int i = 0; i < kKeys / kRows; ++i) {
+      wgmma::CopyChunk(to + static_cast<uint32_t>(i * kRows * wgmma::kRowBytes),
+                       from + i * kRows * D, true);
     }
-    constexpr int kValuePieces = kKeys / 8;
-    for (int e = tid; e < D * kValuePieces; e += kWgThreads) {
-      const int c = e / kValuePieces;
-      const int r = e % kValuePieces;
-      wgmma::CopyChunk(vs + wgmma::Swizzled(c, r), vg + c * p.keys_pad + key0 + r * 8, true);
+  };
+  // kN threads from `first` copy the values (`threads`: std::integral_constant<int, kN>).
+  const auto copy_values = [&](auto threads, int64_t j, int first) {
+    constexpr int kN = decltype(threads)::value;
+    static_assert(kN % (8 * kValuePieces) == 0);
+    constexpr int kCols = kN / kValuePieces;
+    const int t = tid - first;
+    const uint32_t to = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes) + kWgKBytes +
+                        wgmma::Swizzled(t / kValuePieces, t % kValuePieces);
+    const uint16_t* from =
+        vg + (t / kValuePieces) * p.keys_pad + j * kKeys + (t % kValuePieces) * 8;
+    const int64_t step = kCols * p.keys_pad;
+#pragma unroll
+    for (int i = 0; i < D / kCols; ++i) {
+      wgmma::CopyChunk(to + static_cast<uint32_t>(i * kCols * wgmma::kRowBytes), from, true);
+      from += step;
     }
   };
 
@@ -744,26 +815,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  if (tiles > 0) {
-    copy_tile(0);
-    wgmma::CopyCommit();
-  }
-  for (int64_t j = 0; j < tiles; ++j) {
-    const int64_t key0 = j * kKeys;
-    if (j + 1 < tiles) {
-      copy_tile(j + 1);  // Into the stage the previous tile's readers are done with.
-      wgmma::CopyCommit();
-      wgmma::CopyWait<1>();
-    } else {
-      wgmma::CopyWait<0>();
-    }
-    wgmma::FenceProxy();
-    __syncthreads();  // Tile j (and the query tile) complete for every thread.
-    const uint32_t ks = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes);
-    const uint32_t vs = ks + kWgKBytes;
+  // The weights of a tile packed to bf16 (two key groups of 8 a register operand of 16 keys).
+  uint32_t pa[kKeys / 16][4];
 
-    // Scores of this warpgroup's 64 rows against the tile's 64 keys (s[4 nt + e]: variant 3's
-    // s[nt][e]).
+  // Scores of this warpgroup's 64 rows against tile j's 64 keys (s[4 nt + e]: variant 3's
+  // s[nt][e]), variant 3's mask, maxima, weights, sums and rescale, and the weights into pa.
+  const auto scores = [&](int64_t j) {
+    const uint32_t ks = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes);
     float s[kKeys / 2];
 #pragma unroll
     for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.0f;
@@ -778,15 +836,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceAccumulators(s);
-
-    // Variant 3's mask, maxima, weights, sums and rescale.
-    SoftmaxTile<D, true, true>([&](int nt, int e) -> float& { return s[4 * nt + e]; },
-                               [&](int dn, int e) -> float& { return o[4 * dn + e]; },
-                               {key0, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0, m1, l0,
-                               l1);
-
-    // O += P V: the weights of two key groups of 8 form one register operand of 16 keys.
-    uint32_t pa[kKeys / 16][4];
+    SoftmaxTile<D, true, true, true>([&](int nt, int e) -> float& { return s[4 * nt + e]; },
+                                     [&](int dn, int e) -> float& { return o[4 * dn + e]; },
+                                     {j * kKeys, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0,
+                                     m1, l0, l1);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       pa[kk][0] = PackBf16Cvt(s[8 * kk], s[8 * kk + 1]);
@@ -794,6 +847,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
       pa[kk][2] = PackBf16Cvt(s[8 * kk + 4], s[8 * kk + 5]);
       pa[kk][3] = PackBf16Cvt(s[8 * kk + 6], s[8 * kk + 7]);
     }
+  };
+  // O += P V for tile j: one m64n256 instruction a k16 step over the tile's keys in order.
+  const auto multiply = [&](int64_t j) {
+    const uint32_t vs = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes) + kWgKBytes;
     wgmma::FenceAccumulators(o);
     wgmma::Fence();
 #pragma unroll
@@ -803,7 +860,59 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
     wgmma::Commit();
     wgmma::Wait<0>();
     wgmma::FenceAccumulators(o);
-    __syncthreads();  // Every warp is done with tile j's keys and values.
+  };
+
+  if (tiles > 0) {
+    copy_keys(0);
+    copy_values(std::integral_constant<int, kWgThreads>(), 0, 0);
+    wgmma::CopyCommit();
+  }
+  if constexpr (!kSkew) {
+    for (int64_t j = 0; j < tiles; ++j) {
+      if (j + 1 < tiles) {
+        // Into the stage the previous tile's readers are done with.
+        copy_keys(j + 1);
+        copy_values(std::integral_constant<int, kWgThreads>(), j + 1, 0);
+        wgmma::CopyCommit();
+        wgmma::CopyWait<1>();
+      } else {
+        wgmma::CopyWait<0>();
+      }
+      wgmma::FenceProxy();
+      __syncthreads();  // Tile j (and the query tile) complete for every thread.
+      scores(j);
+      multiply(j);
+      __syncthreads();  // Every warp is done with tile j's keys and values.
+    }
+  } else {
+    // The late warpgroup (1) runs P V of tile j - 1 after tile j's barrier, then tile j's
+    // scores; the early one (0) tile j's scores and P V. One barrier a tile: after it every
+    // thread copies tile j + 1's keys into the stage of tile j - 1's (whose scores both
+    // warpgroups finished before the barrier), and the late warpgroup tile j + 1's values once
+    // its P V of tile j - 1 is done (a barrier of its threads alone). Each output element still
+    // sees its rescales and P V products in tile order: variant 5's bits.
+    const bool late = wg == 1;
+    for (int64_t j = 0; j <= tiles; ++j) {
+      wgmma::CopyWait<0>();
+      wgmma::FenceProxy();
+      __syncthreads();  // Tile j's keys and values (and the query tile) complete.
+      if (j + 1 < tiles) {
+        copy_keys(j + 1);
+        wgmma::CopyCommit();
+      }
+      if (late) {
+        if (j > 0) multiply(j - 1);
+        NamedBarrier(1, kWgThreads / 2);  // The late warpgroup is done with tile j - 1's values.
+        if (j + 1 < tiles) {
+          copy_values(std::integral_constant<int, kWgThreads / 2>(), j + 1, kWgThreads / 2);
+          wgmma::CopyCommit();
+        }
+        if (j < tiles) scores(j);
+      } else if (j < tiles) {
+        scores(j);
+        multiply(j);
+      }
+    }
   }
 
   // Variant 3's sums and stores.
@@ -813,12 +922,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams 
                p.d, quad_col, out0, out0 + 8 * p.q_ld);
 }
 
+template <bool kSkew>
 hipError_t LaunchWgmmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
-  const hipError_t e = AllowSharedBytes(AttentionWgmmaKernel, kWgSharedBytes);
+  const auto kernel = AttentionWgmmaKernel<kSkew>;
+  const hipError_t e = AllowSharedBytes(kernel, kWgSharedBytes);
   if (e != hipSuccess) return e;
   const dim3 grid(static_cast<unsigned int>(q_heads),
                   static_cast<unsigned int>(CeilDiv(p.tokens, kWgRows)));
-  LaunchKernel(AttentionWgmmaKernel, grid, kWgThreads, kWgSharedBytes, stream, p);
+  LaunchKernel(kernel, grid, kWgThreads, kWgSharedBytes, stream, p);
   return hipGetLastError();
 }
 #endif  // CAIRN_HIP_WGMMA
@@ -878,9 +989,12 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
       return LaunchMmaKernel<D, 4, true, true, false, true>(p, q_heads, stream);
     default:
 #if defined(CAIRN_HIP_WGMMA)
-      if constexpr (D == kWgD) return LaunchWgmmaKernel(p, q_heads, stream);
+      if constexpr (D == kWgD) {
+        return variant == 5 ? LaunchWgmmaKernel<false>(p, q_heads, stream)
+                            : LaunchWgmmaKernel<true>(p, q_heads, stream);
+      }
 #endif
-      // Variant 5 elsewhere (other head dimensions, builds without wgmma): variant 3.
+      // Variants 5 and 6 elsewhere (other head dimensions, builds without wgmma): variant 3.
       return LaunchMmaKernel<D, 8, false, true, true, true>(p, q_heads, stream);
   }
 }

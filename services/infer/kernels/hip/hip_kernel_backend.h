@@ -68,11 +68,12 @@ struct HipKernelBackendOptions {
   // behind the first (its P V of a tile after the next barrier, so one half's softmax meets the
   // other's matrix instructions), one barrier a tile, row maxima by a tree and the keys and
   // values rounded by 16-byte kernels (a 32K dense prefill 2 % faster than with 1, 100K 5 %,
-  // on the H200); 4, variant 2 with variant 3's maxima and rounding; 5 (the default), for head
-  // dimension 256 in sm_90a builds, variant 3's operations on the warpgroup instructions (one
-  // layer's attention over a 32K dense prefill 26.1 ms against variant 3's 35.5 on the H200;
-  // other head dimensions and builds: variant 3).
-  int attention_mma_variant = 5;
+  // on the H200); 4, variant 2 with variant 3's maxima and rounding; 5, for head dimension 256
+  // in sm_90a builds, variant 3's operations on the warpgroup instructions; 6 (the default),
+  // variant 5 with its second warpgroup one phase behind the first as in variant 3 (one layer's
+  // attention over a 32K dense prefill 16.6 ms against variant 5's 19.6 and variant 3's 34.4 on
+  // the H200; other head dimensions and builds: variant 3 for both).
+  int attention_mma_variant = 6;
   // MatMulRowsTyped over bf16 weights runs on the matrix units (hip::MatMulRowsMma: inputs split
   // exactly into three bf16 pieces, an order fixed by the shape, rows independent) where the
   // device has them (NVIDIA); off, or on AMD, the row kernel (and its bits) serves. The decode

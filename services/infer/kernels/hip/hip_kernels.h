@@ -435,8 +435,10 @@ hipError_t AttentionSplitBatch(const AttentionLaunch* a, int count, int decode_v
 // scores of the next), one barrier a tile, row maxima by a tree, and the keys and values
 // rounded by 16-byte kernels; 4, variant 2 with variant 3's maxima and rounding kernels; 5, for
 // head dimension 256 in sm_90a builds, variant 3's operations on the warpgroup instructions
-// (elsewhere variant 3).
-inline constexpr int kAttentionMmaVariants = 6;
+// (elsewhere variant 3); 6, variant 5 with its second warpgroup one phase behind as variant 3's
+// second half (elsewhere variant 3). Variants 3-6 take a tile's weights by the bare exp2
+// instruction where it gives exp2f's bits.
+inline constexpr int kAttentionMmaVariants = 7;
 bool AttentionMmaSupported(const AttentionLaunch& a, int max_shared_bytes);
 int64_t AttentionMmaWorkspaceBytes(const AttentionLaunch& a);
 hipError_t AttentionMma(const AttentionLaunch& a, int variant, void* workspace, hipStream_t stream);

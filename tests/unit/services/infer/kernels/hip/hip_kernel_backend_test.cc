@@ -589,14 +589,18 @@ TEST_F(HipKernelBackendTest, AttentionRowsDoNotDependOnHowThePassIsCut) {
 TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
   // Each block layout of the matrix-unit prefill attention against variant 0 (128 rows a block,
   // 32-bit fragment loads), on passes after earlier keys and cut inside a block, at each head
-  // dimension the kernel has (64, 128, 256; 80 and 32 padded), GQA groups 1 to 6.
+  // dimension the kernel has (64, 128, 256; 80 and 32 padded), GQA groups 1 to 6; and with
+  // scores scaled up (scale x 12) so that many weights fall below 2^-126 of their row's
+  // largest (exp2f's scaled path; elsewhere variants 3-6 take the bare instruction).
   struct Case {
     int64_t tokens, past;
     int q_heads, kv_heads, head_dim;
+    float scale_mul = 1.0f;
   };
-  const std::vector<Case> cases = {{300, 0, 12, 2, 128},   {1500, 0, 16, 2, 256},
-                                   {700, 901, 16, 4, 256}, {129, 40, 4, 4, 32},
-                                   {200, 77, 6, 3, 80},    {1000, 0, 8, 8, 64}};
+  const std::vector<Case> cases = {{300, 0, 12, 2, 128},          {1500, 0, 16, 2, 256},
+                                   {700, 901, 16, 4, 256},        {129, 40, 4, 4, 32},
+                                   {200, 77, 6, 3, 80},           {1000, 0, 8, 8, 64},
+                                   {700, 901, 16, 4, 256, 12.0f}, {300, 20, 12, 2, 128, 12.0f}};
   std::vector<std::unique_ptr<HipKernelBackend>> variants;
   for (int variant = 0; variant < hip::kAttentionMmaVariants; ++variant) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
@@ -614,7 +618,7 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
     const std::vector<float> q = RandomFloats(c.tokens * q_ld, 31, -2.0f, 2.0f);
     const std::vector<float> k = RandomFloats(rows * kv_ld, 32, -2.0f, 2.0f),
                              v = RandomFloats(rows * kv_ld, 33);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const float scale = c.scale_mul / std::sqrt(static_cast<float>(c.head_dim));
     DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
     const std::vector<std::vector<float>> outs =
         AttentionOnEach(variants, {dq.floats(), dk.floats(), dv.floats(), nullptr, c.tokens, c.past,
@@ -627,8 +631,9 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
     last.Attention({dq.floats() + 77 * q_ld, dk.floats(), dv.floats(), cut.floats() + 77 * q_ld,
                     c.tokens - 77, c.past + 77, c.q_heads, c.kv_heads, c.head_dim, scale});
     ASSERT_TRUE(last.Synchronize().ok()) << last.status();
-    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/",
-                                          c.kv_heads, "kv, d", c.head_dim);
+    const std::string name =
+        absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/", c.kv_heads, "kv, d",
+                     c.head_dim, ", scale x ", c.scale_mul);
     for (size_t i = 1; i < outs.size(); ++i) {
       EXPECT_TRUE(SameBits(outs[0], outs[i])) << name << ", variant " << i;
     }
