@@ -15,11 +15,10 @@
 // and the keys up to it, never on the other rows of the pass or where the pass starts.
 
 #include <cstdint>
-#include <type_traits>
 
+#include "services/infer/kernels/hip/attention_mma_device.h"
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
-#include "services/infer/kernels/hip/wgmma_device.h"
 
 namespace cairn::infer::hip {
 
@@ -36,25 +35,19 @@ hipError_t AttentionMma(const AttentionLaunch&, int, void*, hipStream_t) {
 
 namespace {
 
-constexpr int kKeys = 64;  // Keys per tile.
-constexpr int kPad = 8;    // bf16 padding per shared row: conflict-free fragment loads.
-constexpr unsigned kFullMask = 0xffffffffu;
+using attention_mma::BareExp2;
+using attention_mma::kFullMask;
+using attention_mma::kKeys;
+using attention_mma::MmaParams;
+using attention_mma::NamedBarrier;
+using attention_mma::PackBf16;
+using attention_mma::PackBf16Cvt;
+using attention_mma::SoftmaxTile;
+using attention_mma::StoreBf16x4;
+using attention_mma::StoreRows;
+using attention_mma::TileRows;
 
-struct MmaParams {
-  const float* q;
-  float* out;
-  int64_t tokens;
-  int64_t past;
-  int group;  // q heads per kv head.
-  int d;
-  float scale_log2;  // scale * log2(e): scores in base 2.
-  int64_t q_ld;
-  // The rounded keys, [kv head][key][D], and values, [kv head][D][key], keys padded to a
-  // multiple of kKeys with zeros (ConvertKvKernel).
-  uint16_t* kb;
-  uint16_t* vb;
-  int64_t keys_pad;
-};
+constexpr int kPad = 8;    // bf16 padding per shared row: conflict-free fragment loads.
 
 // Keys and values (rows of kv_ld floats, head hk at column hk * d) rounded to bf16 into kb
 // ([kv heads][keys_pad][dd], zeros past d and past `keys`) and vb ([kv heads][dd][keys_pad]).
@@ -189,245 +182,12 @@ __device__ inline void CopyAsyncWait() {
 #endif
 }
 
-// Four 8x8 bf16 matrices from shared memory (ldmatrix): lanes 8i to 8i + 7 give the addresses
-// of matrix i's rows (16 bytes each), and r[i] holds this lane's pair of matrix i (row lane / 4,
-// elements 2 (lane % 4) and the next): the mma.sync fragment layout.
-__device__ inline void LoadMatrixX4(uint32_t r[4], uint32_t shared_address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address));
-#else
-  static_cast<void>(shared_address);
-  r[0] = r[1] = r[2] = r[3] = 0;
-#endif
-}
-
 __device__ inline uint32_t SharedAddress(const uint16_t* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ inline uint32_t PackBf16(float lo, float hi) {
-  return static_cast<uint32_t>(FloatToBf16(lo)) | (static_cast<uint32_t>(FloatToBf16(hi)) << 16);
-}
-
-// PackBf16 by one instruction (round to nearest even: the same bits for every number; a NaN
-// may come out with another payload).
-__device__ inline uint32_t PackBf16Cvt(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-#else
-  return PackBf16(lo, hi);
-#endif
-}
-
 __device__ inline uint32_t Load32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
-}
-
-// Stores 4 fp32 values as bf16 at dst[0..3] (or dst[0], dst[stride], ... when transposed).
-__device__ inline void StoreBf16x4(uint16_t* dst, int stride, float4 x) {
-  dst[0] = FloatToBf16(x.x);
-  dst[stride] = FloatToBf16(x.y);
-  dst[2 * stride] = FloatToBf16(x.z);
-  dst[3 * stride] = FloatToBf16(x.w);
-}
-
-// One level of kTree's maxima (kMax) or kBareExp's minima: r[i] = max (min) of r[i] and
-// r[i + kWidth] for i < kWidth, two rows.
-template <int kWidth, bool kMax = true>
-__device__ inline void TreeLevel(float* r0, float* r1) {
-#pragma unroll
-  for (int i = 0; i < kWidth; ++i) {
-    r0[i] = kMax ? fmaxf(r0[i], r0[i + kWidth]) : fminf(r0[i], r0[i + kWidth]);
-    r1[i] = kMax ? fmaxf(r1[i], r1[i + kWidth]) : fminf(r1[i], r1[i + kWidth]);
-  }
-}
-
-// 2^x by the bare instruction (flushes results below 2^-126 to zero).
-__device__ inline float BareExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// bar.sync on barrier `id` (not 0, __syncthreads') for `threads` threads of the block.
-__device__ inline void NamedBarrier(int id, int threads) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-#endif
-}
-
-// The positions a thread's two rows (frag_row and frag_row + 8 of its warp's 16) see in key
-// tile `key0`.
-struct TileRows {
-  int64_t key0;      // The tile's first key.
-  int64_t pos0;      // The rows' positions.
-  int64_t pos1;
-  int64_t warp_pos;  // The warp's first row's: a tile ending there is visible whole to the warp.
-  int quad_col;      // 2 (lane % 4): the thread's first column of each group of 8.
-  float scale_log2;
-};
-
-// One key tile's softmax step for a thread's two rows, every variant's: `s(nt, e)` and
-// `o(dn, e)` are the thread's m16n8 fragment values of the tile's scores (column group nt of
-// kKeys / 8) and of the output (head column group dn of D / 8), e 0-1 row frag_row, 2-3 row
-// frag_row + 8. The causal mask and scale (kFast: only on tiles that cross one of the warp's
-// rows' positions), the tile's maxima (kTree: a tree of fmaxf, else a chain) over the row's
-// quad, the running maxima m, the weights in place of the scores, the partial sums l, and the
-// output's rescale (kFast: skipped when every scale of the warp is 1). kBareExp: the weights by
-// the bare exp2 instruction where that gives exp2f's bits (below).
-template <int D, bool kFast, bool kTree, bool kBareExp, typename Scores, typename Out>
-__device__ inline void SoftmaxTile(Scores s, Out o, const TileRows& r, float& m0, float& m1,
-                                   float& l0, float& l1) {
-  // Causal mask, running maxima (per row over its quad), weights and partial sums.
-  float tile_max0 = -INFINITY, tile_max1 = -INFINITY;
-  if (!kFast || r.key0 + kKeys - 1 > r.warp_pos) {
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int64_t key = r.key0 + nt * 8 + r.quad_col + e;
-        s(nt, e) = key <= r.pos0 ? s(nt, e) * r.scale_log2 : -INFINITY;
-        s(nt, 2 + e) = key <= r.pos1 ? s(nt, 2 + e) * r.scale_log2 : -INFINITY;
-        if constexpr (!kTree) {
-          tile_max0 = fmaxf(tile_max0, s(nt, e));
-          tile_max1 = fmaxf(tile_max1, s(nt, 2 + e));
-        }
-      }
-    }
-  } else {
-    // Every key of the tile is visible to every row of the warp: the same values unmasked.
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s(nt, e) = s(nt, e) * r.scale_log2;
-        s(nt, 2 + e) = s(nt, 2 + e) * r.scale_log2;
-        if constexpr (!kTree) {
-          tile_max0 = fmaxf(tile_max0, s(nt, e));
-          tile_max1 = fmaxf(tile_max1, s(nt, 2 + e));
-        }
-      }
-    }
-  }
-  if constexpr (kTree) {
-    float r0[kKeys / 4], r1[kKeys / 4];
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        r0[2 * nt + e] = s(nt, e);
-        r1[2 * nt + e] = s(nt, 2 + e);
-      }
-    }
-    static_assert(kKeys == 64, "the tree's four levels");
-    TreeLevel<8>(r0, r1);
-    TreeLevel<4>(r0, r1);
-    TreeLevel<2>(r0, r1);
-    TreeLevel<1>(r0, r1);
-    // The chain's start: all NaN gives -inf, as there.
-    tile_max0 = fmaxf(tile_max0, r0[0]);
-    tile_max1 = fmaxf(tile_max1, r1[0]);
-  }
-  tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 1));
-  tile_max0 = fmaxf(tile_max0, __shfl_xor_sync(kFullMask, tile_max0, 2));
-  tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 1));
-  tile_max1 = fmaxf(tile_max1, __shfl_xor_sync(kFullMask, tile_max1, 2));
-  const float new0 = fmaxf(m0, tile_max0);
-  const float new1 = fmaxf(m1, tile_max1);
-  // A row that has seen no visible key yet keeps zeros (and scale 1).
-  const float alpha0 = new0 == -INFINITY ? 1.0f : exp2f(m0 - new0);
-  const float alpha1 = new1 == -INFINITY ? 1.0f : exp2f(m1 - new1);
-  float sum0 = 0.0f, sum1 = 0.0f;
-  // kBareExp: exp2f(x) is the bare ex2.approx.ftz(x) for x >= -126 and for NaN (below -126 it
-  // scales the argument into the normal range and squares the result, several instructions
-  // more), so where every argument of the warp's rows is at least -126 (the smallest score less
-  // the row's maximum, a finite one: rounding is monotonic) the bare instruction gives exp2f's
-  // bits, and the row's maximum is not -inf (no 0 to select).
-  bool bare = false;
-  if constexpr (kBareExp) {
-    float r0[kKeys / 4], r1[kKeys / 4];
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        r0[2 * nt + e] = s(nt, e);
-        r1[2 * nt + e] = s(nt, 2 + e);
-      }
-    }
-    TreeLevel<8, false>(r0, r1);
-    TreeLevel<4, false>(r0, r1);
-    TreeLevel<2, false>(r0, r1);
-    TreeLevel<1, false>(r0, r1);
-    const float lo0 = r0[0], lo1 = r1[0];
-    bare = __all_sync(kFullMask, new0 != -INFINITY && new1 != -INFINITY && lo0 - new0 >= -126.0f &&
-                                     lo1 - new1 >= -126.0f);
-  }
-  if (bare) {
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s(nt, e) = BareExp2(s(nt, e) - new0);
-        s(nt, 2 + e) = BareExp2(s(nt, 2 + e) - new1);
-        sum0 += s(nt, e);
-        sum1 += s(nt, 2 + e);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s(nt, e) = new0 == -INFINITY ? 0.0f : exp2f(s(nt, e) - new0);
-        s(nt, 2 + e) = new1 == -INFINITY ? 0.0f : exp2f(s(nt, 2 + e) - new1);
-        sum0 += s(nt, e);
-        sum1 += s(nt, 2 + e);
-      }
-    }
-  }
-  l0 = l0 * alpha0 + sum0;
-  l1 = l1 * alpha1 + sum1;
-  m0 = new0;
-  m1 = new1;
-  // x * 1 is x: with kFast the rescale is skipped when every scale of the warp is 1.
-  if (!kFast || __any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      o(dn, 0) *= alpha0;
-      o(dn, 1) *= alpha0;
-      o(dn, 2) *= alpha1;
-      o(dn, 3) *= alpha1;
-    }
-  }
-}
-
-// The quad's partial sums, added in the same order on every lane of the quad, and the thread's
-// two output rows (out0, out1: rows row0 and row0 + 8 of the pass, `o` as in SoftmaxTile)
-// divided by them, rows past `tokens` and columns past `d` left alone.
-template <int D, typename Out>
-__device__ inline void StoreRows(Out o, float l0, float l1, int64_t row0, int64_t tokens, int d,
-                                 int quad_col, float* out0, float* out1) {
-  l0 += __shfl_xor_sync(kFullMask, l0, 1);
-  l0 += __shfl_xor_sync(kFullMask, l0, 2);
-  l1 += __shfl_xor_sync(kFullMask, l1, 1);
-  l1 += __shfl_xor_sync(kFullMask, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f;
-  const float inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) {
-    const int col = dn * 8 + quad_col;
-    if (col >= d) continue;  // d % 4 == 0: both columns in or both out.
-    if (row0 < tokens) {
-      *reinterpret_cast<float2*>(out0 + col) = make_float2(o(dn, 0) * inv0, o(dn, 1) * inv0);
-    }
-    if (row0 + 8 < tokens) {
-      *reinterpret_cast<float2*>(out1 + col) = make_float2(o(dn, 2) * inv1, o(dn, 3) * inv1);
-    }
-  }
 }
 
 // kSkew (variant 3; unsplit, kFast): the block's second half of warps ("late") multiplies each
@@ -703,236 +463,6 @@ __global__ void __launch_bounds__(kWarps * 32, kSplit ? 2 : 1) AttentionMmaKerne
                quad_col, out0, out0 + 8 * p.q_ld);
 }
 
-#if defined(CAIRN_HIP_WGMMA)
-// Variant 5 (head dim 256, sm_90a builds): variant 3's operations with both products on the
-// warpgroup instructions. A block of two warpgroups takes 128 query rows (warp w rows 16 w ..
-// 16 w + 15, as variant 3's); the query tile and each tile's keys and transposed values sit in
-// shared memory in the instructions' 128-byte swizzled layout (the query and keys as sub-tiles
-// of 64 head columns), two stages of keys and values. The scores of a warpgroup's 64 rows
-// against a tile's 64 keys are one m64n64 instruction a k16 step over the head dimension in
-// order; their accumulators hold the values variant 3's m16n8 fragments hold, so the mask, the
-// maxima (the tree), the weights and sums and the rescale are variant 3's code; the weights,
-// packed to bf16 as there, are the register operand of P V, one m64n256 instruction a k16 step
-// over the tile's keys in order. Each output element so sees the same sequence of operations:
-// the bits of variants 0-4 (tested).
-// Variant 6 (kSkew): the second warpgroup one phase behind the first, as variant 3's second half
-// of warps (below, at the loop), so that one warpgroup's softmax meets the other's matrix
-// instructions.
-constexpr int kWgD = 256;
-constexpr int kWgRows = 128;
-constexpr int kWgThreads = 256;
-constexpr int kWgSub = 64 * wgmma::kRowBytes;   // A sub-tile: 64 rows of 64 bf16, 8 KiB.
-constexpr int kWgQBytes = kWgRows * kWgD * 2;   // [warpgroup][head column / 64] sub-tiles.
-constexpr int kWgKBytes = kKeys * kWgD * 2;     // [head column / 64] sub-tiles of 64 keys.
-constexpr int kWgVBytes = kWgD * kKeys * 2;     // [head column][64 keys]: V transposed.
-constexpr int kWgStageBytes = kWgKBytes + kWgVBytes;
-constexpr size_t kWgSharedBytes = kWgQBytes + 2 * kWgStageBytes + wgmma::kAlign;
-
-template <bool kSkew>
-__global__ void __launch_bounds__(kWgThreads, 1) AttentionWgmmaKernel(MmaParams p) {
-  KernelEntry();
-  constexpr int D = kWgD;
-  extern __shared__ __align__(16) unsigned char wg_smem[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(wg_smem));
-  const uint32_t q_at = (raw + wgmma::kAlign - 1) / wgmma::kAlign * wgmma::kAlign;
-  unsigned char* const q_tile = wg_smem + (q_at - raw);
-  const uint32_t stage0 = q_at + kWgQBytes;
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int wg = warp / 4;
-  const int h = blockIdx.x;
-  const int64_t hk = h / p.group;
-  const uint16_t* kg = p.kb + hk * p.keys_pad * D;
-  const uint16_t* vg = p.vb + hk * D * p.keys_pad;
-  const int64_t t0 = static_cast<int64_t>(gridDim.y - 1 - blockIdx.y) * kWgRows;
-  constexpr int kVecs = D / 4;
-
-  // The query tile (variant 3's rounding), zeros past the pass's tokens and past d.
-  for (int e = tid; e < kWgRows * kVecs; e += kWgThreads) {
-    const int r = e / kVecs;
-    const int c = (e % kVecs) * 4;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (t0 + r < p.tokens && c < p.d) {
-      x = *reinterpret_cast<const float4*>(p.q + (t0 + r) * p.q_ld + static_cast<int64_t>(h) * p.d +
-                                           c);
-    }
-    auto* dst = reinterpret_cast<uint16_t*>(q_tile + ((r / 64) * (D / 64) + c / 64) * kWgSub +
-                                            wgmma::Swizzled(r % 64, (c % 64) / 8)) +
-                c % 8;
-    StoreBf16x4(dst, 1, x);
-  }
-
-  const int64_t last_row = (t0 + kWgRows < p.tokens ? t0 + kWgRows : p.tokens) - 1;
-  const int64_t keys = p.past + last_row + 1;
-  const int64_t tiles = (keys + kKeys - 1) / kKeys;
-  const int frag_row = warp * 16 + lane / 4;
-  const int64_t pos0 = p.past + t0 + frag_row;
-  const int64_t pos1 = pos0 + 8;
-  const int64_t warp_pos = p.past + t0 + warp * 16;
-  const int quad_col = (lane % 4) * 2;
-
-  // Tile j's keys and values into stage j % 2 in 16-byte pieces (8 bf16). A thread's pieces
-  // sit at fixed strides from its first, so only its first piece's addresses are computed:
-  // keys, pieces tid + 256 i of a tile (row tid / 32 + 8 i, chunk tid % 32: 8 rows further,
-  // the same swizzle); values, pieces t + kN i when kN threads copy them (thread t of them:
-  // head column t / 8 + kN / 8 i, key chunk t % 8).
-  constexpr int kKeyPieces = D / 8;  // A key row's.
-  constexpr int kValuePieces = kKeys / 8;  // A transposed value row's.
-  static_assert(kWgThreads % kKeyPieces == 0 && (kWgThreads / kKeyPieces) % 8 == 0);
-  const uint32_t key_to = static_cast<uint32_t>((tid % kKeyPieces / 8) * kWgSub) +
-                          wgmma::Swizzled(tid / kKeyPieces, tid % kKeyPieces % 8);
-  const uint16_t* const key_from = kg + (tid / kKeyPieces) * D + (tid % kKeyPieces) * 8;
-  const auto copy_keys = [&](int64_t j) {
-    const uint32_t to = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes) + key_to;
-    const uint16_t* from = key_from + j * kKeys * D;
-    constexpr int kRows = kWgThreads / kKeyPieces;
-#pragma unroll
-    for (int i = 0; i < kKeys / kRows; ++i) {
-      wgmma::CopyChunk(to + static_cast<uint32_t>(i * kRows * wgmma::kRowBytes),
-                       from + i * kRows * D, true);
-    }
-  };
-  // kN threads from `first` copy the values (`threads`: std::integral_constant<int, kN>).
-  const auto copy_values = [&](auto threads, int64_t j, int first) {
-    constexpr int kN = decltype(threads)::value;
-    static_assert(kN % (8 * kValuePieces) == 0);
-    constexpr int kCols = kN / kValuePieces;
-    const int t = tid - first;
-    const uint32_t to = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes) + kWgKBytes +
-                        wgmma::Swizzled(t / kValuePieces, t % kValuePieces);
-    const uint16_t* from =
-        vg + (t / kValuePieces) * p.keys_pad + j * kKeys + (t % kValuePieces) * 8;
-    const int64_t step = kCols * p.keys_pad;
-#pragma unroll
-    for (int i = 0; i < D / kCols; ++i) {
-      wgmma::CopyChunk(to + static_cast<uint32_t>(i * kCols * wgmma::kRowBytes), from, true);
-      from += step;
-    }
-  };
-
-  float o[D / 2];  // o[4 dn + e]: variant 3's o[dn][e].
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  // The weights of a tile packed to bf16 (two key groups of 8 a register operand of 16 keys).
-  uint32_t pa[kKeys / 16][4];
-
-  // Scores of this warpgroup's 64 rows against tile j's 64 keys (s[4 nt + e]: variant 3's
-  // s[nt][e]), variant 3's mask, maxima, weights, sums and rescale, and the weights into pa.
-  const auto scores = [&](int64_t j) {
-    const uint32_t ks = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes);
-    float s[kKeys / 2];
-#pragma unroll
-    for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.0f;
-    wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t qa = q_at + static_cast<uint32_t>((wg * (D / 64) + kk / 4) * kWgSub);
-      const uint32_t ka = ks + static_cast<uint32_t>((kk / 4) * kWgSub);
-      wgmma::MmaSS64(s, wgmma::Descriptor(qa) + 2 * (kk % 4),
-                     wgmma::Descriptor(ka) + 2 * (kk % 4));
-    }
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceAccumulators(s);
-    SoftmaxTile<D, true, true, true>([&](int nt, int e) -> float& { return s[4 * nt + e]; },
-                                     [&](int dn, int e) -> float& { return o[4 * dn + e]; },
-                                     {j * kKeys, pos0, pos1, warp_pos, quad_col, p.scale_log2}, m0,
-                                     m1, l0, l1);
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      pa[kk][0] = PackBf16Cvt(s[8 * kk], s[8 * kk + 1]);
-      pa[kk][1] = PackBf16Cvt(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = PackBf16Cvt(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = PackBf16Cvt(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
-  // O += P V for tile j: one m64n256 instruction a k16 step over the tile's keys in order.
-  const auto multiply = [&](int64_t j) {
-    const uint32_t vs = stage0 + static_cast<uint32_t>((j % 2) * kWgStageBytes) + kWgKBytes;
-    wgmma::FenceAccumulators(o);
-    wgmma::Fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      wgmma::MmaRS256(o, pa[kk], wgmma::Descriptor(vs) + 2 * kk);
-    }
-    wgmma::Commit();
-    wgmma::Wait<0>();
-    wgmma::FenceAccumulators(o);
-  };
-
-  if (tiles > 0) {
-    copy_keys(0);
-    copy_values(std::integral_constant<int, kWgThreads>(), 0, 0);
-    wgmma::CopyCommit();
-  }
-  if constexpr (!kSkew) {
-    for (int64_t j = 0; j < tiles; ++j) {
-      if (j + 1 < tiles) {
-        // Into the stage the previous tile's readers are done with.
-        copy_keys(j + 1);
-        copy_values(std::integral_constant<int, kWgThreads>(), j + 1, 0);
-        wgmma::CopyCommit();
-        wgmma::CopyWait<1>();
-      } else {
-        wgmma::CopyWait<0>();
-      }
-      wgmma::FenceProxy();
-      __syncthreads();  // Tile j (and the query tile) complete for every thread.
-      scores(j);
-      multiply(j);
-      __syncthreads();  // Every warp is done with tile j's keys and values.
-    }
-  } else {
-    // The late warpgroup (1) runs P V of tile j - 1 after tile j's barrier, then tile j's
-    // scores; the early one (0) tile j's scores and P V. One barrier a tile: after it every
-    // thread copies tile j + 1's keys into the stage of tile j - 1's (whose scores both
-    // warpgroups finished before the barrier), and the late warpgroup tile j + 1's values once
-    // its P V of tile j - 1 is done (a barrier of its threads alone). Each output element still
-    // sees its rescales and P V products in tile order: variant 5's bits.
-    const bool late = wg == 1;
-    for (int64_t j = 0; j <= tiles; ++j) {
-      wgmma::CopyWait<0>();
-      wgmma::FenceProxy();
-      __syncthreads();  // Tile j's keys and values (and the query tile) complete.
-      if (j + 1 < tiles) {
-        copy_keys(j + 1);
-        wgmma::CopyCommit();
-      }
-      if (late) {
-        if (j > 0) multiply(j - 1);
-        NamedBarrier(1, kWgThreads / 2);  // The late warpgroup is done with tile j - 1's values.
-        if (j + 1 < tiles) {
-          copy_values(std::integral_constant<int, kWgThreads / 2>(), j + 1, kWgThreads / 2);
-          wgmma::CopyCommit();
-        }
-        if (j < tiles) scores(j);
-      } else if (j < tiles) {
-        scores(j);
-        multiply(j);
-      }
-    }
-  }
-
-  // Variant 3's sums and stores.
-  const int64_t row0 = t0 + frag_row;
-  float* out0 = p.out + row0 * p.q_ld + static_cast<int64_t>(h) * p.d;
-  StoreRows<D>([&](int dn, int e) -> float& { return o[4 * dn + e]; }, l0, l1, row0, p.tokens,
-               p.d, quad_col, out0, out0 + 8 * p.q_ld);
-}
-
-template <bool kSkew>
-hipError_t LaunchWgmmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
-  const auto kernel = AttentionWgmmaKernel<kSkew>;
-  const hipError_t e = AllowSharedBytes(kernel, kWgSharedBytes);
-  if (e != hipSuccess) return e;
-  const dim3 grid(static_cast<unsigned int>(q_heads),
-                  static_cast<unsigned int>(CeilDiv(p.tokens, kWgRows)));
-  LaunchKernel(kernel, grid, kWgThreads, kWgSharedBytes, stream, p);
-  return hipGetLastError();
-}
-#endif  // CAIRN_HIP_WGMMA
 
 template <int D, int kWarps, bool kSplit, bool kFast, bool kSkew, bool kTree>
 hipError_t LaunchMmaKernel(const MmaParams& p, int q_heads, hipStream_t stream) {
@@ -989,9 +519,8 @@ hipError_t LaunchMma(const MmaParams& p, const float* k, const float* v, int64_t
       return LaunchMmaKernel<D, 4, true, true, false, true>(p, q_heads, stream);
     default:
 #if defined(CAIRN_HIP_WGMMA)
-      if constexpr (D == kWgD) {
-        return variant == 5 ? LaunchWgmmaKernel<false>(p, q_heads, stream)
-                            : LaunchWgmmaKernel<true>(p, q_heads, stream);
+      if constexpr (D == attention_mma::kWgmmaHeadDim) {
+        return attention_mma::LaunchWgmma(p, q_heads, variant == 6, stream);
       }
 #endif
       // Variants 5 and 6 elsewhere (other head dimensions, builds without wgmma): variant 3.

@@ -53,6 +53,20 @@ __device__ inline void Mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_
   static_cast<void>(b1);
 #endif
 }
+
+// Four 8x8 bf16 matrices from shared memory (ldmatrix): lanes 8i to 8i + 7 give the addresses
+// of matrix i's rows (16 bytes each), and r[i] holds this lane's pair of matrix i (row lane / 4,
+// elements 2 (lane % 4) and the next): the mma.sync fragment layout.
+__device__ inline void LoadMatrixX4(uint32_t r[4], uint32_t shared_address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address));
+#else
+  static_cast<void>(shared_address);
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
 #endif
 
 __device__ inline float DeviceSilu(float x) { return x / (1.0f + expf(-x)); }

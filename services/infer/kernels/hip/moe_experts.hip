@@ -339,17 +339,9 @@ __device__ inline void GemmWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 #endif
 }
-// Four 8x8 bf16 matrices from shared memory (lanes 8j .. 8j + 7 give matrix j's row addresses).
+// LoadMatrixX4 at a generic pointer into shared memory.
 __device__ inline void LoadMatrix4(const uint16_t* p, uint32_t r[4]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned int at = static_cast<unsigned int>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(at));
-#else
-  static_cast<void>(p);
-  r[0] = r[1] = r[2] = r[3] = 0;
-#endif
+  LoadMatrixX4(r, static_cast<uint32_t>(__cvta_generic_to_shared(p)));
 }
 
 // Grid: one block per (tile, group of kGemmCols weight columns), the groups of a tile
