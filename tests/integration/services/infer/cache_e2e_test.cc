@@ -199,7 +199,8 @@ TEST_P(CacheEndToEndTest, AgentConversationContinuesLiveThenFromRamAfterAnotherT
   // Turn 2 continues in place.
   const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(50, kVocab, 2));
   GenerateResult r2 = Run(a2, "A");
-  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE)
+      << r2.started.cache().miss_reason();
   EXPECT_EQ(r2.started.cache().restored_depth(), a1.size() + kGen - 1);
   const Lineage l2 = Extend(Extend({}, r1), r2);
   ExpectExact(a2, l2, r2);
@@ -209,7 +210,8 @@ TEST_P(CacheEndToEndTest, AgentConversationContinuesLiveThenFromRamAfterAnotherT
   ASSERT_TRUE(rb.status.ok());
   const std::vector<int32_t> a3 = Append(Append(a2, r2.tokens), RandomTokens(40, kVocab, 4));
   GenerateResult r3 = Run(a3, "A");
-  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+      << r3.started.cache().miss_reason();
   // B's request kept A's frontier (turn 2's prompt and all but the last answer token) before it
   // overwrote the slot.
   EXPECT_EQ(r3.started.cache().restored_depth(), a2.size() + kGen - 1);
@@ -225,7 +227,8 @@ TEST_P(CacheEndToEndTest, ARestoreRunsInTheSlotHoldingItsRowsAndOtherFrontiersSt
   GenerateResult rb1 = Run(b1, "B");
   const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(300, kVocab, 23));
   GenerateResult r2 = Run(a2, "A");
-  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE)
+      << r2.started.cache().miss_reason();
   const Lineage l2 = Extend(Extend({}, r1), r2);
 
   // An edit near the end of A's turn 2 restores a checkpoint; the least recently used slot is
@@ -234,14 +237,16 @@ TEST_P(CacheEndToEndTest, ARestoreRunsInTheSlotHoldingItsRowsAndOtherFrontiersSt
   const size_t edit_at = a2.size() - 20;
   edited[edit_at] = (edited[edit_at] + 1) % kVocab;
   GenerateResult r3 = Run(edited, "A");
-  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+      << r3.started.cache().miss_reason();
   EXPECT_LE(r3.started.cache().restored_depth(), edit_at);
   ExpectExact(edited, Extend(l2, r3), r3);
 
   // B's frontier was not overwritten: its next turn continues in place.
   const std::vector<int32_t> b2 = Append(Append(b1, rb1.tokens), RandomTokens(30, kVocab, 24));
   GenerateResult rb2 = Run(b2, "B");
-  EXPECT_EQ(rb2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+  EXPECT_EQ(rb2.started.cache().restored_from(), v1::CacheResult::TIER_LIVE)
+      << rb2.started.cache().miss_reason();
   EXPECT_EQ(rb2.started.cache().restored_depth(), b1.size() + kGen - 1);
   ExpectExact(b2, Extend(Extend({}, rb1), rb2), rb2);
 }
@@ -256,7 +261,8 @@ TEST_P(CacheEndToEndTest, AfterRestartingOnlyTheInferenceDaemonTheNextTurnComesF
   const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(30, kVocab, 6));
   GenerateResult r2 = Run(a2, "A");
 
-  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+      << r2.started.cache().miss_reason();
   EXPECT_EQ(r2.started.cache().restored_depth(), a1.size());
   ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
 }
@@ -274,7 +280,8 @@ TEST_P(CacheEndToEndTest, AfterRestartingBothDaemonsTheNextTurnComesFromDisk) {
   const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(30, kVocab, 8));
   GenerateResult r2 = Run(a2, "A");
 
-  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_DISK);
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_DISK)
+      << r2.started.cache().miss_reason();
   EXPECT_EQ(r2.started.cache().restored_depth(), a1.size());
   ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
 }
@@ -292,7 +299,8 @@ TEST_P(CacheEndToEndTest, AnEditRestoresTheDeepestCheckpointBeforeIt) {
   edited[edit_at] = (edited[edit_at] + 1) % kVocab;
   GenerateResult r3 = Run(edited, "A");
 
-  EXPECT_NE(r3.started.cache().restored_from(), v1::CacheResult::TIER_UNSPECIFIED);
+  EXPECT_NE(r3.started.cache().restored_from(), v1::CacheResult::TIER_UNSPECIFIED)
+      << r3.started.cache().miss_reason();
   EXPECT_LE(r3.started.cache().restored_depth(), edit_at);
   EXPECT_GE(r3.started.cache().restored_depth(), a1.size());  // Turn 2's reuse point or later.
   ExpectExact(edited, Extend(l2, r3), r3);
@@ -311,7 +319,8 @@ TEST_P(CacheEndToEndTest, ThreeConversationsWithOneSystemPromptShareItsLearnedBo
   // C2 shares 900 tokens with C1's history but C1 left no checkpoint there: it prefills cold
   // (or from an earlier checkpoint) and captures the learned boundary at 900. C3 restores it.
   EXPECT_LT(r2.started.cache().restored_depth(), system.size());
-  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r3.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+      << r3.started.cache().miss_reason();
   EXPECT_EQ(r3.started.cache().restored_depth(), system.size());
   const Lineage l1 = Extend({}, r1);
   const Lineage l2 = Extend(l1, r2);
@@ -361,7 +370,8 @@ class CheapestSlotTest : public CacheEndToEndTest {
     EXPECT_TRUE(rc.status.ok());
     if (!preamble.empty()) {
       // B learned the preamble's boundary; C restores it, and both slots hold it.
-      EXPECT_EQ(rc.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+      EXPECT_EQ(rc.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+          << rc.started.cache().miss_reason();
       EXPECT_EQ(rc.started.cache().restored_depth(), preamble.size());
     }
     WaitSpilled();
@@ -378,9 +388,11 @@ class CheapestSlotTest : public CacheEndToEndTest {
   // Checks that with the rule on C overwrote B's slot (A continues in place) and spilled less
   // than with it off, when C overwrote A's (A restores its preserved frontier from RAM).
   static void ExpectCheapestChosen(const Outcome& on, const Outcome& off) {
-    EXPECT_EQ(on.a_next.started.cache().restored_from(), v1::CacheResult::TIER_LIVE);
+    EXPECT_EQ(on.a_next.started.cache().restored_from(), v1::CacheResult::TIER_LIVE)
+        << on.a_next.started.cache().miss_reason();
     EXPECT_EQ(on.a_next.started.cache().restored_depth(), on.a_frontier);
-    EXPECT_EQ(off.a_next.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+    EXPECT_EQ(off.a_next.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+        << off.a_next.started.cache().miss_reason();
     EXPECT_EQ(off.a_next.started.cache().restored_depth(), off.a_frontier);
     // A's answer rows (kLongAnswer tokens) were spilled only with the rule off.
     EXPECT_LT(on.spilled, off.spilled);
@@ -464,7 +476,8 @@ TEST_P(CacheFailureTest, KillingTheInferenceDaemonMidRequestDropsOnlyWhatWasNeve
 
   // A's frontier was kept (its rows spilled, its tail and private state copied) before the
   // doomed request took the slot, so it survives the kill.
-  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+      << r2.started.cache().miss_reason();
   EXPECT_EQ(r2.started.cache().restored_depth(), a1.size() + kGen - 1);
   ExpectExact(a2, Extend(Extend({}, r1), r2), r2);
 }
@@ -481,7 +494,8 @@ TEST_P(CacheFailureTest, PassInvariantRestoreEqualsTheColdSinglePassRun) {
 
   GenerateResult r2 = Run(a2, "A");
 
-  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM);
+  EXPECT_EQ(r2.started.cache().restored_from(), v1::CacheResult::TIER_RAM)
+      << r2.started.cache().miss_reason();
   absl::StatusOr<ReferenceRun> ref = RunReference(model_, {a2}, kGen, /*pass_invariant=*/true);
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(r2.tokens, ref->tokens);
