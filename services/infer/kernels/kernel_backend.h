@@ -113,6 +113,13 @@ struct GatedDeltaArgs {
   // 0: the recurrent (token by token) form. > 0: the chunked form with chunks of this many
   // tokens counted from the first token of the call.
   int chunk = 0;
+  // Floats between consecutive tokens' rows of q and k, and of v (0: the rows are packed,
+  // k_heads * dk and v_heads * dv apart). out's rows are packed.
+  int64_t qk_ld = 0;
+  int64_t v_ld = 0;
+
+  int64_t qk_stride() const { return qk_ld > 0 ? qk_ld : static_cast<int64_t>(k_heads) * dk; }
+  int64_t v_stride() const { return v_ld > 0 ? v_ld : static_cast<int64_t>(v_heads) * dv; }
 };
 
 // The delta-rule layer's inputs before KernelBackend::GatedDeltaStepBatch's rule: the GdnGates

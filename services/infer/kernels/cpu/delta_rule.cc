@@ -205,15 +205,16 @@ CAIRN_SIMD_CLONES void RecurrentHead(const GatedDeltaArgs& a, int h, float* s,
                                      std::vector<float>& kv) {
   const int r = a.v_heads / a.k_heads;
   const int kh = h / r;
-  const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
-  const int64_t v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  const int64_t qk_ld = a.qk_stride();
+  const int64_t v_ld = a.v_stride();
+  const int64_t out_ld = static_cast<int64_t>(a.v_heads) * a.dv;
   for (int64_t t = 0; t < a.tokens; ++t) {
     const float* q = a.q + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
     const float* k = a.k + t * qk_ld + static_cast<int64_t>(kh) * a.dk;
     const float* v = a.v + t * v_ld + static_cast<int64_t>(h) * a.dv;
     const float decay = std::exp(a.g[t * a.v_heads + h]);
     const float beta = a.beta[t * a.v_heads + h];
-    float* out = a.out + t * v_ld + static_cast<int64_t>(h) * a.dv;
+    float* out = a.out + t * out_ld + static_cast<int64_t>(h) * a.dv;
     if (a.dv == 64) {
       RecurrentTokenBlocked<4>(q, k, v, decay, beta, a.dk, s, out);
       continue;
@@ -257,8 +258,9 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
   const int kh = h / r;
   const int dk = a.dk;
   const int dv = a.dv;
-  const int64_t qk_ld = static_cast<int64_t>(a.k_heads) * dk;
-  const int64_t v_ld = static_cast<int64_t>(a.v_heads) * dv;
+  const int64_t qk_ld = a.qk_stride();
+  const int64_t v_ld = a.v_stride();
+  const int64_t out_ld = static_cast<int64_t>(a.v_heads) * dv;
   const int c = a.chunk;
   std::vector<float> cum(c), decay(static_cast<size_t>(c) * c), kk(static_cast<size_t>(c) * c),
       u(static_cast<size_t>(c) * dv), w(static_cast<size_t>(c) * dk),
@@ -328,7 +330,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
           PrefetchRow(a.k + (c0 + c + i) * qk_ld + static_cast<int64_t>(kh) * dk, dk);
           PrefetchRow(a.v + (c0 + c + i) * v_ld + static_cast<int64_t>(h) * dv, dv);
         }
-        PrefetchRow(a.out + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv, dv);
+        PrefetchRow(a.out + (c0 + i) * out_ld + static_cast<int64_t>(h) * dv, dv);
         float* ui = u.data() + static_cast<size_t>(i) * dv;
         float* wi = w.data() + static_cast<size_t>(i) * dk;
         const float* vi = v_row(i);
@@ -387,7 +389,7 @@ CAIRN_SIMD_CLONES void ChunkedHead(const GatedDeltaArgs& a, int h, float* s) {
       }
     }
     for (int i = 0; i < len; ++i) {
-      std::memcpy(a.out + (c0 + i) * v_ld + static_cast<int64_t>(h) * dv, o0 + i * o_ld,
+      std::memcpy(a.out + (c0 + i) * out_ld + static_cast<int64_t>(h) * dv, o0 + i * o_ld,
                   sizeof(float) * dv);
     }
     // S = exp(G_last) S + sum_i exp(G_last - G_i) k_i (x) v_new_i, as S += K'^T V_new with

@@ -43,6 +43,7 @@ struct Params {
   int dv;
   int64_t qk_ld;
   int64_t v_ld;
+  int64_t out_ld;
   // GatedDeltaRecurrentPrepared: the token's projection row, whose b and a values give the
   // gates (g and beta are then not read); q and k are then the rows before their L2
   // normalisation. Null: g, beta and q, k as given.
@@ -177,7 +178,7 @@ __device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, flo
     part[grp * kCols + cj] = po;
     __syncthreads();
     if (grp == 0 && col < p.dv) {
-      p.out[t * p.v_ld + static_cast<int64_t>(h) * p.dv + col] = GroupSum(part, kCols, cj);
+      p.out[t * p.out_ld + static_cast<int64_t>(h) * p.dv + col] = GroupSum(part, kCols, cj);
     }
     __syncthreads();  // `kq` and `part` are rewritten by the next token.
   }
@@ -364,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = grp; i < len; i += kGroups) {
       float o = gexp_s[i] * GroupSum(part, part_stride, i * kCols + cj);
       for (int j = 0; j <= i; ++j) o = fmaf(a_s[i * chunk + j], vnew[j * kCols + cj], o);
-      if (col < p.dv) p.out[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * p.dv + col] = o;
+      if (col < p.dv) p.out[(t0 + i) * p.out_ld + static_cast<int64_t>(h) * p.dv + col] = o;
     }
     StageRows(p.k + qk_off, p.qk_ld, len, dk, rows);
     __syncthreads();
@@ -457,8 +458,9 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
   p.v_heads = a.v_heads;
   p.dk = a.dk;
   p.dv = a.dv;
-  p.qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
-  p.v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  p.qk_ld = a.qk_ld;
+  p.v_ld = a.v_ld;
+  p.out_ld = static_cast<int64_t>(a.v_heads) * a.dv;
   p.gate_row = nullptr;
   return p;
 }

@@ -74,6 +74,7 @@ struct Params {
   int dv;
   int64_t qk_ld;
   int64_t v_ld;
+  int64_t out_ld;
 };
 
 // Workspace of one (v-head, chunk): every section a multiple of 4 floats (16-byte copies).
@@ -676,7 +677,7 @@ __global__ void __launch_bounds__(kThreads)
           const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
           const int c = 8 * nt + 2 * t + (e & 1);
           if (i < len && c < cols) {
-            p.out[(t0 + i) * p.v_ld + static_cast<int64_t>(h) * dv + c0 + c] = acc[nt][e];
+            p.out[(t0 + i) * p.out_ld + static_cast<int64_t>(h) * dv + c0 + c] = acc[nt][e];
           }
         }
       }
@@ -734,8 +735,9 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
   p.v_heads = a.v_heads;
   p.dk = a.dk;
   p.dv = a.dv;
-  p.qk_ld = static_cast<int64_t>(a.k_heads) * a.dk;
-  p.v_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  p.qk_ld = a.qk_ld;
+  p.v_ld = a.v_ld;
+  p.out_ld = static_cast<int64_t>(a.v_heads) * a.dv;
   return p;
 }
 
@@ -802,10 +804,11 @@ hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens,
   const Params p = ParamsOf(a);
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return hipErrorInvalidValue;
   // q, k and v rows are copied 16 bytes at a time where aligned (dk is 64 or 128, dv a multiple of
-  // 8), else 4.
+  // 8; rows a multiple of 4 floats apart), else 4.
   const bool vec = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.v) % 16 == 0;
+                   reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && a.qk_ld % 4 == 0 &&
+                   a.v_ld % 4 == 0;
   if (a.dk == 64) {
     return vec ? RunMma<64, true>(p, segment_tokens, workspace, prepare, scan, stream)
                : RunMma<64, false>(p, segment_tokens, workspace, prepare, scan, stream);

@@ -612,6 +612,12 @@ bool HipKernelBackend::CheckGatedDelta(const GatedDeltaArgs& a) {
                                              hip::GatedDeltaMaxHeadDim(), ")")));
     return false;
   }
+  if (a.qk_stride() < static_cast<int64_t>(a.k_heads) * a.dk ||
+      a.v_stride() < static_cast<int64_t>(a.v_heads) * a.dv) {
+    Keep(Invalid("gated delta",
+                 absl::StrCat("row strides ", a.qk_ld, " / ", a.v_ld, " shorter than the rows")));
+    return false;
+  }
   if (a.chunk < 0 || a.chunk > hip::GatedDeltaMaxChunk() ||
       hip::GatedDeltaPrepSharedBytes(a.chunk, a.dk, a.dv) >
           static_cast<size_t>(max_shared_bytes_) ||
@@ -626,8 +632,8 @@ bool HipKernelBackend::CheckGatedDelta(const GatedDeltaArgs& a) {
 namespace {
 
 hip::GatedDeltaLaunch LaunchOf(const GatedDeltaArgs& a) {
-  return {a.q,      a.k,       a.v,       a.g,  a.beta, a.state, a.out,
-          a.tokens, a.k_heads, a.v_heads, a.dk, a.dv,   a.chunk};
+  return {a.q,       a.k,       a.v,  a.g,  a.beta,  a.state,       a.out,       a.tokens,
+          a.k_heads, a.v_heads, a.dk, a.dv, a.chunk, a.qk_stride(), a.v_stride()};
 }
 
 }  // namespace

@@ -461,6 +461,8 @@ struct GatedDeltaLaunch {
   int dk;
   int dv;
   int chunk;
+  int64_t qk_ld;  // Floats between tokens' rows of q and k (at least k_heads * dk).
+  int64_t v_ld;   // Of v (at least v_heads * dv); out's rows are packed.
 };
 // GatedDeltaRecurrentBatch over one token a sequence whose q and k have not been L2-normalised
 // and whose gates have not been worked out: each block normalises its key head's k and q rows

@@ -669,30 +669,15 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
                      s.slot->data(w.conv_component), conv + s.row * conv_dim});
   }
   backend_->CausalConvSiluBatch(convs);
-  // q, k and v are the conv output's column blocks, each copied into rows of its own for
-  // sequences of several tokens. One row (a one-slot decode step) needs no copy: its blocks are
-  // already contiguous, and q and k are normalised in place in `conv`, used by nothing else.
-  // Sequences of one token each need no copy either: they are normalised in place (rows
-  // conv_dim apart) and the delta rule takes a pointer a sequence. z, a block of the projection,
-  // is never copied: the gated norm reads it there.
-  bool one_token_each = true;
-  for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
+  // q, k and v are the conv output's column blocks, read in place (token rows conv_dim apart):
+  // q and k are normalised there (`conv` is used by nothing else) and the rule takes the row
+  // strides. z, a block of the projection, is read there too by the gated norm.
   float* q = conv;
   float* k = conv + kd;
   float* v = conv + 2 * kd;
-  int64_t qk_ld = conv_dim;          // Between the sequences' rows of q and of k.
-  int64_t v_ld = conv_dim;           // Between the sequences' rows of v.
+  const int64_t qk_ld = conv_dim;    // Between tokens' rows of q and of k.
+  const int64_t v_ld = conv_dim;     // Between tokens' rows of v.
   const float* z = proj + conv_dim;  // Token rows `width` apart.
-  if (t > 1 && !one_token_each) {
-    ASSIGN_OR_RETURN(q, scratch_.Take<float>(t * kd));
-    ASSIGN_OR_RETURN(k, scratch_.Take<float>(t * kd));
-    ASSIGN_OR_RETURN(v, scratch_.Take<float>(t * vd));
-    backend_->CopyRows(conv, conv_dim, t, kd, q, kd);
-    backend_->CopyRows(conv + kd, conv_dim, t, kd, k, kd);
-    backend_->CopyRows(conv + 2 * kd, conv_dim, t, vd, v, vd);
-    qk_ld = kd;
-    v_ld = vd;
-  }
   ASSIGN_OR_RETURN(float* gates, scratch_.Take<float>(t * hv));
   ASSIGN_OR_RETURN(float* beta, scratch_.Take<float>(t * hv));
   const int dk = c_.linear_k_dim;
@@ -735,6 +720,8 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     args.dk = dk;
     args.dv = c_.linear_v_dim;
     args.chunk = s.tokens == 1 || options_.pass_invariant ? 0 : options_.gdn_chunk;
+    args.qk_ld = qk_ld;
+    args.v_ld = v_ld;
   }
   backend_->GatedDeltaStepBatch(inputs, batch);
   backend_->GatedRmsNormHeads(o, z, t, hv, c_.linear_v_dim, width, w.norm.data, c_.rms_norm_eps, o);

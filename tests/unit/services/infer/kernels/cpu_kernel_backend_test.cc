@@ -11,6 +11,7 @@
 #include "services/infer/kernels/cpu/attention.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/kernels/cpu_backend_test_util.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
 
 namespace cairn::infer {
 namespace {
@@ -151,6 +152,45 @@ TEST_F(CpuKernelBackendTest, SplittingAtAChunkBoundaryIsBitExact) {
   joined.insert(joined.end(), b.begin(), b.end());
   EXPECT_EQ(std::memcmp(o.data(), joined.data(), o.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)), 0);
+}
+
+// q, k and v read in place from wider token rows (the model's conv output, [q | k | v] a
+// token; qk_ld and v_ld) give the bits of packed rows, in both forms and at both head widths.
+TEST_F(CpuKernelBackendTest, DeltaRuleReadsStridedRowsAsPackedOnes) {
+  for (int d : {8, 128}) {
+    const DeltaCase c(150, d, d + 4);
+    const int64_t qk = int64_t{DeltaCase::kKHeads} * c.kDk;
+    const int64_t vw = int64_t{DeltaCase::kVHeads} * c.kDv;
+    const int64_t ld = 2 * qk + vw + 3;  // The conv output's row, and some.
+    const std::vector<float> wide =
+        WideDeltaRows(c.q.data(), c.k.data(), c.v.data(), c.tokens, qk, vw, ld);
+    for (const int chunk : {0, 64}) {
+      std::vector<float> s_packed = c.state, s_wide = c.state;
+      const std::vector<float> packed = c.Run(*backend_, s_packed, chunk, 0, c.tokens);
+      std::vector<float> out(c.tokens * vw);
+      GatedDeltaArgs a;
+      a.q = wide.data();
+      a.k = wide.data() + qk;
+      a.v = wide.data() + 2 * qk;
+      a.g = c.g.data();
+      a.beta = c.beta.data();
+      a.state = s_wide.data();
+      a.out = out.data();
+      a.tokens = c.tokens;
+      a.k_heads = DeltaCase::kKHeads;
+      a.v_heads = DeltaCase::kVHeads;
+      a.dk = c.kDk;
+      a.dv = c.kDv;
+      a.chunk = chunk;
+      a.qk_ld = ld;
+      a.v_ld = ld;
+      backend_->GatedDeltaRule(a);
+      EXPECT_EQ(0, std::memcmp(packed.data(), out.data(), out.size() * sizeof(float)))
+          << "d " << d << ", chunk " << chunk;
+      EXPECT_EQ(0, std::memcmp(s_packed.data(), s_wide.data(), s_wide.size() * sizeof(float)))
+          << "d " << d << ", chunk " << chunk;
+    }
+  }
 }
 
 TEST_F(CpuKernelBackendTest, MatMulTransposedMatchesNaiveAndIsDeterministic) {

@@ -20,6 +20,20 @@ inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1.0f
   return v;
 }
 
+// The delta rule's q, k and v rows of `tokens` tokens (q and k `qk` floats a token, v `vw`)
+// laid out as the model's conv output, [q | k | v] in one row of `ld` floats a token; the rest
+// of each row is -7.
+inline std::vector<float> WideDeltaRows(const float* q, const float* k, const float* v,
+                                        int64_t tokens, int64_t qk, int64_t vw, int64_t ld) {
+  std::vector<float> wide(static_cast<size_t>(tokens * ld), -7.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::memcpy(wide.data() + t * ld, q + t * qk, sizeof(float) * qk);
+    std::memcpy(wide.data() + t * ld + qk, k + t * qk, sizeof(float) * qk);
+    std::memcpy(wide.data() + t * ld + 2 * qk, v + t * vw, sizeof(float) * vw);
+  }
+  return wide;
+}
+
 // The bf16 bits of finite `f` rounded to nearest even.
 inline uint16_t Bf16BitsOf(float f) {
   uint32_t u;

@@ -48,9 +48,11 @@ DeltaInputs MakeInputs(CpuKernelBackend& cpu, int64_t tokens, int kh, int vh, in
 
 class HipGatedDeltaMmaTest : public HipKernelBackendTest {
  protected:
-  // Runs the chunked rule (chunk 64) on `b`; q and k start `offset` floats into their buffers.
+  // Runs the rule (chunked with `chunk`, 0: recurrent) on `b`; q and k start `offset` floats
+  // into their buffers.
   // Returns the outputs followed by the final state.
-  std::vector<float> RunOn(HipKernelBackend& b, const DeltaInputs& in, int offset = 0) {
+  std::vector<float> RunOn(HipKernelBackend& b, const DeltaInputs& in, int offset = 0,
+                           int chunk = 64) {
     std::vector<float> q(offset, 0.0f), k(offset, 0.0f);
     q.insert(q.end(), in.q.begin(), in.q.end());
     k.insert(k.end(), in.k.begin(), in.k.end());
@@ -58,7 +60,7 @@ class HipGatedDeltaMmaTest : public HipKernelBackendTest {
                  s = Up(in.state0), o = Poisoned(in.tokens * in.vh * in.dv);
     b.GatedDeltaRule({dq.floats() + offset, dk.floats() + offset, dv.floats(), dg.floats(),
                       db.floats(), s.floats(), o.floats(), in.tokens, in.kh, in.vh, in.dk, in.dv,
-                      64});
+                      chunk});
     EXPECT_TRUE(b.Synchronize().ok()) << b.status();
     std::vector<float> out = Down(o, in.tokens * in.vh * in.dv);
     const std::vector<float> state = Down(s, in.state0.size());
@@ -101,6 +103,71 @@ TEST_F(HipGatedDeltaMmaTest, MatchesCpuAndTheFp32KernelsOverSegments) {
     EXPECT_LT(Measured(name + " delta (fp32) vs cpu", RelErr(f32, ref)), kRecurrenceTolerance);
     EXPECT_TRUE(SameBits(mma, RunOn(*gpu_, in)));
   }
+}
+
+TEST_F(HipGatedDeltaMmaTest, StridedRowsGiveThePackedBits) {
+  // q, k and v read in place from the model's conv output rows ([q | k | v] a token, qk_ld and
+  // v_ld the row's width): the packed rows' bits on the matrix-unit path, the fp32 kernels and
+  // the recurrent form; with rows a multiple of 4 floats apart (16-byte copies) and not.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+      HipKernelBackend::Create({.mma_delta = false});
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  const DeltaInputs in = MakeInputs(*cpu_, 333, 2, 4, 128, 64, -0.5f, -0.01f, 91);
+  const int64_t qk = int64_t{in.kh} * in.dk, vw = int64_t{in.vh} * in.dv;
+  for (const int64_t pad : {0, 4, 3}) {
+    const int64_t ld = 2 * qk + vw + pad;
+    const std::vector<float> wide =
+        WideDeltaRows(in.q.data(), in.k.data(), in.v.data(), in.tokens, qk, vw, ld);
+    for (const int chunk : {64, 0}) {
+      for (HipKernelBackend* b : {gpu_.get(), fp32->get()}) {
+        const std::vector<float> packed = RunOn(*b, in, 0, chunk);
+        DeviceBuffer dw = Up(wide), dg = Up(in.g), db = Up(in.beta), st = Up(in.state0),
+                     o = Poisoned(in.tokens * vw);
+        GatedDeltaArgs a{dw.floats(),
+                         dw.floats() + qk,
+                         dw.floats() + 2 * qk,
+                         dg.floats(),
+                         db.floats(),
+                         st.floats(),
+                         o.floats(),
+                         in.tokens,
+                         in.kh,
+                         in.vh,
+                         in.dk,
+                         in.dv,
+                         chunk};
+        a.qk_ld = ld;
+        a.v_ld = ld;
+        b->GatedDeltaRule(a);
+        ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+        std::vector<float> out = Down(o, in.tokens * vw);
+        const std::vector<float> state = Down(st, in.state0.size());
+        out.insert(out.end(), state.begin(), state.end());
+        EXPECT_TRUE(SameBits(packed, out))
+            << "pad " << pad << ", chunk " << chunk << (b == gpu_.get() ? ", mma" : ", fp32");
+      }
+    }
+  }
+  // Strides shorter than the rows are refused.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> bad = HipKernelBackend::Create({});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  DeviceBuffer any = Up(std::vector<float>(4096, 0.0f));
+  GatedDeltaArgs a{any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   2,
+                   2,
+                   4,
+                   8,
+                   8,
+                   0};
+  a.qk_ld = 15;
+  (*bad)->GatedDeltaRule(a);
+  EXPECT_FALSE((*bad)->Synchronize().ok());
 }
 
 TEST_F(HipGatedDeltaMmaTest, UnalignedQueriesAndKeysGiveTheAlignedBits) {

@@ -635,7 +635,8 @@ int Main(bool quick) {
       Row("gated delta chunked 4096 tokens, fp32 kernels (mma_delta off)", tf, "ktok/s", 4096.0,
           1e3);
       // The matrix-unit path's two kernels apart (one segment of 4096 tokens).
-      const hip::GatedDeltaLaunch l{q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64};
+      const hip::GatedDeltaLaunch l{
+          q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64, int64_t{kh} * dk, int64_t{vh} * dv};
       float* ws = bench.Buffer(hip::GatedDeltaMmaWorkspaceFloats(l, 4096), 21);
       for (const bool prepare : {true, false}) {
         const double tp = bench.Time(
