@@ -1,0 +1,422 @@
+// The HIP backend's gated delta rule: the recurrent and chunked forms against the CPU backend
+// over several shapes, batches of sequences and the fused decode step against one call each,
+// segments and call boundaries that leave the bits alone; the chunked rule on the matrix units
+// (hip::GatedDeltaMma, the default for chunk 64 and dk up to 128) against the CPU backend and the
+// fp32 kernels (mma_delta off) over several segments with fast and slow decays, the 4-byte copy
+// path (unaligned q and k) against the 16-byte one, and strided rows against packed ones. Skips
+// without a device.
+
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "tests/unit/services/infer/kernels/hip/hip_kernel_test_fixture.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
+
+namespace cairn::infer {
+namespace {
+
+using testing::HipKernelBackendTest;
+using testing::kRecurrenceTolerance;
+using testing::Measured;
+using testing::RelErr;
+using testing::SameBits;
+
+struct DeltaInputs {
+  int64_t tokens;
+  int kh, vh, dk, dv;
+  std::vector<float> q, k, v, g, beta, state0;
+};
+
+// Unit-norm keys and scaled queries as the model passes them; decays drawn from [g_lo, g_hi].
+DeltaInputs MakeInputs(CpuKernelBackend& cpu, int64_t tokens, int kh, int vh, int dk, int dv,
+                       float g_lo, float g_hi, uint64_t seed) {
+  DeltaInputs in{tokens, kh, vh, dk, dv, {}, {}, {}, {}, {}, {}};
+  in.q = RandomFloats(tokens * kh * dk, seed);
+  in.k = RandomFloats(tokens * kh * dk, seed + 1);
+  in.v = RandomFloats(tokens * vh * dv, seed + 2);
+  in.g = RandomFloats(tokens * vh, seed + 3, g_lo, g_hi);
+  in.beta = RandomFloats(tokens * vh, seed + 4, 0.1f, 0.9f);
+  in.state0 = RandomFloats(static_cast<size_t>(vh) * dk * dv, seed + 5, -0.2f, 0.2f);
+  cpu.L2Normalize(in.k.data(), tokens * kh, dk, 1e-6f, 1.0f);
+  cpu.L2Normalize(in.q.data(), tokens * kh, dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));
+  return in;
+}
+
+class HipGatedDeltaMmaTest : public HipKernelBackendTest {
+ protected:
+  // Runs the rule (chunked with `chunk`, 0: recurrent) on `b`; q and k start `offset` floats
+  // into their buffers.
+  // Returns the outputs followed by the final state.
+  std::vector<float> RunOn(HipKernelBackend& b, const DeltaInputs& in, int offset = 0,
+                           int chunk = 64) {
+    std::vector<float> q(offset, 0.0f), k(offset, 0.0f);
+    q.insert(q.end(), in.q.begin(), in.q.end());
+    k.insert(k.end(), in.k.begin(), in.k.end());
+    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(in.v), dg = Up(in.g), db = Up(in.beta),
+                 s = Up(in.state0), o = Poisoned(in.tokens * in.vh * in.dv);
+    b.GatedDeltaRule({dq.floats() + offset, dk.floats() + offset, dv.floats(), dg.floats(),
+                      db.floats(), s.floats(), o.floats(), in.tokens, in.kh, in.vh, in.dk, in.dv,
+                      chunk});
+    EXPECT_TRUE(b.Synchronize().ok()) << b.status();
+    std::vector<float> out = Down(o, in.tokens * in.vh * in.dv);
+    const std::vector<float> state = Down(s, in.state0.size());
+    out.insert(out.end(), state.begin(), state.end());
+    return out;
+  }
+
+  std::vector<float> RunCpu(const DeltaInputs& in) {
+    std::vector<float> state = in.state0, out(in.tokens * in.vh * in.dv);
+    cpu_->GatedDeltaRule({in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(),
+                          state.data(), out.data(), in.tokens, in.kh, in.vh, in.dk, in.dv, 64});
+    out.insert(out.end(), state.begin(), state.end());
+    return out;
+  }
+};
+
+TEST_F(HipGatedDeltaMmaTest, MatchesCpuAndTheFp32KernelsOverSegments) {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+      HipKernelBackend::Create({.mma_delta = false});
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  struct Case {
+    int64_t tokens;
+    int kh, vh, dk, dv;
+    float g_lo, g_hi;
+  };
+  // Past the default segment (4096 tokens) with a partial last chunk; slow decays (a state
+  // that remembers several chunks); a narrower head with dv not a multiple of the scan's slice.
+  for (const Case c :
+       {Case{4200, 2, 4, 128, 128, -0.5f, -0.01f}, Case{1500, 1, 2, 128, 128, -0.02f, -0.001f},
+        Case{333, 2, 2, 64, 40, -0.5f, -0.01f}}) {
+    const DeltaInputs in = MakeInputs(*cpu_, c.tokens, c.kh, c.vh, c.dk, c.dv, c.g_lo, c.g_hi,
+                                      70 + static_cast<uint64_t>(c.tokens));
+    const std::vector<float> ref = RunCpu(in);
+    const std::vector<float> mma = RunOn(*gpu_, in);
+    const std::vector<float> f32 = RunOn(**fp32, in);
+    const std::string name =
+        absl::StrCat(c.tokens, " tokens ", c.dk, "x", c.dv, " g in [", c.g_lo, ", ", c.g_hi, "]");
+    EXPECT_LT(Measured(name + " delta (matrix units) vs cpu", RelErr(mma, ref)),
+              kRecurrenceTolerance);
+    EXPECT_LT(Measured(name + " delta (fp32) vs cpu", RelErr(f32, ref)), kRecurrenceTolerance);
+    EXPECT_TRUE(SameBits(mma, RunOn(*gpu_, in)));
+  }
+}
+
+TEST_F(HipGatedDeltaMmaTest, StridedRowsGiveThePackedBits) {
+  // q, k and v read in place from the model's conv output rows ([q | k | v] a token, qk_ld and
+  // v_ld the row's width): the packed rows' bits on the matrix-unit path, the fp32 kernels and
+  // the recurrent form; with rows a multiple of 4 floats apart (16-byte copies) and not.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+      HipKernelBackend::Create({.mma_delta = false});
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  const DeltaInputs in = MakeInputs(*cpu_, 333, 2, 4, 128, 64, -0.5f, -0.01f, 91);
+  const int64_t qk = int64_t{in.kh} * in.dk, vw = int64_t{in.vh} * in.dv;
+  for (const int64_t pad : {0, 4, 3}) {
+    const int64_t ld = 2 * qk + vw + pad;
+    const std::vector<float> wide =
+        WideDeltaRows(in.q.data(), in.k.data(), in.v.data(), in.tokens, qk, vw, ld);
+    for (const int chunk : {64, 0}) {
+      for (HipKernelBackend* b : {gpu_.get(), fp32->get()}) {
+        const std::vector<float> packed = RunOn(*b, in, 0, chunk);
+        DeviceBuffer dw = Up(wide), dg = Up(in.g), db = Up(in.beta), st = Up(in.state0),
+                     o = Poisoned(in.tokens * vw);
+        GatedDeltaArgs a{dw.floats(),
+                         dw.floats() + qk,
+                         dw.floats() + 2 * qk,
+                         dg.floats(),
+                         db.floats(),
+                         st.floats(),
+                         o.floats(),
+                         in.tokens,
+                         in.kh,
+                         in.vh,
+                         in.dk,
+                         in.dv,
+                         chunk};
+        a.qk_ld = ld;
+        a.v_ld = ld;
+        b->GatedDeltaRule(a);
+        ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+        std::vector<float> out = Down(o, in.tokens * vw);
+        const std::vector<float> state = Down(st, in.state0.size());
+        out.insert(out.end(), state.begin(), state.end());
+        EXPECT_TRUE(SameBits(packed, out))
+            << "pad " << pad << ", chunk " << chunk << (b == gpu_.get() ? ", mma" : ", fp32");
+      }
+    }
+  }
+  // Strides shorter than the rows are refused.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> bad = HipKernelBackend::Create({});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  DeviceBuffer any = Up(std::vector<float>(4096, 0.0f));
+  GatedDeltaArgs a{any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   any.floats(),
+                   2,
+                   2,
+                   4,
+                   8,
+                   8,
+                   0};
+  a.qk_ld = 15;
+  (*bad)->GatedDeltaRule(a);
+  EXPECT_FALSE((*bad)->Synchronize().ok());
+}
+
+TEST_F(HipGatedDeltaMmaTest, UnalignedQueriesAndKeysGiveTheAlignedBits) {
+  const DeltaInputs in = MakeInputs(*cpu_, 200, 2, 4, 128, 64, -0.5f, -0.01f, 90);
+  const std::vector<float> aligned = RunOn(*gpu_, in, 0);
+  const std::vector<float> unaligned = RunOn(*gpu_, in, 1);
+  EXPECT_TRUE(SameBits(aligned, unaligned));
+  EXPECT_LT(Measured("delta (matrix units) 200 tokens", RelErr(aligned, RunCpu(in))),
+            kRecurrenceTolerance);
+}
+
+struct DeltaCase {
+  int64_t tokens;
+  int k_heads, v_heads, dk, dv, chunk;
+};
+
+void PrintTo(const DeltaCase& c, std::ostream* os) {
+  *os << c.tokens << " tokens, " << c.k_heads << "k/" << c.v_heads << "v heads, " << c.dk << "x"
+      << c.dv << ", chunk " << c.chunk;
+}
+
+class HipGatedDeltaTest : public HipKernelBackendTest,
+                          public ::testing::WithParamInterface<DeltaCase> {};
+
+TEST_P(HipGatedDeltaTest, MatchesCpuAndRepeatsBitForBit) {
+  const DeltaCase c = GetParam();
+  const int64_t qk_n = c.tokens * c.k_heads * c.dk;
+  std::vector<float> q = RandomFloats(qk_n, 21), k = RandomFloats(qk_n, 22);
+  const std::vector<float> v = RandomFloats(c.tokens * c.v_heads * c.dv, 23);
+  const std::vector<float> g = RandomFloats(c.tokens * c.v_heads, 24, -0.5f, -0.01f);
+  const std::vector<float> beta = RandomFloats(c.tokens * c.v_heads, 25, 0.1f, 0.9f);
+  const std::vector<float> state0 = RandomFloats(c.v_heads * c.dk * c.dv, 26, -0.2f, 0.2f);
+  // Unit-norm keys and scaled queries, as the model passes them.
+  cpu_->L2Normalize(k.data(), c.tokens * c.k_heads, c.dk, 1e-6f, 1.0f);
+  cpu_->L2Normalize(q.data(), c.tokens * c.k_heads, c.dk, 1e-6f,
+                    1.0f / std::sqrt(static_cast<float>(c.dk)));
+  std::vector<float> ref_state = state0, ref(c.tokens * c.v_heads * c.dv);
+  cpu_->GatedDeltaRule({q.data(), k.data(), v.data(), g.data(), beta.data(), ref_state.data(),
+                        ref.data(), c.tokens, c.k_heads, c.v_heads, c.dk, c.dv, c.chunk});
+  DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), dg = Up(g), db = Up(beta);
+  DeviceBuffer s1 = Up(state0), s2 = Up(state0), o1 = Poisoned(ref.size()),
+               o2 = Poisoned(ref.size());
+
+  for (auto [s, o] : {std::pair{&s1, &o1}, std::pair{&s2, &o2}}) {
+    gpu_->GatedDeltaRule({dq.floats(), dk.floats(), dv.floats(), dg.floats(), db.floats(),
+                          s->floats(), o->floats(), c.tokens, c.k_heads, c.v_heads, c.dk, c.dv,
+                          c.chunk});
+  }
+
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  const std::vector<float> out = Down(o1, ref.size()), state = Down(s1, ref_state.size());
+  const std::string name = ::testing::PrintToString(
+      std::vector<int64_t>{c.tokens, c.k_heads, c.v_heads, c.dk, c.dv, c.chunk});
+  EXPECT_LT(Measured(name + " delta out", RelErr(out, ref)), kRecurrenceTolerance);
+  EXPECT_LT(Measured(name + " delta state", RelErr(state, ref_state)), kRecurrenceTolerance);
+  EXPECT_TRUE(SameBits(out, Down(o2, ref.size())));
+  EXPECT_TRUE(SameBits(state, Down(s2, ref_state.size())));
+}
+
+TEST_F(HipKernelBackendTest, GatedDeltaBatchGivesTheBitsOfOneCallPerSequence) {
+  // 21 sequences: decode steps (more than one launch holds), a 3-token recurrent call, a chunked
+  // pass in the middle, and a last step on the first sequence's state again (after its update).
+  const int kh = 4, vh = 8, dk = 128, dv = 96;
+  struct Seq {
+    int64_t tokens;
+    int chunk;
+    int state;
+  };
+  std::vector<Seq> seqs;
+  for (int i = 0; i < 18; ++i) seqs.push_back({1, 0, i});
+  seqs.insert(seqs.begin() + 5, Seq{3, 0, 18});
+  seqs.insert(seqs.begin() + 9, Seq{70, 64, 19});
+  seqs.push_back({1, 0, 0});
+  int64_t total = 0;
+  for (const Seq& q : seqs) total += q.tokens;
+  std::vector<float> q = RandomFloats(total * kh * dk, 60), k = RandomFloats(total * kh * dk, 61);
+  cpu_->L2Normalize(k.data(), total * kh, dk, 1e-6f, 1.0f);
+  cpu_->L2Normalize(q.data(), total * kh, dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));
+  const std::vector<float> v = RandomFloats(total * vh * dv, 62),
+                           g = RandomFloats(total * vh, 63, -0.5f, -0.01f),
+                           beta = RandomFloats(total * vh, 64, 0.1f, 0.9f),
+                           states0 = RandomFloats(20 * vh * dk * dv, 65, -0.2f, 0.2f);
+  DeviceBuffer dq = Up(q), dk_ = Up(k), dv_ = Up(v), dg = Up(g), db = Up(beta);
+  DeviceBuffer batch_states = Up(states0), one_states = Up(states0);
+  DeviceBuffer batch_out = Poisoned(total * vh * dv), one_out = Poisoned(total * vh * dv);
+  const auto args_for = [&](DeviceBuffer& states, DeviceBuffer& out) {
+    std::vector<GatedDeltaArgs> args;
+    int64_t at = 0;
+    for (const Seq& s : seqs) {
+      args.push_back({dq.floats() + at * kh * dk, dk_.floats() + at * kh * dk,
+                      dv_.floats() + at * vh * dv, dg.floats() + at * vh, db.floats() + at * vh,
+                      states.floats() + int64_t{s.state} * vh * dk * dv,
+                      out.floats() + at * vh * dv, s.tokens, kh, vh, dk, dv, s.chunk});
+      at += s.tokens;
+    }
+    return args;
+  };
+  gpu_->GatedDeltaRuleBatch(args_for(batch_states, batch_out));
+  for (const GatedDeltaArgs& a : args_for(one_states, one_out)) gpu_->GatedDeltaRule(a);
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+  EXPECT_TRUE(SameBits(Down(batch_out, total * vh * dv), Down(one_out, total * vh * dv)));
+  EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
+}
+
+TEST_F(HipKernelBackendTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCalls) {
+  // GatedDeltaStepBatch over decode steps (one token a sequence, q and k as the conv leaves them,
+  // the gates in the projection rows), in one launch (fuse_delta_inputs) against GdnGates,
+  // L2NormalizeTwo and GatedDeltaRuleBatch: the same outputs and states, bit for bit. Head
+  // sizes 128 (the 9B-like model's), 256 (the largest the launch takes) and 40 (not a multiple
+  // of the warp), two v-heads a k-head, sequences in an order other than their token rows; a
+  // batch whose first step is chunked and one whose sequences differ in dv take the three calls
+  // on both backends.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.fuse_delta_inputs = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  struct Case {
+    int kh, dk, dv, seqs;
+    bool chunked_first, mixed_dv;
+  };
+  for (const Case c : {Case{4, 128, 96, 16, false, false}, Case{2, 256, 64, 3, false, false},
+                       Case{3, 40, 24, 5, false, false}, Case{4, 128, 96, 4, true, false},
+                       Case{4, 128, 96, 4, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << "dk=" << c.dk << " sequences " << c.seqs);
+    const int vh = 2 * c.kh;
+    const int64_t tokens = c.seqs;
+    const int64_t qk = static_cast<int64_t>(c.kh) * c.dk;
+    // Rows as the model lays them out: [q | k | v] a token, and a projection row whose tail
+    // holds b and a for every v-head.
+    const int64_t conv_ld = 2 * qk + static_cast<int64_t>(vh) * c.dv;
+    const int64_t proj_ld = conv_ld + 2 * vh + 5;
+    const std::vector<float> conv = RandomFloats(tokens * conv_ld, 90),
+                             proj = RandomFloats(tokens * proj_ld, 91, -3.0f, 3.0f),
+                             dt_bias = RandomFloats(vh, 92),
+                             neg_a = RandomFloats(vh, 93, -2.0f, -0.1f),
+                             states0 = RandomFloats(c.seqs * vh * c.dk * c.dv, 94, -0.2f, 0.2f);
+    DeviceBuffer dproj = Up(proj), ddt = Up(dt_bias), dna = Up(neg_a);
+    std::vector<std::vector<float>> outs, states;
+    for (int b = 0; b < 2; ++b) {
+      HipKernelBackend& be = b == 0 ? **apart : *gpu_;
+      DeviceBuffer dconv = Up(conv), dstates = Up(states0), dout = Poisoned(tokens * vh * c.dv),
+                   dg = Poisoned(tokens * vh), dbeta = Poisoned(tokens * vh);
+      GatedDeltaInputs in;
+      in.proj = dproj.floats();
+      in.proj_ld = proj_ld;
+      in.tokens = tokens;
+      in.v_heads = vh;
+      in.b_offset = conv_ld + 3;
+      in.a_offset = conv_ld + 3 + vh;
+      in.dt_bias = ddt.floats();
+      in.neg_a = dna.floats();
+      in.g = dg.floats();
+      in.beta = dbeta.floats();
+      in.q = dconv.floats();
+      in.k = dconv.floats() + qk;
+      in.q_scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+      in.k_heads = c.kh;
+      in.dk = c.dk;
+      in.qk_ld = conv_ld;
+      in.eps = 1e-6f;
+      std::vector<GatedDeltaArgs> args;
+      for (int i = 0; i < c.seqs; ++i) {
+        const int64_t row = c.seqs - 1 - i;  // Sequence i's token row.
+        args.push_back(
+            {in.q + row * conv_ld, in.k + row * conv_ld, dconv.floats() + row * conv_ld + 2 * qk,
+             in.g + row * vh, in.beta + row * vh, dstates.floats() + int64_t{i} * vh * c.dk * c.dv,
+             dout.floats() + row * vh * c.dv, 1, c.kh, vh, c.dk,
+             c.mixed_dv && i % 2 == 1 ? c.dv / 2 : c.dv, c.chunked_first && i == 0 ? 64 : 0});
+      }
+      be.GatedDeltaStepBatch(in, args);
+      ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+      outs.push_back(Down(dout, tokens * vh * c.dv));
+      states.push_back(Down(dstates, states0.size()));
+      // The one launch leaves the gates unwritten; the three calls write them.
+      const std::vector<float> gates = Down(dg, tokens * vh);
+      const bool one_launch = b == 1 && !c.chunked_first && !c.mixed_dv;
+      EXPECT_EQ(std::count_if(gates.begin(), gates.end(), [](float v) { return std::isnan(v); }),
+                one_launch ? tokens * vh : 0);
+    }
+    EXPECT_TRUE(SameBits(outs[1], outs[0]));
+    EXPECT_TRUE(SameBits(states[1], states[0]));
+    // Every output written (with mixed dv, half of the narrower sequences' rows stay unwritten).
+    EXPECT_EQ(std::count_if(outs[1].begin(), outs[1].end(), [](float v) { return std::isnan(v); }),
+              c.mixed_dv ? (c.seqs / 2) * vh * (c.dv - c.dv / 2) : 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, HipGatedDeltaTest,
+    ::testing::Values(DeltaCase{1, 2, 6, 8, 12, 0},        // One decode step, odd sizes.
+                      DeltaCase{37, 2, 6, 8, 12, 0},       // Recurrent over a short prompt.
+                      DeltaCase{1, 2, 6, 8, 12, 64},       // One token, chunked.
+                      DeltaCase{150, 2, 6, 8, 12, 64},     // Two chunks and a partial one.
+                      DeltaCase{100, 2, 6, 8, 12, 4},      // Small chunks.
+                      DeltaCase{65, 4, 8, 128, 128, 64},   // Real head sizes across a chunk.
+                      DeltaCase{20, 4, 8, 128, 128, 0},    // Real head sizes, recurrent.
+                      DeltaCase{1000, 2, 4, 256, 96, 64},  // Largest dk, dv not a multiple of 32.
+                      DeltaCase{5000, 1, 2, 64, 64, 64}),  // Longer than one segment.
+    [](const ::testing::TestParamInfo<DeltaCase>& p) {
+      const DeltaCase& c = p.param;
+      return absl::StrCat(
+          c.tokens, "tokens_k", c.k_heads, "_v", c.v_heads, "_", c.dk, "x", c.dv,
+          c.chunk == 0 ? std::string("_recurrent") : absl::StrCat("_chunk", c.chunk));
+    });
+
+TEST_F(HipKernelBackendTest, ChunkedDeltaRuleDoesNotDependOnSegmentsOrCallBoundaries) {
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> small =
+      HipKernelBackend::Create({.delta_segment_tokens = 128});
+  ASSERT_TRUE(small.ok()) << small.status();
+  const int64_t tokens = 640;
+  const int kh = 2, vh = 4, dk = 64, dv = 64, chunk = 64;
+  std::vector<float> q = RandomFloats(tokens * kh * dk, 27), k = RandomFloats(tokens * kh * dk, 28);
+  cpu_->L2Normalize(k.data(), tokens * kh, dk, 1e-6f, 1.0f);
+  cpu_->L2Normalize(q.data(), tokens * kh, dk, 1e-6f, 0.125f);
+  const std::vector<float> v = RandomFloats(tokens * vh * dv, 29);
+  const std::vector<float> g = RandomFloats(tokens * vh, 30, -0.5f, -0.01f);
+  const std::vector<float> beta = RandomFloats(tokens * vh, 31, 0.1f, 0.9f);
+  const std::vector<float> state0 = RandomFloats(vh * dk * dv, 32, -0.2f, 0.2f);
+  auto run = [&](HipKernelBackend& b, const std::vector<int64_t>& passes) {
+    DeviceBuffer dq = Up(q), dk_ = Up(k), dv_ = Up(v), dg = Up(g), db = Up(beta), s = Up(state0),
+                 o = Poisoned(tokens * vh * dv);
+    int64_t first = 0;
+    for (const int64_t n : passes) {
+      b.GatedDeltaRule({dq.floats() + first * kh * dk, dk_.floats() + first * kh * dk,
+                        dv_.floats() + first * vh * dv, dg.floats() + first * vh,
+                        db.floats() + first * vh, s.floats(), o.floats() + first * vh * dv, n, kh,
+                        vh, dk, dv, chunk});
+      first += n;
+    }
+    // Up() and Down() use gpu_'s stream: wait for `b`'s own first.
+    EXPECT_TRUE(b.Synchronize().ok());
+    std::vector<float> out = Down(o, tokens * vh * dv);
+    const std::vector<float> state = Down(s, vh * dk * dv);
+    out.insert(out.end(), state.begin(), state.end());
+    return out;
+  };
+
+  const std::vector<float> whole = run(*gpu_, {tokens});
+  const std::vector<float> segmented = run(**small, {tokens});
+  const std::vector<float> passes = run(*gpu_, {128, 320, 192});
+
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  ASSERT_TRUE((*small)->Synchronize().ok());
+  EXPECT_TRUE(SameBits(whole, segmented));
+  EXPECT_TRUE(SameBits(whole, passes));
+}
+
+}  // namespace
+}  // namespace cairn::infer
