@@ -612,7 +612,7 @@ bool HipKernelBackend::CheckGatedDelta(const GatedDeltaArgs& a) {
                                              hip::GatedDeltaMaxHeadDim(), ")")));
     return false;
   }
-  if (a.qk_stride() < static_cast<int64_t>(a.k_heads) * a.dk ||
+  if (a.qk_ld < 0 || a.v_ld < 0 || a.qk_stride() < static_cast<int64_t>(a.k_heads) * a.dk ||
       a.v_stride() < static_cast<int64_t>(a.v_heads) * a.dv) {
     Keep(Invalid("gated delta",
                  absl::StrCat("row strides ", a.qk_ld, " / ", a.v_ld, " shorter than the rows")));

@@ -158,14 +158,11 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
       HipKernelBackend::Create({.attention_mma_variant = hip::kAttentionMmaVariants}).status(),
       cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   for (const Case& c : cases) {
-    const int64_t rows = c.past + c.tokens;
     const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
-    const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
-    const std::vector<float> q = RandomFloats(c.tokens * q_ld, 31, -2.0f, 2.0f);
-    const std::vector<float> k = RandomFloats(rows * kv_ld, 32, -2.0f, 2.0f),
-                             v = RandomFloats(rows * kv_ld, 33);
     const float scale = c.scale_mul / std::sqrt(static_cast<float>(c.head_dim));
-    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
+    const AttentionInputs in =
+        RandomAttentionInputs(c.tokens, c.past, c.q_heads, c.kv_heads, c.head_dim, 31);
+    const DeviceBuffer &dq = in.q, &dk = in.k, &dv = in.v;
     const std::vector<std::vector<float>> outs =
         AttentionOnEach(variants, {dq.floats(), dk.floats(), dv.floats(), nullptr, c.tokens, c.past,
                                    c.q_heads, c.kv_heads, c.head_dim, scale});
@@ -229,14 +226,10 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   EXPECT_THAT(variants[0]->SetAttentionDecodeVariantForTest(-1),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   for (const Case& c : cases) {
-    const int64_t rows = c.past + c.tokens;
-    const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
-    const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
-    const std::vector<float> q = RandomFloats(c.tokens * q_ld, 41, -2.0f, 2.0f);
-    const std::vector<float> k = RandomFloats(rows * kv_ld, 42, -2.0f, 2.0f),
-                             v = RandomFloats(rows * kv_ld, 43);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v);
+    const AttentionInputs in =
+        RandomAttentionInputs(c.tokens, c.past, c.q_heads, c.kv_heads, c.head_dim, 41);
+    const DeviceBuffer &dq = in.q, &dk = in.k, &dv = in.v;
     const std::vector<std::vector<float>> outs =
         AttentionOnEach(variants, {dq.floats(), dk.floats(), dv.floats(), nullptr, c.tokens, c.past,
                                    c.q_heads, c.kv_heads, c.head_dim, scale});

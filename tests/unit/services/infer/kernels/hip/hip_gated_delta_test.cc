@@ -152,26 +152,26 @@ TEST_F(HipGatedDeltaMmaTest, StridedRowsGiveThePackedBits) {
       }
     }
   }
-  // Strides shorter than the rows are refused.
-  absl::StatusOr<std::unique_ptr<HipKernelBackend>> bad = HipKernelBackend::Create({});
-  ASSERT_TRUE(bad.ok()) << bad.status();
+  // Strides shorter than the rows, or negative, are refused.
   DeviceBuffer any = Up(std::vector<float>(4096, 0.0f));
-  GatedDeltaArgs a{any.floats(),
-                   any.floats(),
-                   any.floats(),
-                   any.floats(),
-                   any.floats(),
-                   any.floats(),
-                   any.floats(),
-                   2,
-                   2,
-                   4,
-                   8,
-                   8,
-                   0};
-  a.qk_ld = 15;
-  (*bad)->GatedDeltaRule(a);
-  EXPECT_FALSE((*bad)->Synchronize().ok());
+  for (const auto& [qk_ld, v_ld] :
+       {std::pair<int64_t, int64_t>{15, 0}, std::pair<int64_t, int64_t>{0, 31},
+        std::pair<int64_t, int64_t>{-16, 0}}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> bad = HipKernelBackend::Create({});
+    ASSERT_TRUE(bad.ok()) << bad.status();
+    GatedDeltaArgs a;
+    a.q = a.k = a.v = a.g = a.beta = any.floats();
+    a.state = a.out = any.floats();
+    a.tokens = 2;
+    a.k_heads = 2;
+    a.v_heads = 4;
+    a.dk = 8;
+    a.dv = 8;
+    a.qk_ld = qk_ld;
+    a.v_ld = v_ld;
+    (*bad)->GatedDeltaRule(a);
+    EXPECT_FALSE((*bad)->Synchronize().ok()) << qk_ld << " / " << v_ld;
+  }
 }
 
 TEST_F(HipGatedDeltaMmaTest, UnalignedQueriesAndKeysGiveTheAlignedBits) {

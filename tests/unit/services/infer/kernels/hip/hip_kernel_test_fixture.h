@@ -87,6 +87,20 @@ class HipKernelBackendTest : public ::testing::Test {
     return host;
   }
 
+  // An attention call's random inputs on the device for `tokens` queries after `past` keys:
+  // q and k in [-2, 2), v in [-1, 1) (seeds `seed`, `seed` + 1, `seed` + 2).
+  struct AttentionInputs {
+    DeviceBuffer q, k, v;
+  };
+  AttentionInputs RandomAttentionInputs(int64_t tokens, int64_t past, int q_heads, int kv_heads,
+                                        int head_dim, uint64_t seed) {
+    const int64_t rows = past + tokens;
+    const int64_t kv_ld = static_cast<int64_t>(kv_heads) * head_dim;
+    return {Up(RandomFloats(tokens * q_heads * head_dim, seed, -2.0f, 2.0f)),
+            Up(RandomFloats(rows * kv_ld, seed + 1, -2.0f, 2.0f)),
+            Up(RandomFloats(rows * kv_ld, seed + 2))};
+  }
+
   // Each backend's output of the Attention call `args` (its `out` replaced by a poisoned buffer
   // of the call's rows for each backend), downloaded.
   std::vector<std::vector<float>> AttentionOnEach(
