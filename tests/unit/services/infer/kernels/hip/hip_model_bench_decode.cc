@@ -1,0 +1,386 @@
+// cairn_hip_model_bench's decode measurements: steps at each slot count against the HBM bound,
+// the logits' ways out, and the step by operation, behind a device copy and beside spills.
+
+#include "tests/unit/services/infer/kernels/hip/hip_model_bench.h"
+
+namespace cairn::infer::model_bench {
+
+void ModelBench::Decode() {
+  // A copy: --logits-parts may make model_ again below.
+  const StateLayout layout = model_->state_layout();
+  constexpr int kMaxSlots = 16;
+  const int warm = 2;
+  // Each slot count runs its steps once per way of returning the logits (DecodeSteps'
+  // kDecodeModes) for each combination of variants listed.
+  const int64_t runs = static_cast<int64_t>(
+      f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
+      f_.decode_attention_variants.size() * f_.decode_ranges.size() * f_.moe_kernels.size() *
+      f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
+      f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
+      f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size() *
+      f_.fold_shared.size() * f_.moe_waves.size());
+  const int64_t rows = f_.decode_depth +
+                       (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
+                        (f_.background_spill_mb > 0 ? 1 : 0)) *
+                           runs * (f_.decode_steps + warm) +
+                       8;
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+      SlotKvMemory::Create(layout, {.slots = kMaxSlots, .max_rows = rows, .memory = b_.memory()});
+  if (!kv.ok()) Bench::Fail(kv.status().ToString());
+  // Slot 0 prefilled, its state copied into the other slots.
+  Prefill((*kv)->slot(0), 0, f_.decode_depth);
+  std::vector<uint8_t> state(
+      static_cast<size_t>(layout.private_bytes() + f_.decode_depth * layout.row_bytes()));
+  absl::StatusOr<int64_t> at =
+      (*kv)->CapturePrivateState(0, absl::MakeSpan(state).subspan(0, layout.private_bytes()));
+  if (!at.ok()) Bench::Fail(at.status().ToString());
+  int64_t offset = layout.private_bytes();
+  for (size_t c = 0; c < layout.components.size(); ++c) {
+    const StateComponent& comp = layout.components[c];
+    if (comp.kind != ComponentKind::kRows) continue;
+    const int64_t n = f_.decode_depth * comp.bytes();
+    Bench::Check((*kv)->CopyRowsOut(0, static_cast<int>(c), 0, f_.decode_depth,
+                                    absl::MakeSpan(state).subspan(offset, n)),
+                 "rows out");
+    offset += n;
+  }
+  for (int s = 1; s < kMaxSlots; ++s) {
+    Bench::Check((*kv)->BeginRestore(s), "begin restore");
+    offset = layout.private_bytes();
+    for (size_t c = 0; c < layout.components.size(); ++c) {
+      const StateComponent& comp = layout.components[c];
+      if (comp.kind != ComponentKind::kRows) continue;
+      const int64_t n = f_.decode_depth * comp.bytes();
+      Bench::Check((*kv)->CopyRowsIn(s, static_cast<int>(c), 0,
+                                     absl::MakeConstSpan(state).subspan(offset, n)),
+                   "rows in");
+      offset += n;
+    }
+    Bench::Check(
+        (*kv)->LoadPrivateState(s, f_.decode_depth,
+                                absl::MakeConstSpan(state).subspan(0, layout.private_bytes())),
+        "private in");
+    Bench::Check((*kv)->Validate(s, f_.decode_depth), "validate");
+  }
+  const double weights_other =
+      model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
+  // Every combination of the variants listed, the last listed innermost.
+  struct Config {
+    int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
+        staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves;
+  };
+  std::vector<Config> configs;
+  for (const int bf16_inputs : f_.mma_bf16_inputs) {
+    for (const int variant : f_.mma_variants) {
+      for (const int attention : f_.decode_attention_variants) {
+        for (const int ranges : f_.decode_ranges) {
+          for (const int kernels : f_.moe_kernels) {
+            for (const int overlapped : f_.overlapped_launches) {
+              for (const int copy_kernel : f_.copy_rows_kernel) {
+                for (const int staged_rows : f_.mma_staged_rows) {
+                  for (const int staged_mb : f_.mma_staged_mb) {
+                    for (const int prefetch_k : f_.mma_prefetch_k) {
+                      for (const int round_mb : f_.round_inputs_mb) {
+                        for (const int fuse : f_.fuse_silu) {
+                          for (const int delta : f_.fuse_delta) {
+                            for (const int fold : f_.fold_shared) {
+                              for (const int waves : f_.moe_waves) {
+                                configs.push_back({bf16_inputs, variant, attention, ranges, kernels,
+                                                   overlapped, copy_kernel, staged_rows, staged_mb,
+                                                   prefetch_k, round_mb, fuse, delta, fold, waves});
+                              }
+                            }
+                          }
+                        }
+                      }
+                    }
+                    if (staged_rows == 0) break;  // The threshold does not enter.
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (const int parts : f_.logits_parts) {
+    // The same weights and state layout, so the slots' contents stay valid.
+    if (parts != logits_parts_) MakeModel(parts);
+    for (const int64_t slot_count : f_.decode_slots) {
+      for (const Config& c : configs) {
+        b_.SetMmaRowsBf16InputsForTest(c.bf16_inputs == 1);
+        Bench::Check(b_.SetMmaRowsVariantForTest(c.variant), "mma variant");
+        Bench::Check(b_.SetAttentionDecodeVariantForTest(c.attention), "decode attention variant");
+        Bench::Check(b_.SetAttentionDecodeRangesPerBlockForTest(c.ranges),
+                     "decode attention ranges");
+        b_.SetMoeKernelsForTest(c.kernels);
+        hip::SetOverlappedLaunches(c.overlapped == 1);
+        b_.SetCopyRowsKernelForTest(c.copy_kernel == 1);
+        b_.SetMmaRowsStagedMinRowsForTest(c.staged_rows);
+        b_.SetMmaRowsStagedMinBytesForTest(int64_t{c.staged_mb} << 20);
+        b_.SetMmaRowsPrefetchKForTest(c.prefetch_k);
+        b_.SetRoundProductInputsMaxBytesForTest(int64_t{c.round_mb} << 20);
+        b_.SetFuseGateUpSiluForTest(c.fuse_silu == 1);
+        b_.SetFuseDeltaInputsForTest(c.fuse_delta == 1);
+        b_.SetFoldSharedExpertForTest(c.fold_shared == 1);
+        b_.SetMoeProductWavesForTest(c.moe_waves);
+        std::string suffix;
+        if (f_.mma_bf16_inputs.size() > 1) {
+          suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
+        }
+        if (f_.mma_variants.size() > 1) suffix += absl::StrFormat(" (mma variant %d)", c.variant);
+        if (f_.decode_attention_variants.size() > 1) {
+          suffix += absl::StrFormat(" (decode attention variant %d)", c.attention);
+        }
+        if (f_.decode_ranges.size() > 1) {
+          suffix += absl::StrFormat(" (decode attention ranges a block %d)", c.ranges);
+        }
+        if (f_.moe_kernels.size() > 1) suffix += absl::StrFormat(" (moe kernels %d)", c.kernels);
+        if (f_.overlapped_launches.size() > 1) {
+          suffix += absl::StrFormat(" (overlapped launches %d)", c.overlapped);
+        }
+        if (f_.copy_rows_kernel.size() > 1) {
+          suffix += absl::StrFormat(" (copy rows kernel %d)", c.copy_kernel);
+        }
+        if (f_.mma_staged_rows.size() > 1) {
+          suffix += absl::StrFormat(" (staged inputs from %d rows)", c.staged_rows);
+        }
+        if (f_.mma_staged_mb.size() > 1 && c.staged_rows > 0) {
+          suffix += absl::StrFormat(" (staged from %d MB of weights)", c.staged_mb);
+        }
+        if (f_.logits_parts.size() > 1) suffix += absl::StrFormat(" (logits parts %d)", parts);
+        if (f_.mma_prefetch_k.size() > 1) {
+          suffix += absl::StrFormat(" (mma prefetch %d)", c.prefetch_k);
+        }
+        if (f_.round_inputs_mb.size() > 1) {
+          suffix += absl::StrFormat(" (rounded inputs up to %d MB)", c.round_mb);
+        }
+        if (f_.fuse_silu.size() > 1) suffix += absl::StrFormat(" (fused silu %d)", c.fuse_silu);
+        if (f_.fuse_delta.size() > 1) {
+          suffix += absl::StrFormat(" (fused delta inputs %d)", c.fuse_delta);
+        }
+        if (f_.fold_shared.size() > 1) {
+          suffix += absl::StrFormat(" (shared expert folded %d)", c.fold_shared);
+        }
+        if (f_.moe_waves.size() > 1) {
+          suffix += absl::StrFormat(" (moe product waves %d)", c.moe_waves);
+        }
+        DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
+      }
+      const HipKernelBackendOptions defaults;
+      hip::SetOverlappedLaunches(defaults.overlapped_launches);
+      b_.SetCopyRowsKernelForTest(defaults.copy_rows_kernel);
+      b_.SetMmaRowsStagedMinRowsForTest(defaults.mma_rows_staged_min_rows);
+      b_.SetMmaRowsStagedMinBytesForTest(defaults.mma_rows_staged_min_bytes);
+      b_.SetMmaRowsPrefetchKForTest(defaults.mma_rows_prefetch_k);
+      b_.SetRoundProductInputsMaxBytesForTest(defaults.round_product_inputs_max_bytes);
+      b_.SetFuseGateUpSiluForTest(defaults.fuse_gate_up_silu);
+      b_.SetFuseDeltaInputsForTest(defaults.fuse_delta_inputs);
+      b_.SetFoldSharedExpertForTest(defaults.fold_shared_expert);
+      b_.SetMoeProductWavesForTest(defaults.moe_product_waves);
+      b_.SetMoeKernelsForTest(defaults.moe_kernels);
+      b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
+      Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
+      Bench::Check(b_.SetAttentionDecodeVariantForTest(defaults.attention_decode_variant),
+                   "decode attention variant");
+      Bench::Check(
+          b_.SetAttentionDecodeRangesPerBlockForTest(defaults.attention_decode_ranges_per_block),
+          "decode attention ranges");
+    }
+  }
+}
+
+void ModelBench::DecodeSteps(int slots, SlotKvMemory& kv_memory, double weights_other,
+                             const std::string& suffix) {
+  const StateLayout& layout = model_->state_layout();
+  const int warm = 2;
+  std::vector<std::vector<int32_t>> next(slots);
+  // Each step's logits in fresh vectors (ForwardBatch), then in vectors kept between steps
+  // (ForwardBatchInto), then read in place (ForwardBatchViews, as the scheduler's decode).
+  double fresh_seconds = 0;
+  double kept_seconds = 0;
+  double seconds = 0;
+  int64_t waits = 0;
+  std::vector<std::vector<float>> kept;
+  std::vector<absl::Span<const float>> views;
+  for (const Mode mode : {kFresh, kKept, kViews}) {
+    double& total = mode == kViews ? seconds : mode == kKept ? kept_seconds : fresh_seconds;
+    for (int step = 0; step < warm + f_.decode_steps; ++step) {
+      std::vector<SequencePass> batch;
+      for (int s = 0; s < slots; ++s) {
+        next[s] = {tokens_[static_cast<size_t>((step * 31 + s) % 1000)]};
+        batch.push_back({kv_memory.slot(s), next[s]});
+      }
+      if (mode == kViews) ProfilerRange(slots, step == warm);
+      // Fresh results are freed after the step's time is taken (as before).
+      absl::StatusOr<std::vector<std::vector<float>>> fresh;
+      const int64_t waits_before = b_.host_waits();
+      const auto start = Clock::now();
+      if (mode == kViews) {
+        const absl::Status st = model_->ForwardBatchViews(batch, views);
+        if (!st.ok()) Bench::Fail(st.ToString());
+      } else if (mode == kKept) {
+        const absl::Status st = model_->ForwardBatchInto(batch, kept);
+        if (!st.ok()) Bench::Fail(st.ToString());
+      } else {
+        fresh = model_->ForwardBatch(batch);
+        if (!fresh.ok()) Bench::Fail(fresh.status().ToString());
+      }
+      if (step >= warm) {
+        total += Bench::Seconds(start);
+        if (mode == kViews) waits += b_.host_waits() - waits_before;
+      }
+    }
+  }
+  ProfilerRange(slots, false);
+  // Bytes one step must read: the weights (embeddings gathered, not read; of the routed
+  // experts, the share random routing of `slots` tokens touches), each slot's rows, and
+  // each slot's private state read and written.
+  double expert_share = 1.0;
+  if (o_.num_experts > 0) {
+    expert_share = 1.0 - std::pow(1.0 - static_cast<double>(o_.top_k) / o_.num_experts, slots);
+  }
+  const double bytes = weights_other + costs_.expert_bytes * expert_share +
+                       slots * (static_cast<double>(f_.decode_depth) * layout.row_bytes() +
+                                2.0 * layout.private_bytes());
+  const double tokens_per_s = slots * f_.decode_steps / seconds;
+  const double bound = slots / (bytes / ceil_.hbm_bytes_per_s);
+  Print(absl::StrFormat(
+      "%s decode %2d slots at %ld tokens: %7.2f ms a step  %8.1f tokens/s  HBM bound %8.1f "
+      "tokens/s (%.2f GB a step) = %5.1f %%%s",
+      name_.c_str(), slots, f_.decode_depth, seconds / f_.decode_steps * 1e3, tokens_per_s, bound,
+      bytes / 1e9, 100.0 * tokens_per_s / bound, suffix));
+  const double kept_tokens_per_s = slots * f_.decode_steps / kept_seconds;
+  const double fresh_tokens_per_s = slots * f_.decode_steps / fresh_seconds;
+  Print(absl::StrFormat(
+      "%s decode %2d slots, logits copied into kept vectors (ForwardBatchInto): %7.2f ms a "
+      "step = %5.1f %%; into fresh vectors each step (ForwardBatch): %7.2f ms = %5.1f %%; host "
+      "waits a step (in place): %.1f%s",
+      name_.c_str(), slots, kept_seconds / f_.decode_steps * 1e3, 100.0 * kept_tokens_per_s / bound,
+      fresh_seconds / f_.decode_steps * 1e3, 100.0 * fresh_tokens_per_s / bound,
+      static_cast<double>(waits) / f_.decode_steps, suffix));
+  // The host's share of a step that copies the logits from page-locked staging into kept
+  // result vectors: the same bytes copied between kept host vectors (median of 5).
+  std::vector<std::vector<float>> copies(kept.size());
+  std::vector<double> copy_seconds;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    for (size_t i = 0; i < kept.size(); ++i) copies[i].assign(kept[i].begin(), kept[i].end());
+    copy_seconds.push_back(Bench::Seconds(start));
+  }
+  std::sort(copy_seconds.begin(), copy_seconds.end());
+  if (f_.op_times) OpTimes(slots, kv_memory, suffix);
+  if (f_.host_lead_mb > 0) HostLead(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
+  if (f_.background_spill_mb > 0) {
+    BesideSpills(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
+  }
+  Print(
+      absl::StrFormat("%s decode %2d slots: copying a step's logits (%.1f MB) between kept host "
+                      "vectors takes %.3f ms%s",
+                      name_.c_str(), slots, slots * static_cast<double>(kept[0].size()) * 4e-6,
+                      copy_seconds[2] * 1e3, suffix));
+}
+
+std::vector<SequencePass> ModelBench::StepBatch(SlotKvMemory& kv_memory, int offset,
+                                                std::vector<int32_t>& next) {
+  std::vector<SequencePass> batch;
+  for (size_t s = 0; s < next.size(); ++s) {
+    next[s] = tokens_[(static_cast<size_t>(offset) + s) % 1000];
+    batch.push_back({kv_memory.slot(static_cast<int>(s)), absl::MakeConstSpan(&next[s], 1)});
+  }
+  return batch;
+}
+
+void ModelBench::OpTimes(int slots, SlotKvMemory& kv_memory, const std::string& suffix) {
+  std::map<std::string, std::pair<double, int64_t>> totals;
+  std::vector<int32_t> next(slots);
+  std::vector<absl::Span<const float>> views;
+  for (int step = 0; step < 2 + f_.decode_steps; ++step) {
+    const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 37, next);
+    timing_.SetTiming(step >= 2);
+    Bench::Check(model_->ForwardBatchViews(batch, views), "op-timed step");
+    Bench::Check(timing_.Collect(totals), "op times");
+  }
+  timing_.SetTiming(false);
+  PrintOpTotals(absl::StrFormat("%s decode %2d slots by operation (events on the stream, ",
+                                name_.c_str(), slots),
+                absl::StrCat(" ms a step with them)", suffix, ":"), totals, f_.decode_steps, 2,
+                " a step");
+}
+
+void ModelBench::HostLead(int slots, SlotKvMemory& kv_memory, double step_seconds, double bound,
+                          const std::string& suffix) {
+  const size_t bytes = static_cast<size_t>(f_.host_lead_mb) << 20;
+  absl::StatusOr<DeviceBuffer> src = b_.Allocate(bytes);
+  absl::StatusOr<DeviceBuffer> dst = b_.Allocate(bytes);
+  if (!src.ok() || !dst.ok()) Bench::Fail("host lead buffers");
+  hipStream_t stream = b_.compute_stream();
+  auto copy = [&] {
+    if (hipMemcpyAsync(dst->data(), src->data(), bytes, hipMemcpyDeviceToDevice, stream) !=
+        hipSuccess) {
+      Bench::Fail("host lead copy");
+    }
+  };
+  std::vector<double> copy_seconds;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = Clock::now();
+    copy();
+    if (hipStreamSynchronize(stream) != hipSuccess) Bench::Fail("host lead sync");
+    copy_seconds.push_back(Bench::Seconds(start));
+  }
+  std::sort(copy_seconds.begin(), copy_seconds.end());
+  const double copy_s = copy_seconds[2];
+  std::vector<int32_t> next(slots);
+  std::vector<absl::Span<const float>> views;
+  double total = 0;
+  for (int step = 0; step < 2 + f_.decode_steps; ++step) {
+    const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 41, next);
+    const auto start = Clock::now();
+    copy();
+    Bench::Check(model_->ForwardBatchViews(batch, views), "host-lead step");
+    if (step >= 2) total += Bench::Seconds(start);
+  }
+  const double device_s = total / f_.decode_steps - copy_s;
+  Print(absl::StrFormat(
+      "%s decode %2d slots behind a %.2f ms device copy: %.2f ms a step of the device's own "
+      "(= %5.1f %% of the HBM bound) against %.2f ms as enqueued%s",
+      name_.c_str(), slots, copy_s * 1e3, device_s * 1e3, 100.0 * slots / device_s / bound,
+      step_seconds * 1e3, suffix));
+}
+
+void ModelBench::BesideSpills(int slots, SlotKvMemory& kv_memory, double step_seconds, double bound,
+                              const std::string& suffix) {
+  const int64_t bytes = f_.background_spill_mb << 20;
+  absl::StatusOr<DeviceBuffer> src = b_.Allocate(bytes);
+  if (!src.ok()) Bench::Fail("background spill source");
+  std::vector<uint8_t> host(static_cast<size_t>(bytes));
+  DeviceMemory* memory = b_.memory();
+  Bench::Check(memory->RegisterHost(host.data(), bytes), "pinning the spill destination");
+  std::vector<int32_t> next(slots);
+  std::vector<absl::Span<const float>> views;
+  double total = 0;
+  uint64_t ticket = 0;
+  Clock::time_point first;
+  for (int step = 0; step < 2 + f_.decode_steps; ++step) {
+    const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 43, next);
+    const auto start = Clock::now();
+    if (step == 2) first = start;
+    absl::StatusOr<uint64_t> t = memory->DownloadBackground(host.data(), src->data(), bytes);
+    Bench::Check(t.status(), "background download");
+    ticket = *t;
+    Bench::Check(model_->ForwardBatchViews(batch, views), "step beside a background download");
+    if (step >= 2) total += Bench::Seconds(start);
+  }
+  Bench::Check(memory->WaitBackground(ticket), "background downloads");
+  const double copies_s = Bench::Seconds(first);
+  Bench::Check(memory->UnregisterHost(host.data()), "unpinning the spill destination");
+  const double step_s = total / f_.decode_steps;
+  Print(absl::StrFormat(
+      "%s decode %2d slots beside %ld MB of background downloads a step: %.2f ms a step "
+      "(= %5.1f %% of the HBM bound) against %.2f ms without; the downloads %.1f GB/s%s",
+      name_.c_str(), slots, f_.background_spill_mb, step_s * 1e3, 100.0 * slots / step_s / bound,
+      step_seconds * 1e3, static_cast<double>(bytes) * f_.decode_steps / copies_s / 1e9, suffix));
+}
+
+}  // namespace cairn::infer::model_bench
