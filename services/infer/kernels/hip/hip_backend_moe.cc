@@ -248,7 +248,8 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   // The warpgroup GEMMs (moe_gemm_wgmma) where built: larger tiles, SiLU-mul in the gate/up
   // launch; else MoeGemmBf16 with MoeSiluMulBf16 between its launches.
   const bool wgmma = moe_gemm_wgmma_ && hip::MoeGemmWgmmaSupported();
-  const int tile_rows = wgmma ? hip::MoeGemmWgmmaTileRows() : hip::MoeGemmTileRows();
+  const int tile_rows =
+      wgmma ? hip::MoeGemmWgmmaTileRows(moe_wgmma_groups_) : hip::MoeGemmTileRows();
   const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, tile_rows);
   ASSIGN_OR_RETURN(const MoeRouteBuffers route, TakeRouteBuffers(scratch, picks, a.experts, sizes));
   int32_t* const ids = route.ids;
@@ -272,12 +273,13 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
                    "moe round inputs launch") &&
              Check(hip::MoeGemmWgmmaSiluMul(xs, a.hidden, b.sorted_picks, a.top_k, b.tiles,
                                             b.num_tiles, sizes.max_tiles, gate_up_table,
-                                            gate_up.aligned, a.width, a.hidden, act, compute_),
+                                            gate_up.aligned, a.width, a.hidden, act,
+                                            moe_wgmma_groups_, compute_),
                    "moe gate/up gemm launch") &&
-             Check(
-                 hip::MoeGemmWgmma(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
-                                   down.aligned, a.hidden, a.width, ys, a.hidden, compute_),
-                 "moe down gemm launch");
+             Check(hip::MoeGemmWgmma(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles,
+                                     down_table, down.aligned, a.hidden, a.width, ys, a.hidden,
+                                     moe_wgmma_groups_, compute_),
+                   "moe down gemm launch");
     }
     return Check(hip::MoeGatherBf16(a.x, a.hidden, b.sorted_picks, a.top_k, b.tiles, b.num_tiles,
                                     sizes.max_tiles, a.hidden, xs, a.hidden, tile_rows, compute_),

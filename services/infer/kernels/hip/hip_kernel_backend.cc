@@ -86,6 +86,11 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "hip backend: moe_product_waves must be at least 0, got ", options.moe_product_waves));
   }
+  if (options.moe_gemm_wgmma_warpgroups != 2 && options.moe_gemm_wgmma_warpgroups != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: moe_gemm_wgmma_warpgroups must be 2 or 3, got ",
+                     options.moe_gemm_wgmma_warpgroups));
+  }
   if (options.attention_decode_min_waves < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("hip backend: attention_decode_min_waves must be at least 0, got ",
@@ -127,6 +132,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       mma_rows_bf16_inputs_(options.mma_rows_bf16_inputs),
       grouped_moe_prefill_(options.grouped_moe_prefill),
       moe_gemm_wgmma_(options.moe_gemm_wgmma),
+      moe_wgmma_groups_(options.moe_gemm_wgmma_warpgroups),
       moe_kernels_(options.moe_kernels),
       copy_rows_kernel_(options.copy_rows_kernel),
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),

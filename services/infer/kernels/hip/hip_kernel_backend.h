@@ -202,10 +202,14 @@ struct HipKernelBackendOptions {
   // (tested). Needs grouped_moe; off, the default serves.
   bool grouped_moe_prefill = true;
   // grouped_moe_prefill's GEMMs on Hopper's warpgroup matrix instructions (hip::MoeGemmWgmma,
-  // builds for sm_90a only; elsewhere this is ignored): tiles of 128 picks by 256 weight columns,
-  // a block of two warpgroups, and SiLU-mul in the gate/up launch's epilogue (no fp32 gate/up
-  // rows in memory). Each output is again one chain of k16 instructions over k in order.
+  // builds for sm_90a only; elsewhere this is ignored): tiles of 64 picks a warpgroup by 256
+  // weight columns, and SiLU-mul in the gate/up launch's epilogue (no fp32 gate/up rows in
+  // memory). Each output is again one chain of k16 instructions over k in order.
   bool moe_gemm_wgmma = true;
+  // Warpgroups a block of moe_gemm_wgmma (2 or 3; the same bits): three take the about 160
+  // picks an expert has in an 8192-token pass (top 10 of 512) in one tile, so each expert's
+  // weights cross from L2 to the multiprocessors once a pass, not twice.
+  int moe_gemm_wgmma_warpgroups = 3;
   // RmsNorm, GatedRmsNorm and L2Normalize of rows of at most 256 values (attention's and the
   // delta rule's heads) take a warp per row instead of a block of 256 threads (most of them
   // idle, a barrier per level of the sum's tree), adding the same partial sums in the same
@@ -397,6 +401,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetGroupedMoePrefillForTest(bool on) { grouped_moe_prefill_ = on; }
   // Sets HipKernelBackendOptions::moe_gemm_wgmma (the benchmark and tests compare both).
   void SetMoeGemmWgmmaForTest(bool on) { moe_gemm_wgmma_ = on; }
+  // Sets HipKernelBackendOptions::moe_gemm_wgmma_warpgroups (2 or 3).
+  void SetMoeGemmWgmmaWarpgroupsForTest(int n) { moe_wgmma_groups_ = n; }
   // Sets HipKernelBackendOptions::moe_kernels (0 or 1; the same bits), for the benchmark.
   void SetMoeKernelsForTest(int kernels) { moe_kernels_ = kernels; }
   // Sets HipKernelBackendOptions::copy_rows_kernel (the same bytes), for the benchmark.
@@ -585,6 +591,7 @@ class HipKernelBackend final : public KernelBackend {
   bool mma_rows_bf16_inputs_;     // options_.mma_rows_bf16_inputs unless changed for a test.
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
   bool moe_gemm_wgmma_;           // options_.moe_gemm_wgmma unless changed for a test.
+  int moe_wgmma_groups_;          // options_.moe_gemm_wgmma_warpgroups, likewise.
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
   bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
   int mma_rows_staged_min_rows_;  // options_.mma_rows_staged_min_rows unless changed for a test.

@@ -242,23 +242,24 @@ hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                        bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
                        hipStream_t stream);
 // MoeGemmBf16's products on Hopper's warpgroup instructions (moe_gemm_wgmma.hip; builds for
-// sm_90a only, MoeGemmWgmmaSupported()) over tiles of MoeGemmWgmmaTileRows() picks, with the
-// same conditions and n % 8 == 0. MoeGemmWgmmaSiluMul takes each expert's [gate; up] rows
-// (2 * width, width % 8 == 0) and writes act row `slot` (width bf16 values, width apart) =
-// bf16(silu(gate) * up), MoeSiluMulBf16's expression and rounding of the gate/up products; its
-// input row for `slot` is a row `slot`, or with sorted_picks a row sorted_picks[slot] / top_k
-// (the token's row, as MoeGatherBf16 would have copied it).
+// sm_90a only, MoeGemmWgmmaSupported()) over tiles of MoeGemmWgmmaTileRows(warpgroups) picks
+// (blocks of `warpgroups` warpgroups, 2 or 3: 64 picks each), with the same conditions and
+// n % 8 == 0; the same bits for either count. MoeGemmWgmmaSiluMul takes each expert's
+// [gate; up] rows (2 * width, width % 8 == 0) and writes act row `slot` (width bf16 values,
+// width apart) = bf16(silu(gate) * up), MoeSiluMulBf16's expression and rounding of the gate/up
+// products; its input row for `slot` is a row `slot`, or with sorted_picks a row
+// sorted_picks[slot] / top_k (the token's row, as MoeGatherBf16 would have copied it).
 bool MoeGemmWgmmaSupported();
-int MoeGemmWgmmaTileRows();
+int MoeGemmWgmmaTileRows(int warpgroups);
 hipError_t MoeGemmWgmma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                         const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
                         bool weights_aligned, int64_t n, int64_t k, float* y, int64_t ldy,
-                        hipStream_t stream);
+                        int warpgroups, hipStream_t stream);
 hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* sorted_picks,
                                int top_k, const MoeTile* tiles, const int32_t* num_tiles,
                                int64_t max_tiles, const MoeExpertParts* weights,
                                bool weights_aligned, int64_t width, int64_t k, uint16_t* act,
-                               hipStream_t stream);
+                               int warpgroups, hipStream_t stream);
 // out row `slot` = x row sorted_picks[slot] / top_k rounded to bf16 (nearest even:
 // RoundRowsToBf16's bits), k values, for every slot of the first *num_tiles of `tiles` (tiles of
 // at most `tile_rows` picks, a multiple of 8).

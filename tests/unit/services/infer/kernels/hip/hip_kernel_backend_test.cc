@@ -54,6 +54,12 @@ TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(HipKernelBackend::Create({.delta_segment_tokens = 0}).status(),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const int warpgroups : {0, 1, 4}) {
+    HipKernelBackendOptions o;
+    o.moe_gemm_wgmma_warpgroups = warpgroups;
+    EXPECT_THAT(HipKernelBackend::Create(o).status(),
+                cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  }
 }
 
 TEST(HipKernelBackendCreateTest, TheFactoryGivesAKernelBackendWhereThereIsADevice) {

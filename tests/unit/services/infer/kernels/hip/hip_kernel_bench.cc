@@ -18,8 +18,9 @@
 // --moe-prefill: only one MoE layer's routed experts at the 80B-A3B-like model's shapes (512
 // experts of 512, hidden 2048, top 10) at prefill sizes: KernelBackend's default (routing to the
 // host, an expert at a time), the grouped device path (HipKernelBackendOptions::
-// grouped_moe_prefill), and the default's per-expert vendor GEMMs alone (every expert the
-// average count of rows), the cost of per-expert GEMMs after one download of the counts.
+// grouped_moe_prefill; with moe_gemm_wgmma blocks of 2 and 3 warpgroups, where built), and the
+// default's per-expert vendor GEMMs alone (every expert the average count of rows), the cost of
+// per-expert GEMMs after one download of the counts.
 //
 // --moe-decode: only one MoE layer's routed experts at decode sizes (1, 4 and 16 tokens, the
 // 80B-A3B-like shapes): HipKernelBackend::MoeExperts (its device path) called back to back over

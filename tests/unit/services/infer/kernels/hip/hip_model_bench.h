@@ -63,8 +63,9 @@ struct Flags {
   std::vector<int> mma_bf16_inputs = {HipKernelBackendOptions().mma_rows_bf16_inputs ? 1 : 0};
   std::vector<int> moe_prefill = {
       !HipKernelBackendOptions().grouped_moe_prefill                             ? 0
-      : HipKernelBackendOptions().moe_gemm_wgmma && hip::MoeGemmWgmmaSupported() ? 2
-                                                                                 : 1};
+      : HipKernelBackendOptions().moe_gemm_wgmma && hip::MoeGemmWgmmaSupported()
+          ? HipKernelBackendOptions().moe_gemm_wgmma_warpgroups
+          : 1};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   std::vector<int> decode_ranges = {HipKernelBackendOptions().attention_decode_ranges_per_block};

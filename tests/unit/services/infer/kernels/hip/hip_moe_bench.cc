@@ -117,25 +117,28 @@ int MoePrefill() {
     ScratchArena scratch(b.memory());
     const MoeExpertsArgs a = m.Args(x, logits, out, tokens, false);
     const double flops = 2.0 * tokens * top_k * 3.0 * width * hidden;
-    // 0: the default (host routing); 1: the grouped device path on MoeGemmBf16; 2: on the
-    // warpgroup GEMMs (moe_gemm_wgmma, where built).
-    for (const int path : {0, 1, 2}) {
-      if (path == 2 && !hip::MoeGemmWgmmaSupported()) continue;
+    // 0: the default (host routing); 1: the grouped device path on MoeGemmBf16; 2 and 3: on the
+    // warpgroup GEMMs (moe_gemm_wgmma, where built) with blocks of 2 and 3 warpgroups.
+    for (const int path : {0, 1, 2, 3}) {
+      if (path >= 2 && !hip::MoeGemmWgmmaSupported()) continue;
       b.SetGroupedMoePrefillForTest(path > 0);
-      b.SetMoeGemmWgmmaForTest(path == 2);
+      b.SetMoeGemmWgmmaForTest(path >= 2);
+      if (path >= 2) b.SetMoeGemmWgmmaWarpgroupsForTest(path);
       const double t = bench.Time(
           [&] {
             Bench::Check(b.MoeExperts(a, scratch), "moe experts");
             scratch.EndPass();
           },
           5);
-      static constexpr const char* kPaths[] = {"default (host routing)", "grouped device path",
-                                               "grouped device path, wgmma"};
+      static constexpr const char* kPaths[] = {
+          "default (host routing)", "grouped device path", "grouped device path, wgmma 2 groups",
+          "grouped device path, wgmma 3 groups"};
       std::snprintf(label, sizeof label, "moe layer routed experts, %ld tokens, %s", tokens,
                     kPaths[path]);
       Row(label, t, "TFLOP/s", flops, 1e12);
     }
     b.SetMoeGemmWgmmaForTest(HipKernelBackendOptions().moe_gemm_wgmma);
+    b.SetMoeGemmWgmmaWarpgroupsForTest(HipKernelBackendOptions().moe_gemm_wgmma_warpgroups);
     // The default's per-expert products alone: every expert the average rows, gate/up then down.
     const int64_t rows = tokens * top_k / experts;
     float* xs = bench.Buffer(rows * hidden, 54);

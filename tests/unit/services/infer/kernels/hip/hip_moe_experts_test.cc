@@ -495,6 +495,8 @@ std::vector<MoeShape> PrefillShapes() {
       {"ragged columns", 77, 200, 40, 24, 4, true, 0.0f},
       {"unaligned widths (default path)", 21, 70, 36, 12, 5, true, 0.0f},
       {"80B-like layer, 512 tokens", 512, 2048, 512, 512, 10, true, 0.0f},
+      // Experts of about 350 picks: full tiles of 128 and of 192 picks, and shorter ones.
+      {"many picks an expert", 700, 512, 256, 4, 2, true, 0.0f},
   };
 }
 
@@ -512,7 +514,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> logits = RouterLogits(s, 195, /*tied_pairs=*/false);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), again_out = Up(out0),
-                 def_out = Up(out0), other_out = Up(out0);
+                 def_out = Up(out0), other_out = Up(out0), wg_out = Up(out0);
     MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, false);
     ScratchArena scratch(gpu_->memory());
     a.out = dev_out.floats();
@@ -528,6 +530,13 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
     scratch.EndPass();
     gpu_->SetMoeGemmWgmmaForTest(wgmma);
+    // The warpgroup GEMMs with the other block size (tiles of 128 picks against 192).
+    const int warpgroups = HipKernelBackendOptions().moe_gemm_wgmma_warpgroups;
+    gpu_->SetMoeGemmWgmmaWarpgroupsForTest(5 - warpgroups);
+    a.out = wg_out.floats();
+    ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+    scratch.EndPass();
+    gpu_->SetMoeGemmWgmmaWarpgroupsForTest(warpgroups);
     a.out = def_out.floats();
     ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
     ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
@@ -536,6 +545,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> def = Down(def_out, out0.size());
     const std::vector<float> other = Down(other_out, out0.size());
     EXPECT_TRUE(SameBits(Down(again_out, out0.size()), dev)) << "a second call";
+    EXPECT_TRUE(SameBits(Down(wg_out, out0.size()), dev)) << "two and three warpgroups";
     if (!gemm_path) {
       EXPECT_TRUE(SameBits(dev, def)) << "the default serves";
     }
@@ -568,16 +578,19 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
 
 TEST_F(HipMoeExpertsTest, PrefillTokensRowsDoNotDependOnTheCallsOtherTokens) {
   // The 80B-like layer (a few picks an expert), and few experts (tiles of several warpgroups'
-  // rows, experts over several tiles), on both grouped GEMMs.
-  for (const bool wgmma : {true, false}) {
-    gpu_->SetMoeGemmWgmmaForTest(wgmma);
+  // rows, experts over several tiles), on both grouped GEMMs (warpgroup blocks of three and of
+  // two; 0: MoeGemmBf16).
+  for (const int warpgroups : {3, 2, 0}) {
+    gpu_->SetMoeGemmWgmmaForTest(warpgroups > 0);
+    if (warpgroups > 0) gpu_->SetMoeGemmWgmmaWarpgroupsForTest(warpgroups);
     for (const MoeShape& s : {MoeShape{"80B-like layer", 256, 2048, 512, 512, 10, true, 0.0f},
                               MoeShape{"few experts", 256, 256, 64, 6, 3, false, 0.0f}}) {
-      SCOPED_TRACE(absl::StrCat(s.name, wgmma ? ", wgmma" : ", MoeGemmBf16"));
+      SCOPED_TRACE(absl::StrCat(s.name, ", ", warpgroups, " warpgroups (0: MoeGemmBf16)"));
       PrefillRowsDoNotDependOnOtherTokens(s);
     }
   }
   gpu_->SetMoeGemmWgmmaForTest(HipKernelBackendOptions().moe_gemm_wgmma);
+  gpu_->SetMoeGemmWgmmaWarpgroupsForTest(HipKernelBackendOptions().moe_gemm_wgmma_warpgroups);
 }
 
 void HipMoeExpertsTest::PrefillRowsDoNotDependOnOtherTokens(const MoeShape& s) {
