@@ -19,10 +19,11 @@
 //    A = (q_i . k_j) e^{G_i - G_j} (j <= i); T = (I + B)^-1 in fp32, in blocks of 16 rows (the
 //    diagonal blocks by forward substitution, then block row by block row); then u = T (beta v)
 //    and w = T (beta e^G k) on the matrix units;
-//  - scan, one block per (v-head, slice of kSlice state columns), walking the chunks in order
-//    with the state slice in shared memory: [w; q] S on the matrix units, v_new = u - w S,
-//    o = e^G (q S) + A v_new, S = e^{G_last} S + (f k)^T v_new (f_i = e^{G_last - G_i}); the
-//    next chunk's inputs are copied asynchronously while the current one is computed.
+//  - scan, one block of 16 warps per (v-head, slice of kSlice state columns), walking the
+//    chunks in order with the state slice in shared memory: [w; q] S on the matrix units,
+//    v_new = u - w S, o = e^G (q S) + A v_new, S = e^{G_last} S + (f k)^T v_new
+//    (f_i = e^{G_last - G_i}); the next chunk's inputs are copied asynchronously while the
+//    current one is computed.
 
 #include <cmath>
 #include <cstdint>
@@ -49,10 +50,16 @@ namespace {
 
 constexpr int kC = 64;       // Tokens per chunk (the only chunk this path takes).
 constexpr int kMaxDk = 128;  // Largest dk (shared memory of the scan).
-constexpr int kWarps = 8;
+constexpr int kWarps = 8;  // The prepare kernel's.
 constexpr int kThreads = kWarps * 32;
 constexpr int kSlice = 32;  // State columns per scan block: four 8-column tiles.
 constexpr int kSliceTiles = kSlice / 8;
+// The scan's warps: two for each of the prepare's eight roles, each with half of a slice's
+// n-tiles, so that each warp's chain of dependent instructions a chunk is about half as long
+// (the scan is bound by those chains, not by its instruction count).
+constexpr int kScanWarps = 16;
+constexpr int kScanThreads = kScanWarps * 32;
+constexpr int kHalfTiles = kSliceTiles / 2;
 // Shared row strides (floats). Rows read as the A operand in pairs along the row: stride = 8
 // mod 32 (the pairs of one half-warp fall on distinct banks); rows read one element per lane
 // down a column (B operand, or A along columns): stride = 4 mod 32.
@@ -313,12 +320,12 @@ __device__ inline void CopyWait() {
 // Copies `rows` x `cols` floats (cols a multiple of 4 when kVec) from global `src` (row stride
 // `ld`) into shared `dst` (row stride `dld`); rows >= `valid_rows` and columns >= `valid_cols`
 // become zeros. The block's threads share the work.
-template <bool kVec>
+template <bool kVec, int kBlockThreads = kThreads>
 __device__ inline void CopyTile(float* dst, int dld, const float* src, int64_t ld, int rows,
                                 int cols, int valid_rows, int valid_cols) {
   constexpr int kW = kVec ? 4 : 1;
   const int per_row = cols / kW;
-  for (int i = threadIdx.x; i < rows * per_row; i += kThreads) {
+  for (int i = threadIdx.x; i < rows * per_row; i += kBlockThreads) {
     const int r = i / per_row;
     const int c = (i % per_row) * kW;
     const bool ok = r < valid_rows && c < valid_cols;
@@ -559,10 +566,11 @@ __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
 }
 
 // One block per (v-head, slice of kSlice state columns); walks the segment's chunks in order.
-// Warps 0-3 take w's m-tiles and warps 4-7 q's in [w; q] S; then warps 4-7 finish o while every
-// warp updates its m-tiles of the state.
+// A warp's role is warp % 8 and its n-tiles of the slice the half warp / 8: roles 0-3 take w's
+// m-tiles and roles 4-7 q's in [w; q] S; then roles 4-7 finish o while every warp updates its
+// m-tiles of the state. Each output is the same chain of instructions whichever warp runs it.
 template <int kDk, bool kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kScanThreads)
     ScanMmaKernel(Params p, int64_t first, int64_t chunks, const float* ws) {
   KernelEntry();
   extern __shared__ float smem[];
@@ -587,6 +595,8 @@ __global__ void __launch_bounds__(kThreads)
   const int c0 = blockIdx.y * kSlice;
   const int cols = dv - c0 < kSlice ? dv - c0 : kSlice;
   const int warp = threadIdx.x / 32;
+  const int role = warp % 8;
+  const int nt0 = (warp / 8) * kHalfTiles;  // The warp's first n-tile.
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
@@ -597,26 +607,26 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t t0 = first + ci * kC;
     const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
     const Work work = WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, dk, dv);
-    CopyTile<true>(w_s, l.wld, work.w, dk, kC, dk, kC, dk);
-    CopyTile<kVec>(q_s, l.wld, p.q + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk, p.qk_ld, kC, dk,
-                   len, dk);
-    CopyTile<true>(u_s, l.sld, work.u + c0, dv, kC, kSlice, kC, cols);
-    CopyTile<true>(gexp_s, kC, work.gexp, kC, 1, kC, 1, kC);
+    CopyTile<true, kScanThreads>(w_s, l.wld, work.w, dk, kC, dk, kC, dk);
+    CopyTile<kVec, kScanThreads>(q_s, l.wld, p.q + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk,
+                                 p.qk_ld, kC, dk, len, dk);
+    CopyTile<true, kScanThreads>(u_s, l.sld, work.u + c0, dv, kC, kSlice, kC, cols);
+    CopyTile<true, kScanThreads>(gexp_s, kC, work.gexp, kC, 1, kC, 1, kC);
     CopyCommit();
   };
   auto issue2 = [&](int64_t ci) {
     const int64_t t0 = first + ci * kC;
     const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
     const Work work = WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, dk, dv);
-    CopyTile<kVec>(k_s, l.kld, p.k + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk, p.qk_ld, kC, dk,
-                   len, dk);
-    CopyTile<true>(a_s, l.ald, work.a, kC, kC, kC, kC, kC);
-    CopyTile<true>(f_s, kC, work.f, kC, 1, kC, 1, kC);
-    CopyTile<true>(decay_s, 4, work.decay, 4, 1, 4, 1, 4);
+    CopyTile<kVec, kScanThreads>(k_s, l.kld, p.k + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk,
+                                 p.qk_ld, kC, dk, len, dk);
+    CopyTile<true, kScanThreads>(a_s, l.ald, work.a, kC, kC, kC, kC, kC);
+    CopyTile<true, kScanThreads>(f_s, kC, work.f, kC, 1, kC, 1, kC);
+    CopyTile<true, kScanThreads>(decay_s, 4, work.decay, 4, 1, 4, 1, 4);
     CopyCommit();
   };
 
-  for (int i = threadIdx.x; i < dk * kSlice; i += kThreads) {
+  for (int i = threadIdx.x; i < dk * kSlice; i += kScanThreads) {
     const int x = i / kSlice;
     const int c = i % kSlice;
     const float v = c < cols ? state[static_cast<int64_t>(x) * dv + c0 + c] : 0.0f;
@@ -632,28 +642,28 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t ci = 0; ci < chunks; ++ci) {
     const int64_t t0 = first + ci * kC;
     const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
-    // [w; q] S: warp w < 4 takes rows 16w.. of w, warp w >= 4 rows 16(w - 4).. of q.
-    const int mi = warp % 4;
-    const float* lhs = warp < 4 ? w_s : q_s;
-    float acc[kSliceTiles][4] = {};
+    // [w; q] S: role r < 4 takes rows 16r.. of w, role r >= 4 rows 16(r - 4).. of q.
+    const int mi = role % 4;
+    const float* lhs = role < 4 ? w_s : q_s;
+    float acc[kHalfTiles][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < dk; k0 += 16) {
       const FragA a = LoadARows(lhs, l.wld, 16 * mi, k0, lane);
 #pragma unroll
-      for (int nt = 0; nt < kSliceTiles; ++nt) {
-        Mma3(acc[nt], a, LoadBSplit(st_hi, st_lo, l.tld, k0, 8 * nt, lane));
+      for (int j = 0; j < kHalfTiles; ++j) {
+        Mma3(acc[j], a, LoadBSplit(st_hi, st_lo, l.tld, k0, 8 * (nt0 + j), lane));
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < kSliceTiles; ++nt) {
+    for (int j = 0; j < kHalfTiles; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
-        const int c = 8 * nt + 2 * t + (e & 1);
-        if (warp < 4) {
-          StoreSplit(vt_hi, vt_lo, c * l.vld + i, u_s[i * l.sld + c] - acc[nt][e]);
+        const int c = 8 * (nt0 + j) + 2 * t + (e & 1);
+        if (role < 4) {
+          StoreSplit(vt_hi, vt_lo, c * l.vld + i, u_s[i * l.sld + c] - acc[j][e]);
         } else {
-          acc[nt][e] *= gexp_s[i];
+          acc[j][e] *= gexp_s[i];
         }
       }
     }
@@ -661,47 +671,47 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (ci + 1 < chunks) issue1(ci + 1);
 
-    if (warp >= 4) {
+    if (role >= 4) {
       // o = e^G (q S) + A v_new; A is lower triangular: k steps 0..mi.
       for (int k0 = 0; k0 <= 16 * mi; k0 += 16) {
         const FragA a = LoadARows(a_s, l.ald, 16 * mi, k0, lane);
 #pragma unroll
-        for (int nt = 0; nt < kSliceTiles; ++nt) {
-          Mma3(acc[nt], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * nt, lane));
+        for (int j = 0; j < kHalfTiles; ++j) {
+          Mma3(acc[j], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * (nt0 + j), lane));
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < kSliceTiles; ++nt) {
+      for (int j = 0; j < kHalfTiles; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
-          const int c = 8 * nt + 2 * t + (e & 1);
+          const int c = 8 * (nt0 + j) + 2 * t + (e & 1);
           if (i < len && c < cols) {
-            p.out[(t0 + i) * p.out_ld + static_cast<int64_t>(h) * dv + c0 + c] = acc[nt][e];
+            p.out[(t0 + i) * p.out_ld + static_cast<int64_t>(h) * dv + c0 + c] = acc[j][e];
           }
         }
       }
     }
-    // S = e^{G_last} S + (f k)^T v_new: m-tile x of S (16 rows of dk) by warp x % 8.
+    // S = e^{G_last} S + (f k)^T v_new: m-tile x of S (16 rows of dk) by role x % 8.
     const float decay = decay_s[0];
-    for (int mx = warp; mx < m_tiles; mx += kWarps) {
-      float upd[kSliceTiles][4] = {};
+    for (int mx = role; mx < m_tiles; mx += 8) {
+      float upd[kHalfTiles][4] = {};
 #pragma unroll
       for (int k0 = 0; k0 < kC; k0 += 16) {
         const FragA a = LoadACols(k_s, l.kld, f_s, 16 * mx, k0, lane);
 #pragma unroll
-        for (int nt = 0; nt < kSliceTiles; ++nt) {
-          Mma3(upd[nt], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * nt, lane));
+        for (int j = 0; j < kHalfTiles; ++j) {
+          Mma3(upd[j], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * (nt0 + j), lane));
         }
       }
 #pragma unroll
-      for (int nt = 0; nt < kSliceTiles; ++nt) {
+      for (int j = 0; j < kHalfTiles; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int x = 16 * mx + g + (e >= 2 ? 8 : 0);
-          const int c = 8 * nt + 2 * t + (e & 1);
+          const int c = 8 * (nt0 + j) + 2 * t + (e & 1);
           float& s = s_s[x * l.sld + c];
-          s = fmaf(decay, s, upd[nt][e]);
+          s = fmaf(decay, s, upd[j][e]);
           StoreSplit(st_hi, st_lo, c * l.tld + x, s);
         }
       }
@@ -714,7 +724,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  for (int i = threadIdx.x; i < dk * kSlice; i += kThreads) {
+  for (int i = threadIdx.x; i < dk * kSlice; i += kScanThreads) {
     const int x = i / kSlice;
     const int c = i % kSlice;
     if (c < cols) state[static_cast<int64_t>(x) * dv + c0 + c] = s_s[x * l.sld + c];
@@ -767,8 +777,8 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
       if (e != hipSuccess) return e;
     }
     if (scan) {
-      LaunchKernel(ScanMmaKernel<kDk, kVec>, scan_grid, kThreads, scan_shared, stream, p, first,
-                   chunks, ws);
+      LaunchKernel(ScanMmaKernel<kDk, kVec>, scan_grid, kScanThreads, scan_shared, stream, p,
+                   first, chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
     }
