@@ -55,6 +55,7 @@ constexpr int kStages = 4;  // Stages in shared memory; kStages - 2 loads ahead.
 constexpr int kChunks = kK / 8;          // 16-byte chunks a row of a stage.
 constexpr int kBBytes = kCols * kK * 2;  // 32 KiB.
 constexpr int kAcc = kCols / 2;          // Accumulators a thread (64 x 256 / 128).
+constexpr int kMaxSharedBytes = 232448;  // The most shared memory an sm_90 block may opt into.
 
 // The block's shape for kWg warpgroups: tiles of 64 kWg picks by kCols weight columns.
 template <int kWg>
@@ -71,7 +72,7 @@ struct Shape {
   static constexpr int kBPer = (kCols + kRowStep - 1) / kRowStep;
   static_assert(kAPer * kRowStep == kTileRows && kRowStep % 16 == 0);
   static_assert(kStageBytes % kAlign == 0 && kABytes % kAlign == 0);
-  static_assert(kSharedBytes <= 232448);  // The most shared memory a block may take (sm_90).
+  static_assert(kSharedBytes <= kMaxSharedBytes);
 };
 
 // Grid: one block per (tile, group of columns), a tile's groups consecutive (blocks running
@@ -120,7 +121,8 @@ __global__ void __launch_bounds__(Shape<kWg>::kThreads, 1)
   // load a copy beat one address stepped by a constant stride (H200, an 80B-like layer at 8192
   // tokens: 1.67 against 1.79 ms; two warpgroups were faster with registers, 1.94 against 2.09).
   // Its columns step by a constant (kSilu: row0's gate or up half throughout, kRowStep / 2 act
-  // columns a step). Each thread reads only what it wrote.
+  // columns a step). A thread reads only entries of its own rows, which it wrote itself (the
+  // row's other threads write the same value), so no barrier is needed.
   const int64_t first = kSilu ? (row0 / 8) % 2 * n + group * (kCols / 2) + (row0 / 16) * 8 +
                                     row0 % 8
                               : group * kCols + row0;  // kSilu: n is the width.
@@ -166,8 +168,6 @@ __global__ void __launch_bounds__(Shape<kWg>::kThreads, 1)
     if (s < steps) load(s, static_cast<int64_t>(s) * kK);
     wgmma::CopyCommit();
   }
-  // The k loop and the stores for one kind of tile (each with accumulators of its own, so that
-  // nothing but the matrix instructions writes them between the instructions).
   // Stage `step`'s copies are in and visible to every thread's matrix instructions; stage
   // step + kAhead's copies are issued. Each thread's copies of stage `step` are made visible to
   // the instructions' reads, then every thread's (the barrier). Each warp waited for its
