@@ -6,7 +6,7 @@
 //
 // Usage: cairn_hip_kernel_bench [--quick] [--decode-products] [--moe-prefill]
 //                               [--prefill-attention] [--decode-batch] [--moe-decode]
-//                               [--launch-chain]
+//                               [--launch-chain] [--delta]
 //
 // --decode-products: only the decode products at the dense 9B-like model's shapes and four of
 // the MoE 80B-A3B-like model's (1, 4 and 16 rows), back-to-back calls over weights that do not
@@ -41,6 +41,10 @@
 // ones (hip::SetOverlappedLaunches), each issued one by one (the host's issue rate may set the
 // pace), queued behind a long device copy (the device's own cost) and replayed from a captured
 // graph.
+//
+// --delta: only the gated delta rule (one layer at 4096 and 32768 tokens, the matrix-unit
+// path's prepare and scan kernels apart), then hashes of its outputs and final state after one
+// call from fixed inputs at four shapes, to compare builds that should give the same bits.
 //
 // --prefill-attention: only the matrix-unit prefill attention at the dense 9B-like model's heads
 // (16 q / 4 kv heads of 256) for the four 8192-token passes of a 32K prefill and one 4096-token
@@ -483,6 +487,118 @@ int PrefillAttention() {
   return 0;
 }
 
+// The gated delta rule at Qwen3-Next-like linear-attention heads (16 k heads, 32 v heads,
+// 128 x 128): one layer's chunked call, the fp32 kernels, the matrix-unit path's two kernels
+// apart, the recurrent step.
+void DeltaRuleRows(HipKernelBackend& b, Bench& bench, bool quick, int reps) {
+  char label[160];
+  const int kh = 16, vh = 32, dk = 128, dv = 128;
+  const int64_t max_tokens = quick ? 4096 : 32768;
+  float* q = bench.Buffer(max_tokens * kh * dk, 14, -0.1f, 0.1f);
+  float* k = bench.Buffer(max_tokens * kh * dk, 15, -0.1f, 0.1f);
+  float* v = bench.Buffer(max_tokens * vh * dv, 16);
+  float* g = bench.Buffer(max_tokens * vh, 17, -0.5f, -0.01f);
+  float* beta = bench.Buffer(max_tokens * vh, 18, 0.1f, 0.9f);
+  float* state = bench.Buffer(vh * dk * dv, 19, -0.1f, 0.1f);
+  float* o = bench.Buffer(max_tokens * vh * dv, 20);
+  for (const int64_t tokens : {int64_t{4096}, int64_t{32768}}) {
+    if (tokens > max_tokens) continue;
+    const double t = bench.Time(
+        [&] {
+          b.GatedDeltaRule({q, k, v, g, beta, state, o, tokens, kh, vh, dk, dv, 64});
+        },
+        quick ? 2 : 5);
+    std::snprintf(label, sizeof label, "gated delta chunked %ld tokens (one layer)", tokens);
+    Row(label, t, "ktok/s", static_cast<double>(tokens), 1e3);
+  }
+  {
+    // The fp32 kernels (mma_delta off) at 4096 tokens, against the matrix-unit path above.
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
+        HipKernelBackend::Create({.mma_delta = false});
+    if (!fp32.ok()) Bench::Fail(fp32.status().ToString());
+    const double tf = bench.Time(
+        [&] {
+          (*fp32)->GatedDeltaRule({q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64});
+          Bench::Check((*fp32)->Synchronize(), "fp32 delta rule");
+        },
+        2);
+    Row("gated delta chunked 4096 tokens, fp32 kernels (mma_delta off)", tf, "ktok/s", 4096.0, 1e3);
+    // The matrix-unit path's two kernels apart (one segment of 4096 tokens).
+    const hip::GatedDeltaLaunch l{
+        q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64, int64_t{kh} * dk, int64_t{vh} * dv};
+    float* ws = bench.Buffer(hip::GatedDeltaMmaWorkspaceFloats(l, 4096), 21);
+    for (const bool prepare : {true, false}) {
+      const double tp = bench.Time(
+          [&] {
+            Bench::Check(
+                hip::GatedDeltaMmaParts(l, 4096, ws, prepare, !prepare, nullptr) == hipSuccess
+                    ? absl::OkStatus()
+                    : absl::InternalError("delta parts launch"),
+                "delta parts");
+            Bench::Check(hipStreamSynchronize(nullptr) == hipSuccess
+                             ? absl::OkStatus()
+                             : absl::InternalError("delta parts sync"),
+                         "delta parts sync");
+          },
+          3);
+      Row(prepare ? "gated delta 4096 tokens, matrix units: prepare kernel"
+                  : "gated delta 4096 tokens, matrix units: scan kernel",
+          tp, "ktok/s", 4096.0, 1e3);
+    }
+  }
+  const double t = bench.Time(
+      [&] {
+        b.GatedDeltaRule({q, k, v, g, beta, state, o, 1, kh, vh, dk, dv, 0});
+      },
+      reps * 5);
+  Row("gated delta recurrent 1 token (state read + write)", t, "GB/s", 2.0 * 4.0 * vh * dk * dv);
+  bench.Free();
+}
+
+// FNV-1a over `n` floats of device memory.
+uint64_t DeviceHash(HipKernelBackend& b, const float* p, int64_t n) {
+  std::vector<uint8_t> host(static_cast<size_t>(n) * sizeof(float));
+  Bench::Check(b.Download(host.data(), p, static_cast<int64_t>(host.size())), "hash download");
+  uint64_t h = 1469598103934665603ull;
+  for (const uint8_t x : host) h = (h ^ x) * 1099511628211ull;
+  return h;
+}
+
+// --delta: the delta rule's rows, then the bits of the chunked path (hashes of the outputs and
+// the final state after one call from fixed inputs) at shapes that take each of its code paths:
+// one segment, two segments ending in a partial chunk, dk 64, and unaligned q and k rows.
+int DeltaRule() {
+  const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
+  HipKernelBackend& b = *backend;
+  Bench bench(&b);
+  DeltaRuleRows(b, bench, false, 10);
+  struct Shape {
+    int kh, vh, dk, dv;
+    int64_t tokens;
+    int offset;  // Floats q and k start past their buffers' (aligned) starts.
+  };
+  for (const Shape& sh : {Shape{16, 32, 128, 128, 4096, 0}, Shape{16, 32, 128, 128, 5000, 0},
+                          Shape{4, 8, 64, 64, 777, 0}, Shape{16, 32, 128, 128, 1000, 1}}) {
+    const int64_t qk = sh.tokens * sh.kh * sh.dk + sh.offset;
+    float* q = bench.Buffer(qk, 14, -0.1f, 0.1f) + sh.offset;
+    float* k = bench.Buffer(qk, 15, -0.1f, 0.1f) + sh.offset;
+    float* v = bench.Buffer(sh.tokens * sh.vh * sh.dv, 16);
+    float* g = bench.Buffer(sh.tokens * sh.vh, 17, -0.5f, -0.01f);
+    float* beta = bench.Buffer(sh.tokens * sh.vh, 18, 0.1f, 0.9f);
+    float* state = bench.Buffer(static_cast<int64_t>(sh.vh) * sh.dk * sh.dv, 19, -0.1f, 0.1f);
+    float* o = bench.Buffer(sh.tokens * sh.vh * sh.dv, 20);
+    b.GatedDeltaRule({q, k, v, g, beta, state, o, sh.tokens, sh.kh, sh.vh, sh.dk, sh.dv, 64});
+    Bench::Check(b.Synchronize(), "delta rule");
+    std::printf("gated delta bits, %ld tokens, %d/%d heads of %d%s: out %016llx state %016llx\n",
+                sh.tokens, sh.kh, sh.vh, sh.dk, sh.offset != 0 ? ", unaligned q and k" : "",
+                static_cast<unsigned long long>(DeviceHash(b, o, sh.tokens * sh.vh * sh.dv)),
+                static_cast<unsigned long long>(
+                    DeviceHash(b, state, static_cast<int64_t>(sh.vh) * sh.dk * sh.dv)));
+    bench.Free();
+  }
+  return 0;
+}
+
 int Main(bool quick) {
   const std::unique_ptr<HipKernelBackend> backend = Bench::Backend();
   HipKernelBackend& b = *backend;
@@ -601,71 +717,7 @@ int Main(bool quick) {
     bench.Free();
   }
 
-  // Gated delta rule, Qwen3-Next-like linear-attention heads: 16 k heads, 32 v heads, 128 x 128.
-  {
-    const int kh = 16, vh = 32, dk = 128, dv = 128;
-    const int64_t max_tokens = quick ? 4096 : 32768;
-    float* q = bench.Buffer(max_tokens * kh * dk, 14, -0.1f, 0.1f);
-    float* k = bench.Buffer(max_tokens * kh * dk, 15, -0.1f, 0.1f);
-    float* v = bench.Buffer(max_tokens * vh * dv, 16);
-    float* g = bench.Buffer(max_tokens * vh, 17, -0.5f, -0.01f);
-    float* beta = bench.Buffer(max_tokens * vh, 18, 0.1f, 0.9f);
-    float* state = bench.Buffer(vh * dk * dv, 19, -0.1f, 0.1f);
-    float* o = bench.Buffer(max_tokens * vh * dv, 20);
-    for (const int64_t tokens : {int64_t{4096}, int64_t{32768}}) {
-      if (tokens > max_tokens) continue;
-      const double t = bench.Time(
-          [&] {
-            b.GatedDeltaRule({q, k, v, g, beta, state, o, tokens, kh, vh, dk, dv, 64});
-          },
-          quick ? 2 : 5);
-      std::snprintf(label, sizeof label, "gated delta chunked %ld tokens (one layer)", tokens);
-      Row(label, t, "ktok/s", static_cast<double>(tokens), 1e3);
-    }
-    {
-      // The fp32 kernels (mma_delta off) at 4096 tokens, against the matrix-unit path above.
-      absl::StatusOr<std::unique_ptr<HipKernelBackend>> fp32 =
-          HipKernelBackend::Create({.mma_delta = false});
-      if (!fp32.ok()) Bench::Fail(fp32.status().ToString());
-      const double tf = bench.Time(
-          [&] {
-            (*fp32)->GatedDeltaRule({q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64});
-            Bench::Check((*fp32)->Synchronize(), "fp32 delta rule");
-          },
-          2);
-      Row("gated delta chunked 4096 tokens, fp32 kernels (mma_delta off)", tf, "ktok/s", 4096.0,
-          1e3);
-      // The matrix-unit path's two kernels apart (one segment of 4096 tokens).
-      const hip::GatedDeltaLaunch l{
-          q, k, v, g, beta, state, o, 4096, kh, vh, dk, dv, 64, int64_t{kh} * dk, int64_t{vh} * dv};
-      float* ws = bench.Buffer(hip::GatedDeltaMmaWorkspaceFloats(l, 4096), 21);
-      for (const bool prepare : {true, false}) {
-        const double tp = bench.Time(
-            [&] {
-              Bench::Check(
-                  hip::GatedDeltaMmaParts(l, 4096, ws, prepare, !prepare, nullptr) == hipSuccess
-                      ? absl::OkStatus()
-                      : absl::InternalError("delta parts launch"),
-                  "delta parts");
-              Bench::Check(hipStreamSynchronize(nullptr) == hipSuccess
-                               ? absl::OkStatus()
-                               : absl::InternalError("delta parts sync"),
-                           "delta parts sync");
-            },
-            3);
-        Row(prepare ? "gated delta 4096 tokens, matrix units: prepare kernel"
-                    : "gated delta 4096 tokens, matrix units: scan kernel",
-            tp, "ktok/s", 4096.0, 1e3);
-      }
-    }
-    const double t = bench.Time(
-        [&] {
-          b.GatedDeltaRule({q, k, v, g, beta, state, o, 1, kh, vh, dk, dv, 0});
-        },
-        reps * 5);
-    Row("gated delta recurrent 1 token (state read + write)", t, "GB/s", 2.0 * 4.0 * vh * dk * dv);
-    bench.Free();
-  }
+  DeltaRuleRows(b, bench, quick, reps);
 
   // A row kernel: RMSNorm over 4096 x 4096.
   {
@@ -685,7 +737,7 @@ int Main(bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false, decode_products = false, moe_prefill = false, prefill_attention = false,
-       decode_batch = false, moe_decode = false, launch_chain = false;
+       decode_batch = false, moe_decode = false, launch_chain = false, delta = false;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
     decode_products = decode_products || std::strcmp(argv[i], "--decode-products") == 0;
@@ -694,8 +746,10 @@ int main(int argc, char** argv) {
     decode_batch = decode_batch || std::strcmp(argv[i], "--decode-batch") == 0;
     moe_decode = moe_decode || std::strcmp(argv[i], "--moe-decode") == 0;
     launch_chain = launch_chain || std::strcmp(argv[i], "--launch-chain") == 0;
+    delta = delta || std::strcmp(argv[i], "--delta") == 0;
   }
   if (launch_chain) return cairn::infer::LaunchChain();
+  if (delta) return cairn::infer::DeltaRule();
   if (moe_decode) return cairn::infer::MoeDecode();
   if (decode_batch) return cairn::infer::DecodeBatch();
   if (decode_products) return cairn::infer::DecodeProducts();
