@@ -197,8 +197,8 @@ __device__ inline FragB3 LoadBRows3(const float* m, int ld, int k0, int n0, int 
 }
 
 // The A fragment (16 x 16, rows m0.., columns k0..) of a row-major fp32 matrix in shared memory
-// with row stride `ld` (even), rows scaled by `scale` (null: 1). Lane (g, t) holds rows g and
-// g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9.
+// with row stride `ld` (even), split into its pieces. Lane (g, t) holds rows g and g + 8,
+// columns 2t, 2t + 1, 2t + 8, 2t + 9.
 __device__ inline FragA LoadARows(const float* m, int ld, int m0, int k0, int lane) {
   const int g = lane / 4;
   const int t = lane % 4;
