@@ -43,8 +43,9 @@
 // graph.
 //
 // --delta: only the gated delta rule (one layer at 4096 and 32768 tokens, the matrix-unit
-// path's prepare and scan kernels apart), then hashes of its outputs and final state after one
-// call from fixed inputs at four shapes, to compare builds that should give the same bits.
+// path's prepare and scan kernels apart), then XXH3 hashes of its outputs and final state
+// after one call from fixed inputs at four shapes, to compare builds that should give the
+// same bits.
 //
 // --prefill-attention: only the matrix-unit prefill attention at the dense 9B-like model's heads
 // (16 q / 4 kv heads of 256) for the four 8192-token passes of a 32K prefill and one 4096-token
@@ -63,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checksum/checksum.h"
 #include "services/infer/kernels/hip/gpu_blas.h"
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
@@ -555,13 +557,12 @@ void DeltaRuleRows(HipKernelBackend& b, Bench& bench, bool quick, int reps) {
   bench.Free();
 }
 
-// FNV-1a over `n` floats of device memory.
+// XXH3-64 of `n` floats of device memory.
 uint64_t DeviceHash(HipKernelBackend& b, const float* p, int64_t n) {
-  std::vector<uint8_t> host(static_cast<size_t>(n) * sizeof(float));
-  Bench::Check(b.Download(host.data(), p, static_cast<int64_t>(host.size())), "hash download");
-  uint64_t h = 1469598103934665603ull;
-  for (const uint8_t x : host) h = (h ^ x) * 1099511628211ull;
-  return h;
+  std::vector<float> host(static_cast<size_t>(n));
+  Bench::Check(b.Download(host.data(), p, n * static_cast<int64_t>(sizeof(float))),
+               "hash download");
+  return Xxh3(host.data(), host.size() * sizeof(float));
 }
 
 // --delta: the delta rule's rows, then the bits of the chunked path (hashes of the outputs and
