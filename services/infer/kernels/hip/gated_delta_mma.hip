@@ -18,7 +18,9 @@
 //    matrix units; B = beta_i (k_i . k_j) e^{G_i - G_j} (j < i) and
 //    A = (q_i . k_j) e^{G_i - G_j} (j <= i); T = (I + B)^-1 in fp32, in blocks of 16 rows (the
 //    diagonal blocks by forward substitution, then block row by block row); then u = T (beta v)
-//    and w = T (beta e^G k) on the matrix units;
+//    and w = T (beta e^G k) on the matrix units. It writes the scan's matrix operands split
+//    into their bf16 pieces (w, q, A and f k, each product rounded to fp32 first), so that the
+//    scan's serial chunk loop loads them instead of splitting them;
 //  - scan, one block of 16 warps per (v-head, slice of kSlice state columns), walking the
 //    chunks in order with the state slice in shared memory: [w; q] S on the matrix units,
 //    v_new = u - w S, o = e^G (q S) + A v_new, S = e^{G_last} S + (f k)^T v_new
@@ -85,17 +87,21 @@ struct Params {
 };
 
 // Workspace of one (v-head, chunk): every section a multiple of 4 floats (16-byte copies).
+// a, w and q are stored split (StorePair: each pair of columns (2c, 2c + 1) of a row holds its
+// hi pieces' word, then its lo pieces', in the place of the two fp32 values), fk split in row
+// pairs (StoreRowPairs).
 struct Work {
-  float* a;      // [kC, kC]: (q_i . k_j) e^{G_i - G_j}, j <= i; 0 elsewhere.
+  float* a;      // [kC, kC]: (q_i . k_j) e^{G_i - G_j}, j <= i; 0 elsewhere. Split.
   float* u;      // [kC, dv]: T beta v (zero rows past the chunk's tokens).
-  float* w;      // [kC, dk]: T beta e^G k.
+  float* w;      // [kC, dk]: T beta e^G k. Split.
+  float* q;      // [kC, dk]: the chunk's q rows (zero rows past its tokens). Split.
+  float* fk;     // [kC, dk]: row i of k times f_i = e^{G_last - G_i}. Split in row pairs.
   float* gexp;   // [kC]: e^{G_i}
-  float* f;      // [kC]: e^{G_last - G_i}
   float* decay;  // [4]: e^{G_last}, then padding.
 };
 
 __host__ __device__ inline int64_t WorkFloats(int dk, int dv) {
-  return static_cast<int64_t>(kC) * (kC + dv + dk + 2) + 4;
+  return static_cast<int64_t>(kC) * (kC + dv + 3 * dk + 1) + 4;
 }
 
 __device__ inline Work WorkAt(float* ws, int64_t index, int dk, int dv) {
@@ -103,9 +109,10 @@ __device__ inline Work WorkAt(float* ws, int64_t index, int dk, int dv) {
   c.a = ws + index * WorkFloats(dk, dv);
   c.u = c.a + kC * kC;
   c.w = c.u + static_cast<int64_t>(kC) * dv;
-  c.gexp = c.w + static_cast<int64_t>(kC) * dk;
-  c.f = c.gexp + kC;
-  c.decay = c.f + kC;
+  c.q = c.w + static_cast<int64_t>(kC) * dk;
+  c.fk = c.q + static_cast<int64_t>(kC) * dk;
+  c.gexp = c.fk + static_cast<int64_t>(kC) * dk;
+  c.decay = c.gexp + kC;
   return c;
 }
 
@@ -126,6 +133,14 @@ __device__ inline uint32_t Pack2(float a, float b) {
 __device__ inline void Split2(float a, float b, uint32_t& hi, uint32_t& lo) {
   hi = Pack2(a, b);
   lo = Pack2(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
+}
+
+// Stores (a, b) split over the two floats at `dst` (8-byte aligned): the hi pieces' word, then
+// the lo pieces' (Split2), which LoadAPairs reads back as a fragment's pieces.
+__device__ inline void StorePair(float* dst, float a, float b) {
+  uint2 x;
+  Split2(a, b, x.x, x.y);
+  *reinterpret_cast<uint2*>(dst) = x;
 }
 
 // An operand fragment split into its two pieces.
@@ -213,10 +228,9 @@ __device__ inline FragA LoadARows(const float* m, int ld, int m0, int k0, int la
   return f;
 }
 
-// The A fragment whose element (r, c) is m[c * ld + r] * scale[c] (a transposed operand:
-// columns of the fragment are rows of `m`).
-__device__ inline FragA LoadACols(const float* m, int ld, const float* scale, int m0, int k0,
-                                  int lane) {
+// LoadARows' fragment from a matrix stored split (StorePair): the same pieces, read instead of
+// computed.
+__device__ inline FragA LoadAPairs(const float* m, int ld, int m0, int k0, int lane) {
   const int g = lane / 4;
   const int t = lane % 4;
   FragA f;
@@ -224,9 +238,41 @@ __device__ inline FragA LoadACols(const float* m, int ld, const float* scale, in
   for (int r = 0; r < 4; ++r) {
     const int row = m0 + g + (r & 1) * 8;
     const int col = k0 + 2 * t + (r >> 1) * 8;
-    const float a = m[col * ld + row] * scale[col];
-    const float b = m[(col + 1) * ld + row] * scale[col + 1];
-    Split2(a, b, f.hi[r], f.lo[r]);
+    const uint2 x = *reinterpret_cast<const uint2*>(m + row * ld + col);
+    f.hi[r] = x.x;
+    f.lo[r] = x.y;
+  }
+  return f;
+}
+
+// Stores the pairs (a[j], b[j]) of two rows' four columns split across those rows: the hi
+// pieces' words over row `r0`'s four floats, the lo pieces' over row `r1`'s (16-byte aligned).
+// LoadAColPairs reads them back.
+__device__ inline void StoreRowPairs(float* r0, float* r1, const float (&a)[4],
+                                     const float (&b)[4]) {
+  uint4 hi, lo;
+  Split2(a[0], b[0], hi.x, lo.x);
+  Split2(a[1], b[1], hi.y, lo.y);
+  Split2(a[2], b[2], hi.z, lo.z);
+  Split2(a[3], b[3], hi.w, lo.w);
+  *reinterpret_cast<uint4*>(r0) = hi;
+  *reinterpret_cast<uint4*>(r1) = lo;
+}
+
+// The A fragment whose element (x, c) is row c's value at column x (a transposed operand:
+// columns of the fragment are rows), from rows stored split in row pairs (StoreRowPairs) in
+// `m`: element (c, x) of an even row c holds the hi pieces of rows c and c + 1 at column x,
+// element (c + 1, x) their lo pieces.
+__device__ inline FragA LoadAColPairs(const float* m, int ld, int m0, int k0, int lane) {
+  const int g = lane / 4;
+  const int t = lane % 4;
+  FragA f;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = m0 + g + (r & 1) * 8;
+    const int col = k0 + 2 * t + (r >> 1) * 8;
+    f.hi[r] = __float_as_uint(m[col * ld + row]);
+    f.lo[r] = __float_as_uint(m[(col + 1) * ld + row]);
   }
   return f;
 }
@@ -341,10 +387,10 @@ constexpr int kSolveBlocks = kC / kSolveBlock;
 
 size_t PrepSharedFloats(int dk, int dv) {
   const int wide = dk > dv ? dk : dv;
-  // k rows, q rows (then v rows), B, T, the solve's block products, and G, beta, beta e^G.
+  // k rows, q rows (then v rows), B, T, the solve's block products, and G, beta, beta e^G, f.
   return static_cast<size_t>(kC) * (dk + kPadPairs) + static_cast<size_t>(kC) * (wide + kPadPairs) +
          static_cast<size_t>(kC) * (kC + 4) + static_cast<size_t>(kC) * (kC + kPadPairs) +
-         (kSolveBlocks - 1) * kSolveBlock * kSolveBlock + 3 * kC;
+         (kSolveBlocks - 1) * kSolveBlock * kSolveBlock + 4 * kC;
 }
 
 // T = (I + B)^-1 (B strictly lower triangular, zeros elsewhere; T zeros on entry) in blocks of
@@ -414,6 +460,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* cum = scratch + (kSolveBlocks - 1) * kSolveBlock * kSolveBlock;
   float* beta = cum + kC;
   float* rk = beta + kC;
+  float* fs = rk + kC;
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int64_t ci = blockIdx.y;
@@ -446,12 +493,22 @@ __global__ void __launch_bounds__(kThreads, 2)
       cum[i] = acc;
     }
   }
+  // The scan's q rows, split (zeros past the chunk's tokens, as staged).
+  for (int i = tid; i < kC * dk / 4; i += kThreads) {
+    const int r = i / (dk / 4);
+    const int c = (i % (dk / 4)) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(qs + r * qld + c);
+    uint4 y;
+    Split2(x.x, x.y, y.x, y.y);
+    Split2(x.z, x.w, y.z, y.w);
+    *reinterpret_cast<uint4*>(work.q + r * dk + c) = y;
+  }
   __syncthreads();
   for (int i = tid; i < kC; i += kThreads) {
     const float e = expf(cum[i]);
     rk[i] = beta[i] * e;
     work.gexp[i] = e;
-    work.f[i] = expf(cum[kC - 1] - cum[i]);
+    fs[i] = expf(cum[kC - 1] - cum[i]);
   }
   if (tid == 0) {
     work.decay[0] = expf(cum[kC - 1]);
@@ -481,15 +538,18 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < 4; e += 2) {
       const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
-      const int j = 8 * ni + 2 * t + (e & 1);
-      const float decay = expf(cum[i] - cum[j]);
-      if (is_q) {
-        work.a[i * kC + j] = j <= i ? c[e] * decay : 0.0f;
-      } else if (j < i) {
-        bm[i * bld + j] = beta[i] * c[e] * decay;
+      const int j = 8 * ni + 2 * t;
+      float x[2];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const float decay = expf(cum[i] - cum[j + h2]);
+        // Rounded to fp32 before the split (no fused multiply-add into it).
+        x[h2] = j + h2 <= i ? __fmul_rn(c[e + h2], decay) : 0.0f;
+        if (!is_q && j + h2 < i) bm[i * bld + j + h2] = beta[i] * c[e + h2] * decay;
       }
+      if (is_q) StorePair(work.a + i * kC + j, x[0], x[1]);
     }
   }
   // A's tiles above the diagonal are zeros.
@@ -498,10 +558,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  // v rows into the q rows' place, copied while T = (I + B)^-1 is solved.
+  // v rows into the q rows' place, copied while f k is written and T = (I + B)^-1 solved.
   CopyTile<kVec>(qs, qld, p.v + t0 * p.v_ld + static_cast<int64_t>(h) * dv, p.v_ld, kC, dv, len,
                  dv);
   CopyCommit();
+  // The scan's f k, split in row pairs; each product rounded to fp32 before the split.
+  for (int i = tid; i < kC / 2 * (dk / 4); i += kThreads) {
+    const int r = 2 * (i / (dk / 4));
+    const int c = (i % (dk / 4)) * 4;
+    const float4 x0 = *reinterpret_cast<const float4*>(ks + r * kld + c);
+    const float4 x1 = *reinterpret_cast<const float4*>(ks + (r + 1) * kld + c);
+    const float f0 = fs[r];
+    const float f1 = fs[r + 1];
+    const float a[4] = {__fmul_rn(x0.x, f0), __fmul_rn(x0.y, f0), __fmul_rn(x0.z, f0),
+                        __fmul_rn(x0.w, f0)};
+    const float b[4] = {__fmul_rn(x1.x, f1), __fmul_rn(x1.y, f1), __fmul_rn(x1.z, f1),
+                        __fmul_rn(x1.w, f1)};
+    StoreRowPairs(work.fk + r * dk + c, work.fk + (r + 1) * dk + c, a, b);
+  }
   InvertUnitLower(bm, bld, tm, tld, scratch);
   CopyWait<0>();
   __syncthreads();
@@ -523,10 +597,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       float* dst = is_u ? work.u : work.w;
       const int ld = is_u ? dv : dk;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; e += 2) {
         const int i = 16 * mi + g + (e >= 2 ? 8 : 0);
-        const int j = n0 + 2 * t + (e & 1);
-        dst[i * ld + j] = c[e];
+        const int j = n0 + 2 * t;
+        if (is_u) {
+          dst[i * ld + j] = c[e];
+          dst[i * ld + j + 1] = c[e + 1];
+        } else {
+          StorePair(dst + i * ld + j, c[e], c[e + 1]);
+        }
       }
     }
   }
@@ -535,10 +614,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 // --- scan -----------------------------------------------------------------------------------
 
 struct ScanLayout {
-  int wld, kld, ald, sld;  // Row strides of the fp32 arrays (floats).
+  int wld, kld, ald, sld;  // Row strides of w, q, k, A (split pairs) and u, S (fp32), in floats.
   int vld, tld;            // Row strides of the split v_new^T and S^T (bf16 elements).
   // Offsets in floats; vt and st hold the hi pieces, then the lo pieces.
-  size_t w, q, k, a, u, vt, s, st, gexp, f, decay, total;
+  size_t w, q, k, a, u, vt, s, st, gexp, decay, total;
 };
 
 __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
@@ -559,8 +638,7 @@ __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
   l.s = l.vt + static_cast<size_t>(kSlice) * l.vld;  // Two bf16 arrays of kSlice x vld.
   l.st = l.s + static_cast<size_t>(dk) * l.sld;
   l.gexp = l.st + static_cast<size_t>(kSlice) * l.tld;
-  l.f = l.gexp + kC;
-  l.decay = l.f + kC;
+  l.decay = l.gexp + kC;
   l.total = l.decay + 4;
   return l;
 }
@@ -569,7 +647,8 @@ __host__ __device__ inline ScanLayout ScanLayoutOf(int dk) {
 // A warp's role is warp % 8 and its n-tiles of the slice the half warp / 8: roles 0-3 take w's
 // m-tiles and roles 4-7 q's in [w; q] S; then roles 4-7 finish o while every warp updates its
 // m-tiles of the state. Each output is the same chain of instructions whichever warp runs it.
-template <int kDk, bool kVec>
+// Every matrix operand comes split from the prepare kernel's workspace.
+template <int kDk>
 __global__ void __launch_bounds__(kScanThreads)
     ScanMmaKernel(Params p, int64_t first, int64_t chunks, const float* ws) {
   KernelEntry();
@@ -588,10 +667,8 @@ __global__ void __launch_bounds__(kScanThreads)
   uint16_t* st_hi = reinterpret_cast<uint16_t*>(smem + l.st);
   uint16_t* st_lo = st_hi + kSlice * l.tld;
   float* gexp_s = smem + l.gexp;
-  float* f_s = smem + l.f;
   float* decay_s = smem + l.decay;
   const int h = blockIdx.x;
-  const int kh = h / p.ratio;
   const int c0 = blockIdx.y * kSlice;
   const int cols = dv - c0 < kSlice ? dv - c0 : kSlice;
   const int warp = threadIdx.x / 32;
@@ -602,26 +679,19 @@ __global__ void __launch_bounds__(kScanThreads)
   const int t = lane % 4;
   float* state = p.state + static_cast<int64_t>(h) * dk * dv;
 
-  // The chunk's w, q, u and e^G (group 1) and k, A, f and e^{G_last} (group 2).
+  // The chunk's w, q, u and e^G (group 1) and f k, A and e^{G_last} (group 2).
   auto issue1 = [&](int64_t ci) {
-    const int64_t t0 = first + ci * kC;
-    const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
     const Work work = WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, dk, dv);
     CopyTile<true, kScanThreads>(w_s, l.wld, work.w, dk, kC, dk, kC, dk);
-    CopyTile<kVec, kScanThreads>(q_s, l.wld, p.q + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk,
-                                 p.qk_ld, kC, dk, len, dk);
+    CopyTile<true, kScanThreads>(q_s, l.wld, work.q, dk, kC, dk, kC, dk);
     CopyTile<true, kScanThreads>(u_s, l.sld, work.u + c0, dv, kC, kSlice, kC, cols);
     CopyTile<true, kScanThreads>(gexp_s, kC, work.gexp, kC, 1, kC, 1, kC);
     CopyCommit();
   };
   auto issue2 = [&](int64_t ci) {
-    const int64_t t0 = first + ci * kC;
-    const int len = static_cast<int>(p.tokens - t0 < kC ? p.tokens - t0 : kC);
     const Work work = WorkAt(const_cast<float*>(ws), static_cast<int64_t>(h) * chunks + ci, dk, dv);
-    CopyTile<kVec, kScanThreads>(k_s, l.kld, p.k + t0 * p.qk_ld + static_cast<int64_t>(kh) * dk,
-                                 p.qk_ld, kC, dk, len, dk);
+    CopyTile<true, kScanThreads>(k_s, l.kld, work.fk, dk, kC, dk, kC, dk);
     CopyTile<true, kScanThreads>(a_s, l.ald, work.a, kC, kC, kC, kC, kC);
-    CopyTile<true, kScanThreads>(f_s, kC, work.f, kC, 1, kC, 1, kC);
     CopyTile<true, kScanThreads>(decay_s, 4, work.decay, 4, 1, 4, 1, 4);
     CopyCommit();
   };
@@ -648,7 +718,7 @@ __global__ void __launch_bounds__(kScanThreads)
     float acc[kHalfTiles][4] = {};
 #pragma unroll
     for (int k0 = 0; k0 < dk; k0 += 16) {
-      const FragA a = LoadARows(lhs, l.wld, 16 * mi, k0, lane);
+      const FragA a = LoadAPairs(lhs, l.wld, 16 * mi, k0, lane);
 #pragma unroll
       for (int j = 0; j < kHalfTiles; ++j) {
         Mma3(acc[j], a, LoadBSplit(st_hi, st_lo, l.tld, k0, 8 * (nt0 + j), lane));
@@ -667,14 +737,14 @@ __global__ void __launch_bounds__(kScanThreads)
         }
       }
     }
-    CopyWait<0>();  // k, A, f and e^{G_last} of this chunk.
+    CopyWait<0>();  // f k, A and e^{G_last} of this chunk.
     __syncthreads();
     if (ci + 1 < chunks) issue1(ci + 1);
 
     if (role >= 4) {
       // o = e^G (q S) + A v_new; A is lower triangular: k steps 0..mi.
       for (int k0 = 0; k0 <= 16 * mi; k0 += 16) {
-        const FragA a = LoadARows(a_s, l.ald, 16 * mi, k0, lane);
+        const FragA a = LoadAPairs(a_s, l.ald, 16 * mi, k0, lane);
 #pragma unroll
         for (int j = 0; j < kHalfTiles; ++j) {
           Mma3(acc[j], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * (nt0 + j), lane));
@@ -698,7 +768,7 @@ __global__ void __launch_bounds__(kScanThreads)
       float upd[kHalfTiles][4] = {};
 #pragma unroll
       for (int k0 = 0; k0 < kC; k0 += 16) {
-        const FragA a = LoadACols(k_s, l.kld, f_s, 16 * mx, k0, lane);
+        const FragA a = LoadAColPairs(k_s, l.kld, 16 * mx, k0, lane);
 #pragma unroll
         for (int j = 0; j < kHalfTiles; ++j) {
           Mma3(upd[j], a, LoadBSplit(vt_hi, vt_lo, l.vld, k0, 8 * (nt0 + j), lane));
@@ -716,7 +786,7 @@ __global__ void __launch_bounds__(kScanThreads)
         }
       }
     }
-    __syncthreads();  // k, A, f, v_new and the old state are no longer read.
+    __syncthreads();  // f k, A, v_new and the old state are no longer read.
     if (ci + 1 < chunks) {
       issue2(ci + 1);
       CopyWait<1>();  // w, q, u and e^G of the next chunk.
@@ -762,7 +832,7 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
     e = hipFuncSetAttribute(reinterpret_cast<const void*>(PrepMmaKernel<kDk, kVec>),
                             hipFuncAttributePreferredSharedMemoryCarveout, 100);
   }
-  if (e == hipSuccess) e = AllowSharedBytes(ScanMmaKernel<kDk, kVec>, scan_shared);
+  if (e == hipSuccess) e = AllowSharedBytes(ScanMmaKernel<kDk>, scan_shared);
   if (e != hipSuccess) return e;
   const dim3 scan_grid(static_cast<unsigned int>(p.v_heads),
                        static_cast<unsigned int>(CeilDiv(p.dv, kSlice)));
@@ -777,7 +847,7 @@ hipError_t RunMma(const Params& p, int64_t segment, float* ws, bool prepare, boo
       if (e != hipSuccess) return e;
     }
     if (scan) {
-      LaunchKernel(ScanMmaKernel<kDk, kVec>, scan_grid, kScanThreads, scan_shared, stream, p,
+      LaunchKernel(ScanMmaKernel<kDk>, scan_grid, kScanThreads, scan_shared, stream, p,
                    first, chunks, ws);
       e = hipGetLastError();
       if (e != hipSuccess) return e;
