@@ -422,8 +422,8 @@ class KernelBackend {
   // `inputs`' GdnGates and L2NormalizeTwo calls, then GatedDeltaRuleBatch(batch), whose q, k, g
   // and beta point into inputs.q, .k, .g and .beta (sequence rows of the same token rows). The
   // default makes the three calls; a device backend may instead normalise and gate inside the
-  // rule's decode steps, with the same outputs and states, leaving q, k, g and beta unwritten
-  // (the caller must not read them afterwards).
+  // rule (its decode steps, its chunked form's preparation), with the same outputs and states,
+  // leaving q, k, g and beta unwritten (the caller must not read them afterwards).
   virtual void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
                                    absl::Span<const GatedDeltaArgs> batch);
 

@@ -13,7 +13,9 @@
 // passes) leaves the bits unchanged.
 //
 // Per segment of the call, two kernels:
-//  - prepare, one block per (v-head, chunk): cumulative log decays G (fp32, in token order);
+//  - prepare, one block per (v-head, chunk): with GatedDeltaMmaInputs, first the chunk's q
+//    and k rows L2-normalised and its gates worked out from the projection rows (the arithmetic
+//    of L2NormalizeTwo and GdnGates); cumulative log decays G (fp32, in token order);
 //    K K^T (three pieces each, six products: the solve amplifies its rounding) and Q K^T on the
 //    matrix units; B = beta_i (k_i . k_j) e^{G_i - G_j} (j < i) and
 //    A = (q_i . k_j) e^{G_i - G_j} (j <= i); T = (I + B)^-1 in fp32, in blocks of 16 rows (the
@@ -42,7 +44,8 @@ int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch&, int64_t) { return 
 hipError_t GatedDeltaMma(const GatedDeltaLaunch&, int64_t, float*, hipStream_t) {
   return hipErrorNotSupported;
 }
-hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch&, int64_t, float*, bool, bool, hipStream_t) {
+hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch&, int64_t, float*, bool, bool,
+                              const GatedDeltaMmaInputs*, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -84,6 +87,12 @@ struct Params {
   int64_t qk_ld;
   int64_t v_ld;
   int64_t out_ld;
+  // GatedDeltaMmaInputs: token t's projection row is gate_rows + t gate_ld (its b and a
+  // values give the gates; g and beta are then not read) and q, k are the rows before their L2
+  // normalisation. Null: g, beta and q, k as given.
+  const float* gate_rows;
+  int64_t gate_ld;
+  GatedDeltaPrepArgs prep;
 };
 
 // Workspace of one (v-head, chunk): every section a multiple of 4 floats (16-byte copies).
@@ -479,13 +488,31 @@ __global__ void __launch_bounds__(kThreads, 2)
   CopyTile<kVec>(qs, qld, p.q + qk_off, p.qk_ld, kC, dk, len, dk);
   CopyCommit();
   for (int i = tid; i < kC; i += kThreads) {
-    cum[i] = i < len ? p.g[(t0 + i) * p.v_heads + h] : 0.0f;
-    beta[i] = i < len ? p.beta[(t0 + i) * p.v_heads + h] : 0.0f;
+    if (i >= len) {
+      cum[i] = beta[i] = 0.0f;
+    } else if (p.gate_rows != nullptr) {
+      // As GdnGates works them out.
+      const float* row = p.gate_rows + (t0 + i) * p.gate_ld;
+      GdnGate(row[p.prep.b_offset + h], row[p.prep.a_offset + h], p.prep.dt_bias[h],
+              p.prep.neg_a[h], &cum[i], &beta[i]);
+    } else {
+      cum[i] = p.g[(t0 + i) * p.v_heads + h];
+      beta[i] = p.beta[(t0 + i) * p.v_heads + h];
+    }
   }
   for (int i = tid; i < kC * bld; i += kThreads) bm[i] = 0.0f;
   for (int i = tid; i < kC * tld; i += kThreads) tm[i] = 0.0f;
   CopyWait<0>();
   __syncthreads();
+  if (p.gate_rows != nullptr) {
+    // The chunk's k rows, then its q rows, L2-normalised in place as the L2 norm kernels
+    // normalise them (rows past the chunk stay zeros).
+    for (int r = warp; r < 2 * len; r += kWarps) {
+      float* row = r < len ? ks + r * kld : qs + (r - len) * qld;
+      WarpL2Normalize(row, dk, p.prep.eps, r < len ? 1.0f : p.prep.q_scale, row);
+    }
+    __syncthreads();
+  }
   if (tid == 0) {
     float acc = 0.0f;
     for (int i = 0; i < kC; ++i) {
@@ -818,6 +845,9 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
   p.qk_ld = a.qk_ld;
   p.v_ld = a.v_ld;
   p.out_ld = static_cast<int64_t>(a.v_heads) * a.dv;
+  p.gate_rows = nullptr;
+  p.gate_ld = 0;
+  p.prep = {};
   return p;
 }
 
@@ -875,13 +905,20 @@ int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_
 
 hipError_t GatedDeltaMma(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                          hipStream_t stream) {
-  return GatedDeltaMmaParts(a, segment_tokens, workspace, true, true, stream);
+  return GatedDeltaMmaParts(a, segment_tokens, workspace, true, true, nullptr, stream);
 }
 
 hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
-                              bool prepare, bool scan, hipStream_t stream) {
+                              bool prepare, bool scan, const GatedDeltaMmaInputs* inputs,
+                              hipStream_t stream) {
   if (a.tokens == 0) return hipSuccess;
-  const Params p = ParamsOf(a);
+  Params p = ParamsOf(a);
+  if (inputs != nullptr) {
+    if (inputs->gate_rows == nullptr || inputs->gate_ld < 0) return hipErrorInvalidValue;
+    p.gate_rows = inputs->gate_rows;
+    p.gate_ld = inputs->gate_ld;
+    p.prep = inputs->prep;
+  }
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return hipErrorInvalidValue;
   // q, k and v rows are copied 16 bytes at a time where aligned (dk is 64 or 128, dv a multiple of
   // 8; rows a multiple of 4 floats apart), else 4.

@@ -647,22 +647,34 @@ hip::GatedDeltaLaunch LaunchOf(const GatedDeltaArgs& a) {
 void HipKernelBackend::GatedDeltaRule(const GatedDeltaArgs& a) {
   if (!Enter() || a.tokens == 0 || !CheckGatedDelta(a)) return;
   const hip::GatedDeltaLaunch l = LaunchOf(a);
-  int64_t segment = options_.delta_segment_tokens;
-  if (a.chunk > 0) {
-    // Whole chunks, and no more chunks per segment than a grid dimension takes.
-    constexpr int64_t kMaxGridY = 65535;
-    segment = std::clamp<int64_t>(segment / a.chunk, 1, kMaxGridY) * a.chunk;
-  }
-  float* ws = nullptr;
   if (options_.mma_delta && hip::GatedDeltaMmaSupported(l, max_shared_bytes_)) {
-    const int64_t ws_floats = hip::GatedDeltaMmaWorkspaceFloats(l, segment);
-    if ((ws = Workspace(ws_floats)) == nullptr) return;
-    Check(hip::GatedDeltaMma(l, segment, ws, compute_), "gated delta (matrix units) launch");
+    GatedDeltaMmaCall(l, nullptr);
     return;
   }
+  const int64_t segment = DeltaSegment(a.chunk);
+  float* ws = nullptr;
   const int64_t ws_floats = hip::GatedDeltaWorkspaceFloats(l, segment);
   if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
   Check(hip::GatedDelta(l, segment, ws, compute_), "gated delta launch");
+}
+
+int64_t HipKernelBackend::DeltaSegment(int chunk) const {
+  int64_t segment = options_.delta_segment_tokens;
+  if (chunk > 0) {
+    // Whole chunks, and no more chunks per segment than a grid dimension takes.
+    constexpr int64_t kMaxGridY = 65535;
+    segment = std::clamp<int64_t>(segment / chunk, 1, kMaxGridY) * chunk;
+  }
+  return segment;
+}
+
+void HipKernelBackend::GatedDeltaMmaCall(const hip::GatedDeltaLaunch& l,
+                                         const hip::GatedDeltaMmaInputs* inputs) {
+  const int64_t segment = DeltaSegment(l.chunk);
+  float* ws = Workspace(hip::GatedDeltaMmaWorkspaceFloats(l, segment));
+  if (ws == nullptr) return;
+  Check(hip::GatedDeltaMmaParts(l, segment, ws, true, true, inputs, compute_),
+        "gated delta (matrix units) launch");
 }
 
 void HipKernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) {
@@ -697,28 +709,38 @@ void HipKernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batc
 
 void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
                                            absl::Span<const GatedDeltaArgs> batch) {
-  // One launch where every sequence takes one recurrent step whose q, k, g and beta are the
-  // inputs' rows of one token each; otherwise the three calls.
-  bool fused = fuse_delta_inputs_ && hip::GatedDeltaPreparedSupported() && !batch.empty() &&
-               static_cast<int>(batch.size()) <= hip::GatedDeltaMaxBatch() && in.v_heads > 0 &&
-               in.qk_ld > 0 && in.dk <= hip::GatedDeltaPreparedMaxHeadDim();
-  std::vector<hip::GatedDeltaLaunch> run;
-  std::vector<const float*> gate_rows;
+  // Each call's q, k, g and beta must be the inputs' rows of its own tokens. Then the decode
+  // steps (one token, recurrent, equal dv) go in launches that normalise q and k and work out
+  // the gates inside the rule's blocks, and the chunked calls on the matrix units each do that
+  // in their prepare kernels; if any call can do neither, the three calls.
+  bool fused = fuse_delta_inputs_ && hip::GatedDeltaPreparedSupported() && in.v_heads > 0 &&
+               in.qk_ld > 0 && in.proj_ld >= 0;
+  std::vector<hip::GatedDeltaLaunch> steps, chunked;
+  std::vector<const float*> step_rows, chunked_rows;
   for (size_t i = 0; fused && i < batch.size(); ++i) {
     const GatedDeltaArgs& a = batch[i];
+    if (a.tokens == 0) continue;
     // a.g's place in in.g, in floats (any pointers: compared as addresses).
     const auto bytes =
         static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.g) - reinterpret_cast<uintptr_t>(in.g));
     const int64_t at = bytes / static_cast<int64_t>(sizeof(float));
     const int64_t r = at / in.v_heads;
-    fused = a.tokens == 1 && a.chunk == 0 && a.dk == in.dk && a.dv == batch[0].dv &&
-            a.k_heads == in.k_heads && a.v_heads == in.v_heads && bytes >= 0 &&
-            bytes % sizeof(float) == 0 && at % in.v_heads == 0 && r < in.tokens &&
-            a.beta == in.beta + at && a.q == in.q + r * in.qk_ld && a.k == in.k + r * in.qk_ld;
+    fused = a.tokens > 0 && a.dk == in.dk && a.k_heads == in.k_heads && a.v_heads == in.v_heads &&
+            bytes >= 0 && bytes % sizeof(float) == 0 && at % in.v_heads == 0 &&
+            r + a.tokens <= in.tokens && a.beta == in.beta + at && a.q == in.q + r * in.qk_ld &&
+            a.k == in.k + r * in.qk_ld && (a.tokens == 1 || a.qk_stride() == in.qk_ld);
     for (size_t j = 0; fused && j < i; ++j) fused = batch[j].state != a.state;
-    if (fused) {
-      run.push_back(LaunchOf(a));
-      gate_rows.push_back(in.proj + r * in.proj_ld);
+    if (!fused) break;
+    const hip::GatedDeltaLaunch l = LaunchOf(a);
+    const float* rows = in.proj + r * in.proj_ld;
+    if (a.tokens == 1 && a.chunk == 0) {
+      fused = a.dk <= hip::GatedDeltaPreparedMaxHeadDim() && (steps.empty() || a.dv == steps[0].dv);
+      steps.push_back(l);
+      step_rows.push_back(rows);
+    } else {
+      fused = options_.mma_delta && hip::GatedDeltaMmaSupported(l, max_shared_bytes_);
+      chunked.push_back(l);
+      chunked_rows.push_back(rows);
     }
   }
   if (!fused) {
@@ -727,13 +749,21 @@ void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
   }
   if (!Enter()) return;
   for (const GatedDeltaArgs& a : batch) {
-    if (!CheckGatedDelta(a)) return;
+    if (a.tokens > 0 && !CheckGatedDelta(a)) return;
   }
   const hip::GatedDeltaPrepArgs prep{in.b_offset, in.a_offset, in.dt_bias,
                                      in.neg_a,    in.q_scale,  in.eps};
-  Check(hip::GatedDeltaRecurrentPrepared(run.data(), gate_rows.data(), static_cast<int>(run.size()),
-                                         prep, compute_),
-        "gated delta prepared launch");
+  const size_t most = static_cast<size_t>(hip::GatedDeltaMaxBatch());
+  for (size_t i = 0; i < steps.size(); i += most) {
+    const int count = static_cast<int>(std::min(most, steps.size() - i));
+    Check(hip::GatedDeltaRecurrentPrepared(steps.data() + i, step_rows.data() + i, count, prep,
+                                           compute_),
+          "gated delta prepared launch");
+  }
+  for (size_t i = 0; i < chunked.size(); ++i) {
+    const hip::GatedDeltaMmaInputs inputs{chunked_rows[i], in.proj_ld, prep};
+    GatedDeltaMmaCall(chunked[i], &inputs);
+  }
 }
 
 void HipKernelBackend::CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols,

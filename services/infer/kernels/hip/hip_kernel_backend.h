@@ -147,8 +147,9 @@ struct HipKernelBackendOptions {
   // weights' parts and fp32 input rows 16-byte aligned), the default's two calls.
   bool fuse_gate_up_silu = true;
   // GatedDeltaStepBatch's decode steps (one token a sequence) in one launch that normalises q
-  // and k and works out the gates inside the rule's blocks (hip::GatedDeltaRecurrentPrepared)
-  // instead of the GdnGates and L2NormalizeTwo launches before it. The same bits. NVIDIA only.
+  // and k and works out the gates inside the rule's blocks (hip::GatedDeltaRecurrentPrepared),
+  // and its chunked calls on the matrix units with that done in their prepare kernels, instead
+  // of the GdnGates and L2NormalizeTwo launches before them. The same bits. NVIDIA only.
   bool fuse_delta_inputs = true;
   // A MoE layer's shared expert (MoeExpertsArgs::shared_gate_up) in the decode path's grouped
   // gate/up and down launches, as tiles of 8 tokens after the routed experts' tiles, its output
@@ -341,8 +342,12 @@ class HipKernelBackend final : public KernelBackend {
   // Runs of calls with the same channels, weights and kernel and distinct states take one
   // launch (two with the state update) per hip::CausalConvMaxBatch() sequences.
   void CausalConvSiluBatch(absl::Span<const CausalConvArgs> batch) override;
-  // Runs of recurrent calls (chunk 0) of equal shapes and distinct states take one launch per
-  // hip::GatedDeltaMaxBatch() sequences; the rest are GatedDeltaRule calls.
+  // With fuse_delta_inputs, where every call's q, k, g and beta are the inputs' rows of its
+  // own tokens: the decode steps (one token, chunk 0, equal dv) in launches of up to
+  // hip::GatedDeltaMaxBatch() sequences that normalise q and k and work out the gates inside
+  // the rule (hip::GatedDeltaRecurrentPrepared), and the chunked calls on the matrix units with
+  // that done by their prepare kernels (hip::GatedDeltaMmaInputs); q, k, g and beta are then
+  // not written. Otherwise (any call neither takes) the default's three calls.
   void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
                            absl::Span<const GatedDeltaArgs> batch) override;
   void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
@@ -483,6 +488,11 @@ class HipKernelBackend final : public KernelBackend {
   bool CheckTyped(const char* op, const WeightMatrix& w, int64_t m, int64_t ldx, int64_t ldy);
   // Keeps InvalidArgument and returns false unless the kernels take `a`'s heads, dims and chunk.
   bool CheckGatedDelta(const GatedDeltaArgs& a);
+  // Tokens a segment of the delta rule's launches for calls of this chunk (0: recurrent).
+  int64_t DeltaSegment(int chunk) const;
+  // The chunked rule on the matrix units (hip::GatedDeltaMmaParts with `inputs`), its
+  // workspace from Workspace().
+  void GatedDeltaMmaCall(const hip::GatedDeltaLaunch& l, const hip::GatedDeltaMmaInputs* inputs);
   bool CheckAttention(const AttentionArgs& a);
   hipStream_t StreamOf(HipStream s) const {
     return s == HipStream::kCompute ? compute_ : transfer_;

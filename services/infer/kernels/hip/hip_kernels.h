@@ -500,10 +500,23 @@ bool GatedDeltaMmaSupported(const GatedDeltaLaunch& a, int max_shared_bytes);
 int64_t GatedDeltaMmaWorkspaceFloats(const GatedDeltaLaunch& a, int64_t segment_tokens);
 hipError_t GatedDeltaMma(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
                          hipStream_t stream);
+// GatedDeltaMma over q and k not yet L2-normalised and gates not yet worked out: the prepare
+// kernel of each (v-head, chunk) normalises its chunk's k and q rows (L2NormalizeTwo's
+// arithmetic, q scaled by prep.q_scale) and works out its head's g and beta from the tokens'
+// projection rows (token t's at gate_rows + t gate_ld: b at prep.b_offset + head, a at
+// prep.a_offset + head; GdnGates' arithmetic). The bits of L2NormalizeTwo, GdnGates and
+// GatedDeltaMma, without writing q, k, g or beta, or reading g and beta.
+struct GatedDeltaMmaInputs {
+  const float* gate_rows;
+  int64_t gate_ld;
+  GatedDeltaPrepArgs prep;
+};
 // GatedDeltaMma with its kernels chosen: the prepare kernels, the scans, or both (the kernel
-// benchmark times them apart; a scan alone reads what an earlier prepare left).
+// benchmark times them apart; a scan alone reads what an earlier prepare left); `inputs` null,
+// or the rule's inputs as they come (GatedDeltaMmaInputs).
 hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens, float* workspace,
-                              bool prepare, bool scan, hipStream_t stream);
+                              bool prepare, bool scan, const GatedDeltaMmaInputs* inputs,
+                              hipStream_t stream);
 // The recurrent form (chunk ignored) of up to GatedDeltaMaxBatch() sequences in one launch:
 // `count` launches of equal k_heads, v_heads, dk and dv with distinct states. Each sequence's
 // blocks run the one-sequence kernel's code, so its bits are those of its own GatedDelta call.

@@ -1,11 +1,13 @@
 // The HIP backend's gated delta rule: the recurrent and chunked forms against the CPU backend
-// over several shapes, batches of sequences and the fused decode step against one call each,
+// over several shapes, batches of sequences and the fused steps (decode, and chunked prefill on
+// the matrix units, with q, k and the gates worked out inside) against the separate calls,
 // segments and call boundaries that leave the bits alone; the chunked rule on the matrix units
 // (hip::GatedDeltaMma, the default for chunk 64 and dk up to 128) against the CPU backend and the
 // fp32 kernels (mma_delta off) over several segments with fast and slow decays, the 4-byte copy
 // path (unaligned q and k) against the 16-byte one, and strided rows against packed ones. Skips
 // without a device.
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <ostream>
@@ -276,85 +278,139 @@ TEST_F(HipKernelBackendTest, GatedDeltaBatchGivesTheBitsOfOneCallPerSequence) {
   EXPECT_TRUE(SameBits(Down(batch_states, states0.size()), Down(one_states, states0.size())));
 }
 
-TEST_F(HipKernelBackendTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCalls) {
-  // GatedDeltaStepBatch over decode steps (one token a sequence, q and k as the conv leaves them,
-  // the gates in the projection rows), in one launch (fuse_delta_inputs) against GdnGates,
-  // L2NormalizeTwo and GatedDeltaRuleBatch: the same outputs and states, bit for bit. Head
-  // sizes 128 (the 9B-like model's), 256 (the largest the launch takes) and 40 (not a multiple
-  // of the warp), two v-heads a k-head, sequences in an order other than their token rows; a
-  // batch whose first step is chunked and one whose sequences differ in dv take the three calls
-  // on both backends.
+// One GatedDeltaStepBatch call: sequences of tokens[i] tokens with chunk[i] (their token rows
+// in the reverse order), two v-heads a k-head, rows as the model lays them out ([q | k | v] a
+// token, and a projection row whose tail holds b and a for every v-head); with mixed_dv the odd
+// sequences have half of dv.
+struct StepCase {
+  int kh, dk, dv;
+  std::vector<int64_t> tokens;
+  std::vector<int> chunk;
+  bool mixed_dv;
+  bool fused;  // The fused backend takes it without the three calls (gates left unwritten).
+};
+
+std::ostream& operator<<(std::ostream& os, const StepCase& c) {
+  os << "dk=" << c.dk << " dv=" << c.dv << " sequences";
+  for (size_t i = 0; i < c.tokens.size(); ++i) os << " " << c.tokens[i] << "/" << c.chunk[i];
+  return os;
+}
+
+struct StepResult {
+  std::vector<float> out, states, gates, conv;
+};
+
+class HipDeltaStepTest : public HipKernelBackendTest {
+ protected:
+  StepResult RunStepBatch(HipKernelBackend& be, const StepCase& c);
+};
+
+StepResult HipDeltaStepTest::RunStepBatch(HipKernelBackend& be, const StepCase& c) {
+  const int vh = 2 * c.kh;
+  const int seqs = static_cast<int>(c.tokens.size());
+  int64_t tokens = 0;
+  for (int64_t n : c.tokens) tokens += n;
+  const int64_t qk = static_cast<int64_t>(c.kh) * c.dk;
+  const int64_t conv_ld = 2 * qk + static_cast<int64_t>(vh) * c.dv;
+  const int64_t proj_ld = conv_ld + 2 * vh + 5;
+  const int64_t state_floats = static_cast<int64_t>(vh) * c.dk * c.dv;
+  const std::vector<float> conv = RandomFloats(tokens * conv_ld, 90),
+                           proj = RandomFloats(tokens * proj_ld, 91, -3.0f, 3.0f),
+                           dt_bias = RandomFloats(vh, 92),
+                           neg_a = RandomFloats(vh, 93, -2.0f, -0.1f),
+                           states0 = RandomFloats(seqs * state_floats, 94, -0.2f, 0.2f);
+  DeviceBuffer dproj = Up(proj), ddt = Up(dt_bias), dna = Up(neg_a), dconv = Up(conv),
+               dstates = Up(states0), dout = Poisoned(tokens * vh * c.dv),
+               dg = Poisoned(tokens * vh), dbeta = Poisoned(tokens * vh);
+  GatedDeltaInputs in;
+  in.proj = dproj.floats();
+  in.proj_ld = proj_ld;
+  in.tokens = tokens;
+  in.v_heads = vh;
+  in.b_offset = conv_ld + 3;
+  in.a_offset = conv_ld + 3 + vh;
+  in.dt_bias = ddt.floats();
+  in.neg_a = dna.floats();
+  in.g = dg.floats();
+  in.beta = dbeta.floats();
+  in.q = dconv.floats();
+  in.k = dconv.floats() + qk;
+  in.q_scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
+  in.k_heads = c.kh;
+  in.dk = c.dk;
+  in.qk_ld = conv_ld;
+  in.eps = 1e-6f;
+  std::vector<GatedDeltaArgs> args;
+  int64_t row = tokens;
+  for (int i = 0; i < seqs; ++i) {
+    row -= c.tokens[i];  // Sequence i's first token row.
+    GatedDeltaArgs& a = args.emplace_back();
+    a.q = in.q + row * conv_ld;
+    a.k = in.k + row * conv_ld;
+    a.v = dconv.floats() + row * conv_ld + 2 * qk;
+    a.g = in.g + row * vh;
+    a.beta = in.beta + row * vh;
+    a.state = dstates.floats() + i * state_floats;
+    a.out = dout.floats() + row * vh * c.dv;
+    a.tokens = c.tokens[i];
+    a.k_heads = c.kh;
+    a.v_heads = vh;
+    a.dk = c.dk;
+    a.dv = c.mixed_dv && i % 2 == 1 ? c.dv / 2 : c.dv;
+    a.chunk = c.chunk[i];
+    a.qk_ld = conv_ld;
+    a.v_ld = conv_ld;
+  }
+  be.GatedDeltaStepBatch(in, args);
+  EXPECT_TRUE(be.Synchronize().ok()) << be.status();
+  return {Down(dout, tokens * vh * c.dv), Down(dstates, states0.size()), Down(dg, tokens * vh),
+          Down(dconv, conv.size())};
+}
+
+TEST_F(HipDeltaStepTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCalls) {
+  // GatedDeltaStepBatch with q and k as the conv leaves them and the gates in the projection
+  // rows, fused (fuse_delta_inputs: decode steps in one launch, chunked calls normalising and
+  // gating in their prepare kernels) against GdnGates, L2NormalizeTwo and GatedDeltaRuleBatch:
+  // the same outputs and states, bit for bit. Decode steps at head sizes 128 (the 9B-like
+  // model's), 256 (the largest the decode launch takes) and 40 (not a multiple of the warp);
+  // prefills of one, several and partial chunks at dk 128 and 64 (the matrix units' path), with
+  // and without decode steps beside them; batches the fused path does not take (a recurrent
+  // call of several tokens, sequences of decode steps differing in dv, a chunked call at dk 40)
+  // take the three calls on both backends.
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
       HipKernelBackend::Create({.fuse_delta_inputs = false});
   ASSERT_TRUE(apart.ok()) << apart.status();
-  struct Case {
-    int kh, dk, dv, seqs;
-    bool chunked_first, mixed_dv;
+  const std::vector<int64_t> ones16(16, 1);
+  const std::vector<StepCase> cases = {
+      {4, 128, 96, ones16, std::vector<int>(16, 0), false, true},
+      {2, 256, 64, {1, 1, 1}, {0, 0, 0}, false, true},
+      {3, 40, 24, {1, 1, 1, 1, 1}, {0, 0, 0, 0, 0}, false, true},
+      {4, 128, 96, {1, 1, 1, 1}, {64, 0, 0, 0}, false, true},
+      {4, 128, 96, {1, 1, 1, 1}, {0, 0, 0, 0}, true, false},
+      {4, 128, 96, {150, 1, 65, 1}, {64, 0, 64, 0}, false, true},
+      {4, 128, 96, {64}, {64}, false, true},
+      {2, 64, 64, {300, 7}, {64, 64}, false, true},
+      {4, 128, 96, {70, 5}, {64, 0}, false, false},
+      {3, 40, 24, {100}, {64}, false, false},
   };
-  for (const Case c : {Case{4, 128, 96, 16, false, false}, Case{2, 256, 64, 3, false, false},
-                       Case{3, 40, 24, 5, false, false}, Case{4, 128, 96, 4, true, false},
-                       Case{4, 128, 96, 4, false, true}}) {
-    SCOPED_TRACE(::testing::Message() << "dk=" << c.dk << " sequences " << c.seqs);
-    const int vh = 2 * c.kh;
-    const int64_t tokens = c.seqs;
-    const int64_t qk = static_cast<int64_t>(c.kh) * c.dk;
-    // Rows as the model lays them out: [q | k | v] a token, and a projection row whose tail
-    // holds b and a for every v-head.
-    const int64_t conv_ld = 2 * qk + static_cast<int64_t>(vh) * c.dv;
-    const int64_t proj_ld = conv_ld + 2 * vh + 5;
-    const std::vector<float> conv = RandomFloats(tokens * conv_ld, 90),
-                             proj = RandomFloats(tokens * proj_ld, 91, -3.0f, 3.0f),
-                             dt_bias = RandomFloats(vh, 92),
-                             neg_a = RandomFloats(vh, 93, -2.0f, -0.1f),
-                             states0 = RandomFloats(c.seqs * vh * c.dk * c.dv, 94, -0.2f, 0.2f);
-    DeviceBuffer dproj = Up(proj), ddt = Up(dt_bias), dna = Up(neg_a);
-    std::vector<std::vector<float>> outs, states;
-    for (int b = 0; b < 2; ++b) {
-      HipKernelBackend& be = b == 0 ? **apart : *gpu_;
-      DeviceBuffer dconv = Up(conv), dstates = Up(states0), dout = Poisoned(tokens * vh * c.dv),
-                   dg = Poisoned(tokens * vh), dbeta = Poisoned(tokens * vh);
-      GatedDeltaInputs in;
-      in.proj = dproj.floats();
-      in.proj_ld = proj_ld;
-      in.tokens = tokens;
-      in.v_heads = vh;
-      in.b_offset = conv_ld + 3;
-      in.a_offset = conv_ld + 3 + vh;
-      in.dt_bias = ddt.floats();
-      in.neg_a = dna.floats();
-      in.g = dg.floats();
-      in.beta = dbeta.floats();
-      in.q = dconv.floats();
-      in.k = dconv.floats() + qk;
-      in.q_scale = 1.0f / std::sqrt(static_cast<float>(c.dk));
-      in.k_heads = c.kh;
-      in.dk = c.dk;
-      in.qk_ld = conv_ld;
-      in.eps = 1e-6f;
-      std::vector<GatedDeltaArgs> args;
-      for (int i = 0; i < c.seqs; ++i) {
-        const int64_t row = c.seqs - 1 - i;  // Sequence i's token row.
-        args.push_back(
-            {in.q + row * conv_ld, in.k + row * conv_ld, dconv.floats() + row * conv_ld + 2 * qk,
-             in.g + row * vh, in.beta + row * vh, dstates.floats() + int64_t{i} * vh * c.dk * c.dv,
-             dout.floats() + row * vh * c.dv, 1, c.kh, vh, c.dk,
-             c.mixed_dv && i % 2 == 1 ? c.dv / 2 : c.dv, c.chunked_first && i == 0 ? 64 : 0});
-      }
-      be.GatedDeltaStepBatch(in, args);
-      ASSERT_TRUE(be.Synchronize().ok()) << be.status();
-      outs.push_back(Down(dout, tokens * vh * c.dv));
-      states.push_back(Down(dstates, states0.size()));
-      // The one launch leaves the gates unwritten; the three calls write them.
-      const std::vector<float> gates = Down(dg, tokens * vh);
-      const bool one_launch = b == 1 && !c.chunked_first && !c.mixed_dv;
-      EXPECT_EQ(std::count_if(gates.begin(), gates.end(), [](float v) { return std::isnan(v); }),
-                one_launch ? tokens * vh : 0);
-    }
-    EXPECT_TRUE(SameBits(outs[1], outs[0]));
-    EXPECT_TRUE(SameBits(states[1], states[0]));
+  for (const StepCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c);
+    int64_t tokens = 0;
+    for (int64_t n : c.tokens) tokens += n;
+    const StepResult a = RunStepBatch(**apart, c);
+    const StepResult f = RunStepBatch(*gpu_, c);
+    EXPECT_TRUE(SameBits(f.out, a.out));
+    EXPECT_TRUE(SameBits(f.states, a.states));
+    // The fused path leaves the gates and q, k unwritten; the three calls write them.
+    const auto nans = [](const std::vector<float>& x) {
+      return std::count_if(x.begin(), x.end(), [](float v) { return std::isnan(v); });
+    };
+    EXPECT_EQ(nans(a.gates), 0);
+    EXPECT_EQ(nans(f.gates), c.fused ? static_cast<int64_t>(f.gates.size()) : 0);
+    EXPECT_EQ(SameBits(f.conv, a.conv), !c.fused);
     // Every output written (with mixed dv, half of the narrower sequences' rows stay unwritten).
-    EXPECT_EQ(std::count_if(outs[1].begin(), outs[1].end(), [](float v) { return std::isnan(v); }),
-              c.mixed_dv ? (c.seqs / 2) * vh * (c.dv - c.dv / 2) : 0);
+    const int64_t narrow = static_cast<int64_t>(c.tokens.size()) / 2;
+    EXPECT_EQ(nans(f.out), c.mixed_dv ? narrow * 2 * c.kh * (c.dv - c.dv / 2) : 0);
   }
 }
 

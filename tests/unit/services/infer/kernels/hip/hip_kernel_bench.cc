@@ -491,7 +491,8 @@ int PrefillAttention() {
 
 // The gated delta rule at Qwen3-Next-like linear-attention heads (16 k heads, 32 v heads,
 // 128 x 128): one layer's chunked call, the fp32 kernels, the matrix-unit path's two kernels
-// apart, the recurrent step.
+// apart, the layer's rule with its gates and q/k norms as launches of their own and inside the
+// prepare kernels, the recurrent step.
 void DeltaRuleRows(HipKernelBackend& b, Bench& bench, bool quick, int reps) {
   char label[160];
   const int kh = 16, vh = 32, dk = 128, dv = 128;
@@ -532,11 +533,11 @@ void DeltaRuleRows(HipKernelBackend& b, Bench& bench, bool quick, int reps) {
     for (const bool prepare : {true, false}) {
       const double tp = bench.Time(
           [&] {
-            Bench::Check(
-                hip::GatedDeltaMmaParts(l, 4096, ws, prepare, !prepare, nullptr) == hipSuccess
-                    ? absl::OkStatus()
-                    : absl::InternalError("delta parts launch"),
-                "delta parts");
+            Bench::Check(hip::GatedDeltaMmaParts(l, 4096, ws, prepare, !prepare, nullptr,
+                                                 nullptr) == hipSuccess
+                             ? absl::OkStatus()
+                             : absl::InternalError("delta parts launch"),
+                         "delta parts");
             Bench::Check(hipStreamSynchronize(nullptr) == hipSuccess
                              ? absl::OkStatus()
                              : absl::InternalError("delta parts sync"),
@@ -546,6 +547,54 @@ void DeltaRuleRows(HipKernelBackend& b, Bench& bench, bool quick, int reps) {
       Row(prepare ? "gated delta 4096 tokens, matrix units: prepare kernel"
                   : "gated delta 4096 tokens, matrix units: scan kernel",
           tp, "ktok/s", 4096.0, 1e3);
+    }
+  }
+  {
+    // The layer's rule with its inputs as the conv and the projection leave them
+    // (GatedDeltaStepBatch at 4096 tokens): the gates, q and k's normalisation and the rule as
+    // three calls (fuse_delta_inputs off), and with the first two inside the prepare kernels.
+    constexpr int64_t kTokens = 4096;
+    const int64_t conv_ld = 2 * int64_t{kh} * dk + int64_t{vh} * dv;
+    float* conv = bench.Buffer(kTokens * conv_ld, 22, -0.1f, 0.1f);
+    float* proj = bench.Buffer(kTokens * 2 * vh, 23, -3.0f, 3.0f);
+    float* dt_bias = bench.Buffer(vh, 24);
+    float* neg_a = bench.Buffer(vh, 25, -2.0f, -0.1f);
+    GatedDeltaInputs in;
+    in.proj = proj;
+    in.proj_ld = 2 * vh;
+    in.tokens = kTokens;
+    in.v_heads = vh;
+    in.b_offset = 0;
+    in.a_offset = vh;
+    in.dt_bias = dt_bias;
+    in.neg_a = neg_a;
+    in.g = g;
+    in.beta = beta;
+    in.q = conv;
+    in.k = conv + int64_t{kh} * dk;
+    in.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+    in.k_heads = kh;
+    in.dk = dk;
+    in.qk_ld = conv_ld;
+    in.eps = 1e-6f;
+    const GatedDeltaArgs rule{in.q, in.k,    conv + 2 * int64_t{kh} * dk,
+                              g,    beta,    state,
+                              o,    kTokens, kh,
+                              vh,   dk,      dv,
+                              64,   conv_ld, conv_ld};
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+        HipKernelBackend::Create({.fuse_delta_inputs = false});
+    if (!apart.ok()) Bench::Fail(apart.status().ToString());
+    for (HipKernelBackend* be : {apart->get(), &b}) {
+      const double ts = bench.Time(
+          [&] {
+            be->GatedDeltaStepBatch(in, {&rule, 1});
+            Bench::Check(be->Synchronize(), "delta step batch");
+          },
+          3);
+      Row(be == &b ? "gated delta 4096 tokens with its gates and q/k norms in the prepare kernel"
+                   : "gated delta 4096 tokens with GdnGates and L2NormalizeTwo launches",
+          ts, "ktok/s", static_cast<double>(kTokens), 1e3);
     }
   }
   const double t = bench.Time(
