@@ -305,6 +305,7 @@ absl::StatusOr<LookupAnswer> CacheDaemon::Lookup(const PromptLookup& req) {
   lr.daemon_session = req.session_id;  // Only this daemon's own slots are live candidates.
   lr.stable_boundary = req.stable_boundary <= 0 ? -1 : req.stable_boundary;
   lr.shared_boundary = req.shared_boundary <= 0 ? -1 : req.shared_boundary;
+  lr.max_pass_tokens = std::max<int64_t>(req.max_pass_tokens, 0);
   LookupAnswer out;
   ASSIGN_OR_RETURN(out.result, core_->Lookup(lr));
   counters_.CountLookup();

@@ -37,6 +37,7 @@ struct PromptLookup {
   std::string input;             // The input identity as InputDigest makes it.
   int64_t stable_boundary = -1;  // Tokens the client will resend unchanged; -1 unknown.
   int64_t shared_boundary = -1;  // End of a preamble others share; -1 unknown.
+  int64_t max_pass_tokens = 0;   // The client's longest prefill pass; 0: the planner's own.
 };
 
 // What overwriting one of the session's slots would first copy into the arena.

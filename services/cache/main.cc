@@ -121,7 +121,7 @@ int Run(int argc, char** argv) {
   flags.Add("learned-merge-tokens", &options.cache.planner.learned_merge_tokens,
             "a learned point merges with another capture this close");
   flags.Add("max-pass-tokens", &options.cache.planner.max_pass_tokens,
-            "longest planned prefill pass");
+            "longest planned prefill pass where the client does not give its own");
   flags.Add("grid-budget-share", &options.cache.planner.grid_budget_share,
             "share of the RAM budget one request's grid points may take");
   flags.Add("heartbeat-interval", &options.heartbeat_interval, "asked of session clients");

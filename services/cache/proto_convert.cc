@@ -347,6 +347,9 @@ absl::StatusOr<PromptLookup> PromptLookupFromProto(const v1::LookupRequest& req)
     }
     *boundary = value == 0 ? -1 : static_cast<int64_t>(value);
   }
+  // No pass is longer than the prompt, so a longer one (up to 2^64 - 1) is the prompt's length.
+  out.max_pass_tokens = static_cast<int64_t>(
+      std::min<uint64_t>(req.max_pass_tokens(), static_cast<uint64_t>(out.tokens.size())));
   return out;
 }
 

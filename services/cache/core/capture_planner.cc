@@ -52,6 +52,11 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
     return absl::InvalidArgumentError(absl::StrCat("restore depth ", in.restore_depth,
                                                    " outside a prompt of ", in.prompt_tokens));
   }
+  if (in.max_pass_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max pass tokens ", in.max_pass_tokens, " is negative"));
+  }
+  const int64_t max_pass = in.max_pass_tokens > 0 ? in.max_pass_tokens : options_.max_pass_tokens;
   const int64_t n = in.prompt_tokens;
   const int64_t r = in.restore_depth;
   std::vector<PlannedCapture> caps;
@@ -80,7 +85,7 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
   std::vector<int64_t> stops;
   for (const PlannedCapture& c : caps) stops.push_back(c.pos);
   std::sort(stops.begin(), stops.end());
-  std::vector<PrefillPass> base_passes = SplitPasses(r, n, stops, options_.max_pass_tokens);
+  std::vector<PrefillPass> base_passes = SplitPasses(r, n, stops, max_pass);
   CapturePlan plan;
   plan.grid_points = GridPointsFor(in.ram_budget_bytes, in.private_bytes);
   for (int64_t g : GridPositions(n, plan.grid_points)) {
@@ -111,7 +116,7 @@ absl::StatusOr<CapturePlan> CapturePlanner::Plan(const PlanInput& in) const {
   }
   stops.clear();
   for (const PlannedCapture& c : plan.captures) stops.push_back(c.pos);
-  plan.passes = SplitPasses(r, n, stops, options_.max_pass_tokens);
+  plan.passes = SplitPasses(r, n, stops, max_pass);
   return plan;
 }
 

@@ -57,6 +57,8 @@ struct PlanInput {
   int64_t stable_boundary = -1;  // Tokens the client will resend unchanged; -1 if unknown.
   int64_t shared_prefix = 0;     // Longest prefix shared with cached history (lookup).
   int64_t shared_boundary = -1;  // End of a preamble other conversations share; -1 if unknown.
+  // The client's longest prefill pass (it runs the passes); 0: PlannerOptions::max_pass_tokens.
+  int64_t max_pass_tokens = 0;
   int64_t ram_budget_bytes = 0;
   int64_t private_bytes = 0;      // Per checkpoint.
   std::vector<int64_t> existing;  // Depths on this prompt's path that already hold a checkpoint.

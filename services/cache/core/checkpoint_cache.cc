@@ -215,6 +215,7 @@ absl::StatusOr<LookupResult> CheckpointCache::Lookup(const LookupRequest& reques
   in.restored_live = result.best.tier == Tier::kLive;
   in.stable_boundary = request.stable_boundary;
   in.shared_boundary = request.shared_boundary;
+  in.max_pass_tokens = request.max_pass_tokens;
   in.shared_prefix = result.shared_prefix;
   in.ram_budget_bytes = ram_.budget();
   in.private_bytes = layout->PrivateBytes();

@@ -50,6 +50,8 @@ struct LookupRequest {
   uint64_t daemon_session = 0;
   // End of the preamble other conversations are expected to share (PlanInput); -1: unknown.
   int64_t shared_boundary = -1;
+  // The client's longest prefill pass (PlanInput); 0: PlannerOptions::max_pass_tokens.
+  int64_t max_pass_tokens = 0;
 };
 
 struct LookupResult {

@@ -334,6 +334,7 @@ absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> promp
   req.set_stable_boundary(static_cast<uint64_t>(stable_boundary));
   req.set_shared_boundary(static_cast<uint64_t>(shared_boundary));
   req.set_conversation(conversation);
+  req.set_max_pass_tokens(static_cast<uint64_t>(std::max<int64_t>(options_.max_pass_tokens, 0)));
   v1::LookupResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
   grpc::Status st = s->stub->Lookup(ctx.get(), req, &resp);

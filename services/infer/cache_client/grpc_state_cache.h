@@ -26,6 +26,9 @@ struct GrpcStateCacheOptions {
   std::string address;        // The cache daemon: unix:PATH or HOST:PORT.
   std::string instance_name;  // For the cache's logs and events.
   int slots = 1;
+  // Sent with each lookup, so that the cache plans the passes this daemon runs (its
+  // --max-pass-tokens) rather than its own default; 0: the cache's.
+  int64_t max_pass_tokens = 0;
   std::string model_name;
   cache::v1::CompatibilityIdentity identity;
   StateLayout layout;

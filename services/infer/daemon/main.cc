@@ -92,7 +92,8 @@ int Run(int argc, char** argv) {
   flags.Add("sessions", &main_options.sessions, "execution slots (-j N)");
   flags.Add("max-queue", &scheduler_options.max_queue,
             "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)");
-  flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens, "longest prefill pass");
+  flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens,
+            "longest prefill pass (the cache plans with it too)");
   flags.Add("preserve-frontier", &scheduler_options.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
   flags.Add("restore-in-holding-slot", &scheduler_options.restore_in_holding_slot,
@@ -181,6 +182,7 @@ int Run(int argc, char** argv) {
                                       ? absl::StrCat("cairn-infer-", ::getpid())
                                       : main_options.instance_name;
     cache_options.slots = main_options.sessions;
+    cache_options.max_pass_tokens = scheduler_options.max_pass_tokens;
     cache_options.device_memory = (*served)->device_memory();
     cache_options.model_name = (*served)->name();
     cache_options.identity.set_digest(id.digest);

@@ -3,6 +3,8 @@
 // restart, from RAM after only the inference daemon restarts; an edit restores the deepest
 // checkpoint before it; conversations sharing a system prompt learn its boundary. In every case
 // the output equals an uncached run with the same pass boundaries, bit for bit.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -90,12 +92,15 @@ class CacheEndToEndTest : public ::testing::TestWithParam<std::string> {
     StartInfer(1);
   }
 
+  // The cache's own pass length is shorter than the inference daemon's (kMaxPass): the plans
+  // follow the length the inference daemon sends with its lookups.
   void StartCache() {
     cache_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{
             BinaryDir() + "/services/cache/cairn-cache", "--listen=unix:" + dir_ + "/cache.sock",
             "--arena-socket=" + dir_ + "/arena.sock", "--cache-ram-bytes=256Mi",
-            "--cache-disk=" + dir_ + "/disk", "--cache-disk-bytes=1Gi", "--log-level=warning"},
+            "--cache-disk=" + dir_ + "/disk", "--cache-disk-bytes=1Gi",
+            "--max-pass-tokens=" + std::to_string(kMaxPass / 4), "--log-level=warning"},
         "unix:" + dir_ + "/cache.sock");
     ASSERT_TRUE(cache_->Start().ok());
     absl::Status serving = cache_->WaitServing(absl::Seconds(30));
@@ -195,6 +200,13 @@ TEST_P(CacheEndToEndTest, AgentConversationContinuesLiveThenFromRamAfterAnotherT
   ExpectExact(a1, Extend({}, r1), r1);
   EXPECT_TRUE(r1.finished.cache().cache_available());
   EXPECT_GE(r1.finished.cache().captures(), 1u);
+  // Passes of the inference daemon's length, not the cache's quarter of it.
+  int64_t at = 0, longest = 0;
+  for (uint64_t e : r1.started.cache().pass_ends()) {
+    longest = std::max(longest, static_cast<int64_t>(e) - at);
+    at = static_cast<int64_t>(e);
+  }
+  EXPECT_EQ(longest, kMaxPass);
 
   // Turn 2 continues in place.
   const std::vector<int32_t> a2 = Append(Append(a1, r1.tokens), RandomTokens(50, kVocab, 2));

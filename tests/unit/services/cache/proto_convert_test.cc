@@ -213,6 +213,17 @@ TEST(ProtoConvertTest, ALookupChecksItsPromptBoundariesAndLabels) {
   EXPECT_EQ(lookup->stable_boundary, 6);
   EXPECT_EQ(lookup->shared_boundary, -1);
   EXPECT_FALSE(lookup->input.empty());
+  EXPECT_EQ(lookup->max_pass_tokens, 0);  // Not given: the planner's own.
+  // The client's pass length, at most the prompt's (a hostile 2^64 - 1 included).
+  v1::LookupRequest passes = req;
+  passes.set_max_pass_tokens(8);
+  lookup = PromptLookupFromProto(passes);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->max_pass_tokens, 8);
+  passes.set_max_pass_tokens(~uint64_t{0});
+  lookup = PromptLookupFromProto(passes);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  EXPECT_EQ(lookup->max_pass_tokens, 10);
   ExpectNamed(PromptLookupFromProto(past).status(), "shared boundary");
   EXPECT_THAT(PromptLookupFromProto(empty).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   ExpectNamed(PromptLookupFromProto(long_label).status(), "conversation");

@@ -221,6 +221,35 @@ TEST(CapturePlannerTest, ANamedSharedBoundaryIsALearnedPointBeforeAnyBranchExist
   EXPECT_FALSE(has(*too_close, 11668, CaptureKind::kLearned));
 }
 
+TEST(CapturePlannerTest, TheClientsPassLengthPlansThePasses) {
+  // The client runs the passes: its longest pass (8192, a GPU's) replaces the planner's 2048.
+  CapturePlanner planner;
+  PlanInput in;
+  in.prompt_tokens = 20000;
+  in.max_pass_tokens = 8192;
+  // No grid points (the budget holds none), so only the prompt's end cuts the passes.
+  in.ram_budget_bytes = 1;
+  in.private_bytes = int64_t{1} << 30;
+  absl::StatusOr<CapturePlan> plan = planner.Plan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  int64_t longest = 0;
+  int64_t at = 0;
+  for (const PrefillPass& p : plan->passes) {
+    EXPECT_EQ(p.begin, at);
+    longest = std::max(longest, p.end - p.begin);
+    at = p.end;
+  }
+  EXPECT_EQ(at, 20000);
+  EXPECT_EQ(longest, 8192);
+  // Without it, the planner's own.
+  in.max_pass_tokens = 0;
+  plan = planner.Plan(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const PrefillPass& p : plan->passes) EXPECT_LE(p.end - p.begin, 2048);
+  in.max_pass_tokens = -1;
+  EXPECT_THAT(planner.Plan(in).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CapturePlannerTest, RejectsInconsistentInput) {
   CapturePlanner planner;
   PlanInput in;
