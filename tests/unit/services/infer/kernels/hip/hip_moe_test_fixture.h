@@ -1,0 +1,148 @@
+// The MoE device tests' fixture (hip_moe_experts_test.cc, the decode path; hip_moe_prefill_test.cc,
+// the prefill path and the routing): layer shapes, random bf16 experts uploaded in one or two
+// parts, router logits with ties, and the CPU backend's result for comparison.
+
+#ifndef CAIRN_TESTS_UNIT_SERVICES_INFER_KERNELS_HIP_HIP_MOE_TEST_FIXTURE_H_
+#define CAIRN_TESTS_UNIT_SERVICES_INFER_KERNELS_HIP_HIP_MOE_TEST_FIXTURE_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "services/infer/kernels/hip/hip_kernel_backend.h"
+#include "services/infer/kernels/scratch_arena.h"
+#include "tests/unit/services/infer/kernels/hip/hip_kernel_test_fixture.h"
+#include "tests/unit/services/infer/kernels/random_floats.h"
+
+namespace cairn::infer::testing {
+
+struct MoeShape {
+  std::string name;
+  int64_t tokens;
+  int64_t hidden;
+  int64_t width;
+  int experts;
+  int top_k;
+  bool two_parts;  // gate and up rows of an expert in separate buffers.
+  float hot_bias;  // Added to the logits of experts 1 and 5 (0: none): their picks collide.
+};
+
+// MoeExpertsArgs for shape `s` over device inputs x and logits and the uploaded experts (`out`
+// left for the caller).
+inline MoeExpertsArgs ShapeArgs(const MoeShape& s, const float* x, const float* logits,
+                                const std::vector<WeightMatrix>& gate_up,
+                                const std::vector<WeightMatrix>& down, bool row_invariant,
+                                bool renormalise = true) {
+  MoeExpertsArgs a;
+  a.x = x;
+  a.logits = logits;
+  a.tokens = s.tokens;
+  a.hidden = s.hidden;
+  a.width = s.width;
+  a.experts = s.experts;
+  a.top_k = s.top_k;
+  a.renormalise = renormalise;
+  a.gate_up = gate_up.data();
+  a.down = down.data();
+  a.row_invariant = row_invariant;
+  return a;
+}
+
+// Random experts (bf16 bits) of one shape: the fused layout [experts][2 * width][hidden] (gate
+// rows, then up rows), the same rows split into gate and up arrays, and down [experts][hidden]
+// [width].
+struct MoeBits {
+  std::vector<uint16_t> gate_up, gates, ups, down;
+};
+
+inline MoeBits RandomExperts(const MoeShape& s, uint64_t seed) {
+  MoeBits b;
+  const int64_t half = s.width * s.hidden;
+  b.gate_up = RandomBf16Values(static_cast<size_t>(s.experts * 2 * half), seed).bits;
+  b.down = RandomBf16Values(static_cast<size_t>(s.experts * half), seed + 1).bits;
+  for (int e = 0; e < s.experts; ++e) {
+    const uint16_t* m = b.gate_up.data() + e * 2 * half;
+    b.gates.insert(b.gates.end(), m, m + half);
+    b.ups.insert(b.ups.end(), m + half, m + 2 * half);
+  }
+  return b;
+}
+
+// Each expert's matrices over the arrays at `fused` (or, with s.two_parts and non-null `gates`,
+// `gates` and `ups`) and `down`.
+inline void ExpertMatrices(const MoeShape& s, const uint16_t* fused, const uint16_t* gates,
+                           const uint16_t* ups, const uint16_t* dn,
+                           std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
+  const int64_t half = s.width * s.hidden;
+  gate_up.clear();
+  down.clear();
+  for (int e = 0; e < s.experts; ++e) {
+    if (s.two_parts && gates != nullptr) {
+      WeightMatrix w = WeightMatrix::Of(gates + e * half, WeightType::kBF16, s.width, s.hidden);
+      w.parts[1] = {ups + e * half, s.width};
+      w.num_parts = 2;
+      gate_up.push_back(w);
+    } else {
+      gate_up.push_back(
+          WeightMatrix::Of(fused + e * 2 * half, WeightType::kBF16, 2 * s.width, s.hidden));
+    }
+    down.push_back(WeightMatrix::Of(dn + e * half, WeightType::kBF16, s.hidden, s.width));
+  }
+}
+
+// Router logits for `s`'s tokens: random, and with a hot bias two favoured experts for every
+// token and ties: token 0's logits all equal (its picks are experts 0 .. top_k - 1) and, with
+// `tied_pairs`, token 1's in equal pairs.
+inline std::vector<float> RouterLogits(const MoeShape& s, uint64_t seed, bool tied_pairs) {
+  std::vector<float> logits = RandomFloats(s.tokens * s.experts, seed, -3.0f, 3.0f);
+  if (s.hot_bias == 0.0f) return logits;
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    logits[t * s.experts + 1] += s.hot_bias;
+    logits[t * s.experts + 5] += s.hot_bias;
+  }
+  std::fill(logits.begin(), logits.begin() + s.experts, 0.25f);
+  if (tied_pairs && s.tokens > 1) {
+    for (int e = 0; e + 1 < s.experts; e += 2) logits[s.experts + e + 1] = logits[s.experts + e];
+  }
+  return logits;
+}
+
+class HipMoeExpertsTest : public HipKernelBackendTest {
+ protected:
+  // The CPU backend's MoeExperts of `a`'s shape over the host copies of its inputs: out0 plus
+  // the routed sum.
+  std::vector<float> CpuMoe(MoeExpertsArgs a, const std::vector<float>& x,
+                            const std::vector<float>& logits, std::vector<float> out0,
+                            const std::vector<WeightMatrix>& host_gate_up,
+                            const std::vector<WeightMatrix>& host_down) {
+    a.x = x.data();
+    a.logits = logits.data();
+    a.out = out0.data();
+    a.gate_up = host_gate_up.data();
+    a.down = host_down.data();
+    ScratchArena host_scratch(cpu_->memory());
+    EXPECT_TRUE(cpu_->MoeExperts(a, host_scratch).ok());
+    return out0;
+  }
+  // PrefillTokensRowsDoNotDependOnTheCallsOtherTokens for one shape.
+  void PrefillRowsDoNotDependOnOtherTokens(const MoeShape& s);
+  // Uploads `b` (buffers kept in `keep`) and returns the device matrices in gate_up / down.
+  void UploadExperts(const MoeShape& s, const MoeBits& b, std::vector<DeviceBuffer>& keep,
+                     std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
+    keep.push_back(Up(b.gate_up));
+    keep.push_back(Up(b.gates));
+    keep.push_back(Up(b.ups));
+    keep.push_back(Up(b.down));
+    const size_t n = keep.size();
+    ExpertMatrices(s, static_cast<const uint16_t*>(keep[n - 4].data()),
+                   static_cast<const uint16_t*>(keep[n - 3].data()),
+                   static_cast<const uint16_t*>(keep[n - 2].data()),
+                   static_cast<const uint16_t*>(keep[n - 1].data()), gate_up, down);
+  }
+};
+
+}  // namespace cairn::infer::testing
+
+#endif  // CAIRN_TESTS_UNIT_SERVICES_INFER_KERNELS_HIP_HIP_MOE_TEST_FIXTURE_H_
