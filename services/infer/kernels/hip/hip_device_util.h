@@ -36,6 +36,14 @@ __device__ inline uint16_t RoundBf16(float f) {
 #endif
 }
 
+// yr[i] = v and, where `rounded` is not null, rounded[at + i] = v in bf16 as the products round
+// their inputs (the norms' and SiLU-mul's rounded copies: rows of a multiple of 8 values, laid
+// out as y's). Used by norms.hip and elementwise.hip.
+__device__ inline void StoreOut(float* yr, uint16_t* rounded, int64_t at, int64_t i, float v) {
+  yr[i] = v;
+  if (rounded != nullptr) rounded[at + i] = RoundBf16(v);
+}
+
 #if !defined(__HIP_PLATFORM_AMD__)
 // c += a . b for one bf16 x bf16 -> fp32 16x8x16 tile on the matrix units (NVIDIA mma.sync,
 // sm_80 and later; fragments in the PTX ISA's m16n8k16 layout).
