@@ -85,8 +85,18 @@ absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_s
   return absl::OkStatus();
 }
 
+std::string CacheKeyLabel(absl::string_view cache_key) {
+  size_t n = std::min<size_t>(cache_key.size(), 128);
+  // Back over continuation bytes (10xxxxxx) to the start of the character the cut splits.
+  while (n > 0 && n < cache_key.size() &&
+         (static_cast<unsigned char>(cache_key[n]) & 0xC0) == 0x80) {
+    --n;
+  }
+  return std::string(cache_key.substr(0, n));
+}
+
 std::string ConversationLabel(absl::string_view cache_key, const infer_v1::ChatPrompt& chat) {
-  if (!cache_key.empty()) return std::string(cache_key.substr(0, 128));
+  if (!cache_key.empty()) return CacheKeyLabel(cache_key);
   // The system prompt and the first user turn identify an agent conversation well enough
   // to route its later turns to the same daemon.
   // FNV-1a: stable across restarts, unlike absl's seeded hash.

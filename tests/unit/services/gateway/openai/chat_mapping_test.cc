@@ -91,6 +91,19 @@ TEST(ChatMappingTest, ErrorsNameTheField) {
             std::string::npos);
 }
 
+TEST(ChatMappingTest, LongCacheKeyIsCutOnACharacterBoundary) {
+  // 127 ASCII bytes, then a 3-byte character across the 128-byte cut: the label travels in a
+  // proto3 string, which the daemon refuses to parse unless it is valid UTF-8.
+  const std::string key = std::string(127, 'k') + "\xe4\xb8\xad\xe6\x96\x87";
+  Json body = Json::parse(R"({"messages": [{"role": "user", "content": "U"}]})");
+  body["prompt_cache_key"] = key;
+
+  absl::StatusOr<GenerationSpec> spec = ParseChatCompletionRequest(body, {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->request.conversation(), std::string(127, 'k'));
+}
+
 TEST(ChatMappingTest, ServerCapBoundsMaxTokens) {
   RequestLimits limits;
   limits.max_output_tokens = 64;
