@@ -631,7 +631,7 @@ absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
   if (echo.value_or(false)) return Invalid("echo", "is not supported");
   // A client's conversation key labels the request in the cache's events and retention.
   ASSIGN_OR_RETURN(std::optional<std::string> cache_key, f.String("prompt_cache_key", 1024));
-  if (cache_key.has_value()) req.set_conversation(*cache_key);
+  if (cache_key.has_value()) req.set_conversation(CacheKeyLabel(*cache_key));
   // vLLM's extension: the generated token ids in each choice (a client replaying an agent
   // conversation sends them back, so the next turn continues the live slot).
   ASSIGN_OR_RETURN(std::optional<bool> return_ids, f.Bool("return_token_ids"));

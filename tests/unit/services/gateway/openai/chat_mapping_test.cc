@@ -219,6 +219,14 @@ TEST(ChatMappingTest, CompletionExtensionsForReplayingAgents) {
   std::string chunk = formatter->StreamDelta(d);
   EXPECT_NE(chunk.find("\"token_ids\":[42]"), std::string::npos) << chunk;
 
+  // A key of any accepted length becomes a label the daemon takes (it refuses labels over 256
+  // bytes, naming a "conversation" field the client never sent).
+  Json long_key = Json::parse(R"({"prompt": [1]})");
+  long_key["prompt_cache_key"] = std::string(1000, 'k');
+  absl::StatusOr<GenerationSpec> cut = ParseCompletionRequest(long_key, {});
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(cut->request.conversation(), std::string(128, 'k'));
+
   absl::StatusOr<GenerationSpec> bad = ParseCompletionRequest(
       Json::parse(R"({"prompt": [1], "cairn": {"stable_boundary": -1}})"), {});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
