@@ -484,10 +484,17 @@ class UnaryAttempts {
       return;
     }
     InferPool* pool = pool_;
+    absl::Status error = FromGrpcStatus(s);
+    if (absl::IsResourceExhausted(error)) {
+      // Unary calls are never queued, so this is a size limit (an answer over the channel's
+      // receive limit, a template's output), which a retry cannot pass: not a 429.
+      error = absl::OutOfRangeError(absl::StrCat(
+          error.message(), "; the request is over a size limit, retrying cannot help"));
+    }
     {
       UnaryCallback<Response> cb = std::move(done_);
-      absl::StatusOr<Response> result = s.ok() ? absl::StatusOr<Response>(std::move(response_))
-                                               : absl::StatusOr<Response>(FromGrpcStatus(s));
+      absl::StatusOr<Response> result =
+          s.ok() ? absl::StatusOr<Response>(std::move(response_)) : absl::StatusOr<Response>(error);
       delete this;
       cb(std::move(result));
     }

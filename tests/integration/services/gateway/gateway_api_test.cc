@@ -322,6 +322,23 @@ TEST(GatewayApiTest, ModelsTokenizeDetokenizeAndMetrics) {
   EXPECT_NE(metrics.body.find("cairn_gateway_ttft_ms_bucket{le=\"10\"} 1"), std::string::npos);
 }
 
+TEST(GatewayApiTest, AnAnswerTooLargeForTheChannelIsNotAskedToBeRetried) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  // 3 MiB of "\xc3\xa9": the fake's byte tokenizer answers 3 Mi ids of two bytes each, over
+  // the 4 MiB a gRPC channel receives. Retrying cannot help, so no 429 and no Retry-After.
+  std::string text;
+  for (int i = 0; i < (3 << 19); ++i) text += "\xc3\xa9";
+
+  HttpResult r = client.Post("/tokenize", json{{"prompt", text}}.dump());
+
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_EQ(r.headers.count("retry-after"), 0u);
+  EXPECT_TRUE(absl::StrContains(r.json()["error"]["message"].get<std::string>(), "larger than"))
+      << r.body.substr(0, 300);
+  EXPECT_EQ(HttpTestClient(h.port()).Post("/tokenize", R"({"prompt":"AB"})").status, 200);
+}
+
 TEST(GatewayApiTest, UpstreamErrorsMapToHttpCodes) {
   GatewayHarness h;
   struct Case {
