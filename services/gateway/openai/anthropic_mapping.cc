@@ -321,7 +321,7 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
   if (top_p.has_value()) s->set_top_p(static_cast<float>(*top_p));
   ASSIGN_OR_RETURN(std::optional<int64_t> top_k, f.Integer("top_k", 0, 1 << 20));
   if (top_k.has_value()) s->set_top_k(static_cast<uint32_t>(*top_k));
-  s->set_max_tokens(CappedMaxTokens(max_tokens.value_or(0), limits));
+  SetMaxTokens(max_tokens.value_or(0), limits, s);
   ASSIGN_OR_RETURN(const Json* stops, f.Array("stop_sequences", limits.max_stop));
   if (stops != nullptr) {
     for (size_t i = 0; i < stops->size(); ++i) {

@@ -223,7 +223,7 @@ absl::Status ParseSampling(const JsonFields& f, const RequestLimits& limits,
       break;
     }
   }
-  s->set_max_tokens(CappedMaxTokens(max_tokens, limits));
+  SetMaxTokens(max_tokens, limits, s);
   if (const Json* stop = f.Get(stop_field); stop != nullptr) {
     const std::string name = f.Name(stop_field);
     auto add = [&](const Json& v, const std::string& vname) -> absl::Status {

@@ -47,12 +47,14 @@ std::string NewId(absl::string_view prefix) {
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
-uint32_t CappedMaxTokens(int64_t requested, const RequestLimits& limits) {
-  int64_t n = requested;
-  if (limits.max_output_tokens > 0 && (n <= 0 || n > limits.max_output_tokens)) {
-    n = limits.max_output_tokens;
+void SetMaxTokens(int64_t requested, const RequestLimits& limits,
+                  infer_v1::SamplingParams* sampling) {
+  if (limits.max_output_tokens > 0 && (requested <= 0 || requested > limits.max_output_tokens)) {
+    sampling->set_max_tokens(limits.max_output_tokens);
+    sampling->set_max_tokens_is_ceiling(true);
+  } else if (requested > 0) {
+    sampling->set_max_tokens(static_cast<uint32_t>(requested));
   }
-  return static_cast<uint32_t>(std::max<int64_t>(0, n));
 }
 
 void CollectedOutput::Add(const infer_v1::Delta& delta) {

@@ -48,9 +48,13 @@ std::string NewId(absl::string_view prefix);
 // Seconds since the epoch.
 int64_t UnixSeconds();
 
-// Applies the server's output cap to `requested` (0: none asked) and returns the value to
-// send as SamplingParams.max_tokens (0: up to the context limit).
-uint32_t CappedMaxTokens(int64_t requested, const RequestLimits& limits);
+// Sets `sampling`'s max_tokens from the client's `requested` (0: none asked) and the server's
+// output cap: absent (up to the context limit) when neither gives one; the client's value where
+// it is within the cap (the daemon refuses one larger than the context leaves, as OpenAI
+// does); else the cap, as a ceiling the context's room may lower (max_tokens_is_ceiling), so
+// that a prompt near the context's end still gets its answer.
+void SetMaxTokens(int64_t requested, const RequestLimits& limits,
+                  infer_v1::SamplingParams* sampling);
 
 // Turns one Generate stream into an API's response. Thread-compatible: one request's
 // messages arrive in order on one strand.

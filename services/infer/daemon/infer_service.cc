@@ -1,5 +1,6 @@
 #include "services/infer/daemon/infer_service.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -220,12 +221,12 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     if (p.max_tokens() == 0) {
       return absl::InvalidArgumentError("sampling.max_tokens must be at least 1");
     }
-    if (static_cast<int64_t>(p.max_tokens()) > context - n) {
+    if (static_cast<int64_t>(p.max_tokens()) > context - n && !p.max_tokens_is_ceiling()) {
       return absl::InvalidArgumentError(
           absl::StrCat("sampling.max_tokens ", p.max_tokens(), " is more than the ", context - n,
                        " tokens the context of ", context, " leaves after the prompt"));
     }
-    out.max_tokens = p.max_tokens();
+    out.max_tokens = std::min<int64_t>(p.max_tokens(), context - n);
   } else {
     out.max_tokens = context - n;
   }

@@ -206,6 +206,19 @@ TEST_F(InferDaemonErrorsTest, BadRequestsNameTheFieldAndTheDaemonStaysHealthy) {
   EXPECT_EQ(good.tokens.size(), 4u);
 }
 
+TEST_F(InferDaemonErrorsTest, ACeilingMaxTokensStopsAtTheContextsEnd) {
+  // 506 prompt tokens leave 6 of the context's 512: a server's cap of 600 (a ceiling) gives
+  // those 6, where the same number as the client's own limit is refused.
+  v1::GenerateRequest r = TokenRequest(RandomTokens(506, kVocab, 3), 600);
+  ExpectError(r, grpc::StatusCode::INVALID_ARGUMENT, "max_tokens 600 is more than the 6");
+  r.mutable_sampling()->set_max_tokens_is_ceiling(true);
+
+  GenerateResult capped = Generate(*stub_, r);
+
+  ASSERT_TRUE(capped.status.ok()) << capped.status.error_message();
+  EXPECT_EQ(capped.tokens.size(), 6u);
+}
+
 TEST_F(InferDaemonErrorsTest, CancellingTheCallStopsGenerationAndFreesTheSlot) {
   auto ctx = NewClientContext(absl::Seconds(60));
   auto reader = stub_->Generate(ctx.get(), TokenRequest(RandomTokens(10, kVocab, 3), 400));

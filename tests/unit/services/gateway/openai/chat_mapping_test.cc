@@ -55,7 +55,8 @@ TEST(ChatMappingTest, DefaultsLeaveTheDaemonToDecide) {
 
   EXPECT_FLOAT_EQ(spec.request.sampling().temperature(), 1.0f);
   EXPECT_FALSE(spec.request.sampling().has_seed());
-  EXPECT_EQ(spec.request.sampling().max_tokens(), 0u);
+  // Absent, not 0 (which the daemon refuses): up to the context's end.
+  EXPECT_FALSE(spec.request.sampling().has_max_tokens());
   EXPECT_EQ(spec.request.sampling().logprobs(), 0u);
 }
 
@@ -112,8 +113,19 @@ TEST(ChatMappingTest, ServerCapBoundsMaxTokens) {
       R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 32000,
           "max_tokens": 1})",
       limits);
+  GenerationSpec none_asked =
+      MustParse(R"({"messages": [{"role": "user", "content": "x"}]})", limits);
+  GenerationSpec within =
+      MustParse(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 20})", limits);
 
+  // The cap, where it applies, is a ceiling the context's room may lower; a client's own
+  // value within it is the client's (refused where the context leaves less, as OpenAI does).
   EXPECT_EQ(spec.request.sampling().max_tokens(), 64u);
+  EXPECT_TRUE(spec.request.sampling().max_tokens_is_ceiling());
+  EXPECT_EQ(none_asked.request.sampling().max_tokens(), 64u);
+  EXPECT_TRUE(none_asked.request.sampling().max_tokens_is_ceiling());
+  EXPECT_EQ(within.request.sampling().max_tokens(), 20u);
+  EXPECT_FALSE(within.request.sampling().max_tokens_is_ceiling());
 }
 
 TEST(ChatMappingTest, NonStreamedBodyGoldenShape) {
