@@ -19,14 +19,20 @@ namespace cairn::gateway {
 
 namespace infer_v1 = ::cairn::infer::v1;
 
+// cairn-infer's limit on one stop string (InferServiceOptions::max_stop_bytes in
+// services/infer/daemon/infer_service.h), mirrored because services share only proto/: a longer
+// one must be refused here, naming the client's field, not by the daemon naming its own.
+inline constexpr size_t kInferMaxStopBytes = 256;
+
 // Bounds on request fields (GW4). Every number is a named default with a flag in main.cc.
 struct RequestLimits {
   size_t max_messages = 4096;         // Chat messages / input items.
   size_t max_content_parts = 1024;    // Parts in one message's content.
   size_t max_string_bytes = 4 << 20;  // One string field.
   size_t max_tools = 512;
-  size_t max_stop = 16;                   // Stop strings.
-  size_t max_stop_bytes = 1024;           // One stop string.
+  size_t max_stop = 16;  // Stop strings.
+  // One stop string.
+  size_t max_stop_bytes = kInferMaxStopBytes;
   size_t max_prompt_token_ids = 1 << 20;  // Token ids in one prompt.
   int64_t max_tokens_limit = 1 << 24;     // Largest max_tokens accepted at all.
   uint32_t max_top_logprobs = 20;         // OpenAI's own limit.

@@ -17,7 +17,9 @@ namespace cairn::infer {
 struct InferServiceOptions {
   int max_logprobs = 20;  // Most alternatives per token.
   int max_stop_strings = 16;
-  size_t max_stop_bytes = 256;   // Longest stop string.
+  // Longest stop string; the gateway mirrors it (kInferMaxStopBytes in
+  // services/gateway/openai/format_util.h) to refuse longer ones naming the client's field.
+  size_t max_stop_bytes = 256;
   size_t max_label_bytes = 256;  // request_id and conversation.
   size_t max_messages = 4096;    // Chat messages per request.
 };

@@ -372,6 +372,28 @@ TEST(GatewayApiTest, UpstreamErrorsMapToHttpCodes) {
   }
 }
 
+TEST(GatewayApiTest, AStopStringTheDaemonWouldRefuseGetsA400NamingTheClientsField) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  const std::string too_long(257, 's');  // cairn-infer takes stop strings of 256 bytes at most.
+
+  HttpResult openai = client.Post(
+      "/v1/chat/completions",
+      json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"stop", too_long}}.dump());
+  HttpResult anthropic =
+      client.Post("/v1/messages", json{{"max_tokens", 5},
+                                       {"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                       {"stop_sequences", {too_long}}}
+                                      .dump());
+
+  EXPECT_EQ(openai.status, 400) << openai.body;
+  EXPECT_EQ(openai.json()["error"]["message"], "stop is longer than 256 bytes");
+  EXPECT_EQ(anthropic.status, 400) << anthropic.body;
+  EXPECT_EQ(anthropic.json()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(anthropic.json()["error"]["message"], "stop_sequences[0] is longer than 256 bytes");
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
 TEST(GatewayApiTest, ErrorAfterTheStreamStartedEndsItWithAnErrorEvent) {
   GatewayHarness h;
   h.fake().SetScript([](const infer_v1::GenerateRequest&) {

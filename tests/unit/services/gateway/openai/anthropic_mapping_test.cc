@@ -92,5 +92,18 @@ TEST(AnthropicMappingTest, AStopStringIsReportedAsTheStopSequence) {
   EXPECT_TRUE(spec->make_formatter("served")->Body(f)["stop_sequence"].is_null());
 }
 
+TEST(AnthropicMappingTest, StopSequencesTheDaemonWouldRefuseAreRefusedNamingTheField) {
+  // cairn-infer refuses stop strings over 256 bytes naming its own `sampling.stop[0]`.
+  Json body = Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})");
+  body["stop_sequences"] = Json::array({std::string(kInferMaxStopBytes, 's')});
+  ASSERT_TRUE(ParseAnthropicMessagesRequest(body, {}).ok());
+
+  body["stop_sequences"] = Json::array({"END", std::string(kInferMaxStopBytes + 1, 's')});
+  absl::Status long_stop = ParseAnthropicMessagesRequest(body, {}).status();
+
+  EXPECT_EQ(long_stop.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(long_stop.message(), "stop_sequences[1] is longer than 256 bytes");
+}
+
 }  // namespace
 }  // namespace cairn::gateway

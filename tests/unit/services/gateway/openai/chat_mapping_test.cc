@@ -92,6 +92,26 @@ TEST(ChatMappingTest, ErrorsNameTheField) {
             std::string::npos);
 }
 
+TEST(ChatMappingTest, StopStringsTheDaemonWouldRefuseAreRefusedNamingTheClientsField) {
+  // cairn-infer refuses stop strings over 256 bytes naming its own `sampling.stop[0]`.
+  Json body = Json::parse(R"({"messages": [{"role": "user", "content": "x"}]})");
+  body["stop"] = std::string(kInferMaxStopBytes, 's');
+  ASSERT_TRUE(ParseChatCompletionRequest(body, {}).ok());
+
+  body["stop"] = std::string(kInferMaxStopBytes + 1, 's');
+  absl::Status one = ParseChatCompletionRequest(body, {}).status();
+  body["stop"] = Json::array({"END", std::string(kInferMaxStopBytes + 1, 's')});
+  absl::Status listed = ParseChatCompletionRequest(body, {}).status();
+  Json completion = Json::parse(R"({"prompt": "x"})");
+  completion["stop"] = std::string(kInferMaxStopBytes + 1, 's');
+  absl::Status legacy = ParseCompletionRequest(completion, {}).status();
+
+  EXPECT_EQ(one.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(one.message(), "stop is longer than 256 bytes");
+  EXPECT_EQ(listed.message(), "stop[1] is longer than 256 bytes");
+  EXPECT_EQ(legacy.message(), "stop is longer than 256 bytes");
+}
+
 TEST(ChatMappingTest, LongCacheKeyIsCutOnACharacterBoundary) {
   // 127 ASCII bytes, then a 3-byte character across the 128-byte cut: the label travels in a
   // proto3 string, which the daemon refuses to parse unless it is valid UTF-8.
