@@ -297,11 +297,15 @@ Json Bytes(const std::string& raw) {
   return out;
 }
 
-Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps) {
+// The daemon always sends at least one alternative per token (it is asked for at least one, so
+// that the chosen token's logprob comes back); `top_n` keeps what the client asked for.
+Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps,
+                     uint32_t top_n) {
   Json content = Json::array();
   for (const auto& lp : lps) {
     Json top = Json::array();
     for (const auto& alt : lp.top()) {
+      if (top.size() >= top_n) break;
       top.push_back(
           {{"token", alt.text()}, {"logprob", alt.logprob()}, {"bytes", Bytes(alt.token_bytes())}});
     }
@@ -316,12 +320,13 @@ Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLog
 // chat.completion and chat.completion.chunk.
 class ChatFormatter : public ResponseFormatter {
  public:
-  ChatFormatter(std::string model, bool include_usage, bool logprobs)
+  ChatFormatter(std::string model, bool include_usage, bool logprobs, uint32_t top_logprobs)
       : id_(NewId("chatcmpl-")),
         model_(std::move(model)),
         created_(UnixSeconds()),
         include_usage_(include_usage),
-        logprobs_(logprobs) {}
+        logprobs_(logprobs),
+        top_logprobs_(top_logprobs) {}
 
   std::string StreamStarted(const infer_v1::Started&) override {
     Json delta = {{"role", "assistant"}, {"content", ""}};
@@ -351,7 +356,7 @@ class ChatFormatter : public ResponseFormatter {
     if (delta.empty() && !(logprobs_ && d.logprobs_size() > 0)) return "";
     Json chunk = Chunk(delta, nullptr);
     if (logprobs_ && d.logprobs_size() > 0) {
-      chunk["choices"][0]["logprobs"] = {{"content", LogprobsContent(d.logprobs())}};
+      chunk["choices"][0]["logprobs"] = {{"content", LogprobsContent(d.logprobs(), top_logprobs_)}};
     }
     return SseData(chunk);
   }
@@ -396,7 +401,8 @@ class ChatFormatter : public ResponseFormatter {
                    {"message", message},
                    {"finish_reason", FinishReasonName(f.reason())},
                    {"logprobs", nullptr}};
-    if (logprobs_) choice["logprobs"] = {{"content", LogprobsContent(collected_.logprobs())}};
+    if (logprobs_)
+      choice["logprobs"] = {{"content", LogprobsContent(collected_.logprobs(), top_logprobs_)}};
     return {{"id", id_},
             {"object", "chat.completion"},
             {"created", created_},
@@ -423,18 +429,21 @@ class ChatFormatter : public ResponseFormatter {
   const int64_t created_;
   const bool include_usage_;
   const bool logprobs_;
+  const uint32_t top_logprobs_;  // Alternatives per token the client asked for.
   CollectedOutput collected_;
 };
 
 // text_completion objects (legacy completions).
 class CompletionFormatter : public ResponseFormatter {
  public:
-  CompletionFormatter(std::string model, bool include_usage, bool logprobs, bool token_ids)
+  CompletionFormatter(std::string model, bool include_usage, bool logprobs, uint32_t top_logprobs,
+                      bool token_ids)
       : id_(NewId("cmpl-")),
         model_(std::move(model)),
         created_(UnixSeconds()),
         include_usage_(include_usage),
         logprobs_(logprobs),
+        top_logprobs_(top_logprobs),
         token_ids_(token_ids) {}
 
   std::string StreamStarted(const infer_v1::Started&) override { return ""; }
@@ -443,7 +452,7 @@ class CompletionFormatter : public ResponseFormatter {
       return "";
     }
     Json chunk = Object(d.text(), nullptr);
-    if (logprobs_) chunk["choices"][0]["logprobs"] = LegacyLogprobs(d.logprobs());
+    if (logprobs_) chunk["choices"][0]["logprobs"] = LegacyLogprobs(d.logprobs(), top_logprobs_);
     if (token_ids_) {
       chunk["choices"][0]["token_ids"] =
           std::vector<uint32_t>(d.token_ids().begin(), d.token_ids().end());
@@ -465,7 +474,8 @@ class CompletionFormatter : public ResponseFormatter {
   }
   Json Body(const infer_v1::Finished& f) override {
     Json body = Object(collected_.text(f), FinishReasonName(f.reason()));
-    if (logprobs_) body["choices"][0]["logprobs"] = LegacyLogprobs(collected_.logprobs());
+    if (logprobs_)
+      body["choices"][0]["logprobs"] = LegacyLogprobs(collected_.logprobs(), top_logprobs_);
     if (token_ids_) body["choices"][0]["token_ids"] = ids_;
     body["usage"] = UsageObject(f);
     body["cairn"] = CairnObject(f.cache());
@@ -483,14 +493,18 @@ class CompletionFormatter : public ResponseFormatter {
                                       {"logprobs", nullptr},
                                       {"finish_reason", std::move(finish_reason)}}})}};
   }
-  static Json LegacyLogprobs(
-      const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps) {
+  // As LogprobsContent: at most `top_n` alternatives per token (an empty dict for 0).
+  static Json LegacyLogprobs(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps,
+                             uint32_t top_n) {
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
     for (const auto& lp : lps) {
       tokens.push_back(lp.text());
       token_logprobs.push_back(lp.logprob());
       Json alts = Json::object();
-      for (const auto& alt : lp.top()) alts[alt.text()] = alt.logprob();
+      for (const auto& alt : lp.top()) {
+        if (alts.size() >= top_n) break;
+        alts[alt.text()] = alt.logprob();
+      }
       top.push_back(alts);
     }
     return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
@@ -501,6 +515,7 @@ class CompletionFormatter : public ResponseFormatter {
   const int64_t created_;
   const bool include_usage_;
   const bool logprobs_;
+  const uint32_t top_logprobs_;  // Alternatives per token the client asked for.
   const bool token_ids_;
   CollectedOutput collected_;
   std::vector<uint32_t> ids_;  // Generated token ids (non-streaming, when asked for).
@@ -583,8 +598,9 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   req.set_conversation(ConversationLabel(cache_key.value_or(""), *chat));
   const bool include_usage = common.include_usage;
   const bool want_logprobs = logprobs.value_or(false);
-  spec.make_formatter = [include_usage, want_logprobs](const std::string& model) {
-    return std::make_unique<ChatFormatter>(model, include_usage, want_logprobs);
+  const uint32_t top_n = spec.top_logprobs;
+  spec.make_formatter = [include_usage, want_logprobs, top_n](const std::string& model) {
+    return std::make_unique<ChatFormatter>(model, include_usage, want_logprobs, top_n);
   };
   return spec;
 }
@@ -657,8 +673,10 @@ absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
   const bool include_usage = common.include_usage;
   const bool want_logprobs = top.has_value();
   const bool want_ids = return_ids.value_or(false);
-  spec.make_formatter = [include_usage, want_logprobs, want_ids](const std::string& model) {
-    return std::make_unique<CompletionFormatter>(model, include_usage, want_logprobs, want_ids);
+  const uint32_t top_n = spec.top_logprobs;
+  spec.make_formatter = [include_usage, want_logprobs, top_n, want_ids](const std::string& model) {
+    return std::make_unique<CompletionFormatter>(model, include_usage, want_logprobs, top_n,
+                                                 want_ids);
   };
   return spec;
 }

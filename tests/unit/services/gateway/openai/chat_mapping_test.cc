@@ -1,5 +1,10 @@
 #include "services/gateway/openai/chat_mapping.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -214,6 +219,69 @@ TEST(ChatMappingTest, StreamedChunksGoldenShape) {
   EXPECT_EQ(data(last)["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_NE(last.find("\"usage\":{"), std::string::npos);
   EXPECT_EQ(last.substr(last.size() - 14), "data: [DONE]\n\n");
+}
+
+// A delta of one token "A" (logprob -0.5) with the three alternatives B, C, D: the daemon is
+// asked for at least one alternative, so it may send more than the client asked for.
+infer_v1::Delta DeltaWithThreeAlternatives() {
+  infer_v1::Delta d;
+  d.set_text("A");
+  auto* lp = d.add_logprobs();
+  lp->set_text("A");
+  lp->set_logprob(-0.5f);
+  for (const char* alt : {"B", "C", "D"}) {
+    auto* a = lp->add_top();
+    a->set_text(alt);
+    a->set_logprob(-1.0f);
+  }
+  return d;
+}
+
+TEST(ChatMappingTest, TopLogprobsHoldWhatWasAskedForAndNoMore) {
+  for (const auto& [fields, expected] :
+       std::vector<std::pair<std::string, size_t>>{{R"("logprobs": true)", 0},
+                                                   {R"("logprobs": true, "top_logprobs": 0)", 0},
+                                                   {R"("logprobs": true, "top_logprobs": 2)", 2}}) {
+    const std::string body = R"({"messages": [{"role": "user", "content": "x"}], )" + fields + "}";
+    GenerationSpec spec = MustParse(body.c_str());
+    auto formatter = spec.make_formatter("served");
+    const infer_v1::Delta d = DeltaWithThreeAlternatives();
+
+    const std::string chunk = formatter->StreamDelta(d);
+    formatter->Collect(d);
+    Json body_json = formatter->Body(MakeFinished(infer_v1::Finished::REASON_STOP));
+
+    Json streamed = Json::parse(chunk.substr(6, chunk.find("\n\n") - 6));
+    for (const Json& content : {streamed["choices"][0]["logprobs"]["content"][0],
+                                body_json["choices"][0]["logprobs"]["content"][0]}) {
+      EXPECT_EQ(content["token"], "A") << fields;
+      EXPECT_FLOAT_EQ(content["logprob"].get<float>(), -0.5f) << fields;
+      ASSERT_TRUE(content["top_logprobs"].is_array()) << fields;
+      EXPECT_EQ(content["top_logprobs"].size(), expected) << fields;
+    }
+  }
+}
+
+TEST(ChatMappingTest, LegacyLogprobsHoldWhatWasAskedForAndNoMore) {
+  for (const auto& [asked, expected] : std::vector<std::pair<int, size_t>>{{0, 0}, {2, 2}}) {
+    absl::StatusOr<GenerationSpec> spec = ParseCompletionRequest(
+        Json::parse(absl::StrCat(R"({"prompt": "x", "logprobs": )", asked, "}")), {});
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto formatter = spec->make_formatter("served");
+    const infer_v1::Delta d = DeltaWithThreeAlternatives();
+
+    const std::string chunk = formatter->StreamDelta(d);
+    formatter->Collect(d);
+    Json body = formatter->Body(MakeFinished(infer_v1::Finished::REASON_STOP));
+
+    Json streamed = Json::parse(chunk.substr(6, chunk.find("\n\n") - 6));
+    for (const Json& lps : {streamed["choices"][0]["logprobs"], body["choices"][0]["logprobs"]}) {
+      EXPECT_EQ(lps["tokens"], Json::parse(R"(["A"])")) << asked;
+      EXPECT_FLOAT_EQ(lps["token_logprobs"][0].get<float>(), -0.5f) << asked;
+      ASSERT_TRUE(lps["top_logprobs"][0].is_object()) << asked;
+      EXPECT_EQ(lps["top_logprobs"][0].size(), expected) << asked;
+    }
+  }
 }
 
 TEST(ChatMappingTest, CompletionPromptAsTokenIds) {
