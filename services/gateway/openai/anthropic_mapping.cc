@@ -20,8 +20,10 @@ bool IsMediaBlock(const std::string& type) {
 }
 
 // Appends the messages of one Anthropic message (blocks may split it in several: each
-// tool_result becomes a "tool" message).
-absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits,
+// tool_result becomes a "tool" message). As Anthropic's API, refuses a message that is empty
+// or holds only blocks that render as nothing (redacted_thinking), unless it is the `last` and
+// the assistant's, which adds nothing.
+absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool last,
                         infer_v1::ChatPrompt* chat) {
   ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
   if (!role.has_value()) return Invalid(f.Name("role"), "is required");
@@ -30,6 +32,13 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits,
   }
   const Json* content = f.Get("content");
   if (content == nullptr) return Invalid(f.Name("content"), "is required");
+  const bool may_be_empty = last && *role == "assistant";
+  if ((content->is_array() && content->empty()) ||
+      (content->is_string() && content->get_ref<const std::string&>().empty())) {
+    if (may_be_empty) return absl::OkStatus();
+    return Invalid(f.Name("content"),
+                   "must not be empty (only the final assistant message may be)");
+  }
   if (content->is_string()) {
     ASSIGN_OR_RETURN(std::string text, ContentText(*content, f.Name("content"), limits));
     infer_v1::ChatMessage* m = chat->add_messages();
@@ -42,6 +51,7 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits,
     return Invalid(f.Name("content"),
                    absl::StrCat("has more than ", limits.max_content_parts, " blocks"));
   }
+  const int messages_before = chat->messages_size();
   infer_v1::ChatMessage current;
   current.set_role(*role);
   bool current_used = false;
@@ -100,6 +110,11 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits,
     }
   }
   flush();
+  if (chat->messages_size() == messages_before && !may_be_empty) {
+    return Invalid(f.Name("content"),
+                   "holds only blocks that render as nothing (redacted_thinking); only the final "
+                   "assistant message may be empty");
+  }
   return absl::OkStatus();
 }
 
@@ -308,8 +323,12 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
   const Json* messages = f.Get("messages");
   if (messages == nullptr) return Invalid("messages", "is required");
   if (messages->is_array() && messages->empty()) return Invalid("messages", "must not be empty");
-  RETURN_IF_ERROR(ForEachObject(*messages, "messages", limits.max_messages,
-                                [&](const JsonFields& m) { return AddMessage(m, limits, chat); }));
+  size_t index = 0;
+  RETURN_IF_ERROR(
+      ForEachObject(*messages, "messages", limits.max_messages, [&](const JsonFields& m) {
+        const bool last = ++index == messages->size();
+        return AddMessage(m, limits, last, chat);
+      }));
   RETURN_IF_ERROR(ParseTools(f, limits, chat));
   ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens,
                    f.Integer("max_tokens", 1, limits.max_tokens_limit));

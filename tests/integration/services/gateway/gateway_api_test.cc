@@ -487,6 +487,21 @@ TEST(GatewayApiTest, AnthropicMessagesNonStreamed) {
   EXPECT_EQ(sent.chat().DebugString().find("u-123"), std::string::npos);
 }
 
+TEST(GatewayApiTest, AnthropicMessageWithEmptyContentGetsA400NamingIt) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r =
+      client.Post("/v1/messages", R"({"max_tokens":5,"messages":[{"role":"user","content":[]}]})");
+
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["type"], "error");
+  EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(r.json()["error"]["message"],
+            "messages[0].content must not be empty (only the final assistant message may be)");
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
 TEST(GatewayApiTest, AnthropicMessagesStreamEvents) {
   GatewayHarness h;
   h.fake().SetScript([](const infer_v1::GenerateRequest& req) {

@@ -1,5 +1,8 @@
 #include "services/gateway/openai/anthropic_mapping.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -103,6 +106,57 @@ TEST(AnthropicMappingTest, StopSequencesTheDaemonWouldRefuseAreRefusedNamingTheF
 
   EXPECT_EQ(long_stop.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(long_stop.message(), "stop_sequences[1] is longer than 256 bytes");
+}
+
+TEST(AnthropicMappingTest, AnEmptyMessageIsRefusedNamingItsContent) {
+  auto error_of = [](const char* messages) {
+    return std::string(
+        ParseAnthropicMessagesRequest(
+            Json::parse(absl::StrCat(R"({"max_tokens": 5, "messages": )", messages, "}")), {})
+            .status()
+            .message());
+  };
+
+  const std::string only = error_of(R"([{"role": "user", "content": []}])");
+  const std::string middle = error_of(R"([{"role": "user", "content": "a"},
+      {"role": "assistant", "content": []}, {"role": "user", "content": "b"}])");
+  const std::string empty_text = error_of(R"([{"role": "user", "content": ""}])");
+  const std::string redacted = error_of(R"([{"role": "user", "content": "a"},
+      {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"}]},
+      {"role": "user", "content": "b"}])");
+
+  EXPECT_EQ(only,
+            "messages[0].content must not be empty (only the final assistant message may be)");
+  EXPECT_EQ(middle,
+            "messages[1].content must not be empty (only the final assistant message may be)");
+  EXPECT_EQ(empty_text,
+            "messages[0].content must not be empty (only the final assistant message may be)");
+  EXPECT_NE(redacted.find("messages[1].content holds only blocks that render as nothing"),
+            std::string::npos)
+      << redacted;
+}
+
+TEST(AnthropicMappingTest, DroppedBlocksBesideOthersAndAnEmptyFinalAssistantMessageAreFine) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(Json::parse(R"({
+      "max_tokens": 5, "messages": [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"},
+                                          {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                                          {"type": "redacted_thinking", "data": "x"},
+                                          {"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": ""}]},
+        {"role": "assistant", "content": []}]})"),
+                                                                      {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& m = spec->request.chat().messages();
+  ASSERT_EQ(m.size(), 5);
+  EXPECT_EQ(m[1].content(), "b");
+  EXPECT_EQ(m[3].reasoning_content(), "t");
+  EXPECT_EQ(m[3].tool_calls(0).name(), "f");
+  EXPECT_EQ(m[4].role(), "tool");
 }
 
 }  // namespace
