@@ -357,6 +357,13 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
   }
   infer_v1::TemplateOptions* options = chat->mutable_options();
   options->set_add_generation_prompt(true);
+  // A final assistant message with text is a prefill: the answer continues it.
+  const infer_v1::ChatMessage* final_message =
+      chat->messages_size() > 0 ? &chat->messages(chat->messages_size() - 1) : nullptr;
+  if (final_message != nullptr && final_message->role() == "assistant" &&
+      !final_message->content().empty() && final_message->tool_calls_size() == 0) {
+    options->set_continue_final_message(true);
+  }
   ASSIGN_OR_RETURN(const Json* thinking, f.Object("thinking"));
   if (thinking != nullptr) {
     ASSIGN_OR_RETURN(std::optional<std::string> type,

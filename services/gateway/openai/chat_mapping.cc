@@ -583,6 +583,9 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   }
   infer_v1::TemplateOptions* options = chat->mutable_options();
   options->set_add_generation_prompt(true);
+  // vLLM's extension: continue the final assistant message instead of starting a new turn.
+  ASSIGN_OR_RETURN(std::optional<bool> continue_final, f.Bool("continue_final_message"));
+  if (continue_final.value_or(false)) options->set_continue_final_message(true);
   ASSIGN_OR_RETURN(const Json* kwargs, f.Object("chat_template_kwargs"));
   if (kwargs != nullptr) {
     ASSIGN_OR_RETURN(std::optional<bool> thinking,

@@ -119,6 +119,7 @@ absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(
     ASSIGN_OR_RETURN(req.tools, ToolsJson(chat));
   }
   req.add_generation_prompt = chat.has_options() ? chat.options().add_generation_prompt() : true;
+  req.continue_final_message = chat.options().continue_final_message();
   if (chat.has_options() && chat.options().has_enable_thinking()) {
     req.enable_thinking = chat.options().enable_thinking();
   }

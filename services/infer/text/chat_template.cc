@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status/status_macros.h"
 #include "services/infer/text/file_util.h"
 
@@ -44,6 +47,42 @@ std::optional<std::string> SpecialToken(const nlohmann::json& config, const char
   return std::nullopt;
 }
 
+// Cuts `text`, the render of `messages` without a generation prompt, after the last message's
+// content, so that the answer continues it, as transformers' continue_final_message does: at
+// the content's last occurrence, else at that of the content without surrounding whitespace
+// (templates may strip it). InvalidArgument when the last message is not the assistant's
+// text or its content is not found.
+absl::StatusOr<std::string> CutAfterFinalMessage(const json& messages, std::string text) {
+  const json* last = messages.empty() ? nullptr : &messages.back();
+  if (last == nullptr || !last->is_object() || last->value("role", json()) != "assistant") {
+    return absl::InvalidArgumentError(
+        "continue_final_message needs the last message to be the assistant's");
+  }
+  if (last->contains("tool_calls") && !(*last)["tool_calls"].empty()) {
+    return absl::InvalidArgumentError(
+        "continue_final_message cannot continue a message with tool calls, only text");
+  }
+  const json content = last->value("content", json());
+  if (!content.is_string() || content.get_ref<const std::string&>().empty()) {
+    return absl::InvalidArgumentError(
+        "continue_final_message needs the last message's content to be non-empty text");
+  }
+  absl::string_view piece = content.get_ref<const std::string&>();
+  size_t at = text.rfind(piece.data(), std::string::npos, piece.size());
+  if (at == std::string::npos) {
+    piece = absl::StripAsciiWhitespace(piece);
+    at = piece.empty() ? std::string::npos
+                       : text.rfind(piece.data(), std::string::npos, piece.size());
+  }
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template does not render the last message's content "
+        "as given, so the answer cannot continue it");
+  }
+  text.resize(at + piece.size());
+  return text;
+}
+
 }  // namespace
 
 absl::StatusOr<ChatRequest> ParseChatRequest(const json& request) {
@@ -74,6 +113,11 @@ absl::StatusOr<ChatRequest> ParseChatRequest(const json& request) {
         return absl::InvalidArgumentError("\"add_generation_prompt\" must be a boolean");
       }
       out.add_generation_prompt = it->get<bool>();
+    } else if (key == "continue_final_message") {
+      if (!it->is_boolean()) {
+        return absl::InvalidArgumentError("\"continue_final_message\" must be a boolean");
+      }
+      out.continue_final_message = it->get<bool>();
     } else if (key == "enable_thinking") {
       if (!it->is_boolean())
         return absl::InvalidArgumentError("\"enable_thinking\" must be a boolean");
@@ -150,7 +194,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
                                                  : request.messages));
   ctx.Set("tools", jinja::Value::FromJson(request.tools));
   ctx.Set("documents", jinja::Value::None());
-  ctx.Set("add_generation_prompt", jinja::Value::Bool(request.add_generation_prompt));
+  ctx.Set("add_generation_prompt",
+          jinja::Value::Bool(request.add_generation_prompt && !request.continue_final_message));
   auto set_token = [&](const char* name, const std::optional<std::string>& v) {
     if (v) ctx.Set(name, jinja::Value::String(*v));
   };
@@ -165,7 +210,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
       ctx.Set(it.key(), jinja::Value::FromJson(it.value()));
     }
   }
-  return template_->Render(ctx);
+  ASSIGN_OR_RETURN(std::string text, template_->Render(ctx));
+  if (!request.continue_final_message) return text;
+  return CutAfterFinalMessage(request.messages, std::move(text));
 }
 
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
@@ -177,6 +224,7 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
 
   ChatRequest next = request;
   next.add_generation_prompt = false;
+  next.continue_final_message = false;
   next.messages.push_back({{"role", "assistant"}, {"content", options.placeholder_answer}});
   next.messages.push_back({{"role", "user"}, {"content", options.placeholder_question}});
   // The boundary is a caching hint: if the template rejects the placeholder turns, the request
@@ -191,6 +239,7 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
   // The preamble another conversation would share: the leading system messages and the tools.
   ChatRequest preamble = request;
   preamble.add_generation_prompt = false;
+  preamble.continue_final_message = false;
   preamble.messages = nlohmann::ordered_json::array();
   for (const nlohmann::ordered_json& m : request.messages) {
     const nlohmann::ordered_json* role = m.is_object() && m.contains("role") ? &m["role"] : nullptr;

@@ -28,6 +28,11 @@ struct ChatRequest {
   std::optional<bool> enable_thinking;
   // Further template variables (an object), e.g. {"preserve_thinking": true}.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  // Leaves the last message, the assistant's, open for the answer to continue (transformers'
+  // continue_final_message): the template runs without the generation prompt (whatever
+  // add_generation_prompt says) and the text is cut after the last occurrence of that message's
+  // content (or of the content without its surrounding whitespace).
+  bool continue_final_message = false;
 };
 
 // Parses a request object: {"messages": [...], "tools": [...], "add_generation_prompt": bool,
@@ -64,8 +69,10 @@ class ChatTemplate {
       const std::string& dir, ChatTemplateOptions options = {});
 
   // Renders `request` to the prompt text. Errors: InvalidArgument for a malformed request or a
-  // template type error, FailedPrecondition when the template raises (e.g. "No user query
-  // found in messages."), ResourceExhausted past the Jinja limits.
+  // template type error (or, with continue_final_message, a last message that is not the
+  // assistant's text or whose content the rendered text lacks), FailedPrecondition when the
+  // template raises (e.g. "No user query found in messages."), ResourceExhausted past the Jinja
+  // limits.
   absl::StatusOr<std::string> Render(const ChatRequest& request) const;
 
   const std::string& source() const { return source_; }

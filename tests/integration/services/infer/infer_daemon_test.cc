@@ -380,6 +380,39 @@ TEST_F(InferDaemonTextTest, LogprobsCarryEachTokensRawBytes) {
   }
 }
 
+TEST_F(InferDaemonTextTest, ContinueFinalMessageLeavesTheAssistantTurnOpen) {
+  v1::GenerateRequest req;
+  v1::ChatMessage* user = req.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content("What is 2+2?");
+  v1::ChatMessage* prefill = req.mutable_chat()->add_messages();
+  prefill->set_role("assistant");
+  prefill->set_content("The answer is");
+  req.mutable_chat()->mutable_options()->set_add_generation_prompt(true);
+  req.mutable_chat()->mutable_options()->set_continue_final_message(true);
+  req.mutable_sampling()->set_max_tokens(4);
+  req.mutable_sampling()->set_ignore_eos(true);
+  v1::GenerateRequest no_prefill = req;
+  no_prefill.mutable_chat()->mutable_messages()->RemoveLast();
+  auto ctx = NewClientContext(absl::Seconds(10));
+  v1::ApplyTemplateRequest at;
+  *at.mutable_chat() = req.chat();
+  v1::ApplyTemplateResponse rendered;
+
+  const grpc::Status applied = stub_->ApplyTemplate(ctx.get(), at, &rendered);
+  GenerateResult r = Generate(*stub_, req);
+  GenerateResult refused = Generate(*stub_, no_prefill);
+
+  ASSERT_TRUE(applied.ok()) << applied.error_message();
+  EXPECT_TRUE(absl::EndsWith(rendered.text(),
+                             "<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is"))
+      << rendered.text();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.prompt_tokens(), static_cast<uint32_t>(rendered.ids_size()));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("continue_final_message"));
+}
+
 TEST_F(InferDaemonTextTest, MediaIsRefused) {
   v1::GenerateRequest req;
   v1::ChatMessage* m = req.mutable_chat()->add_messages();

@@ -159,5 +159,24 @@ TEST(AnthropicMappingTest, DroppedBlocksBesideOthersAndAnEmptyFinalAssistantMess
   EXPECT_EQ(m[4].role(), "tool");
 }
 
+TEST(AnthropicMappingTest, AFinalAssistantMessageWithTextIsContinued) {
+  auto continues = [](const char* messages) {
+    absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+        Json::parse(absl::StrCat(R"({"max_tokens": 5, "messages": )", messages, "}")), {});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() && spec->request.chat().options().continue_final_message();
+  };
+
+  EXPECT_TRUE(continues(R"([{"role": "user", "content": "2+2?"},
+                            {"role": "assistant", "content": "The answer is"}])"));
+  EXPECT_TRUE(continues(R"([{"role": "user", "content": "2+2?"}, {"role": "assistant",
+                            "content": [{"type": "text", "text": "The answer is"}]}])"));
+  EXPECT_FALSE(continues(R"([{"role": "user", "content": "2+2?"}])"));
+  EXPECT_FALSE(continues(R"([{"role": "user", "content": "2+2?"},
+                             {"role": "assistant", "content": []}])"));
+  EXPECT_FALSE(continues(R"([{"role": "user", "content": "2+2?"}, {"role": "assistant",
+                             "content": [{"type": "tool_use", "id": "t", "name": "f"}]}])"));
+}
+
 }  // namespace
 }  // namespace cairn::gateway

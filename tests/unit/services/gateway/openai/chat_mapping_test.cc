@@ -74,6 +74,20 @@ TEST(ChatMappingTest, ToolChoiceObjectNamesTheFunction) {
   EXPECT_EQ(Json::parse(spec.request.chat().tools(0).json())["function"]["name"], "f");
 }
 
+TEST(ChatMappingTest, ContinuingTheFinalMessageIsOptIn) {
+  const char* messages = R"("messages": [{"role": "user", "content": "U"},
+                                         {"role": "assistant", "content": "The answer is"}])";
+
+  GenerationSpec fresh = MustParse(absl::StrCat("{", messages, "}").c_str());
+  GenerationSpec continued =
+      MustParse(absl::StrCat("{", messages, R"(, "continue_final_message": true,
+                                      "add_generation_prompt": false})")
+                    .c_str());
+
+  EXPECT_FALSE(fresh.request.chat().options().continue_final_message());
+  EXPECT_TRUE(continued.request.chat().options().continue_final_message());
+}
+
 TEST(ChatMappingTest, ErrorsNameTheField) {
   EXPECT_NE(ErrorOf(R"({})").find("messages is required"), std::string::npos);
   EXPECT_NE(

@@ -102,6 +102,55 @@ TEST(ChatTemplateTest, MalformedRequestsAreRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(ChatTemplateTest, ContinueFinalMessageCutsTheRenderAfterTheAssistantsContent) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  absl::StatusOr<ChatRequest> request = ParseChatRequest(json::parse(
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}],
+          "add_generation_prompt": true, "continue_final_message": true})"));
+  ASSERT_TRUE(request.ok()) << request.status();
+  ChatRequest padded = *request;  // The template trims: the content is found without the spaces.
+  padded.messages[1]["content"] = " Hel\n";
+
+  absl::StatusOr<std::string> text = (*tmpl)->Render(*request);
+  absl::StatusOr<std::string> trimmed = (*tmpl)->Render(padded);
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<user>hi</user><assistant>Hel");
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status();
+  EXPECT_EQ(*trimmed, "<user>hi</user><assistant>Hel");
+}
+
+TEST(ChatTemplateTest, ContinueFinalMessageRefusesWhatItCannotContinue) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}");
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> drops_content =
+      ChatTemplate::Create("{% for m in messages %}<{{ m.role }}>{% endfor %}");
+  ASSERT_TRUE(tmpl.ok() && drops_content.ok());
+  auto render = [](const ChatTemplate& t, const char* messages) {
+    ChatRequest request;
+    request.messages = json::parse(messages);
+    request.continue_final_message = true;
+    return t.Render(request).status();
+  };
+
+  EXPECT_THAT(render(**tmpl, R"([{"role": "user", "content": "hi"}])"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(render(**tmpl, R"([{"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": ""}])"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(render(**tmpl, R"([{"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": "x", "tool_calls": [
+                                   {"type": "function", "function": {"name": "f"}}]}])"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  const absl::Status not_found = render(**drops_content, R"([{"role": "user", "content": "hi"},
+                                          {"role": "assistant", "content": "Hel"}])");
+  EXPECT_THAT(not_found, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(not_found.message().find("cannot continue"), absl::string_view::npos) << not_found;
+}
+
 TEST(ChatTemplateTest, ModelDirWithoutTemplateIsNotFound) {
   EXPECT_THAT(ChatTemplate::FromModelDir(testing::TextDataPath("templates")).status(),
               StatusIs(absl::StatusCode::kNotFound));

@@ -184,6 +184,36 @@ TEST_P(StableBoundaryTest, SharedBoundaryCoversTheSystemPromptAndToolsOfAnotherC
   EXPECT_EQ(before_user->find("parser.cc"), std::string::npos) << *before_user;
 }
 
+// A prefill: the prompt ends with the final assistant message's text, its turn left open, and
+// is the start of the same chat rendered whole.
+TEST_P(StableBoundaryTest, ContinuedFinalMessageLeavesTheAssistantTurnOpen) {
+  ChatRequest request;
+  request.messages = json::parse(R"([{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "What is 2+2?"},
+      {"role": "assistant", "content": "The answer is"}])");
+  request.tools = Tools();
+  ChatRequest whole = request;
+  whole.add_generation_prompt = false;
+  request.continue_final_message = true;
+
+  absl::StatusOr<RenderedPrompt> prompt = RenderPrompt(*template_, *tokenizer_, request);
+  absl::StatusOr<std::string> whole_text = template_->Render(whole);
+
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  ASSERT_TRUE(whole_text.ok()) << whole_text.status();
+  // Qwen3's template (and the XML one) gives the last assistant turn a thinking block, empty
+  // here; the demo template drops reasoning.
+  const std::string open_turn = GetParam() != "demo"
+                                    ? "<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is"
+                                    : "<|im_start|>assistant\nThe answer is";
+  EXPECT_EQ(prompt->text.substr(prompt->text.size() - open_turn.size()), open_turn) << prompt->text;
+  EXPECT_EQ(whole_text->substr(0, prompt->text.size()), prompt->text);
+  EXPECT_EQ(whole_text->substr(prompt->text.size()), "<|im_end|>\n");
+  absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(prompt->text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(prompt->ids, *ids);
+}
+
 INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest,
                          ::testing::Values("qwen3", "cairn_xml", "demo"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
