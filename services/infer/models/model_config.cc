@@ -36,6 +36,9 @@ constexpr int kDefaultLinearKHeads = 16;
 constexpr int kDefaultLinearVHeads = 32;
 constexpr int kDefaultExperts = 512;
 constexpr int kDefaultTopK = 10;
+// Qwen3_5MoeTextConfig's own expert defaults.
+constexpr int kQwen35MoeDefaultExperts = 256;
+constexpr int kQwen35MoeDefaultTopK = 8;
 constexpr int64_t kDefaultMoeIntermediate = 512;
 constexpr int kDefaultFullAttentionInterval = 4;
 constexpr double kDefaultRmsEps = 1e-6;
@@ -248,8 +251,11 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   }
 
   if (c.family != HybridFamily::kQwen35) {
-    ASSIGN_OR_RETURN(c.num_experts, Get<int>(t, "num_experts", kDefaultExperts));
-    ASSIGN_OR_RETURN(c.top_k, Get<int>(t, "num_experts_per_tok", kDefaultTopK));
+    const bool moe35 = c.family == HybridFamily::kQwen35Moe;
+    ASSIGN_OR_RETURN(c.num_experts, Get<int>(t, "num_experts",
+                                             moe35 ? kQwen35MoeDefaultExperts : kDefaultExperts));
+    ASSIGN_OR_RETURN(
+        c.top_k, Get<int>(t, "num_experts_per_tok", moe35 ? kQwen35MoeDefaultTopK : kDefaultTopK));
     ASSIGN_OR_RETURN(c.moe_intermediate_size,
                      Get<int64_t>(t, "moe_intermediate_size", kDefaultMoeIntermediate));
     ASSIGN_OR_RETURN(c.shared_intermediate_size,

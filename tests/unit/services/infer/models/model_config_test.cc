@@ -57,6 +57,26 @@ TEST(ModelConfigTest, Qwen35MoeAlwaysRenormalises) {
   EXPECT_TRUE(c->IsMoeLayer(0));
 }
 
+// Qwen3_5MoeTextConfig's own defaults (256 experts, 8 per token), not Qwen3NextConfig's 512 / 10:
+// a config without num_experts_per_tok must route to 8 experts, as transformers does.
+TEST(ModelConfigTest, Qwen35MoeExpertDefaultsAreThoseOfItsConfig) {
+  for (const char* json : {R"({"model_type": "qwen3_5_moe_text"})",
+                           R"({"model_type": "qwen3_5_moe", "text_config": {}})"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->num_experts, 256) << json;
+    EXPECT_EQ(c->top_k, 8) << json;
+    EXPECT_EQ(c->moe_intermediate_size, 512) << json;
+    EXPECT_EQ(c->shared_intermediate_size, 512) << json;
+  }
+  // Qwen3-Next keeps Qwen3NextConfig's.
+  absl::StatusOr<HybridConfig> next = ParseHybridConfig(R"({"model_type": "qwen3_next"})");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->num_experts, 512);
+  EXPECT_EQ(next->top_k, 10);
+}
+
 TEST(ModelConfigTest, UnknownArchitectureIsNotFound) {
   absl::StatusOr<HybridConfig> c = ParseHybridConfig(R"({"model_type": "llama"})");
 
