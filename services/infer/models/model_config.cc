@@ -135,10 +135,8 @@ absl::StatusOr<std::vector<bool>> LayerTypes(const Json& t, int num_layers, bool
   return full;
 }
 
-// Plain Qwen3's attention options (docs/model.md §1.2): biases and sliding windows are not run.
+// Plain Qwen3's attention options (docs/model.md §1.2): sliding windows are not run.
 absl::Status ParseQwen3Attention(const Json& t, HybridConfig& c) {
-  ASSIGN_OR_RETURN(bool bias, Get<bool>(t, "attention_bias", false));
-  if (bias) return absl::UnimplementedError("attention_bias true is not supported for qwen3");
   ASSIGN_OR_RETURN(bool sliding, Get<bool>(t, "use_sliding_window", false));
   if (sliding) {
     return absl::UnimplementedError("use_sliding_window true is not supported for qwen3");
@@ -197,6 +195,12 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   const Json& t = *text;
   ASSIGN_OR_RETURN(std::string act, Get<std::string>(t, "hidden_act", "silu"));
   if (act != "silu") return absl::UnimplementedError(absl::StrCat("hidden_act ", act));
+  // Every family's attention projections take biases when this is true; we run none.
+  ASSIGN_OR_RETURN(bool bias, Get<bool>(t, "attention_bias", false));
+  if (bias) {
+    return absl::UnimplementedError(
+        absl::StrCat("attention_bias true is not supported for ", c.model_type));
+  }
   ASSIGN_OR_RETURN(c.vocab_size, Get<int64_t>(t, "vocab_size", d.vocab_size));
   ASSIGN_OR_RETURN(c.hidden_size, Get<int64_t>(t, "hidden_size", d.hidden_size));
   ASSIGN_OR_RETURN(c.intermediate_size, Get<int64_t>(t, "intermediate_size", d.intermediate_size));

@@ -196,6 +196,21 @@ TEST(ModelConfigTest, Qwen3FeaturesWeDoNotRunAreUnimplemented) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// transformers gives the hybrids' q/k/v/o projections biases when attention_bias is true; we run
+// none, so such a config is refused rather than loaded without its biases.
+TEST(ModelConfigTest, AttentionBiasIsUnimplementedForEveryFamily) {
+  for (const char* json : {R"({"model_type": "qwen3_next", "attention_bias": true})",
+                           R"({"model_type": "qwen3_5_text", "attention_bias": true})",
+                           R"({"model_type": "qwen3_5", "text_config": {"attention_bias": true}})",
+                           R"({"model_type": "qwen3_5_moe_text", "attention_bias": true})"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented)) << json;
+    EXPECT_THAT(c.status().message(), HasSubstr("attention_bias")) << json;
+  }
+  EXPECT_TRUE(ParseHybridConfig(R"({"model_type": "qwen3_next", "attention_bias": false})").ok());
+}
+
 TEST(ModelConfigTest, NotJsonIsInvalid) {
   EXPECT_THAT(ParseHybridConfig("{").status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
