@@ -81,7 +81,9 @@ absl::Status ParseRope(const Json& text, const Json& outer, double default_parti
   ASSIGN_OR_RETURN(c.partial_rotary_factor,
                    Get<double>(text, "partial_rotary_factor", default_partial_rotary));
   if (rope != nullptr) {
-    ASSIGN_OR_RETURN(std::string type, Get<std::string>(*rope, "rope_type", "default"));
+    // As transformers standardises it: rope_type, else the legacy key type, else default.
+    ASSIGN_OR_RETURN(std::string legacy_type, Get<std::string>(*rope, "type", "default"));
+    ASSIGN_OR_RETURN(std::string type, Get<std::string>(*rope, "rope_type", legacy_type));
     if (type != "default") {
       return absl::UnimplementedError(absl::StrCat("rope_type ", type, " is not supported"));
     }

@@ -104,6 +104,18 @@ TEST(ModelConfigTest, RopeScalingIsUnimplemented) {
   EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented));
 }
 
+// transformers reads a rope_parameters dict's legacy "type" key when "rope_type" is absent.
+TEST(ModelConfigTest, RopeParametersLegacyTypeKeyIsRead) {
+  for (const char* json :
+       {R"({"model_type": "qwen3_5_text", "rope_parameters": {"type": "yarn", "factor": 4.0}})",
+        R"({"model_type": "qwen3", "rope_parameters": {"type": "linear", "factor": 2.0}})"}) {
+    EXPECT_THAT(ParseHybridConfig(json).status(), StatusIs(absl::StatusCode::kUnimplemented))
+        << json;
+  }
+  EXPECT_TRUE(
+      ParseHybridConfig(R"({"model_type": "qwen3", "rope_parameters": {"type": "default"}})").ok());
+}
+
 // The published fields of Qwen3-0.6B's config.json, written out by hand.
 constexpr const char* kQwen3SmallConfig = R"({
   "architectures": ["Qwen3ForCausalLM"],
