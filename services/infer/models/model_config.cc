@@ -148,6 +148,21 @@ absl::Status ParseQwen3Attention(const Json& t, HybridConfig& c) {
   return absl::OkStatus();
 }
 
+// A quantized checkpoint's config names its method in quantization_config (at the top level, or
+// in a wrapper's text_config); its weights are not the bf16 / f16 / f32 matrices we run.
+absl::Status RefuseQuantized(const Json& obj) {
+  if (!obj.contains("quantization_config") || obj["quantization_config"].is_null()) {
+    return absl::OkStatus();
+  }
+  const Json& q = obj["quantization_config"];
+  const std::string method =
+      q.is_object() && q.contains("quant_method") && q["quant_method"].is_string()
+          ? q["quant_method"].get<std::string>()
+          : "unnamed";
+  return absl::UnimplementedError(absl::StrCat(
+      "quantized checkpoints are not supported (quantization_config.quant_method ", method, ")"));
+}
+
 }  // namespace
 
 bool HybridConfig::HasLinearAttention() const {
@@ -195,6 +210,8 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
                                             "qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"));
   }
   const Json& t = *text;
+  RETURN_IF_ERROR(RefuseQuantized(outer));
+  RETURN_IF_ERROR(RefuseQuantized(t));
   ASSIGN_OR_RETURN(std::string act, Get<std::string>(t, "hidden_act", "silu"));
   if (act != "silu") return absl::UnimplementedError(absl::StrCat("hidden_act ", act));
   // Every family's attention projections take biases when this is true; we run none.

@@ -70,7 +70,7 @@ struct HybridConfig {
 // rope_theta / partial_rotary_factor and the newer rope_parameters, derived layer_types.
 // NotFound for an unknown model_type; InvalidArgument naming the field for missing or
 // inconsistent values; Unimplemented for features we do not run (another activation, RoPE
-// scaling, attention biases, and for qwen3 sliding-window layers).
+// scaling, attention biases, quantized checkpoints, and for qwen3 sliding-window layers).
 absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text);
 
 }  // namespace cairn::infer

@@ -223,6 +223,31 @@ TEST(ModelConfigTest, AttentionBiasIsUnimplementedForEveryFamily) {
   EXPECT_TRUE(ParseHybridConfig(R"({"model_type": "qwen3_next", "attention_bias": false})").ok());
 }
 
+// A quantized checkpoint (FP8, GPTQ, AWQ, ...) is refused by its config, naming the method, before
+// any of its weights is looked at.
+TEST(ModelConfigTest, QuantizedCheckpointsAreUnimplemented) {
+  for (
+      const char* json :
+      {R"({"model_type": "qwen3_next", "quantization_config": {"quant_method": "fp8",
+            "fmt": "e4m3", "weight_block_size": [128, 128]}})",
+       R"({"model_type": "qwen3", "quantization_config": {"quant_method": "gptq", "bits": 4}})",
+       R"({"model_type": "qwen3_5_moe", "quantization_config": {"quant_method": "fp8"},
+            "text_config": {}})",
+       R"({"model_type": "qwen3_5", "text_config": {"quantization_config": {"quant_method": "fp8"}}})",
+       R"({"model_type": "qwen3_5_text", "quantization_config": {}})"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented)) << json;
+    EXPECT_THAT(c.status().message(), HasSubstr("quantiz")) << json;
+  }
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3_next",
+                                    "quantization_config": {"quant_method": "fp8"}})")
+                  .status()
+                  .message(),
+              HasSubstr("fp8"));
+  EXPECT_TRUE(ParseHybridConfig(R"({"model_type": "qwen3", "quantization_config": null})").ok());
+}
+
 TEST(ModelConfigTest, NotJsonIsInvalid) {
   EXPECT_THAT(ParseHybridConfig("{").status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
