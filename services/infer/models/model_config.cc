@@ -23,13 +23,13 @@ struct Defaults {
   int64_t hidden_size = 2048;
   int64_t intermediate_size = 5632;
   int num_layers = 48;
-  int num_kv_heads = 2;  // 0: as many as num_attention_heads.
+  int num_kv_heads = 2;
   int num_heads = kDefaultHeads;
   int head_dim = kDefaultHeadDim;
   double partial_rotary = kDefaultPartialRotary;
 };
-// Qwen3Config: 32 heads of 128, KV heads default to the attention heads, the whole head rotated.
-constexpr Defaults kQwen3Defaults{151936, 4096, 22016, 32, 0, 32, 128, 1.0};
+// Qwen3Config: 32 heads of 128, 32 KV heads, the whole head rotated.
+constexpr Defaults kQwen3Defaults{151936, 4096, 22016, 32, 32, 32, 128, 1.0};
 constexpr int kDefaultConvKernel = 4;
 constexpr int kDefaultLinearHeadDim = 128;
 constexpr int kDefaultLinearKHeads = 16;
@@ -225,8 +225,11 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.intermediate_size, Get<int64_t>(t, "intermediate_size", d.intermediate_size));
   ASSIGN_OR_RETURN(c.num_layers, Get<int>(t, "num_hidden_layers", d.num_layers));
   ASSIGN_OR_RETURN(c.num_heads, Get<int>(t, "num_attention_heads", d.num_heads));
-  ASSIGN_OR_RETURN(c.num_kv_heads, Get<int>(t, "num_key_value_heads",
-                                            d.num_kv_heads > 0 ? d.num_kv_heads : c.num_heads));
+  // An explicit null means as many as the attention heads (Qwen3Config; the hybrids' configs
+  // refuse null).
+  const bool kv_null = t.contains("num_key_value_heads") && t["num_key_value_heads"].is_null();
+  ASSIGN_OR_RETURN(c.num_kv_heads,
+                   Get<int>(t, "num_key_value_heads", kv_null ? c.num_heads : d.num_kv_heads));
   RETURN_IF_ERROR(Positive("num_attention_heads", c.num_heads));
   // transformers' config classes default head_dim (256; 128 for Qwen3), so the modelling
   // code's D / Hq fallback never applies.

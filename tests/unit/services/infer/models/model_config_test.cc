@@ -171,10 +171,23 @@ TEST(ModelConfigTest, ReadsAPlainQwen3Config) {
 
 TEST(ModelConfigTest, Qwen3DefaultsAreThoseOfQwen3Config) {
   absl::StatusOr<HybridConfig> c = ParseHybridConfig(R"({"model_type": "qwen3",
-    "num_attention_heads": 8})");
+    "num_attention_heads": 64})");
 
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->num_kv_heads, 8);  // As many as the attention heads.
+  // Qwen3Config's num_key_value_heads defaults to 32 whatever the attention heads; only an
+  // explicit null means as many as the attention heads.
+  EXPECT_EQ(c->num_kv_heads, 32);
+  absl::StatusOr<HybridConfig> bare = ParseHybridConfig(R"({"model_type": "qwen3"})");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->num_heads, 32);
+  EXPECT_EQ(bare->num_kv_heads, 32);
+  absl::StatusOr<HybridConfig> null_kv = ParseHybridConfig(R"({"model_type": "qwen3",
+    "num_attention_heads": 8, "num_key_value_heads": null})");
+  ASSERT_TRUE(null_kv.ok()) << null_kv.status();
+  EXPECT_EQ(null_kv->num_kv_heads, 8);
+  EXPECT_THAT(
+      ParseHybridConfig(R"({"model_type": "qwen3", "num_attention_heads": 8})").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument));  // 8 query heads cannot share 32 KV heads.
   EXPECT_EQ(c->head_dim, 128);
   EXPECT_EQ(c->rotary_dim, 128);
   EXPECT_EQ(c->rope_theta, 10000.0);
