@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -163,6 +164,22 @@ absl::Status RefuseQuantized(const Json& obj) {
       "quantized checkpoints are not supported (quantization_config.quant_method ", method, ")"));
 }
 
+// `architectures` (when given) must name language models: a classifier or a bare model of the same
+// model_type has other heads, or none.
+absl::Status RefuseOtherHeads(const Json& outer) {
+  if (!outer.contains("architectures") || !outer["architectures"].is_array()) {
+    return absl::OkStatus();
+  }
+  for (const Json& a : outer["architectures"]) {
+    const std::string name = a.is_string() ? a.get<std::string>() : "";
+    if (!absl::EndsWith(name, "ForCausalLM") && !absl::EndsWith(name, "ForConditionalGeneration")) {
+      return absl::UnimplementedError(
+          absl::StrCat("architectures names ", name, "; only causal language models are run"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool HybridConfig::HasLinearAttention() const {
@@ -210,6 +227,7 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
                                             "qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"));
   }
   const Json& t = *text;
+  RETURN_IF_ERROR(RefuseOtherHeads(outer));
   RETURN_IF_ERROR(RefuseQuantized(outer));
   RETURN_IF_ERROR(RefuseQuantized(t));
   ASSIGN_OR_RETURN(std::string act, Get<std::string>(t, "hidden_act", "silu"));

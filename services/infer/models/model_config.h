@@ -68,7 +68,8 @@ struct HybridConfig {
 
 // Parses config.json text (docs/model.md §1): `text_config` wrappers, legacy top-level
 // rope_theta / partial_rotary_factor and the newer rope_parameters, derived layer_types.
-// NotFound for an unknown model_type; InvalidArgument naming the field for missing or
+// NotFound for an unknown model_type; Unimplemented for `architectures` other than causal language
+// models (ForCausalLM, ForConditionalGeneration); InvalidArgument naming the field for missing or
 // inconsistent values; Unimplemented for features we do not run (another activation, RoPE
 // scaling, attention biases, quantized checkpoints, and for qwen3 sliding-window layers).
 absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text);

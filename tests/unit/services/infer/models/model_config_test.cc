@@ -1,5 +1,6 @@
 #include "services/infer/models/model_config.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/status_matchers.h"
@@ -82,6 +83,27 @@ TEST(ModelConfigTest, UnknownArchitectureIsNotFound) {
 
   EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(c.status().message(), HasSubstr("llama"));
+}
+
+// A checkpoint of the right model_type but another head (a classifier, a bare encoder) is not a
+// language model: with tied embeddings it would otherwise load and produce logits it never had.
+TEST(ModelConfigTest, ArchitecturesOtherThanALanguageModelAreUnimplemented) {
+  for (const char* arch : {"Qwen3ForSequenceClassification", "Qwen3ForTokenClassification",
+                           "Qwen3Model", "Qwen3NextForQuestionAnswering"}) {
+    const std::string json = absl::StrCat(R"({"model_type": "qwen3", "architectures": [")", arch,
+                                          R"("], "tie_word_embeddings": true})");
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kUnimplemented)) << json;
+    EXPECT_THAT(c.status().message(), HasSubstr(arch)) << json;
+  }
+  for (const char* json :
+       {R"({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})",
+        R"({"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"]})",
+        R"({"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"]})",
+        R"({"model_type": "qwen3_5_moe_text", "architectures": ["Qwen3_5MoeForCausalLM"]})"}) {
+    EXPECT_TRUE(ParseHybridConfig(json).ok()) << json;
+  }
 }
 
 TEST(ModelConfigTest, InconsistentHeadsAreInvalid) {
