@@ -760,6 +760,11 @@ class Renderer {
       if (reverse != nullptr && reverse->Truthy()) std::reverse(items.begin(), items.end());
       return Value::List(std::move(items));
     }
+    // Jinja2's map and select family guard their loop with `if value:`: a falsy value (none,
+    // an empty string) yields nothing, before the arguments are even looked at.
+    const bool lazy_sequence = name == "map" || name == "select" || name == "reject" ||
+                               name == "selectattr" || name == "rejectattr";
+    if (lazy_sequence && !v.Truthy()) return Value::List({});
     if (name == "map") {
       ASSIGN_OR_RETURN(ValueList items, Iterate(n, v));
       const Value* attr = args.Get(99, "attribute");

@@ -29,9 +29,9 @@ TEST(JinjaTest, TrimAndLstripBlocks) {
   EXPECT_EQ(Render("a\n  {% if true %}\n  b\n  {% endif %}\nc"), "a\n  b\nc");
   EXPECT_EQ(Render("x  {%- if true -%}  y  {%- endif %}"), "xy");
   EXPECT_EQ(Render("a\n  {%+ if true %}b{% endif %}"), "a\n  b");
-  EXPECT_EQ(Render("{{ 'v' }}\nnext"), "v\nnext");          // trim_blocks: not after }}.
-  EXPECT_EQ(Render("a {# note #}\nb"), "a b");               // Comments are trimmed too.
-  EXPECT_EQ(Render("end\n"), "end");                         // keep_trailing_newline=False.
+  EXPECT_EQ(Render("{{ 'v' }}\nnext"), "v\nnext");  // trim_blocks: not after }}.
+  EXPECT_EQ(Render("a {# note #}\nb"), "a b");      // Comments are trimmed too.
+  EXPECT_EQ(Render("end\n"), "end");                // keep_trailing_newline=False.
 }
 
 TEST(JinjaTest, ForLoopVariables) {
@@ -144,6 +144,18 @@ TEST(JinjaTest, FiltersOnCollections) {
             "19['a']1");
 }
 
+// Jinja2's map, select, reject, selectattr and rejectattr yield nothing for a falsy value
+// (`if value:` guards the loop), so `none|selectattr(...)|list` is []; meetkai's functionary
+// v3.1 template filters `tools` that way when no tools are given.
+TEST(JinjaTest, SelectAndMapOnFalsyValuesYieldNothing) {
+  EXPECT_EQ(Render("{{ t|selectattr('type', 'equalto', 'x')|list|length }}"
+                   "{{ t|rejectattr('type')|list }}{{ t|map(attribute='a')|list }}"
+                   "{{ t|select|list }}{{ t|reject('none')|list }}{{ ''|map('upper')|list }}",
+                   R"({"t": null})"),
+            "0[][][][][]");
+  EXPECT_EQ(Render("{{ 5|select|list }}"), "ERROR: template line 1: 'int' object is not iterable");
+}
+
 TEST(JinjaTest, UnsupportedConstructsFailAtParse) {
   EXPECT_THAT(Template::Parse("{{ x|wordwrap }}").status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
@@ -167,7 +179,8 @@ TEST(JinjaTest, UnsupportedConstructsFailAtParse) {
 }
 
 TEST(JinjaTest, RuntimeErrorsAreStatuses) {
-  EXPECT_EQ(Render("{{ x.y.z }}"), "ERROR: template line 1: 'x' is undefined (reading attribute 'y')");
+  EXPECT_EQ(Render("{{ x.y.z }}"),
+            "ERROR: template line 1: 'x' is undefined (reading attribute 'y')");
   EXPECT_EQ(Render("{{ 'a' + 1 }}"),
             "ERROR: template line 1: unsupported operand type(s) for +: 'str' and 'int'");
   EXPECT_EQ(Render("\n{{ none.x.y }}"),
@@ -189,7 +202,8 @@ TEST(JinjaTest, DamagedTemplatesFailCleanly) {
       "{%- set ns = namespace(n=0) %}\n"
       "{%- for m in messages[::-1] if m.role != 'tool' %}\n"
       "  {%- set ns.n = ns.n + loop.index %}{{ show(m.content | trim, true) }}\n"
-      "  {%- if m.tool_calls is defined %}{% for k, v in m.tool_calls[0]|items %}{{ k }}={{ v|tojson }}"
+      "  {%- if m.tool_calls is defined %}{% for k, v in m.tool_calls[0]|items %}{{ k }}={{ "
+      "v|tojson }}"
       "{% endfor %}{% endif %}\n"
       "{%- endfor %}{{ ns.n }}{# done #}{{ 'x'.split('x')[-1] }}";
   ValueDict ctx;
