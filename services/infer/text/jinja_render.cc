@@ -846,8 +846,8 @@ class Renderer {
     if (name == "none") return v.is_none();
     if (name == "string") return v.is_string();
     if (name == "number") return v.is_number();
-    if (name == "integer") return v.is_int();
-    if (name == "float") return v.is_float();
+    if (name == "integer") return v.is_int() || v.is_big_int();
+    if (name == "float") return v.is_float() && !v.is_big_int();
     if (name == "boolean") return v.is_bool();
     if (name == "true") return v.is_bool() && v.as_bool();
     if (name == "false") return v.is_bool() && !v.as_bool();

@@ -110,7 +110,9 @@ absl::Status AppendJson(const Value& v, bool ensure_ascii, int indent, int level
       return absl::OkStatus();
     case Value::Kind::kFloat: {
       const double d = v.as_double();
-      if (std::isnan(d)) {
+      if (v.is_big_int()) {
+        *out += v.str();
+      } else if (std::isnan(d)) {
         *out += "NaN";
       } else if (std::isinf(d)) {
         *out += d > 0 ? "Infinity" : "-Infinity";
@@ -257,6 +259,7 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::number_integer:
       return Int(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
+      if (j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return BigInt(j.get<uint64_t>());
       return Int(static_cast<int64_t>(j.get<uint64_t>()));
     case nlohmann::ordered_json::value_t::number_float:
       return Float(j.get<double>());
@@ -326,7 +329,7 @@ std::string Value::Repr() const {
     case Kind::kInt:
       return absl::StrCat(int_);
     case Kind::kFloat:
-      return PyFloatRepr(float_);
+      return is_big_int() ? str_ : PyFloatRepr(float_);
     case Kind::kString:
       return PyStringRepr(str_);
     case Kind::kList: {
@@ -372,6 +375,7 @@ absl::StatusOr<nlohmann::ordered_json> Value::ToJsonValue() const {
     case Kind::kInt:
       return nlohmann::ordered_json(int_);
     case Kind::kFloat:
+      if (is_big_int()) return nlohmann::ordered_json(std::stoull(str_));
       if (!std::isfinite(float_)) return absl::InvalidArgumentError("non-finite float in JSON");
       return nlohmann::ordered_json(float_);
     case Kind::kString:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace cairn::infer::text::jinja {
@@ -66,6 +67,14 @@ class Value {
     v.float_ = d;
     return v;
   }
+  // An integer above INT64_MAX (JSON's unsigned 64-bit range): a float for arithmetic and
+  // comparison, printed with its exact digits as Python prints the int; `is integer` holds.
+  static Value BigInt(uint64_t u) {
+    Value v(Kind::kFloat);
+    v.float_ = static_cast<double>(u);
+    v.str_ = absl::StrCat(u);
+    return v;
+  }
   static Value String(std::string s) {
     Value v(Kind::kString);
     v.str_ = std::move(s);
@@ -101,6 +110,8 @@ class Value {
   bool is_bool() const { return kind_ == Kind::kBool; }
   bool is_int() const { return kind_ == Kind::kInt; }
   bool is_float() const { return kind_ == Kind::kFloat; }
+  // A BigInt: a kFloat holding an integer beyond int64.
+  bool is_big_int() const { return kind_ == Kind::kFloat && !str_.empty(); }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || is_bool(); }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }

@@ -119,6 +119,17 @@ TEST(JinjaTest, TojsonMatchesPythonJsonDumps) {
             "3.0 0.30000000000000004 1e+16 123456789012345.6");
 }
 
+// JSON integers above INT64_MAX (a tool schema's "maximum": 18446744073709551615) print with
+// their digits, as Python's ints do; they wrapped to negative numbers before.
+TEST(JinjaTest, IntegersBeyondInt64KeepTheirDigits) {
+  EXPECT_EQ(Render("{{ n }} {{ n|tojson }} {{ [n]|string }} {{ {'n': n}|tojson }} "
+                   "{{ n is integer }}{{ n is float }}{{ n is number }} {{ n > 1 }}",
+                   R"({"n": 18446744073709551615})"),
+            "18446744073709551615 18446744073709551615 [18446744073709551615] "
+            "{\"n\": 18446744073709551615} TrueFalseTrue True");
+  EXPECT_EQ(Render("{{ n }}", R"({"n": 9223372036854775807})"), "9223372036854775807");
+}
+
 TEST(JinjaTest, TestsOnValues) {
   EXPECT_EQ(Render("{{ x is defined }}{{ y is undefined }}{{ n is none }}{{ s is string }}"
                    "{{ d is mapping }}{{ l is sequence }}{{ s is iterable }}{{ 1 is number }}"
