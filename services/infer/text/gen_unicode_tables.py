@@ -5,7 +5,8 @@ Usage: python3 services/infer/text/gen_unicode_tables.py > services/infer/text/u
 
 Emits, from Python's unicodedata (the version is recorded in the output):
   - kCategoryRanges: sorted, non-overlapping code point ranges with class bits
-    (letter \\p{L}, number \\p{N}, mark \\p{M}, White_Space \\s, and "NFC may change this").
+    (letter \\p{L}, number \\p{N}, mark \\p{M}, White_Space \\s, "NFC may change this", and
+    "not printable": Python's str.isprintable() is false, so repr() escapes it).
   - kCanonicalDecompositions: single-level canonical decompositions (1 or 2 code points).
   - kCombiningClasses: code points with a non-zero canonical combining class.
   - kCompositions: primary composites (first, second) -> composite, i.e. canonical pairs that
@@ -16,7 +17,7 @@ import sys
 import unicodedata
 
 MAX_CP = 0x110000
-LETTER, NUMBER, MARK, SPACE, NFC_MAYBE = 1, 2, 4, 8, 16
+LETTER, NUMBER, MARK, SPACE, NFC_MAYBE, NON_PRINTABLE = 1, 2, 4, 8, 16, 32
 
 # The White_Space property (PropList.txt), which regex \s means in Unicode mode. Python's
 # unicodedata has no property lookup, and this set has been stable since Unicode 4.1.
@@ -74,6 +75,8 @@ def main():
         if cp in decomps or cp in ccc or cp in seconds or (0x1161 <= cp <= 0x1175) or (
                 0x11A8 <= cp <= 0x11C2):
             f |= NFC_MAYBE
+        if cp != 0x20 and not chr(cp).isprintable():
+            f |= NON_PRINTABLE
         return f
 
     ranges = []

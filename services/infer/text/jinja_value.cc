@@ -78,8 +78,15 @@ std::string PyStringRepr(const std::string& s) {
       out += "\\r";
     } else if (cp == '\t') {
       out += "\\t";
-    } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) {
-      std::snprintf(buf, sizeof(buf), "\\x%02x", cp);
+    } else if ((unicode::ClassOf(cp) & unicode::kNonPrintable) != 0) {
+      // Python's repr() escapes what str.isprintable() rejects: \xhh, \uhhhh or \Uhhhhhhhh.
+      if (cp <= 0xFF) {
+        std::snprintf(buf, sizeof(buf), "\\x%02x", cp);
+      } else if (cp <= 0xFFFF) {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\U%08x", cp);
+      }
       out += buf;
     } else {
       out.append(s, i, len);

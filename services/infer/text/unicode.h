@@ -30,7 +30,7 @@ uint32_t DecodeUtf8(std::string_view s, size_t i, int* len);
 // Appends the UTF-8 encoding of `cp` to `out`.
 void AppendUtf8(uint32_t cp, std::string* out);
 
-// Returns the class bits (kLetter, kNumber, kMark, kSpace, kNfcMaybe) of `cp`.
+// Returns the class bits (kLetter, kNumber, kMark, kSpace, kNfcMaybe, kNonPrintable) of `cp`.
 uint8_t ClassOf(uint32_t cp);
 
 // Returns the number of code points in `s` (invalid bytes count one each).

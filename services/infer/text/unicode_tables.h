@@ -13,6 +13,8 @@ inline constexpr uint8_t kNumber = 2;     // \p{N}
 inline constexpr uint8_t kMark = 4;       // \p{M}
 inline constexpr uint8_t kSpace = 8;      // \s (White_Space)
 inline constexpr uint8_t kNfcMaybe = 16;  // NFC may change a string containing this code point.
+// Python's str.isprintable() is false (categories C*, Z* but the ASCII space): repr() escapes it.
+inline constexpr uint8_t kNonPrintable = 32;
 
 struct CategoryRange {
   uint32_t lo;

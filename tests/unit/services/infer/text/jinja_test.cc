@@ -130,6 +130,18 @@ TEST(JinjaTest, IntegersBeyondInt64KeepTheirDigits) {
   EXPECT_EQ(Render("{{ n }}", R"({"n": 9223372036854775807})"), "9223372036854775807");
 }
 
+// repr() (a list or dict printed whole, e.g. content given as a list of parts in the Qwen3,
+// Qwen2.5 and Llama 3.1 templates) escapes every code point Python's str.isprintable() rejects,
+// not only the Latin-1 ones: line and paragraph separators, format characters, non-ASCII spaces,
+// private-use and unassigned code points.
+TEST(JinjaTest, ReprEscapesNonPrintableCodePoints) {
+  EXPECT_EQ(
+      Render(
+          "{{ [s] }}",
+          R"({"s": "a\u2028b\u200b\u00a0\ue000\udb40\udc01 \u3000x\u0378\u007f\u00e9\ud83d\ude00"})"),
+      "['a\\u2028b\\u200b\\xa0\\ue000\\U000e0001 \\u3000x\\u0378\\x7f\u00e9\U0001F600']");
+}
+
 TEST(JinjaTest, TestsOnValues) {
   EXPECT_EQ(Render("{{ x is defined }}{{ y is undefined }}{{ n is none }}{{ s is string }}"
                    "{{ d is mapping }}{{ l is sequence }}{{ s is iterable }}{{ 1 is number }}"
