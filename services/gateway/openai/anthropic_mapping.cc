@@ -334,8 +334,11 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
                    f.Integer("max_tokens", 1, limits.max_tokens_limit));
   if (!max_tokens.has_value() && !count_only) return Invalid("max_tokens", "is required");
   infer_v1::SamplingParams* s = req.mutable_sampling();
+  // Knobs left out are the model's (generation_config.json) or the API's defaults (the daemon
+  // fills them: model_defaults).
+  s->set_model_defaults(true);
   ASSIGN_OR_RETURN(std::optional<double> temperature, f.Number("temperature", 0, 1));
-  s->set_temperature(static_cast<float>(temperature.value_or(1.0)));
+  if (temperature.has_value()) s->set_temperature(static_cast<float>(*temperature));
   ASSIGN_OR_RETURN(std::optional<double> top_p, f.Number("top_p", 0, 1));
   if (top_p.has_value()) s->set_top_p(static_cast<float>(*top_p));
   ASSIGN_OR_RETURN(std::optional<int64_t> top_k, f.Integer("top_k", 0, 1 << 20));

@@ -1,5 +1,6 @@
 #include "services/gateway/openai/chat_mapping.h"
 
+#include <algorithm>
 #include <limits>
 #include <vector>
 
@@ -196,12 +197,15 @@ absl::Status ParseChatMessages(const Json& messages, const std::string& field,
 absl::Status ParseSampling(const JsonFields& f, const RequestLimits& limits,
                            std::initializer_list<const char*> max_tokens_fields,
                            const char* stop_field, infer_v1::SamplingParams* s) {
+  // The knobs the client leaves out are the model's (its generation_config.json, as vLLM
+  // serves them) or else the API's defaults: the daemon fills them (model_defaults).
+  s->set_model_defaults(true);
   ASSIGN_OR_RETURN(std::optional<double> temperature, f.Number("temperature", 0, 100));
-  s->set_temperature(static_cast<float>(temperature.value_or(1.0)));
+  if (temperature.has_value()) s->set_temperature(static_cast<float>(*temperature));
   ASSIGN_OR_RETURN(std::optional<double> top_p, f.Number("top_p", 0, 1));
   if (top_p.has_value()) s->set_top_p(static_cast<float>(*top_p));
   ASSIGN_OR_RETURN(std::optional<int64_t> top_k, f.Integer("top_k", -1, 1 << 20));
-  if (top_k.has_value() && *top_k > 0) s->set_top_k(static_cast<uint32_t>(*top_k));
+  if (top_k.has_value()) s->set_top_k(static_cast<uint32_t>(std::max<int64_t>(*top_k, 0)));
   ASSIGN_OR_RETURN(std::optional<double> min_p, f.Number("min_p", 0, 1));
   if (min_p.has_value()) s->set_min_p(static_cast<float>(*min_p));
   ASSIGN_OR_RETURN(std::optional<double> presence, f.Number("presence_penalty", -2, 2));

@@ -202,11 +202,24 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
 
   const v1::SamplingParams& p = request.sampling();
   SamplingOptions& s = out.sampling;
-  s.temperature = p.temperature();
-  s.top_k = static_cast<int>(std::min<uint32_t>(p.top_k(), static_cast<uint32_t>(vocab)));
-  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
-  s.min_p = p.min_p();
-  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  // With model_defaults, a knob the request leaves absent is the model's (generation_config.json)
+  // or the APIs' default; without, its zero value (temperature 0: greedy), as before presence.
+  const SamplingDefaults& model = model_->sampling_defaults();
+  const bool defaults = p.model_defaults();
+  const float temperature =
+      p.has_temperature() || !defaults ? p.temperature() : model.temperature.value_or(1.0f);
+  const uint32_t top_k =
+      p.has_top_k() || !defaults ? p.top_k() : static_cast<uint32_t>(model.top_k.value_or(0));
+  const float top_p = p.has_top_p() || !defaults ? p.top_p() : model.top_p.value_or(1.0f);
+  const float min_p = p.has_min_p() || !defaults ? p.min_p() : model.min_p.value_or(0.0f);
+  const float repetition = p.has_repetition_penalty() || !defaults
+                               ? p.repetition_penalty()
+                               : model.repetition_penalty.value_or(1.0f);
+  s.temperature = temperature;
+  s.top_k = static_cast<int>(std::min<uint32_t>(top_k, static_cast<uint32_t>(vocab)));
+  s.top_p = top_p == 0.0f ? 1.0f : top_p;
+  s.min_p = min_p;
+  s.repetition_penalty = repetition == 0.0f ? 1.0f : repetition;
   s.presence_penalty = p.presence_penalty();
   s.frequency_penalty = p.frequency_penalty();
   if (p.has_seed()) s.seed = p.seed();

@@ -85,6 +85,9 @@ int Run(int argc, char** argv) {
   flags.Add("gpu-bf16-inputs", &model_options.gpu_bf16_inputs,
             "hip backend: bf16 inputs to the matrix units (prefill GEMMs and attention, decode "
             "products; not under --numerics=pass-invariant); false keeps them fp32");
+  flags.Add("generation-config-defaults", &model_options.generation_config_defaults,
+            "requests that leave sampling knobs to the model (the gateway's) take "
+            "generation_config.json's temperature, top_k, top_p, min_p and repetition_penalty");
   flags.Add("context", &model_options.context_tokens,
             "tokens per slot (0: max_position_embeddings, at most --max-context)");
   flags.Add("max-context", &model_options.max_context_tokens,

@@ -92,6 +92,32 @@ void ReadConfigExtras(const std::filesystem::path& dir, std::vector<int32_t>* eo
   }
 }
 
+// generation_config.json's sampling values: numbers in the range each knob takes (anything
+// else is left out, so a request falls back to the API's default rather than failing).
+SamplingDefaults ReadSamplingDefaults(const std::filesystem::path& dir) {
+  SamplingDefaults d;
+  absl::StatusOr<std::string> text = ReadFile(dir / "generation_config.json");
+  if (!text.ok()) return d;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return d;
+  auto number = [&](const char* key, double lo, double hi) -> std::optional<double> {
+    if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
+    const double v = j[key].get<double>();
+    if (!(v >= lo && v <= hi)) return std::nullopt;
+    return v;
+  };
+  if (auto v = number("temperature", 0, 100)) d.temperature = static_cast<float>(*v);
+  if (auto v = number("top_k", 0, 1 << 20); v && *v == static_cast<int>(*v)) {
+    d.top_k = static_cast<int>(*v);
+  }
+  if (auto v = number("top_p", 0, 1)) d.top_p = static_cast<float>(*v);
+  if (auto v = number("min_p", 0, 1)) d.min_p = static_cast<float>(*v);
+  if (auto v = number("repetition_penalty", 0, 10); v && *v > 0) {
+    d.repetition_penalty = static_cast<float>(*v);
+  }
+  return d;
+}
+
 std::string LayoutDigest(const StateLayout& layout) {
   std::string text = absl::StrCat("chunk_rows=", layout.rows_per_chunk, ";");
   for (const StateComponent& c : layout.components) {
@@ -154,6 +180,7 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
 
   int64_t max_positions = 0;
   ReadConfigExtras(dir, &served->eos_ids_, &max_positions);
+  if (options.generation_config_defaults) served->sampling_defaults_ = ReadSamplingDefaults(dir);
   if (options.context_tokens > 0) {
     served->context_tokens_ = options.context_tokens;
   } else {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,20 @@ struct ServedModelOptions {
   // "fast" (GEMMs, chunked delta rule: bit-identical for identical pass boundaries) or
   // "pass-invariant" (bit-identical whatever the pass boundaries; slower prefill).
   std::string numerics = "fast";
+  // Take generation_config.json's sampling values as the defaults of requests that ask for
+  // them (SamplingParams.model_defaults); false: the APIs' defaults only.
+  bool generation_config_defaults = true;
   ModelLoadOptions load;
+};
+
+// generation_config.json's sampling values (each absent where the file does not give it), the
+// defaults of the knobs a request leaves to the model, as vLLM serves them.
+struct SamplingDefaults {
+  std::optional<float> temperature;
+  std::optional<int> top_k;
+  std::optional<float> top_p;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
 };
 
 // The compatibility identity of docs/architecture.md §2, as the cache daemon is told it.
@@ -68,6 +82,8 @@ class ServedModel {
   const std::string& template_error() const { return template_error_; }
   // Tokens that end generation (config.json / generation_config.json eos_token_id).
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  // generation_config.json's sampling values (none with generation_config_defaults false).
+  const SamplingDefaults& sampling_defaults() const { return sampling_defaults_; }
   int64_t context_tokens() const { return context_tokens_; }
   const CompatibilityIdentity& identity() const { return identity_; }
   int full_attention_layers() const { return full_layers_; }
@@ -85,6 +101,7 @@ class ServedModel {
   std::string name_;
   std::string backend_name_;
   std::vector<int32_t> eos_ids_;
+  SamplingDefaults sampling_defaults_;
   int64_t context_tokens_ = 0;
   CompatibilityIdentity identity_;
   int full_layers_ = 0;

@@ -1,6 +1,7 @@
 // cairn-infer over gRPC without a cache daemon: generation equals the uncached reference bit for
 // bit, live continuation, batch invariance under concurrency, cancellation, bad requests.
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -204,6 +205,51 @@ TEST_F(InferDaemonErrorsTest, BadRequestsNameTheFieldAndTheDaemonStaysHealthy) {
   GenerateResult good = Generate(*stub_, TokenRequest(ok_prompt, 4));
   EXPECT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.tokens.size(), 4u);
+}
+
+// A request that leaves its sampling knobs to the model (model_defaults, as the gateway sends
+// them) takes generation_config.json's: greedy here, where the same request on a folder without
+// one samples at temperature 1; a knob the request gives is its own.
+TEST(InferDaemonSamplingTest, KnobsLeftToTheModelComeFromGenerationConfig) {
+  absl::StatusOr<std::string> greedy_dir = MakeModelFolder("dense", false, "m-gen-greedy");
+  ASSERT_TRUE(greedy_dir.ok()) << greedy_dir.status();
+  {
+    std::ofstream f(*greedy_dir + "/generation_config.json");
+    f << R"({"do_sample": false, "temperature": 0.0, "top_k": 20, "top_p": 0.95})";
+  }
+  absl::StatusOr<std::string> plain_dir = MakeModelFolder("dense", false, "m-gen-plain");
+  ASSERT_TRUE(plain_dir.ok()) << plain_dir.status();
+  InferServerOptions o;
+  o.model_dir = *greedy_dir;
+  absl::StatusOr<std::unique_ptr<InferServer>> greedy = InferServer::Start(o);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  o.model_dir = *plain_dir;
+  absl::StatusOr<std::unique_ptr<InferServer>> plain = InferServer::Start(o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const std::vector<int32_t> prompt = RandomTokens(12, kVocab, 7);
+  v1::GenerateRequest left = TokenRequest(prompt, 12);  // No temperature: greedy before presence.
+  left.mutable_sampling()->set_model_defaults(true);
+  left.mutable_sampling()->set_seed(5);
+  v1::GenerateRequest hot = left;
+  hot.mutable_sampling()->set_temperature(1.0f);
+
+  const GenerateResult reference = Generate(*(*greedy)->NewStub(), TokenRequest(prompt, 12));
+  const GenerateResult from_config = Generate(*(*greedy)->NewStub(), left);
+  const GenerateResult own = Generate(*(*greedy)->NewStub(), hot);
+  const GenerateResult api_default = Generate(*(*plain)->NewStub(), left);
+  const GenerateResult sampled = Generate(*(*plain)->NewStub(), hot);
+
+  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+  ASSERT_TRUE(from_config.status.ok()) << from_config.status.error_message();
+  ASSERT_TRUE(own.status.ok()) << own.status.error_message();
+  ASSERT_TRUE(api_default.status.ok()) << api_default.status.error_message();
+  ASSERT_TRUE(sampled.status.ok()) << sampled.status.error_message();
+  EXPECT_EQ(from_config.tokens, reference.tokens) << "the folder's temperature 0";
+  // The request's own temperature 1 with the folder's top_k 20 and top_p 0.95, against
+  // temperature 1 and nothing else: the same seed, other tokens.
+  EXPECT_NE(own.tokens, reference.tokens);
+  EXPECT_EQ(api_default.tokens, sampled.tokens) << "temperature 1, the APIs' default";
+  EXPECT_NE(api_default.tokens, reference.tokens);
 }
 
 TEST_F(InferDaemonErrorsTest, ACeilingMaxTokensStopsAtTheContextsEnd) {

@@ -58,7 +58,12 @@ TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
 TEST(ChatMappingTest, DefaultsLeaveTheDaemonToDecide) {
   GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}]})");
 
-  EXPECT_FLOAT_EQ(spec.request.sampling().temperature(), 1.0f);
+  // The knobs not given are left to the daemon: the model's generation_config.json, else the
+  // API's defaults (temperature 1).
+  EXPECT_TRUE(spec.request.sampling().model_defaults());
+  EXPECT_FALSE(spec.request.sampling().has_temperature());
+  EXPECT_FALSE(spec.request.sampling().has_top_p());
+  EXPECT_FALSE(spec.request.sampling().has_top_k());
   EXPECT_FALSE(spec.request.sampling().has_seed());
   // Absent, not 0 (which the daemon refuses): up to the context's end.
   EXPECT_FALSE(spec.request.sampling().has_max_tokens());
