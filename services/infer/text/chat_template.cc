@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status/status_macros.h"
@@ -47,12 +47,13 @@ std::optional<std::string> SpecialToken(const nlohmann::json& config, const char
   return std::nullopt;
 }
 
-// Cuts `text`, the render of `messages` without a generation prompt, after the last message's
-// content, so that the answer continues it, as transformers' continue_final_message does: at
-// the content's last occurrence, else at that of the content without surrounding whitespace
-// (templates may strip it). InvalidArgument when the last message is not the assistant's
-// text or its content is not found.
-absl::StatusOr<std::string> CutAfterFinalMessage(const json& messages, std::string text) {
+// What a template writes after the final message's content, and where, found by rendering the
+// chat once more with that content replaced by a marker no template rewrites.
+constexpr absl::string_view kContentMarker = "cairnfinalmessagemarker7f3a";
+
+// Checks that the last of `messages` is the assistant's text, which continue_final_message
+// can continue. InvalidArgument naming what is wrong otherwise.
+absl::Status CheckContinuable(const json& messages) {
   const json* last = messages.empty() ? nullptr : &messages.back();
   if (last == nullptr || !last->is_object() || last->value("role", json()) != "assistant") {
     return absl::InvalidArgumentError(
@@ -67,20 +68,7 @@ absl::StatusOr<std::string> CutAfterFinalMessage(const json& messages, std::stri
     return absl::InvalidArgumentError(
         "continue_final_message needs the last message's content to be non-empty text");
   }
-  absl::string_view piece = content.get_ref<const std::string&>();
-  size_t at = text.rfind(piece.data(), std::string::npos, piece.size());
-  if (at == std::string::npos) {
-    piece = absl::StripAsciiWhitespace(piece);
-    at = piece.empty() ? std::string::npos
-                       : text.rfind(piece.data(), std::string::npos, piece.size());
-  }
-  if (at == std::string::npos) {
-    return absl::InvalidArgumentError(
-        "continue_final_message: the chat template does not render the last message's content "
-        "as given, so the answer cannot continue it");
-  }
-  text.resize(at + piece.size());
-  return text;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -212,7 +200,34 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
   }
   ASSIGN_OR_RETURN(std::string text, template_->Render(ctx));
   if (!request.continue_final_message) return text;
-  return CutAfterFinalMessage(request.messages, std::move(text));
+  // The answer continues the final message: the render is cut where the template's text after
+  // that message's content begins (its end-of-turn marker and whatever follows). That text is
+  // found by rendering the chat with a marker for the content: what follows the marker there
+  // must end this render too, and what precedes it must begin it. (Searching the render for
+  // the content itself, as transformers does, finds a short content such as "<" or "\n"
+  // inside the end-of-turn marker.)
+  RETURN_IF_ERROR(CheckContinuable(request.messages));
+  ChatRequest probe = request;
+  probe.continue_final_message = false;
+  probe.add_generation_prompt = false;
+  probe.messages.back()["content"] = std::string(kContentMarker);
+  ASSIGN_OR_RETURN(const std::string marked, Render(probe));
+  const size_t at = absl::string_view(marked).rfind(kContentMarker);
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template does not render the last message's content, "
+        "so the answer cannot continue it");
+  }
+  const absl::string_view before = absl::string_view(marked).substr(0, at);
+  const absl::string_view after = absl::string_view(marked).substr(at + kContentMarker.size());
+  if (text.size() < before.size() + after.size() || !absl::StartsWith(text, before) ||
+      !absl::EndsWith(text, after)) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the chat template renders the last message's content into "
+        "more than its own text (e.g. moving reasoning), so the answer cannot continue it");
+  }
+  text.resize(text.size() - after.size());
+  return text;
 }
 
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,

@@ -30,8 +30,8 @@ struct ChatRequest {
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   // Leaves the last message, the assistant's, open for the answer to continue (transformers'
   // continue_final_message): the template runs without the generation prompt (whatever
-  // add_generation_prompt says) and the text is cut after the last occurrence of that message's
-  // content (or of the content without its surrounding whitespace).
+  // add_generation_prompt says) and the text is cut where what the template writes after that
+  // message's content begins (found by a render with a marker for the content).
   bool continue_final_message = false;
 };
 

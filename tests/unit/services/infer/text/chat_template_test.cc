@@ -123,6 +123,32 @@ TEST(ChatTemplateTest, ContinueFinalMessageCutsTheRenderAfterTheAssistantsConten
   EXPECT_EQ(*trimmed, "<user>hi</user><assistant>Hel");
 }
 
+// A short content that also stands in the end-of-turn marker ("<", ">", "\n") is continued
+// where the message's content ends, not found inside the marker.
+TEST(ChatTemplateTest, ContinueFinalMessageCutsBeforeTheEndOfTurnMarker) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+      "{% endfor %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  auto render = [&](const char* content) {
+    ChatRequest request;
+    request.messages = json::array(
+        {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", content}}});
+    request.continue_final_message = true;
+    return (*tmpl)->Render(request);
+  };
+
+  absl::StatusOr<std::string> lt = render("<");
+  absl::StatusOr<std::string> gt = render(">");
+  absl::StatusOr<std::string> newline = render("\n");
+
+  const std::string head = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  ASSERT_TRUE(lt.ok() && gt.ok() && newline.ok());
+  EXPECT_EQ(*lt, head + "<");
+  EXPECT_EQ(*gt, head + ">");
+  EXPECT_EQ(*newline, head + "\n");
+}
+
 TEST(ChatTemplateTest, ContinueFinalMessageRefusesWhatItCannotContinue) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
       "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}");
