@@ -20,9 +20,9 @@ bool IsMediaBlock(const std::string& type) {
 }
 
 // Appends the messages of one Anthropic message (blocks may split it in several: each
-// tool_result becomes a "tool" message). As Anthropic's API, refuses a message that is empty
-// or holds only blocks that render as nothing (redacted_thinking), unless it is the `last` and
-// the assistant's, which adds nothing.
+// tool_result becomes a "tool" message). As Anthropic's API, refuses a message whose content is
+// empty, unless it is the `last` and the assistant's, which adds nothing. A message of blocks
+// that render as nothing (redacted_thinking alone: Anthropic's API takes it) adds nothing.
 absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool last,
                         infer_v1::ChatPrompt* chat) {
   ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
@@ -51,7 +51,6 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
     return Invalid(f.Name("content"),
                    absl::StrCat("has more than ", limits.max_content_parts, " blocks"));
   }
-  const int messages_before = chat->messages_size();
   infer_v1::ChatMessage current;
   current.set_role(*role);
   bool current_used = false;
@@ -110,11 +109,6 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
     }
   }
   flush();
-  if (chat->messages_size() == messages_before && !may_be_empty) {
-    return Invalid(f.Name("content"),
-                   "holds only blocks that render as nothing (redacted_thinking); only the final "
-                   "assistant message may be empty");
-  }
   return absl::OkStatus();
 }
 

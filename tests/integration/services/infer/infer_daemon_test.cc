@@ -245,11 +245,32 @@ TEST(InferDaemonSamplingTest, KnobsLeftToTheModelComeFromGenerationConfig) {
   ASSERT_TRUE(api_default.status.ok()) << api_default.status.error_message();
   ASSERT_TRUE(sampled.status.ok()) << sampled.status.error_message();
   EXPECT_EQ(from_config.tokens, reference.tokens) << "the folder's temperature 0";
-  // The request's own temperature 1 with the folder's top_k 20 and top_p 0.95, against
-  // temperature 1 and nothing else: the same seed, other tokens.
   EXPECT_NE(own.tokens, reference.tokens);
   EXPECT_EQ(api_default.tokens, sampled.tokens) << "temperature 1, the APIs' default";
   EXPECT_NE(api_default.tokens, reference.tokens);
+  // The request's own temperature 1 with the folder's top_k 20 and top_p 0.95 applied, against
+  // the same without model_defaults (temperature 1 and nothing else): the same seed and
+  // weights, other tokens.
+  v1::GenerateRequest hot_alone = hot;
+  hot_alone.mutable_sampling()->set_model_defaults(false);
+  const GenerateResult unrestricted = Generate(*(*greedy)->NewStub(), hot_alone);
+  ASSERT_TRUE(unrestricted.status.ok()) << unrestricted.status.error_message();
+  EXPECT_NE(own.tokens, unrestricted.tokens) << "the folder's top_k and top_p";
+  // Without model_defaults an absent knob is its zero value whatever the folder says: a folder
+  // whose generation_config.json samples at temperature 1 still answers greedily.
+  {
+    std::ofstream f(*plain_dir + "/generation_config.json");
+    f << R"({"temperature": 1.0, "top_k": 20})";
+  }
+  o.model_dir = *plain_dir;
+  absl::StatusOr<std::unique_ptr<InferServer>> hot_folder = InferServer::Start(o);
+  ASSERT_TRUE(hot_folder.ok()) << hot_folder.status();
+  v1::GenerateRequest explicit_greedy = TokenRequest(prompt, 12);
+  explicit_greedy.mutable_sampling()->set_temperature(0.0f);
+  const GenerateResult absent = Generate(*(*hot_folder)->NewStub(), TokenRequest(prompt, 12));
+  const GenerateResult zero = Generate(*(*hot_folder)->NewStub(), explicit_greedy);
+  ASSERT_TRUE(absent.status.ok() && zero.status.ok());
+  EXPECT_EQ(absent.tokens, zero.tokens);
 }
 
 TEST_F(InferDaemonErrorsTest, ACeilingMaxTokensStopsAtTheContextsEnd) {

@@ -39,7 +39,7 @@ std::string ErrorOf(const char* body) {
 TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
   GenerationSpec spec = MustParse(R"({"model": "m", "stream": true,
       "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
-      "temperature": 0, "seed": 3, "stop": "END", "max_tokens": 10})");
+      "temperature": 0, "top_k": -1, "seed": 3, "stop": "END", "max_tokens": 10})");
 
   EXPECT_EQ(spec.model, "m");
   EXPECT_TRUE(spec.stream);
@@ -47,7 +47,11 @@ TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
   ASSERT_EQ(chat.messages_size(), 2);
   EXPECT_EQ(chat.messages(0).role(), "system");
   EXPECT_EQ(chat.messages(1).content(), "U");
+  // The client's own values, present (greedy and top_k off are not left to the model).
+  EXPECT_TRUE(spec.request.sampling().has_temperature());
   EXPECT_FLOAT_EQ(spec.request.sampling().temperature(), 0.0f);
+  EXPECT_TRUE(spec.request.sampling().has_top_k());
+  EXPECT_EQ(spec.request.sampling().top_k(), 0u);
   EXPECT_EQ(spec.request.sampling().seed(), 3u);
   EXPECT_EQ(spec.request.sampling().stop(0), "END");
   EXPECT_EQ(spec.request.sampling().max_tokens(), 10u);
