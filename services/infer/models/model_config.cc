@@ -243,8 +243,8 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.intermediate_size, Get<int64_t>(t, "intermediate_size", d.intermediate_size));
   ASSIGN_OR_RETURN(c.num_layers, Get<int>(t, "num_hidden_layers", d.num_layers));
   ASSIGN_OR_RETURN(c.num_heads, Get<int>(t, "num_attention_heads", d.num_heads));
-  // An explicit null means as many as the attention heads (Qwen3Config; the hybrids' configs
-  // refuse null).
+  // An explicit null means as many as the attention heads (Qwen3Config's rule; the hybrids'
+  // config classes have none and refuse null, which is read the same way here).
   const bool kv_null = t.contains("num_key_value_heads") && t["num_key_value_heads"].is_null();
   ASSIGN_OR_RETURN(c.num_kv_heads,
                    Get<int>(t, "num_key_value_heads", kv_null ? c.num_heads : d.num_kv_heads));
