@@ -88,7 +88,7 @@ absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_s
 }
 
 std::string CacheKeyLabel(absl::string_view cache_key) {
-  size_t n = std::min<size_t>(cache_key.size(), 128);
+  size_t n = std::min<size_t>(cache_key.size(), kCacheKeyLabelBytes);
   // Back over continuation bytes (10xxxxxx) to the start of the character the cut splits.
   while (n > 0 && n < cache_key.size() &&
          (static_cast<unsigned char>(cache_key[n]) & 0xC0) == 0x80) {

@@ -117,8 +117,10 @@ absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_s
 // Returns a label grouping the requests of one conversation, used to route them to the
 // daemon already holding it: `cache_key` when given, else a hash of the first messages.
 std::string ConversationLabel(absl::string_view cache_key, const infer_v1::ChatPrompt& chat);
-// Returns the label for a client's `cache_key`: its first 128 bytes, cut on a UTF-8 character
-// boundary (the label travels in a proto3 string, which must be valid UTF-8).
+// Returns the label for a client's `cache_key`: its first kCacheKeyLabelBytes bytes, cut on a
+// UTF-8 character boundary (the label travels in a proto3 string, which must be valid UTF-8).
+// cairn-infer takes labels of up to 256 bytes.
+inline constexpr size_t kCacheKeyLabelBytes = 128;
 std::string CacheKeyLabel(absl::string_view cache_key);
 
 }  // namespace cairn::gateway

@@ -382,7 +382,12 @@ absl::StatusOr<nlohmann::ordered_json> Value::ToJsonValue() const {
     case Kind::kInt:
       return nlohmann::ordered_json(int_);
     case Kind::kFloat:
-      if (is_big_int()) return nlohmann::ordered_json(std::stoull(str_));
+      if (is_big_int()) {
+        // str_ holds the digits BigInt printed, so they parse back.
+        uint64_t u = 0;
+        std::from_chars(str_.data(), str_.data() + str_.size(), u);
+        return nlohmann::ordered_json(u);
+      }
       if (!std::isfinite(float_)) return absl::InvalidArgumentError("non-finite float in JSON");
       return nlohmann::ordered_json(float_);
     case Kind::kString:
