@@ -19,6 +19,7 @@
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/models/random_checkpoint_writer.h"
+#include "services/infer/text/output_parser.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace cairn::infer {
@@ -113,12 +114,17 @@ CAIRN_FUZZ_TARGET(InferRpc) {
   cairn::infer::Fixture* const fixture = cairn::infer::SharedFixture();
   cairn::infer::v1::GenerateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  bool starts_in_reasoning = false;
+  cairn::infer::text::OutputParserOptions parser;
   absl::StatusOr<cairn::infer::GenerateRequest> prepared =
-      fixture->service->Prepare(request, &starts_in_reasoning);
+      fixture->service->Prepare(request, &parser);
   if (prepared.ok()) {
     const int64_t vocab = fixture->model->model()->info().vocab_size;
     for (int32_t id : prepared->prompt) CAIRN_CHECK(id >= 0 && id < vocab);
+    // A forced tool call's opening parses as the answer's start; alone it is an unterminated
+    // call, returned as content.
+    cairn::infer::text::OutputParser output(parser);
+    cairn::infer::text::ParsedOutput tail = output.Finish();
+    CAIRN_CHECK(tail.tool_calls.empty());
   }
   return 0;
 }

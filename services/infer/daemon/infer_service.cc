@@ -106,28 +106,33 @@ absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(
     return absl::FailedPreconditionError(
         absl::StrCat(model_->template_error(), "; send the prompt as text or token ids instead"));
   }
+  // tool_choice: "auto" (or absent) lets the model choose, "none" leaves the tools out of the
+  // prompt, "required" or a function's name ends the prompt in a tool call's opening.
   const std::string& choice = chat.tool_choice();
-  if (!choice.empty() && choice != "auto" && choice != "none") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chat.tool_choice \"", choice,
-                     "\" is not supported (only auto and none: the server does not constrain "
-                     "decoding)"));
-  }
   text::ChatRequest req;
   ASSIGN_OR_RETURN(req.messages, MessagesJson(chat, options_.max_messages));
   if (choice != "none") {
     ASSIGN_OR_RETURN(req.tools, ToolsJson(chat));
+  }
+  if (!choice.empty() && choice != "auto" && choice != "none") {
+    req.forced_tool = choice == "required" ? "" : choice;
   }
   req.add_generation_prompt = chat.has_options() ? chat.options().add_generation_prompt() : true;
   req.continue_final_message = chat.options().continue_final_message();
   if (chat.has_options() && chat.options().has_enable_thinking()) {
     req.enable_thinking = chat.options().enable_thinking();
   }
+  if (req.forced_tool.has_value()) {
+    if (absl::Status s = text::CheckForcedTool(req); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat.tool_choice \"", choice, "\": ", s.message()));
+    }
+  }
   return text::RenderPrompt(*model_->chat_template(), *model_->tokenizer(), req);
 }
 
 absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequest& request,
-                                                          bool* starts_in_reasoning) const {
+                                                          text::OutputParserOptions* parser) const {
   GenerateRequest out;
   if (request.request_id().size() > options_.max_label_bytes) {
     return absl::InvalidArgumentError(
@@ -148,6 +153,7 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
       out.stable_boundary = static_cast<int64_t>(rendered.stable_boundary);
       out.shared_boundary = static_cast<int64_t>(rendered.shared_boundary);
       prompt_text = std::move(rendered.text);
+      parser->prompt_tail = std::move(rendered.forced_text);
       break;
     }
     case v1::GenerateRequest::kText: {
@@ -267,7 +273,7 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     }
   }
   if (p.stop_size() > 0 || request.parse_output()) RETURN_IF_ERROR(NeedTokenizer());
-  *starts_in_reasoning = absl::EndsWith(prompt_text, "<think>\n");
+  parser->starts_in_reasoning = absl::EndsWith(prompt_text, "<think>\n");
   return out;
 }
 
@@ -276,17 +282,15 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(
   auto* reactor = new GenerateReactor();
   const absl::Time deadline = DeadlineOf(context);
   const bool scheduled = pool_->Schedule([this, request, reactor, deadline] {
-    bool starts_in_reasoning = false;
-    absl::StatusOr<GenerateRequest> prepared = Prepare(*request, &starts_in_reasoning);
+    GenerateSinkOptions so;
+    absl::StatusOr<GenerateRequest> prepared = Prepare(*request, &so.parser);
     if (!prepared.ok()) {
       reactor->Close(ToGrpcStatus(prepared.status()));
       return;
     }
-    GenerateSinkOptions so;
     so.tokenizer = model_->tokenizer();
     so.stop.assign(request->sampling().stop().begin(), request->sampling().stop().end());
     so.parse_output = request->parse_output();
-    so.parser.starts_in_reasoning = starts_in_reasoning;
     if (request->has_chat()) {
       absl::StatusOr<ordered_json> tools = ToolsJson(request->chat());
       if (tools.ok()) so.parser.tools = std::move(*tools);

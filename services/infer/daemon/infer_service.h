@@ -11,6 +11,7 @@
 #include "services/infer/engine/request.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/text/chat_template.h"
+#include "services/infer/text/output_parser.h"
 
 namespace cairn::infer {
 
@@ -54,12 +55,15 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
 
   // Validates `request` and turns it into the scheduler's form (everything but the sink).
   // InvalidArgument naming the field for a bad request; FailedPrecondition naming what the
-  // model folder lacks for text or chat prompts without a tokenizer or template.
+  // model folder lacks for text or chat prompts without a tokenizer or template. Sets the
+  // fields of `parser` the prompt decides: whether the answer starts inside reasoning, and the
+  // prompt's tail the answer continues (a forced tool call's opening).
   absl::StatusOr<GenerateRequest> Prepare(const v1::GenerateRequest& request,
-                                          bool* starts_in_reasoning) const;
+                                          text::OutputParserOptions* parser) const;
 
  private:
-  // Renders a chat prompt: its text, token ids, stable and shared boundaries.
+  // Renders a chat prompt: its text, token ids, stable and shared boundaries, and the opening
+  // of a tool call that tool_choice "required" or a function's name forces.
   absl::StatusOr<text::RenderedPrompt> RenderChat(const v1::ChatPrompt& chat) const;
   absl::Status NeedTokenizer() const;
 

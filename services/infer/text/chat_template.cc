@@ -51,6 +51,11 @@ std::optional<std::string> SpecialToken(const nlohmann::json& config, const char
 // chat once more with that content replaced by a marker no template rewrites.
 constexpr absl::string_view kContentMarker = "cairnfinalmessagemarker7f3a";
 
+// The reasoning and tool-call tags of the Qwen templates (OutputParserOptions' defaults).
+constexpr absl::string_view kThinkOpen = "<think>";
+constexpr absl::string_view kThinkClose = "</think>";
+constexpr absl::string_view kToolCallOpen = "<tool_call>";
+
 // Checks that the last of `messages` is the assistant's text, which continue_final_message
 // can continue. InvalidArgument naming what is wrong otherwise.
 absl::Status CheckContinuable(const json& messages) {
@@ -230,11 +235,63 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
   return text;
 }
 
+std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_view function) {
+  std::string text = absl::StrCat(kToolCallOpen, "\n");
+  if (function.empty()) return text;
+  if (absl::StrContains(chat_template.source(), "<function=")) {
+    absl::StrAppend(&text, "<function=", absl::string_view(function.data(), function.size()),
+                    ">\n");
+  } else {
+    absl::StrAppend(&text, "{\"name\": ", nlohmann::ordered_json(std::string(function)).dump(),
+                    ", \"arguments\": ");
+  }
+  return text;
+}
+
+absl::Status CheckForcedTool(const ChatRequest& request) {
+  if (request.continue_final_message) {
+    return absl::InvalidArgumentError("a forced tool call cannot continue the final message");
+  }
+  if (!request.add_generation_prompt) {
+    return absl::InvalidArgumentError("a forced tool call needs the generation prompt");
+  }
+  if (!request.tools.is_array() || request.tools.empty()) {
+    return absl::InvalidArgumentError("a forced tool call needs tools, and the request has none");
+  }
+  if (request.forced_tool->empty()) return absl::OkStatus();
+  for (const nlohmann::ordered_json& tool : request.tools) {
+    const nlohmann::ordered_json* fn =
+        tool.is_object() && tool.contains("function") && tool["function"].is_object()
+            ? &tool["function"]
+            : &tool;
+    if (fn->is_object() && fn->contains("name") && (*fn)["name"] == *request.forced_tool) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request's tools define no function \"", *request.forced_tool, "\""));
+}
+
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options) {
   RenderedPrompt out;
-  ASSIGN_OR_RETURN(out.text, chat_template.Render(request));
+  if (request.forced_tool.has_value()) {
+    RETURN_IF_ERROR(CheckForcedTool(request));
+    // A forced call answers at once: rendered without reasoning, and a reasoning block the
+    // template opens anyway is closed empty (Anthropic's API refuses thinking with a forced
+    // tool, too).
+    ChatRequest plain = request;
+    plain.enable_thinking = false;
+    ASSIGN_OR_RETURN(out.text, chat_template.Render(plain));
+    if (absl::EndsWith(out.text, absl::StrCat(kThinkOpen, "\n"))) {
+      absl::StrAppend(&out.text, "\n", kThinkClose, "\n\n");
+    }
+    out.forced_text = ForcedToolCallText(chat_template, *request.forced_tool);
+    out.text += out.forced_text;
+  } else {
+    ASSIGN_OR_RETURN(out.text, chat_template.Render(request));
+  }
   ASSIGN_OR_RETURN(out.ids, tokenizer.Encode(out.text));
 
   ChatRequest next = request;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "services/infer/text/jinja.h"
@@ -33,6 +34,11 @@ struct ChatRequest {
   // add_generation_prompt says) and the text is cut where what the template writes after that
   // message's content begins (found by a render with a marker for the content).
   bool continue_final_message = false;
+  // Forces the answer to open with a tool call (tool_choice "required", or a named function):
+  // "" for any of `tools`, else the function's name. The prompt then ends in the template's
+  // tool-call opening (ForcedToolCallText), rendered without reasoning, and the answer continues
+  // it. Unset: the model chooses.
+  std::optional<std::string> forced_tool;
 };
 
 // Parses a request object: {"messages": [...], "tools": [...], "add_generation_prompt": bool,
@@ -106,11 +112,28 @@ struct RenderedPrompt {
   // prefix of `ids` and the tokens of those messages followed by a placeholder user question.
   // 0 when the template rejects that.
   size_t shared_boundary = 0;
+  // What `text` ends with that the answer continues as its own (a forced tool call's opening,
+  // ChatRequest::forced_tool): an output parser reads it before the generated text
+  // (OutputParserOptions::prompt_tail). Empty otherwise.
+  std::string forced_text;
 };
 
+// The text a forced tool call opens with in the template's format: "<tool_call>\n", followed
+// for a named function by its opening, `<function=NAME>\n` where the template writes calls as
+// XML (its source has "<function="), else `{"name": "NAME", "arguments": ` (JSON, as Qwen3's
+// template writes them).
+std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_view function);
+
+// Checks that `request` can force its tool call (`forced_tool` set): it has tools, defines the
+// function named, and neither continues its final message nor leaves out the generation
+// prompt. InvalidArgument saying which otherwise.
+absl::Status CheckForcedTool(const ChatRequest& request);
+
 // Renders and tokenizes `request` and computes its stable boundary (0 when the template rejects
-// the placeholder turns). Errors: those of ChatTemplate::Render and Tokenizer::Encode for
-// `request` itself.
+// the placeholder turns). With `forced_tool`, the render runs with enable_thinking false, a
+// reasoning block it still opens ("<think>\n" at its end) is closed empty, and the text ends in
+// ForcedToolCallText. Errors: those of CheckForcedTool, ChatTemplate::Render and
+// Tokenizer::Encode for `request` itself.
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options = {});

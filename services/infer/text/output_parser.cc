@@ -127,11 +127,13 @@ void ParsedOutput::Append(ParsedOutput other) {
 OutputParser::OutputParser(OutputParserOptions options)
     : options_(std::move(options)),
       mode_(options_.starts_in_reasoning && options_.parse_reasoning ? Mode::kReasoning
-                                                                      : Mode::kContent),
-      at_reasoning_start_(mode_ == Mode::kReasoning) {}
+                                                                     : Mode::kContent),
+      at_reasoning_start_(mode_ == Mode::kReasoning) {
+  if (!options_.prompt_tail.empty()) pending_ = Push(options_.prompt_tail);
+}
 
 ParsedOutput OutputParser::Push(std::string_view text) {
-  ParsedOutput out;
+  ParsedOutput out = std::exchange(pending_, ParsedOutput());
   if (finished_) return out;
   buffer_.append(text);
   Process(/*final=*/false, &out);
@@ -139,12 +141,12 @@ ParsedOutput OutputParser::Push(std::string_view text) {
 }
 
 ParsedOutput OutputParser::Finish() {
-  ParsedOutput out;
+  ParsedOutput out = std::exchange(pending_, ParsedOutput());
   if (finished_) return out;
   Process(/*final=*/true, &out);
   if (mode_ == Mode::kToolCall) {
-    out.warnings.push_back(absl::StrCat("unterminated tool call returned as content: ",
-                                        options_.tool_open, buffer_));
+    out.warnings.push_back(
+        absl::StrCat("unterminated tool call returned as content: ", options_.tool_open, buffer_));
     EmitContent(options_.tool_open + buffer_, &out);
   } else if (mode_ == Mode::kReasoning) {
     out.reasoning_content += buffer_;

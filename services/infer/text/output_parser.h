@@ -33,6 +33,10 @@ struct OutputParserOptions {
   nlohmann::ordered_json tools = nullptr;
   // Tool call ids are this prefix followed by the call's index in the response.
   std::string tool_call_id_prefix = "call_";
+  // Text the prompt ended with that the answer continues as its own (a forced tool call's
+  // opening, RenderedPrompt::forced_text): parsed before the first pushed text, and what it
+  // yields returned with the first Push or Finish.
+  std::string prompt_tail;
 };
 
 // An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
@@ -87,11 +91,12 @@ class OutputParser {
   const OutputParserOptions options_;
   Mode mode_;
   std::string buffer_;
-  bool at_reasoning_start_;          // Drop newlines right after <think>.
-  bool after_think_close_ = false;   // Drop newlines right after </think>.
-  std::string held_whitespace_;      // Content whitespace waiting for non-whitespace text.
+  bool at_reasoning_start_;         // Drop newlines right after <think>.
+  bool after_think_close_ = false;  // Drop newlines right after </think>.
+  std::string held_whitespace_;     // Content whitespace waiting for non-whitespace text.
   int tool_calls_ = 0;
   bool finished_ = false;
+  ParsedOutput pending_;  // What `prompt_tail` yielded, until the first Push or Finish.
 };
 
 // Parses a complete generated text (Push + Finish).

@@ -326,9 +326,12 @@ TEST_F(InferDaemonErrorsTest, ModelInfoAndSlots) {
 // Text and chat prompts through the real Qwen3 tokenizer and chat template.
 class InferDaemonTextTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartServer("dense", "m-text"); }
+
+  // Serves a model of `preset` with the real tokenizer, made in the folder `name`.
+  void StartServer(const std::string& preset, const std::string& name) {
     CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
-    absl::StatusOr<std::string> dir = MakeModelFolder("dense", true, "m-text");
+    absl::StatusOr<std::string> dir = MakeModelFolder(preset, true, name);
     ASSERT_TRUE(dir.ok()) << dir.status();
     InferServerOptions o;
     o.model_dir = *dir;
@@ -495,35 +498,40 @@ TEST_F(InferDaemonTextTest, MediaIsRefused) {
 
 // The demo model (cairn-make-model --preset demo): its own chat template with tools and
 // thinking, served with the real tokenizer.
-TEST(InferDaemonDemoModelTest, ServesChatWithToolsAndParsesReasoning) {
-  CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
-  absl::StatusOr<std::string> dir = MakeModelFolder("demo", true, "m-demo");
-  ASSERT_TRUE(dir.ok()) << dir.status();
-  InferServerOptions o;
-  o.model_dir = *dir;
-  absl::StatusOr<std::unique_ptr<InferServer>> server = InferServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::unique_ptr<v1::InferService::Stub> stub = (*server)->NewStub();
-  v1::GenerateRequest req;
-  v1::ChatMessage* system = req.mutable_chat()->add_messages();
-  system->set_role("system");
-  system->set_content("You are a coding agent.");
-  v1::ChatMessage* user = req.mutable_chat()->add_messages();
-  user->set_role("user");
-  user->set_content("List the files.");
-  req.mutable_chat()->add_tools()->set_json(
-      R"({"type": "function", "function": {"name": "list_files", "description": "Lists files.",
-          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}})");
+class InferDaemonDemoModelTest : public InferDaemonTextTest {
+ protected:
+  void SetUp() override { StartServer("demo", "m-demo"); }
+
+  // A user's question with one tool, list_files, after `system` if not empty; output parsed.
+  static v1::GenerateRequest ListFilesRequest(const std::string& system = "") {
+    v1::GenerateRequest req;
+    if (!system.empty()) {
+      v1::ChatMessage* m = req.mutable_chat()->add_messages();
+      m->set_role("system");
+      m->set_content(system);
+    }
+    v1::ChatMessage* user = req.mutable_chat()->add_messages();
+    user->set_role("user");
+    user->set_content("List the files.");
+    req.mutable_chat()->add_tools()->set_json(
+        R"({"type": "function", "function": {"name": "list_files", "description": "Lists files.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}})");
+    req.mutable_sampling()->set_ignore_eos(true);
+    req.set_parse_output(true);
+    return req;
+  }
+};
+
+TEST_F(InferDaemonDemoModelTest, ServesChatWithToolsAndParsesReasoning) {
+  v1::GenerateRequest req = ListFilesRequest("You are a coding agent.");
   req.mutable_sampling()->set_max_tokens(12);
-  req.mutable_sampling()->set_ignore_eos(true);
-  req.set_parse_output(true);
   auto ctx = NewClientContext(absl::Seconds(10));
   v1::ApplyTemplateRequest at;
   *at.mutable_chat() = req.chat();
   v1::ApplyTemplateResponse rendered;
-  const grpc::Status applied = stub->ApplyTemplate(ctx.get(), at, &rendered);
+  const grpc::Status applied = stub_->ApplyTemplate(ctx.get(), at, &rendered);
 
-  GenerateResult r = Generate(*stub, req);
+  GenerateResult r = Generate(*stub_, req);
 
   ASSERT_TRUE(applied.ok()) << applied.error_message();
   EXPECT_THAT(rendered.text(), HasSubstr("<|im_start|>system\nYou are a coding agent.\n\n"));
@@ -538,6 +546,46 @@ TEST(InferDaemonDemoModelTest, ServesChatWithToolsAndParsesReasoning) {
   // The prompt opened a <think> block: the noise is reasoning until the model closes it.
   EXPECT_EQ(r.finished.reasoning_content(), r.reasoning);
   EXPECT_FALSE(r.reasoning.empty());
+}
+
+// tool_choice naming a function: the prompt ends in the call's opening (no reasoning), and what
+// the model writes is parsed from there; a choice the request cannot serve is refused, naming
+// the field.
+TEST_F(InferDaemonDemoModelTest, ForcedToolCallOpensTheCallInThePrompt) {
+  v1::GenerateRequest req = ListFilesRequest();
+  req.mutable_chat()->set_tool_choice("list_files");
+  req.mutable_sampling()->set_max_tokens(6);
+  v1::GenerateRequest unknown = req;
+  unknown.mutable_chat()->set_tool_choice("delete_files");
+  v1::GenerateRequest no_tools = req;
+  no_tools.mutable_chat()->clear_tools();
+  no_tools.mutable_chat()->set_tool_choice("required");
+  auto ctx = NewClientContext(absl::Seconds(10));
+  v1::ApplyTemplateRequest at;
+  *at.mutable_chat() = req.chat();
+  v1::ApplyTemplateResponse rendered;
+  const grpc::Status applied = stub_->ApplyTemplate(ctx.get(), at, &rendered);
+
+  GenerateResult r = Generate(*stub_, req);
+  GenerateResult refused_unknown = Generate(*stub_, unknown);
+  GenerateResult refused_no_tools = Generate(*stub_, no_tools);
+
+  ASSERT_TRUE(applied.ok()) << applied.error_message();
+  const std::string opening = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": ";
+  EXPECT_TRUE(
+      absl::EndsWith(rendered.text(), "<|im_start|>assistant\n<think>\n\n</think>\n\n" + opening))
+      << rendered.text();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.prompt_tokens(), static_cast<uint32_t>(rendered.ids_size()));
+  // Six tokens of a random model do not close the call: it comes back verbatim as content,
+  // from the prompt's opening on, and nothing is reasoning.
+  EXPECT_TRUE(absl::StartsWith(r.finished.content(), opening)) << r.finished.content();
+  EXPECT_EQ(r.finished.reasoning_content(), "");
+  EXPECT_EQ(refused_unknown.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused_unknown.status.error_message(), HasSubstr("chat.tool_choice"));
+  EXPECT_THAT(refused_unknown.status.error_message(), HasSubstr("delete_files"));
+  EXPECT_EQ(refused_no_tools.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused_no_tools.status.error_message(), HasSubstr("chat.tool_choice"));
 }
 
 }  // namespace

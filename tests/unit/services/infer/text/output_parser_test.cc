@@ -16,7 +16,8 @@ OutputParserOptions Thinking() {
 }
 
 TEST(OutputParserTest, SplitsReasoningFromTheAnswer) {
-  ParsedOutput out = ParseOutput("Let me think.\nStep 2.\n</think>\n\nThe answer is 4.", Thinking());
+  ParsedOutput out =
+      ParseOutput("Let me think.\nStep 2.\n</think>\n\nThe answer is 4.", Thinking());
 
   EXPECT_EQ(out.reasoning_content, "Let me think.\nStep 2.");
   EXPECT_EQ(out.content, "The answer is 4.");
@@ -69,7 +70,8 @@ TEST(OutputParserTest, XmlToolCallsUseTheSchemaTypes) {
 
   ASSERT_EQ(out.tool_calls.size(), 1u);
   EXPECT_EQ(out.tool_calls[0].name, "get_weather");
-  EXPECT_EQ(out.tool_calls[0].arguments, "{\"city\": \"12\", \"days\": 3, \"opts\": {\"a\": [1, 2]}}");
+  EXPECT_EQ(out.tool_calls[0].arguments,
+            "{\"city\": \"12\", \"days\": 3, \"opts\": {\"a\": [1, 2]}}");
   EXPECT_EQ(out.content, "");
 }
 
@@ -88,6 +90,40 @@ TEST(OutputParserTest, UnterminatedToolCallIsContentWithAWarning) {
 
   EXPECT_TRUE(out.tool_calls.empty());
   EXPECT_EQ(out.content, "<tool_call>\n{\"name\": \"f\"");
+  EXPECT_EQ(out.warnings.size(), 1u);
+}
+
+// A forced tool call: the prompt ended in the call's opening, which the parser reads first; the
+// answer parses as the text the two make together, whole or in pieces.
+TEST(OutputParserTest, PromptTailIsParsedBeforeTheAnswer) {
+  OutputParserOptions o;
+  o.prompt_tail = "<tool_call>\n{\"name\": \"read\", \"arguments\": ";
+  const std::string answer = "{\"path\": \"a\"}}\n</tool_call>";
+
+  const ParsedOutput whole = ParseOutput(answer, o);
+  OutputParser parser(o);
+  ParsedOutput streamed = parser.Push(answer.substr(0, 5));
+  streamed.Append(parser.Push(answer.substr(5)));
+  streamed.Append(parser.Finish());
+
+  for (const ParsedOutput* out : {&whole, static_cast<const ParsedOutput*>(&streamed)}) {
+    EXPECT_EQ(out->content, "");
+    ASSERT_EQ(out->tool_calls.size(), 1u);
+    EXPECT_EQ(out->tool_calls[0].name, "read");
+    EXPECT_EQ(out->tool_calls[0].arguments, "{\"path\": \"a\"}");
+    EXPECT_TRUE(out->warnings.empty());
+  }
+}
+
+// An answer that never closes the forced call returns it verbatim, the prompt's opening too.
+TEST(OutputParserTest, UnterminatedForcedCallIsContentWithItsOpening) {
+  OutputParserOptions o;
+  o.prompt_tail = "<tool_call>\n<function=read>\n";
+
+  ParsedOutput out = ParseOutput("<parameter=path>\na", o);
+
+  EXPECT_TRUE(out.tool_calls.empty());
+  EXPECT_EQ(out.content, "<tool_call>\n<function=read>\n<parameter=path>\na");
   EXPECT_EQ(out.warnings.size(), 1u);
 }
 

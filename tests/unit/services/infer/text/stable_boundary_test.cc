@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,18 +62,28 @@ class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
     return m;
   }
 
-  // Runs one turn and the client's follow-up and checks the boundary property.
-  void CheckTurn(const json& request_json, const std::string& generated, const json& follow_up) {
+  // Runs one turn and the client's follow-up and checks the boundary property. With
+  // `forced_tool`, the turn forces a tool call and `generated` continues its opening.
+  void CheckTurn(const json& request_json, const std::string& generated, const json& follow_up,
+                 std::optional<std::string> forced_tool = std::nullopt) {
     absl::StatusOr<ChatRequest> request = ParseChatRequest(request_json);
     ASSERT_TRUE(request.ok()) << request.status();
+    request->forced_tool = forced_tool;
     absl::StatusOr<RenderedPrompt> turn = RenderPrompt(*template_, *tokenizer_, *request);
     ASSERT_TRUE(turn.ok()) << turn.status();
     OutputParserOptions parse;
     parse.starts_in_reasoning =
         turn->text.size() >= 8 && turn->text.compare(turn->text.size() - 8, 8, "<think>\n") == 0;
     parse.tools = request->tools;
+    parse.prompt_tail = turn->forced_text;
     const ParsedOutput out = ParseOutput(generated, parse);
-    ASSERT_TRUE(out.warnings.empty());
+    ASSERT_TRUE(out.warnings.empty()) << out.warnings[0];
+    if (forced_tool.has_value()) {
+      ASSERT_EQ(out.tool_calls.size(), 1u) << turn->text << generated;
+      EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+      EXPECT_EQ(json::parse(out.tool_calls[0].arguments), json::parse(R"({"city": "Paris",
+          "days": 2})"));
+    }
 
     ChatRequest next = *request;
     next.messages.push_back(AssistantMessage(out));
@@ -108,6 +119,17 @@ class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
     }
     return "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
            "\"days\": 2}}\n</tool_call>";
+  }
+
+  // What a model writes after a forced call's opening (ForcedToolCallText): the rest of
+  // ToolCallText's call.
+  std::string ForcedCallRest(bool named) const {
+    if (!named) return ToolCallText().substr(std::string("<tool_call>\n").size());
+    if (xml_) {
+      return "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+             "</function>\n</tool_call>";
+    }
+    return "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
   }
 
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -214,6 +236,40 @@ TEST_P(StableBoundaryTest, ContinuedFinalMessageLeavesTheAssistantTurnOpen) {
   EXPECT_EQ(prompt->ids, *ids);
 }
 
+// tool_choice "required" or a function's name: the prompt ends in the opening of a call in the
+// template's format, after a generation prompt without reasoning, and the model's continuation
+// parses into the call; the next turn repeats the prompt up to the stable boundary.
+TEST_P(StableBoundaryTest, ForcedToolCallEndsThePromptInTheCallsOpening) {
+  for (const std::string& forced : {std::string("get_weather"), std::string()}) {
+    SCOPED_TRACE(forced.empty() ? "required" : "named");
+    ChatRequest request;
+    request.messages = json::parse(R"([{"role": "user", "content": "Weather in Paris?"}])");
+    request.tools = Tools();
+    request.enable_thinking = true;  // A forced call answers without reasoning regardless.
+    request.forced_tool = forced;
+
+    absl::StatusOr<RenderedPrompt> prompt = RenderPrompt(*template_, *tokenizer_, request);
+
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    std::string opening = "<tool_call>\n";
+    if (!forced.empty()) {
+      opening += xml_ ? "<function=get_weather>\n" : "{\"name\": \"get_weather\", \"arguments\": ";
+    }
+    EXPECT_EQ(prompt->forced_text, opening);
+    // Every template here renders a turn without reasoning as an empty block.
+    const std::string turn = "<|im_start|>assistant\n<think>\n\n</think>\n\n" + opening;
+    ASSERT_GE(prompt->text.size(), turn.size());
+    EXPECT_EQ(prompt->text.substr(prompt->text.size() - turn.size()), turn) << prompt->text;
+    absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(prompt->text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(prompt->ids, *ids);
+
+    CheckTurn({{"messages", request.messages}, {"tools", Tools()}}, ForcedCallRest(!forced.empty()),
+              {{{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "{\"temp\": 21}"}}},
+              forced);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest,
                          ::testing::Values("qwen3", "cairn_xml", "demo"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
@@ -235,6 +291,63 @@ TEST(RenderPromptTest, TemplateRejectingThePlaceholderTurnsGivesBoundaryZero) {
   ASSERT_TRUE(prompt.ok()) << prompt.status();
   EXPECT_EQ(prompt->text, "hello");
   EXPECT_EQ(prompt->stable_boundary, 0u);
+}
+
+// A template that opens a reasoning block whatever enable_thinking says: a forced call closes it
+// empty before the call's opening, so the answer is not parsed as reasoning.
+TEST(RenderPromptTest, ForcedToolCallClosesAReasoningBlockTheTemplateOpens) {
+  CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromFile(testing::Qwen3ModelDir() + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{{ messages[0].content }}|{% if add_generation_prompt %}<think>\n{% endif %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatRequest request;
+  request.messages.push_back({{"role", "user"}, {"content", "hello"}});
+  request.tools = json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  request.forced_tool = "";
+
+  absl::StatusOr<RenderedPrompt> prompt = RenderPrompt(**tmpl, **tokenizer, request);
+
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(prompt->text, "hello|<think>\n\n</think>\n\n<tool_call>\n");
+  EXPECT_EQ(prompt->forced_text, "<tool_call>\n");
+}
+
+TEST(RenderPromptTest, ForcedToolCallsThatCannotBeServedAreRefused) {
+  CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      Tokenizer::FromFile(testing::Qwen3ModelDir() + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl =
+      ChatTemplate::Create("{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatRequest base;
+  base.messages = json::parse(R"([{"role": "user", "content": "hi"},
+      {"role": "assistant", "content": "Sure"}])");
+  base.tools = json::parse(R"([{"type": "function", "function": {"name": "read_file"}}])");
+  base.forced_tool = "read_file";
+  ChatRequest no_tools = base;
+  no_tools.tools = nullptr;
+  ChatRequest empty_tools = base;
+  empty_tools.tools = json::array();
+  ChatRequest unknown = base;
+  unknown.forced_tool = "write_file";
+  ChatRequest continued = base;
+  continued.continue_final_message = true;
+  ChatRequest no_prompt = base;
+  no_prompt.add_generation_prompt = false;
+
+  for (const ChatRequest* r : {&no_tools, &empty_tools, &unknown, &continued, &no_prompt}) {
+    EXPECT_EQ(RenderPrompt(**tmpl, **tokenizer, *r).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(CheckForcedTool(*r).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(CheckForcedTool(base).ok());
+  EXPECT_NE(CheckForcedTool(unknown).message().find("write_file"), std::string::npos);
+  base.forced_tool = "";
+  EXPECT_TRUE(CheckForcedTool(base).ok());
 }
 
 }  // namespace
