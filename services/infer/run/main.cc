@@ -2,7 +2,7 @@
 //
 //   cairn-run --model DIR (--prompt-ids FILE | --prompt TEXT) [--greedy N]
 //             [--logits-at P1,P2,...] [--top K] [--pass-tokens N] [--json]
-//   cairn-run --model DIR (--tokenize-file FILE | --render FILE) [--json]
+//   cairn-run --model DIR (--tokenize-file FILE | --tokenize-batch FILE | --render FILE) [--json]
 //
 // The text modes and the tokenizer behind --prompt live in services/infer/text/.
 #include <fstream>
@@ -28,6 +28,7 @@ struct CliOptions {
   std::string prompt_ids;
   std::string prompt;
   std::string tokenize_file;
+  std::string tokenize_batch;
   std::string render;
   int greedy = 0;
   std::vector<std::string> logits_at;
@@ -48,6 +49,8 @@ absl::Status Run(int argc, char** argv) {
   flags.Add("prompt-ids", &o.prompt_ids, "file with the prompt as a JSON array of token ids");
   flags.Add("prompt", &o.prompt, "prompt text, encoded with the model's tokenizer.json");
   flags.Add("tokenize-file", &o.tokenize_file, "text mode: tokenize a file");
+  flags.Add("tokenize-batch", &o.tokenize_batch,
+            "text mode: encode and decode the JSON Lines cases of a file (tests/README.md)");
   flags.Add("render", &o.render, "text mode: render a chat template");
   flags.Add("greedy", &o.greedy, "tokens to generate greedily");
   flags.Add("logits-at", &o.logits_at, "prompt positions whose top logits are printed");
@@ -68,10 +71,11 @@ absl::Status Run(int argc, char** argv) {
   if (!rest.ok()) return rest.status();
   if (!rest->empty()) return absl::InvalidArgumentError("unexpected positional arguments");
   if (o.model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (!o.tokenize_file.empty() || !o.render.empty()) {
+  if (!o.tokenize_file.empty() || !o.tokenize_batch.empty() || !o.render.empty()) {
     cairn::infer::text::TextCommandOptions text;
     text.model_dir = o.model;
     text.tokenize_file = o.tokenize_file;
+    text.tokenize_batch_file = o.tokenize_batch;
     text.render_file = o.render;
     text.json = o.json;
     return cairn::infer::text::RunTextCommand(text, std::cout);

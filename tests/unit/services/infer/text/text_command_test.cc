@@ -55,6 +55,42 @@ TEST(TextCommandTest, RenderPrintsTextIdsAndStableBoundary) {
   EXPECT_EQ(j["stable_boundary"], 9);
 }
 
+TEST(TextCommandTest, TokenizeBatchAnswersEachLineInOrder) {
+  CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+  TextCommandOptions options;
+  options.model_dir = testing::Qwen3ModelDir();
+  // "hello world"; an invalid byte; "é" split across its two byte tokens; an id out of range.
+  options.tokenize_batch_file = WriteTemp("batch.jsonl",
+                                          "{\"encode_hex\": \"68656c6c6f20776f726c64\"}\n"
+                                          "{\"encode_hex\": \"ff\"}\n"
+                                          "{\"decode\": [14990, 127, 102]}\n"
+                                          "{\"decode\": [-1]}\n");
+  std::ostringstream out;
+
+  CAIRN_ASSERT_OK(RunTextCommand(options, out));
+
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out.str());
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u) << out.str();
+  EXPECT_EQ(lines[0]["ids"], nlohmann::json({14990, 1879}));
+  EXPECT_TRUE(lines[1].contains("error")) << lines[1];
+  EXPECT_EQ(lines[2]["text"], "hello\xC3\xA9");
+  EXPECT_EQ(lines[2]["stream"], "hello\xC3\xA9");
+  EXPECT_EQ(lines[2]["stream_pieces_valid"], true);
+  EXPECT_TRUE(lines[3].contains("error")) << lines[3];
+}
+
+TEST(TextCommandTest, TokenizeBatchRejectsAnUnknownLine) {
+  CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
+  TextCommandOptions options;
+  options.model_dir = testing::Qwen3ModelDir();
+  options.tokenize_batch_file = WriteTemp("bad_batch.jsonl", "{\"encode\": \"hi\"}\n");
+  std::ostringstream out;
+
+  EXPECT_THAT(RunTextCommand(options, out), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(TextCommandTest, BadOptionsAndInputsAreErrors) {
   std::ostringstream out;
   TextCommandOptions none;
