@@ -36,7 +36,8 @@ struct Composition {
   uint32_t composite;
 };
 
-extern const char kUnicodeVersion[];
+// The sources and Unicode versions of the data (gen_unicode_tables.py says why they differ).
+extern const char kUnicodeVersions[];
 extern const CategoryRange kCategoryRanges[];  // Sorted by lo, disjoint.
 extern const int kCategoryRangeCount;
 extern const Decomposition kCanonicalDecompositions[];  // Sorted by cp.

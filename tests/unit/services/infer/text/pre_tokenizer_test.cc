@@ -42,6 +42,20 @@ TEST(PreTokenizerTest, Qwen35KeepsCombiningMarksInsideWords) {
   EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, text), ElementsAre("cafe", "\xCC\x81x"));  // The mark prefixes "x".
 }
 
+// \p{L}, \p{N} and \p{M} are those of the reference's regex engine: Oniguruma with Unicode 16.0 in
+// tokenizers 0.22 and later (services/infer/text/gen_unicode_tables.py).
+TEST(PreTokenizerTest, ClassesFollowTheReferenceRegexEngineUnicodeVersion) {
+  // U+31350 CJK UNIFIED IDEOGRAPH (Extension H, Unicode 15.0, Lo) after "a": one word.
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "a\xF0\xB1\x8D\x90"),
+              ElementsAre("a\xF0\xB1\x8D\x90"));
+  // U+1CCF0, U+1CCF1 OUTLINED DIGIT ZERO, ONE (Unicode 16.0, Nd): one piece per digit.
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "\xF0\x9C\xB3\xB0\xF0\x9C\xB3\xB1"),
+              ElementsAre("\xF0\x9C\xB3\xB0", "\xF0\x9C\xB3\xB1"));
+  // U+11F00 KAWI SIGN CANDRABINDU (Unicode 15.0, Mn) inside a Qwen3.5 word.
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen35, "a\xF0\x91\xBC\x80" "b"),
+              ElementsAre("a\xF0\x91\xBC\x80" "b"));
+}
+
 TEST(PreTokenizerTest, RecognisesOnlyTheTwoKnownRegexes) {
   EXPECT_FALSE(PreTokenizerPatternFromRegex("\\s+").ok());
   EXPECT_FALSE(PreTokenizerPatternFromRegex("").ok());
@@ -85,6 +99,14 @@ TEST(UnicodeTest, ClassesOfSampleCodePoints) {
   EXPECT_TRUE(unicode::ClassOf(0x0301) & unicode::kMark);
   EXPECT_TRUE(unicode::ClassOf(0x3000) & unicode::kSpace);
   EXPECT_EQ(unicode::ClassOf('!') & (unicode::kLetter | unicode::kNumber | unicode::kSpace), 0);
+}
+
+// Unicode 16.0, the reference regex engine's version: later code points are unassigned there.
+TEST(UnicodeTest, ClassesAreThoseOfUnicode16) {
+  EXPECT_TRUE(unicode::ClassOf(0x31350) & unicode::kLetter);  // Unicode 15.0.
+  EXPECT_TRUE(unicode::ClassOf(0x1CCF0) & unicode::kNumber);  // Unicode 16.0.
+  EXPECT_TRUE(unicode::ClassOf(0x11F00) & unicode::kMark);    // Unicode 15.0.
+  EXPECT_EQ(unicode::ClassOf(0x323B0) & unicode::kLetter, 0);  // Unicode 17.0 (Extension J).
 }
 
 }  // namespace
