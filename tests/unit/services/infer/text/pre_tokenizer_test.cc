@@ -31,15 +31,20 @@ TEST(PreTokenizerTest, TrailingWhitespaceRunKeepsItsLastCharForTheNextWord) {
 }
 
 TEST(PreTokenizerTest, NewlinesEndAtTheLastNewlineOfAWhitespaceRun) {
-  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "x \n \n  y"), ElementsAre("x", " \n \n", " ", " y"));
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "x \n \n  y"),
+              ElementsAre("x", " \n \n", " ", " y"));
 }
 
 TEST(PreTokenizerTest, Qwen35KeepsCombiningMarksInsideWords) {
   // "e" + U+0301 COMBINING ACUTE ACCENT + "x".
-  const std::string text = "caf" "e\xCC\x81" "x";
+  const std::string text =
+      "caf"
+      "e\xCC\x81"
+      "x";
 
   EXPECT_THAT(Split(PreTokenizerPattern::kQwen35, text), ElementsAre(text));
-  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, text), ElementsAre("cafe", "\xCC\x81x"));  // The mark prefixes "x".
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, text),
+              ElementsAre("cafe", "\xCC\x81x"));  // The mark prefixes "x".
 }
 
 // \p{L}, \p{N} and \p{M} are those of the reference's regex engine: Oniguruma with Unicode 16.0 in
@@ -52,8 +57,11 @@ TEST(PreTokenizerTest, ClassesFollowTheReferenceRegexEngineUnicodeVersion) {
   EXPECT_THAT(Split(PreTokenizerPattern::kQwen2, "\xF0\x9C\xB3\xB0\xF0\x9C\xB3\xB1"),
               ElementsAre("\xF0\x9C\xB3\xB0", "\xF0\x9C\xB3\xB1"));
   // U+11F00 KAWI SIGN CANDRABINDU (Unicode 15.0, Mn) inside a Qwen3.5 word.
-  EXPECT_THAT(Split(PreTokenizerPattern::kQwen35, "a\xF0\x91\xBC\x80" "b"),
-              ElementsAre("a\xF0\x91\xBC\x80" "b"));
+  EXPECT_THAT(Split(PreTokenizerPattern::kQwen35,
+                    "a\xF0\x91\xBC\x80"
+                    "b"),
+              ElementsAre("a\xF0\x91\xBC\x80"
+                          "b"));
 }
 
 TEST(PreTokenizerTest, RecognisesOnlyTheTwoKnownRegexes) {
@@ -84,12 +92,24 @@ TEST(PreTokenizerTest, PiecesEqualTheRegexEngineOnTheCorpus) {
 // NFC is required: the reference normalises before pre-tokenizing, so a decomposed "é" must be
 // encoded as the composed one.
 TEST(NfcTest, ComposesReordersAndLeavesNfcTextAlone) {
-  EXPECT_EQ(unicode::Nfc("cafe\xCC\x81"), "caf\xC3\xA9");                  // e + U+0301 -> é
-  EXPECT_EQ(unicode::Nfc("\xE2\x84\xAB"), "\xC3\x85");                      // U+212B -> Å
-  EXPECT_EQ(unicode::Nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");        // reordered marks
+  EXPECT_EQ(unicode::Nfc("cafe\xCC\x81"), "caf\xC3\xA9");             // e + U+0301 -> é
+  EXPECT_EQ(unicode::Nfc("\xE2\x84\xAB"), "\xC3\x85");                // U+212B -> Å
+  EXPECT_EQ(unicode::Nfc("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");  // reordered marks
   EXPECT_EQ(unicode::Nfc("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB"), "\xED\x95\x9C");  // Hangul
-  EXPECT_EQ(unicode::Nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");      // excluded U+0958
+  EXPECT_EQ(unicode::Nfc("\xE0\xA5\x98"), "\xE0\xA4\x95\xE0\xA4\xBC");  // excluded U+0958
   EXPECT_EQ(unicode::Nfc("plain ascii"), "plain ascii");
+}
+
+// NFC is the reference normaliser's (unicode-normalization-alignments 0.1.12, Unicode 9.0): a code
+// point assigned later has no decomposition and combining class 0 there, so it neither composes
+// nor is reordered.
+TEST(NfcTest, FollowsTheReferenceNormaliserUnicodeVersion) {
+  // U+11935 + U+11930 (Dives Akuru, Unicode 13.0) compose to U+11938 in later versions.
+  EXPECT_EQ(unicode::Nfc("\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0"), "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0");
+  // a + U+0316 (class 220) + U+1DFA (class 218 from Unicode 14.0): not reordered.
+  EXPECT_EQ(unicode::Nfc("a\xCC\x96\xE1\xB7\xBA"), "a\xCC\x96\xE1\xB7\xBA");
+  // Marks of Unicode 9.0 are still reordered: a + U+0301 (230) + U+0316 (220).
+  EXPECT_EQ(unicode::Nfc("a\xCC\x81\xCC\x96"), "\xC3\xA1\xCC\x96");
 }
 
 TEST(UnicodeTest, ClassesOfSampleCodePoints) {
@@ -103,9 +123,9 @@ TEST(UnicodeTest, ClassesOfSampleCodePoints) {
 
 // Unicode 16.0, the reference regex engine's version: later code points are unassigned there.
 TEST(UnicodeTest, ClassesAreThoseOfUnicode16) {
-  EXPECT_TRUE(unicode::ClassOf(0x31350) & unicode::kLetter);  // Unicode 15.0.
-  EXPECT_TRUE(unicode::ClassOf(0x1CCF0) & unicode::kNumber);  // Unicode 16.0.
-  EXPECT_TRUE(unicode::ClassOf(0x11F00) & unicode::kMark);    // Unicode 15.0.
+  EXPECT_TRUE(unicode::ClassOf(0x31350) & unicode::kLetter);   // Unicode 15.0.
+  EXPECT_TRUE(unicode::ClassOf(0x1CCF0) & unicode::kNumber);   // Unicode 16.0.
+  EXPECT_TRUE(unicode::ClassOf(0x11F00) & unicode::kMark);     // Unicode 15.0.
   EXPECT_EQ(unicode::ClassOf(0x323B0) & unicode::kLetter, 0);  // Unicode 17.0 (Extension J).
 }
 
