@@ -90,11 +90,10 @@ absl::StatusOr<PreTokenizerPattern> ParsePreTokenizer(const json& pre) {
   }
   const json& split = pre["pretokenizers"][0];
   if (split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
-      split.value("invert", true) || !split.contains("pattern") ||
-      !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
-      !split["pattern"]["Regex"].is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer.json: unsupported split pre-tokenizer ", split.dump()));
+      split.value("invert", true) || !split.contains("pattern") || !split["pattern"].is_object() ||
+      !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json: unsupported split pre-tokenizer ", split.dump()));
   }
   RETURN_IF_ERROR(CheckByteLevel(pre["pretokenizers"][1], "pre_tokenizer", true));
   return PreTokenizerPatternFromRegex(split["pattern"]["Regex"].get<std::string>());
@@ -243,9 +242,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     }
     max_id = std::max(max_id, static_cast<TokenId>(it.value().get<int64_t>()));
   }
-  const json added =
-      root.contains("added_tokens") && root["added_tokens"].is_array() ? root["added_tokens"]
-                                                                       : json::array();
+  const json added = root.contains("added_tokens") && root["added_tokens"].is_array()
+                         ? root["added_tokens"]
+                         : json::array();
   for (const json& a : added) {
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
         !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0 ||
@@ -302,8 +301,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
       return absl::InvalidArgumentError(
           absl::StrCat("tokenizer.json: merge ", m.dump(), " refers to unknown tokens"));
     }
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
-    t->merges_.try_emplace(key, MergeEntry{rank, merged->second});  // First (best) rank wins.
+    const uint64_t key =
+        (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
+    // A merge listed twice takes its last rank, as in tokenizers, whose table is a hash map
+    // collected from the list in order.
+    t->merges_.insert_or_assign(key, MergeEntry{rank, merged->second});
     ++rank;
   }
 
@@ -314,9 +316,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     tok.special = a.value("special", false);
     if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false) ||
         a.value("normalized", false)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokenizer.json: added token ", tok.content,
-          " uses lstrip/rstrip/single_word/normalized, which are not supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer.json: added token ", tok.content,
+                       " uses lstrip/rstrip/single_word/normalized, which are not supported"));
     }
     if (tok.content.empty()) {
       return absl::InvalidArgumentError("tokenizer.json: empty added token");

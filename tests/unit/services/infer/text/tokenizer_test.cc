@@ -36,12 +36,13 @@ std::string TinyTokenizerJson(const std::string& regex_override = "") {
   }
   vocab["ab"] = id++;
   vocab["abc"] = id++;
-  vocab["\xC4\xA0" "a"] = id++;  // "Ġa"
+  vocab
+      ["\xC4\xA0"
+       "a"] = id++;  // "Ġa"
   const std::string regex =
-      regex_override.empty()
-          ? "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-            "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-          : regex_override;
+      regex_override.empty() ? "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                               "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+                             : regex_override;
   nlohmann::ordered_json j = {
       {"added_tokens",
        {{{"id", 1000}, {"content", "<|end|>"}, {"special", true}},
@@ -56,10 +57,7 @@ std::string TinyTokenizerJson(const std::string& regex_override = "") {
            {"invert", false}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-      {"model",
-       {{"type", "BPE"},
-        {"vocab", vocab},
-        {"merges", {"a b", "ab c", "\xC4\xA0 a"}}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c", "\xC4\xA0 a"}}}},
   };
   return j.dump();
 }
@@ -97,6 +95,22 @@ TEST(TokenizerTest, DecodeSkipsOnlySpecialTokens) {
   EXPECT_EQ(*text, "abc<tool>");
 }
 
+// tokenizers builds its merge table by inserting every entry in order (a hash map collected from
+// the list), so a merge listed twice has the rank of its last occurrence.
+TEST(TokenizerTest, RepeatedMergeTakesTheRankOfItsLastOccurrence) {
+  nlohmann::json j = nlohmann::json::parse(TinyTokenizerJson());
+  j["model"]["vocab"]["bc"] = 259;
+  j["model"]["merges"] = {"a b", "b c", "ab c", "\xC4\xA0 a", "a b"};
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  absl::StatusOr<std::vector<TokenId>> ids = (*t)->Encode("abc");
+
+  // "b c" (rank 1) merges before "a b" (rank 4, not 0): "a" + "bc".
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ElementsAre('a', 259));
+}
+
 TEST(TokenizerTest, UnknownIdIsAnError) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
   ASSERT_TRUE(t.ok()) << t.status();
@@ -126,7 +140,10 @@ TEST(TokenizerTest, MalformedJsonIsRejected) {
 
 TEST(Utf8LossyTest, ReplacesEachMaximalInvalidSubsequence) {
   // A truncated 3-byte sequence is one U+FFFD; a lone continuation byte is another.
-  EXPECT_EQ(Utf8Lossy("a\xE2\x82" "b\x80"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  EXPECT_EQ(Utf8Lossy("a\xE2\x82"
+                      "b\x80"),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD");
   EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(Utf8Lossy("ok \xE2\x82\xAC"), "ok \xE2\x82\xAC");
 }
@@ -189,12 +206,40 @@ TEST_F(Qwen3TokenizerTest, IdsEqualTheReferenceOnTheCorpus) {
 // decode(encode(s)) == NFC(s) for random mixtures of scripts, marks, digits, whitespace, emoji
 // and tag fragments (a fixed seed keeps failures reproducible).
 TEST_F(Qwen3TokenizerTest, RandomStringsRoundTrip) {
-  const std::vector<std::string> pool = {
-      "a", "Z", "7", " ", "  ", "\t", "\n", "\r\n", "'s", "'LL", "!", "<", "<|im_end|>", "<think>",
-      "</tool_call>", "<|im_sta", "\xC3\xA9", "e\xCC\x81", "\xCC\x81", "\xE4\xB8\xAD",
-      "\xED\x95\x9C", "\xE1\x84\x92", "\xE1\x85\xA1", "\xF0\x9F\x98\x80", "\xE2\x80\x8D",
-      "\xC2\xA0", "\xE3\x80\x80", "\xD9\xA1", "\xC2\xBD", "\xE2\x84\xAB", "\xE0\xA4\x95",
-      "\xE0\xA5\x8D", "{\"k\": [1, 2]}", "int x = 0;"};
+  const std::vector<std::string> pool = {"a",
+                                         "Z",
+                                         "7",
+                                         " ",
+                                         "  ",
+                                         "\t",
+                                         "\n",
+                                         "\r\n",
+                                         "'s",
+                                         "'LL",
+                                         "!",
+                                         "<",
+                                         "<|im_end|>",
+                                         "<think>",
+                                         "</tool_call>",
+                                         "<|im_sta",
+                                         "\xC3\xA9",
+                                         "e\xCC\x81",
+                                         "\xCC\x81",
+                                         "\xE4\xB8\xAD",
+                                         "\xED\x95\x9C",
+                                         "\xE1\x84\x92",
+                                         "\xE1\x85\xA1",
+                                         "\xF0\x9F\x98\x80",
+                                         "\xE2\x80\x8D",
+                                         "\xC2\xA0",
+                                         "\xE3\x80\x80",
+                                         "\xD9\xA1",
+                                         "\xC2\xBD",
+                                         "\xE2\x84\xAB",
+                                         "\xE0\xA4\x95",
+                                         "\xE0\xA5\x8D",
+                                         "{\"k\": [1, 2]}",
+                                         "int x = 0;"};
   uint64_t state = 0x9E3779B97F4A7C15ull;
   auto next = [&state]() {
     state ^= state << 13;
@@ -237,7 +282,8 @@ TEST_F(Qwen3TokenizerTest, ConcurrentEncodesAgree) {
     threads.emplace_back([&, w] {
       for (int round = 0; round < 20; ++round) {
         for (size_t i = 0; i < texts.size(); ++i) {
-          absl::StatusOr<std::vector<TokenId>> ids = (*shared)->Encode(texts[(i + w) % texts.size()]);
+          absl::StatusOr<std::vector<TokenId>> ids =
+              (*shared)->Encode(texts[(i + w) % texts.size()]);
           if (!ids.ok() || *ids != want[(i + w) % texts.size()]) ++mismatches[w];
         }
       }
@@ -249,8 +295,7 @@ TEST_F(Qwen3TokenizerTest, ConcurrentEncodesAgree) {
 }
 
 TEST_F(Qwen3TokenizerTest, SpecTokenIdsAndChatPrefix) {
-  absl::StatusOr<std::vector<TokenId>> ids =
-      tokenizer_->Encode("<|im_start|>assistant\n<think>\n");
+  absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode("<|im_start|>assistant\n<think>\n");
 
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_THAT(*ids, ElementsAre(151644, 77091, 198, 151667, 198));
@@ -263,7 +308,8 @@ TEST_F(Qwen3TokenizerTest, SpecTokenIdsAndChatPrefix) {
 TEST_F(Qwen3TokenizerTest, StreamingDecodeHoldsSplitCharacters) {
   // Each emoji is several byte-level tokens; the streamed pieces must stay valid UTF-8 and
   // concatenate to the full text.
-  const std::string text = "a\xF0\x9F\x98\x80 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD!";
+  const std::string text =
+      "a\xF0\x9F\x98\x80 \xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD!";
   absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(text);
   ASSERT_TRUE(ids.ok()) << ids.status();
   StreamingDecoder decoder(tokenizer_);
@@ -282,7 +328,8 @@ TEST_F(Qwen3TokenizerTest, StreamingDecodeHoldsSplitCharacters) {
 
 TEST_F(Qwen3TokenizerTest, StreamingFlushReplacesAnIncompleteCharacter) {
   // The first byte-level token of a 4-byte character alone.
-  absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode("\xF0\x90\x8D\x88");  // U+10348, two tokens.
+  absl::StatusOr<std::vector<TokenId>> ids =
+      tokenizer_->Encode("\xF0\x90\x8D\x88");  // U+10348, two tokens.
   ASSERT_TRUE(ids.ok()) << ids.status();
   ASSERT_GT(ids->size(), 1u);
   StreamingDecoder decoder(tokenizer_);
