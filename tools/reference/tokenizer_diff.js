@@ -5,6 +5,7 @@
 //
 //   node tools/reference/tokenizer_diff.js [--cases N] [--decode-cases N] [--seed S]
 //       [--cairn-run PATH] [--model DIR] [--out DIR] [--shrink K] [--show K] [--hf-answers F]
+//       [--pattern qwen3|qwen35]
 //
 // Needs `tools/fetch-test-data tokenizer`, `tools/fetch-test-data tokenizer-diff` and a built
 // cairn-run (default build/ci/services/infer/run/cairn-run). Generates hostile strings and id
@@ -26,6 +27,14 @@ const path = require('path');
 
 const ROOT = path.resolve(__dirname, '..', '..');
 
+// The pre-tokenizer regexes Cairn implements (services/infer/text/pre_tokenizer.h): Qwen3's, as in
+// the model's tokenizer.json, and Qwen3.5's, swapped into a copy of it (same vocabulary).
+const PATTERNS = {
+  qwen3: null,
+  qwen35: "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| " +
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+
 function parseArgs(argv) {
   const o = {
     cases: 100000,
@@ -37,11 +46,12 @@ function parseArgs(argv) {
     shrink: 300,
     show: 12,
     hfAnswers: '',
+    pattern: 'qwen3',
   };
   const names = {
     '--cases': 'cases', '--decode-cases': 'decodeCases', '--seed': 'seed',
     '--cairn-run': 'cairnRun', '--model': 'model', '--out': 'out', '--shrink': 'shrink',
-    '--show': 'show', '--hf-answers': 'hfAnswers',
+    '--show': 'show', '--hf-answers': 'hfAnswers', '--pattern': 'pattern',
   };
   for (let i = 2; i < argv.length; i += 2) {
     const key = names[argv[i]];
@@ -49,7 +59,13 @@ function parseArgs(argv) {
       console.error(`tokenizer_diff: unknown or incomplete argument ${argv[i]}`);
       process.exit(2);
     }
-    o[key] = typeof o[key] === 'number' ? Number(argv[i + 1]) : path.resolve(argv[i + 1]);
+    if (typeof o[key] === 'number') o[key] = Number(argv[i + 1]);
+    else if (key === 'pattern') o[key] = argv[i + 1];
+    else o[key] = path.resolve(argv[i + 1]);
+  }
+  if (!(o.pattern in PATTERNS)) {
+    console.error(`tokenizer_diff: --pattern is one of ${Object.keys(PATTERNS).join(', ')}`);
+    process.exit(2);
   }
   return o;
 }
@@ -588,6 +604,17 @@ async function main() {
     }
   }
   fs.mkdirSync(opts.out, { recursive: true });
+  if (PATTERNS[opts.pattern] !== null) {
+    // Both sides read the copy: cairn-run from its folder, @lenml from its files.
+    const dir = path.join(opts.out, `model-${opts.pattern}`);
+    fs.mkdirSync(dir, { recursive: true });
+    const json = JSON.parse(fs.readFileSync(path.join(opts.model, 'tokenizer.json'), 'utf8'));
+    json.pre_tokenizer.pretokenizers[0].pattern = { Regex: PATTERNS[opts.pattern] };
+    fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(json));
+    fs.copyFileSync(path.join(opts.model, 'tokenizer_config.json'),
+      path.join(dir, 'tokenizer_config.json'));
+    opts.model = dir;
+  }
   const started = Date.now();
   const rng = makeRng(opts.seed);
   const gens = makeGenerators(rng, categoryPools());
@@ -770,6 +797,7 @@ async function main() {
   const cairnTables = /kUnicodeVersions\[\] =\s*"([^"]+)"/.exec(tables)[1];
   const summary = {
     seed: opts.seed,
+    pattern: opts.pattern,
     cases: counts,
     cases_total: counts.encode + counts.invalid + counts.decode,
     hf_compared: hfCompared,
