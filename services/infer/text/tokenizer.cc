@@ -340,11 +340,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   return t;
 }
 
-const AddedToken* Tokenizer::MatchAdded(std::string_view text, size_t pos,
-                                        bool parse_special) const {
+const AddedToken* Tokenizer::MatchAdded(std::string_view text, size_t pos) const {
   for (int idx : added_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
     const AddedToken& tok = added_[idx];
-    if (tok.special && !parse_special) continue;
     if (text.size() - pos >= tok.content.size() &&
         std::memcmp(text.data() + pos, tok.content.data(), tok.content.size()) == 0) {
       return &tok;
@@ -363,8 +361,14 @@ absl::StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
   size_t segment_start = 0;
   for (size_t pos = 0; pos < text.size(); ++pos) {
     if (added_by_first_byte_[static_cast<unsigned char>(text[pos])].empty()) continue;
-    const AddedToken* tok = MatchAdded(text, pos, options.parse_special);
+    const AddedToken* tok = MatchAdded(text, pos);
     if (tok == nullptr) continue;
+    if (tok->special && !options.parse_special) {
+      // Text, as in tokenizers (encode_special_tokens): its span is not searched again, so an
+      // added token inside it is not matched either.
+      pos += tok->content.size() - 1;
+      continue;
+    }
     EncodeSegment(text.substr(segment_start, pos - segment_start), &out);
     out.push_back(tok->id);
     pos += tok->content.size() - 1;

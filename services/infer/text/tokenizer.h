@@ -28,7 +28,8 @@ struct TokenizerOptions {
 
 struct EncodeOptions {
   // When false, added tokens marked `special` are not recognised in the text and are encoded as
-  // ordinary text (the `split_special_tokens` behaviour); non-special added tokens still are.
+  // ordinary text (the `split_special_tokens` behaviour); non-special added tokens still are,
+  // except inside the span of a special one (matching stays leftmost-longest over all of them).
   bool parse_special = true;
 };
 
@@ -97,8 +98,8 @@ class Tokenizer {
   // Appends the BPE tokens of one pre-tokenizer piece.
   void EncodeWord(std::string_view word, std::vector<TokenId>* out) const;
   void BpeMerge(std::string_view word, std::vector<TokenId>* out) const;
-  // Returns the added token matching at `text[pos]`, longest first, or nullptr.
-  const AddedToken* MatchAdded(std::string_view text, size_t pos, bool parse_special) const;
+  // Returns the longest added token matching at `text[pos]`, special or not, or nullptr.
+  const AddedToken* MatchAdded(std::string_view text, size_t pos) const;
 
   const TokenizerOptions options_;
   PreTokenizerPattern pattern_ = PreTokenizerPattern::kQwen2;
@@ -106,15 +107,14 @@ class Tokenizer {
   std::vector<uint8_t> id_is_special_;
   std::vector<bool> id_present_;
   absl::flat_hash_map<std::string, TokenId> bytes_to_id_;
-  TokenId byte_ids_[256] = {};  // Id of each single-byte token.
+  TokenId byte_ids_[256] = {};                        // Id of each single-byte token.
   absl::flat_hash_map<uint64_t, MergeEntry> merges_;  // Key: left id << 32 | right id.
   std::vector<AddedToken> added_;
   // Added tokens by first byte, longest first (indexes into added_).
   std::vector<int> added_by_first_byte_[256];
 
   mutable Mutex cache_mu_;
-  mutable absl::flat_hash_map<std::string, std::vector<TokenId>> cache_
-      ABSL_GUARDED_BY(cache_mu_);
+  mutable absl::flat_hash_map<std::string, std::vector<TokenId>> cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
 // Converts `bytes` to UTF-8, replacing each maximal invalid subsequence by U+FFFD (the

@@ -1,5 +1,6 @@
 #include "services/infer/text/tokenizer.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,6 +84,24 @@ TEST(TokenizerTest, SpecialTokensAreTextWhenParsingIsOff) {
   EXPECT_EQ(ids->back(), 1001);
   EXPECT_GT(ids->size(), 2u);
   EXPECT_EQ(*(*t)->Decode(*ids), "<|end|><tool>");
+}
+
+// As tokenizers' encode_special_tokens: the added tokens are still matched leftmost-longest, and a
+// special match is then taken as text, its whole span, so no added token inside it is matched.
+TEST(TokenizerTest, UnparsedSpecialTokenHidesTheAddedTokensInsideIt) {
+  nlohmann::json j = nlohmann::json::parse(TinyTokenizerJson());
+  j["added_tokens"].push_back({{"id", 1002}, {"content", "[<tool>]"}, {"special", true}});
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+
+  absl::StatusOr<std::vector<TokenId>> ids =
+      (*t)->Encode("[<tool>]<tool>", EncodeOptions{.parse_special = false});
+
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ::testing::Not(::testing::Contains(1002)));
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), 1001), 1);
+  EXPECT_EQ(ids->back(), 1001);
+  EXPECT_EQ(*(*t)->Decode(*ids), "[<tool>]<tool>");
 }
 
 TEST(TokenizerTest, DecodeSkipsOnlySpecialTokens) {
