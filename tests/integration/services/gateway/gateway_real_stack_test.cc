@@ -94,6 +94,46 @@ TEST_F(GatewayRealStackTest, LaterTurnsReuseTheConversationFromTheCache) {
   EXPECT_TRUE(stack_->Stop()) << "a daemon did not exit 0 on SIGTERM";
 }
 
+// A forced tool call through each API reaches the model as the opening of a call (the random
+// model does not finish it: the answer is the call's text so far, returned as content), and a
+// forced call of a function the request does not define is a 400 naming the field.
+TEST_F(GatewayRealStackTest, ForcedToolChoiceIsServedThroughEachApi) {
+  HttpTestClient client(stack_->port(), absl::Seconds(120));
+  const Json messages = {{{"role", "user"}, {"content", "Read a.txt."}}};
+  Json chat = {{"model", "any-name"},
+               {"messages", messages},
+               {"tools", Tools()},
+               {"tool_choice", {{"type", "function"}, {"function", {{"name", "read_file"}}}}},
+               {"max_tokens", 4}};
+  Json unknown = chat;
+  unknown["tool_choice"]["function"]["name"] = "write_file";
+  const Json anthropic = {
+      {"model", "any-name"},
+      {"max_tokens", 4},
+      {"messages", messages},
+      {"tools", {{{"name", "read_file"}, {"input_schema", Tools()[0]["function"]["parameters"]}}}},
+      {"tool_choice", {{"type", "any"}}}};
+
+  HttpResult named = client.Post("/v1/chat/completions", chat.dump());
+  HttpResult refused = client.Post("/v1/chat/completions", unknown.dump());
+  HttpResult any = client.Post("/v1/messages", anthropic.dump());
+
+  ASSERT_EQ(named.status, 200) << named.body;
+  const Json answer = named.json()["choices"][0];
+  EXPECT_EQ(answer["finish_reason"], "length");
+  EXPECT_EQ(answer["message"]["content"].get<std::string>().rfind(
+                R"(<tool_call>
+{"name": "read_file", "arguments": )",
+                0),
+            0u)
+      << named.body;
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_THAT(refused.body, ::testing::HasSubstr("tool_choice")) << refused.body;
+  ASSERT_EQ(any.status, 200) << any.body;
+  EXPECT_EQ(any.json()["stop_reason"], "max_tokens") << any.body;
+  EXPECT_TRUE(stack_->Stop()) << "a daemon did not exit 0 on SIGTERM";
+}
+
 // Without a server cap, a request without max_tokens (as qwen-code and other agents send
 // them) runs to the context's end; a cap, where the prompt leaves fewer tokens than it, gives
 // those.
