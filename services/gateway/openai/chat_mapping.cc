@@ -497,7 +497,8 @@ class CompletionFormatter : public ResponseFormatter {
                                       {"logprobs", nullptr},
                                       {"finish_reason", std::move(finish_reason)}}})}};
   }
-  // As LogprobsContent: at most `top_n` alternatives per token (an empty dict for 0).
+  // As OpenAI's legacy completions: at most `top_n` alternatives per token, and the sampled
+  // token too where they do not hold it ("up to logprobs + 1" entries; one for logprobs 0).
   static Json LegacyLogprobs(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps,
                              uint32_t top_n) {
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
@@ -509,6 +510,7 @@ class CompletionFormatter : public ResponseFormatter {
         if (alts.size() >= top_n) break;
         alts[alt.text()] = alt.logprob();
       }
+      if (!alts.contains(lp.text())) alts[lp.text()] = lp.logprob();
       top.push_back(alts);
     }
     return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};

@@ -285,8 +285,10 @@ TEST(ChatMappingTest, TopLogprobsHoldWhatWasAskedForAndNoMore) {
   }
 }
 
-TEST(ChatMappingTest, LegacyLogprobsHoldWhatWasAskedForAndNoMore) {
-  for (const auto& [asked, expected] : std::vector<std::pair<int, size_t>>{{0, 0}, {2, 2}}) {
+// The alternatives asked for, and the sampled token ("A", not among them) as OpenAI's legacy
+// completions return it: up to logprobs + 1 entries.
+TEST(ChatMappingTest, LegacyLogprobsHoldWhatWasAskedForAndTheSampledToken) {
+  for (const auto& [asked, expected] : std::vector<std::pair<int, size_t>>{{0, 1}, {2, 3}}) {
     absl::StatusOr<GenerationSpec> spec = ParseCompletionRequest(
         Json::parse(absl::StrCat(R"({"prompt": "x", "logprobs": )", asked, "}")), {});
     ASSERT_TRUE(spec.ok()) << spec.status();
@@ -303,6 +305,7 @@ TEST(ChatMappingTest, LegacyLogprobsHoldWhatWasAskedForAndNoMore) {
       EXPECT_FLOAT_EQ(lps["token_logprobs"][0].get<float>(), -0.5f) << asked;
       ASSERT_TRUE(lps["top_logprobs"][0].is_object()) << asked;
       EXPECT_EQ(lps["top_logprobs"][0].size(), expected) << asked;
+      EXPECT_FLOAT_EQ(lps["top_logprobs"][0]["A"].get<float>(), -0.5f) << asked;
     }
   }
 }
