@@ -155,7 +155,7 @@ absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
       return Invalid("tool_choice.type", "must be \"auto\", \"any\", \"tool\" or \"none\"");
     }
   }
-  return absl::OkStatus();
+  return CheckForcedToolChoice(*chat);
 }
 
 // Anthropic message objects and stream events.

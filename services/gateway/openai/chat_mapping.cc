@@ -187,6 +187,24 @@ absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat) 
   return absl::OkStatus();
 }
 
+absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat) {
+  const std::string& choice = chat.tool_choice();
+  if (choice.empty() || choice == "auto" || choice == "none") return absl::OkStatus();
+  if (chat.tools_size() == 0) {
+    return Invalid("tool_choice", "forces a tool call, but the request has no tools");
+  }
+  if (choice == "required") return absl::OkStatus();
+  for (const infer_v1::Tool& tool : chat.tools()) {
+    const Json t = Json::parse(tool.json(), nullptr, /*allow_exceptions=*/false);
+    const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+    if (fn != nullptr && fn->is_object() && fn->value("name", "") == choice) {
+      return absl::OkStatus();
+    }
+  }
+  return Invalid("tool_choice", absl::StrCat("names the function \"", choice,
+                                             "\", which the tools do not define"));
+}
+
 absl::Status ParseChatMessages(const Json& messages, const std::string& field,
                                const RequestLimits& limits, infer_v1::ChatPrompt* chat) {
   if (messages.is_array() && messages.empty()) return Invalid(field, "must not be empty");
@@ -562,6 +580,7 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   RETURN_IF_ERROR(ParseChatMessages(*messages, "messages", limits, chat));
   RETURN_IF_ERROR(ParseTools(f, limits, chat));
   RETURN_IF_ERROR(ParseToolChoice(f, chat));
+  RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
   // parallel_tool_calls is accepted; the daemon's output parser decides how many calls a
   // turn holds (the proto has no field for it).
   RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());

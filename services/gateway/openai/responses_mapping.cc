@@ -168,7 +168,7 @@ class ToolsParser {
         chat_->set_tool_choice(absl::StrCat(*ns, kNamespaceSeparator, chat_->tool_choice()));
       }
     }
-    return absl::OkStatus();
+    return CheckForcedToolChoice(*chat_);
   }
 
  private:

@@ -8,6 +8,23 @@
 namespace cairn::gateway {
 namespace {
 
+TEST(AnthropicMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
+  absl::StatusOr<GenerationSpec> any = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "a"}],
+          "tool_choice": {"type": "any"}})"),
+      {});
+  absl::StatusOr<GenerationSpec> unknown = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "a"}],
+          "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+          "tool_choice": {"type": "tool", "name": "g"}})"),
+      {});
+
+  EXPECT_EQ(any.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(any.status().message().rfind("tool_choice", 0), 0u) << any.status();
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("\"g\""), std::string::npos) << unknown.status();
+}
+
 TEST(AnthropicMappingTest, BlocksMapToChatMessages) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(Json::parse(R"({
       "max_tokens": 50, "system": "S",

@@ -83,6 +83,25 @@ TEST(ChatMappingTest, ToolChoiceObjectNamesTheFunction) {
   EXPECT_EQ(Json::parse(spec.request.chat().tools(0).json())["function"]["name"], "f");
 }
 
+// A forced call the daemon could not serve is refused here, naming the client's field.
+TEST(ChatMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
+  const std::string none = ErrorOf(R"({"messages": [{"role": "user", "content": "U"}],
+      "tool_choice": "required"})");
+  const std::string unknown = ErrorOf(R"({"messages": [{"role": "user", "content": "U"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}})");
+
+  EXPECT_EQ(none.rfind("tool_choice", 0), 0u) << none;
+  EXPECT_NE(none.find("no tools"), std::string::npos) << none;
+  EXPECT_EQ(unknown.rfind("tool_choice", 0), 0u) << unknown;
+  EXPECT_NE(unknown.find("\"g\""), std::string::npos) << unknown;
+  EXPECT_EQ(MustParse(R"({"messages": [{"role": "user", "content": "U"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"})")
+                .request.chat()
+                .tool_choice(),
+            "required");
+}
+
 TEST(ChatMappingTest, ContinuingTheFinalMessageIsOptIn) {
   const char* messages = R"("messages": [{"role": "user", "content": "U"},
                                          {"role": "assistant", "content": "The answer is"}])";
