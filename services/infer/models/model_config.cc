@@ -70,41 +70,62 @@ absl::Status Positive(const char* name, int64_t v) {
   return absl::OkStatus();
 }
 
-absl::Status ParseRope(const Json& text, const Json& outer, double default_partial_rotary,
-                       HybridConfig& c) {
+// Layer-type names that may key a per-layer-type rope_parameters dict.
+bool IsLayerTypeName(const std::string& key) {
+  return key == "full_attention" || key == "linear_attention" || key == "sliding_attention";
+}
+
+// The RoPE settings as transformers 5 reads them for the text model (RotaryEmbeddingConfigMixin
+// convert_rope_params_to_dict / standardize_rope_params): a non-empty `rope_scaling` (the legacy
+// key) replaces `rope_parameters` whole; the dict's rope_theta and partial_rotary_factor win over
+// the same keys beside it, then transformers' defaults. `t` is the text config; a wrapper's own
+// top-level RoPE keys never reach its text config, so they are not read. `where` prefixes field
+// names in messages ("text_config." for a wrapper).
+absl::Status ParseRope(const Json& t, double default_partial_rotary, bool reads_partial_rotary,
+                       const std::string& where, HybridConfig& c) {
   const Json* rope = nullptr;
-  if (text.contains("rope_parameters") && text["rope_parameters"].is_object()) {
-    rope = &text["rope_parameters"];
-  } else if (outer.contains("rope_parameters") && outer["rope_parameters"].is_object()) {
-    rope = &outer["rope_parameters"];
+  std::string field;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!t.contains(key) || t[key].is_null()) continue;
+    const Json& v = t[key];
+    if (!v.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, key, " is not an object"));
+    }
+    if (v.empty()) continue;  // Falsy in Python: as if absent.
+    rope = &v;
+    field = absl::StrCat(where, key);
+    break;
   }
-  ASSIGN_OR_RETURN(c.rope_theta, Get<double>(text, "rope_theta", kDefaultRopeTheta));
-  ASSIGN_OR_RETURN(c.partial_rotary_factor,
-                   Get<double>(text, "partial_rotary_factor", default_partial_rotary));
+  ASSIGN_OR_RETURN(c.rope_theta, Get<double>(t, "rope_theta", kDefaultRopeTheta));
+  // An explicit null leaves the factor out of the RoPE dict, and the rotary embedding then
+  // rotates the whole head.
+  const bool partial_null =
+      t.contains("partial_rotary_factor") && t["partial_rotary_factor"].is_null();
+  c.partial_rotary_factor = partial_null ? 1.0 : default_partial_rotary;
+  if (reads_partial_rotary) {
+    ASSIGN_OR_RETURN(c.partial_rotary_factor,
+                     Get<double>(t, "partial_rotary_factor", c.partial_rotary_factor));
+  }
   if (rope != nullptr) {
-    // As transformers standardises it: rope_type, else the legacy key type, else default.
+    if (std::all_of(rope->items().begin(), rope->items().end(),
+                    [](const auto& kv) { return IsLayerTypeName(kv.key()); })) {
+      return absl::UnimplementedError(absl::StrCat(field, " per layer type is not supported"));
+    }
+    // rope_type, else the legacy key type, else default.
     ASSIGN_OR_RETURN(std::string legacy_type, Get<std::string>(*rope, "type", "default"));
     ASSIGN_OR_RETURN(std::string type, Get<std::string>(*rope, "rope_type", legacy_type));
     if (type != "default") {
-      return absl::UnimplementedError(absl::StrCat("rope_type ", type, " is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat(field, " rope_type ", type, " is not supported (only default RoPE is run)"));
     }
     ASSIGN_OR_RETURN(c.rope_theta, Get<double>(*rope, "rope_theta", c.rope_theta));
-    ASSIGN_OR_RETURN(c.partial_rotary_factor,
-                     Get<double>(*rope, "partial_rotary_factor", c.partial_rotary_factor));
-  }
-  if (text.contains("rope_scaling") && !text["rope_scaling"].is_null()) {
-    const Json& s = text["rope_scaling"];
-    const std::string type = s.is_object() && s.contains("rope_type") && s["rope_type"].is_string()
-                                 ? s["rope_type"].get<std::string>()
-                                 : (s.is_object() && s.contains("type") && s["type"].is_string()
-                                        ? s["type"].get<std::string>()
-                                        : "");
-    // Qwen3.5 configs name their (text-equivalent) multimodal RoPE; plain Qwen3 has none.
-    const bool mrope_ok = c.family != HybridFamily::kQwen3Dense;
-    if (type != "default" && !(type == "mrope" && mrope_ok)) {
-      return absl::UnimplementedError(absl::StrCat("rope_scaling ", type, " is not supported"));
+    if (reads_partial_rotary) {
+      ASSIGN_OR_RETURN(c.partial_rotary_factor,
+                       Get<double>(*rope, "partial_rotary_factor", c.partial_rotary_factor));
     }
   }
+  // Qwen3's rotary embedding rotates the whole head whatever the config says.
+  if (!reads_partial_rotary) c.partial_rotary_factor = 1.0;
   c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   if (c.rope_theta <= 0) return absl::InvalidArgumentError("rope_theta must be > 0");
   if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) {
@@ -126,7 +147,10 @@ absl::StatusOr<std::vector<bool>> LayerTypes(const Json& t, int num_layers, bool
         absl::StrCat("layer_types must list ", num_layers, " layers"));
   }
   for (const Json& v : lt) {
-    const std::string s = v.is_string() ? v.get<std::string>() : "";
+    std::string s = v.is_string() ? v.get<std::string>() : "";
+    // The hybrids' config classes rename the legacy names (remap_legacy_layer_types).
+    if (linear_allowed && s == "mamba") s = "linear_attention";
+    if (linear_allowed && s == "attention") s = "full_attention";
     if (s == "sliding_attention") {
       return absl::UnimplementedError("layer_types: sliding_attention is not supported");
     }
@@ -180,6 +204,31 @@ absl::Status RefuseOtherHeads(const Json& outer) {
   return absl::OkStatus();
 }
 
+// The object holding the text hyper-parameters: `outer` itself for the text-only types (which
+// ignore a `text_config` key, as their transformers config classes do), `text_config` for the
+// wrappers. A wrapper's config class builds its text config from `text_config` alone (all
+// defaults when it is absent), so text fields beside it are never read; a wrapper without
+// `text_config` that has them is refused rather than run with the defaults.
+absl::StatusOr<const Json*> TextConfig(const Json& outer, const std::string& model_type) {
+  static const Json* const kEmpty = new Json(Json::object());
+  if (model_type != "qwen3_5" && model_type != "qwen3_5_moe") return &outer;
+  if (outer.contains("text_config") && !outer["text_config"].is_null()) {
+    if (!outer["text_config"].is_object()) {
+      return absl::InvalidArgumentError("text_config is not an object");
+    }
+    return &outer["text_config"];
+  }
+  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                          "layer_types", "rope_parameters", "rope_theta"}) {
+    if (outer.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(model_type, " config has ", key,
+                                                     " but no text_config; a ", model_type,
+                                                     " text model is read from text_config only"));
+    }
+  }
+  return kEmpty;
+}
+
 }  // namespace
 
 bool HybridConfig::HasLinearAttention() const {
@@ -203,10 +252,6 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   }
   HybridConfig c;
   ASSIGN_OR_RETURN(c.model_type, Get<std::string>(outer, "model_type", ""));
-  const Json* text = &outer;
-  if (outer.contains("text_config") && outer["text_config"].is_object()) {
-    text = &outer["text_config"];
-  }
   Defaults d;
   if (c.model_type == "qwen3_next") {
     c.family = HybridFamily::kQwen3Next;
@@ -226,7 +271,10 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
                                             "' (supported: qwen3, qwen3_next, qwen3_5, "
                                             "qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)"));
   }
+  ASSIGN_OR_RETURN(const Json* text, TextConfig(outer, c.model_type));
   const Json& t = *text;
+  // Prefix of the text config's field names in messages.
+  const std::string where = text == &outer ? "" : "text_config.";
   RETURN_IF_ERROR(RefuseOtherHeads(outer));
   RETURN_IF_ERROR(RefuseQuantized(outer));
   RETURN_IF_ERROR(RefuseQuantized(t));
@@ -254,9 +302,10 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", d.head_dim));
   ASSIGN_OR_RETURN(double eps, Get<double>(t, "rms_norm_eps", kDefaultRmsEps));
   c.rms_norm_eps = static_cast<float>(eps);
-  // Wrapped configs may keep tie_word_embeddings at the top level.
-  ASSIGN_OR_RETURN(bool outer_tie, Get<bool>(outer, "tie_word_embeddings", false));
-  ASSIGN_OR_RETURN(c.tie_word_embeddings, Get<bool>(t, "tie_word_embeddings", outer_tie));
+  // AutoModelForCausalLM builds a wrapper's text model (Qwen3_5ForCausalLM,
+  // Qwen3_5MoeForCausalLM) from text_config alone, so a wrapper's top-level tie_word_embeddings
+  // is not read; the text config class's default is false.
+  ASSIGN_OR_RETURN(c.tie_word_embeddings, Get<bool>(t, "tie_word_embeddings", false));
   for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
                          {"hidden_size", c.hidden_size},
                          {"num_hidden_layers", int64_t{c.num_layers}},
@@ -269,7 +318,9 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
         "num_attention_heads must be a multiple of "
         "num_key_value_heads");
   }
-  RETURN_IF_ERROR(ParseRope(t, outer, d.partial_rotary, c));
+  RETURN_IF_ERROR(ParseRope(t, d.partial_rotary,
+                            /*reads_partial_rotary=*/c.family != HybridFamily::kQwen3Dense, where,
+                            c));
   if (c.family == HybridFamily::kQwen3Dense) {
     // No linear attention, no experts: the sizes of those stay 0.
     RETURN_IF_ERROR(ParseQwen3Attention(t, c));
@@ -308,7 +359,10 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
       ASSIGN_OR_RETURN(c.norm_topk_prob, Get<bool>(t, "norm_topk_prob", true));
       ASSIGN_OR_RETURN(c.decoder_sparse_step, Get<int>(t, "decoder_sparse_step", 1));
       RETURN_IF_ERROR(Positive("decoder_sparse_step", c.decoder_sparse_step));
-      if (t.contains("mlp_only_layers") && t["mlp_only_layers"].is_array()) {
+      if (t.contains("mlp_only_layers") && !t["mlp_only_layers"].is_null()) {
+        if (!t["mlp_only_layers"].is_array()) {
+          return absl::InvalidArgumentError("mlp_only_layers is not a list");
+        }
         for (const Json& v : t["mlp_only_layers"]) {
           if (!v.is_number_integer()) {
             return absl::InvalidArgumentError("mlp_only_layers holds a non-integer");

@@ -66,12 +66,15 @@ struct HybridConfig {
   bool IsMoeLayer(int i) const;
 };
 
-// Parses config.json text (docs/model.md §1): `text_config` wrappers, legacy top-level
-// rope_theta / partial_rotary_factor and the newer rope_parameters, derived layer_types.
-// NotFound for an unknown model_type; Unimplemented for `architectures` other than causal language
-// models (ForCausalLM, ForConditionalGeneration); InvalidArgument naming the field for missing or
-// inconsistent values; Unimplemented for features we do not run (another activation, RoPE
-// scaling, attention biases, quantized checkpoints, and for qwen3 sliding-window layers).
+// Parses config.json text as transformers 5 builds the text model from it with
+// AutoModelForCausalLM (docs/model.md §1): a wrapper's (qwen3_5, qwen3_5_moe) text fields,
+// tie_word_embeddings and RoPE keys come from `text_config` only; rope_theta /
+// partial_rotary_factor beside or inside rope_parameters, or inside a non-empty legacy
+// rope_scaling, which replaces rope_parameters; derived layer_types. NotFound for an unknown
+// model_type; Unimplemented for `architectures` other than causal language models (ForCausalLM,
+// ForConditionalGeneration); InvalidArgument naming the field for missing or inconsistent values;
+// Unimplemented for features we do not run (another activation, a RoPE type other than default,
+// attention biases, quantized checkpoints, and for qwen3 sliding-window layers).
 absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text);
 
 }  // namespace cairn::infer

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/annotate.h"
 #include "common/status/status_macros.h"
 #include "services/infer/kernels/row_tiles.h"
 #include "services/infer/models/qwen3_hybrid/qwen3_hybrid_model_impl.h"
@@ -249,8 +251,25 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
   lm_head_ = embed_;
   ASSIGN_OR_RETURN(final_norm_.host, r.Read("norm.weight", {d}));
   RETURN_IF_ERROR(Place(final_norm_));
-  if (!c_.tie_word_embeddings) {
-    ASSIGN_OR_RETURN(lm_head_, r.Matrix("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false));
+  // As transformers 5's tie_weights: a stored lm_head.weight whose values differ from the
+  // embedding's is the LM head even when the config says tied (it is then left untied); one with
+  // the same bytes changes nothing, so the embedding is shared (docs/model.md §1.1).
+  const TensorView* stored_head = store.Find("lm_head.weight");
+  const TensorView* embed_view = store.Find(prefix + "embed_tokens.weight");
+  const bool head_is_embedding =
+      stored_head != nullptr && stored_head->dtype == embed_view->dtype &&
+      stored_head->shape == embed_view->shape && stored_head->bytes == embed_view->bytes &&
+      std::memcmp(stored_head->data, embed_view->data, static_cast<size_t>(stored_head->bytes)) ==
+          0;
+  if (stored_head != nullptr ? !head_is_embedding : !c_.tie_word_embeddings) {
+    absl::StatusOr<WeightMatrix> head =
+        r.Matrix("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false);
+    if (!head.ok() && stored_head == nullptr) {
+      return Annotate(head.status(),
+                      "tie_word_embeddings is false (a qwen3_5 / qwen3_5_moe config's is read "
+                      "from text_config, as transformers' ForCausalLM classes do)");
+    }
+    ASSIGN_OR_RETURN(lm_head_, std::move(head));
     RETURN_IF_ERROR(Place(lm_head_));
   }
   DropHostCopies();

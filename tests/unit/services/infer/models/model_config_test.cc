@@ -13,7 +13,8 @@ using ::testing::HasSubstr;
 
 TEST(ModelConfigTest, ReadsTextConfigOfAWrapper) {
   const char* json = R"({"model_type": "qwen3_5", "tie_word_embeddings": true,
-    "text_config": {"model_type": "qwen3_5_text", "vocab_size": 100, "hidden_size": 32,
+    "text_config": {"model_type": "qwen3_5_text", "tie_word_embeddings": true,
+      "vocab_size": 100, "hidden_size": 32,
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
       "num_key_value_heads": 1, "head_dim": 16, "linear_num_key_heads": 1,
       "linear_num_value_heads": 2, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
@@ -30,6 +31,176 @@ TEST(ModelConfigTest, ReadsTextConfigOfAWrapper) {
   EXPECT_EQ(c->rotary_dim, 8);
   EXPECT_EQ(c->conv_dim(), 2 * 8 + 16);
   EXPECT_FALSE(c->IsMoeLayer(0));
+}
+
+// AutoModelForCausalLM runs a wrapper as Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM, built from
+// text_config alone: the wrapper's top-level tie_word_embeddings is not what ties its LM head.
+TEST(ModelConfigTest, WrapperTieWordEmbeddingsIsReadFromTextConfig) {
+  for (const char* type : {"qwen3_5", "qwen3_5_moe"}) {
+    const std::string top_only =
+        absl::StrCat(R"({"model_type": ")", type, R"(", "tie_word_embeddings": true,
+                     "text_config": {}})");
+    const std::string text_only =
+        absl::StrCat(R"({"model_type": ")", type, R"(", "tie_word_embeddings": false,
+                     "text_config": {"tie_word_embeddings": true}})");
+
+    absl::StatusOr<HybridConfig> a = ParseHybridConfig(top_only);
+    absl::StatusOr<HybridConfig> b = ParseHybridConfig(text_only);
+
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_FALSE(a->tie_word_embeddings) << top_only;
+    EXPECT_TRUE(b->tie_word_embeddings) << text_only;
+  }
+}
+
+// A wrapper's text config class is built from text_config alone, so RoPE keys beside it are never
+// seen by the text model: it keeps its own defaults (theta 10000, a quarter of the head).
+TEST(ModelConfigTest, WrapperTopLevelRopeKeysAreNotRead) {
+  for (const char* json :
+       {R"({"model_type": "qwen3_5", "rope_parameters": {"rope_type": "default",
+            "rope_theta": 1e7, "partial_rotary_factor": 0.5}, "text_config": {}})",
+        R"({"model_type": "qwen3_5_moe", "rope_theta": 1e7, "partial_rotary_factor": 0.5,
+            "text_config": {}})",
+        R"({"model_type": "qwen3_5", "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+            "text_config": {}})"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+
+    ASSERT_TRUE(c.ok()) << c.status() << json;
+    EXPECT_EQ(c->rope_theta, 10000.0) << json;
+    EXPECT_EQ(c->rotary_dim, 64) << json;  // head_dim 256 x 0.25.
+  }
+}
+
+// A text-only type's config class has no text_config: one in config.json is ignored. A wrapper
+// without text_config runs the text defaults, so text fields beside it are refused, not dropped.
+TEST(ModelConfigTest, TextConfigIsReadOnlyForTheWrapperTypes) {
+  absl::StatusOr<HybridConfig> next = ParseHybridConfig(
+      R"({"model_type": "qwen3_next", "hidden_size": 64, "text_config": {"hidden_size": 32}})");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->hidden_size, 64);
+
+  absl::StatusOr<HybridConfig> flat =
+      ParseHybridConfig(R"({"model_type": "qwen3_5", "hidden_size": 32})");
+  EXPECT_THAT(flat.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(flat.status().message(), HasSubstr("hidden_size"));
+  EXPECT_THAT(flat.status().message(), HasSubstr("text_config"));
+  absl::StatusOr<HybridConfig> bare = ParseHybridConfig(R"({"model_type": "qwen3_5_moe"})");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->hidden_size, 2048);
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3_5", "text_config": 3})").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// transformers 5 (convert_rope_params_to_dict): a non-empty rope_scaling replaces rope_parameters
+// whole; rope_theta then comes from that dict, else from beside it, else 10000.
+TEST(ModelConfigTest, RopeScalingReplacesRopeParameters) {
+  absl::StatusOr<HybridConfig> a = ParseHybridConfig(R"({"model_type": "qwen3_5_text",
+    "rope_scaling": {"rope_type": "default"},
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.5}})");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->rope_theta, 10000.0);
+  EXPECT_EQ(a->rotary_dim, 64);
+
+  absl::StatusOr<HybridConfig> b = ParseHybridConfig(R"({"model_type": "qwen3_next",
+    "rope_theta": 5e6, "rope_scaling": {"type": "default", "rope_theta": 1e6}})");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->rope_theta, 1e6);
+
+  // The discarded rope_parameters' type does not matter; the kept rope_scaling's does.
+  EXPECT_TRUE(ParseHybridConfig(R"({"model_type": "qwen3", "rope_scaling": {"type": "default"},
+    "rope_parameters": {"rope_type": "yarn", "factor": 4.0}})")
+                  .ok());
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3", "rope_parameters": {"type": "default"},
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})")
+                  .status(),
+              StatusIs(absl::StatusCode::kUnimplemented));
+  // An empty rope_scaling is falsy in Python: rope_parameters stays.
+  absl::StatusOr<HybridConfig> c = ParseHybridConfig(R"({"model_type": "qwen3_5_text",
+    "rope_scaling": {}, "rope_parameters": {"rope_theta": 1e7}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_theta, 1e7);
+}
+
+TEST(ModelConfigTest, DefaultRopeScalingIsAcceptedInEveryForm) {
+  for (const char* scaling :
+       {"null", "{}", R"({"rope_type": "default"})", R"({"type": "default"})"}) {
+    for (const char* type : {"qwen3", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}) {
+      const std::string json =
+          absl::StrCat(R"({"model_type": ")", type, R"(", "rope_scaling": )", scaling, "}");
+      EXPECT_TRUE(ParseHybridConfig(json).ok()) << json;
+    }
+    for (const char* type : {"qwen3_5", "qwen3_5_moe"}) {
+      const std::string json = absl::StrCat(
+          R"({"model_type": ")", type, R"(", "text_config": {"rope_scaling": )", scaling, "}}");
+      EXPECT_TRUE(ParseHybridConfig(json).ok()) << json;
+    }
+  }
+}
+
+// Scaled RoPE is not run, and neither is "mrope": transformers 5 has no RoPE function of that name
+// and the text model fails to build.
+TEST(ModelConfigTest, OtherRopeTypesAreUnimplementedNamingTheField) {
+  for (const char* rope : {R"({"rope_type": "yarn", "factor": 4.0})", R"({"type": "linear"})",
+                           R"({"type": "dynamic", "factor": 2.0})", R"({"type": "mrope"})",
+                           R"({"rope_type": "llama3"})"}) {
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      for (const char* type : {"qwen3", "qwen3_next", "qwen3_5_text"}) {
+        const std::string json =
+            absl::StrCat(R"({"model_type": ")", type, R"(", ")", key, R"(": )", rope, "}");
+        absl::Status s = ParseHybridConfig(json).status();
+        EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnimplemented)) << json;
+        EXPECT_THAT(s.message(), HasSubstr(key)) << json;
+      }
+      const std::string wrapped = absl::StrCat(R"({"model_type": "qwen3_5_moe", "text_config": {")",
+                                               key, R"(": )", rope, "}}");
+      absl::Status s = ParseHybridConfig(wrapped).status();
+      EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnimplemented)) << wrapped;
+      EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("text_config.", key))) << wrapped;
+    }
+  }
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3_5_text", "rope_parameters": {
+    "full_attention": {"rope_type": "default"}, "linear_attention": {"rope_type": "default"}}})")
+                  .status(),
+              StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3", "rope_scaling": "yarn"})").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Qwen3's rotary embedding rotates head_dim dims and never reads partial_rotary_factor; the
+// hybrids' read it from the RoPE dict, where an explicit null leaves it out (the whole head).
+TEST(ModelConfigTest, PartialRotaryFactorAsEachFamilyReadsIt) {
+  for (const char* json : {R"({"model_type": "qwen3", "partial_rotary_factor": 0.5})",
+                           R"({"model_type": "qwen3", "rope_parameters": {"rope_type": "default",
+            "partial_rotary_factor": 0.5}})"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(json);
+    ASSERT_TRUE(c.ok()) << c.status() << json;
+    EXPECT_EQ(c->rotary_dim, 128) << json;
+  }
+  absl::StatusOr<HybridConfig> null_factor =
+      ParseHybridConfig(R"({"model_type": "qwen3_5_text", "partial_rotary_factor": null})");
+  ASSERT_TRUE(null_factor.ok()) << null_factor.status();
+  EXPECT_EQ(null_factor->rotary_dim, 256);
+  absl::StatusOr<HybridConfig> in_dict = ParseHybridConfig(R"({"model_type": "qwen3_next",
+    "partial_rotary_factor": 0.25, "rope_parameters": {"partial_rotary_factor": 0.5}})");
+  ASSERT_TRUE(in_dict.ok()) << in_dict.status();
+  EXPECT_EQ(in_dict->rotary_dim, 128);
+}
+
+// The hybrids' config classes rename the legacy layer types "mamba" and "attention".
+TEST(ModelConfigTest, LegacyLayerTypeNamesAreRenamed) {
+  absl::StatusOr<HybridConfig> c = ParseHybridConfig(
+      R"({"model_type": "qwen3_5_text", "num_hidden_layers": 2, "layer_types": ["mamba",
+          "attention"]})");
+
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->full_attention, (std::vector<bool>{false, true}));
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3", "num_hidden_layers": 1,
+                                    "layer_types": ["attention"]})")
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseHybridConfig(R"({"model_type": "qwen3_next", "mlp_only_layers": 3})").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ModelConfigTest, LegacyRopeFieldsAndDerivedLayerTypes) {

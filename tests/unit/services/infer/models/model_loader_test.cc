@@ -265,6 +265,49 @@ TEST_F(ModelLoaderTest, MissingTensorIsNamed) {
   EXPECT_THAT(model.status().message(), HasSubstr("lm_head.weight"));
 }
 
+// transformers 5's tie_weights leaves a stored lm_head.weight that differs from the embedding in
+// place even when the config says tied: a tied config over an untied checkpoint gives the untied
+// model's logits, not the embedding's.
+TEST_F(ModelLoaderTest, AStoredLmHeadIsUsedEvenWhenTheConfigSaysTied) {
+  absl::StatusOr<RandomCheckpointOptions> options = RandomCheckpointPreset("dense");
+  ASSERT_TRUE(options.ok()) << options.status();
+  options->tie_word_embeddings = false;
+  const std::string untied = (fs::path(testing::ScratchDir()) / "stored-head-untied").string();
+  const std::string tied = (fs::path(testing::ScratchDir()) / "stored-head-tied").string();
+  fs::remove_all(untied);
+  fs::remove_all(tied);
+  ASSERT_TRUE(WriteRandomCheckpoint(untied, *options).ok());
+  fs::copy(untied, tied);
+  EditConfig(tied, [](nlohmann::json& j) { j["tie_word_embeddings"] = true; });
+
+  absl::StatusOr<std::unique_ptr<Model>> a = LoadModel(untied, backend_.get(), {});
+  absl::StatusOr<std::unique_ptr<Model>> b = LoadModel(tied, backend_.get(), {});
+
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::vector<int32_t> tokens = testing::RandomTokens(8, (*a)->info().vocab_size, 7);
+  EXPECT_TRUE(SameBits(LastLogits(**a, tokens), LastLogits(**b, tokens)));
+  EXPECT_EQ((*a)->info().num_parameters, (*b)->info().num_parameters);
+}
+
+// A wrapper's text model ties its head by text_config.tie_word_embeddings (false when absent); the
+// top-level key is not read, so a checkpoint without lm_head.weight is refused, saying where the
+// flag is read.
+TEST_F(ModelLoaderTest, AWrapperTiesByItsTextConfig) {
+  const std::string dir = CopyOfPreset("dense-wrapped", "wrapper-tie");
+  EditConfig(dir, [](nlohmann::json& j) {
+    j["tie_word_embeddings"] = true;
+    j["text_config"].erase("tie_word_embeddings");
+  });
+
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir, backend_.get(), {});
+
+  EXPECT_THAT(model.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model.status().message(), HasSubstr("lm_head.weight"));
+  EXPECT_THAT(model.status().message(), HasSubstr("text_config"));
+  EXPECT_TRUE(testing::LoadPreset("dense-wrapped", backend_.get()).ok());
+}
+
 TEST_F(ModelLoaderTest, MisshapenTensorIsNamed) {
   const std::string dir = CopyOfPreset("dense", "wide");
   EditConfig(dir, [](nlohmann::json& j) { j["intermediate_size"] = 130; });
