@@ -302,10 +302,14 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", d.head_dim));
   ASSIGN_OR_RETURN(double eps, Get<double>(t, "rms_norm_eps", kDefaultRmsEps));
   c.rms_norm_eps = static_cast<float>(eps);
-  // AutoModelForCausalLM builds a wrapper's text model (Qwen3_5ForCausalLM,
-  // Qwen3_5MoeForCausalLM) from text_config alone, so a wrapper's top-level tie_word_embeddings
-  // is not read; the text config class's default is false.
-  ASSIGN_OR_RETURN(c.tie_word_embeddings, Get<bool>(t, "tie_word_embeddings", false));
+  // The flag decides only a checkpoint without lm_head.weight (the loader takes a stored head
+  // that differs from the embedding whatever it says). A wrapper's two loaders read different
+  // levels: AutoModelForCausalLM's text model text_config's, the checkpoint's own
+  // ...ForConditionalGeneration the top level's. Either one tying is the only reading that gives
+  // such a checkpoint a head (the other starts from a random one), so either level's true ties.
+  ASSIGN_OR_RETURN(const bool text_tie, Get<bool>(t, "tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(const bool outer_tie, Get<bool>(outer, "tie_word_embeddings", false));
+  c.tie_word_embeddings = text_tie || outer_tie;
   for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
                          {"hidden_size", c.hidden_size},
                          {"num_hidden_layers", int64_t{c.num_layers}},

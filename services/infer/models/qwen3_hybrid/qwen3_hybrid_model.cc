@@ -266,8 +266,8 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
         r.Matrix("lm_head.weight", {c_.vocab_size, d}, /*prefixed=*/false);
     if (!head.ok() && stored_head == nullptr) {
       return Annotate(head.status(),
-                      "tie_word_embeddings is false (a qwen3_5 / qwen3_5_moe config's is read "
-                      "from text_config, as transformers' ForCausalLM classes do)");
+                      "tie_word_embeddings is false (at the top level and, for a qwen3_5 / "
+                      "qwen3_5_moe wrapper, in text_config)");
     }
     ASSIGN_OR_RETURN(lm_head_, std::move(head));
     RETURN_IF_ERROR(Place(lm_head_));

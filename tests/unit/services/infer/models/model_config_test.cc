@@ -35,7 +35,10 @@ TEST(ModelConfigTest, ReadsTextConfigOfAWrapper) {
 
 // AutoModelForCausalLM runs a wrapper as Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM, built from
 // text_config alone: the wrapper's top-level tie_word_embeddings is not what ties its LM head.
-TEST(ModelConfigTest, WrapperTieWordEmbeddingsIsReadFromTextConfig) {
+// A wrapper's tie_word_embeddings is read at both levels (AutoModelForCausalLM reads
+// text_config's, the checkpoint's ForConditionalGeneration the top level's): either one's true
+// ties a checkpoint without lm_head.weight.
+TEST(ModelConfigTest, WrapperTieWordEmbeddingsIsReadAtEitherLevel) {
   for (const char* type : {"qwen3_5", "qwen3_5_moe"}) {
     const std::string top_only =
         absl::StrCat(R"({"model_type": ")", type, R"(", "tie_word_embeddings": true,
@@ -43,14 +46,20 @@ TEST(ModelConfigTest, WrapperTieWordEmbeddingsIsReadFromTextConfig) {
     const std::string text_only =
         absl::StrCat(R"({"model_type": ")", type, R"(", "tie_word_embeddings": false,
                      "text_config": {"tie_word_embeddings": true}})");
+    const std::string neither =
+        absl::StrCat(R"({"model_type": ")", type, R"(", "tie_word_embeddings": false,
+                     "text_config": {}})");
 
     absl::StatusOr<HybridConfig> a = ParseHybridConfig(top_only);
     absl::StatusOr<HybridConfig> b = ParseHybridConfig(text_only);
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(neither);
 
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_FALSE(a->tie_word_embeddings) << top_only;
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE(a->tie_word_embeddings) << top_only;
     EXPECT_TRUE(b->tie_word_embeddings) << text_only;
+    EXPECT_FALSE(c->tie_word_embeddings) << neither;
   }
 }
 
@@ -136,6 +145,14 @@ TEST(ModelConfigTest, DefaultRopeScalingIsAcceptedInEveryForm) {
       EXPECT_TRUE(ParseHybridConfig(json).ok()) << json;
     }
   }
+  // Qwen3.5's multimodal RoPE as its text_config writes it: default RoPE with sections for the
+  // image axes, which text positions (the same on every axis) reduce to the plain rotation.
+  const absl::StatusOr<HybridConfig> sections = ParseHybridConfig(
+      R"({"model_type": "qwen3_5", "text_config": {"rope_parameters": {"rope_type": "default",
+          "mrope_section": [11, 11, 10], "mrope_interleaved": true, "rope_theta": 10000000,
+          "partial_rotary_factor": 0.25}}})");
+  ASSERT_TRUE(sections.ok()) << sections.status();
+  EXPECT_EQ(sections->rope_theta, 1e7);
 }
 
 // Scaled RoPE is not run, and neither is "mrope": transformers 5 has no RoPE function of that name
