@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
+#include "common/net/unix_socket_path.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -53,20 +54,17 @@ absl::StatusOr<std::unique_ptr<ServerRunner>> ServerRunner::Start(
   std::unique_ptr<ServerRunner> runner(new ServerRunner());
   runner->options_ = options;
   if (addr->is_unix) {
-    // A stale socket from a previous run blocks bind; remove only sockets, never other files.
-    struct stat st;
-    if (::lstat(addr->path.c_str(), &st) == 0) {
-      if (!S_ISSOCK(st.st_mode)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(addr->path, " exists and is not a socket"));
-      }
-      ::unlink(addr->path.c_str());
-    }
+    // A stale socket from a previous run blocks bind: it is removed, but never a live one (a
+    // second daemon would take the first one's clients) nor a file that is not a socket.
+    if (absl::Status s = PrepareUnixSocketPath(addr->path); !s.ok()) return s;
   }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same TCP port would bind beside
+  // the first and take half its connections. Off, the second one's bind fails.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int selected_port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            addr->is_unix ? nullptr : &selected_port);
@@ -84,7 +82,8 @@ absl::StatusOr<std::unique_ptr<ServerRunner>> ServerRunner::Start(
     }
   } else {
     if (selected_port == 0) {
-      return absl::UnavailableError(absl::StrCat("could not bind ", options.listen));
+      return absl::UnavailableError(
+          absl::StrCat("could not bind ", options.listen, " (is the port in use?)"));
     }
     runner->port_ = selected_port;
     runner->address_ = absl::StrCat(addr->host, ":", selected_port);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
+#include "common/net/unix_socket_path.h"
 #include "common/shm/fd_passing.h"
 #include "common/shm/memfd.h"
 #include "common/status/status_macros.h"
@@ -42,7 +43,9 @@ absl::StatusOr<std::unique_ptr<ArenaFdServer>> ArenaFdServer::Create(
   ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(options.socket_path));
   UniqueFd listen_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!listen_fd.valid()) return ErrnoError("socket");
-  ::unlink(options.socket_path.c_str());  // A stale socket from a previous run.
+  // A stale socket from a previous run is removed; a live one (a second cairn-cache on the same
+  // path) is refused rather than taken from the daemon that serves it.
+  RETURN_IF_ERROR(PrepareUnixSocketPath(options.socket_path));
   if (::bind(listen_fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     return ErrnoError(absl::StrCat("bind ", options.socket_path));
   }
@@ -120,8 +123,8 @@ void ArenaFdServer::HandleConnection(int conn) {
   // Counted before sending, so a peer that has its answer sees the count.
   ++(allowed ? granted_ : refused_);
   if (!allowed) {
-    CAIRN_LOG(WARNING) << "arena refused to peer uid " << (peer.ok() ? peer->uid : 0)
-                       << " pid " << (peer.ok() ? peer->pid : 0);
+    CAIRN_LOG(WARNING) << "arena refused to peer uid " << (peer.ok() ? peer->uid : 0) << " pid "
+                       << (peer.ok() ? peer->pid : 0);
   }
   absl::Status sent = SendWithFds(
       conn, absl::string_view(reinterpret_cast<const char*>(&grant), sizeof(grant)), fds);

@@ -34,10 +34,10 @@ using ::cairn::kArenaGrantVersion;
 using ::cairn::MappedArena;
 
 struct ArenaFdServerOptions {
-  std::string socket_path;           // Created (an existing socket file is replaced).
-  uint32_t socket_mode = 0660;       // chmod after bind: the units set UMask=0077 (SM2).
-  std::vector<uid_t> arena_uids;     // Peers that may receive the arena; empty = our own uid.
-  std::vector<gid_t> arena_gids;     // If non-empty, the peer's gid must be one of these.
+  std::string socket_path;        // Created (a stale socket file is replaced).
+  uint32_t socket_mode = 0660;    // chmod after bind: the units set UMask=0077 (SM2).
+  std::vector<uid_t> arena_uids;  // Peers that may receive the arena; empty = our own uid.
+  std::vector<gid_t> arena_gids;  // If non-empty, the peer's gid must be one of these.
   int listen_backlog = 16;
 };
 
@@ -50,7 +50,8 @@ class ArenaFdServer {
  public:
   // Binds `options.socket_path` and starts serving `memfd` (not owned; must outlive this
   // object) of `size_bytes` for arena `incarnation`. Internal with errno text on failure,
-  // InvalidArgument for an empty or too long path.
+  // InvalidArgument for an empty or too long path, AlreadyExists when another process listens
+  // on the path (PrepareUnixSocketPath).
   static absl::StatusOr<std::unique_ptr<ArenaFdServer>> Create(const ArenaFdServerOptions&,
                                                                int memfd, uint64_t incarnation,
                                                                uint64_t size_bytes);

@@ -225,5 +225,58 @@ TEST(ServerRunnerTest, RefusesToReplaceANonSocketFile) {
   ::unlink(path.c_str());
 }
 
+TEST(ServerRunnerTest, ASecondServerOnALiveUnixSocketIsRefusedAndTheFirstKeepsIt) {
+  const std::string path =
+      ::testing::TempDir() + "/cairn-runner-twice-" + std::to_string(::getpid()) + ".sock";
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "unix:" + path;
+  auto first = ServerRunner::Start(options, {&service});
+  ASSERT_TRUE(first.ok()) << first.status();
+  (*first)->SetAllServing(true);
+
+  auto second = ServerRunner::Start(options, {&service});
+
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
+  grpc::Status st;
+  EXPECT_EQ(Check(options.listen, "", &st), HealthCheckResponse::SERVING) << st.error_message();
+}
+
+TEST(ServerRunnerTest, AStaleUnixSocketIsReplaced) {
+  const std::string path =
+      ::testing::TempDir() + "/cairn-runner-stale-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());
+  // A socket bound but never listened on: what a daemon killed with SIGKILL leaves behind.
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::close(fd);
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "unix:" + path;
+
+  auto runner = ServerRunner::Start(options, {&service});
+
+  ASSERT_TRUE(runner.ok()) << runner.status();
+  (*runner)->SetAllServing(true);
+  grpc::Status st;
+  EXPECT_EQ(Check(options.listen, "", &st), HealthCheckResponse::SERVING) << st.error_message();
+}
+
+TEST(ServerRunnerTest, ASecondServerOnTheSameTcpPortIsRefused) {
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "127.0.0.1:0";
+  auto first = ServerRunner::Start(options, {&service});
+  ASSERT_TRUE(first.ok()) << first.status();
+  options.listen = "127.0.0.1:" + std::to_string((*first)->port());
+
+  auto second = ServerRunner::Start(options, {&service});
+
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+}
+
 }  // namespace
 }  // namespace cairn

@@ -113,6 +113,21 @@ TEST_F(ArenaFdServerTest, PeerWithDisallowedUidIsRefused) {
   EXPECT_EQ(server_->refused(), 1u);
 }
 
+TEST_F(ArenaFdServerTest, ASecondServerOnTheSamePathIsRefusedAndTheFirstKeepsServing) {
+  Serve("twice");
+  std::unique_ptr<Arena> other = MakeArena();
+  ASSERT_NE(other, nullptr);
+  ArenaFdServerOptions so;
+  so.socket_path = client_.socket_path;
+
+  auto second = ArenaFdServer::Create(so, other->fd(), other->incarnation(), other->size());
+
+  EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kAlreadyExists));
+  client_.expected_incarnation = arena_->incarnation();
+  auto peer = MappedArena::Connect(client_);
+  EXPECT_TRUE(peer.ok()) << peer.status();
+}
+
 TEST_F(ArenaFdServerTest, ClientRejectsWrongServerUidAndStaleIncarnation) {
   Serve("checks");
   ArenaClientOptions wrong_uid = client_;
