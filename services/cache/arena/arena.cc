@@ -1,7 +1,12 @@
 #include "services/cache/arena/arena.h"
 
+#include <sys/sysinfo.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -13,31 +18,44 @@
 
 namespace cairn::cache {
 
-absl::StatusOr<uint64_t> DefaultArenaBytes(double fraction, uint64_t cap) {
+absl::StatusOr<uint64_t> DefaultArenaBytes(double fraction, uint64_t cap,
+                                           const std::string& meminfo_path) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("free RAM fraction ", fraction,
-                                                   " is not in (0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("free RAM fraction ", fraction, " is not in (0, 1]"));
   }
-  std::ifstream meminfo("/proc/meminfo");
+  std::optional<uint64_t> available;
+  std::ifstream meminfo(meminfo_path);
   std::string line;
   while (std::getline(meminfo, line)) {
     std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
     if (parts.size() < 2 || parts[0] != "MemAvailable:") continue;
     uint64_t kib = 0;
-    if (!absl::SimpleAtoi(parts[1], &kib)) break;
-    const uint64_t bytes = std::min<uint64_t>(static_cast<uint64_t>(kib * 1024.0 * fraction),
-                                              cap);
-    return bytes - bytes % PageSize();
+    if (absl::SimpleAtoi(parts[1], &kib)) available = kib * 1024;
+    break;
   }
-  return absl::InternalError("cannot read MemAvailable from /proc/meminfo");
+  if (!available.has_value()) {
+    // systemd's ProcSubset=pid (the shipped unit) hides /proc/meminfo. sysinfo(2) still answers:
+    // free RAM plus buffers, below MemAvailable (no reclaimable page cache), so the default
+    // budget errs small.
+    struct sysinfo info {};
+    if (::sysinfo(&info) != 0) {
+      return absl::InternalError(absl::StrCat("cannot read MemAvailable from ", meminfo_path,
+                                              " nor call sysinfo: ", std::strerror(errno),
+                                              " (set --cache-ram-bytes)"));
+    }
+    available = (static_cast<uint64_t>(info.freeram) + info.bufferram) * info.mem_unit;
+  }
+  const uint64_t bytes =
+      std::min<uint64_t>(static_cast<uint64_t>(static_cast<double>(*available) * fraction), cap);
+  return bytes - bytes % PageSize();
 }
 
 absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const ArenaOptions& options) {
   uint64_t size = options.size_bytes;
   if (size == 0) {
-    ASSIGN_OR_RETURN(size,
-                     DefaultArenaBytes(options.default_free_ram_fraction,
-                                       options.max_default_bytes));
+    ASSIGN_OR_RETURN(
+        size, DefaultArenaBytes(options.default_free_ram_fraction, options.max_default_bytes));
   }
   size -= size % PageSize();
   if (size == 0) {
@@ -55,8 +73,8 @@ absl::StatusOr<std::unique_ptr<Arena>> Arena::Create(const ArenaOptions& options
                    RegionAllocator::Create(incarnation, allocator_options));
   ASSIGN_OR_RETURN(UniqueFd fd, CreateSealedMemfd("cairn-arena", size));
   ASSIGN_OR_RETURN(SharedMapping mapping, SharedMapping::Map(fd.get(), size, /*writable=*/true));
-  return std::unique_ptr<Arena>(new Arena(incarnation, alignment, std::move(fd),
-                                          std::move(mapping), std::move(allocator)));
+  return std::unique_ptr<Arena>(
+      new Arena(incarnation, alignment, std::move(fd), std::move(mapping), std::move(allocator)));
 }
 
 Arena::Arena(uint64_t incarnation, uint64_t alignment, UniqueFd fd, SharedMapping mapping,

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -26,9 +27,12 @@ struct ArenaOptions {
   uint64_t alignment = 0;                         // 0 = the page size.
 };
 
-// Returns the default arena size: `fraction` of the available RAM (MemAvailable), at most
-// `cap`, rounded down to the page size. Internal if /proc/meminfo cannot be read.
-absl::StatusOr<uint64_t> DefaultArenaBytes(double fraction, uint64_t cap);
+// Returns the default arena size: `fraction` of the available RAM (MemAvailable from
+// `meminfo_path`; where that cannot be read, as under systemd's ProcSubset=pid, free RAM plus
+// buffers from sysinfo(2)), at most `cap`, rounded down to the page size. InvalidArgument for a
+// `fraction` outside (0, 1]; Internal if neither source answers.
+absl::StatusOr<uint64_t> DefaultArenaBytes(double fraction, uint64_t cap,
+                                           const std::string& meminfo_path = "/proc/meminfo");
 
 // Owns the memfd, its mapping and the allocator. Thread-safe (the allocator is; the mapping
 // is fixed for the object's lifetime).

@@ -46,6 +46,17 @@ TEST(ArenaTest, DefaultSizeIsAFractionOfFreeRamUnderTheCap) {
   EXPECT_THAT(DefaultArenaBytes(0.0, 1).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// systemd's ProcSubset=pid in the shipped unit hides /proc/meminfo; the shipped config asks for
+// the default budget (cache-ram-bytes = 0).
+TEST(ArenaTest, DefaultSizeWithoutProcMeminfoComesFromSysinfo) {
+  auto bytes = DefaultArenaBytes(0.5, uint64_t{1} << 30, "/nonexistent/meminfo");
+
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_GT(*bytes, 0u);
+  EXPECT_LE(*bytes, uint64_t{1} << 30);
+  EXPECT_EQ(*bytes % static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)), 0u);
+}
+
 TEST(ArenaTest, ResolveValidatesEveryHandle) {
   auto arena = MakeArena();
   ASSERT_NE(arena, nullptr);
