@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/status/grpc_status.h"
 
 namespace cairn::infer {
@@ -232,6 +233,17 @@ void GenerateSink::OnFinished(const absl::Status& status, const FinishInfo& info
   }
   if (absl::IsCancelled(status) && reactor_->cancelled()) {
     reactor_->Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+    return;
+  }
+  if (absl::IsCancelled(status)) {
+    // Cancelled by the daemon (SIGTERM's drain deadline passed), not by the client: the answer
+    // is cut short, and a Finished with an OK status would pass it off as whole (the gateway
+    // answered finish_reason "stop"). A retryable error instead.
+    reactor_->Close(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("cairn-infer is shutting down: the request was cancelled at the drain "
+                     "deadline after ",
+                     info.completion_tokens, " tokens; retry it")));
     return;
   }
   // Whatever text is still held back (and not cut by a stop string) is output now.

@@ -303,6 +303,33 @@ TEST_F(InferDaemonErrorsTest, CancellingTheCallStopsGenerationAndFreesTheSlot) {
   EXPECT_LT(deltas, 400);
 }
 
+// SIGTERM lets running requests finish for --drain-timeout, then cancels them: such an answer is
+// cut short and must not end like a whole one (Finished and OK).
+TEST(InferDaemonDrainTest, ARequestCancelledByTheDrainEndsUnavailable) {
+  absl::StatusOr<std::string> dir = MakeModelFolder("dense", false, "m-drain");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  InferServerOptions o;
+  o.model_dir = *dir;
+  o.context_tokens = 4096;
+  absl::StatusOr<std::unique_ptr<InferServer>> server = InferServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = (*server)->NewStub();
+  auto ctx = NewClientContext(absl::Seconds(60));
+  auto reader = stub->Generate(ctx.get(), TokenRequest(RandomTokens(10, kVocab, 3), 4000));
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  ASSERT_TRUE(m.has_started());
+
+  (*server)->DrainSchedulerForTest(absl::Now());
+
+  bool finished = false;
+  while (reader->Read(&m)) finished = finished || m.has_finished();
+  grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("shutting down"));
+  EXPECT_FALSE(finished);
+}
+
 TEST_F(InferDaemonErrorsTest, ModelInfoAndSlots) {
   auto ctx = NewClientContext(absl::Seconds(10));
   v1::GetModelInfoResponse info;

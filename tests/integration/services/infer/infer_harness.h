@@ -57,6 +57,8 @@ class InferServer {
   std::unique_ptr<v1::InferService::Stub> NewStub() const;
   const ServedModel& model() const { return *model_; }
   StateCache* cache() const { return cache_.get(); }
+  // What SIGTERM does to the scheduler: stops admitting, cancels what still runs at `deadline`.
+  void DrainSchedulerForTest(absl::Time deadline) { scheduler_->Shutdown(deadline); }
 
  private:
   InferServer() : pool_(4) {}
