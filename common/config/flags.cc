@@ -80,6 +80,30 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text) {
   return d;
 }
 
+namespace {
+
+template <typename T>
+absl::Status OutOfRange(absl::string_view name, absl::string_view value, T min, T max) {
+  const bool lowest =
+      min == std::numeric_limits<T>::lowest() || (std::numeric_limits<T>::has_infinity && min < 0 &&
+                                                  min == -std::numeric_limits<T>::infinity());
+  const bool highest =
+      max == std::numeric_limits<T>::max() ||
+      (std::numeric_limits<T>::has_infinity && max == std::numeric_limits<T>::infinity());
+  std::string bounds;
+  if (lowest) {
+    bounds = absl::StrCat("at most ", max);
+  } else if (highest) {
+    bounds = absl::StrCat("at least ", min);
+  } else {
+    bounds = absl::StrCat("between ", min, " and ", max);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, ": \"", value, "\" is out of range (must be ", bounds, ")"));
+}
+
+}  // namespace
+
 FlagSet::FlagSet(std::string program, std::string description)
     : program_(std::move(program)), description_(std::move(description)) {}
 
@@ -121,47 +145,78 @@ void FlagSet::Add(std::string name, bool* field, std::string help) {
 }
 
 void FlagSet::Add(std::string name, int64_t* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false, [field, name](absl::string_view v) {
-    int64_t x;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, ": \"", v, "\" is not a 64-bit integer"));
-    }
-    *field = x;
-    return absl::OkStatus();
-  });
+  Add(std::move(name), field, std::move(help), std::numeric_limits<int64_t>::min(),
+      std::numeric_limits<int64_t>::max());
+}
+
+void FlagSet::Add(std::string name, int64_t* field, std::string help, int64_t min, int64_t max) {
+  AddFlag(name, std::move(help), absl::StrCat(*field), false,
+          [field, name, min, max](absl::string_view v) {
+            int64_t x;
+            if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--", name, ": \"", v, "\" is not a 64-bit integer"));
+            }
+            if (x < min || x > max) return OutOfRange(name, v, min, max);
+            *field = x;
+            return absl::OkStatus();
+          });
 }
 
 void FlagSet::Add(std::string name, int* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false, [field, name](absl::string_view v) {
-    int x;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, ": \"", v, "\" is not a 32-bit integer"));
-    }
-    *field = x;
-    return absl::OkStatus();
-  });
+  Add(std::move(name), field, std::move(help), std::numeric_limits<int>::min(),
+      std::numeric_limits<int>::max());
+}
+
+void FlagSet::Add(std::string name, int* field, std::string help, int min, int max) {
+  AddFlag(name, std::move(help), absl::StrCat(*field), false,
+          [field, name, min, max](absl::string_view v) {
+            int x;
+            if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--", name, ": \"", v, "\" is not a 32-bit integer"));
+            }
+            if (x < min || x > max) return OutOfRange(name, v, min, max);
+            *field = x;
+            return absl::OkStatus();
+          });
 }
 
 void FlagSet::Add(std::string name, double* field, std::string help) {
-  AddFlag(name, std::move(help), absl::StrCat(*field), false, [field, name](absl::string_view v) {
-    double x;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": \"", v, "\" is not a number"));
-    }
-    *field = x;
-    return absl::OkStatus();
-  });
+  Add(std::move(name), field, std::move(help), -std::numeric_limits<double>::infinity(),
+      std::numeric_limits<double>::infinity());
+}
+
+void FlagSet::Add(std::string name, double* field, std::string help, double min, double max) {
+  AddFlag(name, std::move(help), absl::StrCat(*field), false,
+          [field, name, min, max](absl::string_view v) {
+            double x;
+            if (!absl::SimpleAtod(absl::StripAsciiWhitespace(v), &x)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--", name, ": \"", v, "\" is not a number"));
+            }
+            // Written so that a NaN fails too.
+            if (!(x >= min && x <= max)) return OutOfRange(name, v, min, max);
+            *field = x;
+            return absl::OkStatus();
+          });
 }
 
 void FlagSet::Add(std::string name, absl::Duration* field, std::string help) {
+  Add(std::move(name), field, std::move(help), -absl::InfiniteDuration());
+}
+
+void FlagSet::Add(std::string name, absl::Duration* field, std::string help, absl::Duration min) {
   AddFlag(
       name, std::move(help), absl::FormatDuration(*field), false,
-      [field, name](absl::string_view v) -> absl::Status {
+      [field, name, min](absl::string_view v) -> absl::Status {
         absl::StatusOr<absl::Duration> d = ParseDurationFlag(v);
         if (!d.ok())
           return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", d.status().message()));
+        if (*d < min) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--", name, ": \"", v, "\" is below the least allowed, ", absl::FormatDuration(min)));
+        }
         *field = *d;
         return absl::OkStatus();
       });

@@ -39,6 +39,10 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
 // Parses a duration as absl does ("500ms", "2s", "1h30m").
 absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text);
 
+// The most threads a thread-count flag may ask for: far more than any machine needs, far
+// fewer than would fail to start (std::thread throws, and the daemon would abort).
+inline constexpr int kMaxThreadsFlag = 1024;
+
 class FlagSet {
  public:
   FlagSet(std::string program, std::string description);
@@ -54,6 +58,15 @@ class FlagSet {
   void Add(std::string name, int* field, std::string help);
   void Add(std::string name, double* field, std::string help);
   void Add(std::string name, absl::Duration* field, std::string help);
+  // Like the Add overloads above, but a value outside [`min`, `max`] is an InvalidArgument
+  // error naming the flag (a NaN is always outside). For counts that must be positive, thread
+  // counts that must stay below what the machine can start, shares in [0, 1].
+  void Add(std::string name, int* field, std::string help, int min, int max);
+  void Add(std::string name, int64_t* field, std::string help, int64_t min, int64_t max);
+  void Add(std::string name, double* field, std::string help, double min, double max);
+  // Like Add, but a duration below `min` is an InvalidArgument error naming the flag: a zero
+  // interval that would poll in a busy loop, a negative or zero timeout.
+  void Add(std::string name, absl::Duration* field, std::string help, absl::Duration min);
   // A byte count (ParseByteSize).
   void AddBytes(std::string name, uint64_t* field, std::string help);
   // A list of strings: comma-separated, or the flag repeated (values accumulate).

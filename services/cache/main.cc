@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,11 @@ struct CacheMainOptions {
   std::vector<std::string> arena_uids;  // Uids allowed to receive the arena; empty: our own.
 };
 
+// Upper bounds of flags that have none but their type's.
+constexpr int kNoMax = std::numeric_limits<int>::max();
+constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
+constexpr double kNoMaxReal = std::numeric_limits<double>::infinity();
+
 int Run(int argc, char** argv) {
   BlockTerminationSignals();
   CacheMainOptions main_options;
@@ -69,22 +75,26 @@ int Run(int argc, char** argv) {
   int max_checkpoints = options.cache.retention.max_checkpoints;
   flags.Add("max-checkpoints", &max_checkpoints,
             "most checkpoints kept in RAM (0: automatic, the budget over one private state, at "
-            "least --min-checkpoints)");
+            "least --min-checkpoints)",
+            0, kNoMax);
   flags.Add("min-checkpoints", &options.cache.retention.min_checkpoints,
-            "floor of the automatic checkpoint cap");
+            "floor of the automatic checkpoint cap", 0, kNoMax);
   flags.Add("superseded-first", &options.cache.retention.superseded_first,
             "evict a conversation's superseded checkpoints before other conversations' states");
   flags.Add("edit-reach-turns", &options.cache.retention.edit_reach_turns,
             "superseded checkpoints at message boundaries of the latest request and this many "
-            "before it go last among the superseded (0: off)");
+            "before it go last among the superseded (0: off)",
+            0, kNoMax);
   flags.Add("edit-reach-share", &options.cache.retention.edit_reach_share,
             "share of the RAM budget in private state of checkpoints within edit reach that "
-            "keep their conversation's rank (the most tokens saved first)");
+            "keep their conversation's rank (the most tokens saved first)",
+            0.0, 1.0);
   flags.Add("continue-reuse", &options.cache.retention.continue_reuse,
             "edit reach: likelihood that the next turn continues from the latest preserved "
-            "frontier");
+            "frontier",
+            0.0, 1.0);
   flags.Add("edit-reuse", &options.cache.retention.edit_reuse,
-            "edit reach: likelihood that an edit comes back to a checkpoint");
+            "edit reach: likelihood that an edit comes back to a checkpoint", 0.0, 1.0);
   flags.Add("admission-by-rank", &options.cache.retention.admission_by_rank,
             "a capture evicts only checkpoints ranked at or below it");
   flags.Add("frontier-with-superseded", &options.cache.retention.frontier_with_superseded,
@@ -93,10 +103,12 @@ int Run(int argc, char** argv) {
             "shallower checkpoints go first inside the idle and reused ranks");
   flags.Add("overdue-gaps", &options.cache.retention.overdue_gaps,
             "a conversation not used for this many of its mean gaps between requests is overdue "
-            "and goes earlier inside the idle and reused ranks (0: off)");
+            "and goes earlier inside the idle and reused ranks (0: off)",
+            0.0, kNoMaxReal);
   flags.Add("overdue-depth-weight", &options.cache.retention.overdue_depth_weight,
             "with --shallow-first: an overdue conversation's depth counts this much (0: it goes "
-            "first)");
+            "first)",
+            0.0, kNoMaxReal);
   flags.Add("charge-on-spill", &options.cache.retention.charge_on_spill,
             "charge borrowed rows to the RAM budget when they are spilled, not at admission");
   flags.Add("value-per-byte", &options.cache.retention.value_per_byte,
@@ -106,47 +118,60 @@ int Run(int argc, char** argv) {
   flags.Add("preserve-frontier", &options.cache.planner.preserve_frontier,
             "plan a capture of a slot's frontier before another conversation overwrites it");
   flags.Add("cheap-ratio", &options.cache.retention.cheap_ratio,
-            "a checkpoint is cheap when its private state exceeds this many times its rows");
+            "a checkpoint is cheap when its private state exceeds this many times its rows", 0.0,
+            kNoMaxReal);
   flags.Add("near-duplicate-tokens", &options.cache.retention.near_duplicate_tokens,
-            "a checkpoint this close below another on its path is a near-duplicate");
+            "a checkpoint this close below another on its path is a near-duplicate", 0, kNoMax64);
   flags.Add("disk-spacing-tokens", &options.cache.retention.disk_spacing_tokens,
-            "prompt checkpoints closer than this to a written one are not written to disk");
-  flags.Add("grid-step", &options.cache.planner.grid_step, "grid points sit on multiples");
+            "prompt checkpoints closer than this to a written one are not written to disk", 0,
+            kNoMax64);
+  flags.Add("grid-step", &options.cache.planner.grid_step, "grid points sit on multiples", 1,
+            kNoMax64);
   flags.Add("max-grid-points", &options.cache.planner.max_grid_points,
-            "at most this many grid captures per request");
+            "at most this many grid captures per request", 0, kNoMax);
   flags.Add("grid-snap-tokens", &options.cache.planner.grid_snap_tokens,
-            "a grid point moves to a pass end this close");
+            "a grid point moves to a pass end this close", 0, kNoMax64);
   flags.Add("learned-min-tokens", &options.cache.planner.learned_min_tokens,
-            "a learned point must extend reuse at least this far");
+            "a learned point must extend reuse at least this far", 0, kNoMax64);
   flags.Add("learned-merge-tokens", &options.cache.planner.learned_merge_tokens,
-            "a learned point merges with another capture this close");
+            "a learned point merges with another capture this close", 0, kNoMax64);
   flags.Add("max-pass-tokens", &options.cache.planner.max_pass_tokens,
-            "longest planned prefill pass where the client does not give its own");
+            "longest planned prefill pass where the client does not give its own", 1, kNoMax64);
   flags.Add("grid-budget-share", &options.cache.planner.grid_budget_share,
-            "share of the RAM budget one request's grid points may take");
-  flags.Add("heartbeat-interval", &options.heartbeat_interval, "asked of session clients");
-  flags.Add("session-timeout", &options.session_timeout, "silence that ends a session");
-  flags.Add("lease-timeout", &options.default_lease, "restore lease and reservation duration");
-  flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls");
+            "share of the RAM budget one request's grid points may take", 0.0, 1.0);
+  flags.Add("heartbeat-interval", &options.heartbeat_interval, "asked of session clients",
+            absl::Milliseconds(1));
+  flags.Add("session-timeout", &options.session_timeout, "silence that ends a session",
+            absl::Milliseconds(1));
+  flags.Add("lease-timeout", &options.default_lease, "restore lease and reservation duration",
+            absl::Milliseconds(1));
+  flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls", 1,
+            kMaxThreadsFlag);
   flags.Add("max-queued-calls", &main_options.max_queued_calls,
-            "unary calls waiting for a thread beyond this are refused (RESOURCE_EXHAUSTED)");
+            "unary calls waiting for a thread beyond this are refused (RESOURCE_EXHAUSTED)", 1,
+            kNoMax);
   flags.Add("disk-load-threads", &options.disk_loads.threads,
-            "threads reading restores from the disk tier (apart from --io-threads)");
+            "threads reading restores from the disk tier (apart from --io-threads)", 1,
+            kMaxThreadsFlag);
   int max_queued_disk_loads = static_cast<int>(options.disk_loads.max_queued);
   flags.Add("max-queued-disk-loads", &max_queued_disk_loads,
-            "restores from disk waiting for a loader beyond this are refused (RESOURCE_EXHAUSTED)");
+            "restores from disk waiting for a loader beyond this are refused (RESOURCE_EXHAUSTED)",
+            1, kNoMax);
   flags.AddBytes("scrub-bytes-per-second", &main_options.scrub_bytes_per_second,
                  "read rate of the background scrubber that verifies the disk tier (0: off)");
   flags.Add("scrub-interval", &options.scrub.pass_interval,
-            "pause between two scrub passes over the disk tier");
+            "pause between two scrub passes over the disk tier", absl::ZeroDuration());
   flags.Add("tick", &options.tick_interval,
-            "how often leases, reservations, sessions and flushes are checked for expiry");
+            "how often leases, reservations, sessions and flushes are checked for expiry",
+            absl::Milliseconds(1));
   flags.Add("drain-timeout", &main_options.drain_timeout,
-            "how long SIGTERM lets in-flight calls finish");
+            "how long SIGTERM lets in-flight calls finish", absl::ZeroDuration());
   flags.Add("connection-drain", &main_options.connection_drain,
-            "after the calls drained, how long SIGTERM waits for idle connections to close");
+            "after the calls drained, how long SIGTERM waits for idle connections to close",
+            absl::ZeroDuration());
   flags.Add("session-drain-grace", &main_options.session_drain_grace,
-            "how long SIGTERM waits for Draining to reach a session before ending its stream");
+            "how long SIGTERM waits for Draining to reach a session before ending its stream",
+            absl::ZeroDuration());
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
 
   if (std::optional<int> exit_code = ParseDaemonCommandLine(

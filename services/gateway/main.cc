@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -51,6 +52,8 @@ absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   return keys;
 }
 
+constexpr int kNoMax = std::numeric_limits<int>::max();  // A flag bounded by its type alone.
+
 int Run(int argc, char** argv) {
   BlockTerminationSignals();
   GatewayMainOptions main_options;
@@ -58,7 +61,7 @@ int Run(int argc, char** argv) {
   InferPoolOptions upstream;
   GatewayServiceOptions service_options;
   RequestLimits& limits = service_options.limits;
-  int64_t max_body = static_cast<int64_t>(http.max_body_bytes);
+  uint64_t max_body = http.max_body_bytes;
   FlagSet flags("cairn-gateway", "The Cairn HTTP gateway: OpenAI- and Anthropic-compatible APIs.");
   flags.Add("listen", &main_options.listen, "HTTP address HOST:PORT (an IP literal)");
   flags.Add("infer", &main_options.infer,
@@ -68,26 +71,34 @@ int Run(int argc, char** argv) {
             "budget, tree and events (optional; its control methods only)");
   flags.Add("api-key-file", &main_options.api_key_file,
             "file of API keys, one per line (required off loopback)");
-  flags.Add("max-body-bytes", &max_body, "largest request body; larger get 413");
+  flags.AddBytes("max-body-bytes", &max_body, "largest request body; larger get 413");
   flags.Add("max-inflight", &http.max_inflight,
-            "generation requests in progress at once; more get 503 with Retry-After");
-  flags.Add("max-connections", &http.max_connections, "open connections; more get 503");
+            "generation requests in progress at once; more get 503 with Retry-After", 1, kNoMax);
+  flags.Add("max-connections", &http.max_connections, "open connections; more get 503", 1, kNoMax);
   flags.Add("max-output-tokens", &main_options.max_output_tokens,
-            "server-side cap on each request's output tokens (0: none); reported as length");
-  flags.Add("http-threads", &http.threads, "threads running the HTTP server");
-  flags.Add("read-timeout", &http.read_timeout, "time to receive a request, or keep-alive idle");
-  flags.Add("write-timeout", &http.write_timeout, "time for one write to the client");
+            "server-side cap on each request's output tokens (0: none); reported as length", 0,
+            int64_t{1} << 30);
+  flags.Add("http-threads", &http.threads, "threads running the HTTP server", 1, kMaxThreadsFlag);
+  flags.Add("read-timeout", &http.read_timeout, "time to receive a request, or keep-alive idle",
+            absl::Milliseconds(1));
+  flags.Add("write-timeout", &http.write_timeout, "time for one write to the client",
+            absl::Milliseconds(1));
   flags.Add("socket-send-buffer-bytes", &http.socket_send_buffer_bytes,
             "kernel send buffer of each connection (0: autotuned); bounds what a client that "
-            "stops reading holds");
-  flags.Add("drain-timeout", &http.drain_timeout, "how long SIGTERM lets requests finish");
-  flags.Add("retry-after", &http.retry_after_seconds, "Retry-After seconds on 429 and 503");
+            "stops reading holds",
+            0, kNoMax);
+  flags.Add("drain-timeout", &http.drain_timeout, "how long SIGTERM lets requests finish",
+            absl::ZeroDuration());
+  flags.Add("retry-after", &http.retry_after_seconds, "Retry-After seconds on 429 and 503", 0,
+            kNoMax);
   flags.Add("sse-ping-interval", &service_options.sse_ping_interval,
-            "silence after which a stream gets an SSE comment (0: never)");
-  flags.Add("rpc-timeout", &upstream.rpc_timeout, "deadline of unary calls to the daemons");
-  flags.Add("generate-timeout", &upstream.generate_timeout, "deadline of one generation");
+            "silence after which a stream gets an SSE comment (0: never)", absl::ZeroDuration());
+  flags.Add("rpc-timeout", &upstream.rpc_timeout, "deadline of unary calls to the daemons",
+            absl::Milliseconds(1));
+  flags.Add("generate-timeout", &upstream.generate_timeout, "deadline of one generation",
+            absl::Milliseconds(1));
   flags.Add("refresh-interval", &upstream.refresh_interval,
-            "how often the daemons' model and slots are read");
+            "how often the daemons' model and slots are read", absl::Milliseconds(10));
   flags.Add("strict-model-names", &main_options.strict_model_names,
             "refuse model names no daemon serves (else a single served model takes any name)");
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
@@ -96,24 +107,11 @@ int Run(int argc, char** argv) {
           flags, CommandLineArgs(argc, argv), "cairn-gateway", main_options.log_level)) {
     return *exit_code;
   }
-  if (max_body <= 0) {
+  if (max_body == 0) {
     std::cerr << "cairn-gateway: --max-body-bytes must be positive\n";
     return 2;
   }
-  if (main_options.max_output_tokens < 0 || main_options.max_output_tokens > (1 << 30)) {
-    std::cerr << "cairn-gateway: --max-output-tokens must be between 0 and 2^30\n";
-    return 2;
-  }
-  if (http.socket_send_buffer_bytes < 0) {
-    std::cerr << "cairn-gateway: --socket-send-buffer-bytes must be 0 or positive\n";
-    return 2;
-  }
-  if (http.max_inflight <= 0 || http.max_connections <= 0 || http.threads <= 0) {
-    std::cerr << "cairn-gateway: --max-inflight, --max-connections and --http-threads must be "
-                 "positive\n";
-    return 2;
-  }
-  http.max_body_bytes = static_cast<uint64_t>(max_body);
+  http.max_body_bytes = max_body;
   limits.max_output_tokens = static_cast<uint32_t>(main_options.max_output_tokens);
   service_options.errors.retry_after_seconds = http.retry_after_seconds;
   upstream.addresses = main_options.infer;

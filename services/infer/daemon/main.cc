@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
+#include "common/net/unix_socket_path.h"
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
@@ -58,6 +60,10 @@ std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
   return args;
 }
 
+// Upper bounds of flags that have none but their type's.
+constexpr int kNoMax = std::numeric_limits<int>::max();
+constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
+
 int Run(int argc, char** argv) {
   BlockTerminationSignals();
   InferMainOptions main_options;
@@ -78,7 +84,8 @@ int Run(int argc, char** argv) {
   flags.Add("numerics", &model_options.numerics,
             "fast (outputs exact for identical pass boundaries) or pass-invariant (exact "
             "whatever the restore point; slower prefill)");
-  flags.Add("threads", &model_options.threads, "backend threads (0: one per hardware thread)");
+  flags.Add("threads", &model_options.threads, "backend threads (0: one per hardware thread)", 0,
+            kMaxThreadsFlag);
   flags.Add("cpu-spin-us", &model_options.cpu_spin_us,
             "cpu backend: microseconds a helper thread watches for the next loop before sleeping "
             "(0: sleep at once; watching saves a wake-up per loop and costs processor time)");
@@ -89,14 +96,14 @@ int Run(int argc, char** argv) {
             "requests that leave sampling knobs to the model (the gateway's) take "
             "generation_config.json's temperature, top_k, top_p, min_p and repetition_penalty");
   flags.Add("context", &model_options.context_tokens,
-            "tokens per slot (0: max_position_embeddings, at most --max-context)");
+            "tokens per slot (0: max_position_embeddings, at most --max-context)", 0, kNoMax64);
   flags.Add("max-context", &model_options.max_context_tokens,
-            "cap on the default context (slot memory grows with it)");
-  flags.Add("sessions", &main_options.sessions, "execution slots (-j N)");
+            "cap on the default context (slot memory grows with it)", 1, kNoMax64);
+  flags.Add("sessions", &main_options.sessions, "execution slots (-j N)", 1, kNoMax);
   flags.Add("max-queue", &scheduler_options.max_queue,
-            "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)");
+            "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)", 0, kNoMax);
   flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens,
-            "longest prefill pass (the cache plans with it too)");
+            "longest prefill pass (the cache plans with it too)", 1, kNoMax64);
   flags.Add("preserve-frontier", &scheduler_options.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
   flags.Add("restore-in-holding-slot", &scheduler_options.restore_in_holding_slot,
@@ -108,14 +115,17 @@ int Run(int argc, char** argv) {
             "overwrite spills least into the cache, not the least recently used");
   flags.Add("background-spill-bytes", &cache_options.background_spill_bytes,
             "idle spills copied in the background beside the compute, at most this many bytes "
-            "in flight (0: only when no slot has work, one at a time)");
+            "in flight (0: only when no slot has work, one at a time)",
+            0, kNoMax64);
   flags.Add("cache", &main_options.cache,
             "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");
   flags.Add("instance-name", &main_options.instance_name, "name in the cache's events");
-  flags.Add("io-threads", &main_options.io_threads, "threads preparing requests");
+  flags.Add("io-threads", &main_options.io_threads, "threads preparing requests", 1,
+            kMaxThreadsFlag);
   flags.Add("drain-timeout", &main_options.drain_timeout,
-            "how long SIGTERM lets running requests finish before cancelling them");
+            "how long SIGTERM lets running requests finish before cancelling them",
+            absl::ZeroDuration());
   flags.Add("log-level", &main_options.log_level, "info, warning or error");
 
   const std::vector<std::string> args = ExpandShortFlags(argc, argv);
@@ -127,14 +137,6 @@ int Run(int argc, char** argv) {
     std::cerr << "cairn-infer: --model DIR is required\n";
     return 2;
   }
-  if (main_options.sessions < 1) {
-    std::cerr << "cairn-infer: --sessions must be at least 1\n";
-    return 2;
-  }
-  if (scheduler_options.max_pass_tokens < 1 || scheduler_options.max_queue < 0) {
-    std::cerr << "cairn-infer: --max-pass-tokens must be >= 1 and --max-queue >= 0\n";
-    return 2;
-  }
   if (main_options.listen.empty()) {
     const std::string runtime_dir = DefaultRuntimeDir();
     if (::mkdir(runtime_dir.c_str(), 0750) != 0 && errno != EEXIST) {
@@ -143,9 +145,21 @@ int Run(int argc, char** argv) {
     }
     main_options.listen = "unix:" + runtime_dir + "/infer.sock";
   }
+  // The listen address is checked before the model loads (minutes for a large one), so that a
+  // malformed address, or a socket another cairn-infer serves, fails at once. The server itself
+  // starts once the model is loaded.
+  absl::StatusOr<ListenAddress> listen = ParseListenAddress(main_options.listen);
+  if (!listen.ok()) {
+    std::cerr << "cairn-infer: --listen: " << listen.status().message() << "\n";
+    return 2;
+  }
+  if (listen->is_unix) {
+    if (absl::Status s = PrepareUnixSocketPath(listen->path); !s.ok()) {
+      CAIRN_LOG(ERROR) << "--listen: " << s;
+      return 1;
+    }
+  }
 
-  // The server starts first (health NOT_SERVING) so that clients see the daemon while the
-  // model loads.
   ThreadPool pool(main_options.io_threads);
   ServerRunnerOptions server_options;
   server_options.listen = main_options.listen;
@@ -161,6 +175,22 @@ int Run(int argc, char** argv) {
     return 1;
   }
   Model* model = (*served)->model();
+  // Host slot memory is zero-filled at once: more than the machine holds would end in the
+  // OOM killer (or swap) instead of an error.
+  const double slot_bytes = static_cast<double>(model->state_layout().row_bytes()) *
+                                static_cast<double>((*served)->context_tokens()) +
+                            static_cast<double>(model->state_layout().private_bytes());
+  const double ram_bytes =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if ((*served)->device_memory()->host_visible() && ram_bytes > 0 &&
+      slot_bytes * main_options.sessions > ram_bytes) {
+    std::cerr << "cairn-infer: --sessions " << main_options.sessions << " slots of "
+              << (*served)->context_tokens() << " tokens (--context) need "
+              << static_cast<uint64_t>(slot_bytes * main_options.sessions)
+              << " bytes of slot memory, more than this machine's "
+              << static_cast<uint64_t>(ram_bytes) << " bytes of RAM\n";
+    return 2;
+  }
   SlotKvMemoryOptions memory_options;
   memory_options.slots = main_options.sessions;
   memory_options.max_rows = (*served)->context_tokens();

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,63 @@ TEST_F(FlagsTest, BadInputIsAnErrorNamingTheFlag) {
     EXPECT_NE(r.status().message().find(c.fragment), absl::string_view::npos)
         << r.status() << " lacks " << c.fragment;
   }
+}
+
+TEST(FlagRangeTest, ValuesOutsideTheRangeAreErrorsNamingTheFlag) {
+  struct Case {
+    std::string arg;
+    std::string fragment;
+  };
+  std::vector<Case> cases = {
+      {"--threads=0", "--threads: \"0\" is out of range (must be between 1 and 1024)"},
+      {"--threads=100000", "between 1 and 1024"},
+      {"--context=-5", "--context: \"-5\" is out of range (must be at least 0)"},
+      {"--share=1.5", "--share"},
+      {"--share=nan", "--share"},
+      {"--interval=0s", "--interval: \"0s\" is below the least allowed, 1ms"},
+      {"--interval=-1s", "--interval"},
+  };
+  for (const Case& c : cases) {
+    FlagSet flags("demo", "");
+    int threads = 4;
+    int64_t context = 0;
+    double share = 0.5;
+    absl::Duration interval = absl::Seconds(2);
+    flags.Add("threads", &threads, "", 1, 1024);
+    flags.Add("context", &context, "", 0, std::numeric_limits<int64_t>::max());
+    flags.Add("share", &share, "", 0.0, 1.0);
+    flags.Add("interval", &interval, "", absl::Milliseconds(1));
+
+    auto r = flags.Parse({c.arg});
+
+    EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << c.arg;
+    EXPECT_NE(r.status().message().find(c.fragment), absl::string_view::npos)
+        << r.status() << " lacks " << c.fragment;
+    EXPECT_EQ(threads, 4);
+    EXPECT_EQ(context, 0);
+    EXPECT_EQ(share, 0.5);
+    EXPECT_EQ(interval, absl::Seconds(2));
+  }
+}
+
+TEST(FlagRangeTest, ValuesInsideTheRangeAndFromAConfigFile) {
+  FlagSet flags("demo", "");
+  int threads = 4;
+  absl::Duration interval = absl::Seconds(2);
+  flags.Add("threads", &threads, "", 1, 1024);
+  flags.Add("interval", &interval, "", absl::Milliseconds(1));
+
+  ASSERT_TRUE(flags.Parse({"--threads=1024", "--interval=1ms"}).ok());
+  absl::Status from_file = flags.ApplyConfigText("threads = 0\n", "x.conf");
+
+  EXPECT_EQ(threads, 1024);
+  EXPECT_EQ(interval, absl::Milliseconds(1));
+  // The command line wins, so the file's bad value is not applied (nor checked).
+  EXPECT_TRUE(from_file.ok()) << from_file;
+  FlagSet file_only("demo", "");
+  file_only.Add("threads", &threads, "", 1, 1024);
+  EXPECT_THAT(file_only.ApplyConfigText("threads = 0\n", "x.conf"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(FlagsTest, ConfigFileSetsValuesAndTheCommandLineWins) {
