@@ -75,7 +75,7 @@ int RunSlots(const std::vector<std::string>& args, std::ostream& out, std::ostre
   CommonFlags common;
   common.addr = DefaultInferAddress();
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   iv1::ListSlotsResponse resp;
   auto ctx = NewClientContext(common.timeout);
@@ -100,7 +100,7 @@ int RunModel(const std::vector<std::string>& args, std::ostream& out, std::ostre
   CommonFlags common;
   common.addr = DefaultInferAddress();
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   iv1::GetModelInfoResponse m;
   auto ctx = NewClientContext(common.timeout);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iomanip>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -56,7 +58,7 @@ std::string DefaultCacheAddress() {
 
 std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
                                     const std::vector<std::string>& args, std::ostream& out,
-                                    std::ostream& err, int* exit_code) {
+                                    std::ostream& err, int* exit_code, size_t max_positionals) {
   if (common.addr.empty()) common.addr = DefaultCacheAddress();
   flags.Add("addr", &common.addr, "daemon address: unix:PATH or HOST:PORT");
   flags.Add("timeout", &common.timeout, "deadline of each call");
@@ -70,6 +72,11 @@ std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
   }
   if (!rest.ok()) {
     err << "cairnctl: " << rest.status().message() << "\n";
+    *exit_code = 2;
+    return {};
+  }
+  if (rest->size() > max_positionals) {
+    err << "cairnctl: unexpected argument '" << (*rest)[max_positionals] << "' (see --help)\n";
     *exit_code = 2;
     return {};
   }
@@ -87,7 +94,14 @@ std::string ToJson(const pb::Message& m) {
 
 int Fail(std::ostream& err, const grpc::Status& s) {
   err << "cairnctl: " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))
-      << ": " << s.error_message() << "\n";
+      << ": " << s.error_message();
+  // gRPC's answer for a service the server lacks has no text: most often --addr names the other
+  // daemon's socket (the cache's verbs sent to cairn-infer, or the reverse).
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && s.error_message().empty()) {
+    err << "the daemon does not serve this method (is --addr the right daemon's socket? "
+           "'cairnctl list --addr ...' shows what it serves)";
+  }
+  err << "\n";
   return 1;
 }
 
@@ -187,7 +201,8 @@ int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   FlagSet flags("cairnctl list", "Lists the services a daemon serves (server reflection).");
   CommonFlags common;
   int code;
-  std::vector<std::string> rest = ParseFlags(flags, common, args, out, err, &code);
+  std::vector<std::string> rest =
+      ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/1);
   if (code >= 0) return code;
   ReflectionClient client(NewLocalChannel(common.addr), common.timeout);
   if (!rest.empty()) {
@@ -332,19 +347,26 @@ int StreamingCall(const std::shared_ptr<grpc::Channel>& channel, const std::stri
 }
 
 int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  FlagSet flags("cairnctl call SERVICE/METHOD [JSON]",
+  FlagSet flags("cairnctl call SERVICE/METHOD [JSON | @FILE | @]",
                 "Calls a unary or server-streaming method with a JSON request and prints the JSON "
-                "answer (one object per line for a stream).");
+                "answer (one object per line for a stream). The method may be written "
+                "SERVICE.METHOD too; the request is {} when left out, read from FILE with @FILE "
+                "and from standard input with @ (as grpcurl's -d @).");
   CommonFlags common;
   int code;
   std::vector<std::string> rest = ParseFlags(flags, common, args, out, err, &code);
   if (code >= 0) return code;
-  if (rest.empty() || rest.size() > 2 || rest[0].find('/') == std::string::npos) {
-    err << "cairnctl call: SERVICE/METHOD [JSON] expected\n";
+  // grpcurl accepts "pkg.Service/Method" and "pkg.Service.Method".
+  const size_t split = rest.empty()                             ? std::string::npos
+                       : rest[0].find('/') != std::string::npos ? rest[0].find('/')
+                                                                : rest[0].rfind('.');
+  if (rest.empty() || rest.size() > 2 || split == std::string::npos || split == 0 ||
+      split + 1 == rest[0].size()) {
+    err << "cairnctl call: SERVICE/METHOD [JSON | @FILE | @] expected\n";
     return 2;
   }
-  const std::string service_name = rest[0].substr(0, rest[0].find('/'));
-  const std::string method_name = rest[0].substr(rest[0].find('/') + 1);
+  const std::string service_name = rest[0].substr(0, split);
+  const std::string method_name = rest[0].substr(split + 1);
   std::shared_ptr<grpc::Channel> channel = NewLocalChannel(common.addr);
   ReflectionClient client(channel, common.timeout);
   absl::StatusOr<const pb::DescriptorPool*> pool = client.LoadSymbol(service_name);
@@ -366,7 +388,23 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   pb::DynamicMessageFactory factory(*pool);
   std::unique_ptr<pb::Message> request(factory.GetPrototype(method->input_type())->New());
   std::unique_ptr<pb::Message> response(factory.GetPrototype(method->output_type())->New());
-  const std::string json = rest.size() == 2 ? rest[1] : "{}";
+  std::string json = rest.size() == 2 ? rest[1] : "{}";
+  if (absl::StartsWith(json, "@")) {
+    // A request too large for the command line (ARG_MAX), or kept in a file.
+    const std::string file = json.substr(1);
+    std::stringstream text;
+    if (file.empty() || file == "-") {
+      text << std::cin.rdbuf();
+    } else {
+      std::ifstream in(file);
+      if (!in) {
+        err << "cairnctl call: cannot read " << file << "\n";
+        return 2;
+      }
+      text << in.rdbuf();
+    }
+    json = text.str();
+  }
   if (auto s = pb::util::JsonStringToMessage(json, request.get()); !s.ok()) {
     err << "cairnctl: bad JSON for " << method->input_type()->full_name() << ": " << s.message()
         << "\n";
@@ -412,7 +450,7 @@ int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostr
   FlagSet flags("cairnctl status", "Shows the cache daemon's budgets, tiers and hit counts.");
   CommonFlags common;
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   cv1::GetStatusResponse r;
   auto ctx = NewClientContext(common.timeout);
@@ -451,7 +489,7 @@ int RunCheckpoints(const std::vector<std::string>& args, std::ostream& out, std:
   FlagSet flags("cairnctl checkpoints", "Lists the cache daemon's checkpoints.");
   CommonFlags common;
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   cv1::ListCheckpointsResponse r;
   auto ctx = NewClientContext(common.timeout);
@@ -476,7 +514,7 @@ int RunTree(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   FlagSet flags("cairnctl tree", "Prints the prefix tree of the first registered model.");
   CommonFlags common;
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   cv1::GetTreeResponse r;
   auto ctx = NewClientContext(common.timeout);
@@ -514,7 +552,7 @@ int RunEvents(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.Add("after", &after, "only events after this sequence number");
   flags.Add("limit", &limit, "stop after this many events (0: no limit)");
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   if (after < 0 || limit < 0) {
     err << "cairnctl events: --after and --limit must be non-negative\n";
@@ -648,7 +686,7 @@ int RunFlush(const std::vector<std::string>& args, std::ostream& out, std::ostre
   CommonFlags common;
   common.timeout = absl::Minutes(5);
   int code;
-  ParseFlags(flags, common, args, out, err, &code);
+  ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/0);
   if (code >= 0) return code;
   cv1::FlushResponse r;
   auto ctx = NewClientContext(common.timeout);

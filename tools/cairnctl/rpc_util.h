@@ -3,6 +3,8 @@
 
 // Helpers shared by cairnctl's online verbs (rpc_commands.cc, infer_commands.cc).
 
+#include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -26,10 +28,12 @@ std::string DefaultCacheAddress();
 
 // Parses `args` with the common flags (--addr, --timeout, --json) plus the verb's own; returns
 // the positionals, or prints the error (exit 2) / usage (exit 0) and sets `exit_code` (-1 when
-// the verb should go on).
+// the verb should go on). More than `max_positionals` positionals is an error (exit 2): a verb
+// that takes none does not ignore a mistyped argument.
 std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
                                     const std::vector<std::string>& args, std::ostream& out,
-                                    std::ostream& err, int* exit_code);
+                                    std::ostream& err, int* exit_code,
+                                    size_t max_positionals = SIZE_MAX);
 
 // The protobuf JSON mapping of `m` (field names as in the proto), indented.
 std::string ToJson(const google::protobuf::Message& m);

@@ -1,5 +1,6 @@
 // cairnctl's online verbs against a live cache daemon (in this process).
 
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,8 +72,7 @@ TEST_F(CairnctlTest, CallRejectsBadInputClearly) {
   Result bad_json =
       Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Evict", "{\"nope\": 1}"});
   Result no_method = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Nope"});
-  Result client_streaming =
-      Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Session"});
+  Result client_streaming = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/Session"});
   Result server_streaming =
       Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/StreamEvents"});
   Result server_error = Ctl(
@@ -85,6 +85,49 @@ TEST_F(CairnctlTest, CallRejectsBadInputClearly) {
   EXPECT_EQ(server_streaming.code, 0) << server_streaming.err;
   EXPECT_EQ(server_error.code, 1);
   EXPECT_NE(server_error.err.find("NOT_FOUND"), std::string::npos) << server_error.err;
+}
+
+// grpcurl takes "pkg.Service.Method" as well as "pkg.Service/Method", and a request too large for
+// the command line from a file or standard input ("-d @").
+TEST_F(CairnctlTest, CallTakesTheDottedMethodNameAndARequestFromAFile) {
+  const std::string file = ::testing::TempDir() + "/cairnctl-request.json";
+  std::ofstream(file) << "{\"tier\": \"TIER_RAM\"}";
+
+  Result dotted = Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService.GetStatus"});
+  Result from_file =
+      Ctl(server_.address(), {"call", "cairn.cache.v1.CacheService/ListCheckpoints", "@" + file});
+  Result missing = Ctl(server_.address(),
+                       {"call", "cairn.cache.v1.CacheService/ListCheckpoints", "@/nonexistent"});
+  Result no_method = Ctl(server_.address(), {"call", "GetStatus"});
+
+  EXPECT_EQ(dotted.code, 0) << dotted.err;
+  EXPECT_NE(dotted.out.find("cache_incarnation"), std::string::npos) << dotted.out;
+  EXPECT_EQ(from_file.code, 0) << from_file.err;
+  EXPECT_NE(from_file.out.find(std::to_string(ids_[1])), std::string::npos) << from_file.out;
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("cannot read /nonexistent"), std::string::npos) << missing.err;
+  EXPECT_EQ(no_method.code, 2);
+}
+
+TEST_F(CairnctlTest, AStrayArgumentIsAnErrorNotIgnored) {
+  for (const char* verb : {"status", "checkpoints", "tree", "events", "flush"}) {
+    Result r = Ctl(server_.address(), {verb, "stray"});
+
+    EXPECT_EQ(r.code, 2) << verb << ": " << r.out;
+    EXPECT_NE(r.err.find("unexpected argument 'stray'"), std::string::npos)
+        << verb << ": " << r.err;
+  }
+  Result list = Ctl(server_.address(), {"list", "cairn.cache.v1.CacheService", "stray"});
+  EXPECT_EQ(list.code, 2) << list.out;
+}
+
+TEST_F(CairnctlTest, AVerbSentToTheWrongDaemonSaysSo) {
+  // The cache daemon does not serve cairn-infer's ListSlots.
+  Result r = Ctl(server_.address(), {"slots"});
+
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("UNIMPLEMENTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--addr"), std::string::npos) << r.err;
 }
 
 TEST_F(CairnctlTest, FriendlyVerbsShowTheCache) {
