@@ -194,6 +194,15 @@ int Run(int argc, char** argv) {
     main_options.arena_socket = runtime_dir + "/cache-arena.sock";
   }
   uint64_t ram = main_options.ram_bytes;
+  // The arena is sparse: a budget beyond the machine's RAM (64Ti for 64Gi) starts, then ends in
+  // the OOM killer as checkpoints fill it.
+  const double physical =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (physical > 0 && static_cast<double>(ram) > physical) {
+    std::cerr << "cairn-cache: --cache-ram-bytes " << ram << " is more than this machine's "
+              << static_cast<uint64_t>(physical) << " bytes of RAM\n";
+    return 2;
+  }
   if (ram == 0) {
     absl::StatusOr<uint64_t> d =
         DefaultArenaBytes(options.arena.default_free_ram_fraction, options.arena.max_default_bytes);

@@ -82,6 +82,8 @@ TEST(DaemonFlagsTest, BadValuesExitTwoNamingTheFlag) {
   const std::vector<BadFlag> cases = {
       // std::thread would throw and abort the daemon.
       {kCache, {cache_base, arena, "--io-threads=100000000"}, "--io-threads"},
+      // The arena is sparse: a typo of Ti for Gi started, and ended in the OOM killer.
+      {kCache, {cache_base, arena, "--cache-ram-bytes=1024Ti"}, "--cache-ram-bytes"},
       {kCache, {cache_base, arena, "--disk-load-threads=0"}, "--disk-load-threads"},
       {kCache, {cache_base, arena, "--max-queued-calls=-1"}, "--max-queued-calls"},
       {kCache, {cache_base, arena, "--heartbeat-interval=0"}, "--heartbeat-interval"},
