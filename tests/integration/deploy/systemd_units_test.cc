@@ -180,6 +180,30 @@ TEST_P(SystemdUnitsTest, UnitStartsTheRealBinaryWithTheShippedConfig) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// A bad configuration value exits 2, and the unit does not restart on 2: the unit fails once
+// with the daemon's message in the journal instead of restarting until StartLimitBurst.
+TEST_P(SystemdUnitsTest, ABadConfigValueFailsTheUnitWithoutRestarts) {
+  const UnitCase& c = GetParam();
+  const std::string unit = ReadFile(SourceDir() + "/deploy/systemd/" + c.unit);
+  std::vector<std::string> words = ExecStart(unit);
+  ASSERT_GE(words.size(), 1u) << c.unit << " has no ExecStart=";
+  std::string cmd = absl::StrCat(CAIRN_BINARY_DIR, "/", c.binary_path);
+  for (size_t i = 1; i < words.size(); ++i) {
+    std::string w = words[i];
+    if (absl::StartsWith(w, "/etc/cairn/")) {
+      w = SourceDir() + "/deploy/config/" + w.substr(std::string("/etc/cairn/").size());
+    }
+    absl::StrAppend(&cmd, " ", w);
+  }
+  absl::StrAppend(&cmd, " --log-level=loud >/dev/null 2>&1");
+
+  const int status = std::system(cmd.c_str());
+
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_TRUE(Contains(UnitValues(unit, "RestartPreventExitStatus"), "2")) << c.unit;
+}
+
 TEST_P(SystemdUnitsTest, UnitPassesSystemdAnalyzeSecurity) {
   const UnitCase& c = GetParam();
   if (!CommandExists("systemd-analyze")) GTEST_SKIP() << "systemd-analyze is not installed";
