@@ -102,6 +102,22 @@ absl::Status OutOfRange(absl::string_view name, absl::string_view value, T min, 
       absl::StrCat("--", name, ": \"", value, "\" is out of range (must be ", bounds, ")"));
 }
 
+// Parses an integer of type T into `*field`, refusing values outside [`min`, `max`].
+template <typename T>
+std::function<absl::Status(absl::string_view)> IntegerSetter(T* field, std::string name, T min,
+                                                             T max, const char* type_name) {
+  return [field, name = std::move(name), min, max, type_name](absl::string_view v) {
+    T x;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, ": \"", v, "\" is not ", type_name));
+    }
+    if (x < min || x > max) return OutOfRange(absl::string_view(name), v, min, max);
+    *field = x;
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace
 
 FlagSet::FlagSet(std::string program, std::string description)
@@ -151,16 +167,7 @@ void FlagSet::Add(std::string name, int64_t* field, std::string help) {
 
 void FlagSet::Add(std::string name, int64_t* field, std::string help, int64_t min, int64_t max) {
   AddFlag(name, std::move(help), absl::StrCat(*field), false,
-          [field, name, min, max](absl::string_view v) {
-            int64_t x;
-            if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--", name, ": \"", v, "\" is not a 64-bit integer"));
-            }
-            if (x < min || x > max) return OutOfRange(name, v, min, max);
-            *field = x;
-            return absl::OkStatus();
-          });
+          IntegerSetter(field, name, min, max, "a 64-bit integer"));
 }
 
 void FlagSet::Add(std::string name, int* field, std::string help) {
@@ -170,16 +177,7 @@ void FlagSet::Add(std::string name, int* field, std::string help) {
 
 void FlagSet::Add(std::string name, int* field, std::string help, int min, int max) {
   AddFlag(name, std::move(help), absl::StrCat(*field), false,
-          [field, name, min, max](absl::string_view v) {
-            int x;
-            if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &x)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--", name, ": \"", v, "\" is not a 32-bit integer"));
-            }
-            if (x < min || x > max) return OutOfRange(name, v, min, max);
-            *field = x;
-            return absl::OkStatus();
-          });
+          IntegerSetter(field, name, min, max, "a 32-bit integer"));
 }
 
 void FlagSet::Add(std::string name, double* field, std::string help) {

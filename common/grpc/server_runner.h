@@ -42,7 +42,8 @@ class ServerRunner {
  public:
   // Builds and starts a server exposing `services` (not owned; they must outlive the
   // runner). InvalidArgument for a malformed `listen`; AlreadyExists if another process
-  // listens on the Unix socket (a stale socket is replaced); Unavailable if it cannot bind (a
+  // listens on the Unix socket (a stale socket is replaced), NotFound or PermissionDenied for a
+  // socket folder that is missing or not writable; Unavailable if it cannot bind (a
   // TCP port in use included: SO_REUSEPORT is off).
   static absl::StatusOr<std::unique_ptr<ServerRunner>> Start(
       const ServerRunnerOptions& options, const std::vector<grpc::Service*>& services);

@@ -22,8 +22,22 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
   }
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return absl::PermissionDeniedError(absl::StrCat("stat ", path, ": ", std::strerror(errno)));
+    if (errno != ENOENT) {
+      return absl::PermissionDeniedError(absl::StrCat("stat ", path, ": ", std::strerror(errno)));
+    }
+    // bind() would fail in the folder; say which folder and why (gRPC says only that no
+    // address could be added).
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return absl::NotFoundError(
+          absl::StrCat("the folder of socket ", path, " does not exist (create ", dir, ")"));
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create socket ", path, ": ", dir, " is not writable by this user"));
+    }
+    return absl::OkStatus();
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a socket"));

@@ -9,8 +9,9 @@
 
 namespace cairn {
 
-// Prepares `path` for a new listening Unix socket. Nothing there: OK. A socket that no process
-// listens on (left by a crash): removed, OK. A socket a process accepts connections on:
+// Prepares `path` for a new listening Unix socket. Nothing there: OK, if its folder exists
+// (else NotFound) and this user may create a file in it (else PermissionDenied). A socket that no
+// process listens on (left by a crash): removed, OK. A socket a process accepts connections on:
 // AlreadyExists naming the path, so that a second daemon started on the same socket refuses
 // instead of unlinking the first one's socket and taking its clients. A file that is not a
 // socket: FailedPrecondition (never removed). InvalidArgument if `path` does not fit in

@@ -278,5 +278,17 @@ TEST(ServerRunnerTest, ASecondServerOnTheSameTcpPortIsRefused) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
 }
 
+TEST(ServerRunnerTest, AMissingSocketFolderIsNamed) {
+  EmptyCacheService service;
+  ServerRunnerOptions options;
+  options.listen = "unix:/nonexistent-cairn-dir/cache.sock";
+
+  auto runner = ServerRunner::Start(options, {&service});
+
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kNotFound) << runner.status();
+  EXPECT_NE(runner.status().message().find("/nonexistent-cairn-dir/"), absl::string_view::npos)
+      << runner.status();
+}
+
 }  // namespace
 }  // namespace cairn

@@ -3,6 +3,7 @@
 // run with a silent fallback; a second instance on a running daemon's sockets must refuse and
 // leave the first one serving.
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/process/child_process.h"
 #include "gtest/gtest.h"
@@ -145,6 +147,47 @@ TEST(DaemonFlagsTest, ASecondCacheDaemonOnTheSameSocketsRefusesAndTheFirstKeepsS
   EXPECT_EQ(::access((dir + "/a.sock").c_str(), F_OK), 0);
   EXPECT_TRUE(first.WaitServing(absl::Seconds(10)).ok());
   EXPECT_EQ(first.Terminate(), 0);
+}
+
+// SIGTERM (systemctl stop) or Ctrl-C while cairn-infer loads a model (minutes for a large one)
+// ends it at once, not after the load or systemd's TimeoutStopSec. The load here never ends:
+// config.json is a FIFO nobody writes.
+TEST(DaemonFlagsTest, ASignalDuringTheModelLoadEndsTheDaemonAtOnce) {
+  const std::string dir = TestDir("load");
+  ASSERT_EQ(
+      std::system(
+          absl::StrCat("mkdir -p ", dir, "/model && mkfifo ", dir, "/model/config.json").c_str()),
+      0);
+  const std::string binary = absl::StrCat(CAIRN_BINARY_DIR, "/", kInfer);
+  const std::string listen = absl::StrCat("--listen=unix:", dir, "/i.sock");
+  const std::string model = absl::StrCat("--model=", dir, "/model");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl(binary.c_str(), binary.c_str(), listen.c_str(), model.c_str(), "--threads=1",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // Into the load (a child process: nothing to poll).
+
+  ::kill(pid, SIGTERM);
+
+  int status = 0;
+  pid_t reaped = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((reaped = ::waitpid(pid, &status, WNOHANG)) == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (reaped == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  EXPECT_EQ(reaped, pid) << "cairn-infer still loading 10 s after SIGTERM";
+  // Nothing was served yet: ended by the signal itself (the kernel hands it to a thread that
+  // does not block it, OpenBLAS's) or a clean exit.
+  EXPECT_TRUE((WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) ||
+              (WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      << status;
 }
 
 }  // namespace
