@@ -97,6 +97,16 @@ absl::Status DiskStore::OpenCatalog() {
     RETURN_IF_ERROR(WipeCatalog());
     catalog = Catalog::Open(catalog_dir_, options_.catalog_fs, options_.catalog);
   }
+  if (!catalog.ok() && absl::StrContains(catalog.status().message(), "/LOCK:")) {
+    // RocksDB's own words ("IO error: While lock file: .../LOCK: Resource temporarily
+    // unavailable", or "lock hold by current process" within one process) do not say what an
+    // operator did.
+    return absl::FailedPreconditionError(
+        absl::StrCat("disk tier ", options_.root,
+                     " is in use by another process (a second cairn-cache with the same "
+                     "--cache-disk?): ",
+                     catalog.status().message()));
+  }
   if (!catalog.ok()) return catalog.status();
   catalog_ = std::move(*catalog);
   return absl::OkStatus();

@@ -308,7 +308,9 @@ TEST_F(DiskStoreTest, SecondOpenWhileTheCatalogIsLockedFailsWithoutWiping) {
 
   auto second = DiskStore::Create(Options(), PosixFileSystem());
 
-  EXPECT_FALSE(second.ok());
+  EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_NE(second.status().message().find("in use by another process"), absl::string_view::npos)
+      << second.status();
   auto entries = store->catalog().LoadAll();
   ASSERT_TRUE(entries.ok());
   EXPECT_EQ(entries->size(), 1u);
