@@ -150,12 +150,13 @@ absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
     } else if (t == "tool") {
       ASSIGN_OR_RETURN(std::optional<std::string> tool, c.String("name", 256));
       if (!tool.has_value() || tool->empty()) return Invalid("tool_choice.name", "is required");
+      RETURN_IF_ERROR(CheckForcedName(*tool, "tool_choice.name"));
       chat->set_tool_choice(*tool);
     } else {
       return Invalid("tool_choice.type", "must be \"auto\", \"any\", \"tool\" or \"none\"");
     }
   }
-  return CheckForcedToolChoice(*chat);
+  return absl::OkStatus();
 }
 
 // Anthropic message objects and stream events.
@@ -361,6 +362,7 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
       !final_message->content().empty() && final_message->tool_calls_size() == 0) {
     options->set_continue_final_message(true);
   }
+  RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
   ASSIGN_OR_RETURN(const Json* thinking, f.Object("thinking"));
   if (thinking != nullptr) {
     ASSIGN_OR_RETURN(std::optional<std::string> type,

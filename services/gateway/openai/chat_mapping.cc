@@ -183,13 +183,36 @@ absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat) 
   JsonFields named = fn == nullptr ? c : JsonFields(*fn, "tool_choice.function");
   ASSIGN_OR_RETURN(std::optional<std::string> name, named.String("name", 256));
   if (!name.has_value() || name->empty()) return Invalid(named.Name("name"), "is required");
+  RETURN_IF_ERROR(CheckForcedName(*name, named.Name("name")));
   chat->set_tool_choice(*name);
+  return absl::OkStatus();
+}
+
+absl::Status CheckForcedName(const std::string& name, const std::string& field) {
+  // The daemon's tool_choice holds a mode or a function's name in one string.
+  if (name == "auto" || name == "none" || name == "required") {
+    return Invalid(field, absl::StrCat("\"", name,
+                                       "\" is a tool_choice mode; a function of that name "
+                                       "cannot be forced"));
+  }
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7f || c == '<' || c == '>') {
+      return Invalid(field,
+                     "may not hold whitespace, control characters, '<' or '>' (it is written into "
+                     "the tool call's opening)");
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat) {
   const std::string& choice = chat.tool_choice();
   if (choice.empty() || choice == "auto" || choice == "none") return absl::OkStatus();
+  if (chat.options().continue_final_message()) {
+    return Invalid("tool_choice",
+                   "cannot force a tool call while the final assistant message is continued");
+  }
   if (chat.tools_size() == 0) {
     return Invalid("tool_choice", "forces a tool call, but the request has no tools");
   }
@@ -580,7 +603,6 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   RETURN_IF_ERROR(ParseChatMessages(*messages, "messages", limits, chat));
   RETURN_IF_ERROR(ParseTools(f, limits, chat));
   RETURN_IF_ERROR(ParseToolChoice(f, chat));
-  RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
   // parallel_tool_calls is accepted; the daemon's output parser decides how many calls a
   // turn holds (the proto has no field for it).
   RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
@@ -611,6 +633,7 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   // vLLM's extension: continue the final assistant message instead of starting a new turn.
   ASSIGN_OR_RETURN(std::optional<bool> continue_final, f.Bool("continue_final_message"));
   if (continue_final.value_or(false)) options->set_continue_final_message(true);
+  RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
   ASSIGN_OR_RETURN(const Json* kwargs, f.Object("chat_template_kwargs"));
   if (kwargs != nullptr) {
     ASSIGN_OR_RETURN(std::optional<bool> thinking,

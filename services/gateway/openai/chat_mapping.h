@@ -43,10 +43,14 @@ absl::StatusOr<std::string> AddFunctionTool(const JsonFields& f, const char* sch
 // Reads `tool_choice`: "auto", "none", "required", or an object naming a function (as
 // {"function": {"name"}} in chat, {"name"} in the Responses API).
 absl::Status ParseToolChoice(const JsonFields& top, infer_v1::ChatPrompt* chat);
-// Checks that a tool_choice forcing a call can be served: the request has tools, and a named
-// function is one of them. InvalidArgument naming `tool_choice` otherwise (the daemon checks
-// the same, in its own field's name).
+// Checks that a tool_choice forcing a call can be served: the request has tools and does not
+// continue its final message, and a named function is one of them. InvalidArgument naming
+// `tool_choice` otherwise (the daemon checks the same, in its own field's name).
 absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat);
+// Checks a forced function's name as a client gave it in `field`: not one of the modes (auto,
+// none, required: the daemon's tool_choice holds either in one string), and nothing that would
+// break the call's opening (whitespace, control characters, '<', '>').
+absl::Status CheckForcedName(const std::string& name, const std::string& field);
 
 // Reads the text of an OpenAI `content` (a string, or an array of text parts).
 // InvalidArgument for media parts and unknown part types.

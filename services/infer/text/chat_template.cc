@@ -242,8 +242,12 @@ std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_vi
     absl::StrAppend(&text, "<function=", absl::string_view(function.data(), function.size()),
                     ">\n");
   } else {
-    absl::StrAppend(&text, "{\"name\": ", nlohmann::ordered_json(std::string(function)).dump(),
-                    ", \"arguments\": ");
+    // Up to the colon: the space after it is a token of its own alone, where a call written
+    // whole carries it in the arguments' first token (' {"'), a split the model never saw.
+    absl::StrAppend(&text, "{\"name\": ",
+                    nlohmann::ordered_json(std::string(function))
+                        .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                    ", \"arguments\":");
   }
   return text;
 }
@@ -259,6 +263,15 @@ absl::Status CheckForcedTool(const ChatRequest& request) {
     return absl::InvalidArgumentError("a forced tool call needs tools, and the request has none");
   }
   if (request.forced_tool->empty()) return absl::OkStatus();
+  // The name goes into the call's opening as it is: characters that end or break the call's
+  // markup (XML templates end the name at '>'), whitespace and controls are refused.
+  for (const char ch : *request.forced_tool) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c == 0x7f || c == '<' || c == '>') {
+      return absl::InvalidArgumentError(
+          "a forced function's name may not hold whitespace, control characters, '<' or '>'");
+    }
+  }
   for (const nlohmann::ordered_json& tool : request.tools) {
     const nlohmann::ordered_json* fn =
         tool.is_object() && tool.contains("function") && tool["function"].is_object()

@@ -120,13 +120,14 @@ struct RenderedPrompt {
 
 // The text a forced tool call opens with in the template's format: "<tool_call>\n", followed
 // for a named function by its opening, `<function=NAME>\n` where the template writes calls as
-// XML (its source has "<function="), else `{"name": "NAME", "arguments": ` (JSON, as Qwen3's
-// template writes them).
+// XML (its source has "<function="), else `{"name": "NAME", "arguments":` (JSON, as Qwen3's
+// template writes them; the space after the colon is left to the model, whose tokens carry it
+// with what follows).
 std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_view function);
 
 // Checks that `request` can force its tool call (`forced_tool` set): it has tools, defines the
-// function named, and neither continues its final message nor leaves out the generation
-// prompt. InvalidArgument saying which otherwise.
+// function named (a name without whitespace, controls, '<' or '>'), and neither continues its
+// final message nor leaves out the generation prompt. InvalidArgument saying which otherwise.
 absl::Status CheckForcedTool(const ChatRequest& request);
 
 // Renders and tokenizes `request` and computes its stable boundary (0 when the template rejects

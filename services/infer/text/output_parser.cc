@@ -30,15 +30,20 @@ std::string DumpArguments(const json& args) {
 std::string ParamType(const json& tools, const std::string& name, const std::string& param) {
   if (!tools.is_array()) return "";
   for (const json& t : tools) {
+    // Any shape may come from a client: every lookup checks the type it reads (a tool whose
+    // name is not a string is skipped, never compared).
     const json* fn = t.is_object() && t.contains("function") ? &t["function"] : &t;
-    if (!fn->is_object() || fn->value("name", "") != name) continue;
-    if (!fn->contains("parameters") || !(*fn)["parameters"].is_object()) return "";
-    const json& params = (*fn)["parameters"];
-    if (!params.contains("properties") || !params["properties"].is_object()) return "";
-    const json& props = params["properties"];
-    if (!props.contains(param) || !props[param].is_object()) return "";
-    const json& type = props[param]["type"];
-    return type.is_string() ? type.get<std::string>() : "";
+    if (!fn->is_object()) continue;
+    const auto n = fn->find("name");
+    if (n == fn->end() || !n->is_string() || n->get_ref<const std::string&>() != name) continue;
+    const auto params = fn->find("parameters");
+    if (params == fn->end() || !params->is_object()) return "";
+    const auto props = params->find("properties");
+    if (props == params->end() || !props->is_object()) return "";
+    const auto prop = props->find(param);
+    if (prop == props->end() || !prop->is_object()) return "";
+    const auto type = prop->find("type");
+    return type != prop->end() && type->is_string() ? type->get<std::string>() : "";
   }
   return "";
 }

@@ -125,7 +125,7 @@ TEST_F(GatewayRealStackTest, ForcedToolChoiceIsServedThroughEachApi) {
   EXPECT_EQ(answer["finish_reason"], "length");
   EXPECT_EQ(answer["message"]["content"].get<std::string>().rfind(
                 R"(<tool_call>
-{"name": "read_file", "arguments": )",
+{"name": "read_file", "arguments":)",
                 0),
             0u)
       << named.body;

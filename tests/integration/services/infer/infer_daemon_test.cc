@@ -598,7 +598,7 @@ TEST_F(InferDaemonDemoModelTest, ForcedToolCallOpensTheCallInThePrompt) {
   GenerateResult refused_no_tools = Generate(*stub_, no_tools);
 
   ASSERT_TRUE(applied.ok()) << applied.error_message();
-  const std::string opening = "<tool_call>\n{\"name\": \"list_files\", \"arguments\": ";
+  const std::string opening = "<tool_call>\n{\"name\": \"list_files\", \"arguments\":";
   EXPECT_TRUE(
       absl::EndsWith(rendered.text(), "<|im_start|>assistant\n<think>\n\n</think>\n\n" + opening))
       << rendered.text();

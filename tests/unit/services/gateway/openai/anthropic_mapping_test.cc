@@ -23,6 +23,15 @@ TEST(AnthropicMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   EXPECT_EQ(any.status().message().rfind("tool_choice", 0), 0u) << any.status();
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(unknown.status().message().find("\"g\""), std::string::npos) << unknown.status();
+  // A prefill (the final message the assistant's text) cannot be forced into a call.
+  absl::StatusOr<GenerationSpec> prefill = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "a"},
+          {"role": "assistant", "content": "Sure"}],
+          "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+          "tool_choice": {"type": "any"}})"),
+      {});
+  EXPECT_EQ(prefill.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(prefill.status().message().rfind("tool_choice", 0), 0u) << prefill.status();
 }
 
 TEST(AnthropicMappingTest, BlocksMapToChatMessages) {

@@ -95,6 +95,20 @@ TEST(ChatMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   EXPECT_NE(none.find("no tools"), std::string::npos) << none;
   EXPECT_EQ(unknown.rfind("tool_choice", 0), 0u) << unknown;
   EXPECT_NE(unknown.find("\"g\""), std::string::npos) << unknown;
+  // A function named as a mode, a name the call's opening cannot carry, a prefill.
+  for (const char* body : {R"({"messages": [{"role": "user", "content": "U"}],
+          "tools": [{"type": "function", "function": {"name": "none"}}],
+          "tool_choice": {"type": "function", "function": {"name": "none"}}})",
+                           R"({"messages": [{"role": "user", "content": "U"}],
+          "tools": [{"type": "function", "function": {"name": "a>b"}}],
+          "tool_choice": {"type": "function", "function": {"name": "a>b"}}})",
+                           R"({"messages": [{"role": "user", "content": "U"},
+          {"role": "assistant", "content": "Sure"}], "continue_final_message": true,
+          "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": "required"})"}) {
+    const std::string error = ErrorOf(body);
+    EXPECT_EQ(error.rfind("tool_choice", 0), 0u) << error;
+  }
   EXPECT_EQ(MustParse(R"({"messages": [{"role": "user", "content": "U"}],
       "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"})")
                 .request.chat()

@@ -127,6 +127,36 @@ TEST(OutputParserTest, UnterminatedForcedCallIsContentWithItsOpening) {
   EXPECT_EQ(out.warnings.size(), 1u);
 }
 
+// What the prompt's tail yields on its own comes back once, with the first Push (even an empty
+// one) or with Finish.
+TEST(OutputParserTest, PromptTailOutputComesBackOnce) {
+  OutputParserOptions o;
+  o.prompt_tail = "Sure.";
+
+  OutputParser pushed(o);
+  ParsedOutput first = pushed.Push("");
+  ParsedOutput rest = pushed.Push(" Done");
+  rest.Append(pushed.Finish());
+  OutputParser finished(o);
+  ParsedOutput only = finished.Finish();
+
+  EXPECT_EQ(first.content + rest.content, "Sure. Done");
+  EXPECT_EQ(only.content, "Sure.");
+}
+
+// Tools of any shape come from clients: a name that is not a string is skipped, not compared.
+TEST(OutputParserTest, ToolsOfAnyShapeAreReadSafely) {
+  OutputParserOptions o;
+  o.tools = nlohmann::ordered_json::parse(R"([{"function": {"name": 5}}, {"function": "x"},
+      {"function": {"name": "f", "parameters": {"properties": {"n": {}}}}}])");
+
+  ParsedOutput out = ParseOutput(
+      "<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>", o);
+
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"n\": \"3\"}");
+}
+
 TEST(OutputParserTest, TextThatOnlyLooksLikeATagIsKept) {
   ParsedOutput out = ParseOutput("a < b and <tool", OutputParserOptions{});
 

@@ -129,7 +129,7 @@ class StableBoundaryTest : public ::testing::TestWithParam<std::string> {
       return "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
              "</function>\n</tool_call>";
     }
-    return "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
+    return " {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
   }
 
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -253,7 +253,7 @@ TEST_P(StableBoundaryTest, ForcedToolCallEndsThePromptInTheCallsOpening) {
     ASSERT_TRUE(prompt.ok()) << prompt.status();
     std::string opening = "<tool_call>\n";
     if (!forced.empty()) {
-      opening += xml_ ? "<function=get_weather>\n" : "{\"name\": \"get_weather\", \"arguments\": ";
+      opening += xml_ ? "<function=get_weather>\n" : "{\"name\": \"get_weather\", \"arguments\":";
     }
     EXPECT_EQ(prompt->forced_text, opening);
     // Every template here renders a turn without reasoning as an empty block.
@@ -263,6 +263,14 @@ TEST_P(StableBoundaryTest, ForcedToolCallEndsThePromptInTheCallsOpening) {
     absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(prompt->text);
     ASSERT_TRUE(ids.ok()) << ids.status();
     EXPECT_EQ(prompt->ids, *ids);
+    // The opening's tokens are those of the call written whole: the model continues a split of
+    // the text it has seen (a lone space token after the colon would not be).
+    absl::StatusOr<std::vector<TokenId>> whole =
+        tokenizer_->Encode(prompt->text + ForcedCallRest(!forced.empty()));
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    ASSERT_GE(whole->size(), prompt->ids.size());
+    EXPECT_TRUE(std::equal(prompt->ids.begin(), prompt->ids.end(), whole->begin()))
+        << prompt->forced_text;
 
     CheckTurn({{"messages", request.messages}, {"tools", Tools()}}, ForcedCallRest(!forced.empty()),
               {{{"role", "tool"}, {"tool_call_id", "call_0"}, {"content", "{\"temp\": 21}"}}},
@@ -339,7 +347,15 @@ TEST(RenderPromptTest, ForcedToolCallsThatCannotBeServedAreRefused) {
   ChatRequest no_prompt = base;
   no_prompt.add_generation_prompt = false;
 
-  for (const ChatRequest* r : {&no_tools, &empty_tools, &unknown, &continued, &no_prompt}) {
+  ChatRequest markup = base;  // Names the call's opening cannot carry.
+  markup.tools = json::parse(R"([{"type": "function", "function": {"name": "a>b"}},
+      {"type": "function", "function": {"name": " sp"}}])");
+  markup.forced_tool = "a>b";
+  ChatRequest spaced = markup;
+  spaced.forced_tool = " sp";
+
+  for (const ChatRequest* r :
+       {&no_tools, &empty_tools, &unknown, &continued, &no_prompt, &markup, &spaced}) {
     EXPECT_EQ(RenderPrompt(**tmpl, **tokenizer, *r).status().code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(CheckForcedTool(*r).code(), absl::StatusCode::kInvalidArgument);
