@@ -1,6 +1,7 @@
 #include "services/infer/text/text_command.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -58,6 +59,15 @@ ordered_json DecodeCase(const Tokenizer& tokenizer, const std::vector<TokenId>& 
   return answer;
 }
 
+// A JSON integer that a TokenId holds (any other is a malformed case, never truncated).
+bool IsTokenId(const ordered_json& id) {
+  if (id.is_number_unsigned()) {
+    return id.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<TokenId>::max());
+  }
+  return id.is_number_integer() && id.get<int64_t>() >= std::numeric_limits<TokenId>::min() &&
+         id.get<int64_t>() <= std::numeric_limits<TokenId>::max();
+}
+
 // Runs the --tokenize-batch cases of `batch` (JSON Lines), one answer line each.
 absl::Status RunBatch(const Tokenizer& tokenizer, const std::string& batch, std::ostream& out) {
   std::istringstream in(batch);
@@ -76,11 +86,12 @@ absl::Status RunBatch(const Tokenizer& tokenizer, const std::string& batch, std:
         answer["error"] = std::string(ids.status().message());
       }
     } else if (c.is_object() && c.contains("decode") && c["decode"].is_array() &&
-               std::all_of(c["decode"].begin(), c["decode"].end(),
-                           [](const ordered_json& id) { return id.is_number_integer(); })) {
+               std::all_of(c["decode"].begin(), c["decode"].end(), IsTokenId) &&
+               (!c.contains("skip_special") || c["skip_special"].is_boolean())) {
       std::vector<TokenId> ids;
       for (const ordered_json& id : c["decode"]) ids.push_back(id.get<TokenId>());
-      answer = DecodeCase(tokenizer, ids, c.value("skip_special", false));
+      answer =
+          DecodeCase(tokenizer, ids, c.contains("skip_special") && c["skip_special"].get<bool>());
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", line_number, " is neither an encode_hex nor a decode case"));

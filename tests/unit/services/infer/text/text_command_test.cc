@@ -85,10 +85,15 @@ TEST(TextCommandTest, TokenizeBatchRejectsAnUnknownLine) {
   CAIRN_REQUIRE_DOWNLOADED(testing::Qwen3ModelDir() + "/tokenizer.json");
   TextCommandOptions options;
   options.model_dir = testing::Qwen3ModelDir();
-  options.tokenize_batch_file = WriteTemp("bad_batch.jsonl", "{\"encode\": \"hi\"}\n");
-  std::ostringstream out;
+  // An unknown case; an id a TokenId cannot hold (2^32 + 14990, never truncated to "hello");
+  // a skip_special that is not a boolean (nlohmann's value() would throw on it).
+  for (const char* line : {"{\"encode\": \"hi\"}\n", "{\"decode\": [4294982286]}\n",
+                           "{\"decode\": [14990], \"skip_special\": \"yes\"}\n"}) {
+    options.tokenize_batch_file = WriteTemp("bad_batch.jsonl", line);
+    std::ostringstream out;
 
-  EXPECT_THAT(RunTextCommand(options, out), StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(RunTextCommand(options, out), StatusIs(absl::StatusCode::kInvalidArgument)) << line;
+  }
 }
 
 TEST(TextCommandTest, BadOptionsAndInputsAreErrors) {
