@@ -220,7 +220,7 @@ absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat) {
   for (const infer_v1::Tool& tool : chat.tools()) {
     const Json t = Json::parse(tool.json(), nullptr, /*allow_exceptions=*/false);
     const Json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
-    if (fn != nullptr && fn->is_object() && fn->value("name", "") == choice) {
+    if (fn != nullptr && fn->is_object() && fn->contains("name") && (*fn)["name"] == choice) {
       return absl::OkStatus();
     }
   }

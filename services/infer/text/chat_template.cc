@@ -158,7 +158,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(
         source = ct->get<std::string>();
       } else if (ct->is_array()) {
         for (const auto& entry : *ct) {
-          if (entry.is_object() && entry.value("name", "") == "default" &&
+          if (entry.is_object() && entry.contains("name") && entry["name"] == "default" &&
               entry.contains("template") && entry["template"].is_string()) {
             source = entry["template"].get<std::string>();
           }

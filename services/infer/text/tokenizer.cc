@@ -52,6 +52,27 @@ absl::StatusOr<std::string> ByteLevelToBytes(std::string_view token,
   return out;
 }
 
+// nlohmann's value(key, default) throws when the key holds another type than the default's, and
+// tokenizer.json comes from the model's folder: these read a field without throwing.
+// The string at `key`, or "" when it is absent or not a string.
+std::string StringField(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// The boolean at `key`, `fallback` when it is absent or null; InvalidArgument naming the field
+// for any other type.
+absl::StatusOr<bool> BoolField(const json& j, const char* key, bool fallback,
+                               std::string_view where) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", Av(where), " ", Av(key),
+                                                   " must be a boolean, got ", it->dump()));
+  }
+  return it->get<bool>();
+}
+
 absl::Status ExpectType(const json& j, std::string_view key, std::string_view type) {
   auto it = j.find(std::string(key));
   if (it == j.end() || !it->is_object()) {
@@ -67,15 +88,17 @@ absl::Status ExpectType(const json& j, std::string_view key, std::string_view ty
 
 // ByteLevel components must not add a prefix space; use_regex must be off for the pre-tokenizer.
 absl::Status CheckByteLevel(const json& j, std::string_view where, bool check_regex) {
-  if (!j.is_object() || j.value("type", "") != "ByteLevel") {
+  if (!j.is_object() || StringField(j, "type") != "ByteLevel") {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer.json: ", Av(where), " must be ByteLevel, got ", j.dump()));
   }
-  if (j.value("add_prefix_space", false)) {
+  ASSIGN_OR_RETURN(const bool prefix_space, BoolField(j, "add_prefix_space", false, where));
+  if (prefix_space) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer.json: ", Av(where), " add_prefix_space=true is not supported"));
   }
-  if (check_regex && j.value("use_regex", true)) {
+  ASSIGN_OR_RETURN(const bool use_regex, BoolField(j, "use_regex", true, where));
+  if (check_regex && use_regex) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer.json: ", Av(where), " use_regex=true is not supported"));
   }
@@ -83,15 +106,18 @@ absl::Status CheckByteLevel(const json& j, std::string_view where, bool check_re
 }
 
 absl::StatusOr<PreTokenizerPattern> ParsePreTokenizer(const json& pre) {
-  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers") ||
-      !pre["pretokenizers"].is_array() || pre["pretokenizers"].size() != 2) {
+  if (!pre.is_object() || StringField(pre, "type") != "Sequence" ||
+      !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
+      pre["pretokenizers"].size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tokenizer.json: pre_tokenizer must be Sequence[Split, ByteLevel], got ", pre.dump()));
   }
   const json& split = pre["pretokenizers"][0];
-  if (split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
-      split.value("invert", true) || !split.contains("pattern") || !split["pattern"].is_object() ||
-      !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
+  if (!split.is_object() || StringField(split, "type") != "Split" ||
+      StringField(split, "behavior") != "Isolated" || !split.contains("invert") ||
+      !split["invert"].is_boolean() || split["invert"].get<bool>() || !split.contains("pattern") ||
+      !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
+      !split["pattern"]["Regex"].is_string()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer.json: unsupported split pre-tokenizer ", split.dump()));
   }
@@ -212,8 +238,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
 
   RETURN_IF_ERROR(ExpectType(root, "model", "BPE"));
   const json& model = root["model"];
-  if (!model.value("continuing_subword_prefix", std::string()).empty() &&
-      !model["continuing_subword_prefix"].is_null()) {
+  if (model.contains("continuing_subword_prefix") &&
+      !model["continuing_subword_prefix"].is_null() &&
+      (!model["continuing_subword_prefix"].is_string() ||
+       !model["continuing_subword_prefix"].get<std::string>().empty())) {
     return absl::InvalidArgumentError("tokenizer.json: continuing_subword_prefix not supported");
   }
   if (model.contains("end_of_word_suffix") && model["end_of_word_suffix"].is_string() &&
@@ -223,10 +251,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   if (model.contains("dropout") && !model["dropout"].is_null()) {
     return absl::InvalidArgumentError("tokenizer.json: BPE dropout not supported");
   }
-  if (model.value("ignore_merges", false)) {
+  ASSIGN_OR_RETURN(const bool ignore_merges, BoolField(model, "ignore_merges", false, "model"));
+  if (ignore_merges) {
     return absl::InvalidArgumentError("tokenizer.json: ignore_merges=true not supported");
   }
-  const bool byte_fallback = model.value("byte_fallback", false);
+  ASSIGN_OR_RETURN(const bool byte_fallback, BoolField(model, "byte_fallback", false, "model"));
   if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges") ||
       !model["merges"].is_array()) {
     return absl::InvalidArgumentError("tokenizer.json: model needs vocab and merges");
@@ -313,9 +342,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     AddedToken tok;
     tok.id = static_cast<TokenId>(a["id"].get<int64_t>());
     tok.content = a["content"].get<std::string>();
-    tok.special = a.value("special", false);
-    if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false) ||
-        a.value("normalized", false)) {
+    ASSIGN_OR_RETURN(tok.special, BoolField(a, "special", false, "added token"));
+    bool unsupported = false;
+    for (const char* flag : {"lstrip", "rstrip", "single_word", "normalized"}) {
+      ASSIGN_OR_RETURN(const bool on, BoolField(a, flag, false, "added token"));
+      unsupported = unsupported || on;
+    }
+    if (unsupported) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokenizer.json: added token ", tok.content,
                        " uses lstrip/rstrip/single_word/normalized, which are not supported"));

@@ -130,6 +130,28 @@ TEST(TokenizerTest, RepeatedMergeTakesTheRankOfItsLastOccurrence) {
   EXPECT_THAT(*ids, ElementsAre('a', 259));
 }
 
+// tokenizer.json comes from the model's folder: a field of the wrong type is an error naming
+// it, never an exception (nlohmann's value() throws on one).
+TEST(TokenizerTest, FieldsOfTheWrongTypeAreErrors) {
+  const nlohmann::json base = nlohmann::json::parse(TinyTokenizerJson());
+  std::vector<nlohmann::json> bad(8, base);
+  bad[0]["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = "no";
+  bad[1]["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = 0;
+  bad[2]["pre_tokenizer"]["pretokenizers"][0]["invert"] = "false";
+  bad[3]["pre_tokenizer"]["pretokenizers"][0]["type"] = 5;
+  bad[4]["model"]["byte_fallback"] = "yes";
+  bad[5]["model"]["continuing_subword_prefix"] = 1;
+  bad[6]["added_tokens"][0]["special"] = "true";
+  bad[7]["added_tokens"][1]["lstrip"] = 1;
+
+  for (const nlohmann::json& j : bad) {
+    EXPECT_THAT(Tokenizer::FromJson(j.dump()).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << j.dump().substr(0, 200);
+  }
+  EXPECT_TRUE(Tokenizer::FromJson(base.dump()).ok());
+}
+
 TEST(TokenizerTest, UnknownIdIsAnError) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
   ASSERT_TRUE(t.ok()) << t.status();
