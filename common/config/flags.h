@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text);
 // The most threads a thread-count flag may ask for: far more than any machine needs, far
 // fewer than would fail to start (std::thread throws, and the daemon would abort).
 inline constexpr int kMaxThreadsFlag = 1024;
+
+// Upper bounds for the bounded Add overloads of flags that have none but their type's.
+inline constexpr int kNoMax = std::numeric_limits<int>::max();
+inline constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
+inline constexpr double kNoMaxReal = std::numeric_limits<double>::infinity();
 
 class FlagSet {
  public:

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,11 +47,6 @@ struct CacheMainOptions {
   std::string log_level = "info";
   std::vector<std::string> arena_uids;  // Uids allowed to receive the arena; empty: our own.
 };
-
-// Upper bounds of flags that have none but their type's.
-constexpr int kNoMax = std::numeric_limits<int>::max();
-constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
-constexpr double kNoMaxReal = std::numeric_limits<double>::infinity();
 
 int Run(int argc, char** argv) {
   BlockTerminationSignals();

@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -51,8 +50,6 @@ absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   if (keys.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " holds no API key"));
   return keys;
 }
-
-constexpr int kNoMax = std::numeric_limits<int>::max();  // A flag bounded by its type alone.
 
 int Run(int argc, char** argv) {
   BlockTerminationSignals();

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,10 +58,6 @@ std::vector<std::string> ExpandShortFlags(int argc, char** argv) {
   }
   return args;
 }
-
-// Upper bounds of flags that have none but their type's.
-constexpr int kNoMax = std::numeric_limits<int>::max();
-constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
 
 int Run(int argc, char** argv) {
   BlockTerminationSignals();
