@@ -118,6 +118,15 @@ std::function<absl::Status(absl::string_view)> IntegerSetter(T* field, std::stri
   };
 }
 
+// Returns `validate`'s verdict on `value` (OK without one), its message prefixed by the flag.
+absl::Status Validated(absl::string_view name, absl::string_view value,
+                       const FlagValidator& validate) {
+  if (!validate) return absl::OkStatus();
+  absl::Status s = validate(value);
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", s.message()));
+}
+
 }  // namespace
 
 FlagSet::FlagSet(std::string program, std::string description)
@@ -137,8 +146,13 @@ void FlagSet::AddFlag(std::string name, std::string help, std::string default_te
 }
 
 void FlagSet::Add(std::string name, std::string* field, std::string help) {
-  AddFlag(std::move(name), std::move(help), absl::StrCat("\"", *field, "\""), false,
-          [field](absl::string_view v) {
+  Add(std::move(name), field, std::move(help), FlagValidator());
+}
+
+void FlagSet::Add(std::string name, std::string* field, std::string help, FlagValidator validate) {
+  AddFlag(name, std::move(help), absl::StrCat("\"", *field, "\""), false,
+          [field, name, validate = std::move(validate)](absl::string_view v) {
+            RETURN_IF_ERROR(Validated(name, v, validate));
             *field = std::string(v);
             return absl::OkStatus();
           });
@@ -233,15 +247,24 @@ void FlagSet::AddBytes(std::string name, uint64_t* field, std::string help) {
 }
 
 void FlagSet::Add(std::string name, std::vector<std::string>* field, std::string help) {
-  AddFlag(std::move(name), std::move(help), absl::StrCat("\"", absl::StrJoin(*field, ","), "\""),
-          false, [field, cleared = false](absl::string_view v) mutable {
+  Add(std::move(name), field, std::move(help), FlagValidator());
+}
+
+void FlagSet::Add(std::string name, std::vector<std::string>* field, std::string help,
+                  FlagValidator validate) {
+  AddFlag(name, std::move(help), absl::StrCat("\"", absl::StrJoin(*field, ","), "\""), false,
+          [field, name, validate = std::move(validate),
+           cleared = false](absl::string_view v) mutable -> absl::Status {
+            std::vector<std::string> parts;
+            for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+              parts.emplace_back(absl::StripAsciiWhitespace(part));
+              RETURN_IF_ERROR(Validated(name, parts.back(), validate));
+            }
             if (!cleared) {  // The first value replaces the default; later ones accumulate.
               field->clear();
               cleared = true;
             }
-            for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-              field->emplace_back(absl::StripAsciiWhitespace(part));
-            }
+            for (std::string& part : parts) field->push_back(std::move(part));
             return absl::OkStatus();
           });
 }

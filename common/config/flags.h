@@ -49,6 +49,9 @@ inline constexpr int kNoMax = std::numeric_limits<int>::max();
 inline constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
 inline constexpr double kNoMaxReal = std::numeric_limits<double>::infinity();
 
+// Says whether a flag's value is acceptable: OK, or why not (without the flag's name).
+using FlagValidator = std::function<absl::Status(absl::string_view)>;
+
 class FlagSet {
  public:
   FlagSet(std::string program, std::string description);
@@ -77,6 +80,13 @@ class FlagSet {
   void AddBytes(std::string name, uint64_t* field, std::string help);
   // A list of strings: comma-separated, or the flag repeated (values accumulate).
   void Add(std::string name, std::vector<std::string>* field, std::string help);
+  // Like Add for a string or a list of strings, but each value (each element of a list) is
+  // passed to `validate` first, and one it refuses is an InvalidArgument error naming the flag
+  // with `validate`'s message. For values with a syntax of their own, such as peer addresses
+  // (ValidatePeerAddress in common/grpc/peer_address.h). The default is not validated.
+  void Add(std::string name, std::string* field, std::string help, FlagValidator validate);
+  void Add(std::string name, std::vector<std::string>* field, std::string help,
+           FlagValidator validate);
 
   // Parses `argv[1..argc)`. Returns the positional arguments in order.
   absl::StatusOr<std::vector<std::string>> Parse(int argc, const char* const* argv);

@@ -20,7 +20,9 @@ namespace cairn {
 std::unique_ptr<grpc::ClientContext> NewClientContext(absl::Duration timeout);
 
 // Returns an insecure channel to `target` ("unix:PATH" or "HOST:PORT") with the local-peer
-// reconnect backoff (RPC2: a few seconds at most).
+// reconnect backoff (RPC2: a few seconds at most). A target from an operator (a flag, a config
+// file, the environment) must pass ValidatePeerAddress first (peer_address.h): gRPC takes almost
+// any string and retries a bad one for ever.
 std::shared_ptr<grpc::Channel> NewLocalChannel(const std::string& target);
 
 }  // namespace cairn

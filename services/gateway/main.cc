@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/config/daemon_command_line.h"
 #include "common/config/flags.h"
+#include "common/grpc/peer_address.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
 #include "services/gateway/dashboard/cache_monitor.h"
@@ -62,10 +63,12 @@ int Run(int argc, char** argv) {
   FlagSet flags("cairn-gateway", "The Cairn HTTP gateway: OpenAI- and Anthropic-compatible APIs.");
   flags.Add("listen", &main_options.listen, "HTTP address HOST:PORT (an IP literal)");
   flags.Add("infer", &main_options.infer,
-            "cairn-infer gRPC address (unix:PATH or HOST:PORT); repeat for several daemons");
+            "cairn-infer gRPC address (unix:PATH or HOST:PORT); repeat for several daemons",
+            ValidatePeerAddress);
   flags.Add("cache", &main_options.cache,
             "cairn-cache gRPC address (unix:PATH or HOST:PORT) for /metrics and the dashboard's "
-            "budget, tree and events (optional; its control methods only)");
+            "budget, tree and events (optional; its control methods only)",
+            ValidateOptionalPeerAddress);
   flags.Add("api-key-file", &main_options.api_key_file,
             "file of API keys, one per line (required off loopback)");
   flags.AddBytes("max-body-bytes", &max_body, "largest request body; larger get 413");

@@ -28,6 +28,7 @@
 #include "common/concurrency/notification.h"
 #include "common/config/flags.h"
 #include "common/grpc/client.h"
+#include "common/grpc/peer_address.h"
 #include "common/status/status_macros.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
@@ -60,7 +61,7 @@ std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
                                     const std::vector<std::string>& args, std::ostream& out,
                                     std::ostream& err, int* exit_code, size_t max_positionals) {
   if (common.addr.empty()) common.addr = DefaultCacheAddress();
-  flags.Add("addr", &common.addr, "daemon address: unix:PATH or HOST:PORT");
+  flags.Add("addr", &common.addr, "daemon address: unix:PATH or HOST:PORT", ValidatePeerAddress);
   flags.Add("timeout", &common.timeout, "deadline of each call");
   flags.Add("json", &common.json, "print JSON instead of tables");
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
@@ -77,6 +78,15 @@ std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
   }
   if (rest->size() > max_positionals) {
     err << "cairnctl: unexpected argument '" << (*rest)[max_positionals] << "' (see --help)\n";
+    *exit_code = 2;
+    return {};
+  }
+  // A given --addr was checked as it was parsed; the default comes from the environment.
+  absl::Status addr = flags.WasSet("addr") ? absl::OkStatus() : ValidatePeerAddress(common.addr);
+  if (!addr.ok()) {
+    err << "cairnctl: default --addr (from CAIRN_CACHE_ADDR, CAIRN_INFER_ADDR or the runtime "
+           "directory): "
+        << addr.message() << "\n";
     *exit_code = 2;
     return {};
   }

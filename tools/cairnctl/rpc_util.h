@@ -29,7 +29,8 @@ std::string DefaultCacheAddress();
 // Parses `args` with the common flags (--addr, --timeout, --json) plus the verb's own; returns
 // the positionals, or prints the error (exit 2) / usage (exit 0) and sets `exit_code` (-1 when
 // the verb should go on). More than `max_positionals` positionals is an error (exit 2): a verb
-// that takes none does not ignore a mistyped argument.
+// that takes none does not ignore a mistyped argument. So is an address, given or the default,
+// that ValidatePeerAddress refuses.
 std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
                                     const std::vector<std::string>& args, std::ostream& out,
                                     std::ostream& err, int* exit_code,

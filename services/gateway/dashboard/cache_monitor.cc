@@ -4,13 +4,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc/client.h"
+#include "common/grpc/peer_address.h"
+#include "common/status/annotate.h"
 #include "grpcpp/grpcpp.h"
 
 namespace cairn::gateway {
 
 absl::StatusOr<std::unique_ptr<CacheMonitor>> CacheMonitor::Create(
     const CacheMonitorOptions& options) {
-  if (options.address.empty()) return absl::InvalidArgumentError("cache address is empty");
+  if (absl::Status s = ValidatePeerAddress(options.address); !s.ok()) {
+    return Annotate(s, "cache daemon");
+  }
   if (options.refresh_interval <= absl::ZeroDuration() ||
       options.rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("cache refresh interval and timeout must be positive");

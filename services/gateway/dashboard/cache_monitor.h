@@ -46,7 +46,7 @@ struct CacheSnapshot {
 class CacheMonitor {
  public:
   // Creates the channel and starts refreshing (the first refresh runs at once, in the
-  // background). InvalidArgument for an empty address.
+  // background). InvalidArgument for an address ValidatePeerAddress refuses (an empty one).
   static absl::StatusOr<std::unique_ptr<CacheMonitor>> Create(const CacheMonitorOptions& options);
   ~CacheMonitor();  // Shutdown().
   CacheMonitor(const CacheMonitor&) = delete;

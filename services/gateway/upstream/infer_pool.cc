@@ -7,7 +7,9 @@
 #include "absl/strings/str_join.h"
 #include "cairn/infer/v1/infer.grpc.pb.h"
 #include "common/grpc/client.h"
+#include "common/grpc/peer_address.h"
 #include "common/log/log.h"
+#include "common/status/annotate.h"
 #include "common/status/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
@@ -270,7 +272,9 @@ absl::StatusOr<std::unique_ptr<InferPool>> InferPool::Create(const InferPoolOpti
   }
   std::set<std::string> seen;
   for (const std::string& a : options.addresses) {
-    if (a.empty()) return absl::InvalidArgumentError("empty inference daemon address");
+    if (absl::Status s = ValidatePeerAddress(a); !s.ok()) {
+      return Annotate(s, "inference daemon");
+    }
     if (!seen.insert(a).second) {
       return absl::InvalidArgumentError(absl::StrCat("inference daemon ", a, " given twice"));
     }

@@ -86,7 +86,8 @@ class GenerateRun;
 // Thread-safe. A background thread refreshes the daemons' model and slot information.
 class InferPool {
  public:
-  // Creates the channels and starts refreshing. InvalidArgument without addresses.
+  // Creates the channels and starts refreshing. InvalidArgument without addresses, with one that
+  // ValidatePeerAddress refuses, or with one given twice.
   static absl::StatusOr<std::unique_ptr<InferPool>> Create(const InferPoolOptions& options);
   ~InferPool();
   InferPool(const InferPool&) = delete;

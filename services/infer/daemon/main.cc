@@ -19,6 +19,7 @@
 #include "common/config/daemon_command_line.h"
 #include "common/config/flags.h"
 #include "common/config/runtime_dir.h"
+#include "common/grpc/peer_address.h"
 #include "common/grpc/server_runner.h"
 #include "common/grpc/signals.h"
 #include "common/log/log.h"
@@ -113,7 +114,8 @@ int Run(int argc, char** argv) {
             "in flight (0: only when no slot has work, one at a time)",
             0, kNoMax64);
   flags.Add("cache", &main_options.cache,
-            "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)");
+            "cache daemon address (unix:PATH or HOST:PORT; empty: serve without a cache)",
+            ValidateOptionalPeerAddress);
   flags.Add("listen", &main_options.listen, "gRPC address: unix:PATH or HOST:PORT");
   flags.Add("instance-name", &main_options.instance_name, "name in the cache's events");
   flags.Add("io-threads", &main_options.io_threads, "threads preparing requests", 1,

@@ -104,6 +104,14 @@ TEST(DaemonFlagsTest, BadValuesExitTwoNamingTheFlag) {
       {kGateway, {"--infer=unix:/nonexistent", "--refresh-interval=0"}, "--refresh-interval"},
       {kGateway, {"--infer=unix:/nonexistent", "--rpc-timeout=0"}, "--rpc-timeout"},
       {kGateway, {"--infer=unix:/nonexistent", "--retry-after=-1"}, "--retry-after"},
+      // Peer addresses: gRPC took these and retried a DNS lookup of "garbage" (port 443) or an
+      // empty socket path for ever.
+      {kInfer, {infer_listen, model, "--cache=garbage"}, "--cache: peer address"},
+      {kInfer, {infer_listen, model, "--cache=unix:"}, "--cache: peer address"},
+      {kGateway, {"--infer=garbage"}, "--infer: peer address"},
+      {kGateway, {"--infer=unix:/nonexistent,localhost:0"}, "--infer: peer address"},
+      {kGateway, {"--infer=unix:/nonexistent", "--cache=garbage"}, "--cache: peer address"},
+      {kGateway, {"--infer=unix:/nonexistent", "--cache=unix:"}, "--cache: peer address"},
   };
   for (const BadFlag& c : cases) {
     const Outcome outcome = RunDaemon(c.binary, c.args);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/support/status_matchers.h"
 
@@ -174,6 +175,56 @@ TEST(FlagRangeTest, ValuesInsideTheRangeAndFromAConfigFile) {
   file_only.Add("threads", &threads, "", 1, 1024);
   EXPECT_THAT(file_only.ApplyConfigText("threads = 0\n", "x.conf"),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A validator as a daemon's main passes one: no spaces, and "none" refused.
+absl::Status NoSpaceNorNone(absl::string_view v) {
+  if (v == "none") return absl::InvalidArgumentError("\"none\" is not a peer");
+  if (absl::StrContains(v, ' ')) return absl::InvalidArgumentError("holds a space");
+  return absl::OkStatus();
+}
+
+TEST(FlagValidatorTest, ARefusedValueIsAnErrorNamingTheFlagAndLeavesTheField) {
+  FlagSet flags("demo", "");
+  std::string peer = "unix:/run/cairn/cache.sock";
+  std::vector<std::string> peers = {"a"};
+  flags.Add("cache", &peer, "", NoSpaceNorNone);
+  flags.Add("infer", &peers, "", NoSpaceNorNone);
+
+  auto one = flags.Parse({"--cache=none"});
+  auto listed = flags.Parse({"--infer=b,none"});
+
+  EXPECT_THAT(one, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(one.status().message(), "--cache: \"none\" is not a peer");
+  EXPECT_THAT(listed, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(listed.status().message(), "--infer: \"none\" is not a peer");
+  EXPECT_EQ(peer, "unix:/run/cairn/cache.sock");
+  EXPECT_EQ(peers, std::vector<std::string>({"a"}));
+}
+
+TEST(FlagValidatorTest, AcceptedValuesAreSetAndEachListElementIsCheckedTrimmed) {
+  FlagSet flags("demo", "");
+  std::string peer;
+  std::vector<std::string> peers;
+  flags.Add("cache", &peer, "", NoSpaceNorNone);
+  flags.Add("infer", &peers, "", NoSpaceNorNone);
+
+  auto rest = flags.Parse({"--cache=unix:c.sock", "--infer", "a, b", "--infer=c"});
+
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(peer, "unix:c.sock");
+  EXPECT_EQ(peers, std::vector<std::string>({"a", "b", "c"}));
+}
+
+TEST(FlagValidatorTest, ARefusedConfigValueNamesFileLineAndFlag) {
+  FlagSet flags("demo", "");
+  std::string peer;
+  flags.Add("cache", &peer, "", NoSpaceNorNone);
+
+  absl::Status s = flags.ApplyConfigText("\ncache = none\n", "gateway.conf");
+
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(s.message(), "gateway.conf:2: --cache: \"none\" is not a peer");
 }
 
 TEST_F(FlagsTest, ConfigFileSetsValuesAndTheCommandLineWins) {

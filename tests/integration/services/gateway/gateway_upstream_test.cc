@@ -218,6 +218,18 @@ TEST(InferPoolTest, NoDaemonReadyAnswersUnavailableWithoutHanging) {
   pool->Shutdown();
 }
 
+TEST(InferPoolTest, AMalformedOrRepeatedAddressIsRefusedAtCreate) {
+  for (const std::vector<std::string>& addresses :
+       std::vector<std::vector<std::string>>{{}, {"garbage"}, {"unix:"}, {"unix:/a", "unix:/a"}}) {
+    InferPoolOptions options;
+    options.addresses = addresses;
+
+    auto pool = InferPool::Create(options);
+
+    EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument) << pool.status();
+  }
+}
+
 TEST(InferPoolTest, ShutdownCancelsOpenStreams) {
   FakeInferServer a;
   a.service().SetScript([](const infer_v1::GenerateRequest&) {
