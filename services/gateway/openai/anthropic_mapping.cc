@@ -363,6 +363,20 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
     options->set_continue_final_message(true);
   }
   RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
+  // Structured outputs (Anthropic's beta): {"type": "json_schema", "schema": {...}}; decoding
+  // is constrained to the schema (docs/gateway.md).
+  ASSIGN_OR_RETURN(const Json* output_format, f.Object("output_format"));
+  if (output_format != nullptr) {
+    const JsonFields of(*output_format, "output_format");
+    ASSIGN_OR_RETURN(std::optional<std::string> type, of.String("type", 64));
+    if (type.value_or("") != "json_schema") {
+      return Invalid(of.Name("type"), "must be \"json_schema\"");
+    }
+    RETURN_IF_ERROR(
+        ReadJsonSchemaFormat(of, /*name_required=*/false, req.mutable_response_format()));
+    RETURN_IF_ERROR(
+        CheckResponseFormatFits(req, "output_format", "a final assistant message (a prefill)"));
+  }
   ASSIGN_OR_RETURN(const Json* thinking, f.Object("thinking"));
   if (thinking != nullptr) {
     ASSIGN_OR_RETURN(std::optional<std::string> type,

@@ -606,14 +606,11 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   // parallel_tool_calls is accepted; the daemon's output parser decides how many calls a
   // turn holds (the proto has no field for it).
   RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
+  // Structured outputs: decoding is constrained to the format (docs/gateway.md).
   ASSIGN_OR_RETURN(const Json* format, f.Object("response_format"));
   if (format != nullptr) {
-    ASSIGN_OR_RETURN(std::optional<std::string> type,
-                     JsonFields(*format, "response_format").String("type", 64));
-    if (type.value_or("text") != "text") {
-      return Invalid("response_format.type",
-                     absl::StrCat("\"", *type, "\" is not supported; only \"text\" is"));
-    }
+    RETURN_IF_ERROR(
+        ParseOpenAiResponseFormat(*format, "response_format", SchemaMembers::kNested, &req));
   }
   RETURN_IF_ERROR(ParseSampling(f, limits, {"max_completion_tokens", "max_tokens"}, "stop",
                                 req.mutable_sampling()));
@@ -634,6 +631,7 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   ASSIGN_OR_RETURN(std::optional<bool> continue_final, f.Bool("continue_final_message"));
   if (continue_final.value_or(false)) options->set_continue_final_message(true);
   RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
+  RETURN_IF_ERROR(CheckResponseFormatFits(req, "response_format", "continue_final_message"));
   ASSIGN_OR_RETURN(const Json* kwargs, f.Object("chat_template_kwargs"));
   if (kwargs != nullptr) {
     ASSIGN_OR_RETURN(std::optional<bool> thinking,
@@ -716,6 +714,13 @@ absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
   ASSIGN_OR_RETURN(std::optional<std::string> suffix, f.String("suffix", 1));
   if (suffix.has_value() && !suffix->empty()) return Invalid("suffix", "is not supported");
   RETURN_IF_ERROR(ParseSampling(f, limits, {"max_tokens"}, "stop", req.mutable_sampling()));
+  // vLLM takes response_format here too: the text generated after the prompt is the value.
+  ASSIGN_OR_RETURN(const Json* format, f.Object("response_format"));
+  if (format != nullptr) {
+    RETURN_IF_ERROR(
+        ParseOpenAiResponseFormat(*format, "response_format", SchemaMembers::kNested, &req));
+    RETURN_IF_ERROR(CheckResponseFormatFits(req, "response_format", ""));
+  }
   ASSIGN_OR_RETURN(std::optional<int64_t> top, f.Integer("logprobs", 0, limits.max_top_logprobs));
   if (top.has_value()) {
     spec.top_logprobs = static_cast<uint32_t>(*top);

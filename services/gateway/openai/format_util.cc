@@ -1,11 +1,26 @@
 #include "services/gateway/openai/format_util.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status/status_macros.h"
 
 namespace cairn::gateway {
+namespace {
+
+// OpenAI's limit on a json_schema format's name.
+constexpr size_t kMaxSchemaNameBytes = 64;
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+}
+
+}  // namespace
 
 absl::string_view TierName(infer_v1::CacheResult::Tier tier) {
   switch (tier) {
@@ -113,6 +128,72 @@ std::string ConversationLabel(absl::string_view cache_key, const infer_v1::ChatP
     if (m.role() == "user") break;
   }
   return absl::StrFormat("conv-%016x", h);
+}
+
+absl::Status ReadJsonSchemaFormat(const JsonFields& f, bool name_required,
+                                  infer_v1::ResponseFormat* format) {
+  ASSIGN_OR_RETURN(std::optional<std::string> name, f.String("name", kMaxSchemaNameBytes));
+  if (!name.has_value() && name_required) return Invalid(f.Name("name"), "is required");
+  if (name.has_value()) {
+    const bool valid = !name->empty() && std::all_of(name->begin(), name->end(), [](char c) {
+      return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+    });
+    if (!valid) {
+      return Invalid(f.Name("name"), "must be 1 to 64 letters, digits, underscores or dashes");
+    }
+  }
+  RETURN_IF_ERROR(f.String("description", 1 << 20).status());
+  // Accepted either way: every answer is constrained to the schema, as strict asks.
+  RETURN_IF_ERROR(f.Bool("strict").status());
+  ASSIGN_OR_RETURN(const Json* schema, f.Object("schema"));
+  format->set_json_schema(schema != nullptr ? DumpJson(*schema) : "{}");
+  return absl::OkStatus();
+}
+
+absl::Status ParseOpenAiResponseFormat(const Json& format, const std::string& field,
+                                       SchemaMembers members, infer_v1::GenerateRequest* request) {
+  const JsonFields f(format, field);
+  ASSIGN_OR_RETURN(std::optional<std::string> type, f.String("type", 64));
+  const std::string kind = type.value_or("text");
+  if (kind == "text") return absl::OkStatus();
+  if (kind == "json_object") {
+    request->mutable_response_format()->set_json_object(true);
+    return absl::OkStatus();
+  }
+  if (kind != "json_schema") {
+    return Invalid(f.Name("type"),
+                   absl::StrCat("\"", kind, "\" is not one of text, json_object, json_schema"));
+  }
+  if (members == SchemaMembers::kInline) {
+    return ReadJsonSchemaFormat(f, /*name_required=*/true, request->mutable_response_format());
+  }
+  ASSIGN_OR_RETURN(const Json* schema, f.Object("json_schema"));
+  if (schema == nullptr) return Invalid(f.Name("json_schema"), "is required");
+  return ReadJsonSchemaFormat(JsonFields(*schema, f.Name("json_schema")), /*name_required=*/true,
+                              request->mutable_response_format());
+}
+
+absl::Status CheckResponseFormatFits(const infer_v1::GenerateRequest& request,
+                                     absl::string_view field, absl::string_view prefill) {
+  if (request.response_format().format_case() == infer_v1::ResponseFormat::FORMAT_NOT_SET) {
+    return absl::OkStatus();
+  }
+  const std::string& choice = request.chat().tool_choice();
+  if (request.has_chat() && !choice.empty() && choice != "auto" && choice != "none") {
+    return Invalid(field,
+                   "cannot be combined with a tool_choice that forces a tool call: the answer "
+                   "is either the tool call or the structured output");
+  }
+  if (request.has_chat() && request.chat().options().continue_final_message()) {
+    return Invalid(field, absl::StrCat("cannot be combined with ", prefill,
+                                       ": the answer must be the JSON value from its start"));
+  }
+  if (request.sampling().ignore_eos()) {
+    return Invalid(field,
+                   "cannot be combined with ignore_eos: the answer ends once its JSON value is "
+                   "complete");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cairn::gateway

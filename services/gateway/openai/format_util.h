@@ -114,6 +114,37 @@ struct GenerationSpec {
 // `vocab_size`. InvalidArgument naming the field.
 absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_size);
 
+// Where an OpenAI json_schema format keeps its members ("name", "schema", "strict",
+// "description").
+enum class SchemaMembers {
+  kNested,  // In the format's "json_schema" object (chat completions' response_format).
+  kInline,  // In the format object itself (the Responses API's text.format).
+};
+
+// Reads the members of a json_schema format from `f` (chat's response_format.json_schema, the
+// Responses API's text.format, Anthropic's output_format) into `format`: "name" (required when
+// `name_required`, as OpenAI requires it: 1 to 64 letters, digits, '_' or '-'; it never reaches
+// the model), "description" (a string; not shown to the model), "strict" (a boolean; decoding
+// is constrained either way) and "schema" (an object, sent as its JSON text; absent: "{}", any
+// JSON value, as the empty JSON Schema). InvalidArgument naming the field.
+absl::Status ReadJsonSchemaFormat(const JsonFields& f, bool name_required,
+                                  infer_v1::ResponseFormat* format);
+
+// Reads an OpenAI response format, `format`, named `field` ("response_format", "text.format"):
+// {"type": "text"} (or no type) leaves `request` free text; {"type": "json_object"} asks for any
+// JSON object; {"type": "json_schema", ...} for a value valid under a schema, its members where
+// `members` says. InvalidArgument naming the field for another type or a bad member.
+absl::Status ParseOpenAiResponseFormat(const Json& format, const std::string& field,
+                                       SchemaMembers members, infer_v1::GenerateRequest* request);
+
+// Checks that a request with a response format (named `field` in the client's request) can
+// have its answer constrained from the first token: it neither forces a tool call
+// (`tool_choice`), nor continues a final assistant message (`prefill` names how the client
+// asked for that), nor ignores EOS. InvalidArgument naming both fields; Ok without a format.
+// Call once the request's other fields are read.
+absl::Status CheckResponseFormatFits(const infer_v1::GenerateRequest& request,
+                                     absl::string_view field, absl::string_view prefill);
+
 // Returns a label grouping the requests of one conversation, used to route them to the
 // daemon already holding it: `cache_key` when given, else a hash of the first messages.
 std::string ConversationLabel(absl::string_view cache_key, const infer_v1::ChatPrompt& chat);

@@ -542,18 +542,16 @@ absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
   ASSIGN_OR_RETURN(const Json* text, f.Object("text"));
   if (text != nullptr) {
     ASSIGN_OR_RETURN(const Json* format, JsonFields(*text, "text").Object("format"));
+    // Structured outputs: decoding is constrained to the format (docs/gateway.md).
     if (format != nullptr) {
-      ASSIGN_OR_RETURN(std::optional<std::string> type,
-                       JsonFields(*format, "text.format").String("type", 64));
-      if (type.value_or("text") != "text") {
-        return Invalid("text.format.type",
-                       absl::StrCat("\"", *type, "\" is not supported; only \"text\" is"));
-      }
+      RETURN_IF_ERROR(
+          ParseOpenAiResponseFormat(*format, "text.format", SchemaMembers::kInline, &req));
     }
   }
   RETURN_IF_ERROR(ParseSampling(f, limits, {"max_output_tokens"}, "stop", req.mutable_sampling()));
   infer_v1::TemplateOptions* options = chat->mutable_options();
   options->set_add_generation_prompt(true);
+  RETURN_IF_ERROR(CheckResponseFormatFits(req, "text.format", ""));
   ASSIGN_OR_RETURN(const Json* reasoning, f.Object("reasoning"));
   if (reasoning != nullptr) {
     ASSIGN_OR_RETURN(std::optional<std::string> effort,

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "services/infer/daemon/generate_stream.h"
 #include "services/infer/text/chat_template.h"
+#include "services/infer/text/json_constraint.h"
 
 namespace cairn::infer {
 namespace {
@@ -82,6 +83,42 @@ absl::StatusOr<ordered_json> ToolsJson(const v1::ChatPrompt& chat) {
   return tools;
 }
 
+// The engine's view of a JsonConstraint. The engine's mask covers the model's logits; a
+// tokenizer with more ids than the model has (a warning at load) gets a scratch mask of its own
+// size, of which the logits' part is copied (no id past them can be sampled).
+//
+// Thread-compatible: one request's, on the scheduler thread.
+class JsonTokenConstraint final : public TokenConstraint {
+ public:
+  JsonTokenConstraint(std::unique_ptr<text::JsonConstraint> json, int32_t id_limit)
+      : json_(std::move(json)), id_limit_(id_limit) {}
+
+  absl::Status Allowed(absl::Span<uint64_t> allowed) override {
+    const size_t words = (static_cast<size_t>(id_limit_) + 63) / 64;
+    if (words <= allowed.size()) return json_->Allowed(allowed);
+    scratch_.resize(words);
+    RETURN_IF_ERROR(json_->Allowed(absl::MakeSpan(scratch_)));
+    std::copy(scratch_.begin(), scratch_.begin() + allowed.size(), allowed.begin());
+    return absl::OkStatus();
+  }
+  absl::Status Accept(int32_t token) override { return json_->Accept(token); }
+
+ private:
+  const std::unique_ptr<text::JsonConstraint> json_;
+  const int32_t id_limit_;
+  std::vector<uint64_t> scratch_;
+};
+
+bool ForcesToolCall(const v1::ChatPrompt& chat) {
+  const std::string& choice = chat.tool_choice();
+  return !choice.empty() && choice != "auto" && choice != "none";
+}
+
+bool HasResponseFormat(const v1::GenerateRequest& request) {
+  return request.has_response_format() &&
+         request.response_format().format_case() != v1::ResponseFormat::FORMAT_NOT_SET;
+}
+
 }  // namespace
 
 InferServiceImpl::InferServiceImpl(const ServedModel* model, Scheduler* scheduler, ThreadPool* pool,
@@ -99,8 +136,8 @@ absl::Status InferServiceImpl::NeedTokenizer() const {
       model_->tokenizer_error(), "; only token-id prompts (prompt.token_ids) are served"));
 }
 
-absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(
-    const v1::ChatPrompt& chat) const {
+absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(const v1::ChatPrompt& chat,
+                                                                  bool without_reasoning) const {
   RETURN_IF_ERROR(NeedTokenizer());
   if (model_->chat_template() == nullptr) {
     return absl::FailedPreconditionError(
@@ -122,6 +159,7 @@ absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(
   if (chat.has_options() && chat.options().has_enable_thinking()) {
     req.enable_thinking = chat.options().enable_thinking();
   }
+  req.without_reasoning = without_reasoning;
   if (req.forced_tool.has_value()) {
     if (absl::Status s = text::CheckForcedTool(req); !s.ok()) {
       return absl::InvalidArgumentError(
@@ -145,10 +183,24 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
   out.id = request.request_id();
   out.conversation = request.conversation();
   const int64_t vocab = model_->model()->info().vocab_size;
+  const bool formatted = HasResponseFormat(request);
+  if (formatted && request.has_chat()) {
+    // The constraint starts at the first generated token: the answer must start there too.
+    if (ForcesToolCall(request.chat())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "response_format cannot be combined with chat.tool_choice \"",
+          request.chat().tool_choice(), "\": a forced tool call is not a structured answer"));
+    }
+    if (request.chat().options().continue_final_message()) {
+      return absl::InvalidArgumentError(
+          "response_format cannot be combined with chat.options.continue_final_message: the "
+          "answer would continue text the format does not constrain");
+    }
+  }
   std::string prompt_text;
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kChat: {
-      ASSIGN_OR_RETURN(text::RenderedPrompt rendered, RenderChat(request.chat()));
+      ASSIGN_OR_RETURN(text::RenderedPrompt rendered, RenderChat(request.chat(), formatted));
       out.prompt.assign(rendered.ids.begin(), rendered.ids.end());
       out.stable_boundary = static_cast<int64_t>(rendered.stable_boundary);
       out.shared_boundary = static_cast<int64_t>(rendered.shared_boundary);
@@ -274,7 +326,72 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
   }
   if (p.stop_size() > 0 || request.parse_output()) RETURN_IF_ERROR(NeedTokenizer());
   parser->starts_in_reasoning = absl::EndsWith(prompt_text, "<think>\n");
+  if (formatted) {
+    if (p.ignore_eos()) {
+      return absl::InvalidArgumentError(
+          "sampling.ignore_eos cannot be combined with response_format: the answer ends with "
+          "an end-of-turn token once its JSON value is complete");
+    }
+    ASSIGN_OR_RETURN(out.constraint, MakeConstraint(request, out.stop_ids));
+    // The answer is the JSON value: no reasoning or tool calls are looked for in it (a string
+    // in it may hold "<tool_call>").
+    parser->starts_in_reasoning = false;
+    parser->parse_reasoning = false;
+    parser->parse_tool_calls = false;
+  }
   return out;
+}
+
+absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstraint(
+    const v1::GenerateRequest& request, const std::vector<int32_t>& stop_ids) const {
+  if (!HasResponseFormat(request)) return nullptr;
+  RETURN_IF_ERROR(NeedTokenizer());
+  const v1::ResponseFormat& format = request.response_format();
+  std::shared_ptr<const text::JsonGrammar> grammar;
+  switch (format.format_case()) {
+    case v1::ResponseFormat::kJsonObject:
+      if (!format.json_object()) {
+        return absl::InvalidArgumentError(
+            "response_format.json_object must be true when set (leave response_format unset "
+            "for free text)");
+      }
+      grammar = text::JsonGrammar::AnyObject();
+      break;
+    case v1::ResponseFormat::kJsonSchema: {
+      absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> compiled =
+          text::JsonGrammar::FromSchema(format.json_schema());
+      if (!compiled.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("response_format.json_schema: ", compiled.status().message()));
+      }
+      grammar = std::move(*compiled);
+      break;
+    }
+    case v1::ResponseFormat::FORMAT_NOT_SET:
+      return nullptr;
+  }
+  // The answer ends with a token that ends the turn: the model's EOS ids and the special tokens
+  // among the request's stop ids (an ordinary token there stops generation wherever it is
+  // sampled, as a stop string does, and stays part of the grammar).
+  std::vector<text::TokenId> end_ids;
+  for (int32_t id : stop_ids) {
+    const bool eos = std::find(model_->eos_ids().begin(), model_->eos_ids().end(), id) !=
+                     model_->eos_ids().end();
+    if ((eos || model_->tokenizer()->IsSpecial(id)) &&
+        std::find(end_ids.begin(), end_ids.end(), id) == end_ids.end()) {
+      end_ids.push_back(id);
+    }
+  }
+  if (end_ids.empty()) {
+    return absl::FailedPreconditionError(
+        "response_format needs an end-of-turn token to end the answer, and the model defines "
+        "no eos_token_id (config.json, generation_config.json); pass a special token in "
+        "sampling.stop_token_ids");
+  }
+  const text::TokenIndex* index = model_->token_index();
+  return std::make_unique<JsonTokenConstraint>(
+      text::JsonConstraint::Create(std::move(grammar), index, std::move(end_ids)),
+      index->id_limit());
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(

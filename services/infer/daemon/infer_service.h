@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cairn/infer/v1/infer.grpc.pb.h"
@@ -10,6 +12,7 @@
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/request.h"
 #include "services/infer/engine/scheduler.h"
+#include "services/infer/engine/token_constraint.h"
 #include "services/infer/text/chat_template.h"
 #include "services/infer/text/output_parser.h"
 
@@ -57,14 +60,22 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
   // InvalidArgument naming the field for a bad request; FailedPrecondition naming what the
   // model folder lacks for text or chat prompts without a tokenizer or template. Sets the
   // fields of `parser` the prompt decides: whether the answer starts inside reasoning, and the
-  // prompt's tail the answer continues (a forced tool call's opening).
+  // prompt's tail the answer continues (a forced tool call's opening), and, for a response
+  // format, that the text is content only.
   absl::StatusOr<GenerateRequest> Prepare(const v1::GenerateRequest& request,
                                           text::OutputParserOptions* parser) const;
 
  private:
   // Renders a chat prompt: its text, token ids, stable and shared boundaries, and the opening
-  // of a tool call that tool_choice "required" or a function's name forces.
-  absl::StatusOr<text::RenderedPrompt> RenderChat(const v1::ChatPrompt& chat) const;
+  // of a tool call that tool_choice "required" or a function's name forces. With
+  // `without_reasoning` (a response format) the turn is rendered without reasoning.
+  absl::StatusOr<text::RenderedPrompt> RenderChat(const v1::ChatPrompt& chat,
+                                                  bool without_reasoning = false) const;
+  // The constraint of `request`'s response_format (null without one), ending the answer with
+  // `stop_ids`' end-of-turn tokens. InvalidArgument naming the field for a bad format or one
+  // the request's other fields rule out.
+  absl::StatusOr<std::unique_ptr<TokenConstraint>> MakeConstraint(
+      const v1::GenerateRequest& request, const std::vector<int32_t>& stop_ids) const;
   absl::Status NeedTokenizer() const;
 
   const ServedModel* const model_;

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/checksum/checksum.h"
 #include "common/log/log.h"
 #include "common/status/annotate.h"
@@ -159,6 +161,12 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
                          << " but the model's vocabulary is " << served->model_->info().vocab_size
                          << "; prompts with larger ids are refused";
     }
+    // Once per model: every structured-output request's masks read it.
+    const absl::Time index_start = absl::Now();
+    served->token_index_ = text::TokenIndex::Build(*served->tokenizer_);
+    CAIRN_LOG(INFO) << "structured outputs: indexed " << served->token_index_->id_limit()
+                    << " token ids in " << absl::ToDoubleMilliseconds(absl::Now() - index_start)
+                    << " ms";
   } else if (absl::IsNotFound(tokenizer.status())) {
     served->tokenizer_error_ = absl::StrCat("the model folder has no tokenizer.json");
   } else {

@@ -13,6 +13,7 @@
 #include "services/infer/models/model.h"
 #include "services/infer/models/model_loader.h"
 #include "services/infer/text/chat_template.h"
+#include "services/infer/text/json_constraint.h"
 #include "services/infer/text/tokenizer.h"
 
 namespace cairn::infer {
@@ -79,6 +80,9 @@ class ServedModel {
   const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const text::ChatTemplate* chat_template() const { return template_.get(); }
   const std::string& tokenizer_error() const { return tokenizer_error_; }
+  // The tokenizer's ids arranged for structured outputs' masks, built once at load; null
+  // exactly when tokenizer() is. Thread-safe.
+  const text::TokenIndex* token_index() const { return token_index_.get(); }
   const std::string& template_error() const { return template_error_; }
   // Tokens that end generation (config.json / generation_config.json eos_token_id).
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
@@ -95,6 +99,7 @@ class ServedModel {
   std::unique_ptr<KernelBackend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::unique_ptr<text::TokenIndex> token_index_;
   std::unique_ptr<text::ChatTemplate> template_;
   std::string tokenizer_error_;
   std::string template_error_;

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "services/infer/engine/sampler.h"
 #include "services/infer/engine/state_cache.h"
+#include "services/infer/engine/token_constraint.h"
 
 namespace cairn::infer {
 
@@ -74,6 +75,10 @@ struct GenerateRequest {
   std::string conversation;       // Label for cache events.
   absl::Time deadline = absl::InfiniteFuture();
   std::unique_ptr<RequestSink> sink;
+  // Null: any token may come next. Else asked for the allowed tokens before each token is
+  // sampled and told the one chosen (structured outputs); its errors end the request. It must
+  // allow one of `stop_ids` where the answer may end.
+  std::unique_ptr<TokenConstraint> constraint;
 };
 
 }  // namespace cairn::infer

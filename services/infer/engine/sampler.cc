@@ -1,11 +1,13 @@
 #include "services/infer/engine/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/check.h"
 
 namespace cairn::infer {
 namespace {
@@ -53,8 +55,9 @@ Sampler::Sampler(const SamplingOptions& options, absl::Span<const int32_t> promp
   }
 }
 
-SampledToken Sampler::Sample(absl::Span<const float> logits) {
+SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
+  const bool masked = !allowed.empty();
   SampledToken result;
 
   // Log-probabilities of the raw distribution, only when they are reported (an exp per
@@ -81,14 +84,37 @@ SampledToken Sampler::Sample(absl::Span<const float> logits) {
     }
   }
 
+  // With a mask, the candidates are the allowed ids only, in ascending order: the same choice
+  // as setting every other logit to -infinity, without a pass over the vocabulary to do it.
+  if (masked) {
+    order_.clear();
+    const size_t words = std::min(allowed.size(), (static_cast<size_t>(vocab) + 63) / 64);
+    for (size_t w = 0; w < words; ++w) {
+      for (uint64_t bits = allowed[w]; bits != 0; bits &= bits - 1) {
+        const int32_t id = static_cast<int32_t>(w * 64 + std::countr_zero(bits));
+        if (id >= vocab) break;
+        order_.push_back(id);
+      }
+    }
+    CAIRN_CHECK(!order_.empty());  // The caller checked that the mask allows a token.
+  }
+
   int32_t chosen = 0;
-  if (options_.temperature == 0.0f) {
+  if (options_.temperature == 0.0f && !masked) {
     chosen = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  } else if (options_.temperature == 0.0f) {
+    // The largest allowed logit, the lowest id on ties (order_ ascends).
+    chosen = order_[0];
+    for (int32_t id : order_) {
+      if (work_[id] > work_[chosen]) chosen = id;
+    }
   } else {
     // Candidates in descending order of logit (ties to the lower id), then the filters.
-    order_.resize(vocab);
-    std::iota(order_.begin(), order_.end(), 0);
-    int32_t keep = vocab;
+    if (!masked) {
+      order_.resize(vocab);
+      std::iota(order_.begin(), order_.end(), 0);
+    }
+    int32_t keep = static_cast<int32_t>(order_.size());
     if (options_.top_k > 0) keep = std::min(keep, options_.top_k);
     auto better = [&](int32_t a, int32_t b) {
       return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);

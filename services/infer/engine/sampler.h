@@ -49,7 +49,18 @@ class Sampler {
   Sampler(const SamplingOptions& options, absl::Span<const int32_t> prompt);
 
   // Chooses the next token from `logits` (vocab values) and records it as generated.
-  SampledToken Sample(absl::Span<const float> logits);
+  //
+  // `allowed` (empty: every token) is a constraint's mask as TokenConstraint::Allowed fills it
+  // (services/infer/engine/token_constraint.h): bit (id % 64) of word id / 64 set for each id
+  // that may be chosen, at least (logits.size() + 63) / 64 words; bits at or past logits.size()
+  // are ignored. Tokens it leaves out are treated as if their logits were -infinity before the
+  // penalties, greedy choice and the top-k / top-p / min-p filters, so that the filters work
+  // on the allowed tokens only (as vLLM applies grammar masks before its sampling filters):
+  // min_p is relative to the best allowed token, top_p's mass is the allowed tokens'. The
+  // reported logprob and top alternatives stay those of the raw distribution (all tokens, no
+  // mask, no penalties), so an alternative may be a token the mask refused.
+  // REQUIRES: `allowed` is empty or allows at least one id below logits.size().
+  SampledToken Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed = {});
 
  private:
   const SamplingOptions options_;
@@ -57,7 +68,7 @@ class Sampler {
   absl::flat_hash_map<int32_t, int> generated_;  // Token -> times generated.
   absl::flat_hash_map<int32_t, bool> seen_;      // Prompt and generated tokens.
   std::vector<float> work_;
-  std::vector<int32_t> order_;
+  std::vector<int32_t> order_;  // Candidate ids: all of them, or the allowed ones.
 };
 
 }  // namespace cairn::infer

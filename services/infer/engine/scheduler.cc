@@ -43,6 +43,9 @@ struct Scheduler::Active {
   std::vector<int64_t> pass_ends;
   size_t next_pass_end = 0;
   std::unique_ptr<Sampler> sampler;
+  // The constraint's mask of allowed tokens, a bit per logit (sized in Setup; empty without a
+  // constraint).
+  std::vector<uint64_t> allowed;
   int64_t generated = 0;
   int32_t pending = -1;           // Sampled, not yet fed.
   int64_t frontier_reported = 0;  // Tokens of the slot the cache knows about.
@@ -262,6 +265,9 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
   const std::vector<int32_t>& prompt = a.req.prompt;
   const int64_t n = static_cast<int64_t>(prompt.size());
   a.sampler = std::make_unique<Sampler>(a.req.sampling, prompt);
+  if (a.req.constraint != nullptr) {
+    a.allowed.assign((static_cast<size_t>(model_->info().vocab_size) + 63) / 64, 0);
+  }
   a.use_cache = StateCacheUsable();
   a.report.cache_available = a.use_cache;
 
@@ -464,7 +470,7 @@ bool Scheduler::PrefillStep() {
   a->phase = Active::Phase::kDecode;
   s.state = SlotSnapshot::State::kDecode;
   a->req.sink->OnStarted({a->slot, n, a->report});
-  EmitToken(*a, a->sampler->Sample(logits->front()));
+  SampleNext(*a, logits->front());
   return true;
 }
 
@@ -489,9 +495,44 @@ bool Scheduler::DecodeStep() {
     Active& a = *batch[i];
     slots_[a.slot].tokens.push_back(a.pending);
     a.pending = -1;
-    EmitToken(a, a.sampler->Sample(decode_logits_[i]));
+    SampleNext(a, decode_logits_[i]);
   }
   return true;
+}
+
+void Scheduler::SampleNext(Active& a, absl::Span<const float> logits) {
+  if (a.req.constraint == nullptr) {
+    EmitToken(a, a.sampler->Sample(logits));
+    return;
+  }
+  // Sized for the model's vocabulary in Setup; logits rows are that long.
+  a.allowed.resize((logits.size() + 63) / 64);
+  absl::Status st = a.req.constraint->Allowed(absl::MakeSpan(a.allowed));
+  if (!st.ok()) {
+    Finish(a, st, FinishReason::kStop);
+    return;
+  }
+  // The sampler needs one allowed id inside the logits; bits past them do not count.
+  bool any = false;
+  const size_t full_words = logits.size() / 64;
+  for (size_t w = 0; w < full_words && !any; ++w) any = a.allowed[w] != 0;
+  if (!any && logits.size() % 64 != 0) {
+    any = (a.allowed[full_words] & ((uint64_t{1} << (logits.size() % 64)) - 1)) != 0;
+  }
+  if (!any) {
+    Finish(a,
+           absl::InternalError("the request's token constraint allowed no token of the "
+                               "model's vocabulary"),
+           FinishReason::kStop);
+    return;
+  }
+  const SampledToken token = a.sampler->Sample(logits, a.allowed);
+  st = a.req.constraint->Accept(token.id);
+  if (!st.ok()) {
+    Finish(a, st, FinishReason::kStop);
+    return;
+  }
+  EmitToken(a, token);
 }
 
 void Scheduler::EmitToken(Active& a, const SampledToken& token) {

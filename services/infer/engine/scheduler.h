@@ -103,6 +103,9 @@ class Scheduler {
   bool PrefillStep();
   // Runs one batched decode step of every decoding request.
   bool DecodeStep();
+  // Samples `a`'s next token from `logits` (through its constraint's mask when it has one) and
+  // emits it; a constraint's error finishes the request with it.
+  void SampleNext(Active& a, absl::Span<const float> logits);
   void EmitToken(Active& a, const SampledToken& token);
   void Finish(Active& a, const absl::Status& status, FinishReason reason);
   void CheckCancellations(absl::Time cancel_at);

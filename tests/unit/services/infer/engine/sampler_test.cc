@@ -1,6 +1,9 @@
 #include "services/infer/engine/sampler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -12,6 +15,13 @@ namespace {
 using ::cairn::testing::StatusIs;
 
 std::vector<float> Logits() { return {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f}; }
+
+// A mask as TokenConstraint::Allowed fills it, allowing `ids`.
+std::vector<uint64_t> Mask(std::initializer_list<int32_t> ids, size_t words = 1) {
+  std::vector<uint64_t> mask(words, 0);
+  for (int32_t id : ids) mask[id / 64] |= uint64_t{1} << (id % 64);
+  return mask;
+}
 
 TEST(SamplerTest, GreedyTakesTheLowestIdOfTheLargestLogits) {
   Sampler sampler({}, {});
@@ -103,6 +113,110 @@ TEST(SamplerTest, RepetitionPenaltyCoversThePrompt) {
   Sampler sampler(o, prompt);
 
   EXPECT_EQ(sampler.Sample(Logits()).id, 3);
+}
+
+TEST(SamplerTest, GreedyNeverTakesAMaskedToken) {
+  Sampler sampler({}, {});
+  const std::vector<uint64_t> mask = Mask({0, 2, 4});
+
+  SampledToken t = sampler.Sample(Logits(), mask);
+
+  EXPECT_EQ(t.id, 2);  // 1 and 3 hold the largest logits but are masked.
+}
+
+TEST(SamplerTest, SamplingNeverTakesAMaskedToken) {
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.seed = 11;
+  Sampler sampler(o, {});
+  const std::vector<uint64_t> mask = Mask({4, 5});
+  std::vector<int32_t> seen;
+
+  for (int i = 0; i < 200; ++i) seen.push_back(sampler.Sample(Logits(), mask).id);
+
+  for (int32_t id : seen) EXPECT_TRUE(id == 4 || id == 5) << id;
+  // Both allowed tokens come up (5 holds about 82% of the allowed mass, 4 about 18%).
+  EXPECT_NE(std::count(seen.begin(), seen.end(), 4), 0);
+  EXPECT_NE(std::count(seen.begin(), seen.end(), 5), 0);
+}
+
+TEST(SamplerTest, TopKWithAMaskPicksAmongTheAllowedTokens) {
+  SamplingOptions o;
+  o.temperature = 2.0f;
+  o.top_k = 1;  // The best allowed token, not the best token.
+  o.seed = 2;
+  Sampler sampler(o, {});
+  const std::vector<uint64_t> mask = Mask({0, 2, 5});
+
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(sampler.Sample(Logits(), mask).id, 2);
+}
+
+TEST(SamplerTest, MinPAndTopPWithAMaskAreRelativeToTheAllowedTokens) {
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  // Relative to the best allowed token (2), not the best token (1, which would drop them all):
+  // keeps 0 (e^-1 of 2's weight), drops 5 (e^-1.5).
+  o.min_p = 0.3f;
+  o.seed = 4;
+  Sampler min_p(o, {});
+  o.min_p = 0.0f;
+  o.top_p = 0.6f;  // Among {0, 2}: 2 holds 73%, a nucleus of its own.
+  Sampler top_p(o, {});
+  const std::vector<uint64_t> mask = Mask({0, 2, 5});
+  const std::vector<uint64_t> two = Mask({0, 2});
+
+  for (int i = 0; i < 50; ++i) {
+    const int32_t a = min_p.Sample(Logits(), mask).id;
+    EXPECT_TRUE(a == 0 || a == 2) << a;
+    EXPECT_EQ(top_p.Sample(Logits(), two).id, 2);
+  }
+}
+
+TEST(SamplerTest, PenaltiesApplyToTheAllowedTokens) {
+  SamplingOptions o;
+  o.frequency_penalty = 2.0f;
+  Sampler sampler(o, {});
+  const std::vector<uint64_t> mask = Mask({0, 2});
+
+  EXPECT_EQ(sampler.Sample(Logits(), mask).id, 2);
+  EXPECT_EQ(sampler.Sample(Logits(), mask).id, 0);  // 2 now scores 2 - 2 = 0 < 1.
+}
+
+TEST(SamplerTest, MaskBitsPastTheLogitsAreIgnored) {
+  Sampler sampler({}, {});
+  // Ids 6 and 63 lie past the six logits (a tokenizer with more ids than the model).
+  const std::vector<uint64_t> mask = Mask({4, 6, 63});
+
+  EXPECT_EQ(sampler.Sample(Logits(), mask).id, 4);
+}
+
+TEST(SamplerTest, MaskedLogprobsAreThoseOfTheRawDistribution) {
+  SamplingOptions o;
+  o.logprobs = 2;
+  Sampler sampler(o, {});
+  const std::vector<uint64_t> mask = Mask({2});
+
+  SampledToken t = sampler.Sample(Logits(), mask);
+
+  double z = 0;
+  for (float l : Logits()) z += std::exp(l);
+  EXPECT_EQ(t.id, 2);
+  EXPECT_NEAR(t.logprob, 2.0 - std::log(z), 1e-5);
+  // The alternatives are the raw distribution's best, masked or not.
+  ASSERT_EQ(t.top.size(), 2u);
+  EXPECT_EQ(t.top[0].first, 1);
+  EXPECT_EQ(t.top[1].first, 3);
+}
+
+TEST(SamplerTest, AMaskOverALargeVocabularyFindsIdsInEveryWord) {
+  std::vector<float> logits(200, 0.0f);
+  logits[5] = 9.0f;
+  logits[130] = 1.0f;
+  logits[199] = 2.0f;
+  Sampler sampler({}, {});
+  const std::vector<uint64_t> mask = Mask({130, 199}, 4);
+
+  EXPECT_EQ(sampler.Sample(logits, mask).id, 199);
 }
 
 TEST(SamplerTest, ValidationNamesTheField) {

@@ -278,6 +278,29 @@ TEST_P(StableBoundaryTest, ForcedToolCallEndsThePromptInTheCallsOpening) {
   }
 }
 
+// without_reasoning (structured outputs): the generation prompt opens the answer itself, after
+// an empty reasoning block, whatever enable_thinking says; nothing of the answer is in the
+// prompt.
+TEST_P(StableBoundaryTest, WithoutReasoningEndsThePromptAfterAnEmptyReasoningBlock) {
+  ChatRequest request;
+  request.messages = json::parse(R"([{"role": "user", "content": "Weather in Paris?"}])");
+  request.tools = Tools();
+  request.enable_thinking = true;
+  request.without_reasoning = true;
+
+  absl::StatusOr<RenderedPrompt> prompt = RenderPrompt(*template_, *tokenizer_, request);
+
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_TRUE(prompt->forced_text.empty());
+  const std::string turn = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  ASSERT_GE(prompt->text.size(), turn.size());
+  EXPECT_EQ(prompt->text.substr(prompt->text.size() - turn.size()), turn) << prompt->text;
+  absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(prompt->text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(prompt->ids, *ids);
+  EXPECT_GT(prompt->stable_boundary, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Templates, StableBoundaryTest,
                          ::testing::Values("qwen3", "cairn_xml", "demo"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });

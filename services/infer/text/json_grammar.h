@@ -1,0 +1,123 @@
+#ifndef CAIRN_SERVICES_INFER_TEXT_JSON_GRAMMAR_H_
+#define CAIRN_SERVICES_INFER_TEXT_JSON_GRAMMAR_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "services/infer/text/json_constraint.h"
+
+// The insides of JsonGrammar (json_constraint.h): the graph a schema compiles into
+// (json_schema_compile.cc), which ByteMatcher (json_matcher.h) walks one byte at a time.
+namespace cairn::infer::text::json {
+
+// Limits on what a schema may ask for (hostile schemas must not cost unbounded time or memory).
+inline constexpr size_t kMaxSchemaBytes = size_t{1} << 20;  // Text of one schema.
+inline constexpr int kMaxSchemaNesting = 64;    // Nesting of the schema document's JSON.
+inline constexpr int kMaxGrammarNodes = 20000;  // Nodes one schema compiles into.
+inline constexpr int kMaxMinItems = 1024;       // minItems and prefixItems' length.
+inline constexpr int kMaxMinLength = 4096;      // minLength.
+inline constexpr int kMaxProperties = 1024;     // properties of one object.
+
+// Limits on the texts the grammar accepts (so a model cannot loop forever where JSON would let
+// it: whitespace, digits, nesting).
+inline constexpr int kMaxValueNesting = 48;       // Frames on one matcher stack (value nesting).
+inline constexpr int kMaxWhitespaceBlanks = 32;   // Spaces and tabs in one run of whitespace.
+inline constexpr int kMaxWhitespaceNewlines = 1;  // Newlines in one run of whitespace.
+inline constexpr int kMaxIntegerDigits = 18;      // Before the point: integers fit an int64.
+inline constexpr int kMaxFractionDigits = 20;     // Digits after a number's '.'.
+inline constexpr int kMaxExponentDigits = 4;      // Digits of a number's exponent.
+inline constexpr int kMaxParallelStacks = 32;     // Alternatives a matcher follows at once.
+
+inline constexpr int32_t kUnreachable = std::numeric_limits<int32_t>::max() / 4;
+
+// A byte trie over a set of literals (enum/const serialisations, quoted property names).
+// Node 0 of each trie's range is its root; `terminal` is the literal's index or -1.
+struct TrieNode {
+  std::vector<std::pair<uint8_t, int32_t>> children;  // Sorted by byte.
+  int32_t terminal = -1;
+  std::vector<int32_t> below;  // Sorted terminals of this subtree (property tries only).
+};
+
+enum class NodeKind : uint8_t { kAlt, kString, kNumber, kLiteral, kObject, kArray };
+
+struct Property {
+  std::string name;
+  int32_t value = -1;
+  bool required = false;
+};
+
+// One grammar node. Fields apply per kind (see the comments); the rest stay at their defaults.
+struct Node {
+  NodeKind kind = NodeKind::kAlt;
+  std::string path;  // JSON pointer of the schema it came from (error messages).
+  // kAlt: one value matching any of `alts` (an alias when one, nothing when none).
+  std::vector<int32_t> alts;
+  // kString: code points in [min_length, max_length] (max -1: unbounded). `exclude_trie`
+  // (>= 0): a property-name trie the string's content must not equal; escapes are then refused.
+  int32_t min_length = 0;
+  int32_t max_length = -1;
+  int32_t exclude_trie = -1;
+  // kNumber: no fraction or exponent when `integer`.
+  bool integer = false;
+  // kLiteral: one of the literals in trie `trie`.
+  int32_t trie = -1;
+  // kObject: `props` in order (each optional or required), then, when `additional` >= 0, more
+  // members whose keys match string node `extra_key` and values node `additional`. `key_trie`
+  // holds the quoted names (terminal = index in props); `next_required[i]` is the first
+  // required index >= i (props.size() when none).
+  std::vector<Property> props;
+  int32_t additional = -1;
+  int32_t extra_key = -1;
+  int32_t key_trie = -1;
+  std::vector<int32_t> next_required;
+  // kArray: `prefix` items first, then items of node `items` (-1: none); between min_items and
+  // max_items (-1: unbounded) in all. Counts saturate at `count_cap`.
+  std::vector<int32_t> prefix;
+  int32_t items = -1;
+  int32_t min_items = 0;
+  int32_t max_items = -1;
+  int32_t count_cap = 0;
+  // Computed: the fewest stack frames a value of this node needs (kUnreachable when no value
+  // matches it).
+  int32_t min_depth = kUnreachable;
+};
+
+// Checks the grammar of `nodes` (rooted at `root`) and fills in each node's min_depth. Errors:
+// InvalidArgument for a cycle of references or alternatives that reads no byte, and for a root
+// that no value (nested at most kMaxValueNesting deep) matches, naming the part to blame.
+absl::Status AnalyzeGrammar(std::vector<Node>& nodes, const std::vector<TrieNode>& tries,
+                            int32_t root);
+
+// The compiled form of a schema. Immutable once built; thread-safe.
+class CompiledGrammar : public JsonGrammar {
+ public:
+  CompiledGrammar(std::vector<Node> nodes, std::vector<TrieNode> tries, int32_t root)
+      : nodes_(std::move(nodes)), tries_(std::move(tries)), root_(root) {}
+
+  const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  const TrieNode& trie(int32_t i) const { return tries_[static_cast<size_t>(i)]; }
+  int32_t root() const { return root_; }
+  size_t node_count() const { return nodes_.size(); }
+
+  // Returns the child of trie node `t` on `byte`, or -1.
+  int32_t TrieChild(int32_t t, uint8_t byte) const {
+    for (const auto& [b, child] : trie(t).children) {
+      if (b == byte) return child;
+      if (b > byte) break;
+    }
+    return -1;
+  }
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<TrieNode> tries_;
+  int32_t root_;
+};
+
+}  // namespace cairn::infer::text::json
+
+#endif  // CAIRN_SERVICES_INFER_TEXT_JSON_GRAMMAR_H_

@@ -1,0 +1,566 @@
+#include "services/infer/text/json_matcher.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+
+namespace cairn::infer::text::json {
+namespace {
+
+enum NumPhase : uint8_t {
+  kNumStart,
+  kNumMinus,
+  kNumZero,  // Complete.
+  kNumInt,   // Complete.
+  kNumDot,
+  kNumFrac,  // Complete.
+  kNumE,
+  kNumESign,
+  kNumExp,  // Complete.
+};
+
+enum ObjPhase : uint8_t {
+  kObjOpen,      // Before '{'.
+  kObjFirst,     // After '{'.
+  kObjKey,       // Inside a property name (aux: key-trie node).
+  kObjExtraKey,  // An additional property's key is the child frame.
+  kObjColon,     // After a key (aux: property index, -1 for an additional one).
+  kObjValue,     // After ':'.
+  kObjInValue,   // The value is the child frame.
+  kObjAfter,     // After a value.
+  kObjComma,     // After ','.
+};
+
+enum ArrPhase : uint8_t {
+  kArrOpen,     // Before '['.
+  kArrFirst,    // After '['.
+  kArrInValue,  // An item is the child frame.
+  kArrAfter,    // After an item.
+  kArrComma,    // After ','.
+};
+
+bool IsHex(uint8_t b) {
+  return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
+bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+
+using Out = absl::InlinedVector<Stack, 2>;
+
+// Feeds one byte to stacks, appending the stacks it can lead to.
+class Stepper {
+ public:
+  Stepper(const CompiledGrammar& g, Out* out) : g_(g), out_(out) {}
+
+  void Step(const Stack& s, uint8_t b) {
+    if (s.empty()) return;  // A complete top-level value: nothing may follow.
+    Consume(s, b);
+    if (AutoCompletes(s.back())) {
+      Stack parent = s;
+      parent.pop_back();
+      ChildDone(parent);
+      Step(parent, b);
+    }
+  }
+
+  // Appends to `out_` each stack `s` plus a fresh frame for one concrete alternative of `node`.
+  void Expand(const Stack& s, int32_t node, Out* out) const {
+    const Node& n = g_.node(node);
+    if (n.kind == NodeKind::kAlt) {
+      for (int32_t alt : n.alts) Expand(s, alt, out);
+      return;
+    }
+    if (static_cast<int64_t>(s.size()) + n.min_depth > kMaxValueNesting) return;
+    Frame f;
+    f.node = node;
+    if (n.kind == NodeKind::kLiteral) f.aux = n.trie;
+    out->push_back(s);
+    out->back().push_back(f);
+  }
+
+ private:
+  // Whether the frame holds a complete value that the next byte may end (numbers, literals).
+  bool AutoCompletes(const Frame& f) const {
+    const Node& n = g_.node(f.node);
+    if (n.kind == NodeKind::kNumber) {
+      return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExp;
+    }
+    return n.kind == NodeKind::kLiteral && g_.trie(f.aux).terminal >= 0;
+  }
+
+  // Whether a value of `node` may start on top of a stack of `size` frames.
+  bool Startable(int32_t node, size_t size) const {
+    return node >= 0 && static_cast<int64_t>(size) + g_.node(node).min_depth <= kMaxValueNesting;
+  }
+
+  void Emit(Stack s) { out_->push_back(std::move(s)); }
+
+  // Emits `s` with its top frame replaced by `top`.
+  void EmitTop(const Stack& s, const Frame& top) {
+    Stack next = s;
+    next.back() = top;
+    Emit(std::move(next));
+  }
+
+  void ChildDone(Stack& s) const {
+    if (s.empty()) return;
+    Frame& f = s.back();
+    const Node& n = g_.node(f.node);
+    f.blanks = f.newlines = 0;
+    if (n.kind == NodeKind::kObject) {
+      if (f.phase == kObjInValue) f.phase = kObjAfter;
+      if (f.phase == kObjExtraKey) {
+        f.phase = kObjColon;
+        f.aux = -1;
+      }
+    } else if (n.kind == NodeKind::kArray && f.phase == kArrInValue) {
+      f.count = std::min(f.count + 1, n.count_cap);
+      f.phase = kArrAfter;
+    }
+  }
+
+  void Pop(Stack s) {
+    s.pop_back();
+    ChildDone(s);
+    Emit(std::move(s));
+  }
+
+  // Pushes a value of `node` and feeds it `b` (the parent frame is already updated).
+  void StartValue(const Stack& s, int32_t node, uint8_t b) {
+    Out fresh;
+    Expand(s, node, &fresh);
+    for (const Stack& f : fresh) Consume(f, b);
+  }
+
+  enum class Ws { kNot, kTaken, kRefused };
+  static Ws Whitespace(Frame& f, uint8_t b) {
+    if (b == ' ' || b == '\t') {
+      if (f.blanks >= kMaxWhitespaceBlanks) return Ws::kRefused;
+      ++f.blanks;
+      return Ws::kTaken;
+    }
+    if (b == '\n') {
+      if (f.newlines >= kMaxWhitespaceNewlines) return Ws::kRefused;
+      ++f.newlines;
+      return Ws::kTaken;
+    }
+    return Ws::kNot;
+  }
+
+  // Feeds `b` to the top frame of `s` only.
+  void Consume(const Stack& s, uint8_t b) {
+    const Frame& top = s.back();
+    const Node& n = g_.node(top.node);
+    switch (n.kind) {
+      case NodeKind::kString:
+        return ConsumeString(s, n, b);
+      case NodeKind::kNumber:
+        return ConsumeNumber(s, n, b);
+      case NodeKind::kLiteral: {
+        const int32_t t = g_.TrieChild(top.aux, b);
+        if (t < 0) return;
+        Frame f = top;
+        f.aux = t;
+        return EmitTop(s, f);
+      }
+      case NodeKind::kObject:
+        return ConsumeObject(s, n, b);
+      case NodeKind::kArray:
+        return ConsumeArray(s, n, b);
+      case NodeKind::kAlt:
+        return;  // Never on a stack.
+    }
+  }
+
+  void ConsumeString(const Stack& s, const Node& n, uint8_t b) {
+    Frame f = s.back();
+    if (f.phase == 0) {
+      if (b != '"') return;
+      f.phase = static_cast<uint8_t>(StrPhase::kBody) + 1;
+      f.aux = n.exclude_trie;
+    } else {
+      const StrStep st = StringStep(static_cast<StrPhase>(f.phase - 1), b, n.exclude_trie < 0);
+      if (st.result == StrStep::kReject) return;
+      if (st.char_start && (n.min_length > 0 || n.max_length >= 0)) {
+        if (n.max_length >= 0 && f.count >= n.max_length) return;
+        ++f.count;
+      }
+      if (st.result == StrStep::kClose) {
+        if (f.count < n.min_length) return;
+        if (n.exclude_trie >= 0 && f.aux >= 0 && g_.trie(f.aux).terminal >= 0) return;
+        return Pop(s);
+      }
+      if (n.exclude_trie >= 0 && f.aux >= 0) f.aux = g_.TrieChild(f.aux, b);
+      f.phase = static_cast<uint8_t>(st.next) + 1;
+    }
+    EmitTop(s, f);
+  }
+
+  void ConsumeNumber(const Stack& s, const Node& n, uint8_t b) {
+    Frame f = s.back();
+    const bool digit = IsDigit(b);
+    const bool exp = !n.integer && (b == 'e' || b == 'E');
+    const bool dot = !n.integer && b == '.';
+    auto go = [&](NumPhase p, int32_t count) {
+      f.phase = p;
+      f.count = count;
+      EmitTop(s, f);
+    };
+    switch (f.phase) {
+      case kNumStart:
+      case kNumMinus:
+        if (f.phase == kNumStart && b == '-') return go(kNumMinus, 0);
+        if (b == '0') return go(kNumZero, 1);
+        if (digit) return go(kNumInt, 1);
+        return;
+      case kNumZero:
+      case kNumInt:
+        if (digit && f.phase == kNumInt && f.count < kMaxIntegerDigits) {
+          return go(kNumInt, f.count + 1);
+        }
+        if (dot) return go(kNumDot, 0);
+        if (exp) return go(kNumE, 0);
+        return;
+      case kNumDot:
+        if (digit) return go(kNumFrac, 1);
+        return;
+      case kNumFrac:
+        if (digit && f.count < kMaxFractionDigits) return go(kNumFrac, f.count + 1);
+        if (exp) return go(kNumE, 0);
+        return;
+      case kNumE:
+        if (b == '+' || b == '-') return go(kNumESign, 0);
+        if (digit) return go(kNumExp, 1);
+        return;
+      case kNumESign:
+        if (digit) return go(kNumExp, 1);
+        return;
+      case kNumExp:
+        if (digit && f.count < kMaxExponentDigits) return go(kNumExp, f.count + 1);
+        return;
+      default:
+        return;
+    }
+  }
+
+  // Whether property `j`, reachable from key-trie node `t`, may come next.
+  bool KeyFits(const Node& n, const Frame& f, int32_t t, size_t size) const {
+    const int32_t last = n.next_required[static_cast<size_t>(f.count)];
+    for (int32_t j : g_.trie(t).below) {
+      if (j < f.count) continue;
+      if (j > last) break;
+      if (Startable(n.props[static_cast<size_t>(j)].value, size)) return true;
+    }
+    return false;
+  }
+
+  bool ExtraFits(const Node& n, const Frame& f, size_t size) const {
+    return n.additional >= 0 &&
+           n.next_required[static_cast<size_t>(f.count)] == static_cast<int32_t>(n.props.size()) &&
+           Startable(n.additional, size);
+  }
+
+  bool CanClose(const Node& n, const Frame& f) const {
+    return n.next_required[static_cast<size_t>(f.count)] == static_cast<int32_t>(n.props.size());
+  }
+
+  // Starts a key (`b` is '"') in either form: a named property or an additional one.
+  void StartKey(const Stack& s, const Node& n, Frame f) {
+    f.blanks = f.newlines = 0;
+    const int32_t t = g_.TrieChild(n.key_trie, '"');
+    if (t >= 0 && KeyFits(n, f, t, s.size())) {
+      Stack next = s;
+      next.back() = f;
+      next.back().phase = kObjKey;
+      next.back().aux = t;
+      Emit(std::move(next));
+    }
+    if (ExtraFits(n, f, s.size())) {
+      Stack next = s;
+      next.back() = f;
+      next.back().phase = kObjExtraKey;
+      next.back().count = static_cast<int32_t>(n.props.size());
+      Frame key;
+      key.node = n.extra_key;
+      key.phase = static_cast<uint8_t>(StrPhase::kBody) + 1;
+      key.aux = g_.node(n.extra_key).exclude_trie;
+      next.push_back(key);
+      Emit(std::move(next));
+    }
+  }
+
+  void ConsumeObject(const Stack& s, const Node& n, uint8_t b) {
+    Frame f = s.back();
+    if (f.phase == kObjOpen) {
+      if (b != '{') return;
+      f.phase = kObjFirst;
+      return EmitTop(s, f);
+    }
+    if (f.phase == kObjKey) {
+      const int32_t t = g_.TrieChild(f.aux, b);
+      if (t < 0 || !KeyFits(n, f, t, s.size())) return;
+      const int32_t j = g_.trie(t).terminal;
+      if (j >= 0) {
+        f.phase = kObjColon;
+        f.aux = j;
+        f.count = j + 1;
+      } else {
+        f.aux = t;
+      }
+      return EmitTop(s, f);
+    }
+    if (f.phase == kObjExtraKey || f.phase == kObjInValue) return;
+    const Ws ws = Whitespace(f, b);
+    if (ws == Ws::kTaken) return EmitTop(s, f);
+    if (ws == Ws::kRefused) return;
+    f.blanks = f.newlines = 0;
+    switch (f.phase) {
+      case kObjFirst:
+      case kObjComma:
+        if (b == '"') return StartKey(s, n, f);
+        if (b == '}' && f.phase == kObjFirst && CanClose(n, f)) return Pop(s);
+        return;
+      case kObjColon:
+        if (b != ':') return;
+        f.phase = kObjValue;
+        return EmitTop(s, f);
+      case kObjValue: {
+        const int32_t value = f.aux >= 0 ? n.props[static_cast<size_t>(f.aux)].value : n.additional;
+        f.phase = kObjInValue;
+        Stack next = s;
+        next.back() = f;
+        return StartValue(next, value, b);
+      }
+      case kObjAfter:
+        if (b == ',') {
+          const int32_t t = g_.TrieChild(n.key_trie, '"');
+          if ((t >= 0 && KeyFits(n, f, t, s.size())) || ExtraFits(n, f, s.size())) {
+            f.phase = kObjComma;
+            return EmitTop(s, f);
+          }
+          return;
+        }
+        if (b == '}' && CanClose(n, f)) return Pop(s);
+        return;
+      default:
+        return;
+    }
+  }
+
+  int32_t ItemNode(const Node& n, int32_t count) const {
+    return static_cast<size_t>(count) < n.prefix.size() ? n.prefix[static_cast<size_t>(count)]
+                                                        : n.items;
+  }
+
+  bool MoreItems(const Node& n, const Frame& f, size_t size) const {
+    return (n.max_items < 0 || f.count < n.max_items) && Startable(ItemNode(n, f.count), size);
+  }
+
+  void ConsumeArray(const Stack& s, const Node& n, uint8_t b) {
+    Frame f = s.back();
+    if (f.phase == kArrOpen) {
+      if (b != '[') return;
+      f.phase = kArrFirst;
+      return EmitTop(s, f);
+    }
+    if (f.phase == kArrInValue) return;
+    const Ws ws = Whitespace(f, b);
+    if (ws == Ws::kTaken) return EmitTop(s, f);
+    if (ws == Ws::kRefused) return;
+    f.blanks = f.newlines = 0;
+    switch (f.phase) {
+      case kArrFirst:
+        if (b == ']') {
+          if (n.min_items == 0) Pop(s);
+          return;
+        }
+        [[fallthrough]];
+      case kArrComma:
+        if (MoreItems(n, f, s.size())) {
+          const int32_t item = ItemNode(n, f.count);
+          f.phase = kArrInValue;
+          Stack next = s;
+          next.back() = f;
+          StartValue(next, item, b);
+        }
+        return;
+      case kArrAfter:
+        if (b == ',' && MoreItems(n, f, s.size())) {
+          f.phase = kArrComma;
+          return EmitTop(s, f);
+        }
+        if (b == ']' && f.count >= n.min_items) return Pop(s);
+        return;
+      default:
+        return;
+    }
+  }
+
+  const CompiledGrammar& g_;
+  Out* out_;
+};
+
+}  // namespace
+
+StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes) {
+  StrStep r;
+  r.result = StrStep::kStay;
+  auto to = [&](StrPhase p) {
+    r.next = p;
+    return r;
+  };
+  const StrStep reject;
+  switch (phase) {
+    case StrPhase::kBody:
+      r.char_start = true;
+      if (b == '"') {
+        r.result = StrStep::kClose;
+        r.char_start = false;
+        return r;
+      }
+      if (b == '\\') return allow_escapes ? to(StrPhase::kEscape) : reject;
+      if (b < 0x20) return reject;
+      if (b < 0x80) return to(StrPhase::kBody);
+      if (b >= 0xC2 && b <= 0xDF) return to(StrPhase::kCont1);
+      if (b == 0xE0) return to(StrPhase::kCont2E0);
+      if (b == 0xED) return to(StrPhase::kCont2ED);
+      if (b >= 0xE1 && b <= 0xEF) return to(StrPhase::kCont2);
+      if (b == 0xF0) return to(StrPhase::kCont3F0);
+      if (b >= 0xF1 && b <= 0xF3) return to(StrPhase::kCont3);
+      if (b == 0xF4) return to(StrPhase::kCont3F4);
+      return reject;
+    case StrPhase::kEscape:
+      if (b == 'u') return to(StrPhase::kHex0);
+      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+          b == 't') {
+        return to(StrPhase::kBody);
+      }
+      return reject;
+    case StrPhase::kHex0:
+      if (b == 'd' || b == 'D') return to(StrPhase::kHex1AfterD);
+      return IsHex(b) ? to(StrPhase::kHex1) : reject;
+    case StrPhase::kHex1:
+      return IsHex(b) ? to(StrPhase::kHex2) : reject;
+    case StrPhase::kHex1AfterD:
+      if (b >= '0' && b <= '7') return to(StrPhase::kHex2);
+      if (b == '8' || b == '9' || b == 'a' || b == 'b' || b == 'A' || b == 'B') {
+        return to(StrPhase::kHighHex2);
+      }
+      return reject;  // A lone low surrogate (or not hex).
+    case StrPhase::kHex2:
+      return IsHex(b) ? to(StrPhase::kHex3) : reject;
+    case StrPhase::kHex3:
+      return IsHex(b) ? to(StrPhase::kBody) : reject;
+    case StrPhase::kHighHex2:
+      return IsHex(b) ? to(StrPhase::kHighHex3) : reject;
+    case StrPhase::kHighHex3:
+      return IsHex(b) ? to(StrPhase::kLowBackslash) : reject;
+    case StrPhase::kLowBackslash:
+      return b == '\\' ? to(StrPhase::kLowU) : reject;
+    case StrPhase::kLowU:
+      return b == 'u' ? to(StrPhase::kLowHex0) : reject;
+    case StrPhase::kLowHex0:
+      return (b == 'd' || b == 'D') ? to(StrPhase::kLowHex1) : reject;
+    case StrPhase::kLowHex1:
+      return ((b >= 'c' && b <= 'f') || (b >= 'C' && b <= 'F')) ? to(StrPhase::kLowHex2) : reject;
+    case StrPhase::kLowHex2:
+      return IsHex(b) ? to(StrPhase::kLowHex3) : reject;
+    case StrPhase::kLowHex3:
+      return IsHex(b) ? to(StrPhase::kBody) : reject;
+    case StrPhase::kCont1:
+      return (b >= 0x80 && b <= 0xBF) ? to(StrPhase::kBody) : reject;
+    case StrPhase::kCont2:
+      return (b >= 0x80 && b <= 0xBF) ? to(StrPhase::kCont1) : reject;
+    case StrPhase::kCont2E0:
+      return (b >= 0xA0 && b <= 0xBF) ? to(StrPhase::kCont1) : reject;
+    case StrPhase::kCont2ED:
+      return (b >= 0x80 && b <= 0x9F) ? to(StrPhase::kCont1) : reject;
+    case StrPhase::kCont3:
+      return (b >= 0x80 && b <= 0xBF) ? to(StrPhase::kCont2) : reject;
+    case StrPhase::kCont3F0:
+      return (b >= 0x90 && b <= 0xBF) ? to(StrPhase::kCont2) : reject;
+    case StrPhase::kCont3F4:
+      return (b >= 0x80 && b <= 0x8F) ? to(StrPhase::kCont2) : reject;
+    case StrPhase::kCount:
+      return reject;
+  }
+  return reject;
+}
+
+ByteMatcher::ByteMatcher(const CompiledGrammar* grammar) : grammar_(grammar) {
+  Out fresh;
+  Stepper(*grammar_, nullptr).Expand(Stack(), grammar_->root(), &fresh);
+  std::sort(fresh.begin(), fresh.end());
+  fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+  if (fresh.size() > static_cast<size_t>(kMaxParallelStacks)) fresh.resize(kMaxParallelStacks);
+  stacks_ = std::move(fresh);
+}
+
+ByteMatcher::ByteMatcher(const CompiledGrammar* grammar, Stack stack) : grammar_(grammar) {
+  stacks_.push_back(std::move(stack));
+}
+
+bool ByteMatcher::Advance(uint8_t b) {
+  Out out;
+  Stepper stepper(*grammar_, &out);
+  for (const Stack& s : stacks_) stepper.Step(s, b);
+  if (out.empty()) return false;
+  if (out.size() > 1) {
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    if (out.size() > static_cast<size_t>(kMaxParallelStacks)) out.resize(kMaxParallelStacks);
+  }
+  stacks_ = std::move(out);
+  return true;
+}
+
+bool ByteMatcher::AdvanceAll(std::string_view bytes) {
+  if (stacks_.size() <= 1) {
+    for (char c : bytes) {
+      if (!Advance(static_cast<uint8_t>(c))) return false;
+    }
+    return true;
+  }
+  // Stack by stack, so that the kMaxParallelStacks cap applies as in a walk from each stack
+  // (JsonConstraint's masks): a token allowed from one stack is then accepted.
+  Out out;
+  for (const Stack& s : stacks_) {
+    ByteMatcher one(grammar_, s);
+    if (!one.AdvanceAll(bytes)) continue;
+    for (Stack& t : one.stacks_) out.push_back(std::move(t));
+  }
+  if (out.empty()) return false;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.size() > static_cast<size_t>(kMaxParallelStacks)) out.resize(kMaxParallelStacks);
+  stacks_ = std::move(out);
+  return true;
+}
+
+bool ByteMatcher::Complete() const {
+  for (const Stack& s : stacks_) {
+    if (s.empty()) return true;
+    if (s.size() != 1) continue;
+    const Frame& f = s.back();
+    const Node& n = grammar_->node(f.node);
+    if (n.kind == NodeKind::kNumber &&
+        (f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExp)) {
+      return true;
+    }
+    if (n.kind == NodeKind::kLiteral && grammar_->trie(f.aux).terminal >= 0) return true;
+  }
+  return false;
+}
+
+bool ByteMatcher::AtEnd() const {
+  if (!Complete()) return false;
+  for (int b = 0; b < 256; ++b) {
+    ByteMatcher copy = *this;
+    if (copy.Advance(static_cast<uint8_t>(b))) return false;
+  }
+  return true;
+}
+
+}  // namespace cairn::infer::text::json

@@ -1,0 +1,555 @@
+// JsonGrammar::FromSchema and AnyObject: a JSON Schema document compiled into the node graph of
+// json_grammar.h.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/status/check.h"
+#include "common/status/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/json_constraint.h"
+#include "services/infer/text/json_grammar.h"
+
+namespace cairn::infer::text {
+namespace json {
+namespace {
+
+// Ordered, so that properties keep the schema's order.
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kAnnotations[] = {
+    "title",    "description", "default",    "examples",    "example",          "$schema",
+    "$id",      "$comment",    "deprecated", "readOnly",    "writeOnly",        "strict",
+    "nullable", "$anchor",     "$defs",      "definitions", "contentMediaType", "$vocabulary"};
+
+// Keywords that narrow values and are not implemented: refused rather than ignored.
+constexpr std::string_view kRefused[] = {"pattern",
+                                         "format",
+                                         "minimum",
+                                         "maximum",
+                                         "exclusiveMinimum",
+                                         "exclusiveMaximum",
+                                         "multipleOf",
+                                         "uniqueItems",
+                                         "not",
+                                         "if",
+                                         "then",
+                                         "else",
+                                         "patternProperties",
+                                         "propertyNames",
+                                         "dependentRequired",
+                                         "dependentSchemas",
+                                         "dependencies",
+                                         "contains",
+                                         "minContains",
+                                         "maxContains",
+                                         "unevaluatedProperties",
+                                         "unevaluatedItems",
+                                         "minProperties",
+                                         "maxProperties",
+                                         "additionalItems",
+                                         "$dynamicRef",
+                                         "$recursiveRef",
+                                         "contentEncoding",
+                                         "contentSchema"};
+
+template <size_t N>
+bool In(const std::string_view (&list)[N], std::string_view key) {
+  return std::find(std::begin(list), std::end(list), key) != std::end(list);
+}
+
+std::string PointerToken(std::string_view key) {
+  return absl::StrReplaceAll(std::string(key), {{"~", "~0"}, {"/", "~1"}});
+}
+
+std::string ShownPath(const std::string& path) { return path.empty() ? "/" : path; }
+
+// The compact serialisation of `v` (invalid UTF-8 cannot occur: the parser refused it).
+std::string Compact(const Json& v) {
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// Returns the deepest nesting of arrays and objects in `text`, stopping once past `limit`.
+int NestingDepth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+absl::Status Unsupported(std::string_view keyword, const std::string& path,
+                         std::string_view why = "is not supported") {
+  return absl::InvalidArgumentError(absl::StrCat("schema keyword \"", std::string(keyword),
+                                                 "\" at ", ShownPath(path), " ", std::string(why)));
+}
+
+// Compiles one schema document. Single use.
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const Json* document) : document_(document) {}
+
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> Run() {
+    ASSIGN_OR_RETURN(int32_t root, Ref("#", "", 0));
+    return Finish(root);
+  }
+
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> RunAnyObject() {
+    ASSIGN_OR_RETURN(int32_t any, AnyValue());
+    ASSIGN_OR_RETURN(int32_t root, NewNode(NodeKind::kObject, ""));
+    ASSIGN_OR_RETURN(int32_t key, NewNode(NodeKind::kString, ""));
+    nodes_[root].additional = any;
+    nodes_[root].extra_key = key;
+    nodes_[root].key_trie = AddTrie({}, false);
+    nodes_[root].next_required = {0};
+    return Finish(root);
+  }
+
+ private:
+  absl::StatusOr<int32_t> NewNode(NodeKind kind, const std::string& path) {
+    if (nodes_.size() >= static_cast<size_t>(kMaxGrammarNodes)) {
+      return absl::InvalidArgumentError(absl::StrCat("schema at ", ShownPath(path),
+                                                     " compiles to more than ", kMaxGrammarNodes,
+                                                     " grammar nodes"));
+    }
+    nodes_.emplace_back();
+    nodes_.back().kind = kind;
+    nodes_.back().path = path;
+    return static_cast<int32_t>(nodes_.size() - 1);
+  }
+
+  // Adds a trie of `literals` (terminal i for literals[i]) and returns its root.
+  int32_t AddTrie(const std::vector<std::string>& literals, bool track_below) {
+    const int32_t root = static_cast<int32_t>(tries_.size());
+    tries_.emplace_back();
+    for (size_t i = 0; i < literals.size(); ++i) {
+      int32_t t = root;
+      if (track_below) tries_[t].below.push_back(static_cast<int32_t>(i));
+      for (char c : literals[i]) {
+        const uint8_t b = static_cast<uint8_t>(c);
+        auto& kids = tries_[t].children;
+        auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{-1}));
+        if (it == kids.end() || it->first != b) {
+          const int32_t child = static_cast<int32_t>(tries_.size());
+          it = kids.insert(it, {b, child});
+          tries_.emplace_back();  // Invalidates `kids`; not used below.
+          t = child;
+        } else {
+          t = it->second;
+        }
+        if (track_below) tries_[t].below.push_back(static_cast<int32_t>(i));
+      }
+      if (tries_[t].terminal < 0) tries_[t].terminal = static_cast<int32_t>(i);
+    }
+    return root;
+  }
+
+  absl::StatusOr<int32_t> Literals(const std::vector<std::string>& literals,
+                                   const std::string& path) {
+    ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kLiteral, path));
+    nodes_[n].trie = AddTrie(literals, false);
+    return n;
+  }
+
+  // The node for any JSON value, built once.
+  absl::StatusOr<int32_t> AnyValue() {
+    if (any_ >= 0) return any_;
+    ASSIGN_OR_RETURN(any_, NewNode(NodeKind::kAlt, ""));
+    ASSIGN_OR_RETURN(int32_t lit, Literals({"null", "true", "false"}, ""));
+    ASSIGN_OR_RETURN(int32_t num, NewNode(NodeKind::kNumber, ""));
+    ASSIGN_OR_RETURN(int32_t str, NewNode(NodeKind::kString, ""));
+    ASSIGN_OR_RETURN(int32_t arr, NewNode(NodeKind::kArray, ""));
+    nodes_[arr].items = any_;
+    ASSIGN_OR_RETURN(int32_t key, NewNode(NodeKind::kString, ""));
+    ASSIGN_OR_RETURN(int32_t obj, NewNode(NodeKind::kObject, ""));
+    nodes_[obj].additional = any_;
+    nodes_[obj].extra_key = key;
+    nodes_[obj].key_trie = AddTrie({}, false);
+    nodes_[obj].next_required = {0};
+    nodes_[any_].alts = {lit, num, str, arr, obj};
+    return any_;
+  }
+
+  absl::StatusOr<int32_t> Never(const std::string& path) { return NewNode(NodeKind::kAlt, path); }
+
+  // Resolves `ref` ("#", "#/$defs/NAME" or "#/definitions/NAME") to an alias node, compiling
+  // its target the first time (at `depth`: chains of references count as nesting).
+  absl::StatusOr<int32_t> Ref(const std::string& ref, const std::string& path, int depth) {
+    auto found = refs_.find(ref);
+    if (found != refs_.end()) return found->second;
+    const Json* target = nullptr;
+    std::string target_path;
+    if (ref == "#") {
+      target = document_;
+    } else {
+      for (std::string_view section : {"#/$defs/", "#/definitions/"}) {
+        if (ref.rfind(section, 0) != 0) continue;
+        std::string name = ref.substr(section.size());
+        if (name.find('/') != std::string::npos) break;
+        name = absl::StrReplaceAll(name, {{"~1", "/"}, {"~0", "~"}});
+        const std::string key(section.substr(2, section.size() - 3));
+        auto defs = document_->find(key);
+        if (defs == document_->end() || !defs->is_object()) break;
+        auto def = defs->find(name);
+        if (def == defs->end()) break;
+        target = &*def;
+        target_path = absl::StrCat("/", key, "/", PointerToken(name));
+      }
+    }
+    if (target == nullptr) {
+      return Unsupported("$ref", path,
+                         absl::StrCat("to \"", ref,
+                                      "\" is not supported (only \"#\", "
+                                      "\"#/$defs/NAME\" and \"#/definitions/NAME\" that exist)"));
+    }
+    ASSIGN_OR_RETURN(int32_t alias, NewNode(NodeKind::kAlt, target_path));
+    refs_[ref] = alias;
+    ASSIGN_OR_RETURN(int32_t body, Compile(*target, target_path, depth + 1));
+    nodes_[alias].alts = {body};
+    return alias;
+  }
+
+  absl::StatusOr<int32_t> NonNegative(const Json& s, std::string_view key, const std::string& path,
+                                      int64_t fallback) {
+    auto it = s.find(std::string(key));
+    if (it == s.end()) return static_cast<int32_t>(fallback);
+    if (it->is_number_unsigned() || (it->is_number_integer() && it->get<int64_t>() >= 0)) {
+      return static_cast<int32_t>(std::min<uint64_t>(it->get<uint64_t>(), kUnreachable));
+    }
+    if (it->is_number_float()) {
+      const double d = it->get<double>();
+      if (d >= 0 && d == static_cast<double>(static_cast<int64_t>(std::min(d, 1e15)))) {
+        return static_cast<int32_t>(std::min<double>(d, kUnreachable));
+      }
+    }
+    return Unsupported(key, path, "is not a non-negative integer");
+  }
+
+  absl::StatusOr<int32_t> Compile(const Json& s, const std::string& path, int depth) {
+    if (depth > kMaxSchemaNesting) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("schema at ", ShownPath(path), " nests deeper than ", kMaxSchemaNesting));
+    }
+    if (s.is_boolean()) return s.get<bool>() ? AnyValue() : Never(path);
+    if (!s.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("schema at ", ShownPath(path), " is not an object or a boolean"));
+    }
+    std::vector<std::string> narrowing;  // Keywords present that constrain values.
+    for (const auto& [key, value] : s.items()) {
+      if (In(kRefused, key)) return Unsupported(key, path);
+      if (!In(kAnnotations, key)) narrowing.push_back(key);
+    }
+    auto only = [&](std::initializer_list<std::string_view> allowed,
+                    std::string_view keyword) -> absl::Status {
+      for (const std::string& k : narrowing) {
+        if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+          return Unsupported(keyword, path,
+                             absl::StrCat("with sibling keyword \"", k, "\" is not supported"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    if (s.contains("$ref")) {
+      RETURN_IF_ERROR(only({"$ref"}, "$ref"));
+      const Json& ref = s["$ref"];
+      if (!ref.is_string()) return Unsupported("$ref", path, "is not a string");
+      return Ref(ref.get<std::string>(), path, depth);
+    }
+    if (s.contains("allOf")) {
+      RETURN_IF_ERROR(only({"allOf"}, "allOf"));
+      const Json& all = s["allOf"];
+      if (!all.is_array() || all.size() != 1) {
+        return Unsupported("allOf", path, "with other than one schema is not supported");
+      }
+      return Compile(all[0], path + "/allOf/0", depth + 1);
+    }
+    for (const char* keyword : {"anyOf", "oneOf"}) {
+      if (!s.contains(keyword)) continue;
+      RETURN_IF_ERROR(only({keyword}, keyword));
+      const Json& list = s[std::string(keyword)];
+      if (!list.is_array() || list.empty()) {
+        return Unsupported(keyword, path, "is not a non-empty array");
+      }
+      std::vector<int32_t> alts;
+      for (size_t i = 0; i < list.size(); ++i) {
+        ASSIGN_OR_RETURN(int32_t alt,
+                         Compile(list[i], absl::StrCat(path, "/", keyword, "/", i), depth + 1));
+        alts.push_back(alt);
+      }
+      ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kAlt, path));
+      nodes_[n].alts = std::move(alts);
+      return n;
+    }
+
+    // The types allowed, each constrained by the keywords that apply to it.
+    std::vector<std::string> types;
+    if (auto t = s.find("type"); t != s.end()) {
+      std::vector<const Json*> names;
+      if (t->is_array()) {
+        for (const Json& e : *t) names.push_back(&e);
+      } else {
+        names.push_back(&*t);
+      }
+      for (const Json* name : names) {
+        static constexpr std::string_view kTypes[] = {"null",   "boolean", "object", "array",
+                                                      "number", "integer", "string"};
+        if (!name->is_string() || !In(kTypes, name->get<std::string>())) {
+          return Unsupported("type", path, "names a type that is not a JSON Schema type");
+        }
+        types.push_back(name->get<std::string>());
+      }
+    } else {
+      types = {"null", "boolean", "object", "array", "number", "string"};
+    }
+    auto has_type = [&](std::string_view type) {
+      return std::find(types.begin(), types.end(), type) != types.end();
+    };
+
+    for (std::string_view keyword : {"enum", "const"}) {
+      if (!s.contains(keyword)) continue;
+      RETURN_IF_ERROR(only({keyword, "type"}, keyword));
+      const Json& given = s[std::string(keyword)];
+      if (keyword == "enum" && !given.is_array()) {
+        return Unsupported("enum", path, "is not an array");
+      }
+      std::vector<std::string> literals;
+      auto add = [&](const Json& v) {
+        const bool fits = has_type(v.is_null()           ? "null"
+                                   : v.is_boolean()      ? "boolean"
+                                   : v.is_object()       ? "object"
+                                   : v.is_array()        ? "array"
+                                   : v.is_string()       ? "string"
+                                   : v.is_number_float() ? "number"
+                                                         : "integer") ||
+                          (v.is_number() && has_type("number"));
+        if (fits) literals.push_back(Compact(v));
+      };
+      if (keyword == "enum") {
+        for (const Json& v : given) add(v);
+      } else {
+        add(given);
+      }
+      return Literals(literals, path);
+    }
+
+    std::vector<int32_t> alts;
+    if (has_type("null")) {
+      ASSIGN_OR_RETURN(int32_t n, Literals({"null"}, path));
+      alts.push_back(n);
+    }
+    if (has_type("boolean")) {
+      ASSIGN_OR_RETURN(int32_t n, Literals({"true", "false"}, path));
+      alts.push_back(n);
+    }
+    if (has_type("number") || has_type("integer")) {
+      ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kNumber, path));
+      nodes_[n].integer = !has_type("number");
+      alts.push_back(n);
+    }
+    if (has_type("string")) {
+      ASSIGN_OR_RETURN(int32_t min, NonNegative(s, "minLength", path, 0));
+      ASSIGN_OR_RETURN(int32_t max, NonNegative(s, "maxLength", path, -1));
+      if (min > kMaxMinLength) return Unsupported("minLength", path, "is too large");
+      ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kString, path));
+      nodes_[n].min_length = min;
+      nodes_[n].max_length = max;
+      alts.push_back(n);
+    }
+    if (has_type("array")) {
+      ASSIGN_OR_RETURN(int32_t n, CompileArray(s, path, depth));
+      alts.push_back(n);
+    }
+    if (has_type("object")) {
+      ASSIGN_OR_RETURN(int32_t n, CompileObject(s, path, depth));
+      alts.push_back(n);
+    }
+    if (alts.size() == 1) return alts[0];
+    ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kAlt, path));
+    nodes_[n].alts = std::move(alts);
+    return n;
+  }
+
+  absl::StatusOr<int32_t> CompileArray(const Json& s, const std::string& path, int depth) {
+    std::vector<int32_t> prefix;
+    int32_t items = -2;  // -2: not given.
+    auto compile_list = [&](const Json& list, const char* key) -> absl::Status {
+      if (!list.is_array()) return Unsupported(key, path, "is not an array");
+      if (list.size() > static_cast<size_t>(kMaxMinItems)) {
+        return Unsupported(key, path, "has too many schemas");
+      }
+      for (size_t i = 0; i < list.size(); ++i) {
+        ASSIGN_OR_RETURN(int32_t item,
+                         Compile(list[i], absl::StrCat(path, "/", key, "/", i), depth + 1));
+        prefix.push_back(item);
+      }
+      return absl::OkStatus();
+    };
+    if (auto p = s.find("prefixItems"); p != s.end()) {
+      RETURN_IF_ERROR(compile_list(*p, "prefixItems"));
+    }
+    if (auto it = s.find("items"); it != s.end()) {
+      if (it->is_array()) {  // Draft 7's tuple form: prefixItems.
+        if (s.contains("prefixItems")) {
+          return Unsupported("items", path, "as an array beside prefixItems is not supported");
+        }
+        RETURN_IF_ERROR(compile_list(*it, "items"));
+      } else if (it->is_boolean() && !it->get<bool>()) {
+        items = -1;
+      } else {
+        ASSIGN_OR_RETURN(items, Compile(*it, path + "/items", depth + 1));
+      }
+    }
+    if (items == -2) {
+      // Absent: any items; after prefixItems none (a narrowing, like additionalProperties).
+      if (prefix.empty()) {
+        ASSIGN_OR_RETURN(items, AnyValue());
+      } else {
+        items = -1;
+      }
+    }
+    ASSIGN_OR_RETURN(int32_t min, NonNegative(s, "minItems", path, 0));
+    ASSIGN_OR_RETURN(int32_t max, NonNegative(s, "maxItems", path, -1));
+    if (min > kMaxMinItems) return Unsupported("minItems", path, "is too large");
+    ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kArray, path));
+    Node& node = nodes_[n];
+    node.prefix = std::move(prefix);
+    node.items = items;
+    node.min_items = min;
+    node.max_items = max;
+    node.count_cap =
+        max >= 0 ? max : std::max<int32_t>(min, static_cast<int32_t>(node.prefix.size()));
+    return n;
+  }
+
+  absl::StatusOr<int32_t> CompileObject(const Json& s, const std::string& path, int depth) {
+    std::vector<Property> props;
+    if (auto p = s.find("properties"); p != s.end()) {
+      if (!p->is_object()) return Unsupported("properties", path, "is not an object");
+      if (p->size() > static_cast<size_t>(kMaxProperties)) {
+        return Unsupported("properties", path, "has too many properties");
+      }
+      for (const auto& [name, schema] : p->items()) {
+        ASSIGN_OR_RETURN(
+            int32_t value,
+            Compile(schema, absl::StrCat(path, "/properties/", PointerToken(name)), depth + 1));
+        props.push_back({name, value, false});
+      }
+    }
+    if (auto r = s.find("required"); r != s.end()) {
+      if (!r->is_array()) return Unsupported("required", path, "is not an array");
+      for (const Json& name : *r) {
+        if (!name.is_string()) return Unsupported("required", path, "lists a non-string");
+        auto it = std::find_if(props.begin(), props.end(), [&](const Property& p) {
+          return p.name == name.get<std::string>();
+        });
+        if (it == props.end()) {
+          return absl::InvalidArgumentError(absl::StrCat("required property \"",
+                                                         name.get<std::string>(), "\" at ", path,
+                                                         "/required is not in properties"));
+        }
+        it->required = true;
+      }
+    }
+    // Absent additionalProperties: none when `properties` names some (the model writes the
+    // named ones only, as strict structured outputs do), any otherwise ({"type": "object"}).
+    int32_t additional = -1;
+    if (auto a = s.find("additionalProperties"); a != s.end()) {
+      if (!(a->is_boolean() && !a->get<bool>())) {
+        ASSIGN_OR_RETURN(additional, Compile(*a, path + "/additionalProperties", depth + 1));
+      }
+    } else if (!s.contains("properties")) {
+      ASSIGN_OR_RETURN(additional, AnyValue());
+    }
+    std::vector<std::string> quoted, raw;
+    for (const Property& p : props) {
+      quoted.push_back(Compact(Json(p.name)));
+      raw.push_back(p.name);
+    }
+    int32_t key = -1;
+    if (additional >= 0) {
+      ASSIGN_OR_RETURN(key, NewNode(NodeKind::kString, path + "/additionalProperties"));
+      if (!props.empty()) nodes_[key].exclude_trie = AddTrie(raw, false);
+    }
+    ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kObject, path));
+    Node& node = nodes_[n];
+    node.key_trie = AddTrie(quoted, true);
+    node.additional = additional;
+    node.extra_key = key;
+    node.next_required.assign(props.size() + 1, static_cast<int32_t>(props.size()));
+    for (size_t i = props.size(); i-- > 0;) {
+      node.next_required[i] =
+          props[i].required ? static_cast<int32_t>(i) : node.next_required[i + 1];
+    }
+    node.props = std::move(props);
+    return n;
+  }
+
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> Finish(int32_t root) {
+    RETURN_IF_ERROR(AnalyzeGrammar(nodes_, tries_, root));
+    return std::shared_ptr<const JsonGrammar>(
+        std::make_shared<CompiledGrammar>(std::move(nodes_), std::move(tries_), root));
+  }
+
+  const Json* document_;
+  std::vector<Node> nodes_;
+  std::vector<TrieNode> tries_;
+  absl::flat_hash_map<std::string, int32_t> refs_;
+  int32_t any_ = -1;
+};
+
+}  // namespace
+}  // namespace json
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::AnyObject() {
+  json::SchemaCompiler compiler(nullptr);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> grammar = compiler.RunAnyObject();
+  CAIRN_CHECK(grammar.ok());
+  return *std::move(grammar);
+}
+
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
+    std::string_view schema_json) {
+  if (schema_json.size() > json::kMaxSchemaBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schema is larger than ", json::kMaxSchemaBytes, " bytes"));
+  }
+  if (json::NestingDepth(schema_json, json::kMaxSchemaNesting) > json::kMaxSchemaNesting) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schema nests deeper than ", json::kMaxSchemaNesting));
+  }
+  json::Json document = json::Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) return absl::InvalidArgumentError("schema is not valid JSON");
+  json::SchemaCompiler compiler(&document);
+  return compiler.Run();
+}
+
+}  // namespace cairn::infer::text

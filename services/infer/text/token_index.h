@@ -1,0 +1,87 @@
+#ifndef CAIRN_SERVICES_INFER_TEXT_TOKEN_INDEX_H_
+#define CAIRN_SERVICES_INFER_TEXT_TOKEN_INDEX_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "common/concurrency/mutex.h"
+#include "services/infer/text/json_constraint.h"
+#include "services/infer/text/json_matcher.h"
+#include "services/infer/text/tokenizer.h"
+
+namespace cairn::infer::text {
+
+// The ids whose bytes, fed to a JSON string's content from one StrPhase (with or without
+// escapes allowed), never close the string (`inside`, with the code points each starts, for
+// maxLength) or close it after valid content (`leaving`: the rest of the token then depends on what
+// surrounds the string). Every other id is refused in that phase.
+struct StringTokenClass {
+  std::vector<uint64_t> inside_mask;  // Bit per id, as TokenConstraint::Allowed lays it out.
+  std::vector<TokenId> inside_ids;
+  std::vector<uint16_t> inside_chars;  // Characters started, per inside_ids entry (saturated).
+  std::vector<TokenId> leaving_ids;
+};
+
+// TokenIndex over a byte trie of the non-special tokens: a mask is one depth-first walk that
+// prunes a subtree as soon as its prefix is refused. Ids with no bytes and special tokens are
+// in no node.
+//
+// Thread-safe once built (the string classes are built with it; StringClass reads them under a
+// lock).
+class TrieTokenIndex : public TokenIndex {
+ public:
+  // A trie node: its children are nodes [first_child, first_child + child_count), sorted by
+  // byte; the ids whose bytes end here are ids_[first_id, first_id + id_count).
+  struct TrieNode {
+    int32_t first_child = 0;
+    int32_t first_id = 0;
+    uint16_t child_count = 0;
+    uint8_t byte = 0;
+    uint8_t pad = 0;
+    int32_t id_count = 0;
+  };
+
+  explicit TrieTokenIndex(const Tokenizer& tokenizer);
+
+  int32_t id_limit() const override { return id_limit_; }
+  // Words in a mask covering every id.
+  size_t mask_words() const { return (static_cast<size_t>(id_limit_) + 63) / 64; }
+
+  const TrieNode& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+  absl::Span<const TokenId> ids_at(const TrieNode& n) const {
+    return absl::MakeConstSpan(ids_).subspan(static_cast<size_t>(n.first_id),
+                                             static_cast<size_t>(n.id_count));
+  }
+  // The raw bytes of `id` (empty for special tokens, unused ids and ids out of range).
+  std::string_view bytes(TokenId id) const;
+  bool special(TokenId id) const {
+    return id >= 0 && id < id_limit_ && special_[static_cast<size_t>(id)] != 0;
+  }
+  // The class of `phase`. The reference lives as long as this index.
+  const StringTokenClass& StringClass(json::StrPhase phase, bool allow_escapes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  std::unique_ptr<StringTokenClass> BuildStringClass(json::StrPhase phase,
+                                                     bool allow_escapes) const;
+
+  int32_t id_limit_ = 0;
+  std::vector<char> bytes_;       // Every id's bytes, concatenated.
+  std::vector<uint32_t> offset_;  // Id i's bytes are [offset_[i], offset_[i + 1]).
+  std::vector<uint8_t> special_;
+  std::vector<TrieNode> nodes_;  // Node 0 is the root (no bytes).
+  std::vector<TokenId> ids_;
+
+  mutable Mutex mu_;
+  // By phase, escapes allowed first, then refused.
+  mutable std::array<std::unique_ptr<StringTokenClass>, 2 * json::kStrPhaseCount> classes_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cairn::infer::text
+
+#endif  // CAIRN_SERVICES_INFER_TEXT_TOKEN_INDEX_H_

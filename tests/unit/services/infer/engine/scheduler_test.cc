@@ -1,0 +1,265 @@
+// The scheduler's token constraints (structured outputs): a request's TokenConstraint decides
+// which tokens may come next, and its errors end the request; a request without one samples as
+// before.
+#include "services/infer/engine/scheduler.h"
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/concurrency/mutex.h"
+#include "common/concurrency/notification.h"
+#include "gtest/gtest.h"
+#include "services/infer/engine/slot_kv_memory.h"
+#include "services/infer/engine/token_constraint.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer {
+namespace {
+
+using ::cairn::testing::StatusIs;
+
+constexpr int32_t kVocab = 130;    // Three mask words, the last one partly used.
+constexpr int32_t kFavourite = 7;  // The token every row of logits favours.
+constexpr int32_t kStop = 129;     // The request's stop token.
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// A model whose every row of logits favours kFavourite, then lower ids (logit 1 - id / 1000);
+// it keeps no state.
+class FavouriteTokenModel final : public Model {
+ public:
+  FavouriteTokenModel() {
+    info_.architecture = "favourite-token";
+    info_.vocab_size = kVocab;
+    layout_.components.push_back({"layers.0.k", ComponentKind::kRows, 0, 1});
+  }
+  const ModelInfo& info() const override { return info_; }
+  const StateLayout& state_layout() const override { return layout_; }
+  absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                std::vector<std::vector<float>>& results) override {
+    results.resize(batch.size());
+    for (std::vector<float>& row : results) {
+      row.resize(kVocab);
+      for (int32_t id = 0; id < kVocab; ++id) row[id] = 1.0f - static_cast<float>(id) / 1000.0f;
+      row[kFavourite] = 10.0f;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  ModelInfo info_;
+  StateLayout layout_;
+};
+
+// Allows exactly `script` followed by kStop, one token at a time; records what it was told.
+// Optionally fails Allowed or Accept at token `fail_at` (counted from 0).
+class ScriptedConstraint final : public TokenConstraint {
+ public:
+  enum class Fail { kNever, kAllowed, kAccept, kAllowNothing };
+  ScriptedConstraint(std::vector<int32_t> script, std::vector<int32_t>* accepted,
+                     Fail fail = Fail::kNever, size_t fail_at = 0)
+      : script_(std::move(script)), accepted_(accepted), fail_(fail), fail_at_(fail_at) {
+    script_.push_back(kStop);
+  }
+  absl::Status Allowed(absl::Span<uint64_t> allowed) override {
+    if (fail_ == Fail::kAllowed && next_ == fail_at_) {
+      return absl::FailedPreconditionError("scripted allowed failure");
+    }
+    for (uint64_t& w : allowed) w = 0;
+    if (fail_ == Fail::kAllowNothing && next_ == fail_at_) return absl::OkStatus();
+    if (next_ < script_.size()) {
+      const int32_t id = script_[next_];
+      allowed[id / 64] |= uint64_t{1} << (id % 64);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Accept(int32_t token) override {
+    accepted_->push_back(token);
+    if (fail_ == Fail::kAccept && next_ == fail_at_) {
+      return absl::DataLossError("scripted accept failure");
+    }
+    if (next_ >= script_.size() || token != script_[next_]) {
+      return absl::InternalError("a token the constraint did not allow");
+    }
+    ++next_;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<int32_t> script_;
+  std::vector<int32_t>* const accepted_;
+  const Fail fail_;
+  const size_t fail_at_;
+  size_t next_ = 0;
+};
+
+// What one request's sink saw. Written on the scheduler thread; read after `done`.
+struct Outcome {
+  Mutex mu;
+  std::vector<int32_t> tokens ABSL_GUARDED_BY(mu);
+  absl::Status status ABSL_GUARDED_BY(mu);
+  FinishInfo info ABSL_GUARDED_BY(mu);
+  Notification done;
+};
+
+class RecordingSink final : public RequestSink {
+ public:
+  explicit RecordingSink(Outcome* outcome) : outcome_(outcome) {}
+  void OnStarted(const StartInfo&) override {}
+  bool OnToken(const SampledToken& token) override {
+    MutexLock lock(&outcome_->mu);
+    outcome_->tokens.push_back(token.id);
+    return true;
+  }
+  void OnFinished(const absl::Status& status, const FinishInfo& info) override {
+    {
+      MutexLock lock(&outcome_->mu);
+      outcome_->status = status;
+      outcome_->info = info;
+    }
+    outcome_->done.Notify();
+  }
+  bool Cancelled() const override { return false; }
+
+ private:
+  Outcome* const outcome_;
+};
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+        SlotKvMemory::Create(model_.state_layout(), {.slots = 1, .max_rows = 256});
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    memory_ = std::move(*memory);
+    scheduler_ = std::make_unique<Scheduler>(&model_, memory_.get(), nullptr, SchedulerOptions{});
+    scheduler_->Start();
+  }
+  void TearDown() override {
+    if (scheduler_ != nullptr) scheduler_->Shutdown(absl::Now() + kWait);
+  }
+
+  // Runs a request for `prompt` with `sampling` and `constraint` (null: none) to its end.
+  void Run(std::unique_ptr<TokenConstraint> constraint, const SamplingOptions& sampling,
+           int64_t max_tokens, Outcome* outcome) {
+    GenerateRequest req;
+    req.id = "r";
+    req.prompt = {1, 2, 3};
+    req.sampling = sampling;
+    req.max_tokens = max_tokens;
+    req.stop_ids = {kStop};
+    req.sink = std::make_unique<RecordingSink>(outcome);
+    req.constraint = std::move(constraint);
+    ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
+    ASSERT_TRUE(outcome->done.WaitForNotificationWithTimeout(kWait));
+  }
+
+  FavouriteTokenModel model_;
+  std::unique_ptr<SlotKvMemory> memory_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, UnconstrainedGreedyTakesTheLargestLogit) {
+  Outcome out;
+
+  Run(nullptr, {}, 3, &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{kFavourite, kFavourite, kFavourite}));
+  EXPECT_EQ(out.info.reason, FinishReason::kLength);
+}
+
+TEST_F(SchedulerTest, ConstrainedGreedyGeneratesTheScriptThenStops) {
+  const std::vector<int32_t> script = {3, 64, 128, 3, 0};
+  std::vector<int32_t> accepted;
+  Outcome out;
+
+  Run(std::make_unique<ScriptedConstraint>(script, &accepted), {}, 50, &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens, script);  // The stop token ends the request unemitted.
+  EXPECT_EQ(out.info.reason, FinishReason::kStop);
+  EXPECT_EQ(out.info.completion_tokens, static_cast<int64_t>(script.size() + 1));
+  std::vector<int32_t> with_stop = script;
+  with_stop.push_back(kStop);
+  EXPECT_EQ(accepted, with_stop);
+}
+
+TEST_F(SchedulerTest, ConstrainedSamplingGeneratesTheScriptThenStops) {
+  const std::vector<int32_t> script = {100, 5, 6, 66};
+  std::vector<int32_t> accepted;
+  SamplingOptions sampling;
+  sampling.temperature = 1.0f;
+  sampling.top_k = 3;
+  sampling.seed = 9;
+  Outcome out;
+
+  Run(std::make_unique<ScriptedConstraint>(script, &accepted), sampling, 50, &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens, script);
+  EXPECT_EQ(out.info.reason, FinishReason::kStop);
+}
+
+TEST_F(SchedulerTest, ConstrainedRequestStillStopsAtMaxTokens) {
+  std::vector<int32_t> accepted;
+  Outcome out;
+
+  Run(std::make_unique<ScriptedConstraint>(std::vector<int32_t>{4, 5, 6, 7}, &accepted), {}, 2,
+      &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(out.info.reason, FinishReason::kLength);
+}
+
+TEST_F(SchedulerTest, AllowedErrorEndsTheRequestWithIt) {
+  std::vector<int32_t> accepted;
+  Outcome out;
+
+  Run(std::make_unique<ScriptedConstraint>(std::vector<int32_t>{4, 5, 6}, &accepted,
+                                           ScriptedConstraint::Fail::kAllowed, 2),
+      {}, 50, &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_THAT(out.status, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(out.status.message(), "scripted allowed failure");
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4, 5}));
+}
+
+TEST_F(SchedulerTest, AcceptErrorEndsTheRequestWithIt) {
+  std::vector<int32_t> accepted;
+  Outcome out;
+
+  // Fails on the first token, sampled right after the prefill.
+  Run(std::make_unique<ScriptedConstraint>(std::vector<int32_t>{4, 5, 6}, &accepted,
+                                           ScriptedConstraint::Fail::kAccept, 0),
+      {}, 50, &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_THAT(out.status, StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_TRUE(out.tokens.empty());
+  EXPECT_EQ(accepted, (std::vector<int32_t>{4}));
+}
+
+TEST_F(SchedulerTest, AConstraintAllowingNothingEndsTheRequestWithInternal) {
+  std::vector<int32_t> accepted;
+  Outcome out;
+
+  Run(std::make_unique<ScriptedConstraint>(std::vector<int32_t>{4, 5}, &accepted,
+                                           ScriptedConstraint::Fail::kAllowNothing, 1),
+      {}, 50, &out);
+
+  MutexLock lock(&out.mu);
+  EXPECT_THAT(out.status, StatusIs(absl::StatusCode::kInternal));
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{4}));
+}
+
+}  // namespace
+}  // namespace cairn::infer

@@ -1,0 +1,185 @@
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "services/infer/text/json_constraint.h"
+#include "services/infer/text/json_grammar.h"
+#include "tests/support/status_matchers.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using ::cairn::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(JsonSchemaCompileTest, CompilesEverySupportedKeyword) {
+  const std::vector<std::string> schemas = {
+      R"({})",
+      R"(true)",
+      R"({"type": "string", "minLength": 1, "maxLength": 3})",
+      R"({"type": ["string", "null"]})",
+      R"({"type": "integer"})",
+      R"({"type": "number"})",
+      R"({"type": "boolean"})",
+      R"({"type": "null"})",
+      R"({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+          "additionalProperties": false})",
+      R"({"type": "object", "additionalProperties": true})",
+      R"({"type": "object", "properties": {"a": {}}, "additionalProperties": {"type": "integer"}})",
+      R"({"type": "array", "items": {"type": "number"}, "minItems": 1, "maxItems": 4})",
+      R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]})",
+      R"({"type": "array", "items": [{"type": "string"}]})",
+      R"({"enum": ["a", 1, null, {"x": [true]}]})",
+      R"({"const": {"k": "v"}})",
+      R"({"type": "string", "enum": ["a", 1]})",
+      R"({"anyOf": [{"type": "string"}, {"type": "integer"}]})",
+      R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})",
+      R"({"allOf": [{"type": "string"}]})",
+      R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s"})",
+      R"({"definitions": {"s": {"type": "string"}}, "$ref": "#/definitions/s"})",
+      R"({"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}}})",
+      R"({"title": "t", "description": "d", "default": 1, "examples": [1], "$schema": "x",
+          "$id": "y", "$comment": "c", "deprecated": false, "readOnly": true, "strict": true,
+          "nullable": false, "type": "integer"})",
+  };
+  for (const std::string& schema : schemas) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
+    EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+  }
+}
+
+TEST(JsonSchemaCompileTest, RefusesNarrowingKeywordsItDoesNotImplementNamingThePath) {
+  const std::vector<std::string> refused = {"pattern",
+                                            "format",
+                                            "minimum",
+                                            "maximum",
+                                            "exclusiveMinimum",
+                                            "exclusiveMaximum",
+                                            "multipleOf",
+                                            "uniqueItems",
+                                            "not",
+                                            "if",
+                                            "then",
+                                            "else",
+                                            "patternProperties",
+                                            "propertyNames",
+                                            "dependentRequired",
+                                            "dependentSchemas",
+                                            "contains",
+                                            "unevaluatedProperties",
+                                            "unevaluatedItems",
+                                            "minProperties",
+                                            "maxProperties"};
+  for (const std::string& keyword : refused) {
+    const std::string schema =
+        R"({"type": "object", "properties": {"id": {"type": "string", ")" + keyword + R"(": 1}}})";
+
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
+
+    EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << keyword;
+    EXPECT_EQ(g.status().message(),
+              "schema keyword \"" + keyword + "\" at /properties/id is not supported");
+  }
+}
+
+TEST(JsonSchemaCompileTest, PathsEscapeJsonPointerCharacters) {
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+      JsonGrammar::FromSchema(R"({"properties": {"a/b~c": {"items": {"format": "date"}}}})");
+
+  EXPECT_THAT(g.status().message(), HasSubstr("at /properties/a~1b~0c/items is not supported"));
+}
+
+TEST(JsonSchemaCompileTest, RefusesMalformedAndHostileSchemas) {
+  struct Case {
+    std::string schema;
+    std::string message_part;
+  };
+  const std::vector<Case> cases = {
+      {"{", "not valid JSON"},
+      {"3", "is not an object or a boolean"},
+      {R"({"$ref": "#"})", "refers to itself"},
+      {R"({"anyOf": [{"$ref": "#"}, {"type": "string"}]})", "refers to itself"},
+      {R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+       "refers to itself"},
+      {R"({"$ref": "#/$defs/missing"})", "\"$ref\" at / to \"#/$defs/missing\" is not supported"},
+      {R"({"$ref": "http://example.com/s.json"})", "is not supported"},
+      {R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})",
+       "accepts no value"},
+      {R"({"type": "object", "properties": {"a": false}, "required": ["a"]})",
+       "the schema at /properties/a matches nothing"},
+      {R"(false)", "accepts no value"},
+      {R"({"enum": []})", "accepts no value"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 2})", "accepts no value"},
+      {R"({"type": "array", "prefixItems": [{}], "minItems": 2})", "accepts no value"},
+      {R"({"type": "array", "minItems": 100000000})", "\"minItems\" at / is too large"},
+      {R"({"type": "string", "minLength": -1})", "is not a non-negative integer"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})",
+       "required property \"b\" at /required is not in properties"},
+      {R"({"allOf": [{}, {}]})", "allOf"},
+      {R"({"type": "strin"})", "\"type\" at /"},
+      {R"({"type": "string", "anyOf": [{}]})", "with sibling keyword \"type\""},
+      {R"({"$ref": "#", "type": "string"})", "with sibling keyword \"type\""},
+      {std::string(200, '[') + std::string(200, ']'), "nests deeper than"},
+      {R"({"items":)" + std::string(60, ' ') +
+           [] {
+             std::string s;
+             for (int i = 0; i < 70; ++i) s += R"({"items":)";
+             s += "{}";
+             for (int i = 0; i < 71; ++i) s += "}";
+             return s;
+           }(),
+       "nests deeper than"},
+      {std::string(json::kMaxSchemaBytes + 1, ' '), "larger than"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(c.schema);
+
+    EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << c.schema.substr(0, 80);
+    EXPECT_THAT(g.status().message(), HasSubstr(c.message_part)) << c.schema.substr(0, 80);
+  }
+}
+
+TEST(JsonSchemaCompileTest, RequiredChainDeeperThanTheNestingLimitIsRefused) {
+  std::string schema = R"({"type": "string"})";
+  for (int i = 0; i < json::kMaxValueNesting + 2; ++i) {
+    schema = R"({"type": "object", "properties": {"a": )" + schema + R"(}, "required": ["a"]})";
+  }
+
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
+
+  EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(JsonSchemaCompileTest, LongReferenceChainsCountAsNesting) {
+  std::string defs;
+  const int n = 5000;
+  for (int i = 0; i < n; ++i) {
+    defs += "\"d" + std::to_string(i) + "\": {\"anyOf\": [{\"$ref\": \"#/$defs/d" +
+            std::to_string(i + 1) + "\"}, {\"type\": \"null\"}]},";
+  }
+  defs += "\"d" + std::to_string(n) + "\": {}";
+  const std::string schema = "{\"$defs\": {" + defs + "}, \"$ref\": \"#/$defs/d0\"}";
+
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
+
+  EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(g.status().message(), HasSubstr("nests deeper than"));
+}
+
+TEST(JsonSchemaCompileTest, GrammarSizeIsBounded) {
+  std::string alts;
+  for (int i = 0; i < json::kMaxGrammarNodes + 10; ++i) alts += R"({"type":"string"},)";
+  alts.pop_back();
+  const std::string schema = "{\"anyOf\": [" + alts + "]}";
+
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
+
+  EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(g.status().message(), HasSubstr("grammar nodes"));
+}
+
+}  // namespace
+}  // namespace cairn::infer::text
