@@ -363,11 +363,25 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
     options->set_continue_final_message(true);
   }
   RETURN_IF_ERROR(CheckForcedToolChoice(*chat));
-  // Structured outputs (Anthropic's beta): {"type": "json_schema", "schema": {...}}; decoding
-  // is constrained to the schema (docs/gateway.md).
+  // Structured outputs: {"type": "json_schema", "schema": {...}}, as the beta's output_format
+  // or as output_config.format (whose other fields, such as effort, are not used); decoding is
+  // constrained to the schema (docs/gateway.md).
   ASSIGN_OR_RETURN(const Json* output_format, f.Object("output_format"));
+  std::string format_field = "output_format";
+  ASSIGN_OR_RETURN(const Json* output_config, f.Object("output_config"));
+  if (output_config != nullptr) {
+    ASSIGN_OR_RETURN(const Json* config_format,
+                     JsonFields(*output_config, "output_config").Object("format"));
+    if (config_format != nullptr) {
+      if (output_format != nullptr) {
+        return Invalid("output_config.format", "and output_format cannot both be given");
+      }
+      output_format = config_format;
+      format_field = "output_config.format";
+    }
+  }
   if (output_format != nullptr) {
-    const JsonFields of(*output_format, "output_format");
+    const JsonFields of(*output_format, format_field);
     ASSIGN_OR_RETURN(std::optional<std::string> type, of.String("type", 64));
     if (type.value_or("") != "json_schema") {
       return Invalid(of.Name("type"), "must be \"json_schema\"");
@@ -375,7 +389,7 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
     RETURN_IF_ERROR(
         ReadJsonSchemaFormat(of, /*name_required=*/false, req.mutable_response_format()));
     RETURN_IF_ERROR(
-        CheckResponseFormatFits(req, "output_format", "a final assistant message (a prefill)"));
+        CheckResponseFormatFits(req, format_field, "a final assistant message (a prefill)"));
   }
   ASSIGN_OR_RETURN(const Json* thinking, f.Object("thinking"));
   if (thinking != nullptr) {

@@ -48,6 +48,43 @@ TEST(AnthropicMappingTest, OutputFormatMapsToAJsonSchema) {
                             "required": ["a"], "additionalProperties": false})"));
 }
 
+TEST(AnthropicMappingTest, OutputConfigFormatMapsToAJsonSchema) {
+  // The generally available spelling: output_config.format; output_config's other fields
+  // (effort) are accepted and not used.
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+          "output_config": {"effort": "high",
+                            "format": {"type": "json_schema", "schema": {"type": "integer"}}}})"),
+      {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(Json::parse(spec->request.response_format().json_schema()),
+            Json::parse(R"({"type": "integer"})"));
+
+  absl::StatusOr<GenerationSpec> effort_only = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+          "output_config": {"effort": "low"}})"),
+      {});
+  ASSERT_TRUE(effort_only.ok()) << effort_only.status();
+  EXPECT_FALSE(effort_only->request.has_response_format());
+
+  auto error = [](const char* body) {
+    return std::string(ParseAnthropicMessagesRequest(Json::parse(body), {}).status().message());
+  };
+  EXPECT_NE(error(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+                      "output_config": {"format": {"type": "json_object"}}})")
+                .find("output_config.format.type"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+                      "output_format": {"type": "json_schema", "schema": {}},
+                      "output_config": {"format": {"type": "json_schema", "schema": {}}}})")
+                .find("output_config.format and output_format cannot both be given"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],
+                      "output_config": 3})")
+                .find("output_config"),
+            std::string::npos);
+}
+
 TEST(AnthropicMappingTest, OutputFormatErrorsNameTheField) {
   auto error = [](const char* body) {
     return std::string(ParseAnthropicMessagesRequest(Json::parse(body), {}).status().message());
