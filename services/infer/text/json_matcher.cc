@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 
 namespace cairn::infer::text::json {
@@ -65,11 +66,22 @@ class Stepper {
     }
   }
 
-  // Appends to `out_` each stack `s` plus a fresh frame for one concrete alternative of `node`.
+  // Appends to `out` each stack `s` plus a fresh frame for one concrete alternative of `node`,
+  // each once.
   void Expand(const Stack& s, int32_t node, Out* out) const {
+    absl::flat_hash_set<int32_t> seen;
+    ExpandOnce(s, node, out, seen);
+  }
+
+ private:
+  // Expand's walk. An alternative reached again (anyOfs that share a $ref) adds nothing new,
+  // and walking it again would cost time exponential in the length of such chains.
+  void ExpandOnce(const Stack& s, int32_t node, Out* out,
+                  absl::flat_hash_set<int32_t>& seen) const {
     const Node& n = g_.node(node);
     if (n.kind == NodeKind::kAlt) {
-      for (int32_t alt : n.alts) Expand(s, alt, out);
+      if (!seen.insert(node).second) return;
+      for (int32_t alt : n.alts) ExpandOnce(s, alt, out, seen);
       return;
     }
     if (static_cast<int64_t>(s.size()) + n.min_depth > kMaxValueNesting) return;
@@ -80,7 +92,6 @@ class Stepper {
     out->back().push_back(f);
   }
 
- private:
   // Whether the frame holds a complete value that the next byte may end (numbers, literals).
   bool AutoCompletes(const Frame& f) const {
     const Node& n = g_.node(f.node);

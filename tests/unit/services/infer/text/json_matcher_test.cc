@@ -183,6 +183,21 @@ TEST(ByteMatcherTest, RecursiveSchemas) {
   ExpectDocs(list, {{R"({"next":null})", true}, {R"({"next":{"next":{"next":null}}})", true}});
 }
 
+TEST(ByteMatcherTest, AlternativesSharingReferencesAreExpandedOnce) {
+  // d0 = anyOf[d1, d1], d1 = anyOf[d2, d2], ...: 2^30 paths to the one string at the end.
+  // Followed path by path, the first byte would take hours.
+  const int n = 30;
+  std::string defs;
+  for (int i = 0; i < n; ++i) {
+    const std::string next = R"({"$ref": "#/$defs/d)" + std::to_string(i + 1) + R"("})";
+    defs += R"("d)" + std::to_string(i) + R"(": {"anyOf": [)" + next + ", " + next + "]}, ";
+  }
+  defs += R"("d)" + std::to_string(n) + R"(": {"type": "string"})";
+  const std::string schema = R"({"$defs": {)" + defs + R"(}, "$ref": "#/$defs/d0"})";
+
+  ExpectDocs(schema, {{R"("x")", true}, {"1", false}});
+}
+
 TEST(ByteMatcherTest, NestingIsBoundedAndStaysCompletable) {
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema("{}");
   ASSERT_TRUE(g.ok()) << g.status();
