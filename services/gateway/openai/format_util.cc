@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/random/random.h"
 #include "absl/strings/ascii.h"
@@ -148,6 +150,36 @@ absl::Status ReadJsonSchemaFormat(const JsonFields& f, bool name_required,
   ASSIGN_OR_RETURN(const Json* schema, f.Object("schema"));
   format->set_json_schema(schema != nullptr ? DumpJson(*schema) : "{}");
   return absl::OkStatus();
+}
+
+void KeepSchemaMemberOrder(absl::string_view body, GenerationSpec* spec) {
+  infer_v1::ResponseFormat* format = spec->request.mutable_response_format();
+  if (format->format_case() != infer_v1::ResponseFormat::kJsonSchema) return;
+  using Ordered = nlohmann::ordered_json;
+  // The body was parsed (nesting bounded) before; only schema requests pay for this second pass.
+  const Ordered doc = Ordered::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) return;
+  const std::vector<std::vector<std::string>> paths = {{"response_format", "json_schema", "schema"},
+                                                       {"text", "format", "schema"},
+                                                       {"output_format", "schema"},
+                                                       {"output_config", "format", "schema"}};
+  for (const std::vector<std::string>& path : paths) {
+    const Ordered* at = &doc;
+    for (const std::string& key : path) {
+      if (at == nullptr || !at->is_object()) {
+        at = nullptr;
+        break;
+      }
+      auto it = at->find(key);
+      at = it == at->end() ? nullptr : &*it;
+    }
+    if (at == nullptr || !at->is_object()) continue;
+    std::string ordered = at->dump(-1, ' ', false, Ordered::error_handler_t::replace);
+    const Json sorted = Json::parse(ordered, nullptr, /*allow_exceptions=*/false);
+    if (sorted.is_discarded() || DumpJson(sorted) != format->json_schema()) continue;
+    format->set_json_schema(std::move(ordered));
+    return;
+  }
 }
 
 absl::Status ParseOpenAiResponseFormat(const Json& format, const std::string& field,

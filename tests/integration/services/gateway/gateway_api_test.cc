@@ -79,6 +79,54 @@ TEST(GatewayApiTest, ChatCompletionAnswersInTheOpenAiShape) {
   EXPECT_TRUE(sent.chat().options().add_generation_prompt());
 }
 
+// The schema `client.beta.chat.completions.parse(response_format=CalendarEvent)` sends (pydantic
+// 2 through the OpenAI SDK's to_strict_json_schema): nested models in $defs, an Enum, an
+// Optional field as anyOf with null, titles everywhere, properties not in alphabetical order.
+const char kPydanticSchema[] = R"({"$defs": {"Attendee": {"properties": {"name": {"title": "Name",
+    "type": "string"}, "email": {"title": "Email", "type": "string"}}, "required": ["name",
+    "email"], "title": "Attendee", "type": "object", "additionalProperties": false}, "Priority":
+    {"enum": ["low", "high"], "title": "Priority", "type": "string"}}, "properties": {"reasoning":
+    {"title": "Reasoning", "type": "string"}, "name": {"title": "Name", "type": "string"},
+    "attendees": {"items": {"$ref": "#/$defs/Attendee"}, "title": "Attendees", "type": "array"},
+    "priority": {"$ref": "#/$defs/Priority"}, "location": {"anyOf": [{"type": "string"},
+    {"type": "null"}], "title": "Location"}}, "required": ["reasoning", "name", "attendees",
+    "priority", "location"], "title": "CalendarEvent", "type": "object", "additionalProperties":
+    false})";
+
+TEST(GatewayApiTest, SchemasReachTheDaemonWithTheirPropertiesInTheRequestsOrder) {
+  // The daemon generates properties in the schema's order (as OpenAI does): "reasoning" must
+  // stay before "name", not be sorted after it.
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  const std::string schema = kPydanticSchema;
+  const std::string expected = nlohmann::ordered_json::parse(schema).dump();
+  const std::vector<std::pair<std::string, std::string>> requests = {
+      {"/v1/chat/completions",
+       R"({"model":"fake-model","messages":[{"role":"user","content":"hi"}],
+           "response_format":{"type":"json_schema","json_schema":{"name":"CalendarEvent",
+           "strict":true,"schema":)" +
+           schema + "}}}"},
+      {"/v1/responses", R"({"model":"fake-model","input":"hi","text":{"format":{
+           "type":"json_schema","name":"CalendarEvent","strict":true,"schema":)" +
+                            schema + "}}}"},
+      {"/v1/messages", R"({"model":"fake-model","max_tokens":64,"messages":[{"role":"user",
+           "content":"hi"}],"output_format":{"type":"json_schema","schema":)" +
+                           schema + "}}"},
+      {"/v1/messages", R"({"model":"fake-model","max_tokens":64,"messages":[{"role":"user",
+           "content":"hi"}],"output_config":{"effort":"low","format":{"type":"json_schema",
+           "schema":)" + schema +
+                           "}}}"},
+  };
+
+  for (const auto& [path, request] : requests) {
+    HttpResult r = client.Post(path, request);
+
+    ASSERT_EQ(r.status, 200) << path << ": " << r.body;
+    const std::string sent = h.fake().last_request().response_format().json_schema();
+    EXPECT_EQ(nlohmann::ordered_json::parse(sent).dump(), expected) << path;
+  }
+}
+
 TEST(GatewayApiTest, ChatCompletionStreamsChunksUsageAndDone) {
   GatewayHarness h;
   HttpTestClient client(h.port());
