@@ -27,10 +27,13 @@ namespace {
 // Ordered, so that properties keep the schema's order.
 using Json = nlohmann::ordered_json;
 
+// "discriminator" (OpenAPI, pydantic's discriminated unions) only names the property that tells
+// the oneOf's alternatives apart; the alternatives themselves still constrain the value.
 constexpr std::string_view kAnnotations[] = {
-    "title",    "description", "default",    "examples",    "example",          "$schema",
-    "$id",      "$comment",    "deprecated", "readOnly",    "writeOnly",        "strict",
-    "nullable", "$anchor",     "$defs",      "definitions", "contentMediaType", "$vocabulary"};
+    "title",        "description", "default",    "examples",    "example",          "$schema",
+    "$id",          "$comment",    "deprecated", "readOnly",    "writeOnly",        "strict",
+    "nullable",     "$anchor",     "$defs",      "definitions", "contentMediaType", "$vocabulary",
+    "discriminator"};
 
 // Keywords that narrow values and are not implemented: refused rather than ignored.
 constexpr std::string_view kRefused[] = {"pattern",

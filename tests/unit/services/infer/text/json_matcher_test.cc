@@ -171,6 +171,47 @@ TEST(ByteMatcherTest, AnyValueAndAlternatives) {
   ExpectDocs(R"({"type": ["integer", "string"]})", {{"3", true}, {R"("3")", true}, {"3.5", false}});
 }
 
+TEST(ByteMatcherTest, SchemasTheOpenAiSdksSend) {
+  // Python: client.beta.chat.completions.parse(response_format=Model), pydantic 2 through the
+  // SDK's to_strict_json_schema: $defs, an Enum, Optional as anyOf with null, titles, a $ref
+  // with a description, a discriminated union (oneOf with its "discriminator").
+  const std::string pydantic = R"({"$defs": {"Cat": {"properties": {"pet_type": {"const": "cat",
+      "title": "Pet Type", "type": "string"}, "meows": {"title": "Meows", "type": "integer"}},
+      "required": ["pet_type", "meows"], "title": "Cat", "type": "object",
+      "additionalProperties": false}, "Dog": {"properties": {"pet_type": {"const": "dog",
+      "title": "Pet Type", "type": "string"}, "barks": {"title": "Barks", "type": "number"}},
+      "required": ["pet_type", "barks"], "title": "Dog", "type": "object",
+      "additionalProperties": false}, "Color": {"enum": ["red", "green"], "title": "Color",
+      "type": "string"}}, "properties": {"pet": {"discriminator": {"mapping": {"cat":
+      "#/$defs/Cat", "dog": "#/$defs/Dog"}, "propertyName": "pet_type"}, "oneOf": [{"$ref":
+      "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], "title": "Pet"}, "color": {"$ref":
+      "#/$defs/Color", "description": "The pet's colour"}, "nickname": {"anyOf": [{"type":
+      "string"}, {"type": "null"}], "title": "Nickname"}}, "required": ["pet", "color",
+      "nickname"], "title": "Owner", "type": "object", "additionalProperties": false})";
+  ExpectDocs(pydantic,
+             {{R"({"pet":{"pet_type":"cat","meows":3},"color":"red","nickname":null})", true},
+              {R"({"pet":{"pet_type":"dog","barks":1.5},"color":"green","nickname":"Rex"})", true},
+              {R"({"pet":{"pet_type":"cat","barks":1},"color":"red","nickname":null})", false},
+              {R"({"pet":{"pet_type":"dog","barks":1},"color":"blue","nickname":null})", false}});
+  // JavaScript: zodResponseFormat(schema, "person") (zod-to-json-schema in OpenAI's strict
+  // mode): draft 07, "definitions", nullable as a type list, recursion through a definition.
+  const std::string zod = R"({"type": "object", "properties": {"name": {"type": "string"},
+      "age": {"type": ["number", "null"]}, "tags": {"type": "array", "items": {"type": "string",
+      "enum": ["a", "b"]}}, "next": {"anyOf": [{"$ref": "#/definitions/person"}, {"type":
+      "null"}]}}, "required": ["name", "age", "tags", "next"], "additionalProperties": false,
+      "definitions": {"person": {"type": "object", "properties": {"name": {"type": "string"},
+      "age": {"type": ["number", "null"]}, "tags": {"type": "array", "items": {"type": "string",
+      "enum": ["a", "b"]}}, "next": {"anyOf": [{"$ref": "#/definitions/person"}, {"type":
+      "null"}]}}, "required": ["name", "age", "tags", "next"], "additionalProperties": false}},
+      "$schema": "http://json-schema.org/draft-07/schema#"})";
+  ExpectDocs(zod, {{R"({"name":"x","age":null,"tags":[],"next":null})", true},
+                   {R"({"name":"x","age":3,"tags":["a","b"],"next":{"name":"y","age":1.5,)"
+                    R"("tags":["b"],"next":null}})",
+                    true},
+                   {R"({"name":"x","age":3,"tags":["c"],"next":null})", false},
+                   {R"({"name":"x","age":3,"tags":[],"next":null,"extra":1})", false}});
+}
+
 TEST(ByteMatcherTest, RecursiveSchemas) {
   const std::string tree = R"({"$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
