@@ -93,9 +93,15 @@ class TrieJsonConstraint : public JsonConstraint {
     if (it != cache_.end()) return it->second;
     std::vector<uint64_t> words(index_->mask_words(), 0);
     for (const json::Stack& s : matcher_.stacks()) StackMask(s, words);
-    if (matcher_.Complete()) {
-      for (TokenId e : end_ids_) {
-        if (e >= 0 && static_cast<size_t>(e) < words.size() * 64) SetBit(words, e);
+    // An end id is the end wherever it comes (Accept), also one whose bytes would fit the
+    // value (an EOS token the tokenizer does not mark special): only where the value is complete.
+    const bool complete = matcher_.Complete();
+    for (TokenId e : end_ids_) {
+      if (e < 0 || static_cast<size_t>(e) >= words.size() * 64) continue;
+      if (complete) {
+        SetBit(words, e);
+      } else {
+        words[static_cast<size_t>(e) / 64] &= ~(uint64_t{1} << (static_cast<uint32_t>(e) % 64));
       }
     }
     if (cache_.size() >= kMaskCacheEntries) {

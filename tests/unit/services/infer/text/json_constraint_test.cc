@@ -241,6 +241,29 @@ TEST(JsonConstraintTest, EndTokensOnlyWhereCompleteAndAloneWhenNothingCanFollow)
   EXPECT_EQ(AllowedIds(mask, static_cast<TokenId>(mask.size() * 64)), std::vector<TokenId>{kEnd});
 }
 
+TEST(JsonConstraintTest, AnEndIdThatSpellsTextIsAllowedOnlyWhereTheValueIsComplete) {
+  // A model whose EOS token is not marked special: its bytes fit inside a string, but Accept
+  // reads it as the end, so allowing it there would end the request with an error.
+  std::unique_ptr<Tokenizer> tokenizer = SyntheticTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  std::unique_ptr<TokenIndex> index = TokenIndex::Build(*tokenizer);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+      JsonGrammar::FromSchema(R"({"type": "string"})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  const TokenId end = *tokenizer->TokenToId("ab");
+  ASSERT_FALSE(tokenizer->IsSpecial(end));
+  std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(*g, index.get(), {end});
+  std::vector<uint64_t> mask(index->id_limit() / 64 + 1);
+  ASSERT_TRUE(c->Accept(*tokenizer->TokenToId("\"")).ok());
+
+  ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+  EXPECT_FALSE(TokenAllowed(mask, end));
+  EXPECT_TRUE(TokenAllowed(mask, *tokenizer->TokenToId("abc")));
+  ASSERT_TRUE(c->Accept(*tokenizer->TokenToId("\"")).ok());
+  ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+  EXPECT_EQ(AllowedIds(mask, static_cast<TokenId>(mask.size() * 64)), std::vector<TokenId>{end});
+}
+
 TEST(JsonConstraintTest, NoTokenFitsIsAnError) {
   std::unique_ptr<Tokenizer> tokenizer = SyntheticTokenizer();
   ASSERT_NE(tokenizer, nullptr);
