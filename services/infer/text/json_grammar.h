@@ -61,8 +61,12 @@ struct Node {
   int32_t min_length = 0;
   int32_t max_length = -1;
   int32_t exclude_trie = -1;
-  // kNumber: no fraction or exponent when `integer`.
+  // kNumber: no fraction or exponent when `integer`; no '-' when `no_minus`, no value 0 when
+  // `no_zero` (with no_minus: integers from 1); at most `max_digits` before the point.
   bool integer = false;
+  bool no_minus = false;
+  bool no_zero = false;
+  int32_t max_digits = kMaxIntegerDigits;
   // kLiteral: one of the literals in trie `trie`.
   int32_t trie = -1;
   // kObject: `props` in order (each optional or required), then, when `additional` >= 0, more

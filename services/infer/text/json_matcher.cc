@@ -222,13 +222,16 @@ class Stepper {
     switch (f.phase) {
       case kNumStart:
       case kNumMinus:
-        if (f.phase == kNumStart && b == '-') return go(kNumMinus, 0);
-        if (b == '0') return go(kNumZero, 1);
+        if (f.phase == kNumStart && b == '-' && !n.no_minus) return go(kNumMinus, 0);
+        if (b == '0') {
+          if (n.no_zero) return;
+          return go(kNumZero, 1);
+        }
         if (digit) return go(kNumInt, 1);
         return;
       case kNumZero:
       case kNumInt:
-        if (digit && f.phase == kNumInt && f.count < kMaxIntegerDigits) {
+        if (digit && f.phase == kNumInt && f.count < n.max_digits) {
           return go(kNumInt, f.count + 1);
         }
         if (dot) return go(kNumDot, 0);

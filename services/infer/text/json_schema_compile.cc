@@ -1,6 +1,7 @@
 // JsonGrammar::FromSchema and AnyObject: a JSON Schema document compiled into the node graph of
 // json_grammar.h.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,10 +39,6 @@ constexpr std::string_view kAnnotations[] = {
 // Keywords that narrow values and are not implemented: refused rather than ignored.
 constexpr std::string_view kRefused[] = {"pattern",
                                          "format",
-                                         "minimum",
-                                         "maximum",
-                                         "exclusiveMinimum",
-                                         "exclusiveMaximum",
                                          "multipleOf",
                                          "uniqueItems",
                                          "not",
@@ -256,6 +253,56 @@ class SchemaCompiler {
     return Unsupported(key, path, "is not a non-negative integer");
   }
 
+  // Applies `s`'s minimum, maximum, exclusiveMinimum and exclusiveMaximum to number node
+  // `node` where a sign and a count of digits express them soundly: for integers a lower bound
+  // of at most 1 (-(10^d - 1) or below allows d-digit negatives; 0 no sign; 1 no sign and no
+  // zero) and an upper bound of at least 9 (at most d digits where 10^d - 1 fits), such as zod's
+  // safe-integer bounds or pydantic's ge=0 / gt=0; for other numbers only minimum 0. Other
+  // bounds are InvalidArgument, never ignored.
+  absl::Status NumberBounds(const Json& s, const std::string& path, Node& node) {
+    constexpr double kLimit = 1e18;  // Past 18 digits a bound no longer narrows.
+    double lo = -kLimit, hi = kLimit;
+    std::string_view lo_key, hi_key;
+    for (std::string_view key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      auto it = s.find(std::string(key));
+      if (it == s.end()) continue;
+      if (!it->is_number()) return Unsupported(key, path, "is not a number");
+      const double v = std::clamp(it->get<double>(), -kLimit, kLimit);
+      if (!node.integer && !(key == "minimum" && v == 0)) {
+        return Unsupported(key, path, "is supported on numbers only as minimum 0");
+      }
+      if (key == "minimum" || key == "exclusiveMinimum") {
+        const double b = key == "minimum" ? std::ceil(v) : std::floor(v) + 1;
+        if (b > lo) {
+          lo = b;
+          lo_key = key;
+        }
+      } else {
+        const double b = key == "maximum" ? std::floor(v) : std::ceil(v) - 1;
+        if (b < hi) {
+          hi = b;
+          hi_key = key;
+        }
+      }
+    }
+    if (lo_key.empty() && hi_key.empty()) return absl::OkStatus();
+    auto digits_within = [](double bound) {  // The most digits d with 10^d - 1 <= bound.
+      int d = 0;
+      for (double p = 10; d < kMaxIntegerDigits && p - 1 <= bound; p *= 10) ++d;
+      return d;
+    };
+    if (hi < 9) return Unsupported(hi_key, path, "below 9 is not supported");
+    if (lo > 1) return Unsupported(lo_key, path, "above 1 is not supported");
+    node.max_digits = digits_within(hi);
+    if (lo <= -9) {
+      node.max_digits = std::min(node.max_digits, digits_within(-lo));
+    } else {
+      node.no_minus = true;
+      node.no_zero = lo > 0;
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<int32_t> Compile(const Json& s, const std::string& path, int depth) {
     if (depth > kMaxSchemaNesting) {
       return absl::InvalidArgumentError(
@@ -376,6 +423,7 @@ class SchemaCompiler {
     if (has_type("number") || has_type("integer")) {
       ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kNumber, path));
       nodes_[n].integer = !has_type("number");
+      RETURN_IF_ERROR(NumberBounds(s, path, nodes_[n]));
       alts.push_back(n);
     }
     if (has_type("string")) {

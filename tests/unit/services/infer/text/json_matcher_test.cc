@@ -212,6 +212,26 @@ TEST(ByteMatcherTest, SchemasTheOpenAiSdksSend) {
                    {R"({"name":"x","age":3,"tags":[],"next":null,"extra":1})", false}});
 }
 
+TEST(ByteMatcherTest, IntegerBoundsThatDigitCountsAndSignsExpress) {
+  // zod 4's z.number().int() (openai-node's zodResponseFormat through z.toJSONSchema) is
+  // bounded to JavaScript's safe integers: at most 15 digits stay inside them.
+  ExpectDocs(R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})",
+             {{"-999999999999999", true},
+              {"999999999999999", true},
+              {"0", true},
+              {"9999999999999999", false},
+              {"1.5", false}});
+  // z.int().nonnegative(); pydantic's Field(ge=0) and Field(gt=0).
+  ExpectDocs(R"({"type": "integer", "minimum": 0, "maximum": 9007199254740991})",
+             {{"0", true}, {"42", true}, {"-1", false}, {"-0", false}});
+  ExpectDocs(R"({"type": ["integer", "null"], "exclusiveMinimum": 0})",
+             {{"1", true}, {"100", true}, {"null", true}, {"0", false}, {"-3", false}});
+  ExpectDocs(R"({"type": "number", "minimum": 0})",
+             {{"0.5", true}, {"1e-3", true}, {"-0.5", false}});
+  // Bounds do not apply to other types.
+  ExpectDocs(R"({"type": "string", "minimum": 3})", {{R"("a")", true}});
+}
+
 TEST(ByteMatcherTest, RecursiveSchemas) {
   const std::string tree = R"({"$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},

@@ -54,10 +54,6 @@ TEST(JsonSchemaCompileTest, CompilesEverySupportedKeyword) {
 TEST(JsonSchemaCompileTest, RefusesNarrowingKeywordsItDoesNotImplementNamingThePath) {
   const std::vector<std::string> refused = {"pattern",
                                             "format",
-                                            "minimum",
-                                            "maximum",
-                                            "exclusiveMinimum",
-                                            "exclusiveMaximum",
                                             "multipleOf",
                                             "uniqueItems",
                                             "not",
@@ -82,6 +78,25 @@ TEST(JsonSchemaCompileTest, RefusesNarrowingKeywordsItDoesNotImplementNamingTheP
     EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << keyword;
     EXPECT_EQ(g.status().message(),
               "schema keyword \"" + keyword + "\" at /properties/id is not supported");
+  }
+}
+
+TEST(JsonSchemaCompileTest, RefusesNumberBoundsItCannotExpress) {
+  const std::vector<std::string> refused = {
+      R"({"type": "integer", "minimum": 1, "maximum": 5})",
+      R"({"type": "integer", "minimum": 2})",
+      R"({"type": "integer", "maximum": -1})",
+      R"({"type": "integer", "minimum": 1.5})",
+      R"({"type": "integer", "exclusiveMinimum": true})",
+      R"({"type": "number", "minimum": 1})",
+      R"({"type": "number", "maximum": 100})",
+      R"({"type": "number", "exclusiveMinimum": 0})",
+  };
+  for (const std::string& schema : refused) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
+
+    EXPECT_THAT(g.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << schema;
+    EXPECT_THAT(g.status().message(), HasSubstr("at / ")) << schema;
   }
 }
 
