@@ -241,25 +241,33 @@ TEST(JsonConstraintTest, EndTokensOnlyWhereCompleteAndAloneWhenNothingCanFollow)
   EXPECT_EQ(AllowedIds(mask, static_cast<TokenId>(mask.size() * 64)), std::vector<TokenId>{kEnd});
 }
 
+// The synthetic vocabulary with its index, for tests that drive one constraint by hand.
+struct SyntheticVocabulary {
+  std::unique_ptr<Tokenizer> tokenizer = SyntheticTokenizer();
+  std::unique_ptr<TokenIndex> index =
+      tokenizer != nullptr ? TokenIndex::Build(*tokenizer) : nullptr;
+  // The id of `token`, which the vocabulary must have.
+  TokenId Id(const std::string& token) const { return *tokenizer->TokenToId(token); }
+};
+
 TEST(JsonConstraintTest, AnEndIdThatSpellsTextIsAllowedOnlyWhereTheValueIsComplete) {
   // A model whose EOS token is not marked special: its bytes fit inside a string, but Accept
   // reads it as the end, so allowing it there would end the request with an error.
-  std::unique_ptr<Tokenizer> tokenizer = SyntheticTokenizer();
-  ASSERT_NE(tokenizer, nullptr);
-  std::unique_ptr<TokenIndex> index = TokenIndex::Build(*tokenizer);
-  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+  const SyntheticVocabulary v;
+  ASSERT_NE(v.index, nullptr);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> string_schema =
       JsonGrammar::FromSchema(R"({"type": "string"})");
-  ASSERT_TRUE(g.ok()) << g.status();
-  const TokenId end = *tokenizer->TokenToId("ab");
-  ASSERT_FALSE(tokenizer->IsSpecial(end));
-  std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(*g, index.get(), {end});
-  std::vector<uint64_t> mask(index->id_limit() / 64 + 1);
-  ASSERT_TRUE(c->Accept(*tokenizer->TokenToId("\"")).ok());
+  ASSERT_TRUE(string_schema.ok()) << string_schema.status();
+  const TokenId end = v.Id("ab");
+  ASSERT_FALSE(v.tokenizer->IsSpecial(end));
+  std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(*string_schema, v.index.get(), {end});
+  std::vector<uint64_t> mask(v.index->id_limit() / 64 + 1);
+  ASSERT_TRUE(c->Accept(v.Id("\"")).ok());
 
   ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
   EXPECT_FALSE(TokenAllowed(mask, end));
-  EXPECT_TRUE(TokenAllowed(mask, *tokenizer->TokenToId("abc")));
-  ASSERT_TRUE(c->Accept(*tokenizer->TokenToId("\"")).ok());
+  EXPECT_TRUE(TokenAllowed(mask, v.Id("abc")));
+  ASSERT_TRUE(c->Accept(v.Id("\"")).ok());
   ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
   EXPECT_EQ(AllowedIds(mask, static_cast<TokenId>(mask.size() * 64)), std::vector<TokenId>{end});
 }
