@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 
 namespace cairn::gateway {
@@ -157,6 +158,10 @@ void KeepSchemaMemberOrder(absl::string_view body, GenerationSpec* spec) {
   if (format->format_case() != infer_v1::ResponseFormat::kJsonSchema) return;
   using Ordered = nlohmann::ordered_json;
   // The body was parsed (nesting bounded) before; only schema requests pay for this second pass.
+  // An ordered parse is quadratic in an object's members (json_scan.h): a body with an object
+  // too large for it keeps the sorted schema (still the same schema, its properties generated
+  // in key order).
+  if (LargestJsonObjectMembers(body) > kMaxOrderedJsonObjectMembers) return;
   const Ordered doc = Ordered::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return;
   const std::vector<std::vector<std::string>> paths = {{"response_format", "json_schema", "schema"},

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/json/json_scan.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -74,6 +75,12 @@ absl::StatusOr<ordered_json> ToolsJson(const v1::ChatPrompt& chat) {
   if (chat.tools_size() == 0) return ordered_json(nullptr);
   ordered_json tools = ordered_json::array();
   for (int i = 0; i < chat.tools_size(); ++i) {
+    // An ordered parse is quadratic in an object's members (common/json/json_scan.h).
+    if (LargestJsonObjectMembers(chat.tools(i).json()) > kMaxOrderedJsonObjectMembers) {
+      return absl::InvalidArgumentError(absl::StrCat("chat.tools[", i,
+                                                     "] has an object of more than ",
+                                                     kMaxOrderedJsonObjectMembers, " members"));
+    }
     ordered_json t = ordered_json::parse(chat.tools(i).json(), nullptr, /*allow_exceptions=*/false);
     if (t.is_discarded() || !t.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat("chat.tools[", i, "] is not a JSON object"));

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/json/json_scan.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -596,6 +597,12 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
   if (json::NestingDepth(schema_json, json::kMaxSchemaNesting) > json::kMaxSchemaNesting) {
     return absl::InvalidArgumentError(
         absl::StrCat("schema nests deeper than ", json::kMaxSchemaNesting));
+  }
+  // The ordered parse below is quadratic in an object's members (common/json/json_scan.h).
+  if (LargestJsonObjectMembers(absl::string_view(schema_json.data(), schema_json.size())) >
+      kMaxOrderedJsonObjectMembers) {
+    return absl::InvalidArgumentError(absl::StrCat("schema has an object of more than ",
+                                                   kMaxOrderedJsonObjectMembers, " members"));
   }
   json::Json document = json::Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) return absl::InvalidArgumentError("schema is not valid JSON");

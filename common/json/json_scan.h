@@ -1,0 +1,25 @@
+#ifndef CAIRN_COMMON_JSON_JSON_SCAN_H_
+#define CAIRN_COMMON_JSON_JSON_SCAN_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace cairn {
+
+// The most members any one object of the JSON text `text` has, counted by a scan of its bytes
+// (strings and escapes skipped, nothing else checked; call it on text about to be parsed).
+//
+// Why: nlohmann::ordered_json, which keeps objects' members in their order (schemas, tool
+// definitions), inserts each member with a linear search of the ones before it, so parsing an
+// object of n members takes n^2 / 2 comparisons: 80,000 members take seconds, the 700,000 an
+// 8 MiB body can hold take minutes. Callers parsing untrusted text that way check this first.
+int64_t LargestJsonObjectMembers(absl::string_view text);
+
+// The largest object an ordered parse of untrusted text accepts: its quadratic insertion then
+// stays within about 10^7 comparisons (a few milliseconds).
+inline constexpr int64_t kMaxOrderedJsonObjectMembers = 4096;
+
+}  // namespace cairn
+
+#endif  // CAIRN_COMMON_JSON_JSON_SCAN_H_
