@@ -579,6 +579,27 @@ TEST_F(InferDaemonDemoModelTest, ServesChatWithToolsAndParsesReasoning) {
 // tool_choice naming a function: the prompt ends in the call's opening (no reasoning), and what
 // the model writes is parsed from there; a choice the request cannot serve is refused, naming
 // the field.
+TEST_F(InferDaemonDemoModelTest, ToolWithAnObjectTooLargeForAnOrderedParseIsRefused) {
+  // Tool definitions are parsed keeping their members' order, quadratic in an object's members
+  // (common/json/json_scan.h): 5000 properties are refused, not parsed for seconds.
+  v1::GenerateRequest req = ListFilesRequest();
+  req.mutable_sampling()->set_max_tokens(2);
+  std::string properties;
+  for (int i = 0; i < 5000; ++i) {
+    properties += (i ? ",\"p" : "\"p") + std::to_string(i) + "\": {\"type\": \"string\"}";
+  }
+  req.mutable_chat()->add_tools()->set_json(
+      R"({"type": "function", "function": {"name": "big", "parameters": {"type": "object",
+          "properties": {)" +
+      properties + "}}}}");
+
+  GenerateResult r = Generate(*stub_, req);
+
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("chat.tools[1]"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("more than 4096 members"));
+}
+
 TEST_F(InferDaemonDemoModelTest, ForcedToolCallOpensTheCallInThePrompt) {
   v1::GenerateRequest req = ListFilesRequest();
   req.mutable_chat()->set_tool_choice("list_files");

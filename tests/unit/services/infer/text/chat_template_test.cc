@@ -82,6 +82,31 @@ TEST(ChatTemplateTest, StringArgumentsAreParsedForTemplatesThatIterateThem) {
   EXPECT_EQ(*text, "a=1;b=x;");
 }
 
+TEST(ChatTemplateTest, ArgumentsWithAnObjectTooLargeForAnOrderedParseStayAString) {
+  // Parsing keeps members in order at a cost quadratic in an object's members
+  // (common/json/json_scan.h): such arguments are rendered as the string they came as.
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl = ChatTemplate::Create(
+      "{% for m in messages %}{% for c in m.tool_calls %}"
+      "{% if c.function.arguments is mapping %}mapping{% else %}string{% endif %};"
+      "{% endfor %}{% endfor %}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  std::string huge = "{";
+  for (int i = 0; i < 5000; ++i) huge += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  huge += "}";
+  json calls = json::array();
+  calls.push_back({{"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}});
+  calls.push_back({{"type", "function"}, {"function", {{"name", "f"}, {"arguments", huge}}}});
+  json body = {
+      {"messages", json::array({{{"role", "assistant"}, {"content", ""}, {"tool_calls", calls}}})}};
+  absl::StatusOr<ChatRequest> request = ParseChatRequest(body);
+  ASSERT_TRUE(request.ok()) << request.status();
+
+  absl::StatusOr<std::string> text = (*tmpl)->Render(*request);
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "mapping;string;");
+}
+
 TEST(ChatTemplateTest, RaiseExceptionIsAFailedPrecondition) {
   absl::StatusOr<std::unique_ptr<ChatTemplate>> tmpl =
       ChatTemplate::Create("{% if not messages %}{{ raise_exception('No messages.') }}{% endif %}");
