@@ -282,9 +282,7 @@ void GatewayService::AddGenerationRoute(Router* router, std::string path, ParseF
                   RespondError(ex, body.status());
                   return;
                 }
-                absl::StatusOr<GenerationSpec> spec = parse(*body, options_.limits);
-                if (spec.ok()) KeepSchemaMemberOrder(ex->request().body(), &*spec);
-                Generate(ex, path, std::move(spec));
+                Generate(ex, path, parse(*body, options_.limits));
               });
 }
 

@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 
 namespace cairn::gateway {
@@ -151,40 +150,6 @@ absl::Status ReadJsonSchemaFormat(const JsonFields& f, bool name_required,
   ASSIGN_OR_RETURN(const Json* schema, f.Object("schema"));
   format->set_json_schema(schema != nullptr ? DumpJson(*schema) : "{}");
   return absl::OkStatus();
-}
-
-void KeepSchemaMemberOrder(absl::string_view body, GenerationSpec* spec) {
-  infer_v1::ResponseFormat* format = spec->request.mutable_response_format();
-  if (format->format_case() != infer_v1::ResponseFormat::kJsonSchema) return;
-  using Ordered = nlohmann::ordered_json;
-  // The body was parsed (nesting bounded) before; only schema requests pay for this second pass.
-  // An ordered parse is quadratic in an object's members (json_scan.h): a body with an object
-  // too large for it keeps the sorted schema (still the same schema, its properties generated
-  // in key order).
-  if (LargestJsonObjectMembers(body) > kMaxOrderedJsonObjectMembers) return;
-  const Ordered doc = Ordered::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return;
-  const std::vector<std::vector<std::string>> paths = {{"response_format", "json_schema", "schema"},
-                                                       {"text", "format", "schema"},
-                                                       {"output_format", "schema"},
-                                                       {"output_config", "format", "schema"}};
-  for (const std::vector<std::string>& path : paths) {
-    const Ordered* at = &doc;
-    for (const std::string& key : path) {
-      if (at == nullptr || !at->is_object()) {
-        at = nullptr;
-        break;
-      }
-      auto it = at->find(key);
-      at = it == at->end() ? nullptr : &*it;
-    }
-    if (at == nullptr || !at->is_object()) continue;
-    std::string ordered = at->dump(-1, ' ', false, Ordered::error_handler_t::replace);
-    const Json sorted = Json::parse(ordered, nullptr, /*allow_exceptions=*/false);
-    if (sorted.is_discarded() || DumpJson(sorted) != format->json_schema()) continue;
-    format->set_json_schema(std::move(ordered));
-    return;
-  }
 }
 
 absl::Status ParseOpenAiResponseFormat(const Json& format, const std::string& field,

@@ -130,14 +130,6 @@ enum class SchemaMembers {
 absl::Status ReadJsonSchemaFormat(const JsonFields& f, bool name_required,
                                   infer_v1::ResponseFormat* format);
 
-// Puts back the member order of the json_schema that `spec` was read from: the request body
-// is parsed into nlohmann::json, whose objects sort their keys, but the daemon generates
-// properties in the schema's order (as OpenAI does; a "reasoning" before an "answer" must stay
-// there). `body` is the request text `spec` was parsed from; the schema is looked for where
-// ReadJsonSchemaFormat's callers read it (response_format.json_schema.schema, text.format.schema,
-// output_format.schema, output_config.format.schema) and used only when it holds the same JSON.
-void KeepSchemaMemberOrder(absl::string_view body, GenerationSpec* spec);
-
 // Reads an OpenAI response format, `format`, named `field` ("response_format", "text.format"):
 // {"type": "text"} (or no type) leaves `request` free text; {"type": "json_object"} asks for any
 // JSON object; {"type": "json_schema", ...} for a value valid under a schema, its members where

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/json/json_scan.h"
 
 namespace cairn::gateway {
 
@@ -45,6 +46,12 @@ absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth) {
   if (NestingDepth(body, max_depth) > max_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("request JSON is nested deeper than ", max_depth, " levels"));
+  }
+  // Json keeps members in the client's order (tool schemas and response formats reach the
+  // model so), at a parse cost quadratic in an object's members (common/json/json_scan.h).
+  if (LargestJsonObjectMembers(body) > kMaxOrderedJsonObjectMembers) {
+    return absl::InvalidArgumentError(absl::StrCat("request JSON has an object of more than ",
+                                                   kMaxOrderedJsonObjectMembers, " members"));
   }
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");

@@ -16,7 +16,10 @@
 
 namespace cairn::gateway {
 
-using Json = nlohmann::json;
+// Ordered: objects keep their members in the client's order (the order a tool's or a response
+// format's schema reaches the model in; objects of more than kMaxOrderedJsonObjectMembers are
+// refused by ParseJsonObject, since inserting a member searches the ones before it).
+using Json = nlohmann::ordered_json;
 
 // Serializes `j` compactly; never throws (invalid UTF-8 is replaced with U+FFFD).
 std::string DumpJson(const Json& j);

@@ -1,5 +1,7 @@
 #include "services/gateway/openai/json_util.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -18,6 +20,21 @@ TEST(JsonUtilTest, DepthLimitIgnoresBracketsInsideStrings) {
 
   EXPECT_FALSE(ParseJsonObject(R"({"a":)" + deep + "}", 8).ok());
   EXPECT_TRUE(ParseJsonObject(R"({"a":"[[[[[[[[[[[[\"[[["})", 2).ok());
+}
+
+TEST(JsonUtilTest, ObjectsKeepTheClientsOrderAndAreBoundedInMembers) {
+  absl::StatusOr<Json> j = ParseJsonObject(R"({"type":"object","properties":{"z":1,"a":2}})", 8);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(DumpJson(*j), R"({"type":"object","properties":{"z":1,"a":2}})");
+
+  // An ordered parse is quadratic in an object's members: 5000 are refused before parsing.
+  std::string wide = R"({"logit_bias":{)";
+  for (int i = 0; i < 5000; ++i) wide += (i ? ",\"" : "\"") + std::to_string(i) + "\":1";
+  wide += "}}";
+  absl::StatusOr<Json> refused = ParseJsonObject(wide, 8);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("more than 4096 members"), std::string::npos)
+      << refused.status();
 }
 
 TEST(JsonUtilTest, FieldReadersCheckTypesAndRangesAndNameTheField) {
