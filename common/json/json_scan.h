@@ -16,6 +16,11 @@ namespace cairn {
 // 8 MiB body can hold take minutes. Callers parsing untrusted text that way check this first.
 int64_t LargestJsonObjectMembers(absl::string_view text);
 
+// The deepest nesting of arrays and objects in the JSON text `text` (strings and escapes
+// skipped), found by a scan of its bytes that stops once past `limit`: checked before parsing
+// untrusted text, whose parser recurses once a level.
+int JsonNestingDepth(absl::string_view text, int limit);
+
 // The largest object an ordered parse of untrusted text accepts: its quadratic insertion then
 // stays within about 10^7 comparisons (a few milliseconds).
 inline constexpr int64_t kMaxOrderedJsonObjectMembers = 4096;

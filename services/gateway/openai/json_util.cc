@@ -11,39 +11,9 @@ std::string DumpJson(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-namespace {
-// Returns the deepest nesting of arrays and objects in `text`, skipping strings. Stops
-// counting once past `limit`.
-int NestingDepth(absl::string_view text, int limit) {
-  int depth = 0;
-  int deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-}  // namespace
-
 absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth) {
   if (body.empty()) return absl::InvalidArgumentError("request body is empty; expected JSON");
-  if (NestingDepth(body, max_depth) > max_depth) {
+  if (JsonNestingDepth(body, max_depth) > max_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("request JSON is nested deeper than ", max_depth, " levels"));
   }

@@ -80,33 +80,6 @@ std::string Compact(const Json& v) {
   return v.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-// Returns the deepest nesting of arrays and objects in `text`, stopping once past `limit`.
-int NestingDepth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 absl::Status Unsupported(std::string_view keyword, const std::string& path,
                          std::string_view why = "is not supported") {
   return absl::InvalidArgumentError(absl::StrCat("schema keyword \"", std::string(keyword),
@@ -594,13 +567,13 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::FromSchema(
     return absl::InvalidArgumentError(
         absl::StrCat("schema is larger than ", json::kMaxSchemaBytes, " bytes"));
   }
-  if (json::NestingDepth(schema_json, json::kMaxSchemaNesting) > json::kMaxSchemaNesting) {
+  const absl::string_view text(schema_json.data(), schema_json.size());
+  if (JsonNestingDepth(text, json::kMaxSchemaNesting) > json::kMaxSchemaNesting) {
     return absl::InvalidArgumentError(
         absl::StrCat("schema nests deeper than ", json::kMaxSchemaNesting));
   }
   // The ordered parse below is quadratic in an object's members (common/json/json_scan.h).
-  if (LargestJsonObjectMembers(absl::string_view(schema_json.data(), schema_json.size())) >
-      kMaxOrderedJsonObjectMembers) {
+  if (LargestJsonObjectMembers(text) > kMaxOrderedJsonObjectMembers) {
     return absl::InvalidArgumentError(absl::StrCat("schema has an object of more than ",
                                                    kMaxOrderedJsonObjectMembers, " members"));
   }

@@ -27,6 +27,15 @@ TEST(JsonScanTest, FindsAHugeObjectInsideAnArray) {
   EXPECT_GT(LargestJsonObjectMembers(text), kMaxOrderedJsonObjectMembers);
 }
 
+TEST(JsonScanTest, NestingDepthSkipsStringsAndStopsPastTheLimit) {
+  EXPECT_EQ(JsonNestingDepth("", 8), 0);
+  EXPECT_EQ(JsonNestingDepth(R"({"a": [1, {"b": 2}], "c": {}})", 8), 3);
+  EXPECT_EQ(JsonNestingDepth(R"({"a": "[[[[{{{{\"[["})", 8), 1);
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  EXPECT_EQ(JsonNestingDepth(deep, 100), 100);
+  EXPECT_EQ(JsonNestingDepth(deep, 10), 11);  // Stops counting once past the limit.
+}
+
 TEST(JsonScanTest, MalformedTextEndsWithoutHarm) {
   EXPECT_EQ(LargestJsonObjectMembers("}}]]{\"a\":"), 1);
   EXPECT_EQ(LargestJsonObjectMembers("\"unterminated \\"), 0);
