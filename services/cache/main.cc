@@ -222,8 +222,12 @@ int Run(int argc, char** argv) {
     options.fd_server.arena_uids.push_back(static_cast<uid_t>(value));
   }
 
+  // Recovering the disk tier can take long; it is crash-safe, so a signal may end it.
+  std::optional<ExitOnTerminationSignal> exit_during_recovery;
+  exit_during_recovery.emplace("the cache's start-up");
   absl::StatusOr<std::unique_ptr<CacheDaemon>> daemon =
       CacheDaemon::Create(options, RealClock::Get());
+  exit_during_recovery.reset();  // From here a signal drains (WaitForTerminationSignal).
   if (!daemon.ok()) {
     CAIRN_LOG(ERROR) << "starting the cache: " << daemon.status();
     return 1;

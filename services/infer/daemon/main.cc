@@ -165,6 +165,9 @@ int Run(int argc, char** argv) {
   server_options.max_receive_message_bytes = 64 * 1024 * 1024;  // Long token-id prompts.
 
   CAIRN_LOG(INFO) << "loading " << model_options.dir;
+  // Loading and slot allocation can take minutes and hold nothing a drain would release.
+  std::optional<ExitOnTerminationSignal> exit_during_load;
+  exit_during_load.emplace("the model's load");
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<ServedModel>> served = ServedModel::Load(model_options);
   if (!served.ok()) {
@@ -202,6 +205,8 @@ int Run(int argc, char** argv) {
                   << " parameters) in " << absl::ToDoubleSeconds(absl::Now() - load_start) << " s; "
                   << main_options.sessions << " slots of " << (*served)->context_tokens()
                   << " tokens";
+
+  exit_during_load.reset();  // From here a signal drains (WaitForTerminationSignal).
 
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<GrpcStateCache> cache;
