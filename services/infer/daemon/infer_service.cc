@@ -16,6 +16,7 @@
 #include "services/infer/daemon/generate_stream.h"
 #include "services/infer/text/chat_template.h"
 #include "services/infer/text/json_constraint.h"
+#include "services/infer/text/tool_call_grammar.h"
 
 namespace cairn::infer {
 namespace {
@@ -345,17 +346,36 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     parser->starts_in_reasoning = false;
     parser->parse_reasoning = false;
     parser->parse_tool_calls = false;
+  } else if (request.has_chat() && ForcesToolCall(request.chat()) && !p.ignore_eos()) {
+    // A forced call is held to a call of a defined function whose arguments its parameters
+    // accept (templates that write calls as JSON; MakeConstraint).
+    ASSIGN_OR_RETURN(out.constraint, MakeConstraint(request, out.stop_ids));
   }
   return out;
 }
 
 absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstraint(
     const v1::GenerateRequest& request, const std::vector<int32_t>& stop_ids) const {
-  if (!HasResponseFormat(request)) return nullptr;
   RETURN_IF_ERROR(NeedTokenizer());
-  const v1::ResponseFormat& format = request.response_format();
   std::shared_ptr<const text::JsonGrammar> grammar;
-  switch (format.format_case()) {
+  if (!HasResponseFormat(request)) {
+    if (!request.has_chat() || !ForcesToolCall(request.chat()) ||
+        model_->chat_template() == nullptr ||
+        text::ToolCallMarkupOf(*model_->chat_template()) != text::ToolCallMarkup::kJson) {
+      return nullptr;  // XML calls are not constrained (services/infer/text/README.md).
+    }
+    const std::string& choice = request.chat().tool_choice();
+    ASSIGN_OR_RETURN(ordered_json tools, ToolsJson(request.chat()));
+    absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call =
+        text::ForcedToolCallGrammar(tools, choice == "required" ? "" : choice);
+    if (!call.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat.tool_choice \"", choice, "\": ", call.status().message()));
+    }
+    grammar = std::move(*call);
+  }
+  const v1::ResponseFormat& format = request.response_format();
+  switch (grammar != nullptr ? v1::ResponseFormat::FORMAT_NOT_SET : format.format_case()) {
     case v1::ResponseFormat::kJsonObject:
       if (!format.json_object()) {
         return absl::InvalidArgumentError(
@@ -375,7 +395,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
       break;
     }
     case v1::ResponseFormat::FORMAT_NOT_SET:
-      return nullptr;
+      if (grammar == nullptr) return nullptr;
+      break;
   }
   // The answer ends with a token that ends the turn: the model's EOS ids and the special tokens
   // among the request's stop ids (an ordinary token there stops generation wherever it is
@@ -390,6 +411,7 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
     }
   }
   if (end_ids.empty()) {
+    if (!HasResponseFormat(request)) return nullptr;  // A forced call stays as it was.
     return absl::FailedPreconditionError(
         "response_format needs an end-of-turn token to end the answer, and the model defines "
         "no eos_token_id (config.json, generation_config.json); pass a special token in "

@@ -240,10 +240,15 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatRequest& request) con
   return text;
 }
 
+ToolCallMarkup ToolCallMarkupOf(const ChatTemplate& chat_template) {
+  return absl::StrContains(chat_template.source(), "<function=") ? ToolCallMarkup::kXml
+                                                                 : ToolCallMarkup::kJson;
+}
+
 std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_view function) {
   std::string text = absl::StrCat(kToolCallOpen, "\n");
   if (function.empty()) return text;
-  if (absl::StrContains(chat_template.source(), "<function=")) {
+  if (ToolCallMarkupOf(chat_template) == ToolCallMarkup::kXml) {
     absl::StrAppend(&text, "<function=", absl::string_view(function.data(), function.size()),
                     ">\n");
   } else {

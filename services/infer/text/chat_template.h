@@ -122,6 +122,12 @@ struct RenderedPrompt {
   std::string forced_text;
 };
 
+// How a template writes a tool call inside <tool_call>: as JSON, {"name": ..., "arguments": ...}
+// (Qwen3's), or as XML, <function=NAME> with <parameter=KEY> blocks (Qwen3-Coder's and
+// Qwen3.5's), told apart by "<function=" in its source.
+enum class ToolCallMarkup { kJson, kXml };
+ToolCallMarkup ToolCallMarkupOf(const ChatTemplate& chat_template);
+
 // The text a forced tool call opens with in the template's format: "<tool_call>\n", followed
 // for a named function by its opening, `<function=NAME>\n` where the template writes calls as
 // XML (its source has "<function="), else `{"name": "NAME", "arguments":` (JSON, as Qwen3's

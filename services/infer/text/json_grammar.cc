@@ -88,6 +88,18 @@ void ComputeMinDepths(std::vector<Node>& nodes, const std::vector<TrieNode>& tri
           d = add1(worst);
           break;
         }
+        case NodeKind::kSeq: {
+          // Every choice must stay completable: the deepest of a chosen value's nodes counts.
+          int32_t worst = 0;
+          for (const SeqItem& item : node.seq) {
+            if (item.kind == SeqItem::Kind::kValue) {
+              worst = std::max(worst, nodes[item.value].min_depth);
+            }
+            for (int32_t v : item.values) worst = std::max(worst, nodes[v].min_depth);
+          }
+          d = add1(worst);
+          break;
+        }
       }
       if (d < node.min_depth) {
         node.min_depth = d;
@@ -140,6 +152,85 @@ absl::Status AnalyzeGrammar(std::vector<Node>& nodes, const std::vector<TrieNode
         kMaxValueNesting));
   }
   return absl::OkStatus();
+}
+
+int32_t AddTrie(std::vector<TrieNode>& tries, const std::vector<std::string>& literals,
+                bool track_below) {
+  const int32_t root = static_cast<int32_t>(tries.size());
+  tries.emplace_back();
+  for (size_t i = 0; i < literals.size(); ++i) {
+    int32_t t = root;
+    if (track_below) tries[t].below.push_back(static_cast<int32_t>(i));
+    for (char c : literals[i]) {
+      const uint8_t b = static_cast<uint8_t>(c);
+      auto& kids = tries[t].children;
+      auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{-1}));
+      if (it == kids.end() || it->first != b) {
+        const int32_t child = static_cast<int32_t>(tries.size());
+        it = kids.insert(it, {b, child});
+        tries.emplace_back();  // Invalidates `kids`; not used below.
+        t = child;
+      } else {
+        t = it->second;
+      }
+      if (track_below) tries[t].below.push_back(static_cast<int32_t>(i));
+    }
+    if (tries[t].terminal < 0) tries[t].terminal = static_cast<int32_t>(i);
+  }
+  return root;
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Framed(
+    const CompiledGrammar& inner, std::vector<SeqItem> items, std::string again) {
+  using Kind = SeqItem::Kind;
+  if (items.empty() || items.size() > static_cast<size_t>(kMaxSeqItems) ||
+      items.back().kind != Kind::kText) {
+    return absl::InvalidArgumentError("a framed grammar's items must end in text");
+  }
+  const int32_t n = static_cast<int32_t>(inner.nodes_.size());
+  std::vector<TrieNode> tries = inner.tries_;
+  for (size_t i = 0; i < items.size(); ++i) {
+    SeqItem& item = items[i];
+    switch (item.kind) {
+      case Kind::kText:
+        if (item.text.empty())
+          return absl::InvalidArgumentError("a framed grammar's text is empty");
+        break;
+      case Kind::kValue:
+        if (item.value < 0 || item.value >= n) {
+          return absl::InvalidArgumentError("a framed grammar's value is not a node");
+        }
+        break;
+      case Kind::kChoice:
+        if (item.texts.empty()) return absl::InvalidArgumentError("a framed choice has no texts");
+        for (const std::string& t : item.texts) {
+          if (t.empty()) return absl::InvalidArgumentError("a framed choice's text is empty");
+        }
+        item.trie = AddTrie(tries, item.texts, false);
+        break;
+      case Kind::kChosenValue: {
+        if (i == 0 || items[i - 1].kind != Kind::kChoice ||
+            item.values.size() != items[i - 1].texts.size()) {
+          return absl::InvalidArgumentError(
+              "a framed chosen value must follow a choice, with a value for each text");
+        }
+        for (int32_t v : item.values) {
+          if (v < 0 || v >= n) return absl::InvalidArgumentError("a framed value is not a node");
+        }
+        break;
+      }
+    }
+  }
+  std::vector<Node> nodes = inner.nodes_;
+  Node seq;
+  seq.kind = NodeKind::kSeq;
+  seq.seq = std::move(items);
+  seq.seq_again = std::move(again);
+  nodes.push_back(std::move(seq));
+  const int32_t root = static_cast<int32_t>(nodes.size() - 1);
+  for (Node& node : nodes) node.min_depth = kUnreachable;
+  RETURN_IF_ERROR(AnalyzeGrammar(nodes, tries, root));
+  return std::make_shared<const CompiledGrammar>(std::move(nodes), std::move(tries), root);
 }
 
 }  // namespace cairn::infer::text::json

@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "services/infer/text/json_constraint.h"
 
 // The insides of JsonGrammar (json_constraint.h): the graph a schema compiles into
@@ -42,7 +44,38 @@ struct TrieNode {
   std::vector<int32_t> below;  // Sorted terminals of this subtree (property tries only).
 };
 
-enum class NodeKind : uint8_t { kAlt, kString, kNumber, kLiteral, kObject, kArray };
+enum class NodeKind : uint8_t { kAlt, kString, kNumber, kLiteral, kObject, kArray, kSeq };
+
+// One item of a kSeq node.
+struct SeqItem {
+  enum class Kind : uint8_t {
+    kText,         // `text`, byte for byte.
+    kValue,        // A value of node `value`, after JSON whitespace.
+    kChoice,       // One of `texts` (Framed builds their trie into `trie`).
+    kChosenValue,  // After JSON whitespace, a value of node `values[i]` for the text i that the
+                   // kChoice item before it read.
+  };
+  Kind kind = Kind::kText;
+  std::string text;
+  int32_t value = -1;
+  std::vector<std::string> texts;
+  int32_t trie = -1;
+  std::vector<int32_t> values;
+
+  static SeqItem Text(std::string t) {
+    SeqItem i;
+    i.text = std::move(t);
+    return i;
+  }
+  static SeqItem Value(int32_t node) {
+    SeqItem i;
+    i.kind = Kind::kValue;
+    i.value = node;
+    return i;
+  }
+};
+
+inline constexpr int kMaxSeqItems = 64;  // Items of one kSeq node (its frame's phase is a byte).
 
 struct Property {
   std::string name;
@@ -85,10 +118,20 @@ struct Node {
   int32_t min_items = 0;
   int32_t max_items = -1;
   int32_t count_cap = 0;
+  // kSeq: `seq` in order, not a JSON value but a text around values (a tool call's markup):
+  // JSON whitespace before a value and nowhere else. After the last item (text) the node is
+  // done, or, when `seq_again` is not empty, reads that text and starts over at the first item.
+  std::vector<SeqItem> seq;
+  std::string seq_again;
   // Computed: the fewest stack frames a value of this node needs (kUnreachable when no value
   // matches it).
   int32_t min_depth = kUnreachable;
 };
+
+// Adds a trie of `literals` (terminal i for literals[i]; the first of equal ones) to `tries`
+// and returns its root. With `track_below` each node lists the terminals under it.
+int32_t AddTrie(std::vector<TrieNode>& tries, const std::vector<std::string>& literals,
+                bool track_below);
 
 // Checks the grammar of `nodes` (rooted at `root`) and fills in each node's min_depth. Errors:
 // InvalidArgument for a cycle of references or alternatives that reads no byte, and for a root
@@ -101,6 +144,14 @@ class CompiledGrammar : public JsonGrammar {
  public:
   CompiledGrammar(std::vector<Node> nodes, std::vector<TrieNode> tries, int32_t root)
       : nodes_(std::move(nodes)), tries_(std::move(tries)), root_(root) {}
+
+  // `inner` with a kSeq node of `items` and `again` (Node::seq, Node::seq_again) as its new
+  // root; value items name nodes of `inner`. InvalidArgument for more than kMaxSeqItems items,
+  // a last item that is not text, an empty text or choice, a kChosenValue item that does not
+  // follow a kChoice with a value for each text, or a node that is not `inner`'s.
+  static absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Framed(const CompiledGrammar& inner,
+                                                                       std::vector<SeqItem> items,
+                                                                       std::string again = "");
 
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   const TrieNode& trie(int32_t i) const { return tries_[static_cast<size_t>(i)]; }

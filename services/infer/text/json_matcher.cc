@@ -88,6 +88,7 @@ class Stepper {
     Frame f;
     f.node = node;
     if (n.kind == NodeKind::kLiteral) f.aux = n.trie;
+    if (n.kind == NodeKind::kSeq) EnterItem(f, n, 0);
     out->push_back(s);
     out->back().push_back(f);
   }
@@ -129,7 +130,20 @@ class Stepper {
     } else if (n.kind == NodeKind::kArray && f.phase == kArrInValue) {
       f.count = std::min(f.count + 1, n.count_cap);
       f.phase = kArrAfter;
+    } else if (n.kind == NodeKind::kSeq && static_cast<size_t>(f.phase) < n.seq.size() &&
+               n.seq[f.phase].kind != SeqItem::Kind::kText &&
+               n.seq[f.phase].kind != SeqItem::Kind::kChoice && f.aux == 1) {
+      EnterItem(f, n, static_cast<size_t>(f.phase) + 1);  // Framed() keeps a value off the end.
     }
+  }
+
+  // Moves a kSeq frame to the start of item `phase` (seq.size(): the text `seq_again`).
+  static void EnterItem(Frame& f, const Node& n, size_t phase) {
+    f.phase = static_cast<uint8_t>(phase);
+    f.count = 0;
+    f.blanks = f.newlines = 0;
+    f.aux =
+        phase < n.seq.size() && n.seq[phase].kind == SeqItem::Kind::kChoice ? n.seq[phase].trie : 0;
   }
 
   void Pop(Stack s) {
@@ -180,9 +194,62 @@ class Stepper {
         return ConsumeObject(s, n, b);
       case NodeKind::kArray:
         return ConsumeArray(s, n, b);
+      case NodeKind::kSeq:
+        return ConsumeSeq(s, n, b);
       case NodeKind::kAlt:
         return;  // Never on a stack.
     }
+  }
+
+  // A kSeq frame: phase is the item (seq.size(): the text `seq_again`); count the bytes of a
+  // text read, or the choice made (in a kChosenValue item); aux the trie node in a kChoice
+  // item, 1 while a value item's value is the child frame.
+  void ConsumeSeq(const Stack& s, const Node& n, uint8_t b) {
+    using Kind = SeqItem::Kind;
+    Frame f = s.back();
+    const bool again = static_cast<size_t>(f.phase) == n.seq.size();
+    const SeqItem* item = again ? nullptr : &n.seq[f.phase];
+    const Kind kind = again ? Kind::kText : item->kind;
+    if (kind == Kind::kValue || kind == Kind::kChosenValue) {
+      switch (Whitespace(f, b)) {
+        case Ws::kTaken:
+          return EmitTop(s, f);
+        case Ws::kRefused:
+          return;
+        case Ws::kNot:
+          break;
+      }
+      const int32_t value =
+          kind == Kind::kValue ? item->value : item->values[static_cast<size_t>(f.count)];
+      f.aux = 1;
+      Stack next = s;
+      next.back() = f;
+      if (Startable(value, next.size())) StartValue(next, value, b);
+      return;
+    }
+    if (kind == Kind::kChoice) {
+      const int32_t t = g_.TrieChild(f.aux, b);
+      if (t < 0) return;
+      f.aux = t;
+      if (!g_.trie(t).children.empty()) EmitTop(s, f);  // A longer text may go on.
+      const int32_t chosen = g_.trie(t).terminal;
+      if (chosen < 0) return;
+      EnterItem(f, n, static_cast<size_t>(f.phase) + 1);  // Framed() puts an item after it.
+      f.count = chosen;
+      return EmitTop(s, f);
+    }
+    const std::string& text = again ? n.seq_again : item->text;
+    if (static_cast<uint8_t>(text[static_cast<size_t>(f.count)]) != b) return;
+    if (static_cast<size_t>(++f.count) < text.size()) return EmitTop(s, f);
+    if (again || static_cast<size_t>(f.phase) + 1 < n.seq.size()) {
+      EnterItem(f, n, again ? 0 : static_cast<size_t>(f.phase) + 1);
+      return EmitTop(s, f);
+    }
+    if (!n.seq_again.empty()) {
+      EnterItem(f, n, n.seq.size());
+      EmitTop(s, f);
+    }
+    Pop(s);
   }
 
   void ConsumeString(const Stack& s, const Node& n, uint8_t b) {

@@ -120,30 +120,8 @@ class SchemaCompiler {
     return static_cast<int32_t>(nodes_.size() - 1);
   }
 
-  // Adds a trie of `literals` (terminal i for literals[i]) and returns its root.
   int32_t AddTrie(const std::vector<std::string>& literals, bool track_below) {
-    const int32_t root = static_cast<int32_t>(tries_.size());
-    tries_.emplace_back();
-    for (size_t i = 0; i < literals.size(); ++i) {
-      int32_t t = root;
-      if (track_below) tries_[t].below.push_back(static_cast<int32_t>(i));
-      for (char c : literals[i]) {
-        const uint8_t b = static_cast<uint8_t>(c);
-        auto& kids = tries_[t].children;
-        auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, int32_t{-1}));
-        if (it == kids.end() || it->first != b) {
-          const int32_t child = static_cast<int32_t>(tries_.size());
-          it = kids.insert(it, {b, child});
-          tries_.emplace_back();  // Invalidates `kids`; not used below.
-          t = child;
-        } else {
-          t = it->second;
-        }
-        if (track_below) tries_[t].below.push_back(static_cast<int32_t>(i));
-      }
-      if (tries_[t].terminal < 0) tries_[t].terminal = static_cast<int32_t>(i);
-    }
-    return root;
+    return json::AddTrie(tries_, literals, track_below);
   }
 
   absl::StatusOr<int32_t> Literals(const std::vector<std::string>& literals,

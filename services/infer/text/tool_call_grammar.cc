@@ -1,0 +1,219 @@
+#include "services/infer/text/tool_call_grammar.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status/status_macros.h"
+#include "services/infer/text/json_grammar.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The texts of Qwen3's JSON tool-call markup around a call's JSON.
+constexpr absl::string_view kCallEndBrace = "}\n</tool_call>";  // After the arguments.
+constexpr absl::string_view kNextCall = "\n<tool_call>\n";
+
+struct Function {
+  std::string name;
+  Json parameters;  // A schema; {"type": "object"} when the definition has none.
+  bool strict = false;
+};
+
+absl::StatusOr<std::vector<Function>> Functions(const Json& tools) {
+  std::vector<Function> out;
+  if (!tools.is_array()) return out;
+  for (const Json& t : tools) {
+    if (!t.is_object()) continue;
+    auto fn = t.find("function");
+    if (fn == t.end() || !fn->is_object()) continue;
+    auto name = fn->find("name");
+    if (name == fn->end() || !name->is_string()) continue;
+    Function f;
+    f.name = name->get<std::string>();
+    auto params = fn->find("parameters");
+    f.parameters = params == fn->end() || params->is_null() ? Json{{"type", "object"}} : *params;
+    auto strict = fn->find("strict");
+    f.strict = strict != fn->end() && strict->is_boolean() && strict->get<bool>();
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+const json::CompiledGrammar& Compiled(const JsonGrammar& g) {
+  return dynamic_cast<const json::CompiledGrammar&>(g);
+}
+
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// `function`'s parameters compiled, or any object where they cannot be (not for a strict one).
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> Arguments(const Function& f) {
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+      JsonGrammar::FromSchema(Dump(f.parameters));
+  if (g.ok()) return g;
+  if (f.strict) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the parameters of strict function \"", f.name, "\": ", g.status().message()));
+  }
+  return JsonGrammar::AnyObject();
+}
+
+// The key under the composite's $defs for a definition of function `i`'s parameters (`section`
+// "$defs" or "definitions"; `name` as in the document), or for the parameters themselves.
+std::string DefKey(size_t i, absl::string_view section = {}, absl::string_view name = {}) {
+  std::string key = absl::StrCat("function", i);
+  if (!section.empty()) absl::StrAppend(&key, ".", section, ".", name);
+  return key;
+}
+
+// Points the $refs of one function's parameters schema (refs to "#" and to its own $defs and
+// definitions, the ones FromSchema resolves) at their places in the composite's $defs. The walk
+// follows the keywords whose values are schemas only, so that data ("const", "enum",
+// "default") and property names are left as they are.
+void RewriteRefs(Json& schema, size_t i) {
+  if (!schema.is_object()) return;
+  for (auto& [key, value] : schema.items()) {
+    if (key == "$ref") {
+      if (!value.is_string()) continue;
+      const std::string ref = value.get<std::string>();
+      if (ref == "#") {
+        value = absl::StrCat("#/$defs/", DefKey(i));
+        continue;
+      }
+      for (absl::string_view section : {"$defs", "definitions"}) {
+        const std::string start = absl::StrCat("#/", section, "/");
+        if (ref.rfind(start, 0) == 0) {
+          // The name keeps its pointer escapes (~0, ~1): the prefix adds none.
+          value = absl::StrCat("#/$defs/", DefKey(i, section, ref.substr(start.size())));
+          break;
+        }
+      }
+    } else if (key == "properties" || key == "$defs" || key == "definitions" ||
+               key == "patternProperties" || key == "dependentSchemas") {
+      if (!value.is_object()) continue;
+      for (auto& [name, sub] : value.items()) RewriteRefs(sub, i);
+    } else if (key == "anyOf" || key == "oneOf" || key == "allOf" || key == "prefixItems" ||
+               key == "items") {
+      if (value.is_array()) {
+        for (Json& sub : value) RewriteRefs(sub, i);
+      } else {
+        RewriteRefs(value, i);
+      }
+    } else if (key == "additionalProperties" || key == "not" || key == "if" || key == "then" ||
+               key == "else" || key == "contains" || key == "propertyNames" ||
+               key == "unevaluatedProperties" || key == "unevaluatedItems" ||
+               key == "additionalItems") {
+      RewriteRefs(value, i);
+    }
+  }
+}
+
+// The schema {"anyOf": [the parameters of each of `functions`]}: each function's own (or any
+// object, where `expressible[i]` is false), their definitions under the composite's $defs.
+// Compiled, the root is an alternative whose alts are the functions' nodes in order.
+Json ParametersSchema(const std::vector<Function>& functions,
+                      const std::vector<bool>& expressible) {
+  Json defs = Json::object();
+  Json each = Json::array();
+  for (size_t i = 0; i < functions.size(); ++i) {
+    if (!expressible[i]) {
+      each.push_back(Json{{"type", "object"}});
+      continue;
+    }
+    Json params = functions[i].parameters;
+    RewriteRefs(params, i);
+    for (absl::string_view section : {"$defs", "definitions"}) {
+      auto found = params.find(std::string(section));
+      if (found == params.end()) continue;
+      if (found->is_object()) {
+        for (auto& [name, def] : found->items()) defs[DefKey(i, section, name)] = def;
+      }
+      params.erase(found);
+    }
+    defs[DefKey(i)] = std::move(params);
+    each.push_back(Json{{"$ref", absl::StrCat("#/$defs/", DefKey(i))}});
+  }
+  Json schema = {{"anyOf", std::move(each)}};
+  if (!defs.empty()) schema["$defs"] = std::move(defs);
+  return schema;
+}
+
+// One call of any of `functions`, then more: the name's text picks the arguments' grammar, so
+// that any number of functions is one choice rather than one alternative each (a matcher
+// follows at most kMaxParallelStacks alternatives, and every call begins alike).
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> AnyCall(const std::vector<Function>& functions,
+                                                           const std::vector<bool>& expressible) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> parameters,
+                   JsonGrammar::FromSchema(Dump(ParametersSchema(functions, expressible))));
+  const json::CompiledGrammar& compiled = Compiled(*parameters);
+  // The root is the alias of "#" (FromSchema compiles the document as a reference to it), whose
+  // one alternative is the anyOf's.
+  const json::Node& alias = compiled.node(compiled.root());
+  const json::Node& root = alias.kind == json::NodeKind::kAlt && alias.alts.size() == 1
+                               ? compiled.node(alias.alts[0])
+                               : alias;
+  if (root.kind != json::NodeKind::kAlt || root.alts.size() != functions.size()) {
+    return absl::InternalError("the functions' parameters did not compile to one alternative each");
+  }
+  json::SeqItem choice;
+  choice.kind = json::SeqItem::Kind::kChoice;
+  for (const Function& f : functions) {
+    choice.texts.push_back(absl::StrCat("{\"name\": ", Dump(Json(f.name)), ", \"arguments\":"));
+  }
+  json::SeqItem arguments;
+  arguments.kind = json::SeqItem::Kind::kChosenValue;
+  arguments.values = root.alts;
+  return json::CompiledGrammar::Framed(
+      compiled,
+      {std::move(choice), std::move(arguments), json::SeqItem::Text(std::string(kCallEndBrace))},
+      std::string(kNextCall));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
+    const nlohmann::ordered_json& tools, std::string_view function) {
+  ASSIGN_OR_RETURN(std::vector<Function> functions, Functions(tools));
+  if (functions.empty()) {
+    return absl::InvalidArgumentError("a forced tool call needs functions, and tools have none");
+  }
+  if (!function.empty()) {
+    for (const Function& f : functions) {
+      if (f.name != function) continue;
+      ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> arguments, Arguments(f));
+      const json::CompiledGrammar& compiled = Compiled(*arguments);
+      return json::CompiledGrammar::Framed(
+          compiled,
+          {json::SeqItem::Value(compiled.root()), json::SeqItem::Text(std::string(kCallEndBrace))});
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request's tools define no function \"",
+                     absl::string_view(function.data(), function.size()), "\""));
+  }
+  std::vector<bool> expressible(functions.size(), true);
+  for (size_t i = 0; i < functions.size(); ++i) {
+    if (functions[i].parameters.is_object() &&
+        JsonGrammar::FromSchema(Dump(functions[i].parameters)).ok()) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> unused, Arguments(functions[i]));
+    expressible[i] = false;
+  }
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> call = AnyCall(functions, expressible);
+  if (call.ok()) return call;
+  // Past the grammar's bounds together (each one alone compiled): the names alone.
+  for (const Function& f : functions) {
+    if (f.strict) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the functions' parameters together: ", call.status().message()));
+    }
+  }
+  return AnyCall(functions, std::vector<bool>(functions.size(), false));
+}
+
+}  // namespace cairn::infer::text

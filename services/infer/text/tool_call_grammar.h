@@ -1,0 +1,32 @@
+#ifndef CAIRN_SERVICES_INFER_TEXT_TOOL_CALL_GRAMMAR_H_
+#define CAIRN_SERVICES_INFER_TEXT_TOOL_CALL_GRAMMAR_H_
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/json_constraint.h"
+
+namespace cairn::infer::text {
+
+// The grammar of what a forced tool call generates after its opening (ForcedToolCallText,
+// chat_template.h), for templates that write calls as JSON (ToolCallMarkup::kJson, Qwen3's
+// form: `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`, calls apart by "\n"):
+// - `function` empty (tool_choice "required"): `{"name": N, "arguments": A}\n</tool_call>` for
+//   a function N of `tools` and arguments A that its parameters' schema accepts, then as many
+//   more calls as the model writes, each after "\n<tool_call>\n";
+// - `function` a name: arguments its parameters accept, then `}\n</tool_call>`.
+// The answer ends there (JsonConstraint's end ids).
+//
+// `tools` are OpenAI tool definitions: [{"type": "function", "function": {"name", "parameters",
+// "strict"}}]. Parameters that JsonGrammar::FromSchema cannot express are read as any JSON
+// object, as is every function's when the functions together pass the grammar's bounds, unless
+// the function is strict ("strict": true): then InvalidArgument naming it. InvalidArgument too
+// for a `function` that `tools` do not define, and for no functions at all.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
+    const nlohmann::ordered_json& tools, std::string_view function);
+
+}  // namespace cairn::infer::text
+
+#endif  // CAIRN_SERVICES_INFER_TEXT_TOOL_CALL_GRAMMAR_H_

@@ -1,0 +1,317 @@
+// cairn-infer's constrained decoding over gRPC on the demo model: forced tool calls and
+// structured outputs (response_format).
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/services/infer/infer_harness.h"
+#include "tests/integration/services/infer/infer_text_fixture.h"
+
+namespace cairn::infer::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// tool_choice naming a function: the prompt ends in the call's opening (no reasoning), and what
+// the model writes is parsed from there; a choice the request cannot serve is refused, naming
+// the field.
+TEST_F(InferDaemonDemoModelTest, ForcedToolCallOpensTheCallInThePrompt) {
+  v1::GenerateRequest req = ListFilesRequest();
+  req.mutable_chat()->set_tool_choice("list_files");
+  req.mutable_sampling()->set_max_tokens(6);
+  v1::GenerateRequest unknown = req;
+  unknown.mutable_chat()->set_tool_choice("delete_files");
+  v1::GenerateRequest no_tools = req;
+  no_tools.mutable_chat()->clear_tools();
+  no_tools.mutable_chat()->set_tool_choice("required");
+  v1::ApplyTemplateResponse rendered;
+  const grpc::Status applied = Render(req.chat(), &rendered);
+
+  GenerateResult r = Generate(*stub_, req);
+  GenerateResult refused_unknown = Generate(*stub_, unknown);
+  GenerateResult refused_no_tools = Generate(*stub_, no_tools);
+
+  ASSERT_TRUE(applied.ok()) << applied.error_message();
+  const std::string opening = "<tool_call>\n{\"name\": \"list_files\", \"arguments\":";
+  EXPECT_TRUE(
+      absl::EndsWith(rendered.text(), "<|im_start|>assistant\n<think>\n\n</think>\n\n" + opening))
+      << rendered.text();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.prompt_tokens(), static_cast<uint32_t>(rendered.ids_size()));
+  // Six tokens of a random model do not close the call: it comes back verbatim as content,
+  // from the prompt's opening on, and nothing is reasoning.
+  EXPECT_TRUE(absl::StartsWith(r.finished.content(), opening)) << r.finished.content();
+  EXPECT_EQ(r.finished.reasoning_content(), "");
+  EXPECT_EQ(refused_unknown.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused_unknown.status.error_message(), HasSubstr("chat.tool_choice"));
+  EXPECT_THAT(refused_unknown.status.error_message(), HasSubstr("delete_files"));
+  EXPECT_EQ(refused_no_tools.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused_no_tools.status.error_message(), HasSubstr("chat.tool_choice"));
+}
+
+// Structured outputs. The demo model's weights are random: unconstrained, its answer is noise,
+// never JSON (checked below), so JSON answers show the constraint at work.
+
+// Whether `text` is valid JSON so far: it parses, or fails only where the input ends.
+bool IsJsonPrefix(const std::string& text) {
+  struct PrefixSax : nlohmann::json_sax<nlohmann::json> {
+    bool null() override { return true; }
+    bool boolean(bool) override { return true; }
+    bool number_integer(number_integer_t) override { return true; }
+    bool number_unsigned(number_unsigned_t) override { return true; }
+    bool number_float(number_float_t, const string_t&) override { return true; }
+    bool string(string_t&) override { return true; }
+    bool binary(binary_t&) override { return true; }
+    bool start_object(std::size_t) override { return true; }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return true; }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t position, const std::string&,
+                     const nlohmann::detail::exception&) override {
+      error_at = position;
+      return false;
+    }
+    size_t error_at = 0;  // 1-based; 0: none.
+  } sax;
+  nlohmann::json::sax_parse(text, &sax);
+  return sax.error_at == 0 || sax.error_at > text.size();
+}
+
+// A schema whose every valid text is short: an enum and an integer, both required, nothing
+// else. The grammar bounds a run of whitespace (32 blanks and one newline) and an integer's
+// digits (20), and additionalProperties false leaves no free string; so a valid answer is at
+// most about 380 bytes (11 runs of whitespace, the two names, the longest enum value, 20
+// digits and the punctuation), and max_tokens 500 lets even a model that picks whitespace at
+// every chance close the object: such a request finishes with STOP, never LENGTH.
+constexpr char kColorSchema[] = R"({"type": "object",
+    "properties": {"color": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer"}},
+    "required": ["color", "count"], "additionalProperties": false})";
+constexpr uint32_t kBoundedAnswerTokens = 500;
+
+// Checks that `content` is one object valid under kColorSchema.
+void ExpectValidColor(const std::string& content) {
+  const nlohmann::json j = nlohmann::json::parse(content, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << content;
+  EXPECT_EQ(j.size(), 2u) << content;
+  ASSERT_TRUE(j.contains("color") && j["color"].is_string()) << content;
+  EXPECT_THAT(j["color"].get<std::string>(), ::testing::AnyOf("red", "green", "blue")) << content;
+  ASSERT_TRUE(j.contains("count")) << content;
+  EXPECT_TRUE(j["count"].is_number_integer()) << content;
+}
+
+v1::GenerateRequest AskForJson(const std::string& question) {
+  v1::GenerateRequest req;
+  v1::ChatMessage* user = req.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content(question);
+  req.set_parse_output(true);
+  return req;
+}
+
+// json_object: the answer is a JSON object from its first token, rendered without reasoning
+// even where the request asks for it. Any object allows free strings, which a random model
+// rarely closes, so the answer may end at max_tokens: it is then JSON so far.
+TEST_F(InferDaemonDemoModelTest, JsonObjectFormatMakesTheAnswerAJsonObject) {
+  v1::GenerateRequest free = AskForJson("Describe a cat as JSON.");
+  free.mutable_sampling()->set_max_tokens(24);
+  free.mutable_sampling()->set_ignore_eos(true);
+  v1::GenerateRequest req = AskForJson("Describe a cat as JSON.");
+  req.mutable_sampling()->set_max_tokens(48);
+  req.mutable_response_format()->set_json_object(true);
+  req.mutable_chat()->mutable_options()->set_enable_thinking(true);  // Overridden.
+
+  GenerateResult noise = Generate(*stub_, free);
+  GenerateResult r = Generate(*stub_, req);
+
+  ASSERT_TRUE(noise.status.ok()) << noise.status.error_message();
+  EXPECT_FALSE(IsJsonPrefix(noise.finished.content() + noise.finished.reasoning_content()))
+      << noise.finished.content();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  const std::string& content = r.finished.content();
+  EXPECT_EQ(r.text, content);
+  EXPECT_EQ(r.finished.reasoning_content(), "");
+  EXPECT_EQ(r.finished.reasoning_tokens(), 0u);
+  EXPECT_EQ(r.finished.tool_calls_size(), 0);
+  EXPECT_EQ(content.find_first_not_of(" \t\n"), content.find('{')) << content;
+  EXPECT_TRUE(IsJsonPrefix(content)) << content;
+  if (r.finished.reason() == v1::Finished::REASON_STOP) {
+    EXPECT_TRUE(nlohmann::json::parse(content, nullptr, false).is_object()) << content;
+  } else {
+    EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_LENGTH);
+  }
+}
+
+// json_schema under greedy decoding and under sampling at temperature 1 (seeded): the answer is
+// one valid object and ends with an end-of-turn token.
+TEST_F(InferDaemonDemoModelTest, JsonSchemaFormatMakesTheAnswerValidUnderTheSchema) {
+  for (const bool sample : {false, true}) {
+    SCOPED_TRACE(sample ? "temperature 1" : "greedy");
+    v1::GenerateRequest req = AskForJson("Pick a colour and a count.");
+    req.mutable_sampling()->set_max_tokens(kBoundedAnswerTokens);
+    if (sample) {
+      req.mutable_sampling()->set_temperature(1.0f);
+      req.mutable_sampling()->set_seed(7);
+    }
+    req.mutable_response_format()->set_json_schema(kColorSchema);
+
+    GenerateResult r = Generate(*stub_, req);
+
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_STOP) << r.finished.content();
+    EXPECT_LT(r.finished.completion_tokens(), kBoundedAnswerTokens);
+    ExpectValidColor(r.finished.content());
+    EXPECT_EQ(r.finished.reasoning_content(), "");
+  }
+}
+
+// A raw text prompt is constrained from its first generated token, as it is (no template).
+TEST_F(InferDaemonDemoModelTest, JsonSchemaFormatConstrainsATextPrompt) {
+  v1::GenerateRequest req;
+  req.set_text("colour and count: ");
+  req.mutable_sampling()->set_max_tokens(kBoundedAnswerTokens);
+  req.mutable_response_format()->set_json_schema(kColorSchema);
+
+  GenerateResult r = Generate(*stub_, req);
+
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_STOP) << r.text;
+  ExpectValidColor(r.text);
+}
+
+// What a response format cannot be combined with, and a schema the grammar cannot compile, are
+// INVALID_ARGUMENT naming the fields.
+TEST_F(InferDaemonDemoModelTest, ResponseFormatRefusalsNameTheFields) {
+  v1::GenerateRequest not_json = AskForJson("x");
+  not_json.mutable_response_format()->set_json_schema("{\"type\": ");
+  v1::GenerateRequest not_true = AskForJson("x");
+  not_true.mutable_response_format()->set_json_object(false);
+  v1::GenerateRequest forced = ListFilesRequest();
+  forced.mutable_sampling()->set_ignore_eos(false);
+  forced.mutable_chat()->set_tool_choice("required");
+  forced.mutable_response_format()->set_json_object(true);
+  v1::GenerateRequest no_eos = AskForJson("x");
+  no_eos.mutable_sampling()->set_ignore_eos(true);
+  no_eos.mutable_response_format()->set_json_object(true);
+  v1::GenerateRequest prefill = AskForJson("x");
+  v1::ChatMessage* open = prefill.mutable_chat()->add_messages();
+  open->set_role("assistant");
+  open->set_content("{");
+  prefill.mutable_chat()->mutable_options()->set_add_generation_prompt(true);
+  prefill.mutable_chat()->mutable_options()->set_continue_final_message(true);
+  prefill.mutable_response_format()->set_json_object(true);
+
+  const GenerateResult r_not_json = Generate(*stub_, not_json);
+  const GenerateResult r_not_true = Generate(*stub_, not_true);
+  const GenerateResult r_forced = Generate(*stub_, forced);
+  const GenerateResult r_no_eos = Generate(*stub_, no_eos);
+  const GenerateResult r_prefill = Generate(*stub_, prefill);
+
+  for (const GenerateResult* r : {&r_not_json, &r_not_true, &r_forced, &r_no_eos, &r_prefill}) {
+    EXPECT_EQ(r->status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << r->status.error_message();
+    EXPECT_THAT(r->status.error_message(), HasSubstr("response_format"));
+  }
+  EXPECT_THAT(r_not_json.status.error_message(), HasSubstr("response_format.json_schema"));
+  EXPECT_THAT(r_forced.status.error_message(), HasSubstr("chat.tool_choice"));
+  EXPECT_THAT(r_no_eos.status.error_message(), HasSubstr("sampling.ignore_eos"));
+  EXPECT_THAT(r_prefill.status.error_message(), HasSubstr("continue_final_message"));
+}
+
+// Forced tool calls are held to calls of defined functions whose arguments their parameters
+// accept (services/infer/text/tool_call_grammar.h). The demo model writes calls as JSON.
+v1::GenerateRequest ColorToolsRequest(const std::string& choice, bool sample) {
+  v1::GenerateRequest req = AskForJson("Pick a colour.");
+  req.mutable_chat()->add_tools()->set_json(
+      absl::StrCat(R"({"type": "function", "function": {"name": "set_color", "parameters": )",
+                   kColorSchema, "}}"));
+  req.mutable_chat()->add_tools()->set_json(
+      R"({"type": "function", "function": {"name": "reset", "parameters": {"type": "object",
+          "properties": {}, "additionalProperties": false}}})");
+  req.mutable_chat()->set_tool_choice(choice);
+  req.mutable_sampling()->set_max_tokens(kBoundedAnswerTokens);
+  if (sample) {
+    req.mutable_sampling()->set_temperature(1.0f);
+    req.mutable_sampling()->set_seed(11);
+  }
+  return req;
+}
+
+// A named function: one call of it, its arguments valid, and the answer ends after the call
+// (its arguments are bounded as kColorSchema's answers are, so never at max_tokens).
+TEST_F(InferDaemonDemoModelTest, ANamedForcedCallCarriesArgumentsItsParametersAccept) {
+  for (const bool sample : {false, true}) {
+    SCOPED_TRACE(sample ? "temperature 1" : "greedy");
+
+    GenerateResult r = Generate(*stub_, ColorToolsRequest("set_color", sample));
+
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_TOOL_CALLS) << r.text;
+    ASSERT_EQ(r.finished.tool_calls_size(), 1) << r.text;
+    EXPECT_EQ(r.finished.tool_calls(0).name(), "set_color");
+    ExpectValidColor(r.finished.tool_calls(0).arguments_json());
+    EXPECT_EQ(r.finished.content(), "");
+  }
+}
+
+// "required": one or more calls, each of a defined function with valid arguments.
+TEST_F(InferDaemonDemoModelTest, RequiredForcesCallsOfDefinedFunctions) {
+  for (const bool sample : {false, true}) {
+    SCOPED_TRACE(sample ? "temperature 1" : "greedy");
+
+    GenerateResult r = Generate(*stub_, ColorToolsRequest("required", sample));
+
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    // The first call fits in max_tokens; a random model may go on with more.
+    ASSERT_GE(r.finished.tool_calls_size(), 1) << r.text;
+    for (const v1::ToolCall& call : r.finished.tool_calls()) {
+      ASSERT_THAT(call.name(), ::testing::AnyOf("set_color", "reset")) << r.text;
+      if (call.name() == "set_color") {
+        ExpectValidColor(call.arguments_json());
+      } else {
+        EXPECT_EQ(nlohmann::json::parse(call.arguments_json(), nullptr, false),
+                  nlohmann::json::object())
+            << call.arguments_json();
+      }
+    }
+    if (r.finished.reason() != v1::Finished::REASON_LENGTH) {
+      EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_TOOL_CALLS) << r.text;
+      EXPECT_EQ(r.finished.content(), "") << r.text;
+    }
+  }
+}
+
+// A strict function's parameters the grammar cannot express are refused, naming the choice; a
+// function that is not strict gets any JSON object instead.
+TEST_F(InferDaemonDemoModelTest, AForcedCallOfAStrictFunctionNeedsExpressibleParameters) {
+  const std::string params =
+      R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}})";
+  v1::GenerateRequest strict = AskForJson("x");
+  strict.mutable_chat()->add_tools()->set_json(absl::StrCat(
+      R"({"type": "function", "function": {"name": "f", "strict": true, "parameters": )", params,
+      "}}"));
+  strict.mutable_chat()->set_tool_choice("f");
+  strict.mutable_sampling()->set_max_tokens(4);
+  v1::GenerateRequest loose = strict;
+  loose.mutable_chat()->mutable_tools(0)->set_json(absl::StrCat(
+      R"({"type": "function", "function": {"name": "f", "parameters": )", params, "}}"));
+
+  GenerateResult r_strict = Generate(*stub_, strict);
+  GenerateResult r_loose = Generate(*stub_, loose);
+
+  EXPECT_EQ(r_strict.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r_strict.status.error_message(), HasSubstr("chat.tool_choice \"f\""));
+  EXPECT_THAT(r_strict.status.error_message(), HasSubstr("multipleOf"));
+  ASSERT_TRUE(r_loose.status.ok()) << r_loose.status.error_message();
+  // The text comes back from the call's opening in the prompt on.
+  const std::string opening = "{\"name\": \"f\", \"arguments\":";
+  const size_t at = r_loose.text.find(opening);
+  ASSERT_NE(at, std::string::npos) << r_loose.text;
+  EXPECT_TRUE(IsJsonPrefix(r_loose.text.substr(at + opening.size()))) << r_loose.text;
+}
+
+}  // namespace
+}  // namespace cairn::infer::testing

@@ -1,0 +1,300 @@
+#include "services/infer/text/tool_call_grammar.h"
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/json_constraint.h"
+#include "services/infer/text/json_grammar.h"
+#include "services/infer/text/json_matcher.h"
+#include "services/infer/text/tokenizer.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
+
+namespace cairn::infer::text {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using ::testing::HasSubstr;
+
+Json Tool(const std::string& name, Json parameters, bool strict = false) {
+  Json fn = {{"name", name}, {"description", "a tool"}, {"parameters", std::move(parameters)}};
+  if (strict) fn["strict"] = true;
+  return Json{{"type", "function"}, {"function", std::move(fn)}};
+}
+
+Json WeatherAndSearch() {
+  return Json::array(
+      {Tool("get_weather", Json::parse(R"({"type": "object", "properties": {"city": {"type":
+           "string"}, "days": {"type": "integer"}}, "required": ["city"]})")),
+       Tool("search", Json::parse(R"({"type": "object", "properties": {"query": {"type":
+           "string"}}, "required": ["query"], "additionalProperties": false})"))});
+}
+
+std::shared_ptr<const JsonGrammar> Grammar(const Json& tools, const std::string& function) {
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = ForcedToolCallGrammar(tools, function);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : nullptr;
+}
+
+// Whether `grammar` accepts `text` whole (and ends there); `prefix` whether it accepts it as
+// the start of a text.
+struct Reading {
+  bool prefix = false;
+  bool complete = false;
+};
+Reading Read(const std::shared_ptr<const JsonGrammar>& grammar, const std::string& text) {
+  json::ByteMatcher m(static_cast<const json::CompiledGrammar*>(grammar.get()));
+  Reading r;
+  r.prefix = m.AdvanceAll(text);
+  r.complete = r.prefix && m.Complete();
+  return r;
+}
+
+TEST(ForcedToolCallGrammarTest, ANamedFunctionIsItsArgumentsThenTheCallsEnd) {
+  std::shared_ptr<const JsonGrammar> g = Grammar(WeatherAndSearch(), "get_weather");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Read(g, R"( {"city": "Paris", "days": 3}})"
+                      "\n</tool_call>")
+                  .complete);
+  EXPECT_TRUE(Read(g, R"({"city":"Paris"}})"
+                      "\n</tool_call>")
+                  .complete);
+  // Not complete before the call's end; nothing after it.
+  EXPECT_FALSE(Read(g, R"( {"city": "Paris"}})").complete);
+  EXPECT_TRUE(Read(g, R"( {"city": "Paris"}})"
+                      "\n</tool")
+                  .prefix);
+  EXPECT_FALSE(Read(g, R"( {"city": "Paris"}})"
+                       "\n</tool_call>\n")
+                   .prefix);
+  // Arguments its parameters refuse.
+  EXPECT_FALSE(Read(g, R"( {"days": 3})").prefix);  // city is required first.
+  EXPECT_FALSE(Read(g, R"( {"city": 7)").prefix);   // Not a string.
+  EXPECT_FALSE(Read(g, R"( {"city": "a"})"
+                       "\n</tool_call>")
+                   .prefix);  // The call's brace.
+  EXPECT_FALSE(Read(g, R"( [1])").prefix);
+}
+
+TEST(ForcedToolCallGrammarTest, RequiredIsOneOrMoreCallsOfDefinedFunctions) {
+  std::shared_ptr<const JsonGrammar> g = Grammar(WeatherAndSearch(), "");
+  ASSERT_NE(g, nullptr);
+  const std::string weather = R"({"name": "get_weather", "arguments": {"city": "Oslo"}})"
+                              "\n</tool_call>";
+  const std::string search = R"({"name": "search", "arguments": {"query": "x"}})"
+                             "\n</tool_call>";
+  EXPECT_TRUE(Read(g, weather).complete);
+  EXPECT_TRUE(Read(g, search).complete);
+  EXPECT_TRUE(Read(g, weather + "\n<tool_call>\n" + search).complete);
+  EXPECT_TRUE(Read(g, weather + "\n<tool_call>\n" + search + "\n<tool_call>\n" + weather).complete);
+  EXPECT_FALSE(Read(g, weather + "\n<tool_call>\n").complete);
+  EXPECT_FALSE(Read(g, weather + "\n\n").prefix);
+  // Unknown names, another function's arguments, members out of the template's order.
+  EXPECT_FALSE(Read(g, R"({"name": "rm_rf")").prefix);
+  EXPECT_FALSE(Read(g, R"({"name": "search", "arguments": {"city")").prefix);
+  EXPECT_FALSE(Read(g, R"({"arguments")").prefix);
+  EXPECT_FALSE(Read(g, R"({"name": "search", "arguments": {"query": "x"}, "id": 1)").prefix);
+}
+
+TEST(ForcedToolCallGrammarTest, EachFunctionsDefinitionsStayItsOwn) {
+  // Both define "Item" (pydantic's $defs), differently; one recurses through "#".
+  Json tools =
+      Json::array({Tool("add", Json::parse(R"({"type": "object", "properties": {"item": {"$ref":
+           "#/$defs/Item"}}, "required": ["item"], "$defs": {"Item": {"type": "object",
+           "properties": {"n": {"type": "integer"}}, "required": ["n"]}}})")),
+                   Tool("tree", Json::parse(R"({"type": "object", "properties": {"item": {"$ref":
+           "#/definitions/Item"}, "child": {"$ref": "#"}}, "required": ["item"],
+           "definitions": {"Item": {"type": "string"}}})"))});
+  std::shared_ptr<const JsonGrammar> g = Grammar(tools, "");
+  ASSERT_NE(g, nullptr);
+  const std::string end = "}\n</tool_call>";
+  EXPECT_TRUE(Read(g, R"({"name": "add", "arguments": {"item": {"n": 1}})" + end).complete);
+  EXPECT_FALSE(Read(g, R"({"name": "add", "arguments": {"item": ")").prefix);
+  EXPECT_TRUE(
+      Read(g, R"({"name": "tree", "arguments": {"item": "a", "child": {"item": "b"}})" + end)
+          .complete);
+  EXPECT_FALSE(Read(g, R"({"name": "tree", "arguments": {"item": {)").prefix);
+  EXPECT_FALSE(Read(g, R"({"name": "tree", "arguments": {"item": "a", "child": {"n")").prefix);
+  // The named form resolves the function's refs in its own document.
+  std::shared_ptr<const JsonGrammar> add = Grammar(tools, "add");
+  ASSERT_NE(add, nullptr);
+  EXPECT_TRUE(Read(add, R"( {"item": {"n": 2}})" + end).complete);
+}
+
+TEST(ForcedToolCallGrammarTest, DataThatLooksLikeARefIsLeftAlone) {
+  // A const whose value is an object with "$ref", and a property named "$ref".
+  Json tools = Json::array({Tool("f", Json::parse(R"({"type": "object", "properties": {"mode":
+      {"const": {"$ref": "#"}}, "$ref": {"type": "boolean"}}, "required": ["mode"]})"))});
+  std::shared_ptr<const JsonGrammar> g = Grammar(tools, "");
+  ASSERT_NE(g, nullptr);
+  // (A const is written in its compact serialisation.)
+  EXPECT_TRUE(Read(g, R"({"name": "f", "arguments": {"mode": {"$ref":"#"}, "$ref": true}})"
+                      "\n</tool_call>")
+                  .complete);
+}
+
+TEST(ForcedToolCallGrammarTest, ParametersTheGrammarCannotExpressAreAnyObjectUnlessStrict) {
+  const Json params = Json::parse(R"({"type": "object", "properties": {"path": {"type":
+      "string", "not": {"const": ""}}}})");
+  Json tools = Json::array({Tool("read", params), Tool("search", Json{{"type", "object"}})});
+  std::shared_ptr<const JsonGrammar> g = Grammar(tools, "");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Read(g, R"({"name": "read", "arguments": {"anything": [1, 2]}})"
+                      "\n</tool_call>")
+                  .complete);
+  EXPECT_FALSE(Read(g, R"({"name": "read", "arguments": [)").prefix);
+  std::shared_ptr<const JsonGrammar> named = Grammar(tools, "read");
+  ASSERT_NE(named, nullptr);
+  EXPECT_TRUE(Read(named, R"( {"x": null}})"
+                          "\n</tool_call>")
+                  .complete);
+
+  tools[0] = Tool("read", params, /*strict=*/true);
+  for (const std::string function : {"", "read"}) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> strict =
+        ForcedToolCallGrammar(tools, function);
+    EXPECT_EQ(strict.status().code(), absl::StatusCode::kInvalidArgument) << function;
+    EXPECT_THAT(strict.status().message(), HasSubstr("strict function \"read\"")) << function;
+    EXPECT_THAT(strict.status().message(), HasSubstr("not")) << function;
+  }
+}
+
+TEST(ForcedToolCallGrammarTest, MissingParametersAreAnyObject) {
+  Json tools = Json::array({Json{{"type", "function"}, {"function", {{"name", "now"}}}}});
+  std::shared_ptr<const JsonGrammar> g = Grammar(tools, "");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Read(g, R"({"name": "now", "arguments": {}})"
+                      "\n</tool_call>")
+                  .complete);
+}
+
+TEST(ForcedToolCallGrammarTest, BadRequestsAreInvalidArgument) {
+  EXPECT_EQ(ForcedToolCallGrammar(WeatherAndSearch(), "nope").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ForcedToolCallGrammar(Json::array(), "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ForcedToolCallGrammar(Json(nullptr), "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ForcedToolCallGrammar(Json::array({Json{{"type", "function"}}}), "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ForcedToolCallGrammarTest, FramedRefusesMalformedItems) {
+  using json::SeqItem;
+  std::shared_ptr<const JsonGrammar> any = JsonGrammar::AnyObject();
+  const auto& inner = static_cast<const json::CompiledGrammar&>(*any);
+  const SeqItem value = SeqItem::Value(inner.root());
+  SeqItem choice;
+  choice.kind = SeqItem::Kind::kChoice;
+  choice.texts = {"a", "b"};
+  SeqItem chosen;
+  chosen.kind = SeqItem::Kind::kChosenValue;
+  chosen.values = {inner.root(), inner.root()};
+  SeqItem short_chosen = chosen;
+  short_chosen.values.pop_back();
+  const SeqItem end = SeqItem::Text(">");
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, {}).ok());
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, {value}).ok());
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, {SeqItem::Text(""), value, end}).ok());
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, std::vector<SeqItem>(65, end)).ok());
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, {chosen, end}).ok());
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, {choice, short_chosen, end}).ok());
+  EXPECT_FALSE(json::CompiledGrammar::Framed(inner, {SeqItem::Value(1 << 20), end}).ok());
+  EXPECT_TRUE(json::CompiledGrammar::Framed(inner, {SeqItem::Text("<"), value, end}).ok());
+  EXPECT_TRUE(json::CompiledGrammar::Framed(inner, {choice, chosen, end}).ok());
+}
+
+// Every call begins alike, and a matcher follows at most 32 alternatives: the name picks the
+// arguments' grammar instead, so each of many functions can still be called, with its own.
+TEST(ForcedToolCallGrammarTest, EachOfManyFunctionsCanBeCalled) {
+  Json tools = Json::array();
+  for (int i = 0; i < 80; ++i) {
+    tools.push_back(Tool("tool_" + std::to_string(i),
+                         Json{{"type", "object"},
+                              {"properties", {{"arg" + std::to_string(i), {{"type", "integer"}}}}},
+                              {"required", {"arg" + std::to_string(i)}}}));
+  }
+  std::shared_ptr<const JsonGrammar> g = Grammar(tools, "");
+  ASSERT_NE(g, nullptr);
+  for (int i : {0, 7, 31, 32, 55, 79}) {
+    const std::string name = "tool_" + std::to_string(i);
+    EXPECT_TRUE(Read(g, R"({"name": ")" + name + R"(", "arguments": {"arg)" + std::to_string(i) +
+                            R"(": 5}})"
+                            "\n</tool_call>")
+                    .complete)
+        << name;
+    EXPECT_FALSE(Read(g, R"({"name": ")" + name + R"(", "arguments": {"arg)" +
+                             std::to_string((i + 1) % 80) + R"(")")
+                     .prefix)
+        << name;
+  }
+}
+
+// The real Qwen3 tokenizer: the tokens a model writes a call with are allowed one by one
+// (tokens that span the arguments' end and the markup's, such as "}}\n" or "\"}}\n", included),
+// and the end of turn only after the call's end.
+class ForcedToolCallTokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = testing::Qwen3ModelDir() + "/tokenizer.json";
+    CAIRN_REQUIRE_DOWNLOADED(path);
+    absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromFile(path);
+    ASSERT_TRUE(t.ok()) << t.status();
+    tokenizer_ = std::move(*t);
+    index_ = TokenIndex::Build(*tokenizer_);
+    end_ = *tokenizer_->TokenToId("<|im_end|>");
+  }
+
+  // Feeds the tokens of `text` to a constraint of `grammar`, checking each is allowed first.
+  void ExpectAllowedThrough(const std::shared_ptr<const JsonGrammar>& grammar,
+                            const std::string& text) {
+    std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(grammar, index_.get(), {end_});
+    std::vector<uint64_t> mask((static_cast<size_t>(index_->id_limit()) + 63) / 64);
+    absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(text);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    std::string so_far;
+    for (TokenId id : *ids) {
+      ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+      // The end only after a call's end (where another call may follow too).
+      EXPECT_EQ(TokenAllowedHere(mask, end_), absl::EndsWith(so_far, "</tool_call>")) << so_far;
+      so_far += tokenizer_->Decode({id}).value();
+      ASSERT_TRUE(TokenAllowedHere(mask, id))
+          << "token \"" << tokenizer_->Decode({id}).value() << "\" of " << text;
+      ASSERT_TRUE(c->Accept(id).ok());
+    }
+    ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+    EXPECT_TRUE(TokenAllowedHere(mask, end_));
+    EXPECT_TRUE(c->Accept(end_).ok());
+  }
+
+  static bool TokenAllowedHere(const std::vector<uint64_t>& mask, TokenId id) {
+    return (mask[static_cast<size_t>(id) / 64] >> (static_cast<uint32_t>(id) % 64)) & 1;
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<TokenIndex> index_;
+  TokenId end_ = -1;
+};
+
+TEST_F(ForcedToolCallTokensTest, AModelsOwnTokensOfACallAreAllowed) {
+  ExpectAllowedThrough(Grammar(WeatherAndSearch(), "get_weather"),
+                       R"( {"city": "Paris", "days": 3}})"
+                       "\n</tool_call>");
+  ExpectAllowedThrough(Grammar(WeatherAndSearch(), "search"),
+                       R"( {"query": "weather in \"Oslo\""}})"
+                       "\n</tool_call>");
+  ExpectAllowedThrough(Grammar(WeatherAndSearch(), ""),
+                       R"({"name": "search", "arguments": {"query": "x"}})"
+                       "\n</tool_call>\n<tool_call>\n"
+                       R"({"name": "get_weather", "arguments": {"city": "Rome"}})"
+                       "\n</tool_call>");
+}
+
+}  // namespace
+}  // namespace cairn::infer::text
