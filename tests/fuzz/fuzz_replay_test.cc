@@ -34,6 +34,7 @@ constexpr Target kTargets[] = {
     {"gateway_request", FuzzGatewayRequest},
     {"cache_rpc", FuzzCacheRpc},
     {"infer_rpc", FuzzInferRpc},
+    {"json_schema", FuzzJsonSchema},
 };
 
 std::filesystem::path FuzzDir() {

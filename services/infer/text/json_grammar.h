@@ -31,8 +31,10 @@ inline constexpr int kMaxWhitespaceBlanks = 32;   // Spaces and tabs in one run 
 inline constexpr int kMaxWhitespaceNewlines = 1;  // Newlines in one run of whitespace.
 inline constexpr int kMaxIntegerDigits = 18;      // Before the point: integers fit an int64.
 inline constexpr int kMaxFractionDigits = 20;     // Digits after a number's '.'.
-inline constexpr int kMaxExponentDigits = 4;      // Digits of a number's exponent.
-inline constexpr int kMaxParallelStacks = 32;     // Alternatives a matcher follows at once.
+// Digits of a number's exponent: with at most 18 integer digits a value stays below 1e118, a
+// finite double (parsers such as nlohmann's refuse texts that overflow one, e.g. 1e400).
+inline constexpr int kMaxExponentDigits = 2;
+inline constexpr int kMaxParallelStacks = 32;  // Alternatives a matcher follows at once.
 
 inline constexpr int32_t kUnreachable = std::numeric_limits<int32_t>::max() / 4;
 

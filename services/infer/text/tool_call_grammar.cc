@@ -113,6 +113,13 @@ void RewriteRefs(Json& schema, size_t i) {
   }
 }
 
+// A named function's call: its arguments, then the call's end.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> NamedCall(const JsonGrammar& arguments) {
+  const json::CompiledGrammar& compiled = Compiled(arguments);
+  return json::CompiledGrammar::Framed(compiled, {json::SeqItem::Value(compiled.root()),
+                                                  json::SeqItem::Text(std::string(kCallEndBrace))});
+}
+
 // The schema {"anyOf": [the parameters of each of `functions`]}: each function's own (or any
 // object, where `expressible[i]` is false), their definitions under the composite's $defs.
 // Compiled, the root is an alternative whose alts are the functions' nodes in order.
@@ -186,10 +193,10 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
     for (const Function& f : functions) {
       if (f.name != function) continue;
       ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> arguments, Arguments(f));
-      const json::CompiledGrammar& compiled = Compiled(*arguments);
-      return json::CompiledGrammar::Framed(
-          compiled,
-          {json::SeqItem::Value(compiled.root()), json::SeqItem::Text(std::string(kCallEndBrace))});
+      absl::StatusOr<std::shared_ptr<const JsonGrammar>> call = NamedCall(*arguments);
+      // Framed, the arguments sit a level deeper: one that needs every level is any object.
+      if (call.ok() || f.strict) return call;
+      return NamedCall(*JsonGrammar::AnyObject());
     }
     return absl::InvalidArgumentError(
         absl::StrCat("the request's tools define no function \"",

@@ -83,7 +83,12 @@ TEST(ByteMatcherTest, Numbers) {
                                        {"+1", false},
                                        {"1.5.2", false},
                                        {std::string(json::kMaxIntegerDigits, '9'), true},
-                                       {std::string(json::kMaxIntegerDigits + 1, '9'), false}});
+                                       {std::string(json::kMaxIntegerDigits + 1, '9'), false},
+                                       // Every value a finite double (1e400 is not).
+                                       {std::string(json::kMaxIntegerDigits, '9') + "e99", true},
+                                       {"1e-99", true},
+                                       {"1e100", false},
+                                       {"1e400", false}});
   ExpectDocs(R"({"type": "integer"})",
              {{"0", true}, {"-42", true}, {"1.0", false}, {"1e3", false}});
 }

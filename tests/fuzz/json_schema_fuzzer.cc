@@ -1,0 +1,87 @@
+// Structured outputs: a client's JSON Schema compiled into a grammar (JsonGrammar::FromSchema),
+// the same schema as a forced tool call's parameters (ForcedToolCallGrammar), and a walk of
+// each grammar's byte matcher steered by the input.
+// Input: the schema text, "\0\0", then the walk's bytes.
+// Properties: compiling never crashes or hangs; every state the walk reaches can still end
+// (some byte is allowed, or the text is complete); each text completed greedily is one JSON
+// value (the schema's grammar) or a call's markup around one (the tool grammar).
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "common/status/check.h"
+#include "nlohmann/json.hpp"
+#include "services/infer/text/json_constraint.h"
+#include "services/infer/text/json_grammar.h"
+#include "services/infer/text/json_matcher.h"
+#include "services/infer/text/tool_call_grammar.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/fuzz_target.h"
+#include "tests/unit/services/infer/text/json_test_util.h"
+
+namespace {
+
+using cairn::infer::text::JsonGrammar;
+namespace json = cairn::infer::text::json;
+
+constexpr size_t kMaxWalk = 512;  // Steered bytes a grammar's walk reads at most.
+
+// Walks `grammar` with the input's bytes (each taken as the first allowed byte at or after
+// it), checking that every state can go on or is complete; returns the text completed greedily.
+std::string Walk(const JsonGrammar& grammar, absl::string_view steer) {
+  const auto* compiled = static_cast<const json::CompiledGrammar*>(&grammar);
+  json::ByteMatcher m(compiled);
+  std::string text;
+  for (size_t i = 0; i < steer.size() && i < kMaxWalk; ++i) {
+    bool moved = false;
+    for (int k = 0; k < 256 && !moved; ++k) {
+      const uint8_t b = static_cast<uint8_t>(static_cast<uint8_t>(steer[i]) + k);
+      json::ByteMatcher next = m;
+      if (next.Advance(b)) {
+        m = next;
+        text += static_cast<char>(b);
+        moved = true;
+      }
+    }
+    if (!moved) {
+      CAIRN_CHECK(m.Complete());  // No byte continues an incomplete text.
+      break;
+    }
+  }
+  std::string rest;
+  // Every reached state can still be completed.
+  CAIRN_CHECK(cairn::infer::text::testing::CompleteGreedily(m, &rest));
+  return text + rest;
+}
+
+}  // namespace
+
+CAIRN_FUZZ_TARGET(JsonSchema) {
+  cairn::fuzz::FuzzInput in(data, size);
+  const std::string schema(cairn::fuzz::Std(in.Until(absl::string_view("\0\0", 2))));
+  const absl::string_view steer = in.rest();
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> grammar = JsonGrammar::FromSchema(schema);
+  if (!grammar.ok()) return 0;
+  const std::string value = Walk(**grammar, steer);
+  if (!nlohmann::json::accept(value)) std::fprintf(stderr, "not JSON: %s\n", value.c_str());
+  CAIRN_CHECK(nlohmann::json::accept(value));
+
+  // The same schema as two functions' parameters (FromSchema accepted it, so it is JSON whose
+  // objects are few enough members for an ordered parse).
+  const nlohmann::ordered_json parameters = nlohmann::ordered_json::parse(schema);
+  const nlohmann::ordered_json tools = {
+      {{"type", "function"}, {"function", {{"name", "a"}, {"parameters", parameters}}}},
+      {{"type", "function"}, {"function", {{"name", "b\"c"}, {"parameters", parameters}}}}};
+  for (const char* function : {"", "a"}) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> call =
+        cairn::infer::text::ForcedToolCallGrammar(tools, function);
+    CAIRN_CHECK(call.ok());  // Expressible parameters, nothing strict.
+    const std::string text = Walk(**call, steer);
+    constexpr absl::string_view kEnd = "}\n</tool_call>";
+    CAIRN_CHECK(text.size() > kEnd.size() &&
+                absl::string_view(text).substr(text.size() - kEnd.size()) == kEnd);
+  }
+  return 0;
+}
