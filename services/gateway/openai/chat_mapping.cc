@@ -161,7 +161,10 @@ absl::StatusOr<std::string> AddFunctionTool(const JsonFields& f, const char* sch
   Json function = {{"name", *name}};
   if (description.has_value()) function["description"] = *description;
   function["parameters"] = schema == nullptr ? Json{{"type", "object"}} : *schema;
-  chat->add_tools()->set_json(DumpJson({{"type", "function"}, {"function", function}}));
+  ASSIGN_OR_RETURN(std::optional<bool> strict, f.Bool("strict"));
+  infer_v1::Tool* tool = chat->add_tools();
+  tool->set_json(DumpJson({{"type", "function"}, {"function", function}}));
+  tool->set_strict(strict.value_or(false));
   return *name;
 }
 

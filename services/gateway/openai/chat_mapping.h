@@ -36,7 +36,8 @@ absl::Status ParseChatMessages(const Json& messages, const std::string& field,
 
 // Adds the function tool described by `f` (its "name", "description" and the JSON schema in
 // `schema_field`) to `chat` in the OpenAI {"type": "function", "function": {...}} form, its
-// name prefixed by `name_prefix` (a Responses namespace, "" for none). Returns the name.
+// name prefixed by `name_prefix` (a Responses namespace, "" for none), and its "strict" flag
+// beside it (infer_v1::Tool::strict; absent: false). Returns the name.
 absl::StatusOr<std::string> AddFunctionTool(const JsonFields& f, const char* schema_field,
                                             const RequestLimits& limits, infer_v1::ChatPrompt* chat,
                                             absl::string_view name_prefix = "");

@@ -110,12 +110,26 @@ class JsonTokenConstraint final : public TokenConstraint {
     return absl::OkStatus();
   }
   absl::Status Accept(int32_t token) override { return json_->Accept(token); }
+  bool Unconstrained() const override { return json_->Unconstrained(); }
 
  private:
   const std::unique_ptr<text::JsonConstraint> json_;
   const int32_t id_limit_;
   std::vector<uint64_t> scratch_;
 };
+
+// The request's tools for a grammar: as ToolsJson, each function marked "strict" where the
+// client asked (v1::Tool::strict; the template renders the tools without it).
+absl::StatusOr<ordered_json> ToolsForGrammar(const v1::ChatPrompt& chat) {
+  ASSIGN_OR_RETURN(ordered_json tools, ToolsJson(chat));
+  for (int i = 0; i < chat.tools_size(); ++i) {
+    ordered_json& t = tools[static_cast<size_t>(i)];
+    if (chat.tools(i).strict() && t.contains("function") && t["function"].is_object()) {
+      t["function"]["strict"] = true;
+    }
+  }
+  return tools;
+}
 
 bool ForcesToolCall(const v1::ChatPrompt& chat) {
   const std::string& choice = chat.tool_choice();
@@ -346,9 +360,11 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     parser->starts_in_reasoning = false;
     parser->parse_reasoning = false;
     parser->parse_tool_calls = false;
-  } else if (request.has_chat() && ForcesToolCall(request.chat()) && !p.ignore_eos()) {
-    // A forced call is held to a call of a defined function whose arguments its parameters
-    // accept (templates that write calls as JSON; MakeConstraint).
+  } else if (request.has_chat() && request.chat().tools_size() > 0 &&
+             !(ForcesToolCall(request.chat()) && p.ignore_eos())) {
+    // Tool calls are held to calls of defined functions whose arguments their parameters
+    // accept: a forced one, and under "auto" those the model opens when a function is strict
+    // (templates that write calls as JSON; MakeConstraint).
     ASSIGN_OR_RETURN(out.constraint, MakeConstraint(request, out.stop_ids));
   }
   return out;
@@ -359,13 +375,23 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
   RETURN_IF_ERROR(NeedTokenizer());
   std::shared_ptr<const text::JsonGrammar> grammar;
   if (!HasResponseFormat(request)) {
-    if (!request.has_chat() || !ForcesToolCall(request.chat()) ||
-        model_->chat_template() == nullptr ||
+    if (!request.has_chat() || model_->chat_template() == nullptr ||
         text::ToolCallMarkupOf(*model_->chat_template()) != text::ToolCallMarkup::kJson) {
       return nullptr;  // XML calls are not constrained (services/infer/text/README.md).
     }
     const std::string& choice = request.chat().tool_choice();
-    ASSIGN_OR_RETURN(ordered_json tools, ToolsJson(request.chat()));
+    ASSIGN_OR_RETURN(ordered_json tools, ToolsForGrammar(request.chat()));
+    if (!ForcesToolCall(request.chat())) {
+      const std::optional<text::TokenId> trigger =
+          model_->tokenizer()->TokenToId(text::kToolCallOpen);
+      if (choice == "none" || !trigger.has_value()) return nullptr;
+      ASSIGN_OR_RETURN(std::shared_ptr<const text::JsonGrammar> call,
+                       text::StrictToolCallGrammar(tools));
+      if (call == nullptr) return nullptr;  // No strict function: calls are the model's.
+      const text::TokenIndex* index = model_->token_index();
+      return std::make_unique<JsonTokenConstraint>(
+          text::TriggeredConstraint(std::move(call), index, *trigger), index->id_limit());
+    }
     absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call =
         text::ForcedToolCallGrammar(tools, choice == "required" ? "" : choice);
     if (!call.ok()) {

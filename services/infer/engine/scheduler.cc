@@ -505,6 +505,15 @@ void Scheduler::SampleNext(Active& a, absl::Span<const float> logits) {
     EmitToken(a, a.sampler->Sample(logits));
     return;
   }
+  if (a.req.constraint->Unconstrained()) {
+    const SampledToken token = a.sampler->Sample(logits);
+    if (absl::Status st = a.req.constraint->Accept(token.id); !st.ok()) {
+      Finish(a, st, FinishReason::kStop);
+      return;
+    }
+    EmitToken(a, token);
+    return;
+  }
   // Sized for the model's vocabulary in Setup; logits rows are that long.
   a.allowed.resize((logits.size() + 63) / 64);
   absl::Status st = a.req.constraint->Allowed(absl::MakeSpan(a.allowed));

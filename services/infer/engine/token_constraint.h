@@ -27,6 +27,12 @@ class TokenConstraint {
 
   // Records the token generated next (one that Allowed allowed). An error ends the request.
   virtual absl::Status Accept(int32_t token) = 0;
+
+  // Whether the next token is free: the scheduler then samples it exactly as for a request
+  // without a constraint (no mask, the same choice and logprobs) and still reports it to
+  // Accept, without asking Allowed. For constraints that hold only parts of an answer (a tool
+  // call, once one opens).
+  virtual bool Unconstrained() const { return false; }
 };
 
 // Bit `id` of a mask laid out as TokenConstraint::Allowed fills it.

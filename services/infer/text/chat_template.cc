@@ -59,7 +59,6 @@ constexpr absl::string_view kContentMarker = "cairnfinalmessagemarker7f3a";
 // The reasoning and tool-call tags of the Qwen templates (OutputParserOptions' defaults).
 constexpr absl::string_view kThinkOpen = "<think>";
 constexpr absl::string_view kThinkClose = "</think>";
-constexpr absl::string_view kToolCallOpen = "<tool_call>";
 
 // Checks that the last of `messages` is the assistant's text, which continue_final_message
 // can continue. InvalidArgument naming what is wrong otherwise.
@@ -246,7 +245,8 @@ ToolCallMarkup ToolCallMarkupOf(const ChatTemplate& chat_template) {
 }
 
 std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_view function) {
-  std::string text = absl::StrCat(kToolCallOpen, "\n");
+  std::string text =
+      absl::StrCat(absl::string_view(kToolCallOpen.data(), kToolCallOpen.size()), "\n");
   if (function.empty()) return text;
   if (ToolCallMarkupOf(chat_template) == ToolCallMarkup::kXml) {
     absl::StrAppend(&text, "<function=", absl::string_view(function.data(), function.size()),

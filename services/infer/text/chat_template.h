@@ -126,6 +126,8 @@ struct RenderedPrompt {
 // (Qwen3's), or as XML, <function=NAME> with <parameter=KEY> blocks (Qwen3-Coder's and
 // Qwen3.5's), told apart by "<function=" in its source.
 enum class ToolCallMarkup { kJson, kXml };
+// The text that opens a tool call in either markup (one added token in Qwen's vocabularies).
+inline constexpr std::string_view kToolCallOpen = "<tool_call>";
 ToolCallMarkup ToolCallMarkupOf(const ChatTemplate& chat_template);
 
 // The text a forced tool call opens with in the template's format: "<tool_call>\n", followed

@@ -60,6 +60,9 @@ class JsonConstraint {
   virtual absl::Status Accept(TokenId token) = 0;
   // Whether the bytes so far are one complete value.
   virtual bool Complete() const = 0;
+  // Whether the next token is free (TokenConstraint::Unconstrained): then Allowed allows every
+  // id and Accept takes any.
+  virtual bool Unconstrained() const { return false; }
 };
 
 }  // namespace cairn::infer::text

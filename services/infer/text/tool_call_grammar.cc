@@ -1,5 +1,7 @@
 #include "services/infer/text/tool_call_grammar.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "services/infer/text/json_grammar.h"
 
@@ -150,11 +153,14 @@ Json ParametersSchema(const std::vector<Function>& functions,
   return schema;
 }
 
-// One call of any of `functions`, then more: the name's text picks the arguments' grammar, so
-// that any number of functions is one choice rather than one alternative each (a matcher
-// follows at most kMaxParallelStacks alternatives, and every call begins alike).
+// One call of any of `functions` after `opening` (none when empty), then more after `again`
+// (none when empty): the name's text picks the arguments' grammar, so that any number of
+// functions is one choice rather than one alternative each (a matcher follows at most
+// kMaxParallelStacks alternatives, and every call begins alike).
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> AnyCall(const std::vector<Function>& functions,
-                                                           const std::vector<bool>& expressible) {
+                                                           const std::vector<bool>& expressible,
+                                                           absl::string_view opening,
+                                                           absl::string_view again) {
   ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> parameters,
                    JsonGrammar::FromSchema(Dump(ParametersSchema(functions, expressible))));
   const json::CompiledGrammar& compiled = Compiled(*parameters);
@@ -175,11 +181,58 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> AnyCall(const std::vector<Fun
   json::SeqItem arguments;
   arguments.kind = json::SeqItem::Kind::kChosenValue;
   arguments.values = root.alts;
-  return json::CompiledGrammar::Framed(
-      compiled,
-      {std::move(choice), std::move(arguments), json::SeqItem::Text(std::string(kCallEndBrace))},
-      std::string(kNextCall));
+  std::vector<json::SeqItem> items;
+  if (!opening.empty()) items.push_back(json::SeqItem::Text(std::string(opening)));
+  items.push_back(std::move(choice));
+  items.push_back(std::move(arguments));
+  items.push_back(json::SeqItem::Text(std::string(kCallEndBrace)));
+  return json::CompiledGrammar::Framed(compiled, std::move(items), std::string(again));
 }
+
+// Whether FromSchema compiles each function's parameters (an object schema), in order.
+std::vector<bool> Expressible(const std::vector<Function>& functions) {
+  std::vector<bool> out;
+  for (const Function& f : functions) {
+    out.push_back(f.parameters.is_object() && JsonGrammar::FromSchema(Dump(f.parameters)).ok());
+  }
+  return out;
+}
+
+// JsonConstraint for TriggeredConstraint. Thread-compatible: one request's.
+class TriggeredJsonConstraint final : public JsonConstraint {
+ public:
+  TriggeredJsonConstraint(std::shared_ptr<const JsonGrammar> call, const TokenIndex* index,
+                          TokenId trigger)
+      : call_(std::move(call)), index_(index), trigger_(trigger) {}
+
+  absl::Status Allowed(absl::Span<uint64_t> allowed) override {
+    if (held_ != nullptr) return held_->Allowed(allowed);
+    std::fill(allowed.begin(), allowed.end(), 0);
+    for (TokenId id = 0; id < index_->id_limit(); ++id) {
+      if (static_cast<size_t>(id) / 64 >= allowed.size()) break;
+      allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (static_cast<uint32_t>(id) % 64);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Accept(TokenId token) override {
+    if (held_ == nullptr) {
+      // Held from the token after the trigger; end ids never end a held call.
+      if (token == trigger_) held_ = JsonConstraint::Create(call_, index_, {});
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(held_->Accept(token));
+    if (held_->Complete()) held_.reset();
+    return absl::OkStatus();
+  }
+  bool Complete() const override { return held_ == nullptr; }
+  bool Unconstrained() const override { return held_ == nullptr; }
+
+ private:
+  const std::shared_ptr<const JsonGrammar> call_;
+  const TokenIndex* const index_;
+  const TokenId trigger_;
+  std::unique_ptr<JsonConstraint> held_;  // The call under way; null while free.
+};
 
 }  // namespace
 
@@ -202,16 +255,12 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
         absl::StrCat("the request's tools define no function \"",
                      absl::string_view(function.data(), function.size()), "\""));
   }
-  std::vector<bool> expressible(functions.size(), true);
+  const std::vector<bool> expressible = Expressible(functions);
   for (size_t i = 0; i < functions.size(); ++i) {
-    if (functions[i].parameters.is_object() &&
-        JsonGrammar::FromSchema(Dump(functions[i].parameters)).ok()) {
-      continue;
-    }
-    ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> unused, Arguments(functions[i]));
-    expressible[i] = false;
+    if (!expressible[i]) RETURN_IF_ERROR(Arguments(functions[i]).status());  // Strict ones.
   }
-  absl::StatusOr<std::shared_ptr<const JsonGrammar>> call = AnyCall(functions, expressible);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> call =
+      AnyCall(functions, expressible, "", kNextCall);
   if (call.ok()) return call;
   // Past the grammar's bounds together (each one alone compiled): the names alone.
   for (const Function& f : functions) {
@@ -220,7 +269,27 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
           absl::StrCat("the functions' parameters together: ", call.status().message()));
     }
   }
-  return AnyCall(functions, std::vector<bool>(functions.size(), false));
+  return AnyCall(functions, std::vector<bool>(functions.size(), false), "", kNextCall);
+}
+
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
+    const nlohmann::ordered_json& tools) {
+  ASSIGN_OR_RETURN(std::vector<Function> functions, Functions(tools));
+  std::vector<bool> schema = Expressible(functions);
+  bool any_strict = false;
+  for (size_t i = 0; i < functions.size(); ++i) {
+    any_strict |= functions[i].strict;
+    schema[i] = schema[i] && functions[i].strict;
+  }
+  if (!any_strict) return nullptr;
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> call = AnyCall(functions, schema, "\n", "");
+  if (call.ok()) return call;
+  return AnyCall(functions, std::vector<bool>(functions.size(), false), "\n", "");
+}
+
+std::unique_ptr<JsonConstraint> TriggeredConstraint(std::shared_ptr<const JsonGrammar> call,
+                                                    const TokenIndex* index, TokenId trigger) {
+  return std::make_unique<TriggeredJsonConstraint>(std::move(call), index, trigger);
 }
 
 }  // namespace cairn::infer::text

@@ -27,6 +27,21 @@ namespace cairn::infer::text {
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
     const nlohmann::ordered_json& tools, std::string_view function);
 
+// The grammar of a call that the model opens itself (tool_choice "auto"), from after the
+// template's `<tool_call>` token: "\n", `{"name": N, "arguments": A}` for a function N of
+// `tools`, "\n</tool_call>". A follows N's parameters where N is strict ("strict": true) and
+// they are expressible, else it is any JSON object. nullptr when no function is strict (the
+// caller then leaves calls free, as the model writes them).
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
+    const nlohmann::ordered_json& tools);
+
+// A constraint that leaves the answer free until the model generates `trigger` (the
+// template's `<tool_call>` token), holds what follows to `call` until that is complete, then
+// is free again (every further call is held the same way). Errors of the held part as
+// JsonConstraint's.
+std::unique_ptr<JsonConstraint> TriggeredConstraint(std::shared_ptr<const JsonGrammar> call,
+                                                    const TokenIndex* index, TokenId trigger);
+
 }  // namespace cairn::infer::text
 
 #endif  // CAIRN_SERVICES_INFER_TEXT_TOOL_CALL_GRAMMAR_H_

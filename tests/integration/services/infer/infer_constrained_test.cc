@@ -313,5 +313,28 @@ TEST_F(InferDaemonDemoModelTest, AForcedCallOfAStrictFunctionNeedsExpressiblePar
   EXPECT_TRUE(IsJsonPrefix(r_loose.text.substr(at + opening.size()))) << r_loose.text;
 }
 
+// Under "auto" with a strict function, the answer is free until the model opens a call: its
+// tokens and logprobs are those of the same request without "strict" (the random model opens
+// none in these tokens).
+TEST_F(InferDaemonDemoModelTest, AStrictFunctionUnderAutoLeavesTheAnswerAsItWas) {
+  for (const bool sample : {false, true}) {
+    SCOPED_TRACE(sample ? "temperature 1" : "greedy");
+    v1::GenerateRequest plain = ColorToolsRequest("auto", sample);
+    plain.mutable_sampling()->set_max_tokens(24);
+    plain.mutable_sampling()->set_logprobs(2);
+    v1::GenerateRequest strict = plain;
+    strict.mutable_chat()->mutable_tools(0)->set_strict(true);
+
+    GenerateResult r_plain = Generate(*stub_, plain);
+    GenerateResult r_strict = Generate(*stub_, strict);
+
+    ASSERT_TRUE(r_plain.status.ok()) << r_plain.status.error_message();
+    ASSERT_TRUE(r_strict.status.ok()) << r_strict.status.error_message();
+    EXPECT_EQ(r_strict.tokens, r_plain.tokens);
+    EXPECT_EQ(r_strict.logprobs, r_plain.logprobs);
+    EXPECT_EQ(r_strict.text.find("<tool_call>"), std::string::npos) << r_strict.text;
+  }
+}
+
 }  // namespace
 }  // namespace cairn::infer::testing

@@ -74,6 +74,24 @@ TEST(ChatMappingTest, DefaultsLeaveTheDaemonToDecide) {
   EXPECT_EQ(spec.request.sampling().logprobs(), 0u);
 }
 
+// A function's "strict" travels beside its JSON (which the template renders as the client
+// sent it, without it); absent or null is false, and another type a 400 naming it.
+TEST(ChatMappingTest, StrictFunctionsAreMarkedBesideTheirJson) {
+  GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}],
+      "tools": [{"type": "function", "function": {"name": "f", "strict": true, "parameters": {}}},
+                {"type": "function", "function": {"name": "g", "strict": null}},
+                {"type": "function", "function": {"name": "h"}}]})");
+
+  ASSERT_EQ(spec.request.chat().tools_size(), 3);
+  EXPECT_TRUE(spec.request.chat().tools(0).strict());
+  EXPECT_FALSE(spec.request.chat().tools(1).strict());
+  EXPECT_FALSE(spec.request.chat().tools(2).strict());
+  EXPECT_FALSE(Json::parse(spec.request.chat().tools(0).json())["function"].contains("strict"));
+  const std::string error = ErrorOf(R"({"messages": [{"role": "user", "content": "U"}],
+      "tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]})");
+  EXPECT_NE(error.find("tools[0].function.strict"), std::string::npos) << error;
+}
+
 TEST(ChatMappingTest, ToolChoiceObjectNamesTheFunction) {
   GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}],
       "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],

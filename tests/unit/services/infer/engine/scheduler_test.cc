@@ -261,5 +261,55 @@ TEST_F(SchedulerTest, AConstraintAllowingNothingEndsTheRequestWithInternal) {
   EXPECT_EQ(out.tokens, (std::vector<int32_t>{4}));
 }
 
+// Free for its first `free` tokens (Allowed is never asked then; every token still reaches
+// Accept), then the script of a ScriptedConstraint.
+class PartlyFreeConstraint final : public TokenConstraint {
+ public:
+  PartlyFreeConstraint(size_t free, std::vector<int32_t> script, std::vector<int32_t>* accepted)
+      : free_(free), scripted_(std::move(script), &scripted_accepted_), accepted_(accepted) {}
+  absl::Status Allowed(absl::Span<uint64_t> allowed) override {
+    if (accepted_->size() < free_) return absl::InternalError("Allowed asked while free");
+    return scripted_.Allowed(allowed);
+  }
+  absl::Status Accept(int32_t token) override {
+    accepted_->push_back(token);
+    return accepted_->size() <= free_ ? absl::OkStatus() : scripted_.Accept(token);
+  }
+  bool Unconstrained() const override { return accepted_->size() < free_; }
+
+ private:
+  const size_t free_;
+  std::vector<int32_t> scripted_accepted_;
+  ScriptedConstraint scripted_;
+  std::vector<int32_t>* const accepted_;
+};
+
+// While a constraint is free, tokens are sampled as without one: the same choices under
+// sampling with the same seed; then the constraint holds the rest.
+TEST_F(SchedulerTest, FreeTokensAreSampledAsWithoutAConstraint) {
+  SamplingOptions sampling;
+  sampling.temperature = 1.0f;
+  sampling.seed = 5;
+  Outcome alone;
+  Run(nullptr, sampling, 4, &alone);
+  std::vector<int32_t> accepted;
+  Outcome out;
+
+  Run(std::make_unique<PartlyFreeConstraint>(4, std::vector<int32_t>{100, 101}, &accepted),
+      sampling, 50, &out);
+
+  MutexLock lock_alone(&alone.mu);
+  MutexLock lock(&out.mu);
+  ASSERT_TRUE(alone.status.ok()) << alone.status;
+  EXPECT_TRUE(out.status.ok()) << out.status;
+  std::vector<int32_t> expected = alone.tokens;
+  expected.push_back(100);
+  expected.push_back(101);
+  EXPECT_EQ(out.tokens, expected);
+  EXPECT_EQ(out.info.reason, FinishReason::kStop);
+  expected.push_back(kStop);
+  EXPECT_EQ(accepted, expected);
+}
+
 }  // namespace
 }  // namespace cairn::infer

@@ -236,6 +236,54 @@ TEST(ForcedToolCallGrammarTest, EachOfManyFunctionsCanBeCalled) {
   }
 }
 
+// Under "auto", a call the model opens is held when a function is strict: strict functions'
+// arguments follow their parameters, the others' are any object; no strict function, no
+// grammar.
+TEST(StrictToolCallGrammarTest, StrictFunctionsFollowTheirParametersOthersAnyObject) {
+  Json tools = WeatherAndSearch();
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> none = StrictToolCallGrammar(tools);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, nullptr);
+  tools[0]["function"]["strict"] = true;
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = StrictToolCallGrammar(tools);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_NE(*g, nullptr);
+  const std::string end = "}\n</tool_call>";
+  EXPECT_TRUE(Read(*g,
+                   "\n"
+                   R"({"name": "get_weather", "arguments": {"city": "Oslo"})" +
+                       end)
+                  .complete);
+  EXPECT_FALSE(Read(*g,
+                    "\n"
+                    R"({"name": "get_weather", "arguments": {"town")")
+                   .prefix);
+  EXPECT_TRUE(Read(*g,
+                   "\n"
+                   R"({"name": "search", "arguments": {"town": [true]})" +
+                       end)
+                  .complete);
+  EXPECT_FALSE(Read(*g,
+                    "\n"
+                    R"({"name": "other")")
+                   .prefix);
+  // One call: the next is held anew after its own opening token.
+  EXPECT_FALSE(Read(*g,
+                    "\n"
+                    R"({"name": "search", "arguments": {}})" +
+                        end + "\n")
+                   .prefix);
+  // A strict function the grammar cannot express is any object here (not refused).
+  tools[1] = Tool("read", Json::parse(R"({"type": "object", "not": {}})"), /*strict=*/true);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> loose = StrictToolCallGrammar(tools);
+  ASSERT_TRUE(loose.ok()) << loose.status();
+  EXPECT_TRUE(Read(*loose,
+                   "\n"
+                   R"({"name": "read", "arguments": {"x": 1})" +
+                       end)
+                  .complete);
+}
+
 // The real Qwen3 tokenizer: the tokens a model writes a call with are allowed one by one
 // (tokens that span the arguments' end and the markup's, such as "}}\n" or "\"}}\n", included),
 // and the end of turn only after the call's end.
@@ -281,6 +329,47 @@ class ForcedToolCallTokensTest : public ::testing::Test {
   std::unique_ptr<TokenIndex> index_;
   TokenId end_ = -1;
 };
+
+// Free until the `<tool_call>` token: every id allowed, and nothing checked; then the call's
+// tokens are held (the end of turn too) until its end, after which the text is free again and
+// the next call is held anew.
+TEST_F(ForcedToolCallTokensTest, ATriggeredConstraintHoldsOnlyTheCalls) {
+  Json tools = WeatherAndSearch();
+  tools[0]["function"]["strict"] = true;
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = StrictToolCallGrammar(tools);
+  ASSERT_TRUE(g.ok() && *g != nullptr);
+  const TokenId open = *tokenizer_->TokenToId("<tool_call>");
+  std::unique_ptr<JsonConstraint> c = TriggeredConstraint(*g, index_.get(), open);
+  std::vector<uint64_t> mask((static_cast<size_t>(index_->id_limit()) + 63) / 64);
+  const std::string call =
+      "\n"
+      R"({"name": "get_weather", "arguments": {"city": "Rome"}})"
+      "\n</tool_call>";
+  for (int round = 0; round < 2; ++round) {
+    absl::StatusOr<std::vector<TokenId>> free_text = tokenizer_->Encode("Let me check.\n");
+    ASSERT_TRUE(free_text.ok());
+    for (TokenId id : *free_text) {
+      EXPECT_TRUE(c->Unconstrained());
+      ASSERT_TRUE(c->Accept(id).ok());
+    }
+    ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+    EXPECT_TRUE(TokenAllowedHere(mask, end_));
+    ASSERT_TRUE(c->Accept(open).ok());
+    absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(call);
+    ASSERT_TRUE(ids.ok());
+    for (TokenId id : *ids) {
+      EXPECT_FALSE(c->Unconstrained());
+      ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+      EXPECT_FALSE(TokenAllowedHere(mask, end_));
+      ASSERT_TRUE(TokenAllowedHere(mask, id)) << tokenizer_->Decode({id}).value();
+      ASSERT_TRUE(c->Accept(id).ok());
+    }
+    EXPECT_TRUE(c->Unconstrained()) << "round " << round;
+  }
+  // A held call refuses what its grammar does not allow.
+  ASSERT_TRUE(c->Accept(open).ok());
+  EXPECT_FALSE(c->Accept(*tokenizer_->TokenToId("hello")).ok());
+}
 
 TEST_F(ForcedToolCallTokensTest, AModelsOwnTokensOfACallAreAllowed) {
   ExpectAllowedThrough(Grammar(WeatherAndSearch(), "get_weather"),
