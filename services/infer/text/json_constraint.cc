@@ -14,6 +14,7 @@
 #include "common/status/check.h"
 #include "services/infer/text/json_grammar.h"
 #include "services/infer/text/json_matcher.h"
+#include "services/infer/text/json_pattern_mask.h"
 #include "services/infer/text/token_index.h"
 
 namespace cairn::infer::text {
@@ -21,7 +22,6 @@ namespace {
 
 // Masks kept per constraint, keyed by the full matcher state (about 19 KB each for Qwen3).
 constexpr size_t kMaskCacheEntries = 16;
-
 void SetBit(std::vector<uint64_t>& words, TokenId id) {
   words[static_cast<size_t>(id) / 64] |= uint64_t{1} << (static_cast<uint32_t>(id) % 64);
 }
@@ -113,7 +113,7 @@ class TrieJsonConstraint : public JsonConstraint {
   }
 
   // ORs into `words` the ids whose bytes one stack accepts.
-  void StackMask(const json::Stack& s, std::vector<uint64_t>& words) const {
+  void StackMask(const json::Stack& s, std::vector<uint64_t>& words) {
     if (!s.empty()) {
       const json::Frame& top = s.back();
       const json::Node& node = grammar_->node(top.node);
@@ -128,9 +128,12 @@ class TrieJsonConstraint : public JsonConstraint {
   // come precomputed from the index; only those that close it are run through the matcher.
   // (A key that must differ from the named properties is checked only where it closes, so the
   // tokens that stay inside it are allowed too.)
-  void StringMask(const json::Stack& s, const json::Node& node,
-                  std::vector<uint64_t>& words) const {
+  void StringMask(const json::Stack& s, const json::Node& node, std::vector<uint64_t>& words) {
     const json::Frame& top = s.back();
+    if (node.pattern >= 0 &&
+        !grammar_->pattern(node.pattern).universal(json::PatternStateOf(top.aux))) {
+      return PatternStringMask(s, node, words);
+    }
     const StringTokenClass& c =
         index_->StringClass(static_cast<json::StrPhase>(top.phase - 1), node.exclude_trie < 0);
     if (node.max_length < 0) {
@@ -140,6 +143,26 @@ class TrieJsonConstraint : public JsonConstraint {
       for (size_t i = 0; i < c.inside_ids.size(); ++i) {
         if (c.inside_chars[i] <= room) SetBit(words, c.inside_ids[i]);
       }
+    }
+    for (TokenId id : c.leaving_ids) {
+      json::ByteMatcher m(grammar_, s);
+      if (m.AdvanceAll(index_->bytes(id))) SetBit(words, id);
+    }
+  }
+
+  // Inside a string with a pattern (in a state that does not accept everything), from the
+  // class of its frame: the lengths checked per run, the tokens that may close it run through
+  // the matcher.
+  void PatternStringMask(const json::Stack& s, const json::Node& node,
+                         std::vector<uint64_t>& words) {
+    const json::Frame& top = s.back();
+    const PatternTokenClass& c = pattern_classes_.Get(node, top);
+    const bool counted = node.min_length > 0 || node.max_length >= 0;
+    for (const PatternTokenClass::Run& r : c.runs) {
+      if (counted && !json::PatternViable(*grammar_, node, r.aux, r.phase, top.count + r.chars)) {
+        continue;
+      }
+      for (size_t i = r.begin; i < r.end; ++i) SetBit(words, c.ids[i]);
     }
     for (TokenId id : c.leaving_ids) {
       json::ByteMatcher m(grammar_, s);
@@ -167,6 +190,7 @@ class TrieJsonConstraint : public JsonConstraint {
   bool finished_ = false;
   absl::flat_hash_map<json::ByteMatcher, std::vector<uint64_t>> cache_;
   std::deque<json::ByteMatcher> order_;  // Cache keys, oldest first.
+  PatternTokenClasses pattern_classes_{grammar_, index_};
 };
 
 }  // namespace

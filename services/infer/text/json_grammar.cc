@@ -48,8 +48,13 @@ absl::Status CheckNoEmptyCycles(const std::vector<Node>& nodes) {
   return absl::OkStatus();
 }
 
+bool PatternStartViable(const PatternAutomaton& p, const Node& node) {
+  return p.start() >= 0 && p.Viable(p.start(), 0, node.min_length, node.max_length);
+}
+
 // Computes min_depth for every node (a fixpoint: values only decrease).
-void ComputeMinDepths(std::vector<Node>& nodes, const std::vector<TrieNode>& tries) {
+void ComputeMinDepths(std::vector<Node>& nodes, const std::vector<TrieNode>& tries,
+                      const std::vector<PatternAutomaton>& patterns) {
   auto add1 = [](int32_t d) { return d >= kUnreachable ? kUnreachable : d + 1; };
   for (bool changed = true; changed;) {
     changed = false;
@@ -60,7 +65,10 @@ void ComputeMinDepths(std::vector<Node>& nodes, const std::vector<TrieNode>& tri
           for (int32_t a : node.alts) d = std::min(d, nodes[a].min_depth);
           break;
         case NodeKind::kString:
-          d = (node.max_length < 0 || node.min_length <= node.max_length) ? 1 : kUnreachable;
+          d = (node.max_length < 0 || node.min_length <= node.max_length) &&
+                      (node.pattern < 0 || PatternStartViable(patterns[node.pattern], node))
+                  ? 1
+                  : kUnreachable;
           break;
         case NodeKind::kNumber:
           d = 1;
@@ -141,13 +149,14 @@ std::string Blame(const std::vector<Node>& nodes, int32_t n) {
 }  // namespace
 
 absl::Status AnalyzeGrammar(std::vector<Node>& nodes, const std::vector<TrieNode>& tries,
-                            int32_t root) {
+                            const std::vector<PatternAutomaton>& patterns, int32_t root) {
   RETURN_IF_ERROR(CheckNoEmptyCycles(nodes));
-  ComputeMinDepths(nodes, tries);
+  ComputeMinDepths(nodes, tries, patterns);
   if (nodes[static_cast<size_t>(root)].min_depth > kMaxValueNesting) {
     return absl::InvalidArgumentError(absl::StrCat(
         "schema accepts no value: the schema at ", Blame(nodes, root),
-        " matches nothing (false, an empty enum, contradictory bounds) or only values nested "
+        " matches nothing (false, an empty enum, contradictory bounds, a pattern no string of "
+        "its lengths matches) or only values nested "
         "deeper than ",
         kMaxValueNesting));
   }
@@ -229,8 +238,9 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Framed(
   nodes.push_back(std::move(seq));
   const int32_t root = static_cast<int32_t>(nodes.size() - 1);
   for (Node& node : nodes) node.min_depth = kUnreachable;
-  RETURN_IF_ERROR(AnalyzeGrammar(nodes, tries, root));
-  return std::make_shared<const CompiledGrammar>(std::move(nodes), std::move(tries), root);
+  RETURN_IF_ERROR(AnalyzeGrammar(nodes, tries, inner.patterns_, root));
+  return std::make_shared<const CompiledGrammar>(std::move(nodes), std::move(tries),
+                                                 inner.patterns_, root);
 }
 
 }  // namespace cairn::infer::text::json

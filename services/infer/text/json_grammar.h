@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/infer/text/json_constraint.h"
+#include "services/infer/text/json_pattern.h"
 
 // The insides of JsonGrammar (json_constraint.h): the graph a schema compiles into
 // (json_schema_compile.cc), which ByteMatcher (json_matcher.h) walks one byte at a time.
@@ -23,6 +24,18 @@ inline constexpr int kMaxGrammarNodes = 20000;  // Nodes one schema compiles int
 inline constexpr int kMaxMinItems = 1024;       // minItems and prefixItems' length.
 inline constexpr int kMaxMinLength = 4096;      // minLength.
 inline constexpr int kMaxProperties = 1024;     // properties of one object.
+// Patterns and formats (json_pattern.h). A DFA can need exponentially more states than its
+// pattern has characters ((a|b)*a(a|b){20}), and counted repeats multiply both automata.
+inline constexpr int kMaxPatternRepeat = 1000;     // m and n of a quantifier {m,n}.
+inline constexpr int kMaxPatternNesting = 64;      // Groups nested in one pattern.
+inline constexpr int kMaxPatternNfaStates = 8192;  // NFA states of one pattern, repeats expanded.
+inline constexpr int kMaxPatternClasses = 512;     // Classes its sets divide code points into.
+inline constexpr int kMaxPatternStates = 4096;     // DFA states of one string's patterns.
+inline constexpr int kMaxPatternStatesPerSchema = 32768;       // DFA states of all of them.
+inline constexpr int64_t kMaxPatternStepsPerSchema = 1 << 23;  // NFA states visited building them.
+// Entries of a schema's length tables (patterns beside minLength): the sum over its automata of
+// DFA states x (largest minLength + 1).
+inline constexpr int64_t kMaxPatternLengthTable = 1 << 22;
 
 // Limits on the texts the grammar accepts (so a model cannot loop forever where JSON would let
 // it: whitespace, digits, nesting).
@@ -93,9 +106,12 @@ struct Node {
   std::vector<int32_t> alts;
   // kString: code points in [min_length, max_length] (max -1: unbounded). `exclude_trie`
   // (>= 0): a property-name trie the string's content must not equal; escapes are then refused.
+  // `pattern` (>= 0, never with exclude_trie): the PatternAutomaton its decoded content must
+  // match (`pattern` and `format`), its table extended to min_length.
   int32_t min_length = 0;
   int32_t max_length = -1;
   int32_t exclude_trie = -1;
+  int32_t pattern = -1;
   // kNumber: no fraction or exponent when `integer`; no '-' when `no_minus`, no value 0 when
   // `no_zero` (with no_minus: integers from 1); at most `max_digits` before the point.
   bool integer = false;
@@ -139,13 +155,17 @@ int32_t AddTrie(std::vector<TrieNode>& tries, const std::vector<std::string>& li
 // InvalidArgument for a cycle of references or alternatives that reads no byte, and for a root
 // that no value (nested at most kMaxValueNesting deep) matches, naming the part to blame.
 absl::Status AnalyzeGrammar(std::vector<Node>& nodes, const std::vector<TrieNode>& tries,
-                            int32_t root);
+                            const std::vector<PatternAutomaton>& patterns, int32_t root);
 
 // The compiled form of a schema. Immutable once built; thread-safe.
 class CompiledGrammar : public JsonGrammar {
  public:
-  CompiledGrammar(std::vector<Node> nodes, std::vector<TrieNode> tries, int32_t root)
-      : nodes_(std::move(nodes)), tries_(std::move(tries)), root_(root) {}
+  CompiledGrammar(std::vector<Node> nodes, std::vector<TrieNode> tries,
+                  std::vector<PatternAutomaton> patterns, int32_t root)
+      : nodes_(std::move(nodes)),
+        tries_(std::move(tries)),
+        patterns_(std::move(patterns)),
+        root_(root) {}
 
   // `inner` with a kSeq node of `items` and `again` (Node::seq, Node::seq_again) as its new
   // root; value items name nodes of `inner`. InvalidArgument for more than kMaxSeqItems items,
@@ -157,6 +177,7 @@ class CompiledGrammar : public JsonGrammar {
 
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   const TrieNode& trie(int32_t i) const { return tries_[static_cast<size_t>(i)]; }
+  const PatternAutomaton& pattern(int32_t i) const { return patterns_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
   size_t node_count() const { return nodes_.size(); }
 
@@ -172,6 +193,7 @@ class CompiledGrammar : public JsonGrammar {
  private:
   std::vector<Node> nodes_;
   std::vector<TrieNode> tries_;
+  std::vector<PatternAutomaton> patterns_;
   int32_t root_;
 };
 

@@ -43,10 +43,13 @@ enum ArrPhase : uint8_t {
   kArrComma,    // After ','.
 };
 
-bool IsHex(uint8_t b) {
-  return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
-}
 bool IsDigit(uint8_t b) { return b >= '0' && b <= '9'; }
+uint32_t HexValue(uint8_t b) {
+  if (IsDigit(b)) return b - '0';
+  if (b >= 'a' && b <= 'f') return b - 'a' + 10u;
+  if (b >= 'A' && b <= 'F') return b - 'A' + 10u;
+  return 16;
+}
 
 using Out = absl::InlinedVector<Stack, 2>;
 
@@ -257,21 +260,11 @@ class Stepper {
     if (f.phase == 0) {
       if (b != '"') return;
       f.phase = static_cast<uint8_t>(StrPhase::kBody) + 1;
-      f.aux = n.exclude_trie;
+      f.aux = StringStartAux(g_, n);
     } else {
-      const StrStep st = StringStep(static_cast<StrPhase>(f.phase - 1), b, n.exclude_trie < 0);
-      if (st.result == StrStep::kReject) return;
-      if (st.char_start && (n.min_length > 0 || n.max_length >= 0)) {
-        if (n.max_length >= 0 && f.count >= n.max_length) return;
-        ++f.count;
-      }
-      if (st.result == StrStep::kClose) {
-        if (f.count < n.min_length) return;
-        if (n.exclude_trie >= 0 && f.aux >= 0 && g_.trie(f.aux).terminal >= 0) return;
-        return Pop(s);
-      }
-      if (n.exclude_trie >= 0 && f.aux >= 0) f.aux = g_.TrieChild(f.aux, b);
-      f.phase = static_cast<uint8_t>(st.next) + 1;
+      const StrStep::Result r = StringContentStep(g_, n, f, b);
+      if (r == StrStep::kReject) return;
+      if (r == StrStep::kClose) return Pop(s);
     }
     EmitTop(s, f);
   }
@@ -366,7 +359,7 @@ class Stepper {
       Frame key;
       key.node = n.extra_key;
       key.phase = static_cast<uint8_t>(StrPhase::kBody) + 1;
-      key.aux = g_.node(n.extra_key).exclude_trie;
+      key.aux = StringStartAux(g_, g_.node(n.extra_key));
       next.push_back(key);
       Emit(std::move(next));
     }
@@ -485,89 +478,198 @@ class Stepper {
 
 }  // namespace
 
-StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes) {
+StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes, uint32_t partial) {
   StrStep r;
   r.result = StrStep::kStay;
-  auto to = [&](StrPhase p) {
+  auto to = [&](StrPhase p, uint32_t value) {
     r.next = p;
+    r.value = value;
     return r;
   };
+  auto done = [&](uint32_t cp) {
+    r.char_end = true;
+    return to(StrPhase::kBody, cp);
+  };
   const StrStep reject;
+  if (phase == StrPhase::kBody) {  // Most bytes: first, and without the decoding below.
+    r.char_start = true;
+    if (b == '"') {
+      r.result = StrStep::kClose;
+      r.char_start = false;
+      return r;
+    }
+    if (b == '\\') return allow_escapes ? to(StrPhase::kEscape, 0) : reject;
+    if (b < 0x20) return reject;
+    if (b < 0x80) return done(b);
+    if (b >= 0xC2 && b <= 0xDF) return to(StrPhase::kCont1, b & 0x1Fu);
+    if (b == 0xE0) return to(StrPhase::kCont2E0, 0);
+    if (b == 0xED) return to(StrPhase::kCont2ED, 0xD);
+    if (b >= 0xE1 && b <= 0xEF) return to(StrPhase::kCont2, b & 0x0Fu);
+    if (b == 0xF0) return to(StrPhase::kCont3F0, 0);
+    if (b >= 0xF1 && b <= 0xF3) return to(StrPhase::kCont3, b & 0x07u);
+    if (b == 0xF4) return to(StrPhase::kCont3F4, 4);
+    return reject;
+  }
+  const uint32_t hex = HexValue(b);  // 16: not a hex digit.
+  const bool cont = b >= 0x80 && b <= 0xBF;
+  const uint32_t bits = partial << 6 | (b & 0x3Fu);  // With a continuation byte.
   switch (phase) {
-    case StrPhase::kBody:
-      r.char_start = true;
-      if (b == '"') {
-        r.result = StrStep::kClose;
-        r.char_start = false;
-        return r;
-      }
-      if (b == '\\') return allow_escapes ? to(StrPhase::kEscape) : reject;
-      if (b < 0x20) return reject;
-      if (b < 0x80) return to(StrPhase::kBody);
-      if (b >= 0xC2 && b <= 0xDF) return to(StrPhase::kCont1);
-      if (b == 0xE0) return to(StrPhase::kCont2E0);
-      if (b == 0xED) return to(StrPhase::kCont2ED);
-      if (b >= 0xE1 && b <= 0xEF) return to(StrPhase::kCont2);
-      if (b == 0xF0) return to(StrPhase::kCont3F0);
-      if (b >= 0xF1 && b <= 0xF3) return to(StrPhase::kCont3);
-      if (b == 0xF4) return to(StrPhase::kCont3F4);
+    case StrPhase::kBody:  // Above.
       return reject;
     case StrPhase::kEscape:
-      if (b == 'u') return to(StrPhase::kHex0);
-      if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
-          b == 't') {
-        return to(StrPhase::kBody);
+      switch (b) {
+        case 'u':
+          return to(StrPhase::kHex0, 0);
+        case '"':
+        case '\\':
+        case '/':
+          return done(b);
+        case 'b':
+          return done(0x08);
+        case 'f':
+          return done(0x0C);
+        case 'n':
+          return done(0x0A);
+        case 'r':
+          return done(0x0D);
+        case 't':
+          return done(0x09);
+        default:
+          return reject;
       }
-      return reject;
     case StrPhase::kHex0:
-      if (b == 'd' || b == 'D') return to(StrPhase::kHex1AfterD);
-      return IsHex(b) ? to(StrPhase::kHex1) : reject;
+      if (hex == 0xD) return to(StrPhase::kHex1AfterD, 0xD);
+      return hex < 16 ? to(StrPhase::kHex1, hex) : reject;
     case StrPhase::kHex1:
-      return IsHex(b) ? to(StrPhase::kHex2) : reject;
+      return hex < 16 ? to(StrPhase::kHex2, partial << 4 | hex) : reject;
     case StrPhase::kHex1AfterD:
-      if (b >= '0' && b <= '7') return to(StrPhase::kHex2);
-      if (b == '8' || b == '9' || b == 'a' || b == 'b' || b == 'A' || b == 'B') {
-        return to(StrPhase::kHighHex2);
-      }
+      if (hex <= 7) return to(StrPhase::kHex2, 0xD0 | hex);
+      if (hex >= 8 && hex <= 0xB) return to(StrPhase::kHighHex2, hex - 8);
       return reject;  // A lone low surrogate (or not hex).
     case StrPhase::kHex2:
-      return IsHex(b) ? to(StrPhase::kHex3) : reject;
+      return hex < 16 ? to(StrPhase::kHex3, partial << 4 | hex) : reject;
     case StrPhase::kHex3:
-      return IsHex(b) ? to(StrPhase::kBody) : reject;
+      return hex < 16 ? done(partial << 4 | hex) : reject;
     case StrPhase::kHighHex2:
-      return IsHex(b) ? to(StrPhase::kHighHex3) : reject;
-    case StrPhase::kHighHex3:
-      return IsHex(b) ? to(StrPhase::kLowBackslash) : reject;
+      return hex < 16 ? to(StrPhase::kHighHex3, partial << 4 | hex) : reject;
+    case StrPhase::kHighHex3:  // `value`: the high surrogate's 10 bits.
+      return hex < 16 ? to(StrPhase::kLowBackslash, partial << 4 | hex) : reject;
     case StrPhase::kLowBackslash:
-      return b == '\\' ? to(StrPhase::kLowU) : reject;
+      return b == '\\' ? to(StrPhase::kLowU, partial) : reject;
     case StrPhase::kLowU:
-      return b == 'u' ? to(StrPhase::kLowHex0) : reject;
+      return b == 'u' ? to(StrPhase::kLowHex0, partial) : reject;
     case StrPhase::kLowHex0:
-      return (b == 'd' || b == 'D') ? to(StrPhase::kLowHex1) : reject;
+      return hex == 0xD ? to(StrPhase::kLowHex1, partial) : reject;
     case StrPhase::kLowHex1:
-      return ((b >= 'c' && b <= 'f') || (b >= 'C' && b <= 'F')) ? to(StrPhase::kLowHex2) : reject;
+      return hex >= 0xC && hex <= 0xF ? to(StrPhase::kLowHex2, partial << 2 | (hex - 0xC)) : reject;
     case StrPhase::kLowHex2:
-      return IsHex(b) ? to(StrPhase::kLowHex3) : reject;
+      return hex < 16 ? to(StrPhase::kLowHex3, partial << 4 | hex) : reject;
     case StrPhase::kLowHex3:
-      return IsHex(b) ? to(StrPhase::kBody) : reject;
+      return hex < 16 ? done(0x10000 + (partial << 4 | hex)) : reject;
     case StrPhase::kCont1:
-      return (b >= 0x80 && b <= 0xBF) ? to(StrPhase::kBody) : reject;
+      return cont ? done(bits) : reject;
     case StrPhase::kCont2:
-      return (b >= 0x80 && b <= 0xBF) ? to(StrPhase::kCont1) : reject;
     case StrPhase::kCont2E0:
-      return (b >= 0xA0 && b <= 0xBF) ? to(StrPhase::kCont1) : reject;
-    case StrPhase::kCont2ED:
-      return (b >= 0x80 && b <= 0x9F) ? to(StrPhase::kCont1) : reject;
+    case StrPhase::kCont2ED: {
+      const bool ok = phase == StrPhase::kCont2E0   ? b >= 0xA0 && b <= 0xBF
+                      : phase == StrPhase::kCont2ED ? b >= 0x80 && b <= 0x9F
+                                                    : cont;
+      return ok ? to(StrPhase::kCont1, bits) : reject;
+    }
     case StrPhase::kCont3:
-      return (b >= 0x80 && b <= 0xBF) ? to(StrPhase::kCont2) : reject;
     case StrPhase::kCont3F0:
-      return (b >= 0x90 && b <= 0xBF) ? to(StrPhase::kCont2) : reject;
-    case StrPhase::kCont3F4:
-      return (b >= 0x80 && b <= 0x8F) ? to(StrPhase::kCont2) : reject;
+    case StrPhase::kCont3F4: {
+      const bool ok = phase == StrPhase::kCont3F0   ? b >= 0x90 && b <= 0xBF
+                      : phase == StrPhase::kCont3F4 ? b >= 0x80 && b <= 0x8F
+                                                    : cont;
+      return ok ? to(StrPhase::kCont2, bits) : reject;
+    }
     case StrPhase::kCount:
       return reject;
   }
   return reject;
+}
+
+namespace {
+
+// The scalar values a character read up to `phase` (its bits so far `partial`) can still turn
+// out to be: one or two ranges, returned in `lo`/`hi`; returns how many.
+int CharRanges(StrPhase phase, uint32_t partial, uint32_t lo[2], uint32_t hi[2]) {
+  auto one = [&](uint32_t l, uint32_t h) {
+    lo[0] = l;
+    hi[0] = h;
+    return 1;
+  };
+  auto two = [&](uint32_t l0, uint32_t h0, uint32_t l1, uint32_t h1) {
+    lo[1] = l1;
+    hi[1] = h1;
+    one(l0, h0);
+    return 2;
+  };
+  const uint32_t astral = 0x10000;
+  switch (phase) {
+    case StrPhase::kEscape:
+    case StrPhase::kHex0:
+      return two(0, 0xD7FF, 0xE000, 0x10FFFF);
+    case StrPhase::kHex1:
+      return one(partial << 12, partial << 12 | 0xFFF);
+    case StrPhase::kHex1AfterD:
+      return two(0xD000, 0xD7FF, astral, 0x10FFFF);
+    case StrPhase::kHex2:
+      return one(partial << 8, partial << 8 | 0xFF);
+    case StrPhase::kHex3:
+      return one(partial << 4, partial << 4 | 0xF);
+    case StrPhase::kHighHex2:
+      return one(astral + (partial << 18), astral + (partial << 18) + 0x3FFFF);
+    case StrPhase::kHighHex3:
+      return one(astral + (partial << 14), astral + (partial << 14) + 0x3FFF);
+    case StrPhase::kLowBackslash:
+    case StrPhase::kLowU:
+    case StrPhase::kLowHex0:
+    case StrPhase::kLowHex1:
+      return one(astral + (partial << 10), astral + (partial << 10) + 0x3FF);
+    case StrPhase::kLowHex2:
+      return one(astral + (partial << 8), astral + (partial << 8) + 0xFF);
+    case StrPhase::kLowHex3:
+      return one(astral + (partial << 4), astral + (partial << 4) + 0xF);
+    case StrPhase::kCont1:
+      return one(partial << 6, partial << 6 | 0x3F);
+    case StrPhase::kCont2:
+      return one(partial << 12, partial << 12 | 0xFFF);
+    case StrPhase::kCont2E0:
+      return one(0x800, 0xFFF);
+    case StrPhase::kCont2ED:
+      return one(0xD000, 0xD7FF);
+    case StrPhase::kCont3:
+      return one(partial << 18, partial << 18 | 0x3FFFF);
+    case StrPhase::kCont3F0:
+      return one(astral, 0x3FFFF);
+    case StrPhase::kCont3F4:
+      return one(0x100000, 0x10FFFF);
+    case StrPhase::kBody:
+    case StrPhase::kCount:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool PatternViable(const CompiledGrammar& g, const Node& n, int32_t aux, StrPhase phase,
+                   int32_t count) {
+  const PatternAutomaton& p = g.pattern(n.pattern);
+  const int32_t state = PatternStateOf(aux);
+  if (phase == StrPhase::kBody) return p.Viable(state, count, n.min_length, n.max_length);
+  uint32_t lo[2], hi[2];
+  const int ranges = CharRanges(phase, PatternPartialOf(aux), lo, hi);
+  for (int i = 0; i < ranges; ++i) {
+    if (p.AnyViable(state, lo[i], hi[i], count, n.min_length, n.max_length)) return true;
+  }
+  return false;
+}
+
+int32_t StringStartAux(const CompiledGrammar& g, const Node& n) {
+  return n.pattern >= 0 ? PatternAux(g.pattern(n.pattern).start(), 0) : n.exclude_trie;
 }
 
 ByteMatcher::ByteMatcher(const CompiledGrammar* grammar) : grammar_(grammar) {

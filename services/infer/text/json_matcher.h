@@ -46,11 +46,14 @@ struct StrStep {
   enum Result : uint8_t { kReject, kStay, kClose } result = kReject;
   StrPhase next = StrPhase::kBody;
   bool char_start = false;  // The byte starts a character (code points are counted here).
+  bool char_end = false;    // The byte ends a character, whose code point is `value`.
+  uint32_t value = 0;       // The code point, or before its end the bits of it read so far.
 };
 
-// Returns what byte `b` does in phase `phase` of a string's content. With `!allow_escapes` a
-// backslash is refused.
-StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes = true);
+// Returns what byte `b` does in phase `phase` of a string's content, where `partial` is the
+// `value` of the previous step (the decoded content: escapes and UTF-8, a surrogate pair one
+// code point). With `!allow_escapes` a backslash is refused.
+StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes = true, uint32_t partial = 0);
 
 // One level of a matcher stack: a value of grammar node `node` being read.
 struct Frame {
@@ -60,7 +63,9 @@ struct Frame {
   uint8_t newlines = 0;  // Newlines in it.
   uint8_t pad = 0;
   int32_t count = 0;  // String code points, array items, object's next property index, digits.
-  int32_t aux = 0;    // Trie node, chosen property, exclusion-trie node (-1: left the trie).
+  // Trie node, chosen property, exclusion-trie node (-1: left the trie), or in a string with a
+  // pattern its automaton state and the bits of the code point being read (PatternAux).
+  int32_t aux = 0;
 
   friend bool operator==(const Frame&, const Frame&) = default;
   friend auto operator<=>(const Frame&, const Frame&) = default;
@@ -71,6 +76,67 @@ struct Frame {
 };
 
 using Stack = absl::InlinedVector<Frame, 8>;
+
+// A string frame's `aux` with a pattern: automaton state `state` (below kMaxPatternStates) and
+// the bits read of the current code point (at most 16: a surrogate pair's high half and 6 bits
+// of its low one).
+inline int32_t PatternAux(int32_t state, uint32_t partial) {
+  return static_cast<int32_t>(partial << 12 | static_cast<uint32_t>(state));
+}
+inline int32_t PatternStateOf(int32_t aux) { return aux & 0xFFF; }
+inline uint32_t PatternPartialOf(int32_t aux) { return static_cast<uint32_t>(aux) >> 12; }
+static_assert(kMaxPatternStates <= 0x1000);
+
+// The aux a string frame of node `n` starts with after its opening quote.
+int32_t StringStartAux(const CompiledGrammar& g, const Node& n);
+
+// Whether a string of node `n` (which has a pattern) whose frame is in `phase` with `aux` after
+// `count` code points (the one begun included) can still be completed within its lengths.
+bool PatternViable(const CompiledGrammar& g, const Node& n, int32_t aux, StrPhase phase,
+                   int32_t count);
+
+// Feeds byte `b` to the content of string node `n` (of grammar `g`) whose frame `f` is past
+// its opening quote. Returns kReject, kStay (with `f` advanced) or kClose (`b` is the closing
+// quote and the content is complete; `f` unchanged). The one definition of a string's content,
+// for ByteMatcher and for the masks JsonConstraint computes inside strings. Inline: the
+// matcher steps every byte of every string through it.
+inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n, Frame& f,
+                                         uint8_t b) {
+  const bool patterned = n.pattern >= 0;
+  const StrStep st = StringStep(static_cast<StrPhase>(f.phase - 1), b, n.exclude_trie < 0,
+                                patterned ? PatternPartialOf(f.aux) : 0);
+  if (st.result == StrStep::kReject) return StrStep::kReject;
+  int32_t count = f.count;
+  if (st.char_start && (n.min_length > 0 || n.max_length >= 0)) {
+    if (n.max_length >= 0 && count >= n.max_length) return StrStep::kReject;
+    ++count;
+  }
+  if (st.result == StrStep::kClose) {
+    if (count < n.min_length) return StrStep::kReject;
+    if (n.exclude_trie >= 0 && f.aux >= 0 && g.trie(f.aux).terminal >= 0) return StrStep::kReject;
+    if (patterned && !g.pattern(n.pattern).accepting(PatternStateOf(f.aux))) {
+      return StrStep::kReject;
+    }
+    return StrStep::kClose;
+  }
+  if (patterned) {
+    // Every state reached must still be completable: a code point only to a state from which
+    // the lengths can be met, a part of one only where some completion of it leads to one.
+    int32_t state = PatternStateOf(f.aux);
+    if (st.char_end) {
+      state = g.pattern(n.pattern).Next(state, st.value);
+      if (state < 0) return StrStep::kReject;
+    }
+    const int32_t aux = PatternAux(state, st.char_end ? 0 : st.value);
+    if (!PatternViable(g, n, aux, st.next, count)) return StrStep::kReject;
+    f.aux = aux;
+  } else if (n.exclude_trie >= 0 && f.aux >= 0) {
+    f.aux = g.TrieChild(f.aux, b);
+  }
+  f.count = count;
+  f.phase = static_cast<uint8_t>(st.next) + 1;
+  return StrStep::kStay;
+}
 
 // A position in a CompiledGrammar: the set of stacks (alternatives still open) that the bytes
 // so far can have led to. An empty stack is a complete top-level value. Every state a matcher

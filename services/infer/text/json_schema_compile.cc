@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "services/infer/text/json_constraint.h"
 #include "services/infer/text/json_grammar.h"
+#include "services/infer/text/json_pattern.h"
 
 namespace cairn::infer::text {
 namespace json {
@@ -38,9 +39,7 @@ constexpr std::string_view kAnnotations[] = {
     "discriminator"};
 
 // Keywords that narrow values and are not implemented: refused rather than ignored.
-constexpr std::string_view kRefused[] = {"pattern",
-                                         "format",
-                                         "multipleOf",
+constexpr std::string_view kRefused[] = {"multipleOf",
                                          "uniqueItems",
                                          "not",
                                          "if",
@@ -63,6 +62,20 @@ constexpr std::string_view kRefused[] = {"pattern",
                                          "$recursiveRef",
                                          "contentEncoding",
                                          "contentSchema"};
+
+// Formats that constrain a string's text and are not implemented (json_pattern.cc has those
+// that are): refused rather than ignored. Any other format is an annotation, as JSON Schema
+// 2020-12 makes formats by default, and as the descriptive ones are ("password" for pydantic's
+// SecretStr, "binary" for bytes, "path"): they say what a string means, not what it may hold.
+constexpr std::string_view kRefusedFormats[] = {
+    // JSON Schema's own.
+    "idn-email", "idn-hostname", "uri", "uri-reference", "iri", "iri-reference", "uri-template",
+    "regex",
+    // OpenAPI's base64.
+    "byte",
+    // pydantic's types that check their text.
+    "name-email", "ipvanyaddress", "ipvanyinterface", "ipvanynetwork", "ipv4network", "ipv6network",
+    "ipv4interface", "ipv6interface", "multi-host-uri", "json-string", "base64", "base64url"};
 
 template <size_t N>
 bool In(const std::string_view (&list)[N], std::string_view key) {
@@ -372,19 +385,23 @@ class SchemaCompiler {
       ASSIGN_OR_RETURN(int32_t n, Literals({"true", "false"}, path));
       alts.push_back(n);
     }
+    const Json* format = nullptr;
+    if (auto f = s.find("format"); f != s.end()) {
+      if (!f->is_string()) return Unsupported("format", path, "is not a string");
+      format = &*f;
+    }
     if (has_type("number") || has_type("integer")) {
       ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kNumber, path));
       nodes_[n].integer = !has_type("number");
       RETURN_IF_ERROR(NumberBounds(s, path, nodes_[n]));
+      // OpenAPI's int32: 9 digits stay inside it ("int64" holds every integer generated).
+      if (format != nullptr && *format == "int32") {
+        nodes_[n].max_digits = std::min(nodes_[n].max_digits, 9);
+      }
       alts.push_back(n);
     }
     if (has_type("string")) {
-      ASSIGN_OR_RETURN(int32_t min, NonNegative(s, "minLength", path, 0));
-      ASSIGN_OR_RETURN(int32_t max, NonNegative(s, "maxLength", path, -1));
-      if (min > kMaxMinLength) return Unsupported("minLength", path, "is too large");
-      ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kString, path));
-      nodes_[n].min_length = min;
-      nodes_[n].max_length = max;
+      ASSIGN_OR_RETURN(int32_t n, CompileString(s, path, format));
       alts.push_back(n);
     }
     if (has_type("array")) {
@@ -399,6 +416,91 @@ class SchemaCompiler {
     ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kAlt, path));
     nodes_[n].alts = std::move(alts);
     return n;
+  }
+
+  // A string node: minLength, maxLength, pattern and format (`format` may be null).
+  absl::StatusOr<int32_t> CompileString(const Json& s, const std::string& path,
+                                        const Json* format) {
+    ASSIGN_OR_RETURN(int32_t min, NonNegative(s, "minLength", path, 0));
+    ASSIGN_OR_RETURN(int32_t max, NonNegative(s, "maxLength", path, -1));
+    if (min > kMaxMinLength) return Unsupported("minLength", path, "is too large");
+    const Json* pattern = nullptr;
+    if (auto p = s.find("pattern"); p != s.end()) {
+      if (!p->is_string()) return Unsupported("pattern", path, "is not a string");
+      pattern = &*p;
+    }
+    const StringFormat* known = nullptr;
+    if (format != nullptr) {
+      const std::string name = format->get<std::string>();
+      known = FindStringFormat(name);
+      if (known == nullptr && In(kRefusedFormats, name)) {
+        return Unsupported("format", path, absl::StrCat("is not supported as \"", name, "\""));
+      }
+      if (known != nullptr && known->max_length >= 0) {
+        max = max < 0 ? known->max_length : std::min(max, known->max_length);
+      }
+    }
+    ASSIGN_OR_RETURN(int32_t n, NewNode(NodeKind::kString, path));
+    nodes_[n].min_length = min;
+    nodes_[n].max_length = max;
+    if (pattern == nullptr && known == nullptr) return n;
+
+    // Strings of the same patterns share one automaton; its length table grows to the largest
+    // minLength beside them.
+    const std::string key =
+        absl::StrCat(pattern != nullptr ? pattern->get<std::string>() : std::string(), "\n",
+                     known != nullptr ? std::string(known->name) : "");
+    auto [it, added] = pattern_ids_.try_emplace(key, static_cast<int32_t>(patterns_.size()));
+    if (added) {
+      absl::StatusOr<PatternAutomaton> automaton = CompilePatterns(pattern, known, path);
+      if (!automaton.ok()) {
+        pattern_ids_.erase(it);
+        return automaton.status();
+      }
+      patterns_.push_back(*std::move(automaton));
+    }
+    PatternAutomaton& automaton = patterns_[static_cast<size_t>(it->second)];
+    if (min > automaton.max_min_length()) {
+      const int64_t entries =
+          static_cast<int64_t>(automaton.state_count()) * (min - automaton.max_min_length());
+      length_table_left_ -= entries;
+      if (length_table_left_ < 0) {
+        return Unsupported("minLength", path,
+                           absl::StrCat("beside ", pattern != nullptr ? "pattern" : "format",
+                                        " is not supported: the schema's patterns would need "
+                                        "length tables of more than ",
+                                        kMaxPatternLengthTable, " entries"));
+      }
+      automaton.ExtendLengthTable(min);
+    }
+    nodes_[n].pattern = it->second;
+    return n;
+  }
+
+  // Compiles a string's `pattern` (may be null) and implemented format (may be null).
+  absl::StatusOr<PatternAutomaton> CompilePatterns(const Json* pattern, const StringFormat* known,
+                                                   const std::string& path) {
+    PatternCompiler compiler(&pattern_budget_);
+    if (pattern != nullptr) {
+      absl::Status added = compiler.Add(pattern->get<std::string>());
+      if (!added.ok()) {
+        return Unsupported("pattern", path, absl::StrCat("is not supported: ", added.message()));
+      }
+    }
+    if (known != nullptr) {
+      absl::Status added = compiler.Add(known->pattern);
+      if (!added.ok()) {
+        return absl::InternalError(absl::StrCat("format \"", std::string(known->name),
+                                                "\" does not compile: ", added.message()));
+      }
+    }
+    absl::StatusOr<PatternAutomaton> automaton = compiler.Compile();
+    if (!automaton.ok()) {
+      return Unsupported(pattern != nullptr ? "pattern" : "format", path,
+                         absl::StrCat("is not supported: ", automaton.status().message()));
+    }
+    length_table_left_ -= automaton->state_count();
+    return automaton;
   }
 
   absl::StatusOr<int32_t> CompileArray(const Json& s, const std::string& path, int depth) {
@@ -517,14 +619,18 @@ class SchemaCompiler {
   }
 
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> Finish(int32_t root) {
-    RETURN_IF_ERROR(AnalyzeGrammar(nodes_, tries_, root));
-    return std::shared_ptr<const JsonGrammar>(
-        std::make_shared<CompiledGrammar>(std::move(nodes_), std::move(tries_), root));
+    RETURN_IF_ERROR(AnalyzeGrammar(nodes_, tries_, patterns_, root));
+    return std::shared_ptr<const JsonGrammar>(std::make_shared<CompiledGrammar>(
+        std::move(nodes_), std::move(tries_), std::move(patterns_), root));
   }
 
   const Json* document_;
   std::vector<Node> nodes_;
   std::vector<TrieNode> tries_;
+  std::vector<PatternAutomaton> patterns_;
+  absl::flat_hash_map<std::string, int32_t> pattern_ids_;  // Key: the pattern, the format.
+  PatternBudget pattern_budget_{kMaxPatternStatesPerSchema, kMaxPatternStepsPerSchema};
+  int64_t length_table_left_ = kMaxPatternLengthTable;
   absl::flat_hash_map<std::string, int32_t> refs_;
   int32_t any_ = -1;
 };

@@ -127,4 +127,84 @@ std::unique_ptr<StringTokenClass> TrieTokenIndex::BuildStringClass(json::StrPhas
   return c;
 }
 
+std::shared_ptr<const CodePointClassTrie> TrieTokenIndex::FindClassTrie(
+    const std::vector<uint32_t>& starts) const {
+  MutexLock lock(&mu_);
+  for (const std::shared_ptr<const CodePointClassTrie>& t : class_tries_) {
+    if (t->starts == starts) return t;
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const CodePointClassTrie> TrieTokenIndex::ClassTrie(
+    const std::vector<uint32_t>& starts) const {
+  if (auto found = FindClassTrie(starts)) return found;
+  std::shared_ptr<const CodePointClassTrie> built = BuildClassTrie(starts);
+  MutexLock lock(&mu_);
+  for (const std::shared_ptr<const CodePointClassTrie>& t : class_tries_) {
+    if (t->starts == starts) return t;  // Built meanwhile by another caller.
+  }
+  if (class_tries_.size() >= kClassTries) class_tries_.pop_front();
+  class_tries_.push_back(built);
+  return built;
+}
+
+std::unique_ptr<CodePointClassTrie> TrieTokenIndex::BuildClassTrie(
+    const std::vector<uint32_t>& starts) const {
+  auto t = std::make_unique<CodePointClassTrie>();
+  t->starts = starts;
+  t->nodes.emplace_back();
+  auto class_of = [&](uint32_t cp) {
+    return static_cast<int32_t>(std::upper_bound(starts.begin(), starts.end(), cp) -
+                                starts.begin() - 1);
+  };
+  int32_t ascii_class[128];
+  for (uint32_t c = 0; c < 128; ++c) ascii_class[c] = class_of(c);
+  auto child_of = [&](int32_t node, int32_t cls) {
+    for (const auto& [k, child] : t->nodes[static_cast<size_t>(node)].children) {
+      if (k == cls) return child;
+    }
+    t->nodes.emplace_back();
+    const int32_t child = static_cast<int32_t>(t->nodes.size() - 1);
+    t->nodes[static_cast<size_t>(node)].children.push_back({cls, child});
+    return child;
+  };
+  // Depth first over the byte trie, decoding the string's content: (byte trie node, class trie
+  // node, phase, bits of the character being read).
+  struct Pending {
+    int32_t at, node;
+    json::StrPhase phase;
+    uint32_t partial;
+  };
+  std::vector<Pending> stack{{0, 0, json::StrPhase::kBody, 0}};
+  while (!stack.empty()) {
+    const Pending p = stack.back();
+    stack.pop_back();
+    const TrieNode& n = nodes_[static_cast<size_t>(p.at)];
+    const bool body = p.phase == json::StrPhase::kBody;
+    for (int32_t k = n.first_child; k < n.first_child + n.child_count; ++k) {
+      const TrieNode& child = nodes_[static_cast<size_t>(k)];
+      const uint8_t b = child.byte;
+      json::StrStep st;
+      if (body && b >= 0x20 && b < 0x80 && b != '"' && b != '\\') {  // StringStep's result.
+        st.result = json::StrStep::kStay;
+        st.char_end = true;
+        st.value = b;
+      } else {
+        st = json::StringStep(p.phase, b, /*allow_escapes=*/true, p.partial);
+        if (st.result != json::StrStep::kStay) continue;  // Refused, or closing: not inside.
+      }
+      const int32_t to = !st.char_end ? p.node
+                                      : child_of(p.node, st.value < 128 ? ascii_class[st.value]
+                                                                        : class_of(st.value));
+      const absl::Span<const TokenId> ids = ids_at(child);
+      std::vector<TokenId>& out =
+          st.next == json::StrPhase::kBody ? t->nodes[static_cast<size_t>(to)].ids : t->partial_ids;
+      out.insert(out.end(), ids.begin(), ids.end());
+      stack.push_back({k, to, st.next, st.char_end ? 0 : st.value});
+    }
+  }
+  return t;
+}
+
 }  // namespace cairn::infer::text

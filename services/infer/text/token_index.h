@@ -3,8 +3,10 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -26,12 +28,30 @@ struct StringTokenClass {
   std::vector<TokenId> leaving_ids;
 };
 
+// The tokens that stay inside a JSON string read from its body (between characters), as
+// sequences of classes of code points (a partition of them, given by the start of each class):
+// a trie whose node at depth d holds the tokens of d code points that end between characters.
+// Those that end inside a character (a UTF-8 sequence or an escape cut short) are listed apart.
+// For strings with patterns (json_pattern_mask.h): tokens of one sequence behave alike from
+// every state of an automaton that tells no two code points of a class apart.
+struct CodePointClassTrie {
+  struct Node {
+    std::vector<std::pair<int32_t, int32_t>> children;  // (class, node).
+    std::vector<TokenId> ids;
+  };
+  std::vector<uint32_t> starts;  // Class k: [starts[k], starts[k + 1]); 0 first, 0x110000 last.
+  std::vector<Node> nodes;       // Node 0: the empty sequence.
+  std::vector<TokenId> partial_ids;
+
+  int32_t count() const { return static_cast<int32_t>(starts.size()) - 1; }
+};
+
 // TokenIndex over a byte trie of the non-special tokens: a mask is one depth-first walk that
 // prunes a subtree as soon as its prefix is refused. Ids with no bytes and special tokens are
 // in no node.
 //
 // Thread-safe once built (the string classes are built with it; StringClass reads them under a
-// lock).
+// lock; class tries are built outside it and kept under it).
 class TrieTokenIndex : public TokenIndex {
  public:
   // A trie node: its children are nodes [first_child, first_child + child_count), sorted by
@@ -64,8 +84,20 @@ class TrieTokenIndex : public TokenIndex {
   // The class of `phase`. The reference lives as long as this index.
   const StringTokenClass& StringClass(json::StrPhase phase, bool allow_escapes) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the class trie of the partition `starts` (ascending, 0 first, 0x110000 last),
+  // built the first time (about 10 ms for Qwen3) and kept, for the kClassTries partitions asked
+  // for last, across requests: a schema sent again, or a format, finds it built.
+  std::shared_ptr<const CodePointClassTrie> ClassTrie(const std::vector<uint32_t>& starts) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the class trie of `starts` if one is kept, else nullptr.
+  std::shared_ptr<const CodePointClassTrie> FindClassTrie(const std::vector<uint32_t>& starts) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  static constexpr size_t kClassTries = 8;  // About 1 MB each for Qwen3.
 
  private:
+  std::unique_ptr<CodePointClassTrie> BuildClassTrie(const std::vector<uint32_t>& starts) const;
+
   std::unique_ptr<StringTokenClass> BuildStringClass(json::StrPhase phase,
                                                      bool allow_escapes) const;
 
@@ -80,6 +112,8 @@ class TrieTokenIndex : public TokenIndex {
   // By phase, escapes allowed first, then refused.
   mutable std::array<std::unique_ptr<StringTokenClass>, 2 * json::kStrPhaseCount> classes_
       ABSL_GUARDED_BY(mu_);
+  // Oldest first.
+  mutable std::deque<std::shared_ptr<const CodePointClassTrie>> class_tries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cairn::infer::text

@@ -5,7 +5,8 @@
 //   CAIRN_SOURCE_DIR=$PWD build/<release>/tools/bench/text/cairn_json_constraint_bench
 //
 // "Cold" computes the mask (a cache miss: a new constraint advanced to the state, the setup not
-// timed); "Warm" asks again in the same state (the constraint's cache).
+// timed); "Warm" asks again in the same state (the constraint's cache); "InBuiltClass" computes
+// it in a new state of a string with a pattern whose token class an earlier mask built.
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -29,7 +30,18 @@ constexpr char kOpenSchema[] = R"({"type": "object", "properties": {
     "name": {"type": "string"}, "age": {"type": "integer"}},
     "additionalProperties": {"type": "string"}})";
 
-enum Grammar { kPerson, kAnyObject, kOpen };
+// Strings with formats and patterns (what pydantic's UUID, datetime and EmailStr fields and a
+// constr(pattern=...) send), and an unanchored pattern beside maxLength.
+constexpr char kFormatsSchema[] = R"({"type": "object", "properties": {
+    "id": {"type": "string", "format": "uuid"},
+    "when": {"type": "string", "format": "date-time"},
+    "email": {"type": "string", "format": "email"},
+    "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+    "note": {"type": "string", "pattern": "TODO", "maxLength": 200},
+    "text": {"type": "string", "pattern": "^[^<>]*$"}},
+    "required": ["id", "when", "email", "code", "note", "text"]})";
+
+enum Grammar { kPerson, kAnyObject, kOpen, kFormats };
 
 // The texts before each measured state (prefix of a value of the grammar).
 struct StateCase {
@@ -48,6 +60,32 @@ constexpr StateCase kStates[] = {
     {"AnyObjectInsideString", "{\"note\": \"hello wor", kAnyObject},
     {"AnyObjectAfterKey", "{\"note\":", kAnyObject},
     {"AdditionalKeyBesideNamedOnes", "{\"zone", kOpen},
+    {"InsideUuid", "{\"id\": \"2eb8aa08-aa", kFormats},
+    {"InsideDateTime", "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": \"2024-02-2",
+     kFormats},
+    {"InsideEmail",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": "
+     "\"2024-02-29T10:00:00Z\", \"email\": \"ada.lovel",
+     kFormats},
+    {"InsideEmailDomain",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": "
+     "\"2024-02-29T10:00:00Z\", \"email\": \"ada@exam",
+     kFormats},
+    {"BeforeUnanchoredMatch",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": "
+     "\"2024-02-29T10:00:00Z\", \"email\": \"ada@example.com\", \"code\": \"ABC-1234\", "
+     "\"note\": \"see the",
+     kFormats},
+    {"AfterUnanchoredMatch",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": "
+     "\"2024-02-29T10:00:00Z\", \"email\": \"ada@example.com\", \"code\": \"ABC-1234\", "
+     "\"note\": \"TODO: fix",
+     kFormats},
+    {"InsideNegatedClassPattern",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", "
+     "\"when\": \"2024-02-29T10:00:00Z\", \"email\": \"ada@example.com\", \"code\": "
+     "\"ABC-1234\", \"note\": \"TODO\", \"text\": \"hello wor",
+     kFormats},
 };
 
 struct Fixture {
@@ -56,6 +94,7 @@ struct Fixture {
   std::shared_ptr<const JsonGrammar> person;
   std::shared_ptr<const JsonGrammar> any_object;
   std::shared_ptr<const JsonGrammar> open;
+  std::shared_ptr<const JsonGrammar> formats;
   TokenId end = 0;
 };
 
@@ -76,6 +115,9 @@ const Fixture* GetFixture() {
     g = JsonGrammar::FromSchema(kOpenSchema);
     if (!g.ok()) return nullptr;
     f->open = *g;
+    g = JsonGrammar::FromSchema(kFormatsSchema);
+    if (!g.ok()) return nullptr;
+    f->formats = *g;
     f->any_object = JsonGrammar::AnyObject();
     f->end = f->tokenizer->TokenToId("<|im_end|>").value_or(0);
     return f;
@@ -88,7 +130,8 @@ std::unique_ptr<JsonConstraint> AtState(const Fixture& f, const StateCase& c, st
   std::unique_ptr<JsonConstraint> constraint =
       JsonConstraint::Create(c.grammar == kPerson      ? f.person
                              : c.grammar == kAnyObject ? f.any_object
-                                                       : f.open,
+                             : c.grammar == kOpen      ? f.open
+                                                       : f.formats,
                              f.index.get(), {f.end});
   absl::StatusOr<std::vector<TokenId>> ids = f.tokenizer->Encode(c.prefix);
   if (!ids.ok()) {
@@ -144,6 +187,57 @@ void BM_AllowedWarm(benchmark::State& state) {
 }
 BENCHMARK(BM_AllowedWarm)
     ->DenseRange(0, sizeof(kStates) / sizeof(kStates[0]) - 1)
+    ->Unit(benchmark::kMicrosecond);
+
+// Inside a string with a pattern and maxLength: each token is a new state (the count), whose
+// mask comes from the pattern token class of the automaton's state, built for an earlier token.
+struct ClassCase {
+  const char* name;
+  const char* prefix;  // Up to a state whose mask builds the class.
+  const char* then;    // Read after it: the same automaton state, a different count.
+};
+constexpr ClassCase kClassStates[] = {
+    {"BoundedBeforeUnanchoredMatch",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": \"2024-02-29T10:00:00Z\", "
+     "\"email\": \"ada@example.com\", \"code\": \"ABC-1234\", \"note\": \"see the",
+     " notes"},
+    {"BoundedAfterUnanchoredMatch",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": \"2024-02-29T10:00:00Z\", "
+     "\"email\": \"ada@example.com\", \"code\": \"ABC-1234\", \"note\": \"TODO: fix",
+     " it"},
+    {"EmailLocalPart",
+     "{\"id\": \"2eb8aa08-aa98-11ea-b4aa-73b441d16380\", \"when\": \"2024-02-29T10:00:00Z\", "
+     "\"email\": \"ada",
+     "lovelace"},
+};
+
+void BM_AllowedInBuiltClass(benchmark::State& state) {
+  const Fixture* f = GetFixture();
+  if (f == nullptr) return state.SkipWithError("no Qwen3 tokenizer: run tools/fetch-test-data");
+  const ClassCase& c = kClassStates[state.range(0)];
+  state.SetLabel(c.name);
+  std::vector<uint64_t> mask(static_cast<size_t>(f->index->id_limit()) / 64 + 1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::string why;
+    const StateCase at = {c.name, c.prefix, kFormats};
+    std::unique_ptr<JsonConstraint> constraint = AtState(*f, at, &why);
+    absl::Status s = constraint == nullptr ? absl::InternalError(why)
+                                           : constraint->Allowed(absl::MakeSpan(mask));
+    absl::StatusOr<std::vector<TokenId>> then = f->tokenizer->Encode(c.then);
+    if (s.ok() && !then.ok()) s = then.status();
+    for (size_t i = 0; s.ok() && i < then->size(); ++i) s = constraint->Accept((*then)[i]);
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    state.ResumeTiming();
+    s = constraint->Allowed(absl::MakeSpan(mask));
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    state.PauseTiming();
+    constraint.reset();
+    state.ResumeTiming();
+  }
+}
+BENCHMARK(BM_AllowedInBuiltClass)
+    ->DenseRange(0, sizeof(kClassStates) / sizeof(kClassStates[0]) - 1)
     ->Unit(benchmark::kMicrosecond);
 
 void BM_BuildIndex(benchmark::State& state) {

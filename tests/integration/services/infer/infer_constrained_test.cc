@@ -1,5 +1,7 @@
 // cairn-infer's constrained decoding over gRPC on the demo model: forced tool calls and
 // structured outputs (response_format).
+#include <cctype>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -112,6 +114,20 @@ v1::GenerateRequest AskForJson(const std::string& question) {
   return req;
 }
 
+// AskForJson with `schema` as its response format and room for a bounded answer: greedy, or
+// (`sample`) at temperature 1 seeded with `seed`.
+v1::GenerateRequest AskForJsonUnder(const std::string& question, const char* schema, bool sample,
+                                    uint64_t seed) {
+  v1::GenerateRequest req = AskForJson(question);
+  req.mutable_sampling()->set_max_tokens(kBoundedAnswerTokens);
+  if (sample) {
+    req.mutable_sampling()->set_temperature(1.0f);
+    req.mutable_sampling()->set_seed(seed);
+  }
+  req.mutable_response_format()->set_json_schema(schema);
+  return req;
+}
+
 // json_object: the answer is a JSON object from its first token, rendered without reasoning
 // even where the request asks for it. Any object allows free strings, which a random model
 // rarely closes, so the answer may end at max_tokens: it is then JSON so far.
@@ -150,13 +166,8 @@ TEST_F(InferDaemonDemoModelTest, JsonObjectFormatMakesTheAnswerAJsonObject) {
 TEST_F(InferDaemonDemoModelTest, JsonSchemaFormatMakesTheAnswerValidUnderTheSchema) {
   for (const bool sample : {false, true}) {
     SCOPED_TRACE(sample ? "temperature 1" : "greedy");
-    v1::GenerateRequest req = AskForJson("Pick a colour and a count.");
-    req.mutable_sampling()->set_max_tokens(kBoundedAnswerTokens);
-    if (sample) {
-      req.mutable_sampling()->set_temperature(1.0f);
-      req.mutable_sampling()->set_seed(7);
-    }
-    req.mutable_response_format()->set_json_schema(kColorSchema);
+    const v1::GenerateRequest req =
+        AskForJsonUnder("Pick a colour and a count.", kColorSchema, sample, /*seed=*/7);
 
     GenerateResult r = Generate(*stub_, req);
 
@@ -165,6 +176,42 @@ TEST_F(InferDaemonDemoModelTest, JsonSchemaFormatMakesTheAnswerValidUnderTheSche
     EXPECT_LT(r.finished.completion_tokens(), kBoundedAnswerTokens);
     ExpectValidColor(r.finished.content());
     EXPECT_EQ(r.finished.reasoning_content(), "");
+  }
+}
+
+// Strings with formats and a pattern (each of bounded length, so that a random model ends them):
+// the answer's strings are what the formats and the pattern allow.
+TEST_F(InferDaemonDemoModelTest, JsonSchemaFormatsAndPatternsHoldInTheAnswer) {
+  constexpr char kSchema[] = R"({"type": "object", "properties": {
+      "id": {"type": "string", "format": "uuid"}, "day": {"type": "string", "format": "date"},
+      "code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"}},
+      "required": ["id", "day", "code"], "additionalProperties": false})";
+  for (const bool sample : {false, true}) {
+    SCOPED_TRACE(sample ? "temperature 1" : "greedy");
+    const v1::GenerateRequest req =
+        AskForJsonUnder("Make up an order.", kSchema, sample, /*seed=*/11);
+
+    GenerateResult r = Generate(*stub_, req);
+
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_STOP) << r.finished.content();
+    const nlohmann::json j = nlohmann::json::parse(r.finished.content(), nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.size() == 3) << r.finished.content();
+    const std::string id = j.value("id", ""), day = j.value("day", ""), code = j.value("code", "");
+    ASSERT_EQ(id.size(), 36u) << id;
+    for (size_t i = 0; i < id.size(); ++i) {
+      const bool hyphen = i == 8 || i == 13 || i == 18 || i == 23;
+      EXPECT_TRUE(hyphen ? id[i] == '-' : std::isxdigit(static_cast<unsigned char>(id[i]))) << id;
+    }
+    ASSERT_EQ(day.size(), 10u) << day;
+    const int month = std::stoi(day.substr(5, 2)), date = std::stoi(day.substr(8, 2));
+    EXPECT_TRUE(day[4] == '-' && day[7] == '-' && month >= 1 && month <= 12 && date >= 1 &&
+                date <= 31)
+        << day;
+    ASSERT_EQ(code.size(), 8u) << code;
+    EXPECT_TRUE(std::isupper(static_cast<unsigned char>(code[0])) && code[3] == '-' &&
+                std::isdigit(static_cast<unsigned char>(code[7])))
+        << code;
   }
 }
 

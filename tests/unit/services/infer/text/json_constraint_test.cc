@@ -145,7 +145,7 @@ void RandomWalks(const Tokenizer& tokenizer, const TokenIndex& index, const std:
           ASSERT_EQ(TokenAllowed(mask, id), fits) << "token " << id << " after " << text;
         }
         std::string rest;
-        ASSERT_TRUE(testing::CompleteGreedily(m, &rest)) << text;
+        ASSERT_TRUE(testing::Complete(m, &rest)) << text;
         const OrderedJson v = OrderedJson::parse(text + rest, nullptr, false);
         ASSERT_FALSE(v.is_discarded()) << text + rest;
         ASSERT_TRUE(testing::Validate(v, s, s)) << text + rest;
@@ -250,6 +250,30 @@ struct SyntheticVocabulary {
   TokenId Id(const std::string& token) const { return *tokenizer->TokenToId(token); }
 };
 
+// Strings with patterns and formats: their masks come from pattern token classes (or, where the
+// automaton accepts everything, the index's string classes).
+const char* const kPatternSchemas[] = {
+    R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"},
+        "at": {"type": "string", "format": "date-time"}, "ip": {"type": "string",
+        "format": "ipv4"}}, "required": ["id", "at", "ip"]})",
+    R"({"type": "array", "items": {"anyOf": [{"type": "string", "pattern": "^[a-c]{2,4}$"},
+        {"type": "string", "pattern": "ab", "maxLength": 6}, {"type": "string", "format":
+        "duration"}, {"type": "string", "format": "email", "maxLength": 12}]}, "maxItems": 3})",
+    R"({"type": "object", "properties": {"name": {"type": "string", "pattern":
+        "^[^\\u0000-\\u001f\"\\\\]*\\u00e9", "minLength": 2, "maxLength": 8}},
+        "additionalProperties": {"type": "string", "pattern": "^(?:\\\\|\\n|u)+$"}})",
+};
+
+TEST(JsonConstraintTest, RandomWalksWithPatternsStayInsideTheSchema) {
+  const SyntheticVocabulary v;
+  ASSERT_NE(v.index, nullptr);
+  for (const char* schema : kPatternSchemas) {
+    SCOPED_TRACE(schema);
+    RandomWalks(*v.tokenizer, *v.index, schema, /*walks=*/20, /*max_steps=*/240,
+                /*check_every_token=*/true);
+  }
+}
+
 TEST(JsonConstraintTest, AnEndIdThatSpellsTextIsAllowedOnlyWhereTheValueIsComplete) {
   // A model whose EOS token is not marked special: its bytes fit inside a string, but Accept
   // reads it as the end, so allowing it there would end the request with an error.
@@ -294,7 +318,8 @@ TEST(JsonConstraintTest, RandomWalksOnTheQwen3Vocabulary) {
   std::unique_ptr<TokenIndex> index = TokenIndex::Build(**tokenizer);
   const TokenId end = *(*tokenizer)->TokenToId("<|im_end|>");
   ASSERT_TRUE((*tokenizer)->IsSpecial(end));
-  for (const char* schema : {kSchemas[0], kSchemas[1], kSchemas[5]}) {
+  for (const char* schema :
+       {kSchemas[0], kSchemas[1], kSchemas[5], kPatternSchemas[0], kPatternSchemas[2]}) {
     SCOPED_TRACE(schema);
     absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
         *schema == 0 ? JsonGrammar::AnyObject() : JsonGrammar::FromSchema(schema);

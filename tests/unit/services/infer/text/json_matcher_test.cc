@@ -334,6 +334,144 @@ TEST(ByteMatcherTest, NumberAtTopLevelCanStillExtend) {
   EXPECT_FALSE(m.AtEnd());
 }
 
+TEST(ByteMatcherTest, PatternsMatchTheStringsDecodedContent) {
+  // The JSON text escapes; the pattern sees the characters.
+  ExpectDocs(
+      R"({"type": "string", "pattern": "^a\"b$"})",
+      {{R"("a\"b")", true}, {R"("a\u0022b")", true}, {R"("ab")", false}, {R"("a\\"b")", false}});
+  ExpectDocs(R"({"type": "string", "pattern": "^\\\\$"})",  // One backslash.
+             {{R"("\\")", true}, {R"("\u005c")", true}, {R"("\u005C")", true}, {R"("\/")", false}});
+  ExpectDocs(R"({"type": "string", "pattern": "^a\\nb\\/$"})", {{R"("a\nb/")", true},
+                                                                {R"("a\u000ab\/")", true},
+                                                                {R"("a\u000Ab/")", true},
+                                                                {R"("a\rb/")", false}});
+  ExpectDocs(R"({"type": "string", "pattern": "^[\\u0000-\\u001f]$"})", {{R"("\u0001")", true},
+                                                                         {R"("\t")", true},
+                                                                         {R"("\b")", true},
+                                                                         {R"("\f")", true},
+                                                                         {R"(" ")", false}});
+  ExpectDocs(R"({"type": "string", "pattern": "^.$"})", {{R"("\uD83D\uDE00")", true},
+                                                         {"\"\xF0\x9F\x98\x80\"", true},
+                                                         {R"("\u00e9")", true},
+                                                         {"\"\xC3\xA9\"", true},
+                                                         {R"("ab")", false},
+                                                         {R"("\n")", false},
+                                                         {R"("")", false}});
+  ExpectDocs(R"({"type": "string", "pattern": "caf\u00e9"})",
+             {{"\"un caf\xC3\xA9 noir\"", true}, {R"("caf\u00E9")", true}, {R"("cafe")", false}});
+}
+
+TEST(ByteMatcherTest, PatternsAndLengthsHoldTogether) {
+  ExpectDocs(R"({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3})",
+             {{R"("a")", false},
+              {R"("ab")", true},
+              {R"("\u0061\u0062")", true},
+              {R"("abc")", true},
+              {R"("abcd")", false},
+              {R"("a1")", false}});
+  ExpectDocs(R"({"type": "string", "pattern": "^(ab|abcdef)$", "maxLength": 4})",
+             {{R"("ab")", true}, {R"("abcdef")", false}});
+  ExpectDocs(R"({"type": ["string", "null"], "pattern": "^a{5}$", "maxLength": 3})",
+             {{"null", true}, {R"("aaaaa")", false}});
+}
+
+TEST(ByteMatcherTest, APatternRefusesAByteAsSoonAsNoCompletionFits) {
+  struct Case {
+    std::string schema;
+    std::string prefix;  // Accepted.
+    std::string refused;
+    std::string accepted;
+  };
+  const std::vector<Case> cases = {
+      // \u escapes, digit by digit: \u00 may still become a-z, \u01 and \u005 cannot.
+      {R"({"type": "string", "pattern": "^[a-z]$"})", "\"\\u00", "5", "6"},
+      {R"({"type": "string", "pattern": "^[a-z]$"})", "\"\\u0", "1", "0"},
+      // UTF-8, byte by byte: U+00E9 is C3 A9; C4 starts U+0100 to U+013F.
+      {R"({"type": "string", "pattern": "^\u00e9$"})", "\"", "\xC4", "\xC3"},
+      {R"({"type": "string", "pattern": "^\u00e9$"})", "\"\xC3", "\xA8", "\xA9"},
+      // A surrogate pair: D83C starts U+1F000 to U+1F3FF, D83D U+1F400 to U+1F7FF.
+      {R"({"type": "string", "pattern": "^\uD83D\uDE00$"})", "\"\\uD83", "C", "D"},
+      {R"({"type": "string", "pattern": "^\uD83D\uDE00$"})", "\"\\uD83D\\uDE0", "1", "0"},
+      {R"({"type": "string", "format": "uuid"})", "\"", "g", "f"},
+      {R"({"type": "string", "format": "date"})", "\"2023-02-2", "9", "8"},
+      {R"({"type": "string", "format": "date"})", "\"2024-02-2", "\"", "9"},
+      {R"({"type": "string", "pattern": "^(ab|abcdef)$", "maxLength": 4})", "\"ab", "c", "\""},
+      {R"({"type": "string", "pattern": "^a*b$", "maxLength": 3})", "\"aa", "a", "b"},
+      {R"({"type": "string", "pattern": "^[0-9]+$", "minLength": 3})", "\"12", "\"", "3"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(c.schema);
+    ASSERT_TRUE(g.ok()) << c.schema << ": " << g.status();
+    ByteMatcher m(Compiled(*g));
+    ASSERT_TRUE(m.AdvanceAll(c.prefix)) << c.schema << " " << c.prefix;
+
+    ByteMatcher refused = m;
+    ByteMatcher accepted = m;
+    EXPECT_FALSE(refused.AdvanceAll(c.refused)) << c.schema << " " << c.prefix << c.refused;
+    EXPECT_TRUE(accepted.AdvanceAll(c.accepted)) << c.schema << " " << c.prefix << c.accepted;
+  }
+}
+
+// The schema `client.beta.chat.completions.parse(response_format=Event)` sends for a pydantic
+// model with UUID, datetime, date, time, timedelta, EmailStr, Optional[datetime],
+// constr(pattern=...), SecretStr and UUID4 fields (the SDK makes every property required).
+constexpr char kPydanticFormats[] = R"({"properties": {"id": {"format": "uuid", "title": "Id",
+    "type": "string"}, "starts_at": {"format": "date-time", "title": "Starts At", "type":
+    "string"}, "day": {"format": "date", "title": "Day", "type": "string"}, "at": {"format":
+    "time", "title": "At", "type": "string"}, "length": {"format": "duration", "title": "Length",
+    "type": "string"}, "organizer": {"format": "email", "title": "Organizer", "type": "string"},
+    "ends_at": {"anyOf": [{"format": "date-time", "type": "string"}, {"type": "null"}], "title":
+    "Ends At"}, "code": {"pattern": "^[A-Z]{3}-\\d{4}$", "title": "Code", "type": "string"},
+    "secret": {"format": "password", "title": "Secret", "type": "string", "writeOnly": true},
+    "ticket": {"format": "uuid4", "title": "Ticket", "type": "string"}},
+    "required": ["id", "starts_at", "day", "at", "length", "organizer", "ends_at", "code",
+    "secret", "ticket"], "title": "Event", "type": "object", "additionalProperties": false})";
+
+// The shape zod 4's z.toJSONSchema gives z.object({id: z.uuid(), email: z.email(), at:
+// z.iso.datetime()}): a format and zod's own pattern for each.
+constexpr char kZodFormats[] = R"({"$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object", "properties": {"id": {"type": "string", "format": "uuid", "pattern":
+    "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"},
+    "email": {"type": "string", "format": "email", "pattern":
+    "^(?!\\.)(?!.*\\.\\.)([A-Za-z0-9_'+\\-\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\-]*\\.)+[A-Za-z]{2,}$"},
+    "at": {"type": "string", "format": "date-time", "pattern":
+    "^(?:(?:\\d\\d[2468][048]|\\d\\d[13579][26]|\\d\\d0[48]|[02468][048]00|[13579][26]00)-02-29|\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|(?:02)-(?:0[1-9]|1\\d|2[0-8])))T(?:(?:[01]\\d|2[0-3]):[0-5]\\d(?::[0-5]\\d(?:\\.\\d+)?)?(?:Z))$"}},
+    "required": ["id", "email", "at"], "additionalProperties": false})";
+
+TEST(ByteMatcherTest, FormatsInTheSchemasPydanticAndZodSend) {
+  const std::string event =
+      R"({"id":"2eb8aa08-aa98-11ea-b4aa-73b441d16380","starts_at":"2024-02-29T09:30:00+01:00",)"
+      R"("day":"2024-03-01","at":"12:00:00Z","length":"PT1H30M","organizer":"ada@example.com",)";
+  const std::string v4 = R"(,"ticket":"2eb8aa08-aa98-41ea-b4aa-73b441d16380"})";
+  const std::string v1 = R"(,"ticket":"2eb8aa08-aa98-11ea-b4aa-73b441d16380"})";
+  ExpectDocs(
+      kPydanticFormats,
+      {{event + R"("ends_at":null,"code":"ABC-1234","secret":"hunter2")" + v4, true},
+       {event + R"("ends_at":"2024-03-01T00:00:00.5Z","code":"ABC-1234","secret":"")" + v4, true},
+       {event + R"("ends_at":"2023-02-29T00:00:00Z","code":"ABC-1234","secret":"")" + v4, false},
+       {event + R"("ends_at":null,"code":"abc-1234","secret":"")" + v4, false},
+       {event + R"("ends_at":null,"code":"ABC-12345","secret":"")" + v4, false},
+       {event + R"("ends_at":null,"code":"ABC-1234","secret":"")" + v1, false}});
+  ExpectDocs(kZodFormats,
+             {{R"({"id":"2eb8aa08-aa98-41ea-b4aa-73b441d16380","email":"ada.l@example.com",)"
+               R"("at":"2024-02-29T09:30:00Z"})",
+               true},
+              // uuid's format allows version 0, zod's pattern does not.
+              {R"({"id":"2eb8aa08-aa98-01ea-b4aa-73b441d16380","email":"ada@example.com",)"
+               R"("at":"2024-02-29T09:30:00Z"})",
+               false},
+              // zod's pattern allows no "~" and no seconds; the formats need both.
+              {R"({"id":"2eb8aa08-aa98-41ea-b4aa-73b441d16380","email":"a~b@example.com",)"
+               R"("at":"2024-02-29T09:30:00Z"})",
+               false},
+              {R"({"id":"2eb8aa08-aa98-41ea-b4aa-73b441d16380","email":"ada@example.com",)"
+               R"("at":"2024-02-29T09:30Z"})",
+               false},
+              {R"({"id":"2eb8aa08-aa98-41ea-b4aa-73b441d16380","email":".ada@example.com",)"
+               R"("at":"2024-02-29T09:30:00Z"})",
+               false}});
+}
+
 TEST(ByteMatcherTest, EveryPrefixOfValidDocumentsCanBeCompletedAndValidates) {
   const std::vector<std::string> schemas = {
       R"({"type": "object", "properties": {"name": {"type": "string", "minLength": 3},
@@ -341,6 +479,10 @@ TEST(ByteMatcherTest, EveryPrefixOfValidDocumentsCanBeCompletedAndValidates) {
           "required": ["name", "tags"]})",
       R"({"anyOf": [{"type": "array", "prefixItems": [{"type": "integer"}], "minItems": 1},
           {"type": "string", "maxLength": 2}]})",
+      kPydanticFormats,
+      kZodFormats,
+      R"({"type": "string", "pattern": "^a*b$"})",
+      R"({"type": "array", "items": {"type": "string", "format": "ipv6"}, "minItems": 1})",
   };
   for (const std::string& schema : schemas) {
     absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(schema);
@@ -348,9 +490,9 @@ TEST(ByteMatcherTest, EveryPrefixOfValidDocumentsCanBeCompletedAndValidates) {
     const testing::OrderedJson s = testing::OrderedJson::parse(schema);
     ByteMatcher m(Compiled(*g));
     std::string prefix;
-    for (int step = 0; step < 12; ++step) {
+    for (int step = 0; step < 40; ++step) {
       std::string rest;
-      ASSERT_TRUE(testing::CompleteGreedily(m, &rest)) << schema;
+      ASSERT_TRUE(testing::Complete(m, &rest)) << schema << "\n" << prefix;
       const testing::OrderedJson v = testing::OrderedJson::parse(prefix + rest, nullptr, false);
       ASSERT_FALSE(v.is_discarded()) << prefix + rest;
       EXPECT_TRUE(testing::Validate(v, s, s)) << prefix + rest;
