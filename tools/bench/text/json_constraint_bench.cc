@@ -7,14 +7,18 @@
 // "Cold" computes the mask (a cache miss: a new constraint advanced to the state, the setup not
 // timed); "Warm" asks again in the same state (the constraint's cache); "InBuiltClass" computes
 // it in a new state of a string with a pattern whose token class an earlier mask built.
+// "ForcedToolCall" compiles a forced call's grammar over agent-like tools and takes its first
+// mask.
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "nlohmann/json.hpp"
 #include "services/infer/text/json_constraint.h"
 #include "services/infer/text/tokenizer.h"
+#include "services/infer/text/tool_call_grammar.h"
 
 namespace cairn::infer::text {
 namespace {
@@ -239,6 +243,56 @@ void BM_AllowedInBuiltClass(benchmark::State& state) {
 BENCHMARK(BM_AllowedInBuiltClass)
     ->DenseRange(0, sizeof(kClassStates) / sizeof(kClassStates[0]) - 1)
     ->Unit(benchmark::kMicrosecond);
+
+// `n` functions shaped like a coding agent's (an edit tool's parameters, each named apart).
+nlohmann::ordered_json AgentTools(int n) {
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  for (int i = 0; i < n; ++i) {
+    tools.push_back({{"type", "function"},
+                     {"function",
+                      {{"name", "edit_file_" + std::to_string(i)},
+                       {"description", "Replaces text in a file."},
+                       {"parameters", nlohmann::ordered_json::parse(R"({"type": "object",
+                           "properties": {"file_path": {"type": "string"},
+                           "old_string": {"type": "string"}, "new_string": {"type": "string"},
+                           "replace_all": {"type": "boolean", "default": false},
+                           "context_lines": {"type": "integer", "minimum": 0}},
+                           "required": ["file_path", "old_string", "new_string"],
+                           "additionalProperties": false})")}}}});
+  }
+  return tools;
+}
+
+// ForcedToolCallGrammar for tool_choice "required" over range(0) functions: what a forced
+// request pays before its first token (every function compiled alone, then together).
+void BM_ForcedToolCallGrammar(benchmark::State& state) {
+  const nlohmann::ordered_json tools = AgentTools(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = ForcedToolCallGrammar(tools, "");
+    if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+    benchmark::DoNotOptimize(*g);
+  }
+}
+BENCHMARK(BM_ForcedToolCallGrammar)->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// The first mask of a "required" call over range(0) functions (the name's choice), computed
+// afresh.
+void BM_ForcedToolCallFirstMask(benchmark::State& state) {
+  const Fixture* f = GetFixture();
+  if (f == nullptr) return state.SkipWithError("no Qwen3 tokenizer: run tools/fetch-test-data");
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+      ForcedToolCallGrammar(AgentTools(static_cast<int>(state.range(0))), "");
+  if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+  std::vector<uint64_t> mask(static_cast<size_t>(f->index->id_limit()) / 64 + 1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(*g, f->index.get(), {});
+    state.ResumeTiming();
+    absl::Status s = c->Allowed(absl::MakeSpan(mask));
+    if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+  }
+}
+BENCHMARK(BM_ForcedToolCallFirstMask)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 void BM_BuildIndex(benchmark::State& state) {
   const Fixture* f = GetFixture();
