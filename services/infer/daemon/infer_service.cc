@@ -118,6 +118,10 @@ class JsonTokenConstraint final : public TokenConstraint {
   std::vector<uint64_t> scratch_;
 };
 
+std::string DumpJson(const ordered_json& j) {
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
 // The request's tools for a grammar: as ToolsJson, each function marked "strict" where the
 // client asked (v1::Tool::strict; the template renders the tools without it).
 absl::StatusOr<ordered_json> ToolsForGrammar(const v1::ChatPrompt& chat) {
@@ -150,7 +154,8 @@ InferServiceImpl::InferServiceImpl(const ServedModel* model, Scheduler* schedule
       scheduler_(scheduler),
       pool_(pool),
       cache_connected_(std::move(cache_connected)),
-      options_(options) {}
+      options_(options),
+      grammars_(options.grammar_cache_entries, options.grammar_cache_key_bytes) {}
 
 absl::Status InferServiceImpl::NeedTokenizer() const {
   if (model_->tokenizer() != nullptr) return absl::OkStatus();
@@ -386,14 +391,17 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
           model_->tokenizer()->TokenToId(text::kToolCallOpen);
       if (choice == "none" || !trigger.has_value()) return nullptr;
       ASSIGN_OR_RETURN(std::shared_ptr<const text::JsonGrammar> call,
-                       text::StrictToolCallGrammar(tools));
+                       grammars_.GetOrCompile(absl::StrCat("auto\n", DumpJson(tools)),
+                                              [&] { return text::StrictToolCallGrammar(tools); }));
       if (call == nullptr) return nullptr;  // No strict function: calls are the model's.
       const text::TokenIndex* index = model_->token_index();
       return std::make_unique<JsonTokenConstraint>(
           text::TriggeredConstraint(std::move(call), index, *trigger), index->id_limit());
     }
+    const std::string function = choice == "required" ? "" : choice;
     absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call =
-        text::ForcedToolCallGrammar(tools, choice == "required" ? "" : choice);
+        grammars_.GetOrCompile(absl::StrCat("forced\n", function, "\n", DumpJson(tools)),
+                               [&] { return text::ForcedToolCallGrammar(tools, function); });
     if (!call.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("chat.tool_choice \"", choice, "\": ", call.status().message()));
@@ -411,8 +419,9 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
       grammar = text::JsonGrammar::AnyObject();
       break;
     case v1::ResponseFormat::kJsonSchema: {
-      absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> compiled =
-          text::JsonGrammar::FromSchema(format.json_schema());
+      absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> compiled = grammars_.GetOrCompile(
+          absl::StrCat("schema\n", format.json_schema()),
+          [&] { return text::JsonGrammar::FromSchema(format.json_schema()); });
       if (!compiled.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("response_format.json_schema: ", compiled.status().message()));

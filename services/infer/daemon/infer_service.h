@@ -14,6 +14,7 @@
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/token_constraint.h"
 #include "services/infer/text/chat_template.h"
+#include "services/infer/text/grammar_cache.h"
 #include "services/infer/text/output_parser.h"
 
 namespace cairn::infer {
@@ -26,6 +27,9 @@ struct InferServiceOptions {
   size_t max_stop_bytes = 256;
   size_t max_label_bytes = 256;  // request_id and conversation.
   size_t max_messages = 4096;    // Chat messages per request.
+  // Compiled grammars kept by schema or tools (text::GrammarCache): entries and key bytes.
+  size_t grammar_cache_entries = 64;
+  size_t grammar_cache_key_bytes = size_t{32} << 20;
 };
 
 // The gRPC adapter of cairn.infer.v1.InferService. Reactions never block: every call is
@@ -83,6 +87,8 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
   ThreadPool* const pool_;
   const std::function<bool()> cache_connected_;
   const InferServiceOptions options_;
+  // Structured outputs' and tool calls' grammars, by the schema or tools they came from.
+  mutable text::GrammarCache grammars_;
 };
 
 }  // namespace cairn::infer
