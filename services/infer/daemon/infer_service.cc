@@ -118,8 +118,23 @@ class JsonTokenConstraint final : public TokenConstraint {
   std::vector<uint64_t> scratch_;
 };
 
-std::string DumpJson(const ordered_json& j) {
-  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+// The request's tools as a grammar cache key: each one's strict flag and JSON as sent.
+std::string ToolsKey(const v1::ChatPrompt& chat) {
+  std::string key;
+  for (const v1::Tool& t : chat.tools()) {
+    absl::StrAppend(&key, t.strict() ? "s" : "-", t.json().size(), ":", t.json());
+  }
+  return key;
+}
+
+// Whether a function may be strict: Tool.strict, or a "strict" member in the JSON (a client of
+// the daemon's own API may put it there). No tool that says "strict" leaves "auto" calls free
+// without parsing the tools.
+bool MayHaveStrictTool(const v1::ChatPrompt& chat) {
+  for (const v1::Tool& t : chat.tools()) {
+    if (t.strict() || absl::StrContains(t.json(), "\"strict\"")) return true;
+  }
+  return false;
 }
 
 // The request's tools for a grammar: as ToolsJson, each function marked "strict" where the
@@ -384,15 +399,23 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
         text::ToolCallMarkupOf(*model_->chat_template()) != text::ToolCallMarkup::kJson) {
       return nullptr;  // XML calls are not constrained (services/infer/text/README.md).
     }
-    const std::string& choice = request.chat().tool_choice();
-    ASSIGN_OR_RETURN(ordered_json tools, ToolsForGrammar(request.chat()));
-    if (!ForcesToolCall(request.chat())) {
+    const v1::ChatPrompt& chat = request.chat();
+    const std::string& choice = chat.tool_choice();
+    // The tools are parsed only to compile a grammar the cache does not hold.
+    auto compile = [&chat](auto build) -> absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> {
+      ASSIGN_OR_RETURN(ordered_json tools, ToolsForGrammar(chat));
+      return build(tools);
+    };
+    if (!ForcesToolCall(chat)) {
       const std::optional<text::TokenId> trigger =
           model_->tokenizer()->TokenToId(text::kToolCallOpen);
-      if (choice == "none" || !trigger.has_value()) return nullptr;
+      if (choice == "none" || !trigger.has_value() || !MayHaveStrictTool(chat)) return nullptr;
       ASSIGN_OR_RETURN(std::shared_ptr<const text::JsonGrammar> call,
-                       grammars_.GetOrCompile(absl::StrCat("auto\n", DumpJson(tools)),
-                                              [&] { return text::StrictToolCallGrammar(tools); }));
+                       grammars_.GetOrCompile(absl::StrCat("auto\n", ToolsKey(chat)), [&] {
+                         return compile([](const ordered_json& tools) {
+                           return text::StrictToolCallGrammar(tools);
+                         });
+                       }));
       if (call == nullptr) return nullptr;  // No strict function: calls are the model's.
       const text::TokenIndex* index = model_->token_index();
       return std::make_unique<JsonTokenConstraint>(
@@ -400,8 +423,11 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
     }
     const std::string function = choice == "required" ? "" : choice;
     absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call =
-        grammars_.GetOrCompile(absl::StrCat("forced\n", function, "\n", DumpJson(tools)),
-                               [&] { return text::ForcedToolCallGrammar(tools, function); });
+        grammars_.GetOrCompile(absl::StrCat("forced\n", function, "\n", ToolsKey(chat)), [&] {
+          return compile([&function](const ordered_json& tools) {
+            return text::ForcedToolCallGrammar(tools, function);
+          });
+        });
     if (!call.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("chat.tool_choice \"", choice, "\": ", call.status().message()));
