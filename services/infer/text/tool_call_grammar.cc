@@ -28,7 +28,8 @@ struct Function {
   bool strict = false;
 };
 
-absl::StatusOr<std::vector<Function>> Functions(const Json& tools) {
+// The function tools of `tools` that have a name (others are skipped).
+std::vector<Function> Functions(const Json& tools) {
   std::vector<Function> out;
   if (!tools.is_array()) return out;
   for (const Json& t : tools) {
@@ -238,7 +239,7 @@ class TriggeredJsonConstraint final : public JsonConstraint {
 
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
     const nlohmann::ordered_json& tools, std::string_view function) {
-  ASSIGN_OR_RETURN(std::vector<Function> functions, Functions(tools));
+  const std::vector<Function> functions = Functions(tools);
   if (functions.empty()) {
     return absl::InvalidArgumentError("a forced tool call needs functions, and tools have none");
   }
@@ -274,7 +275,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
 
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
     const nlohmann::ordered_json& tools) {
-  ASSIGN_OR_RETURN(std::vector<Function> functions, Functions(tools));
+  const std::vector<Function> functions = Functions(tools);
   std::vector<bool> schema = Expressible(functions);
   bool any_strict = false;
   for (size_t i = 0; i < functions.size(); ++i) {
