@@ -384,7 +384,7 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
              !(ForcesToolCall(request.chat()) && p.ignore_eos())) {
     // Tool calls are held to calls of defined functions whose arguments their parameters
     // accept: a forced one, and under "auto" those the model opens when a function is strict
-    // (templates that write calls as JSON; MakeConstraint).
+    // (in the template's markup, JSON or XML; MakeConstraint).
     ASSIGN_OR_RETURN(out.constraint, MakeConstraint(request, out.stop_ids));
   }
   return out;
@@ -395,10 +395,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
   RETURN_IF_ERROR(NeedTokenizer());
   std::shared_ptr<const text::JsonGrammar> grammar;
   if (!HasResponseFormat(request)) {
-    if (!request.has_chat() || model_->chat_template() == nullptr ||
-        text::ToolCallMarkupOf(*model_->chat_template()) != text::ToolCallMarkup::kJson) {
-      return nullptr;  // XML calls are not constrained (services/infer/text/README.md).
-    }
+    if (!request.has_chat() || model_->chat_template() == nullptr) return nullptr;
+    const text::ToolCallMarkup markup = text::ToolCallMarkupOf(*model_->chat_template());
     const v1::ChatPrompt& chat = request.chat();
     const std::string& choice = chat.tool_choice();
     // The tools are parsed only to compile a grammar the cache does not hold.
@@ -412,8 +410,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
       if (choice == "none" || !trigger.has_value() || !MayHaveStrictTool(chat)) return nullptr;
       ASSIGN_OR_RETURN(std::shared_ptr<const text::JsonGrammar> call,
                        grammars_.GetOrCompile(absl::StrCat("auto\n", ToolsKey(chat)), [&] {
-                         return compile([](const ordered_json& tools) {
-                           return text::StrictToolCallGrammar(tools);
+                         return compile([markup](const ordered_json& tools) {
+                           return text::StrictToolCallGrammar(tools, markup);
                          });
                        }));
       if (call == nullptr) return nullptr;  // No strict function: calls are the model's.
@@ -424,8 +422,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
     const std::string function = choice == "required" ? "" : choice;
     absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call =
         grammars_.GetOrCompile(absl::StrCat("forced\n", function, "\n", ToolsKey(chat)), [&] {
-          return compile([&function](const ordered_json& tools) {
-            return text::ForcedToolCallGrammar(tools, function);
+          return compile([&function, markup](const ordered_json& tools) {
+            return text::ForcedToolCallGrammar(tools, function, markup);
           });
         });
     if (!call.ok()) {

@@ -117,7 +117,11 @@ class TrieJsonConstraint : public JsonConstraint {
     if (!s.empty()) {
       const json::Frame& top = s.back();
       const json::Node& node = grammar_->node(top.node);
-      if (node.kind == json::NodeKind::kString && top.phase != 0) {
+      if (node.kind == json::NodeKind::kString && node.raw) {
+        if (node.pattern < 0 && node.min_length == 0 && node.max_length < 0) {
+          return RawMask(s, node, words);
+        }
+      } else if (node.kind == json::NodeKind::kString && top.phase != 0) {
         return StringMask(s, node, words);
       }
     }
@@ -144,6 +148,21 @@ class TrieJsonConstraint : public JsonConstraint {
         if (c.inside_chars[i] <= room) SetBit(words, c.inside_ids[i]);
       }
     }
+    for (TokenId id : c.leaving_ids) {
+      json::ByteMatcher m(grammar_, s);
+      if (m.AdvanceAll(index_->bytes(id))) SetBit(words, id);
+    }
+  }
+
+  // Inside raw text without lengths or a pattern (a tool call's XML parameter, a file's text
+  // in it perhaps): the tokens that stay in it come from the index's class of its phase and
+  // forbidden-text progress; those that may leave it are run through the matcher. (With lengths
+  // or a pattern the walk below does it all: such values are short.)
+  void RawMask(const json::Stack& s, const json::Node& node, std::vector<uint64_t>& words) {
+    const json::Frame& top = s.back();
+    const RawTokenClass& c = index_->RawClass(static_cast<json::StrPhase>(top.phase - 1),
+                                              top.progress, node.raw_forbid, node.raw_exit);
+    for (size_t i = 0; i < words.size(); ++i) words[i] |= c.inside_mask[i];
     for (TokenId id : c.leaving_ids) {
       json::ByteMatcher m(grammar_, s);
       if (m.AdvanceAll(index_->bytes(id))) SetBit(words, id);

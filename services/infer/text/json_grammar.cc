@@ -48,6 +48,29 @@ absl::Status CheckNoEmptyCycles(const std::vector<Node>& nodes) {
   return absl::OkStatus();
 }
 
+// Checks the fields of raw strings and markup objects (json_grammar.h) that the matcher relies
+// on: texts within their bounds, no trie or members they never have.
+absl::Status CheckMarkup(const std::vector<Node>& nodes, const std::vector<TrieNode>& tries) {
+  auto bounded = [](const std::string& text, int limit) {
+    return !text.empty() && text.size() <= static_cast<size_t>(limit);
+  };
+  for (const Node& node : nodes) {
+    if (node.kind == NodeKind::kString && node.raw &&
+        (!bounded(node.raw_forbid, kMaxRawForbid) || node.exclude_trie >= 0)) {
+      return absl::InvalidArgumentError("a raw string needs a forbidden text and no exclusions");
+    }
+    if (node.kind == NodeKind::kObject && node.markup &&
+        (!bounded(node.member_end, kMaxMarkupText) || !bounded(node.close, kMaxMarkupText) ||
+         node.additional >= 0 || node.key_trie < 0 ||
+         static_cast<size_t>(node.key_trie) >= tries.size() ||
+         node.next_required.size() != node.props.size() + 1)) {
+      return absl::InvalidArgumentError(
+          "a markup object needs its texts and key trie, and no additional members");
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool PatternStartViable(const PatternAutomaton& p, const Node& node) {
   return p.start() >= 0 && p.Viable(p.start(), 0, node.min_length, node.max_length);
 }
@@ -150,6 +173,7 @@ std::string Blame(const std::vector<Node>& nodes, int32_t n) {
 
 absl::Status AnalyzeGrammar(std::vector<Node>& nodes, const std::vector<TrieNode>& tries,
                             const std::vector<PatternAutomaton>& patterns, int32_t root) {
+  RETURN_IF_ERROR(CheckMarkup(nodes, tries));
   RETURN_IF_ERROR(CheckNoEmptyCycles(nodes));
   ComputeMinDepths(nodes, tries, patterns);
   if (nodes[static_cast<size_t>(root)].min_depth > kMaxValueNesting) {
@@ -189,6 +213,17 @@ int32_t AddTrie(std::vector<TrieNode>& tries, const std::vector<std::string>& li
   return root;
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Extended(
+    const CompiledGrammar& inner, Extension extend) {
+  std::vector<Node> nodes = inner.nodes_;
+  std::vector<TrieNode> tries = inner.tries_;
+  RETURN_IF_ERROR(extend(nodes, tries));
+  for (Node& node : nodes) node.min_depth = kUnreachable;
+  RETURN_IF_ERROR(AnalyzeGrammar(nodes, tries, inner.patterns_, inner.root_));
+  return std::make_shared<const CompiledGrammar>(std::move(nodes), std::move(tries),
+                                                 inner.patterns_, inner.root_);
+}
+
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Framed(
     const CompiledGrammar& inner, std::vector<SeqItem> items, std::string again) {
   using Kind = SeqItem::Kind;
@@ -196,8 +231,9 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Framed(
       items.back().kind != Kind::kText) {
     return absl::InvalidArgumentError("a framed grammar's items must end in text");
   }
-  const int32_t n = static_cast<int32_t>(inner.nodes_.size());
+  std::vector<Node> nodes = inner.nodes_;
   std::vector<TrieNode> tries = inner.tries_;
+  const int32_t n = static_cast<int32_t>(nodes.size());
   for (size_t i = 0; i < items.size(); ++i) {
     SeqItem& item = items[i];
     switch (item.kind) {
@@ -230,7 +266,6 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompiledGrammar::Framed(
       }
     }
   }
-  std::vector<Node> nodes = inner.nodes_;
   Node seq;
   seq.kind = NodeKind::kSeq;
   seq.seq = std::move(items);

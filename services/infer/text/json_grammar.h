@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "services/infer/text/json_constraint.h"
@@ -90,7 +91,9 @@ struct SeqItem {
   }
 };
 
-inline constexpr int kMaxSeqItems = 64;  // Items of one kSeq node (its frame's phase is a byte).
+inline constexpr int kMaxSeqItems = 64;    // Items of one kSeq node (its frame's phase is a byte).
+inline constexpr int kMaxRawForbid = 64;   // Bytes of Node::raw_forbid (a frame's progress byte).
+inline constexpr int kMaxMarkupText = 64;  // Bytes of Node::member_end and close (likewise).
 
 struct Property {
   std::string name;
@@ -112,6 +115,15 @@ struct Node {
   int32_t max_length = -1;
   int32_t exclude_trie = -1;
   int32_t pattern = -1;
+  // kString with `raw`: not a JSON string but text written as it is (a tool call's XML
+  // parameter): no quotes and no escapes, any code point but the C0 controls other than tab,
+  // newline and carriage return, never containing `raw_forbid` (a text of at most
+  // kMaxRawForbid bytes, not empty). Its end is not in it: between characters it may end
+  // where the next byte is `raw_exit` (its parent's text goes on from that byte), so its
+  // parent reads a text starting with raw_exit after it. Never with exclude_trie.
+  bool raw = false;
+  std::string raw_forbid;
+  char raw_exit = '\n';
   // kNumber: no fraction or exponent when `integer`; no '-' when `no_minus`, no value 0 when
   // `no_zero` (with no_minus: integers from 1); at most `max_digits` before the point.
   bool integer = false;
@@ -129,6 +141,13 @@ struct Node {
   int32_t extra_key = -1;
   int32_t key_trie = -1;
   std::vector<int32_t> next_required;
+  // kObject with `markup`: not a JSON object but a tool call's XML parameters: no '{', each
+  // member its key trie's text (the key's markup included, e.g. `<parameter=NAME>\n`) directly
+  // followed by its value and `member_end`, no separators or whitespace, the object ending with
+  // `close` (both not empty). Never with additional members.
+  bool markup = false;
+  std::string member_end;
+  std::string close;
   // kArray: `prefix` items first, then items of node `items` (-1: none); between min_items and
   // max_items (-1: unbounded) in all. Counts saturate at `count_cap`.
   std::vector<int32_t> prefix;
@@ -174,12 +193,20 @@ class CompiledGrammar : public JsonGrammar {
   static absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Framed(const CompiledGrammar& inner,
                                                                        std::vector<SeqItem> items,
                                                                        std::string again = "");
+  // `inner` with the nodes and tries that `extend` appends to copies of its own (new nodes are
+  // numbered from inner.node_count(), tries from inner.trie_count()), the root unchanged: for
+  // nodes that a schema does not compile into (raw strings, markup objects) for Framed to name.
+  // Errors: `extend`'s, and AnalyzeGrammar's.
+  using Extension = absl::FunctionRef<absl::Status(std::vector<Node>&, std::vector<TrieNode>&)>;
+  static absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Extended(
+      const CompiledGrammar& inner, Extension extend);
 
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   const TrieNode& trie(int32_t i) const { return tries_[static_cast<size_t>(i)]; }
   const PatternAutomaton& pattern(int32_t i) const { return patterns_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
   size_t node_count() const { return nodes_.size(); }
+  size_t trie_count() const { return tries_.size(); }
 
   // Returns the child of trie node `t` on `byte`, or -1.
   int32_t TrieChild(int32_t t, uint8_t byte) const {

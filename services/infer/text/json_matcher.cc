@@ -33,6 +33,7 @@ enum ObjPhase : uint8_t {
   kObjInValue,   // The value is the child frame.
   kObjAfter,     // After a value.
   kObjComma,     // After ','.
+  kObjClose,     // In a markup object's close text.
 };
 
 enum ArrPhase : uint8_t {
@@ -61,7 +62,7 @@ class Stepper {
   void Step(const Stack& s, uint8_t b) {
     if (s.empty()) return;  // A complete top-level value: nothing may follow.
     Consume(s, b);
-    if (AutoCompletes(s.back())) {
+    if (AutoCompletes(s.back(), b)) {
       Stack parent = s;
       parent.pop_back();
       ChildDone(parent);
@@ -92,13 +93,22 @@ class Stepper {
     f.node = node;
     if (n.kind == NodeKind::kLiteral) f.aux = n.trie;
     if (n.kind == NodeKind::kSeq) EnterItem(f, n, 0);
+    if (n.kind == NodeKind::kString && n.raw) {  // No opening quote.
+      f.phase = static_cast<uint8_t>(StrPhase::kBody) + 1;
+      f.aux = StringStartAux(g_, n);
+    }
+    if (n.kind == NodeKind::kObject && n.markup) f.phase = kObjFirst;  // No '{'.
     out->push_back(s);
     out->back().push_back(f);
   }
 
-  // Whether the frame holds a complete value that the next byte may end (numbers, literals).
-  bool AutoCompletes(const Frame& f) const {
+  // Whether the frame holds a complete value that the next byte `b` may end (numbers,
+  // literals, raw strings where `b` is their exit byte).
+  bool AutoCompletes(const Frame& f, uint8_t b) const {
     const Node& n = g_.node(f.node);
+    if (n.kind == NodeKind::kString) {
+      return n.raw && static_cast<uint8_t>(n.raw_exit) == b && RawComplete(g_, n, f);
+    }
     if (n.kind == NodeKind::kNumber) {
       return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac || f.phase == kNumExp;
     }
@@ -125,7 +135,10 @@ class Stepper {
     const Node& n = g_.node(f.node);
     f.blanks = f.newlines = 0;
     if (n.kind == NodeKind::kObject) {
-      if (f.phase == kObjInValue) f.phase = kObjAfter;
+      if (f.phase == kObjInValue) {
+        f.phase = kObjAfter;
+        if (n.markup) f.progress = 0;  // Then member_end.
+      }
       if (f.phase == kObjExtraKey) {
         f.phase = kObjColon;
         f.aux = -1;
@@ -155,11 +168,12 @@ class Stepper {
     Emit(std::move(s));
   }
 
-  // Pushes a value of `node` and feeds it `b` (the parent frame is already updated).
+  // Pushes a value of `node` and feeds it `b` (the parent frame is already updated). Stepped,
+  // not only consumed: an empty raw string ends before `b` (no JSON value is empty).
   void StartValue(const Stack& s, int32_t node, uint8_t b) {
     Out fresh;
     Expand(s, node, &fresh);
-    for (const Stack& f : fresh) Consume(f, b);
+    for (const Stack& f : fresh) Step(f, b);
   }
 
   enum class Ws { kNot, kTaken, kRefused };
@@ -257,6 +271,10 @@ class Stepper {
 
   void ConsumeString(const Stack& s, const Node& n, uint8_t b) {
     Frame f = s.back();
+    if (n.raw) {
+      if (RawContentStep(g_, n, f, b) == StrStep::kStay) EmitTop(s, f);
+      return;
+    }
     if (f.phase == 0) {
       if (b != '"') return;
       f.phase = static_cast<uint8_t>(StrPhase::kBody) + 1;
@@ -365,26 +383,76 @@ class Stepper {
     }
   }
 
+  // Feeds `b` to the key-trie walk of object frame `f` (in kObjKey); at a key's end the frame
+  // goes to `after` with the property chosen.
+  void KeyByte(const Stack& s, const Node& n, Frame f, uint8_t b, ObjPhase after) {
+    const int32_t t = g_.TrieChild(f.aux, b);
+    if (t < 0 || !KeyFits(n, f, t, s.size())) return;
+    const int32_t j = g_.trie(t).terminal;
+    if (j >= 0) {
+      f.phase = after;
+      f.aux = j;
+      f.count = j + 1;
+    } else {
+      f.aux = t;
+    }
+    EmitTop(s, f);
+  }
+
+  // A markup object (Node::markup): kObjFirst between members (a key's text or `close` next),
+  // kObjKey in a key's text, kObjValue before the value (no whitespace), kObjInValue, kObjAfter
+  // in `member_end`, kObjClose in `close` (progress: its bytes read).
+  void ConsumeMarkupObject(const Stack& s, const Node& n, uint8_t b) {
+    Frame f = s.back();
+    switch (f.phase) {
+      case kObjFirst: {
+        const int32_t t = g_.TrieChild(n.key_trie, b);
+        if (t >= 0 && KeyFits(n, f, t, s.size())) {
+          Frame key = f;
+          key.phase = kObjKey;
+          key.aux = t;
+          EmitTop(s, key);
+        }
+        if (CanClose(n, f) && static_cast<uint8_t>(n.close[0]) == b) {
+          if (n.close.size() == 1) return Pop(s);
+          f.phase = kObjClose;
+          f.progress = 1;
+          EmitTop(s, f);
+        }
+        return;
+      }
+      case kObjKey:
+        return KeyByte(s, n, f, b, kObjValue);
+      case kObjValue: {
+        f.phase = kObjInValue;
+        Stack next = s;
+        next.back() = f;
+        return StartValue(next, n.props[static_cast<size_t>(f.aux)].value, b);
+      }
+      case kObjAfter:
+      case kObjClose: {
+        const std::string& text = f.phase == kObjAfter ? n.member_end : n.close;
+        if (static_cast<uint8_t>(text[f.progress]) != b) return;
+        if (static_cast<size_t>(++f.progress) < text.size()) return EmitTop(s, f);
+        if (f.phase == kObjClose) return Pop(s);
+        f.phase = kObjFirst;
+        f.progress = 0;
+        return EmitTop(s, f);
+      }
+      default:
+        return;
+    }
+  }
+
   void ConsumeObject(const Stack& s, const Node& n, uint8_t b) {
+    if (n.markup) return ConsumeMarkupObject(s, n, b);
     Frame f = s.back();
     if (f.phase == kObjOpen) {
       if (b != '{') return;
       f.phase = kObjFirst;
       return EmitTop(s, f);
     }
-    if (f.phase == kObjKey) {
-      const int32_t t = g_.TrieChild(f.aux, b);
-      if (t < 0 || !KeyFits(n, f, t, s.size())) return;
-      const int32_t j = g_.trie(t).terminal;
-      if (j >= 0) {
-        f.phase = kObjColon;
-        f.aux = j;
-        f.count = j + 1;
-      } else {
-        f.aux = t;
-      }
-      return EmitTop(s, f);
-    }
+    if (f.phase == kObjKey) return KeyByte(s, n, f, b, kObjColon);
     if (f.phase == kObjExtraKey || f.phase == kObjInValue) return;
     const Ws ws = Whitespace(f, b);
     if (ws == Ws::kTaken) return EmitTop(s, f);
@@ -588,6 +656,45 @@ StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes, uint32_t parti
       return reject;
   }
   return reject;
+}
+
+namespace {
+
+// The forbidden text's bytes matched after `b` follows `progress` of them: the longest prefix
+// of `forbid` that ends the text (a prefix search, as the texts are at most kMaxRawForbid).
+uint8_t NextForbidProgress(std::string_view forbid, uint8_t progress, uint8_t b) {
+  if (static_cast<uint8_t>(forbid[progress]) == b) return static_cast<uint8_t>(progress + 1);
+  for (size_t k = progress; k > 0; --k) {
+    // Prefix k: forbid[0 .. k-2] ends the text before b (its last k-1 bytes), forbid[k-1] is b.
+    if (static_cast<uint8_t>(forbid[k - 1]) == b &&
+        forbid.substr(0, k - 1) == forbid.substr(progress - (k - 1), k - 1)) {
+      return static_cast<uint8_t>(k);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, std::string_view forbid,
+                uint8_t* progress) {
+  StrStep st;
+  if (phase == StrPhase::kBody && b < 0x80) {
+    if (b < 0x20 && b != '\t' && b != '\n' && b != '\r') return st;
+    st.result = StrStep::kStay;
+    st.next = StrPhase::kBody;
+    st.char_start = st.char_end = true;
+    st.value = b;
+  } else {
+    // A UTF-8 lead or continuation byte: as in a JSON string (none of them is a quote,
+    // backslash or control character).
+    st = StringStep(phase, b, false, partial);
+    if (st.result != StrStep::kStay) return StrStep{};
+  }
+  const uint8_t next = NextForbidProgress(forbid, *progress, b);
+  if (next >= forbid.size()) return StrStep{};
+  *progress = next;
+  return st;
 }
 
 namespace {

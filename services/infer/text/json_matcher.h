@@ -55,13 +55,22 @@ struct StrStep {
 // code point). With `!allow_escapes` a backslash is refused.
 StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes = true, uint32_t partial = 0);
 
+// Returns what byte `b` does to raw text (Node::raw) in `phase` (kBody or a UTF-8 continuation
+// phase; `partial` as for StringStep) that ends in the first `*progress` bytes of `forbid`:
+// kStay, with `*progress` advanced, or kReject (a control character, malformed UTF-8, or
+// `forbid` completed). Never kClose: raw text ends where its parent reads on.
+StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, std::string_view forbid,
+                uint8_t* progress);
+
 // One level of a matcher stack: a value of grammar node `node` being read.
 struct Frame {
   int32_t node = 0;
   uint8_t phase = 0;   // Per node kind (json_matcher.cc); StrPhase + 1 for strings (0: before '"').
   uint8_t blanks = 0;  // Spaces and tabs in the current run of whitespace.
   uint8_t newlines = 0;  // Newlines in it.
-  uint8_t pad = 0;
+  // A raw string's bytes of its forbidden text matched at its end (Node::raw_forbid); a markup
+  // object's bytes read of its member_end or close text.
+  uint8_t progress = 0;
   int32_t count = 0;  // String code points, array items, object's next property index, digits.
   // Trie node, chosen property, exclusion-trie node (-1: left the trie), or in a string with a
   // pattern its automaton state and the bits of the code point being read (PatternAux).
@@ -71,7 +80,8 @@ struct Frame {
   friend auto operator<=>(const Frame&, const Frame&) = default;
   template <typename H>
   friend H AbslHashValue(H h, const Frame& f) {
-    return H::combine(std::move(h), f.node, f.phase, f.blanks, f.newlines, f.count, f.aux);
+    return H::combine(std::move(h), f.node, f.phase, f.blanks, f.newlines, f.progress, f.count,
+                      f.aux);
   }
 };
 
@@ -95,6 +105,30 @@ int32_t StringStartAux(const CompiledGrammar& g, const Node& n);
 bool PatternViable(const CompiledGrammar& g, const Node& n, int32_t aux, StrPhase phase,
                    int32_t count);
 
+// Counts the character step `st` begins, where node `n` has lengths; false past max_length.
+inline bool CountStep(const Node& n, const StrStep& st, int32_t* count) {
+  if (st.char_start && (n.min_length > 0 || n.max_length >= 0)) {
+    if (n.max_length >= 0 && *count >= n.max_length) return false;
+    ++*count;
+  }
+  return true;
+}
+
+// The aux after step `st` of a string of node `n` (which has a pattern) whose aux was `aux`,
+// `count` code points begun: false where no completion is left. Every state reached must still
+// be completable: a code point only to a state from which the lengths can be met, a part of
+// one only where some completion of it leads to one.
+inline bool PatternStep(const CompiledGrammar& g, const Node& n, int32_t aux, const StrStep& st,
+                        int32_t count, int32_t* next) {
+  int32_t state = PatternStateOf(aux);
+  if (st.char_end) {
+    state = g.pattern(n.pattern).Next(state, st.value);
+    if (state < 0) return false;
+  }
+  *next = PatternAux(state, st.char_end ? 0 : st.value);
+  return PatternViable(g, n, *next, st.next, count);
+}
+
 // Feeds byte `b` to the content of string node `n` (of grammar `g`) whose frame `f` is past
 // its opening quote. Returns kReject, kStay (with `f` advanced) or kClose (`b` is the closing
 // quote and the content is complete; `f` unchanged). The one definition of a string's content,
@@ -107,10 +141,7 @@ inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n
                                 patterned ? PatternPartialOf(f.aux) : 0);
   if (st.result == StrStep::kReject) return StrStep::kReject;
   int32_t count = f.count;
-  if (st.char_start && (n.min_length > 0 || n.max_length >= 0)) {
-    if (n.max_length >= 0 && count >= n.max_length) return StrStep::kReject;
-    ++count;
-  }
+  if (!CountStep(n, st, &count)) return StrStep::kReject;
   if (st.result == StrStep::kClose) {
     if (count < n.min_length) return StrStep::kReject;
     if (n.exclude_trie >= 0 && f.aux >= 0 && g.trie(f.aux).terminal >= 0) return StrStep::kReject;
@@ -120,15 +151,8 @@ inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n
     return StrStep::kClose;
   }
   if (patterned) {
-    // Every state reached must still be completable: a code point only to a state from which
-    // the lengths can be met, a part of one only where some completion of it leads to one.
-    int32_t state = PatternStateOf(f.aux);
-    if (st.char_end) {
-      state = g.pattern(n.pattern).Next(state, st.value);
-      if (state < 0) return StrStep::kReject;
-    }
-    const int32_t aux = PatternAux(state, st.char_end ? 0 : st.value);
-    if (!PatternViable(g, n, aux, st.next, count)) return StrStep::kReject;
+    int32_t aux = 0;
+    if (!PatternStep(g, n, f.aux, st, count, &aux)) return StrStep::kReject;
     f.aux = aux;
   } else if (n.exclude_trie >= 0 && f.aux >= 0) {
     f.aux = g.TrieChild(f.aux, b);
@@ -136,6 +160,32 @@ inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n
   f.count = count;
   f.phase = static_cast<uint8_t>(st.next) + 1;
   return StrStep::kStay;
+}
+
+// Feeds byte `b` to raw string node `n` (Node::raw) whose frame `f` is inside it; returns kStay
+// with `f` advanced, or kReject. RawStep plus lengths and pattern, as StringContentStep.
+inline StrStep::Result RawContentStep(const CompiledGrammar& g, const Node& n, Frame& f,
+                                      uint8_t b) {
+  const bool patterned = n.pattern >= 0;
+  uint8_t progress = f.progress;
+  const StrStep st = RawStep(static_cast<StrPhase>(f.phase - 1), b,
+                             patterned ? PatternPartialOf(f.aux) : 0, n.raw_forbid, &progress);
+  if (st.result == StrStep::kReject) return StrStep::kReject;
+  int32_t count = f.count;
+  if (!CountStep(n, st, &count)) return StrStep::kReject;
+  int32_t aux = f.aux;
+  if (patterned && !PatternStep(g, n, f.aux, st, count, &aux)) return StrStep::kReject;
+  f.aux = aux;
+  f.count = count;
+  f.progress = progress;
+  f.phase = static_cast<uint8_t>(st.next) + 1;
+  return StrStep::kStay;
+}
+
+// Whether a raw string's frame `f` of node `n` holds complete text (its parent may read on).
+inline bool RawComplete(const CompiledGrammar& g, const Node& n, const Frame& f) {
+  return f.phase == static_cast<uint8_t>(StrPhase::kBody) + 1 && f.count >= n.min_length &&
+         (n.pattern < 0 || g.pattern(n.pattern).accepting(PatternStateOf(f.aux)));
 }
 
 // A position in a CompiledGrammar: the set of stacks (alternatives still open) that the bytes

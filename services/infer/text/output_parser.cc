@@ -1,7 +1,9 @@
 #include "services/infer/text/output_parser.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "services/infer/text/jinja_value.h"
@@ -26,9 +28,9 @@ std::string DumpArguments(const json& args) {
   return s.ok() ? *s : args.dump();
 }
 
-// Returns the schema type of parameter `param` of tool `name` in OpenAI `tools`, or "".
-std::string ParamType(const json& tools, const std::string& name, const std::string& param) {
-  if (!tools.is_array()) return "";
+// Returns the schema of parameter `param` of tool `name` in OpenAI `tools`, or null.
+const json* ParamSchema(const json& tools, const std::string& name, const std::string& param) {
+  if (!tools.is_array()) return nullptr;
   for (const json& t : tools) {
     // Any shape may come from a client: every lookup checks the type it reads (a tool whose
     // name is not a string is skipped, never compared).
@@ -37,15 +39,46 @@ std::string ParamType(const json& tools, const std::string& name, const std::str
     const auto n = fn->find("name");
     if (n == fn->end() || !n->is_string() || n->get_ref<const std::string&>() != name) continue;
     const auto params = fn->find("parameters");
-    if (params == fn->end() || !params->is_object()) return "";
+    if (params == fn->end() || !params->is_object()) return nullptr;
     const auto props = params->find("properties");
-    if (props == params->end() || !props->is_object()) return "";
+    if (props == params->end() || !props->is_object()) return nullptr;
     const auto prop = props->find(param);
-    if (prop == props->end() || !prop->is_object()) return "";
-    const auto type = prop->find("type");
-    return type != prop->end() && type->is_string() ? type->get<std::string>() : "";
+    return prop == props->end() ? nullptr : &*prop;
   }
-  return "";
+  return nullptr;
+}
+
+// Adds the type names `schema` gives ("type", a name or a list) to `types`; with `branches`,
+// those of its anyOf and oneOf members too (one level). Returns false where a place that
+// decides the type names none (a member without "type", a "type" that is not names).
+bool CollectTypes(const json& schema, bool branches, std::vector<std::string>* types) {
+  if (!schema.is_object()) return false;
+  bool named = false;
+  if (const auto type = schema.find("type"); type != schema.end()) {
+    if (type->is_string()) {
+      types->push_back(type->get<std::string>());
+      named = true;
+    } else if (type->is_array()) {
+      for (const json& t : *type) {
+        if (!t.is_string()) return false;
+        types->push_back(t.get<std::string>());
+      }
+      named = !type->empty();
+    } else {
+      return false;
+    }
+  }
+  if (!branches) return named;
+  for (const char* key : {"anyOf", "oneOf"}) {
+    const auto members = schema.find(key);
+    if (members == schema.end()) continue;
+    if (!members->is_array() || members->empty()) return false;
+    for (const json& m : *members) {
+      if (!CollectTypes(m, false, types)) return false;
+    }
+    named = true;
+  }
+  return named;
 }
 
 // Parses {"name": ..., "arguments": {...} | "json string"} into `call`; false if malformed.
@@ -107,9 +140,9 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
     const size_t close = rest.find(kParamClose, key_end);
     if (key.empty() || close == std::string_view::npos) return false;
     const std::string_view raw = StripOneNewline(rest.substr(key_end + 1, close - key_end - 1));
-    const std::string type = ParamType(tools, call->name, key);
+    const json* schema = ParamSchema(tools, call->name, key);
     json value = std::string(raw);
-    if (!type.empty() && type != "string") {
+    if (schema != nullptr && !XmlParamIsString(*schema)) {
       json parsed = json::parse(raw, nullptr, false);
       if (!parsed.is_discarded()) value = std::move(parsed);
     }
@@ -121,6 +154,12 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
 }
 
 }  // namespace
+
+bool XmlParamIsString(const nlohmann::ordered_json& param) {
+  std::vector<std::string> types;
+  if (!CollectTypes(param, true, &types)) return true;
+  return std::find(types.begin(), types.end(), "string") != types.end();
+}
 
 void ParsedOutput::Append(ParsedOutput other) {
   reasoning_content += other.reasoning_content;

@@ -28,8 +28,9 @@ struct OutputParserOptions {
   std::string think_close = "</think>";
   std::string tool_open = "<tool_call>";
   std::string tool_close = "</tool_call>";
-  // OpenAI tool definitions of the request (or null). XML parameter values whose schema type is
-  // not "string" are parsed as JSON; without a schema they stay strings.
+  // OpenAI tool definitions of the request (or null). XML parameter values whose schema is not
+  // read as a string (XmlParamIsString) are parsed as JSON (kept as strings where they do not
+  // parse); without a schema they stay strings.
   nlohmann::ordered_json tools = nullptr;
   // Tool call ids are this prefix followed by the call's index in the response.
   std::string tool_call_id_prefix = "call_";
@@ -38,6 +39,12 @@ struct OutputParserOptions {
   // yields returned with the first Push or Finish.
   std::string prompt_tail;
 };
+
+// Whether the XML form's value of a parameter whose schema is `param` is its text as it is (a
+// string) rather than JSON: where the types the schema names ("type", a name or a list, and
+// those of its anyOf/oneOf members, one level down) include "string", or where they are not all
+// named (no "type", a $ref). The grammar of forced XML calls (tool_call_grammar.h) follows it.
+bool XmlParamIsString(const nlohmann::ordered_json& param);
 
 // An OpenAI tool call: {"id", "type": "function", "function": {"name", "arguments"}}.
 struct ToolCall {

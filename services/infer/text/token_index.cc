@@ -91,6 +91,47 @@ const StringTokenClass& TrieTokenIndex::StringClass(json::StrPhase phase,
   return *slot;
 }
 
+const RawTokenClass& TrieTokenIndex::RawClass(json::StrPhase phase, uint8_t progress,
+                                              std::string_view forbid, char exit) const {
+  std::string key(forbid);
+  key.push_back('\0');
+  key.push_back(exit);
+  key.push_back(static_cast<char>(phase));
+  key.push_back(static_cast<char>(progress));
+  MutexLock lock(&mu_);
+  std::unique_ptr<RawTokenClass>& slot = raw_classes_[key];
+  if (slot != nullptr) return *slot;
+  // Built under the lock, as the string classes are: the first request to need one waits for it.
+  auto c = std::make_unique<RawTokenClass>();
+  c->inside_mask.assign(mask_words(), 0);
+  for (TokenId id = 0; id < id_limit_; ++id) {
+    const std::string_view b = bytes(id);
+    if (b.empty()) continue;
+    json::StrPhase p = phase;
+    uint8_t at = progress;
+    bool inside = true;
+    bool leaving = false;
+    for (char ch : b) {
+      const uint8_t byte = static_cast<uint8_t>(ch);
+      leaving |= p == json::StrPhase::kBody && byte == static_cast<uint8_t>(exit);
+      const json::StrStep st = json::RawStep(p, byte, 0, forbid, &at);
+      if (st.result == json::StrStep::kReject) {
+        inside = false;
+        break;
+      }
+      p = st.next;
+    }
+    if (inside) {
+      c->inside_mask[static_cast<size_t>(id) / 64] |= uint64_t{1}
+                                                      << (static_cast<uint32_t>(id) % 64);
+    } else if (leaving) {
+      c->leaving_ids.push_back(id);
+    }
+  }
+  slot = std::move(c);
+  return *slot;
+}
+
 std::unique_ptr<StringTokenClass> TrieTokenIndex::BuildStringClass(json::StrPhase phase,
                                                                    bool allow_escapes) const {
   auto c = std::make_unique<StringTokenClass>();

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
 #include "common/concurrency/mutex.h"
 #include "services/infer/text/json_constraint.h"
@@ -25,6 +27,16 @@ struct StringTokenClass {
   std::vector<uint64_t> inside_mask;  // Bit per id, as TokenConstraint::Allowed lays it out.
   std::vector<TokenId> inside_ids;
   std::vector<uint16_t> inside_chars;  // Characters started, per inside_ids entry (saturated).
+  std::vector<TokenId> leaving_ids;
+};
+
+// The ids whose bytes, fed to raw text (json::Node::raw without lengths or pattern) from one
+// UTF-8 phase and forbidden-text progress, stay in it (`inside_mask`), and those that may leave
+// it: a prefix of them stays in it, at a character boundary, and the next byte is the text's
+// exit byte (`leaving_ids`: whether the rest fits depends on what surrounds the text). Every
+// other id is refused there.
+struct RawTokenClass {
+  std::vector<uint64_t> inside_mask;  // Bit per id, as TokenConstraint::Allowed lays it out.
   std::vector<TokenId> leaving_ids;
 };
 
@@ -84,6 +96,12 @@ class TrieTokenIndex : public TokenIndex {
   // The class of `phase`. The reference lives as long as this index.
   const StringTokenClass& StringClass(json::StrPhase phase, bool allow_escapes) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The raw-text class of `phase` and `progress` bytes of `forbid` matched, for text that may
+  // end before `exit` (json::Node::raw_forbid, raw_exit), built the first time it is asked for
+  // (a few ms for Qwen3) and kept as long as this index: the grammars that ask for them use a
+  // few fixed texts (a tool call's XML markup), about 20 KB each.
+  const RawTokenClass& RawClass(json::StrPhase phase, uint8_t progress, std::string_view forbid,
+                                char exit) const ABSL_LOCKS_EXCLUDED(mu_);
   // Returns the class trie of the partition `starts` (ascending, 0 first, 0x110000 last),
   // built the first time (about 10 ms for Qwen3) and kept, for the kClassTries partitions asked
   // for last, across requests: a schema sent again, or a format, finds it built.
@@ -114,6 +132,9 @@ class TrieTokenIndex : public TokenIndex {
       ABSL_GUARDED_BY(mu_);
   // Oldest first.
   mutable std::deque<std::shared_ptr<const CodePointClassTrie>> class_tries_ ABSL_GUARDED_BY(mu_);
+  // By forbidden text, exit byte, phase and progress (RawClass).
+  mutable absl::flat_hash_map<std::string, std::unique_ptr<RawTokenClass>> raw_classes_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cairn::infer::text

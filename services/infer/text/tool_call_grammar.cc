@@ -6,12 +6,15 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/status/status_macros.h"
 #include "services/infer/text/json_grammar.h"
+#include "services/infer/text/output_parser.h"
 
 namespace cairn::infer::text {
 namespace {
@@ -154,6 +157,21 @@ Json ParametersSchema(const std::vector<Function>& functions,
   return schema;
 }
 
+// The alternative of ParametersSchema(functions) compiled, whose alts are the functions' nodes
+// in order. The root is the alias of "#" (FromSchema compiles the document as a reference to
+// it), whose one alternative is the anyOf's.
+absl::StatusOr<const json::Node*> FunctionsAlternative(const json::CompiledGrammar& compiled,
+                                                       size_t functions) {
+  const json::Node& alias = compiled.node(compiled.root());
+  const json::Node& root = alias.kind == json::NodeKind::kAlt && alias.alts.size() == 1
+                               ? compiled.node(alias.alts[0])
+                               : alias;
+  if (root.kind != json::NodeKind::kAlt || root.alts.size() != functions) {
+    return absl::InternalError("the functions' parameters did not compile to one alternative each");
+  }
+  return &root;
+}
+
 // One call of any of `functions` after `opening` (none when empty), then more after `again`
 // (none when empty): the name's text picks the arguments' grammar, so that any number of
 // functions is one choice rather than one alternative each (a matcher follows at most
@@ -165,15 +183,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> AnyCall(const std::vector<Fun
   ASSIGN_OR_RETURN(std::shared_ptr<const JsonGrammar> parameters,
                    JsonGrammar::FromSchema(Dump(ParametersSchema(functions, expressible))));
   const json::CompiledGrammar& compiled = Compiled(*parameters);
-  // The root is the alias of "#" (FromSchema compiles the document as a reference to it), whose
-  // one alternative is the anyOf's.
-  const json::Node& alias = compiled.node(compiled.root());
-  const json::Node& root = alias.kind == json::NodeKind::kAlt && alias.alts.size() == 1
-                               ? compiled.node(alias.alts[0])
-                               : alias;
-  if (root.kind != json::NodeKind::kAlt || root.alts.size() != functions.size()) {
-    return absl::InternalError("the functions' parameters did not compile to one alternative each");
-  }
+  ASSIGN_OR_RETURN(const json::Node* root, FunctionsAlternative(compiled, functions.size()));
   json::SeqItem choice;
   choice.kind = json::SeqItem::Kind::kChoice;
   for (const Function& f : functions) {
@@ -181,13 +191,289 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> AnyCall(const std::vector<Fun
   }
   json::SeqItem arguments;
   arguments.kind = json::SeqItem::Kind::kChosenValue;
-  arguments.values = root.alts;
+  arguments.values = root->alts;
   std::vector<json::SeqItem> items;
   if (!opening.empty()) items.push_back(json::SeqItem::Text(std::string(opening)));
   items.push_back(std::move(choice));
   items.push_back(std::move(arguments));
   items.push_back(json::SeqItem::Text(std::string(kCallEndBrace)));
   return json::CompiledGrammar::Framed(compiled, std::move(items), std::string(again));
+}
+
+// The texts of the XML tool-call markup (ToolCallMarkup::kXml) around and inside a call.
+constexpr absl::string_view kXmlFunctionOpen = "<function=";
+constexpr absl::string_view kXmlParamOpen = "<parameter=";
+constexpr absl::string_view kXmlParamEnd = "\n</parameter>\n";
+constexpr absl::string_view kXmlParamClose = "</parameter>";  // Ends a value where it appears.
+constexpr absl::string_view kXmlFunctionClose = "</function>";
+constexpr absl::string_view kXmlCallEnd = "\n</tool_call>";
+
+// Whether `name` can be written in the XML markup and read back as it is (OutputParser reads a
+// name to the first '>' and trims whitespace around it).
+bool XmlNameFits(absl::string_view name) {
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  return !name.empty() && !blank(name.front()) && !blank(name.back()) &&
+         name.find_first_of(">\n\r") == absl::string_view::npos;
+}
+
+// The literal texts of trie `root` (each once, in byte order).
+std::vector<std::string> TrieLiterals(const std::vector<json::TrieNode>& tries, int32_t root) {
+  std::vector<std::string> out;
+  std::vector<std::pair<int32_t, std::string>> todo{{root, ""}};
+  while (!todo.empty()) {
+    auto [t, text] = std::move(todo.back());
+    todo.pop_back();
+    if (tries[static_cast<size_t>(t)].terminal >= 0) out.push_back(text);
+    const auto& children = tries[static_cast<size_t>(t)].children;
+    for (auto it = children.rbegin(); it != children.rend(); ++it) {
+      todo.push_back({it->second, text + static_cast<char>(it->first)});
+    }
+  }
+  return out;
+}
+
+// Appends the node of an XML parameter value read as a string (XmlParamIsString): the string
+// values of node `value` written as they are, its other values left out. InvalidArgument
+// where it has none.
+absl::StatusOr<int32_t> XmlStringValue(std::vector<json::Node>& nodes,
+                                       std::vector<json::TrieNode>& tries, int32_t value,
+                                       absl::string_view param) {
+  std::vector<int32_t> concrete;
+  std::vector<int32_t> todo{value};
+  absl::flat_hash_set<int32_t> seen;
+  while (!todo.empty()) {
+    const int32_t n = todo.back();
+    todo.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (nodes[static_cast<size_t>(n)].kind == json::NodeKind::kAlt) {
+      for (auto it = nodes[static_cast<size_t>(n)].alts.rbegin();
+           it != nodes[static_cast<size_t>(n)].alts.rend(); ++it) {
+        todo.push_back(*it);
+      }
+    } else {
+      concrete.push_back(n);
+    }
+  }
+  auto raw = [](json::Node node) {
+    node.raw = true;
+    node.raw_forbid = std::string(kXmlParamClose);
+    node.raw_exit = kXmlParamEnd[0];
+    return node;
+  };
+  std::vector<int32_t> alts;
+  std::vector<std::string> literals;
+  bool empty_literal = false;
+  for (int32_t c : concrete) {
+    const json::Node& node = nodes[static_cast<size_t>(c)];
+    if (node.kind == json::NodeKind::kString && node.exclude_trie < 0) {
+      alts.push_back(static_cast<int32_t>(nodes.size()));
+      nodes.push_back(raw(node));
+    } else if (node.kind == json::NodeKind::kLiteral) {
+      for (const std::string& literal : TrieLiterals(tries, node.trie)) {
+        const Json parsed = Json::parse(literal, nullptr, false);
+        if (!parsed.is_string()) continue;
+        std::string text = parsed.get<std::string>();
+        if (text.empty()) {
+          empty_literal = true;
+        } else if (!absl::StrContains(text, kXmlParamClose)) {
+          literals.push_back(std::move(text));
+        }
+      }
+    }
+  }
+  if (!literals.empty()) {
+    json::Node lit;
+    lit.kind = json::NodeKind::kLiteral;
+    lit.path = nodes[static_cast<size_t>(value)].path;
+    lit.trie = json::AddTrie(tries, literals, false);
+    alts.push_back(static_cast<int32_t>(nodes.size()));
+    nodes.push_back(std::move(lit));
+  }
+  if (empty_literal) {
+    json::Node empty;
+    empty.kind = json::NodeKind::kString;
+    empty.path = nodes[static_cast<size_t>(value)].path;
+    empty.max_length = 0;
+    alts.push_back(static_cast<int32_t>(nodes.size()));
+    nodes.push_back(raw(std::move(empty)));
+  }
+  if (alts.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter \"", param,
+                     "\": the XML form reads its value as a string, and its schema accepts none"));
+  }
+  if (alts.size() == 1) return alts[0];
+  json::Node alt;
+  alt.kind = json::NodeKind::kAlt;
+  alt.path = nodes[static_cast<size_t>(value)].path;
+  alt.alts = std::move(alts);
+  nodes.push_back(std::move(alt));
+  return static_cast<int32_t>(nodes.size() - 1);
+}
+
+// Appends the node of `f`'s parameters in the XML form, from their compiled node `params`
+// (an object of `properties`): its members `<parameter=NAME>\nVALUE\n</parameter>\n` in the
+// schema's order, required ones always, then `</function>`; a value read as a string
+// (XmlParamIsString) as its text, others as JSON. InvalidArgument for what the form cannot
+// write: parameters that are not one object of properties, members besides them, a name that
+// does not fit, a value read as a string whose schema accepts none.
+absl::StatusOr<int32_t> XmlParameters(std::vector<json::Node>& nodes,
+                                      std::vector<json::TrieNode>& tries, int32_t params,
+                                      const Function& f) {
+  absl::flat_hash_set<int32_t> seen;
+  while (nodes[static_cast<size_t>(params)].kind == json::NodeKind::kAlt &&
+         nodes[static_cast<size_t>(params)].alts.size() == 1 && seen.insert(params).second) {
+    params = nodes[static_cast<size_t>(params)].alts[0];
+  }
+  const json::Node object = nodes[static_cast<size_t>(params)];  // A copy: nodes grows below.
+  if (object.kind != json::NodeKind::kObject || object.markup) {
+    return absl::InvalidArgumentError("the XML form writes parameters that are one object only");
+  }
+  if (object.additional >= 0) {
+    return absl::InvalidArgumentError(
+        "the XML form cannot write members besides the named properties (give "
+        "\"properties\" and no \"additionalProperties\")");
+  }
+  const Json* properties = nullptr;
+  if (auto found = f.parameters.find("properties");
+      found != f.parameters.end() && found->is_object()) {
+    properties = &*found;
+  }
+  json::Node markup = object;
+  markup.markup = true;
+  markup.member_end = std::string(kXmlParamEnd);
+  markup.close = std::string(kXmlFunctionClose);
+  std::vector<std::string> keys;
+  for (json::Property& p : markup.props) {
+    if (!XmlNameFits(p.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter \"", p.name, "\" cannot be named in the XML form"));
+    }
+    keys.push_back(absl::StrCat(kXmlParamOpen, p.name, ">\n"));
+    const Json* schema = nullptr;
+    if (properties != nullptr) {
+      if (auto found = properties->find(p.name); found != properties->end()) schema = &*found;
+    }
+    if (schema == nullptr || XmlParamIsString(*schema)) {
+      ASSIGN_OR_RETURN(p.value, XmlStringValue(nodes, tries, p.value, p.name));
+    }
+  }
+  markup.key_trie = json::AddTrie(tries, keys, true);
+  nodes.push_back(std::move(markup));
+  return static_cast<int32_t>(nodes.size() - 1);
+}
+
+// Appends the node of parameters the grammar leaves to the model in the XML form: any text
+// without `</function>`, then that.
+int32_t XmlFreeParameters(std::vector<json::Node>& nodes) {
+  json::Node text;
+  text.kind = json::NodeKind::kString;
+  text.raw = true;
+  text.raw_forbid = std::string(kXmlFunctionClose);
+  text.raw_exit = kXmlFunctionClose[0];
+  nodes.push_back(std::move(text));
+  json::Node seq;
+  seq.kind = json::NodeKind::kSeq;
+  seq.seq = {json::SeqItem::Value(static_cast<int32_t>(nodes.size() - 1)),
+             json::SeqItem::Text(std::string(kXmlFunctionClose))};
+  nodes.push_back(std::move(seq));
+  return static_cast<int32_t>(nodes.size() - 1);
+}
+
+// Calls in the XML form of `functions` (those whose names fit it) after `opening` (none when
+// empty), then more after `again` (none when empty): `<function=NAME>\n`, the parameters (by
+// their schema where `schema[i]`, else free), `</function>\n</tool_call>`. A function whose
+// parameters the form cannot write has free parameters, or is InvalidArgument if strict.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlCall(const std::vector<Function>& functions,
+                                                           std::vector<bool> schema,
+                                                           absl::string_view opening,
+                                                           absl::string_view again) {
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> parameters =
+      JsonGrammar::FromSchema(Dump(ParametersSchema(functions, schema)));
+  if (!parameters.ok()) {
+    // Past the grammar's bounds together (each one alone compiled): free parameters, unless a
+    // function is strict.
+    for (const Function& f : functions) {
+      if (f.strict) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the functions' parameters together: ", parameters.status().message()));
+      }
+    }
+    schema.assign(functions.size(), false);
+    ASSIGN_OR_RETURN(parameters,
+                     JsonGrammar::FromSchema(Dump(ParametersSchema(functions, schema))));
+  }
+  const json::CompiledGrammar& compiled = Compiled(**parameters);
+  ASSIGN_OR_RETURN(const json::Node* root, FunctionsAlternative(compiled, functions.size()));
+  json::SeqItem choice;
+  choice.kind = json::SeqItem::Kind::kChoice;
+  json::SeqItem arguments;
+  arguments.kind = json::SeqItem::Kind::kChosenValue;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const json::CompiledGrammar> extended,
+      json::CompiledGrammar::Extended(
+          compiled,
+          [&](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) -> absl::Status {
+            int32_t free = -1;
+            for (size_t i = 0; i < functions.size(); ++i) {
+              const Function& f = functions[i];
+              if (!XmlNameFits(f.name)) continue;
+              absl::StatusOr<int32_t> node =
+                  schema[i] ? XmlParameters(nodes, tries, root->alts[i], f)
+                            : absl::InvalidArgumentError("its parameters are not expressible");
+              if (!node.ok() && f.strict) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("the parameters of strict function \"", f.name,
+                                 "\": ", node.status().message()));
+              }
+              if (!node.ok()) {
+                if (free < 0) free = XmlFreeParameters(nodes);
+                node = free;
+              }
+              choice.texts.push_back(absl::StrCat(kXmlFunctionOpen, f.name, ">\n"));
+              arguments.values.push_back(*node);
+            }
+            if (choice.texts.empty()) {
+              return absl::InvalidArgumentError(
+                  "no function has a name the XML tool-call form can write (no '>', line "
+                  "breaks, or whitespace at its ends)");
+            }
+            return absl::OkStatus();
+          }));
+  std::vector<json::SeqItem> items;
+  if (!opening.empty()) items.push_back(json::SeqItem::Text(std::string(opening)));
+  items.push_back(std::move(choice));
+  items.push_back(std::move(arguments));
+  items.push_back(json::SeqItem::Text(std::string(kXmlCallEnd)));
+  return json::CompiledGrammar::Framed(*extended, std::move(items), std::string(again));
+}
+
+// A named function's call in the XML form, after `<function=NAME>\n`: its parameters, then
+// `</function>\n</tool_call>`.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlNamedCall(const Function& f, bool schema) {
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> parameters =
+      schema ? JsonGrammar::FromSchema(Dump(f.parameters)) : JsonGrammar::AnyObject();
+  if (!parameters.ok()) parameters = JsonGrammar::AnyObject();
+  const json::CompiledGrammar& compiled = Compiled(**parameters);
+  int32_t node = -1;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const json::CompiledGrammar> extended,
+      json::CompiledGrammar::Extended(
+          compiled,
+          [&](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) -> absl::Status {
+            absl::StatusOr<int32_t> params =
+                schema ? XmlParameters(nodes, tries, compiled.root(), f)
+                       : absl::InvalidArgumentError("its parameters are not expressible");
+            if (!params.ok() && f.strict) {
+              return absl::InvalidArgumentError(absl::StrCat("the parameters of strict function \"",
+                                                             f.name,
+                                                             "\": ", params.status().message()));
+            }
+            node = params.ok() ? *params : XmlFreeParameters(nodes);
+            return absl::OkStatus();
+          }));
+  return json::CompiledGrammar::Framed(
+      *extended, {json::SeqItem::Value(node), json::SeqItem::Text(std::string(kXmlCallEnd))});
 }
 
 // Whether FromSchema compiles each function's parameters (an object schema), in order.
@@ -235,14 +521,35 @@ class TriggeredJsonConstraint final : public JsonConstraint {
   std::unique_ptr<JsonConstraint> held_;  // The call under way; null while free.
 };
 
+// ForcedToolCallGrammar for the XML form.
+absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlForced(const std::vector<Function>& functions,
+                                                             std::string_view function) {
+  const std::vector<bool> expressible = Expressible(functions);
+  if (!function.empty()) {
+    for (size_t i = 0; i < functions.size(); ++i) {
+      if (functions[i].name != function) continue;
+      if (!expressible[i]) RETURN_IF_ERROR(Arguments(functions[i]).status());  // Strict.
+      return XmlNamedCall(functions[i], expressible[i]);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request's tools define no function \"",
+                     absl::string_view(function.data(), function.size()), "\""));
+  }
+  for (size_t i = 0; i < functions.size(); ++i) {
+    if (!expressible[i]) RETURN_IF_ERROR(Arguments(functions[i]).status());  // Strict ones.
+  }
+  return XmlCall(functions, expressible, "", kNextCall);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
-    const nlohmann::ordered_json& tools, std::string_view function) {
+    const nlohmann::ordered_json& tools, std::string_view function, ToolCallMarkup markup) {
   const std::vector<Function> functions = Functions(tools);
   if (functions.empty()) {
     return absl::InvalidArgumentError("a forced tool call needs functions, and tools have none");
   }
+  if (markup == ToolCallMarkup::kXml) return XmlForced(functions, function);
   if (!function.empty()) {
     for (const Function& f : functions) {
       if (f.name != function) continue;
@@ -274,7 +581,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
 }
 
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
-    const nlohmann::ordered_json& tools) {
+    const nlohmann::ordered_json& tools, ToolCallMarkup markup) {
   const std::vector<Function> functions = Functions(tools);
   std::vector<bool> schema = Expressible(functions);
   bool any_strict = false;
@@ -283,6 +590,13 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
     schema[i] = schema[i] && functions[i].strict;
   }
   if (!any_strict) return nullptr;
+  if (markup == ToolCallMarkup::kXml) {
+    // A strict function the form cannot write refuses the request; others are free.
+    for (size_t i = 0; i < functions.size(); ++i) {
+      if (functions[i].strict && !schema[i]) RETURN_IF_ERROR(Arguments(functions[i]).status());
+    }
+    return XmlCall(functions, schema, "\n", "");
+  }
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> call = AnyCall(functions, schema, "\n", "");
   if (call.ok()) return call;
   return AnyCall(functions, std::vector<bool>(functions.size(), false), "\n", "");

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "services/infer/text/chat_template.h"
 #include "services/infer/text/json_constraint.h"
 
 namespace cairn::infer::text {
@@ -24,16 +25,30 @@ namespace cairn::infer::text {
 // object, as is every function's when the functions together pass the grammar's bounds, unless
 // the function is strict ("strict": true): then InvalidArgument naming it. InvalidArgument too
 // for a `function` that `tools` do not define, and for no functions at all.
+//
+// With `markup` kXml (Qwen3-Coder's and Qwen3.5's form: `<tool_call>\n<function=NAME>\n`, then
+// `<parameter=KEY>\nVALUE\n</parameter>\n` for each argument, `</function>\n</tool_call>`),
+// the same after the XML opening: a named function's parameters, in its schema's order
+// (required ones always), `</function>\n</tool_call>`; "required" `<function=NAME>\n` for a
+// function N whose name the form can write, then its parameters, and so on. A value that the
+// output parser reads as a string (XmlParamIsString, output_parser.h) is text as it is, never
+// holding `</parameter>`, within its schema's string constraints; others are JSON by their
+// schema. Parameters the form cannot write (not one object of properties, members besides
+// them, a name with '>' or a line break) are free text up to `</function>`, or InvalidArgument
+// for a strict function.
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
-    const nlohmann::ordered_json& tools, std::string_view function);
+    const nlohmann::ordered_json& tools, std::string_view function,
+    ToolCallMarkup markup = ToolCallMarkup::kJson);
 
 // The grammar of a call that the model opens itself (tool_choice "auto"), from after the
 // template's `<tool_call>` token: "\n", `{"name": N, "arguments": A}` for a function N of
 // `tools`, "\n</tool_call>". A follows N's parameters where N is strict ("strict": true) and
 // they are expressible, else it is any JSON object. nullptr when no function is strict (the
-// caller then leaves calls free, as the model writes them).
+// caller then leaves calls free, as the model writes them). With `markup` kXml: "\n", then
+// as ForcedToolCallGrammar's "required" for one call (strict functions' parameters by their
+// schema, others free).
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
-    const nlohmann::ordered_json& tools);
+    const nlohmann::ordered_json& tools, ToolCallMarkup markup = ToolCallMarkup::kJson);
 
 // A constraint that leaves the answer free until the model generates `trigger` (the
 // template's `<tool_call>` token), holds what follows to `call` until that is complete, then

@@ -75,6 +75,31 @@ TEST(OutputParserTest, XmlToolCallsUseTheSchemaTypes) {
   EXPECT_EQ(out.content, "");
 }
 
+// Types named by a list or by anyOf/oneOf members: a value is text where "string" is among
+// them or where they are not all named (no "type", a $ref), else JSON (kept as text where it
+// does not parse).
+TEST(OutputParserTest, XmlToolCallsReadTypeListsAndAlternatives) {
+  OutputParserOptions o;
+  o.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "f", "parameters": {"type": "object", "properties": {
+        "a": {"type": ["integer", "null"]}, "b": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "c": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "d": {"type": ["string", "null"]},
+        "e": {"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}]}, "g": {"enum": [1, 2]},
+        "h": {"oneOf": [{"type": "boolean"}, {"type": "array"}]}, "i": {"type": "integer"}}}}}])");
+  auto param = [](const std::string& k, const std::string& v) {
+    return "<parameter=" + k + ">\n" + v + "\n</parameter>\n";
+  };
+  ParsedOutput out =
+      ParseOutput("<tool_call>\n<function=f>\n" + param("a", "null") + param("b", "7") +
+                      param("c", "null") + param("d", "8") + param("e", "null") + param("g", "1") +
+                      param("h", "[true]") + param("i", "seven") + "</function>\n</tool_call>",
+                  o);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(nlohmann::ordered_json::parse(out.tool_calls[0].arguments),
+            nlohmann::ordered_json::parse(R"({"a": null, "b": 7, "c": "null", "d": "8",
+                "e": "null", "g": "1", "h": [true], "i": "seven"})"));
+}
+
 TEST(OutputParserTest, MalformedToolCallIsContentWithAWarning) {
   const std::string bad = "<tool_call>\n{\"name\": \"f\", \"arguments\": {oops}\n</tool_call>";
 

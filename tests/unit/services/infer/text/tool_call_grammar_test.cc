@@ -14,19 +14,15 @@
 #include "services/infer/text/json_grammar.h"
 #include "services/infer/text/json_matcher.h"
 #include "services/infer/text/tokenizer.h"
-#include "tests/unit/services/infer/text/text_test_data.h"
+#include "tests/unit/services/infer/text/tool_call_test_util.h"
 
 namespace cairn::infer::text {
 namespace {
 
 using Json = nlohmann::ordered_json;
 using ::testing::HasSubstr;
-
-Json Tool(const std::string& name, Json parameters, bool strict = false) {
-  Json fn = {{"name", name}, {"description", "a tool"}, {"parameters", std::move(parameters)}};
-  if (strict) fn["strict"] = true;
-  return Json{{"type", "function"}, {"function", std::move(fn)}};
-}
+using testing::Read;
+using testing::Tool;
 
 Json WeatherAndSearch() {
   return Json::array(
@@ -40,20 +36,6 @@ std::shared_ptr<const JsonGrammar> Grammar(const Json& tools, const std::string&
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = ForcedToolCallGrammar(tools, function);
   EXPECT_TRUE(g.ok()) << g.status();
   return g.ok() ? *g : nullptr;
-}
-
-// Whether `grammar` accepts `text` whole (and ends there); `prefix` whether it accepts it as
-// the start of a text.
-struct Reading {
-  bool prefix = false;
-  bool complete = false;
-};
-Reading Read(const std::shared_ptr<const JsonGrammar>& grammar, const std::string& text) {
-  json::ByteMatcher m(static_cast<const json::CompiledGrammar*>(grammar.get()));
-  Reading r;
-  r.prefix = m.AdvanceAll(text);
-  r.complete = r.prefix && m.Complete();
-  return r;
 }
 
 TEST(ForcedToolCallGrammarTest, ANamedFunctionIsItsArgumentsThenTheCallsEnd) {
@@ -287,48 +269,7 @@ TEST(StrictToolCallGrammarTest, StrictFunctionsFollowTheirParametersOthersAnyObj
 // The real Qwen3 tokenizer: the tokens a model writes a call with are allowed one by one
 // (tokens that span the arguments' end and the markup's, such as "}}\n" or "\"}}\n", included),
 // and the end of turn only after the call's end.
-class ForcedToolCallTokensTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string path = testing::Qwen3ModelDir() + "/tokenizer.json";
-    CAIRN_REQUIRE_DOWNLOADED(path);
-    absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromFile(path);
-    ASSERT_TRUE(t.ok()) << t.status();
-    tokenizer_ = std::move(*t);
-    index_ = TokenIndex::Build(*tokenizer_);
-    end_ = *tokenizer_->TokenToId("<|im_end|>");
-  }
-
-  // Feeds the tokens of `text` to a constraint of `grammar`, checking each is allowed first.
-  void ExpectAllowedThrough(const std::shared_ptr<const JsonGrammar>& grammar,
-                            const std::string& text) {
-    std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(grammar, index_.get(), {end_});
-    std::vector<uint64_t> mask((static_cast<size_t>(index_->id_limit()) + 63) / 64);
-    absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(text);
-    ASSERT_TRUE(ids.ok()) << ids.status();
-    std::string so_far;
-    for (TokenId id : *ids) {
-      ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
-      // The end only after a call's end (where another call may follow too).
-      EXPECT_EQ(TokenAllowedHere(mask, end_), absl::EndsWith(so_far, "</tool_call>")) << so_far;
-      so_far += tokenizer_->Decode({id}).value();
-      ASSERT_TRUE(TokenAllowedHere(mask, id))
-          << "token \"" << tokenizer_->Decode({id}).value() << "\" of " << text;
-      ASSERT_TRUE(c->Accept(id).ok());
-    }
-    ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
-    EXPECT_TRUE(TokenAllowedHere(mask, end_));
-    EXPECT_TRUE(c->Accept(end_).ok());
-  }
-
-  static bool TokenAllowedHere(const std::vector<uint64_t>& mask, TokenId id) {
-    return (mask[static_cast<size_t>(id) / 64] >> (static_cast<uint32_t>(id) % 64)) & 1;
-  }
-
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<TokenIndex> index_;
-  TokenId end_ = -1;
-};
+class ForcedToolCallTokensTest : public testing::ToolCallTokensTest {};
 
 // Free until the `<tool_call>` token: every id allowed, and nothing checked; then the call's
 // tokens are held (the end of turn too) until its end, after which the text is free again and
