@@ -4,7 +4,8 @@
 // Input: the schema text, "\0\0", then the walk's bytes.
 // Properties: compiling never crashes or hangs; every state the walk reaches can still end
 // (some byte is allowed, or the text is complete); each text completed greedily is one JSON
-// value (the schema's grammar) or a call's markup around one (the tool grammar).
+// value (the schema's grammar) or a call's markup around one (the tool grammar); in the XML
+// form, a call the output parser reads back into arguments the schema accepts.
 
 #include <cstdio>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "services/infer/text/json_constraint.h"
 #include "services/infer/text/json_grammar.h"
 #include "services/infer/text/json_matcher.h"
+#include "services/infer/text/output_parser.h"
 #include "services/infer/text/tool_call_grammar.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -26,7 +28,9 @@ namespace {
 using cairn::infer::text::JsonGrammar;
 namespace json = cairn::infer::text::json;
 
-constexpr size_t kMaxWalk = 512;  // Steered bytes a grammar's walk reads at most.
+constexpr size_t kMaxWalk = 512;
+constexpr auto kXml =
+    cairn::infer::text::ToolCallMarkup::kXml;  // Steered bytes a grammar's walk reads at most.
 
 // Walks `grammar` with the input's bytes (each taken as the first allowed byte at or after
 // it), checking that every state can go on or is complete; returns the text completed greedily.
@@ -82,6 +86,41 @@ CAIRN_FUZZ_TARGET(JsonSchema) {
     constexpr absl::string_view kEnd = "}\n</tool_call>";
     CAIRN_CHECK(text.size() > kEnd.size() &&
                 absl::string_view(text).substr(text.size() - kEnd.size()) == kEnd);
+  }
+
+  // The XML form (Qwen3.5's templates): where the form can write the parameters (the strict
+  // functions' grammar compiles), every completed call parses back into arguments that the
+  // schema's own grammar accepts; otherwise the parameters are free text and only completion
+  // is checked.
+  nlohmann::ordered_json strict_tools = tools;
+  for (nlohmann::ordered_json& t : strict_tools) t["function"]["strict"] = true;
+  for (const char* function : {"", "a"}) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> loose =
+        cairn::infer::text::ForcedToolCallGrammar(tools, function, kXml);
+    CAIRN_CHECK(loose.ok());  // Nothing strict: what the form cannot write is free.
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> strict =
+        cairn::infer::text::ForcedToolCallGrammar(strict_tools, function, kXml);
+    const std::string text = Walk(strict.ok() ? **strict : **loose, steer);
+    if (!strict.ok()) continue;
+    cairn::infer::text::OutputParserOptions options;
+    options.format = cairn::infer::text::ToolCallFormat::kXml;
+    options.tools = strict_tools;
+    cairn::infer::text::OutputParser parser(options);
+    const std::string opening = *function == '\0' ? "<tool_call>\n" : "<tool_call>\n<function=a>\n";
+    cairn::infer::text::ParsedOutput out = parser.Push(opening + text);
+    out.Append(parser.Finish());
+    if (!out.warnings.empty() || out.tool_calls.empty() || !out.content.empty()) {
+      std::fprintf(stderr, "XML call not read back: %s\n", (opening + text).c_str());
+    }
+    CAIRN_CHECK(out.warnings.empty() && !out.tool_calls.empty() && out.content.empty());
+    for (const cairn::infer::text::ToolCall& call : out.tool_calls) {
+      const std::string args = nlohmann::ordered_json::parse(call.arguments).dump();
+      json::ByteMatcher m(static_cast<const json::CompiledGrammar*>(grammar->get()));
+      if (!m.AdvanceAll(args) || !m.Complete()) {
+        std::fprintf(stderr, "XML arguments %s not valid under the schema\n", args.c_str());
+        CAIRN_CHECK(false);
+      }
+    }
   }
   return 0;
 }

@@ -122,7 +122,19 @@ class TrieJsonConstraint : public JsonConstraint {
           return RawMask(s, node, words);
         }
       } else if (node.kind == json::NodeKind::kString && top.phase != 0) {
-        return StringMask(s, node, words);
+        if (node.forbid.empty()) return StringMask(s, node, words);
+        // The string's own classes know nothing of forbidden texts: its mask apart, then the
+        // few tokens that would complete one here checked by the matcher.
+        std::vector<uint64_t> own(words.size(), 0);
+        StringMask(s, node, own);
+        for (TokenId id : index_->ForbidHits(node.forbid, top.progress)) {
+          json::ByteMatcher m(grammar_, s);
+          const uint64_t bit = uint64_t{1} << (static_cast<uint32_t>(id) % 64);
+          own[static_cast<size_t>(id) / 64] &= ~bit;
+          if (m.AdvanceAll(index_->bytes(id))) own[static_cast<size_t>(id) / 64] |= bit;
+        }
+        for (size_t i = 0; i < words.size(); ++i) words[i] |= own[i];
+        return;
       }
     }
     Walk(json::ByteMatcher(grammar_, s), 0, words);
@@ -161,7 +173,7 @@ class TrieJsonConstraint : public JsonConstraint {
   void RawMask(const json::Stack& s, const json::Node& node, std::vector<uint64_t>& words) {
     const json::Frame& top = s.back();
     const RawTokenClass& c = index_->RawClass(static_cast<json::StrPhase>(top.phase - 1),
-                                              top.progress, node.raw_forbid, node.raw_exit);
+                                              top.progress, node.forbid, node.raw_exit);
     for (size_t i = 0; i < words.size(); ++i) words[i] |= c.inside_mask[i];
     for (TokenId id : c.leaving_ids) {
       json::ByteMatcher m(grammar_, s);

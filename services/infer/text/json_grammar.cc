@@ -55,9 +55,15 @@ absl::Status CheckMarkup(const std::vector<Node>& nodes, const std::vector<TrieN
     return !text.empty() && text.size() <= static_cast<size_t>(limit);
   };
   for (const Node& node : nodes) {
-    if (node.kind == NodeKind::kString && node.raw &&
-        (!bounded(node.raw_forbid, kMaxRawForbid) || node.exclude_trie >= 0)) {
-      return absl::InvalidArgumentError("a raw string needs a forbidden text and no exclusions");
+    if (node.kind == NodeKind::kString) {
+      bool fits = node.forbid.size() <= kMaxForbidTexts &&
+                  (!node.raw || (!node.forbid.empty() && node.exclude_trie < 0));
+      for (const std::string& text : node.forbid) fits = fits && bounded(text, kMaxForbidBytes);
+      if (!fits) {
+        return absl::InvalidArgumentError(
+            "a string's forbidden texts are at most 4 of 1 to 63 bytes; a raw string has one at "
+            "least and no exclusions");
+      }
     }
     if (node.kind == NodeKind::kObject && node.markup &&
         (!bounded(node.member_end, kMaxMarkupText) || !bounded(node.close, kMaxMarkupText) ||

@@ -91,8 +91,10 @@ struct SeqItem {
   }
 };
 
-inline constexpr int kMaxSeqItems = 64;    // Items of one kSeq node (its frame's phase is a byte).
-inline constexpr int kMaxRawForbid = 64;   // Bytes of Node::raw_forbid (a frame's progress byte).
+inline constexpr int kMaxSeqItems = 64;  // Items of one kSeq node (its frame's phase is a byte).
+// Node::forbid: at most 4 texts of at most 63 bytes (a frame's progress byte: text, bytes).
+inline constexpr int kMaxForbidTexts = 4;
+inline constexpr int kMaxForbidBytes = 63;
 inline constexpr int kMaxMarkupText = 64;  // Bytes of Node::member_end and close (likewise).
 
 struct Property {
@@ -117,13 +119,16 @@ struct Node {
   int32_t pattern = -1;
   // kString with `raw`: not a JSON string but text written as it is (a tool call's XML
   // parameter): no quotes and no escapes, any code point but the C0 controls other than tab,
-  // newline and carriage return, never containing `raw_forbid` (a text of at most
-  // kMaxRawForbid bytes, not empty). Its end is not in it: between characters it may end
-  // where the next byte is `raw_exit` (its parent's text goes on from that byte), so its
-  // parent reads a text starting with raw_exit after it. Never with exclude_trie.
+  // newline and carriage return, never containing a text of `forbid` (one at least). Its end
+  // is not in it: between characters it may end where the next byte is `raw_exit` (its
+  // parent's text goes on from that byte), so its parent reads a text starting with raw_exit
+  // after it. Never with exclude_trie.
   bool raw = false;
-  std::string raw_forbid;
   char raw_exit = '\n';
+  // kString: texts its content never holds as written (a JSON string's escapes as they are;
+  // a tool call's markup, where the output parser would end it). At most kMaxForbidTexts of
+  // at most kMaxForbidBytes bytes each.
+  std::vector<std::string> forbid;
   // kNumber: no fraction or exponent when `integer`; no '-' when `no_minus`, no value 0 when
   // `no_zero` (with no_minus: integers from 1); at most `max_digits` before the point.
   bool integer = false;

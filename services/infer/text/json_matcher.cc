@@ -658,25 +658,39 @@ StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes, uint32_t parti
   return reject;
 }
 
-namespace {
+namespace {}  // namespace
 
-// The forbidden text's bytes matched after `b` follows `progress` of them: the longest prefix
-// of `forbid` that ends the text (a prefix search, as the texts are at most kMaxRawForbid).
-uint8_t NextForbidProgress(std::string_view forbid, uint8_t progress, uint8_t b) {
-  if (static_cast<uint8_t>(forbid[progress]) == b) return static_cast<uint8_t>(progress + 1);
-  for (size_t k = progress; k > 0; --k) {
-    // Prefix k: forbid[0 .. k-2] ends the text before b (its last k-1 bytes), forbid[k-1] is b.
-    if (static_cast<uint8_t>(forbid[k - 1]) == b &&
-        forbid.substr(0, k - 1) == forbid.substr(progress - (k - 1), k - 1)) {
-      return static_cast<uint8_t>(k);
+int ForbidStep(const std::vector<std::string>& forbid, uint8_t state, uint8_t b) {
+  if (state == 0) {  // Most bytes: no text begins with them.
+    int next = 0;
+    for (size_t j = 0; j < forbid.size(); ++j) {
+      if (static_cast<uint8_t>(forbid[j][0]) != b) continue;
+      if (forbid[j].size() == 1) return -1;
+      if (next == 0) next = static_cast<int>(j << 6 | 1);
+    }
+    return next;
+  }
+  // The text so far ends in `held` and then b: the longest suffix of that which is a prefix of
+  // a text (or one whole: -1). A suffix of the held prefix is a prefix of its text too, so
+  // only the held text's bytes need looking at.
+  std::string s = forbid[state >> 6].substr(0, state & 63);
+  s.push_back(static_cast<char>(b));
+  for (const std::string& text : forbid) {
+    if (s.size() >= text.size() && s.compare(s.size() - text.size(), text.size(), text) == 0) {
+      return -1;
+    }
+  }
+  for (size_t k = s.size(); k > 0; --k) {
+    for (size_t j = 0; j < forbid.size(); ++j) {
+      if (forbid[j].size() > k && forbid[j].compare(0, k, s, s.size() - k, k) == 0) {
+        return static_cast<int>(j << 6 | k);
+      }
     }
   }
   return 0;
 }
 
-}  // namespace
-
-StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, std::string_view forbid,
+StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, const std::vector<std::string>& forbid,
                 uint8_t* progress) {
   StrStep st;
   if (phase == StrPhase::kBody && b < 0x80) {
@@ -691,9 +705,9 @@ StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, std::string_view fo
     st = StringStep(phase, b, false, partial);
     if (st.result != StrStep::kStay) return StrStep{};
   }
-  const uint8_t next = NextForbidProgress(forbid, *progress, b);
-  if (next >= forbid.size()) return StrStep{};
-  *progress = next;
+  const int next = ForbidStep(forbid, *progress, b);
+  if (next < 0) return StrStep{};
+  *progress = static_cast<uint8_t>(next);
   return st;
 }
 

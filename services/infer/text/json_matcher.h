@@ -55,11 +55,16 @@ struct StrStep {
 // code point). With `!allow_escapes` a backslash is refused.
 StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes = true, uint32_t partial = 0);
 
+// The forbidden-text state of a text that was in `state` after byte `b`, or -1 where `b`
+// completes a text of `forbid` (Node::forbid). A state is the longest prefix of one of the
+// texts that the text so far ends with: bytes (state & 63) of forbid[state >> 6]; 0 none.
+int ForbidStep(const std::vector<std::string>& forbid, uint8_t state, uint8_t b);
+
 // Returns what byte `b` does to raw text (Node::raw) in `phase` (kBody or a UTF-8 continuation
-// phase; `partial` as for StringStep) that ends in the first `*progress` bytes of `forbid`:
-// kStay, with `*progress` advanced, or kReject (a control character, malformed UTF-8, or
-// `forbid` completed). Never kClose: raw text ends where its parent reads on.
-StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, std::string_view forbid,
+// phase; `partial` as for StringStep) in forbidden-text state `*progress`: kStay, with
+// `*progress` advanced, or kReject (a control character, malformed UTF-8, or a text of `forbid`
+// completed). Never kClose: raw text ends where its parent reads on.
+StrStep RawStep(StrPhase phase, uint8_t b, uint32_t partial, const std::vector<std::string>& forbid,
                 uint8_t* progress);
 
 // One level of a matcher stack: a value of grammar node `node` being read.
@@ -68,8 +73,8 @@ struct Frame {
   uint8_t phase = 0;   // Per node kind (json_matcher.cc); StrPhase + 1 for strings (0: before '"').
   uint8_t blanks = 0;  // Spaces and tabs in the current run of whitespace.
   uint8_t newlines = 0;  // Newlines in it.
-  // A raw string's bytes of its forbidden text matched at its end (Node::raw_forbid); a markup
-  // object's bytes read of its member_end or close text.
+  // A raw string's forbidden-text state (ForbidStep); a markup object's bytes read of its
+  // member_end or close text.
   uint8_t progress = 0;
   int32_t count = 0;  // String code points, array items, object's next property index, digits.
   // Trie node, chosen property, exclusion-trie node (-1: left the trie), or in a string with a
@@ -131,7 +136,8 @@ inline bool PatternStep(const CompiledGrammar& g, const Node& n, int32_t aux, co
 
 // Feeds byte `b` to the content of string node `n` (of grammar `g`) whose frame `f` is past
 // its opening quote. Returns kReject, kStay (with `f` advanced) or kClose (`b` is the closing
-// quote and the content is complete; `f` unchanged). The one definition of a string's content,
+// quote and the content is complete; `f` unchanged). Bytes that complete a text of `n.forbid`
+// are refused (`f.progress` holds its state, ForbidStep). The one definition of a string's content,
 // for ByteMatcher and for the masks JsonConstraint computes inside strings. Inline: the
 // matcher steps every byte of every string through it.
 inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n, Frame& f,
@@ -150,6 +156,12 @@ inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n
     }
     return StrStep::kClose;
   }
+  uint8_t progress = f.progress;
+  if (!n.forbid.empty()) {
+    const int next = ForbidStep(n.forbid, f.progress, b);
+    if (next < 0) return StrStep::kReject;
+    progress = static_cast<uint8_t>(next);
+  }
   if (patterned) {
     int32_t aux = 0;
     if (!PatternStep(g, n, f.aux, st, count, &aux)) return StrStep::kReject;
@@ -158,6 +170,7 @@ inline StrStep::Result StringContentStep(const CompiledGrammar& g, const Node& n
     f.aux = g.TrieChild(f.aux, b);
   }
   f.count = count;
+  f.progress = progress;
   f.phase = static_cast<uint8_t>(st.next) + 1;
   return StrStep::kStay;
 }
@@ -169,7 +182,7 @@ inline StrStep::Result RawContentStep(const CompiledGrammar& g, const Node& n, F
   const bool patterned = n.pattern >= 0;
   uint8_t progress = f.progress;
   const StrStep st = RawStep(static_cast<StrPhase>(f.phase - 1), b,
-                             patterned ? PatternPartialOf(f.aux) : 0, n.raw_forbid, &progress);
+                             patterned ? PatternPartialOf(f.aux) : 0, n.forbid, &progress);
   if (st.result == StrStep::kReject) return StrStep::kReject;
   int32_t count = f.count;
   if (!CountStep(n, st, &count)) return StrStep::kReject;

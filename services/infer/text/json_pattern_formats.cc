@@ -1,7 +1,7 @@
 // FindStringFormat: the `format`s this grammar implements, each written as a pattern.
-#include "services/infer/text/json_pattern.h"
-
 #include <string_view>
+
+#include "services/infer/text/json_pattern.h"
 
 namespace cairn::infer::text::json {
 namespace {
@@ -9,7 +9,7 @@ namespace {
 // The formats, written as patterns. RFC 3339 (date-time, date, time, duration: its Appendix A),
 // RFC 1123 and RFC 5890 (hostname), RFC 5321 (email, a subset), RFC 2673 / RFC 4291 in
 // RFC 3986's ABNF (ipv4, ipv6), RFC 4122 (uuid, pydantic's uuid1 to uuid8), RFC 6901
-// (json-pointer).
+// (json-pointer), RFC 3986 (uri, uri-reference) and RFC 3987 (iri, iri-reference).
 // Years divisible by 4 and not 100, or by 400 (0000 included).
 #define CAIRN_LEAP_YEAR \
   "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
@@ -36,7 +36,43 @@ namespace {
 #define CAIRN_H16 "[0-9A-Fa-f]{1,4}"
 #define CAIRN_LS32 "(?:" CAIRN_H16 ":" CAIRN_H16 "|" CAIRN_IPV4 ")"
 #define CAIRN_H16S(n) "(?:(?:" CAIRN_H16 ":){0," #n "}" CAIRN_H16 ")?::"
+#define CAIRN_IPV6                                                                              \
+  "(?:(?:" CAIRN_H16 ":){6}" CAIRN_LS32 "|::(?:" CAIRN_H16 ":){5}" CAIRN_LS32 "|(?:" CAIRN_H16  \
+  ")?::(?:" CAIRN_H16 ":){4}" CAIRN_LS32                                                        \
+  "|" CAIRN_H16S(1) "(?:" CAIRN_H16 ":){3}" CAIRN_LS32                                          \
+                    "|" CAIRN_H16S(2) "(?:" CAIRN_H16 ":){2}" CAIRN_LS32 "|" CAIRN_H16S(3)      \
+                        CAIRN_H16 ":" CAIRN_LS32 "|" CAIRN_H16S(4) CAIRN_LS32 "|" CAIRN_H16S(5) \
+                            CAIRN_H16 "|" CAIRN_H16S(6) ")"
 #define CAIRN_REFERENCE "(?:/(?:[^~/]|~[01])*)*"
+// RFC 3986's URI and URI-reference; with `u` the ucschar code points of RFC 3987 in
+// `unreserved` and with `p` iprivate in the query: IRI and IRI-reference. `u` and `p` are
+// class contents (empty for URIs).
+#define CAIRN_PCT "%[0-9A-Fa-f]{2}"
+#define CAIRN_UNRESERVED(u) "A-Za-z0-9._~" u  // '-' is added last in each class.
+#define CAIRN_SUB "!$&'()*+,;="
+#define CAIRN_SEGMENT(u, more, q) "(?:[" CAIRN_UNRESERVED(u) CAIRN_SUB more "-]|" CAIRN_PCT ")" q
+#define CAIRN_AUTHORITY(u)                                                                \
+  "(?:" CAIRN_SEGMENT(u, ":", "*") "@)?(?:\\[(?:" CAIRN_IPV6                              \
+                                   "|[Vv][0-9A-Fa-f]+\\.[" CAIRN_UNRESERVED("") CAIRN_SUB \
+      ":-]+)\\]|" CAIRN_SEGMENT(u, "", "*") ")(?::[0-9]*)?"
+#define CAIRN_QUERY(u, p) \
+  "(?:\\?" CAIRN_SEGMENT(u, ":@/?" p, "*") ")?(?:#" CAIRN_SEGMENT(u, ":@/?", "*") ")?"
+#define CAIRN_PATHS(u)                                                                \
+  "//" CAIRN_AUTHORITY(u) "(?:/" CAIRN_SEGMENT(u, ":@", "*") ")*|/(?:" CAIRN_SEGMENT( \
+      u, ":@", "+") "(?:/" CAIRN_SEGMENT(u, ":@", "*") ")*)?"
+#define CAIRN_URI(u, p)                                           \
+  "[A-Za-z][A-Za-z0-9+.-]*:(?:" CAIRN_PATHS(u) "|" CAIRN_SEGMENT( \
+      u, ":@", "+") "(?:/" CAIRN_SEGMENT(u, ":@", "*") ")*|)" CAIRN_QUERY(u, p)
+#define CAIRN_RELATIVE(u, p)                                                \
+  "(?:" CAIRN_PATHS(u) "|" CAIRN_SEGMENT(u, "@", "+") "(?:/" CAIRN_SEGMENT( \
+      u, ":@", "*") ")*|)" CAIRN_QUERY(u, p)
+#define CAIRN_UCSCHAR                                                                    \
+  "\\u{A0}-\\u{D7FF}\\u{F900}-\\u{FDCF}\\u{FDF0}-\\u{FFEF}\\u{10000}-\\u{1FFFD}"         \
+  "\\u{20000}-\\u{2FFFD}\\u{30000}-\\u{3FFFD}\\u{40000}-\\u{4FFFD}\\u{50000}-\\u{5FFFD}" \
+  "\\u{60000}-\\u{6FFFD}\\u{70000}-\\u{7FFFD}\\u{80000}-\\u{8FFFD}\\u{90000}-\\u{9FFFD}" \
+  "\\u{A0000}-\\u{AFFFD}\\u{B0000}-\\u{BFFFD}\\u{C0000}-\\u{CFFFD}\\u{D0000}-\\u{DFFFD}" \
+  "\\u{E1000}-\\u{EFFFD}"
+#define CAIRN_IPRIVATE "\\u{E000}-\\u{F8FF}\\u{F0000}-\\u{FFFFD}\\u{100000}-\\u{10FFFD}"
 #define CAIRN_UUID(v) \
   "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-" v "[0-9A-Fa-f]{3}-[89ABab][0-9A-Fa-f]{3}-[0-9A-Fa-f]{12}$"
 
@@ -52,12 +88,7 @@ constexpr StringFormat kFormats[] = {
      254},
     {"hostname", "^" CAIRN_LABEL "(?:\\." CAIRN_LABEL ")*$", 253},
     {"ipv4", "^" CAIRN_IPV4 "$"},
-    {"ipv6", "^(?:(?:" CAIRN_H16 ":){6}" CAIRN_LS32 "|::(?:" CAIRN_H16 ":){5}" CAIRN_LS32
-             "|(?:" CAIRN_H16 ")?::(?:" CAIRN_H16 ":){4}" CAIRN_LS32
-             "|" CAIRN_H16S(1) "(?:" CAIRN_H16 ":){3}" CAIRN_LS32 "|" CAIRN_H16S(
-                 2) "(?:" CAIRN_H16 ":){2}" CAIRN_LS32 "|" CAIRN_H16S(3) CAIRN_H16
-     ":" CAIRN_LS32 "|" CAIRN_H16S(4) CAIRN_LS32 "|" CAIRN_H16S(5) CAIRN_H16
-     "|" CAIRN_H16S(6) ")$"},
+    {"ipv6", "^" CAIRN_IPV6 "$"},
     {"uuid", "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$"},
     // pydantic's UUID1 to UUID8: the version digit, and RFC 4122's variant (10xx), without
     // which Python's uuid.UUID has no version.
@@ -71,6 +102,11 @@ constexpr StringFormat kFormats[] = {
     {"uuid8", CAIRN_UUID("8")},
     {"json-pointer", "^" CAIRN_REFERENCE "$"},
     {"relative-json-pointer", "^(?:0|[1-9][0-9]*)(?:#|" CAIRN_REFERENCE ")$"},
+    {"uri", "^" CAIRN_URI("", "") "$"},
+    {"uri-reference", "^(?:" CAIRN_URI("", "") "|" CAIRN_RELATIVE("", "") ")$"},
+    {"iri", "^" CAIRN_URI(CAIRN_UCSCHAR, CAIRN_IPRIVATE) "$"},
+    {"iri-reference", "^(?:" CAIRN_URI(CAIRN_UCSCHAR, CAIRN_IPRIVATE) "|" CAIRN_RELATIVE(
+                          CAIRN_UCSCHAR, CAIRN_IPRIVATE) ")$"},
 };
 
 #undef CAIRN_LEAP_YEAR
@@ -88,6 +124,18 @@ constexpr StringFormat kFormats[] = {
 #undef CAIRN_H16S
 #undef CAIRN_REFERENCE
 #undef CAIRN_UUID
+#undef CAIRN_IPV6
+#undef CAIRN_PCT
+#undef CAIRN_UNRESERVED
+#undef CAIRN_SUB
+#undef CAIRN_SEGMENT
+#undef CAIRN_AUTHORITY
+#undef CAIRN_QUERY
+#undef CAIRN_PATHS
+#undef CAIRN_URI
+#undef CAIRN_RELATIVE
+#undef CAIRN_UCSCHAR
+#undef CAIRN_IPRIVATE
 
 }  // namespace
 

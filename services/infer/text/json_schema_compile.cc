@@ -69,7 +69,7 @@ constexpr std::string_view kRefused[] = {"multipleOf",
 // SecretStr, "binary" for bytes, "path"): they say what a string means, not what it may hold.
 constexpr std::string_view kRefusedFormats[] = {
     // JSON Schema's own.
-    "idn-email", "idn-hostname", "uri", "uri-reference", "iri", "iri-reference", "uri-template",
+    "idn-email", "idn-hostname", "uri-template",
     "regex",
     // OpenAPI's base64.
     "byte",

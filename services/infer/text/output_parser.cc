@@ -144,7 +144,15 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
     json value = std::string(raw);
     if (schema != nullptr && !XmlParamIsString(*schema)) {
       json parsed = json::parse(raw, nullptr, false);
-      if (!parsed.is_discarded()) value = std::move(parsed);
+      if (!parsed.is_discarded()) {
+        value = std::move(parsed);
+      } else if (raw == "True" || raw == "False") {
+        // Templates that render values with Jinja's `string` filter write Python's spellings
+        // (Qwen3.5's: True, False, None), and models trained on them write them back.
+        value = raw == "True";
+      } else if (raw == "None") {
+        value = nullptr;
+      }
     }
     args[key] = std::move(value);
     rest = rest.substr(close + kParamClose.size());

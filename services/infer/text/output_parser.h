@@ -29,8 +29,8 @@ struct OutputParserOptions {
   std::string tool_open = "<tool_call>";
   std::string tool_close = "</tool_call>";
   // OpenAI tool definitions of the request (or null). XML parameter values whose schema is not
-  // read as a string (XmlParamIsString) are parsed as JSON (kept as strings where they do not
-  // parse); without a schema they stay strings.
+  // read as a string (XmlParamIsString) are parsed as JSON, or as Python's True, False and None
+  // (kept as strings where neither reads them); without a schema they stay strings.
   nlohmann::ordered_json tools = nullptr;
   // Tool call ids are this prefix followed by the call's index in the response.
   std::string tool_call_id_prefix = "call_";

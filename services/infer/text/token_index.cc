@@ -91,10 +91,44 @@ const StringTokenClass& TrieTokenIndex::StringClass(json::StrPhase phase,
   return *slot;
 }
 
+namespace {
+
+// A key naming `forbid`'s texts (none holds a NUL byte; a key's parts after them are bytes).
+std::string ForbidKey(const std::vector<std::string>& forbid) {
+  std::string key;
+  for (const std::string& text : forbid) {
+    key += text;
+    key.push_back('\0');
+  }
+  return key;
+}
+
+}  // namespace
+
+const std::vector<TokenId>& TrieTokenIndex::ForbidHits(const std::vector<std::string>& forbid,
+                                                       uint8_t progress) const {
+  std::string key = ForbidKey(forbid);
+  key.push_back(static_cast<char>(progress));
+  MutexLock lock(&mu_);
+  std::unique_ptr<std::vector<TokenId>>& slot = forbid_hits_[key];
+  if (slot != nullptr) return *slot;
+  auto hits = std::make_unique<std::vector<TokenId>>();
+  for (TokenId id = 0; id < id_limit_; ++id) {
+    int state = progress;
+    for (char ch : bytes(id)) {
+      state = json::ForbidStep(forbid, static_cast<uint8_t>(state), static_cast<uint8_t>(ch));
+      if (state < 0) break;
+    }
+    if (state < 0) hits->push_back(id);
+  }
+  slot = std::move(hits);
+  return *slot;
+}
+
 const RawTokenClass& TrieTokenIndex::RawClass(json::StrPhase phase, uint8_t progress,
-                                              std::string_view forbid, char exit) const {
-  std::string key(forbid);
-  key.push_back('\0');
+                                              const std::vector<std::string>& forbid,
+                                              char exit) const {
+  std::string key = ForbidKey(forbid);
   key.push_back(exit);
   key.push_back(static_cast<char>(phase));
   key.push_back(static_cast<char>(progress));

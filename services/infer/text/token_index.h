@@ -96,12 +96,18 @@ class TrieTokenIndex : public TokenIndex {
   // The class of `phase`. The reference lives as long as this index.
   const StringTokenClass& StringClass(json::StrPhase phase, bool allow_escapes) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The raw-text class of `phase` and `progress` bytes of `forbid` matched, for text that may
-  // end before `exit` (json::Node::raw_forbid, raw_exit), built the first time it is asked for
+  // The raw-text class of `phase` and forbidden-text state `progress`, for text that may end
+  // before `exit` (json::Node::forbid, raw_exit), built the first time it is asked for
   // (a few ms for Qwen3) and kept as long as this index: the grammars that ask for them use a
   // few fixed texts (a tool call's XML markup), about 20 KB each.
-  const RawTokenClass& RawClass(json::StrPhase phase, uint8_t progress, std::string_view forbid,
-                                char exit) const ABSL_LOCKS_EXCLUDED(mu_);
+  const RawTokenClass& RawClass(json::StrPhase phase, uint8_t progress,
+                                const std::vector<std::string>& forbid, char exit) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The ids whose bytes, read from forbidden-text state `progress` (json::ForbidStep),
+  // complete a text of `forbid` (a few: the rest of the vocabulary leaves the texts alone), kept
+  // like RawClass.
+  const std::vector<TokenId>& ForbidHits(const std::vector<std::string>& forbid,
+                                         uint8_t progress) const ABSL_LOCKS_EXCLUDED(mu_);
   // Returns the class trie of the partition `starts` (ascending, 0 first, 0x110000 last),
   // built the first time (about 10 ms for Qwen3) and kept, for the kClassTries partitions asked
   // for last, across requests: a schema sent again, or a format, finds it built.
@@ -132,8 +138,11 @@ class TrieTokenIndex : public TokenIndex {
       ABSL_GUARDED_BY(mu_);
   // Oldest first.
   mutable std::deque<std::shared_ptr<const CodePointClassTrie>> class_tries_ ABSL_GUARDED_BY(mu_);
-  // By forbidden text, exit byte, phase and progress (RawClass).
+  // By forbidden texts, exit byte, phase and progress (RawClass).
   mutable absl::flat_hash_map<std::string, std::unique_ptr<RawTokenClass>> raw_classes_
+      ABSL_GUARDED_BY(mu_);
+  // By forbidden texts and progress (ForbidHits).
+  mutable absl::flat_hash_map<std::string, std::unique_ptr<std::vector<TokenId>>> forbid_hits_
       ABSL_GUARDED_BY(mu_);
 };
 

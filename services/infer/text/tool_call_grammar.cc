@@ -120,11 +120,33 @@ void RewriteRefs(Json& schema, size_t i) {
   }
 }
 
+// Where the output parser ends a call, wherever it appears: no string in it may hold it.
+constexpr absl::string_view kCallClose = "</tool_call>";
+
+// Makes every JSON string of `nodes` refuse `texts` as written (Node::forbid).
+void ForbidInStrings(std::vector<json::Node>& nodes, const std::vector<std::string>& texts) {
+  for (json::Node& node : nodes) {
+    if (node.kind == json::NodeKind::kString && !node.raw) node.forbid = texts;
+  }
+}
+
+// `grammar` with its strings refusing the call's closing tag.
+absl::StatusOr<std::shared_ptr<const json::CompiledGrammar>> WithoutCallClose(
+    const json::CompiledGrammar& grammar) {
+  return json::CompiledGrammar::Extended(
+      grammar, [](std::vector<json::Node>& nodes, std::vector<json::TrieNode>&) {
+        ForbidInStrings(nodes, {std::string(kCallClose)});
+        return absl::OkStatus();
+      });
+}
+
 // A named function's call: its arguments, then the call's end.
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> NamedCall(const JsonGrammar& arguments) {
-  const json::CompiledGrammar& compiled = Compiled(arguments);
-  return json::CompiledGrammar::Framed(compiled, {json::SeqItem::Value(compiled.root()),
-                                                  json::SeqItem::Text(std::string(kCallEndBrace))});
+  ASSIGN_OR_RETURN(std::shared_ptr<const json::CompiledGrammar> compiled,
+                   WithoutCallClose(Compiled(arguments)));
+  return json::CompiledGrammar::Framed(
+      *compiled,
+      {json::SeqItem::Value(compiled->root()), json::SeqItem::Text(std::string(kCallEndBrace))});
 }
 
 // The schema {"anyOf": [the parameters of each of `functions`]}: each function's own (or any
@@ -197,7 +219,9 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> AnyCall(const std::vector<Fun
   items.push_back(std::move(choice));
   items.push_back(std::move(arguments));
   items.push_back(json::SeqItem::Text(std::string(kCallEndBrace)));
-  return json::CompiledGrammar::Framed(compiled, std::move(items), std::string(again));
+  ASSIGN_OR_RETURN(std::shared_ptr<const json::CompiledGrammar> strings,
+                   WithoutCallClose(compiled));
+  return json::CompiledGrammar::Framed(*strings, std::move(items), std::string(again));
 }
 
 // The texts of the XML tool-call markup (ToolCallMarkup::kXml) around and inside a call.
@@ -256,7 +280,7 @@ absl::StatusOr<int32_t> XmlStringValue(std::vector<json::Node>& nodes,
   }
   auto raw = [](json::Node node) {
     node.raw = true;
-    node.raw_forbid = std::string(kXmlParamClose);
+    node.forbid = {std::string(kXmlParamClose), std::string(kCallClose)};
     node.raw_exit = kXmlParamEnd[0];
     return node;
   };
@@ -275,7 +299,8 @@ absl::StatusOr<int32_t> XmlStringValue(std::vector<json::Node>& nodes,
         std::string text = parsed.get<std::string>();
         if (text.empty()) {
           empty_literal = true;
-        } else if (!absl::StrContains(text, kXmlParamClose)) {
+        } else if (!absl::StrContains(text, kXmlParamClose) &&
+                   !absl::StrContains(text, kCallClose)) {
           literals.push_back(std::move(text));
         }
       }
@@ -369,7 +394,7 @@ int32_t XmlFreeParameters(std::vector<json::Node>& nodes) {
   json::Node text;
   text.kind = json::NodeKind::kString;
   text.raw = true;
-  text.raw_forbid = std::string(kXmlFunctionClose);
+  text.forbid = {std::string(kXmlFunctionClose), std::string(kCallClose)};
   text.raw_exit = kXmlFunctionClose[0];
   nodes.push_back(std::move(text));
   json::Node seq;
@@ -414,6 +439,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlCall(const std::vector<Fun
       json::CompiledGrammar::Extended(
           compiled,
           [&](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) -> absl::Status {
+            ForbidInStrings(nodes, {std::string(kXmlParamClose), std::string(kCallClose)});
             int32_t free = -1;
             for (size_t i = 0; i < functions.size(); ++i) {
               const Function& f = functions[i];
@@ -461,6 +487,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlNamedCall(const Function& 
       json::CompiledGrammar::Extended(
           compiled,
           [&](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) -> absl::Status {
+            ForbidInStrings(nodes, {std::string(kXmlParamClose), std::string(kCallClose)});
             absl::StatusOr<int32_t> params =
                 schema ? XmlParameters(nodes, tries, compiled.root(), f)
                        : absl::InvalidArgumentError("its parameters are not expressible");

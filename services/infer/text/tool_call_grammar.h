@@ -32,10 +32,10 @@ namespace cairn::infer::text {
 // (required ones always), `</function>\n</tool_call>`; "required" `<function=NAME>\n` for a
 // function N whose name the form can write, then its parameters, and so on. A value that the
 // output parser reads as a string (XmlParamIsString, output_parser.h) is text as it is, never
-// holding `</parameter>`, within its schema's string constraints; others are JSON by their
-// schema. Parameters the form cannot write (not one object of properties, members besides
-// them, a name with '>' or a line break) are free text up to `</function>`, or InvalidArgument
-// for a strict function.
+// holding `</parameter>` or `</tool_call>`, within its schema's string constraints; others
+// are JSON by their schema. Parameters the form cannot write (not one object of properties,
+// members besides them, a name with '>' or a line break) are free text up to `</function>`, or
+// InvalidArgument for a strict function.
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
     const nlohmann::ordered_json& tools, std::string_view function,
     ToolCallMarkup markup = ToolCallMarkup::kJson);

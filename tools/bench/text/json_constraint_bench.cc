@@ -8,7 +8,7 @@
 // timed); "Warm" asks again in the same state (the constraint's cache); "InBuiltClass" computes
 // it in a new state of a string with a pattern whose token class an earlier mask built.
 // "ForcedToolCall" compiles a forced call's grammar over agent-like tools and takes its first
-// mask.
+// mask; "Xml" the same in the XML form, and the cost per token of a file's text in a call.
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -293,6 +293,55 @@ void BM_ForcedToolCallFirstMask(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ForcedToolCallFirstMask)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// ForcedToolCallGrammar in the XML form (Qwen3.5's templates) over range(0) functions.
+void BM_XmlForcedToolCallGrammar(benchmark::State& state) {
+  const nlohmann::ordered_json tools = AgentTools(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+        ForcedToolCallGrammar(tools, "", ToolCallMarkup::kXml);
+    if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+    benchmark::DoNotOptimize(*g);
+  }
+}
+BENCHMARK(BM_XmlForcedToolCallGrammar)->Arg(1)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// A forced XML call writing a file's text into a string parameter (new_string), token by
+// token: Accept then Allowed per token, over 60 lines of code (the masks come from the raw-text
+// classes, built by the first iteration, and the constraint's cache).
+void BM_XmlCallFileTextPerToken(benchmark::State& state) {
+  const Fixture* f = GetFixture();
+  if (f == nullptr) return state.SkipWithError("no Qwen3 tokenizer: run tools/fetch-test-data");
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+      ForcedToolCallGrammar(AgentTools(1), "edit_file_0", ToolCallMarkup::kXml);
+  if (!g.ok()) return state.SkipWithError(std::string(g.status().message()).c_str());
+  std::string text =
+      "<parameter=file_path>\nsrc/main.cc\n</parameter>\n"
+      "<parameter=old_string>\nint x;\n</parameter>\n"
+      "<parameter=new_string>\n";
+  const size_t head = text.size();
+  for (int i = 0; i < 60; ++i) {
+    text += "  if (values[" + std::to_string(i) + "] < limit && !done) { total += \"</\"; }\n";
+  }
+  absl::StatusOr<std::vector<TokenId>> ids = f->tokenizer->Encode(text);
+  absl::StatusOr<std::vector<TokenId>> head_ids = f->tokenizer->Encode(text.substr(0, head));
+  if (!ids.ok() || !head_ids.ok()) return state.SkipWithError("encode failed");
+  std::vector<uint64_t> mask(static_cast<size_t>(f->index->id_limit()) / 64 + 1);
+  int64_t tokens = 0;
+  for (auto _ : state) {
+    std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(*g, f->index.get(), {});
+    for (TokenId id : *ids) {
+      absl::Status s = c->Allowed(absl::MakeSpan(mask));
+      if (s.ok()) s = c->Accept(id);
+      if (!s.ok()) return state.SkipWithError(std::string(s.message()).c_str());
+    }
+    tokens += static_cast<int64_t>(ids->size());
+  }
+  state.counters["file_tokens"] = static_cast<double>(ids->size() - head_ids->size());
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_XmlCallFileTextPerToken)->Unit(benchmark::kMillisecond);
 
 void BM_BuildIndex(benchmark::State& state) {
   const Fixture* f = GetFixture();

@@ -2,7 +2,9 @@
 // structured outputs (response_format).
 #include <cctype>
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -381,6 +383,84 @@ TEST_F(InferDaemonDemoModelTest, AStrictFunctionUnderAutoLeavesTheAnswerAsItWas)
     EXPECT_EQ(r_strict.logprobs, r_plain.logprobs);
     EXPECT_EQ(r_strict.text.find("<tool_call>"), std::string::npos) << r_strict.text;
   }
+}
+
+// The demo model with a template that writes calls in the XML form (Cairn's own test template):
+// forced calls are held to that form, their values read back by the schema's types.
+class InferDaemonXmlTemplateTest : public InferDaemonTextTest {
+ protected:
+  void SetUp() override {
+    CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
+    absl::StatusOr<std::string> dir = MakeModelFolder("demo", true, "m-demo-xml");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    std::error_code ec;
+    std::filesystem::copy_file(text::testing::TextDataPath("templates/cairn_xml_tools_test.jinja"),
+                               std::filesystem::path(*dir) / "chat_template.jinja",
+                               std::filesystem::copy_options::overwrite_existing, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    InferServerOptions o;
+    o.model_dir = *dir;
+    absl::StatusOr<std::unique_ptr<InferServer>> s = InferServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    stub_ = server_->NewStub();
+  }
+};
+
+TEST_F(InferDaemonXmlTemplateTest, ForcedCallsAreHeldToTheXmlForm) {
+  for (const std::string choice : {"set_color", "required"}) {
+    for (const bool sample : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(choice, sample ? ", temperature 1" : ", greedy"));
+      v1::GenerateRequest req = ColorToolsRequest(choice, sample);
+      v1::ApplyTemplateResponse rendered;
+      ASSERT_TRUE(Render(req.chat(), &rendered).ok());
+
+      GenerateResult r = Generate(*stub_, req);
+
+      const std::string opening =
+          choice == "required" ? "<tool_call>\n" : "<tool_call>\n<function=set_color>\n";
+      EXPECT_TRUE(absl::EndsWith(rendered.text(), opening)) << rendered.text();
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      ASSERT_GE(r.finished.tool_calls_size(), 1) << r.text;
+      for (const v1::ToolCall& call : r.finished.tool_calls()) {
+        ASSERT_THAT(call.name(), ::testing::AnyOf("set_color", "reset")) << r.text;
+        if (call.name() == "set_color") {
+          ExpectValidColor(call.arguments_json());  // "count" read back as an integer.
+        } else {
+          EXPECT_EQ(call.arguments_json(), "{}") << r.text;
+        }
+      }
+      EXPECT_EQ(r.finished.content(), "") << r.text;
+      if (choice == "set_color") {
+        EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_TOOL_CALLS) << r.text;
+        EXPECT_EQ(r.finished.tool_calls_size(), 1) << r.text;
+      }
+    }
+  }
+}
+
+// A strict function whose parameters the XML form cannot write (members besides its
+// properties) is refused, naming the choice; one that is not strict is left to the model.
+TEST_F(InferDaemonXmlTemplateTest, AStrictFunctionTheXmlFormCannotWriteIsRefused) {
+  const std::string params =
+      R"({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true})";
+  v1::GenerateRequest strict = AskForJson("x");
+  strict.mutable_chat()->add_tools()->set_json(absl::StrCat(
+      R"({"type": "function", "function": {"name": "f", "strict": true, "parameters": )", params,
+      "}}"));
+  strict.mutable_chat()->set_tool_choice("f");
+  strict.mutable_sampling()->set_max_tokens(4);
+  v1::GenerateRequest loose = strict;
+  loose.mutable_chat()->mutable_tools(0)->set_json(absl::StrCat(
+      R"({"type": "function", "function": {"name": "f", "parameters": )", params, "}}"));
+
+  GenerateResult r_strict = Generate(*stub_, strict);
+  GenerateResult r_loose = Generate(*stub_, loose);
+
+  EXPECT_EQ(r_strict.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r_strict.status.error_message(), HasSubstr("chat.tool_choice \"f\""));
+  EXPECT_THAT(r_strict.status.error_message(), HasSubstr("XML form"));
+  EXPECT_TRUE(r_loose.status.ok()) << r_loose.status.error_message();
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "services/infer/text/json_pattern.h"
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -296,14 +298,15 @@ TEST(PatternCompilerTest, AutomatonSizeIsBounded) {
 TEST(StringFormatTest, EveryFormatCompilesWithinTheBounds) {
   for (const char* name :
        {"date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
-        "uuid1", "uuid4", "uuid8", "json-pointer", "relative-json-pointer"}) {
+        "uuid1", "uuid4", "uuid8", "json-pointer", "relative-json-pointer", "uri", "uri-reference",
+        "iri", "iri-reference"}) {
     const StringFormat* f = FindStringFormat(name);
     ASSERT_NE(f, nullptr) << name;
     absl::StatusOr<PatternAutomaton> a = Compile({std::string(f->pattern)});
     ASSERT_TRUE(a.ok()) << name << ": " << a.status();
     RecordProperty(std::string("states of ") + name, a->state_count());
   }
-  EXPECT_EQ(FindStringFormat("uri"), nullptr);
+  EXPECT_EQ(FindStringFormat("uri-template"), nullptr);
 }
 
 TEST(StringFormatTest, DatesFollowTheCalendar) {
@@ -472,6 +475,56 @@ TEST(StringFormatTest, IpAddressesAgreeWithInetPton) {
   for (const std::string& s : addresses) {
     EXPECT_EQ(a4->Matches(s), ValidIpv4(s)) << s;
     EXPECT_EQ(a6->Matches(s), ValidIpv6(s)) << s;
+  }
+}
+
+// RFC 3986 and RFC 3987, each text checked by the pattern and by a reader of the RFCs' grammars
+// written by hand (json_test_util.h).
+TEST(StringFormatTest, UrisAndIrisFollowRfc3986And3987) {
+  const std::vector<std::pair<std::string, std::array<bool, 4>>> cases = {
+      // text: uri, uri-reference, iri, iri-reference
+      {"https://example.com", {true, true, true, true}},
+      {"https://user:pw@example.com:8443/a/b%20c?q=1&r=%2F#top", {true, true, true, true}},
+      {"http://[::1]:8080/", {true, true, true, true}},
+      {"http://[2001:db8::7]/c=GB?objectClass?one", {true, true, true, true}},
+      {"http://[v7.fe80:1]/", {true, true, true, true}},
+      {"http://192.0.2.16:80/", {true, true, true, true}},
+      {"file:///etc/hosts", {true, true, true, true}},
+      {"mailto:John.Doe@example.com", {true, true, true, true}},
+      {"urn:oasis:names:specification:docbook:dtd:xml:4.1.2", {true, true, true, true}},
+      {"tel:+1-816-555-1212", {true, true, true, true}},
+      {"news:comp.infosystems.www.servers.unix", {true, true, true, true}},
+      {"a:", {true, true, true, true}},
+      {"//example.com/path", {false, true, false, true}},
+      {"/relative/path?x#y", {false, true, false, true}},
+      {"../up/one", {false, true, false, true}},
+      {"", {false, true, false, true}},
+      {"?only=query", {false, true, false, true}},
+      {"#frag", {false, true, false, true}},
+      {"1a:b", {false, false, false, false}},
+      {"seg:ment/x", {true, true, true, true}},
+      {"./seg:ment", {false, true, false, true}},
+      {"http://exa mple.com", {false, false, false, false}},
+      {"http://example.com/%zz", {false, false, false, false}},
+      {"http://example.com/a%2", {false, false, false, false}},
+      {"http://ex[ample.com", {false, false, false, false}},
+      {"http://[::1/", {false, false, false, false}},
+      {"http://[12345::]/", {false, false, false, false}},
+      {"http://host:port/", {false, false, false, false}},
+      {"http://a@b@c/", {false, false, false, false}},
+      {"https://example.com/q?a[]=1", {false, false, false, false}},
+      {"http://example.com/#a#b", {false, false, false, false}},
+      {"http://\xE4\xBE\x8B\xE5\xAD\x90.\xE6\xB5\x8B\xE8\xAF\x95/\xE8\xB7\xAF",
+       {false, false, true, true}},
+      {"http://example.com/?\xEE\x80\x80", {false, false, true, true}},   // iprivate, in a query.
+      {"http://example.com/\xEE\x80\x80", {false, false, false, false}},  // Not in a path.
+      {"http://example.com/\xC2\x85", {false, false, false, false}},      // U+0085: no ucschar.
+  };
+  const char* names[] = {"uri", "uri-reference", "iri", "iri-reference"};
+  for (int i = 0; i < 4; ++i) {
+    std::vector<Case> each;
+    for (const auto& [text, valid] : cases) each.push_back({text, valid[static_cast<size_t>(i)]});
+    ExpectFormat(names[i], each);
   }
 }
 

@@ -105,9 +105,8 @@ TEST(JsonSchemaCompileTest, CompilesPatternsAndFormats) {
 }
 
 TEST(JsonSchemaCompileTest, RefusesFormatsThatConstrainAndAreNotImplemented) {
-  for (const std::string format :
-       {"uri", "uri-reference", "iri", "iri-reference", "uri-template", "idn-email", "idn-hostname",
-        "regex", "byte", "name-email", "ipvanyaddress", "json-string", "base64url"}) {
+  for (const std::string format : {"uri-template", "idn-email", "idn-hostname", "regex", "byte",
+                                   "name-email", "ipvanyaddress", "json-string", "base64url"}) {
     absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = JsonGrammar::FromSchema(
         R"({"properties": {"site": {"type": "string", "format": ")" + format + R"("}}})");
 
@@ -202,7 +201,7 @@ TEST(JsonSchemaCompileTest, RefusesNumberBoundsItCannotExpress) {
 
 TEST(JsonSchemaCompileTest, PathsEscapeJsonPointerCharacters) {
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
-      JsonGrammar::FromSchema(R"({"properties": {"a/b~c": {"items": {"format": "uri"}}}})");
+      JsonGrammar::FromSchema(R"({"properties": {"a/b~c": {"items": {"format": "regex"}}}})");
 
   EXPECT_THAT(g.status().message(), HasSubstr("at /properties/a~1b~0c/items is not supported"));
 }

@@ -228,6 +228,170 @@ inline bool ValidRelativeJsonPointer(std::string_view s) {
   return s.substr(digits) == "#" || ValidJsonPointer(s.substr(digits));
 }
 
+// RFC 3986's URI (`reference`: URI-reference), or with `iri` RFC 3987's IRI (IRI-reference),
+// read by hand from the RFCs' grammars (not by a pattern).
+class UriReference {
+ public:
+  UriReference(std::string_view s, bool iri) : iri_(iri) {
+    for (size_t i = 0; i < s.size();) {
+      const auto b = static_cast<unsigned char>(s[i]);
+      const int n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+      char32_t c = n == 1 ? b : b & (0x7F >> n);
+      for (int k = 1; k < n && i + k < s.size(); ++k) c = c << 6 | (s[i + k] & 0x3F);
+      c_.push_back(c);
+      i += n;
+    }
+  }
+
+  bool Uri() const {
+    const size_t colon = SchemeEnd();
+    return colon != kNone && HierPart(colon + 1, true);
+  }
+  bool Reference() const { return Uri() || HierPart(0, false); }
+
+ private:
+  static constexpr size_t kNone = std::u32string::npos;
+  static bool Alpha(char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+  static bool Digit(char32_t c) { return c >= '0' && c <= '9'; }
+  static bool Hex(char32_t c) {
+    return Digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  }
+  static bool Ucschar(char32_t c) {
+    if ((c >= 0xA0 && c <= 0xD7FF) || (c >= 0xF900 && c <= 0xFDCF) ||
+        (c >= 0xFDF0 && c <= 0xFFEF)) {
+      return true;
+    }
+    if (c >= 0xE1000 && c <= 0xEFFFD) return true;
+    return c >= 0x10000 && c < 0xE0000 && (c & 0xFFFF) <= 0xFFFD;
+  }
+  static bool Iprivate(char32_t c) {
+    return (c >= 0xE000 && c <= 0xF8FF) || (c >= 0xF0000 && c <= 0xFFFFD) ||
+           (c >= 0x100000 && c <= 0x10FFFD);
+  }
+  bool Unreserved(char32_t c) const {
+    return Alpha(c) || Digit(c) || c == '-' || c == '.' || c == '_' || c == '~' ||
+           (iri_ && Ucschar(c));
+  }
+  static bool SubDelim(char32_t c) {
+    return c < 0x80 &&
+           std::string_view("!$&'()*+,;=").find(static_cast<char>(c)) != std::string_view::npos;
+  }
+  // Whether [from, to) is a run of characters `ok` accepts and percent-encodings.
+  template <typename Ok>
+  bool Run(size_t from, size_t to, Ok ok) const {
+    for (size_t i = from; i < to; ++i) {
+      if (c_[i] == '%') {
+        if (i + 2 >= to || !Hex(c_[i + 1]) || !Hex(c_[i + 2])) return false;
+        i += 2;
+      } else if (!ok(c_[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+  bool Pchar(char32_t c) const { return Unreserved(c) || SubDelim(c) || c == ':' || c == '@'; }
+  size_t Find(char32_t c, size_t from, size_t to) const {
+    for (size_t i = from; i < to; ++i) {
+      if (c_[i] == c) return i;
+    }
+    return kNone;
+  }
+  // The position of the scheme's ':' (kNone where the text has no scheme).
+  size_t SchemeEnd() const {
+    if (c_.empty() || !Alpha(c_[0])) return kNone;
+    for (size_t i = 1; i < c_.size(); ++i) {
+      if (c_[i] == ':') return i;
+      if (!Alpha(c_[i]) && !Digit(c_[i]) && c_[i] != '+' && c_[i] != '-' && c_[i] != '.') {
+        return kNone;
+      }
+    }
+    return kNone;
+  }
+  bool Authority(size_t from, size_t to) const {
+    const size_t at = Find('@', from, to);
+    if (at != kNone) {
+      if (!Run(from, at, [&](char32_t c) { return Unreserved(c) || SubDelim(c) || c == ':'; })) {
+        return false;
+      }
+      from = at + 1;
+    }
+    size_t host_end = to;
+    if (from < to && c_[from] == '[') {
+      const size_t close = Find(']', from, to);
+      if (close == kNone) return false;
+      std::string inside;
+      for (size_t i = from + 1; i < close; ++i) {
+        if (c_[i] >= 0x80) return false;
+        inside.push_back(static_cast<char>(c_[i]));
+      }
+      const bool future = inside.size() > 3 && (inside[0] == 'v' || inside[0] == 'V') && [&] {
+        const size_t dot = inside.find('.');
+        if (dot == std::string::npos || dot < 2 || dot + 1 == inside.size()) return false;
+        for (size_t i = 1; i < dot; ++i) {
+          if (!Hex(static_cast<unsigned char>(inside[i]))) return false;
+        }
+        for (size_t i = dot + 1; i < inside.size(); ++i) {
+          const char32_t c = static_cast<unsigned char>(inside[i]);
+          if (!(Alpha(c) || Digit(c) ||
+                std::string_view("-._~").find(inside[i]) != std::string_view::npos || SubDelim(c) ||
+                c == ':')) {
+            return false;
+          }
+        }
+        return true;
+      }();
+      if (!future && !ValidIpv6(inside)) return false;
+      host_end = close + 1;
+      if (host_end < to && c_[host_end] != ':') return false;
+    } else {
+      host_end = Find(':', from, to);
+      if (host_end == kNone) host_end = to;
+      if (!Run(from, host_end, [&](char32_t c) { return Unreserved(c) || SubDelim(c); })) {
+        return false;
+      }
+    }
+    for (size_t i = host_end + 1; i < to; ++i) {
+      if (!Digit(c_[i])) return false;
+    }
+    return true;
+  }
+  // hier-part (a URI's, after its scheme) or relative-part, then the query and fragment.
+  bool HierPart(size_t from, bool absolute) const {
+    size_t end = c_.size();
+    const size_t hash = Find('#', from, end);
+    if (hash != kNone) {
+      if (!Run(hash + 1, end, [&](char32_t c) { return Pchar(c) || c == '/' || c == '?'; })) {
+        return false;
+      }
+      end = hash;
+    }
+    const size_t question = Find('?', from, end);
+    if (question != kNone) {
+      if (!Run(question + 1, end, [&](char32_t c) {
+            return Pchar(c) || c == '/' || c == '?' || (iri_ && Iprivate(c));
+          })) {
+        return false;
+      }
+      end = question;
+    }
+    if (end - from >= 2 && c_[from] == '/' && c_[from + 1] == '/') {
+      size_t slash = Find('/', from + 2, end);
+      if (slash == kNone) slash = end;
+      if (!Authority(from + 2, slash)) return false;
+      from = slash;
+    } else if (!absolute && from < end && c_[from] != '/') {
+      // path-noscheme: no ':' in its first segment.
+      size_t slash = Find('/', from, end);
+      if (slash == kNone) slash = end;
+      if (Find(':', from, slash) != kNone) return false;
+    }
+    return Run(from, end, [&](char32_t c) { return Pchar(c) || c == '/'; });
+  }
+
+  bool iri_;
+  std::u32string c_;
+};
+
 // Whether `s` is valid under format `name` (formats not implemented: true, annotations).
 inline bool ValidFormat(const std::string& name, const std::string& s) {
   if (name == "date") return ValidDate(s);
@@ -242,6 +406,10 @@ inline bool ValidFormat(const std::string& name, const std::string& s) {
   if (name.size() == 5 && name.rfind("uuid", 0) == 0) return ValidUuidVersion(s, name[4]);
   if (name == "json-pointer") return ValidJsonPointer(s);
   if (name == "relative-json-pointer") return ValidRelativeJsonPointer(s);
+  if (name == "uri" || name == "iri") return UriReference(s, name == "iri").Uri();
+  if (name == "uri-reference" || name == "iri-reference") {
+    return UriReference(s, name == "iri-reference").Reference();
+  }
   return true;
 }
 

@@ -76,8 +76,8 @@ TEST(OutputParserTest, XmlToolCallsUseTheSchemaTypes) {
 }
 
 // Types named by a list or by anyOf/oneOf members: a value is text where "string" is among
-// them or where they are not all named (no "type", a $ref), else JSON (kept as text where it
-// does not parse).
+// them or where they are not all named (no "type", a $ref), else JSON or Python's True, False
+// and None (as Qwen3.5's template writes them), kept as text where neither reads it.
 TEST(OutputParserTest, XmlToolCallsReadTypeListsAndAlternatives) {
   OutputParserOptions o;
   o.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
@@ -85,19 +85,21 @@ TEST(OutputParserTest, XmlToolCallsReadTypeListsAndAlternatives) {
         "a": {"type": ["integer", "null"]}, "b": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
         "c": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "d": {"type": ["string", "null"]},
         "e": {"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}]}, "g": {"enum": [1, 2]},
-        "h": {"oneOf": [{"type": "boolean"}, {"type": "array"}]}, "i": {"type": "integer"}}}}}])");
+        "h": {"oneOf": [{"type": "boolean"}, {"type": "array"}]}, "i": {"type": "integer"},
+        "j": {"type": "boolean"}, "k": {"type": ["boolean", "null"]}}}}}])");
   auto param = [](const std::string& k, const std::string& v) {
     return "<parameter=" + k + ">\n" + v + "\n</parameter>\n";
   };
   ParsedOutput out =
       ParseOutput("<tool_call>\n<function=f>\n" + param("a", "null") + param("b", "7") +
                       param("c", "null") + param("d", "8") + param("e", "null") + param("g", "1") +
-                      param("h", "[true]") + param("i", "seven") + "</function>\n</tool_call>",
+                      param("h", "[true]") + param("i", "seven") + param("j", "True") +
+                      param("k", "None") + "</function>\n</tool_call>",
                   o);
   ASSERT_EQ(out.tool_calls.size(), 1u);
   EXPECT_EQ(nlohmann::ordered_json::parse(out.tool_calls[0].arguments),
             nlohmann::ordered_json::parse(R"({"a": null, "b": 7, "c": "null", "d": "8",
-                "e": "null", "g": "1", "h": [true], "i": "seven"})"));
+                "e": "null", "g": "1", "h": [true], "i": "seven", "j": true, "k": null})"));
 }
 
 TEST(OutputParserTest, MalformedToolCallIsContentWithAWarning) {

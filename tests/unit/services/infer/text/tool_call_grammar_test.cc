@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,6 +14,7 @@
 #include "services/infer/text/json_constraint.h"
 #include "services/infer/text/json_grammar.h"
 #include "services/infer/text/json_matcher.h"
+#include "services/infer/text/token_index.h"
 #include "services/infer/text/tokenizer.h"
 #include "tests/unit/services/infer/text/tool_call_test_util.h"
 
@@ -62,6 +64,20 @@ TEST(ForcedToolCallGrammarTest, ANamedFunctionIsItsArgumentsThenTheCallsEnd) {
                        "\n</tool_call>")
                    .prefix);  // The call's brace.
   EXPECT_FALSE(Read(g, R"( [1])").prefix);
+}
+
+// The output parser ends a call at the first "</tool_call>" wherever it is: no string of the
+// arguments may hold it as written (its escaped form may).
+TEST(ForcedToolCallGrammarTest, NoStringHoldsTheCallsClosingTag) {
+  std::shared_ptr<const JsonGrammar> g = Grammar(WeatherAndSearch(), "search");
+  ASSERT_NE(g, nullptr);
+  EXPECT_FALSE(Read(g, R"( {"query": "a</tool_call>)").prefix);
+  EXPECT_TRUE(Read(g, R"( {"query": "a<\/tool_call></tool_cal>"}})"
+                      "\n</tool_call>")
+                  .complete);
+  std::shared_ptr<const JsonGrammar> any = Grammar(WeatherAndSearch(), "");
+  ASSERT_NE(any, nullptr);
+  EXPECT_FALSE(Read(any, R"({"name": "search", "arguments": {"query": "</tool_call>)").prefix);
 }
 
 TEST(ForcedToolCallGrammarTest, RequiredIsOneOrMoreCallsOfDefinedFunctions) {
@@ -310,6 +326,31 @@ TEST_F(ForcedToolCallTokensTest, ATriggeredConstraintHoldsOnlyTheCalls) {
   // A held call refuses what its grammar does not allow.
   ASSERT_TRUE(c->Accept(open).ok());
   EXPECT_FALSE(c->Accept(*tokenizer_->TokenToId("hello")).ok());
+}
+
+// Inside a string whose text so far ends in part of the closing tag, the mask is exactly the
+// tokens the matcher accepts.
+TEST_F(ForcedToolCallTokensTest, MasksNearTheClosingTagAreExactlyWhatTheMatcherAccepts) {
+  std::shared_ptr<const JsonGrammar> g = Grammar(WeatherAndSearch(), "search");
+  const auto* index = dynamic_cast<const TrieTokenIndex*>(index_.get());
+  ASSERT_NE(index, nullptr);
+  for (const std::string text :
+       {R"( {"query": "a)", R"( {"query": "a</)", R"( {"query": "a</tool_call)"}) {
+    std::unique_ptr<JsonConstraint> c = JsonConstraint::Create(g, index_.get(), {end_});
+    std::vector<uint64_t> mask((static_cast<size_t>(index_->id_limit()) + 63) / 64);
+    absl::StatusOr<std::vector<TokenId>> ids = tokenizer_->Encode(text);
+    ASSERT_TRUE(ids.ok());
+    for (TokenId id : *ids) ASSERT_TRUE(c->Accept(id).ok()) << text;
+    ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+    json::ByteMatcher at(static_cast<const json::CompiledGrammar*>(g.get()));
+    ASSERT_TRUE(at.AdvanceAll(text));
+    for (TokenId id = 0; id < index_->id_limit(); ++id) {
+      const std::string_view bytes = index->bytes(id);
+      json::ByteMatcher m = at;
+      ASSERT_EQ(TokenAllowedHere(mask, id), !bytes.empty() && m.AdvanceAll(bytes))
+          << "token \"" << std::string(bytes) << "\" after " << text;
+    }
+  }
 }
 
 TEST_F(ForcedToolCallTokensTest, AModelsOwnTokensOfACallAreAllowed) {

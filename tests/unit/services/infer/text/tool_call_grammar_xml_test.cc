@@ -94,6 +94,7 @@ TEST(XmlToolCallGrammarTest, ANamedFunctionsParametersInTheTemplatesForm) {
   // A value never holds the closing tag (the parser would end it there), nor controls.
   EXPECT_FALSE(Read(g, Param("path", "a") + "<parameter=content>\nx</parameter>").prefix);
   EXPECT_FALSE(Read(g, Param("path", "a") + "<parameter=content>\nx\n</parameter>x").prefix);
+  EXPECT_FALSE(Read(g, Param("path", "a") + "<parameter=content>\nx</tool_call>").prefix);
   EXPECT_FALSE(Read(g, "<parameter=path>\na\x01").prefix);
   EXPECT_FALSE(Read(g, "<parameter=path>\na\xC3(").prefix);  // Malformed UTF-8.
   EXPECT_TRUE(Read(g, "<parameter=path>\n\xC3\xA9\t\"\\{").prefix);
@@ -120,6 +121,10 @@ TEST(XmlToolCallGrammarTest, ValuesAreTextOrJsonAsTheParserReadsThem) {
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=limit>\nten").prefix);
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=tags>\n[1").prefix);
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=limit>\n5 \n").prefix);
+  // JSON strings inside a value hold neither closing tag as written.
+  EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=tags>\n[\"</parameter>").prefix);
+  EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=tags>\n[\"</tool_call>").prefix);
+  EXPECT_TRUE(Read(g, Param("query", "q") + "<parameter=tags>\n[\"<\\/parameter>\"]").prefix);
 }
 
 TEST(XmlToolCallGrammarTest, RequiredCallsAnyFunctionAndMore) {
