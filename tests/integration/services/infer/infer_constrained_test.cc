@@ -2,9 +2,7 @@
 // structured outputs (response_format).
 #include <cctype>
 #include <cstdint>
-#include <filesystem>
 #include <string>
-#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -333,20 +331,24 @@ TEST_F(InferDaemonDemoModelTest, RequiredForcesCallsOfDefinedFunctions) {
   }
 }
 
+// A short request forcing a call of function "f" with `params`, strict or not.
+v1::GenerateRequest ForceFunctionF(const std::string& params, bool strict) {
+  v1::GenerateRequest req = AskForJson("x");
+  req.mutable_chat()->add_tools()->set_json(
+      absl::StrCat(R"({"type": "function", "function": {"name": "f", )",
+                   strict ? R"("strict": true, )" : "", R"("parameters": )", params, "}}"));
+  req.mutable_chat()->set_tool_choice("f");
+  req.mutable_sampling()->set_max_tokens(4);
+  return req;
+}
+
 // A strict function's parameters the grammar cannot express are refused, naming the choice; a
 // function that is not strict gets any JSON object instead.
 TEST_F(InferDaemonDemoModelTest, AForcedCallOfAStrictFunctionNeedsExpressibleParameters) {
   const std::string params =
       R"({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}})";
-  v1::GenerateRequest strict = AskForJson("x");
-  strict.mutable_chat()->add_tools()->set_json(absl::StrCat(
-      R"({"type": "function", "function": {"name": "f", "strict": true, "parameters": )", params,
-      "}}"));
-  strict.mutable_chat()->set_tool_choice("f");
-  strict.mutable_sampling()->set_max_tokens(4);
-  v1::GenerateRequest loose = strict;
-  loose.mutable_chat()->mutable_tools(0)->set_json(absl::StrCat(
-      R"({"type": "function", "function": {"name": "f", "parameters": )", params, "}}"));
+  v1::GenerateRequest strict = ForceFunctionF(params, true);
+  v1::GenerateRequest loose = ForceFunctionF(params, false);
 
   GenerateResult r_strict = Generate(*stub_, strict);
   GenerateResult r_loose = Generate(*stub_, loose);
@@ -390,20 +392,8 @@ TEST_F(InferDaemonDemoModelTest, AStrictFunctionUnderAutoLeavesTheAnswerAsItWas)
 class InferDaemonXmlTemplateTest : public InferDaemonTextTest {
  protected:
   void SetUp() override {
-    CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
-    absl::StatusOr<std::string> dir = MakeModelFolder("demo", true, "m-demo-xml");
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    std::error_code ec;
-    std::filesystem::copy_file(text::testing::TextDataPath("templates/cairn_xml_tools_test.jinja"),
-                               std::filesystem::path(*dir) / "chat_template.jinja",
-                               std::filesystem::copy_options::overwrite_existing, ec);
-    ASSERT_FALSE(ec) << ec.message();
-    InferServerOptions o;
-    o.model_dir = *dir;
-    absl::StatusOr<std::unique_ptr<InferServer>> s = InferServer::Start(o);
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = std::move(*s);
-    stub_ = server_->NewStub();
+    StartServer("demo", "m-demo-xml",
+                text::testing::TextDataPath("templates/cairn_xml_tools_test.jinja"));
   }
 };
 
@@ -444,15 +434,8 @@ TEST_F(InferDaemonXmlTemplateTest, ForcedCallsAreHeldToTheXmlForm) {
 TEST_F(InferDaemonXmlTemplateTest, AStrictFunctionTheXmlFormCannotWriteIsRefused) {
   const std::string params =
       R"({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true})";
-  v1::GenerateRequest strict = AskForJson("x");
-  strict.mutable_chat()->add_tools()->set_json(absl::StrCat(
-      R"({"type": "function", "function": {"name": "f", "strict": true, "parameters": )", params,
-      "}}"));
-  strict.mutable_chat()->set_tool_choice("f");
-  strict.mutable_sampling()->set_max_tokens(4);
-  v1::GenerateRequest loose = strict;
-  loose.mutable_chat()->mutable_tools(0)->set_json(absl::StrCat(
-      R"({"type": "function", "function": {"name": "f", "parameters": )", params, "}}"));
+  v1::GenerateRequest strict = ForceFunctionF(params, true);
+  v1::GenerateRequest loose = ForceFunctionF(params, false);
 
   GenerateResult r_strict = Generate(*stub_, strict);
   GenerateResult r_loose = Generate(*stub_, loose);

@@ -1,8 +1,10 @@
 #ifndef CAIRN_TESTS_INTEGRATION_SERVICES_INFER_INFER_TEXT_FIXTURE_H_
 #define CAIRN_TESTS_INTEGRATION_SERVICES_INFER_INFER_TEXT_FIXTURE_H_
 
+#include <filesystem>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include "absl/time/time.h"
 #include "common/grpc/client.h"
@@ -19,11 +21,19 @@ class InferDaemonTextTest : public ::testing::Test {
  protected:
   void SetUp() override { StartServer("dense", "m-text"); }
 
-  // Serves a model of `preset` with the real tokenizer, made in the folder `name`.
-  void StartServer(const std::string& preset, const std::string& name) {
+  // Serves a model of `preset` with the real tokenizer, made in the folder `name`; with
+  // `chat_template` (a file) that template instead of the folder's own.
+  void StartServer(const std::string& preset, const std::string& name,
+                   const std::string& chat_template = "") {
     CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
     absl::StatusOr<std::string> dir = MakeModelFolder(preset, true, name);
     ASSERT_TRUE(dir.ok()) << dir.status();
+    if (!chat_template.empty()) {
+      std::error_code ec;
+      std::filesystem::copy_file(chat_template, std::filesystem::path(*dir) / "chat_template.jinja",
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+      ASSERT_FALSE(ec) << ec.message();
+    }
     InferServerOptions o;
     o.model_dir = *dir;
     absl::StatusOr<std::unique_ptr<InferServer>> s = InferServer::Start(o);
