@@ -28,9 +28,8 @@ namespace {
 using cairn::infer::text::JsonGrammar;
 namespace json = cairn::infer::text::json;
 
-constexpr size_t kMaxWalk = 512;
-constexpr auto kXml =
-    cairn::infer::text::ToolCallMarkup::kXml;  // Steered bytes a grammar's walk reads at most.
+constexpr size_t kMaxWalk = 512;  // Steered bytes a grammar's walk reads at most.
+constexpr auto kXml = cairn::infer::text::ToolCallMarkup::kXml;
 
 // Walks `grammar` with the input's bytes (each taken as the first allowed byte at or after
 // it), checking that every state can go on or is complete; returns the text completed greedily.

@@ -118,9 +118,7 @@ class TrieJsonConstraint : public JsonConstraint {
       const json::Frame& top = s.back();
       const json::Node& node = grammar_->node(top.node);
       if (node.kind == json::NodeKind::kString && node.raw) {
-        if (node.pattern < 0 && node.min_length == 0 && node.max_length < 0) {
-          return RawMask(s, node, words);
-        }
+        if (node.pattern < 0 && node.max_length < 0) return RawMask(s, node, words);
       } else if (node.kind == json::NodeKind::kString && top.phase != 0) {
         if (node.forbid.empty()) return StringMask(s, node, words);
         // The string's own classes know nothing of forbidden texts: its mask apart, then the
@@ -166,10 +164,11 @@ class TrieJsonConstraint : public JsonConstraint {
     }
   }
 
-  // Inside raw text without lengths or a pattern (a tool call's XML parameter, a file's text
+  // Inside raw text without maxLength or a pattern (a tool call's XML parameter, a file's text
   // in it perhaps): the tokens that stay in it come from the index's class of its phase and
-  // forbidden-text progress; those that may leave it are run through the matcher. (With lengths
-  // or a pattern the walk below does it all: such values are short.)
+  // forbidden-text progress (minLength matters only where the text ends); those that may leave
+  // it are run through the matcher. (With maxLength or a pattern the walk below does it all:
+  // such values are short.)
   void RawMask(const json::Stack& s, const json::Node& node, std::vector<uint64_t>& words) {
     const json::Frame& top = s.back();
     const RawTokenClass& c = index_->RawClass(static_cast<json::StrPhase>(top.phase - 1),

@@ -58,20 +58,30 @@ absl::Status CheckMarkup(const std::vector<Node>& nodes, const std::vector<TrieN
     if (node.kind == NodeKind::kString) {
       bool fits = node.forbid.size() <= kMaxForbidTexts &&
                   (!node.raw || (!node.forbid.empty() && node.exclude_trie < 0));
-      for (const std::string& text : node.forbid) fits = fits && bounded(text, kMaxForbidBytes);
+      for (const std::string& text : node.forbid) {
+        fits = fits && bounded(text, kMaxForbidBytes) && text.find('\0') == std::string::npos;
+      }
       if (!fits) {
         return absl::InvalidArgumentError(
             "a string's forbidden texts are at most 4 of 1 to 63 bytes; a raw string has one at "
             "least and no exclusions");
       }
     }
-    if (node.kind == NodeKind::kObject && node.markup &&
-        (!bounded(node.member_end, kMaxMarkupText) || !bounded(node.close, kMaxMarkupText) ||
-         node.additional >= 0 || node.key_trie < 0 ||
-         static_cast<size_t>(node.key_trie) >= tries.size() ||
-         node.next_required.size() != node.props.size() + 1)) {
-      return absl::InvalidArgumentError(
-          "a markup object needs its texts and key trie, and no additional members");
+    if (node.kind == NodeKind::kObject && node.markup) {
+      const bool extra_fits =
+          node.additional < 0 ||
+          (node.props.empty() && bounded(node.key_open, kMaxMarkupText) &&
+           bounded(node.key_close, kMaxMarkupText) && node.extra_key >= 0 &&
+           static_cast<size_t>(node.extra_key) < nodes.size() &&
+           nodes[static_cast<size_t>(node.extra_key)].kind == NodeKind::kString &&
+           nodes[static_cast<size_t>(node.extra_key)].raw);
+      if (!bounded(node.member_end, kMaxMarkupText) || !bounded(node.close, kMaxMarkupText) ||
+          !extra_fits || node.key_trie < 0 || static_cast<size_t>(node.key_trie) >= tries.size() ||
+          node.next_required.size() != node.props.size() + 1) {
+        return absl::InvalidArgumentError(
+            "a markup object needs its texts and key trie; additional members only without "
+            "properties, with their key texts and a raw key");
+      }
     }
   }
   return absl::OkStatus();

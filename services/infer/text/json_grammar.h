@@ -149,10 +149,14 @@ struct Node {
   // kObject with `markup`: not a JSON object but a tool call's XML parameters: no '{', each
   // member its key trie's text (the key's markup included, e.g. `<parameter=NAME>\n`) directly
   // followed by its value and `member_end`, no separators or whitespace, the object ending with
-  // `close` (both not empty). Never with additional members.
+  // `close`. Additional members (`additional`, only where `props` is empty) are `key_open`, a
+  // key of raw string node `extra_key`, `key_close`, the value and `member_end`. The texts are
+  // not empty (key_open and key_close only with additional members), at most kMaxMarkupText.
   bool markup = false;
   std::string member_end;
   std::string close;
+  std::string key_open;
+  std::string key_close;
   // kArray: `prefix` items first, then items of node `items` (-1: none); between min_items and
   // max_items (-1: unbounded) in all. Counts saturate at `count_cap`.
   std::vector<int32_t> prefix;

@@ -34,6 +34,7 @@ enum ObjPhase : uint8_t {
   kObjAfter,     // After a value.
   kObjComma,     // After ','.
   kObjClose,     // In a markup object's close text.
+  kObjKeyOpen,   // In a markup object's key_open text (an additional member's).
 };
 
 enum ArrPhase : uint8_t {
@@ -142,6 +143,7 @@ class Stepper {
       if (f.phase == kObjExtraKey) {
         f.phase = kObjColon;
         f.aux = -1;
+        if (n.markup) f.progress = 0;  // Then key_close.
       }
     } else if (n.kind == NodeKind::kArray && f.phase == kArrInValue) {
       f.count = std::min(f.count + 1, n.count_cap);
@@ -399,9 +401,11 @@ class Stepper {
     EmitTop(s, f);
   }
 
-  // A markup object (Node::markup): kObjFirst between members (a key's text or `close` next),
-  // kObjKey in a key's text, kObjValue before the value (no whitespace), kObjInValue, kObjAfter
-  // in `member_end`, kObjClose in `close` (progress: its bytes read).
+  // A markup object (Node::markup): kObjFirst between members (a key's text, key_open or
+  // `close` next), kObjKey in a key's text, kObjKeyOpen in key_open, kObjExtraKey with the key
+  // as the child frame, kObjColon in key_close, kObjValue before the value (no whitespace),
+  // kObjInValue, kObjAfter in `member_end`, kObjClose in `close` (progress: the bytes read of
+  // the text).
   void ConsumeMarkupObject(const Stack& s, const Node& n, uint8_t b) {
     Frame f = s.back();
     switch (f.phase) {
@@ -413,11 +417,16 @@ class Stepper {
           key.aux = t;
           EmitTop(s, key);
         }
+        if (ExtraFits(n, f, s.size()) && static_cast<uint8_t>(n.key_open[0]) == b) {
+          Frame open = f;
+          open.phase = kObjKeyOpen;
+          open.progress = 0;
+          MarkupText(s, n, open, b);
+        }
         if (CanClose(n, f) && static_cast<uint8_t>(n.close[0]) == b) {
-          if (n.close.size() == 1) return Pop(s);
           f.phase = kObjClose;
-          f.progress = 1;
-          EmitTop(s, f);
+          f.progress = 0;
+          MarkupText(s, n, f, b);
         }
         return;
       }
@@ -427,20 +436,48 @@ class Stepper {
         f.phase = kObjInValue;
         Stack next = s;
         next.back() = f;
-        return StartValue(next, n.props[static_cast<size_t>(f.aux)].value, b);
+        const int32_t value = f.aux >= 0 ? n.props[static_cast<size_t>(f.aux)].value : n.additional;
+        return StartValue(next, value, b);
       }
       case kObjAfter:
-      case kObjClose: {
-        const std::string& text = f.phase == kObjAfter ? n.member_end : n.close;
-        if (static_cast<uint8_t>(text[f.progress]) != b) return;
-        if (static_cast<size_t>(++f.progress) < text.size()) return EmitTop(s, f);
-        if (f.phase == kObjClose) return Pop(s);
-        f.phase = kObjFirst;
-        f.progress = 0;
-        return EmitTop(s, f);
-      }
+      case kObjClose:
+      case kObjKeyOpen:
+      case kObjColon:
+        return MarkupText(s, n, f, b);
       default:
         return;
+    }
+  }
+
+  // Feeds `b` to the text a markup object frame `f` is in (its phase's: member_end, close,
+  // key_open, key_close; progress its bytes read), and at the text's end goes on: to the next
+  // member, out of the object, into an additional member's key, or to its value.
+  void MarkupText(const Stack& s, const Node& n, Frame f, uint8_t b) {
+    const std::string& text = f.phase == kObjAfter     ? n.member_end
+                              : f.phase == kObjClose   ? n.close
+                              : f.phase == kObjKeyOpen ? n.key_open
+                                                       : n.key_close;
+    if (static_cast<uint8_t>(text[f.progress]) != b) return;
+    if (static_cast<size_t>(++f.progress) < text.size()) return EmitTop(s, f);
+    f.progress = 0;
+    switch (f.phase) {
+      case kObjClose:
+        return Pop(s);
+      case kObjAfter:
+        f.phase = kObjFirst;
+        return EmitTop(s, f);
+      case kObjColon:
+        f.phase = kObjValue;
+        return EmitTop(s, f);
+      default: {  // kObjKeyOpen: the key is read by a frame of its own.
+        Stack next = s;
+        next.back() = f;
+        next.back().phase = kObjExtraKey;
+        Out fresh;
+        Expand(next, n.extra_key, &fresh);
+        for (Stack& k : fresh) Emit(std::move(k));
+        return;
+      }
     }
   }
 
@@ -657,8 +694,6 @@ StrStep StringStep(StrPhase phase, uint8_t b, bool allow_escapes, uint32_t parti
   }
   return reject;
 }
-
-namespace {}  // namespace
 
 int ForbidStep(const std::vector<std::string>& forbid, uint8_t state, uint8_t b) {
   if (state == 0) {  // Most bytes: no text begins with them.

@@ -1,6 +1,7 @@
 #include "services/infer/text/output_parser.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,37 +49,40 @@ const json* ParamSchema(const json& tools, const std::string& name, const std::s
   return nullptr;
 }
 
-// Adds the type names `schema` gives ("type", a name or a list) to `types`; with `branches`,
-// those of its anyOf and oneOf members too (one level). Returns false where a place that
-// decides the type names none (a member without "type", a "type" that is not names).
-bool CollectTypes(const json& schema, bool branches, std::vector<std::string>* types) {
-  if (!schema.is_object()) return false;
-  bool named = false;
+// The type names `schema` gives ("type", a name or a list); with `branches`, those of its anyOf
+// and oneOf members too (one level). nullopt where a place that decides the type names none (a
+// member without "type", a "type" that is not names).
+std::optional<std::vector<std::string>> NamedTypes(const json& schema, bool branches) {
+  if (!schema.is_object()) return std::nullopt;
+  std::vector<std::string> types;
   if (const auto type = schema.find("type"); type != schema.end()) {
     if (type->is_string()) {
-      types->push_back(type->get<std::string>());
-      named = true;
+      types.push_back(type->get<std::string>());
     } else if (type->is_array()) {
       for (const json& t : *type) {
-        if (!t.is_string()) return false;
-        types->push_back(t.get<std::string>());
+        if (!t.is_string()) return std::nullopt;
+        types.push_back(t.get<std::string>());
       }
-      named = !type->empty();
     } else {
-      return false;
+      return std::nullopt;
     }
   }
-  if (!branches) return named;
-  for (const char* key : {"anyOf", "oneOf"}) {
-    const auto members = schema.find(key);
-    if (members == schema.end()) continue;
-    if (!members->is_array() || members->empty()) return false;
-    for (const json& m : *members) {
-      if (!CollectTypes(m, false, types)) return false;
+  bool named = !types.empty();
+  if (branches) {
+    for (const char* key : {"anyOf", "oneOf"}) {
+      const auto members = schema.find(key);
+      if (members == schema.end()) continue;
+      if (!members->is_array() || members->empty()) return std::nullopt;
+      for (const json& m : *members) {
+        std::optional<std::vector<std::string>> more = NamedTypes(m, false);
+        if (!more.has_value()) return std::nullopt;
+        types.insert(types.end(), more->begin(), more->end());
+      }
+      named = true;
     }
-    named = true;
   }
-  return named;
+  if (!named) return std::nullopt;
+  return types;
 }
 
 // Parses {"name": ..., "arguments": {...} | "json string"} into `call`; false if malformed.
@@ -164,9 +168,8 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
 }  // namespace
 
 bool XmlParamIsString(const nlohmann::ordered_json& param) {
-  std::vector<std::string> types;
-  if (!CollectTypes(param, true, &types)) return true;
-  return std::find(types.begin(), types.end(), "string") != types.end();
+  const std::optional<std::vector<std::string>> types = NamedTypes(param, true);
+  return !types.has_value() || std::find(types->begin(), types->end(), "string") != types->end();
 }
 
 void ParsedOutput::Append(ParsedOutput other) {

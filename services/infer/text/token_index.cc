@@ -109,9 +109,12 @@ const std::vector<TokenId>& TrieTokenIndex::ForbidHits(const std::vector<std::st
                                                        uint8_t progress) const {
   std::string key = ForbidKey(forbid);
   key.push_back(static_cast<char>(progress));
-  MutexLock lock(&mu_);
-  std::unique_ptr<std::vector<TokenId>>& slot = forbid_hits_[key];
-  if (slot != nullptr) return *slot;
+  {
+    MutexLock lock(&mu_);
+    auto it = forbid_hits_.find(key);
+    if (it != forbid_hits_.end()) return *it->second;
+  }
+  // Built outside the lock (a pass over the vocabulary), kept by the first to finish.
   auto hits = std::make_unique<std::vector<TokenId>>();
   for (TokenId id = 0; id < id_limit_; ++id) {
     int state = progress;
@@ -121,8 +124,8 @@ const std::vector<TokenId>& TrieTokenIndex::ForbidHits(const std::vector<std::st
     }
     if (state < 0) hits->push_back(id);
   }
-  slot = std::move(hits);
-  return *slot;
+  MutexLock lock(&mu_);
+  return *forbid_hits_.try_emplace(key, std::move(hits)).first->second;
 }
 
 const RawTokenClass& TrieTokenIndex::RawClass(json::StrPhase phase, uint8_t progress,
@@ -132,10 +135,12 @@ const RawTokenClass& TrieTokenIndex::RawClass(json::StrPhase phase, uint8_t prog
   key.push_back(exit);
   key.push_back(static_cast<char>(phase));
   key.push_back(static_cast<char>(progress));
-  MutexLock lock(&mu_);
-  std::unique_ptr<RawTokenClass>& slot = raw_classes_[key];
-  if (slot != nullptr) return *slot;
-  // Built under the lock, as the string classes are: the first request to need one waits for it.
+  {
+    MutexLock lock(&mu_);
+    auto it = raw_classes_.find(key);
+    if (it != raw_classes_.end()) return *it->second;
+  }
+  // Built outside the lock (a pass over the vocabulary), kept by the first to finish.
   auto c = std::make_unique<RawTokenClass>();
   c->inside_mask.assign(mask_words(), 0);
   for (TokenId id = 0; id < id_limit_; ++id) {
@@ -162,8 +167,8 @@ const RawTokenClass& TrieTokenIndex::RawClass(json::StrPhase phase, uint8_t prog
       c->leaving_ids.push_back(id);
     }
   }
-  slot = std::move(c);
-  return *slot;
+  MutexLock lock(&mu_);
+  return *raw_classes_.try_emplace(key, std::move(c)).first->second;
 }
 
 std::unique_ptr<StringTokenClass> TrieTokenIndex::BuildStringClass(json::StrPhase phase,

@@ -63,7 +63,8 @@ struct CodePointClassTrie {
 // in no node.
 //
 // Thread-safe once built (the string classes are built with it; StringClass reads them under a
-// lock; class tries are built outside it and kept under it).
+// lock; class tries, raw-text classes and forbidden-text hits are built outside it and kept
+// under it).
 class TrieTokenIndex : public TokenIndex {
  public:
   // A trie node: its children are nodes [first_child, first_child + child_count), sorted by

@@ -123,20 +123,68 @@ void RewriteRefs(Json& schema, size_t i) {
 // Where the output parser ends a call, wherever it appears: no string in it may hold it.
 constexpr absl::string_view kCallClose = "</tool_call>";
 
-// Makes every JSON string of `nodes` refuse `texts` as written (Node::forbid).
-void ForbidInStrings(std::vector<json::Node>& nodes, const std::vector<std::string>& texts) {
-  for (json::Node& node : nodes) {
-    if (node.kind == json::NodeKind::kString && !node.raw) node.forbid = texts;
+// The literal texts of trie `root` (each once, in byte order), walked with one path.
+std::vector<std::string> TrieLiterals(const std::vector<json::TrieNode>& tries, int32_t root) {
+  std::vector<std::string> out;
+  if (tries[static_cast<size_t>(root)].terminal >= 0) out.emplace_back();
+  std::string path;
+  std::vector<std::pair<int32_t, size_t>> stack{{root, 0}};  // (trie node, next child).
+  while (!stack.empty()) {
+    const int32_t t = stack.back().first;
+    const size_t i = stack.back().second++;
+    const auto& children = tries[static_cast<size_t>(t)].children;
+    if (i == children.size()) {
+      stack.pop_back();
+      if (!stack.empty()) path.pop_back();
+      continue;
+    }
+    path.push_back(static_cast<char>(children[i].first));
+    if (tries[static_cast<size_t>(children[i].second)].terminal >= 0) out.push_back(path);
+    stack.push_back({children[i].second, 0});
   }
+  return out;
 }
 
-// `grammar` with its strings refusing the call's closing tag.
+bool HoldsAny(absl::string_view text, const std::vector<std::string>& texts) {
+  for (const std::string& t : texts) {
+    if (absl::StrContains(text, t)) return true;
+  }
+  return false;
+}
+
+// Makes the JSON values of `nodes` never hold `texts` as written: every string refuses them
+// (Node::forbid), enum and const values that hold one are left out. InvalidArgument where an
+// object's property name holds one.
+absl::Status ForbidInValues(std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries,
+                            const std::vector<std::string>& texts) {
+  for (json::Node& node : nodes) {
+    if (node.kind == json::NodeKind::kString && !node.raw) node.forbid = texts;
+    if (node.kind == json::NodeKind::kLiteral) {
+      std::vector<std::string> literals = TrieLiterals(tries, node.trie);
+      const size_t all = literals.size();
+      literals.erase(std::remove_if(literals.begin(), literals.end(),
+                                    [&](const std::string& l) { return HoldsAny(l, texts); }),
+                     literals.end());
+      if (literals.size() != all) node.trie = json::AddTrie(tries, literals, false);
+    }
+    if (node.kind == json::NodeKind::kObject && !node.markup) {
+      for (const json::Property& p : node.props) {
+        if (HoldsAny(p.name, texts)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("property \"", p.name, "\" holds the call's markup"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `grammar` with its values refusing the call's closing tag.
 absl::StatusOr<std::shared_ptr<const json::CompiledGrammar>> WithoutCallClose(
     const json::CompiledGrammar& grammar) {
   return json::CompiledGrammar::Extended(
-      grammar, [](std::vector<json::Node>& nodes, std::vector<json::TrieNode>&) {
-        ForbidInStrings(nodes, {std::string(kCallClose)});
-        return absl::OkStatus();
+      grammar, [](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) {
+        return ForbidInValues(nodes, tries, {std::string(kCallClose)});
       });
 }
 
@@ -232,28 +280,48 @@ constexpr absl::string_view kXmlParamClose = "</parameter>";  // Ends a value wh
 constexpr absl::string_view kXmlFunctionClose = "</function>";
 constexpr absl::string_view kXmlCallEnd = "\n</tool_call>";
 
-// Whether `name` can be written in the XML markup and read back as it is (OutputParser reads a
-// name to the first '>' and trims whitespace around it).
+// What a parameter name written in the XML form never holds: OutputParser reads a name to the
+// first '>', and '<' could begin the call's closing tag with it.
+constexpr absl::string_view kXmlNameStops = "<>\n\r";
+
+// Whether `name` can be written in the XML markup and read back as it is (OutputParser also
+// trims whitespace around a name).
 bool XmlNameFits(absl::string_view name) {
   auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   return !name.empty() && !blank(name.front()) && !blank(name.back()) &&
-         name.find_first_of(">\n\r") == absl::string_view::npos;
+         name.find_first_of(kXmlNameStops) == absl::string_view::npos;
 }
 
-// The literal texts of trie `root` (each once, in byte order).
-std::vector<std::string> TrieLiterals(const std::vector<json::TrieNode>& tries, int32_t root) {
-  std::vector<std::string> out;
-  std::vector<std::pair<int32_t, std::string>> todo{{root, ""}};
-  while (!todo.empty()) {
-    auto [t, text] = std::move(todo.back());
-    todo.pop_back();
-    if (tries[static_cast<size_t>(t)].terminal >= 0) out.push_back(text);
-    const auto& children = tries[static_cast<size_t>(t)].children;
-    for (auto it = children.rbegin(); it != children.rend(); ++it) {
-      todo.push_back({it->second, text + static_cast<char>(it->first)});
-    }
-  }
-  return out;
+// The XML form's texts of a markup object (Node::markup), as the templates write them.
+void XmlMarkup(json::Node& node) {
+  node.markup = true;
+  node.member_end = std::string(kXmlParamEnd);
+  node.close = std::string(kXmlFunctionClose);
+}
+
+// A raw string node of the XML form (Node::raw) for a parameter's value.
+json::Node XmlRawValue(json::Node node) {
+  node.kind = json::NodeKind::kString;
+  node.raw = true;
+  node.forbid = {std::string(kXmlParamClose), std::string(kCallClose)};
+  node.raw_exit = kXmlParamEnd[0];
+  return node;
+}
+
+// The most string alternatives one XML value keeps (each is a stack of the matcher's at every
+// newline: json::kMaxParallelStacks bounds them all).
+constexpr size_t kMaxXmlStringAlternatives = 8;
+
+// Appends the raw string node of an additional member's name in the XML form.
+int32_t XmlExtraKey(std::vector<json::Node>& nodes) {
+  json::Node key;
+  key.kind = json::NodeKind::kString;
+  key.raw = true;
+  key.min_length = 1;
+  for (char c : kXmlNameStops) key.forbid.emplace_back(1, c);
+  key.raw_exit = '>';
+  nodes.push_back(std::move(key));
+  return static_cast<int32_t>(nodes.size() - 1);
 }
 
 // Appends the node of an XML parameter value read as a string (XmlParamIsString): the string
@@ -278,20 +346,15 @@ absl::StatusOr<int32_t> XmlStringValue(std::vector<json::Node>& nodes,
       concrete.push_back(n);
     }
   }
-  auto raw = [](json::Node node) {
-    node.raw = true;
-    node.forbid = {std::string(kXmlParamClose), std::string(kCallClose)};
-    node.raw_exit = kXmlParamEnd[0];
-    return node;
-  };
   std::vector<int32_t> alts;
   std::vector<std::string> literals;
   bool empty_literal = false;
   for (int32_t c : concrete) {
     const json::Node& node = nodes[static_cast<size_t>(c)];
+    if (node.min_depth >= json::kUnreachable) continue;  // No value (contradictory bounds).
     if (node.kind == json::NodeKind::kString && node.exclude_trie < 0) {
       alts.push_back(static_cast<int32_t>(nodes.size()));
-      nodes.push_back(raw(node));
+      nodes.push_back(XmlRawValue(node));
     } else if (node.kind == json::NodeKind::kLiteral) {
       for (const std::string& literal : TrieLiterals(tries, node.trie)) {
         const Json parsed = Json::parse(literal, nullptr, false);
@@ -320,12 +383,17 @@ absl::StatusOr<int32_t> XmlStringValue(std::vector<json::Node>& nodes,
     empty.path = nodes[static_cast<size_t>(value)].path;
     empty.max_length = 0;
     alts.push_back(static_cast<int32_t>(nodes.size()));
-    nodes.push_back(raw(std::move(empty)));
+    nodes.push_back(XmlRawValue(std::move(empty)));
   }
   if (alts.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("parameter \"", param,
                      "\": the XML form reads its value as a string, and its schema accepts none"));
+  }
+  if (alts.size() > kMaxXmlStringAlternatives) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter \"", param, "\": more than ",
+                                                   kMaxXmlStringAlternatives,
+                                                   " kinds of string for the XML form"));
   }
   if (alts.size() == 1) return alts[0];
   json::Node alt;
@@ -354,10 +422,10 @@ absl::StatusOr<int32_t> XmlParameters(std::vector<json::Node>& nodes,
   if (object.kind != json::NodeKind::kObject || object.markup) {
     return absl::InvalidArgumentError("the XML form writes parameters that are one object only");
   }
-  if (object.additional >= 0) {
+  if (object.additional >= 0 && !object.props.empty()) {
     return absl::InvalidArgumentError(
-        "the XML form cannot write members besides the named properties (give "
-        "\"properties\" and no \"additionalProperties\")");
+        "the XML form cannot write members besides named properties (give no "
+        "\"additionalProperties\" beside \"properties\")");
   }
   const Json* properties = nullptr;
   if (auto found = f.parameters.find("properties");
@@ -365,9 +433,15 @@ absl::StatusOr<int32_t> XmlParameters(std::vector<json::Node>& nodes,
     properties = &*found;
   }
   json::Node markup = object;
-  markup.markup = true;
-  markup.member_end = std::string(kXmlParamEnd);
-  markup.close = std::string(kXmlFunctionClose);
+  XmlMarkup(markup);
+  if (object.additional >= 0) {
+    // Members of any name, whose values the parser reads as strings (no schema names them).
+    ASSIGN_OR_RETURN(markup.additional,
+                     XmlStringValue(nodes, tries, object.additional, "(additional)"));
+    markup.extra_key = XmlExtraKey(nodes);
+    markup.key_open = std::string(kXmlParamOpen);
+    markup.key_close = ">\n";
+  }
   std::vector<std::string> keys;
   for (json::Property& p : markup.props) {
     if (!XmlNameFits(p.name)) {
@@ -388,20 +462,20 @@ absl::StatusOr<int32_t> XmlParameters(std::vector<json::Node>& nodes,
   return static_cast<int32_t>(nodes.size() - 1);
 }
 
-// Appends the node of parameters the grammar leaves to the model in the XML form: any text
-// without `</function>`, then that.
-int32_t XmlFreeParameters(std::vector<json::Node>& nodes) {
-  json::Node text;
-  text.kind = json::NodeKind::kString;
-  text.raw = true;
-  text.forbid = {std::string(kXmlFunctionClose), std::string(kCallClose)};
-  text.raw_exit = kXmlFunctionClose[0];
-  nodes.push_back(std::move(text));
-  json::Node seq;
-  seq.kind = json::NodeKind::kSeq;
-  seq.seq = {json::SeqItem::Value(static_cast<int32_t>(nodes.size() - 1)),
-             json::SeqItem::Text(std::string(kXmlFunctionClose))};
-  nodes.push_back(std::move(seq));
+// Appends the node of parameters the grammar leaves to the model in the XML form: members of
+// any names (no '<', '>' or line breaks) whose values are any text, then `</function>`.
+int32_t XmlFreeParameters(std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) {
+  json::Node object;
+  object.kind = json::NodeKind::kObject;
+  XmlMarkup(object);
+  object.next_required = {0};
+  object.key_trie = json::AddTrie(tries, {}, true);
+  object.additional = static_cast<int32_t>(nodes.size());
+  nodes.push_back(XmlRawValue(json::Node{}));
+  object.extra_key = XmlExtraKey(nodes);
+  object.key_open = std::string(kXmlParamOpen);
+  object.key_close = ">\n";
+  nodes.push_back(std::move(object));
   return static_cast<int32_t>(nodes.size() - 1);
 }
 
@@ -439,7 +513,8 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlCall(const std::vector<Fun
       json::CompiledGrammar::Extended(
           compiled,
           [&](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) -> absl::Status {
-            ForbidInStrings(nodes, {std::string(kXmlParamClose), std::string(kCallClose)});
+            RETURN_IF_ERROR(ForbidInValues(nodes, tries,
+                                           {std::string(kXmlParamClose), std::string(kCallClose)}));
             int32_t free = -1;
             for (size_t i = 0; i < functions.size(); ++i) {
               const Function& f = functions[i];
@@ -453,7 +528,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlCall(const std::vector<Fun
                                  "\": ", node.status().message()));
               }
               if (!node.ok()) {
-                if (free < 0) free = XmlFreeParameters(nodes);
+                if (free < 0) free = XmlFreeParameters(nodes, tries);
                 node = free;
               }
               choice.texts.push_back(absl::StrCat(kXmlFunctionOpen, f.name, ">\n"));
@@ -487,7 +562,8 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlNamedCall(const Function& 
       json::CompiledGrammar::Extended(
           compiled,
           [&](std::vector<json::Node>& nodes, std::vector<json::TrieNode>& tries) -> absl::Status {
-            ForbidInStrings(nodes, {std::string(kXmlParamClose), std::string(kCallClose)});
+            RETURN_IF_ERROR(ForbidInValues(nodes, tries,
+                                           {std::string(kXmlParamClose), std::string(kCallClose)}));
             absl::StatusOr<int32_t> params =
                 schema ? XmlParameters(nodes, tries, compiled.root(), f)
                        : absl::InvalidArgumentError("its parameters are not expressible");
@@ -496,7 +572,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlNamedCall(const Function& 
                                                              f.name,
                                                              "\": ", params.status().message()));
             }
-            node = params.ok() ? *params : XmlFreeParameters(nodes);
+            node = params.ok() ? *params : XmlFreeParameters(nodes, tries);
             return absl::OkStatus();
           }));
   return json::CompiledGrammar::Framed(

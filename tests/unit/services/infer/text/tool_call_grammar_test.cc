@@ -78,6 +78,31 @@ TEST(ForcedToolCallGrammarTest, NoStringHoldsTheCallsClosingTag) {
   std::shared_ptr<const JsonGrammar> any = Grammar(WeatherAndSearch(), "");
   ASSERT_NE(any, nullptr);
   EXPECT_FALSE(Read(any, R"({"name": "search", "arguments": {"query": "</tool_call>)").prefix);
+  // Nor does an enum value (left out), and a property named so is refused.
+  Json tools = Json::array({Tool("e", Json::parse(R"({"type": "object", "properties": {"m":
+      {"enum": ["</tool_call>", "ok"]}}, "required": ["m"]})"))});
+  std::shared_ptr<const JsonGrammar> e = Grammar(tools, "e");
+  ASSERT_NE(e, nullptr);
+  EXPECT_FALSE(Read(e, R"( {"m": "</)").prefix);
+  EXPECT_TRUE(Read(e, R"( {"m": "ok"}})"
+                      "\n</tool_call>")
+                  .complete);
+  tools[0] = Tool("e", Json::parse(R"({"type": "object", "properties": {"a</tool_call>b":
+      {"type": "integer"}}})"),
+                  true);
+  EXPECT_THAT(ForcedToolCallGrammar(tools, "e").status().message(),
+              HasSubstr("holds the call's markup"));
+}
+
+// Hostile schemas cost time linear in their size: an enum of one string of 128 KiB.
+TEST(ForcedToolCallGrammarTest, AHugeEnumValueCompilesInTime) {
+  Json params = {{"type", "object"},
+                 {"properties", {{"v", {{"enum", {std::string(128 * 1024, 'x')}}}}}}};
+  for (const ToolCallMarkup markup : {ToolCallMarkup::kJson, ToolCallMarkup::kXml}) {
+    absl::StatusOr<std::shared_ptr<const JsonGrammar>> g =
+        ForcedToolCallGrammar(Json::array({Tool("big", params)}), "", markup);
+    EXPECT_TRUE(g.ok()) << g.status();
+  }
 }
 
 TEST(ForcedToolCallGrammarTest, RequiredIsOneOrMoreCallsOfDefinedFunctions) {

@@ -121,6 +121,16 @@ TEST(XmlToolCallGrammarTest, ValuesAreTextOrJsonAsTheParserReadsThem) {
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=limit>\nten").prefix);
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=tags>\n[1").prefix);
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=limit>\n5 \n").prefix);
+  // Enum values that would hold a closing tag are left out.
+  Json tools = Json::array({Tool("e", Json::parse(R"({"type": "object", "properties": {
+      "tags": {"type": "array", "items": {"enum": ["</parameter>", "ok"]}},
+      "mode": {"enum": ["a</tool_call>b", "plain"]}}})"))});
+  std::shared_ptr<const JsonGrammar> e = Xml(tools, "e");
+  ASSERT_NE(e, nullptr);
+  EXPECT_FALSE(Read(e, "<parameter=tags>\n[\"</").prefix);
+  EXPECT_TRUE(Read(e, Param("tags", R"(["ok"])") + kEnd).complete);
+  EXPECT_FALSE(Read(e, "<parameter=mode>\na<").prefix);
+  EXPECT_TRUE(Read(e, Param("mode", "plain") + kEnd).complete);
   // JSON strings inside a value hold neither closing tag as written.
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=tags>\n[\"</parameter>").prefix);
   EXPECT_FALSE(Read(g, Param("query", "q") + "<parameter=tags>\n[\"</tool_call>").prefix);
@@ -147,12 +157,21 @@ TEST(XmlToolCallGrammarTest, WhatTheFormCannotWriteIsFreeUnlessStrict) {
   with_extra["additionalProperties"] = true;
   const Json odd_name =
       Json::parse(R"({"type": "object", "properties": {"a>b": {"type": "string"}}})");
-  for (const Json& params : {with_extra, odd_name}) {
+  const Json lt_name =
+      Json::parse(R"({"type": "object", "properties": {"a</tool_call": {"type": "string"}}})");
+  for (const Json& params : {with_extra, odd_name, lt_name}) {
     Json tools = Json::array({Tool("f", params)});
     std::shared_ptr<const JsonGrammar> g = Xml(tools, "f");
     ASSERT_NE(g, nullptr);
-    EXPECT_TRUE(Read(g, "<parameter=z>\n1\n</parameter>\n" + kEnd).complete) << params;
+    // Free parameters are still members the parser reads: any names, text values.
+    const std::string call = Param("z", "1") + Param("b c", "x</function>") + kEnd;
+    EXPECT_TRUE(Read(g, call).complete) << params;
+    EXPECT_EQ(Parsed(tools, "<function=f>\n" + call), Json({{"z", "1"}, {"b c", "x</function>"}}));
     EXPECT_TRUE(Read(g, kEnd).complete);
+    EXPECT_FALSE(Read(g, "hello</function>").prefix);
+    EXPECT_FALSE(Read(g, "<parameter=>").prefix);
+    EXPECT_FALSE(Read(g, "<parameter=a<b").prefix);
+    EXPECT_FALSE(Read(g, "<parameter=a\n").prefix);
     EXPECT_FALSE(Read(g, "</function>\n</tool_call>x").prefix);
     tools[0] = Tool("f", params, /*strict=*/true);
     absl::StatusOr<std::shared_ptr<const JsonGrammar>> strict =
@@ -166,6 +185,30 @@ TEST(XmlToolCallGrammarTest, WhatTheFormCannotWriteIsFreeUnlessStrict) {
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> strict =
       ForcedToolCallGrammar(Json::array({Tool("f", ref, true)}), "", ToolCallMarkup::kXml);
   EXPECT_THAT(strict.status().message(), HasSubstr("reads its value as a string"));
+  // Parameters of no properties but any others are members of any name with text values.
+  std::shared_ptr<const JsonGrammar> any =
+      Xml(Json::array({Tool("g", Json::parse(R"({"type": "object", "additionalProperties":
+          {"type": "string", "enum": ["x", "y"]}})"),
+                            true)}),
+          "g");
+  ASSERT_NE(any, nullptr);
+  EXPECT_TRUE(Read(any, Param("k1", "x") + Param("k2", "y") + kEnd).complete);
+  EXPECT_FALSE(Read(any, Param("k1", "z")).prefix);
+  // A string branch no string meets is no string: free parameters (not a refused grammar).
+  std::shared_ptr<const JsonGrammar> dead =
+      Xml(Json::array({Tool("h", Json::parse(R"({"type": "object", "properties": {"n": {"anyOf":
+          [{"type": "string", "minLength": 5, "maxLength": 2}, {"type": "integer"}]}}})"))}),
+          "h");
+  ASSERT_NE(dead, nullptr);
+  EXPECT_TRUE(Read(dead, Param("n", "text") + kEnd).complete);
+  // Many kinds of string (each a matcher stack at every newline) are more than the form keeps.
+  Json kinds = Json::array();
+  for (int i = 0; i < 10; ++i) kinds.push_back({{"type", "string"}, {"minLength", i}});
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> many = ForcedToolCallGrammar(
+      Json::array(
+          {Tool("k", Json{{"type", "object"}, {"properties", {{"s", {{"anyOf", kinds}}}}}}, true)}),
+      "k", ToolCallMarkup::kXml);
+  EXPECT_THAT(many.status().message(), HasSubstr("kinds of string"));
   // No parameters at all: the call closes at once.
   std::shared_ptr<const JsonGrammar> none = Xml(
       Json::array({Tool("now", Json::parse(R"({"type": "object", "properties": {}})"))}), "now");
