@@ -512,9 +512,9 @@ inline bool Validate(const OrderedJson& v, const OrderedJson& schema, const Orde
   return true;
 }
 
-// Appends to `out` the shortest printable ASCII bytes (no backslash; newlines too) that complete
-// `m` to one value, searched breadth first over at most `limit` states; returns false when none
-// is found.
+// Appends to `out` the shortest printable ASCII bytes (no backslash; newlines and UTF-8
+// continuation bytes too) that complete `m` to one value, searched breadth first over at most
+// `limit` states; returns false when none is found.
 inline bool CompleteShortest(const json::ByteMatcher& m, std::string* out, int limit = 20000) {
   std::deque<std::pair<json::ByteMatcher, std::string>> queue{{m, ""}};
   absl::flat_hash_set<json::ByteMatcher> seen{m};
@@ -525,8 +525,10 @@ inline bool CompleteShortest(const json::ByteMatcher& m, std::string* out, int l
       *out += text;
       return true;
     }
-    for (int i = 0x20; i <= 0x7F; ++i) {
-      const int b = i == 0x7F ? '\n' : i;  // A newline last: a tool call's XML markup needs it.
+    // Printable ASCII, then a newline (a tool call's XML markup needs it) and UTF-8 continuation
+    // bytes (raw text may stop inside a character).
+    for (int i = 0x20; i <= 0xBF; ++i) {
+      const int b = i == 0x7F ? '\n' : i;
       json::ByteMatcher next = state;
       if (b == '\\' || !next.Advance(static_cast<uint8_t>(b)) || !seen.insert(next).second) {
         continue;
