@@ -1,6 +1,7 @@
 #include "services/gateway/openai/anthropic_mapping.h"
 
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -143,6 +144,9 @@ absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
     JsonFields c(*choice, "tool_choice");
     ASSIGN_OR_RETURN(std::optional<std::string> type, c.String("type", 32));
     const std::string t = type.value_or("auto");
+    // The turn ends after its first call.
+    ASSIGN_OR_RETURN(std::optional<bool> single, c.Bool("disable_parallel_tool_use"));
+    chat->set_single_tool_call(single.value_or(false));
     if (t == "auto" || t == "none") {
       chat->set_tool_choice(t);
     } else if (t == "any") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -606,9 +607,10 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   RETURN_IF_ERROR(ParseChatMessages(*messages, "messages", limits, chat));
   RETURN_IF_ERROR(ParseTools(f, limits, chat));
   RETURN_IF_ERROR(ParseToolChoice(f, chat));
-  // parallel_tool_calls is accepted; the daemon's output parser decides how many calls a
-  // turn holds (the proto has no field for it).
-  RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
+  // parallel_tool_calls false: the turn ends after its first call (absent or true: as many
+  // calls as the model writes).
+  ASSIGN_OR_RETURN(std::optional<bool> parallel, f.Bool("parallel_tool_calls"));
+  chat->set_single_tool_call(parallel == false);
   // Structured outputs: decoding is constrained to the format (docs/gateway.md).
   ASSIGN_OR_RETURN(const Json* format, f.Object("response_format"));
   if (format != nullptr) {

@@ -1,6 +1,7 @@
 #include "services/gateway/openai/responses_mapping.h"
 
 #include <cstring>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -260,10 +261,11 @@ Json FunctionCallItem(const std::set<std::string>& namespaces, const std::string
 // The response object and its stream events.
 class ResponsesFormatter : public ResponseFormatter {
  public:
-  ResponsesFormatter(std::string model, std::set<std::string> namespaces)
+  ResponsesFormatter(std::string model, std::set<std::string> namespaces, bool parallel)
       : id_(NewId("resp_")),
         model_(std::move(model)),
         namespaces_(std::move(namespaces)),
+        parallel_(parallel),
         created_(UnixSeconds()) {}
 
   std::string StreamStarted(const infer_v1::Started&) override {
@@ -385,7 +387,7 @@ class ResponsesFormatter : public ResponseFormatter {
             {"status", status},
             {"model", model_},
             {"output", std::move(output)},
-            {"parallel_tool_calls", true},
+            {"parallel_tool_calls", parallel_},
             {"tool_choice", "auto"},
             {"tools", Json::array()},
             {"store", false},
@@ -478,6 +480,7 @@ class ResponsesFormatter : public ResponseFormatter {
   const std::string id_;
   const std::string model_;
   const std::set<std::string> namespaces_;  // Of the request's namespace tools.
+  const bool parallel_;                     // The request's parallel_tool_calls.
   const int64_t created_;
   uint64_t sequence_ = 0;
   Json output_ = Json::array();  // Items closed so far.
@@ -538,7 +541,8 @@ absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
   if (chat->messages_size() == 0) return Invalid("input", "must not be empty");
   std::set<std::string> namespaces;
   RETURN_IF_ERROR(ToolsParser(limits, chat, &namespaces).Parse(f));
-  RETURN_IF_ERROR(f.Bool("parallel_tool_calls").status());
+  ASSIGN_OR_RETURN(std::optional<bool> parallel, f.Bool("parallel_tool_calls"));
+  chat->set_single_tool_call(parallel == false);  // The turn ends after its first call.
   ASSIGN_OR_RETURN(const Json* text, f.Object("text"));
   if (text != nullptr) {
     ASSIGN_OR_RETURN(const Json* format, JsonFields(*text, "text").Object("format"));
@@ -561,8 +565,9 @@ absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
   req.set_parse_output(true);
   ASSIGN_OR_RETURN(std::optional<std::string> cache_key, f.String("prompt_cache_key", 1024));
   req.set_conversation(ConversationLabel(cache_key.value_or(""), *chat));
-  spec.make_formatter = [namespaces = std::move(namespaces)](const std::string& name) {
-    return std::make_unique<ResponsesFormatter>(name, namespaces);
+  spec.make_formatter = [namespaces = std::move(namespaces),
+                         parallel = !chat->single_tool_call()](const std::string& name) {
+    return std::make_unique<ResponsesFormatter>(name, namespaces, parallel);
   };
   return spec;
 }

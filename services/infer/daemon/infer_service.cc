@@ -384,7 +384,8 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
              !(ForcesToolCall(request.chat()) && p.ignore_eos())) {
     // Tool calls are held to calls of defined functions whose arguments their parameters
     // accept: a forced one, and under "auto" those the model opens when a function is strict
-    // (in the template's markup, JSON or XML; MakeConstraint).
+    // (in the template's markup, JSON or XML); with chat.single_tool_call the turn ends after
+    // the first call (MakeConstraint).
     ASSIGN_OR_RETURN(out.constraint, MakeConstraint(request, out.stop_ids));
   }
   return out;
@@ -404,26 +405,35 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
       ASSIGN_OR_RETURN(ordered_json tools, ToolsForGrammar(chat));
       return build(tools);
     };
+    // One call at most: the turn ends after it (not where the end of turn is ignored).
+    const bool single = chat.single_tool_call() && !request.sampling().ignore_eos();
     if (!ForcesToolCall(chat)) {
-      const std::optional<text::TokenId> trigger =
-          model_->tokenizer()->TokenToId(text::kToolCallOpen);
-      if (choice == "none" || !trigger.has_value() || !MayHaveStrictTool(chat)) return nullptr;
-      ASSIGN_OR_RETURN(std::shared_ptr<const text::JsonGrammar> call,
-                       grammars_.GetOrCompile(absl::StrCat("auto\n", ToolsKey(chat)), [&] {
-                         return compile([markup](const ordered_json& tools) {
-                           return text::StrictToolCallGrammar(tools, markup);
-                         });
-                       }));
-      if (call == nullptr) return nullptr;  // No strict function: calls are the model's.
+      const std::optional<text::TokenId> open = model_->tokenizer()->TokenToId(text::kToolCallOpen);
+      const bool strict = MayHaveStrictTool(chat);
+      if (choice == "none" || !open.has_value() || (!strict && !single)) return nullptr;
+      std::shared_ptr<const text::JsonGrammar> call;
+      if (strict) {
+        ASSIGN_OR_RETURN(call, grammars_.GetOrCompile(absl::StrCat("auto\n", ToolsKey(chat)), [&] {
+          return compile([markup](const ordered_json& tools) {
+            return text::StrictToolCallGrammar(tools, markup);
+          });
+        }));
+      }
+      // No strict function: calls are the model's (up to the close token with `single`).
+      if (call == nullptr && !single) return nullptr;
+      text::CallTokens tokens;
+      tokens.open = *open;
+      tokens.close = model_->tokenizer()->TokenToId(text::kToolCallClose).value_or(-1);
+      if (single) tokens.end_after_call = stop_ids;
       const text::TokenIndex* index = model_->token_index();
       return std::make_unique<JsonTokenConstraint>(
-          text::TriggeredConstraint(std::move(call), index, *trigger), index->id_limit());
+          text::TriggeredConstraint(std::move(call), index, std::move(tokens)), index->id_limit());
     }
     const std::string function = choice == "required" ? "" : choice;
-    absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call =
-        grammars_.GetOrCompile(absl::StrCat("forced\n", function, "\n", ToolsKey(chat)), [&] {
-          return compile([&function, markup](const ordered_json& tools) {
-            return text::ForcedToolCallGrammar(tools, function, markup);
+    absl::StatusOr<std::shared_ptr<const text::JsonGrammar>> call = grammars_.GetOrCompile(
+        absl::StrCat("forced\n", single ? "1" : "*", function, "\n", ToolsKey(chat)), [&] {
+          return compile([&function, markup, single](const ordered_json& tools) {
+            return text::ForcedToolCallGrammar(tools, function, markup, single);
           });
         });
     if (!call.ok()) {

@@ -128,6 +128,7 @@ struct RenderedPrompt {
 enum class ToolCallMarkup { kJson, kXml };
 // The text that opens a tool call in either markup (one added token in Qwen's vocabularies).
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";
+inline constexpr std::string_view kToolCallClose = "</tool_call>";  // Likewise.
 ToolCallMarkup ToolCallMarkupOf(const ChatTemplate& chat_template);
 
 // The text a forced tool call opens with in the template's format: "<tool_call>\n", followed

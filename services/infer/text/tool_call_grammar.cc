@@ -592,12 +592,20 @@ std::vector<bool> Expressible(const std::vector<Function>& functions) {
 class TriggeredJsonConstraint final : public JsonConstraint {
  public:
   TriggeredJsonConstraint(std::shared_ptr<const JsonGrammar> call, const TokenIndex* index,
-                          TokenId trigger)
-      : call_(std::move(call)), index_(index), trigger_(trigger) {}
+                          CallTokens tokens)
+      : call_(std::move(call)), index_(index), tokens_(std::move(tokens)) {}
 
   absl::Status Allowed(absl::Span<uint64_t> allowed) override {
     if (held_ != nullptr) return held_->Allowed(allowed);
     std::fill(allowed.begin(), allowed.end(), 0);
+    if (state_ == State::kDone) {
+      for (TokenId id : tokens_.end_after_call) {
+        if (id >= 0 && static_cast<size_t>(id) / 64 < allowed.size()) {
+          allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (static_cast<uint32_t>(id) % 64);
+        }
+      }
+      return absl::OkStatus();
+    }
     for (TokenId id = 0; id < index_->id_limit(); ++id) {
       if (static_cast<size_t>(id) / 64 >= allowed.size()) break;
       allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (static_cast<uint32_t>(id) % 64);
@@ -605,28 +613,52 @@ class TriggeredJsonConstraint final : public JsonConstraint {
     return absl::OkStatus();
   }
   absl::Status Accept(TokenId token) override {
-    if (held_ == nullptr) {
-      // Held from the token after the trigger; end ids never end a held call.
-      if (token == trigger_) held_ = JsonConstraint::Create(call_, index_, {});
-      return absl::OkStatus();
+    switch (state_) {
+      case State::kFree:
+        // Held from the token after the opening; end ids never end a held call.
+        if (token == tokens_.open) {
+          state_ = State::kInCall;
+          if (call_ != nullptr) held_ = JsonConstraint::Create(call_, index_, {});
+        }
+        return absl::OkStatus();
+      case State::kInCall:
+        if (held_ != nullptr) {
+          RETURN_IF_ERROR(held_->Accept(token));
+          if (!held_->Complete()) return absl::OkStatus();
+          held_.reset();
+        } else if (token != tokens_.close) {
+          return absl::OkStatus();
+        }
+        state_ = tokens_.end_after_call.empty() ? State::kFree : State::kDone;
+        return absl::OkStatus();
+      case State::kDone:
+        if (std::find(tokens_.end_after_call.begin(), tokens_.end_after_call.end(), token) ==
+            tokens_.end_after_call.end()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("tool calls: token ", token, " after the one call the request allows"));
+        }
+        return absl::OkStatus();
     }
-    RETURN_IF_ERROR(held_->Accept(token));
-    if (held_->Complete()) held_.reset();
     return absl::OkStatus();
   }
-  bool Complete() const override { return held_ == nullptr; }
-  bool Unconstrained() const override { return held_ == nullptr; }
+  bool Complete() const override { return state_ != State::kInCall; }
+  bool Unconstrained() const override {
+    return state_ == State::kFree || (state_ == State::kInCall && held_ == nullptr);
+  }
 
  private:
+  enum class State { kFree, kInCall, kDone };
   const std::shared_ptr<const JsonGrammar> call_;
   const TokenIndex* const index_;
-  const TokenId trigger_;
-  std::unique_ptr<JsonConstraint> held_;  // The call under way; null while free.
+  const CallTokens tokens_;
+  State state_ = State::kFree;
+  std::unique_ptr<JsonConstraint> held_;  // The call under way, where a grammar holds it.
 };
 
 // ForcedToolCallGrammar for the XML form.
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlForced(const std::vector<Function>& functions,
-                                                             std::string_view function) {
+                                                             std::string_view function,
+                                                             absl::string_view again) {
   const std::vector<bool> expressible = Expressible(functions);
   if (!function.empty()) {
     for (size_t i = 0; i < functions.size(); ++i) {
@@ -641,18 +673,20 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> XmlForced(const std::vector<F
   for (size_t i = 0; i < functions.size(); ++i) {
     if (!expressible[i]) RETURN_IF_ERROR(Arguments(functions[i]).status());  // Strict ones.
   }
-  return XmlCall(functions, expressible, "", kNextCall);
+  return XmlCall(functions, expressible, "", again);
 }
 
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
-    const nlohmann::ordered_json& tools, std::string_view function, ToolCallMarkup markup) {
+    const nlohmann::ordered_json& tools, std::string_view function, ToolCallMarkup markup,
+    bool single) {
   const std::vector<Function> functions = Functions(tools);
   if (functions.empty()) {
     return absl::InvalidArgumentError("a forced tool call needs functions, and tools have none");
   }
-  if (markup == ToolCallMarkup::kXml) return XmlForced(functions, function);
+  const absl::string_view again = single ? "" : kNextCall;
+  if (markup == ToolCallMarkup::kXml) return XmlForced(functions, function, again);
   if (!function.empty()) {
     for (const Function& f : functions) {
       if (f.name != function) continue;
@@ -671,7 +705,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
     if (!expressible[i]) RETURN_IF_ERROR(Arguments(functions[i]).status());  // Strict ones.
   }
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> call =
-      AnyCall(functions, expressible, "", kNextCall);
+      AnyCall(functions, expressible, "", again);
   if (call.ok()) return call;
   // Past the grammar's bounds together (each one alone compiled): the names alone.
   for (const Function& f : functions) {
@@ -680,7 +714,7 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
           absl::StrCat("the functions' parameters together: ", call.status().message()));
     }
   }
-  return AnyCall(functions, std::vector<bool>(functions.size(), false), "", kNextCall);
+  return AnyCall(functions, std::vector<bool>(functions.size(), false), "", again);
 }
 
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
@@ -706,8 +740,8 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
 }
 
 std::unique_ptr<JsonConstraint> TriggeredConstraint(std::shared_ptr<const JsonGrammar> call,
-                                                    const TokenIndex* index, TokenId trigger) {
-  return std::make_unique<TriggeredJsonConstraint>(std::move(call), index, trigger);
+                                                    const TokenIndex* index, CallTokens tokens) {
+  return std::make_unique<TriggeredJsonConstraint>(std::move(call), index, std::move(tokens));
 }
 
 }  // namespace cairn::infer::text

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -36,9 +37,10 @@ namespace cairn::infer::text {
 // are JSON by their schema. Parameters the form cannot write (not one object of properties,
 // members besides them, a name with '>' or a line break) are free text up to `</function>`, or
 // InvalidArgument for a strict function.
+// With `single`, "required" is one call only (no further calls after it).
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
     const nlohmann::ordered_json& tools, std::string_view function,
-    ToolCallMarkup markup = ToolCallMarkup::kJson);
+    ToolCallMarkup markup = ToolCallMarkup::kJson, bool single = false);
 
 // The grammar of a call that the model opens itself (tool_choice "auto"), from after the
 // template's `<tool_call>` token: "\n", `{"name": N, "arguments": A}` for a function N of
@@ -50,12 +52,20 @@ absl::StatusOr<std::shared_ptr<const JsonGrammar>> ForcedToolCallGrammar(
 absl::StatusOr<std::shared_ptr<const JsonGrammar>> StrictToolCallGrammar(
     const nlohmann::ordered_json& tools, ToolCallMarkup markup = ToolCallMarkup::kJson);
 
-// A constraint that leaves the answer free until the model generates `trigger` (the
-// template's `<tool_call>` token), holds what follows to `call` until that is complete, then
-// is free again (every further call is held the same way). Errors of the held part as
-// JsonConstraint's.
+// The tokens a TriggeredConstraint watches for.
+struct CallTokens {
+  TokenId open = -1;   // The template's `<tool_call>` token.
+  TokenId close = -1;  // Its `</tool_call>` token: ends a call no grammar holds (-1: none).
+  // Not empty: one call only; once it ends, only these (the end of the turn) may follow.
+  std::vector<TokenId> end_after_call;
+};
+
+// A constraint that leaves the answer free until the model generates `tokens.open`, holds what
+// follows to `call` until that is complete (with no `call`, leaves it free until
+// `tokens.close`), then is free again (every further call is held the same way) or, with
+// `tokens.end_after_call`, allows only those ids. Errors of the held part as JsonConstraint's.
 std::unique_ptr<JsonConstraint> TriggeredConstraint(std::shared_ptr<const JsonGrammar> call,
-                                                    const TokenIndex* index, TokenId trigger);
+                                                    const TokenIndex* index, CallTokens tokens);
 
 }  // namespace cairn::infer::text
 

@@ -331,6 +331,23 @@ TEST_F(InferDaemonDemoModelTest, RequiredForcesCallsOfDefinedFunctions) {
   }
 }
 
+// chat.single_tool_call (parallel_tool_calls false): "required" is exactly one call, after
+// which the turn ends, where the random model writes more without it (greedy: two or more).
+TEST_F(InferDaemonDemoModelTest, ASingleToolCallEndsTheTurnAfterIt) {
+  for (const bool sample : {false, true}) {
+    SCOPED_TRACE(sample ? "temperature 1" : "greedy");
+    v1::GenerateRequest req = ColorToolsRequest("required", sample);
+    req.mutable_chat()->set_single_tool_call(true);
+
+    GenerateResult r = Generate(*stub_, req);
+
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.finished.reason(), v1::Finished::REASON_TOOL_CALLS) << r.text;
+    ASSERT_EQ(r.finished.tool_calls_size(), 1) << r.text;
+    EXPECT_EQ(r.finished.content(), "") << r.text;
+  }
+}
+
 // A short request forcing a call of function "f" with `params`, strict or not.
 v1::GenerateRequest ForceFunctionF(const std::string& params, bool strict) {
   v1::GenerateRequest req = AskForJson("x");

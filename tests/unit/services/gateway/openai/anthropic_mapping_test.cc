@@ -34,6 +34,21 @@ TEST(AnthropicMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   EXPECT_EQ(prefill.status().message().rfind("tool_choice", 0), 0u) << prefill.status();
 }
 
+TEST(AnthropicMappingTest, DisableParallelToolUseAsksForOneCall) {
+  const std::string head = R"({"max_tokens": 5, "messages": [{"role": "user", "content": "u"}],
+      "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": )";
+  absl::StatusOr<GenerationSpec> one = ParseAnthropicMessagesRequest(
+      Json::parse(head + R"({"type": "any", "disable_parallel_tool_use": true}})"), {});
+  absl::StatusOr<GenerationSpec> many =
+      ParseAnthropicMessagesRequest(Json::parse(head + R"({"type": "auto"}})"), {});
+
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_TRUE(one->request.chat().single_tool_call());
+  EXPECT_EQ(one->request.chat().tool_choice(), "required");
+  EXPECT_FALSE(many->request.chat().single_tool_call());
+}
+
 TEST(AnthropicMappingTest, OutputFormatMapsToAJsonSchema) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
       Json::parse(R"({"max_tokens": 10, "messages": [{"role": "user", "content": "x"}],

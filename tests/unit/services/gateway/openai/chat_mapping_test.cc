@@ -101,6 +101,21 @@ TEST(ChatMappingTest, ToolChoiceObjectNamesTheFunction) {
   EXPECT_EQ(Json::parse(spec.request.chat().tools(0).json())["function"]["name"], "f");
 }
 
+// parallel_tool_calls false: one call at most (the daemon ends the turn after it).
+TEST(ChatMappingTest, ParallelToolCallsFalseAsksForOneCall) {
+  const std::string head = R"({"messages": [{"role": "user", "content": "U"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}])";
+  EXPECT_TRUE(MustParse((head + R"(, "parallel_tool_calls": false})").c_str())
+                  .request.chat()
+                  .single_tool_call());
+  EXPECT_FALSE(MustParse((head + R"(, "parallel_tool_calls": true})").c_str())
+                   .request.chat()
+                   .single_tool_call());
+  EXPECT_FALSE(MustParse((head + "}").c_str()).request.chat().single_tool_call());
+  const std::string error = ErrorOf((head + R"(, "parallel_tool_calls": "no"})").c_str());
+  EXPECT_NE(error.find("parallel_tool_calls"), std::string::npos) << error;
+}
+
 // A forced call the daemon could not serve is refused here, naming the client's field.
 TEST(ChatMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   const std::string none = ErrorOf(R"({"messages": [{"role": "user", "content": "U"}],

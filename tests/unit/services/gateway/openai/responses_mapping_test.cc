@@ -24,6 +24,22 @@ TEST(ResponsesMappingTest, StringInputAndInstructions) {
   EXPECT_EQ(spec->request.chat().DebugString().find("secret-meta"), std::string::npos);
 }
 
+TEST(ResponsesMappingTest, ParallelToolCallsFalseAsksForOneCall) {
+  absl::StatusOr<GenerationSpec> one =
+      ParseResponsesRequest(Json::parse(R"({"input": "x", "parallel_tool_calls": false})"), {});
+  absl::StatusOr<GenerationSpec> many = ParseResponsesRequest(Json::parse(R"({"input": "x"})"), {});
+
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_TRUE(one->request.chat().single_tool_call());
+  EXPECT_FALSE(many->request.chat().single_tool_call());
+  // The answer reports the request's choice.
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_STOP);
+  EXPECT_EQ(one->make_formatter("served")->Body(f)["parallel_tool_calls"], false);
+  EXPECT_EQ(many->make_formatter("served")->Body(f)["parallel_tool_calls"], true);
+}
+
 TEST(ResponsesMappingTest, TextFormatsMapToTheDaemonsResponseFormat) {
   absl::StatusOr<GenerationSpec> text = ParseResponsesRequest(
       Json::parse(R"({"input": "x", "text": {"format": {"type": "text"}}})"), {});

@@ -321,7 +321,7 @@ TEST_F(ForcedToolCallTokensTest, ATriggeredConstraintHoldsOnlyTheCalls) {
   absl::StatusOr<std::shared_ptr<const JsonGrammar>> g = StrictToolCallGrammar(tools);
   ASSERT_TRUE(g.ok() && *g != nullptr);
   const TokenId open = *tokenizer_->TokenToId("<tool_call>");
-  std::unique_ptr<JsonConstraint> c = TriggeredConstraint(*g, index_.get(), open);
+  std::unique_ptr<JsonConstraint> c = TriggeredConstraint(*g, index_.get(), {open, -1, {}});
   std::vector<uint64_t> mask((static_cast<size_t>(index_->id_limit()) + 63) / 64);
   const std::string call =
       "\n"
@@ -376,6 +376,56 @@ TEST_F(ForcedToolCallTokensTest, MasksNearTheClosingTagAreExactlyWhatTheMatcherA
           << "token \"" << std::string(bytes) << "\" after " << text;
     }
   }
+}
+
+// One call only (parallel_tool_calls false): after the call, held by a grammar or ended by the
+// close token where none holds it, only the end of the turn may follow.
+TEST_F(ForcedToolCallTokensTest, ASingleCallEndsTheTurn) {
+  Json tools = WeatherAndSearch();
+  tools[0]["function"]["strict"] = true;
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> strict = StrictToolCallGrammar(tools);
+  ASSERT_TRUE(strict.ok() && *strict != nullptr);
+  const TokenId open = *tokenizer_->TokenToId("<tool_call>");
+  const TokenId close = *tokenizer_->TokenToId("</tool_call>");
+  std::vector<uint64_t> mask((static_cast<size_t>(index_->id_limit()) + 63) / 64);
+  for (const bool held : {true, false}) {
+    SCOPED_TRACE(held ? "held by a grammar" : "free");
+    std::unique_ptr<JsonConstraint> c =
+        TriggeredConstraint(held ? *strict : nullptr, index_.get(), {open, close, {end_}});
+    absl::StatusOr<std::vector<TokenId>> text = tokenizer_->Encode(
+        "Checking.\n<tool_call>\n"
+        R"({"name": "get_weather", "arguments": {"city": "Rome"}})"
+        "\n</tool_call>");
+    ASSERT_TRUE(text.ok());
+    for (TokenId id : *text) {
+      EXPECT_FALSE(c->Complete() && !c->Unconstrained());
+      ASSERT_TRUE(c->Accept(id).ok()) << tokenizer_->Decode({id}).value();
+    }
+    EXPECT_TRUE(c->Complete());
+    EXPECT_FALSE(c->Unconstrained());
+    ASSERT_TRUE(c->Allowed(absl::MakeSpan(mask)).ok());
+    int allowed = 0;
+    for (TokenId id = 0; id < index_->id_limit(); ++id) allowed += TokenAllowedHere(mask, id);
+    EXPECT_EQ(allowed, 1);
+    EXPECT_TRUE(TokenAllowedHere(mask, end_));
+    EXPECT_FALSE(c->Accept(open).ok());
+    EXPECT_TRUE(c->Accept(end_).ok());
+  }
+  // "required" with one call: its end is the answer's.
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> one =
+      ForcedToolCallGrammar(WeatherAndSearch(), "", ToolCallMarkup::kJson, /*single=*/true);
+  ASSERT_TRUE(one.ok());
+  const std::string call = R"({"name": "search", "arguments": {"query": "x"}})"
+                           "\n</tool_call>";
+  EXPECT_TRUE(Read(*one, call).complete);
+  EXPECT_FALSE(Read(*one, call + "\n").prefix);
+  absl::StatusOr<std::shared_ptr<const JsonGrammar>> xml =
+      ForcedToolCallGrammar(WeatherAndSearch(), "", ToolCallMarkup::kXml, /*single=*/true);
+  ASSERT_TRUE(xml.ok());
+  const std::string xml_call =
+      "<function=search>\n<parameter=query>\nx\n</parameter>\n</function>\n</tool_call>";
+  EXPECT_TRUE(Read(*xml, xml_call).complete);
+  EXPECT_FALSE(Read(*xml, xml_call + "\n").prefix);
 }
 
 TEST_F(ForcedToolCallTokensTest, AModelsOwnTokensOfACallAreAllowed) {
