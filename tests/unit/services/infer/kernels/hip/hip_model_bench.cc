@@ -217,14 +217,23 @@ double ModelBench::MakeModel(int logits_parts) {
     const size_t n = std::min(block.bits.size(), values.size() - i);
     std::memcpy(values.data() + i, block.bits.data(), n * sizeof(uint16_t));
   }
+  // The LM head of an untied shape gets bytes of its own: a stored head with the embedding's
+  // bytes is the embedding (the loader shares it, as transformers' tie_weights does), which
+  // would make the untied shapes tied.
+  head_values_.clear();
   std::vector<TensorView> views;
   for (const RandomTensorShape& t : tensors_) {
     TensorView v;
     v.name = t.name;
     v.dtype = DType::kBF16;
     v.shape = t.shape;
-    v.data = reinterpret_cast<const uint8_t*>(values.data());
     v.bytes = v.elements() * 2;
+    v.data = reinterpret_cast<const uint8_t*>(values.data());
+    if (t.name.find("lm_head") != std::string::npos) {
+      head_values_.assign(values.begin(), values.begin() + v.elements());
+      head_values_[0] ^= 1;
+      v.data = reinterpret_cast<const uint8_t*>(head_values_.data());
+    }
     views.push_back(std::move(v));
   }
   absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::FromViews(std::move(views));

@@ -61,11 +61,11 @@ struct Flags {
   bool grouped_moe = HipKernelBackendOptions().grouped_moe;
   std::vector<int> mma_variants = {HipKernelBackendOptions().mma_rows_variant};
   std::vector<int> mma_bf16_inputs = {HipKernelBackendOptions().mma_rows_bf16_inputs ? 1 : 0};
-  std::vector<int> moe_prefill = {
-      !HipKernelBackendOptions().grouped_moe_prefill                             ? 0
-      : HipKernelBackendOptions().moe_gemm_wgmma && hip::MoeGemmWgmmaSupported()
-          ? HipKernelBackendOptions().moe_gemm_wgmma_warpgroups
-          : 1};
+  std::vector<int> moe_prefill = {!HipKernelBackendOptions().grouped_moe_prefill ? 0
+                                  : HipKernelBackendOptions().moe_gemm_wgmma &&
+                                          hip::MoeGemmWgmmaSupported()
+                                      ? HipKernelBackendOptions().moe_gemm_wgmma_warpgroups
+                                      : 1};
   std::vector<int> attention_variants = {HipKernelBackendOptions().attention_mma_variant};
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   std::vector<int> decode_ranges = {HipKernelBackendOptions().attention_decode_ranges_per_block};
@@ -192,8 +192,9 @@ class ModelBench {
   RandomCheckpointOptions o_;
   HybridConfig config_;
   std::vector<RandomTensorShape> tensors_;
-  std::vector<uint16_t> values_;  // Behind every tensor of model_ (kept while it lives).
-  int logits_parts_ = 0;          // model_'s.
+  std::vector<uint16_t> values_;       // Behind every tensor of model_ (kept while it lives).
+  std::vector<uint16_t> head_values_;  // Behind an untied LM head (its bytes are its own).
+  int logits_parts_ = 0;               // model_'s.
   Costs costs_;
   std::unique_ptr<Model> model_;
   std::vector<int32_t> tokens_;
