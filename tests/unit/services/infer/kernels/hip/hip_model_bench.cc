@@ -148,6 +148,8 @@ Costs CountCosts(const RandomCheckpointOptions& o, const std::vector<RandomTenso
   for (const RandomTensorShape& t : tensors) {
     double n = 1;
     for (int64_t d : t.shape) n *= static_cast<double>(d);
+    c.tensor_bytes += 2 * n;
+    if (t.name.find("lm_head") != std::string::npos) c.head_bytes = 2 * n;
     if (t.name.find("embed_tokens") != std::string::npos) {
       c.embed_bytes = 2 * n;
       continue;

@@ -97,6 +97,8 @@ struct Costs {
   double matrix_params = 0;  // Weights a token multiplies, embeddings and lm head excepted.
   double expert_bytes = 0;   // Bytes of routed-expert weights.
   double embed_bytes = 0;    // The input embedding table (gathered, never read whole).
+  double head_bytes = 0;     // A stored LM head (untied shapes; 0 when tied).
+  double tensor_bytes = 0;   // Every tensor's, as stored.
   int full_layers = 0;
   int delta_layers = 0;
 };

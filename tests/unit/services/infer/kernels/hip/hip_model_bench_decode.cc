@@ -62,8 +62,14 @@ void ModelBench::Decode() {
         "private in");
     Bench::Check((*kv)->Validate(s, f_.decode_depth), "validate");
   }
+  // The weights a step reads besides the routed experts: all but the embedding, whose rows are
+  // gathered, unless the model loaded it as its LM head too (tied, or a stored head the loader
+  // found equal to it: then the weights hold one vocabulary matrix, which the head reads).
+  const double loaded = static_cast<double>(model_->info().weight_bytes);
+  const bool shared_head =
+      costs_.head_bytes == 0 || loaded < costs_.tensor_bytes - costs_.head_bytes / 2;
   const double weights_other =
-      model_->info().weight_bytes - costs_.embed_bytes - costs_.expert_bytes;
+      loaded - (shared_head ? 0.0 : costs_.embed_bytes) - costs_.expert_bytes;
   // Every combination of the variants listed, the last listed innermost.
   struct Config {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
