@@ -396,6 +396,35 @@ hipError_t SplitHeadPairs(const float* in, int64_t ld, int64_t rows, int heads, 
 
 namespace {
 
+// PrefetchL2Range's: each thread asks for its 64 KiB pieces, then the wait (never before: a
+// prefetch reads nothing a kernel before this one writes that L2 could then hold stale, since
+// L2 is where device memory is coherent).
+constexpr int64_t kPrefetchPiece = int64_t{64} << 10;
+__global__ void PrefetchL2Kernel(const char* p, int64_t bytes, bool evict_last) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP_PLATFORM_AMD__)
+  uint64_t policy = 0;
+  if (evict_last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * kPrefetchPiece;
+  for (int64_t at = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kPrefetchPiece;
+       at < bytes; at += step) {
+    const unsigned int n =
+        static_cast<unsigned int>(bytes - at < kPrefetchPiece ? bytes - at : kPrefetchPiece);
+    if (evict_last) {
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(p + at),
+                   "r"(n), "l"(policy)
+                   : "memory");
+    } else {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(n) : "memory");
+    }
+  }
+#else
+  static_cast<void>(p);
+  static_cast<void>(bytes);
+  static_cast<void>(evict_last);
+#endif
+  KernelEntry();
+}
+
 bool KernelsWaitAtEntry() {
 #if defined(__HIP_PLATFORM_AMD__)
   return false;
@@ -447,6 +476,19 @@ hipError_t SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* ga
   if (n == 0) return hipSuccess;
   LaunchKernel(SigmoidScaleRowsKernel, GridFor(n, kElementThreads), kElementThreads, 0, stream, x,
                rows, dim, gate);
+  return hipGetLastError();
+}
+
+hipError_t PrefetchL2Range(const void* p, int64_t bytes, bool evict_last, hipStream_t stream) {
+  // Whole 16-byte units inside the range (the instruction's alignment and size unit).
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(p) + 15) / 16 * 16;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)) / 16 * 16;
+  if (bytes <= 0 || end <= start) return hipSuccess;
+  const int64_t n = static_cast<int64_t>(end - start);
+  constexpr int kThreads = 128;
+  const int64_t blocks = CeilDiv(CeilDiv(n, kPrefetchPiece), kThreads);
+  LaunchKernel(PrefetchL2Kernel, static_cast<unsigned int>(blocks < 64 ? blocks : 64), kThreads, 0,
+               stream, reinterpret_cast<const char*>(start), n, evict_last);
   return hipGetLastError();
 }
 

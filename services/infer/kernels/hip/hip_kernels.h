@@ -102,6 +102,11 @@ hipError_t SplitHeadPairs(const float* in, int64_t ld, int64_t rows, int heads, 
 // `rounded`: as the norms' (any n), x[e] rounded at rounded[e].
 hipError_t SigmoidMul(float* x, const float* gate, int64_t n, uint16_t* rounded,
                       hipStream_t stream);
+// Asks L2 for bytes [p, p + bytes) (NVIDIA sm_90: bulk L2 prefetches, 64 KiB an instruction,
+// the range cut to whole 16-byte units inside it; nothing elsewhere), then waits for the
+// stream's previous kernel like every kernel, so that the stream's order is unchanged. A hint:
+// no value changes. `evict_last` asks L2 to keep the lines ahead of others.
+hipError_t PrefetchL2Range(const void* p, int64_t bytes, bool evict_last, hipStream_t stream);
 // KernelBackend::CopyRows as a kernel (so that it takes part in overlapped launches, which a
 // 2-D memory copy does not): 16-byte copies where cols, both strides and both pointers allow,
 // else a float at a time.

@@ -120,8 +120,13 @@ TEST(CatalogTest, ReopeningWithoutWritesKeepsOneLog) {
     ASSERT_EQ(entries->size(), 1u);  // The close marker is never an entry.
     EXPECT_EQ((*entries)[0].checkpoint_id, 7u);
   }
-  EXPECT_LE(count(".log"), 1);
-  EXPECT_LE(count(".sst"), static_cast<int>(CatalogOptions().max_table_files));
+  // The folder's files on failure (seen once under a loaded full suite, not reproduced since).
+  std::string listing;
+  for (const auto& e : std::filesystem::directory_iterator(path)) {
+    absl::StrAppend(&listing, " ", e.path().filename().string());
+  }
+  EXPECT_LE(count(".log"), 1) << listing;
+  EXPECT_LE(count(".sst"), static_cast<int>(CatalogOptions().max_table_files)) << listing;
 }
 
 TEST(CatalogTest, PowerLossKeepsEverySyncedWriteAndLeavesNoHoles) {

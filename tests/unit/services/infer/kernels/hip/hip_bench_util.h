@@ -85,6 +85,18 @@ class Bench {
 };
 
 // Prints `amount` per second in units of `scale` (1e9: giga).
+// `n` random values in [-1, 1] truncated to bf16 (raw bits), for weights.
+inline std::vector<uint16_t> RandomBf16Bits(int64_t n, uint64_t seed) {
+  const std::vector<float> values = RandomFloats(n, seed);
+  std::vector<uint16_t> bits(n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &values[i], sizeof u);
+    bits[i] = static_cast<uint16_t>(u >> 16);
+  }
+  return bits;
+}
+
 inline void Row(const char* what, double seconds, const char* unit, double amount,
                 double scale = 1e9) {
   std::printf("%-62s %10.3f ms  %10.2f %s\n", what, seconds * 1e3, amount / seconds / scale, unit);

@@ -38,13 +38,7 @@ struct MoePool {
     absl::StatusOr<DeviceBuffer> buffer = b.Allocate(kExperts * kExpertBf16 * 2);
     if (!buffer.ok()) Bench::Fail(buffer.status().ToString());
     pool = *std::move(buffer);
-    const std::vector<float> values = RandomFloats(kExpertBf16, 50);
-    std::vector<uint16_t> bits(kExpertBf16);
-    for (int64_t i = 0; i < kExpertBf16; ++i) {
-      uint32_t u;
-      std::memcpy(&u, &values[i], sizeof u);
-      bits[i] = static_cast<uint16_t>(u >> 16);
-    }
+    const std::vector<uint16_t> bits = RandomBf16Bits(kExpertBf16, 50);
     auto* base = static_cast<uint16_t*>(pool.data());
     for (int e = 0; e < kExperts; ++e) {
       Bench::Check(b.Upload(base + e * kExpertBf16, bits.data(), kExpertBf16 * 2),
@@ -130,9 +124,9 @@ int MoePrefill() {
             scratch.EndPass();
           },
           5);
-      static constexpr const char* kPaths[] = {
-          "default (host routing)", "grouped device path", "grouped device path, wgmma 2 groups",
-          "grouped device path, wgmma 3 groups"};
+      static constexpr const char* kPaths[] = {"default (host routing)", "grouped device path",
+                                               "grouped device path, wgmma 2 groups",
+                                               "grouped device path, wgmma 3 groups"};
       std::snprintf(label, sizeof label, "moe layer routed experts, %ld tokens, %s", tokens,
                     kPaths[path]);
       Row(label, t, "TFLOP/s", flops, 1e12);
