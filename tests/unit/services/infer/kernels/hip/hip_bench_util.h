@@ -84,7 +84,6 @@ class Bench {
   std::vector<DeviceBuffer> buffers_;
 };
 
-// Prints `amount` per second in units of `scale` (1e9: giga).
 // `n` random values in [-1, 1] truncated to bf16 (raw bits), for weights.
 inline std::vector<uint16_t> RandomBf16Bits(int64_t n, uint64_t seed) {
   const std::vector<float> values = RandomFloats(n, seed);
@@ -97,6 +96,7 @@ inline std::vector<uint16_t> RandomBf16Bits(int64_t n, uint64_t seed) {
   return bits;
 }
 
+// Prints `amount` per second in units of `scale` (1e9: giga).
 inline void Row(const char* what, double seconds, const char* unit, double amount,
                 double scale = 1e9) {
   std::printf("%-62s %10.3f ms  %10.2f %s\n", what, seconds * 1e3, amount / seconds / scale, unit);
