@@ -206,7 +206,8 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   }
   // Who does the grouped products' work (moe_product_waves; the same bits).
   const hip::MoeLongWarps long_warps{.multiprocessors = multiprocessors_,
-                                     .waves = moe_product_waves_};
+                                     .waves = moe_product_waves_,
+                                     .stream = moe_stream_products_};
   const auto gate_up_and_silu = [&] {
     if (fused) {
       return Check(

@@ -143,6 +143,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       fuse_delta_inputs_(options.fuse_delta_inputs),
       fold_shared_expert_(options.fold_shared_expert),
       moe_product_waves_(options.moe_product_waves),
+      moe_stream_products_(options.moe_stream_products),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}

@@ -162,6 +162,11 @@ struct HipKernelBackendOptions {
   // many tiles get fewer, longer-lived warps); 0: a warp a segment (MatMulRowsMma's layout). The
   // same bits for every value.
   int moe_product_waves = 4;
+  // The decode path's grouped expert products by hip::MoeRowsStream instead: one long-lived
+  // block a multiprocessor, its producer warp streaming each unit's weight rows into shared
+  // memory ahead of the warps that multiply them (NVIDIA sm_90a builds; shapes it does not take
+  // keep the launches above). The same bits.
+  bool moe_stream_products = false;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -431,6 +436,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
   // Sets HipKernelBackendOptions::moe_product_waves (the same bits), for the benchmark.
   void SetMoeProductWavesForTest(int waves) { moe_product_waves_ = waves; }
+  // Sets HipKernelBackendOptions::moe_stream_products (the same bits), for the benchmark.
+  void SetMoeStreamProductsForTest(bool on) { moe_stream_products_ = on; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -612,6 +619,7 @@ class HipKernelBackend final : public KernelBackend {
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
   int moe_product_waves_;                   // options_.moe_product_waves, likewise.
+  bool moe_stream_products_;                // options_.moe_stream_products, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

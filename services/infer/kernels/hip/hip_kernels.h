@@ -211,9 +211,13 @@ hipError_t MoeRouteAndSort(const float* logits, int64_t logits_ld, int64_t token
 // waves > 0 each warp takes as many of a column tile's k segments as keeps at least `waves`
 // blocks for each place the device's `multiprocessors` hold (longer-lived warps where the call
 // has many tiles); else a warp a segment, as MatMulRowsMma.
+// `stream` (NVIDIA sm_90a builds, MoeRowsStreamSupported()): the call's units instead go to
+// MoeRowsStream's long-lived blocks where it takes the shape (16-byte aligned rows and weights,
+// k a multiple of 8), with the same bits.
 struct MoeLongWarps {
   int multiprocessors = 0;
   int waves = 0;
+  bool stream = false;
 };
 hipError_t MoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                       const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
@@ -231,6 +235,22 @@ hipError_t MoeRowsMmaSiluMul(const float* x, int64_t ldx, const int32_t* sorted_
                              const MoeSharedRows& shared = {}, const MoeLongWarps& long_warps = {});
 // How many grouped products have run with warps of several segments in this process, for tests.
 int64_t MoeLongWarpLaunches();
+// The grouped products of MoeRowsMma (silu false: y = x . W^T over n columns) or
+// MoeRowsMmaSiluMul (silu true: act over `width`), with MoeRowsMma's k cut (`segments` of
+// `segment` values, mma_rows::SegmentsFor(n, k)) and bits, by one long-lived block for each of
+// `multiprocessors` (moe_stream.hip): a producer warp streams each unit's 16 weight rows into
+// shared memory with bulk asynchronous copies, a warp a segment computes. Needs 16-byte aligned
+// x rows, weights and shared rows and k % 8 == 0; hipErrorNotSupported where it does not take
+// the call (then nothing was launched) or where not built (AMD, or without CAIRN_HIP_WGMMA).
+bool MoeRowsStreamSupported();
+hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* sorted_picks,
+                         int top_k, const MoeTile* tiles, const int32_t* num_tiles,
+                         int64_t max_tiles, const MoeExpertParts* weights, int64_t n, int64_t k,
+                         float* y, int64_t ldy, bool bf16_inputs, int64_t width, int segments,
+                         int64_t segment, int multiprocessors, hipStream_t stream,
+                         const MoeSharedRows& shared);
+// Launches of MoeRowsStream so far in this process (for tests).
+int64_t MoeStreamLaunches();
 // The prefill path (calls that are not row-invariant; bf16 GEMM inputs): the picks' input rows
 // rounded to bf16 once, a grouped bf16 GEMM on the matrix units over every expert's tiles of
 // MoeGemmTileRows() picks, SiLU-mul rounded to bf16, the grouped GEMM again, MoeCombine.

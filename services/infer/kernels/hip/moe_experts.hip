@@ -631,6 +631,13 @@ hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_pick
   };
   const bool vec = weights_aligned && k % 8 == 0 && rows_aligned(x, ldx) &&
                    (shared_tiles == 0 || rows_aligned(shared.x, shared.ldx));
+  if (long_warps.stream && vec && long_warps.multiprocessors > 0) {
+    const hipError_t e = MoeRowsStream(kSilu, x, ldx, sorted_picks, top_k, tiles, num_tiles,
+                                       max_tiles, weights, n, k, y, ldy, bf16_inputs, width,
+                                       segments, segment, long_warps.multiprocessors, stream,
+                                       shared);
+    if (e != hipErrorNotSupported) return e;  // Else it did not take the call: the launches.
+  }
   const auto kernel = MoeRowsMmaKernelFor<kSilu>(vec, bf16_inputs);
   int64_t places = 0;
   if (long_warps.waves > 0 && long_warps.multiprocessors > 0) {

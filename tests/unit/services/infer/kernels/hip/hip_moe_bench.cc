@@ -287,6 +287,24 @@ int MoeDecode() {
                      "down, long warps");
       }));
     }
+    // The same two products streamed (moe_stream_products; the same bits), where built.
+    double up_silu_stream = 0, dn_stream = 0;
+    if (hip::MoeRowsStreamSupported()) {
+      const hip::MoeLongWarps st{.multiprocessors = multiprocessors, .waves = 4, .stream = true};
+      up_silu_stream = BackToBack(bench, kRoutings, [&](int r) {
+        Bench::Check(
+            hip::MoeRowsMmaSiluMul(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
+                                   sorted[r].num_tiles, sizes.max_tiles, gu_table, true, width,
+                                   hidden, act, true, stream, {}, st),
+            "gate/up and silu mul, streamed");
+      });
+      dn_stream = BackToBack(bench, kRoutings, [&](int r) {
+        Bench::Check(hip::MoeRowsMma(act, width, nullptr, top_k, sorted[r].tiles,
+                                     sorted[r].num_tiles, sizes.max_tiles, down_table, true, hidden,
+                                     width, ys, hidden, true, stream, {}, st),
+                     "down, streamed");
+      });
+    }
     // The earlier routing for comparison (moe_kernels 0: a block per token, then the sort in
     // three launches; the same ids, weights and slots).
     const double route_block = BackToBack(bench, kRoutings, [&](int r) {
@@ -325,6 +343,10 @@ int MoeDecode() {
       std::snprintf(label, sizeof label, "  gate/up and silu mul, long warps (%d waves)", waves[i]);
       Row(label, up_silu_long[i], "GB/s", gu_bytes);
     }
+    if (up_silu_stream > 0) {
+      std::snprintf(label, sizeof label, "  gate/up and silu mul, streamed");
+      Row(label, up_silu_stream, "GB/s", gu_bytes);
+    }
     std::snprintf(label, sizeof label, "  silu mul");
     Row(label, silu, "calls/s", 1.0, 1.0);
     std::snprintf(label, sizeof label, "  down products");
@@ -332,6 +354,10 @@ int MoeDecode() {
     for (size_t i = 0; i < waves.size(); ++i) {
       std::snprintf(label, sizeof label, "  down products, long warps (%d waves)", waves[i]);
       Row(label, dn_long[i], "GB/s", down_bytes);
+    }
+    if (dn_stream > 0) {
+      std::snprintf(label, sizeof label, "  down products, streamed");
+      Row(label, dn_stream, "GB/s", down_bytes);
     }
     std::snprintf(label, sizeof label, "  combine");
     Row(label, combine, "calls/s", 1.0, 1.0);

@@ -250,43 +250,18 @@ TEST_F(HipMoeExpertsTest, LongWarpsGiveTheBitsOfAWarpASegment) {
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
+    std::vector<HipKernelBackend*> ways;
+    for (const auto& b : backends) ways.push_back(b.get());
+    ways.push_back(nullptr);  // The default, last.
     for (const MoeShape& s : shapes) {
       SCOPED_TRACE(::testing::Message()
                    << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
-      const MoeBits bits = RandomExperts(s, 391);
-      MoeShape one = s;
-      one.experts = 1;
-      const MoeBits shared_bits = RandomExperts(one, 392);
-      std::vector<DeviceBuffer> keep;
-      std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
-      UploadExperts(s, bits, keep, gate_up, down);
-      UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
-      const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 393);
-      const std::vector<float> logits = RouterLogits(s, 395, /*tied_pairs=*/false);
-      const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 397);
-      DeviceBuffer dx = Up(x), dl = Up(logits);
       for (const bool with_shared : {false, true}) {
         SCOPED_TRACE(with_shared ? "shared expert folded" : "routed experts only");
-        MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
-        if (with_shared) {
-          a.shared_gate_up = &shared_gate_up[0];
-          a.shared_down = &shared_down[0];
-          a.shared_width = s.width;
-        }
-        const size_t n = out0.size();
         std::vector<std::vector<float>> outs;
-        for (size_t way = 0; way <= backends.size(); ++way) {
-          DeviceBuffer out = Up(out0);
-          a.out = out.floats();
-          // The last way: the default on the first backend.
-          HipKernelBackend* b = backends[way < backends.size() ? way : 0].get();
-          ScratchArena scratch(b->memory());
-          const absl::Status st = way == backends.size() ? b->KernelBackend::MoeExperts(a, scratch)
-                                                         : b->MoeExperts(a, scratch);
-          ASSERT_TRUE(st.ok()) << st << " " << b->status();
-          ASSERT_TRUE(b->Synchronize().ok()) << b->status();
-          outs.push_back(Down(out, n));
-        }
+        std::vector<float> out0;
+        RunWays(s, 391, /*tied_pairs=*/false, with_shared, ways, &outs, &out0);
+        if (HasFatalFailure()) return;
         for (size_t way = 1; way < outs.size(); ++way) {
           EXPECT_TRUE(SameBits(outs[0], outs[way]))
               << (way < waves.size() ? absl::StrCat("waves ", waves[way]) : "the default")
@@ -301,6 +276,61 @@ TEST_F(HipMoeExpertsTest, LongWarpsGiveTheBitsOfAWarpASegment) {
     EXPECT_GT(hip::MoeLongWarpLaunches(), long_before);
   } else {
     EXPECT_EQ(hip::MoeLongWarpLaunches(), long_before);
+  }
+}
+
+TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
+  // moe_stream_products (hip::MoeRowsStream: long-lived blocks fed by bulk copies into shared
+  // memory) against the grouped launches and the default (MatMulRowsMma per expert), with both
+  // input roundings, the shared expert folded in or not, and routings that collide. The shapes
+  // take every path of the streamed kernel: segments of one stage (the 80B-like layer: gate/up
+  // 8 segments, down 2), segments of two stages, the last one partial ("long segments", k 2056:
+  // 8 segments of 288), one segment ("narrow"), gate and up rows in separate buffers (each row
+  // copied from its own part), more units than blocks and fewer, and inputs the kernel does not
+  // take (unaligned rows: the grouped launches run).
+  const std::vector<MoeShape> shapes = {
+      {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
+      {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
+      {"80B-like layer, 16 slots", 16, 2048, 512, 512, 10, false, 6.0f},
+      {"long segments", 9, 2056, 1024, 4, 2, true, 0.0f},
+      {"narrow", 20, 256, 40, 16, 4, false, 6.0f},
+      {"many tokens per expert", 200, 128, 64, 8, 3, false, 0.0f},
+      {"unaligned", 21, 70, 36, 12, 5, true, 0.0f},
+  };
+  const int64_t streamed_before = hip::MoeStreamLaunches();
+  for (const bool bf16_inputs : {true, false}) {
+    std::vector<std::unique_ptr<HipKernelBackend>> backends;
+    for (const bool stream : {false, true}) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+          {.mma_rows_bf16_inputs = bf16_inputs, .moe_stream_products = stream});
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends.push_back(*std::move(b));
+    }
+    // The grouped launches, the streamed kernel twice (a second call on the same backend must
+    // not depend on the first's barriers), then the default.
+    const std::vector<HipKernelBackend*> ways = {backends[0].get(), backends[1].get(),
+                                                 backends[1].get(), nullptr};
+    for (const MoeShape& s : shapes) {
+      SCOPED_TRACE(::testing::Message()
+                   << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
+      for (const bool with_shared : {false, true}) {
+        SCOPED_TRACE(with_shared ? "shared expert folded" : "routed experts only");
+        std::vector<std::vector<float>> outs;
+        std::vector<float> out0;
+        RunWays(s, 491, /*tied_pairs=*/true, with_shared, ways, &outs, &out0);
+        if (HasFatalFailure()) return;
+        EXPECT_TRUE(SameBits(outs[0], outs[1])) << "streamed against grouped launches";
+        EXPECT_TRUE(SameBits(outs[1], outs[2])) << "streamed, second call";
+        EXPECT_TRUE(SameBits(outs[0], outs[3])) << "grouped launches against the default";
+        EXPECT_FALSE(SameBits(outs[1], out0));  // It did write.
+      }
+    }
+  }
+  // The streamed kernel did run where it is built (NVIDIA sm_90a).
+  if (hip::MoeRowsStreamSupported()) {
+    EXPECT_GT(hip::MoeStreamLaunches(), streamed_before);
+  } else {
+    EXPECT_EQ(hip::MoeStreamLaunches(), streamed_before);
   }
 }
 

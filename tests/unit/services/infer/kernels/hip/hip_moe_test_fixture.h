@@ -111,6 +111,47 @@ inline std::vector<float> RouterLogits(const MoeShape& s, uint64_t seed, bool ti
 
 class HipMoeExpertsTest : public HipKernelBackendTest {
  protected:
+  // MoeExperts' decode path on shape `s` once for each of `ways` (a backend, or null: the
+  // default, KernelBackend::MoeExperts, on the first way's backend) from the same random experts,
+  // inputs, routing and `out` (seeds from `seed`), with the shared expert folded in or not: each
+  // way's out in `outs`, the out it started from in `out0`.
+  void RunWays(const MoeShape& s, uint64_t seed, bool tied_pairs, bool with_shared,
+               const std::vector<HipKernelBackend*>& ways, std::vector<std::vector<float>>* outs,
+               std::vector<float>* out0) {
+    ASSERT_FALSE(ways.empty());
+    ASSERT_NE(ways[0], nullptr);
+    const MoeBits bits = RandomExperts(s, seed);
+    MoeShape one = s;
+    one.experts = 1;
+    const MoeBits shared_bits = RandomExperts(one, seed + 1);
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+    UploadExperts(s, bits, keep, gate_up, down);
+    UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+    const std::vector<float> x = RandomFloats(s.tokens * s.hidden, seed + 2);
+    const std::vector<float> logits = RouterLogits(s, seed + 4, tied_pairs);
+    *out0 = RandomFloats(s.tokens * s.hidden, seed + 6);
+    DeviceBuffer dx = Up(x), dl = Up(logits);
+    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+    if (with_shared) {
+      a.shared_gate_up = &shared_gate_up[0];
+      a.shared_down = &shared_down[0];
+      a.shared_width = s.width;
+    }
+    outs->clear();
+    for (HipKernelBackend* way : ways) {
+      DeviceBuffer out = Up(*out0);
+      a.out = out.floats();
+      HipKernelBackend* b = way != nullptr ? way : ways[0];
+      ScratchArena scratch(b->memory());
+      const absl::Status st =
+          way == nullptr ? b->KernelBackend::MoeExperts(a, scratch) : b->MoeExperts(a, scratch);
+      ASSERT_TRUE(st.ok()) << st << " " << b->status();
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs->push_back(Down(out, out0->size()));
+    }
+  }
+
   // The CPU backend's MoeExperts of `a`'s shape over the host copies of its inputs: out0 plus
   // the routed sum.
   std::vector<float> CpuMoe(MoeExpertsArgs a, const std::vector<float>& x,

@@ -1,0 +1,420 @@
+// The decode path's grouped expert products streamed through shared memory
+// (HipKernelBackendOptions::moe_stream_products; NVIDIA sm_90a builds, CAIRN_HIP_WGMMA): one
+// long-lived block a multiprocessor, a producer warp and one consumer warp per k segment.
+//
+// Why: at one to sixteen tokens the grouped launches of moe_experts.hip read each picked
+// expert's weights once, but every short-lived block starts with a chain of lookups (its tile,
+// the expert's table entry, the input row) and ends with a reduction across its warps, and the
+// blocks of a wave run those phases together, so the device's memory idles between them (issue
+// 12, twenty-first round: 10-12 us a four-token gate/up launch above a kernel that only loads).
+// Here each block takes a contiguous run of the call's (tile, column tile) units; its producer
+// warp looks up the next unit and asks for its 16 weight rows with bulk asynchronous copies
+// (`cp.async.bulk`, completion counted on an mbarrier) into a ring of stages in shared memory
+// while the consumers still work on earlier ones, so the lookups and the reductions hide behind
+// the weights' stream.
+//
+// Bits: MoeRowsMmaKernel's, element for element. Consumer warp s computes k segment s of the
+// unit's 16 columns over its tile's rows (up to 8): the same steps of kStep values from the
+// segment's start, each step's weights (zeros past k or for a missing column) and inputs (zeros
+// for a missing row) split and multiplied by StepProducts into the segment's sum in step order;
+// then warp 0 adds the segments' sums in order (segment 0's, plus 1's, plus 2's, ...), and the
+// SiLU-mul or plain store follows. Which block or stage holds a unit never enters the
+// arithmetic.
+
+#include <atomic>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/hip/mma_rows_device.h"
+
+namespace cairn::infer::hip {
+
+namespace {
+std::atomic<int64_t> stream_launches{0};  // MoeStreamLaunches().
+}  // namespace
+
+int64_t MoeStreamLaunches() { return stream_launches.load(std::memory_order_relaxed); }
+
+#if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
+
+bool MoeRowsStreamSupported() { return false; }
+hipError_t MoeRowsStream(bool, const float*, int64_t, const int32_t*, int, const MoeTile*,
+                         const int32_t*, int64_t, const MoeExpertParts*, int64_t, int64_t, float*,
+                         int64_t, bool, int64_t, int, int64_t, int, hipStream_t,
+                         const MoeSharedRows&) {
+  return hipErrorNotSupported;
+}
+
+#else
+
+namespace {
+
+using mma_rows::ColumnOf;
+using mma_rows::kStep;
+using mma_rows::LoadInputs8;
+using mma_rows::SplitPieces;
+using mma_rows::StepProducts;
+
+constexpr int kMaxSegments = mma_rows::kMaxSegments;  // Consumer warps, at most.
+constexpr int kRows = 16;                             // Weight rows (columns of y) a unit.
+constexpr int kChunk = 256;                           // k values of one row's piece in a stage.
+constexpr int kChunkSteps = kChunk / kStep;
+constexpr int kPieceStride = kChunk + 8;  // A piece's elements with 16 bytes of padding, so
+                                          // that a warp's reads of 8 rows hit distinct banks.
+constexpr int kMaxStages = 8;
+// Shared memory a block asks for at most (of the 227 KiB an sm_90 block may have).
+constexpr int kSharedBudget = 212 * 1024;
+static_assert(kChunk % kStep == 0 && kChunkSteps % 2 == 0);
+
+// What the producer tells the consumers about a stage (written before its barrier's arrival).
+struct StageMeta {
+  const float* x[8];  // The tile's input rows (null past its rows).
+  float* y;           // The tile's first output row.
+  int64_t ldy;
+  int32_t rows;    // The tile's rows.
+  int32_t ct;      // The unit's column tile.
+  uint32_t valid;  // Bit r: weight row r of the unit exists.
+  int32_t tile;    // The tile's index in the call (routed, then shared).
+};
+
+__device__ inline uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ inline void BarrierInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(count)
+               : "memory");
+}
+// This thread's arrival, expecting `bytes` more of asynchronous copies in the phase.
+__device__ inline void BarrierArriveExpect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ inline void BarrierArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(bar)) : "memory");
+}
+// Until the phase of parity `parity` has completed.
+__device__ inline void BarrierWait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (done == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(SharedAddress(bar)), "r"(parity)
+        : "memory");
+  }
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// counted on `bar` when they land.
+__device__ inline void BulkCopy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+}
+// The consumer warps' barrier (named barrier 1; the producer warp never takes part).
+__device__ inline void ConsumersSync(int consumers) {
+  asm volatile("bar.sync 1, %0;\n" ::"r"(consumers * 32) : "memory");
+}
+
+struct StreamShape {
+  int64_t n, k, width;  // width > 0: SiLU-mul over [gate; up] of `width` rows each.
+  int segments;         // Consumer warps.
+  int64_t segment;      // k values a segment.
+  int chunks;           // Stages a unit (segment / kChunk, rounded up).
+  int stages;           // Stages in the ring.
+  int64_t col_tiles;
+};
+
+// The block's shared memory: barriers, stage notes, the segments' sums, then the stages.
+struct StreamSmem {
+  uint64_t full[kMaxStages];
+  uint64_t empty[kMaxStages];
+  StageMeta meta[kMaxStages];
+  float partial[2][kMaxSegments][4][32];
+};
+constexpr size_t kStagesOffset = (sizeof(StreamSmem) + 127) / 128 * 128;
+__host__ __device__ constexpr size_t StageElements(int segments) {
+  return static_cast<size_t>(segments) * kRows * kPieceStride;
+}
+
+// Grid: enough blocks for the device's multiprocessors (one each), blocks of segments + 1 warps.
+// Block b takes units [b U / G, (b + 1) U / G) of the call's U = (routed tiles + shared tiles)
+// x col_tiles units (a tile's column tiles consecutive), each unit in `chunks` stages.
+template <int kPieces, bool kSilu>
+__global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
+    MoeRowsStreamKernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
+                        const MoeTile* tiles, const int32_t* num_tiles,
+                        const MoeExpertParts* weights, float* y, int64_t ldy, StreamShape sh,
+                        MoeSharedRows shared) {
+  KernelEntry();
+  extern __shared__ __align__(128) unsigned char stream_smem[];
+  StreamSmem& sm = *reinterpret_cast<StreamSmem*>(stream_smem);
+  uint16_t* const stages = reinterpret_cast<uint16_t*>(stream_smem + kStagesOffset);
+  const int64_t routed = *num_tiles;
+  const int64_t shared_tiles =
+      shared.weights != nullptr && shared.rows > 0 ? (shared.rows + 7) / 8 : 0;
+  const int64_t units = (routed + shared_tiles) * sh.col_tiles;
+  const int64_t u0 = units * blockIdx.x / gridDim.x;
+  const int64_t u1 = units * (blockIdx.x + 1) / gridDim.x;
+  if (u0 >= u1) return;  // Uniform per block.
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int consumers = sh.segments;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < sh.stages; ++s) {
+      BarrierInit(&sm.full[s], 1);
+      BarrierInit(&sm.empty[s], static_cast<uint32_t>(consumers));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const size_t stage_elems = StageElements(sh.segments);
+
+  if (warp == consumers) {
+    // ---- The producer: lane r % 16 asks for weight row r, lanes 16-31 the odd segments.
+    const int r = lane % kRows;
+    const int half = lane / kRows;
+    int64_t item = 0;
+    int64_t looked_up = -1;
+    StageMeta meta = {};
+    const MoeExpertParts* parts = nullptr;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t ti = u / sh.col_tiles;
+      const int32_t ct = static_cast<int32_t>(u % sh.col_tiles);
+      if (ti != looked_up) {
+        looked_up = ti;
+        const float* xs = x;
+        int64_t ld_in = ldx;
+        int32_t start;
+        if (ti < routed) {
+          const MoeTile t = tiles[ti];
+          start = t.start;
+          meta.rows = t.rows;
+          parts = weights + t.expert;
+          meta.y = y + static_cast<int64_t>(t.start) * ldy;
+          meta.ldy = ldy;
+        } else {
+          start = static_cast<int32_t>((ti - routed) * 8);
+          meta.rows = static_cast<int32_t>(shared.rows - start < 8 ? shared.rows - start : 8);
+          parts = shared.weights;
+          xs = shared.x;
+          ld_in = shared.ldx;
+          meta.y = shared.y + static_cast<int64_t>(start) * shared.ldy;
+          meta.ldy = shared.ldy;
+        }
+        meta.tile = static_cast<int32_t>(ti);
+        // Lanes 0-7 find the input rows (a routed tile's through the sort's order).
+        const float* row_ptr = nullptr;
+        if (lane < 8 && lane < meta.rows) {
+          const int64_t slot = static_cast<int64_t>(start) + lane;
+          const int64_t row =
+              ti < routed && sorted_picks != nullptr ? sorted_picks[slot] / top_k : slot;
+          row_ptr = xs + row * ld_in;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          meta.x[i] = reinterpret_cast<const float*>(
+              __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_ptr), i));
+        }
+      }
+      meta.ct = ct;
+      // This lane's weight row of the unit.
+      const uint16_t* wrow = nullptr;
+      if constexpr (kSilu) {
+        const int64_t j = static_cast<int64_t>(ct) * 8 + r % 8;
+        if (j < sh.width) wrow = ColumnOf(*parts, r < 8 ? j : sh.width + j, sh.k);
+      } else {
+        const int64_t col = static_cast<int64_t>(ct) * kRows + r;
+        if (col < sh.n) wrow = ColumnOf(*parts, col, sh.k);
+      }
+      meta.valid = __ballot_sync(0xffffffffu, wrow != nullptr && half == 0);
+      for (int c = 0; c < sh.chunks; ++c, ++item) {
+        const int stage = static_cast<int>(item % sh.stages);
+        const uint32_t round = static_cast<uint32_t>(item / sh.stages);
+        BarrierWait(&sm.empty[stage], (round & 1) ^ 1);
+        // This lane's pieces: segments s = half, half + 2, ... of row r, chunk c.
+        uint32_t bytes = 0;
+        for (int s = half; s < sh.segments; s += 2) {
+          const int64_t begin = s * sh.segment + static_cast<int64_t>(c) * kChunk;
+          int64_t end = begin + kChunk;
+          if (end > (s + 1) * sh.segment) end = (s + 1) * sh.segment;
+          if (end > sh.k) end = sh.k;
+          if (wrow != nullptr && end > begin) bytes += static_cast<uint32_t>(end - begin) * 2;
+        }
+        const uint32_t total = __reduce_add_sync(0xffffffffu, bytes);
+        if (lane == 0) {
+          sm.meta[stage] = meta;
+          BarrierArriveExpect(&sm.full[stage], total);
+        }
+        __syncwarp();
+        uint16_t* const base = stages + stage * stage_elems;
+        for (int s = half; s < sh.segments; s += 2) {
+          const int64_t begin = s * sh.segment + static_cast<int64_t>(c) * kChunk;
+          int64_t end = begin + kChunk;
+          if (end > (s + 1) * sh.segment) end = (s + 1) * sh.segment;
+          if (end > sh.k) end = sh.k;
+          if (wrow != nullptr && end > begin) {
+            BulkCopy(base + (static_cast<size_t>(s) * kRows + r) * kPieceStride, wrow + begin,
+                     static_cast<uint32_t>(end - begin) * 2, &sm.full[stage]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumer warp `warp`: k segment `warp` of every unit.
+  const int s = warp;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int64_t seg_begin = s * sh.segment;
+  const int64_t seg_end = seg_begin + sh.segment < sh.k ? seg_begin + sh.segment : sh.k;
+  // The split inputs of the chunk last loaded (a tile's units share them).
+  uint32_t pieces[kChunkSteps][kPieces][4];
+  int64_t held = -1;  // tile * chunks + chunk of `pieces`, or -1.
+  float sum[4] = {};
+  int64_t item = 0;
+  int parity = 0;
+  for (int64_t u = u0; u < u1; ++u) {
+    for (int c = 0; c < sh.chunks; ++c, ++item) {
+      const int stage = static_cast<int>(item % sh.stages);
+      const uint32_t round = static_cast<uint32_t>(item / sh.stages);
+      BarrierWait(&sm.full[stage], round & 1);
+      const StageMeta& m = sm.meta[stage];
+      const int rows = m.rows;
+      const uint32_t valid = m.valid;
+      const int64_t kb0 = seg_begin + static_cast<int64_t>(c) * kChunk;
+      const int64_t key = static_cast<int64_t>(m.tile) * sh.chunks + c;
+      if (key != held) {
+        held = key;
+        const float* xa = g < rows ? m.x[g] : nullptr;
+        float v[kChunkSteps][8];
+#pragma unroll
+        for (int q = 0; q < kChunkSteps; ++q) {
+          const int64_t kb = kb0 + q * kStep;
+          LoadInputs8<true>(kb < seg_end ? xa : nullptr, kb + 8 * t, sh.k, v[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < kChunkSteps; ++q) SplitPieces<kPieces>(v[q], pieces[q]);
+      }
+      StageMeta out = {};
+      const bool last = c == sh.chunks - 1;
+      if (last && s == 0) out = m;
+      if (c == 0) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum[e] = 0.0f;
+      }
+      const uint16_t* base =
+          stages + stage * stage_elems + static_cast<size_t>(s) * kRows * kPieceStride;
+      const uint16_t* pa = base + static_cast<size_t>(g) * kPieceStride + 8 * t;
+      const uint16_t* pb = base + static_cast<size_t>(g + 8) * kPieceStride + 8 * t;
+      const bool a_ok = (valid >> g) & 1u;
+      const bool b_ok = (valid >> (g + 8)) & 1u;
+#pragma unroll
+      for (int q = 0; q < kChunkSteps; ++q) {
+        const int64_t kb = kb0 + q * kStep;
+        if (kb >= seg_end) break;
+        const bool in_k = kb + 8 * t < sh.k;
+        const uint4 wa =
+            a_ok && in_k ? *reinterpret_cast<const uint4*>(pa + q * kStep) : make_uint4(0, 0, 0, 0);
+        const uint4 wb =
+            b_ok && in_k ? *reinterpret_cast<const uint4*>(pb + q * kStep) : make_uint4(0, 0, 0, 0);
+        StepProducts<kPieces>(wa, wb, pieces[q], sum);
+      }
+      __syncwarp();
+      if (lane == 0) BarrierArrive(&sm.empty[stage]);
+      if (!last) continue;
+      // The unit's sums: warp 0 adds the segments' in order and stores.
+      float acc[4] = {sum[0], sum[1], sum[2], sum[3]};
+      if (consumers > 1) {
+        if (s != 0) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sm.partial[parity][s][e][lane] = sum[e];
+        }
+        ConsumersSync(consumers);
+        if (s == 0) {
+          for (int p = 1; p < consumers; ++p) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[e] += sm.partial[parity][p][e][lane];
+          }
+        }
+        parity ^= 1;
+      }
+      if (s != 0) continue;
+      if constexpr (kSilu) {
+        const int64_t j = static_cast<int64_t>(out.ct) * 8 + g;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = 2 * t + e;
+          if (r < out.rows && j < sh.width) {
+            out.y[r * out.ldy + j] = DeviceSilu(acc[e]) * acc[e + 2];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 2 * t + (e & 1);
+          const int64_t col = static_cast<int64_t>(out.ct) * kRows + g + (e >= 2 ? 8 : 0);
+          if (r < out.rows && col < sh.n) out.y[r * out.ldy + col] = acc[e];
+        }
+      }
+    }
+  }
+}
+
+template <bool kSilu>
+auto StreamKernelFor(bool bf16_inputs) {
+  return bf16_inputs ? MoeRowsStreamKernel<1, kSilu> : MoeRowsStreamKernel<3, kSilu>;
+}
+
+}  // namespace
+
+bool MoeRowsStreamSupported() { return true; }
+
+hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* sorted_picks,
+                         int top_k, const MoeTile* tiles, const int32_t* num_tiles,
+                         int64_t max_tiles, const MoeExpertParts* weights, int64_t n, int64_t k,
+                         float* y, int64_t ldy, bool bf16_inputs, int64_t width, int segments,
+                         int64_t segment, int multiprocessors, hipStream_t stream,
+                         const MoeSharedRows& shared) {
+  if (segments < 1 || segments > kMaxSegments || segment <= 0 || segment % kStep != 0 ||
+      multiprocessors <= 0 || k <= 0 || n <= 0) {
+    return hipErrorNotSupported;
+  }
+  StreamShape sh;
+  sh.n = n;
+  sh.k = k;
+  sh.width = silu ? width : 0;
+  sh.segments = segments;
+  sh.segment = segment;
+  sh.chunks = static_cast<int>(CeilDiv(segment, kChunk));
+  sh.col_tiles = CeilDiv(n, kRows);
+  const size_t stage_bytes = StageElements(segments) * sizeof(uint16_t);
+  const int64_t fit =
+      (kSharedBudget - static_cast<int64_t>(kStagesOffset)) / static_cast<int64_t>(stage_bytes);
+  if (fit < 2) return hipErrorNotSupported;
+  sh.stages = static_cast<int>(fit < kMaxStages ? fit : kMaxStages);
+  const int64_t shared_tiles =
+      shared.weights != nullptr && shared.rows > 0 ? CeilDiv(shared.rows, 8) : 0;
+  const int64_t most_units = (max_tiles + shared_tiles) * sh.col_tiles;
+  if (most_units <= 0) return hipSuccess;
+  const int64_t blocks = most_units < multiprocessors ? most_units : multiprocessors;
+  const size_t bytes = kStagesOffset + static_cast<size_t>(sh.stages) * stage_bytes;
+  const auto kernel =
+      silu ? StreamKernelFor<true>(bf16_inputs) : StreamKernelFor<false>(bf16_inputs);
+  const hipError_t allowed = AllowSharedBytes(kernel, bytes);
+  if (allowed != hipSuccess) return allowed;
+  LaunchKernel(kernel, dim3(static_cast<unsigned int>(blocks)), dim3((segments + 1) * 32), bytes,
+               stream, x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, y, ldy, sh, shared);
+  const hipError_t e = hipGetLastError();
+  if (e == hipSuccess) stream_launches.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+
+#endif
+
+}  // namespace cairn::infer::hip
