@@ -207,7 +207,9 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   // Who does the grouped products' work (moe_product_waves; the same bits).
   const hip::MoeLongWarps long_warps{.multiprocessors = multiprocessors_,
                                      .waves = moe_product_waves_,
-                                     .stream = moe_stream_products_};
+                                     .stream = moe_stream_products_ >= 1};
+  hip::MoeLongWarps down_warps = long_warps;
+  down_warps.stream = moe_stream_products_ >= 2;
   const auto gate_up_and_silu = [&] {
     if (fused) {
       return Check(
@@ -232,7 +234,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       !gate_up_and_silu() ||
       !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
                              down_table, down_aligned, a.hidden, a.width, ys, a.hidden,
-                             mma_rows_bf16_inputs_, compute_, shared_down, long_warps),
+                             mma_rows_bf16_inputs_, compute_, shared_down, down_warps),
              "moe down launch") ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),

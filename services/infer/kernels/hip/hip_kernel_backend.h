@@ -162,11 +162,12 @@ struct HipKernelBackendOptions {
   // many tiles get fewer, longer-lived warps); 0: a warp a segment (MatMulRowsMma's layout). The
   // same bits for every value.
   int moe_product_waves = 4;
-  // The decode path's grouped expert products by hip::MoeRowsStream instead: one long-lived
-  // block a multiprocessor, its producer warp streaming each unit's weight rows into shared
-  // memory ahead of the warps that multiply them (NVIDIA sm_90a builds; shapes it does not take
-  // keep the launches above). The same bits.
-  bool moe_stream_products = false;
+  // The decode path's grouped expert products by hip::MoeRowsStream instead (1: the gate/up
+  // product with SiLU-mul; 2: the down product too; 0: neither): one long-lived block a
+  // multiprocessor, its producer warp streaming each unit's weight rows into shared memory
+  // ahead of the warps that multiply them (NVIDIA sm_90a builds; shapes it does not take keep
+  // the launches above). The same bits.
+  int moe_stream_products = 0;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -437,7 +438,7 @@ class HipKernelBackend final : public KernelBackend {
   // Sets HipKernelBackendOptions::moe_product_waves (the same bits), for the benchmark.
   void SetMoeProductWavesForTest(int waves) { moe_product_waves_ = waves; }
   // Sets HipKernelBackendOptions::moe_stream_products (the same bits), for the benchmark.
-  void SetMoeStreamProductsForTest(bool on) { moe_stream_products_ = on; }
+  void SetMoeStreamProductsForTest(int mode) { moe_stream_products_ = mode; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -619,7 +620,7 @@ class HipKernelBackend final : public KernelBackend {
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
   int moe_product_waves_;                   // options_.moe_product_waves, likewise.
-  bool moe_stream_products_;                // options_.moe_stream_products, likewise.
+  int moe_stream_products_;                 // options_.moe_stream_products, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

@@ -1,6 +1,7 @@
 // The decode path's grouped expert products streamed through shared memory
 // (HipKernelBackendOptions::moe_stream_products; NVIDIA sm_90a builds, CAIRN_HIP_WGMMA): one
-// long-lived block a multiprocessor, a producer warp and one consumer warp per k segment.
+// long-lived block a multiprocessor: a producer warp, and eight consumer warps in groups of a
+// warp per k segment, each group on its own unit.
 //
 // Why: at one to sixteen tokens the grouped launches of moe_experts.hip read each picked
 // expert's weights once, but every short-lived block starts with a chain of lookups (its tile,
@@ -13,12 +14,12 @@
 // while the consumers still work on earlier ones, so the lookups and the reductions hide behind
 // the weights' stream.
 //
-// Bits: MoeRowsMmaKernel's, element for element. Consumer warp s computes k segment s of the
+// Bits: MoeRowsMmaKernel's, element for element. A group's warp s computes k segment s of the
 // unit's 16 columns over its tile's rows (up to 8): the same steps of kStep values from the
 // segment's start, each step's weights (zeros past k or for a missing column) and inputs (zeros
 // for a missing row) split and multiplied by StepProducts into the segment's sum in step order;
-// then warp 0 adds the segments' sums in order (segment 0's, plus 1's, plus 2's, ...), and the
-// SiLU-mul or plain store follows. Which block or stage holds a unit never enters the
+// then the group's warp 0 adds the segments' sums in order (segment 0's, plus 1's, plus 2's, ...),
+// and the SiLU-mul or plain store follows. Which block or stage holds a unit never enters the
 // arithmetic.
 
 #include <atomic>
@@ -115,9 +116,10 @@ __device__ inline void BulkCopy(void* dst, const void* src, uint32_t bytes, uint
       "l"(src), "r"(bytes), "r"(SharedAddress(bar))
       : "memory");
 }
-// The consumer warps' barrier (named barrier 1; the producer warp never takes part).
-__device__ inline void ConsumersSync(int consumers) {
-  asm volatile("bar.sync 1, %0;\n" ::"r"(consumers * 32) : "memory");
+// The barrier of consumer group `group`'s `warps` warps (named barrier 1 + group; the producer
+// warp and the other groups never take part).
+__device__ inline void GroupSync(int group, int warps) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(warps * 32) : "memory");
 }
 
 struct StreamShape {
@@ -127,6 +129,13 @@ struct StreamShape {
   int chunks;           // Stages a unit (segment / kChunk, rounded up).
   int stages;           // Stages in the ring.
   int64_t col_tiles;
+  // Where piece (segment s, row r) of a stage starts: s * seg_stride + r * row_stride elements.
+  // Units of one stage (chunks 1) hold whole rows, each one copy of its k values (row_stride
+  // segments * segment + 8, seg_stride segment); else pieces of kChunk values a (segment, row)
+  // (row_stride kPieceStride, seg_stride kRows * kPieceStride). Either way rows are 16 bytes
+  // more than a multiple of 128 apart, so a warp's reads of 8 rows hit distinct banks.
+  int64_t row_stride, seg_stride;
+  int64_t stage_elems;
 };
 
 // The block's shared memory: barriers, stage notes, the segments' sums, then the stages.
@@ -137,13 +146,12 @@ struct StreamSmem {
   float partial[2][kMaxSegments][4][32];
 };
 constexpr size_t kStagesOffset = (sizeof(StreamSmem) + 127) / 128 * 128;
-__host__ __device__ constexpr size_t StageElements(int segments) {
-  return static_cast<size_t>(segments) * kRows * kPieceStride;
-}
 
-// Grid: enough blocks for the device's multiprocessors (one each), blocks of segments + 1 warps.
-// Block b takes units [b U / G, (b + 1) U / G) of the call's U = (routed tiles + shared tiles)
-// x col_tiles units (a tile's column tiles consecutive), each unit in `chunks` stages.
+// Grid: enough blocks for the device's multiprocessors (one each), blocks of kMaxSegments + 1
+// warps. Block b takes units [b U / G, (b + 1) U / G) of the call's U = (routed tiles + shared
+// tiles) x col_tiles units (a tile's column tiles consecutive), each unit in `chunks` stages,
+// in that order through the ring; consumer group q (of kMaxSegments / segments) takes the
+// block's units q, q + groups, ...
 template <int kPieces, bool kSilu>
 __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
     MoeRowsStreamKernel(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
@@ -163,7 +171,8 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
   if (u0 >= u1) return;  // Uniform per block.
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int consumers = sh.segments;
+  const int consumers = sh.segments;  // Warps a group; a group a unit at a time.
+  const int groups = kMaxSegments / consumers;
   if (threadIdx.x == 0) {
     for (int s = 0; s < sh.stages; ++s) {
       BarrierInit(&sm.full[s], 1);
@@ -172,16 +181,19 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const size_t stage_elems = StageElements(sh.segments);
+  const size_t stage_elems = static_cast<size_t>(sh.stage_elems);
+  const bool whole_rows = sh.chunks == 1;
 
-  if (warp == consumers) {
+  if (warp == kMaxSegments) {
     // ---- The producer: lane r % 16 asks for weight row r, lanes 16-31 the odd segments.
     const int r = lane % kRows;
     const int half = lane / kRows;
     int64_t item = 0;
     int64_t looked_up = -1;
     StageMeta meta = {};
-    const MoeExpertParts* parts = nullptr;
+    // The unit's expert's table entry, held in registers (the barriers' memory clobbers would
+    // otherwise reload it from global memory for every unit).
+    MoeExpertParts parts = {};
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t ti = u / sh.col_tiles;
       const int32_t ct = static_cast<int32_t>(u % sh.col_tiles);
@@ -194,13 +206,13 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
           const MoeTile t = tiles[ti];
           start = t.start;
           meta.rows = t.rows;
-          parts = weights + t.expert;
+          parts = weights[t.expert];
           meta.y = y + static_cast<int64_t>(t.start) * ldy;
           meta.ldy = ldy;
         } else {
           start = static_cast<int32_t>((ti - routed) * 8);
           meta.rows = static_cast<int32_t>(shared.rows - start < 8 ? shared.rows - start : 8);
-          parts = shared.weights;
+          parts = *shared.weights;
           xs = shared.x;
           ld_in = shared.ldx;
           meta.y = shared.y + static_cast<int64_t>(start) * shared.ldy;
@@ -226,19 +238,21 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
       const uint16_t* wrow = nullptr;
       if constexpr (kSilu) {
         const int64_t j = static_cast<int64_t>(ct) * 8 + r % 8;
-        if (j < sh.width) wrow = ColumnOf(*parts, r < 8 ? j : sh.width + j, sh.k);
+        if (j < sh.width) wrow = ColumnOf(parts, r < 8 ? j : sh.width + j, sh.k);
       } else {
         const int64_t col = static_cast<int64_t>(ct) * kRows + r;
-        if (col < sh.n) wrow = ColumnOf(*parts, col, sh.k);
+        if (col < sh.n) wrow = ColumnOf(parts, col, sh.k);
       }
       meta.valid = __ballot_sync(0xffffffffu, wrow != nullptr && half == 0);
       for (int c = 0; c < sh.chunks; ++c, ++item) {
         const int stage = static_cast<int>(item % sh.stages);
         const uint32_t round = static_cast<uint32_t>(item / sh.stages);
         BarrierWait(&sm.empty[stage], (round & 1) ^ 1);
-        // This lane's pieces: segments s = half, half + 2, ... of row r, chunk c.
+        // This lane's pieces: the whole row (lanes 0-15), or segments s = half, half + 2, ...
+        // of row r, chunk c.
         uint32_t bytes = 0;
-        for (int s = half; s < sh.segments; s += 2) {
+        if (whole_rows && wrow != nullptr && half == 0) bytes = static_cast<uint32_t>(sh.k) * 2;
+        for (int s = half; !whole_rows && s < sh.segments; s += 2) {
           const int64_t begin = s * sh.segment + static_cast<int64_t>(c) * kChunk;
           int64_t end = begin + kChunk;
           if (end > (s + 1) * sh.segment) end = (s + 1) * sh.segment;
@@ -252,13 +266,17 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
         }
         __syncwarp();
         uint16_t* const base = stages + stage * stage_elems;
-        for (int s = half; s < sh.segments; s += 2) {
+        if (whole_rows && wrow != nullptr && half == 0) {
+          BulkCopy(base + r * sh.row_stride, wrow, static_cast<uint32_t>(sh.k) * 2,
+                   &sm.full[stage]);
+        }
+        for (int s = half; !whole_rows && s < sh.segments; s += 2) {
           const int64_t begin = s * sh.segment + static_cast<int64_t>(c) * kChunk;
           int64_t end = begin + kChunk;
           if (end > (s + 1) * sh.segment) end = (s + 1) * sh.segment;
           if (end > sh.k) end = sh.k;
           if (wrow != nullptr && end > begin) {
-            BulkCopy(base + (static_cast<size_t>(s) * kRows + r) * kPieceStride, wrow + begin,
+            BulkCopy(base + s * sh.seg_stride + r * sh.row_stride, wrow + begin,
                      static_cast<uint32_t>(end - begin) * 2, &sm.full[stage]);
           }
         }
@@ -267,8 +285,9 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
     return;
   }
 
-  // ---- Consumer warp `warp`: k segment `warp` of every unit.
-  const int s = warp;
+  // ---- Consumer warp `warp`: k segment s of every groups-th unit from u0 + group.
+  const int group = warp / consumers;
+  const int s = warp % consumers;
   const int g = lane / 4;
   const int t = lane % 4;
   const int64_t seg_begin = s * sh.segment;
@@ -277,10 +296,10 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
   uint32_t pieces[kChunkSteps][kPieces][4];
   int64_t held = -1;  // tile * chunks + chunk of `pieces`, or -1.
   float sum[4] = {};
-  int64_t item = 0;
   int parity = 0;
-  for (int64_t u = u0; u < u1; ++u) {
-    for (int c = 0; c < sh.chunks; ++c, ++item) {
+  for (int64_t u = u0 + group; u < u1; u += groups) {
+    for (int c = 0; c < sh.chunks; ++c) {
+      const int64_t item = (u - u0) * sh.chunks + c;
       const int stage = static_cast<int>(item % sh.stages);
       const uint32_t round = static_cast<uint32_t>(item / sh.stages);
       BarrierWait(&sm.full[stage], round & 1);
@@ -308,10 +327,9 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) sum[e] = 0.0f;
       }
-      const uint16_t* base =
-          stages + stage * stage_elems + static_cast<size_t>(s) * kRows * kPieceStride;
-      const uint16_t* pa = base + static_cast<size_t>(g) * kPieceStride + 8 * t;
-      const uint16_t* pb = base + static_cast<size_t>(g + 8) * kPieceStride + 8 * t;
+      const uint16_t* base = stages + stage * stage_elems + s * sh.seg_stride;
+      const uint16_t* pa = base + g * sh.row_stride + 8 * t;
+      const uint16_t* pb = base + (g + 8) * sh.row_stride + 8 * t;
       const bool a_ok = (valid >> g) & 1u;
       const bool b_ok = (valid >> (g + 8)) & 1u;
 #pragma unroll
@@ -328,18 +346,18 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
       __syncwarp();
       if (lane == 0) BarrierArrive(&sm.empty[stage]);
       if (!last) continue;
-      // The unit's sums: warp 0 adds the segments' in order and stores.
+      // The unit's sums: the group's segment 0 warp adds the segments' in order and stores.
       float acc[4] = {sum[0], sum[1], sum[2], sum[3]};
       if (consumers > 1) {
         if (s != 0) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) sm.partial[parity][s][e][lane] = sum[e];
+          for (int e = 0; e < 4; ++e) sm.partial[parity][warp][e][lane] = sum[e];
         }
-        ConsumersSync(consumers);
+        GroupSync(group, consumers);
         if (s == 0) {
           for (int p = 1; p < consumers; ++p) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[e] += sm.partial[parity][p][e][lane];
+            for (int e = 0; e < 4; ++e) acc[e] += sm.partial[parity][warp + p][e][lane];
           }
         }
         parity ^= 1;
@@ -381,7 +399,7 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
                          float* y, int64_t ldy, bool bf16_inputs, int64_t width, int segments,
                          int64_t segment, int multiprocessors, hipStream_t stream,
                          const MoeSharedRows& shared) {
-  if (segments < 1 || segments > kMaxSegments || segment <= 0 || segment % kStep != 0 ||
+  if (segments < 1 || kMaxSegments % segments != 0 || segment <= 0 || segment % kStep != 0 ||
       multiprocessors <= 0 || k <= 0 || n <= 0) {
     return hipErrorNotSupported;
   }
@@ -393,7 +411,15 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
   sh.segment = segment;
   sh.chunks = static_cast<int>(CeilDiv(segment, kChunk));
   sh.col_tiles = CeilDiv(n, kRows);
-  const size_t stage_bytes = StageElements(segments) * sizeof(uint16_t);
+  if (sh.chunks == 1) {
+    sh.seg_stride = segment;
+    sh.row_stride = segments * segment + 8;
+  } else {
+    sh.seg_stride = kRows * kPieceStride;
+    sh.row_stride = kPieceStride;
+  }
+  sh.stage_elems = sh.chunks == 1 ? kRows * sh.row_stride : segments * sh.seg_stride;
+  const size_t stage_bytes = static_cast<size_t>(sh.stage_elems) * sizeof(uint16_t);
   const int64_t fit =
       (kSharedBudget - static_cast<int64_t>(kStagesOffset)) / static_cast<int64_t>(stage_bytes);
   if (fit < 2) return hipErrorNotSupported;
@@ -408,8 +434,9 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
       silu ? StreamKernelFor<true>(bf16_inputs) : StreamKernelFor<false>(bf16_inputs);
   const hipError_t allowed = AllowSharedBytes(kernel, bytes);
   if (allowed != hipSuccess) return allowed;
-  LaunchKernel(kernel, dim3(static_cast<unsigned int>(blocks)), dim3((segments + 1) * 32), bytes,
-               stream, x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, y, ldy, sh, shared);
+  LaunchKernel(kernel, dim3(static_cast<unsigned int>(blocks)), dim3((kMaxSegments + 1) * 32),
+               bytes, stream, x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, y, ldy, sh,
+               shared);
   const hipError_t e = hipGetLastError();
   if (e == hipSuccess) stream_launches.fetch_add(1, std::memory_order_relaxed);
   return e;

@@ -83,7 +83,7 @@ struct Flags {
   std::vector<int> fuse_delta = {HipKernelBackendOptions().fuse_delta_inputs ? 1 : 0};
   std::vector<int> fold_shared = {HipKernelBackendOptions().fold_shared_expert ? 1 : 0};
   std::vector<int> moe_waves = {HipKernelBackendOptions().moe_product_waves};
-  std::vector<int> moe_stream = {HipKernelBackendOptions().moe_stream_products ? 1 : 0};
+  std::vector<int> moe_stream = {HipKernelBackendOptions().moe_stream_products};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;

@@ -134,7 +134,7 @@ void ModelBench::Decode() {
         b_.SetFuseDeltaInputsForTest(c.fuse_delta == 1);
         b_.SetFoldSharedExpertForTest(c.fold_shared == 1);
         b_.SetMoeProductWavesForTest(c.moe_waves);
-        b_.SetMoeStreamProductsForTest(c.moe_stream == 1);
+        b_.SetMoeStreamProductsForTest(c.moe_stream);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";

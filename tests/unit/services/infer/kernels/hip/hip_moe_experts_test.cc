@@ -300,16 +300,16 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   const int64_t streamed_before = hip::MoeStreamLaunches();
   for (const bool bf16_inputs : {true, false}) {
     std::vector<std::unique_ptr<HipKernelBackend>> backends;
-    for (const bool stream : {false, true}) {
+    for (const int mode : {0, 1, 2}) {
       absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
-          {.mma_rows_bf16_inputs = bf16_inputs, .moe_stream_products = stream});
+          {.mma_rows_bf16_inputs = bf16_inputs, .moe_stream_products = mode});
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
-    // The grouped launches, the streamed kernel twice (a second call on the same backend must
-    // not depend on the first's barriers), then the default.
+    // The grouped launches, the gate/up product streamed, both products streamed twice (a
+    // second call on the same backend must not depend on the first's barriers), the default.
     const std::vector<HipKernelBackend*> ways = {backends[0].get(), backends[1].get(),
-                                                 backends[1].get(), nullptr};
+                                                 backends[2].get(), backends[2].get(), nullptr};
     for (const MoeShape& s : shapes) {
       SCOPED_TRACE(::testing::Message()
                    << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
@@ -319,10 +319,11 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
         std::vector<float> out0;
         RunWays(s, 491, /*tied_pairs=*/true, with_shared, ways, &outs, &out0);
         if (HasFatalFailure()) return;
-        EXPECT_TRUE(SameBits(outs[0], outs[1])) << "streamed against grouped launches";
-        EXPECT_TRUE(SameBits(outs[1], outs[2])) << "streamed, second call";
-        EXPECT_TRUE(SameBits(outs[0], outs[3])) << "grouped launches against the default";
-        EXPECT_FALSE(SameBits(outs[1], out0));  // It did write.
+        EXPECT_TRUE(SameBits(outs[0], outs[1])) << "gate/up streamed against grouped launches";
+        EXPECT_TRUE(SameBits(outs[0], outs[2])) << "both streamed against grouped launches";
+        EXPECT_TRUE(SameBits(outs[2], outs[3])) << "both streamed, second call";
+        EXPECT_TRUE(SameBits(outs[0], outs[4])) << "grouped launches against the default";
+        EXPECT_FALSE(SameBits(outs[2], out0));  // It did write.
       }
     }
   }
