@@ -239,9 +239,10 @@ int64_t MoeLongWarpLaunches();
 // MoeRowsMmaSiluMul (silu true: act over `width`), with MoeRowsMma's k cut (`segments` of
 // `segment` values, mma_rows::SegmentsFor(n, k)) and bits, by one long-lived block for each of
 // `multiprocessors` (moe_stream.hip): a producer warp streams each unit's 16 weight rows into
-// shared memory with bulk asynchronous copies, a warp a segment computes. Needs 16-byte aligned
-// x rows, weights and shared rows and k % 8 == 0; hipErrorNotSupported where it does not take
-// the call (then nothing was launched) or where not built (AMD, or without CAIRN_HIP_WGMMA).
+// shared memory with bulk asynchronous copies, a warp a segment computes. The caller vouches
+// that every weight part is 16-byte aligned; hipErrorNotSupported (nothing launched) where k %
+// 8 != 0, x or the shared rows are not 16-byte aligned rows, the units do not fit its shared
+// memory, or where not built (AMD, or without CAIRN_HIP_WGMMA).
 bool MoeRowsStreamSupported();
 hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* sorted_picks,
                          int top_k, const MoeTile* tiles, const int32_t* num_tiles,

@@ -127,7 +127,9 @@ struct StreamShape {
   int segments;         // Consumer warps.
   int64_t segment;      // k values a segment.
   int chunks;           // Stages a unit (segment / kChunk, rounded up).
-  int stages;           // Stages in the ring.
+  int stages;           // Stages in the ring: groups x group_stages.
+  int groups;           // Consumer groups (kMaxSegments / segments).
+  int group_stages;     // Stages a group owns (its units' stages in turn).
   int64_t col_tiles;
   // Where piece (segment s, row r) of a stage starts: s * seg_stride + r * row_stride elements.
   // Units of one stage (chunks 1) hold whole rows, each one copy of its k values (row_stride
@@ -146,6 +148,22 @@ struct StreamSmem {
   float partial[2][kMaxSegments][4][32];
 };
 constexpr size_t kStagesOffset = (sizeof(StreamSmem) + 127) / 128 * 128;
+
+// Where chunk c of the block's j-th unit goes: consumer group j % groups owns stages
+// [group * group_stages, (group + 1) * group_stages) and takes its units' chunks through them in
+// turn, so a stage's rounds all belong to one group, which consumes them in order: a wait for a
+// stage's round r (phase parity r & 1) always comes after its round r - 1 completed, never
+// mistaking round r - 2 for it (parity names only the current phase and the one before).
+struct Slot {
+  int stage;
+  uint32_t round;
+};
+__device__ inline Slot SlotOf(const StreamShape& sh, int64_t j, int c) {
+  const int group = static_cast<int>(j % sh.groups);
+  const int64_t local = j / sh.groups * sh.chunks + c;
+  return {group * sh.group_stages + static_cast<int>(local % sh.group_stages),
+          static_cast<uint32_t>(local / sh.group_stages)};
+}
 
 // Grid: enough blocks for the device's multiprocessors (one each), blocks of kMaxSegments + 1
 // warps. Block b takes units [b U / G, (b + 1) U / G) of the call's U = (routed tiles + shared
@@ -172,7 +190,7 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int consumers = sh.segments;  // Warps a group; a group a unit at a time.
-  const int groups = kMaxSegments / consumers;
+  const int groups = sh.groups;
   if (threadIdx.x == 0) {
     for (int s = 0; s < sh.stages; ++s) {
       BarrierInit(&sm.full[s], 1);
@@ -188,7 +206,6 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
     // ---- The producer: lane r % 16 asks for weight row r, lanes 16-31 the odd segments.
     const int r = lane % kRows;
     const int half = lane / kRows;
-    int64_t item = 0;
     int64_t looked_up = -1;
     StageMeta meta = {};
     // The unit's expert's table entry, held in registers (the barriers' memory clobbers would
@@ -244,10 +261,10 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
         if (col < sh.n) wrow = ColumnOf(parts, col, sh.k);
       }
       meta.valid = __ballot_sync(0xffffffffu, wrow != nullptr && half == 0);
-      for (int c = 0; c < sh.chunks; ++c, ++item) {
-        const int stage = static_cast<int>(item % sh.stages);
-        const uint32_t round = static_cast<uint32_t>(item / sh.stages);
-        BarrierWait(&sm.empty[stage], (round & 1) ^ 1);
+      for (int c = 0; c < sh.chunks; ++c) {
+        const Slot slot = SlotOf(sh, u - u0, c);
+        const int stage = slot.stage;
+        BarrierWait(&sm.empty[stage], (slot.round & 1) ^ 1);
         // This lane's pieces: the whole row (lanes 0-15), or segments s = half, half + 2, ...
         // of row r, chunk c.
         uint32_t bytes = 0;
@@ -299,10 +316,9 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
   int parity = 0;
   for (int64_t u = u0 + group; u < u1; u += groups) {
     for (int c = 0; c < sh.chunks; ++c) {
-      const int64_t item = (u - u0) * sh.chunks + c;
-      const int stage = static_cast<int>(item % sh.stages);
-      const uint32_t round = static_cast<uint32_t>(item / sh.stages);
-      BarrierWait(&sm.full[stage], round & 1);
+      const Slot slot = SlotOf(sh, u - u0, c);
+      const int stage = slot.stage;
+      BarrierWait(&sm.full[stage], slot.round & 1);
       const StageMeta& m = sm.meta[stage];
       const int rows = m.rows;
       const uint32_t valid = m.valid;
@@ -393,6 +409,13 @@ auto StreamKernelFor(bool bf16_inputs) {
 
 bool MoeRowsStreamSupported() { return true; }
 
+namespace {
+// Rows of fp32 16-byte aligned `ld` apart (the consumers' input loads).
+bool RowsAligned(const float* p, int64_t ld) {
+  return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+}  // namespace
+
 hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* sorted_picks,
                          int top_k, const MoeTile* tiles, const int32_t* num_tiles,
                          int64_t max_tiles, const MoeExpertParts* weights, int64_t n, int64_t k,
@@ -400,7 +423,8 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
                          int64_t segment, int multiprocessors, hipStream_t stream,
                          const MoeSharedRows& shared) {
   if (segments < 1 || kMaxSegments % segments != 0 || segment <= 0 || segment % kStep != 0 ||
-      multiprocessors <= 0 || k <= 0 || n <= 0) {
+      multiprocessors <= 0 || k <= 0 || k % 8 != 0 || n <= 0 || !RowsAligned(x, ldx) ||
+      (shared.weights != nullptr && shared.rows > 0 && !RowsAligned(shared.x, shared.ldx))) {
     return hipErrorNotSupported;
   }
   StreamShape sh;
@@ -422,8 +446,10 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
   const size_t stage_bytes = static_cast<size_t>(sh.stage_elems) * sizeof(uint16_t);
   const int64_t fit =
       (kSharedBudget - static_cast<int64_t>(kStagesOffset)) / static_cast<int64_t>(stage_bytes);
-  if (fit < 2) return hipErrorNotSupported;
-  sh.stages = static_cast<int>(fit < kMaxStages ? fit : kMaxStages);
+  sh.groups = kMaxSegments / segments;
+  sh.group_stages = static_cast<int>((fit < kMaxStages ? fit : kMaxStages) / sh.groups);
+  sh.stages = sh.groups * sh.group_stages;
+  if (sh.group_stages < 1 || sh.stages < 2) return hipErrorNotSupported;
   const int64_t shared_tiles =
       shared.weights != nullptr && shared.rows > 0 ? CeilDiv(shared.rows, 8) : 0;
   const int64_t most_units = (max_tiles + shared_tiles) * sh.col_tiles;
@@ -432,8 +458,10 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
   const size_t bytes = kStagesOffset + static_cast<size_t>(sh.stages) * stage_bytes;
   const auto kernel =
       silu ? StreamKernelFor<true>(bf16_inputs) : StreamKernelFor<false>(bf16_inputs);
-  const hipError_t allowed = AllowSharedBytes(kernel, bytes);
-  if (allowed != hipSuccess) return allowed;
+  if (AllowSharedBytes(kernel, bytes) != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // Not this kernel: the caller's launches instead.
+    return hipErrorNotSupported;
+  }
   LaunchKernel(kernel, dim3(static_cast<unsigned int>(blocks)), dim3((kMaxSegments + 1) * 32),
                bytes, stream, x, ldx, sorted_picks, top_k, tiles, num_tiles, weights, y, ldy, sh,
                shared);

@@ -284,10 +284,11 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   // memory) against the grouped launches and the default (MatMulRowsMma per expert), with both
   // input roundings, the shared expert folded in or not, and routings that collide. The shapes
   // take every path of the streamed kernel: segments of one stage (the 80B-like layer: gate/up
-  // 8 segments, down 2), segments of two stages, the last one partial ("long segments", k 2056:
-  // 8 segments of 288), one segment ("narrow"), gate and up rows in separate buffers (each row
-  // copied from its own part), more units than blocks and fewer, and inputs the kernel does not
-  // take (unaligned rows: the grouped launches run).
+  // 8 segments, down 2 in four consumer groups), segments of two stages, the last one partial
+  // ("long segments", k 2056: 8 segments of 288), two-stage units over several consumer groups
+  // ("width 384", "wide experts"), one segment ("narrow"), gate and up rows in separate buffers
+  // (each row copied from its own part), more units than blocks and fewer, and inputs the
+  // kernel does not take (unaligned rows: the grouped launches run).
   const std::vector<MoeShape> shapes = {
       {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
       {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
@@ -295,6 +296,11 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
       {"long segments", 9, 2056, 1024, 4, 2, true, 0.0f},
       {"narrow", 20, 256, 40, 16, 4, false, 6.0f},
       {"many tokens per expert", 200, 128, 64, 8, 3, false, 0.0f},
+      // Consumer groups sharing the block's stages: the down product's one segment of 384 in
+      // two stages, eight groups (a review found the first ring hang here); gate/up of four
+      // segments of 512 in two stages, two groups.
+      {"width 384", 4, 2048, 384, 64, 4, false, 0.0f},
+      {"wide experts", 4, 2048, 4096, 4, 2, false, 0.0f},
       {"unaligned", 21, 70, 36, 12, 5, true, 0.0f},
   };
   const int64_t streamed_before = hip::MoeStreamLaunches();
