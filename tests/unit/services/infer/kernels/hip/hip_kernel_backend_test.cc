@@ -60,6 +60,12 @@ TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
     EXPECT_THAT(HipKernelBackend::Create(o).status(),
                 cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   }
+  EXPECT_THAT(HipKernelBackend::Create({.moe_product_waves = -1}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const int mode : {-1, 3}) {
+    EXPECT_THAT(HipKernelBackend::Create({.moe_stream_products = mode}).status(),
+                cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  }
 }
 
 TEST(HipKernelBackendCreateTest, TheFactoryGivesAKernelBackendWhereThereIsADevice) {
