@@ -217,6 +217,23 @@ int MoeDecode() {
     std::snprintf(label, sizeof label, "moe decode, %ld tokens: MoeExperts (%.0f experts)", tokens,
                   distinct);
     Row(label, whole, "GB/s", gu_bytes + down_bytes);
+    // The whole layer with the products streamed (moe_stream_products 1 and 2): whether what a
+    // streamed launch saves alone survives its neighbours (routing before it, the down product
+    // and the sum after).
+    if (hip::MoeRowsStreamSupported()) {
+      for (const int mode : {1, 2}) {
+        b.SetMoeStreamProductsForTest(mode);
+        const double streamed = BackToBack(bench, 2 * kRoutings, [&](int i) {
+          a.logits = logits[i % kRoutings];
+          Bench::Check(b.MoeExperts(a, scratch), "moe experts, streamed");
+          scratch.EndPass();
+        });
+        std::snprintf(label, sizeof label, "  MoeExperts, %s streamed",
+                      mode == 1 ? "gate/up" : "gate/up and down");
+        Row(label, streamed, "GB/s", gu_bytes + down_bytes);
+      }
+      b.SetMoeStreamProductsForTest(HipKernelBackendOptions().moe_stream_products);
+    }
 
     // The device path's launches, one kind at a time over the routings.
     const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, experts, hip::MoeTileRows());
