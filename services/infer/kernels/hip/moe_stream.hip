@@ -261,6 +261,12 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
         if (col < sh.n) wrow = ColumnOf(parts, col, sh.k);
       }
       meta.valid = __ballot_sync(0xffffffffu, wrow != nullptr && half == 0);
+      // Where segment seg's piece of a chunk starting at `begin` ends (at the segment's end or k).
+      const auto piece_end = [&](int seg, int64_t begin) {
+        int64_t end = begin + kChunk;
+        if (end > (seg + 1) * sh.segment) end = (seg + 1) * sh.segment;
+        return end < sh.k ? end : sh.k;
+      };
       for (int c = 0; c < sh.chunks; ++c) {
         const Slot slot = SlotOf(sh, u - u0, c);
         const int stage = slot.stage;
@@ -271,9 +277,7 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
         if (whole_rows && wrow != nullptr && half == 0) bytes = static_cast<uint32_t>(sh.k) * 2;
         for (int s = half; !whole_rows && s < sh.segments; s += 2) {
           const int64_t begin = s * sh.segment + static_cast<int64_t>(c) * kChunk;
-          int64_t end = begin + kChunk;
-          if (end > (s + 1) * sh.segment) end = (s + 1) * sh.segment;
-          if (end > sh.k) end = sh.k;
+          const int64_t end = piece_end(s, begin);
           if (wrow != nullptr && end > begin) bytes += static_cast<uint32_t>(end - begin) * 2;
         }
         const uint32_t total = __reduce_add_sync(0xffffffffu, bytes);
@@ -289,9 +293,7 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
         }
         for (int s = half; !whole_rows && s < sh.segments; s += 2) {
           const int64_t begin = s * sh.segment + static_cast<int64_t>(c) * kChunk;
-          int64_t end = begin + kChunk;
-          if (end > (s + 1) * sh.segment) end = (s + 1) * sh.segment;
-          if (end > sh.k) end = sh.k;
+          const int64_t end = piece_end(s, begin);
           if (wrow != nullptr && end > begin) {
             BulkCopy(base + s * sh.seg_stride + r * sh.row_stride, wrow + begin,
                      static_cast<uint32_t>(end - begin) * 2, &sm.full[stage]);

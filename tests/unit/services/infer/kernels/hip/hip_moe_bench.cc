@@ -307,7 +307,9 @@ int MoeDecode() {
     // The same two products streamed (moe_stream_products; the same bits), where built.
     double up_silu_stream = 0, dn_stream = 0;
     if (hip::MoeRowsStreamSupported()) {
-      const hip::MoeLongWarps st{.multiprocessors = multiprocessors, .waves = 4, .stream = true};
+      const hip::MoeLongWarps st{.multiprocessors = multiprocessors,
+                                 .waves = HipKernelBackendOptions().moe_product_waves,
+                                 .stream = true};
       up_silu_stream = BackToBack(bench, kRoutings, [&](int r) {
         Bench::Check(
             hip::MoeRowsMmaSiluMul(x, hidden, sorted[r].sorted_picks, top_k, sorted[r].tiles,
