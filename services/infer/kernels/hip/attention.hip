@@ -13,7 +13,7 @@
 // fixed tree (eight interleaved chains, then their sums in order). Ranges with no visible key
 // are skipped exactly.
 //
-// The split path's decode blocks (attention_decode_variant 1 to 3, NVIDIA) are in
+// The split path's decode blocks (attention_decode_variant 1 to 4, NVIDIA) are in
 // attention_decode.hip; what both files share, in attention_device.h.
 
 #include <cmath>

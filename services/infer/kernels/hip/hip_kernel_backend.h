@@ -32,7 +32,8 @@ struct HipKernelBackendOptions {
   // arithmetic, a lane a key, branch-free loops (NVIDIA, 16-byte aligned rows; else 0); 2, as
   // 1, with blocks of 4 rows (a row a warp) for calls of at most 4 rows a kv head; 3 (default),
   // as 2, and also for calls whose blocks of 8 rows would be fewer than the multiprocessors (a
-  // kv head's 5 to 8 rows then in two blocks).
+  // kv head's 5 to 8 rows then in two blocks); 4, variant 3's blocks streamed (a lane a key
+  // scoring every row, keys through each warp's own ring of shared memory, values read once).
   int attention_decode_variant = 3;
   // Key ranges a decode block takes (hip::AttentionDecodeSpread; the same bits): 1, 2 or 4, or 0
   // (default) the most that leave attention_decode_min_waves waves of blocks on the device.

@@ -422,8 +422,11 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // sequence of a batch one token) of 5 to 8 rows a kv head whose blocks of 8 rows would leave
 // multiprocessors idle (fewer blocks than `spread.multiprocessors`: one token of a GQA group of 8
 // at a few thousand keys) take blocks of 4 rows too, a kv head's rows in two blocks reading the
-// same keys and values.
-inline constexpr int kAttentionDecodeVariants = 4;
+// same keys and values; 4, variant 3's blocks streamed (AttentionDecodeStreamBlock in
+// attention_decode.hip): a warp a tile of a round of four, a lane a key scoring every row of
+// the block, the tile's keys streamed through the warp's own ring of shared memory, each value
+// read once from global memory.
+inline constexpr int kAttentionDecodeVariants = 5;
 // How the decode blocks (decode_variant 1 to 3) share out a call's key ranges: each block takes
 // `ranges_per_block` consecutive ranges (1, 2 or 4; 0: the most of those that still leave
 // `min_waves` waves of blocks on `multiprocessors` multiprocessors, each holding as many blocks

@@ -187,10 +187,11 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
 TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   // The split path's decode blocks (attention_decode_variant 1, 2 with blocks of 4 rows where
   // a call has no more, and 3 also where blocks of 8 would leave multiprocessors idle: the
-  // one-token case of 6 rows and two ranges) against the tile kernel (0):
+  // one-token case of 6 rows and two ranges, and 4 the streamed blocks) against the tile kernel
+  // (0):
   // single calls of 1 to 8 rows a kv head (GQA groups 1 to 6, several tokens whose positions
   // differ inside a tile), head dimensions 32 to 256 (36 and 80 not multiples of 32), first
-  // keys, unaligned ends, 100K keys; then a batch of decode calls in one launch. Variants 1 to 3
+  // keys, unaligned ends, 100K keys; then a batch of decode calls in one launch. Variants 1 to 4
   // also with 2 and 4 key ranges a block (attention_decode_ranges_per_block; the automatic
   // choice is the variants' own), whose ranges end inside a block and whose last block has
   // fewer ranges than the others.
@@ -208,7 +209,7 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     ASSERT_TRUE(b.ok()) << b.status();
     variants.push_back(*std::move(b));
   }
-  for (const int variant : {1, 2, 3}) {
+  for (const int variant : {1, 2, 3, 4}) {
     for (const int ranges : {1, 2, 4}) {
       absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
           {.attention_decode_variant = variant, .attention_decode_ranges_per_block = ranges});
