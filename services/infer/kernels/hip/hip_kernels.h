@@ -423,7 +423,7 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // multiprocessors idle (fewer blocks than `spread.multiprocessors`: one token of a GQA group of 8
 // at a few thousand keys) take blocks of 4 rows too, a kv head's rows in two blocks reading the
 // same keys and values; 4, variant 3's blocks streamed (AttentionDecodeStreamBlock in
-// attention_decode.hip): a warp a tile of a round of four, a lane a key scoring every row of
+// attention_decode_stream.hip): a warp a tile of a round of four, a lane a key scoring every row of
 // the block, the tile's keys streamed through the warp's own ring of shared memory, each value
 // read once from global memory.
 inline constexpr int kAttentionDecodeVariants = 5;
