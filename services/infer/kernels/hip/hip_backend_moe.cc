@@ -3,6 +3,7 @@
 // the shared expert folded into the decode launches, and the launches of each path. The rest of
 // the backend is in hip_kernel_backend.cc; its products in hip_backend_products.cc.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -205,11 +206,13 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     down_aligned = down_aligned && shared.down->aligned;
   }
   // Who does the grouped products' work (moe_product_waves; the same bits).
-  const hip::MoeLongWarps long_warps{.multiprocessors = multiprocessors_,
-                                     .waves = moe_product_waves_,
-                                     .stream = moe_stream_products_ >= 1};
+  // (moe_stream_products 3 falls back to the grouped launches where its launch does not fit.)
+  const hip::MoeLongWarps long_warps{
+      .multiprocessors = multiprocessors_,
+      .waves = moe_product_waves_,
+      .stream = moe_stream_products_ == 1 || moe_stream_products_ == 2};
   hip::MoeLongWarps down_warps = long_warps;
-  down_warps.stream = moe_stream_products_ >= 2;
+  down_warps.stream = moe_stream_products_ == 2;
   const auto gate_up_and_silu = [&] {
     if (fused) {
       return Check(
@@ -227,15 +230,67 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
                               nullptr, compute_),
                  "moe silu mul launch");
   };
+  // Both products in one launch (moe_stream_products 3) where it takes the call.
+  hip::MoeLayerStreamArgs one;
+  bool one_launch = false;
+  if (moe_stream_products_ == 3 && fused && gate_up_aligned && down_aligned &&
+      hip::MoeLayerStreamSupported()) {
+    const int64_t counters = sizes.max_tiles + (a.tokens + 7) / 8;
+    if (counters > moe_counter_capacity_) {
+      const int64_t capacity = std::max<int64_t>(counters, 256);
+      moe_counters_ = DeviceBuffer();  // Freed first: its launches have completed by then.
+      moe_counter_capacity_ = 0;
+      absl::StatusOr<DeviceBuffer> buffer =
+          Allocate(2 * capacity * static_cast<int64_t>(sizeof(uint32_t)));
+      if (!Keep(buffer.status())) return error_;
+      moe_counters_ = *std::move(buffer);
+      moe_counter_capacity_ = capacity;
+      moe_counter_parity_ = 0;
+    }
+    auto* const base = static_cast<uint32_t*>(moe_counters_.data());
+    one = {.tiles = b.tiles,
+           .num_tiles = b.num_tiles,
+           .max_tiles = sizes.max_tiles,
+           .sorted_picks = b.sorted_picks,
+           .top_k = a.top_k,
+           .x = a.x,
+           .ldx = a.hidden,
+           .gate_up = gate_up_table,
+           .down = down_table,
+           .hidden = a.hidden,
+           .width = a.width,
+           .act = act,
+           .ys = ys,
+           .shared_up = shared_up,
+           .shared_down = shared_down,
+           .bf16_inputs = mma_rows_bf16_inputs_,
+           .multiprocessors = multiprocessors_,
+           .counters = base + moe_counter_parity_ * moe_counter_capacity_,
+           .next_counters = base + (1 - moe_counter_parity_) * moe_counter_capacity_,
+           .counter_capacity = moe_counter_capacity_};
+    one_launch = true;
+  }
+  const auto products = [&] {
+    if (one_launch) {
+      const hipError_t e = hip::MoeLayerStream(one, compute_);
+      if (e == hipSuccess) {
+        moe_counter_parity_ ^= 1;
+        return true;
+      }
+      if (e != hipErrorNotSupported) return Check(e, "moe one-launch products");
+    }
+    return gate_up_and_silu() &&
+           Check(
+               hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles,
+                               sizes.max_tiles, down_table, down_aligned, a.hidden, a.width, ys,
+                               a.hidden, mma_rows_bf16_inputs_, compute_, shared_down, down_warps),
+               "moe down launch");
+  };
   if (!Check(
           hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
                                MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
           "moe route and sort launch") ||
-      !gate_up_and_silu() ||
-      !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles, sizes.max_tiles,
-                             down_table, down_aligned, a.hidden, a.width, ys, a.hidden,
-                             mma_rows_bf16_inputs_, compute_, shared_down, down_warps),
-             "moe down launch") ||
+      !products() ||
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
              "moe combine launch")) {

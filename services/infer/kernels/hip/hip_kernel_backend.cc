@@ -82,9 +82,10 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   }
   RETURN_IF_ERROR(ValidAttentionDecodeVariant(options.attention_decode_variant));
   RETURN_IF_ERROR(ValidDecodeRangesPerBlock(options.attention_decode_ranges_per_block));
-  if (options.moe_stream_products < 0 || options.moe_stream_products > 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hip backend: moe_stream_products must be 0, 1 or 2, got ", options.moe_stream_products));
+  if (options.moe_stream_products < 0 || options.moe_stream_products > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: moe_stream_products must be 0, 1, 2 or 3, got ",
+                     options.moe_stream_products));
   }
   if (options.moe_product_waves < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -167,7 +167,9 @@ struct HipKernelBackendOptions {
   // product with SiLU-mul; 2: the down product too; 0: neither): one long-lived block a
   // multiprocessor, its producer warp streaming each unit's weight rows into shared memory
   // ahead of the warps that multiply them (NVIDIA sm_90a builds; shapes it does not take keep
-  // the launches above). The same bits.
+  // the launches above). 3: both products in one such launch (hip::MoeLayerStream: the
+  // gate/up weights, then the down weights, streamed without a break; a tile's down units wait
+  // for its activations), where the shapes allow, else the grouped launches. The same bits.
   int moe_stream_products = 0;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
@@ -587,6 +589,12 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;               // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
+  // hip::MoeLayerStream's two arrays of tile counters (moe_stream_products 3), each
+  // moe_counter_capacity_ long, zeroed at allocation; a launch counts on array
+  // moe_counter_parity_ and zeroes the other for the next.
+  DeviceBuffer moe_counters_;
+  int64_t moe_counter_capacity_ = 0;
+  int moe_counter_parity_ = 0;
   int64_t host_waits_ = 0;  // See host_waits().
   // UploadQueued's host copy of its source, and the event recorded after the device read it
   // (created at the first call; upload_recorded_ once recorded).

@@ -252,6 +252,44 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
                          const MoeSharedRows& shared);
 // Launches of MoeRowsStream so far in this process (for tests).
 int64_t MoeStreamLaunches();
+// Both grouped products of a MoE decode layer in one launch (moe_stream_layer.hip): the
+// gate/up product with SiLU-mul into `act`, then the down product into `ys` (and the shared
+// expert's rows, as MoeRowsMmaSiluMul and MoeRowsMma fold them), by one long-lived block for
+// each of `multiprocessors`, its producer warp streaming the block's gate/up and then down
+// weight rows through shared memory; each tile's down units wait for its activations on a
+// counter in `counters`. The bits of MoeRowsMmaSiluMul followed by MoeRowsMma (the segments of
+// mma_rows::SegmentsFor). The caller vouches that every weight part is 16-byte aligned.
+struct MoeLayerStreamArgs {
+  const MoeTile* tiles = nullptr;  // The routing's tiles (MoeRouteAndSort).
+  const int32_t* num_tiles = nullptr;
+  int64_t max_tiles = 0;
+  const int32_t* sorted_picks = nullptr;
+  int top_k = 0;
+  const float* x = nullptr;  // Token rows, ldx apart: the gate/up inputs.
+  int64_t ldx = 0;
+  const MoeExpertParts* gate_up = nullptr;  // Each expert 2 width x hidden.
+  const MoeExpertParts* down = nullptr;     // Each expert hidden x width.
+  int64_t hidden = 0;
+  int64_t width = 0;                     // A multiple of 8.
+  float* act = nullptr;                  // Picks x width, by slot.
+  float* ys = nullptr;                   // Picks x hidden, by slot.
+  MoeSharedRows shared_up, shared_down;  // The shared expert's rows (both or neither).
+  bool bf16_inputs = false;
+  int multiprocessors = 0;
+  // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
+  // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
+  uint32_t* counters = nullptr;
+  uint32_t* next_counters = nullptr;
+  int64_t counter_capacity = 0;
+};
+// hipErrorNotSupported (nothing launched) where the shapes' segments do not fit a stage (at
+// most 256 values a segment), k % 8 != 0 for either product, an input or activation row is not
+// 16-byte aligned, the counters are too few, the stages do not fit shared memory, or where not
+// built (AMD, or without CAIRN_HIP_WGMMA).
+bool MoeLayerStreamSupported();
+hipError_t MoeLayerStream(const MoeLayerStreamArgs& args, hipStream_t stream);
+// Launches of MoeLayerStream so far in this process (for tests).
+int64_t MoeLayerStreamLaunches();
 // The prefill path (calls that are not row-invariant; bf16 GEMM inputs): the picks' input rows
 // rounded to bf16 once, a grouped bf16 GEMM on the matrix units over every expert's tiles of
 // MoeGemmTileRows() picks, SiLU-mul rounded to bf16, the grouped GEMM again, MoeCombine.

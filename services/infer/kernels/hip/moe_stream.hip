@@ -28,6 +28,7 @@
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
 #include "services/infer/kernels/hip/mma_rows_device.h"
+#include "services/infer/kernels/hip/moe_stream_device.h"
 
 namespace cairn::infer::hip {
 
@@ -56,6 +57,13 @@ using mma_rows::kStep;
 using mma_rows::LoadInputs8;
 using mma_rows::SplitPieces;
 using mma_rows::StepProducts;
+using moe_stream::BarrierArrive;
+using moe_stream::BarrierArriveExpect;
+using moe_stream::BarrierInit;
+using moe_stream::BarrierInitFence;
+using moe_stream::BarrierWait;
+using moe_stream::BulkCopy;
+using moe_stream::GroupSync;
 
 constexpr int kMaxSegments = mma_rows::kMaxSegments;  // Consumer warps, at most.
 constexpr int kRows = 16;                             // Weight rows (columns of y) a unit.
@@ -78,49 +86,6 @@ struct StageMeta {
   uint32_t valid;  // Bit r: weight row r of the unit exists.
   int32_t tile;    // The tile's index in the call (routed, then shared).
 };
-
-__device__ inline uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ inline void BarrierInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(count)
-               : "memory");
-}
-// This thread's arrival, expecting `bytes` more of asynchronous copies in the phase.
-__device__ inline void BarrierArriveExpect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ inline void BarrierArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(bar)) : "memory");
-}
-// Until the phase of parity `parity` has completed.
-__device__ inline void BarrierWait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (done == 0) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(SharedAddress(bar)), "r"(parity)
-        : "memory");
-  }
-}
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
-// counted on `bar` when they land.
-__device__ inline void BulkCopy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(SharedAddress(dst)),
-      "l"(src), "r"(bytes), "r"(SharedAddress(bar))
-      : "memory");
-}
-// The barrier of consumer group `group`'s `warps` warps (named barrier 1 + group; the producer
-// warp and the other groups never take part).
-__device__ inline void GroupSync(int group, int warps) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(warps * 32) : "memory");
-}
 
 struct StreamShape {
   int64_t n, k, width;  // width > 0: SiLU-mul over [gate; up] of `width` rows each.
@@ -196,7 +161,7 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
       BarrierInit(&sm.full[s], 1);
       BarrierInit(&sm.empty[s], static_cast<uint32_t>(consumers));
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    BarrierInitFence();
   }
   __syncthreads();
   const size_t stage_elems = static_cast<size_t>(sh.stage_elems);

@@ -217,11 +217,11 @@ int MoeDecode() {
     std::snprintf(label, sizeof label, "moe decode, %ld tokens: MoeExperts (%.0f experts)", tokens,
                   distinct);
     Row(label, whole, "GB/s", gu_bytes + down_bytes);
-    // The whole layer with the products streamed (moe_stream_products 1 and 2): whether what a
-    // streamed launch saves alone survives its neighbours (routing before it, the down product
-    // and the sum after).
+    // The whole layer with the products streamed (moe_stream_products 1 and 2, and 3: both in
+    // one launch): whether what a streamed launch saves alone survives its neighbours (routing
+    // before it, the down product and the sum after).
     if (hip::MoeRowsStreamSupported()) {
-      for (const int mode : {1, 2}) {
+      for (const int mode : {1, 2, 3}) {
         b.SetMoeStreamProductsForTest(mode);
         const double streamed = BackToBack(bench, 2 * kRoutings, [&](int i) {
           a.logits = logits[i % kRoutings];
@@ -229,7 +229,9 @@ int MoeDecode() {
           scratch.EndPass();
         });
         std::snprintf(label, sizeof label, "  MoeExperts, %s streamed",
-                      mode == 1 ? "gate/up" : "gate/up and down");
+                      mode == 1   ? "gate/up"
+                      : mode == 2 ? "gate/up and down"
+                                  : "both products in one launch");
         Row(label, streamed, "GB/s", gu_bytes + down_bytes);
       }
       b.SetMoeStreamProductsForTest(HipKernelBackendOptions().moe_stream_products);

@@ -288,7 +288,11 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   // ("long segments", k 2056: 8 segments of 288), two-stage units over several consumer groups
   // ("width 384", "wide experts"), one segment ("narrow"), gate and up rows in separate buffers
   // (each row copied from its own part), more units than blocks and fewer, and inputs the
-  // kernel does not take (unaligned rows: the grouped launches run).
+  // kernel does not take (unaligned rows: the grouped launches run). Mode 3 (both products in
+  // one launch, hip::MoeLayerStream) takes the 80B-like layer (a stage a gate/up unit, four down
+  // units a stage), "narrow" and "many tokens per expert" (eight units a stage; more tiles than
+  // blocks, the shared rows in many tiles); the others fall back to the grouped launches
+  // (segments longer than a stage, widths not a multiple of 8).
   const std::vector<MoeShape> shapes = {
       {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
       {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
@@ -304,18 +308,22 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
       {"unaligned", 21, 70, 36, 12, 5, true, 0.0f},
   };
   const int64_t streamed_before = hip::MoeStreamLaunches();
+  const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
   for (const bool bf16_inputs : {true, false}) {
     std::vector<std::unique_ptr<HipKernelBackend>> backends;
-    for (const int mode : {0, 1, 2}) {
+    for (const int mode : {0, 1, 2, 3}) {
       absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
           {.mma_rows_bf16_inputs = bf16_inputs, .moe_stream_products = mode});
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
     // The grouped launches, the gate/up product streamed, both products streamed twice (a
-    // second call on the same backend must not depend on the first's barriers), the default.
-    const std::vector<HipKernelBackend*> ways = {backends[0].get(), backends[1].get(),
-                                                 backends[2].get(), backends[2].get(), nullptr};
+    // second call on the same backend must not depend on the first's barriers), the default,
+    // both products in one launch three times (the calls count on its two counter arrays in
+    // turn, each zeroed by the call before).
+    const std::vector<HipKernelBackend*> ways = {
+        backends[0].get(), backends[1].get(), backends[2].get(), backends[2].get(),
+        nullptr,           backends[3].get(), backends[3].get(), backends[3].get()};
     for (const MoeShape& s : shapes) {
       SCOPED_TRACE(::testing::Message()
                    << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
@@ -329,6 +337,10 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
         EXPECT_TRUE(SameBits(outs[0], outs[2])) << "both streamed against grouped launches";
         EXPECT_TRUE(SameBits(outs[2], outs[3])) << "both streamed, second call";
         EXPECT_TRUE(SameBits(outs[0], outs[4])) << "grouped launches against the default";
+        for (size_t way = 5; way < outs.size(); ++way) {
+          EXPECT_TRUE(SameBits(outs[0], outs[way]))
+              << "one launch (call " << way - 4 << ") against grouped launches";
+        }
         EXPECT_FALSE(SameBits(outs[2], out0));  // It did write.
       }
     }
@@ -338,6 +350,11 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
     EXPECT_GT(hip::MoeStreamLaunches(), streamed_before);
   } else {
     EXPECT_EQ(hip::MoeStreamLaunches(), streamed_before);
+  }
+  if (hip::MoeLayerStreamSupported()) {
+    EXPECT_GT(hip::MoeLayerStreamLaunches(), one_launch_before);
+  } else {
+    EXPECT_EQ(hip::MoeLayerStreamLaunches(), one_launch_before);
   }
 }
 

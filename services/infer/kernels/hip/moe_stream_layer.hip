@@ -1,0 +1,510 @@
+// Both grouped expert products of a MoE decode layer in one launch, streamed through shared
+// memory (HipKernelBackendOptions::moe_stream_products 3; NVIDIA sm_90a builds,
+// CAIRN_HIP_WGMMA): the gate/up product with SiLU-mul, then the down product, by one
+// long-lived block a multiprocessor.
+//
+// Why: at one and four tokens the layer's two grouped launches each pay a start (the first
+// loads' round trip) and a drain (the last wave's blocks finishing unevenly) around 20-60 us of
+// weights, and the down launch cannot start its loads before the gate/up launch has left the
+// device (issue 12, thirty-fourth round: a single streamed launch is faster alone, but a step
+// loses the gain at the launches' edges). Here one producer warp a block streams the block's
+// gate/up weights and then its down weights into a ring of stages without a break; the down
+// weights land while the gate/up work still runs, and the down units wait only for the
+// activations of their own tile.
+//
+// Work: a stage holds one unit (16 weight rows over the product's whole k) for each consumer
+// group (kConsumers / segments groups of a warp per k segment), the units of one tile's
+// consecutive column tiles. Block b takes stage loads [b L / G, (b + 1) L / G) of each product
+// (L = tiles x stage loads a tile; the same tile-major order in both, so a block's down units
+// are mostly of the tiles its own gate/up units made). Every consumer warp takes every stage.
+//
+// Hand-over: the warp that stores a gate/up unit's activations fences and counts the unit on
+// its tile's counter (global memory); a down unit's warps wait (an acquire load) until the tile
+// has all its gate/up units, then read the activations from L2. A down unit only waits for
+// gate/up units, which wait for nothing but their own block's ring, and the grid is at most a
+// block a multiprocessor of one block's shared memory, so every wait ends. The counters come in
+// two arrays: a launch counts on one and zeroes the other for the next launch (which the stream
+// runs after this one has completed). A wait that does not end (a fault elsewhere) traps after
+// kSpinLimit polls rather than hanging the device.
+//
+// Bits: MoeRowsMmaKernel's (and MoeRowsStream's), element for element: a group's warp s
+// computes k segment s of its unit's 16 columns over the tile's rows (up to 8) in steps of
+// kStep from the segment's start, each step's weights (zeros past k or for a missing column)
+// and inputs (zeros for a missing row) split and multiplied by StepProducts into the segment's
+// sum in step order; then the group's warp 0 adds the segments' sums in order and stores
+// (SiLU-mul or plain). Which block, stage or group holds a unit never enters the arithmetic.
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/hip/mma_rows_device.h"
+#include "services/infer/kernels/hip/moe_stream_device.h"
+
+namespace cairn::infer::hip {
+
+namespace {
+std::atomic<int64_t> layer_launches{0};  // MoeLayerStreamLaunches().
+}  // namespace
+
+int64_t MoeLayerStreamLaunches() { return layer_launches.load(std::memory_order_relaxed); }
+
+#if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
+
+bool MoeLayerStreamSupported() { return false; }
+hipError_t MoeLayerStream(const MoeLayerStreamArgs&, hipStream_t) { return hipErrorNotSupported; }
+
+#else
+
+namespace {
+
+using mma_rows::ColumnOf;
+using mma_rows::kStep;
+using mma_rows::LoadInputs8;
+using mma_rows::SplitPieces;
+using mma_rows::StepProducts;
+using moe_stream::BarrierArrive;
+using moe_stream::BarrierArriveExpect;
+using moe_stream::BarrierInit;
+using moe_stream::BarrierInitFence;
+using moe_stream::BarrierWait;
+using moe_stream::BulkCopy;
+using moe_stream::GroupSync;
+using moe_stream::LoadAcquire;
+
+constexpr int kConsumers = mma_rows::kMaxSegments;  // Consumer warps; warp kConsumers produces.
+constexpr int kThreads = (kConsumers + 1) * 32;
+constexpr int kRows = 16;         // Weight rows (columns of y) a unit.
+constexpr int kSegmentSteps = 8;  // kStep steps a segment, at most.
+constexpr int64_t kMaxSegment = kSegmentSteps * kStep;
+constexpr int kMaxStages = 4;
+// Shared memory a block asks for at most (of the 227 KiB an sm_90 block may have).
+constexpr int kSharedBudget = 212 * 1024;
+// Named barrier of every consumer warp (GroupSync takes 1 .. kConsumers).
+constexpr int kConsumersBarrier = 15;
+// Polls of a tile's counter before a down unit gives up (about a second): a fault, not a wait.
+constexpr uint32_t kSpinLimit = 1u << 24;
+
+// One product of the layer, as the kernel sees it (filled on the host).
+struct LayerProduct {
+  const MoeExpertParts* weights;  // The routed experts' table.
+  const float* x;                 // Routed tiles' inputs: row sorted_picks[s] / top_k of slot s,
+  int64_t ldx;                    // or row s where sorted_picks is null.
+  const int32_t* sorted_picks;
+  float* y;  // Routed tiles' outputs, row s for slot s.
+  int64_t ldy;
+  MoeSharedRows shared;
+  int64_t n, k, width;  // width > 0: SiLU-mul over [gate; up] (n = 2 width).
+  int segments;         // Warps a group.
+  int64_t segment;      // k values a segment (at most kMaxSegment).
+  int groups;           // kConsumers / segments: units a stage.
+  int64_t col_tiles;    // SiLU: width / 8 (gate and up rows 8 each); else n / 16, rounded up.
+  int64_t row_stride;   // A unit's rows in a stage: segments * segment + 8 elements apart.
+  int64_t tile_loads;   // Stage loads a tile: col_tiles / groups, rounded up.
+};
+
+// What the producer tells the consumers about a stage (written before its barrier's arrival).
+struct LayerMeta {
+  const float* x[8];  // The tile's input rows (null past its rows).
+  float* y;           // The tile's first output row.
+  int64_t ldy;
+  int32_t rows;                // The tile's rows.
+  int32_t ct0;                 // Group q's column tile: ct0 + q.
+  int32_t tile;                // The tile's index in the call (routed, then shared).
+  uint32_t valid[kConsumers];  // Group q: bit r when weight row r of its unit exists.
+};
+
+struct LayerSmem {
+  uint64_t full[kMaxStages];
+  uint64_t empty[kMaxStages];
+  LayerMeta meta[kMaxStages];
+  float partial[2][kConsumers][4][32];
+};
+constexpr size_t kStagesOffset = (sizeof(LayerSmem) + 127) / 128 * 128;
+
+struct Ring {
+  uint16_t* stages;
+  int64_t stage_elems;
+  int count;
+};
+
+__device__ inline int64_t ShareOf(int64_t total, int64_t block, int64_t blocks) {
+  return total * block / blocks;
+}
+
+// Until `counter` reaches `target` (then what its increments released is visible here).
+__device__ inline void WaitCount(const uint32_t* counter, uint32_t target) {
+  for (uint32_t polls = 0; LoadAcquire(counter) < target; ++polls) {
+    if (polls == kSpinLimit) __trap();
+    __nanosleep(64);
+  }
+}
+
+// The producer's part of one product: stage loads [j0, j1), the stage count `n` running on.
+template <bool kSilu>
+__device__ void Produce(const LayerProduct& p, const MoeTile* tiles, int64_t routed, int top_k,
+                        int64_t j0, int64_t j1, LayerSmem& sm, const Ring& ring, uint32_t& n,
+                        int lane) {
+  int64_t looked_up = -1;
+  LayerMeta meta = {};
+  // The unit's expert's table entry, held in registers.
+  MoeExpertParts parts = {};
+  for (int64_t j = j0; j < j1; ++j) {
+    const int64_t ti = j / p.tile_loads;
+    const int32_t ct0 = static_cast<int32_t>(j % p.tile_loads * p.groups);
+    if (ti != looked_up) {
+      looked_up = ti;
+      const float* xs = p.x;
+      int64_t ld_in = p.ldx;
+      int32_t start;
+      bool routed_tile = ti < routed;
+      if (routed_tile) {
+        const MoeTile t = tiles[ti];
+        start = t.start;
+        meta.rows = t.rows;
+        parts = p.weights[t.expert];
+        meta.y = p.y + static_cast<int64_t>(t.start) * p.ldy;
+        meta.ldy = p.ldy;
+      } else {
+        start = static_cast<int32_t>((ti - routed) * 8);
+        meta.rows = static_cast<int32_t>(p.shared.rows - start < 8 ? p.shared.rows - start : 8);
+        parts = *p.shared.weights;
+        xs = p.shared.x;
+        ld_in = p.shared.ldx;
+        meta.y = p.shared.y + static_cast<int64_t>(start) * p.shared.ldy;
+        meta.ldy = p.shared.ldy;
+      }
+      meta.tile = static_cast<int32_t>(ti);
+      // Lanes 0-7 find the input rows (a routed tile's through the sort's order).
+      const float* row_ptr = nullptr;
+      if (lane < 8 && lane < meta.rows) {
+        const int64_t slot = static_cast<int64_t>(start) + lane;
+        const int64_t row =
+            routed_tile && p.sorted_picks != nullptr ? p.sorted_picks[slot] / top_k : slot;
+        row_ptr = xs + row * ld_in;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        meta.x[i] = reinterpret_cast<const float*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_ptr), i));
+      }
+    }
+    meta.ct0 = ct0;
+    // Lane l asks for row (l + 32 i) % 16 of group (l + 32 i) / 16's unit, i = 0 .. 3.
+    const uint16_t* src[kConsumers * kRows / 32];
+    uint32_t bytes = 0;
+#pragma unroll
+    for (int i = 0; i < kConsumers * kRows / 32; ++i) {
+      const int q = (lane + 32 * i) / kRows;
+      const int r = lane % kRows;
+      const int64_t ct = static_cast<int64_t>(ct0) + q;
+      const uint16_t* wrow = nullptr;
+      if (q < p.groups && ct < p.col_tiles) {
+        if constexpr (kSilu) {
+          const int64_t c = ct * 8 + r % 8;
+          if (c < p.width) wrow = ColumnOf(parts, r < 8 ? c : p.width + c, p.k);
+        } else {
+          const int64_t col = ct * kRows + r;
+          if (col < p.n) wrow = ColumnOf(parts, col, p.k);
+        }
+      }
+      const uint32_t ballot = __ballot_sync(0xffffffffu, wrow != nullptr);
+      if (2 * i < kConsumers) meta.valid[2 * i] = ballot & 0xffffu;
+      if (2 * i + 1 < kConsumers) meta.valid[2 * i + 1] = ballot >> 16;
+      if (wrow != nullptr) bytes += static_cast<uint32_t>(p.k) * 2;
+      src[i] = wrow;
+    }
+    const uint32_t total = __reduce_add_sync(0xffffffffu, bytes);
+    const int stage = static_cast<int>(n % static_cast<uint32_t>(ring.count));
+    const uint32_t round = n / static_cast<uint32_t>(ring.count);
+    ++n;
+    BarrierWait(&sm.empty[stage], (round & 1) ^ 1);
+    if (lane == 0) {
+      sm.meta[stage] = meta;
+      BarrierArriveExpect(&sm.full[stage], total);
+    }
+    __syncwarp();
+    uint16_t* const base = ring.stages + stage * ring.stage_elems;
+#pragma unroll
+    for (int i = 0; i < kConsumers * kRows / 32; ++i) {
+      if (src[i] == nullptr) continue;
+      const int q = (lane + 32 * i) / kRows;
+      const int r = lane % kRows;
+      BulkCopy(base + (static_cast<int64_t>(q) * kRows + r) * p.row_stride, src[i],
+               static_cast<uint32_t>(p.k) * 2, &sm.full[stage]);
+    }
+  }
+}
+
+// 8 inputs at p[i .. i+7] (zeros past k or for a null row) through L2 (ld.global.cg): rows
+// another block of this launch wrote, which this multiprocessor's L1 must not serve.
+__device__ inline void LoadInputs8Fresh(const float* p, int64_t i, int64_t k, float out[8]) {
+  if (p == nullptr || i >= k) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = 0.0f;
+    return;
+  }
+  const float4 a = __ldcg(reinterpret_cast<const float4*>(p + i));
+  const float4 b = __ldcg(reinterpret_cast<const float4*>(p + i + 4));
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = a.z;
+  out[3] = a.w;
+  out[4] = b.x;
+  out[5] = b.y;
+  out[6] = b.z;
+  out[7] = b.w;
+}
+
+// A consumer warp's part of one product: every stage of loads [j0, j1). kSilu: the gate/up
+// product, each unit's activations counted on `counters[tile]` once stored; else the down
+// product, whose units first wait until `counters[tile]` reaches `ready`.
+template <int kPieces, bool kSilu>
+__device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem& sm,
+                        const Ring& ring, uint32_t& n, int& parity, uint32_t* counters,
+                        uint32_t ready, int warp, int lane) {
+  const int group = warp / p.segments;
+  const int s = warp % p.segments;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int64_t seg_begin = s * p.segment;
+  const int64_t seg_end = seg_begin + p.segment < p.k ? seg_begin + p.segment : p.k;
+  // The split inputs of the tile last loaded.
+  uint32_t pieces[kSegmentSteps][kPieces][4];
+  int64_t held = -1;
+  for (int64_t j = j0; j < j1; ++j) {
+    const int stage = static_cast<int>(n % static_cast<uint32_t>(ring.count));
+    const uint32_t round = n / static_cast<uint32_t>(ring.count);
+    ++n;
+    BarrierWait(&sm.full[stage], round & 1);
+    const LayerMeta& m = sm.meta[stage];
+    const int64_t ct = static_cast<int64_t>(m.ct0) + group;
+    const bool active = ct < p.col_tiles;
+    const int rows = m.rows;
+    const int tile = m.tile;
+    float* const y = m.y;
+    const int64_t ldy = m.ldy;
+    float sum[4] = {};
+    if (active) {
+      if (tile != held) {
+        held = tile;
+        const float* xa = g < rows ? m.x[g] : nullptr;
+        float v[kSegmentSteps][8];
+        if constexpr (kSilu) {
+#pragma unroll
+          for (int q = 0; q < kSegmentSteps; ++q) {
+            const int64_t kb = seg_begin + q * kStep;
+            LoadInputs8<true>(kb < seg_end ? xa : nullptr, kb + 8 * t, p.k, v[q]);
+          }
+        } else {
+          if (lane == 0) WaitCount(&counters[tile], ready);
+          __syncwarp();
+#pragma unroll
+          for (int q = 0; q < kSegmentSteps; ++q) {
+            const int64_t kb = seg_begin + q * kStep;
+            LoadInputs8Fresh(kb < seg_end ? xa : nullptr, kb + 8 * t, p.k, v[q]);
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < kSegmentSteps; ++q) SplitPieces<kPieces>(v[q], pieces[q]);
+      }
+      const uint32_t valid = m.valid[group];
+      const uint16_t* base = ring.stages + stage * ring.stage_elems +
+                             static_cast<int64_t>(group) * kRows * p.row_stride + seg_begin;
+      const uint16_t* pa = base + g * p.row_stride + 8 * t;
+      const uint16_t* pb = base + (g + 8) * p.row_stride + 8 * t;
+      const bool a_ok = (valid >> g) & 1u;
+      const bool b_ok = (valid >> (g + 8)) & 1u;
+#pragma unroll
+      for (int q = 0; q < kSegmentSteps; ++q) {
+        const int64_t kb = seg_begin + q * kStep;
+        if (kb >= seg_end) break;
+        const bool in_k = kb + 8 * t < p.k;
+        const uint4 wa =
+            a_ok && in_k ? *reinterpret_cast<const uint4*>(pa + q * kStep) : make_uint4(0, 0, 0, 0);
+        const uint4 wb =
+            b_ok && in_k ? *reinterpret_cast<const uint4*>(pb + q * kStep) : make_uint4(0, 0, 0, 0);
+        StepProducts<kPieces>(wa, wb, pieces[q], sum);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) BarrierArrive(&sm.empty[stage]);
+    if (!active) continue;  // Uniform over the group.
+    // The unit's sums: the group's segment 0 warp adds the segments' in order and stores.
+    float acc[4] = {sum[0], sum[1], sum[2], sum[3]};
+    if (p.segments > 1) {
+      if (s != 0) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sm.partial[parity][warp][e][lane] = sum[e];
+      }
+      GroupSync(group, p.segments);
+      if (s == 0) {
+        for (int q = 1; q < p.segments; ++q) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[e] += sm.partial[parity][warp + q][e][lane];
+        }
+      }
+      parity ^= 1;
+    }
+    if (s != 0) continue;
+    if constexpr (kSilu) {
+      const int64_t c = ct * 8 + g;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int r = 2 * t + e;
+        if (r < rows && c < p.width) y[r * ldy + c] = DeviceSilu(acc[e]) * acc[e + 2];
+      }
+      // Released: every lane's stores, then the count.
+      __threadfence();
+      __syncwarp();
+      if (lane == 0) atomicAdd(&counters[tile], 1u);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 2 * t + (e & 1);
+        const int64_t col = ct * kRows + g + (e >= 2 ? 8 : 0);
+        if (r < rows && col < p.n) y[r * ldy + col] = acc[e];
+      }
+    }
+  }
+}
+
+// Grid: at most a block a multiprocessor, blocks of kThreads. The gate/up product `a`, then the
+// down product `b`, over the call's routed tiles and `shared_tiles` tiles of the shared rows;
+// `counters` count each tile's gate/up units (zero at entry), `next` (`next_count` of them)
+// are zeroed for the next launch.
+template <int kPieces>
+__global__ void __launch_bounds__(kThreads, 1)
+    MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles, int64_t shared_tiles,
+                         int top_k, LayerProduct a, LayerProduct b, int64_t stage_elems,
+                         int stage_count, uint32_t* counters, uint32_t* next, int64_t next_count) {
+  KernelEntry();
+  if (blockIdx.x == 0) {
+    for (int64_t i = threadIdx.x; i < next_count; i += blockDim.x) next[i] = 0;
+  }
+  extern __shared__ __align__(128) unsigned char layer_smem[];
+  LayerSmem& sm = *reinterpret_cast<LayerSmem*>(layer_smem);
+  const Ring ring{reinterpret_cast<uint16_t*>(layer_smem + kStagesOffset), stage_elems,
+                  stage_count};
+  const int64_t routed = *num_tiles;
+  const int64_t all_tiles = routed + shared_tiles;
+  const int64_t la = all_tiles * a.tile_loads;
+  const int64_t lb = all_tiles * b.tile_loads;
+  const int64_t a0 = ShareOf(la, blockIdx.x, gridDim.x),
+                a1 = ShareOf(la, blockIdx.x + 1, gridDim.x);
+  const int64_t b0 = ShareOf(lb, blockIdx.x, gridDim.x),
+                b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
+  if (a0 >= a1 && b0 >= b1) return;  // Uniform per block.
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stage_count; ++s) {
+      BarrierInit(&sm.full[s], 1);
+      BarrierInit(&sm.empty[s], kConsumers);
+    }
+    BarrierInitFence();
+  }
+  __syncthreads();
+  uint32_t n = 0;  // Stage loads so far (the ring's position), alike in every warp.
+  if (warp == kConsumers) {
+    Produce<true>(a, tiles, routed, top_k, a0, a1, sm, ring, n, lane);
+    Produce<false>(b, tiles, routed, top_k, b0, b1, sm, ring, n, lane);
+    return;
+  }
+  int parity = 0;
+  Consume<kPieces, true>(a, a0, a1, sm, ring, n, parity, counters, 0, warp, lane);
+  // The groups change: no warp writes the segments' sums of a down unit before every warp is
+  // done with the gate/up units' sums.
+  asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumersBarrier), "r"(kConsumers * 32) : "memory");
+  Consume<kPieces, false>(b, b0, b1, sm, ring, n, parity, counters,
+                          static_cast<uint32_t>(a.col_tiles), warp, lane);
+}
+
+// Rows of fp32 16-byte aligned `ld` apart (the consumers' input loads).
+bool RowsAligned(const float* p, int64_t ld) {
+  return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// The kernel's view of one product (false: not one the kernel takes).
+bool Describe(LayerProduct& p, int64_t n, int64_t k, int64_t width) {
+  if (k <= 0 || k % 8 != 0 || n <= 0) return false;
+  const mma_rows::Segments cut = mma_rows::SegmentsFor(n, k);
+  if (cut.count < 1 || kConsumers % cut.count != 0 || cut.length > kMaxSegment ||
+      cut.length % kStep != 0) {
+    return false;
+  }
+  p.n = n;
+  p.k = k;
+  p.width = width;
+  p.segments = cut.count;
+  p.segment = cut.length;
+  p.groups = kConsumers / cut.count;
+  p.col_tiles = width > 0 ? width / 8 : CeilDiv(n, kRows);
+  p.row_stride = cut.count * cut.length + 8;
+  p.tile_loads = CeilDiv(p.col_tiles, p.groups);
+  return true;
+}
+
+}  // namespace
+
+bool MoeLayerStreamSupported() { return true; }
+
+hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
+  const bool with_shared = c.shared_up.weights != nullptr && c.shared_up.rows > 0;
+  if (with_shared != (c.shared_down.weights != nullptr && c.shared_down.rows > 0) ||
+      (with_shared && c.shared_up.rows != c.shared_down.rows)) {
+    return hipErrorInvalidValue;
+  }
+  const int64_t shared_tiles = with_shared ? CeilDiv(c.shared_up.rows, 8) : 0;
+  if (c.max_tiles < 0 || c.top_k < 1) return hipErrorInvalidValue;
+  if (c.max_tiles + shared_tiles == 0) return hipSuccess;
+  LayerProduct a = {}, b = {};
+  if (c.width <= 0 || c.width % 8 != 0 || c.multiprocessors <= 0 ||
+      !Describe(a, 2 * c.width, c.hidden, c.width) || !Describe(b, c.hidden, c.width, 0) ||
+      !RowsAligned(c.x, c.ldx) || !RowsAligned(c.act, c.width) ||
+      (with_shared && (!RowsAligned(c.shared_up.x, c.shared_up.ldx) ||
+                       !RowsAligned(c.shared_down.x, c.shared_down.ldx))) ||
+      c.counters == nullptr || c.next_counters == nullptr ||
+      c.counter_capacity < c.max_tiles + shared_tiles || a.col_tiles > 0xffffffffLL) {
+    return hipErrorNotSupported;
+  }
+  a.weights = c.gate_up;
+  a.x = c.x;
+  a.ldx = c.ldx;
+  a.sorted_picks = c.sorted_picks;
+  a.y = c.act;
+  a.ldy = c.width;
+  a.shared = c.shared_up;
+  b.weights = c.down;
+  b.x = c.act;
+  b.ldx = c.width;
+  b.sorted_picks = nullptr;
+  b.y = c.ys;
+  b.ldy = c.hidden;
+  b.shared = c.shared_down;
+  const int64_t stage_elems =
+      std::max(a.groups * kRows * a.row_stride, b.groups * kRows * b.row_stride);
+  const size_t stage_bytes = static_cast<size_t>(stage_elems) * sizeof(uint16_t);
+  const int64_t fit =
+      (kSharedBudget - static_cast<int64_t>(kStagesOffset)) / static_cast<int64_t>(stage_bytes);
+  const int stages = static_cast<int>(fit < kMaxStages ? fit : kMaxStages);
+  if (stages < 2) return hipErrorNotSupported;
+  const size_t bytes = kStagesOffset + static_cast<size_t>(stages) * stage_bytes;
+  const auto kernel = c.bf16_inputs ? MoeLayerStreamKernel<1> : MoeLayerStreamKernel<3>;
+  if (AllowSharedBytes(kernel, bytes) != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // Not this kernel: the caller's launches instead.
+    return hipErrorNotSupported;
+  }
+  LaunchKernel(kernel, dim3(static_cast<unsigned int>(c.multiprocessors)), dim3(kThreads), bytes,
+               stream, c.tiles, c.num_tiles, shared_tiles, c.top_k, a, b, stage_elems, stages,
+               c.counters, c.next_counters, c.counter_capacity);
+  const hipError_t e = hipGetLastError();
+  if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);
+  return e;
+}
+
+#endif
+
+}  // namespace cairn::infer::hip
