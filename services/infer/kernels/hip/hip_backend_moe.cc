@@ -160,6 +160,17 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchAre
   return Enter() ? absl::OkStatus() : error_;
 }
 
+absl::Status HipKernelBackend::EnsureMoeCounters(int64_t counters) {
+  if (counters <= moe_counter_capacity_) return absl::OkStatus();
+  const int64_t capacity = std::max<int64_t>(counters, 256);
+  moe_counters_ = DeviceBuffer();  // Freed first (the device's launches are done with it).
+  moe_counter_capacity_ = 0;
+  ASSIGN_OR_RETURN(moe_counters_, Allocate(2 * capacity * static_cast<int64_t>(sizeof(uint32_t))));
+  moe_counter_capacity_ = capacity;
+  moe_counter_parity_ = 0;
+  return absl::OkStatus();
+}
+
 absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
                                                   const MoeTable& down, const MoeShared& shared,
                                                   bool gemm_path, ScratchArena& scratch) {
@@ -233,20 +244,9 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   // Both products in one launch (moe_stream_products 3) where it takes the call.
   hip::MoeLayerStreamArgs one;
   bool one_launch = false;
-  if (moe_stream_products_ == 3 && fused && gate_up_aligned && down_aligned &&
-      hip::MoeLayerStreamSupported()) {
-    const int64_t counters = sizes.max_tiles + (a.tokens + 7) / 8;
-    if (counters > moe_counter_capacity_) {
-      const int64_t capacity = std::max<int64_t>(counters, 256);
-      moe_counters_ = DeviceBuffer();  // Freed first: its launches have completed by then.
-      moe_counter_capacity_ = 0;
-      absl::StatusOr<DeviceBuffer> buffer =
-          Allocate(2 * capacity * static_cast<int64_t>(sizeof(uint32_t)));
-      if (!Keep(buffer.status())) return error_;
-      moe_counters_ = *std::move(buffer);
-      moe_counter_capacity_ = capacity;
-      moe_counter_parity_ = 0;
-    }
+  if (moe_stream_products_ == 3 && a.tokens <= moe_one_launch_max_tokens_ && fused &&
+      gate_up_aligned && down_aligned && hip::MoeLayerStreamSupported()) {
+    if (!Keep(EnsureMoeCounters(sizes.max_tiles + (a.tokens + 7) / 8))) return error_;
     auto* const base = static_cast<uint32_t*>(moe_counters_.data());
     one = {.tiles = b.tiles,
            .num_tiles = b.num_tiles,

@@ -87,6 +87,11 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
         absl::StrCat("hip backend: moe_stream_products must be 0, 1, 2 or 3, got ",
                      options.moe_stream_products));
   }
+  if (options.moe_one_launch_max_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: moe_one_launch_max_tokens must be at least 0, got ",
+                     options.moe_one_launch_max_tokens));
+  }
   if (options.moe_product_waves < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hip backend: moe_product_waves must be at least 0, got ", options.moe_product_waves));
@@ -121,6 +126,12 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   e = hipStreamCreateWithFlags(&b->transfer_, hipStreamNonBlocking);
   if (e != hipSuccess) return HipError(e, "creating the transfer stream");
   ASSIGN_OR_RETURN(b->blas_, GpuBlas::Create(b->compute_));
+  if (options.moe_stream_products == 3 && hip::MoeLayerStreamSupported()) {
+    // The one-launch MoE products' counters for calls of up to moe_one_launch_max_tokens
+    // tokens (at most 64 counted here; larger calls grow them at their first call).
+    const int64_t tokens = std::min(options.moe_one_launch_max_tokens, 64);
+    RETURN_IF_ERROR(b->EnsureMoeCounters(tokens * hip::MoeMaxTopK() + (tokens + 7) / 8));
+  }
   return b;
 }
 
@@ -149,6 +160,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       fold_shared_expert_(options.fold_shared_expert),
       moe_product_waves_(options.moe_product_waves),
       moe_stream_products_(options.moe_stream_products),
+      moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}

@@ -167,10 +167,15 @@ struct HipKernelBackendOptions {
   // product with SiLU-mul; 2: the down product too; 0: neither): one long-lived block a
   // multiprocessor, its producer warp streaming each unit's weight rows into shared memory
   // ahead of the warps that multiply them (NVIDIA sm_90a builds; shapes it does not take keep
-  // the launches above). 3: both products in one such launch (hip::MoeLayerStream: the
-  // gate/up weights, then the down weights, streamed without a break; a tile's down units wait
-  // for its activations), where the shapes allow, else the grouped launches. The same bits.
-  int moe_stream_products = 0;
+  // the launches above). 3, the default: both products in one such launch (hip::MoeLayerStream:
+  // the gate/up weights, then the down weights, streamed without a break; a tile's down units
+  // wait for its activations) for calls of at most moe_one_launch_max_tokens tokens whose
+  // shapes it takes, else the grouped launches (thirty-sixth round: a MoE decode step 1.53 /
+  // 2.46 against 1.60 / 2.51 ms at one / four slots on an H100). The same bits.
+  int moe_stream_products = 3;
+  // The most tokens a call takes moe_stream_products 3's one launch with (at 16 the grouped
+  // launches were faster: 4.81 against 4.84 ms a step on an H100).
+  int moe_one_launch_max_tokens = 8;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -442,6 +447,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeProductWavesForTest(int waves) { moe_product_waves_ = waves; }
   // Sets HipKernelBackendOptions::moe_stream_products (the same bits), for the benchmark.
   void SetMoeStreamProductsForTest(int mode) { moe_stream_products_ = mode; }
+  // Sets HipKernelBackendOptions::moe_one_launch_max_tokens (the same bits), for the benchmark.
+  void SetMoeOneLaunchMaxTokensForTest(int tokens) { moe_one_launch_max_tokens_ = tokens; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -564,6 +571,10 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status MoeExpertsOnDevice(const MoeExpertsArgs& a, const MoeTable& gate_up,
                                   const MoeTable& down, const MoeShared& shared, bool gemm_path,
                                   ScratchArena& scratch);
+  // Makes hip::MoeLayerStream's counter arrays at least `counters` long (zeroed; a new
+  // allocation waits for the device, so Create makes enough for the calls moe_stream_products
+  // 3 takes by default, and a decode step never waits here).
+  absl::Status EnsureMoeCounters(int64_t counters);
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                               const MoeTable& down, ScratchArena& scratch);
@@ -630,6 +641,7 @@ class HipKernelBackend final : public KernelBackend {
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
   int moe_product_waves_;                   // options_.moe_product_waves, likewise.
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.
+  int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

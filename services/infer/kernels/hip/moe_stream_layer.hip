@@ -18,11 +18,14 @@
 // (L = tiles x stage loads a tile; the same tile-major order in both, so a block's down units
 // are mostly of the tiles its own gate/up units made). Every consumer warp takes every stage.
 //
-// Hand-over: the warp that stores a gate/up unit's activations fences and counts the unit on
-// its tile's counter (global memory); a down unit's warps wait (an acquire load) until the tile
-// has all its gate/up units, then read the activations from L2. A down unit only waits for
-// gate/up units, which wait for nothing but their own block's ring, and the grid is at most a
-// block a multiprocessor of one block's shared memory, so every wait ends. The counters come in
+// Hand-over: the warp that stores a gate/up unit's activations counts it on its tile's counter
+// (global memory) once it moves on to another tile or leaves the product: one fence a tile, not
+// a unit (a fence a unit cost about 10 % of the gate/up phase). A down unit's warps wait (an
+// acquire load) until the tile has all its gate/up units, then read the activations from L2.
+// A down unit only waits for gate/up units, which wait for nothing but their own block's ring
+// (and every block counts its gate/up units before any of its warps takes a down unit), and
+// the grid is at most a block a multiprocessor of one block's shared memory, so every wait
+// ends. The counters come in
 // two arrays: a launch counts on one and zeroes the other for the next launch (which the stream
 // runs after this one has completed). A wait that does not end (a fault elsewhere) traps after
 // kSpinLimit polls rather than hanging the device.
@@ -84,8 +87,9 @@ constexpr int kMaxStages = 4;
 constexpr int kSharedBudget = 212 * 1024;
 // Named barrier of every consumer warp (GroupSync takes 1 .. kConsumers).
 constexpr int kConsumersBarrier = 15;
-// Polls of a tile's counter before a down unit gives up (about a second): a fault, not a wait.
-constexpr uint32_t kSpinLimit = 1u << 24;
+// Polls of a tile's counter before a down unit gives up (some 20 s of the block's own time; a
+// wait lasts microseconds): a fault, not a wait.
+constexpr uint32_t kSpinLimit = 1u << 28;
 
 // One product of the layer, as the kernel sees it (filled on the host).
 struct LayerProduct {
@@ -238,6 +242,15 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, int64_t rou
   }
 }
 
+// Counts `units` gate/up units of tile `tile` (none: nothing) on its counter, after every
+// lane's stores before it are visible device-wide.
+__device__ inline void Release(uint32_t* counters, int tile, uint32_t units, int lane) {
+  if (units == 0) return;
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) atomicAdd(&counters[tile], units);
+}
+
 // 8 inputs at p[i .. i+7] (zeros past k or for a null row) through L2 (ld.global.cg): rows
 // another block of this launch wrote, which this multiprocessor's L1 must not serve.
 __device__ inline void LoadInputs8Fresh(const float* p, int64_t i, int64_t k, float out[8]) {
@@ -274,6 +287,8 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
   // The split inputs of the tile last loaded.
   uint32_t pieces[kSegmentSteps][kPieces][4];
   int64_t held = -1;
+  int pending_tile = -1;  // kSilu: the tile of the units stored and not yet counted.
+  uint32_t pending = 0;
   for (int64_t j = j0; j < j1; ++j) {
     const int stage = static_cast<int>(n % static_cast<uint32_t>(ring.count));
     const uint32_t round = n / static_cast<uint32_t>(ring.count);
@@ -356,10 +371,14 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
         const int r = 2 * t + e;
         if (r < rows && c < p.width) y[r * ldy + c] = DeviceSilu(acc[e]) * acc[e + 2];
       }
-      // Released: every lane's stores, then the count.
-      __threadfence();
-      __syncwarp();
-      if (lane == 0) atomicAdd(&counters[tile], 1u);
+      // Counted when the warp moves to another tile (or leaves the product): one release
+      // (every lane's stores fenced, then the count) for all of a tile's units here.
+      if (tile != pending_tile) {
+        Release(counters, pending_tile, pending, lane);
+        pending_tile = tile;
+        pending = 0;
+      }
+      ++pending;
     } else {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -369,6 +388,7 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
       }
     }
   }
+  if constexpr (kSilu) Release(counters, pending_tile, pending, lane);
 }
 
 // Grid: at most a block a multiprocessor, blocks of kThreads. The gate/up product `a`, then the
@@ -392,10 +412,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t all_tiles = routed + shared_tiles;
   const int64_t la = all_tiles * a.tile_loads;
   const int64_t lb = all_tiles * b.tile_loads;
-  const int64_t a0 = ShareOf(la, blockIdx.x, gridDim.x),
-                a1 = ShareOf(la, blockIdx.x + 1, gridDim.x);
-  const int64_t b0 = ShareOf(lb, blockIdx.x, gridDim.x),
-                b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
+  const int64_t a0 = ShareOf(la, blockIdx.x, gridDim.x);
+  const int64_t a1 = ShareOf(la, blockIdx.x + 1, gridDim.x);
+  const int64_t b0 = ShareOf(lb, blockIdx.x, gridDim.x);
+  const int64_t b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
   if (a0 >= a1 && b0 >= b1) return;  // Uniform per block.
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;

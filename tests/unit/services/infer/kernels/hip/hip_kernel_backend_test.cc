@@ -66,6 +66,8 @@ TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
     EXPECT_THAT(HipKernelBackend::Create({.moe_stream_products = mode}).status(),
                 cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   }
+  EXPECT_THAT(HipKernelBackend::Create({.moe_one_launch_max_tokens = -1}).status(),
+              cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(HipKernelBackendCreateTest, TheFactoryGivesAKernelBackendWhereThereIsADevice) {

@@ -209,18 +209,21 @@ int MoeDecode() {
     }
     ScratchArena scratch(b.memory());
     MoeExpertsArgs a = m.Args(x, logits[0], out, tokens, true);  // The device path.
+    b.SetMoeStreamProductsForTest(0);                            // The grouped launches.
     const double whole = BackToBack(bench, 2 * kRoutings, [&](int i) {
       a.logits = logits[i % kRoutings];
       Bench::Check(b.MoeExperts(a, scratch), "moe experts");
       scratch.EndPass();
     });
-    std::snprintf(label, sizeof label, "moe decode, %ld tokens: MoeExperts (%.0f experts)", tokens,
+    std::snprintf(label, sizeof label,
+                  "moe decode, %ld tokens: MoeExperts, grouped launches (%.0f experts)", tokens,
                   distinct);
     Row(label, whole, "GB/s", gu_bytes + down_bytes);
     // The whole layer with the products streamed (moe_stream_products 1 and 2, and 3: both in
     // one launch): whether what a streamed launch saves alone survives its neighbours (routing
     // before it, the down product and the sum after).
     if (hip::MoeRowsStreamSupported()) {
+      b.SetMoeOneLaunchMaxTokensForTest(1 << 20);  // Mode 3 at every token count here.
       for (const int mode : {1, 2, 3}) {
         b.SetMoeStreamProductsForTest(mode);
         const double streamed = BackToBack(bench, 2 * kRoutings, [&](int i) {
@@ -234,8 +237,9 @@ int MoeDecode() {
                                   : "both products in one launch");
         Row(label, streamed, "GB/s", gu_bytes + down_bytes);
       }
-      b.SetMoeStreamProductsForTest(HipKernelBackendOptions().moe_stream_products);
+      b.SetMoeOneLaunchMaxTokensForTest(HipKernelBackendOptions().moe_one_launch_max_tokens);
     }
+    b.SetMoeStreamProductsForTest(HipKernelBackendOptions().moe_stream_products);
 
     // The device path's launches, one kind at a time over the routings.
     const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, experts, hip::MoeTileRows());

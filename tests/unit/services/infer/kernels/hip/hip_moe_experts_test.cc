@@ -245,8 +245,9 @@ TEST_F(HipMoeExpertsTest, LongWarpsGiveTheBitsOfAWarpASegment) {
   for (const bool bf16_inputs : {true, false}) {
     std::vector<std::unique_ptr<HipKernelBackend>> backends;
     for (const int w : waves) {
-      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-          HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs, .moe_product_waves = w});
+      // The grouped launches (not the default one-launch products of small calls).
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+          {.mma_rows_bf16_inputs = bf16_inputs, .moe_product_waves = w, .moe_stream_products = 0});
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
@@ -312,8 +313,11 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   for (const bool bf16_inputs : {true, false}) {
     std::vector<std::unique_ptr<HipKernelBackend>> backends;
     for (const int mode : {0, 1, 2, 3}) {
-      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
-          {.mma_rows_bf16_inputs = bf16_inputs, .moe_stream_products = mode});
+      // Mode 3 takes every call here, however many tokens.
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+          HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
+                                    .moe_stream_products = mode,
+                                    .moe_one_launch_max_tokens = 1 << 20});
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
