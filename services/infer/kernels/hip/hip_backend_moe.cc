@@ -244,8 +244,16 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   // Both products in one launch (moe_stream_products 3) where it takes the call.
   hip::MoeLayerStreamArgs one;
   bool one_launch = false;
+  // The one launch writes the shared expert's rows into out while other blocks may still read
+  // x: it takes only calls where the two do not overlap (the grouped launches' down launch ran
+  // after every read of x).
+  const uintptr_t x_begin = reinterpret_cast<uintptr_t>(a.x);
+  const uintptr_t out_begin = reinterpret_cast<uintptr_t>(a.out);
+  const uintptr_t rows_bytes = static_cast<uintptr_t>(a.tokens * a.hidden) * sizeof(float);
+  const bool apart = shared.gate_up == nullptr || out_begin + rows_bytes <= x_begin ||
+                     x_begin + rows_bytes <= out_begin;
   if (moe_stream_products_ == 3 && a.tokens <= moe_one_launch_max_tokens_ && fused &&
-      gate_up_aligned && down_aligned && hip::MoeLayerStreamSupported()) {
+      gate_up_aligned && down_aligned && apart && hip::MoeLayerStreamSupported()) {
     if (!Keep(EnsureMoeCounters(sizes.max_tiles + (a.tokens + 7) / 8))) return error_;
     auto* const base = static_cast<uint32_t*>(moe_counters_.data());
     one = {.tiles = b.tiles,

@@ -284,8 +284,10 @@ struct MoeLayerStreamArgs {
 };
 // hipErrorNotSupported (nothing launched) where the shapes' segments do not fit a stage (at
 // most 256 values a segment), k % 8 != 0 for either product, an input or activation row is not
-// 16-byte aligned, the counters are too few, the stages do not fit shared memory, or where not
-// built (AMD, or without CAIRN_HIP_WGMMA).
+// 16-byte aligned, the counters are too few, the stages do not fit shared memory, there is no
+// tile at all, or where not built (AMD, or without CAIRN_HIP_WGMMA). Its grid must become
+// resident whole (moe_stream_layer.hip): the caller launches nothing beside it that holds
+// multiprocessors for good.
 bool MoeLayerStreamSupported();
 hipError_t MoeLayerStream(const MoeLayerStreamArgs& args, hipStream_t stream);
 // Launches of MoeLayerStream so far in this process (for tests).

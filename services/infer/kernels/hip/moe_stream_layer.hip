@@ -19,16 +19,20 @@
 // are mostly of the tiles its own gate/up units made). Every consumer warp takes every stage.
 //
 // Hand-over: the warp that stores a gate/up unit's activations counts it on its tile's counter
-// (global memory) once it moves on to another tile or leaves the product: one fence a tile, not
-// a unit (a fence a unit cost about 10 % of the gate/up phase). A down unit's warps wait (an
-// acquire load) until the tile has all its gate/up units, then read the activations from L2.
-// A down unit only waits for gate/up units, which wait for nothing but their own block's ring
-// (and every block counts its gate/up units before any of its warps takes a down unit), and
-// the grid is at most a block a multiprocessor of one block's shared memory, so every wait
-// ends. The counters come in
-// two arrays: a launch counts on one and zeroes the other for the next launch (which the stream
-// runs after this one has completed). A wait that does not end (a fault elsewhere) traps after
-// kSpinLimit polls rather than hanging the device.
+// (global memory) once it moves on to another tile or leaves the product: one fence a tile, not a
+// unit (a fence a unit cost about 10 % of the gate/up phase). A down unit's warps wait (an acquire
+// load) until the tile has all its gate/up units, then read the activations from L2. A down unit
+// only waits for gate/up units, which wait for nothing but their own block's ring (and every block
+// counts its gate/up units before any of its warps takes a down unit), so every wait ends once
+// every block of the grid has run: the grid is at most a block a multiprocessor, each block taking
+// one multiprocessor's shared memory, and the backend launches on its one compute stream, so the
+// grid becomes resident whole as the kernel before it drains. (A kernel that held multiprocessors
+// for good beside it, such as a second such grid of another process sharing the device through MPS,
+// could stall it; a cooperative launch would rule that out and is yet to be tried with the
+// overlapped launches' attribute.) The counters come in two arrays: a launch counts on one and
+// zeroes the other for the next launch (which the stream runs after this one has completed). A wait
+// that does not end, or a counter past its tile's count (an array not zeroed), traps after at most
+// kSpinLimit polls rather than hanging the device or reading activations not yet written.
 //
 // Bits: MoeRowsMmaKernel's (and MoeRowsStream's), element for element: a group's warp s
 // computes k segment s of its unit's 16 columns over the tile's rows (up to 8) in steps of
@@ -87,9 +91,9 @@ constexpr int kMaxStages = 4;
 constexpr int kSharedBudget = 212 * 1024;
 // Named barrier of every consumer warp (GroupSync takes 1 .. kConsumers).
 constexpr int kConsumersBarrier = 15;
-// Polls of a tile's counter before a down unit gives up (some 20 s of the block's own time; a
-// wait lasts microseconds): a fault, not a wait.
-constexpr uint32_t kSpinLimit = 1u << 28;
+// Polls of a tile's counter before a down unit gives up (each an L2 round trip and a short
+// sleep: seconds of the block's own time, where a wait lasts microseconds): a fault, not a wait.
+constexpr uint32_t kSpinLimit = 1u << 22;
 
 // One product of the layer, as the kernel sees it (filled on the host).
 struct LayerProduct {
@@ -139,9 +143,13 @@ __device__ inline int64_t ShareOf(int64_t total, int64_t block, int64_t blocks) 
 }
 
 // Until `counter` reaches `target` (then what its increments released is visible here).
+// More than `target` counts a tile never gets: an array the launch before did not zero, which
+// would let the wait pass before the activations exist; that traps too.
 __device__ inline void WaitCount(const uint32_t* counter, uint32_t target) {
-  for (uint32_t polls = 0; LoadAcquire(counter) < target; ++polls) {
-    if (polls == kSpinLimit) __trap();
+  for (uint32_t polls = 0;; ++polls) {
+    const uint32_t count = LoadAcquire(counter);
+    if (count == target) return;
+    if (count > target || polls == kSpinLimit) __trap();
     __nanosleep(64);
   }
 }
@@ -246,9 +254,13 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, int64_t rou
 // lane's stores before it are visible device-wide.
 __device__ inline void Release(uint32_t* counters, int tile, uint32_t units, int lane) {
   if (units == 0) return;
-  __threadfence();
+  // The warp's stores ordered before lane 0's fence by the warp barrier, then the count: the
+  // release pattern of a grid-wide barrier, at warp scale.
   __syncwarp();
-  if (lane == 0) atomicAdd(&counters[tile], units);
+  if (lane == 0) {
+    __threadfence();
+    atomicAdd(&counters[tile], units);
+  }
 }
 
 // 8 inputs at p[i .. i+7] (zeros past k or for a null row) through L2 (ld.global.cg): rows
@@ -392,14 +404,15 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
 }
 
 // Grid: at most a block a multiprocessor, blocks of kThreads. The gate/up product `a`, then the
-// down product `b`, over the call's routed tiles and `shared_tiles` tiles of the shared rows;
-// `counters` count each tile's gate/up units (zero at entry), `next` (`next_count` of them)
-// are zeroed for the next launch.
+// down product `b`, over the call's routed tiles (at most max_tiles) and `shared_tiles` tiles
+// of the shared rows; `counters` count each tile's gate/up units (zero at entry), `next`
+// (`next_count` of them) are zeroed for the next launch.
 template <int kPieces>
 __global__ void __launch_bounds__(kThreads, 1)
-    MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles, int64_t shared_tiles,
-                         int top_k, LayerProduct a, LayerProduct b, int64_t stage_elems,
-                         int stage_count, uint32_t* counters, uint32_t* next, int64_t next_count) {
+    MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                         int64_t shared_tiles, int top_k, LayerProduct a, LayerProduct b,
+                         int64_t stage_elems, int stage_count, uint32_t* counters, uint32_t* next,
+                         int64_t next_count) {
   KernelEntry();
   if (blockIdx.x == 0) {
     for (int64_t i = threadIdx.x; i < next_count; i += blockDim.x) next[i] = 0;
@@ -408,7 +421,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   LayerSmem& sm = *reinterpret_cast<LayerSmem*>(layer_smem);
   const Ring ring{reinterpret_cast<uint16_t*>(layer_smem + kStagesOffset), stage_elems,
                   stage_count};
-  const int64_t routed = *num_tiles;
+  // The routing's tiles, at most max_tiles (what the counters were sized for).
+  const int64_t routed = *num_tiles < max_tiles ? *num_tiles : max_tiles;
   const int64_t all_tiles = routed + shared_tiles;
   const int64_t la = all_tiles * a.tile_loads;
   const int64_t lb = all_tiles * b.tile_loads;
@@ -438,6 +452,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The groups change: no warp writes the segments' sums of a down unit before every warp is
   // done with the gate/up units' sums.
   asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumersBarrier), "r"(kConsumers * 32) : "memory");
+  // Both halves of `partial` are free now. A group of the down product may join warps of
+  // several gate/up groups, whose parities differ where some skipped a unit past the last
+  // column tile: every warp starts the down product on the same half.
+  parity = 0;
   Consume<kPieces, false>(b, b0, b1, sm, ring, n, parity, counters,
                           static_cast<uint32_t>(a.col_tiles), warp, lane);
 }
@@ -479,7 +497,8 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   }
   const int64_t shared_tiles = with_shared ? CeilDiv(c.shared_up.rows, 8) : 0;
   if (c.max_tiles < 0 || c.top_k < 1) return hipErrorInvalidValue;
-  if (c.max_tiles + shared_tiles == 0) return hipSuccess;
+  // Nothing to do: not launched (the caller's counter arrays stay as they are).
+  if (c.max_tiles + shared_tiles == 0) return hipErrorNotSupported;
   LayerProduct a = {}, b = {};
   if (c.width <= 0 || c.width % 8 != 0 || c.multiprocessors <= 0 ||
       !Describe(a, 2 * c.width, c.hidden, c.width) || !Describe(b, c.hidden, c.width, 0) ||
@@ -518,8 +537,8 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     return hipErrorNotSupported;
   }
   LaunchKernel(kernel, dim3(static_cast<unsigned int>(c.multiprocessors)), dim3(kThreads), bytes,
-               stream, c.tiles, c.num_tiles, shared_tiles, c.top_k, a, b, stage_elems, stages,
-               c.counters, c.next_counters, c.counter_capacity);
+               stream, c.tiles, c.num_tiles, c.max_tiles, shared_tiles, c.top_k, a, b, stage_elems,
+               stages, c.counters, c.next_counters, c.counter_capacity);
   const hipError_t e = hipGetLastError();
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);
   return e;

@@ -292,8 +292,8 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   // kernel does not take (unaligned rows: the grouped launches run). Mode 3 (both products in
   // one launch, hip::MoeLayerStream) takes the 80B-like layer (a stage a gate/up unit, four down
   // units a stage), "narrow" and "many tokens per expert" (eight units a stage; more tiles than
-  // blocks, the shared rows in many tiles); the others fall back to the grouped launches
-  // (segments longer than a stage, widths not a multiple of 8).
+  // blocks, the shared rows in many tiles) and the two shapes at the end; the others fall back
+  // to the grouped launches (segments longer than a stage, widths not a multiple of 8).
   const std::vector<MoeShape> shapes = {
       {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
       {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
@@ -307,6 +307,12 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
       {"width 384", 4, 2048, 384, 64, 4, false, 0.0f},
       {"wide experts", 4, 2048, 4096, 4, 2, false, 0.0f},
       {"unaligned", 21, 70, 36, 12, 5, true, 0.0f},
+      // Mode 3 with more k segments in the down product than in gate/up, and gate/up groups
+      // that skip a tile's last unit (column tiles not a multiple of the groups): a down group
+      // joins warps of several gate/up groups (2 -> 4 and 4 -> 8 segments); a review found
+      // their sums' buffers out of step there.
+      {"down of more segments", 4, 512, 1000, 8, 2, true, 0.0f},
+      {"down of eight segments", 4, 1024, 2040, 8, 2, false, 0.0f},
   };
   const int64_t streamed_before = hip::MoeStreamLaunches();
   const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
