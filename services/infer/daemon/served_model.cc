@@ -145,7 +145,8 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
                                         .threads = options.threads,
                                         .cpu_spin_us = options.cpu_spin_us,
                                         .gpu_bf16_inputs = options.gpu_bf16_inputs,
-                                        .pass_invariant = load.qwen3_hybrid.pass_invariant}));
+                                        .pass_invariant = load.qwen3_hybrid.pass_invariant,
+                                        .gpu_moe_one_launch = options.gpu_moe_one_launch}));
   served->backend_name_ = options.backend;
   ASSIGN_OR_RETURN(served->model_, LoadModel(options.dir, served->backend_.get(), load));
 

@@ -25,6 +25,7 @@ struct ServedModelOptions {
   int threads = 0;                          // Backend threads; 0: one per hardware thread.
   int cpu_spin_us = kServingCpuSpinMicros;  // KernelBackendChoice::cpu_spin_us.
   bool gpu_bf16_inputs = true;              // KernelBackendChoice::gpu_bf16_inputs.
+  bool gpu_moe_one_launch = true;           // KernelBackendChoice::gpu_moe_one_launch.
   int64_t context_tokens = 0;               // 0: config.json's max_position_embeddings.
   int64_t max_context_tokens = 32768;       // Cap on the default context (memory per slot).
   // "fast" (GEMMs, chunked delta rule: bit-identical for identical pass boundaries) or

@@ -35,6 +35,7 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
     hip.bf16_attention = choice.gpu_bf16_inputs;
     hip.mma_delta = choice.gpu_bf16_inputs;
     hip.mma_rows_bf16_inputs = choice.gpu_bf16_inputs && !choice.pass_invariant;
+    if (!choice.gpu_moe_one_launch) hip.moe_stream_products = 0;
     return CreateHipKernelBackend(hip);
   }
 #endif
