@@ -162,7 +162,7 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchAre
 
 absl::Status HipKernelBackend::EnsureMoeCounters(int64_t counters) {
   if (counters <= moe_counter_capacity_) return absl::OkStatus();
-  const int64_t capacity = std::max<int64_t>(counters, 256);
+  const int64_t capacity = std::max<int64_t>(counters, kMoeCountersMinCapacity);
   moe_counters_ = DeviceBuffer();  // Freed first (the device's launches are done with it).
   moe_counter_capacity_ = 0;
   ASSIGN_OR_RETURN(moe_counters_, Allocate(2 * capacity * static_cast<int64_t>(sizeof(uint32_t))));

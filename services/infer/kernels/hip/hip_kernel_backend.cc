@@ -13,6 +13,13 @@
 namespace cairn::infer {
 namespace {
 
+// InvalidArgument naming the option where `value` < 0.
+absl::Status AtLeastZero(const char* option, int value) {
+  if (value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("hip backend: ", option, " must be at least 0, got ", value));
+}
+
 using hip::HipError;
 using hip::Invalid;
 
@@ -87,25 +94,14 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
         absl::StrCat("hip backend: moe_stream_products must be 0, 1, 2 or 3, got ",
                      options.moe_stream_products));
   }
-  if (options.moe_one_launch_max_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hip backend: moe_one_launch_max_tokens must be at least 0, got ",
-                     options.moe_one_launch_max_tokens));
-  }
-  if (options.moe_product_waves < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hip backend: moe_product_waves must be at least 0, got ", options.moe_product_waves));
-  }
+  RETURN_IF_ERROR(AtLeastZero("moe_one_launch_max_tokens", options.moe_one_launch_max_tokens));
+  RETURN_IF_ERROR(AtLeastZero("moe_product_waves", options.moe_product_waves));
   if (options.moe_gemm_wgmma_warpgroups != 2 && options.moe_gemm_wgmma_warpgroups != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("hip backend: moe_gemm_wgmma_warpgroups must be 2 or 3, got ",
                      options.moe_gemm_wgmma_warpgroups));
   }
-  if (options.attention_decode_min_waves < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hip backend: attention_decode_min_waves must be at least 0, got ",
-                     options.attention_decode_min_waves));
-  }
+  RETURN_IF_ERROR(AtLeastZero("attention_decode_min_waves", options.attention_decode_min_waves));
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
     return absl::UnavailableError(
@@ -128,8 +124,10 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   ASSIGN_OR_RETURN(b->blas_, GpuBlas::Create(b->compute_));
   if (options.moe_stream_products == 3 && hip::MoeLayerStreamSupported()) {
     // The one-launch MoE products' counters for calls of up to moe_one_launch_max_tokens
-    // tokens (at most 64 counted here; larger calls grow them at their first call).
-    const int64_t tokens = std::min(options.moe_one_launch_max_tokens, 64);
+    // tokens (at most kMoeCountersAtCreationMaxTokens counted here; larger calls grow them at
+    // their first call).
+    const int64_t tokens =
+        std::min(options.moe_one_launch_max_tokens, kMoeCountersAtCreationMaxTokens);
     RETURN_IF_ERROR(b->EnsureMoeCounters(tokens * hip::MoeMaxTopK() + (tokens + 7) / 8));
   }
   return b;

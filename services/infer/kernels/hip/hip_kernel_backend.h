@@ -603,6 +603,10 @@ class HipKernelBackend final : public KernelBackend {
   // hip::MoeLayerStream's two arrays of tile counters (moe_stream_products 3), each
   // moe_counter_capacity_ long, zeroed at allocation; a launch counts on array
   // moe_counter_parity_ and zeroes the other for the next.
+  // Create makes counters for calls of up to this many tokens (fewer where
+  // moe_one_launch_max_tokens says so); an array is never shorter than kMoeCountersMinCapacity.
+  static constexpr int kMoeCountersAtCreationMaxTokens = 64;
+  static constexpr int64_t kMoeCountersMinCapacity = 256;
   DeviceBuffer moe_counters_;
   int64_t moe_counter_capacity_ = 0;
   int moe_counter_parity_ = 0;

@@ -64,6 +64,7 @@ using moe_stream::BarrierInitFence;
 using moe_stream::BarrierWait;
 using moe_stream::BulkCopy;
 using moe_stream::GroupSync;
+using moe_stream::LookUpTile;
 
 constexpr int kMaxSegments = mma_rows::kMaxSegments;  // Consumer warps, at most.
 constexpr int kRows = 16;                             // Weight rows (columns of y) a unit.
@@ -181,39 +182,8 @@ __global__ void __launch_bounds__((kMaxSegments + 1) * 32, 1)
       const int32_t ct = static_cast<int32_t>(u % sh.col_tiles);
       if (ti != looked_up) {
         looked_up = ti;
-        const float* xs = x;
-        int64_t ld_in = ldx;
-        int32_t start;
-        if (ti < routed) {
-          const MoeTile t = tiles[ti];
-          start = t.start;
-          meta.rows = t.rows;
-          parts = weights[t.expert];
-          meta.y = y + static_cast<int64_t>(t.start) * ldy;
-          meta.ldy = ldy;
-        } else {
-          start = static_cast<int32_t>((ti - routed) * 8);
-          meta.rows = static_cast<int32_t>(shared.rows - start < 8 ? shared.rows - start : 8);
-          parts = *shared.weights;
-          xs = shared.x;
-          ld_in = shared.ldx;
-          meta.y = shared.y + static_cast<int64_t>(start) * shared.ldy;
-          meta.ldy = shared.ldy;
-        }
-        meta.tile = static_cast<int32_t>(ti);
-        // Lanes 0-7 find the input rows (a routed tile's through the sort's order).
-        const float* row_ptr = nullptr;
-        if (lane < 8 && lane < meta.rows) {
-          const int64_t slot = static_cast<int64_t>(start) + lane;
-          const int64_t row =
-              ti < routed && sorted_picks != nullptr ? sorted_picks[slot] / top_k : slot;
-          row_ptr = xs + row * ld_in;
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          meta.x[i] = reinterpret_cast<const float*>(
-              __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_ptr), i));
-        }
+        LookUpTile(ti, routed, tiles, weights, x, ldx, sorted_picks, top_k, y, ldy, shared, lane,
+                   parts, meta);
       }
       meta.ct = ct;
       // This lane's weight row of the unit.

@@ -80,6 +80,7 @@ using moe_stream::BarrierWait;
 using moe_stream::BulkCopy;
 using moe_stream::GroupSync;
 using moe_stream::LoadAcquire;
+using moe_stream::LookUpTile;
 
 constexpr int kConsumers = mma_rows::kMaxSegments;  // Consumer warps; warp kConsumers produces.
 constexpr int kThreads = (kConsumers + 1) * 32;
@@ -168,40 +169,8 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, int64_t rou
     const int32_t ct0 = static_cast<int32_t>(j % p.tile_loads * p.groups);
     if (ti != looked_up) {
       looked_up = ti;
-      const float* xs = p.x;
-      int64_t ld_in = p.ldx;
-      int32_t start;
-      bool routed_tile = ti < routed;
-      if (routed_tile) {
-        const MoeTile t = tiles[ti];
-        start = t.start;
-        meta.rows = t.rows;
-        parts = p.weights[t.expert];
-        meta.y = p.y + static_cast<int64_t>(t.start) * p.ldy;
-        meta.ldy = p.ldy;
-      } else {
-        start = static_cast<int32_t>((ti - routed) * 8);
-        meta.rows = static_cast<int32_t>(p.shared.rows - start < 8 ? p.shared.rows - start : 8);
-        parts = *p.shared.weights;
-        xs = p.shared.x;
-        ld_in = p.shared.ldx;
-        meta.y = p.shared.y + static_cast<int64_t>(start) * p.shared.ldy;
-        meta.ldy = p.shared.ldy;
-      }
-      meta.tile = static_cast<int32_t>(ti);
-      // Lanes 0-7 find the input rows (a routed tile's through the sort's order).
-      const float* row_ptr = nullptr;
-      if (lane < 8 && lane < meta.rows) {
-        const int64_t slot = static_cast<int64_t>(start) + lane;
-        const int64_t row =
-            routed_tile && p.sorted_picks != nullptr ? p.sorted_picks[slot] / top_k : slot;
-        row_ptr = xs + row * ld_in;
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        meta.x[i] = reinterpret_cast<const float*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(row_ptr), i));
-      }
+      LookUpTile(ti, routed, tiles, p.weights, p.x, p.ldx, p.sorted_picks, top_k, p.y, p.ldy,
+                 p.shared, lane, parts, meta);
     }
     meta.ct0 = ct0;
     // Lane l asks for row (l + 32 i) % 16 of group (l + 32 i) / 16's unit, i = 0 .. 3.
