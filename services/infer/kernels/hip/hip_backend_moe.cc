@@ -252,9 +252,17 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   const uintptr_t rows_bytes = static_cast<uintptr_t>(a.tokens * a.hidden) * sizeof(float);
   const bool apart = shared.gate_up == nullptr || out_begin + rows_bytes <= x_begin ||
                      x_begin + rows_bytes <= out_begin;
-  if (moe_stream_products_ == 3 && a.tokens <= moe_one_launch_max_tokens_ && fused &&
+  // Modes 4 and 5: the routing and sort inside the launch too, and 5 the sum (the wide sum
+  // only, moe_kernels 1), where the launch takes them; else their own launches around it.
+  bool route_inside = false;
+  bool sum_inside = false;
+  if (moe_stream_products_ >= 3 && a.tokens <= moe_one_launch_max_tokens_ && fused &&
       gate_up_aligned && down_aligned && apart && hip::MoeLayerStreamSupported()) {
-    if (!Keep(EnsureMoeCounters(sizes.max_tiles + (a.tokens + 7) / 8))) return error_;
+    route_inside =
+        moe_stream_products_ >= 4 && hip::MoeLayerStreamRoutes(a.tokens, a.experts, a.top_k);
+    sum_inside = route_inside && moe_stream_products_ == 5 && moe_kernels_ == 1 &&
+                 hip::MoeLayerStreamSums(a.hidden, ys, a.out, a.residual);
+    if (!Keep(EnsureMoeCounters(sizes.max_tiles + (a.tokens + 7) / 8 + 1))) return error_;
     auto* const base = static_cast<uint32_t*>(moe_counters_.data());
     one = {.tiles = b.tiles,
            .num_tiles = b.num_tiles,
@@ -276,29 +284,58 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
            .counters = base + moe_counter_parity_ * moe_counter_capacity_,
            .next_counters = base + (1 - moe_counter_parity_) * moe_counter_capacity_,
            .counter_capacity = moe_counter_capacity_};
+    if (route_inside) {
+      one.tiles = nullptr;
+      one.num_tiles = nullptr;
+      one.sorted_picks = nullptr;
+      one.logits = a.logits;
+      one.logits_ld = a.LogitsLd();
+      one.tokens = a.tokens;
+      one.experts = a.experts;
+      one.tile_rows = hip::MoeTileRows();
+      one.renormalise = a.renormalise;
+      one.ids = ids;
+      one.weights = weights;
+      one.slot_of_pick = b.slot_of_pick;
+    }
+    if (sum_inside) {
+      one.out = a.out;
+      one.out_gate = a.out_gate;
+      one.out_gate_ld = a.OutGateLd();
+      one.residual = a.residual;
+    }
     one_launch = true;
   }
-  const auto products = [&] {
-    if (one_launch) {
-      const hipError_t e = hip::MoeLayerStream(one, compute_);
-      if (e == hipSuccess) {
-        moe_counter_parity_ ^= 1;
-        return true;
-      }
-      if (e != hipErrorNotSupported) return Check(e, "moe one-launch products");
+  const auto route_and_sort = [&] {
+    return Check(
+        hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
+                             MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
+        "moe route and sort launch");
+  };
+  // The one launch where it takes the call (what it leaves out around it); else the grouped
+  // launches, with the routing before them.
+  bool launched = false;
+  if (!route_inside && !route_and_sort()) return error_;
+  if (one_launch) {
+    const hipError_t e = hip::MoeLayerStream(one, compute_);
+    if (e == hipSuccess) {
+      moe_counter_parity_ ^= 1;
+      launched = true;
+    } else if (e != hipErrorNotSupported) {
+      Check(e, "moe one-launch products");
+      return error_;
     }
-    return gate_up_and_silu() &&
-           Check(
-               hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles,
+  }
+  if (!launched) {
+    if ((route_inside && !route_and_sort()) || !gate_up_and_silu() ||
+        !Check(hip::MoeRowsMma(act, a.width, nullptr, a.top_k, b.tiles, b.num_tiles,
                                sizes.max_tiles, down_table, down_aligned, a.hidden, a.width, ys,
                                a.hidden, mma_rows_bf16_inputs_, compute_, shared_down, down_warps),
-               "moe down launch");
-  };
-  if (!Check(
-          hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
-                               MoeRoutingFor(), hip::MoeTileRows(), ids, weights, b, compute_),
-          "moe route and sort launch") ||
-      !products() ||
+               "moe down launch")) {
+      return error_;
+    }
+  }
+  if ((!launched || !sum_inside) &&
       !Check(hip::MoeCombine(ys, ids, weights, b.slot_of_pick, a.tokens, a.top_k, a.hidden, a.out,
                              compute_, moe_kernels_ == 1, a.out_gate, a.residual, a.OutGateLd()),
              "moe combine launch")) {

@@ -89,10 +89,9 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   }
   RETURN_IF_ERROR(ValidAttentionDecodeVariant(options.attention_decode_variant));
   RETURN_IF_ERROR(ValidDecodeRangesPerBlock(options.attention_decode_ranges_per_block));
-  if (options.moe_stream_products < 0 || options.moe_stream_products > 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hip backend: moe_stream_products must be 0, 1, 2 or 3, got ",
-                     options.moe_stream_products));
+  if (options.moe_stream_products < 0 || options.moe_stream_products > 5) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hip backend: moe_stream_products must be 0 to 5, got ", options.moe_stream_products));
   }
   RETURN_IF_ERROR(AtLeastZero("moe_one_launch_max_tokens", options.moe_one_launch_max_tokens));
   RETURN_IF_ERROR(AtLeastZero("moe_product_waves", options.moe_product_waves));
@@ -122,13 +121,13 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   e = hipStreamCreateWithFlags(&b->transfer_, hipStreamNonBlocking);
   if (e != hipSuccess) return HipError(e, "creating the transfer stream");
   ASSIGN_OR_RETURN(b->blas_, GpuBlas::Create(b->compute_));
-  if (options.moe_stream_products == 3 && hip::MoeLayerStreamSupported()) {
+  if (options.moe_stream_products >= 3 && hip::MoeLayerStreamSupported()) {
     // The one-launch MoE products' counters for calls of up to moe_one_launch_max_tokens
     // tokens (at most kMoeCountersAtCreationMaxTokens counted here; larger calls grow them at
     // their first call).
     const int64_t tokens =
         std::min(options.moe_one_launch_max_tokens, kMoeCountersAtCreationMaxTokens);
-    RETURN_IF_ERROR(b->EnsureMoeCounters(tokens * hip::MoeMaxTopK() + (tokens + 7) / 8));
+    RETURN_IF_ERROR(b->EnsureMoeCounters(tokens * hip::MoeMaxTopK() + (tokens + 7) / 8 + 1));
   }
   return b;
 }

@@ -171,9 +171,12 @@ struct HipKernelBackendOptions {
   // the gate/up weights, then the down weights, streamed without a break; a tile's down units
   // wait for its activations) for calls of at most moe_one_launch_max_tokens tokens whose
   // shapes it takes, else the grouped launches (thirty-sixth round: a MoE decode step 1.53 /
-  // 2.46 against 1.60 / 2.51 ms at one / four slots on an H100). The same bits.
-  int moe_stream_products = 3;
-  // The most tokens a call takes moe_stream_products 3's one launch with (at 16 the grouped
+  // 2.46 against 1.60 / 2.51 ms at one / four slots on an H100). 4: the one launch also
+  // routes and sorts the call itself (at most 512 experts and 256 picks; else the routing's own
+  // launch before it); 5: and sums the picks into out (with the gate and residual) after a
+  // barrier of its grid, where MoeCombine would (moe_kernels 1). The same bits.
+  int moe_stream_products = 5;
+  // The most tokens a call takes moe_stream_products 3-5's one launch with (at 16 the grouped
   // launches were faster: 4.81 against 4.84 ms a step on an H100).
   int moe_one_launch_max_tokens = 8;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
@@ -573,7 +576,7 @@ class HipKernelBackend final : public KernelBackend {
                                   ScratchArena& scratch);
   // Makes hip::MoeLayerStream's counter arrays at least `counters` long (zeroed; a new
   // allocation waits for the device, so Create makes enough for the calls moe_stream_products
-  // 3 takes by default, and a decode step never waits here).
+  // 3-5 take by default, and a decode step never waits here).
   absl::Status EnsureMoeCounters(int64_t counters);
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
@@ -600,7 +603,7 @@ class HipKernelBackend final : public KernelBackend {
   absl::Status error_;               // First error; once set, operations are no-ops.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
-  // hip::MoeLayerStream's two arrays of tile counters (moe_stream_products 3), each
+  // hip::MoeLayerStream's two arrays of tile counters (moe_stream_products 3-5), each
   // moe_counter_capacity_ long, zeroed at allocation; a launch counts on array
   // moe_counter_parity_ and zeroes the other for the next.
   // Create makes counters for calls of up to this many tokens (fewer where

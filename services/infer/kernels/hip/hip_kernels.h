@@ -260,11 +260,31 @@ int64_t MoeStreamLaunches();
 // counter in `counters`. The bits of MoeRowsMmaSiluMul followed by MoeRowsMma (the segments of
 // mma_rows::SegmentsFor). The caller vouches that every weight part is 16-byte aligned.
 struct MoeLayerStreamArgs {
-  const MoeTile* tiles = nullptr;  // The routing's tiles (MoeRouteAndSort).
+  // The routing's tiles (MoeRouteAndSort), or, where `logits` is given, none: the launch routes
+  // and sorts the call itself (MoeLayerStreamRoutes).
+  const MoeTile* tiles = nullptr;
   const int32_t* num_tiles = nullptr;
-  int64_t max_tiles = 0;
+  int64_t max_tiles = 0;  // MoeSortSizesFor's, for the call's picks either way.
   const int32_t* sorted_picks = nullptr;
   int top_k = 0;
+  // Routing inside the launch: MoeRouteAndSort's inputs (MoeRouting::kWarp), and where the
+  // launch stores the picks for MoeCombine (ids, weights and slot_of_pick, picks long).
+  const float* logits = nullptr;
+  int64_t logits_ld = 0;
+  int64_t tokens = 0;
+  int experts = 0;
+  int tile_rows = 0;
+  bool renormalise = false;
+  int32_t* ids = nullptr;
+  float* weights = nullptr;
+  int32_t* slot_of_pick = nullptr;
+  // The sum inside the launch too (needs the routing inside): MoeCombine's wide sum into `out`
+  // (tokens x hidden, the shared expert's rows already there or written by this launch), with
+  // its gate and residual (either may be null); null out: MoeCombine after the launch.
+  float* out = nullptr;
+  const float* out_gate = nullptr;
+  int64_t out_gate_ld = 0;
+  float* residual = nullptr;
   const float* x = nullptr;  // Token rows, ldx apart: the gate/up inputs.
   int64_t ldx = 0;
   const MoeExpertParts* gate_up = nullptr;  // Each expert 2 width x hidden.
@@ -284,11 +304,18 @@ struct MoeLayerStreamArgs {
 };
 // hipErrorNotSupported (nothing launched) where the shapes' segments do not fit a stage (at
 // most 256 values a segment), k % 8 != 0 for either product, an input or activation row is not
-// 16-byte aligned, the counters are too few, the stages do not fit shared memory, there is no
-// tile at all, or where not built (AMD, or without CAIRN_HIP_WGMMA). Its grid must become
-// resident whole (moe_stream_layer.hip): the caller launches nothing beside it that holds
-// multiprocessors for good.
+// 16-byte aligned, the counters are too few (max_tiles + the shared rows' tiles, one more with
+// the sum inside), the stages do not fit shared memory, there is no tile at all, the routing or
+// the sum inside is asked for where MoeLayerStreamRoutes / MoeLayerStreamSums say no, or where
+// not built (AMD, or without CAIRN_HIP_WGMMA). Its grid must become resident whole
+// (moe_stream_layer.hip): the caller launches nothing beside it that holds multiprocessors for
+// good.
 bool MoeLayerStreamSupported();
+// Whether the launch routes and sorts a call of `tokens` x `top_k` picks over `experts` itself
+// (at most 512 experts and 256 picks), and whether it can also sum it into `out` (hidden % 4
+// == 0, 16-byte aligned rows).
+bool MoeLayerStreamRoutes(int64_t tokens, int experts, int top_k);
+bool MoeLayerStreamSums(int64_t hidden, const float* ys, const float* out, const float* residual);
 hipError_t MoeLayerStream(const MoeLayerStreamArgs& args, hipStream_t stream);
 // Launches of MoeLayerStream so far in this process (for tests).
 int64_t MoeLayerStreamLaunches();

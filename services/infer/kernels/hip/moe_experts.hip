@@ -16,6 +16,7 @@
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
 #include "services/infer/kernels/hip/mma_rows_device.h"
+#include "services/infer/kernels/hip/moe_combine_device.h"
 
 namespace cairn::infer::hip {
 
@@ -31,7 +32,7 @@ constexpr int kGemmTileRows = 64;  // Picks per tile of the prefill path (MoeGem
 // 1) columns take out = out + w * y a pick at a time in that order, the rows of kCombineBatch
 // picks loaded before they are added.
 constexpr int kCombineWideThreads = 64;
-constexpr int kCombineBatch = 8;
+constexpr int kCombineBatch = moe_combine::kBatch;
 
 template <bool kVec>
 __global__ void __launch_bounds__(kCombineWideThreads)
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(kCombineWideThreads)
   __shared__ float pick_w[kMaxTopK];
   __shared__ int32_t pick_slot[kMaxTopK];
   __shared__ float sorted_w[kMaxTopK];
-  __shared__ int64_t sorted_row[kMaxTopK];
+  __shared__ int32_t sorted_slot[kMaxTopK];
   __shared__ int valid;
   const int64_t tok = blockIdx.x;
   const int tid = threadIdx.x;
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kCombineWideThreads)
       at += pick_ids[j] < id || (pick_ids[j] == id && j < tid) ? 1 : 0;
     }
     sorted_w[at] = pick_w[tid];
-    sorted_row[at] = static_cast<int64_t>(pick_slot[tid]) * dim;
+    sorted_slot[at] = pick_slot[tid];
   }
   if (tid == 0) {
     int n = 0;
@@ -79,41 +80,8 @@ __global__ void __launch_bounds__(kCombineWideThreads)
   // SigmoidScaleRows' product (one rounding) where there is a gate.
   const float scale = gate != nullptr ? DeviceSigmoid(gate[tok * gate_ld]) : 1.0f;
   if constexpr (kVec) {
-    float4 v = *reinterpret_cast<const float4*>(o);
-    if (gate != nullptr) {
-      v.x = __fmul_rn(v.x, scale);
-      v.y = __fmul_rn(v.y, scale);
-      v.z = __fmul_rn(v.z, scale);
-      v.w = __fmul_rn(v.w, scale);
-    }
-    for (int p0 = 0; p0 < n; p0 += kCombineBatch) {
-      float4 yv[kCombineBatch];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        if (p0 + q < n) yv[q] = *reinterpret_cast<const float4*>(y + sorted_row[p0 + q] + c);
-      }
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        if (p0 + q >= n) break;
-        const float w = sorted_w[p0 + q];
-        // Two roundings, never a fused multiply-add: AddScaledRows' (and the CPU's) arithmetic.
-        v.x = __fadd_rn(v.x, __fmul_rn(w, yv[q].x));
-        v.y = __fadd_rn(v.y, __fmul_rn(w, yv[q].y));
-        v.z = __fadd_rn(v.z, __fmul_rn(w, yv[q].z));
-        v.w = __fadd_rn(v.w, __fmul_rn(w, yv[q].w));
-      }
-    }
-    *reinterpret_cast<float4*>(o) = v;
-    if (residual != nullptr) {
-      // AddScaledRows' unscaled addition.
-      float4* r = reinterpret_cast<float4*>(residual + tok * dim + c);
-      float4 rv = *r;
-      rv.x = __fadd_rn(rv.x, v.x);
-      rv.y = __fadd_rn(rv.y, v.y);
-      rv.z = __fadd_rn(rv.z, v.z);
-      rv.w = __fadd_rn(rv.w, v.w);
-      *r = rv;
-    }
+    moe_combine::CombineFour<false>(y + c, dim, sorted_slot, sorted_w, n, gate != nullptr, scale, o,
+                                    residual != nullptr ? residual + tok * dim + c : nullptr);
   } else {
     float v = *o;
     if (gate != nullptr) v = __fmul_rn(v, scale);
@@ -121,7 +89,7 @@ __global__ void __launch_bounds__(kCombineWideThreads)
       float yv[kCombineBatch];
 #pragma unroll
       for (int q = 0; q < kCombineBatch; ++q) {
-        if (p0 + q < n) yv[q] = y[sorted_row[p0 + q] + c];
+        if (p0 + q < n) yv[q] = y[static_cast<int64_t>(sorted_slot[p0 + q]) * dim + c];
       }
 #pragma unroll
       for (int q = 0; q < kCombineBatch; ++q) {
@@ -304,10 +272,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 // enter its arithmetic).
 
 constexpr int kGemmRows = kGemmTileRows;  // Picks per tile (one expert's).
-constexpr int kGemmCols = 128;   // Weight columns (output columns) per block.
-constexpr int kGemmK = 32;       // k values per stage: four 16-byte chunks a row.
-constexpr int kGemmStages = 4;   // Stages in flight (48 KiB of shared memory).
-constexpr int kGemmThreads = 128;  // 2 x 2 warps, each 32 rows x 64 columns.
+constexpr int kGemmCols = 128;            // Weight columns (output columns) per block.
+constexpr int kGemmK = 32;                // k values per stage: four 16-byte chunks a row.
+constexpr int kGemmStages = 4;            // Stages in flight (48 KiB of shared memory).
+constexpr int kGemmThreads = 128;         // 2 x 2 warps, each 32 rows x 64 columns.
 constexpr int kGemmChunks = kGemmK / 8;
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a stage: chunks XOR-swizzled by
@@ -514,8 +482,7 @@ __global__ void __launch_bounds__(kGatherThreads)
 
 // SiluMulKernel's expression (elementwise.hip) on four values a thread (width % 4 == 0, rows
 // of gu 16-byte aligned), rounded as RoundRowsToBf16Kernel rounds.
-__global__ void MoeSiluMulBf16Kernel(const float* gu, int64_t rows, int64_t width,
-                                     uint16_t* out) {
+__global__ void MoeSiluMulBf16Kernel(const float* gu, int64_t rows, int64_t width, uint16_t* out) {
   KernelEntry();
   const int64_t quads = width / 4;
   const int64_t n = rows * quads;
@@ -573,14 +540,13 @@ int MoeTileRows() { return 8; }
 
 int64_t MoeLongWarpLaunches() { return 0; }
 hipError_t MoeRowsMma(const float*, int64_t, const int32_t*, int, const MoeTile*, const int32_t*,
-                      int64_t, const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t,
-                      bool, hipStream_t, const MoeSharedRows&, const MoeLongWarps&) {
+                      int64_t, const MoeExpertParts*, bool, int64_t, int64_t, float*, int64_t, bool,
+                      hipStream_t, const MoeSharedRows&, const MoeLongWarps&) {
   return hipErrorNotSupported;
 }
 hipError_t MoeRowsMmaSiluMul(const float*, int64_t, const int32_t*, int, const MoeTile*,
-                             const int32_t*, int64_t, const MoeExpertParts*, bool, int64_t,
-                             int64_t, float*, bool, hipStream_t, const MoeSharedRows&,
-                             const MoeLongWarps&) {
+                             const int32_t*, int64_t, const MoeExpertParts*, bool, int64_t, int64_t,
+                             float*, bool, hipStream_t, const MoeSharedRows&, const MoeLongWarps&) {
   return hipErrorNotSupported;
 }
 
@@ -614,9 +580,8 @@ template <bool kSilu>
 hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_picks, int top_k,
                          const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                          const MoeExpertParts* weights, bool weights_aligned, int64_t n, int64_t k,
-                         float* y, int64_t ldy, bool bf16_inputs, int64_t width,
-                         hipStream_t stream, const MoeSharedRows& shared,
-                         const MoeLongWarps& long_warps) {
+                         float* y, int64_t ldy, bool bf16_inputs, int64_t width, hipStream_t stream,
+                         const MoeSharedRows& shared, const MoeLongWarps& long_warps) {
   const int64_t shared_tiles =
       shared.weights != nullptr && shared.rows > 0 ? CeilDiv(shared.rows, 8) : 0;
   if ((max_tiles == 0 && shared_tiles == 0) || n == 0) return hipSuccess;
@@ -632,10 +597,9 @@ hipError_t RunMoeRowsMma(const float* x, int64_t ldx, const int32_t* sorted_pick
   const bool vec = weights_aligned && k % 8 == 0 && rows_aligned(x, ldx) &&
                    (shared_tiles == 0 || rows_aligned(shared.x, shared.ldx));
   if (long_warps.stream && vec && long_warps.multiprocessors > 0) {
-    const hipError_t e = MoeRowsStream(kSilu, x, ldx, sorted_picks, top_k, tiles, num_tiles,
-                                       max_tiles, weights, n, k, y, ldy, bf16_inputs, width,
-                                       segments, segment, long_warps.multiprocessors, stream,
-                                       shared);
+    const hipError_t e = MoeRowsStream(
+        kSilu, x, ldx, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, n, k, y, ldy,
+        bf16_inputs, width, segments, segment, long_warps.multiprocessors, stream, shared);
     if (e != hipErrorNotSupported) return e;  // Else it did not take the call: the launches.
   }
   const auto kernel = MoeRowsMmaKernelFor<kSilu>(vec, bf16_inputs);
@@ -717,8 +681,8 @@ hipError_t MoeGemmBf16(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                        hipStream_t stream) {
   if (max_tiles == 0 || n == 0) return hipSuccess;
   const int64_t groups = CeilDiv(n, kGemmCols);
-  if (!weights_aligned || k % 8 != 0 || lda % 8 != 0 ||
-      reinterpret_cast<uintptr_t>(a) % 16 != 0 || max_tiles * groups > 0x7fffffff) {
+  if (!weights_aligned || k % 8 != 0 || lda % 8 != 0 || reinterpret_cast<uintptr_t>(a) % 16 != 0 ||
+      max_tiles * groups > 0x7fffffff) {
     return hipErrorInvalidValue;
   }
   LaunchKernel(MoeGemmKernel, static_cast<unsigned int>(max_tiles * groups), kGemmThreads, 0,
@@ -766,8 +730,8 @@ hipError_t MoeSiluMulBf16(const float* gu, int64_t rows, int64_t width, uint16_t
 
 hipError_t MoeCombine(const float* y, const int32_t* ids, const float* weights,
                       const int32_t* slot_of_pick, int64_t tokens, int top_k, int64_t dim,
-                      float* out, hipStream_t stream, bool wide, const float* gate,
-                      float* residual, int64_t gate_ld) {
+                      float* out, hipStream_t stream, bool wide, const float* gate, float* residual,
+                      int64_t gate_ld) {
   if (tokens == 0) return hipSuccess;
   if (top_k < 1 || top_k > kMaxTopK || tokens > 0x7fffffff) return hipErrorInvalidValue;
   if (!wide && (gate != nullptr || residual != nullptr)) return hipErrorInvalidValue;

@@ -1,7 +1,8 @@
 // Both grouped expert products of a MoE decode layer in one launch, streamed through shared
 // memory (HipKernelBackendOptions::moe_stream_products 3; NVIDIA sm_90a builds,
 // CAIRN_HIP_WGMMA): the gate/up product with SiLU-mul, then the down product, by one
-// long-lived block a multiprocessor.
+// long-lived block a multiprocessor; with moe_stream_products 4 the routing and sort of the
+// call's few tokens too, and with 5 the weighted sum after them.
 //
 // Why: at one and four tokens the layer's two grouped launches each pay a start (the first
 // loads' round trip) and a drain (the last wave's blocks finishing unevenly) around 20-60 us of
@@ -17,6 +18,15 @@
 // consecutive column tiles. Block b takes stage loads [b L / G, (b + 1) L / G) of each product
 // (L = tiles x stage loads a tile; the same tile-major order in both, so a block's down units
 // are mostly of the tiles its own gate/up units made). Every consumer warp takes every stage.
+//
+// Routing inside (4, 5): every block routes and sorts the call itself before any unit (the
+// routing warps' RouteTokenInWarp, then a pick a consumer thread counting the picks before it:
+// the slots, tiles and sum order of MoeRouteAndSort and MoeCombine) into shared memory; block 0
+// also stores the picks for MoeCombine.
+// Sum inside (5): once a block's down units are stored it counts itself done; when the grid's
+// count is full, each block sums its share of the (token, four columns) items in MoeCombine's
+// order and arithmetic (moe_combine_device.h), reading the rows other blocks wrote through L2.
+// That wait is a grid barrier, so it rests on the grid being resident whole, as below.
 //
 // Hand-over: the warp that stores a gate/up unit's activations counts it on its tile's counter
 // (global memory) once it moves on to another tile or leaves the product: one fence a tile, not a
@@ -48,6 +58,8 @@
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
 #include "services/infer/kernels/hip/mma_rows_device.h"
+#include "services/infer/kernels/hip/moe_combine_device.h"
+#include "services/infer/kernels/hip/moe_route_device.h"
 #include "services/infer/kernels/hip/moe_stream_device.h"
 
 namespace cairn::infer::hip {
@@ -61,6 +73,8 @@ int64_t MoeLayerStreamLaunches() { return layer_launches.load(std::memory_order_
 #if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
 
 bool MoeLayerStreamSupported() { return false; }
+bool MoeLayerStreamRoutes(int64_t, int, int) { return false; }
+bool MoeLayerStreamSums(int64_t, const float*, const float*, const float*) { return false; }
 hipError_t MoeLayerStream(const MoeLayerStreamArgs&, hipStream_t) { return hipErrorNotSupported; }
 
 #else
@@ -88,10 +102,16 @@ constexpr int kRows = 16;         // Weight rows (columns of y) a unit.
 constexpr int kSegmentSteps = 8;  // kStep steps a segment, at most.
 constexpr int64_t kMaxSegment = kSegmentSteps * kStep;
 constexpr int kMaxStages = 4;
-// Shared memory a block asks for at most (of the 227 KiB an sm_90 block may have).
-constexpr int kSharedBudget = 212 * 1024;
+// Shared memory a block asks for at most: all an sm_90 block may have (three stages of the
+// 80B-like layer's gate/up units beside the routing's arrays).
+constexpr int kSharedBudget = 227 * 1024;
 // Named barrier of every consumer warp (GroupSync takes 1 .. kConsumers).
 constexpr int kConsumersBarrier = 15;
+// Routing inside the launch (moe_stream_products 4 and 5): a consumer warp routes a token at a
+// time with its experts in registers (at most kRouteExperts), and the consumer threads sort the
+// picks one a thread (at most kSortPicks).
+constexpr int kRouteExperts = 32 * moe_route::kLaneExperts;
+constexpr int kSortPicks = kConsumers * 32;
 // Polls of a tile's counter before a down unit gives up (each an L2 round trip and a short
 // sleep: seconds of the block's own time, where a wait lasts microseconds): a fault, not a wait.
 constexpr uint32_t kSpinLimit = 1u << 22;
@@ -99,10 +119,9 @@ constexpr uint32_t kSpinLimit = 1u << 22;
 // One product of the layer, as the kernel sees it (filled on the host).
 struct LayerProduct {
   const MoeExpertParts* weights;  // The routed experts' table.
-  const float* x;                 // Routed tiles' inputs: row sorted_picks[s] / top_k of slot s,
-  int64_t ldx;                    // or row s where sorted_picks is null.
-  const int32_t* sorted_picks;
-  float* y;  // Routed tiles' outputs, row s for slot s.
+  const float* x;                 // Routed tiles' inputs: row sorted_picks[s] / top_k of slot s
+  int64_t ldx;                    // (the gate/up product), or row s (down).
+  float* y;                       // Routed tiles' outputs, row s for slot s.
   int64_t ldy;
   MoeSharedRows shared;
   int64_t n, k, width;  // width > 0: SiLU-mul over [gate; up] (n = 2 width).
@@ -129,7 +148,22 @@ struct LayerSmem {
   uint64_t full[kMaxStages];
   uint64_t empty[kMaxStages];
   LayerMeta meta[kMaxStages];
-  float partial[2][kConsumers][4][32];
+  union {
+    float partial[2][kConsumers][4][32];     // The segments' sums (the products).
+    float route[kConsumers][kRouteExperts];  // A routing warp's exps (before the products).
+  };
+  // Routing inside the launch: the picks (token t's at [t top_k, (t + 1) top_k)), their slots,
+  // the slots' picks, the tiles (MoeSortPicks'), and each token's picks in the sum's order.
+  int32_t ids[kSortPicks];
+  float weights[kSortPicks];
+  int32_t slot_of_pick[kSortPicks];
+  int32_t sorted_picks[kSortPicks];
+  int32_t expert_tiles[kSortPicks];  // A pick first of its expert: the expert's tiles; else 0.
+  MoeTile tiles[kSortPicks];
+  int32_t num_tiles;
+  int32_t sum_slot[kSortPicks];
+  float sum_weight[kSortPicks];
+  int32_t sum_count[kSortPicks];  // By token.
 };
 constexpr size_t kStagesOffset = (sizeof(LayerSmem) + 127) / 128 * 128;
 
@@ -155,11 +189,13 @@ __device__ inline void WaitCount(const uint32_t* counter, uint32_t target) {
   }
 }
 
-// The producer's part of one product: stage loads [j0, j1), the stage count `n` running on.
+// The producer's part of one product: stage loads [j0, j1) of the tiles, `tiles`' first `routed`
+// (their inputs through `sorted_picks` where given), then the shared rows' tiles of 8. The stage
+// count `n` runs on.
 template <bool kSilu>
-__device__ void Produce(const LayerProduct& p, const MoeTile* tiles, int64_t routed, int top_k,
-                        int64_t j0, int64_t j1, LayerSmem& sm, const Ring& ring, uint32_t& n,
-                        int lane) {
+__device__ void Produce(const LayerProduct& p, const MoeTile* tiles, const int32_t* sorted_picks,
+                        int64_t routed, int top_k, int64_t j0, int64_t j1, LayerSmem& sm,
+                        const Ring& ring, uint32_t& n, int lane) {
   int64_t looked_up = -1;
   LayerMeta meta = {};
   // The unit's expert's table entry, held in registers.
@@ -169,7 +205,7 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, int64_t rou
     const int32_t ct0 = static_cast<int32_t>(j % p.tile_loads * p.groups);
     if (ti != looked_up) {
       looked_up = ti;
-      LookUpTile(ti, routed, tiles, p.weights, p.x, p.ldx, p.sorted_picks, top_k, p.y, p.ldy,
+      LookUpTile(ti, routed, tiles, p.weights, p.x, p.ldx, sorted_picks, top_k, p.y, p.ldy,
                  p.shared, lane, parts, meta);
     }
     meta.ct0 = ct0;
@@ -372,14 +408,137 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
   if constexpr (kSilu) Release(counters, pending_tile, pending, lane);
 }
 
+// The consumer warps' barrier.
+__device__ inline void ConsumersSync() {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumersBarrier), "r"(kConsumers * 32) : "memory");
+}
+
+// Routing and the sum inside the launch, as the kernel sees them (LayerRouteArgs,
+// MoeLayerStreamArgs; logits null: neither).
+struct LayerRoute {
+  const float* logits;
+  int64_t ld;
+  int tokens, experts, tile_rows;
+  bool renormalise;
+  int32_t* ids;  // Block 0 stores the picks for MoeCombine (sum outside the launch).
+  float* weights;
+  int32_t* slot_of_pick;
+  float* out;  // The sum inside the launch (null: MoeCombine after it).
+  const float* gate;
+  int64_t gate_ld;
+  float* residual;
+};
+
+// The consumer threads' routing and sort of the call's picks into shared memory, every block
+// alike: warp w routes tokens w, w + kConsumers, ... (RouteTokenInWarp: MoeRoute's bits), then
+// thread t takes pick t (picks <= kSortPicks) and finds MoeSortPicks' slot (the valid picks of
+// lower experts, then its rank among its expert's picks), its expert's tiles (the picks of its
+// expert in tiles of tile_rows, laid after every lower expert's tiles) and, for the sum, its place
+// in its token's order (ascending expert, then pick: MoeCombineWideKernel's). Integer counts, so
+// the same slots, tiles and order as the separate launches.
+__device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, int warp) {
+  for (int tok = warp; tok < r.tokens; tok += kConsumers) {
+    moe_route::RouteTokenInWarp(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
+                                sm.route[warp], sm.ids + tok * top_k, sm.weights + tok * top_k);
+    __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
+  }
+  ConsumersSync();
+  const int picks = r.tokens * top_k;
+  const int t = threadIdx.x;  // A consumer thread: t < kSortPicks.
+  const auto valid = [&](int32_t e) { return e >= 0 && e < r.experts; };
+  const int32_t id = t < picks && valid(sm.ids[t]) ? sm.ids[t] : -1;
+  int32_t before = 0, rank = 0, count = 0;
+  if (id >= 0) {
+    for (int j = 0; j < picks; ++j) {
+      const int32_t e = sm.ids[j];
+      before += valid(e) && e < id ? 1 : 0;
+      count += e == id ? 1 : 0;
+      rank += e == id && j < t ? 1 : 0;
+    }
+  }
+  const int32_t slot = id >= 0 ? before + rank : -1;
+  const int32_t ntiles = id >= 0 && rank == 0 ? (count + r.tile_rows - 1) / r.tile_rows : 0;
+  sm.expert_tiles[t] = ntiles;
+  ConsumersSync();
+  int32_t first_tile = 0, total = 0;
+  for (int j = 0; j < picks; ++j) {
+    const int32_t n = sm.expert_tiles[j];
+    total += n;
+    first_tile += n > 0 && sm.ids[j] < id ? n : 0;
+  }
+  for (int32_t i = 0; i < ntiles; ++i) {
+    const int32_t start = before + i * r.tile_rows;
+    const int32_t rows =
+        count - i * r.tile_rows < r.tile_rows ? count - i * r.tile_rows : r.tile_rows;
+    sm.tiles[first_tile + i] = MoeTile{id, start, rows};
+  }
+  if (t == 0) sm.num_tiles = total;
+  if (t < picks) {
+    sm.slot_of_pick[t] = slot;
+    if (slot >= 0) sm.sorted_picks[slot] = t;
+    const int tok = t / top_k;
+    if (slot >= 0) {
+      int at = 0;
+      for (int j = tok * top_k; j < (tok + 1) * top_k; ++j) {
+        const int32_t e = sm.ids[j];
+        at += valid(e) && (e < id || (e == id && j < t)) ? 1 : 0;
+      }
+      sm.sum_slot[tok * top_k + at] = slot;
+      sm.sum_weight[tok * top_k + at] = sm.weights[t];
+    }
+    if (blockIdx.x == 0) {
+      r.ids[t] = sm.ids[t];
+      r.weights[t] = sm.weights[t];
+      r.slot_of_pick[t] = slot;
+    }
+  }
+  if (t < r.tokens) {
+    int n = 0;
+    for (int j = t * top_k; j < (t + 1) * top_k; ++j) n += valid(sm.ids[j]) ? 1 : 0;
+    sm.sum_count[t] = n;
+  }
+  ConsumersSync();
+}
+
+// The sum inside the launch, after every block's products: a grid barrier (each block counts
+// itself on `done` once its consumers' stores are fenced, then waits for the grid's count), then
+// block b's consumer threads take its share of the (token, four columns) items in order, each
+// MoeCombineWideKernel's arithmetic (moe_combine::CombineFour) over rows read through L2.
+__device__ void SumInLaunch(const LayerRoute& r, const float* ys, int64_t dim, int top_k,
+                            LayerSmem& sm, uint32_t* done) {
+  ConsumersSync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(done, 1u);
+    WaitCount(done, gridDim.x);
+  }
+  ConsumersSync();
+  const int64_t quads = dim / 4;
+  const int64_t items = r.tokens * quads;
+  const int64_t i1 = ShareOf(items, blockIdx.x + 1, gridDim.x);
+  for (int64_t i = ShareOf(items, blockIdx.x, gridDim.x) + threadIdx.x; i < i1;
+       i += kConsumers * 32) {
+    const int64_t tok = i / quads;
+    const int64_t c = i % quads * 4;
+    const float scale = r.gate != nullptr ? DeviceSigmoid(r.gate[tok * r.gate_ld]) : 1.0f;
+    moe_combine::CombineFour<true>(ys + c, dim, sm.sum_slot + tok * top_k,
+                                   sm.sum_weight + tok * top_k, sm.sum_count[tok],
+                                   r.gate != nullptr, scale, r.out + tok * dim + c,
+                                   r.residual != nullptr ? r.residual + tok * dim + c : nullptr);
+  }
+}
+
 // Grid: at most a block a multiprocessor, blocks of kThreads. The gate/up product `a`, then the
-// down product `b`, over the call's routed tiles (at most max_tiles) and `shared_tiles` tiles
-// of the shared rows; `counters` count each tile's gate/up units (zero at entry), `next`
+// down product `b`, over the call's routed tiles (at most max_tiles) and `shared_tiles` tiles of
+// the shared rows: the routed tiles from `tiles`, or, where route.logits is given, routed and
+// sorted by each block itself first. `counters` count each tile's gate/up units (zero at entry;
+// counter max_tiles + shared_tiles counts the blocks done where the sum is inside), `next`
 // (`next_count` of them) are zeroed for the next launch.
 template <int kPieces>
 __global__ void __launch_bounds__(kThreads, 1)
-    MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
-                         int64_t shared_tiles, int top_k, LayerProduct a, LayerProduct b,
+    MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles,
+                         const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
+                         int top_k, LayerRoute route, LayerProduct a, LayerProduct b,
                          int64_t stage_elems, int stage_count, uint32_t* counters, uint32_t* next,
                          int64_t next_count) {
   KernelEntry();
@@ -390,16 +549,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   LayerSmem& sm = *reinterpret_cast<LayerSmem*>(layer_smem);
   const Ring ring{reinterpret_cast<uint16_t*>(layer_smem + kStagesOffset), stage_elems,
                   stage_count};
-  // The routing's tiles, at most max_tiles (what the counters were sized for).
-  const int64_t routed = *num_tiles < max_tiles ? *num_tiles : max_tiles;
-  const int64_t all_tiles = routed + shared_tiles;
-  const int64_t la = all_tiles * a.tile_loads;
-  const int64_t lb = all_tiles * b.tile_loads;
-  const int64_t a0 = ShareOf(la, blockIdx.x, gridDim.x);
-  const int64_t a1 = ShareOf(la, blockIdx.x + 1, gridDim.x);
-  const int64_t b0 = ShareOf(lb, blockIdx.x, gridDim.x);
-  const int64_t b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
-  if (a0 >= a1 && b0 >= b1) return;  // Uniform per block.
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
@@ -409,24 +558,47 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     BarrierInitFence();
   }
+  if (route.logits != nullptr) {
+    // Streaming the shared rows' weights meanwhile would not shorten the launch: the blocks
+    // without any wait for the sort all the same, and splitting the two kinds of tiles apart
+    // leaves some blocks a unit more than an even split (measured: one token 52 against 43 us).
+    if (warp < kConsumers) RouteAndSort(route, top_k, sm, warp);
+    tiles = sm.tiles;
+    num_tiles = &sm.num_tiles;
+    sorted_picks = sm.sorted_picks;
+  }
   __syncthreads();
+  // The routing's tiles, at most max_tiles (what the counters were sized for).
+  const int64_t routed = *num_tiles < max_tiles ? *num_tiles : max_tiles;
+  const int64_t all_tiles = routed + shared_tiles;
+  const int64_t la = all_tiles * a.tile_loads;
+  const int64_t lb = all_tiles * b.tile_loads;
+  const int64_t a0 = ShareOf(la, blockIdx.x, gridDim.x);
+  const int64_t a1 = ShareOf(la, blockIdx.x + 1, gridDim.x);
+  const int64_t b0 = ShareOf(lb, blockIdx.x, gridDim.x);
+  const int64_t b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
+  // A block without units leaves, unless the sum inside waits for it.
+  if (a0 >= a1 && b0 >= b1 && route.out == nullptr) return;  // Uniform per block.
   uint32_t n = 0;  // Stage loads so far (the ring's position), alike in every warp.
   if (warp == kConsumers) {
-    Produce<true>(a, tiles, routed, top_k, a0, a1, sm, ring, n, lane);
-    Produce<false>(b, tiles, routed, top_k, b0, b1, sm, ring, n, lane);
+    Produce<true>(a, tiles, sorted_picks, routed, top_k, a0, a1, sm, ring, n, lane);
+    Produce<false>(b, tiles, nullptr, routed, top_k, b0, b1, sm, ring, n, lane);
     return;
   }
   int parity = 0;
   Consume<kPieces, true>(a, a0, a1, sm, ring, n, parity, counters, 0, warp, lane);
   // The groups change: no warp writes the segments' sums of a down unit before every warp is
   // done with the gate/up units' sums.
-  asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumersBarrier), "r"(kConsumers * 32) : "memory");
+  ConsumersSync();
   // Both halves of `partial` are free now. A group of the down product may join warps of
   // several gate/up groups, whose parities differ where some skipped a unit past the last
   // column tile: every warp starts the down product on the same half.
   parity = 0;
   Consume<kPieces, false>(b, b0, b1, sm, ring, n, parity, counters,
                           static_cast<uint32_t>(a.col_tiles), warp, lane);
+  if (route.out != nullptr) {
+    SumInLaunch(route, b.y, b.n, top_k, sm, counters + max_tiles + shared_tiles);
+  }
 }
 
 // Rows of fp32 16-byte aligned `ld` apart (the consumers' input loads).
@@ -458,6 +630,16 @@ bool Describe(LayerProduct& p, int64_t n, int64_t k, int64_t width) {
 
 bool MoeLayerStreamSupported() { return true; }
 
+bool MoeLayerStreamRoutes(int64_t tokens, int experts, int top_k) {
+  return tokens >= 1 && experts >= 1 && experts <= kRouteExperts && top_k >= 1 &&
+         top_k <= experts && top_k <= kMoeMaxTopK && tokens * top_k <= kSortPicks;
+}
+
+bool MoeLayerStreamSums(int64_t hidden, const float* ys, const float* out, const float* residual) {
+  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return hidden % 4 == 0 && aligned(ys) && aligned(out) && aligned(residual);
+}
+
 hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   const bool with_shared = c.shared_up.weights != nullptr && c.shared_up.rows > 0;
   if (with_shared != (c.shared_down.weights != nullptr && c.shared_down.rows > 0) ||
@@ -478,17 +660,50 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
       c.counter_capacity < c.max_tiles + shared_tiles || a.col_tiles > 0xffffffffLL) {
     return hipErrorNotSupported;
   }
+  // The routing's tiles from MoeRouteAndSort, or the routing and sort (and the sum) inside.
+  LayerRoute route = {};
+  const bool sums = c.out != nullptr;
+  if (c.logits != nullptr) {
+    if (!MoeLayerStreamRoutes(c.tokens, c.experts, c.top_k) || c.logits_ld < c.experts ||
+        c.tile_rows < 1 || c.tile_rows > 8 || (with_shared && c.shared_up.rows != c.tokens)) {
+      return hipErrorNotSupported;
+    }
+    if (c.ids == nullptr || c.weights == nullptr || c.slot_of_pick == nullptr) {
+      return hipErrorInvalidValue;
+    }
+    route.logits = c.logits;
+    route.ld = c.logits_ld;
+    route.tokens = static_cast<int>(c.tokens);
+    route.experts = c.experts;
+    route.tile_rows = c.tile_rows;
+    route.renormalise = c.renormalise;
+    route.ids = c.ids;
+    route.weights = c.weights;
+    route.slot_of_pick = c.slot_of_pick;
+    if (sums) {
+      if (!MoeLayerStreamSums(c.hidden, c.ys, c.out, c.residual) ||
+          c.counter_capacity < c.max_tiles + shared_tiles + 1) {
+        return hipErrorNotSupported;
+      }
+      route.out = c.out;
+      route.gate = c.out_gate;
+      route.gate_ld = c.out_gate_ld;
+      route.residual = c.residual;
+    }
+  } else if (sums) {
+    return hipErrorInvalidValue;  // The sum inside needs the routing inside.
+  } else if (c.tiles == nullptr || c.num_tiles == nullptr) {
+    return hipErrorInvalidValue;
+  }
   a.weights = c.gate_up;
   a.x = c.x;
   a.ldx = c.ldx;
-  a.sorted_picks = c.sorted_picks;
   a.y = c.act;
   a.ldy = c.width;
   a.shared = c.shared_up;
   b.weights = c.down;
   b.x = c.act;
   b.ldx = c.width;
-  b.sorted_picks = nullptr;
   b.y = c.ys;
   b.ldy = c.hidden;
   b.shared = c.shared_down;
@@ -506,8 +721,8 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     return hipErrorNotSupported;
   }
   LaunchKernel(kernel, dim3(static_cast<unsigned int>(c.multiprocessors)), dim3(kThreads), bytes,
-               stream, c.tiles, c.num_tiles, c.max_tiles, shared_tiles, c.top_k, a, b, stage_elems,
-               stages, c.counters, c.next_counters, c.counter_capacity);
+               stream, c.tiles, c.num_tiles, c.sorted_picks, c.max_tiles, shared_tiles, c.top_k,
+               route, a, b, stage_elems, stages, c.counters, c.next_counters, c.counter_capacity);
   const hipError_t e = hipGetLastError();
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);
   return e;

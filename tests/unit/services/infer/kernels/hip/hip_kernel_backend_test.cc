@@ -62,7 +62,7 @@ TEST(HipKernelBackendCreateTest, BadOptionsAreInvalidArguments) {
   }
   EXPECT_THAT(HipKernelBackend::Create({.moe_product_waves = -1}).status(),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
-  for (const int mode : {-1, 4}) {
+  for (const int mode : {-1, 6}) {
     EXPECT_THAT(HipKernelBackend::Create({.moe_stream_products = mode}).status(),
                 cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   }

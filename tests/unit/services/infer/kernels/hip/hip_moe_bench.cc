@@ -219,12 +219,12 @@ int MoeDecode() {
                   "moe decode, %ld tokens: MoeExperts, grouped launches (%.0f experts)", tokens,
                   distinct);
     Row(label, whole, "GB/s", gu_bytes + down_bytes);
-    // The whole layer with the products streamed (moe_stream_products 1 and 2, and 3: both in
-    // one launch): whether what a streamed launch saves alone survives its neighbours (routing
-    // before it, the down product and the sum after).
+    // The whole layer with the products streamed (moe_stream_products 1 and 2, and 3-5: both in
+    // one launch, 4 and 5 with the routing, 5 with the sum): whether what a streamed launch saves
+    // alone survives its neighbours (routing before it, the down product and the sum after).
     if (hip::MoeRowsStreamSupported()) {
       b.SetMoeOneLaunchMaxTokensForTest(1 << 20);  // Mode 3 at every token count here.
-      for (const int mode : {1, 2, 3}) {
+      for (const int mode : {1, 2, 3, 4, 5}) {
         b.SetMoeStreamProductsForTest(mode);
         const double streamed = BackToBack(bench, 2 * kRoutings, [&](int i) {
           a.logits = logits[i % kRoutings];
@@ -234,7 +234,9 @@ int MoeDecode() {
         std::snprintf(label, sizeof label, "  MoeExperts, %s streamed",
                       mode == 1   ? "gate/up"
                       : mode == 2 ? "gate/up and down"
-                                  : "both products in one launch");
+                      : mode == 3 ? "both products in one launch"
+                      : mode == 4 ? "routing and both products in one launch"
+                                  : "routing, both products and the sum in one launch");
         Row(label, streamed, "GB/s", gu_bytes + down_bytes);
       }
       b.SetMoeOneLaunchMaxTokensForTest(HipKernelBackendOptions().moe_one_launch_max_tokens);

@@ -108,16 +108,21 @@ TEST_F(HipMoeExpertsTest, TheGateAndTheResidualGiveTheBitsOfTheirOwnLaunches) {
   // AddScaledRows as separate calls: the decode and prefill paths, both sum kernels, 16-byte and
   // scalar sums (widths 128 and 70); out and the residual bit for bit. Also with the logits and
   // gate rows apart in one buffer, read there or copied into rows of their own.
-  for (const int kernels : {1, 0}) {
+  // moe_kernels 1 also with moe_stream_products 5 at every token count: the decode path's one
+  // launch then routes, sorts and sums (gate and residual included) itself.
+  for (const auto& [kernels, stream] : std::vector<std::pair<int, int>>{{1, 3}, {1, 5}, {0, 3}}) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> mode =
-        HipKernelBackend::Create({.moe_kernels = kernels});
+        HipKernelBackend::Create({.moe_stream_products = stream,
+                                  .moe_one_launch_max_tokens = stream == 5 ? 1 << 20 : 8,
+                                  .moe_kernels = kernels});
     ASSERT_TRUE(mode.ok()) << mode.status();
     HipKernelBackend* gpu = mode->get();
     for (const MoeShape& s : Shapes()) {
       if (s.tokens > 100) continue;
       for (const bool row_invariant : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << s.name << ", moe_kernels " << kernels
-                                          << (row_invariant ? ", decode" : ", prefill"));
+        SCOPED_TRACE(::testing::Message()
+                     << s.name << ", moe_kernels " << kernels << ", moe_stream_products " << stream
+                     << (row_invariant ? ", decode" : ", prefill"));
         const MoeBits bits = RandomExperts(s, 191);
         std::vector<DeviceBuffer> keep;
         std::vector<WeightMatrix> gate_up, down;
@@ -293,7 +298,10 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   // one launch, hip::MoeLayerStream) takes the 80B-like layer (a stage a gate/up unit, four down
   // units a stage), "narrow" and "many tokens per expert" (eight units a stage; more tiles than
   // blocks, the shared rows in many tiles) and the two shapes at the end; the others fall back
-  // to the grouped launches (segments longer than a stage, widths not a multiple of 8).
+  // to the grouped launches (segments longer than a stage, widths not a multiple of 8). Modes 4
+  // and 5 (the one launch routing and sorting the call itself, and 5 summing it too) take the
+  // mode 3 shapes of at most 256 picks; "many tokens per expert" (600 picks) routes in its own
+  // launch before them.
   const std::vector<MoeShape> shapes = {
       {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
       {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
@@ -318,8 +326,8 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
   for (const bool bf16_inputs : {true, false}) {
     std::vector<std::unique_ptr<HipKernelBackend>> backends;
-    for (const int mode : {0, 1, 2, 3}) {
-      // Mode 3 takes every call here, however many tokens.
+    for (const int mode : {0, 1, 2, 3, 4, 5}) {
+      // Modes 3-5 take every call here, however many tokens.
       absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
           HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
                                     .moe_stream_products = mode,
@@ -330,10 +338,13 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
     // The grouped launches, the gate/up product streamed, both products streamed twice (a
     // second call on the same backend must not depend on the first's barriers), the default,
     // both products in one launch three times (the calls count on its two counter arrays in
-    // turn, each zeroed by the call before).
+    // turn, each zeroed by the call before), then with the routing inside three times, then
+    // with the routing and the sum inside three times.
     const std::vector<HipKernelBackend*> ways = {
         backends[0].get(), backends[1].get(), backends[2].get(), backends[2].get(),
-        nullptr,           backends[3].get(), backends[3].get(), backends[3].get()};
+        nullptr,           backends[3].get(), backends[3].get(), backends[3].get(),
+        backends[4].get(), backends[4].get(), backends[4].get(), backends[5].get(),
+        backends[5].get(), backends[5].get()};
     for (const MoeShape& s : shapes) {
       SCOPED_TRACE(::testing::Message()
                    << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
@@ -348,8 +359,10 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
         EXPECT_TRUE(SameBits(outs[2], outs[3])) << "both streamed, second call";
         EXPECT_TRUE(SameBits(outs[0], outs[4])) << "grouped launches against the default";
         for (size_t way = 5; way < outs.size(); ++way) {
+          const int mode = static_cast<int>(3 + (way - 5) / 3);
           EXPECT_TRUE(SameBits(outs[0], outs[way]))
-              << "one launch (call " << way - 4 << ") against grouped launches";
+              << "one launch, mode " << mode << " (call " << (way - 5) % 3 + 1
+              << ") against grouped launches";
         }
         EXPECT_FALSE(SameBits(outs[2], out0));  // It did write.
       }
