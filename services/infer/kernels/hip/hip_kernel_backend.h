@@ -172,7 +172,7 @@ struct HipKernelBackendOptions {
   // wait for its activations) for calls of at most moe_one_launch_max_tokens tokens whose
   // shapes it takes, else the grouped launches (thirty-sixth round: a MoE decode step 1.53 /
   // 2.46 against 1.60 / 2.51 ms at one / four slots on an H100). 4: the one launch also
-  // routes and sorts the call itself (at most 512 experts and 256 picks; else the routing's own
+  // routes and sorts the call itself (at most 512 experts and 128 picks; else the routing's own
   // launch before it); 5: and sums the picks into out (with the gate and residual) after a
   // barrier of its grid, where MoeCombine would (moe_kernels 1). The same bits.
   int moe_stream_products = 5;

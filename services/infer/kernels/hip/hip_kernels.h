@@ -312,7 +312,7 @@ struct MoeLayerStreamArgs {
 // good.
 bool MoeLayerStreamSupported();
 // Whether the launch routes and sorts a call of `tokens` x `top_k` picks over `experts` itself
-// (at most 512 experts and 256 picks), and whether it can also sum it into `out` (hidden % 4
+// (at most 512 experts and 128 picks), and whether it can also sum it into `out` (hidden % 4
 // == 0, 16-byte aligned rows).
 bool MoeLayerStreamRoutes(int64_t tokens, int experts, int top_k);
 bool MoeLayerStreamSums(int64_t hidden, const float* ys, const float* out, const float* residual);

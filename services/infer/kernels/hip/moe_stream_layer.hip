@@ -102,16 +102,18 @@ constexpr int kRows = 16;         // Weight rows (columns of y) a unit.
 constexpr int kSegmentSteps = 8;  // kStep steps a segment, at most.
 constexpr int64_t kMaxSegment = kSegmentSteps * kStep;
 constexpr int kMaxStages = 4;
-// Shared memory a block asks for at most: all an sm_90 block may have (three stages of the
-// 80B-like layer's gate/up units beside the routing's arrays).
-constexpr int kSharedBudget = 227 * 1024;
+// Shared memory a block asks for at most (of the 227 KiB an sm_90 block may have): three stages
+// of the 80B-like layer's gate/up units, with room left on the multiprocessor for the small
+// blocks of the launches around it, which the overlapped launches make resident early.
+constexpr int kSharedBudget = 212 * 1024;
 // Named barrier of every consumer warp (GroupSync takes 1 .. kConsumers).
 constexpr int kConsumersBarrier = 15;
 // Routing inside the launch (moe_stream_products 4 and 5): a consumer warp routes a token at a
 // time with its experts in registers (at most kRouteExperts), and the consumer threads sort the
-// picks one a thread (at most kSortPicks).
+// picks one a thread (at most kRoutePicks: 8 tokens of 16 picks).
 constexpr int kRouteExperts = 32 * moe_route::kLaneExperts;
-constexpr int kSortPicks = kConsumers * 32;
+constexpr int kRoutePicks = 128;
+static_assert(kRoutePicks <= kConsumers * 32, "a pick a consumer thread");
 // Polls of a tile's counter before a down unit gives up (each an L2 round trip and a short
 // sleep: seconds of the block's own time, where a wait lasts microseconds): a fault, not a wait.
 constexpr uint32_t kSpinLimit = 1u << 22;
@@ -148,22 +150,25 @@ struct LayerSmem {
   uint64_t full[kMaxStages];
   uint64_t empty[kMaxStages];
   LayerMeta meta[kMaxStages];
-  union {
-    float partial[2][kConsumers][4][32];     // The segments' sums (the products).
-    float route[kConsumers][kRouteExperts];  // A routing warp's exps (before the products).
-  };
-  // Routing inside the launch: the picks (token t's at [t top_k, (t + 1) top_k)), their slots,
-  // the slots' picks, the tiles (MoeSortPicks'), and each token's picks in the sum's order.
-  int32_t ids[kSortPicks];
-  float weights[kSortPicks];
-  int32_t slot_of_pick[kSortPicks];
-  int32_t sorted_picks[kSortPicks];
-  int32_t expert_tiles[kSortPicks];  // A pick first of its expert: the expert's tiles; else 0.
-  MoeTile tiles[kSortPicks];
+  float partial[2][kConsumers][4][32];  // The segments' sums.
+  // Routing inside the launch: the tiles (MoeSortPicks'), the slots' picks, and each token's
+  // picks in the sum's order (token t's at [t top_k, (t + 1) top_k)).
+  MoeTile tiles[kRoutePicks];
+  int32_t sorted_picks[kRoutePicks];
+  int32_t sum_slot[kRoutePicks];
+  float sum_weight[kRoutePicks];
+  int32_t sum_count[kRoutePicks];  // By token.
   int32_t num_tiles;
-  int32_t sum_slot[kSortPicks];
-  float sum_weight[kSortPicks];
-  int32_t sum_count[kSortPicks];  // By token.
+};
+// The routing's scratch, in the stages' memory (routing ends before any stage is filled): a
+// routing warp's exps, the picks, their slots, and each pick's expert's tiles where it is the
+// expert's first pick (else 0).
+struct RouteScratch {
+  float route[kConsumers][kRouteExperts];
+  int32_t ids[kRoutePicks];
+  float weights[kRoutePicks];
+  int32_t slot_of_pick[kRoutePicks];
+  int32_t expert_tiles[kRoutePicks];
 };
 constexpr size_t kStagesOffset = (sizeof(LayerSmem) + 127) / 128 * 128;
 
@@ -431,26 +436,27 @@ struct LayerRoute {
 
 // The consumer threads' routing and sort of the call's picks into shared memory, every block
 // alike: warp w routes tokens w, w + kConsumers, ... (RouteTokenInWarp: MoeRoute's bits), then
-// thread t takes pick t (picks <= kSortPicks) and finds MoeSortPicks' slot (the valid picks of
+// thread t takes pick t (picks <= kRoutePicks) and finds MoeSortPicks' slot (the valid picks of
 // lower experts, then its rank among its expert's picks), its expert's tiles (the picks of its
 // expert in tiles of tile_rows, laid after every lower expert's tiles) and, for the sum, its place
 // in its token's order (ascending expert, then pick: MoeCombineWideKernel's). Integer counts, so
-// the same slots, tiles and order as the separate launches.
-__device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, int warp) {
+// the same slots, tiles and order as the separate launches. `x` is scratch in the stages' memory.
+__device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, RouteScratch& x,
+                             int warp) {
   for (int tok = warp; tok < r.tokens; tok += kConsumers) {
     moe_route::RouteTokenInWarp(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
-                                sm.route[warp], sm.ids + tok * top_k, sm.weights + tok * top_k);
+                                x.route[warp], x.ids + tok * top_k, x.weights + tok * top_k);
     __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
   }
   ConsumersSync();
   const int picks = r.tokens * top_k;
-  const int t = threadIdx.x;  // A consumer thread: t < kSortPicks.
+  const int t = threadIdx.x;  // A consumer thread.
   const auto valid = [&](int32_t e) { return e >= 0 && e < r.experts; };
-  const int32_t id = t < picks && valid(sm.ids[t]) ? sm.ids[t] : -1;
+  const int32_t id = t < picks && valid(x.ids[t]) ? x.ids[t] : -1;
   int32_t before = 0, rank = 0, count = 0;
   if (id >= 0) {
     for (int j = 0; j < picks; ++j) {
-      const int32_t e = sm.ids[j];
+      const int32_t e = x.ids[j];
       before += valid(e) && e < id ? 1 : 0;
       count += e == id ? 1 : 0;
       rank += e == id && j < t ? 1 : 0;
@@ -458,13 +464,13 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, int 
   }
   const int32_t slot = id >= 0 ? before + rank : -1;
   const int32_t ntiles = id >= 0 && rank == 0 ? (count + r.tile_rows - 1) / r.tile_rows : 0;
-  sm.expert_tiles[t] = ntiles;
+  if (t < picks) x.expert_tiles[t] = ntiles;
   ConsumersSync();
   int32_t first_tile = 0, total = 0;
   for (int j = 0; j < picks; ++j) {
-    const int32_t n = sm.expert_tiles[j];
+    const int32_t n = x.expert_tiles[j];
     total += n;
-    first_tile += n > 0 && sm.ids[j] < id ? n : 0;
+    first_tile += n > 0 && x.ids[j] < id ? n : 0;
   }
   for (int32_t i = 0; i < ntiles; ++i) {
     const int32_t start = before + i * r.tile_rows;
@@ -474,30 +480,30 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, int 
   }
   if (t == 0) sm.num_tiles = total;
   if (t < picks) {
-    sm.slot_of_pick[t] = slot;
     if (slot >= 0) sm.sorted_picks[slot] = t;
     const int tok = t / top_k;
     if (slot >= 0) {
       int at = 0;
       for (int j = tok * top_k; j < (tok + 1) * top_k; ++j) {
-        const int32_t e = sm.ids[j];
+        const int32_t e = x.ids[j];
         at += valid(e) && (e < id || (e == id && j < t)) ? 1 : 0;
       }
       sm.sum_slot[tok * top_k + at] = slot;
-      sm.sum_weight[tok * top_k + at] = sm.weights[t];
+      sm.sum_weight[tok * top_k + at] = x.weights[t];
     }
     if (blockIdx.x == 0) {
-      r.ids[t] = sm.ids[t];
-      r.weights[t] = sm.weights[t];
+      r.ids[t] = x.ids[t];
+      r.weights[t] = x.weights[t];
       r.slot_of_pick[t] = slot;
     }
   }
   if (t < r.tokens) {
     int n = 0;
-    for (int j = t * top_k; j < (t + 1) * top_k; ++j) n += valid(sm.ids[j]) ? 1 : 0;
+    for (int j = t * top_k; j < (t + 1) * top_k; ++j) n += valid(x.ids[j]) ? 1 : 0;
     sm.sum_count[t] = n;
   }
-  ConsumersSync();
+  // The scratch's stores before the bulk copies that will overwrite it (another proxy).
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // The sum inside the launch, after every block's products: a grid barrier (each block counts
@@ -562,7 +568,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Streaming the shared rows' weights meanwhile would not shorten the launch: the blocks
     // without any wait for the sort all the same, and splitting the two kinds of tiles apart
     // leaves some blocks a unit more than an even split (measured: one token 52 against 43 us).
-    if (warp < kConsumers) RouteAndSort(route, top_k, sm, warp);
+    if (warp < kConsumers) {
+      RouteAndSort(route, top_k, sm, *reinterpret_cast<RouteScratch*>(ring.stages), warp);
+    }
     tiles = sm.tiles;
     num_tiles = &sm.num_tiles;
     sorted_picks = sm.sorted_picks;
@@ -632,7 +640,7 @@ bool MoeLayerStreamSupported() { return true; }
 
 bool MoeLayerStreamRoutes(int64_t tokens, int experts, int top_k) {
   return tokens >= 1 && experts >= 1 && experts <= kRouteExperts && top_k >= 1 &&
-         top_k <= experts && top_k <= kMoeMaxTopK && tokens * top_k <= kSortPicks;
+         top_k <= experts && top_k <= kMoeMaxTopK && tokens * top_k <= kRoutePicks;
 }
 
 bool MoeLayerStreamSums(int64_t hidden, const float* ys, const float* out, const float* residual) {
@@ -714,7 +722,10 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
       (kSharedBudget - static_cast<int64_t>(kStagesOffset)) / static_cast<int64_t>(stage_bytes);
   const int stages = static_cast<int>(fit < kMaxStages ? fit : kMaxStages);
   if (stages < 2) return hipErrorNotSupported;
-  const size_t bytes = kStagesOffset + static_cast<size_t>(stages) * stage_bytes;
+  // The routing's scratch in the stages' memory, which small shapes' stages may not cover.
+  const size_t ring_bytes = std::max(static_cast<size_t>(stages) * stage_bytes,
+                                     c.logits != nullptr ? sizeof(RouteScratch) : size_t{0});
+  const size_t bytes = kStagesOffset + ring_bytes;
   const auto kernel = c.bf16_inputs ? MoeLayerStreamKernel<1> : MoeLayerStreamKernel<3>;
   if (AllowSharedBytes(kernel, bytes) != hipSuccess) {
     static_cast<void>(hipGetLastError());  // Not this kernel: the caller's launches instead.

@@ -300,8 +300,8 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
   // blocks, the shared rows in many tiles) and the two shapes at the end; the others fall back
   // to the grouped launches (segments longer than a stage, widths not a multiple of 8). Modes 4
   // and 5 (the one launch routing and sorting the call itself, and 5 summing it too) take the
-  // mode 3 shapes of at most 256 picks; "many tokens per expert" (600 picks) routes in its own
-  // launch before them.
+  // mode 3 shapes of at most 128 picks; "many tokens per expert" (600 picks) and the 80B-like
+  // layer at 16 tokens (160) route in their own launch before them.
   const std::vector<MoeShape> shapes = {
       {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
       {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
