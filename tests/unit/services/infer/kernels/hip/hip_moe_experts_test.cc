@@ -429,5 +429,76 @@ TEST_F(HipMoeExpertsTest, ATokensRowsDoNotDependOnTheOtherTokensAndNoStepWaits) 
   }
 }
 
+TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes) {
+  // moe_stream_products 5 (the one launch routing, sorting and summing the call itself) and 3
+  // (the products only, the routing and the sum in launches of their own) against the grouped
+  // launches (0), out and the residual bit for bit, on router logits with a NaN, all NaN (no
+  // picks at all), a +inf, all -inf, all equal, and fewer finite logits than top_k (picks that
+  // name no expert): the shared expert folded in, its gate and the residual in the sum.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (const int mode : {0, 3, 5}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.moe_stream_products = mode});
+    ASSERT_TRUE(b.ok()) << b.status();
+    backends.push_back(*std::move(b));
+  }
+  for (const MoeShape& s : {MoeShape{"512 experts", 7, 256, 64, 512, 10, false, 0.0f},
+                            MoeShape{"12 experts", 7, 256, 64, 12, 5, true, 0.0f},
+                            MoeShape{"one token", 1, 256, 64, 512, 8, false, 0.0f}}) {
+    SCOPED_TRACE(s.name);
+    const MoeBits bits = RandomExperts(s, 601);
+    MoeShape one = s;
+    one.experts = 1;
+    const MoeBits shared_bits = RandomExperts(one, 602);
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+    UploadExperts(s, bits, keep, gate_up, down);
+    UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+    std::vector<float> logits = RandomFloats(s.tokens * s.experts, 603, -3.0f, 3.0f);
+    const auto row = [&](int64_t t) { return logits.begin() + t * s.experts; };
+    if (s.tokens > 1) {
+      row(1)[s.experts / 2] = nan;
+      std::fill(row(2), row(2) + s.experts, nan);
+      row(3)[s.experts - 1] = inf;
+      std::fill(row(4), row(4) + s.experts, -inf);
+      std::fill(row(5), row(5) + s.experts, nan);  // Three finite logits, two of them tied.
+      row(5)[0] = 1.0f;
+      row(5)[s.experts - 1] = 1.0f;
+      row(5)[s.experts / 3] = -2.0f;
+      std::fill(row(6), row(6) + s.experts, 0.5f);
+    } else {
+      std::fill(row(0), row(0) + s.experts, nan);  // A call without a single pick.
+    }
+    const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 604);
+    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 605);
+    const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 606);
+    const std::vector<float> gate = RandomFloats(s.tokens, 607, -4.0f, 4.0f);
+    DeviceBuffer dx = Up(x), dl = Up(logits), dg = Up(gate);
+    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+    a.shared_gate_up = &shared_gate_up[0];
+    a.shared_down = &shared_down[0];
+    a.shared_width = s.width;
+    a.out_gate = dg.floats();
+    std::vector<std::vector<float>> outs, hs;
+    for (const std::unique_ptr<HipKernelBackend>& b : backends) {
+      DeviceBuffer out = Up(out0), h = Up(h0);
+      a.out = out.floats();
+      a.residual = h.floats();
+      ScratchArena scratch(b->memory());
+      ASSERT_TRUE(b->MoeExperts(a, scratch).ok()) << b->status();
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs.push_back(Down(out, out0.size()));
+      hs.push_back(Down(h, h0.size()));
+    }
+    for (size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_TRUE(SameBits(outs[0], outs[i])) << "out, way " << i;
+      EXPECT_TRUE(SameBits(hs[0], hs[i])) << "residual, way " << i;
+    }
+    EXPECT_FALSE(SameBits(hs[0], h0));  // It did add.
+  }
+}
+
 }  // namespace
 }  // namespace cairn::infer::testing
