@@ -15,9 +15,6 @@
 namespace cairn::infer::hip {
 namespace {
 
-using attention::DecodeCommit;
-using attention::DecodeCopy16;
-using attention::DecodeWait;
 using attention::kBc;
 using attention::kDecodeThreads;
 using attention::kDecodeWarps;
@@ -57,6 +54,11 @@ constexpr int kDecodeFewRows = 4;
 
 // (The constants above also serve the host code below that picks the blocks on every platform.)
 #if !defined(__HIP_PLATFORM_AMD__)
+
+using attention::DecodeCommit;
+using attention::DecodeCopy16;
+using attention::DecodeWait;
+
 // This thread's share of a tile copy, worked out once a block: where the threads divide a row's
 // 16-byte pieces evenly (d / 4 divides kDecodeThreads: d 16, 32, 64, 128, 256, ...) each thread
 // copies the same piece `x` of keys first, first + step, ..., with no division a copy;
