@@ -89,9 +89,9 @@ int Run(int argc, char** argv) {
             "hip backend: bf16 inputs to the matrix units (prefill GEMMs and attention, decode "
             "products; not under --numerics=pass-invariant); false keeps them fp32");
   flags.Add("gpu-moe-one-launch", &model_options.gpu_moe_one_launch,
-            "hip backend: a MoE decode layer's expert products in one launch of blocks that wait "
-            "on each other (the same outputs); false where another process shares the GPU's "
-            "multiprocessors at the same time (MPS)");
+            "hip backend: a MoE decode layer's routing, expert products and sum in one launch of "
+            "blocks that wait on each other (the same outputs); false where another process "
+            "shares the GPU's multiprocessors at the same time (MPS)");
   flags.Add("generation-config-defaults", &model_options.generation_config_defaults,
             "requests that leave sampling knobs to the model (the gateway's) take "
             "generation_config.json's temperature, top_k, top_p, min_p and repetition_penalty");

@@ -34,10 +34,11 @@ struct KernelBackendChoice {
   // The model runs pass-invariant numerics (every product through the row product): HIP keeps
   // that product's inputs exact (fp32), whatever gpu_bf16_inputs says.
   bool pass_invariant = false;
-  // HIP: a MoE decode layer's two expert products of a call of up to 8 tokens in one launch of
-  // long-lived blocks that wait on each other (HipKernelBackendOptions::moe_stream_products 3;
-  // the same bits). The launch needs its grid resident whole: false (the grouped launches)
-  // where another process shares the device's multiprocessors concurrently (MPS).
+  // HIP: a MoE decode layer's routing, expert products and sum for a call of up to 8 tokens in
+  // one launch of long-lived blocks that wait on each other (HipKernelBackendOptions::
+  // moe_stream_products 5; the same bits). The launch needs its grid resident whole: false (the
+  // separate launches) where another process shares the device's multiprocessors concurrently
+  // (MPS).
   bool gpu_moe_one_launch = true;
 };
 

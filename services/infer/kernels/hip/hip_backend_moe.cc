@@ -262,7 +262,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
         moe_stream_products_ >= 4 && hip::MoeLayerStreamRoutes(a.tokens, a.experts, a.top_k);
     sum_inside = route_inside && moe_stream_products_ == 5 && moe_kernels_ == 1 &&
                  hip::MoeLayerStreamSums(a.hidden, ys, a.out, a.residual);
-    if (!Keep(EnsureMoeCounters(sizes.max_tiles + (a.tokens + 7) / 8 + 1))) return error_;
+    if (!Keep(EnsureMoeCounters(MoeCountersFor(sizes.max_tiles, a.tokens)))) return error_;
     auto* const base = static_cast<uint32_t*>(moe_counters_.data());
     one = {.tiles = b.tiles,
            .num_tiles = b.num_tiles,

@@ -127,7 +127,7 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
     // their first call).
     const int64_t tokens =
         std::min(options.moe_one_launch_max_tokens, kMoeCountersAtCreationMaxTokens);
-    RETURN_IF_ERROR(b->EnsureMoeCounters(tokens * hip::MoeMaxTopK() + (tokens + 7) / 8 + 1));
+    RETURN_IF_ERROR(b->EnsureMoeCounters(MoeCountersFor(tokens * hip::MoeMaxTopK(), tokens)));
   }
   return b;
 }

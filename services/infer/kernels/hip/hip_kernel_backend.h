@@ -578,6 +578,11 @@ class HipKernelBackend final : public KernelBackend {
   // allocation waits for the device, so Create makes enough for the calls moe_stream_products
   // 3-5 take by default, and a decode step never waits here).
   absl::Status EnsureMoeCounters(int64_t counters);
+  // hip::MoeLayerStream's counters for a call of `tokens` whose routing has at most `max_tiles`
+  // tiles: one a tile (the routed ones and the shared rows' tiles of 8), and the blocks done.
+  static int64_t MoeCountersFor(int64_t max_tiles, int64_t tokens) {
+    return max_tiles + (tokens + 7) / 8 + 1;
+  }
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                               const MoeTable& down, ScratchArena& scratch);

@@ -161,13 +161,12 @@ struct LayerSmem {
   int32_t num_tiles;
 };
 // The routing's scratch, in the stages' memory (routing ends before any stage is filled): a
-// routing warp's exps, the picks, their slots, and each pick's expert's tiles where it is the
-// expert's first pick (else 0).
+// routing warp's exps, the picks, and each pick's expert's tiles where it is the expert's first
+// pick (else 0).
 struct RouteScratch {
   float route[kConsumers][kRouteExperts];
   int32_t ids[kRoutePicks];
   float weights[kRoutePicks];
-  int32_t slot_of_pick[kRoutePicks];
   int32_t expert_tiles[kRoutePicks];
 };
 constexpr size_t kStagesOffset = (sizeof(LayerSmem) + 127) / 128 * 128;
@@ -418,8 +417,8 @@ __device__ inline void ConsumersSync() {
   asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumersBarrier), "r"(kConsumers * 32) : "memory");
 }
 
-// Routing and the sum inside the launch, as the kernel sees them (LayerRouteArgs,
-// MoeLayerStreamArgs; logits null: neither).
+// Routing and the sum inside the launch, as the kernel sees them (from MoeLayerStreamArgs;
+// logits null: neither).
 struct LayerRoute {
   const float* logits;
   int64_t ld;

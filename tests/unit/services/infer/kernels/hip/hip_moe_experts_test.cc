@@ -186,14 +186,9 @@ TEST_F(HipMoeExpertsTest, TheSharedExpertInTheGroupedLaunchesGivesTheBitsOfItsOw
   for (const MoeShape& s : Shapes()) {
     if (s.tokens > 100) continue;
     SCOPED_TRACE(s.name);
-    const MoeBits bits = RandomExperts(s, 291);
-    MoeShape one = s;
-    one.experts = 1;
-    const MoeBits shared_bits = RandomExperts(one, 292);
     std::vector<DeviceBuffer> keep;
     std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
-    UploadExperts(s, bits, keep, gate_up, down);
-    UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+    UploadWithShared(s, 291, keep, gate_up, down, shared_gate_up, shared_down);
     const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 293);
     const std::vector<float> logits = RouterLogits(s, 295, /*tied_pairs=*/false);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 297);
@@ -448,14 +443,9 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes)
                             MoeShape{"12 experts", 7, 256, 64, 12, 5, true, 0.0f},
                             MoeShape{"one token", 1, 256, 64, 512, 8, false, 0.0f}}) {
     SCOPED_TRACE(s.name);
-    const MoeBits bits = RandomExperts(s, 601);
-    MoeShape one = s;
-    one.experts = 1;
-    const MoeBits shared_bits = RandomExperts(one, 602);
     std::vector<DeviceBuffer> keep;
     std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
-    UploadExperts(s, bits, keep, gate_up, down);
-    UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+    UploadWithShared(s, 601, keep, gate_up, down, shared_gate_up, shared_down);
     std::vector<float> logits = RandomFloats(s.tokens * s.experts, 603, -3.0f, 3.0f);
     const auto row = [&](int64_t t) { return logits.begin() + t * s.experts; };
     if (s.tokens > 1) {

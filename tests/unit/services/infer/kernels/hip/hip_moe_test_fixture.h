@@ -120,14 +120,9 @@ class HipMoeExpertsTest : public HipKernelBackendTest {
                std::vector<float>* out0) {
     ASSERT_FALSE(ways.empty());
     ASSERT_NE(ways[0], nullptr);
-    const MoeBits bits = RandomExperts(s, seed);
-    MoeShape one = s;
-    one.experts = 1;
-    const MoeBits shared_bits = RandomExperts(one, seed + 1);
     std::vector<DeviceBuffer> keep;
     std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
-    UploadExperts(s, bits, keep, gate_up, down);
-    UploadExperts(one, shared_bits, keep, shared_gate_up, shared_down);
+    UploadWithShared(s, seed, keep, gate_up, down, shared_gate_up, shared_down);
     const std::vector<float> x = RandomFloats(s.tokens * s.hidden, seed + 2);
     const std::vector<float> logits = RouterLogits(s, seed + 4, tied_pairs);
     *out0 = RandomFloats(s.tokens * s.hidden, seed + 6);
@@ -169,6 +164,18 @@ class HipMoeExpertsTest : public HipKernelBackendTest {
   }
   // PrefillTokensRowsDoNotDependOnTheCallsOtherTokens for one shape.
   void PrefillRowsDoNotDependOnOtherTokens(const MoeShape& s);
+  // Random experts of shape `s` (seed) and a shared expert of their width (seed + 1), uploaded
+  // (buffers kept in `keep`): the device matrices in gate_up / down and shared_gate_up /
+  // shared_down (one each).
+  void UploadWithShared(const MoeShape& s, uint64_t seed, std::vector<DeviceBuffer>& keep,
+                        std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down,
+                        std::vector<WeightMatrix>& shared_gate_up,
+                        std::vector<WeightMatrix>& shared_down) {
+    MoeShape one = s;
+    one.experts = 1;
+    UploadExperts(s, RandomExperts(s, seed), keep, gate_up, down);
+    UploadExperts(one, RandomExperts(one, seed + 1), keep, shared_gate_up, shared_down);
+  }
   // Uploads `b` (buffers kept in `keep`) and returns the device matrices in gate_up / down.
   void UploadExperts(const MoeShape& s, const MoeBits& b, std::vector<DeviceBuffer>& keep,
                      std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
