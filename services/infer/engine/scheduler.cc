@@ -147,6 +147,7 @@ void Scheduler::Loop() {
     }
     if (exit) break;
     SyncFrontiers();
+    DropCancelledQueued();
     bool did = Admit();
     CheckCancellations(cancel_at);
     did |= PrefillStep();
@@ -236,6 +237,43 @@ int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_de
     if (!slots_[i].busy && spill(slot) < spill(chosen)) chosen = slot;
   }
   return chosen;
+}
+
+void Scheduler::DropCancelledQueued() {
+  std::deque<GenerateRequest> queued;
+  {
+    MutexLock lock(&mu_);
+    if (queue_.empty()) return;
+    queued.swap(queue_);
+  }
+  // The sinks are asked outside the lock (they may take locks of their own).
+  const absl::Time now = absl::Now();
+  std::deque<GenerateRequest> keep;
+  std::vector<std::pair<GenerateRequest, absl::Status>> dropped;
+  for (GenerateRequest& r : queued) {
+    if (r.sink->Cancelled()) {
+      dropped.emplace_back(std::move(r), absl::CancelledError("request cancelled while queued"));
+    } else if (now >= r.deadline) {
+      dropped.emplace_back(std::move(r),
+                           absl::DeadlineExceededError("request deadline passed while queued"));
+    } else {
+      keep.push_back(std::move(r));
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    // Requests submitted meanwhile queue behind the ones that were waiting.
+    while (!keep.empty()) {
+      queue_.push_front(std::move(keep.back()));
+      keep.pop_back();
+    }
+  }
+  for (auto& [r, status] : dropped) {
+    FinishInfo info;
+    info.reason = FinishReason::kCancelled;
+    info.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    r.sink->OnFinished(status, info);
+  }
 }
 
 bool Scheduler::Admit() {
@@ -348,6 +386,13 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
     absl::StatusOr<RestoreStats> r =
         cache_->Restore(restore->checkpoint_id, slot, a.req.conversation, memory_);
     a.report.restore_ms = Ms(absl::Now() - t0);
+    if (r.ok() && r->depth != restore->depth) {
+      // A cache that restored another depth than it offered: the slot's state does not match
+      // what the plan says the prompt's prefix is, so it is not used.
+      r = absl::InternalError(absl::StrCat("the cache restored depth ", r->depth, " of checkpoint ",
+                                           restore->checkpoint_id, ", offered at depth ",
+                                           restore->depth));
+    }
     if (r.ok()) {
       restored = true;
       start = r->depth;
@@ -358,6 +403,8 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
       CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
                          << slot << " failed, prefilling cold: " << r.status();
       s.tokens.clear();
+      // The restore began by overwriting the slot, so a live frontier it had is gone too.
+      live_depth = 0;
       if (absl::IsUnavailable(r.status())) a.use_cache = false;
       a.report.miss_reason = absl::StrCat("restore failed: ", r.status().message());
     }
@@ -454,6 +501,7 @@ bool Scheduler::PrefillStep() {
   absl::StatusOr<std::vector<std::vector<float>>> logits =
       model_->ForwardBatch(absl::MakeConstSpan(&pass, 1));
   if (!logits.ok()) {
+    DropSlotState(*a);
     Finish(*a, logits.status(), FinishReason::kStop);
     return true;
   }
@@ -488,7 +536,10 @@ bool Scheduler::DecodeStep() {
   }
   const absl::Status run = model_->ForwardBatchViews(passes, decode_logits_);
   if (!run.ok()) {
-    for (Active* a : batch) Finish(*a, run, FinishReason::kStop);
+    for (Active* a : batch) {
+      DropSlotState(*a);
+      Finish(*a, run, FinishReason::kStop);
+    }
     return true;
   }
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -579,6 +630,27 @@ void Scheduler::ReportFrontier(Active& a) {
     return;
   }
   a.frontier_reported = have;
+}
+
+void Scheduler::DropSlotState(Active& a) {
+  Slot& s = slots_[a.slot];
+  CAIRN_LOG(WARNING) << "slot " << a.slot << " dropped its " << s.tokens.size()
+                     << " tokens after a failed forward pass";
+  // The pass may have advanced the slot's private state (conv windows, recurrent state) before
+  // it failed, so nothing in the slot is continued. Rows below the frontier are still what the
+  // cache was told: the cold start preserves the ones it borrowed before the reset.
+  if (a.use_cache) {
+    absl::Status st = cache_->StartSlot(a.slot, /*cold=*/true, a.req.conversation, memory_);
+    if (!st.ok()) {
+      CacheFailed(st, "start slot after a failed pass");
+      a.use_cache = false;
+      s.registered_generation = 0;
+    }
+  }
+  absl::Status reset = memory_->Reset(a.slot);
+  if (!reset.ok()) CAIRN_LOG(ERROR) << "slot " << a.slot << " reset failed: " << reset;
+  s.tokens.clear();
+  a.frontier_reported = 0;
 }
 
 void Scheduler::Finish(Active& a, const absl::Status& status, FinishReason reason) {

@@ -108,6 +108,11 @@ class Scheduler {
   void SampleNext(Active& a, absl::Span<const float> logits);
   void EmitToken(Active& a, const SampledToken& token);
   void Finish(Active& a, const absl::Status& status, FinishReason reason);
+  // After a failed forward pass over `a`'s slot: empties the slot (its private state may be
+  // part-way through the pass) and tells the cache, so that no later request continues it.
+  void DropSlotState(Active& a);
+  // Finishes queued requests that were cancelled or whose deadline passed, without a slot.
+  void DropCancelledQueued() ABSL_LOCKS_EXCLUDED(mu_);
   void CheckCancellations(absl::Time cancel_at);
   // Tells the cache what `a`'s slot computed since the last report.
   void ReportFrontier(Active& a);

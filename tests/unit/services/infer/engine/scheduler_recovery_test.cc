@@ -1,0 +1,338 @@
+// The scheduler after things go wrong: a forward pass that fails part-way, a restore that fails
+// into a slot with a live frontier, and requests cancelled or expired while they wait in the
+// queue. In each case no later request may continue a slot whose state is not what its tokens
+// say, and a request that never ran must not disturb a slot.
+#include <atomic>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/concurrency/mutex.h"
+#include "common/concurrency/notification.h"
+#include "gtest/gtest.h"
+#include "services/infer/engine/scheduler.h"
+#include "services/infer/engine/slot_kv_memory.h"
+
+namespace cairn::infer {
+namespace {
+
+constexpr int32_t kVocab = 64;
+constexpr int32_t kStop = 63;
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+// The token a slot whose tokens sum to `sum` favours (never 0 or kStop).
+int32_t Favoured(int64_t sum) { return static_cast<int32_t>(1 + sum % (kVocab - 2)); }
+
+// A model with real per-slot state: one row a token (the token) and a private running sum of
+// every token the slot has seen, which it updates before it commits the pass, as the hybrid
+// models update their conv and recurrent state. Its logits favour Favoured(sum), so a slot
+// continued from a wrong state answers a wrong token. It can fail its next pass after the
+// private state moved, and block a pass until released.
+//
+// Thread-compatible: the scheduler thread runs it; the test arms it while no pass runs or
+// through the gate.
+class RunningSumModel final : public Model {
+ public:
+  RunningSumModel() {
+    info_.architecture = "running-sum";
+    info_.vocab_size = kVocab;
+    layout_.components.push_back({"layers.0.k", ComponentKind::kRows, 0, 1});
+    layout_.components.push_back({"layers.0.sum", ComponentKind::kPrivate, 0, 1});
+  }
+  const ModelInfo& info() const override { return info_; }
+  const StateLayout& state_layout() const override { return layout_; }
+
+  absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                std::vector<std::vector<float>>& results) override {
+    if (block_next_.exchange(false)) {
+      entered_.Notify();
+      release_.WaitForNotification();
+    }
+    const bool fail = fail_in_.fetch_sub(1) == 1;
+    results.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      SlotState* slot = batch[i].slot;
+      const int64_t n = static_cast<int64_t>(batch[i].tokens.size());
+      if (absl::Status st = slot->PrepareAppend(n); !st.ok()) return st;
+      {
+        MutexLock lock(&mu_);
+        passes_.push_back({slot->position(), n});
+      }
+      float& sum = slot->data(1)[0];
+      for (int64_t t = 0; t < n; ++t) {
+        slot->data(0)[slot->position() + t] = static_cast<float>(batch[i].tokens[t]);
+        sum += static_cast<float>(batch[i].tokens[t]);
+      }
+      if (fail) {
+        return absl::InternalError("the device failed part-way through the pass");
+      }
+      slot->CommitAppend(n);
+      std::vector<float>& row = results[i];
+      row.assign(kVocab, 0.0f);
+      row[Favoured(static_cast<int64_t>(sum))] = 10.0f;
+    }
+    return absl::OkStatus();
+  }
+
+  // Fails the `calls`-th call from now (1: the next), after its first pass moved the state.
+  void FailCall(int calls) { fail_in_ = calls; }
+  void BlockNextPass() { block_next_ = true; }
+  void WaitUntilBlocked() { ASSERT_TRUE(entered_.WaitForNotificationWithTimeout(kWait)); }
+  void Release() { release_.Notify(); }
+  // The passes so far: (the slot's position before it, tokens).
+  std::vector<std::pair<int64_t, int64_t>> passes() const {
+    MutexLock lock(&mu_);
+    return passes_;
+  }
+
+ private:
+  ModelInfo info_;
+  StateLayout layout_;
+  std::atomic<int> fail_in_{0};
+  std::atomic<bool> block_next_{false};
+  Notification entered_;
+  Notification release_;
+  mutable Mutex mu_;
+  std::vector<std::pair<int64_t, int64_t>> passes_ ABSL_GUARDED_BY(mu_);
+};
+
+// A cache daemon stand-in that offers one RAM checkpoint at `offer_depth` for every longer
+// prompt once armed, and fails its restores as the real client does (the slot reset first).
+class FailingRestoreCache final : public StateCache {
+ public:
+  bool connected() const override { return true; }
+  uint64_t generation() const override { return 1; }
+  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t> prompt, int64_t, int64_t,
+                                   const std::string&) override {
+    StatePlan plan;
+    if (offer_depth_ > 0 && static_cast<int64_t>(prompt.size()) > offer_depth_) {
+      plan.candidates.push_back({StateTier::kRam, offer_depth_, /*checkpoint_id=*/7, -1});
+    }
+    return plan;
+  }
+  absl::Status StartSlot(int, bool, const std::string&, KvMemory*) override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<RestoreStats> Restore(uint64_t, int slot, const std::string&,
+                                       KvMemory* memory) override {
+    ++restores_;
+    if (absl::Status st = memory->Reset(slot); !st.ok()) return st;
+    return absl::DataLossError("checksum mismatch in the checkpoint's rows");
+  }
+  absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
+                       KvMemory*) override {
+    return absl::OkStatus();
+  }
+  void SlotIdle(int) override {}
+  void SlotBusy(int) override {}
+  bool RunBackgroundWork(KvMemory*, absl::Duration) override { return false; }
+  bool HasBackgroundWork() const override { return false; }
+
+  void Offer(int64_t depth) { offer_depth_ = depth; }
+  int restores() const { return restores_; }
+
+ private:
+  int64_t offer_depth_ = 0;
+  int restores_ = 0;
+};
+
+// What one request's sink saw. Written on the scheduler thread; read after `done`.
+struct Outcome {
+  Mutex mu;
+  bool started ABSL_GUARDED_BY(mu) = false;
+  std::vector<int32_t> tokens ABSL_GUARDED_BY(mu);
+  absl::Status status ABSL_GUARDED_BY(mu);
+  FinishInfo info ABSL_GUARDED_BY(mu);
+  Notification done;
+};
+
+class Sink final : public RequestSink {
+ public:
+  Sink(Outcome* outcome, bool cancelled) : outcome_(outcome), cancelled_(cancelled) {}
+  void OnStarted(const StartInfo&) override {
+    MutexLock lock(&outcome_->mu);
+    outcome_->started = true;
+  }
+  bool OnToken(const SampledToken& token) override {
+    MutexLock lock(&outcome_->mu);
+    outcome_->tokens.push_back(token.id);
+    return true;
+  }
+  void OnFinished(const absl::Status& status, const FinishInfo& info) override {
+    {
+      MutexLock lock(&outcome_->mu);
+      outcome_->status = status;
+      outcome_->info = info;
+    }
+    outcome_->done.Notify();
+  }
+  bool Cancelled() const override { return cancelled_; }
+
+ private:
+  Outcome* const outcome_;
+  const bool cancelled_;
+};
+
+class SchedulerRecoveryTest : public ::testing::Test {
+ protected:
+  void Start(StateCache* cache) {
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+        SlotKvMemory::Create(model_.state_layout(), {.slots = 1, .max_rows = 64});
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    memory_ = std::move(*memory);
+    scheduler_ = std::make_unique<Scheduler>(&model_, memory_.get(), cache, SchedulerOptions{});
+    scheduler_->Start();
+  }
+  void TearDown() override {
+    model_.Release();
+    if (scheduler_ != nullptr) scheduler_->Shutdown(absl::Now() + kWait);
+  }
+
+  // Queues a greedy request for `prompt` of one token.
+  void Submit(std::vector<int32_t> prompt, Outcome* outcome, bool cancelled = false,
+              absl::Time deadline = absl::InfiniteFuture()) {
+    GenerateRequest req;
+    req.id = "r";
+    req.conversation = "c";
+    req.prompt = std::move(prompt);
+    req.max_tokens = 1;
+    req.stop_ids = {kStop};
+    req.deadline = deadline;
+    req.sink = std::make_unique<Sink>(outcome, cancelled);
+    ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
+  }
+  void Run(std::vector<int32_t> prompt, Outcome* outcome) {
+    Submit(std::move(prompt), outcome);
+    ASSERT_TRUE(outcome->done.WaitForNotificationWithTimeout(kWait));
+  }
+  static absl::Status StatusOf(Outcome& o) {
+    MutexLock lock(&o.mu);
+    return o.status;
+  }
+  static int32_t FirstToken(Outcome& o) {
+    MutexLock lock(&o.mu);
+    return o.tokens.empty() ? -1 : o.tokens.front();
+  }
+
+  RunningSumModel model_;
+  std::unique_ptr<SlotKvMemory> memory_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerRecoveryTest, AFailedPassLeavesNoSlotToContinue) {
+  Start(nullptr);
+  Outcome first;
+  Run({1, 2, 3, 4}, &first);
+  ASSERT_TRUE(StatusOf(first).ok()) << StatusOf(first);
+  EXPECT_EQ(FirstToken(first), Favoured(10));
+
+  // Continues the live frontier at 4; the pass moves the running sum, then fails.
+  model_.FailCall(1);
+  Outcome failed;
+  Run({1, 2, 3, 4, 5, 6}, &failed);
+  {
+    MutexLock lock(&failed.mu);
+    EXPECT_EQ(failed.status.code(), absl::StatusCode::kInternal) << failed.status;
+  }
+
+  // The same prompt again: computed from scratch, not continued from the half-done pass.
+  Outcome again;
+  Run({1, 2, 3, 4, 5, 6}, &again);
+  ASSERT_TRUE(StatusOf(again).ok()) << StatusOf(again);
+  EXPECT_EQ(FirstToken(again), Favoured(21));
+  MutexLock lock(&again.mu);
+  EXPECT_EQ(again.info.cache.tier, StateTier::kCold);
+  EXPECT_EQ(model_.passes().back(), std::make_pair(int64_t{0}, int64_t{6}));
+}
+
+TEST_F(SchedulerRecoveryTest, AFailedDecodePassLeavesNoSlotToContinue) {
+  Start(nullptr);
+  // Two tokens: the prefill (sum 6) answers Favoured(6) = 7, whose decode pass fails.
+  ASSERT_EQ(Favoured(6), 7);
+  model_.FailCall(2);
+  Outcome failed;
+  GenerateRequest req;
+  req.id = "r";
+  req.prompt = {1, 2, 3};
+  req.max_tokens = 2;
+  req.stop_ids = {kStop};
+  req.sink = std::make_unique<Sink>(&failed, false);
+  ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
+  ASSERT_TRUE(failed.done.WaitForNotificationWithTimeout(kWait));
+  {
+    MutexLock lock(&failed.mu);
+    EXPECT_EQ(failed.status.code(), absl::StatusCode::kInternal) << failed.status;
+    EXPECT_EQ(failed.tokens, std::vector<int32_t>{7});
+  }
+  // The prompt and the answer: computed from scratch (sum 13), not continued from the prompt's
+  // 3 tokens with a state that already counted the 7 (sum 20).
+  Outcome again;
+  Run({1, 2, 3, 7}, &again);
+  ASSERT_TRUE(StatusOf(again).ok()) << StatusOf(again);
+  EXPECT_EQ(FirstToken(again), Favoured(13));
+  MutexLock lock(&again.mu);
+  EXPECT_EQ(again.info.cache.tier, StateTier::kCold);
+}
+
+TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt) {
+  FailingRestoreCache cache;
+  Start(&cache);
+  Outcome first;
+  Run({1, 2, 3, 4}, &first);
+  ASSERT_TRUE(StatusOf(first).ok()) << StatusOf(first);
+
+  // The cache offers a checkpoint deeper than the slot's live 4 tokens; restoring it fails
+  // after the slot was overwritten.
+  cache.Offer(6);
+  Outcome next;
+  Run({1, 2, 3, 4, 5, 6, 7, 8}, &next);
+  ASSERT_TRUE(StatusOf(next).ok()) << StatusOf(next);
+  EXPECT_EQ(cache.restores(), 1);
+  EXPECT_EQ(FirstToken(next), Favoured(36));
+  MutexLock lock(&next.mu);
+  EXPECT_EQ(next.info.cache.tier, StateTier::kCold);
+  EXPECT_EQ(model_.passes().back(), std::make_pair(int64_t{0}, int64_t{8}));
+}
+
+TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlot) {
+  Start(nullptr);
+  Outcome first;
+  model_.BlockNextPass();
+  Submit({1, 2, 3, 4}, &first);
+  model_.WaitUntilBlocked();
+  // Queued behind the running request: one cancelled by its client, one past its deadline.
+  Outcome cancelled, expired;
+  Submit({9, 9, 9}, &cancelled, /*cancelled=*/true);
+  Submit({8, 8}, &expired, /*cancelled=*/false, absl::Now() - absl::Seconds(1));
+  model_.Release();
+  ASSERT_TRUE(first.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(cancelled.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(expired.done.WaitForNotificationWithTimeout(kWait));
+  {
+    MutexLock lock(&cancelled.mu);
+    EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
+    EXPECT_FALSE(cancelled.started);
+    EXPECT_EQ(cancelled.info.reason, FinishReason::kCancelled);
+  }
+  {
+    MutexLock lock(&expired.mu);
+    EXPECT_EQ(expired.status.code(), absl::StatusCode::kDeadlineExceeded) << expired.status;
+    EXPECT_FALSE(expired.started);
+  }
+  // The first request's frontier is still in the slot.
+  Outcome next;
+  Run({1, 2, 3, 4, 5}, &next);
+  ASSERT_TRUE(StatusOf(next).ok()) << StatusOf(next);
+  EXPECT_EQ(FirstToken(next), Favoured(15));
+  MutexLock lock(&next.mu);
+  EXPECT_EQ(next.info.cache.tier, StateTier::kLive);
+  EXPECT_EQ(next.info.cache.restored_depth, 4);
+}
+
+}  // namespace
+}  // namespace cairn::infer
