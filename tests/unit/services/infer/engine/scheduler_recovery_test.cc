@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
+#include "tests/unit/services/infer/engine/recording_sink.h"
 
 namespace cairn::infer {
 namespace {
@@ -141,43 +142,6 @@ class FailingRestoreCache final : public StateCache {
   int restores_ = 0;
 };
 
-// What one request's sink saw. Written on the scheduler thread; read after `done`.
-struct Outcome {
-  Mutex mu;
-  bool started ABSL_GUARDED_BY(mu) = false;
-  std::vector<int32_t> tokens ABSL_GUARDED_BY(mu);
-  absl::Status status ABSL_GUARDED_BY(mu);
-  FinishInfo info ABSL_GUARDED_BY(mu);
-  Notification done;
-};
-
-class Sink final : public RequestSink {
- public:
-  Sink(Outcome* outcome, bool cancelled) : outcome_(outcome), cancelled_(cancelled) {}
-  void OnStarted(const StartInfo&) override {
-    MutexLock lock(&outcome_->mu);
-    outcome_->started = true;
-  }
-  bool OnToken(const SampledToken& token) override {
-    MutexLock lock(&outcome_->mu);
-    outcome_->tokens.push_back(token.id);
-    return true;
-  }
-  void OnFinished(const absl::Status& status, const FinishInfo& info) override {
-    {
-      MutexLock lock(&outcome_->mu);
-      outcome_->status = status;
-      outcome_->info = info;
-    }
-    outcome_->done.Notify();
-  }
-  bool Cancelled() const override { return cancelled_; }
-
- private:
-  Outcome* const outcome_;
-  const bool cancelled_;
-};
-
 class SchedulerRecoveryTest : public ::testing::Test {
  protected:
   void Start(StateCache* cache) {
@@ -203,16 +167,12 @@ class SchedulerRecoveryTest : public ::testing::Test {
     req.max_tokens = 1;
     req.stop_ids = {kStop};
     req.deadline = deadline;
-    req.sink = std::make_unique<Sink>(outcome, cancelled);
+    req.sink = std::make_unique<RecordingSink>(outcome, cancelled);
     ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
   }
   void Run(std::vector<int32_t> prompt, Outcome* outcome) {
     Submit(std::move(prompt), outcome);
     ASSERT_TRUE(outcome->done.WaitForNotificationWithTimeout(kWait));
-  }
-  static absl::Status StatusOf(Outcome& o) {
-    MutexLock lock(&o.mu);
-    return o.status;
   }
   static int32_t FirstToken(Outcome& o) {
     MutexLock lock(&o.mu);
@@ -228,7 +188,7 @@ TEST_F(SchedulerRecoveryTest, AFailedPassLeavesNoSlotToContinue) {
   Start(nullptr);
   Outcome first;
   Run({1, 2, 3, 4}, &first);
-  ASSERT_TRUE(StatusOf(first).ok()) << StatusOf(first);
+  ASSERT_TRUE(first.Status().ok()) << first.Status();
   EXPECT_EQ(FirstToken(first), Favoured(10));
 
   // Continues the live frontier at 4; the pass moves the running sum, then fails.
@@ -243,7 +203,7 @@ TEST_F(SchedulerRecoveryTest, AFailedPassLeavesNoSlotToContinue) {
   // The same prompt again: computed from scratch, not continued from the half-done pass.
   Outcome again;
   Run({1, 2, 3, 4, 5, 6}, &again);
-  ASSERT_TRUE(StatusOf(again).ok()) << StatusOf(again);
+  ASSERT_TRUE(again.Status().ok()) << again.Status();
   EXPECT_EQ(FirstToken(again), Favoured(21));
   MutexLock lock(&again.mu);
   EXPECT_EQ(again.info.cache.tier, StateTier::kCold);
@@ -261,7 +221,7 @@ TEST_F(SchedulerRecoveryTest, AFailedDecodePassLeavesNoSlotToContinue) {
   req.prompt = {1, 2, 3};
   req.max_tokens = 2;
   req.stop_ids = {kStop};
-  req.sink = std::make_unique<Sink>(&failed, false);
+  req.sink = std::make_unique<RecordingSink>(&failed, false);
   ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
   ASSERT_TRUE(failed.done.WaitForNotificationWithTimeout(kWait));
   {
@@ -273,7 +233,7 @@ TEST_F(SchedulerRecoveryTest, AFailedDecodePassLeavesNoSlotToContinue) {
   // 3 tokens with a state that already counted the 7 (sum 20).
   Outcome again;
   Run({1, 2, 3, 7}, &again);
-  ASSERT_TRUE(StatusOf(again).ok()) << StatusOf(again);
+  ASSERT_TRUE(again.Status().ok()) << again.Status();
   EXPECT_EQ(FirstToken(again), Favoured(13));
   MutexLock lock(&again.mu);
   EXPECT_EQ(again.info.cache.tier, StateTier::kCold);
@@ -284,14 +244,14 @@ TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt)
   Start(&cache);
   Outcome first;
   Run({1, 2, 3, 4}, &first);
-  ASSERT_TRUE(StatusOf(first).ok()) << StatusOf(first);
+  ASSERT_TRUE(first.Status().ok()) << first.Status();
 
   // The cache offers a checkpoint deeper than the slot's live 4 tokens; restoring it fails
   // after the slot was overwritten.
   cache.Offer(6);
   Outcome next;
   Run({1, 2, 3, 4, 5, 6, 7, 8}, &next);
-  ASSERT_TRUE(StatusOf(next).ok()) << StatusOf(next);
+  ASSERT_TRUE(next.Status().ok()) << next.Status();
   EXPECT_EQ(cache.restores(), 1);
   EXPECT_EQ(FirstToken(next), Favoured(36));
   MutexLock lock(&next.mu);
@@ -327,7 +287,7 @@ TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlo
   // The first request's frontier is still in the slot.
   Outcome next;
   Run({1, 2, 3, 4, 5}, &next);
-  ASSERT_TRUE(StatusOf(next).ok()) << StatusOf(next);
+  ASSERT_TRUE(next.Status().ok()) << next.Status();
   EXPECT_EQ(FirstToken(next), Favoured(15));
   MutexLock lock(&next.mu);
   EXPECT_EQ(next.info.cache.tier, StateTier::kLive);

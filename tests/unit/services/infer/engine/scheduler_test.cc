@@ -15,6 +15,7 @@
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/engine/token_constraint.h"
 #include "tests/support/status_matchers.h"
+#include "tests/unit/services/infer/engine/recording_sink.h"
 
 namespace cairn::infer {
 namespace {
@@ -93,38 +94,6 @@ class ScriptedConstraint final : public TokenConstraint {
   const Fail fail_;
   const size_t fail_at_;
   size_t next_ = 0;
-};
-
-// What one request's sink saw. Written on the scheduler thread; read after `done`.
-struct Outcome {
-  Mutex mu;
-  std::vector<int32_t> tokens ABSL_GUARDED_BY(mu);
-  absl::Status status ABSL_GUARDED_BY(mu);
-  FinishInfo info ABSL_GUARDED_BY(mu);
-  Notification done;
-};
-
-class RecordingSink final : public RequestSink {
- public:
-  explicit RecordingSink(Outcome* outcome) : outcome_(outcome) {}
-  void OnStarted(const StartInfo&) override {}
-  bool OnToken(const SampledToken& token) override {
-    MutexLock lock(&outcome_->mu);
-    outcome_->tokens.push_back(token.id);
-    return true;
-  }
-  void OnFinished(const absl::Status& status, const FinishInfo& info) override {
-    {
-      MutexLock lock(&outcome_->mu);
-      outcome_->status = status;
-      outcome_->info = info;
-    }
-    outcome_->done.Notify();
-  }
-  bool Cancelled() const override { return false; }
-
- private:
-  Outcome* const outcome_;
 };
 
 class SchedulerTest : public ::testing::Test {
