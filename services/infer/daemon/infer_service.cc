@@ -9,11 +9,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/json/json_scan.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/infer/daemon/generate_stream.h"
+#include "services/infer/text/bounded_json.h"
 #include "services/infer/text/chat_template.h"
 #include "services/infer/text/json_constraint.h"
 #include "services/infer/text/tool_call_grammar.h"
@@ -76,11 +76,8 @@ absl::StatusOr<ordered_json> ToolsJson(const v1::ChatPrompt& chat) {
   if (chat.tools_size() == 0) return ordered_json(nullptr);
   ordered_json tools = ordered_json::array();
   for (int i = 0; i < chat.tools_size(); ++i) {
-    // An ordered parse is quadratic in an object's members (common/json/json_scan.h).
-    if (LargestJsonObjectMembers(chat.tools(i).json()) > kMaxOrderedJsonObjectMembers) {
-      return absl::InvalidArgumentError(absl::StrCat("chat.tools[", i,
-                                                     "] has an object of more than ",
-                                                     kMaxOrderedJsonObjectMembers, " members"));
+    if (absl::Status bounds = text::CheckJsonTextBounds(chat.tools(i).json()); !bounds.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("chat.tools[", i, "]: ", bounds.message()));
     }
     ordered_json t = ordered_json::parse(chat.tools(i).json(), nullptr, /*allow_exceptions=*/false);
     if (t.is_discarded() || !t.is_object()) {
@@ -208,7 +205,15 @@ absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(const v1::Chat
           absl::StrCat("chat.tool_choice \"", choice, "\": ", s.message()));
     }
   }
-  return text::RenderPrompt(*model_->chat_template(), *model_->tokenizer(), req);
+  absl::StatusOr<text::RenderedPrompt> rendered =
+      text::RenderPrompt(*model_->chat_template(), *model_->tokenizer(), req);
+  // The template's raise_exception (the only FailedPrecondition of a render) refuses the
+  // conversation itself ("System message must be at the beginning."): the client's to fix.
+  if (absl::IsFailedPrecondition(rendered.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the chat template refused the messages: ", rendered.status().message()));
+  }
+  return rendered;
 }
 
 absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequest& request,

@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
+#include "services/infer/text/bounded_json.h"
 #include "services/infer/text/file_util.h"
 
 namespace cairn::infer::text {
@@ -30,11 +30,8 @@ json ParseStringArguments(const json& messages) {
       if (!fn->is_object() || !fn->contains("arguments") || !(*fn)["arguments"].is_string()) {
         continue;
       }
-      const std::string& text = (*fn)["arguments"].get_ref<const std::string&>();
-      // An ordered parse is quadratic in an object's members (common/json/json_scan.h): such
-      // arguments stay the string they came as.
-      if (LargestJsonObjectMembers(text) > kMaxOrderedJsonObjectMembers) continue;
-      json parsed = json::parse(text, nullptr, false);
+      // Arguments nested too deep or with too large an object stay the string they came as.
+      json parsed = ParseBoundedJson((*fn)["arguments"].get_ref<const std::string&>());
       if (!parsed.is_discarded() && parsed.is_object()) (*fn)["arguments"] = std::move(parsed);
     }
   }

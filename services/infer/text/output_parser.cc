@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "services/infer/text/bounded_json.h"
 #include "services/infer/text/jinja_value.h"
 #include "services/infer/text/unicode.h"
 
@@ -87,7 +88,7 @@ std::optional<std::vector<std::string>> NamedTypes(const json& schema, bool bran
 
 // Parses {"name": ..., "arguments": {...} | "json string"} into `call`; false if malformed.
 bool ParseJsonCall(std::string_view body, ToolCall* call) {
-  const json j = json::parse(Trim(body), nullptr, false);
+  const json j = ParseBoundedJson(Trim(body));
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) {
     return false;
   }
@@ -103,7 +104,7 @@ bool ParseJsonCall(std::string_view body, ToolCall* call) {
     return true;
   }
   if (args.is_string()) {
-    const json parsed = json::parse(args.get<std::string>(), nullptr, false);
+    const json parsed = ParseBoundedJson(args.get_ref<const std::string&>());
     if (parsed.is_discarded() || !parsed.is_object()) return false;
     call->arguments = DumpArguments(parsed);
     return true;
@@ -147,7 +148,7 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
     const json* schema = ParamSchema(tools, call->name, key);
     json value = std::string(raw);
     if (schema != nullptr && !XmlParamIsString(*schema)) {
-      json parsed = json::parse(raw, nullptr, false);
+      json parsed = ParseBoundedJson(raw);
       if (!parsed.is_discarded()) {
         value = std::move(parsed);
       } else if (raw == "True" || raw == "False") {

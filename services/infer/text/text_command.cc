@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "services/infer/text/bounded_json.h"
 #include "services/infer/text/chat_template.h"
 #include "services/infer/text/file_util.h"
 #include "services/infer/text/tokenizer.h"
@@ -130,6 +131,9 @@ absl::Status RunTextCommand(const TextCommandOptions& options, std::ostream& out
     ASSIGN_OR_RETURN(std::unique_ptr<ChatTemplate> tmpl,
                      ChatTemplate::FromModelDir(options.model_dir));
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(options.render_file));
+    if (absl::Status bounds = CheckJsonTextBounds(text); !bounds.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(options.render_file, ": ", bounds.message()));
+    }
     const nlohmann::ordered_json request = nlohmann::ordered_json::parse(text, nullptr, false);
     if (request.is_discarded()) {
       return absl::InvalidArgumentError(absl::StrCat(options.render_file, " is not valid JSON"));

@@ -463,5 +463,26 @@ TEST_F(InferDaemonXmlTemplateTest, AStrictFunctionTheXmlFormCannotWriteIsRefused
   EXPECT_TRUE(r_loose.status.ok()) << r_loose.status.error_message();
 }
 
+// A conversation the template itself refuses (its raise_exception) is the client's to fix:
+// INVALID_ARGUMENT with the template's words, not an internal error.
+TEST_F(InferDaemonXmlTemplateTest, AConversationTheTemplateRefusesIsAnInvalidArgument) {
+  v1::GenerateRequest req;
+  req.mutable_sampling()->set_max_tokens(2);
+  v1::ChatMessage* user = req.mutable_chat()->add_messages();
+  user->set_role("user");
+  user->set_content("hello");
+  v1::ChatMessage* late = req.mutable_chat()->add_messages();
+  late->set_role("system");
+  late->set_content("a system message after the user's");
+
+  GenerateResult r = Generate(*stub_, req);
+  v1::ApplyTemplateResponse rendered;
+  const grpc::Status applied = Render(req.chat(), &rendered);
+
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("System message must be at the beginning."));
+  EXPECT_EQ(applied.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace cairn::infer::testing

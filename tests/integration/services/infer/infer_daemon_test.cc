@@ -541,5 +541,46 @@ TEST_F(InferDaemonDemoModelTest, ToolWithAnObjectTooLargeForAnOrderedParseIsRefu
   EXPECT_THAT(r.status.error_message(), HasSubstr("more than 4096 members"));
 }
 
+TEST_F(InferDaemonDemoModelTest, JsonNestedTooDeepIsRefusedOrLeftAsText) {
+  // Tens of thousands of levels (a few hundred KB) would overflow a thread's stack in the
+  // recursive copies and conversions of the parsed JSON.
+  const std::string deep = std::string(50000, '[') + std::string(50000, ']');
+  v1::GenerateRequest tools = ListFilesRequest();
+  tools.mutable_sampling()->set_max_tokens(2);
+  tools.mutable_chat()->add_tools()->set_json(
+      R"({"type": "function", "function": {"name": "deep", "parameters": {"type": "object",
+          "properties": {"a": {"enum": [)" +
+      deep + "]}}}}}");
+
+  // A past call's arguments nested deeper than kMaxTextJsonNesting stay the text they came as:
+  // the deep ones then do not fit the context, 100 levels do.
+  auto past_call = [&](int depth) {
+    v1::GenerateRequest req = ListFilesRequest();
+    req.mutable_sampling()->set_max_tokens(2);
+    v1::ChatMessage* call = req.mutable_chat()->add_messages();
+    call->set_role("assistant");
+    v1::ToolCall* c = call->add_tool_calls();
+    c->set_id("call_0");
+    c->set_name("list_files");
+    c->set_arguments_json(R"({"path": )" + std::string(depth, '[') + std::string(depth, ']') + "}");
+    v1::ChatMessage* result = req.mutable_chat()->add_messages();
+    result->set_role("tool");
+    result->set_content("a.txt");
+    result->set_tool_call_id("call_0");
+    return req;
+  };
+
+  GenerateResult refused = Generate(*stub_, tools);
+  GenerateResult too_long = Generate(*stub_, past_call(50000));
+  GenerateResult served = Generate(*stub_, past_call(100));
+
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("chat.tools[1]"));
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("nested deeper than 64"));
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_long.status.error_message(), HasSubstr("does not fit the context"));
+  EXPECT_TRUE(served.status.ok()) << served.status.error_message();
+}
+
 }  // namespace
 }  // namespace cairn::infer::testing

@@ -112,6 +112,30 @@ TEST(OutputParserTest, MalformedToolCallIsContentWithAWarning) {
   ASSERT_EQ(out.warnings.size(), 1u);
 }
 
+// A call the model nests deeper than any tool's arguments do (kMaxTextJsonNesting) is not
+// parsed (its copies and conversions recurse a level at a time): content with a warning in the
+// JSON form, the parameter's text in the XML form.
+TEST(OutputParserTest, ACallNestedTooDeepIsNotParsed) {
+  const std::string deep = std::string(30000, '[') + std::string(30000, ']');
+  const std::string json_call =
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": " + deep + "}}\n</tool_call>";
+  OutputParserOptions o;
+  o.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "array"}}}}}])");
+
+  ParsedOutput json_out = ParseOutput(json_call, o);
+  ParsedOutput xml_out = ParseOutput("<tool_call>\n<function=f>\n<parameter=a>\n" + deep +
+                                         "\n</parameter>\n</function>\n"
+                                         "</tool_call>",
+                                     o);
+
+  EXPECT_TRUE(json_out.tool_calls.empty());
+  EXPECT_EQ(json_out.content, json_call);
+  EXPECT_EQ(json_out.warnings.size(), 1u);
+  ASSERT_EQ(xml_out.tool_calls.size(), 1u);
+  EXPECT_EQ(nlohmann::ordered_json::parse(xml_out.tool_calls[0].arguments)["a"], deep);
+}
+
 TEST(OutputParserTest, UnterminatedToolCallIsContentWithAWarning) {
   ParsedOutput out = ParseOutput("<tool_call>\n{\"name\": \"f\"", OutputParserOptions{});
 
