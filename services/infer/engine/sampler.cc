@@ -14,6 +14,9 @@ namespace {
 
 // OpenAI's range for presence and frequency penalties.
 constexpr float kMaxAbsPenalty = 2.0f;
+// Candidates kept by top_k up to this many are ordered by a partial sort (V log k); more, or
+// all of them without top_k, by a radix sort (four passes over them).
+constexpr int32_t kPartialSortMax = 512;
 
 }  // namespace
 
@@ -55,6 +58,28 @@ Sampler::Sampler(const SamplingOptions& options, absl::Span<const int32_t> promp
   }
 }
 
+void Sampler::SortDescending() {
+  // Keys: the logit's bits turned so that unsigned order is descending logit order, above the
+  // id. A stable sort on the keys' high half keeps equal logits in ascending id order, as
+  // order_ comes (ascending ids), so the order is the partial sort's exactly.
+  const size_t n = order_.size();
+  keys_.resize(n);
+  scratch_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(work_[order_[i]]);
+    const uint32_t ascending = (u >> 31) != 0 ? ~u : (u | 0x80000000u);
+    keys_[i] = (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(order_[i]);
+  }
+  for (int shift = 32; shift < 64; shift += 8) {
+    size_t count[257] = {};
+    for (uint64_t k : keys_) ++count[((k >> shift) & 0xff) + 1];
+    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+    for (uint64_t k : keys_) scratch_[count[(k >> shift) & 0xff]++] = k;
+    keys_.swap(scratch_);
+  }
+  for (size_t i = 0; i < n; ++i) order_[i] = static_cast<int32_t>(keys_[i] & 0xffffffffu);
+}
+
 SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   const bool masked = !allowed.empty();
@@ -70,8 +95,15 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
     log_norm = raw_max + static_cast<float>(std::log(raw_sum));
   }
 
-  // Penalties, on a copy.
-  work_.assign(logits.begin(), logits.end());
+  // Penalties, on a copy. A NaN logit (a broken checkpoint's overflow) is never chosen: it
+  // would leave no order to sort by.
+  // -0 becomes +0 (adding +0 does it), which orders it as the comparison does: equal, the
+  // lower id first.
+  work_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    work_[i] = std::isnan(l) ? -std::numeric_limits<float>::infinity() : l + 0.0f;
+  }
   if (options_.repetition_penalty != 1.0f) {
     for (const auto& [id, unused] : seen_) {
       float& l = work_[id];
@@ -116,12 +148,23 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
     }
     int32_t keep = static_cast<int32_t>(order_.size());
     if (options_.top_k > 0) keep = std::min(keep, options_.top_k);
-    auto better = [&](int32_t a, int32_t b) {
-      return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
-    };
-    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(), better);
+    if (keep <= kPartialSortMax) {
+      std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
+                        [&](int32_t a, int32_t b) {
+                          return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+                        });
+    } else {
+      SortDescending();
+    }
+    if (!std::isfinite(work_[order_[0]])) {
+      // +inf logits (a tiny repetition penalty dividing a positive one) or nothing but -inf:
+      // the lowest id of the largest, as greedy would choose.
+      keep = 1;
+      work_[order_[0]] = 0.0f;
+    }
     const float best = work_[order_[0]];
-    std::vector<double> probs(keep);
+    std::vector<double>& probs = probs_;
+    probs.resize(keep);
     double total = 0.0;
     for (int32_t i = 0; i < keep; ++i) {
       probs[i] = std::exp(static_cast<double>(work_[order_[i]] - best) / options_.temperature);

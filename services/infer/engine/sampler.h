@@ -63,12 +63,17 @@ class Sampler {
   SampledToken Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed = {});
 
  private:
+  // Orders order_ by descending work_, equal values by ascending id (order_ ascends on entry).
+  void SortDescending();
+
   const SamplingOptions options_;
   std::mt19937_64 rng_;
   absl::flat_hash_map<int32_t, int> generated_;  // Token -> times generated.
   absl::flat_hash_map<int32_t, bool> seen_;      // Prompt and generated tokens.
   std::vector<float> work_;
-  std::vector<int32_t> order_;  // Candidate ids: all of them, or the allowed ones.
+  std::vector<int32_t> order_;            // Candidate ids: all of them, or the allowed ones.
+  std::vector<double> probs_;             // The kept candidates' unnormalised probabilities.
+  std::vector<uint64_t> keys_, scratch_;  // SortDescending's.
 };
 
 }  // namespace cairn::infer

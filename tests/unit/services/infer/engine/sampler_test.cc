@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -217,6 +220,92 @@ TEST(SamplerTest, AMaskOverALargeVocabularyFindsIdsInEveryWord) {
   const std::vector<uint64_t> mask = Mask({130, 199}, 4);
 
   EXPECT_EQ(sampler.Sample(logits, mask).id, 199);
+}
+
+// The draw of the sampler before it dropped the candidates whose probability is 0 in double
+// precision: every id sorted, then the same filters and the same one draw.
+int32_t FullSortDraw(const std::vector<float>& logits, const SamplingOptions& o, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  int32_t keep = static_cast<int32_t>(order.size());
+  if (o.top_k > 0) keep = std::min(keep, o.top_k);
+  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const float best = logits[order[0]];
+  std::vector<double> probs(keep);
+  for (int32_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(static_cast<double>(logits[order[i]] - best) / o.temperature);
+  }
+  if (o.min_p > 0.0f) {
+    int32_t n = 1;
+    while (n < keep && probs[n] >= o.min_p * probs[0]) ++n;
+    keep = n;
+  }
+  if (o.top_p < 1.0f) {
+    const double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+    double mass = 0.0;
+    int32_t n = 0;
+    while (n < keep) {
+      mass += probs[n] / total;
+      ++n;
+      if (mass >= o.top_p) break;
+    }
+    keep = n;
+  }
+  const double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * total;
+  double acc = 0.0;
+  for (int32_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) return order[i];
+  }
+  return order[keep - 1];
+}
+
+// Sorting only the candidates that can be drawn changes no draw: over logits spread wide
+// enough that most of a 5000-id vocabulary underflows, at several temperatures and filters.
+TEST(SamplerTest, DrawsEqualThoseOfAFullSort) {
+  std::mt19937_64 gen(7);
+  for (int round = 0; round < 300; ++round) {
+    std::vector<float> logits(5000);
+    const float spread = std::vector<float>{1.0f, 30.0f, 3000.0f}[round % 3];
+    for (float& l : logits) l = std::normal_distribution<float>(0.0f, spread)(gen);
+    logits[round % 5000] = logits[(round * 7) % 5000];  // A tie.
+    SamplingOptions o;
+    o.temperature = std::vector<float>{0.05f, 0.7f, 1.0f, 2.0f}[round % 4];
+    o.top_k = std::vector<int32_t>{0, 0, 40, 6000}[(round / 4) % 4];
+    o.top_p = (round / 16) % 2 == 0 ? 1.0f : 0.9f;
+    o.min_p = (round / 32) % 2 == 0 ? 0.0f : 0.05f;
+    o.seed = 1000 + round;
+    Sampler sampler(o, {});
+    SCOPED_TRACE(round);
+    EXPECT_EQ(sampler.Sample(logits).id, FullSortDraw(logits, o, 1000 + round));
+  }
+}
+
+// NaN logits are never drawn; +inf ones (a tiny repetition penalty dividing a positive logit)
+// are the only candidates, the lowest id of them chosen, not the least likely token.
+TEST(SamplerTest, NonFiniteLogitsGiveAWellDefinedChoice) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.seed = 3;
+  for (int i = 0; i < 20; ++i) {
+    Sampler sampler(o, {});
+    const int32_t id = sampler.Sample({nan, 1.0f, nan, 0.5f}).id;
+    EXPECT_TRUE(id == 1 || id == 3) << id;
+  }
+  Sampler with_inf(o, {});
+  EXPECT_EQ(with_inf.Sample({1.0f, inf, 2.0f, inf}).id, 1);
+  Sampler all_nan(o, {});
+  EXPECT_EQ(all_nan.Sample({nan, nan, nan}).id, 0);
+
+  o.repetition_penalty = 1e-38f;
+  Sampler penalised(o, {2, 3});
+  EXPECT_EQ(penalised.Sample({-5.0f, 0.0f, 4.0f, 3.0f}).id, 2);
 }
 
 TEST(SamplerTest, ValidationNamesTheField) {
