@@ -54,6 +54,16 @@ void GenerateReactor::Push(v1::GenerateResponse message) {
     MutexLock lock(&mu_);
     if (broken_ || finish_called_) return;
     if (writing_) {
+      const size_t bytes = message.ByteSizeLong();
+      if (queued_bytes_ + bytes > max_queued_bytes_) {
+        // The client is not keeping up: nothing more is queued for it.
+        overrun_ = broken_ = true;
+        queue_.clear();
+        queued_bytes_ = 0;
+        cancelled_.store(true);
+        return;
+      }
+      queued_bytes_ += bytes;
       queue_.push_back(std::move(message));
       return;
     }
@@ -69,7 +79,12 @@ void GenerateReactor::Close(const grpc::Status& status) {
   {
     MutexLock lock(&mu_);
     closing_ = true;
-    final_status_ = status;
+    final_status_ =
+        overrun_ ? grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                absl::StrCat("the client read the stream too slowly: "
+                                             "more than ",
+                                             max_queued_bytes_, " bytes of messages waited for it"))
+                 : status;
     if (!writing_ && !finish_called_) finish = finish_called_ = true;
   }
   if (finish) Finish(status);
@@ -84,10 +99,12 @@ void GenerateReactor::OnWriteDone(bool ok) {
     if (!ok) {
       broken_ = true;
       queue_.clear();
+      queued_bytes_ = 0;
     }
     if (!queue_.empty()) {
       current_ = std::move(queue_.front());
       queue_.pop_front();
+      queued_bytes_ -= std::min(queued_bytes_, current_.ByteSizeLong());
       write = true;
     } else {
       writing_ = false;

@@ -24,15 +24,19 @@ namespace cairn::infer {
 // gRPC's threads. StartWrite and Finish are never called with the lock held (gRPC may run
 // reactions inline). The object stays alive until Finish completes, and only Close leads to
 // Finish, so a caller that has not yet called Close may use it.
+//
+// A client that reads slower than messages come makes them wait here; once more than
+// `max_queued_bytes` wait, the queue is dropped, cancelled() turns true (the scheduler then
+// ends the request) and the call finishes RESOURCE_EXHAUSTED.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor() = default;
+  explicit GenerateReactor(size_t max_queued_bytes) : max_queued_bytes_(max_queued_bytes) {}
 
   // Queues `message` for writing (dropped once the client is gone).
   void Push(v1::GenerateResponse message) ABSL_LOCKS_EXCLUDED(mu_);
   // Finishes the call with `status` after every queued message is written. Call once.
   void Close(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether the client cancelled (or the deadline passed).
+  // Whether the client cancelled (or the deadline passed, or it read too slowly).
   bool cancelled() const { return cancelled_.load(); }
 
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
@@ -41,8 +45,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
  private:
   Mutex mu_;
+  const size_t max_queued_bytes_;
   std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
-  v1::GenerateResponse current_;  // The message being written (owned by the write).
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Of queue_'s messages.
+  bool overrun_ ABSL_GUARDED_BY(mu_) = false;     // More than max_queued_bytes_ waited.
+  v1::GenerateResponse current_;                  // The message being written (owned by the write).
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;

@@ -499,7 +499,7 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  auto* reactor = new GenerateReactor();
+  auto* reactor = new GenerateReactor(options_.max_stream_buffer_bytes);
   const absl::Time deadline = DeadlineOf(context);
   const bool scheduled = pool_->Schedule([this, request, reactor, deadline] {
     GenerateSinkOptions so;

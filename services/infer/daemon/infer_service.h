@@ -30,6 +30,9 @@ struct InferServiceOptions {
   // Compiled grammars kept by schema or tools (text::GrammarCache): entries and key bytes.
   size_t grammar_cache_entries = 64;
   size_t grammar_cache_key_bytes = size_t{32} << 20;
+  // Generate messages waiting for a client that reads slower than they come; past it the call
+  // ends RESOURCE_EXHAUSTED and its request is cancelled (GenerateReactor).
+  size_t max_stream_buffer_bytes = size_t{64} << 20;
 };
 
 // The gRPC adapter of cairn.infer.v1.InferService. Reactions never block: every call is

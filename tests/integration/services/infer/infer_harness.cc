@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<InferServer>> InferServer::Start(const InferServe
   StateCache* cache = server->cache_.get();
   server->service_ = std::make_unique<InferServiceImpl>(
       server->model_.get(), server->scheduler_.get(), &server->pool_,
-      [cache] { return cache != nullptr && cache->connected(); }, InferServiceOptions{});
+      [cache] { return cache != nullptr && cache->connected(); }, o.service);
   ServerRunnerOptions ro;
   static int counter = 0;
   ro.listen = absl::StrCat("unix:", ScratchDir(), "/infer-", ++counter, ".sock");

@@ -42,6 +42,7 @@ struct InferServerOptions {
   int64_t max_pass_tokens = 2048;
   int64_t context_tokens = 2048;
   int max_queue = 64;
+  InferServiceOptions service;
   // Makes the state cache (null: none). Called with the served model and the scheduler's wake
   // callback.
   std::function<std::unique_ptr<StateCache>(const ServedModel&, std::function<void()>)> make_cache;

@@ -1,0 +1,85 @@
+// GenerateReactor against a client that does not read: once more than its limit of messages
+// waits to be written, it drops them, reports the client as cancelled (so the scheduler ends
+// the request) and finishes the call RESOURCE_EXHAUSTED instead of holding memory without end.
+#include "services/infer/daemon/generate_stream.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cairn/infer/v1/infer.grpc.pb.h"
+#include "common/concurrency/notification.h"
+#include "common/grpc/client.h"
+#include "common/grpc/server_runner.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/unit/services/infer/models/model_test_util.h"
+
+namespace cairn::infer {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kLimit = 64 << 10;
+constexpr absl::Duration kWait = absl::Seconds(30);
+
+v1::GenerateResponse DeltaOf(size_t bytes) {
+  v1::GenerateResponse r;
+  r.mutable_delta()->set_text(std::string(bytes, 'x'));
+  return r;
+}
+
+// Generate answers with a reactor limited to kLimit queued bytes. The first message is larger
+// than HTTP/2's flow-control window, so its write cannot finish before the client reads; the
+// next ones wait in the queue. What the reactor reported is recorded before it closes.
+class SlowClientService final : public v1::InferService::CallbackService {
+ public:
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext*,
+                                                           const v1::GenerateRequest*) override {
+    auto* reactor = new GenerateReactor(kLimit);
+    reactor->Push(DeltaOf(1 << 20));
+    reactor->Push(DeltaOf(kLimit / 2));
+    cancelled_before_limit_ = reactor->cancelled();
+    reactor->Push(DeltaOf(kLimit / 2 + 1));
+    cancelled_after_limit_ = reactor->cancelled();
+    reactor->Close(grpc::Status::OK);
+    pushed_.Notify();
+    return reactor;
+  }
+
+  bool cancelled_before_limit_ = true;
+  bool cancelled_after_limit_ = false;
+  Notification pushed_;
+};
+
+TEST(GenerateStreamTest, AClientThatDoesNotReadEndsResourceExhausted) {
+  SlowClientService service;
+  ServerRunnerOptions ro;
+  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/generate-stream.sock");
+  ro.drain_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<ServerRunner>> server = ServerRunner::Start(ro, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
+  std::unique_ptr<v1::InferService::Stub> stub = v1::InferService::NewStub(channel);
+
+  std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(kWait);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(ctx.get(), v1::GenerateRequest());
+  ASSERT_TRUE(service.pushed_.WaitForNotificationWithTimeout(kWait));
+  int messages = 0;
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) ++messages;
+  const grpc::Status st = reader->Finish();
+
+  EXPECT_FALSE(service.cancelled_before_limit_);
+  EXPECT_TRUE(service.cancelled_after_limit_);
+  EXPECT_EQ(messages, 1);  // The one being written; the queued ones were dropped.
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("too slowly"));
+}
+
+}  // namespace
+}  // namespace cairn::infer
