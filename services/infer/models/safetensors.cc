@@ -26,11 +26,22 @@ namespace {
 // Largest header we accept; real checkpoints have headers well under this.
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
-absl::StatusOr<DType> ParseDType(const std::string& s) {
-  if (s == "F32") return DType::kF32;
-  if (s == "F16") return DType::kF16;
-  if (s == "BF16") return DType::kBF16;
-  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", s));
+struct ParsedDType {
+  DType dtype;
+  int size;  // Bytes an element; 0 where the format's list does not say (a newer dtype).
+};
+
+ParsedDType ParseDType(const std::string& s) {
+  if (s == "F32") return {DType::kF32, 4};
+  if (s == "F16") return {DType::kF16, 2};
+  if (s == "BF16") return {DType::kBF16, 2};
+  if (s == "F64" || s == "I64" || s == "U64") return {DType::kOther, 8};
+  if (s == "I32" || s == "U32") return {DType::kOther, 4};
+  if (s == "I16" || s == "U16") return {DType::kOther, 2};
+  if (s == "BOOL" || s == "U8" || s == "I8" || s == "F8_E4M3" || s == "F8_E5M2") {
+    return {DType::kOther, 1};
+  }
+  return {DType::kOther, 0};
 }
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
@@ -47,11 +58,31 @@ absl::string_view DTypeName(DType dtype) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kOther:
+      return "a dtype Cairn does not read";
   }
   return "?";
 }
 
-int DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+int DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kOther:
+      return 0;
+  }
+  return 0;
+}
+
+absl::Status CheckReadable(const TensorView& t) {
+  if (t.dtype != DType::kOther) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor ", t.name, " in ", t.file, " has dtype ",
+                                                 t.dtype_name,
+                                                 "; Cairn reads F32, F16 and BF16 tensors"));
+}
 
 int64_t TensorView::elements() const {
   int64_t n = 1;
@@ -122,10 +153,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     TensorView t;
     t.name = it.key();
     t.file = base;
-    absl::StatusOr<DType> dtype = ParseDType(v["dtype"].get<std::string>());
-    if (!dtype.ok())
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
-    t.dtype = *dtype;
+    t.dtype_name = v["dtype"].get<std::string>();
+    const ParsedDType dtype = ParseDType(t.dtype_name);
+    t.dtype = dtype.dtype;
     int64_t elements = 1;  // Overflow-checked: the shape comes from the file.
     for (const nlohmann::json& d : v["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() < 0) {
@@ -150,11 +180,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     }
     t.bytes = static_cast<int64_t>(end - begin);
     int64_t expected_bytes = 0;
-    if (__builtin_mul_overflow(elements, DTypeSize(t.dtype), &expected_bytes) ||
-        t.bytes != expected_bytes) {
+    if (dtype.size > 0 && (__builtin_mul_overflow(elements, dtype.size, &expected_bytes) ||
+                           t.bytes != expected_bytes)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", t.bytes, " bytes for shape ",
-                                                     ShapeText(t.shape), " of ",
-                                                     DTypeName(t.dtype)));
+                                                     ShapeText(t.shape), " of ", t.dtype_name));
     }
     t.data = data + begin;
     file->tensors_.emplace(t.name, std::move(t));
@@ -169,7 +198,7 @@ SafetensorsFile::~SafetensorsFile() {
 absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::FromViews(std::vector<TensorView> views) {
   auto store = std::unique_ptr<TensorStore>(new TensorStore());
   for (TensorView& v : views) {
-    if (v.bytes != v.elements() * DTypeSize(v.dtype)) {
+    if (v.dtype == DType::kOther || v.bytes != v.elements() * DTypeSize(v.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", v.name, ": ", v.bytes,
                                                      " bytes do not match its dtype and shape"));
     }
@@ -252,6 +281,7 @@ absl::Status CheckShape(const TensorView& t, const std::vector<int64_t>& shape) 
 
 absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& t,
                                              const std::vector<int64_t>& shape) {
+  RETURN_IF_ERROR(CheckReadable(t));
   RETURN_IF_ERROR(CheckShape(t, shape));
   const int64_t n = t.elements();
   std::vector<float> out(static_cast<size_t>(n));
@@ -267,6 +297,8 @@ absl::StatusOr<std::vector<float>> ReadAsF32(const TensorView& t,
         out[i] = t.dtype == DType::kBF16 ? Bf16ToFloat(h) : WidenF16(h);
       }
       break;
+    case DType::kOther:
+      break;  // Refused above.
   }
   return out;
 }

@@ -12,9 +12,12 @@
 
 namespace cairn::infer {
 
-enum class DType { kF32, kF16, kBF16 };
+// kOther: any dtype Cairn does not compute with (I64, F8_E4M3, ...). A file may hold such
+// tensors (a checkpoint's buffers or parts Cairn does not load); reading one is an error.
+enum class DType { kF32, kF16, kBF16, kOther };
 
 absl::string_view DTypeName(DType dtype);
+// Bytes an element of F32, F16 or BF16 (0 for kOther).
 int DTypeSize(DType dtype);
 
 // A tensor inside a mapped safetensors file. `data` points into the mapping and lives as long
@@ -23,6 +26,7 @@ struct TensorView {
   std::string name;
   std::string file;  // Base name of the file holding it.
   DType dtype = DType::kF32;
+  std::string dtype_name;  // As the file names it ("BF16", "I64", ...); empty in memory views.
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   int64_t bytes = 0;
@@ -34,9 +38,10 @@ struct TensorView {
 // Thread-safe after Open (read-only).
 class SafetensorsFile {
  public:
-  // Maps `path` and parses its header. InvalidArgument naming the file for a bad header, an
-  // unsupported dtype, offsets that disagree with the shape, or data past the end of the file
-  // (a truncated file); NotFound when it does not exist.
+  // Maps `path` and parses its header. InvalidArgument naming the file for a bad header,
+  // offsets that disagree with the shape and dtype, or data past the end of the file (a
+  // truncated file); NotFound when it does not exist. Tensors of dtypes Cairn does not read
+  // (DType::kOther) are listed; ReadAsF32 and the model's loader refuse them by name.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -79,6 +84,10 @@ class TensorStore {
   std::vector<std::string> files_;
   std::map<std::string, const TensorView*> index_;
 };
+
+// OK for a tensor of F32, F16 or BF16; InvalidArgument naming the tensor, its file and its
+// dtype otherwise.
+absl::Status CheckReadable(const TensorView& t);
 
 // Returns InvalidArgument naming the tensor and both shapes unless `tensor` has shape `shape`.
 absl::Status CheckShape(const TensorView& tensor, const std::vector<int64_t>& shape);

@@ -16,6 +16,7 @@ WeightType WeightTypeOf(DType dtype) {
     case DType::kF16:
       return WeightType::kF16;
     case DType::kF32:
+    case DType::kOther:  // Refused by Find.
       return WeightType::kF32;
   }
   return WeightType::kF32;
@@ -106,6 +107,7 @@ absl::StatusOr<const TensorView*> WeightReader::Find(const std::string& name, co
   const std::string full = prefixed ? prefix_ + name : name;
   const TensorView* t = store_.Find(full);
   if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat("missing tensor ", full));
+  RETURN_IF_ERROR(CheckReadable(*t));
   RETURN_IF_ERROR(CheckShape(*t, shape));
   return t;
 }

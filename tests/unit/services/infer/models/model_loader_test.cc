@@ -313,6 +313,32 @@ TEST_F(ModelLoaderTest, AWrapperTiesByEitherLevel) {
   EXPECT_THAT(refused.status().message(), HasSubstr("lm_head.weight"));
 }
 
+// A checkpoint may carry tensors of dtypes the model never reads (an int64 buffer, fp8 parts
+// Cairn does not load): it loads, with the model of the same checkpoint without them.
+TEST_F(ModelLoaderTest, TensorsOfOtherDtypesThatAreNotReadAreIgnored) {
+  const std::string plain = CopyOfPreset("dense", "other-dtypes-plain");
+  const std::string extra = CopyOfPreset("dense", "other-dtypes-extra");
+  // Without an index every *.safetensors file of the folder is opened, the new one too.
+  ASSERT_FALSE(fs::exists(fs::path(extra) / "model.safetensors.index.json"));
+  {
+    const std::string header =
+        R"({"model.position_ids":{"dtype":"I64","shape":[4],"data_offsets":[0,32]},)"
+        R"("mtp.fc.weight":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[32,36]}})";
+    std::ofstream out(fs::path(extra) / "extra.safetensors", std::ios::binary);
+    const uint64_t len = header.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << header << std::string(36, '\0');
+  }
+
+  absl::StatusOr<std::unique_ptr<Model>> a = LoadModel(plain, backend_.get(), {});
+  absl::StatusOr<std::unique_ptr<Model>> b = LoadModel(extra, backend_.get(), {});
+
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::vector<int32_t> tokens = testing::RandomTokens(8, (*a)->info().vocab_size, 7);
+  EXPECT_TRUE(SameBits(LastLogits(**a, tokens), LastLogits(**b, tokens)));
+}
+
 TEST_F(ModelLoaderTest, MisshapenTensorIsNamed) {
   const std::string dir = CopyOfPreset("dense", "wide");
   EditConfig(dir, [](nlohmann::json& j) { j["intermediate_size"] = 130; });
