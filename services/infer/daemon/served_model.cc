@@ -109,6 +109,10 @@ SamplingDefaults ReadSamplingDefaults(const std::filesystem::path& dir) {
     return v;
   };
   if (auto v = number("temperature", 0, 100)) d.temperature = static_cast<float>(*v);
+  // transformers decodes greedily where do_sample is false, whatever temperature says.
+  if (j.contains("do_sample") && j["do_sample"].is_boolean() && !j["do_sample"].get<bool>()) {
+    d.temperature = 0.0f;
+  }
   if (auto v = number("top_k", 0, 1 << 20); v && *v == static_cast<int>(*v)) {
     d.top_k = static_cast<int>(*v);
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,15 @@ absl::StatusOr<T> Get(const Json& obj, const char* key, T fallback) {
   } else if constexpr (std::is_integral_v<T>) {
     if (!v.is_number_integer()) {
       return absl::InvalidArgumentError(absl::StrCat(key, " is not an integer"));
+    }
+    // Range-checked: get<T> would wrap a value past T (2^32 + 1 read as 1).
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+            : v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                  v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+    if (!fits) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " is out of range: ", v.dump()));
     }
     return v.get<T>();
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -301,6 +311,9 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   // code's D / Hq fallback never applies.
   ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", d.head_dim));
   ASSIGN_OR_RETURN(double eps, Get<double>(t, "rms_norm_eps", kDefaultRmsEps));
+  if (!(eps >= 0.0 && eps < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("rms_norm_eps must be in [0, 1), got ", eps));
+  }
   c.rms_norm_eps = static_cast<float>(eps);
   // The flag decides only a checkpoint without lm_head.weight (the loader takes a stored head
   // that differs from the embedding whatever it says). A wrapper's two loaders read different

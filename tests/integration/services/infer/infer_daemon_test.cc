@@ -210,14 +210,15 @@ TEST_F(InferDaemonErrorsTest, BadRequestsNameTheFieldAndTheDaemonStaysHealthy) {
 }
 
 // A request that leaves its sampling knobs to the model (model_defaults, as the gateway sends
-// them) takes generation_config.json's: greedy here, where the same request on a folder without
-// one samples at temperature 1; a knob the request gives is its own.
+// them) takes generation_config.json's: greedy here (do_sample false, which transformers obeys
+// whatever the temperature), where the same request on a folder without one samples at
+// temperature 1; a knob the request gives is its own.
 TEST(InferDaemonSamplingTest, KnobsLeftToTheModelComeFromGenerationConfig) {
   absl::StatusOr<std::string> greedy_dir = MakeModelFolder("dense", false, "m-gen-greedy");
   ASSERT_TRUE(greedy_dir.ok()) << greedy_dir.status();
   {
     std::ofstream f(*greedy_dir + "/generation_config.json");
-    f << R"({"do_sample": false, "temperature": 0.0, "top_k": 20, "top_p": 0.95})";
+    f << R"({"do_sample": false, "temperature": 0.7, "top_k": 20, "top_p": 0.95})";
   }
   absl::StatusOr<std::string> plain_dir = MakeModelFolder("dense", false, "m-gen-plain");
   ASSERT_TRUE(plain_dir.ok()) << plain_dir.status();
@@ -246,7 +247,7 @@ TEST(InferDaemonSamplingTest, KnobsLeftToTheModelComeFromGenerationConfig) {
   ASSERT_TRUE(own.status.ok()) << own.status.error_message();
   ASSERT_TRUE(api_default.status.ok()) << api_default.status.error_message();
   ASSERT_TRUE(sampled.status.ok()) << sampled.status.error_message();
-  EXPECT_EQ(from_config.tokens, reference.tokens) << "the folder's temperature 0";
+  EXPECT_EQ(from_config.tokens, reference.tokens) << "the folder's do_sample false";
   EXPECT_NE(own.tokens, reference.tokens);
   EXPECT_EQ(api_default.tokens, sampled.tokens) << "temperature 1, the APIs' default";
   EXPECT_NE(api_default.tokens, reference.tokens);

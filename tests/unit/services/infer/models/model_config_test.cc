@@ -307,6 +307,23 @@ TEST(ModelConfigTest, InconsistentHeadsAreInvalid) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// An integer past its field's range is refused rather than wrapped (2^32 + 1 heads read as 1),
+// and an RMSNorm epsilon outside [0, 1) (a negative one gives NaN outputs) likewise.
+TEST(ModelConfigTest, OutOfRangeValuesAreInvalidNamingTheField) {
+  absl::StatusOr<HybridConfig> wrapped =
+      ParseHybridConfig(R"({"model_type": "qwen3_5_text", "num_attention_heads": 4294967297})");
+  absl::StatusOr<HybridConfig> negative =
+      ParseHybridConfig(R"({"model_type": "qwen3_5_text", "num_key_value_heads": -4294967294})");
+  absl::StatusOr<HybridConfig> eps =
+      ParseHybridConfig(R"({"model_type": "qwen3_5_text", "rms_norm_eps": -1e-6})");
+
+  EXPECT_THAT(wrapped.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(wrapped.status().message(), HasSubstr("num_attention_heads is out of range"));
+  EXPECT_THAT(negative.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(eps.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(eps.status().message(), HasSubstr("rms_norm_eps"));
+}
+
 TEST(ModelConfigTest, RopeScalingIsUnimplemented) {
   absl::StatusOr<HybridConfig> c = ParseHybridConfig(
       R"({"model_type": "qwen3_5_text", "rope_parameters": {"rope_type": "yarn"}})");
