@@ -180,6 +180,7 @@ class SchedulerRecoveryTest : public ::testing::Test {
   }
 
   RunningSumModel model_;
+  FailingRestoreCache cache_;  // Outlives the scheduler, which TearDown stops.
   std::unique_ptr<SlotKvMemory> memory_;
   std::unique_ptr<Scheduler> scheduler_;
 };
@@ -240,7 +241,7 @@ TEST_F(SchedulerRecoveryTest, AFailedDecodePassLeavesNoSlotToContinue) {
 }
 
 TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt) {
-  FailingRestoreCache cache;
+  FailingRestoreCache& cache = cache_;
   Start(&cache);
   Outcome first;
   Run({1, 2, 3, 4}, &first);
