@@ -20,10 +20,18 @@ CAIRN_FUZZ_TARGET(Tokenizer) {
   if (!tokenizer.ok()) return 0;
   const cairn::infer::text::Tokenizer& t = **tokenizer;
   for (bool special : {true, false}) {
+    cairn::infer::text::EncodeOptions encode;
+    encode.parse_special = special;
     absl::StatusOr<std::vector<cairn::infer::text::TokenId>> ids =
-        t.Encode(cairn::fuzz::Std(text), {special});
+        t.Encode(cairn::fuzz::Std(text), encode);
     if (ids.ok()) t.Decode(*ids).IgnoreError();  // Only crashes matter here.
   }
+  // The middle third of the text literal (special tokens there are text).
+  cairn::infer::text::EncodeOptions literal;
+  literal.literal_spans = {{text.size() / 3, 2 * text.size() / 3}};
+  absl::StatusOr<std::vector<cairn::infer::text::TokenId>> literal_ids =
+      t.Encode(cairn::fuzz::Std(text), literal);
+  if (literal_ids.ok()) t.Decode(*literal_ids).IgnoreError();
   // Arbitrary ids, in and out of the vocabulary.
   std::vector<cairn::infer::text::TokenId> ids;
   for (size_t i = 0; i + 2 <= text.size() && ids.size() < 256; i += 2) {

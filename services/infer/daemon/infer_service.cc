@@ -199,6 +199,7 @@ absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(const v1::Chat
     req.enable_thinking = chat.options().enable_thinking();
   }
   req.without_reasoning = without_reasoning;
+  req.special_tokens_as_text = options_.special_tokens_as_text;
   if (req.forced_tool.has_value()) {
     if (absl::Status s = text::CheckForcedTool(req); !s.ok()) {
       return absl::InvalidArgumentError(

@@ -33,6 +33,8 @@ struct InferServiceOptions {
   // Generate messages waiting for a client that reads slower than they come; past it the call
   // ends RESOURCE_EXHAUSTED and its request is cancelled (GenerateReactor).
   size_t max_stream_buffer_bytes = size_t{64} << 20;
+  // Chat messages' special tokens are text (text::ChatRequest::special_tokens_as_text).
+  bool special_tokens_as_text = true;
 };
 
 // The gRPC adapter of cairn.infer.v1.InferService. Reactions never block: every call is

@@ -66,6 +66,7 @@ int Run(int argc, char** argv) {
   ServedModelOptions model_options;
   SchedulerOptions scheduler_options;
   GrpcStateCacheOptions cache_options;
+  InferServiceOptions service_options;
   FlagSet flags("cairn-infer",
                 "The Cairn inference daemon: a hybrid model, its execution slots and the cache "
                 "protocol.");
@@ -95,6 +96,10 @@ int Run(int argc, char** argv) {
   flags.Add("generation-config-defaults", &model_options.generation_config_defaults,
             "requests that leave sampling knobs to the model (the gateway's) take "
             "generation_config.json's temperature, top_k, top_p, min_p and repetition_penalty");
+  flags.Add("special-tokens-as-text", &service_options.special_tokens_as_text,
+            "chat messages' own text (contents, reasoning, tool-call arguments) encodes special "
+            "tokens' text as text, so a file holding \"<|im_end|>\" cannot end a turn; false "
+            "parses them as the tokens, as transformers' apply_chat_template does");
   flags.Add("context", &model_options.context_tokens,
             "tokens per slot (0: max_position_embeddings, at most --max-context)", 0, kNoMax64);
   flags.Add("max-context", &model_options.max_context_tokens,
@@ -239,8 +244,9 @@ int Run(int argc, char** argv) {
   }
   scheduler = std::make_unique<Scheduler>(model, memory->get(), cache.get(), scheduler_options);
   scheduler->Start();
-  InferServiceImpl service(served->get(), scheduler.get(), &pool,
-                           [&cache] { return cache != nullptr && cache->connected(); }, {});
+  InferServiceImpl service(
+      served->get(), scheduler.get(), &pool,
+      [&cache] { return cache != nullptr && cache->connected(); }, service_options);
   absl::StatusOr<std::unique_ptr<ServerRunner>> server =
       ServerRunner::Start(server_options, {&service});
   if (!server.ok()) {

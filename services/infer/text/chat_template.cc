@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -292,10 +293,140 @@ absl::Status CheckForcedTool(const ChatRequest& request) {
       absl::StrCat("the request's tools define no function \"", *request.forced_tool, "\""));
 }
 
+namespace {
+
+// Markers around a special token's text in a message (private-use characters around a name no
+// text carries by chance), removed after the render.
+constexpr absl::string_view kLiteralOpen =
+    "\xEE\x80\x80"
+    "cairn-literal"
+    "\xEE\x80\x81";
+constexpr absl::string_view kLiteralClose =
+    "\xEE\x80\x81"
+    "cairn-literal"
+    "\xEE\x80\x80";
+constexpr absl::string_view kLiteralName = "cairn-literal";
+
+// Wraps every occurrence of a `specials` text in `s` in the markers. Returns whether any was.
+bool WrapSpecials(std::string& s, const std::vector<std::string>& specials) {
+  bool any = false;
+  for (const std::string& t : specials) any = any || s.find(t) != std::string::npos;
+  if (!any) return false;
+  std::string out;
+  bool wrapped = false;
+  for (size_t pos = 0; pos < s.size();) {
+    const std::string* longest = nullptr;
+    for (const std::string& t : specials) {
+      if (s.compare(pos, t.size(), t) == 0 && (longest == nullptr || t.size() > longest->size())) {
+        longest = &t;
+      }
+    }
+    if (longest == nullptr) {
+      out += s[pos++];
+      continue;
+    }
+    absl::StrAppend(&out, kLiteralOpen, *longest, kLiteralClose);
+    pos += longest->size();
+    wrapped = true;
+  }
+  if (wrapped) s = std::move(out);
+  return wrapped;
+}
+
+// WrapSpecials over every string of `j` (values, not keys).
+bool WrapJsonStrings(json& j, const std::vector<std::string>& specials) {
+  bool any = false;
+  if (j.is_string()) return WrapSpecials(j.get_ref<std::string&>(), specials);
+  if (j.is_array() || j.is_object()) {
+    for (json& v : j) any = WrapJsonStrings(v, specials) || any;
+  }
+  return any;
+}
+
+// WrapSpecials over the messages' own text: contents (strings or parts), reasoning and tool-call
+// arguments. Roles, names and ids are left alone.
+bool WrapMessages(json& messages, const std::vector<std::string>& specials) {
+  bool any = false;
+  for (json& m : messages) {
+    if (!m.is_object()) continue;
+    for (const char* key : {"content", "reasoning_content"}) {
+      if (m.contains(key)) any = WrapJsonStrings(m[key], specials) || any;
+    }
+    if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+      for (json& call : m["tool_calls"]) {
+        json* fn = call.is_object() && call.contains("function") ? &call["function"] : &call;
+        if (fn->is_object() && fn->contains("arguments")) {
+          any = WrapJsonStrings((*fn)["arguments"], specials) || any;
+        }
+      }
+    }
+  }
+  return any;
+}
+
+// A rendered text with the markers taken out, and the spans they enclosed.
+struct Encodable {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> literal_spans;
+};
+
+// Removes the markers of `text`; nullopt if they do not pair up or any trace of one is left
+// (a template that escaped or cut the text).
+std::optional<Encodable> Unwrap(absl::string_view text) {
+  Encodable out;
+  size_t pos = 0;
+  while (true) {
+    const size_t open = text.find(kLiteralOpen, pos);
+    if (open == absl::string_view::npos) break;
+    const size_t inner = open + kLiteralOpen.size();
+    const size_t close = text.find(kLiteralClose, inner);
+    if (close == absl::string_view::npos) return std::nullopt;
+    out.text.append(text.data() + pos, open - pos);
+    const size_t first = out.text.size();
+    out.text.append(text.data() + inner, close - inner);
+    out.literal_spans.emplace_back(first, out.text.size());
+    pos = close + kLiteralClose.size();
+  }
+  out.text.append(text.data() + pos, text.size() - pos);
+  if (absl::StrContains(out.text, kLiteralName)) return std::nullopt;
+  return out;
+}
+
+// Renders `request`, with the messages' special tokens marked as text where it asks for that.
+absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
+                                          const std::vector<std::string>& specials,
+                                          const ChatRequest& request) {
+  if (request.special_tokens_as_text && !specials.empty()) {
+    ChatRequest wrapped = request;
+    if (WrapMessages(wrapped.messages, specials)) {
+      ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
+      if (std::optional<Encodable> unwrapped = Unwrap(text); unwrapped.has_value()) {
+        return *std::move(unwrapped);
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(std::string text, chat_template.Render(request));
+  return Encodable{std::move(text), {}};
+}
+
+absl::StatusOr<std::vector<TokenId>> EncodeRendered(const Tokenizer& tokenizer,
+                                                    const Encodable& rendered) {
+  EncodeOptions options;
+  options.literal_spans = rendered.literal_spans;
+  return tokenizer.Encode(rendered.text, options);
+}
+
+}  // namespace
+
 absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer, const ChatRequest& request,
                                             const StableBoundaryOptions& options) {
   RenderedPrompt out;
+  std::vector<std::string> specials;
+  for (const AddedToken& t : tokenizer.added_tokens()) {
+    if (t.special && !t.content.empty()) specials.push_back(t.content);
+  }
+  Encodable rendered;
   if (request.forced_tool.has_value() || request.without_reasoning) {
     if (request.forced_tool.has_value()) RETURN_IF_ERROR(CheckForcedTool(request));
     // A forced call (or a structured answer) answers at once: rendered without reasoning, and a
@@ -303,18 +434,19 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
     // thinking with a forced tool, too).
     ChatRequest plain = request;
     plain.enable_thinking = false;
-    ASSIGN_OR_RETURN(out.text, chat_template.Render(plain));
-    if (absl::EndsWith(out.text, absl::StrCat(kThinkOpen, "\n"))) {
-      absl::StrAppend(&out.text, "\n", kThinkClose, "\n\n");
+    ASSIGN_OR_RETURN(rendered, RenderEncodable(chat_template, specials, plain));
+    if (absl::EndsWith(rendered.text, absl::StrCat(kThinkOpen, "\n"))) {
+      absl::StrAppend(&rendered.text, "\n", kThinkClose, "\n\n");
     }
     if (request.forced_tool.has_value()) {
       out.forced_text = ForcedToolCallText(chat_template, *request.forced_tool);
-      out.text += out.forced_text;
+      rendered.text += out.forced_text;
     }
   } else {
-    ASSIGN_OR_RETURN(out.text, chat_template.Render(request));
+    ASSIGN_OR_RETURN(rendered, RenderEncodable(chat_template, specials, request));
   }
-  ASSIGN_OR_RETURN(out.ids, tokenizer.Encode(out.text));
+  ASSIGN_OR_RETURN(out.ids, EncodeRendered(tokenizer, rendered));
+  out.text = std::move(rendered.text);
 
   ChatRequest next = request;
   next.add_generation_prompt = false;
@@ -323,9 +455,9 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
   next.messages.push_back({{"role", "user"}, {"content", options.placeholder_question}});
   // The boundary is a caching hint: if the template rejects the placeholder turns, the request
   // itself is still fine, and no prefix is promised (boundary 0).
-  absl::StatusOr<std::string> next_text = chat_template.Render(next);
+  absl::StatusOr<Encodable> next_text = RenderEncodable(chat_template, specials, next);
   if (!next_text.ok()) return out;
-  ASSIGN_OR_RETURN(std::vector<TokenId> next_ids, tokenizer.Encode(*next_text));
+  ASSIGN_OR_RETURN(std::vector<TokenId> next_ids, EncodeRendered(tokenizer, *next_text));
   const auto mismatch =
       std::mismatch(out.ids.begin(), out.ids.end(), next_ids.begin(), next_ids.end());
   out.stable_boundary = static_cast<size_t>(mismatch.first - out.ids.begin());
@@ -343,9 +475,9 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
     preamble.messages.push_back(m);
   }
   preamble.messages.push_back({{"role", "user"}, {"content", options.placeholder_question}});
-  absl::StatusOr<std::string> preamble_text = chat_template.Render(preamble);
+  absl::StatusOr<Encodable> preamble_text = RenderEncodable(chat_template, specials, preamble);
   if (!preamble_text.ok()) return out;
-  ASSIGN_OR_RETURN(std::vector<TokenId> preamble_ids, tokenizer.Encode(*preamble_text));
+  ASSIGN_OR_RETURN(std::vector<TokenId> preamble_ids, EncodeRendered(tokenizer, *preamble_text));
   const auto shared =
       std::mismatch(out.ids.begin(), out.ids.end(), preamble_ids.begin(), preamble_ids.end());
   out.shared_boundary = static_cast<size_t>(shared.first - out.ids.begin());

@@ -43,6 +43,12 @@ struct ChatRequest {
   // says, a reasoning block the template opens anyway closed empty), so that the answer starts
   // with its content (structured outputs: the JSON value).
   bool without_reasoning = false;
+  // The messages' own text (contents, reasoning, tool-call arguments) is encoded with its
+  // special tokens as text: a file an agent reads that holds "<|im_end|>" stays those
+  // characters instead of closing the turn. The template's own markup keeps its special tokens.
+  // False: every special token's text in the rendered prompt is the token (transformers'
+  // apply_chat_template followed by encoding, which splits nothing).
+  bool special_tokens_as_text = true;
 };
 
 // Parses a request object: {"messages": [...], "tools": [...], "add_generation_prompt": bool,
@@ -144,7 +150,11 @@ std::string ForcedToolCallText(const ChatTemplate& chat_template, std::string_vi
 absl::Status CheckForcedTool(const ChatRequest& request);
 
 // Renders and tokenizes `request` and computes its stable boundary (0 when the template rejects
-// the placeholder turns). With `forced_tool` or `without_reasoning`, the render runs with
+// the placeholder turns). With `special_tokens_as_text`, each special token's text in the
+// messages is wrapped in markers before the render, and the spans the markers enclose in the
+// rendered text are encoded as text (EncodeOptions::literal_spans), the markers removed; a render
+// that loses or splits a marker (a template that escapes or cuts the messages' text) is done
+// again without them. With `forced_tool` or `without_reasoning`, the render runs with
 // enable_thinking false and a reasoning block it still opens ("<think>\n" at its end) is closed
 // empty; with `forced_tool` the text then ends in ForcedToolCallText. Errors: those of
 // CheckForcedTool, ChatTemplate::Render and Tokenizer::Encode for `request` itself.

@@ -392,11 +392,15 @@ absl::StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 4);
   size_t segment_start = 0;
+  size_t span = 0;  // The first literal span that does not end at or before pos.
   for (size_t pos = 0; pos < text.size(); ++pos) {
     if (added_by_first_byte_[static_cast<unsigned char>(text[pos])].empty()) continue;
     const AddedToken* tok = MatchAdded(text, pos);
     if (tok == nullptr) continue;
-    if (tok->special && !options.parse_special) {
+    while (span < options.literal_spans.size() && options.literal_spans[span].second <= pos) ++span;
+    const bool literal = span < options.literal_spans.size() &&
+                         options.literal_spans[span].first < pos + tok->content.size();
+    if (tok->special && (!options.parse_special || literal)) {
       // Text, as in tokenizers (encode_special_tokens): its span is not searched again, so an
       // added token inside it is not matched either.
       pos += tok->content.size() - 1;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -31,6 +32,10 @@ struct EncodeOptions {
   // ordinary text (the `split_special_tokens` behaviour); non-special added tokens still are,
   // except inside the span of a special one (matching stays leftmost-longest over all of them).
   bool parse_special = true;
+  // Byte ranges [first, second) of the text, ascending and disjoint, in which special tokens
+  // are text whatever parse_special says (a chat message's own words: chat_template.h,
+  // RenderPrompt): a special token whose match overlaps one is encoded as ordinary text.
+  std::vector<std::pair<size_t, size_t>> literal_spans;
 };
 
 // An added token from tokenizer.json's `added_tokens`.

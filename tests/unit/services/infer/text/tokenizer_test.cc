@@ -78,12 +78,35 @@ TEST(TokenizerTest, SpecialTokensAreTextWhenParsingIsOff) {
   ASSERT_TRUE(t.ok()) << t.status();
 
   absl::StatusOr<std::vector<TokenId>> ids =
-      (*t)->Encode("<|end|><tool>", EncodeOptions{.parse_special = false});
+      (*t)->Encode("<|end|><tool>", EncodeOptions{.parse_special = false, .literal_spans = {}});
 
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ(ids->back(), 1001);
   EXPECT_GT(ids->size(), 2u);
   EXPECT_EQ(*(*t)->Decode(*ids), "<|end|><tool>");
+}
+
+// Inside a literal span a special token is text, as with parsing off; outside it, and for
+// non-special added tokens, nothing changes. The text around it tokenizes as if the whole were
+// one piece of text (no split at the span's edges).
+TEST(TokenizerTest, SpecialTokensInLiteralSpansAreText) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::string text = "<|end|>ab<|end|>c<tool>";
+  EncodeOptions literal;
+  literal.literal_spans = {{9, 16}, {17, 23}};  // The second <|end|>, then the <tool>.
+
+  absl::StatusOr<std::vector<TokenId>> ids = (*t)->Encode(text, literal);
+  absl::StatusOr<std::vector<TokenId>> first = (*t)->Encode("<|end|>");
+  absl::StatusOr<std::vector<TokenId>> rest =
+      (*t)->Encode("ab<|end|>c", EncodeOptions{.parse_special = false, .literal_spans = {}});
+
+  ASSERT_TRUE(ids.ok() && first.ok() && rest.ok());
+  std::vector<TokenId> expected = *first;
+  expected.insert(expected.end(), rest->begin(), rest->end());
+  expected.push_back(1001);
+  EXPECT_EQ(*ids, expected);
+  EXPECT_EQ(*(*t)->Decode(*ids), text);
 }
 
 // As tokenizers' encode_special_tokens: the added tokens are still matched leftmost-longest, and a
@@ -95,7 +118,7 @@ TEST(TokenizerTest, UnparsedSpecialTokenHidesTheAddedTokensInsideIt) {
   ASSERT_TRUE(t.ok()) << t.status();
 
   absl::StatusOr<std::vector<TokenId>> ids =
-      (*t)->Encode("[<tool>]<tool>", EncodeOptions{.parse_special = false});
+      (*t)->Encode("[<tool>]<tool>", EncodeOptions{.parse_special = false, .literal_spans = {}});
 
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_THAT(*ids, ::testing::Not(::testing::Contains(1002)));
