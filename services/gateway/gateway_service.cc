@@ -1,9 +1,13 @@
 #include "services/gateway/gateway_service.h"
 
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log/log.h"
@@ -190,6 +194,32 @@ void AddDashboardHeaders(HttpResponse* r) {
   r->headers.emplace_back("Cache-Control", "no-store");
 }
 
+// The model object of GET /v1/models and GET /v1/models/{id}.
+Json ModelObject(const ModelEntry& m) {
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "cairn"},
+          {"max_model_len", m.context_length}};
+}
+
+// Returns `s` with its %XX escapes decoded, or nullopt for a malformed escape.
+std::optional<std::string> PercentDecode(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size() || !absl::ascii_isxdigit(s[i + 1]) || !absl::ascii_isxdigit(s[i + 2])) {
+      return std::nullopt;
+    }
+    out += absl::HexStringToBytes(s.substr(i + 1, 2));
+    i += 2;
+  }
+  return out;
+}
+
 // Reads an optional "model" field.
 absl::StatusOr<std::string> ModelField(const Json& body) {
   ASSIGN_OR_RETURN(std::optional<std::string> model, JsonFields(body, "").String("model", 256));
@@ -208,9 +238,15 @@ ErrorRenderer GatewayService::error_renderer() {
   ErrorRendering rendering = options_.errors;
   return [this, rendering](const absl::Status& s, absl::string_view path) {
     HttpResponse r = RenderError(s, path, rendering);
-    metrics_.CountRequest(routes_.contains(path) ? path : "other", r.status);
+    metrics_.CountRequest(RouteLabel(path), r.status);
     return r;
   };
+}
+
+std::string GatewayService::RouteLabel(absl::string_view path) const {
+  if (routes_.contains(path)) return std::string(path);
+  if (absl::StartsWith(path, kModelPrefix)) return kModelRoute;
+  return "other";
 }
 
 void GatewayService::SetHttpStatsSource(std::function<HttpServerStats()> source) {
@@ -250,6 +286,8 @@ void GatewayService::Register(Router* router) {
   });
   router->Add(HttpVerb::get, "/v1/models", {},
               [this](std::shared_ptr<HttpExchange> ex) { Models(ex); });
+  router->AddPrefix(HttpVerb::get, kModelPrefix, {},
+                    [this](std::shared_ptr<HttpExchange> ex) { Model(ex); });
   router->Add(HttpVerb::get, "/metrics", {},
               [this](std::shared_ptr<HttpExchange> ex) { Metrics(ex); });
   for (const auto& [path, asset] : {std::pair<const char*, const char*>{"/", "index.html"},
@@ -271,7 +309,9 @@ void GatewayService::Register(Router* router) {
   AddGenerationRoute(router, "/v1/completions", ParseCompletionRequest);
   AddGenerationRoute(router, "/v1/messages", ParseAnthropicMessagesRequest);
   AddGenerationRoute(router, "/v1/responses", ParseResponsesRequest);
-  for (const Router::Route& route : router->routes()) routes_.insert(route.path);
+  for (const Router::Route& route : router->routes()) {
+    if (!route.prefix) routes_.insert(route.path);
+  }
 }
 
 void GatewayService::AddGenerationRoute(Router* router, std::string path, ParseFn parse) {
@@ -324,14 +364,23 @@ void GatewayService::Health(const std::shared_ptr<HttpExchange>& exchange) {
 
 void GatewayService::Models(const std::shared_ptr<HttpExchange>& exchange) {
   Json data = Json::array();
-  for (const ModelEntry& m : pool_->Models()) {
-    data.push_back({{"id", m.name},
-                    {"object", "model"},
-                    {"created", 0},
-                    {"owned_by", "cairn"},
-                    {"max_model_len", m.context_length}});
-  }
+  for (const ModelEntry& m : pool_->Models()) data.push_back(ModelObject(m));
   Respond(exchange, "/v1/models", JsonResponse({{"object", "list"}, {"data", data}}));
+}
+
+void GatewayService::Model(const std::shared_ptr<HttpExchange>& exchange) {
+  absl::string_view rest = exchange->path().substr(std::strlen(kModelPrefix));
+  // Ids may hold '/' (Hugging Face names); a client may send it escaped.
+  const std::optional<std::string> id = PercentDecode(rest);
+  for (const ModelEntry& m : pool_->Models()) {
+    if (id.has_value() && m.name == *id) {
+      Respond(exchange, kModelRoute, JsonResponse(ModelObject(m)));
+      return;
+    }
+  }
+  // Only the names the daemons serve, also where any name reaches the only model.
+  RespondError(exchange, absl::NotFoundError(absl::StrCat(
+                             "model \"", id.value_or(std::string(rest)), "\" is not served")));
 }
 
 HttpServerStats GatewayService::HttpStats() const {

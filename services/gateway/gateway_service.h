@@ -36,7 +36,8 @@ class GatewayService {
   GatewayService& operator=(const GatewayService&) = delete;
 
   // Adds every route to `router`: GET /health and HEAD / public, the rest behind the keys;
-  // the dashboard (GET /, /dashboard/*) as browser routes (RouteOptions::browser).
+  // the dashboard (GET /, /dashboard/*) as browser routes (RouteOptions::browser). HEAD on a
+  // GET route answers as GET without the body (Router::Find).
   void Register(Router* router);
   // Renders errors for the HTTP server (OpenAI or Anthropic shape by path) and counts them.
   // Call after Register; the renderer must not outlive this object.
@@ -55,6 +56,8 @@ class GatewayService {
 
   void Health(const std::shared_ptr<HttpExchange>& exchange);
   void Models(const std::shared_ptr<HttpExchange>& exchange);
+  // GET /v1/models/{id}: the model object of a served model's id, else 404.
+  void Model(const std::shared_ptr<HttpExchange>& exchange);
   void Metrics(const std::shared_ptr<HttpExchange>& exchange);
   void DashboardAsset(const std::shared_ptr<HttpExchange>& exchange, const std::string& route,
                       const std::string& asset);
@@ -62,6 +65,14 @@ class GatewayService {
   void Tokenize(const std::shared_ptr<HttpExchange>& exchange);
   void Detokenize(const std::shared_ptr<HttpExchange>& exchange);
   void CountTokens(const std::shared_ptr<HttpExchange>& exchange);
+
+  // The `route` label of a request for `path` in the metrics: a registered path, the model
+  // route's pattern, or "other" (the label set stays bounded whatever paths clients send).
+  std::string RouteLabel(absl::string_view path) const;
+
+  // GET /v1/models/{id} is a prefix route; its label in the metrics is kModelRoute.
+  static constexpr char kModelPrefix[] = "/v1/models/";
+  static constexpr char kModelRoute[] = "/v1/models/{id}";
 
   HttpServerStats HttpStats() const ABSL_LOCKS_EXCLUDED(mu_);
   // Answers and counts the request in the metrics.

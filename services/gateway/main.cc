@@ -89,6 +89,10 @@ int Run(int argc, char** argv) {
             0, kNoMax);
   flags.Add("drain-timeout", &http.drain_timeout, "how long SIGTERM lets requests finish",
             absl::ZeroDuration());
+  flags.Add("linger-timeout", &http.linger_timeout,
+            "how long a connection refused before its body was read drops what the client "
+            "still sends before it closes (so that the client reads the answer)",
+            absl::ZeroDuration());
   flags.Add("retry-after", &http.retry_after_seconds, "Retry-After seconds on 429 and 503", 0,
             kNoMax);
   flags.Add("sse-ping-interval", &service_options.sse_ping_interval,

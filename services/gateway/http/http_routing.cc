@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "boost/asio/ip/address.hpp"
 #include "boost/beast/core/error.hpp"
+#include "boost/beast/http/verb.hpp"
 #include "common/status/check.h"
 #include "services/gateway/http/http_server.h"
 
@@ -101,20 +103,71 @@ bool IsLoopbackHost(absl::string_view host) {
   return !ec && address.is_v4() && address.is_loopback();
 }
 
+bool IsLoopbackOrigin(absl::string_view origin) {
+  origin = absl::StripAsciiWhitespace(origin);
+  const size_t scheme_end = origin.find("://");
+  if (scheme_end == absl::string_view::npos) return false;  // "null", or not an origin.
+  const absl::string_view scheme = origin.substr(0, scheme_end);
+  if (!absl::EqualsIgnoreCase(scheme, "http") && !absl::EqualsIgnoreCase(scheme, "https")) {
+    return false;
+  }
+  const absl::string_view host = origin.substr(scheme_end + 3);
+  // An origin is scheme://host[:port], nothing more.
+  if (host.find_first_of("/?#@") != absl::string_view::npos) return false;
+  return IsLoopbackHost(host);
+}
+
 void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {
   // GW1: deny by default; only the health check and the root probe may go without a key.
   CAIRN_CHECK(!options.public_route || path == "/health" || path == "/");
   routes_.push_back(Route{verb, std::move(path), options, std::move(handler)});
 }
 
+void Router::AddPrefix(HttpVerb verb, std::string prefix, RouteOptions options,
+                       HttpHandler handler) {
+  CAIRN_CHECK(!options.public_route && absl::EndsWith(prefix, "/"));
+  routes_.push_back(Route{verb, std::move(prefix), options, std::move(handler), /*prefix=*/true});
+}
+
+namespace {
+
+bool Serves(const Router::Route& r, absl::string_view path) {
+  return r.prefix ? absl::StartsWith(path, r.path) : r.path == path;
+}
+
+}  // namespace
+
 const Router::Route* Router::Find(HttpVerb verb, absl::string_view path, bool* path_known) const {
   *path_known = false;
+  const Route* found = nullptr;
+  const Route* get = nullptr;  // HEAD's fallback.
   for (const Route& r : routes_) {
-    if (r.path != path) continue;
+    if (!Serves(r, path)) continue;
     *path_known = true;
-    if (r.verb == verb) return &r;
+    // An exact route wins over a prefix route of the same verb.
+    if (r.verb == verb && (found == nullptr || found->prefix)) found = &r;
+    if (r.verb == HttpVerb::get && (get == nullptr || get->prefix)) get = &r;
   }
-  return nullptr;
+  if (found == nullptr && verb == HttpVerb::head) found = get;
+  return found;
+}
+
+std::string Router::AllowedMethods(absl::string_view path) const {
+  std::vector<HttpVerb> verbs;
+  for (const Route& r : routes_) {
+    if (Serves(r, path) && std::find(verbs.begin(), verbs.end(), r.verb) == verbs.end()) {
+      verbs.push_back(r.verb);
+    }
+  }
+  const bool get = std::find(verbs.begin(), verbs.end(), HttpVerb::get) != verbs.end();
+  if (get && std::find(verbs.begin(), verbs.end(), HttpVerb::head) == verbs.end()) {
+    verbs.push_back(HttpVerb::head);
+  }
+  std::string allowed;
+  for (HttpVerb v : verbs) {
+    absl::StrAppend(&allowed, allowed.empty() ? "" : ", ", std::string(beast::http::to_string(v)));
+  }
+  return allowed;
 }
 
 }  // namespace cairn::gateway

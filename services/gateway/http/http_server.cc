@@ -1,6 +1,7 @@
 #include "services/gateway/http/http_server.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <exception>
 #include <optional>
@@ -156,9 +157,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   // Answers 503 at once and closes (connection cap).
   void RejectBusy() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      self->keep_alive_ = false;
-      self->exchange_active_ = true;
-      self->current_path_ = "/";
+      self->BeginUnreadExchange("/");
       self->SendWhole(self->BusyResponse(absl::UnavailableError("too many connections")));
     });
   }
@@ -197,13 +196,12 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   void StartStream(uint64_t seq, std::string content_type) {
     if (!IsCurrent(seq) || response_started_) return;
     response_started_ = true;
-    auto header =
-        std::make_unique<http::response<http::empty_body>>(http::status::ok, request_.version());
+    auto header = std::make_unique<http::response<http::empty_body>>(http::status::ok, version_);
     header->set(http::field::content_type, content_type);
     header->set(http::field::cache_control, "no-cache");
     header->keep_alive(keep_alive_);
     // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
-    chunked_ = request_.version() >= 11;
+    chunked_ = version_ >= 11;
     if (chunked_) {
       header->chunked(true);
     } else {
@@ -293,15 +291,25 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
                             beast::bind_front_handler(&Session::OnHeader, shared_from_this()));
   }
 
-  // The header is in (and within the limits): a client waiting for "100 Continue" (curl does
-  // for large bodies) gets it, then the body is read.
+  // The header is in (and within the limits). Whatever can refuse the request without its
+  // body is decided now (Admit), and a refused request is answered at once, its body never
+  // read. A client waiting for "100 Continue" (curl does for large bodies) gets it only once
+  // the request is admitted; then the body is read.
   void OnHeader(beast::error_code ec, size_t bytes) {
-    if (ec || parser_->is_done()) {
+    if (ec) {
       OnRead(ec, bytes);
       return;
     }
-    auto expect = parser_->get().find(http::field::expect);
-    if (expect != parser_->get().end() &&
+    const HttpRequest& header = parser_->get();
+    BeginExchange(header);
+    route_ = Admit(header);
+    if (route_ == nullptr) return;  // Answered.
+    if (parser_->is_done()) {
+      OnRead(ec, bytes);
+      return;
+    }
+    auto expect = header.find(http::field::expect);
+    if (expect != header.end() &&
         absl::EqualsIgnoreCase(absl::string_view(expect->value().data(), expect->value().size()),
                                "100-continue")) {
       static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -323,6 +331,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
   }
 
+  // The request is read whole, or reading it failed: before its header was in (no exchange
+  // has begun) or while its body was read (the exchange begun at OnHeader is answered).
   void OnRead(beast::error_code ec, size_t /*bytes*/) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
@@ -330,39 +340,48 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       Close();
       return;
     }
-    keep_alive_ = false;  // Errors below close the connection.
-    exchange_active_ = true;
-    current_path_ = "/";
-    if (ec == http::error::body_limit) {
-      // Sent as soon as the header shows the size (GW3), the body is never read.
-      SendWhole(state_->RenderError(WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
-                                                       "request body exceeds the limit of ",
-                                                       state_->options().max_body_bytes, " bytes")),
-                                                   413),
-                                    RequestPath()));
-      return;
-    }
-    if (ec == http::error::header_limit) {
-      SendWhole(state_->RenderError(
-          WithHttpStatus(absl::InvalidArgumentError("request headers are too large"), 431), "/"));
-      return;
-    }
     if (ec) {
-      SendWhole(state_->RenderError(
-          absl::InvalidArgumentError(absl::StrCat("malformed HTTP request: ", ec.message())), "/"));
+      // Errors answer for the request being read, never for the one before it (a HEAD), in
+      // the shape of its path where its header shows it; the connection closes after them.
+      if (!exchange_active_) BeginUnreadExchange(RequestPath());
+      keep_alive_ = false;
+      linger_ = true;
+      if (ec == http::error::body_limit) {
+        // Sent as soon as the header shows the size (GW3), the body is never read.
+        SendWhole(
+            state_->RenderError(WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
+                                                   "request body exceeds the limit of ",
+                                                   state_->options().max_body_bytes, " bytes")),
+                                               413),
+                                current_path_));
+      } else if (ec == http::error::header_limit) {
+        SendWhole(state_->RenderError(
+            WithHttpStatus(absl::InvalidArgumentError("request headers are too large"), 431),
+            current_path_));
+      } else {
+        SendWhole(state_->RenderError(
+            absl::InvalidArgumentError(absl::StrCat("malformed HTTP request: ", ec.message())),
+            current_path_));
+      }
       return;
     }
     request_ = parser_->release();
     parser_.reset();
+    body_unread_ = false;
     keep_alive_ = request_.keep_alive();
-    Dispatch();
+    StartWatch();
+    auto exchange = MakeExchange();
+    const HttpHandler& handler = route_->handler;
+    RunGuarded([&] { handler(exchange); });
   }
 
+  // The path of the request being read ("/" before its target is known).
   std::string RequestPath() const {
     if (!parser_.has_value()) return "/";
     const auto& req = parser_->get();
     absl::string_view target(req.target().data(), req.target().size());
-    return std::string(target.substr(0, target.find('?')));
+    target = target.substr(0, target.find('?'));
+    return target.empty() ? "/" : std::string(target);
   }
 
   HttpResponse BusyResponse(const absl::Status& s) {
@@ -373,7 +392,9 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     return r;
   }
 
-  void Dispatch() {
+  // Begins the exchange of the request whose header is `header`: every per-request field is
+  // set from it, so that nothing of the request before (a HEAD, say) shapes this answer.
+  void BeginExchange(const HttpRequest& header) {
     ++current_seq_;
     exchange_active_ = true;
     response_started_ = false;
@@ -382,66 +403,118 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     header_serializer_.reset();
     state_->ExchangeStarted();
     counted_exchange_ = true;
-    absl::string_view target(request_.target().data(), request_.target().size());
+    absl::string_view target(header.target().data(), header.target().size());
     current_path_ = std::string(target.substr(0, target.find('?')));
+    head_ = header.method() == http::verb::head;
+    version_ = header.version();
+    keep_alive_ = header.keep_alive();
+    body_unread_ = !parser_->is_done();
+    linger_ = false;
+  }
 
+  // Begins an exchange that answers without a request header (the connection cap, a header
+  // too large or malformed): HTTP/1.1, not HEAD, and the connection closes after it.
+  void BeginUnreadExchange(std::string path) {
+    exchange_active_ = true;
+    response_started_ = false;
+    current_path_ = std::move(path);
+    head_ = false;
+    version_ = 11;
+    keep_alive_ = false;
+    linger_ = true;
+  }
+
+  // Returns the route that will answer the request whose header is `header`, or nullptr
+  // once the request is answered (refused: draining, no route, wrong method, no key, a
+  // foreign Host or Origin without keys, admission).
+  const Router::Route* Admit(const HttpRequest& header) {
     if (state_->draining()) {
       keep_alive_ = false;
-      SendWhole(BusyResponse(absl::UnavailableError("the gateway is shutting down")));
-      return;
+      Refuse(BusyResponse(absl::UnavailableError("the gateway is shutting down")));
+      return nullptr;
     }
     bool path_known = false;
-    const Router::Route* route =
-        state_->router().Find(request_.method(), current_path_, &path_known);
-    if (route == nullptr) {
-      SendWhole(state_->RenderError(
-          path_known ? WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
-                                          "method ", std::string(request_.method_string()),
-                                          " not allowed on ", current_path_)),
-                                      405)
-                     : absl::NotFoundError(absl::StrCat("no route ", current_path_)),
-          current_path_));
-      return;
+    const Router::Route* route = state_->router().Find(header.method(), current_path_, &path_known);
+    if (route == nullptr && path_known) {
+      HttpResponse r =
+          state_->RenderError(WithHttpStatus(absl::InvalidArgumentError(absl::StrCat(
+                                                 "method ", std::string(header.method_string()),
+                                                 " not allowed on ", current_path_)),
+                                             405),
+                              current_path_);
+      r.headers.emplace_back("Allow", state_->router().AllowedMethods(current_path_));
+      Refuse(std::move(r));
+      return nullptr;
     }
-    if (!route->options.public_route && !state_->options().api_keys.empty() &&
-        !Authorized(route->options.browser)) {
+    if (route == nullptr) {
+      Refuse(state_->RenderError(absl::NotFoundError(absl::StrCat("no route ", current_path_)),
+                                 current_path_));
+      return nullptr;
+    }
+    const bool keys = !state_->options().api_keys.empty();
+    if (keys && !route->options.public_route && !Authorized(header, route->options.browser)) {
       HttpResponse r = state_->RenderError(
           absl::UnauthenticatedError("missing or invalid API key (Authorization: Bearer KEY)"),
           current_path_);
       if (route->options.browser) {
         r.headers.emplace_back("WWW-Authenticate", "Basic realm=\"cairn\", charset=\"UTF-8\"");
       }
-      SendWhole(std::move(r));
-      return;
+      Refuse(std::move(r));
+      return nullptr;
     }
-    if (route->options.browser && state_->options().api_keys.empty() && !LoopbackHost()) {
-      SendWhole(state_->RenderError(
-          absl::PermissionDeniedError("without API keys this page answers only a loopback Host "
-                                      "(localhost, 127.0.0.1 or [::1])"),
+    // Without keys the listener is on loopback (Start refuses anything else): only what a
+    // local client sends is answered, never what a web page makes a browser send.
+    if (!keys && !HeaderIs(header, http::field::host, IsLoopbackHost)) {
+      Refuse(state_->RenderError(
+          absl::PermissionDeniedError(
+              "without API keys the gateway answers only requests whose Host is a loopback name "
+              "(localhost, 127.0.0.1 or [::1]); use --api-key-file to serve other names"),
           current_path_));
-      return;
+      return nullptr;
+    }
+    if (!keys && !HeaderIs(header, http::field::origin, IsLoopbackOrigin)) {
+      Refuse(state_->RenderError(
+          absl::PermissionDeniedError(
+              "without API keys the gateway refuses requests from web pages of other origins "
+              "(the Origin header names a host other than localhost, 127.0.0.1 or [::1])"),
+          current_path_));
+      return nullptr;
     }
     if (route->options.admission) {
       int64_t now = ++state_->inflight;
       admitted_ = true;
       if (now > state_->options().max_inflight) {
-        SendWhole(BusyResponse(absl::UnavailableError(absl::StrCat(
+        Refuse(BusyResponse(absl::UnavailableError(absl::StrCat(
             "server busy: ", state_->options().max_inflight, " requests in progress"))));
-        return;
+        return nullptr;
       }
     }
-    StartWatch();
-    auto exchange = MakeExchange();
-    const HttpHandler& handler = route->handler;
-    RunGuarded([&] { handler(exchange); });
+    return route;
+  }
+
+  // Answers a request refused at its header. Its body is never read, so a connection whose
+  // request has one closes after the answer (lingering: see Linger).
+  void Refuse(HttpResponse r) {
+    if (body_unread_) {
+      keep_alive_ = false;
+      linger_ = true;
+    }
+    SendWhole(std::move(r));
+  }
+
+  // Returns true if `header` has no `field`, or one whose value `ok` accepts.
+  static bool HeaderIs(const HttpRequest& header, http::field field,
+                       bool (*ok)(absl::string_view)) {
+    auto it = header.find(field);
+    return it == header.end() || ok(absl::string_view(it->value().data(), it->value().size()));
   }
 
   // `basic`: the key may also be a Basic authentication password (browser routes).
-  bool Authorized(bool basic) const {
+  bool Authorized(const HttpRequest& header, bool basic) const {
     absl::string_view presented;
     std::string password;
-    auto auth = request_.find(http::field::authorization);
-    if (auth != request_.end()) {
+    auto auth = header.find(http::field::authorization);
+    if (auth != header.end()) {
       absl::string_view v(auth->value().data(), auth->value().size());
       if (v.size() > 7 && absl::EqualsIgnoreCase(v.substr(0, 7), "bearer ")) {
         presented = absl::StripAsciiWhitespace(v.substr(7));
@@ -451,16 +524,10 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       }
     }
     if (presented.empty()) {
-      auto x = request_.find("x-api-key");  // Anthropic clients send this header.
-      if (x != request_.end()) presented = absl::string_view(x->value().data(), x->value().size());
+      auto x = header.find("x-api-key");  // Anthropic clients send this header.
+      if (x != header.end()) presented = absl::string_view(x->value().data(), x->value().size());
     }
     return !presented.empty() && ApiKeyMatches(presented, state_->options().api_keys);
-  }
-
-  bool LoopbackHost() const {
-    auto host = request_.find(http::field::host);
-    return host != request_.end() &&
-           IsLoopbackHost(absl::string_view(host->value().data(), host->value().size()));
   }
 
   std::shared_ptr<HttpExchange> MakeExchange();
@@ -509,13 +576,13 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   void SendWhole(HttpResponse r) {
     response_started_ = true;
     auto res = std::make_unique<http::response<http::string_body>>(
-        static_cast<http::status>(r.status), request_.version() == 0 ? 11 : request_.version());
+        static_cast<http::status>(r.status), version_ == 0 ? 11 : version_);
     res->set(http::field::server, "cairn-gateway");
     if (!r.content_type.empty()) res->set(http::field::content_type, r.content_type);
     for (auto& [name, value] : r.headers) res->set(name, value);
     if (state_->draining()) keep_alive_ = false;
     res->keep_alive(keep_alive_);
-    const bool head = request_.method() == http::verb::head;
+    const bool head = head_;
     if (head) {
       res->content_length(r.body.size());
     } else {
@@ -628,7 +695,11 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       state_->ExchangeEnded();
     }
     if (!reuse || state_->draining()) {
-      Close();
+      if (linger_ && !client_gone_) {
+        Linger();
+      } else {
+        Close();
+      }
       return;
     }
     if (watching_) {
@@ -638,6 +709,30 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       return;
     }
     DoRead();
+  }
+
+  // Closes a connection answered before its request was read whole: the send side is shut
+  // (the answer ends there for the client), then what the client still sends is read and
+  // dropped until it closes or linger_timeout passes. Closing a socket with unread bytes
+  // resets the connection, and a reset can destroy the answer before the client has read it.
+  // REQUIRES: no exchange is active.
+  void Linger() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(absl::ToChronoMilliseconds(state_->options().linger_timeout));
+    LingerRead();
+  }
+  void LingerRead() {
+    stream_.async_read_some(net::buffer(linger_buffer_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) {
+                                self->stream_.close();
+                              } else {
+                                self->LingerRead();
+                              }
+                            });
   }
 
   void Close() {
@@ -662,8 +757,15 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   absl::Duration heartbeat_interval_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  HttpRequest request_;
+  HttpRequest request_;                   // The request whose handler runs (valid once read whole).
+  const Router::Route* route_ = nullptr;  // Its route, from its header; owned by the router.
   std::string current_path_;
+  // Of the request being answered, set from its header (or for an answer without one).
+  bool head_ = false;         // HEAD: the answer goes without its body.
+  unsigned version_ = 11;     // Its HTTP version (10 or 11).
+  bool body_unread_ = false;  // Its body has not been read (it was refused at the header).
+  bool linger_ = false;       // Answered before it was read whole: Linger() instead of Close().
+  std::array<char, 4096> linger_buffer_;
   uint64_t current_seq_ = 0;
   bool exchange_active_ = false;
   bool counted_exchange_ = false;

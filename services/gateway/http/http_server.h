@@ -5,6 +5,10 @@
 // threads, one strand per connection, no thread per connection. It knows HTTP only: routing,
 // keep-alive, size limits, timeouts, API keys, bounded admission and a graceful drain. What a
 // route means and how errors are shaped belong to the handlers and the ErrorRenderer.
+//
+// Everything that can refuse a request without its body (the route, the method, the API key,
+// the Host and Origin checks, admission, a drain) is decided once its header is in, and a
+// refused request is answered before its body is read (and without "100 Continue").
 
 #include <atomic>
 #include <cstdint>
@@ -82,6 +86,10 @@ class HttpExchange {
 
 using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 
+// Without keys (the listener is then on loopback), every route answers only requests whose
+// Host header, when present, names a loopback host, and whose Origin header, when present, is
+// a loopback origin (403 otherwise): a web page can neither reach the API through DNS
+// rebinding nor send it requests from its own origin (a form's or fetch's cross-site POST).
 struct RouteOptions {
   // Needs no API key. Only "/health" and "/" may be public (GW1: deny by default); the
   // router aborts on any other public route.
@@ -90,8 +98,6 @@ struct RouteOptions {
   // A page a browser opens (the dashboard). With keys, the key may also come as the password
   // of HTTP Basic authentication (any user name), and a 401 asks the browser for it
   // (WWW-Authenticate), since a browser cannot add a Bearer header to a page it navigates to.
-  // Without keys (a loopback listener), only requests whose Host is a loopback name are
-  // answered (403 otherwise), so that a web page cannot read it through DNS rebinding.
   bool browser = false;
 };
 
@@ -103,11 +109,19 @@ class Router {
     std::string path;
     RouteOptions options;
     HttpHandler handler;
+    bool prefix = false;  // `path` ends in '/' and the route serves every path under it.
   };
   void Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler);
-  // Returns the route for `verb` and `path`, or nullptr. Sets `*path_known` when another
-  // verb is registered for `path` (405 rather than 404).
+  // Adds a route for every path that starts with `prefix` (which ends in '/'): "/v1/models/"
+  // serves "/v1/models/ID", and the handler reads the rest of the path. Exact routes win.
+  void AddPrefix(HttpVerb verb, std::string prefix, RouteOptions options, HttpHandler handler);
+  // Returns the route for `verb` and `path`, or nullptr. HEAD finds the GET route where no HEAD
+  // route is registered (the server answers it as GET, without the body). Sets `*path_known`
+  // when another verb is registered for `path` (405 rather than 404).
   const Route* Find(HttpVerb verb, absl::string_view path, bool* path_known) const;
+  // Returns the methods registered for `path`, as a 405's Allow header lists them ("GET, HEAD";
+  // HEAD wherever GET is), or "" when none is.
+  std::string AllowedMethods(absl::string_view path) const;
   const std::vector<Route>& routes() const { return routes_; }
 
  private:
@@ -131,6 +145,11 @@ struct HttpServerOptions {
   // tcp_wmem maximum, 4 MiB by default). A client that stops reading holds at most this much
   // kernel memory before its writes stall and --write-timeout ends it.
   int socket_send_buffer_bytes = 256 << 10;
+  // How long a connection answered before its request was read whole (a refusal at header
+  // time, a 413) keeps reading and dropping what the client still sends before it closes:
+  // closing with unread bytes resets the connection, which can destroy the answer before the
+  // client reads it.
+  absl::Duration linger_timeout = absl::Seconds(2);
   std::vector<std::string> api_keys;  // Empty: no keys (loopback only).
 };
 
@@ -188,6 +207,11 @@ std::string BasicAuthPassword(absl::string_view authorization);
 // Returns true if the Host header value `host` names the loopback interface ("localhost",
 // "127.0.0.1", "[::1]", with or without a port).
 bool IsLoopbackHost(absl::string_view host);
+
+// Returns true if the Origin header value `origin` is an http or https origin on a loopback
+// host ("http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080"); false for any other
+// origin, "null" included.
+bool IsLoopbackOrigin(absl::string_view origin);
 
 }  // namespace cairn::gateway
 

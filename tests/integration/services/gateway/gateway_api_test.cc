@@ -370,6 +370,27 @@ TEST(GatewayApiTest, ModelsTokenizeDetokenizeAndMetrics) {
   EXPECT_NE(metrics.body.find("cairn_gateway_ttft_ms_bucket{le=\"10\"} 1"), std::string::npos);
 }
 
+TEST(GatewayApiTest, ModelByIdIsTheServedModelsObjectElse404) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult served = client.Get("/v1/models/fake-model");
+  HttpResult escaped = client.Get("/v1/models/fake%2Dmodel");
+  HttpResult other = client.Get("/v1/models/gpt-4o");
+  HttpResult metrics = client.Get("/metrics");
+
+  ASSERT_EQ(served.status, 200) << served.body;
+  EXPECT_EQ(served.json(), client.Get("/v1/models").json()["data"][0]);
+  EXPECT_EQ(served.json()["object"], "model");
+  EXPECT_EQ(escaped.status, 200) << escaped.body;
+  EXPECT_EQ(other.status, 404);
+  EXPECT_EQ(other.json()["error"]["type"], "not_found_error") << other.body;
+  EXPECT_NE(
+      metrics.body.find("cairn_gateway_requests_total{route=\"/v1/models/{id}\",status=\"404\"} 1"),
+      std::string::npos)
+      << metrics.body;
+}
+
 TEST(GatewayApiTest, AnAnswerTooLargeForTheChannelIsNotAskedToBeRetried) {
   GatewayHarness h;
   HttpTestClient client(h.port());

@@ -86,7 +86,7 @@ TEST(GatewayHttpTest, OversizedBodyGets413BeforeTheBodyIsSent) {
 
   // Only the head is sent: the answer must come without the 10 MB body.
   HttpResult r = client.Raw(
-      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
       "Content-Length: 10000000\r\n\r\n");
 
   EXPECT_EQ(r.status, 413) << r.error;
@@ -98,10 +98,10 @@ TEST(GatewayHttpTest, ExpectContinueGetsAnInterimAnswerThenTheResponse) {
   GatewayHarness h;
   const std::string body = kChat;
   HttpTestClient raw(h.port());
-  HttpResult interim = raw.Raw(
-      absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                   "Content-Type: application/json\r\nContent-Length: ",
-                   body.size(), "\r\n\r\n", body));
+  HttpResult interim = raw.Raw(absl::StrCat(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+      "Content-Type: application/json\r\nContent-Length: ",
+      body.size(), "\r\n\r\n", body));
   HttpResult final = raw.ReadResponse();
 
   EXPECT_EQ(interim.status, 100) << interim.error;
@@ -121,6 +121,174 @@ TEST(GatewayHttpTest, Http10StreamsEndByClosingTheConnection) {
   EXPECT_EQ(r.headers.count("transfer-encoding"), 0u);
   EXPECT_TRUE(absl::StrContains(r.body, "data: [DONE]")) << r.body;
   EXPECT_FALSE(client.connected());
+}
+
+// The head of a POST announcing a megabyte body that never comes: only an answer given before
+// the body is read arrives within the client's deadline (the server would wait its read
+// timeout for the body).
+std::string HeadOnly(const std::string& path, const std::string& headers = "") {
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n", headers,
+                      "Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n");
+}
+
+TEST(GatewayHttpTest, RefusedRequestsAreAnsweredBeforeTheirBody) {
+  HarnessOptions options;
+  options.http.api_keys = {"secret-key"};
+  options.http.read_timeout = absl::Seconds(30);
+  GatewayHarness h(options);
+  const absl::Duration deadline = absl::Seconds(3);
+
+  HttpResult no_key = HttpTestClient(h.port(), deadline).Raw(HeadOnly("/v1/chat/completions"));
+  HttpResult no_route = HttpTestClient(h.port(), deadline).Raw(HeadOnly("/v1/nothing"));
+  HttpResult wrong_method = HttpTestClient(h.port(), deadline).Raw(HeadOnly("/v1/models"));
+
+  EXPECT_EQ(no_key.status, 401) << no_key.error;
+  EXPECT_EQ(no_route.status, 404) << no_route.error;
+  EXPECT_EQ(wrong_method.status, 405) << wrong_method.error;
+  EXPECT_EQ(no_key.headers["connection"], "close");
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
+// The answer is sent while the client is still sending its body; the server reads and drops
+// the rest before it closes, since closing with unread bytes would reset the connection and
+// could destroy the answer before the client reads it.
+TEST(GatewayHttpTest, AClientStillSendingARefusedBodyReadsTheAnswer) {
+  HarnessOptions options;
+  options.http.api_keys = {"secret-key"};
+  GatewayHarness h(options);
+  const std::string body = absl::StrCat(R"({"messages":[{"role":"user","content":")",
+                                        std::string(4 << 20, 'a'), R"("}]})");
+
+  for (int i = 0; i < 3; ++i) {
+    HttpResult r = HttpTestClient(h.port()).Post("/v1/chat/completions", body);
+
+    EXPECT_EQ(r.status, 401) << i << " " << r.error;
+  }
+}
+
+TEST(GatewayHttpTest, ARefusedRequestGetsNo100Continue) {
+  HarnessOptions options;
+  options.http.api_keys = {"secret-key"};
+  GatewayHarness h(options);
+  HttpTestClient client(h.port(), absl::Seconds(3));
+
+  HttpResult r = client.Raw(HeadOnly("/v1/chat/completions", "Expect: 100-continue\r\n"));
+
+  EXPECT_EQ(r.status, 401) << r.error;
+  EXPECT_EQ(r.json()["error"]["type"], "authentication_error") << r.body;
+}
+
+TEST(GatewayHttpTest, AdmissionRefusesBeforeTheBody) {
+  HarnessOptions options;
+  options.http.max_inflight = 1;
+  options.http.read_timeout = absl::Seconds(30);
+  GatewayHarness h(options);
+  h.fake().SetScript(HangAfterStart);
+  HttpTestClient first(h.port());
+  ASSERT_FALSE(first.StartStream("/v1/chat/completions", kStreamChat, 1).empty());
+  ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline));
+
+  HttpResult second =
+      HttpTestClient(h.port(), absl::Seconds(3)).Raw(HeadOnly("/v1/chat/completions"));
+
+  EXPECT_EQ(second.status, 503) << second.error;
+  EXPECT_EQ(second.headers["retry-after"], "1");
+  first.Close();
+}
+
+TEST(GatewayHttpTest, AHeadRequestLeavesTheNextErrorItsBody) {
+  GatewayHarness h;
+  HttpTestClient client(h.port(), absl::Seconds(3));
+  ASSERT_EQ(client.Request(http::verb::head, "/").status, 200);
+  ASSERT_TRUE(client.connected());
+
+  HttpResult r = client.Raw("NOT A REQUEST\r\n\r\n");
+
+  EXPECT_EQ(r.status, 400) << r.error;
+  EXPECT_TRUE(r.json()["error"].is_object()) << r.body;
+}
+
+TEST(GatewayHttpTest, HttpLayerErrorsTakeTheShapeOfTheRequestsPath) {
+  HarnessOptions options;
+  options.http.max_header_bytes = 2048;
+  GatewayHarness h(options);
+
+  HttpResult big =
+      HttpTestClient(h.port()).Get("/v1/messages", {{"X-Big", std::string(8192, 'a')}});
+  HttpResult malformed = HttpTestClient(h.port()).Raw(
+      "POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Length: many\r\n\r\n");
+  HttpResult openai =
+      HttpTestClient(h.port()).Get("/v1/models", {{"X-Big", std::string(8192, 'a')}});
+
+  EXPECT_EQ(big.status, 431) << big.error;
+  EXPECT_EQ(big.json()["type"], "error") << big.body;
+  EXPECT_EQ(malformed.status, 400) << malformed.error;
+  EXPECT_EQ(malformed.json()["type"], "error") << malformed.body;
+  EXPECT_EQ(malformed.json()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(openai.status, 431);
+  EXPECT_TRUE(openai.json()["error"].is_object()) << openai.body;
+}
+
+TEST(GatewayHttpTest, WithoutKeysForeignHostsAndOriginsAreRefused) {
+  GatewayHarness h;
+  auto post = [&](std::map<std::string, std::string> headers) {
+    return HttpTestClient(h.port()).Post("/v1/chat/completions", kChat, headers);
+  };
+
+  HttpResult rebound = post({{"Host", "attacker.example:8080"}});
+  HttpResult cross_site = post({{"Origin", "https://attacker.example"}});
+  HttpResult sandboxed = post({{"Origin", "null"}});
+  HttpResult rebound_health =
+      HttpTestClient(h.port()).Get("/health", {{"Host", "attacker.example"}});
+  HttpResult local_page = post({{"Origin", "http://localhost:3000"}});
+  HttpResult local = post({{"Host", "localhost:8080"}});
+
+  EXPECT_EQ(rebound.status, 403) << rebound.body;
+  EXPECT_NE(rebound.json()["error"]["message"].get<std::string>().find("Host"), std::string::npos);
+  EXPECT_EQ(cross_site.status, 403) << cross_site.body;
+  EXPECT_NE(cross_site.json()["error"]["message"].get<std::string>().find("Origin"),
+            std::string::npos);
+  EXPECT_EQ(sandboxed.status, 403);
+  EXPECT_EQ(rebound_health.status, 403);
+  EXPECT_EQ(local_page.status, 200) << local_page.body;
+  EXPECT_EQ(local.status, 200) << local.body;
+  EXPECT_EQ(h.fake().generate_calls(), 2);
+}
+
+TEST(GatewayHttpTest, WithKeysTheKeyDecidesWhateverTheHostOrOrigin) {
+  HarnessOptions options;
+  options.http.api_keys = {"secret-key"};
+  GatewayHarness h(options);
+
+  HttpResult r = HttpTestClient(h.port()).Post("/v1/chat/completions", kChat,
+                                               {{"Host", "gateway.example"},
+                                                {"Origin", "https://app.example"},
+                                                {"Authorization", "Bearer secret-key"}});
+
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST(GatewayHttpTest, HeadOnGetRoutesAnswersWithoutTheBodyAnd405SaysWhatIsAllowed) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult health = client.Request(http::verb::head, "/health");
+  HttpResult models = client.Request(http::verb::head, "/v1/models");
+  HttpResult post_models = client.Post("/v1/models", "{}");
+  HttpResult get_chat = client.Get("/v1/chat/completions");
+  HttpResult get_models = client.Get("/v1/models");
+
+  EXPECT_EQ(health.status, 200) << health.error;
+  EXPECT_TRUE(health.body.empty());
+  EXPECT_EQ(models.status, 200) << models.error;
+  EXPECT_EQ(models.headers["content-length"], get_models.headers["content-length"]);
+  EXPECT_TRUE(models.body.empty());
+  EXPECT_EQ(post_models.status, 405);
+  EXPECT_EQ(post_models.headers["allow"], "GET, HEAD");
+  EXPECT_EQ(get_chat.status, 405);
+  EXPECT_EQ(get_chat.headers["allow"], "POST");
+  EXPECT_TRUE(client.connected());
 }
 
 TEST(GatewayHttpTest, OversizedHeadersGet431) {

@@ -74,10 +74,11 @@ static beast::error_code RunWithTimeout(net::io_context& ioc, absl::Duration tim
   return result;
 }
 
-HttpResult HttpTestClient::ReadResponse() {
+HttpResult HttpTestClient::ReadResponse(bool head) {
   HttpResult r;
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 << 20);
+  parser.skip(head);
   stream_->expires_after(absl::ToChronoMilliseconds(timeout_));
   beast::error_code ec = RunWithTimeout(
       ioc_, timeout_, [&](auto handler) { http::async_read(*stream_, buffer_, parser, handler); });
@@ -119,7 +120,7 @@ HttpResult HttpTestClient::Request(http::verb verb, const std::string& target,
     Close();
     return r;
   }
-  return ReadResponse();
+  return ReadResponse(verb == http::verb::head);
 }
 
 HttpResult HttpTestClient::Raw(const std::string& bytes) {

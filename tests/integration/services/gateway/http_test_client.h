@@ -54,8 +54,9 @@ class HttpTestClient {
 
   // Sends raw bytes and returns whatever response comes back (for malformed requests).
   HttpResult Raw(const std::string& bytes);
-  // Reads one more response on the connection (after an interim 100 Continue, say).
-  HttpResult ReadResponse();
+  // Reads one more response on the connection (after an interim 100 Continue, say); `head`:
+  // the answer to a HEAD request, which has no body whatever its Content-Length says.
+  HttpResult ReadResponse(bool head = false);
   // Sends the head of a streaming request and reads until `min_bytes` of body arrived;
   // returns the bytes read. The connection stays open (Close() drops it).
   std::string StartStream(const std::string& target, const std::string& body, size_t min_bytes);

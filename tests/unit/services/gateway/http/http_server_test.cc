@@ -57,6 +57,19 @@ TEST(HttpServerTest, LoopbackHostsAreRecognised) {
   }
 }
 
+TEST(HttpServerTest, LoopbackOriginsAreRecognised) {
+  for (const char* origin : {"http://localhost", "http://localhost:3000", "https://127.0.0.1",
+                             "HTTP://[::1]:8080", "http://127.0.0.1:8080"}) {
+    EXPECT_TRUE(IsLoopbackOrigin(origin)) << origin;
+  }
+  for (const char* origin :
+       {"", "null", "localhost", "https://attacker.example", "http://localhost.attacker.example",
+        "file://", "ftp://localhost", "http://127.0.0.1/path", "http://user@127.0.0.1",
+        "http://127.0.0.1.nip.io"}) {
+    EXPECT_FALSE(IsLoopbackOrigin(origin)) << origin;
+  }
+}
+
 TEST(HttpServerTest, ExplicitHttpStatusRidesOnTheStatus) {
   absl::Status s = WithHttpStatus(absl::InvalidArgumentError("too big"), 413);
 
@@ -75,6 +88,49 @@ TEST(HttpServerTest, RouterDistinguishesUnknownPathsFromWrongMethods) {
   EXPECT_TRUE(known);
   EXPECT_EQ(router.Find(HttpVerb::post, "/v1/y", &known), nullptr);
   EXPECT_FALSE(known);
+}
+
+TEST(HttpServerTest, HeadFindsTheGetRouteAndAllowListsTheMethods) {
+  Router router;
+  router.Add(HttpVerb::get, "/v1/models", {}, [](std::shared_ptr<HttpExchange>) {});
+  router.Add(HttpVerb::post, "/v1/x", {}, [](std::shared_ptr<HttpExchange>) {});
+  router.Add(HttpVerb::get, "/", {}, [](std::shared_ptr<HttpExchange>) {});
+  router.Add(HttpVerb::head, "/", {.public_route = true}, [](std::shared_ptr<HttpExchange>) {});
+  bool known = false;
+
+  const Router::Route* head = router.Find(HttpVerb::head, "/v1/models", &known);
+  const Router::Route* root = router.Find(HttpVerb::head, "/", &known);
+
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->verb, HttpVerb::get);
+  ASSERT_NE(root, nullptr);
+  EXPECT_EQ(root->verb, HttpVerb::head);
+  EXPECT_EQ(router.Find(HttpVerb::head, "/v1/x", &known), nullptr);
+  EXPECT_TRUE(known);
+  EXPECT_EQ(router.AllowedMethods("/v1/models"), "GET, HEAD");
+  EXPECT_EQ(router.AllowedMethods("/v1/x"), "POST");
+  EXPECT_EQ(router.AllowedMethods("/"), "GET, HEAD");
+  EXPECT_EQ(router.AllowedMethods("/v1/y"), "");
+}
+
+TEST(HttpServerTest, PrefixRoutesServeThePathsUnderThemAndExactRoutesWin) {
+  Router router;
+  router.AddPrefix(HttpVerb::get, "/v1/models/", {}, [](std::shared_ptr<HttpExchange>) {});
+  router.Add(HttpVerb::get, "/v1/models/special", {}, [](std::shared_ptr<HttpExchange>) {});
+  bool known = false;
+
+  const Router::Route* id = router.Find(HttpVerb::get, "/v1/models/Qwen/Qwen3-8B", &known);
+  const Router::Route* special = router.Find(HttpVerb::get, "/v1/models/special", &known);
+
+  ASSERT_NE(id, nullptr);
+  EXPECT_TRUE(id->prefix);
+  ASSERT_NE(special, nullptr);
+  EXPECT_FALSE(special->prefix);
+  EXPECT_EQ(router.Find(HttpVerb::get, "/v1/models", &known), nullptr);
+  EXPECT_FALSE(known);
+  EXPECT_EQ(router.Find(HttpVerb::post, "/v1/models/x", &known), nullptr);
+  EXPECT_TRUE(known);
+  EXPECT_EQ(router.AllowedMethods("/v1/models/x"), "GET, HEAD");
 }
 
 TEST(HttpServerDeathTest, RouterRefusesPublicRoutesOutsideTheAllowlist) {
