@@ -6,9 +6,17 @@
 namespace cairn {
 
 int64_t LargestJsonObjectMembers(absl::string_view text) {
+  return ScanJsonObjects(text).largest_members;
+}
+
+JsonObjectScan ScanJsonObjects(absl::string_view text) {
   // One entry per open array or object: the members seen so far, or -1 for an array.
   std::vector<int64_t> open;
-  int64_t largest = 0;
+  JsonObjectScan scan;
+  auto close = [&] {
+    if (open.back() > 0) scan.squared_members += open.back() * open.back();
+    open.pop_back();
+  };
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -32,17 +40,20 @@ int64_t LargestJsonObjectMembers(absl::string_view text) {
         break;
       case '}':
       case ']':
-        if (!open.empty()) open.pop_back();
+        if (!open.empty()) close();
         break;
       case ':':
         // A member's key ends here: one more member of the innermost open object.
-        if (!open.empty() && open.back() >= 0) largest = std::max(largest, ++open.back());
+        if (!open.empty() && open.back() >= 0) {
+          scan.largest_members = std::max(scan.largest_members, ++open.back());
+        }
         break;
       default:
         break;
     }
   }
-  return largest;
+  while (!open.empty()) close();  // Unterminated objects are parsed as far as they go.
+  return scan;
 }
 
 int JsonNestingDepth(absl::string_view text, int limit) {

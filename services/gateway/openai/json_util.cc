@@ -18,10 +18,19 @@ absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth) {
         absl::StrCat("request JSON is nested deeper than ", max_depth, " levels"));
   }
   // Json keeps members in the client's order (tool schemas and response formats reach the
-  // model so), at a parse cost quadratic in an object's members (common/json/json_scan.h).
-  if (LargestJsonObjectMembers(body) > kMaxOrderedJsonObjectMembers) {
+  // model so), at a parse cost quadratic in an object's members (common/json/json_scan.h):
+  // bounded for each object and for the whole body.
+  const JsonObjectScan scan = ScanJsonObjects(body);
+  if (scan.largest_members > kMaxOrderedJsonObjectMembers) {
     return absl::InvalidArgumentError(absl::StrCat("request JSON has an object of more than ",
                                                    kMaxOrderedJsonObjectMembers, " members"));
+  }
+  if (scan.squared_members > kMaxOrderedJsonSquaredMembers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request JSON has too many object members in all: the sum over its objects of their "
+        "members squared is ",
+        scan.squared_members, ", over the limit of ", kMaxOrderedJsonSquaredMembers,
+        " (four objects of ", kMaxOrderedJsonObjectMembers, " members)"));
   }
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");

@@ -17,7 +17,8 @@
 namespace cairn::gateway {
 
 // Ordered: objects keep their members in the client's order (the order a tool's or a response
-// format's schema reaches the model in; objects of more than kMaxOrderedJsonObjectMembers are
+// format's schema reaches the model in; objects of more than kMaxOrderedJsonObjectMembers, and
+// bodies whose objects' members squared add up to more than kMaxOrderedJsonSquaredMembers, are
 // refused by ParseJsonObject, since inserting a member searches the ones before it).
 using Json = nlohmann::ordered_json;
 
@@ -25,7 +26,8 @@ using Json = nlohmann::ordered_json;
 std::string DumpJson(const Json& j);
 
 // Parses `body` as one JSON object nested at most `max_depth` deep. InvalidArgument when the
-// body is empty, not JSON, too deep, or not an object.
+// body is empty, not JSON, too deep, not an object, or too costly to parse in order (an object
+// of too many members, or too many members in all: common/json/json_scan.h).
 absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth);
 
 // Returns the JSON type name used in messages ("string", "array", ...).

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/json/json_scan.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -35,6 +36,35 @@ TEST(JsonUtilTest, ObjectsKeepTheClientsOrderAndAreBoundedInMembers) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("more than 4096 members"), std::string::npos)
       << refused.status();
+}
+
+// `objects` objects of `members` members each, in an array.
+std::string ManyWideObjects(int objects, int members) {
+  std::string text = R"({"messages":[)";
+  for (int o = 0; o < objects; ++o) {
+    text += o ? ",{" : "{";
+    for (int i = 0; i < members; ++i) text += (i ? ",\"" : "\"") + std::to_string(i) + "\":1";
+    text += "}";
+  }
+  return text + "]}";
+}
+
+TEST(JsonUtilTest, TheWholeBodysOrderedParseIsBoundedToo) {
+  // Each object is within the per-object bound; together they are over the body's budget.
+  const std::string costly = ManyWideObjects(5, 4000);
+
+  absl::StatusOr<Json> refused = ParseJsonObject(costly, 8);
+  absl::StatusOr<Json> fine = ParseJsonObject(ManyWideObjects(4, 4000), 8);
+  const JsonObjectScan scan = ScanJsonObjects(costly);
+
+  EXPECT_EQ(scan.largest_members, 4000);
+  EXPECT_EQ(scan.squared_members, 5 * 4000 * 4000 + 1);  // The outer object's one member too.
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("too many object members in all"), std::string::npos)
+      << refused.status();
+  EXPECT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(ScanJsonObjects(R"({"a": {"x": 1, "y": 2}, "b": [{"c": 1}], "d": {)").squared_members,
+            3 * 3 + 2 * 2 + 1 * 1 + 0);
 }
 
 TEST(JsonUtilTest, FieldReadersCheckTypesAndRangesAndNameTheField) {
