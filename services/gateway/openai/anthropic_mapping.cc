@@ -199,10 +199,12 @@ class AnthropicFormatter : public ResponseFormatter {
     }
     for (const auto& tc : d.tool_calls()) {
       if (open_kind_ != kTool || open_tool_ != static_cast<int>(tc.index())) {
-        Open(
-            kTool,
-            {{"type", "tool_use"}, {"id", tc.id()}, {"name", tc.name()}, {"input", Json::object()}},
-            &out, /*force=*/true);
+        Open(kTool,
+             {{"type", "tool_use"},
+              {"id", tool_ids_.For(tc.index())},
+              {"name", tc.name()},
+              {"input", Json::object()}},
+             &out, /*force=*/true);
         open_tool_ = static_cast<int>(tc.index());
       }
       if (!tc.arguments_delta().empty()) {
@@ -244,11 +246,14 @@ class AnthropicFormatter : public ResponseFormatter {
       content.push_back({{"type", "thinking"}, {"thinking", reasoning}, {"signature", ""}});
     }
     if (!text.empty()) content.push_back({{"type", "text"}, {"text", text}});
-    for (const auto& tc : f.tool_calls()) {
+    for (int i = 0; i < f.tool_calls_size(); ++i) {
+      const infer_v1::ToolCall& tc = f.tool_calls(i);
       Json input = Json::parse(tc.arguments_json(), nullptr, /*allow_exceptions=*/false);
       if (!input.is_object()) input = Json::object();
-      content.push_back(
-          {{"type", "tool_use"}, {"id", tc.id()}, {"name", tc.name()}, {"input", input}});
+      content.push_back({{"type", "tool_use"},
+                         {"id", tool_ids_.For(static_cast<uint32_t>(i))},
+                         {"name", tc.name()},
+                         {"input", input}});
     }
     return {{"id", id_},
             {"type", "message"},
@@ -306,6 +311,7 @@ class AnthropicFormatter : public ResponseFormatter {
   int open_tool_ = -1;
   int index_ = 0;  // Index of the open block, or of the next one.
   CollectedOutput collected_;
+  ToolCallIds tool_ids_{"toolu_"};
 };
 
 absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limits,

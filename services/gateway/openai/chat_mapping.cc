@@ -390,8 +390,8 @@ class ChatFormatter : public ResponseFormatter {
       Json calls = Json::array();
       for (const auto& tc : d.tool_calls()) {
         Json c = {{"index", tc.index()}};
-        if (!tc.id().empty()) {
-          c["id"] = tc.id();
+        if (!tc.id().empty()) {  // The call's first delta.
+          c["id"] = tool_ids_.For(tc.index());
           c["type"] = "function";
         }
         Json fn = Json::object();
@@ -439,8 +439,9 @@ class ChatFormatter : public ResponseFormatter {
     if (!reasoning.empty()) message["reasoning_content"] = reasoning;
     if (f.tool_calls_size() > 0) {
       Json calls = Json::array();
-      for (const auto& tc : f.tool_calls()) {
-        calls.push_back({{"id", tc.id()},
+      for (int i = 0; i < f.tool_calls_size(); ++i) {
+        const infer_v1::ToolCall& tc = f.tool_calls(i);
+        calls.push_back({{"id", tool_ids_.For(static_cast<uint32_t>(i))},
                          {"type", "function"},
                          {"function", {{"name", tc.name()}, {"arguments", tc.arguments_json()}}}});
       }
@@ -480,6 +481,7 @@ class ChatFormatter : public ResponseFormatter {
   const bool logprobs_;
   const uint32_t top_logprobs_;  // Alternatives per token the client asked for.
   CollectedOutput collected_;
+  ToolCallIds tool_ids_{"call_"};
 };
 
 // text_completion objects (legacy completions).

@@ -62,6 +62,12 @@ std::string NewId(absl::string_view prefix) {
                                               absl::Uniform<uint32_t>(gen)));
 }
 
+const std::string& ToolCallIds::For(uint32_t index) {
+  auto [it, added] = ids_.try_emplace(index);
+  if (added) it->second = NewId(prefix_);
+  return it->second;
+}
+
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
 void SetMaxTokens(int64_t requested, const RequestLimits& limits,

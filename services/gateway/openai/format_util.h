@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -49,8 +51,26 @@ Json CairnObject(const infer_v1::CacheResult& cache);
 std::string SseData(const Json& j);
 std::string SseEvent(absl::string_view name, const Json& j);
 
-// Returns `prefix` followed by 24 random hex digits ("chatcmpl-3f...").
+// Returns `prefix` followed by 24 random hex digits ("chatcmpl-3f..."), from absl::BitGen
+// (seeded from absl's process-wide entropy pool, which the OS seeds).
 std::string NewId(absl::string_view prefix);
+
+// The ids of one response's tool calls. The daemon numbers a response's calls call_0, call_1,
+// ..., which repeat in every turn of a conversation, while clients match results to calls by
+// id; so each call gets a random id here, `prefix` and 24 hex digits (NewId), made when the call
+// is first seen and the same in all its deltas, stream events and the whole body.
+// Thread-compatible.
+class ToolCallIds {
+ public:
+  explicit ToolCallIds(std::string prefix) : prefix_(std::move(prefix)) {}
+  // Returns the id of the response's call number `index` (the daemon's ToolCallDelta.index, or
+  // the call's place in Finished.tool_calls).
+  const std::string& For(uint32_t index);
+
+ private:
+  std::string prefix_;
+  std::map<uint32_t, std::string> ids_;
+};
 // Seconds since the epoch.
 int64_t UnixSeconds();
 

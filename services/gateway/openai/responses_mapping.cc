@@ -319,7 +319,7 @@ class ResponsesFormatter : public ResponseFormatter {
     for (const auto& tc : d.tool_calls()) {
       if (open_ != kCall || open_tool_ != static_cast<int>(tc.index())) {
         CloseItem(&out);
-        call_id_ = tc.id();
+        call_id_ = tool_ids_.For(tc.index());
         call_name_ = tc.name();
         open_tool_ = static_cast<int>(tc.index());
         OpenItem(kCall, NewId("fc_"), &out);
@@ -359,8 +359,10 @@ class ResponsesFormatter : public ResponseFormatter {
     const std::string& text = collected_.text(f);
     if (!reasoning.empty()) output.push_back(ReasoningItem(NewId("rs_"), reasoning, true));
     if (!text.empty()) output.push_back(MessageItem(NewId("msg_"), text, "completed"));
-    for (const auto& tc : f.tool_calls()) {
-      output.push_back(FunctionCallItem(namespaces_, NewId("fc_"), tc.id(), tc.name(),
+    for (int i = 0; i < f.tool_calls_size(); ++i) {
+      const infer_v1::ToolCall& tc = f.tool_calls(i);
+      output.push_back(FunctionCallItem(namespaces_, NewId("fc_"),
+                                        tool_ids_.For(static_cast<uint32_t>(i)), tc.name(),
                                         tc.arguments_json(), "completed"));
     }
     return Final(f, output);
@@ -491,6 +493,7 @@ class ResponsesFormatter : public ResponseFormatter {
   std::string call_name_;
   int open_tool_ = -1;
   CollectedOutput collected_;
+  ToolCallIds tool_ids_{"call_"};  // The calls' call_id.
 };
 
 }  // namespace

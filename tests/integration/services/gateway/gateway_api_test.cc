@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/services/gateway/gateway_harness.h"
 #include "tests/integration/services/gateway/http_test_client.h"
@@ -190,7 +191,8 @@ TEST(GatewayApiTest, ToolCallAndReasoningDeltasStreamInTheOpenAiShape) {
     arguments += tc["function"]["arguments"].get<std::string>();
   }
   EXPECT_EQ(reasoning, "I should look");
-  EXPECT_EQ(id, "call_1");
+  // The gateway's own id, not the daemon's call_1 (which repeats in every turn).
+  EXPECT_THAT(id, ::testing::MatchesRegex("call_[0-9a-f]{24}"));
   EXPECT_EQ(name, "read_file");
   EXPECT_EQ(arguments, R"({"path":"a.txt"})");
   EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "tool_calls");
@@ -211,7 +213,8 @@ TEST(GatewayApiTest, NonStreamedToolCallsAndReasoningComeFromFinished) {
   json message = r.json()["choices"][0]["message"];
   EXPECT_TRUE(message["content"].is_null());
   EXPECT_EQ(message["reasoning_content"], "I should look");
-  EXPECT_EQ(message["tool_calls"][0]["id"], "call_1");
+  EXPECT_THAT(message["tool_calls"][0]["id"].get<std::string>(),
+              ::testing::MatchesRegex("call_[0-9a-f]{24}"));
   EXPECT_EQ(message["tool_calls"][0]["type"], "function");
   EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"path":"a.txt"})");
   EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "tool_calls");
@@ -601,7 +604,8 @@ TEST(GatewayApiTest, AnthropicMessagesStreamEvents) {
   json tool_start = json::parse(events[8].data);
   EXPECT_EQ(tool_start["index"], 2);
   EXPECT_EQ(tool_start["content_block"]["type"], "tool_use");
-  EXPECT_EQ(tool_start["content_block"]["id"], "call_1");
+  EXPECT_THAT(tool_start["content_block"]["id"].get<std::string>(),
+              ::testing::MatchesRegex("toolu_[0-9a-f]{24}"));
   EXPECT_EQ(json::parse(events[9].data)["delta"]["type"], "input_json_delta");
   json message_delta = json::parse(events[12].data);
   EXPECT_EQ(message_delta["delta"]["stop_reason"], "tool_use");
@@ -648,7 +652,8 @@ TEST(GatewayApiTest, ResponsesNonStreamedWithFunctionCalls) {
   EXPECT_EQ(body["output"][0]["type"], "reasoning");
   EXPECT_EQ(body["output"][0]["summary"][0]["text"], "I should look");
   EXPECT_EQ(body["output"][1]["type"], "function_call");
-  EXPECT_EQ(body["output"][1]["call_id"], "call_1");
+  EXPECT_THAT(body["output"][1]["call_id"].get<std::string>(),
+              ::testing::MatchesRegex("call_[0-9a-f]{24}"));
   EXPECT_EQ(body["output"][1]["arguments"], R"({"path":"a.txt"})");
   EXPECT_EQ(body["usage"]["input_tokens_details"]["cached_tokens"], 8);
   infer_v1::GenerateRequest sent = h.fake().last_request();

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -191,6 +192,39 @@ TEST(AnthropicMappingTest, NonStreamedMessageGoldenShape) {
       "stop_sequence": null, "usage": {"input_tokens": 4, "output_tokens": 5,
       "cache_read_input_tokens": 6, "cache_creation_input_tokens": 0}})"))
       << body.dump(2);
+}
+
+TEST(AnthropicMappingTest, ToolUseIdsAreRandomPerCallAndTheSameInStreamAndBody) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})"), {});
+  ASSERT_TRUE(spec.ok());
+  auto turn1 = spec->make_formatter("served");
+  auto turn2 = spec->make_formatter("served");
+  infer_v1::Delta d;
+  infer_v1::ToolCallDelta* tc = d.add_tool_calls();
+  tc->set_index(0);
+  tc->set_id("call_0");  // The daemon's id, the same in every turn.
+  tc->set_name("f");
+  tc->set_arguments_delta("{}");
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_TOOL_CALLS);
+  infer_v1::ToolCall* call = f.add_tool_calls();
+  call->set_id("call_0");
+  call->set_name("f");
+  call->set_arguments_json("{}");
+  auto block_id = [](const std::string& events) {
+    const size_t data = events.find("data: ", events.find("event: content_block_start")) + 6;
+    return Json::parse(events.substr(data, events.find('\n', data) - data))["content_block"]["id"]
+        .get<std::string>();
+  };
+
+  const std::string streamed = block_id(turn1->StreamDelta(d));
+  const std::string next_turn = block_id(turn2->StreamDelta(d));
+  const Json body = turn1->Body(f);
+
+  EXPECT_THAT(streamed, ::testing::MatchesRegex("toolu_[0-9a-f]{24}"));
+  EXPECT_NE(next_turn, streamed);
+  EXPECT_EQ(body["content"][0]["id"], streamed);
 }
 
 TEST(AnthropicMappingTest, AStopStringIsReportedAsTheStopSequence) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -384,12 +385,73 @@ TEST(ChatMappingTest, StreamedChunksGoldenShape) {
   EXPECT_EQ(t["logprobs"]["content"][0]["top_logprobs"][0]["token"], "B");
   EXPECT_EQ(t["logprobs"]["content"][0]["bytes"], Json::parse("[65]"));
   EXPECT_TRUE(t["logprobs"]["content"][0]["top_logprobs"][0]["bytes"].is_null());
-  EXPECT_EQ(data(call)["choices"][0]["delta"]["tool_calls"],
-            Json::parse(R"([{"index":0,"id":"call_1","type":"function",
-                             "function":{"name":"f","arguments":"{}"}}])"));
+  Json calls = data(call)["choices"][0]["delta"]["tool_calls"];
+  EXPECT_THAT(calls[0]["id"].get<std::string>(), ::testing::MatchesRegex("call_[0-9a-f]{24}"));
+  calls[0].erase("id");
+  EXPECT_EQ(calls, Json::parse(R"([{"index":0,"type":"function",
+                                    "function":{"name":"f","arguments":"{}"}}])"));
   EXPECT_EQ(data(last)["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_NE(last.find("\"usage\":{"), std::string::npos);
   EXPECT_EQ(last.substr(last.size() - 14), "data: [DONE]\n\n");
+}
+
+// A delta of tool call `index` as the daemon sends it: its first carries the daemon's id
+// ("call_<index>", the same in every turn) and name, later ones only arguments.
+infer_v1::Delta ToolCallDelta(uint32_t index, bool first, const std::string& arguments) {
+  infer_v1::Delta d;
+  infer_v1::ToolCallDelta* tc = d.add_tool_calls();
+  tc->set_index(index);
+  if (first) {
+    tc->set_id(absl::StrCat("call_", index));
+    tc->set_name("f");
+  }
+  tc->set_arguments_delta(arguments);
+  return d;
+}
+
+// The ids of the tool calls in an OpenAI SSE chunk.
+std::vector<std::string> StreamedCallIds(const std::string& sse) {
+  std::vector<std::string> ids;
+  const Json chunk = Json::parse(sse.substr(6, sse.find("\n\n") - 6));
+  for (const Json& c : chunk["choices"][0]["delta"]["tool_calls"]) {
+    if (c.contains("id")) ids.push_back(c["id"]);
+  }
+  return ids;
+}
+
+TEST(ChatMappingTest, ToolCallIdsAreRandomPerCallAndTheSameWithinAResponse) {
+  GenerationSpec spec =
+      MustParse(R"({"stream": true, "messages": [{"role": "user", "content": "x"}]})");
+  auto turn1 = spec.make_formatter("served");
+  auto turn2 = spec.make_formatter("served");
+  infer_v1::Finished f = MakeFinished(infer_v1::Finished::REASON_TOOL_CALLS);
+  for (int i = 0; i < 2; ++i) {
+    infer_v1::ToolCall* call = f.add_tool_calls();
+    call->set_id(absl::StrCat("call_", i));
+    call->set_name("f");
+    call->set_arguments_json("{}");
+  }
+
+  const std::vector<std::string> first =
+      StreamedCallIds(turn1->StreamDelta(ToolCallDelta(0, true, "{")));
+  const std::vector<std::string> rest =
+      StreamedCallIds(turn1->StreamDelta(ToolCallDelta(0, false, "}")));
+  const std::vector<std::string> second =
+      StreamedCallIds(turn1->StreamDelta(ToolCallDelta(1, true, "{}")));
+  const std::vector<std::string> next_turn =
+      StreamedCallIds(turn2->StreamDelta(ToolCallDelta(0, true, "{}")));
+  const Json body = turn1->Body(f)["choices"][0]["message"]["tool_calls"];
+
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_THAT(first[0], ::testing::MatchesRegex("call_[0-9a-f]{24}"));
+  EXPECT_TRUE(rest.empty());  // Later deltas of a call carry no id, as OpenAI's.
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_THAT(second[0], ::testing::MatchesRegex("call_[0-9a-f]{24}"));
+  EXPECT_NE(second[0], first[0]);
+  ASSERT_EQ(next_turn.size(), 1u);
+  EXPECT_NE(next_turn[0], first[0]);  // The daemon's call_0 again, another id.
+  EXPECT_EQ(body[0]["id"], first[0]);
+  EXPECT_EQ(body[1]["id"], second[0]);
 }
 
 // A delta of one token "A" (logprob -0.5) with the three alternatives B, C, D: the daemon is

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -169,6 +170,55 @@ TEST(ResponsesMappingTest, CallsOfANamespaceFunctionNameTheirNamespace) {
   EXPECT_FALSE(body["output"][2].contains("namespace"));
   EXPECT_NE(events.find(R"("name":"put",)"), std::string::npos) << events;
   EXPECT_NE(events.find(R"("namespace":"crm")"), std::string::npos) << events;
+}
+
+TEST(ResponsesMappingTest, CallIdsAreRandomPerCallAndTheSameInEveryEventOfTheCall) {
+  absl::StatusOr<GenerationSpec> spec = ParseResponsesRequest(Json::parse(R"({"input": "x"})"), {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto turn1 = spec->make_formatter("served");
+  auto turn2 = spec->make_formatter("served");
+  auto delta = [](uint32_t index, bool first, const std::string& arguments) {
+    infer_v1::Delta d;
+    infer_v1::ToolCallDelta* tc = d.add_tool_calls();
+    tc->set_index(index);
+    if (first) {
+      tc->set_id(absl::StrCat("call_", index));  // The daemon's, the same in every turn.
+      tc->set_name("f");
+    }
+    tc->set_arguments_delta(arguments);
+    return d;
+  };
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_TOOL_CALLS);
+  // Every call_id the events name, in order.
+  auto call_ids = [](const std::string& events) {
+    std::vector<std::string> ids;
+    for (size_t at = events.find("data: "); at != std::string::npos;
+         at = events.find("data: ", at + 1)) {
+      const size_t from = at + 6;
+      const Json e = Json::parse(events.substr(from, events.find('\n', from) - from));
+      if (e.contains("item")) ids.push_back(e["item"]["call_id"]);
+      if (e.contains("response")) {
+        for (const Json& item : e["response"]["output"]) ids.push_back(item["call_id"]);
+      }
+    }
+    return ids;
+  };
+
+  std::string events = turn1->StreamDelta(delta(0, true, "{"));
+  events += turn1->StreamDelta(delta(0, false, "}"));
+  events += turn1->StreamDelta(delta(1, true, "{}"));
+  events += turn1->StreamFinished(f);
+  const std::vector<std::string> ids = call_ids(events);
+  const std::vector<std::string> next_turn = call_ids(turn2->StreamDelta(delta(0, true, "{}")));
+
+  // Added and done for each call, then both in response.completed.
+  ASSERT_EQ(ids.size(), 6u) << events;
+  EXPECT_THAT(ids[0], ::testing::MatchesRegex("call_[0-9a-f]{24}"));
+  EXPECT_EQ(ids, (std::vector<std::string>{ids[0], ids[0], ids[2], ids[2], ids[0], ids[2]}));
+  EXPECT_NE(ids[2], ids[0]);
+  ASSERT_EQ(next_turn.size(), 1u);
+  EXPECT_NE(next_turn[0], ids[0]);
 }
 
 TEST(ResponsesMappingTest, RefusesNamespacesItCannotQualify) {
