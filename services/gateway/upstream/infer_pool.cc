@@ -146,7 +146,10 @@ class GenerateReactor : public grpc::ClientReadReactor<infer_v1::GenerateRespons
   infer_v1::GenerateResponse message_;
   std::shared_ptr<GenerateReactor> self_;  // Released in OnDone.
   Mutex mu_;
-  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  // A read is pending. True from the start: Cancel can reach the reactor (GenerateRun's
+  // `current_`) before Start has added the hold and started the first read, and must then
+  // leave the hold to that read rather than release a hold not yet added.
+  bool reading_ ABSL_GUARDED_BY(mu_) = true;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -165,13 +168,18 @@ class GenerateRun : public GenerateCall, public std::enable_shared_from_this<Gen
 
   void StartAttempt() ABSL_LOCKS_EXCLUDED(mu_) {
     std::shared_ptr<GenerateReactor> reactor;
+    bool cancelled = false;
     {
       MutexLock lock(&mu_);
       reactor = std::make_shared<GenerateReactor>(shared_from_this(), candidates_[attempt_],
                                                   request_, deadline_);
       current_ = reactor;
+      // A Cancel after the last attempt ended and before `current_` was set found no attempt
+      // to cancel (AttemptDone checked `cancelled_` before it): this one takes it.
+      cancelled = cancelled_;
     }
     reactor->Start(reactor);
+    if (cancelled) reactor->Cancel();
   }
 
   void ReadNext() override ABSL_LOCKS_EXCLUDED(mu_) {
@@ -215,6 +223,7 @@ class GenerateRun : public GenerateCall, public std::enable_shared_from_this<Gen
     if (retry) {
       CAIRN_LOG(WARNING) << "generate on " << daemon->address() << " unavailable ("
                          << status.message() << "); retrying on another daemon";
+      if (pool_->options().before_retry_for_test) pool_->options().before_retry_for_test(this);
       StartAttempt();
       return;
     }

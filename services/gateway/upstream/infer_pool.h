@@ -28,6 +28,8 @@ namespace cairn::gateway {
 
 namespace infer_v1 = ::cairn::infer::v1;
 
+class GenerateCall;
+
 struct InferPoolOptions {
   std::vector<std::string> addresses;                   // "unix:PATH" or "HOST:PORT".
   absl::Duration rpc_timeout = absl::Seconds(10);       // Unary calls.
@@ -37,6 +39,9 @@ struct InferPoolOptions {
   // When false, a model name no daemon serves is NotFound; when true and every daemon
   // serves the same model, any name reaches it (agents often send names like "gpt-4o").
   bool any_model_name = true;
+  // Runs on a gRPC thread after a Generate attempt failed and before its retry starts, with
+  // the call being retried (tests cancel it there).
+  std::function<void(GenerateCall*)> before_retry_for_test;
 };
 
 // What the gateway knows of one daemon, as of the last refresh.

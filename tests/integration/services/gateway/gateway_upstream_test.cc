@@ -2,6 +2,7 @@
 // generations that fail UNAVAILABLE before any output move to another daemon, unknown model
 // names are refused when strict, and a dead daemon never makes the pool hang.
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -207,6 +208,37 @@ TEST(InferPoolTest, UnavailableAfterOutputIsNotRetried) {
 
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(a.service().generate_calls() + b.service().generate_calls(), 1);
+}
+
+// A Cancel that comes after an attempt failed and before the retry has started (the caller's
+// client went away just then) still cancels the retry, which would otherwise run on unseen.
+TEST(InferPoolTest, ACancelBetweenAttemptsCancelsTheRetry) {
+  FakeInferServer a, b;
+  std::atomic<int> calls{0};
+  for (FakeInferServer* server : {&a, &b}) {
+    server->service().SetScript([&calls](const infer_v1::GenerateRequest&) {
+      Script s;
+      if (calls++ == 0) {
+        s.Fail(grpc::StatusCode::UNAVAILABLE, "draining");
+      } else {
+        s.Started(1).WaitForCancel();
+      }
+      return s;
+    });
+  }
+  InferPoolOptions options;
+  options.addresses = {a.address(), b.address()};
+  options.refresh_interval = absl::Milliseconds(100);
+  options.before_retry_for_test = [](GenerateCall* call) { call->Cancel(); };
+  auto pool = InferPool::Create(options);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_TRUE((*pool)->WaitForReady(kWait));
+  (*pool)->RefreshNow();
+
+  absl::Status s = RunOnce(pool->get(), "fake-model");
+
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  (*pool)->Shutdown();
 }
 
 TEST(InferPoolTest, NoDaemonReadyAnswersUnavailableWithoutHanging) {
