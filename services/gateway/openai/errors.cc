@@ -92,6 +92,27 @@ std::string OpenAiErrorJson(const absl::Status& status) {
   return DumpJson(nlohmann::json{{"error", error}});
 }
 
+namespace {
+
+// How cairn-infer words a request the context cannot hold (ValidateGenerate in
+// services/infer/daemon/infer_service.cc: the prompt alone, or with the max_tokens asked for),
+// mirrored because services share only proto/ and the status code alone (INVALID_ARGUMENT) does
+// not tell it from other bad requests.
+constexpr absl::string_view kContextOverflowMessages[] = {"does not fit the context",
+                                                          "leaves after the prompt"};
+
+}  // namespace
+
+absl::string_view ResponsesErrorCode(const absl::Status& status) {
+  const int http = HttpStatusFor(status);
+  if (http >= 500) return "server_error";
+  if (http == 429) return "rate_limit_exceeded";
+  for (absl::string_view words : kContextOverflowMessages) {
+    if (absl::StrContains(status.message(), words)) return "context_length_exceeded";
+  }
+  return OpenAiErrorType(http);
+}
+
 HttpResponse RenderError(const absl::Status& status, absl::string_view path,
                          const ErrorRendering& options) {
   HttpResponse r;

@@ -338,14 +338,17 @@ class ResponsesFormatter : public ResponseFormatter {
   std::string StreamFinished(const infer_v1::Finished& f) override {
     std::string out;
     CloseItem(&out);
-    Emit("response.completed", {{"response", Final(f, output_)}}, &out);
+    // An answer cut by max_output_tokens (or the server's cap, or the context) is incomplete,
+    // and its stream ends so, as OpenAI's does.
+    const bool incomplete = f.reason() == infer_v1::Finished::REASON_LENGTH;
+    Emit(incomplete ? "response.incomplete" : "response.completed",
+         {{"response", Final(f, output_)}}, &out);
     return out;
   }
 
   std::string StreamError(const absl::Status& status) override {
     Json r = Response("failed", output_, nullptr);
-    r["error"] = {{"code", absl::StatusCodeToString(status.code())},
-                  {"message", std::string(status.message())}};
+    r["error"] = {{"code", ResponsesErrorCode(status)}, {"message", std::string(status.message())}};
     std::string out;
     Emit("response.failed", {{"response", r}}, &out);
     return out;

@@ -37,6 +37,25 @@ TEST(ErrorsTest, OpenAiShapeWithRetryAfterOnBusyAnswers) {
   EXPECT_EQ(r.headers[0].second, "3");
 }
 
+TEST(ErrorsTest, ResponsesErrorCodesAreOpenAis) {
+  EXPECT_EQ(ResponsesErrorCode(absl::InvalidArgumentError(
+                "prompt of 5000 tokens does not fit the context of 4096 tokens (at least one token "
+                "must be generated)")),
+            "context_length_exceeded");
+  EXPECT_EQ(ResponsesErrorCode(absl::InvalidArgumentError(
+                "sampling.max_tokens 9000 is more than the 96 tokens the context of 4096 leaves "
+                "after the prompt")),
+            "context_length_exceeded");
+  EXPECT_EQ(ResponsesErrorCode(absl::ResourceExhaustedError("request queue is full")),
+            "rate_limit_exceeded");
+  EXPECT_EQ(ResponsesErrorCode(absl::InvalidArgumentError("temperature must be at most 2")),
+            "invalid_request_error");
+  EXPECT_EQ(ResponsesErrorCode(absl::NotFoundError("no such model")), "not_found_error");
+  EXPECT_EQ(ResponsesErrorCode(absl::UnavailableError("daemon went away")), "server_error");
+  EXPECT_EQ(ResponsesErrorCode(absl::InternalError("model exploded")), "server_error");
+  EXPECT_EQ(ResponsesErrorCode(absl::DeadlineExceededError("too slow")), "server_error");
+}
+
 TEST(ErrorsTest, AnthropicRoutesGetTheAnthropicShape) {
   HttpResponse r =
       RenderError(absl::InvalidArgumentError("max_tokens is required"), "/v1/messages");

@@ -1,6 +1,7 @@
 #include "services/gateway/openai/responses_mapping.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -239,6 +240,64 @@ TEST(ResponsesMappingTest, RefusesNamespacesItCannotQualify) {
                        "name": "b"}]}]})")
                 .find("names two tools"),
             std::string::npos);
+}
+
+// The events of an SSE stream, by name, with their data.
+std::vector<std::pair<std::string, Json>> Events(const std::string& sse) {
+  std::vector<std::pair<std::string, Json>> events;
+  for (size_t at = sse.find("event: "); at != std::string::npos; at = sse.find("event: ", at + 1)) {
+    const size_t name_end = sse.find('\n', at);
+    const size_t data = name_end + 1 + 6;  // "data: ".
+    events.emplace_back(sse.substr(at + 7, name_end - at - 7),
+                        Json::parse(sse.substr(data, sse.find('\n', data) - data)));
+  }
+  return events;
+}
+
+TEST(ResponsesMappingTest, AStreamCutByLengthEndsIncomplete) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseResponsesRequest(Json::parse(R"({"input": "x", "stream": true})"), {});
+  ASSERT_TRUE(spec.ok());
+  auto formatter = spec->make_formatter("served");
+  infer_v1::Delta d;
+  d.set_text("partial");
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_LENGTH);
+
+  formatter->StreamStarted(infer_v1::Started());
+  formatter->StreamDelta(d);
+  const auto events = Events(formatter->StreamFinished(f));
+
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().first, "response.incomplete");
+  EXPECT_EQ(events.back().second["type"], "response.incomplete");
+  const Json& response = events.back().second["response"];
+  EXPECT_EQ(response["status"], "incomplete");
+  EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(response["output"][0]["content"][0]["text"], "partial");
+  for (const auto& [name, data] : events) EXPECT_NE(name, "response.completed");
+}
+
+TEST(ResponsesMappingTest, AFailedStreamNamesItsErrorInOpenAisCodes) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseResponsesRequest(Json::parse(R"({"input": "x", "stream": true})"), {});
+  ASSERT_TRUE(spec.ok());
+  auto code = [&](const absl::Status& status) {
+    const auto events = Events(spec->make_formatter("served")->StreamError(status));
+    EXPECT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].first, "response.failed");
+    EXPECT_EQ(events[0].second["response"]["status"], "failed");
+    EXPECT_EQ(events[0].second["response"]["error"]["message"], std::string(status.message()));
+    return events[0].second["response"]["error"]["code"].get<std::string>();
+  };
+
+  EXPECT_EQ(code(absl::InvalidArgumentError(
+                "prompt of 9000 tokens does not fit the context of 4096 tokens")),
+            "context_length_exceeded");
+  EXPECT_EQ(code(absl::ResourceExhaustedError("request queue is full (4 waiting)")),
+            "rate_limit_exceeded");
+  EXPECT_EQ(code(absl::InvalidArgumentError("bad")), "invalid_request_error");
+  EXPECT_EQ(code(absl::InternalError("model exploded")), "server_error");
 }
 
 TEST(ResponsesMappingTest, IncompleteWhenCutByLength) {
