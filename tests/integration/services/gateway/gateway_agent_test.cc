@@ -219,7 +219,17 @@ TEST(GatewayAgentTest, CodexExecAndResumeOverTheResponsesApi) {
 
   ASSERT_TRUE(summary.contains("runs")) << summary.dump();
   ASSERT_EQ(summary["runs"].size(), 2u) << summary.dump();
-  for (const Json& run : summary["runs"]) EXPECT_EQ(run["code"], 0) << run["output"];
+  for (const Json& run : summary["runs"]) {
+    // The demo model's noise never ends on its own: every answer stops at the gateway's
+    // --max-output-tokens, and its stream ends with response.incomplete, as OpenAI's does;
+    // Codex CLI then reports it and exits 1, as it does against OpenAI. Any other failure is
+    // the gateway's.
+    if (run["code"] != 0) {
+      EXPECT_THAT(run["output"].get<std::string>(),
+                  ::testing::HasSubstr("Incomplete response returned, reason: max_output_tokens"))
+          << run["output"];
+    }
+  }
   // The resumed conversation repeats the first run's prompt: most of it is restored.
   ExpectEveryRequestServed(summary["requests"], "/v1/responses", 4000, 90);
   EXPECT_TRUE(summary["stopped_cleanly"].get<bool>()) << "a daemon did not exit 0 on SIGTERM";
