@@ -55,11 +55,13 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
   infer_v1::ChatMessage current;
   current.set_role(*role);
   bool current_used = false;
+  int text_blocks = 0;  // In `current`.
   auto flush = [&] {
     if (current_used) *chat->add_messages() = current;
     current.Clear();
     current.set_role(*role);
     current_used = false;
+    text_blocks = 0;
   };
   for (size_t i = 0; i < content->size(); ++i) {
     const std::string bname = absl::StrCat(f.Name("content"), "[", i, "]");
@@ -70,7 +72,8 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
     if (!type.has_value()) return Invalid(b.Name("type"), "is required");
     if (*type == "text") {
       ASSIGN_OR_RETURN(std::optional<std::string> text, b.String("text", limits.max_string_bytes));
-      absl::StrAppend(current.mutable_content(), text.value_or(""));
+      // Text blocks of one turn are joined with newlines, as ContentText joins text parts.
+      absl::StrAppend(current.mutable_content(), text_blocks++ == 0 ? "" : "\n", text.value_or(""));
       current_used = true;
     } else if (*type == "thinking") {
       ASSIGN_OR_RETURN(std::optional<std::string> thinking,

@@ -38,12 +38,16 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
   if (content.size() > limits.max_content_parts) {
     return Invalid(field, absl::StrCat("has more than ", limits.max_content_parts, " parts"));
   }
+  // Text parts are joined with newlines, as vLLM joins them: parts are separate pieces of text
+  // (an Anthropic system prompt's blocks, a tool result's), and run together their words would
+  // merge.
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string part_name = absl::StrCat(field, "[", i, "]");
     const Json& part = content[i];
+    const char* separator = i == 0 ? "" : "\n";
     if (part.is_string()) {  // Some clients send bare strings.
-      absl::StrAppend(&text, part.get_ref<const std::string&>());
+      absl::StrAppend(&text, separator, part.get_ref<const std::string&>());
       continue;
     }
     JsonFields p(part, part_name);
@@ -53,7 +57,7 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
     if (*type == "text" || *type == "input_text" || *type == "output_text") {
       ASSIGN_OR_RETURN(std::optional<std::string> t, p.String("text", limits.max_string_bytes));
       if (!t.has_value()) return Invalid(p.Name("text"), "is required");
-      absl::StrAppend(&text, *t);
+      absl::StrAppend(&text, separator, *t);
     } else if (*type == "image_url" || *type == "input_image" || *type == "input_audio" ||
                *type == "file" || *type == "input_file" || *type == "image" ||
                *type == "video_url") {

@@ -53,8 +53,8 @@ absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat);
 // break the call's opening (whitespace, control characters, '<', '>').
 absl::Status CheckForcedName(const std::string& name, const std::string& field);
 
-// Reads the text of an OpenAI `content` (a string, or an array of text parts).
-// InvalidArgument for media parts and unknown part types.
+// Reads the text of an OpenAI `content` (a string, or an array of text parts, joined with
+// "\n"). InvalidArgument for media parts and unknown part types.
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
                                         const RequestLimits& limits);
 

@@ -243,7 +243,7 @@ TEST(GatewayApiTest, ConversationHistoryWithToolsMapsToChatMessages) {
   const auto& m = sent.chat().messages();
   ASSERT_EQ(m.size(), 5);
   EXPECT_EQ(m[0].role(), "system");
-  EXPECT_EQ(m[1].content(), "read it");
+  EXPECT_EQ(m[1].content(), "read \nit");  // Text parts are joined with newlines.
   EXPECT_EQ(m[2].reasoning_content(), "need file");
   EXPECT_EQ(m[2].tool_calls(0).id(), "call_9");
   EXPECT_EQ(m[2].tool_calls(0).arguments_json(), R"({"path":"b"})");

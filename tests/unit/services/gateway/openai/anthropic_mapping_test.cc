@@ -140,7 +140,7 @@ TEST(AnthropicMappingTest, BlocksMapToChatMessages) {
   const auto& m = spec->request.chat().messages();
   ASSERT_EQ(m.size(), 5);
   EXPECT_EQ(m[0].role(), "system");
-  EXPECT_EQ(m[1].content(), "ab");
+  EXPECT_EQ(m[1].content(), "a\nb");  // Text blocks are joined with newlines.
   EXPECT_EQ(m[2].content(), "calling");
   ASSERT_EQ(m[2].tool_calls_size(), 2);
   EXPECT_EQ(m[2].tool_calls(0).arguments_json(), R"({"x":1})");
@@ -151,6 +151,25 @@ TEST(AnthropicMappingTest, BlocksMapToChatMessages) {
   // No temperature given: the model's (generation_config.json) or the API's default.
   EXPECT_TRUE(spec->request.sampling().model_defaults());
   EXPECT_FALSE(spec->request.sampling().has_temperature());
+}
+
+TEST(AnthropicMappingTest, SystemBlocksAndToolResultPartsAreJoinedWithNewlines) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(Json::parse(R"({
+      "max_tokens": 50,
+      "system": [{"type": "text", "text": "You are an agent."}, {"type": "text", "text": "Be brief."}],
+      "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+          "content": [{"type": "text", "text": "line one"}, {"type": "text", "text": "line two"}]}]}]})"),
+                                                                      {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& m = spec->request.chat().messages();
+  ASSERT_EQ(m.size(), 4);
+  EXPECT_EQ(m[0].content(), "You are an agent.\nBe brief.");
+  EXPECT_EQ(m[3].role(), "tool");
+  EXPECT_EQ(m[3].content(), "line one\nline two");
 }
 
 TEST(AnthropicMappingTest, RefusesServerToolsAndMissingMaxTokens) {

@@ -60,6 +60,19 @@ TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
   EXPECT_FALSE(chat.options().has_enable_thinking());
 }
 
+TEST(ChatMappingTest, TextPartsAreJoinedWithNewlines) {
+  GenerationSpec spec = MustParse(R"({"messages": [
+      {"role": "system", "content": [{"type": "text", "text": "Rules."}, {"type": "text", "text": "More."}]},
+      {"role": "user", "content": [{"type": "text", "text": "Look:"}, "bare", {"type": "input_text", "text": "end"}]},
+      {"role": "user", "content": [{"type": "text", "text": "alone"}]}]})");
+
+  const auto& m = spec.request.chat().messages();
+  ASSERT_EQ(m.size(), 3);
+  EXPECT_EQ(m[0].content(), "Rules.\nMore.");
+  EXPECT_EQ(m[1].content(), "Look:\nbare\nend");
+  EXPECT_EQ(m[2].content(), "alone");
+}
+
 TEST(ChatMappingTest, DefaultsLeaveTheDaemonToDecide) {
   GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}]})");
 
