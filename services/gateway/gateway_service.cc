@@ -162,7 +162,9 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
     if (client_gone_ || finished_) return;
     client_gone_ = true;
     metrics_->CountCancelled();
-    count_(499);  // nginx's "client closed request".
+    // nginx's "client closed request", for a client gone before any answer; a stream already
+    // started was counted as the 200 it answered (once per request).
+    if (!started_stream_) count_(499);
     call_->Cancel();
   }
 

@@ -407,6 +407,32 @@ TEST(GatewayHttpTest, ClientDisconnectWhileWaitingForANonStreamedAnswerCancels) 
   EXPECT_EQ(h.fake().cancelled_calls(), 1);
 }
 
+TEST(GatewayHttpTest, ARequestWhoseClientLeavesIsCountedOnce) {
+  GatewayHarness h;
+  h.fake().SetScript(HangAfterStart);
+  HttpTestClient streamed(h.port());
+  ASSERT_FALSE(streamed.StartStream("/v1/chat/completions", kStreamChat, 1).empty());
+  ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline));
+  streamed.Close();
+  ASSERT_TRUE(Eventually([&] { return h.fake().cancelled_calls() == 1; }));
+  HttpTestClient waiting(h.port());
+  waiting.StartStream("/v1/completions", R"({"prompt":"x"})", /*min_bytes=*/0);
+  ASSERT_TRUE(Eventually([&] { return h.fake().generate_calls() == 2; }));
+
+  waiting.Close();
+  ASSERT_TRUE(Eventually([&] { return h.fake().cancelled_calls() == 2; }));
+  HttpResult metrics = HttpTestClient(h.port()).Get("/metrics");
+
+  // The stream answered 200 before its client left; the other client left before any answer.
+  const std::string chat = "cairn_gateway_requests_total{route=\"/v1/chat/completions\"";
+  EXPECT_TRUE(absl::StrContains(metrics.body, chat + ",status=\"200\"} 1")) << metrics.body;
+  EXPECT_FALSE(absl::StrContains(metrics.body, chat + ",status=\"499\"}")) << metrics.body;
+  EXPECT_TRUE(absl::StrContains(
+      metrics.body, "cairn_gateway_requests_total{route=\"/v1/completions\",status=\"499\"} 1"))
+      << metrics.body;
+  EXPECT_TRUE(absl::StrContains(metrics.body, "cairn_gateway_cancelled_total 2")) << metrics.body;
+}
+
 TEST(GatewayHttpTest, KeepAliveServesManyRequestsOnOneConnection) {
   GatewayHarness h;
   HttpTestClient client(h.port());
