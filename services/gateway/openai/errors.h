@@ -35,11 +35,10 @@ HttpResponse RenderError(const absl::Status& status, absl::string_view path,
 std::string OpenAiErrorJson(const absl::Status& status);
 
 // Returns the `code` of the error a Responses stream ends with (response.failed), in OpenAI's
-// words, which clients act on (Codex CLI stops on context_length_exceeded and waits before
-// retrying on rate_limit_exceeded): "context_length_exceeded" where the prompt (and the output
-// asked for) do not fit the model's context, "rate_limit_exceeded" for overload (429),
-// "server_error" for any 5xx, else the OpenAI error type of the 4xx ("invalid_request_error",
-// "not_found_error", ...).
+// words, which clients act on (Codex CLI stops on context_length_exceeded and retries others):
+// "context_length_exceeded" where the prompt (and the output asked for) do not fit the model's
+// context, "rate_limit_exceeded" for overload (429), "server_error" for any 5xx, else the
+// OpenAI error type of the 4xx ("invalid_request_error", "not_found_error", ...).
 absl::string_view ResponsesErrorCode(const absl::Status& status);
 
 }  // namespace cairn::gateway
