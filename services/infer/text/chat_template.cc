@@ -174,9 +174,23 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(
       }
     }
   }
+  // A multimodal checkpoint's processor template ({"chat_template": "..."}), which
+  // AutoProcessor renders with; the tokenizer's own, above, wins where both exist.
+  const std::string processor_path = dir + "/chat_template.json";
+  if (!source && std::filesystem::exists(processor_path)) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(processor_path));
+    const nlohmann::json processor = nlohmann::json::parse(text, nullptr, false);
+    if (processor.is_discarded() || !processor.is_object() ||
+        !processor.contains("chat_template") || !processor["chat_template"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(processor_path, " is not an object with a string \"chat_template\""));
+    }
+    source = processor["chat_template"].get<std::string>();
+  }
   if (!source) {
-    return absl::NotFoundError(absl::StrCat("no chat template in ", dir,
-                                            " (chat_template.jinja or tokenizer_config.json)"));
+    return absl::NotFoundError(
+        absl::StrCat("no chat template in ", dir,
+                     " (chat_template.jinja, tokenizer_config.json or chat_template.json)"));
   }
   return Create(*source, options);
 }

@@ -1,5 +1,7 @@
 #include "services/infer/text/chat_template.h"
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -200,6 +202,36 @@ TEST(ChatTemplateTest, ContinueFinalMessageRefusesWhatItCannotContinue) {
                                           {"role": "assistant", "content": "Hel"}])");
   EXPECT_THAT(not_found, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(not_found.message().find("cannot continue"), absl::string_view::npos) << not_found;
+}
+
+// A multimodal checkpoint may carry its template only as the processor's chat_template.json;
+// the tokenizer's chat_template.jinja wins where both exist.
+TEST(ChatTemplateTest, TheProcessorsChatTemplateJsonIsReadWhereTheTokenizerHasNone) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "cairn-processor-template";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "chat_template.json") << R"({"chat_template": "P{{ messages[0].content }}"})";
+  const std::string messages = R"({"messages": [{"role": "user", "content": "hi"}]})";
+  auto render = [&](const ChatTemplate& t) {
+    absl::StatusOr<ChatRequest> r = ParseChatRequest(nlohmann::ordered_json::parse(messages));
+    return r.ok() ? t.Render(*r) : absl::StatusOr<std::string>(r.status());
+  };
+
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> processor =
+      ChatTemplate::FromModelDir(dir.string());
+  std::ofstream(dir / "chat_template.jinja") << "J{{ messages[0].content }}";
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> tokenizer =
+      ChatTemplate::FromModelDir(dir.string());
+  std::ofstream(dir / "chat_template.json") << R"(["not an object"])";
+  std::filesystem::remove(dir / "chat_template.jinja");
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> bad = ChatTemplate::FromModelDir(dir.string());
+
+  ASSERT_TRUE(processor.ok()) << processor.status();
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(*render(**processor), "Phi");
+  EXPECT_EQ(*render(**tokenizer), "Jhi");
+  EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ChatTemplateTest, ModelDirWithoutTemplateIsNotFound) {
