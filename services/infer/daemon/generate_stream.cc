@@ -223,24 +223,47 @@ void GenerateSink::Emit(size_t end, std::vector<uint32_t> ids,
   v1::Delta* d = r.mutable_delta();
   for (uint32_t id : ids) d->add_token_ids(id);
   for (v1::TokenLogprob& lp : logprobs) *d->add_logprobs() = std::move(lp);
-  const std::string piece = text_.substr(emitted_, end - emitted_);
+  const size_t begin = emitted_;
   emitted_ = end;
-  if (parser_.has_value()) {
-    text::ParsedOutput out = parser_->Push(piece);
-    d->set_text(out.content);
-    d->set_reasoning_text(out.reasoning_content);
+  if (!parser_.has_value()) {
+    d->set_text(text_.substr(begin, end - begin));
+    reactor_->Push(std::move(r));
+    return;
+  }
+  // A Delta's fields cannot say whether a tool call came before or after the text beside it,
+  // and text is read as coming first: a piece is cut after every tool call's closing tag that
+  // ends inside it (one held back behind a stop string can hold a call and the text after it),
+  // a Delta a part. The first carries the piece's ids and logprobs.
+  const std::string& close = options_.parser.tool_close;
+  std::vector<size_t> cuts;
+  if (!close.empty()) {
+    size_t at = text_.find(close, begin >= close.size() ? begin - close.size() + 1 : 0);
+    for (; at != std::string::npos && at + close.size() < end; at = text_.find(close, at + 1)) {
+      if (at + close.size() > begin) cuts.push_back(at + close.size());
+    }
+  }
+  cuts.push_back(end);
+  size_t from = begin;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    text::ParsedOutput out = parser_->Push(text_.substr(from, cuts[i] - from));
+    from = cuts[i];
+    const bool empty =
+        out.content.empty() && out.reasoning_content.empty() && out.tool_calls.empty();
+    if (i > 0 && empty) continue;
+    v1::GenerateResponse part;
+    v1::Delta* pd = i == 0 ? d : part.mutable_delta();
+    pd->set_text(out.content);
+    pd->set_reasoning_text(out.reasoning_content);
     for (const text::ToolCall& call : out.tool_calls) {
-      v1::ToolCallDelta* t = d->add_tool_calls();
+      v1::ToolCallDelta* t = pd->add_tool_calls();
       t->set_index(static_cast<uint32_t>(tool_calls_++));
       t->set_id(call.id);
       t->set_name(call.name);
       t->set_arguments_delta(call.arguments);
     }
     parsed_.Append(std::move(out));
-  } else {
-    d->set_text(piece);
+    reactor_->Push(i == 0 ? std::move(r) : std::move(part));
   }
-  reactor_->Push(std::move(r));
 }
 
 void GenerateSink::OnFinished(const absl::Status& status, const FinishInfo& info) {

@@ -1,11 +1,16 @@
-// GenerateReactor against a client that does not read: once more than its limit of messages
-// waits to be written, it drops them, reports the client as cancelled (so the scheduler ends
-// the request) and finishes the call RESOURCE_EXHAUSTED instead of holding memory without end.
+// The Generate stream's two halves over a real gRPC call. GenerateReactor against a client that
+// does not read: once more than its limit of messages waits to be written, it drops them,
+// reports the client as cancelled (so the scheduler ends the request) and finishes the call
+// RESOURCE_EXHAUSTED instead of holding memory without end. GenerateSink's Deltas keep a tool
+// call and the text after it in their order.
 #include "services/infer/daemon/generate_stream.h"
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cairn/infer/v1/infer.grpc.pb.h"
@@ -16,6 +21,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
+#include "tests/unit/services/infer/text/text_test_data.h"
 
 namespace cairn::infer {
 namespace {
@@ -79,6 +85,74 @@ TEST(GenerateStreamTest, AClientThatDoesNotReadEndsResourceExhausted) {
   EXPECT_EQ(messages, 1);  // The one being written; the queued ones were dropped.
   EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("too slowly"));
+}
+
+// Generate answers by feeding the token ids of `text_` through a GenerateSink that parses tool
+// calls and holds back text behind a long stop string, then finishes.
+class ScriptedAnswerService final : public v1::InferService::CallbackService {
+ public:
+  ScriptedAnswerService(const text::Tokenizer* tokenizer, std::vector<int32_t> ids)
+      : tokenizer_(tokenizer), ids_(std::move(ids)) {}
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext*,
+                                                           const v1::GenerateRequest*) override {
+    auto* reactor = new GenerateReactor(kLimit);
+    GenerateSinkOptions o;
+    o.tokenizer = tokenizer_;
+    o.stop = {std::string(40, '#')};
+    o.parse_output = true;
+    GenerateSink sink(reactor, o);
+    for (int32_t id : ids_) sink.OnToken({.id = id, .logprob = 0.0f, .top = {}});
+    sink.OnFinished(absl::OkStatus(), FinishInfo{});
+    return reactor;
+  }
+
+ private:
+  const text::Tokenizer* const tokenizer_;
+  const std::vector<int32_t> ids_;
+};
+
+// Text that follows a tool call comes in a Delta after the call's, never beside it (where a
+// client reads a Delta's text as coming before its calls): here the call's closing tag and the
+// text after it are held back together behind the stop string and emitted as one piece.
+TEST(GenerateStreamTest, TextAfterAToolCallComesInALaterDelta) {
+  CAIRN_REQUIRE_DOWNLOADED(text::testing::Qwen3ModelDir() + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<text::Tokenizer>> tokenizer =
+      text::Tokenizer::FromFile(text::testing::Qwen3ModelDir() + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::vector<text::TokenId>> ids =
+      (*tokenizer)
+          ->Encode(
+              "Let me look.\n<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>\n"
+              "and then some words after the call");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ScriptedAnswerService service(tokenizer->get(), {ids->begin(), ids->end()});
+  ServerRunnerOptions ro;
+  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/generate-order.sock");
+  ro.drain_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<ServerRunner>> server = ServerRunner::Start(ro, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<v1::InferService::Stub> stub = v1::InferService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+
+  std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(kWait);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(ctx.get(), v1::GenerateRequest());
+  int at = 0, call_at = -1, after_at = -1;
+  std::string text;
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) {
+    if (!m.has_delta()) continue;
+    ++at;
+    if (m.delta().tool_calls_size() > 0) call_at = at;
+    if (absl::StrContains(m.delta().text(), "after the call") && after_at < 0) after_at = at;
+    text += m.delta().text();
+  }
+  const grpc::Status st = reader->Finish();
+
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_GT(call_at, 0);
+  EXPECT_GT(after_at, call_at) << text;
+  EXPECT_THAT(text, HasSubstr("Let me look."));
 }
 
 }  // namespace
