@@ -97,9 +97,10 @@ int Run(int argc, char** argv) {
             "requests that leave sampling knobs to the model (the gateway's) take "
             "generation_config.json's temperature, top_k, top_p, min_p and repetition_penalty");
   flags.Add("special-tokens-as-text", &service_options.special_tokens_as_text,
-            "chat messages' own text (contents, reasoning, tool-call arguments) encodes special "
-            "tokens' text as text, so a file holding \"<|im_end|>\" cannot end a turn; false "
-            "parses them as the tokens, as transformers' apply_chat_template does");
+            "chat messages' own text (contents, reasoning, tool-call arguments) and tool "
+            "definitions encode special tokens' text as text, so a file holding \"<|im_end|>\" "
+            "cannot end a turn; false parses them as the tokens, as transformers' "
+            "apply_chat_template does");
   flags.Add("context", &model_options.context_tokens,
             "tokens per slot (0: max_position_embeddings, at most --max-context)", 0, kNoMax64);
   flags.Add("max-context", &model_options.max_context_tokens,

@@ -406,13 +406,16 @@ std::optional<Encodable> Unwrap(absl::string_view text) {
   return out;
 }
 
-// Renders `request`, with the messages' special tokens marked as text where it asks for that.
+// Renders `request`, with the special tokens of its messages and tool definitions marked as
+// text where it asks for that.
 absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
                                           const std::vector<std::string>& specials,
                                           const ChatRequest& request) {
   if (request.special_tokens_as_text && !specials.empty()) {
     ChatRequest wrapped = request;
-    if (WrapMessages(wrapped.messages, specials)) {
+    const bool in_messages = WrapMessages(wrapped.messages, specials);
+    const bool in_tools = WrapJsonStrings(wrapped.tools, specials);
+    if (in_messages || in_tools) {
       ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
       if (std::optional<Encodable> unwrapped = Unwrap(text); unwrapped.has_value()) {
         return *std::move(unwrapped);

@@ -43,11 +43,11 @@ struct ChatRequest {
   // says, a reasoning block the template opens anyway closed empty), so that the answer starts
   // with its content (structured outputs: the JSON value).
   bool without_reasoning = false;
-  // The messages' own text (contents, reasoning, tool-call arguments) is encoded with its
-  // special tokens as text: a file an agent reads that holds "<|im_end|>" stays those
-  // characters instead of closing the turn. The template's own markup keeps its special tokens.
-  // False: every special token's text in the rendered prompt is the token (transformers'
-  // apply_chat_template followed by encoding, which splits nothing).
+  // The messages' own text (contents, reasoning, tool-call arguments) and the tool definitions'
+  // strings are encoded with their special tokens as text: a file an agent reads that holds
+  // "<|im_end|>" stays those characters instead of closing the turn. The template's own markup
+  // keeps its special tokens. False: every special token's text in the rendered prompt is the token
+  // (transformers' apply_chat_template followed by encoding, which splits nothing).
   bool special_tokens_as_text = true;
 };
 
