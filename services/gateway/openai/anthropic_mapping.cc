@@ -236,7 +236,7 @@ class AnthropicFormatter : public ResponseFormatter {
         "error",
         {{"type", "error"},
          {"error",
-          {{"type", AnthropicErrorType(http)}, {"message", std::string(status.message())}}}});
+          {{"type", AnthropicErrorType(http)}, {"message", AnthropicErrorMessage(status)}}}});
   }
 
   void Collect(const infer_v1::Delta& d) override { collected_.Add(d); }

@@ -83,15 +83,6 @@ std::string CodeName(const absl::Status& status) {
 }
 }  // namespace
 
-std::string OpenAiErrorJson(const absl::Status& status) {
-  const int http = HttpStatusFor(status);
-  nlohmann::json error = {{"message", std::string(status.message())},
-                          {"type", OpenAiErrorType(http)},
-                          {"param", nullptr},
-                          {"code", CodeName(status)}};
-  return DumpJson(nlohmann::json{{"error", error}});
-}
-
 namespace {
 
 // How cairn-infer words a request the context cannot hold (ValidateGenerate in
@@ -103,13 +94,35 @@ constexpr absl::string_view kContextOverflowMessages[] = {"does not fit the cont
 
 }  // namespace
 
+bool IsContextOverflow(const absl::Status& status) {
+  if (HttpStatusFor(status) != 400) return false;
+  for (absl::string_view words : kContextOverflowMessages) {
+    if (absl::StrContains(status.message(), words)) return true;
+  }
+  return false;
+}
+
+std::string AnthropicErrorMessage(const absl::Status& status) {
+  if (IsContextOverflow(status)) return absl::StrCat("prompt is too long: ", status.message());
+  return std::string(status.message());
+}
+
+std::string OpenAiErrorJson(const absl::Status& status) {
+  const int http = HttpStatusFor(status);
+  nlohmann::json error = {
+      {"message", std::string(status.message())},
+      {"type", OpenAiErrorType(http)},
+      {"param", nullptr},
+      {"code",
+       IsContextOverflow(status) ? std::string("context_length_exceeded") : CodeName(status)}};
+  return DumpJson(nlohmann::json{{"error", error}});
+}
+
 absl::string_view ResponsesErrorCode(const absl::Status& status) {
   const int http = HttpStatusFor(status);
   if (http >= 500) return "server_error";
   if (http == 429) return "rate_limit_exceeded";
-  for (absl::string_view words : kContextOverflowMessages) {
-    if (absl::StrContains(status.message(), words)) return "context_length_exceeded";
-  }
+  if (IsContextOverflow(status)) return "context_length_exceeded";
   return OpenAiErrorType(http);
 }
 
@@ -121,7 +134,7 @@ HttpResponse RenderError(const absl::Status& status, absl::string_view path,
     nlohmann::json body = {
         {"type", "error"},
         {"error",
-         {{"type", AnthropicErrorType(r.status)}, {"message", std::string(status.message())}}}};
+         {{"type", AnthropicErrorType(r.status)}, {"message", AnthropicErrorMessage(status)}}}};
     r.body = DumpJson(body);
   } else {
     r.body = OpenAiErrorJson(status);

@@ -31,8 +31,19 @@ bool IsAnthropicPath(absl::string_view path);
 HttpResponse RenderError(const absl::Status& status, absl::string_view path,
                          const ErrorRendering& options = {});
 
-// The error object alone, as OpenAI's SSE streams and the Responses API carry it.
+// The error object alone, as OpenAI's SSE streams and the Responses API carry it. Its `code`
+// is "context_length_exceeded" where the request does not fit the model's context (as OpenAI's,
+// which clients look for before they shorten the conversation), else the status's name.
 std::string OpenAiErrorJson(const absl::Status& status);
+
+// True where `status` says the prompt (and the output asked for) do not fit the model's
+// context, in cairn-infer's words.
+bool IsContextOverflow(const absl::Status& status);
+
+// The message of an Anthropic error for `status`: Anthropic's "prompt is too long: " ahead of
+// cairn-infer's words where the request does not fit the context (Claude Code reads that
+// opening as its cue to compact the conversation), else the status's message.
+std::string AnthropicErrorMessage(const absl::Status& status);
 
 // Returns the `code` of the error a Responses stream ends with (response.failed), in OpenAI's
 // words, which clients act on (Codex CLI stops on context_length_exceeded and retries others):

@@ -1,5 +1,6 @@
 #include "services/gateway/openai/errors.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/gateway/openai/json_util.h"
 
@@ -54,6 +55,25 @@ TEST(ErrorsTest, ResponsesErrorCodesAreOpenAis) {
   EXPECT_EQ(ResponsesErrorCode(absl::UnavailableError("daemon went away")), "server_error");
   EXPECT_EQ(ResponsesErrorCode(absl::InternalError("model exploded")), "server_error");
   EXPECT_EQ(ResponsesErrorCode(absl::DeadlineExceededError("too slow")), "server_error");
+}
+
+// A request the context cannot hold is named as OpenAI and Anthropic name it, which clients
+// look for before they shorten or compact the conversation.
+TEST(ErrorsTest, AContextOverflowIsNamedAsEachApiNamesIt) {
+  const absl::Status overflow = absl::InvalidArgumentError(
+      "prompt of 5000 tokens does not fit the context of 4096 tokens (at least one token must be "
+      "generated)");
+
+  Json openai = Json::parse(RenderError(overflow, "/v1/chat/completions").body);
+  Json anthropic = Json::parse(RenderError(overflow, "/v1/messages").body);
+  Json other = Json::parse(RenderError(absl::InvalidArgumentError("bad"), "/v1/messages").body);
+
+  EXPECT_EQ(openai["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(openai["error"]["message"], std::string(overflow.message()));
+  EXPECT_EQ(anthropic["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(anthropic["error"]["message"],
+            absl::StrCat("prompt is too long: ", overflow.message()));
+  EXPECT_EQ(other["error"]["message"], "bad");
 }
 
 TEST(ErrorsTest, AnthropicRoutesGetTheAnthropicShape) {
