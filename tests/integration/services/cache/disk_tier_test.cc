@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/concurrency/notification.h"
 #include "gtest/gtest.h"
@@ -207,12 +209,18 @@ TEST_F(DiskTierTest, ADiskThatFillsMakesThePolicyEvictByRankWithEvents) {
   const uint64_t second = CaptureAndFlush(infer, 1, 2, 72);
 
   // The write failed for lack of space: the core evicted the older disk checkpoint by rank,
-  // with an event, and nothing in the index points at missing files.
-  std::vector<v1::Event> events = server.daemon()->EventsAfter(0, 0);
-  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [&](const v1::Event& e) {
-    return e.kind() == v1::EVENT_KIND_EVICT && e.checkpoint_id() == first &&
-           absl::StrContains(e.reason(), "disk full");
-  }));
+  // with an event, and nothing in the index points at missing files. (Waited for: the flush
+  // can be answered before the write that fails is queued or its failure handled.)
+  const auto evicted = [&] {
+    std::vector<v1::Event> events = server.daemon()->EventsAfter(0, 0);
+    return std::any_of(events.begin(), events.end(), [&](const v1::Event& e) {
+      return e.kind() == v1::EVENT_KIND_EVICT && e.checkpoint_id() == first &&
+             absl::StrContains(e.reason(), "disk full");
+    });
+  };
+  const absl::Time deadline = absl::Now() + kWait;
+  while (!evicted() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_TRUE(evicted());
   v1::ListCheckpointsResponse list;
   ASSERT_TRUE(
       infer.Call(&v1::CacheService::Stub::ListCheckpoints, v1::ListCheckpointsRequest(), &list)
@@ -230,6 +238,10 @@ TEST_F(DiskTierTest, ADiskThatFillsMakesThePolicyEvictByRankWithEvents) {
   // With room again, the next capture reaches the disk.
   fs_.SetFreeBytes(std::nullopt);
   const uint64_t third = CaptureAndFlush(infer, 0, 3, 72);
+  const absl::Time written_by = absl::Now() + kWait;
+  while (!server.daemon()->disk_store()->HasCheckpoint(third) && absl::Now() < written_by) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
   EXPECT_TRUE(server.daemon()->disk_store()->HasCheckpoint(third));
   (void)second;
 }
