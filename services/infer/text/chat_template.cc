@@ -347,6 +347,21 @@ bool WrapSpecials(std::string& s, const std::vector<std::string>& specials) {
   return wrapped;
 }
 
+// Whether any string of `j` (values, not keys) holds one of `specials`.
+bool MentionsSpecials(const json& j, const std::vector<std::string>& specials) {
+  if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    return std::any_of(specials.begin(), specials.end(),
+                       [&](const std::string& t) { return s.find(t) != std::string::npos; });
+  }
+  if (j.is_array() || j.is_object()) {
+    for (const json& v : j) {
+      if (MentionsSpecials(v, specials)) return true;
+    }
+  }
+  return false;
+}
+
 // WrapSpecials over every string of `j` (values, not keys).
 bool WrapJsonStrings(json& j, const std::vector<std::string>& specials) {
   bool any = false;
@@ -411,7 +426,10 @@ std::optional<Encodable> Unwrap(absl::string_view text) {
 absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
                                           const std::vector<std::string>& specials,
                                           const ChatRequest& request) {
-  if (request.special_tokens_as_text && !specials.empty()) {
+  // The request is copied (and its strings rewritten) only where some string holds a special
+  // token's text, as few conversations' do.
+  if (request.special_tokens_as_text && !specials.empty() &&
+      (MentionsSpecials(request.messages, specials) || MentionsSpecials(request.tools, specials))) {
     ChatRequest wrapped = request;
     const bool in_messages = WrapMessages(wrapped.messages, specials);
     const bool in_tools = WrapJsonStrings(wrapped.tools, specials);
