@@ -170,4 +170,31 @@ std::string Router::AllowedMethods(absl::string_view path) const {
   return allowed;
 }
 
+bool RequestHasApiKey(const HttpRequest& header, bool basic, const std::vector<std::string>& keys) {
+  namespace http = boost::beast::http;
+  absl::string_view presented;
+  std::string password;
+  auto auth = header.find(http::field::authorization);
+  if (auth != header.end()) {
+    absl::string_view v(auth->value().data(), auth->value().size());
+    if (v.size() > 7 && absl::EqualsIgnoreCase(v.substr(0, 7), "bearer ")) {
+      presented = absl::StripAsciiWhitespace(v.substr(7));
+    } else if (basic) {
+      password = BasicAuthPassword(v);
+      presented = password;
+    }
+  }
+  if (presented.empty()) {
+    auto x = header.find("x-api-key");  // Anthropic clients send this header.
+    if (x != header.end()) presented = absl::string_view(x->value().data(), x->value().size());
+  }
+  return !presented.empty() && ApiKeyMatches(presented, keys);
+}
+
+bool HeaderAbsentOr(const HttpRequest& header, boost::beast::http::field field,
+                    bool (*ok)(absl::string_view)) {
+  auto it = header.find(field);
+  return it == header.end() || ok(absl::string_view(it->value().data(), it->value().size()));
+}
+
 }  // namespace cairn::gateway

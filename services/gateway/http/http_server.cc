@@ -7,12 +7,8 @@
 #include <optional>
 #include <thread>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "boost/asio/dispatch.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
@@ -23,6 +19,7 @@
 #include "common/concurrency/mutex.h"
 #include "common/log/log.h"
 #include "common/status/check.h"
+#include "services/gateway/http/http_server_state.h"
 
 namespace cairn::gateway {
 
@@ -30,107 +27,6 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
-
-// A connection the server can close at shutdown.
-class Closable {
- public:
-  virtual ~Closable() = default;
-  // Drops every handler-supplied callback and closes the socket. Called by Shutdown() once
-  // the io_context's threads have stopped, so nothing else runs on the connection's strand.
-  virtual void ForceClose() = 0;
-};
-
-// Shared by the listener, the sessions and the HttpServer. Thread-safe: options, router and
-// errors are immutable after Start; counters are atomics; the drain wait uses mu_.
-class HttpServerState {
- public:
-  HttpServerState(HttpServerOptions options, Router router, ErrorRenderer errors)
-      : options_(std::move(options)),
-        router_(std::move(router)),
-        errors_(std::move(errors)),
-        ioc_(std::max(1, options_.threads)),
-        acceptor_(net::make_strand(ioc_)) {}
-
-  const HttpServerOptions& options() const { return options_; }
-  const Router& router() const { return router_; }
-  HttpResponse RenderError(const absl::Status& s, absl::string_view path) const {
-    return errors_(s, path);
-  }
-  net::io_context& ioc() { return ioc_; }
-  tcp::acceptor& acceptor() { return acceptor_; }
-  bool draining() const { return draining_.load(); }
-  void set_draining() { draining_.store(true); }
-
-  std::atomic<int64_t> connections{0};
-  std::atomic<int64_t> inflight{0};
-  std::atomic<int64_t> rejected_busy{0};
-
-  // Exchanges in progress; Shutdown waits for zero.
-  void ExchangeStarted() ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    ++exchanges_;
-  }
-  void ExchangeEnded() ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (--exchanges_ == 0) cv_.SignalAll();
-  }
-  int64_t exchanges() const ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    return exchanges_;
-  }
-  // Returns true if every exchange ended within `timeout`.
-  bool WaitForExchanges(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::Time deadline = absl::Now() + timeout;
-    MutexLock lock(&mu_);
-    while (exchanges_ > 0) {
-      absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return false;
-      cv_.WaitWithTimeout(&mu_, left);
-    }
-    return true;
-  }
-
-  // Remembers `c` for ForceCloseAll (weakly: the connection's owners decide its lifetime).
-  void Register(const std::shared_ptr<Closable>& c) ABSL_LOCKS_EXCLUDED(mu_) {
-    MutexLock lock(&mu_);
-    if (connections_.size() >= compact_at_) {
-      connections_.erase(
-          std::remove_if(connections_.begin(), connections_.end(),
-                         [](const std::weak_ptr<Closable>& w) { return w.expired(); }),
-          connections_.end());
-      compact_at_ = std::max<size_t>(64, 2 * connections_.size());
-    }
-    connections_.push_back(c);
-  }
-  // Force-closes every connection still alive. REQUIRES: the io_context is stopped.
-  void ForceCloseAll() ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<std::shared_ptr<Closable>> alive;
-    {
-      MutexLock lock(&mu_);
-      for (const auto& w : connections_) {
-        if (auto c = w.lock()) alive.push_back(std::move(c));
-      }
-      connections_.clear();
-    }
-    for (auto& c : alive) c->ForceClose();
-  }
-
-  std::vector<std::thread> threads;  // Written by Start and Shutdown only.
-  bool shut_down = false;            // Written by Shutdown only (one caller).
-
- private:
-  const HttpServerOptions options_;
-  const Router router_;
-  const ErrorRenderer errors_;
-  net::io_context ioc_;
-  tcp::acceptor acceptor_;
-  std::atomic<bool> draining_{false};
-  mutable Mutex mu_;
-  CondVar cv_;
-  int64_t exchanges_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::weak_ptr<Closable>> connections_ ABSL_GUARDED_BY(mu_);
-  size_t compact_at_ ABSL_GUARDED_BY(mu_) = 64;
-};
 
 namespace {
 
@@ -452,7 +348,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       return nullptr;
     }
     const bool keys = !state_->options().api_keys.empty();
-    if (keys && !route->options.public_route && !Authorized(header, route->options.browser)) {
+    if (keys && !route->options.public_route &&
+        !RequestHasApiKey(header, route->options.browser, state_->options().api_keys)) {
       HttpResponse r = state_->RenderError(
           absl::UnauthenticatedError("missing or invalid API key (Authorization: Bearer KEY)"),
           current_path_);
@@ -464,7 +361,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     }
     // Without keys the listener is on loopback (Start refuses anything else): only what a
     // local client sends is answered, never what a web page makes a browser send.
-    if (!keys && !HeaderIs(header, http::field::host, IsLoopbackHost)) {
+    if (!keys && !HeaderAbsentOr(header, http::field::host, IsLoopbackHost)) {
       Refuse(state_->RenderError(
           absl::PermissionDeniedError(
               "without API keys the gateway answers only requests whose Host is a loopback name "
@@ -472,7 +369,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
           current_path_));
       return nullptr;
     }
-    if (!keys && !HeaderIs(header, http::field::origin, IsLoopbackOrigin)) {
+    if (!keys && !HeaderAbsentOr(header, http::field::origin, IsLoopbackOrigin)) {
       Refuse(state_->RenderError(
           absl::PermissionDeniedError(
               "without API keys the gateway refuses requests from web pages of other origins "
@@ -500,34 +397,6 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       linger_ = true;
     }
     SendWhole(std::move(r));
-  }
-
-  // Returns true if `header` has no `field`, or one whose value `ok` accepts.
-  static bool HeaderIs(const HttpRequest& header, http::field field,
-                       bool (*ok)(absl::string_view)) {
-    auto it = header.find(field);
-    return it == header.end() || ok(absl::string_view(it->value().data(), it->value().size()));
-  }
-
-  // `basic`: the key may also be a Basic authentication password (browser routes).
-  bool Authorized(const HttpRequest& header, bool basic) const {
-    absl::string_view presented;
-    std::string password;
-    auto auth = header.find(http::field::authorization);
-    if (auth != header.end()) {
-      absl::string_view v(auth->value().data(), auth->value().size());
-      if (v.size() > 7 && absl::EqualsIgnoreCase(v.substr(0, 7), "bearer ")) {
-        presented = absl::StripAsciiWhitespace(v.substr(7));
-      } else if (basic) {
-        password = BasicAuthPassword(v);
-        presented = password;
-      }
-    }
-    if (presented.empty()) {
-      auto x = header.find("x-api-key");  // Anthropic clients send this header.
-      if (x != header.end()) presented = absl::string_view(x->value().data(), x->value().size());
-    }
-    return !presented.empty() && ApiKeyMatches(presented, state_->options().api_keys);
   }
 
   std::shared_ptr<HttpExchange> MakeExchange();

@@ -204,6 +204,15 @@ bool ApiKeyMatches(absl::string_view presented, const std::vector<std::string>& 
 // or "" when it is not one.
 std::string BasicAuthPassword(absl::string_view authorization);
 
+// Returns true if `header` carries an API key of `keys`: "Authorization: Bearer KEY", the
+// password of Basic authentication where `basic` (browser routes), or "x-api-key: KEY"
+// (Anthropic clients).
+bool RequestHasApiKey(const HttpRequest& header, bool basic, const std::vector<std::string>& keys);
+
+// Returns true if `header` has no `field`, or one whose value `ok` accepts.
+bool HeaderAbsentOr(const HttpRequest& header, boost::beast::http::field field,
+                    bool (*ok)(absl::string_view));
+
 // Returns true if the Host header value `host` names the loopback interface ("localhost",
 // "127.0.0.1", "[::1]", with or without a port).
 bool IsLoopbackHost(absl::string_view host);

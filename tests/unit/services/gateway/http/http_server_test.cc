@@ -46,6 +46,33 @@ TEST(HttpServerTest, BasicAuthPasswordIsTheKey) {
   EXPECT_EQ(BasicAuthPassword(""), "");
 }
 
+TEST(HttpServerTest, AnApiKeyIsReadFromBearerBasicOrXApiKey) {
+  const std::vector<std::string> keys = {"k1"};
+  auto with = [](boost::beast::http::field field, const std::string& value) {
+    HttpRequest r;
+    r.set(field, value);
+    return r;
+  };
+  HttpRequest x_api_key;
+  x_api_key.set("x-api-key", "k1");
+  // Basic: user "u", password "k1".
+  const HttpRequest basic = with(boost::beast::http::field::authorization, "Basic dTprMQ==");
+
+  EXPECT_TRUE(
+      RequestHasApiKey(with(boost::beast::http::field::authorization, "Bearer k1"), false, keys));
+  EXPECT_FALSE(
+      RequestHasApiKey(with(boost::beast::http::field::authorization, "Bearer k2"), false, keys));
+  EXPECT_TRUE(RequestHasApiKey(x_api_key, false, keys));
+  EXPECT_TRUE(RequestHasApiKey(basic, true, keys));
+  EXPECT_FALSE(RequestHasApiKey(basic, false, keys));  // Basic only on browser routes.
+  EXPECT_FALSE(RequestHasApiKey(HttpRequest(), false, keys));
+  EXPECT_TRUE(HeaderAbsentOr(HttpRequest(), boost::beast::http::field::origin, IsLoopbackOrigin));
+  EXPECT_TRUE(HeaderAbsentOr(with(boost::beast::http::field::origin, "http://localhost:3000"),
+                             boost::beast::http::field::origin, IsLoopbackOrigin));
+  EXPECT_FALSE(HeaderAbsentOr(with(boost::beast::http::field::origin, "https://example.com"),
+                              boost::beast::http::field::origin, IsLoopbackOrigin));
+}
+
 TEST(HttpServerTest, LoopbackHostsAreRecognised) {
   for (const char* host : {"localhost", "LOCALHOST:8080", "127.0.0.1", "127.0.0.1:80",
                            "127.1.2.3:9", "[::1]", "[::1]:8080"}) {
