@@ -26,6 +26,7 @@
 #include "common/net/unix_socket_path.h"
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
+#include "services/infer/daemon/load_progress_log.h"
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
@@ -178,6 +179,14 @@ int Run(int argc, char** argv) {
   // Loading and slot allocation can take minutes and hold nothing a drain would release.
   std::optional<ExitOnTerminationSignal> exit_during_load;
   exit_during_load.emplace("the model's load");
+  // Minutes of hashing and placing a large model's weights show their progress in the log and
+  // as the unit's status, each step extending systemd's start timeout while the load moves.
+  LoadProgressLog load_log({.interval = absl::Seconds(5),
+                            .write = [](const std::string& line) { CAIRN_LOG(INFO) << line; },
+                            .notify = [](const std::string& state) { sd_notify(0, state.c_str()); },
+                            .extend_timeout = absl::Seconds(120),
+                            .now = [] { return absl::Now(); }});
+  model_options.load.progress = load_log.AsFunction();
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<ServedModel>> served = ServedModel::Load(model_options);
   if (!served.ok()) {
@@ -256,7 +265,7 @@ int Run(int argc, char** argv) {
     return 1;
   }
   (*server)->SetAllServing(true);
-  sd_notify(0, "READY=1");
+  sd_notify(0, absl::StrCat("READY=1\nSTATUS=serving ", (*served)->name()).c_str());
   CAIRN_LOG(INFO) << "cairn-infer serving " << (*served)->name() << " on " << (*server)->address()
                   << (cache != nullptr ? absl::StrCat(", cache at ", main_options.cache)
                                        : std::string(", no cache"));

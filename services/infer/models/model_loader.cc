@@ -25,9 +25,15 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, KernelB
   absl::StatusOr<HybridConfig> config = ParseHybridConfig(text.str());
   if (!config.ok()) return Annotate(config.status(), config_path);
   ASSIGN_OR_RETURN(std::unique_ptr<TensorStore> store, TensorStore::Open(dir));
-  ASSIGN_OR_RETURN(uint64_t digest, ComputeWeightsDigest(store->files(), options.digest));
+  WeightsDigestOptions digest_options = options.digest;
+  Qwen3HybridOptions model_options = options.qwen3_hybrid;
+  if (options.progress != nullptr) {
+    digest_options.progress = options.progress;
+    model_options.progress = options.progress;
+  }
+  ASSIGN_OR_RETURN(uint64_t digest, ComputeWeightsDigest(store->files(), digest_options));
   absl::StatusOr<std::unique_ptr<Model>> model =
-      CreateQwen3HybridModel(*config, std::move(store), digest, backend, options.qwen3_hybrid);
+      CreateQwen3HybridModel(*config, std::move(store), digest, backend, model_options);
   if (!model.ok()) return Annotate(model.status(), absl::StrCat("loading ", dir));
   return model;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/infer/kernels/kernel_backend.h"
+#include "services/infer/models/load_progress.h"
 #include "services/infer/models/model.h"
 #include "services/infer/models/qwen3_hybrid/qwen3_hybrid_model.h"
 #include "services/infer/models/weights_digest.h"
@@ -15,6 +16,9 @@ namespace cairn::infer {
 struct ModelLoadOptions {
   WeightsDigestOptions digest;
   Qwen3HybridOptions qwen3_hybrid;
+  // The load's progress, every phase (hashing the weights, placing them); where set, it
+  // replaces digest.progress and qwen3_hybrid.progress.
+  LoadProgressFn progress;
 };
 
 // Loads the Hugging Face checkpoint folder `dir` (config.json plus safetensors, sharded or

@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
@@ -21,7 +23,23 @@ namespace {
 // Read size for hashing files.
 constexpr size_t kReadBytes = 4 << 20;
 
-absl::StatusOr<uint64_t> HashFile(const std::string& path) {
+// Reports `done` of `total` bytes hashed at most every kProgressBytes, and the last step.
+constexpr int64_t kProgressBytes = int64_t{256} << 20;
+constexpr absl::string_view kHashPhase = "hashing the weights";
+
+struct HashProgress {
+  const LoadProgressFn* fn;
+  int64_t done;
+  int64_t total;
+  int64_t reported;
+  void Report(bool force) {
+    if (*fn == nullptr || (!force && done - reported < kProgressBytes)) return;
+    reported = done;
+    (*fn)({.phase = kHashPhase, .done = done, .total = total, .unit = "bytes"});
+  }
+};
+
+absl::StatusOr<uint64_t> HashFile(const std::string& path, HashProgress& progress) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
   Xxh3Stream stream;
@@ -35,6 +53,9 @@ absl::StatusOr<uint64_t> HashFile(const std::string& path) {
     }
     if (n == 0) break;
     stream.Update(buf.data(), static_cast<size_t>(n));
+    // A file that grew since its stat is not the size counted: the total stays the bound.
+    progress.done = std::min(progress.total, progress.done + n);
+    progress.Report(false);
   }
   ::close(fd);
   return stream.Digest();
@@ -77,6 +98,15 @@ absl::StatusOr<uint64_t> ComputeWeightsDigest(const std::vector<std::string>& fi
   nlohmann::json cache = ReadCache(options.cache_path);
   bool changed = false;
   Xxh3Stream all;
+  // Each file's size and modification time, and whether the cache holds its digest: the
+  // bytes to read are known before the first is read.
+  struct FileState {
+    int64_t size;
+    int64_t mtime_ns;
+    const nlohmann::json* hit;
+  };
+  std::vector<FileState> states;
+  HashProgress progress{.fn = &options.progress, .done = 0, .total = 0, .reported = 0};
   for (const std::string& file : files) {
     struct stat st {};
     if (::stat(file.c_str(), &st) != 0) {
@@ -84,16 +114,27 @@ absl::StatusOr<uint64_t> ComputeWeightsDigest(const std::vector<std::string>& fi
     }
     const std::string key = std::filesystem::absolute(file).string();
     const int64_t size = st.st_size;
-    const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
-                             st.st_mtim.tv_nsec;
-    uint64_t digest = 0;
+    const int64_t mtime_ns =
+        static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     const nlohmann::json* hit = cache.contains(key) ? &cache[key] : nullptr;
-    if (hit != nullptr && hit->is_object() && hit->value("size", int64_t{-1}) == size &&
-        hit->value("mtime_ns", int64_t{-1}) == mtime_ns && hit->contains("xxh3") &&
-        (*hit)["xxh3"].is_number_unsigned()) {
+    if (hit != nullptr && (!hit->is_object() || hit->value("size", int64_t{-1}) != size ||
+                           hit->value("mtime_ns", int64_t{-1}) != mtime_ns ||
+                           !hit->contains("xxh3") || !(*hit)["xxh3"].is_number_unsigned())) {
+      hit = nullptr;
+    }
+    if (hit == nullptr) progress.total += size;
+    states.push_back({size, mtime_ns, hit});
+  }
+  if (progress.total > 0) progress.Report(true);
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& file = files[i];
+    const std::string key = std::filesystem::absolute(file).string();
+    const auto [size, mtime_ns, hit] = states[i];
+    uint64_t digest = 0;
+    if (hit != nullptr) {
       digest = (*hit)["xxh3"].get<uint64_t>();
     } else {
-      absl::StatusOr<uint64_t> d = HashFile(file);
+      absl::StatusOr<uint64_t> d = HashFile(file, progress);
       if (!d.ok()) return d.status();
       digest = *d;
       cache[key] = {{"size", size}, {"mtime_ns", mtime_ns}, {"xxh3", digest}};
@@ -102,6 +143,10 @@ absl::StatusOr<uint64_t> ComputeWeightsDigest(const std::vector<std::string>& fi
     all.Update(std::filesystem::path(file).filename().string());
     all.UpdateU64(static_cast<uint64_t>(size));
     all.UpdateU64(digest);
+  }
+  if (progress.total > 0) {
+    progress.done = progress.total;
+    progress.Report(true);
   }
   if (changed && !options.cache_path.empty()) WriteCache(options.cache_path, cache);
   return all.Digest();

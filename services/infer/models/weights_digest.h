@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/infer/models/load_progress.h"
 
 namespace cairn::infer {
 
@@ -13,6 +14,9 @@ struct WeightsDigestOptions {
   // JSON file remembering each weight file's digest by path, size and mtime, so an unchanged
   // checkpoint is not read again. Empty: no cache.
   std::string cache_path;
+  // Progress of the files read (phase "hashing the weights", in bytes of the files not found
+  // in the cache; no report when every file is).
+  LoadProgressFn progress;
 };
 
 // Returns an XXH3 digest over the weight `files` (their base names and contents, in the given

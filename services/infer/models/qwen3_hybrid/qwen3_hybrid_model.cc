@@ -273,6 +273,12 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
     RETURN_IF_ERROR(Place(lm_head_));
   }
   DropHostCopies();
+  const auto report = [this](int64_t layers) {
+    if (options_.progress == nullptr) return;
+    options_.progress(
+        {.phase = "placing the weights", .done = layers, .total = c_.num_layers, .unit = "layers"});
+  };
+  report(0);
   for (int i = 0; i < c_.num_layers; ++i) {
     LayerWeights lw;
     const std::string p = absl::StrCat("layers.", i, ".");
@@ -307,6 +313,7 @@ absl::Status Qwen3HybridModel::Load(const TensorStore& store, uint64_t weights_d
     RETURN_IF_ERROR(PlaceLayer(lw));
     DropHostCopies();
     layers_.push_back(std::move(lw));
+    report(i + 1);
   }
   for (int i = 0; i < c_.rotary_dim / 2; ++i) {
     // As transformers computes it: fp32 base ** (2i / rotary_dim), inverted in fp32.

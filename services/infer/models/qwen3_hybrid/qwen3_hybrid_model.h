@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "services/infer/kernels/kernel_backend.h"
+#include "services/infer/models/load_progress.h"
 #include "services/infer/models/model.h"
 #include "services/infer/models/model_config.h"
 #include "services/infer/models/safetensors.h"
@@ -35,6 +36,9 @@ struct Qwen3HybridOptions {
   // then downloads it.
   int logits_parts = kDefaultLogitsParts;
   int64_t logits_parts_min_bytes = kDefaultLogitsPartsMinBytes;
+  // Progress of the weights' placement (phase "placing the weights", in layers: each layer's
+  // matrices read, packed for the CPU backend or uploaded to a device).
+  LoadProgressFn progress;
 
   // Four parts leave a quarter of the download after the last product (16 decoding slots of a
   // 248K vocabulary: about 0.07 ms of 0.3 at 52 GB/s) for three more launches.

@@ -394,7 +394,8 @@ TEST_F(ModelLoaderTest, DigestCacheIsKeyedBySizeAndMtime) {
   const std::string file = (fs::path(dir) / "model.safetensors").string();
   const std::string cache = (fs::path(dir) / "digests.json").string();
   absl::StatusOr<uint64_t> uncached = ComputeWeightsDigest({file}, {});
-  absl::StatusOr<uint64_t> first = ComputeWeightsDigest({file}, {.cache_path = cache});
+  absl::StatusOr<uint64_t> first =
+      ComputeWeightsDigest({file}, {.cache_path = cache, .progress = {}});
   ASSERT_TRUE(uncached.ok() && first.ok());
   EXPECT_EQ(*uncached, *first);
   // Plant a wrong file digest: a cache hit returns something else.
@@ -404,13 +405,72 @@ TEST_F(ModelLoaderTest, DigestCacheIsKeyedBySizeAndMtime) {
   j[fs::absolute(file).string()]["xxh3"] = 12345u;
   std::ofstream(cache, std::ios::trunc) << j.dump();
 
-  absl::StatusOr<uint64_t> hit = ComputeWeightsDigest({file}, {.cache_path = cache});
+  absl::StatusOr<uint64_t> hit =
+      ComputeWeightsDigest({file}, {.cache_path = cache, .progress = {}});
   fs::last_write_time(file, fs::last_write_time(file) + std::chrono::seconds(5));
-  absl::StatusOr<uint64_t> recomputed = ComputeWeightsDigest({file}, {.cache_path = cache});
+  absl::StatusOr<uint64_t> recomputed =
+      ComputeWeightsDigest({file}, {.cache_path = cache, .progress = {}});
 
   ASSERT_TRUE(hit.ok() && recomputed.ok());
   EXPECT_NE(*hit, *first);
   EXPECT_EQ(*recomputed, *first);
+}
+
+// A load reports its progress phase by phase: the weight files read for the digest in bytes
+// (the first step 0, the last the files' whole size, never decreasing), then the layers placed
+// one by one. A second load, its digests cached, reads no file and reports only the layers.
+TEST_F(ModelLoaderTest, ALoadReportsItsProgressPhaseByPhase) {
+  const std::string dir = CopyOfPreset("moe", "progress");
+  int64_t file_bytes = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".safetensors") file_bytes += static_cast<int64_t>(e.file_size());
+  }
+  std::ifstream in(fs::path(dir) / "config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<HybridConfig> config = ParseHybridConfig(text.str());
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_GT(file_bytes, 0);
+
+  struct Step {
+    std::string phase;
+    int64_t done, total;
+    std::string unit;
+  };
+  std::vector<Step> steps;
+  ModelLoadOptions o;
+  o.digest.cache_path = (fs::path(dir) / "digests.json").string();
+  o.progress = [&steps](const LoadProgressStep& s) {
+    steps.push_back({std::string(s.phase), s.done, s.total, std::string(s.unit)});
+  };
+  const auto check_layers = [&](size_t first) {
+    ASSERT_EQ(steps.size() - first, static_cast<size_t>(config->num_layers) + 1);
+    for (size_t i = first; i < steps.size(); ++i) {
+      EXPECT_EQ(steps[i].phase, "placing the weights");
+      EXPECT_EQ(steps[i].unit, "layers");
+      EXPECT_EQ(steps[i].done, static_cast<int64_t>(i - first));
+      EXPECT_EQ(steps[i].total, config->num_layers);
+    }
+  };
+
+  CAIRN_ASSERT_OK(LoadModel(dir, backend_.get(), o).status());
+  size_t hashed = 0;
+  while (hashed < steps.size() && steps[hashed].phase == "hashing the weights") {
+    EXPECT_EQ(steps[hashed].unit, "bytes");
+    EXPECT_EQ(steps[hashed].total, file_bytes);
+    if (hashed > 0) {
+      EXPECT_GE(steps[hashed].done, steps[hashed - 1].done);
+    }
+    ++hashed;
+  }
+  ASSERT_GE(hashed, 2u);
+  EXPECT_EQ(steps.front().done, 0);
+  EXPECT_EQ(steps[hashed - 1].done, file_bytes);
+  check_layers(hashed);
+
+  steps.clear();
+  CAIRN_ASSERT_OK(LoadModel(dir, backend_.get(), o).status());
+  check_layers(0);
 }
 
 TEST_F(ModelLoaderTest, ForwardRejectsBadTokensAndLeavesTheSlotAlone) {
