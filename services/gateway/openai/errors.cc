@@ -1,9 +1,12 @@
 #include "services/gateway/openai/errors.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cairn/infer/v1/infer.pb.h"
+#include "common/status/grpc_status.h"
 #include "nlohmann/json.hpp"
 #include "services/gateway/openai/json_util.h"
 
@@ -85,16 +88,33 @@ std::string CodeName(const absl::Status& status) {
 
 namespace {
 
+namespace infer_v1 = ::cairn::infer::v1;
+
 // How cairn-infer words a request the context cannot hold (ValidateGenerate in
-// services/infer/daemon/infer_service.cc: the prompt alone, or with the max_tokens asked for),
-// mirrored because services share only proto/ and the status code alone (INVALID_ARGUMENT) does
-// not tell it from other bad requests.
+// services/infer/daemon/infer_service.cc: the prompt alone, or with the max_tokens asked for).
+// Only a fallback for a daemon older than ErrorDetails, which sent the words alone: services
+// share only proto/, and the status code (INVALID_ARGUMENT) does not tell an overflow from
+// other bad requests.
 constexpr absl::string_view kContextOverflowMessages[] = {"does not fit the context",
                                                           "leaves after the prompt"};
+
+// Returns cairn-infer's reason for the failure `status` reports, or nullopt where the status
+// holds no ErrorDetails (or ones that do not parse).
+std::optional<infer_v1::ErrorReason> InferErrorReason(const absl::Status& status) {
+  std::optional<std::string> bytes = GrpcErrorDetailsOf(status);
+  infer_v1::ErrorDetails details;
+  if (!bytes.has_value() || !details.ParseFromString(*bytes)) return std::nullopt;
+  return details.reason();
+}
 
 }  // namespace
 
 bool IsContextOverflow(const absl::Status& status) {
+  // A daemon that sends ErrorDetails names every overflow in them, so its reason decides.
+  if (std::optional<infer_v1::ErrorReason> reason = InferErrorReason(status)) {
+    return *reason == infer_v1::ERROR_REASON_CONTEXT_OVERFLOW;
+  }
+  // An older daemon sends no details: its words are all there is to go by.
   if (HttpStatusFor(status) != 400) return false;
   for (absl::string_view words : kContextOverflowMessages) {
     if (absl::StrContains(status.message(), words)) return true;

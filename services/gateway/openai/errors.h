@@ -37,7 +37,9 @@ HttpResponse RenderError(const absl::Status& status, absl::string_view path,
 std::string OpenAiErrorJson(const absl::Status& status);
 
 // True where `status` says the prompt (and the output asked for) do not fit the model's
-// context, in cairn-infer's words.
+// context: by cairn-infer's reason, the ErrorDetails (infer.proto) it sends as the call's binary
+// error details and FromGrpcStatus keeps (common/status/grpc_status.h), where the status holds
+// them; else, from an older daemon that sends none, by cairn-infer's words in a 400.
 bool IsContextOverflow(const absl::Status& status);
 
 // The message of an Anthropic error for `status`: Anthropic's "prompt is too long: " ahead of

@@ -157,6 +157,17 @@ bool HasResponseFormat(const v1::GenerateRequest& request) {
          request.response_format().format_case() != v1::ResponseFormat::FORMAT_NOT_SET;
 }
 
+// Returns INVALID_ARGUMENT with `message` for a request the context cannot hold, with the
+// ErrorDetails (infer.proto) that name the reason, which ToGrpcStatus sends as the call's
+// binary error details: the gateway acts on the reason, not on the message's words.
+absl::Status ContextOverflowError(std::string message) {
+  v1::ErrorDetails details;
+  details.set_code(static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  details.set_message(message);
+  details.set_reason(v1::ERROR_REASON_CONTEXT_OVERFLOW);
+  return WithGrpcErrorDetails(absl::InvalidArgumentError(message), details.SerializeAsString());
+}
+
 }  // namespace
 
 InferServiceImpl::InferServiceImpl(const ServedModel* model, Scheduler* scheduler, ThreadPool* pool,
@@ -287,9 +298,9 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
   const int64_t context = scheduler_->context_tokens();
   const int64_t n = static_cast<int64_t>(out.prompt.size());
   if (n >= context) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prompt of ", n, " tokens does not fit the context of ", context,
-                     " tokens (at least one token must be generated)"));
+    return ContextOverflowError(absl::StrCat("prompt of ", n,
+                                             " tokens does not fit the context of ", context,
+                                             " tokens (at least one token must be generated)"));
   }
   if (request.stable_boundary() > 0) {
     if (request.stable_boundary() > static_cast<uint64_t>(n)) {
@@ -342,7 +353,7 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
       return absl::InvalidArgumentError("sampling.max_tokens must be at least 1");
     }
     if (static_cast<int64_t>(p.max_tokens()) > context - n && !p.max_tokens_is_ceiling()) {
-      return absl::InvalidArgumentError(
+      return ContextOverflowError(
           absl::StrCat("sampling.max_tokens ", p.max_tokens(), " is more than the ", context - n,
                        " tokens the context of ", context, " leaves after the prompt"));
     }

@@ -1,5 +1,7 @@
+#include <optional>
 #include <string>
 
+#include "absl/strings/cord.h"
 #include "common/status/annotate.h"
 #include "common/status/check.h"
 #include "common/status/grpc_status.h"
@@ -147,6 +149,23 @@ TEST(GrpcStatusTest, RoundTripsEveryCode) {
     EXPECT_EQ(back.code(), s.code());
     EXPECT_EQ(back.message(), s.message());
   }
+}
+
+TEST(GrpcStatusTest, BinaryErrorDetailsTravelBothWays) {
+  const std::string details("\x08\x03\x20\x01", 4);  // Bytes a service's proto defines.
+  absl::Status s = WithGrpcErrorDetails(absl::InvalidArgumentError("too long"), details);
+  s.SetPayload("type.cairn.dev/local-only", absl::Cord("stays"));
+
+  grpc::Status g = ToGrpcStatus(s);
+  absl::Status back = FromGrpcStatus(g);
+  absl::Status plain = FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad"));
+
+  EXPECT_EQ(g.error_details(), details);
+  EXPECT_EQ(GrpcErrorDetailsOf(back), details);
+  EXPECT_EQ(back.message(), "too long");
+  EXPECT_FALSE(back.GetPayload("type.cairn.dev/local-only").has_value());
+  EXPECT_EQ(GrpcErrorDetailsOf(plain), std::nullopt);
+  EXPECT_TRUE(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_details().empty());
 }
 
 TEST(CheckDeathTest, CheckAbortsWithTheCondition) {

@@ -444,6 +444,43 @@ TEST(GatewayApiTest, UpstreamErrorsMapToHttpCodes) {
   }
 }
 
+// cairn-infer names a request the context cannot hold in the call's binary error details
+// (ErrorDetails); they cross the gRPC channel, and the gateway names the error as each API does
+// by them, not by the message's words. A refusal in the same words without them is a plain 400.
+TEST(GatewayApiTest, AContextOverflowIsNamedByTheDaemonsReasonOverTheWire) {
+  GatewayHarness h;
+  const std::string words = "the conversation is longer than this model reads";
+  auto refuse = [&h, words](bool with_reason) {
+    infer_v1::ErrorDetails details;
+    details.set_code(grpc::StatusCode::INVALID_ARGUMENT);
+    details.set_message(words);
+    details.set_reason(infer_v1::ERROR_REASON_CONTEXT_OVERFLOW);
+    Script s;
+    s.status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, words,
+                            with_reason ? details.SerializeAsString() : "");
+    h.fake().SetScript([s](const infer_v1::GenerateRequest&) { return s; });
+  };
+  HttpTestClient client(h.port());
+  const std::string anthropic_request =
+      R"({"max_tokens":5,"messages":[{"role":"user","content":"x"}]})";
+
+  refuse(true);
+  HttpResult openai = client.Post("/v1/chat/completions", kChat);
+  HttpResult anthropic = client.Post("/v1/messages", anthropic_request);
+  refuse(false);
+  HttpResult plain = client.Post("/v1/chat/completions", kChat);
+  HttpResult plain_anthropic = client.Post("/v1/messages", anthropic_request);
+
+  EXPECT_EQ(openai.status, 400) << openai.body;
+  EXPECT_EQ(openai.json()["error"]["code"], "context_length_exceeded") << openai.body;
+  EXPECT_EQ(openai.json()["error"]["message"], words);
+  EXPECT_EQ(anthropic.status, 400) << anthropic.body;
+  EXPECT_EQ(anthropic.json()["error"]["message"], "prompt is too long: " + words);
+  EXPECT_EQ(plain.status, 400) << plain.body;
+  EXPECT_EQ(plain.json()["error"]["code"], "invalid_argument") << plain.body;
+  EXPECT_EQ(plain_anthropic.json()["error"]["message"], words);
+}
+
 TEST(GatewayApiTest, AStopStringTheDaemonWouldRefuseGetsA400NamingTheClientsField) {
   GatewayHarness h;
   HttpTestClient client(h.port());

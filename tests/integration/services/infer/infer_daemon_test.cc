@@ -25,6 +25,18 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kVocab = 1024;  // The random presets' vocabulary.
 
+// The reason cairn-infer names in a failed call's binary error details (ErrorDetails), checking
+// that the details repeat the call's code and message as google.rpc.Status's fields would;
+// ERROR_REASON_UNSPECIFIED where the call carries no details.
+v1::ErrorReason ReasonOf(const grpc::Status& status) {
+  if (status.error_details().empty()) return v1::ERROR_REASON_UNSPECIFIED;
+  v1::ErrorDetails details;
+  EXPECT_TRUE(details.ParseFromString(status.error_details()));
+  EXPECT_EQ(details.code(), static_cast<int32_t>(status.error_code()));
+  EXPECT_EQ(details.message(), status.error_message());
+  return details.reason();
+}
+
 bool SameFloats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -152,11 +164,12 @@ class InferDaemonErrorsTest : public ::testing::Test {
     server_ = std::move(*s);
     stub_ = server_->NewStub();
   }
-  void ExpectError(const v1::GenerateRequest& req, grpc::StatusCode code,
-                   const std::string& field) {
+  void ExpectError(const v1::GenerateRequest& req, grpc::StatusCode code, const std::string& field,
+                   v1::ErrorReason reason = v1::ERROR_REASON_UNSPECIFIED) {
     GenerateResult r = Generate(*stub_, req);
     EXPECT_EQ(r.status.error_code(), code) << r.status.error_message();
     EXPECT_THAT(r.status.error_message(), HasSubstr(field));
+    EXPECT_EQ(ReasonOf(r.status), reason) << r.status.error_message();
   }
   std::unique_ptr<InferServer> server_;
   std::unique_ptr<v1::InferService::Stub> stub_;
@@ -172,12 +185,13 @@ TEST_F(InferDaemonErrorsTest, BadRequestsNameTheFieldAndTheDaemonStaysHealthy) {
   ExpectError(r, invalid, "prompt is empty");
   r = TokenRequest({1, 2, static_cast<int32_t>(kVocab)}, 4);
   ExpectError(r, invalid, "token_ids.ids[2]");
+  // A prompt the context cannot hold, alone or with its max_tokens, names its reason.
   r = TokenRequest(RandomTokens(512, kVocab, 2), 4);
-  ExpectError(r, invalid, "context");
+  ExpectError(r, invalid, "context", v1::ERROR_REASON_CONTEXT_OVERFLOW);
   r = TokenRequest(ok_prompt, 0);
   ExpectError(r, invalid, "max_tokens");
   r = TokenRequest(ok_prompt, 600);
-  ExpectError(r, invalid, "max_tokens");
+  ExpectError(r, invalid, "max_tokens", v1::ERROR_REASON_CONTEXT_OVERFLOW);
   r = TokenRequest(ok_prompt, 4);
   r.mutable_sampling()->add_stop_token_ids(5000);
   ExpectError(r, invalid, "stop_token_ids[0]");
@@ -280,7 +294,8 @@ TEST_F(InferDaemonErrorsTest, ACeilingMaxTokensStopsAtTheContextsEnd) {
   // 506 prompt tokens leave 6 of the context's 512: a server's cap of 600 (a ceiling) gives
   // those 6, where the same number as the client's own limit is refused.
   v1::GenerateRequest r = TokenRequest(RandomTokens(506, kVocab, 3), 600);
-  ExpectError(r, grpc::StatusCode::INVALID_ARGUMENT, "max_tokens 600 is more than the 6");
+  ExpectError(r, grpc::StatusCode::INVALID_ARGUMENT, "max_tokens 600 is more than the 6",
+              v1::ERROR_REASON_CONTEXT_OVERFLOW);
   r.mutable_sampling()->set_max_tokens_is_ceiling(true);
 
   GenerateResult capped = Generate(*stub_, r);
@@ -580,6 +595,8 @@ TEST_F(InferDaemonDemoModelTest, JsonNestedTooDeepIsRefusedOrLeftAsText) {
   EXPECT_THAT(refused.status.error_message(), HasSubstr("nested deeper than 64"));
   EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(too_long.status.error_message(), HasSubstr("does not fit the context"));
+  EXPECT_EQ(ReasonOf(too_long.status), v1::ERROR_REASON_CONTEXT_OVERFLOW);
+  EXPECT_EQ(ReasonOf(refused.status), v1::ERROR_REASON_UNSPECIFIED);
   EXPECT_TRUE(served.status.ok()) << served.status.error_message();
 }
 

@@ -1,11 +1,18 @@
 #include "services/gateway/openai/errors.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "cairn/infer/v1/infer.pb.h"
+#include "common/status/grpc_status.h"
+#include "grpcpp/support/status.h"
 #include "gtest/gtest.h"
 #include "services/gateway/openai/json_util.h"
 
 namespace cairn::gateway {
 namespace {
+
+namespace infer_v1 = ::cairn::infer::v1;
 
 TEST(ErrorsTest, StatusCodesMapToTheStyleGuideTable) {
   EXPECT_EQ(HttpStatusFor(absl::InvalidArgumentError("x")), 400);
@@ -74,6 +81,41 @@ TEST(ErrorsTest, AContextOverflowIsNamedAsEachApiNamesIt) {
   EXPECT_EQ(anthropic["error"]["message"],
             absl::StrCat("prompt is too long: ", overflow.message()));
   EXPECT_EQ(other["error"]["message"], "bad");
+}
+
+grpc::Status InferStatus(grpc::StatusCode code, const std::string& message,
+                         infer_v1::ErrorReason reason) {
+  infer_v1::ErrorDetails details;
+  details.set_code(static_cast<int32_t>(code));
+  details.set_message(message);
+  details.set_reason(reason);
+  return grpc::Status(code, message, details.SerializeAsString());
+}
+
+// cairn-infer names an overflow in the call's binary error details; the gateway goes by them
+// whatever the message says, and by the message's words only where a daemon sends no details.
+TEST(ErrorsTest, TheDaemonsReasonDecidesAContextOverflow) {
+  const std::string words = "the conversation is longer than this model reads";
+  const absl::Status reason = FromGrpcStatus(InferStatus(grpc::StatusCode::INVALID_ARGUMENT, words,
+                                                         infer_v1::ERROR_REASON_CONTEXT_OVERFLOW));
+  const absl::Status no_details =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, words));
+  const absl::Status old_daemon =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  "prompt of 5000 tokens does not fit the context of 4096"));
+  const absl::Status other_reason = FromGrpcStatus(InferStatus(
+      grpc::StatusCode::INVALID_ARGUMENT, "prompt of 5000 tokens does not fit the context of 4096",
+      infer_v1::ERROR_REASON_UNSPECIFIED));
+
+  EXPECT_TRUE(IsContextOverflow(reason));
+  EXPECT_EQ(Json::parse(OpenAiErrorJson(reason))["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(ResponsesErrorCode(reason), "context_length_exceeded");
+  EXPECT_EQ(Json::parse(RenderError(reason, "/v1/messages").body)["error"]["message"],
+            absl::StrCat("prompt is too long: ", words));
+  EXPECT_FALSE(IsContextOverflow(no_details));
+  EXPECT_EQ(Json::parse(OpenAiErrorJson(no_details))["error"]["code"], "invalid_argument");
+  EXPECT_TRUE(IsContextOverflow(old_daemon));
+  EXPECT_FALSE(IsContextOverflow(other_reason));
 }
 
 TEST(ErrorsTest, AnthropicRoutesGetTheAnthropicShape) {
