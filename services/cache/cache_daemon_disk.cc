@@ -191,11 +191,14 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     AfterCoreLocked();
   };
   ++persists_queued_;
-  // Enqueue may complete a superseded job (its callback takes this lock): after unlocking.
+  // Enqueue may complete a superseded job (its callback takes this lock): after unlocking. The
+  // writer expects the job from now on, so a Flush that starts before the Enqueue (another
+  // thread can take the lock in between) waits for this write too.
   BackgroundWriter* writer = writer_.get();
+  writer->Expect();
   after_unlock_.push_back([writer, job = std::move(job)]() mutable {
     std::function<void(absl::Status)> done = job.done;
-    absl::Status s = writer->Enqueue(std::move(job));
+    absl::Status s = writer->Enqueue(std::move(job), /*expected=*/true);
     if (!s.ok()) done(s);
   });
 }

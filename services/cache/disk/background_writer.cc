@@ -36,34 +36,27 @@ BackgroundWriter::BackgroundWriter(DiskStore* store, ModelActivity* activity,
 
 BackgroundWriter::~BackgroundWriter() { Shutdown(); }
 
-absl::Status BackgroundWriter::Enqueue(WriteJob job) {
+void BackgroundWriter::Expect() {
+  MutexLock lock(&mu_);
+  ++expected_;
+}
+
+absl::Status BackgroundWriter::Enqueue(WriteJob job, bool expected) {
   std::vector<WriteJob> superseded;
+  // A refused expected job may leave the writer idle: its waiters run here, after the lock.
+  std::vector<std::function<void()>> idle;
+  absl::Status admitted;
   {
     MutexLock lock(&mu_);
-    if (stopping_) return absl::FailedPreconditionError("disk writer is shut down");
-    auto supersedes = [&](const WriteJob& pending) {
-      return std::find(job.supersedes.begin(), job.supersedes.end(),
-                       pending.request.checkpoint_id) != job.supersedes.end();
-    };
-    const size_t merging =
-        static_cast<size_t>(std::count_if(queue_.begin(), queue_.end(), supersedes));
-    if (queue_.size() - merging >= options_.max_queue) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("disk write queue holds ", options_.max_queue, " jobs"));
+    admitted = Admit(job, superseded);
+    if (expected) {
+      --expected_;
+      cv_.SignalAll();
+      idle = TakeIdleWaitersLocked();  // None where the job was queued: not idle then.
     }
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      if (supersedes(*it)) {
-        MergeInto(*it, job);
-        superseded.push_back(std::move(*it));
-        it = queue_.erase(it);
-        ++stats_.merged;
-      } else {
-        ++it;
-      }
-    }
-    queue_.push_back(std::move(job));
-    cv_.SignalAll();
   }
+  for (auto& fn : idle) fn();
+  if (!admitted.ok()) return admitted;
   for (WriteJob& s : superseded) {
     if (s.done) {
       s.done(absl::CancelledError(
@@ -73,10 +66,37 @@ absl::Status BackgroundWriter::Enqueue(WriteJob job) {
   return absl::OkStatus();
 }
 
+absl::Status BackgroundWriter::Admit(WriteJob& job, std::vector<WriteJob>& superseded) {
+  if (stopping_) return absl::FailedPreconditionError("disk writer is shut down");
+  auto supersedes = [&](const WriteJob& pending) {
+    return std::find(job.supersedes.begin(), job.supersedes.end(), pending.request.checkpoint_id) !=
+           job.supersedes.end();
+  };
+  const size_t merging =
+      static_cast<size_t>(std::count_if(queue_.begin(), queue_.end(), supersedes));
+  if (queue_.size() - merging >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("disk write queue holds ", options_.max_queue, " jobs"));
+  }
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (supersedes(*it)) {
+      MergeInto(*it, job);
+      superseded.push_back(std::move(*it));
+      it = queue_.erase(it);
+      ++stats_.merged;
+    } else {
+      ++it;
+    }
+  }
+  queue_.push_back(std::move(job));
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
 bool BackgroundWriter::WaitIdle(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   MutexLock lock(&mu_);
-  while (!queue_.empty() || running_job_) {
+  while (!IdleLocked()) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return false;
     cv_.WaitWithTimeout(&mu_, left);
@@ -87,7 +107,7 @@ bool BackgroundWriter::WaitIdle(absl::Duration timeout) {
 uint64_t BackgroundWriter::NotifyWhenIdle(std::function<void()> idle) {
   {
     MutexLock lock(&mu_);
-    if (!queue_.empty() || running_job_) {
+    if (!IdleLocked()) {
       const uint64_t token = next_waiter_++;
       idle_waiters_.emplace(token, std::move(idle));
       return token;
@@ -104,7 +124,7 @@ bool BackgroundWriter::CancelIdleWait(uint64_t token) {
 
 std::vector<std::function<void()>> BackgroundWriter::TakeIdleWaitersLocked() {
   std::vector<std::function<void()>> due;
-  if (!queue_.empty() || running_job_) return due;
+  if (!IdleLocked()) return due;
   for (auto& [token, fn] : idle_waiters_) due.push_back(std::move(fn));
   idle_waiters_.clear();
   return due;

@@ -68,14 +68,23 @@ class BackgroundWriter {
   // Queues `job`. A pending job of a checkpoint in `job.supersedes` is dropped (its `done` gets
   // Cancelled) and the chunks it would have written that `job` shares move into `job`.
   // ResourceExhausted when the queue is full, FailedPrecondition after Shutdown; `job.done` is not
-  // called then.
-  absl::Status Enqueue(WriteJob job) ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits until the queue is empty and no job runs; false if `timeout` passed first.
+  // called then. `expected`: the job Expect() announced (its expectation ends here, queued or
+  // refused).
+  absl::Status Enqueue(WriteJob job, bool expected = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // Announces a job the caller has decided to write and will Enqueue(job, true) shortly, once
+  // it may (the daemon queues its jobs after releasing its own lock, since Enqueue can run a
+  // superseded job's callback): until then the writer is not idle, so a flush that starts in
+  // between waits for that job too. Takes only the writer's lock and calls nothing back, so it
+  // may be called under the caller's locks.
+  void Expect() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the queue is empty, no job runs and none is expected; false if `timeout`
+  // passed first.
   bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs `idle` once, without the writer's lock, as soon as the queue is empty and no job
-  // runs: at once on this thread if that is so now (returning 0), else on the writer thread
-  // (or the one calling Shutdown) when it becomes so. Returns a token for CancelIdleWait.
-  // Blocks nobody: Flush waits this way without holding a thread. `idle` must be quick.
+  // Runs `idle` once, without the writer's lock, as soon as the queue is empty, no job runs
+  // and none is expected: at once on this thread if that is so now (returning 0), else on the
+  // thread that makes it so (the writer's, an expected Enqueue's, or the one calling Shutdown).
+  // Returns a token for CancelIdleWait. Blocks nobody: Flush waits this way without holding a
+  // thread. `idle` must be quick.
   uint64_t NotifyWhenIdle(std::function<void()> idle) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a waiter registered by NotifyWhenIdle. Returns false if it already ran (or is
   // running now: it completes on its own thread).
@@ -86,7 +95,16 @@ class BackgroundWriter {
  private:
   void Run();
   void Yield();
-  // Takes the idle waiters when the writer is idle (queue empty, no job running).
+  // Enqueue's part under the lock: refuses `job` (stopping, full queue) or queues it, moving the
+  // jobs it supersedes into `superseded`.
+  absl::Status Admit(WriteJob& job, std::vector<WriteJob>& superseded)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No job queued or running, and none expected (after Shutdown an expected job would be
+  // refused: it is not waited for).
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queue_.empty() && !running_job_ && (expected_ == 0 || stopping_);
+  }
+  // Takes the idle waiters when the writer is idle (queue empty, no job running or expected).
   std::vector<std::function<void()>> TakeIdleWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DiskStore* const store_;
@@ -96,6 +114,7 @@ class BackgroundWriter {
   CondVar cv_;
   std::deque<WriteJob> queue_ ABSL_GUARDED_BY(mu_);
   bool running_job_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t expected_ ABSL_GUARDED_BY(mu_) = 0;  // Expect()ed jobs not yet Enqueue()d.
   uint64_t running_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   BackgroundWriterStats stats_ ABSL_GUARDED_BY(mu_);

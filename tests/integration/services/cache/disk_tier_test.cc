@@ -209,8 +209,8 @@ TEST_F(DiskTierTest, ADiskThatFillsMakesThePolicyEvictByRankWithEvents) {
   const uint64_t second = CaptureAndFlush(infer, 1, 2, 72);
 
   // The write failed for lack of space: the core evicted the older disk checkpoint by rank,
-  // with an event, and nothing in the index points at missing files. (Waited for: the flush
-  // can be answered before the write that fails is queued or its failure handled.)
+  // with an event, and nothing in the index points at missing files. (Polled, though the
+  // flush now waits for a write decided before it even where its queueing comes later.)
   const auto evicted = [&] {
     std::vector<v1::Event> events = server.daemon()->EventsAfter(0, 0);
     return std::any_of(events.begin(), events.end(), [&](const v1::Event& e) {

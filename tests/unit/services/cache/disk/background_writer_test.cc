@@ -3,6 +3,7 @@
 
 #include "services/cache/disk/background_writer.h"
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -242,6 +243,68 @@ TEST_F(BackgroundWriterTest, ShutdownAnswersIdleWaiters) {
   model_.SetBusy(false);
   writer->Shutdown();
 
+  EXPECT_TRUE(ran);
+}
+
+// A job announced by Expect() keeps the writer from idling until it is queued and written: a
+// flush that starts between the daemon's decision to write and its Enqueue (which waits for the
+// daemon's lock to be released) covers that write.
+TEST_F(BackgroundWriterTest, AnExpectedJobIsWaitedForBeforeItIsQueued) {
+  BackgroundWriter writer(store_.get(), &model_, BackgroundWriterOptions());
+  std::atomic<bool> ran{false};
+  absl::Status seen_by_waiter = absl::UnknownError("not run");
+  Mutex mu;
+
+  writer.Expect();
+  const uint64_t token = writer.NotifyWhenIdle([&] {
+    MutexLock lock(&mu);
+    seen_by_waiter = results_.Get(1);
+    ran = true;
+  });
+  ASSERT_NE(token, 0u);
+  EXPECT_FALSE(writer.WaitIdle(absl::Milliseconds(50)));
+  EXPECT_FALSE(ran);
+
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1)), /*expected=*/true));
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));
+  EXPECT_TRUE(ran);
+  MutexLock lock(&mu);
+  CAIRN_EXPECT_OK(seen_by_waiter);  // The waiter ran after the expected job was written.
+}
+
+// An expected job that is refused ends the expectation too: the waiters run then.
+TEST_F(BackgroundWriterTest, AnExpectedJobRefusedAfterShutdownLeavesNoWaiterBehind) {
+  BackgroundWriter writer(store_.get(), &model_, BackgroundWriterOptions());
+  writer.Expect();
+  bool before = false;
+  ASSERT_NE(writer.NotifyWhenIdle([&before] { before = true; }), 0u);
+  writer.Shutdown();  // Answers the waiters; the expected job would be refused now.
+  EXPECT_TRUE(before);
+  bool after = false;
+  EXPECT_EQ(writer.NotifyWhenIdle([&after] { after = true; }), 0u);
+  EXPECT_TRUE(after);
+
+  EXPECT_FALSE(writer.Enqueue(Job(factory_.Build(1, {}, 1)), /*expected=*/true).ok());
+  EXPECT_TRUE(writer.WaitIdle(absl::ZeroDuration()));
+}
+
+TEST_F(BackgroundWriterTest, AnExpectedJobTheFullQueueRefusesReleasesTheWaiters) {
+  BackgroundWriterOptions options;
+  options.max_queue = 1;
+  options.max_yield = kDeadline;
+  BackgroundWriter writer(store_.get(), &model_, options);
+  model_.SetBusy(true);
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1))));  // Running, held.
+  ASSERT_TRUE(model_.WaitForWaits(2));
+  CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(2, {}, 1))));  // Fills the queue.
+  writer.Expect();
+  bool ran = false;
+  ASSERT_NE(writer.NotifyWhenIdle([&ran] { ran = true; }), 0u);
+
+  EXPECT_FALSE(writer.Enqueue(Job(factory_.Build(3, {}, 1)), /*expected=*/true).ok());
+  model_.SetBusy(false);
+  ASSERT_TRUE(writer.WaitIdle(kDeadline));  // Jobs 1 and 2 written, 3 no longer expected.
+  writer.Shutdown();
   EXPECT_TRUE(ran);
 }
 
