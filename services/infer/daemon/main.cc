@@ -26,11 +26,11 @@
 #include "common/net/unix_socket_path.h"
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
-#include "services/infer/daemon/load_progress_log.h"
 #include "services/infer/daemon/served_model.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/kernels/backend_factory.h"
+#include "services/infer/models/load_progress_log.h"
 
 namespace cairn::infer {
 namespace {

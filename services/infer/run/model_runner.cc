@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <numeric>
 
@@ -11,6 +12,7 @@
 #include "services/infer/engine/generation.h"
 #include "services/infer/engine/slot_state.h"
 #include "services/infer/kernels/backend_factory.h"
+#include "services/infer/models/load_progress_log.h"
 #include "services/infer/models/model_loader.h"
 
 namespace cairn::infer {
@@ -71,6 +73,13 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
                                         .gpu_bf16_inputs = options.gpu_bf16_inputs}));
   ModelLoadOptions load;
   load.digest.cache_path = options.digest_cache;
+  // A large model's load takes minutes: its progress on stderr every 5 s (stdout is the run's).
+  LoadProgressLog load_log({.interval = absl::Seconds(5),
+                            .write = [](const std::string& line) { std::cerr << line << "\n"; },
+                            .notify = {},
+                            .extend_timeout = absl::Seconds(120),
+                            .now = [] { return absl::Now(); }});
+  load.progress = load_log.AsFunction();
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, backend.get(), load));
   const double load_ms = MillisSince(start);
   ASSIGN_OR_RETURN(

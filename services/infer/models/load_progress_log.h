@@ -1,5 +1,5 @@
-#ifndef CAIRN_SERVICES_INFER_DAEMON_LOAD_PROGRESS_LOG_H_
-#define CAIRN_SERVICES_INFER_DAEMON_LOAD_PROGRESS_LOG_H_
+#ifndef CAIRN_SERVICES_INFER_MODELS_LOAD_PROGRESS_LOG_H_
+#define CAIRN_SERVICES_INFER_MODELS_LOAD_PROGRESS_LOG_H_
 
 #include <functional>
 #include <string>
@@ -14,7 +14,7 @@ struct LoadProgressLogOptions {
   // Shortest time between a phase's start and its first line, and between two of its lines
   // (its last step prints once it has printed any).
   absl::Duration interval = absl::Seconds(5);
-  // Where the lines go (the daemon's log); each line is the message without a newline.
+  // Where the lines go (the daemon's log, cairn-run's stderr); each line without a newline.
   std::function<void(const std::string&)> write;
   // Where each line also goes as systemd's status (sd_notify "STATUS=..." with
   // "EXTEND_TIMEOUT_USEC=" extend_timeout, so a load that keeps moving is not stopped by the
@@ -53,4 +53,4 @@ class LoadProgressLog {
 
 }  // namespace cairn::infer
 
-#endif  // CAIRN_SERVICES_INFER_DAEMON_LOAD_PROGRESS_LOG_H_
+#endif  // CAIRN_SERVICES_INFER_MODELS_LOAD_PROGRESS_LOG_H_

@@ -1,4 +1,4 @@
-#include "services/infer/daemon/load_progress_log.h"
+#include "services/infer/models/load_progress_log.h"
 
 #include <utility>
 

@@ -1,6 +1,6 @@
 // LoadProgressLog: a model load's progress steps become log lines and systemd status, at most
 // one line an interval a phase, each phase's first and last step always.
-#include "services/infer/daemon/load_progress_log.h"
+#include "services/infer/models/load_progress_log.h"
 
 #include <string>
 #include <vector>
