@@ -3,7 +3,6 @@
 
 #include "services/cache/disk/background_writer.h"
 
-#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -250,25 +249,33 @@ TEST_F(BackgroundWriterTest, ShutdownAnswersIdleWaiters) {
 // flush that starts between the daemon's decision to write and its Enqueue (which waits for the
 // daemon's lock to be released) covers that write.
 TEST_F(BackgroundWriterTest, AnExpectedJobIsWaitedForBeforeItIsQueued) {
-  BackgroundWriter writer(store_.get(), &model_, BackgroundWriterOptions());
-  std::atomic<bool> ran{false};
-  absl::Status seen_by_waiter = absl::UnknownError("not run");
+  // Declared before the writer, so its thread is joined before they go.
   Mutex mu;
+  CondVar cv;
+  bool ran = false;
+  absl::Status seen_by_waiter = absl::UnknownError("not run");
+  BackgroundWriter writer(store_.get(), &model_, BackgroundWriterOptions());
 
   writer.Expect();
   const uint64_t token = writer.NotifyWhenIdle([&] {
     MutexLock lock(&mu);
     seen_by_waiter = results_.Get(1);
     ran = true;
+    cv.SignalAll();
   });
   ASSERT_NE(token, 0u);
   EXPECT_FALSE(writer.WaitIdle(absl::Milliseconds(50)));
-  EXPECT_FALSE(ran);
+  {
+    MutexLock lock(&mu);
+    EXPECT_FALSE(ran);
+  }
 
   CAIRN_ASSERT_OK(writer.Enqueue(Job(factory_.Build(1, {}, 1)), /*expected=*/true));
-  ASSERT_TRUE(writer.WaitIdle(kDeadline));
-  EXPECT_TRUE(ran);
+  // The waiter runs on the writer thread after the job (WaitIdle may return just before it).
+  const absl::Time deadline = absl::Now() + kDeadline;
   MutexLock lock(&mu);
+  while (!ran && absl::Now() < deadline) cv.WaitWithTimeout(&mu, deadline - absl::Now());
+  EXPECT_TRUE(ran);
   CAIRN_EXPECT_OK(seen_by_waiter);  // The waiter ran after the expected job was written.
 }
 
