@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -181,11 +182,10 @@ int Run(int argc, char** argv) {
   exit_during_load.emplace("the model's load");
   // Minutes of hashing and placing a large model's weights show their progress in the log and
   // as the unit's status, each step extending systemd's start timeout while the load moves.
-  LoadProgressLog load_log({.interval = absl::Seconds(5),
-                            .write = [](const std::string& line) { CAIRN_LOG(INFO) << line; },
-                            .notify = [](const std::string& state) { sd_notify(0, state.c_str()); },
-                            .extend_timeout = absl::Seconds(120),
-                            .now = [] { return absl::Now(); }});
+  LoadProgressLogOptions progress_options;
+  progress_options.write = [](const std::string& line) { CAIRN_LOG(INFO) << line; };
+  progress_options.notify = [](const std::string& state) { sd_notify(0, state.c_str()); };
+  LoadProgressLog load_log(std::move(progress_options));
   model_options.load.progress = load_log.AsFunction();
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<ServedModel>> served = ServedModel::Load(model_options);

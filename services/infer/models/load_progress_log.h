@@ -13,16 +13,22 @@ namespace cairn::infer {
 struct LoadProgressLogOptions {
   // Shortest time between a phase's start and its first line, and between two of its lines
   // (its last step prints once it has printed any).
-  absl::Duration interval = absl::Seconds(5);
+  absl::Duration interval = kDefaultInterval;
   // Where the lines go (the daemon's log, cairn-run's stderr); each line without a newline.
   std::function<void(const std::string&)> write;
   // Where each line also goes as systemd's status (sd_notify "STATUS=..." with
   // "EXTEND_TIMEOUT_USEC=" extend_timeout, so a load that keeps moving is not stopped by the
   // unit's start timeout, and one that stops moving still is). Empty: not told.
   std::function<void(const std::string&)> notify;
-  absl::Duration extend_timeout = absl::Seconds(120);
+  absl::Duration extend_timeout = kDefaultExtendTimeout;
   // The clock (tests pass their own).
   std::function<absl::Time()> now = [] { return absl::Now(); };
+
+  // A line every 5 s: often enough to see a load move, rarely enough not to flood the log.
+  static constexpr absl::Duration kDefaultInterval = absl::Seconds(5);
+  // Each line gives systemd 120 s more: many intervals, so only a load that has stopped
+  // moving (a hung disk) runs out of it.
+  static constexpr absl::Duration kDefaultExtendTimeout = absl::Seconds(120);
 };
 
 // Turns a model load's progress steps (LoadProgressFn) into log lines such as "loading:

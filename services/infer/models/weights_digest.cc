@@ -101,6 +101,7 @@ absl::StatusOr<uint64_t> ComputeWeightsDigest(const std::vector<std::string>& fi
   // Each file's size and modification time, and whether the cache holds its digest: the
   // bytes to read are known before the first is read.
   struct FileState {
+    std::string key;  // The file's absolute path, the cache's key.
     int64_t size;
     int64_t mtime_ns;
     const nlohmann::json* hit;
@@ -123,13 +124,12 @@ absl::StatusOr<uint64_t> ComputeWeightsDigest(const std::vector<std::string>& fi
       hit = nullptr;
     }
     if (hit == nullptr) progress.total += size;
-    states.push_back({size, mtime_ns, hit});
+    states.push_back({key, size, mtime_ns, hit});
   }
   if (progress.total > 0) progress.Report(true);
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& file = files[i];
-    const std::string key = std::filesystem::absolute(file).string();
-    const auto [size, mtime_ns, hit] = states[i];
+    const auto& [key, size, mtime_ns, hit] = states[i];
     uint64_t digest = 0;
     if (hit != nullptr) {
       digest = (*hit)["xxh3"].get<uint64_t>();

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -73,12 +74,10 @@ absl::StatusOr<nlohmann::json> RunModelOnce(const ModelRunOptions& options) {
                                         .gpu_bf16_inputs = options.gpu_bf16_inputs}));
   ModelLoadOptions load;
   load.digest.cache_path = options.digest_cache;
-  // A large model's load takes minutes: its progress on stderr every 5 s (stdout is the run's).
-  LoadProgressLog load_log({.interval = absl::Seconds(5),
-                            .write = [](const std::string& line) { std::cerr << line << "\n"; },
-                            .notify = {},
-                            .extend_timeout = absl::Seconds(120),
-                            .now = [] { return absl::Now(); }});
+  // A large model's load takes minutes: its progress on stderr (stdout is the run's).
+  LoadProgressLogOptions progress_options;
+  progress_options.write = [](const std::string& line) { std::cerr << line << "\n"; };
+  LoadProgressLog load_log(std::move(progress_options));
   load.progress = load_log.AsFunction();
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(options.model_dir, backend.get(), load));
   const double load_ms = MillisSince(start);
