@@ -1,10 +1,12 @@
 // cairn-infer: the inference daemon. Wiring only (style.md §2): options, the model, the slots,
 // the cache client, the scheduler, the gRPC server, and an orderly drain on SIGTERM.
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
@@ -252,6 +254,18 @@ int Run(int argc, char** argv) {
       if (scheduler != nullptr) scheduler->Wake();
     });
   }
+  // A model that faults (its device lost; the HIP backend's first error) can serve nothing
+  // more: the scheduler has ended every request with UNAVAILABLE, and the daemon drains and
+  // exits with status 1 as if stopped, for systemd (Restart=on-failure) to start it afresh with
+  // the cache daemon's checkpoints still there. The signal goes to the process, where main's
+  // WaitForTerminationSignal takes it.
+  std::atomic<bool> faulted{false};
+  scheduler_options.on_fault = [&faulted](const absl::Status& fault) {
+    faulted.store(true);
+    CAIRN_LOG(ERROR) << "the model faulted, so cairn-infer exits to be restarted: " << fault;
+    sd_notify(0, absl::StrCat("STATUS=faulted: ", fault.message()).c_str());
+    ::kill(::getpid(), SIGTERM);
+  };
   scheduler = std::make_unique<Scheduler>(model, memory->get(), cache.get(), scheduler_options);
   scheduler->Start();
   InferServiceImpl service(
@@ -273,7 +287,11 @@ int Run(int argc, char** argv) {
   const int sig = WaitForTerminationSignal();
   // Shutdown order (style.md §5): health NOT_SERVING, drain (running requests finish or are
   // cancelled at the deadline), server shutdown, then the scheduler and the cache client.
-  CAIRN_LOG(INFO) << "signal " << sig << ": draining";
+  if (faulted.load()) {
+    CAIRN_LOG(INFO) << "the model faulted: draining";
+  } else {
+    CAIRN_LOG(INFO) << "signal " << sig << ": draining";
+  }
   sd_notify(0, "STOPPING=1");
   const absl::Time deadline = absl::Now() + main_options.drain_timeout;
   (*server)->SetAllServing(false);
@@ -284,7 +302,7 @@ int Run(int argc, char** argv) {
   if (cache != nullptr) cache->Shutdown();
   server->reset();
   CAIRN_LOG(INFO) << "cairn-infer stopped";
-  return 0;
+  return faulted.load() ? 1 : 0;
 }
 
 }  // namespace

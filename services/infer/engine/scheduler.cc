@@ -75,6 +75,7 @@ void Scheduler::Start() {
 
 absl::Status Scheduler::Submit(GenerateRequest request) {
   MutexLock lock(&mu_);
+  if (!fault_.ok()) return fault_;
   if (stopping_) return absl::UnavailableError("the inference daemon is draining");
   if (static_cast<int>(queue_.size()) >= options_.max_queue) {
     return absl::ResourceExhaustedError(
@@ -152,6 +153,7 @@ void Scheduler::Loop() {
     CheckCancellations(cancel_at);
     did |= PrefillStep();
     did |= DecodeStep();
+    if (CheckFault()) did = false;
     ReapFinished();
     PublishSnapshot();
     // Urgent spills every step (another daemon may wait for them); idle ones only when the
@@ -163,6 +165,36 @@ void Scheduler::Loop() {
   // Spills copying in the background are answered before the slots go.
   if (cache_ != nullptr) cache_->FinishBackgroundCopies(memory_);
   PublishSnapshot();
+}
+
+absl::Status Scheduler::PassFailure(const absl::Status& failed) const {
+  const absl::Status fault = model_->Fault();
+  if (fault.ok()) return failed;
+  return absl::UnavailableError(
+      absl::StrCat("the inference backend failed and can run nothing more (the daemon restarts): ",
+                   fault.message()));
+}
+
+bool Scheduler::CheckFault() {
+  {
+    MutexLock lock(&mu_);
+    if (!fault_.ok()) return true;
+  }
+  const absl::Status fault = model_->Fault();
+  if (fault.ok()) return false;
+  const absl::Status ended = PassFailure(fault);
+  CAIRN_LOG(ERROR) << "the model faulted; ending every request: " << fault;
+  std::deque<GenerateRequest> refused;
+  {
+    MutexLock lock(&mu_);
+    fault_ = ended;
+    stopping_ = true;
+    refused.swap(queue_);
+  }
+  for (GenerateRequest& r : refused) r.sink->OnFinished(ended, {});
+  for (std::unique_ptr<Active>& a : active_) Finish(*a, ended, FinishReason::kStop);
+  if (options_.on_fault) options_.on_fault(fault);
+  return true;
 }
 
 void Scheduler::CacheFailed(const absl::Status& status, const char* what) {
@@ -502,7 +534,7 @@ bool Scheduler::PrefillStep() {
       model_->ForwardBatch(absl::MakeConstSpan(&pass, 1));
   if (!logits.ok()) {
     DropSlotState(*a);
-    Finish(*a, logits.status(), FinishReason::kStop);
+    Finish(*a, PassFailure(logits.status()), FinishReason::kStop);
     return true;
   }
   s.tokens.insert(s.tokens.end(), prompt.begin() + a->prefilled, prompt.begin() + end);
@@ -536,9 +568,10 @@ bool Scheduler::DecodeStep() {
   }
   const absl::Status run = model_->ForwardBatchViews(passes, decode_logits_);
   if (!run.ok()) {
+    const absl::Status ended = PassFailure(run);
     for (Active* a : batch) {
       DropSlotState(*a);
-      Finish(*a, run, FinishReason::kStop);
+      Finish(*a, ended, FinishReason::kStop);
     }
     return true;
   }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,6 +41,13 @@ struct SchedulerOptions {
   // With no slot to continue or holding the restore depth: the idle slot whose overwrite
   // spills least, instead of the least recently used (PlannerOptions::cheapest_slot).
   bool cheapest_slot = true;
+  // Called once, on the scheduler thread, when the model reports a fault (Model::Fault: it can
+  // run no more passes, say its device was lost). By then the scheduler admits nothing more,
+  // has ended every running and queued request with UNAVAILABLE naming the fault, and its
+  // thread is leaving; Submit refuses with the same. The daemon exits with a failure there, so
+  // that its supervisor starts it afresh (the cache daemon keeps the conversations'
+  // checkpoints). Null: nothing is called.
+  std::function<void(const absl::Status& fault)> on_fault;
 };
 
 // A snapshot of one slot for ListSlots.
@@ -58,6 +66,9 @@ struct SlotSnapshot {
 // and decodes every decoding slot together in one batched forward per step. A long prefill runs
 // one pass per step, between decode steps, so it never stalls other slots' streams for more
 // than one pass. gRPC handlers only call Submit.
+//
+// A model that reports a fault (Model::Fault) after which it can run nothing ends the scheduler
+// (SchedulerOptions::on_fault): every request ends with UNAVAILABLE, nothing more is admitted.
 //
 // Thread-safe: Submit, Snapshot, queued and Shutdown may be called from any thread; everything
 // else runs on the scheduler thread, which owns the model, the KV memory and the cache client.
@@ -108,6 +119,13 @@ class Scheduler {
   void SampleNext(Active& a, absl::Span<const float> logits);
   void EmitToken(Active& a, const SampledToken& token);
   void Finish(Active& a, const absl::Status& status, FinishReason reason);
+  // The status a request whose pass failed with `failed` ends with: where the model has
+  // faulted, UNAVAILABLE naming the fault (a client may retry once the daemon is restarted),
+  // else `failed`.
+  absl::Status PassFailure(const absl::Status& failed) const;
+  // Where the model reports a fault: stops admitting, ends every request, calls on_fault.
+  // Returns true once the scheduler has faulted.
+  bool CheckFault() ABSL_LOCKS_EXCLUDED(mu_);
   // After a failed forward pass over `a`'s slot: empties the slot (its private state may be
   // part-way through the pass) and tells the cache, so that no later request continues it.
   void DropSlotState(Active& a);
@@ -140,6 +158,8 @@ class Scheduler {
   CondVar cv_;
   std::deque<GenerateRequest> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The model's fault (Model::Fault) once seen: Submit refuses with it.
+  absl::Status fault_ ABSL_GUARDED_BY(mu_);
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time cancel_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<SlotSnapshot> snapshot_ ABSL_GUARDED_BY(mu_);

@@ -244,6 +244,10 @@ class KernelBackend {
   // The memory every pointer given to this backend's operations lives in: slot state is
   // allocated from it (engine/slot_state.h). Host memory unless a device backend overrides it.
   virtual DeviceMemory* memory() { return HostDeviceMemory(); }
+  // A fault after which this backend runs nothing more (a device lost; or, in a backend that
+  // keeps its first error and makes every later call fail with it, that error); OK while it
+  // can run. The default: a backend without such faults.
+  virtual absl::Status Fault() const { return absl::OkStatus(); }
 
   // y[m, n] = x[m, k] . w[n, k]^T, plus the old y when `accumulate`. `ldx` and `ldy` are the
   // row strides of x and y (>= k and >= n).

@@ -92,6 +92,11 @@ class Model {
     return absl::OkStatus();
   }
 
+  // A fault after which this model can run no pass at all (its backend's device was lost, or
+  // its backend keeps its first error and refuses every later call, as the HIP backend does);
+  // OK while passes can run. A failed pass alone is not a fault: the next may succeed.
+  virtual absl::Status Fault() const { return absl::OkStatus(); }
+
   // Runs one pass of one sequence: ForwardBatch of a single sequence.
   absl::StatusOr<std::vector<float>> Forward(SlotState* slot, absl::Span<const int32_t> tokens,
                                              const ForwardOptions& options) {

@@ -300,6 +300,9 @@ class HipKernelBackend final : public KernelBackend {
   // otherwise.
   absl::string_view name() const override;
   DeviceMemory* memory() override { return &memory_; }
+  // The first error of any operation (status()): once one is kept, every later call fails
+  // with it, so the backend can run nothing more and its owner starts afresh.
+  absl::Status Fault() const override { return error_; }
 
   // fp32 matrices of up to WeightMatrix::kMaxParts parts, and bf16 ones with bf16_weights.
   bool AcceptsWeightType(WeightType type) const override {

@@ -127,6 +127,7 @@ class Qwen3HybridModel final : public Model {
 
   const ModelInfo& info() const override { return info_; }
   const StateLayout& state_layout() const override { return layout_; }
+  absl::Status Fault() const override { return backend_->Fault(); }
   absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
                                 std::vector<std::vector<float>>& results) override;
   absl::Status ForwardBatchViews(absl::Span<const SequencePass> batch,

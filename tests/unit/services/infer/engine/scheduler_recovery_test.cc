@@ -67,6 +67,10 @@ class RunningSumModel final : public Model {
         sum += static_cast<float>(batch[i].tokens[t]);
       }
       if (fail) {
+        if (fault_on_fail_) {
+          MutexLock lock(&mu_);
+          fault_ = absl::InternalError("the device was lost");
+        }
         return absl::InternalError("the device failed part-way through the pass");
       }
       slot->CommitAppend(n);
@@ -77,8 +81,16 @@ class RunningSumModel final : public Model {
     return absl::OkStatus();
   }
 
-  // Fails the `calls`-th call from now (1: the next), after its first pass moved the state.
-  void FailCall(int calls) { fail_in_ = calls; }
+  // Fails the `calls`-th call from now (1: the next), after its first pass moved the state;
+  // with `fault`, the model faults there too (Fault() reports it from then on).
+  void FailCall(int calls, bool fault = false) {
+    fault_on_fail_ = fault;
+    fail_in_ = calls;
+  }
+  absl::Status Fault() const override {
+    MutexLock lock(&mu_);
+    return fault_;
+  }
   void BlockNextPass() { block_next_ = true; }
   void WaitUntilBlocked() { ASSERT_TRUE(entered_.WaitForNotificationWithTimeout(kWait)); }
   void Release() { release_.Notify(); }
@@ -92,11 +104,13 @@ class RunningSumModel final : public Model {
   ModelInfo info_;
   StateLayout layout_;
   std::atomic<int> fail_in_{0};
+  std::atomic<bool> fault_on_fail_{false};
   std::atomic<bool> block_next_{false};
   Notification entered_;
   Notification release_;
   mutable Mutex mu_;
   std::vector<std::pair<int64_t, int64_t>> passes_ ABSL_GUARDED_BY(mu_);
+  absl::Status fault_ ABSL_GUARDED_BY(mu_);
 };
 
 // A cache daemon stand-in that offers one RAM checkpoint at `offer_depth` for every longer
@@ -144,12 +158,12 @@ class FailingRestoreCache final : public StateCache {
 
 class SchedulerRecoveryTest : public ::testing::Test {
  protected:
-  void Start(StateCache* cache) {
+  void Start(StateCache* cache, const SchedulerOptions& options = {}) {
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
         SlotKvMemory::Create(model_.state_layout(), {.slots = 1, .max_rows = 64});
     ASSERT_TRUE(memory.ok()) << memory.status();
     memory_ = std::move(*memory);
-    scheduler_ = std::make_unique<Scheduler>(&model_, memory_.get(), cache, SchedulerOptions{});
+    scheduler_ = std::make_unique<Scheduler>(&model_, memory_.get(), cache, options);
     scheduler_->Start();
   }
   void TearDown() override {
@@ -238,6 +252,55 @@ TEST_F(SchedulerRecoveryTest, AFailedDecodePassLeavesNoSlotToContinue) {
   EXPECT_EQ(FirstToken(again), Favoured(13));
   MutexLock lock(&again.mu);
   EXPECT_EQ(again.info.cache.tier, StateTier::kCold);
+}
+
+TEST_F(SchedulerRecoveryTest, AFaultedModelEndsEveryRequestAndAdmitsNoMore) {
+  // A pass fails and the model faults with it (a device lost): the running request and the one
+  // queued behind it end UNAVAILABLE naming the fault, on_fault is called once, and the
+  // scheduler refuses what comes after.
+  Mutex mu;
+  std::vector<absl::Status> faults;
+  Notification faulted;
+  SchedulerOptions options;
+  options.on_fault = [&](const absl::Status& fault) {
+    {
+      MutexLock lock(&mu);
+      faults.push_back(fault);
+    }
+    faulted.Notify();
+  };
+  Start(nullptr, options);
+  model_.BlockNextPass();
+  model_.FailCall(1, /*fault=*/true);
+  Outcome running, queued;
+  Submit({1, 2, 3}, &running);
+  model_.WaitUntilBlocked();
+  Submit({4, 5}, &queued);
+  model_.Release();
+  ASSERT_TRUE(running.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(queued.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(faulted.WaitForNotificationWithTimeout(kWait));
+  for (Outcome* o : {&running, &queued}) {
+    const absl::Status status = o->Status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_NE(status.message().find("the device was lost"), absl::string_view::npos) << status;
+  }
+  {
+    MutexLock lock(&mu);
+    ASSERT_EQ(faults.size(), 1u);
+    EXPECT_EQ(faults[0].message(), "the device was lost");
+  }
+  Outcome later;
+  GenerateRequest req;
+  req.id = "later";
+  req.prompt = {1, 2};
+  req.max_tokens = 1;
+  req.sink = std::make_unique<RecordingSink>(&later, false);
+  const absl::Status refused = scheduler_->Submit(std::move(req));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("the device was lost"), absl::string_view::npos) << refused;
+  // One pass ran: the failed one.
+  EXPECT_EQ(model_.passes().size(), 1u);
 }
 
 TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt) {

@@ -663,6 +663,9 @@ TEST_F(HipKernelBackendTest, UnsupportedShapesAreKeptAsErrors) {
   gpu_->Attention({buf.floats(), buf.floats(), buf.floats(), buf.floats(), 1, 0, 1, 1, 512, 1.0f});
 
   EXPECT_THAT(gpu_->Synchronize(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  // The backend keeps the error and runs nothing more: a fault, which ends a daemon's scheduler.
+  EXPECT_THAT(gpu_->Fault(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(gpu_->Upload(buf.data(), std::vector<float>(4).data(), 16).ok());
 }
 
 TEST_F(HipKernelBackendTest, SplitCopiesRoundTripThroughRegisteredMemory) {
