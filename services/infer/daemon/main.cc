@@ -38,6 +38,12 @@
 namespace cairn::infer {
 namespace {
 
+// Exit statuses: 0 after a signal's drain, 2 for a bad command line or configuration (which
+// systemd does not restart: RestartPreventExitStatus=2), 1 for other start-up failures, and this
+// one after the model faulted while serving (docs/inference-daemon.md), which a supervisor
+// answers by starting the daemon again (systemd's Restart=on-failure; tools/serve too).
+constexpr int kExitFaulted = 3;
+
 struct InferMainOptions {
   std::string listen;  // Default: unix:<runtime dir>/infer.sock.
   std::string cache;   // Empty: no cache daemon.
@@ -256,8 +262,8 @@ int Run(int argc, char** argv) {
   }
   // A model that faults (its device lost; the HIP backend's first error) can serve nothing
   // more: the scheduler has ended every request with UNAVAILABLE, and the daemon drains and
-  // exits with status 1 as if stopped, for systemd (Restart=on-failure) to start it afresh with
-  // the cache daemon's checkpoints still there. The signal goes to the process, where main's
+  // exits with kExitFaulted as if stopped, for systemd (Restart=on-failure) to start it afresh
+  // with the cache daemon's checkpoints still there. The signal goes to the process, where main's
   // WaitForTerminationSignal takes it.
   std::atomic<bool> faulted{false};
   scheduler_options.on_fault = [&faulted](const absl::Status& fault) {
@@ -302,7 +308,7 @@ int Run(int argc, char** argv) {
   if (cache != nullptr) cache->Shutdown();
   server->reset();
   CAIRN_LOG(INFO) << "cairn-infer stopped";
-  return faulted.load() ? 1 : 0;
+  return faulted.load() ? kExitFaulted : 0;
 }
 
 }  // namespace
