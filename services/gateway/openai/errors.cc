@@ -79,6 +79,14 @@ absl::string_view AnthropicErrorType(int http_status) {
 bool IsAnthropicPath(absl::string_view path) { return absl::StartsWith(path, "/v1/messages"); }
 
 namespace {
+std::string CodeName(const absl::Status& status) {
+  std::string name = absl::StatusCodeToString(status.code());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+}  // namespace
+
+namespace {
 
 namespace infer_v1 = ::cairn::infer::v1;
 
@@ -119,24 +127,14 @@ std::string AnthropicErrorMessage(const absl::Status& status) {
   return std::string(status.message());
 }
 
-nlohmann::json OpenAiErrorCode(const absl::Status& status) {
-  if (IsContextOverflow(status)) return "context_length_exceeded";
-  switch (HttpStatusFor(status)) {
-    case 401:
-      return "invalid_api_key";
-    case 429:
-      return "rate_limit_exceeded";
-    default:
-      return nullptr;
-  }
-}
-
 std::string OpenAiErrorJson(const absl::Status& status) {
   const int http = HttpStatusFor(status);
-  nlohmann::json error = {{"message", std::string(status.message())},
-                          {"type", OpenAiErrorType(http)},
-                          {"param", nullptr},
-                          {"code", OpenAiErrorCode(status)}};
+  nlohmann::json error = {
+      {"message", std::string(status.message())},
+      {"type", OpenAiErrorType(http)},
+      {"param", nullptr},
+      {"code",
+       IsContextOverflow(status) ? std::string("context_length_exceeded") : CodeName(status)}};
   return DumpJson(nlohmann::json{{"error", error}});
 }
 

@@ -7,7 +7,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "nlohmann/json.hpp"
 #include "services/gateway/http/http_server.h"
 
 namespace cairn::gateway {
@@ -32,14 +31,9 @@ bool IsAnthropicPath(absl::string_view path);
 HttpResponse RenderError(const absl::Status& status, absl::string_view path,
                          const ErrorRendering& options = {});
 
-// The error object's `code` as OpenAI's API words it: "context_length_exceeded" where the
-// request does not fit the model's context (clients look for it before they shorten the
-// conversation), "invalid_api_key" for a 401, "rate_limit_exceeded" for a 429, else null (as
-// OpenAI's answers carry for most other errors; the message and the type say what went wrong).
-nlohmann::json OpenAiErrorCode(const absl::Status& status);
-
-// The error object alone, as OpenAI's SSE streams and the Responses API carry it, `code`
-// OpenAiErrorCode's.
+// The error object alone, as OpenAI's SSE streams and the Responses API carry it. Its `code`
+// is "context_length_exceeded" where the request does not fit the model's context (as OpenAI's,
+// which clients look for before they shorten the conversation), else the status's name.
 std::string OpenAiErrorJson(const absl::Status& status);
 
 // True where `status` says the prompt (and the output asked for) do not fit the model's

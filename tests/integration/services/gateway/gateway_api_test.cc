@@ -477,7 +477,7 @@ TEST(GatewayApiTest, AContextOverflowIsNamedByTheDaemonsReasonOverTheWire) {
   EXPECT_EQ(anthropic.status, 400) << anthropic.body;
   EXPECT_EQ(anthropic.json()["error"]["message"], "prompt is too long: " + words);
   EXPECT_EQ(plain.status, 400) << plain.body;
-  EXPECT_TRUE(plain.json()["error"]["code"].is_null()) << plain.body;
+  EXPECT_EQ(plain.json()["error"]["code"], "invalid_argument") << plain.body;
   EXPECT_EQ(plain_anthropic.json()["error"]["message"], words);
 }
 
