@@ -347,8 +347,15 @@ void AddChoice(const Json& choice, Api api, Answer* a) {
 // Reads the "error" object or the "cairn" object of a body or chunk into `a`.
 void AddTopLevel(const Json& j, Answer* a) {
   if (j.contains("error") && j["error"].is_object()) {
-    a->error_code = j["error"].value("code", "");
-    a->error_message = j["error"].value("message", "");
+    // Not a string (null, say): an empty code, which Record reports as a bad error, rather than
+    // an exception that ends the harness with its daemons still running.
+    const Json& error = j["error"];
+    const auto text = [&](const char* key) {
+      return error.contains(key) && error[key].is_string() ? error[key].get<std::string>()
+                                                           : std::string();
+    };
+    a->error_code = text("code");
+    a->error_message = text("message");
   }
   if (j.contains("cairn") && j["cairn"].is_object()) a->tier = j["cairn"].value("tier", "cold");
 }
