@@ -299,7 +299,7 @@ struct MoeLayerStreamArgs {
   // A cooperative launch (LaunchKernelWhole: the device starts the grid only with every block
   // resident, which the waits inside rest on), else a plain one; a device that cannot hold the
   // grid at once refuses the cooperative launch (hipErrorNotSupported, nothing launched).
-  bool cooperative = true;
+  bool cooperative = false;
   // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
   // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
   uint32_t* counters = nullptr;

@@ -38,8 +38,8 @@
 // one multiprocessor's shared memory, and the backend launches on its one compute stream, so the
 // grid becomes resident whole as the kernel before it drains. A kernel that held multiprocessors
 // for good beside it, such as a second such grid of another process sharing the device through MPS,
-// could stall a plain launch; the launch is cooperative by default (MoeLayerStreamArgs::
-// cooperative), which the device starts only with every block resident. The counters come in two
+// could stall a plain launch; a cooperative launch (MoeLayerStreamArgs::cooperative, off by
+// default) is started by the device only with every block resident. The counters come in two
 // arrays: a launch counts on one and zeroes the other for the next launch (which the stream runs
 // after this one has completed). A wait that does not end, or a counter past its tile's count (an
 // array not zeroed), traps after at most kSpinLimit polls rather than hanging the device or reading

@@ -330,19 +330,19 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
-    // Mode 5 by a plain launch (the others' one launch is cooperative, the default).
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> plain =
+    // Mode 5 by a cooperative launch (the others' one launch is a plain one, the default).
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> cooperative =
         HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
                                   .moe_stream_products = 5,
                                   .moe_one_launch_max_tokens = 1 << 20,
-                                  .moe_one_launch_cooperative = false});
-    ASSERT_TRUE(plain.ok()) << plain.status();
-    backends.push_back(*std::move(plain));
+                                  .moe_one_launch_cooperative = true});
+    ASSERT_TRUE(cooperative.ok()) << cooperative.status();
+    backends.push_back(*std::move(cooperative));
     // The grouped launches, the gate/up product streamed, both products streamed twice (a
     // second call on the same backend must not depend on the first's barriers), the default,
     // both products in one launch three times (the calls count on its two counter arrays in
     // turn, each zeroed by the call before), then with the routing inside three times, then
-    // with the routing and the sum inside three times, by cooperative and by plain launches.
+    // with the routing and the sum inside three times, by plain and by cooperative launches.
     const std::vector<HipKernelBackend*> ways = {
         backends[0].get(), backends[1].get(), backends[2].get(), backends[2].get(),
         nullptr,           backends[3].get(), backends[3].get(), backends[3].get(),
@@ -365,8 +365,8 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
         for (size_t way = 5; way < outs.size(); ++way) {
           const int mode = static_cast<int>(std::min<size_t>(3 + (way - 5) / 3, 5));
           EXPECT_TRUE(SameBits(outs[0], outs[way]))
-              << "one launch, mode " << mode << (way >= 14 ? ", plain launch" : "") << " (call "
-              << (way - 5) % 3 + 1 << ") against grouped launches";
+              << "one launch, mode " << mode << (way >= 14 ? ", cooperative launch" : "")
+              << " (call " << (way - 5) % 3 + 1 << ") against grouped launches";
         }
         EXPECT_FALSE(SameBits(outs[2], out0));  // It did write.
       }
@@ -500,7 +500,7 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes)
 }
 
 TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaunches) {
-  // The one launch's blocks wait for one another, so it is cooperative: a device that cannot
+  // The one launch's blocks wait for one another; launched cooperatively, a device that cannot
   // hold its grid at once (here a backend counting twice the multiprocessors there are, as a
   // process under MPS given fewer might) refuses it, and the call takes the grouped launches:
   // their bits, no one launch run, no error.
@@ -510,7 +510,7 @@ TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaun
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
   for (const int mode : {0, 5}) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-        HipKernelBackend::Create({.moe_stream_products = mode});
+        HipKernelBackend::Create({.moe_stream_products = mode, .moe_one_launch_cooperative = true});
     ASSERT_TRUE(b.ok()) << b.status();
     backends.push_back(*std::move(b));
   }
