@@ -281,6 +281,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
            .shared_down = shared_down,
            .bf16_inputs = mma_rows_bf16_inputs_,
            .multiprocessors = multiprocessors_,
+           .cooperative = moe_one_launch_cooperative_,
            .counters = base + moe_counter_parity_ * moe_counter_capacity_,
            .next_counters = base + (1 - moe_counter_parity_) * moe_counter_capacity_,
            .counter_capacity = moe_counter_capacity_};

@@ -36,6 +36,7 @@ inline constexpr hipError_t hipErrorMemoryAllocation = cudaErrorMemoryAllocation
 inline constexpr hipError_t hipErrorInsufficientDriver = cudaErrorInsufficientDriver;
 inline constexpr hipError_t hipErrorNotReady = cudaErrorNotReady;
 inline constexpr hipError_t hipErrorNotSupported = cudaErrorNotSupported;
+inline constexpr hipError_t hipErrorCooperativeLaunchTooLarge = cudaErrorCooperativeLaunchTooLarge;
 inline constexpr hipMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 inline constexpr hipMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 inline constexpr hipMemcpyKind hipMemcpyDeviceToDevice = cudaMemcpyDeviceToDevice;

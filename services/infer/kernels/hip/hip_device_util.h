@@ -4,6 +4,7 @@
 // Device helpers shared by the .hip files. Included only by kernel sources.
 
 #include <cstdint>
+#include <tuple>
 
 #include "services/infer/kernels/hip/hip_compat.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -267,6 +268,48 @@ inline void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   config.numAttrs = 1;
   static_cast<void>(cudaLaunchKernelEx(&config, kernel, AsParameter<Params>(args)...));
 #endif
+}
+
+// LaunchKernel for a grid whose blocks wait for one another (a grid barrier, or counters that
+// other blocks of the grid raise): a cooperative launch, which the device starts only once every
+// block can be resident at the same time, so no wait can depend on a block that has no
+// multiprocessor to run on (the grid must fit the device at once: blocks x resident blocks a
+// multiprocessor allows). A plain launch gets every block resident as well while this backend's
+// one compute stream drains the kernel before it, but not where another process's kernels hold
+// multiprocessors beside it (MPS): there such a grid could wait for good. Overlapped where
+// OverlappedLaunches() holds, as LaunchKernel. Returns the launch's error and leaves none behind
+// for hipGetLastError(): hipErrorCooperativeLaunchTooLarge where the device cannot hold the grid
+// at once (say MPS gives this process fewer multiprocessors), which the caller can meet with
+// other launches.
+template <typename... Params, typename... Args>
+inline hipError_t LaunchKernelWhole(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                                    hipStream_t stream, Args&&... args) {
+#if defined(__HIP_PLATFORM_AMD__)
+  std::tuple<Params...> values{AsParameter<Params>(args)...};
+  const hipError_t e = std::apply(
+      [&](auto&... v) {
+        void* pointers[] = {static_cast<void*>(&v)...};
+        return hipLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), grid, block,
+                                          pointers, static_cast<unsigned int>(shared), stream);
+      },
+      values);
+#else
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = OverlappedLaunches() ? 2 : 1;
+  const hipError_t e = cudaLaunchKernelEx(&config, kernel, AsParameter<Params>(args)...);
+#endif
+  if (e != hipSuccess) static_cast<void>(hipGetLastError());
+  return e;
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KiB a block gets

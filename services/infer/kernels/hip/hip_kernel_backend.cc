@@ -158,6 +158,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_product_waves_(options.moe_product_waves),
       moe_stream_products_(options.moe_stream_products),
       moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
+      moe_one_launch_cooperative_(options.moe_one_launch_cooperative),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}

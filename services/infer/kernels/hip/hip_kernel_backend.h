@@ -179,6 +179,14 @@ struct HipKernelBackendOptions {
   // The most tokens a call takes moe_stream_products 3-5's one launch with (at 16 the grouped
   // launches were faster: 4.81 against 4.84 ms a step on an H100).
   int moe_one_launch_max_tokens = 8;
+  // moe_stream_products 3-5's one launch as a cooperative launch (its blocks wait for one
+  // another, so the device starts it only with every block resident; a device that cannot hold
+  // it at once, say under MPS, refuses it and the call takes the grouped launches). False, the
+  // default: a plain launch, which rests on nothing else holding multiprocessors beside it (under
+  // MPS, cairn-infer's --gpu-moe-one-launch=false). The same bits. Off until a step has been
+  // timed both ways in one process (fortieth round: 1 us a layer alone on an H100, and a one-slot
+  // step of 1.73 ms in a noisy run against 1.53 ms a round earlier on another H100).
+  bool moe_one_launch_cooperative = false;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -455,6 +463,11 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeStreamProductsForTest(int mode) { moe_stream_products_ = mode; }
   // Sets HipKernelBackendOptions::moe_one_launch_max_tokens (the same bits), for the benchmark.
   void SetMoeOneLaunchMaxTokensForTest(int tokens) { moe_one_launch_max_tokens_ = tokens; }
+  // Sets HipKernelBackendOptions::moe_one_launch_cooperative (the same bits), for the benchmark.
+  void SetMoeOneLaunchCooperativeForTest(bool on) { moe_one_launch_cooperative_ = on; }
+  // Counts `n` multiprocessors on the device instead of the device's own count (the grids sized
+  // by it; a one launch of more blocks than the device holds at once is refused), for tests.
+  void SetMultiprocessorsForTest(int n) { multiprocessors_ = n; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -657,6 +670,7 @@ class HipKernelBackend final : public KernelBackend {
   int moe_product_waves_;                   // options_.moe_product_waves, likewise.
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
+  bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

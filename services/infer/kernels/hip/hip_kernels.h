@@ -296,6 +296,10 @@ struct MoeLayerStreamArgs {
   MoeSharedRows shared_up, shared_down;  // The shared expert's rows (both or neither).
   bool bf16_inputs = false;
   int multiprocessors = 0;
+  // A cooperative launch (LaunchKernelWhole: the device starts the grid only with every block
+  // resident, which the waits inside rest on), else a plain one; a device that cannot hold the
+  // grid at once refuses the cooperative launch (hipErrorNotSupported, nothing launched).
+  bool cooperative = false;
   // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
   // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
   uint32_t* counters = nullptr;
@@ -307,9 +311,10 @@ struct MoeLayerStreamArgs {
 // 16-byte aligned, the counters are too few (max_tiles + the shared rows' tiles, one more with
 // the sum inside), the stages do not fit shared memory, there is no tile at all, the routing or
 // the sum inside is asked for where MoeLayerStreamRoutes / MoeLayerStreamSums say no, or where
-// not built (AMD, or without CAIRN_HIP_WGMMA). Its grid must become resident whole
-// (moe_stream_layer.hip): the caller launches nothing beside it that holds multiprocessors for
-// good.
+// not built (AMD, or without CAIRN_HIP_WGMMA), or where a cooperative launch is asked for and
+// the device cannot hold the grid at once. Its grid must become resident whole
+// (moe_stream_layer.hip): the cooperative launch makes sure of it; with a plain one the caller
+// launches nothing beside it that holds multiprocessors for good.
 bool MoeLayerStreamSupported();
 // Whether the launch routes and sorts a call of `tokens` x `top_k` picks over `experts` itself
 // (at most 512 experts and 128 picks), and whether it can also sum it into `out` (hidden % 4

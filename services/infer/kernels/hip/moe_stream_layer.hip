@@ -36,13 +36,14 @@
 // counts its gate/up units before any of its warps takes a down unit), so every wait ends once
 // every block of the grid has run: the grid is at most a block a multiprocessor, each block taking
 // one multiprocessor's shared memory, and the backend launches on its one compute stream, so the
-// grid becomes resident whole as the kernel before it drains. (A kernel that held multiprocessors
+// grid becomes resident whole as the kernel before it drains. A kernel that held multiprocessors
 // for good beside it, such as a second such grid of another process sharing the device through MPS,
-// could stall it; a cooperative launch would rule that out and is yet to be tried with the
-// overlapped launches' attribute.) The counters come in two arrays: a launch counts on one and
-// zeroes the other for the next launch (which the stream runs after this one has completed). A wait
-// that does not end, or a counter past its tile's count (an array not zeroed), traps after at most
-// kSpinLimit polls rather than hanging the device or reading activations not yet written.
+// could stall a plain launch; a cooperative launch (MoeLayerStreamArgs::cooperative, off by
+// default) is started by the device only with every block resident. The counters come in two
+// arrays: a launch counts on one and zeroes the other for the next launch (which the stream runs
+// after this one has completed). A wait that does not end, or a counter past its tile's count (an
+// array not zeroed), traps after at most kSpinLimit polls rather than hanging the device or reading
+// activations not yet written.
 //
 // Bits: MoeRowsMmaKernel's (and MoeRowsStream's), element for element: a group's warp s
 // computes k segment s of its unit's 16 columns over the tile's rows (up to 8) in steps of
@@ -730,10 +731,21 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     static_cast<void>(hipGetLastError());  // Not this kernel: the caller's launches instead.
     return hipErrorNotSupported;
   }
-  LaunchKernel(kernel, dim3(static_cast<unsigned int>(c.multiprocessors)), dim3(kThreads), bytes,
-               stream, c.tiles, c.num_tiles, c.sorted_picks, c.max_tiles, shared_tiles, c.top_k,
-               route, a, b, stage_elems, stages, c.counters, c.next_counters, c.counter_capacity);
-  const hipError_t e = hipGetLastError();
+  const dim3 grid(static_cast<unsigned int>(c.multiprocessors));
+  hipError_t e = hipSuccess;
+  if (c.cooperative) {
+    e = LaunchKernelWhole(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles,
+                          c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b,
+                          stage_elems, stages, c.counters, c.next_counters, c.counter_capacity);
+    // The device cannot hold the grid at once (fewer multiprocessors for this process than
+    // the caller counted): nothing launched, the caller's launches instead.
+    if (e == hipErrorCooperativeLaunchTooLarge) return hipErrorNotSupported;
+  } else {
+    LaunchKernel(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles, c.sorted_picks,
+                 c.max_tiles, shared_tiles, c.top_k, route, a, b, stage_elems, stages, c.counters,
+                 c.next_counters, c.counter_capacity);
+    e = hipGetLastError();
+  }
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);
   return e;
 }

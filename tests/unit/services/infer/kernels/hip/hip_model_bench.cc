@@ -29,6 +29,7 @@
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
+//          [--moe-cooperative=0,1]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
 // --round-inputs-mb: within that, once for each value listed of
@@ -39,7 +40,8 @@
 // HipKernelBackendOptions::fuse_delta_inputs (--fuse-delta; the same bits), and within that of
 // HipKernelBackendOptions::fold_shared_expert (--fold-shared; the same bits), and innermost
 // of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits), and within that
-// of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits).
+// of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits), and within that
+// of moe_one_launch_cooperative (--moe-cooperative; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -363,6 +365,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 64, &f->moe_waves)) return false;
     } else if (key == "moe-stream") {
       if (!IntList(value, 0, 5, &f->moe_stream)) return false;
+    } else if (key == "moe-cooperative") {
+      if (!IntList(value, 0, 1, &f->moe_cooperative)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

@@ -18,7 +18,8 @@ void ModelBench::Decode() {
       f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
       f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
       f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size() *
-      f_.fold_shared.size() * f_.moe_waves.size() * f_.moe_stream.size());
+      f_.fold_shared.size() * f_.moe_waves.size() * f_.moe_stream.size() *
+      f_.moe_cooperative.size());
   const int64_t rows = f_.decode_depth +
                        (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
                         (f_.background_spill_mb > 0 ? 1 : 0)) *
@@ -73,7 +74,8 @@ void ModelBench::Decode() {
   // Every combination of the variants listed, the last listed innermost.
   struct Config {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
-        staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream;
+        staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
+        moe_cooperative;
   };
   std::vector<Config> configs;
   for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -92,10 +94,13 @@ void ModelBench::Decode() {
                             for (const int fold : f_.fold_shared) {
                               for (const int waves : f_.moe_waves) {
                                 for (const int streamed : f_.moe_stream) {
-                                  configs.push_back({bf16_inputs, variant, attention, ranges,
-                                                     kernels, overlapped, copy_kernel, staged_rows,
-                                                     staged_mb, prefetch_k, round_mb, fuse, delta,
-                                                     fold, waves, streamed});
+                                  for (const int cooperative : f_.moe_cooperative) {
+                                    configs.push_back({bf16_inputs, variant, attention, ranges,
+                                                       kernels, overlapped, copy_kernel,
+                                                       staged_rows, staged_mb, prefetch_k, round_mb,
+                                                       fuse, delta, fold, waves, streamed,
+                                                       cooperative});
+                                  }
                                 }
                               }
                             }
@@ -135,6 +140,7 @@ void ModelBench::Decode() {
         b_.SetFoldSharedExpertForTest(c.fold_shared == 1);
         b_.SetMoeProductWavesForTest(c.moe_waves);
         b_.SetMoeStreamProductsForTest(c.moe_stream);
+        b_.SetMoeOneLaunchCooperativeForTest(c.moe_cooperative == 1);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -179,6 +185,9 @@ void ModelBench::Decode() {
         if (f_.moe_stream.size() > 1) {
           suffix += absl::StrFormat(" (moe products streamed %d)", c.moe_stream);
         }
+        if (f_.moe_cooperative.size() > 1) {
+          suffix += absl::StrFormat(" (moe one launch cooperative %d)", c.moe_cooperative);
+        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -193,6 +202,7 @@ void ModelBench::Decode() {
       b_.SetFoldSharedExpertForTest(defaults.fold_shared_expert);
       b_.SetMoeProductWavesForTest(defaults.moe_product_waves);
       b_.SetMoeStreamProductsForTest(defaults.moe_stream_products);
+      b_.SetMoeOneLaunchCooperativeForTest(defaults.moe_one_launch_cooperative);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

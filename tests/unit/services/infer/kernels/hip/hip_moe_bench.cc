@@ -239,6 +239,15 @@ int MoeDecode() {
                                   : "routing, both products and the sum in one launch");
         Row(label, streamed, "GB/s", gu_bytes + down_bytes);
       }
+      // Mode 5 by a cooperative launch, against the plain one above (the default).
+      b.SetMoeOneLaunchCooperativeForTest(true);
+      const double cooperative = BackToBack(bench, 2 * kRoutings, [&](int i) {
+        a.logits = logits[i % kRoutings];
+        Bench::Check(b.MoeExperts(a, scratch), "moe experts, cooperative launch");
+        scratch.EndPass();
+      });
+      Row("  the same, a cooperative launch", cooperative, "GB/s", gu_bytes + down_bytes);
+      b.SetMoeOneLaunchCooperativeForTest(HipKernelBackendOptions().moe_one_launch_cooperative);
       b.SetMoeOneLaunchMaxTokensForTest(HipKernelBackendOptions().moe_one_launch_max_tokens);
     }
     b.SetMoeStreamProductsForTest(HipKernelBackendOptions().moe_stream_products);

@@ -330,16 +330,25 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
       ASSERT_TRUE(b.ok()) << b.status();
       backends.push_back(*std::move(b));
     }
+    // Mode 5 by a cooperative launch (the others' one launch is a plain one, the default).
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> cooperative =
+        HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
+                                  .moe_stream_products = 5,
+                                  .moe_one_launch_max_tokens = 1 << 20,
+                                  .moe_one_launch_cooperative = true});
+    ASSERT_TRUE(cooperative.ok()) << cooperative.status();
+    backends.push_back(*std::move(cooperative));
     // The grouped launches, the gate/up product streamed, both products streamed twice (a
     // second call on the same backend must not depend on the first's barriers), the default,
     // both products in one launch three times (the calls count on its two counter arrays in
     // turn, each zeroed by the call before), then with the routing inside three times, then
-    // with the routing and the sum inside three times.
+    // with the routing and the sum inside three times, by plain and by cooperative launches.
     const std::vector<HipKernelBackend*> ways = {
         backends[0].get(), backends[1].get(), backends[2].get(), backends[2].get(),
         nullptr,           backends[3].get(), backends[3].get(), backends[3].get(),
         backends[4].get(), backends[4].get(), backends[4].get(), backends[5].get(),
-        backends[5].get(), backends[5].get()};
+        backends[5].get(), backends[5].get(), backends[6].get(), backends[6].get(),
+        backends[6].get()};
     for (const MoeShape& s : shapes) {
       SCOPED_TRACE(::testing::Message()
                    << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
@@ -354,10 +363,10 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
         EXPECT_TRUE(SameBits(outs[2], outs[3])) << "both streamed, second call";
         EXPECT_TRUE(SameBits(outs[0], outs[4])) << "grouped launches against the default";
         for (size_t way = 5; way < outs.size(); ++way) {
-          const int mode = static_cast<int>(3 + (way - 5) / 3);
+          const int mode = static_cast<int>(std::min<size_t>(3 + (way - 5) / 3, 5));
           EXPECT_TRUE(SameBits(outs[0], outs[way]))
-              << "one launch, mode " << mode << " (call " << (way - 5) % 3 + 1
-              << ") against grouped launches";
+              << "one launch, mode " << mode << (way >= 14 ? ", cooperative launch" : "")
+              << " (call " << (way - 5) % 3 + 1 << ") against grouped launches";
         }
         EXPECT_FALSE(SameBits(outs[2], out0));  // It did write.
       }
@@ -488,6 +497,49 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes)
     }
     EXPECT_FALSE(SameBits(hs[0], h0));  // It did add.
   }
+}
+
+TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaunches) {
+  // The one launch's blocks wait for one another; launched cooperatively, a device that cannot
+  // hold its grid at once (here a backend counting twice the multiprocessors there are, as a
+  // process under MPS given fewer might) refuses it, and the call takes the grouped launches:
+  // their bits, no one launch run, no error.
+  int multiprocessors = 0;
+  ASSERT_EQ(hipDeviceGetAttribute(&multiprocessors, hipDeviceAttributeMultiprocessorCount, 0),
+            hipSuccess);
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (const int mode : {0, 5}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.moe_stream_products = mode, .moe_one_launch_cooperative = true});
+    ASSERT_TRUE(b.ok()) << b.status();
+    backends.push_back(*std::move(b));
+  }
+  backends[1]->SetMultiprocessorsForTest(2 * multiprocessors);
+  const MoeShape s{"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f};
+  std::vector<DeviceBuffer> keep;
+  std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+  UploadWithShared(s, 611, keep, gate_up, down, shared_gate_up, shared_down);
+  const std::vector<float> logits = RouterLogits(s, 612, /*tied_pairs=*/false);
+  const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 613);
+  const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 614);
+  DeviceBuffer dx = Up(x), dl = Up(logits);
+  MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+  a.shared_gate_up = &shared_gate_up[0];
+  a.shared_down = &shared_down[0];
+  a.shared_width = s.width;
+  std::vector<std::vector<float>> outs;
+  const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
+  for (const std::unique_ptr<HipKernelBackend>& b : backends) {
+    DeviceBuffer out = Up(out0);
+    a.out = out.floats();
+    ScratchArena scratch(b->memory());
+    ASSERT_TRUE(b->MoeExperts(a, scratch).ok()) << b->status();
+    ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+    outs.push_back(Down(out, out0.size()));
+  }
+  EXPECT_TRUE(SameBits(outs[0], outs[1]));
+  EXPECT_FALSE(SameBits(outs[0], out0));  // It did write.
+  EXPECT_EQ(hip::MoeLayerStreamLaunches(), one_launch_before);
 }
 
 }  // namespace
