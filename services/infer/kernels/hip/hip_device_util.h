@@ -241,6 +241,35 @@ inline T AsParameter(T value) {
   return value;
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// The attributes of a launch: cooperative (every block resident at once) and overlapped
+// (programmatic dependent launch), as asked; a config for cudaLaunchKernelEx over them.
+struct LaunchAttributes {
+  cudaLaunchAttribute list[2];
+  unsigned int count = 0;
+  LaunchAttributes(bool cooperative, bool overlapped) {
+    if (cooperative) {
+      list[count].id = cudaLaunchAttributeCooperative;
+      list[count++].val.cooperative = 1;
+    }
+    if (overlapped) {
+      list[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      list[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+  }
+  cudaLaunchConfig_t Config(dim3 grid, dim3 block, size_t shared, hipStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared;
+    config.stream = stream;
+    config.attrs = list;
+    config.numAttrs = count;
+    return config;
+  }
+};
+#endif
+
 // kernel<<<grid, block, shared, stream>>>(args...), with overlapped launches where
 // OverlappedLaunches() holds (NVIDIA). As with <<<...>>>, the launch's error is then
 // hipGetLastError()'s.
@@ -256,16 +285,8 @@ inline void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
     // clang-format on
     return;
   }
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = 1;
+  LaunchAttributes attributes(/*cooperative=*/false, /*overlapped=*/true);
+  const cudaLaunchConfig_t config = attributes.Config(grid, block, shared, stream);
   static_cast<void>(cudaLaunchKernelEx(&config, kernel, AsParameter<Params>(args)...));
 #endif
 }
@@ -294,18 +315,8 @@ inline hipError_t LaunchKernelWhole(void (*kernel)(Params...), dim3 grid, dim3 b
       },
       values);
 #else
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = OverlappedLaunches() ? 2 : 1;
+  LaunchAttributes attributes(/*cooperative=*/true, OverlappedLaunches());
+  const cudaLaunchConfig_t config = attributes.Config(grid, block, shared, stream);
   const hipError_t e = cudaLaunchKernelEx(&config, kernel, AsParameter<Params>(args)...);
 #endif
   if (e != hipSuccess) static_cast<void>(hipGetLastError());
