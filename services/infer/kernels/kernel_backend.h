@@ -244,10 +244,15 @@ class KernelBackend {
   // The memory every pointer given to this backend's operations lives in: slot state is
   // allocated from it (engine/slot_state.h). Host memory unless a device backend overrides it.
   virtual DeviceMemory* memory() { return HostDeviceMemory(); }
-  // A fault after which this backend runs nothing more (a device lost; or, in a backend that
-  // keeps its first error and makes every later call fail with it, that error); OK while it
-  // can run. The default: a backend without such faults.
+  // A fault after which this backend runs nothing more (a device lost, a kernel that failed on
+  // the device); OK while it can run. The default: a backend without such faults.
   virtual absl::Status Fault() const { return absl::OkStatus(); }
+  // Called by the model after a pass failed. A backend that keeps an operation's error and
+  // makes later calls fail with it (the HIP backend) forgets an error that left the device
+  // sound (memory it could not allocate, arguments it does not take), waits for the work the
+  // pass had queued and returns OK, so the next pass runs; it returns the fault where there is
+  // one. The pass's outputs and the slot state it wrote are not to be trusted either way.
+  virtual absl::Status Recover() { return Fault(); }
 
   // y[m, n] = x[m, k] . w[n, k]^T, plus the old y when `accumulate`. `ldx` and `ldy` are the
   // row strides of x and y (>= k and >= n).

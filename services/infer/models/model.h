@@ -92,9 +92,10 @@ class Model {
     return absl::OkStatus();
   }
 
-  // A fault after which this model can run no pass at all (its backend's device was lost, or
-  // its backend keeps its first error and refuses every later call, as the HIP backend does);
-  // OK while passes can run. A failed pass alone is not a fault: the next may succeed.
+  // A fault after which this model can run no pass at all (its backend's device was lost, or a
+  // kernel failed on it: KernelBackend::Fault); OK while passes can run. A failed pass alone is
+  // not a fault (device memory that ran out, arguments the backend does not take): the model
+  // has its backend recover from it, and the next pass may succeed.
   virtual absl::Status Fault() const { return absl::OkStatus(); }
 
   // Runs one pass of one sequence: ForwardBatch of a single sequence.

@@ -20,6 +20,10 @@ using hip::Invalid;
 absl::StatusOr<void*> HipKernelBackend::AllocateDevice(int64_t bytes) {
   if (bytes < 0) return Invalid("allocate", absl::StrCat("negative size ", bytes));
   if (bytes == 0) return nullptr;
+  if (allocation_limit_for_test_ >= 0 && bytes > allocation_limit_for_test_) {
+    return HipError(hipErrorMemoryAllocation,
+                    absl::StrCat("allocating ", bytes, " bytes (the test's limit)"));
+  }
   hipError_t e = hipSetDevice(options_.device);
   if (e != hipSuccess) return HipError(e, "selecting the device");
   rounded_ = {};  // New memory may take the place of the rows it was made from.

@@ -220,7 +220,27 @@ HipKernelBackend::~HipKernelBackend() {
 bool HipKernelBackend::Keep(const absl::Status& s) {
   if (s.ok()) return true;
   if (error_.ok()) error_ = s;
+  // What leaves the device sound: an allocation that failed (hipMalloc's failure is not sticky,
+  // and AllocateDevice clears it) and arguments refused before anything was launched. Every
+  // other error is a runtime call's that failed, which may have been the device's.
+  const bool sound = s.code() == absl::StatusCode::kResourceExhausted ||
+                     s.code() == absl::StatusCode::kInvalidArgument;
+  if (!sound && fault_.ok()) fault_ = s;
   return false;
+}
+
+absl::Status HipKernelBackend::Recover() {
+  if (!fault_.ok()) return fault_;
+  if (error_.ok()) return absl::OkStatus();
+  error_ = absl::OkStatus();
+  rounded_ = {};  // The failed pass may not have written the rows it was made from.
+  // The pass's launches before its error still run: a fault among them shows here.
+  if (!Enter()) return fault_;
+  ++host_waits_;
+  if (!Check(hipStreamSynchronize(compute_), "waiting for a failed pass's launches")) {
+    return fault_;
+  }
+  return absl::OkStatus();
 }
 
 bool HipKernelBackend::Check(hipError_t e, const char* what) {

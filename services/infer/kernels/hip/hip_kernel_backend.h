@@ -308,9 +308,15 @@ class HipKernelBackend final : public KernelBackend {
   // otherwise.
   absl::string_view name() const override;
   DeviceMemory* memory() override { return &memory_; }
-  // The first error of any operation (status()): once one is kept, every later call fails
-  // with it, so the backend can run nothing more and its owner starts afresh.
-  absl::Status Fault() const override { return error_; }
+  // The first error that leaves the device in doubt: a failed runtime call other than an
+  // allocation (a kernel that faulted, a lost device, a failed copy). Kept for good: the
+  // backend can run nothing more and its owner starts afresh. OK while it can run.
+  absl::Status Fault() const override { return fault_; }
+  // After a failed pass: forgets a kept error that is not a fault (device memory that could
+  // not be allocated: ResourceExhausted; arguments an operation does not take:
+  // InvalidArgument), waits for the work queued before it and returns OK; returns the fault
+  // where there is one (or where the wait finds one).
+  absl::Status Recover() override;
 
   // fp32 matrices of up to WeightMatrix::kMaxParts parts, and bf16 ones with bf16_weights.
   bool AcceptsWeightType(WeightType type) const override {
@@ -407,11 +413,13 @@ class HipKernelBackend final : public KernelBackend {
   // Page-locks (registers) host memory for fast copies, and releases it.
   absl::Status RegisterHost(void* host, int64_t bytes);
   absl::Status UnregisterHost(void* host);
-  // Waits for everything enqueued on `stream`; returns the first error of any operation so far.
+  // Waits for everything enqueued on `stream`; returns the first error of any operation since
+  // Create or the last Recover.
   // Queued downloads (HipDeviceMemory::DownloadRowsQueued) run on a stream of their own and are
   // waited for by WaitQueuedDownloads, not here.
   absl::Status Synchronize(HipStream stream = HipStream::kCompute);
-  // The first error of any operation so far (without waiting for the device).
+  // The first error of any operation since Create or the last Recover (without waiting for
+  // the device): while it is kept, every operation fails with it.
   absl::Status status() const { return error_; }
   // How many times so far the host waited for the device: stream synchronisations (Upload,
   // Download, Synchronize, a new allocation's zeroing), device frees and an UploadQueued whose
@@ -468,6 +476,9 @@ class HipKernelBackend final : public KernelBackend {
   // Counts `n` multiprocessors on the device instead of the device's own count (the grids sized
   // by it; a one launch of more blocks than the device holds at once is refused), for tests.
   void SetMultiprocessorsForTest(int n) { multiprocessors_ = n; }
+  // Makes later device allocations of more than `bytes` fail as the device's would without the
+  // memory (ResourceExhausted); -1 (the default) takes the limit off. For tests of recovery.
+  void SetAllocationLimitForTest(int64_t bytes) { allocation_limit_for_test_ = bytes; }
   // Changes the layout of later matrix-unit prefill attention calls
   // (HipKernelBackendOptions::attention_mma_variant; the same bits). InvalidArgument for values
   // outside 0 to hip::kAttentionMmaVariants - 1.
@@ -512,7 +523,8 @@ class HipKernelBackend final : public KernelBackend {
   int64_t PrefetchK(int64_t m) const {
     return m <= options_.mma_rows_prefetch_max_rows ? mma_rows_prefetch_k_ : 0;
   }
-  // Keeps the first error; returns false when `s` is not ok.
+  // Keeps the first error (error_), and the first fault (fault_: an error Recover cannot
+  // forget); returns false when `s` is not ok.
   bool Keep(const absl::Status& s);
   // Turns a hip error of `what` into a kept Status.
   bool Check(hipError_t e, const char* what);
@@ -621,7 +633,10 @@ class HipKernelBackend final : public KernelBackend {
   RoundedRows rounded_;
   int64_t rounded_input_reads_ = 0;  // See rounded_input_reads().
   DeviceBuffer rounded_buffers_[2];  // From memory_, as workspace_.
-  absl::Status error_;               // First error; once set, operations are no-ops.
+  // The first error since Create or the last Recover; once set, operations are no-ops.
+  absl::Status error_;
+  absl::Status fault_;                      // The first fault (Fault()); error_ holds it too.
+  int64_t allocation_limit_for_test_ = -1;  // SetAllocationLimitForTest.
   // MoeTableFor's tables by the address of the host array they were made from.
   std::map<const WeightMatrix*, MoeTable> moe_tables_;
   // hip::MoeLayerStream's two arrays of tile counters (moe_stream_products 3-5), each

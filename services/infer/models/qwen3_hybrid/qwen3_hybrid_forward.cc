@@ -464,8 +464,27 @@ Qwen3HybridModel::Group Qwen3HybridModel::SharedGroup(absl::Span<const SequenceP
   return small;
 }
 
+absl::Status Qwen3HybridModel::FailedPass(absl::Status failed) {
+  // Whether or not the backend recovers, the pass failed: its own error is the answer, and a
+  // fault is Fault()'s to report.
+  static_cast<void>(backend_->Recover());
+  return failed;
+}
+
 absl::Status Qwen3HybridModel::ForwardBatchViews(absl::Span<const SequencePass> batch,
                                                  std::vector<absl::Span<const float>>& views) {
+  absl::Status s = RunBatchViews(batch, views);
+  return s.ok() ? s : FailedPass(std::move(s));
+}
+
+absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> batch,
+                                                std::vector<std::vector<float>>& results) {
+  absl::Status s = RunBatchInto(batch, results);
+  return s.ok() ? s : FailedPass(std::move(s));
+}
+
+absl::Status Qwen3HybridModel::RunBatchViews(absl::Span<const SequencePass> batch,
+                                             std::vector<absl::Span<const float>>& views) {
   // In place only where one staged download holds every sequence's logits: device memory, one
   // shared group (every pass short), at most kMaxStagedLogits floats.
   Group all = SharedGroup(batch);
@@ -484,8 +503,8 @@ absl::Status Qwen3HybridModel::ForwardBatchViews(absl::Span<const SequencePass> 
   return RunGroup(all, batch, unused, &views);
 }
 
-absl::Status Qwen3HybridModel::ForwardBatchInto(absl::Span<const SequencePass> batch,
-                                                std::vector<std::vector<float>>& results) {
+absl::Status Qwen3HybridModel::RunBatchInto(absl::Span<const SequencePass> batch,
+                                            std::vector<std::vector<float>>& results) {
   RETURN_IF_ERROR(PrepareBatch(batch));
   // Short passes (decode steps) share one group computed with the row-invariant product;
   // each longer pass runs alone through the GEMM. Which path a sequence takes depends only

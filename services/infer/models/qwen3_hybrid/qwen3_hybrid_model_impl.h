@@ -151,6 +151,15 @@ class Qwen3HybridModel final : public Model {
   // Frees the host copies the reader made once they are on the device.
   void DropHostCopies();
 
+  // ForwardBatchInto and ForwardBatchViews before a failure's recovery (FailedPass).
+  absl::Status RunBatchInto(absl::Span<const SequencePass> batch,
+                            std::vector<std::vector<float>>& results);
+  absl::Status RunBatchViews(absl::Span<const SequencePass> batch,
+                             std::vector<absl::Span<const float>>& views);
+  // `failed` (a pass's error), after the backend recovered from it where it can
+  // (KernelBackend::Recover); a fault stays for Fault() to report.
+  absl::Status FailedPass(absl::Status failed);
+
   // Ends the scratch arena's pass when it goes out of scope: its device blocks are merged for
   // the next pass however this one ends.
   struct EndPassOnReturn {

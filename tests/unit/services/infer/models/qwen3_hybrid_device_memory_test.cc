@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
 #include "tests/support/status_matchers.h"
@@ -24,15 +25,20 @@ class CountingMemory final : public DeviceMemory {
   const char* name() const override { return "counting"; }
   bool host_visible() const override { return false; }
   absl::StatusOr<void*> Allocate(int64_t bytes) override {
+    if (allocation_limit >= 0 && bytes > allocation_limit) {
+      return absl::ResourceExhaustedError(absl::StrCat("no memory for ", bytes, " bytes"));
+    }
     ++allocations;
     return HostDeviceMemory()->Allocate(bytes);
   }
   void Free(void* p) override { HostDeviceMemory()->Free(p); }
   absl::Status Upload(void* d, const void* s, int64_t n) override {
+    if (!kept.ok()) return kept;
     uploaded += n;
     return HostDeviceMemory()->Upload(d, s, n);
   }
   absl::Status Download(void* d, const void* s, int64_t n) override {
+    if (!kept.ok()) return kept;
     downloaded += n;
     return HostDeviceMemory()->Download(d, s, n);
   }
@@ -42,6 +48,7 @@ class CountingMemory final : public DeviceMemory {
   absl::Status Zero(void* d, int64_t n) override { return HostDeviceMemory()->Zero(d, n); }
   absl::Status DownloadRowsQueued(void* d, int64_t dst_pitch, const void* s, int64_t src_pitch,
                                   int64_t row_bytes, int64_t rows) override {
+    if (!kept.ok()) return kept;
     ++queued_downloads;
     // The default: a Download a row, at once.
     return DeviceMemory::DownloadRowsQueued(d, dst_pitch, s, src_pitch, row_bytes, rows);
@@ -51,6 +58,10 @@ class CountingMemory final : public DeviceMemory {
     return absl::OkStatus();
   }
 
+  // Allocations of more bytes fail (-1: none do).
+  int64_t allocation_limit = -1;
+  // The error the backend keeps, as the HIP backend's memory fails with it while kept.
+  absl::Status kept;
   int64_t allocations = 0;
   int64_t queued_downloads = 0;
   int64_t waits = 0;
@@ -66,6 +77,20 @@ class DeviceLikeBackend final : public KernelBackend {
 
   absl::string_view name() const override { return "device-like"; }
   DeviceMemory* memory() override { return &memory_; }
+  // The HIP backend's kept errors: the next Attention call keeps `error` instead of running,
+  // and the memory fails with it until Recover forgets it (never, for a fault).
+  void KeepAtNextAttention(absl::Status error, bool fault) {
+    armed_ = std::move(error);
+    armed_fault_ = fault;
+  }
+  int recover_calls() const { return recover_calls_; }
+  absl::Status Fault() const override { return fault_ ? memory_.kept : absl::OkStatus(); }
+  absl::Status Recover() override {
+    ++recover_calls_;
+    if (fault_) return memory_.kept;
+    memory_.kept = absl::OkStatus();
+    return absl::OkStatus();
+  }
   void MatMulTransposed(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                         int64_t n, float* y, int64_t ldy, bool accumulate) override {
     cpu_->MatMulTransposed(x, m, k, ldx, w, n, y, ldy, accumulate);
@@ -128,12 +153,24 @@ class DeviceLikeBackend final : public KernelBackend {
                       const float* w, int kernel, float* state, float* out) override {
     cpu_->CausalConvSilu(in, ld_in, tokens, channels, w, kernel, state, out);
   }
-  void Attention(const AttentionArgs& args) override { cpu_->Attention(args); }
+  void Attention(const AttentionArgs& args) override {
+    if (!armed_.ok()) {
+      if (memory_.kept.ok()) memory_.kept = armed_;
+      fault_ = armed_fault_;
+      armed_ = absl::OkStatus();
+      return;
+    }
+    cpu_->Attention(args);
+  }
   void GatedDeltaRule(const GatedDeltaArgs& args) override { cpu_->GatedDeltaRule(args); }
 
  private:
   std::unique_ptr<CpuKernelBackend> cpu_;
   CountingMemory memory_;
+  absl::Status armed_;
+  bool armed_fault_ = false;
+  bool fault_ = false;
+  int recover_calls_ = 0;
 };
 
 bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
@@ -253,6 +290,63 @@ TEST_P(DeviceMemoryModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
   ASSERT_EQ(b->size(), 2u);
   for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(SameBytes((*a)[i], (*b)[i])) << "sequence " << i;
   EXPECT_EQ(parts_device.counting().queued_downloads, 3 * 3);
+}
+
+// A pass that fails for want of device memory (its scratch), or on an error its backend keeps
+// but can forget, fails with that error and is no fault: the model has the backend recover, and
+// the next pass gives the bits of a model that never failed. A backend's fault stays one.
+TEST_P(DeviceMemoryModelTest, AFailedPassIsRecoveredUnlessTheBackendFaulted) {
+  std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
+  DeviceLikeBackend device(testing::TestBackend());
+  absl::StatusOr<std::unique_ptr<Model>> host_model = testing::LoadPreset(GetParam(), cpu.get());
+  ASSERT_TRUE(host_model.ok()) << host_model.status();
+  absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), &device);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<int32_t> tokens = testing::RandomTokens(40, (*model)->info().vocab_size, 9);
+  absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
+      SlotState::Create((*host_model)->state_layout(), 48);
+  ASSERT_TRUE(host_slot.ok()) << host_slot.status();
+  absl::StatusOr<std::vector<float>> expected =
+      (*host_model)->Forward(host_slot->get(), tokens, {});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  std::vector<std::unique_ptr<SlotState>> slots;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<std::unique_ptr<SlotState>> slot =
+        SlotState::Create((*model)->state_layout(), 48, device.memory());
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    slots.push_back(*std::move(slot));
+  }
+  auto pass = [&](int slot) { return (*model)->Forward(slots[slot].get(), tokens, {}); };
+
+  // No memory for the pass's scratch (the model's first pass: its arena is empty).
+  device.counting().allocation_limit = 0;
+  absl::StatusOr<std::vector<float>> r = pass(0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  CAIRN_EXPECT_OK((*model)->Fault());
+  device.counting().allocation_limit = -1;
+  r = pass(1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(SameBytes(*expected, *r));
+
+  // An error the backend keeps and can forget.
+  const int recovered = device.recover_calls();
+  device.KeepAtNextAttention(absl::ResourceExhaustedError("no memory for the workspace"), false);
+  r = pass(2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("workspace"), absl::string_view::npos) << r.status();
+  EXPECT_GT(device.recover_calls(), recovered);
+  CAIRN_EXPECT_OK((*model)->Fault());
+  r = pass(3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(SameBytes(*expected, *r));
+
+  // A fault: the pass fails with it, the model reports it, and nothing runs after it.
+  device.KeepAtNextAttention(absl::InternalError("an illegal address"), true);
+  r = pass(4);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+  EXPECT_EQ((*model)->Fault().code(), absl::StatusCode::kInternal);
+  r = pass(1);
+  EXPECT_FALSE(r.ok());
 }
 
 TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {

@@ -657,15 +657,44 @@ TEST_F(HipKernelBackendTest, QueuedRowDownloadsFollowTheKernelsBeforeThem) {
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST_F(HipKernelBackendTest, UnsupportedShapesAreKeptAsErrors) {
+// Errors that leave the device sound are kept until Recover, and are no fault: arguments an
+// operation does not take, and device memory that could not be had (a prefill attention's
+// workspace). While kept, every call fails; after Recover, the same call gives the bits of a
+// backend that never failed.
+TEST_F(HipKernelBackendTest, ErrorsThatLeaveTheDeviceSoundAreKeptUntilRecover) {
   DeviceBuffer buf = Poisoned(1024);
-
+  std::vector<float> four(4, 1.0f);
   gpu_->Attention({buf.floats(), buf.floats(), buf.floats(), buf.floats(), 1, 0, 1, 1, 512, 1.0f});
-
   EXPECT_THAT(gpu_->Synchronize(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
-  // The backend keeps the error and runs nothing more: a fault, which ends a daemon's scheduler.
-  EXPECT_THAT(gpu_->Fault(), cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_FALSE(gpu_->Upload(buf.data(), std::vector<float>(4).data(), 16).ok());
+  CAIRN_EXPECT_OK(gpu_->Fault());
+  EXPECT_FALSE(gpu_->Upload(buf.data(), four.data(), 16).ok());
+  CAIRN_EXPECT_OK(gpu_->Recover());
+  CAIRN_EXPECT_OK(gpu_->Upload(buf.data(), four.data(), 16));
+
+  const int64_t tokens = 300;
+  const int q_heads = 12, kv_heads = 2, head_dim = 128;
+  const size_t n = static_cast<size_t>(tokens * q_heads * head_dim);
+  AttentionInputs in = RandomAttentionInputs(tokens, 0, q_heads, kv_heads, head_dim, 61);
+  AttentionArgs args{in.q.floats(), in.k.floats(), in.v.floats(), nullptr, tokens, 0,
+                     q_heads,       kv_heads,      head_dim,      0.088f};
+  DeviceBuffer want = Poisoned(n), got = Poisoned(n);
+  args.out = want.floats();
+  gpu_->Attention(args);
+  CAIRN_ASSERT_OK(gpu_->Synchronize());
+
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> other = HipKernelBackend::Create({});
+  ASSERT_TRUE(other.ok()) << other.status();
+  HipKernelBackend& b = **other;
+  b.SetAllocationLimitForTest(0);
+  args.out = got.floats();
+  b.Attention(args);
+  EXPECT_THAT(b.Synchronize(), cairn::testing::StatusIs(absl::StatusCode::kResourceExhausted));
+  CAIRN_EXPECT_OK(b.Fault());
+  b.SetAllocationLimitForTest(-1);
+  CAIRN_EXPECT_OK(b.Recover());
+  b.Attention(args);
+  CAIRN_ASSERT_OK(b.Synchronize());
+  EXPECT_TRUE(SameBits(Down(want, n), Down(got, n)));
 }
 
 TEST_F(HipKernelBackendTest, SplitCopiesRoundTripThroughRegisteredMemory) {

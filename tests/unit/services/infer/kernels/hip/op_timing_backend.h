@@ -64,6 +64,8 @@ class OpTimingBackend final : public KernelBackend {
 
   absl::string_view name() const override { return hip_->name(); }
   DeviceMemory* memory() override { return hip_->memory(); }
+  absl::Status Fault() const override { return hip_->Fault(); }
+  absl::Status Recover() override { return hip_->Recover(); }
   bool AcceptsWeightType(WeightType t) const override { return hip_->AcceptsWeightType(t); }
   bool TakesRowTiles(WeightType t) const override { return hip_->TakesRowTiles(t); }
 
