@@ -30,6 +30,7 @@
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/daemon/infer_service.h"
 #include "services/infer/daemon/served_model.h"
+#include "services/infer/engine/generation.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "services/infer/kernels/backend_factory.h"
@@ -227,6 +228,20 @@ int Run(int argc, char** argv) {
   if (!memory.ok()) {
     CAIRN_LOG(ERROR) << "allocating slots: " << memory.status();
     return 1;
+  }
+  if (!(*served)->device_memory()->host_visible()) {
+    // The device scratch of the longest pass, taken now: a device without the memory for it
+    // stops the daemon here, naming the flags that shrink it, instead of failing requests.
+    const absl::Time reserve_start = absl::Now();
+    if (absl::Status s = ReservePassMemory(*model, **memory, scheduler_options.max_pass_tokens);
+        !s.ok()) {
+      CAIRN_LOG(ERROR) << "reserving device memory for prefill passes: " << s
+                       << " (lower --max-pass-tokens, --sessions or --context)";
+      return 1;
+    }
+    CAIRN_LOG(INFO) << "device memory for prefill passes of " << scheduler_options.max_pass_tokens
+                    << " tokens taken in " << absl::ToDoubleSeconds(absl::Now() - reserve_start)
+                    << " s";
   }
   CAIRN_LOG(INFO) << "loaded " << model->info().architecture << " (" << model->info().num_parameters
                   << " parameters) in " << absl::ToDoubleSeconds(absl::Now() - load_start) << " s; "

@@ -1,8 +1,10 @@
 #include "services/infer/engine/generation.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/annotate.h"
 #include "common/status/status_macros.h"
 
 namespace cairn::infer {
@@ -38,6 +40,19 @@ absl::StatusOr<std::vector<float>> Prefill(Model& model, SlotState* slot,
     done += size;
   }
   return logits;
+}
+
+absl::Status ReservePassMemory(Model& model, KvMemory& slots, int64_t pass_tokens) {
+  if (slots.num_slots() == 0) return absl::InvalidArgumentError("no slot to run a pass in");
+  SlotState* slot = slots.slot(0);
+  const int64_t tokens = std::min(pass_tokens, slot->max_rows());
+  if (tokens <= 0) return absl::OkStatus();
+  // Any token ids do: the pass's shapes, not its values, size the scratch.
+  const std::vector<int32_t> ids(static_cast<size_t>(tokens), 0);
+  const absl::StatusOr<std::vector<float>> pass = model.Forward(slot, ids, {});
+  const absl::Status reset = slots.Reset(0);
+  if (!pass.ok()) return Annotate(pass.status(), absl::StrCat("a pass of ", tokens, " tokens"));
+  return reset;
 }
 
 int32_t Argmax(const float* logits, int64_t n) {

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "services/infer/engine/kv_memory.h"
 #include "services/infer/engine/slot_state.h"
 #include "services/infer/models/model.h"
 
@@ -22,6 +23,13 @@ std::vector<int64_t> UniformPasses(int64_t tokens, int64_t max_pass);
 absl::StatusOr<std::vector<float>> Prefill(Model& model, SlotState* slot,
                                            absl::Span<const int32_t> tokens,
                                            absl::Span<const int64_t> pass_sizes, bool all_logits);
+
+// Runs one pass of `pass_tokens` tokens (at most slot 0's rows) through `model` in slot 0 of
+// `slots`, then empties that slot. A model computing in device memory keeps its scratch blocks
+// between passes, so from here on it holds the scratch of its longest pass: a device without
+// that memory beside the weights and the slots fails here, at start-up, rather than on a
+// request. Returns the model's error, naming the pass's size.
+absl::Status ReservePassMemory(Model& model, KvMemory& slots, int64_t pass_tokens);
 
 // Returns the index of the largest of `n` logits (the first on ties, like torch.argmax).
 int32_t Argmax(const float* logits, int64_t n);

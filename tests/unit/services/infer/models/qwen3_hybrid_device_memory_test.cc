@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
+#include "services/infer/engine/slot_kv_memory.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
 
@@ -177,51 +178,61 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class DeviceMemoryModelTest : public ::testing::TestWithParam<std::string> {};
+// The preset loaded on the CPU backend (host_) and on the device-like one (model_, on device_).
+class DeviceMemoryModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Model>> host = testing::LoadPreset(GetParam(), cpu_.get());
+    ASSERT_TRUE(host.ok()) << host.status();
+    host_ = *std::move(host);
+    absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), &device_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+  }
+
+  std::unique_ptr<CpuKernelBackend> cpu_ = testing::TestBackend();
+  DeviceLikeBackend device_{testing::TestBackend()};
+  std::unique_ptr<Model> host_;
+  std::unique_ptr<Model> model_;
+};
 
 TEST_P(DeviceMemoryModelTest, DevicePathGivesTheCpuBitsAndMovesOnlyLogits) {
-  std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
-  DeviceLikeBackend device(testing::TestBackend());
-  absl::StatusOr<std::unique_ptr<Model>> host_model = testing::LoadPreset(GetParam(), cpu.get());
-  ASSERT_TRUE(host_model.ok()) << host_model.status();
-  absl::StatusOr<std::unique_ptr<Model>> device_model = testing::LoadPreset(GetParam(), &device);
-  ASSERT_TRUE(device_model.ok()) << device_model.status();
-  const ModelInfo& info = (*device_model)->info();
+  const ModelInfo& info = model_->info();
   // Every weight went up once (plus the RoPE frequencies the model computes).
-  EXPECT_GE(device.counting().uploaded, info.weight_bytes);
-  EXPECT_LT(device.counting().uploaded, info.weight_bytes + 4096);
+  EXPECT_GE(device_.counting().uploaded, info.weight_bytes);
+  EXPECT_LT(device_.counting().uploaded, info.weight_bytes + 4096);
 
   const int64_t vocab = info.vocab_size;
   const std::vector<int32_t> tokens = testing::RandomTokens(200, vocab, 3);
   const std::vector<int64_t> passes = {1, 90, 5, 104};
   absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
-      SlotState::Create((*host_model)->state_layout(), 210);
+      SlotState::Create(host_->state_layout(), 210);
   absl::StatusOr<std::unique_ptr<SlotState>> device_slot =
-      SlotState::Create((*device_model)->state_layout(), 210, device.memory());
+      SlotState::Create(model_->state_layout(), 210, device_.memory());
   ASSERT_TRUE(host_slot.ok() && device_slot.ok());
   absl::StatusOr<std::vector<float>> expected =
-      Prefill(**host_model, host_slot->get(), tokens, passes, /*all_logits=*/true);
+      Prefill(*host_, host_slot->get(), tokens, passes, /*all_logits=*/true);
   ASSERT_TRUE(expected.ok()) << expected.status();
-  device.counting().downloaded = 0;
+  device_.counting().downloaded = 0;
   absl::StatusOr<std::vector<float>> got =
-      Prefill(**device_model, device_slot->get(), tokens, passes, /*all_logits=*/true);
+      Prefill(*model_, device_slot->get(), tokens, passes, /*all_logits=*/true);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(SameBytes(*expected, *got));
   const bool moe = GetParam() != "dense";
   if (!moe) {
-    EXPECT_EQ(device.counting().downloaded, 200 * vocab * static_cast<int64_t>(sizeof(float)));
+    EXPECT_EQ(device_.counting().downloaded, 200 * vocab * static_cast<int64_t>(sizeof(float)));
   }
 
   // Decode steps of one shape: the arena is warm after the first and allocates nothing more.
   for (int step = 0; step < 3; ++step) {
     const std::vector<int32_t> next = {tokens[static_cast<size_t>(step)]};
-    absl::StatusOr<std::vector<float>> a = (*host_model)->Forward(host_slot->get(), next, {});
-    const int64_t allocations = device.counting().allocations;
-    absl::StatusOr<std::vector<float>> b = (*device_model)->Forward(device_slot->get(), next, {});
+    absl::StatusOr<std::vector<float>> a = host_->Forward(host_slot->get(), next, {});
+    const int64_t allocations = device_.counting().allocations;
+    absl::StatusOr<std::vector<float>> b = model_->Forward(device_slot->get(), next, {});
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_TRUE(SameBytes(*a, *b)) << "step " << step;
     if (step > 0) {
-      EXPECT_EQ(device.counting().allocations, allocations) << "step " << step;
+      EXPECT_EQ(device_.counting().allocations, allocations) << "step " << step;
     }
   }
 }
@@ -230,14 +241,8 @@ TEST_P(DeviceMemoryModelTest, DevicePathGivesTheCpuBitsAndMovesOnlyLogits) {
 // and on the device path (logits staged, then copied into each result); so do ForwardBatchViews'
 // spans (on the device path, into the staging itself where one download holds the batch).
 TEST_P(DeviceMemoryModelTest, ReusedResultsGiveTheBitsOfFreshOnes) {
-  std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
-  DeviceLikeBackend device(testing::TestBackend());
-  absl::StatusOr<std::unique_ptr<Model>> host_model = testing::LoadPreset(GetParam(), cpu.get());
-  ASSERT_TRUE(host_model.ok()) << host_model.status();
-  absl::StatusOr<std::unique_ptr<Model>> device_model = testing::LoadPreset(GetParam(), &device);
-  ASSERT_TRUE(device_model.ok()) << device_model.status();
-  CAIRN_EXPECT_OK(testing::CompareReusedResults(**host_model, cpu->memory(), 11));
-  CAIRN_EXPECT_OK(testing::CompareReusedResults(**device_model, device.memory(), 11));
+  CAIRN_EXPECT_OK(testing::CompareReusedResults(*host_, cpu_->memory(), 11));
+  CAIRN_EXPECT_OK(testing::CompareReusedResults(*model_, device_.memory(), 11));
 }
 
 // Logits in parts of the vocabulary (Qwen3HybridOptions::logits_parts, each part's download
@@ -296,57 +301,86 @@ TEST_P(DeviceMemoryModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
 // but can forget, fails with that error and is no fault: the model has the backend recover, and
 // the next pass gives the bits of a model that never failed. A backend's fault stays one.
 TEST_P(DeviceMemoryModelTest, AFailedPassIsRecoveredUnlessTheBackendFaulted) {
-  std::unique_ptr<CpuKernelBackend> cpu = testing::TestBackend();
-  DeviceLikeBackend device(testing::TestBackend());
-  absl::StatusOr<std::unique_ptr<Model>> host_model = testing::LoadPreset(GetParam(), cpu.get());
-  ASSERT_TRUE(host_model.ok()) << host_model.status();
-  absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), &device);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<int32_t> tokens = testing::RandomTokens(40, (*model)->info().vocab_size, 9);
+  const std::vector<int32_t> tokens = testing::RandomTokens(40, model_->info().vocab_size, 9);
   absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
-      SlotState::Create((*host_model)->state_layout(), 48);
+      SlotState::Create(host_->state_layout(), 48);
   ASSERT_TRUE(host_slot.ok()) << host_slot.status();
-  absl::StatusOr<std::vector<float>> expected =
-      (*host_model)->Forward(host_slot->get(), tokens, {});
+  absl::StatusOr<std::vector<float>> expected = host_->Forward(host_slot->get(), tokens, {});
   ASSERT_TRUE(expected.ok()) << expected.status();
   std::vector<std::unique_ptr<SlotState>> slots;
   for (int i = 0; i < 5; ++i) {
     absl::StatusOr<std::unique_ptr<SlotState>> slot =
-        SlotState::Create((*model)->state_layout(), 48, device.memory());
+        SlotState::Create(model_->state_layout(), 48, device_.memory());
     ASSERT_TRUE(slot.ok()) << slot.status();
     slots.push_back(*std::move(slot));
   }
-  auto pass = [&](int slot) { return (*model)->Forward(slots[slot].get(), tokens, {}); };
+  auto pass = [&](int slot) { return model_->Forward(slots[slot].get(), tokens, {}); };
 
   // No memory for the pass's scratch (the model's first pass: its arena is empty).
-  device.counting().allocation_limit = 0;
+  device_.counting().allocation_limit = 0;
   absl::StatusOr<std::vector<float>> r = pass(0);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
-  CAIRN_EXPECT_OK((*model)->Fault());
-  device.counting().allocation_limit = -1;
+  CAIRN_EXPECT_OK(model_->Fault());
+  device_.counting().allocation_limit = -1;
   r = pass(1);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(SameBytes(*expected, *r));
 
   // An error the backend keeps and can forget.
-  const int recovered = device.recover_calls();
-  device.KeepAtNextAttention(absl::ResourceExhaustedError("no memory for the workspace"), false);
+  const int recovered = device_.recover_calls();
+  device_.KeepAtNextAttention(absl::ResourceExhaustedError("no memory for the workspace"), false);
   r = pass(2);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   EXPECT_NE(r.status().message().find("workspace"), absl::string_view::npos) << r.status();
-  EXPECT_GT(device.recover_calls(), recovered);
-  CAIRN_EXPECT_OK((*model)->Fault());
+  EXPECT_GT(device_.recover_calls(), recovered);
+  CAIRN_EXPECT_OK(model_->Fault());
   r = pass(3);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(SameBytes(*expected, *r));
 
   // A fault: the pass fails with it, the model reports it, and nothing runs after it.
-  device.KeepAtNextAttention(absl::InternalError("an illegal address"), true);
+  device_.KeepAtNextAttention(absl::InternalError("an illegal address"), true);
   r = pass(4);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
-  EXPECT_EQ((*model)->Fault().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(model_->Fault().code(), absl::StatusCode::kInternal);
   r = pass(1);
   EXPECT_FALSE(r.ok());
+}
+
+// ReservePassMemory leaves the scratch of its pass in the model and its slot empty: a pass of
+// that length allocates nothing more and gives the bits of a model that never reserved. Without
+// the memory it fails, naming the pass.
+TEST_P(DeviceMemoryModelTest, ReservingAPassTakesItsScratchAtOnce) {
+  SlotKvMemoryOptions options;
+  options.slots = 2;
+  options.max_rows = 64;
+  options.memory = device_.memory();
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> slots =
+      SlotKvMemory::Create(model_->state_layout(), options);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+
+  device_.counting().allocation_limit = 0;
+  const absl::Status refused = ReservePassMemory(*model_, **slots, 48);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("a pass of 48 tokens"), absl::string_view::npos) << refused;
+  CAIRN_EXPECT_OK(model_->Fault());
+  device_.counting().allocation_limit = -1;
+
+  CAIRN_ASSERT_OK(ReservePassMemory(*model_, **slots, 48));
+  EXPECT_EQ((*slots)->slot(0)->position(), 0);
+  const std::vector<int32_t> tokens = testing::RandomTokens(48, model_->info().vocab_size, 4);
+  absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
+      SlotState::Create(host_->state_layout(), 64);
+  ASSERT_TRUE(host_slot.ok()) << host_slot.status();
+  absl::StatusOr<std::vector<float>> expected = host_->Forward(host_slot->get(), tokens, {});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  for (int slot : {0, 1}) {
+    const int64_t allocations = device_.counting().allocations;
+    absl::StatusOr<std::vector<float>> got = model_->Forward((*slots)->slot(slot), tokens, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(SameBytes(*expected, *got)) << "slot " << slot;
+    EXPECT_EQ(device_.counting().allocations, allocations) << "slot " << slot;
+  }
 }
 
 TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {
