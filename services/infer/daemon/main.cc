@@ -239,9 +239,9 @@ int Run(int argc, char** argv) {
                        << " (lower --max-pass-tokens, --sessions or --context)";
       return 1;
     }
-    CAIRN_LOG(INFO) << "device memory for prefill passes of " << scheduler_options.max_pass_tokens
-                    << " tokens taken in " << absl::ToDoubleSeconds(absl::Now() - reserve_start)
-                    << " s";
+    CAIRN_LOG(INFO) << "device memory for prefill passes of up to "
+                    << scheduler_options.max_pass_tokens << " tokens taken in "
+                    << absl::ToDoubleSeconds(absl::Now() - reserve_start) << " s";
   }
   CAIRN_LOG(INFO) << "loaded " << model->info().architecture << " (" << model->info().num_parameters
                   << " parameters) in " << absl::ToDoubleSeconds(absl::Now() - load_start) << " s; "
