@@ -533,15 +533,14 @@ TEST(CacheDaemonTest, PromptCheckpointsReachDiskAndRestoreFromThereAfterRamEvict
   // borrowed chunks are spilled and the deferred disk write can go ahead.
   std::vector<uint64_t> ids = infer.PrefillCold(0, a, {72}, 21);
   infer.PrefillCold(0, Tokens(14, 20), {}, 22);
-  v1::FlushResponse flushed;
-  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
+  const uint64_t persisted = infer.FlushUntilPersisted(1);
   v1::EvictRequest evict;
   evict.set_checkpoint_id(ids[0]);
   v1::EvictResponse evicted;
 
   ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Evict, evict, &evicted).ok());
 
-  EXPECT_EQ(flushed.persisted(), 1u);
+  EXPECT_EQ(persisted, 1u);
   // GetStatus counts the eviction by tier and reason and splits the disk tier's bytes.
   v1::GetStatusResponse status;
   ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::GetStatus, v1::GetStatusRequest(), &status).ok());
@@ -596,9 +595,7 @@ TEST(CacheDaemonTest, AfterARestartTheNextTurnRestoresFromDiskByteForByte) {
     ids.push_back(b_ids[0]);
     infer.PrefillCold(0, Tokens(16, 10), {}, 32);  // Spills the borrowed rows: writes go ahead.
     infer.PrefillCold(1, Tokens(19, 10), {}, 35);
-    v1::FlushResponse flushed;
-    ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
-    ASSERT_EQ(flushed.persisted(), 2u);
+    ASSERT_EQ(infer.FlushUntilPersisted(2), 2u);
     captured = infer.captured();
   }
 
@@ -642,9 +639,7 @@ TEST(CacheDaemonTest, ACorruptChunkOnDiskQuarantinesEveryDependentAndLookupFalls
     b_id = infer.ExtendAndCapture(0, b, {140}, 42)[0];
     infer.PrefillCold(0, Tokens(24, 4), {}, 45);
     infer.PrefillCold(1, Tokens(25, 4), {}, 46);
-    v1::FlushResponse flushed;
-    ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
-    ASSERT_EQ(flushed.persisted(), 3u);
+    ASSERT_EQ(infer.FlushUntilPersisted(3), 3u);
     captured = infer.captured();
   }
   // Chunk 1 is a's first chunk, which b shares by provenance: flip one byte of its file.
@@ -699,9 +694,7 @@ TEST(CacheDaemonTest, TheScrubberQuarantinesADamagedCheckpointBeforeAnyRestoreNe
     c_id = infer.PrefillCold(1, c, {50}, 53)[0];
     infer.PrefillCold(0, Tokens(28, 4), {}, 54);  // Spills the rows: the writes go ahead.
     infer.PrefillCold(1, Tokens(29, 4), {}, 55);
-    v1::FlushResponse flushed;
-    ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed).ok());
-    ASSERT_EQ(flushed.persisted(), 2u);
+    ASSERT_EQ(infer.FlushUntilPersisted(2), 2u);
   }
   // a's first chunk is chunk 1: flip one byte of its file.
   ASSERT_TRUE(DamageFirstChunkFile(root));

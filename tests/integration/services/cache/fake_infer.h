@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cairn/cache/v1/cache.grpc.pb.h"
 #include "common/checksum/checksum.h"
 #include "common/concurrency/mutex.h"
@@ -167,6 +169,23 @@ class FakeInfer {
                     const Req& req, Resp* resp) {
     auto ctx = NewClientContext(kRpcTimeout);
     return (stub_.get()->*method)(ctx.get(), req, resp);
+  }
+
+  // Flushes until `expected` checkpoints in all were published, or a few seconds went by;
+  // returns how many were. The SpillDone that lets a deferred disk write go ahead travels on
+  // the session stream, so a Flush sent just after it may reach the daemon first and not
+  // wait for that write.
+  uint64_t FlushUntilPersisted(uint64_t expected) {
+    uint64_t persisted = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    for (;;) {
+      v1::FlushResponse flushed;
+      grpc::Status s = Call(&v1::CacheService::Stub::Flush, v1::FlushRequest(), &flushed);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      persisted += flushed.persisted();
+      if (!s.ok() || persisted >= expected || absl::Now() > deadline) return persisted;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
   }
 
   // The slot's live state: rows per component and the private state, filled with bytes
