@@ -183,9 +183,9 @@ struct HipKernelBackendOptions {
   // another, so the device starts it only with every block resident; a device that cannot hold
   // it at once, say under MPS, refuses it and the call takes the grouped launches). False, the
   // default: a plain launch, which rests on nothing else holding multiprocessors beside it (under
-  // MPS, cairn-infer's --gpu-moe-one-launch=false). The same bits. Off until a step has been
-  // timed both ways in one process (fortieth round: 1 us a layer alone on an H100, and a one-slot
-  // step of 1.73 ms in a noisy run against 1.53 ms a round earlier on another H100).
+  // MPS, cairn-infer's --gpu-moe-one-launch=false). The same bits. Off: timed both ways in one
+  // process on an H100 (forty-first round), the cooperative step was about 1 % slower at one and
+  // four slots (1.56 against 1.53-1.55 ms, 2.42 against 2.39 ms).
   bool moe_one_launch_cooperative = false;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products

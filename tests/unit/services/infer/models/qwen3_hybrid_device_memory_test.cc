@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status/status_macros.h"
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
 #include "services/infer/engine/slot_kv_memory.h"
@@ -190,6 +191,13 @@ class DeviceMemoryModelTest : public ::testing::TestWithParam<std::string> {
     model_ = *std::move(model);
   }
 
+  // The CPU model's last logits for `tokens`, from an empty slot.
+  absl::StatusOr<std::vector<float>> HostLogits(const std::vector<int32_t>& tokens) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SlotState> slot,
+                     SlotState::Create(host_->state_layout(), std::ssize(tokens)));
+    return host_->Forward(slot.get(), tokens, {});
+  }
+
   std::unique_ptr<CpuKernelBackend> cpu_ = testing::TestBackend();
   DeviceLikeBackend device_{testing::TestBackend()};
   std::unique_ptr<Model> host_;
@@ -302,10 +310,7 @@ TEST_P(DeviceMemoryModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
 // the next pass gives the bits of a model that never failed. A backend's fault stays one.
 TEST_P(DeviceMemoryModelTest, AFailedPassIsRecoveredUnlessTheBackendFaulted) {
   const std::vector<int32_t> tokens = testing::RandomTokens(40, model_->info().vocab_size, 9);
-  absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
-      SlotState::Create(host_->state_layout(), 48);
-  ASSERT_TRUE(host_slot.ok()) << host_slot.status();
-  absl::StatusOr<std::vector<float>> expected = host_->Forward(host_slot->get(), tokens, {});
+  absl::StatusOr<std::vector<float>> expected = HostLogits(tokens);
   ASSERT_TRUE(expected.ok()) << expected.status();
   std::vector<std::unique_ptr<SlotState>> slots;
   for (int i = 0; i < 5; ++i) {
@@ -369,10 +374,7 @@ TEST_P(DeviceMemoryModelTest, ReservingAPassTakesItsScratchAtOnce) {
   CAIRN_ASSERT_OK(ReservePassMemory(*model_, **slots, 48));
   EXPECT_EQ((*slots)->slot(0)->position(), 0);
   const std::vector<int32_t> tokens = testing::RandomTokens(48, model_->info().vocab_size, 4);
-  absl::StatusOr<std::unique_ptr<SlotState>> host_slot =
-      SlotState::Create(host_->state_layout(), 64);
-  ASSERT_TRUE(host_slot.ok()) << host_slot.status();
-  absl::StatusOr<std::vector<float>> expected = host_->Forward(host_slot->get(), tokens, {});
+  absl::StatusOr<std::vector<float>> expected = HostLogits(tokens);
   ASSERT_TRUE(expected.ok()) << expected.status();
   for (int slot : {0, 1}) {
     const int64_t allocations = device_.counting().allocations;
