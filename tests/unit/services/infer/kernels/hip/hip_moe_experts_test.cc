@@ -6,10 +6,13 @@
 // without a device.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -481,22 +484,99 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes)
     a.shared_width = s.width;
     a.out_gate = dg.floats();
     std::vector<std::vector<float>> outs, hs;
-    for (const std::unique_ptr<HipKernelBackend>& b : backends) {
-      DeviceBuffer out = Up(out0), h = Up(h0);
-      a.out = out.floats();
-      a.residual = h.floats();
-      ScratchArena scratch(b->memory());
-      ASSERT_TRUE(b->MoeExperts(a, scratch).ok()) << b->status();
-      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
-      outs.push_back(Down(out, out0.size()));
-      hs.push_back(Down(h, h0.size()));
-    }
+    RunOnEach(backends, a, out0, h0, &outs, &hs);
+    ASSERT_EQ(outs.size(), backends.size());
     for (size_t i = 1; i < outs.size(); ++i) {
       EXPECT_TRUE(SameBits(outs[0], outs[i])) << "out, way " << i;
       EXPECT_TRUE(SameBits(hs[0], hs[i])) << "residual, way " << i;
     }
     EXPECT_FALSE(SameBits(hs[0], h0));  // It did add.
   }
+}
+
+TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesNearTiesAsTheRoutingLaunchDoes) {
+  // Decode calls of one to four tokens, which the one launch routes itself (moe_stream_products
+  // 5), against the grouped launches' routing (0), out and the residual bit for bit. The
+  // logits at the picks' boundary come in near ties (adjacent floats, equal values), whose exps
+  // or probabilities may round together, and hostile rows (a NaN, all equal, a +inf); with and
+  // without renormalising, top 1, 8 and 10 of 512 experts, and a top 5 of 12.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (const int mode : {0, 5}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.moe_stream_products = mode});
+    ASSERT_TRUE(b.ok()) << b.status();
+    backends.push_back(*std::move(b));
+  }
+  std::mt19937 rng(611);
+  int call = 0;
+  const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
+  for (const MoeShape& base : {MoeShape{"512 experts, top 10", 4, 256, 64, 512, 10, false, 0.0f},
+                               MoeShape{"512 experts, top 8", 4, 256, 64, 512, 8, false, 0.0f},
+                               MoeShape{"512 experts, top 1", 4, 256, 64, 512, 1, false, 0.0f},
+                               MoeShape{"12 experts, top 5", 4, 256, 64, 12, 5, true, 0.0f}}) {
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+    UploadWithShared(base, 613, keep, gate_up, down, shared_gate_up, shared_down);
+    for (int trial = 0; trial < 24; ++trial, ++call) {
+      MoeShape s = base;
+      s.tokens = 1 + trial % 4;
+      const bool renormalise = trial % 8 < 4;
+      SCOPED_TRACE(::testing::Message() << s.name << ", trial " << trial << ", " << s.tokens
+                                        << " tokens" << (renormalise ? ", renormalised" : ""));
+      std::vector<float> logits = RandomFloats(s.tokens * s.experts, 620 + call, -3.0f, 3.0f);
+      for (int64_t t = 0; t < s.tokens; ++t) {
+        float* row = logits.data() + t * s.experts;
+        std::vector<int> order(static_cast<size_t>(s.experts));
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+        const int kth = order[static_cast<size_t>(s.top_k - 1)];
+        switch ((trial + t) % 6) {
+          case 0:  // Two to four logits at the boundary, each the float below the one before.
+          case 1:
+            for (int i = 0; i < 1 + (trial + t) % 3 && s.top_k + i < s.experts; ++i) {
+              const int at = order[static_cast<size_t>(s.top_k + i)];
+              row[at] = std::nextafter(row[order[static_cast<size_t>(s.top_k + i - 1)]], -inf);
+            }
+            break;
+          case 2:  // The boundary's logit also at the experts just below and above it.
+            if (s.top_k < s.experts) row[order[static_cast<size_t>(s.top_k)]] = row[kth];
+            if (s.top_k > 1) row[order[static_cast<size_t>(s.top_k - 2)]] = row[kth];
+            break;
+          case 3: {  // The float above the boundary's logit at a random other expert.
+            const int at = static_cast<int>(rng() % static_cast<uint32_t>(s.experts));
+            if (at != kth) row[at] = std::nextafter(row[kth], inf);
+            break;
+          }
+          case 4:  // A hostile row: a NaN, then all equal, then a +inf.
+            if (trial % 3 == 0) row[rng() % static_cast<uint32_t>(s.experts)] = nan;
+            if (trial % 3 == 1) std::fill(row, row + s.experts, 0.25f);
+            if (trial % 3 == 2) row[rng() % static_cast<uint32_t>(s.experts)] = inf;
+            break;
+          default:
+            break;
+        }
+      }
+      const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 640 + call);
+      const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 660 + call);
+      const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 680 + call);
+      const std::vector<float> gate = RandomFloats(s.tokens, 700 + call, -4.0f, 4.0f);
+      DeviceBuffer dx = Up(x), dl = Up(logits), dg = Up(gate);
+      MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true, renormalise);
+      a.shared_gate_up = &shared_gate_up[0];
+      a.shared_down = &shared_down[0];
+      a.shared_width = s.width;
+      a.out_gate = dg.floats();
+      std::vector<std::vector<float>> outs, hs;
+      RunOnEach(backends, a, out0, h0, &outs, &hs);
+      ASSERT_EQ(outs.size(), 2u);
+      EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out";
+      EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual";
+    }
+  }
+  // The one launch did route these calls itself.
+  EXPECT_GE(hip::MoeLayerStreamLaunches() - one_launch_before, 4 * 24);
 }
 
 TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaunches) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,25 @@ class HipMoeExpertsTest : public HipKernelBackendTest {
       ASSERT_TRUE(st.ok()) << st << " " << b->status();
       ASSERT_TRUE(b->Synchronize().ok()) << b->status();
       outs->push_back(Down(out, out0->size()));
+    }
+  }
+
+  // `a` (its out and residual uploaded from out0 and h0) on each of `backends`: each one's out
+  // and residual, which the test compares bit for bit with the first backend's, in outs / hs.
+  void RunOnEach(const std::vector<std::unique_ptr<HipKernelBackend>>& backends, MoeExpertsArgs a,
+                 const std::vector<float>& out0, const std::vector<float>& h0,
+                 std::vector<std::vector<float>>* outs, std::vector<std::vector<float>>* hs) {
+    outs->clear();
+    hs->clear();
+    for (const std::unique_ptr<HipKernelBackend>& b : backends) {
+      DeviceBuffer out = Up(out0), h = Up(h0);
+      a.out = out.floats();
+      a.residual = h.floats();
+      ScratchArena scratch(b->memory());
+      ASSERT_TRUE(b->MoeExperts(a, scratch).ok()) << b->status();
+      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
+      outs->push_back(Down(out, out0.size()));
+      hs->push_back(Down(h, h0.size()));
     }
   }
 
