@@ -299,6 +299,10 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       one.weights = weights;
       one.slot_of_pick = b.slot_of_pick;
     }
+    if (moe_layer_trace_ != nullptr && moe_layer_traced_ < moe_layer_trace_launches_) {
+      one.trace = moe_layer_trace_ +
+                  moe_layer_traced_ * multiprocessors_ * int64_t{hip::kMoeLayerTracePoints};
+    }
     if (sum_inside) {
       one.out = a.out;
       one.out_gate = a.out_gate;
@@ -322,6 +326,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     if (e == hipSuccess) {
       moe_counter_parity_ ^= 1;
       launched = true;
+      if (one.trace != nullptr) ++moe_layer_traced_;
     } else if (e != hipErrorNotSupported) {
       Check(e, "moe one-launch products");
       return error_;

@@ -473,6 +473,17 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeOneLaunchMaxTokensForTest(int tokens) { moe_one_launch_max_tokens_ = tokens; }
   // Sets HipKernelBackendOptions::moe_one_launch_cooperative (the same bits), for the benchmark.
   void SetMoeOneLaunchCooperativeForTest(bool on) { moe_one_launch_cooperative_ = on; }
+  // The next `launches` MoE one launches (hip::MoeLayerStream) stamp their blocks' phases into
+  // `trace`, device memory of launches x MultiprocessorsForTest() x hip::kMoeLayerTracePoints
+  // values, launch after launch (null: none), for the benchmark; MoeLayerTracedForTest() counts
+  // the launches stamped since.
+  void SetMoeLayerTraceForTest(uint64_t* trace, int64_t launches) {
+    moe_layer_trace_ = trace;
+    moe_layer_trace_launches_ = launches;
+    moe_layer_traced_ = 0;
+  }
+  int64_t MoeLayerTracedForTest() const { return moe_layer_traced_; }
+  int MultiprocessorsForTest() const { return multiprocessors_; }
   // Counts `n` multiprocessors on the device instead of the device's own count (the grids sized
   // by it; a one launch of more blocks than the device holds at once is refused), for tests.
   void SetMultiprocessorsForTest(int n) { multiprocessors_ = n; }
@@ -686,6 +697,9 @@ class HipKernelBackend final : public KernelBackend {
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
+  uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.
+  int64_t moe_layer_trace_launches_ = 0;
+  int64_t moe_layer_traced_ = 0;
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

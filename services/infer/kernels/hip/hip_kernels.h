@@ -259,6 +259,14 @@ int64_t MoeStreamLaunches();
 // weight rows through shared memory; each tile's down units wait for its activations on a
 // counter in `counters`. The bits of MoeRowsMmaSiluMul followed by MoeRowsMma (the segments of
 // mma_rows::SegmentsFor). The caller vouches that every weight part is 16-byte aligned.
+// The stamps a block of MoeLayerStream's launch leaves in MoeLayerStreamArgs::trace, in order
+// (the device's %globaltimer, ns; 0 where the block did not get there): its entry, past the wait
+// for the kernel before, the routing and sort done (every warp), consumer warp 0 done with its
+// gate/up units, every consumer done with them, warp 0 done with its down units, the grid's count
+// of finished blocks reached (the sum's barrier), thread 0's share of the sum done, and the
+// producer's last stage issued.
+inline constexpr int kMoeLayerTracePoints = 9;
+
 struct MoeLayerStreamArgs {
   // The routing's tiles (MoeRouteAndSort), or, where `logits` is given, none: the launch routes
   // and sorts the call itself (MoeLayerStreamRoutes).
@@ -300,6 +308,9 @@ struct MoeLayerStreamArgs {
   // resident, which the waits inside rest on), else a plain one; a device that cannot hold the
   // grid at once refuses the cooperative launch (hipErrorNotSupported, nothing launched).
   bool cooperative = false;
+  // Where each block stamps its phases (kMoeLayerTracePoints values a block, block b's at
+  // trace + b kMoeLayerTracePoints; null: none), for the benchmark.
+  uint64_t* trace = nullptr;
   // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
   // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
   uint32_t* counters = nullptr;

@@ -182,6 +182,18 @@ __device__ inline int64_t ShareOf(int64_t total, int64_t block, int64_t blocks) 
   return total * block / blocks;
 }
 
+// The device's time in ns (%globaltimer), for the phase stamps.
+__device__ inline uint64_t GlobalTime() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// Phase `point`'s stamp of this block (MoeLayerStreamArgs::trace; null: nothing).
+__device__ inline void Stamp(uint64_t* trace, int point, uint64_t t) {
+  if (trace != nullptr) trace[blockIdx.x * kMoeLayerTracePoints + point] = t;
+}
+
 // Until `counter` reaches `target` (then what its increments released is visible here).
 // More than `target` counts a tile never gets: an array the launch before did not zero, which
 // would let the wait pass before the activations exist; that traps too.
@@ -511,12 +523,13 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, Rout
 // block b's consumer threads take its share of the (token, four columns) items in order, each
 // MoeCombineWideKernel's arithmetic (moe_combine::CombineFour) over rows read through L2.
 __device__ void SumInLaunch(const LayerRoute& r, const float* ys, int64_t dim, int top_k,
-                            LayerSmem& sm, uint32_t* done) {
+                            LayerSmem& sm, uint32_t* done, uint64_t* trace) {
   ConsumersSync();
   if (threadIdx.x == 0) {
     __threadfence();
     atomicAdd(done, 1u);
     WaitCount(done, gridDim.x);
+    Stamp(trace, 6, GlobalTime());
   }
   ConsumersSync();
   const int64_t quads = dim / 4;
@@ -532,6 +545,7 @@ __device__ void SumInLaunch(const LayerRoute& r, const float* ys, int64_t dim, i
                                    r.gate != nullptr, scale, r.out + tok * dim + c,
                                    r.residual != nullptr ? r.residual + tok * dim + c : nullptr);
   }
+  if (threadIdx.x == 0) Stamp(trace, 7, GlobalTime());
 }
 
 // Grid: at most a block a multiprocessor, blocks of kThreads. The gate/up product `a`, then the
@@ -546,8 +560,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
                          int top_k, LayerRoute route, LayerProduct a, LayerProduct b,
                          int64_t stage_elems, int stage_count, uint32_t* counters, uint32_t* next,
-                         int64_t next_count) {
+                         int64_t next_count, uint64_t* trace) {
+  // The entry's stamp is stored only after the wait (nothing is written before it).
+  const uint64_t entry = trace != nullptr ? GlobalTime() : 0;
   KernelEntry();
+  const uint64_t past_wait = trace != nullptr ? GlobalTime() : 0;
   if (blockIdx.x == 0) {
     for (int64_t i = threadIdx.x; i < next_count; i += blockDim.x) next[i] = 0;
   }
@@ -576,6 +593,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     sorted_picks = sm.sorted_picks;
   }
   __syncthreads();
+  if (threadIdx.x == 0 && trace != nullptr) {
+    Stamp(trace, 0, entry);
+    Stamp(trace, 1, past_wait);
+    Stamp(trace, 2, GlobalTime());
+  }
   // The routing's tiles, at most max_tiles (what the counters were sized for).
   const int64_t routed = *num_tiles < max_tiles ? *num_tiles : max_tiles;
   const int64_t all_tiles = routed + shared_tiles;
@@ -591,21 +613,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp == kConsumers) {
     Produce<true>(a, tiles, sorted_picks, routed, top_k, a0, a1, sm, ring, n, lane);
     Produce<false>(b, tiles, nullptr, routed, top_k, b0, b1, sm, ring, n, lane);
+    if (lane == 0) Stamp(trace, 8, GlobalTime());
     return;
   }
   int parity = 0;
   Consume<kPieces, true>(a, a0, a1, sm, ring, n, parity, counters, 0, warp, lane);
+  if (threadIdx.x == 0) Stamp(trace, 3, GlobalTime());
   // The groups change: no warp writes the segments' sums of a down unit before every warp is
   // done with the gate/up units' sums.
   ConsumersSync();
+  if (threadIdx.x == 0) Stamp(trace, 4, GlobalTime());
   // Both halves of `partial` are free now. A group of the down product may join warps of
   // several gate/up groups, whose parities differ where some skipped a unit past the last
   // column tile: every warp starts the down product on the same half.
   parity = 0;
   Consume<kPieces, false>(b, b0, b1, sm, ring, n, parity, counters,
                           static_cast<uint32_t>(a.col_tiles), warp, lane);
+  if (threadIdx.x == 0) Stamp(trace, 5, GlobalTime());
   if (route.out != nullptr) {
-    SumInLaunch(route, b.y, b.n, top_k, sm, counters + max_tiles + shared_tiles);
+    SumInLaunch(route, b.y, b.n, top_k, sm, counters + max_tiles + shared_tiles, trace);
   }
 }
 
@@ -736,14 +762,15 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   if (c.cooperative) {
     e = LaunchKernelWhole(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles,
                           c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b,
-                          stage_elems, stages, c.counters, c.next_counters, c.counter_capacity);
+                          stage_elems, stages, c.counters, c.next_counters, c.counter_capacity,
+                          c.trace);
     // The device cannot hold the grid at once (fewer multiprocessors for this process than
     // the caller counted): nothing launched, the caller's launches instead.
     if (e == hipErrorCooperativeLaunchTooLarge) return hipErrorNotSupported;
   } else {
     LaunchKernel(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles, c.sorted_picks,
                  c.max_tiles, shared_tiles, c.top_k, route, a, b, stage_elems, stages, c.counters,
-                 c.next_counters, c.counter_capacity);
+                 c.next_counters, c.counter_capacity, c.trace);
     e = hipGetLastError();
   }
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);

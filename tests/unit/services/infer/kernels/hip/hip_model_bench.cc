@@ -53,6 +53,10 @@
 // bits); the prefill and TTFT runs use the first.
 // --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
 // device event before every backend operation (OpTimingBackend) and the step's time by operation.
+// --moe-trace=1: after each slot count's decode measurements, one more step whose MoE one
+// launches (hip::MoeLayerStream) stamp each block's phases with the device's clock
+// (hip::kMoeLayerTracePoints): the phases' times after the launch's first block entered, over
+// the blocks and then over the step's launches.
 // --prefill-op-times=1: after each prefill length's run (not the TTFT run's), the same prefill
 // again with an event before every operation, and its time by operation (the events end the
 // overlap of consecutive launches, a few microseconds each: small against a prefill's kernels).
@@ -401,6 +405,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "op-times") {
       f->op_times = n != 0;
+    } else if (key == "moe-trace") {
+      f->moe_trace = n != 0;
     } else if (key == "prefill-op-times") {
       f->prefill_op_times = n != 0;
     } else if (key == "attention-split-keys") {
@@ -432,7 +438,7 @@ int Main(int argc, char** argv) {
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
                  "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
                  "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...] "
-                 "[--background-spill-mb=N] [--prefill-op-times=1]\n");
+                 "[--background-spill-mb=N] [--prefill-op-times=1] [--moe-trace=1]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =

@@ -88,6 +88,7 @@ struct Flags {
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
+  bool moe_trace = false;
   bool prefill_op_times = false;
   int64_t host_lead_mb = 0;         // 0: no host-lead steps.
   int64_t background_spill_mb = 0;  // 0: no steps beside background downloads.
@@ -171,6 +172,8 @@ class ModelBench {
   // --op-times: --decode-steps more steps of `slots` slots (as the in-place ones) with an event
   // before every backend operation (OpTimingBackend), and each operation's share of a step.
   void OpTimes(int slots, SlotKvMemory& kv_memory, const std::string& suffix);
+  // --moe-trace: one step's MoE one launches stamped by phase (hip::kMoeLayerTracePoints).
+  void MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string& suffix);
 
   // --host-lead-mb: --decode-steps more in-place steps of `slots` slots, each enqueued behind a
   // device copy of --host-lead-mb MB; `step_seconds` is the in-place steps' time without it.

@@ -21,8 +21,8 @@ void ModelBench::Decode() {
       f_.fold_shared.size() * f_.moe_waves.size() * f_.moe_stream.size() *
       f_.moe_cooperative.size());
   const int64_t rows = f_.decode_depth +
-                       (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.host_lead_mb > 0 ? 1 : 0) +
-                        (f_.background_spill_mb > 0 ? 1 : 0)) *
+                       (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.moe_trace ? 1 : 0) +
+                        (f_.host_lead_mb > 0 ? 1 : 0) + (f_.background_spill_mb > 0 ? 1 : 0)) *
                            runs * (f_.decode_steps + warm) +
                        8;
   absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
@@ -295,6 +295,7 @@ void ModelBench::DecodeSteps(int slots, SlotKvMemory& kv_memory, double weights_
   }
   std::sort(copy_seconds.begin(), copy_seconds.end());
   if (f_.op_times) OpTimes(slots, kv_memory, suffix);
+  if (f_.moe_trace) MoeTrace(slots, kv_memory, suffix);
   if (f_.host_lead_mb > 0) HostLead(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
   if (f_.background_spill_mb > 0) {
     BesideSpills(slots, kv_memory, seconds / f_.decode_steps, bound, suffix);
@@ -331,6 +332,81 @@ void ModelBench::OpTimes(int slots, SlotKvMemory& kv_memory, const std::string& 
                                 name_.c_str(), slots),
                 absl::StrCat(" ms a step with them)", suffix, ":"), totals, f_.decode_steps, 2,
                 " a step");
+}
+
+void ModelBench::MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string& suffix) {
+  constexpr int kPoints = hip::kMoeLayerTracePoints;
+  constexpr int64_t kLaunches = 64;  // More than a step's MoE layers.
+  const int blocks = b_.MultiprocessorsForTest();
+  const size_t values = static_cast<size_t>(kLaunches * blocks * kPoints);
+  absl::StatusOr<DeviceBuffer> stamps = b_.Allocate(values * sizeof(uint64_t));
+  if (!stamps.ok()) Bench::Fail("moe trace buffer");
+  std::vector<int32_t> next(slots);
+  std::vector<absl::Span<const float>> views;
+  int64_t traced = 0;
+  for (int step = 0; step < 3; ++step) {  // Two steps as they run, then the stamped one.
+    const std::vector<SequencePass> batch = StepBatch(kv_memory, step * 43, next);
+    if (step == 2) {
+      if (hipMemsetAsync(stamps->data(), 0, values * sizeof(uint64_t), b_.compute_stream()) !=
+          hipSuccess) {
+        Bench::Fail("moe trace clear");
+      }
+      b_.SetMoeLayerTraceForTest(static_cast<uint64_t*>(stamps->data()), kLaunches);
+    }
+    Bench::Check(model_->ForwardBatchViews(batch, views), "moe-traced step");
+  }
+  traced = b_.MoeLayerTracedForTest();
+  b_.SetMoeLayerTraceForTest(nullptr, 0);
+  std::vector<uint64_t> host(values);
+  if (hipMemcpyAsync(host.data(), stamps->data(), values * sizeof(uint64_t), hipMemcpyDeviceToHost,
+                     b_.compute_stream()) != hipSuccess ||
+      hipStreamSynchronize(b_.compute_stream()) != hipSuccess) {
+    Bench::Fail("moe trace download");
+  }
+  if (traced == 0) {
+    Print(absl::StrFormat("%s decode %2d slots: no MoE one launch to stamp%s", name_.c_str(), slots,
+                          suffix));
+    return;
+  }
+  static constexpr const char* kNames[kPoints] = {
+      "entered",         "past the wait",      "routed and sorted",
+      "gate/up, warp 0", "gate/up, all warps", "down, warp 0",
+      "sum's barrier",   "sum, thread 0",      "producer's last stage"};
+  // Per launch and phase: the blocks' median and last time after the launch's first entry (us);
+  // then the median of those over the launches.
+  std::vector<std::vector<double>> medians(kPoints), lasts(kPoints);
+  for (int64_t l = 0; l < traced; ++l) {
+    const uint64_t* launch = host.data() + l * blocks * kPoints;
+    uint64_t first = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const uint64_t t = launch[b * kPoints];
+      if (t != 0 && (first == 0 || t < first)) first = t;
+    }
+    for (int p = 0; p < kPoints; ++p) {
+      std::vector<double> us;
+      for (int b = 0; b < blocks; ++b) {
+        const uint64_t t = launch[b * kPoints + p];
+        if (t != 0 && t >= first) us.push_back(static_cast<double>(t - first) * 1e-3);
+      }
+      if (us.empty()) continue;
+      std::sort(us.begin(), us.end());
+      medians[p].push_back(us[us.size() / 2]);
+      lasts[p].push_back(us.back());
+    }
+  }
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Print(absl::StrFormat(
+      "%s decode %2d slots, the MoE one launch by phase (%lld launches of %d blocks; us after the "
+      "launch's first block entered, the blocks' median / last, median over the launches)%s:",
+      name_.c_str(), slots, static_cast<long long>(traced), blocks, suffix));
+  for (int p = 0; p < kPoints; ++p) {
+    Print(absl::StrFormat("   %-24s %7.2f / %7.2f us", kNames[p], median(medians[p]),
+                          median(lasts[p])));
+  }
 }
 
 void ModelBench::HostLead(int slots, SlotKvMemory& kv_memory, double step_seconds, double bound,

@@ -622,5 +622,62 @@ TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaun
   EXPECT_EQ(hip::MoeLayerStreamLaunches(), one_launch_before);
 }
 
+TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
+  // The benchmark's phase stamps (HipKernelBackend::SetMoeLayerTraceForTest, --moe-trace): one
+  // and four tokens of the 80B-like layer, one launch stamped each, then a call past the
+  // buffer's launches stamping nothing. Each block stamps its entry, the wait, the routing, both
+  // products, the sum's barrier, the sum and the producer's last stage, in that order on the
+  // device's clock (the producer's after the routing), and a stamped launch gives the bits of
+  // one that is not.
+  constexpr int kPoints = hip::kMoeLayerTracePoints;
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.moe_stream_products = 5});
+    ASSERT_TRUE(b.ok()) << b.status();
+    backends.push_back(*std::move(b));
+  }
+  HipKernelBackend& traced = *backends[1];
+  const int blocks = traced.MultiprocessorsForTest();
+  ASSERT_GT(blocks, 0);
+  DeviceBuffer stamps = Up(std::vector<uint64_t>(static_cast<size_t>(2 * blocks * kPoints), 0));
+  traced.SetMoeLayerTraceForTest(static_cast<uint64_t*>(stamps.data()), 2);
+  const MoeShape layer{"80B-like layer", 4, 2048, 512, 512, 10, false, 0.0f};
+  std::vector<DeviceBuffer> keep;
+  std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+  UploadWithShared(layer, 621, keep, gate_up, down, shared_gate_up, shared_down);
+  for (const int64_t tokens : {1, 4, 1}) {
+    MoeShape s = layer;
+    s.tokens = tokens;
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    const std::vector<float> logits = RouterLogits(s, 622, /*tied_pairs=*/false);
+    const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 623);
+    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 624);
+    const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 625);
+    DeviceBuffer dx = Up(x), dl = Up(logits);
+    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+    a.shared_gate_up = &shared_gate_up[0];
+    a.shared_down = &shared_down[0];
+    a.shared_width = s.width;
+    std::vector<std::vector<float>> outs, hs;
+    RunOnEach(backends, a, out0, h0, &outs, &hs);
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out";
+    EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual";
+  }
+  EXPECT_EQ(traced.MoeLayerTracedForTest(), 2);
+  std::vector<uint64_t> host(static_cast<size_t>(2 * blocks * kPoints));
+  ASSERT_TRUE(traced.memory()->Download(host.data(), stamps.data(), host.size() * 8).ok());
+  for (int l = 0; l < 2; ++l) {
+    for (int b = 0; b < blocks; ++b) {
+      SCOPED_TRACE(::testing::Message() << "launch " << l << ", block " << b);
+      const uint64_t* t = host.data() + (static_cast<int64_t>(l) * blocks + b) * kPoints;
+      for (int p = 0; p < kPoints; ++p) EXPECT_NE(t[p], 0u) << "point " << p;
+      for (int p = 1; p < 8; ++p) EXPECT_LE(t[p - 1], t[p]) << "point " << p;
+      EXPECT_LE(t[2], t[8]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cairn::infer::testing
