@@ -302,6 +302,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     if (moe_layer_trace_ != nullptr && moe_layer_traced_ < moe_layer_trace_launches_) {
       one.trace = moe_layer_trace_ +
                   moe_layer_traced_ * multiprocessors_ * int64_t{hip::kMoeLayerTracePoints};
+      one.trace_route_twice = moe_layer_trace_twice_;
     }
     if (sum_inside) {
       one.out = a.out;

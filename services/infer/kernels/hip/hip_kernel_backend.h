@@ -476,11 +476,12 @@ class HipKernelBackend final : public KernelBackend {
   // The next `launches` MoE one launches (hip::MoeLayerStream) stamp their blocks' phases into
   // `trace`, device memory of launches x MultiprocessorsForTest() x hip::kMoeLayerTracePoints
   // values, launch after launch (null: none), for the benchmark; MoeLayerTracedForTest() counts
-  // the launches stamped since.
-  void SetMoeLayerTraceForTest(uint64_t* trace, int64_t launches) {
+  // the launches stamped since. `route_twice`: MoeLayerStreamArgs::trace_route_twice.
+  void SetMoeLayerTraceForTest(uint64_t* trace, int64_t launches, bool route_twice = false) {
     moe_layer_trace_ = trace;
     moe_layer_trace_launches_ = launches;
     moe_layer_traced_ = 0;
+    moe_layer_trace_twice_ = route_twice;
   }
   int64_t MoeLayerTracedForTest() const { return moe_layer_traced_; }
   int MultiprocessorsForTest() const { return multiprocessors_; }
@@ -700,6 +701,7 @@ class HipKernelBackend final : public KernelBackend {
   uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.
   int64_t moe_layer_trace_launches_ = 0;
   int64_t moe_layer_traced_ = 0;
+  bool moe_layer_trace_twice_ = false;
   int attention_mma_variant_;     // options_.attention_mma_variant unless changed for a test.
   int attention_decode_variant_;  // options_.attention_decode_variant unless changed for a test.
   int attention_decode_ranges_;   // options_.attention_decode_ranges_per_block, likewise.

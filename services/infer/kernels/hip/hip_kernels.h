@@ -263,9 +263,10 @@ int64_t MoeStreamLaunches();
 // (the device's %globaltimer, ns; 0 where the block did not get there): its entry, past the wait
 // for the kernel before, the routing and sort done (every warp), consumer warp 0 done with its
 // gate/up units, every consumer done with them, warp 0 done with its down units, the grid's count
-// of finished blocks reached (the sum's barrier), thread 0's share of the sum done, and the
-// producer's last stage issued.
-inline constexpr int kMoeLayerTracePoints = 9;
+// of finished blocks reached (the sum's barrier), thread 0's share of the sum done, the
+// producer's last stage issued, and, with MoeLayerStreamArgs::trace_route_twice only, warp 0's
+// extra routings of the first token (between the wait and the routing proper): once, twice.
+inline constexpr int kMoeLayerTracePoints = 11;
 
 struct MoeLayerStreamArgs {
   // The routing's tiles (MoeRouteAndSort), or, where `logits` is given, none: the launch routes
@@ -311,6 +312,9 @@ struct MoeLayerStreamArgs {
   // Where each block stamps its phases (kMoeLayerTracePoints values a block, block b's at
   // trace + b kMoeLayerTracePoints; null: none), for the benchmark.
   uint64_t* trace = nullptr;
+  // With `trace`: warp 0 first routes the call's first token twice more (its picks overwritten
+  // by the routing proper), stamping each, so that a cold routing can be told from a warm one.
+  bool trace_route_twice = false;
   // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
   // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
   uint32_t* counters = nullptr;

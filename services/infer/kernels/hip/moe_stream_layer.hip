@@ -444,6 +444,7 @@ struct LayerRoute {
   const float* gate;
   int64_t gate_ld;
   float* residual;
+  bool twice;  // MoeLayerStreamArgs::trace_route_twice (with a trace).
 };
 
 // The consumer threads' routing and sort of the call's picks into shared memory, every block
@@ -454,7 +455,15 @@ struct LayerRoute {
 // in its token's order (ascending expert, then pick: MoeCombineWideKernel's). Integer counts, so
 // the same slots, tiles and order as the separate launches. `x` is scratch in the stages' memory.
 __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, RouteScratch& x,
-                             int warp) {
+                             int warp, uint64_t* trace) {
+  if (r.twice && warp == 0) {
+    for (int i = 0; i < 2; ++i) {
+      moe_route::RouteTokenInWarp(r.logits, r.experts, top_k, r.renormalise, x.route[0], x.ids,
+                                  x.weights);
+      __syncwarp();
+      if (threadIdx.x == 0) Stamp(trace, 9 + i, GlobalTime());
+    }
+  }
   for (int tok = warp; tok < r.tokens; tok += kConsumers) {
     moe_route::RouteTokenInWarp(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
                                 x.route[warp], x.ids + tok * top_k, x.weights + tok * top_k);
@@ -586,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // without any wait for the sort all the same, and splitting the two kinds of tiles apart
     // leaves some blocks a unit more than an even split (measured: one token 52 against 43 us).
     if (warp < kConsumers) {
-      RouteAndSort(route, top_k, sm, *reinterpret_cast<RouteScratch*>(ring.stages), warp);
+      RouteAndSort(route, top_k, sm, *reinterpret_cast<RouteScratch*>(ring.stages), warp, trace);
     }
     tiles = sm.tiles;
     num_tiles = &sm.num_tiles;
@@ -724,6 +733,7 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
       route.gate_ld = c.out_gate_ld;
       route.residual = c.residual;
     }
+    route.twice = c.trace != nullptr && c.trace_route_twice;
   } else if (sums) {
     return hipErrorInvalidValue;  // The sum inside needs the routing inside.
   } else if (c.tiles == nullptr || c.num_tiles == nullptr) {

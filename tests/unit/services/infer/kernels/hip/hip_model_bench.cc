@@ -56,7 +56,9 @@
 // --moe-trace=1: after each slot count's decode measurements, one more step whose MoE one
 // launches (hip::MoeLayerStream) stamp each block's phases with the device's clock
 // (hip::kMoeLayerTracePoints): the phases' times after the launch's first block entered, over
-// the blocks and then over the step's launches.
+// the blocks and then over the step's launches. --moe-trace=2: the stamped launches' warp 0 also
+// routes the first token twice before the routing proper, stamping each (a cold routing against a
+// warm one; later phases shift by those two).
 // --prefill-op-times=1: after each prefill length's run (not the TTFT run's), the same prefill
 // again with an event before every operation, and its time by operation (the events end the
 // overlap of consecutive launches, a few microseconds each: small against a prefill's kernels).
@@ -406,7 +408,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (key == "op-times") {
       f->op_times = n != 0;
     } else if (key == "moe-trace") {
-      f->moe_trace = n != 0;
+      f->moe_trace = static_cast<int>(std::clamp<int64_t>(n, 0, 2));
     } else if (key == "prefill-op-times") {
       f->prefill_op_times = n != 0;
     } else if (key == "attention-split-keys") {
@@ -438,7 +440,7 @@ int Main(int argc, char** argv) {
                  "[--attention-variants=N,N,...] [--profile-prefill=N] [--moe-kernels=N,N,...] "
                  "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
                  "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...] "
-                 "[--background-spill-mb=N] [--prefill-op-times=1] [--moe-trace=1]\n");
+                 "[--background-spill-mb=N] [--prefill-op-times=1] [--moe-trace=1|2]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =

@@ -88,7 +88,7 @@ struct Flags {
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
-  bool moe_trace = false;
+  int moe_trace = 0;  // 2: the stamped launches also route their first token twice first.
   bool prefill_op_times = false;
   int64_t host_lead_mb = 0;         // 0: no host-lead steps.
   int64_t background_spill_mb = 0;  // 0: no steps beside background downloads.

@@ -351,7 +351,8 @@ void ModelBench::MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string&
           hipSuccess) {
         Bench::Fail("moe trace clear");
       }
-      b_.SetMoeLayerTraceForTest(static_cast<uint64_t*>(stamps->data()), kLaunches);
+      b_.SetMoeLayerTraceForTest(static_cast<uint64_t*>(stamps->data()), kLaunches,
+                                 f_.moe_trace == 2);
     }
     Bench::Check(model_->ForwardBatchViews(batch, views), "moe-traced step");
   }
@@ -368,10 +369,17 @@ void ModelBench::MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string&
                           suffix));
     return;
   }
-  static constexpr const char* kNames[kPoints] = {
-      "entered",         "past the wait",      "routed and sorted",
-      "gate/up, warp 0", "gate/up, all warps", "down, warp 0",
-      "sum's barrier",   "sum, thread 0",      "producer's last stage"};
+  static constexpr const char* kNames[kPoints] = {"entered",
+                                                  "past the wait",
+                                                  "routed and sorted",
+                                                  "gate/up, warp 0",
+                                                  "gate/up, all warps",
+                                                  "down, warp 0",
+                                                  "sum's barrier",
+                                                  "sum, thread 0",
+                                                  "producer's last stage",
+                                                  "token 0 routed, once",
+                                                  "token 0 routed, twice"};
   // Per launch and phase: the blocks' median and last time after the launch's first entry (us);
   // then the median of those over the launches.
   std::vector<std::vector<double>> medians(kPoints), lasts(kPoints);
@@ -404,6 +412,7 @@ void ModelBench::MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string&
       "launch's first block entered, the blocks' median / last, median over the launches)%s:",
       name_.c_str(), slots, static_cast<long long>(traced), blocks, suffix));
   for (int p = 0; p < kPoints; ++p) {
+    if (medians[p].empty()) continue;  // The extra routings' stamps without --moe-trace=2.
     Print(absl::StrFormat("   %-24s %7.2f / %7.2f us", kNames[p], median(medians[p]),
                           median(lasts[p])));
   }

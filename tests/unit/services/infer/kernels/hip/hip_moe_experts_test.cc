@@ -624,11 +624,12 @@ TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaun
 
 TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
   // The benchmark's phase stamps (HipKernelBackend::SetMoeLayerTraceForTest, --moe-trace): one
-  // and four tokens of the 80B-like layer, one launch stamped each, then a call past the
-  // buffer's launches stamping nothing. Each block stamps its entry, the wait, the routing, both
-  // products, the sum's barrier, the sum and the producer's last stage, in that order on the
-  // device's clock (the producer's after the routing), and a stamped launch gives the bits of
-  // one that is not.
+  // and four tokens of the 80B-like layer, one launch stamped each, then one token routed twice
+  // more first (route_twice), then a call past the buffer's launches stamping nothing. Each block
+  // stamps its entry, the wait, the routing, both products, the sum's barrier, the sum and the
+  // producer's last stage, in that order on the device's clock (the producer's after the
+  // routing; the extra routings' between the wait and the routing, and only where asked for),
+  // and a stamped launch gives the bits of one that is not.
   constexpr int kPoints = hip::kMoeLayerTracePoints;
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
   for (int i = 0; i < 2; ++i) {
@@ -640,16 +641,20 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
   HipKernelBackend& traced = *backends[1];
   const int blocks = traced.MultiprocessorsForTest();
   ASSERT_GT(blocks, 0);
-  DeviceBuffer stamps = Up(std::vector<uint64_t>(static_cast<size_t>(2 * blocks * kPoints), 0));
-  traced.SetMoeLayerTraceForTest(static_cast<uint64_t*>(stamps.data()), 2);
+  DeviceBuffer stamps = Up(std::vector<uint64_t>(static_cast<size_t>(3 * blocks * kPoints), 0));
+  auto* const stamp_data = static_cast<uint64_t*>(stamps.data());
+  traced.SetMoeLayerTraceForTest(stamp_data, 2);
   const MoeShape layer{"80B-like layer", 4, 2048, 512, 512, 10, false, 0.0f};
   std::vector<DeviceBuffer> keep;
   std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
   UploadWithShared(layer, 621, keep, gate_up, down, shared_gate_up, shared_down);
-  for (const int64_t tokens : {1, 4, 1}) {
+  for (const int64_t tokens : {1, 4, 1, 1}) {
     MoeShape s = layer;
     s.tokens = tokens;
     SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+    if (traced.MoeLayerTracedForTest() == 2) {  // The third call: one launch, routing twice more.
+      traced.SetMoeLayerTraceForTest(stamp_data + 2 * blocks * kPoints, 1, /*route_twice=*/true);
+    }
     const std::vector<float> logits = RouterLogits(s, 622, /*tied_pairs=*/false);
     const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 623);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 624);
@@ -665,16 +670,24 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
     EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out";
     EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual";
   }
-  EXPECT_EQ(traced.MoeLayerTracedForTest(), 2);
-  std::vector<uint64_t> host(static_cast<size_t>(2 * blocks * kPoints));
+  EXPECT_EQ(traced.MoeLayerTracedForTest(), 1);  // The third call's, the fourth past it.
+  std::vector<uint64_t> host(static_cast<size_t>(3 * blocks * kPoints));
   ASSERT_TRUE(traced.memory()->Download(host.data(), stamps.data(), host.size() * 8).ok());
-  for (int l = 0; l < 2; ++l) {
+  for (int l = 0; l < 3; ++l) {
     for (int b = 0; b < blocks; ++b) {
       SCOPED_TRACE(::testing::Message() << "launch " << l << ", block " << b);
       const uint64_t* t = host.data() + (static_cast<int64_t>(l) * blocks + b) * kPoints;
-      for (int p = 0; p < kPoints; ++p) EXPECT_NE(t[p], 0u) << "point " << p;
+      for (int p = 0; p < 9; ++p) EXPECT_NE(t[p], 0u) << "point " << p;
       for (int p = 1; p < 8; ++p) EXPECT_LE(t[p - 1], t[p]) << "point " << p;
       EXPECT_LE(t[2], t[8]);
+      if (l < 2) {
+        EXPECT_EQ(t[9], 0u);
+        EXPECT_EQ(t[10], 0u);
+      } else if (b == 0) {  // Warp 0 of every block routes twice more; block 0's checked.
+        EXPECT_LE(t[1], t[9]);
+        EXPECT_LE(t[9], t[10]);
+        EXPECT_LE(t[10], t[2]);
+      }
     }
   }
 }
