@@ -252,13 +252,6 @@ hipError_t MoeRowsStream(bool silu, const float* x, int64_t ldx, const int32_t* 
                          const MoeSharedRows& shared);
 // Launches of MoeRowsStream so far in this process (for tests).
 int64_t MoeStreamLaunches();
-// Both grouped products of a MoE decode layer in one launch (moe_stream_layer.hip): the
-// gate/up product with SiLU-mul into `act`, then the down product into `ys` (and the shared
-// expert's rows, as MoeRowsMmaSiluMul and MoeRowsMma fold them), by one long-lived block for
-// each of `multiprocessors`, its producer warp streaming the block's gate/up and then down
-// weight rows through shared memory; each tile's down units wait for its activations on a
-// counter in `counters`. The bits of MoeRowsMmaSiluMul followed by MoeRowsMma (the segments of
-// mma_rows::SegmentsFor). The caller vouches that every weight part is 16-byte aligned.
 // The stamps a block of MoeLayerStream's launch leaves in MoeLayerStreamArgs::trace, in order
 // (the device's %globaltimer, ns; 0 where the block did not get there): its entry, past the wait
 // for the kernel before, the routing and sort done (every warp), consumer warp 0 done with its
@@ -268,6 +261,13 @@ int64_t MoeStreamLaunches();
 // extra routings of the first token (between the wait and the routing proper): once, twice.
 inline constexpr int kMoeLayerTracePoints = 11;
 
+// Both grouped products of a MoE decode layer in one launch (moe_stream_layer.hip): the
+// gate/up product with SiLU-mul into `act`, then the down product into `ys` (and the shared
+// expert's rows, as MoeRowsMmaSiluMul and MoeRowsMma fold them), by one long-lived block for
+// each of `multiprocessors`, its producer warp streaming the block's gate/up and then down
+// weight rows through shared memory; each tile's down units wait for its activations on a
+// counter in `counters`. The bits of MoeRowsMmaSiluMul followed by MoeRowsMma (the segments of
+// mma_rows::SegmentsFor). The caller vouches that every weight part is 16-byte aligned.
 struct MoeLayerStreamArgs {
   // The routing's tiles (MoeRouteAndSort), or, where `logits` is given, none: the launch routes
   // and sorts the call itself (MoeLayerStreamRoutes).

@@ -407,8 +407,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->moe_layers = static_cast<int>(n);
     } else if (key == "op-times") {
       f->op_times = n != 0;
-    } else if (key == "moe-trace") {
-      f->moe_trace = static_cast<int>(std::clamp<int64_t>(n, 0, 2));
+    } else if (key == "moe-trace" && number && n >= 0 && n <= 2) {
+      f->moe_trace = static_cast<int>(n);
     } else if (key == "prefill-op-times") {
       f->prefill_op_times = n != 0;
     } else if (key == "attention-split-keys") {

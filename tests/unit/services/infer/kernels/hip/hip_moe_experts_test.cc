@@ -478,10 +478,8 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes)
     const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 606);
     const std::vector<float> gate = RandomFloats(s.tokens, 607, -4.0f, 4.0f);
     DeviceBuffer dx = Up(x), dl = Up(logits), dg = Up(gate);
-    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
-    a.shared_gate_up = &shared_gate_up[0];
-    a.shared_down = &shared_down[0];
-    a.shared_width = s.width;
+    MoeExpertsArgs a = WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true),
+                                        s, shared_gate_up, shared_down);
     a.out_gate = dg.floats();
     std::vector<std::vector<float>> outs, hs;
     RunOnEach(backends, a, out0, h0, &outs, &hs);
@@ -563,10 +561,9 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesNearTiesAsTheRoutingLaunchDoes) {
       const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 680 + call);
       const std::vector<float> gate = RandomFloats(s.tokens, 700 + call, -4.0f, 4.0f);
       DeviceBuffer dx = Up(x), dl = Up(logits), dg = Up(gate);
-      MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true, renormalise);
-      a.shared_gate_up = &shared_gate_up[0];
-      a.shared_down = &shared_down[0];
-      a.shared_width = s.width;
+      MoeExpertsArgs a =
+          WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true, renormalise),
+                           s, shared_gate_up, shared_down);
       a.out_gate = dg.floats();
       std::vector<std::vector<float>> outs, hs;
       RunOnEach(backends, a, out0, h0, &outs, &hs);
@@ -603,10 +600,8 @@ TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaun
   const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 613);
   const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 614);
   DeviceBuffer dx = Up(x), dl = Up(logits);
-  MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
-  a.shared_gate_up = &shared_gate_up[0];
-  a.shared_down = &shared_down[0];
-  a.shared_width = s.width;
+  MoeExpertsArgs a = WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true),
+                                      s, shared_gate_up, shared_down);
   std::vector<std::vector<float>> outs;
   const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
   for (const std::unique_ptr<HipKernelBackend>& b : backends) {
@@ -660,10 +655,8 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 624);
     const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 625);
     DeviceBuffer dx = Up(x), dl = Up(logits);
-    MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
-    a.shared_gate_up = &shared_gate_up[0];
-    a.shared_down = &shared_down[0];
-    a.shared_width = s.width;
+    MoeExpertsArgs a = WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true),
+                                        s, shared_gate_up, shared_down);
     std::vector<std::vector<float>> outs, hs;
     RunOnEach(backends, a, out0, h0, &outs, &hs);
     ASSERT_EQ(outs.size(), 2u);

@@ -93,6 +93,16 @@ inline void ExpertMatrices(const MoeShape& s, const uint16_t* fused, const uint1
   }
 }
 
+// `a` with UploadWithShared's shared expert (one matrix each, of `s`'s width) folded in.
+inline MoeExpertsArgs WithSharedExpert(MoeExpertsArgs a, const MoeShape& s,
+                                       const std::vector<WeightMatrix>& shared_gate_up,
+                                       const std::vector<WeightMatrix>& shared_down) {
+  a.shared_gate_up = &shared_gate_up[0];
+  a.shared_down = &shared_down[0];
+  a.shared_width = s.width;
+  return a;
+}
+
 // Router logits for `s`'s tokens: random, and with a hot bias two favoured experts for every
 // token and ties: token 0's logits all equal (its picks are experts 0 .. top_k - 1) and, with
 // `tied_pairs`, token 1's in equal pairs.
