@@ -195,6 +195,12 @@ hipError_t MoeSortPicks(const int32_t* ids, int64_t picks, int experts, int tile
 // most 32 tokens and MoeMaxExperts() picks also sort in the same launch, and whose sorts of at most
 // MoeMaxExperts() picks take one launch (HipKernelBackendOptions::moe_kernels).
 enum class MoeRouting { kThread, kBlock, kWarp };
+// For tests: adds to *mismatches (device memory) how many floats v the warp routing's division
+// (moe_route::Divide, over a sum in [1, 2048]) gives other bits for v / sum than the `/`
+// operator: every v in [0, 1] (the exps routing divides), and with `with_nans` every NaN of
+// positive sign too (a NaN result matches any NaN). NVIDIA only (hipErrorNotSupported elsewhere).
+hipError_t MoeRouteDivisionMismatches(float sum, bool with_nans, unsigned long long* mismatches,
+                                      hipStream_t stream);
 // Routes `tokens` tokens (ids and weights [tokens * top_k]) and sorts their picks into `b`
 // (MoeSortPicks). A token's logits are `logits_ld` floats after the one before it (kWarp only;
 // the other ways need logits_ld == experts).
@@ -257,9 +263,10 @@ int64_t MoeStreamLaunches();
 // for the kernel before, the routing and sort done (every warp), consumer warp 0 done with its
 // gate/up units, every consumer done with them, warp 0 done with its down units, the grid's count
 // of finished blocks reached (the sum's barrier), thread 0's share of the sum done, the
-// producer's last stage issued, and, with MoeLayerStreamArgs::trace_route_twice only, warp 0's
-// extra routings of the first token (between the wait and the routing proper): once, twice.
-inline constexpr int kMoeLayerTracePoints = 11;
+// producer's last stage issued, with MoeLayerStreamArgs::trace_route_twice only, warp 0's
+// extra routings of the first token (between the wait and the routing proper): once, twice;
+// then warp 0 done routing its tokens, and every consumer warp done routing (before the sort).
+inline constexpr int kMoeLayerTracePoints = 13;
 
 // Both grouped products of a MoE decode layer in one launch (moe_stream_layer.hip): the
 // gate/up product with SiLU-mul into `act`, then the down product into `ys` (and the shared

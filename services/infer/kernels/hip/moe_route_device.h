@@ -53,39 +53,83 @@ __device__ inline void WarpBestPick(float& best_p, int& best_id) {
 #endif
 }
 
-// Lane 0's sum of buf[0 .. experts) in expert order (MoeRoute's one chain of additions): 16
-// values a batch in four 16-byte loads, the next batch's loads issued before this batch's adds.
+// sum += the 16 values of q in order, one rounded addition each.
+__device__ inline void AddInOrder(float& sum, const float4 (&q)[4]) {
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    sum += q[u].x;
+    sum += q[u].y;
+    sum += q[u].z;
+    sum += q[u].w;
+  }
+}
+
+// Lane 0's sum of buf[0 .. experts) in expert order (MoeRoute's one chain of additions): 32
+// values a turn in two batches of four 16-byte loads, each batch loaded while the other is
+// added, so the chain's additions wait only on each other.
 __device__ inline float SumInOrder(const float* buf, int experts) {
   float sum = 0.0f;
   int j = 0;
-  if (experts >= 16) {
-    float4 q[4];
+  if (experts >= 32) {
+    float4 a[4], b[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) q[u] = *reinterpret_cast<const float4*>(buf + 4 * u);
-    for (; j + 16 <= experts; j += 16) {
-      float4 next[4];
-      const bool more = j + 32 <= experts;
-      if (more) {
+    for (int u = 0; u < 4; ++u) a[u] = *reinterpret_cast<const float4*>(buf + 4 * u);
+    for (; j + 32 <= experts; j += 32) {
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          next[u] = *reinterpret_cast<const float4*>(buf + j + 16 + 4 * u);
-        }
+      for (int u = 0; u < 4; ++u) b[u] = *reinterpret_cast<const float4*>(buf + j + 16 + 4 * u);
+      AddInOrder(sum, a);
+      if (j + 48 <= experts) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[u] = *reinterpret_cast<const float4*>(buf + j + 32 + 4 * u);
       }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        sum += q[u].x;
-        sum += q[u].y;
-        sum += q[u].z;
-        sum += q[u].w;
-      }
-      if (more) {
-#pragma unroll
-        for (int u = 0; u < 4; ++u) q[u] = next[u];
-      }
+      AddInOrder(sum, b);
     }
   }
   for (; j < experts; ++j) sum += buf[j];
   return sum;
+}
+
+// Division by a token's sum of exps with the bits of IEEE division (round to nearest even), for
+// the exps that routing divides: values in [0, 1] or NaN, over a sum in [1, 2048] (DividerFor's
+// `exact`; a sum outside, NaN among them, takes the `/` operator). The compiler's `/` checks each
+// quotient's range and calls a long subroutine where an exp is tiny (below about 2^-100 the
+// quotient is subnormal): a router whose logits spread by more than about 87 pays that call for
+// most of its experts, each in turn (measured on an H100: 16 divisions a lane 940 cycles for
+// logits of spread 2, 11800 for spread 30). Here every quotient takes the same few instructions:
+// the sum's reciprocal once (the approximation refined by one Newton step), then a quotient and
+// one correction from its exact residual, the sequence `/` uses where its check passes. An exp
+// below 2^-40 is scaled by 2^64 first (exactly: a power of two), so the quotient stays normal,
+// and scaled back by 2^-64: exact where the quotient is normal; where it is subnormal, the
+// scaled quotient rounded to the subnormal grid is the true quotient's rounding except where it
+// lies exactly on a midpoint of that grid, where the residual's sign says which way the true
+// quotient lies (a zero residual: a true tie, rounded to even by the scaling back).
+struct SumDivider {
+  float sum;
+  float reciprocal;  // 1 / sum, within the approximation refined by one Newton step.
+  bool exact;        // sum in [1, 2048]: Divide's sequence gives `/`'s bits.
+};
+
+__device__ inline SumDivider DividerFor(float sum) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(sum));
+  r = __fmaf_rn(r, __fmaf_rn(-sum, r, 1.0f), r);
+  return SumDivider{sum, r, sum >= 1.0f && sum <= 2048.0f};
+}
+
+// v / d.sum for v in [0, 1] or NaN where d.exact (see SumDivider).
+__device__ inline float Divide(const SumDivider& d, float v) {
+  constexpr float kUp = 0x1p64f, kDown = 0x1p-64f;
+  constexpr float kHalfGrid = 0x1p-86f;  // Half the subnormal spacing 2^-149, scaled up by 2^64.
+  const bool small = v < 0x1p-40f;
+  const float a = small ? __fmul_rn(v, kUp) : v;
+  const float q0 = __fmul_rn(a, d.reciprocal);
+  const float q = __fmaf_rn(d.reciprocal, __fmaf_rn(-d.sum, q0, a), q0);
+  const float down = __fmul_rn(q, kDown);
+  const float off = __fsub_rn(q, __fmul_rn(down, kUp));  // Exact: |off| <= kHalfGrid.
+  const float residual = __fmaf_rn(-d.sum, q, a);
+  const bool midpoint = fabsf(off) == kHalfGrid && residual != 0.0f;
+  const float nudged = __fmul_rn(__fadd_rn(q, copysignf(kHalfGrid, residual)), kDown);
+  return small ? (midpoint ? nudged : down) : q;
 }
 
 // Lane i's pick i to ids / weights: the value MoeRoute stores (divided by the picks' sum when
@@ -99,8 +143,36 @@ __device__ inline void StorePicks(int top_k, bool renormalise, float my_p, int m
   }
 }
 
+// Lane `lane`'s best of p[] (ids lane + 32 u: ascending with u) by a tree of adjacent pairs, so
+// that of two equal probabilities the lower id wins, as in the picks' order; -1: none (every p[u]
+// is -1). The tree's instructions are few (a kernel's first pass fetches them from memory).
+__device__ inline void LaneBest(const float (&p)[kLaneExperts], float& best_p, int& best_u) {
+  float tp[kLaneExperts / 2];
+  int tu[kLaneExperts / 2];
+#pragma unroll
+  for (int i = 0; i < kLaneExperts / 2; ++i) {
+    const bool second = p[2 * i + 1] > p[2 * i];
+    tp[i] = second ? p[2 * i + 1] : p[2 * i];
+    tu[i] = second ? 2 * i + 1 : 2 * i;
+  }
+#pragma unroll
+  for (int n = kLaneExperts / 4; n >= 1; n /= 2) {
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      const bool second = tp[2 * i + 1] > tp[2 * i];
+      tp[i] = second ? tp[2 * i + 1] : tp[2 * i];
+      tu[i] = second ? tu[2 * i + 1] : tu[2 * i];
+    }
+  }
+  best_p = tp[0];
+  best_u = tu[0];
+}
+
 // RouteTokenInWarp's register path (experts <= 32 * kLaneExperts): lane l's experts l, l + 32,
-// ... in registers, `buf` holding only the exps for lane 0's sum.
+// ... in registers, `buf` holding only the exps for lane 0's sum. Those that can never be
+// picked (NaN, past `experts`) become -1, below every probability. A round's pick is the warp's
+// best (WarpBestPick) of the lanes' bests (LaneBest), which its lane then sets to -1: the order
+// is total, so this picks what taking the best strictly after the last pick does.
 __device__ inline void RouteTokenInRegisters(const float* l, int experts, int top_k,
                                              bool renormalise, float* buf, int32_t* ids,
                                              float* weights) {
@@ -125,34 +197,39 @@ __device__ inline void RouteTokenInRegisters(const float* l, int experts, int to
     }
   }
   __syncwarp();
-  const float sum = __shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0);
+  const SumDivider d =
+      DividerFor(__shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0));
+  float p[kLaneExperts];
+  if (d.exact) {
 #pragma unroll
-  for (int u = 0; u < kLaneExperts; ++u) v[u] = v[u] / sum;
-  float prev_p = INFINITY;
-  int prev_id = -1;
+    for (int u = 0; u < kLaneExperts; ++u) p[u] = Divide(d, v[u]);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kLaneExperts; ++u) p[u] = v[u] / d.sum;
+  }
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    // Probabilities are never negative; NaN fails the test.
+    if (!(lane + 32 * u < experts && p[u] >= 0.0f)) p[u] = -1.0f;
+  }
   float top_sum = 0.0f;
   float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).
   int my_id = -1;
   for (int i = 0; i < top_k; ++i) {
-    float best_p = -1.0f;
-    int best_id = -1;
-#pragma unroll
-    for (int u = 0; u < kLaneExperts; ++u) {
-      const int j = lane + 32 * u;
-      const bool after_prev = v[u] < prev_p || (v[u] == prev_p && j > prev_id);
-      if (j < experts && after_prev && v[u] > best_p) {
-        best_p = v[u];
-        best_id = j;
-      }
-    }
+    float best_p;
+    int best_u;
+    LaneBest(p, best_p, best_u);
+    int best_id = best_p >= 0.0f ? lane + 32 * best_u : -1;
+    best_p = best_p >= 0.0f ? best_p : -1.0f;
     WarpBestPick(best_p, best_id);
     if (lane == i) {
       my_p = best_p;
       my_id = best_id;
     }
     top_sum += best_p;
-    prev_p = best_p;
-    prev_id = best_id;
+    const int taken = best_id >= 0 && best_id % 32 == lane ? best_id / 32 : -1;
+#pragma unroll
+    for (int u = 0; u < kLaneExperts; ++u) p[u] = u == taken ? -1.0f : p[u];
   }
   StorePicks(top_k, renormalise, my_p, my_id, top_sum, ids, weights);
 }
@@ -161,13 +238,14 @@ __device__ inline void RouteTokenInRegisters(const float* l, int experts, int to
 // floats of shared memory, 16-byte aligned (lane l takes experts l, l + 32, ...): the maximum by
 // shuffles (exact in any order; NaN ignored unless every logit is NaN, as the block's fmaxf
 // tree), exp(l - max) each, their sum by lane 0 in expert order (MoeRoute's one thread), the
-// probabilities p / sum, and pick i as the best strictly after pick i - 1 in (probability
-// descending, id ascending): each lane's best in ascending id, then the warp's best
-// (WarpBestPick). Lane i keeps pick i and writes it.
+// probabilities p / sum (Divide: the operator's bits), and pick i as the best strictly after
+// pick i - 1 in (probability descending, id ascending). Lane i keeps pick i and writes it.
 //
 // Up to kLaneExperts experts a lane (512 experts) each lane keeps its values in registers and
-// `buf` holds only the exps for lane 0's sum; more experts take loops over `buf`, their loads
-// batched so that latency is paid once a batch (the logits kRouteLoads a lane at a time).
+// `buf` holds only the exps for lane 0's sum (RouteTokenInRegisters); more experts take
+// loops over `buf`, their loads batched so that latency is paid once a batch (the logits
+// kRouteLoads a lane at a time), and a round a pick: each lane's best strictly after the last
+// pick in ascending id, then the warp's best (WarpBestPick).
 __device__ inline void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
                                         float* buf, int32_t* ids, float* weights) {
   if (experts <= 32 * kLaneExperts) {
@@ -195,10 +273,16 @@ __device__ inline void RouteTokenInWarp(const float* l, int experts, int top_k, 
 #pragma unroll 4
   for (int j = lane; j < experts; j += 32) buf[j] = expf(buf[j] - mx);
   __syncwarp();
-  const float sum = __shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0);
+  const SumDivider d =
+      DividerFor(__shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0));
   // From here each lane reads only its own experts' values.
+  if (d.exact) {
 #pragma unroll 4
-  for (int j = lane; j < experts; j += 32) buf[j] = buf[j] / sum;
+    for (int j = lane; j < experts; j += 32) buf[j] = Divide(d, buf[j]);
+  } else {
+#pragma unroll 4
+    for (int j = lane; j < experts; j += 32) buf[j] = buf[j] / d.sum;
+  }
   float prev_p = INFINITY;
   int prev_id = -1;
   float top_sum = 0.0f;

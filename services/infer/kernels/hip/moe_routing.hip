@@ -411,9 +411,50 @@ __global__ void __launch_bounds__(kThreads)
                              sorted_picks, slot_of_pick);
 }
 
+// MoeRouteDivisionMismatches: thread i of the grid takes the floats whose bits are begin + i,
+// begin + i + the grid's threads, ... below `end`, and counts those that moe_route::Divide
+// divides by `sum` to other bits than the `/` operator does (NaNs alike whatever their payloads).
+__global__ void MoeRouteDivisionKernel(float sum, uint32_t begin, uint32_t end,
+                                       unsigned long long* mismatches) {
+  const moe_route::SumDivider d = moe_route::DividerFor(sum);
+  unsigned long long n = 0;
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t b = begin + static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < end;
+       b += step) {
+    const float v = __uint_as_float(static_cast<uint32_t>(b));
+    const float want = v / sum;
+    const float got = d.exact ? moe_route::Divide(d, v) : v / sum;
+    const bool both_nan = want != want && got != got;
+    n += __float_as_uint(want) != __float_as_uint(got) && !both_nan ? 1 : 0;
+  }
+  if (n != 0) atomicAdd(mismatches, n);
+}
+
 #endif  // !__HIP_PLATFORM_AMD__
 
 }  // namespace
+
+hipError_t MoeRouteDivisionMismatches(float sum, bool with_nans, unsigned long long* mismatches,
+                                      hipStream_t stream) {
+#if defined(__HIP_PLATFORM_AMD__)
+  static_cast<void>(sum);
+  static_cast<void>(with_nans);
+  static_cast<void>(mismatches);
+  static_cast<void>(stream);
+  return hipErrorNotSupported;
+#else
+  // Every float in [0, 1] (bits 0 to 0x3f800000), then the NaNs of positive sign.
+  constexpr uint32_t kPastOne = 0x3f800001u, kFirstNan = 0x7f800001u, kPastNans = 0x80000000u;
+  constexpr unsigned int kBlocks = 1024, kThreadsHere = 256;
+  LaunchKernel(MoeRouteDivisionKernel, kBlocks, kThreadsHere, 0, stream, sum, 0u, kPastOne,
+               mismatches);
+  if (with_nans) {
+    LaunchKernel(MoeRouteDivisionKernel, kBlocks, kThreadsHere, 0, stream, sum, kFirstNan,
+                 kPastNans, mismatches);
+  }
+  return hipGetLastError();
+#endif
+}
 
 int MoeMaxExperts() { return kMaxExperts; }
 int MoeMaxTopK() { return kMaxTopK; }

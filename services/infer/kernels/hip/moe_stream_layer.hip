@@ -469,7 +469,9 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, Rout
                                 x.route[warp], x.ids + tok * top_k, x.weights + tok * top_k);
     __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
   }
+  if (threadIdx.x == 0) Stamp(trace, 11, GlobalTime());
   ConsumersSync();
+  if (threadIdx.x == 0) Stamp(trace, 12, GlobalTime());
   const int picks = r.tokens * top_k;
   const int t = threadIdx.x;  // A consumer thread.
   const auto valid = [&](int32_t e) { return e >= 0 && e < r.experts; };

@@ -379,7 +379,9 @@ void ModelBench::MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string&
                                                   "sum, thread 0",
                                                   "producer's last stage",
                                                   "token 0 routed, once",
-                                                  "token 0 routed, twice"};
+                                                  "token 0 routed, twice",
+                                                  "warp 0's tokens routed",
+                                                  "every token routed"};
   // Per launch and phase: the blocks' median and last time after the launch's first entry (us);
   // then the median of those over the launches.
   std::vector<std::vector<double>> medians(kPoints), lasts(kPoints);
@@ -411,7 +413,9 @@ void ModelBench::MoeTrace(int slots, SlotKvMemory& kv_memory, const std::string&
       "%s decode %2d slots, the MoE one launch by phase (%lld launches of %d blocks; us after the "
       "launch's first block entered, the blocks' median / last, median over the launches)%s:",
       name_.c_str(), slots, static_cast<long long>(traced), blocks, suffix));
-  for (int p = 0; p < kPoints; ++p) {
+  // In the order the phases happen: the routing's own points before the sort's end.
+  static constexpr int kOrder[kPoints] = {0, 1, 9, 10, 11, 12, 2, 3, 4, 5, 6, 7, 8};
+  for (const int p : kOrder) {
     if (medians[p].empty()) continue;  // The extra routings' stamps without --moe-trace=2.
     Print(absl::StrFormat("   %-24s %7.2f / %7.2f us", kNames[p], median(medians[p]),
                           median(lasts[p])));

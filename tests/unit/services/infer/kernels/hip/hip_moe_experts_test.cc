@@ -623,8 +623,9 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
   // more first (route_twice), then a call past the buffer's launches stamping nothing. Each block
   // stamps its entry, the wait, the routing, both products, the sum's barrier, the sum and the
   // producer's last stage, in that order on the device's clock (the producer's after the
-  // routing; the extra routings' between the wait and the routing, and only where asked for),
-  // and a stamped launch gives the bits of one that is not.
+  // routing; the extra routings' between the wait and the routing, and only where asked for;
+  // the routing's own two stamps between the wait and the sort's), and a stamped launch gives
+  // the bits of one that is not.
   constexpr int kPoints = hip::kMoeLayerTracePoints;
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
   for (int i = 0; i < 2; ++i) {
@@ -670,16 +671,20 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
     for (int b = 0; b < blocks; ++b) {
       SCOPED_TRACE(::testing::Message() << "launch " << l << ", block " << b);
       const uint64_t* t = host.data() + (static_cast<int64_t>(l) * blocks + b) * kPoints;
-      for (int p = 0; p < 9; ++p) EXPECT_NE(t[p], 0u) << "point " << p;
+      for (const int p : {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12}) EXPECT_NE(t[p], 0u) << "point " << p;
       for (int p = 1; p < 8; ++p) EXPECT_LE(t[p - 1], t[p]) << "point " << p;
       EXPECT_LE(t[2], t[8]);
+      // The routing proper: warp 0's tokens, then every warp's, before the sort ends.
+      EXPECT_LE(t[1], t[11]);
+      EXPECT_LE(t[11], t[12]);
+      EXPECT_LE(t[12], t[2]);
       if (l < 2) {
         EXPECT_EQ(t[9], 0u);
         EXPECT_EQ(t[10], 0u);
       } else if (b == 0) {  // Warp 0 of every block routes twice more; block 0's checked.
         EXPECT_LE(t[1], t[9]);
         EXPECT_LE(t[9], t[10]);
-        EXPECT_LE(t[10], t[2]);
+        EXPECT_LE(t[10], t[11]);
       }
     }
   }

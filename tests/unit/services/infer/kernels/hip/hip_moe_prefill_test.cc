@@ -5,6 +5,7 @@
 // earlier ones. The decode path: hip_moe_experts_test.cc. Skips without a device.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -221,16 +222,19 @@ TEST_F(HipMoeExpertsTest, PrefillTokensRowsDoNotDependOnTheCallsOtherTokens) {
 TEST_F(HipMoeExpertsTest, WarpRoutingGivesMoeRoutesPicksOnHostileLogits) {
   // The warp routing (registers up to 512 experts, the fused routing and sort in blocks of 512
   // or 1024 threads) against MoeRoute's thread per token, ids and weights bit for bit, on rows
-  // of logits with a NaN, all NaN, a +inf, all -inf, all equal, and fewer finite logits than
-  // top_k (the picks past them name no expert): 12, 33, 512 and 600 experts, 1, 5 and 20
-  // tokens, top 1 to 10, with and without renormalising.
+  // of logits with a NaN, all NaN, a +inf, all -inf, all equal, fewer finite logits than top_k
+  // (the picks past them name no expert), and three rows whose exps are subnormal or zero for
+  // most experts (the warp's division then differs most from the operator's instructions):
+  // logits spread over about 240, one leader above ties 103-113 below it, and exps on both sides
+  // of the smallest normal float. 12, 33, 512 and 600 experts, 1, 5, 12 and 20 tokens, top 1 to
+  // 10, with and without renormalising.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   struct Case {
     int experts, top_k, tokens;
   };
   for (const Case c : {Case{12, 5, 5}, Case{33, 10, 20}, Case{512, 10, 5}, Case{512, 8, 20},
-                       Case{600, 10, 5}, Case{512, 1, 1}}) {
+                       Case{512, 10, 12}, Case{600, 10, 12}, Case{512, 1, 1}}) {
     for (const bool renormalise : {true, false}) {
       SCOPED_TRACE(::testing::Message()
                    << c.experts << " experts, top " << c.top_k << ", " << c.tokens << " tokens"
@@ -238,7 +242,7 @@ TEST_F(HipMoeExpertsTest, WarpRoutingGivesMoeRoutesPicksOnHostileLogits) {
       std::vector<float> logits =
           RandomFloats(static_cast<int64_t>(c.tokens) * c.experts, 501, -3.0f, 3.0f);
       const auto row = [&](int t) { return logits.begin() + static_cast<int64_t>(t) * c.experts; };
-      const int hostile = std::min(c.tokens, 6);
+      const int hostile = std::min(c.tokens, 9);
       if (hostile > 1) row(1)[c.experts / 2] = nan;
       if (hostile > 2) std::fill(row(2), row(2) + c.experts, nan);
       if (hostile > 3) row(3)[c.experts - 1] = inf;
@@ -249,6 +253,20 @@ TEST_F(HipMoeExpertsTest, WarpRoutingGivesMoeRoutesPicksOnHostileLogits) {
         row(5)[0] = 1.0f;
         row(5)[c.experts - 1] = 1.0f;
         row(5)[c.experts / 3] = -2.0f;
+      }
+      if (hostile > 6) {
+        for (int j = 0; j < c.experts; ++j) row(6)[j] *= 40.0f;
+      }
+      if (hostile > 7) {
+        for (int j = 0; j < c.experts; ++j)
+          row(7)[j] = -103.0f - 0.25f * static_cast<float>(j % 40);
+        row(7)[c.experts / 2] = 0.0f;
+      }
+      if (hostile > 8) {
+        // exp(-87.3) is about the smallest normal float.
+        for (int j = 0; j < c.experts; ++j)
+          row(8)[j] = -87.3f + 0.01f * static_cast<float>(j % 9 - 4);
+        row(8)[1] = 0.0f;
       }
       if (c.tokens == 1) std::fill(row(0), row(0) + c.experts, 0.5f);
       const int64_t picks = static_cast<int64_t>(c.tokens) * c.top_k;
@@ -281,6 +299,33 @@ TEST_F(HipMoeExpertsTest, WarpRoutingGivesMoeRoutesPicksOnHostileLogits) {
       EXPECT_TRUE(SameBits(ids_as_floats[0], ids_as_floats[1])) << "ids";
       EXPECT_TRUE(SameBits(weights[0], weights[1])) << "weights";
     }
+  }
+}
+
+TEST_F(HipMoeExpertsTest, WarpRoutingDividesEveryExpAsTheOperatorDoes) {
+  // The warp routing's division by a token's sum (moe_route::Divide: the same instructions for
+  // every exp, none of the operator's calls for tiny ones) against the `/` operator, bit for bit,
+  // for every float in [0, 1] and every NaN: sums at the ends of [1, 2048], powers of two, sums
+  // just inside them, and random ones.
+  std::vector<float> sums = {1.0f,       std::nextafter(1.0f, 2.0f),
+                             1.5f,       2.0f,
+                             3.0f,       7.0f,
+                             512.0f,     std::nextafter(512.0f, 0.0f),
+                             2048.0f,    std::nextafter(2048.0f, 0.0f),
+                             3.14159274f};
+  for (const float s : RandomFloats(12, 941, 1.0f, 2048.0f)) sums.push_back(s);
+  for (const float s : RandomFloats(4, 942, 1.0f, 2.0f)) sums.push_back(s);
+  DeviceBuffer count = Up(std::vector<uint64_t>(sums.size(), 0));
+  auto* const counts = static_cast<unsigned long long*>(count.data());
+  for (size_t i = 0; i < sums.size(); ++i) {
+    ASSERT_EQ(hip::MoeRouteDivisionMismatches(sums[i], /*with_nans=*/i < 3, counts + i, nullptr),
+              hipSuccess);
+  }
+  ASSERT_EQ(hipStreamSynchronize(nullptr), hipSuccess);
+  std::vector<uint64_t> host(sums.size());
+  ASSERT_TRUE(gpu_->Download(host.data(), count.data(), host.size() * sizeof(uint64_t)).ok());
+  for (size_t i = 0; i < sums.size(); ++i) {
+    EXPECT_EQ(host[i], 0u) << "sum " << sums[i];
   }
 }
 
