@@ -478,6 +478,7 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, Rout
   const int32_t id = t < picks && valid(x.ids[t]) ? x.ids[t] : -1;
   int32_t before = 0, rank = 0, count = 0;
   if (id >= 0) {
+#pragma unroll 2
     for (int j = 0; j < picks; ++j) {
       const int32_t e = x.ids[j];
       before += valid(e) && e < id ? 1 : 0;
@@ -490,11 +491,13 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, Rout
   if (t < picks) x.expert_tiles[t] = ntiles;
   ConsumersSync();
   int32_t first_tile = 0, total = 0;
+#pragma unroll 2
   for (int j = 0; j < picks; ++j) {
     const int32_t n = x.expert_tiles[j];
     total += n;
     first_tile += n > 0 && x.ids[j] < id ? n : 0;
   }
+#pragma unroll 1
   for (int32_t i = 0; i < ntiles; ++i) {
     const int32_t start = before + i * r.tile_rows;
     const int32_t rows =
@@ -507,6 +510,7 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, Rout
     const int tok = t / top_k;
     if (slot >= 0) {
       int at = 0;
+#pragma unroll 2
       for (int j = tok * top_k; j < (tok + 1) * top_k; ++j) {
         const int32_t e = x.ids[j];
         at += valid(e) && (e < id || (e == id && j < t)) ? 1 : 0;
@@ -522,6 +526,7 @@ __device__ void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, Rout
   }
   if (t < r.tokens) {
     int n = 0;
+#pragma unroll 2
     for (int j = t * top_k; j < (t + 1) * top_k; ++j) n += valid(x.ids[j]) ? 1 : 0;
     sm.sum_count[t] = n;
   }
