@@ -29,7 +29,7 @@
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
-//          [--moe-cooperative=0,1]
+//          [--moe-cooperative=0,1] [--lean-norms=0,1]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
 // --round-inputs-mb: within that, once for each value listed of
@@ -41,7 +41,8 @@
 // HipKernelBackendOptions::fold_shared_expert (--fold-shared; the same bits), and innermost
 // of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits), and within that
 // of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits), and within that
-// of moe_one_launch_cooperative (--moe-cooperative; the same bits).
+// of moe_one_launch_cooperative (--moe-cooperative; the same bits), and within that of
+// hip::SetLeanRowNorms (--lean-norms; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -373,6 +374,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 5, &f->moe_stream)) return false;
     } else if (key == "moe-cooperative") {
       if (!IntList(value, 0, 1, &f->moe_cooperative)) return false;
+    } else if (key == "lean-norms") {
+      if (!IntList(value, 0, 1, &f->lean_norms)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

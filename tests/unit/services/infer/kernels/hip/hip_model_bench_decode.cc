@@ -75,7 +75,7 @@ void ModelBench::Decode() {
   struct Config {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
         staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
-        moe_cooperative;
+        moe_cooperative, lean_norms;
   };
   std::vector<Config> configs;
   for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -95,11 +95,13 @@ void ModelBench::Decode() {
                               for (const int waves : f_.moe_waves) {
                                 for (const int streamed : f_.moe_stream) {
                                   for (const int cooperative : f_.moe_cooperative) {
-                                    configs.push_back({bf16_inputs, variant, attention, ranges,
-                                                       kernels, overlapped, copy_kernel,
-                                                       staged_rows, staged_mb, prefetch_k, round_mb,
-                                                       fuse, delta, fold, waves, streamed,
-                                                       cooperative});
+                                    for (const int lean : f_.lean_norms) {
+                                      configs.push_back({bf16_inputs, variant, attention, ranges,
+                                                         kernels, overlapped, copy_kernel,
+                                                         staged_rows, staged_mb, prefetch_k,
+                                                         round_mb, fuse, delta, fold, waves,
+                                                         streamed, cooperative, lean});
+                                    }
                                   }
                                 }
                               }
@@ -141,6 +143,7 @@ void ModelBench::Decode() {
         b_.SetMoeProductWavesForTest(c.moe_waves);
         b_.SetMoeStreamProductsForTest(c.moe_stream);
         b_.SetMoeOneLaunchCooperativeForTest(c.moe_cooperative == 1);
+        hip::SetLeanRowNorms(c.lean_norms == 1);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -188,6 +191,7 @@ void ModelBench::Decode() {
         if (f_.moe_cooperative.size() > 1) {
           suffix += absl::StrFormat(" (moe one launch cooperative %d)", c.moe_cooperative);
         }
+        if (f_.lean_norms.size() > 1) suffix += absl::StrFormat(" (lean norms %d)", c.lean_norms);
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -203,6 +207,7 @@ void ModelBench::Decode() {
       b_.SetMoeProductWavesForTest(defaults.moe_product_waves);
       b_.SetMoeStreamProductsForTest(defaults.moe_stream_products);
       b_.SetMoeOneLaunchCooperativeForTest(defaults.moe_one_launch_cooperative);
+      hip::SetLeanRowNorms(false);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");
