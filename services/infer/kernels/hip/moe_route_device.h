@@ -89,31 +89,37 @@ __device__ inline float SumInOrder(const float* buf, int experts) {
   return sum;
 }
 
+// The sums Divide takes: a token's sum of exps holds exp(0) = 1 and at most MoeMaxExperts()
+// (1024) values of at most 1; the upper bound leaves room and keeps every intermediate of
+// Divide's sequence normal. Other sums (NaN among them) take the `/` operator.
+constexpr float kDivideSumMin = 1.0f;
+constexpr float kDivideSumMax = 2048.0f;
+
 // Division by a token's sum of exps with the bits of IEEE division (round to nearest even), for
-// the exps that routing divides: values in [0, 1] or NaN, over a sum in [1, 2048] (DividerFor's
-// `exact`; a sum outside, NaN among them, takes the `/` operator). The compiler's `/` checks each
-// quotient's range and calls a long subroutine where an exp is tiny (below about 2^-100 the
-// quotient is subnormal): a router whose logits spread by more than about 87 pays that call for
-// most of its experts, each in turn (measured on an H100: 16 divisions a lane 940 cycles for
-// logits of spread 2, 11800 for spread 30). Here every quotient takes the same few instructions:
-// the sum's reciprocal once (the approximation refined by one Newton step), then a quotient and
-// one correction from its exact residual, the sequence `/` uses where its check passes. An exp
-// below 2^-40 is scaled by 2^64 first (exactly: a power of two), so the quotient stays normal,
-// and scaled back by 2^-64: exact where the quotient is normal; where it is subnormal, the
-// scaled quotient rounded to the subnormal grid is the true quotient's rounding except where it
-// lies exactly on a midpoint of that grid, where the residual's sign says which way the true
-// quotient lies (a zero residual: a true tie, rounded to even by the scaling back).
+// the exps that routing divides: values in [0, 1] or NaN, over a sum in [kDivideSumMin,
+// kDivideSumMax] (DividerFor's `exact`; a sum outside, NaN among them, takes the `/` operator). The
+// compiler's `/` checks each quotient's range and calls a long subroutine where an exp is tiny
+// (below about 2^-100 the quotient is subnormal): a router whose logits spread by more than about
+// 87 pays that call for most of its experts, each in turn (measured on an H100: 16 divisions a lane
+// 940 cycles for logits of spread 2, 11800 for spread 30). Here every quotient takes the same few
+// instructions: the sum's reciprocal once (the approximation refined by one Newton step), then a
+// quotient and one correction from its exact residual, the sequence `/` uses where its check
+// passes. An exp below 2^-40 is scaled by 2^64 first (exactly: a power of two), so the quotient
+// stays normal, and scaled back by 2^-64: exact where the quotient is normal; where it is
+// subnormal, the scaled quotient rounded to the subnormal grid is the true quotient's rounding
+// except where it lies exactly on a midpoint of that grid, where the residual's sign says which way
+// the true quotient lies (a zero residual: a true tie, rounded to even by the scaling back).
 struct SumDivider {
   float sum;
   float reciprocal;  // 1 / sum, within the approximation refined by one Newton step.
-  bool exact;        // sum in [1, 2048]: Divide's sequence gives `/`'s bits.
+  bool exact;        // sum in [kDivideSumMin, kDivideSumMax]: Divide gives `/`'s bits.
 };
 
 __device__ inline SumDivider DividerFor(float sum) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(sum));
   r = __fmaf_rn(r, __fmaf_rn(-sum, r, 1.0f), r);
-  return SumDivider{sum, r, sum >= 1.0f && sum <= 2048.0f};
+  return SumDivider{sum, r, sum >= kDivideSumMin && sum <= kDivideSumMax};
 }
 
 // v / d.sum for v in [0, 1] or NaN where d.exact (see SumDivider).
