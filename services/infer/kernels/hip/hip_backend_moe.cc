@@ -327,6 +327,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     if (e == hipSuccess) {
       moe_counter_parity_ ^= 1;
       launched = true;
+      moe_one_launch_ran_ = true;
       if (one.trace != nullptr) ++moe_layer_traced_;
     } else if (e != hipErrorNotSupported) {
       Check(e, "moe one-launch products");

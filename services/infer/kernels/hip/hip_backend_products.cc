@@ -123,6 +123,7 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
   for (int i = 0; i < w.num_parts;) {
     hip::RowWeights parts{};
     parts.bf16 = w.type == WeightType::kBF16;
+    parts.streamed = StreamProductWeights(m);
     const int64_t first = col;
     for (; i < w.num_parts && (parts.count == 0 || one_launch); ++i, ++parts.count) {
       parts.data[parts.count] = w.parts[i].data;
@@ -187,6 +188,7 @@ void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
   uint16_t* act_rounded = RoundedOutput(m, m * width, width, &buffer);
   hip::RowWeights parts{};
   parts.bf16 = true;
+  parts.streamed = StreamProductWeights(m);
   for (int i = 0; i < w.num_parts; ++i, ++parts.count) {
     parts.data[i] = w.parts[i].data;
     parts.rows[i] = w.parts[i].rows;

@@ -159,6 +159,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_stream_products_(options.moe_stream_products),
       moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
       moe_one_launch_cooperative_(options.moe_one_launch_cooperative),
+      stream_product_weights_(options.stream_product_weights),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}

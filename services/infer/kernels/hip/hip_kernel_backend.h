@@ -187,6 +187,16 @@ struct HipKernelBackendOptions {
   // process on an H100 (forty-first round), the cooperative step was about 1 % slower at one and
   // four slots (1.56 against 1.53-1.55 ms, 2.42 against 2.39 ms).
   bool moe_one_launch_cooperative = false;
+  // The matrix-unit products' weight loads carry an evict_first L2 policy (hip::RowWeights::
+  // streamed; the same bits): 1 always, 0 never, -1 in calls of at most
+  // stream_product_weights_max_rows rows once this backend has run a MoE one launch
+  // (hip::MoeLayerStream), whose expert units then stream faster. Measured on an H100
+  // (forty-fourth round, ms a step at 1 / 4 / 16 slots, off against always on, one call): the
+  // MoE 80B-like model 1.57 / 2.39 / 4.54 against 1.46 / 2.33 / 4.67 (the one launch 0.70
+  // against 0.59 ms a one-slot step; the products themselves 3-6 % slower), the dense 9B-like
+  // model, which has no one launch, 6.53 / 7.22 / 10.07 against 6.71 / 7.44 / 10.70.
+  int stream_product_weights = -1;
+  int64_t stream_product_weights_max_rows = 4;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -473,6 +483,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeOneLaunchMaxTokensForTest(int tokens) { moe_one_launch_max_tokens_ = tokens; }
   // Sets HipKernelBackendOptions::moe_one_launch_cooperative (the same bits), for the benchmark.
   void SetMoeOneLaunchCooperativeForTest(bool on) { moe_one_launch_cooperative_ = on; }
+  // Sets HipKernelBackendOptions::stream_product_weights (the same bits), for the benchmark.
+  void SetStreamProductWeightsForTest(int mode) { stream_product_weights_ = mode; }
   // The next `launches` MoE one launches (hip::MoeLayerStream) stamp their blocks' phases into
   // `trace`, device memory of launches x MultiprocessorsForTest() x hip::kMoeLayerTracePoints
   // values, launch after launch (null: none), for the benchmark; MoeLayerTracedForTest() counts
@@ -534,6 +546,12 @@ class HipKernelBackend final : public KernelBackend {
   // The prefetch a product of m rows asks for (mma_rows_prefetch_k and _max_rows).
   int64_t PrefetchK(int64_t m) const {
     return m <= options_.mma_rows_prefetch_max_rows ? mma_rows_prefetch_k_ : 0;
+  }
+  // Whether a product of m rows loads its weights streamed (stream_product_weights; below 0:
+  // automatic).
+  bool StreamProductWeights(int64_t m) const {
+    return stream_product_weights_ > 0 || (stream_product_weights_ < 0 && moe_one_launch_ran_ &&
+                                           m <= options_.stream_product_weights_max_rows);
   }
   // Keeps the first error (error_), and the first fault (fault_: an error Recover cannot
   // forget); returns false when `s` is not ok.
@@ -698,6 +716,8 @@ class HipKernelBackend final : public KernelBackend {
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
+  int stream_product_weights_;              // options_.stream_product_weights, likewise.
+  bool moe_one_launch_ran_ = false;         // A MoE one launch enqueued (StreamProductWeights).
   uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.
   int64_t moe_layer_trace_launches_ = 0;
   int64_t moe_layer_traced_ = 0;

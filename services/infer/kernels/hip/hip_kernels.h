@@ -423,6 +423,9 @@ struct RowWeights {
   int64_t rows[4];
   int count;
   bool bf16;
+  // The matrix-unit products (MatMulRowsMma*) load these weights as lines L2 evicts first (an
+  // evict_first cache policy): the same values, other kernels' lines kept longer.
+  bool streamed = false;
 };
 // MatMulRows over every part of `w` (n = the parts' rows together, at most
 // MatMulRowsMaxColumns()): one launch per part, or one for all with `multi_row` (2 or more

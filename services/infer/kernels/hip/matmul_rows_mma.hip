@@ -110,7 +110,7 @@ struct SiluOut {
 // in a tile it falls, and the segments follow n (2 * width) as for the plain product: the gate
 // and up values are the plain product's bits, the activation SiluMul's over them.
 template <typename In, int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
-          bool kEarlyUpper = false, bool kSilu = false>
+          bool kEarlyUpper = false, bool kSilu = false, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const In* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int u = 0; u < kU; ++u) {
       const bool live = kb + u * kStep < end;
       const int64_t i = kb + u * kStep + 8 * t;
-      va[u] = LoadWeights8<kVec>(live ? wa : nullptr, i, k);
-      vb[u] = LoadWeights8<kVec>(live ? wb : nullptr, i, k);
+      va[u] = LoadWeights8<kVec, kStream>(live ? wa : nullptr, i, k);
+      vb[u] = LoadWeights8<kVec, kStream>(live ? wb : nullptr, i, k);
       LoadStepInputs<kVec>(live ? xa : nullptr, i, k, v0[u]);
       if constexpr (kEarlyUpper) LoadStepInputs<kVec>(live && upper ? xb : nullptr, i, k, v1[u]);
     }
@@ -281,29 +281,49 @@ bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
   return (blocks >= multiprocessors && blocks <= two) || blocks > kManyWaves * two;
 }
 
-// The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input.
-template <typename In, int kPieces, bool kSilu = false>
-void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, const In* x,
-                         int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n, float* y,
-                         int64_t ldy, bool accumulate, int segments, int64_t segment,
-                         int64_t prefetch_k, const SiluOut& silu, hipStream_t stream) {
-  // kSilu runs only with vector loads (MatMulRowsMmaSiluMul checks).
+// The vector-load kernel MatMulRowsMma picked, with kPieces bf16 pieces an input and streamed
+// weight loads or not (kStream).
+template <typename In, int kPieces, bool kSilu, bool kStream>
+void LaunchVectorMatMulRowsMma(dim3 grid, bool early, bool upper, int variant, const In* x,
+                               int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n,
+                               float* y, int64_t ldy, bool accumulate, int segments,
+                               int64_t segment, int64_t prefetch_k, const SiluOut& silu,
+                               hipStream_t stream) {
   if (early) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, kSilu>, grid, kThreads,
-                 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
-                 silu);
-  } else if (vec && !upper && variant == 1) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, kSilu>, grid, kThreads,
-                 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
-                 silu);
-  } else if (vec && upper) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, kSilu>, grid,
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, kSilu, kStream>, grid,
                  kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
                  prefetch_k, silu);
+  } else if (!upper && variant == 1) {
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, kSilu, kStream>, grid,
+                 kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
+                 prefetch_k, silu);
+  } else if (upper) {
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, kSilu, kStream>,
+                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
+                 segment, prefetch_k, silu);
+  } else {
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, kSilu, kStream>,
+                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
+                 segment, prefetch_k, silu);
+  }
+}
+
+// The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input; the weights' loads
+// streamed where `streamed` (RowWeights::streamed; the scalar path's loads never are).
+template <typename In, int kPieces, bool kSilu = false>
+void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, bool streamed,
+                         const In* x, int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n,
+                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
+                         int64_t prefetch_k, const SiluOut& silu, hipStream_t stream) {
+  // kSilu runs only with vector loads (MatMulRowsMmaSiluMul checks); `early` implies them.
+  if (vec && streamed) {
+    LaunchVectorMatMulRowsMma<In, kPieces, kSilu, true>(grid, early, upper, variant, x, m, k, ldx,
+                                                        w, n, y, ldy, accumulate, segments, segment,
+                                                        prefetch_k, silu, stream);
   } else if (vec) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, kSilu>, grid,
-                 kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
-                 prefetch_k, silu);
+    LaunchVectorMatMulRowsMma<In, kPieces, kSilu, false>(grid, early, upper, variant, x, m, k, ldx,
+                                                         w, n, y, ldy, accumulate, segments,
+                                                         segment, prefetch_k, silu, stream);
   } else if constexpr (!kSilu) {
     if (upper) {
       LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m,
@@ -404,16 +424,17 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
     variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
   }
   if (silu != nullptr && rounded != nullptr) {
-    LaunchMatMulRowsMma<uint16_t, 1, true>(grid, early, vec, upper, variant, rounded, m, k,
-                                           ld_rounded, w, n, y, ldy, false, segments, segment,
+    LaunchMatMulRowsMma<uint16_t, 1, true>(grid, early, vec, upper, variant, rw.streamed, rounded,
+                                           m, k, ld_rounded, w, n, y, ldy, false, segments, segment,
                                            prefetch_k, *silu, stream);
   } else if (silu != nullptr) {
-    LaunchMatMulRowsMma<float, 1, true>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y,
-                                        ldy, false, segments, segment, prefetch_k, *silu, stream);
+    LaunchMatMulRowsMma<float, 1, true>(grid, early, vec, upper, variant, rw.streamed, x, m, k, ldx,
+                                        w, n, y, ldy, false, segments, segment, prefetch_k, *silu,
+                                        stream);
   } else if (rounded != nullptr) {
-    LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, rounded, m, k, ld_rounded,
-                                     w, n, y, ldy, accumulate, segments, segment, prefetch_k, {},
-                                     stream);
+    LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, rw.streamed, rounded, m, k,
+                                     ld_rounded, w, n, y, ldy, accumulate, segments, segment,
+                                     prefetch_k, {}, stream);
   } else if (staged) {
     const int64_t stride = StagedStride(k);
     constexpr int kRoundThreads = 256;
@@ -421,14 +442,15 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
                  stream, x, m, k, ldx, reinterpret_cast<uint32_t*>(staging), stride);
     const hipError_t e = hipGetLastError();
     if (e != hipSuccess) return e;
-    LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, staging, m, k, stride, w, n,
-                                     y, ldy, accumulate, segments, segment, prefetch_k, {}, stream);
+    LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, rw.streamed, staging, m, k,
+                                     stride, w, n, y, ldy, accumulate, segments, segment,
+                                     prefetch_k, {}, stream);
   } else if (bf16_inputs) {
-    LaunchMatMulRowsMma<float, 1>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                                  accumulate, segments, segment, prefetch_k, {}, stream);
+    LaunchMatMulRowsMma<float, 1>(grid, early, vec, upper, variant, rw.streamed, x, m, k, ldx, w, n,
+                                  y, ldy, accumulate, segments, segment, prefetch_k, {}, stream);
   } else {
-    LaunchMatMulRowsMma<float, 3>(grid, early, vec, upper, variant, x, m, k, ldx, w, n, y, ldy,
-                                  accumulate, segments, segment, prefetch_k, {}, stream);
+    LaunchMatMulRowsMma<float, 3>(grid, early, vec, upper, variant, rw.streamed, x, m, k, ldx, w, n,
+                                  y, ldy, accumulate, segments, segment, prefetch_k, {}, stream);
   }
   return hipGetLastError();
 }

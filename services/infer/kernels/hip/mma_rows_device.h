@@ -21,6 +21,9 @@ inline constexpr int kTileCols = 16;  // Weight columns per warp.
 inline constexpr int kTileRows = 16;  // Input rows per tile (two instruction sets of 8).
 inline constexpr int kStep = 32;      // k values per step: 8 per lane quad position.
 inline constexpr int kUnroll = 4;     // Steps whose weight loads are in flight together.
+// The MoE one launch reads each expert unit once a call: its bulk copies ask L2 to evict those
+// lines first (moe_stream::BulkCopyWithPolicy), the same values.
+inline constexpr bool kStreamWeights = true;
 // Enough warps to keep the device's memory busy: calls with fewer column tiles cut k into up
 // to kMaxSegments segments (a power of two), none shorter than kMinSegment.
 inline constexpr int64_t kTargetWarps = 2048;
@@ -60,10 +63,22 @@ __device__ inline const uint16_t* ColumnOf(const Parts& w, int64_t col, int64_t 
 
 // 8 bf16 weights at p[i .. i+7] (zeros past k or for a null column), as four pairs. kVec: one
 // 16-byte load (k % 8 == 0, aligned rows, i % 8 == 0); the scalar path loads the same values.
-template <bool kVec>
+// kStream: the 16-byte load carries an evict_first L2 cache policy (RowWeights::streamed), for
+// weights a call reads once, so that they do not push out of L2 what later kernels read again
+// (see the HIP README, forty-fourth round). The same values either way.
+template <bool kVec, bool kStream = false>
 __device__ inline uint4 LoadWeights8(const uint16_t* p, int64_t i, int64_t k) {
   if (p == nullptr || i >= k) return make_uint4(0, 0, 0, 0);
   if constexpr (kVec) {
+    if constexpr (kStream) {
+      uint64_t policy;
+      asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+      uint4 v;
+      asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+          : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+          : "l"(p + i), "l"(policy));
+      return v;
+    }
     return *reinterpret_cast<const uint4*>(p + i);
   } else {
     uint32_t v[4];

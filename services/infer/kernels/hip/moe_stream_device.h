@@ -58,6 +58,22 @@ __device__ inline void BulkCopy(void* dst, const void* src, uint32_t bytes, uint
       "l"(src), "r"(bytes), "r"(SharedAddress(bar))
       : "memory");
 }
+// A cache policy under which L2 evicts the lines a copy brings in first: for weights a launch
+// reads once (see mma_rows::LoadWeights8's kStream).
+__device__ inline uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// BulkCopy whose lines L2 holds under `policy` (EvictFirstPolicy).
+__device__ inline void BulkCopyWithPolicy(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(SharedAddress(dst)),
+      "l"(src), "r"(bytes), "r"(SharedAddress(bar)), "l"(policy)
+      : "memory");
+}
 // The barrier of consumer group `group`'s `warps` warps (named barrier 1 + group; the producer
 // warp and the other groups never take part).
 __device__ inline void GroupSync(int group, int warps) {

@@ -93,6 +93,8 @@ using moe_stream::BarrierInit;
 using moe_stream::BarrierInitFence;
 using moe_stream::BarrierWait;
 using moe_stream::BulkCopy;
+using moe_stream::BulkCopyWithPolicy;
+using moe_stream::EvictFirstPolicy;
 using moe_stream::GroupSync;
 using moe_stream::LoadAcquire;
 using moe_stream::LookUpTile;
@@ -214,6 +216,7 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, const int32
                         int64_t routed, int top_k, int64_t j0, int64_t j1, LayerSmem& sm,
                         const Ring& ring, uint32_t& n, int lane) {
   int64_t looked_up = -1;
+  const uint64_t policy = mma_rows::kStreamWeights ? EvictFirstPolicy() : 0;
   LayerMeta meta = {};
   // The unit's expert's table entry, held in registers.
   MoeExpertParts parts = {};
@@ -266,8 +269,12 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, const int32
       if (src[i] == nullptr) continue;
       const int q = (lane + 32 * i) / kRows;
       const int r = lane % kRows;
-      BulkCopy(base + (static_cast<int64_t>(q) * kRows + r) * p.row_stride, src[i],
-               static_cast<uint32_t>(p.k) * 2, &sm.full[stage]);
+      uint16_t* const dst = base + (static_cast<int64_t>(q) * kRows + r) * p.row_stride;
+      if constexpr (mma_rows::kStreamWeights) {
+        BulkCopyWithPolicy(dst, src[i], static_cast<uint32_t>(p.k) * 2, &sm.full[stage], policy);
+      } else {
+        BulkCopy(dst, src[i], static_cast<uint32_t>(p.k) * 2, &sm.full[stage]);
+      }
     }
   }
 }

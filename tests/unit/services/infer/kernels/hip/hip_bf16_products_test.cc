@@ -237,7 +237,8 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
   // (n = 33000 and 203), a last step past k (k = 4104), k = 12288 and the scalar path (k = 70),
   // rows starting inside the input; inputs exact and rounded to bf16, and with bf16 inputs the
   // inputs staged (rounded into the workspace first, mma_rows_staged_min_rows) in each variant,
-  // and each variant with its weights prefetched into L2 (mma_rows_prefetch_k).
+  // and each variant with its weights prefetched into L2 (mma_rows_prefetch_k); the prefetching
+  // and the staged backends load the weights streamed (stream_product_weights).
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = 3}).ok());
   EXPECT_FALSE(HipKernelBackend::Create({.mma_rows_variant = -2}).ok());
   for (const bool bf16_inputs : {false, true}) {
@@ -257,14 +258,16 @@ TEST_F(HipKernelBackendTest, MmaRowProductGivesTheSameBitsInEveryVariant) {
         v = HipKernelBackend::Create({.mma_rows_bf16_inputs = bf16_inputs,
                                       .mma_rows_tiles_of_8 = tiles_of_8,
                                       .mma_rows_variant = variant,
-                                      .mma_rows_prefetch_k = variant == 2 ? 1 << 20 : 100});
+                                      .mma_rows_prefetch_k = variant == 2 ? 1 << 20 : 100,
+                                      .stream_product_weights = 1});
         ASSERT_TRUE(v.ok()) << v.status();
         variants.push_back(*std::move(v));
         if (!bf16_inputs) continue;
         v = HipKernelBackend::Create({.mma_rows_bf16_inputs = true,
                                       .mma_rows_tiles_of_8 = tiles_of_8,
                                       .mma_rows_variant = variant,
-                                      .mma_rows_staged_min_rows = 1});
+                                      .mma_rows_staged_min_rows = 1,
+                                      .stream_product_weights = 1});
         ASSERT_TRUE(v.ok()) << v.status();
         variants.push_back(*std::move(v));
       }

@@ -86,6 +86,7 @@ struct Flags {
   std::vector<int> moe_stream = {HipKernelBackendOptions().moe_stream_products};
   std::vector<int> moe_cooperative = {HipKernelBackendOptions().moe_one_launch_cooperative ? 1 : 0};
   std::vector<int> lean_norms = {hip::LeanRowNorms() ? 1 : 0};
+  std::vector<int> stream_products = {HipKernelBackendOptions().stream_product_weights};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;
