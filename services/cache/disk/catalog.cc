@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path,
   options.paranoid_checks = catalog_options.paranoid_checks;
   options.wal_recovery_mode = catalog_options.wal_recovery_mode;
   options.max_background_jobs = catalog_options.max_background_jobs;
+  options.disable_auto_compactions = !catalog_options.auto_compactions;
   options.recycle_log_file_num = 0;
   options.keep_log_file_num = 2;
   options.stats_dump_period_sec = 0;
@@ -86,6 +87,9 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path,
       CAIRN_LOG(WARNING) << "catalog " << path << ": merging " << files.size()
                          << " table files failed: " << c.ToString();
     }
+    // The merged files are deleted by RocksDB's background call, which may outlast
+    // CompactRange: pausing waits for it, so that Open's file operations end with Open.
+    if (db->PauseBackgroundWork().ok()) db->ContinueBackgroundWork().PermitUncheckedError();
   }
   return std::unique_ptr<Catalog>(new Catalog(std::move(env), std::move(options), std::move(db)));
 }

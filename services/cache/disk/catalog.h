@@ -36,6 +36,10 @@ struct CatalogOptions {
   // levels without merging them: a daemon restarted many times would read ever more files at
   // start-up. Open merges them into one when there are more than this.
   size_t max_table_files = 8;
+  // RocksDB's automatic compactions, which run on its background thread. Off only in tests that
+  // count a foreground call's file-system operations (FaultFileSystem): a compaction that starts
+  // after a reopen would put its own operations among them, at places that vary from run to run.
+  bool auto_compactions = true;
 };
 
 struct CatalogEntry {
