@@ -583,9 +583,23 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
                          int top_k, LayerRoute route, LayerProduct a, LayerProduct b,
                          int64_t stage_elems, int stage_count, uint32_t* counters, uint32_t* next,
-                         int64_t next_count, uint64_t* trace) {
+                         int64_t next_count, uint64_t* trace, int table_experts) {
   // The entry's stamp is stored only after the wait (nothing is written before it).
   const uint64_t entry = trace != nullptr ? GlobalTime() : 0;
+  if (table_experts > 0) {
+    // Both tables' 128-byte lines over the grid's threads, a line each (MoeLayerStreamArgs::
+    // table_experts), then the shared expert's two entries.
+    const int64_t lines =
+        (static_cast<int64_t>(table_experts) * sizeof(MoeExpertParts) + 127) / 128;
+    const int64_t l = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (l < 2 * lines) {
+      const auto* table = reinterpret_cast<const char*>(l < lines ? a.weights : b.weights);
+      PrefetchL2(table + l % lines * 128);
+    } else if (l < 2 * lines + 2) {
+      const MoeExpertParts* shared = l == 2 * lines ? a.shared.weights : b.shared.weights;
+      if (shared != nullptr) PrefetchL2(shared);
+    }
+  }
   KernelEntry();
   const uint64_t past_wait = trace != nullptr ? GlobalTime() : 0;
   if (blockIdx.x == 0) {
@@ -787,14 +801,14 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     e = LaunchKernelWhole(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles,
                           c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b,
                           stage_elems, stages, c.counters, c.next_counters, c.counter_capacity,
-                          c.trace);
+                          c.trace, c.table_experts);
     // The device cannot hold the grid at once (fewer multiprocessors for this process than
     // the caller counted): nothing launched, the caller's launches instead.
     if (e == hipErrorCooperativeLaunchTooLarge) return hipErrorNotSupported;
   } else {
     LaunchKernel(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles, c.sorted_picks,
                  c.max_tiles, shared_tiles, c.top_k, route, a, b, stage_elems, stages, c.counters,
-                 c.next_counters, c.counter_capacity, c.trace);
+                 c.next_counters, c.counter_capacity, c.trace, c.table_experts);
     e = hipGetLastError();
   }
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);
