@@ -197,10 +197,11 @@ struct HipKernelBackendOptions {
   // model, which has no one launch, 6.53 / 7.22 / 10.07 against 6.71 / 7.44 / 10.70.
   int stream_product_weights = -1;
   int64_t stream_product_weights_max_rows = 4;
-  // The MoE one launch's blocks ask its experts' tables (hip::MoeLayerStreamArgs::table_experts)
-  // into L2 before their wait for the kernel before, for the producers' lookups of each tile's
-  // expert (one dependent load each; a miss when the step's other weights have pushed the table
-  // out of L2). The same bits. Off: written in the forty-fourth round without device time left,
+  // The MoE one launch's blocks ask its experts' tables and its counters
+  // (hip::MoeLayerStreamArgs::table_experts) into L2 before their wait for the kernel before,
+  // for the producers' lookups of each tile's expert (one dependent load each; a miss when the
+  // step's other weights have pushed the table out of L2) and the tiles' first counts. The same
+  // bits. Off: written in the forty-fourth round without device time left,
   // to tell that cause of the one launch's gain under stream_product_weights from its code's.
   bool moe_prefetch_tables = false;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
