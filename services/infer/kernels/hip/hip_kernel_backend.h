@@ -190,7 +190,8 @@ struct HipKernelBackendOptions {
   // The matrix-unit products' weight loads carry an evict_first L2 policy (hip::RowWeights::
   // streamed; the same bits): 1 always, 0 never, -1 in calls of at most
   // stream_product_weights_max_rows rows once this backend has run a MoE one launch
-  // (hip::MoeLayerStream), whose expert units then stream faster. Measured on an H100
+  // (hip::MoeLayerStream) and while moe_stream_products still asks for it (3 to 5), whose
+  // expert units then stream faster. Measured on an H100
   // (forty-fourth round, ms a step at 1 / 4 / 16 slots, off against always on, one call): the
   // MoE 80B-like model 1.57 / 2.39 / 4.54 against 1.46 / 2.33 / 4.67 (the one launch 0.70
   // against 0.59 ms a one-slot step; the products themselves 3-6 % slower), the dense 9B-like
@@ -559,8 +560,9 @@ class HipKernelBackend final : public KernelBackend {
   // Whether a product of m rows loads its weights streamed (stream_product_weights; below 0:
   // automatic).
   bool StreamProductWeights(int64_t m) const {
-    return stream_product_weights_ > 0 || (stream_product_weights_ < 0 && moe_one_launch_ran_ &&
-                                           m <= options_.stream_product_weights_max_rows);
+    return stream_product_weights_ > 0 ||
+           (stream_product_weights_ < 0 && moe_one_launch_ran_ && moe_stream_products_ >= 3 &&
+            m <= options_.stream_product_weights_max_rows);
   }
   // Keeps the first error (error_), and the first fault (fault_: an error Recover cannot
   // forget); returns false when `s` is not ok.
