@@ -34,13 +34,6 @@ bool OverlappedLaunches();
 hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                    bool zero_centred, float* y, bool warp_rows, uint16_t* rounded,
                    hipStream_t stream);
-// Whether RmsNorm and RmsNormHeads give rows of at most 4096 values that take a block each the
-// block kernel compiled for their length class and output form (RmsNormHeldKernel: the same
-// bits, less code a launch; measured against the default with cairn_hip_model_bench
-// --lean-norms=0,1). Off by default and process-wide, like SetOverlappedLaunches; only the
-// benchmarks and tests turn it on until a device run says whether it shortens a step.
-void SetLeanRowNorms(bool on);
-bool LeanRowNorms();
 hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim, const float* w,
                         float eps, float* y, bool warp_rows, uint16_t* rounded, hipStream_t stream);
 // KernelBackend::RmsNormHeads and GatedRmsNormHeads in one launch each: the kernels above with

@@ -4,7 +4,6 @@
 // sum a fixed-tree BlockSum; rows of at most kRowThreads values a warp each (`warp_row_norms`,
 // NVIDIA).
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -84,48 +83,6 @@ __global__ void __launch_bounds__(kRowThreads)
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) {
     StoreOut(yr, rounded, at, i, xr[i] * inv * (zero_centred ? 1.0f + w[i] : w[i]));
-  }
-}
-
-// RmsNormKernel's held path compiled for one row length class and one output form: rows of at
-// most kHeld * kRowThreads values, and a bf16 copy of the output (kRounded) or none. The same
-// loads, the same sum in the same order (a thread's values in ascending index, then BlockSum),
-// the same expressions: RmsNormKernel's bits. What differs is the code a launch runs: a row of
-// 2048 values unrolls eight values a thread instead of sixteen, and the stores test for the copy
-// at compile time (SetLeanRowNorms). Its body repeats the held path rather than sharing a
-// function with it so that RmsNormKernel compiles to the very code that was measured (a shared
-// template changed its instruction schedule) until a device run compares the two.
-template <int kHeld, bool kRounded>
-__global__ void __launch_bounds__(kRowThreads)
-    RmsNormHeldKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
-                      float* y, HeadRows rows, uint16_t* rounded) {
-  KernelEntry();
-  __shared__ float scratch[kRowThreads];
-  const int64_t at = rows.Offset(blockIdx.x, dim);
-  const float* xr = x + at;
-  float* yr = y + at;
-  float v[kHeld], wv[kHeld];
-#pragma unroll
-  for (int b = 0; b < kHeld; ++b) {
-    const int64_t i = threadIdx.x + b * kRowThreads;
-    v[b] = i < dim ? xr[i] : 0.0f;
-    wv[b] = i < dim ? (zero_centred ? 1.0f + w[i] : w[i]) : 0.0f;
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int b = 0; b < kHeld; ++b) {
-    if (threadIdx.x + b * kRowThreads < dim) ss = fmaf(v[b], v[b], ss);
-  }
-  ss = BlockSum<kRowThreads>(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(dim) + eps);
-#pragma unroll
-  for (int b = 0; b < kHeld; ++b) {
-    const int64_t i = threadIdx.x + b * kRowThreads;
-    if (i < dim) {
-      const float out = v[b] * inv * wv[b];
-      yr[i] = out;
-      if (kRounded) rounded[at + i] = RoundBf16(out);
-    }
   }
 }
 
@@ -268,34 +225,6 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 #endif  // !__HIP_PLATFORM_AMD__
 
-// SetLeanRowNorms' setting; read at every launch, from any thread.
-std::atomic<bool> lean_row_norms{false};
-
-// RmsNormHeldKernel for rows of `dim` values (at most kHeldValues * kRowThreads): the fewest
-// values a thread that hold the row.
-template <bool kRounded>
-void LaunchRmsNormHeld(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                       bool zero_centred, float* y, HeadRows layout, uint16_t* rounded,
-                       hipStream_t stream) {
-  const auto grid = static_cast<unsigned int>(rows);
-  if (dim <= kRowThreads) {
-    LaunchKernel(RmsNormHeldKernel<1, kRounded>, grid, kRowThreads, 0, stream, x, dim, w, eps,
-                 zero_centred, y, layout, rounded);
-  } else if (dim <= 2 * kRowThreads) {
-    LaunchKernel(RmsNormHeldKernel<2, kRounded>, grid, kRowThreads, 0, stream, x, dim, w, eps,
-                 zero_centred, y, layout, rounded);
-  } else if (dim <= 4 * kRowThreads) {
-    LaunchKernel(RmsNormHeldKernel<4, kRounded>, grid, kRowThreads, 0, stream, x, dim, w, eps,
-                 zero_centred, y, layout, rounded);
-  } else if (dim <= 8 * kRowThreads) {
-    LaunchKernel(RmsNormHeldKernel<8, kRounded>, grid, kRowThreads, 0, stream, x, dim, w, eps,
-                 zero_centred, y, layout, rounded);
-  } else {
-    LaunchKernel(RmsNormHeldKernel<kHeldValues, kRounded>, grid, kRowThreads, 0, stream, x, dim, w,
-                 eps, zero_centred, y, layout, rounded);
-  }
-}
-
 // Whether a norm of rows of `dim` values takes the warp-per-row kernels.
 bool WarpRows(int64_t dim, bool warp_rows) {
 #if defined(__HIP_PLATFORM_AMD__)
@@ -322,22 +251,14 @@ hipError_t LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float*
     return hipGetLastError();
   }
 #endif
-  if (lean_row_norms.load(std::memory_order_relaxed) && dim <= int64_t{kHeldValues} * kRowThreads) {
-    if (rounded != nullptr) {
-      LaunchRmsNormHeld<true>(x, rows, dim, w, eps, zero_centred, y, layout, rounded, stream);
-    } else {
-      LaunchRmsNormHeld<false>(x, rows, dim, w, eps, zero_centred, y, layout, rounded, stream);
-    }
-    return hipGetLastError();
-  }
   LaunchKernel(RmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, dim, w,
                eps, zero_centred, y, layout, rounded);
   return hipGetLastError();
 }
 
 hipError_t LaunchGatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t dim,
-                              const float* w, float eps, float* y, HeadRows z_rows, bool warp_rows,
-                              uint16_t* rounded, hipStream_t stream) {
+                              const float* w, float eps, float* y, HeadRows z_rows,
+                              bool warp_rows, uint16_t* rounded, hipStream_t stream) {
   if (rows == 0) return hipSuccess;
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
@@ -352,9 +273,6 @@ hipError_t LaunchGatedRmsNorm(const float* x, const float* z, int64_t rows, int6
 }
 
 }  // namespace
-
-void SetLeanRowNorms(bool on) { lean_row_norms.store(on, std::memory_order_relaxed); }
-bool LeanRowNorms() { return lean_row_norms.load(std::memory_order_relaxed); }
 
 hipError_t RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
                    bool zero_centred, float* y, bool warp_rows, uint16_t* rounded,
@@ -380,13 +298,13 @@ hipError_t GatedRmsNorm(const float* x, const float* z, int64_t rows, int64_t di
                             stream);
 }
 
-hipError_t GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads, int64_t dim,
-                             int64_t z_ld, const float* w, float eps, float* y, bool warp_rows,
-                             uint16_t* rounded, hipStream_t stream) {
+hipError_t GatedRmsNormHeads(const float* x, const float* z, int64_t tokens, int heads,
+                             int64_t dim, int64_t z_ld, const float* w, float eps, float* y,
+                             bool warp_rows, uint16_t* rounded, hipStream_t stream) {
   if (heads <= 0 || z_ld < heads * dim) return hipErrorInvalidValue;
   if (rounded != nullptr && heads * dim % 8 != 0) return hipErrorInvalidValue;
-  return LaunchGatedRmsNorm(x, z, tokens * heads, dim, w, eps, y, HeadRows{heads, z_ld}, warp_rows,
-                            rounded, stream);
+  return LaunchGatedRmsNorm(x, z, tokens * heads, dim, w, eps, y, HeadRows{heads, z_ld},
+                            warp_rows, rounded, stream);
 }
 
 namespace {

@@ -206,57 +206,6 @@ TEST_F(HipKernelBackendTest, WarpRowNormsGiveTheBitsOfTheBlockKernels) {
   }
 }
 
-TEST_F(HipKernelBackendTest, LeanRowNormsGiveTheBitsOfTheBlockKernel) {
-  // hip::SetLeanRowNorms (RmsNormHeldKernel, a kernel a row-length class and output form)
-  // against RmsNormKernel, a block a row: every class's ends (1 to 16 values a thread), past the
-  // held rows (4104 values: both take the loops), with and without the bf16 copy, weights
-  // zero-centred or not, and rows that are heads of padded token rows (RmsNormHeads).
-  const absl::Cleanup lean_off = [] { hip::SetLeanRowNorms(false); };
-  for (const int64_t dim : {int64_t{1}, int64_t{7}, int64_t{200}, int64_t{256}, int64_t{264},
-                            int64_t{512}, int64_t{1000}, int64_t{1024}, int64_t{2047},
-                            int64_t{2048}, int64_t{2056}, int64_t{4096}, int64_t{4104}}) {
-    SCOPED_TRACE(::testing::Message() << "dim=" << dim);
-    const int64_t rows = 37;
-    const std::vector<float> x = RandomFloats(rows * dim, 61, -3.0f, 3.0f);
-    const std::vector<float> w = RandomFloats(dim, 62);
-    DeviceBuffer dx = Up(x), dw = Up(w);
-    const bool with_copy = dim % 8 == 0;
-    std::vector<std::vector<float>> outs[2];
-    std::vector<std::vector<uint16_t>> copies[2];
-    for (int lean = 0; lean < 2; ++lean) {
-      hip::SetLeanRowNorms(lean == 1);
-      for (const bool zero_centred : {false, true}) {
-        DeviceBuffer y = Poisoned(x.size());
-        DeviceBuffer copy = Up(std::vector<uint16_t>(with_copy ? x.size() : 1, 0x7fc1));
-        ASSERT_EQ(hip::RmsNorm(dx.floats(), rows, dim, dw.floats(), 1e-6f, zero_centred, y.floats(),
-                               /*warp_rows=*/false,
-                               with_copy ? static_cast<uint16_t*>(copy.data()) : nullptr, nullptr),
-                  hipSuccess);
-        ASSERT_EQ(hipStreamSynchronize(nullptr), hipSuccess);
-        outs[lean].push_back(Down(y, x.size()));
-        std::vector<uint16_t> host(with_copy ? x.size() : 1);
-        ASSERT_TRUE(gpu_->Download(host.data(), copy.data(), host.size() * 2).ok());
-        copies[lean].push_back(host);
-      }
-      // Two heads of `dim` a token, token rows 2 * dim + 8 apart, normalised in place.
-      const int64_t tokens = 5, ld = 2 * dim + 8;
-      const std::vector<float> heads = RandomFloats(tokens * ld, 63, -2.0f, 2.0f);
-      DeviceBuffer dh = Up(heads);
-      ASSERT_EQ(hip::RmsNormHeads(dh.floats(), tokens, 2, dim, ld, dw.floats(), 1e-6f, true,
-                                  /*warp_rows=*/false, nullptr),
-                hipSuccess);
-      ASSERT_EQ(hipStreamSynchronize(nullptr), hipSuccess);
-      outs[lean].push_back(Down(dh, heads.size()));
-    }
-    ASSERT_EQ(outs[0].size(), outs[1].size());
-    for (size_t i = 0; i < outs[0].size(); ++i) {
-      EXPECT_TRUE(SameBits(outs[0][i], outs[1][i])) << "output " << i;
-    }
-    EXPECT_EQ(copies[0], copies[1]);
-    EXPECT_FALSE(SameBits(outs[1][0], std::vector<float>(x.size(), NAN)));  // It wrote.
-  }
-}
-
 TEST_F(HipKernelBackendTest, L2NormalizeTwoGivesTheBitsOfOneCallPerToken) {
   // Both kernels (warp rows and a block a row), a width past the warp kernels' limit, token rows
   // packed and apart (the padding between them untouched).

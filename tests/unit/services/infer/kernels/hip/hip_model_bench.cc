@@ -29,7 +29,7 @@
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
-//          [--moe-cooperative=0,1] [--lean-norms=0,1] [--stream-products=-1,0,1]
+//          [--moe-cooperative=0,1] [--stream-products=-1,0,1]
 //          [--moe-prefetch-tables=0,1]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
@@ -43,7 +43,6 @@
 // of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits), and within that
 // of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits), and within that
 // of moe_one_launch_cooperative (--moe-cooperative; the same bits), and within that of
-// hip::SetLeanRowNorms (--lean-norms; the same bits), and within that of
 // HipKernelBackendOptions::stream_product_weights (--stream-products; the same bits), and
 // within that of moe_prefetch_tables (--moe-prefetch-tables; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
@@ -377,8 +376,6 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 5, &f->moe_stream)) return false;
     } else if (key == "moe-cooperative") {
       if (!IntList(value, 0, 1, &f->moe_cooperative)) return false;
-    } else if (key == "lean-norms") {
-      if (!IntList(value, 0, 1, &f->lean_norms)) return false;
     } else if (key == "stream-products") {
       if (!IntList(value, -1, 1, &f->stream_products)) return false;
     } else if (key == "moe-prefetch-tables") {
