@@ -98,6 +98,7 @@ using moe_stream::EvictFirstPolicy;
 using moe_stream::GroupSync;
 using moe_stream::LoadAcquire;
 using moe_stream::LookUpTile;
+using moe_stream::PrefetchTables;
 
 constexpr int kConsumers = mma_rows::kMaxSegments;  // Consumer warps; warp kConsumers produces.
 constexpr int kThreads = (kConsumers + 1) * 32;
@@ -587,22 +588,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The entry's stamp is stored only after the wait (nothing is written before it).
   const uint64_t entry = trace != nullptr ? GlobalTime() : 0;
   if (table_experts > 0) {
-    // Both tables' 128-byte lines over the grid's threads, a line each (MoeLayerStreamArgs::
-    // table_experts), then the shared expert's two entries, then the counters' lines (the
-    // previous launch zeroed them; L2 is where they are coherent, so an early copy is current).
-    const int64_t lines =
-        (static_cast<int64_t>(table_experts) * sizeof(MoeExpertParts) + 127) / 128;
-    const int64_t counter_lines = (next_count * static_cast<int64_t>(sizeof(uint32_t)) + 127) / 128;
-    const int64_t l = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (l < 2 * lines) {
-      const auto* table = reinterpret_cast<const char*>(l < lines ? a.weights : b.weights);
-      PrefetchL2(table + l % lines * 128);
-    } else if (l < 2 * lines + 2) {
-      const MoeExpertParts* shared = l == 2 * lines ? a.shared.weights : b.shared.weights;
-      if (shared != nullptr) PrefetchL2(shared);
-    } else if (l < 2 * lines + 2 + counter_lines) {
-      PrefetchL2(reinterpret_cast<const char*>(counters) + (l - 2 * lines - 2) * 128);
-    }
+    PrefetchTables(a.weights, b.weights, table_experts, a.shared.weights, b.shared.weights,
+                   counters, next_count);
   }
   KernelEntry();
   const uint64_t past_wait = trace != nullptr ? GlobalTime() : 0;

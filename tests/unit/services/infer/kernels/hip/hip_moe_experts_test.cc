@@ -619,8 +619,9 @@ TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaun
 
 TEST_F(HipMoeExpertsTest, TheOneLaunchAskingItsTablesIntoL2KeepsItsBits) {
   // HipKernelBackendOptions::moe_prefetch_tables: the one launch's blocks ask the experts'
-  // tables into L2 before their wait. The 80B-like layer with its shared expert, one and four
-  // tokens: the bits of the one launch without the requests, and the one launch ran both times.
+  // tables and the counters into L2 before their wait. The 80B-like layer with its shared
+  // expert, one and four tokens: the bits of the one launch without the requests, and the one
+  // launch ran both times.
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
   for (const bool prefetch : {false, true}) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
@@ -629,28 +630,15 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchAskingItsTablesIntoL2KeepsItsBits) {
     backends.push_back(*std::move(b));
   }
   for (const int64_t tokens : {1, 4}) {
-    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     const MoeShape s{"80B-like layer", tokens, 2048, 512, 512, 10, false, 0.0f};
-    std::vector<DeviceBuffer> keep;
-    std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
-    UploadWithShared(s, 621, keep, gate_up, down, shared_gate_up, shared_down);
-    const std::vector<float> logits = RouterLogits(s, 622, /*tied_pairs=*/false);
-    const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 623);
-    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 624);
-    DeviceBuffer dx = Up(x), dl = Up(logits);
-    MoeExpertsArgs a = WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true),
-                                        s, shared_gate_up, shared_down);
+    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
     std::vector<std::vector<float>> outs;
-    for (const std::unique_ptr<HipKernelBackend>& b : backends) {
-      const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
-      DeviceBuffer out = Up(out0);
-      a.out = out.floats();
-      ScratchArena scratch(b->memory());
-      ASSERT_TRUE(b->MoeExperts(a, scratch).ok()) << b->status();
-      ASSERT_TRUE(b->Synchronize().ok()) << b->status();
-      EXPECT_EQ(hip::MoeLayerStreamLaunches() - one_launch_before, 1);
-      outs.push_back(Down(out, out0.size()));
-    }
+    std::vector<float> out0;
+    const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
+    RunWays(s, 621, /*tied_pairs=*/false, /*with_shared=*/true,
+            {backends[0].get(), backends[1].get()}, &outs, &out0);
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_EQ(hip::MoeLayerStreamLaunches() - one_launch_before, 2);
     EXPECT_TRUE(SameBits(outs[0], outs[1]));
     EXPECT_FALSE(SameBits(outs[0], out0));  // It did write.
   }
