@@ -284,8 +284,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
            .cooperative = moe_one_launch_cooperative_,
            .counters = base + moe_counter_parity_ * moe_counter_capacity_,
            .next_counters = base + (1 - moe_counter_parity_) * moe_counter_capacity_,
-           .counter_capacity = moe_counter_capacity_,
-           .table_experts = moe_prefetch_tables_ ? a.experts : 0};
+           .counter_capacity = moe_counter_capacity_};
     if (route_inside) {
       one.tiles = nullptr;
       one.num_tiles = nullptr;

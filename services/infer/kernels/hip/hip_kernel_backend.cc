@@ -160,7 +160,6 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
       moe_one_launch_cooperative_(options.moe_one_launch_cooperative),
       stream_product_weights_(options.stream_product_weights),
-      moe_prefetch_tables_(options.moe_prefetch_tables),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),
       attention_decode_ranges_(options.attention_decode_ranges_per_block) {}

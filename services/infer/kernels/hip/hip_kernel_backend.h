@@ -198,13 +198,6 @@ struct HipKernelBackendOptions {
   // model, which has no one launch, 6.53 / 7.22 / 10.07 against 6.71 / 7.44 / 10.70.
   int stream_product_weights = -1;
   int64_t stream_product_weights_max_rows = 4;
-  // The MoE one launch's blocks ask its experts' tables and its counters
-  // (hip::MoeLayerStreamArgs::table_experts) into L2 before their wait for the kernel before,
-  // for the producers' lookups of each tile's expert (one dependent load each; a miss when the
-  // step's other weights have pushed the table out of L2) and the tiles' first counts. The same
-  // bits. Off: written in the forty-fourth round without device time left,
-  // to tell that cause of the one launch's gain under stream_product_weights from its code's.
-  bool moe_prefetch_tables = false;
   // The chunked delta rule (chunk 64, dk 64 or 128, dv a multiple of 8) on the
   // matrix units (hip::GatedDeltaMma: each fp32 operand split into two bf16 pieces, products
   // within a few 2^-17 of fp32; state, decays and the triangular solve in fp32) where the device
@@ -493,8 +486,6 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeOneLaunchCooperativeForTest(bool on) { moe_one_launch_cooperative_ = on; }
   // Sets HipKernelBackendOptions::stream_product_weights (the same bits), for the benchmark.
   void SetStreamProductWeightsForTest(int mode) { stream_product_weights_ = mode; }
-  // Sets HipKernelBackendOptions::moe_prefetch_tables (the same bits), for the benchmark.
-  void SetMoePrefetchTablesForTest(bool on) { moe_prefetch_tables_ = on; }
   // The next `launches` MoE one launches (hip::MoeLayerStream) stamp their blocks' phases into
   // `trace`, device memory of launches x MultiprocessorsForTest() x hip::kMoeLayerTracePoints
   // values, launch after launch (null: none), for the benchmark; MoeLayerTracedForTest() counts
@@ -728,7 +719,6 @@ class HipKernelBackend final : public KernelBackend {
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
   int stream_product_weights_;              // options_.stream_product_weights, likewise.
-  bool moe_prefetch_tables_;                // options_.moe_prefetch_tables, likewise.
   bool moe_one_launch_ran_ = false;         // A MoE one launch enqueued (StreamProductWeights).
   uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.
   int64_t moe_layer_trace_launches_ = 0;

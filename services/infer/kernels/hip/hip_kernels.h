@@ -327,11 +327,6 @@ struct MoeLayerStreamArgs {
   uint32_t* counters = nullptr;
   uint32_t* next_counters = nullptr;
   int64_t counter_capacity = 0;
-  // > 0: the entries of the `gate_up` and `down` tables (the experts), which the blocks ask into
-  // L2 before their wait for the kernel before, a line a thread, with the shared expert's
-  // entries and the counters, so that the producers' lookups and the first counts find them
-  // there (the same bits). 0: no such requests.
-  int table_experts = 0;
 };
 // hipErrorNotSupported (nothing launched) where the shapes' segments do not fit a stage (at
 // most 256 values a segment), k % 8 != 0 for either product, an input or activation row is not

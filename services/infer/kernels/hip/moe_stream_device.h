@@ -132,31 +132,6 @@ __device__ inline void LookUpTile(int64_t ti, int64_t routed, const MoeTile* til
   }
 }
 
-// Asks L2 for the lines of two expert tables (`experts` entries each), the shared expert's two
-// entries (null: none) and `count` counters, a 128-byte line a thread of the grid, in that order
-// (MoeLayerStreamArgs::table_experts). A kernel may call it before its wait: the tables are never
-// written by a launch, and L2 is where device memory is coherent, so an early copy of a counter
-// another kernel still writes is never stale.
-__device__ inline void PrefetchTables(const MoeExpertParts* up, const MoeExpertParts* down,
-                                      int experts, const MoeExpertParts* shared_up,
-                                      const MoeExpertParts* shared_down, const uint32_t* counters,
-                                      int64_t count) {
-  constexpr int64_t kLine = 128;
-  const int64_t lines =
-      (experts * static_cast<int64_t>(sizeof(MoeExpertParts)) + kLine - 1) / kLine;
-  const int64_t counter_lines =
-      (count * static_cast<int64_t>(sizeof(uint32_t)) + kLine - 1) / kLine;
-  const int64_t l = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (l < 2 * lines) {
-    PrefetchL2(reinterpret_cast<const char*>(l < lines ? up : down) + l % lines * kLine);
-  } else if (l < 2 * lines + 2) {
-    const MoeExpertParts* shared = l == 2 * lines ? shared_up : shared_down;
-    if (shared != nullptr) PrefetchL2(shared);
-  } else if (l < 2 * lines + 2 + counter_lines) {
-    PrefetchL2(reinterpret_cast<const char*>(counters) + (l - 2 * lines - 2) * kLine);
-  }
-}
-
 }  // namespace cairn::infer::hip::moe_stream
 
 #endif  // !__HIP_PLATFORM_AMD__ && CAIRN_HIP_WGMMA

@@ -30,7 +30,6 @@
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
 //          [--moe-cooperative=0,1] [--stream-products=-1,0,1]
-//          [--moe-prefetch-tables=0,1]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
 // --round-inputs-mb: within that, once for each value listed of
@@ -43,8 +42,7 @@
 // of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits), and within that
 // of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits), and within that
 // of moe_one_launch_cooperative (--moe-cooperative; the same bits), and within that of
-// HipKernelBackendOptions::stream_product_weights (--stream-products; the same bits), and
-// within that of moe_prefetch_tables (--moe-prefetch-tables; the same bits).
+// HipKernelBackendOptions::stream_product_weights (--stream-products; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -378,8 +376,6 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1, &f->moe_cooperative)) return false;
     } else if (key == "stream-products") {
       if (!IntList(value, -1, 1, &f->stream_products)) return false;
-    } else if (key == "moe-prefetch-tables") {
-      if (!IntList(value, 0, 1, &f->moe_prefetch_tables)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {
@@ -448,7 +444,7 @@ int Main(int argc, char** argv) {
                  "[--decode-attention-variants=N,N,...] [--mma-bf16-inputs=1,0] [--op-times=1] "
                  "[--host-lead-mb=N] [--attention-split-keys=N] [--decode-ranges=N,N,...] "
                  "[--background-spill-mb=N] [--prefill-op-times=1] [--moe-trace=1|2] "
-                 "[--stream-products=N,N,...] [--moe-prefetch-tables=0,1]\n");
+                 "[--stream-products=N,N,...]\n");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> created =

@@ -86,7 +86,6 @@ struct Flags {
   std::vector<int> moe_stream = {HipKernelBackendOptions().moe_stream_products};
   std::vector<int> moe_cooperative = {HipKernelBackendOptions().moe_one_launch_cooperative ? 1 : 0};
   std::vector<int> stream_products = {HipKernelBackendOptions().stream_product_weights};
-  std::vector<int> moe_prefetch_tables = {HipKernelBackendOptions().moe_prefetch_tables ? 1 : 0};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;

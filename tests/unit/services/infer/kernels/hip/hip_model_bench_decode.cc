@@ -19,7 +19,7 @@ void ModelBench::Decode() {
       f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
       f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size() *
       f_.fold_shared.size() * f_.moe_waves.size() * f_.moe_stream.size() *
-      f_.moe_cooperative.size() * f_.stream_products.size() * f_.moe_prefetch_tables.size());
+      f_.moe_cooperative.size() * f_.stream_products.size());
   const int64_t rows = f_.decode_depth +
                        (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.moe_trace ? 1 : 0) +
                         (f_.host_lead_mb > 0 ? 1 : 0) + (f_.background_spill_mb > 0 ? 1 : 0)) *
@@ -75,7 +75,7 @@ void ModelBench::Decode() {
   struct Config {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
         staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
-        moe_cooperative, stream_products, prefetch_tables;
+        moe_cooperative, stream_products;
   };
   std::vector<Config> configs;
   for (const int bf16_inputs : f_.mma_bf16_inputs) {
@@ -96,13 +96,11 @@ void ModelBench::Decode() {
                                 for (const int streamed : f_.moe_stream) {
                                   for (const int cooperative : f_.moe_cooperative) {
                                     for (const int products : f_.stream_products) {
-                                      for (const int tables : f_.moe_prefetch_tables) {
-                                        configs.push_back(
-                                            {bf16_inputs, variant, attention, ranges, kernels,
-                                             overlapped, copy_kernel, staged_rows, staged_mb,
-                                             prefetch_k, round_mb, fuse, delta, fold, waves,
-                                             streamed, cooperative, products, tables});
-                                      }
+                                      configs.push_back({bf16_inputs, variant, attention, ranges,
+                                                         kernels, overlapped, copy_kernel,
+                                                         staged_rows, staged_mb, prefetch_k,
+                                                         round_mb, fuse, delta, fold, waves,
+                                                         streamed, cooperative, products});
                                     }
                                   }
                                 }
@@ -146,7 +144,6 @@ void ModelBench::Decode() {
         b_.SetMoeStreamProductsForTest(c.moe_stream);
         b_.SetMoeOneLaunchCooperativeForTest(c.moe_cooperative == 1);
         b_.SetStreamProductWeightsForTest(c.stream_products);
-        b_.SetMoePrefetchTablesForTest(c.prefetch_tables == 1);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -197,9 +194,6 @@ void ModelBench::Decode() {
         if (f_.stream_products.size() > 1) {
           suffix += absl::StrFormat(" (product weights streamed %d)", c.stream_products);
         }
-        if (f_.moe_prefetch_tables.size() > 1) {
-          suffix += absl::StrFormat(" (moe tables prefetched %d)", c.prefetch_tables);
-        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -216,7 +210,6 @@ void ModelBench::Decode() {
       b_.SetMoeStreamProductsForTest(defaults.moe_stream_products);
       b_.SetMoeOneLaunchCooperativeForTest(defaults.moe_one_launch_cooperative);
       b_.SetStreamProductWeightsForTest(defaults.stream_product_weights);
-      b_.SetMoePrefetchTablesForTest(defaults.moe_prefetch_tables);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

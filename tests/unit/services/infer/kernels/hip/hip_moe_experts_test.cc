@@ -617,33 +617,6 @@ TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaun
   EXPECT_EQ(hip::MoeLayerStreamLaunches(), one_launch_before);
 }
 
-TEST_F(HipMoeExpertsTest, TheOneLaunchAskingItsTablesIntoL2KeepsItsBits) {
-  // HipKernelBackendOptions::moe_prefetch_tables: the one launch's blocks ask the experts'
-  // tables and the counters into L2 before their wait. The 80B-like layer with its shared
-  // expert, one and four tokens: the bits of the one launch without the requests, and the one
-  // launch ran both times.
-  std::vector<std::unique_ptr<HipKernelBackend>> backends;
-  for (const bool prefetch : {false, true}) {
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-        HipKernelBackend::Create({.moe_stream_products = 5, .moe_prefetch_tables = prefetch});
-    ASSERT_TRUE(b.ok()) << b.status();
-    backends.push_back(*std::move(b));
-  }
-  for (const int64_t tokens : {1, 4}) {
-    const MoeShape s{"80B-like layer", tokens, 2048, 512, 512, 10, false, 0.0f};
-    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
-    std::vector<std::vector<float>> outs;
-    std::vector<float> out0;
-    const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
-    RunWays(s, 621, /*tied_pairs=*/false, /*with_shared=*/true,
-            {backends[0].get(), backends[1].get()}, &outs, &out0);
-    ASSERT_EQ(outs.size(), 2u);
-    EXPECT_EQ(hip::MoeLayerStreamLaunches() - one_launch_before, 2);
-    EXPECT_TRUE(SameBits(outs[0], outs[1]));
-    EXPECT_FALSE(SameBits(outs[0], out0));  // It did write.
-  }
-}
-
 TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
   // The benchmark's phase stamps (HipKernelBackend::SetMoeLayerTraceForTest, --moe-trace): one
   // and four tokens of the 80B-like layer, one launch stamped each, then one token routed twice
