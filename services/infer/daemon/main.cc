@@ -76,6 +76,7 @@ int Run(int argc, char** argv) {
   InferMainOptions main_options;
   ServedModelOptions model_options;
   SchedulerOptions scheduler_options;
+  scheduler_options.max_pass_tokens = 0;  // --max-pass-tokens' default: by the backend's memory.
   GrpcStateCacheOptions cache_options;
   InferServiceOptions service_options;
   FlagSet flags("cairn-infer",
@@ -120,7 +121,10 @@ int Run(int argc, char** argv) {
   flags.Add("max-queue", &scheduler_options.max_queue,
             "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)", 0, kNoMax);
   flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens,
-            "longest prefill pass (the cache plans with it too)", 1, kNoMax64);
+            absl::StrCat("longest prefill pass (the cache plans with it too; 0: ", kHostPassTokens,
+                         " where the backend computes in host memory, ", kDevicePassTokens,
+                         " in a GPU's)"),
+            0, kNoMax64);
   flags.Add("preserve-frontier", &scheduler_options.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
   flags.Add("restore-in-holding-slot", &scheduler_options.restore_in_holding_slot,
@@ -203,6 +207,9 @@ int Run(int argc, char** argv) {
     return 1;
   }
   Model* model = (*served)->model();
+  const bool default_pass = scheduler_options.max_pass_tokens == 0;
+  scheduler_options.max_pass_tokens =
+      PassTokensFor(scheduler_options.max_pass_tokens, *(*served)->device_memory());
   // Host slot memory is zero-filled at once: more than the machine holds would end in the
   // OOM killer (or swap) instead of an error.
   const double slot_bytes = static_cast<double>(model->state_layout().row_bytes()) *
@@ -236,7 +243,12 @@ int Run(int argc, char** argv) {
     if (absl::Status s = ReservePassMemory(*model, **memory, scheduler_options.max_pass_tokens);
         !s.ok()) {
       CAIRN_LOG(ERROR) << "reserving device memory for prefill passes: " << s
-                       << " (lower --max-pass-tokens, --sessions or --context)";
+                       << " (lower --max-pass-tokens"
+                       << (default_pass
+                               ? absl::StrCat(", by default ", scheduler_options.max_pass_tokens,
+                                              " on a GPU,")
+                               : std::string(","))
+                       << " --sessions or --context)";
       return 1;
     }
     CAIRN_LOG(INFO) << "device memory for prefill passes of up to "

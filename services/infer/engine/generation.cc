@@ -42,6 +42,11 @@ absl::StatusOr<std::vector<float>> Prefill(Model& model, SlotState* slot,
   return logits;
 }
 
+int64_t PassTokensFor(int64_t requested, const DeviceMemory& memory) {
+  if (requested > 0) return requested;
+  return memory.host_visible() ? kHostPassTokens : kDevicePassTokens;
+}
+
 absl::Status ReservePassMemory(Model& model, KvMemory& slots, int64_t pass_tokens) {
   if (slots.num_slots() == 0) return absl::InvalidArgumentError("no slot to run a pass in");
   SlotState* slot = slots.slot(0);

@@ -8,6 +8,7 @@
 #include "absl/types/span.h"
 #include "services/infer/engine/kv_memory.h"
 #include "services/infer/engine/slot_state.h"
+#include "services/infer/kernels/device_memory.h"
 #include "services/infer/models/model.h"
 
 namespace cairn::infer {
@@ -23,6 +24,20 @@ std::vector<int64_t> UniformPasses(int64_t tokens, int64_t max_pass);
 absl::StatusOr<std::vector<float>> Prefill(Model& model, SlotState* slot,
                                            absl::Span<const int32_t> tokens,
                                            absl::Span<const int64_t> pass_sizes, bool all_logits);
+
+// The longest prefill pass where the daemon is not told one (--max-pass-tokens 0), by where
+// the model computes. Other slots' streams wait up to a pass, so passes trade their latency for
+// prefill speed: on the CPU a pass of 2048 tokens already runs its products near the
+// processor's rate, while a GPU reads every weight once a pass and layer (a MoE model every
+// expert's), so its prefill keeps gaining up to passes of several thousand tokens (an 80B-A3B-like
+// model's 32K prompt: 0.375 s in passes of 2048 on an H200, 0.280 s in passes of 8192; about
+// 70 ms a pass that the other streams wait).
+inline constexpr int64_t kHostPassTokens = 2048;
+inline constexpr int64_t kDevicePassTokens = 8192;
+
+// `requested` where positive, else the default above for a model computing in `memory`
+// (kHostPassTokens where it is host-visible, kDevicePassTokens otherwise).
+int64_t PassTokensFor(int64_t requested, const DeviceMemory& memory);
 
 // Runs one pass of `pass_tokens` tokens (at most slot 0's rows) through `model` in slot 0 of
 // `slots`, then empties that slot. A model computing in device memory keeps its scratch blocks

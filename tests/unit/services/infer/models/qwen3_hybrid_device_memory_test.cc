@@ -385,6 +385,17 @@ TEST_P(DeviceMemoryModelTest, ReservingAPassTakesItsScratchAtOnce) {
   }
 }
 
+// cairn-infer's --max-pass-tokens 0: a model computing in device memory prefills in longer
+// passes than one in host memory; a length given is kept whatever the memory.
+TEST(PassTokensTest, TheDefaultFollowsWhereTheModelComputes) {
+  CountingMemory device;
+  EXPECT_EQ(PassTokensFor(0, device), kDevicePassTokens);
+  EXPECT_EQ(PassTokensFor(0, *HostDeviceMemory()), kHostPassTokens);
+  EXPECT_GT(kDevicePassTokens, kHostPassTokens);
+  EXPECT_EQ(PassTokensFor(300, device), 300);
+  EXPECT_EQ(PassTokensFor(300, *HostDeviceMemory()), 300);
+}
+
 TEST_P(DeviceMemoryModelTest, SlotsInAnotherMemoryAreRefused) {
   DeviceLikeBackend device(testing::TestBackend());
   absl::StatusOr<std::unique_ptr<Model>> model = testing::LoadPreset(GetParam(), &device);
