@@ -10,13 +10,16 @@ namespace cairn::infer {
 
 // Returns `n` floats spread over [lo, hi) from a fixed-seed generator: the same inputs on every
 // run and machine, never all zeros.
+inline uint64_t RandomFloatsState(uint64_t seed) { return seed * 2654435761u + 7; }
+// The next value of RandomFloats' sequence from generator state `x`.
+inline float NextRandomFloat(uint64_t& x, float lo, float hi) {
+  x = x * 6364136223846793005ull + 1442695040888963407ull;
+  return lo + (hi - lo) * static_cast<float>(x >> 40) / 16777216.0f;
+}
 inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::vector<float> v(n);
-  uint64_t x = seed * 2654435761u + 7;
-  for (float& f : v) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    f = lo + (hi - lo) * static_cast<float>(x >> 40) / 16777216.0f;
-  }
+  uint64_t x = RandomFloatsState(seed);
+  for (float& f : v) f = NextRandomFloat(x, lo, hi);
   return v;
 }
 
@@ -56,6 +59,14 @@ struct RandomBf16 {
   std::vector<uint16_t> bits;
   std::vector<float> wide;
 };
+// RandomBf16Values(n, seed).bits alone, made without the fp32 values: a third of the memory
+// for the largest weight sets (the 80B-like MoE layer's 1.6G values).
+inline std::vector<uint16_t> RandomBf16ValueBits(size_t n, uint64_t seed) {
+  std::vector<uint16_t> bits(n);
+  uint64_t x = RandomFloatsState(seed);
+  for (uint16_t& b : bits) b = Bf16BitsOf(NextRandomFloat(x, -1.0f, 1.0f));
+  return bits;
+}
 inline RandomBf16 RandomBf16Values(size_t n, uint64_t seed) {
   RandomBf16 r;
   r.wide = RandomFloats(n, seed);

@@ -56,7 +56,8 @@ TEST_F(HipMoeExpertsTest, DevicePathGivesTheDefaultsBitsAndMatchesCpu) {
     for (const MoeShape& s : Shapes()) {
       SCOPED_TRACE(::testing::Message()
                    << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs"));
-      const MoeBits bits = RandomExperts(s, 91);
+      const std::shared_ptr<const MoeBits> shared_bits = SharedRandomExperts(s, 91);
+      const MoeBits& bits = *shared_bits;
       std::vector<DeviceBuffer> keep;
       std::vector<WeightMatrix> gate_up, down, host_gate_up, host_down;
       UploadExperts(s, bits, keep, gate_up, down);
@@ -126,7 +127,8 @@ TEST_F(HipMoeExpertsTest, TheGateAndTheResidualGiveTheBitsOfTheirOwnLaunches) {
         SCOPED_TRACE(::testing::Message()
                      << s.name << ", moe_kernels " << kernels << ", moe_stream_products " << stream
                      << (row_invariant ? ", decode" : ", prefill"));
-        const MoeBits bits = RandomExperts(s, 191);
+        const std::shared_ptr<const MoeBits> shared_bits = SharedRandomExperts(s, 191);
+        const MoeBits& bits = *shared_bits;
         std::vector<DeviceBuffer> keep;
         std::vector<WeightMatrix> gate_up, down;
         UploadExperts(s, bits, keep, gate_up, down);
@@ -390,7 +392,8 @@ TEST_F(HipMoeExpertsTest, StreamedProductsGiveTheBitsOfTheGroupedLaunches) {
 
 TEST_F(HipMoeExpertsTest, ATokensRowsDoNotDependOnTheOtherTokensAndNoStepWaits) {
   const MoeShape s{"80B-like layer", 16, 2048, 512, 512, 10, true, 0.0f};
-  const MoeBits bits = RandomExperts(s, 101);
+  const std::shared_ptr<const MoeBits> shared_bits = SharedRandomExperts(s, 101);
+  const MoeBits& bits = *shared_bits;
   std::vector<DeviceBuffer> keep;
   std::vector<WeightMatrix> gate_up, down;
   UploadExperts(s, bits, keep, gate_up, down);

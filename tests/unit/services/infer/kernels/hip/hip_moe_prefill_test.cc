@@ -26,7 +26,8 @@
 namespace cairn::infer::testing {
 
 void HipMoeExpertsTest::PrefillRowsDoNotDependOnOtherTokens(const MoeShape& s) {
-  const MoeBits bits = RandomExperts(s, 201);
+  const std::shared_ptr<const MoeBits> shared_bits = SharedRandomExperts(s, 201);
+  const MoeBits& bits = *shared_bits;
   std::vector<DeviceBuffer> keep;
   std::vector<WeightMatrix> gate_up, down;
   UploadExperts(s, bits, keep, gate_up, down);
@@ -123,7 +124,8 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
   for (const MoeShape& s : PrefillShapes()) {
     SCOPED_TRACE(s.name);
     const bool gemm_path = s.hidden % 8 == 0 && s.width % 8 == 0;
-    const MoeBits bits = RandomExperts(s, 191);
+    const std::shared_ptr<const MoeBits> shared_bits = SharedRandomExperts(s, 191);
+    const MoeBits& bits = *shared_bits;
     std::vector<DeviceBuffer> keep;
     std::vector<WeightMatrix> gate_up, down, host_gate_up, host_down;
     UploadExperts(s, bits, keep, gate_up, down);
@@ -345,7 +347,8 @@ TEST_F(HipMoeExpertsTest, EighthRoundKernelsGiveTheEarlierKernelsBits) {
   ASSERT_TRUE(earlier.ok()) << earlier.status();
   for (const MoeShape& s : shapes) {
     SCOPED_TRACE(s.name);
-    const MoeBits bits = RandomExperts(s, 301);
+    const std::shared_ptr<const MoeBits> shared_bits = SharedRandomExperts(s, 301);
+    const MoeBits& bits = *shared_bits;
     std::vector<DeviceBuffer> keep;
     std::vector<WeightMatrix> gate_up, down;
     UploadExperts(s, bits, keep, gate_up, down);

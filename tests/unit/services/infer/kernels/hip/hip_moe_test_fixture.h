@@ -52,8 +52,8 @@ inline MoeExpertsArgs ShapeArgs(const MoeShape& s, const float* x, const float* 
 }
 
 // Random experts (bf16 bits) of one shape: the fused layout [experts][2 * width][hidden] (gate
-// rows, then up rows), the same rows split into gate and up arrays, and down [experts][hidden]
-// [width].
+// rows, then up rows), with s.two_parts the same rows split into gate and up arrays (else those
+// are empty), and down [experts][hidden][width].
 struct MoeBits {
   std::vector<uint16_t> gate_up, gates, ups, down;
 };
@@ -61,14 +61,47 @@ struct MoeBits {
 inline MoeBits RandomExperts(const MoeShape& s, uint64_t seed) {
   MoeBits b;
   const int64_t half = s.width * s.hidden;
-  b.gate_up = RandomBf16Values(static_cast<size_t>(s.experts * 2 * half), seed).bits;
-  b.down = RandomBf16Values(static_cast<size_t>(s.experts * half), seed + 1).bits;
-  for (int e = 0; e < s.experts; ++e) {
-    const uint16_t* m = b.gate_up.data() + e * 2 * half;
-    b.gates.insert(b.gates.end(), m, m + half);
-    b.ups.insert(b.ups.end(), m + half, m + 2 * half);
+  b.gate_up = RandomBf16ValueBits(static_cast<size_t>(s.experts * 2 * half), seed);
+  b.down = RandomBf16ValueBits(static_cast<size_t>(s.experts * half), seed + 1);
+  if (s.two_parts) {
+    for (int e = 0; e < s.experts; ++e) {
+      const uint16_t* m = b.gate_up.data() + e * 2 * half;
+      b.gates.insert(b.gates.end(), m, m + half);
+      b.ups.insert(b.ups.end(), m + half, m + 2 * half);
+    }
   }
   return b;
+}
+
+// RandomExperts(s, seed), kept from an earlier call that asked for the same large experts: the
+// 80B-like layer's (512 experts of 3 x 2048 x 512) take seconds to make, and a test runs it in
+// several ways, token counts and paths. Only the latest large set is kept (gigabytes); sets under
+// kKeptExpertsMinValues are made afresh each time (milliseconds) and leave it in place.
+inline constexpr int64_t kKeptExpertsMinValues = int64_t{1} << 26;
+inline std::shared_ptr<const MoeBits> SharedRandomExperts(const MoeShape& s, uint64_t seed) {
+  if (static_cast<int64_t>(s.experts) * 3 * s.width * s.hidden < kKeptExpertsMinValues) {
+    return std::make_shared<const MoeBits>(RandomExperts(s, seed));
+  }
+  struct Kept {
+    int experts = -1;
+    int64_t hidden = 0, width = 0;
+    bool two_parts = false;
+    uint64_t seed = 0;
+    std::shared_ptr<const MoeBits> bits;
+  };
+  static Kept* kept = new Kept();
+  // A set made with gate and up arrays serves a shape without them too.
+  if (kept->bits == nullptr || kept->experts != s.experts || kept->hidden != s.hidden ||
+      kept->width != s.width || (s.two_parts && !kept->two_parts) || kept->seed != seed) {
+    kept->bits = nullptr;  // Its memory goes before the next set's is taken.
+    kept->bits = std::make_shared<const MoeBits>(RandomExperts(s, seed));
+    kept->experts = s.experts;
+    kept->hidden = s.hidden;
+    kept->width = s.width;
+    kept->two_parts = s.two_parts;
+    kept->seed = seed;
+  }
+  return kept->bits;
 }
 
 // Each expert's matrices over the arrays at `fused` (or, with s.two_parts and non-null `gates`,
@@ -203,21 +236,24 @@ class HipMoeExpertsTest : public HipKernelBackendTest {
                         std::vector<WeightMatrix>& shared_down) {
     MoeShape one = s;
     one.experts = 1;
-    UploadExperts(s, RandomExperts(s, seed), keep, gate_up, down);
+    UploadExperts(s, *SharedRandomExperts(s, seed), keep, gate_up, down);
     UploadExperts(one, RandomExperts(one, seed + 1), keep, shared_gate_up, shared_down);
   }
   // Uploads `b` (buffers kept in `keep`) and returns the device matrices in gate_up / down.
   void UploadExperts(const MoeShape& s, const MoeBits& b, std::vector<DeviceBuffer>& keep,
                      std::vector<WeightMatrix>& gate_up, std::vector<WeightMatrix>& down) {
-    keep.push_back(Up(b.gate_up));
-    keep.push_back(Up(b.gates));
-    keep.push_back(Up(b.ups));
-    keep.push_back(Up(b.down));
-    const size_t n = keep.size();
-    ExpertMatrices(s, static_cast<const uint16_t*>(keep[n - 4].data()),
-                   static_cast<const uint16_t*>(keep[n - 3].data()),
-                   static_cast<const uint16_t*>(keep[n - 2].data()),
-                   static_cast<const uint16_t*>(keep[n - 1].data()), gate_up, down);
+    // The gate and up arrays only where the shape splits them (RandomExperts leaves them empty
+    // otherwise; a kept set may have them for a shape that does not).
+    const auto up = [&](const std::vector<uint16_t>& bits) -> const uint16_t* {
+      if (bits.empty()) return nullptr;
+      keep.push_back(Up(bits));
+      return static_cast<const uint16_t*>(keep.back().data());
+    };
+    const uint16_t* fused = up(b.gate_up);
+    const uint16_t* gates = s.two_parts ? up(b.gates) : nullptr;
+    const uint16_t* ups = s.two_parts ? up(b.ups) : nullptr;
+    const uint16_t* dn = up(b.down);
+    ExpertMatrices(s, fused, gates, ups, dn, gate_up, down);
   }
 };
 
