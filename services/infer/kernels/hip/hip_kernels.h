@@ -649,6 +649,37 @@ hipError_t GatedDeltaMmaParts(const GatedDeltaLaunch& a, int64_t segment_tokens,
 int GatedDeltaMaxBatch();
 hipError_t GatedDeltaRecurrentBatch(const GatedDeltaLaunch* a, int count, hipStream_t stream);
 
+// Tensor maps of the tensor memory accelerator (NVIDIA sm_90: cp.async.bulk.tensor; tensor_map.hip,
+// tma_device.h): a box of a matrix copied into shared memory by one instruction, counted on a
+// shared-memory barrier, optionally in the 128-byte swizzled layout Hopper's warpgroup
+// instructions read. The groundwork for GEMMs whose operands a producer warp feeds (HIP README,
+// forty-fifth round). A map is 128 bytes the driver encodes; kernels read it from global or
+// parameter memory.
+struct alignas(128) TensorMap {
+  unsigned char bytes[128];
+};
+// Whether this build and its device can encode and use tensor maps (NVIDIA sm_90a builds on an
+// sm_90 device; false on AMD and elsewhere).
+bool TensorMapsSupported();
+// Encodes into `map` the bf16 matrix at `base` (16-byte aligned): `rows` rows of `cols` values,
+// rows `row_stride` values apart (a multiple of 8), read in boxes of box_rows x box_cols values
+// (box_rows 1 to 256; box_cols a multiple of 8, at most 256, and exactly 64 with `swizzle128`),
+// values past the matrix reading as zeros. With `swizzle128` a box lands in shared memory
+// (1024-byte aligned) as rows of 128 bytes whose 16-byte chunk c of row r sits at chunk c ^ (r %
+// 8), the layout of wgmma_device.h's Swizzled; else as plain rows of box_cols values.
+// hipErrorNotSupported where TensorMapsSupported() is false; hipErrorInvalidValue for arguments
+// outside those bounds or a map the driver refuses.
+hipError_t EncodeBf16TensorMap(TensorMap* map, const void* base, int64_t rows, int64_t cols,
+                               int64_t row_stride, int box_rows, int box_cols, bool swizzle128);
+// The boxes of the matrix that `map` (a copy in device memory) describes, box (i, j) at rows
+// i box_rows.. and columns j box_cols.. of `out` (box_rows row_boxes rows of box_cols col_boxes
+// values), each copied into shared memory by one tensor copy and written out of it in matrix
+// order (un-swizzled where `swizzle128`): the matrix itself, zeros past its rows and columns. For
+// the tests of the maps and of the swizzled layout.
+hipError_t TensorMapBoxesToRows(const TensorMap* map, int box_rows, int box_cols, bool swizzle128,
+                                int64_t row_boxes, int64_t col_boxes, uint16_t* out,
+                                hipStream_t stream);
+
 }  // namespace cairn::infer::hip
 
 #endif  // CAIRN_SERVICES_INFER_KERNELS_HIP_HIP_KERNELS_H_
