@@ -352,6 +352,37 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   return absl::OkStatus();
 }
 
+const hip::MoeExpertMaps* HipKernelBackend::MoeMapsFor(const MoeTable& table, int64_t cols,
+                                                       int box_rows) {
+  if (table.maps_box_rows == box_rows) {
+    return static_cast<const hip::MoeExpertMaps*>(table.maps.data());
+  }
+  if (table.maps_box_rows != 0 || !table.aligned || !hip::TensorMapsSupported()) return nullptr;
+  table.maps_box_rows = -1;  // Unless every map below is made.
+  std::vector<hip::MoeExpertMaps> host(table.host.size());
+  for (size_t e = 0; e < host.size(); ++e) {
+    const hip::MoeExpertParts& parts = table.host[e];
+    int64_t start = 0;
+    for (int p = 0; p < parts.count; ++p) {
+      const int64_t rows = parts.end[p] - start;
+      // A box never spans two parts: every part but the last a whole number of boxes.
+      if ((p + 1 < parts.count && rows % box_rows != 0) ||
+          hip::EncodeBf16TensorMap(&host[e].part[p], parts.data[p], rows, cols, cols, box_rows, 64,
+                                   true) != hipSuccess) {
+        return nullptr;
+      }
+      start = parts.end[p];
+    }
+  }
+  const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(hip::MoeExpertMaps));
+  absl::StatusOr<DeviceBuffer> device = Allocate(bytes);
+  if (!Keep(device.status())) return nullptr;
+  if (!Keep(Upload(device->data(), host.data(), bytes))) return nullptr;
+  table.maps = *std::move(device);
+  table.maps_box_rows = box_rows;
+  return static_cast<const hip::MoeExpertMaps*>(table.maps.data());
+}
+
 absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
                                               const MoeTable& down, ScratchArena& scratch) {
   const int64_t picks = a.tokens * a.top_k;
@@ -359,8 +390,19 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   // The warpgroup GEMMs (moe_gemm_wgmma) where built: larger tiles, SiLU-mul in the gate/up
   // launch; else MoeGemmBf16 with MoeSiluMulBf16 between its launches.
   const bool wgmma = moe_gemm_wgmma_ && hip::MoeGemmWgmmaSupported();
-  const int tile_rows =
-      wgmma ? hip::MoeGemmWgmmaTileRows(moe_wgmma_groups_) : hip::MoeGemmTileRows();
+  // The producer-fed kernels (moe_gemm_tma) where both tables take tensor maps.
+  const hip::MoeExpertMaps* gate_up_maps = nullptr;
+  const hip::MoeExpertMaps* down_maps = nullptr;
+  if (wgmma && moe_gemm_tma_ && hip::MoeGemmTmaSupported()) {
+    gate_up_maps = MoeMapsFor(gate_up, a.hidden, hip::MoeGemmTmaBoxRows(true));
+    down_maps = gate_up_maps == nullptr ? nullptr
+                                        : MoeMapsFor(down, a.width, hip::MoeGemmTmaBoxRows(false));
+    if (!error_.ok()) return error_;
+  }
+  const bool tma = down_maps != nullptr;
+  const int tile_rows = tma     ? hip::MoeGemmTmaTileRows()
+                        : wgmma ? hip::MoeGemmWgmmaTileRows(moe_wgmma_groups_)
+                                : hip::MoeGemmTileRows();
   const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, tile_rows);
   ASSIGN_OR_RETURN(const MoeRouteBuffers route, TakeRouteBuffers(scratch, picks, a.experts, sizes));
   int32_t* const ids = route.ids;
@@ -379,6 +421,17 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   const auto* gate_up_table = static_cast<const hip::MoeExpertParts*>(gate_up.device.data());
   const auto* down_table = static_cast<const hip::MoeExpertParts*>(down.device.data());
   const auto products = [&]() {
+    if (tma) {
+      return Check(hip::RoundRowsToBf16(a.x, a.tokens, a.hidden, a.hidden, xs, a.hidden, compute_),
+                   "moe round inputs launch") &&
+             Check(hip::MoeGemmTmaSiluMul(xs, a.hidden, b.sorted_picks, a.top_k, b.tiles,
+                                          b.num_tiles, sizes.max_tiles, gate_up_table, gate_up_maps,
+                                          a.width, a.hidden, act, compute_),
+                   "moe gate/up gemm launch") &&
+             Check(hip::MoeGemmTma(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
+                                   down_maps, a.hidden, a.width, ys, a.hidden, compute_),
+                   "moe down gemm launch");
+    }
     if (wgmma) {
       return Check(hip::RoundRowsToBf16(a.x, a.tokens, a.hidden, a.hidden, xs, a.hidden, compute_),
                    "moe round inputs launch") &&

@@ -146,6 +146,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       grouped_moe_prefill_(options.grouped_moe_prefill),
       moe_gemm_wgmma_(options.moe_gemm_wgmma),
       moe_wgmma_groups_(options.moe_gemm_wgmma_warpgroups),
+      moe_gemm_tma_(options.moe_gemm_tma),
       moe_kernels_(options.moe_kernels),
       copy_rows_kernel_(options.copy_rows_kernel),
       mma_rows_staged_min_rows_(options.mma_rows_staged_min_rows),

@@ -380,6 +380,32 @@ hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* so
                                int64_t max_tiles, const MoeExpertParts* weights,
                                bool weights_aligned, int64_t width, int64_t k, uint16_t* act,
                                int warpgroups, hipStream_t stream);
+// MoeGemmWgmma's products with a producer warpgroup (moe_gemm_tma.hip; sm_90a builds on a device
+// with tensor maps, MoeGemmTmaSupported()) over tiles of MoeGemmTmaTileRows() picks: the weights
+// by the tensor memory accelerator from `maps` (device memory, one MoeExpertMaps an expert
+// beside its MoeExpertParts: part p's matrix encoded by EncodeBf16TensorMap with rows of k
+// values, boxes of MoeGemmTmaBoxRows(silu) rows by 64, swizzled; every part but the last a
+// multiple of those rows long), the inputs by asynchronous copies. MoeGemmWgmma's conditions,
+// arguments and bits (MoeGemmTmaSiluMul: MoeGemmWgmmaSiluMul's).
+struct alignas(128) TensorMap {  // A tensor map: see "Tensor maps" below.
+  unsigned char bytes[128];
+};
+struct MoeExpertMaps {
+  TensorMap part[kMoeMaxParts];
+};
+bool MoeGemmTmaSupported();
+int MoeGemmTmaTileRows();
+int MoeGemmTmaBoxRows(bool silu);
+// MoeGemmTma and MoeGemmTmaSiluMul launches so far in this process (for the tests).
+int64_t MoeGemmTmaLaunches();
+hipError_t MoeGemmTma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                      const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                      const MoeExpertMaps* maps, int64_t n, int64_t k, float* y, int64_t ldy,
+                      hipStream_t stream);
+hipError_t MoeGemmTmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
+                             const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                             const MoeExpertParts* weights, const MoeExpertMaps* maps,
+                             int64_t width, int64_t k, uint16_t* act, hipStream_t stream);
 // out row `slot` = x row sorted_picks[slot] / top_k rounded to bf16 (nearest even:
 // RoundRowsToBf16's bits), k values, for every slot of the first *num_tiles of `tiles` (tiles of
 // at most `tile_rows` picks, a multiple of 8).
@@ -653,11 +679,8 @@ hipError_t GatedDeltaRecurrentBatch(const GatedDeltaLaunch* a, int count, hipStr
 // tma_device.h): a box of a matrix copied into shared memory by one instruction, counted on a
 // shared-memory barrier, optionally in the 128-byte swizzled layout Hopper's warpgroup
 // instructions read. The groundwork for GEMMs whose operands a producer warp feeds (HIP README,
-// forty-fifth round). A map is 128 bytes the driver encodes; kernels read it from global or
-// parameter memory.
-struct alignas(128) TensorMap {
-  unsigned char bytes[128];
-};
+// forty-fifth round). A map (TensorMap, above) is 128 bytes the driver encodes; kernels read it
+// from global or parameter memory.
 // Whether this build and its device can encode and use tensor maps (NVIDIA sm_90a builds on an
 // sm_90 device; false on AMD and elsewhere).
 bool TensorMapsSupported();

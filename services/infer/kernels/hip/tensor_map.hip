@@ -104,13 +104,18 @@ __global__ void __launch_bounds__(kBoxThreads)
 }  // namespace
 
 bool TensorMapsSupported() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    return false;
-  }
-  return major == 9 && EncodeTiledFunction() != nullptr;
+  // Asked once a process: the backend computes on one device, and the MoE prefill asks at
+  // every call.
+  static const bool supported = [] {
+    int device = 0, major = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return false;
+    }
+    return major == 9 && EncodeTiledFunction() != nullptr;
+  }();
+  return supported;
 }
 
 hipError_t EncodeBf16TensorMap(TensorMap* map, const void* base, int64_t rows, int64_t cols,

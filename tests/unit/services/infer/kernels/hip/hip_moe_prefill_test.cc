@@ -135,7 +135,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> logits = RouterLogits(s, 195, /*tied_pairs=*/false);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), again_out = Up(out0),
-                 def_out = Up(out0), other_out = Up(out0), wg_out = Up(out0);
+                 def_out = Up(out0), other_out = Up(out0), wg_out = Up(out0), tma_out = Up(out0);
     MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, false);
     ScratchArena scratch(gpu_->memory());
     a.out = dev_out.floats();
@@ -158,6 +158,16 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
     scratch.EndPass();
     gpu_->SetMoeGemmWgmmaWarpgroupsForTest(warpgroups);
+    // The producer-fed GEMMs (moe_gemm_tma), where the device has tensor maps and the experts'
+    // parts take them (a gate/up split at a width that is a multiple of their 128-row boxes).
+    const int64_t tma_before = hip::MoeGemmTmaLaunches();
+    gpu_->SetMoeGemmTmaForTest(true);
+    a.out = tma_out.floats();
+    ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+    scratch.EndPass();
+    gpu_->SetMoeGemmTmaForTest(HipKernelBackendOptions().moe_gemm_tma);
+    const bool tma_expected = hip::MoeGemmTmaSupported() && gemm_path && wgmma &&
+                              (!s.two_parts || s.width % hip::MoeGemmTmaBoxRows(true) == 0);
     a.out = def_out.floats();
     ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
     ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
@@ -167,6 +177,8 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> other = Down(other_out, out0.size());
     EXPECT_TRUE(SameBits(Down(again_out, out0.size()), dev)) << "a second call";
     EXPECT_TRUE(SameBits(Down(wg_out, out0.size()), dev)) << "two and three warpgroups";
+    EXPECT_TRUE(SameBits(Down(tma_out, out0.size()), dev)) << "the producer-fed GEMMs";
+    EXPECT_EQ(hip::MoeGemmTmaLaunches() > tma_before, tma_expected);
     if (!gemm_path) {
       EXPECT_TRUE(SameBits(dev, def)) << "the default serves";
     }

@@ -1,0 +1,309 @@
+// The MoE prefill path's grouped GEMMs with a producer warpgroup (MoeGemmTma, `moe_gemm_tma`,
+// off by default; NVIDIA sm_90a builds): the products of moe_gemm_wgmma.hip over tiles of 128
+// picks by 256 weight columns, but the block's first warpgroup only feeds the stages and the
+// other two only multiply. The weights come by the tensor memory accelerator, one box copy a
+// stage (two for gate/up: 128 gate rows, then 128 up rows), from a tensor map of each expert part
+// (MoeExpertMaps, made with the experts' table); the picks' input rows by the producer's 128
+// threads, a row each, with asynchronous copies counted on the same barrier. A stage's full
+// barrier completes when both have landed; its empty barrier when every multiplying warp's
+// instructions that read it have completed. No barrier of the whole block in the k loop.
+//
+// Why: MoeGemmWgmma's warpgroups copy their own operands and meet at a block barrier every k
+// step, so none multiplies while another copies or stores (issue 12: about 380 TFLOP/s at the
+// 80B-like layer's 320 picks an expert). The twenty-eighth round's producer copied both operands
+// with per-thread copies and starved three consumers; here the weights, two thirds of a stage,
+// are one instruction.
+//
+// Bits: each output element is one accumulation chain of m64n256k16 instructions over its own
+// input row and weight column, k = 0, 16, 32, ... from zero, with zeros past k and past the
+// tile's rows: MoeGemmWgmma's and MoeGemmBf16's. Gate/up's output for act column c pairs
+// accumulator column c (gate) with 128 + c (up), which the same thread holds, and writes
+// bf16(silu(gate) * up) as MoeGemmWgmma does.
+
+#include <atomic>
+#include <cstdint>
+
+#include "services/infer/kernels/hip/hip_device_util.h"
+#include "services/infer/kernels/hip/hip_kernels.h"
+#include "services/infer/kernels/hip/moe_stream_device.h"
+#include "services/infer/kernels/hip/tma_device.h"
+#include "services/infer/kernels/hip/wgmma_device.h"
+
+namespace cairn::infer::hip {
+
+namespace {
+std::atomic<int64_t> tma_launches{0};  // MoeGemmTmaLaunches().
+}  // namespace
+
+int MoeGemmTmaTileRows() { return 128; }
+int64_t MoeGemmTmaLaunches() { return tma_launches.load(std::memory_order_relaxed); }
+
+#if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
+
+bool MoeGemmTmaSupported() { return false; }
+int MoeGemmTmaBoxRows(bool) { return 0; }
+hipError_t MoeGemmTma(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
+                      const MoeExpertParts*, const MoeExpertMaps*, int64_t, int64_t, float*,
+                      int64_t, hipStream_t) {
+  return hipErrorNotSupported;
+}
+hipError_t MoeGemmTmaSiluMul(const uint16_t*, int64_t, const int32_t*, int, const MoeTile*,
+                             const int32_t*, int64_t, const MoeExpertParts*, const MoeExpertMaps*,
+                             int64_t, int64_t, uint16_t*, hipStream_t) {
+  return hipErrorNotSupported;
+}
+
+#else
+
+namespace {
+
+using moe_stream::BarrierArrive;
+using moe_stream::BarrierArriveExpect;
+using moe_stream::BarrierInit;
+using moe_stream::BarrierInitFence;
+using moe_stream::BarrierWait;
+using moe_stream::SharedAddress;
+using wgmma::CopyChunk;
+using wgmma::Descriptor;
+using wgmma::FenceAccumulators;
+using wgmma::kAlign;
+using wgmma::Swizzled;
+
+constexpr int kCols = 256;                   // Weight columns (instruction n) a block.
+constexpr int kK = 64;                       // k values a stage: one 128-byte row of bf16.
+constexpr int kStages = 4;                   // Stages in shared memory.
+constexpr int kTileRows = 128;               // Picks a tile: 64 for each multiplying warpgroup.
+constexpr int kThreads = 384;                // Warpgroup 0 feeds, 1 and 2 multiply.
+constexpr int kChunks = kK / 8;              // 16-byte chunks a row of a stage.
+constexpr int kABytes = kTileRows * kK * 2;  // 16 KiB.
+constexpr int kBBytes = kCols * kK * 2;      // 32 KiB.
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kSharedBytes = kStages * kStageBytes + kAlign;
+constexpr int kAcc = kCols / 2;  // Accumulators a thread (64 x 256 / 128).
+// A stage's full barrier: the producer's 128 threads' copies, and thread 0's expected bytes.
+constexpr uint32_t kFullArrivals = 128 + 1;
+
+// The map, and the row within its part, of weight row `row` of an expert whose parts `w` and
+// maps `m` give (a row past the last part: that part's map, which reads zeros there).
+__device__ inline const TensorMap* MapOfRow(const MoeExpertParts& w, const MoeExpertMaps& m,
+                                            int64_t row, int32_t* local) {
+  int64_t start = 0;
+  int last = 0;
+#pragma unroll
+  for (int p = 0; p < kMoeMaxParts; ++p) {
+    if (p >= w.count) break;
+    if (row < w.end[p]) {
+      *local = static_cast<int32_t>(row - start);
+      return &m.part[p];
+    }
+    last = p;
+    if (p + 1 < w.count) start = w.end[p];
+  }
+  *local = static_cast<int32_t>(row - start);
+  return &m.part[last];
+}
+
+// Grid: one block per (tile, group of columns), a tile's groups consecutive. kSilu: the
+// group's 128 act columns c0 + j take weight rows c0 + j (gate) and n + c0 + j (up), as stage
+// rows j and 128 + j; else the group's columns are weight rows col0 .. col0 + 255. A row r of a
+// tile: a row tile.start + r, or with `sorted_picks` a row sorted_picks[tile.start + r] / top_k.
+template <bool kSilu>
+__global__ void __launch_bounds__(kThreads, 1)
+    MoeGemmTmaKernel(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
+                     const MoeTile* tiles, const int32_t* num_tiles, int groups,
+                     const MoeExpertParts* weights, const MoeExpertMaps* maps, int64_t n, int64_t k,
+                     float* y, int64_t ldy, uint16_t* act) {
+  __shared__ uint64_t full[kStages];
+  __shared__ uint64_t empty[kStages];
+  KernelEntry();
+  const int32_t tile_index = static_cast<int32_t>(blockIdx.x / groups);
+  if (tile_index >= *num_tiles) return;  // Uniform per block.
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  const uint32_t raw = SharedAddress(shared_raw);
+  const uint32_t base = (raw + kAlign - 1) / kAlign * kAlign;
+  const MoeTile tile = tiles[tile_index];
+  const int64_t group = blockIdx.x % groups;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  // Multiplying warpgroups with rows in this tile (uniform per block): 1 or 2.
+  const int busy = tile.rows > 64 ? 2 : 1;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(&full[s], kFullArrivals);
+      BarrierInit(&empty[s], static_cast<uint32_t>(4 * busy));
+    }
+    BarrierInitFence();
+  }
+  __syncthreads();
+  const int64_t steps = (k + kK - 1) / kK;
+
+  if (wg == 0) {
+    // The producer. Thread r copies row r of the tile's inputs (zeros past the tile or past k);
+    // thread 0 also asks for the stage's weight boxes.
+    const int r = tid;
+    const int64_t slot = static_cast<int64_t>(tile.start) + r;
+    const uint16_t* row = r >= tile.rows ? nullptr
+                          : sorted_picks != nullptr
+                              ? a + static_cast<int64_t>(sorted_picks[slot] / top_k) * lda
+                              : a + slot * lda;
+    const TensorMap* map0 = nullptr;
+    const TensorMap* map1 = nullptr;
+    int32_t local0 = 0, local1 = 0;
+    if (tid == 0) {
+      const MoeExpertParts& w = weights[tile.expert];
+      const MoeExpertMaps& m = maps[tile.expert];
+      if constexpr (kSilu) {
+        map0 = MapOfRow(w, m, group * (kCols / 2), &local0);
+        map1 = MapOfRow(w, m, n + group * (kCols / 2), &local1);
+        tma::PrefetchTensorMap(map1);
+      } else {
+        map0 = MapOfRow(w, m, group * kCols, &local0);
+      }
+      tma::PrefetchTensorMap(map0);
+    }
+    for (int64_t step = 0; step < steps; ++step) {
+      const int stage = static_cast<int>(step % kStages);
+      const uint32_t round = static_cast<uint32_t>(step / kStages);
+      // The stage's previous contents have been read by every multiplying warp.
+      if (round > 0) BarrierWait(&empty[stage], (round - 1) & 1);
+      const uint32_t sa = base + static_cast<uint32_t>(stage * kStageBytes);
+      const uint32_t sb = sa + kABytes;
+      const int64_t k0 = step * kK;
+      if (tid == 0) {
+        BarrierArriveExpect(&full[stage], kBBytes);
+        if constexpr (kSilu) {
+          tma::LoadBox(sb, map0, static_cast<int32_t>(k0), local0, SharedAddress(&full[stage]));
+          tma::LoadBox(sb + kBBytes / 2, map1, static_cast<int32_t>(k0), local1,
+                       SharedAddress(&full[stage]));
+        } else {
+          tma::LoadBox(sb, map0, static_cast<int32_t>(k0), local0, SharedAddress(&full[stage]));
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const bool v = row != nullptr && k0 + c * 8 < k;
+        CopyChunk(sa + Swizzled(r, c), v ? row + k0 + c * 8 : a, v);
+      }
+      // Counts on the stage's barrier once this thread's copies have landed.
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                       SharedAddress(&full[stage]))
+                   : "memory");
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // No copy outlives its thread.
+    return;
+  }
+
+  const int mine = wg - 1;   // Rows 64 mine .. 64 mine + 63 of the tile.
+  if (mine >= busy) return;  // No rows (uniform per warpgroup); not counted on empty.
+  float d[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) d[i] = 0.0f;
+  const int lane = tid % 32;
+  for (int64_t step = 0; step < steps; ++step) {
+    const int stage = static_cast<int>(step % kStages);
+    BarrierWait(&full[stage], static_cast<uint32_t>(step / kStages) & 1);
+    // The producer's copies were generic-proxy writes: visible to the instructions' reads
+    // after this fence (the weights' box copies already are).
+    wgmma::FenceProxy();
+    const uint32_t sa = base + static_cast<uint32_t>(stage * kStageBytes);
+    FenceAccumulators(d);
+    wgmma::Fence();
+    const uint64_t da = Descriptor(sa + static_cast<uint32_t>(mine * 64 * 128));
+    const uint64_t db = Descriptor(sa + kABytes);
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) wgmma::MmaSS256(d, da + 2 * kk, db + 2 * kk);
+    wgmma::Commit();
+    // The step before's instructions are done: its stage can be refilled.
+    wgmma::Wait<1>();
+    FenceAccumulators(d);
+    if (step > 0 && lane == 0) BarrierArrive(&empty[(step - 1) % kStages]);
+  }
+  wgmma::Wait<0>();
+  FenceAccumulators(d);
+
+  // d[j]: row 16 (warp % 4) + lane / 4 (+8 for odd j / 2) of the warpgroup's 64, column
+  // 8 (j / 4) + 2 (lane % 4) + j % 2 of the block's 256.
+  const int rbase = 64 * mine + 16 * ((tid / 32) % 4) + lane / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = rbase + 8 * h;
+    if (r >= tile.rows) continue;
+    const int64_t slot = static_cast<int64_t>(tile.start) + r;
+    if constexpr (kSilu) {
+      // Columns 8 q + .. (gate of act column c0 + 8 q + ..) and 128 + 8 q + .. (its up).
+#pragma unroll
+      for (int q = 0; q < kCols / 16; ++q) {
+        const int jg = 4 * q + 2 * h;  // d index of the gate pair; up: jg + 64.
+        const int64_t c = group * (kCols / 2) + 8 * q + 2 * (lane % 4);
+        if (c < n) {
+          const uint32_t lo = FloatToBf16(DeviceSilu(d[jg]) * d[jg + kAcc / 2]);
+          const uint32_t hi = FloatToBf16(DeviceSilu(d[jg + 1]) * d[jg + kAcc / 2 + 1]);
+          *reinterpret_cast<uint32_t*>(act + slot * n + c) = lo | (hi << 16);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < kCols / 8; ++q) {
+        const int j = 4 * q + 2 * h;
+        const int64_t c = group * kCols + 8 * q + 2 * (lane % 4);
+        if (c < n) {
+          *reinterpret_cast<float2*>(y + slot * ldy + c) = make_float2(d[j], d[j + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <bool kSilu>
+hipError_t LaunchTma(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
+                     const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                     const MoeExpertParts* weights, const MoeExpertMaps* maps, int64_t n, int64_t k,
+                     float* y, int64_t ldy, uint16_t* act, hipStream_t stream) {
+  if (max_tiles == 0 || n == 0) return hipSuccess;
+  if (maps == nullptr || (sorted_picks != nullptr && top_k < 1)) return hipErrorInvalidValue;
+  const int64_t groups = CeilDiv(n, kSilu ? kCols / 2 : kCols);
+  if (k % 8 != 0 || n % 8 != 0 || lda % 8 != 0 || (!kSilu && ldy % 2 != 0) ||
+      reinterpret_cast<uintptr_t>(a) % 16 != 0 || reinterpret_cast<uintptr_t>(maps) % 64 != 0 ||
+      reinterpret_cast<uintptr_t>(kSilu ? static_cast<const void*>(act)
+                                        : static_cast<const void*>(y)) %
+              8 !=
+          0 ||
+      max_tiles * groups > 0x7fffffff || k > 0x7fffffff) {
+    return hipErrorInvalidValue;
+  }
+  const auto kernel = MoeGemmTmaKernel<kSilu>;
+  const hipError_t e = AllowSharedBytes(kernel, kSharedBytes);
+  if (e != hipSuccess) return e;
+  LaunchKernel(kernel, static_cast<unsigned int>(max_tiles * groups), kThreads, kSharedBytes,
+               stream, a, lda, sorted_picks, top_k, tiles, num_tiles, static_cast<int>(groups),
+               weights, maps, n, k, y, ldy, act);
+  const hipError_t launched = hipGetLastError();
+  if (launched == hipSuccess) tma_launches.fetch_add(1, std::memory_order_relaxed);
+  return launched;
+}
+
+}  // namespace
+
+bool MoeGemmTmaSupported() { return TensorMapsSupported(); }
+
+int MoeGemmTmaBoxRows(bool silu) { return silu ? kCols / 2 : kCols; }
+
+hipError_t MoeGemmTma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
+                      const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
+                      const MoeExpertMaps* maps, int64_t n, int64_t k, float* y, int64_t ldy,
+                      hipStream_t stream) {
+  return LaunchTma<false>(a, lda, nullptr, 0, tiles, num_tiles, max_tiles, weights, maps, n, k, y,
+                          ldy, nullptr, stream);
+}
+
+hipError_t MoeGemmTmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
+                             const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
+                             const MoeExpertParts* weights, const MoeExpertMaps* maps,
+                             int64_t width, int64_t k, uint16_t* act, hipStream_t stream) {
+  return LaunchTma<true>(a, lda, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, maps,
+                         width, k, nullptr, 0, act, stream);
+}
+
+#endif  // CAIRN_HIP_WGMMA
+
+}  // namespace cairn::infer::hip
