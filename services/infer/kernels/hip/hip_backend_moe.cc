@@ -353,7 +353,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
 }
 
 const hip::MoeExpertMaps* HipKernelBackend::MoeMapsFor(const MoeTable& table, int64_t cols,
-                                                       int box_rows) {
+                                                       int box_rows, int64_t second_start) {
   if (table.maps_box_rows == box_rows) {
     return static_cast<const hip::MoeExpertMaps*>(table.maps.data());
   }
@@ -365,8 +365,11 @@ const hip::MoeExpertMaps* HipKernelBackend::MoeMapsFor(const MoeTable& table, in
     int64_t start = 0;
     for (int p = 0; p < parts.count; ++p) {
       const int64_t rows = parts.end[p] - start;
-      // A box never spans two parts: every part but the last a whole number of boxes.
-      if ((p + 1 < parts.count && rows % box_rows != 0) ||
+      // A box never spans two parts: every boundary between parts falls on a box, counted from
+      // row 0 below second_start and from second_start above it (the up rows' boxes).
+      const int64_t boundary = parts.end[p];
+      const int64_t from = boundary <= second_start ? boundary : boundary - second_start;
+      if ((p + 1 < parts.count && from % box_rows != 0) ||
           hip::EncodeBf16TensorMap(&host[e].part[p], parts.data[p], rows, cols, cols, box_rows, 64,
                                    true) != hipSuccess) {
         return nullptr;
@@ -394,9 +397,10 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   const hip::MoeExpertMaps* gate_up_maps = nullptr;
   const hip::MoeExpertMaps* down_maps = nullptr;
   if (wgmma && moe_gemm_tma_ && hip::MoeGemmTmaSupported()) {
-    gate_up_maps = MoeMapsFor(gate_up, a.hidden, hip::MoeGemmTmaBoxRows(true));
-    down_maps = gate_up_maps == nullptr ? nullptr
-                                        : MoeMapsFor(down, a.width, hip::MoeGemmTmaBoxRows(false));
+    gate_up_maps = MoeMapsFor(gate_up, a.hidden, hip::MoeGemmTmaBoxRows(true), a.width);
+    down_maps = gate_up_maps == nullptr
+                    ? nullptr
+                    : MoeMapsFor(down, a.width, hip::MoeGemmTmaBoxRows(false), 0);
     if (!error_.ok()) return error_;
   }
   const bool tma = down_maps != nullptr;

@@ -627,8 +627,11 @@ class HipKernelBackend final : public KernelBackend {
     mutable int maps_box_rows = 0;
   };
   // The tensor maps of `table`'s experts (matrices of `cols` columns) in boxes of `box_rows`
-  // rows, or null where the device has none or a part boundary does not fall on a box.
-  const hip::MoeExpertMaps* MoeMapsFor(const MoeTable& table, int64_t cols, int box_rows);
+  // rows, or null where the device has none or a part boundary does not fall on a box. Boxes
+  // start at multiples of box_rows below row `second_start` and at second_start plus multiples
+  // above it (gate/up: the up rows start at the width; else 0).
+  const hip::MoeExpertMaps* MoeMapsFor(const MoeTable& table, int64_t cols, int box_rows,
+                                       int64_t second_start);
   // Returns the device table of `experts` matrices at `w` (each bf16, of `rows` rows and `cols`
   // columns), or null (and nothing kept) when a matrix does not fit the device path.
   const MoeTable* MoeTableFor(const WeightMatrix* w, int experts, int64_t rows, int64_t cols);

@@ -202,6 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t step = 0; step < steps; ++step) {
     const int stage = static_cast<int>(step % kStages);
     BarrierWait(&full[stage], static_cast<uint32_t>(step / kStages) & 1);
+    __syncwarp();  // The warp converged again before the .sync.aligned instructions.
     // The producer's copies were generic-proxy writes: visible to the instructions' reads
     // after this fence (the weights' box copies already are).
     wgmma::FenceProxy();
@@ -217,6 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::Wait<1>();
     FenceAccumulators(d);
     if (step > 0 && lane == 0) BarrierArrive(&empty[(step - 1) % kStages]);
+    __syncwarp();
   }
   wgmma::Wait<0>();
   FenceAccumulators(d);
