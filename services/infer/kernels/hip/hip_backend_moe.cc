@@ -370,8 +370,8 @@ const hip::MoeExpertMaps* HipKernelBackend::MoeMapsFor(const MoeTable& table, in
       const int64_t boundary = parts.end[p];
       const int64_t from = boundary <= second_start ? boundary : boundary - second_start;
       if ((p + 1 < parts.count && from % box_rows != 0) ||
-          hip::EncodeBf16TensorMap(&host[e].part[p], parts.data[p], rows, cols, cols, box_rows, 64,
-                                   true) != hipSuccess) {
+          hip::EncodeBf16TensorMap(&host[e].part[p], parts.data[p], rows, cols, cols, box_rows,
+                                   hip::kSwizzledBoxCols, true) != hipSuccess) {
         return nullptr;
       }
       start = parts.end[p];

@@ -390,6 +390,9 @@ hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* so
 struct alignas(128) TensorMap {  // A tensor map: see "Tensor maps" below.
   unsigned char bytes[128];
 };
+// The values of a swizzled box's row: 128 bytes of bf16, the warpgroup instructions' k step
+// of a stage.
+inline constexpr int kSwizzledBoxCols = 64;
 struct MoeExpertMaps {
   TensorMap part[kMoeMaxParts];
 };
@@ -686,7 +689,8 @@ hipError_t GatedDeltaRecurrentBatch(const GatedDeltaLaunch* a, int count, hipStr
 bool TensorMapsSupported();
 // Encodes into `map` the bf16 matrix at `base` (16-byte aligned): `rows` rows of `cols` values,
 // rows `row_stride` values apart (a multiple of 8), read in boxes of box_rows x box_cols values
-// (box_rows 1 to 256; box_cols a multiple of 8, at most 256, and exactly 64 with `swizzle128`),
+// (box_rows 1 to 256; box_cols a multiple of 8, at most 256, and kSwizzledBoxCols with
+// `swizzle128`),
 // values past the matrix reading as zeros. With `swizzle128` a box lands in shared memory
 // (1024-byte aligned) as rows of 128 bytes whose 16-byte chunk c of row r sits at chunk c ^ (r %
 // 8), the layout of wgmma_device.h's Swizzled; else as plain rows of box_cols values.

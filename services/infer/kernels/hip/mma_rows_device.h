@@ -66,13 +66,21 @@ __device__ inline const uint16_t* ColumnOf(const Parts& w, int64_t col, int64_t 
 // kStream: the 16-byte load carries an evict_first L2 cache policy (RowWeights::streamed), for
 // weights a call reads once, so that they do not push out of L2 what later kernels read again
 // (see the HIP README, forty-fourth round). The same values either way.
+// A cache policy under which L2 evicts first the lines a load or copy brings in: for weights a
+// launch reads once (RowWeights::streamed, the MoE one launch's bulk copies). Without side
+// effects, so the compiler may compute it once for many loads.
+__device__ inline uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 template <bool kVec, bool kStream = false>
 __device__ inline uint4 LoadWeights8(const uint16_t* p, int64_t i, int64_t k) {
   if (p == nullptr || i >= k) return make_uint4(0, 0, 0, 0);
   if constexpr (kVec) {
     if constexpr (kStream) {
-      uint64_t policy;
-      asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+      const uint64_t policy = EvictFirstPolicy();
       uint4 v;
       asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
           : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)

@@ -69,8 +69,9 @@ using wgmma::FenceAccumulators;
 using wgmma::kAlign;
 using wgmma::Swizzled;
 
-constexpr int kCols = 256;                   // Weight columns (instruction n) a block.
-constexpr int kK = 64;                       // k values a stage: one 128-byte row of bf16.
+constexpr int kCols = 256;  // Weight columns (instruction n) a block.
+constexpr int kK = 64;      // k values a stage: one 128-byte row of bf16.
+static_assert(kK == kSwizzledBoxCols, "a stage's k values are one swizzled box row");
 constexpr int kStages = 4;                   // Stages in shared memory.
 constexpr int kTileRows = 128;               // Picks a tile: 64 for each multiplying warpgroup.
 constexpr int kThreads = 384;                // Warpgroup 0 feeds, 1 and 2 multiply.

@@ -58,14 +58,7 @@ __device__ inline void BulkCopy(void* dst, const void* src, uint32_t bytes, uint
       "l"(src), "r"(bytes), "r"(SharedAddress(bar))
       : "memory");
 }
-// A cache policy under which L2 evicts the lines a copy brings in first: for weights a launch
-// reads once (see mma_rows::LoadWeights8's kStream).
-__device__ inline uint64_t EvictFirstPolicy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// BulkCopy whose lines L2 holds under `policy` (EvictFirstPolicy).
+// BulkCopy whose lines L2 holds under `policy` (mma_rows::EvictFirstPolicy).
 __device__ inline void BulkCopyWithPolicy(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
                                           uint64_t policy) {
   asm volatile(

@@ -83,6 +83,7 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs&, hipStream_t) { return hipEr
 namespace {
 
 using mma_rows::ColumnOf;
+using mma_rows::EvictFirstPolicy;
 using mma_rows::kStep;
 using mma_rows::LoadInputs8;
 using mma_rows::SplitPieces;
@@ -94,7 +95,6 @@ using moe_stream::BarrierInitFence;
 using moe_stream::BarrierWait;
 using moe_stream::BulkCopy;
 using moe_stream::BulkCopyWithPolicy;
-using moe_stream::EvictFirstPolicy;
 using moe_stream::GroupSync;
 using moe_stream::LoadAcquire;
 using moe_stream::LookUpTile;

@@ -22,8 +22,7 @@ namespace cairn::infer::hip {
 #if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
 
 bool TensorMapsSupported() { return false; }
-hipError_t EncodeBf16TensorMap(TensorMap*, const void*, int64_t, int64_t, int64_t, int, int,
-                               bool) {
+hipError_t EncodeBf16TensorMap(TensorMap*, const void*, int64_t, int64_t, int64_t, int, int, bool) {
   return hipErrorNotSupported;
 }
 hipError_t TensorMapBoxesToRows(const TensorMap*, int, int, bool, int64_t, int64_t, uint16_t*,
@@ -61,7 +60,6 @@ EncodeTiled EncodeTiledFunction() {
 }
 
 constexpr int kBoxThreads = 128;
-constexpr int kSwizzleBytes = 128;  // A swizzled box row.
 constexpr uint32_t kBoxAlign = 1024;  // A swizzled box's alignment in shared memory.
 
 // Block (j, i) copies box (i, j) into shared memory with one tensor copy, then writes it to
@@ -95,8 +93,8 @@ __global__ void __launch_bounds__(kBoxThreads)
     const int r = e / box_cols;
     const int c = e % box_cols;
     // Swizzled: 16-byte chunk c / 8 of row r sits at chunk (c / 8) ^ (r % 8).
-    const int at_value = swizzle128 ? r * (kSwizzleBytes / 2) + (((c / 8) ^ (r % 8)) * 8) + c % 8
-                                    : r * box_cols + c;
+    const int at_value =
+        swizzle128 ? r * kSwizzledBoxCols + (((c / 8) ^ (r % 8)) * 8) + c % 8 : r * box_cols + c;
     out[(row0 + r) * ld + col0 + c] = values[at_value];
   }
 }
@@ -124,7 +122,7 @@ hipError_t EncodeBf16TensorMap(TensorMap* map, const void* base, int64_t rows, i
   if (map == nullptr || base == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 ||
       rows < 1 || cols < 1 || row_stride < cols || row_stride % 8 != 0 || box_rows < 1 ||
       box_rows > 256 || box_cols < 8 || box_cols > 256 || box_cols % 8 != 0 ||
-      (swizzle128 && box_cols != kSwizzleBytes / 2) || rows > (int64_t{1} << 32) ||
+      (swizzle128 && box_cols != kSwizzledBoxCols) || rows > (int64_t{1} << 32) ||
       cols > (int64_t{1} << 32)) {
     return hipErrorInvalidValue;
   }
@@ -133,11 +131,11 @@ hipError_t EncodeBf16TensorMap(TensorMap* map, const void* base, int64_t rows, i
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t steps[2] = {1, 1};
   CUtensorMap encoded;
-  const CUresult r = EncodeTiledFunction()(
-      &encoded, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-      steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      EncodeTiledFunction()(&encoded, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
+                            dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return hipErrorInvalidValue;
   static_assert(sizeof(encoded) == sizeof(map->bytes));
   __builtin_memcpy(map->bytes, &encoded, sizeof(encoded));
@@ -151,7 +149,7 @@ hipError_t TensorMapBoxesToRows(const TensorMap* map, int box_rows, int box_cols
   if (map == nullptr || out == nullptr || reinterpret_cast<uintptr_t>(map) % 64 != 0 ||
       box_rows < 1 || box_rows > 256 || box_cols < 8 || box_cols > 256 || row_boxes < 1 ||
       col_boxes < 1 || row_boxes > 65535 || col_boxes > 0x7fffffff ||
-      (swizzle128 && box_cols != kSwizzleBytes / 2)) {
+      (swizzle128 && box_cols != kSwizzledBoxCols)) {
     return hipErrorInvalidValue;
   }
   const size_t shared =

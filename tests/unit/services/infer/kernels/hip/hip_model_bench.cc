@@ -101,47 +101,10 @@
 
 #include "tests/unit/services/infer/kernels/hip/hip_model_bench.h"
 
+#include "tests/unit/services/infer/kernels/hip/hip_model_shapes.h"
+
 namespace cairn::infer::model_bench {
 namespace {
-
-// What both shapes share: 16 q heads of 256 in the full-attention layers (every fourth), Gated
-// DeltaNet layers of 16 k / 32 v heads of 128, a 256K context.
-RandomCheckpointOptions HybridShape(const char* model_type, int layers, int kv_heads) {
-  RandomCheckpointOptions o;
-  o.model_type = model_type;
-  o.num_layers = layers;
-  o.num_heads = 16;
-  o.num_kv_heads = kv_heads;
-  o.head_dim = 256;
-  o.linear_k_heads = 16;
-  o.linear_v_heads = 32;
-  o.linear_k_dim = 128;
-  o.linear_v_dim = 128;
-  o.max_position_embeddings = 262144;
-  return o;
-}
-
-// Qwen3.5-9B-like: hidden 4096, 4 kv heads, MLP 12288, vocabulary 248320, untied.
-RandomCheckpointOptions DenseShape(int layers) {
-  RandomCheckpointOptions o = HybridShape("qwen3_5_text", layers, 4);
-  o.vocab_size = 248320;
-  o.hidden_size = 4096;
-  o.intermediate_size = 12288;
-  return o;
-}
-
-// Qwen3-Next-80B-A3B-like: hidden 2048, 2 kv heads, 512 experts of 512 (top 10) plus a shared
-// expert of 512, vocabulary 151936; 48 layers in the real model, fewer here so the weights fit.
-RandomCheckpointOptions MoeShape(int layers) {
-  RandomCheckpointOptions o = HybridShape("qwen3_5_moe_text", layers, 2);
-  o.vocab_size = 151936;
-  o.hidden_size = 2048;
-  o.num_experts = 512;
-  o.top_k = 10;
-  o.moe_intermediate_size = 512;
-  o.shared_intermediate_size = 512;
-  return o;
-}
 
 std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -458,8 +421,8 @@ int Main(int argc, char** argv) {
   const Ceilings ceilings = MeasureCeilings(b, bench, 5);
   bench.Free();
   ModelBench run(flags, b, ceilings);
-  if (flags.model != "moe") run.Run("dense", DenseShape(flags.dense_layers));
-  if (flags.model != "dense") run.Run("moe", MoeShape(flags.moe_layers));
+  if (flags.model != "moe") run.Run("dense", testing::DenseModelShape(flags.dense_layers));
+  if (flags.model != "dense") run.Run("moe", testing::MoeModelShape(flags.moe_layers));
   return 0;
 }
 
