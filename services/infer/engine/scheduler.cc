@@ -77,7 +77,9 @@ absl::Status Scheduler::Submit(GenerateRequest request) {
   MutexLock lock(&mu_);
   if (!fault_.ok()) return fault_;
   if (stopping_) return absl::UnavailableError("the inference daemon is draining");
-  if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+  // The idle slots take as many requests as they are; max_queue more may wait for one.
+  if (static_cast<int64_t>(queue_.size()) >=
+      static_cast<int64_t>(options_.max_queue) + idle_slots_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("request queue is full (", options_.max_queue, " waiting); retry later"));
   }
@@ -109,18 +111,22 @@ std::vector<SlotSnapshot> Scheduler::Snapshot() const {
 
 int Scheduler::queued() const {
   MutexLock lock(&mu_);
-  return static_cast<int>(queue_.size());
+  // Requests an idle slot is about to take do not wait for one.
+  return std::max(0, static_cast<int>(queue_.size()) - idle_slots_);
 }
 
 void Scheduler::PublishSnapshot() {
   std::vector<SlotSnapshot> snap;
+  int idle = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
     snap.push_back({static_cast<int>(i), s.busy ? s.state : SlotSnapshot::State::kIdle,
                     static_cast<int64_t>(s.tokens.size()), s.request_id, s.conversation});
+    if (!s.busy) ++idle;
   }
   MutexLock lock(&mu_);
   snapshot_ = std::move(snap);
+  idle_slots_ = idle;
 }
 
 void Scheduler::Loop() {
@@ -320,6 +326,7 @@ bool Scheduler::Admit() {
       if (queue_.empty() || stopping_) return did;
       req = std::move(queue_.front());
       queue_.pop_front();
+      --idle_slots_;  // Setup makes a slot busy; the next snapshot counts it so.
     }
     auto a = std::make_unique<Active>();
     a->req = std::move(req);

@@ -21,7 +21,8 @@
 namespace cairn::infer {
 
 struct SchedulerOptions {
-  int max_queue = 64;              // Requests waiting for a slot; more are ResourceExhausted.
+  // Requests waiting for a slot, beyond those the idle slots take; more are ResourceExhausted.
+  int max_queue = 64;
   int64_t max_pass_tokens = 2048;  // Longest prefill pass (captures split passes too).
   // Background cache work (idle spills) runs in slices of this length between steps when no
   // slot has work.
@@ -82,8 +83,8 @@ class Scheduler {
 
   // Starts the scheduler thread.
   void Start();
-  // Queues `request`. ResourceExhausted when the queue is full, Unavailable after Shutdown;
-  // the request's sink is then never called.
+  // Queues `request`. ResourceExhausted when max_queue requests already wait beyond those the
+  // idle slots will take, Unavailable after Shutdown; the request's sink is then never called.
   absl::Status Submit(GenerateRequest request) ABSL_LOCKS_EXCLUDED(mu_);
   // Stops admitting requests; requests still running get until `deadline` to finish, then
   // are cancelled. Joins the thread. Idempotent.
@@ -94,6 +95,7 @@ class Scheduler {
   void Wake() ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<SlotSnapshot> Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns the requests waiting for a slot (not those the idle slots are about to take).
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t context_tokens() const { return context_tokens_; }
 
@@ -163,6 +165,9 @@ class Scheduler {
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time cancel_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::vector<SlotSnapshot> snapshot_ ABSL_GUARDED_BY(mu_);
+  // Idle slots that no request taken from the queue is bound for: the requests Submit admits
+  // beside max_queue. Set by PublishSnapshot, lowered by Admit as it takes a request.
+  int idle_slots_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
 

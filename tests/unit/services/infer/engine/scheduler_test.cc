@@ -280,5 +280,56 @@ TEST_F(SchedulerTest, FreeTokensAreSampledAsWithoutAConstraint) {
   EXPECT_EQ(accepted, expected);
 }
 
+// A request for `prompt` of `max_tokens` greedy tokens that reports to `outcome`.
+GenerateRequest SimpleRequest(Outcome* outcome, int64_t max_tokens = 2) {
+  GenerateRequest req;
+  req.id = "q";
+  req.prompt = {1, 2, 3};
+  req.max_tokens = max_tokens;
+  req.stop_ids = {kStop};
+  req.sink = std::make_unique<RecordingSink>(outcome);
+  return req;
+}
+
+// max_queue bounds the requests waiting for a slot, not those an idle slot takes: with
+// --max-queue 0 a daemon still serves one request per idle slot.
+TEST(SchedulerQueueTest, AZeroQueueStillServesAnIdleSlot) {
+  FavouriteTokenModel model;
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+      SlotKvMemory::Create(model.state_layout(), {.slots = 1, .max_rows = 64});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  SchedulerOptions options;
+  options.max_queue = 0;
+  Scheduler scheduler(&model, memory->get(), nullptr, options);
+  scheduler.Start();
+  Outcome out;
+
+  const absl::Status submitted = scheduler.Submit(SimpleRequest(&out));
+
+  ASSERT_TRUE(submitted.ok()) << submitted;
+  ASSERT_TRUE(out.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_TRUE(out.Status().ok()) << out.Status();
+}
+
+// A burst that arrives before the scheduler thread admits anything: the idle slots take as
+// many requests as they are, the queue max_queue more, and only the next is refused.
+TEST(SchedulerQueueTest, ABurstFillsTheIdleSlotsThenTheQueue) {
+  FavouriteTokenModel model;
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+      SlotKvMemory::Create(model.state_layout(), {.slots = 2, .max_rows = 64});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  SchedulerOptions options;
+  options.max_queue = 1;
+  Scheduler scheduler(&model, memory->get(), nullptr, options);  // Not started.
+  Outcome outs[4];
+
+  for (int i = 0; i < 3; ++i) {
+    const absl::Status submitted = scheduler.Submit(SimpleRequest(&outs[i]));
+    EXPECT_TRUE(submitted.ok()) << "request " << i << ": " << submitted;
+  }
+  EXPECT_THAT(scheduler.Submit(SimpleRequest(&outs[3])),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
 }  // namespace
 }  // namespace cairn::infer
