@@ -266,6 +266,28 @@ absl::Status GrpcStateCache::Lost(const grpc::Status& status, const char* what) 
   return s;
 }
 
+absl::Status GrpcStateCache::EndSession(const std::shared_ptr<Session>& session,
+                                        const absl::Status& why) {
+  std::shared_ptr<grpc::ClientContext> ctx;
+  {
+    MutexLock lock(&mu_);
+    if (session_ == session) {
+      // From here no call uses the session and no spill of it is done (Current() refuses).
+      connected_.store(false);
+      ctx = stream_context_;
+      cv_.SignalAll();
+    }
+  }
+  if (ctx != nullptr) {
+    CAIRN_LOG(WARNING) << "ending cache session " << session->session_id
+                       << " so that the cache forgets the rows it borrowed from a slot that is "
+                          "overwritten without its leave: "
+                       << why;
+    ctx->TryCancel();
+  }
+  return absl::UnavailableError(absl::StrCat(why.message(), " (the cache session was ended)"));
+}
+
 absl::StatusOr<absl::Span<uint8_t>> GrpcStateCache::Resolve(const Session& session,
                                                             const v1::ArenaHandle& handle) const {
   absl::StatusOr<absl::Span<uint8_t>> bytes = session.arena->Resolve(ToHandle(handle));

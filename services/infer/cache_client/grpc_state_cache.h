@@ -129,8 +129,17 @@ class GrpcStateCache final : public StateCache {
       ABSL_LOCKS_EXCLUDED(write_mu_);
   // The current session, or Unavailable.
   absl::StatusOr<std::shared_ptr<Session>> Current() const ABSL_LOCKS_EXCLUDED(mu_);
-  // Marks the session lost after a failed RPC (the session thread reconnects).
+  // Returns the status of a failed RPC: Unavailable where the transport failed (the cache may
+  // be gone), else the cache's answer.
   absl::Status Lost(const grpc::Status& status, const char* what);
+  // Ends `session` (when it is still the current one) after a slot start or a restore failed
+  // part-way, and returns `why` as Unavailable. The caller overwrites the slot without the
+  // cache's leave, while the cache may still count checkpoints' rows as borrowed from it; a
+  // later spill would copy the new rows into them. At a session's end the cache drops what its
+  // slots lent (docs/cache-protocol.md, "Session end"); the session thread reconnects and the
+  // scheduler registers the slots' frontiers again.
+  absl::Status EndSession(const std::shared_ptr<Session>& session, const absl::Status& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Waits for spill requests `ids` to arrive and does them (and any other queued urgent ones
   // for `slot`). DeadlineExceeded after spill_wait.
   absl::Status DoSpills(const std::vector<uint64_t>& ids, KvMemory* memory)

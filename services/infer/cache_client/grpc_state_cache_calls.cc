@@ -135,8 +135,14 @@ absl::Status GrpcStateCache::StartSlot(int slot, bool cold, const std::string& c
   v1::StartSlotResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
   grpc::Status st = s->stub->StartSlot(ctx.get(), req, &resp);
-  if (!st.ok()) return Lost(st, "start slot");
-  return DoSpills({resp.preserve_spills().begin(), resp.preserve_spills().end()}, memory);
+  // The caller overwrites the slot whether or not this succeeds (it goes on without the cache):
+  // unless the cache agreed and the slot's borrowed rows are preserved, the cache must forget
+  // them.
+  if (!st.ok()) return EndSession(s, Lost(st, "start slot"));
+  absl::Status spilled =
+      DoSpills({resp.preserve_spills().begin(), resp.preserve_spills().end()}, memory);
+  if (!spilled.ok()) return EndSession(s, spilled);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int slot,
@@ -158,7 +164,14 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
   {
     std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
     grpc::Status st = s->stub->AcquireRestore(ctx.get(), req, &lease);
-    if (!st.ok()) return Lost(st, "acquire restore");
+    if (!st.ok()) {
+      absl::Status lost = Lost(st, "acquire restore");
+      // Where the call may have reached the cache (a timeout, a broken transport), a lease it
+      // granted counts the slot as being overwritten and may ask for its rows later; the caller
+      // then prefills the slot without the cache. A refusal (NotFound: the checkpoint went) is
+      // the cache's answer, and the caller starts the slot cold with it.
+      return absl::IsUnavailable(lost) ? EndSession(s, lost) : lost;
+    }
   }
   auto release = [&](bool restored, const std::string& failure) {
     v1::ReleaseLeaseRequest rr;
@@ -183,7 +196,7 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
   // The slot's own borrowed rows first: the restore overwrites them.
   absl::Status spilled =
       DoSpills({lease.preserve_spills().begin(), lease.preserve_spills().end()}, memory);
-  if (!spilled.ok()) return fail(spilled);
+  if (!spilled.ok()) return EndSession(s, fail(spilled));
   if (!lease.ready()) {
     // Rows still borrowed in other slots are being spilled; ours among them are done here.
     const absl::Time deadline = absl::Now() + options_.lease_wait;
@@ -214,7 +227,7 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
         continue;
       }
       if (!answer.has_value()) {
-        return fail(absl::UnavailableError("restore lease never became ready"));
+        return EndSession(s, fail(absl::UnavailableError("restore lease never became ready")));
       }
       if (!answer->ok()) {
         // The lease is void on the server: nothing to release.

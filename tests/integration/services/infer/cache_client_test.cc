@@ -257,6 +257,32 @@ TEST_F(CacheClientTest, ABorrowedCheckpointSurvivesItsSlotBeingOverwritten) {
   driver_->ExpectHolds(1, a);
 }
 
+// A slot start the cache refuses (here a conversation label longer than it takes; a timeout or
+// spill requests that never arrive end the same way) leaves the scheduler overwriting the slot
+// without the cache's leave, while checkpoints still borrow its rows: the client must make the
+// cache forget them (it ends the session), so that no later spill copies the new rows into an
+// old checkpoint and a restore never hands back another conversation's state.
+TEST_F(CacheClientTest, ARefusedSlotStartNeverLetsAnotherConversationsRowsBeRestored) {
+  const std::vector<int32_t> a = Tokens(10, 700);
+  driver_->PrefillAndCapture(0, "a", a);
+
+  const absl::Status started =
+      driver_->cache().StartSlot(0, /*cold=*/true, std::string(300, 'b'), &driver_->kv());
+  ASSERT_FALSE(started.ok());
+  // What the scheduler does next: the request prefills the slot cold, without the cache.
+  CAIRN_ASSERT_OK(driver_->kv().Reset(0));
+  driver_->Forget(0);
+  driver_->Append(0, Tokens(11, 900));
+  ASSERT_TRUE(driver_->cache().WaitConnected(absl::Seconds(10)));
+
+  int64_t depth = 0;
+  const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(12, 5)), &depth);
+  if (id != 0) {
+    absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+    if (r.ok()) driver_->ExpectHolds(1, a);
+  }
+}
+
 TEST_F(CacheClientTest, IdleSpillsRunInTheBackgroundAndThenTheSlotIsNotNeeded) {
   const std::vector<int32_t> a = Tokens(6, 1000);
   driver_->PrefillAndCapture(0, "a", a);
