@@ -461,12 +461,17 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
       }
     }
   } else if (!restored) {
-    if (a.use_cache) {
+    // The slot's rows are overwritten from row 0. While the cache is connected its checkpoints
+    // may borrow them, also where this request goes on without the cache (its lookup failed):
+    // the cold start preserves them first (or, failing, ends the session, which drops them).
+    if (a.use_cache || StateCacheUsable()) {
       absl::Status st = cache_->StartSlot(slot, /*cold=*/true, a.req.conversation, memory_);
       if (!st.ok()) {
         CacheFailed(st, "start slot");
         a.use_cache = false;
       }
+      // A slot the request does not report registers its frontier again once it is idle.
+      if (!a.use_cache) s.registered_generation = 0;
     }
     absl::Status reset = memory_->Reset(slot);
     CAIRN_CHECK(reset.ok());  // The slot index is ours.

@@ -156,6 +156,45 @@ class FailingRestoreCache final : public StateCache {
   int restores_ = 0;
 };
 
+// A connected cache daemon stand-in whose lookups fail once armed (a timeout), that records the
+// position of the slot each cold StartSlot finds: a cold start must come before any of the
+// slot's rows is overwritten, so that the cache preserves the rows its checkpoints borrow.
+class FailingLookupCache final : public StateCache {
+ public:
+  bool connected() const override { return true; }
+  uint64_t generation() const override { return 1; }
+  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t>, int64_t, int64_t,
+                                   const std::string&) override {
+    if (fail_lookups_) return absl::UnavailableError("cache lookup: deadline exceeded");
+    return StatePlan();
+  }
+  absl::Status StartSlot(int slot, bool cold, const std::string&, KvMemory* memory) override {
+    if (cold) cold_starts_at_.push_back(memory->slot(slot)->position());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<RestoreStats> Restore(uint64_t, int, const std::string&, KvMemory*) override {
+    return absl::NotFoundError("no checkpoints here");
+  }
+  absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
+                       KvMemory*) override {
+    return absl::OkStatus();
+  }
+  void SlotIdle(int) override {}
+  void SlotBusy(int) override {}
+  bool RunBackgroundWork(KvMemory*, absl::Duration) override { return false; }
+  bool HasBackgroundWork() const override { return false; }
+
+  void FailLookups() { fail_lookups_ = true; }
+  // Scheduler thread only; read once the requests are done.
+  std::vector<int64_t> cold_starts_at_;
+
+ private:
+  std::atomic<bool> fail_lookups_{false};
+};
+
 class SchedulerRecoveryTest : public ::testing::Test {
  protected:
   void Start(StateCache* cache, const SchedulerOptions& options = {}) {
@@ -356,6 +395,27 @@ TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlo
   MutexLock lock(&next.mu);
   EXPECT_EQ(next.info.cache.tier, StateTier::kLive);
   EXPECT_EQ(next.info.cache.restored_depth, 4);
+}
+
+// A request whose lookup fails goes on without the cache, but the cache is still connected and
+// its checkpoints may borrow the rows of the slot the request overwrites: the slot is started
+// cold with the cache first (which preserves them), as for any request.
+TEST_F(SchedulerRecoveryTest, ARequestWhoseLookupFailedStillStartsTheSlotBeforeOverwritingIt) {
+  FailingLookupCache cache;
+  Start(&cache);
+  Outcome first;
+  Run({1, 2, 3, 4}, &first);
+  ASSERT_TRUE(first.Status().ok()) << first.Status();
+  cache.FailLookups();
+
+  Outcome other;
+  Run({9, 8, 7}, &other);
+
+  ASSERT_TRUE(other.Status().ok()) << other.Status();
+  scheduler_->Shutdown(absl::Now() + kWait);
+  // The first request's cold start found the slot empty; the other one's found the first
+  // request's 4 tokens still there.
+  EXPECT_EQ(cache.cold_starts_at_, (std::vector<int64_t>{0, 4}));
 }
 
 }  // namespace
