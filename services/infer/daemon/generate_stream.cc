@@ -76,6 +76,7 @@ void GenerateReactor::Push(v1::GenerateResponse message) {
 
 void GenerateReactor::Close(const grpc::Status& status) {
   bool finish = false;
+  grpc::Status final_status;
   {
     MutexLock lock(&mu_);
     closing_ = true;
@@ -86,8 +87,9 @@ void GenerateReactor::Close(const grpc::Status& status) {
                                              max_queued_bytes_, " bytes of messages waited for it"))
                  : status;
     if (!writing_ && !finish_called_) finish = finish_called_ = true;
+    final_status = final_status_;
   }
-  if (finish) Finish(status);
+  if (finish) Finish(final_status);
 }
 
 void GenerateReactor::OnWriteDone(bool ok) {

@@ -38,6 +38,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void Close(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether the client cancelled (or the deadline passed, or it read too slowly).
   bool cancelled() const { return cancelled_.load(); }
+  // Whether a message is being written.
+  bool WritingForTest() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return writing_;
+  }
 
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_);
   void OnCancel() override { cancelled_.store(true); }

@@ -87,6 +87,58 @@ TEST(GenerateStreamTest, AClientThatDoesNotReadEndsResourceExhausted) {
   EXPECT_THAT(st.error_message(), HasSubstr("too slowly"));
 }
 
+// As SlowClientService, but the call is closed (as the scheduler closes it once it sees the
+// reactor cancelled) only after the client read the message that was being written, when no
+// write is in flight any more.
+class ClosedAfterTheWriteService final : public v1::InferService::CallbackService {
+ public:
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext*,
+                                                           const v1::GenerateRequest*) override {
+    reactor_ = new GenerateReactor(kLimit);
+    reactor_->Push(DeltaOf(1 << 20));
+    reactor_->Push(DeltaOf(kLimit / 2));
+    reactor_->Push(DeltaOf(kLimit / 2 + 1));
+    pushed_.Notify();
+    return reactor_;
+  }
+  // Waits (up to kWait) until the reactor has no write in flight, then closes the call.
+  void CloseOnceIdle() {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (reactor_->WritingForTest() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));  // Polling a condition, bounded by kWait.
+    }
+    reactor_->Close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+  GenerateReactor* reactor_ = nullptr;
+  Notification pushed_;
+};
+
+TEST(GenerateStreamTest, AnOverrunCallClosedAfterItsLastWriteStillEndsResourceExhausted) {
+  ClosedAfterTheWriteService service;
+  ServerRunnerOptions ro;
+  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/generate-overrun.sock");
+  ro.drain_timeout = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<ServerRunner>> server = ServerRunner::Start(ro, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<v1::InferService::Stub> stub = v1::InferService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(kWait);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(ctx.get(), v1::GenerateRequest());
+  ASSERT_TRUE(service.pushed_.WaitForNotificationWithTimeout(kWait));
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+
+  service.CloseOnceIdle();
+  while (reader->Read(&m)) {
+  }
+  const grpc::Status st = reader->Finish();
+
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("too slowly"));
+}
+
 // Generate answers by feeding the token ids of `text_` through a GenerateSink that parses tool
 // calls and holds back text behind a long stop string, then finishes.
 class ScriptedAnswerService final : public v1::InferService::CallbackService {
