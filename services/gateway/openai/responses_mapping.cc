@@ -269,10 +269,8 @@ class ResponsesFormatter : public ResponseFormatter {
         created_(UnixSeconds()) {}
 
   std::string StreamStarted(const infer_v1::Started&) override {
-    Json r = Response("in_progress", Json::array(), nullptr);
     std::string out;
-    Emit("response.created", {{"response", r}}, &out);
-    Emit("response.in_progress", {{"response", r}}, &out);
+    Open(&out);
     return out;
   }
 
@@ -337,6 +335,7 @@ class ResponsesFormatter : public ResponseFormatter {
 
   std::string StreamFinished(const infer_v1::Finished& f) override {
     std::string out;
+    Open(&out);  // A daemon that skipped Started.
     CloseItem(&out);
     // An answer cut by max_output_tokens (or the server's cap, or the context) is incomplete,
     // and its stream ends so, as OpenAI's does.
@@ -350,6 +349,9 @@ class ResponsesFormatter : public ResponseFormatter {
     Json r = Response("failed", output_, nullptr);
     r["error"] = {{"code", ResponsesErrorCode(status)}, {"message", std::string(status.message())}};
     std::string out;
+    // The stream may have begun with pings only (a long prefill, then the daemon's error):
+    // clients take no lifecycle event before response.created.
+    Open(&out);
     Emit("response.failed", {{"response", r}}, &out);
     return out;
   }
@@ -376,6 +378,16 @@ class ResponsesFormatter : public ResponseFormatter {
 
   static Json TextPart(const std::string& text) {
     return {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+  }
+
+  // Appends response.created and response.in_progress, the stream's first events, unless they
+  // were sent already.
+  void Open(std::string* out) {
+    if (opened_) return;
+    opened_ = true;
+    Json r = Response("in_progress", Json::array(), nullptr);
+    Emit("response.created", {{"response", r}}, out);
+    Emit("response.in_progress", {{"response", r}}, out);
   }
 
   // Appends one event, numbered in the order of the calls.
@@ -488,6 +500,7 @@ class ResponsesFormatter : public ResponseFormatter {
   const bool parallel_;                     // The request's parallel_tool_calls.
   const int64_t created_;
   uint64_t sequence_ = 0;
+  bool opened_ = false;          // response.created was sent.
   Json output_ = Json::array();  // Items closed so far.
   Kind open_ = kNone;
   std::string item_id_;

@@ -32,6 +32,13 @@ Script Choose(const infer_v1::GenerateRequest& request) {
     s.Fail(grpc::StatusCode::RESOURCE_EXHAUSTED, "queue full");
     return s;
   }
+  if (absl::StrContains(last, "too long")) {  // Refused after a silent wait: pings went first.
+    Script s;
+    s.Pause(absl::Milliseconds(500))
+        .Fail(grpc::StatusCode::INVALID_ARGUMENT,
+              "prompt of 9000 tokens does not fit the context of 4096 tokens");
+    return s;
+  }
   if (!absl::StrContains(last, "tool")) return Script::Reply({"Hello", " world"});
   Script s;
   s.Started(20)
@@ -59,6 +66,7 @@ TEST(GatewaySdkTest, OfficialOpenAiAndAnthropicClientsWork) {
   }
   HarnessOptions options;
   options.http.api_keys = {"test-key"};
+  options.sse_ping_interval = absl::Milliseconds(100);  // Streams begin before a slow failure.
   GatewayHarness h(options);
   h.fake().SetScript(Choose);
   const std::string command = absl::StrCat("timeout 120 node ", SourceDir(),

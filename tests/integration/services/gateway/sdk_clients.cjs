@@ -4,7 +4,8 @@
 //
 // The gateway runs against the scripted fake daemon of gateway_sdk_test.cc: a user message
 // containing "tool" gets a streamed tool call (read_file {"path":"a.txt"}) with reasoning,
-// "busy" gets RESOURCE_EXHAUSTED, anything else "Hello world". Prints one line per case and
+// "busy" gets RESOURCE_EXHAUSTED, "too long" a context overflow after a silent wait (the
+// stream has begun with pings), anything else "Hello world". Prints one line per case and
 // exits non-zero on the first failure.
 'use strict';
 
@@ -108,6 +109,16 @@ const cases = {
     assert.strictEqual(call.name, 'read_file');
     assert.strictEqual(call.arguments, '{"path":"a.txt"}');
     assert.strictEqual(r.usage.input_tokens_details.cached_tokens, 8);
+  },
+
+  // The daemon refuses the prompt after the gateway has begun the stream with pings: the
+  // client still gets the failed response and its code, not a protocol error.
+  async openaiResponsesStreamFailingAfterPings() {
+    const stream = openai.responses.stream(
+        {model: 'fake-model', input: 'a prompt too long', store: false});
+    const r = await stream.finalResponse();
+    assert.strictEqual(r.status, 'failed');
+    assert.strictEqual(r.error.code, 'context_length_exceeded');
   },
 
   async anthropicMessage() {

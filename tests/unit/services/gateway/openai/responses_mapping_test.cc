@@ -283,7 +283,9 @@ TEST(ResponsesMappingTest, AFailedStreamNamesItsErrorInOpenAisCodes) {
       ParseResponsesRequest(Json::parse(R"({"input": "x", "stream": true})"), {});
   ASSERT_TRUE(spec.ok());
   auto code = [&](const absl::Status& status) {
-    const auto events = Events(spec->make_formatter("served")->StreamError(status));
+    auto formatter = spec->make_formatter("served");
+    formatter->StreamStarted(infer_v1::Started());
+    const auto events = Events(formatter->StreamError(status));
     EXPECT_EQ(events.size(), 1u);
     EXPECT_EQ(events[0].first, "response.failed");
     EXPECT_EQ(events[0].second["response"]["status"], "failed");
@@ -298,6 +300,43 @@ TEST(ResponsesMappingTest, AFailedStreamNamesItsErrorInOpenAisCodes) {
             "rate_limit_exceeded");
   EXPECT_EQ(code(absl::InvalidArgumentError("bad")), "invalid_request_error");
   EXPECT_EQ(code(absl::InternalError("model exploded")), "server_error");
+}
+
+// A stream the gateway started with pings (a long prefill) may fail before the daemon's Started:
+// the SDKs (openai's ResponseStream) refuse any lifecycle event before response.created, so the
+// failure must still open with it, or the client sees a protocol error instead of the API error.
+TEST(ResponsesMappingTest, AStreamThatFailsBeforeItStartedStillOpensWithResponseCreated) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseResponsesRequest(Json::parse(R"({"input": "x", "stream": true})"), {});
+  ASSERT_TRUE(spec.ok());
+  auto formatter = spec->make_formatter("served");
+
+  const auto events = Events(formatter->StreamError(
+      absl::InvalidArgumentError("prompt of 9000 tokens does not fit the context of 4096 tokens")));
+
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].first, "response.created");
+  EXPECT_EQ(events[1].first, "response.in_progress");
+  EXPECT_EQ(events[2].first, "response.failed");
+  EXPECT_EQ(events[0].second["response"]["id"], events[2].second["response"]["id"]);
+  EXPECT_EQ(events[2].second["response"]["error"]["code"], "context_length_exceeded");
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].second["sequence_number"], i);
+}
+
+// The same for a daemon that skipped Started: the stream still opens with response.created.
+TEST(ResponsesMappingTest, AStreamFinishedWithoutStartedStillOpensWithResponseCreated) {
+  absl::StatusOr<GenerationSpec> spec =
+      ParseResponsesRequest(Json::parse(R"({"input": "x", "stream": true})"), {});
+  ASSERT_TRUE(spec.ok());
+  auto formatter = spec->make_formatter("served");
+  infer_v1::Finished f;
+  f.set_reason(infer_v1::Finished::REASON_STOP);
+
+  const auto events = Events(formatter->StreamFinished(f));
+
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].first, "response.created");
+  EXPECT_EQ(events[2].first, "response.completed");
 }
 
 TEST(ResponsesMappingTest, IncompleteWhenCutByLength) {
