@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -166,7 +167,10 @@ class ToolsParser {
       ASSIGN_OR_RETURN(std::optional<std::string> ns,
                        JsonFields(*choice, "tool_choice").String("namespace", 128));
       if (ns.has_value() && !ns->empty()) {
-        chat_->set_tool_choice(absl::StrCat(*ns, kNamespaceSeparator, chat_->tool_choice()));
+        std::string qualified = absl::StrCat(*ns, kNamespaceSeparator, chat_->tool_choice());
+        // Written into the call's opening, so checked as a name is (the name part already was).
+        RETURN_IF_ERROR(CheckForcedName(qualified, "tool_choice.namespace"));
+        chat_->set_tool_choice(std::move(qualified));
       }
     }
     return CheckForcedToolChoice(*chat_);

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -240,6 +241,32 @@ TEST(ResponsesMappingTest, RefusesNamespacesItCannotQualify) {
                        "name": "b"}]}]})")
                 .find("names two tools"),
             std::string::npos);
+}
+
+// A forced function of a namespace is written into the call's opening as "NAMESPACE.NAME", so
+// the namespace is checked as the name is: a 400 naming tool_choice, not the daemon's refusal
+// naming its own field.
+TEST(ResponsesMappingTest, AForcedNamespaceFunctionIsCheckedWithItsNamespace) {
+  auto parse = [](const char* ns) {
+    const Json body = {{"input", "x"},
+                       {"tools",
+                        {{{"type", "namespace"},
+                          {"name", ns},
+                          {"tools", {{{"type", "function"}, {"name", "f"}}}}}}},
+                       {"tool_choice", {{"type", "function"}, {"name", "f"}, {"namespace", ns}}}};
+    return ParseResponsesRequest(body, {});
+  };
+
+  ASSERT_TRUE(parse("agents").ok()) << parse("agents").status();
+  EXPECT_EQ(parse("agents")->request.chat().tool_choice(), "agents.f");
+  ASSERT_TRUE(parse("none").ok()) << parse("none").status();  // "none.f" is no mode.
+  for (const char* ns : {"two words", "a<b", "tab\there"}) {
+    absl::StatusOr<GenerationSpec> spec = parse(ns);
+    ASSERT_FALSE(spec.ok()) << ns;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StartsWith(spec.status().message(), "tool_choice.namespace"))
+        << spec.status();
+  }
 }
 
 // The events of an SSE stream, by name, with their data.
