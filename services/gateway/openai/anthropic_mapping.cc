@@ -74,6 +74,10 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
       ASSIGN_OR_RETURN(std::optional<std::string> text, b.String("text", limits.max_string_bytes));
       // Text blocks of one turn are joined with newlines, as ContentText joins text parts.
       absl::StrAppend(current.mutable_content(), text_blocks++ == 0 ? "" : "\n", text.value_or(""));
+      if (current.content().size() > limits.max_string_bytes) {
+        return Invalid(f.Name("content"),
+                       absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+      }
       current_used = true;
     } else if (*type == "thinking") {
       ASSIGN_OR_RETURN(std::optional<std::string> thinking,

@@ -42,12 +42,16 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
   // (an Anthropic system prompt's blocks, a tool result's), and run together their words would
   // merge.
   std::string text;
+  const auto too_long = [&] {
+    return Invalid(field, absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+  };
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string part_name = absl::StrCat(field, "[", i, "]");
     const Json& part = content[i];
     const char* separator = i == 0 ? "" : "\n";
     if (part.is_string()) {  // Some clients send bare strings.
       absl::StrAppend(&text, separator, part.get_ref<const std::string&>());
+      if (text.size() > limits.max_string_bytes) return too_long();
       continue;
     }
     JsonFields p(part, part_name);
@@ -66,9 +70,7 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
     } else {
       return Invalid(p.Name("type"), absl::StrCat("\"", *type, "\" is not a known part type"));
     }
-    if (text.size() > limits.max_string_bytes) {
-      return Invalid(field, absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
-    }
+    if (text.size() > limits.max_string_bytes) return too_long();
   }
   return text;
 }

@@ -9,6 +9,19 @@
 namespace cairn::gateway {
 namespace {
 
+// A turn's text blocks are joined into one string, bounded like one string field.
+TEST(AnthropicMappingTest, JoinedTextBlocksAreBoundedLikeOneString) {
+  RequestLimits limits;
+  limits.max_string_bytes = 8;
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [
+          {"type": "text", "text": "abcdef"}, {"type": "text", "text": "ghi"}]}]})"),
+      limits);
+
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "messages[0].content is longer than 8 bytes");
+}
+
 TEST(AnthropicMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   absl::StatusOr<GenerationSpec> any = ParseAnthropicMessagesRequest(
       Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "a"}],

@@ -73,6 +73,21 @@ TEST(ChatMappingTest, TextPartsAreJoinedWithNewlines) {
   EXPECT_EQ(m[2].content(), "alone");
 }
 
+// A content's joined text is bounded like one string field, whatever its parts: bare strings
+// (which some clients send) count as text parts do.
+TEST(ChatMappingTest, JoinedContentIsBoundedAlsoWithBareStringParts) {
+  RequestLimits limits;
+  limits.max_string_bytes = 8;
+  for (const char* content :
+       {R"([{"type": "text", "text": "abcdef"}, {"type": "text", "text": "ghi"}])",
+        R"(["abcdef", "ghi"])", R"(["abcdef", {"type": "text", "text": "g"}, "hi"])"}) {
+    const Json body = {{"messages", {{{"role", "user"}, {"content", Json::parse(content)}}}}};
+    absl::StatusOr<GenerationSpec> spec = ParseChatCompletionRequest(body, limits);
+    ASSERT_FALSE(spec.ok()) << content;
+    EXPECT_EQ(spec.status().message(), "messages[0].content is longer than 8 bytes") << content;
+  }
+}
+
 TEST(ChatMappingTest, DefaultsLeaveTheDaemonToDecide) {
   GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}]})");
 
