@@ -354,11 +354,10 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
 
 const hip::MoeExpertMaps* HipKernelBackend::MoeMapsFor(const MoeTable& table, int64_t cols,
                                                        int box_rows, int64_t second_start) {
-  if (table.maps_box_rows == box_rows) {
-    return static_cast<const hip::MoeExpertMaps*>(table.maps.data());
-  }
-  if (table.maps_box_rows != 0 || !table.aligned || !hip::TensorMapsSupported()) return nullptr;
-  table.maps_box_rows = -1;  // Unless every map below is made.
+  const auto made = table.maps.find(box_rows);
+  if (made != table.maps.end()) return static_cast<const hip::MoeExpertMaps*>(made->second.data());
+  if (box_rows < 1 || !table.aligned || !hip::TensorMapsSupported()) return nullptr;
+  DeviceBuffer& kept = table.maps[box_rows];  // Empty unless every map below is made.
   std::vector<hip::MoeExpertMaps> host(table.host.size());
   for (size_t e = 0; e < host.size(); ++e) {
     const hip::MoeExpertParts& parts = table.host[e];
@@ -381,9 +380,8 @@ const hip::MoeExpertMaps* HipKernelBackend::MoeMapsFor(const MoeTable& table, in
   absl::StatusOr<DeviceBuffer> device = Allocate(bytes);
   if (!Keep(device.status())) return nullptr;
   if (!Keep(Upload(device->data(), host.data(), bytes))) return nullptr;
-  table.maps = *std::move(device);
-  table.maps_box_rows = box_rows;
-  return static_cast<const hip::MoeExpertMaps*>(table.maps.data());
+  kept = *std::move(device);
+  return static_cast<const hip::MoeExpertMaps*>(kept.data());
 }
 
 absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
@@ -396,15 +394,16 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
   // The producer-fed kernels (moe_gemm_tma) where both tables take tensor maps.
   const hip::MoeExpertMaps* gate_up_maps = nullptr;
   const hip::MoeExpertMaps* down_maps = nullptr;
-  if (wgmma && moe_gemm_tma_ && hip::MoeGemmTmaSupported()) {
-    gate_up_maps = MoeMapsFor(gate_up, a.hidden, hip::MoeGemmTmaBoxRows(true), a.width);
+  if (wgmma && hip::MoeGemmTmaTileRows(moe_gemm_tma_) > 0 && hip::MoeGemmTmaSupported()) {
+    gate_up_maps =
+        MoeMapsFor(gate_up, a.hidden, hip::MoeGemmTmaBoxRows(moe_gemm_tma_, true), a.width);
     down_maps = gate_up_maps == nullptr
                     ? nullptr
-                    : MoeMapsFor(down, a.width, hip::MoeGemmTmaBoxRows(false), 0);
+                    : MoeMapsFor(down, a.width, hip::MoeGemmTmaBoxRows(moe_gemm_tma_, false), 0);
     if (!error_.ok()) return error_;
   }
   const bool tma = down_maps != nullptr;
-  const int tile_rows = tma     ? hip::MoeGemmTmaTileRows()
+  const int tile_rows = tma     ? hip::MoeGemmTmaTileRows(moe_gemm_tma_)
                         : wgmma ? hip::MoeGemmWgmmaTileRows(moe_wgmma_groups_)
                                 : hip::MoeGemmTileRows();
   const hip::MoeSortSizes sizes = hip::MoeSortSizesFor(picks, a.experts, tile_rows);
@@ -430,10 +429,11 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
                    "moe round inputs launch") &&
              Check(hip::MoeGemmTmaSiluMul(xs, a.hidden, b.sorted_picks, a.top_k, b.tiles,
                                           b.num_tiles, sizes.max_tiles, gate_up_table, gate_up_maps,
-                                          a.width, a.hidden, act, compute_),
+                                          a.width, a.hidden, act, moe_gemm_tma_, compute_),
                    "moe gate/up gemm launch") &&
              Check(hip::MoeGemmTma(act, a.width, b.tiles, b.num_tiles, sizes.max_tiles, down_table,
-                                   down_maps, a.hidden, a.width, ys, a.hidden, compute_),
+                                   down_maps, a.hidden, a.width, ys, a.hidden, moe_gemm_tma_,
+                                   compute_),
                    "moe down gemm launch");
     }
     if (wgmma) {

@@ -247,12 +247,13 @@ struct HipKernelBackendOptions {
   // picks an expert has in an 8192-token pass (top 10 of 512) in one tile, so each expert's
   // weights cross from L2 to the multiprocessors once a pass, not twice.
   int moe_gemm_wgmma_warpgroups = 3;
-  // moe_gemm_wgmma's GEMMs with a producer warpgroup feeding two multiplying ones (hip::
-  // MoeGemmTma: the weights by tensor maps of each expert part, made with the experts' table;
-  // tiles of 128 picks), where the device has tensor maps and every part boundary falls on a box
-  // (else moe_gemm_wgmma's kernel). The same bits. Off: written in the forty-fifth round
-  // without a device (HIP README), to be measured against moe_gemm_wgmma.
-  bool moe_gemm_tma = false;
+  // moe_gemm_wgmma's GEMMs with a producer warpgroup feeding the multiplying ones (hip::
+  // MoeGemmTma: the weights by tensor maps of each expert part, made with the experts' table),
+  // where the device has tensor maps and every part boundary falls on a box (else
+  // moe_gemm_wgmma's kernel). The same bits. 0: off; 1: blocks of 256 weight columns by tiles
+  // of 128 picks; 2: 128 columns by 192 picks. Off: slower than moe_gemm_wgmma's three
+  // warpgroups at passes of 8192 tokens and more (HIP README, forty-sixth round).
+  int moe_gemm_tma = 0;
   // RmsNorm, GatedRmsNorm and L2Normalize of rows of at most 256 values (attention's and the
   // delta rule's heads) take a warp per row instead of a block of 256 threads (most of them
   // idle, a barrier per level of the sum's tree), adding the same partial sums in the same
@@ -462,7 +463,7 @@ class HipKernelBackend final : public KernelBackend {
   // Sets HipKernelBackendOptions::moe_gemm_wgmma_warpgroups (2 or 3).
   void SetMoeGemmWgmmaWarpgroupsForTest(int n) { moe_wgmma_groups_ = n; }
   // Sets HipKernelBackendOptions::moe_gemm_tma (the same bits), for the benchmark.
-  void SetMoeGemmTmaForTest(bool on) { moe_gemm_tma_ = on; }
+  void SetMoeGemmTmaForTest(int variant) { moe_gemm_tma_ = variant; }
   // Sets HipKernelBackendOptions::moe_kernels (0 or 1; the same bits), for the benchmark.
   void SetMoeKernelsForTest(int kernels) { moe_kernels_ = kernels; }
   // Sets HipKernelBackendOptions::copy_rows_kernel (the same bytes), for the benchmark.
@@ -620,11 +621,10 @@ class HipKernelBackend final : public KernelBackend {
     std::vector<hip::MoeExpertParts> host;
     DeviceBuffer device;
     bool aligned = false;
-    // hip::MoeGemmTma's tensor maps of each expert's parts (MoeMapsFor), made at the first
-    // call that asks for them; maps_box_rows 0: not yet tried, -1: the parts do not take them.
-    // (Made after the table, on the scheduler's thread like the rest of it.)
-    mutable DeviceBuffer maps;
-    mutable int maps_box_rows = 0;
+    // hip::MoeGemmTma's tensor maps of each expert's parts (MoeMapsFor) by the boxes' rows,
+    // made at the first call that asks for them; an empty buffer where the parts do not take
+    // them. (Made after the table, on the scheduler's thread like the rest of it.)
+    mutable std::map<int, DeviceBuffer> maps;
   };
   // The tensor maps of `table`'s experts (matrices of `cols` columns) in boxes of `box_rows`
   // rows, or null where the device has none or a part boundary does not fall on a box. Boxes
@@ -724,7 +724,7 @@ class HipKernelBackend final : public KernelBackend {
   bool grouped_moe_prefill_;      // options_.grouped_moe_prefill unless changed for a test.
   bool moe_gemm_wgmma_;           // options_.moe_gemm_wgmma unless changed for a test.
   int moe_wgmma_groups_;          // options_.moe_gemm_wgmma_warpgroups, likewise.
-  bool moe_gemm_tma_;             // options_.moe_gemm_tma, likewise.
+  int moe_gemm_tma_;              // options_.moe_gemm_tma, likewise.
   int moe_kernels_;               // options_.moe_kernels unless changed for a test.
   bool copy_rows_kernel_;         // options_.copy_rows_kernel unless changed for a test.
   int mma_rows_staged_min_rows_;  // options_.mma_rows_staged_min_rows unless changed for a test.

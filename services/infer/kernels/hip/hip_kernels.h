@@ -381,12 +381,14 @@ hipError_t MoeGemmWgmmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* so
                                bool weights_aligned, int64_t width, int64_t k, uint16_t* act,
                                int warpgroups, hipStream_t stream);
 // MoeGemmWgmma's products with a producer warpgroup (moe_gemm_tma.hip; sm_90a builds on a device
-// with tensor maps, MoeGemmTmaSupported()) over tiles of MoeGemmTmaTileRows() picks: the weights
-// by the tensor memory accelerator from `maps` (device memory, one MoeExpertMaps an expert
-// beside its MoeExpertParts: part p's matrix encoded by EncodeBf16TensorMap with rows of k
-// values, boxes of MoeGemmTmaBoxRows(silu) rows by 64, swizzled; every part but the last a
-// multiple of those rows long), the inputs by asynchronous copies. MoeGemmWgmma's conditions,
-// arguments and bits (MoeGemmTmaSiluMul: MoeGemmWgmmaSiluMul's).
+// with tensor maps, MoeGemmTmaSupported()) over tiles of MoeGemmTmaTileRows(variant) picks: the
+// weights by the tensor memory accelerator from `maps` (device memory, one MoeExpertMaps an
+// expert beside its MoeExpertParts: part p's matrix encoded by EncodeBf16TensorMap with rows of
+// k values, boxes of MoeGemmTmaBoxRows(variant, silu) rows by 64, swizzled; every part but the
+// last a multiple of those rows long), the inputs by asynchronous copies. MoeGemmWgmma's
+// conditions, arguments and bits (MoeGemmTmaSiluMul: MoeGemmWgmmaSiluMul's). `variant`: 1,
+// blocks of 256 weight columns by 128 picks (two multiplying warpgroups); 2, 128 columns by 192
+// picks (three); else hipErrorInvalidValue.
 struct alignas(128) TensorMap {  // A tensor map: see "Tensor maps" below.
   unsigned char bytes[128];
 };
@@ -397,18 +399,20 @@ struct MoeExpertMaps {
   TensorMap part[kMoeMaxParts];
 };
 bool MoeGemmTmaSupported();
-int MoeGemmTmaTileRows();
-int MoeGemmTmaBoxRows(bool silu);
+// Both 0 for a variant that is not 1 or 2.
+int MoeGemmTmaTileRows(int variant);
+int MoeGemmTmaBoxRows(int variant, bool silu);
 // MoeGemmTma and MoeGemmTmaSiluMul launches so far in this process (for the tests).
 int64_t MoeGemmTmaLaunches();
 hipError_t MoeGemmTma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                       const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
                       const MoeExpertMaps* maps, int64_t n, int64_t k, float* y, int64_t ldy,
-                      hipStream_t stream);
+                      int variant, hipStream_t stream);
 hipError_t MoeGemmTmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
                              const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                              const MoeExpertParts* weights, const MoeExpertMaps* maps,
-                             int64_t width, int64_t k, uint16_t* act, hipStream_t stream);
+                             int64_t width, int64_t k, uint16_t* act, int variant,
+                             hipStream_t stream);
 // out row `slot` = x row sorted_picks[slot] / top_k rounded to bf16 (nearest even:
 // RoundRowsToBf16's bits), k values, for every slot of the first *num_tiles of `tiles` (tiles of
 // at most `tile_rows` picks, a multiple of 8).

@@ -1,23 +1,26 @@
 // The MoE prefill path's grouped GEMMs with a producer warpgroup (MoeGemmTma, `moe_gemm_tma`,
-// off by default; NVIDIA sm_90a builds): the products of moe_gemm_wgmma.hip over tiles of 128
-// picks by 256 weight columns, but the block's first warpgroup only feeds the stages and the
-// other two only multiply. The weights come by the tensor memory accelerator, one box copy a
-// stage (two for gate/up: 128 gate rows, then 128 up rows), from a tensor map of each expert part
+// off by default; NVIDIA sm_90a builds): the products of moe_gemm_wgmma.hip, but the block's
+// first warpgroup only feeds the stages and the others only multiply. Variant 1: tiles of 128
+// picks by 256 weight columns, two multiplying warpgroups; variant 2: 192 picks by 128 columns,
+// three. The weights come by the tensor memory accelerator, one box copy a stage (two for
+// gate/up: the gate rows, then the up rows), from a tensor map of each expert part
 // (MoeExpertMaps, made with the experts' table); the picks' input rows by the producer's 128
-// threads, a row each, with asynchronous copies counted on the same barrier. A stage's full
-// barrier completes when both have landed; its empty barrier when every multiplying warp's
-// instructions that read it have completed. No barrier of the whole block in the k loop.
+// threads, a row each (two for some in variant 2), with asynchronous copies counted on the same
+// barrier. A stage's full barrier completes when both have landed; its empty barrier when every
+// multiplying warp's instructions that read it have completed. No barrier of the whole block in
+// the k loop.
 //
 // Why: MoeGemmWgmma's warpgroups copy their own operands and meet at a block barrier every k
 // step, so none multiplies while another copies or stores (issue 12: about 380 TFLOP/s at the
 // 80B-like layer's 320 picks an expert). The twenty-eighth round's producer copied both operands
-// with per-thread copies and starved three consumers; here the weights, two thirds of a stage,
-// are one instruction.
+// with per-thread copies and starved three consumers; here the weights are one instruction.
+// Measured (forty-sixth round, H100): both variants slower than MoeGemmWgmma's three warpgroups
+// at passes of 8192 tokens and more (HIP README), so off.
 //
-// Bits: each output element is one accumulation chain of m64n256k16 instructions over its own
+// Bits: each output element is one accumulation chain of m64nNk16 instructions over its own
 // input row and weight column, k = 0, 16, 32, ... from zero, with zeros past k and past the
 // tile's rows: MoeGemmWgmma's and MoeGemmBf16's. Gate/up's output for act column c pairs
-// accumulator column c (gate) with 128 + c (up), which the same thread holds, and writes
+// accumulator column c (gate) with N / 2 + c (up), which the same thread holds, and writes
 // bf16(silu(gate) * up) as MoeGemmWgmma does.
 
 #include <atomic>
@@ -35,21 +38,34 @@ namespace {
 std::atomic<int64_t> tma_launches{0};  // MoeGemmTmaLaunches().
 }  // namespace
 
-int MoeGemmTmaTileRows() { return 128; }
+namespace {
+// The blocks' shapes (HipKernelBackendOptions::moe_gemm_tma): weight columns a block and
+// multiplying warpgroups (64 picks each) for variants 1 and 2.
+constexpr int kVariantCols[3] = {0, 256, 128};
+constexpr int kVariantConsumers[3] = {0, 2, 3};
+bool KnownVariant(int variant) { return variant == 1 || variant == 2; }
+}  // namespace
+
+int MoeGemmTmaTileRows(int variant) {
+  return KnownVariant(variant) ? 64 * kVariantConsumers[variant] : 0;
+}
+int MoeGemmTmaBoxRows(int variant, bool silu) {
+  if (!KnownVariant(variant)) return 0;
+  return silu ? kVariantCols[variant] / 2 : kVariantCols[variant];
+}
 int64_t MoeGemmTmaLaunches() { return tma_launches.load(std::memory_order_relaxed); }
 
 #if defined(__HIP_PLATFORM_AMD__) || !defined(CAIRN_HIP_WGMMA)
 
 bool MoeGemmTmaSupported() { return false; }
-int MoeGemmTmaBoxRows(bool) { return 0; }
 hipError_t MoeGemmTma(const uint16_t*, int64_t, const MoeTile*, const int32_t*, int64_t,
                       const MoeExpertParts*, const MoeExpertMaps*, int64_t, int64_t, float*,
-                      int64_t, hipStream_t) {
+                      int64_t, int, hipStream_t) {
   return hipErrorNotSupported;
 }
 hipError_t MoeGemmTmaSiluMul(const uint16_t*, int64_t, const int32_t*, int, const MoeTile*,
                              const int32_t*, int64_t, const MoeExpertParts*, const MoeExpertMaps*,
-                             int64_t, int64_t, uint16_t*, hipStream_t) {
+                             int64_t, int64_t, uint16_t*, int, hipStream_t) {
   return hipErrorNotSupported;
 }
 
@@ -69,20 +85,30 @@ using wgmma::FenceAccumulators;
 using wgmma::kAlign;
 using wgmma::Swizzled;
 
-constexpr int kCols = 256;  // Weight columns (instruction n) a block.
-constexpr int kK = 64;      // k values a stage: one 128-byte row of bf16.
+constexpr int kK = 64;  // k values a stage: one 128-byte row of bf16.
 static_assert(kK == kSwizzledBoxCols, "a stage's k values are one swizzled box row");
-constexpr int kStages = 4;                   // Stages in shared memory.
-constexpr int kTileRows = 128;               // Picks a tile: 64 for each multiplying warpgroup.
-constexpr int kThreads = 384;                // Warpgroup 0 feeds, 1 and 2 multiply.
-constexpr int kChunks = kK / 8;              // 16-byte chunks a row of a stage.
-constexpr int kABytes = kTileRows * kK * 2;  // 16 KiB.
-constexpr int kBBytes = kCols * kK * 2;      // 32 KiB.
-constexpr int kStageBytes = kABytes + kBBytes;
-constexpr int kSharedBytes = kStages * kStageBytes + kAlign;
-constexpr int kAcc = kCols / 2;  // Accumulators a thread (64 x 256 / 128).
+constexpr int kStages = 4;       // Stages in shared memory.
+constexpr int kChunks = kK / 8;  // 16-byte chunks a row of a stage.
 // A stage's full barrier: the producer's 128 threads' copies, and thread 0's expected bytes.
 constexpr uint32_t kFullArrivals = 128 + 1;
+
+// A block of variant kVariant: kCols weight columns (instruction n), kConsumers multiplying
+// warpgroups of 64 picks after the producer's.
+template <int kVariant>
+struct Shape {
+  static constexpr int kCols = kVariantCols[kVariant];
+  static constexpr int kConsumers = kVariantConsumers[kVariant];
+  static constexpr int kTileRows = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kABytes = kTileRows * kK * 2;  // 16 / 24 KiB.
+  static constexpr int kBBytes = kCols * kK * 2;      // 32 / 16 KiB.
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kSharedBytes = kStages * kStageBytes + kAlign;
+  static constexpr int kAcc = kCols / 2;  // Accumulators a thread (64 x kCols / 128).
+  // Rows of a tile each producer thread copies.
+  static constexpr int kRowsPerThread = (kTileRows + 127) / 128;
+  static_assert(kABytes % kAlign == 0 && kBBytes % (2 * kAlign) == 0, "stages on swizzle periods");
+};
 
 // The map, and the row within its part, of weight row `row` of an expert whose parts `w` and
 // maps `m` give (a row past the last part: that part's map, which reads zeros there).
@@ -105,15 +131,19 @@ __device__ inline const TensorMap* MapOfRow(const MoeExpertParts& w, const MoeEx
 }
 
 // Grid: one block per (tile, group of columns), a tile's groups consecutive. kSilu: the
-// group's 128 act columns c0 + j take weight rows c0 + j (gate) and n + c0 + j (up), as stage
-// rows j and 128 + j; else the group's columns are weight rows col0 .. col0 + 255. A row r of a
-// tile: a row tile.start + r, or with `sorted_picks` a row sorted_picks[tile.start + r] / top_k.
-template <bool kSilu>
-__global__ void __launch_bounds__(kThreads, 1)
+// group's kCols / 2 act columns c0 + j take weight rows c0 + j (gate) and n + c0 + j (up), as
+// stage rows j and kCols / 2 + j; else the group's columns are weight rows col0 .. col0 + kCols -
+// 1. A row r of a tile: a row tile.start + r, or with `sorted_picks` a row
+// sorted_picks[tile.start + r] / top_k.
+template <bool kSilu, int kVariant>
+__global__ void __launch_bounds__(Shape<kVariant>::kThreads, 1)
     MoeGemmTmaKernel(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
                      const MoeTile* tiles, const int32_t* num_tiles, int groups,
                      const MoeExpertParts* weights, const MoeExpertMaps* maps, int64_t n, int64_t k,
                      float* y, int64_t ldy, uint16_t* act) {
+  using S = Shape<kVariant>;
+  constexpr int kCols = S::kCols;
+  constexpr int kAcc = S::kAcc;
   __shared__ uint64_t full[kStages];
   __shared__ uint64_t empty[kStages];
   KernelEntry();
@@ -126,8 +156,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t group = blockIdx.x % groups;
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  // Multiplying warpgroups with rows in this tile (uniform per block): 1 or 2.
-  const int busy = tile.rows > 64 ? 2 : 1;
+  // Multiplying warpgroups with rows in this tile (uniform per block): 1 to kConsumers.
+  const int busy = (tile.rows + 63) / 64;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarrierInit(&full[s], kFullArrivals);
@@ -139,14 +169,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t steps = (k + kK - 1) / kK;
 
   if (wg == 0) {
-    // The producer. Thread r copies row r of the tile's inputs (zeros past the tile or past k);
-    // thread 0 also asks for the stage's weight boxes.
-    const int r = tid;
-    const int64_t slot = static_cast<int64_t>(tile.start) + r;
-    const uint16_t* row = r >= tile.rows ? nullptr
-                          : sorted_picks != nullptr
-                              ? a + static_cast<int64_t>(sorted_picks[slot] / top_k) * lda
-                              : a + slot * lda;
+    // The producer. Thread t copies rows t, t + 128, ... of the tile's inputs (zeros past the
+    // tile or past k); thread 0 also asks for the stage's weight boxes.
+    const uint16_t* rows[S::kRowsPerThread];
+#pragma unroll
+    for (int i = 0; i < S::kRowsPerThread; ++i) {
+      const int r = tid + 128 * i;
+      const int64_t slot = static_cast<int64_t>(tile.start) + r;
+      rows[i] = r >= tile.rows ? nullptr
+                : sorted_picks != nullptr
+                    ? a + static_cast<int64_t>(sorted_picks[slot] / top_k) * lda
+                    : a + slot * lda;
+    }
     const TensorMap* map0 = nullptr;
     const TensorMap* map1 = nullptr;
     int32_t local0 = 0, local1 = 0;
@@ -167,23 +201,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t round = static_cast<uint32_t>(step / kStages);
       // The stage's previous contents have been read by every multiplying warp.
       if (round > 0) BarrierWait(&empty[stage], (round - 1) & 1);
-      const uint32_t sa = base + static_cast<uint32_t>(stage * kStageBytes);
-      const uint32_t sb = sa + kABytes;
+      const uint32_t sa = base + static_cast<uint32_t>(stage * S::kStageBytes);
+      const uint32_t sb = sa + S::kABytes;
       const int64_t k0 = step * kK;
       if (tid == 0) {
-        BarrierArriveExpect(&full[stage], kBBytes);
+        BarrierArriveExpect(&full[stage], S::kBBytes);
         if constexpr (kSilu) {
           tma::LoadBox(sb, map0, static_cast<int32_t>(k0), local0, SharedAddress(&full[stage]));
-          tma::LoadBox(sb + kBBytes / 2, map1, static_cast<int32_t>(k0), local1,
+          tma::LoadBox(sb + S::kBBytes / 2, map1, static_cast<int32_t>(k0), local1,
                        SharedAddress(&full[stage]));
         } else {
           tma::LoadBox(sb, map0, static_cast<int32_t>(k0), local0, SharedAddress(&full[stage]));
         }
       }
 #pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const bool v = row != nullptr && k0 + c * 8 < k;
-        CopyChunk(sa + Swizzled(r, c), v ? row + k0 + c * 8 : a, v);
+      for (int i = 0; i < S::kRowsPerThread; ++i) {
+        const int r = tid + 128 * i;
+        if (r >= S::kTileRows) break;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const bool v = rows[i] != nullptr && k0 + c * 8 < k;
+          CopyChunk(sa + Swizzled(r, c), v ? rows[i] + k0 + c * 8 : a, v);
+        }
       }
       // Counts on the stage's barrier once this thread's copies have landed.
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
@@ -207,13 +246,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The producer's copies were generic-proxy writes: visible to the instructions' reads
     // after this fence (the weights' box copies already are).
     wgmma::FenceProxy();
-    const uint32_t sa = base + static_cast<uint32_t>(stage * kStageBytes);
+    const uint32_t sa = base + static_cast<uint32_t>(stage * S::kStageBytes);
     FenceAccumulators(d);
     wgmma::Fence();
     const uint64_t da = Descriptor(sa + static_cast<uint32_t>(mine * 64 * 128));
-    const uint64_t db = Descriptor(sa + kABytes);
+    const uint64_t db = Descriptor(sa + S::kABytes);
 #pragma unroll
-    for (int kk = 0; kk < kK / 16; ++kk) wgmma::MmaSS256(d, da + 2 * kk, db + 2 * kk);
+    for (int kk = 0; kk < kK / 16; ++kk) {
+      if constexpr (kCols == 256) {
+        wgmma::MmaSS256(d, da + 2 * kk, db + 2 * kk);
+      } else {
+        wgmma::MmaSS128(d, da + 2 * kk, db + 2 * kk);
+      }
+    }
     wgmma::Commit();
     // The step before's instructions are done: its stage can be refilled.
     wgmma::Wait<1>();
@@ -257,14 +302,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <bool kSilu>
+template <bool kSilu, int kVariant>
 hipError_t LaunchTma(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
                      const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                      const MoeExpertParts* weights, const MoeExpertMaps* maps, int64_t n, int64_t k,
                      float* y, int64_t ldy, uint16_t* act, hipStream_t stream) {
+  using S = Shape<kVariant>;
   if (max_tiles == 0 || n == 0) return hipSuccess;
   if (maps == nullptr || (sorted_picks != nullptr && top_k < 1)) return hipErrorInvalidValue;
-  const int64_t groups = CeilDiv(n, kSilu ? kCols / 2 : kCols);
+  const int64_t groups = CeilDiv(n, kSilu ? S::kCols / 2 : S::kCols);
   if (k % 8 != 0 || n % 8 != 0 || lda % 8 != 0 || (!kSilu && ldy % 2 != 0) ||
       reinterpret_cast<uintptr_t>(a) % 16 != 0 || reinterpret_cast<uintptr_t>(maps) % 64 != 0 ||
       reinterpret_cast<uintptr_t>(kSilu ? static_cast<const void*>(act)
@@ -274,10 +320,10 @@ hipError_t LaunchTma(const uint16_t* a, int64_t lda, const int32_t* sorted_picks
       max_tiles * groups > 0x7fffffff || k > 0x7fffffff) {
     return hipErrorInvalidValue;
   }
-  const auto kernel = MoeGemmTmaKernel<kSilu>;
-  const hipError_t e = AllowSharedBytes(kernel, kSharedBytes);
+  const auto kernel = MoeGemmTmaKernel<kSilu, kVariant>;
+  const hipError_t e = AllowSharedBytes(kernel, S::kSharedBytes);
   if (e != hipSuccess) return e;
-  LaunchKernel(kernel, static_cast<unsigned int>(max_tiles * groups), kThreads, kSharedBytes,
+  LaunchKernel(kernel, static_cast<unsigned int>(max_tiles * groups), S::kThreads, S::kSharedBytes,
                stream, a, lda, sorted_picks, top_k, tiles, num_tiles, static_cast<int>(groups),
                weights, maps, n, k, y, ldy, act);
   const hipError_t launched = hipGetLastError();
@@ -285,26 +331,43 @@ hipError_t LaunchTma(const uint16_t* a, int64_t lda, const int32_t* sorted_picks
   return launched;
 }
 
+template <bool kSilu>
+hipError_t LaunchVariant(int variant, const uint16_t* a, int64_t lda, const int32_t* sorted_picks,
+                         int top_k, const MoeTile* tiles, const int32_t* num_tiles,
+                         int64_t max_tiles, const MoeExpertParts* weights,
+                         const MoeExpertMaps* maps, int64_t n, int64_t k, float* y, int64_t ldy,
+                         uint16_t* act, hipStream_t stream) {
+  switch (variant) {
+    case 1:
+      return LaunchTma<kSilu, 1>(a, lda, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
+                                 maps, n, k, y, ldy, act, stream);
+    case 2:
+      return LaunchTma<kSilu, 2>(a, lda, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights,
+                                 maps, n, k, y, ldy, act, stream);
+    default:
+      return hipErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 bool MoeGemmTmaSupported() { return TensorMapsSupported(); }
 
-int MoeGemmTmaBoxRows(bool silu) { return silu ? kCols / 2 : kCols; }
-
 hipError_t MoeGemmTma(const uint16_t* a, int64_t lda, const MoeTile* tiles,
                       const int32_t* num_tiles, int64_t max_tiles, const MoeExpertParts* weights,
                       const MoeExpertMaps* maps, int64_t n, int64_t k, float* y, int64_t ldy,
-                      hipStream_t stream) {
-  return LaunchTma<false>(a, lda, nullptr, 0, tiles, num_tiles, max_tiles, weights, maps, n, k, y,
-                          ldy, nullptr, stream);
+                      int variant, hipStream_t stream) {
+  return LaunchVariant<false>(variant, a, lda, nullptr, 0, tiles, num_tiles, max_tiles, weights,
+                              maps, n, k, y, ldy, nullptr, stream);
 }
 
 hipError_t MoeGemmTmaSiluMul(const uint16_t* a, int64_t lda, const int32_t* sorted_picks, int top_k,
                              const MoeTile* tiles, const int32_t* num_tiles, int64_t max_tiles,
                              const MoeExpertParts* weights, const MoeExpertMaps* maps,
-                             int64_t width, int64_t k, uint16_t* act, hipStream_t stream) {
-  return LaunchTma<true>(a, lda, sorted_picks, top_k, tiles, num_tiles, max_tiles, weights, maps,
-                         width, k, nullptr, 0, act, stream);
+                             int64_t width, int64_t k, uint16_t* act, int variant,
+                             hipStream_t stream) {
+  return LaunchVariant<true>(variant, a, lda, sorted_picks, top_k, tiles, num_tiles, max_tiles,
+                             weights, maps, width, k, nullptr, 0, act, stream);
 }
 
 #endif  // CAIRN_HIP_WGMMA

@@ -92,9 +92,9 @@
 // prefill length (except the TTFT run) runs once for each value listed of
 // HipKernelBackendOptions::grouped_moe_prefill (1: the MoE layers' prefill calls on the device's
 // grouped GEMM, MoeGemmBf16; 2 and 3: the same on the warpgroup GEMMs, moe_gemm_wgmma, where
-// built, with blocks of 2 and 3 warpgroups; 4: the producer-fed GEMMs, moe_gemm_tma, where the
-// device has tensor maps; 0: KernelBackend's default), in turn; the last value stays for the
-// rest.
+// built, with blocks of 2 and 3 warpgroups; 4 and 5: the producer-fed GEMMs, moe_gemm_tma
+// variants 1 and 2, where the device has tensor maps; 0: KernelBackend's default), in turn; the
+// last value stays for the rest.
 // --moe-kernels: each prefill length (except the TTFT run) and each slot count's decode steps
 // run once for each value listed of HipKernelBackendOptions::moe_kernels (the MoE device paths'
 // routing, sort and sum: 1 the eighth round's, 0 the earlier ones; the same bits), in turn.
@@ -308,7 +308,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (key == "mma-bf16-inputs") {
       if (!IntList(value, 0, 1, &f->mma_bf16_inputs)) return false;
     } else if (key == "moe-prefill") {
-      if (!IntList(value, 0, 4, &f->moe_prefill)) return false;
+      if (!IntList(value, 0, 5, &f->moe_prefill)) return false;
     } else if (key == "moe-kernels") {
       if (!IntList(value, 0, 1, &f->moe_kernels)) return false;
     } else if (key == "attention-variants") {

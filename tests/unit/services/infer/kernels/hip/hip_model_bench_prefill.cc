@@ -72,8 +72,8 @@ void ModelBench::PrefillAndTtft() {
       for (const int on : f_.moe_prefill) {
         b_.SetGroupedMoePrefillForTest(on >= 1);
         b_.SetMoeGemmWgmmaForTest(on >= 2);
-        if (on >= 2) b_.SetMoeGemmWgmmaWarpgroupsForTest(on == 4 ? 2 : on);
-        b_.SetMoeGemmTmaForTest(on == 4);
+        if (on >= 2) b_.SetMoeGemmWgmmaWarpgroupsForTest(on >= 4 ? 2 : on);
+        b_.SetMoeGemmTmaForTest(on >= 4 ? on - 3 : 0);
         for (const int variant : f_.attention_variants) {
           for (const int kernels : f_.moe_kernels) {
             for (const int round_mb : f_.round_inputs_mb) {
@@ -83,7 +83,8 @@ void ModelBench::PrefillAndTtft() {
               Bench::Check((*kv)->Reset(0), "reset");
               std::string label;
               if (costs_.expert_bytes > 0) {  // Models with routed experts only.
-                label = absl::StrFormat(" (grouped moe prefill %s)", on == 4   ? "tma"
+                label = absl::StrFormat(" (grouped moe prefill %s)", on == 5   ? "tma 2"
+                                                                     : on == 4 ? "tma 1"
                                                                      : on == 3 ? "wgmma 3"
                                                                      : on == 2 ? "wgmma 2"
                                                                      : on == 1 ? "on"

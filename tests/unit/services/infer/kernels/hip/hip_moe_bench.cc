@@ -112,14 +112,15 @@ int MoePrefill() {
     const MoeExpertsArgs a = m.Args(x, logits, out, tokens, false);
     const double flops = 2.0 * tokens * top_k * 3.0 * width * hidden;
     // 0: the default (host routing); 1: the grouped device path on MoeGemmBf16; 2 and 3: on the
-    // warpgroup GEMMs (moe_gemm_wgmma, where built) with blocks of 2 and 3 warpgroups.
-    for (const int path : {0, 1, 2, 3, 4}) {
+    // warpgroup GEMMs (moe_gemm_wgmma, where built) with blocks of 2 and 3 warpgroups; 4 and 5:
+    // the producer-fed GEMMs (moe_gemm_tma variants 1 and 2).
+    for (const int path : {0, 1, 2, 3, 4, 5}) {
       if (path >= 2 && !hip::MoeGemmWgmmaSupported()) continue;
-      if (path == 4 && !hip::MoeGemmTmaSupported()) continue;
+      if (path >= 4 && !hip::MoeGemmTmaSupported()) continue;
       b.SetGroupedMoePrefillForTest(path > 0);
       b.SetMoeGemmWgmmaForTest(path >= 2);
-      if (path >= 2) b.SetMoeGemmWgmmaWarpgroupsForTest(path == 4 ? 2 : path);
-      b.SetMoeGemmTmaForTest(path == 4);
+      if (path >= 2) b.SetMoeGemmWgmmaWarpgroupsForTest(path >= 4 ? 2 : path);
+      b.SetMoeGemmTmaForTest(path >= 4 ? path - 3 : 0);
       const int64_t tma_before = hip::MoeGemmTmaLaunches();
       const double t = bench.Time(
           [&] {
@@ -128,11 +129,14 @@ int MoePrefill() {
           },
           5);
       const bool tma_ran = hip::MoeGemmTmaLaunches() > tma_before;
-      static constexpr const char* kPaths[] = {
-          "default (host routing)", "grouped device path", "grouped device path, wgmma 2 groups",
-          "grouped device path, wgmma 3 groups", "grouped device path, producer-fed (tma)"};
+      static constexpr const char* kPaths[] = {"default (host routing)",
+                                               "grouped device path",
+                                               "grouped device path, wgmma 2 groups",
+                                               "grouped device path, wgmma 3 groups",
+                                               "grouped device path, producer-fed (tma 1)",
+                                               "grouped device path, producer-fed (tma 2)"};
       std::snprintf(label, sizeof label, "moe layer routed experts, %ld tokens, %s%s", tokens,
-                    kPaths[path], path == 4 && !tma_ran ? " (not taken: wgmma 2 ran)" : "");
+                    kPaths[path], path >= 4 && !tma_ran ? " (not taken: wgmma 2 ran)" : "");
       Row(label, t, "TFLOP/s", flops, 1e12);
     }
     b.SetMoeGemmTmaForTest(HipKernelBackendOptions().moe_gemm_tma);

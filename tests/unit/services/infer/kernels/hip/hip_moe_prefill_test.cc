@@ -135,7 +135,7 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> logits = RouterLogits(s, 195, /*tied_pairs=*/false);
     const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 197);
     DeviceBuffer dx = Up(x), dl = Up(logits), dev_out = Up(out0), again_out = Up(out0),
-                 def_out = Up(out0), other_out = Up(out0), wg_out = Up(out0), tma_out = Up(out0);
+                 def_out = Up(out0), other_out = Up(out0), wg_out = Up(out0);
     MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, false);
     ScratchArena scratch(gpu_->memory());
     a.out = dev_out.floats();
@@ -158,16 +158,25 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
     scratch.EndPass();
     gpu_->SetMoeGemmWgmmaWarpgroupsForTest(warpgroups);
-    // The producer-fed GEMMs (moe_gemm_tma), where the device has tensor maps and the experts'
-    // parts take them (a gate/up split at a width that is a multiple of their 128-row boxes).
-    const int64_t tma_before = hip::MoeGemmTmaLaunches();
-    gpu_->SetMoeGemmTmaForTest(true);
-    a.out = tma_out.floats();
-    ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
-    scratch.EndPass();
+    // The producer-fed GEMMs (moe_gemm_tma, both variants), where the device has tensor maps
+    // and the experts' parts take them (a gate/up split at a width that is a multiple of their
+    // boxes' rows).
+    std::vector<DeviceBuffer> tma_outs;
+    std::vector<bool> tma_ran;
+    for (const int variant : {1, 2}) {
+      const int64_t tma_before = hip::MoeGemmTmaLaunches();
+      gpu_->SetMoeGemmTmaForTest(variant);
+      tma_outs.push_back(Up(out0));
+      a.out = tma_outs.back().floats();
+      ASSERT_TRUE(gpu_->MoeExperts(a, scratch).ok()) << gpu_->status();
+      scratch.EndPass();
+      tma_ran.push_back(hip::MoeGemmTmaLaunches() > tma_before);
+      const bool tma_expected =
+          hip::MoeGemmTmaSupported() && gemm_path && wgmma &&
+          (!s.two_parts || s.width % hip::MoeGemmTmaBoxRows(variant, true) == 0);
+      EXPECT_EQ(tma_ran.back(), tma_expected) << "variant " << variant;
+    }
     gpu_->SetMoeGemmTmaForTest(HipKernelBackendOptions().moe_gemm_tma);
-    const bool tma_expected = hip::MoeGemmTmaSupported() && gemm_path && wgmma &&
-                              (!s.two_parts || s.width % hip::MoeGemmTmaBoxRows(true) == 0);
     a.out = def_out.floats();
     ASSERT_TRUE(gpu_->KernelBackend::MoeExperts(a, scratch).ok()) << gpu_->status();
     ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
@@ -177,8 +186,10 @@ TEST_F(HipMoeExpertsTest, PrefillPathMatchesCpuAndTheDefaultAndRepeatsItsBits) {
     const std::vector<float> other = Down(other_out, out0.size());
     EXPECT_TRUE(SameBits(Down(again_out, out0.size()), dev)) << "a second call";
     EXPECT_TRUE(SameBits(Down(wg_out, out0.size()), dev)) << "two and three warpgroups";
-    EXPECT_TRUE(SameBits(Down(tma_out, out0.size()), dev)) << "the producer-fed GEMMs";
-    EXPECT_EQ(hip::MoeGemmTmaLaunches() > tma_before, tma_expected);
+    for (size_t i = 0; i < tma_outs.size(); ++i) {
+      EXPECT_TRUE(SameBits(Down(tma_outs[i], out0.size()), dev))
+          << "the producer-fed GEMMs, variant " << i + 1;
+    }
     if (!gemm_path) {
       EXPECT_TRUE(SameBits(dev, def)) << "the default serves";
     }
