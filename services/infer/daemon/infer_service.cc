@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status/grpc_status.h"
 #include "common/status/status_macros.h"
@@ -178,7 +180,12 @@ InferServiceImpl::InferServiceImpl(const ServedModel* model, Scheduler* schedule
       pool_(pool),
       cache_connected_(std::move(cache_connected)),
       options_(options),
-      grammars_(options.grammar_cache_entries, options.grammar_cache_key_bytes) {}
+      grammars_(options.grammar_cache_entries, options.grammar_cache_key_bytes),
+      id_prefix_(absl::StrFormat("gen-%08x-", std::random_device{}())) {}
+
+std::string InferServiceImpl::NewRequestId() const {
+  return absl::StrCat(id_prefix_, next_id_.fetch_add(1, std::memory_order_relaxed));
+}
 
 absl::Status InferServiceImpl::NeedTokenizer() const {
   if (model_->tokenizer() != nullptr) return absl::OkStatus();
@@ -239,7 +246,7 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     return absl::InvalidArgumentError(
         absl::StrCat("conversation is longer than ", options_.max_label_bytes, " bytes"));
   }
-  out.id = request.request_id();
+  out.id = request.request_id().empty() ? NewRequestId() : request.request_id();
   out.conversation = request.conversation();
   const int64_t vocab = model_->model()->info().vocab_size;
   const bool formatted = HasResponseFormat(request);

@@ -1,9 +1,11 @@
 #ifndef CAIRN_SERVICES_INFER_DAEMON_INFER_SERVICE_H_
 #define CAIRN_SERVICES_INFER_DAEMON_INFER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,7 +72,10 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
   // model folder lacks for text or chat prompts without a tokenizer or template. Sets the
   // fields of `parser` the prompt decides: whether the answer starts inside reasoning, and the
   // prompt's tail the answer continues (a forced tool call's opening), and, for a response
-  // format, that the text is content only.
+  // format, that the text is content only. An empty request_id is replaced by a generated
+  // one, "gen-" and 8 hex digits chosen at random when the service starts, "-" and a decimal
+  // counter ("gen-1f3a9c07-42"): unique within the daemon's run and unlikely to repeat across
+  // runs; never empty.
   absl::StatusOr<GenerateRequest> Prepare(const v1::GenerateRequest& request,
                                           text::OutputParserOptions* parser) const;
 
@@ -86,6 +91,8 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
   absl::StatusOr<std::unique_ptr<TokenConstraint>> MakeConstraint(
       const v1::GenerateRequest& request, const std::vector<int32_t>& stop_ids) const;
   absl::Status NeedTokenizer() const;
+  // A request id for a request that gave none (see Prepare).
+  std::string NewRequestId() const;
 
   const ServedModel* const model_;
   Scheduler* const scheduler_;
@@ -94,6 +101,9 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
   const InferServiceOptions options_;
   // Structured outputs' and tool calls' grammars, by the schema or tools they came from.
   mutable text::GrammarCache grammars_;
+  // Generated request ids: this run's prefix and the next number.
+  const std::string id_prefix_;
+  mutable std::atomic<uint64_t> next_id_{1};
 };
 
 }  // namespace cairn::infer

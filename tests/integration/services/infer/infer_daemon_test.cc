@@ -368,6 +368,25 @@ TEST_F(InferDaemonErrorsTest, ModelInfoAndSlots) {
   EXPECT_EQ(slots.slots(0).tokens(), 21u);  // The prompt and the first generated token.
 }
 
+// A request without a request_id gets one of the daemon's (the gateway sends none); one the
+// client gives comes back as it is.
+TEST_F(InferDaemonErrorsTest, AnEmptyRequestIdIsGeneratedAndAGivenOneKept) {
+  const std::vector<int32_t> prompt = RandomTokens(10, kVocab, 3);
+  GenerateResult a = Generate(*stub_, TokenRequest(prompt, 1));
+  GenerateResult b = Generate(*stub_, TokenRequest(prompt, 1));
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  EXPECT_THAT(a.started.request_id(), ::testing::MatchesRegex("gen-[0-9a-f]{8}-[0-9]+"));
+  EXPECT_THAT(b.started.request_id(), ::testing::MatchesRegex("gen-[0-9a-f]{8}-[0-9]+"));
+  EXPECT_NE(a.started.request_id(), b.started.request_id());
+
+  v1::GenerateRequest named = TokenRequest(prompt, 1);
+  named.set_request_id("client-7");
+  GenerateResult c = Generate(*stub_, named);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.started.request_id(), "client-7");
+}
+
 TEST_F(InferDaemonTextTest, ChatRequestRendersTokenizesAndStreamsWholeText) {
   v1::GenerateRequest req;
   v1::ChatMessage* m = req.mutable_chat()->add_messages();
