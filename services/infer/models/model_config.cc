@@ -136,8 +136,16 @@ absl::Status ParseRope(const Json& t, double default_partial_rotary, bool reads_
   }
   // Qwen3's rotary embedding rotates the whole head whatever the config says.
   if (!reads_partial_rotary) c.partial_rotary_factor = 1.0;
-  c.rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   if (c.rope_theta <= 0) return absl::InvalidArgumentError("rope_theta must be > 0");
+  // The rotary dims are int(head_dim * factor), as transformers computes them; the product is
+  // range-checked before the conversion, which is undefined past int's range.
+  const double rotary_dims = c.head_dim * c.partial_rotary_factor;
+  if (!(rotary_dims >= 1 && rotary_dims < c.head_dim + 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "partial_rotary_factor ", c.partial_rotary_factor, " gives ", rotary_dims,
+        " rotary dims for head_dim ", c.head_dim, "; it must give 1 to head_dim"));
+  }
+  c.rotary_dim = static_cast<int>(rotary_dims);
   if (c.rotary_dim <= 0 || c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat("partial_rotary_factor ",
                                                    c.partial_rotary_factor, " gives rotary dim ",
@@ -384,7 +392,16 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
           if (!v.is_number_integer()) {
             return absl::InvalidArgumentError("mlp_only_layers holds a non-integer");
           }
-          c.mlp_only_layers.push_back(v.get<int>());
+          // In int's range, not wrapped into it (2^32 + 2 is not layer 2); a layer index past
+          // the layers is allowed and names none, as transformers reads the list.
+          if (v.is_number_unsigned()
+                  ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
+                  : v.get<int64_t>() < std::numeric_limits<int>::min() ||
+                        v.get<int64_t>() > std::numeric_limits<int>::max()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("mlp_only_layers holds an out-of-range layer index: ", v.dump()));
+          }
+          c.mlp_only_layers.push_back(static_cast<int>(v.get<int64_t>()));
         }
       }
     } else {

@@ -324,6 +324,37 @@ TEST(ModelConfigTest, OutOfRangeValuesAreInvalidNamingTheField) {
   EXPECT_THAT(eps.status().message(), HasSubstr("rms_norm_eps"));
 }
 
+// Config numbers that become integers are range-checked before the conversion: a huge
+// partial_rotary_factor (head_dim * factor past int's range is undefined behaviour when
+// converted), and an mlp_only_layers entry past int (2^32 + 2 would wrap to layer 2).
+TEST(ModelConfigTest, NumbersConvertedToIntegersAreRangeCheckedNamingTheField) {
+  for (const char* factor : {"1e300", "-1e300", "3e9", "-0.5"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(
+        absl::StrCat(R"({"model_type": "qwen3_5_text", "partial_rotary_factor": )", factor, "}"));
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << factor;
+    EXPECT_THAT(c.status().message(), HasSubstr("partial_rotary_factor")) << factor;
+  }
+  absl::StatusOr<HybridConfig> nested = ParseHybridConfig(
+      R"({"model_type": "qwen3_5", "text_config": {"rope_parameters": {"rope_type": "default",
+          "partial_rotary_factor": 1e300}}})");
+  EXPECT_THAT(nested.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(nested.status().message(), HasSubstr("text_config.partial_rotary_factor"));
+
+  for (const char* layer : {"4294967298", "-4294967294", "18446744073709551615"}) {
+    absl::StatusOr<HybridConfig> c = ParseHybridConfig(absl::StrCat(
+        R"({"model_type": "qwen3_next", "num_experts": 4, "num_experts_per_tok": 2,
+            "mlp_only_layers": [)",
+        layer, "]}"));
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << layer;
+    EXPECT_THAT(c.status().message(), HasSubstr("mlp_only_layers")) << layer;
+  }
+  // A factor that rounds into head_dim is still read as transformers reads it.
+  absl::StatusOr<HybridConfig> near_one = ParseHybridConfig(
+      R"({"model_type": "qwen3_5_text", "head_dim": 16, "partial_rotary_factor": 1.01})");
+  ASSERT_TRUE(near_one.ok()) << near_one.status();
+  EXPECT_EQ(near_one->rotary_dim, 16);
+}
+
 TEST(ModelConfigTest, RopeScalingIsUnimplemented) {
   absl::StatusOr<HybridConfig> c = ParseHybridConfig(
       R"({"model_type": "qwen3_5_text", "rope_parameters": {"rope_type": "yarn"}})");
