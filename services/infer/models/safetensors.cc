@@ -13,6 +13,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -138,6 +139,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const uint64_t data_size = size - 8 - header_len;
   nlohmann::json header =
       nlohmann::json::parse(bytes + 8, data, nullptr, /*allow_exceptions=*/false);
+  struct DataRange {
+    uint64_t begin;
+    uint64_t end;
+    std::string name;
+    bool operator<(const DataRange& o) const {
+      return std::tie(begin, end, name) < std::tie(o.begin, o.end, o.name);
+    }
+  };
+  std::vector<DataRange> ranges;
   if (header.is_discarded() || !header.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(base, ": header is not a JSON object"));
   }
@@ -186,7 +196,32 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
                                                      ShapeText(t.shape), " of ", t.dtype_name));
     }
     t.data = data + begin;
+    // The format pads the header so that every tensor is aligned, but a writer that does not
+    // (an unpadded header, odd offsets) would leave one we read through typed pointers
+    // misaligned: such a tensor is read from an aligned copy instead.
+    const int readable_size = DTypeSize(t.dtype);
+    if (readable_size > 0 && t.bytes > 0 &&
+        reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(readable_size) != 0) {
+      auto copy = std::make_unique<uint64_t[]>((static_cast<size_t>(t.bytes) + 7) / 8);
+      std::memcpy(copy.get(), t.data, static_cast<size_t>(t.bytes));
+      t.data = reinterpret_cast<const uint8_t*>(copy.get());
+      file->aligned_copies_.push_back(std::move(copy));
+    }
+    ranges.push_back({begin, end, t.name});
     file->tensors_.emplace(t.name, std::move(t));
+  }
+  // No two tensors may share bytes (the format forbids it: one would alias another). Gaps
+  // between tensors and bytes past the last one are accepted, as they always were here.
+  std::sort(ranges.begin(), ranges.end());
+  const DataRange* previous = nullptr;
+  for (const DataRange& r : ranges) {
+    if (r.begin == r.end) continue;  // An empty tensor shares no bytes.
+    if (previous != nullptr && r.begin < previous->end) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          base, ": tensors ", previous->name, " [", previous->begin, ", ", previous->end, ") and ",
+          r.name, " [", r.begin, ", ", r.end, ") overlap; every tensor must have its own bytes"));
+    }
+    if (previous == nullptr || r.end > previous->end) previous = &r;
   }
   return file;
 }

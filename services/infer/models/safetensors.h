@@ -39,9 +39,13 @@ struct TensorView {
 class SafetensorsFile {
  public:
   // Maps `path` and parses its header. InvalidArgument naming the file for a bad header,
-  // offsets that disagree with the shape and dtype, or data past the end of the file (a
-  // truncated file); NotFound when it does not exist. Tensors of dtypes Cairn does not read
-  // (DType::kOther) are listed; ReadAsF32 and the model's loader refuse them by name.
+  // offsets that disagree with the shape and dtype, data past the end of the file (a
+  // truncated file), or tensors whose bytes overlap (naming both); NotFound when it does not
+  // exist. Gaps between tensors are accepted. Tensors of dtypes Cairn does not read
+  // (DType::kOther) are listed; ReadAsF32 and the model's loader refuse them by name. An F32,
+  // F16 or BF16 tensor whose data is not aligned to its element size in the mapping (a writer
+  // that did not pad the header to 8 bytes) is copied to aligned memory the file owns, so
+  // every view's `data` may be read through pointers of its element type.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -55,6 +59,8 @@ class SafetensorsFile {
   void* map_ = nullptr;
   size_t map_size_ = 0;
   std::map<std::string, TensorView> tensors_;
+  // Aligned copies of the tensors whose data in the mapping is misaligned.
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;
 };
 
 // All tensors of a Hugging Face checkpoint folder: the shards named by

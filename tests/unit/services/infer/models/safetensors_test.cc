@@ -37,6 +37,16 @@ std::string WriteOne(const std::string& name, const std::string& dtype, const st
   return path;
 }
 
+// Writes a safetensors file with the header text `header` as it is (no padding) and `data`.
+std::string WriteRaw(const std::string& name, const std::string& header, const std::string& data) {
+  const std::string path = TempPath(name);
+  std::ofstream out(path, std::ios::binary);
+  uint64_t len = header.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << header << data;
+  return path;
+}
+
 TEST(SafetensorsTest, AStoreOfViewsFindsThemAndRefusesDuplicatesAndWrongSizes) {
   const std::vector<uint16_t> bits = {0x3f80, 0x4000, 0x4040, 0x4080};  // 1, 2, 3, 4 in bf16.
   TensorView v;
@@ -173,6 +183,69 @@ TEST(SafetensorsTest, Bf16RoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
   // 1 + 2^-8 is halfway between two bf16 values; ties go to the even mantissa (1.0).
   EXPECT_EQ(FloatToBf16(1.0f + 1.0f / 256.0f), 0x3f80);
+}
+
+// The format forbids tensors sharing bytes: a file whose tensors overlap (or alias one
+// another whole) is refused naming both, while gaps between tensors stay accepted.
+TEST(SafetensorsTest, OverlappingTensorsAreRefusedNamingBoth) {
+  const std::string data(16, '\0');
+  const std::string overlap = WriteRaw("overlap",
+                                       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                       data);
+  const std::string alias = WriteRaw("alias",
+                                     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                                     R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[8,16]}})",
+                                     data);
+  const std::string inside = WriteRaw("inside",
+                                      R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                      R"("b":{"dtype":"I8","shape":[1],"data_offsets":[15,16]},)"
+                                      R"("c":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+                                      data);
+  const std::string gaps = WriteRaw("gaps",
+                                    R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                    R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+                                    R"("e":{"dtype":"F32","shape":[0],"data_offsets":[2,2]}})",
+                                    data);
+
+  for (const std::string& path : {overlap, alias, inside}) {
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(path);
+    EXPECT_THAT(f.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << path;
+    EXPECT_THAT(f.status().message(), HasSubstr("overlap")) << path;
+    EXPECT_THAT(f.status().message(), HasSubstr("tensors a [")) << path;
+  }
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(gaps);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->tensors().size(), 3u);
+}
+
+// A writer that does not pad the header leaves tensors misaligned in the mapping: they are
+// read from aligned copies holding the same bytes.
+TEST(SafetensorsTest, MisalignedTensorsAreReadFromAlignedCopies) {
+  const float f32[2] = {1.5f, -2.25f};
+  const uint16_t bf16[2] = {FloatToBf16(3.0f), FloatToBf16(-0.5f)};
+  std::string data = "x";  // One I8 byte first: the F32 tensor starts at data offset 1.
+  data.append(reinterpret_cast<const char*>(f32), 8);
+  data.append(reinterpret_cast<const char*>(bf16), 4);
+  std::string header = R"({"i":{"dtype":"I8","shape":[1],"data_offsets":[0,1]},)"
+                       R"("f":{"dtype":"F32","shape":[2],"data_offsets":[1,9]},)"
+                       R"("h":{"dtype":"BF16","shape":[2],"data_offsets":[9,13]}})";
+  while ((8 + header.size()) % 8 != 0) header.push_back(' ');  // Data at an aligned start.
+  const std::string path = WriteRaw("misaligned", header, data);
+
+  absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
+
+  ASSERT_TRUE(file.ok()) << file.status();
+  const TensorView& f = (*file)->tensors().at("f");
+  const TensorView& h = (*file)->tensors().at("h");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(f.data) % alignof(float), 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(h.data) % alignof(uint16_t), 0u);
+  EXPECT_EQ(std::memcmp(f.data, f32, 8), 0);
+  EXPECT_EQ(std::memcmp(h.data, bf16, 4), 0);
+  EXPECT_EQ(reinterpret_cast<const float*>(f.data)[1], -2.25f);
+  absl::StatusOr<std::vector<float>> wide = ReadAsF32(h, {2});
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(*wide, (std::vector<float>{3.0f, -0.5f}));
 }
 
 }  // namespace
