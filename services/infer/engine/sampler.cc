@@ -86,14 +86,36 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
   SampledToken result;
 
   // Log-probabilities of the raw distribution, only when they are reported (an exp per
-  // vocabulary entry is a visible share of a decode step).
+  // vocabulary entry is a visible share of a decode step). A NaN logit has probability 0, as
+  // the choice below treats it; +inf logits share all of the probability.
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   float log_norm = 0.0f;
+  int64_t infinite = 0;
   if (options_.logprobs > 0) {
-    const float raw_max = *std::max_element(logits.begin(), logits.end());
-    double raw_sum = 0.0;
-    for (float l : logits) raw_sum += std::exp(static_cast<double>(l - raw_max));
-    log_norm = raw_max + static_cast<float>(std::log(raw_sum));
+    float raw_max = -kInf;
+    for (float l : logits) {
+      if (l > raw_max) raw_max = l;  // False for NaN.
+      if (l == kInf) ++infinite;
+    }
+    log_norm = raw_max;
+    if (std::isfinite(raw_max)) {
+      double raw_sum = 0.0;
+      for (float l : logits) {
+        if (!std::isnan(l)) raw_sum += std::exp(static_cast<double>(l - raw_max));
+      }
+      log_norm = raw_max + static_cast<float>(std::log(raw_sum));
+    }
   }
+  // The reported logprob of a token of logit `l`, floored at kMinLogprob.
+  auto logprob = [&](float l) {
+    float v = -kInf;  // No finite logit and no +inf one: every token is as unlikely.
+    if (infinite > 0) {
+      v = l == kInf ? -static_cast<float>(std::log(static_cast<double>(infinite))) : -kInf;
+    } else if (std::isfinite(log_norm)) {
+      v = l - log_norm;  // NaN for a NaN logit.
+    }
+    return v >= kMinLogprob ? v : kMinLogprob;
+  };
 
   // Penalties, on a copy. A NaN logit (a broken checkpoint's overflow) is never chosen: it
   // would leave no order to sort by.
@@ -202,15 +224,17 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
   }
 
   result.id = chosen;
-  if (options_.logprobs > 0) result.logprob = logits[chosen] - log_norm;
   if (options_.logprobs > 0) {
+    result.logprob = logprob(logits[chosen]);
     const int32_t n = std::min(options_.logprobs, vocab);
     std::vector<int32_t> top(vocab);
     std::iota(top.begin(), top.end(), 0);
+    // Ordered as NaN were -infinity: a NaN in the comparison would leave no order to sort by.
+    auto key = [&](int32_t id) { return std::isnan(logits[id]) ? -kInf : logits[id]; };
     std::partial_sort(top.begin(), top.begin() + n, top.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
     });
-    for (int32_t i = 0; i < n; ++i) result.top.emplace_back(top[i], logits[top[i]] - log_norm);
+    for (int32_t i = 0; i < n; ++i) result.top.emplace_back(top[i], logprob(logits[top[i]]));
   }
   ++generated_[chosen];
   if (options_.repetition_penalty != 1.0f) seen_[chosen] = true;

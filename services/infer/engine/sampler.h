@@ -33,10 +33,17 @@ struct SamplingOptions {
 // outside [-2, 2] or NaN, more than `max_logprobs` alternatives).
 absl::Status ValidateSamplingOptions(const SamplingOptions& options, int max_logprobs);
 
+// The lowest logprob reported: that of a token whose probability is 0 (a -infinity or NaN
+// logit) or too small for a float's logarithm. Reported logprobs are never NaN or infinite.
+inline constexpr float kMinLogprob = -9999.0f;
+
 struct SampledToken {
   int32_t id = 0;
-  float logprob = 0.0f;                        // log softmax of the raw logits.
-  std::vector<std::pair<int32_t, float>> top;  // The best alternatives with their logprobs.
+  // The log softmax of the raw logits, a NaN logit counting as probability 0 and +infinity
+  // ones sharing all of it, floored at kMinLogprob.
+  float logprob = 0.0f;
+  // The best alternatives with their logprobs (as `logprob`), a NaN logit ranked as -infinity.
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 // Chooses tokens for one request. A seeded sampler draws the same tokens for the same logits:

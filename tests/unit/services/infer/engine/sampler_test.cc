@@ -308,6 +308,43 @@ TEST(SamplerTest, NonFiniteLogitsGiveAWellDefinedChoice) {
   EXPECT_EQ(penalised.Sample({-5.0f, 0.0f, 4.0f, 3.0f}).id, 2);
 }
 
+// Reported logprobs are never NaN or infinite (the gateway writes them as JSON numbers): a
+// NaN logit has probability 0, +inf logits share all of it, and a token of probability 0 (or
+// one too small for a float) reports kMinLogprob.
+TEST(SamplerTest, LogprobsAreFiniteWhateverTheLogits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingOptions o;
+  o.logprobs = 4;
+
+  Sampler with_nan(o, {});
+  SampledToken a = with_nan.Sample({nan, 0.0f, 0.0f, -inf});
+  EXPECT_EQ(a.id, 1);
+  EXPECT_NEAR(a.logprob, -std::log(2.0), 1e-6);
+  ASSERT_EQ(a.top.size(), 4u);
+  EXPECT_EQ(a.top[0], (std::pair<int32_t, float>{1, a.logprob}));
+  EXPECT_EQ(a.top[1], (std::pair<int32_t, float>{2, a.logprob}));
+  EXPECT_EQ(a.top[2], (std::pair<int32_t, float>{0, kMinLogprob}));  // NaN ranks as -inf.
+  EXPECT_EQ(a.top[3], (std::pair<int32_t, float>{3, kMinLogprob}));
+
+  Sampler with_inf(o, {});
+  SampledToken b = with_inf.Sample({1.0f, inf, nan, inf});
+  EXPECT_EQ(b.id, 1);
+  EXPECT_NEAR(b.logprob, -std::log(2.0), 1e-6);
+  EXPECT_EQ(b.top[2], (std::pair<int32_t, float>{0, kMinLogprob}));
+
+  Sampler all_nan(o, {});
+  SampledToken c = all_nan.Sample({nan, nan, -inf});
+  EXPECT_EQ(c.logprob, kMinLogprob);
+  for (const auto& [id, lp] : c.top) EXPECT_EQ(lp, kMinLogprob) << id;
+
+  Sampler extreme(o, {});
+  SampledToken d = extreme.Sample({3e38f, -3e38f});
+  EXPECT_EQ(d.id, 0);
+  EXPECT_EQ(d.logprob, 0.0f);
+  EXPECT_EQ(d.top[1], (std::pair<int32_t, float>{1, kMinLogprob}));
+}
+
 TEST(SamplerTest, ValidationNamesTheField) {
   SamplingOptions o;
   o.temperature = std::nanf("");
