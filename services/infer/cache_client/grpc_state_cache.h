@@ -40,6 +40,8 @@ struct GrpcStateCacheOptions {
   // restore for its lease to become ready.
   absl::Duration spill_wait = absl::Seconds(10);
   absl::Duration lease_wait = absl::Seconds(30);
+  // How often a restore waiting for its lease checks whether its request was cancelled.
+  absl::Duration cancel_poll = absl::Milliseconds(20);
   uint32_t lease_ms = 30000;  // Requested restore lease.
   // Idle-spill work is done this many chunks at a time between the scheduler's checks.
   int idle_spill_chunks_per_slice = 4;
@@ -91,7 +93,8 @@ class GrpcStateCache final : public StateCache {
   absl::Status StartSlot(int slot, bool cold, const std::string& conversation,
                          KvMemory* memory) override;
   absl::StatusOr<RestoreStats> Restore(uint64_t checkpoint_id, int slot,
-                                       const std::string& conversation, KvMemory* memory) override;
+                                       const std::string& conversation, KvMemory* memory,
+                                       const RestoreLimits& limits) override;
   absl::Status UpdateFrontier(int slot, absl::Span<const int32_t> appended,
                               int64_t expected_depth) override;
   absl::Status Capture(int slot, int64_t depth, CapturePointKind kind,

@@ -147,7 +147,8 @@ absl::Status GrpcStateCache::StartSlot(int slot, bool cold, const std::string& c
 
 absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int slot,
                                                      const std::string& conversation,
-                                                     KvMemory* memory) {
+                                                     KvMemory* memory,
+                                                     const RestoreLimits& limits) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Current());
   const uint64_t generation = generation_.load();
   RestoreStats stats;
@@ -199,7 +200,10 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
   if (!spilled.ok()) return EndSession(s, fail(spilled));
   if (!lease.ready()) {
     // Rows still borrowed in other slots are being spilled; ours among them are done here.
-    const absl::Time deadline = absl::Now() + options_.lease_wait;
+    // Also bounded by the request: giving up a lease that is not ready is the protocol's
+    // ReleaseLease (the server forgets the restore), which leaves the session as it was.
+    const absl::Time deadline = std::min(absl::Now() + options_.lease_wait, limits.deadline);
+    absl::Status given_up;
     while (true) {
       std::optional<v1::SpillRequest> work;
       std::optional<v1::LeaseReady> answer;
@@ -217,15 +221,28 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
             spills_.pop_front();
             break;
           }
-          const absl::Duration left = deadline - absl::Now();
-          if (left <= absl::ZeroDuration()) break;
-          cv_.WaitWithTimeout(&mu_, left);
+          if (limits.cancelled && limits.cancelled()) {
+            given_up = absl::CancelledError("the request was cancelled while its restore waited");
+            break;
+          }
+          const absl::Time now = absl::Now();
+          if (now >= deadline) {
+            if (deadline == limits.deadline) {
+              given_up = absl::DeadlineExceededError(
+                  "the request's deadline passed while its restore waited");
+            }
+            break;
+          }
+          cv_.WaitWithTimeout(&mu_, limits.cancelled
+                                        ? std::min(deadline - now, options_.cancel_poll)
+                                        : deadline - now);
         }
       }
       if (work.has_value()) {
         DoSpill(s, *work, memory);
         continue;
       }
+      if (!given_up.ok()) return fail(given_up);
       if (!answer.has_value()) {
         return EndSession(s, fail(absl::UnavailableError("restore lease never became ready")));
       }

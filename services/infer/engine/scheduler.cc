@@ -422,8 +422,14 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
     s.state = SlotSnapshot::State::kRestoring;
     PublishSnapshot();
     const absl::Time t0 = absl::Now();
+    // A restore waiting for other slots' rows holds this thread, so every other request, up
+    // to the cache client's lease wait; it ends sooner when this request's does.
+    RestoreLimits limits;
+    limits.deadline = a.req.deadline;
+    const RequestSink* sink = a.req.sink.get();
+    limits.cancelled = [sink] { return sink->Cancelled(); };
     absl::StatusOr<RestoreStats> r =
-        cache_->Restore(restore->checkpoint_id, slot, a.req.conversation, memory_);
+        cache_->Restore(restore->checkpoint_id, slot, a.req.conversation, memory_, limits);
     a.report.restore_ms = Ms(absl::Now() - t0);
     if (r.ok() && r->depth != restore->depth) {
       // A cache that restored another depth than it offered: the slot's state does not match

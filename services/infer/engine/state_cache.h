@@ -2,6 +2,7 @@
 #define CAIRN_SERVICES_INFER_ENGINE_STATE_CACHE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,13 @@ struct RestoreStats {
   absl::Duration copy;  // Copying and verifying the bytes.
 };
 
+// What bounds a restore's waits besides the cache's own limits: the request's deadline, and
+// whether its client has gone away (polled; null: never).
+struct RestoreLimits {
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> cancelled;
+};
+
 // The inference side of the checkpoint cache (docs/architecture.md §5), as the scheduler sees it:
 // the cache daemon's client implements it; without a cache daemon there is none. Every call runs on
 // the scheduler thread, which owns `memory`, and may block for a bounded time (an RPC deadline).
@@ -90,10 +98,12 @@ class StateCache {
   // preserving its borrowed rows): leases it, waits for the rows other slots still hold, copies
   // and verifies the bytes, validates the slot. On error the slot is empty (reset) and the
   // caller prefills cold; DataLoss for a checksum mismatch, Unavailable when the cache went
-  // away, NotFound when the checkpoint is gone.
+  // away, NotFound when the checkpoint is gone. The wait for other slots' rows also ends at
+  // `limits`: DeadlineExceeded at its deadline, Cancelled once its client is gone (the lease
+  // is given back and the session goes on).
   virtual absl::StatusOr<RestoreStats> Restore(uint64_t checkpoint_id, int slot,
-                                               const std::string& conversation,
-                                               KvMemory* memory) = 0;
+                                               const std::string& conversation, KvMemory* memory,
+                                               const RestoreLimits& limits) = 0;
 
   // Tells the cache that `slot` computed `appended` tokens past depth `expected_depth`.
   virtual absl::Status UpdateFrontier(int slot, absl::Span<const int32_t> appended,

@@ -5,13 +5,16 @@
 // for another slot's borrowed rows, preservation before a slot is overwritten, idle spills in
 // the background, and a restarted cache daemon whose old checkpoint ids are never used.
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/engine/slot_kv_memory.h"
@@ -20,6 +23,8 @@
 
 namespace cairn::infer {
 namespace {
+
+using ::cairn::testing::StatusIs;
 
 constexpr int kSlots = 2;
 constexpr int64_t kMaxRows = 2048;
@@ -211,11 +216,66 @@ TEST_F(CacheClientTest, RestoreIntoAnotherSlotWaitsForTheBorrowedRows) {
   EXPECT_EQ(depth, 600);
 
   // The lease is ready only after this client spilled slot 0's rows, which Restore does itself.
-  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->depth, 600);
   driver_->ExpectHolds(1, a);
   driver_->ExpectHolds(0, a);  // The spill copied; slot 0 is unchanged.
+}
+
+// A restore whose lease waits for rows another daemon's slot still holds ends when its
+// request does (the waits hold the scheduler's thread): Cancelled once the client is gone,
+// DeadlineExceeded at the request's deadline, each long before the client's lease wait, and
+// the session goes on (a lease that is not ready is given back, not the session ended).
+TEST_F(CacheClientTest, ARestoreWaitingForItsLeaseEndsWithItsRequest) {
+  Driver other(server_->address());
+  ASSERT_TRUE(other.cache().WaitConnected(absl::Seconds(10)));
+  // 600 tokens: two full chunks stay borrowed in the other daemon's slot 0, which never spills
+  // them while this test does not drive it.
+  const std::vector<int32_t> a = Tokens(1, 600);
+  other.PrefillAndCapture(0, "a", a);
+  int64_t depth = 0;
+  const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(2, 10)), &depth);
+  ASSERT_NE(id, 0u);
+  const uint64_t generation = driver_->cache().generation();
+
+  std::atomic<bool> gone{false};
+  RestoreLimits cancelled;
+  cancelled.cancelled = [&gone] { return gone.load(); };
+  std::thread client([&gone] {
+    absl::SleepFor(absl::Milliseconds(200));
+    gone.store(true);
+  });
+  absl::Time t0 = absl::Now();
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv(), cancelled);
+  client.join();
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+
+  RestoreLimits deadline;
+  deadline.deadline = absl::Now() + absl::Milliseconds(200);
+  t0 = absl::Now();
+  r = driver_->cache().Restore(id, 1, "a", &driver_->kv(), deadline);
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+
+  EXPECT_TRUE(driver_->cache().connected());
+  EXPECT_EQ(driver_->cache().generation(), generation);
+  // Once the other daemon spills its rows, the same checkpoint restores on the same session.
+  std::atomic<bool> restored{false};
+  std::thread restore([&] {
+    absl::StatusOr<RestoreStats> ok = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
+    restored.store(true);
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ(ok->depth, 600);
+  });
+  while (!restored.load()) {
+    other.cache().RunBackgroundWork(&other.kv(), absl::Milliseconds(100));
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  restore.join();
+  driver_->ExpectHolds(1, a);
+  EXPECT_EQ(driver_->cache().generation(), generation);
 }
 
 // A model without private state: its checkpoints are rows alone, and one at a chunk boundary
@@ -233,7 +293,7 @@ TEST_F(CacheClientTest, ARowsOnlyLayoutCapturesAndRestoresWithoutPrivateState) {
     EXPECT_EQ(depth, n);
 
     absl::StatusOr<RestoreStats> r =
-        rows.cache().Restore(id, 1, absl::StrCat("rows-", n), &rows.kv());
+        rows.cache().Restore(id, 1, absl::StrCat("rows-", n), &rows.kv(), {});
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->depth, n);
     rows.ExpectHolds(1, a);
@@ -252,7 +312,7 @@ TEST_F(CacheClientTest, ABorrowedCheckpointSurvivesItsSlotBeingOverwritten) {
   const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(5, 10)), &depth);
   ASSERT_NE(id, 0u);
   EXPECT_EQ(depth, 700);
-  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   driver_->ExpectHolds(1, a);
 }
@@ -278,7 +338,7 @@ TEST_F(CacheClientTest, ARefusedSlotStartNeverLetsAnotherConversationsRowsBeRest
   int64_t depth = 0;
   const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(12, 5)), &depth);
   if (id != 0) {
-    absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+    absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
     if (r.ok()) driver_->ExpectHolds(1, a);
   }
 }
@@ -305,7 +365,7 @@ TEST_F(CacheClientTest, IdleSpillsRunInTheBackgroundAndThenTheSlotIsNotNeeded) {
   int64_t depth = 0;
   const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(7, 3)), &depth);
   ASSERT_NE(id, 0u);
-  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   driver_->ExpectHolds(1, a);
 }
@@ -383,7 +443,7 @@ void RestoreIntoSlot1(Driver& d, const std::vector<int32_t>& a) {
   int64_t depth = 0;
   const uint64_t id = d.RamCandidate(Concat(a, Tokens(7, 3)), &depth);
   ASSERT_NE(id, 0u);
-  absl::StatusOr<RestoreStats> r = d.cache().Restore(id, 1, "a", &d.kv());
+  absl::StatusOr<RestoreStats> r = d.cache().Restore(id, 1, "a", &d.kv(), {});
   ASSERT_TRUE(r.ok()) << r.status();
   d.ExpectHolds(1, a);
 }
@@ -444,7 +504,7 @@ TEST_F(CacheClientTest, ARestartedCacheNeverSeesAnOldCheckpointId) {
   EXPECT_NE(driver_->cache().generation(), generation);
 
   // The new daemon knows nothing of the old id; the restore fails cleanly and empties the slot.
-  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(old_id, 1, "a", &driver_->kv());
+  absl::StatusOr<RestoreStats> r = driver_->cache().Restore(old_id, 1, "a", &driver_->kv(), {});
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(driver_->kv().slot(1)->runnable());
   EXPECT_EQ(driver_->kv().slot(1)->position(), 0);
@@ -454,7 +514,7 @@ TEST_F(CacheClientTest, ARestartedCacheNeverSeesAnOldCheckpointId) {
   driver_->PrefillAndCapture(0, "a", a);
   const uint64_t id = driver_->RamCandidate(Concat(a, Tokens(9, 4)), &depth);
   ASSERT_NE(id, 0u);
-  absl::StatusOr<RestoreStats> again = driver_->cache().Restore(id, 1, "a", &driver_->kv());
+  absl::StatusOr<RestoreStats> again = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
   ASSERT_TRUE(again.ok()) << again.status();
   driver_->ExpectHolds(1, a);
 }

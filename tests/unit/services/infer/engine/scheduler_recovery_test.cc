@@ -130,8 +130,8 @@ class FailingRestoreCache final : public StateCache {
   absl::Status StartSlot(int, bool, const std::string&, KvMemory*) override {
     return absl::OkStatus();
   }
-  absl::StatusOr<RestoreStats> Restore(uint64_t, int slot, const std::string&,
-                                       KvMemory* memory) override {
+  absl::StatusOr<RestoreStats> Restore(uint64_t, int slot, const std::string&, KvMemory* memory,
+                                       const RestoreLimits&) override {
     ++restores_;
     if (absl::Status st = memory->Reset(slot); !st.ok()) return st;
     return absl::DataLossError("checksum mismatch in the checkpoint's rows");
@@ -172,7 +172,8 @@ class FailingLookupCache final : public StateCache {
     if (cold) cold_starts_at_.push_back(memory->slot(slot)->position());
     return absl::OkStatus();
   }
-  absl::StatusOr<RestoreStats> Restore(uint64_t, int, const std::string&, KvMemory*) override {
+  absl::StatusOr<RestoreStats> Restore(uint64_t, int, const std::string&, KvMemory*,
+                                       const RestoreLimits&) override {
     return absl::NotFoundError("no checkpoints here");
   }
   absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
