@@ -131,6 +131,19 @@ absl::StatusOr<int64_t> JsonInteger(const Json& j, const std::string& name, int6
     if (i < lo || i > hi) return absl::InvalidArgumentError(absl::StrCat(name, range));
     return i;
   }
+  if (j.is_number_float()) {
+    // A whole number written as a float ("max_tokens": 100.0) is that integer, as OpenAI's API
+    // and vLLM take it. Bounds are checked as doubles first: 2^63 and beyond, infinities and
+    // NaN never reach the cast (NaN fails every comparison, hence the negated form).
+    const double d = j.get<double>();
+    if (!(d >= -0x1p63 && d < 0x1p63)) return absl::InvalidArgumentError(absl::StrCat(name, range));
+    if (std::trunc(d) != d) {
+      return absl::InvalidArgumentError(absl::StrCat(name, range, ", not a fraction"));
+    }
+    const auto i = static_cast<int64_t>(d);
+    if (i < lo || i > hi) return absl::InvalidArgumentError(absl::StrCat(name, range));
+    return i;
+  }
   return absl::InvalidArgumentError(absl::StrCat(name, range, ", not ", JsonTypeName(j)));
 }
 

@@ -51,7 +51,8 @@ class JsonFields {
   absl::StatusOr<std::optional<bool>> Bool(absl::string_view key) const;
   // A finite number in [lo, hi]; integers are accepted.
   absl::StatusOr<std::optional<double>> Number(absl::string_view key, double lo, double hi) const;
-  // An integer in [lo, hi]; a fractional number or a string is an error.
+  // An integer in [lo, hi], also written as a whole float (100.0); a fraction, a string, or
+  // a float out of range (1e300) is an error.
   absl::StatusOr<std::optional<int64_t>> Integer(absl::string_view key, int64_t lo,
                                                  int64_t hi) const;
   // An array (nullptr when absent) with at most `max_items` entries.
@@ -69,7 +70,8 @@ class JsonFields {
 absl::Status ForEachObject(const Json& array, const std::string& field, size_t max_items,
                            const std::function<absl::Status(const JsonFields&)>& fn);
 
-// Reads `j` (named `name`) as an integer in [lo, hi].
+// Reads `j` (named `name`) as an integer in [lo, hi]: a JSON integer, or a float that is
+// exactly one (100.0, 1e2).
 absl::StatusOr<int64_t> JsonInteger(const Json& j, const std::string& name, int64_t lo, int64_t hi);
 
 }  // namespace cairn::gateway

@@ -60,6 +60,30 @@ TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
   EXPECT_FALSE(chat.options().has_enable_thinking());
 }
 
+// OpenAI's API and vLLM take a whole number written as a float where an integer is due.
+TEST(ChatMappingTest, IntegerFieldsTakeWholeFloats) {
+  GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}],
+      "max_tokens": 100.0, "n": 1.0, "top_k": 40.0, "seed": 5.0, "logprobs": true,
+      "top_logprobs": 2.0})");
+  absl::StatusOr<GenerationSpec> completion = ParseCompletionRequest(
+      Json::parse(R"({"prompt": [1.0, 2], "max_tokens": 7.0, "logprobs": 1.0})"), {});
+
+  EXPECT_EQ(spec.request.sampling().max_tokens(), 100u);
+  EXPECT_EQ(spec.request.sampling().top_k(), 40u);
+  EXPECT_EQ(spec.request.sampling().seed(), 5u);
+  EXPECT_EQ(spec.top_logprobs, 2u);
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_THAT(completion->request.token_ids().ids(), ::testing::ElementsAre(1u, 2u));
+  EXPECT_EQ(completion->request.sampling().max_tokens(), 7u);
+  EXPECT_EQ(completion->top_logprobs, 1u);
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": "U"}], "max_tokens": 100.5})")
+                .find("max_tokens must be an integer"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": "U"}], "seed": 1e300})")
+                .find("seed must be an integer"),
+            std::string::npos);
+}
+
 TEST(ChatMappingTest, TextPartsAreJoinedWithNewlines) {
   GenerationSpec spec = MustParse(R"({"messages": [
       {"role": "system", "content": [{"type": "text", "text": "Rules."}, {"type": "text", "text": "More."}]},

@@ -1,5 +1,7 @@
 #include "services/gateway/openai/json_util.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "common/json/json_scan.h"
@@ -88,6 +90,27 @@ TEST(JsonUtilTest, FieldReadersCheckTypesAndRangesAndNameTheField) {
   EXPECT_FALSE(f.String("missing", 10).value().has_value());
   absl::Status named = f.Integer("n", 0, 10).status();
   EXPECT_NE(named.message().find("req.n"), absl::string_view::npos) << named;
+}
+
+TEST(JsonUtilTest, WholeFloatsReadAsIntegersAndNothingElseDoes) {
+  Json j = Json::parse(R"({"whole": 100.0, "exp": 1e2, "neg": -1.0, "zero": -0.0, "half": 100.5,
+                           "huge": 1e300, "edge": 9223372036854775808.0, "big": 2e9})");
+  j["nan"] = std::numeric_limits<double>::quiet_NaN();
+  j["inf"] = std::numeric_limits<double>::infinity();
+  JsonFields f(j, "");
+
+  EXPECT_EQ(*f.Integer("whole", 1, 1000).value(), 100);
+  EXPECT_EQ(*f.Integer("exp", 1, 1000).value(), 100);
+  EXPECT_EQ(*f.Integer("neg", -1, 10).value(), -1);
+  EXPECT_EQ(*f.Integer("zero", 0, 10).value(), 0);
+  EXPECT_EQ(*f.Integer("big", 0, std::numeric_limits<int64_t>::max()).value(), 2000000000);
+  for (const char* key : {"half", "huge", "edge", "nan", "inf"}) {
+    absl::Status s = f.Integer(key, 0, std::numeric_limits<int64_t>::max()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(s.message().find(key), absl::string_view::npos) << s;
+  }
+  EXPECT_FALSE(f.Integer("big", 0, 1000).ok());
+  EXPECT_FALSE(f.Integer("neg", 0, 10).ok());
 }
 
 TEST(JsonUtilTest, DumpNeverThrowsOnInvalidUtf8) {
