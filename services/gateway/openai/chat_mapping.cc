@@ -1,6 +1,7 @@
 #include "services/gateway/openai/chat_mapping.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -14,6 +15,7 @@ namespace cairn::gateway {
 namespace {
 
 constexpr int64_t kMaxSeed = std::numeric_limits<int64_t>::max();
+constexpr double kNoLogprob = -9999.0;  // OpenAI's logprob of an impossible token.
 
 absl::Status Invalid(const std::string& field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
@@ -352,6 +354,11 @@ Json Bytes(const std::string& raw) {
   return out;
 }
 
+// A logprob as written in JSON. A token the model gives no probability (-inf) or an undefined
+// one (NaN) is written as -9999.0, as OpenAI writes impossible tokens: JSON has no infinity,
+// and the null nlohmann would write breaks SDKs that read a number.
+double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : kNoLogprob; }
+
 // The daemon always sends at least one alternative per token (it is asked for at least one, so
 // that the chosen token's logprob comes back); `top_n` keeps what the client asked for.
 Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLogprob>& lps,
@@ -361,11 +368,12 @@ Json LogprobsContent(const google::protobuf::RepeatedPtrField<infer_v1::TokenLog
     Json top = Json::array();
     for (const auto& alt : lp.top()) {
       if (top.size() >= top_n) break;
-      top.push_back(
-          {{"token", alt.text()}, {"logprob", alt.logprob()}, {"bytes", Bytes(alt.token_bytes())}});
+      top.push_back({{"token", alt.text()},
+                     {"logprob", LogprobValue(alt.logprob())},
+                     {"bytes", Bytes(alt.token_bytes())}});
     }
     content.push_back({{"token", lp.text()},
-                       {"logprob", lp.logprob()},
+                       {"logprob", LogprobValue(lp.logprob())},
                        {"bytes", Bytes(lp.token_bytes())},
                        {"top_logprobs", top}});
   }
@@ -557,13 +565,13 @@ class CompletionFormatter : public ResponseFormatter {
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array();
     for (const auto& lp : lps) {
       tokens.push_back(lp.text());
-      token_logprobs.push_back(lp.logprob());
+      token_logprobs.push_back(LogprobValue(lp.logprob()));
       Json alts = Json::object();
       for (const auto& alt : lp.top()) {
         if (alts.size() >= top_n) break;
-        alts[alt.text()] = alt.logprob();
+        alts[alt.text()] = LogprobValue(alt.logprob());
       }
-      if (!alts.contains(lp.text())) alts[lp.text()] = lp.logprob();
+      if (!alts.contains(lp.text())) alts[lp.text()] = LogprobValue(lp.logprob());
       top.push_back(alts);
     }
     return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};

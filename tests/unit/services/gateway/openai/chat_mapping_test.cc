@@ -1,5 +1,6 @@
 #include "services/gateway/openai/chat_mapping.h"
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -569,6 +570,52 @@ TEST(ChatMappingTest, LegacyLogprobsHoldWhatWasAskedForAndTheSampledToken) {
       EXPECT_EQ(lps["top_logprobs"][0].size(), expected) << asked;
       EXPECT_FLOAT_EQ(lps["top_logprobs"][0]["A"].get<float>(), -0.5f) << asked;
     }
+  }
+}
+
+// JSON has no infinity or NaN: a token of zero probability (-inf) or an undefined one (NaN)
+// is written as -9999.0, as OpenAI writes impossible tokens, never as null (SDKs read numbers).
+TEST(ChatMappingTest, LogprobsWithoutAFiniteValueAreWrittenAsOpenAisImpossibleToken) {
+  infer_v1::Delta d;
+  d.set_text("A");
+  auto* lp = d.add_logprobs();
+  lp->set_text("A");
+  lp->set_logprob(-std::numeric_limits<float>::infinity());
+  auto* alt = lp->add_top();
+  alt->set_text("B");
+  alt->set_logprob(std::numeric_limits<float>::quiet_NaN());
+  GenerationSpec chat = MustParse(R"({"messages": [{"role": "user", "content": "x"}],
+                                      "logprobs": true, "top_logprobs": 1})");
+  absl::StatusOr<GenerationSpec> completion =
+      ParseCompletionRequest(Json::parse(R"({"prompt": "x", "logprobs": 1})"), {});
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  auto chat_formatter = chat.make_formatter("served");
+  auto completion_formatter = completion->make_formatter("served");
+
+  const std::string chat_chunk = chat_formatter->StreamDelta(d);
+  const std::string completion_chunk = completion_formatter->StreamDelta(d);
+  chat_formatter->Collect(d);
+  completion_formatter->Collect(d);
+  const std::string chat_body =
+      DumpJson(chat_formatter->Body(MakeFinished(infer_v1::Finished::REASON_STOP)));
+  const std::string completion_body =
+      DumpJson(completion_formatter->Body(MakeFinished(infer_v1::Finished::REASON_STOP)));
+
+  for (const std::string& text : {chat_chunk.substr(6, chat_chunk.find("\n\n") - 6), chat_body}) {
+    const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << text;
+    const Json& content = j["choices"][0]["logprobs"]["content"][0];
+    EXPECT_EQ(content["logprob"], Json(-9999.0)) << text;
+    EXPECT_EQ(content["top_logprobs"][0]["logprob"], Json(-9999.0)) << text;
+  }
+  for (const std::string& text :
+       {completion_chunk.substr(6, completion_chunk.find("\n\n") - 6), completion_body}) {
+    const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << text;
+    const Json& lps = j["choices"][0]["logprobs"];
+    EXPECT_EQ(lps["token_logprobs"][0], Json(-9999.0)) << text;
+    EXPECT_EQ(lps["top_logprobs"][0]["A"], Json(-9999.0)) << text;
+    EXPECT_EQ(lps["top_logprobs"][0]["B"], Json(-9999.0)) << text;
   }
 }
 
