@@ -24,7 +24,7 @@ absl::Status Invalid(const std::string& field, absl::string_view what) {
 }  // namespace
 
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
-                                        const RequestLimits& limits) {
+                                        const RequestLimits& limits, ContentAuthor author) {
   if (content.is_null()) return std::string();
   if (content.is_string()) {
     const std::string& s = content.get_ref<const std::string&>();
@@ -63,6 +63,15 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
     if (*type == "text" || *type == "input_text" || *type == "output_text") {
       ASSIGN_OR_RETURN(std::optional<std::string> t, p.String("text", limits.max_string_bytes));
       if (!t.has_value()) return Invalid(p.Name("text"), "is required");
+      absl::StrAppend(&text, separator, *t);
+    } else if (*type == "refusal") {
+      // OpenAI answers a refusal as such a part (or as the message's "refusal"), and a client
+      // replaying the conversation sends it back: it is what the assistant said.
+      if (author != ContentAuthor::kAssistant) {
+        return Invalid(part_name, "is a refusal part, which only an assistant message may hold");
+      }
+      ASSIGN_OR_RETURN(std::optional<std::string> t, p.String("refusal", limits.max_string_bytes));
+      if (!t.has_value()) return Invalid(p.Name("refusal"), "is required");
       absl::StrAppend(&text, separator, *t);
     } else if (*type == "image_url" || *type == "input_image" || *type == "input_audio" ||
                *type == "file" || *type == "input_file" || *type == "image" ||
@@ -132,13 +141,27 @@ absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
   }
   infer_v1::ChatMessage* m = chat->add_messages();
   m->set_role(*role);
+  const ContentAuthor content_author =
+      *role == "assistant" ? ContentAuthor::kAssistant : ContentAuthor::kAny;
   if (const Json* content = f.Get("content"); content != nullptr) {
-    ASSIGN_OR_RETURN(std::string text, ContentText(*content, f.Name("content"), limits));
+    ASSIGN_OR_RETURN(std::string text,
+                     ContentText(*content, f.Name("content"), limits, content_author));
     m->set_content(std::move(text));
   }
   ASSIGN_OR_RETURN(std::optional<std::string> author, f.String("name", 256));
   if (author.has_value()) m->set_name(*author);
   if (*role == "assistant") {
+    // An answer OpenAI refused carries its words in "refusal" (content null); replayed, they
+    // are the assistant's text, after any content.
+    ASSIGN_OR_RETURN(std::optional<std::string> refusal,
+                     f.String("refusal", limits.max_string_bytes));
+    if (refusal.has_value() && !refusal->empty()) {
+      if (m->content().size() + refusal->size() + 1 > limits.max_string_bytes) {
+        return Invalid(f.Name("content"), absl::StrCat("is longer than ", limits.max_string_bytes,
+                                                       " bytes with the refusal"));
+      }
+      absl::StrAppend(m->mutable_content(), m->content().empty() ? "" : "\n", *refusal);
+    }
     ASSIGN_OR_RETURN(std::optional<std::string> reasoning,
                      f.String("reasoning_content", limits.max_string_bytes));
     if (!reasoning.has_value()) {

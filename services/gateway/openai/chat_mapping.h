@@ -53,10 +53,20 @@ absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat);
 // break the call's opening (whitespace, control characters, '<', '>').
 absl::Status CheckForcedName(const std::string& name, const std::string& field);
 
+// Whose `content` ContentText reads.
+enum class ContentAuthor {
+  kAny,
+  // An assistant turn of the history: it may also hold OpenAI's refusal parts ({"type":
+  // "refusal", "refusal": TEXT}, chat and Responses), which read as the assistant's text.
+  kAssistant,
+};
+
 // Reads the text of an OpenAI `content` (a string, or an array of text parts, joined with
-// "\n"). InvalidArgument for media parts and unknown part types.
+// "\n"). InvalidArgument for media parts, unknown part types, and refusal parts outside an
+// assistant's content.
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
-                                        const RequestLimits& limits);
+                                        const RequestLimits& limits,
+                                        ContentAuthor author = ContentAuthor::kAny);
 
 // Returns OpenAI's finish_reason for `reason`.
 absl::string_view FinishReasonName(infer_v1::Finished::Reason reason);

@@ -102,7 +102,9 @@ class InputBuilder {
     }
     std::string text;
     if (const Json* c = f.Get("content"); c != nullptr) {
-      ASSIGN_OR_RETURN(text, ContentText(*c, f.Name("content"), limits_));
+      ASSIGN_OR_RETURN(
+          text, ContentText(*c, f.Name("content"), limits_,
+                            r == "assistant" ? ContentAuthor::kAssistant : ContentAuthor::kAny));
     }
     infer_v1::ChatMessage* m = r == "assistant" ? AssistantTurn(/*for_call=*/false) : NewMessage(r);
     absl::StrAppend(m->mutable_content(), text);

@@ -61,6 +61,31 @@ TEST(ChatMappingTest, RequestMapsToAChatPromptWithSampling) {
   EXPECT_FALSE(chat.options().has_enable_thinking());
 }
 
+// A client replaying a conversation sends an OpenAI refusal back, as a refusal part of the
+// assistant's content or as the message's "refusal": it is what the assistant said.
+TEST(ChatMappingTest, AnAssistantsRefusalIsItsText) {
+  GenerationSpec spec = MustParse(R"({"messages": [
+      {"role": "user", "content": "U"},
+      {"role": "assistant", "content": [{"type": "text", "text": "Well."},
+                                        {"type": "refusal", "refusal": "I can't."}]},
+      {"role": "user", "content": "V"},
+      {"role": "assistant", "content": null, "refusal": "No."},
+      {"role": "user", "content": "W"}]})");
+
+  const auto& m = spec.request.chat().messages();
+  ASSERT_EQ(m.size(), 5);
+  EXPECT_EQ(m[1].content(), "Well.\nI can't.");
+  EXPECT_EQ(m[3].content(), "No.");
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user",
+                        "content": [{"type": "refusal", "refusal": "x"}]}]})")
+                .find("messages[0].content[0] is a refusal part, which only an assistant"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"messages": [{"role": "user", "content": "x"},
+                        {"role": "assistant", "content": [{"type": "refusal"}]}]})")
+                .find("messages[1].content[0].refusal is required"),
+            std::string::npos);
+}
+
 // OpenAI's API and vLLM take a whole number written as a float where an integer is due.
 TEST(ChatMappingTest, IntegerFieldsTakeWholeFloats) {
   GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}],

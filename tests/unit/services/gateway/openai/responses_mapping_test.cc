@@ -27,6 +27,27 @@ TEST(ResponsesMappingTest, StringInputAndInstructions) {
   EXPECT_EQ(spec->request.chat().DebugString().find("secret-meta"), std::string::npos);
 }
 
+// An assistant message replayed from an answer OpenAI refused holds a refusal part.
+TEST(ResponsesMappingTest, AnAssistantsRefusalPartIsItsText) {
+  absl::StatusOr<GenerationSpec> spec = ParseResponsesRequest(Json::parse(R"({"input": [
+      {"type": "message", "role": "user", "content": "hello"},
+      {"type": "message", "role": "assistant",
+       "content": [{"type": "refusal", "refusal": "I can't."}]},
+      {"type": "message", "role": "user", "content": "why"}]})"),
+                                                              {});
+  absl::StatusOr<GenerationSpec> user =
+      ParseResponsesRequest(Json::parse(R"({"input": [{"type": "message", "role": "user",
+                                 "content": [{"type": "refusal", "refusal": "x"}]}]})"),
+                            {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->request.chat().messages_size(), 3);
+  EXPECT_EQ(spec->request.chat().messages(1).content(), "I can't.");
+  EXPECT_EQ(user.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(user.status().message()),
+              ::testing::HasSubstr("input[0].content[0] is a refusal part"));
+}
+
 TEST(ResponsesMappingTest, ParallelToolCallsFalseAsksForOneCall) {
   absl::StatusOr<GenerationSpec> one =
       ParseResponsesRequest(Json::parse(R"({"input": "x", "parallel_tool_calls": false})"), {});
