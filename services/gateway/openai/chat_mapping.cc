@@ -136,6 +136,11 @@ absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
   ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
   if (!role.has_value()) return Invalid(f.Name("role"), "is required");
   if (*role == "developer") role = "system";
+  if (*role == "function") {
+    return Invalid(f.Name("role"),
+                   "\"function\" is the deprecated role of a function's result, which this server "
+                   "does not take; send the result as role \"tool\" with the call's tool_call_id");
+  }
   if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool") {
     return Invalid(f.Name("role"), absl::StrCat("\"", *role, "\" is not a known role"));
   }
@@ -168,6 +173,11 @@ absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
       ASSIGN_OR_RETURN(reasoning, f.String("reasoning", limits.max_string_bytes));
     }
     if (reasoning.has_value()) m->set_reasoning_content(*reasoning);
+    if (f.Get("function_call") != nullptr) {
+      return Invalid(f.Name("function_call"),
+                     "is the deprecated form of tool_calls, which this server does not take; "
+                     "send the call in tool_calls, with an id its tool message names");
+    }
     if (const Json* calls = f.Get("tool_calls"); calls != nullptr) {
       RETURN_IF_ERROR(ParseToolCalls(*calls, f.Name("tool_calls"), limits, m));
     }
@@ -643,6 +653,19 @@ absl::StatusOr<GenerationSpec> ParseChatCompletionRequest(const Json& body,
   infer_v1::ChatPrompt* chat = req.mutable_chat();
   const Json* messages = f.Get("messages");
   if (messages == nullptr) return Invalid("messages", "is required");
+  // The deprecated function-calling fields are refused rather than ignored: a client using
+  // them would silently get no calls.
+  if (const Json* functions = f.Get("functions");
+      functions != nullptr && !(functions->is_array() && functions->empty())) {
+    return Invalid("functions",
+                   "is the deprecated form of tools, which this server does not take; send each "
+                   "function as {\"type\": \"function\", \"function\": {...}} in tools");
+  }
+  if (f.Get("function_call") != nullptr) {
+    return Invalid("function_call",
+                   "is the deprecated form of tool_choice, which this server does not take; use "
+                   "tools and tool_choice");
+  }
   RETURN_IF_ERROR(ParseChatMessages(*messages, "messages", limits, chat));
   RETURN_IF_ERROR(ParseTools(f, limits, chat));
   RETURN_IF_ERROR(ParseToolChoice(f, chat));

@@ -86,6 +86,33 @@ TEST(ChatMappingTest, AnAssistantsRefusalIsItsText) {
             std::string::npos);
 }
 
+// The deprecated function-calling fields would otherwise be ignored, and their client get no
+// calls: each is a 400 naming it and its replacement.
+TEST(ChatMappingTest, DeprecatedFunctionCallingIsRefusedNamingTheField) {
+  EXPECT_THAT(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}],
+                          "functions": [{"name": "f", "parameters": {}}]})"),
+              ::testing::AllOf(::testing::StartsWith("functions is the deprecated form of tools"),
+                               ::testing::HasSubstr("in tools")));
+  EXPECT_THAT(ErrorOf(R"({"messages": [{"role": "user", "content": "x"}],
+                          "function_call": "auto"})"),
+              ::testing::StartsWith("function_call is the deprecated form of tool_choice"));
+  EXPECT_THAT(ErrorOf(R"({"messages": [{"role": "user", "content": "x"},
+                          {"role": "assistant", "content": null,
+                           "function_call": {"name": "f", "arguments": "{}"}}]})"),
+              ::testing::StartsWith("messages[1].function_call is the deprecated form of "
+                                    "tool_calls"));
+  EXPECT_THAT(ErrorOf(R"({"messages": [{"role": "user", "content": "x"},
+                          {"role": "function", "name": "f", "content": "42"}]})"),
+              ::testing::AllOf(::testing::StartsWith("messages[1].role \"function\" is the "
+                                                     "deprecated role"),
+                               ::testing::HasSubstr("role \"tool\"")));
+  // Null and empty forms ask for nothing (SDKs serialize an unset field as null).
+  GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": "y", "function_call": null},
+      {"role": "user", "content": "z"}], "functions": [], "function_call": null})");
+  EXPECT_EQ(spec.request.chat().messages_size(), 3);
+}
+
 // OpenAI's API and vLLM take a whole number written as a float where an integer is due.
 TEST(ChatMappingTest, IntegerFieldsTakeWholeFloats) {
   GenerationSpec spec = MustParse(R"({"messages": [{"role": "user", "content": "U"}],
