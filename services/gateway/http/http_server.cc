@@ -1,5 +1,9 @@
 #include "services/gateway/http/http_server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <deque>
@@ -32,6 +36,19 @@ namespace {
 
 std::string RetryAfter(const HttpServerOptions& o) { return absl::StrCat(o.retry_after_seconds); }
 
+// How often a connection whose read-ahead is full asks the kernel whether its client left.
+constexpr absl::Duration kGoneCheckInterval = absl::Milliseconds(250);
+
+// Returns true if the peer of the TCP socket `fd` has closed its side or reset the
+// connection: the socket is no longer ESTABLISHED (CLOSE_WAIT after the peer's FIN, CLOSE
+// after a reset), which the kernel knows even while unread bytes sit before the FIN.
+bool PeerHasClosed(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  return info.tcpi_state != TCP_ESTABLISHED;
+}
+
 // One connection. Confined to its strand: every member is touched only by handlers running
 // on the strand of `stream_`. Held by shared_ptr because pending Beast handlers and the
 // exchanges handed to request handlers keep it alive (Beast's async server pattern).
@@ -42,7 +59,10 @@ std::string RetryAfter(const HttpServerOptions& o) { return absl::StrCat(o.retry
 class Session : public Closable, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& socket, HttpServerState* state)
-      : stream_(std::move(socket)), state_(state), heartbeat_timer_(stream_.get_executor()) {
+      : stream_(std::move(socket)),
+        state_(state),
+        heartbeat_timer_(stream_.get_executor()),
+        gone_timer_(stream_.get_executor()) {
     ++state_->connections;
   }
   ~Session() { --state_->connections; }
@@ -61,6 +81,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   void ForceClose() override {
     on_gone_ = nullptr;
     heartbeat_ = nullptr;
+    gone_timer_.cancel();
     chunks_.clear();
     beast::error_code ignored;
     stream_.socket().close(ignored);
@@ -402,9 +423,12 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   std::shared_ptr<HttpExchange> MakeExchange();
 
   // Reads ahead while a handler works, to see the client leave (GW6). Bytes of a pipelined
-  // next request are kept in `buffer_` for the next DoRead.
+  // next request are kept in `buffer_` for the next DoRead, up to max_pipelined_bytes; past
+  // that the socket is no longer read, and CheckGoneLater asks the kernel instead.
   void StartWatch() {
-    if (watching_ || client_gone_ || buffer_.size() >= state_->options().max_pipelined_bytes) {
+    if (watching_ || client_gone_) return;
+    if (buffer_.size() >= state_->options().max_pipelined_bytes) {
+      if (gone_check_seq_ != current_seq_) CheckGoneLater();
       return;
     }
     watching_ = true;
@@ -430,6 +454,21 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       return;
     }
     if (exchange_active_) StartWatch();
+  }
+
+  // While the read-ahead is full, the client's EOF or reset sits behind bytes nobody reads:
+  // the socket's TCP state shows it, polled every kGoneCheckInterval until the exchange ends.
+  void CheckGoneLater() {
+    gone_check_seq_ = current_seq_;
+    gone_timer_.expires_after(absl::ToChronoMilliseconds(kGoneCheckInterval));
+    gone_timer_.async_wait([self = shared_from_this(), seq = current_seq_](beast::error_code ec) {
+      if (ec || !self->IsCurrent(seq) || self->client_gone_) return;
+      if (PeerHasClosed(self->stream_.socket().native_handle())) {
+        self->ClientGone();
+      } else {
+        self->CheckGoneLater();
+      }
+    });
   }
 
   void ClientGone() {
@@ -551,6 +590,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     if (!exchange_active_) return;
     exchange_active_ = false;
     on_gone_ = nullptr;
+    gone_timer_.cancel();
     if (heartbeat_) {
       heartbeat_ = nullptr;
       heartbeat_timer_.cancel();
@@ -624,6 +664,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   net::steady_timer heartbeat_timer_;
   std::function<void()> heartbeat_;  // Set while the current exchange wants ticks.
   absl::Duration heartbeat_interval_;
+  net::steady_timer gone_timer_;  // CheckGoneLater's.
+  uint64_t gone_check_seq_ = 0;   // The exchange gone_timer_ was last armed for.
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   HttpRequest request_;                   // The request whose handler runs (valid once read whole).

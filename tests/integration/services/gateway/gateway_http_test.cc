@@ -407,6 +407,30 @@ TEST(GatewayHttpTest, ClientDisconnectWhileWaitingForANonStreamedAnswerCancels) 
   EXPECT_EQ(h.fake().cancelled_calls(), 1);
 }
 
+// Past --max-pipelined-bytes (64 KiB) of read-ahead the socket is no longer read, so the
+// client's EOF sits behind bytes nobody reads: the socket's TCP state still shows it.
+TEST(GatewayHttpTest, ClientDisconnectBehindAFullReadAheadStillCancels) {
+  GatewayHarness h;
+  h.fake().SetScript(HangAfterStart);
+  HttpTestClient client(h.port());
+  client.StartStream("/v1/chat/completions", kChat, /*min_bytes=*/0);
+  ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline));
+  // A pipelined request larger than the read-ahead, sent whole before the client leaves.
+  const std::string body(80 << 10, ' ');
+  ASSERT_TRUE(client.Send(absl::StrCat(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+      "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body)));
+
+  absl::Time closed = absl::Now();
+  client.Close();
+
+  EXPECT_TRUE(h.fake().cancelled().WaitForNotificationWithTimeout(kCancelDeadline));
+  std::cout << "disconnect behind a full read-ahead -> upstream cancelled in "
+            << absl::ToDoubleMilliseconds(absl::Now() - closed) << " ms\n";
+  EXPECT_EQ(h.fake().cancelled_calls(), 1);
+  EXPECT_TRUE(Eventually([&] { return h.server().stats().connections == 0; }));
+}
+
 TEST(GatewayHttpTest, ARequestWhoseClientLeavesIsCountedOnce) {
   GatewayHarness h;
   h.fake().SetScript(HangAfterStart);

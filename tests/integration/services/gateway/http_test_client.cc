@@ -141,6 +141,14 @@ HttpResult HttpTestClient::Raw(const std::string& bytes) {
   return ReadResponse();
 }
 
+bool HttpTestClient::Send(const std::string& bytes) {
+  if (!connected_) return false;
+  stream_->expires_after(absl::ToChronoMilliseconds(timeout_));
+  return !RunWithTimeout(ioc_, timeout_, [&](auto handler) {
+    net::async_write(*stream_, net::buffer(bytes), handler);
+  });
+}
+
 std::string HttpTestClient::StartStream(const std::string& target, const std::string& body,
                                         size_t min_bytes) {
   if (!Connect()) return "";

@@ -54,6 +54,8 @@ class HttpTestClient {
 
   // Sends raw bytes and returns whatever response comes back (for malformed requests).
   HttpResult Raw(const std::string& bytes);
+  // Sends raw bytes on the open connection without reading; false if it failed.
+  bool Send(const std::string& bytes);
   // Reads one more response on the connection (after an interim 100 Continue, say); `head`:
   // the answer to a HEAD request, which has no body whatever its Content-Length says.
   HttpResult ReadResponse(bool head = false);
