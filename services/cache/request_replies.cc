@@ -1,5 +1,8 @@
 #include "services/cache/request_replies.h"
 
+#include <algorithm>
+#include <deque>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +57,11 @@ void RequestReplies::Finish(uint64_t session, uint64_t request_id,
   if (it == s->second.replies.end()) return;  // Pushed out by newer requests meanwhile.
   if (!answer.has_value()) {
     s->second.replies.erase(it);  // Nothing happened: a retry runs again.
+    // Its place in the bound goes too: a retry takes a new one, and a stale place would
+    // push the retry's answer out early.
+    std::deque<uint64_t>& order = s->second.order;
+    auto pos = std::find(order.rbegin(), order.rend(), request_id);
+    if (pos != order.rend()) order.erase(std::next(pos).base());
     return;
   }
   it->second.done = true;

@@ -93,6 +93,24 @@ TEST(RequestRepliesTest, KeepsOnlyTheNewestAnswersPerSession) {
   EXPECT_FALSE(oldest->has_value());  // Forgotten: runs again.
 }
 
+TEST(RequestRepliesTest, ARetriedFailureKeepsItsAnswerForTheWholeBound) {
+  RequestReplies replies(/*kept_per_session=*/2);
+  replies.OpenSession(1);
+  ASSERT_TRUE(replies.Begin(1, 7, "StartSlot").ok());
+  replies.Finish(1, 7, std::nullopt);  // Failed: the retry below runs it again.
+  ASSERT_TRUE(replies.Begin(1, 7, "StartSlot").ok());
+  replies.Finish(1, 7, std::string("second"));
+  ASSERT_TRUE(replies.Begin(1, 8, "StartSlot").ok());  // One newer request: 7 is still kept.
+  replies.Finish(1, 8, std::string("eight"));
+
+  auto retry = replies.Begin(1, 7, "StartSlot");
+
+  ASSERT_TRUE(retry.ok()) << retry.status();
+  ASSERT_TRUE(retry->has_value());  // Not a second effect.
+  EXPECT_EQ(**retry, "second");
+  EXPECT_EQ(replies.kept(1), 2u);
+}
+
 TEST(RequestRepliesTest, ConcurrentRetriesRunTheRequestOnce) {
   RequestReplies replies;
   replies.OpenSession(1);
