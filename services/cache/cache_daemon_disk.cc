@@ -236,6 +236,9 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
       core_->QuarantineChunk(c, std::string(why.message())).IgnoreError();
     }
   }
+  // A checkpoint without chunks (its state file was damaged) goes by its id. NotFound: gone
+  // with its chunks already.
+  core_->QuarantineCheckpoint(id, std::string(why.message())).IgnoreError();
 }
 
 void CacheDaemon::OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) {

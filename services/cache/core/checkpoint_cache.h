@@ -335,6 +335,9 @@ class CheckpointCache {
   absl::Status EvictDisk(CheckpointId id, const std::string& reason);
   // Drops every checkpoint that references chunk `chunk` from every tier.
   absl::Status QuarantineChunk(ChunkId chunk, const std::string& reason);
+  // Drops checkpoint `id` from every tier (its disk copy is damaged), whatever chunks it has.
+  // NotFound for an unknown or still pending checkpoint.
+  absl::Status QuarantineCheckpoint(CheckpointId id, const std::string& reason);
   // Pins keep a checkpoint from eviction while a restore reads it. NotFound for unknown ids.
   absl::Status Pin(CheckpointId id);
   absl::Status Unpin(CheckpointId id);

@@ -312,6 +312,15 @@ absl::Status CheckpointCache::QuarantineChunk(ChunkId chunk, const std::string& 
   return absl::OkStatus();
 }
 
+absl::Status CheckpointCache::QuarantineCheckpoint(CheckpointId id, const std::string& reason) {
+  auto it = checkpoints_.find(id);
+  if (it == checkpoints_.end() || it->second->pending) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", id));
+  }
+  Quarantine(*it->second, reason);
+  return absl::OkStatus();
+}
+
 absl::Status CheckpointCache::Pin(CheckpointId id) {
   auto it = checkpoints_.find(id);
   if (it == checkpoints_.end()) return absl::NotFoundError(absl::StrCat("no checkpoint ", id));

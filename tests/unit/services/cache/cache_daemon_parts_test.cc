@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "common/concurrency/mutex.h"
+#include "common/concurrency/notification.h"
 #include "common/time/clock.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
@@ -363,6 +365,60 @@ TEST_F(CacheDaemonPartsTest, AReadyLeaseExpiresOnTheTickAndFreesTheSlot) {
   EXPECT_THAT(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}),
               StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(daemon_->AcquireRestore(RestoreOf(id, 1)).ok());
+}
+
+// The same daemon with a disk tier and its scrubber.
+class DamagedStateFileTest : public CacheDaemonPartsTest {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/damaged-state-file";
+    std::filesystem::remove_all(root_);
+    CacheDaemonOptions options;
+    options.disk_root = root_;
+    options.disk.free_space_reserve_bytes = 0;
+    options.cache.disk_bytes = 64 << 20;
+    Start(options);
+  }
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(root_);
+  }
+
+  std::string root_;
+};
+
+TEST_F(DamagedStateFileTest, ACheckpointWithoutChunksWhoseStateFileIsDamagedIsForgotten) {
+  StartCold(8);  // Private state and an 8-row tail: no chunk, written at once.
+  CaptureRequest capture = CaptureAt(8);
+  capture.kind = CaptureKind::kLearned;
+  absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(capture);
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  absl::StatusOr<CommitResult> committed =
+      daemon_->CommitCapture(CaptureCommit{session_, reserved->reservation_id, 0, 0});
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  ASSERT_TRUE(committed->queued_for_disk);
+  Notification flushed;
+  daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
+  flushed.WaitForNotification();
+  for (const auto& f : std::filesystem::directory_iterator(root_ + "/states")) {
+    std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100);
+    file.put('\x5a');
+  }
+
+  daemon_->ScrubPassForTest();
+
+  // The policy forgets it as the store did: no tier offers it, and its bytes are free.
+  absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), 0u);
+  bool evented = false;
+  for (const v1::Event& e : daemon_->EventsAfter(0, 0)) {
+    evented |=
+        e.kind() == v1::EVENT_KIND_QUARANTINE && e.checkpoint_id() == committed->checkpoint_id;
+  }
+  EXPECT_TRUE(evented);
 }
 
 TEST_F(CacheDaemonPartsTest, ACommitWhoseChecksumDiffersIsDataLossAndLeavesNoCheckpoint) {
