@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <utility>
 
@@ -28,6 +29,12 @@ uint64_t RandomIncarnation() {
   uint64_t v = 0;
   while (v == 0) v = (static_cast<uint64_t>(rd()) << 32) | rd();
   return v;
+}
+
+int64_t MonotonicNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 ArenaHandle ToHandle(const v1::ArenaHandle& h) {
@@ -62,6 +69,7 @@ GrpcStateCache::GrpcStateCache(GrpcStateCacheOptions options, std::function<void
       client_incarnation_(RandomIncarnation()) {
   session_thread_ = std::thread([this] { SessionLoop(); });
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  watchdog_thread_ = std::thread([this] { WatchdogLoop(); });
 }
 
 GrpcStateCache::~GrpcStateCache() {
@@ -82,6 +90,7 @@ void GrpcStateCache::Shutdown() {
   if (ctx != nullptr) ctx->TryCancel();
   if (session_thread_.joinable()) session_thread_.join();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watchdog_thread_.joinable()) watchdog_thread_.join();
 }
 
 bool GrpcStateCache::WaitConnected(absl::Duration timeout) const {
@@ -199,6 +208,9 @@ bool GrpcStateCache::RunSession() {
       OnServerMessage(m);
     }
     connected_.store(false);
+    // Cancelled before write_mu_ is taken: a write blocked on flow control holds it, and only
+    // the cancel ends that write.
+    ctx->TryCancel();
     {
       MutexLock wl(&write_mu_);
       stream_ = nullptr;
@@ -226,10 +238,40 @@ void GrpcStateCache::HeartbeatLoop() {
   }
 }
 
+void GrpcStateCache::WatchdogLoop() {
+  const absl::Duration period =
+      std::clamp(options_.stream_write_timeout / 4, absl::Milliseconds(1), absl::Seconds(1));
+  std::shared_ptr<grpc::ClientContext> cancelled;  // Once per stream (kept: no address reuse).
+  MutexLock lock(&mu_);
+  while (!stopping_) {
+    cv_.WaitWithTimeout(&mu_, period);
+    if (stopping_) break;
+    const int64_t started = write_started_ns_.load();
+    if (started == 0 || stream_context_ == nullptr || stream_context_ == cancelled) continue;
+    const absl::Duration outstanding = absl::Nanoseconds(MonotonicNanos() - started);
+    if (outstanding < options_.stream_write_timeout) continue;
+    // From here no call uses the session (Current() refuses); the session thread reconnects.
+    std::shared_ptr<grpc::ClientContext> ctx = stream_context_;
+    cancelled = ctx;
+    connected_.store(false);
+    cv_.SignalAll();
+    mu_.Unlock();
+    CAIRN_LOG(WARNING) << "ending the cache session: a write to its stream has been outstanding "
+                          "for "
+                       << outstanding << " (the cache daemon is not reading it; "
+                       << "stream_write_timeout " << options_.stream_write_timeout << ")";
+    ctx->TryCancel();
+    mu_.Lock();
+  }
+}
+
 bool GrpcStateCache::WriteToStream(const v1::SessionClientMessage& m, const Session* session) {
   MutexLock lock(&write_mu_);
   if (stream_ == nullptr || (session != nullptr && session != stream_session_)) return false;
-  return stream_->Write(m);
+  write_started_ns_.store(MonotonicNanos());
+  const bool written = stream_->Write(m);
+  write_started_ns_.store(0);
+  return written;
 }
 
 void GrpcStateCache::OnServerMessage(const v1::SessionServerMessage& m) {

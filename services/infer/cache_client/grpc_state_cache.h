@@ -36,6 +36,11 @@ struct GrpcStateCacheOptions {
   absl::Duration session_deadline = absl::Hours(24);       // The session stream (then renewed).
   absl::Duration reconnect_min = absl::Milliseconds(100);  // Backoff after a lost session.
   absl::Duration reconnect_max = absl::Seconds(5);
+  // A write to the session stream still outstanding after this long ends the session. A cache
+  // daemon that stops reading its stream leaves the writer blocked once flow control fills
+  // (the scheduler's SpillDone, SlotIdle and SlotBusy, the heartbeats); a watchdog cancels the
+  // stream, which fails the write, and the session thread reconnects.
+  absl::Duration stream_write_timeout = absl::Seconds(10);
   // How long a slot start or restore waits for the spill requests it was told about, and a
   // restore for its lease to become ready.
   absl::Duration spill_wait = absl::Seconds(10);
@@ -70,8 +75,10 @@ struct GrpcStateCacheOptions {
 // generation) discards every handle of the old one.
 //
 // Thread roles: the StateCache methods run on the scheduler thread; a session thread reads the
-// stream and a heartbeat thread writes heartbeats; `connected()` and `generation()` are
-// thread-safe. Writes to the stream are serialised by write_mu_.
+// stream, a heartbeat thread writes heartbeats and a watchdog thread ends the session when a
+// write stays outstanding past stream_write_timeout; `connected()` and `generation()` are
+// thread-safe. Writes to the stream are serialised by write_mu_, which a write blocked on flow
+// control holds: whoever ends a session cancels the stream's context without taking it.
 class GrpcStateCache final : public StateCache {
  public:
   // Starts connecting in the background. `wake` is called (from the session thread) when
@@ -123,6 +130,9 @@ class GrpcStateCache final : public StateCache {
 
   void SessionLoop();
   void HeartbeatLoop();
+  // Cancels the stream of a session whose outstanding write is older than
+  // stream_write_timeout (the write then fails and the session ends).
+  void WatchdogLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs one session until the stream ends. Returns true if it got as far as Welcome.
   bool RunSession();
   void OnServerMessage(const cache::v1::SessionServerMessage& m) ABSL_LOCKS_EXCLUDED(mu_);
@@ -209,9 +219,13 @@ class GrpcStateCache final : public StateCache {
   grpc::ClientReaderWriter<cache::v1::SessionClientMessage, cache::v1::SessionServerMessage>*
       stream_ ABSL_GUARDED_BY(write_mu_) = nullptr;
   const Session* stream_session_ ABSL_GUARDED_BY(write_mu_) = nullptr;  // Whose stream_ it is.
+  // When the write to stream_ now outstanding started (steady clock, ns); 0: none. Read by the
+  // watchdog without write_mu_, which the outstanding write holds.
+  std::atomic<int64_t> write_started_ns_{0};
 
   std::thread session_thread_;
   std::thread heartbeat_thread_;
+  std::thread watchdog_thread_;
 };
 
 // The cache's description of a layout: every component in order (rows with their bytes per row,

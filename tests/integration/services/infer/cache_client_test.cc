@@ -5,6 +5,7 @@
 // for another slot's borrowed rows, preservation before a slot is overwritten, idle spills in
 // the background, and a restarted cache daemon whose old checkpoint ids are never used.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -15,7 +16,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "services/cache/arena/arena.h"
+#include "services/cache/arena/arena_fd_server.h"
 #include "services/infer/cache_client/grpc_state_cache.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "tests/integration/services/cache/fake_infer.h"
@@ -558,6 +562,118 @@ TEST_F(CacheClientTest, ADeviceBackendPinsTheArenaInTheCachesStepsAndReleasesIt)
   }
   MutexLock lock(&pins.mu);
   EXPECT_EQ(pins.unregistered, static_cast<int>(pins.registered.size()));
+}
+
+// A cache daemon that welcomes a session (the arena handed over, the model registered) and then
+// never reads its stream again, as a hung one: the client's writes block once flow control
+// fills. Its server keeps the stream's flow-control window small, so that they do soon.
+class DeafCache final : public cache::v1::CacheService::Service {
+ public:
+  DeafCache() {
+    cache::ArenaOptions ao;
+    ao.size_bytes = 1 << 20;
+    absl::StatusOr<std::unique_ptr<cache::Arena>> arena = cache::Arena::Create(ao);
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    arena_ = *std::move(arena);
+    cache::ArenaFdServerOptions fo;
+    fo.socket_path = cache::testing::TempPath("deaf-arena.sock");
+    absl::StatusOr<std::unique_ptr<cache::ArenaFdServer>> fd_server =
+        cache::ArenaFdServer::Create(fo, arena_->fd(), arena_->incarnation(), arena_->size());
+    EXPECT_TRUE(fd_server.ok()) << fd_server.status();
+    fd_server_ = *std::move(fd_server);
+    arena_socket_ = fo.socket_path;
+    address_ = "unix:" + cache::testing::TempPath("deaf-grpc.sock");
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(address_, grpc::InsecureServerCredentials());
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8192);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    EXPECT_NE(server_, nullptr);
+  }
+  ~DeafCache() override {
+    stop_.store(true);
+    server_->Shutdown();
+  }
+
+  const std::string& address() const { return address_; }
+  int sessions() const { return sessions_.load(); }
+
+  grpc::Status Session(grpc::ServerContext* ctx,
+                       grpc::ServerReaderWriter<cache::v1::SessionServerMessage,
+                                                cache::v1::SessionClientMessage>* stream) override {
+    cache::v1::SessionClientMessage hello;
+    if (!stream->Read(&hello)) return grpc::Status::CANCELLED;
+    const int session = sessions_.fetch_add(1) + 1;
+    cache::v1::SessionServerMessage m;
+    cache::v1::Welcome* welcome = m.mutable_welcome();
+    welcome->set_session_id(static_cast<uint64_t>(session));
+    welcome->set_cache_incarnation(1);
+    welcome->set_heartbeat_interval_ms(60000);
+    cache::v1::ArenaInfo* arena = welcome->mutable_arena();
+    arena->set_incarnation(arena_->incarnation());
+    arena->set_size_bytes(arena_->size());
+    arena->set_fd_socket_path(arena_socket_);
+    arena->set_first_pin_bytes(arena_->size());
+    arena->set_pin_step_bytes(arena_->size());
+    stream->Write(m);
+    while (!stop_.load() && !ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+    return grpc::Status::OK;
+  }
+  grpc::Status RegisterModel(grpc::ServerContext*, const cache::v1::RegisterModelRequest*,
+                             cache::v1::RegisterModelResponse* response) override {
+    response->set_model_id(1);
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::unique_ptr<cache::Arena> arena_;
+  std::unique_ptr<cache::ArenaFdServer> fd_server_;
+  std::string arena_socket_;
+  std::string address_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> sessions_{0};
+};
+
+// A write the cache daemon never reads (SlotIdle here, as the scheduler's SpillDone, SlotBusy
+// or a heartbeat) blocks under the write lock once flow control fills. After
+// stream_write_timeout the watchdog cancels the stream, which fails the write and ends the
+// session; the session thread then reconnects.
+TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWriteTimeout) {
+  DeafCache deaf;
+  GrpcStateCacheOptions o;
+  o.address = deaf.address();
+  o.instance_name = "cache-client-test";
+  o.slots = 1;
+  o.model_name = "driver";
+  o.identity.set_digest("cache-client-test-model");
+  o.layout = Layout();
+  o.reconnect_min = absl::Milliseconds(20);
+  o.reconnect_max = absl::Milliseconds(200);
+  o.stream_write_timeout = absl::Milliseconds(300);
+  GrpcStateCache cache(o, [] {});
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  const uint64_t generation = cache.generation();
+
+  absl::Duration longest;
+  int64_t writes = 0;
+  const absl::Time t0 = absl::Now();
+  while (cache.connected() && absl::Now() - t0 < absl::Seconds(60)) {
+    const absl::Time w0 = absl::Now();
+    cache.SlotIdle(0);
+    longest = std::max(longest, absl::Now() - w0);
+    ++writes;
+  }
+  EXPECT_FALSE(cache.connected()) << writes << " writes never blocked";
+  // The last write blocked until the watchdog ended it, and not much longer.
+  EXPECT_GE(longest, o.stream_write_timeout) << writes << " writes";
+  EXPECT_LT(longest, absl::Seconds(5));
+
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  EXPECT_GT(cache.generation(), generation);
+  EXPECT_GE(deaf.sessions(), 2);
+  cache.Shutdown();
 }
 
 }  // namespace
