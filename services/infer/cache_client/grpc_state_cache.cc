@@ -282,7 +282,8 @@ void GrpcStateCache::OnServerMessage(const v1::SessionServerMessage& m) {
       spills_.push_back(m.spill_request());
       wake = true;
     } else if (m.has_lease_ready()) {
-      lease_ready_[m.lease_ready().lease_id()] = m.lease_ready();
+      // With no restore running, no one waits for it (its lease was released).
+      if (restores_running_ > 0) lease_ready_[m.lease_ready().lease_id()] = m.lease_ready();
     } else if (m.has_drop_frontier()) {
       CAIRN_LOG(INFO) << "cache dropped the frontier of slot " << m.drop_frontier().slot() << ": "
                       << m.drop_frontier().reason();
@@ -290,6 +291,11 @@ void GrpcStateCache::OnServerMessage(const v1::SessionServerMessage& m) {
     cv_.SignalAll();
   }
   if (wake && wake_) wake_();
+}
+
+size_t GrpcStateCache::LeaseAnswersForTest() const {
+  MutexLock lock(&mu_);
+  return lease_ready_.size();
 }
 
 absl::StatusOr<std::shared_ptr<GrpcStateCache::Session>> GrpcStateCache::Current() const {

@@ -116,6 +116,9 @@ class GrpcStateCache final : public StateCache {
   // Waits until connected or `timeout` passes (tests and start-up logs).
   bool WaitConnected(absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // LeaseReady answers kept for a restore to read.
+  size_t LeaseAnswersForTest() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // What one session knows; replaced wholesale on reconnect.
   struct Session {
@@ -204,8 +207,12 @@ class GrpcStateCache final : public StateCache {
   std::shared_ptr<grpc::ClientContext> stream_context_ ABSL_GUARDED_BY(mu_);
   // Spill requests received and not yet done, in arrival order.
   std::deque<cache::v1::SpillRequest> spills_ ABSL_GUARDED_BY(mu_);
-  // Answers to leases that were not ready, by lease id.
+  // Answers to leases that were not ready, by lease id: kept only while a restore runs (one may
+  // arrive before its AcquireRestore answer), and dropped when none does. A restore reads its
+  // own lease's answer or releases the lease; an answer that crossed that ReleaseLease, or
+  // arrived for a lease already released, is never read.
   absl::flat_hash_map<uint64_t, cache::v1::LeaseReady> lease_ready_ ABSL_GUARDED_BY(mu_);
+  int restores_running_ ABSL_GUARDED_BY(mu_) = 0;
   // Spills this session already answered: a StartSlot or lease may name one of them again
   // (its answer and our SpillDone cross), and then there is nothing left to do.
   absl::flat_hash_set<uint64_t> done_spills_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
 #include "common/grpc/client.h"
@@ -151,6 +152,15 @@ absl::StatusOr<RestoreStats> GrpcStateCache::Restore(uint64_t checkpoint_id, int
                                                      const RestoreLimits& limits) {
   ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Current());
   const uint64_t generation = generation_.load();
+  {
+    MutexLock lock(&mu_);
+    ++restores_running_;
+  }
+  // Answers left when no restore runs are for leases that were read or released.
+  absl::Cleanup restore_ended = [this] {
+    MutexLock lock(&mu_);
+    if (--restores_running_ == 0) lease_ready_.clear();
+  };
   RestoreStats stats;
   const absl::Time t0 = absl::Now();
   v1::AcquireRestoreRequest req;

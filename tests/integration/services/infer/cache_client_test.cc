@@ -566,9 +566,14 @@ TEST_F(CacheClientTest, ADeviceBackendPinsTheArenaInTheCachesStepsAndReleasesIt)
 
 // A cache daemon that welcomes a session (the arena handed over, the model registered) and then
 // never reads its stream again, as a hung one: the client's writes block once flow control
-// fills. Its server keeps the stream's flow-control window small, so that they do soon.
+// fills. Its server keeps the stream's flow-control window small, so that they do soon. A
+// restore gets lease kLease, not ready; releasing it sends LeaseReady for it (the answer
+// crossing the release) and then an empty idle SpillRequest, which wakes the client's
+// scheduler once the LeaseReady before it was handled.
 class DeafCache final : public cache::v1::CacheService::Service {
  public:
+  static constexpr uint64_t kLease = 7;
+
   DeafCache() {
     cache::ArenaOptions ao;
     ao.size_bytes = 1 << 20;
@@ -616,8 +621,34 @@ class DeafCache final : public cache::v1::CacheService::Service {
     arena->set_fd_socket_path(arena_socket_);
     arena->set_first_pin_bytes(arena_->size());
     arena->set_pin_step_bytes(arena_->size());
-    stream->Write(m);
+    {
+      MutexLock lock(&mu_);
+      stream->Write(m);
+      stream_ = stream;
+    }
     while (!stop_.load() && !ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+    MutexLock lock(&mu_);
+    if (stream_ == stream) stream_ = nullptr;
+    return grpc::Status::OK;
+  }
+  grpc::Status AcquireRestore(grpc::ServerContext*, const cache::v1::AcquireRestoreRequest*,
+                              cache::v1::RestoreLease* lease) override {
+    lease->set_lease_id(kLease);
+    lease->set_ready(false);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReleaseLease(grpc::ServerContext*, const cache::v1::ReleaseLeaseRequest* request,
+                            cache::v1::ReleaseLeaseResponse*) override {
+    MutexLock lock(&mu_);
+    if (stream_ != nullptr && request->lease_id() == kLease) {
+      cache::v1::SessionServerMessage ready;
+      ready.mutable_lease_ready()->set_lease_id(kLease);
+      ready.mutable_lease_ready()->set_ok(true);
+      stream_->Write(ready);
+      cache::v1::SessionServerMessage spill;
+      spill.mutable_spill_request()->set_spill_id(1);
+      stream_->Write(spill);
+    }
     return grpc::Status::OK;
   }
   grpc::Status RegisterModel(grpc::ServerContext*, const cache::v1::RegisterModelRequest*,
@@ -634,16 +665,14 @@ class DeafCache final : public cache::v1::CacheService::Service {
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> stop_{false};
   std::atomic<int> sessions_{0};
+  Mutex mu_;
+  grpc::ServerReaderWriter<cache::v1::SessionServerMessage, cache::v1::SessionClientMessage>*
+      stream_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
-// A write the cache daemon never reads (SlotIdle here, as the scheduler's SpillDone, SlotBusy
-// or a heartbeat) blocks under the write lock once flow control fills. After
-// stream_write_timeout the watchdog cancels the stream, which fails the write and ends the
-// session; the session thread then reconnects.
-TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWriteTimeout) {
-  DeafCache deaf;
+GrpcStateCacheOptions DeafCacheClientOptions(const std::string& address) {
   GrpcStateCacheOptions o;
-  o.address = deaf.address();
+  o.address = address;
   o.instance_name = "cache-client-test";
   o.slots = 1;
   o.model_name = "driver";
@@ -651,6 +680,16 @@ TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWrite
   o.layout = Layout();
   o.reconnect_min = absl::Milliseconds(20);
   o.reconnect_max = absl::Milliseconds(200);
+  return o;
+}
+
+// A write the cache daemon never reads (SlotIdle here, as the scheduler's SpillDone, SlotBusy
+// or a heartbeat) blocks under the write lock once flow control fills. After
+// stream_write_timeout the watchdog cancels the stream, which fails the write and ends the
+// session; the session thread then reconnects.
+TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWriteTimeout) {
+  DeafCache deaf;
+  GrpcStateCacheOptions o = DeafCacheClientOptions(deaf.address());
   o.stream_write_timeout = absl::Milliseconds(300);
   GrpcStateCache cache(o, [] {});
   ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
@@ -673,6 +712,31 @@ TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWrite
   ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
   EXPECT_GT(cache.generation(), generation);
   EXPECT_GE(deaf.sessions(), 2);
+  cache.Shutdown();
+}
+
+// The LeaseReady of a restore given up on (here: its request was cancelled) that crosses the
+// restore's ReleaseLease is never read: it is dropped, not kept until the session ends.
+TEST(CacheClientStalledTest, ALeaseAnswerCrossingItsReleaseIsNotKept) {
+  DeafCache deaf;
+  std::atomic<int> wakes{0};
+  GrpcStateCache cache(DeafCacheClientOptions(deaf.address()), [&wakes] { wakes.fetch_add(1); });
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+      SlotKvMemory::Create(Layout(), {.slots = 1, .max_rows = kMaxRows});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  const int woken = wakes.load();
+
+  RestoreLimits cancelled;
+  cancelled.cancelled = [] { return true; };
+  absl::StatusOr<RestoreStats> r = cache.Restore(42, 0, "a", kv->get(), cancelled);
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kCancelled));
+  // The SpillRequest after the LeaseReady woke the scheduler: the LeaseReady was handled.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (wakes.load() == woken && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_GT(wakes.load(), woken);
+  EXPECT_EQ(cache.LeaseAnswersForTest(), 0u);
+  EXPECT_TRUE(cache.connected());
   cache.Shutdown();
 }
 
