@@ -445,13 +445,27 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
       a.report.tier = r->tier;
       a.report.restored_depth = start;
     } else {
-      CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
-                         << slot << " failed, prefilling cold: " << r.status();
+      // A restore the request's own end stopped (its client went, its deadline passed) is no
+      // failure, and no prefill follows: the request ends at the next check.
+      const bool client_gone = absl::IsCancelled(r.status()) && sink->Cancelled();
+      const bool expired = absl::IsDeadlineExceeded(r.status()) && absl::Now() >= limits.deadline;
+      if (client_gone) {
+        CAIRN_LOG(INFO) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
+                        << slot << " stopped: the client cancelled request " << a.req.id;
+      } else if (expired) {
+        CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
+                           << slot << " stopped: the deadline of request " << a.req.id
+                           << " passed while it waited for the cache";
+      } else {
+        CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
+                           << slot << " failed, prefilling cold: " << r.status();
+      }
       s.tokens.clear();
       // The restore began by overwriting the slot, so a live frontier it had is gone too.
       live_depth = 0;
       if (absl::IsUnavailable(r.status())) a.use_cache = false;
-      a.report.miss_reason = absl::StrCat("restore failed: ", r.status().message());
+      a.report.miss_reason = absl::StrCat(
+          client_gone || expired ? "restore stopped: " : "restore failed: ", r.status().message());
     }
     s.state = SlotSnapshot::State::kPrefill;
   }

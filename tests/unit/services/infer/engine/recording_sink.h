@@ -2,6 +2,7 @@
 #ifndef CAIRN_TESTS_UNIT_SERVICES_INFER_ENGINE_RECORDING_SINK_H_
 #define CAIRN_TESTS_UNIT_SERVICES_INFER_ENGINE_RECORDING_SINK_H_
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct Outcome {
   absl::Status status ABSL_GUARDED_BY(mu);
   FinishInfo info ABSL_GUARDED_BY(mu);
   Notification done;
+  std::atomic<bool> cancel{false};  // Set by a test: the client goes away.
 
   absl::Status Status() {
     MutexLock lock(&mu);
@@ -49,7 +51,7 @@ class RecordingSink final : public RequestSink {
     }
     outcome_->done.Notify();
   }
-  bool Cancelled() const override { return cancelled_; }
+  bool Cancelled() const override { return cancelled_ || outcome_->cancel.load(); }
 
  private:
   Outcome* const outcome_;

@@ -4,6 +4,7 @@
 // say, and a request that never ran must not disturb a slot.
 #include <atomic>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/concurrency/mutex.h"
 #include "common/concurrency/notification.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
@@ -18,6 +20,10 @@
 
 namespace cairn::infer {
 namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int32_t kVocab = 64;
 constexpr int32_t kStop = 63;
@@ -131,10 +137,22 @@ class FailingRestoreCache final : public StateCache {
     return absl::OkStatus();
   }
   absl::StatusOr<RestoreStats> Restore(uint64_t, int slot, const std::string&, KvMemory* memory,
-                                       const RestoreLimits&) override {
+                                       const RestoreLimits& limits) override {
     ++restores_;
     if (absl::Status st = memory->Reset(slot); !st.ok()) return st;
-    return absl::DataLossError("checksum mismatch in the checkpoint's rows");
+    if (!wait_) return absl::DataLossError("checksum mismatch in the checkpoint's rows");
+    // As the real client's wait for a lease: until the request is cancelled or expires.
+    restoring_.Notify();
+    while (true) {
+      if (limits.cancelled && limits.cancelled()) {
+        return absl::CancelledError("the request was cancelled while its restore waited");
+      }
+      if (absl::Now() >= limits.deadline) {
+        return absl::DeadlineExceededError(
+            "the request's deadline passed while its restore waited");
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   }
   absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
     return absl::OkStatus();
@@ -150,10 +168,16 @@ class FailingRestoreCache final : public StateCache {
 
   void Offer(int64_t depth) { offer_depth_ = depth; }
   int restores() const { return restores_; }
+  // Restores wait (a lease not ready) until their request ends; `restoring` is notified once
+  // one waits.
+  void WaitInRestores() { wait_ = true; }
+  Notification& restoring() { return restoring_; }
 
  private:
   int64_t offer_depth_ = 0;
   int restores_ = 0;
+  bool wait_ = false;
+  Notification restoring_;
 };
 
 // A connected cache daemon stand-in whose lookups fail once armed (a timeout), that records the
@@ -361,6 +385,42 @@ TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt)
   MutexLock lock(&next.mu);
   EXPECT_EQ(next.info.cache.tier, StateTier::kCold);
   EXPECT_EQ(model_.passes().back(), std::make_pair(int64_t{0}, int64_t{8}));
+}
+
+// A restore stopped by its request's own end is no failure and no cold prefill follows: the
+// log says so (not as a warning where the client cancelled), and the request ends with its
+// cancellation or deadline.
+TEST_F(SchedulerRecoveryTest, ARestoreStoppedByItsRequestIsLoggedAsSuch) {
+  FailingRestoreCache& cache = cache_;
+  Start(&cache);
+  Outcome first;
+  Run({1, 2, 3, 4}, &first);
+  ASSERT_TRUE(first.Status().ok()) << first.Status();
+  cache.Offer(6);
+  cache.WaitInRestores();
+
+  ::testing::internal::CaptureStderr();
+  Outcome cancelled;
+  Submit({1, 2, 3, 4, 5, 6, 7, 8}, &cancelled);
+  ASSERT_TRUE(cache.restoring().WaitForNotificationWithTimeout(kWait));
+  cancelled.cancel.store(true);
+  ASSERT_TRUE(cancelled.done.WaitForNotificationWithTimeout(kWait));
+  Outcome expired;
+  Submit({1, 2, 3, 4, 5, 6, 7, 9}, &expired, /*cancelled=*/false,
+         absl::Now() + absl::Milliseconds(200));
+  ASSERT_TRUE(expired.done.WaitForNotificationWithTimeout(kWait));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+
+  EXPECT_EQ(cache.restores(), 2);
+  EXPECT_EQ(cancelled.Status().code(), absl::StatusCode::kCancelled) << cancelled.Status();
+  EXPECT_EQ(expired.Status().code(), absl::StatusCode::kDeadlineExceeded) << expired.Status();
+  EXPECT_THAT(log, Not(HasSubstr("prefilling cold"))) << log;
+  EXPECT_THAT(log, ContainsRegex("I[0-9 :.]+scheduler.cc:[0-9]+\\] restoring checkpoint 7 into "
+                                 "slot 0 stopped: the client cancelled request r"))
+      << log;
+  EXPECT_THAT(log, ContainsRegex("W[0-9 :.]+scheduler.cc:[0-9]+\\] restoring checkpoint 7 into "
+                                 "slot 0 stopped: the deadline of request r passed"))
+      << log;
 }
 
 TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlot) {
