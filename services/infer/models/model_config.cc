@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -78,6 +79,20 @@ absl::StatusOr<T> Get(const Json& obj, const char* key, T fallback) {
 absl::Status Positive(const char* name, int64_t v) {
   if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be > 0, got ", v));
   return absl::OkStatus();
+}
+
+// At most `max` (the kMax* bounds in model_config.h).
+absl::Status AtMost(const char* name, int64_t v, int64_t max) {
+  if (v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", v, ", above this server's limit of ", max));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Bounded(const char* name, int64_t v, int64_t max) {
+  RETURN_IF_ERROR(Positive(name, v));
+  return AtMost(name, v, max);
 }
 
 // Layer-type names that may key a per-layer-type rope_parameters dict.
@@ -314,7 +329,7 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   const bool kv_null = t.contains("num_key_value_heads") && t["num_key_value_heads"].is_null();
   ASSIGN_OR_RETURN(c.num_kv_heads,
                    Get<int>(t, "num_key_value_heads", kv_null ? c.num_heads : d.num_kv_heads));
-  RETURN_IF_ERROR(Positive("num_attention_heads", c.num_heads));
+  RETURN_IF_ERROR(Bounded("num_attention_heads", c.num_heads, kMaxHeads));
   // transformers' config classes default head_dim (256; 128 for Qwen3), so the modelling
   // code's D / Hq fallback never applies.
   ASSIGN_OR_RETURN(c.head_dim, Get<int>(t, "head_dim", d.head_dim));
@@ -331,13 +346,15 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(const bool text_tie, Get<bool>(t, "tie_word_embeddings", false));
   ASSIGN_OR_RETURN(const bool outer_tie, Get<bool>(outer, "tie_word_embeddings", false));
   c.tie_word_embeddings = text_tie || outer_tie;
-  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
-                         {"hidden_size", c.hidden_size},
-                         {"num_hidden_layers", int64_t{c.num_layers}},
-                         {"num_key_value_heads", int64_t{c.num_kv_heads}},
-                         {"head_dim", int64_t{c.head_dim}}}) {
-    RETURN_IF_ERROR(Positive(name, v));
+  for (auto [name, v, max] : {std::tuple{"vocab_size", c.vocab_size, kMaxVocabSize},
+                              {"hidden_size", c.hidden_size, kMaxHiddenSize},
+                              {"num_hidden_layers", int64_t{c.num_layers}, kMaxLayers},
+                              {"num_key_value_heads", int64_t{c.num_kv_heads}, kMaxHeads},
+                              {"head_dim", int64_t{c.head_dim}, kMaxHeadDim}}) {
+    RETURN_IF_ERROR(Bounded(name, v, max));
   }
+  // Positive where it is used (dense MLP layers, checked below); bounded either way.
+  RETURN_IF_ERROR(AtMost("intermediate_size", c.intermediate_size, kMaxIntermediateSize));
   if (c.num_heads % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(
         "num_attention_heads must be a multiple of "
@@ -357,12 +374,12 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   ASSIGN_OR_RETURN(c.linear_v_dim, Get<int>(t, "linear_value_head_dim", kDefaultLinearHeadDim));
   ASSIGN_OR_RETURN(c.linear_k_heads, Get<int>(t, "linear_num_key_heads", kDefaultLinearKHeads));
   ASSIGN_OR_RETURN(c.linear_v_heads, Get<int>(t, "linear_num_value_heads", kDefaultLinearVHeads));
-  for (auto [name, v] : {std::pair{"linear_conv_kernel_dim", c.conv_kernel},
-                         {"linear_key_head_dim", c.linear_k_dim},
-                         {"linear_value_head_dim", c.linear_v_dim},
-                         {"linear_num_key_heads", c.linear_k_heads},
-                         {"linear_num_value_heads", c.linear_v_heads}}) {
-    RETURN_IF_ERROR(Positive(name, v));
+  for (auto [name, v, max] : {std::tuple{"linear_conv_kernel_dim", c.conv_kernel, kMaxConvKernel},
+                              {"linear_key_head_dim", c.linear_k_dim, kMaxHeadDim},
+                              {"linear_value_head_dim", c.linear_v_dim, kMaxHeadDim},
+                              {"linear_num_key_heads", c.linear_k_heads, kMaxHeads},
+                              {"linear_num_value_heads", c.linear_v_heads, kMaxHeads}}) {
+    RETURN_IF_ERROR(Bounded(name, v, max));
   }
   if (c.linear_v_heads % c.linear_k_heads != 0) {
     return absl::InvalidArgumentError(
@@ -408,9 +425,12 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
       c.norm_topk_prob = true;  // Qwen3.5-MoE's router always renormalises (docs/model.md §1.1).
     }
     if (c.num_experts > 0) {
+      RETURN_IF_ERROR(Bounded("num_experts", c.num_experts, kMaxExperts));
       RETURN_IF_ERROR(Positive("num_experts_per_tok", c.top_k));
-      RETURN_IF_ERROR(Positive("moe_intermediate_size", c.moe_intermediate_size));
-      RETURN_IF_ERROR(Positive("shared_expert_intermediate_size", c.shared_intermediate_size));
+      RETURN_IF_ERROR(
+          Bounded("moe_intermediate_size", c.moe_intermediate_size, kMaxIntermediateSize));
+      RETURN_IF_ERROR(Bounded("shared_expert_intermediate_size", c.shared_intermediate_size,
+                              kMaxIntermediateSize));
       if (c.top_k > c.num_experts) {
         return absl::InvalidArgumentError("num_experts_per_tok exceeds num_experts");
       }

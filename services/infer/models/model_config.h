@@ -19,6 +19,24 @@ enum class HybridFamily {
   kQwen3Dense,  // qwen3: every layer full attention without output gate, plain RMSNorm, dense MLP.
 };
 
+// Upper bounds on config.json's sizes, which ParseHybridConfig refuses above (InvalidArgument
+// naming the field). Far above any released model (hidden sizes reach 16K-18K, vocabularies
+// 260K, 128 attention heads, 126 layers, head dims 256, 512 experts, FFN widths 74K), they keep
+// every product the model computes from them in int64 (vocab * hidden 2^44, a stacked expert
+// tensor experts * 2 * moe_intermediate * hidden 2^57, linear_v_heads * k_dim * v_dim 2^40),
+// where a hostile config with each field near INT_MAX would overflow.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;
+// intermediate_size, moe_intermediate_size, shared_expert_intermediate_size.
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxLayers = int64_t{1} << 12;
+// Attention, key-value and linear-attention (key, value) heads.
+inline constexpr int64_t kMaxHeads = int64_t{1} << 12;
+// head_dim and the linear-attention key and value head dims.
+inline constexpr int64_t kMaxHeadDim = int64_t{1} << 14;
+inline constexpr int64_t kMaxConvKernel = int64_t{1} << 10;  // linear_conv_kernel_dim.
+inline constexpr int64_t kMaxExperts = int64_t{1} << 16;
+
 // The text hyper-parameters of a Qwen3-family checkpoint (docs/model.md §1.1), with the defaults
 // of the family's transformers config where config.json leaves a field out. The per-family
 // switches (`zero_centred_norm`, `attention_gate`, and `rotary_dim`) are what the model reads;
@@ -72,7 +90,8 @@ struct HybridConfig {
 // partial_rotary_factor beside or inside rope_parameters, or inside a non-empty legacy
 // rope_scaling, which replaces rope_parameters; derived layer_types. NotFound for an unknown
 // model_type; Unimplemented for `architectures` other than causal language models (ForCausalLM,
-// ForConditionalGeneration); InvalidArgument naming the field for missing or inconsistent values;
+// ForConditionalGeneration); InvalidArgument naming the field for missing or inconsistent values
+// and sizes above the kMax* bounds;
 // Unimplemented for features we do not run (another activation, a RoPE type other than default,
 // attention biases, quantized checkpoints, and for qwen3 sliding-window layers).
 absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text);

@@ -324,6 +324,68 @@ TEST(ModelConfigTest, OutOfRangeValuesAreInvalidNamingTheField) {
   EXPECT_THAT(eps.status().message(), HasSubstr("rms_norm_eps"));
 }
 
+// Sizes are bounded far above any real model (kMax* in model_config.h), so that no product of
+// them overflows: a hostile config with fields near INT_MAX is refused naming the field, and
+// a field at its bound is accepted.
+TEST(ModelConfigTest, SizesAboveTheirBoundsAreInvalidNamingTheField) {
+  struct Case {
+    const char* model_type;
+    const char* field;
+    int64_t max;
+  };
+  const Case cases[] = {
+      {"qwen3_5_text", "vocab_size", kMaxVocabSize},
+      {"qwen3_5_text", "hidden_size", kMaxHiddenSize},
+      {"qwen3_5_text", "intermediate_size", kMaxIntermediateSize},
+      {"qwen3_5_text", "num_hidden_layers", kMaxLayers},
+      {"qwen3_5_text", "num_attention_heads", kMaxHeads},
+      {"qwen3_5_text", "num_key_value_heads", kMaxHeads},
+      {"qwen3_5_text", "head_dim", kMaxHeadDim},
+      {"qwen3_5_text", "linear_conv_kernel_dim", kMaxConvKernel},
+      {"qwen3_5_text", "linear_key_head_dim", kMaxHeadDim},
+      {"qwen3_5_text", "linear_value_head_dim", kMaxHeadDim},
+      {"qwen3_5_text", "linear_num_key_heads", kMaxHeads},
+      {"qwen3_5_text", "linear_num_value_heads", kMaxHeads},
+      {"qwen3_next", "num_experts", kMaxExperts},
+      {"qwen3_next", "moe_intermediate_size", kMaxIntermediateSize},
+      {"qwen3_next", "shared_expert_intermediate_size", kMaxIntermediateSize},
+      {"qwen3", "vocab_size", kMaxVocabSize},
+      {"qwen3", "hidden_size", kMaxHiddenSize},
+      {"qwen3", "intermediate_size", kMaxIntermediateSize},
+  };
+  for (const Case& c : cases) {
+    for (const int64_t v : {c.max + 1, int64_t{2147483647}}) {
+      absl::StatusOr<HybridConfig> config = ParseHybridConfig(
+          absl::StrCat(R"({"model_type": ")", c.model_type, R"(", ")", c.field, R"(": )", v, "}"));
+      EXPECT_THAT(config.status(), StatusIs(absl::StatusCode::kInvalidArgument))
+          << c.model_type << " " << c.field << " " << v;
+      EXPECT_THAT(
+          config.status().message(),
+          HasSubstr(absl::StrCat(c.field, " is ", v, ", above this server's limit of ", c.max)))
+          << c.model_type;
+    }
+  }
+  // Each field in the list above at its bound parses (the others at their defaults).
+  for (const Case& c : cases) {
+    // Heads at the bound need key-value (linear key) heads that divide them.
+    std::string extra;
+    if (absl::string_view(c.field) == "num_attention_heads")
+      extra = R"(, "num_key_value_heads": 1)";
+    if (absl::string_view(c.field) == "num_key_value_heads") {
+      extra = absl::StrCat(R"(, "num_attention_heads": )", kMaxHeads);
+    }
+    if (absl::string_view(c.field) == "linear_num_value_heads")
+      extra = R"(, "linear_num_key_heads": 1)";
+    if (absl::string_view(c.field) == "linear_num_key_heads") {
+      extra = absl::StrCat(R"(, "linear_num_value_heads": )", kMaxHeads);
+    }
+    if (absl::string_view(c.field) == "num_experts") extra = R"(, "num_experts_per_tok": 2)";
+    absl::StatusOr<HybridConfig> config = ParseHybridConfig(absl::StrCat(
+        R"({"model_type": ")", c.model_type, R"(", ")", c.field, R"(": )", c.max, extra, "}"));
+    EXPECT_TRUE(config.ok()) << c.model_type << " " << c.field << ": " << config.status();
+  }
+}
+
 // Config numbers that become integers are range-checked before the conversion: a huge
 // partial_rotary_factor (head_dim * factor past int's range is undefined behaviour when
 // converted), and an mlp_only_layers entry past int (2^32 + 2 would wrap to layer 2).
