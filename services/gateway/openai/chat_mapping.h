@@ -8,10 +8,10 @@
 // prompt_cache_key, store, ...) are accepted and never reach the prompt. Media parts are
 // refused with a clear error.
 //
-// Responses: chat.completion / chat.completion.chunk and text_completion objects with
-// usage.prompt_tokens_details.cached_tokens and the `cairn` cache object.
+// Responses: chat_formatters.h (included here for FinishReasonName and UsageObject).
 
 #include "absl/status/statusor.h"
+#include "services/gateway/openai/chat_formatters.h"
 #include "services/gateway/openai/format_util.h"
 
 namespace cairn::gateway {
@@ -67,12 +67,6 @@ enum class ContentAuthor {
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
                                         const RequestLimits& limits,
                                         ContentAuthor author = ContentAuthor::kAny);
-
-// Returns OpenAI's finish_reason for `reason`.
-absl::string_view FinishReasonName(infer_v1::Finished::Reason reason);
-
-// Returns OpenAI's usage object for `finished`.
-Json UsageObject(const infer_v1::Finished& finished);
 
 }  // namespace cairn::gateway
 
