@@ -57,7 +57,8 @@ struct RestoreStats {
 };
 
 // What bounds a restore's waits besides the cache's own limits: the request's deadline, and
-// whether its client has gone away (polled; null: never).
+// whether its client has gone away (polled, possibly with the cache client's lock held, so it
+// must be cheap and take no lock; null: never).
 struct RestoreLimits {
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> cancelled;

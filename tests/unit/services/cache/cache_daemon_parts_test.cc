@@ -277,13 +277,11 @@ TEST_F(CacheDaemonPartsTest, OneLeasePerSlotAndAnotherSessionCannotReleaseIt) {
 // How the session that owes a spill dies.
 enum class Death { kStreamClosed, kHeartbeatTimeout };
 
-// The same daemon with a disk tier, so that a checkpoint's persist waits for its spill.
-class SpillOwnerDeathTest : public CacheDaemonPartsTest,
-                            public ::testing::WithParamInterface<Death> {
+// The same daemon with a disk tier (and its scrubber) in a fresh folder `name`.
+class DiskTierPartsTest : public CacheDaemonPartsTest {
  protected:
-  void SetUp() override {
-    root_ = ::testing::TempDir() + "/spill-owner-death-" +
-            (GetParam() == Death::kStreamClosed ? "closed" : "timeout");
+  void StartWithDisk(const std::string& name) {
+    root_ = ::testing::TempDir() + "/" + name;
     std::filesystem::remove_all(root_);
     CacheDaemonOptions options;
     options.disk_root = root_;
@@ -297,6 +295,15 @@ class SpillOwnerDeathTest : public CacheDaemonPartsTest,
   }
 
   std::string root_;
+};
+
+// With a disk tier, so that a checkpoint's persist waits for its spill.
+class SpillOwnerDeathTest : public DiskTierPartsTest, public ::testing::WithParamInterface<Death> {
+ protected:
+  void SetUp() override {
+    StartWithDisk(std::string("spill-owner-death-") +
+                  (GetParam() == Death::kStreamClosed ? "closed" : "timeout"));
+  }
 };
 
 TEST_P(SpillOwnerDeathTest, TheWaitingLeaseFailsAndTheCheckpointGoesWithNothingLeft) {
@@ -367,24 +374,10 @@ TEST_F(CacheDaemonPartsTest, AReadyLeaseExpiresOnTheTickAndFreesTheSlot) {
   EXPECT_TRUE(daemon_->AcquireRestore(RestoreOf(id, 1)).ok());
 }
 
-// The same daemon with a disk tier and its scrubber.
-class DamagedStateFileTest : public CacheDaemonPartsTest {
+// With a disk tier and its scrubber.
+class DamagedStateFileTest : public DiskTierPartsTest {
  protected:
-  void SetUp() override {
-    root_ = ::testing::TempDir() + "/damaged-state-file";
-    std::filesystem::remove_all(root_);
-    CacheDaemonOptions options;
-    options.disk_root = root_;
-    options.disk.free_space_reserve_bytes = 0;
-    options.cache.disk_bytes = 64 << 20;
-    Start(options);
-  }
-  void TearDown() override {
-    daemon_.reset();
-    std::filesystem::remove_all(root_);
-  }
-
-  std::string root_;
+  void SetUp() override { StartWithDisk("damaged-state-file"); }
 };
 
 TEST_F(DamagedStateFileTest, ACheckpointWithoutChunksWhoseStateFileIsDamagedIsForgotten) {
