@@ -18,9 +18,34 @@ absl::StatusOr<HeldRegion> ArenaResidency::Allocate(uint64_t bytes, RegionKind k
 
 void ArenaResidency::Free(HeldRegion* held) {
   if (held->bytes == 0) return;
-  absl::Status s = arena_->allocator().Free(held->region);
-  if (!s.ok()) CAIRN_LOG(ERROR) << "freeing arena region at " << held->region.offset << ": " << s;
+  if (holds_.contains(held->region.offset)) {
+    set_aside_.emplace(held->region.offset, held->region);
+  } else {
+    FreeRegion(held->region);
+  }
   *held = HeldRegion{};
+}
+
+void ArenaResidency::FreeRegion(const ArenaHandle& region) {
+  absl::Status s = arena_->allocator().Free(region);
+  if (!s.ok()) CAIRN_LOG(ERROR) << "freeing arena region at " << region.offset << ": " << s;
+}
+
+void ArenaResidency::Hold(const HeldRegion& held) {
+  if (held.bytes == 0) return;
+  ++holds_[held.region.offset];
+}
+
+void ArenaResidency::Unhold(const HeldRegion& held) {
+  if (held.bytes == 0) return;
+  auto it = holds_.find(held.region.offset);
+  if (it == holds_.end()) return;
+  if (--it->second > 0) return;
+  holds_.erase(it);
+  auto aside = set_aside_.find(held.region.offset);
+  if (aside == set_aside_.end()) return;
+  FreeRegion(aside->second);
+  set_aside_.erase(aside);
 }
 
 absl::StatusOr<absl::Span<uint8_t>> ArenaResidency::Resolve(const HeldRegion& held) const {

@@ -42,9 +42,14 @@ struct StateBytes {
 // Allocation and freeing go through the arena's allocator; nothing else here touches bytes
 // except Resolve and checksums the caller asks for.
 //
+// A restore lease that hands out regions recorded here holds them (Hold): a region dropped while
+// held (its checkpoint quarantined under the lease) stays allocated, no longer recorded, until
+// its last hold goes, so the arena never gives it to anyone else while a client may read it.
+//
 // Thread-compatible: the daemon calls it under its mutex (the allocator below has its own lock).
 // Invariants: (1) every region recorded here is live in the allocator and recorded once;
-// (2) a chunk or checkpoint entry is removed only together with freeing its region.
+// (2) a chunk or checkpoint entry is removed only together with freeing its region, or with
+// setting it aside when held; (3) a region set aside is held, and is freed with its last hold.
 class ArenaResidency {
  public:
   // `arena` must outlive this object.
@@ -54,8 +59,9 @@ class ArenaResidency {
 
   // A fresh region of `bytes` (none for 0). ResourceExhausted when the arena is full.
   absl::StatusOr<HeldRegion> Allocate(uint64_t bytes, RegionKind kind);
-  // Frees `held` (no-op for an empty one) and clears it. A failure is our own bookkeeping
-  // bug: logged, and the region leaks rather than being reused.
+  // Frees `held` (no-op for an empty one) and clears it; a held region is set aside until its
+  // last hold goes instead. A failure is our own bookkeeping bug: logged, and the region leaks
+  // rather than being reused.
   void Free(HeldRegion* held);
   // The bytes of `held` in this process's mapping.
   absl::StatusOr<absl::Span<uint8_t>> Resolve(const HeldRegion& held) const;
@@ -77,13 +83,25 @@ class ArenaResidency {
   const StateBytes* FindCheckpoint(CheckpointId id) const;
   void DropCheckpoint(CheckpointId id);
 
+  // --- Holds of restore leases on regions they hand out.
+  // One more hold on `held` (no-op for an empty one).
+  void Hold(const HeldRegion& held);
+  // Drops one hold on `held`; frees the region if it was set aside and this was its last hold.
+  void Unhold(const HeldRegion& held);
+  // Regions dropped while held, not yet freed.
+  size_t set_aside_count() const { return set_aside_.size(); }
+
   size_t chunk_count() const { return chunks_.size(); }
   size_t checkpoint_count() const { return checkpoints_.size(); }
 
  private:
+  void FreeRegion(const ArenaHandle& region);
+
   Arena* const arena_;
   absl::flat_hash_map<ChunkId, HeldRegion> chunks_;
   absl::flat_hash_map<CheckpointId, StateBytes> checkpoints_;
+  absl::flat_hash_map<uint64_t, int> holds_;              // By region offset: live holds.
+  absl::flat_hash_map<uint64_t, ArenaHandle> set_aside_;  // By region offset: freed with hold.
 };
 
 }  // namespace cairn::cache

@@ -425,6 +425,7 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
   if (ok) {
     const Model* model = ModelForLocked(info->compatibility);
     const int64_t chunk_rows = model != nullptr ? model->layout.chunk_rows : 1;
+    std::vector<HeldRegion> handed;
     for (ChunkId c : lease->chunks) {
       absl::StatusOr<ChunkInfo> chunk = core_->GetChunk(c);
       const HeldRegion* held = regions_->FindChunk(c);
@@ -439,6 +440,11 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
       cr->set_rows(static_cast<uint32_t>(chunk_rows));
       FillHandle(held->handle(), cr->mutable_region());
       cr->set_checksum(held->checksum);
+      handed.push_back(*held);
+    }
+    // Regions a chunk got after the grant (at its spill) are held from now on, like the others.
+    if (ok) {
+      for (const HeldRegion& r : leases_.AddHolds(id, handed)) regions_->Hold(r);
     }
   }
   ready->set_ok(ok);

@@ -106,10 +106,10 @@ struct CacheDaemonOptions {
 //
 // Invariants: (1) every chunk or checkpoint the core holds in RAM has its bytes in an arena
 // region recorded here (private state, tail, chunks), and a region is freed only when the
-// core no longer needs it; (2) a lease pins its checkpoint in the core until it is released
-// or expires; (3) a reservation holds its regions and the core's ticket until commit, abort,
-// expiry or the end of its session; (4) every slot a session touched is dropped from the
-// core when the session ends.
+// core no longer needs it and no live lease hands it out; (2) a lease pins its checkpoint in the
+// core until it is released or expires; (3) a reservation holds its regions and the core's ticket
+// until commit, abort, expiry or the end of its session; (4) every slot a session touched is
+// dropped from the core when the session ends.
 class CacheDaemon {
  public:
   // Creates the arena (memfd), the descriptor server and the policy core. `clock` must

@@ -233,8 +233,11 @@ RestoreGrant CacheDaemon::GrantLeaseLocked(
     cg.first_row = static_cast<uint64_t>(first_row);
     cg.rows = static_cast<uint32_t>(chunk_rows);
     auto held = chunk_regions.find(plan.chunks[i]);
-    if (held == chunk_regions.end()) continue;  // Cannot happen: regions come with the refs.
+    // A borrowed chunk whose charge waits for its spill gets its region then: LeaseReady
+    // carries it.
+    if (held == chunk_regions.end()) continue;
     cg.region = held->second.handle();
+    if (lease.loaded == nullptr) lease.holds.push_back(held->second);
     // Known only once the bytes are there: 0 until then (LeaseReady carries it). A chunk
     // already resident has its checksum now even when others are still awaited.
     bool known = lease.ready || tier == Tier::kDisk;
@@ -244,6 +247,11 @@ RestoreGrant CacheDaemon::GrantLeaseLocked(
     }
     if (known) cg.checksum = held->second.checksum;
   }
+  // The regions a restore from RAM hands out stay allocated until the lease ends, even if the
+  // core drops their checkpoint meanwhile (a quarantine ignores pins); a disk restore's own
+  // regions go with its lease anyway.
+  if (lease.loaded == nullptr) lease.holds.push_back(state.region);
+  for (const HeldRegion& held : lease.holds) regions_->Hold(held);
   // Cannot fail: CheckCanLease said OK under this hold of mu_, and leases are added only
   // under mu_.
   CAIRN_CHECK(sessions_.AddLease(lease.session, lease.slot.slot, lease_id).ok());
@@ -267,6 +275,7 @@ void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
   sessions_.RemoveLease(id);
   // Unpin can only fail for a checkpoint the core already dropped; nothing is left to release.
   core_->Unpin(lease->checkpoint).IgnoreError();
+  for (const HeldRegion& held : lease->holds) regions_->Unhold(held);
   if (lease->loaded != nullptr) {
     regions_->Free(&lease->loaded->state.region);
     for (auto& [c, held] : lease->loaded->chunks) regions_->Free(&held);

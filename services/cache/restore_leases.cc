@@ -70,6 +70,24 @@ bool RestoreLeases::MarkReady(uint64_t id, absl::Duration now) {
   return true;
 }
 
+std::vector<HeldRegion> RestoreLeases::AddHolds(uint64_t id,
+                                                const std::vector<HeldRegion>& regions) {
+  std::vector<HeldRegion> added;
+  MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return added;
+  std::vector<HeldRegion>& holds = it->second.holds;
+  for (const HeldRegion& r : regions) {
+    const bool held = std::any_of(holds.begin(), holds.end(), [&r](const HeldRegion& h) {
+      return h.region.offset == r.region.offset;
+    });
+    if (held || r.bytes == 0) continue;
+    holds.push_back(r);
+    added.push_back(r);
+  }
+  return added;
+}
+
 std::vector<uint64_t> RestoreLeases::Expired(absl::Duration now) const {
   std::vector<uint64_t> out;
   {

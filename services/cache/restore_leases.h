@@ -33,6 +33,8 @@ struct Lease {
   bool ready = true;
   absl::flat_hash_set<uint64_t> awaiting;  // Spills to finish before it is ready.
   std::unique_ptr<DiskLoad> loaded;        // Regions a disk restore filled.
+  // A restore from RAM: the arena regions it hands out, held in ArenaResidency until release.
+  std::vector<HeldRegion> holds;
 };
 
 // What a waiting lease needs to be answered: the checkpoint and the chunks the client reads.
@@ -77,6 +79,11 @@ class RestoreLeases {
   // Lease `id` is ready from `now`: it expires its duration later. Returns false for an
   // unknown lease or one that still awaits spills.
   bool MarkReady(uint64_t id, absl::Duration now) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Lease `id` also holds those of `regions` it does not hold yet (by offset); returns them,
+  // for ArenaResidency::Hold. Empty for an unknown lease.
+  std::vector<HeldRegion> AddHolds(uint64_t id, const std::vector<HeldRegion>& regions)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The ready leases whose expiry is at or before `now`, in id order.
   std::vector<uint64_t> Expired(absl::Duration now) const ABSL_LOCKS_EXCLUDED(mu_);

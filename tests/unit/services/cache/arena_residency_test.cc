@@ -102,5 +102,40 @@ TEST_F(ArenaResidencyTest, AStateSplitsIntoPrivateAndTailHandles) {
   EXPECT_EQ(sb.tail_handle().length, 100u);
 }
 
+TEST_F(ArenaResidencyTest, ARegionDroppedWhileHeldIsFreedWithItsLastHold) {
+  auto chunk = residency_->ReserveChunk(7, kPage);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  const HeldRegion region = **chunk;
+  residency_->Hold(region);
+  residency_->Hold(region);  // Two leases read it.
+
+  residency_->DropChunk(7);
+  const uint64_t used_dropped = UsedBytes();
+  residency_->Unhold(region);
+  const uint64_t used_one_hold = UsedBytes();
+  residency_->Unhold(region);
+
+  EXPECT_EQ(residency_->FindChunk(7), nullptr);
+  EXPECT_EQ(used_dropped, kPage);
+  EXPECT_EQ(used_one_hold, kPage);
+  EXPECT_EQ(UsedBytes(), 0u);
+  EXPECT_EQ(residency_->set_aside_count(), 0u);
+  residency_->Unhold(region);  // No hold left: nothing happens.
+  EXPECT_EQ(UsedBytes(), 0u);
+}
+
+TEST_F(ArenaResidencyTest, AHeldRegionStillRecordedIsFreedOnlyWhenDropped) {
+  auto chunk = residency_->ReserveChunk(7, kPage);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  residency_->Hold(**chunk);
+
+  residency_->Unhold(**chunk);
+
+  EXPECT_NE(residency_->FindChunk(7), nullptr);
+  EXPECT_EQ(UsedBytes(), kPage);
+  residency_->DropChunk(7);
+  EXPECT_EQ(UsedBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace cairn::cache

@@ -119,5 +119,28 @@ TEST(RestoreLeasesTest, ConcurrentGrantsSettlesAndExpiriesAreSafe) {
   EXPECT_EQ(leases.size(), 3u * 150u);
 }
 
+TEST(RestoreLeasesTest, ALeaseAddsOnlyTheHoldsItDoesNotHaveYet) {
+  RestoreLeases leases;
+  ASSERT_TRUE(leases.Add(1, Waiting(5, {100}, absl::Seconds(30))));
+  HeldRegion a;
+  a.region.offset = 0;
+  a.bytes = 10;
+  HeldRegion b;
+  b.region.offset = 4096;
+  b.bytes = 10;
+
+  const std::vector<HeldRegion> first = leases.AddHolds(1, {a});
+  const std::vector<HeldRegion> second = leases.AddHolds(1, {a, b, HeldRegion{}});
+  const std::vector<HeldRegion> unknown = leases.AddHolds(2, {a});
+
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].region.offset, 4096u);
+  EXPECT_TRUE(unknown.empty());
+  std::optional<Lease> taken = leases.Take(1);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->holds.size(), 2u);
+}
+
 }  // namespace
 }  // namespace cairn::cache

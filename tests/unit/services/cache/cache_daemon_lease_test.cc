@@ -1,0 +1,99 @@
+// The daemon's restore leases against what can happen while they are held (in process,
+// without gRPC, under TSan with the unit label).
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/concurrency/notification.h"
+#include "gtest/gtest.h"
+#include "services/cache/cache_daemon.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/cache/cache_daemon_fixture.h"
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::testing::StatusIs;
+
+// The LeaseReady sent for lease `id` on `sink`, if any.
+std::optional<v1::LeaseReady> LeaseReadyFor(const RecordingSink& sink, uint64_t id) {
+  std::optional<v1::LeaseReady> out;
+  for (const v1::SessionServerMessage& m : sink.messages()) {
+    if (m.has_lease_ready() && m.lease_ready().lease_id() == id) out = m.lease_ready();
+  }
+  return out;
+}
+
+bool Overlap(const ArenaHandle& a, const ArenaHandle& b) {
+  if (a.length == 0 || b.length == 0) return false;
+  return a.offset < b.offset + b.length && b.offset < a.offset + a.length;
+}
+
+// With a disk tier and its scrubber, which quarantines a checkpoint whose files are damaged.
+class QuarantineUnderLeaseTest : public DiskTierPartsTest {
+ protected:
+  void SetUp() override { StartWithDisk("quarantine-under-lease"); }
+
+  // Waits until every disk write queued so far has finished.
+  void Flush() {
+    Notification flushed;
+    daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
+    flushed.WaitForNotification();
+  }
+
+  // Flips a byte in every state file on disk.
+  void DamageStateFiles() {
+    for (const auto& f : std::filesystem::directory_iterator(root_ + "/states")) {
+      std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      file.seekg(100);
+      const char c = static_cast<char>(file.get());
+      file.seekp(100);
+      file.put(static_cast<char>(c ^ 0x5a));
+    }
+  }
+};
+
+TEST_F(QuarantineUnderLeaseTest, TheRegionsALeaseReadsOutliveTheQuarantineUntilItIsReleased) {
+  const uint64_t id = Capture(40);  // 2 full chunks borrowed in slot 0, 8 rows of tail.
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  AnswerSpills();  // The lease becomes ready; the checkpoint's write to disk follows.
+  std::optional<v1::LeaseReady> ready = LeaseReadyFor(sink_, lease->lease_id);
+  ASSERT_TRUE(ready.has_value() && ready->ok());
+  Flush();
+  absl::StatusOr<std::vector<CheckpointRow>> rows = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 1u);
+  ASSERT_TRUE((*rows)[0].on_disk);
+  std::vector<ArenaHandle> leased = {lease->private_state.region, lease->tail.region};
+  for (const ChunkGrant& c : lease->chunks) leased.push_back(c.region);
+  const uint64_t used_under_lease = daemon_->arena().allocator().used_bytes();
+  DamageStateFiles();
+
+  daemon_->ScrubPassForTest();  // Quarantines the checkpoint while the lease reads it.
+  const uint64_t used_after_quarantine = daemon_->arena().allocator().used_bytes();
+  StartCold(40);  // A new capture asks the arena for regions.
+  absl::StatusOr<CaptureGrant> capture = daemon_->ReserveCapture(CaptureAt(40));
+
+  absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+  EXPECT_EQ(used_after_quarantine, used_under_lease);
+  ASSERT_TRUE(capture.ok()) << capture.status();
+  for (const ArenaHandle& r : leased) {
+    EXPECT_FALSE(Overlap(r, capture->private_state.region)) << "offset " << r.offset;
+    EXPECT_FALSE(Overlap(r, capture->tail.region)) << "offset " << r.offset;
+  }
+  const uint64_t used_with_capture = daemon_->arena().allocator().used_bytes();
+  EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).ok());
+  // The lease's regions go with it; the new reservation's stay.
+  EXPECT_LT(daemon_->arena().allocator().used_bytes(), used_with_capture);
+  EXPECT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, capture->reservation_id, "test"}).ok());
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace cairn::cache
