@@ -92,6 +92,9 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   if (options.default_lease <= absl::ZeroDuration() || options.max_lease < options.default_lease) {
     return absl::InvalidArgumentError("lease durations must be positive, max >= default");
   }
+  if (options.max_lease_wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the wait for a lease to become ready must be positive");
+  }
   std::unique_ptr<CacheDaemon> d(new CacheDaemon(options, clock));
   ArenaOptions arena_options = options.arena;
   if (arena_options.size_bytes == 0) {

@@ -71,6 +71,10 @@ struct CacheDaemonOptions {
   absl::Duration session_timeout = absl::Seconds(10);    // Silence that ends a session.
   absl::Duration default_lease = absl::Seconds(30);      // Restore leases and reservations.
   absl::Duration max_lease = absl::Minutes(2);
+  // A restore lease still waiting for spills after this long fails (LeaseReady ok = false) and
+  // its checkpoint is unpinned: the spills it waits for may never come. Longer than the
+  // reference client's own wait (30 s), which releases the lease itself.
+  absl::Duration max_lease_wait = absl::Minutes(1);
   int max_leases_per_session = 64;  // SM8: caps per client.
   int max_reservations_per_session = 64;
   int idle_spill_chunks = 8;    // Chunks per idle-spill work item.
@@ -148,7 +152,8 @@ class CacheDaemon {
   void CloseSession(uint64_t session_id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   // Refuses new sessions from now on (the daemon is shutting down). Idempotent.
   void BeginDrain();
-  // Expires silent sessions, leases and reservations. Called periodically.
+  // Expires silent sessions, leases and reservations, and fails leases not ready within
+  // max_lease_wait. Called periodically.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // --- The unary calls of cache.proto. Each validates its request (InvalidArgument,

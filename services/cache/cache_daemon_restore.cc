@@ -211,6 +211,7 @@ RestoreGrant CacheDaemon::GrantLeaseLocked(
   lease.kept_rows = plan.kept_rows;
   lease.duration = duration;
   lease.expires = Now() + duration;
+  lease.ready_by = Now() + options_.max_lease_wait;
   lease.loaded = std::move(loaded);
   lease.awaiting.insert(plan.awaiting_spills.begin(), plan.awaiting_spills.end());
   lease.ready = lease.awaiting.empty();

@@ -166,6 +166,13 @@ void CacheDaemon::Tick() {
       CAIRN_LOG(WARNING) << "restore lease " << id << " expired";
       ReleaseLeaseLocked(id);
     }
+    // The spills a waiting lease needs may never come (a client that stopped answering spill
+    // requests but still heartbeats): its pin must not last forever.
+    for (uint64_t id : leases_.Overdue(now)) {
+      AnswerLeaseLocked(
+          id, false,
+          absl::StrCat("not ready within ", absl::FormatDuration(options_.max_lease_wait)));
+    }
     for (uint64_t id : reservations_.Expired(now)) {
       ReleaseReservationLocked(id, "reservation expired");
     }

@@ -139,6 +139,9 @@ int Run(int argc, char** argv) {
             absl::Milliseconds(1));
   flags.Add("lease-timeout", &options.default_lease, "restore lease and reservation duration",
             absl::Milliseconds(1));
+  flags.Add("max-lease-wait", &options.max_lease_wait,
+            "a restore lease still waiting for spills after this long fails (its client is told)",
+            absl::Milliseconds(1));
   flags.Add("io-threads", &main_options.io_threads, "threads serving unary calls", 1,
             kMaxThreadsFlag);
   flags.Add("max-queued-calls", &main_options.max_queued_calls,

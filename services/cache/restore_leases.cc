@@ -100,6 +100,18 @@ std::vector<uint64_t> RestoreLeases::Expired(absl::Duration now) const {
   return out;
 }
 
+std::vector<uint64_t> RestoreLeases::Overdue(absl::Duration now) const {
+  std::vector<uint64_t> out;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, lease] : leases_) {
+      if (!lease.ready && lease.ready_by <= now) out.push_back(id);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 size_t RestoreLeases::size() const {
   MutexLock lock(&mu_);
   return leases_.size();

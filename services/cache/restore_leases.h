@@ -30,6 +30,7 @@ struct Lease {
   std::vector<ChunkId> chunks;  // Read from the arena: past kept_rows.
   absl::Duration duration;      // Granted; counted from when the lease becomes ready.
   absl::Duration expires;       // On the monotonic clock; meaningful once ready.
+  absl::Duration ready_by;      // On the monotonic clock: not ready by then, it fails.
   bool ready = true;
   absl::flat_hash_set<uint64_t> awaiting;  // Spills to finish before it is ready.
   std::unique_ptr<DiskLoad> loaded;        // Regions a disk restore filled.
@@ -48,8 +49,8 @@ struct LeaseView {
 };
 
 // The restore leases the daemon has granted, by id: which are ready, which wait for spills,
-// when each expires. Holds no bytes (a disk load's regions travel with its lease and are
-// freed by whoever takes the lease out) and calls nothing.
+// when each expires, and which waited too long. Holds no bytes (a disk load's regions travel with
+// its lease and are freed by whoever takes the lease out) and calls nothing.
 //
 // Thread-safe: its own lock, never held while calling out. The daemon changes leases under its
 // coordinating lock too (so the core's pins agree with them); Expired and size need neither.
@@ -87,6 +88,8 @@ class RestoreLeases {
 
   // The ready leases whose expiry is at or before `now`, in id order.
   std::vector<uint64_t> Expired(absl::Duration now) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The leases still not ready whose `ready_by` is at or before `now`, in id order.
+  std::vector<uint64_t> Overdue(absl::Duration now) const ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -1,5 +1,6 @@
-// The daemon's restore leases against what can happen while they are held (in process,
-// without gRPC, under TSan with the unit label).
+// The daemon's restore leases against what can happen while they are held: the checkpoint
+// quarantined under a lease, a lease whose spills never come (in process, without gRPC, under
+// TSan with the unit label).
 
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,33 @@ TEST_F(QuarantineUnderLeaseTest, TheRegionsALeaseReadsOutliveTheQuarantineUntilI
   EXPECT_LT(daemon_->arena().allocator().used_bytes(), used_with_capture);
   EXPECT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, capture->reservation_id, "test"}).ok());
   EXPECT_EQ(daemon_->arena().allocator().used_bytes(), 0u);
+}
+
+TEST_F(CacheDaemonPartsTest, ALeaseWhoseSpillsNeverComeFailsAfterTheWaitBoundAndUnpins) {
+  const uint64_t id = Capture(40);  // Its rows stay borrowed in slot 0, never spilled here.
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_FALSE(lease->ready);
+
+  clock_.Advance(absl::Seconds(30));  // Within the bound (max_lease_wait, 1 min): waiting.
+  ASSERT_TRUE(daemon_->Touch(session_).ok());
+  daemon_->Tick();
+  const std::optional<v1::LeaseReady> early = LeaseReadyFor(sink_, lease->lease_id);
+  clock_.Advance(absl::Minutes(3));  // Past it.
+  ASSERT_TRUE(daemon_->Touch(session_).ok());
+  daemon_->Tick();
+
+  EXPECT_FALSE(early.has_value());
+  const std::optional<v1::LeaseReady> failed = LeaseReadyFor(sink_, lease->lease_id);
+  ASSERT_TRUE(failed.has_value());  // Told, as for any lease that fails while it waits.
+  EXPECT_FALSE(failed->ok());
+  EXPECT_FALSE(failed->failure().empty());
+  EXPECT_THAT(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, false, ""}),
+              StatusIs(absl::StatusCode::kNotFound));
+  // The checkpoint is no longer pinned, and slot 1 may take another lease.
+  absl::StatusOr<std::vector<CheckpointId>> evicted = daemon_->Evict(EvictOrder{id, false, false});
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_EQ(*evicted, std::vector<CheckpointId>{id});
 }
 
 }  // namespace

@@ -68,6 +68,26 @@ TEST(RestoreLeasesTest, OnlyReadyLeasesExpireCountedFromWhenTheyBecameReady) {
   EXPECT_EQ(leases.Expired(absl::Seconds(50)), (std::vector<uint64_t>{1, 2}));
 }
 
+TEST(RestoreLeasesTest, OnlyLeasesStillWaitingPastTheirBoundAreOverdue) {
+  RestoreLeases leases;
+  Lease waiting = Waiting(5, {100}, absl::Seconds(30));
+  waiting.ready_by = absl::Seconds(60);
+  ASSERT_TRUE(leases.Add(1, std::move(waiting)));
+  Lease ready = Waiting(5, {}, absl::Seconds(30));
+  ready.ready_by = absl::Seconds(60);
+  ready.expires = absl::Seconds(90);
+  ASSERT_TRUE(leases.Add(2, std::move(ready)));
+  Lease made_ready = Waiting(5, {101}, absl::Seconds(30));
+  made_ready.ready_by = absl::Seconds(60);
+  ASSERT_TRUE(leases.Add(3, std::move(made_ready)));
+  leases.SpillDone(101);
+  ASSERT_TRUE(leases.MarkReady(3, absl::Seconds(10)));
+
+  EXPECT_TRUE(leases.Overdue(absl::Seconds(59)).empty());
+  EXPECT_EQ(leases.Overdue(absl::Seconds(60)), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(leases.Overdue(absl::Seconds(600)), (std::vector<uint64_t>{1}));
+}
+
 TEST(RestoreLeasesTest, TakeHandsTheLeaseWithItsDiskLoadOverOnce) {
   RestoreLeases leases;
   Lease lease = Waiting(5, {}, absl::Seconds(30));
