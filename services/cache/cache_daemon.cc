@@ -259,7 +259,7 @@ absl::StatusOr<RegisteredModel> CacheDaemon::RegisterModel(const ModelRegistrati
   if (digest.empty()) return absl::InvalidArgumentError("the compatibility identity is empty");
   RETURN_IF_ERROR(req.layout.Validate());
   RegisteredModel out;
-  Lock lock(this);
+  CoreLock lock(this);
   RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));
   const ModelLayout& layout = req.layout;
   auto known = model_ids_.find(digest);
@@ -465,7 +465,7 @@ void CacheDaemon::AnswerLeaseLocked(uint64_t id, bool ok, const std::string& fai
 }
 
 absl::StatusOr<std::vector<uint64_t>> CacheDaemon::StartSlot(const SlotStart& req) {
-  Lock lock(this);
+  CoreLock lock(this);
   ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id, req.slot));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
   const SlotKey key{req.session_id, slot};
@@ -481,7 +481,6 @@ absl::StatusOr<std::vector<uint64_t>> CacheDaemon::StartSlot(const SlotStart& re
     RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation));
     counters_.CountHit(Tier::kLive, 0);
   }
-  AfterCoreLocked();
   return preserve_spills;
 }
 

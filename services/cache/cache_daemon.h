@@ -282,6 +282,9 @@ class CacheDaemon {
   class Bytes;
   // Holds mu_; on release, runs the event waiters that new events made due, unlocked.
   class ABSL_SCOPED_LOCKABLE Lock;
+  // The Lock of a call that may change the core: on release it first runs AfterCoreLocked,
+  // whichever way the call returns (an error after a core change included).
+  class ABSL_SCOPED_LOCKABLE CoreLock;
 
   CacheDaemon(const CacheDaemonOptions& options, const Clock* clock);
 
@@ -298,9 +301,9 @@ class CacheDaemon {
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs after every core call that may create or finish spills: sends new spill requests to
-  // their sessions (failing those whose session is gone), settles the leases waiting for
-  // finished spills, and retries deferred disk writes.
+  // Runs after every core call that may create or finish spills (CoreLock runs it on release):
+  // sends new spill requests to their sessions (failing those whose session is gone), settles
+  // the leases waiting for finished spills, and retries deferred disk writes. Idempotent.
   void AfterCoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendNewSpillsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SettleLeasesLocked(const FinishedSpill& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -419,8 +422,19 @@ class ABSL_SCOPED_LOCKABLE CacheDaemon::Lock {
   Lock(const Lock&) = delete;
   Lock& operator=(const Lock&) = delete;
 
- private:
+ protected:
   CacheDaemon* const d_;
+};
+
+// Holds mu_ for a call that may change the core; on release runs AfterCoreLocked under the lock
+// (on every path out of the call), then what Lock runs unlocked.
+class ABSL_SCOPED_LOCKABLE CacheDaemon::CoreLock : public CacheDaemon::Lock {
+ public:
+  explicit CoreLock(const CacheDaemon* d) ABSL_EXCLUSIVE_LOCK_FUNCTION(d->mu_) : Lock(d) {}
+  ~CoreLock() ABSL_UNLOCK_FUNCTION() {
+    d_->mu_.AssertHeld();
+    d_->AfterCoreLocked();
+  }
 };
 
 }  // namespace cairn::cache

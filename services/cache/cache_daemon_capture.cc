@@ -17,7 +17,7 @@ namespace cairn::cache {
 // Captures.
 
 absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& req) {
-  Lock lock(this);
+  CoreLock lock(this);
   ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id, req.slot));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
   const SlotKey key{req.session_id, slot};
@@ -73,7 +73,6 @@ absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& r
   for (const v1::Event& e : events_.After(before, 0)) {
     if (e.kind() == v1::EVENT_KIND_EVICT) grant.evicted.push_back(e.checkpoint_id());
   }
-  AfterCoreLocked();
   return grant;
 }
 
@@ -87,7 +86,7 @@ void CacheDaemon::ReleaseReservationLocked(uint64_t id, const std::string& reaso
 }
 
 absl::StatusOr<CommitResult> CacheDaemon::CommitCapture(const CaptureCommit& req) {
-  Lock lock(this);
+  CoreLock lock(this);
   RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));
   std::optional<Reservation> r;
   if (sessions_.HoldsReservation(req.session_id, req.reservation_id)) {
@@ -114,7 +113,6 @@ absl::StatusOr<CommitResult> CacheDaemon::CommitCapture(const CaptureCommit& req
   if (!committed.ok()) {
     // The core rolled the capture back already (a chunk it referenced was lost).
     regions_->Free(&r->state.region);
-    AfterCoreLocked();
     return absl::AbortedError(absl::StrCat("capture ", req.reservation_id,
                                            " was dropped: ", committed.status().message()));
   }
@@ -125,12 +123,11 @@ absl::StatusOr<CommitResult> CacheDaemon::CommitCapture(const CaptureCommit& req
   MaybePersistLocked(result.checkpoint_id);
   result.queued_for_disk =
       persists_queued_ != queued_before || deferred_persists_.contains(result.checkpoint_id);
-  AfterCoreLocked();
   return result;
 }
 
 absl::Status CacheDaemon::AbortCapture(const CaptureAbort& req) {
-  Lock lock(this);
+  CoreLock lock(this);
   RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));
   if (!reservations_.Contains(req.reservation_id) ||
       !sessions_.HoldsReservation(req.session_id, req.reservation_id)) {
@@ -143,7 +140,7 @@ absl::Status CacheDaemon::AbortCapture(const CaptureAbort& req) {
 }
 
 absl::StatusOr<uint64_t> CacheDaemon::UpdateFrontier(const FrontierUpdate& req) {
-  Lock lock(this);
+  CoreLock lock(this);
   ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id, req.slot));
   RETURN_IF_ERROR(FindModelLocked(req.model_id).status());
   const SlotKey key{req.session_id, slot};

@@ -176,7 +176,7 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     const bool disk_full = absl::IsResourceExhausted(status);
     const int64_t usable =
         disk_full ? static_cast<int64_t>(store_->UsableFreeBytes().value_or(0)) : 0;
-    Lock lock(this);
+    CoreLock lock(this);
     if (status.ok()) {
       absl::Status s = core_->CommitPersist(id);
       if (!s.ok()) CAIRN_LOG(ERROR) << "committing persist of " << id << ": " << s;
@@ -188,7 +188,6 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
     }
     core_->Unpin(id).IgnoreError();
     if (disk_full) DiskFullLocked(id, bytes_needed - usable);
-    AfterCoreLocked();
   };
   ++persists_queued_;
   // Enqueue may complete a superseded job (its callback takes this lock): after unlocking. The
@@ -214,7 +213,7 @@ void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
   ThreadPool* pool = disk_pool_.get();
   after_unlock_.push_back([this, pool, id] {
     pool->Schedule([this, id] {
-      Lock lock(this);
+      CoreLock lock(this);
       MaybePersistLocked(id);
     });
   });
@@ -242,9 +241,8 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
 }
 
 void CacheDaemon::OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) {
-  Lock lock(this);
+  CoreLock lock(this);
   ForgetQuarantinedLocked(id, why);
-  AfterCoreLocked();
 }
 
 void CacheDaemon::ScrubPassForTest() {

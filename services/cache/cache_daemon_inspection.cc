@@ -166,7 +166,7 @@ absl::StatusOr<std::vector<CheckpointId>> CacheDaemon::Evict(const EvictOrder& r
   if (!req.all && req.checkpoint_id == 0) {
     return absl::InvalidArgumentError("evict needs an id or all");
   }
-  Lock lock(this);
+  CoreLock lock(this);
   std::vector<CheckpointId> targets;
   if (req.all) {
     for (const CheckpointInfo& c : core_->Checkpoints()) {
@@ -193,7 +193,6 @@ absl::StatusOr<std::vector<CheckpointId>> CacheDaemon::Evict(const EvictOrder& r
     if (!s.ok() && !req.all) return s;
     if (s.ok()) evicted.push_back(id);
   }
-  AfterCoreLocked();
   return evicted;
 }
 

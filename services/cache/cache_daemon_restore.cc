@@ -46,7 +46,7 @@ void CacheDaemon::AcquireRestoreAsync(const RestoreRequest& req, absl::Time dead
 
 absl::StatusOr<std::optional<RestoreGrant>> CacheDaemon::BeginRestore(const RestoreRequest& req) {
   {
-    Lock lock(this);
+    CoreLock lock(this);
     ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id, req.slot));
     ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
     RETURN_IF_ERROR(sessions_.CheckCanLease(req.session_id, slot));
@@ -89,7 +89,7 @@ absl::StatusOr<RestoreGrant> CacheDaemon::RestoreFromDisk(const RestoreRequest& 
   absl::Span<uint8_t> state_dest;
   {
     // Phase 1, locked: pin the checkpoint and give every missing byte a region.
-    Lock lock(this);
+    CoreLock lock(this);
     ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
     ASSIGN_OR_RETURN(CheckpointInfo info, core_->GetCheckpoint(id));
     if (!info.on_disk) return absl::NotFoundError(absl::StrCat("checkpoint ", id, " left disk"));
@@ -162,13 +162,12 @@ absl::StatusOr<RestoreGrant> CacheDaemon::RestoreFromDisk(const RestoreRequest& 
     }
   }
   // Phase 3, locked: hand the bytes to the slot, or give everything back.
-  Lock lock(this);
+  CoreLock lock(this);
   absl::StatusOr<const Model*> model = FindModelLocked(req.model_id);
   if (!read.ok() || !model.ok()) {
     DropDiskLoadLocked(id, load.get());
     if (!model.ok()) return model.status();
     if (absl::IsDataLoss(read)) ForgetQuarantinedLocked(id, read);
-    AfterCoreLocked();
     return read;
   }
   const SlotKey key{req.session_id, static_cast<int32_t>(req.slot)};
@@ -266,7 +265,6 @@ RestoreGrant CacheDaemon::GrantLeaseLocked(
     grant.tail.checksum = state.tail_checksum;
   }
   counters_.CountHit(tier, plan.depth);
-  AfterCoreLocked();
   return grant;
 }
 
@@ -284,7 +282,7 @@ void CacheDaemon::ReleaseLeaseLocked(uint64_t id) {
 }
 
 absl::Status CacheDaemon::ReleaseLease(const LeaseRelease& req) {
-  Lock lock(this);
+  CoreLock lock(this);
   RETURN_IF_ERROR(sessions_.CheckOpen(req.session_id));
   std::optional<LeaseView> lease = leases_.Find(req.lease_id);
   if (!lease.has_value() || !sessions_.HoldsLease(req.session_id, req.lease_id)) {
@@ -297,7 +295,6 @@ absl::Status CacheDaemon::ReleaseLease(const LeaseRelease& req) {
   // Given up before it was ready: the slot never received the restored rows.
   if (!lease->ready) core_->AbandonRestore(lease->slot, lease->kept_rows);
   ReleaseLeaseLocked(req.lease_id);
-  AfterCoreLocked();
   return absl::OkStatus();
 }
 

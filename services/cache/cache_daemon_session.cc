@@ -46,11 +46,10 @@ absl::Status CacheDaemon::SlotIdle(uint64_t session_id, uint32_t slot_index) {
   RETURN_IF_ERROR(Touch(session_id));
   ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(session_id, slot_index));
   activity_->Idle(SlotKey{session_id, slot});
-  Lock lock(this);
+  CoreLock lock(this);
   // Nothing borrowed there (or the session ended meanwhile: its slots are dropped).
   if (!sessions_.UsedSlot(session_id, slot)) return absl::OkStatus();
   core_->SpillIdle(SlotKey{session_id, slot}, options_.idle_spill_chunks);
-  AfterCoreLocked();
   return absl::OkStatus();
 }
 
@@ -63,7 +62,7 @@ absl::Status CacheDaemon::SlotBusy(uint64_t session_id, uint32_t slot_index) {
 
 absl::Status CacheDaemon::SpillDone(uint64_t session_id, const SpillReport& done) {
   RETURN_IF_ERROR(Touch(session_id));
-  Lock lock(this);
+  CoreLock lock(this);
   absl::StatusOr<SpillInfo> spill = core_->GetSpill(done.spill_id);
   if (!spill.ok() || spill->slot.daemon_session != session_id) {
     // Also a duplicate of a SpillDone already handled: nothing left to do.
@@ -89,7 +88,6 @@ absl::Status CacheDaemon::SpillDone(uint64_t session_id, const SpillReport& done
     // A broken report cannot be trusted for any chunk: the spill fails as a whole.
     RETURN_IF_ERROR(core_->FinishSpill(done.spill_id, {}, all,
                                        absl::StrCat("bad spill report: ", malformed.message())));
-    AfterCoreLocked();
     return malformed;
   }
   std::vector<ChunkId> copied;
@@ -120,7 +118,6 @@ absl::Status CacheDaemon::SpillDone(uint64_t session_id, const SpillReport& done
   const std::string reason =
       mismatches > 0 ? "data loss: spill checksum mismatch" : "borrowed rows lost before the spill";
   RETURN_IF_ERROR(core_->FinishSpill(done.spill_id, copied, failed, reason));
-  AfterCoreLocked();
   if (mismatches > 0) {
     return absl::DataLossError(absl::StrCat(mismatches, " chunks of spill ", done.spill_id,
                                             " do not match their checksums"));
@@ -133,7 +130,7 @@ void CacheDaemon::DetachSession(uint64_t session_id) { sessions_.Detach(session_
 void CacheDaemon::BeginDrain() { sessions_.BeginDrain(); }
 
 void CacheDaemon::CloseSession(uint64_t session_id, const std::string& reason) {
-  Lock lock(this);
+  CoreLock lock(this);
   CloseSessionLocked(session_id, reason);
 }
 
@@ -154,13 +151,12 @@ void CacheDaemon::CloseSessionLocked(uint64_t session_id, const std::string& rea
   }
   activity_->SessionGone(session_id);
   replies_.CloseSession(session_id);
-  AfterCoreLocked();
 }
 
 void CacheDaemon::Tick() {
   flushes_->ExpireDue();  // Its own lock, never under mu_.
   {
-    Lock lock(this);
+    CoreLock lock(this);
     const absl::Duration now = Now();
     for (uint64_t id : leases_.Expired(now)) {
       CAIRN_LOG(WARNING) << "restore lease " << id << " expired";
