@@ -2,7 +2,7 @@
 // (hello, welcome, the arena mapped and pinned, the model registered, then the server's messages
 // until the stream ends), reconnecting with backoff, heartbeats, writes to the stream, and
 // resolving arena handles. The StateCache calls are in grpc_state_cache_calls.cc, the spills in
-// grpc_state_cache_spills.cc.
+// grpc_state_cache_spills.cc, the restores in grpc_state_cache_restore.cc.
 
 #include "services/infer/cache_client/grpc_state_cache.h"
 
@@ -282,8 +282,12 @@ void GrpcStateCache::OnServerMessage(const v1::SessionServerMessage& m) {
       spills_.push_back(m.spill_request());
       wake = true;
     } else if (m.has_lease_ready()) {
-      // With no restore running, no one waits for it (its lease was released).
-      if (restores_running_ > 0) lease_ready_[m.lease_ready().lease_id()] = m.lease_ready();
+      // With no restore running, no one waits for it (its lease was released). The scheduler
+      // reads it at its next poll (PollRestore), which it may be idle waiting for.
+      if (restores_running_ > 0) {
+        lease_ready_[m.lease_ready().lease_id()] = m.lease_ready();
+        wake = true;
+      }
     } else if (m.has_drop_frontier()) {
       CAIRN_LOG(INFO) << "cache dropped the frontier of slot " << m.drop_frontier().slot() << ": "
                       << m.drop_frontier().reason();

@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,11 +42,12 @@ struct GrpcStateCacheOptions {
   // (the scheduler's SpillDone, SlotIdle and SlotBusy, the heartbeats); a watchdog cancels the
   // stream, which fails the write, and the session thread reconnects.
   absl::Duration stream_write_timeout = absl::Seconds(10);
-  // How long a slot start or restore waits for the spill requests it was told about, and a
-  // restore for its lease to become ready.
+  // How long a slot start or restore start waits for the spill requests it was told about, and
+  // how long after its start a restore's lease may take to become ready (PollRestore then gives
+  // up on it; the scheduler keeps stepping its other slots meanwhile).
   absl::Duration spill_wait = absl::Seconds(10);
   absl::Duration lease_wait = absl::Seconds(30);
-  // How often a restore waiting for its lease checks whether its request was cancelled.
+  // How often the one-call Restore polls its waiting lease (and its request's cancellation).
   absl::Duration cancel_poll = absl::Milliseconds(20);
   uint32_t lease_ms = 30000;  // Requested restore lease.
   // Idle-spill work is done this many chunks at a time between the scheduler's checks.
@@ -99,9 +101,11 @@ class GrpcStateCache final : public StateCache {
                                    const std::string& conversation) override;
   absl::Status StartSlot(int slot, bool cold, const std::string& conversation,
                          KvMemory* memory) override;
-  absl::StatusOr<RestoreStats> Restore(uint64_t checkpoint_id, int slot,
-                                       const std::string& conversation, KvMemory* memory,
-                                       const RestoreLimits& limits) override;
+  absl::Status StartRestore(uint64_t checkpoint_id, int slot, const std::string& conversation,
+                            KvMemory* memory) override;
+  absl::StatusOr<std::optional<RestoreStats>> PollRestore(int slot, KvMemory* memory,
+                                                          const RestoreLimits& limits) override;
+  void AbandonRestore(int slot, KvMemory* memory, const absl::Status& why) override;
   absl::Status UpdateFrontier(int slot, absl::Span<const int32_t> appended,
                               int64_t expected_depth) override;
   absl::Status Capture(int slot, int64_t depth, CapturePointKind kind,
@@ -112,6 +116,14 @@ class GrpcStateCache final : public StateCache {
   bool RunBackgroundWork(KvMemory* memory, absl::Duration budget) override;
   bool HasBackgroundWork() const override;
   void FinishBackgroundCopies(KvMemory* memory) override;
+
+  // Restores checkpoint `checkpoint_id` into `slot` in one call: StartRestore, then PollRestore
+  // until it answers, doing the spills the scheduler does between steps (RunBackgroundWork) and
+  // waiting for the session's messages between polls. Errors as PollRestore's. For tests and
+  // tools; the scheduler polls instead, so that its other slots keep stepping.
+  absl::StatusOr<RestoreStats> Restore(uint64_t checkpoint_id, int slot,
+                                       const std::string& conversation, KvMemory* memory,
+                                       const RestoreLimits& limits) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits until connected or `timeout` passes (tests and start-up logs).
   bool WaitConnected(absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -183,6 +195,28 @@ class GrpcStateCache final : public StateCache {
   // Copies the rows of one spill request out of its slot into the arena and answers it.
   void DoSpill(std::shared_ptr<Session> session, const cache::v1::SpillRequest& request,
                KvMemory* memory);
+  // A restore between StartRestore and its end (scheduler thread only).
+  struct RestoreInFlight {
+    std::shared_ptr<Session> session;
+    uint64_t generation = 0;  // The session's: a restore of an earlier one is lost.
+    cache::v1::RestoreLease lease;
+    absl::Time started;
+    absl::Time give_up;  // started + lease_wait: a lease not ready by then is not waited for.
+  };
+  // Gives `restore`'s lease back to the cache: `restored`, else with `failure`.
+  void ReleaseLease(const RestoreInFlight& restore, bool restored, const std::string& failure);
+  // Forgets the restore in `slot` (with none left running, the lease answers kept too).
+  void EndRestore(int slot) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the restore in `slot` after `why`: empties the slot, gives the lease back with `why`
+  // as its failure and returns `why`.
+  absl::Status FailRestore(int slot, KvMemory* memory, const absl::Status& why);
+  // Copies the ready lease of the restore in `slot` into the slot and verifies it (rows by
+  // chunk, the tail, the private state), validates the slot and gives the lease back. On error
+  // the restore failed (FailRestore).
+  absl::StatusOr<RestoreStats> CopyRestore(int slot, KvMemory* memory);
+  // Waits at most `timeout` for a message a waiting restore may need: a lease's answer, a spill
+  // request, the session's end.
+  void WaitForRestoreWork(uint64_t lease_id, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<absl::Span<uint8_t>> Resolve(const Session& session,
                                               const cache::v1::ArenaHandle& handle) const;
   // The private-state region of a capture grant or a restore lease: empty, with nothing to map,
@@ -207,8 +241,9 @@ class GrpcStateCache final : public StateCache {
   std::shared_ptr<grpc::ClientContext> stream_context_ ABSL_GUARDED_BY(mu_);
   // Spill requests received and not yet done, in arrival order.
   std::deque<cache::v1::SpillRequest> spills_ ABSL_GUARDED_BY(mu_);
-  // Answers to leases that were not ready, by lease id: kept only while a restore runs (one may
-  // arrive before its AcquireRestore answer), and dropped when none does. A restore reads its
+  // Answers to leases that were not ready, by lease id: kept only while a restore runs (between
+  // StartRestore and its end; one may arrive before its AcquireRestore answer), and dropped when
+  // none does. A restore reads its
   // own lease's answer or releases the lease; an answer that crossed that ReleaseLease, or
   // arrived for a lease already released, is never read.
   absl::flat_hash_map<uint64_t, cache::v1::LeaseReady> lease_ready_ ABSL_GUARDED_BY(mu_);
@@ -216,6 +251,8 @@ class GrpcStateCache final : public StateCache {
   // Spills this session already answered: a StartSlot or lease may name one of them again
   // (its answer and our SpillDone cross), and then there is nothing left to do.
   absl::flat_hash_set<uint64_t> done_spills_ ABSL_GUARDED_BY(mu_);
+  // Restores between StartRestore and their end, by slot. Scheduler thread only.
+  absl::flat_hash_map<int, RestoreInFlight> restores_;
   // Spills started in the background and not yet answered, oldest first, and their bytes.
   // Scheduler thread only (the count is read by HasBackgroundWork from any thread).
   std::deque<SpillInFlight> in_flight_;
@@ -234,6 +271,9 @@ class GrpcStateCache final : public StateCache {
   std::thread heartbeat_thread_;
   std::thread watchdog_thread_;
 };
+
+// Where a lease's or a candidate's state comes from, in the engine's terms.
+StateTier ToStateTier(cache::v1::Tier tier);
 
 // The cache's description of a layout: every component in order (rows with their bytes per row,
 // private ones with their size), fp32, chunk size.

@@ -6,54 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
 #include "common/status/check.h"
+#include "services/infer/engine/scheduler_slots.h"
 
 namespace cairn::infer {
 namespace {
 
 // How long the idle loop sleeps before it looks at cancellations and the cache again.
 constexpr absl::Duration kIdleWait = absl::Milliseconds(50);
-
-double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+// How long the loop sleeps when its only requests wait for restore leases.
+constexpr absl::Duration kRestorePoll = absl::Milliseconds(20);
 
 }  // namespace
-
-// The scheduler's view of one execution slot.
-// Invariant: when the slot is not busy, its state is valid at tokens.size() (the live
-// frontier); while busy, tokens grows with every pass.
-struct Scheduler::Slot {
-  std::vector<int32_t> tokens;
-  bool busy = false;
-  uint64_t last_used = 0;
-  // The cache generation its frontier was registered under (0: never).
-  uint64_t registered_generation = 0;
-  SlotSnapshot::State state = SlotSnapshot::State::kIdle;
-  std::string request_id;
-  std::string conversation;
-  int64_t stable_boundary = 0;  // Of the request that left the frontier.
-};
-
-// A request that holds a slot.
-struct Scheduler::Active {
-  GenerateRequest req;
-  int slot = -1;
-  enum class Phase { kPrefill, kDecode, kDone } phase = Phase::kPrefill;
-  int64_t prefilled = 0;  // Prompt tokens in the slot.
-  std::vector<PlannedCapture> captures;
-  size_t next_capture = 0;
-  std::vector<int64_t> pass_ends;
-  size_t next_pass_end = 0;
-  std::unique_ptr<Sampler> sampler;
-  // The constraint's mask of allowed tokens, a bit per logit (sized in Setup; empty without a
-  // constraint).
-  std::vector<uint64_t> allowed;
-  int64_t generated = 0;
-  int32_t pending = -1;           // Sampled, not yet fed.
-  int64_t frontier_reported = 0;  // Tokens of the slot the cache knows about.
-  bool use_cache = false;
-  CacheReport report;
-  absl::Time start;
-  absl::Time first_token;
-};
 
 Scheduler::Scheduler(Model* model, KvMemory* memory, StateCache* cache,
                      const SchedulerOptions& options)
@@ -156,6 +119,7 @@ void Scheduler::Loop() {
     SyncFrontiers();
     DropCancelledQueued();
     bool did = Admit();
+    did |= PollRestores();
     CheckCancellations(cancel_at);
     did |= PrefillStep();
     did |= DecodeStep();
@@ -167,10 +131,22 @@ void Scheduler::Loop() {
     if (cache_ != nullptr && cache_->HasBackgroundWork()) {
       cache_->RunBackgroundWork(memory_, did ? absl::ZeroDuration() : options_.background_slice);
     }
+    if (!did && !active_.empty()) WaitForRestores();
   }
   // Spills copying in the background are answered before the slots go.
   if (cache_ != nullptr) cache_->FinishBackgroundCopies(memory_);
   PublishSnapshot();
+}
+
+void Scheduler::WaitForRestores() {
+  bool free_slot = false;
+  for (const Slot& s : slots_) free_slot |= !s.busy;
+  MutexLock lock(&mu_);
+  if (stopping_ || woken_ || (free_slot && !queue_.empty())) return;
+  if (cache_ != nullptr && cache_->HasBackgroundWork()) return;
+  // The cache client wakes us when a lease's answer or a spill request arrives; the timeout
+  // bounds how late a cancellation or a deadline is seen.
+  cv_.WaitWithTimeout(&mu_, kRestorePoll);
 }
 
 absl::Status Scheduler::PassFailure(const absl::Status& failed) const {
@@ -227,56 +203,6 @@ void Scheduler::SyncFrontiers() {
   }
 }
 
-int Scheduler::ChooseSlot(const std::vector<int32_t>& prompt, int64_t restore_depth,
-                          const std::vector<int64_t>& spill_bytes, int64_t* live_depth) {
-  auto spill = [&](int slot) {
-    return static_cast<size_t>(slot) < spill_bytes.size() ? spill_bytes[slot] : 0;
-  };
-  int best_live = -1;
-  int64_t best_depth = 0;
-  int holding = -1;
-  int64_t holding_shared = restore_depth - 1;
-  int empty = -1;
-  int lru = -1;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const Slot& s = slots_[i];
-    if (s.busy) continue;
-    const int slot = static_cast<int>(i);
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    // A live frontier continues in place only if all of it is a prefix of the prompt and at
-    // least one prompt token is left to compute (the last token's logits are not kept).
-    if (n > best_depth && n < static_cast<int64_t>(prompt.size()) &&
-        std::equal(s.tokens.begin(), s.tokens.end(), prompt.begin())) {
-      best_live = slot;
-      best_depth = n;
-    }
-    if (options_.restore_in_holding_slot && restore_depth > 0 && n >= restore_depth) {
-      const auto mismatch =
-          std::mismatch(s.tokens.begin(), s.tokens.end(), prompt.begin(), prompt.end());
-      const int64_t shared = mismatch.first - s.tokens.begin();
-      const bool tie = holding >= 0 && shared == holding_shared && options_.holding_slot_cheapest &&
-                       (spill(slot) < spill(holding) ||
-                        (spill(slot) == spill(holding) && s.last_used < slots_[holding].last_used));
-      if (shared > holding_shared || tie) {
-        holding = slot;
-        holding_shared = shared;
-      }
-    }
-    if (n == 0 && empty < 0) empty = slot;
-    if (lru < 0 || s.last_used < slots_[lru].last_used) lru = slot;
-  }
-  *live_depth = best_depth;
-  if (best_live >= 0) return best_live;
-  if (holding >= 0) return holding;
-  int chosen = empty >= 0 ? empty : lru;
-  if (!options_.cheapest_slot) return chosen;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    const int slot = static_cast<int>(i);
-    if (!slots_[i].busy && spill(slot) < spill(chosen)) chosen = slot;
-  }
-  return chosen;
-}
-
 void Scheduler::DropCancelledQueued() {
   std::deque<GenerateRequest> queued;
   {
@@ -312,207 +238,6 @@ void Scheduler::DropCancelledQueued() {
     info.prompt_tokens = static_cast<int64_t>(r.prompt.size());
     r.sink->OnFinished(status, info);
   }
-}
-
-bool Scheduler::Admit() {
-  bool did = false;
-  while (true) {
-    bool free_slot = false;
-    for (const Slot& s : slots_) free_slot |= !s.busy;
-    if (!free_slot) return did;
-    GenerateRequest req;
-    {
-      MutexLock lock(&mu_);
-      if (queue_.empty() || stopping_) return did;
-      req = std::move(queue_.front());
-      queue_.pop_front();
-      --idle_slots_;  // Setup makes a slot busy; the next snapshot counts it so.
-    }
-    auto a = std::make_unique<Active>();
-    a->req = std::move(req);
-    Setup(std::move(a));
-    did = true;
-  }
-}
-
-void Scheduler::Setup(std::unique_ptr<Active> owned) {
-  Active& a = *owned;
-  active_.push_back(std::move(owned));
-  a.start = absl::Now();
-  const std::vector<int32_t>& prompt = a.req.prompt;
-  const int64_t n = static_cast<int64_t>(prompt.size());
-  a.sampler = std::make_unique<Sampler>(a.req.sampling, prompt);
-  if (a.req.constraint != nullptr) {
-    a.allowed.assign((static_cast<size_t>(model_->info().vocab_size) + 63) / 64, 0);
-  }
-  a.use_cache = StateCacheUsable();
-  a.report.cache_available = a.use_cache;
-
-  StatePlan plan;
-  if (a.use_cache) {
-    absl::StatusOr<StatePlan> p =
-        cache_->Lookup(prompt, a.req.stable_boundary, a.req.shared_boundary, a.req.conversation);
-    if (p.ok()) {
-      plan = std::move(*p);
-    } else {
-      CacheFailed(p.status(), "lookup");
-      a.use_cache = false;
-      a.report.cache_available = false;
-    }
-  }
-
-  // The deepest usable checkpoint (a resumable one leaves at least one token to compute).
-  const StateCandidate* restore = nullptr;
-  for (const StateCandidate& c : plan.candidates) {
-    if (c.depth >= n) continue;
-    if (c.tier == StateTier::kRam || c.tier == StateTier::kDisk) {
-      restore = &c;
-      break;
-    }
-    if (c.tier == StateTier::kLive) break;  // Live slots are weighed by ChooseSlot.
-  }
-
-  int64_t live_depth = 0;
-  const int slot = ChooseSlot(prompt, restore != nullptr ? restore->depth : 0,
-                              plan.slot_spill_bytes, &live_depth);
-  CAIRN_CHECK(slot >= 0);  // Admit only runs with a free slot.
-  if (restore != nullptr && restore->depth <= live_depth) restore = nullptr;
-  a.slot = slot;
-  Slot& s = slots_[slot];
-  const std::string previous_conversation = s.conversation;
-  const int64_t previous_stable = s.stable_boundary;
-  s.busy = true;
-  s.last_used = ++clock_;
-  s.request_id = a.req.id;
-  s.conversation = a.req.conversation;
-  s.stable_boundary = a.req.stable_boundary;
-  s.state = SlotSnapshot::State::kPrefill;
-  if (a.use_cache) cache_->SlotBusy(slot);
-
-  // The cache must know the slot's frontier before it can reason about its rows.
-  if (a.use_cache && s.registered_generation != cache_->generation()) {
-    s.registered_generation = cache_->generation();
-    absl::Status st = cache_->StartSlot(slot, /*cold=*/true, s.conversation, memory_);
-    if (st.ok() && !s.tokens.empty()) st = cache_->UpdateFrontier(slot, s.tokens, 0);
-    if (!st.ok()) {
-      CacheFailed(st, "frontier registration");
-      a.use_cache = false;
-      s.registered_generation = 0;
-    }
-  }
-
-  // Another conversation is about to overwrite the slot: keep its frontier (prompt and answer)
-  // as a checkpoint first, so that its next turn restores it instead of an earlier point.
-  if (a.use_cache && options_.preserve_frontier && live_depth == 0 && !s.tokens.empty() &&
-      !previous_conversation.empty() && previous_conversation != a.req.conversation) {
-    const absl::Time t0 = absl::Now();
-    absl::Status st =
-        cache_->Capture(slot, static_cast<int64_t>(s.tokens.size()), CapturePointKind::kReused,
-                        previous_conversation, previous_stable, memory_);
-    a.report.capture_ms += Ms(absl::Now() - t0);
-    if (!st.ok()) {
-      // Refused by rank, or the frontier is already a checkpoint: nothing to keep.
-      if (absl::IsUnavailable(st)) a.use_cache = false;
-    }
-  }
-
-  int64_t start = 0;
-  bool restored = false;
-  if (restore != nullptr && a.use_cache) {
-    s.state = SlotSnapshot::State::kRestoring;
-    PublishSnapshot();
-    const absl::Time t0 = absl::Now();
-    // A restore waiting for other slots' rows holds this thread, so every other request, up
-    // to the cache client's lease wait; it ends sooner when this request's does.
-    RestoreLimits limits;
-    limits.deadline = a.req.deadline;
-    const RequestSink* sink = a.req.sink.get();
-    limits.cancelled = [sink] { return sink->Cancelled(); };
-    absl::StatusOr<RestoreStats> r =
-        cache_->Restore(restore->checkpoint_id, slot, a.req.conversation, memory_, limits);
-    a.report.restore_ms = Ms(absl::Now() - t0);
-    if (r.ok() && r->depth != restore->depth) {
-      // A cache that restored another depth than it offered: the slot's state does not match
-      // what the plan says the prompt's prefix is, so it is not used.
-      r = absl::InternalError(absl::StrCat("the cache restored depth ", r->depth, " of checkpoint ",
-                                           restore->checkpoint_id, ", offered at depth ",
-                                           restore->depth));
-    }
-    if (r.ok()) {
-      restored = true;
-      start = r->depth;
-      s.tokens.assign(prompt.begin(), prompt.begin() + start);
-      a.report.tier = r->tier;
-      a.report.restored_depth = start;
-    } else {
-      // A restore the request's own end stopped (its client went, its deadline passed) is no
-      // failure, and no prefill follows: the request ends at the next check.
-      const bool client_gone = absl::IsCancelled(r.status()) && sink->Cancelled();
-      const bool expired = absl::IsDeadlineExceeded(r.status()) && absl::Now() >= limits.deadline;
-      if (client_gone) {
-        CAIRN_LOG(INFO) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
-                        << slot << " stopped: the client cancelled request " << a.req.id;
-      } else if (expired) {
-        CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
-                           << slot << " stopped: the deadline of request " << a.req.id
-                           << " passed while it waited for the cache";
-      } else {
-        CAIRN_LOG(WARNING) << "restoring checkpoint " << restore->checkpoint_id << " into slot "
-                           << slot << " failed, prefilling cold: " << r.status();
-      }
-      s.tokens.clear();
-      // The restore began by overwriting the slot, so a live frontier it had is gone too.
-      live_depth = 0;
-      if (absl::IsUnavailable(r.status())) a.use_cache = false;
-      a.report.miss_reason = absl::StrCat(
-          client_gone || expired ? "restore stopped: " : "restore failed: ", r.status().message());
-    }
-    s.state = SlotSnapshot::State::kPrefill;
-  }
-  if (!restored && live_depth > 0) {
-    start = live_depth;
-    a.report.tier = StateTier::kLive;
-    a.report.restored_depth = start;
-    if (a.use_cache) {
-      absl::Status st = cache_->StartSlot(slot, /*cold=*/false, a.req.conversation, memory_);
-      if (!st.ok()) {
-        CacheFailed(st, "start slot");
-        a.use_cache = false;
-      }
-    }
-  } else if (!restored) {
-    // The slot's rows are overwritten from row 0. While the cache is connected its checkpoints
-    // may borrow them, also where this request goes on without the cache (its lookup failed):
-    // the cold start preserves them first (or, failing, ends the session, which drops them).
-    if (a.use_cache || StateCacheUsable()) {
-      absl::Status st = cache_->StartSlot(slot, /*cold=*/true, a.req.conversation, memory_);
-      if (!st.ok()) {
-        CacheFailed(st, "start slot");
-        a.use_cache = false;
-      }
-      // A slot the request does not report registers its frontier again once it is idle.
-      if (!a.use_cache) s.registered_generation = 0;
-    }
-    absl::Status reset = memory_->Reset(slot);
-    CAIRN_CHECK(reset.ok());  // The slot index is ours.
-    s.tokens.clear();
-    a.report.tier = StateTier::kCold;
-  }
-  a.prefilled = start;
-  a.frontier_reported = start;
-  if (a.report.miss_reason.empty()) a.report.miss_reason = plan.miss_reason;
-  if (a.use_cache) {
-    for (const PlannedCapture& c : plan.captures) {
-      if (c.position > n) continue;
-      if (c.position > start || (c.position == start && start > 0 && !restored)) {
-        a.captures.push_back(c);
-      }
-    }
-    for (int64_t e : plan.pass_ends) {
-      if (e > start && e <= n) a.pass_ends.push_back(e);
-    }
-  }
-  a.report.prefilled_tokens = n - start;
 }
 
 bool Scheduler::PrefillStep() {
@@ -720,6 +445,12 @@ void Scheduler::DropSlotState(Active& a) {
 
 void Scheduler::Finish(Active& a, const absl::Status& status, FinishReason reason) {
   if (a.phase == Active::Phase::kDone) return;
+  if (a.phase == Active::Phase::kRestoring) {
+    // Its lease is given back and the slot emptied; the slot then starts cold with the cache,
+    // as after a failed restore, so that its frontier is what the cache knows.
+    cache_->AbandonRestore(a.slot, memory_, status);
+    RestoreEnded(a, status, /*request_ended=*/true);
+  }
   ReportFrontier(a);
   a.phase = Active::Phase::kDone;
   FinishInfo info;

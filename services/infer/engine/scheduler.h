@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/concurrency/mutex.h"
@@ -66,7 +67,9 @@ struct SlotSnapshot {
 // when the cache has a deeper one), prefills them in passes that stop at the planned captures,
 // and decodes every decoding slot together in one batched forward per step. A long prefill runs
 // one pass per step, between decode steps, so it never stalls other slots' streams for more
-// than one pass. gRPC handlers only call Submit.
+// than one pass. A restore whose lease waits for rows other slots hold keeps its slot (state
+// kRestoring) and is polled between steps, so the wait never stalls them either. gRPC
+// handlers only call Submit.
 //
 // A model that reports a fault (Model::Fault) after which it can run nothing ends the scheduler
 // (SchedulerOptions::on_fault): every request ends with UNAVAILABLE, nothing more is admitted.
@@ -106,7 +109,21 @@ class Scheduler {
   void Loop();
   // Moves queued requests into free slots. Returns true if it did anything.
   bool Admit();
+  // Takes a slot for `active`: looks its prompt up, chooses the slot, and starts its restore
+  // (the request then waits in kRestoring, holding the slot) or its prefill.
   void Setup(std::unique_ptr<Active> active);
+  // Polls every restore waiting for its lease (StateCache::PollRestore, which never blocks on
+  // it). Returns true if one ended.
+  bool PollRestores();
+  // After `a`'s restore ended with `r` (the restored stats, or why not): starts its prefill
+  // from the restored depth, else cold. `request_ended`: stopped because the request ended.
+  void RestoreEnded(Active& a, absl::StatusOr<RestoreStats> r, bool request_ended);
+  // Starts `a`'s prefill at `restored_depth` (a checkpoint in its slot), else continuing
+  // `live_depth` tokens of its slot's frontier, else cold, with the plan's captures past it.
+  void BeginPrefill(Active& a, int64_t restored_depth, int64_t live_depth);
+  // With nothing stepped this iteration (its requests wait for restore leases): sleeps until
+  // woken or a short poll interval passes, unless there is other work.
+  void WaitForRestores() ABSL_LOCKS_EXCLUDED(mu_);
   // Chooses the slot for `prompt`: a free slot whose live tokens are the longest prefix of it
   // (returned in `live_depth`), else a free empty slot, else the least recently used free one.
   // `restore_depth`: the deepest usable RAM or disk checkpoint (0: none).

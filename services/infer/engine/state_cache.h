@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ struct RestoreStats {
   StateTier tier = StateTier::kRam;
   int64_t depth = 0;
   int64_t rows_copied = 0;
-  absl::Duration wait;  // Waiting for other slots' rows to be spilled first.
+  absl::Duration wait;  // From StartRestore until the lease was ready (other slots' rows spilled).
   absl::Duration copy;  // Copying and verifying the bytes.
 };
 
@@ -95,16 +96,29 @@ class StateCache {
   virtual absl::Status StartSlot(int slot, bool cold, const std::string& conversation,
                                  KvMemory* memory) = 0;
 
-  // Restores checkpoint `checkpoint_id` into `slot` (which this call may overwrite after
-  // preserving its borrowed rows): leases it, waits for the rows other slots still hold, copies
-  // and verifies the bytes, validates the slot. On error the slot is empty (reset) and the
-  // caller prefills cold; DataLoss for a checksum mismatch, Unavailable when the cache went
-  // away, NotFound when the checkpoint is gone. The wait for other slots' rows also ends at
-  // `limits`: DeadlineExceeded at its deadline, Cancelled once its client is gone (the lease
-  // is given back and the session goes on).
-  virtual absl::StatusOr<RestoreStats> Restore(uint64_t checkpoint_id, int slot,
-                                               const std::string& conversation, KvMemory* memory,
-                                               const RestoreLimits& limits) = 0;
+  // A restore runs in three calls, so that waiting for its lease never holds the scheduler
+  // thread (the other slots keep stepping meanwhile): StartRestore, then PollRestore once a
+  // scheduler iteration until it answers, or AbandonRestore when the request ends first.
+  //
+  // Starts restoring checkpoint `checkpoint_id` into `slot` (which the restore may overwrite
+  // after preserving its borrowed rows): leases the checkpoint and preserves the slot's own
+  // borrowed rows, without waiting for rows other slots still hold. On error there is no restore
+  // to poll, the slot is empty (reset) and the caller prefills cold: Unavailable when the cache
+  // went away, NotFound when the checkpoint is gone.
+  virtual absl::Status StartRestore(uint64_t checkpoint_id, int slot,
+                                    const std::string& conversation, KvMemory* memory) = 0;
+  // Advances the restore StartRestore began in `slot`, without blocking for its lease: does the
+  // spills of this daemon's slots the lease waits for, and returns nullopt while it is not ready.
+  // Once it is, copies and verifies the bytes, validates the slot, gives the lease back and
+  // returns what it did. On error the restore is over (its lease given back) and the slot empty:
+  // DataLoss for a checksum mismatch, Unavailable when the cache went away or the lease never
+  // became ready, NotFound when the checkpoint is gone, and at `limits` DeadlineExceeded at its
+  // deadline, Cancelled once its client is gone (the session goes on).
+  virtual absl::StatusOr<std::optional<RestoreStats>> PollRestore(int slot, KvMemory* memory,
+                                                                  const RestoreLimits& limits) = 0;
+  // Ends the restore still running in `slot` because its request ended (`why`): gives its lease
+  // back and empties the slot. Does nothing when no restore runs there.
+  virtual void AbandonRestore(int slot, KvMemory* memory, const absl::Status& why) = 0;
 
   // Tells the cache that `slot` computed `appended` tokens past depth `expected_depth`.
   virtual absl::Status UpdateFrontier(int slot, absl::Span<const int32_t> appended,

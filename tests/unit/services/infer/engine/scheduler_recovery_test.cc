@@ -3,7 +3,9 @@
 // queue. In each case no later request may continue a slot whose state is not what its tokens
 // say, and a request that never ran must not disturb a slot.
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +30,7 @@ using ::testing::Not;
 constexpr int32_t kVocab = 64;
 constexpr int32_t kStop = 63;
 constexpr absl::Duration kWait = absl::Seconds(30);
+constexpr int kLongAnswer = 40;  // Tokens the request beside a restore decodes.
 
 // The token a slot whose tokens sum to `sum` favours (never 0 or kStop).
 int32_t Favoured(int64_t sum) { return static_cast<int32_t>(1 + sum % (kVocab - 2)); }
@@ -120,8 +123,12 @@ class RunningSumModel final : public Model {
 };
 
 // A cache daemon stand-in that offers one RAM checkpoint at `offer_depth` for every longer
-// prompt once armed, and fails its restores as the real client does (the slot reset first).
-class FailingRestoreCache final : public StateCache {
+// prompt once armed. Its restores reset the slot first, as the real client's do, then fail at
+// their first poll, or wait (a lease not ready) until their request ends, or until the cache
+// goes (Lose), or become ready after the other slots made progress (ReadyAfter).
+//
+// Scheduler thread only, except the arming calls, made while no request runs, and Lose.
+class ScriptedRestoreCache final : public StateCache {
  public:
   bool connected() const override { return true; }
   uint64_t generation() const override { return 1; }
@@ -136,23 +143,23 @@ class FailingRestoreCache final : public StateCache {
   absl::Status StartSlot(int, bool, const std::string&, KvMemory*) override {
     return absl::OkStatus();
   }
-  absl::StatusOr<RestoreStats> Restore(uint64_t, int slot, const std::string&, KvMemory* memory,
-                                       const RestoreLimits& limits) override {
+  absl::Status StartRestore(uint64_t, int slot, const std::string&, KvMemory* memory) override {
     ++restores_;
-    if (absl::Status st = memory->Reset(slot); !st.ok()) return st;
-    if (!wait_) return absl::DataLossError("checksum mismatch in the checkpoint's rows");
-    // As the real client's wait for a lease: until the request is cancelled or expires.
-    restoring_.Notify();
-    while (true) {
-      if (limits.cancelled && limits.cancelled()) {
-        return absl::CancelledError("the request was cancelled while its restore waited");
-      }
-      if (absl::Now() >= limits.deadline) {
-        return absl::DeadlineExceededError(
-            "the request's deadline passed while its restore waited");
-      }
-      absl::SleepFor(absl::Milliseconds(1));
-    }
+    ++running_;
+    polls_ = 0;
+    if (progress_) from_ = progress_();
+    return memory->Reset(slot);
+  }
+  absl::StatusOr<std::optional<RestoreStats>> PollRestore(int slot, KvMemory* memory,
+                                                          const RestoreLimits& limits) override {
+    ++polls_;
+    absl::StatusOr<std::optional<RestoreStats>> r = Poll(slot, memory, limits);
+    if (!r.ok() || r->has_value()) --running_;
+    return r;
+  }
+  void AbandonRestore(int, KvMemory*, const absl::Status&) override {
+    ++abandoned_;
+    --running_;
   }
   absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
     return absl::OkStatus();
@@ -167,6 +174,19 @@ class FailingRestoreCache final : public StateCache {
   bool HasBackgroundWork() const override { return false; }
 
   void Offer(int64_t depth) { offer_depth_ = depth; }
+  // The cache goes away: a waiting restore's next poll fails with Unavailable.
+  void Lose() { lost_ = true; }
+  // Restores started, abandoned by the scheduler, and not yet ended (its lease still held).
+  int abandoned() const { return abandoned_; }
+  int running() const { return running_; }
+  // Restores of `tokens` (the checkpoint's prefix) become ready once `progress` grew by `steps`
+  // since the restore began (the spills its lease waits for take that long).
+  void ReadyAfter(std::vector<int32_t> tokens, std::function<int64_t()> progress, int64_t steps) {
+    offer_depth_ = static_cast<int64_t>(tokens.size());
+    tokens_ = std::move(tokens);
+    progress_ = std::move(progress);
+    ready_after_ = steps;
+  }
   int restores() const { return restores_; }
   // Restores wait (a lease not ready) until their request ends; `restoring` is notified once
   // one waits.
@@ -174,8 +194,54 @@ class FailingRestoreCache final : public StateCache {
   Notification& restoring() { return restoring_; }
 
  private:
+  absl::StatusOr<std::optional<RestoreStats>> Poll(int slot, KvMemory* memory,
+                                                   const RestoreLimits& limits) {
+    if (lost_) return absl::UnavailableError("the cache session was lost while the restore waited");
+    if (progress_) {
+      if (progress_() < from_ + ready_after_) return std::nullopt;
+      return Load(slot, memory);
+    }
+    if (!wait_) return absl::DataLossError("checksum mismatch in the checkpoint's rows");
+    // As the real client's wait for a lease: until the request is cancelled or expires.
+    if (polls_ == 1) restoring_.Notify();
+    if (limits.cancelled && limits.cancelled()) {
+      return absl::CancelledError("the request was cancelled while its restore waited");
+    }
+    if (absl::Now() >= limits.deadline) {
+      return absl::DeadlineExceededError("the request's deadline passed while its restore waited");
+    }
+    return std::nullopt;
+  }
+  // Writes the checkpoint of tokens_ into `slot` as RunningSumModel would have computed it.
+  absl::StatusOr<RestoreStats> Load(int slot, KvMemory* memory) {
+    const int64_t depth = static_cast<int64_t>(tokens_.size());
+    std::vector<float> rows(tokens_.begin(), tokens_.end());
+    float sum = 0;
+    for (int32_t t : tokens_) sum += static_cast<float>(t);
+    auto bytes = [](const float* f, size_t n) {
+      return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(f), n * sizeof(float));
+    };
+    absl::Status st = memory->BeginRestore(slot);
+    if (st.ok()) st = memory->CopyRowsIn(slot, 0, 0, bytes(rows.data(), rows.size()));
+    if (st.ok()) st = memory->LoadPrivateState(slot, depth, bytes(&sum, 1));
+    if (st.ok()) st = memory->Validate(slot, depth);
+    if (!st.ok()) return st;
+    RestoreStats stats;
+    stats.depth = depth;
+    stats.rows_copied = depth;
+    return stats;
+  }
+
   int64_t offer_depth_ = 0;
+  std::vector<int32_t> tokens_;
+  std::function<int64_t()> progress_;
+  int64_t ready_after_ = 0;
+  int64_t from_ = 0;
+  std::atomic<bool> lost_{false};
   int restores_ = 0;
+  int polls_ = 0;
+  int abandoned_ = 0;
+  int running_ = 0;
   bool wait_ = false;
   Notification restoring_;
 };
@@ -196,10 +262,14 @@ class FailingLookupCache final : public StateCache {
     if (cold) cold_starts_at_.push_back(memory->slot(slot)->position());
     return absl::OkStatus();
   }
-  absl::StatusOr<RestoreStats> Restore(uint64_t, int, const std::string&, KvMemory*,
-                                       const RestoreLimits&) override {
+  absl::Status StartRestore(uint64_t, int, const std::string&, KvMemory*) override {
     return absl::NotFoundError("no checkpoints here");
   }
+  absl::StatusOr<std::optional<RestoreStats>> PollRestore(int, KvMemory*,
+                                                          const RestoreLimits&) override {
+    return absl::FailedPreconditionError("no restore runs");
+  }
+  void AbandonRestore(int, KvMemory*, const absl::Status&) override {}
   absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
     return absl::OkStatus();
   }
@@ -222,9 +292,9 @@ class FailingLookupCache final : public StateCache {
 
 class SchedulerRecoveryTest : public ::testing::Test {
  protected:
-  void Start(StateCache* cache, const SchedulerOptions& options = {}) {
+  void Start(StateCache* cache, const SchedulerOptions& options = {}, int slots = 1) {
     absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
-        SlotKvMemory::Create(model_.state_layout(), {.slots = 1, .max_rows = 64});
+        SlotKvMemory::Create(model_.state_layout(), {.slots = slots, .max_rows = 64});
     ASSERT_TRUE(memory.ok()) << memory.status();
     memory_ = std::move(*memory);
     scheduler_ = std::make_unique<Scheduler>(&model_, memory_.get(), cache, options);
@@ -248,6 +318,41 @@ class SchedulerRecoveryTest : public ::testing::Test {
     req.sink = std::make_unique<RecordingSink>(outcome, cancelled);
     ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
   }
+  // Queues a request of another conversation that decodes kLongAnswer tokens into `running`,
+  // then, while its prefill pass runs, queues `prompt` (as Submit) into `outcome`: the second
+  // request is admitted while the first one decodes.
+  void SubmitBeside(Outcome* running, std::vector<int32_t> prompt, Outcome* outcome) {
+    model_.BlockNextPass();
+    GenerateRequest req;
+    req.id = "running";
+    req.conversation = "a";
+    req.prompt = {9, 9};
+    req.max_tokens = kLongAnswer;
+    req.stop_ids = {kStop};
+    req.sink = std::make_unique<RecordingSink>(running, false);
+    ASSERT_TRUE(scheduler_->Submit(std::move(req)).ok());
+    model_.WaitUntilBlocked();
+    Submit(std::move(prompt), outcome);
+    model_.Release();
+  }
+  // Starts a one-slot scheduler over cache_ and a request into `outcome` whose restore waits
+  // for its lease until the request ends; returns once it waits.
+  void StartWaitingRestore(Outcome* outcome) {
+    Start(&cache_);
+    cache_.Offer(6);
+    cache_.WaitInRestores();
+    Submit({1, 2, 3, 4, 5, 6, 7, 8}, outcome);
+    ASSERT_TRUE(cache_.restoring().WaitForNotificationWithTimeout(kWait));
+  }
+  // Cancels the request of `cancelled` (its restore waiting) and waits for its end, then runs
+  // another one restoring the same checkpoint into `expired` with a deadline 200 ms away.
+  void CancelThenExpire(Outcome* cancelled, Outcome* expired) {
+    cancelled->cancel.store(true);
+    ASSERT_TRUE(cancelled->done.WaitForNotificationWithTimeout(kWait));
+    Submit({1, 2, 3, 4, 5, 6, 7, 9}, expired, /*cancelled=*/false,
+           absl::Now() + absl::Milliseconds(200));
+    ASSERT_TRUE(expired->done.WaitForNotificationWithTimeout(kWait));
+  }
   void Run(std::vector<int32_t> prompt, Outcome* outcome) {
     Submit(std::move(prompt), outcome);
     ASSERT_TRUE(outcome->done.WaitForNotificationWithTimeout(kWait));
@@ -258,7 +363,7 @@ class SchedulerRecoveryTest : public ::testing::Test {
   }
 
   RunningSumModel model_;
-  FailingRestoreCache cache_;  // Outlives the scheduler, which TearDown stops.
+  ScriptedRestoreCache cache_;  // Outlives the scheduler, which TearDown stops.
   std::unique_ptr<SlotKvMemory> memory_;
   std::unique_ptr<Scheduler> scheduler_;
 };
@@ -368,7 +473,7 @@ TEST_F(SchedulerRecoveryTest, AFaultedModelEndsEveryRequestAndAdmitsNoMore) {
 }
 
 TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt) {
-  FailingRestoreCache& cache = cache_;
+  ScriptedRestoreCache& cache = cache_;
   Start(&cache);
   Outcome first;
   Run({1, 2, 3, 4}, &first);
@@ -391,7 +496,7 @@ TEST_F(SchedulerRecoveryTest, AFailedRestoreIntoALiveSlotPrefillsTheWholePrompt)
 // log says so (not as a warning where the client cancelled), and the request ends with its
 // cancellation or deadline.
 TEST_F(SchedulerRecoveryTest, ARestoreStoppedByItsRequestIsLoggedAsSuch) {
-  FailingRestoreCache& cache = cache_;
+  ScriptedRestoreCache& cache = cache_;
   Start(&cache);
   Outcome first;
   Run({1, 2, 3, 4}, &first);
@@ -403,24 +508,123 @@ TEST_F(SchedulerRecoveryTest, ARestoreStoppedByItsRequestIsLoggedAsSuch) {
   Outcome cancelled;
   Submit({1, 2, 3, 4, 5, 6, 7, 8}, &cancelled);
   ASSERT_TRUE(cache.restoring().WaitForNotificationWithTimeout(kWait));
-  cancelled.cancel.store(true);
-  ASSERT_TRUE(cancelled.done.WaitForNotificationWithTimeout(kWait));
   Outcome expired;
-  Submit({1, 2, 3, 4, 5, 6, 7, 9}, &expired, /*cancelled=*/false,
-         absl::Now() + absl::Milliseconds(200));
-  ASSERT_TRUE(expired.done.WaitForNotificationWithTimeout(kWait));
+  CancelThenExpire(&cancelled, &expired);
   const std::string log = ::testing::internal::GetCapturedStderr();
 
   EXPECT_EQ(cache.restores(), 2);
   EXPECT_EQ(cancelled.Status().code(), absl::StatusCode::kCancelled) << cancelled.Status();
   EXPECT_EQ(expired.Status().code(), absl::StatusCode::kDeadlineExceeded) << expired.Status();
   EXPECT_THAT(log, Not(HasSubstr("prefilling cold"))) << log;
-  EXPECT_THAT(log, ContainsRegex("I[0-9 :.]+scheduler.cc:[0-9]+\\] restoring checkpoint 7 into "
-                                 "slot 0 stopped: the client cancelled request r"))
+  EXPECT_THAT(log,
+              ContainsRegex("I[0-9 :.]+scheduler[a-z_]*\\.cc:[0-9]+\\] restoring checkpoint 7 into "
+                            "slot 0 stopped: the client cancelled request r"))
       << log;
-  EXPECT_THAT(log, ContainsRegex("W[0-9 :.]+scheduler.cc:[0-9]+\\] restoring checkpoint 7 into "
-                                 "slot 0 stopped: the deadline of request r passed"))
+  EXPECT_THAT(log,
+              ContainsRegex("W[0-9 :.]+scheduler[a-z_]*\\.cc:[0-9]+\\] restoring checkpoint 7 into "
+                            "slot 0 stopped: the deadline of request r passed"))
       << log;
+}
+
+// A restore whose lease waits for spills holds its own slot only: the other slots go on
+// decoding meanwhile, and the restored request then continues the checkpoint exactly.
+TEST_F(SchedulerRecoveryTest, OtherSlotsDecodeWhileARestoreWaitsForItsLease) {
+  ScriptedRestoreCache& cache = cache_;
+  Start(&cache, {}, /*slots=*/2);
+  Outcome running;
+  cache.ReadyAfter(
+      {1, 2, 3, 4, 5, 6},
+      [&running] {
+        MutexLock lock(&running.mu);
+        return static_cast<int64_t>(running.tokens.size());
+      },
+      /*steps=*/5);
+  Outcome restored;
+  SubmitBeside(&running, {1, 2, 3, 4, 5, 6, 7, 8}, &restored);
+
+  ASSERT_TRUE(restored.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(running.done.WaitForNotificationWithTimeout(kWait));
+
+  EXPECT_EQ(cache.restores(), 1);
+  ASSERT_TRUE(restored.Status().ok()) << restored.Status();
+  EXPECT_EQ(FirstToken(restored), Favoured(36));
+  {
+    MutexLock lock(&restored.mu);
+    EXPECT_EQ(restored.info.cache.tier, StateTier::kRam);
+    EXPECT_EQ(restored.info.cache.restored_depth, 6);
+  }
+  ASSERT_TRUE(running.Status().ok()) << running.Status();
+  MutexLock lock(&running.mu);
+  EXPECT_EQ(running.tokens.size(), static_cast<size_t>(kLongAnswer));
+}
+
+// A restore whose lease never becomes ready holds only its slot: the request beside it
+// finishes its whole answer meanwhile. Its client's cancellation, then another request's
+// deadline, end each wait with the request's status, the lease given back.
+TEST_F(SchedulerRecoveryTest, ARestoreWaitingForItsLeaseEndsWithItsRequestOnly) {
+  ScriptedRestoreCache& cache = cache_;
+  Start(&cache, {}, /*slots=*/2);
+  cache.Offer(6);
+  cache.WaitInRestores();
+  Outcome running, cancelled;
+
+  SubmitBeside(&running, {1, 2, 3, 4, 5, 6, 7, 8}, &cancelled);
+  ASSERT_TRUE(running.done.WaitForNotificationWithTimeout(kWait));
+  const bool waited = !cancelled.done.HasBeenNotified();
+  Outcome expired;
+  CancelThenExpire(&cancelled, &expired);
+
+  ASSERT_TRUE(running.Status().ok()) << running.Status();
+  {
+    MutexLock lock(&running.mu);
+    EXPECT_EQ(running.tokens.size(), static_cast<size_t>(kLongAnswer));
+  }
+  EXPECT_TRUE(waited);
+  EXPECT_EQ(cancelled.Status().code(), absl::StatusCode::kCancelled) << cancelled.Status();
+  EXPECT_EQ(expired.Status().code(), absl::StatusCode::kDeadlineExceeded) << expired.Status();
+  for (Outcome* o : {&cancelled, &expired}) {
+    MutexLock lock(&o->mu);
+    EXPECT_FALSE(o->started);
+    EXPECT_THAT(o->info.cache.miss_reason, HasSubstr("restore stopped"))
+        << o->info.cache.miss_reason;
+  }
+  scheduler_->Shutdown(absl::Now() + kWait);
+  EXPECT_EQ(cache.restores(), 2);
+  EXPECT_EQ(cache.running(), 0);
+}
+
+// A cache that goes away while a restore waits ends the wait: the request prefills cold and
+// answers as if it had never been offered the checkpoint.
+TEST_F(SchedulerRecoveryTest, ARestoreWaitingWhenTheCacheGoesPrefillsCold) {
+  ScriptedRestoreCache& cache = cache_;
+  Outcome outcome;
+  StartWaitingRestore(&outcome);
+
+  cache.Lose();
+  ASSERT_TRUE(outcome.done.WaitForNotificationWithTimeout(kWait));
+
+  ASSERT_TRUE(outcome.Status().ok()) << outcome.Status();
+  EXPECT_EQ(FirstToken(outcome), Favoured(36));
+  MutexLock lock(&outcome.mu);
+  EXPECT_EQ(outcome.info.cache.tier, StateTier::kCold);
+  EXPECT_THAT(outcome.info.cache.miss_reason, HasSubstr("restore failed"));
+  EXPECT_EQ(model_.passes().back(), std::make_pair(int64_t{0}, int64_t{8}));
+}
+
+// A shutdown whose deadline passes while a restore waits cancels its request and gives its
+// lease back (the scheduler abandons the restore; no poll ends it).
+TEST_F(SchedulerRecoveryTest, AShutdownAbandonsARestoreWaitingForItsLease) {
+  ScriptedRestoreCache& cache = cache_;
+  Outcome outcome;
+  StartWaitingRestore(&outcome);
+
+  scheduler_->Shutdown(absl::Now());
+
+  ASSERT_TRUE(outcome.done.HasBeenNotified());
+  EXPECT_EQ(outcome.Status().code(), absl::StatusCode::kCancelled) << outcome.Status();
+  EXPECT_EQ(cache.abandoned(), 1);
+  EXPECT_EQ(cache.running(), 0);
+  EXPECT_TRUE(model_.passes().empty());
 }
 
 TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlot) {
