@@ -57,9 +57,9 @@ struct RestoreStats {
   absl::Duration copy;  // Copying and verifying the bytes.
 };
 
-// What bounds a restore's waits besides the cache's own limits: the request's deadline, and
-// whether its client has gone away (polled, possibly with the cache client's lock held, so it
-// must be cheap and take no lock; null: never).
+// What bounds a restore's wait for its lease besides the cache's own limits: the request's
+// deadline, and whether its client has gone away (asked at every PollRestore, so it must be
+// cheap and take no lock; null: never).
 struct RestoreLimits {
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> cancelled;
@@ -67,7 +67,8 @@ struct RestoreLimits {
 
 // The inference side of the checkpoint cache (docs/architecture.md §5), as the scheduler sees it:
 // the cache daemon's client implements it; without a cache daemon there is none. Every call runs on
-// the scheduler thread, which owns `memory`, and may block for a bounded time (an RPC deadline).
+// the scheduler thread, which owns `memory`, and may block for a bounded time (an RPC deadline);
+// none waits for a restore's lease (StartRestore, PollRestore).
 // A call that fails with Unavailable means the cache is gone: the scheduler carries on without
 // it (cold prefill, live slots only).
 //

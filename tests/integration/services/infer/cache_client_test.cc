@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -228,9 +229,10 @@ TEST_F(CacheClientTest, RestoreIntoAnotherSlotWaitsForTheBorrowedRows) {
 }
 
 // A restore whose lease waits for rows another daemon's slot still holds ends when its
-// request does (the waits hold the scheduler's thread): Cancelled once the client is gone,
-// DeadlineExceeded at the request's deadline, each long before the client's lease wait, and
-// the session goes on (a lease that is not ready is given back, not the session ended).
+// request does: Cancelled once the client is gone, DeadlineExceeded at the request's deadline,
+// each long before the client's lease wait, and the session goes on (a lease that is not ready
+// is given back, not the session ended). Polled, it never waits for the lease: each poll
+// answers at once until the other daemon spilled the rows, then restores them.
 TEST_F(CacheClientTest, ARestoreWaitingForItsLeaseEndsWithItsRequest) {
   Driver other(server_->address());
   ASSERT_TRUE(other.cache().WaitConnected(absl::Seconds(10)));
@@ -266,18 +268,21 @@ TEST_F(CacheClientTest, ARestoreWaitingForItsLeaseEndsWithItsRequest) {
   EXPECT_TRUE(driver_->cache().connected());
   EXPECT_EQ(driver_->cache().generation(), generation);
   // Once the other daemon spills its rows, the same checkpoint restores on the same session.
-  std::atomic<bool> restored{false};
-  std::thread restore([&] {
-    absl::StatusOr<RestoreStats> ok = driver_->cache().Restore(id, 1, "a", &driver_->kv(), {});
-    restored.store(true);
-    ASSERT_TRUE(ok.ok()) << ok.status();
-    EXPECT_EQ(ok->depth, 600);
-  });
-  while (!restored.load()) {
+  ASSERT_TRUE(driver_->cache().StartRestore(id, 1, "a", &driver_->kv()).ok());
+  t0 = absl::Now();
+  absl::StatusOr<std::optional<RestoreStats>> polled =
+      driver_->cache().PollRestore(1, &driver_->kv(), {});
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  EXPECT_FALSE(polled->has_value());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  for (int i = 0; i < 1000 && polled.ok() && !polled->has_value(); ++i) {
     other.cache().RunBackgroundWork(&other.kv(), absl::Milliseconds(100));
     absl::SleepFor(absl::Milliseconds(5));
+    polled = driver_->cache().PollRestore(1, &driver_->kv(), {});
   }
-  restore.join();
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  ASSERT_TRUE(polled->has_value());
+  EXPECT_EQ((*polled)->depth, 600);
   driver_->ExpectHolds(1, a);
   EXPECT_EQ(driver_->cache().generation(), generation);
 }
