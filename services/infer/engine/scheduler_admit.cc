@@ -231,7 +231,8 @@ void Scheduler::RestoreEnded(Active& a, absl::StatusOr<RestoreStats> r, bool req
     return;
   }
   // A restore the request's own end stopped (its client went, its deadline passed, it was
-  // ended otherwise) is no failure, and no prefill runs: the request ends at once.
+  // ended otherwise) is no failure, and no prefill pass runs: CheckCancellations, which comes
+  // after PollRestores, ends the request first.
   const bool client_gone = absl::IsCancelled(r.status()) && a.req.sink->Cancelled();
   const bool expired = absl::IsDeadlineExceeded(r.status()) && absl::Now() >= a.req.deadline;
   if (client_gone) {
