@@ -177,6 +177,7 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   d->core_->SetListener(d->bytes_.get());
   if (d->store_ != nullptr) {
     d->core_->ReserveIdsAbove(d->store_->max_chunk_id(), d->store_->max_checkpoint_id());
+    d->quarantine_seen_ = d->store_->quarantine_seq();
     // R3: files no manifest lists are removed in the background after start-up.
     DiskStore* store = d->store_.get();
     d->disk_pool_->Schedule([store] {

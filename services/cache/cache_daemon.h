@@ -321,8 +321,9 @@ class CacheDaemon {
   // all in the arena; otherwise remembers it until they are.
   void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets it and every
-  // checkpoint the store quarantined with it, with events.
+  // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets it, the store's
+  // quarantines not handled yet, and the disk copies of the chunks the store no longer has
+  // (only what exists nowhere else goes; RAM copies stay), with events.
   void ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The scrubber's report (on its thread).
@@ -400,6 +401,9 @@ class CacheDaemon {
   absl::flat_hash_map<std::string, std::vector<RecoveredCheckpoint>> recovered_
       ABSL_GUARDED_BY(mu_);
   uint64_t persists_queued_ ABSL_GUARDED_BY(mu_) = 0;
+  // The store's quarantine entries up to this seq are handled (ForgetQuarantinedLocked); those
+  // from before this start name no checkpoint of this run.
+  uint64_t quarantine_seen_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions, models, leases, spills, waiters. Starts at a random base per incarnation (SM10):
   // an id a client kept from an earlier incarnation names nothing in this one.
   std::atomic<uint64_t> next_id_{RandomIdBase()};

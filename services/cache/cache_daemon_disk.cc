@@ -220,24 +220,30 @@ void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
 }
 
 void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why) {
-  // The store quarantined the checkpoint and every other one sharing the bad file (R5); the
-  // policy forgets them too, with events, so the next lookup falls back (R6).
-  for (const QuarantineInfo& q : store_->Quarantined()) {
+  // R5: the store quarantined `id` and every other checkpoint listing the bad file, and deleted
+  // the files no live checkpoint lists any more. Only its entries since the last report are
+  // new; the report's own id comes last, as the store may not have listed it (or dropped its
+  // entry past the R5 bound). The policy forgets, with events, the disk copy of every chunk
+  // they held that the store no longer has: a checkpoint whose bytes are then nowhere goes, so
+  // the next lookup falls back (R6); one also in RAM stays there, as its RAM bytes are its own
+  // (verified as they entered the arena).
+  std::vector<QuarantineInfo> fresh = store_->QuarantinedAfter(quarantine_seen_);
+  if (!fresh.empty()) quarantine_seen_ = fresh.back().seq;
+  fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
+  for (const QuarantineInfo& q : fresh) {
     absl::StatusOr<CheckpointInfo> gone = core_->GetCheckpoint(q.checkpoint_id);
-    if (!gone.ok()) continue;
+    if (!gone.ok()) continue;  // Forgotten already.
     for (ChunkId c : gone->chunks) {
-      if (!store_->HasChunk(c)) core_->QuarantineChunk(c, q.reason).IgnoreError();
+      if (!store_->HasChunk(c)) core_->ForgetDiskChunk(c, q.reason).IgnoreError();  // Known.
+    }
+    // The checkpoint that failed verification goes from every tier (its own state file may be
+    // the bad one), and so does one the store dropped while its chunks stay there. NotFound:
+    // gone with a chunk already.
+    absl::StatusOr<CheckpointInfo> left = core_->GetCheckpoint(q.checkpoint_id);
+    if (left.ok() && (q.checkpoint_id == id || left->on_disk)) {
+      core_->QuarantineCheckpoint(q.checkpoint_id, q.reason).IgnoreError();
     }
   }
-  absl::StatusOr<CheckpointInfo> still = core_->GetCheckpoint(id);
-  if (still.ok()) {
-    for (ChunkId c : still->chunks) {
-      core_->QuarantineChunk(c, std::string(why.message())).IgnoreError();
-    }
-  }
-  // A checkpoint without chunks (its state file was damaged) goes by its id. NotFound: gone
-  // with its chunks already.
-  core_->QuarantineCheckpoint(id, std::string(why.message())).IgnoreError();
 }
 
 void CacheDaemon::OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) {

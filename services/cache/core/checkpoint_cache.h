@@ -335,6 +335,14 @@ class CheckpointCache {
   absl::Status EvictDisk(CheckpointId id, const std::string& reason);
   // Drops every checkpoint that references chunk `chunk` from every tier.
   absl::Status QuarantineChunk(ChunkId chunk, const std::string& reason);
+  // The disk copy of chunk `chunk` is gone (its file failed verification, or the disk tier
+  // deleted it with a quarantined checkpoint); its RAM bytes, if any, are not affected. Every
+  // checkpoint on disk that references it loses its disk copy: one also in RAM stays there as a
+  // RAM-only checkpoint (a quarantine event with tier kDisk; ShouldPersist may write it again),
+  // one only on disk is quarantined. Checkpoints referencing it only in RAM, and writes in
+  // flight (the disk tier refuses one that shares a chunk it no longer has), are left alone.
+  // NotFound for an unknown chunk.
+  absl::Status ForgetDiskChunk(ChunkId chunk, const std::string& reason);
   // Drops checkpoint `id` from every tier (its disk copy is damaged), whatever chunks it has.
   // NotFound for an unknown or still pending checkpoint.
   absl::Status QuarantineCheckpoint(CheckpointId id, const std::string& reason);
@@ -443,6 +451,9 @@ class CheckpointCache {
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);
+  // Releases `ckpt`'s disk copy and abandons a write of it in flight (CommitPersist then
+  // answers NotFound). Returns whether it had either. Emits nothing.
+  bool ReleaseDiskTier(Checkpoint& ckpt);
   void EraseIfGone(CheckpointId id);
   int64_t ChunkBytesMissing(const std::vector<ChunkId>& ids, bool ram) const;
 

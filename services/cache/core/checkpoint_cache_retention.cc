@@ -233,13 +233,21 @@ void CheckpointCache::Quarantine(Checkpoint& ckpt, const std::string& reason) {
   e.tier = ckpt.in_ram ? Tier::kRam : Tier::kDisk;
   CheckpointId id = ckpt.id;
   const bool left_ram = ckpt.in_ram;
-  const bool left_disk = ckpt.on_disk || ckpt.persisting;
   if (ckpt.in_ram) {
     CAIRN_CHECK(ram_.Release(ckpt.own_bytes()).ok());
     for (ChunkId c : ckpt.chunks) DropRamRef(c);
     ckpt.in_ram = false;
     --ram_checkpoints_;
   }
+  const bool left_disk = ReleaseDiskTier(ckpt);
+  Emit(std::move(e));
+  if (listener_ != nullptr && left_ram) listener_->CheckpointLeftRam(id);
+  if (listener_ != nullptr && left_disk) listener_->CheckpointLeftDisk(id);
+  EraseIfGone(id);
+}
+
+bool CheckpointCache::ReleaseDiskTier(Checkpoint& ckpt) {
+  const bool had = ckpt.on_disk || ckpt.persisting;
   if (ckpt.on_disk) {
     CAIRN_CHECK(disk_.Release(ckpt.own_bytes()).ok());
     for (ChunkId c : ckpt.chunks) DropDiskRef(c);
@@ -251,10 +259,7 @@ void CheckpointCache::Quarantine(Checkpoint& ckpt, const std::string& reason) {
     for (ChunkId c : ckpt.chunks) DropDiskRef(c);
     ckpt.persisting = false;
   }
-  Emit(std::move(e));
-  if (listener_ != nullptr && left_ram) listener_->CheckpointLeftRam(id);
-  if (listener_ != nullptr && left_disk) listener_->CheckpointLeftDisk(id);
-  EraseIfGone(id);
+  return had;
 }
 
 void CheckpointCache::EraseIfGone(CheckpointId id) {

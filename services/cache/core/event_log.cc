@@ -163,7 +163,10 @@ absl::StatusOr<CacheStateSummary> ReplayEvents(absl::Span<const Event> events) {
       case EventType::kDiskEvict:
       case EventType::kQuarantine: {
         if (it == s.checkpoints.end()) return Corrupt(e, "unknown checkpoint");
-        bool drop_ram = e.type != EventType::kDiskEvict && it->second.in_ram;
+        // A quarantine of tier kDisk took only the disk copy (a RAM copy stays).
+        const bool disk_only = e.type == EventType::kDiskEvict ||
+                               (e.type == EventType::kQuarantine && e.tier == Tier::kDisk);
+        bool drop_ram = !disk_only && it->second.in_ram;
         bool drop_disk = e.type != EventType::kEvict && it->second.on_disk;
         if (!drop_ram && !drop_disk) return Corrupt(e, "checkpoint not in that tier");
         if (drop_ram) {

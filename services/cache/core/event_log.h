@@ -23,7 +23,8 @@ enum class EventType {
   kPersist,     // A checkpoint was written to the disk tier.
   kDiskEvict,   // A checkpoint left the disk tier.
   kRestore,     // A checkpoint or live frontier was restored into a slot.
-  kQuarantine,  // A checkpoint was dropped because bytes it depends on are corrupt or lost.
+  kQuarantine,  // A checkpoint was dropped because bytes it depends on are corrupt or lost
+                //   (tier kDisk: from the disk tier only; a copy in RAM stays).
   kRecover,     // A checkpoint found in the disk tier at start-up entered the disk tier.
 };
 

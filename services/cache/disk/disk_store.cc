@@ -532,7 +532,7 @@ absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
     {
       MutexLock lock(&mu_);
       doomed = DropLocked(id);  // Not served again, even if the rename failed.
-      quarantined_.push_back({id, reason});
+      quarantined_.push_back({id, reason, ++quarantine_seq_});
       while (static_cast<int>(quarantined_.size()) > options_.max_quarantined) {
         expired.push_back(quarantined_.front().checkpoint_id);
         quarantined_.erase(quarantined_.begin());
@@ -625,9 +625,19 @@ DiskCheckpointInfo DiskStore::InfoLocked(uint64_t id, const Record& r) const {
                             file_bytes};
 }
 
-std::vector<QuarantineInfo> DiskStore::Quarantined() const {
+std::vector<QuarantineInfo> DiskStore::Quarantined() const { return QuarantinedAfter(0); }
+
+std::vector<QuarantineInfo> DiskStore::QuarantinedAfter(uint64_t after_seq) const {
   MutexLock lock(&mu_);
-  return quarantined_;
+  // Entries are kept in seq order.
+  auto first = std::upper_bound(quarantined_.begin(), quarantined_.end(), after_seq,
+                                [](uint64_t seq, const QuarantineInfo& q) { return seq < q.seq; });
+  return std::vector<QuarantineInfo>(first, quarantined_.end());
+}
+
+uint64_t DiskStore::quarantine_seq() const {
+  MutexLock lock(&mu_);
+  return quarantine_seq_;
 }
 
 bool DiskStore::HasCheckpoint(uint64_t checkpoint_id) const {

@@ -111,6 +111,7 @@ using RestoreDestination =
 struct QuarantineInfo {
   uint64_t checkpoint_id = 0;
   std::string reason;
+  uint64_t seq = 0;  // 1, 2, ... in the order this store quarantined (or found) them.
 };
 
 struct SweepStats {
@@ -186,6 +187,11 @@ class DiskStore {
   std::optional<DiskCheckpointInfo> NextCheckpointAfter(uint64_t after_id) const
       ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<QuarantineInfo> Quarantined() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The kept quarantine entries with seq > `after_seq`, oldest first; QuarantinedAfter(0) is
+  // Quarantined(). Entries past the R5 bound are gone, newest kept.
+  std::vector<QuarantineInfo> QuarantinedAfter(uint64_t after_seq) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The seq of the latest quarantine entry (0: none yet).
+  uint64_t quarantine_seq() const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasCheckpoint(uint64_t checkpoint_id) const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasChunk(uint64_t chunk_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The largest checkpoint and chunk ids on disk, so the daemon can keep new ids unique.
@@ -314,6 +320,7 @@ class DiskStore {
   std::set<uint64_t> in_flight_ ABSL_GUARDED_BY(mu_);             // Checkpoint ids being published.
   std::set<uint64_t> in_flight_chunks_ ABSL_GUARDED_BY(mu_);      // New chunk ids being written.
   std::vector<QuarantineInfo> quarantined_ ABSL_GUARDED_BY(mu_);  // Oldest first.
+  uint64_t quarantine_seq_ ABSL_GUARDED_BY(mu_) = 0;              // The latest entry's seq.
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_checkpoint_id_ ABSL_GUARDED_BY(mu_) = 0;

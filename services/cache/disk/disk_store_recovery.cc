@@ -252,7 +252,8 @@ absl::Status DiskStore::Reconcile() {
         to_quarantine.emplace_back(e.checkpoint_id, "quarantine completed at start-up");
       } else {
         MutexLock lock(&mu_);
-        quarantined_.push_back({e.checkpoint_id, "quarantined before this start"});
+        quarantined_.push_back(
+            {e.checkpoint_id, "quarantined before this start", ++quarantine_seq_});
       }
       registered.insert(e.checkpoint_id);
       continue;

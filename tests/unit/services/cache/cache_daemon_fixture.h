@@ -151,11 +151,12 @@ class DiskTierPartsTest : public CacheDaemonPartsTest {
   void StartWithDisk(const std::string& name) {
     root_ = ::testing::TempDir() + "/" + name;
     std::filesystem::remove_all(root_);
-    CacheDaemonOptions options;
-    options.disk_root = root_;
-    options.disk.free_space_reserve_bytes = 0;
-    options.cache.disk_bytes = 64 << 20;
-    Start(options);
+    StartOnRoot();
+  }
+  // A new daemon on the same folder, as after a restart (a new session, the model again).
+  void Restart() {
+    daemon_.reset();
+    StartOnRoot();
   }
   void TearDown() override {
     daemon_.reset();
@@ -163,6 +164,15 @@ class DiskTierPartsTest : public CacheDaemonPartsTest {
   }
 
   std::string root_;
+
+ private:
+  void StartOnRoot() {
+    CacheDaemonOptions options;
+    options.disk_root = root_;
+    options.disk.free_space_reserve_bytes = 0;
+    options.cache.disk_bytes = 64 << 20;
+    Start(options);
+  }
 };
 
 }  // namespace cairn::cache

@@ -166,7 +166,10 @@ void RunRandomTraffic(int seed, int steps) {
       if (!all.empty()) {
         const CheckpointInfo& victim =
             all[static_cast<size_t>(rng.Uniform(0, static_cast<int64_t>(all.size()) - 1))];
-        if (!victim.chunks.empty()) {
+        if (!victim.chunks.empty() && victim.on_disk && victim.id % 2 == 0) {
+          // Only the chunk's disk copy is lost (no draw, so the seeds' traffic stays the same).
+          ASSERT_TRUE(cache.ForgetDiskChunk(victim.chunks.front(), "chunk file corrupt").ok());
+        } else if (!victim.chunks.empty()) {
           ASSERT_TRUE(cache.QuarantineChunk(victim.chunks.front(), "corrupt").ok());
         } else if (victim.in_ram) {
           ASSERT_TRUE(cache.Evict(victim.id, "explicit").ok());

@@ -43,6 +43,17 @@ inline const Identities& TestIds() {
   return *ids;
 }
 
+// Records which checkpoints the core says left the disk tier and the RAM tier.
+class TierListener final : public ResidencyListener {
+ public:
+  void ChunkLeftRam(ChunkId) override {}
+  void CheckpointLeftRam(CheckpointId id) override { left_ram.push_back(id); }
+  void CheckpointLeftDisk(CheckpointId id) override { left_disk.push_back(id); }
+  void SpillFinished(uint64_t, bool, const std::string&) override {}
+  std::vector<CheckpointId> left_ram;
+  std::vector<CheckpointId> left_disk;
+};
+
 // A cache with `options` and `layout` registered under TestIds().
 struct TestCache {
   FakeClock clock;

@@ -13,23 +13,13 @@
 namespace cairn::cache {
 namespace {
 
-// Records which checkpoints the core says left the disk tier.
-class DiskListener final : public ResidencyListener {
- public:
-  void ChunkLeftRam(ChunkId) override {}
-  void CheckpointLeftRam(CheckpointId) override {}
-  void CheckpointLeftDisk(CheckpointId id) override { left_disk.push_back(id); }
-  void SpillFinished(uint64_t, bool, const std::string&) override {}
-  std::vector<CheckpointId> left_disk;
-};
-
 TEST(CheckpointCacheDiskFullTest, TheCoreEvictsByRankWithEventsAndReportsTheFilesToDelete) {
   CacheOptions options;
   options.disk_bytes = 100000;
   auto t = testing::MakeCache(options, testing::SimpleLayout(10, 100, 4));
   ASSERT_NE(t, nullptr);
   CheckpointCache& cache = *t->cache;
-  DiskListener listener;
+  testing::TierListener listener;
   cache.SetListener(&listener);
   VectorEventSink events;
   cache.events().AddSink(&events);

@@ -564,6 +564,14 @@ TEST_F(DiskStoreTest, QuarantineKeepsABoundedNumberOfManifests) {
 
   ASSERT_EQ(store->Quarantined().size(), 2u);
   EXPECT_EQ(store->Quarantined()[0].checkpoint_id, 3u);
+  // Sequence numbers keep counting past the bound; a reader asks for those it has not seen.
+  EXPECT_EQ(store->quarantine_seq(), 4u);
+  std::vector<QuarantineInfo> fresh = store->QuarantinedAfter(3);
+  ASSERT_EQ(fresh.size(), 1u);
+  EXPECT_EQ(fresh[0].checkpoint_id, 4u);
+  EXPECT_EQ(fresh[0].seq, 4u);
+  EXPECT_EQ(store->QuarantinedAfter(1).size(), 2u);  // 2 is gone past the bound.
+  EXPECT_TRUE(store->QuarantinedAfter(4).empty());
   size_t kept = 0;
   for (const auto& e : std::filesystem::directory_iterator(Path("quarantine"))) {
     (void)e;

@@ -1,0 +1,263 @@
+// What a quarantine on the disk tier takes from the daemon's policy: only checkpoints whose
+// bytes exist nowhere else. RAM checkpoints that share chunks with a damaged disk checkpoint
+// keep serving their own intact bytes (in process, without gRPC, under TSan with the unit
+// label).
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/checksum/checksum.h"
+#include "common/concurrency/notification.h"
+#include "gtest/gtest.h"
+#include "services/cache/cache_daemon.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/cache/cache_daemon_fixture.h"
+
+namespace cairn::cache {
+namespace {
+
+using ::cairn::testing::StatusIs;
+
+constexpr uint8_t kPrivateByte = 0x11;
+constexpr uint8_t kTailByte = 0x22;
+
+// The byte every row of chunk `id` holds in these tests.
+uint8_t ChunkByte(uint64_t id) { return static_cast<uint8_t>(0x40 + id); }
+
+// Slot 0 grows one prompt (tokens 100, 101, ...) and captures along it; every byte written
+// into the arena (state, tail, spilled rows) is a known pattern.
+class QuarantineScopeTest : public DiskTierPartsTest {
+ protected:
+  void SetUp() override {
+    StartWithDisk("quarantine-scope");
+    StartPrompt();
+  }
+
+  // Starts slot 0 cold, with an empty prompt.
+  void StartPrompt() {
+    SlotStart start;
+    start.session_id = session_;
+    start.model_id = model_;
+    ASSERT_TRUE(daemon_->StartSlot(start).ok());
+    depth_ = 0;
+  }
+
+  // Fills `region` with `byte`; returns the region's XXH3 (0 for an empty region).
+  uint64_t Fill(const ArenaHandle& region, uint8_t byte) {
+    if (region.length == 0) return 0;
+    absl::StatusOr<absl::Span<uint8_t>> bytes = daemon_->arena().Resolve(region);
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    if (!bytes.ok()) return 0;
+    std::memset(bytes->data(), byte, bytes->size());
+    return Xxh3(bytes->data(), bytes->size());
+  }
+
+  // Extends slot 0's prompt to `depth` tokens and captures there as `kind`, with patterned
+  // private state and tail; returns the checkpoint id.
+  uint64_t CaptureAs(uint64_t depth, CaptureKind kind) {
+    FrontierUpdate up;
+    up.session_id = session_;
+    up.model_id = model_;
+    up.expected_depth = depth_;
+    for (uint64_t i = depth_; i < depth; ++i) up.tokens.push_back(static_cast<TokenId>(100 + i));
+    EXPECT_TRUE(daemon_->UpdateFrontier(up).ok());
+    depth_ = depth;
+    CaptureRequest req = CaptureAt(depth);
+    req.kind = kind;
+    absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(req);
+    EXPECT_TRUE(reserved.ok()) << reserved.status();
+    if (!reserved.ok()) return 0;
+    const uint64_t private_sum = Fill(reserved->private_state.region, kPrivateByte);
+    const uint64_t tail_sum = Fill(reserved->tail.region, kTailByte);
+    absl::StatusOr<CommitResult> committed = daemon_->CommitCapture(
+        CaptureCommit{session_, reserved->reservation_id, private_sum, tail_sum});
+    EXPECT_TRUE(committed.ok()) << committed.status();
+    return committed.ok() ? committed->checkpoint_id : 0;
+  }
+
+  // Slot 0 goes idle until all its borrowed rows are spilled (each chunk's pattern written
+  // into its region first, and the spill answered), and every disk write that was waiting for
+  // them finishes. Spill requests sent before a restart are not answered again.
+  void SpillAndFlush() {
+    for (bool spilled = true; spilled;) {
+      ASSERT_TRUE(daemon_->SlotIdle(session_, 0).ok());
+      const std::vector<v1::SessionServerMessage> messages = sink_.messages();
+      spilled = false;
+      for (; answered_ < messages.size(); ++answered_) {
+        const v1::SessionServerMessage& m = messages[answered_];
+        if (!m.has_spill_request()) continue;
+        spilled = true;
+        SpillReport report;
+        report.spill_id = m.spill_request().spill_id();
+        for (const v1::ChunkSpill& c : m.spill_request().chunks()) {
+          const v1::ArenaHandle& d = c.destination();
+          Fill(ArenaHandle{d.incarnation(), d.offset(), d.length()}, ChunkByte(c.chunk_id()));
+          report.chunk_ids.push_back(c.chunk_id());
+        }
+        EXPECT_TRUE(daemon_->SpillDone(session_, report).ok());
+      }
+    }
+    Notification flushed;
+    daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
+    flushed.WaitForNotification();
+  }
+
+  // The checkpoint rows, by id.
+  std::vector<CheckpointRow> Rows() const {
+    absl::StatusOr<std::vector<CheckpointRow>> rows = daemon_->Checkpoints(0, Tier::kNone);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    return rows.ok() ? *rows : std::vector<CheckpointRow>{};
+  }
+
+  // Flips a byte of every file in the disk tier's folder `dir` ("states" or "chunks").
+  void DamageFiles(const std::string& dir) {
+    for (const auto& f : std::filesystem::directory_iterator(root_ + "/" + dir)) {
+      std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      file.seekg(100);
+      const char c = static_cast<char>(file.get());
+      file.seekp(100);
+      file.put(static_cast<char>(c ^ 0x5a));
+    }
+  }
+
+  // Restores checkpoint `id` into slot 1 from RAM and checks every byte the lease hands out
+  // against the patterns written, then releases the lease.
+  void ExpectRestoresIntactFromRam(uint64_t id, size_t chunks) {
+    absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    EXPECT_EQ(lease->loaded_from, Tier::kRam);
+    EXPECT_TRUE(lease->ready);
+    ASSERT_EQ(lease->chunks.size(), chunks);
+    auto expect_all = [&](const ArenaHandle& region, uint8_t byte, uint64_t checksum) {
+      absl::StatusOr<absl::Span<uint8_t>> bytes = daemon_->arena().Resolve(region);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      EXPECT_EQ(Xxh3(bytes->data(), bytes->size()), checksum);
+      for (uint8_t b : *bytes) ASSERT_EQ(b, byte) << "region at " << region.offset;
+    };
+    for (const ChunkGrant& c : lease->chunks) {
+      expect_all(c.region, ChunkByte(c.chunk_id), c.checksum);
+    }
+    expect_all(lease->private_state.region, kPrivateByte, lease->private_state.checksum);
+    expect_all(lease->tail.region, kTailByte, lease->tail.checksum);
+    EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).ok());
+  }
+
+  // Checks that `survivor` is the one checkpoint left, in RAM only, restoring its own
+  // `chunks` chunks intact, and that none of `gone` restores from any tier.
+  void ExpectOnlySurvivor(uint64_t survivor, const std::vector<uint64_t>& gone, size_t chunks = 2) {
+    std::vector<CheckpointRow> rows = Rows();
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].id, survivor);
+    EXPECT_EQ(rows[0].tier, Tier::kRam);
+    EXPECT_FALSE(rows[0].on_disk);
+    ExpectRestoresIntactFromRam(survivor, chunks);
+    for (uint64_t id : gone) {
+      EXPECT_THAT(daemon_->AcquireRestore(RestoreOf(id, 1)).status(),
+                  StatusIs(absl::StatusCode::kNotFound))
+          << id;
+    }
+  }
+
+  // The review's case: checkpoint `disk_only` (returned first) at 40 tokens, only on disk,
+  // and a RAM-only one at 44 over the same 2 chunks, not written as the first sits just
+  // before it on disk.
+  std::pair<uint64_t, uint64_t> DiskOnlyAndRamSharer() {
+    const uint64_t disk_only = CaptureAs(40, CaptureKind::kEnd);  // 2 chunks, 8 tail rows.
+    SpillAndFlush();
+    const uint64_t in_ram = CaptureAs(44, CaptureKind::kEnd);
+    EXPECT_TRUE(daemon_->Evict(EvictOrder{disk_only, false, false}).ok());
+    return {disk_only, in_ram};
+  }
+
+  uint64_t depth_ = 0;   // Slot 0's frontier.
+  size_t answered_ = 0;  // Messages to the session looked at by SpillAndFlush.
+};
+
+TEST_F(QuarantineScopeTest, ADamagedStateFileKeepsTheRamCheckpointSharingItsChunks) {
+  const auto [on_disk, in_ram] = DiskOnlyAndRamSharer();
+  std::vector<CheckpointRow> before = Rows();
+  ASSERT_EQ(before.size(), 2u);
+  ASSERT_EQ(before[0].tier, Tier::kDisk);
+  ASSERT_EQ(before[1].tier, Tier::kRam);
+  ASSERT_FALSE(before[1].on_disk);
+  DamageFiles("states");
+
+  daemon_->ScrubPassForTest();
+
+  ExpectOnlySurvivor(in_ram, {on_disk});
+  absl::StatusOr<Explanation> explained = daemon_->Explain(ExplainQuery{0, LookupOf(48).tokens});
+  ASSERT_TRUE(explained.ok()) << explained.status();
+  EXPECT_EQ(explained->result.best.checkpoint, in_ram);
+  EXPECT_EQ(explained->result.best.tier, Tier::kRam);
+}
+
+TEST_F(QuarantineScopeTest, ADamagedChunkDropsTheDiskOnlyCheckpointsAndKeepsTheRamOne) {
+  const auto [first, in_ram] = DiskOnlyAndRamSharer();
+  // Learned checkpoints are always written: 3 chunks, the first 2 shared with both others.
+  const uint64_t deeper = CaptureAs(56, CaptureKind::kLearned);
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{deeper, false, false}).ok());
+  ASSERT_EQ(Rows().size(), 3u);
+  DamageFiles("chunks");
+
+  daemon_->ScrubPassForTest();
+
+  // Both disk-only checkpoints list the damaged chunks: no tier keeps them.
+  ExpectOnlySurvivor(in_ram, {first, deeper});
+}
+
+TEST_F(QuarantineScopeTest, ADamagedChunkLeavesACheckpointAlsoInRamInRamOnly) {
+  const uint64_t first = CaptureAs(40, CaptureKind::kEnd);
+  SpillAndFlush();
+  const uint64_t both = CaptureAs(56, CaptureKind::kLearned);  // Shares the first 2 chunks.
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());
+  std::vector<CheckpointRow> before = Rows();
+  ASSERT_EQ(before.size(), 2u);
+  ASSERT_EQ(before[1].tier, Tier::kRam);
+  ASSERT_TRUE(before[1].on_disk);
+  DamageFiles("chunks");
+
+  daemon_->ScrubPassForTest();
+
+  // The store quarantined both; the RAM copy of the second never came from the bad files.
+  ExpectOnlySurvivor(both, {first}, 3);
+}
+
+TEST_F(QuarantineScopeTest, AFailedDiskRestoreKeepsTheRamCheckpointSharingItsChunks) {
+  const auto [on_disk, in_ram] = DiskOnlyAndRamSharer();
+  DamageFiles("states");
+
+  absl::StatusOr<RestoreGrant> damaged = daemon_->AcquireRestore(RestoreOf(on_disk, 1));
+
+  EXPECT_THAT(damaged.status(), StatusIs(absl::StatusCode::kDataLoss));
+  ExpectOnlySurvivor(in_ram, {on_disk});
+}
+
+TEST_F(QuarantineScopeTest, QuarantinesFromBeforeTheStartNameNoCheckpointOfThisRun) {
+  const uint64_t before = CaptureAs(40, CaptureKind::kEnd);
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{before, false, false}).ok());
+  DamageFiles("states");
+  daemon_->ScrubPassForTest();
+  ASSERT_TRUE(Rows().empty());
+  Restart();  // The store lists the quarantine as one from before this start.
+  StartPrompt();
+  // The disk tier's largest id counts live checkpoints only: the id comes again.
+  const uint64_t grid = CaptureAs(40, CaptureKind::kGrid);  // Never written to disk.
+  ASSERT_EQ(grid, before);
+  const uint64_t learned = CaptureAs(56, CaptureKind::kLearned);
+  SpillAndFlush();
+  DamageFiles("states");
+
+  daemon_->ScrubPassForTest();  // Reports `learned`, the store's only new quarantine.
+
+  ExpectOnlySurvivor(grid, {learned});
+}
+
+}  // namespace
+}  // namespace cairn::cache
