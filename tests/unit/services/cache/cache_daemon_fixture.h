@@ -4,11 +4,15 @@
 // The daemon fixtures the daemon's part tests share: a daemon in process (no gRPC) with one
 // open session and one registered model, and the same with a disk tier.
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/concurrency/mutex.h"
 #include "common/time/clock.h"
 #include "gtest/gtest.h"
@@ -145,11 +149,15 @@ class CacheDaemonPartsTest : public ::testing::Test {
   uint64_t model_ = 0;
 };
 
-// The same daemon with a disk tier (and its scrubber) in a fresh folder `name`.
+// The same daemon with a disk tier (and its scrubber) in a fresh folder `name`, made unique
+// to the running test and process: ctest runs each test of a suite in a process of its own,
+// in parallel.
 class DiskTierPartsTest : public CacheDaemonPartsTest {
  protected:
   void StartWithDisk(const std::string& name) {
-    root_ = ::testing::TempDir() + "/" + name;
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = absl::StrCat(::testing::TempDir(), "/", name, "-",
+                         absl::StrReplaceAll(test->name(), {{"/", "_"}}), "-", getpid());
     std::filesystem::remove_all(root_);
     StartOnRoot();
   }
