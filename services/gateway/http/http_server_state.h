@@ -2,7 +2,7 @@
 #define CAIRN_SERVICES_GATEWAY_HTTP_HTTP_SERVER_STATE_H_
 
 // The HTTP server's state shared by its listener, its sessions and HttpServer (http_server.cc's
-// own; not part of the gateway_http library's interface).
+// and http_session.cc's own; not part of the gateway_http library's interface).
 
 #include <algorithm>
 #include <atomic>
@@ -123,6 +123,11 @@ class HttpServerState {
   std::vector<std::weak_ptr<Closable>> connections_ ABSL_GUARDED_BY(mu_);
   size_t compact_at_ ABSL_GUARDED_BY(mu_) = 64;
 };
+
+// Serves the accepted connection `socket` on its own strand until it closes (http_session.cc):
+// registered with `state` for shutdown, answered 503 and closed at once when the server already
+// holds max_connections.
+void ServeConnection(boost::asio::ip::tcp::socket socket, HttpServerState* state);
 
 }  // namespace cairn::gateway
 
