@@ -307,7 +307,7 @@ class CheckpointCache {
 
   // --- Recovery (start-up with a disk tier that already holds checkpoints).
   // Makes every chunk and checkpoint id minted from now on exceed `max_chunk` and
-  // `max_checkpoint` (the largest ids found on disk).
+  // `max_checkpoint` (the largest ids found on disk, quarantined checkpoints' included).
   void ReserveIdsAbove(ChunkId max_chunk, CheckpointId max_checkpoint);
   // Registers checkpoint `id`, found in the disk tier, as a disk-only checkpoint over `tokens`
   // that references `chunks` (the full chunks covering rows [0, tokens.size()), in order).

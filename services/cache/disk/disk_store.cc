@@ -533,6 +533,7 @@ absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
       MutexLock lock(&mu_);
       doomed = DropLocked(id);  // Not served again, even if the rename failed.
       quarantined_.push_back({id, reason, ++quarantine_seq_});
+      max_checkpoint_id_ = std::max(max_checkpoint_id_, id);  // Its id is never minted again.
       while (static_cast<int>(quarantined_.size()) > options_.max_quarantined) {
         expired.push_back(quarantined_.front().checkpoint_id);
         quarantined_.erase(quarantined_.begin());

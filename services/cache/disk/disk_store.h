@@ -194,7 +194,9 @@ class DiskStore {
   uint64_t quarantine_seq() const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasCheckpoint(uint64_t checkpoint_id) const ABSL_LOCKS_EXCLUDED(mu_);
   bool HasChunk(uint64_t chunk_id) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The largest checkpoint and chunk ids on disk, so the daemon can keep new ids unique.
+  // The largest checkpoint and chunk ids on disk, so the daemon can keep new ids unique. The
+  // checkpoint id counts quarantined checkpoints too (those this store quarantined, and those
+  // whose catalog entry or kept manifest start-up found), so that no id names two checkpoints.
   uint64_t max_checkpoint_id() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t max_chunk_id() const ABSL_LOCKS_EXCLUDED(mu_);
   DiskStoreStats stats() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -13,6 +13,7 @@
 // checkpoint's record holds chunk ids, not entries). docs/benchmarks.md ("Disk tier") has
 // the numbers.
 
+#include <algorithm>
 #include <future>
 #include <set>
 #include <string>
@@ -173,6 +174,15 @@ absl::Status DiskStore::Reconcile() {
   ASSIGN_OR_RETURN(chunk_files.names, fs_->ListDir(chunks_dir_));
   ASSIGN_OR_RETURN(state_files.names, fs_->ListDir(states_dir_));
   ASSIGN_OR_RETURN(manifest_files.names, fs_->ListDir(manifests_dir_));
+  // The ids of the kept quarantined manifests are never minted again, even when the catalog
+  // that flags them has to be rebuilt (the flagged entries count below).
+  ASSIGN_OR_RETURN(const std::vector<std::string> quarantined_names, fs_->ListDir(quarantine_dir_));
+  for (const std::string& name : quarantined_names) {
+    uint64_t id = 0;
+    if (!ParseManifestName(name, &id)) continue;
+    MutexLock lock(&mu_);
+    max_checkpoint_id_ = std::max(max_checkpoint_id_, id);
+  }
   // Every listed file is stat'ed in the background while the catalog is opened and scanned:
   // one stat per file, however many manifests list it (nothing writes these directories until
   // start-up is over, so the sizes stay true). The future's destructor waits for the stats
@@ -254,6 +264,7 @@ absl::Status DiskStore::Reconcile() {
         MutexLock lock(&mu_);
         quarantined_.push_back(
             {e.checkpoint_id, "quarantined before this start", ++quarantine_seq_});
+        max_checkpoint_id_ = std::max(max_checkpoint_id_, e.checkpoint_id);
       }
       registered.insert(e.checkpoint_id);
       continue;

@@ -236,6 +236,36 @@ TEST_F(DiskStoreTest, WronglySizedFileQuarantinesAtStartUp) {
   EXPECT_FALSE(again->HasCheckpoint(1));
 }
 
+TEST_F(DiskStoreTest, TheLargestIdCountsQuarantinedCheckpointsAfterARestart) {
+  {
+    auto store = Open();
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {}, 1)));
+    CAIRN_ASSERT_OK(store->Publish(factory_.Build(3, {}, 1)));
+    auto m = store->GetManifest(3);
+    ASSERT_TRUE(m.ok()) << m.status();
+    std::filesystem::remove(Path("states/" + m->state_file.name));
+    ASSERT_THAT(store->Verify(3), StatusIs(absl::StatusCode::kDataLoss));
+    // Found at the next start: its state file has the wrong size.
+    m = store->GetManifest(2);
+    ASSERT_TRUE(m.ok()) << m.status();
+    std::filesystem::resize_file(Path("states/" + m->state_file.name), 1);
+  }
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(store->ListCheckpoints().size(), 1u);
+  EXPECT_EQ(store->max_checkpoint_id(), 3u);
+  store.reset();
+  // A catalog rebuilt from the manifests has no quarantine entries; the kept manifests count.
+  std::filesystem::remove_all(Path("catalog"));
+  auto rebuilt = Open();
+  ASSERT_NE(rebuilt, nullptr);
+  EXPECT_EQ(rebuilt->max_checkpoint_id(), 3u);
+}
+
 TEST_F(DiskStoreTest, MissingSharedChunkQuarantinesEveryCheckpointListingItAtStartUp) {
   std::string chunk_name;
   {
