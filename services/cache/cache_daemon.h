@@ -318,12 +318,16 @@ class CacheDaemon {
   void CloseSessionLocked(uint64_t id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues checkpoint `id` for the disk tier if the policy wants it there and its chunks are
-  // all in the arena; otherwise remembers it until they are.
-  void MaybePersistLocked(CheckpointId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // all in the arena; otherwise remembers it until they are. `after_disk_tasks`: the job
+  // reaches the writer only after the disk pool's tasks scheduled so far (the deletion of an
+  // earlier copy of `id` among them); a flush waits for it from now on either way.
+  void MaybePersistLocked(CheckpointId id, bool after_disk_tasks = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets it, the store's
   // quarantines not handled yet, and the disk copies of the chunks the store no longer has
-  // (only what exists nowhere else goes; RAM copies stay), with events.
+  // (only what exists nowhere else goes; RAM copies stay), with events. A checkpoint left in
+  // RAM only is queued for the disk tier again where the policy wants it there.
   void ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The scrubber's report (on its thread).

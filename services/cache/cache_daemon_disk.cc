@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -88,7 +89,7 @@ void CacheDaemon::AdmitRecoveredLocked(const Model& model) {
                   << " checkpoints restored to the index from disk";
 }
 
-void CacheDaemon::MaybePersistLocked(CheckpointId id) {
+void CacheDaemon::MaybePersistLocked(CheckpointId id, bool after_disk_tasks) {
   if (writer_ == nullptr || !core_->ShouldPersist(id)) return;
   absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(id);
   const StateBytes* own = regions_->FindCheckpoint(id);
@@ -195,11 +196,20 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id) {
   // thread can take the lock in between) waits for this write too.
   BackgroundWriter* writer = writer_.get();
   writer->Expect();
-  after_unlock_.push_back([writer, job = std::move(job)]() mutable {
+  std::function<void()> enqueue = [writer, job = std::move(job)]() mutable {
     std::function<void(absl::Status)> done = job.done;
     absl::Status s = writer->Enqueue(std::move(job), /*expected=*/true);
     if (!s.ok()) done(s);
-  });
+  };
+  if (after_disk_tasks) {
+    // The pool runs its tasks in order, on one thread: a deletion of `id` scheduled before
+    // (CheckpointLeftDisk) cannot remove what this job publishes.
+    ThreadPool* pool = disk_pool_.get();
+    after_unlock_.push_back(
+        [pool, enqueue = std::move(enqueue)]() mutable { pool->Schedule(std::move(enqueue)); });
+  } else {
+    after_unlock_.push_back(std::move(enqueue));
+  }
 }
 
 void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
@@ -226,15 +236,18 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
   // entry past the R5 bound). The policy forgets, with events, the disk copy of every chunk
   // they held that the store no longer has: a checkpoint whose bytes are then nowhere goes, so
   // the next lookup falls back (R6); one also in RAM stays there, as its RAM bytes are its own
-  // (verified as they entered the arena).
+  // (verified as they entered the arena), and is written to disk again (R8: it was durable).
   std::vector<QuarantineInfo> fresh = store_->QuarantinedAfter(quarantine_seen_);
   if (!fresh.empty()) quarantine_seen_ = fresh.back().seq;
   fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
+  std::set<CheckpointId> ram_only;
   for (const QuarantineInfo& q : fresh) {
     absl::StatusOr<CheckpointInfo> gone = core_->GetCheckpoint(q.checkpoint_id);
     if (!gone.ok()) continue;  // Forgotten already.
     for (ChunkId c : gone->chunks) {
-      if (!store_->HasChunk(c)) core_->ForgetDiskChunk(c, q.reason).IgnoreError();  // Known.
+      if (store_->HasChunk(c)) continue;
+      absl::StatusOr<std::vector<CheckpointId>> kept = core_->ForgetDiskChunk(c, q.reason);
+      if (kept.ok()) ram_only.insert(kept->begin(), kept->end());  // The chunk is known.
     }
     // The checkpoint that failed verification goes from every tier (its own state file may be
     // the bad one), and so does one the store dropped while its chunks stay there. NotFound:
@@ -244,6 +257,10 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
       core_->QuarantineCheckpoint(q.checkpoint_id, q.reason).IgnoreError();
     }
   }
+  // Commits and deferred retries are the only other writes: nothing else would write these.
+  // Their old copies' deletions (a NotFound: the store dropped them) go first. One dropped
+  // above is no longer in RAM, and the policy skips it.
+  for (CheckpointId kept : ram_only) MaybePersistLocked(kept, /*after_disk_tasks=*/true);
 }
 
 void CacheDaemon::OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) {

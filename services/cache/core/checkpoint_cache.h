@@ -341,8 +341,10 @@ class CheckpointCache {
   // RAM-only checkpoint (a quarantine event with tier kDisk; ShouldPersist may write it again),
   // one only on disk is quarantined. Checkpoints referencing it only in RAM, and writes in
   // flight (the disk tier refuses one that shares a chunk it no longer has), are left alone.
-  // NotFound for an unknown chunk.
-  absl::Status ForgetDiskChunk(ChunkId chunk, const std::string& reason);
+  // Returns the checkpoints kept as RAM-only ones, in id order: the caller offers them to
+  // ShouldPersist again, as nothing else would write them. NotFound for an unknown chunk.
+  absl::StatusOr<std::vector<CheckpointId>> ForgetDiskChunk(ChunkId chunk,
+                                                            const std::string& reason);
   // Drops checkpoint `id` from every tier (its disk copy is damaged), whatever chunks it has.
   // NotFound for an unknown or still pending checkpoint.
   absl::Status QuarantineCheckpoint(CheckpointId id, const std::string& reason);

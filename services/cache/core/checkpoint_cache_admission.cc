@@ -312,7 +312,8 @@ absl::Status CheckpointCache::QuarantineChunk(ChunkId chunk, const std::string& 
   return absl::OkStatus();
 }
 
-absl::Status CheckpointCache::ForgetDiskChunk(ChunkId chunk, const std::string& reason) {
+absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskChunk(
+    ChunkId chunk, const std::string& reason) {
   if (!chunks_.contains(chunk)) return absl::NotFoundError(absl::StrCat("no chunk ", chunk));
   // Only disk copies list the lost file. A write in flight is not one yet: it either pinned
   // the chunk in the disk tier before it went (and keeps it) or fails there.
@@ -321,12 +322,14 @@ absl::Status CheckpointCache::ForgetDiskChunk(ChunkId chunk, const std::string& 
     if (ckpt->on_disk && Contains<ChunkId>(ckpt->chunks, chunk)) hit.push_back(id);
   }
   std::sort(hit.begin(), hit.end());
+  std::vector<CheckpointId> kept;
   for (CheckpointId id : hit) {
     Checkpoint& ckpt = *checkpoints_.at(id);
     if (!ckpt.in_ram) {
       Quarantine(ckpt, reason);  // Its bytes are nowhere else.
       continue;
     }
+    kept.push_back(id);
     // Its RAM bytes are its own and were verified when they entered the arena: it stays, as a
     // RAM-only checkpoint. The event's tier says only the disk copy went.
     Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
@@ -335,7 +338,7 @@ absl::Status CheckpointCache::ForgetDiskChunk(ChunkId chunk, const std::string& 
     Emit(std::move(e));
     if (listener_ != nullptr) listener_->CheckpointLeftDisk(id);
   }
-  return absl::OkStatus();
+  return kept;
 }
 
 absl::Status CheckpointCache::QuarantineCheckpoint(CheckpointId id, const std::string& reason) {

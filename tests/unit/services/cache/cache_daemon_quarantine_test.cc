@@ -101,6 +101,11 @@ class QuarantineScopeTest : public DiskTierPartsTest {
         EXPECT_TRUE(daemon_->SpillDone(session_, report).ok());
       }
     }
+    Flush();
+  }
+
+  // Waits until every disk write queued so far has finished.
+  void Flush() {
     Notification flushed;
     daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
     flushed.WaitForNotification();
@@ -124,12 +129,12 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     }
   }
 
-  // Restores checkpoint `id` into slot 1 from RAM and checks every byte the lease hands out
-  // against the patterns written, then releases the lease.
-  void ExpectRestoresIntactFromRam(uint64_t id, size_t chunks) {
+  // Restores checkpoint `id` into slot 1 from tier `from` and checks every byte the lease
+  // hands out against the patterns written, then releases the lease.
+  void ExpectRestoresIntact(uint64_t id, size_t chunks, Tier from = Tier::kRam) {
     absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
     ASSERT_TRUE(lease.ok()) << lease.status();
-    EXPECT_EQ(lease->loaded_from, Tier::kRam);
+    EXPECT_EQ(lease->loaded_from, from);
     EXPECT_TRUE(lease->ready);
     ASSERT_EQ(lease->chunks.size(), chunks);
     auto expect_all = [&](const ArenaHandle& region, uint8_t byte, uint64_t checksum) {
@@ -146,15 +151,16 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).ok());
   }
 
-  // Checks that `survivor` is the one checkpoint left, in RAM only, restoring its own
-  // `chunks` chunks intact, and that none of `gone` restores from any tier.
-  void ExpectOnlySurvivor(uint64_t survivor, const std::vector<uint64_t>& gone, size_t chunks = 2) {
+  // Checks that `survivor` is the one checkpoint left, in RAM (and on disk too if `on_disk`),
+  // restoring its own `chunks` chunks intact, and that none of `gone` restores from any tier.
+  void ExpectOnlySurvivor(uint64_t survivor, const std::vector<uint64_t>& gone, size_t chunks = 2,
+                          bool on_disk = false) {
     std::vector<CheckpointRow> rows = Rows();
     ASSERT_EQ(rows.size(), 1u);
     EXPECT_EQ(rows[0].id, survivor);
     EXPECT_EQ(rows[0].tier, Tier::kRam);
-    EXPECT_FALSE(rows[0].on_disk);
-    ExpectRestoresIntactFromRam(survivor, chunks);
+    EXPECT_EQ(rows[0].on_disk, on_disk);
+    ExpectRestoresIntact(survivor, chunks);
     for (uint64_t id : gone) {
       EXPECT_THAT(daemon_->AcquireRestore(RestoreOf(id, 1)).status(),
                   StatusIs(absl::StatusCode::kNotFound))
@@ -210,7 +216,7 @@ TEST_F(QuarantineScopeTest, ADamagedChunkDropsTheDiskOnlyCheckpointsAndKeepsTheR
   ExpectOnlySurvivor(in_ram, {first, deeper});
 }
 
-TEST_F(QuarantineScopeTest, ADamagedChunkLeavesACheckpointAlsoInRamInRamOnly) {
+TEST_F(QuarantineScopeTest, ADamagedChunkKeepsACheckpointAlsoInRamAndWritesItToDiskAgain) {
   const uint64_t first = CaptureAs(40, CaptureKind::kEnd);
   SpillAndFlush();
   const uint64_t both = CaptureAs(56, CaptureKind::kLearned);  // Shares the first 2 chunks.
@@ -223,9 +229,17 @@ TEST_F(QuarantineScopeTest, ADamagedChunkLeavesACheckpointAlsoInRamInRamOnly) {
   DamageFiles("chunks");
 
   daemon_->ScrubPassForTest();
+  Flush();  // Its write was queued again when it lost its disk copy.
 
-  // The store quarantined both; the RAM copy of the second never came from the bad files.
-  ExpectOnlySurvivor(both, {first}, 3);
+  // The store quarantined both; the RAM copy of the second never came from the bad files, and
+  // it was durable, so it is written again from those bytes and survives a restart.
+  ExpectOnlySurvivor(both, {first}, 3, /*on_disk=*/true);
+  Restart();
+  std::vector<CheckpointRow> after = Rows();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].id, both);
+  EXPECT_EQ(after[0].tier, Tier::kDisk);
+  ExpectRestoresIntact(both, 3, Tier::kDisk);
 }
 
 TEST_F(QuarantineScopeTest, AFailedDiskRestoreKeepsTheRamCheckpointSharingItsChunks) {

@@ -72,8 +72,11 @@ TEST_F(ForgetDiskChunkTest, ACheckpointAlsoInRamLosesOnlyItsDiskCopy) {
   ASSERT_EQ(chunks.size(), 2u);
   const int64_t ram_used = cache().ram_ledger().used();
 
-  CAIRN_ASSERT_OK(cache().ForgetDiskChunk(chunks[0], "checksum mismatch"));
+  absl::StatusOr<std::vector<CheckpointId>> ram_only_now =
+      cache().ForgetDiskChunk(chunks[0], "checksum mismatch");
 
+  ASSERT_TRUE(ram_only_now.ok()) << ram_only_now.status();
+  EXPECT_EQ(*ram_only_now, std::vector<CheckpointId>{both});  // For the caller to write again.
   absl::StatusOr<CheckpointInfo> kept = cache().GetCheckpoint(both);
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_TRUE(kept->in_ram);
@@ -102,7 +105,11 @@ TEST_F(ForgetDiskChunkTest, ADiskOnlyCheckpointOverTheChunkIsQuarantined) {
   CAIRN_ASSERT_OK(cache().Evict(disk_only, "explicit"));
   const ChunkId chunk = cache().GetCheckpoint(disk_only)->chunks[1];
 
-  CAIRN_ASSERT_OK(cache().ForgetDiskChunk(chunk, "chunk file missing"));
+  absl::StatusOr<std::vector<CheckpointId>> ram_only_now =
+      cache().ForgetDiskChunk(chunk, "chunk file missing");
+
+  ASSERT_TRUE(ram_only_now.ok()) << ram_only_now.status();
+  EXPECT_TRUE(ram_only_now->empty());
 
   EXPECT_THAT(cache().GetCheckpoint(disk_only).status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(cache().disk_ledger().used(), 0);
