@@ -95,6 +95,9 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   if (options.max_lease_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the wait for a lease to become ready must be positive");
   }
+  if (options.checkpoint_id_block <= 0) {
+    return absl::InvalidArgumentError("the checkpoint id block must be positive");
+  }
   std::unique_ptr<CacheDaemon> d(new CacheDaemon(options, clock));
   ArenaOptions arena_options = options.arena;
   if (arena_options.size_bytes == 0) {
@@ -177,6 +180,8 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   d->core_->SetListener(d->bytes_.get());
   if (d->store_ != nullptr) {
     d->core_->ReserveIdsAbove(d->store_->max_chunk_id(), d->store_->max_checkpoint_id());
+    // None of the new ids is reserved yet: the first capture reserves a block.
+    d->core_->LimitCheckpointIds(d->store_->max_checkpoint_id());
     d->quarantine_seen_ = d->store_->quarantine_seq();
     // R3: files no manifest lists are removed in the background after start-up.
     DiskStore* store = d->store_.get();

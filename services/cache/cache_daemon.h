@@ -85,6 +85,11 @@ struct CacheDaemonOptions {
   std::string disk_root;
   double default_disk_share = 0.5;
   DiskStoreOptions disk;  // root and budget are filled in from the above.
+  // With a disk tier, checkpoint ids are reserved in the catalog this many at a time, each
+  // block before any of its ids is handed out (one synced write per block), so that a restart
+  // never hands out an id again (docs/disk-format.md, "The catalog"). Without one, ids start
+  // at 1 after a restart: nothing from before survives it.
+  int64_t checkpoint_id_block = 1024;
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
   absl::Duration flush_timeout = absl::Minutes(5);  // Flush waits at most this long.
@@ -297,6 +302,14 @@ class CacheDaemon {
   // lease when it is done, nullopt when the checkpoint must be read from disk (RestoreFromDisk).
   absl::StatusOr<std::optional<RestoreGrant>> BeginRestore(const RestoreRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // ReserveCapture with the checkpoint ids reserved so far: nullopt, before anything changes,
+  // when the core has none left for the capture's ticket.
+  std::optional<absl::StatusOr<CaptureGrant>> ReserveCaptureWithinIds(const CaptureRequest& req)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // With a disk tier, when the core has used up the checkpoint ids reserved so far, reserves
+  // the next checkpoint_id_block of them in the catalog (a synced write, made without mu_) and
+  // then lets the core mint them. Errors: the store's; the core mints no new id then.
+  absl::Status ReserveCheckpointIds() ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the message for spill `spill`: destinations are the chunk regions reserved at
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)

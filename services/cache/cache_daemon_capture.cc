@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
+#include "common/status/annotate.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
 #include "services/cache/cache_daemon.h"
@@ -16,7 +18,39 @@ namespace cairn::cache {
 // ---------------------------------------------------------------------------------------
 // Captures.
 
+absl::Status CacheDaemon::ReserveCheckpointIds() {
+  if (store_ == nullptr) return absl::OkStatus();  // No limit: nothing survives a restart.
+  CheckpointId next = 0;
+  {
+    Lock lock(this);
+    next = core_->next_checkpoint_id();
+    if (next <= core_->checkpoint_id_limit()) return absl::OkStatus();
+  }
+  const CheckpointId up_to = next - 1 + static_cast<CheckpointId>(options_.checkpoint_id_block);
+  // Durable before the core may mint any of them, so before any is handed out.
+  RETURN_IF_ERROR(Annotate(store_->ReserveCheckpointIds(up_to),
+                           absl::StrCat("reserving checkpoint ids up to ", up_to)));
+  Lock lock(this);
+  core_->LimitCheckpointIds(std::max(core_->checkpoint_id_limit(), up_to));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& req) {
+  // Other captures may use the ids reserved up between the reservation and the capture (a
+  // small block, many threads): reserve again, a bounded number of times.
+  constexpr int kAttempts = 8;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    RETURN_IF_ERROR(ReserveCheckpointIds());
+    std::optional<absl::StatusOr<CaptureGrant>> grant = ReserveCaptureWithinIds(req);
+    if (grant.has_value()) return *std::move(grant);
+  }
+  return absl::UnavailableError(
+      absl::StrCat("other captures used up every checkpoint id reserved for this one (", kAttempts,
+                   " blocks of ", options_.checkpoint_id_block, ")"));
+}
+
+std::optional<absl::StatusOr<CaptureGrant>> CacheDaemon::ReserveCaptureWithinIds(
+    const CaptureRequest& req) {
   CoreLock lock(this);
   ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(req.session_id, req.slot));
   ASSIGN_OR_RETURN(const Model* model, FindModelLocked(req.model_id));
@@ -28,6 +62,7 @@ absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& r
     return absl::FailedPreconditionError(absl::StrCat("capture at depth ", req.depth, " but slot ",
                                                       slot, "'s frontier is at ", frontier.size()));
   }
+  if (core_->next_checkpoint_id() > core_->checkpoint_id_limit()) return std::nullopt;
   const uint64_t before = events_.LastSeq();
   ASSIGN_OR_RETURN(CaptureTicket ticket,
                    core_->BeginCapture(key, req.kind, req.conversation, req.stable_boundary));

@@ -154,6 +154,10 @@ int Run(int argc, char** argv) {
   flags.Add("max-queued-disk-loads", &max_queued_disk_loads,
             "restores from disk waiting for a loader beyond this are refused (RESOURCE_EXHAUSTED)",
             1, kNoMax);
+  flags.Add("checkpoint-id-block", &options.checkpoint_id_block,
+            "checkpoint ids the disk tier's catalog reserves at a time, before handing any out, "
+            "so that a restart never hands one out again (one synced write per block)",
+            1, int64_t{1} << 40);
   flags.AddBytes("scrub-bytes-per-second", &main_options.scrub_bytes_per_second,
                  "read rate of the background scrubber that verifies the disk tier (0: off)");
   flags.Add("scrub-interval", &options.scrub.pass_interval,

@@ -2,6 +2,7 @@
 #define CAIRN_SERVICES_CACHE_CORE_CHECKPOINT_CACHE_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -278,8 +279,9 @@ class CheckpointCache {
 
   // --- Captures at the slot's current position.
   // Reserves space (evicting by rank if needed) and returns a ticket. AlreadyExists if the same
-  // tokens already have a checkpoint; ResourceExhausted (with a reject event) when even after
-  // eviction the capture does not fit.
+  // tokens already have a checkpoint; Unavailable, before anything changes, when the ticket's
+  // id would pass the limit (LimitCheckpointIds); ResourceExhausted (with a reject event) when
+  // even after eviction the capture does not fit.
   absl::StatusOr<CaptureTicket> BeginCapture(SlotKey slot, CaptureKind kind,
                                              const std::string& conversation,
                                              int64_t stable_boundary);
@@ -309,6 +311,13 @@ class CheckpointCache {
   // Makes every chunk and checkpoint id minted from now on exceed `max_chunk` and
   // `max_checkpoint` (the largest ids found on disk, quarantined checkpoints' included).
   void ReserveIdsAbove(ChunkId max_chunk, CheckpointId max_checkpoint);
+  // Lets BeginCapture mint checkpoint ids up to `limit` only: the daemon raises the limit as it
+  // reserves ids durably, so that no id is handed out before a restart would skip it. Without
+  // a call, there is no limit.
+  void LimitCheckpointIds(CheckpointId limit) { checkpoint_id_limit_ = limit; }
+  CheckpointId checkpoint_id_limit() const { return checkpoint_id_limit_; }
+  // The id the next BeginCapture mints.
+  CheckpointId next_checkpoint_id() const { return next_checkpoint_; }
   // Registers checkpoint `id`, found in the disk tier, as a disk-only checkpoint over `tokens`
   // that references `chunks` (the full chunks covering rows [0, tokens.size()), in order).
   // Chunks not known yet are created disk-resident, with provenance `provenance` (one
@@ -480,6 +489,7 @@ class CheckpointCache {
 
   ChunkId next_chunk_ = 1;
   CheckpointId next_checkpoint_ = 1;
+  CheckpointId checkpoint_id_limit_ = std::numeric_limits<CheckpointId>::max();
   ComputationId next_computation_ = 1;
   uint64_t next_frontier_ = 1;
   uint64_t next_spill_ = 1;

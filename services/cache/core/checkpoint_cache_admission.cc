@@ -145,6 +145,10 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
     }
   }
 
+  if (next_checkpoint_ > checkpoint_id_limit_) {
+    return absl::UnavailableError(absl::StrCat("checkpoint ids up to ", checkpoint_id_limit_,
+                                               " are used up; none above is reserved yet"));
+  }
   auto ckpt = std::make_unique<Checkpoint>();
   ckpt->id = next_checkpoint_++;
   ckpt->identities = slot->identities;

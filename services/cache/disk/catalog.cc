@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
+#include "common/status/status_macros.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/table.h"
@@ -18,6 +19,9 @@ constexpr char kEntryPrefix = 'c';
 // the close's flush has something to write (see ~Catalog). Never present, so never read.
 constexpr char kCloseMarkerKey[] = "close";
 constexpr uint8_t kFlagQuarantined = 1;
+// Outside the entries' key space too, and after it: the largest checkpoint id reserved so far,
+// 8 bytes little-endian. Written by daemons that reserve ids; catalogs from before have none.
+constexpr char kReservedIdsKey[] = "reserved-checkpoint-ids";
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -132,6 +136,26 @@ absl::Status Catalog::Remove(uint64_t checkpoint_id) {
                    absl::StrCat("remove checkpoint ", checkpoint_id));
 }
 
+absl::Status Catalog::PutReservedCheckpointIds(uint64_t up_to) {
+  std::string value(8, '\0');
+  for (int i = 0; i < 8; ++i) value[i] = static_cast<char>(up_to >> (8 * i));
+  return FromRocks(db_->Put(SyncWrite(), kReservedIdsKey, value),
+                   absl::StrCat("reserve checkpoint ids up to ", up_to));
+}
+
+absl::StatusOr<uint64_t> Catalog::ReservedCheckpointIds() const {
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  std::string value;
+  const rocksdb::Status s = db_->Get(read, kReservedIdsKey, &value);
+  if (s.IsNotFound()) return 0;
+  RETURN_IF_ERROR(FromRocks(s, "read reserved checkpoint ids"));
+  if (value.size() != 8) return absl::DataLossError("malformed reserved checkpoint ids record");
+  uint64_t up_to = 0;
+  for (int i = 7; i >= 0; --i) up_to = (up_to << 8) | static_cast<uint8_t>(value[i]);
+  return up_to;
+}
+
 absl::StatusOr<std::vector<CatalogEntry>> Catalog::LoadAll() const {
   std::vector<CatalogEntry> entries;
   absl::Status s = ForEach([&](uint64_t id, bool quarantined, absl::string_view manifest) {
@@ -151,6 +175,7 @@ absl::Status Catalog::ForEach(
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
+    if (key == rocksdb::Slice(kReservedIdsKey)) continue;
     const rocksdb::Slice value = it->value();
     if (key.size() != 9 || key[0] != kEntryPrefix || value.size() < 1) {
       return absl::DataLossError("malformed catalog entry");

@@ -3,7 +3,9 @@
 
 // The RocksDB catalog of the disk tier: one entry per checkpoint holding a copy of its manifest
 // and its quarantine flag, so that start-up reads the catalog and file sizes only (R1). The
-// manifests stay the source of truth; the catalog can always be rebuilt from them (R2).
+// manifests stay the source of truth; the catalog can always be rebuilt from them (R2). Besides
+// the entries it holds one record that no manifest has: the checkpoint ids reserved so far
+// (docs/disk-format.md, "The catalog").
 
 #include <cstdint>
 #include <functional>
@@ -63,7 +65,14 @@ class Catalog {
   absl::Status Put(const CatalogEntry& entry);
   // Removes the entry for `checkpoint_id` durably (absent is not an error).
   absl::Status Remove(uint64_t checkpoint_id);
-  // Returns every entry, in checkpoint-id order. DataLoss for a malformed entry key or value.
+  // Records durably that every checkpoint id up to `up_to` may have been handed out,
+  // replacing the previous record (callers only raise it).
+  absl::Status PutReservedCheckpointIds(uint64_t up_to);
+  // Returns the recorded id (PutReservedCheckpointIds), or 0 when the catalog holds no record
+  // (one written before the record existed). DataLoss for a malformed record.
+  absl::StatusOr<uint64_t> ReservedCheckpointIds() const;
+  // Returns every checkpoint entry, in checkpoint-id order (not the reserved-ids record).
+  // DataLoss for a malformed entry key or value.
   absl::StatusOr<std::vector<CatalogEntry>> LoadAll() const;
   // Calls `visit(checkpoint_id, quarantined, manifest)` for every entry in checkpoint-id order,
   // without copying the values: `manifest` is valid only during the call, and `visit` must not

@@ -651,6 +651,30 @@ bool DiskStore::HasChunk(uint64_t chunk_id) const {
   return chunks_.count(chunk_id) != 0;
 }
 
+absl::Status DiskStore::ReserveCheckpointIds(uint64_t up_to) {
+  {
+    MutexLock lock(&mu_);
+    // One write at a time, so that a smaller reservation never lands after a larger one; the
+    // wait releases mu_, which no one holds across the write.
+    while (reserving_) reserved_.Wait(&mu_);
+    if (up_to <= reserved_checkpoint_ids_) return absl::OkStatus();
+    reserving_ = true;
+  }
+  absl::Status s = NoteIoError(catalog_->PutReservedCheckpointIds(up_to), false);
+  MutexLock lock(&mu_);
+  reserving_ = false;
+  reserved_.SignalAll();
+  if (!s.ok()) return s;
+  reserved_checkpoint_ids_ = up_to;
+  max_checkpoint_id_ = std::max(max_checkpoint_id_, up_to);
+  return absl::OkStatus();
+}
+
+uint64_t DiskStore::reserved_checkpoint_ids() const {
+  MutexLock lock(&mu_);
+  return reserved_checkpoint_ids_;
+}
+
 uint64_t DiskStore::max_checkpoint_id() const {
   MutexLock lock(&mu_);
   return max_checkpoint_id_;

@@ -196,8 +196,18 @@ class DiskStore {
   bool HasChunk(uint64_t chunk_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // The largest checkpoint and chunk ids on disk, so the daemon can keep new ids unique. The
   // checkpoint id counts quarantined checkpoints too (those this store quarantined, and those
-  // whose catalog entry or kept manifest start-up found), so that no id names two checkpoints.
+  // whose catalog entry or kept manifest start-up found), and the reserved ids
+  // (ReserveCheckpointIds, found at start-up or made since), so that no id names two
+  // checkpoints, even one deleted, pushed out of quarantine or never written.
   uint64_t max_checkpoint_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Records durably (a synced catalog write) that checkpoint ids up to `up_to` may have been
+  // handed out, so that max_checkpoint_id() counts them at every later start; a no-op when
+  // they are reserved already. Reservations are written one at a time, so the record only
+  // grows. Errors: the catalog's (Unavailable for I/O, ResourceExhausted when out of space);
+  // nothing is reserved then.
+  absl::Status ReserveCheckpointIds(uint64_t up_to) ABSL_LOCKS_EXCLUDED(mu_);
+  // The largest checkpoint id reserved (0: none, as in catalogs written before reservations).
+  uint64_t reserved_checkpoint_ids() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t max_chunk_id() const ABSL_LOCKS_EXCLUDED(mu_);
   DiskStoreStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The file system's free bytes under the root (a statvfs), less the free-space reserve
@@ -326,6 +336,9 @@ class DiskStore {
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_checkpoint_id_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reserved_checkpoint_ids_ ABSL_GUARDED_BY(mu_) = 0;  // As the catalog records it.
+  bool reserving_ ABSL_GUARDED_BY(mu_) = false;  // A ReserveCheckpointIds write is under way.
+  CondVar reserved_;                             // Signalled when it ends.
   uint64_t max_chunk_id_ ABSL_GUARDED_BY(mu_) = 0;
   // R3: names listed at start-up, before this store wrote anything; consumed by SweepOrphans.
   struct SweepCandidates {

@@ -197,31 +197,46 @@ absl::Status DiskStore::Reconcile() {
   for (ListedFiles* files : {&chunk_files, &state_files, &manifest_files}) files->Index();
 
   RETURN_IF_ERROR(OpenCatalog());
+  // The reserved ids (0 in catalogs from before the record): none of them is minted again.
+  absl::StatusOr<uint64_t> reserved = catalog_->ReservedCheckpointIds();
   // Decode each entry straight from the scan (no copy of the value), each distinct chunk
   // entry once. Nothing is admitted until the scan has succeeded, so a catalog found damaged
   // halfway is rebuilt from the manifests exactly as one that fails to open.
   const bool keep_tokens = static_cast<bool>(options_.on_recovered);
   ChunkEntryTable table;
   std::vector<ScannedEntry> entries;
-  absl::Status scan =
-      catalog_->ForEach([&](uint64_t id, bool quarantined, absl::string_view manifest) {
-        ScannedEntry& e = entries.emplace_back();
-        e.checkpoint_id = id;
-        e.quarantined = quarantined;
-        e.manifest_bytes = manifest.size();
-        if (!quarantined) {
-          e.manifest = DecodeManifestShared(manifest, keep_tokens, &table, &e.chunk_refs);
-        }
-        return absl::OkStatus();
-      });
+  absl::Status scan = reserved.status();
+  if (scan.ok()) {
+    scan = catalog_->ForEach([&](uint64_t id, bool quarantined, absl::string_view manifest) {
+      ScannedEntry& e = entries.emplace_back();
+      e.checkpoint_id = id;
+      e.quarantined = quarantined;
+      e.manifest_bytes = manifest.size();
+      if (!quarantined) {
+        e.manifest = DecodeManifestShared(manifest, keep_tokens, &table, &e.chunk_refs);
+      }
+      return absl::OkStatus();
+    });
+  }
   if (!scan.ok() && IsDamagedCatalog(scan)) {
     CAIRN_LOG(WARNING) << "rebuilding the disk catalog from manifests: " << scan;
     RETURN_IF_ERROR(WipeCatalog());
     RETURN_IF_ERROR(OpenCatalog());
     entries.clear();
     scan = absl::OkStatus();
+    // A reservation read before the damage was found still holds: the new catalog keeps it.
+    if (reserved.ok() && *reserved > 0) {
+      RETURN_IF_ERROR(catalog_->PutReservedCheckpointIds(*reserved));
+    } else {
+      reserved = 0;
+    }
   }
   RETURN_IF_ERROR(scan);
+  {
+    MutexLock lock(&mu_);
+    reserved_checkpoint_ids_ = *reserved;
+    max_checkpoint_id_ = std::max(max_checkpoint_id_, *reserved);
+  }
   stats.get();
   absl::flat_hash_set<uint64_t> registered;
   registered.reserve(entries.size());

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/concurrency/mutex.h"
+#include "common/concurrency/notification.h"
 #include "common/time/clock.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
@@ -84,10 +85,12 @@ class CacheDaemonPartsTest : public ::testing::Test {
     return lookup;
   }
 
-  // Cold-starts slot 0 on `n` tokens and captures them; returns the checkpoint id.
-  uint64_t Capture(uint64_t n) {
+  // Cold-starts slot 0 on `n` tokens and captures them as `kind`; returns the checkpoint id.
+  uint64_t Capture(uint64_t n, CaptureKind kind = CaptureKind::kEnd) {
     StartCold(n);
-    absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(CaptureAt(n));
+    CaptureRequest req = CaptureAt(n);
+    req.kind = kind;
+    absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(req);
     EXPECT_TRUE(reserved.ok()) << reserved.status();
     if (!reserved.ok()) return 0;
     absl::StatusOr<CommitResult> committed =
@@ -171,16 +174,25 @@ class DiskTierPartsTest : public CacheDaemonPartsTest {
     std::filesystem::remove_all(root_);
   }
 
-  std::string root_;
-
- private:
-  void StartOnRoot() {
+  // Waits until every disk write queued so far has finished.
+  void Flush() {
+    Notification flushed;
+    daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
+    flushed.WaitForNotification();
+  }
+  // The options StartWithDisk and Restart start the daemon with (on root_).
+  virtual CacheDaemonOptions DiskOptions() const {
     CacheDaemonOptions options;
     options.disk_root = root_;
     options.disk.free_space_reserve_bytes = 0;
     options.cache.disk_bytes = 64 << 20;
-    Start(options);
+    return options;
   }
+
+  std::string root_;
+
+ private:
+  void StartOnRoot() { Start(DiskOptions()); }
 };
 
 }  // namespace cairn::cache

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "common/concurrency/notification.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
 #include "tests/support/status_matchers.h"
@@ -37,13 +36,6 @@ bool Overlap(const ArenaHandle& a, const ArenaHandle& b) {
 class QuarantineUnderLeaseTest : public DiskTierPartsTest {
  protected:
   void SetUp() override { StartWithDisk("quarantine-under-lease"); }
-
-  // Waits until every disk write queued so far has finished.
-  void Flush() {
-    Notification flushed;
-    daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
-    flushed.WaitForNotification();
-  }
 
   // Flips a byte in every state file on disk.
   void DamageStateFiles() {

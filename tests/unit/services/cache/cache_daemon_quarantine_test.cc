@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/checksum/checksum.h"
-#include "common/concurrency/notification.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
 #include "tests/support/status_matchers.h"
@@ -102,13 +101,6 @@ class QuarantineScopeTest : public DiskTierPartsTest {
       }
     }
     Flush();
-  }
-
-  // Waits until every disk write queued so far has finished.
-  void Flush() {
-    Notification flushed;
-    daemon_->StartFlush(absl::Seconds(30), [&](absl::Status, uint64_t) { flushed.Notify(); });
-    flushed.WaitForNotification();
   }
 
   // The checkpoint rows, by id.

@@ -82,6 +82,24 @@ TEST(CheckpointCacheRecoveryTest, NewIdsStayAboveRecoveredOnes) {
   EXPECT_GT(ticket->chunks[0], 500u);
 }
 
+TEST(CheckpointCacheRecoveryTest, NoIdIsMintedPastTheLimit) {
+  auto t = MakeCache(DiskOptions(), SimpleLayout(8, 100, kChunkRows));
+  ASSERT_NE(t, nullptr);
+  t->cache->ReserveIdsAbove(0, 900);
+  t->cache->LimitCheckpointIds(900);
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(t->cache->StartCold(slot, TestIds(), "c").ok());
+  CAIRN_ASSERT_OK(t->cache->ExtendSlot(slot, Tokens(20, 1)));
+
+  EXPECT_THAT(t->cache->BeginCapture(slot, CaptureKind::kEnd, "c", -1).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(t->cache->next_checkpoint_id(), 901u);  // Nothing minted.
+  t->cache->LimitCheckpointIds(901);
+  absl::StatusOr<CaptureTicket> ticket = t->cache->BeginCapture(slot, CaptureKind::kEnd, "c", -1);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_EQ(ticket->id, 901u);
+}
+
 TEST(CheckpointCacheRecoveryTest, BadRecoveriesAreRefused) {
   auto t = MakeCache(DiskOptions(), SimpleLayout(8, 100, kChunkRows));
   ASSERT_NE(t, nullptr);

@@ -55,6 +55,30 @@ TEST(CatalogTest, EntriesRoundTripInIdOrder) {
   CAIRN_EXPECT_OK((*catalog)->VerifyChecksums());
 }
 
+TEST(CatalogTest, ReservedIdsAreARecordApartFromTheEntries) {
+  TempDir dir;
+  {
+    auto catalog = Catalog::Open(dir.path() + "/catalog", nullptr, {});
+    ASSERT_TRUE(catalog.ok()) << catalog.status();
+    auto none = (*catalog)->ReservedCheckpointIds();
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(*none, 0u);  // As in catalogs written before the record.
+    CAIRN_ASSERT_OK((*catalog)->Put({7, false, "m7"}));
+    CAIRN_ASSERT_OK((*catalog)->PutReservedCheckpointIds(0x0102030405060708));
+  }
+
+  auto catalog = Catalog::Open(dir.path() + "/catalog", nullptr, {});
+
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  auto reserved = (*catalog)->ReservedCheckpointIds();
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  EXPECT_EQ(*reserved, 0x0102030405060708u);
+  auto entries = (*catalog)->LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].checkpoint_id, 7u);
+}
+
 // A daemon restarts many times over the life of its disk tier: reopening the catalog must not
 // leave one more file behind each time (an empty write-ahead log per open, say).
 TEST(CatalogTest, ReopeningDoesNotAccumulateFiles) {

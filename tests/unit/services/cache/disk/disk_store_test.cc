@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "rocksdb/db.h"
 #include "services/cache/disk/testing/fault_file_system.h"
 #include "services/cache/disk/testing/rocksdb_fault_fs.h"
 #include "tests/support/status_matchers.h"
@@ -45,6 +47,15 @@ class DiskStoreTest : public ::testing::Test {
     return store.ok() ? std::move(*store) : nullptr;
   }
   std::unique_ptr<DiskStore> Open() { return Open(Options()); }
+  // Opens the store, runs `write` on it and opens it again, as after a restart.
+  std::unique_ptr<DiskStore> WriteAndReopen(const std::function<void(DiskStore&)>& write) {
+    {
+      auto store = Open();
+      if (store == nullptr) return nullptr;
+      write(*store);
+    }
+    return Open();
+  }
   std::string Path(const std::string& rel) { return dir_.path() + "/" + rel; }
 
   TempDir dir_;
@@ -264,6 +275,61 @@ TEST_F(DiskStoreTest, TheLargestIdCountsQuarantinedCheckpointsAfterARestart) {
   auto rebuilt = Open();
   ASSERT_NE(rebuilt, nullptr);
   EXPECT_EQ(rebuilt->max_checkpoint_id(), 3u);
+}
+
+TEST_F(DiskStoreTest, ReservedIdsCountAfterTheirCheckpointsAreGone) {
+  auto store = WriteAndReopen([&](DiskStore& s) {
+    CAIRN_ASSERT_OK(s.ReserveCheckpointIds(10));
+    CAIRN_ASSERT_OK(s.ReserveCheckpointIds(4));  // Below the record: a no-op.
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(3, {}, 1)));
+    CAIRN_ASSERT_OK(s.Delete(3));
+    EXPECT_EQ(s.reserved_checkpoint_ids(), 10u);
+  });
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->ListCheckpoints().size(), 1u);
+  EXPECT_EQ(store->reserved_checkpoint_ids(), 10u);
+  EXPECT_EQ(store->max_checkpoint_id(), 10u);
+}
+
+// Catalogs written before ids were reserved hold no record: the largest id is what start-up
+// finds, as it was.
+TEST_F(DiskStoreTest, ACatalogWithoutReservedIdsOpensAsBefore) {
+  auto store = WriteAndReopen([&](DiskStore& s) {
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(3, {}, 1)));
+  });
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->ListCheckpoints().size(), 2u);
+  EXPECT_EQ(store->reserved_checkpoint_ids(), 0u);
+  EXPECT_EQ(store->max_checkpoint_id(), 3u);
+}
+
+TEST_F(DiskStoreTest, ACatalogRebuiltAfterADamagedScanKeepsTheReservedIds) {
+  WriteAndReopen([&](DiskStore& s) {
+    CAIRN_ASSERT_OK(s.ReserveCheckpointIds(50));
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));
+  }).reset();
+  {
+    // A key that is neither an entry nor the record: the scan finds the catalog malformed.
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), Path("catalog"), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), "x", "y").ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->HasCheckpoint(1));  // Rebuilt from its manifest.
+  EXPECT_EQ(store->max_checkpoint_id(), 50u);
+  store.reset();
+  auto again = Open();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->reserved_checkpoint_ids(), 50u);
 }
 
 TEST_F(DiskStoreTest, MissingSharedChunkQuarantinesEveryCheckpointListingItAtStartUp) {

@@ -1,0 +1,153 @@
+// Checkpoint ids across restarts: a restarted daemon never hands out an id an earlier run
+// handed out, whether that checkpoint was evicted from disk or lived in RAM only, because ids
+// are reserved in the disk tier's catalog before any is handed out (docs/disk-format.md, "The
+// catalog"). In process, without gRPC, under TSan with the unit label.
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "services/cache/cache_daemon.h"
+#include "services/cache/disk/testing/fault_file_system.h"
+#include "services/cache/disk/testing/rocksdb_fault_fs.h"
+#include "tests/support/status_matchers.h"
+#include "tests/unit/services/cache/cache_daemon_fixture.h"
+
+namespace cairn::cache {
+namespace {
+
+class CheckpointIdFloorTest : public DiskTierPartsTest {
+ protected:
+  // Captures below one chunk (no spill) as learned checkpoints are written at once; grid
+  // points are never written.
+  void SetUp() override { StartWithDisk("checkpoint-id-floor"); }
+};
+
+TEST_F(CheckpointIdFloorTest, AnIdEvictedFromDiskIsNotHandedOutAgainAfterARestart) {
+  const uint64_t kept = Capture(4, CaptureKind::kLearned);
+  const uint64_t evicted = Capture(8, CaptureKind::kLearned);
+  Flush();
+  ASSERT_GT(evicted, kept);
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{evicted, false, /*include_disk=*/true}).ok());
+  Restart();  // The deletion of its files runs before the old daemon is gone.
+  ASSERT_EQ(daemon_->disk_store()->ListCheckpoints().size(), 1u);
+
+  const uint64_t next = Capture(12, CaptureKind::kLearned);
+
+  EXPECT_GT(next, evicted);
+}
+
+TEST_F(CheckpointIdFloorTest, RamOnlyCheckpointIdsAreNotHandedOutAgainAfterARestart) {
+  const uint64_t on_disk = Capture(4, CaptureKind::kLearned);
+  const uint64_t ram_only = Capture(8, CaptureKind::kGrid);  // Grid points are never written.
+  Flush();
+  ASSERT_GT(ram_only, on_disk);
+  Restart();
+  ASSERT_EQ(daemon_->disk_store()->ListCheckpoints().size(), 1u);
+
+  const uint64_t next = Capture(12, CaptureKind::kGrid);
+
+  EXPECT_GT(next, ram_only);
+}
+
+TEST_F(CheckpointIdFloorTest, IdsAreReservedABlockAtATimeBeforeAnyIsHandedOut) {
+  const uint64_t block = static_cast<uint64_t>(CacheDaemonOptions().checkpoint_id_block);
+  EXPECT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);  // Nothing handed out yet.
+
+  const uint64_t first = Capture(4, CaptureKind::kGrid);
+  const uint64_t second = Capture(8, CaptureKind::kGrid);
+
+  EXPECT_EQ(second, first + 1);
+  EXPECT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), first - 1 + block);
+  Restart();
+  EXPECT_EQ(Capture(12, CaptureKind::kGrid), first + block);
+}
+
+// A disk tier whose catalog was written before ids were reserved has no record of them: ids
+// start above the checkpoints it holds, as they did then, and are reserved from there on.
+TEST_F(CheckpointIdFloorTest, ACatalogWithoutReservedIdsStartsAboveItsCheckpointsAsBefore) {
+  Capture(4, CaptureKind::kLearned);
+  const uint64_t last = Capture(8, CaptureKind::kLearned);
+  Flush();
+  daemon_.reset();
+  {
+    // The record's key (docs/disk-format.md); removing it leaves the catalog as older daemons
+    // wrote it.
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), root_ + "/catalog", &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    ASSERT_TRUE(db->Delete(sync, "reserved-checkpoint-ids").ok());
+    ASSERT_TRUE(db->Close().ok());
+  }
+  Restart();
+  ASSERT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);
+  ASSERT_EQ(daemon_->disk_store()->ListCheckpoints().size(), 2u);
+
+  const uint64_t next = Capture(12, CaptureKind::kLearned);
+
+  EXPECT_EQ(next, last + 1);
+  EXPECT_GE(daemon_->disk_store()->reserved_checkpoint_ids(), next);
+}
+
+// The same daemon over the fault-injecting file system (catalog included), to lose what was
+// not synced or to fail the reservation's write.
+class CheckpointIdFaultTest : public CheckpointIdFloorTest {
+ protected:
+  void SetUp() override { StartWithDisk("checkpoint-id-fault"); }
+
+  CacheDaemonOptions DiskOptions() const override {
+    CacheDaemonOptions options = CheckpointIdFloorTest::DiskOptions();
+    options.file_system = &fault_;
+    options.disk.catalog_fs = catalog_fs_;
+    options.disk.catalog.auto_compactions = false;
+    return options;
+  }
+
+  mutable FaultFileSystem fault_{PosixFileSystem()};
+  std::shared_ptr<rocksdb::FileSystem> catalog_fs_ = NewRocksDbFaultFs(&fault_);
+};
+
+// An id is acknowledged only once its reservation is durable: a power loss right after the
+// acknowledgement (everything from then on fails, unsynced data is lost) keeps it reserved.
+TEST_F(CheckpointIdFaultTest, AnAcknowledgedIdStaysReservedThroughAPowerLoss) {
+  for (CrashModel model : kAllCrashModels) {
+    SCOPED_TRACE(CrashModelName(model));
+    StartCold(4);
+    CaptureRequest req = CaptureAt(4);
+    req.kind = CaptureKind::kGrid;  // Never written: only the reservation names it on disk.
+    absl::StatusOr<CaptureGrant> acknowledged = daemon_->ReserveCapture(req);
+    ASSERT_TRUE(acknowledged.ok()) << acknowledged.status();
+    fault_.SetCrashAfter(fault_.op_count());
+    daemon_.reset();
+    ASSERT_TRUE(fault_.SimulateCrash(model, 7).ok());
+    Restart();
+
+    StartCold(8);
+    absl::StatusOr<CaptureGrant> next = daemon_->ReserveCapture(CaptureAt(8));
+
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_GT(next->reservation_id, acknowledged->reservation_id);
+    ASSERT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, next->reservation_id, ""}).ok());
+  }
+}
+
+// When the reservation cannot be written, no id past the reserved ones is handed out: the
+// capture fails (retryable) and names no checkpoint, in its answer or in an event.
+TEST_F(CheckpointIdFaultTest, AReservationThatCannotBeWrittenHandsOutNoId) {
+  StartCold(4);
+  const uint64_t events_before = daemon_->EventsAfter(0, 0).size();
+  fault_.InjectError(fault_.op_count() + 1, absl::UnavailableError("EIO"), /*persistent=*/true);
+
+  absl::StatusOr<CaptureGrant> refused = daemon_->ReserveCapture(CaptureAt(4));
+
+  EXPECT_THAT(refused.status(), ::cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(daemon_->EventsAfter(0, 0).size(), events_before);
+  EXPECT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);
+}
+
+}  // namespace
+}  // namespace cairn::cache
