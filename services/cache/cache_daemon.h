@@ -87,7 +87,7 @@ struct CacheDaemonOptions {
   DiskStoreOptions disk;  // root and budget are filled in from the above.
   // With a disk tier, checkpoint ids are reserved in the catalog this many at a time, each
   // block before any of its ids is handed out (one synced write per block), so that a restart
-  // never hands out an id again (docs/disk-format.md, "The catalog"). Without one, ids start
+  // never hands out an id again (docs/disk-format.md, "Reserved checkpoint ids"). Without one, ids start
   // at 1 after a restart: nothing from before survives it.
   int64_t checkpoint_id_block = 1024;
   BackgroundWriterOptions writer;
@@ -308,8 +308,9 @@ class CacheDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   // With a disk tier, when the core has used up the checkpoint ids reserved so far, reserves
   // the next checkpoint_id_block of them in the catalog (a synced write, made without mu_) and
-  // then lets the core mint them. Errors: the store's; the core mints no new id then.
-  absl::Status ReserveCheckpointIds() ABSL_LOCKS_EXCLUDED(mu_);
+  // then lets the core mint them. A record the store cannot write is logged and the block used
+  // all the same (the RAM tier goes on; only those ids may come back after a restart).
+  void ReserveCheckpointIds() ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the message for spill `spill`: destinations are the chunk regions reserved at
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log/log.h"
-#include "common/status/annotate.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
 #include "services/cache/cache_daemon.h"
@@ -18,21 +17,26 @@ namespace cairn::cache {
 // ---------------------------------------------------------------------------------------
 // Captures.
 
-absl::Status CacheDaemon::ReserveCheckpointIds() {
-  if (store_ == nullptr) return absl::OkStatus();  // No limit: nothing survives a restart.
+void CacheDaemon::ReserveCheckpointIds() {
+  if (store_ == nullptr) return;  // No limit: nothing survives a restart.
   CheckpointId next = 0;
   {
     Lock lock(this);
     next = core_->next_checkpoint_id();
-    if (next <= core_->checkpoint_id_limit()) return absl::OkStatus();
+    if (next <= core_->checkpoint_id_limit()) return;
   }
   const CheckpointId up_to = next - 1 + static_cast<CheckpointId>(options_.checkpoint_id_block);
-  // Durable before the core may mint any of them, so before any is handed out.
-  RETURN_IF_ERROR(Annotate(store_->ReserveCheckpointIds(up_to),
-                           absl::StrCat("reserving checkpoint ids up to ", up_to)));
+  // Durable before the core may mint any of them, so before any is handed out. A catalog that
+  // cannot take the record (the disk tier failing, or turned read-only) must not stop the RAM
+  // tier (IO4): the block is used all the same, and only its ids may come back after a restart.
+  const absl::Status reserved = store_->ReserveCheckpointIds(up_to);
+  if (!reserved.ok()) {
+    CAIRN_LOG(WARNING) << "reserving checkpoint ids up to " << up_to << " on disk failed ("
+                       << reserved << "); they are used all the same, and a restart may hand "
+                       << "them out again";
+  }
   Lock lock(this);
   core_->LimitCheckpointIds(std::max(core_->checkpoint_id_limit(), up_to));
-  return absl::OkStatus();
 }
 
 absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& req) {
@@ -40,7 +44,7 @@ absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& r
   // small block, many threads): reserve again, a bounded number of times.
   constexpr int kAttempts = 8;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    RETURN_IF_ERROR(ReserveCheckpointIds());
+    ReserveCheckpointIds();
     std::optional<absl::StatusOr<CaptureGrant>> grant = ReserveCaptureWithinIds(req);
     if (grant.has_value()) return *std::move(grant);
   }

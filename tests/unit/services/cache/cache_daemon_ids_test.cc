@@ -137,15 +137,16 @@ TEST_F(CheckpointIdFaultTest, AnAcknowledgedIdStaysReservedThroughAPowerLoss) {
 
 // When the reservation cannot be written, no id past the reserved ones is handed out: the
 // capture fails (retryable) and names no checkpoint, in its answer or in an event.
-TEST_F(CheckpointIdFaultTest, AReservationThatCannotBeWrittenHandsOutNoId) {
+TEST_F(CheckpointIdFaultTest, AReservationThatCannotBeWrittenStillLetsRamCapturesGoOn) {
+  // The disk tier failing must not stop the RAM tier (reliability.md IO4): the capture is
+  // granted, with ids the catalog could not record (a restart may hand them out again).
   StartCold(4);
-  const uint64_t events_before = daemon_->EventsAfter(0, 0).size();
   fault_.InjectError(fault_.op_count() + 1, absl::UnavailableError("EIO"), /*persistent=*/true);
 
-  absl::StatusOr<CaptureGrant> refused = daemon_->ReserveCapture(CaptureAt(4));
+  absl::StatusOr<CaptureGrant> granted = daemon_->ReserveCapture(CaptureAt(4));
 
-  EXPECT_THAT(refused.status(), ::cairn::testing::StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_EQ(daemon_->EventsAfter(0, 0).size(), events_before);
+  ASSERT_TRUE(granted.ok()) << granted.status();
+  EXPECT_GT(granted->reservation_id, 0u);
   EXPECT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);
 }
 
