@@ -142,11 +142,15 @@ void Scheduler::WaitForRestores() {
   bool free_slot = false;
   for (const Slot& s : slots_) free_slot |= !s.busy;
   MutexLock lock(&mu_);
-  if (stopping_ || woken_ || (free_slot && !queue_.empty())) return;
+  if (woken_ || (free_slot && !queue_.empty())) return;
   if (cache_ != nullptr && cache_->HasBackgroundWork()) return;
   // The cache client wakes us when a lease's answer or a spill request arrives; the timeout
-  // bounds how late a cancellation or a deadline is seen.
-  cv_.WaitWithTimeout(&mu_, kRestorePoll);
+  // bounds how late a cancellation or a deadline is seen. A drain lets the restores go on
+  // waiting until its deadline (CheckCancellations then ends them), at the same pace.
+  absl::Duration timeout = kRestorePoll;
+  if (stopping_) timeout = std::min(timeout, cancel_at_ - absl::Now());
+  if (timeout <= absl::ZeroDuration()) return;
+  cv_.WaitWithTimeout(&mu_, timeout);
 }
 
 absl::Status Scheduler::PassFailure(const absl::Status& failed) const {

@@ -188,6 +188,8 @@ class ScriptedRestoreCache final : public StateCache {
     ready_after_ = steps;
   }
   int restores() const { return restores_; }
+  // Polls of the latest restore (read once the scheduler stopped).
+  int polls() const { return polls_; }
   // Restores wait (a lease not ready) until their request ends; `restoring` is notified once
   // one waits.
   void WaitInRestores() { wait_ = true; }
@@ -625,6 +627,22 @@ TEST_F(SchedulerRecoveryTest, AShutdownAbandonsARestoreWaitingForItsLease) {
   EXPECT_EQ(cache.abandoned(), 1);
   EXPECT_EQ(cache.running(), 0);
   EXPECT_TRUE(model_.passes().empty());
+}
+
+// A drain whose deadline is still ahead lets a restore waiting for its lease go on waiting,
+// without spinning: the scheduler polls it once per poll interval (20 ms), as before the drain.
+TEST_F(SchedulerRecoveryTest, ADrainWaitsForARestoreWithoutSpinning) {
+  ScriptedRestoreCache& cache = cache_;
+  Outcome outcome;
+  StartWaitingRestore(&outcome);
+
+  scheduler_->Shutdown(absl::Now() + absl::Milliseconds(400));
+
+  ASSERT_TRUE(outcome.done.HasBeenNotified());
+  EXPECT_EQ(outcome.Status().code(), absl::StatusCode::kCancelled) << outcome.Status();
+  EXPECT_EQ(cache.abandoned(), 1);
+  // 400 ms at one poll each 20 ms is about 20; a spinning loop polls thousands of times.
+  EXPECT_LT(cache.polls(), 100);
 }
 
 TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlot) {
