@@ -245,7 +245,7 @@ class GrpcStateCache final : public StateCache {
   // StartRestore and its end; one may arrive before its AcquireRestore answer), and dropped when
   // none does. A restore reads its
   // own lease's answer or releases the lease; an answer that crossed that ReleaseLease, or
-  // arrived for a lease already released, is never read.
+  // arrived for a lease already released, is never read: each PollRestore drops those.
   absl::flat_hash_map<uint64_t, cache::v1::LeaseReady> lease_ready_ ABSL_GUARDED_BY(mu_);
   int restores_running_ ABSL_GUARDED_BY(mu_) = 0;
   // Spills this session already answered: a StartSlot or lease may name one of them again

@@ -90,6 +90,14 @@ absl::StatusOr<std::optional<RestoreStats>> GrpcStateCache::PollRestore(
       answer = std::move(it->second);
       lease_ready_.erase(it);
     }
+    // Answers for leases no restore holds (released, crossing their ReleaseLease) are never
+    // read. The scheduler thread starts every restore, so here each running one knows its
+    // lease id; without this they would stay for as long as any restore runs.
+    absl::erase_if(lease_ready_, [this](const auto& entry) {
+      return !std::any_of(restores_.begin(), restores_.end(), [&entry](const auto& r) {
+        return r.second.lease.lease_id() == entry.first;
+      });
+    });
     // Spills of this daemon's slots the lease waits for. Urgent ones RunBackgroundWork does
     // between steps anyway; one sent as idle and made urgent by the cache since (the client's
     // copy still says idle) would wait there for idle time, which the busy slots may not leave.

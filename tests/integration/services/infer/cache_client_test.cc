@@ -572,9 +572,9 @@ TEST_F(CacheClientTest, ADeviceBackendPinsTheArenaInTheCachesStepsAndReleasesIt)
 // A cache daemon that welcomes a session (the arena handed over, the model registered) and then
 // never reads its stream again, as a hung one: the client's writes block once flow control
 // fills. Its server keeps the stream's flow-control window small, so that they do soon. A
-// restore gets lease kLease, not ready; releasing it sends LeaseReady for it (the answer
-// crossing the release) and then an empty idle SpillRequest, which wakes the client's
-// scheduler once the LeaseReady before it was handled.
+// restore gets a lease that is not ready (kLease, then the next ids); releasing it sends
+// LeaseReady for it (the answer crossing the release) and then an empty idle SpillRequest, which
+// wakes the client's scheduler once the LeaseReady before it was handled.
 class DeafCache final : public cache::v1::CacheService::Service {
  public:
   static constexpr uint64_t kLease = 7;
@@ -638,16 +638,16 @@ class DeafCache final : public cache::v1::CacheService::Service {
   }
   grpc::Status AcquireRestore(grpc::ServerContext*, const cache::v1::AcquireRestoreRequest*,
                               cache::v1::RestoreLease* lease) override {
-    lease->set_lease_id(kLease);
+    lease->set_lease_id(next_lease_.fetch_add(1));
     lease->set_ready(false);
     return grpc::Status::OK;
   }
   grpc::Status ReleaseLease(grpc::ServerContext*, const cache::v1::ReleaseLeaseRequest* request,
                             cache::v1::ReleaseLeaseResponse*) override {
     MutexLock lock(&mu_);
-    if (stream_ != nullptr && request->lease_id() == kLease) {
+    if (stream_ != nullptr && request->lease_id() >= kLease) {
       cache::v1::SessionServerMessage ready;
-      ready.mutable_lease_ready()->set_lease_id(kLease);
+      ready.mutable_lease_ready()->set_lease_id(request->lease_id());
       ready.mutable_lease_ready()->set_ok(true);
       stream_->Write(ready);
       cache::v1::SessionServerMessage spill;
@@ -670,6 +670,7 @@ class DeafCache final : public cache::v1::CacheService::Service {
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> stop_{false};
   std::atomic<int> sessions_{0};
+  std::atomic<uint64_t> next_lease_{kLease};
   Mutex mu_;
   grpc::ServerReaderWriter<cache::v1::SessionServerMessage, cache::v1::SessionClientMessage>*
       stream_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -720,6 +721,21 @@ TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWrite
   cache.Shutdown();
 }
 
+// Restores checkpoint 42 into `slot` for a request already cancelled (its lease released not
+// ready), then waits until `wakes` says the DeafCache's LeaseReady crossing the release and the
+// SpillRequest after it were handled.
+void RestoreCancelledAndWaitForItsAnswer(GrpcStateCache& cache, KvMemory* kv, int slot,
+                                         const std::atomic<int>& wakes) {
+  const int woken = wakes.load();
+  RestoreLimits cancelled;
+  cancelled.cancelled = [] { return true; };
+  absl::StatusOr<RestoreStats> r = cache.Restore(42, slot, "a", kv, cancelled);
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kCancelled));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (wakes.load() == woken && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_GT(wakes.load(), woken);
+}
+
 // The LeaseReady of a restore given up on (here: its request was cancelled) that crosses the
 // restore's ReleaseLease is never read: it is dropped, not kept until the session ends.
 TEST(CacheClientStalledTest, ALeaseAnswerCrossingItsReleaseIsNotKept) {
@@ -730,18 +746,36 @@ TEST(CacheClientStalledTest, ALeaseAnswerCrossingItsReleaseIsNotKept) {
   absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
       SlotKvMemory::Create(Layout(), {.slots = 1, .max_rows = kMaxRows});
   ASSERT_TRUE(kv.ok()) << kv.status();
-  const int woken = wakes.load();
 
-  RestoreLimits cancelled;
-  cancelled.cancelled = [] { return true; };
-  absl::StatusOr<RestoreStats> r = cache.Restore(42, 0, "a", kv->get(), cancelled);
-  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kCancelled));
-  // The SpillRequest after the LeaseReady woke the scheduler: the LeaseReady was handled.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (wakes.load() == woken && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_GT(wakes.load(), woken);
+  RestoreCancelledAndWaitForItsAnswer(cache, kv->get(), 0, wakes);
+
   EXPECT_EQ(cache.LeaseAnswersForTest(), 0u);
   EXPECT_TRUE(cache.connected());
+  cache.Shutdown();
+}
+
+// The same with another restore still waiting: the crossing answer is dropped by the next
+// poll, not kept for as long as any restore runs (restores that overlap without end would
+// keep every such answer).
+TEST(CacheClientStalledTest, ALeaseAnswerCrossingItsReleaseIsNotKeptWhileOthersWait) {
+  DeafCache deaf;
+  std::atomic<int> wakes{0};
+  GrpcStateCacheOptions o = DeafCacheClientOptions(deaf.address());
+  o.slots = 2;
+  GrpcStateCache cache(o, [&wakes] { wakes.fetch_add(1); });
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+      SlotKvMemory::Create(Layout(), {.slots = 2, .max_rows = kMaxRows});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  CAIRN_ASSERT_OK(cache.StartRestore(41, 1, "b", kv->get()));
+
+  RestoreCancelledAndWaitForItsAnswer(cache, kv->get(), 0, wakes);
+  absl::StatusOr<std::optional<RestoreStats>> polled = cache.PollRestore(1, kv->get(), {});
+
+  ASSERT_TRUE(polled.ok()) << polled.status();
+  EXPECT_FALSE(polled->has_value());
+  EXPECT_EQ(cache.LeaseAnswersForTest(), 0u);
+  cache.AbandonRestore(1, kv->get(), absl::CancelledError("the test ends"));
   cache.Shutdown();
 }
 
