@@ -95,8 +95,8 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   if (options.max_lease_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the wait for a lease to become ready must be positive");
   }
-  if (options.checkpoint_id_block <= 0) {
-    return absl::InvalidArgumentError("the checkpoint id block must be positive");
+  if (options.checkpoint_id_block <= 0 || options.checkpoint_id_block > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError("the checkpoint id block must be between 1 and 2^40");
   }
   std::unique_ptr<CacheDaemon> d(new CacheDaemon(options, clock));
   ArenaOptions arena_options = options.arena;

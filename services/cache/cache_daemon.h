@@ -85,10 +85,10 @@ struct CacheDaemonOptions {
   std::string disk_root;
   double default_disk_share = 0.5;
   DiskStoreOptions disk;  // root and budget are filled in from the above.
-  // With a disk tier, checkpoint ids are reserved in the catalog this many at a time, each
-  // block before any of its ids is handed out (one synced write per block), so that a restart
-  // never hands out an id again (docs/disk-format.md, "Reserved checkpoint ids"). Without one, ids start
-  // at 1 after a restart: nothing from before survives it.
+  // With a disk tier, checkpoint ids are reserved in the catalog this many at a time (at most
+  // 2^40), each block before any of its ids is handed out (one synced write per block), so that
+  // a restart never hands out an id again (docs/disk-format.md, "Reserved checkpoint ids").
+  // Without one, ids start at 1 after a restart: nothing from before survives it.
   int64_t checkpoint_id_block = 1024;
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.

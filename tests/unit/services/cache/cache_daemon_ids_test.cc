@@ -150,5 +150,18 @@ TEST_F(CheckpointIdFaultTest, AReservationThatCannotBeWrittenStillLetsRamCapture
   EXPECT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);
 }
 
+TEST(CheckpointIdBlockTest, ABlockOutsideOneTo2To40IsRefusedAtCreation) {
+  FakeClock clock;
+  for (const int64_t block : {int64_t{0}, int64_t{-1}, (int64_t{1} << 40) + 1}) {
+    CacheDaemonOptions options;
+    options.cache.ram_bytes = 4 << 20;
+    options.checkpoint_id_block = block;
+
+    EXPECT_THAT(CacheDaemon::Create(options, &clock).status(),
+                ::cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument))
+        << block;
+  }
+}
+
 }  // namespace
 }  // namespace cairn::cache
