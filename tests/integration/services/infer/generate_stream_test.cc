@@ -17,6 +17,7 @@
 #include "common/concurrency/notification.h"
 #include "common/grpc/client.h"
 #include "common/grpc/server_runner.h"
+#include "common/status/status_macros.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -30,6 +31,22 @@ using ::testing::HasSubstr;
 
 constexpr size_t kLimit = 64 << 10;
 constexpr absl::Duration kWait = absl::Seconds(30);
+
+// `service` served on a Unix socket `name` in the scratch folder, and a client of it.
+struct Served {
+  std::unique_ptr<ServerRunner> server;
+  std::unique_ptr<v1::InferService::Stub> stub;
+};
+absl::StatusOr<Served> Serve(grpc::Service* service, const std::string& name) {
+  ServerRunnerOptions ro;
+  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/", name);
+  ro.drain_timeout = absl::Seconds(1);
+  Served served;
+  ASSIGN_OR_RETURN(served.server, ServerRunner::Start(ro, {service}));
+  served.stub = v1::InferService::NewStub(
+      grpc::CreateChannel(served.server->address(), grpc::InsecureChannelCredentials()));
+  return served;
+}
 
 v1::GenerateResponse DeltaOf(size_t bytes) {
   v1::GenerateResponse r;
@@ -62,14 +79,9 @@ class SlowClientService final : public v1::InferService::CallbackService {
 
 TEST(GenerateStreamTest, AClientThatDoesNotReadEndsResourceExhausted) {
   SlowClientService service;
-  ServerRunnerOptions ro;
-  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/generate-stream.sock");
-  ro.drain_timeout = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<ServerRunner>> server = ServerRunner::Start(ro, {&service});
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
-  std::unique_ptr<v1::InferService::Stub> stub = v1::InferService::NewStub(channel);
+  absl::StatusOr<Served> served = Serve(&service, "generate-stream.sock");
+  ASSERT_TRUE(served.ok()) << served.status();
+  v1::InferService::Stub* const stub = served->stub.get();
 
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(kWait);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
@@ -116,13 +128,9 @@ class ClosedAfterTheWriteService final : public v1::InferService::CallbackServic
 
 TEST(GenerateStreamTest, AnOverrunCallClosedAfterItsLastWriteStillEndsResourceExhausted) {
   ClosedAfterTheWriteService service;
-  ServerRunnerOptions ro;
-  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/generate-overrun.sock");
-  ro.drain_timeout = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<ServerRunner>> server = ServerRunner::Start(ro, {&service});
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::unique_ptr<v1::InferService::Stub> stub = v1::InferService::NewStub(
-      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<Served> served = Serve(&service, "generate-overrun.sock");
+  ASSERT_TRUE(served.ok()) << served.status();
+  v1::InferService::Stub* const stub = served->stub.get();
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(kWait);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub->Generate(ctx.get(), v1::GenerateRequest());
@@ -178,13 +186,9 @@ TEST(GenerateStreamTest, TextAfterAToolCallComesInALaterDelta) {
               "and then some words after the call");
   ASSERT_TRUE(ids.ok()) << ids.status();
   ScriptedAnswerService service(tokenizer->get(), {ids->begin(), ids->end()});
-  ServerRunnerOptions ro;
-  ro.listen = absl::StrCat("unix:", testing::ScratchDir(), "/generate-order.sock");
-  ro.drain_timeout = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<ServerRunner>> server = ServerRunner::Start(ro, {&service});
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::unique_ptr<v1::InferService::Stub> stub = v1::InferService::NewStub(
-      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<Served> served = Serve(&service, "generate-order.sock");
+  ASSERT_TRUE(served.ok()) << served.status();
+  v1::InferService::Stub* const stub = served->stub.get();
 
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(kWait);
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =

@@ -122,16 +122,48 @@ class RunningSumModel final : public Model {
   absl::Status fault_ ABSL_GUARDED_BY(mu_);
 };
 
+// A connected cache daemon stand-in that plans nothing and accepts every call: the fakes below
+// override what their tests script.
+class QuietStateCache : public StateCache {
+ public:
+  bool connected() const override { return true; }
+  uint64_t generation() const override { return 1; }
+  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t>, int64_t, int64_t,
+                                   const std::string&) override {
+    return StatePlan();
+  }
+  absl::Status StartSlot(int, bool, const std::string&, KvMemory*) override {
+    return absl::OkStatus();
+  }
+  absl::Status StartRestore(uint64_t, int, const std::string&, KvMemory*) override {
+    return absl::NotFoundError("no checkpoints here");
+  }
+  absl::StatusOr<std::optional<RestoreStats>> PollRestore(int, KvMemory*,
+                                                          const RestoreLimits&) override {
+    return absl::FailedPreconditionError("no restore runs");
+  }
+  void AbandonRestore(int, KvMemory*, const absl::Status&) override {}
+  absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
+    return absl::OkStatus();
+  }
+  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
+                       KvMemory*) override {
+    return absl::OkStatus();
+  }
+  void SlotIdle(int) override {}
+  void SlotBusy(int) override {}
+  bool RunBackgroundWork(KvMemory*, absl::Duration) override { return false; }
+  bool HasBackgroundWork() const override { return false; }
+};
+
 // A cache daemon stand-in that offers one RAM checkpoint at `offer_depth` for every longer
 // prompt once armed. Its restores reset the slot first, as the real client's do, then fail at
 // their first poll, or wait (a lease not ready) until their request ends, or until the cache
 // goes (Lose), or become ready after the other slots made progress (ReadyAfter).
 //
 // Scheduler thread only, except the arming calls, made while no request runs, and Lose.
-class ScriptedRestoreCache final : public StateCache {
+class ScriptedRestoreCache final : public QuietStateCache {
  public:
-  bool connected() const override { return true; }
-  uint64_t generation() const override { return 1; }
   absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t> prompt, int64_t, int64_t,
                                    const std::string&) override {
     StatePlan plan;
@@ -139,9 +171,6 @@ class ScriptedRestoreCache final : public StateCache {
       plan.candidates.push_back({StateTier::kRam, offer_depth_, /*checkpoint_id=*/7, -1});
     }
     return plan;
-  }
-  absl::Status StartSlot(int, bool, const std::string&, KvMemory*) override {
-    return absl::OkStatus();
   }
   absl::Status StartRestore(uint64_t, int slot, const std::string&, KvMemory* memory) override {
     ++restores_;
@@ -161,17 +190,6 @@ class ScriptedRestoreCache final : public StateCache {
     ++abandoned_;
     --running_;
   }
-  absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
-    return absl::OkStatus();
-  }
-  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
-                       KvMemory*) override {
-    return absl::OkStatus();
-  }
-  void SlotIdle(int) override {}
-  void SlotBusy(int) override {}
-  bool RunBackgroundWork(KvMemory*, absl::Duration) override { return false; }
-  bool HasBackgroundWork() const override { return false; }
 
   void Offer(int64_t depth) { offer_depth_ = depth; }
   // The cache goes away: a waiting restore's next poll fails with Unavailable.
@@ -251,10 +269,8 @@ class ScriptedRestoreCache final : public StateCache {
 // A connected cache daemon stand-in whose lookups fail once armed (a timeout), that records the
 // position of the slot each cold StartSlot finds: a cold start must come before any of the
 // slot's rows is overwritten, so that the cache preserves the rows its checkpoints borrow.
-class FailingLookupCache final : public StateCache {
+class FailingLookupCache final : public QuietStateCache {
  public:
-  bool connected() const override { return true; }
-  uint64_t generation() const override { return 1; }
   absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t>, int64_t, int64_t,
                                    const std::string&) override {
     if (fail_lookups_) return absl::UnavailableError("cache lookup: deadline exceeded");
@@ -264,25 +280,6 @@ class FailingLookupCache final : public StateCache {
     if (cold) cold_starts_at_.push_back(memory->slot(slot)->position());
     return absl::OkStatus();
   }
-  absl::Status StartRestore(uint64_t, int, const std::string&, KvMemory*) override {
-    return absl::NotFoundError("no checkpoints here");
-  }
-  absl::StatusOr<std::optional<RestoreStats>> PollRestore(int, KvMemory*,
-                                                          const RestoreLimits&) override {
-    return absl::FailedPreconditionError("no restore runs");
-  }
-  void AbandonRestore(int, KvMemory*, const absl::Status&) override {}
-  absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
-    return absl::OkStatus();
-  }
-  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
-                       KvMemory*) override {
-    return absl::OkStatus();
-  }
-  void SlotIdle(int) override {}
-  void SlotBusy(int) override {}
-  bool RunBackgroundWork(KvMemory*, absl::Duration) override { return false; }
-  bool HasBackgroundWork() const override { return false; }
 
   void FailLookups() { fail_lookups_ = true; }
   // Scheduler thread only; read once the requests are done.
