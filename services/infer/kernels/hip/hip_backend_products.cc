@@ -15,6 +15,12 @@ namespace cairn::infer {
 
 using hip::Invalid;
 
+namespace {
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
 uint16_t* HipKernelBackend::RoundedOutput(int64_t rows, int64_t count, int64_t width, int* buffer) {
   const int64_t bytes = count * static_cast<int64_t>(sizeof(uint16_t));
   const bool readers =
@@ -163,18 +169,17 @@ void HipKernelBackend::MatMulRowsTyped(const float* x, int64_t m, int64_t ldx,
 void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
                                          const WeightMatrix& w, float* gu, float* act) {
   const int64_t width = w.rows() / 2;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   bool fused = fuse_gate_up_silu_ && w.type == WeightType::kBF16 && options_.mma_rows &&
                mma_rows_bf16_inputs_ && hip::MatMulRowsMmaSupported() && w.whole_rows <= 0 &&
                width % 8 == 0 && w.rows() == 2 * width && w.num_parts <= 4 &&
                w.rows() <= hip::MatMulRowsMaxColumns() && w.cols % 8 == 0;
-  for (int i = 0; fused && i < w.num_parts; ++i) fused = aligned(w.parts[i].data);
+  for (int i = 0; fused && i < w.num_parts; ++i) fused = Aligned16(w.parts[i].data);
   // The kernel's vector loads: a rounded copy's rows are aligned (RoundedInputs), fp32 rows
   // must be.
   const uint16_t* xb = fused && m >= options_.round_product_inputs_min_rows
                            ? RoundedInputs(x, m, w.cols, ldx)
                            : nullptr;
-  fused = fused && (xb != nullptr || (ldx % 4 == 0 && aligned(x)));
+  fused = fused && (xb != nullptr || (ldx % 4 == 0 && Aligned16(x)));
   if (!fused) {
     KernelBackend::MatMulRowsSiluMul(x, m, ldx, w, gu, act);
     return;
@@ -186,13 +191,7 @@ void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
   if (xb != nullptr) ++rounded_input_reads_;
   int buffer = 0;
   uint16_t* act_rounded = RoundedOutput(m, m * width, width, &buffer);
-  hip::RowWeights parts{};
-  parts.bf16 = true;
-  parts.streamed = StreamProductWeights(m);
-  for (int i = 0; i < w.num_parts; ++i, ++parts.count) {
-    parts.data[i] = w.parts[i].data;
-    parts.rows[i] = w.parts[i].rows;
-  }
+  const hip::RowWeights parts = Bf16Parts(w, m);
   rounded_ = {};
   if (Check(hip::MatMulRowsMmaSiluMul(xb != nullptr ? nullptr : x, xb, m, w.cols, ldx, parts, width,
                                       act, act_rounded, options_.mma_rows_tiles_of_8,
@@ -200,6 +199,119 @@ void HipKernelBackend::MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx,
             "matmul rows silu mul launch") &&
       act_rounded != nullptr) {
     rounded_ = {act, m * width, act_rounded, buffer};
+  }
+}
+
+hip::RowWeights HipKernelBackend::Bf16Parts(const WeightMatrix& w, int64_t m) const {
+  hip::RowWeights parts{};
+  parts.bf16 = true;
+  parts.streamed = StreamProductWeights(m);
+  for (int i = 0; i < w.num_parts; ++i, ++parts.count) {
+    parts.data[i] = w.parts[i].data;
+    parts.rows[i] = w.parts[i].rows;
+  }
+  return parts;
+}
+
+bool HipKernelBackend::OneLaunchMmaProduct(const WeightMatrix& w, int64_t m, int64_t ldy) const {
+  bool fits = w.type == WeightType::kBF16 && options_.mma_rows && mma_rows_bf16_inputs_ &&
+              hip::MatMulRowsMmaSupported() && m >= 1 && m <= hip::kMatMulRowsConvMaxRows &&
+              w.num_parts >= 1 && w.num_parts <= WeightMatrix::kMaxParts &&
+              w.rows() <= hip::MatMulRowsMaxColumns() && w.cols % 8 == 0 && ldy >= w.rows();
+  for (int i = 0; fits && i < w.num_parts; ++i) fits = Aligned16(w.parts[i].data);
+  return fits;
+}
+
+bool HipKernelBackend::ConvFitsProduct(absl::Span<const CausalConvArgs> convs, int64_t m,
+                                       const WeightMatrix& w, const float* y, int64_t ldy,
+                                       hip::RowsConv* conv) {
+  // Each call one token whose input is the product's row of the same index, one shape for all,
+  // distinct states.
+  bool fused = static_cast<int64_t>(convs.size()) == m && m <= hip::kMatMulRowsConvMaxRows;
+  for (int64_t r = 0; fused && r < m; ++r) {
+    const CausalConvArgs& a = convs[static_cast<size_t>(r)];
+    fused = a.tokens == 1 && a.in == y + r * ldy && a.channels == convs[0].channels &&
+            a.w == convs[0].w && a.kernel == convs[0].kernel && a.channels >= 0 &&
+            a.channels <= w.rows() && a.kernel >= 1 && a.kernel <= 4 && a.out != nullptr &&
+            (a.kernel == 1 || a.state != nullptr);
+    for (int64_t q = 0; fused && q < r; ++q) {
+      fused = a.kernel == 1 || convs[static_cast<size_t>(q)].state != a.state;
+    }
+    if (fused) {
+      conv->state[r] = a.state;
+      conv->out[r] = a.out;
+    }
+  }
+  if (fused) {
+    conv->w = convs[0].w;
+    conv->kernel = convs[0].kernel;
+    conv->channels = convs[0].channels;
+  }
+  return fused;
+}
+
+void HipKernelBackend::MatMulRowsCausalConv(const float* x, int64_t m, int64_t ldx,
+                                            const WeightMatrix& w, float* y, int64_t ldy,
+                                            absl::Span<const CausalConvArgs> convs) {
+  hip::RowsConv conv;
+  bool fused = fuse_conv_product_ && OneLaunchMmaProduct(w, m, ldy) &&
+               ConvFitsProduct(convs, m, w, y, ldy, &conv);
+  const uint16_t* xb = fused && m >= options_.round_product_inputs_min_rows
+                           ? RoundedInputs(x, m, w.cols, ldx)
+                           : nullptr;
+  fused = fused && (xb != nullptr || (ldx % 4 == 0 && Aligned16(x)));
+  if (!fused) {
+    KernelBackend::MatMulRowsCausalConv(x, m, ldx, w, y, ldy, convs);
+    return;
+  }
+  if (!Enter(/*keep_rounded=*/true) || !CheckTyped("matmul rows causal conv", w, m, ldx, ldy)) {
+    return;
+  }
+  if (xb != nullptr) ++rounded_input_reads_;
+  const hip::RowWeights parts = Bf16Parts(w, m);
+  // What the conv launch's entry would have forgotten (it writes no rounded copy).
+  rounded_ = {};
+  const int64_t whole_n = w.whole_rows > 0 ? w.whole_rows : w.rows();
+  Check(hip::MatMulRowsMmaConv(xb != nullptr ? nullptr : x, xb, m, w.cols, ldx, parts, y, ldy, conv,
+                               options_.mma_rows_tiles_of_8, mma_rows_variant_, multiprocessors_,
+                               whole_n, PrefetchK(m), compute_),
+        "matmul rows causal conv launch");
+}
+
+void HipKernelBackend::NormedProduct(const NormedProductArgs& a) {
+  const WeightMatrix& w = *a.w;
+  const int64_t k = w.cols;
+  hip::RowsConv conv;
+  const bool with_conv = !a.convs.empty();
+  bool fused =
+      a.m >= 1 && a.m <= fold_norm_max_rows_ && OneLaunchMmaProduct(w, a.m, a.ldy) &&
+      Aligned16(a.x) && k % 8 == 0 && (!with_conv || !a.accumulate) &&
+      (!with_conv || (fuse_conv_product_ && ConvFitsProduct(a.convs, a.m, w, a.y, a.ldy, &conv)));
+  if (!fused) {
+    KernelBackend::NormedProduct(a);
+    return;
+  }
+  if (!Enter() || !CheckTyped("normed matmul rows", w, a.m, k, a.ldy)) return;
+  int buffer = 0;
+  uint16_t* rounded = RoundedOutput(a.m, a.m * k, k, &buffer);
+  hip::RowsNorm norm;
+  norm.w = a.norm_w;
+  norm.eps = a.eps;
+  norm.zero_centred = a.zero_centred;
+  norm.y = a.xn;
+  norm.rounded = rounded;
+  const hip::RowWeights parts = Bf16Parts(w, a.m);
+  const int64_t whole_n = w.whole_rows > 0 ? w.whole_rows : w.rows();
+  if (Check(hip::MatMulRowsMmaNormed(a.x, a.m, k, norm, parts, a.y, a.ldy, a.accumulate,
+                                     with_conv ? &conv : nullptr, options_.mma_rows_tiles_of_8,
+                                     mma_rows_variant_, multiprocessors_, whole_n, PrefetchK(a.m),
+                                     compute_),
+            "normed matmul rows launch") &&
+      rounded != nullptr && !with_conv) {
+    // As after the norm and the product apart: the norm's rounded copy kept for later readers
+    // (the conv launch would have dropped it).
+    rounded_ = {a.xn, a.m * k, rounded, buffer};
+    ForgetRoundedRowsIn(a.y, a.y + (a.m - 1) * a.ldy + w.rows());
   }
 }
 

@@ -155,6 +155,8 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       round_product_inputs_max_bytes_(options.round_product_inputs_max_bytes),
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
       fuse_delta_inputs_(options.fuse_delta_inputs),
+      fuse_conv_product_(options.fuse_conv_product),
+      fold_norm_max_rows_(options.fold_norm_max_rows),
       fold_shared_expert_(options.fold_shared_expert),
       moe_product_waves_(options.moe_product_waves),
       moe_stream_products_(options.moe_stream_products),

@@ -152,6 +152,22 @@ struct HipKernelBackendOptions {
   // and its chunked calls on the matrix units with that done in their prepare kernels, instead
   // of the GdnGates and L2NormalizeTwo launches before them. The same bits. NVIDIA only.
   bool fuse_delta_inputs = true;
+  // MatMulRowsCausalConv (a delta-rule layer's input projection and causal conv in decode, one
+  // token a sequence) in one launch: the lane that writes a conv column's product value also
+  // works out its conv and advances its state (hip::MatMulRowsMmaConv), instead of a conv
+  // launch after the product. The same bits. Off, or where the kernel does not take the call
+  // (bf16 weights on the matrix-unit product, vector loads, at most
+  // hip::kMatMulRowsConvMaxRows rows, at most 4 taps), the default's two calls.
+  bool fuse_conv_product = true;
+  // NormedProduct (an RMS norm and the decode product after it) in one launch for calls of up
+  // to this many rows (hip::MatMulRowsMmaNormed: every block of the product works out its rows'
+  // norm, the first column's blocks also write the normed rows and their bf16 copy), instead of
+  // a norm launch before the product. Meant to give the same bits. 0: never, the default until
+  // the kernel has run on a device (written after the forty-eighth round's device time ran
+  // out; its tests, NormedProductGivesTheBitsOfTheNormThenTheProduct and the model's
+  // NormsInTheProductsGiveTheBitsOfTheNormLaunches, have not run yet). Calls the kernel does
+  // not take (as fuse_conv_product, and 16-byte aligned rows) get the default's two calls.
+  int fold_norm_max_rows = 0;
   // A MoE layer's shared expert (MoeExpertsArgs::shared_gate_up) in the decode path's grouped
   // gate/up and down launches, as tiles of 8 tokens after the routed experts' tiles, its output
   // written where the sum reads it (two launches fewer a layer). The same bits: the grouped
@@ -344,6 +360,9 @@ class HipKernelBackend final : public KernelBackend {
                              float* y, int64_t ldy, bool accumulate) override;
   void MatMulRowsSiluMul(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* gu,
                          float* act) override;
+  void MatMulRowsCausalConv(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                            int64_t ldy, absl::Span<const CausalConvArgs> convs) override;
+  void NormedProduct(const NormedProductArgs& a) override;
   void MatMulRowsTyped(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
                        int64_t ldy, bool accumulate) override;
   void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
@@ -483,6 +502,10 @@ class HipKernelBackend final : public KernelBackend {
   void SetFuseGateUpSiluForTest(bool on) { fuse_gate_up_silu_ = on; }
   // Sets HipKernelBackendOptions::fuse_delta_inputs (the same bits), for the benchmark.
   void SetFuseDeltaInputsForTest(bool on) { fuse_delta_inputs_ = on; }
+  // Sets HipKernelBackendOptions::fuse_conv_product (the same bits), for the benchmark.
+  void SetFuseConvProductForTest(bool on) { fuse_conv_product_ = on; }
+  // Sets HipKernelBackendOptions::fold_norm_max_rows (the same bits), for the benchmark.
+  void SetFoldNormMaxRowsForTest(int rows) { fold_norm_max_rows_ = rows; }
   // Sets HipKernelBackendOptions::fold_shared_expert (the same bits), for the benchmark.
   void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
   // Sets HipKernelBackendOptions::moe_product_waves (the same bits), for the benchmark.
@@ -550,6 +573,16 @@ class HipKernelBackend final : public KernelBackend {
   uint16_t* RoundedOutput(int64_t rows, int64_t count, int64_t width, int* buffer);
   // The rounded copy of the rows a product reads (m rows of k values, ldx apart, at x), or null
   // where rounded_ does not hold all of them at a 16-byte aligned start and stride.
+  // `w`'s bf16 parts (at most hip::RowWeights' count) for a one-launch product of m rows.
+  hip::RowWeights Bf16Parts(const WeightMatrix& w, int64_t m) const;
+  // Whether MatMulRowsMma takes `w` for m rows in one launch with the fused epilogues and
+  // prologues (bf16 weights in 16-byte aligned parts on the matrix units, k a multiple of 8).
+  bool OneLaunchMmaProduct(const WeightMatrix& w, int64_t m, int64_t ldy) const;
+  // Whether the product's launch can do `convs` (each one token whose input is the product's
+  // row of its index; one shape; distinct states); fills `conv` where it can.
+  static bool ConvFitsProduct(absl::Span<const CausalConvArgs> convs, int64_t m,
+                              const WeightMatrix& w, const float* y, int64_t ldy,
+                              hip::RowsConv* conv);
   const uint16_t* RoundedInputs(const float* x, int64_t m, int64_t k, int64_t ldx) const;
   // Forgets rounded_ where [begin, end) overlaps the rows it was made from.
   void ForgetRoundedRowsIn(const void* begin, const void* end);
@@ -733,6 +766,8 @@ class HipKernelBackend final : public KernelBackend {
   int64_t round_product_inputs_max_bytes_;  // options_.round_product_inputs_max_bytes, likewise.
   bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
+  bool fuse_conv_product_;                  // options_.fuse_conv_product, likewise.
+  int fold_norm_max_rows_;                  // options_.fold_norm_max_rows, likewise.
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
   int moe_product_waves_;                   // options_.moe_product_waves, likewise.
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.

@@ -507,6 +507,47 @@ hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, i
                                 int64_t ldx, const RowWeights& w, int64_t width, float* act,
                                 uint16_t* act_rounded, bool tiles_of_8, int variant,
                                 int multiprocessors, int64_t prefetch_k, hipStream_t stream);
+// The causal conv MatMulRowsMmaConv does after its product: row r of the call is the one token
+// of a sequence whose conv window state (kernel - 1 rows of `channels` values, oldest first) is
+// `state[r]` and whose conv output row is `out[r]`; `w` holds `kernel` taps a channel.
+constexpr int kMatMulRowsConvMaxRows = 16;
+struct RowsConv {
+  const float* w = nullptr;
+  int kernel = 0;
+  int64_t channels = 0;
+  float* state[kMatMulRowsConvMaxRows] = {};
+  float* out[kMatMulRowsConvMaxRows] = {};
+};
+// MatMulRowsMma (or MatMulRowsMmaRounded where `xb` is not null; exactly one of x and xb) with
+// bf16 inputs into y (not accumulating), then, in the same launch, the causal conv with SiLU of
+// columns [0, conv.channels) of each of the m <= kMatMulRowsConvMaxRows rows as one token of
+// its sequence (CausalConvSiluBatch's bits for `in` = that row of y, one token each: the output
+// and the state advanced by the row's values), by the lane that writes the column's value.
+// Vector loads only (as MatMulRowsMmaSiluMul); hipErrorInvalidValue for what it does not take.
+hipError_t MatMulRowsMmaConv(const float* x, const uint16_t* xb, int64_t m, int64_t k, int64_t ldx,
+                             const RowWeights& w, float* y, int64_t ldy, const RowsConv& conv,
+                             bool tiles_of_8, int variant, int multiprocessors, int64_t segment_n,
+                             int64_t prefetch_k, hipStream_t stream);
+// The RMS norm MatMulRowsMmaNormed takes its inputs through: RmsNorm's weights `w` (k of
+// them, 1 + w where zero_centred) and eps; where `y` is not null the normed rows are written
+// there too ([m, k]), and where `rounded` is not null their bf16 copy (RmsNorm's `rounded`).
+struct RowsNorm {
+  const float* w = nullptr;
+  float eps = 0.0f;
+  bool zero_centred = false;
+  float* y = nullptr;
+  uint16_t* rounded = nullptr;
+};
+// RmsNorm(x, m, k, ...) then MatMulRowsMma with bf16 inputs over the normed rows, in one launch
+// (every block works out its rows' norm; the normed values are those RmsNorm writes, rounded
+// as RmsNorm's `rounded` copy is): the bits of the two calls, and with `conv` those of
+// MatMulRowsMmaConv's conv too (not accumulating). x: m <= 16 contiguous rows of k values.
+// Vector loads only; hipErrorInvalidValue for what it does not take.
+hipError_t MatMulRowsMmaNormed(const float* x, int64_t m, int64_t k, const RowsNorm& norm,
+                               const RowWeights& w, float* y, int64_t ldy, bool accumulate,
+                               const RowsConv* conv, bool tiles_of_8, int variant,
+                               int multiprocessors, int64_t segment_n, int64_t prefetch_k,
+                               hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

@@ -23,6 +23,7 @@
 // 1 to 40 rows from any start give the bits of one call of 40).
 
 #include <cstdint>
+#include <type_traits>
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -50,6 +51,16 @@ hipError_t MatMulRowsMmaSiluMul(const float*, const uint16_t*, int64_t, int64_t,
                                 int64_t, hipStream_t) {
   return hipErrorNotSupported;
 }
+hipError_t MatMulRowsMmaConv(const float*, const uint16_t*, int64_t, int64_t, int64_t,
+                             const RowWeights&, float*, int64_t, const RowsConv&, bool, int, int,
+                             int64_t, int64_t, hipStream_t) {
+  return hipErrorNotSupported;
+}
+hipError_t MatMulRowsMmaNormed(const float*, int64_t, int64_t, const RowsNorm&, const RowWeights&,
+                               float*, int64_t, bool, const RowsConv*, bool, int, int, int64_t,
+                               int64_t, hipStream_t) {
+  return hipErrorNotSupported;
+}
 
 #else
 
@@ -63,6 +74,7 @@ using mma_rows::kTileCols;
 using mma_rows::kTileRows;
 using mma_rows::kUnroll;
 using mma_rows::kWarps;
+using mma_rows::LoadInputs8;
 using mma_rows::LoadStepInputs;
 using mma_rows::LoadWeights8;
 using mma_rows::PackBf16;
@@ -86,6 +98,49 @@ struct SiluOut {
   int64_t width;
 };
 
+// The plain product's epilogue: y written (or added to) only.
+struct NoEpilogue {};
+
+// The plain product's inputs: x as it is.
+struct NoNorm {};
+
+// Taps MatMulRowsMmaConv's epilogue takes (the models' conv has 4).
+constexpr int kConvMaxTaps = 4;
+
+// MatMulRowsMmaNormed's norm is RmsNormKernel's (norms.hip): a block of kRowThreads threads, each
+// summing squares of its values in order, then BlockSum's tree.
+static_assert(kThreads == kRowThreads, "the normed product's block sums as the norm's block does");
+
+// This thread's sum of squares of row `xr` (k values), in RmsNormKernel's order: values t,
+// t + kThreads, ... one rounded multiply-add each, eight loads in flight.
+__device__ inline float RowSquares(const float* xr, int64_t k) {
+  constexpr int kBatch = 8;
+  float ss = 0.0f;
+  int64_t i = threadIdx.x;
+  for (; i + (kBatch - 1) * kThreads < k; i += kBatch * kThreads) {
+    float v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) v[b] = xr[i + b * kThreads];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) ss = fmaf(v[b], v[b], ss);
+  }
+  for (; i < k; i += kThreads) ss = fmaf(xr[i], xr[i], ss);
+  return ss;
+}
+
+// A normed step's inputs: each value x * inv * weight (RmsNormKernel's expression, the weight
+// 1 + w where zero-centred), the values past k left zero.
+template <bool kVec>
+__device__ inline void NormStep(const RowsNorm& n, float inv, int64_t i, int64_t k,
+                                StepInputs<float>& in) {
+  float wv[8];
+  LoadInputs8<kVec>(n.w, i, k, wv);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    if (i + e < k) in.v[e] = in.v[e] * inv * (n.zero_centred ? 1.0f + wv[e] : wv[e]);
+  }
+}
+
 // Grid: x = tiles of input rows (kTileRows with kUpper, else 8), y = groups of
 // kWarps / segments column tiles. Warp w of a block takes column tile w / segments of the group
 // and k segment w % segments. kUpper: tiles of 16 rows whose second set of 8 is in use where
@@ -103,18 +158,26 @@ struct SiluOut {
 // rounded to bf16 beforehand by RoundInputsKernel or by the kernel that wrote them, kPieces 1:
 // half the bytes to load, the same pieces).
 //
-// kSilu (MatMulRowsMmaSiluMul, w = [gate; up] of silu.width rows each): column tile c takes
+// Epi: what the lanes write. NoEpilogue: y. RowsConv (MatMulRowsMmaConv): y, not accumulating,
+// and the causal conv of the columns below epi.channels. SiluOut, kSilu below.
+// kSilu (MatMulRowsMmaSiluMul, w = [gate; up] of epi.width rows each): column tile c takes
 // gate rows 8c .. 8c + 7 as its columns g and up rows width + 8c .. as its columns g + 8, so
 // that each lane holds a gate and its up for the same rows and writes silu(gate) * up (SiluMul's
 // expression) instead of both; y is not written. A column's arithmetic does not depend on where
 // in a tile it falls, and the segments follow n (2 * width) as for the plain product: the gate
 // and up values are the plain product's bits, the activation SiluMul's over them.
 template <typename In, int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
-          bool kEarlyUpper = false, bool kSilu = false, bool kStream = false>
+          bool kEarlyUpper = false, typename Epi = NoEpilogue, bool kStream = false,
+          typename Norm = NoNorm>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const In* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
-                        int64_t prefetch_k, SiluOut silu) {
+                        int64_t prefetch_k, Epi epi, Norm norm) {
+  constexpr bool kSilu = std::is_same_v<Epi, SiluOut>;
+  constexpr bool kConv = std::is_same_v<Epi, RowsConv>;
+  constexpr bool kNorm = std::is_same_v<Norm, RowsNorm>;
+  static_assert(!kNorm || (std::is_same_v<In, float> && kPieces == 1 && kVec),
+                "normed inputs are fp32 rows rounded to one bf16 piece, loaded as vectors");
   __shared__ float partial[kWarps][2][4][32];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -129,8 +192,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const uint16_t* wb;
   if constexpr (kSilu) {
     const int64_t j = tile * 8 + g;
-    wa = j < silu.width ? ColumnOf(w, j, k) : nullptr;
-    wb = j < silu.width ? ColumnOf(w, silu.width + j, k) : nullptr;
+    wa = j < epi.width ? ColumnOf(w, j, k) : nullptr;
+    wb = j < epi.width ? ColumnOf(w, epi.width + j, k) : nullptr;
   } else {
     wa = col0 + g < n ? ColumnOf(w, col0 + g, k) : nullptr;
     wb = col0 + g + 8 < n ? ColumnOf(w, col0 + g + 8, k) : nullptr;
@@ -150,9 +213,62 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       for (; line < last; line += 4 * 128) PrefetchL2(line);
     }
   }
+  if constexpr (kConv) {
+    // The conv's taps and states asked into L2 before the wait (the epilogue reads them after
+    // the product; a prefetch changes no value): lane t of quad 0 the lines of rows 2t and
+    // 2t + 1 of each set, lane 0 the taps' lines.
+    if (g == 0 && col0 < epi.channels) {
+      const int hist = epi.kernel - 1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t row = row0 + 8 * h + 2 * t + e;
+          if (row >= m || (h == 1 && !(kUpper && row0 + 8 < m))) continue;
+          for (int i = 0; i < hist; ++i) PrefetchL2(epi.state[row] + i * epi.channels + col0);
+        }
+      }
+      if (t == 0) {
+        const float* taps = epi.w + col0 * epi.kernel;
+        for (int i = 0; i < kTileCols * epi.kernel; i += 32) PrefetchL2(taps + i);
+      }
+    }
+  }
   KernelEntry();
   const In* xa = row0 + g < m ? x + (row0 + g) * ldx : nullptr;
   const In* xb = row0 + 8 + g < m ? x + (row0 + 8 + g) * ldx : nullptr;
+  // kNorm: every block works out the RMS norm's scale of its tile's rows (RmsNormKernel's sums
+  // and BlockSum's tree, a row at a time through the block), and normalises its inputs as it
+  // loads them.
+  __shared__ float norm_sums[kNorm ? kTileRows : 1][kNorm ? kThreads : 1];
+  __shared__ float norm_inv[kTileRows];
+  float inv_a = 0.0f, inv_b = 0.0f;
+  [[maybe_unused]] const int tile_rows = kUpper ? kTileRows : 8;
+  [[maybe_unused]] const int rows_here =
+      static_cast<int>(m - row0 < tile_rows ? m - row0 : tile_rows);
+  if constexpr (kNorm) {
+    for (int r = 0; r < rows_here; ++r) {
+      norm_sums[r][threadIdx.x] = RowSquares(x + (row0 + r) * ldx, k);
+    }
+    __syncthreads();
+    for (int half = kThreads / 2; half >= 32; half >>= 1) {
+      if (threadIdx.x < half) {
+        for (int r = 0; r < rows_here; ++r) {
+          norm_sums[r][threadIdx.x] += norm_sums[r][threadIdx.x + half];
+        }
+      }
+      __syncthreads();
+    }
+    for (int r = warp; r < rows_here; r += kWarps) {
+      float v = norm_sums[r][lane];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
+      if (lane == 0) norm_inv[r] = 1.0f / sqrtf(v / static_cast<float>(k) + norm.eps);
+    }
+    __syncthreads();
+    inv_a = g < rows_here ? norm_inv[g] : 0.0f;
+    inv_b = 8 + g < rows_here ? norm_inv[8 + g] : 0.0f;
+  }
   float acc[2][4] = {};
   for (int64_t kb = begin; kb < end; kb += kStep * kU) {
     // The weights and first rows' inputs of the kU steps first, then the products (the
@@ -174,17 +290,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int u = 0; u < kU; ++u) {
       if (kb + u * kStep >= end) break;
       uint32_t pieces[kPieces][4];
+      const int64_t i = kb + u * kStep + 8 * t;
+      if constexpr (kNorm) NormStep<kVec>(norm, inv_a, i, k, v0[u]);
       InputPieces<kPieces>(v0[u], pieces);
       StepProducts<kPieces>(va[u], vb[u], pieces, acc[0]);
       if (upper) {
         if constexpr (kEarlyUpper) {
+          if constexpr (kNorm) NormStep<kVec>(norm, inv_b, i, k, v1[u]);
           InputPieces<kPieces>(v1[u], pieces);
         } else {
           StepInputs<In> late;
-          LoadStepInputs<kVec>(xb, kb + u * kStep + 8 * t, k, late);
+          LoadStepInputs<kVec>(xb, i, k, late);
+          if constexpr (kNorm) NormStep<kVec>(norm, inv_b, i, k, late);
           InputPieces<kPieces>(late, pieces);
         }
         StepProducts<kPieces>(va[u], vb[u], pieces, acc[1]);
+      }
+    }
+  }
+  if constexpr (kNorm) {
+    // The normed rows themselves (and their bf16 copy), by the first column group's blocks.
+    if (norm.y != nullptr && blockIdx.y == 0) {
+      for (int r = 0; r < rows_here; ++r) {
+        const int64_t row = row0 + r;
+        const float* xr = x + row * ldx;
+        for (int64_t i = threadIdx.x; i < k; i += kThreads) {
+          const float wv = norm.zero_centred ? 1.0f + norm.w[i] : norm.w[i];
+          StoreOut(norm.y + row * k, norm.rounded, row * k, i, xr[i] * norm_inv[r] * wv);
+        }
       }
     }
   }
@@ -214,10 +347,67 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t row = row0 + 8 * h + 2 * t + e;
-        if (row < m && j < silu.width) {
+        if (row < m && j < epi.width) {
           const float v = DeviceSilu(acc[h][e]) * acc[h][e + 2];
-          silu.act[row * silu.width + j] = v;
-          if (silu.rounded != nullptr) silu.rounded[row * silu.width + j] = RoundBf16(v);
+          epi.act[row * epi.width + j] = v;
+          if (epi.rounded != nullptr) epi.rounded[row * epi.width + j] = RoundBf16(v);
+        }
+      }
+    }
+  } else if constexpr (kConv) {
+    // The conv of this lane's columns (g and g + 8) for each of its rows, one token a row
+    // (CausalConvOutChunks' sum: acc += w * x over the taps, the state's rows then the new
+    // value): every load first (the taps, then a set of rows' states), then the arithmetic and
+    // the stores, so that the loads are one round trip, not one an element. Each (row, column)
+    // is this lane's alone: it reads the state it then rewrites.
+    const int hist = epi.kernel - 1;
+    float taps[2][kConvMaxTaps];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t col = col0 + g + 8 * c;
+#pragma unroll
+      for (int i = 0; i < kConvMaxTaps; ++i) {
+        taps[c][i] = col < epi.channels && i < epi.kernel ? epi.w[col * epi.kernel + i] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h == 1 && !upper) break;
+      float old[4][kConvMaxTaps - 1];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
+        const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
+        const bool live = row < m && col < epi.channels;
+#pragma unroll
+        for (int i = 0; i < kConvMaxTaps - 1; ++i) {
+          old[e][i] = live && i < hist ? epi.state[row][i * epi.channels + col] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = row0 + 8 * h + 2 * t + (e & 1);
+        const int64_t col = col0 + g + (e >= 2 ? 8 : 0);
+        if (row >= m || col >= n) continue;
+        const float v = acc[h][e];
+        y[row * ldy + col] = v;
+        if (col >= epi.channels) continue;
+        const float(&tap)[kConvMaxTaps] = taps[e >= 2 ? 1 : 0];
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kConvMaxTaps - 1; ++i) {
+          if (i < hist) sum += tap[i] * old[e][i];
+        }
+#pragma unroll
+        for (int i = 0; i < kConvMaxTaps; ++i) {
+          if (i == hist) sum += tap[i] * v;
+        }
+        epi.out[row][col] = DeviceSilu(sum);
+        float* state = epi.state[row];
+#pragma unroll
+        for (int i = 0; i + 1 < kConvMaxTaps; ++i) {
+          if (i + 1 < hist) state[i * epi.channels + col] = old[e][i + 1];
+          if (i + 1 == hist) state[i * epi.channels + col] = v;
         }
       }
     }
@@ -283,54 +473,58 @@ bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
 
 // The vector-load kernel MatMulRowsMma picked, with kPieces bf16 pieces an input and streamed
 // weight loads or not (kStream).
-template <typename In, int kPieces, bool kSilu, bool kStream>
+template <typename In, int kPieces, typename Epi, bool kStream, typename Norm>
 void LaunchVectorMatMulRowsMma(dim3 grid, bool early, bool upper, int variant, const In* x,
                                int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n,
                                float* y, int64_t ldy, bool accumulate, int segments,
-                               int64_t segment, int64_t prefetch_k, const SiluOut& silu,
-                               hipStream_t stream) {
+                               int64_t segment, int64_t prefetch_k, const Epi& epi,
+                               const Norm& norm, hipStream_t stream) {
   if (early) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, kSilu, kStream>, grid,
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, Epi, kStream, Norm>, grid,
                  kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
-                 prefetch_k, silu);
+                 prefetch_k, epi, norm);
   } else if (!upper && variant == 1) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, kSilu, kStream>, grid,
-                 kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
-                 prefetch_k, silu);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, Epi, kStream, Norm>,
+                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
+                 segment, prefetch_k, epi, norm);
   } else if (upper) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, kSilu, kStream>,
-                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
-                 segment, prefetch_k, silu);
+    LaunchKernel(
+        MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, Epi, kStream, Norm>, grid,
+        kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
+        epi, norm);
   } else {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, kSilu, kStream>,
-                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
-                 segment, prefetch_k, silu);
+    LaunchKernel(
+        MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, Epi, kStream, Norm>, grid,
+        kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
+        epi, norm);
   }
 }
 
 // The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input; the weights' loads
 // streamed where `streamed` (RowWeights::streamed; the scalar path's loads never are).
-template <typename In, int kPieces, bool kSilu = false>
+template <typename In, int kPieces, typename Epi = NoEpilogue, typename Norm = NoNorm>
 void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, bool streamed,
                          const In* x, int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n,
                          float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
-                         int64_t prefetch_k, const SiluOut& silu, hipStream_t stream) {
-  // kSilu runs only with vector loads (MatMulRowsMmaSiluMul checks); `early` implies them.
+                         int64_t prefetch_k, const Epi& epi, hipStream_t stream,
+                         const Norm& norm = Norm{}) {
+  // The epilogues run only with vector loads (MatMulRowsMmaSiluMul and MatMulRowsMmaConv
+  // check); `early` implies them.
   if (vec && streamed) {
-    LaunchVectorMatMulRowsMma<In, kPieces, kSilu, true>(grid, early, upper, variant, x, m, k, ldx,
-                                                        w, n, y, ldy, accumulate, segments, segment,
-                                                        prefetch_k, silu, stream);
+    LaunchVectorMatMulRowsMma<In, kPieces, Epi, true, Norm>(grid, early, upper, variant, x, m, k,
+                                                            ldx, w, n, y, ldy, accumulate, segments,
+                                                            segment, prefetch_k, epi, norm, stream);
   } else if (vec) {
-    LaunchVectorMatMulRowsMma<In, kPieces, kSilu, false>(grid, early, upper, variant, x, m, k, ldx,
-                                                         w, n, y, ldy, accumulate, segments,
-                                                         segment, prefetch_k, silu, stream);
-  } else if constexpr (!kSilu) {
+    LaunchVectorMatMulRowsMma<In, kPieces, Epi, false, Norm>(
+        grid, early, upper, variant, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
+        prefetch_k, epi, norm, stream);
+  } else if constexpr (std::is_same_v<Epi, NoEpilogue> && std::is_same_v<Norm, NoNorm>) {
     if (upper) {
       LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m,
-                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, silu);
+                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, epi, NoNorm{});
     } else {
       LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, false>, grid, kThreads, 0, stream, x, m,
-                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, silu);
+                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, epi, NoNorm{});
     }
   }
 }
@@ -366,20 +560,32 @@ int64_t MatMulRowsMmaStagingBytes(int64_t m, int64_t k) {
 namespace {
 
 // MatMulRowsMma over fp32 inputs `x` (rows ldx apart), or, where `rounded` is not null, over
-// inputs already rounded to bf16 (rows ld_rounded apart; bf16_inputs then holds). With `silu`,
+// inputs already rounded to bf16 (rows ld_rounded apart; bf16_inputs then holds). With `conv`,
+// MatMulRowsMmaConv's conv after the product. With `silu`,
 // MatMulRowsMmaSiluMul's activation instead of y.
 hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, int64_t k,
                             int64_t ldx, int64_t ld_rounded, const RowWeights& rw, float* y,
                             int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
-                            int variant, int multiprocessors, int64_t segment_n,
-                            uint16_t* staging, int64_t prefetch_k, const SiluOut* silu,
-                            hipStream_t stream) {
+                            int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
+                            int64_t prefetch_k, const SiluOut* silu, const RowsConv* conv,
+                            const RowsNorm* norm, hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2 ||
       reinterpret_cast<uintptr_t>(staging) % 16 != 0 || (rounded != nullptr && !bf16_inputs)) {
     return hipErrorInvalidValue;
   }
   if (silu != nullptr && (!bf16_inputs || staging != nullptr || accumulate || silu->width <= 0 ||
                           silu->width % 8 != 0 || segment_n != 2 * silu->width)) {
+    return hipErrorInvalidValue;
+  }
+  if (conv != nullptr &&
+      (!bf16_inputs || staging != nullptr || accumulate || silu != nullptr ||
+       m > kMatMulRowsConvMaxRows || conv->kernel < 1 || conv->kernel > kConvMaxTaps ||
+       conv->channels < 0 || conv->w == nullptr)) {
+    return hipErrorInvalidValue;
+  }
+  if (norm != nullptr &&
+      (rounded != nullptr || x == nullptr || !bf16_inputs || staging != nullptr ||
+       silu != nullptr || norm->w == nullptr || ldx != k || m > kTileRows)) {
     return hipErrorInvalidValue;
   }
   const bool staged = rounded == nullptr && bf16_inputs && staging != nullptr;
@@ -400,6 +606,8 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
   }
   w.count = rw.count;
   if (silu != nullptr && (!vec || n != 2 * silu->width)) return hipErrorInvalidValue;
+  if (conv != nullptr && (!vec || conv->channels > n)) return hipErrorInvalidValue;
+  if (norm != nullptr && !vec) return hipErrorInvalidValue;
   if (m == 0 || n == 0) return hipSuccess;
   // The segments depend on the whole matrix's n and on k only, never on m or on the range.
   const int64_t tiles = CeilDiv(n, kTileCols);
@@ -424,13 +632,29 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
     variant = ThreeBlocksFillBetter(row_tiles * groups, m, multiprocessors);
   }
   if (silu != nullptr && rounded != nullptr) {
-    LaunchMatMulRowsMma<uint16_t, 1, true>(grid, early, vec, upper, variant, rw.streamed, rounded,
-                                           m, k, ld_rounded, w, n, y, ldy, false, segments, segment,
-                                           prefetch_k, *silu, stream);
+    LaunchMatMulRowsMma<uint16_t, 1, SiluOut>(grid, early, vec, upper, variant, rw.streamed,
+                                              rounded, m, k, ld_rounded, w, n, y, ldy, false,
+                                              segments, segment, prefetch_k, *silu, stream);
   } else if (silu != nullptr) {
-    LaunchMatMulRowsMma<float, 1, true>(grid, early, vec, upper, variant, rw.streamed, x, m, k, ldx,
-                                        w, n, y, ldy, false, segments, segment, prefetch_k, *silu,
-                                        stream);
+    LaunchMatMulRowsMma<float, 1, SiluOut>(grid, early, vec, upper, variant, rw.streamed, x, m, k,
+                                           ldx, w, n, y, ldy, false, segments, segment, prefetch_k,
+                                           *silu, stream);
+  } else if (norm != nullptr && conv != nullptr) {
+    LaunchMatMulRowsMma<float, 1, RowsConv, RowsNorm>(grid, early, vec, upper, variant, rw.streamed,
+                                                      x, m, k, ldx, w, n, y, ldy, false, segments,
+                                                      segment, prefetch_k, *conv, stream, *norm);
+  } else if (norm != nullptr) {
+    LaunchMatMulRowsMma<float, 1, NoEpilogue, RowsNorm>(
+        grid, early, vec, upper, variant, rw.streamed, x, m, k, ldx, w, n, y, ldy, accumulate,
+        segments, segment, prefetch_k, {}, stream, *norm);
+  } else if (conv != nullptr && rounded != nullptr) {
+    LaunchMatMulRowsMma<uint16_t, 1, RowsConv>(grid, early, vec, upper, variant, rw.streamed,
+                                               rounded, m, k, ld_rounded, w, n, y, ldy, false,
+                                               segments, segment, prefetch_k, *conv, stream);
+  } else if (conv != nullptr) {
+    LaunchMatMulRowsMma<float, 1, RowsConv>(grid, early, vec, upper, variant, rw.streamed, x, m, k,
+                                            ldx, w, n, y, ldy, false, segments, segment, prefetch_k,
+                                            *conv, stream);
   } else if (rounded != nullptr) {
     LaunchMatMulRowsMma<uint16_t, 1>(grid, early, vec, upper, variant, rw.streamed, rounded, m, k,
                                      ld_rounded, w, n, y, ldy, accumulate, segments, segment,
@@ -461,9 +685,9 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
                          float* y, int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
                          int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
                          int64_t prefetch_k, hipStream_t stream) {
-  return RunMatMulRowsMma(x, nullptr, m, k, ldx, 0, rw, y, ldy, accumulate, bf16_inputs,
-                          tiles_of_8, variant, multiprocessors, segment_n, staging, prefetch_k,
-                          nullptr, stream);
+  return RunMatMulRowsMma(x, nullptr, m, k, ldx, 0, rw, y, ldy, accumulate, bf16_inputs, tiles_of_8,
+                          variant, multiprocessors, segment_n, staging, prefetch_k, nullptr,
+                          nullptr, nullptr, stream);
 }
 
 hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_t ldxb,
@@ -473,7 +697,7 @@ hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_
   if (xb == nullptr || ldxb < k) return hipErrorInvalidValue;
   return RunMatMulRowsMma(nullptr, xb, m, k, 0, ldxb, rw, y, ldy, accumulate, true, tiles_of_8,
                           variant, multiprocessors, segment_n, nullptr, prefetch_k, nullptr,
-                          stream);
+                          nullptr, nullptr, stream);
 }
 
 hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, int64_t k,
@@ -483,7 +707,43 @@ hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, i
   if ((x == nullptr) == (xb == nullptr) || act == nullptr || ldx < k) return hipErrorInvalidValue;
   const SiluOut silu{act, act_rounded, width};
   return RunMatMulRowsMma(x, xb, m, k, ldx, ldx, rw, nullptr, 0, false, true, tiles_of_8, variant,
-                          multiprocessors, 2 * width, nullptr, prefetch_k, &silu, stream);
+                          multiprocessors, 2 * width, nullptr, prefetch_k, &silu, nullptr, nullptr,
+                          stream);
+}
+
+hipError_t MatMulRowsMmaConv(const float* x, const uint16_t* xb, int64_t m, int64_t k, int64_t ldx,
+                             const RowWeights& rw, float* y, int64_t ldy, const RowsConv& conv,
+                             bool tiles_of_8, int variant, int multiprocessors, int64_t segment_n,
+                             int64_t prefetch_k, hipStream_t stream) {
+  if ((x == nullptr) == (xb == nullptr) || y == nullptr || ldx < k) return hipErrorInvalidValue;
+  for (int64_t r = 0; r < m && r < kMatMulRowsConvMaxRows; ++r) {
+    if (conv.channels > 0 &&
+        (conv.out[r] == nullptr || (conv.kernel > 1 && conv.state[r] == nullptr))) {
+      return hipErrorInvalidValue;
+    }
+  }
+  return RunMatMulRowsMma(x, xb, m, k, ldx, ldx, rw, y, ldy, false, true, tiles_of_8, variant,
+                          multiprocessors, segment_n, nullptr, prefetch_k, nullptr, &conv, nullptr,
+                          stream);
+}
+
+hipError_t MatMulRowsMmaNormed(const float* x, int64_t m, int64_t k, const RowsNorm& norm,
+                               const RowWeights& rw, float* y, int64_t ldy, bool accumulate,
+                               const RowsConv* conv, bool tiles_of_8, int variant,
+                               int multiprocessors, int64_t segment_n, int64_t prefetch_k,
+                               hipStream_t stream) {
+  if (x == nullptr || y == nullptr || (conv != nullptr && accumulate)) return hipErrorInvalidValue;
+  if (conv != nullptr) {
+    for (int64_t r = 0; r < m && r < kMatMulRowsConvMaxRows; ++r) {
+      if (conv->channels > 0 &&
+          (conv->out[r] == nullptr || (conv->kernel > 1 && conv->state[r] == nullptr))) {
+        return hipErrorInvalidValue;
+      }
+    }
+  }
+  return RunMatMulRowsMma(x, nullptr, m, k, k, 0, rw, y, ldy, accumulate, true, tiles_of_8, variant,
+                          multiprocessors, segment_n, nullptr, prefetch_k, nullptr, conv, &norm,
+                          stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

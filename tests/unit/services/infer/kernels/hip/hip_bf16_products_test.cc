@@ -44,6 +44,19 @@ WeightMatrix TwoParts(const void* a, const void* b, int64_t split, int64_t rows,
   return w;
 }
 
+// One backend created with `options` for each matrix-unit product variant (-1, 0, 1, 2): a
+// fused path's test runs each against a backend with the path off.
+std::vector<std::unique_ptr<HipKernelBackend>> EveryMmaVariant(HipKernelBackendOptions options) {
+  std::vector<std::unique_ptr<HipKernelBackend>> backends;
+  for (const int variant : {-1, 0, 1, 2}) {
+    options.mma_rows_variant = variant;
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(options);
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (b.ok()) backends.push_back(*std::move(b));
+  }
+  return backends;
+}
+
 TEST_F(HipKernelBackendTest, Bf16RowKernelHasTheBitsOfTheFp32KernelOverTheWidenedWeights) {
   // The row kernel serves bf16 weights with mma_rows off.
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> row_kernel =
@@ -478,13 +491,8 @@ TEST_F(HipKernelBackendTest, FusedGateUpSiluGivesTheBitsOfTheProductThenSiluMul)
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
       HipKernelBackend::Create({.fuse_gate_up_silu = false});
   ASSERT_TRUE(apart.ok()) << apart.status();
-  std::vector<std::unique_ptr<HipKernelBackend>> fused;
-  for (const int variant : {-1, 0, 1, 2}) {
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-        HipKernelBackend::Create({.mma_rows_variant = variant});
-    ASSERT_TRUE(b.ok()) << b.status();
-    fused.push_back(*std::move(b));
-  }
+  const std::vector<std::unique_ptr<HipKernelBackend>> fused = EveryMmaVariant({});
+  ASSERT_EQ(fused.size(), 4u);
   const int64_t rows = 40, k = 2048, d = 520;
   const std::vector<float> x = RandomFloats(rows * k, 80), norm_w = RandomFloats(k, 81);
   DeviceBuffer dx = Up(x), dnw = Up(norm_w);
@@ -548,6 +556,169 @@ TEST_F(HipKernelBackendTest, FusedGateUpSiluGivesTheBitsOfTheProductThenSiluMul)
       EXPECT_EQ(std::count_if(g.begin(), g.end(), [](float v) { return std::isnan(v); }), 0);
     }
     for (size_t b = 1; b < acts.size(); ++b) EXPECT_TRUE(SameBits(acts[b], acts[0]));
+  }
+}
+
+TEST_F(HipKernelBackendTest, FusedProductConvGivesTheBitsOfTheProductThenTheConv) {
+  // MatMulRowsCausalConv in one launch (fuse_conv_product) against the product then
+  // CausalConvSiluBatch: the same product rows, conv outputs and advanced conv states, two
+  // steps in a row (the second reads the state the first wrote), over fp32 inputs and over a
+  // norm's rounded copy, in every product variant, for 1 to 16 rows, conv widths that end
+  // inside a column tile and in the matrix's second part, and 4, 2 and 1 taps. Calls it does
+  // not take (17 rows, a call of two tokens, an input that is not the product's row) take the
+  // two calls, with the same results.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.fuse_conv_product = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  const std::vector<std::unique_ptr<HipKernelBackend>> fused = EveryMmaVariant({});
+  ASSERT_EQ(fused.size(), 4u);
+  const int64_t rows = 20, k = 512, n = 360;
+  const std::vector<float> x = RandomFloats(rows * k, 90), norm_w = RandomFloats(k, 91);
+  const RandomBf16 w = RandomBf16Values(n * k, 92);
+  DeviceBuffer dx = Up(x), dnw = Up(norm_w), dw = Up(w.bits);
+  const WeightMatrix wm =
+      TwoParts(dw.data(), static_cast<const uint16_t*>(dw.data()) + 200 * k, 200, n, k);
+  const std::vector<float> taps = RandomFloats(n * 4, 93);
+  DeviceBuffer dtaps = Up(taps);
+  struct Case {
+    int64_t m;
+    int64_t channels;
+    int kernel;
+    int tokens;        // Tokens a call (1: the fused launch's calls).
+    bool other_input;  // A call's input is not the product's row.
+  };
+  const std::vector<Case> cases = {
+      {1, 264, 4, 1, false},  {3, 264, 4, 1, false},  {8, 8, 4, 1, false},
+      {9, 212, 2, 1, false},  {16, 360, 4, 1, false}, {5, 100, 1, 1, false},
+      {17, 264, 4, 1, false}, {4, 264, 4, 2, false},  {4, 264, 4, 1, true}};
+  for (const Case& c : cases) {
+    for (const bool norm_first : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "m=" << c.m << " channels=" << c.channels << " taps="
+                                        << c.kernel << " tokens=" << c.tokens << " other input "
+                                        << c.other_input << " after a norm " << norm_first);
+      const int64_t hist = c.kernel - 1;
+      const int64_t calls = c.m / c.tokens;
+      const std::vector<float> state0 =
+          RandomFloats(std::max<int64_t>(1, calls * hist * c.channels), 94);
+      std::vector<std::vector<float>> ys, outs, states;
+      for (size_t b = 0; b <= fused.size(); ++b) {
+        HipKernelBackend& be = b == 0 ? **apart : *fused[b - 1];
+        DeviceBuffer xn = Poisoned(rows * k), y = Poisoned(rows * n), other = Up(x),
+                     out = Poisoned(c.m * c.channels), state = Up(state0);
+        for (int step = 0; step < 2; ++step) {
+          const float* in = dx.floats() + step * k;
+          if (norm_first) {
+            be.RmsNorm(dx.floats() + step * k, rows - 1, k, dnw.floats(), 1e-6f, false,
+                       xn.floats());
+            in = xn.floats();
+          }
+          std::vector<CausalConvArgs> convs;
+          for (int64_t i = 0; i < calls; ++i) {
+            const float* conv_in = y.floats() + i * c.tokens * n;
+            if (c.other_input && i == 1) conv_in = other.floats();
+            convs.push_back({conv_in, n, c.tokens, c.channels, dtaps.floats(), c.kernel,
+                             state.floats() + i * hist * c.channels,
+                             out.floats() + i * c.tokens * c.channels});
+          }
+          be.MatMulRowsCausalConv(in, c.m, k, wm, y.floats(), n, convs);
+        }
+        ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+        ys.push_back(Down(y, rows * n));
+        outs.push_back(Down(out, c.m * c.channels));
+        states.push_back(Down(state, std::max<int64_t>(1, calls * hist * c.channels)));
+      }
+      for (size_t b = 1; b < ys.size(); ++b) {
+        EXPECT_TRUE(SameBits(ys[b], ys[0])) << "variant backend " << b;
+        EXPECT_TRUE(SameBits(outs[b], outs[0])) << "variant backend " << b;
+        EXPECT_TRUE(SameBits(states[b], states[0])) << "variant backend " << b;
+      }
+      // The product's rows are written, the rows past m not.
+      EXPECT_EQ(std::count_if(ys[0].begin(), ys[0].end(), [](float v) { return !std::isnan(v); }),
+                c.m * n);
+      if (c.kernel > 1) {
+        EXPECT_FALSE(SameBits(states[0], state0));
+      }
+    }
+  }
+}
+
+TEST_F(HipKernelBackendTest, NormedProductGivesTheBitsOfTheNormThenTheProduct) {
+  // NormedProduct in one launch (fold_norm_max_rows) against RmsNorm then the product: the same
+  // normed rows, product rows (written or added to) and, with convs, conv outputs and states,
+  // in every product variant, for 1 to 16 rows, plain and zero-centred norm weights, and k of
+  // one and several norm batches; a product over the normed rows afterwards (reading their
+  // rounded copy) gives the same bits too. Calls it does not take (17 rows, rows not 16-byte
+  // aligned) take the two calls.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.fold_norm_max_rows = 0});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  const std::vector<std::unique_ptr<HipKernelBackend>> fused =
+      EveryMmaVariant({.fold_norm_max_rows = 17});
+  ASSERT_EQ(fused.size(), 4u);
+  const int64_t rows = 18, n = 300, d = 72, channels = 200;
+  for (const int64_t k : {int64_t{2048}, int64_t{520}}) {
+    const std::vector<float> x = RandomFloats(rows * k + 4, 100, -3.0f, 3.0f),
+                             norm_w = RandomFloats(k, 101);
+    const RandomBf16 w = RandomBf16Values(n * k, 102), w2 = RandomBf16Values(d * k, 103);
+    DeviceBuffer dx = Up(x), dnw = Up(norm_w), dw = Up(w.bits), dw2 = Up(w2.bits);
+    const WeightMatrix wm =
+        TwoParts(dw.data(), static_cast<const uint16_t*>(dw.data()) + 100 * k, 100, n, k);
+    const WeightMatrix after = WeightMatrix::Of(dw2.data(), WeightType::kBF16, d, k);
+    const std::vector<float> taps = RandomFloats(channels * 4, 104),
+                             state0 = RandomFloats(16 * 3 * channels, 105);
+    DeviceBuffer dtaps = Up(taps);
+    for (const int64_t m : {1, 3, 8, 9, 16, 17}) {
+      for (const int mode : {0, 1, 2, 3}) {  // Plain, accumulating, with convs, unaligned rows.
+        for (const bool zero_centred : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << "k=" << k << " m=" << m << " mode " << mode
+                                            << " zero-centred " << zero_centred);
+          if (mode == 2 && m > 16) continue;
+          std::vector<std::vector<float>> xns, ys, outs, states, afters;
+          for (size_t b = 0; b <= fused.size(); ++b) {
+            HipKernelBackend& be = b == 0 ? **apart : *fused[b - 1];
+            DeviceBuffer xn = Poisoned(rows * k), y = Up(RandomFloats(rows * n, 106)),
+                         out = Poisoned(16 * channels), state = Up(state0), y2 = Poisoned(rows * d);
+            std::vector<CausalConvArgs> convs;
+            if (mode == 2) {
+              for (int64_t r = 0; r < m; ++r) {
+                convs.push_back({y.floats() + r * n, n, 1, channels, dtaps.floats(), 4,
+                                 state.floats() + r * 3 * channels, out.floats() + r * channels});
+              }
+            }
+            NormedProductArgs a;
+            a.x = dx.floats() + (mode == 3 ? 1 : 0);
+            a.m = m;
+            a.norm_w = dnw.floats();
+            a.eps = 1e-6f;
+            a.zero_centred = zero_centred;
+            a.xn = xn.floats();
+            a.w = &wm;
+            a.y = y.floats();
+            a.ldy = n;
+            a.accumulate = mode == 1;
+            a.convs = convs;
+            be.NormedProduct(a);
+            be.MatMulRowsTyped(xn.floats(), m, k, after, y2.floats(), d, false);
+            ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+            xns.push_back(Down(xn, rows * k));
+            ys.push_back(Down(y, rows * n));
+            outs.push_back(Down(out, 16 * channels));
+            states.push_back(Down(state, 16 * 3 * channels));
+            afters.push_back(Down(y2, rows * d));
+          }
+          for (size_t b = 1; b < ys.size(); ++b) {
+            EXPECT_TRUE(SameBits(xns[b], xns[0])) << "variant backend " << b;
+            EXPECT_TRUE(SameBits(ys[b], ys[0])) << "variant backend " << b;
+            EXPECT_TRUE(SameBits(outs[b], outs[0])) << "variant backend " << b;
+            EXPECT_TRUE(SameBits(states[b], states[0])) << "variant backend " << b;
+            EXPECT_TRUE(SameBits(afters[b], afters[0])) << "variant backend " << b;
+          }
+          EXPECT_EQ(
+              std::count_if(xns[0].begin(), xns[0].end(), [](float v) { return !std::isnan(v); }),
+              m * k);
+        }
+      }
+    }
   }
 }
 

@@ -187,6 +187,28 @@ TEST_P(HipModelTest, OverlappedLaunchesGiveTheBitsOfPlainOnes) {
   ExpectSamePasses(plain, overlapped);
 }
 
+// A delta-rule layer's decode conv in the input projection's launch (fuse_conv_product, on by
+// default) gives the bits of the product then the conv launch: every pass and decode step of
+// RunAll, fused and not.
+TEST_P(HipModelTest, ConvInTheProjectionGivesTheBitsOfTheConvLaunch) {
+  absl::StatusOr<std::vector<std::vector<float>>> fused = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetFuseConvProductForTest(false);
+  absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetFuseConvProductForTest(true);
+  ExpectSamePasses(apart, fused);
+}
+
+// The RMS norms in front of the decode products done inside them (fold_norm_max_rows; here for
+// every decode step) give the bits of the norm launches.
+TEST_P(HipModelTest, NormsInTheProductsGiveTheBitsOfTheNormLaunches) {
+  gpu_->SetFoldNormMaxRowsForTest(16);
+  absl::StatusOr<std::vector<std::vector<float>>> folded = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetFoldNormMaxRowsForTest(0);
+  absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetFoldNormMaxRowsForTest(HipKernelBackendOptions().fold_norm_max_rows);
+  ExpectSamePasses(apart, folded);
+}
+
 // Logits in parts of the vocabulary, each part's download queued on its own stream while the
 // next part computes (Qwen3HybridOptions::logits_parts; the test presets' logits are below the
 // default's minimum size, so gpu_model_ computes them whole), give the bits of one product.

@@ -99,6 +99,18 @@ class OpTimingBackend final : public KernelBackend {
     if (timing_) Mark(absl::StrCat("product + silu mul n=", w.rows(), " k=", w.cols));
     hip_->MatMulRowsSiluMul(x, m, ldx, w, gu, act);
   }
+  void MatMulRowsCausalConv(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w, float* y,
+                            int64_t ldy, absl::Span<const CausalConvArgs> convs) override {
+    if (timing_) Mark(absl::StrCat("product + causal conv n=", w.rows(), " k=", w.cols));
+    hip_->MatMulRowsCausalConv(x, m, ldx, w, y, ldy, convs);
+  }
+  void NormedProduct(const NormedProductArgs& a) override {
+    if (timing_) {
+      Mark(absl::StrCat("rmsnorm + product", a.convs.empty() ? "" : " + causal conv",
+                        " n=", a.w->rows(), " k=", a.w->cols));
+    }
+    hip_->NormedProduct(a);
+  }
   void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
                             float* out) override {
     Mark("embedding");
