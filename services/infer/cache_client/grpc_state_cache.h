@@ -203,7 +203,10 @@ class GrpcStateCache final : public StateCache {
     absl::Time started;
     absl::Time give_up;  // started + lease_wait: a lease not ready by then is not waited for.
   };
-  // Gives `restore`'s lease back to the cache: `restored`, else with `failure`.
+  // Whether `restore`'s session ended (or its stream is down): its lease went with it.
+  bool SessionLost(const RestoreInFlight& restore) const;
+  // Gives `restore`'s lease back to the cache: `restored`, else with `failure`; nothing where
+  // its session was lost.
   void ReleaseLease(const RestoreInFlight& restore, bool restored, const std::string& failure);
   // Forgets the restore in `slot` (with none left running, the lease answers kept too).
   void EndRestore(int slot) ABSL_LOCKS_EXCLUDED(mu_);

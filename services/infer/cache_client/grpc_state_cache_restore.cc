@@ -75,9 +75,19 @@ absl::StatusOr<std::optional<RestoreStats>> GrpcStateCache::PollRestore(
     return absl::FailedPreconditionError(absl::StrCat("no restore runs in slot ", slot));
   }
   RestoreInFlight& restore = found->second;
-  if (restore.lease.ready()) return CopyRestore(slot, memory);
   // FailRestore forgets `restore`; the session outlives it here.
   const std::shared_ptr<Session> session = restore.session;
+  if (restore.lease.ready()) {
+    // Answered ready at once: copied only while its session lasts (a session that ended took
+    // its leases and the regions they named with it).
+    if (SessionLost(restore)) {
+      return EndSession(
+          session, FailRestore(slot, memory,
+                               absl::UnavailableError(
+                                   "the cache session was lost before the restore was copied")));
+    }
+    return CopyRestore(slot, memory);
+  }
 
   const uint64_t lease_id = restore.lease.lease_id();
   bool lost = false;
@@ -85,7 +95,7 @@ absl::StatusOr<std::optional<RestoreStats>> GrpcStateCache::PollRestore(
   std::vector<v1::SpillRequest> awaited;
   {
     MutexLock lock(&mu_);
-    lost = generation_.load() != restore.generation || !connected_.load();
+    lost = SessionLost(restore);
     if (auto it = lease_ready_.find(lease_id); !lost && it != lease_ready_.end()) {
       answer = std::move(it->second);
       lease_ready_.erase(it);
@@ -180,8 +190,19 @@ void GrpcStateCache::WaitForRestoreWork(uint64_t lease_id, absl::Duration timeou
   cv_.WaitWithTimeout(&mu_, timeout);
 }
 
+bool GrpcStateCache::SessionLost(const RestoreInFlight& restore) const {
+  return generation_.load() != restore.generation || !connected_.load();
+}
+
 void GrpcStateCache::ReleaseLease(const RestoreInFlight& restore, bool restored,
                                   const std::string& failure) {
+  if (SessionLost(restore)) {
+    // The cache released the session's leases when it ended (docs/cache-protocol.md, "Session
+    // end"); a call over it would only wait, up to the RPC timeout, for a daemon that may be
+    // gone.
+    CAIRN_LOG(INFO) << "lease " << restore.lease.lease_id() << " ended with its session";
+    return;
+  }
   v1::ReleaseLeaseRequest rr;
   rr.set_session_id(restore.session->session_id);
   rr.set_lease_id(restore.lease.lease_id());

@@ -608,6 +608,15 @@ class DeafCache final : public cache::v1::CacheService::Service {
 
   const std::string& address() const { return address_; }
   int sessions() const { return sessions_.load(); }
+  // Leases answered ready at once (no rows, an empty private state) from now on.
+  void AnswerReady() { ready_.store(true); }
+  // ReleaseLease answers after `delay` from now on.
+  void DelayReleases(absl::Duration delay) {
+    release_delay_ms_.store(absl::ToInt64Milliseconds(delay));
+  }
+  // Ends the sessions open now (their streams close); later ones stay open.
+  void EndOpenSessions() { ended_.store(sessions_.load()); }
+  int releases() const { return releases_.load(); }
 
   grpc::Status Session(grpc::ServerContext* ctx,
                        grpc::ServerReaderWriter<cache::v1::SessionServerMessage,
@@ -631,7 +640,9 @@ class DeafCache final : public cache::v1::CacheService::Service {
       stream->Write(m);
       stream_ = stream;
     }
-    while (!stop_.load() && !ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+    while (!stop_.load() && !ctx->IsCancelled() && ended_.load() < session) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
     MutexLock lock(&mu_);
     if (stream_ == stream) stream_ = nullptr;
     return grpc::Status::OK;
@@ -639,11 +650,13 @@ class DeafCache final : public cache::v1::CacheService::Service {
   grpc::Status AcquireRestore(grpc::ServerContext*, const cache::v1::AcquireRestoreRequest*,
                               cache::v1::RestoreLease* lease) override {
     lease->set_lease_id(next_lease_.fetch_add(1));
-    lease->set_ready(false);
+    lease->set_ready(ready_.load());
     return grpc::Status::OK;
   }
   grpc::Status ReleaseLease(grpc::ServerContext*, const cache::v1::ReleaseLeaseRequest* request,
                             cache::v1::ReleaseLeaseResponse*) override {
+    releases_.fetch_add(1);
+    absl::SleepFor(absl::Milliseconds(release_delay_ms_.load()));
     MutexLock lock(&mu_);
     if (stream_ != nullptr && request->lease_id() >= kLease) {
       cache::v1::SessionServerMessage ready;
@@ -671,6 +684,10 @@ class DeafCache final : public cache::v1::CacheService::Service {
   std::atomic<bool> stop_{false};
   std::atomic<int> sessions_{0};
   std::atomic<uint64_t> next_lease_{kLease};
+  std::atomic<bool> ready_{false};
+  std::atomic<int64_t> release_delay_ms_{0};
+  std::atomic<int> ended_{0};
+  std::atomic<int> releases_{0};
   Mutex mu_;
   grpc::ServerReaderWriter<cache::v1::SessionServerMessage, cache::v1::SessionClientMessage>*
       stream_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -776,6 +793,37 @@ TEST(CacheClientStalledTest, ALeaseAnswerCrossingItsReleaseIsNotKeptWhileOthersW
   EXPECT_FALSE(polled->has_value());
   EXPECT_EQ(cache.LeaseAnswersForTest(), 0u);
   cache.AbandonRestore(1, kv->get(), absl::CancelledError("the test ends"));
+  cache.Shutdown();
+}
+
+// A lease answered ready at once whose session ends before the restore's first poll: the poll
+// copies nothing from the old session's arena and fails Unavailable (the request prefills
+// cold), without a ReleaseLease over the ended session (the cache released its leases at the
+// session's end; the call would wait up to the RPC timeout for a daemon that may be gone).
+TEST(CacheClientStalledTest, AReadyLeaseOfAnEndedSessionIsNotCopiedNorReleased) {
+  DeafCache deaf;
+  deaf.AnswerReady();
+  deaf.DelayReleases(absl::Seconds(5));
+  GrpcStateCacheOptions o = DeafCacheClientOptions(deaf.address());
+  o.reconnect_min = absl::Seconds(30);  // The session stays ended while the test polls.
+  o.reconnect_max = absl::Seconds(30);
+  GrpcStateCache cache(o, [] {});
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+      SlotKvMemory::Create(Layout(), {.slots = 1, .max_rows = kMaxRows});
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  CAIRN_ASSERT_OK(cache.StartRestore(42, 0, "a", kv->get()));
+
+  deaf.EndOpenSessions();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (cache.connected() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_FALSE(cache.connected());
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::optional<RestoreStats>> polled = cache.PollRestore(0, kv->get(), {});
+
+  EXPECT_THAT(polled.status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(2));
+  EXPECT_EQ(deaf.releases(), 0);
   cache.Shutdown();
 }
 
