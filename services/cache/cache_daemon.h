@@ -338,10 +338,10 @@ class CacheDaemon {
   void MaybePersistLocked(CheckpointId id, bool after_disk_tasks = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RetryDeferredPersistsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets it, the store's
-  // quarantines not handled yet, and the disk copies of the chunks the store no longer has
-  // (only what exists nowhere else goes; RAM copies stay), with events. A checkpoint left in
-  // RAM only is queued for the disk tier again where the policy wants it there.
+  // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets the disk copies of
+  // it, of the store's quarantines not handled yet, and of the chunks the store no longer has,
+  // with events; only what exists nowhere else goes, RAM copies stay. A checkpoint left in RAM
+  // only is queued for the disk tier again where the policy wants it there.
   void ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The scrubber's report (on its thread).

@@ -233,29 +233,27 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
   // R5: the store quarantined `id` and every other checkpoint listing the bad file, and deleted
   // the files no live checkpoint lists any more. Only its entries since the last report are
   // new; the report's own id comes last, as the store may not have listed it (or dropped its
-  // entry past the R5 bound). The policy forgets, with events, the disk copy of every chunk
-  // they held that the store no longer has: a checkpoint whose bytes are then nowhere goes, so
-  // the next lookup falls back (R6); one also in RAM stays there, as its RAM bytes are its own
-  // (verified as they entered the arena), and is written to disk again (R8: it was durable).
+  // entry past the R5 bound). The policy forgets, with events, the disk copy of each of them
+  // and of every chunk they held that the store no longer has, and nothing else: a checkpoint
+  // whose bytes are then nowhere goes, so the next lookup falls back (R6); one also in RAM stays
+  // there, as its RAM bytes are its own (verified as they entered the arena), and is written to
+  // disk again (R8: it was durable).
   std::vector<QuarantineInfo> fresh = store_->QuarantinedAfter(quarantine_seen_);
   if (!fresh.empty()) quarantine_seen_ = fresh.back().seq;
   fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
   std::set<CheckpointId> ram_only;
+  auto keep = [&ram_only](const absl::StatusOr<std::vector<CheckpointId>>& kept) {
+    if (kept.ok()) ram_only.insert(kept->begin(), kept->end());  // NotFound: gone already.
+  };
   for (const QuarantineInfo& q : fresh) {
     absl::StatusOr<CheckpointInfo> gone = core_->GetCheckpoint(q.checkpoint_id);
     if (!gone.ok()) continue;  // Forgotten already.
     for (ChunkId c : gone->chunks) {
-      if (store_->HasChunk(c)) continue;
-      absl::StatusOr<std::vector<CheckpointId>> kept = core_->ForgetDiskChunk(c, q.reason);
-      if (kept.ok()) ram_only.insert(kept->begin(), kept->end());  // The chunk is known.
+      if (!store_->HasChunk(c)) keep(core_->ForgetDiskChunk(c, q.reason));
     }
-    // The checkpoint that failed verification goes from every tier (its own state file may be
-    // the bad one), and so does one the store dropped while its chunks stay there. NotFound:
-    // gone with a chunk already.
-    absl::StatusOr<CheckpointInfo> left = core_->GetCheckpoint(q.checkpoint_id);
-    if (left.ok() && (q.checkpoint_id == id || left->on_disk)) {
-      core_->QuarantineCheckpoint(q.checkpoint_id, q.reason).IgnoreError();
-    }
+    // Its own disk copy, whichever of its files was bad (its state file, or a chunk file the
+    // store still keeps for another checkpoint).
+    keep(core_->ForgetDiskCopy(q.checkpoint_id, q.reason));
   }
   // Commits and deferred retries are the only other writes: nothing else would write these.
   // Their old copies' deletions (a NotFound: the store dropped them) go first. One dropped

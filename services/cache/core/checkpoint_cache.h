@@ -346,17 +346,22 @@ class CheckpointCache {
   absl::Status QuarantineChunk(ChunkId chunk, const std::string& reason);
   // The disk copy of chunk `chunk` is gone (its file failed verification, or the disk tier
   // deleted it with a quarantined checkpoint); its RAM bytes, if any, are not affected. Every
-  // checkpoint on disk that references it loses its disk copy: one also in RAM stays there as a
-  // RAM-only checkpoint (a quarantine event with tier kDisk; ShouldPersist may write it again),
-  // one only on disk is quarantined. Checkpoints referencing it only in RAM, and writes in
-  // flight (the disk tier refuses one that shares a chunk it no longer has), are left alone.
-  // Returns the checkpoints kept as RAM-only ones, in id order: the caller offers them to
-  // ShouldPersist again, as nothing else would write them. NotFound for an unknown chunk.
+  // checkpoint on disk that references it loses its disk copy as ForgetDiskCopy says.
+  // Checkpoints referencing it only in RAM, and writes in flight (the disk tier refuses one that
+  // shares a chunk it no longer has), are left alone. Returns what ForgetDiskCopy returns, for
+  // all of them. NotFound for an unknown chunk.
   absl::StatusOr<std::vector<CheckpointId>> ForgetDiskChunk(ChunkId chunk,
                                                             const std::string& reason);
-  // Drops checkpoint `id` from every tier (its disk copy is damaged), whatever chunks it has.
-  // NotFound for an unknown or still pending checkpoint.
-  absl::Status QuarantineCheckpoint(CheckpointId id, const std::string& reason);
+  // The disk copy of checkpoint `id` is gone (the disk tier quarantined it: a file it lists
+  // failed verification). Only that copy goes: a checkpoint also in RAM stays there as a
+  // RAM-only one (a quarantine event with tier kDisk; its RAM bytes are its own, verified as
+  // they entered the arena, never read from the bad file), one only on disk is quarantined. A
+  // checkpoint without a disk copy (in RAM only, or with a write of it in flight) is left
+  // alone. Returns the checkpoints kept as RAM-only ones, in id order: the caller offers them to
+  // ShouldPersist again, as nothing else would write them. NotFound for an unknown or still
+  // pending checkpoint.
+  absl::StatusOr<std::vector<CheckpointId>> ForgetDiskCopy(CheckpointId id,
+                                                           const std::string& reason);
   // Pins keep a checkpoint from eviction while a restore reads it. NotFound for unknown ids.
   absl::Status Pin(CheckpointId id);
   absl::Status Unpin(CheckpointId id);
@@ -462,6 +467,8 @@ class CheckpointCache {
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);
+  // ForgetDiskCopy's work for `ckpt`, which is on disk.
+  std::vector<CheckpointId> DropDiskCopy(Checkpoint& ckpt, const std::string& reason);
   // Releases `ckpt`'s disk copy and abandons a write of it in flight (CommitPersist then
   // answers NotFound). Returns whether it had either. Emits nothing.
   bool ReleaseDiskTier(Checkpoint& ckpt);

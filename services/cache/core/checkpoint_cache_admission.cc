@@ -328,30 +328,40 @@ absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskChunk(
   std::sort(hit.begin(), hit.end());
   std::vector<CheckpointId> kept;
   for (CheckpointId id : hit) {
-    Checkpoint& ckpt = *checkpoints_.at(id);
-    if (!ckpt.in_ram) {
-      Quarantine(ckpt, reason);  // Its bytes are nowhere else.
-      continue;
-    }
-    kept.push_back(id);
-    // Its RAM bytes are its own and were verified when they entered the arena: it stays, as a
-    // RAM-only checkpoint. The event's tier says only the disk copy went.
-    Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
-    e.tier = Tier::kDisk;
-    ReleaseDiskTier(ckpt);
-    Emit(std::move(e));
-    if (listener_ != nullptr) listener_->CheckpointLeftDisk(id);
+    std::vector<CheckpointId> more = DropDiskCopy(*checkpoints_.at(id), reason);
+    kept.insert(kept.end(), more.begin(), more.end());
   }
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
   return kept;
 }
 
-absl::Status CheckpointCache::QuarantineCheckpoint(CheckpointId id, const std::string& reason) {
+absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskCopy(
+    CheckpointId id, const std::string& reason) {
   auto it = checkpoints_.find(id);
   if (it == checkpoints_.end() || it->second->pending) {
     return absl::NotFoundError(absl::StrCat("no checkpoint ", id));
   }
-  Quarantine(*it->second, reason);
-  return absl::OkStatus();
+  if (!it->second->on_disk) return std::vector<CheckpointId>{};
+  return DropDiskCopy(*it->second, reason);
+}
+
+std::vector<CheckpointId> CheckpointCache::DropDiskCopy(Checkpoint& ckpt,
+                                                        const std::string& reason) {
+  CAIRN_CHECK(ckpt.on_disk);
+  if (!ckpt.in_ram) {
+    Quarantine(ckpt, reason);  // Its bytes are nowhere else.
+    return {};
+  }
+  // Its RAM bytes are its own and were verified when they entered the arena: it stays, as a
+  // RAM-only checkpoint. The event's tier says only the disk copy went.
+  const CheckpointId id = ckpt.id;
+  Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
+  e.tier = Tier::kDisk;
+  ReleaseDiskTier(ckpt);
+  Emit(std::move(e));
+  if (listener_ != nullptr) listener_->CheckpointLeftDisk(id);
+  return {id};
 }
 
 absl::Status CheckpointCache::Pin(CheckpointId id) {

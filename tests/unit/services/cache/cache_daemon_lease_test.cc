@@ -1,6 +1,6 @@
-// The daemon's restore leases against what can happen while they are held: the checkpoint
-// quarantined under a lease, a lease whose spills never come (in process, without gRPC, under
-// TSan with the unit label).
+// The daemon's restore leases against what can happen while they are held: the checkpoint's
+// disk copy quarantined under a lease, a lease whose spills never come (in process, without gRPC,
+// under TSan with the unit label).
 
 #include <filesystem>
 #include <fstream>
@@ -49,7 +49,9 @@ class QuarantineUnderLeaseTest : public DiskTierPartsTest {
   }
 };
 
-TEST_F(QuarantineUnderLeaseTest, TheRegionsALeaseReadsOutliveTheQuarantineUntilItIsReleased) {
+// A quarantine takes only the disk copy of a checkpoint also in RAM: the regions a lease on it
+// hands out stay its own, and nothing else is given them.
+TEST_F(QuarantineUnderLeaseTest, TheRegionsALeaseReadsStayThroughAQuarantineOfTheDiskCopy) {
   const uint64_t id = Capture(40);  // 2 full chunks borrowed in slot 0, 8 rows of tail.
   absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -66,26 +68,26 @@ TEST_F(QuarantineUnderLeaseTest, TheRegionsALeaseReadsOutliveTheQuarantineUntilI
   const uint64_t used_under_lease = daemon_->arena().allocator().used_bytes();
   DamageStateFiles();
 
-  daemon_->ScrubPassForTest();  // Quarantines the checkpoint while the lease reads it.
+  daemon_->ScrubPassForTest();  // Quarantines the disk copy while the lease reads the RAM one.
   const uint64_t used_after_quarantine = daemon_->arena().allocator().used_bytes();
-  StartCold(40);  // A new capture asks the arena for regions.
-  absl::StatusOr<CaptureGrant> capture = daemon_->ReserveCapture(CaptureAt(40));
+  StartCold(39);  // A new capture asks the arena for regions.
+  absl::StatusOr<CaptureGrant> capture = daemon_->ReserveCapture(CaptureAt(39));
 
   absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
   ASSERT_TRUE(left.ok()) << left.status();
-  EXPECT_TRUE(left->empty());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].id, id);
+  EXPECT_EQ((*left)[0].tier, Tier::kRam);
   EXPECT_EQ(used_after_quarantine, used_under_lease);
   ASSERT_TRUE(capture.ok()) << capture.status();
   for (const ArenaHandle& r : leased) {
     EXPECT_FALSE(Overlap(r, capture->private_state.region)) << "offset " << r.offset;
     EXPECT_FALSE(Overlap(r, capture->tail.region)) << "offset " << r.offset;
   }
-  const uint64_t used_with_capture = daemon_->arena().allocator().used_bytes();
   EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).ok());
-  // The lease's regions go with it; the new reservation's stay.
-  EXPECT_LT(daemon_->arena().allocator().used_bytes(), used_with_capture);
   EXPECT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, capture->reservation_id, "test"}).ok());
-  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), 0u);
+  // The checkpoint keeps its regions after the lease; the aborted reservation's are gone.
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), used_under_lease);
 }
 
 TEST_F(CacheDaemonPartsTest, ALeaseWhoseSpillsNeverComeFailsAfterTheWaitBoundAndUnpins) {

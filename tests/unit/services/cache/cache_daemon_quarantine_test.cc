@@ -1,7 +1,7 @@
-// What a quarantine on the disk tier takes from the daemon's policy: only checkpoints whose
-// bytes exist nowhere else. RAM checkpoints that share chunks with a damaged disk checkpoint
-// keep serving their own intact bytes (in process, without gRPC, under TSan with the unit
-// label).
+// What a quarantine on the disk tier takes from the daemon's policy: only disk copies, and
+// only the checkpoints whose bytes exist nowhere else. RAM checkpoints that share chunks with a
+// damaged disk checkpoint, or are the damaged one, keep serving their own intact bytes (in
+// process, without gRPC, under TSan with the unit label).
 
 #include <cstring>
 #include <filesystem>
@@ -171,6 +171,30 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     return {disk_only, in_ram};
   }
 
+  // After a restart, checkpoint `id` is the only one left, on disk, and restores from disk
+  // with every byte intact.
+  void ExpectDurable(uint64_t id, size_t chunks) {
+    Restart();
+    std::vector<CheckpointRow> after = Rows();
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_EQ(after[0].id, id);
+    EXPECT_EQ(after[0].tier, Tier::kDisk);
+    ExpectRestoresIntact(id, chunks, Tier::kDisk);
+  }
+
+  // One checkpoint at 40 tokens (2 chunks, 8 tail rows), in RAM and on disk; its files in
+  // `dir` are damaged and a scrub pass reports it. Returns its id.
+  uint64_t ScrubbedWhileInRam(const std::string& dir) {
+    const uint64_t id = CaptureAs(40, CaptureKind::kEnd);
+    SpillAndFlush();
+    std::vector<CheckpointRow> before = Rows();
+    EXPECT_EQ(before.size(), 1u);
+    EXPECT_TRUE(!before.empty() && before[0].on_disk);
+    DamageFiles(dir);
+    daemon_->ScrubPassForTest();
+    return id;
+  }
+
   uint64_t depth_ = 0;   // Slot 0's frontier.
   size_t answered_ = 0;  // Messages to the session looked at by SpillAndFlush.
 };
@@ -226,12 +250,7 @@ TEST_F(QuarantineScopeTest, ADamagedChunkKeepsACheckpointAlsoInRamAndWritesItToD
   // The store quarantined both; the RAM copy of the second never came from the bad files, and
   // it was durable, so it is written again from those bytes and survives a restart.
   ExpectOnlySurvivor(both, {first}, 3, /*on_disk=*/true);
-  Restart();
-  std::vector<CheckpointRow> after = Rows();
-  ASSERT_EQ(after.size(), 1u);
-  EXPECT_EQ(after[0].id, both);
-  EXPECT_EQ(after[0].tier, Tier::kDisk);
-  ExpectRestoresIntact(both, 3, Tier::kDisk);
+  ExpectDurable(both, 3);
 }
 
 TEST_F(QuarantineScopeTest, AFailedDiskRestoreKeepsTheRamCheckpointSharingItsChunks) {
@@ -242,6 +261,26 @@ TEST_F(QuarantineScopeTest, AFailedDiskRestoreKeepsTheRamCheckpointSharingItsChu
 
   EXPECT_THAT(damaged.status(), StatusIs(absl::StatusCode::kDataLoss));
   ExpectOnlySurvivor(in_ram, {on_disk});
+}
+
+// The checkpoint the scrubber reports is in RAM too: its RAM bytes never came from the bad
+// file, so only its disk copy goes, and it is written again from RAM.
+TEST_F(QuarantineScopeTest, AScrubbedCheckpointWithADamagedStateFileKeepsItsRamCopy) {
+  const uint64_t id = ScrubbedWhileInRam("states");
+
+  Flush();  // Its write was queued again when it lost its disk copy.
+
+  ExpectOnlySurvivor(id, {}, 2, /*on_disk=*/true);
+  ExpectDurable(id, 2);
+}
+
+TEST_F(QuarantineScopeTest, AScrubbedCheckpointWithADamagedChunkKeepsItsRamCopy) {
+  const uint64_t id = ScrubbedWhileInRam("chunks");
+
+  Flush();
+
+  ExpectOnlySurvivor(id, {}, 2, /*on_disk=*/true);
+  ExpectDurable(id, 2);
 }
 
 TEST_F(QuarantineScopeTest, QuarantinesFromBeforeTheStartNameNoCheckpointOfThisRun) {
@@ -258,6 +297,7 @@ TEST_F(QuarantineScopeTest, QuarantinesFromBeforeTheStartNameNoCheckpointOfThisR
   ASSERT_GT(grid, before);
   const uint64_t learned = CaptureAs(56, CaptureKind::kLearned);
   SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{learned, false, false}).ok());  // Disk only.
   DamageFiles("states");
 
   daemon_->ScrubPassForTest();  // Reports `learned`, the store's only new quarantine.

@@ -1,6 +1,6 @@
-// The policy core when the disk copy of a chunk is lost (ForgetDiskChunk): only checkpoints
-// whose bytes then exist nowhere are dropped; a checkpoint that also sits in RAM loses only its
-// disk copy, with an event that says so.
+// The policy core when the disk copy of a chunk or of a checkpoint is lost (ForgetDiskChunk,
+// ForgetDiskCopy): only checkpoints whose bytes then exist nowhere are dropped; a checkpoint
+// that also sits in RAM loses only its disk copy, with an event that says so.
 
 #include <string>
 #include <vector>
@@ -58,6 +58,13 @@ class ForgetDiskChunkTest : public ::testing::Test {
     return out;
   }
 
+  // Replaying the events logged so far gives the cache's own state.
+  void ExpectReplayMatchesTheCache() {
+    absl::StatusOr<CacheStateSummary> replayed = ReplayEvents(events_.events());
+    ASSERT_TRUE(replayed.ok()) << replayed.status();
+    EXPECT_EQ(*replayed, cache().Summary());
+  }
+
   std::unique_ptr<testing::TestCache> t_;
   testing::TierListener listener_;
   VectorEventSink events_;
@@ -93,10 +100,7 @@ TEST_F(ForgetDiskChunkTest, ACheckpointAlsoInRamLosesOnlyItsDiskCopy) {
   EXPECT_EQ(quarantined[0].tier, Tier::kDisk);
   EXPECT_EQ(quarantined[0].reason, "checksum mismatch");
   EXPECT_TRUE(QuarantinesOf(ram_only).empty());
-  // Replaying the events takes only the disk copy too.
-  absl::StatusOr<CacheStateSummary> replayed = ReplayEvents(events_.events());
-  ASSERT_TRUE(replayed.ok()) << replayed.status();
-  EXPECT_EQ(*replayed, cache().Summary());
+  ExpectReplayMatchesTheCache();  // Replaying the events takes only the disk copy too.
 }
 
 TEST_F(ForgetDiskChunkTest, ADiskOnlyCheckpointOverTheChunkIsQuarantined) {
@@ -119,9 +123,7 @@ TEST_F(ForgetDiskChunkTest, ADiskOnlyCheckpointOverTheChunkIsQuarantined) {
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_TRUE(kept->in_ram);
   EXPECT_EQ(kept->chunks[1], chunk);
-  absl::StatusOr<CacheStateSummary> replayed = ReplayEvents(events_.events());
-  ASSERT_TRUE(replayed.ok()) << replayed.status();
-  EXPECT_EQ(*replayed, cache().Summary());
+  ExpectReplayMatchesTheCache();
 }
 
 TEST_F(ForgetDiskChunkTest, AWriteInFlightAndOtherChunksAreLeftAlone) {
@@ -144,9 +146,66 @@ TEST_F(ForgetDiskChunkTest, AWriteInFlightAndOtherChunksAreLeftAlone) {
   CAIRN_EXPECT_OK(cache().CommitPersist(writing));
   EXPECT_TRUE(cache().GetCheckpoint(writing)->on_disk);
   EXPECT_THAT(cache().ForgetDiskChunk(9999, "unknown"), StatusIs(absl::StatusCode::kNotFound));
-  absl::StatusOr<CacheStateSummary> replayed = ReplayEvents(events_.events());
-  ASSERT_TRUE(replayed.ok()) << replayed.status();
-  EXPECT_EQ(*replayed, cache().Summary());
+  ExpectReplayMatchesTheCache();
+}
+
+TEST_F(ForgetDiskChunkTest, ACheckpointWhoseDiskCopyIsLostKeepsItsRamCopy) {
+  const CheckpointId both = Capture(10, CaptureKind::kEnd, true);
+  const int64_t ram_used = cache().ram_ledger().used();
+
+  absl::StatusOr<std::vector<CheckpointId>> ram_only_now =
+      cache().ForgetDiskCopy(both, "state file checksum mismatch");
+
+  ASSERT_TRUE(ram_only_now.ok()) << ram_only_now.status();
+  EXPECT_EQ(*ram_only_now, std::vector<CheckpointId>{both});
+  absl::StatusOr<CheckpointInfo> kept = cache().GetCheckpoint(both);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->in_ram);
+  EXPECT_FALSE(kept->on_disk);
+  EXPECT_TRUE(cache().ShouldPersist(both));
+  EXPECT_EQ(cache().disk_ledger().used(), 0);
+  EXPECT_EQ(cache().ram_ledger().used(), ram_used);
+  EXPECT_EQ(listener_.left_disk, std::vector<CheckpointId>{both});
+  EXPECT_TRUE(listener_.left_ram.empty());
+  std::vector<Event> quarantined = QuarantinesOf(both);
+  ASSERT_EQ(quarantined.size(), 1u);
+  EXPECT_EQ(quarantined[0].tier, Tier::kDisk);
+  ExpectReplayMatchesTheCache();
+}
+
+TEST_F(ForgetDiskChunkTest, ADiskOnlyCheckpointWhoseDiskCopyIsLostIsQuarantined) {
+  const CheckpointId disk_only = Capture(10, CaptureKind::kEnd, true);
+  CAIRN_ASSERT_OK(cache().Evict(disk_only, "explicit"));
+
+  absl::StatusOr<std::vector<CheckpointId>> ram_only_now =
+      cache().ForgetDiskCopy(disk_only, "state file missing");
+
+  ASSERT_TRUE(ram_only_now.ok()) << ram_only_now.status();
+  EXPECT_TRUE(ram_only_now->empty());
+  EXPECT_THAT(cache().GetCheckpoint(disk_only).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(cache().disk_ledger().used(), 0);
+  ASSERT_EQ(QuarantinesOf(disk_only).size(), 1u);
+  ExpectReplayMatchesTheCache();
+}
+
+TEST_F(ForgetDiskChunkTest, ACheckpointWithoutADiskCopyIsLeftAlone) {
+  const CheckpointId ram_only = Capture(10, CaptureKind::kGrid, false);
+  const CheckpointId writing = Capture(4, CaptureKind::kLearned, false);
+  ASSERT_TRUE(cache().BeginPersist(writing).ok());
+
+  absl::StatusOr<std::vector<CheckpointId>> from_ram = cache().ForgetDiskCopy(ram_only, "lost");
+  absl::StatusOr<std::vector<CheckpointId>> in_flight = cache().ForgetDiskCopy(writing, "lost");
+
+  ASSERT_TRUE(from_ram.ok()) << from_ram.status();
+  EXPECT_TRUE(from_ram->empty());
+  ASSERT_TRUE(in_flight.ok()) << in_flight.status();
+  EXPECT_TRUE(in_flight->empty());
+  EXPECT_TRUE(cache().GetCheckpoint(ram_only)->in_ram);
+  CAIRN_EXPECT_OK(cache().CommitPersist(writing));
+  EXPECT_TRUE(cache().GetCheckpoint(writing)->on_disk);
+  EXPECT_TRUE(QuarantinesOf(ram_only).empty());
+  EXPECT_TRUE(QuarantinesOf(writing).empty());
+  EXPECT_THAT(cache().ForgetDiskCopy(9999, "unknown"), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace
