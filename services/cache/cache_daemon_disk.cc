@@ -255,10 +255,18 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
     // store still keeps for another checkpoint).
     keep(core_->ForgetDiskCopy(q.checkpoint_id, q.reason));
   }
-  // Commits and deferred retries are the only other writes: nothing else would write these.
-  // Their old copies' deletions (a NotFound: the store dropped them) go first. One dropped
-  // above is no longer in RAM, and the policy skips it.
-  for (CheckpointId kept : ram_only) MaybePersistLocked(kept, /*after_disk_tasks=*/true);
+  // Commits and deferred retries are the only other writes: nothing else would write these
+  // (those kept in RAM, and those not written because a lost copy sat just before them). Their
+  // old copies' deletions (a NotFound: the store dropped them) go first. Shallower ones are
+  // offered first: one written again covers those just below it, as before. One dropped above
+  // is no longer in RAM, and the policy skips it.
+  std::vector<std::pair<int64_t, CheckpointId>> by_depth;
+  for (CheckpointId kept : ram_only) {
+    absl::StatusOr<CheckpointInfo> info = core_->GetCheckpoint(kept);
+    if (info.ok()) by_depth.emplace_back(info->depth, kept);
+  }
+  std::sort(by_depth.begin(), by_depth.end());
+  for (const auto& [depth, kept] : by_depth) MaybePersistLocked(kept, /*after_disk_tasks=*/true);
 }
 
 void CacheDaemon::OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -357,9 +358,10 @@ class CheckpointCache {
   // RAM-only one (a quarantine event with tier kDisk; its RAM bytes are its own, verified as
   // they entered the arena, never read from the bad file), one only on disk is quarantined. A
   // checkpoint without a disk copy (in RAM only, or with a write of it in flight) is left
-  // alone. Returns the checkpoints kept as RAM-only ones, in id order: the caller offers them to
-  // ShouldPersist again, as nothing else would write them. NotFound for an unknown or still
-  // pending checkpoint.
+  // alone. Returns, in id order, the checkpoints kept as RAM-only ones and the RAM-only ones
+  // that were not written because a forgotten copy sat just before them (ShouldPersist's
+  // spacing): the caller offers them to ShouldPersist again, as nothing else would write them.
+  // NotFound for an unknown or still pending checkpoint.
   absl::StatusOr<std::vector<CheckpointId>> ForgetDiskCopy(CheckpointId id,
                                                            const std::string& reason);
   // Pins keep a checkpoint from eviction while a restore reads it. NotFound for unknown ids.
@@ -467,8 +469,17 @@ class CheckpointCache {
   void EvictFromRam(Checkpoint& ckpt, const std::string& reason);
   void EvictFromDisk(Checkpoint& ckpt, const std::string& reason);
   void Quarantine(Checkpoint& ckpt, const std::string& reason);
-  // ForgetDiskCopy's work for `ckpt`, which is on disk.
-  std::vector<CheckpointId> DropDiskCopy(Checkpoint& ckpt, const std::string& reason);
+  // Forgets the disk copies of `ids` (all on disk) as ForgetDiskCopy says; returns what it
+  // returns for all of them.
+  std::vector<CheckpointId> DropDiskCopies(const std::vector<CheckpointId>& ids,
+                                           const std::string& reason);
+  // The checkpoints on disk or being written less than disk_spacing_tokens before `ckpt` on its
+  // path: with one there, ShouldPersist does not write a prompt checkpoint.
+  std::vector<CheckpointId> DiskNeighboursBefore(const Checkpoint& ckpt) const;
+  // The RAM-only prompt checkpoints that are not written because one of `on_disk` sits among
+  // their DiskNeighboursBefore.
+  std::vector<CheckpointId> WritesSkippedFor(
+      const absl::flat_hash_set<CheckpointId>& on_disk) const;
   // Releases `ckpt`'s disk copy and abandons a write of it in flight (CommitPersist then
   // answers NotFound). Returns whether it had either. Emits nothing.
   bool ReleaseDiskTier(Checkpoint& ckpt);

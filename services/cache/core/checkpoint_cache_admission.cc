@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
@@ -326,14 +327,7 @@ absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskChunk(
     if (ckpt->on_disk && Contains<ChunkId>(ckpt->chunks, chunk)) hit.push_back(id);
   }
   std::sort(hit.begin(), hit.end());
-  std::vector<CheckpointId> kept;
-  for (CheckpointId id : hit) {
-    std::vector<CheckpointId> more = DropDiskCopy(*checkpoints_.at(id), reason);
-    kept.insert(kept.end(), more.begin(), more.end());
-  }
-  std::sort(kept.begin(), kept.end());
-  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
-  return kept;
+  return DropDiskCopies(hit, reason);
 }
 
 absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskCopy(
@@ -343,25 +337,34 @@ absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskCopy(
     return absl::NotFoundError(absl::StrCat("no checkpoint ", id));
   }
   if (!it->second->on_disk) return std::vector<CheckpointId>{};
-  return DropDiskCopy(*it->second, reason);
+  return DropDiskCopies({id}, reason);
 }
 
-std::vector<CheckpointId> CheckpointCache::DropDiskCopy(Checkpoint& ckpt,
-                                                        const std::string& reason) {
-  CAIRN_CHECK(ckpt.on_disk);
-  if (!ckpt.in_ram) {
-    Quarantine(ckpt, reason);  // Its bytes are nowhere else.
-    return {};
+std::vector<CheckpointId> CheckpointCache::DropDiskCopies(const std::vector<CheckpointId>& ids,
+                                                          const std::string& reason) {
+  if (ids.empty()) return {};
+  // Asked before the copies go, while ShouldPersist still sees them on disk.
+  std::vector<CheckpointId> offer =
+      WritesSkippedFor(absl::flat_hash_set<CheckpointId>(ids.begin(), ids.end()));
+  for (CheckpointId id : ids) {
+    Checkpoint& ckpt = *checkpoints_.at(id);
+    CAIRN_CHECK(ckpt.on_disk);
+    if (!ckpt.in_ram) {
+      Quarantine(ckpt, reason);  // Its bytes are nowhere else.
+      continue;
+    }
+    // Its RAM bytes are its own and were verified when they entered the arena: it stays, as a
+    // RAM-only checkpoint. The event's tier says only the disk copy went.
+    offer.push_back(id);
+    Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
+    e.tier = Tier::kDisk;
+    ReleaseDiskTier(ckpt);
+    Emit(std::move(e));
+    if (listener_ != nullptr) listener_->CheckpointLeftDisk(id);
   }
-  // Its RAM bytes are its own and were verified when they entered the arena: it stays, as a
-  // RAM-only checkpoint. The event's tier says only the disk copy went.
-  const CheckpointId id = ckpt.id;
-  Event e = MakeEvent(EventType::kQuarantine, ckpt, reason);
-  e.tier = Tier::kDisk;
-  ReleaseDiskTier(ckpt);
-  Emit(std::move(e));
-  if (listener_ != nullptr) listener_->CheckpointLeftDisk(id);
-  return {id};
+  std::sort(offer.begin(), offer.end());
+  offer.erase(std::unique(offer.begin(), offer.end()), offer.end());
+  return offer;
 }
 
 absl::Status CheckpointCache::Pin(CheckpointId id) {

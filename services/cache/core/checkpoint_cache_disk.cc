@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
@@ -114,13 +115,37 @@ bool CheckpointCache::ShouldPersist(CheckpointId id) const {
     return false;
   }
   if (ckpt.kind == CaptureKind::kLearned) return true;
+  return DiskNeighboursBefore(ckpt).empty();
+}
+
+std::vector<CheckpointId> CheckpointCache::DiskNeighboursBefore(const Checkpoint& ckpt) const {
+  std::vector<CheckpointId> near;
   for (const RadixPrefixIndex::Hit& hit :
        RadixPrefixIndex::NearAncestors(ckpt.node, options_.retention.disk_spacing_tokens - 1)) {
     if (hit.entry.kind != IndexEntry::Kind::kCheckpoint) continue;
     const Checkpoint& other = *checkpoints_.at(hit.entry.id);
-    if (other.on_disk || other.persisting) return false;
+    if (other.on_disk || other.persisting) near.push_back(other.id);
   }
-  return true;
+  return near;
+}
+
+std::vector<CheckpointId> CheckpointCache::WritesSkippedFor(
+    const absl::flat_hash_set<CheckpointId>& on_disk) const {
+  std::vector<CheckpointId> skipped;
+  for (const auto& [id, ckpt] : checkpoints_) {
+    // The prompt kinds ShouldPersist weighs against their neighbours, in RAM only.
+    if (ckpt->pending || !ckpt->in_ram || ckpt->on_disk || ckpt->persisting ||
+        ckpt->kind == CaptureKind::kGrid || ckpt->kind == CaptureKind::kLearned) {
+      continue;
+    }
+    for (CheckpointId near : DiskNeighboursBefore(*ckpt)) {
+      if (on_disk.contains(near)) {
+        skipped.push_back(id);
+        break;
+      }
+    }
+  }
+  return skipped;
 }
 
 absl::StatusOr<PersistTicket> CheckpointCache::BeginPersist(CheckpointId id) {

@@ -209,8 +209,9 @@ TEST_F(QuarantineScopeTest, ADamagedStateFileKeepsTheRamCheckpointSharingItsChun
   DamageFiles("states");
 
   daemon_->ScrubPassForTest();
+  Flush();  // Nothing on disk covers it any more: it is written.
 
-  ExpectOnlySurvivor(in_ram, {on_disk});
+  ExpectOnlySurvivor(in_ram, {on_disk}, 2, /*on_disk=*/true);
   absl::StatusOr<Explanation> explained = daemon_->Explain(ExplainQuery{0, LookupOf(48).tokens});
   ASSERT_TRUE(explained.ok()) << explained.status();
   EXPECT_EQ(explained->result.best.checkpoint, in_ram);
@@ -227,9 +228,11 @@ TEST_F(QuarantineScopeTest, ADamagedChunkDropsTheDiskOnlyCheckpointsAndKeepsTheR
   DamageFiles("chunks");
 
   daemon_->ScrubPassForTest();
+  Flush();
 
-  // Both disk-only checkpoints list the damaged chunks: no tier keeps them.
-  ExpectOnlySurvivor(in_ram, {first, deeper});
+  // Both disk-only checkpoints list the damaged chunks: no tier keeps them. The RAM one, no
+  // longer covered by the first on disk, is written.
+  ExpectOnlySurvivor(in_ram, {first, deeper}, 2, /*on_disk=*/true);
 }
 
 TEST_F(QuarantineScopeTest, ADamagedChunkKeepsACheckpointAlsoInRamAndWritesItToDiskAgain) {
@@ -258,9 +261,10 @@ TEST_F(QuarantineScopeTest, AFailedDiskRestoreKeepsTheRamCheckpointSharingItsChu
   DamageFiles("states");
 
   absl::StatusOr<RestoreGrant> damaged = daemon_->AcquireRestore(RestoreOf(on_disk, 1));
+  Flush();
 
   EXPECT_THAT(damaged.status(), StatusIs(absl::StatusCode::kDataLoss));
-  ExpectOnlySurvivor(in_ram, {on_disk});
+  ExpectOnlySurvivor(in_ram, {on_disk}, 2, /*on_disk=*/true);
 }
 
 // The checkpoint the scrubber reports is in RAM too: its RAM bytes never came from the bad
@@ -281,6 +285,19 @@ TEST_F(QuarantineScopeTest, AScrubbedCheckpointWithADamagedChunkKeepsItsRamCopy)
 
   ExpectOnlySurvivor(id, {}, 2, /*on_disk=*/true);
   ExpectDurable(id, 2);
+}
+
+// The RAM checkpoint at 44 was not written because the one at 40 sat just before it on disk;
+// once that one is lost, nothing on disk covers the prompt, so it is written in its place.
+TEST_F(QuarantineScopeTest, ARamCheckpointSkippedForALostDiskNeighbourIsWrittenInItsPlace) {
+  const auto [on_disk, in_ram] = DiskOnlyAndRamSharer();
+  DamageFiles("states");
+
+  daemon_->ScrubPassForTest();
+  Flush();
+
+  ExpectOnlySurvivor(in_ram, {on_disk}, 2, /*on_disk=*/true);
+  ExpectDurable(in_ram, 2);
 }
 
 TEST_F(QuarantineScopeTest, QuarantinesFromBeforeTheStartNameNoCheckpointOfThisRun) {

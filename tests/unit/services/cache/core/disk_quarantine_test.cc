@@ -208,5 +208,37 @@ TEST_F(ForgetDiskChunkTest, ACheckpointWithoutADiskCopyIsLeftAlone) {
   EXPECT_THAT(cache().ForgetDiskCopy(9999, "unknown"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// A prompt checkpoint just below one on disk is not written (disk_spacing_tokens); when that
+// disk copy is lost, it is returned for the caller to offer to ShouldPersist again. A grid
+// point, never written, is not.
+TEST_F(ForgetDiskChunkTest, RamCheckpointsNotWrittenForALostNeighbourAreReturned) {
+  const CheckpointId disk_only = Capture(10, CaptureKind::kEnd, true);
+  CAIRN_ASSERT_OK(cache().Evict(disk_only, "explicit"));
+  const CheckpointId below = Capture(2, CaptureKind::kEnd, false);
+  const CheckpointId grid = Capture(1, CaptureKind::kGrid, false);
+  ASSERT_FALSE(cache().ShouldPersist(below));
+
+  absl::StatusOr<std::vector<CheckpointId>> offer = cache().ForgetDiskCopy(disk_only, "lost");
+
+  ASSERT_TRUE(offer.ok()) << offer.status();
+  EXPECT_EQ(*offer, std::vector<CheckpointId>{below});
+  EXPECT_TRUE(cache().ShouldPersist(below));
+  EXPECT_FALSE(cache().ShouldPersist(grid));
+}
+
+TEST_F(ForgetDiskChunkTest, RamCheckpointsNotWrittenForALostChunksCheckpointAreReturned) {
+  const CheckpointId both = Capture(10, CaptureKind::kEnd, true);
+  const CheckpointId below = Capture(2, CaptureKind::kEnd, false);
+  ASSERT_FALSE(cache().ShouldPersist(below));
+
+  absl::StatusOr<std::vector<CheckpointId>> offer =
+      cache().ForgetDiskChunk(cache().GetCheckpoint(both)->chunks[0], "lost");
+
+  // Both: the first kept in RAM (written again, it covers the second once more), the second
+  // for the case that write does not happen.
+  ASSERT_TRUE(offer.ok()) << offer.status();
+  EXPECT_EQ(*offer, (std::vector<CheckpointId>{both, below}));
+}
+
 }  // namespace
 }  // namespace cairn::cache
