@@ -52,6 +52,7 @@ class CacheDaemon::Bytes final : public ResidencyListener {
   void CheckpointLeftRam(CheckpointId id) override {
     d_->mu_.AssertHeld();
     d_->deferred_persists_.erase(id);
+    d_->lost_chunk_retried_.erase(id);
     d_->regions_->DropCheckpoint(id);
   }
 

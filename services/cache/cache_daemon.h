@@ -341,9 +341,14 @@ class CacheDaemon {
   // Checkpoint `id` failed verification (`why`, DataLoss): the core forgets the disk copies of
   // it, of the store's quarantines not handled yet, and of the chunks the store no longer has,
   // with events; only what exists nowhere else goes, RAM copies stay. A checkpoint left in RAM
-  // only is queued for the disk tier again where the policy wants it there.
+  // only is queued for the disk tier again where the policy wants it there. `id` 0: none
+  // failed, only the store's new quarantines are handled.
   void ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The write of `id` was refused because a chunk it shares is no longer on disk (DataLoss):
+  // handles the store's new quarantines and queues the write again, unless `retried` (the
+  // refused write was that retry).
+  void LostSharedChunkLocked(CheckpointId id, bool retried) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The scrubber's report (on its thread).
   void OnScrubFoundCorrupt(CheckpointId id, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // The write of `id` failed for lack of space, `shortfall` bytes short: evict by rank and
@@ -411,6 +416,9 @@ class CacheDaemon {
   std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.
   // Checkpoints whose disk write failed for lack of space once: retried once after eviction.
   absl::flat_hash_set<CheckpointId> disk_full_retried_ ABSL_GUARDED_BY(mu_);
+  // Checkpoints whose write is the retry after a lost shared chunk (LostSharedChunkLocked);
+  // until that write ends or they leave RAM.
+  absl::flat_hash_set<CheckpointId> lost_chunk_retried_ ABSL_GUARDED_BY(mu_);
   // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.
   std::vector<std::function<void()>> after_unlock_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CheckpointId> deferred_persists_ ABSL_GUARDED_BY(mu_);

@@ -188,7 +188,9 @@ void CacheDaemon::MaybePersistLocked(CheckpointId id, bool after_disk_tasks) {
       core_->AbortPersist(id).IgnoreError();  // Fails only if the core dropped it already.
     }
     core_->Unpin(id).IgnoreError();
+    const bool retried = lost_chunk_retried_.erase(id) > 0;
     if (disk_full) DiskFullLocked(id, bytes_needed - usable);
+    if (absl::IsDataLoss(status)) LostSharedChunkLocked(id, retried);
   };
   ++persists_queued_;
   // Enqueue may complete a superseded job (its callback takes this lock): after unlocking. The
@@ -229,6 +231,24 @@ void CacheDaemon::DiskFullLocked(CheckpointId id, int64_t shortfall) {
   });
 }
 
+void CacheDaemon::LostSharedChunkLocked(CheckpointId id, bool retried) {
+  // The store refused the write because a chunk file it shares is no longer on disk: a
+  // quarantine lost it before the write started, or while it ran (R5). The checkpoint is still
+  // in RAM with every byte. Once the policy has forgotten the lost disk copies (the store's
+  // quarantine entries, handled here if the scrubber or the restore that made them has not
+  // reported yet), a new write of it writes those chunks as new ones.
+  ForgetQuarantinedLocked(0, absl::OkStatus());
+  if (retried) {
+    // Refused twice in a row: the policy and the store disagree about what is on disk.
+    CAIRN_LOG(ERROR) << "not writing checkpoint " << id << " to disk again: a chunk it shares "
+                     << "is still missing there";
+    return;
+  }
+  if (!core_->InRam(id)) return;  // Dropped meanwhile: nothing to write.
+  lost_chunk_retried_.insert(id);
+  MaybePersistLocked(id, /*after_disk_tasks=*/true);
+}
+
 void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why) {
   // R5: the store quarantined `id` and every other checkpoint listing the bad file, and deleted
   // the files no live checkpoint lists any more. Only its entries since the last report are
@@ -240,7 +260,7 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
   // disk again (R8: it was durable).
   std::vector<QuarantineInfo> fresh = store_->QuarantinedAfter(quarantine_seen_);
   if (!fresh.empty()) quarantine_seen_ = fresh.back().seq;
-  fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
+  if (id != 0) fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
   std::set<CheckpointId> ram_only;
   auto keep = [&ram_only](const absl::StatusOr<std::vector<CheckpointId>>& kept) {
     if (kept.ok()) ram_only.insert(kept->begin(), kept->end());  // NotFound: gone already.

@@ -320,8 +320,8 @@ absl::Status CheckpointCache::QuarantineChunk(ChunkId chunk, const std::string& 
 absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskChunk(
     ChunkId chunk, const std::string& reason) {
   if (!chunks_.contains(chunk)) return absl::NotFoundError(absl::StrCat("no chunk ", chunk));
-  // Only disk copies list the lost file. A write in flight is not one yet: it either pinned
-  // the chunk in the disk tier before it went (and keeps it) or fails there.
+  // Only disk copies list the lost file. A write in flight is not one yet: the disk tier
+  // refuses it if it shares the lost file, and the caller writes it again.
   std::vector<CheckpointId> hit;
   for (const auto& [id, ckpt] : checkpoints_) {
     if (ckpt->on_disk && Contains<ChunkId>(ckpt->chunks, chunk)) hit.push_back(id);

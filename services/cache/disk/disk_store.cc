@@ -374,9 +374,10 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
       bytes_needed += c.bytes.size() + kFileFooterBytes + 256;
     }
     for (uint64_t shared : request.shared_chunk_ids) {
-      if (chunks_.count(shared) == 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("shared chunk ", shared, " is not durable on disk"));
+      auto it = chunks_.find(shared);
+      if (it == chunks_.end() || it->second.lost) {
+        return absl::DataLossError(
+            absl::StrCat("shared chunk ", shared, " is not on disk (lost, or never written)"));
       }
     }
     for (uint64_t shared : request.shared_chunk_ids) {
@@ -457,21 +458,42 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   if (absl::Status s = NoteIoError(catalog_->Put(CatalogEntry{id, false, manifest_bytes}), false);
       !s.ok()) {  // P6 failed: unpublish (IO2), best effort.
     written.push_back(final_path);
-    absl::Status unlinked = fs_->Delete(final_path);
-    if (unlinked.ok()) unlinked = fs_->SyncDir(manifests_dir_);
-    if (!unlinked.ok()) CAIRN_LOG(WARNING) << "cannot unpublish " << final_path << ": " << unlinked;
+    Unpublish(final_path);
     return fail(s);
   }
   CAIRN_KILL_POINT("disk.publish.after_catalog");
-  MutexLock lock(&mu_);
-  end_in_flight();
-  absl::Status registered = RegisterLocked(m, manifest_bytes.size());
-  std::vector<std::string> unused;
-  UnpinLocked(request.shared_chunk_ids, &unused);
-  // New chunk ids were unique on disk and among in-flight publishes when this one began.
-  CAIRN_CHECK(registered.ok());
-  ++counters_.published;
-  return absl::OkStatus();  // P7 is the caller's: acknowledge now.
+  uint64_t lost = 0;
+  {
+    MutexLock lock(&mu_);
+    for (uint64_t shared : request.shared_chunk_ids) {
+      if (chunks_.at(shared).lost) lost = shared;  // Pinned: still there.
+    }
+    if (lost == 0) {
+      end_in_flight();
+      absl::Status registered = RegisterLocked(m, manifest_bytes.size());
+      std::vector<std::string> unused;
+      UnpinLocked(request.shared_chunk_ids, &unused);
+      // New chunk ids were unique on disk and among in-flight publishes when this one began.
+      CAIRN_CHECK(registered.ok());
+      ++counters_.published;
+      return absl::OkStatus();  // P7 is the caller's: acknowledge now.
+    }
+  }
+  // R5: a chunk it shares failed verification while it ran (the quarantine could not drop the
+  // file this publish had pinned). Nothing may list that file: unpublish, best effort (a
+  // catalog entry left behind has no manifest at the next start, R2).
+  written.push_back(final_path);
+  NoteIoError(catalog_->Remove(id), false).IgnoreError();  // Counted; R2 mends it.
+  Unpublish(final_path);
+  return fail(absl::DataLossError(absl::StrCat(
+      "shared chunk ", lost, " was found damaged while checkpoint ", id, " was written")));
+}
+
+void DiskStore::Unpublish(const std::string& manifest_path) {
+  absl::Status unlinked = fs_->Delete(manifest_path);
+  if (unlinked.ok()) unlinked = fs_->SyncDir(manifests_dir_);
+  if (!unlinked.ok())
+    CAIRN_LOG(WARNING) << "cannot unpublish " << manifest_path << ": " << unlinked;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -648,7 +670,8 @@ bool DiskStore::HasCheckpoint(uint64_t checkpoint_id) const {
 
 bool DiskStore::HasChunk(uint64_t chunk_id) const {
   MutexLock lock(&mu_);
-  return chunks_.count(chunk_id) != 0;
+  auto it = chunks_.find(chunk_id);
+  return it != chunks_.end() && !it->second.lost;
 }
 
 absl::Status DiskStore::ReserveCheckpointIds(uint64_t up_to) {

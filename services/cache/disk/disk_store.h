@@ -149,9 +149,11 @@ class DiskStore {
 
   // Publishes a checkpoint in the order P1-P6; OK means acknowledged (durable). Errors:
   // InvalidArgument for a malformed request; AlreadyExists for a checkpoint or new chunk id
-  // already on disk; FailedPrecondition for a shared chunk that is not durable on disk or a
-  // read-only tier; ResourceExhausted when the budget or free space cannot be made; the I/O
-  // error otherwise (nothing is then acknowledged and temporary files are removed).
+  // already on disk; DataLoss for a shared chunk that is not on disk, or whose file is found
+  // damaged while the publish runs (a quarantine lost it: the caller may write the checkpoint
+  // again with that chunk as a new one); FailedPrecondition for a read-only tier;
+  // ResourceExhausted when the budget or free space cannot be made; the I/O error otherwise
+  // (nothing is then acknowledged and temporary files are removed).
   // `between_pieces` (may be empty) runs between 1 MiB staging pieces: the writer yields
   // there.
   absl::Status Publish(const PublishRequest& request,
@@ -233,6 +235,9 @@ class DiskStore {
     // takes them, and a removal's shift is cheap next to the deletion of files it goes with.
     std::vector<uint64_t> users;
     int pins = 0;  // In-flight publishes sharing it (P8).
+    // Its file failed verification (R5): the checkpoints listing it are quarantined, and it
+    // stays only while publishes that pinned it run. They fail; HasChunk no longer counts it.
+    bool lost = false;
     void AddUser(uint64_t checkpoint_id) {
       if (users.empty() || users.back() < checkpoint_id) {
         users.push_back(checkpoint_id);
@@ -303,6 +308,8 @@ class DiskStore {
                             uint8_t* destination, std::string* staging);
   absl::Status Load(uint64_t checkpoint_id, const RestoreDestination* destination);
   absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
+  // Deletes the manifest of a publish that cannot be acknowledged (IO2), best effort.
+  void Unpublish(const std::string& manifest_path);
   // Removes `id` from the tables; returns the files that nothing references any more.
   std::vector<std::string> DropLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(const std::vector<uint64_t>& chunk_ids, std::vector<std::string>* orphans)

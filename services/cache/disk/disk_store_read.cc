@@ -190,6 +190,8 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     auto it = chunks_.find(f.piece.chunk.chunk_id);
     if (it != chunks_.end()) {  // R5: every dependent.
       dependents.insert(it->second.users.begin(), it->second.users.end());
+      // A publish that pinned it and has not registered yet fails instead of listing it.
+      it->second.lost = true;
     }
   }
   {

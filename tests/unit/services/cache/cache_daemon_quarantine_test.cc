@@ -79,9 +79,9 @@ class QuarantineScopeTest : public DiskTierPartsTest {
   }
 
   // Slot 0 goes idle until all its borrowed rows are spilled (each chunk's pattern written
-  // into its region first, and the spill answered), and every disk write that was waiting for
-  // them finishes. Spill requests sent before a restart are not answered again.
-  void SpillAndFlush() {
+  // into its region first, and the spill answered). Spill requests sent before a restart are
+  // not answered again.
+  void Spill() {
     for (bool spilled = true; spilled;) {
       ASSERT_TRUE(daemon_->SlotIdle(session_, 0).ok());
       const std::vector<v1::SessionServerMessage> messages = sink_.messages();
@@ -100,6 +100,11 @@ class QuarantineScopeTest : public DiskTierPartsTest {
         EXPECT_TRUE(daemon_->SpillDone(session_, report).ok());
       }
     }
+  }
+
+  // Spill, then every disk write that was waiting for the spilled rows finishes.
+  void SpillAndFlush() {
+    Spill();
     Flush();
   }
 
@@ -196,7 +201,7 @@ class QuarantineScopeTest : public DiskTierPartsTest {
   }
 
   uint64_t depth_ = 0;   // Slot 0's frontier.
-  size_t answered_ = 0;  // Messages to the session looked at by SpillAndFlush.
+  size_t answered_ = 0;  // Messages to the session looked at by Spill.
 };
 
 TEST_F(QuarantineScopeTest, ADamagedStateFileKeepsTheRamCheckpointSharingItsChunks) {
@@ -320,6 +325,36 @@ TEST_F(QuarantineScopeTest, QuarantinesFromBeforeTheStartNameNoCheckpointOfThisR
   daemon_->ScrubPassForTest();  // Reports `learned`, the store's only new quarantine.
 
   ExpectOnlySurvivor(grid, {learned});
+}
+
+// The same with a disk writer that yields to a busy model for long: while slot 1 is busy, a
+// queued write waits before it starts.
+class HeldWriterQuarantineTest : public QuarantineScopeTest {
+ protected:
+  CacheDaemonOptions DiskOptions() const override {
+    CacheDaemonOptions options = QuarantineScopeTest::DiskOptions();
+    options.writer.max_yield = absl::Seconds(30);
+    return options;
+  }
+};
+
+// A write queued over chunks already on disk loses them before it starts: the checkpoint is
+// still in RAM with every byte, so it is written again, its chunks as new ones.
+TEST_F(HeldWriterQuarantineTest, AQueuedWriteWhoseSharedChunksAreLostIsQueuedAgain) {
+  const uint64_t first = CaptureAs(40, CaptureKind::kEnd);
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Disk only.
+  ASSERT_TRUE(daemon_->SlotBusy(session_, 1).ok());                   // Holds the writer.
+  const uint64_t learned = CaptureAs(56, CaptureKind::kLearned);      // Shares 2 chunks.
+  Spill();  // Its write is queued, sharing the first's 2 chunk files, and waits.
+  DamageFiles("chunks");
+  daemon_->ScrubPassForTest();  // The first goes, and the store deletes its chunk files.
+
+  ASSERT_TRUE(daemon_->SlotIdle(session_, 1).ok());
+  Flush();
+
+  ExpectOnlySurvivor(learned, {first}, 3, /*on_disk=*/true);
+  ExpectDurable(learned, 3);
 }
 
 }  // namespace
