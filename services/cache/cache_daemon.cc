@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
   if (options.checkpoint_id_block <= 0 || options.checkpoint_id_block > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError("the checkpoint id block must be between 1 and 2^40");
   }
+  if (options.chunk_id_block <= 0 || options.chunk_id_block > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError("the chunk id block must be between 1 and 2^40");
+  }
   std::unique_ptr<CacheDaemon> d(new CacheDaemon(options, clock));
   ArenaOptions arena_options = options.arena;
   if (arena_options.size_bytes == 0) {
@@ -183,6 +186,7 @@ absl::StatusOr<std::unique_ptr<CacheDaemon>> CacheDaemon::Create(const CacheDaem
     d->core_->ReserveIdsAbove(d->store_->max_chunk_id(), d->store_->max_checkpoint_id());
     // None of the new ids is reserved yet: the first capture reserves a block.
     d->core_->LimitCheckpointIds(d->store_->max_checkpoint_id());
+    d->core_->LimitChunkIds(d->store_->max_chunk_id());
     d->quarantine_seen_ = d->store_->quarantine_seq();
     // R3: files no manifest lists are removed in the background after start-up.
     DiskStore* store = d->store_.get();

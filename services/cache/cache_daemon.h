@@ -87,9 +87,12 @@ struct CacheDaemonOptions {
   DiskStoreOptions disk;  // root and budget are filled in from the above.
   // With a disk tier, checkpoint ids are reserved in the catalog this many at a time (at most
   // 2^40), each block before any of its ids is handed out (one synced write per block), so that
-  // a restart never hands out an id again (docs/disk-format.md, "Reserved checkpoint ids").
+  // a restart never hands out an id again (docs/disk-format.md, "Reserved ids").
   // Without one, ids start at 1 after a restart: nothing from before survives it.
   int64_t checkpoint_id_block = 1024;
+  // The same for chunk ids (at most 2^40), which captures mint many more of: a capture that
+  // needs more than a block reserves what it needs (docs/disk-format.md, "Reserved ids").
+  int64_t chunk_id_block = 65536;
   BackgroundWriterOptions writer;
   FileSystem* file_system = nullptr;  // nullptr = POSIX; tests pass a fault-injecting one.
   absl::Duration flush_timeout = absl::Minutes(5);  // Flush waits at most this long.
@@ -302,15 +305,18 @@ class CacheDaemon {
   // lease when it is done, nullopt when the checkpoint must be read from disk (RestoreFromDisk).
   absl::StatusOr<std::optional<RestoreGrant>> BeginRestore(const RestoreRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // ReserveCapture with the checkpoint ids reserved so far: nullopt, before anything changes,
-  // when the core has none left for the capture's ticket.
+  // ReserveCapture with the ids reserved so far: nullopt, before anything changes, when the
+  // core has no checkpoint id left for the capture's ticket or too few chunk ids for the
+  // chunks it would mint.
   std::optional<absl::StatusOr<CaptureGrant>> ReserveCaptureWithinIds(const CaptureRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
   // With a disk tier, when the core has used up the checkpoint ids reserved so far, reserves
   // the next checkpoint_id_block of them in the catalog (a synced write, made without mu_) and
-  // then lets the core mint them. A record the store cannot write is logged and the block used
-  // all the same (the RAM tier goes on; only those ids may come back after a restart).
-  void ReserveCheckpointIds() ABSL_LOCKS_EXCLUDED(mu_);
+  // then lets the core mint them; likewise chunk ids when those reserved cannot cover the
+  // chunks a capture of `req`'s slot would mint (a block, or what it needs if more). A record
+  // the store cannot write is logged and the ids used all the same (the RAM tier goes on; only
+  // those ids may come back after a restart).
+  void ReserveIds(const CaptureRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the message for spill `spill`: destinations are the chunk regions reserved at
   // admission (allocated here if missing). ResourceExhausted when the arena is full.
   absl::StatusOr<v1::SpillRequest> MakeSpillLocked(const SpillInfo& spill)

@@ -17,26 +17,44 @@ namespace cairn::cache {
 // ---------------------------------------------------------------------------------------
 // Captures.
 
-void CacheDaemon::ReserveCheckpointIds() {
+void CacheDaemon::ReserveIds(const CaptureRequest& req) {
   if (store_ == nullptr) return;  // No limit: nothing survives a restart.
-  CheckpointId next = 0;
+  CheckpointId checkpoints_up_to = 0;
+  ChunkId chunks_up_to = 0;
   {
     Lock lock(this);
-    next = core_->next_checkpoint_id();
-    if (next <= core_->checkpoint_id_limit()) return;
+    const CheckpointId next = core_->next_checkpoint_id();
+    if (next > core_->checkpoint_id_limit()) {
+      checkpoints_up_to = next - 1 + static_cast<CheckpointId>(options_.checkpoint_id_block);
+    }
+    // The chunks a capture of the slot would mint (none for a slot not known yet: the
+    // capture fails before it mints any).
+    absl::StatusOr<int32_t> slot = sessions_.Slot(req.session_id, req.slot);
+    const ChunkId needed =
+        static_cast<ChunkId>(slot.ok() ? core_->ChunksToMint(SlotKey{req.session_id, *slot}) : 0);
+    const ChunkId next_chunk = core_->next_chunk_id();
+    if (next_chunk - 1 + needed > core_->chunk_id_limit()) {
+      chunks_up_to =
+          next_chunk - 1 + std::max(needed, static_cast<ChunkId>(options_.chunk_id_block));
+    }
   }
-  const CheckpointId up_to = next - 1 + static_cast<CheckpointId>(options_.checkpoint_id_block);
+  if (checkpoints_up_to == 0 && chunks_up_to == 0) return;
   // Durable before the core may mint any of them, so before any is handed out. A catalog that
   // cannot take the record (the disk tier failing, or turned read-only) must not stop the RAM
-  // tier (IO4): the block is used all the same, and only its ids may come back after a restart.
-  const absl::Status reserved = store_->ReserveCheckpointIds(up_to);
-  if (!reserved.ok()) {
-    CAIRN_LOG(WARNING) << "reserving checkpoint ids up to " << up_to << " on disk failed ("
+  // tier (IO4): the ids are used all the same, and only they may come back after a restart.
+  auto reserve = [](absl::Status reserved, const char* what, uint64_t up_to) {
+    if (reserved.ok()) return;
+    CAIRN_LOG(WARNING) << "reserving " << what << " ids up to " << up_to << " on disk failed ("
                        << reserved << "); they are used all the same, and a restart may hand "
                        << "them out again";
+  };
+  if (checkpoints_up_to != 0) {
+    reserve(store_->ReserveCheckpointIds(checkpoints_up_to), "checkpoint", checkpoints_up_to);
   }
+  if (chunks_up_to != 0) reserve(store_->ReserveChunkIds(chunks_up_to), "chunk", chunks_up_to);
   Lock lock(this);
-  core_->LimitCheckpointIds(std::max(core_->checkpoint_id_limit(), up_to));
+  core_->LimitCheckpointIds(std::max(core_->checkpoint_id_limit(), checkpoints_up_to));
+  core_->LimitChunkIds(std::max(core_->chunk_id_limit(), chunks_up_to));
 }
 
 absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& req) {
@@ -44,13 +62,14 @@ absl::StatusOr<CaptureGrant> CacheDaemon::ReserveCapture(const CaptureRequest& r
   // small block, many threads): reserve again, a bounded number of times.
   constexpr int kAttempts = 8;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    ReserveCheckpointIds();
+    ReserveIds(req);
     std::optional<absl::StatusOr<CaptureGrant>> grant = ReserveCaptureWithinIds(req);
     if (grant.has_value()) return *std::move(grant);
   }
   return absl::UnavailableError(
-      absl::StrCat("other captures used up every checkpoint id reserved for this one (", kAttempts,
-                   " blocks of ", options_.checkpoint_id_block, ")"));
+      absl::StrCat("other captures used up every id reserved for this one (", kAttempts,
+                   " blocks of ", options_.checkpoint_id_block, " checkpoint ids and of ",
+                   options_.chunk_id_block, " chunk ids)"));
 }
 
 std::optional<absl::StatusOr<CaptureGrant>> CacheDaemon::ReserveCaptureWithinIds(
@@ -66,7 +85,11 @@ std::optional<absl::StatusOr<CaptureGrant>> CacheDaemon::ReserveCaptureWithinIds
     return absl::FailedPreconditionError(absl::StrCat("capture at depth ", req.depth, " but slot ",
                                                       slot, "'s frontier is at ", frontier.size()));
   }
-  if (core_->next_checkpoint_id() > core_->checkpoint_id_limit()) return std::nullopt;
+  if (core_->next_checkpoint_id() > core_->checkpoint_id_limit() ||
+      core_->next_chunk_id() - 1 + static_cast<ChunkId>(core_->ChunksToMint(key)) >
+          core_->chunk_id_limit()) {
+    return std::nullopt;
+  }
   const uint64_t before = events_.LastSeq();
   ASSIGN_OR_RETURN(CaptureTicket ticket,
                    core_->BeginCapture(key, req.kind, req.conversation, req.stable_boundary));

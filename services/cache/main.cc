@@ -158,6 +158,10 @@ int Run(int argc, char** argv) {
             "checkpoint ids the disk tier's catalog reserves at a time, before handing any out, "
             "so that a restart never hands one out again (one synced write per block)",
             1, int64_t{1} << 40);
+  flags.Add("chunk-id-block", &options.chunk_id_block,
+            "chunk ids the disk tier's catalog reserves at a time, the same way (a capture that "
+            "needs more reserves what it needs)",
+            1, int64_t{1} << 40);
   flags.AddBytes("scrub-bytes-per-second", &main_options.scrub_bytes_per_second,
                  "read rate of the background scrubber that verifies the disk tier (0: off)");
   flags.Add("scrub-interval", &options.scrub.pass_interval,

@@ -319,6 +319,14 @@ class CheckpointCache {
   CheckpointId checkpoint_id_limit() const { return checkpoint_id_limit_; }
   // The id the next BeginCapture mints.
   CheckpointId next_checkpoint_id() const { return next_checkpoint_; }
+  // The same for chunk ids, which BeginCapture mints for the full chunks a slot computed itself
+  // (ChunksToMint): it mints none past `limit`. Without a call, there is no limit.
+  void LimitChunkIds(ChunkId limit) { chunk_id_limit_ = limit; }
+  ChunkId chunk_id_limit() const { return chunk_id_limit_; }
+  ChunkId next_chunk_id() const { return next_chunk_; }
+  // The chunk ids a capture of slot `key` at its frontier would mint now (0 for an unknown
+  // slot).
+  int64_t ChunksToMint(SlotKey key) const;
   // Registers checkpoint `id`, found in the disk tier, as a disk-only checkpoint over `tokens`
   // that references `chunks` (the full chunks covering rows [0, tokens.size()), in order).
   // Chunks not known yet are created disk-resident, with provenance `provenance` (one
@@ -508,6 +516,7 @@ class CheckpointCache {
   ChunkId next_chunk_ = 1;
   CheckpointId next_checkpoint_ = 1;
   CheckpointId checkpoint_id_limit_ = std::numeric_limits<CheckpointId>::max();
+  ChunkId chunk_id_limit_ = std::numeric_limits<ChunkId>::max();
   ComputationId next_computation_ = 1;
   uint64_t next_frontier_ = 1;
   uint64_t next_spill_ = 1;

@@ -127,6 +127,16 @@ void CheckpointCache::FailChunk(ChunkId id, const std::string& reason) {
 // ---------------------------------------------------------------------------------------------
 // Captures.
 
+int64_t CheckpointCache::ChunksToMint(SlotKey key) const {
+  auto it = slots_.find(key);
+  if (it == slots_.end()) return 0;
+  const Slot& slot = *it->second;
+  const ModelLayout* layout = LayoutFor(slot.identities.compatibility);
+  if (layout == nullptr) return 0;
+  const int64_t full = layout->FullChunks(static_cast<int64_t>(slot.tokens.size()));
+  return std::max<int64_t>(0, full - static_cast<int64_t>(slot.chunks.size()));
+}
+
 absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, CaptureKind kind,
                                                             const std::string& conversation,
                                                             int64_t stable_boundary) {
@@ -149,6 +159,11 @@ absl::StatusOr<CaptureTicket> CheckpointCache::BeginCapture(SlotKey key, Capture
   if (next_checkpoint_ > checkpoint_id_limit_) {
     return absl::UnavailableError(absl::StrCat("checkpoint ids up to ", checkpoint_id_limit_,
                                                " are used up; none above is reserved yet"));
+  }
+  if (const int64_t to_mint = ChunksToMint(key);
+      to_mint > 0 && next_chunk_ - 1 + static_cast<ChunkId>(to_mint) > chunk_id_limit_) {
+    return absl::UnavailableError(absl::StrCat("chunk ids up to ", chunk_id_limit_,
+                                               " are used up; ", to_mint, " more are needed"));
   }
   auto ckpt = std::make_unique<Checkpoint>();
   ckpt->id = next_checkpoint_++;

@@ -19,9 +19,11 @@ constexpr char kEntryPrefix = 'c';
 // the close's flush has something to write (see ~Catalog). Never present, so never read.
 constexpr char kCloseMarkerKey[] = "close";
 constexpr uint8_t kFlagQuarantined = 1;
-// Outside the entries' key space too, and after it: the largest checkpoint id reserved so far,
-// 8 bytes little-endian. Written by daemons that reserve ids; catalogs from before have none.
+// Outside the entries' key space too, and after it: the largest checkpoint id and the largest
+// chunk id reserved so far, 8 bytes little-endian each. Written by daemons that reserve ids;
+// catalogs from before have none (or only the first).
 constexpr char kReservedIdsKey[] = "reserved-checkpoint-ids";
+constexpr char kReservedChunkIdsKey[] = "reserved-chunk-ids";
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -43,6 +45,30 @@ rocksdb::WriteOptions SyncWrite() {
   rocksdb::WriteOptions w;
   w.sync = true;  // P6: the default (false) has the crash semantics of a bare write().
   return w;
+}
+
+// Writes the reserved-ids record `key` (`what`: "checkpoint" or "chunk").
+absl::Status PutReserved(rocksdb::DB* db, const char* key, absl::string_view what, uint64_t up_to) {
+  std::string value(8, '\0');
+  for (int i = 0; i < 8; ++i) value[i] = static_cast<char>(up_to >> (8 * i));
+  return FromRocks(db->Put(SyncWrite(), key, value),
+                   absl::StrCat("reserve ", what, " ids up to ", up_to));
+}
+
+// Reads the reserved-ids record `key`: 0 when absent, DataLoss when malformed.
+absl::StatusOr<uint64_t> GetReserved(rocksdb::DB* db, const char* key, absl::string_view what) {
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  std::string value;
+  const rocksdb::Status s = db->Get(read, key, &value);
+  if (s.IsNotFound()) return 0;
+  RETURN_IF_ERROR(FromRocks(s, absl::StrCat("read reserved ", what, " ids")));
+  if (value.size() != 8) {
+    return absl::DataLossError(absl::StrCat("malformed reserved ", what, " ids record"));
+  }
+  uint64_t up_to = 0;
+  for (int i = 7; i >= 0; --i) up_to = (up_to << 8) | static_cast<uint8_t>(value[i]);
+  return up_to;
 }
 
 }  // namespace
@@ -137,23 +163,19 @@ absl::Status Catalog::Remove(uint64_t checkpoint_id) {
 }
 
 absl::Status Catalog::PutReservedCheckpointIds(uint64_t up_to) {
-  std::string value(8, '\0');
-  for (int i = 0; i < 8; ++i) value[i] = static_cast<char>(up_to >> (8 * i));
-  return FromRocks(db_->Put(SyncWrite(), kReservedIdsKey, value),
-                   absl::StrCat("reserve checkpoint ids up to ", up_to));
+  return PutReserved(db_.get(), kReservedIdsKey, "checkpoint", up_to);
 }
 
 absl::StatusOr<uint64_t> Catalog::ReservedCheckpointIds() const {
-  rocksdb::ReadOptions read;
-  read.verify_checksums = true;
-  std::string value;
-  const rocksdb::Status s = db_->Get(read, kReservedIdsKey, &value);
-  if (s.IsNotFound()) return 0;
-  RETURN_IF_ERROR(FromRocks(s, "read reserved checkpoint ids"));
-  if (value.size() != 8) return absl::DataLossError("malformed reserved checkpoint ids record");
-  uint64_t up_to = 0;
-  for (int i = 7; i >= 0; --i) up_to = (up_to << 8) | static_cast<uint8_t>(value[i]);
-  return up_to;
+  return GetReserved(db_.get(), kReservedIdsKey, "checkpoint");
+}
+
+absl::Status Catalog::PutReservedChunkIds(uint64_t up_to) {
+  return PutReserved(db_.get(), kReservedChunkIdsKey, "chunk", up_to);
+}
+
+absl::StatusOr<uint64_t> Catalog::ReservedChunkIds() const {
+  return GetReserved(db_.get(), kReservedChunkIdsKey, "chunk");
 }
 
 absl::StatusOr<std::vector<CatalogEntry>> Catalog::LoadAll() const {
@@ -175,7 +197,9 @@ absl::Status Catalog::ForEach(
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
-    if (key == rocksdb::Slice(kReservedIdsKey)) continue;
+    if (key == rocksdb::Slice(kReservedIdsKey) || key == rocksdb::Slice(kReservedChunkIdsKey)) {
+      continue;
+    }
     const rocksdb::Slice value = it->value();
     if (key.size() != 9 || key[0] != kEntryPrefix || value.size() < 1) {
       return absl::DataLossError("malformed catalog entry");

@@ -4,8 +4,8 @@
 // The RocksDB catalog of the disk tier: one entry per checkpoint holding a copy of its manifest
 // and its quarantine flag, so that start-up reads the catalog and file sizes only (R1). The
 // manifests stay the source of truth; the catalog can always be rebuilt from them (R2). Besides
-// the entries it holds one record that no manifest has: the checkpoint ids reserved so far
-// (docs/disk-format.md, "The catalog").
+// the entries it holds two records that no manifest has: the checkpoint ids and the chunk ids
+// reserved so far (docs/disk-format.md, "The catalog").
 
 #include <cstdint>
 #include <functional>
@@ -71,7 +71,10 @@ class Catalog {
   // Returns the recorded id (PutReservedCheckpointIds), or 0 when the catalog holds no record
   // (one written before the record existed). DataLoss for a malformed record.
   absl::StatusOr<uint64_t> ReservedCheckpointIds() const;
-  // Returns every checkpoint entry, in checkpoint-id order (not the reserved-ids record).
+  // The same two for chunk ids, in a record of their own.
+  absl::Status PutReservedChunkIds(uint64_t up_to);
+  absl::StatusOr<uint64_t> ReservedChunkIds() const;
+  // Returns every checkpoint entry, in checkpoint-id order (not the reserved-ids records).
   // DataLoss for a malformed entry key or value.
   absl::StatusOr<std::vector<CatalogEntry>> LoadAll() const;
   // Calls `visit(checkpoint_id, quarantined, manifest)` for every entry in checkpoint-id order,

@@ -675,27 +675,45 @@ bool DiskStore::HasChunk(uint64_t chunk_id) const {
 }
 
 absl::Status DiskStore::ReserveCheckpointIds(uint64_t up_to) {
+  return ReserveIds(/*chunks=*/false, up_to);
+}
+
+absl::Status DiskStore::ReserveChunkIds(uint64_t up_to) {
+  return ReserveIds(/*chunks=*/true, up_to);
+}
+
+absl::Status DiskStore::ReserveIds(bool chunks, uint64_t up_to) {
   {
     MutexLock lock(&mu_);
+    IdReservation& r = chunks ? chunk_ids_ : checkpoint_ids_;
     // One write at a time, so that a smaller reservation never lands after a larger one; the
     // wait releases mu_, which no one holds across the write.
-    while (reserving_) reserved_.Wait(&mu_);
-    if (up_to <= reserved_checkpoint_ids_) return absl::OkStatus();
-    reserving_ = true;
+    while (r.writing) reserved_.Wait(&mu_);
+    if (up_to <= r.up_to) return absl::OkStatus();
+    r.writing = true;
   }
-  absl::Status s = NoteIoError(catalog_->PutReservedCheckpointIds(up_to), false);
+  absl::Status s = NoteIoError(
+      chunks ? catalog_->PutReservedChunkIds(up_to) : catalog_->PutReservedCheckpointIds(up_to),
+      false);
   MutexLock lock(&mu_);
-  reserving_ = false;
+  IdReservation& r = chunks ? chunk_ids_ : checkpoint_ids_;
+  r.writing = false;
   reserved_.SignalAll();
   if (!s.ok()) return s;
-  reserved_checkpoint_ids_ = up_to;
-  max_checkpoint_id_ = std::max(max_checkpoint_id_, up_to);
+  r.up_to = up_to;
+  uint64_t& max_id = chunks ? max_chunk_id_ : max_checkpoint_id_;
+  max_id = std::max(max_id, up_to);
   return absl::OkStatus();
 }
 
 uint64_t DiskStore::reserved_checkpoint_ids() const {
   MutexLock lock(&mu_);
-  return reserved_checkpoint_ids_;
+  return checkpoint_ids_.up_to;
+}
+
+uint64_t DiskStore::reserved_chunk_ids() const {
+  MutexLock lock(&mu_);
+  return chunk_ids_.up_to;
 }
 
 uint64_t DiskStore::max_checkpoint_id() const {

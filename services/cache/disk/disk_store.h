@@ -210,7 +210,13 @@ class DiskStore {
   absl::Status ReserveCheckpointIds(uint64_t up_to) ABSL_LOCKS_EXCLUDED(mu_);
   // The largest checkpoint id reserved (0: none, as in catalogs written before reservations).
   uint64_t reserved_checkpoint_ids() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The largest chunk id listed by a live checkpoint, or reserved (ReserveChunkIds), so that no
+  // id names two chunks, even one that lived in RAM only or was deleted from disk.
   uint64_t max_chunk_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // ReserveCheckpointIds and reserved_checkpoint_ids for chunk ids, with a record of their own
+  // (0: none, as in catalogs written before chunk ids were reserved).
+  absl::Status ReserveChunkIds(uint64_t up_to) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t reserved_chunk_ids() const ABSL_LOCKS_EXCLUDED(mu_);
   DiskStoreStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The file system's free bytes under the root (a statvfs), less the free-space reserve
   // the store keeps (IO5): what publishes may still use.
@@ -252,6 +258,13 @@ class DiskStore {
     }
   };
   struct Plan;  // One publish in flight.
+  // The ids of one kind reserved in the catalog, and whether a reservation is being written.
+  struct IdReservation {
+    uint64_t up_to = 0;  // As the catalog records it.
+    bool writing = false;
+  };
+  // ReserveCheckpointIds (`chunks` false) and ReserveChunkIds (true).
+  absl::Status ReserveIds(bool chunks, uint64_t up_to) ABSL_LOCKS_EXCLUDED(mu_);
 
   DiskStore(const DiskStoreOptions& options, FileSystem* fs, uint64_t incarnation);
 
@@ -343,9 +356,9 @@ class DiskStore {
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_checkpoint_id_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t reserved_checkpoint_ids_ ABSL_GUARDED_BY(mu_) = 0;  // As the catalog records it.
-  bool reserving_ ABSL_GUARDED_BY(mu_) = false;  // A ReserveCheckpointIds write is under way.
-  CondVar reserved_;                             // Signalled when it ends.
+  IdReservation checkpoint_ids_ ABSL_GUARDED_BY(mu_);
+  IdReservation chunk_ids_ ABSL_GUARDED_BY(mu_);
+  CondVar reserved_;  // Signalled when a reservation's write ends.
   uint64_t max_chunk_id_ ABSL_GUARDED_BY(mu_) = 0;
   // R3: names listed at start-up, before this store wrote anything; consumed by SweepOrphans.
   struct SweepCandidates {

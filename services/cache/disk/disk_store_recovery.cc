@@ -197,8 +197,9 @@ absl::Status DiskStore::Reconcile() {
   for (ListedFiles* files : {&chunk_files, &state_files, &manifest_files}) files->Index();
 
   RETURN_IF_ERROR(OpenCatalog());
-  // The reserved ids (0 in catalogs from before the record): none of them is minted again.
+  // The reserved ids (0 in catalogs from before the records): none of them is minted again.
   absl::StatusOr<uint64_t> reserved = catalog_->ReservedCheckpointIds();
+  absl::StatusOr<uint64_t> reserved_chunks = catalog_->ReservedChunkIds();
   // Decode each entry straight from the scan (no copy of the value), each distinct chunk
   // entry once. Nothing is admitted until the scan has succeeded, so a catalog found damaged
   // halfway is rebuilt from the manifests exactly as one that fails to open.
@@ -206,6 +207,7 @@ absl::Status DiskStore::Reconcile() {
   ChunkEntryTable table;
   std::vector<ScannedEntry> entries;
   absl::Status scan = reserved.status();
+  if (scan.ok()) scan = reserved_chunks.status();
   if (scan.ok()) {
     scan = catalog_->ForEach([&](uint64_t id, bool quarantined, absl::string_view manifest) {
       ScannedEntry& e = entries.emplace_back();
@@ -225,17 +227,24 @@ absl::Status DiskStore::Reconcile() {
     entries.clear();
     scan = absl::OkStatus();
     // A reservation read before the damage was found still holds: the new catalog keeps it.
-    if (reserved.ok() && *reserved > 0) {
-      RETURN_IF_ERROR(catalog_->PutReservedCheckpointIds(*reserved));
-    } else {
-      reserved = 0;
-    }
+    auto keep = [this](absl::StatusOr<uint64_t>& up_to,
+                       absl::Status (Catalog::*put)(uint64_t)) -> absl::Status {
+      if (!up_to.ok() || *up_to == 0) {
+        up_to = 0;
+        return absl::OkStatus();
+      }
+      return (catalog_.get()->*put)(*up_to);
+    };
+    RETURN_IF_ERROR(keep(reserved, &Catalog::PutReservedCheckpointIds));
+    RETURN_IF_ERROR(keep(reserved_chunks, &Catalog::PutReservedChunkIds));
   }
   RETURN_IF_ERROR(scan);
   {
     MutexLock lock(&mu_);
-    reserved_checkpoint_ids_ = *reserved;
+    checkpoint_ids_.up_to = *reserved;
     max_checkpoint_id_ = std::max(max_checkpoint_id_, *reserved);
+    chunk_ids_.up_to = *reserved_chunks;
+    max_chunk_id_ = std::max(max_chunk_id_, *reserved_chunks);
   }
   stats.get();
   absl::flat_hash_set<uint64_t> registered;

@@ -1,10 +1,13 @@
-// Checkpoint ids across restarts: a restarted daemon never hands out an id an earlier run
-// handed out, whether that checkpoint was evicted from disk or lived in RAM only, because ids
+// Checkpoint and chunk ids across restarts: a restarted daemon never hands out an id an earlier
+// run handed out, whether what it named was evicted from disk or lived in RAM only, because ids
 // are reserved in the disk tier's catalog before any is handed out (docs/disk-format.md, "The
 // catalog"). In process, without gRPC, under TSan with the unit label.
 
+#include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -17,6 +20,18 @@
 
 namespace cairn::cache {
 namespace {
+
+// Removes the records `keys` (docs/disk-format.md, "Reserved ids") from the catalog of the
+// disk tier at `root`, leaving it as daemons wrote it before they reserved those ids.
+void RemoveCatalogRecords(const std::string& root, std::initializer_list<const char*> keys) {
+  rocksdb::DB* raw = nullptr;
+  ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), root + "/catalog", &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  for (const char* key : keys) ASSERT_TRUE(db->Delete(sync, key).ok()) << key;
+  ASSERT_TRUE(db->Close().ok());
+}
 
 class CheckpointIdFloorTest : public DiskTierPartsTest {
  protected:
@@ -72,17 +87,7 @@ TEST_F(CheckpointIdFloorTest, ACatalogWithoutReservedIdsStartsAboveItsCheckpoint
   const uint64_t last = Capture(8, CaptureKind::kLearned);
   Flush();
   daemon_.reset();
-  {
-    // The record's key (docs/disk-format.md); removing it leaves the catalog as older daemons
-    // wrote it.
-    rocksdb::DB* raw = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), root_ + "/catalog", &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
-    rocksdb::WriteOptions sync;
-    sync.sync = true;
-    ASSERT_TRUE(db->Delete(sync, "reserved-checkpoint-ids").ok());
-    ASSERT_TRUE(db->Close().ok());
-  }
+  RemoveCatalogRecords(root_, {"reserved-checkpoint-ids", "reserved-chunk-ids"});
   Restart();
   ASSERT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);
   ASSERT_EQ(daemon_->disk_store()->ListCheckpoints().size(), 2u);
@@ -150,16 +155,124 @@ TEST_F(CheckpointIdFaultTest, AReservationThatCannotBeWrittenStillLetsRamCapture
   EXPECT_EQ(daemon_->disk_store()->reserved_checkpoint_ids(), 0u);
 }
 
-TEST(CheckpointIdBlockTest, ABlockOutsideOneTo2To40IsRefusedAtCreation) {
+// Chunk ids across restarts, the same way: a chunk id an earlier run handed out (in a spill
+// request, a lease, an event or a chunk file's name) is never handed out again.
+class ChunkIdFloorTest : public DiskTierPartsTest {
+ protected:
+  void SetUp() override { StartWithDisk("chunk-id-floor"); }
+
+  // Slot 0 goes idle; returns the chunk ids of the spills that asks for (the chunks its
+  // captures minted and still borrow).
+  std::vector<uint64_t> SpilledChunkIds() {
+    const size_t seen = sink_.messages().size();
+    EXPECT_TRUE(daemon_->SlotIdle(session_, 0).ok());
+    const std::vector<v1::SessionServerMessage> messages = sink_.messages();
+    std::vector<uint64_t> ids;
+    for (size_t i = seen; i < messages.size(); ++i) {
+      if (!messages[i].has_spill_request()) continue;
+      for (const v1::ChunkSpill& c : messages[i].spill_request().chunks()) {
+        ids.push_back(c.chunk_id());
+      }
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+};
+
+TEST_F(ChunkIdFloorTest, RamOnlyChunkIdsAreNotHandedOutAgainAfterARestart) {
+  Capture(40, CaptureKind::kGrid);  // 2 chunks; grid points are never written.
+  const std::vector<uint64_t> before = SpilledChunkIds();
+  ASSERT_EQ(before.size(), 2u);
+  Restart();
+
+  Capture(40, CaptureKind::kGrid);
+  const std::vector<uint64_t> after = SpilledChunkIds();
+
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_GT(after.front(), before.back());
+}
+
+TEST_F(ChunkIdFloorTest, ChunkIdsEvictedFromDiskAreNotHandedOutAgainAfterARestart) {
+  const uint64_t written = Capture(40, CaptureKind::kLearned);
+  const std::vector<uint64_t> before = SpilledChunkIds();
+  ASSERT_EQ(before.size(), 2u);
+  AnswerSpills();
+  Flush();
+  ASSERT_EQ(daemon_->disk_store()->ListCheckpoints().size(), 1u);
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{written, false, /*include_disk=*/true}).ok());
+  Restart();
+  ASSERT_TRUE(daemon_->disk_store()->ListCheckpoints().empty());
+
+  Capture(40, CaptureKind::kGrid);
+  const std::vector<uint64_t> after = SpilledChunkIds();
+
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_GT(after.front(), before.back());
+}
+
+// A disk tier whose catalog has no record of chunk ids (written before they were reserved):
+// they start above the chunks it holds, as they did then, and are reserved from there on.
+TEST_F(ChunkIdFloorTest, ACatalogWithoutReservedChunkIdsStartsAboveItsChunksAsBefore) {
+  Capture(40, CaptureKind::kLearned);
+  const std::vector<uint64_t> before = SpilledChunkIds();
+  ASSERT_EQ(before.size(), 2u);
+  AnswerSpills();
+  Flush();
+  daemon_.reset();
+  RemoveCatalogRecords(root_, {"reserved-chunk-ids"});  // As the daemon wrote it before.
+  Restart();
+  ASSERT_EQ(daemon_->disk_store()->reserved_chunk_ids(), 0u);
+  ASSERT_EQ(daemon_->disk_store()->max_chunk_id(), before.back());
+
+  Capture(56, CaptureKind::kGrid);  // 3 new chunks (a cold start computes its own rows).
+  const std::vector<uint64_t> after = SpilledChunkIds();
+
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after.front(), before.back() + 1);
+  EXPECT_GE(daemon_->disk_store()->reserved_chunk_ids(), after.back());
+}
+
+// Small blocks: a capture needing more chunk ids than a block reserves what it needs.
+class ChunkIdBlockTest : public ChunkIdFloorTest {
+ protected:
+  CacheDaemonOptions DiskOptions() const override {
+    CacheDaemonOptions options = ChunkIdFloorTest::DiskOptions();
+    options.chunk_id_block = 2;
+    return options;
+  }
+};
+
+TEST_F(ChunkIdBlockTest, ChunkIdsAreReservedBeforeAnyIsHandedOutABlockOrWhatACaptureNeeds) {
+  EXPECT_EQ(daemon_->disk_store()->reserved_chunk_ids(), 0u);
+
+  Capture(8, CaptureKind::kGrid);  // Below one chunk: none minted, none reserved.
+  EXPECT_EQ(daemon_->disk_store()->reserved_chunk_ids(), 0u);
+  Capture(40, CaptureKind::kGrid);
+  const std::vector<uint64_t> first = SpilledChunkIds();
+  EXPECT_EQ(daemon_->disk_store()->reserved_chunk_ids(), 2u);  // One block.
+  Capture(96, CaptureKind::kGrid);
+  const std::vector<uint64_t> second = SpilledChunkIds();
+
+  EXPECT_EQ(first, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(second, (std::vector<uint64_t>{3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(daemon_->disk_store()->reserved_chunk_ids(), 8u);  // The 6 it needed.
+  Restart();
+  Capture(40, CaptureKind::kGrid);
+  EXPECT_EQ(SpilledChunkIds(), (std::vector<uint64_t>{9, 10}));
+}
+
+TEST(IdBlockTest, ABlockOutsideOneTo2To40IsRefusedAtCreation) {
   FakeClock clock;
   for (const int64_t block : {int64_t{0}, int64_t{-1}, (int64_t{1} << 40) + 1}) {
-    CacheDaemonOptions options;
-    options.cache.ram_bytes = 4 << 20;
-    options.checkpoint_id_block = block;
+    for (const bool chunks : {false, true}) {
+      CacheDaemonOptions options;
+      options.cache.ram_bytes = 4 << 20;
+      (chunks ? options.chunk_id_block : options.checkpoint_id_block) = block;
 
-    EXPECT_THAT(CacheDaemon::Create(options, &clock).status(),
-                ::cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument))
-        << block;
+      EXPECT_THAT(CacheDaemon::Create(options, &clock).status(),
+                  ::cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument))
+          << block << (chunks ? " chunk ids" : " checkpoint ids");
+    }
   }
 }
 

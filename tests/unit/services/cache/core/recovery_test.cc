@@ -100,6 +100,27 @@ TEST(CheckpointCacheRecoveryTest, NoIdIsMintedPastTheLimit) {
   EXPECT_EQ(ticket->id, 901u);
 }
 
+TEST(CheckpointCacheRecoveryTest, NoChunkIdIsMintedPastTheLimit) {
+  auto t = MakeCache(DiskOptions(), SimpleLayout(8, 100, kChunkRows));
+  ASSERT_NE(t, nullptr);
+  t->cache->ReserveIdsAbove(500, 0);
+  t->cache->LimitChunkIds(501);  // One of the two chunks the capture mints.
+  SlotKey slot{1, 0};
+  ASSERT_TRUE(t->cache->StartCold(slot, TestIds(), "c").ok());
+  CAIRN_ASSERT_OK(t->cache->ExtendSlot(slot, Tokens(2 * kChunkRows + 1, 1)));
+  ASSERT_EQ(t->cache->ChunksToMint(slot), 2);
+
+  EXPECT_THAT(t->cache->BeginCapture(slot, CaptureKind::kEnd, "c", -1).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(t->cache->next_chunk_id(), 501u);  // Nothing minted.
+  EXPECT_EQ(t->cache->next_checkpoint_id(), 1u);
+  t->cache->LimitChunkIds(502);
+  absl::StatusOr<CaptureTicket> ticket = t->cache->BeginCapture(slot, CaptureKind::kEnd, "c", -1);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_EQ(ticket->chunks, (std::vector<ChunkId>{501, 502}));
+  EXPECT_EQ(t->cache->ChunksToMint(slot), 0);
+}
+
 TEST(CheckpointCacheRecoveryTest, BadRecoveriesAreRefused) {
   auto t = MakeCache(DiskOptions(), SimpleLayout(8, 100, kChunkRows));
   ASSERT_NE(t, nullptr);

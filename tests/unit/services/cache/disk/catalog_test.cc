@@ -63,8 +63,12 @@ TEST(CatalogTest, ReservedIdsAreARecordApartFromTheEntries) {
     auto none = (*catalog)->ReservedCheckpointIds();
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_EQ(*none, 0u);  // As in catalogs written before the record.
+    auto no_chunks = (*catalog)->ReservedChunkIds();
+    ASSERT_TRUE(no_chunks.ok()) << no_chunks.status();
+    EXPECT_EQ(*no_chunks, 0u);
     CAIRN_ASSERT_OK((*catalog)->Put({7, false, "m7"}));
     CAIRN_ASSERT_OK((*catalog)->PutReservedCheckpointIds(0x0102030405060708));
+    CAIRN_ASSERT_OK((*catalog)->PutReservedChunkIds(0x1112131415161718));
   }
 
   auto catalog = Catalog::Open(dir.path() + "/catalog", nullptr, {});
@@ -73,6 +77,9 @@ TEST(CatalogTest, ReservedIdsAreARecordApartFromTheEntries) {
   auto reserved = (*catalog)->ReservedCheckpointIds();
   ASSERT_TRUE(reserved.ok()) << reserved.status();
   EXPECT_EQ(*reserved, 0x0102030405060708u);
+  auto reserved_chunks = (*catalog)->ReservedChunkIds();
+  ASSERT_TRUE(reserved_chunks.ok()) << reserved_chunks.status();
+  EXPECT_EQ(*reserved_chunks, 0x1112131415161718u);
   auto entries = (*catalog)->LoadAll();
   ASSERT_TRUE(entries.ok()) << entries.status();
   ASSERT_EQ(entries->size(), 1u);

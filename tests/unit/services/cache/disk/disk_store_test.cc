@@ -288,16 +288,21 @@ TEST_F(DiskStoreTest, ReservedIdsCountAfterTheirCheckpointsAreGone) {
   auto store = WriteAndReopen([&](DiskStore& s) {
     CAIRN_ASSERT_OK(s.ReserveCheckpointIds(10));
     CAIRN_ASSERT_OK(s.ReserveCheckpointIds(4));  // Below the record: a no-op.
+    CAIRN_ASSERT_OK(s.ReserveChunkIds(20));
+    CAIRN_ASSERT_OK(s.ReserveChunkIds(5));
     CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));
     CAIRN_ASSERT_OK(s.Publish(factory_.Build(3, {}, 1)));
     CAIRN_ASSERT_OK(s.Delete(3));
     EXPECT_EQ(s.reserved_checkpoint_ids(), 10u);
+    EXPECT_EQ(s.reserved_chunk_ids(), 20u);
   });
 
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->ListCheckpoints().size(), 1u);
   EXPECT_EQ(store->reserved_checkpoint_ids(), 10u);
   EXPECT_EQ(store->max_checkpoint_id(), 10u);
+  EXPECT_EQ(store->reserved_chunk_ids(), 20u);
+  EXPECT_EQ(store->max_chunk_id(), 20u);
 }
 
 // Catalogs written before ids were reserved hold no record: the largest id is what start-up
@@ -312,11 +317,14 @@ TEST_F(DiskStoreTest, ACatalogWithoutReservedIdsOpensAsBefore) {
   EXPECT_EQ(store->ListCheckpoints().size(), 2u);
   EXPECT_EQ(store->reserved_checkpoint_ids(), 0u);
   EXPECT_EQ(store->max_checkpoint_id(), 3u);
+  EXPECT_EQ(store->reserved_chunk_ids(), 0u);
+  EXPECT_EQ(store->max_chunk_id(), 2u);  // Each checkpoint's one chunk.
 }
 
 TEST_F(DiskStoreTest, ACatalogRebuiltAfterADamagedScanKeepsTheReservedIds) {
   WriteAndReopen([&](DiskStore& s) {
     CAIRN_ASSERT_OK(s.ReserveCheckpointIds(50));
+    CAIRN_ASSERT_OK(s.ReserveChunkIds(70));
     CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));
   }).reset();
   {
@@ -333,10 +341,12 @@ TEST_F(DiskStoreTest, ACatalogRebuiltAfterADamagedScanKeepsTheReservedIds) {
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(store->HasCheckpoint(1));  // Rebuilt from its manifest.
   EXPECT_EQ(store->max_checkpoint_id(), 50u);
+  EXPECT_EQ(store->max_chunk_id(), 70u);
   store.reset();
   auto again = Open();
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->reserved_checkpoint_ids(), 50u);
+  EXPECT_EQ(again->reserved_chunk_ids(), 70u);
 }
 
 TEST_F(DiskStoreTest, MissingSharedChunkQuarantinesEveryCheckpointListingItAtStartUp) {
