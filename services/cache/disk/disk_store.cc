@@ -557,8 +557,16 @@ absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
       quarantined_.push_back({id, reason, ++quarantine_seq_});
       max_checkpoint_id_ = std::max(max_checkpoint_id_, id);  // Its id is never minted again.
       while (static_cast<int>(quarantined_.size()) > options_.max_quarantined) {
-        expired.push_back(quarantined_.front().checkpoint_id);
+        const uint64_t old = quarantined_.front().checkpoint_id;
         quarantined_.erase(quarantined_.begin());
+        // The id may have been published again since (the daemon writes a checkpoint that
+        // lost its disk copy again under its id), and maybe quarantined again: its catalog
+        // entry and quarantine/ manifest are then the newer copy's.
+        const bool reused =
+            live_.count(old) != 0 || in_flight_.count(old) != 0 ||
+            std::any_of(quarantined_.begin(), quarantined_.end(),
+                        [old](const QuarantineInfo& q) { return q.checkpoint_id == old; });
+        if (!reused) expired.push_back(old);
       }
     }
     for (uint64_t old : expired) {

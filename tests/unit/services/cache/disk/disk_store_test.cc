@@ -711,6 +711,48 @@ TEST_F(DiskStoreTest, QuarantineKeepsABoundedNumberOfManifests) {
   EXPECT_EQ(kept, 2u);
 }
 
+// The daemon writes a checkpoint that lost its disk copy again under the same id. When that id's
+// quarantine entry is pushed past the bound later, the live checkpoint keeps its catalog entry;
+// a newer quarantine of the same id keeps its flag and its manifest in quarantine/.
+TEST_F(DiskStoreTest, AQuarantinePushedPastTheBoundLeavesACheckpointWrittenAgainAlone) {
+  DiskStoreOptions o = Options();
+  o.max_quarantined = 1;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  // Damages checkpoint `id`'s state file; verifying it quarantines it.
+  auto quarantine = [&](uint64_t id) {
+    auto m = store->GetManifest(id);
+    ASSERT_TRUE(m.ok()) << m.status();
+    FlipByte("states/" + m->state_file.name);
+    ASSERT_THAT(store->Verify(id), StatusIs(absl::StatusCode::kDataLoss));
+  };
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+  quarantine(1);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));  // Written again.
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {}, 1)));
+
+  quarantine(2);  // Pushes 1's entry out.
+
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ((*entries)[0].checkpoint_id, 1u);
+  EXPECT_FALSE((*entries)[0].quarantined);
+  EXPECT_TRUE((*entries)[1].quarantined);
+  EXPECT_TRUE(store->HasCheckpoint(1));
+  // Quarantined again: its newer entry pushes out 2's, then its older one goes, but its flag
+  // and its manifest stay the newer quarantine's.
+  quarantine(1);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+  quarantine(1);
+  entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].checkpoint_id, 1u);
+  EXPECT_TRUE((*entries)[0].quarantined);
+  EXPECT_TRUE(std::filesystem::exists(Path("quarantine/m-0000000000000001.manifest")));
+}
+
 TEST_F(DiskStoreFaultTest, LowFreeSpaceFailsCleanly) {
   auto store = OpenFault();
   ASSERT_NE(store, nullptr);
