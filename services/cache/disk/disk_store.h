@@ -168,7 +168,8 @@ class DiskStore {
   // restore_threads at a time, each verified (header identity, size, checksum) as it streams
   // into its destination (R4). On a corrupt or missing file, every checkpoint depending on it
   // is quarantined (R5) and DataLoss is returned: the destination bytes must not be used.
-  // NotFound if the checkpoint is not on disk.
+  // NotFound if the checkpoint is not on disk, or if the copy read was found damaged and a new
+  // copy was published under its id while it was read (the new copy is left alone).
   absl::Status Restore(uint64_t checkpoint_id, const RestoreDestination& destination);
 
   // Verifies every file of a checkpoint as Restore does, without copying anything out: the

@@ -174,34 +174,52 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
     for (std::thread& t : helpers) t.join();
   }
   // The first failure in read order is the answer; every bad file (corrupt or missing)
-  // quarantines every checkpoint that lists it (R5).
+  // quarantines every checkpoint that lists it (R5). The copy read may be gone by now: another
+  // read found it damaged and quarantined it, and the daemon may have published a new copy of
+  // the same checkpoint (one still in RAM) under the same id, maybe with a lost chunk written
+  // anew under its old chunk id. Only records that still name the files this read read are
+  // touched: the old copy's damage, or its files deleted, says nothing about the new ones.
   std::set<uint64_t> dependents;
-  for (size_t i = 0; i < files.size(); ++i) {
-    const File& f = files[i];
-    if (!f.read || f.status.ok()) continue;
-    if (status.ok()) status = f.status;
-    if (f.status.code() != absl::StatusCode::kDataLoss &&
-        f.status.code() != absl::StatusCode::kNotFound) {
-      continue;
-    }
-    dependents.insert(checkpoint_id);
-    if (i == 0) continue;
-    MutexLock lock(&mu_);
-    auto it = chunks_.find(f.piece.chunk.chunk_id);
-    if (it != chunks_.end()) {  // R5: every dependent.
-      dependents.insert(it->second.users.begin(), it->second.users.end());
-      // A publish that pinned it and has not registered yet fails instead of listing it.
-      it->second.lost = true;
-    }
-  }
+  bool damaged = false;
+  bool replaced = false;
   {
     MutexLock lock(&mu_);
-    if (auto it = live_.find(checkpoint_id); it != live_.end()) --it->second.readers;
+    auto live = live_.find(checkpoint_id);
+    const bool same_copy =
+        live != live_.end() && live->second.manifest.state_file.name == m.state_file.name;
+    replaced = live != live_.end() && !same_copy;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const File& f = files[i];
+      if (!f.read || f.status.ok()) continue;
+      if (status.ok()) status = f.status;
+      if (f.status.code() != absl::StatusCode::kDataLoss &&
+          f.status.code() != absl::StatusCode::kNotFound) {
+        continue;
+      }
+      damaged = true;
+      if (same_copy) dependents.insert(checkpoint_id);  // Else quarantined already.
+      if (i == 0) continue;
+      auto it = chunks_.find(f.piece.chunk.chunk_id);
+      if (it != chunks_.end() && it->second.entry.file.name == f.manifest_file->name) {
+        dependents.insert(it->second.users.begin(), it->second.users.end());  // R5.
+        // A publish that pinned it and has not registered yet fails instead of listing it.
+        it->second.lost = true;
+      }
+    }
+    if (same_copy) --live->second.readers;  // A new copy's record has readers of its own.
     ++counters_.restores;
     if (!status.ok()) ++counters_.restore_failures;
   }
   if (!dependents.empty()) {
     QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
+  }
+  if (damaged && replaced) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id,
+                                            " was quarantined and written again while it was "
+                                            "read: ",
+                                            status.message()));
+  }
+  if (damaged) {
     return absl::DataLossError(absl::StrCat("checkpoint ", checkpoint_id, ": ", status.message()));
   }
   if (!status.ok()) NoteIoError(status, false).IgnoreError();  // Counted towards IO4.

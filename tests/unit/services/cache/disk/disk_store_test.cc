@@ -753,6 +753,136 @@ TEST_F(DiskStoreTest, AQuarantinePushedPastTheBoundLeavesACheckpointWrittenAgain
   EXPECT_TRUE(std::filesystem::exists(Path("quarantine/m-0000000000000001.manifest")));
 }
 
+// A read of checkpoint 1 outlives its copy: while the read runs, the copy is found damaged,
+// quarantined and written again under the same id (as the daemon does with a checkpoint still
+// in RAM). What the stale read then finds names the old copy's files, never the new copy's.
+class StaleReadTest : public DiskStoreTest {
+ protected:
+  // Restores checkpoint 1; before anything is read, its state file is damaged, a verify
+  // quarantines it and a new copy is published. `fail_destination`: the caller's destination
+  // then fails for the next piece, so nothing is read.
+  absl::Status RestoreWhileWrittenAgain(DiskStore* store, bool fail_destination) {
+    auto m = store->GetManifest(1);
+    if (!m.ok()) return m.status();
+    std::vector<std::vector<uint8_t>> pieces;
+    bool replaced = false;
+    return store->Restore(1, [&](const RestorePiece& piece) -> absl::StatusOr<absl::Span<uint8_t>> {
+      if (replaced && fail_destination) return absl::ResourceExhaustedError("arena full");
+      if (!replaced) {
+        replaced = true;
+        FlipByte("states/" + m->state_file.name);
+        EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
+        CAIRN_EXPECT_OK(store->Publish(factory_.Build(1, {}, 1)));  // Written again.
+      }
+      pieces.emplace_back(piece.bytes);
+      return absl::Span<uint8_t>(pieces.back());
+    });
+  }
+};
+
+TEST_F(StaleReadTest, AStaleReadThatFindsTheOldFilesGoneLeavesTheNewCopyAlone) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+
+  absl::Status stale = RestoreWhileWrittenAgain(store.get(), /*fail_destination=*/false);
+
+  EXPECT_THAT(stale, StatusIs(absl::StatusCode::kNotFound));  // Not the new copy's damage.
+  ASSERT_TRUE(store->HasCheckpoint(1));  // Not quarantined for the old copy's damage.
+  EXPECT_EQ(store->Quarantined().size(), 1u);
+  auto restored = RestoreAll(store.get(), 1);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(*restored, factory_.Expected(1));
+  CAIRN_EXPECT_OK(store->Delete(1));
+}
+
+TEST_F(StaleReadTest, AStaleReadThatEndsEarlyLeavesNoReaderOnTheNewCopy) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+
+  absl::Status stale = RestoreWhileWrittenAgain(store.get(), /*fail_destination=*/true);
+
+  EXPECT_THAT(stale, StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_TRUE(store->HasCheckpoint(1));
+  CAIRN_EXPECT_OK(store->Delete(1));  // No reader left counted on it.
+  EXPECT_FALSE(store->HasCheckpoint(1));
+}
+
+// The POSIX file system, running `hook` (once) when a chunk file's size is first asked for:
+// the moment a read reaches the chunks, after the state file.
+class ChunkReadHookFileSystem final : public FileSystem {
+ public:
+  explicit ChunkReadHookFileSystem(std::function<void()> hook) : hook_(std::move(hook)) {}
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
+    return base_->NewWritableFile(p);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    return base_->NewReadableFile(p);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override {
+    return base_->Rename(from, to);
+  }
+  absl::Status Delete(const std::string& p) override { return base_->Delete(p); }
+  absl::Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
+  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
+    return base_->ListDir(p);
+  }
+  absl::StatusOr<uint64_t> FileSize(const std::string& p) override {
+    if (armed_ && absl::StrContains(p, "/chunks/")) {
+      armed_ = false;
+      hook_();
+    }
+    return base_->FileSize(p);
+  }
+  std::vector<absl::StatusOr<uint64_t>> FileSizesIn(
+      const std::string& dir, absl::Span<const absl::string_view> names) override {
+    return base_->FileSizesIn(dir, names);
+  }
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& p) override { return base_->FreeBytes(p); }
+  void Arm() { armed_ = true; }
+
+ private:
+  FileSystem* const base_ = PosixFileSystem();
+  std::function<void()> hook_;
+  bool armed_ = false;  // One thread only: the test's (restore_threads 1).
+};
+
+// The same for a chunk: checkpoint 1 is quarantined with its damaged chunk, and a checkpoint is
+// written with that chunk as a new file under the same chunk id (the daemon's retry). A read of
+// checkpoint 1 that started before finds the old chunk file gone; the new file is not lost.
+TEST_F(StaleReadTest, AStaleReadOfAChunkWrittenAgainLeavesTheNewChunkFileAlone) {
+  std::unique_ptr<DiskStore> store;
+  uint64_t chunk = 0;
+  std::string chunk_file;
+  ChunkReadHookFileSystem fs([&] {
+    FlipByte("chunks/" + chunk_file);
+    EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
+    PublishRequest again = factory_.Build(2, {}, 1);
+    again.new_chunks[0].id.chunk_id = chunk;  // The lost chunk, written anew.
+    CAIRN_EXPECT_OK(store->Publish(again));
+  });
+  DiskStoreOptions o = Options();
+  o.restore_threads = 1;
+  auto created = DiskStore::Create(o, &fs);
+  ASSERT_TRUE(created.ok()) << created.status();
+  store = *std::move(created);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+  chunk = factory_.ChunksOf(1)[0];
+  auto m = store->GetManifest(1);
+  ASSERT_TRUE(m.ok()) << m.status();
+  chunk_file = m->chunks[0].file.name;
+  fs.Arm();
+
+  absl::Status stale = RestoreAll(store.get(), 1).status();
+
+  EXPECT_FALSE(stale.ok());
+  EXPECT_TRUE(store->HasChunk(chunk));
+  EXPECT_TRUE(store->HasCheckpoint(2));
+  CAIRN_EXPECT_OK(store->Verify(2));
+}
+
 TEST_F(DiskStoreFaultTest, LowFreeSpaceFailsCleanly) {
   auto store = OpenFault();
   ASSERT_NE(store, nullptr);
