@@ -40,6 +40,13 @@ bool IsIoError(const absl::Status& s) {
          s.code() != absl::StatusCode::kAlreadyExists;
 }
 
+// The refusal of a publish of `checkpoint_id` whose shared chunk `chunk_id` was lost (R5).
+absl::Status LostWhileWritten(uint64_t chunk_id, uint64_t checkpoint_id) {
+  return absl::DataLossError(absl::StrCat("shared chunk ", chunk_id,
+                                          " was found damaged while checkpoint ", checkpoint_id,
+                                          " was written"));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -444,6 +451,12 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   }
   if (absl::Status s = NoteIoError(fs_->SyncDir(states_dir_), true); !s.ok()) return fail(s);
 
+  // R5: a chunk it shares may have been found damaged while it ran (the quarantine cannot drop
+  // the file this publish pinned, but marks the chunk lost). Nothing may list that file: the
+  // publish ends before its manifest is written.
+  if (uint64_t lost = LostSharedChunk(request.shared_chunk_ids); lost != 0) {
+    return fail(LostWhileWritten(lost, id));
+  }
   const std::string tmp_path =
       JoinPath(manifests_dir_, absl::StrCat("m-", Hex(id), suffix, kManifestSuffix, kTmpSuffix));
   const std::string final_path = ManifestPath(id);
@@ -465,9 +478,7 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
   uint64_t lost = 0;
   {
     MutexLock lock(&mu_);
-    for (uint64_t shared : request.shared_chunk_ids) {
-      if (chunks_.at(shared).lost) lost = shared;  // Pinned: still there.
-    }
+    lost = LostSharedChunkLocked(request.shared_chunk_ids);
     if (lost == 0) {
       end_in_flight();
       absl::Status registered = RegisterLocked(m, manifest_bytes.size());
@@ -479,14 +490,28 @@ absl::Status DiskStore::Publish(const PublishRequest& request,
       return absl::OkStatus();  // P7 is the caller's: acknowledge now.
     }
   }
-  // R5: a chunk it shares failed verification while it ran (the quarantine could not drop the
-  // file this publish had pinned). Nothing may list that file: unpublish, best effort (a
-  // catalog entry left behind has no manifest at the next start, R2).
-  written.push_back(final_path);
-  NoteIoError(catalog_->Remove(id), false).IgnoreError();  // Counted; R2 mends it.
-  Unpublish(final_path);
-  return fail(absl::DataLossError(absl::StrCat(
-      "shared chunk ", lost, " was found damaged while checkpoint ", id, " was written")));
+  // Lost since the check above: the manifest is durable and the catalog lists it. It is
+  // quarantined like any checkpoint listing a damaged file (R5): the catalog's flag (synced)
+  // first, then the manifest moves to quarantine/, and start-up finishes a quarantine a crash
+  // cuts between the two, so no restart lists the file again. A crash before the flag leaves
+  // it listed, like a checkpoint whose damage no one has found yet: every restore verifies it
+  // (R4). A quarantine that fails leaves the manifest to be deleted, best effort (a catalog
+  // entry left without it goes at the next start, R2).
+  const absl::Status refused = LostWhileWritten(lost, id);
+  if (!QuarantineCheckpoints({id}, std::string(refused.message())).ok()) Unpublish(final_path);
+  return fail(refused);
+}
+
+uint64_t DiskStore::LostSharedChunk(const std::vector<uint64_t>& shared_chunk_ids) const {
+  MutexLock lock(&mu_);
+  return LostSharedChunkLocked(shared_chunk_ids);
+}
+
+uint64_t DiskStore::LostSharedChunkLocked(const std::vector<uint64_t>& shared_chunk_ids) const {
+  for (uint64_t shared : shared_chunk_ids) {
+    if (chunks_.at(shared).lost) return shared;  // Pinned: still there.
+  }
+  return 0;
 }
 
 void DiskStore::Unpublish(const std::string& manifest_path) {
@@ -541,6 +566,7 @@ absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
   for (uint64_t id : ids) {
     CAIRN_LOG(WARNING) << "quarantining disk checkpoint " << id << ": " << reason;
     absl::Status s = NoteIoError(catalog_->Put(CatalogEntry{id, true, ""}), false);
+    CAIRN_KILL_POINT("disk.quarantine.after_catalog");
     if (s.ok()) {
       s = fs_->Rename(ManifestPath(id), JoinPath(quarantine_dir_, ManifestName(id)));
       if (s.code() == absl::StatusCode::kNotFound) s = absl::OkStatus();

@@ -151,7 +151,8 @@ class DiskStore {
   // InvalidArgument for a malformed request; AlreadyExists for a checkpoint or new chunk id
   // already on disk; DataLoss for a shared chunk that is not on disk, or whose file is found
   // damaged while the publish runs (a quarantine lost it: the caller may write the checkpoint
-  // again with that chunk as a new one); FailedPrecondition for a read-only tier;
+  // again with that chunk as a new one; if the manifest was written already, the checkpoint is
+  // quarantined under its id, R5); FailedPrecondition for a read-only tier;
   // ResourceExhausted when the budget or free space cannot be made; the I/O error otherwise
   // (nothing is then acknowledged and temporary files are removed).
   // `between_pieces` (may be empty) runs between 1 MiB staging pieces: the writer yields
@@ -324,6 +325,11 @@ class DiskStore {
   absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
   // Deletes the manifest of a publish that cannot be acknowledged (IO2), best effort.
   void Unpublish(const std::string& manifest_path);
+  // The first of a publish's pinned shared chunks that was found damaged since (R5), or 0.
+  uint64_t LostSharedChunk(const std::vector<uint64_t>& shared_chunk_ids) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t LostSharedChunkLocked(const std::vector<uint64_t>& shared_chunk_ids) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `id` from the tables; returns the files that nothing references any more.
   std::vector<std::string> DropLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(const std::vector<uint64_t>& chunk_ids, std::vector<std::string>* orphans)

@@ -26,6 +26,7 @@ namespace {
 
 using ::cairn::cache::testing::CheckpointFactory;
 using ::cairn::cache::testing::DataFiles;
+using ::cairn::cache::testing::HookFileSystem;
 using ::cairn::cache::testing::RestoreAll;
 using ::cairn::cache::testing::TempDir;
 using ::cairn::testing::StatusIs;
@@ -537,14 +538,21 @@ TEST_F(DiskStoreTest, VerifyReadsEverythingAndQuarantinesDamage) {
 TEST_F(DiskStoreTest, APublishSharingAChunkLostWhileItRunsFailsAndListsNothing) {
   DiskStoreOptions o = Options();
   o.staging_bytes = 4096;  // A chunk takes two pieces: the publish yields between them.
-  auto store = Open(o);
-  ASSERT_NE(store, nullptr);
+  HookFileSystem fs;
+  bool manifest_written = false;
+  fs.SetAfterRename([&](const std::string& to) {
+    if (absl::StrContains(to, "/manifests/")) manifest_written = true;
+  });
+  auto created = DiskStore::Create(o, &fs);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<DiskStore> store = *std::move(created);
   CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
   const std::vector<uint64_t> shared = factory_.ChunksOf(1);
   auto m = store->GetManifest(1);
   ASSERT_TRUE(m.ok()) << m.status();
   FlipByte("chunks/" + m->chunks[0].file.name);
   bool verified = false;
+  manifest_written = false;
 
   absl::Status published = store->Publish(factory_.Build(2, shared, 1), [&] {
     if (verified) return;
@@ -554,6 +562,7 @@ TEST_F(DiskStoreTest, APublishSharingAChunkLostWhileItRunsFailsAndListsNothing) 
 
   ASSERT_TRUE(verified);
   EXPECT_THAT(published, StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_FALSE(manifest_written);  // Found before its manifest was written.
   EXPECT_FALSE(store->HasCheckpoint(2));
   EXPECT_FALSE(store->HasChunk(shared[0]));
   EXPECT_TRUE(DataFiles(dir_.path()).empty());
@@ -561,6 +570,57 @@ TEST_F(DiskStoreTest, APublishSharingAChunkLostWhileItRunsFailsAndListsNothing) 
   auto reopened = Open(o);
   ASSERT_NE(reopened, nullptr);
   EXPECT_TRUE(reopened->ListCheckpoints().empty());
+}
+
+// The shared chunk is lost later still, once checkpoint 2's manifest is durable: the publish
+// quarantines its checkpoint like any that lists a damaged file, and no restart lists it. Its id
+// was quarantined before (the daemon writes a checkpoint whose disk copy was lost again under
+// its id): the catalog keeps it flagged.
+TEST_F(DiskStoreTest, APublishThatLosesASharedChunkAfterItsManifestIsWrittenIsQuarantined) {
+  HookFileSystem fs;
+  std::unique_ptr<DiskStore> store;
+  std::string chunk_file;
+  bool armed = false;
+  fs.SetAfterRename([&](const std::string& to) {
+    if (!armed || !absl::EndsWith(to, "/manifests/m-0000000000000002.manifest")) return;
+    armed = false;
+    FlipByte("chunks/" + chunk_file);
+    EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
+  });
+  auto created = DiskStore::Create(Options(), &fs);
+  ASSERT_TRUE(created.ok()) << created.status();
+  store = *std::move(created);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {}, 1)));
+  auto first = store->GetManifest(2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  FlipByte("states/" + first->state_file.name);
+  ASSERT_THAT(store->Verify(2), StatusIs(absl::StatusCode::kDataLoss));
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+  auto m = store->GetManifest(1);
+  ASSERT_TRUE(m.ok()) << m.status();
+  chunk_file = m->chunks[0].file.name;
+  armed = true;
+
+  absl::Status published = store->Publish(factory_.Build(2, factory_.ChunksOf(1), 1));
+
+  ASSERT_FALSE(armed);
+  EXPECT_THAT(published, StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_FALSE(store->HasCheckpoint(2));
+  ASSERT_EQ(store->Quarantined().size(), 3u);  // 2's first copy, 1, then 2's second.
+  EXPECT_EQ(store->Quarantined().back().checkpoint_id, 2u);
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_TRUE((*entries)[0].quarantined);
+  EXPECT_EQ((*entries)[1].checkpoint_id, 2u);
+  EXPECT_TRUE((*entries)[1].quarantined);
+  EXPECT_TRUE(std::filesystem::exists(Path("quarantine/m-0000000000000002.manifest")));
+  EXPECT_TRUE(DataFiles(dir_.path()).empty());
+  store.reset();
+  auto reopened = Open();
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_TRUE(reopened->ListCheckpoints().empty());
+  EXPECT_EQ(reopened->Quarantined().size(), 2u);
 }
 
 TEST_F(DiskStoreTest, DestinationOfTheWrongSizeIsTheCallersErrorNotCorruption) {
@@ -809,46 +869,6 @@ TEST_F(StaleReadTest, AStaleReadThatEndsEarlyLeavesNoReaderOnTheNewCopy) {
   EXPECT_FALSE(store->HasCheckpoint(1));
 }
 
-// The POSIX file system, running `hook` (once) when a chunk file's size is first asked for:
-// the moment a read reaches the chunks, after the state file.
-class ChunkReadHookFileSystem final : public FileSystem {
- public:
-  explicit ChunkReadHookFileSystem(std::function<void()> hook) : hook_(std::move(hook)) {}
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
-    return base_->NewWritableFile(p);
-  }
-  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
-    return base_->NewReadableFile(p);
-  }
-  absl::Status Rename(const std::string& from, const std::string& to) override {
-    return base_->Rename(from, to);
-  }
-  absl::Status Delete(const std::string& p) override { return base_->Delete(p); }
-  absl::Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
-  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
-  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
-    return base_->ListDir(p);
-  }
-  absl::StatusOr<uint64_t> FileSize(const std::string& p) override {
-    if (armed_ && absl::StrContains(p, "/chunks/")) {
-      armed_ = false;
-      hook_();
-    }
-    return base_->FileSize(p);
-  }
-  std::vector<absl::StatusOr<uint64_t>> FileSizesIn(
-      const std::string& dir, absl::Span<const absl::string_view> names) override {
-    return base_->FileSizesIn(dir, names);
-  }
-  absl::StatusOr<uint64_t> FreeBytes(const std::string& p) override { return base_->FreeBytes(p); }
-  void Arm() { armed_ = true; }
-
- private:
-  FileSystem* const base_ = PosixFileSystem();
-  std::function<void()> hook_;
-  bool armed_ = false;  // One thread only: the test's (restore_threads 1).
-};
-
 // The same for a chunk: checkpoint 1 is quarantined with its damaged chunk, and a checkpoint is
 // written with that chunk as a new file under the same chunk id (the daemon's retry). A read of
 // checkpoint 1 that started before finds the old chunk file gone; the new file is not lost.
@@ -856,7 +876,12 @@ TEST_F(StaleReadTest, AStaleReadOfAChunkWrittenAgainLeavesTheNewChunkFileAlone) 
   std::unique_ptr<DiskStore> store;
   uint64_t chunk = 0;
   std::string chunk_file;
-  ChunkReadHookFileSystem fs([&] {
+  // Once, when the read first asks for a chunk file's size: after the state file.
+  bool armed = false;  // One thread only: the test's (restore_threads 1).
+  HookFileSystem fs;
+  fs.SetBeforeFileSize([&](const std::string& path) {
+    if (!armed || !absl::StrContains(path, "/chunks/")) return;
+    armed = false;
     FlipByte("chunks/" + chunk_file);
     EXPECT_THAT(store->Verify(1), StatusIs(absl::StatusCode::kDataLoss));
     PublishRequest again = factory_.Build(2, {}, 1);
@@ -873,7 +898,7 @@ TEST_F(StaleReadTest, AStaleReadOfAChunkWrittenAgainLeavesTheNewChunkFileAlone) 
   auto m = store->GetManifest(1);
   ASSERT_TRUE(m.ok()) << m.status();
   chunk_file = m->chunks[0].file.name;
-  fs.Arm();
+  armed = true;
 
   absl::Status stale = RestoreAll(store.get(), 1).status();
 

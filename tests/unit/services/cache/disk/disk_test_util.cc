@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 #include <system_error>
+#include <utility>
 
 namespace cairn::cache::testing {
 
@@ -95,6 +96,17 @@ absl::StatusOr<std::unique_ptr<DiskStore>> OpenTestStore(const std::string& root
   o.root = root;
   o.free_space_reserve_bytes = 0;
   return DiskStore::Create(o, PosixFileSystem());
+}
+
+absl::Status HookFileSystem::Rename(const std::string& from, const std::string& to) {
+  absl::Status s = base_->Rename(from, to);
+  if (s.ok() && after_rename_) after_rename_(to);
+  return s;
+}
+
+absl::StatusOr<uint64_t> HookFileSystem::FileSize(const std::string& p) {
+  if (before_file_size_) before_file_size_(p);
+  return base_->FileSize(p);
 }
 
 bool FakeModelActivity::WaitUntilIdle(absl::Duration timeout) {

@@ -5,9 +5,11 @@
 // for checkpoints with new and shared chunks whose expected bytes are remembered.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,6 +72,44 @@ absl::StatusOr<std::unique_ptr<DiskStore>> OpenTestStore(const std::string& root
 
 // Returns every file name under `root`'s chunks/, states/ and manifests/ directories.
 std::vector<std::string> DataFiles(const std::string& root);
+
+// The POSIX file system with hooks, for tests that need something to happen at a precise file
+// operation: after each successful rename (given its destination) and before each FileSize
+// (given the path). Set the hooks before the store runs; they run on the caller's thread.
+class HookFileSystem final : public FileSystem {
+ public:
+  void SetAfterRename(std::function<void(const std::string& to)> hook) {
+    after_rename_ = std::move(hook);
+  }
+  void SetBeforeFileSize(std::function<void(const std::string& path)> hook) {
+    before_file_size_ = std::move(hook);
+  }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
+    return base_->NewWritableFile(p);
+  }
+  absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
+    return base_->NewReadableFile(p);
+  }
+  absl::Status Rename(const std::string& from, const std::string& to) override;
+  absl::Status Delete(const std::string& p) override { return base_->Delete(p); }
+  absl::Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
+  absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
+    return base_->ListDir(p);
+  }
+  absl::StatusOr<uint64_t> FileSize(const std::string& p) override;
+  std::vector<absl::StatusOr<uint64_t>> FileSizesIn(
+      const std::string& dir, absl::Span<const absl::string_view> names) override {
+    return base_->FileSizesIn(dir, names);
+  }
+  absl::StatusOr<uint64_t> FreeBytes(const std::string& p) override { return base_->FreeBytes(p); }
+
+ private:
+  FileSystem* const base_ = PosixFileSystem();
+  std::function<void(const std::string&)> after_rename_;
+  std::function<void(const std::string&)> before_file_size_;
+};
 
 // A model that is busy until told otherwise, so a test can hold the background writer between
 // staging pieces. Thread-safe.

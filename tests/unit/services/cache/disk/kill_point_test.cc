@@ -1,14 +1,18 @@
-// kill -9 at precise points of a publish and a delete (CAIRN_KILL_POINT), then recovery: the
+// kill -9 at precise points of a publish, a delete and a quarantine (CAIRN_KILL_POINT), then
+// recovery: the
 // page cache survives a kill, so this checks the recovery logic (R2, R3), not durability,
 // which the FaultFS crash tests cover (docs/reliability.md §5.1).
 
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <ostream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "services/cache/disk/disk_store.h"
 #include "tests/support/status_matchers.h"
@@ -19,6 +23,7 @@ namespace {
 
 using ::cairn::cache::testing::CheckpointFactory;
 using ::cairn::cache::testing::DataFiles;
+using ::cairn::cache::testing::HookFileSystem;
 using ::cairn::cache::testing::RestoreAll;
 using ::cairn::cache::testing::TempDir;
 
@@ -102,6 +107,72 @@ INSTANTIATE_TEST_SUITE_P(
       std::replace(name.begin(), name.end(), '.', '_');
       return name;
     });
+
+// A publish of checkpoint 2, sharing checkpoint 1's chunk, loses that chunk once its manifest is
+// durable (a verify of checkpoint 1 finds it damaged): the publish quarantines checkpoint 2, and
+// is killed between the quarantine's catalog flag and its manifest's move to quarantine/.
+// Start-up finishes the quarantine: no restart lists the damaged chunk's file again.
+TEST(QuarantineKillPointDeathTest, APublishKilledInTheQuarantineOfItsLostChunkStaysQuarantined) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "kill points are compiled out of release builds";
+#endif
+#ifdef __SANITIZE_THREAD__
+  GTEST_SKIP() << "kill-point death tests do not run under ThreadSanitizer";
+#endif
+  TempDir dir;
+  CheckpointFactory factory(16, 512);
+  const PublishRequest a = factory.Build(1, {}, 3);
+  const PublishRequest b = factory.Build(2, {factory.ChunksOf(1)[0]}, 2);
+  std::string chunk_file;
+  {
+    auto store = Open(dir.path());
+    ASSERT_NE(store, nullptr);
+    CAIRN_ASSERT_OK(store->Publish(a));
+    auto m = store->GetManifest(1);
+    ASSERT_TRUE(m.ok()) << m.status();
+    chunk_file = dir.path() + "/chunks/" + m->chunks[0].file.name;
+  }
+
+  EXPECT_EXIT(
+      {
+        HookFileSystem fs;
+        std::unique_ptr<DiskStore> store;
+        fs.SetAfterRename([&](const std::string& to) {
+          if (!absl::EndsWith(to, "/manifests/m-0000000000000002.manifest")) return;
+          std::fstream f(chunk_file, std::ios::in | std::ios::out | std::ios::binary);
+          f.seekg(200);
+          const char byte = static_cast<char>(f.get());
+          f.seekp(200);
+          f.put(static_cast<char>(byte ^ 0x5a));
+          f.close();
+          store->Verify(1).IgnoreError();  // DataLoss: checkpoint 1 is quarantined.
+          ::setenv("CAIRN_KILL_POINT", "disk.quarantine.after_catalog", 1);  // Then 2's.
+        });
+        DiskStoreOptions o;
+        o.root = dir.path();
+        o.free_space_reserve_bytes = 0;
+        auto created = DiskStore::Create(o, &fs);
+        if (created.ok()) {
+          store = *std::move(created);
+          store->Publish(b).IgnoreError();
+        }
+        std::exit(3);  // The kill point was not reached.
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+
+  auto store = Open(dir.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->ListCheckpoints().empty());
+  EXPECT_EQ(store->Quarantined().size(), 2u);
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/quarantine/m-0000000000000002.manifest"));
+  auto swept = store->SweepOrphans();
+  ASSERT_TRUE(swept.ok());
+  EXPECT_TRUE(DataFiles(dir.path()).empty());
+  store.reset();
+  auto again = Open(dir.path());
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(again->ListCheckpoints().empty());
+}
 
 }  // namespace
 }  // namespace cairn::cache
