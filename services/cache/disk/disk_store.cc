@@ -562,6 +562,14 @@ absl::Status DiskStore::Delete(uint64_t checkpoint_id) {
 
 absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
                                               const std::string& reason) {
+  {
+    // One at a time: an expiry below deletes quarantine/m-<id> by name, which must not be a
+    // concurrent quarantine's newer manifest of the same id. The wait releases mu_, which no
+    // one holds across the files.
+    MutexLock lock(&mu_);
+    while (quarantining_) quarantine_done_.Wait(&mu_);
+    quarantining_ = true;
+  }
   absl::Status first_error;
   for (uint64_t id : ids) {
     CAIRN_LOG(WARNING) << "quarantining disk checkpoint " << id << ": " << reason;
@@ -576,7 +584,7 @@ absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
     }
     if (!s.ok() && first_error.ok()) first_error = s;
     std::vector<std::string> doomed;
-    std::vector<uint64_t> expired;
+    std::vector<std::pair<uint64_t, bool>> expired;  // Ids, and whether their entry stays.
     {
       MutexLock lock(&mu_);
       doomed = DropLocked(id);  // Not served again, even if the rename failed.
@@ -585,23 +593,28 @@ absl::Status DiskStore::QuarantineCheckpoints(const std::set<uint64_t>& ids,
       while (static_cast<int>(quarantined_.size()) > options_.max_quarantined) {
         const uint64_t old = quarantined_.front().checkpoint_id;
         quarantined_.erase(quarantined_.begin());
-        // The id may have been published again since (the daemon writes a checkpoint that
-        // lost its disk copy again under its id), and maybe quarantined again: its catalog
-        // entry and quarantine/ manifest are then the newer copy's.
-        const bool reused =
-            live_.count(old) != 0 || in_flight_.count(old) != 0 ||
-            std::any_of(quarantined_.begin(), quarantined_.end(),
-                        [old](const QuarantineInfo& q) { return q.checkpoint_id == old; });
-        if (!reused) expired.push_back(old);
+        // The id may have been quarantined again since: its catalog entry and quarantine/
+        // manifest are the newer quarantine's.
+        if (std::any_of(quarantined_.begin(), quarantined_.end(),
+                        [old](const QuarantineInfo& q) { return q.checkpoint_id == old; })) {
+          continue;
+        }
+        // Or published again (the daemon writes a checkpoint that lost its disk copy again
+        // under its id), or being published: the catalog entry is then the new copy's, but
+        // the quarantine/ manifest is still the old one's.
+        expired.emplace_back(old, live_.count(old) != 0 || in_flight_.count(old) != 0);
       }
     }
-    for (uint64_t old : expired) {
-      if (catalog_->Remove(old).ok()) {
+    for (const auto& [old, written_again] : expired) {
+      if (written_again || catalog_->Remove(old).ok()) {
         doomed.push_back(JoinPath(quarantine_dir_, ManifestName(old)));
       }
     }
     DeleteBestEffort(doomed);
   }
+  MutexLock lock(&mu_);
+  quarantining_ = false;
+  quarantine_done_.SignalAll();
   return first_error;
 }
 

@@ -322,7 +322,10 @@ class DiskStore {
                             const FileHeader& expected_header, uint64_t payload_bytes,
                             uint8_t* destination, std::string* staging);
   absl::Status Load(uint64_t checkpoint_id, const RestoreDestination* destination);
-  absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason);
+  // R5: flags `ids` in the catalog, moves their manifests to quarantine/ and drops them from
+  // the tables; then keeps only the newest max_quarantined entries. One call at a time.
+  absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Deletes the manifest of a publish that cannot be acknowledged (IO2), best effort.
   void Unpublish(const std::string& manifest_path);
   // The first of a publish's pinned shared chunks that was found damaged since (R5), or 0.
@@ -360,6 +363,8 @@ class DiskStore {
   std::set<uint64_t> in_flight_chunks_ ABSL_GUARDED_BY(mu_);      // New chunk ids being written.
   std::vector<QuarantineInfo> quarantined_ ABSL_GUARDED_BY(mu_);  // Oldest first.
   uint64_t quarantine_seq_ ABSL_GUARDED_BY(mu_) = 0;              // The latest entry's seq.
+  bool quarantining_ ABSL_GUARDED_BY(mu_) = false;  // A QuarantineCheckpoints call runs.
+  CondVar quarantine_done_;                         // Signalled when it ends.
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t used_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_checkpoint_id_ ABSL_GUARDED_BY(mu_) = 0;

@@ -322,6 +322,19 @@ absl::Status DiskStore::Reconcile() {
   for (const auto& [id, reason] : to_quarantine) {
     RETURN_IF_ERROR(QuarantineCheckpoints({id}, reason));
   }
+  // The manifest of an older quarantine of an id written again since: the catalog flags only
+  // current quarantines, so it is no kept entry and nothing would delete it later (R5's bound).
+  std::vector<std::string> superseded;
+  {
+    MutexLock lock(&mu_);
+    for (const std::string& name : quarantined_names) {
+      uint64_t id = 0;
+      if (ParseManifestName(name, &id) && live_.count(id) != 0) {
+        superseded.push_back(JoinPath(quarantine_dir_, name));
+      }
+    }
+  }
+  DeleteBestEffort(superseded);
   MutexLock lock(&mu_);
   sweep_candidates_.chunks = std::move(chunk_files.names);
   sweep_candidates_.states = std::move(state_files.names);

@@ -3,6 +3,7 @@
 
 #include "services/cache/disk/disk_store.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -65,6 +66,22 @@ class DiskStoreTest : public ::testing::Test {
     const char byte = static_cast<char>(f.get());
     f.seekp(200);
     f.put(static_cast<char>(byte ^ 0x5a));
+  }
+  // Damages checkpoint `id`'s state file; verifying it quarantines it.
+  void QuarantineByVerify(DiskStore* store, uint64_t id) {
+    auto m = store->GetManifest(id);
+    ASSERT_TRUE(m.ok()) << m.status();
+    FlipByte("states/" + m->state_file.name);
+    ASSERT_THAT(store->Verify(id), StatusIs(absl::StatusCode::kDataLoss));
+  }
+  // The names of the manifests kept in quarantine/, sorted.
+  std::vector<std::string> QuarantinedManifests() {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(Path("quarantine"))) {
+      names.push_back(e.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    return names;
   }
 
   TempDir dir_;
@@ -763,12 +780,7 @@ TEST_F(DiskStoreTest, QuarantineKeepsABoundedNumberOfManifests) {
   EXPECT_EQ(fresh[0].seq, 4u);
   EXPECT_EQ(store->QuarantinedAfter(1).size(), 2u);  // 2 is gone past the bound.
   EXPECT_TRUE(store->QuarantinedAfter(4).empty());
-  size_t kept = 0;
-  for (const auto& e : std::filesystem::directory_iterator(Path("quarantine"))) {
-    (void)e;
-    ++kept;
-  }
-  EXPECT_EQ(kept, 2u);
+  EXPECT_EQ(QuarantinedManifests().size(), 2u);
 }
 
 // The daemon writes a checkpoint that lost its disk copy again under the same id. When that id's
@@ -779,13 +791,7 @@ TEST_F(DiskStoreTest, AQuarantinePushedPastTheBoundLeavesACheckpointWrittenAgain
   o.max_quarantined = 1;
   auto store = Open(o);
   ASSERT_NE(store, nullptr);
-  // Damages checkpoint `id`'s state file; verifying it quarantines it.
-  auto quarantine = [&](uint64_t id) {
-    auto m = store->GetManifest(id);
-    ASSERT_TRUE(m.ok()) << m.status();
-    FlipByte("states/" + m->state_file.name);
-    ASSERT_THAT(store->Verify(id), StatusIs(absl::StatusCode::kDataLoss));
-  };
+  auto quarantine = [&](uint64_t id) { QuarantineByVerify(store.get(), id); };
   CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
   quarantine(1);
   CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));  // Written again.
@@ -811,6 +817,46 @@ TEST_F(DiskStoreTest, AQuarantinePushedPastTheBoundLeavesACheckpointWrittenAgain
   EXPECT_EQ((*entries)[0].checkpoint_id, 1u);
   EXPECT_TRUE((*entries)[0].quarantined);
   EXPECT_TRUE(std::filesystem::exists(Path("quarantine/m-0000000000000001.manifest")));
+}
+
+// With room for one quarantine entry: checkpoint 1 is quarantined and written again, and 3's
+// quarantine pushes 1's out. The catalog keeps 1's live entry, but 1's old manifest leaves
+// quarantine/: once 1 is deleted too, only the bound's one manifest is kept (R5).
+TEST_F(DiskStoreTest, AQuarantinePushedPastTheBoundDeletesTheOldManifestOfAnIdWrittenAgain) {
+  DiskStoreOptions o = Options();
+  o.max_quarantined = 1;
+  auto store = Open(o);
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));
+  QuarantineByVerify(store.get(), 1);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 1)));  // Written again.
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(3, {}, 1)));
+
+  QuarantineByVerify(store.get(), 3);  // Pushes 1's entry out.
+  CAIRN_ASSERT_OK(store->Delete(1));
+
+  EXPECT_EQ(QuarantinedManifests(), std::vector<std::string>{"m-0000000000000003.manifest"});
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].checkpoint_id, 3u);
+}
+
+// A restart forgets an older quarantine of an id written again (the catalog flags only what is
+// quarantined now): start-up deletes its manifest, which nothing would push out later.
+TEST_F(DiskStoreTest, StartUpDeletesTheQuarantinedManifestOfAnIdWrittenAgain) {
+  auto store = WriteAndReopen([&](DiskStore& s) {
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));
+    QuarantineByVerify(&s, 1);
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(1, {}, 1)));  // Written again.
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(2, {}, 1)));
+    QuarantineByVerify(&s, 2);
+  });
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->HasCheckpoint(1));
+  ASSERT_EQ(store->Quarantined().size(), 1u);
+  EXPECT_EQ(QuarantinedManifests(), std::vector<std::string>{"m-0000000000000002.manifest"});
 }
 
 // A read of checkpoint 1 outlives its copy: while the read runs, the copy is found damaged,
