@@ -295,7 +295,11 @@ void CheckpointCache::DropRamRef(ChunkId id) {
 void CheckpointCache::DropDiskRef(ChunkId id) {
   Chunk& chunk = *chunks_.at(id);
   CAIRN_CHECK(chunk.disk_refs > 0);
-  if (--chunk.disk_refs == 0) CAIRN_CHECK(disk_.Release(chunk.bytes).ok());
+  if (--chunk.disk_refs == 0) {
+    CAIRN_CHECK(disk_.Release(chunk.bytes).ok());
+    chunk.rewrite = false;  // The next write writes it anew anyway.
+    chunk.rewriting = false;
+  }
   MaybeFreeChunk(id);
 }
 

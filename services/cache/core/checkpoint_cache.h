@@ -357,8 +357,10 @@ class CheckpointCache {
   // deleted it with a quarantined checkpoint); its RAM bytes, if any, are not affected. Every
   // checkpoint on disk that references it loses its disk copy as ForgetDiskCopy says.
   // Checkpoints referencing it only in RAM, and writes in flight (the disk tier refuses one that
-  // shares a chunk it no longer has), are left alone. Returns what ForgetDiskCopy returns, for
-  // all of them. NotFound for an unknown chunk.
+  // shares a chunk it no longer has), are left alone; while such writes still reference it, the
+  // next BeginPersist of a checkpoint listing it (the retry of a refused one, say) writes it
+  // anew, and later ones share that copy. Returns what ForgetDiskCopy returns, for all of them.
+  // NotFound for an unknown chunk.
   absl::StatusOr<std::vector<CheckpointId>> ForgetDiskChunk(ChunkId chunk,
                                                             const std::string& reason);
   // The disk copy of checkpoint `id` is gone (the disk tier quarantined it: a file it lists

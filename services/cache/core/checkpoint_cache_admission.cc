@@ -342,7 +342,17 @@ absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskChunk(
     if (ckpt->on_disk && Contains<ChunkId>(ckpt->chunks, chunk)) hit.push_back(id);
   }
   std::sort(hit.begin(), hit.end());
-  return DropDiskCopies(hit, reason);
+  std::vector<CheckpointId> offer = DropDiskCopies(hit, reason);
+  // Writes in flight that still reference it share the lost file, unless one writes it anew
+  // already (this loss was reported before, with no disk copy left to list it). Each would
+  // count it as on disk when written again: the first to begin writes it anew instead.
+  auto it = chunks_.find(chunk);
+  if (it != chunks_.end() && it->second->disk_refs > 0 &&
+      (!hit.empty() || !it->second->rewriting)) {
+    it->second->rewrite = true;
+    it->second->rewriting = false;
+  }
+  return offer;
 }
 
 absl::StatusOr<std::vector<CheckpointId>> CheckpointCache::ForgetDiskCopy(

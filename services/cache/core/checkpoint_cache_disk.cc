@@ -180,6 +180,12 @@ absl::StatusOr<PersistTicket> CheckpointCache::BeginPersist(CheckpointId id) {
       ASSIGN_OR_RETURN(ByteLedger::ReservationId r, disk_.Reserve(chunk.bytes));
       RETURN_IF_ERROR(disk_.Commit(r));
       ticket.new_chunks.push_back(c);
+    } else if (chunk.rewrite) {
+      // Its file was lost under the writes in flight that share it: they fail, so this one
+      // writes it anew (its bytes are in the ledger already), and later ones share its copy.
+      chunk.rewrite = false;
+      chunk.rewriting = true;
+      ticket.new_chunks.push_back(c);
     }
   }
   ckpt.persisting = true;

@@ -24,6 +24,11 @@ struct CheckpointCache::Chunk {
   Residency residency = Residency::kNone;  // Of its RAM-tier bytes.
   uint64_t spill = 0;                      // While kSpilling: the spill writing it.
   bool charged = false;  // Its bytes are in the RAM ledger (RetentionOptions::charge_on_spill).
+  // Its disk file was lost while writes sharing it were in flight (ForgetDiskChunk): they fail,
+  // and the next write to begin writes it anew. Cleared then (`rewriting` is set until no
+  // write references it, or it is lost again from disk), or when no write references it.
+  bool rewrite = false;
+  bool rewriting = false;
   std::vector<SlotKey> holders;
 };
 

@@ -357,5 +357,37 @@ TEST_F(HeldWriterQuarantineTest, AQueuedWriteWhoseSharedChunksAreLostIsQueuedAga
   ExpectDurable(learned, 3);
 }
 
+// Two queued writes share the chunks lost: each is refused and written again, the lost chunks
+// anew by the first retry and shared by the second, although the other write still referenced
+// them when they were lost.
+TEST_F(HeldWriterQuarantineTest, TwoQueuedWritesSharingLostChunksAreBothWrittenAgain) {
+  const uint64_t first = CaptureAs(40, CaptureKind::kEnd);
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Disk only.
+  ASSERT_TRUE(daemon_->SlotBusy(session_, 1).ok());                   // Holds the writer.
+  // Learned checkpoints are always written: both share the first's 2 chunks and nothing else.
+  const uint64_t second = CaptureAs(44, CaptureKind::kLearned);
+  const uint64_t third = CaptureAs(47, CaptureKind::kLearned);
+  Spill();  // Both writes are queued and wait.
+  DamageFiles("chunks");
+  daemon_->ScrubPassForTest();  // The first goes, and the store deletes its chunk files.
+
+  ASSERT_TRUE(daemon_->SlotIdle(session_, 1).ok());
+  Flush();
+
+  std::vector<CheckpointRow> rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].id, second);
+  EXPECT_EQ(rows[1].id, third);
+  EXPECT_TRUE(rows[0].on_disk);
+  EXPECT_TRUE(rows[1].on_disk);
+  Restart();
+  rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].tier, Tier::kDisk);
+  EXPECT_EQ(rows[1].tier, Tier::kDisk);
+  ExpectRestoresIntact(third, 2, Tier::kDisk);
+}
+
 }  // namespace
 }  // namespace cairn::cache

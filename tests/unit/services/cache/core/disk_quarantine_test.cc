@@ -149,6 +149,39 @@ TEST_F(ForgetDiskChunkTest, AWriteInFlightAndOtherChunksAreLeftAlone) {
   ExpectReplayMatchesTheCache();
 }
 
+// Two writes in flight share chunks whose disk files are lost: the disk tier refuses both. The
+// first written again writes the chunks anew although the other still references them, and the
+// second shares that copy; a later report of the same loss changes nothing.
+TEST_F(ForgetDiskChunkTest, TheFirstWriteAfterALossUnderWritesInFlightWritesTheChunksAnew) {
+  const CheckpointId disk_only = Capture(10, CaptureKind::kEnd, true);  // Chunks 0 and 1.
+  CAIRN_ASSERT_OK(cache().Evict(disk_only, "explicit"));
+  const std::vector<ChunkId> lost = cache().GetCheckpoint(disk_only)->chunks;
+  const CheckpointId first = Capture(1, CaptureKind::kLearned, false);   // Chunks 0 and 1.
+  const CheckpointId second = Capture(1, CaptureKind::kLearned, false);  // And a new chunk 2.
+  ASSERT_TRUE(cache().BeginPersist(first).ok());
+  absl::StatusOr<PersistTicket> second_ticket = cache().BeginPersist(second);
+  ASSERT_TRUE(second_ticket.ok()) << second_ticket.status();
+  const std::vector<ChunkId> own = second_ticket->new_chunks;
+  ASSERT_EQ(own.size(), 1u);
+
+  for (ChunkId c : lost) CAIRN_ASSERT_OK(cache().ForgetDiskChunk(c, "checksum mismatch"));
+  CAIRN_ASSERT_OK(cache().AbortPersist(first));  // Refused: its shared chunks are gone.
+  absl::StatusOr<PersistTicket> first_again = cache().BeginPersist(first);
+  CAIRN_ASSERT_OK(cache().ForgetDiskChunk(lost[0], "reported again"));
+  CAIRN_ASSERT_OK(cache().AbortPersist(second));
+  absl::StatusOr<PersistTicket> second_again = cache().BeginPersist(second);
+
+  EXPECT_FALSE(cache().GetCheckpoint(disk_only).ok());
+  ASSERT_TRUE(first_again.ok()) << first_again.status();
+  EXPECT_EQ(first_again->new_chunks, lost);
+  ASSERT_TRUE(second_again.ok()) << second_again.status();
+  EXPECT_EQ(second_again->new_chunks, own);  // Shares the chunks the first writes anew.
+  CAIRN_EXPECT_OK(cache().CommitPersist(first));
+  CAIRN_EXPECT_OK(cache().CommitPersist(second));
+  EXPECT_TRUE(cache().GetCheckpoint(second)->on_disk);
+  ExpectReplayMatchesTheCache();
+}
+
 TEST_F(ForgetDiskChunkTest, ACheckpointWhoseDiskCopyIsLostKeepsItsRamCopy) {
   const CheckpointId both = Capture(10, CaptureKind::kEnd, true);
   const int64_t ram_used = cache().ram_ledger().used();
