@@ -422,8 +422,8 @@ class CacheDaemon {
   std::vector<FinishedSpill> finished_spills_ ABSL_GUARDED_BY(mu_);  // Not yet settled.
   // Checkpoints whose disk write failed for lack of space once: retried once after eviction.
   absl::flat_hash_set<CheckpointId> disk_full_retried_ ABSL_GUARDED_BY(mu_);
-  // Checkpoints whose write is the retry after a lost shared chunk (LostSharedChunkLocked);
-  // until that write ends or they leave RAM.
+  // Checkpoints whose write is the retry after a lost shared chunk (LostSharedChunkLocked),
+  // queued or deferred; until that write ends or they leave RAM.
   absl::flat_hash_set<CheckpointId> lost_chunk_retried_ ABSL_GUARDED_BY(mu_);
   // Work to run once the lock is released (event wake-ups, disk jobs); run by ~Lock.
   std::vector<std::function<void()>> after_unlock_ ABSL_GUARDED_BY(mu_);

@@ -247,6 +247,10 @@ void CacheDaemon::LostSharedChunkLocked(CheckpointId id, bool retried) {
   if (!core_->InRam(id)) return;  // Dropped meanwhile: nothing to write.
   lost_chunk_retried_.insert(id);
   MaybePersistLocked(id, /*after_disk_tasks=*/true);
+  // The mark goes with a write of it queued or deferred (maybe by the quarantine handling
+  // above). With none (the policy no longer wants it on disk, or it did not fit), a write of it
+  // later is no retry.
+  if (!core_->Persisting(id) && !deferred_persists_.contains(id)) lost_chunk_retried_.erase(id);
 }
 
 void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& why) {

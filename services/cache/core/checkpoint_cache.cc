@@ -101,6 +101,11 @@ bool CheckpointCache::InRam(CheckpointId id) const {
   return it != checkpoints_.end() && it->second->in_ram;
 }
 
+bool CheckpointCache::Persisting(CheckpointId id) const {
+  auto it = checkpoints_.find(id);
+  return it != checkpoints_.end() && it->second->persisting;
+}
+
 void CheckpointCache::Touch(const std::string& conversation) {
   if (conversation.empty()) return;
   Conversation& c = conversations_[conversation];

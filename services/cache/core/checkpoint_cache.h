@@ -388,6 +388,9 @@ class CheckpointCache {
   RadixPrefixIndex::Export CheckpointTree(const std::string& compatibility, size_t max_nodes) const;
   // True if checkpoint `id` is in the RAM tier (false for unknown ids).
   bool InRam(CheckpointId id) const;
+  // True while a write of checkpoint `id` to disk is under way (BeginPersist until
+  // CommitPersist or AbortPersist).
+  bool Persisting(CheckpointId id) const;
   Accounting RamAccounting() const;
   // The same for the disk tier (checkpoints and chunks on disk, the disk ledger).
   Accounting DiskAccounting() const;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "common/checksum/checksum.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
@@ -67,6 +68,11 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     depth_ = depth;
     CaptureRequest req = CaptureAt(depth);
     req.kind = kind;
+    return CaptureFilled(req);
+  }
+
+  // Captures as `req` asks, with patterned private state and tail; returns the checkpoint id.
+  uint64_t CaptureFilled(const CaptureRequest& req) {
     absl::StatusOr<CaptureGrant> reserved = daemon_->ReserveCapture(req);
     EXPECT_TRUE(reserved.ok()) << reserved.status();
     if (!reserved.ok()) return 0;
@@ -78,12 +84,12 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     return committed.ok() ? committed->checkpoint_id : 0;
   }
 
-  // Slot 0 goes idle until all its borrowed rows are spilled (each chunk's pattern written
+  // Slot `slot` goes idle until all its borrowed rows are spilled (each chunk's pattern written
   // into its region first, and the spill answered). Spill requests sent before a restart are
   // not answered again.
-  void Spill() {
+  void Spill(uint32_t slot = 0) {
     for (bool spilled = true; spilled;) {
-      ASSERT_TRUE(daemon_->SlotIdle(session_, 0).ok());
+      ASSERT_TRUE(daemon_->SlotIdle(session_, slot).ok());
       const std::vector<v1::SessionServerMessage> messages = sink_.messages();
       spilled = false;
       for (; answered_ < messages.size(); ++answered_) {
@@ -115,9 +121,11 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     return rows.ok() ? *rows : std::vector<CheckpointRow>{};
   }
 
-  // Flips a byte of every file in the disk tier's folder `dir` ("states" or "chunks").
-  void DamageFiles(const std::string& dir) {
+  // Flips a byte of every file in the disk tier's folder `dir` ("states" or "chunks") whose
+  // name starts with `prefix`.
+  void DamageFiles(const std::string& dir, const std::string& prefix = "") {
     for (const auto& f : std::filesystem::directory_iterator(root_ + "/" + dir)) {
+      if (f.path().filename().string().rfind(prefix, 0) != 0) continue;
       std::fstream file(f.path(), std::ios::in | std::ios::out | std::ios::binary);
       file.seekg(100);
       const char c = static_cast<char>(file.get());
@@ -387,6 +395,91 @@ TEST_F(HeldWriterQuarantineTest, TwoQueuedWritesSharingLostChunksAreBothWrittenA
   EXPECT_EQ(rows[0].tier, Tier::kDisk);
   EXPECT_EQ(rows[1].tier, Tier::kDisk);
   ExpectRestoresIntact(third, 2, Tier::kDisk);
+}
+
+// The same with prompt checkpoints 16 tokens apart on disk at least, and a second session
+// whose busy slot holds the writer while the test uses both slots of the first.
+class SpacedWriterQuarantineTest : public HeldWriterQuarantineTest {
+ protected:
+  CacheDaemonOptions DiskOptions() const override {
+    CacheDaemonOptions options = HeldWriterQuarantineTest::DiskOptions();
+    options.cache.retention.disk_spacing_tokens = 16;
+    return options;
+  }
+
+  // Holds the disk writer (`hold`) or lets it go.
+  void HoldWriter(bool hold) {
+    if (holder_ == 0) {
+      absl::StatusOr<SessionWelcome> welcome =
+          daemon_->OpenSession(SessionHello{"holder", 2, 1}, &holder_sink_);
+      ASSERT_TRUE(welcome.ok()) << welcome.status();
+      holder_ = welcome->session_id;
+    }
+    ASSERT_TRUE((hold ? daemon_->SlotBusy(holder_, 0) : daemon_->SlotIdle(holder_, 0)).ok());
+  }
+
+  // Cold-starts slot 1 on the first `depth` tokens of slot 0's prompt and captures there (its
+  // own chunks), with its rows spilled. Returns the checkpoint id.
+  uint64_t CaptureOnSlot1(uint64_t depth) {
+    SlotStart start;
+    start.session_id = session_;
+    start.model_id = model_;
+    start.slot = 1;
+    EXPECT_TRUE(daemon_->StartSlot(start).ok());
+    FrontierUpdate up;
+    up.session_id = session_;
+    up.model_id = model_;
+    up.slot = 1;
+    for (uint64_t i = 0; i < depth; ++i) up.tokens.push_back(static_cast<TokenId>(100 + i));
+    EXPECT_TRUE(daemon_->UpdateFrontier(up).ok());
+    const uint64_t id = CaptureFilled(CaptureAt(depth, 1));
+    Spill(1);
+    return id;
+  }
+
+  RecordingSink holder_sink_;
+  uint64_t holder_ = 0;
+};
+
+// A refused write whose retry queues nothing (a checkpoint written meanwhile sits just before
+// it) leaves no mark: when it is written later and refused again, that refusal is a first one
+// and is retried.
+TEST_F(SpacedWriterQuarantineTest, ARetryThatQueuesNothingDoesNotCountAsTheRetry) {
+  const uint64_t first = CaptureAs(32, CaptureKind::kEnd);  // Chunks 1 and 2.
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Disk only.
+  HoldWriter(true);
+  const uint64_t prompt = CaptureAs(56, CaptureKind::kEnd);  // Shares the first's 2 chunks.
+  Spill();                                                   // Its write is queued, and waits.
+  const uint64_t near = CaptureOnSlot1(48);                  // 8 tokens before it; queued next.
+  DamageFiles("chunks");
+  daemon_->ScrubPassForTest();  // The first goes with its chunk files.
+  HoldWriter(false);
+  Flush();  // The prompt's write is refused; its retry queues nothing: `near` is being written.
+  std::vector<CheckpointRow> rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_FALSE(rows[0].on_disk);
+  ASSERT_TRUE(rows[1].on_disk);
+  // A learned checkpoint writes the prompt's chunks anew. Then `near` is lost: the prompt is
+  // written again, sharing those chunks, which are lost in turn before the write starts.
+  const uint64_t learned = CaptureAs(64, CaptureKind::kLearned);
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{near, false, false}).ok());
+  HoldWriter(true);
+  DamageFiles("states", absl::StrFormat("s-%016x-", near));
+  daemon_->ScrubPassForTest();  // `near` goes; the prompt's write is queued.
+  DamageFiles("chunks");        // The learned one's only.
+  daemon_->ScrubPassForTest();
+
+  HoldWriter(false);
+  Flush();
+
+  rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].id, prompt);
+  EXPECT_TRUE(rows[0].on_disk);  // Refused once more, then written.
+  EXPECT_EQ(rows[1].id, learned);
+  EXPECT_TRUE(rows[1].on_disk);
 }
 
 }  // namespace
