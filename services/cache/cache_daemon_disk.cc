@@ -257,14 +257,18 @@ void CacheDaemon::ForgetQuarantinedLocked(CheckpointId id, const absl::Status& w
   // R5: the store quarantined `id` and every other checkpoint listing the bad file, and deleted
   // the files no live checkpoint lists any more. Only its entries since the last report are
   // new; the report's own id comes last, as the store may not have listed it (or dropped its
-  // entry past the R5 bound). The policy forgets, with events, the disk copy of each of them
+  // entry past the R5 bound), unless the store holds it again: another thread handled the
+  // quarantine first and the checkpoint, still in RAM, was written again meanwhile (that copy
+  // is good). The policy forgets, with events, the disk copy of each of them
   // and of every chunk they held that the store no longer has, and nothing else: a checkpoint
   // whose bytes are then nowhere goes, so the next lookup falls back (R6); one also in RAM stays
   // there, as its RAM bytes are its own (verified as they entered the arena), and is written to
   // disk again (R8: it was durable).
   std::vector<QuarantineInfo> fresh = store_->QuarantinedAfter(quarantine_seen_);
   if (!fresh.empty()) quarantine_seen_ = fresh.back().seq;
-  if (id != 0) fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
+  if (id != 0 && !store_->HasCheckpoint(id)) {
+    fresh.push_back(QuarantineInfo{id, std::string(why.message()), 0});
+  }
   std::set<CheckpointId> ram_only;
   auto keep = [&ram_only](const absl::StatusOr<std::vector<CheckpointId>>& kept) {
     if (kept.ok()) ram_only.insert(kept->begin(), kept->end());  // NotFound: gone already.

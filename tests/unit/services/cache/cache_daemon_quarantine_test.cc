@@ -10,12 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/checksum/checksum.h"
 #include "gtest/gtest.h"
 #include "services/cache/cache_daemon.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/services/cache/cache_daemon_fixture.h"
+#include "tests/unit/services/cache/disk/disk_test_util.h"
 
 namespace cairn::cache {
 namespace {
@@ -344,6 +346,46 @@ class HeldWriterQuarantineTest : public QuarantineScopeTest {
     options.writer.max_yield = absl::Seconds(30);
     return options;
   }
+
+  // Holds the disk writer (`hold`) or lets it go, with the busy slot of a second session: the
+  // test may use both slots of the first.
+  void HoldWriter(bool hold) {
+    if (holder_ == 0) {
+      absl::StatusOr<SessionWelcome> welcome =
+          daemon_->OpenSession(SessionHello{"holder", 2, 1}, &holder_sink_);
+      ASSERT_TRUE(welcome.ok()) << welcome.status();
+      holder_ = welcome->session_id;
+    }
+    ASSERT_TRUE((hold ? daemon_->SlotBusy(holder_, 0) : daemon_->SlotIdle(holder_, 0)).ok());
+  }
+
+  // Extends slot 1's prompt (tokens `first_token`, `first_token` + 1, ...) from `from` tokens
+  // (0: a cold start) to `to` and captures there as `kind` (its own chunks), with its rows
+  // spilled. Returns the checkpoint id.
+  uint64_t CaptureOnSlot1(TokenId first_token, uint64_t from, uint64_t to, CaptureKind kind) {
+    if (from == 0) {
+      SlotStart start;
+      start.session_id = session_;
+      start.model_id = model_;
+      start.slot = 1;
+      EXPECT_TRUE(daemon_->StartSlot(start).ok());
+    }
+    FrontierUpdate up;
+    up.session_id = session_;
+    up.model_id = model_;
+    up.slot = 1;
+    up.expected_depth = from;
+    for (uint64_t i = from; i < to; ++i) up.tokens.push_back(first_token + static_cast<TokenId>(i));
+    EXPECT_TRUE(daemon_->UpdateFrontier(up).ok());
+    CaptureRequest req = CaptureAt(to, 1);
+    req.kind = kind;
+    const uint64_t id = CaptureFilled(req);
+    Spill(1);
+    return id;
+  }
+
+  RecordingSink holder_sink_;
+  uint64_t holder_ = 0;
 };
 
 // A write queued over chunks already on disk loses them before it starts: the checkpoint is
@@ -397,6 +439,58 @@ TEST_F(HeldWriterQuarantineTest, TwoQueuedWritesSharingLostChunksAreBothWrittenA
   ExpectRestoresIntact(third, 2, Tier::kDisk);
 }
 
+// The same with hooks in the disk tier's file system.
+class HookedWriterQuarantineTest : public HeldWriterQuarantineTest {
+ protected:
+  CacheDaemonOptions DiskOptions() const override {
+    CacheDaemonOptions options = HeldWriterQuarantineTest::DiskOptions();
+    options.file_system = &fs_;
+    return options;
+  }
+
+  mutable testing::HookFileSystem fs_;  // The daemon writes through it.
+};
+
+// The scrubber's quarantine is handled before the scrubber reports it (here by a write refused
+// for chunks an earlier quarantine took), and the checkpoint, still in RAM, is written again
+// meanwhile: the report leaves the new copy alone.
+TEST_F(HookedWriterQuarantineTest, AScrubReportAfterTheCheckpointIsWrittenAgainLeavesTheNewCopy) {
+  // On slot 1, another prompt: a checkpoint on disk only, then a learned one sharing its
+  // chunks, whose write is queued and waits.
+  const uint64_t other = CaptureOnSlot1(500, 0, 32, CaptureKind::kEnd);
+  ASSERT_TRUE(daemon_->SlotIdle(session_, 0).ok());  // Lets the writer go.
+  Flush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{other, false, false}).ok());
+  const uint64_t id = CaptureAs(40, CaptureKind::kEnd);  // In RAM and on disk.
+  SpillAndFlush();
+  HoldWriter(true);
+  const uint64_t learned = CaptureOnSlot1(500, 32, 48, CaptureKind::kLearned);
+  DamageFiles("states");  // Both checkpoints on disk.
+  bool raced = false;
+  fs_.SetAfterDelete([&](const std::string& path) {
+    if (raced || !absl::StrContains(path, absl::StrFormat("/states/s-%016x-", id))) return;
+    raced = true;
+    // The store has quarantined `id` and deletes its files; the scrubber has not reported it.
+    // The learned checkpoint's write is refused (the quarantine of `other`, reported already,
+    // took its chunks): handling that refusal handles `id`'s quarantine too.
+    HoldWriter(false);
+    Flush();
+  });
+
+  daemon_->ScrubPassForTest();
+  Flush();
+
+  ASSERT_TRUE(raced);
+  std::vector<CheckpointRow> rows = Rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].id, id);
+  EXPECT_TRUE(rows[0].on_disk);
+  EXPECT_EQ(rows[1].id, learned);
+  EXPECT_TRUE(rows[1].on_disk);
+  // `other`, `id`, `id` again and the learned checkpoint: nothing written twice.
+  EXPECT_EQ(daemon_->disk_store()->stats().published, 4u);
+}
+
 // The same with prompt checkpoints 16 tokens apart on disk at least, and a second session
 // whose busy slot holds the writer while the test uses both slots of the first.
 class SpacedWriterQuarantineTest : public HeldWriterQuarantineTest {
@@ -406,39 +500,6 @@ class SpacedWriterQuarantineTest : public HeldWriterQuarantineTest {
     options.cache.retention.disk_spacing_tokens = 16;
     return options;
   }
-
-  // Holds the disk writer (`hold`) or lets it go.
-  void HoldWriter(bool hold) {
-    if (holder_ == 0) {
-      absl::StatusOr<SessionWelcome> welcome =
-          daemon_->OpenSession(SessionHello{"holder", 2, 1}, &holder_sink_);
-      ASSERT_TRUE(welcome.ok()) << welcome.status();
-      holder_ = welcome->session_id;
-    }
-    ASSERT_TRUE((hold ? daemon_->SlotBusy(holder_, 0) : daemon_->SlotIdle(holder_, 0)).ok());
-  }
-
-  // Cold-starts slot 1 on the first `depth` tokens of slot 0's prompt and captures there (its
-  // own chunks), with its rows spilled. Returns the checkpoint id.
-  uint64_t CaptureOnSlot1(uint64_t depth) {
-    SlotStart start;
-    start.session_id = session_;
-    start.model_id = model_;
-    start.slot = 1;
-    EXPECT_TRUE(daemon_->StartSlot(start).ok());
-    FrontierUpdate up;
-    up.session_id = session_;
-    up.model_id = model_;
-    up.slot = 1;
-    for (uint64_t i = 0; i < depth; ++i) up.tokens.push_back(static_cast<TokenId>(100 + i));
-    EXPECT_TRUE(daemon_->UpdateFrontier(up).ok());
-    const uint64_t id = CaptureFilled(CaptureAt(depth, 1));
-    Spill(1);
-    return id;
-  }
-
-  RecordingSink holder_sink_;
-  uint64_t holder_ = 0;
 };
 
 // A refused write whose retry queues nothing (a checkpoint written meanwhile sits just before
@@ -451,7 +512,7 @@ TEST_F(SpacedWriterQuarantineTest, ARetryThatQueuesNothingDoesNotCountAsTheRetry
   HoldWriter(true);
   const uint64_t prompt = CaptureAs(56, CaptureKind::kEnd);  // Shares the first's 2 chunks.
   Spill();                                                   // Its write is queued, and waits.
-  const uint64_t near = CaptureOnSlot1(48);                  // 8 tokens before it; queued next.
+  const uint64_t near = CaptureOnSlot1(100, 0, 48, CaptureKind::kEnd);  // 8 tokens before it.
   DamageFiles("chunks");
   daemon_->ScrubPassForTest();  // The first goes with its chunk files.
   HoldWriter(false);

@@ -104,6 +104,12 @@ absl::Status HookFileSystem::Rename(const std::string& from, const std::string& 
   return s;
 }
 
+absl::Status HookFileSystem::Delete(const std::string& p) {
+  absl::Status s = base_->Delete(p);
+  if (s.ok() && after_delete_) after_delete_(p);
+  return s;
+}
+
 absl::StatusOr<uint64_t> HookFileSystem::FileSize(const std::string& p) {
   if (before_file_size_) before_file_size_(p);
   return base_->FileSize(p);

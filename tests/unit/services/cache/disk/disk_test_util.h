@@ -74,12 +74,16 @@ absl::StatusOr<std::unique_ptr<DiskStore>> OpenTestStore(const std::string& root
 std::vector<std::string> DataFiles(const std::string& root);
 
 // The POSIX file system with hooks, for tests that need something to happen at a precise file
-// operation: after each successful rename (given its destination) and before each FileSize
-// (given the path). Set the hooks before the store runs; they run on the caller's thread.
+// operation: after each successful rename (given its destination) or deletion (given the path),
+// and before each FileSize (given the path). Set the hooks before the store runs; they run on
+// the caller's thread.
 class HookFileSystem final : public FileSystem {
  public:
   void SetAfterRename(std::function<void(const std::string& to)> hook) {
     after_rename_ = std::move(hook);
+  }
+  void SetAfterDelete(std::function<void(const std::string& path)> hook) {
+    after_delete_ = std::move(hook);
   }
   void SetBeforeFileSize(std::function<void(const std::string& path)> hook) {
     before_file_size_ = std::move(hook);
@@ -92,7 +96,7 @@ class HookFileSystem final : public FileSystem {
     return base_->NewReadableFile(p);
   }
   absl::Status Rename(const std::string& from, const std::string& to) override;
-  absl::Status Delete(const std::string& p) override { return base_->Delete(p); }
+  absl::Status Delete(const std::string& p) override;
   absl::Status CreateDir(const std::string& p) override { return base_->CreateDir(p); }
   absl::Status SyncDir(const std::string& p) override { return base_->SyncDir(p); }
   absl::StatusOr<std::vector<std::string>> ListDir(const std::string& p) override {
@@ -108,6 +112,7 @@ class HookFileSystem final : public FileSystem {
  private:
   FileSystem* const base_ = PosixFileSystem();
   std::function<void(const std::string&)> after_rename_;
+  std::function<void(const std::string&)> after_delete_;
   std::function<void(const std::string&)> before_file_size_;
 };
 
