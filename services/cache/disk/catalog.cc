@@ -55,7 +55,8 @@ absl::Status PutReserved(rocksdb::DB* db, const char* key, absl::string_view wha
                    absl::StrCat("reserve ", what, " ids up to ", up_to));
 }
 
-// Reads the reserved-ids record `key`: 0 when absent, DataLoss when malformed.
+// Reads the reserved-ids record `key`: 0 when absent, DataLoss when malformed or above
+// kMaxReservedId.
 absl::StatusOr<uint64_t> GetReserved(rocksdb::DB* db, const char* key, absl::string_view what) {
   rocksdb::ReadOptions read;
   read.verify_checksums = true;
@@ -68,6 +69,10 @@ absl::StatusOr<uint64_t> GetReserved(rocksdb::DB* db, const char* key, absl::str
   }
   uint64_t up_to = 0;
   for (int i = 7; i >= 0; --i) up_to = (up_to << 8) | static_cast<uint8_t>(value[i]);
+  if (up_to > kMaxReservedId) {
+    return absl::DataLossError(
+        absl::StrCat("reserved ", what, " ids record names ", up_to, ", above 2^62"));
+  }
   return up_to;
 }
 

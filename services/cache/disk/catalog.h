@@ -44,6 +44,10 @@ struct CatalogOptions {
   bool auto_compactions = true;
 };
 
+// The largest id a reserved-ids record may name. Daemons reserve ids in blocks of at most 2^40
+// above ids they found; a record above this is damage (an id after it could wrap past 2^64).
+inline constexpr uint64_t kMaxReservedId = uint64_t{1} << 62;
+
 struct CatalogEntry {
   uint64_t checkpoint_id = 0;
   bool quarantined = false;
@@ -69,7 +73,8 @@ class Catalog {
   // replacing the previous record (callers only raise it).
   absl::Status PutReservedCheckpointIds(uint64_t up_to);
   // Returns the recorded id (PutReservedCheckpointIds), or 0 when the catalog holds no record
-  // (one written before the record existed). DataLoss for a malformed record.
+  // (one written before the record existed). DataLoss for a malformed record, or one above
+  // kMaxReservedId.
   absl::StatusOr<uint64_t> ReservedCheckpointIds() const;
   // The same two for chunk ids, in a record of their own.
   absl::Status PutReservedChunkIds(uint64_t up_to);

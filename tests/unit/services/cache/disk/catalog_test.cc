@@ -26,6 +26,7 @@ namespace cairn::cache {
 namespace {
 
 using ::cairn::cache::testing::TempDir;
+using ::cairn::testing::StatusIs;
 
 // The integer in the environment variable `name`, or `fallback`.
 int EnvInt(const char* name, int fallback) {
@@ -84,6 +85,22 @@ TEST(CatalogTest, ReservedIdsAreARecordApartFromTheEntries) {
   ASSERT_TRUE(entries.ok()) << entries.status();
   ASSERT_EQ(entries->size(), 1u);
   EXPECT_EQ((*entries)[0].checkpoint_id, 7u);
+}
+
+// No daemon reserves ids near 2^64 (the next id would wrap): a record above 2^62 is damage.
+TEST(CatalogTest, AReservedIdsRecordAboveTheBoundIsDataLoss) {
+  TempDir dir;
+  auto catalog = Catalog::Open(dir.path() + "/catalog", nullptr, {});
+  ASSERT_TRUE(catalog.ok()) << catalog.status();
+  CAIRN_ASSERT_OK((*catalog)->PutReservedCheckpointIds(kMaxReservedId));
+  CAIRN_ASSERT_OK((*catalog)->PutReservedChunkIds(kMaxReservedId + 1));
+
+  auto at_bound = (*catalog)->ReservedCheckpointIds();
+  ASSERT_TRUE(at_bound.ok()) << at_bound.status();
+  EXPECT_EQ(*at_bound, kMaxReservedId);
+  EXPECT_THAT((*catalog)->ReservedChunkIds().status(), StatusIs(absl::StatusCode::kDataLoss));
+  CAIRN_ASSERT_OK((*catalog)->PutReservedCheckpointIds(~uint64_t{0}));
+  EXPECT_THAT((*catalog)->ReservedCheckpointIds().status(), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 // A daemon restarts many times over the life of its disk tier: reopening the catalog must not

@@ -367,6 +367,29 @@ TEST_F(DiskStoreTest, ACatalogRebuiltAfterADamagedScanKeepsTheReservedIds) {
   EXPECT_EQ(again->reserved_chunk_ids(), 70u);
 }
 
+// A reserved-ids record above 2^62 is damage (the next id could wrap past 2^64): the catalog is
+// rebuilt from the manifests as for any malformed record, without it.
+TEST_F(DiskStoreTest, AReservedIdsRecordAboveTheBoundRebuildsTheCatalogWithoutIt) {
+  WriteAndReopen([&](DiskStore& s) {
+    CAIRN_ASSERT_OK(s.Publish(factory_.Build(3, {}, 1)));
+  }).reset();
+  {
+    auto catalog = Catalog::Open(Path("catalog"), nullptr, {});
+    ASSERT_TRUE(catalog.ok()) << catalog.status();
+    CAIRN_ASSERT_OK((*catalog)->PutReservedCheckpointIds(~uint64_t{0}));
+    CAIRN_ASSERT_OK((*catalog)->PutReservedChunkIds(~uint64_t{0}));
+  }
+
+  auto store = Open();
+
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(store->HasCheckpoint(3));  // Rebuilt from its manifest.
+  EXPECT_EQ(store->reserved_checkpoint_ids(), 0u);
+  EXPECT_EQ(store->max_checkpoint_id(), 3u);
+  EXPECT_EQ(store->reserved_chunk_ids(), 0u);
+  EXPECT_EQ(store->max_chunk_id(), 1u);
+}
+
 TEST_F(DiskStoreTest, MissingSharedChunkQuarantinesEveryCheckpointListingItAtStartUp) {
   std::string chunk_name;
   {
