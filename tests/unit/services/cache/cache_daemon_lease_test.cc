@@ -1,6 +1,6 @@
 // The daemon's restore leases against what can happen while they are held: the checkpoint's
-// disk copy quarantined under a lease, a lease whose spills never come (in process, without gRPC,
-// under TSan with the unit label).
+// disk copy quarantined under a lease, or the checkpoint dropped, a lease whose spills never come
+// (in process, without gRPC, under TSan with the unit label).
 
 #include <filesystem>
 #include <fstream>
@@ -88,6 +88,49 @@ TEST_F(QuarantineUnderLeaseTest, TheRegionsALeaseReadsStayThroughAQuarantineOfTh
   EXPECT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, capture->reservation_id, "test"}).ok());
   // The checkpoint keeps its regions after the lease; the aborted reservation's are gone.
   EXPECT_EQ(daemon_->arena().allocator().used_bytes(), used_under_lease);
+}
+
+// A checkpoint only on disk is restored into a lease's own regions, then quarantined and dropped
+// while the lease is held: the regions stay allocated, and given to no one else, until the
+// lease is released (R7).
+TEST_F(QuarantineUnderLeaseTest, ACheckpointDroppedUnderALeaseKeepsItsRegionsUntilTheRelease) {
+  const uint64_t id = Capture(40);
+  ASSERT_TRUE(daemon_->SlotIdle(session_, 0).ok());  // Its rows are spilled, then written.
+  AnswerSpills();
+  Flush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{id, false, false}).ok());  // Only on disk now.
+  const uint64_t used_before = daemon_->arena().allocator().used_bytes();
+  absl::StatusOr<RestoreGrant> lease = daemon_->AcquireRestore(RestoreOf(id, 1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(lease->loaded_from, Tier::kDisk);
+  ASSERT_TRUE(lease->ready);
+  std::vector<ArenaHandle> leased = {lease->private_state.region, lease->tail.region};
+  for (const ChunkGrant& c : lease->chunks) leased.push_back(c.region);
+  const uint64_t used_under_lease = daemon_->arena().allocator().used_bytes();
+  ASSERT_GT(used_under_lease, used_before);
+  DamageStateFiles();
+
+  daemon_->ScrubPassForTest();  // The checkpoint exists nowhere else: it is dropped.
+  const uint64_t used_after_quarantine = daemon_->arena().allocator().used_bytes();
+  StartCold(39);  // A new capture asks the arena for regions.
+  absl::StatusOr<CaptureGrant> capture = daemon_->ReserveCapture(CaptureAt(39));
+
+  absl::StatusOr<std::vector<CheckpointRow>> left = daemon_->Checkpoints(0, Tier::kNone);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+  EXPECT_EQ(used_after_quarantine, used_under_lease);
+  ASSERT_TRUE(capture.ok()) << capture.status();
+  for (const ArenaHandle& r : leased) {
+    EXPECT_FALSE(Overlap(r, capture->private_state.region)) << "offset " << r.offset;
+    EXPECT_FALSE(Overlap(r, capture->tail.region)) << "offset " << r.offset;
+  }
+  const uint64_t used_with_capture = daemon_->arena().allocator().used_bytes();
+  EXPECT_TRUE(daemon_->ReleaseLease(LeaseRelease{session_, lease->lease_id, true, ""}).ok());
+  // The lease's regions go with it; the new reservation's stay.
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(),
+            used_with_capture - (used_under_lease - used_before));
+  EXPECT_TRUE(daemon_->AbortCapture(CaptureAbort{session_, capture->reservation_id, "test"}).ok());
+  EXPECT_EQ(daemon_->arena().allocator().used_bytes(), used_before);
 }
 
 TEST_F(CacheDaemonPartsTest, ALeaseWhoseSpillsNeverComeFailsAfterTheWaitBoundAndUnpins) {

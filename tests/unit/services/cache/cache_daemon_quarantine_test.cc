@@ -491,6 +491,46 @@ TEST_F(HookedWriterQuarantineTest, AScrubReportAfterTheCheckpointIsWrittenAgainL
   EXPECT_EQ(daemon_->disk_store()->stats().published, 4u);
 }
 
+// A write refused for a lost chunk is queued once more; refused again (another chunk it shares
+// is lost while the retry runs), it is not queued a third time, and stays in RAM only.
+TEST_F(HookedWriterQuarantineTest, AWriteRefusedTwiceIsNotQueuedAThirdTime) {
+  const uint64_t first = CaptureAs(32, CaptureKind::kEnd);  // Chunks 1 and 2.
+  SpillAndFlush();
+  const uint64_t middle = CaptureAs(48, CaptureKind::kLearned);  // And chunk 3.
+  SpillAndFlush();
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Both on disk only.
+  ASSERT_TRUE(daemon_->Evict(EvictOrder{middle, false, false}).ok());
+  HoldWriter(true);
+  // It shares chunks 1 to 3; its write is queued, and waits.
+  const uint64_t learned = CaptureAs(64, CaptureKind::kLearned);
+  Spill();
+  // The middle one goes, and with it chunk 3 (chunks 1 and 2 stay: the first lists them).
+  DamageFiles("states", absl::StrFormat("s-%016x-", middle));
+  daemon_->ScrubPassForTest();
+  // The retry writes chunk 3 anew and shares chunks 1 and 2; as it starts writing, their files
+  // are found damaged (the first goes too).
+  bool damaged = false;
+  int state_files = 0;  // Created since, one per write: on the writer's thread.
+  fs_.SetBeforeCreate([&](const std::string& path) {
+    state_files += absl::StrContains(path, "/states/") ? 1 : 0;
+    if (damaged || !absl::StrContains(path, "/chunks/")) return;
+    damaged = true;
+    DamageFiles("chunks");
+    daemon_->ScrubPassForTest();
+  });
+
+  HoldWriter(false);
+  Flush();
+
+  ASSERT_TRUE(damaged);
+  EXPECT_EQ(state_files, 1);  // The retry, refused; no third write.
+  std::vector<CheckpointRow> rows = Rows();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].id, learned);
+  EXPECT_FALSE(rows[0].on_disk);
+  EXPECT_EQ(daemon_->DeferredPersistsForTest(), 0u);
+}
+
 // The same with prompt checkpoints 16 tokens apart on disk at least, and a second session
 // whose busy slot holds the writer while the test uses both slots of the first.
 class SpacedWriterQuarantineTest : public HeldWriterQuarantineTest {

@@ -98,6 +98,12 @@ absl::StatusOr<std::unique_ptr<DiskStore>> OpenTestStore(const std::string& root
   return DiskStore::Create(o, PosixFileSystem());
 }
 
+absl::StatusOr<std::unique_ptr<WritableFile>> HookFileSystem::NewWritableFile(
+    const std::string& p) {
+  if (before_create_) before_create_(p);
+  return base_->NewWritableFile(p);
+}
+
 absl::Status HookFileSystem::Rename(const std::string& from, const std::string& to) {
   absl::Status s = base_->Rename(from, to);
   if (s.ok() && after_rename_) after_rename_(to);

@@ -75,10 +75,13 @@ std::vector<std::string> DataFiles(const std::string& root);
 
 // The POSIX file system with hooks, for tests that need something to happen at a precise file
 // operation: after each successful rename (given its destination) or deletion (given the path),
-// and before each FileSize (given the path). Set the hooks before the store runs; they run on
-// the caller's thread.
+// and before each file is created or its size asked for (given the path). Set the hooks before
+// the store runs; they run on the caller's thread.
 class HookFileSystem final : public FileSystem {
  public:
+  void SetBeforeCreate(std::function<void(const std::string& path)> hook) {
+    before_create_ = std::move(hook);
+  }
   void SetAfterRename(std::function<void(const std::string& to)> hook) {
     after_rename_ = std::move(hook);
   }
@@ -89,9 +92,7 @@ class HookFileSystem final : public FileSystem {
     before_file_size_ = std::move(hook);
   }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override {
-    return base_->NewWritableFile(p);
-  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& p) override;
   absl::StatusOr<std::unique_ptr<ReadableFile>> NewReadableFile(const std::string& p) override {
     return base_->NewReadableFile(p);
   }
@@ -111,6 +112,7 @@ class HookFileSystem final : public FileSystem {
 
  private:
   FileSystem* const base_ = PosixFileSystem();
+  std::function<void(const std::string&)> before_create_;
   std::function<void(const std::string&)> after_rename_;
   std::function<void(const std::string&)> after_delete_;
   std::function<void(const std::string&)> before_file_size_;
