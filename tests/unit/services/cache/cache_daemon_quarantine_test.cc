@@ -116,6 +116,14 @@ class QuarantineScopeTest : public DiskTierPartsTest {
     Flush();
   }
 
+  // CaptureAs, then the checkpoint is written to disk and evicted from RAM; returns its id.
+  uint64_t CaptureOnDiskOnly(uint64_t depth, CaptureKind kind = CaptureKind::kEnd) {
+    const uint64_t id = CaptureAs(depth, kind);
+    SpillAndFlush();
+    EXPECT_TRUE(daemon_->Evict(EvictOrder{id, false, false}).ok());
+    return id;
+  }
+
   // The checkpoint rows, by id.
   std::vector<CheckpointRow> Rows() const {
     absl::StatusOr<std::vector<CheckpointRow>> rows = daemon_->Checkpoints(0, Tier::kNone);
@@ -391,9 +399,7 @@ class HeldWriterQuarantineTest : public QuarantineScopeTest {
 // A write queued over chunks already on disk loses them before it starts: the checkpoint is
 // still in RAM with every byte, so it is written again, its chunks as new ones.
 TEST_F(HeldWriterQuarantineTest, AQueuedWriteWhoseSharedChunksAreLostIsQueuedAgain) {
-  const uint64_t first = CaptureAs(40, CaptureKind::kEnd);
-  SpillAndFlush();
-  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Disk only.
+  const uint64_t first = CaptureOnDiskOnly(40);
   ASSERT_TRUE(daemon_->SlotBusy(session_, 1).ok());                   // Holds the writer.
   const uint64_t learned = CaptureAs(56, CaptureKind::kLearned);      // Shares 2 chunks.
   Spill();  // Its write is queued, sharing the first's 2 chunk files, and waits.
@@ -411,9 +417,7 @@ TEST_F(HeldWriterQuarantineTest, AQueuedWriteWhoseSharedChunksAreLostIsQueuedAga
 // anew by the first retry and shared by the second, although the other write still referenced
 // them when they were lost.
 TEST_F(HeldWriterQuarantineTest, TwoQueuedWritesSharingLostChunksAreBothWrittenAgain) {
-  const uint64_t first = CaptureAs(40, CaptureKind::kEnd);
-  SpillAndFlush();
-  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Disk only.
+  CaptureOnDiskOnly(40);
   ASSERT_TRUE(daemon_->SlotBusy(session_, 1).ok());                   // Holds the writer.
   // Learned checkpoints are always written: both share the first's 2 chunks and nothing else.
   const uint64_t second = CaptureAs(44, CaptureKind::kLearned);
@@ -494,12 +498,8 @@ TEST_F(HookedWriterQuarantineTest, AScrubReportAfterTheCheckpointIsWrittenAgainL
 // A write refused for a lost chunk is queued once more; refused again (another chunk it shares
 // is lost while the retry runs), it is not queued a third time, and stays in RAM only.
 TEST_F(HookedWriterQuarantineTest, AWriteRefusedTwiceIsNotQueuedAThirdTime) {
-  const uint64_t first = CaptureAs(32, CaptureKind::kEnd);  // Chunks 1 and 2.
-  SpillAndFlush();
-  const uint64_t middle = CaptureAs(48, CaptureKind::kLearned);  // And chunk 3.
-  SpillAndFlush();
-  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Both on disk only.
-  ASSERT_TRUE(daemon_->Evict(EvictOrder{middle, false, false}).ok());
+  CaptureOnDiskOnly(32);                                                 // Chunks 1 and 2.
+  const uint64_t middle = CaptureOnDiskOnly(48, CaptureKind::kLearned);  // And chunk 3.
   HoldWriter(true);
   // It shares chunks 1 to 3; its write is queued, and waits.
   const uint64_t learned = CaptureAs(64, CaptureKind::kLearned);
@@ -546,9 +546,7 @@ class SpacedWriterQuarantineTest : public HeldWriterQuarantineTest {
 // it) leaves no mark: when it is written later and refused again, that refusal is a first one
 // and is retried.
 TEST_F(SpacedWriterQuarantineTest, ARetryThatQueuesNothingDoesNotCountAsTheRetry) {
-  const uint64_t first = CaptureAs(32, CaptureKind::kEnd);  // Chunks 1 and 2.
-  SpillAndFlush();
-  ASSERT_TRUE(daemon_->Evict(EvictOrder{first, false, false}).ok());  // Disk only.
+  CaptureOnDiskOnly(32);  // Chunks 1 and 2.
   HoldWriter(true);
   const uint64_t prompt = CaptureAs(56, CaptureKind::kEnd);  // Shares the first's 2 chunks.
   Spill();                                                   // Its write is queued, and waits.

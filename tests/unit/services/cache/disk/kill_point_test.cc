@@ -38,22 +38,28 @@ void PrintTo(const KillCase& c, std::ostream* os) { *os << c.point; }
 
 class KillPointDeathTest : public ::testing::TestWithParam<KillCase> {};
 
-std::unique_ptr<DiskStore> Open(const std::string& root) {
+std::unique_ptr<DiskStore> Open(const std::string& root, FileSystem* fs = PosixFileSystem()) {
   DiskStoreOptions o;
   o.root = root;
   o.free_space_reserve_bytes = 0;
-  auto store = DiskStore::Create(o, PosixFileSystem());
+  auto store = DiskStore::Create(o, fs);
   return store.ok() ? std::move(*store) : nullptr;
 }
 
-TEST_P(KillPointDeathTest, RecoveryAfterAKillIsConsistent) {
-#ifdef NDEBUG
-  GTEST_SKIP() << "kill points are compiled out of release builds";
-#endif
-#ifdef __SANITIZE_THREAD__
+// Why the kill-point death tests cannot run in this build; nullptr when they can.
+const char* WhyKillPointsCannotRun() {
+#if defined(NDEBUG)
+  return "kill points are compiled out of release builds";
+#elif defined(__SANITIZE_THREAD__)
   // The fast death-test style forks a threaded process; TSan cannot start threads there.
-  GTEST_SKIP() << "kill-point death tests do not run under ThreadSanitizer";
+  return "kill-point death tests do not run under ThreadSanitizer";
+#else
+  return nullptr;
 #endif
+}
+
+TEST_P(KillPointDeathTest, RecoveryAfterAKillIsConsistent) {
+  if (const char* why = WhyKillPointsCannotRun(); why != nullptr) GTEST_SKIP() << why;
   const KillCase& c = GetParam();
   TempDir dir;
   CheckpointFactory factory(16, 512);
@@ -113,12 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
 // is killed between the quarantine's catalog flag and its manifest's move to quarantine/.
 // Start-up finishes the quarantine: no restart lists the damaged chunk's file again.
 TEST(QuarantineKillPointDeathTest, APublishKilledInTheQuarantineOfItsLostChunkStaysQuarantined) {
-#ifdef NDEBUG
-  GTEST_SKIP() << "kill points are compiled out of release builds";
-#endif
-#ifdef __SANITIZE_THREAD__
-  GTEST_SKIP() << "kill-point death tests do not run under ThreadSanitizer";
-#endif
+  if (const char* why = WhyKillPointsCannotRun(); why != nullptr) GTEST_SKIP() << why;
   TempDir dir;
   CheckpointFactory factory(16, 512);
   const PublishRequest a = factory.Build(1, {}, 3);
@@ -148,14 +149,8 @@ TEST(QuarantineKillPointDeathTest, APublishKilledInTheQuarantineOfItsLostChunkSt
           store->Verify(1).IgnoreError();  // DataLoss: checkpoint 1 is quarantined.
           ::setenv("CAIRN_KILL_POINT", "disk.quarantine.after_catalog", 1);  // Then 2's.
         });
-        DiskStoreOptions o;
-        o.root = dir.path();
-        o.free_space_reserve_bytes = 0;
-        auto created = DiskStore::Create(o, &fs);
-        if (created.ok()) {
-          store = *std::move(created);
-          store->Publish(b).IgnoreError();
-        }
+        store = Open(dir.path(), &fs);
+        if (store != nullptr) store->Publish(b).IgnoreError();
         std::exit(3);  // The kill point was not reached.
       },
       ::testing::KilledBySignal(SIGKILL), "");
