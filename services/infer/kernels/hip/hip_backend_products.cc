@@ -232,8 +232,8 @@ bool HipKernelBackend::ConvFitsProduct(absl::Span<const CausalConvArgs> convs, i
     const CausalConvArgs& a = convs[static_cast<size_t>(r)];
     fused = a.tokens == 1 && a.in == y + r * ldy && a.channels == convs[0].channels &&
             a.w == convs[0].w && a.kernel == convs[0].kernel && a.channels >= 0 &&
-            a.channels <= w.rows() && a.kernel >= 1 && a.kernel <= 4 && a.out != nullptr &&
-            (a.kernel == 1 || a.state != nullptr);
+            a.channels <= w.rows() && a.kernel >= 1 && a.kernel <= hip::kMatMulRowsConvMaxTaps &&
+            a.out != nullptr && (a.kernel == 1 || a.state != nullptr);
     for (int64_t q = 0; fused && q < r; ++q) {
       fused = a.kernel == 1 || convs[static_cast<size_t>(q)].state != a.state;
     }

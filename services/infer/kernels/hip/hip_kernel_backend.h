@@ -157,7 +157,8 @@ struct HipKernelBackendOptions {
   // works out its conv and advances its state (hip::MatMulRowsMmaConv), instead of a conv
   // launch after the product. The same bits. Off, or where the kernel does not take the call
   // (bf16 weights on the matrix-unit product, vector loads, at most
-  // hip::kMatMulRowsConvMaxRows rows, at most 4 taps), the default's two calls.
+  // hip::kMatMulRowsConvMaxRows rows and hip::kMatMulRowsConvMaxTaps taps), the default's two
+  // calls.
   bool fuse_conv_product = true;
   // NormedProduct (an RMS norm and the decode product after it) in one launch for calls of up
   // to this many rows (hip::MatMulRowsMmaNormed: every block of the product works out its rows'

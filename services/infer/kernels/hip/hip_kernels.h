@@ -511,6 +511,7 @@ hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, i
 // of a sequence whose conv window state (kernel - 1 rows of `channels` values, oldest first) is
 // `state[r]` and whose conv output row is `out[r]`; `w` holds `kernel` taps a channel.
 constexpr int kMatMulRowsConvMaxRows = 16;
+constexpr int kMatMulRowsConvMaxTaps = 4;  // The models' conv has 4.
 struct RowsConv {
   const float* w = nullptr;
   int kernel = 0;

@@ -104,8 +104,8 @@ struct NoEpilogue {};
 // The plain product's inputs: x as it is.
 struct NoNorm {};
 
-// Taps MatMulRowsMmaConv's epilogue takes (the models' conv has 4).
-constexpr int kConvMaxTaps = 4;
+// Taps MatMulRowsMmaConv's epilogue takes.
+constexpr int kConvMaxTaps = kMatMulRowsConvMaxTaps;
 
 // MatMulRowsMmaNormed's norm is RmsNormKernel's (norms.hip): a block of kRowThreads threads, each
 // summing squares of its values in order, then BlockSum's tree.
