@@ -29,6 +29,17 @@ void SetOverlappedLaunches(bool on) {
 bool OverlappedLaunches() { return overlapped_launches.load(std::memory_order_relaxed); }
 
 namespace {
+std::atomic<unsigned> early_release{0};  // SetEarlyRelease's mask.
+}  // namespace
+
+void SetEarlyRelease(unsigned mask) {
+  early_release.store(mask & kReleaseAllKinds, std::memory_order_relaxed);
+}
+bool EarlyRelease(EarlyReleaseKind kind) {
+  return OverlappedLaunches() && (early_release.load(std::memory_order_relaxed) & kind) != 0;
+}
+
+namespace {
 
 // One block per token; threads over (head, i < rotary_dim / 2).
 __global__ void RopeKernel(float* x, int64_t ld, int heads, int head_dim, int half,

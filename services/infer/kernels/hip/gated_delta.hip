@@ -199,12 +199,13 @@ constexpr int kMaxBatch = 16;
 struct ParamsBatch {
   Params seq[kMaxBatch];
   Prep prep;
+  bool release;  // KernelEntry's (hip::EarlyRelease).
 };
 
 // Sequence blockIdx.z of the batch, as RecurrentKernel over that sequence alone.
 template <int kMaxD>
 __global__ void __launch_bounds__(kThreads) RecurrentBatchKernel(ParamsBatch b) {
-  KernelEntry();
+  KernelEntry(b.release);
   __shared__ float kq[2 * kMaxD];
   __shared__ float part[kGroups * kCols];
   RecurrentBlock<kMaxD>(b.seq[blockIdx.z], b.prep, kq, part);
@@ -466,11 +467,12 @@ Params ParamsOf(const GatedDeltaLaunch& a) {
 }
 
 template <int kMaxD>
-hipError_t RunBatch(const ParamsBatch& b, int count, hipStream_t stream) {
+hipError_t RunBatch(ParamsBatch b, int count, hipStream_t stream) {
   const Params& p = b.seq[0];
   const dim3 grid(static_cast<unsigned int>(p.v_heads),
                   static_cast<unsigned int>(CeilDiv(p.dv, kCols)),
                   static_cast<unsigned int>(count));
+  b.release = EarlyRelease(kReleaseDeltaStep);
   LaunchKernel(RecurrentBatchKernel<kMaxD>, grid, kThreads, 0, stream, b);
   return hipGetLastError();
 }

@@ -278,43 +278,6 @@ void HipKernelBackend::MatMulRowsCausalConv(const float* x, int64_t m, int64_t l
         "matmul rows causal conv launch");
 }
 
-void HipKernelBackend::NormedProduct(const NormedProductArgs& a) {
-  const WeightMatrix& w = *a.w;
-  const int64_t k = w.cols;
-  hip::RowsConv conv;
-  const bool with_conv = !a.convs.empty();
-  bool fused =
-      a.m >= 1 && a.m <= fold_norm_max_rows_ && OneLaunchMmaProduct(w, a.m, a.ldy) &&
-      Aligned16(a.x) && k % 8 == 0 && (!with_conv || !a.accumulate) &&
-      (!with_conv || (fuse_conv_product_ && ConvFitsProduct(a.convs, a.m, w, a.y, a.ldy, &conv)));
-  if (!fused) {
-    KernelBackend::NormedProduct(a);
-    return;
-  }
-  if (!Enter() || !CheckTyped("normed matmul rows", w, a.m, k, a.ldy)) return;
-  int buffer = 0;
-  uint16_t* rounded = RoundedOutput(a.m, a.m * k, k, &buffer);
-  hip::RowsNorm norm;
-  norm.w = a.norm_w;
-  norm.eps = a.eps;
-  norm.zero_centred = a.zero_centred;
-  norm.y = a.xn;
-  norm.rounded = rounded;
-  const hip::RowWeights parts = Bf16Parts(w, a.m);
-  const int64_t whole_n = w.whole_rows > 0 ? w.whole_rows : w.rows();
-  if (Check(hip::MatMulRowsMmaNormed(a.x, a.m, k, norm, parts, a.y, a.ldy, a.accumulate,
-                                     with_conv ? &conv : nullptr, options_.mma_rows_tiles_of_8,
-                                     mma_rows_variant_, multiprocessors_, whole_n, PrefetchK(a.m),
-                                     compute_),
-            "normed matmul rows launch") &&
-      rounded != nullptr && !with_conv) {
-    // As after the norm and the product apart: the norm's rounded copy kept for later readers
-    // (the conv launch would have dropped it).
-    rounded_ = {a.xn, a.m * k, rounded, buffer};
-    ForgetRoundedRowsIn(a.y, a.y + (a.m - 1) * a.ldy + w.rows());
-  }
-}
-
 void HipKernelBackend::MatMulTransposedTyped(const float* x, int64_t m, int64_t ldx,
                                              const WeightMatrix& w, float* y, int64_t ldy,
                                              bool accumulate) {

@@ -223,6 +223,16 @@ __device__ inline void KernelEntry() {
 #endif
 }
 
+// KernelEntry, then, where `release` (hip::EarlyRelease), lets the stream's next kernel be
+// scheduled now rather than at this block's exit. Only after the wait: a release before it
+// would let a chain of waiting kernels take the device's places ahead of the kernel that runs.
+__device__ inline void KernelEntry(bool release) {
+  KernelEntry();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (release) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Asks for the 128-byte line holding `p` in L2 (NVIDIA; a hint, nothing on AMD). L2 is where
 // device memory is coherent, so a line fetched early is never stale: a kernel may prefetch
 // before KernelEntry()'s wait.

@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   e = hipDeviceGetAttribute(&max_shared, kCairnMaxSharedPerBlockAttribute, options.device);
   if (e != hipSuccess) return HipError(e, "reading the shared memory limit");
   hip::SetOverlappedLaunches(options.overlapped_launches);
+  hip::SetEarlyRelease(options.early_release);
   std::unique_ptr<HipKernelBackend> b(new HipKernelBackend(options, max_shared));
   e = hipDeviceGetAttribute(&b->multiprocessors_, hipDeviceAttributeMultiprocessorCount,
                             options.device);
@@ -156,7 +157,6 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
       fuse_delta_inputs_(options.fuse_delta_inputs),
       fuse_conv_product_(options.fuse_conv_product),
-      fold_norm_max_rows_(options.fold_norm_max_rows),
       fold_shared_expert_(options.fold_shared_expert),
       moe_product_waves_(options.moe_product_waves),
       moe_stream_products_(options.moe_stream_products),

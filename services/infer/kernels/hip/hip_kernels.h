@@ -25,6 +25,24 @@ namespace cairn::infer::hip {
 void SetOverlappedLaunches(bool on);
 bool OverlappedLaunches();
 
+// Early release (NVIDIA sm_90 and later, with overlapped launches): kernels of the kinds set in
+// SetEarlyRelease's mask let the stream's next kernel be scheduled as soon as each of their
+// blocks has passed its own wait at entry (KernelEntry(true): griddepcontrol.launch_dependents),
+// so that kernel's blocks become resident and run up to their wait (their weights' L2
+// prefetches) while this one runs, instead of from this one's last block's exit. The next kernel
+// still waits for this one to complete before it touches memory: no value depends on the
+// setting. Process-wide, as SetOverlappedLaunches (HipKernelBackendOptions::early_release).
+enum EarlyReleaseKind : unsigned {
+  kReleaseNorms = 1,      // The RMS norms, plain and gated, block and warp kernels.
+  kReleaseProducts = 2,   // The matrix-unit row products (MatMulRowsMma and its fusions).
+  kReleaseDeltaStep = 4,  // The delta rule's batched decode step.
+  kReleaseMoeLayer = 8,   // The MoE decode layer's one launch.
+  kReleaseAllKinds = 15,
+};
+void SetEarlyRelease(unsigned mask);
+// Whether kernels of `kind` release early (the mask's bit, and overlapped launches on).
+bool EarlyRelease(EarlyReleaseKind kind);
+
 // The norms reduce each row in BlockSum's fixed tree over 256 threads. With `warp_rows`, rows of
 // at most 256 values (heads) take a warp each on NVIDIA, which adds the same partial sums in the
 // same tree: the same bits. Where `rounded` is not null (rows of a multiple of 8 values, else
@@ -529,26 +547,6 @@ hipError_t MatMulRowsMmaConv(const float* x, const uint16_t* xb, int64_t m, int6
                              const RowWeights& w, float* y, int64_t ldy, const RowsConv& conv,
                              bool tiles_of_8, int variant, int multiprocessors, int64_t segment_n,
                              int64_t prefetch_k, hipStream_t stream);
-// The RMS norm MatMulRowsMmaNormed takes its inputs through: RmsNorm's weights `w` (k of
-// them, 1 + w where zero_centred) and eps; where `y` is not null the normed rows are written
-// there too ([m, k]), and where `rounded` is not null their bf16 copy (RmsNorm's `rounded`).
-struct RowsNorm {
-  const float* w = nullptr;
-  float eps = 0.0f;
-  bool zero_centred = false;
-  float* y = nullptr;
-  uint16_t* rounded = nullptr;
-};
-// RmsNorm(x, m, k, ...) then MatMulRowsMma with bf16 inputs over the normed rows, in one launch
-// (every block works out its rows' norm; the normed values are those RmsNorm writes, rounded
-// as RmsNorm's `rounded` copy is): the bits of the two calls, and with `conv` those of
-// MatMulRowsMmaConv's conv too (not accumulating). x: m <= 16 contiguous rows of k values.
-// Vector loads only; hipErrorInvalidValue for what it does not take.
-hipError_t MatMulRowsMmaNormed(const float* x, int64_t m, int64_t k, const RowsNorm& norm,
-                               const RowWeights& w, float* y, int64_t ldy, bool accumulate,
-                               const RowsConv* conv, bool tiles_of_8, int variant,
-                               int multiprocessors, int64_t segment_n, int64_t prefetch_k,
-                               hipStream_t stream);
 // out row r (row stride ld_out) = x row r rounded to bf16 (nearest even), `k` values per row:
 // the input of a bf16 GEMM.
 hipError_t RoundRowsToBf16(const float* x, int64_t m, int64_t k, int64_t ldx, uint16_t* out,

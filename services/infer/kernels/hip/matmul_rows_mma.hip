@@ -56,11 +56,6 @@ hipError_t MatMulRowsMmaConv(const float*, const uint16_t*, int64_t, int64_t, in
                              int64_t, int64_t, hipStream_t) {
   return hipErrorNotSupported;
 }
-hipError_t MatMulRowsMmaNormed(const float*, int64_t, int64_t, const RowsNorm&, const RowWeights&,
-                               float*, int64_t, bool, const RowsConv*, bool, int, int, int64_t,
-                               int64_t, hipStream_t) {
-  return hipErrorNotSupported;
-}
 
 #else
 
@@ -101,45 +96,8 @@ struct SiluOut {
 // The plain product's epilogue: y written (or added to) only.
 struct NoEpilogue {};
 
-// The plain product's inputs: x as it is.
-struct NoNorm {};
-
 // Taps MatMulRowsMmaConv's epilogue takes.
 constexpr int kConvMaxTaps = kMatMulRowsConvMaxTaps;
-
-// MatMulRowsMmaNormed's norm is RmsNormKernel's (norms.hip): a block of kRowThreads threads, each
-// summing squares of its values in order, then BlockSum's tree.
-static_assert(kThreads == kRowThreads, "the normed product's block sums as the norm's block does");
-
-// This thread's sum of squares of row `xr` (k values), in RmsNormKernel's order: values t,
-// t + kThreads, ... one rounded multiply-add each, eight loads in flight.
-__device__ inline float RowSquares(const float* xr, int64_t k) {
-  constexpr int kBatch = 8;
-  float ss = 0.0f;
-  int64_t i = threadIdx.x;
-  for (; i + (kBatch - 1) * kThreads < k; i += kBatch * kThreads) {
-    float v[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) v[b] = xr[i + b * kThreads];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) ss = fmaf(v[b], v[b], ss);
-  }
-  for (; i < k; i += kThreads) ss = fmaf(xr[i], xr[i], ss);
-  return ss;
-}
-
-// A normed step's inputs: each value x * inv * weight (RmsNormKernel's expression, the weight
-// 1 + w where zero-centred), the values past k left zero.
-template <bool kVec>
-__device__ inline void NormStep(const RowsNorm& n, float inv, int64_t i, int64_t k,
-                                StepInputs<float>& in) {
-  float wv[8];
-  LoadInputs8<kVec>(n.w, i, k, wv);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    if (i + e < k) in.v[e] = in.v[e] * inv * (n.zero_centred ? 1.0f + wv[e] : wv[e]);
-  }
-}
 
 // Grid: x = tiles of input rows (kTileRows with kUpper, else 8), y = groups of
 // kWarps / segments column tiles. Warp w of a block takes column tile w / segments of the group
@@ -167,17 +125,13 @@ __device__ inline void NormStep(const RowsNorm& n, float inv, int64_t i, int64_t
 // in a tile it falls, and the segments follow n (2 * width) as for the plain product: the gate
 // and up values are the plain product's bits, the activation SiluMul's over them.
 template <typename In, int kPieces, bool kVec, bool kUpper, int kU = kUnroll, int kMinBlocks = 2,
-          bool kEarlyUpper = false, typename Epi = NoEpilogue, bool kStream = false,
-          typename Norm = NoNorm>
+          bool kEarlyUpper = false, typename Epi = NoEpilogue, bool kStream = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MatMulRowsMmaKernel(const In* x, int64_t m, int64_t k, int64_t ldx, Parts w, int64_t n,
                         float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
-                        int64_t prefetch_k, Epi epi, Norm norm) {
+                        int64_t prefetch_k, Epi epi, bool release) {
   constexpr bool kSilu = std::is_same_v<Epi, SiluOut>;
   constexpr bool kConv = std::is_same_v<Epi, RowsConv>;
-  constexpr bool kNorm = std::is_same_v<Norm, RowsNorm>;
-  static_assert(!kNorm || (std::is_same_v<In, float> && kPieces == 1 && kVec),
-                "normed inputs are fp32 rows rounded to one bf16 piece, loaded as vectors");
   __shared__ float partial[kWarps][2][4][32];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -234,41 +188,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       }
     }
   }
-  KernelEntry();
+  KernelEntry(release);
   const In* xa = row0 + g < m ? x + (row0 + g) * ldx : nullptr;
   const In* xb = row0 + 8 + g < m ? x + (row0 + 8 + g) * ldx : nullptr;
-  // kNorm: every block works out the RMS norm's scale of its tile's rows (RmsNormKernel's sums
-  // and BlockSum's tree, a row at a time through the block), and normalises its inputs as it
-  // loads them.
-  __shared__ float norm_sums[kNorm ? kTileRows : 1][kNorm ? kThreads : 1];
-  __shared__ float norm_inv[kTileRows];
-  float inv_a = 0.0f, inv_b = 0.0f;
-  [[maybe_unused]] const int tile_rows = kUpper ? kTileRows : 8;
-  [[maybe_unused]] const int rows_here =
-      static_cast<int>(m - row0 < tile_rows ? m - row0 : tile_rows);
-  if constexpr (kNorm) {
-    for (int r = 0; r < rows_here; ++r) {
-      norm_sums[r][threadIdx.x] = RowSquares(x + (row0 + r) * ldx, k);
-    }
-    __syncthreads();
-    for (int half = kThreads / 2; half >= 32; half >>= 1) {
-      if (threadIdx.x < half) {
-        for (int r = 0; r < rows_here; ++r) {
-          norm_sums[r][threadIdx.x] += norm_sums[r][threadIdx.x + half];
-        }
-      }
-      __syncthreads();
-    }
-    for (int r = warp; r < rows_here; r += kWarps) {
-      float v = norm_sums[r][lane];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) v += __shfl_down_sync(0xffffffffu, v, off);
-      if (lane == 0) norm_inv[r] = 1.0f / sqrtf(v / static_cast<float>(k) + norm.eps);
-    }
-    __syncthreads();
-    inv_a = g < rows_here ? norm_inv[g] : 0.0f;
-    inv_b = 8 + g < rows_here ? norm_inv[8 + g] : 0.0f;
-  }
   float acc[2][4] = {};
   for (int64_t kb = begin; kb < end; kb += kStep * kU) {
     // The weights and first rows' inputs of the kU steps first, then the products (the
@@ -291,33 +213,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (kb + u * kStep >= end) break;
       uint32_t pieces[kPieces][4];
       const int64_t i = kb + u * kStep + 8 * t;
-      if constexpr (kNorm) NormStep<kVec>(norm, inv_a, i, k, v0[u]);
       InputPieces<kPieces>(v0[u], pieces);
       StepProducts<kPieces>(va[u], vb[u], pieces, acc[0]);
       if (upper) {
         if constexpr (kEarlyUpper) {
-          if constexpr (kNorm) NormStep<kVec>(norm, inv_b, i, k, v1[u]);
           InputPieces<kPieces>(v1[u], pieces);
         } else {
           StepInputs<In> late;
           LoadStepInputs<kVec>(xb, i, k, late);
-          if constexpr (kNorm) NormStep<kVec>(norm, inv_b, i, k, late);
           InputPieces<kPieces>(late, pieces);
         }
         StepProducts<kPieces>(va[u], vb[u], pieces, acc[1]);
-      }
-    }
-  }
-  if constexpr (kNorm) {
-    // The normed rows themselves (and their bf16 copy), by the first column group's blocks.
-    if (norm.y != nullptr && blockIdx.y == 0) {
-      for (int r = 0; r < rows_here; ++r) {
-        const int64_t row = row0 + r;
-        const float* xr = x + row * ldx;
-        for (int64_t i = threadIdx.x; i < k; i += kThreads) {
-          const float wv = norm.zero_centred ? 1.0f + norm.w[i] : norm.w[i];
-          StoreOut(norm.y + row * k, norm.rounded, row * k, i, xr[i] * norm_inv[r] * wv);
-        }
       }
     }
   }
@@ -473,58 +379,57 @@ bool EarlyTileOf16Fills(int64_t blocks, int multiprocessors) {
 
 // The vector-load kernel MatMulRowsMma picked, with kPieces bf16 pieces an input and streamed
 // weight loads or not (kStream).
-template <typename In, int kPieces, typename Epi, bool kStream, typename Norm>
+template <typename In, int kPieces, typename Epi, bool kStream>
 void LaunchVectorMatMulRowsMma(dim3 grid, bool early, bool upper, int variant, const In* x,
                                int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n,
                                float* y, int64_t ldy, bool accumulate, int segments,
                                int64_t segment, int64_t prefetch_k, const Epi& epi,
-                               const Norm& norm, hipStream_t stream) {
+                               hipStream_t stream) {
   if (early) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, Epi, kStream, Norm>, grid,
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, 3, 2, true, Epi, kStream>, grid,
                  kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
-                 prefetch_k, epi, norm);
+                 prefetch_k, epi, EarlyRelease(kReleaseProducts));
   } else if (!upper && variant == 1) {
-    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, Epi, kStream, Norm>,
-                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
-                 segment, prefetch_k, epi, norm);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, 3, 3, false, Epi, kStream>, grid,
+                 kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
+                 prefetch_k, epi, EarlyRelease(kReleaseProducts));
   } else if (upper) {
-    LaunchKernel(
-        MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, Epi, kStream, Norm>, grid,
-        kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
-        epi, norm);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, true, kUnroll, 2, false, Epi, kStream>,
+                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
+                 segment, prefetch_k, epi, EarlyRelease(kReleaseProducts));
   } else {
-    LaunchKernel(
-        MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, Epi, kStream, Norm>, grid,
-        kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k,
-        epi, norm);
+    LaunchKernel(MatMulRowsMmaKernel<In, kPieces, true, false, kUnroll, 2, false, Epi, kStream>,
+                 grid, kThreads, 0, stream, x, m, k, ldx, w, n, y, ldy, accumulate, segments,
+                 segment, prefetch_k, epi, EarlyRelease(kReleaseProducts));
   }
 }
 
 // The kernel MatMulRowsMma picked, with kPieces bf16 pieces an input; the weights' loads
 // streamed where `streamed` (RowWeights::streamed; the scalar path's loads never are).
-template <typename In, int kPieces, typename Epi = NoEpilogue, typename Norm = NoNorm>
+template <typename In, int kPieces, typename Epi = NoEpilogue>
 void LaunchMatMulRowsMma(dim3 grid, bool early, bool vec, bool upper, int variant, bool streamed,
                          const In* x, int64_t m, int64_t k, int64_t ldx, const Parts& w, int64_t n,
                          float* y, int64_t ldy, bool accumulate, int segments, int64_t segment,
-                         int64_t prefetch_k, const Epi& epi, hipStream_t stream,
-                         const Norm& norm = Norm{}) {
+                         int64_t prefetch_k, const Epi& epi, hipStream_t stream) {
   // The epilogues run only with vector loads (MatMulRowsMmaSiluMul and MatMulRowsMmaConv
   // check); `early` implies them.
   if (vec && streamed) {
-    LaunchVectorMatMulRowsMma<In, kPieces, Epi, true, Norm>(grid, early, upper, variant, x, m, k,
-                                                            ldx, w, n, y, ldy, accumulate, segments,
-                                                            segment, prefetch_k, epi, norm, stream);
+    LaunchVectorMatMulRowsMma<In, kPieces, Epi, true>(grid, early, upper, variant, x, m, k, ldx, w,
+                                                      n, y, ldy, accumulate, segments, segment,
+                                                      prefetch_k, epi, stream);
   } else if (vec) {
-    LaunchVectorMatMulRowsMma<In, kPieces, Epi, false, Norm>(
-        grid, early, upper, variant, x, m, k, ldx, w, n, y, ldy, accumulate, segments, segment,
-        prefetch_k, epi, norm, stream);
-  } else if constexpr (std::is_same_v<Epi, NoEpilogue> && std::is_same_v<Norm, NoNorm>) {
+    LaunchVectorMatMulRowsMma<In, kPieces, Epi, false>(grid, early, upper, variant, x, m, k, ldx, w,
+                                                       n, y, ldy, accumulate, segments, segment,
+                                                       prefetch_k, epi, stream);
+  } else if constexpr (std::is_same_v<Epi, NoEpilogue>) {
     if (upper) {
       LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, true>, grid, kThreads, 0, stream, x, m,
-                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, epi, NoNorm{});
+                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, epi,
+                   EarlyRelease(kReleaseProducts));
     } else {
       LaunchKernel(MatMulRowsMmaKernel<In, kPieces, false, false>, grid, kThreads, 0, stream, x, m,
-                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, epi, NoNorm{});
+                   k, ldx, w, n, y, ldy, accumulate, segments, segment, prefetch_k, epi,
+                   EarlyRelease(kReleaseProducts));
     }
   }
 }
@@ -568,7 +473,7 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
                             int64_t ldy, bool accumulate, bool bf16_inputs, bool tiles_of_8,
                             int variant, int multiprocessors, int64_t segment_n, uint16_t* staging,
                             int64_t prefetch_k, const SiluOut* silu, const RowsConv* conv,
-                            const RowsNorm* norm, hipStream_t stream) {
+                            hipStream_t stream) {
   if (rw.count < 1 || rw.count > kMaxParts || !rw.bf16 || variant < -1 || variant > 2 ||
       reinterpret_cast<uintptr_t>(staging) % 16 != 0 || (rounded != nullptr && !bf16_inputs)) {
     return hipErrorInvalidValue;
@@ -581,11 +486,6 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
       (!bf16_inputs || staging != nullptr || accumulate || silu != nullptr ||
        m > kMatMulRowsConvMaxRows || conv->kernel < 1 || conv->kernel > kConvMaxTaps ||
        conv->channels < 0 || conv->w == nullptr)) {
-    return hipErrorInvalidValue;
-  }
-  if (norm != nullptr &&
-      (rounded != nullptr || x == nullptr || !bf16_inputs || staging != nullptr ||
-       silu != nullptr || norm->w == nullptr || ldx != k || m > kTileRows)) {
     return hipErrorInvalidValue;
   }
   const bool staged = rounded == nullptr && bf16_inputs && staging != nullptr;
@@ -607,7 +507,6 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
   w.count = rw.count;
   if (silu != nullptr && (!vec || n != 2 * silu->width)) return hipErrorInvalidValue;
   if (conv != nullptr && (!vec || conv->channels > n)) return hipErrorInvalidValue;
-  if (norm != nullptr && !vec) return hipErrorInvalidValue;
   if (m == 0 || n == 0) return hipSuccess;
   // The segments depend on the whole matrix's n and on k only, never on m or on the range.
   const int64_t tiles = CeilDiv(n, kTileCols);
@@ -639,14 +538,6 @@ hipError_t RunMatMulRowsMma(const float* x, const uint16_t* rounded, int64_t m, 
     LaunchMatMulRowsMma<float, 1, SiluOut>(grid, early, vec, upper, variant, rw.streamed, x, m, k,
                                            ldx, w, n, y, ldy, false, segments, segment, prefetch_k,
                                            *silu, stream);
-  } else if (norm != nullptr && conv != nullptr) {
-    LaunchMatMulRowsMma<float, 1, RowsConv, RowsNorm>(grid, early, vec, upper, variant, rw.streamed,
-                                                      x, m, k, ldx, w, n, y, ldy, false, segments,
-                                                      segment, prefetch_k, *conv, stream, *norm);
-  } else if (norm != nullptr) {
-    LaunchMatMulRowsMma<float, 1, NoEpilogue, RowsNorm>(
-        grid, early, vec, upper, variant, rw.streamed, x, m, k, ldx, w, n, y, ldy, accumulate,
-        segments, segment, prefetch_k, {}, stream, *norm);
   } else if (conv != nullptr && rounded != nullptr) {
     LaunchMatMulRowsMma<uint16_t, 1, RowsConv>(grid, early, vec, upper, variant, rw.streamed,
                                                rounded, m, k, ld_rounded, w, n, y, ldy, false,
@@ -687,7 +578,7 @@ hipError_t MatMulRowsMma(const float* x, int64_t m, int64_t k, int64_t ldx, cons
                          int64_t prefetch_k, hipStream_t stream) {
   return RunMatMulRowsMma(x, nullptr, m, k, ldx, 0, rw, y, ldy, accumulate, bf16_inputs, tiles_of_8,
                           variant, multiprocessors, segment_n, staging, prefetch_k, nullptr,
-                          nullptr, nullptr, stream);
+                          nullptr, stream);
 }
 
 hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_t ldxb,
@@ -697,7 +588,7 @@ hipError_t MatMulRowsMmaRounded(const uint16_t* xb, int64_t m, int64_t k, int64_
   if (xb == nullptr || ldxb < k) return hipErrorInvalidValue;
   return RunMatMulRowsMma(nullptr, xb, m, k, 0, ldxb, rw, y, ldy, accumulate, true, tiles_of_8,
                           variant, multiprocessors, segment_n, nullptr, prefetch_k, nullptr,
-                          nullptr, nullptr, stream);
+                          nullptr, stream);
 }
 
 hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, int64_t k,
@@ -707,8 +598,7 @@ hipError_t MatMulRowsMmaSiluMul(const float* x, const uint16_t* xb, int64_t m, i
   if ((x == nullptr) == (xb == nullptr) || act == nullptr || ldx < k) return hipErrorInvalidValue;
   const SiluOut silu{act, act_rounded, width};
   return RunMatMulRowsMma(x, xb, m, k, ldx, ldx, rw, nullptr, 0, false, true, tiles_of_8, variant,
-                          multiprocessors, 2 * width, nullptr, prefetch_k, &silu, nullptr, nullptr,
-                          stream);
+                          multiprocessors, 2 * width, nullptr, prefetch_k, &silu, nullptr, stream);
 }
 
 hipError_t MatMulRowsMmaConv(const float* x, const uint16_t* xb, int64_t m, int64_t k, int64_t ldx,
@@ -723,27 +613,7 @@ hipError_t MatMulRowsMmaConv(const float* x, const uint16_t* xb, int64_t m, int6
     }
   }
   return RunMatMulRowsMma(x, xb, m, k, ldx, ldx, rw, y, ldy, false, true, tiles_of_8, variant,
-                          multiprocessors, segment_n, nullptr, prefetch_k, nullptr, &conv, nullptr,
-                          stream);
-}
-
-hipError_t MatMulRowsMmaNormed(const float* x, int64_t m, int64_t k, const RowsNorm& norm,
-                               const RowWeights& rw, float* y, int64_t ldy, bool accumulate,
-                               const RowsConv* conv, bool tiles_of_8, int variant,
-                               int multiprocessors, int64_t segment_n, int64_t prefetch_k,
-                               hipStream_t stream) {
-  if (x == nullptr || y == nullptr || (conv != nullptr && accumulate)) return hipErrorInvalidValue;
-  if (conv != nullptr) {
-    for (int64_t r = 0; r < m && r < kMatMulRowsConvMaxRows; ++r) {
-      if (conv->channels > 0 &&
-          (conv->out[r] == nullptr || (conv->kernel > 1 && conv->state[r] == nullptr))) {
-        return hipErrorInvalidValue;
-      }
-    }
-  }
-  return RunMatMulRowsMma(x, nullptr, m, k, k, 0, rw, y, ldy, accumulate, true, tiles_of_8, variant,
-                          multiprocessors, segment_n, nullptr, prefetch_k, nullptr, conv, &norm,
-                          stream);
+                          multiprocessors, segment_n, nullptr, prefetch_k, nullptr, &conv, stream);
 }
 
 #endif  // __HIP_PLATFORM_AMD__

@@ -583,10 +583,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                          const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
                          int top_k, LayerRoute route, LayerProduct a, LayerProduct b,
                          int64_t stage_elems, int stage_count, uint32_t* counters, uint32_t* next,
-                         int64_t next_count, uint64_t* trace) {
+                         int64_t next_count, uint64_t* trace, bool release) {
   // The entry's stamp is stored only after the wait (nothing is written before it).
   const uint64_t entry = trace != nullptr ? GlobalTime() : 0;
-  KernelEntry();
+  KernelEntry(release);
   const uint64_t past_wait = trace != nullptr ? GlobalTime() : 0;
   if (blockIdx.x == 0) {
     for (int64_t i = threadIdx.x; i < next_count; i += blockDim.x) next[i] = 0;
@@ -787,14 +787,14 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     e = LaunchKernelWhole(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles,
                           c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b,
                           stage_elems, stages, c.counters, c.next_counters, c.counter_capacity,
-                          c.trace);
+                          c.trace, EarlyRelease(kReleaseMoeLayer));
     // The device cannot hold the grid at once (fewer multiprocessors for this process than
     // the caller counted): nothing launched, the caller's launches instead.
     if (e == hipErrorCooperativeLaunchTooLarge) return hipErrorNotSupported;
   } else {
     LaunchKernel(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles, c.sorted_picks,
                  c.max_tiles, shared_tiles, c.top_k, route, a, b, stage_elems, stages, c.counters,
-                 c.next_counters, c.counter_capacity, c.trace);
+                 c.next_counters, c.counter_capacity, c.trace, EarlyRelease(kReleaseMoeLayer));
     e = hipGetLastError();
   }
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);

@@ -51,8 +51,8 @@ constexpr int kHeldValues = 16;
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormKernel(const float* x, int64_t dim, const float* w, float eps, bool zero_centred,
-                  float* y, HeadRows rows, uint16_t* rounded) {
-  KernelEntry();
+                  float* y, HeadRows rows, uint16_t* rounded, bool release) {
+  KernelEntry(release);
   __shared__ float scratch[kRowThreads];
   const int64_t at = rows.Offset(blockIdx.x, dim);
   const float* xr = x + at;
@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormKernel(const float* x, const float* z, int64_t dim, const float* w, float eps,
-                       float* y, HeadRows z_rows, uint16_t* rounded) {
-  KernelEntry();
+                       float* y, HeadRows z_rows, uint16_t* rounded, bool release) {
+  KernelEntry(release);
   __shared__ float scratch[kRowThreads];
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
@@ -168,8 +168,9 @@ __device__ inline int64_t WarpRowLoad(const float* x, int64_t dim, float v[kWarp
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
-                      bool zero_centred, float* y, HeadRows layout, uint16_t* rounded) {
-  KernelEntry();
+                      bool zero_centred, float* y, HeadRows layout, uint16_t* rounded,
+                      bool release) {
+  KernelEntry(release);
   if (WarpRow() >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts];
   const int64_t at = layout.Offset(WarpRow(), dim);
@@ -192,9 +193,9 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void __launch_bounds__(kRowThreads)
     GatedRmsNormWarpKernel(const float* x, const float* z, int64_t rows, int64_t dim,
-                           const float* w, float eps, float* y, HeadRows z_rows,
-                           uint16_t* rounded) {
-  KernelEntry();
+                           const float* w, float eps, float* y, HeadRows z_rows, uint16_t* rounded,
+                           bool release) {
+  KernelEntry(release);
   if (static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.x / 32 >= rows) return;
   float v[kWarpParts], part[kWarpParts], wv[kWarpParts], zv[kWarpParts];
   const int64_t r = WarpRowLoad(x, dim, v, part);
@@ -247,12 +248,12 @@ hipError_t LaunchRmsNorm(const float* x, int64_t rows, int64_t dim, const float*
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
     LaunchKernel(RmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, rows, dim, w,
-                 eps, zero_centred, y, layout, rounded);
+                 eps, zero_centred, y, layout, rounded, EarlyRelease(kReleaseNorms));
     return hipGetLastError();
   }
 #endif
   LaunchKernel(RmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, dim, w,
-               eps, zero_centred, y, layout, rounded);
+               eps, zero_centred, y, layout, rounded, EarlyRelease(kReleaseNorms));
   return hipGetLastError();
 }
 
@@ -263,12 +264,12 @@ hipError_t LaunchGatedRmsNorm(const float* x, const float* z, int64_t rows, int6
 #if !defined(__HIP_PLATFORM_AMD__)
   if (WarpRows(dim, warp_rows)) {
     LaunchKernel(GatedRmsNormWarpKernel, WarpRowBlocks(rows), kRowThreads, 0, stream, x, z, rows,
-                 dim, w, eps, y, z_rows, rounded);
+                 dim, w, eps, y, z_rows, rounded, EarlyRelease(kReleaseNorms));
     return hipGetLastError();
   }
 #endif
   LaunchKernel(GatedRmsNormKernel, static_cast<unsigned int>(rows), kRowThreads, 0, stream, x, z,
-               dim, w, eps, y, z_rows, rounded);
+               dim, w, eps, y, z_rows, rounded, EarlyRelease(kReleaseNorms));
   return hipGetLastError();
 }
 

@@ -29,7 +29,8 @@
 //          [--attention-split-keys=N] [--decode-ranges=0,1,2,4] [--background-spill-mb=N]
 //          [--mma-prefetch-k=0,256] [--round-inputs-mb=64,0] [--fuse-silu=1,0]
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
-//          [--moe-cooperative=0,1] [--stream-products=-1,0,1]
+//          [--moe-cooperative=0,1] [--stream-products=-1,0,1] [--fuse-conv=1,0]
+//          [--early-release=0,1]
 // --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
 // HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
 // --round-inputs-mb: within that, once for each value listed of
@@ -42,7 +43,9 @@
 // of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits), and within that
 // of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits), and within that
 // of moe_one_launch_cooperative (--moe-cooperative; the same bits), and within that of
-// HipKernelBackendOptions::stream_product_weights (--stream-products; the same bits).
+// HipKernelBackendOptions::stream_product_weights (--stream-products; the same bits), and
+// within that of fuse_conv_product (--fuse-conv; the same bits), and innermost of
+// hip::SetEarlyRelease's mask (--early-release, hip::EarlyReleaseKind bits; the same bits).
 // --overlapped-launches: each slot count's decode steps once for each value listed
 // (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
 // for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
@@ -322,6 +325,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       }
     } else if (key == "overlapped-launches") {
       if (!IntList(value, 0, 1, &f->overlapped_launches)) return false;
+    } else if (key == "early-release") {
+      if (!IntList(value, 0, hip::kReleaseAllKinds, &f->early_release)) return false;
     } else if (key == "copy-rows-kernel") {
       if (!IntList(value, 0, 1, &f->copy_rows_kernel)) return false;
     } else if (key == "mma-staged-rows") {
@@ -340,6 +345,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1, &f->moe_cooperative)) return false;
     } else if (key == "stream-products") {
       if (!IntList(value, -1, 1, &f->stream_products)) return false;
+    } else if (key == "fuse-conv") {
+      if (!IntList(value, 0, 1, &f->fuse_conv)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(CAIRN_HIP_PLATFORM_NVIDIA)
@@ -70,6 +71,7 @@ struct Flags {
   std::vector<int> decode_attention_variants = {HipKernelBackendOptions().attention_decode_variant};
   std::vector<int> decode_ranges = {HipKernelBackendOptions().attention_decode_ranges_per_block};
   std::vector<int> overlapped_launches = {HipKernelBackendOptions().overlapped_launches ? 1 : 0};
+  std::vector<int> early_release = {static_cast<int>(HipKernelBackendOptions().early_release)};
   std::vector<int> copy_rows_kernel = {HipKernelBackendOptions().copy_rows_kernel ? 1 : 0};
   std::vector<int> mma_staged_rows = {HipKernelBackendOptions().mma_rows_staged_min_rows};
   std::vector<int> mma_staged_mb = {
@@ -86,6 +88,7 @@ struct Flags {
   std::vector<int> moe_stream = {HipKernelBackendOptions().moe_stream_products};
   std::vector<int> moe_cooperative = {HipKernelBackendOptions().moe_one_launch_cooperative ? 1 : 0};
   std::vector<int> stream_products = {HipKernelBackendOptions().stream_product_weights};
+  std::vector<int> fuse_conv = {HipKernelBackendOptions().fuse_conv_product ? 1 : 0};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;

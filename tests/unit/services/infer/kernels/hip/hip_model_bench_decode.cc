@@ -12,14 +12,53 @@ void ModelBench::Decode() {
   const int warm = 2;
   // Each slot count runs its steps once per way of returning the logits (DecodeSteps'
   // kDecodeModes) for each combination of variants listed.
-  const int64_t runs = static_cast<int64_t>(
-      f_.decode_slots.size() * f_.mma_bf16_inputs.size() * f_.mma_variants.size() *
-      f_.decode_attention_variants.size() * f_.decode_ranges.size() * f_.moe_kernels.size() *
-      f_.overlapped_launches.size() * f_.copy_rows_kernel.size() * f_.mma_staged_rows.size() *
-      f_.mma_staged_mb.size() * f_.logits_parts.size() * f_.mma_prefetch_k.size() *
-      f_.round_inputs_mb.size() * f_.fuse_silu.size() * f_.fuse_delta.size() *
-      f_.fold_shared.size() * f_.moe_waves.size() * f_.moe_stream.size() *
-      f_.moe_cooperative.size() * f_.stream_products.size());
+  struct Config {
+    int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
+        staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
+        moe_cooperative, stream_products, fuse_conv, early_release;
+  };
+  // Every combination of the variants listed, the last listed innermost (an odometer over the
+  // lists, the last digit turning fastest).
+  const std::vector<std::pair<const std::vector<int>*, int Config::*>> axes = {
+      {&f_.mma_bf16_inputs, &Config::bf16_inputs},
+      {&f_.mma_variants, &Config::variant},
+      {&f_.decode_attention_variants, &Config::attention},
+      {&f_.decode_ranges, &Config::ranges},
+      {&f_.moe_kernels, &Config::kernels},
+      {&f_.overlapped_launches, &Config::overlapped},
+      {&f_.copy_rows_kernel, &Config::copy_kernel},
+      {&f_.mma_staged_rows, &Config::staged_rows},
+      {&f_.mma_staged_mb, &Config::staged_mb},
+      {&f_.mma_prefetch_k, &Config::prefetch_k},
+      {&f_.round_inputs_mb, &Config::round_mb},
+      {&f_.fuse_silu, &Config::fuse_silu},
+      {&f_.fuse_delta, &Config::fuse_delta},
+      {&f_.fold_shared, &Config::fold_shared},
+      {&f_.moe_waves, &Config::moe_waves},
+      {&f_.moe_stream, &Config::moe_stream},
+      {&f_.moe_cooperative, &Config::moe_cooperative},
+      {&f_.stream_products, &Config::stream_products},
+      {&f_.fuse_conv, &Config::fuse_conv},
+      {&f_.early_release, &Config::early_release},
+  };
+  std::vector<Config> configs;
+  std::vector<size_t> digits(axes.size(), 0);
+  for (bool more = true; more;) {
+    Config c{};
+    for (size_t i = 0; i < axes.size(); ++i) c.*axes[i].second = (*axes[i].first)[digits[i]];
+    // Where staged rows are 0 the byte threshold does not enter: only its first value.
+    if (c.staged_rows != 0 || digits[8] == 0) configs.push_back(c);
+    more = false;
+    for (size_t i = axes.size(); i-- > 0;) {
+      if (++digits[i] < axes[i].first->size()) {
+        more = true;
+        break;
+      }
+      digits[i] = 0;
+    }
+  }
+  const int64_t runs =
+      static_cast<int64_t>(f_.decode_slots.size() * f_.logits_parts.size() * configs.size());
   const int64_t rows = f_.decode_depth +
                        (kDecodeModes + (f_.op_times ? 1 : 0) + (f_.moe_trace ? 1 : 0) +
                         (f_.host_lead_mb > 0 ? 1 : 0) + (f_.background_spill_mb > 0 ? 1 : 0)) *
@@ -72,54 +111,6 @@ void ModelBench::Decode() {
   const double weights_other =
       loaded - (shared_head ? 0.0 : costs_.embed_bytes) - costs_.expert_bytes;
   // Every combination of the variants listed, the last listed innermost.
-  struct Config {
-    int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
-        staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
-        moe_cooperative, stream_products;
-  };
-  std::vector<Config> configs;
-  for (const int bf16_inputs : f_.mma_bf16_inputs) {
-    for (const int variant : f_.mma_variants) {
-      for (const int attention : f_.decode_attention_variants) {
-        for (const int ranges : f_.decode_ranges) {
-          for (const int kernels : f_.moe_kernels) {
-            for (const int overlapped : f_.overlapped_launches) {
-              for (const int copy_kernel : f_.copy_rows_kernel) {
-                for (const int staged_rows : f_.mma_staged_rows) {
-                  for (const int staged_mb : f_.mma_staged_mb) {
-                    for (const int prefetch_k : f_.mma_prefetch_k) {
-                      for (const int round_mb : f_.round_inputs_mb) {
-                        for (const int fuse : f_.fuse_silu) {
-                          for (const int delta : f_.fuse_delta) {
-                            for (const int fold : f_.fold_shared) {
-                              for (const int waves : f_.moe_waves) {
-                                for (const int streamed : f_.moe_stream) {
-                                  for (const int cooperative : f_.moe_cooperative) {
-                                    for (const int products : f_.stream_products) {
-                                      configs.push_back({bf16_inputs, variant, attention, ranges,
-                                                         kernels, overlapped, copy_kernel,
-                                                         staged_rows, staged_mb, prefetch_k,
-                                                         round_mb, fuse, delta, fold, waves,
-                                                         streamed, cooperative, products});
-                                    }
-                                  }
-                                }
-                              }
-                            }
-                          }
-                        }
-                      }
-                    }
-                    if (staged_rows == 0) break;  // The threshold does not enter.
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  }
   for (const int parts : f_.logits_parts) {
     // The same weights and state layout, so the slots' contents stay valid.
     if (parts != logits_parts_) MakeModel(parts);
@@ -144,6 +135,8 @@ void ModelBench::Decode() {
         b_.SetMoeStreamProductsForTest(c.moe_stream);
         b_.SetMoeOneLaunchCooperativeForTest(c.moe_cooperative == 1);
         b_.SetStreamProductWeightsForTest(c.stream_products);
+        b_.SetFuseConvProductForTest(c.fuse_conv == 1);
+        hip::SetEarlyRelease(static_cast<unsigned>(c.early_release));
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -194,6 +187,10 @@ void ModelBench::Decode() {
         if (f_.stream_products.size() > 1) {
           suffix += absl::StrFormat(" (product weights streamed %d)", c.stream_products);
         }
+        if (f_.fuse_conv.size() > 1) suffix += absl::StrFormat(" (conv fused %d)", c.fuse_conv);
+        if (f_.early_release.size() > 1) {
+          suffix += absl::StrFormat(" (early release %d)", c.early_release);
+        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -210,6 +207,8 @@ void ModelBench::Decode() {
       b_.SetMoeStreamProductsForTest(defaults.moe_stream_products);
       b_.SetMoeOneLaunchCooperativeForTest(defaults.moe_one_launch_cooperative);
       b_.SetStreamProductWeightsForTest(defaults.stream_product_weights);
+      b_.SetFuseConvProductForTest(defaults.fuse_conv_product);
+      hip::SetEarlyRelease(defaults.early_release);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

@@ -187,6 +187,17 @@ TEST_P(HipModelTest, OverlappedLaunchesGiveTheBitsOfPlainOnes) {
   ExpectSamePasses(plain, overlapped);
 }
 
+// Kernels that let the next one be scheduled right after their own wait (hip::SetEarlyRelease,
+// every kind) give the bits of releasing it at their exit: every pass and decode step.
+TEST_P(HipModelTest, EarlyReleaseGivesTheBitsOfReleaseAtExit) {
+  hip::SetEarlyRelease(hip::kReleaseAllKinds);
+  absl::StatusOr<std::vector<std::vector<float>>> early = RunAll(*gpu_model_, *gpu_, tokens_);
+  hip::SetEarlyRelease(0);
+  absl::StatusOr<std::vector<std::vector<float>>> at_exit = RunAll(*gpu_model_, *gpu_, tokens_);
+  hip::SetEarlyRelease(HipKernelBackendOptions().early_release);
+  ExpectSamePasses(at_exit, early);
+}
+
 // A delta-rule layer's decode conv in the input projection's launch (fuse_conv_product, on by
 // default) gives the bits of the product then the conv launch: every pass and decode step of
 // RunAll, fused and not.
@@ -196,17 +207,6 @@ TEST_P(HipModelTest, ConvInTheProjectionGivesTheBitsOfTheConvLaunch) {
   absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
   gpu_->SetFuseConvProductForTest(true);
   ExpectSamePasses(apart, fused);
-}
-
-// The RMS norms in front of the decode products done inside them (fold_norm_max_rows; here for
-// every decode step) give the bits of the norm launches.
-TEST_P(HipModelTest, NormsInTheProductsGiveTheBitsOfTheNormLaunches) {
-  gpu_->SetFoldNormMaxRowsForTest(16);
-  absl::StatusOr<std::vector<std::vector<float>>> folded = RunAll(*gpu_model_, *gpu_, tokens_);
-  gpu_->SetFoldNormMaxRowsForTest(0);
-  absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
-  gpu_->SetFoldNormMaxRowsForTest(HipKernelBackendOptions().fold_norm_max_rows);
-  ExpectSamePasses(apart, folded);
 }
 
 // Logits in parts of the vocabulary, each part's download queued on its own stream while the
