@@ -111,9 +111,9 @@ struct HipKernelBackendOptions {
   // hip::SetEarlyRelease's mask (hip::EarlyReleaseKind bits; overlapped launches only): the
   // kernels of those kinds let the next kernel be scheduled once they have passed their own
   // wait. No value changes. Process-wide, as overlapped_launches. The norms by default: the
-  // product after a norm then asks for its weights while the norm runs (H100, forty-ninth
-  // round: one-slot MoE steps 1.44 -> 1.41 ms, dense 6.57 -> 6.42); the other kinds measured no
-  // faster.
+  // product after a norm then asks for its weights while the norm runs (forty-ninth round,
+  // one-slot MoE steps: H100 1.44 -> 1.41 ms, H200 1.28 -> 1.25; dense on the H100 6.57 ->
+  // 6.42); the other kinds measured no faster.
   unsigned early_release = hip::kReleaseNorms;
   // CopyRows by a kernel of this backend (hip::CopyRows), which overlapped launches cover, instead
   // of a 2-D memory copy on the compute stream (which they do not). The same bytes.
