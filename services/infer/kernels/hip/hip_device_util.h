@@ -215,7 +215,8 @@ inline unsigned int GridFor(int64_t n, int threads) {
 // until the stream's previous kernel has completed and its memory writes are visible. Nothing
 // is read or written before that wait, so every kernel sees exactly what it would after a plain
 // launch (no value changes); what overlaps is this launch's scheduling with the previous
-// kernel's last blocks (its blocks exiting let this one's in). A kernel launched without the
+// kernel's last blocks (its blocks exiting let this one's in, or, where that kernel releases
+// early, its blocks passing their own wait: KernelEntry(true) below). A kernel launched without the
 // attribute (or after a copy, an event, a library's kernel) returns from the wait at once.
 __device__ inline void KernelEntry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -223,13 +224,16 @@ __device__ inline void KernelEntry() {
 #endif
 }
 
-// KernelEntry, then, where `release` (hip::EarlyRelease), lets the stream's next kernel be
-// scheduled now rather than at this block's exit. Only after the wait: a release before it
-// would let a chain of waiting kernels take the device's places ahead of the kernel that runs.
+// KernelEntry, then, where `release` (hip::EarlyRelease), counts this block as released: the
+// stream's next kernel is scheduled once every block of this grid has released or exited,
+// rather than once all have exited. Only after the wait: a release before it would let a chain
+// of waiting kernels take the device's places ahead of the kernel that runs.
 __device__ inline void KernelEntry(bool release) {
   KernelEntry();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (release) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#else
+  static_cast<void>(release);
 #endif
 }
 

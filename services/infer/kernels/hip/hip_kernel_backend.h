@@ -571,8 +571,8 @@ class HipKernelBackend final : public KernelBackend {
   // where rounded_ does not hold all of them at a 16-byte aligned start and stride.
   // `w`'s bf16 parts (at most hip::RowWeights' count) for a one-launch product of m rows.
   hip::RowWeights Bf16Parts(const WeightMatrix& w, int64_t m) const;
-  // Whether MatMulRowsMma takes `w` for m rows in one launch with the fused epilogues and
-  // prologues (bf16 weights in 16-byte aligned parts on the matrix units, k a multiple of 8).
+  // Whether MatMulRowsMma takes `w` for m rows in one launch with the fused epilogues (bf16
+  // weights in 16-byte aligned parts on the matrix units, k a multiple of 8).
   bool OneLaunchMmaProduct(const WeightMatrix& w, int64_t m, int64_t ldy) const;
   // Whether the product's launch can do `convs` (each one token whose input is the product's
   // row of its index; one shape; distinct states); fills `conv` where it can.

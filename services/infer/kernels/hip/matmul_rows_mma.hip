@@ -69,7 +69,6 @@ using mma_rows::kTileCols;
 using mma_rows::kTileRows;
 using mma_rows::kUnroll;
 using mma_rows::kWarps;
-using mma_rows::LoadInputs8;
 using mma_rows::LoadStepInputs;
 using mma_rows::LoadWeights8;
 using mma_rows::PackBf16;

@@ -84,7 +84,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
     // reads a sequence's query rows q_width apart), else they are copied into rows of their own.
     const int64_t width = q_out + 2 * kv_width;
     ASSIGN_OR_RETURN(float* qkv, scratch_.Take<float>(t * width));
-    // The input norm in the product (where the backend folds it).
+    // The input norm in the product (a backend may fold it).
     NormedProductArgs a = NormedArgs(in, t);
     a.w = &w.qkv;
     a.y = qkv;
@@ -278,7 +278,7 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * logits_ld));
   float* sg = logits + e;
   if (one_product) {
-    // The post-attention norm in the router's product (where the backend folds it); the
+    // The post-attention norm in the router's product (a backend may fold it); the
     // experts read its output.
     NormedProductArgs a = NormedArgs(in, t);
     a.w = &w.router_gate;

@@ -1,8 +1,8 @@
-// The disk store tests' fixture: a store over a temporary directory and the helpers that damage
-// and inspect its files (disk_store_test.cc, disk_store_quarantine_test.cc).
-
 #ifndef CAIRN_TESTS_UNIT_SERVICES_CACHE_DISK_DISK_STORE_FIXTURE_H_
 #define CAIRN_TESTS_UNIT_SERVICES_CACHE_DISK_DISK_STORE_FIXTURE_H_
+
+// The disk store tests' fixture: a store over a temporary directory and the helpers that damage
+// and inspect its files (disk_store_test.cc, disk_store_quarantine_test.cc).
 
 #include <algorithm>
 #include <cstdint>

@@ -3,13 +3,9 @@
 
 #include "services/cache/disk/disk_store.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <iterator>
 #include <memory>
-#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -29,11 +25,9 @@ namespace {
 using ::cairn::cache::testing::CheckpointFactory;
 using ::cairn::cache::testing::DataFiles;
 using ::cairn::cache::testing::DiskStoreTest;
-using ::cairn::cache::testing::HookFileSystem;
 using ::cairn::cache::testing::kRowBytes;
 using ::cairn::cache::testing::kRows;
 using ::cairn::cache::testing::RestoreAll;
-using ::cairn::cache::testing::TempDir;
 using ::cairn::testing::StatusIs;
 
 TEST_F(DiskStoreTest, PublishedCheckpointRestoresEveryByte) {

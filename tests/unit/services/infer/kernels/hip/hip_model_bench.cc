@@ -31,27 +31,20 @@
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
 //          [--moe-cooperative=0,1] [--stream-products=-1,0,1] [--fuse-conv=1,0]
 //          [--early-release=0,1]
-// --mma-prefetch-k: innermost, each slot count's decode steps once for each value listed of
-// HipKernelBackendOptions::mma_rows_prefetch_k (0: none; the same bits).
-// --round-inputs-mb: within that, once for each value listed of
-// HipKernelBackendOptions::round_product_inputs_max_bytes in MB (0: off; the same bits); the
-// prefill runs (not the TTFT run) likewise, each length once for each value.
-// --fuse-silu: within that, once for each value listed of
-// HipKernelBackendOptions::fuse_gate_up_silu (the same bits), and within that of
-// HipKernelBackendOptions::fuse_delta_inputs (--fuse-delta; the same bits), and within that of
-// HipKernelBackendOptions::fold_shared_expert (--fold-shared; the same bits), and innermost
-// of HipKernelBackendOptions::moe_product_waves (--moe-waves; the same bits), and within that
-// of HipKernelBackendOptions::moe_stream_products (--moe-stream; the same bits), and within that
-// of moe_one_launch_cooperative (--moe-cooperative; the same bits), and within that of
-// HipKernelBackendOptions::stream_product_weights (--stream-products; the same bits), and
-// within that of fuse_conv_product (--fuse-conv; the same bits), and innermost of
-// hip::SetEarlyRelease's mask (--early-release, hip::EarlyReleaseKind bits; the same bits).
-// --overlapped-launches: each slot count's decode steps once for each value listed
-// (hip::SetOverlappedLaunches; the same bits). --copy-rows-kernel: within that (innermost), once
-// for each value of HipKernelBackendOptions::copy_rows_kernel listed (the same bytes), and
-// within that once for each value of HipKernelBackendOptions::mma_rows_staged_min_rows listed
-// (0: never; the same bits) and, innermost, of mma_rows_staged_min_bytes in MB
-// (--mma-staged-mb; where staged rows are 0, only the first).
+// The decode variants: each slot count's decode steps run once for every combination of the
+// values listed, in the flags' order below, the last innermost: --mma-bf16-inputs,
+// --mma-variants, --decode-attention-variants, --decode-ranges, --moe-kernels,
+// --overlapped-launches (hip::SetOverlappedLaunches), --copy-rows-kernel, --mma-staged-rows (0:
+// never), --mma-staged-mb (MB; where staged rows are 0, only the first value),
+// --mma-prefetch-k (0: none), --round-inputs-mb (MB, 0: off; the prefill runs, not the TTFT
+// run, also once for each value), --fuse-silu, --fuse-delta, --fold-shared, --moe-waves,
+// --moe-stream, --moe-cooperative, --stream-products, --fuse-conv and --early-release
+// (hip::SetEarlyRelease's mask, hip::EarlyReleaseKind bits). Each sets the
+// HipKernelBackendOptions field of its name (copy_rows_kernel, mma_rows_staged_min_rows,
+// mma_rows_staged_min_bytes, mma_rows_prefetch_k, round_product_inputs_max_bytes,
+// fuse_gate_up_silu, fuse_delta_inputs, fold_shared_expert, moe_product_waves,
+// moe_stream_products, moe_one_launch_cooperative, stream_product_weights, fuse_conv_product,
+// early_release; each option's comment says whether it changes any bits).
 // --logits-parts: outermost, every slot count's decode steps once for each value of
 // Qwen3HybridOptions::logits_parts listed (the model made again for each change; the same
 // bits); the prefill and TTFT runs use the first.

@@ -41,13 +41,18 @@ void ModelBench::Decode() {
       {&f_.fuse_conv, &Config::fuse_conv},
       {&f_.early_release, &Config::early_release},
   };
+  // The axis whose values do not enter where staged rows are 0.
+  const size_t staged_mb_axis = static_cast<size_t>(
+      std::find_if(axes.begin(), axes.end(),
+                   [&](const auto& axis) { return axis.first == &f_.mma_staged_mb; }) -
+      axes.begin());
   std::vector<Config> configs;
   std::vector<size_t> digits(axes.size(), 0);
   for (bool more = true; more;) {
     Config c{};
     for (size_t i = 0; i < axes.size(); ++i) c.*axes[i].second = (*axes[i].first)[digits[i]];
     // Where staged rows are 0 the byte threshold does not enter: only its first value.
-    if (c.staged_rows != 0 || digits[8] == 0) configs.push_back(c);
+    if (c.staged_rows != 0 || digits[staged_mb_axis] == 0) configs.push_back(c);
     more = false;
     for (size_t i = axes.size(); i-- > 0;) {
       if (++digits[i] < axes[i].first->size()) {
@@ -110,7 +115,6 @@ void ModelBench::Decode() {
       costs_.head_bytes == 0 || loaded < costs_.tensor_bytes - costs_.head_bytes / 2;
   const double weights_other =
       loaded - (shared_head ? 0.0 : costs_.embed_bytes) - costs_.expert_bytes;
-  // Every combination of the variants listed, the last listed innermost.
   for (const int parts : f_.logits_parts) {
     // The same weights and state layout, so the slots' contents stay valid.
     if (parts != logits_parts_) MakeModel(parts);

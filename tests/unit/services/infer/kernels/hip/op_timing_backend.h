@@ -104,13 +104,6 @@ class OpTimingBackend final : public KernelBackend {
     if (timing_) Mark(absl::StrCat("product + causal conv n=", w.rows(), " k=", w.cols));
     hip_->MatMulRowsCausalConv(x, m, ldx, w, y, ldy, convs);
   }
-  void NormedProduct(const NormedProductArgs& a) override {
-    if (timing_) {
-      Mark(absl::StrCat("rmsnorm + product", a.convs.empty() ? "" : " + causal conv",
-                        " n=", a.w->rows(), " k=", a.w->cols));
-    }
-    hip_->NormedProduct(a);
-  }
   void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
                             float* out) override {
     Mark("embedding");
