@@ -158,22 +158,6 @@ struct CausalConvArgs {
   float* out = nullptr;
 };
 
-// KernelBackend::NormedProduct: a decode product whose input rows are RMS-normed first.
-struct NormedProductArgs {
-  const float* x = nullptr;  // [m, w->cols] rows before the norm, contiguous.
-  int64_t m = 0;
-  const float* norm_w = nullptr;  // The norm's w->cols weights.
-  float eps = 0.0f;
-  bool zero_centred = false;
-  float* xn = nullptr;  // [m, w->cols]: the normed rows (RmsNorm's output), always written.
-  const WeightMatrix* w = nullptr;
-  float* y = nullptr;  // [m, ldy] product rows.
-  int64_t ldy = 0;
-  bool accumulate = false;
-  // Not empty: the product is MatMulRowsCausalConv's (not accumulating) and these its convs.
-  absl::Span<const CausalConvArgs> convs;
-};
-
 // One sequence of KernelBackend::RopeAppendBatch: a pass's new query rows are rotated in place
 // and its new key and value rows appended to the slot's rows, the keys rotated there.
 struct RopeAppendArgs {
@@ -312,10 +296,6 @@ class KernelBackend {
   // each call of `convs` is one token whose input is one of y's rows.
   virtual void MatMulRowsCausalConv(const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
                                     float* y, int64_t ldy, absl::Span<const CausalConvArgs> convs);
-  // RmsNorm(a.x, a.m, w->cols, ...) into a.xn, then MatMulRowsTyped over a.xn (or, with
-  // a.convs, MatMulRowsCausalConv): which is what the default does. A backend may norm the rows
-  // inside the product's launch; a.xn is written either way.
-  virtual void NormedProduct(const NormedProductArgs& a);
   // EmbeddingGather from rows of `table` (dim = table.cols), widened to fp32.
   virtual void EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids, int64_t n,
                                     float* out);
@@ -508,16 +488,6 @@ inline void KernelBackend::MatMulRowsCausalConv(const float* x, int64_t m, int64
                                                 absl::Span<const CausalConvArgs> convs) {
   MatMulRowsTyped(x, m, ldx, w, y, ldy, false);
   CausalConvSiluBatch(convs);
-}
-
-inline void KernelBackend::NormedProduct(const NormedProductArgs& a) {
-  const int64_t k = a.w->cols;
-  RmsNorm(a.x, a.m, k, a.norm_w, a.eps, a.zero_centred, a.xn);
-  if (a.convs.empty()) {
-    MatMulRowsTyped(a.xn, a.m, k, *a.w, a.y, a.ldy, a.accumulate);
-  } else {
-    MatMulRowsCausalConv(a.xn, a.m, k, *a.w, a.y, a.ldy, a.convs);
-  }
 }
 
 inline void KernelBackend::EmbeddingGatherTyped(const WeightMatrix& table, const int32_t* ids,

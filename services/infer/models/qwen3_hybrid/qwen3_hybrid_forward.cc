@@ -23,22 +23,6 @@ void Qwen3HybridModel::MatMul(const Group& g, const float* x, int64_t m, int64_t
   }
 }
 
-void Qwen3HybridModel::Norm(const NormedInput& in, int64_t t) {
-  backend_->RmsNorm(in.h, t, c_.hidden_size, in.norm_w, c_.rms_norm_eps, c_.zero_centred_norm,
-                    in.xn);
-}
-
-NormedProductArgs Qwen3HybridModel::NormedArgs(const NormedInput& in, int64_t t) const {
-  NormedProductArgs a;
-  a.x = in.h;
-  a.m = t;
-  a.norm_w = in.norm_w;
-  a.eps = c_.rms_norm_eps;
-  a.zero_centred = c_.zero_centred_norm;
-  a.xn = in.xn;
-  return a;
-}
-
 absl::Status Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t,
                                          float* y, bool accumulate) {
   const int64_t d = c_.hidden_size;
@@ -56,8 +40,7 @@ absl::Status Qwen3HybridModel::RunSwiGlu(const Group& g, const SwiGlu& w, const 
 }
 
 absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeights& w,
-                                            const NormedInput& in, float* h) {
-  const float* x = in.xn;
+                                            const float* x, float* h) {
   const int64_t d = c_.hidden_size;
   const int hq = c_.num_heads;
   const int hd = c_.head_dim;
@@ -84,12 +67,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
     // reads a sequence's query rows q_width apart), else they are copied into rows of their own.
     const int64_t width = q_out + 2 * kv_width;
     ASSIGN_OR_RETURN(float* qkv, scratch_.Take<float>(t * width));
-    // The input norm in the product (a backend may fold it).
-    NormedProductArgs a = NormedArgs(in, t);
-    a.w = &w.qkv;
-    a.y = qkv;
-    a.ldy = width;
-    backend_->NormedProduct(a);
+    MatMul(g, x, t, d, w.qkv, qkv, width, false);
     bool one_token_each = true;
     for (const Sequence& s : g.seqs) one_token_each = one_token_each && s.tokens == 1;
     k = qkv + q_out;
@@ -105,7 +83,6 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
       backend_->CopyRows(qkv, width, t, q_width, q, q_width);
     }
   } else {
-    Norm(in, t);
     if (c_.attention_gate) {
       ASSIGN_OR_RETURN(qg, scratch_.Take<float>(t * q_out));
     }
@@ -171,7 +148,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   return absl::OkStatus();
 }
 
-absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const NormedInput& in,
+absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const float* x,
                                       float* h) {
   const int64_t d = c_.hidden_size;
   const int64_t kd = c_.key_dim();
@@ -184,7 +161,7 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   ASSIGN_OR_RETURN(float* proj, scratch_.Take<float>(t * width));
   ASSIGN_OR_RETURN(float* conv, scratch_.Take<float>(t * conv_dim));
   // One call for the group's sequences: a device backend runs them together, in decode in the
-  // projection's launch.
+  // projection's launch (KernelBackend::MatMulRowsCausalConv).
   std::vector<CausalConvArgs> convs;
   convs.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
@@ -192,16 +169,9 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
                      s.slot->data(w.conv_component), conv + s.row * conv_dim});
   }
   if (g.row_kernel) {
-    // The input norm, the product and the conv (in one launch where the backend folds them).
-    NormedProductArgs a = NormedArgs(in, t);
-    a.w = &w.in_proj;
-    a.y = proj;
-    a.ldy = width;
-    a.convs = convs;
-    backend_->NormedProduct(a);
+    backend_->MatMulRowsCausalConv(x, t, d, w.in_proj, proj, width, convs);
   } else {
-    Norm(in, t);
-    MatMul(g, in.xn, t, d, w.in_proj, proj, width, false);
+    MatMul(g, x, t, d, w.in_proj, proj, width, false);
     backend_->CausalConvSiluBatch(convs);
   }
   // q, k and v are the conv output's column blocks, read in place (token rows conv_dim apart):
@@ -264,9 +234,8 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
   return absl::OkStatus();
 }
 
-absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const NormedInput& in,
+absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const float* x,
                                       float* h) {
-  const float* x = in.xn;
   const int64_t d = c_.hidden_size;
   const int e = c_.num_experts;
   const int64_t t = g.rows;
@@ -278,15 +247,8 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * logits_ld));
   float* sg = logits + e;
   if (one_product) {
-    // The post-attention norm in the router's product (a backend may fold it); the
-    // experts read its output.
-    NormedProductArgs a = NormedArgs(in, t);
-    a.w = &w.router_gate;
-    a.y = logits;
-    a.ldy = logits_ld;
-    backend_->NormedProduct(a);
+    MatMul(g, x, t, d, w.router_gate, logits, logits_ld, false);
   } else {
-    Norm(in, t);
     MatMul(g, x, t, d, w.router, logits, e, false);
   }
   // The shared expert first, then the routed experts in ascending id (MoeExperts, which runs
@@ -370,17 +332,16 @@ absl::Status Qwen3HybridModel::RunGroup(Group& g, absl::Span<const SequencePass>
   ASSIGN_OR_RETURN(float* xn, scratch_.Take<float>(t * d));
   backend_->EmbeddingGatherTyped(embed_, ids_dev, t, h);
   for (const LayerWeights& lw : layers_) {
-    const NormedInput input{h, lw.input_norm.data, xn};
+    backend_->RmsNorm(h, t, d, lw.input_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, xn);
     if (lw.full_attention) {
-      RETURN_IF_ERROR(RunAttention(g, lw.attn, input, h));
+      RETURN_IF_ERROR(RunAttention(g, lw.attn, xn, h));
     } else {
-      RETURN_IF_ERROR(RunGdn(g, lw.gdn, input, h));
+      RETURN_IF_ERROR(RunGdn(g, lw.gdn, xn, h));
     }
-    const NormedInput post{h, lw.post_norm.data, xn};
+    backend_->RmsNorm(h, t, d, lw.post_norm.data, c_.rms_norm_eps, c_.zero_centred_norm, xn);
     if (lw.moe) {
-      RETURN_IF_ERROR(RunMoe(g, lw.experts, post, h));
+      RETURN_IF_ERROR(RunMoe(g, lw.experts, xn, h));
     } else {
-      Norm(post, t);
       RETURN_IF_ERROR(RunSwiGlu(g, lw.mlp, xn, t, h, true));
     }
   }

@@ -203,26 +203,13 @@ class Qwen3HybridModel final : public Model {
                         std::vector<absl::Span<const float>>* views = nullptr);
   void MatMul(const Group& g, const float* x, int64_t m, int64_t ldx, const WeightMatrix& w,
               float* y, int64_t ldy, bool accumulate);
-  // A layer part's input: the residual rows `h` [g.rows, D] and the RMS norm in front of the
-  // part (weights `norm_w`), normed into `xn`; in decode the part's first product may do the
-  // norm (KernelBackend::NormedProduct).
-  struct NormedInput {
-    const float* h;
-    const float* norm_w;
-    float* xn;
-  };
-  // RmsNorm of `in` for `t` rows, into in.xn.
-  void Norm(const NormedInput& in, int64_t t);
-  // NormedProductArgs over `in` for a group of `t` rows.
-  NormedProductArgs NormedArgs(const NormedInput& in, int64_t t) const;
-  // The layers' parts: `in` their input, h the residual stream they add to (RunSwiGlu writes y,
-  // or adds to it when `accumulate`, from its normed input x). All pointers are backend memory.
-  absl::Status RunAttention(const Group& g, const AttentionWeights& w, const NormedInput& in,
-                            float* h);
-  absl::Status RunGdn(const Group& g, const GdnWeights& w, const NormedInput& in, float* h);
+  // The layers' parts: x is the normed input [g.rows, D], h the residual stream they add to
+  // (RunSwiGlu writes y, or adds to it when `accumulate`). All pointers are backend memory.
+  absl::Status RunAttention(const Group& g, const AttentionWeights& w, const float* x, float* h);
+  absl::Status RunGdn(const Group& g, const GdnWeights& w, const float* x, float* h);
   absl::Status RunSwiGlu(const Group& g, const SwiGlu& w, const float* x, int64_t t, float* y,
                          bool accumulate);
-  absl::Status RunMoe(const Group& g, const MoeWeights& w, const NormedInput& in, float* h);
+  absl::Status RunMoe(const Group& g, const MoeWeights& w, const float* x, float* h);
 
   const HybridConfig c_;
   KernelBackend* const backend_;
