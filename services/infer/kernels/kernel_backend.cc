@@ -138,6 +138,14 @@ void KernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
   GatedDeltaRuleBatch(batch);
 }
 
+void KernelBackend::GatedDeltaStepNormBatch(const GatedDeltaInputs& inputs,
+                                            absl::Span<const GatedDeltaArgs> batch,
+                                            const GatedNormHeadsArgs& norm) {
+  GatedDeltaStepBatch(inputs, batch);
+  GatedRmsNormHeads(norm.x, norm.z, norm.tokens, norm.heads, norm.dim, norm.z_ld, norm.w, norm.eps,
+                    norm.y);
+}
+
 void KernelBackend::SigmoidScaleRows(float* x, int64_t rows, int64_t dim, const float* gate) {
   for (int64_t i = 0; i < rows; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-gate[i]));

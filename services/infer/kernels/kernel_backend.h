@@ -146,6 +146,19 @@ struct GatedDeltaInputs {
   float eps = 0.0f;
 };
 
+// One GatedRmsNormHeads call (KernelBackend::GatedDeltaStepNormBatch): its arguments by name.
+struct GatedNormHeadsArgs {
+  const float* x = nullptr;
+  const float* z = nullptr;
+  int64_t tokens = 0;
+  int heads = 0;
+  int64_t dim = 0;
+  int64_t z_ld = 0;
+  const float* w = nullptr;
+  float eps = 0.0f;
+  float* y = nullptr;
+};
+
 // One CausalConvSilu call (KernelBackend::CausalConvSiluBatch): its arguments by name.
 struct CausalConvArgs {
   const float* in = nullptr;
@@ -441,6 +454,13 @@ class KernelBackend {
   // leaving q, k, g and beta unwritten (the caller must not read them afterwards).
   virtual void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
                                    absl::Span<const GatedDeltaArgs> batch);
+  // GatedDeltaStepBatch(inputs, batch), then GatedRmsNormHeads over its outputs (`norm`; the
+  // delta-rule layer's gated norm, x the rows the calls write). The default makes the two
+  // calls; a device backend may norm each head inside the rule's decode steps, with the same
+  // outputs and states.
+  virtual void GatedDeltaStepNormBatch(const GatedDeltaInputs& inputs,
+                                       absl::Span<const GatedDeltaArgs> batch,
+                                       const GatedNormHeadsArgs& norm);
 
   // Data movement and small row operations the models need between the products. The defaults
   // (kernel_backend.cc) run on the host over host pointers; a device backend overrides them.

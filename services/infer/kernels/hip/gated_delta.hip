@@ -48,6 +48,8 @@ struct Params {
   // gates (g and beta are then not read); q and k are then the rows before their L2
   // normalisation. Null: g, beta and q, k as given.
   const float* gate_row;
+  // With a norm (GatedDeltaRecurrentPrepared's `norm`): the token's row in the norm's rows.
+  int64_t norm_row;
 };
 
 // GatedDeltaRecurrentPrepared's gate and normalisation arguments, the same for every sequence.
@@ -58,6 +60,17 @@ struct Prep {
   const float* neg_a;
   float q_scale;
   float eps;
+};
+
+// GatedDeltaRecurrentPrepared's gated norm over each head's outputs (GatedDeltaNorm; the same
+// for every sequence).
+struct Norm {
+  const float* z;
+  int64_t z_ld;
+  const float* w;
+  float eps;
+  float* y;
+  uint16_t* rounded;
 };
 
 // Workspace of one segment, per (head, chunk) of the segment.
@@ -124,10 +137,60 @@ __device__ float GroupSum(const float* part, int stride, int index) {
   return acc;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP_PLATFORM_AMD__)
+// Every thread of the block's cluster arrives and waits: the shared-memory writes before it are
+// visible to the cluster's blocks after it.
+__device__ inline void ClusterSync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+
+// `local`'s float in the shared memory of the cluster's block `rank`.
+__device__ inline float LoadClusterShared(const float* local, unsigned int rank) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// The gated norm of head h's outputs (GatedRmsNormHeads' row norm_row * heads + h) by the
+// head's blocks, one cluster: this block's warp 0 holds `o` of its kCols columns. Block y's
+// columns are the warp kernel's part y (lane l: column l + 32 y), so each lane adds the blocks'
+// squares in WarpRowSum's tree and every block gets GatedRmsNormWarpKernel's sum: the same
+// bits. `sq`: kCols floats of shared memory. Reached by every thread of the cluster.
+__device__ void NormHead(const Params& p, const Norm& norm, int h, int col, int grp, float o,
+                         float zv, float wv, float* sq) {
+  const int cj = threadIdx.x % kCols;
+  if (grp == 0) sq[cj] = col < p.dv ? fmaf(o, o, 0.0f) : 0.0f;
+  ClusterSync();
+  if (grp == 0) {
+    float part[kWarpParts];
+#pragma unroll
+    for (int j = 0; j < kWarpParts; ++j) {
+      part[j] = j < static_cast<int>(gridDim.y) ? LoadClusterShared(sq + cj, j) : 0.0f;
+    }
+    const float ss = WarpRowSum(part);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(p.dv) + norm.eps);
+    if (col < p.dv) {
+      const int64_t at = (p.norm_row * p.v_heads + h) * p.dv;
+      StoreOut(norm.y + at, norm.rounded, at, col, o * inv * wv * DeviceSilu(zv));
+    }
+  }
+  ClusterSync();  // No block leaves while another reads its squares.
+}
+#endif
+
 // The recurrent form for one block: v-head blockIdx.x, columns blockIdx.y * kCols, ... of one
-// sequence. kq: 2 * kMaxD floats, part: kGroups * kCols floats of shared memory.
-template <int kMaxD>
-__device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, float* part) {
+// sequence. kq: 2 * kMaxD floats, part: kGroups * kCols floats of shared memory. With kNorm
+// (one token, gate_row set; a cluster of the head's gridDim.y blocks): the head's gated norm
+// after the step, the raw outputs written only where y is not out.
+template <int kMaxD, bool kNorm = false>
+__device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, float* part,
+                               const Norm& norm = Norm{}) {
   const int h = blockIdx.x;
   const int kh = h / p.ratio;
   const int cj = threadIdx.x % kCols;
@@ -136,6 +199,14 @@ __device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, flo
   float s[kMaxD / kGroups];
   LoadColumn<kMaxD>(p, h, col, grp, s);
   for (int64_t t = 0; t < p.tokens; ++t) {
+    // The norm's gate and weight of this column, loaded with the step's inputs.
+    float zv = 0.0f, wv = 0.0f;
+    if constexpr (kNorm) {
+      if (grp == 0 && col < p.dv) {
+        zv = norm.z[p.norm_row * norm.z_ld + static_cast<int64_t>(h) * p.dv + col];
+        wv = norm.w[col];
+      }
+    }
     float decay, beta;
     if (p.gate_row != nullptr) {
       // One token (GatedDeltaRecurrentPrepared): warp 0 normalises k, warp 1 q, as the L2 norm
@@ -177,8 +248,18 @@ __device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, flo
     __syncthreads();  // Everyone has read `part`.
     part[grp * kCols + cj] = po;
     __syncthreads();
-    if (grp == 0 && col < p.dv) {
-      p.out[t * p.out_ld + static_cast<int64_t>(h) * p.dv + col] = GroupSum(part, kCols, cj);
+    float* const out = p.out + t * p.out_ld + static_cast<int64_t>(h) * p.dv;
+    if constexpr (kNorm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(__HIP_PLATFORM_AMD__)
+      const float o = grp == 0 ? GroupSum(part, kCols, cj) : 0.0f;
+      if (grp == 0 && col < p.dv && norm.y + (p.norm_row * p.v_heads + h) * p.dv != out) {
+        out[col] = o;
+      }
+      // The squares go through kq, which this token has finished reading.
+      NormHead(p, norm, h, col, grp, o, zv, wv, kq);
+#endif
+    } else if (grp == 0 && col < p.dv) {
+      out[col] = GroupSum(part, kCols, cj);
     }
     __syncthreads();  // `kq` and `part` are rewritten by the next token.
   }
@@ -199,16 +280,20 @@ constexpr int kMaxBatch = 16;
 struct ParamsBatch {
   Params seq[kMaxBatch];
   Prep prep;
+  Norm norm;     // With kNorm.
   bool release;  // KernelEntry's (hip::EarlyRelease).
 };
 
-// Sequence blockIdx.z of the batch, as RecurrentKernel over that sequence alone.
-template <int kMaxD>
-__global__ void __launch_bounds__(kThreads) RecurrentBatchKernel(ParamsBatch b) {
+// Sequence blockIdx.z of the batch, as RecurrentKernel over that sequence alone. kMinBlocks:
+// resident blocks a multiprocessor the registers must allow (GatedDeltaRecurrentPrepared's
+// min_blocks).
+template <int kMaxD, bool kNorm = false, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks == 1 ? 0 : kMinBlocks)
+    RecurrentBatchKernel(ParamsBatch b) {
   KernelEntry(b.release);
   __shared__ float kq[2 * kMaxD];
   __shared__ float part[kGroups * kCols];
-  RecurrentBlock<kMaxD>(b.seq[blockIdx.z], b.prep, kq, part);
+  RecurrentBlock<kMaxD, kNorm>(b.seq[blockIdx.z], b.prep, kq, part, b.norm);
 }
 
 // One block per (head, chunk of the segment). Shared: k rows [chunk, dk + 1], the B matrix
@@ -477,6 +562,44 @@ hipError_t RunBatch(ParamsBatch b, int count, hipStream_t stream) {
   return hipGetLastError();
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+// The prepared step's launch: with a norm in clusters of a head's blocks (the norm ends the
+// kernel, so it releases early as the norms do), at least `min_blocks` (1 or 4) resident a
+// multiprocessor where the head size allows 4 (kMaxD up to 128).
+template <int kMaxD, bool kNorm, int kMinBlocks>
+hipError_t RunPrepared(ParamsBatch b, int count, hipStream_t stream) {
+  const Params& p = b.seq[0];
+  const auto col_blocks = static_cast<unsigned int>(CeilDiv(p.dv, kCols));
+  const dim3 grid(static_cast<unsigned int>(p.v_heads), col_blocks,
+                  static_cast<unsigned int>(count));
+  if constexpr (kNorm) {
+    b.release = EarlyRelease(kReleaseNorms);
+    return LaunchKernelClusters(RecurrentBatchKernel<kMaxD, true, kMinBlocks>, grid, kThreads, 0,
+                                stream, col_blocks, b);
+  } else {
+    b.release = EarlyRelease(kReleaseDeltaStep);
+    LaunchKernel(RecurrentBatchKernel<kMaxD, false, kMinBlocks>, grid, kThreads, 0, stream, b);
+    return hipGetLastError();
+  }
+}
+
+template <int kMaxD, bool kNorm>
+hipError_t RunPrepared(const ParamsBatch& b, int count, int min_blocks, hipStream_t stream) {
+  if constexpr (kMaxD <= 128) {
+    if (min_blocks >= 4) return RunPrepared<kMaxD, kNorm, 4>(b, count, stream);
+  }
+  return RunPrepared<kMaxD, kNorm, 1>(b, count, stream);
+}
+
+template <bool kNorm>
+hipError_t RunPrepared(const ParamsBatch& b, int count, int dk, int min_blocks,
+                       hipStream_t stream) {
+  if (dk <= 64) return RunPrepared<64, kNorm>(b, count, min_blocks, stream);
+  if (dk <= 128) return RunPrepared<128, kNorm>(b, count, min_blocks, stream);
+  return RunPrepared<256, kNorm>(b, count, min_blocks, stream);
+}
+#endif
+
 }  // namespace
 
 int GatedDeltaMaxBatch() { return kMaxBatch; }
@@ -501,24 +624,49 @@ bool GatedDeltaPreparedSupported() {
 
 int GatedDeltaPreparedMaxHeadDim() { return kRowThreads < kMaxDk ? kRowThreads : kMaxDk; }
 
-hipError_t GatedDeltaRecurrentPrepared(const GatedDeltaLaunch* a, const float* const* gate_rows,
-                                      int count, const GatedDeltaPrepArgs& prep,
-                                      hipStream_t stream) {
+bool GatedDeltaNormSupported(int dv) {
 #if defined(__HIP_PLATFORM_AMD__)
+  static_cast<void>(dv);
+  return false;
+#else
+  // A head's blocks in one cluster (at most 8, the portable cluster size), each a part of the
+  // warp norm's row.
+  return dv > 0 && dv % kCols == 0 && dv <= kRowThreads && dv / kCols <= kWarpParts;
+#endif
+}
+
+hipError_t GatedDeltaRecurrentPrepared(const GatedDeltaLaunch* a, const float* const* gate_rows,
+                                       int count, const GatedDeltaPrepArgs& prep,
+                                       const GatedDeltaNorm* norm, int min_blocks,
+                                       hipStream_t stream) {
+#if defined(__HIP_PLATFORM_AMD__)
+  static_cast<void>(a);
+  static_cast<void>(gate_rows);
+  static_cast<void>(prep);
+  static_cast<void>(norm);
+  static_cast<void>(min_blocks);
+  static_cast<void>(stream);
   return hipErrorNotSupported;
 #else
   if (count <= 0) return hipSuccess;
   if (count > kMaxBatch || a[0].dk > kRowThreads || a[0].dk > kMaxDk) return hipErrorInvalidValue;
+  if (norm != nullptr && (!GatedDeltaNormSupported(a[0].dv) || norm->rows == nullptr)) {
+    return hipErrorInvalidValue;
+  }
   ParamsBatch b{};
   for (int i = 0; i < count; ++i) {
     if (a[i].tokens != 1 || gate_rows[i] == nullptr) return hipErrorInvalidValue;
+    if (a[i].dk != a[0].dk || a[i].dv != a[0].dv || a[i].v_heads != a[0].v_heads) {
+      return hipErrorInvalidValue;
+    }
     b.seq[i] = ParamsOf(a[i]);
     b.seq[i].gate_row = gate_rows[i];
+    b.seq[i].norm_row = norm != nullptr ? norm->rows[i] : 0;
   }
   b.prep = {prep.b_offset, prep.a_offset, prep.dt_bias, prep.neg_a, prep.q_scale, prep.eps};
-  if (a[0].dk <= 64) return RunBatch<64>(b, count, stream);
-  if (a[0].dk <= 128) return RunBatch<128>(b, count, stream);
-  return RunBatch<256>(b, count, stream);
+  if (norm == nullptr) return RunPrepared<false>(b, count, a[0].dk, min_blocks, stream);
+  b.norm = {norm->z, norm->z_ld, norm->w, norm->eps, norm->y, norm->rounded};
+  return RunPrepared<true>(b, count, a[0].dk, min_blocks, stream);
 #endif
 }
 

@@ -118,6 +118,19 @@ void HipKernelBackend::GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batc
 
 void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
                                            absl::Span<const GatedDeltaArgs> batch) {
+  StepBatch(in, batch, nullptr);
+}
+
+void HipKernelBackend::GatedDeltaStepNormBatch(const GatedDeltaInputs& in,
+                                               absl::Span<const GatedDeltaArgs> batch,
+                                               const GatedNormHeadsArgs& norm) {
+  if (StepBatch(in, batch, &norm)) return;
+  GatedRmsNormHeads(norm.x, norm.z, norm.tokens, norm.heads, norm.dim, norm.z_ld, norm.w, norm.eps,
+                    norm.y);
+}
+
+bool HipKernelBackend::StepBatch(const GatedDeltaInputs& in, absl::Span<const GatedDeltaArgs> batch,
+                                 const GatedNormHeadsArgs* norm) {
   // Each call's q, k, g and beta must be the inputs' rows of its own tokens. Then the decode
   // steps (one token, recurrent, equal dv) go in launches that normalise q and k and work out
   // the gates inside the rule's blocks, and the chunked calls on the matrix units each do that
@@ -126,6 +139,7 @@ void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
                in.qk_ld > 0 && in.proj_ld >= 0;
   std::vector<hip::GatedDeltaLaunch> steps, chunked;
   std::vector<const float*> step_rows, chunked_rows;
+  std::vector<int64_t> step_token_rows;
   for (size_t i = 0; fused && i < batch.size(); ++i) {
     const GatedDeltaArgs& a = batch[i];
     if (a.tokens == 0) continue;
@@ -146,6 +160,7 @@ void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
       fused = a.dk <= hip::GatedDeltaPreparedMaxHeadDim() && (steps.empty() || a.dv == steps[0].dv);
       steps.push_back(l);
       step_rows.push_back(rows);
+      step_token_rows.push_back(r);
     } else {
       fused = options_.mma_delta && hip::GatedDeltaMmaSupported(l, max_shared_bytes_);
       chunked.push_back(l);
@@ -154,25 +169,54 @@ void HipKernelBackend::GatedDeltaStepBatch(const GatedDeltaInputs& in,
   }
   if (!fused) {
     KernelBackend::GatedDeltaStepBatch(in, batch);
-    return;
+    return false;
   }
-  if (!Enter()) return;
+  if (!Enter()) return true;
   for (const GatedDeltaArgs& a : batch) {
-    if (a.tokens > 0 && !CheckGatedDelta(a)) return;
+    if (a.tokens > 0 && !CheckGatedDelta(a)) return true;
+  }
+  // The norm inside the steps where its rows are exactly theirs (each written by one step).
+  bool norm_inside = norm != nullptr && fuse_delta_norm_ && chunked.empty() && !steps.empty() &&
+                     hip::GatedDeltaNormSupported(steps[0].dv) && norm->heads == in.v_heads &&
+                     norm->dim == steps[0].dv && norm->z_ld >= norm->heads * norm->dim &&
+                     norm->tokens == static_cast<int64_t>(steps.size());
+  std::vector<bool> seen(norm_inside ? steps.size() : 0, false);
+  for (size_t i = 0; norm_inside && i < steps.size(); ++i) {
+    const int64_t r = step_token_rows[i];
+    norm_inside = r >= 0 && r < norm->tokens && !seen[r] &&
+                  steps[i].out == norm->x + r * norm->heads * norm->dim;
+    if (norm_inside) seen[r] = true;
   }
   const hip::GatedDeltaPrepArgs prep{in.b_offset, in.a_offset, in.dt_bias,
                                      in.neg_a,    in.q_scale,  in.eps};
+  hip::GatedDeltaNorm inside{};
+  int buffer = 0;
+  if (norm_inside) {
+    const int64_t width = norm->heads * norm->dim;
+    inside = {norm->z, norm->z_ld,
+              norm->w, norm->eps,
+              norm->y, RoundedOutput(norm->tokens, norm->tokens * width, width, &buffer),
+              nullptr};
+  }
   const size_t most = static_cast<size_t>(hip::GatedDeltaMaxBatch());
+  bool launched = true;
   for (size_t i = 0; i < steps.size(); i += most) {
     const int count = static_cast<int>(std::min(most, steps.size() - i));
-    Check(hip::GatedDeltaRecurrentPrepared(steps.data() + i, step_rows.data() + i, count, prep,
-                                           compute_),
-          "gated delta prepared launch");
+    inside.rows = step_token_rows.data() + i;
+    launched = Check(hip::GatedDeltaRecurrentPrepared(steps.data() + i, step_rows.data() + i, count,
+                                                      prep, norm_inside ? &inside : nullptr,
+                                                      delta_step_min_blocks_, compute_),
+                     "gated delta prepared launch") &&
+               launched;
   }
   for (size_t i = 0; i < chunked.size(); ++i) {
     const hip::GatedDeltaMmaInputs inputs{chunked_rows[i], in.proj_ld, prep};
     GatedDeltaMmaCall(chunked[i], &inputs);
   }
+  if (norm_inside && launched && inside.rounded != nullptr) {
+    rounded_ = {norm->y, norm->tokens * norm->heads * norm->dim, inside.rounded, buffer};
+  }
+  return norm_inside;
 }
 
 }  // namespace cairn::infer

@@ -256,12 +256,13 @@ inline T AsParameter(T value) {
 }
 
 #if !defined(__HIP_PLATFORM_AMD__)
-// The attributes of a launch: cooperative (every block resident at once) and overlapped
-// (programmatic dependent launch), as asked; a config for cudaLaunchKernelEx over them.
+// The attributes of a launch: cooperative (every block resident at once), overlapped
+// (programmatic dependent launch) and clusters of `cluster_y` blocks along y (sm_90; 0: none),
+// as asked; a config for cudaLaunchKernelEx over them.
 struct LaunchAttributes {
-  cudaLaunchAttribute list[2];
+  cudaLaunchAttribute list[3];
   unsigned int count = 0;
-  LaunchAttributes(bool cooperative, bool overlapped) {
+  LaunchAttributes(bool cooperative, bool overlapped, unsigned int cluster_y = 0) {
     if (cooperative) {
       list[count].id = cudaLaunchAttributeCooperative;
       list[count++].val.cooperative = 1;
@@ -269,6 +270,12 @@ struct LaunchAttributes {
     if (overlapped) {
       list[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       list[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_y > 0) {
+      list[count].id = cudaLaunchAttributeClusterDimension;
+      list[count].val.clusterDim.x = 1;
+      list[count].val.clusterDim.y = cluster_y;
+      list[count++].val.clusterDim.z = 1;
     }
   }
   cudaLaunchConfig_t Config(dim3 grid, dim3 block, size_t shared, hipStream_t stream) {
@@ -336,6 +343,23 @@ inline hipError_t LaunchKernelWhole(void (*kernel)(Params...), dim3 grid, dim3 b
   if (e != hipSuccess) static_cast<void>(hipGetLastError());
   return e;
 }
+
+#if !defined(__HIP_PLATFORM_AMD__)
+// LaunchKernel in clusters of `cluster_y` blocks along y (gridDim.y a multiple of it; NVIDIA
+// sm_90, at most 8 blocks a cluster), whose blocks may read one another's shared memory and
+// wait at the cluster's barrier: the device starts a cluster only with all its blocks resident.
+// Returns the launch's error and leaves none behind for hipGetLastError().
+template <typename... Params, typename... Args>
+inline hipError_t LaunchKernelClusters(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                       size_t shared, hipStream_t stream, unsigned int cluster_y,
+                                       Args&&... args) {
+  LaunchAttributes attributes(/*cooperative=*/false, OverlappedLaunches(), cluster_y);
+  const cudaLaunchConfig_t config = attributes.Config(grid, block, shared, stream);
+  const hipError_t e = cudaLaunchKernelEx(&config, kernel, AsParameter<Params>(args)...);
+  if (e != hipSuccess) static_cast<void>(hipGetLastError());
+  return e;
+}
+#endif
 
 // Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KiB a block gets
 // without asking). Cheap; called before each launch that needs it.

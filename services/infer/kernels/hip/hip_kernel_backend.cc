@@ -157,6 +157,8 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
       fuse_delta_inputs_(options.fuse_delta_inputs),
       fuse_conv_product_(options.fuse_conv_product),
+      fuse_delta_norm_(options.fuse_delta_norm),
+      delta_step_min_blocks_(options.delta_step_min_blocks),
       fold_shared_expert_(options.fold_shared_expert),
       moe_product_waves_(options.moe_product_waves),
       moe_stream_products_(options.moe_stream_products),

@@ -167,6 +167,14 @@ struct HipKernelBackendOptions {
   // hip::kMatMulRowsConvMaxRows rows and hip::kMatMulRowsConvMaxTaps taps), the default's two
   // calls.
   bool fuse_conv_product = true;
+  // GatedDeltaStepNormBatch's gated norm inside the fused decode steps' launch: a head's
+  // blocks run as one cluster and add their outputs' squares through one another's shared
+  // memory in the norm kernel's tree (hip::GatedDeltaNorm), instead of a norm launch after the
+  // steps. The same bits. NVIDIA sm_90; needs fuse_delta_inputs.
+  bool fuse_delta_norm = false;
+  // Resident blocks a multiprocessor the fused decode steps' kernel is compiled for
+  // (hip::GatedDeltaRecurrentPrepared's min_blocks: 1 or 4). The same bits.
+  int delta_step_min_blocks = 1;
   // A MoE layer's shared expert (MoeExpertsArgs::shared_gate_up) in the decode path's grouped
   // gate/up and down launches, as tiles of 8 tokens after the routed experts' tiles, its output
   // written where the sum reads it (two launches fewer a layer). The same bits: the grouped
@@ -419,6 +427,13 @@ class HipKernelBackend final : public KernelBackend {
   // not written. Otherwise (any call neither takes) the default's three calls.
   void GatedDeltaStepBatch(const GatedDeltaInputs& inputs,
                            absl::Span<const GatedDeltaArgs> batch) override;
+  // With fuse_delta_norm, where GatedDeltaStepBatch takes every call as a fused decode step and
+  // the norm's rows are exactly those steps' outputs (dv as hip::GatedDeltaNormSupported
+  // allows): the steps norm their heads inside their launch (hip::GatedDeltaNorm). Otherwise
+  // GatedDeltaStepBatch, then GatedRmsNormHeads. The same bits.
+  void GatedDeltaStepNormBatch(const GatedDeltaInputs& inputs,
+                               absl::Span<const GatedDeltaArgs> batch,
+                               const GatedNormHeadsArgs& norm) override;
   void GatedDeltaRuleBatch(absl::Span<const GatedDeltaArgs> batch) override;
   void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                 int64_t ld_dst) override;
@@ -502,6 +517,10 @@ class HipKernelBackend final : public KernelBackend {
   void SetFuseDeltaInputsForTest(bool on) { fuse_delta_inputs_ = on; }
   // Sets HipKernelBackendOptions::fuse_conv_product (the same bits), for the benchmark.
   void SetFuseConvProductForTest(bool on) { fuse_conv_product_ = on; }
+  // Sets HipKernelBackendOptions::fuse_delta_norm and delta_step_min_blocks (the same bits),
+  // for the benchmark.
+  void SetFuseDeltaNormForTest(bool on) { fuse_delta_norm_ = on; }
+  void SetDeltaStepMinBlocksForTest(int blocks) { delta_step_min_blocks_ = blocks; }
   // Sets HipKernelBackendOptions::fold_shared_expert (the same bits), for the benchmark.
   void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
   // Sets HipKernelBackendOptions::moe_product_waves (the same bits), for the benchmark.
@@ -567,6 +586,11 @@ class HipKernelBackend final : public KernelBackend {
   // The buffer is the one of rounded_buffers_ that rounded_ does not use (*buffer), so that an
   // operation may read one rounded copy and write the next.
   uint16_t* RoundedOutput(int64_t rows, int64_t count, int64_t width, int* buffer);
+  // GatedDeltaStepBatch, and with `norm` GatedDeltaStepNormBatch's norm where the steps take it
+  // (fuse_delta_norm): true when the norm is done (or the backend failed), false when the
+  // caller must still run it.
+  bool StepBatch(const GatedDeltaInputs& inputs, absl::Span<const GatedDeltaArgs> batch,
+                 const GatedNormHeadsArgs* norm);
   // The rounded copy of the rows a product reads (m rows of k values, ldx apart, at x), or null
   // where rounded_ does not hold all of them at a 16-byte aligned start and stride.
   // `w`'s bf16 parts (at most hip::RowWeights' count) for a one-launch product of m rows.
@@ -763,6 +787,8 @@ class HipKernelBackend final : public KernelBackend {
   bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
   bool fuse_conv_product_;                  // options_.fuse_conv_product, likewise.
+  bool fuse_delta_norm_;                    // options_.fuse_delta_norm, likewise.
+  int delta_step_min_blocks_;               // options_.delta_step_min_blocks, likewise.
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.
   int moe_product_waves_;                   // options_.moe_product_waves, likewise.
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.

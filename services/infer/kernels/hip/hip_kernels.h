@@ -678,10 +678,28 @@ struct GatedDeltaPrepArgs {
   float q_scale;
   float eps;
 };
+// With `norm`: then the gated RMS norm of each head's outputs (GatedRmsNormHeads' arithmetic
+// and bits, the rows `norm->rows[i]` of its x, which is the calls' outputs), by the head's blocks
+// in one cluster; the raw outputs are then written only where y is not out. dv as
+// GatedDeltaNormSupported allows. min_blocks: 4 compiles the kernel for four resident blocks a
+// multiprocessor (one wave of four sequences' blocks on a 132-multiprocessor device; dk up to
+// 128, else as 1); 1 lets the compiler take the registers it likes. Every call of the same dk,
+// dv and v_heads. The same bits for every min_blocks.
+struct GatedDeltaNorm {
+  const float* z;  // Row r's gates of head h at z + r z_ld + h dv.
+  int64_t z_ld;
+  const float* w;  // dv weights.
+  float eps;
+  float* y;             // Row r's head h at y + (r v_heads + h) dv; may be x.
+  uint16_t* rounded;    // Null, or y's values rounded to bf16 (RoundBf16), laid out as y.
+  const int64_t* rows;  // Host array: call i's row.
+};
 hipError_t GatedDeltaRecurrentPrepared(const GatedDeltaLaunch* a, const float* const* gate_rows,
                                        int count, const GatedDeltaPrepArgs& prep,
+                                       const GatedDeltaNorm* norm, int min_blocks,
                                        hipStream_t stream);
 bool GatedDeltaPreparedSupported();  // NVIDIA builds.
+bool GatedDeltaNormSupported(int dv);  // NVIDIA builds: dv a multiple of 32, at most 256.
 int GatedDeltaPreparedMaxHeadDim();
 int GatedDeltaMaxHeadDim();
 int GatedDeltaMaxChunk();

@@ -228,8 +228,19 @@ absl::Status Qwen3HybridModel::RunGdn(const Group& g, const GdnWeights& w, const
     args.qk_ld = qk_ld;
     args.v_ld = v_ld;
   }
-  backend_->GatedDeltaStepBatch(inputs, batch);
-  backend_->GatedRmsNormHeads(o, z, t, hv, c_.linear_v_dim, width, w.norm.data, c_.rms_norm_eps, o);
+  // Then the gated norm over the outputs, in place (a device backend may norm in the rule's
+  // decode steps).
+  GatedNormHeadsArgs norm;
+  norm.x = o;
+  norm.z = z;
+  norm.tokens = t;
+  norm.heads = hv;
+  norm.dim = c_.linear_v_dim;
+  norm.z_ld = width;
+  norm.w = w.norm.data;
+  norm.eps = c_.rms_norm_eps;
+  norm.y = o;
+  backend_->GatedDeltaStepNormBatch(inputs, batch, norm);
   MatMul(g, o, t, vd, w.out, h, d, true);
   return absl::OkStatus();
 }

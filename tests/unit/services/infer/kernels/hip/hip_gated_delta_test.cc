@@ -298,14 +298,22 @@ std::ostream& operator<<(std::ostream& os, const StepCase& c) {
 
 struct StepResult {
   std::vector<float> out, states, gates, conv;
+  // With a norm: its output and a bf16 product over it (reading its rounded copy where the
+  // backend keeps one), and the rounded copies the product read.
+  std::vector<float> normed, product;
+  int64_t rounded_reads = 0;
 };
+
+// GatedDeltaStepNormBatch's norm in RunStepBatch: none (GatedDeltaStepBatch alone), in place
+// over the outputs, or into rows of its own.
+enum class StepNorm { kNone, kInPlace, kApart };
 
 class HipDeltaStepTest : public HipKernelBackendTest {
  protected:
-  StepResult RunStepBatch(HipKernelBackend& be, const StepCase& c);
+  StepResult RunStepBatch(HipKernelBackend& be, const StepCase& c, StepNorm norm = StepNorm::kNone);
 };
 
-StepResult HipDeltaStepTest::RunStepBatch(HipKernelBackend& be, const StepCase& c) {
+StepResult HipDeltaStepTest::RunStepBatch(HipKernelBackend& be, const StepCase& c, StepNorm norm) {
   const int vh = 2 * c.kh;
   const int seqs = static_cast<int>(c.tokens.size());
   int64_t tokens = 0;
@@ -361,10 +369,47 @@ StepResult HipDeltaStepTest::RunStepBatch(HipKernelBackend& be, const StepCase& 
     a.qk_ld = conv_ld;
     a.v_ld = conv_ld;
   }
-  be.GatedDeltaStepBatch(in, args);
+  if (norm == StepNorm::kNone) {
+    be.GatedDeltaStepBatch(in, args);
+    EXPECT_TRUE(be.Synchronize().ok()) << be.status();
+    StepResult r;
+    r.out = Down(dout, tokens * vh * c.dv);
+    r.states = Down(dstates, states0.size());
+    r.gates = Down(dg, tokens * vh);
+    r.conv = Down(dconv, conv.size());
+    return r;
+  }
+  // The gates in rows of their own, wider than the heads; then a product over the norm's rows.
+  const int64_t width = static_cast<int64_t>(vh) * c.dv;
+  const int64_t z_ld = width + 8, n = 37;
+  const RandomBf16 w = RandomBf16Values(n * width, 95);
+  DeviceBuffer dz = Up(RandomFloats(tokens * z_ld, 96, -4.0f, 4.0f)),
+               dw = Up(RandomFloats(c.dv, 97, 0.5f, 1.5f)), dy = Poisoned(tokens * width),
+               dwm = Up(w.bits), dp = Poisoned(tokens * n);
+  GatedNormHeadsArgs na;
+  na.x = dout.floats();
+  na.z = dz.floats();
+  na.tokens = tokens;
+  na.heads = vh;
+  na.dim = c.dv;
+  na.z_ld = z_ld;
+  na.w = dw.floats();
+  na.eps = 1e-6f;
+  na.y = norm == StepNorm::kInPlace ? dout.floats() : dy.floats();
+  const int64_t reads = be.rounded_input_reads();
+  be.GatedDeltaStepNormBatch(in, args, na);
+  be.MatMulRowsTyped(na.y, tokens, width, WeightMatrix::Of(dwm.data(), WeightType::kBF16, n, width),
+                     dp.floats(), n, false);
   EXPECT_TRUE(be.Synchronize().ok()) << be.status();
-  return {Down(dout, tokens * vh * c.dv), Down(dstates, states0.size()), Down(dg, tokens * vh),
-          Down(dconv, conv.size())};
+  StepResult r;
+  r.out = Down(dout, tokens * width);
+  r.states = Down(dstates, states0.size());
+  r.gates = Down(dg, tokens * vh);
+  r.conv = Down(dconv, conv.size());
+  r.normed = norm == StepNorm::kInPlace ? r.out : Down(dy, tokens * width);
+  r.product = Down(dp, tokens * n);
+  r.rounded_reads = be.rounded_input_reads() - reads;
+  return r;
 }
 
 TEST_F(HipDeltaStepTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCalls) {
@@ -411,6 +456,63 @@ TEST_F(HipDeltaStepTest, GatedDeltaStepWithItsInputsGivesTheBitsOfTheThreeCalls)
     // Every output written (with mixed dv, half of the narrower sequences' rows stay unwritten).
     const int64_t narrow = static_cast<int64_t>(c.tokens.size()) / 2;
     EXPECT_EQ(nans(f.out), c.mixed_dv ? narrow * 2 * c.kh * (c.dv - c.dv / 2) : 0);
+  }
+}
+
+TEST_F(HipDeltaStepTest, GatedDeltaStepWithTheNormGivesTheBitsOfTheStepThenTheNorm) {
+  // GatedDeltaStepNormBatch with the gated norm inside the decode steps' launch (fuse_delta_norm:
+  // a head's blocks a cluster, the squares added through their shared memory), the kernel
+  // compiled for one and for four blocks a multiprocessor, against the steps then a norm
+  // launch: the same outputs, states, normed rows (in place and into rows of their own) and a
+  // bf16 product over them (the same rounded copies read). Heads of 96 (three blocks a cluster),
+  // 128, 64 at dk 256 and 256 (eight blocks); 1 to 20 sequences (two launches past 16); batches
+  // the norm does not take inside (dv 24, a chunked call beside the steps, steps of mixed dv)
+  // take the two calls.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.round_product_inputs_min_rows = 1, .fuse_delta_norm = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  std::vector<std::unique_ptr<HipKernelBackend>> inside;
+  for (const int blocks : {1, 4}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+        HipKernelBackend::Create({.round_product_inputs_min_rows = 1,
+                                  .fuse_delta_norm = true,
+                                  .delta_step_min_blocks = blocks});
+    ASSERT_TRUE(b.ok()) << b.status();
+    inside.push_back(*std::move(b));
+  }
+  const auto ones = [](int n) { return std::vector<int64_t>(n, 1); };
+  const auto zeros = [](int n) { return std::vector<int>(n, 0); };
+  const std::vector<StepCase> cases = {
+      {4, 128, 96, ones(16), zeros(16), false, true},
+      {2, 128, 128, ones(1), zeros(1), false, true},
+      {2, 128, 128, ones(4), zeros(4), false, true},
+      {2, 128, 128, ones(20), zeros(20), false, true},
+      {2, 256, 64, ones(3), zeros(3), false, true},
+      {1, 64, 256, ones(2), zeros(2), false, true},
+      {3, 40, 24, ones(5), zeros(5), false, true},
+      {4, 128, 96, {1, 1, 1, 1}, {64, 0, 0, 0}, false, true},
+      {4, 128, 96, {1, 1, 1, 1}, {0, 0, 0, 0}, true, false},
+  };
+  for (const StepCase& c : cases) {
+    for (const StepNorm norm : {StepNorm::kInPlace, StepNorm::kApart}) {
+      SCOPED_TRACE(::testing::Message() << c << (norm == StepNorm::kInPlace ? " in place" : ""));
+      const StepResult a = RunStepBatch(**apart, c, norm);
+      for (size_t i = 0; i < inside.size(); ++i) {
+        SCOPED_TRACE(::testing::Message() << "backend " << i);
+        const StepResult f = RunStepBatch(*inside[i], c, norm);
+        EXPECT_TRUE(SameBits(f.out, a.out));
+        EXPECT_TRUE(SameBits(f.states, a.states));
+        EXPECT_TRUE(SameBits(f.normed, a.normed));
+        EXPECT_TRUE(SameBits(f.product, a.product));
+        EXPECT_EQ(f.rounded_reads, a.rounded_reads);
+      }
+      // Every row normed (mixed dv leaves half of the narrower sequences' outputs unwritten).
+      if (!c.mixed_dv) {
+        EXPECT_EQ(
+            std::count_if(a.normed.begin(), a.normed.end(), [](float v) { return std::isnan(v); }),
+            0);
+      }
+    }
   }
 }
 

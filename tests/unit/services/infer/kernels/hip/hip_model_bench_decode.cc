@@ -15,7 +15,8 @@ void ModelBench::Decode() {
   struct Config {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
         staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
-        moe_cooperative, stream_products, fuse_conv, early_release;
+        moe_cooperative, stream_products, fuse_conv, early_release, fuse_delta_norm,
+        delta_step_blocks;
   };
   // Every combination of the variants listed, the last listed innermost (an odometer over the
   // lists, the last digit turning fastest).
@@ -40,6 +41,8 @@ void ModelBench::Decode() {
       {&f_.stream_products, &Config::stream_products},
       {&f_.fuse_conv, &Config::fuse_conv},
       {&f_.early_release, &Config::early_release},
+      {&f_.fuse_delta_norm, &Config::fuse_delta_norm},
+      {&f_.delta_step_blocks, &Config::delta_step_blocks},
   };
   // The axis whose values do not enter where staged rows are 0.
   const size_t staged_mb_axis = static_cast<size_t>(
@@ -141,6 +144,8 @@ void ModelBench::Decode() {
         b_.SetStreamProductWeightsForTest(c.stream_products);
         b_.SetFuseConvProductForTest(c.fuse_conv == 1);
         hip::SetEarlyRelease(static_cast<unsigned>(c.early_release));
+        b_.SetFuseDeltaNormForTest(c.fuse_delta_norm == 1);
+        b_.SetDeltaStepMinBlocksForTest(c.delta_step_blocks);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -195,6 +200,12 @@ void ModelBench::Decode() {
         if (f_.early_release.size() > 1) {
           suffix += absl::StrFormat(" (early release %d)", c.early_release);
         }
+        if (f_.fuse_delta_norm.size() > 1) {
+          suffix += absl::StrFormat(" (delta norm fused %d)", c.fuse_delta_norm);
+        }
+        if (f_.delta_step_blocks.size() > 1) {
+          suffix += absl::StrFormat(" (delta step blocks %d)", c.delta_step_blocks);
+        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -213,6 +224,8 @@ void ModelBench::Decode() {
       b_.SetStreamProductWeightsForTest(defaults.stream_product_weights);
       b_.SetFuseConvProductForTest(defaults.fuse_conv_product);
       hip::SetEarlyRelease(defaults.early_release);
+      b_.SetFuseDeltaNormForTest(defaults.fuse_delta_norm);
+      b_.SetDeltaStepMinBlocksForTest(defaults.delta_step_min_blocks);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

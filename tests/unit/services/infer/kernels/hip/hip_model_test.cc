@@ -209,6 +209,22 @@ TEST_P(HipModelTest, ConvInTheProjectionGivesTheBitsOfTheConvLaunch) {
   ExpectSamePasses(apart, fused);
 }
 
+// A delta-rule layer's gated norm inside its decode steps' launch (fuse_delta_norm), with that
+// kernel compiled for four blocks a multiprocessor and for what its registers like, gives the
+// bits of the norm launch after the steps: every pass and decode step of RunAll.
+TEST_P(HipModelTest, GatedNormInTheDeltaStepGivesTheBitsOfTheNormLaunch) {
+  const HipKernelBackendOptions defaults;
+  gpu_->SetFuseDeltaNormForTest(false);
+  absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetFuseDeltaNormForTest(true);
+  for (const int blocks : {1, 4}) {
+    gpu_->SetDeltaStepMinBlocksForTest(blocks);
+    ExpectSamePasses(apart, RunAll(*gpu_model_, *gpu_, tokens_));
+  }
+  gpu_->SetFuseDeltaNormForTest(defaults.fuse_delta_norm);
+  gpu_->SetDeltaStepMinBlocksForTest(defaults.delta_step_min_blocks);
+}
+
 // Logits in parts of the vocabulary, each part's download queued on its own stream while the
 // next part computes (Qwen3HybridOptions::logits_parts; the test presets' logits are below the
 // default's minimum size, so gpu_model_ computes them whole), give the bits of one product.

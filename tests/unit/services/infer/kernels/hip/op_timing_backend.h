@@ -211,6 +211,12 @@ class OpTimingBackend final : public KernelBackend {
     if (timing_) Mark("delta rule step with its gates and q / k norms");
     hip_->GatedDeltaStepBatch(inputs, batch);
   }
+  void GatedDeltaStepNormBatch(const GatedDeltaInputs& inputs,
+                               absl::Span<const GatedDeltaArgs> batch,
+                               const GatedNormHeadsArgs& norm) override {
+    if (timing_) Mark("delta rule step with its inputs, then the gated rmsnorm");
+    hip_->GatedDeltaStepNormBatch(inputs, batch, norm);
+  }
 
   void CopyRows(const float* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst,
                 int64_t ld_dst) override {
