@@ -200,8 +200,26 @@ absl::Status KernelBackend::MoeSharedExpert(const MoeExpertsArgs& a, ScratchAren
   return absl::OkStatus();
 }
 
+absl::Status KernelBackend::MoeRouter(const MoeExpertsArgs& args) {
+  if (args.router == nullptr) return absl::OkStatus();
+  if (args.router_logits == nullptr || args.logits != args.router_logits ||
+      args.router->rows() < args.experts || args.router->rows() > args.LogitsLd() ||
+      args.router->cols != args.hidden) {
+    return absl::InvalidArgumentError("MoE router product does not give the call's logits");
+  }
+  if (args.row_invariant) {
+    MatMulRowsTyped(args.x, args.tokens, args.hidden, *args.router, args.router_logits,
+                    args.LogitsLd(), false);
+  } else {
+    MatMulTransposedTyped(args.x, args.tokens, args.hidden, *args.router, args.router_logits,
+                          args.LogitsLd(), false);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) {
   ScratchArena::Frame frame(scratch);
+  RETURN_IF_ERROR(MoeRouter(args));
   RETURN_IF_ERROR(MoeSharedExpert(args, scratch));
   ASSIGN_OR_RETURN(const MoeExpertsArgs a, PackedMoeArgs(args, scratch));
   if (a.out_gate != nullptr) SigmoidScaleRows(a.out, a.tokens, a.hidden, a.out_gate);

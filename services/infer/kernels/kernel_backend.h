@@ -229,6 +229,13 @@ struct MoeExpertsArgs {
   const WeightMatrix* shared_gate_up = nullptr;
   const WeightMatrix* shared_down = nullptr;
   int64_t shared_width = 0;
+  // Optional: the router product, not yet run. Then MoeExperts first writes router_logits = x
+  // router^T (the router's rows, at most LogitsLd(), token rows LogitsLd() apart) as
+  // MatMulRowsTyped gives it with `row_invariant` (else MatMulTransposedTyped); `logits` must be
+  // router_logits, and out_gate may point into them. A device backend may run it in the routed
+  // experts' launch.
+  const WeightMatrix* router = nullptr;
+  float* router_logits = nullptr;
 
   bool StridesValid() const {
     return logits_ld >= 0 && out_gate_ld >= 0 && (logits_ld == 0 || logits_ld >= experts);
@@ -366,6 +373,9 @@ class KernelBackend {
   // Writes out = args' shared expert of x (MoeExpertsArgs::shared_gate_up), its temporaries
   // from `scratch`; nothing without one.
   absl::Status MoeSharedExpert(const MoeExpertsArgs& args, ScratchArena& scratch);
+  // Runs args' router product (MoeExpertsArgs::router) into router_logits; nothing without one.
+  // InvalidArgument where it would not give the call's logits.
+  absl::Status MoeRouter(const MoeExpertsArgs& args);
 
   // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
   // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.

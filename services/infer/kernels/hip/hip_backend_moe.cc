@@ -118,6 +118,13 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchAre
   // The warp routing and the wide sum read logits and gates rows apart where they are; other
   // ways take copies in rows of their own.
   const bool strided = on_device && moe_kernels_ == 1 && MoeRoutingFor() == hip::MoeRouting::kWarp;
+  // The router product first, unless the decode path's one launch may take it
+  // (moe_router_inside; MoeExpertsOnDevice decides).
+  const bool router_kept = args.router != nullptr && strided && !gemm_path && moe_router_inside_;
+  if (args.router != nullptr && !router_kept) {
+    RETURN_IF_ERROR(MoeRouter(args));
+    if (!Enter()) return error_;
+  }
   // The shared expert in the decode path's grouped launches (fold_shared_expert) where it has
   // the routed experts' width and the gate/up launch is the fused one; else first, on its own.
   MoeShared shared;
@@ -132,6 +139,7 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchAre
   }
   ScratchArena::Frame frame(scratch);
   MoeExpertsArgs a = args;
+  if (!router_kept) a.router = nullptr;
   if (shared.gate_up == nullptr || shared.down == nullptr) {
     shared = MoeShared();
     RETURN_IF_ERROR(MoeSharedExpert(args, scratch));
@@ -179,6 +187,10 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       (gemm_path || !fused || shared.gate_up == nullptr || shared.down == nullptr)) {
     // MoeExperts folds only what these launches take; out would go unwritten.
     return absl::InternalError("MoE shared expert handed to a path that does not fold it");
+  }
+  if (a.router != nullptr && gemm_path) {
+    RETURN_IF_ERROR(MoeRouter(a));
+    if (!Enter()) return error_;
   }
   if (gemm_path) return MoeExpertsGemm(a, gate_up, down, scratch);
   const int64_t picks = a.tokens * a.top_k;
@@ -312,6 +324,24 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     }
     one_launch = true;
   }
+  // The router product inside the one launch where it routes there and the router's table
+  // takes the launch's copies; else its own launch first (and if the one launch then declines
+  // the call, before the launches that replace it).
+  bool router_inside = false;
+  if (a.router != nullptr && one_launch && route_inside && a.router_logits == a.logits) {
+    const MoeTable* table = MoeTableFor(a.router, 1, a.router->rows(), a.hidden);
+    if (!error_.ok()) return error_;
+    if (table != nullptr && table->aligned) {
+      one.router = static_cast<const hip::MoeExpertParts*>(table->device.data());
+      one.router_rows = a.router->rows();
+      one.router_out = a.router_logits;
+      router_inside = true;
+    }
+  }
+  if (a.router != nullptr && !router_inside) {
+    RETURN_IF_ERROR(MoeRouter(a));
+    if (!Enter()) return error_;
+  }
   const auto route_and_sort = [&] {
     return Check(
         hip::MoeRouteAndSort(a.logits, a.LogitsLd(), a.tokens, a.experts, a.top_k, a.renormalise,
@@ -333,6 +363,10 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       Check(e, "moe one-launch products");
       return error_;
     }
+  }
+  if (!launched && router_inside) {
+    RETURN_IF_ERROR(MoeRouter(a));
+    if (!Enter()) return error_;
   }
   if (!launched) {
     if ((route_inside && !route_and_sort()) || !gate_up_and_silu() ||

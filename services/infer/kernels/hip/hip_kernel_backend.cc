@@ -164,6 +164,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_stream_products_(options.moe_stream_products),
       moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
       moe_one_launch_cooperative_(options.moe_one_launch_cooperative),
+      moe_router_inside_(options.moe_router_inside),
       stream_product_weights_(options.stream_product_weights),
       attention_mma_variant_(options.attention_mma_variant),
       attention_decode_variant_(options.attention_decode_variant),

@@ -210,6 +210,11 @@ struct HipKernelBackendOptions {
   // process on an H100 (forty-first round), the cooperative step was about 1 % slower at one and
   // four slots (1.56 against 1.53-1.55 ms, 2.42 against 2.39 ms).
   bool moe_one_launch_cooperative = false;
+  // A MoE decode layer's router product (MoeExpertsArgs::router) inside moe_stream_products 5's
+  // one launch, its units ahead of the routing and a grid barrier between (hip::MoeLayerStreamArgs
+  // ::router), instead of a product launch before it. The same bits (MatMulRowsMma's units).
+  // Calls the launch does not take run the product first.
+  bool moe_router_inside = false;
   // The matrix-unit products' weight loads carry an evict_first L2 policy (hip::RowWeights::
   // streamed; the same bits): 1 always, 0 never, -1 in calls of at most
   // stream_product_weights_max_rows rows once this backend has run a MoE one launch
@@ -529,6 +534,8 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeStreamProductsForTest(int mode) { moe_stream_products_ = mode; }
   // Sets HipKernelBackendOptions::moe_one_launch_max_tokens (the same bits), for the benchmark.
   void SetMoeOneLaunchMaxTokensForTest(int tokens) { moe_one_launch_max_tokens_ = tokens; }
+  // Sets HipKernelBackendOptions::moe_router_inside (the same bits), for the benchmark.
+  void SetMoeRouterInsideForTest(bool on) { moe_router_inside_ = on; }
   // Sets HipKernelBackendOptions::moe_one_launch_cooperative (the same bits), for the benchmark.
   void SetMoeOneLaunchCooperativeForTest(bool on) { moe_one_launch_cooperative_ = on; }
   // Sets HipKernelBackendOptions::stream_product_weights (the same bits), for the benchmark.
@@ -711,9 +718,10 @@ class HipKernelBackend final : public KernelBackend {
   // 3-5 take by default, and a decode step never waits here).
   absl::Status EnsureMoeCounters(int64_t counters);
   // hip::MoeLayerStream's counters for a call of `tokens` whose routing has at most `max_tiles`
-  // tiles: one a tile (the routed ones and the shared rows' tiles of 8), and the blocks done.
+  // tiles: one a tile (the routed ones and the shared rows' tiles of 8), and the blocks done
+  // (the sum's grid barrier, then the router's).
   static int64_t MoeCountersFor(int64_t max_tiles, int64_t tokens) {
-    return max_tiles + (tokens + 7) / 8 + 1;
+    return max_tiles + (tokens + 7) / 8 + 2;
   }
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
@@ -794,6 +802,7 @@ class HipKernelBackend final : public KernelBackend {
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
+  bool moe_router_inside_;                  // options_.moe_router_inside, likewise.
   int stream_product_weights_;              // options_.stream_product_weights, likewise.
   bool moe_one_launch_ran_ = false;         // A MoE one launch enqueued (StreamProductWeights).
   uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.

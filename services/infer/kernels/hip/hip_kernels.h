@@ -319,6 +319,14 @@ struct MoeLayerStreamArgs {
   const float* out_gate = nullptr;
   int64_t out_gate_ld = 0;
   float* residual = nullptr;
+  // The router product inside the launch too (needs the routing inside): router_out = x
+  // router^T (router_rows rows of hidden: the experts' rows, then any such as the shared gate's,
+  // at most logits_ld), tokens rows logits_ld apart, with MatMulRowsMma's bits; router_out must
+  // be `logits`, which the routing (and out_gate, where it points there) then reads. One more
+  // counter (max_tiles + the shared rows' tiles + 2). Null: the logits are given.
+  const MoeExpertParts* router = nullptr;
+  int64_t router_rows = 0;
+  float* router_out = nullptr;
   const float* x = nullptr;  // Token rows, ldx apart: the gate/up inputs.
   int64_t ldx = 0;
   const MoeExpertParts* gate_up = nullptr;  // Each expert 2 width x hidden.

@@ -355,8 +355,10 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
             LoadInputs8<true>(kb < seg_end ? xa : nullptr, kb + 8 * t, p.k, v[q]);
           }
         } else {
-          if (lane == 0) WaitCount(&counters[tile], ready);
-          __syncwarp();
+          if (counters != nullptr) {  // Null: inputs written before the launch (the router).
+            if (lane == 0) WaitCount(&counters[tile], ready);
+            __syncwarp();
+          }
 #pragma unroll
           for (int q = 0; q < kSegmentSteps; ++q) {
             const int64_t kb = seg_begin + q * kStep;
@@ -577,13 +579,17 @@ __device__ void SumInLaunch(const LayerRoute& r, const float* ys, int64_t dim, i
 // sorted by each block itself first. `counters` count each tile's gate/up units (zero at entry;
 // counter max_tiles + shared_tiles counts the blocks done where the sum is inside), `next`
 // (`next_count` of them) are zeroed for the next launch.
+// The router product inside (`r`, r.n > 0; needs the routing inside): its units (r.shared's
+// tiles of 8 token rows, no routed tiles) go through the ring first, as the down product's
+// (the bits of MatMulRowsMma's product, as the down units'), writing route.logits; then a grid
+// barrier on counter max_tiles + shared_tiles + 1 before any block routes.
 template <int kPieces>
 __global__ void __launch_bounds__(kThreads, 1)
     MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles,
                          const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
                          int top_k, LayerRoute route, LayerProduct a, LayerProduct b,
-                         int64_t stage_elems, int stage_count, uint32_t* counters, uint32_t* next,
-                         int64_t next_count, uint64_t* trace, bool release) {
+                         LayerProduct r, int64_t stage_elems, int stage_count, uint32_t* counters,
+                         uint32_t* next, int64_t next_count, uint64_t* trace, bool release) {
   // The entry's stamp is stored only after the wait (nothing is written before it).
   const uint64_t entry = trace != nullptr ? GlobalTime() : 0;
   KernelEntry(release);
@@ -603,6 +609,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       BarrierInit(&sm.empty[s], kConsumers);
     }
     BarrierInitFence();
+  }
+  uint32_t n = 0;  // Stage loads so far (the ring's position), alike in every warp.
+  if (r.n > 0) {
+    __syncthreads();  // The ring's barriers initialised.
+    const int64_t lr = (r.shared.rows + 7) / 8 * r.tile_loads;
+    const int64_t r0 = ShareOf(lr, blockIdx.x, gridDim.x);
+    const int64_t r1 = ShareOf(lr, blockIdx.x + 1, gridDim.x);
+    if (warp == kConsumers) {
+      Produce<false>(r, nullptr, nullptr, 0, top_k, r0, r1, sm, ring, n, lane);
+    } else {
+      int router_parity = 0;
+      Consume<kPieces, false>(r, r0, r1, sm, ring, n, router_parity, nullptr, 0, warp, lane);
+    }
+    // Every block's logits stored before any block routes (SumInLaunch's grid barrier).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint32_t* const routed_done = counters + max_tiles + shared_tiles + 1;
+      __threadfence();
+      atomicAdd(routed_done, 1u);
+      WaitCount(routed_done, gridDim.x);
+    }
+    __syncthreads();
   }
   if (route.logits != nullptr) {
     // Streaming the shared rows' weights meanwhile would not shorten the launch: the blocks
@@ -632,7 +660,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
   // A block without units leaves, unless the sum inside waits for it.
   if (a0 >= a1 && b0 >= b1 && route.out == nullptr) return;  // Uniform per block.
-  uint32_t n = 0;  // Stage loads so far (the ring's position), alike in every warp.
   if (warp == kConsumers) {
     Produce<true>(a, tiles, sorted_picks, routed, top_k, a0, a1, sm, ring, n, lane);
     Produce<false>(b, tiles, nullptr, routed, top_k, b0, b1, sm, ring, n, lane);
@@ -753,6 +780,17 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   } else if (c.tiles == nullptr || c.num_tiles == nullptr) {
     return hipErrorInvalidValue;
   }
+  // The router product inside: its rows are the logits' (and the shared gate's) columns.
+  LayerProduct r = {};
+  if (c.router != nullptr) {
+    if (c.logits == nullptr || c.router_out != c.logits) return hipErrorInvalidValue;
+    if (c.router_rows < c.experts || c.router_rows > c.logits_ld ||
+        !Describe(r, c.router_rows, c.hidden, 0) ||
+        c.counter_capacity < c.max_tiles + shared_tiles + 2) {
+      return hipErrorNotSupported;
+    }
+    r.shared = {c.router, c.x, c.ldx, c.router_out, c.logits_ld, c.tokens};
+  }
   a.weights = c.gate_up;
   a.x = c.x;
   a.ldx = c.ldx;
@@ -766,7 +804,8 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   b.ldy = c.hidden;
   b.shared = c.shared_down;
   const int64_t stage_elems =
-      std::max(a.groups * kRows * a.row_stride, b.groups * kRows * b.row_stride);
+      std::max({a.groups * kRows * a.row_stride, b.groups * kRows * b.row_stride,
+                r.n > 0 ? r.groups * kRows * r.row_stride : int64_t{0}});
   const size_t stage_bytes = static_cast<size_t>(stage_elems) * sizeof(uint16_t);
   const int64_t fit =
       (kSharedBudget - static_cast<int64_t>(kStagesOffset)) / static_cast<int64_t>(stage_bytes);
@@ -785,7 +824,7 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   hipError_t e = hipSuccess;
   if (c.cooperative) {
     e = LaunchKernelWhole(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles,
-                          c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b,
+                          c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b, r,
                           stage_elems, stages, c.counters, c.next_counters, c.counter_capacity,
                           c.trace, EarlyRelease(kReleaseMoeLayer));
     // The device cannot hold the grid at once (fewer multiprocessors for this process than
@@ -793,8 +832,9 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     if (e == hipErrorCooperativeLaunchTooLarge) return hipErrorNotSupported;
   } else {
     LaunchKernel(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles, c.sorted_picks,
-                 c.max_tiles, shared_tiles, c.top_k, route, a, b, stage_elems, stages, c.counters,
-                 c.next_counters, c.counter_capacity, c.trace, EarlyRelease(kReleaseMoeLayer));
+                 c.max_tiles, shared_tiles, c.top_k, route, a, b, r, stage_elems, stages,
+                 c.counters, c.next_counters, c.counter_capacity, c.trace,
+                 EarlyRelease(kReleaseMoeLayer));
     e = hipGetLastError();
   }
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);

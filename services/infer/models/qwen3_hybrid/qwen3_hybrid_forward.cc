@@ -257,11 +257,9 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   const int64_t logits_ld = one_product ? e + 1 : e;
   ASSIGN_OR_RETURN(float* logits, scratch_.Take<float>(t * logits_ld));
   float* sg = logits + e;
-  if (one_product) {
-    MatMul(g, x, t, d, w.router_gate, logits, logits_ld, false);
-  } else {
-    MatMul(g, x, t, d, w.router, logits, e, false);
-  }
+  // Decode's product is MoeExperts' first step (a device backend may run it in the experts'
+  // launch).
+  if (!one_product) MatMul(g, x, t, d, w.router, logits, e, false);
   // The shared expert first, then the routed experts in ascending id (MoeExperts, which runs
   // the shared expert too, as RunSwiGlu would); every token's sum has a fixed order.
   ASSIGN_OR_RETURN(float* out, scratch_.Take<float>(t * d));
@@ -291,6 +289,10 @@ absl::Status Qwen3HybridModel::RunMoe(const Group& g, const MoeWeights& w, const
   args.shared_down = &w.shared.down;
   args.shared_width = w.shared.width;
   args.residual = h;
+  if (one_product) {
+    args.router = &w.router_gate;
+    args.router_logits = logits;
+  }
   return backend_->MoeExperts(args, scratch_);
 }
 

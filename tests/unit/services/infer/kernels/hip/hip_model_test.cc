@@ -225,6 +225,17 @@ TEST_P(HipModelTest, GatedNormInTheDeltaStepGivesTheBitsOfTheNormLaunch) {
   gpu_->SetDeltaStepMinBlocksForTest(defaults.delta_step_min_blocks);
 }
 
+// A MoE decode layer's router product inside the one launch (moe_router_inside) gives the bits
+// of its own launch before it: every pass and decode step of RunAll.
+TEST_P(HipModelTest, RouterInsideTheOneLaunchGivesTheBitsOfItsLaunch) {
+  gpu_->SetMoeRouterInsideForTest(false);
+  absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetMoeRouterInsideForTest(true);
+  absl::StatusOr<std::vector<std::vector<float>>> inside = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetMoeRouterInsideForTest(HipKernelBackendOptions().moe_router_inside);
+  ExpectSamePasses(apart, inside);
+}
+
 // Logits in parts of the vocabulary, each part's download queued on its own stream while the
 // next part computes (Qwen3HybridOptions::logits_parts; the test presets' logits are below the
 // default's minimum size, so gpu_model_ computes them whole), give the bits of one product.

@@ -180,6 +180,84 @@ TEST_F(HipMoeExpertsTest, TheGateAndTheResidualGiveTheBitsOfTheirOwnLaunches) {
   }
 }
 
+TEST_F(HipMoeExpertsTest, TheRouterInsideTheOneLaunchGivesTheBitsOfItsProductLaunch) {
+  // MoeExpertsArgs::router (decode's router product, run by MoeExperts) inside the one launch
+  // (moe_router_inside: its units ahead of the routing, a grid barrier between) against its own
+  // launch first (the option off, and the default KernelBackend::MoeExperts): the logits, out
+  // and the residual bit for bit, both input roundings, with the shared expert folded in and
+  // its gate as the router's last row (logits experts + 1 apart), and without (router rows of
+  // the experts only). One and four tokens of the 80B-like layer and a small layer take the
+  // launch; 12 tokens (past moe_one_launch_max_tokens) and unaligned widths run the product
+  // first on every backend. Each backend runs each call twice (the counters' two arrays).
+  const std::vector<MoeShape> shapes = {
+      {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
+      {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
+      {"small layer", 3, 256, 64, 32, 4, false, 0.0f},
+      {"80B-like layer, 12 slots", 12, 2048, 512, 512, 10, false, 0.0f},
+      {"unaligned widths", 5, 70, 36, 12, 5, true, 0.0f},
+  };
+  const int64_t one_launch_before = hip::MoeLayerStreamLaunches();
+  for (const bool bf16_inputs : {true, false}) {
+    std::vector<std::unique_ptr<HipKernelBackend>> backends;
+    for (const bool inside : {false, true}) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+          {.mma_rows_bf16_inputs = bf16_inputs, .moe_router_inside = inside});
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends.push_back(*std::move(b));
+    }
+    for (const MoeShape& s : shapes) {
+      for (const bool with_shared : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs")
+                     << (with_shared ? ", shared expert and gate" : ""));
+        std::vector<DeviceBuffer> keep;
+        std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+        UploadWithShared(s, 611, keep, gate_up, down, shared_gate_up, shared_down);
+        const int64_t rows = s.experts + (with_shared ? 1 : 0);
+        const RandomBf16 router = RandomBf16Values(rows * s.hidden, 613);
+        const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 615);
+        const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 617);
+        const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 619);
+        DeviceBuffer dx = Up(x), dr = Up(router.bits);
+        const WeightMatrix wr = WeightMatrix::Of(dr.data(), WeightType::kBF16, rows, s.hidden);
+        std::vector<std::vector<float>> logits, outs, hs;
+        for (int way = 0; way < 5; ++way) {
+          // The option off twice, on twice, then the default's product launch first.
+          HipKernelBackend& be = *backends[way == 4 ? 0 : way / 2];
+          DeviceBuffer dl = Poisoned(s.tokens * rows), out = Up(out0), h = Up(h0);
+          MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+          if (with_shared) a = WithSharedExpert(a, s, shared_gate_up, shared_down);
+          a.logits_ld = rows;
+          a.out_gate = with_shared ? dl.floats() + s.experts : nullptr;
+          a.out_gate_ld = rows;
+          a.router = &wr;
+          a.router_logits = dl.floats();
+          a.out = out.floats();
+          a.residual = h.floats();
+          ScratchArena scratch(be.memory());
+          const absl::Status st =
+              way == 4 ? be.KernelBackend::MoeExperts(a, scratch) : be.MoeExperts(a, scratch);
+          ASSERT_TRUE(st.ok()) << st << " " << be.status();
+          ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+          logits.push_back(Down(dl, s.tokens * rows));
+          outs.push_back(Down(out, out0.size()));
+          hs.push_back(Down(h, h0.size()));
+        }
+        for (int way = 1; way < 5; ++way) {
+          SCOPED_TRACE(::testing::Message() << "way " << way);
+          EXPECT_TRUE(SameBits(logits[way], logits[0]));
+          EXPECT_TRUE(SameBits(outs[way], outs[0]));
+          EXPECT_TRUE(SameBits(hs[way], hs[0]));
+        }
+        EXPECT_FALSE(SameBits(hs[0], h0));  // It did add.
+      }
+    }
+  }
+  if (hip::MoeLayerStreamSupported()) {
+    EXPECT_GT(hip::MoeLayerStreamLaunches(), one_launch_before);
+  }
+}
+
 TEST_F(HipMoeExpertsTest, TheSharedExpertInTheGroupedLaunchesGivesTheBitsOfItsOwnLaunches) {
   // MoeExpertsArgs::shared_gate_up folded into the decode path's grouped launches
   // (fold_shared_expert) against the shared expert run first on its own (fold off) and against

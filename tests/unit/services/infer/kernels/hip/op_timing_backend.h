@@ -135,7 +135,7 @@ class OpTimingBackend final : public KernelBackend {
     hip_->MoeRoute(logits, tokens, experts, top_k, renormalise, ids, weights);
   }
   absl::Status MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) override {
-    Mark("moe routed experts");
+    Mark(args.router != nullptr ? "moe router and routed experts" : "moe routed experts");
     return hip_->MoeExperts(args, scratch);
   }
   void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps,
