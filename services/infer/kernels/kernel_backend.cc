@@ -207,6 +207,12 @@ absl::Status KernelBackend::MoeRouter(const MoeExpertsArgs& args) {
       args.router->cols != args.hidden) {
     return absl::InvalidArgumentError("MoE router product does not give the call's logits");
   }
+  // A gate read from the logits' rows must be a column the product writes.
+  const float* end = args.router_logits + args.tokens * args.LogitsLd();
+  if (args.out_gate >= args.router_logits && args.out_gate < end &&
+      (args.out_gate - args.router_logits) % args.LogitsLd() >= args.router->rows()) {
+    return absl::InvalidArgumentError("MoE shared gate outside the router product's columns");
+  }
   if (args.row_invariant) {
     MatMulRowsTyped(args.x, args.tokens, args.hidden, *args.router, args.router_logits,
                     args.LogitsLd(), false);

@@ -147,6 +147,7 @@ struct GatedDeltaInputs {
 };
 
 // One GatedRmsNormHeads call (KernelBackend::GatedDeltaStepNormBatch): its arguments by name.
+// y is x, or rows disjoint from every input of the steps before it.
 struct GatedNormHeadsArgs {
   const float* x = nullptr;
   const float* z = nullptr;

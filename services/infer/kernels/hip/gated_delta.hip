@@ -257,6 +257,8 @@ __device__ void RecurrentBlock(const Params& p, const Prep& prep, float* kq, flo
       }
       // The squares go through kq, which this token has finished reading.
       NormHead(p, norm, h, col, grp, o, zv, wv, kq);
+#elif defined(__CUDA_ARCH__)
+      __trap();  // No clusters below sm_90: the NVIDIA build targets sm_90a only.
 #endif
     } else if (grp == 0 && col < p.dv) {
       out[col] = GroupSum(part, kCols, cj);

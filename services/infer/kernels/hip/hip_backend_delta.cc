@@ -176,7 +176,8 @@ bool HipKernelBackend::StepBatch(const GatedDeltaInputs& in, absl::Span<const Ga
     if (a.tokens > 0 && !CheckGatedDelta(a)) return true;
   }
   // The norm inside the steps where its rows are exactly theirs (each written by one step).
-  bool norm_inside = norm != nullptr && fuse_delta_norm_ && chunked.empty() && !steps.empty() &&
+  bool norm_inside = norm != nullptr && fuse_delta_norm_ && !delta_norm_refused_ &&
+                     chunked.empty() && !steps.empty() &&
                      hip::GatedDeltaNormSupported(steps[0].dv) && norm->heads == in.v_heads &&
                      norm->dim == steps[0].dv && norm->z_ld >= norm->heads * norm->dim &&
                      norm->tokens == static_cast<int64_t>(steps.size());
@@ -200,21 +201,42 @@ bool HipKernelBackend::StepBatch(const GatedDeltaInputs& in, absl::Span<const Ga
   }
   const size_t most = static_cast<size_t>(hip::GatedDeltaMaxBatch());
   bool launched = true;
+  std::vector<int64_t> rows_apart;  // Rows whose steps ran without the norm (a refusal).
   for (size_t i = 0; i < steps.size(); i += most) {
     const int count = static_cast<int>(std::min(most, steps.size() - i));
     inside.rows = step_token_rows.data() + i;
-    launched = Check(hip::GatedDeltaRecurrentPrepared(steps.data() + i, step_rows.data() + i, count,
-                                                      prep, norm_inside ? &inside : nullptr,
-                                                      delta_step_min_blocks_, compute_),
-                     "gated delta prepared launch") &&
-               launched;
+    const bool with_norm = norm_inside && !delta_norm_refused_;
+    const auto launch = [&](bool normed) {
+      return hip::GatedDeltaRecurrentPrepared(steps.data() + i, step_rows.data() + i, count, prep,
+                                              normed ? &inside : nullptr, delta_step_min_blocks_,
+                                              compute_);
+    };
+    hipError_t e = launch(with_norm);
+    if (with_norm && e != hipSuccess) {
+      // The device refused the cluster launch (say too few multiprocessors left to it for a
+      // cluster; nothing ran): these steps without the norm, their rows normed apart below, and
+      // no cluster launch from here on.
+      delta_norm_refused_ = true;
+      e = launch(false);
+      if (e == hipSuccess) {
+        rows_apart.insert(rows_apart.end(), inside.rows, inside.rows + count);
+      }
+    } else if (with_norm) {
+      ++delta_norm_inside_launches_;
+    }
+    launched = Check(e, "gated delta prepared launch") && launched;
   }
   for (size_t i = 0; i < chunked.size(); ++i) {
     const hip::GatedDeltaMmaInputs inputs{chunked_rows[i], in.proj_ld, prep};
     GatedDeltaMmaCall(chunked[i], &inputs);
   }
-  if (norm_inside && launched && inside.rounded != nullptr) {
+  if (norm_inside && launched && rows_apart.empty() && inside.rounded != nullptr) {
     rounded_ = {norm->y, norm->tokens * norm->heads * norm->dim, inside.rounded, buffer};
+  }
+  const int64_t width = norm_inside ? norm->heads * norm->dim : 0;
+  for (const int64_t r : rows_apart) {
+    GatedRmsNormHeads(norm->x + r * width, norm->z + r * norm->z_ld, 1, norm->heads, norm->dim,
+                      norm->z_ld, norm->w, norm->eps, norm->y + r * width);
   }
   return norm_inside;
 }

@@ -92,7 +92,8 @@ hip::MoeRouting HipKernelBackend::MoeRoutingFor() const {
 }
 
 absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchArena& scratch) {
-  if (!Enter()) return error_;
+  // The norm's rounded copy of x kept for the router product, if it runs first; cleared after.
+  if (!Enter(/*keep_rounded=*/true)) return error_;
   if (!args.StridesValid()) return PackedMoeArgs(args, scratch).status();  // Its InvalidArgument.
   const int64_t picks = args.tokens * args.top_k;
   const bool routable = options_.grouped_moe && picks > 0 && args.experts >= 1 &&
@@ -123,8 +124,9 @@ absl::Status HipKernelBackend::MoeExperts(const MoeExpertsArgs& args, ScratchAre
   const bool router_kept = args.router != nullptr && strided && !gemm_path && moe_router_inside_;
   if (args.router != nullptr && !router_kept) {
     RETURN_IF_ERROR(MoeRouter(args));
-    if (!Enter()) return error_;
+    if (!error_.ok()) return error_;
   }
+  rounded_ = {};  // What follows writes memory.
   // The shared expert in the decode path's grouped launches (fold_shared_expert) where it has
   // the routed experts' width and the gate/up launch is the fused one; else first, on its own.
   MoeShared shared;
@@ -353,11 +355,23 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   bool launched = false;
   if (!route_inside && !route_and_sort()) return error_;
   if (one_launch) {
-    const hipError_t e = hip::MoeLayerStream(one, compute_);
+    hipError_t e = hip::MoeLayerStream(one, compute_);
+    if (e == hipErrorNotSupported && router_inside) {
+      // Declined perhaps for the router's shape alone: its own launch, then the one launch
+      // without it.
+      RETURN_IF_ERROR(MoeRouter(a));
+      if (!Enter()) return error_;
+      router_inside = false;
+      one.router = nullptr;
+      one.router_rows = 0;
+      one.router_out = nullptr;
+      e = hip::MoeLayerStream(one, compute_);
+    }
     if (e == hipSuccess) {
       moe_counter_parity_ ^= 1;
       launched = true;
       moe_one_launch_ran_ = true;
+      if (router_inside) ++moe_router_inside_launches_;
       if (one.trace != nullptr) ++moe_layer_traced_;
     } else if (e != hipErrorNotSupported) {
       Check(e, "moe one-launch products");

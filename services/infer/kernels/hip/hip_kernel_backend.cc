@@ -101,6 +101,10 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
                      options.moe_gemm_wgmma_warpgroups));
   }
   RETURN_IF_ERROR(AtLeastZero("attention_decode_min_waves", options.attention_decode_min_waves));
+  if (options.delta_step_min_blocks != 1 && options.delta_step_min_blocks != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hip backend: delta_step_min_blocks must be 1 or 4, got ", options.delta_step_min_blocks));
+  }
   const int count = HipDeviceCount();
   if (options.device < 0 || options.device >= count) {
     return absl::UnavailableError(

@@ -173,7 +173,8 @@ struct HipKernelBackendOptions {
   // steps. The same bits. NVIDIA sm_90; needs fuse_delta_inputs.
   bool fuse_delta_norm = false;
   // Resident blocks a multiprocessor the fused decode steps' kernel is compiled for
-  // (hip::GatedDeltaRecurrentPrepared's min_blocks: 1 or 4). The same bits.
+  // (hip::GatedDeltaRecurrentPrepared's min_blocks: 1 or 4; else Create refuses). The same
+  // bits.
   int delta_step_min_blocks = 1;
   // A MoE layer's shared expert (MoeExpertsArgs::shared_gate_up) in the decode path's grouped
   // gate/up and down launches, as tiles of 8 tokens after the routed experts' tiles, its output
@@ -484,6 +485,10 @@ class HipKernelBackend final : public KernelBackend {
   // Products and GEMMs so far that read a norm's or SiLU-mul's rounded copy of their inputs
   // (round_product_inputs_max_bytes) instead of their fp32 rows.
   int64_t rounded_input_reads() const { return rounded_input_reads_; }
+  // One launches that ran a MoE layer's router product inside (moe_router_inside), and decode
+  // step launches that normed their heads inside (fuse_delta_norm), so far.
+  int64_t moe_router_inside_launches() const { return moe_router_inside_launches_; }
+  int64_t delta_norm_inside_launches() const { return delta_norm_inside_launches_; }
   // The stream every kernel and the memory's copies run on, in order (for a benchmark's events).
   hipStream_t compute_stream() const { return compute_; }
   // Changes how later MatMulRowsTyped calls load (HipKernelBackendOptions::mma_rows_variant: -1
@@ -525,7 +530,7 @@ class HipKernelBackend final : public KernelBackend {
   // Sets HipKernelBackendOptions::fuse_delta_norm and delta_step_min_blocks (the same bits),
   // for the benchmark.
   void SetFuseDeltaNormForTest(bool on) { fuse_delta_norm_ = on; }
-  void SetDeltaStepMinBlocksForTest(int blocks) { delta_step_min_blocks_ = blocks; }
+  void SetDeltaStepMinBlocksForTest(int blocks) { delta_step_min_blocks_ = blocks == 4 ? 4 : 1; }
   // Sets HipKernelBackendOptions::fold_shared_expert (the same bits), for the benchmark.
   void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
   // Sets HipKernelBackendOptions::moe_product_waves (the same bits), for the benchmark.
@@ -803,6 +808,9 @@ class HipKernelBackend final : public KernelBackend {
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
   bool moe_router_inside_;                  // options_.moe_router_inside, likewise.
+  int64_t moe_router_inside_launches_ = 0;  // See moe_router_inside_launches().
+  int64_t delta_norm_inside_launches_ = 0;  // See delta_norm_inside_launches().
+  bool delta_norm_refused_ = false;         // A cluster launch refused: norms apart from then.
   int stream_product_weights_;              // options_.stream_product_weights, likewise.
   bool moe_one_launch_ran_ = false;         // A MoE one launch enqueued (StreamProductWeights).
   uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.

@@ -19,6 +19,11 @@
 // (L = tiles x stage loads a tile; the same tile-major order in both, so a block's down units
 // are mostly of the tiles its own gate/up units made). Every consumer warp takes every stage.
 //
+// Router inside (MoeLayerStreamArgs::router): the router product's units go through the ring
+// first, the logits stored, then a grid barrier (SumInLaunch's), after which the routing reads
+// the logits other blocks wrote: plain loads, ordered after the barrier by thread 0's acquire
+// and the block barrier after it (under PTX's model the acquire makes the releasers' stores
+// visible to the whole block; no line of them was in this multiprocessor's L1 before).
 // Routing inside (4, 5): every block routes and sorts the call itself before any unit (the
 // routing warps' RouteTokenInWarp, then a pick a consumer thread counting the picks before it:
 // the slots, tiles and sum order of MoeRouteAndSort and MoeCombine) into shared memory; block 0
@@ -163,7 +168,9 @@ struct LayerSmem {
   int32_t sum_count[kRoutePicks];  // By token.
   int32_t num_tiles;
 };
-// The routing's scratch, in the stages' memory (routing ends before any stage is filled): a
+// The routing's scratch, in the stages' memory (the routing ends before any stage of the
+// products is filled, and starts after every consumer warp has waited on every router stage's
+// full barrier, so no copy into the stages is in flight): a
 // routing warp's exps, the picks, and each pick's expert's tiles where it is the expert's first
 // pick (else 0).
 struct RouteScratch {

@@ -302,6 +302,7 @@ struct StepResult {
   // backend keeps one), and the rounded copies the product read.
   std::vector<float> normed, product;
   int64_t rounded_reads = 0;
+  int64_t norm_launches = 0;  // Step launches that normed inside (delta_norm_inside_launches).
 };
 
 // GatedDeltaStepNormBatch's norm in RunStepBatch: none (GatedDeltaStepBatch alone), in place
@@ -397,6 +398,7 @@ StepResult HipDeltaStepTest::RunStepBatch(HipKernelBackend& be, const StepCase& 
   na.eps = 1e-6f;
   na.y = norm == StepNorm::kInPlace ? dout.floats() : dy.floats();
   const int64_t reads = be.rounded_input_reads();
+  const int64_t norm_launches = be.delta_norm_inside_launches();
   be.GatedDeltaStepNormBatch(in, args, na);
   be.MatMulRowsTyped(na.y, tokens, width, WeightMatrix::Of(dwm.data(), WeightType::kBF16, n, width),
                      dp.floats(), n, false);
@@ -409,6 +411,7 @@ StepResult HipDeltaStepTest::RunStepBatch(HipKernelBackend& be, const StepCase& 
   r.normed = norm == StepNorm::kInPlace ? r.out : Down(dy, tokens * width);
   r.product = Down(dp, tokens * n);
   r.rounded_reads = be.rounded_input_reads() - reads;
+  r.norm_launches = be.delta_norm_inside_launches() - norm_launches;
   return r;
 }
 
@@ -497,9 +500,16 @@ TEST_F(HipDeltaStepTest, GatedDeltaStepWithTheNormGivesTheBitsOfTheStepThenTheNo
     for (const StepNorm norm : {StepNorm::kInPlace, StepNorm::kApart}) {
       SCOPED_TRACE(::testing::Message() << c << (norm == StepNorm::kInPlace ? " in place" : ""));
       const StepResult a = RunStepBatch(**apart, c, norm);
+      EXPECT_EQ(a.norm_launches, 0);
+      // The norm inside where every call is a decode step of one dv, a multiple of 32: a launch
+      // each 16 sequences.
+      const bool takes = c.dv % 32 == 0 && !c.mixed_dv &&
+                         std::all_of(c.chunk.begin(), c.chunk.end(), [](int k) { return k == 0; });
+      const int64_t launches = takes ? (static_cast<int64_t>(c.tokens.size()) + 15) / 16 : 0;
       for (size_t i = 0; i < inside.size(); ++i) {
         SCOPED_TRACE(::testing::Message() << "backend " << i);
         const StepResult f = RunStepBatch(*inside[i], c, norm);
+        EXPECT_EQ(f.norm_launches, launches);
         EXPECT_TRUE(SameBits(f.out, a.out));
         EXPECT_TRUE(SameBits(f.states, a.states));
         EXPECT_TRUE(SameBits(f.normed, a.normed));

@@ -221,6 +221,7 @@ TEST_F(HipMoeExpertsTest, TheRouterInsideTheOneLaunchGivesTheBitsOfItsProductLau
         DeviceBuffer dx = Up(x), dr = Up(router.bits);
         const WeightMatrix wr = WeightMatrix::Of(dr.data(), WeightType::kBF16, rows, s.hidden);
         std::vector<std::vector<float>> logits, outs, hs;
+        const int64_t inside_before = backends[1]->moe_router_inside_launches();
         for (int way = 0; way < 5; ++way) {
           // The option off twice, on twice, then the default's product launch first.
           HipKernelBackend& be = *backends[way == 4 ? 0 : way / 2];
@@ -250,6 +251,12 @@ TEST_F(HipMoeExpertsTest, TheRouterInsideTheOneLaunchGivesTheBitsOfItsProductLau
           EXPECT_TRUE(SameBits(hs[way], hs[0]));
         }
         EXPECT_FALSE(SameBits(hs[0], h0));  // It did add.
+        // The 80B-like layer's decode calls of one and four tokens took the router inside,
+        // twice each; the option off never does.
+        EXPECT_EQ(backends[0]->moe_router_inside_launches(), 0);
+        if (hip::MoeLayerStreamSupported() && s.hidden == 2048 && s.tokens <= 8) {
+          EXPECT_EQ(backends[1]->moe_router_inside_launches() - inside_before, 2);
+        }
       }
     }
   }
