@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -208,9 +209,13 @@ absl::Status KernelBackend::MoeRouter(const MoeExpertsArgs& args) {
     return absl::InvalidArgumentError("MoE router product does not give the call's logits");
   }
   // A gate read from the logits' rows must be a column the product writes.
-  const float* end = args.router_logits + args.tokens * args.LogitsLd();
-  if (args.out_gate >= args.router_logits && args.out_gate < end &&
-      (args.out_gate - args.router_logits) % args.LogitsLd() >= args.router->rows()) {
+  const auto at = [](const float* p) { return reinterpret_cast<uintptr_t>(p); };
+  const uintptr_t begin = at(args.router_logits);
+  const uintptr_t end = at(args.router_logits + args.tokens * args.LogitsLd());
+  const uintptr_t gate = at(args.out_gate);
+  if (args.out_gate != nullptr && gate >= begin && gate < end &&
+      static_cast<int64_t>((gate - begin) / sizeof(float)) % args.LogitsLd() >=
+          args.router->rows()) {
     return absl::InvalidArgumentError("MoE shared gate outside the router product's columns");
   }
   if (args.row_invariant) {
