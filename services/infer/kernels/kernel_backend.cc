@@ -201,7 +201,7 @@ absl::Status KernelBackend::MoeSharedExpert(const MoeExpertsArgs& a, ScratchAren
   return absl::OkStatus();
 }
 
-absl::Status KernelBackend::MoeRouter(const MoeExpertsArgs& args) {
+absl::Status KernelBackend::CheckMoeRouter(const MoeExpertsArgs& args) {
   if (args.router == nullptr) return absl::OkStatus();
   if (args.router_logits == nullptr || args.logits != args.router_logits ||
       args.router->rows() < args.experts || args.router->rows() > args.LogitsLd() ||
@@ -218,6 +218,12 @@ absl::Status KernelBackend::MoeRouter(const MoeExpertsArgs& args) {
           args.router->rows()) {
     return absl::InvalidArgumentError("MoE shared gate outside the router product's columns");
   }
+  return absl::OkStatus();
+}
+
+absl::Status KernelBackend::MoeRouter(const MoeExpertsArgs& args) {
+  if (args.router == nullptr) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckMoeRouter(args));
   if (args.row_invariant) {
     MatMulRowsTyped(args.x, args.tokens, args.hidden, *args.router, args.router_logits,
                     args.LogitsLd(), false);

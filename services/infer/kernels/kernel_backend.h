@@ -375,8 +375,12 @@ class KernelBackend {
   // from `scratch`; nothing without one.
   absl::Status MoeSharedExpert(const MoeExpertsArgs& args, ScratchArena& scratch);
   // Runs args' router product (MoeExpertsArgs::router) into router_logits; nothing without one.
-  // InvalidArgument where it would not give the call's logits.
+  // InvalidArgument where it would not give the call's logits (CheckMoeRouter).
   absl::Status MoeRouter(const MoeExpertsArgs& args);
+  // InvalidArgument where args' router product would not give the call's logits (its rows, its
+  // columns, the shared gate among its columns); OK without a router. A backend that runs the
+  // product elsewhere checks it here.
+  static absl::Status CheckMoeRouter(const MoeExpertsArgs& args);
 
   // RMSNorm of each of `rows` rows of `dim` values: y = x / sqrt(mean(x^2) + eps) * s, where
   // s = 1 + w when `zero_centred` and s = w otherwise. `y` may equal `x`.

@@ -205,24 +205,25 @@ bool HipKernelBackend::StepBatch(const GatedDeltaInputs& in, absl::Span<const Ga
   for (size_t i = 0; i < steps.size(); i += most) {
     const int count = static_cast<int>(std::min(most, steps.size() - i));
     inside.rows = step_token_rows.data() + i;
-    const bool with_norm = norm_inside && !delta_norm_refused_;
-    const auto launch = [&](bool normed) {
+    bool normed = norm_inside && !delta_norm_refused_;
+    const auto launch = [&](bool with_norm) {
+      if (with_norm && refuse_cluster_launches_for_test_) return hipErrorNotSupported;
       return hip::GatedDeltaRecurrentPrepared(steps.data() + i, step_rows.data() + i, count, prep,
-                                              normed ? &inside : nullptr, delta_step_min_blocks_,
+                                              with_norm ? &inside : nullptr, delta_step_min_blocks_,
                                               compute_);
     };
-    hipError_t e = launch(with_norm);
-    if (with_norm && e != hipSuccess) {
+    hipError_t e = launch(normed);
+    if (normed && e != hipSuccess) {
       // The device refused the cluster launch (say too few multiprocessors left to it for a
-      // cluster; nothing ran): these steps without the norm, their rows normed apart below, and
-      // no cluster launch from here on.
+      // cluster; nothing ran): these steps without the norm, and no cluster launch from here on.
       delta_norm_refused_ = true;
+      normed = false;
       e = launch(false);
-      if (e == hipSuccess) {
-        rows_apart.insert(rows_apart.end(), inside.rows, inside.rows + count);
-      }
-    } else if (with_norm) {
-      ++delta_norm_inside_launches_;
+    }
+    if (normed && e == hipSuccess) ++delta_norm_inside_launches_;
+    if (norm_inside && !normed && e == hipSuccess) {
+      // This part of the call (a refusal now or in an earlier part) norms its rows apart below.
+      rows_apart.insert(rows_apart.end(), inside.rows, inside.rows + count);
     }
     launched = Check(e, "gated delta prepared launch") && launched;
   }

@@ -326,11 +326,14 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
     }
     one_launch = true;
   }
-  // The router product inside the one launch where it routes there and the router's table
-  // takes the launch's copies; else its own launch first (and if the one launch then declines
-  // the call, before the launches that replace it).
+  // The router product inside moe_stream_products 5's one launch where it routes there and the
+  // router's table takes the launch's copies; else its own launch first (and if the one launch
+  // then declines the call, before the launches that replace it). A row range of a larger
+  // matrix (whole_rows) cuts k by that matrix's rows: its own launch, which knows them.
   bool router_inside = false;
-  if (a.router != nullptr && one_launch && route_inside && a.router_logits == a.logits) {
+  if (a.router != nullptr) RETURN_IF_ERROR(CheckMoeRouter(a));
+  if (a.router != nullptr && moe_router_inside_ && moe_stream_products_ == 5 && one_launch &&
+      route_inside && a.router_logits == a.logits && a.router->whole_rows <= 0) {
     const MoeTable* table = MoeTableFor(a.router, 1, a.router->rows(), a.hidden);
     if (!error_.ok()) return error_;
     if (table != nullptr && table->aligned) {
@@ -377,10 +380,6 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       Check(e, "moe one-launch products");
       return error_;
     }
-  }
-  if (!launched && router_inside) {
-    RETURN_IF_ERROR(MoeRouter(a));
-    if (!Enter()) return error_;
   }
   if (!launched) {
     if ((route_inside && !route_and_sort()) || !gate_up_and_silu() ||

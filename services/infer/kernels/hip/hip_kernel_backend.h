@@ -259,6 +259,13 @@ class HipKernelBackend final : public KernelBackend {
   // Sets HipKernelBackendOptions::fuse_delta_norm and delta_step_min_blocks (the same bits),
   // for the benchmark.
   void SetFuseDeltaNormForTest(bool on) { fuse_delta_norm_ = on; }
+  // Every cluster launch of the delta rule's steps with the norm inside answers as a refused one
+  // (hipErrorNotSupported, nothing run), as a device without room for a cluster would; clears
+  // an earlier refusal, so the next call tries the cluster launch again.
+  void SetRefuseClusterLaunchesForTest(bool on) {
+    refuse_cluster_launches_for_test_ = on;
+    delta_norm_refused_ = false;
+  }
   void SetDeltaStepMinBlocksForTest(int blocks) { delta_step_min_blocks_ = blocks == 4 ? 4 : 1; }
   // Sets HipKernelBackendOptions::fold_shared_expert (the same bits), for the benchmark.
   void SetFoldSharedExpertForTest(bool on) { fold_shared_expert_ = on; }
@@ -540,6 +547,7 @@ class HipKernelBackend final : public KernelBackend {
   int64_t moe_router_inside_launches_ = 0;  // See moe_router_inside_launches().
   int64_t delta_norm_inside_launches_ = 0;  // See delta_norm_inside_launches().
   bool delta_norm_refused_ = false;         // A cluster launch refused: norms apart from then.
+  bool refuse_cluster_launches_for_test_ = false;  // SetRefuseClusterLaunchesForTest.
   int stream_product_weights_;              // options_.stream_product_weights, likewise.
   bool moe_one_launch_ran_ = false;         // A MoE one launch enqueued (StreamProductWeights).
   uint64_t* moe_layer_trace_ = nullptr;     // SetMoeLayerTraceForTest's.

@@ -526,6 +526,39 @@ TEST_F(HipDeltaStepTest, GatedDeltaStepWithTheNormGivesTheBitsOfTheStepThenTheNo
   }
 }
 
+TEST_F(HipDeltaStepTest, ARefusedClusterLaunchNormsEveryRowApart) {
+  // A device that refuses the cluster launch (SetRefuseClusterLaunchesForTest): the call's steps
+  // run without the norm and every row is normed apart, the later launches of a call of more
+  // than 16 sequences too, with the bits of the two launches; no launch counted as normed inside.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> apart =
+      HipKernelBackend::Create({.round_product_inputs_min_rows = 1, .fuse_delta_norm = false});
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> refused =
+      HipKernelBackend::Create({.round_product_inputs_min_rows = 1, .fuse_delta_norm = true});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  const std::vector<StepCase> cases = {
+      {2, 128, 128, std::vector<int64_t>(20, 1), std::vector<int>(20, 0), false, true},
+      {2, 128, 128, std::vector<int64_t>(36, 1), std::vector<int>(36, 0), false, true},
+      {4, 128, 96, std::vector<int64_t>(3, 1), std::vector<int>(3, 0), false, true},
+  };
+  for (const StepCase& c : cases) {
+    for (const StepNorm norm : {StepNorm::kInPlace, StepNorm::kApart}) {
+      SCOPED_TRACE(::testing::Message() << c << (norm == StepNorm::kInPlace ? " in place" : ""));
+      (*refused)->SetRefuseClusterLaunchesForTest(true);
+      const StepResult a = RunStepBatch(**apart, c, norm);
+      const StepResult f = RunStepBatch(**refused, c, norm);
+      EXPECT_EQ(f.norm_launches, 0);
+      EXPECT_TRUE(SameBits(f.out, a.out));
+      EXPECT_TRUE(SameBits(f.states, a.states));
+      EXPECT_TRUE(SameBits(f.normed, a.normed));
+      EXPECT_TRUE(SameBits(f.product, a.product));
+      EXPECT_EQ(
+          std::count_if(f.normed.begin(), f.normed.end(), [](float v) { return std::isnan(v); }),
+          0);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, HipGatedDeltaTest,
     ::testing::Values(DeltaCase{1, 2, 6, 8, 12, 0},        // One decode step, odd sizes.

@@ -219,7 +219,11 @@ TEST_P(HipModelTest, GatedNormInTheDeltaStepGivesTheBitsOfTheNormLaunch) {
   gpu_->SetFuseDeltaNormForTest(true);
   for (const int blocks : {1, 4}) {
     gpu_->SetDeltaStepMinBlocksForTest(blocks);
+    const int64_t before = gpu_->delta_norm_inside_launches();
     ExpectSamePasses(apart, RunAll(*gpu_model_, *gpu_, tokens_));
+    // The presets' value heads: 32 wide (a cluster of one block) in "dense" and "moe", whose
+    // steps take the norm inside; 16 in "next", which the norm inside does not take.
+    EXPECT_EQ(gpu_->delta_norm_inside_launches() > before, GetParam() != "next");
   }
   gpu_->SetFuseDeltaNormForTest(defaults.fuse_delta_norm);
   gpu_->SetDeltaStepMinBlocksForTest(defaults.delta_step_min_blocks);
@@ -231,7 +235,10 @@ TEST_P(HipModelTest, RouterInsideTheOneLaunchGivesTheBitsOfItsLaunch) {
   gpu_->SetMoeRouterInsideForTest(false);
   absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
   gpu_->SetMoeRouterInsideForTest(true);
+  const int64_t before = gpu_->moe_router_inside_launches();
   absl::StatusOr<std::vector<std::vector<float>>> inside = RunAll(*gpu_model_, *gpu_, tokens_);
+  // "next" and "moe" have MoE layers, whose decode steps the one launch takes.
+  EXPECT_EQ(gpu_->moe_router_inside_launches() > before, GetParam() != "dense");
   gpu_->SetMoeRouterInsideForTest(HipKernelBackendOptions().moe_router_inside);
   ExpectSamePasses(apart, inside);
 }
