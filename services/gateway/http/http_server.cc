@@ -7,9 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/beast/core.hpp"
 #include "common/log/log.h"
@@ -23,10 +25,14 @@ using tcp = boost::asio::ip::tcp;
 
 namespace {
 
+// How long the listener waits before accepting again after accept failed.
+constexpr absl::Duration kAcceptRetryDelay = absl::Milliseconds(100);
+
 // Accepts connections on the acceptor's strand.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
-  explicit Listener(HttpServerState* state) : state_(state) {}
+  explicit Listener(HttpServerState* state)
+      : state_(state), retry_timer_(state->acceptor().get_executor()) {}
   void DoAccept() {
     state_->acceptor().async_accept(
         net::make_strand(state_->ioc()),
@@ -36,16 +42,35 @@ class Listener : public std::enable_shared_from_this<Listener> {
  private:
   void OnAccept(beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !state_->acceptor().is_open()) return;
-    if (!ec) {
-      if (const int bytes = state_->options().socket_send_buffer_bytes; bytes > 0) {
-        beast::error_code ignored;  // Best effort: the kernel's default still works.
-        socket.set_option(net::socket_base::send_buffer_size(bytes), ignored);
+    if (ec) {
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS): the connection stays in the
+      // backlog and accepting again at once fails again at once, so wait a little first.
+      if (!failing_) {
+        CAIRN_LOG(WARNING) << "accepting a connection failed: " << ec.message()
+                           << "; retrying every " << kAcceptRetryDelay;
       }
-      ServeConnection(std::move(socket), state_);
+      failing_ = true;
+      retry_timer_.expires_after(absl::ToChronoMilliseconds(kAcceptRetryDelay));
+      retry_timer_.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
+        if (wait_ec || !self->state_->acceptor().is_open()) return;
+        self->DoAccept();
+      });
+      return;
     }
+    if (failing_) {
+      CAIRN_LOG(INFO) << "accepting connections again";
+      failing_ = false;
+    }
+    if (const int bytes = state_->options().socket_send_buffer_bytes; bytes > 0) {
+      beast::error_code ignored;  // Best effort: the kernel's default still works.
+      socket.set_option(net::socket_base::send_buffer_size(bytes), ignored);
+    }
+    ServeConnection(std::move(socket), state_);
     DoAccept();
   }
   HttpServerState* const state_;
+  net::steady_timer retry_timer_;
+  bool failing_ = false;  // The last accept failed.
 };
 
 }  // namespace

@@ -1,5 +1,16 @@
 #include "services/gateway/http/http_server.h"
 
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace cairn::gateway {
@@ -158,6 +169,70 @@ TEST(HttpServerTest, PrefixRoutesServeThePathsUnderThemAndExactRoutesWin) {
   EXPECT_EQ(router.Find(HttpVerb::post, "/v1/models/x", &known), nullptr);
   EXPECT_TRUE(known);
   EXPECT_EQ(router.AllowedMethods("/v1/models/x"), "GET, HEAD");
+}
+
+// CPU time this process has used, all threads.
+absl::Duration ProcessCpuTime() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return absl::DurationFromTimespec(ts);
+}
+
+// A process out of file descriptors (RLIMIT_NOFILE reached) cannot accept the connection that
+// waits in the backlog: accept fails at once with EMFILE, again and again, until a descriptor is
+// freed. The listener must wait between tries rather than spin a thread on them, and accept the
+// connection once it can.
+TEST(HttpServerTest, AcceptWaitsOutAFullDescriptorTableAndThenServes) {
+  Router router;
+  router.Add(HttpVerb::get, "/health", {.public_route = true},
+             [](std::shared_ptr<HttpExchange> ex) {
+               ex->Respond(HttpResponse{200, "", "ok", {}});
+             });
+  HttpServerOptions options;
+  options.port = 0;
+  options.threads = 2;
+  auto server =
+      HttpServer::Start(options, std::move(router), [](const absl::Status& s, absl::string_view) {
+        return HttpResponse{500, "", std::string(s.message()), {}};
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  // Fills the descriptor table under a lowered limit, leaving one for the client's socket.
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> fillers;
+  for (int fd; (fd = dup(STDERR_FILENO)) >= 0;) fillers.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  ASSERT_FALSE(fillers.empty());
+  close(fillers.back());
+  fillers.pop_back();
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(client, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+
+  const absl::Duration cpu_before = ProcessCpuTime();
+  absl::SleepFor(absl::Milliseconds(500));
+  const absl::Duration cpu_spent = ProcessCpuTime() - cpu_before;
+  for (int fd : fillers) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  timeval timeout{.tv_sec = 10, .tv_usec = 0};
+  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const std::string request =
+      "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(client, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
+  std::string answer;
+  char buf[1024];
+  for (ssize_t n; (n = recv(client, buf, sizeof(buf), 0)) > 0;) answer.append(buf, n);
+  close(client);
+
+  EXPECT_LT(cpu_spent, absl::Milliseconds(100)) << "the accept loop spun";
+  EXPECT_EQ(answer.substr(0, 15), "HTTP/1.1 200 OK") << answer;
 }
 
 TEST(HttpServerDeathTest, RouterRefusesPublicRoutesOutsideTheAllowlist) {
