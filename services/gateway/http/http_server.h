@@ -7,8 +7,8 @@
 // route means and how errors are shaped belong to the handlers and the ErrorRenderer.
 //
 // Everything that can refuse a request without its body (the route, the method, the API key,
-// the Host and Origin checks, admission, a drain) is decided once its header is in, and a
-// refused request is answered before its body is read (and without "100 Continue").
+// the Host and Origin checks, a content coding, admission, a drain) is decided once its header
+// is in, and a refused request is answered before its body is read (and without "100 Continue").
 
 #include <atomic>
 #include <cstdint>

@@ -12,6 +12,7 @@
 #include <exception>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/dispatch.hpp"
@@ -47,6 +48,11 @@ bool PeerHasClosed(int fd) {
   socklen_t len = sizeof(info);
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
   return info.tcpi_state != TCP_ESTABLISHED;
+}
+
+// Returns true if the Content-Encoding header value `coding` names no coding ("identity").
+bool IsIdentityCoding(absl::string_view coding) {
+  return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(coding), "identity");
 }
 
 // One connection. Confined to its strand: every member is touched only by handlers running
@@ -396,6 +402,20 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
               "without API keys the gateway refuses requests from web pages of other origins "
               "(the Origin header names a host other than localhost, 127.0.0.1 or [::1])"),
           current_path_));
+      return nullptr;
+    }
+    // No content coding is decoded: a compressed body would be read whole and then fail as
+    // JSON that does not parse, naming nothing the client can fix.
+    if (!HeaderAbsentOr(header, http::field::content_encoding, IsIdentityCoding)) {
+      auto coding = header.find(http::field::content_encoding);
+      HttpResponse r = state_->RenderError(
+          WithHttpStatus(absl::InvalidArgumentError(
+                             absl::StrCat("Content-Encoding ", std::string(coding->value()),
+                                          " is not supported; send the request body uncompressed")),
+                         415),
+          current_path_);
+      r.headers.emplace_back("Accept-Encoding", "identity");
+      Refuse(std::move(r));
       return nullptr;
     }
     if (route->options.admission) {

@@ -302,6 +302,27 @@ TEST(GatewayHttpTest, OversizedHeadersGet431) {
   EXPECT_EQ(r.status, 431) << r.error;
 }
 
+// No content coding is decoded, so a compressed body is refused at its header, with the coding
+// named, rather than read whole and answered as JSON that does not parse.
+TEST(GatewayHttpTest, ACompressedBodyGets415BeforeTheBodyIsRead) {
+  GatewayHarness h;
+  HttpTestClient client(h.port(), absl::Seconds(3));
+
+  HttpResult gzip = client.Raw(HeadOnly("/v1/chat/completions", "Content-Encoding: gzip\r\n"));
+  HttpResult zstd = HttpTestClient(h.port(), absl::Seconds(3))
+                        .Raw(HeadOnly("/v1/messages", "Content-Encoding: zstd\r\n"));
+  HttpResult identity = HttpTestClient(h.port()).Post("/v1/chat/completions", kChat,
+                                                      {{"Content-Encoding", "identity"}});
+
+  EXPECT_EQ(gzip.status, 415) << gzip.error;
+  EXPECT_EQ(gzip.headers["accept-encoding"], "identity");
+  EXPECT_TRUE(absl::StrContains(gzip.body, "Content-Encoding gzip")) << gzip.body;
+  EXPECT_EQ(zstd.status, 415) << zstd.error;
+  EXPECT_EQ(zstd.json()["type"], "error") << zstd.body;  // Anthropic's shape.
+  EXPECT_EQ(identity.status, 200) << identity.body;
+  EXPECT_EQ(h.fake().generate_calls(), 1);
+}
+
 TEST(GatewayHttpTest, MalformedHttpGets400) {
   GatewayHarness h;
   HttpTestClient client(h.port());
