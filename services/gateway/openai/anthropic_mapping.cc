@@ -341,6 +341,13 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
         const bool last = ++index == messages->size();
         return AddMessage(m, limits, last, chat);
       }));
+  // Every message may add nothing (an empty final assistant message, redacted_thinking blocks
+  // alone): the daemon would refuse the empty prompt naming its own field.
+  if (chat->messages_size() == 0) {
+    return Invalid("messages",
+                   "must hold a message with content (an empty final assistant message and "
+                   "redacted_thinking blocks add none)");
+  }
   RETURN_IF_ERROR(ParseTools(f, limits, chat));
   ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens,
                    f.Integer("max_tokens", 1, limits.max_tokens_limit));

@@ -312,6 +312,34 @@ TEST(AnthropicMappingTest, AnEmptyMessageIsRefusedNamingItsContent) {
             "messages[0].content must not be empty (only the final assistant message may be)");
 }
 
+// Messages that all add nothing leave no prompt: refused here, not by the daemon naming its own
+// field (chat.messages). A system prompt is a prompt.
+TEST(AnthropicMappingTest, MessagesThatAllAddNothingAreRefusedNamingMessages) {
+  auto parse = [](const char* fields) {
+    return ParseAnthropicMessagesRequest(
+        Json::parse(absl::StrCat(R"({"max_tokens": 5, )", fields, "}")), {});
+  };
+
+  absl::StatusOr<GenerationSpec> empty_final =
+      parse(R"("messages": [{"role": "assistant", "content": ""}])");
+  absl::StatusOr<GenerationSpec> redacted = parse(
+      R"("messages": [{"role": "user", "content": [{"type": "redacted_thinking", "data": "x"}]}])");
+  absl::StatusOr<GenerationSpec> with_system =
+      parse(R"("system": "s", "messages": [{"role": "assistant", "content": []}])");
+
+  EXPECT_EQ(empty_final.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(empty_final.status().message().rfind("messages must hold a message", 0), 0u)
+      << empty_final.status();
+  EXPECT_EQ(redacted.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseAnthropicCountTokensRequest(
+                Json::parse(R"({"messages": [{"role": "assistant", "content": ""}]})"), {})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(with_system.ok()) << with_system.status();
+  EXPECT_EQ(with_system->request.chat().messages_size(), 1);
+}
+
 TEST(AnthropicMappingTest, DroppedBlocksBesideOthersAndAnEmptyFinalAssistantMessageAreFine) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(Json::parse(R"({
       "max_tokens": 5, "messages": [
