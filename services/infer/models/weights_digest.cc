@@ -75,6 +75,15 @@ nlohmann::json ReadCache(const std::string& path) {
   return j;
 }
 
+// Whether `entry` (an object) holds `key` as an integer equal to `want`. A field of another type
+// (a cache edited by hand) is a miss: nlohmann's value() would throw on it.
+bool IntegerIs(const nlohmann::json& entry, const char* key, int64_t want) {
+  const auto it = entry.find(key);
+  if (it == entry.end() || !it->is_number_integer()) return false;
+  return it->is_number_unsigned() ? it->get<uint64_t>() == static_cast<uint64_t>(want) && want >= 0
+                                  : it->get<int64_t>() == want;
+}
+
 void WriteCache(const std::string& path, const nlohmann::json& cache) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
@@ -118,9 +127,9 @@ absl::StatusOr<uint64_t> ComputeWeightsDigest(const std::vector<std::string>& fi
     const int64_t mtime_ns =
         static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
     const nlohmann::json* hit = cache.contains(key) ? &cache[key] : nullptr;
-    if (hit != nullptr && (!hit->is_object() || hit->value("size", int64_t{-1}) != size ||
-                           hit->value("mtime_ns", int64_t{-1}) != mtime_ns ||
-                           !hit->contains("xxh3") || !(*hit)["xxh3"].is_number_unsigned())) {
+    if (hit != nullptr && (!hit->is_object() || !IntegerIs(*hit, "size", size) ||
+                           !IntegerIs(*hit, "mtime_ns", mtime_ns) || !hit->contains("xxh3") ||
+                           !(*hit)["xxh3"].is_number_unsigned())) {
       hit = nullptr;
     }
     if (hit == nullptr) progress.total += size;

@@ -416,6 +416,30 @@ TEST_F(ModelLoaderTest, DigestCacheIsKeyedBySizeAndMtime) {
   EXPECT_EQ(*recomputed, *first);
 }
 
+// A cache entry whose fields have other JSON types (a cache edited by hand) is a miss: the file
+// is hashed again, never a crash.
+TEST_F(ModelLoaderTest, DigestCacheEntriesOfOtherTypesAreMisses) {
+  const std::string dir = CopyOfPreset("dense", "digest-types");
+  const std::string file = (fs::path(dir) / "model.safetensors").string();
+  const std::string cache = (fs::path(dir) / "digests.json").string();
+  absl::StatusOr<uint64_t> uncached = ComputeWeightsDigest({file}, {});
+  ASSERT_TRUE(uncached.ok()) << uncached.status();
+  const std::string key = fs::absolute(file).string();
+  for (const nlohmann::json& entry :
+       {nlohmann::json{{"size", "large"}, {"mtime_ns", 1}, {"xxh3", 12345u}},
+        nlohmann::json{{"size", fs::file_size(file)}, {"mtime_ns", true}, {"xxh3", 12345u}},
+        nlohmann::json{{"size", fs::file_size(file)}, {"mtime_ns", nullptr}, {"xxh3", 12345u}},
+        nlohmann::json{{"size", fs::file_size(file)}, {"mtime_ns", 1}, {"xxh3", "ff"}}}) {
+    std::ofstream(cache, std::ios::trunc) << nlohmann::json{{key, entry}}.dump();
+
+    absl::StatusOr<uint64_t> digest =
+        ComputeWeightsDigest({file}, {.cache_path = cache, .progress = {}});
+
+    ASSERT_TRUE(digest.ok()) << digest.status() << " for " << entry.dump();
+    EXPECT_EQ(*digest, *uncached) << entry.dump();
+  }
+}
+
 // A load reports its progress phase by phase: the weight files read for the digest in bytes
 // (the first step 0, the last the files' whole size, never decreasing), then the layers placed
 // one by one. A second load, its digests cached, reads no file and reports only the layers.
