@@ -248,5 +248,63 @@ TEST(SafetensorsTest, MisalignedTensorsAreReadFromAlignedCopies) {
   EXPECT_EQ(*wide, (std::vector<float>{3.0f, -0.5f}));
 }
 
+// A folder whose shards disagree with one another or with the index is refused naming what
+// is wrong: a shard the index names but the folder lacks (an interrupted download), a tensor
+// in two shards, a tensor the index places in a shard that does not hold it, and shard names
+// that would leave the folder.
+TEST(SafetensorsTest, AStoreRefusesShardsThatDisagreeNamingThem) {
+  namespace fs = std::filesystem;
+  const auto folder = [](const std::string& name) {
+    const fs::path dir = TempPath(name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    return dir;
+  };
+  const auto shard = [](const fs::path& path, const std::string& tensor) {
+    const std::string header =
+        "{\"" + tensor + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t len = header.size();
+    out.write(reinterpret_cast<const char*>(&len), 8);
+    out << header << std::string(4, '\0');
+  };
+  const auto index = [](const fs::path& dir, const std::string& weight_map) {
+    std::ofstream(dir / "model.safetensors.index.json")
+        << R"({"weight_map": )" << weight_map << "}";
+  };
+
+  const fs::path missing = folder("missing-shard");
+  shard(missing / "a.safetensors", "x");
+  index(missing, R"({"x": "a.safetensors", "y": "b.safetensors"})");
+  const fs::path twice = folder("twice");
+  shard(twice / "a.safetensors", "x");
+  shard(twice / "b.safetensors", "x");
+  const fs::path twice_indexed = folder("twice-indexed");
+  shard(twice_indexed / "a.safetensors", "x");
+  shard(twice_indexed / "b.safetensors", "x");
+  index(twice_indexed, R"({"x": "a.safetensors", "z": "b.safetensors"})");
+  const fs::path misplaced = folder("misplaced");
+  shard(misplaced / "a.safetensors", "x");
+  shard(misplaced / "b.safetensors", "y");
+  index(misplaced, R"({"x": "a.safetensors", "y": "a.safetensors", "z": "b.safetensors"})");
+  const fs::path outside = folder("outside");
+  index(outside, R"({"x": "../a.safetensors"})");
+
+  absl::Status s = TensorStore::Open(missing.string()).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(s.message(), HasSubstr("b.safetensors"));
+  for (const fs::path& dir : {twice, twice_indexed}) {
+    s = TensorStore::Open(dir.string()).status();
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument)) << dir;
+    EXPECT_THAT(s.message(), HasSubstr("tensor x is in both a.safetensors and b.safetensors"));
+  }
+  s = TensorStore::Open(misplaced.string()).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("not there"));
+  s = TensorStore::Open(outside.string()).status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(s.message(), HasSubstr("bad shard name for x"));
+}
+
 }  // namespace
 }  // namespace cairn::infer
