@@ -162,11 +162,15 @@ struct HipKernelBackendOptions {
   // GatedDeltaStepNormBatch's gated norm inside the fused decode steps' launch: a head's
   // blocks run as one cluster and add their outputs' squares through one another's shared
   // memory in the norm kernel's tree (hip::GatedDeltaNorm), instead of a norm launch after the
-  // steps. The same bits. NVIDIA sm_90; needs fuse_delta_inputs.
+  // steps. The same bits. NVIDIA sm_90; needs fuse_delta_inputs. Off: on an H100 (fifty-first
+  // round, one process) no faster at one slot (MoE 1.43-1.44 ms a step against 1.44, dense
+  // 6.44 both) and slower with more (MoE four slots 2.38-2.39 against 2.32-2.34 ms, dense
+  // sixteen 10.58 against 10.08).
   bool fuse_delta_norm = false;
   // Resident blocks a multiprocessor the fused decode steps' kernel is compiled for
   // (hip::GatedDeltaRecurrentPrepared's min_blocks: 1 or 4; else Create refuses). The same
-  // bits.
+  // bits. 1: four measured no faster on an H100 (fifty-first round: MoE 1.44 / 2.35 ms a step
+  // at one / four slots against 1.44 / 2.32).
   int delta_step_min_blocks = 1;
   // A MoE layer's shared expert (MoeExpertsArgs::shared_gate_up) in the decode path's grouped
   // gate/up and down launches, as tiles of 8 tokens after the routed experts' tiles, its output
@@ -206,7 +210,9 @@ struct HipKernelBackendOptions {
   // A MoE decode layer's router product (MoeExpertsArgs::router) inside moe_stream_products 5's
   // one launch, its units ahead of the routing and a grid barrier between (hip::MoeLayerStreamArgs
   // ::router), instead of a product launch before it. The same bits (MatMulRowsMma's units).
-  // Calls the launch does not take run the product first.
+  // Calls the launch does not take run the product first. Off: on an H100 (fifty-first round)
+  // no faster (MoE 1.45 / 2.34 ms a step at one / four slots against 1.44 / 2.32): the grid
+  // barrier after the router's units costs what its launch's edge did.
   bool moe_router_inside = false;
   // The matrix-unit products' weight loads carry an evict_first L2 policy (hip::RowWeights::
   // streamed; the same bits): 1 always, 0 never, -1 in calls of at most
