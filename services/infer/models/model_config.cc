@@ -312,7 +312,10 @@ absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
   RETURN_IF_ERROR(RefuseQuantized(outer));
   RETURN_IF_ERROR(RefuseQuantized(t));
   ASSIGN_OR_RETURN(std::string act, Get<std::string>(t, "hidden_act", "silu"));
-  if (act != "silu") return absl::UnimplementedError(absl::StrCat("hidden_act ", act));
+  // transformers' ACT2FN maps "swish" to the same SiLU as "silu".
+  if (act != "silu" && act != "swish") {
+    return absl::UnimplementedError(absl::StrCat(where, "hidden_act ", act));
+  }
   // Every family's attention projections take biases when this is true; we run none.
   ASSIGN_OR_RETURN(bool bias, Get<bool>(t, "attention_bias", false));
   if (bias) {

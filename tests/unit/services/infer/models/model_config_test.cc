@@ -541,6 +541,27 @@ TEST(ModelConfigTest, Qwen3FeaturesWeDoNotRunAreUnimplemented) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// transformers' ACT2FN takes "swish" for the same SiLU as "silu"; other activations are refused
+// naming the field, in a wrapper's text_config too.
+TEST(ModelConfigTest, SwishIsSiluAndOtherActivationsAreUnimplemented) {
+  for (const char* family : {"qwen3", "qwen3_5_text", "qwen3_next"}) {
+    for (const char* act : {"silu", "swish"}) {
+      const std::string json =
+          absl::StrCat(R"({"model_type": ")", family, R"(", "hidden_act": ")", act, R"("})");
+      EXPECT_TRUE(ParseHybridConfig(json).ok()) << json;
+    }
+    const std::string gelu =
+        absl::StrCat(R"({"model_type": ")", family, R"(", "hidden_act": "gelu"})");
+    EXPECT_THAT(ParseHybridConfig(gelu).status(), StatusIs(absl::StatusCode::kUnimplemented))
+        << gelu;
+  }
+  absl::StatusOr<HybridConfig> wrapped =
+      ParseHybridConfig(R"({"model_type": "qwen3_5", "text_config": {"hidden_act": "relu"}})");
+  EXPECT_THAT(wrapped.status(), StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_THAT(std::string(wrapped.status().message()),
+              ::testing::HasSubstr("text_config.hidden_act"));
+}
+
 // transformers gives the hybrids' q/k/v/o projections biases when attention_bias is true; we run
 // none, so such a config is refused rather than loaded without its biases.
 TEST(ModelConfigTest, AttentionBiasIsUnimplementedForEveryFamily) {
