@@ -50,9 +50,11 @@ bool PeerHasClosed(int fd) {
   return info.tcpi_state != TCP_ESTABLISHED;
 }
 
-// Returns true if the Content-Encoding header value `coding` names no coding ("identity").
+// Returns true if the Content-Encoding header value `coding` names no coding ("identity", or
+// an empty value, which some clients send).
 bool IsIdentityCoding(absl::string_view coding) {
-  return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(coding), "identity");
+  coding = absl::StripAsciiWhitespace(coding);
+  return coding.empty() || absl::EqualsIgnoreCase(coding, "identity");
 }
 
 // One connection. Confined to its strand: every member is touched only by handlers running

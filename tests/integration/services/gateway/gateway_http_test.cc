@@ -312,7 +312,9 @@ TEST(GatewayHttpTest, ACompressedBodyGets415BeforeTheBodyIsRead) {
   HttpResult zstd = HttpTestClient(h.port(), absl::Seconds(3))
                         .Raw(HeadOnly("/v1/messages", "Content-Encoding: zstd\r\n"));
   HttpResult identity = HttpTestClient(h.port()).Post("/v1/chat/completions", kChat,
-                                                      {{"Content-Encoding", "identity"}});
+                                                      {{"Content-Encoding", "Identity"}});
+  HttpResult empty =
+      HttpTestClient(h.port()).Post("/v1/chat/completions", kChat, {{"Content-Encoding", ""}});
 
   EXPECT_EQ(gzip.status, 415) << gzip.error;
   EXPECT_EQ(gzip.headers["accept-encoding"], "identity");
@@ -320,7 +322,8 @@ TEST(GatewayHttpTest, ACompressedBodyGets415BeforeTheBodyIsRead) {
   EXPECT_EQ(zstd.status, 415) << zstd.error;
   EXPECT_EQ(zstd.json()["type"], "error") << zstd.body;  // Anthropic's shape.
   EXPECT_EQ(identity.status, 200) << identity.body;
-  EXPECT_EQ(h.fake().generate_calls(), 1);
+  EXPECT_EQ(empty.status, 200) << empty.body;
+  EXPECT_EQ(h.fake().generate_calls(), 2);
 }
 
 TEST(GatewayHttpTest, MalformedHttpGets400) {
