@@ -50,6 +50,33 @@ bool PeerHasClosed(int fd) {
   return info.tcpi_state != TCP_ESTABLISHED;
 }
 
+// A request target in absolute form ("http://host:port/path?query", RFC 9112 3.2.2, which a
+// server must accept): returns whether `target` is one, and then sets `target` to its path and
+// query and `authority` to its host and port. Any other form is left as it is.
+bool SplitAbsoluteForm(absl::string_view* target, absl::string_view* authority) {
+  absl::string_view t = *target;
+  if (absl::StartsWithIgnoreCase(t, "http://")) {
+    t.remove_prefix(7);
+  } else if (absl::StartsWithIgnoreCase(t, "https://")) {
+    t.remove_prefix(8);
+  } else {
+    return false;
+  }
+  const size_t path = t.find_first_of("/?");
+  *authority = t.substr(0, path);
+  *target = path == absl::string_view::npos ? absl::string_view() : t.substr(path);
+  return true;
+}
+
+// The path of request target `target` (origin or absolute form) without its query; "/" where
+// it names none.
+std::string PathOfTarget(absl::string_view target) {
+  absl::string_view authority;
+  SplitAbsoluteForm(&target, &authority);
+  target = target.substr(0, target.find('?'));
+  return target.empty() ? "/" : std::string(target);
+}
+
 // Returns true if the Content-Encoding header value `coding` names no coding ("identity", or
 // an empty value, which some clients send).
 bool IsIdentityCoding(absl::string_view coding) {
@@ -304,9 +331,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   std::string RequestPath() const {
     if (!parser_.has_value()) return "/";
     const auto& req = parser_->get();
-    absl::string_view target(req.target().data(), req.target().size());
-    target = target.substr(0, target.find('?'));
-    return target.empty() ? "/" : std::string(target);
+    return PathOfTarget(absl::string_view(req.target().data(), req.target().size()));
   }
 
   HttpResponse BusyResponse(const absl::Status& s) {
@@ -329,7 +354,10 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     state_->ExchangeStarted();
     counted_exchange_ = true;
     absl::string_view target(header.target().data(), header.target().size());
-    current_path_ = std::string(target.substr(0, target.find('?')));
+    absl::string_view authority;
+    target_authority_.reset();
+    if (SplitAbsoluteForm(&target, &authority)) target_authority_ = std::string(authority);
+    current_path_ = PathOfTarget(target);
     head_ = header.method() == http::verb::head;
     version_ = header.version();
     keep_alive_ = header.keep_alive();
@@ -390,7 +418,11 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     }
     // Without keys the listener is on loopback (Start refuses anything else): only what a
     // local client sends is answered, never what a web page makes a browser send.
-    if (!keys && !HeaderAbsentOr(header, http::field::host, IsLoopbackHost)) {
+    // The host of an absolute-form target stands for the Host header (RFC 9112 3.2.2).
+    const bool loopback_host = target_authority_.has_value()
+                                   ? IsLoopbackHost(*target_authority_)
+                                   : HeaderAbsentOr(header, http::field::host, IsLoopbackHost);
+    if (!keys && !loopback_host) {
       Refuse(state_->RenderError(
           absl::PermissionDeniedError(
               "without API keys the gateway answers only requests whose Host is a loopback name "
@@ -693,6 +725,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   HttpRequest request_;                   // The request whose handler runs (valid once read whole).
   const Router::Route* route_ = nullptr;  // Its route, from its header; owned by the router.
   std::string current_path_;
+  // The host and port of the request's target where it is in absolute form.
+  std::optional<std::string> target_authority_;
   // Of the request being answered, set from its header (or for an answer without one).
   bool head_ = false;         // HEAD: the answer goes without its body.
   unsigned version_ = 11;     // Its HTTP version (10 or 11).

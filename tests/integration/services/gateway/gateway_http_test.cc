@@ -256,6 +256,32 @@ TEST(GatewayHttpTest, WithoutKeysForeignHostsAndOriginsAreRefused) {
   EXPECT_EQ(h.fake().generate_calls(), 2);
 }
 
+// RFC 9112 3.2.2: a server accepts a target in absolute form, and its host, not the Host
+// header, is the one the request is for (so without keys that host must be a loopback name).
+TEST(GatewayHttpTest, AnAbsoluteFormTargetIsServedAndItsHostChecked) {
+  GatewayHarness h;
+  const std::string port = absl::StrCat(h.port());
+
+  HttpResult chat = HttpTestClient(h.port()).Post(
+      absl::StrCat("http://localhost:", port, "/v1/chat/completions?x=1"), kChat);
+  HttpResult health =
+      HttpTestClient(h.port()).Get(absl::StrCat("HTTP://127.0.0.1:", port, "/health"));
+  HttpResult root = HttpTestClient(h.port()).Get(absl::StrCat("http://[::1]:", port));
+  HttpResult rebound = HttpTestClient(h.port()).Post("http://attacker.example/v1/chat/completions",
+                                                     kChat, {{"Host", "localhost"}});
+  HttpResult unknown = HttpTestClient(h.port()).Get("http://localhost/v1/nothing-here");
+
+  EXPECT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(root.status, 200) << root.body;
+  EXPECT_EQ(rebound.status, 403) << rebound.body;
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  EXPECT_NE(unknown.json()["error"]["message"].get<std::string>().find("/v1/nothing-here"),
+            std::string::npos)
+      << unknown.body;
+  EXPECT_EQ(h.fake().generate_calls(), 1);
+}
+
 TEST(GatewayHttpTest, WithKeysTheKeyDecidesWhateverTheHostOrOrigin) {
   HarnessOptions options;
   options.http.api_keys = {"secret-key"};
