@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -115,6 +116,25 @@ bool IsLoopbackOrigin(absl::string_view origin) {
   // An origin is scheme://host[:port], nothing more.
   if (host.find_first_of("/?#@") != absl::string_view::npos) return false;
   return IsLoopbackHost(host);
+}
+
+std::string RequestTargetPath(absl::string_view target, std::optional<std::string>* authority) {
+  if (authority != nullptr) authority->reset();
+  for (const absl::string_view scheme : {"http://", "https://"}) {
+    if (!absl::StartsWithIgnoreCase(target, scheme)) continue;
+    target.remove_prefix(scheme.size());
+    const size_t path = target.find_first_of("/?");
+    if (authority != nullptr) *authority = std::string(target.substr(0, path));
+    target = path == absl::string_view::npos ? absl::string_view() : target.substr(path);
+    break;
+  }
+  target = target.substr(0, target.find('?'));
+  return target.empty() ? "/" : std::string(target);
+}
+
+bool IsIdentityCoding(absl::string_view coding) {
+  coding = absl::StripAsciiWhitespace(coding);
+  return coding.empty() || absl::EqualsIgnoreCase(coding, "identity");
 }
 
 void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {

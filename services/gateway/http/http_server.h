@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -216,6 +217,17 @@ bool HeaderAbsentOr(const HttpRequest& header, boost::beast::http::field field,
 // Returns true if the Host header value `host` names the loopback interface ("localhost",
 // "127.0.0.1", "[::1]", with or without a port).
 bool IsLoopbackHost(absl::string_view host);
+
+// The path of request target `target` without its query ("/" where it names none), in origin
+// form ("/v1/models?x") or absolute form ("http://localhost:8080/v1/models", RFC 9112 3.2.2,
+// which a server must accept). Where `authority` is not null it is set to the absolute form's
+// host and port (the request's host in place of its Host header), or to nullopt.
+std::string RequestTargetPath(absl::string_view target,
+                              std::optional<std::string>* authority = nullptr);
+
+// Returns true if the Content-Encoding header value `coding` names no coding: "identity" in any
+// case, or an empty value, which some clients send.
+bool IsIdentityCoding(absl::string_view coding);
 
 // Returns true if the Origin header value `origin` is an http or https origin on a loopback
 // host ("http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080"); false for any other

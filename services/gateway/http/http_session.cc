@@ -12,7 +12,6 @@
 #include <exception>
 #include <optional>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/dispatch.hpp"
@@ -48,40 +47,6 @@ bool PeerHasClosed(int fd) {
   socklen_t len = sizeof(info);
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
   return info.tcpi_state != TCP_ESTABLISHED;
-}
-
-// A request target in absolute form ("http://host:port/path?query", RFC 9112 3.2.2, which a
-// server must accept): returns whether `target` is one, and then sets `target` to its path and
-// query and `authority` to its host and port. Any other form is left as it is.
-bool SplitAbsoluteForm(absl::string_view* target, absl::string_view* authority) {
-  absl::string_view t = *target;
-  if (absl::StartsWithIgnoreCase(t, "http://")) {
-    t.remove_prefix(7);
-  } else if (absl::StartsWithIgnoreCase(t, "https://")) {
-    t.remove_prefix(8);
-  } else {
-    return false;
-  }
-  const size_t path = t.find_first_of("/?");
-  *authority = t.substr(0, path);
-  *target = path == absl::string_view::npos ? absl::string_view() : t.substr(path);
-  return true;
-}
-
-// The path of request target `target` (origin or absolute form) without its query; "/" where
-// it names none.
-std::string PathOfTarget(absl::string_view target) {
-  absl::string_view authority;
-  SplitAbsoluteForm(&target, &authority);
-  target = target.substr(0, target.find('?'));
-  return target.empty() ? "/" : std::string(target);
-}
-
-// Returns true if the Content-Encoding header value `coding` names no coding ("identity", or
-// an empty value, which some clients send).
-bool IsIdentityCoding(absl::string_view coding) {
-  coding = absl::StripAsciiWhitespace(coding);
-  return coding.empty() || absl::EqualsIgnoreCase(coding, "identity");
 }
 
 // One connection. Confined to its strand: every member is touched only by handlers running
@@ -331,7 +296,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   std::string RequestPath() const {
     if (!parser_.has_value()) return "/";
     const auto& req = parser_->get();
-    return PathOfTarget(absl::string_view(req.target().data(), req.target().size()));
+    return RequestTargetPath(absl::string_view(req.target().data(), req.target().size()));
   }
 
   HttpResponse BusyResponse(const absl::Status& s) {
@@ -353,11 +318,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     header_serializer_.reset();
     state_->ExchangeStarted();
     counted_exchange_ = true;
-    absl::string_view target(header.target().data(), header.target().size());
-    absl::string_view authority;
-    target_authority_.reset();
-    if (SplitAbsoluteForm(&target, &authority)) target_authority_ = std::string(authority);
-    current_path_ = PathOfTarget(target);
+    current_path_ = RequestTargetPath(
+        absl::string_view(header.target().data(), header.target().size()), &target_authority_);
     head_ = header.method() == http::verb::head;
     version_ = header.version();
     keep_alive_ = header.keep_alive();

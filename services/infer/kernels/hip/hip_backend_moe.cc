@@ -331,9 +331,9 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
   // then declines the call, before the launches that replace it). A row range of a larger
   // matrix (whole_rows) cuts k by that matrix's rows: its own launch, which knows them.
   bool router_inside = false;
-  if (a.router != nullptr) RETURN_IF_ERROR(CheckMoeRouter(a));
   if (a.router != nullptr && moe_router_inside_ && moe_stream_products_ == 5 && one_launch &&
       route_inside && a.router_logits == a.logits && a.router->whole_rows <= 0) {
+    RETURN_IF_ERROR(CheckMoeRouter(a));  // As MoeRouter checks the product it runs.
     const MoeTable* table = MoeTableFor(a.router, 1, a.router->rows(), a.hidden);
     if (!error_.ok()) return error_;
     if (table != nullptr && table->aligned) {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,34 @@ TEST(HttpServerTest, LoopbackOriginsAreRecognised) {
         "file://", "ftp://localhost", "http://127.0.0.1/path", "http://user@127.0.0.1",
         "http://127.0.0.1.nip.io"}) {
     EXPECT_FALSE(IsLoopbackOrigin(origin)) << origin;
+  }
+}
+
+TEST(HttpServerTest, ARequestTargetsPathIsReadInOriginAndAbsoluteForm) {
+  std::optional<std::string> authority = "stale";
+  EXPECT_EQ(RequestTargetPath("/v1/models?limit=2", &authority), "/v1/models");
+  EXPECT_EQ(authority, std::nullopt);
+  EXPECT_EQ(RequestTargetPath("?x", &authority), "/");
+  EXPECT_EQ(RequestTargetPath("*"), "*");
+  EXPECT_EQ(RequestTargetPath("http://localhost:8080/v1/models?x=1", &authority), "/v1/models");
+  EXPECT_EQ(authority, "localhost:8080");
+  EXPECT_EQ(RequestTargetPath("HTTPS://[::1]", &authority), "/");
+  EXPECT_EQ(authority, "[::1]");
+  EXPECT_EQ(RequestTargetPath("http://127.0.0.1?q", &authority), "/");
+  EXPECT_EQ(authority, "127.0.0.1");
+  EXPECT_EQ(RequestTargetPath("http:///health", &authority), "/health");
+  EXPECT_EQ(authority, "");  // No host: not a loopback name, so refused without keys.
+  // Only the scheme prefix makes the absolute form; a path that merely contains one is a path.
+  EXPECT_EQ(RequestTargetPath("/a/http://b", &authority), "/a/http://b");
+  EXPECT_EQ(authority, std::nullopt);
+}
+
+TEST(HttpServerTest, OnlyIdentityOrAnEmptyValueIsNoContentCoding) {
+  for (const char* coding : {"identity", "Identity", " IDENTITY ", ""}) {
+    EXPECT_TRUE(IsIdentityCoding(coding)) << coding;
+  }
+  for (const char* coding : {"gzip", "br", "identity, gzip", "x-identity"}) {
+    EXPECT_FALSE(IsIdentityCoding(coding)) << coding;
   }
 }
 
