@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -178,6 +179,7 @@ absl::Status HipKernelBackend::EnsureMoeCounters(int64_t counters) {
   ASSIGN_OR_RETURN(moe_counters_, Allocate(2 * capacity * static_cast<int64_t>(sizeof(uint32_t))));
   moe_counter_capacity_ = capacity;
   moe_counter_parity_ = 0;
+  moe_taken_counters_at_ = -1;
   return absl::OkStatus();
 }
 
@@ -296,6 +298,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
            .bf16_inputs = mma_rows_bf16_inputs_,
            .multiprocessors = multiprocessors_,
            .cooperative = moe_one_launch_cooperative_,
+           .static_sixteenths = moe_one_launch_static_sixteenths_,
            .counters = base + moe_counter_parity_ * moe_counter_capacity_,
            .next_counters = base + (1 - moe_counter_parity_) * moe_counter_capacity_,
            .counter_capacity = moe_counter_capacity_};
@@ -371,6 +374,8 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
       e = hip::MoeLayerStream(one, compute_);
     }
     if (e == hipSuccess) {
+      moe_taken_counters_at_ = moe_counter_parity_ * moe_counter_capacity_ + sizes.max_tiles +
+                               (one.shared_up.rows + 7) / 8 + 2;
       moe_counter_parity_ ^= 1;
       launched = true;
       moe_one_launch_ran_ = true;
@@ -519,6 +524,24 @@ absl::Status HipKernelBackend::MoeExpertsGemm(const MoeExpertsArgs& a, const Moe
     return error_;
   }
   return absl::OkStatus();
+}
+
+absl::Status HipKernelBackend::SetMoeOneLaunchStaticSixteenthsForTest(int sixteenths) {
+  if (sixteenths < 0 || sixteenths > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe_one_launch_static_sixteenths must be 0 to 16, got ", sixteenths));
+  }
+  moe_one_launch_static_sixteenths_ = sixteenths;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> HipKernelBackend::MoeOneLaunchTakenLoadsForTest() {
+  if (moe_taken_counters_at_ < 0) return int64_t{0};
+  uint32_t taken[2] = {0, 0};
+  RETURN_IF_ERROR(
+      Download(taken, static_cast<const uint32_t*>(moe_counters_.data()) + moe_taken_counters_at_,
+               sizeof(taken)));
+  return int64_t{taken[0]} + int64_t{taken[1]};
 }
 
 }  // namespace cairn::infer

@@ -95,6 +95,12 @@ absl::StatusOr<std::unique_ptr<HipKernelBackend>> HipKernelBackend::Create(
   }
   RETURN_IF_ERROR(AtLeastZero("moe_one_launch_max_tokens", options.moe_one_launch_max_tokens));
   RETURN_IF_ERROR(AtLeastZero("moe_product_waves", options.moe_product_waves));
+  if (options.moe_one_launch_static_sixteenths < 0 ||
+      options.moe_one_launch_static_sixteenths > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hip backend: moe_one_launch_static_sixteenths must be 0 to 16, got ",
+                     options.moe_one_launch_static_sixteenths));
+  }
   if (options.moe_gemm_wgmma_warpgroups != 2 && options.moe_gemm_wgmma_warpgroups != 3) {
     return absl::InvalidArgumentError(
         absl::StrCat("hip backend: moe_gemm_wgmma_warpgroups must be 2 or 3, got ",
@@ -168,6 +174,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_stream_products_(options.moe_stream_products),
       moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
       moe_one_launch_cooperative_(options.moe_one_launch_cooperative),
+      moe_one_launch_static_sixteenths_(options.moe_one_launch_static_sixteenths),
       moe_router_inside_(options.moe_router_inside),
       stream_product_weights_(options.stream_product_weights),
       attention_mma_variant_(options.attention_mma_variant),

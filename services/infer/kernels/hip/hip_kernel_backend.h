@@ -279,6 +279,13 @@ class HipKernelBackend final : public KernelBackend {
   void SetMoeRouterInsideForTest(bool on) { moe_router_inside_ = on; }
   // Sets HipKernelBackendOptions::moe_one_launch_cooperative (the same bits), for the benchmark.
   void SetMoeOneLaunchCooperativeForTest(bool on) { moe_one_launch_cooperative_ = on; }
+  // Sets HipKernelBackendOptions::moe_one_launch_static_sixteenths (0 to 16; the same bits),
+  // for the benchmark.
+  absl::Status SetMoeOneLaunchStaticSixteenthsForTest(int sixteenths);
+  // The stage loads the last MoE one launch took from its counters (each block's producer
+  // counts one more where it found none left), both products together; 0 where it took none
+  // (static_sixteenths 16). Waits for the device; for tests.
+  absl::StatusOr<int64_t> MoeOneLaunchTakenLoadsForTest();
   // Sets HipKernelBackendOptions::stream_product_weights (the same bits), for the benchmark.
   void SetStreamProductWeightsForTest(int mode) { stream_product_weights_ = mode; }
   // The next `launches` MoE one launches (hip::MoeLayerStream) stamp their blocks' phases into
@@ -459,10 +466,10 @@ class HipKernelBackend final : public KernelBackend {
   // 3-5 take by default, and a decode step never waits here).
   absl::Status EnsureMoeCounters(int64_t counters);
   // hip::MoeLayerStream's counters for a call of `tokens` whose routing has at most `max_tiles`
-  // tiles: one a tile (the routed ones and the shared rows' tiles of 8), and the blocks done
-  // (the sum's grid barrier, then the router's).
+  // tiles: one a tile (the routed ones and the shared rows' tiles of 8), the blocks done (the
+  // sum's grid barrier, then the router's), and the loads taken (static_sixteenths < 16), two.
   static int64_t MoeCountersFor(int64_t max_tiles, int64_t tokens) {
-    return max_tiles + (tokens + 7) / 8 + 2;
+    return max_tiles + (tokens + 7) / 8 + 4;
   }
   // MoeExperts' prefill path (HipKernelBackendOptions::grouped_moe_prefill) over the tables.
   absl::Status MoeExpertsGemm(const MoeExpertsArgs& a, const MoeTable& gate_up,
@@ -543,6 +550,8 @@ class HipKernelBackend final : public KernelBackend {
   int moe_stream_products_;                 // options_.moe_stream_products, likewise.
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
+  int moe_one_launch_static_sixteenths_;    // options_.moe_one_launch_static_sixteenths, too.
+  int64_t moe_taken_counters_at_ = -1;      // The last one launch's taken-load counters' index.
   bool moe_router_inside_;                  // options_.moe_router_inside, likewise.
   int64_t moe_router_inside_launches_ = 0;  // See moe_router_inside_launches().
   int64_t delta_norm_inside_launches_ = 0;  // See delta_norm_inside_launches().

@@ -207,6 +207,13 @@ struct HipKernelBackendOptions {
   // process on an H100 (forty-first round), the cooperative step was about 1 % slower at one and
   // four slots (1.56 against 1.53-1.55 ms, 2.42 against 2.39 ms).
   bool moe_one_launch_cooperative = false;
+  // The share of each of the one launch's products its blocks split evenly before it runs, in
+  // sixteenths (hip::MoeLayerStreamArgs::static_sixteenths; the same bits): 16, all of it; less,
+  // the rest taken one stage load at a time from a counter by whichever block is ready first, so
+  // that blocks which stream slower than the others (the forty-second round's phase stamps: at
+  // four tokens the last block's gate/up units end 7 us after the median's) take fewer loads.
+  // 16 (not measured yet).
+  int moe_one_launch_static_sixteenths = 16;
   // A MoE decode layer's router product (MoeExpertsArgs::router) inside moe_stream_products 5's
   // one launch, its units ahead of the routing and a grid barrier between (hip::MoeLayerStreamArgs
   // ::router), instead of a product launch before it. The same bits (MatMulRowsMma's units).

@@ -348,6 +348,13 @@ struct MoeLayerStreamArgs {
   // With `trace`: warp 0 first routes the call's first token twice more (its picks overwritten
   // by the routing proper), stamping each, so that a cold routing can be told from a warm one.
   bool trace_route_twice = false;
+  // The share of each product's stage loads the blocks split evenly ahead of the launch, in
+  // sixteenths: 16, all of them (block b takes loads [b L / G, (b + 1) L / G)); below 16, the
+  // rest are taken one at a time from a counter by whichever block's producer is ready first,
+  // so a block that streams slower than the others takes fewer (two more counters: max_tiles +
+  // the shared rows' tiles + 4). Which block runs a load never enters its arithmetic: the same
+  // bits.
+  int static_sixteenths = 16;
   // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
   // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
   uint32_t* counters = nullptr;
@@ -357,12 +364,13 @@ struct MoeLayerStreamArgs {
 // hipErrorNotSupported (nothing launched) where the shapes' segments do not fit a stage (at
 // most 256 values a segment), k % 8 != 0 for either product, an input or activation row is not
 // 16-byte aligned, the counters are too few (max_tiles + the shared rows' tiles, one more with
-// the sum inside), the stages do not fit shared memory, there is no tile at all, the routing or
-// the sum inside is asked for where MoeLayerStreamRoutes / MoeLayerStreamSums say no, or where
-// not built (AMD, or without CAIRN_HIP_WGMMA), or where a cooperative launch is asked for and
-// the device cannot hold the grid at once. Its grid must become resident whole
-// (moe_stream_layer.hip): the cooperative launch makes sure of it; with a plain one the caller
-// launches nothing beside it that holds multiprocessors for good.
+// the sum inside, two with the router, four where loads are taken from counters), the stages do not
+// fit shared memory, there is no tile at all, the routing or the sum inside is asked for where
+// MoeLayerStreamRoutes / MoeLayerStreamSums say no, or where not built (AMD, or without
+// CAIRN_HIP_WGMMA), or where a cooperative launch is asked for and the device cannot hold the grid
+// at once. Its grid must become resident whole (moe_stream_layer.hip): the cooperative launch makes
+// sure of it; with a plain one the caller launches nothing beside it that holds multiprocessors for
+// good.
 bool MoeLayerStreamSupported();
 // Whether the launch routes and sorts a call of `tokens` x `top_k` picks over `experts` itself
 // (at most 512 experts and 128 picks), and whether it can also sum it into `out` (hidden % 4

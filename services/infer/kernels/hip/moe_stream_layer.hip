@@ -131,19 +131,44 @@ using moe_layer::Stamp;
 using moe_layer::SumInLaunch;
 using moe_layer::WaitCount;
 
+// A product's stage loads past the blocks' fixed shares, taken one at a time from a counter
+// (MoeLayerStreamArgs::static_sixteenths < 16): load `from` + the counter's old value, until
+// `total`. Null `next`: none; each block runs its fixed share only.
+struct Stolen {
+  uint32_t* next = nullptr;
+  int64_t from = 0;
+  int64_t total = 0;
+};
+
 // The producer's part of one product: stage loads [j0, j1) of the tiles, `tiles`' first `routed`
-// (their inputs through `sorted_picks` where given), then the shared rows' tiles of 8. The stage
-// count `n` runs on.
-template <bool kSilu>
+// (their inputs through `sorted_picks` where given), then the shared rows' tiles of 8; then,
+// where `stolen.next` is given, loads taken from its counter (each claimed before the wait for
+// the stage of the load before it, so the counter's round trip overlaps that wait), and a last
+// stage without weights that tells the consumers the product is done. Loads go in ascending
+// order either way, so a block's tiles never go back. The stage count `n` runs on.
+template <bool kSilu, bool kSteals>
 __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, const int32_t* sorted_picks,
-                        int64_t routed, int top_k, int64_t j0, int64_t j1, LayerSmem& sm,
-                        const Ring& ring, uint32_t& n, int lane) {
+                        int64_t routed, int top_k, int64_t j0, int64_t j1, const Stolen& stolen,
+                        LayerSmem& sm, const Ring& ring, uint32_t& n, int lane) {
   int64_t looked_up = -1;
   const uint64_t policy = mma_rows::kStreamWeights ? EvictFirstPolicy() : 0;
   LayerMeta meta = {};
   // The unit's expert's table entry, held in registers.
   MoeExpertParts parts = {};
-  for (int64_t j = j0; j < j1; ++j) {
+  const bool steals = kSteals && stolen.next != nullptr;
+  const int64_t end = steals ? stolen.total : j1;
+  // Lane 0's claim of the next load (the counter's old value), broadcast when needed.
+  const auto claim = [&] {
+    uint32_t old = 0;
+    if (lane == 0) old = atomicAdd(stolen.next, 1u);
+    return old;
+  };
+  int64_t j = j0;
+  if (j >= j1 && steals) j = stolen.from + __shfl_sync(0xffffffffu, claim(), 0);
+  while (j < end) {
+    // The next load: the fixed share's next, or claimed now (its value read after the copies).
+    const bool claims = steals && j + 1 >= j1;
+    const uint32_t claimed = claims ? claim() : 0u;
     const int64_t ti = j / p.tile_loads;
     const int32_t ct0 = static_cast<int32_t>(j % p.tile_loads * p.groups);
     if (ti != looked_up) {
@@ -199,6 +224,19 @@ __device__ void Produce(const LayerProduct& p, const MoeTile* tiles, const int32
         BulkCopy(dst, src[i], static_cast<uint32_t>(p.k) * 2, &sm.full[stage]);
       }
     }
+    j = claims ? stolen.from + __shfl_sync(0xffffffffu, claimed, 0) : j + 1;
+  }
+  if (steals) {
+    // The end: a stage with no weights, its tile -1.
+    const int stage = static_cast<int>(n % static_cast<uint32_t>(ring.count));
+    const uint32_t round = n / static_cast<uint32_t>(ring.count);
+    ++n;
+    BarrierWait(&sm.empty[stage], (round & 1) ^ 1);
+    if (lane == 0) {
+      sm.meta[stage].tile = -1;
+      BarrierArrive(&sm.full[stage]);
+    }
+    __syncwarp();
   }
 }
 
@@ -235,11 +273,12 @@ __device__ inline void LoadInputs8Fresh(const float* p, int64_t i, int64_t k, fl
   out[7] = b.w;
 }
 
-// A consumer warp's part of one product: every stage of loads [j0, j1). kSilu: the gate/up
-// product, each unit's activations counted on `counters[tile]` once stored; else the down
-// product, whose units first wait until `counters[tile]` reaches `ready`.
-template <int kPieces, bool kSilu>
-__device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem& sm,
+// A consumer warp's part of one product: every stage of loads [j0, j1), and where `steals`
+// every stage after them until the producer's last (tile -1). kSilu: the gate/up product, each
+// unit's activations counted on `counters[tile]` once stored; else the down product, whose
+// units first wait until `counters[tile]` reaches `ready`.
+template <int kPieces, bool kSilu, bool kSteals>
+__device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, bool steals, LayerSmem& sm,
                         const Ring& ring, uint32_t& n, int& parity, uint32_t* counters,
                         uint32_t ready, int warp, int lane) {
   const int group = warp / p.segments;
@@ -253,12 +292,18 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
   int64_t held = -1;
   int pending_tile = -1;  // kSilu: the tile of the units stored and not yet counted.
   uint32_t pending = 0;
-  for (int64_t j = j0; j < j1; ++j) {
+  steals = kSteals && steals;
+  for (int64_t j = j0; steals || j < j1; ++j) {
     const int stage = static_cast<int>(n % static_cast<uint32_t>(ring.count));
     const uint32_t round = n / static_cast<uint32_t>(ring.count);
     ++n;
     BarrierWait(&sm.full[stage], round & 1);
     const LayerMeta& m = sm.meta[stage];
+    if (steals && m.tile < 0) {  // The producer's last stage: the product is done.
+      __syncwarp();
+      if (lane == 0) BarrierArrive(&sm.empty[stage]);
+      break;
+    }
     const int64_t ct = static_cast<int64_t>(m.ct0) + group;
     const bool active = ct < p.col_tiles;
     const int rows = m.rows;
@@ -367,13 +412,14 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, LayerSmem
 // tiles of 8 token rows, no routed tiles) go through the ring first, as the down product's
 // (the bits of MatMulRowsMma's product, as the down units'), writing route.logits; then a grid
 // barrier on counter max_tiles + shared_tiles + 1 before any block routes.
-template <int kPieces>
+template <int kPieces, bool kSteals>
 __global__ void __launch_bounds__(kThreads, 1)
     MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles,
                          const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
                          int top_k, LayerRoute route, LayerProduct a, LayerProduct b,
                          LayerProduct r, int64_t stage_elems, int stage_count, uint32_t* counters,
-                         uint32_t* next, int64_t next_count, uint64_t* trace, bool release) {
+                         uint32_t* next, int64_t next_count, uint64_t* trace, bool release,
+                         int static_sixteenths) {
   // The entry's stamp is stored only after the wait (nothing is written before it).
   const uint64_t entry = trace != nullptr ? GlobalTime() : 0;
   KernelEntry(release);
@@ -401,10 +447,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t r0 = ShareOf(lr, blockIdx.x, gridDim.x);
     const int64_t r1 = ShareOf(lr, blockIdx.x + 1, gridDim.x);
     if (warp == kConsumers) {
-      Produce<false>(r, nullptr, nullptr, 0, top_k, r0, r1, sm, ring, n, lane);
+      Produce<false, false>(r, nullptr, nullptr, 0, top_k, r0, r1, {}, sm, ring, n, lane);
     } else {
       int router_parity = 0;
-      Consume<kPieces, false>(r, r0, r1, sm, ring, n, router_parity, nullptr, 0, warp, lane);
+      Consume<kPieces, false, false>(r, r0, r1, false, sm, ring, n, router_parity, nullptr, 0, warp,
+                                     lane);
     }
     // Every block's logits stored before any block routes (SumInLaunch's grid barrier).
     __syncthreads();
@@ -438,20 +485,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t all_tiles = routed + shared_tiles;
   const int64_t la = all_tiles * a.tile_loads;
   const int64_t lb = all_tiles * b.tile_loads;
-  const int64_t a0 = ShareOf(la, blockIdx.x, gridDim.x);
-  const int64_t a1 = ShareOf(la, blockIdx.x + 1, gridDim.x);
-  const int64_t b0 = ShareOf(lb, blockIdx.x, gridDim.x);
-  const int64_t b1 = ShareOf(lb, blockIdx.x + 1, gridDim.x);
-  // A block without units leaves, unless the sum inside waits for it.
-  if (a0 >= a1 && b0 >= b1 && route.out == nullptr) return;  // Uniform per block.
+  // The blocks' fixed shares: the first static_sixteenths / 16 of each product's loads, the
+  // rest taken from a counter each (after the sum's and the router's).
+  const bool steals = kSteals && static_sixteenths < 16;
+  const int64_t fa = steals ? la * static_sixteenths / 16 : la;
+  const int64_t fb = steals ? lb * static_sixteenths / 16 : lb;
+  uint32_t* const taken = counters + max_tiles + shared_tiles + 2;
+  const Stolen stolen_a = steals ? Stolen{taken, fa, la} : Stolen{};
+  const Stolen stolen_b = steals ? Stolen{taken + 1, fb, lb} : Stolen{};
+  const int64_t a0 = ShareOf(fa, blockIdx.x, gridDim.x);
+  const int64_t a1 = ShareOf(fa, blockIdx.x + 1, gridDim.x);
+  const int64_t b0 = ShareOf(fb, blockIdx.x, gridDim.x);
+  const int64_t b1 = ShareOf(fb, blockIdx.x + 1, gridDim.x);
+  // A block without units leaves, unless the sum inside waits for it or it may take loads.
+  if (a0 >= a1 && b0 >= b1 && route.out == nullptr && !steals) return;  // Uniform per block.
   if (warp == kConsumers) {
-    Produce<true>(a, tiles, sorted_picks, routed, top_k, a0, a1, sm, ring, n, lane);
-    Produce<false>(b, tiles, nullptr, routed, top_k, b0, b1, sm, ring, n, lane);
+    Produce<true, kSteals>(a, tiles, sorted_picks, routed, top_k, a0, a1, stolen_a, sm, ring, n,
+                           lane);
+    Produce<false, kSteals>(b, tiles, nullptr, routed, top_k, b0, b1, stolen_b, sm, ring, n, lane);
     if (lane == 0) Stamp(trace, 8, GlobalTime());
     return;
   }
   int parity = 0;
-  Consume<kPieces, true>(a, a0, a1, sm, ring, n, parity, counters, 0, warp, lane);
+  Consume<kPieces, true, kSteals>(a, a0, a1, steals, sm, ring, n, parity, counters, 0, warp, lane);
   if (threadIdx.x == 0) Stamp(trace, 3, GlobalTime());
   // The groups change: no warp writes the segments' sums of a down unit before every warp is
   // done with the gate/up units' sums.
@@ -461,8 +517,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // several gate/up groups, whose parities differ where some skipped a unit past the last
   // column tile: every warp starts the down product on the same half.
   parity = 0;
-  Consume<kPieces, false>(b, b0, b1, sm, ring, n, parity, counters,
-                          static_cast<uint32_t>(a.col_tiles), warp, lane);
+  Consume<kPieces, false, kSteals>(b, b0, b1, steals, sm, ring, n, parity, counters,
+                                   static_cast<uint32_t>(a.col_tiles), warp, lane);
   if (threadIdx.x == 0) Stamp(trace, 5, GlobalTime());
   if (route.out != nullptr) {
     SumInLaunch(route, b.y, b.n, top_k, sm, counters + max_tiles + shared_tiles, trace);
@@ -515,7 +571,9 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     return hipErrorInvalidValue;
   }
   const int64_t shared_tiles = with_shared ? CeilDiv(c.shared_up.rows, 8) : 0;
-  if (c.max_tiles < 0 || c.top_k < 1) return hipErrorInvalidValue;
+  if (c.max_tiles < 0 || c.top_k < 1 || c.static_sixteenths < 0 || c.static_sixteenths > 16) {
+    return hipErrorInvalidValue;
+  }
   // Nothing to do: not launched (the caller's counter arrays stay as they are).
   if (c.max_tiles + shared_tiles == 0) return hipErrorNotSupported;
   LayerProduct a = {}, b = {};
@@ -525,7 +583,8 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
       (with_shared && (!RowsAligned(c.shared_up.x, c.shared_up.ldx) ||
                        !RowsAligned(c.shared_down.x, c.shared_down.ldx))) ||
       c.counters == nullptr || c.next_counters == nullptr ||
-      c.counter_capacity < c.max_tiles + shared_tiles || a.col_tiles > 0xffffffffLL) {
+      c.counter_capacity < c.max_tiles + shared_tiles || a.col_tiles > 0xffffffffLL ||
+      (c.static_sixteenths < 16 && c.counter_capacity < c.max_tiles + shared_tiles + 4)) {
     return hipErrorNotSupported;
   }
   // The routing's tiles from MoeRouteAndSort, or the routing and sort (and the sum) inside.
@@ -599,7 +658,11 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   const size_t ring_bytes = std::max(static_cast<size_t>(stages) * stage_bytes,
                                      c.logits != nullptr ? sizeof(RouteScratch) : size_t{0});
   const size_t bytes = kStagesOffset + ring_bytes;
-  const auto kernel = c.bf16_inputs ? MoeLayerStreamKernel<1> : MoeLayerStreamKernel<3>;
+  // Loads from counters in instantiations of their own: the fixed shares' code is unchanged.
+  const bool steals = c.static_sixteenths < 16;
+  const auto kernel =
+      c.bf16_inputs ? (steals ? MoeLayerStreamKernel<1, true> : MoeLayerStreamKernel<1, false>)
+                    : (steals ? MoeLayerStreamKernel<3, true> : MoeLayerStreamKernel<3, false>);
   if (AllowSharedBytes(kernel, bytes) != hipSuccess) {
     static_cast<void>(hipGetLastError());  // Not this kernel: the caller's launches instead.
     return hipErrorNotSupported;
@@ -610,7 +673,7 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     e = LaunchKernelWhole(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles,
                           c.sorted_picks, c.max_tiles, shared_tiles, c.top_k, route, a, b, r,
                           stage_elems, stages, c.counters, c.next_counters, c.counter_capacity,
-                          c.trace, EarlyRelease(kReleaseMoeLayer));
+                          c.trace, EarlyRelease(kReleaseMoeLayer), c.static_sixteenths);
     // The device cannot hold the grid at once (fewer multiprocessors for this process than
     // the caller counted): nothing launched, the caller's launches instead.
     if (e == hipErrorCooperativeLaunchTooLarge) return hipErrorNotSupported;
@@ -618,7 +681,7 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
     LaunchKernel(kernel, grid, dim3(kThreads), bytes, stream, c.tiles, c.num_tiles, c.sorted_picks,
                  c.max_tiles, shared_tiles, c.top_k, route, a, b, r, stage_elems, stages,
                  c.counters, c.next_counters, c.counter_capacity, c.trace,
-                 EarlyRelease(kReleaseMoeLayer));
+                 EarlyRelease(kReleaseMoeLayer), c.static_sixteenths);
     e = hipGetLastError();
   }
   if (e == hipSuccess) layer_launches.fetch_add(1, std::memory_order_relaxed);

@@ -92,6 +92,7 @@ struct Flags {
   std::vector<int> fuse_delta_norm = {HipKernelBackendOptions().fuse_delta_norm ? 1 : 0};
   std::vector<int> delta_step_blocks = {HipKernelBackendOptions().delta_step_min_blocks};
   std::vector<int> router_inside = {HipKernelBackendOptions().moe_router_inside ? 1 : 0};
+  std::vector<int> static_sixteenths = {HipKernelBackendOptions().moe_one_launch_static_sixteenths};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;

@@ -16,7 +16,7 @@ void ModelBench::Decode() {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
         staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
         moe_cooperative, stream_products, fuse_conv, early_release, fuse_delta_norm,
-        delta_step_blocks, router_inside;
+        delta_step_blocks, router_inside, static_sixteenths;
   };
   // Every combination of the variants listed, the last listed innermost (an odometer over the
   // lists, the last digit turning fastest).
@@ -44,6 +44,7 @@ void ModelBench::Decode() {
       {&f_.fuse_delta_norm, &Config::fuse_delta_norm},
       {&f_.delta_step_blocks, &Config::delta_step_blocks},
       {&f_.router_inside, &Config::router_inside},
+      {&f_.static_sixteenths, &Config::static_sixteenths},
   };
   // The axis whose values do not enter where staged rows are 0.
   const size_t staged_mb_axis = static_cast<size_t>(
@@ -148,6 +149,8 @@ void ModelBench::Decode() {
         b_.SetFuseDeltaNormForTest(c.fuse_delta_norm == 1);
         b_.SetDeltaStepMinBlocksForTest(c.delta_step_blocks);
         b_.SetMoeRouterInsideForTest(c.router_inside == 1);
+        Bench::Check(b_.SetMoeOneLaunchStaticSixteenthsForTest(c.static_sixteenths),
+                     "static sixteenths");
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -211,6 +214,9 @@ void ModelBench::Decode() {
         if (f_.router_inside.size() > 1) {
           suffix += absl::StrFormat(" (router inside %d)", c.router_inside);
         }
+        if (f_.static_sixteenths.size() > 1) {
+          suffix += absl::StrFormat(" (static sixteenths %d)", c.static_sixteenths);
+        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -232,6 +238,9 @@ void ModelBench::Decode() {
       b_.SetFuseDeltaNormForTest(defaults.fuse_delta_norm);
       b_.SetDeltaStepMinBlocksForTest(defaults.delta_step_min_blocks);
       b_.SetMoeRouterInsideForTest(defaults.moe_router_inside);
+      Bench::Check(
+          b_.SetMoeOneLaunchStaticSixteenthsForTest(defaults.moe_one_launch_static_sixteenths),
+          "static sixteenths");
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

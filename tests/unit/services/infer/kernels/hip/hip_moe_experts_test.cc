@@ -778,5 +778,84 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
   }
 }
 
+TEST_F(HipMoeExpertsTest, TheOneLaunchTakingLoadsFromCountersGivesTheBitsOfFixedShares) {
+  // moe_one_launch_static_sixteenths below 16: each product's loads past the blocks' fixed
+  // shares taken from a counter by whichever block is ready first (none fixed at 0), against
+  // fixed shares only (16). One, four and eight tokens of the 80B-like layer and a small layer
+  // (fewer loads than blocks), with and without the shared expert, both input roundings: out
+  // and the residual bit for bit. Where the one launch took the call, the backends below 16
+  // took loads from their counters (at least one a block's producer a product) and 16 none.
+  const std::vector<MoeShape> shapes = {
+      {"80B-like layer, one token", 1, 2048, 512, 512, 10, true, 0.0f},
+      {"80B-like layer, 4 slots", 4, 2048, 512, 512, 10, false, 0.0f},
+      {"80B-like layer, 8 slots, hot experts", 8, 2048, 512, 512, 10, false, 8.0f},
+      {"small layer", 3, 256, 64, 32, 4, false, 0.0f},
+  };
+  const std::vector<int> sixteenths = {16, 12, 8, 1, 0};
+  for (const bool bf16_inputs : {true, false}) {
+    std::vector<std::unique_ptr<HipKernelBackend>> backends;
+    for (const int v : sixteenths) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+          {.mma_rows_bf16_inputs = bf16_inputs, .moe_one_launch_static_sixteenths = v});
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends.push_back(*std::move(b));
+    }
+    const int blocks = backends[0]->MultiprocessorsForTest();
+    for (const MoeShape& s : shapes) {
+      for (const bool with_shared : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << s.name << (bf16_inputs ? ", bf16 inputs" : ", exact inputs")
+                     << (with_shared ? ", shared expert" : ""));
+        std::vector<DeviceBuffer> keep;
+        std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+        UploadWithShared(s, 631, keep, gate_up, down, shared_gate_up, shared_down);
+        const std::vector<float> logits = RouterLogits(s, 633, /*tied_pairs=*/false);
+        const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 635);
+        const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 637);
+        const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 639);
+        DeviceBuffer dx = Up(x), dl = Up(logits);
+        MoeExpertsArgs a = ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true);
+        if (with_shared) a = WithSharedExpert(a, s, shared_gate_up, shared_down);
+        std::vector<std::vector<float>> outs, hs;
+        for (size_t i = 0; i < backends.size(); ++i) {
+          HipKernelBackend& be = *backends[i];
+          // Twice: the counters' two arrays.
+          for (int call = 0; call < 2; ++call) {
+            SCOPED_TRACE(::testing::Message() << sixteenths[i] << " sixteenths, call " << call);
+            DeviceBuffer out = Up(out0), h = Up(h0);
+            a.out = out.floats();
+            a.residual = h.floats();
+            const int64_t launches = hip::MoeLayerStreamLaunches();
+            ScratchArena scratch(be.memory());
+            ASSERT_TRUE(be.MoeExperts(a, scratch).ok()) << be.status();
+            ASSERT_TRUE(be.Synchronize().ok()) << be.status();
+            const bool one_launch = hip::MoeLayerStreamLaunches() > launches;
+            EXPECT_EQ(one_launch, hip::MoeLayerStreamSupported());
+            const absl::StatusOr<int64_t> taken = be.MoeOneLaunchTakenLoadsForTest();
+            ASSERT_TRUE(taken.ok()) << taken.status();
+            if (one_launch && sixteenths[i] < 16) {
+              EXPECT_GE(*taken, 2 * blocks);
+            } else if (one_launch) {
+              EXPECT_EQ(*taken, 0);
+            }
+            outs.push_back(Down(out, out0.size()));
+            hs.push_back(Down(h, h0.size()));
+          }
+        }
+        for (size_t i = 1; i < outs.size(); ++i) {
+          SCOPED_TRACE(::testing::Message() << "run " << i);
+          EXPECT_TRUE(SameBits(outs[i], outs[0])) << "out";
+          EXPECT_TRUE(SameBits(hs[i], hs[0])) << "residual";
+        }
+        EXPECT_FALSE(SameBits(hs[0], h0));  // It did add.
+      }
+    }
+  }
+  // Outside 0 to 16: refused.
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> bad =
+      HipKernelBackend::Create({.moe_one_launch_static_sixteenths = 17});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace cairn::infer::testing
