@@ -16,8 +16,8 @@
 #include "common/status/check.h"
 #include "services/gateway/http/http_server.h"
 
-// The HTTP layer's pieces that hold no connection: status payloads, listen addresses, API-key
-// and loopback checks, the route table. The server itself is in http_server.cc.
+// The HTTP layer's pieces that hold no connection: status payloads, listen addresses, API-key,
+// Host and loopback checks, the route table. The server itself is in http_server.cc.
 
 namespace cairn::gateway {
 
@@ -102,6 +102,20 @@ bool IsLoopbackHost(absl::string_view host) {
   beast::error_code ec;
   const net::ip::address address = net::ip::make_address(std::string(host), ec);
   return !ec && address.is_v4() && address.is_loopback();
+}
+
+absl::Status CheckHostHeader(const HttpRequest& header) {
+  const size_t hosts = header.count(boost::beast::http::field::host);
+  if (hosts > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request has ", hosts, " Host headers; send exactly one (RFC 9112 section 3.2)"));
+  }
+  if (hosts == 0 && header.version() >= 11) {
+    return absl::InvalidArgumentError(
+        "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2), also with a "
+        "target in absolute form");
+  }
+  return absl::OkStatus();
 }
 
 bool IsLoopbackOrigin(absl::string_view origin) {

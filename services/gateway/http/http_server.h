@@ -214,6 +214,11 @@ bool RequestHasApiKey(const HttpRequest& header, bool basic, const std::vector<s
 bool HeaderAbsentOr(const HttpRequest& header, boost::beast::http::field field,
                     bool (*ok)(absl::string_view));
 
+// Returns InvalidArgument where `header` breaks RFC 9112 3.2's Host rule: more than one Host
+// header (any version), or none in an HTTP/1.1 request. HTTP/1.0 may omit it, and a target in
+// absolute form does not excuse it (the server then goes by the target's host, not Host's).
+absl::Status CheckHostHeader(const HttpRequest& header);
+
 // Returns true if the Host header value `host` names the loopback interface ("localhost",
 // "127.0.0.1", "[::1]", with or without a port).
 bool IsLoopbackHost(absl::string_view host);

@@ -340,9 +340,16 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   }
 
   // Returns the route that will answer the request whose header is `header`, or nullptr
-  // once the request is answered (refused: draining, no route, wrong method, no key, a
-  // foreign Host or Origin without keys, admission).
+  // once the request is answered (refused: a missing or repeated Host, draining, no route,
+  // wrong method, no key, a foreign Host or Origin without keys, admission).
   const Router::Route* Admit(const HttpRequest& header) {
+    if (absl::Status host = CheckHostHeader(header); !host.ok()) {
+      // A malformed request (RFC 9112 3.2: 400), answered as one: the connection closes.
+      keep_alive_ = false;
+      linger_ = true;
+      SendWhole(state_->RenderError(host, current_path_));
+      return nullptr;
+    }
     if (state_->draining()) {
       keep_alive_ = false;
       Refuse(BusyResponse(absl::UnavailableError("the gateway is shutting down")));

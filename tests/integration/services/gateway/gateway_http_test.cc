@@ -282,6 +282,45 @@ TEST(GatewayHttpTest, AnAbsoluteFormTargetIsServedAndItsHostChecked) {
   EXPECT_EQ(h.fake().generate_calls(), 1);
 }
 
+// RFC 9112 3.2: an HTTP/1.1 request without Host, or any request with two, is a 400, and the
+// connection closes after it. HTTP/1.0 may leave Host out.
+TEST(GatewayHttpTest, AMissingOrRepeatedHostIsA400) {
+  GatewayHarness h;
+  const std::string port = absl::StrCat(h.port());
+  const std::string body = kChat;
+  auto raw = [&](const std::string& bytes) { return HttpTestClient(h.port()).Raw(bytes); };
+
+  HttpResult missing = raw("GET /health HTTP/1.1\r\n\r\n");
+  HttpResult twice = raw("GET /health HTTP/1.1\r\nHost: localhost\r\nHost: localhost\r\n\r\n");
+  HttpResult twice_10 = raw("GET /health HTTP/1.0\r\nHost: localhost\r\nHost: 127.0.0.1\r\n\r\n");
+  HttpResult absolute =
+      raw(absl::StrCat("GET http://localhost:", port, "/health HTTP/1.1\r\n\r\n"));
+  HttpResult anthropic = raw(absl::StrCat(
+      "POST /v1/messages HTTP/1.1\r\nContent-Length: ", body.size(), "\r\n\r\n", body));
+  HttpResult http10 = raw("GET /health HTTP/1.0\r\n\r\n");
+  // The target's host is the one the request is for; Host need only be there.
+  HttpResult absolute_with_host = raw(absl::StrCat("GET http://localhost:", port,
+                                                   "/health HTTP/1.1\r\nHost: attacker.example\r\n"
+                                                   "Connection: close\r\n\r\n"));
+
+  for (HttpResult r : {missing, twice, twice_10, absolute}) {
+    EXPECT_EQ(r.status, 400) << r.error << r.body;
+    EXPECT_NE(r.headers["connection"], "keep-alive");  // HTTP/1.0's answer closes unsaid.
+    EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error") << r.body;
+    EXPECT_TRUE(absl::StrContains(r.json()["error"]["message"].get<std::string>(), "Host header"))
+        << r.body;
+  }
+  for (HttpResult r : {missing, twice, absolute}) EXPECT_EQ(r.headers["connection"], "close");
+  EXPECT_TRUE(absl::StrContains(missing.body, "RFC 9112")) << missing.body;
+  EXPECT_TRUE(absl::StrContains(twice.body, "2 Host headers")) << twice.body;
+  EXPECT_EQ(anthropic.status, 400) << anthropic.error;
+  EXPECT_EQ(anthropic.json()["type"], "error") << anthropic.body;  // Anthropic's shape.
+  EXPECT_EQ(http10.status, 200) << http10.error << http10.body;
+  EXPECT_EQ(absolute_with_host.status, 200) << absolute_with_host.body;
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+  EXPECT_EQ(HttpTestClient(h.port()).Get("/health").status, 200);
+}
+
 TEST(GatewayHttpTest, WithKeysTheKeyDecidesWhateverTheHostOrOrigin) {
   HarnessOptions options;
   options.http.api_keys = {"secret-key"};

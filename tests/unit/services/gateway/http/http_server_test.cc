@@ -96,6 +96,27 @@ TEST(HttpServerTest, LoopbackHostsAreRecognised) {
   }
 }
 
+TEST(HttpServerTest, HostIsRequiredOnceInHttp11AndAtMostOnceInHttp10) {
+  namespace http = boost::beast::http;
+  auto request = [](unsigned version, const std::string& target, int hosts) {
+    HttpRequest r(http::verb::get, target, version);
+    for (int i = 0; i < hosts; ++i) r.insert(http::field::host, "localhost");
+    return r;
+  };
+
+  EXPECT_TRUE(CheckHostHeader(request(11, "/health", 1)).ok());
+  EXPECT_TRUE(CheckHostHeader(request(10, "/health", 0)).ok());
+  EXPECT_TRUE(CheckHostHeader(request(10, "/health", 1)).ok());
+  for (const HttpRequest& bad :
+       {request(11, "/health", 0), request(11, "http://localhost/health", 0),
+        request(11, "/health", 2), request(10, "/health", 2)}) {
+    absl::Status s = CheckHostHeader(bad);
+
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("Host header"), absl::string_view::npos) << s;
+  }
+}
+
 TEST(HttpServerTest, LoopbackOriginsAreRecognised) {
   for (const char* origin : {"http://localhost", "http://localhost:3000", "https://127.0.0.1",
                              "HTTP://[::1]:8080", "http://127.0.0.1:8080"}) {
