@@ -352,7 +352,7 @@ absl::Status ParseSampling(const JsonFields& f, const RequestLimits& limits,
 
 namespace {
 
-// Fields both OpenAI endpoints check the same way: model, n, stream, logprobs.
+// Fields both OpenAI endpoints check the same way: model, n, best_of, stream, stream_options.
 struct CommonFields {
   std::string model;
   bool stream = false;
@@ -370,6 +370,11 @@ absl::StatusOr<CommonFields> ParseCommon(const JsonFields& f) {
   ASSIGN_OR_RETURN(std::optional<bool> stream, f.Bool("stream"));
   c.stream = stream.value_or(false);
   ASSIGN_OR_RETURN(const Json* options, f.Object("stream_options"));
+  if (options != nullptr && !c.stream) {
+    // OpenAI's API refuses it too (a null is absent, as everywhere).
+    return WithErrorParam(Invalid("stream_options", "is only allowed when stream is enabled"),
+                          "stream_options");
+  }
   if (options != nullptr) {
     ASSIGN_OR_RETURN(std::optional<bool> usage,
                      JsonFields(*options, "stream_options").Bool("include_usage"));

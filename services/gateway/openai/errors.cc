@@ -41,6 +41,17 @@ int HttpStatusFor(const absl::Status& status) {
 
 namespace {
 
+constexpr char kErrorParamPayload[] = "type.cairn.dev/openai-error-param";
+
+}  // namespace
+
+absl::Status WithErrorParam(absl::Status status, absl::string_view param) {
+  status.SetPayload(kErrorParamPayload, absl::Cord(param));
+  return status;
+}
+
+namespace {
+
 // Error "type" names by HTTP status in both APIs; others fall back by class (4xx / 5xx).
 struct ErrorTypeRow {
   int http;
@@ -129,10 +140,11 @@ std::string AnthropicErrorMessage(const absl::Status& status) {
 
 std::string OpenAiErrorJson(const absl::Status& status) {
   const int http = HttpStatusFor(status);
+  const absl::optional<absl::Cord> param = status.GetPayload(kErrorParamPayload);
   nlohmann::json error = {
       {"message", std::string(status.message())},
       {"type", OpenAiErrorType(http)},
-      {"param", nullptr},
+      {"param", param.has_value() ? nlohmann::json(std::string(*param)) : nlohmann::json()},
       {"code",
        IsContextOverflow(status) ? std::string("context_length_exceeded") : CodeName(status)}};
   return DumpJson(nlohmann::json{{"error", error}});

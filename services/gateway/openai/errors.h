@@ -19,6 +19,10 @@ struct ErrorRendering {
 // the table of style.md §4.
 int HttpStatusFor(const absl::Status& status);
 
+// Attaches the request field `param` to `status`: OpenAI's error body names it in "param"
+// (null otherwise), as OpenAI's API does for a field it refuses.
+absl::Status WithErrorParam(absl::Status status, absl::string_view param);
+
 // Returns the OpenAI error "type" for an HTTP status ("invalid_request_error", ...).
 absl::string_view OpenAiErrorType(int http_status);
 // Returns the Anthropic error "type" for an HTTP status.

@@ -160,6 +160,24 @@ TEST(GatewayApiTest, ChatCompletionStreamsChunksUsageAndDone) {
   EXPECT_EQ(usage["cairn"]["tier"], "ram");
 }
 
+TEST(GatewayApiTest, StreamOptionsWithoutAStreamGetA400NamingThem) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult chat = client.Post("/v1/chat/completions",
+                                R"({"stream_options":{"include_usage":true},
+                                    "messages":[{"role":"user","content":"hi"}]})");
+  HttpResult completion =
+      client.Post("/v1/completions", R"({"stream":false,"stream_options":{},"prompt":"hi"})");
+
+  for (const HttpResult& r : {chat, completion}) {
+    ASSERT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(r.json()["error"]["param"], "stream_options") << r.body;
+  }
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
 TEST(GatewayApiTest, ToolCallAndReasoningDeltasStreamInTheOpenAiShape) {
   GatewayHarness h;
   h.fake().SetScript(ToolCallScript);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/gateway/openai/errors.h"
 
 namespace cairn::gateway {
 namespace {
@@ -290,6 +291,34 @@ TEST(ChatMappingTest, ErrorsNameTheField) {
                         "response_format": {"type": "xml"}})")
                 .find("response_format.type"),
             std::string::npos);
+}
+
+// As OpenAI's API: stream_options only with "stream": true, else a 400 naming it in "param".
+TEST(ChatMappingTest, StreamOptionsNeedAStream) {
+  // Both parsers read the same body: chat reads its messages, completions its prompt.
+  auto body = [](const char* fields) {
+    return Json::parse(absl::StrCat(
+        R"({"messages": [{"role": "user", "content": "x"}], "prompt": "x")", fields, "}"));
+  };
+  for (const auto parse : {ParseChatCompletionRequest, ParseCompletionRequest}) {
+    absl::StatusOr<GenerationSpec> absent =
+        parse(body(R"(, "stream_options": {"include_usage": true})"), {});
+    absl::StatusOr<GenerationSpec> off =
+        parse(body(R"(, "stream": false, "stream_options": {})"), {});
+    absl::StatusOr<GenerationSpec> null = parse(body(R"(, "stream_options": null)"), {});
+    absl::StatusOr<GenerationSpec> on =
+        parse(body(R"(, "stream": true, "stream_options": {"include_usage": true})"), {});
+
+    for (const absl::StatusOr<GenerationSpec>& refused : {absent, off}) {
+      ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+      const Json error = Json::parse(OpenAiErrorJson(refused.status()))["error"];
+      EXPECT_EQ(error["param"], "stream_options");
+      EXPECT_EQ(error["type"], "invalid_request_error");
+      EXPECT_EQ(error["message"], "stream_options is only allowed when stream is enabled");
+    }
+    EXPECT_TRUE(null.ok()) << null.status();
+    EXPECT_TRUE(on.ok()) << on.status();
+  }
 }
 
 TEST(ChatMappingTest, ResponseFormatsMapToTheDaemonsResponseFormat) {

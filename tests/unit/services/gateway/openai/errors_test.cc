@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cairn/infer/v1/infer.pb.h"
+#include "common/status/annotate.h"
 #include "common/status/grpc_status.h"
 #include "grpcpp/support/status.h"
 #include "gtest/gtest.h"
@@ -43,6 +44,19 @@ TEST(ErrorsTest, OpenAiShapeWithRetryAfterOnBusyAnswers) {
   ASSERT_EQ(r.headers.size(), 1u);
   EXPECT_EQ(r.headers[0].first, "Retry-After");
   EXPECT_EQ(r.headers[0].second, "3");
+}
+
+TEST(ErrorsTest, TheParamOfAnErrorIsTheFieldAttachedToIt) {
+  const absl::Status named =
+      Annotate(WithErrorParam(absl::InvalidArgumentError("x is bad"), "x"), "parsing");
+
+  Json with = Json::parse(RenderError(named, "/v1/chat/completions").body);
+  Json without = Json::parse(RenderError(absl::InvalidArgumentError("bad"), "/v1/responses").body);
+
+  EXPECT_EQ(with["error"]["param"], "x") << with;
+  EXPECT_EQ(with["error"]["message"], "parsing: x is bad");
+  EXPECT_TRUE(without["error"].contains("param"));
+  EXPECT_TRUE(without["error"]["param"].is_null()) << without;
 }
 
 TEST(ErrorsTest, ResponsesErrorCodesAreOpenAis) {
