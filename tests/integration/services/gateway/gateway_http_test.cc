@@ -496,6 +496,27 @@ TEST(GatewayHttpTest, ClientDisconnectWhileWaitingForANonStreamedAnswerCancels) 
   EXPECT_EQ(h.fake().cancelled_calls(), 1);
 }
 
+// RFC 9112 9.6 lets a client half-close after its request, but until the gateway writes, TCP
+// shows that and a close alike (the client's FIN): a half-closed client is treated as gone,
+// streamed or not, so that a client that closed never leaves its generation running
+// (docs/gateway.md, Disconnects).
+TEST(GatewayHttpTest, AHalfClosedClientIsTreatedAsGone) {
+  for (const char* body : {kChat, kStreamChat}) {
+    GatewayHarness h;
+    h.fake().SetScript(HangAfterStart);
+    HttpTestClient client(h.port());
+    client.StartStream("/v1/chat/completions", body, /*min_bytes=*/0);
+    ASSERT_TRUE(h.fake().waiting().WaitForNotificationWithTimeout(kCancelDeadline)) << body;
+
+    ASSERT_TRUE(client.ShutdownSend()) << body;
+
+    EXPECT_TRUE(h.fake().cancelled().WaitForNotificationWithTimeout(kCancelDeadline)) << body;
+    HttpResult r = client.ReadResponse();  // The answer ends unfinished (or never starts).
+    EXPECT_EQ(r.status, 0) << body << " " << r.body;
+    EXPECT_TRUE(Eventually([&] { return h.server().stats().connections == 0; })) << body;
+  }
+}
+
 // Past --max-pipelined-bytes (64 KiB) of read-ahead the socket is no longer read, so the
 // client's EOF sits behind bytes nobody reads: the socket's TCP state still shows it.
 TEST(GatewayHttpTest, ClientDisconnectBehindAFullReadAheadStillCancels) {

@@ -55,6 +55,13 @@ bool HttpTestClient::Connect() {
   return connected_;
 }
 
+bool HttpTestClient::ShutdownSend() {
+  if (!connected_) return false;
+  beast::error_code ec;
+  stream_->socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  return !ec;
+}
+
 void HttpTestClient::Close() {
   if (!connected_) return;
   beast::error_code ec;

@@ -62,6 +62,9 @@ class HttpTestClient {
   // Sends the head of a streaming request and reads until `min_bytes` of body arrived;
   // returns the bytes read. The connection stays open (Close() drops it).
   std::string StartStream(const std::string& target, const std::string& body, size_t min_bytes);
+  // Shuts down the sending side only (a TCP half-close: the server reads EOF, and the client
+  // can still read); false if it failed.
+  bool ShutdownSend();
   void Close();
   bool connected() const { return connected_; }
 
