@@ -500,7 +500,7 @@ void GatewayService::Detokenize(const std::shared_ptr<HttpExchange>& exchange) {
   const ModelEntry* model = &parsed->model;
   JsonFields f(parsed->body, "");
   absl::StatusOr<const Json*> tokens = f.Array("tokens", options_.limits.max_prompt_token_ids);
-  if (tokens.ok() && *tokens == nullptr) tokens = absl::InvalidArgumentError("tokens is required");
+  if (tokens.ok() && *tokens == nullptr) tokens = InvalidField("tokens", "is required");
   if (!tokens.ok()) {
     RespondError(exchange, tokens.status());
     return;

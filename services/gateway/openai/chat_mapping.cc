@@ -16,8 +16,9 @@ namespace {
 
 constexpr int64_t kMaxSeed = std::numeric_limits<int64_t>::max();
 
+// The error about one request field, named in OpenAI's "param" too (InvalidField).
 absl::Status Invalid(const std::string& field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+  return InvalidField(field, what);
 }
 
 }  // namespace
@@ -372,8 +373,7 @@ absl::StatusOr<CommonFields> ParseCommon(const JsonFields& f) {
   ASSIGN_OR_RETURN(const Json* options, f.Object("stream_options"));
   if (options != nullptr && !c.stream) {
     // OpenAI's API refuses it too (a null is absent, as everywhere).
-    return WithErrorParam(Invalid("stream_options", "is only allowed when stream is enabled"),
-                          "stream_options");
+    return Invalid("stream_options", "is only allowed when stream is enabled");
   }
   if (options != nullptr) {
     ASSIGN_OR_RETURN(std::optional<bool> usage,

@@ -18,8 +18,9 @@ namespace {
 // OpenAI's limit on a json_schema format's name.
 constexpr size_t kMaxSchemaNameBytes = 64;
 
+// The error about one request field, named in OpenAI's "param" too (InvalidField).
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+  return InvalidField(field, what);
 }
 
 }  // namespace
@@ -91,19 +92,21 @@ absl::Status CheckAgainstVocabulary(const GenerationSpec& spec, uint32_t vocab_s
   const auto& ids = spec.request.token_ids().ids();
   for (int i = 0; i < ids.size(); ++i) {
     if (ids[i] >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prompt[", i, "] = ", ids[i], " is not a token id (vocabulary size ", vocab_size, ")"));
+      return Invalid(
+          absl::StrCat("prompt[", i, "]"),
+          absl::StrCat("= ", ids[i], " is not a token id (vocabulary size ", vocab_size, ")"));
     }
   }
   const auto& stops = spec.request.sampling().stop_token_ids();
   for (int i = 0; i < stops.size(); ++i) {
     if (stops[i] >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("stop_token_ids[", i, "] = ", stops[i],
-                                                     " is not a token id (vocabulary size ",
-                                                     vocab_size, ")"));
+      return Invalid(
+          absl::StrCat("stop_token_ids[", i, "]"),
+          absl::StrCat("= ", stops[i], " is not a token id (vocabulary size ", vocab_size, ")"));
     }
   }
   if (spec.top_logprobs > vocab_size) {
+    // No param: the field is "top_logprobs" in chat but "logprobs" in legacy completions.
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs exceeds the vocabulary size ", vocab_size));
   }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json/json_scan.h"
+#include "services/gateway/openai/errors.h"
 
 namespace cairn::gateway {
 
@@ -39,6 +40,10 @@ absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth) {
         absl::StrCat("request body must be a JSON object, not ", JsonTypeName(j)));
   }
   return j;
+}
+
+absl::Status InvalidField(absl::string_view field, absl::string_view what) {
+  return WithErrorParam(absl::InvalidArgumentError(absl::StrCat(field, " ", what)), field);
 }
 
 std::string JsonTypeName(const Json& j) {
@@ -79,13 +84,11 @@ absl::StatusOr<std::optional<std::string>> JsonFields::String(absl::string_view 
   const Json* v = Get(key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " must be a string, not ", JsonTypeName(*v)));
+    return InvalidField(Name(key), absl::StrCat("must be a string, not ", JsonTypeName(*v)));
   }
   const std::string& s = v->get_ref<const std::string&>();
   if (s.size() > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " is longer than ", max_bytes, " bytes"));
+    return InvalidField(Name(key), absl::StrCat("is longer than ", max_bytes, " bytes"));
   }
   return s;
 }
@@ -94,8 +97,7 @@ absl::StatusOr<std::optional<bool>> JsonFields::Bool(absl::string_view key) cons
   const Json* v = Get(key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_boolean()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " must be a boolean, not ", JsonTypeName(*v)));
+    return InvalidField(Name(key), absl::StrCat("must be a boolean, not ", JsonTypeName(*v)));
   }
   return v->get<bool>();
 }
@@ -105,30 +107,28 @@ absl::StatusOr<std::optional<double>> JsonFields::Number(absl::string_view key, 
   const Json* v = Get(key);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " must be a number, not ", JsonTypeName(*v)));
+    return InvalidField(Name(key), absl::StrCat("must be a number, not ", JsonTypeName(*v)));
   }
   double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " must be between ", lo, " and ", hi));
+    return InvalidField(Name(key), absl::StrCat("must be between ", lo, " and ", hi));
   }
   return d;
 }
 
 absl::StatusOr<int64_t> JsonInteger(const Json& j, const std::string& name, int64_t lo,
                                     int64_t hi) {
-  const std::string range = absl::StrCat(" must be an integer between ", lo, " and ", hi);
+  const std::string range = absl::StrCat("must be an integer between ", lo, " and ", hi);
   if (j.is_number_unsigned()) {
     uint64_t u = j.get<uint64_t>();
     if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) {
-      return absl::InvalidArgumentError(absl::StrCat(name, range));
+      return InvalidField(name, range);
     }
     return static_cast<int64_t>(u);
   }
   if (j.is_number_integer()) {
     int64_t i = j.get<int64_t>();
-    if (i < lo || i > hi) return absl::InvalidArgumentError(absl::StrCat(name, range));
+    if (i < lo || i > hi) return InvalidField(name, range);
     return i;
   }
   if (j.is_number_float()) {
@@ -136,15 +136,15 @@ absl::StatusOr<int64_t> JsonInteger(const Json& j, const std::string& name, int6
     // and vLLM take it. Bounds are checked as doubles first: 2^63 and beyond, infinities and
     // NaN never reach the cast (NaN fails every comparison, hence the negated form).
     const double d = j.get<double>();
-    if (!(d >= -0x1p63 && d < 0x1p63)) return absl::InvalidArgumentError(absl::StrCat(name, range));
+    if (!(d >= -0x1p63 && d < 0x1p63)) return InvalidField(name, range);
     if (std::trunc(d) != d) {
-      return absl::InvalidArgumentError(absl::StrCat(name, range, ", not a fraction"));
+      return InvalidField(name, absl::StrCat(range, ", not a fraction"));
     }
     const auto i = static_cast<int64_t>(d);
-    if (i < lo || i > hi) return absl::InvalidArgumentError(absl::StrCat(name, range));
+    if (i < lo || i > hi) return InvalidField(name, range);
     return i;
   }
-  return absl::InvalidArgumentError(absl::StrCat(name, range, ", not ", JsonTypeName(j)));
+  return InvalidField(name, absl::StrCat(range, ", not ", JsonTypeName(j)));
 }
 
 absl::StatusOr<std::optional<int64_t>> JsonFields::Integer(absl::string_view key, int64_t lo,
@@ -160,12 +160,10 @@ absl::StatusOr<const Json*> JsonFields::Array(absl::string_view key, size_t max_
   const Json* v = Get(key);
   if (v == nullptr) return nullptr;
   if (!v->is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " must be an array, not ", JsonTypeName(*v)));
+    return InvalidField(Name(key), absl::StrCat("must be an array, not ", JsonTypeName(*v)));
   }
   if (v->size() > max_items) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " has more than ", max_items, " entries"));
+    return InvalidField(Name(key), absl::StrCat("has more than ", max_items, " entries"));
   }
   return v;
 }
@@ -173,18 +171,15 @@ absl::StatusOr<const Json*> JsonFields::Array(absl::string_view key, size_t max_
 absl::Status ForEachObject(const Json& array, const std::string& field, size_t max_items,
                            const std::function<absl::Status(const JsonFields&)>& fn) {
   if (!array.is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " must be an array, not ", JsonTypeName(array)));
+    return InvalidField(field, absl::StrCat("must be an array, not ", JsonTypeName(array)));
   }
   if (array.size() > max_items) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " has more than ", max_items, " entries"));
+    return InvalidField(field, absl::StrCat("has more than ", max_items, " entries"));
   }
   for (size_t i = 0; i < array.size(); ++i) {
     const std::string name = absl::StrCat(field, "[", i, "]");
     if (!array[i].is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " must be an object, not ", JsonTypeName(array[i])));
+      return InvalidField(name, absl::StrCat("must be an object, not ", JsonTypeName(array[i])));
     }
     absl::Status s = fn(JsonFields(array[i], name));
     if (!s.ok()) return s;
@@ -196,8 +191,7 @@ absl::StatusOr<const Json*> JsonFields::Object(absl::string_view key) const {
   const Json* v = Get(key);
   if (v == nullptr) return nullptr;
   if (!v->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Name(key), " must be an object, not ", JsonTypeName(*v)));
+    return InvalidField(Name(key), absl::StrCat("must be an object, not ", JsonTypeName(*v)));
   }
   return v;
 }

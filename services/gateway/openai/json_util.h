@@ -2,14 +2,15 @@
 #define CAIRN_SERVICES_GATEWAY_OPENAI_JSON_UTIL_H_
 
 // Reading untrusted JSON without exceptions: every accessor checks type and range and
-// returns InvalidArgument naming the field ("messages[2].content"), so that no nlohmann
-// type_error can be thrown from our code.
+// returns InvalidArgument naming the field ("messages[2].content"), in its message and as the
+// error's "param" (InvalidField), so that no nlohmann type_error can be thrown from our code.
 
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
@@ -29,6 +30,13 @@ std::string DumpJson(const Json& j);
 // body is empty, not JSON, too deep, not an object, or too costly to parse in order (an object
 // of too many members, or too many members in all: common/json/json_scan.h).
 absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth);
+
+// Returns InvalidArgument "<field> <what>" for the request field `field`, its path as OpenAI
+// writes it ("temperature", "messages[2].content", "tools[0].function.name"), also attached as
+// the error's param (WithErrorParam, errors.h), which OpenAI's error body names in "param".
+// Every OpenAI route's error about one request field is made here (Anthropic's body has no
+// param, and its mapping words its own errors).
+absl::Status InvalidField(absl::string_view field, absl::string_view what);
 
 // Returns the JSON type name used in messages ("string", "array", ...).
 std::string JsonTypeName(const Json& j);

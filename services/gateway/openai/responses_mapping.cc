@@ -17,8 +17,9 @@ namespace cairn::gateway {
 
 namespace {
 
+// The error about one request field, named in OpenAI's "param" too (InvalidField).
 absl::Status Invalid(const std::string& field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, " ", what));
+  return InvalidField(field, what);
 }
 
 // Joins a namespace and the name of one of its functions into the name the model sees.

@@ -178,6 +178,48 @@ TEST(GatewayApiTest, StreamOptionsWithoutAStreamGetA400NamingThem) {
   EXPECT_EQ(h.fake().generate_calls(), 0);
 }
 
+TEST(GatewayApiTest, A400AboutOneFieldNamesItInParamOnTheOpenAiRoutes) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+  struct Case {
+    const char* path;
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"/v1/chat/completions", R"({"temperature":-1,"messages":[{"role":"user","content":"hi"}]})",
+       "temperature"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"},{"role":"user","content":5}]})",
+       "messages[1].content"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"user","content":"hi"}],
+           "tools":[{"type":"function","function":{"parameters":{}}}]})",
+       "tools[0].function.name"},
+      {"/v1/completions", R"({"prompt":"hi","max_tokens":0})", "max_tokens"},
+      {"/v1/responses", R"({"input":[{"role":"user","content":[{"type":"input_image"}]}]})",
+       "input[0].content[0]"},
+  };
+  for (const Case& c : cases) {
+    HttpResult r = client.Post(c.path, c.body);
+    ASSERT_EQ(r.status, 400) << c.path << " " << r.body;
+    EXPECT_EQ(r.json()["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(r.json()["error"]["param"], c.param) << r.body;
+  }
+  // A body that is not JSON is about no one field.
+  HttpResult not_json = client.Post("/v1/chat/completions", "{");
+  ASSERT_EQ(not_json.status, 400) << not_json.body;
+  EXPECT_TRUE(not_json.json()["error"].contains("param"));
+  EXPECT_TRUE(not_json.json()["error"]["param"].is_null()) << not_json.body;
+  // Anthropic's error shape has no param, for a field error too.
+  HttpResult anthropic = client.Post(
+      "/v1/messages", R"({"max_tokens":"5","messages":[{"role":"user","content":"x"}]})");
+  ASSERT_EQ(anthropic.status, 400) << anthropic.body;
+  EXPECT_EQ(anthropic.json()["type"], "error");
+  EXPECT_FALSE(anthropic.json()["error"].contains("param")) << anthropic.body;
+  EXPECT_EQ(h.fake().generate_calls(), 0);
+}
+
 TEST(GatewayApiTest, ToolCallAndReasoningDeltasStreamInTheOpenAiShape) {
   GatewayHarness h;
   h.fake().SetScript(ToolCallScript);

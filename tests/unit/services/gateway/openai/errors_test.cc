@@ -59,6 +59,21 @@ TEST(ErrorsTest, TheParamOfAnErrorIsTheFieldAttachedToIt) {
   EXPECT_TRUE(without["error"]["param"].is_null()) << without;
 }
 
+TEST(ErrorsTest, AFieldErrorNamesItsFieldInParamButNotInAnthropicsShape) {
+  const absl::Status error = InvalidField("messages[0].content", "is required");
+
+  Json openai = Json::parse(RenderError(error, "/v1/chat/completions").body);
+  // Unordered: the members' order is not at issue.
+  nlohmann::json anthropic = nlohmann::json::parse(RenderError(error, "/v1/messages").body);
+
+  EXPECT_EQ(openai["error"]["message"], "messages[0].content is required");
+  EXPECT_EQ(openai["error"]["param"], "messages[0].content") << openai;
+  // Anthropic's error has no param: the same status renders as before, two members each.
+  EXPECT_EQ(anthropic, nlohmann::json::parse(R"({"type": "error", "error": {"type":
+      "invalid_request_error", "message": "messages[0].content is required"}})"))
+      << anthropic;
+}
+
 TEST(ErrorsTest, ResponsesErrorCodesAreOpenAis) {
   EXPECT_EQ(ResponsesErrorCode(absl::InvalidArgumentError(
                 "prompt of 5000 tokens does not fit the context of 4096 tokens (at least one token "

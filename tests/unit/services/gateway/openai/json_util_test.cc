@@ -6,6 +6,7 @@
 
 #include "common/json/json_scan.h"
 #include "gtest/gtest.h"
+#include "services/gateway/openai/errors.h"
 
 namespace cairn::gateway {
 namespace {
@@ -90,6 +91,41 @@ TEST(JsonUtilTest, FieldReadersCheckTypesAndRangesAndNameTheField) {
   EXPECT_FALSE(f.String("missing", 10).value().has_value());
   absl::Status named = f.Integer("n", 0, 10).status();
   EXPECT_NE(named.message().find("req.n"), absl::string_view::npos) << named;
+}
+
+// The "param" of the OpenAI error body `status` renders as ("" for null).
+std::string ParamOf(const absl::Status& status) {
+  const Json param = Json::parse(OpenAiErrorJson(status))["error"]["param"];
+  return param.is_string() ? param.get<std::string>() : "";
+}
+
+TEST(JsonUtilTest, FieldErrorsNameTheirFieldAsTheParam) {
+  Json j = Json::parse(R"({"n": 1.5, "s": 1, "o": [], "items": [{}, 2], "ids": [1, "x"]})");
+  JsonFields top(j, "");
+  JsonFields nested(j, "req");
+
+  EXPECT_EQ(ParamOf(top.Integer("n", 0, 10).status()), "n");
+  EXPECT_EQ(ParamOf(nested.Number("n", 0, 1).status()), "req.n");
+  EXPECT_EQ(ParamOf(nested.String("s", 10).status()), "req.s");
+  EXPECT_EQ(ParamOf(nested.Bool("s").status()), "req.s");
+  EXPECT_EQ(ParamOf(nested.Object("o").status()), "req.o");
+  EXPECT_EQ(ParamOf(nested.Array("n", 10).status()), "req.n");
+  EXPECT_EQ(ParamOf(ForEachObject(j["items"], "req.items", 10,
+                                  [](const JsonFields&) { return absl::OkStatus(); })),
+            "req.items[1]");
+  EXPECT_EQ(ParamOf(ForEachObject(j["items"], "req.items", 10,
+                                  [](const JsonFields& item) {
+                                    return InvalidField(item.Name("x"), "is required");
+                                  })),
+            "req.items[0].x");
+  EXPECT_EQ(ParamOf(JsonInteger(j["ids"][1], "ids[1]", 0, 9).status()), "ids[1]");
+  // The message is as before: the field's name, then what is wrong with it.
+  const absl::Status s = nested.Number("n", 0, 1).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "req.n must be between 0 and 1");
+  // Errors about the body as a whole name no field.
+  EXPECT_EQ(ParamOf(ParseJsonObject("{", 8).status()), "");
+  EXPECT_EQ(ParamOf(ParseJsonObject("[]", 8).status()), "");
 }
 
 TEST(JsonUtilTest, WholeFloatsReadAsIntegersAndNothingElseDoes) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/gateway/openai/errors.h"
 
 namespace cairn::gateway {
 namespace {
@@ -102,6 +103,34 @@ TEST(ResponsesMappingTest, TextFormatErrorsNameTheField) {
                       "tools": [{"type": "function", "name": "f"}], "tool_choice": "required"})")
                 .find("text.format cannot be combined with a tool_choice"),
             std::string::npos);
+}
+
+// As OpenAI's API: a 400 about one field names it in "param", by its path in the request.
+TEST(ResponsesMappingTest, FieldErrorsNameTheFieldInParam) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"model": "m"})", "input"},
+      {R"({"input": 5})", "input"},
+      {R"({"input": "x", "temperature": 9000})", "temperature"},
+      {R"({"input": "x", "max_output_tokens": "many"})", "max_output_tokens"},
+      {R"({"input": [{"role": "user", "content": 5}]})", "input[0].content"},
+      {R"({"input": [{"type": "function_call", "name": "f"}]})", "input[0].call_id"},
+      {R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})",
+       "input[0].content[0]"},
+      {R"({"input": "x", "tools": [{"type": "function"}]})", "tools[0].name"},
+      {R"({"input": "x", "tools": [{"type": "namespace", "name": "ns",
+          "tools": [{"type": "function", "name": "f", "parameters": 1}]}]})",
+       "tools[0].tools[0].parameters"},
+      {R"({"input": "x", "text": {"format": {"type": "json_schema"}}})", "text.format.name"},
+      {R"({"input": "x", "reasoning": {"effort": 1}})", "reasoning.effort"},
+      {R"({"input": "x", "previous_response_id": "r"})", "previous_response_id"},
+  };
+  for (const auto& [body, param] : cases) {
+    absl::StatusOr<GenerationSpec> spec = ParseResponsesRequest(Json::parse(body), {});
+    ASSERT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(Json::parse(OpenAiErrorJson(spec.status()))["error"]["param"], param) << body;
+    EXPECT_TRUE(absl::StartsWith(spec.status().message(), absl::StrCat(param, " ")))
+        << spec.status();
+  }
 }
 
 TEST(ResponsesMappingTest, ParallelFunctionCallsShareOneAssistantTurn) {
