@@ -104,6 +104,57 @@ bool IsLoopbackHost(absl::string_view host) {
   return !ec && address.is_v4() && address.is_loopback();
 }
 
+namespace {
+
+// RFC 3986's reg-name characters (unreserved and sub-delims; '%' is checked apart).
+bool IsRegNameChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+         absl::string_view("-._~!$&'()*+,;=").find(c) != absl::string_view::npos;
+}
+
+// RFC 3986's port: digits, perhaps none.
+bool IsPort(absl::string_view port) {
+  return std::all_of(port.begin(), port.end(),
+                     [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); });
+}
+
+}  // namespace
+
+bool IsValidHostValue(absl::string_view value) {
+  // Optional whitespace (spaces and tabs only) around a field's value.
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  if (value.empty()) return true;  // Allowed: a target without an authority.
+  if (value[0] == '[') {
+    // An IP literal: IPv6 (a zone's "%25" included) or IPvFuture, then an optional port.
+    const size_t close = value.find(']');
+    if (close == absl::string_view::npos || close == 1) return false;
+    const absl::string_view inside = value.substr(1, close - 1);
+    const bool literal = std::all_of(inside.begin(), inside.end(), [](char c) {
+      return c == ':' || c == '%' || IsRegNameChar(c);
+    });
+    const absl::string_view rest = value.substr(close + 1);
+    return literal && (rest.empty() || (rest[0] == ':' && IsPort(rest.substr(1))));
+  }
+  absl::string_view host = value;
+  if (const size_t colon = value.find(':'); colon != absl::string_view::npos) {
+    host = value.substr(0, colon);
+    if (!IsPort(value.substr(colon + 1))) return false;  // A second ':' fails here too.
+  }
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (host[i] == '%') {  // A percent-encoded octet.
+      if (i + 2 >= host.size() || !absl::ascii_isxdigit(static_cast<unsigned char>(host[i + 1])) ||
+          !absl::ascii_isxdigit(static_cast<unsigned char>(host[i + 2]))) {
+        return false;
+      }
+      i += 2;
+    } else if (!IsRegNameChar(host[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::Status CheckHostHeader(const HttpRequest& header) {
   const size_t hosts = header.count(boost::beast::http::field::host);
   if (hosts > 1) {
@@ -114,6 +165,17 @@ absl::Status CheckHostHeader(const HttpRequest& header) {
     return absl::InvalidArgumentError(
         "an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2), also with a "
         "target in absolute form");
+  }
+  if (hosts == 1) {
+    const boost::beast::string_view raw = header[boost::beast::http::field::host];
+    const absl::string_view value(raw.data(), raw.size());
+    if (!IsValidHostValue(value)) {
+      constexpr size_t kShown = 64;  // Of a value that may be long and hostile.
+      return absl::InvalidArgumentError(
+          absl::StrCat("the Host header \"", absl::CHexEscape(value.substr(0, kShown)),
+                       value.size() > kShown ? "...\"" : "\"",
+                       " is not a host with an optional port (RFC 9112 section 3.2)"));
+    }
   }
   return absl::OkStatus();
 }

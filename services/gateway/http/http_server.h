@@ -215,9 +215,14 @@ bool HeaderAbsentOr(const HttpRequest& header, boost::beast::http::field field,
                     bool (*ok)(absl::string_view));
 
 // Returns InvalidArgument where `header` breaks RFC 9112 3.2's Host rule: more than one Host
-// header (any version), or none in an HTTP/1.1 request. HTTP/1.0 may omit it, and a target in
-// absolute form does not excuse it (the server then goes by the target's host, not Host's).
+// header (any version), none in an HTTP/1.1 request, or one whose value is not a host with an
+// optional port (IsValidHostValue). HTTP/1.0 may omit it, and a target in absolute form does
+// not excuse it (the server then goes by the target's host, not Host's).
 absl::Status CheckHostHeader(const HttpRequest& header);
+// Whether `value` is RFC 3986's host [":" port]: a reg-name (unreserved and sub-delims
+// characters, percent-encoded octets; an IPv4 address is one), or an IP literal in brackets,
+// then an optional port of digits; or empty (a target without an authority).
+bool IsValidHostValue(absl::string_view value);
 
 // Returns true if the Host header value `host` names the loopback interface ("localhost",
 // "127.0.0.1", "[::1]", with or without a port).

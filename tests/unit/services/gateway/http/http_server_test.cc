@@ -117,6 +117,25 @@ TEST(HttpServerTest, HostIsRequiredOnceInHttp11AndAtMostOnceInHttp10) {
   }
 }
 
+TEST(HttpServerTest, AHostValueMustBeAHostWithAnOptionalPort) {
+  for (const char* good : {"localhost", "localhost:8080", "127.0.0.1:80", "[::1]:8080", "[::1]",
+                           "example.com", "", " localhost ", "a.b-c_d~", "xn--bcher-kva.example",
+                           "localhost:", "[fe80::1%25eth0]", "caf%C3%A9.example"}) {
+    EXPECT_TRUE(IsValidHostValue(good)) << good;
+  }
+  for (const char* bad :
+       {"local host", "user@localhost", "localhost/x", "[::1", "[::1]x", "::1", "localhost:80x",
+        "h:1:2", "a?b", "a#b", "%zz", "a%4", "\x01", "[]", "\"localhost\"", "localhost\r\n"}) {
+    EXPECT_FALSE(IsValidHostValue(bad)) << bad;
+  }
+  namespace http = boost::beast::http;
+  HttpRequest r(http::verb::get, "/health", 11);
+  r.insert(http::field::host, "evil host");
+  const absl::Status s = CheckHostHeader(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("evil host"), absl::string_view::npos) << s;
+}
+
 TEST(HttpServerTest, LoopbackOriginsAreRecognised) {
   for (const char* origin : {"http://localhost", "http://localhost:3000", "https://127.0.0.1",
                              "HTTP://[::1]:8080", "http://127.0.0.1:8080"}) {
