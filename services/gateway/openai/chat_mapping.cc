@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
 #include "services/gateway/openai/chat_formatters.h"
-#include "services/gateway/openai/errors.h"
 
 namespace cairn::gateway {
 
