@@ -19,6 +19,9 @@ constexpr int kLaneExperts = 16;  // Experts a routing lane keeps in registers (
 // Floats of shared memory a routing warp's token takes: its experts rounded up to whole float4s.
 __host__ __device__ constexpr int RouteStride(int experts) { return (experts + 3) / 4 * 4; }
 constexpr int kRouteLoads = 8;  // Logits a lane loads before it stores any (loads in flight).
+// Experts a lane takes a turn of RouteTokenInRegisters' exps and divisions (divides kLaneExperts).
+constexpr int kRouteBatch = 4;
+static_assert(kLaneExperts % kRouteBatch == 0, "whole turns");
 
 // The warp's best under (probability descending, id ascending) of the lanes' own bests
 // (best_id < 0: none), in every lane; none anywhere leaves best_p -1 and best_id -1. The
@@ -85,6 +88,7 @@ __device__ inline float SumInOrder(const float* buf, int experts) {
       AddInOrder(sum, b);
     }
   }
+#pragma unroll 1
   for (; j < experts; ++j) sum += buf[j];
   return sum;
 }
@@ -175,48 +179,66 @@ __device__ inline void LaneBest(const float (&p)[kLaneExperts], float& best_p, i
 }
 
 // RouteTokenInWarp's register path (experts <= 32 * kLaneExperts): lane l's experts l, l + 32,
-// ... in registers, `buf` holding only the exps for lane 0's sum. Those that can never be
-// picked (NaN, past `experts`) become -1, below every probability. A round's pick is the warp's
-// best (WarpBestPick) of the lanes' bests (LaneBest), which its lane then sets to -1: the order
-// is total, so this picks what taking the best strictly after the last pick does.
+// ..., their probabilities in registers for the picks; `buf` holds the logits, the exps for lane
+// 0's sum, then the probabilities on their way into registers. Those that can never be picked
+// (NaN, past `experts`) become -1, below every probability. A round's pick is the warp's best
+// (WarpBestPick) of the lanes' bests (LaneBest), which its lane then sets to -1: the order is
+// total, so this picks what taking the best strictly after the last pick does.
+// The exps and the divisions run kRouteBatch experts a turn in a loop that is not unrolled: the
+// same arithmetic for each expert as unrolled code, in a fraction of the instructions, which a
+// launch's first pass fetches from memory (the MoE one launch routes once a launch, cold).
 __device__ inline void RouteTokenInRegisters(const float* l, int experts, int top_k,
                                              bool renormalise, float* buf, int32_t* ids,
                                              float* weights) {
   const int lane = threadIdx.x % 32;
-  float v[kLaneExperts];
-#pragma unroll
-  for (int u = 0; u < kLaneExperts; ++u) {
-    const int j = lane + 32 * u;
-    v[u] = j < experts ? l[j] : NAN;
-  }
   float mx = NAN;
 #pragma unroll
-  for (int u = 0; u < kLaneExperts; ++u) mx = fmaxf(mx, v[u]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
-#pragma unroll
   for (int u = 0; u < kLaneExperts; ++u) {
     const int j = lane + 32 * u;
-    if (j < experts) {
-      v[u] = expf(v[u] - mx);
-      buf[j] = v[u];
+    const float v = j < experts ? l[j] : NAN;
+    if (j < experts) buf[j] = v;
+    mx = fmaxf(mx, v);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll 1
+  for (int u0 = 0; u0 < kLaneExperts; u0 += kRouteBatch) {
+#pragma unroll
+    for (int u = u0; u < u0 + kRouteBatch; ++u) {
+      const int j = lane + 32 * u;
+      if (j < experts) buf[j] = expf(buf[j] - mx);
     }
   }
   __syncwarp();
+  // Lane 0's sum has read every exp once the other lanes hold it.
   const SumDivider d =
       DividerFor(__shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0));
-  float p[kLaneExperts];
   if (d.exact) {
+#pragma unroll 1
+    for (int u0 = 0; u0 < kLaneExperts; u0 += kRouteBatch) {
 #pragma unroll
-    for (int u = 0; u < kLaneExperts; ++u) p[u] = Divide(d, v[u]);
+      for (int u = u0; u < u0 + kRouteBatch; ++u) {
+        const int j = lane + 32 * u;
+        if (j < experts) buf[j] = Divide(d, buf[j]);
+      }
+    }
   } else {
+#pragma unroll 1
+    for (int u0 = 0; u0 < kLaneExperts; u0 += kRouteBatch) {
 #pragma unroll
-    for (int u = 0; u < kLaneExperts; ++u) p[u] = v[u] / d.sum;
+      for (int u = u0; u < u0 + kRouteBatch; ++u) {
+        const int j = lane + 32 * u;
+        if (j < experts) buf[j] = buf[j] / d.sum;
+      }
+    }
   }
+  float p[kLaneExperts];
 #pragma unroll
   for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    p[u] = j < experts ? buf[j] : -1.0f;
     // Probabilities are never negative; NaN fails the test.
-    if (!(lane + 32 * u < experts && p[u] >= 0.0f)) p[u] = -1.0f;
+    if (!(p[u] >= 0.0f)) p[u] = -1.0f;
   }
   float top_sum = 0.0f;
   float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).

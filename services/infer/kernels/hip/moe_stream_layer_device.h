@@ -163,18 +163,20 @@ struct LayerRoute {
 // the same slots, tiles and order as the separate launches. `x` is scratch in the stages' memory.
 __device__ inline void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, RouteScratch& x,
                              int warp, uint64_t* trace) {
-  if (r.twice && warp == 0) {
-    for (int i = 0; i < 2; ++i) {
-      moe_route::RouteTokenInWarp(r.logits, r.experts, top_k, r.renormalise, x.route[0], x.ids,
-                                  x.weights);
-      __syncwarp();
-      if (threadIdx.x == 0) Stamp(trace, 9 + i, GlobalTime());
-    }
-  }
-  for (int tok = warp; tok < r.tokens; tok += kConsumers) {
+  // With `twice`, warp 0's first two turns route its first token (token 0) ahead of the
+  // routing proper, each stamped (points 9 and 10); the same code as every turn's, so the
+  // kernel holds one copy of the routing.
+  int extra = r.twice && warp == 0 ? 2 : 0;
+  for (int tok = warp; tok < r.tokens;) {
     moe_route::RouteTokenInWarp(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
                                 x.route[warp], x.ids + tok * top_k, x.weights + tok * top_k);
     __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
+    if (extra > 0) {
+      if (threadIdx.x == 0) Stamp(trace, 11 - extra, GlobalTime());
+      --extra;
+      continue;
+    }
+    tok += kConsumers;
   }
   if (threadIdx.x == 0) Stamp(trace, 11, GlobalTime());
   ConsumersSync();
