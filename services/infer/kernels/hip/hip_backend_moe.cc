@@ -299,6 +299,7 @@ absl::Status HipKernelBackend::MoeExpertsOnDevice(const MoeExpertsArgs& a, const
            .multiprocessors = multiprocessors_,
            .cooperative = moe_one_launch_cooperative_,
            .static_sixteenths = moe_one_launch_static_sixteenths_,
+           .compact_route = moe_compact_route_,
            .counters = base + moe_counter_parity_ * moe_counter_capacity_,
            .next_counters = base + (1 - moe_counter_parity_) * moe_counter_capacity_,
            .counter_capacity = moe_counter_capacity_};

@@ -175,6 +175,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       moe_one_launch_max_tokens_(options.moe_one_launch_max_tokens),
       moe_one_launch_cooperative_(options.moe_one_launch_cooperative),
       moe_one_launch_static_sixteenths_(options.moe_one_launch_static_sixteenths),
+      moe_compact_route_(options.moe_compact_route),
       moe_router_inside_(options.moe_router_inside),
       stream_product_weights_(options.stream_product_weights),
       attention_mma_variant_(options.attention_mma_variant),

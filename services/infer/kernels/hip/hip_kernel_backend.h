@@ -282,6 +282,8 @@ class HipKernelBackend final : public KernelBackend {
   // Sets HipKernelBackendOptions::moe_one_launch_static_sixteenths (0 to 16; the same bits),
   // for the benchmark.
   absl::Status SetMoeOneLaunchStaticSixteenthsForTest(int sixteenths);
+  // Sets HipKernelBackendOptions::moe_compact_route (the same bits), for the benchmark.
+  void SetMoeCompactRouteForTest(bool on) { moe_compact_route_ = on; }
   // The stage loads the last MoE one launch took from its counters (each block's producer
   // counts one more where it found none left), both products together; 0 where it took none
   // (static_sixteenths 16). Waits for the device; for tests.
@@ -551,6 +553,7 @@ class HipKernelBackend final : public KernelBackend {
   int moe_one_launch_max_tokens_;           // options_.moe_one_launch_max_tokens, likewise.
   bool moe_one_launch_cooperative_;         // options_.moe_one_launch_cooperative, likewise.
   int moe_one_launch_static_sixteenths_;    // options_.moe_one_launch_static_sixteenths, too.
+  bool moe_compact_route_;                  // options_.moe_compact_route, too.
   int64_t moe_taken_counters_at_ = -1;      // The last one launch's taken-load counters' index.
   bool moe_router_inside_;                  // options_.moe_router_inside, likewise.
   int64_t moe_router_inside_launches_ = 0;  // See moe_router_inside_launches().

@@ -214,6 +214,13 @@ struct HipKernelBackendOptions {
   // four tokens the last block's gate/up units end 7 us after the median's) take fewer loads.
   // 16 (not measured yet).
   int moe_one_launch_static_sixteenths = 16;
+  // The MoE one launch's routing in compact code (hip::MoeLayerStreamArgs::compact_route: each
+  // expert's exp and division in a loop of four experts a turn instead of unrolled, one copy of
+  // the routing in the kernel; with bf16 inputs the kernel's code 141 KB against 185). Every
+  // launch's blocks fetch the code they run cold from memory, and the routing runs before
+  // anything else in the launch (the forty-third round: 9 us cold against 4.4 warm at one
+  // token). The same bits. Off (not measured yet).
+  bool moe_compact_route = false;
   // A MoE decode layer's router product (MoeExpertsArgs::router) inside moe_stream_products 5's
   // one launch, its units ahead of the routing and a grid barrier between (hip::MoeLayerStreamArgs
   // ::router), instead of a product launch before it. The same bits (MatMulRowsMma's units).

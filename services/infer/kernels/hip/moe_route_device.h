@@ -70,6 +70,9 @@ __device__ inline void AddInOrder(float& sum, const float4 (&q)[4]) {
 // Lane 0's sum of buf[0 .. experts) in expert order (MoeRoute's one chain of additions): 32
 // values a turn in two batches of four 16-byte loads, each batch loaded while the other is
 // added, so the chain's additions wait only on each other.
+// kCompact: the tail past the last whole turn of 32 in a loop that is not unrolled (the same
+// additions in the same order; RouteTokenInRegisters<true>'s code size).
+template <bool kCompact = false>
 __device__ inline float SumInOrder(const float* buf, int experts) {
   float sum = 0.0f;
   int j = 0;
@@ -88,8 +91,12 @@ __device__ inline float SumInOrder(const float* buf, int experts) {
       AddInOrder(sum, b);
     }
   }
+  if constexpr (kCompact) {
 #pragma unroll 1
-  for (; j < experts; ++j) sum += buf[j];
+    for (; j < experts; ++j) sum += buf[j];
+  } else {
+    for (; j < experts; ++j) sum += buf[j];
+  }
   return sum;
 }
 
@@ -178,18 +185,49 @@ __device__ inline void LaneBest(const float (&p)[kLaneExperts], float& best_p, i
   best_u = tu[0];
 }
 
-// RouteTokenInWarp's register path (experts <= 32 * kLaneExperts): lane l's experts l, l + 32,
-// ..., their probabilities in registers for the picks; `buf` holds the logits, the exps for lane
-// 0's sum, then the probabilities on their way into registers. Those that can never be picked
-// (NaN, past `experts`) become -1, below every probability. A round's pick is the warp's best
-// (WarpBestPick) of the lanes' bests (LaneBest), which its lane then sets to -1: the order is
-// total, so this picks what taking the best strictly after the last pick does.
-// The exps and the divisions run kRouteBatch experts a turn in a loop that is not unrolled: the
-// same arithmetic for each expert as unrolled code, in a fraction of the instructions, which a
-// launch's first pass fetches from memory (the MoE one launch routes once a launch, cold).
-__device__ inline void RouteTokenInRegisters(const float* l, int experts, int top_k,
-                                             bool renormalise, float* buf, int32_t* ids,
-                                             float* weights) {
+// RouteTokenInRegisters' probabilities, unrolled (kCompact false).
+__device__ inline void RoutedProbabilities(const float* l, int experts, float* buf,
+                                           float (&p)[kLaneExperts]) {
+  const int lane = threadIdx.x % 32;
+  float v[kLaneExperts];
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    v[u] = j < experts ? l[j] : NAN;
+  }
+  float mx = NAN;
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) mx = fmaxf(mx, v[u]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullWarp, mx, off));
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    const int j = lane + 32 * u;
+    if (j < experts) {
+      v[u] = expf(v[u] - mx);
+      buf[j] = v[u];
+    }
+  }
+  __syncwarp();
+  const SumDivider d =
+      DividerFor(__shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0));
+  if (d.exact) {
+#pragma unroll
+    for (int u = 0; u < kLaneExperts; ++u) p[u] = Divide(d, v[u]);
+  } else {
+#pragma unroll
+    for (int u = 0; u < kLaneExperts; ++u) p[u] = v[u] / d.sum;
+  }
+#pragma unroll
+  for (int u = 0; u < kLaneExperts; ++u) {
+    // Probabilities are never negative; NaN fails the test.
+    if (!(lane + 32 * u < experts && p[u] >= 0.0f)) p[u] = -1.0f;
+  }
+}
+
+// RouteTokenInRegisters' probabilities in turns of kRouteBatch experts (kCompact true).
+__device__ inline void RoutedProbabilitiesCompact(const float* l, int experts, float* buf,
+                                                  float (&p)[kLaneExperts]) {
   const int lane = threadIdx.x % 32;
   float mx = NAN;
 #pragma unroll
@@ -212,7 +250,7 @@ __device__ inline void RouteTokenInRegisters(const float* l, int experts, int to
   __syncwarp();
   // Lane 0's sum has read every exp once the other lanes hold it.
   const SumDivider d =
-      DividerFor(__shfl_sync(kFullWarp, lane == 0 ? SumInOrder(buf, experts) : 0.0f, 0));
+      DividerFor(__shfl_sync(kFullWarp, lane == 0 ? SumInOrder<true>(buf, experts) : 0.0f, 0));
   if (d.exact) {
 #pragma unroll 1
     for (int u0 = 0; u0 < kLaneExperts; u0 += kRouteBatch) {
@@ -232,7 +270,6 @@ __device__ inline void RouteTokenInRegisters(const float* l, int experts, int to
       }
     }
   }
-  float p[kLaneExperts];
 #pragma unroll
   for (int u = 0; u < kLaneExperts; ++u) {
     const int j = lane + 32 * u;
@@ -240,6 +277,30 @@ __device__ inline void RouteTokenInRegisters(const float* l, int experts, int to
     // Probabilities are never negative; NaN fails the test.
     if (!(p[u] >= 0.0f)) p[u] = -1.0f;
   }
+}
+
+// RouteTokenInWarp's register path (experts <= 32 * kLaneExperts): lane l's experts l, l + 32,
+// ..., their probabilities in registers for the picks. Those that can never be picked (NaN, past
+// `experts`) become -1, below every probability. A round's pick is the warp's best
+// (WarpBestPick) of the lanes' bests (LaneBest), which its lane then sets to -1: the order is
+// total, so this picks what taking the best strictly after the last pick does.
+// kCompact false: every value's exp and division unrolled, the exps in registers and `buf`
+// holding them only for lane 0's sum. kCompact true: the exps and the divisions kRouteBatch
+// experts a turn in a loop that is not unrolled, `buf` holding the logits, the exps, then the
+// probabilities on their way into registers: the same arithmetic for each expert (the same
+// bits) in a fraction of the instructions, which a launch's first pass fetches from memory (the
+// MoE one launch routes once a launch, cold; MoeLayerStreamArgs::compact_route).
+template <bool kCompact = false>
+__device__ inline void RouteTokenInRegisters(const float* l, int experts, int top_k,
+                                             bool renormalise, float* buf, int32_t* ids,
+                                             float* weights) {
+  float p[kLaneExperts];
+  if constexpr (kCompact) {
+    RoutedProbabilitiesCompact(l, experts, buf, p);
+  } else {
+    RoutedProbabilities(l, experts, buf, p);
+  }
+  const int lane = threadIdx.x % 32;
   float top_sum = 0.0f;
   float my_p = 0.0f;  // Pick `lane`'s probability and id (lanes below top_k).
   int my_id = -1;
@@ -274,10 +335,12 @@ __device__ inline void RouteTokenInRegisters(const float* l, int experts, int to
 // loops over `buf`, their loads batched so that latency is paid once a batch (the logits
 // kRouteLoads a lane at a time), and a round a pick: each lane's best strictly after the last
 // pick in ascending id, then the warp's best (WarpBestPick).
+// kCompact: RouteTokenInRegisters' (the register path's code size; the same bits).
+template <bool kCompact = false>
 __device__ inline void RouteTokenInWarp(const float* l, int experts, int top_k, bool renormalise,
                                         float* buf, int32_t* ids, float* weights) {
   if (experts <= 32 * kLaneExperts) {
-    RouteTokenInRegisters(l, experts, top_k, renormalise, buf, ids, weights);
+    RouteTokenInRegisters<kCompact>(l, experts, top_k, renormalise, buf, ids, weights);
     return;
   }
   const int lane = threadIdx.x % 32;

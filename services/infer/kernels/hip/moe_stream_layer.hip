@@ -63,6 +63,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "services/infer/kernels/hip/hip_device_util.h"
 #include "services/infer/kernels/hip/hip_kernels.h"
@@ -412,7 +413,8 @@ __device__ void Consume(const LayerProduct& p, int64_t j0, int64_t j1, bool stea
 // tiles of 8 token rows, no routed tiles) go through the ring first, as the down product's
 // (the bits of MatMulRowsMma's product, as the down units'), writing route.logits; then a grid
 // barrier on counter max_tiles + shared_tiles + 1 before any block routes.
-template <int kPieces, bool kSteals>
+// kCompact: MoeLayerStreamArgs::compact_route (the routing's compact code; the same bits).
+template <int kPieces, bool kSteals, bool kCompact>
 __global__ void __launch_bounds__(kThreads, 1)
     MoeLayerStreamKernel(const MoeTile* tiles, const int32_t* num_tiles,
                          const int32_t* sorted_picks, int64_t max_tiles, int64_t shared_tiles,
@@ -468,7 +470,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // without any wait for the sort all the same, and splitting the two kinds of tiles apart
     // leaves some blocks a unit more than an even split (measured: one token 52 against 43 us).
     if (warp < kConsumers) {
-      RouteAndSort(route, top_k, sm, *reinterpret_cast<RouteScratch*>(ring.stages), warp, trace);
+      RouteAndSort<kCompact>(route, top_k, sm, *reinterpret_cast<RouteScratch*>(ring.stages), warp,
+                             trace);
     }
     tiles = sm.tiles;
     num_tiles = &sm.num_tiles;
@@ -658,11 +661,18 @@ hipError_t MoeLayerStream(const MoeLayerStreamArgs& c, hipStream_t stream) {
   const size_t ring_bytes = std::max(static_cast<size_t>(stages) * stage_bytes,
                                      c.logits != nullptr ? sizeof(RouteScratch) : size_t{0});
   const size_t bytes = kStagesOffset + ring_bytes;
-  // Loads from counters in instantiations of their own: the fixed shares' code is unchanged.
+  // Loads from counters and the compact routing in instantiations of their own: the default's
+  // code is unchanged.
   const bool steals = c.static_sixteenths < 16;
-  const auto kernel =
-      c.bf16_inputs ? (steals ? MoeLayerStreamKernel<1, true> : MoeLayerStreamKernel<1, false>)
-                    : (steals ? MoeLayerStreamKernel<3, true> : MoeLayerStreamKernel<3, false>);
+  const auto pick = [&](auto pieces) {
+    constexpr int kP = decltype(pieces)::value;
+    return c.compact_route ? (steals ? MoeLayerStreamKernel<kP, true, true>
+                                     : MoeLayerStreamKernel<kP, false, true>)
+                           : (steals ? MoeLayerStreamKernel<kP, true, false>
+                                     : MoeLayerStreamKernel<kP, false, false>);
+  };
+  const auto kernel = c.bf16_inputs ? pick(std::integral_constant<int, 1>{})
+                                    : pick(std::integral_constant<int, 3>{});
   if (AllowSharedBytes(kernel, bytes) != hipSuccess) {
     static_cast<void>(hipGetLastError());  // Not this kernel: the caller's launches instead.
     return hipErrorNotSupported;

@@ -161,22 +161,42 @@ struct LayerRoute {
 // expert in tiles of tile_rows, laid after every lower expert's tiles) and, for the sum, its place
 // in its token's order (ascending expert, then pick: MoeCombineWideKernel's). Integer counts, so
 // the same slots, tiles and order as the separate launches. `x` is scratch in the stages' memory.
+// kCompact: the routing's compact code (RouteTokenInWarp<true>, one copy in the kernel: the
+// trace's extra routings are turns of the same loop); the same bits.
+template <bool kCompact>
 __device__ inline void RouteAndSort(const LayerRoute& r, int top_k, LayerSmem& sm, RouteScratch& x,
-                             int warp, uint64_t* trace) {
-  // With `twice`, warp 0's first two turns route its first token (token 0) ahead of the
-  // routing proper, each stamped (points 9 and 10); the same code as every turn's, so the
-  // kernel holds one copy of the routing.
-  int extra = r.twice && warp == 0 ? 2 : 0;
-  for (int tok = warp; tok < r.tokens;) {
-    moe_route::RouteTokenInWarp(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
-                                x.route[warp], x.ids + tok * top_k, x.weights + tok * top_k);
-    __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
-    if (extra > 0) {
-      if (threadIdx.x == 0) Stamp(trace, 11 - extra, GlobalTime());
-      --extra;
-      continue;
+                                    int warp, uint64_t* trace) {
+  if constexpr (kCompact) {
+    // With `twice`, warp 0's first two turns route its first token (token 0) ahead of the
+    // routing proper, each stamped (points 9 and 10): the same code as every turn's, so the
+    // kernel holds one copy of the routing.
+    int extra = r.twice && warp == 0 ? 2 : 0;
+    for (int tok = warp; tok < r.tokens;) {
+      moe_route::RouteTokenInWarp<true>(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
+                                        x.route[warp], x.ids + tok * top_k,
+                                        x.weights + tok * top_k);
+      __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
+      if (extra > 0) {
+        if (threadIdx.x == 0) Stamp(trace, 11 - extra, GlobalTime());
+        --extra;
+        continue;
+      }
+      tok += kConsumers;
     }
-    tok += kConsumers;
+  } else {
+    if (r.twice && warp == 0) {
+      for (int i = 0; i < 2; ++i) {
+        moe_route::RouteTokenInWarp(r.logits, r.experts, top_k, r.renormalise, x.route[0], x.ids,
+                                    x.weights);
+        __syncwarp();
+        if (threadIdx.x == 0) Stamp(trace, 9 + i, GlobalTime());
+      }
+    }
+    for (int tok = warp; tok < r.tokens; tok += kConsumers) {
+      moe_route::RouteTokenInWarp(r.logits + tok * r.ld, r.experts, top_k, r.renormalise,
+                                  x.route[warp], x.ids + tok * top_k, x.weights + tok * top_k);
+      __syncwarp();  // Lane 0's sum has read the exps the next token's overwrite.
+    }
   }
   if (threadIdx.x == 0) Stamp(trace, 11, GlobalTime());
   ConsumersSync();

@@ -31,7 +31,7 @@
 //          [--fuse-delta=1,0] [--fold-shared=1,0] [--moe-waves=4,0] [--moe-stream=0,1,2,3,4,5]
 //          [--moe-cooperative=0,1] [--stream-products=-1,0,1] [--fuse-conv=1,0]
 //          [--early-release=0,1] [--fuse-delta-norm=0,1] [--delta-step-blocks=1,4]
-//          [--router-inside=0,1] [--static-sixteenths=16,12,8]
+//          [--router-inside=0,1] [--static-sixteenths=16,12,8] [--compact-route=0,1]
 // The decode variants: each slot count's decode steps run once for every combination of the
 // values listed, in the flags' order below, the last innermost: --mma-bf16-inputs,
 // --mma-variants, --decode-attention-variants, --decode-ranges, --moe-kernels,
@@ -41,13 +41,13 @@
 // run, also once for each value), --fuse-silu, --fuse-delta, --fold-shared, --moe-waves,
 // --moe-stream, --moe-cooperative, --stream-products, --fuse-conv, --early-release
 // (hip::SetEarlyRelease's mask, hip::EarlyReleaseKind bits), --fuse-delta-norm,
-// --delta-step-blocks, --router-inside and --static-sixteenths. Each sets the
+// --delta-step-blocks, --router-inside, --static-sixteenths and --compact-route. Each sets the
 // HipKernelBackendOptions field of its name (copy_rows_kernel, mma_rows_staged_min_rows,
 // mma_rows_staged_min_bytes, mma_rows_prefetch_k, round_product_inputs_max_bytes,
 // fuse_gate_up_silu, fuse_delta_inputs, fold_shared_expert, moe_product_waves,
 // moe_stream_products, moe_one_launch_cooperative, stream_product_weights, fuse_conv_product,
 // early_release, fuse_delta_norm, delta_step_min_blocks, moe_router_inside,
-// moe_one_launch_static_sixteenths; each option's
+// moe_one_launch_static_sixteenths, moe_compact_route; each option's
 // comment says whether it changes any bits).
 // --logits-parts: outermost, every slot count's decode steps once for each value of
 // Qwen3HybridOptions::logits_parts listed (the model made again for each change; the same
@@ -352,6 +352,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 1, &f->router_inside)) return false;
     } else if (key == "static-sixteenths") {
       if (!IntList(value, 0, 16, &f->static_sixteenths)) return false;
+    } else if (key == "compact-route") {
+      if (!IntList(value, 0, 1, &f->compact_route)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

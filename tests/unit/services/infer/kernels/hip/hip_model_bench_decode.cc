@@ -16,7 +16,7 @@ void ModelBench::Decode() {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
         staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
         moe_cooperative, stream_products, fuse_conv, early_release, fuse_delta_norm,
-        delta_step_blocks, router_inside, static_sixteenths;
+        delta_step_blocks, router_inside, static_sixteenths, compact_route;
   };
   // Every combination of the variants listed, the last listed innermost (an odometer over the
   // lists, the last digit turning fastest).
@@ -45,6 +45,7 @@ void ModelBench::Decode() {
       {&f_.delta_step_blocks, &Config::delta_step_blocks},
       {&f_.router_inside, &Config::router_inside},
       {&f_.static_sixteenths, &Config::static_sixteenths},
+      {&f_.compact_route, &Config::compact_route},
   };
   // The axis whose values do not enter where staged rows are 0.
   const size_t staged_mb_axis = static_cast<size_t>(
@@ -151,6 +152,7 @@ void ModelBench::Decode() {
         b_.SetMoeRouterInsideForTest(c.router_inside == 1);
         Bench::Check(b_.SetMoeOneLaunchStaticSixteenthsForTest(c.static_sixteenths),
                      "static sixteenths");
+        b_.SetMoeCompactRouteForTest(c.compact_route == 1);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -217,6 +219,9 @@ void ModelBench::Decode() {
         if (f_.static_sixteenths.size() > 1) {
           suffix += absl::StrFormat(" (static sixteenths %d)", c.static_sixteenths);
         }
+        if (f_.compact_route.size() > 1) {
+          suffix += absl::StrFormat(" (compact route %d)", c.compact_route);
+        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -241,6 +246,7 @@ void ModelBench::Decode() {
       Bench::Check(
           b_.SetMoeOneLaunchStaticSixteenthsForTest(defaults.moe_one_launch_static_sixteenths),
           "static sixteenths");
+      b_.SetMoeCompactRouteForTest(defaults.moe_compact_route);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

@@ -243,6 +243,21 @@ TEST_P(HipModelTest, RouterInsideTheOneLaunchGivesTheBitsOfItsLaunch) {
   ExpectSamePasses(apart, inside);
 }
 
+// The MoE one launch's routing in compact code (moe_compact_route) gives the bits of its
+// unrolled code: every pass and decode step of RunAll.
+TEST_P(HipModelTest, CompactRoutingInTheOneLaunchGivesTheBitsOfTheUnrolledRouting) {
+  gpu_->SetMoeCompactRouteForTest(false);
+  absl::StatusOr<std::vector<std::vector<float>>> unrolled = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetMoeCompactRouteForTest(true);
+  const int64_t before = hip::MoeLayerStreamLaunches();
+  absl::StatusOr<std::vector<std::vector<float>>> compact = RunAll(*gpu_model_, *gpu_, tokens_);
+  // "next" and "moe" have MoE layers, whose decode steps the one launch takes.
+  EXPECT_EQ(hip::MoeLayerStreamLaunches() > before,
+            GetParam() != "dense" && hip::MoeLayerStreamSupported());
+  gpu_->SetMoeCompactRouteForTest(HipKernelBackendOptions().moe_compact_route);
+  ExpectSamePasses(unrolled, compact);
+}
+
 // Logits in parts of the vocabulary, each part's download queued on its own stream while the
 // next part computes (Qwen3HybridOptions::logits_parts; the test presets' logits are below the
 // default's minimum size, so gpu_model_ computes them whole), give the bits of one product.

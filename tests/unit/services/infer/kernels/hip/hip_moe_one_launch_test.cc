@@ -31,13 +31,14 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesHostileLogitsAsTheRoutingLaunchDoes)
   // (the products only, the routing and the sum in launches of their own) against the grouped
   // launches (0), out and the residual bit for bit, on router logits with a NaN, all NaN (no
   // picks at all), a +inf, all -inf, all equal, and fewer finite logits than top_k (picks that
-  // name no expert): the shared expert folded in, its gate and the residual in the sum.
+  // name no expert): the shared expert folded in, its gate and the residual in the sum. Mode
+  // 5 twice: the routing's unrolled code and its compact code (moe_compact_route).
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
-  for (const int mode : {0, 3, 5}) {
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-        HipKernelBackend::Create({.moe_stream_products = mode});
+  for (const int mode : {0, 3, 5, 6}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+        {.moe_stream_products = mode == 6 ? 5 : mode, .moe_compact_route = mode == 6});
     ASSERT_TRUE(b.ok()) << b.status();
     backends.push_back(*std::move(b));
   }
@@ -87,13 +88,14 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesNearTiesAsTheRoutingLaunchDoes) {
   // 5), against the grouped launches' routing (0), out and the residual bit for bit. The
   // logits at the picks' boundary come in near ties (adjacent floats, equal values), whose exps
   // or probabilities may round together, and hostile rows (a NaN, all equal, a +inf); with and
-  // without renormalising, top 1, 8 and 10 of 512 experts, and a top 5 of 12.
+  // without renormalising, top 1, 8 and 10 of 512 experts, and a top 5 of 12. The one launch
+  // twice: the routing's unrolled code and its compact code (moe_compact_route).
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<std::unique_ptr<HipKernelBackend>> backends;
-  for (const int mode : {0, 5}) {
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-        HipKernelBackend::Create({.moe_stream_products = mode});
+  for (const int mode : {0, 5, 6}) {
+    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b = HipKernelBackend::Create(
+        {.moe_stream_products = mode == 6 ? 5 : mode, .moe_compact_route = mode == 6});
     ASSERT_TRUE(b.ok()) << b.status();
     backends.push_back(*std::move(b));
   }
@@ -157,13 +159,15 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchRoutesNearTiesAsTheRoutingLaunchDoes) {
       a.out_gate = dg.floats();
       std::vector<std::vector<float>> outs, hs;
       RunOnEach(backends, a, out0, h0, &outs, &hs);
-      ASSERT_EQ(outs.size(), 2u);
-      EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out";
-      EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual";
+      ASSERT_EQ(outs.size(), 3u);
+      for (size_t i = 1; i < outs.size(); ++i) {
+        EXPECT_TRUE(SameBits(outs[0], outs[i])) << "out, way " << i;
+        EXPECT_TRUE(SameBits(hs[0], hs[i])) << "residual, way " << i;
+      }
     }
   }
-  // The one launch did route these calls itself.
-  EXPECT_GE(hip::MoeLayerStreamLaunches() - one_launch_before, 4 * 24);
+  // The one launch did route these calls itself, both ways.
+  EXPECT_GE(hip::MoeLayerStreamLaunches() - one_launch_before, 2 * 4 * 24);
 }
 
 TEST_F(HipMoeExpertsTest, AOneLaunchTheDeviceCannotHoldAtOnceTakesTheGroupedLaunches) {
@@ -215,66 +219,72 @@ TEST_F(HipMoeExpertsTest, TheOneLaunchStampsItsPhasesInOrderAndKeepsItsBits) {
   // producer's last stage, in that order on the device's clock (the producer's after the
   // routing; the extra routings' between the wait and the routing, and only where asked for;
   // the routing's own two stamps between the wait and the sort's), and a stamped launch gives
-  // the bits of one that is not.
-  constexpr int kPoints = hip::kMoeLayerTracePoints;
-  std::vector<std::unique_ptr<HipKernelBackend>> backends;
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
-        HipKernelBackend::Create({.moe_stream_products = 5});
-    ASSERT_TRUE(b.ok()) << b.status();
-    backends.push_back(*std::move(b));
-  }
-  HipKernelBackend& traced = *backends[1];
-  const int blocks = traced.MultiprocessorsForTest();
-  ASSERT_GT(blocks, 0);
-  DeviceBuffer stamps = Up(std::vector<uint64_t>(static_cast<size_t>(3 * blocks * kPoints), 0));
-  auto* const stamp_data = static_cast<uint64_t*>(stamps.data());
-  traced.SetMoeLayerTraceForTest(stamp_data, 2);
-  const MoeShape layer{"80B-like layer", 4, 2048, 512, 512, 10, false, 0.0f};
-  std::vector<DeviceBuffer> keep;
-  std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
-  UploadWithShared(layer, 621, keep, gate_up, down, shared_gate_up, shared_down);
-  for (const int64_t tokens : {1, 4, 1, 1}) {
-    MoeShape s = layer;
-    s.tokens = tokens;
-    SCOPED_TRACE(::testing::Message() << tokens << " tokens");
-    if (traced.MoeLayerTracedForTest() == 2) {  // The third call: one launch, routing twice more.
-      traced.SetMoeLayerTraceForTest(stamp_data + 2 * blocks * kPoints, 1, /*route_twice=*/true);
+  // the bits of one that is not. Both with the routing's unrolled code and with its compact
+  // code (moe_compact_route, whose extra routings are turns of the routing's own loop).
+  for (const bool compact : {false, true}) {
+    SCOPED_TRACE(compact ? "compact routing" : "unrolled routing");
+    constexpr int kPoints = hip::kMoeLayerTracePoints;
+    std::vector<std::unique_ptr<HipKernelBackend>> backends;
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
+          HipKernelBackend::Create({.moe_stream_products = 5, .moe_compact_route = compact});
+      ASSERT_TRUE(b.ok()) << b.status();
+      backends.push_back(*std::move(b));
     }
-    const std::vector<float> logits = RouterLogits(s, 622, /*tied_pairs=*/false);
-    const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 623);
-    const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 624);
-    const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 625);
-    DeviceBuffer dx = Up(x), dl = Up(logits);
-    MoeExpertsArgs a = WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true),
-                                        s, shared_gate_up, shared_down);
-    std::vector<std::vector<float>> outs, hs;
-    RunOnEach(backends, a, out0, h0, &outs, &hs);
-    ASSERT_EQ(outs.size(), 2u);
-    EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out";
-    EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual";
-  }
-  EXPECT_EQ(traced.MoeLayerTracedForTest(), 1);  // The third call's, the fourth past it.
-  std::vector<uint64_t> host(static_cast<size_t>(3 * blocks * kPoints));
-  ASSERT_TRUE(traced.memory()->Download(host.data(), stamps.data(), host.size() * 8).ok());
-  for (int l = 0; l < 3; ++l) {
-    for (int b = 0; b < blocks; ++b) {
-      SCOPED_TRACE(::testing::Message() << "launch " << l << ", block " << b);
-      const uint64_t* t = host.data() + (static_cast<int64_t>(l) * blocks + b) * kPoints;
-      for (const int p : {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12}) EXPECT_NE(t[p], 0u) << "point " << p;
-      for (int p = 1; p < 8; ++p) EXPECT_LE(t[p - 1], t[p]) << "point " << p;
-      EXPECT_LE(t[2], t[8]);
-      // The routing proper: warp 0's tokens, then every warp's, before the sort ends.
-      EXPECT_LE(t[1], t[11]);
-      EXPECT_LE(t[11], t[12]);
-      EXPECT_LE(t[12], t[2]);
-      if (l < 2) {
-        EXPECT_EQ(t[9], 0u);
-        EXPECT_EQ(t[10], 0u);
-      } else if (b == 0) {  // Warp 0 of every block routes twice more; block 0's checked.
-        EXPECT_LE(t[1], t[9]);
-        EXPECT_LE(t[9], t[10]);
-        EXPECT_LE(t[10], t[11]);
+    HipKernelBackend& traced = *backends[1];
+    const int blocks = traced.MultiprocessorsForTest();
+    ASSERT_GT(blocks, 0);
+    DeviceBuffer stamps = Up(std::vector<uint64_t>(static_cast<size_t>(3 * blocks * kPoints), 0));
+    auto* const stamp_data = static_cast<uint64_t*>(stamps.data());
+    traced.SetMoeLayerTraceForTest(stamp_data, 2);
+    const MoeShape layer{"80B-like layer", 4, 2048, 512, 512, 10, false, 0.0f};
+    std::vector<DeviceBuffer> keep;
+    std::vector<WeightMatrix> gate_up, down, shared_gate_up, shared_down;
+    UploadWithShared(layer, 621, keep, gate_up, down, shared_gate_up, shared_down);
+    for (const int64_t tokens : {1, 4, 1, 1}) {
+      MoeShape s = layer;
+      s.tokens = tokens;
+      SCOPED_TRACE(::testing::Message() << tokens << " tokens");
+      if (traced.MoeLayerTracedForTest() == 2) {  // The third call: one launch, routing twice more.
+        traced.SetMoeLayerTraceForTest(stamp_data + 2 * blocks * kPoints, 1, /*route_twice=*/true);
+      }
+      const std::vector<float> logits = RouterLogits(s, 622, /*tied_pairs=*/false);
+      const std::vector<float> x = RandomFloats(s.tokens * s.hidden, 623);
+      const std::vector<float> out0 = RandomFloats(s.tokens * s.hidden, 624);
+      const std::vector<float> h0 = RandomFloats(s.tokens * s.hidden, 625);
+      DeviceBuffer dx = Up(x), dl = Up(logits);
+      MoeExpertsArgs a =
+          WithSharedExpert(ShapeArgs(s, dx.floats(), dl.floats(), gate_up, down, true), s,
+                           shared_gate_up, shared_down);
+      std::vector<std::vector<float>> outs, hs;
+      RunOnEach(backends, a, out0, h0, &outs, &hs);
+      ASSERT_EQ(outs.size(), 2u);
+      EXPECT_TRUE(SameBits(outs[0], outs[1])) << "out";
+      EXPECT_TRUE(SameBits(hs[0], hs[1])) << "residual";
+    }
+    EXPECT_EQ(traced.MoeLayerTracedForTest(), 1);  // The third call's, the fourth past it.
+    std::vector<uint64_t> host(static_cast<size_t>(3 * blocks * kPoints));
+    ASSERT_TRUE(traced.memory()->Download(host.data(), stamps.data(), host.size() * 8).ok());
+    for (int l = 0; l < 3; ++l) {
+      for (int b = 0; b < blocks; ++b) {
+        SCOPED_TRACE(::testing::Message() << "launch " << l << ", block " << b);
+        const uint64_t* t = host.data() + (static_cast<int64_t>(l) * blocks + b) * kPoints;
+        for (const int p : {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 12})
+          EXPECT_NE(t[p], 0u) << "point " << p;
+        for (int p = 1; p < 8; ++p) EXPECT_LE(t[p - 1], t[p]) << "point " << p;
+        EXPECT_LE(t[2], t[8]);
+        // The routing proper: warp 0's tokens, then every warp's, before the sort ends.
+        EXPECT_LE(t[1], t[11]);
+        EXPECT_LE(t[11], t[12]);
+        EXPECT_LE(t[12], t[2]);
+        if (l < 2) {
+          EXPECT_EQ(t[9], 0u);
+          EXPECT_EQ(t[10], 0u);
+        } else if (b == 0) {  // Warp 0 of every block routes twice more; block 0's checked.
+          EXPECT_LE(t[1], t[9]);
+          EXPECT_LE(t[9], t[10]);
+          EXPECT_LE(t[10], t[11]);
+        }
       }
     }
   }
