@@ -212,15 +212,19 @@ struct HipKernelBackendOptions {
   // the rest taken one stage load at a time from a counter by whichever block is ready first, so
   // that blocks which stream slower than the others (the forty-second round's phase stamps: at
   // four tokens the last block's gate/up units end 7 us after the median's) take fewer loads.
-  // 16 (not measured yet).
+  // 16: on an H100 (fifty-third round, one process) 8 and 0 were slower at one and four slots
+  // (1.45-1.46 and 1.46-1.48 against 1.44-1.45 ms; 2.41 and 2.45-2.47 against 2.32-2.34 ms): the
+  // claims' round trips cost more than the tail they take.
   int moe_one_launch_static_sixteenths = 16;
   // The MoE one launch's routing in compact code (hip::MoeLayerStreamArgs::compact_route: each
   // expert's exp and division in a loop of four experts a turn instead of unrolled, one copy of
   // the routing in the kernel; with bf16 inputs the kernel's code 141 KB against 185). Every
   // launch's blocks fetch the code they run cold from memory, and the routing runs before
   // anything else in the launch (the forty-third round: 9 us cold against 4.4 warm at one
-  // token). The same bits. Off (not measured yet).
-  bool moe_compact_route = false;
+  // token). The same bits. On: in one process on an H100 (fifty-third round) the routing ended
+  // 1.1 us sooner at one token and 2.8 us at four, and steps took 1.41-1.42 against 1.44-1.45
+  // ms at one slot and 2.29-2.31 against 2.32-2.34 ms at four.
+  bool moe_compact_route = true;
   // A MoE decode layer's router product (MoeExpertsArgs::router) inside moe_stream_products 5's
   // one launch, its units ahead of the routing and a grid barrier between (hip::MoeLayerStreamArgs
   // ::router), instead of a product launch before it. The same bits (MatMulRowsMma's units).

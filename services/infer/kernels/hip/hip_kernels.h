@@ -358,8 +358,8 @@ struct MoeLayerStreamArgs {
   // The routing inside in code of a fraction of the size (RouteTokenInWarp<true>: each
   // expert's exp and division in a loop of a few experts a turn instead of unrolled for all, one
   // copy of the routing in the kernel), which each launch's blocks fetch cold from memory. The
-  // same bits.
-  bool compact_route = false;
+  // same bits; false: the unrolled code.
+  bool compact_route = true;
   // Two arrays of counter_capacity counters, each at least max_tiles + the shared rows' tiles:
   // `counters` zero at the launch, `next_counters` zeroed by it for the next one.
   uint32_t* counters = nullptr;
