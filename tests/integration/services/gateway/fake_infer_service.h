@@ -43,6 +43,9 @@ struct Script {
 
   // Started, the texts as deltas, Finished(STOP) with `content` their concatenation.
   static Script Reply(const std::vector<std::string>& texts);
+  // Started, reasoning "I should look", then one read_file tool call ({"path":"a.txt"}) in three
+  // argument deltas, Finished(TOOL_CALLS) carrying both (any request: a SetScript chooser).
+  static Script ReadFileToolCall(const infer_v1::GenerateRequest& request);
   // A Finished with the usual counts (prompt 12, cached 8, completion `completion`).
   static infer_v1::Finished MakeFinished(infer_v1::Finished::Reason reason, uint32_t completion);
 };

@@ -40,20 +40,7 @@ Script Choose(const infer_v1::GenerateRequest& request) {
     return s;
   }
   if (!absl::StrContains(last, "tool")) return Script::Reply({"Hello", " world"});
-  Script s;
-  s.Started(20)
-      .Reasoning("I should look")
-      .ToolCall(0, "call_1", "read_file", "")
-      .ToolCall(0, "", "", "{\"path\":")
-      .ToolCall(0, "", "", "\"a.txt\"}");
-  infer_v1::Finished f = Script::MakeFinished(infer_v1::Finished::REASON_TOOL_CALLS, 6);
-  f.set_reasoning_content("I should look");
-  auto* tc = f.add_tool_calls();
-  tc->set_id("call_1");
-  tc->set_name("read_file");
-  tc->set_arguments_json("{\"path\":\"a.txt\"}");
-  s.Finished(f);
-  return s;
+  return Script::ReadFileToolCall(request);
 }
 
 TEST(GatewaySdkTest, OfficialOpenAiAndAnthropicClientsWork) {
