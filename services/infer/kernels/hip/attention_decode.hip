@@ -1,8 +1,8 @@
 // The split path's decode blocks (attention_decode_variant 1 to 3; NVIDIA; described below)
 // and the launches of every variant's blocks for one call and for a batch of calls
 // (LaunchDecode, LaunchDecodeBatch, declared in attention_device.h; variant 4's blocks are
-// attention_decode_stream.hip's). The scalar blocks, the merge of the key ranges and the
-// choice of blocks for a launch are attention.hip's.
+// attention_decode_stream.hip's, variant 5's attention_decode_mma.hip's). The scalar blocks,
+// the merge of the key ranges and the choice of blocks for a launch are attention.hip's.
 
 #include <cmath>
 #include <cstdint>
@@ -344,6 +344,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
 // The variant whose blocks are the streamed ones (attention_decode_stream.hip); its rows are
 // variant 3's.
 constexpr int kStreamVariant = 4;
+// The variant on the matrix units (attention_decode_mma.hip; other bits); calls its blocks do
+// not take run variant 3's.
+constexpr int kMmaVariant = 5;
 
 // Whether the blocks take kDecodeFewRows rows rather than kNarrowRows: variant 2 where a call
 // has no more; variants 3 and 4 also where blocks of kNarrowRows rows (`narrow_blocks` of them
@@ -394,6 +397,10 @@ template <int kMaxD>
 hipError_t LaunchDecode(const Params& p, int64_t splits, int decode_variant,
                         const AttentionDecodeSpread& spread, hipStream_t stream) {
   const int64_t narrow_blocks = CeilDiv(p.rows, kNarrowRows) * p.kv_heads * splits;
+  if (decode_variant == kMmaVariant) {
+    const hipError_t e = LaunchDecodeMma<kMaxD>(p, splits, stream);
+    if (e != hipErrorNotSupported) return e;
+  }
   const bool few = DecodeFewRows(decode_variant, p.rows, narrow_blocks, spread.multiprocessors,
                                  p.rows == p.group);
   if (decode_variant == kStreamVariant) {
@@ -413,6 +420,10 @@ hipError_t LaunchDecodeBatch(const ParamsBatch& b, int count, int64_t max_rows,
   for (int i = 0; i < count; ++i) {
     narrow_blocks += CeilDiv(b.seq[i].rows, kNarrowRows) * b.seq[i].kv_heads * b.splits[i];
     one_token = one_token && b.seq[i].rows == b.seq[i].group;
+  }
+  if (decode_variant == kMmaVariant) {
+    const hipError_t e = LaunchDecodeMmaBatch<kMaxD>(b, count, max_splits, stream);
+    if (e != hipErrorNotSupported) return e;
   }
   const bool few =
       DecodeFewRows(decode_variant, max_rows, narrow_blocks, spread.multiprocessors, one_token);

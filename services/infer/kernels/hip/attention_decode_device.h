@@ -3,9 +3,9 @@
 
 // What the split path's decode blocks share (attention_decode.hip: variants 1 to 3 and the
 // launches LaunchDecode / LaunchDecodeBatch; attention_decode_stream.hip: variant 4's streamed
-// blocks): the block size, the asynchronous 16-byte copies, the choice of key ranges a block, and
-// the launches of a decode kernel over one call or a batch. Included only by those two kernel
-// sources.
+// blocks; attention_decode_mma.hip: variant 5's matrix-unit blocks): the block size, the
+// asynchronous 16-byte copies, the choice of key ranges a block, and the launches of a decode
+// kernel over one call or a batch. Included only by those two kernel sources.
 
 #include <cstdint>
 
@@ -122,6 +122,16 @@ template <int kMaxD, int kRows>
 hipError_t LaunchDecodeStreamBatch(const ParamsBatch& b, int count, int64_t max_rows,
                                    int64_t max_splits, const AttentionDecodeSpread& spread,
                                    hipStream_t stream);
+
+// Variant 5's blocks on the matrix units (attention_decode_mma.hip; kMaxD 64, 128 or 256; bf16
+// operands, other bits), for one call and for a batch: hipErrorNotSupported, with nothing
+// launched, for calls they do not take (head dimension not a multiple of 16, more than
+// kNarrowRows rows, ranges longer than four tiles, rows not 8-byte aligned) and on AMD.
+template <int kMaxD>
+hipError_t LaunchDecodeMma(const Params& p, int64_t splits, hipStream_t stream);
+template <int kMaxD>
+hipError_t LaunchDecodeMmaBatch(const ParamsBatch& b, int count, int64_t max_splits,
+                                hipStream_t stream);
 
 }  // namespace cairn::infer::hip::attention
 

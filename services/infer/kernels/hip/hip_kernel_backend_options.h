@@ -26,6 +26,8 @@ struct HipKernelBackendOptions {
   // as 2, and also for calls whose blocks of 8 rows would be fewer than the multiprocessors (a
   // kv head's 5 to 8 rows then in two blocks); 4, variant 3's blocks streamed (a lane a key
   // scoring every row, keys through each warp's own ring of shared memory, values read once).
+  // 5 gives other bits: the matrix units with bf16 operands, as bf16_attention's prefill (ranges
+  // of at most 128 keys; else 3).
   int attention_decode_variant = 3;
   // Key ranges a decode block takes (hip::AttentionDecodeSpread; the same bits): 1, 2 or 4, or 0
   // (default) the most that leave attention_decode_min_waves waves of blocks on the device.

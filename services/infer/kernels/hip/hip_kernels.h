@@ -616,8 +616,16 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 // same keys and values; 4, variant 3's blocks streamed (AttentionDecodeStreamBlock in
 // attention_decode_stream.hip): a warp a tile of a round of four, a lane a key scoring every row of
 // the block, the tile's keys streamed through the warp's own ring of shared memory, each value
-// read once from global memory.
-inline constexpr int kAttentionDecodeVariants = 5;
+// read once from global memory. Variants 0 to 4 give the same bits. 5 (attention_decode_mma.hip)
+// gives others: the scores and the weighted values on the matrix units, q, k, v and the softmax
+// weights rounded to bf16 with fp32 accumulation (the prefill's bf16_attention numerics), a
+// block a key range of up to 128 keys with every row of a kv head; calls it does not take
+// (ranges longer than 128 keys, head dimensions not a multiple of 16, AMD) run variant 3.
+inline constexpr int kAttentionDecodeVariants = 6;
+// The variants that give variant 0's bits: 0 to kAttentionDecodeSameBitsVariants - 1.
+inline constexpr int kAttentionDecodeSameBitsVariants = 5;
+// Launches of variant 5's matrix-unit blocks so far in this process (for tests).
+int64_t AttentionDecodeMmaLaunches();
 // How the decode blocks (decode_variant 1 to 3) share out a call's key ranges: each block takes
 // `ranges_per_block` consecutive ranges (1, 2 or 4; 0: the most of those that still leave
 // `min_waves` waves of blocks on `multiprocessors` multiprocessors, each holding as many blocks

@@ -184,6 +184,12 @@ TEST_F(HipKernelBackendTest, AttentionMmaVariantsGiveTheBitsOfVariantZero) {
   }
 }
 
+// A single attention call of the split path's tests.
+struct DecodeCase {
+  int64_t tokens, past;
+  int q_heads, kv_heads, head_dim;
+};
+
 TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   // The split path's decode blocks (attention_decode_variant 1, 2 with blocks of 4 rows where
   // a call has no more, and 3 also where blocks of 8 would leave multiprocessors idle: the
@@ -195,15 +201,11 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
   // also with 2 and 4 key ranges a block (attention_decode_ranges_per_block; the automatic
   // choice is the variants' own), whose ranges end inside a block and whose last block has
   // fewer ranges than the others.
-  struct Case {
-    int64_t tokens, past;
-    int q_heads, kv_heads, head_dim;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<DecodeCase> cases = {
       {1, 4095, 16, 4, 256}, {1, 0, 8, 2, 64},   {3, 1023, 8, 8, 128}, {1, 200, 12, 2, 80},
       {2, 130, 8, 2, 32},    {5, 37, 3, 3, 128}, {1, 70, 4, 1, 36},    {1, 99999, 16, 2, 256}};
   std::vector<std::unique_ptr<HipKernelBackend>> variants;
-  for (int variant = 0; variant < hip::kAttentionDecodeVariants; ++variant) {
+  for (int variant = 0; variant < hip::kAttentionDecodeSameBitsVariants; ++variant) {
     absl::StatusOr<std::unique_ptr<HipKernelBackend>> b =
         HipKernelBackend::Create({.attention_decode_variant = variant});
     ASSERT_TRUE(b.ok()) << b.status();
@@ -226,7 +228,7 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(variants[0]->SetAttentionDecodeVariantForTest(-1),
               cairn::testing::StatusIs(absl::StatusCode::kInvalidArgument));
-  for (const Case& c : cases) {
+  for (const DecodeCase& c : cases) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     const AttentionInputs in =
         RandomAttentionInputs(c.tokens, c.past, c.q_heads, c.kv_heads, c.head_dim, 41);
@@ -272,6 +274,96 @@ TEST_F(HipKernelBackendTest, AttentionDecodeVariantsGiveTheBitsOfVariantZero) {
     outs.push_back(Down(o, total * q_ld));
   }
   for (size_t i = 1; i < outs.size(); ++i) EXPECT_TRUE(SameBits(outs[0], outs[i])) << "batch " << i;
+}
+
+TEST_F(HipKernelBackendTest, MatrixUnitDecodeAttentionMatchesCpuAndIsBatchInvariant) {
+  // Variant 5 (the decode path on the matrix units, bf16 operands): within the bf16 prefill's
+  // tolerance of the CPU backend, the same bits twice and alone or in a batch. Single calls of
+  // 1 to 8 rows a kv head, first keys, ranges cut inside a tile, 100K keys; head dimensions 36
+  // (not a multiple of 16) and ranges of 256 keys fall back to variant 3's fp32 blocks.
+  const std::vector<DecodeCase> cases = {
+      {1, 4096, 16, 2, 256}, {1, 0, 8, 2, 64},   {3, 1023, 8, 8, 128}, {1, 200, 12, 2, 80},
+      {2, 130, 8, 2, 32},    {5, 37, 3, 3, 128}, {1, 70, 4, 1, 36},    {1, 99999, 16, 2, 256}};
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> mma =
+      HipKernelBackend::Create({.attention_decode_variant = 5});
+  ASSERT_TRUE(mma.ok()) << mma.status();
+  HipKernelBackend& b = **mma;
+  int64_t expected_launches = 0;
+  const int64_t launches_before = hip::AttentionDecodeMmaLaunches();
+  for (const DecodeCase& c : cases) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    const int64_t q_ld = static_cast<int64_t>(c.q_heads) * c.head_dim;
+    const int64_t kv_ld = static_cast<int64_t>(c.kv_heads) * c.head_dim;
+    const int64_t rows = c.past + c.tokens;
+    const std::vector<float> q = RandomFloats(c.tokens * q_ld, 71, -2.0f, 2.0f);
+    const std::vector<float> k = RandomFloats(rows * kv_ld, 72, -2.0f, 2.0f),
+                             v = RandomFloats(rows * kv_ld, 73);
+    std::vector<float> ref(c.tokens * q_ld);
+    cpu_->Attention({q.data(), k.data(), v.data(), ref.data(), c.tokens, c.past, c.q_heads,
+                     c.kv_heads, c.head_dim, scale});
+    DeviceBuffer dq = Up(q), dk = Up(k), dv = Up(v), o1 = Poisoned(ref.size()),
+                 o2 = Poisoned(ref.size());
+    for (DeviceBuffer* o : {&o1, &o2}) {
+      b.Attention({dq.floats(), dk.floats(), dv.floats(), o->floats(), c.tokens, c.past, c.q_heads,
+                   c.kv_heads, c.head_dim, scale});
+    }
+    ASSERT_TRUE(b.Synchronize().ok()) << b.status();
+    const std::vector<float> got = Down(o1, ref.size());
+    const std::string name = absl::StrCat(c.tokens, " tokens after ", c.past, ", ", c.q_heads, "q/",
+                                          c.kv_heads, "kv, d", c.head_dim);
+    const bool takes = c.head_dim % 16 == 0;
+    EXPECT_LT(Measured(name + " decode attention (variant 5)", RelErr(got, ref)),
+              takes ? kBf16AttentionTolerance : kReductionTolerance);
+    EXPECT_TRUE(SameBits(got, Down(o2, ref.size()))) << name;
+    expected_launches += takes ? 2 : 0;
+  }
+  EXPECT_EQ(hip::AttentionDecodeMmaLaunches() - launches_before, expected_launches);
+
+  // A batch of decode steps (the MoE model's 16 q / 2 kv heads of 256) against each sequence
+  // alone, bit for bit, and against the CPU backend.
+  const int q_heads = 16, kv_heads = 2, hd = 256;
+  const int64_t q_ld = q_heads * hd, kv_ld = kv_heads * hd;
+  const std::vector<int64_t> pasts = {0, 4096, 31, 4999, 127, 1000};
+  const int64_t total = static_cast<int64_t>(pasts.size());
+  const std::vector<float> q = RandomFloats(total * q_ld, 799, -2.0f, 2.0f);
+  DeviceBuffer dq = Up(q), batched = Poisoned(total * q_ld), alone = Poisoned(total * q_ld);
+  std::vector<std::vector<float>> k(pasts.size()), v(pasts.size());
+  std::vector<DeviceBuffer> dk, dv;
+  std::vector<AttentionArgs> args;
+  for (size_t i = 0; i < pasts.size(); ++i) {
+    k[i] = RandomFloats((pasts[i] + 1) * kv_ld, 900 + i, -2.0f, 2.0f);
+    v[i] = RandomFloats((pasts[i] + 1) * kv_ld, 950 + i);
+    dk.push_back(Up(k[i]));
+    dv.push_back(Up(v[i]));
+  }
+  for (size_t i = 0; i < pasts.size(); ++i) {
+    args.push_back({dq.floats() + i * q_ld, dk[i].floats(), dv[i].floats(),
+                    batched.floats() + i * q_ld, 1, pasts[i], q_heads, kv_heads, hd, 0.0625f});
+    b.Attention({dq.floats() + i * q_ld, dk[i].floats(), dv[i].floats(), alone.floats() + i * q_ld,
+                 1, pasts[i], q_heads, kv_heads, hd, 0.0625f});
+  }
+  b.AttentionBatch(args);
+  ASSERT_TRUE(b.Synchronize().ok()) << b.status();
+  const std::vector<float> got = Down(batched, total * q_ld);
+  EXPECT_TRUE(SameBits(got, Down(alone, total * q_ld)));
+  for (size_t i = 0; i < pasts.size(); ++i) {
+    std::vector<float> ref(q_ld);
+    cpu_->Attention({q.data() + i * q_ld, k[i].data(), v[i].data(), ref.data(), 1, pasts[i],
+                     q_heads, kv_heads, hd, 0.0625f});
+    const std::vector<float> row(got.begin() + i * q_ld, got.begin() + (i + 1) * q_ld);
+    EXPECT_LT(Measured(absl::StrCat("batched decode attention (variant 5) at ", pasts[i]),
+                       RelErr(row, ref)),
+              kBf16AttentionTolerance);
+  }
+
+  // Ranges longer than four tiles: variant 3's blocks (no launch of variant 5's).
+  absl::StatusOr<std::unique_ptr<HipKernelBackend>> wide =
+      HipKernelBackend::Create({.attention_split_keys = 256, .attention_decode_variant = 5});
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const int64_t before_wide = hip::AttentionDecodeMmaLaunches();
+  (*wide)->AttentionBatch(args);
+  ASSERT_TRUE((*wide)->Synchronize().ok()) << (*wide)->status();
+  EXPECT_EQ(hip::AttentionDecodeMmaLaunches(), before_wide);
 }
 
 TEST_F(HipKernelBackendTest, AttentionMmaVariantsAgreeAtShortAndTileCrossingLengths) {
