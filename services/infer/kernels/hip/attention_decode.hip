@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 constexpr int kStreamVariant = 4;
 // The variant on the matrix units (attention_decode_mma.hip; other bits); calls its blocks do
 // not take run variant 3's.
-constexpr int kMmaVariant = 5;
+constexpr int kMmaVariant = kAttentionDecodeMmaVariant;
 
 // Whether the blocks take kDecodeFewRows rows rather than kNarrowRows: variant 2 where a call
 // has no more; variants 3 and 4 also where blocks of kNarrowRows rows (`narrow_blocks` of them

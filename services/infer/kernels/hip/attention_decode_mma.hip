@@ -35,6 +35,33 @@ std::atomic<int64_t> mma_launches{0};  // AttentionDecodeMmaLaunches().
 
 int64_t AttentionDecodeMmaLaunches() { return mma_launches.load(std::memory_order_relaxed); }
 
+bool AttentionDecodeMmaSupported() {
+#if !defined(__HIP_PLATFORM_AMD__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// MmaTakes over the Params attention.hip makes of the call (rows: tokens times the group).
+bool AttentionDecodeMmaTakes(const AttentionLaunch& a) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  const auto aligned = [](const float* x, uintptr_t to) {
+    return reinterpret_cast<uintptr_t>(x) % to == 0;
+  };
+  if (a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) return false;
+  const int64_t rows = a.tokens * (a.q_heads / a.kv_heads);
+  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  return a.head_dim % 16 == 0 && a.head_dim > 0 && a.head_dim <= 256 && rows >= 1 &&
+         rows <= attention::kNarrowRows && a.split_keys > 0 && a.split_keys % attention::kBc == 0 &&
+         a.split_keys <= static_cast<int64_t>(attention::kDecodeWarps) * attention::kBc &&
+         kv_ld % 4 == 0 && aligned(a.q, 8) && aligned(a.k, 16) && aligned(a.v, 16);
+#else
+  static_cast<void>(a);
+  return false;
+#endif
+}
+
 namespace attention {
 namespace {
 

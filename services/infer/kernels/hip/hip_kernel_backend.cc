@@ -592,7 +592,13 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
   }
   if (split) l.split_keys = options_.attention_split_keys;
   // Row-invariant calls always take the split path (a row's bits then depend on its position
-  // alone, whatever the pass), a bounded group of query tokens at a time.
+  // alone, whatever the pass), a bounded group of query tokens at a time. They never take the
+  // matrix-unit decode blocks, whose bits differ from the tile kernel's that their longer
+  // groups run: a variant with variant 0's bits instead.
+  const int variant =
+      a.row_invariant && attention_decode_variant_ == hip::kAttentionDecodeMmaVariant
+          ? HipKernelBackendOptions().attention_decode_variant
+          : attention_decode_variant_;
   const int64_t step = a.row_invariant ? options_.attention_invariant_group_tokens : a.tokens;
   const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;
   for (int64_t t0 = 0; t0 < a.tokens; t0 += step) {
@@ -604,8 +610,7 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
     float* ws = nullptr;
     const int64_t ws_floats = hip::AttentionWorkspaceFloats(part);
     if (ws_floats > 0 && (ws = Workspace(ws_floats)) == nullptr) return;
-    if (!Check(hip::Attention(part, attention_decode_variant_, DecodeSpread(), ws, compute_),
-               "attention launch")) {
+    if (!Check(hip::Attention(part, variant, DecodeSpread(), ws, compute_), "attention launch")) {
       return;
     }
   }
@@ -614,6 +619,10 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
 void HipKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
   std::vector<hip::AttentionLaunch> run;
   int64_t run_ranges = 0;  // The most key ranges of one call in `run`.
+  // With the matrix-unit decode blocks, whose bits are their own, a run holds only calls they
+  // take or only calls they do not, so that no call's kernel depends on its batch.
+  const bool mma = attention_decode_variant_ == hip::kAttentionDecodeMmaVariant;
+  bool run_mma = false;
   const auto flush = [&] {
     if (run.size() == 1) {
       // One call: the one-call launch (the same bits).
@@ -650,13 +659,25 @@ void HipKernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
     const int64_t widest = std::max(run_ranges, ranges);
     bool joins = static_cast<int>(run.size()) < hip::AttentionMaxBatch() &&
                  widest * static_cast<int64_t>(run.size() + 1) <= hip::AttentionMaxBatchRanges();
+    const hip::AttentionLaunch launch{a.q,
+                                      a.k,
+                                      a.v,
+                                      a.out,
+                                      a.tokens,
+                                      a.past,
+                                      a.q_heads,
+                                      a.kv_heads,
+                                      a.head_dim,
+                                      a.scale,
+                                      options_.attention_split_keys};
+    const bool takes_mma = mma && hip::AttentionDecodeMmaTakes(launch);
     if (!run.empty()) {
       joins = joins && run[0].q_heads == a.q_heads && run[0].kv_heads == a.kv_heads &&
-              run[0].head_dim == a.head_dim;
+              run[0].head_dim == a.head_dim && run_mma == takes_mma;
     }
     if (!joins) flush();
-    run.push_back({a.q, a.k, a.v, a.out, a.tokens, a.past, a.q_heads, a.kv_heads, a.head_dim,
-                   a.scale, options_.attention_split_keys});
+    run.push_back(launch);
+    run_mma = takes_mma;
     run_ranges = std::max(run_ranges, ranges);
   }
   flush();

@@ -624,6 +624,15 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 inline constexpr int kAttentionDecodeVariants = 6;
 // The variants that give variant 0's bits: 0 to kAttentionDecodeSameBitsVariants - 1.
 inline constexpr int kAttentionDecodeSameBitsVariants = 5;
+// The variant on the matrix units, whose bits are its own.
+inline constexpr int kAttentionDecodeMmaVariant = 5;
+// Whether this build has variant 5's blocks (NVIDIA; elsewhere every call runs variant 3's).
+bool AttentionDecodeMmaSupported();
+// Whether variant 5's blocks take a split-path call (head dimension a multiple of 16 up to 256,
+// at most 8 rows a kv head, ranges of whole key tiles up to 128 keys, 8-byte aligned query and
+// 16-byte aligned key and value rows; never on AMD). Its other calls get variant 0's bits, so a
+// batch must not mix the two kinds: a call's bits would then depend on its batch.
+bool AttentionDecodeMmaTakes(const AttentionLaunch& a);
 // Launches of variant 5's matrix-unit blocks so far in this process (for tests).
 int64_t AttentionDecodeMmaLaunches();
 // How the decode blocks (decode_variant 1 to 3) share out a call's key ranges: each block takes

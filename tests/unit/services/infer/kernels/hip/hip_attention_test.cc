@@ -356,6 +356,33 @@ TEST_F(HipKernelBackendTest, MatrixUnitDecodeAttentionMatchesCpuAndIsBatchInvari
               kBf16AttentionTolerance);
   }
 
+  // A batch that mixes calls variant 5 takes with one it does not (two tokens: 16 rows a kv
+  // head): the backend launches them apart, so the decode steps keep their bits.
+  const std::vector<float> q2 = RandomFloats(2 * q_ld, 801, -2.0f, 2.0f);
+  const std::vector<float> k2 = RandomFloats(102 * kv_ld, 802, -2.0f, 2.0f),
+                           v2 = RandomFloats(102 * kv_ld, 803);
+  DeviceBuffer dq2 = Up(q2), dk2 = Up(k2), dv2 = Up(v2), o2 = Poisoned(2 * q_ld),
+               mixed = Poisoned(total * q_ld);
+  std::vector<AttentionArgs> mixed_args;
+  for (size_t i = 0; i < pasts.size(); ++i) {
+    if (i == 2) {
+      mixed_args.push_back({dq2.floats(), dk2.floats(), dv2.floats(), o2.floats(), 2, 100, q_heads,
+                            kv_heads, hd, 0.0625f});
+    }
+    mixed_args.push_back(args[i]);
+    mixed_args.back().out = mixed.floats() + i * q_ld;
+  }
+  const int64_t before_mixed = hip::AttentionDecodeMmaLaunches();
+  b.AttentionBatch(mixed_args);
+  ASSERT_TRUE(b.Synchronize().ok()) << b.status();
+  EXPECT_TRUE(SameBits(Down(mixed, total * q_ld), got)) << "a batch with a two-token call";
+  EXPECT_EQ(hip::AttentionDecodeMmaLaunches() - before_mixed, 2);  // The calls before and after.
+  std::vector<float> ref2(2 * q_ld);
+  cpu_->Attention(
+      {q2.data(), k2.data(), v2.data(), ref2.data(), 2, 100, q_heads, kv_heads, hd, 0.0625f});
+  EXPECT_LT(Measured("the two-token call of the mixed batch", RelErr(Down(o2, 2 * q_ld), ref2)),
+            kReductionTolerance);
+
   // Ranges longer than four tiles: variant 3's blocks (no launch of variant 5's).
   absl::StatusOr<std::unique_ptr<HipKernelBackend>> wide =
       HipKernelBackend::Create({.attention_split_keys = 256, .attention_decode_variant = 5});

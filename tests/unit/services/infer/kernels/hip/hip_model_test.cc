@@ -57,6 +57,42 @@ bool SameBytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Everything valid in slot `slot`: private components whole, rows up to its position, read
+// back from the device.
+absl::StatusOr<std::vector<uint8_t>> StateBytes(SlotKvMemory& kv, int slot) {
+  const StateLayout& layout = kv.slot(slot)->layout();
+  std::vector<uint8_t> out(layout.private_bytes());
+  ASSIGN_OR_RETURN(const int64_t position, kv.CapturePrivateState(slot, absl::MakeSpan(out)));
+  for (size_t c = 0; c < layout.components.size(); ++c) {
+    const StateComponent& comp = layout.components[c];
+    if (comp.kind != ComponentKind::kRows) continue;
+    std::vector<uint8_t> rows(static_cast<size_t>(position * comp.bytes()));
+    RETURN_IF_ERROR(kv.CopyRowsOut(slot, static_cast<int>(c), 0, position, absl::MakeSpan(rows)));
+    out.insert(out.end(), rows.begin(), rows.end());
+  }
+  return out;
+}
+
+// Loads StateBytes of a slot at `position` into slot `slot`.
+absl::Status RestoreBytes(SlotKvMemory& kv, int slot, int64_t position,
+                          const std::vector<uint8_t>& state) {
+  const StateLayout& layout = kv.slot(slot)->layout();
+  RETURN_IF_ERROR(kv.BeginRestore(slot));
+  const int64_t private_bytes = layout.private_bytes();
+  int64_t at = private_bytes;
+  for (size_t c = 0; c < layout.components.size(); ++c) {
+    const StateComponent& comp = layout.components[c];
+    if (comp.kind != ComponentKind::kRows) continue;
+    const int64_t n = position * comp.bytes();
+    RETURN_IF_ERROR(
+        kv.CopyRowsIn(slot, static_cast<int>(c), 0, absl::MakeConstSpan(state).subspan(at, n)));
+    at += n;
+  }
+  RETURN_IF_ERROR(
+      kv.LoadPrivateState(slot, position, absl::MakeConstSpan(state).subspan(0, private_bytes)));
+  return kv.Validate(slot, position);
+}
+
 class HipModelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -81,6 +117,73 @@ class HipModelTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Model> cpu_model_;
   int64_t vocab_ = 0;
   std::vector<int32_t> tokens_;
+
+  // A slot captured at a depth and restored into another slot continues with the bits of the
+  // slot that was never captured, and ends with its state.
+  void ExpectRestoreContinuesBitIdentically() {
+    const std::vector<int64_t> head = {100, 1, 50};  // Depth 151: two chunks and a tail.
+    const std::vector<int64_t> tail = {8, 141};
+    constexpr int64_t kDepth = 151;
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
+        SlotKvMemory::Create(gpu_model_->state_layout(),
+                             {.slots = 3, .max_rows = kPromptTokens, .memory = gpu_->memory()});
+    ASSERT_TRUE(kv.ok()) << kv.status();
+    std::vector<int64_t> all = head;
+    all.insert(all.end(), tail.begin(), tail.end());
+    const auto span = absl::MakeConstSpan(tokens_);
+    absl::StatusOr<std::vector<float>> uncaptured =
+        Prefill(*gpu_model_, (*kv)->slot(0), span, all, /*all_logits=*/true);
+    ASSERT_TRUE(uncaptured.ok()) << uncaptured.status();
+    ASSERT_TRUE(Prefill(*gpu_model_, (*kv)->slot(1), span.subspan(0, kDepth), head, true).ok());
+    absl::StatusOr<std::vector<uint8_t>> captured = StateBytes(**kv, 1);
+    ASSERT_TRUE(captured.ok()) << captured.status();
+    // The slot that held it goes to another conversation; the state comes back in another slot.
+    CAIRN_ASSERT_OK((*kv)->Reset(1));
+    ASSERT_TRUE(Prefill(*gpu_model_, (*kv)->slot(1), span.subspan(200, 30), {30}, false).ok());
+    CAIRN_ASSERT_OK(RestoreBytes(**kv, 2, kDepth, *captured));
+    absl::StatusOr<std::vector<float>> continued =
+        Prefill(*gpu_model_, (*kv)->slot(2), span.subspan(kDepth), tail, /*all_logits=*/true);
+    ASSERT_TRUE(continued.ok()) << continued.status();
+
+    const std::vector<float> expected(uncaptured->begin() + kDepth * vocab_, uncaptured->end());
+    EXPECT_TRUE(SameBytes(expected, *continued));
+    absl::StatusOr<std::vector<uint8_t>> state0 = StateBytes(**kv, 0);
+    absl::StatusOr<std::vector<uint8_t>> state2 = StateBytes(**kv, 2);
+    ASSERT_TRUE(state0.ok() && state2.ok());
+    EXPECT_TRUE(*state0 == *state2);
+  }
+
+  // See ADecodeStepsLogitsDoNotDependOnItsBatch.
+  void ExpectDecodeStepsIndependentOfTheirBatch() {
+    const auto span = absl::MakeConstSpan(tokens_);
+    std::vector<std::unique_ptr<SlotState>> slots;
+    for (int i = 0; i < 4; ++i) {
+      absl::StatusOr<std::unique_ptr<SlotState>> s =
+          SlotState::Create(gpu_model_->state_layout(), 64, gpu_->memory());
+      ASSERT_TRUE(s.ok()) << s.status();
+      slots.push_back(*std::move(s));
+    }
+    // Slots 0 and 1 hold the same conversation; 2 and 3 others.
+    for (int i = 0; i < 4; ++i) {
+      const int64_t first = i < 2 ? 0 : 20 * i;
+      ASSERT_TRUE(gpu_model_->Forward(slots[i].get(), span.subspan(first, 30), {}).ok());
+    }
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<int32_t> next = {tokens_[static_cast<size_t>(40 + step)]};
+      const std::vector<int32_t> other = {tokens_[static_cast<size_t>(50 + step)]};
+      // A short pass of several tokens shares the batch too (the row-invariant group).
+      const std::vector<int32_t> several(tokens_.begin() + 60 + 3 * step,
+                                         tokens_.begin() + 63 + 3 * step);
+      const SequencePass alone[] = {{slots[0].get(), next}};
+      const SequencePass shared[] = {
+          {slots[2].get(), other}, {slots[1].get(), next}, {slots[3].get(), several}};
+      absl::StatusOr<std::vector<std::vector<float>>> a = gpu_model_->ForwardBatch(alone);
+      absl::StatusOr<std::vector<std::vector<float>>> b = gpu_model_->ForwardBatch(shared);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(b.ok()) << b.status();
+      EXPECT_TRUE(SameBytes((*a)[0], (*b)[1])) << "step " << step;
+    }
+  }
 };
 
 // The logits of `passes` over the prompt, then of kDecodeSteps batched decode steps of two
@@ -326,107 +429,35 @@ TEST_P(HipModelTest, SteadyDecodeStepWaitsOnceAndGivesTheSameBits) {
   for (int step = 2; step < kSteps; ++step) EXPECT_EQ(waits[step], 1) << "step " << step;
 }
 
-// Everything valid in slot `slot`: private components whole, rows up to its position, read
-// back from the device.
-absl::StatusOr<std::vector<uint8_t>> StateBytes(SlotKvMemory& kv, int slot) {
-  const StateLayout& layout = kv.slot(slot)->layout();
-  std::vector<uint8_t> out(layout.private_bytes());
-  ASSIGN_OR_RETURN(const int64_t position, kv.CapturePrivateState(slot, absl::MakeSpan(out)));
-  for (size_t c = 0; c < layout.components.size(); ++c) {
-    const StateComponent& comp = layout.components[c];
-    if (comp.kind != ComponentKind::kRows) continue;
-    std::vector<uint8_t> rows(static_cast<size_t>(position * comp.bytes()));
-    RETURN_IF_ERROR(kv.CopyRowsOut(slot, static_cast<int>(c), 0, position, absl::MakeSpan(rows)));
-    out.insert(out.end(), rows.begin(), rows.end());
-  }
-  return out;
-}
-
-// Loads StateBytes of a slot at `position` into slot `slot`.
-absl::Status RestoreBytes(SlotKvMemory& kv, int slot, int64_t position,
-                          const std::vector<uint8_t>& state) {
-  const StateLayout& layout = kv.slot(slot)->layout();
-  RETURN_IF_ERROR(kv.BeginRestore(slot));
-  const int64_t private_bytes = layout.private_bytes();
-  int64_t at = private_bytes;
-  for (size_t c = 0; c < layout.components.size(); ++c) {
-    const StateComponent& comp = layout.components[c];
-    if (comp.kind != ComponentKind::kRows) continue;
-    const int64_t n = position * comp.bytes();
-    RETURN_IF_ERROR(
-        kv.CopyRowsIn(slot, static_cast<int>(c), 0, absl::MakeConstSpan(state).subspan(at, n)));
-    at += n;
-  }
-  RETURN_IF_ERROR(
-      kv.LoadPrivateState(slot, position, absl::MakeConstSpan(state).subspan(0, private_bytes)));
-  return kv.Validate(slot, position);
-}
-
 TEST_P(HipModelTest, RestoredSlotContinuesBitIdentically) {
-  const std::vector<int64_t> head = {100, 1, 50};  // Depth 151: two chunks and a tail.
-  const std::vector<int64_t> tail = {8, 141};
-  constexpr int64_t kDepth = 151;
-  absl::StatusOr<std::unique_ptr<SlotKvMemory>> kv =
-      SlotKvMemory::Create(gpu_model_->state_layout(),
-                           {.slots = 3, .max_rows = kPromptTokens, .memory = gpu_->memory()});
-  ASSERT_TRUE(kv.ok()) << kv.status();
-  std::vector<int64_t> all = head;
-  all.insert(all.end(), tail.begin(), tail.end());
-  const auto span = absl::MakeConstSpan(tokens_);
-  absl::StatusOr<std::vector<float>> uncaptured =
-      Prefill(*gpu_model_, (*kv)->slot(0), span, all, /*all_logits=*/true);
-  ASSERT_TRUE(uncaptured.ok()) << uncaptured.status();
-  ASSERT_TRUE(Prefill(*gpu_model_, (*kv)->slot(1), span.subspan(0, kDepth), head, true).ok());
-  absl::StatusOr<std::vector<uint8_t>> captured = StateBytes(**kv, 1);
-  ASSERT_TRUE(captured.ok()) << captured.status();
-  // The slot that held it goes to another conversation; the state comes back in another slot.
-  CAIRN_ASSERT_OK((*kv)->Reset(1));
-  ASSERT_TRUE(Prefill(*gpu_model_, (*kv)->slot(1), span.subspan(200, 30), {30}, false).ok());
-  CAIRN_ASSERT_OK(RestoreBytes(**kv, 2, kDepth, *captured));
-  absl::StatusOr<std::vector<float>> continued =
-      Prefill(*gpu_model_, (*kv)->slot(2), span.subspan(kDepth), tail, /*all_logits=*/true);
-  ASSERT_TRUE(continued.ok()) << continued.status();
-
-  const std::vector<float> expected(uncaptured->begin() + kDepth * vocab_, uncaptured->end());
-  EXPECT_TRUE(SameBytes(expected, *continued));
-  absl::StatusOr<std::vector<uint8_t>> state0 = StateBytes(**kv, 0);
-  absl::StatusOr<std::vector<uint8_t>> state2 = StateBytes(**kv, 2);
-  ASSERT_TRUE(state0.ok() && state2.ok());
-  EXPECT_TRUE(*state0 == *state2);
+  ExpectRestoreContinuesBitIdentically();
 }
 
 // A decode step's logits are the same bits whatever shares its batch: a slot decoded alone and
 // its twin (the same prompt) decoded between two other conversations, and within one pass of
 // short prompts of several tokens (the MoE layers' routed experts run on the device).
 TEST_P(HipModelTest, ADecodeStepsLogitsDoNotDependOnItsBatch) {
-  const auto span = absl::MakeConstSpan(tokens_);
-  std::vector<std::unique_ptr<SlotState>> slots;
-  for (int i = 0; i < 4; ++i) {
-    absl::StatusOr<std::unique_ptr<SlotState>> s =
-        SlotState::Create(gpu_model_->state_layout(), 64, gpu_->memory());
-    ASSERT_TRUE(s.ok()) << s.status();
-    slots.push_back(*std::move(s));
-  }
-  // Slots 0 and 1 hold the same conversation; 2 and 3 others.
-  for (int i = 0; i < 4; ++i) {
-    const int64_t first = i < 2 ? 0 : 20 * i;
-    ASSERT_TRUE(gpu_model_->Forward(slots[i].get(), span.subspan(first, 30), {}).ok());
-  }
-  for (int step = 0; step < 3; ++step) {
-    const std::vector<int32_t> next = {tokens_[static_cast<size_t>(40 + step)]};
-    const std::vector<int32_t> other = {tokens_[static_cast<size_t>(50 + step)]};
-    // A short pass of several tokens shares the batch too (the row-invariant group).
-    const std::vector<int32_t> several(tokens_.begin() + 60 + 3 * step,
-                                       tokens_.begin() + 63 + 3 * step);
-    const SequencePass alone[] = {{slots[0].get(), next}};
-    const SequencePass shared[] = {
-        {slots[2].get(), other}, {slots[1].get(), next}, {slots[3].get(), several}};
-    absl::StatusOr<std::vector<std::vector<float>>> a = gpu_model_->ForwardBatch(alone);
-    absl::StatusOr<std::vector<std::vector<float>>> b = gpu_model_->ForwardBatch(shared);
-    ASSERT_TRUE(a.ok()) << a.status();
-    ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_TRUE(SameBytes((*a)[0], (*b)[1])) << "step " << step;
-  }
+  ExpectDecodeStepsIndependentOfTheirBatch();
+}
+
+// Decode attention on the matrix units (attention_decode_variant 5: bf16 operands, other bits):
+// the logits near the CPU backend's (the bf16 path's gross-error bound), equal inputs giving
+// equal bits, a decode step's bits independent of its batch (a batch whose short pass of
+// several tokens its blocks do not take), a restored slot continuing bit for bit, and its
+// blocks launched where the preset's heads allow them.
+TEST_P(HipModelTest, MatrixUnitDecodeAttentionKeepsEveryPromise) {
+  CAIRN_ASSERT_OK(gpu_->SetAttentionDecodeVariantForTest(hip::kAttentionDecodeMmaVariant));
+  const int64_t before = hip::AttentionDecodeMmaLaunches();
+  ExpectLogitsMatch(GetParam() + " (decode attention variant 5)", *cpu_model_, *cpu_, *gpu_model_,
+                    *gpu_, tokens_, kBf16InputRelativeTolerance);
+  // Every preset's heads are a multiple of 16 wide with a GQA group of at most 8.
+  EXPECT_EQ(hip::AttentionDecodeMmaLaunches() > before, hip::AttentionDecodeMmaSupported());
+  absl::StatusOr<std::vector<std::vector<float>>> first = RunAll(*gpu_model_, *gpu_, tokens_);
+  ExpectSamePasses(first, RunAll(*gpu_model_, *gpu_, tokens_));
+  ExpectDecodeStepsIndependentOfTheirBatch();
+  ExpectRestoreContinuesBitIdentically();
+  CAIRN_ASSERT_OK(
+      gpu_->SetAttentionDecodeVariantForTest(HipKernelBackendOptions().attention_decode_variant));
 }
 
 TEST_P(HipModelTest, SlotsInHostMemoryAreRefused) {
