@@ -597,7 +597,7 @@ void HipKernelBackend::Attention(const AttentionArgs& a) {
   // groups run: a variant with variant 0's bits instead.
   const int variant =
       a.row_invariant && attention_decode_variant_ == hip::kAttentionDecodeMmaVariant
-          ? HipKernelBackendOptions().attention_decode_variant
+          ? hip::kAttentionDecodeMmaFallbackVariant
           : attention_decode_variant_;
   const int64_t step = a.row_invariant ? options_.attention_invariant_group_tokens : a.tokens;
   const int64_t q_ld = static_cast<int64_t>(a.q_heads) * a.head_dim;

@@ -624,8 +624,10 @@ int64_t AttentionWorkspaceFloats(const AttentionLaunch& a);
 inline constexpr int kAttentionDecodeVariants = 6;
 // The variants that give variant 0's bits: 0 to kAttentionDecodeSameBitsVariants - 1.
 inline constexpr int kAttentionDecodeSameBitsVariants = 5;
-// The variant on the matrix units, whose bits are its own.
+// The variant on the matrix units, whose bits are its own, and the variant whose blocks run the
+// calls it does not take (and row-invariant calls, which it never takes).
 inline constexpr int kAttentionDecodeMmaVariant = 5;
+inline constexpr int kAttentionDecodeMmaFallbackVariant = 3;
 // Whether this build has variant 5's blocks (NVIDIA; elsewhere every call runs variant 3's).
 bool AttentionDecodeMmaSupported();
 // Whether variant 5's blocks take a split-path call (head dimension a multiple of 16 up to 256,
