@@ -108,7 +108,7 @@ class ChatFormatter : public ResponseFormatter {
   }
 
   std::string StreamError(const absl::Status& status) override {
-    return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
+    return absl::StrCat("data: ", OpenAiErrorJson(status, "messages"), "\n\ndata: [DONE]\n\n");
   }
 
   void Collect(const infer_v1::Delta& d) override { collected_.Add(d); }
@@ -199,7 +199,7 @@ class CompletionFormatter : public ResponseFormatter {
     return absl::StrCat(SseData(last), "data: [DONE]\n\n");
   }
   std::string StreamError(const absl::Status& status) override {
-    return absl::StrCat("data: ", OpenAiErrorJson(status), "\n\ndata: [DONE]\n\n");
+    return absl::StrCat("data: ", OpenAiErrorJson(status, "prompt"), "\n\ndata: [DONE]\n\n");
   }
   void Collect(const infer_v1::Delta& d) override {
     collected_.Add(d);

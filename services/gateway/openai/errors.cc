@@ -138,15 +138,29 @@ std::string AnthropicErrorMessage(const absl::Status& status) {
   return std::string(status.message());
 }
 
-std::string OpenAiErrorJson(const absl::Status& status) {
+absl::string_view PromptParamFor(absl::string_view path) {
+  if (path == "/v1/chat/completions") return "messages";
+  if (path == "/v1/completions") return "prompt";
+  if (path == "/v1/responses") return "input";
+  return {};
+}
+
+std::string OpenAiErrorJson(const absl::Status& status, absl::string_view overflow_param) {
   const int http = HttpStatusFor(status);
   const absl::optional<absl::Cord> param = status.GetPayload(kErrorParamPayload);
+  const bool overflow = IsContextOverflow(status);
+  nlohmann::json param_json;  // null
+  if (param.has_value()) {
+    param_json = std::string(*param);
+  } else if (overflow && !overflow_param.empty()) {
+    // OpenAI names the field that holds the conversation.
+    param_json = std::string(overflow_param);
+  }
   nlohmann::json error = {
       {"message", std::string(status.message())},
       {"type", OpenAiErrorType(http)},
-      {"param", param.has_value() ? nlohmann::json(std::string(*param)) : nlohmann::json()},
-      {"code",
-       IsContextOverflow(status) ? std::string("context_length_exceeded") : CodeName(status)}};
+      {"param", param_json},
+      {"code", overflow ? std::string("context_length_exceeded") : CodeName(status)}};
   return DumpJson(nlohmann::json{{"error", error}});
 }
 
@@ -169,7 +183,7 @@ HttpResponse RenderError(const absl::Status& status, absl::string_view path,
          {{"type", AnthropicErrorType(r.status)}, {"message", AnthropicErrorMessage(status)}}}};
     r.body = DumpJson(body);
   } else {
-    r.body = OpenAiErrorJson(status);
+    r.body = OpenAiErrorJson(status, PromptParamFor(path));
   }
   if (r.status == 429 || r.status == 503) {
     r.headers.emplace_back("Retry-After", absl::StrCat(options.retry_after_seconds));

@@ -37,8 +37,14 @@ HttpResponse RenderError(const absl::Status& status, absl::string_view path,
 
 // The error object alone, as OpenAI's SSE streams and the Responses API carry it. Its `code`
 // is "context_length_exceeded" where the request does not fit the model's context (as OpenAI's,
-// which clients look for before they shorten the conversation), else the status's name.
-std::string OpenAiErrorJson(const absl::Status& status);
+// which clients look for before they shorten the conversation), else the status's name. Its
+// `param` is the one WithErrorParam named, else for an overflow `overflow_param` (the request
+// field that holds the prompt: "messages", "prompt" or "input"; empty: null), else null.
+std::string OpenAiErrorJson(const absl::Status& status, absl::string_view overflow_param = {});
+
+// The request field that holds the prompt on the OpenAI route `path` ("messages" for chat
+// completions, "prompt" for completions, "input" for responses; empty for other paths).
+absl::string_view PromptParamFor(absl::string_view path);
 
 // True where `status` says the prompt (and the output asked for) do not fit the model's
 // context: by cairn-infer's reason, the ErrorDetails (infer.proto) it sends as the call's binary

@@ -515,11 +515,13 @@ TEST(GatewayApiTest, AContextOverflowIsNamedByTheDaemonsReasonOverTheWire) {
 
   EXPECT_EQ(openai.status, 400) << openai.body;
   EXPECT_EQ(openai.json()["error"]["code"], "context_length_exceeded") << openai.body;
+  EXPECT_EQ(openai.json()["error"]["param"], "messages") << openai.body;
   EXPECT_EQ(openai.json()["error"]["message"], words);
   EXPECT_EQ(anthropic.status, 400) << anthropic.body;
   EXPECT_EQ(anthropic.json()["error"]["message"], "prompt is too long: " + words);
   EXPECT_EQ(plain.status, 400) << plain.body;
   EXPECT_EQ(plain.json()["error"]["code"], "invalid_argument") << plain.body;
+  EXPECT_TRUE(plain.json()["error"]["param"].is_null()) << plain.body;
   EXPECT_EQ(plain_anthropic.json()["error"]["message"], words);
 }
 

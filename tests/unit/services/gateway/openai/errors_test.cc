@@ -106,6 +106,18 @@ TEST(ErrorsTest, AContextOverflowIsNamedAsEachApiNamesIt) {
 
   EXPECT_EQ(openai["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(openai["error"]["message"], std::string(overflow.message()));
+  // The field that holds the prompt, as OpenAI names it; a param named already stays.
+  EXPECT_EQ(openai["error"]["param"], "messages");
+  EXPECT_EQ(Json::parse(RenderError(overflow, "/v1/completions").body)["error"]["param"], "prompt");
+  EXPECT_EQ(Json::parse(RenderError(overflow, "/v1/responses").body)["error"]["param"], "input");
+  EXPECT_EQ(Json::parse(RenderError(WithErrorParam(overflow, "max_tokens"), "/v1/chat/completions")
+                            .body)["error"]["param"],
+            "max_tokens");
+  EXPECT_TRUE(Json::parse(OpenAiErrorJson(overflow))["error"]["param"].is_null());
+  EXPECT_EQ(Json::parse(OpenAiErrorJson(overflow, "messages"))["error"]["param"], "messages");
+  EXPECT_TRUE(Json::parse(RenderError(absl::InvalidArgumentError("bad"), "/v1/chat/completions")
+                              .body)["error"]["param"]
+                  .is_null());
   EXPECT_EQ(anthropic["error"]["type"], "invalid_request_error");
   EXPECT_EQ(anthropic["error"]["message"],
             absl::StrCat("prompt is too long: ", overflow.message()));
