@@ -43,31 +43,13 @@ bool AttentionDecodeMmaSupported() {
 #endif
 }
 
-// MmaTakes over the Params attention.hip makes of the call (rows: tokens times the group).
-bool AttentionDecodeMmaTakes(const AttentionLaunch& a) {
-#if !defined(__HIP_PLATFORM_AMD__)
-  const auto aligned = [](const float* x, uintptr_t to) {
-    return reinterpret_cast<uintptr_t>(x) % to == 0;
-  };
-  if (a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) return false;
-  const int64_t rows = a.tokens * (a.q_heads / a.kv_heads);
-  const int64_t kv_ld = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  return a.head_dim % 16 == 0 && a.head_dim > 0 && a.head_dim <= 256 && rows >= 1 &&
-         rows <= attention::kNarrowRows && a.split_keys > 0 && a.split_keys % attention::kBc == 0 &&
-         a.split_keys <= static_cast<int64_t>(attention::kDecodeWarps) * attention::kBc &&
-         kv_ld % 4 == 0 && aligned(a.q, 8) && aligned(a.k, 16) && aligned(a.v, 16);
-#else
-  static_cast<void>(a);
-  return false;
-#endif
-}
-
 namespace attention {
 namespace {
 
 #if !defined(__HIP_PLATFORM_AMD__)
 
 constexpr int kMmaTiles = kDecodeWarps;  // A tile a warp: ranges of up to 128 keys.
+constexpr int kMmaMaxHeadDim = 256;      // The widest instantiation (LaunchDecodeMma<256>).
 static_assert(kNarrowRows == 8, "a block's rows are the m16n8k16 tile's first eight");
 // A warp streams its tile's keys, then its values, through its own ring of kMmaSlots pieces of
 // kMmaChunk dims of its kBc keys (cp.async; kMmaSlots - 1 pieces ahead of the one computed).
@@ -346,17 +328,24 @@ __global__ void __launch_bounds__(kDecodeThreads)
   AttentionDecodeMmaBlock<kMaxD>(p, blockIdx.y, split);
 }
 
-// Whether the blocks take a call: head dimensions a multiple of 16 up to kMaxD, a block's rows,
-// ranges of whole tiles up to a tile a warp, 8-byte aligned query rows and 16-byte aligned key
-// and value rows.
+// Whether the blocks take a call of this shape: head dimensions a multiple of 16 up to
+// kMmaMaxHeadDim, a block's rows, ranges of whole tiles up to a tile a warp, 8-byte aligned
+// query rows and 16-byte aligned key and value rows. The one test both the launches and
+// AttentionDecodeMmaTakes (the backend's batching) apply, so that they always agree.
+bool MmaShapeTakes(int64_t d, int64_t rows, int64_t split_keys, int64_t q_ld, int64_t kv_ld,
+                   const float* q, const float* k, const float* v) {
+  const auto aligned = [](const float* x, uintptr_t to) {
+    return reinterpret_cast<uintptr_t>(x) % to == 0;
+  };
+  return d > 0 && d % 16 == 0 && d <= kMmaMaxHeadDim && rows >= 1 && rows <= kNarrowRows &&
+         split_keys > 0 && split_keys % kBc == 0 && split_keys <= kMmaTiles * kBc &&
+         q_ld % 2 == 0 && kv_ld % 4 == 0 && aligned(q, 8) && aligned(k, 16) && aligned(v, 16);
+}
+
 template <int kMaxD>
 bool MmaTakes(const Params& p) {
-  const auto aligned = [](const float* x) { return reinterpret_cast<uintptr_t>(x) % 8 == 0; };
-  const auto aligned16 = [](const float* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  return p.d % 16 == 0 && p.d <= kMaxD && p.rows <= kNarrowRows && p.split_keys > 0 &&
-         p.split_keys % kBc == 0 && p.split_keys <= kMmaTiles * kBc && p.q_ld % 2 == 0 &&
-         p.kv_ld % 4 == 0 && aligned(p.q) && aligned16(p.k) && aligned16(p.v) &&
-         p.part_o != nullptr;
+  return p.d <= kMaxD && p.part_o != nullptr &&
+         MmaShapeTakes(p.d, p.rows, p.split_keys, p.q_ld, p.kv_ld, p.q, p.k, p.v);
 }
 
 template <typename Kernel, typename... Args>
@@ -422,4 +411,18 @@ template hipError_t LaunchDecodeMmaBatch<128>(const ParamsBatch&, int, int64_t, 
 template hipError_t LaunchDecodeMmaBatch<256>(const ParamsBatch&, int, int64_t, hipStream_t);
 
 }  // namespace attention
+
+// The Params attention.hip makes of the call: rows are tokens times the group.
+bool AttentionDecodeMmaTakes(const AttentionLaunch& a) {
+#if !defined(__HIP_PLATFORM_AMD__)
+  if (a.kv_heads <= 0 || a.q_heads % a.kv_heads != 0) return false;
+  return attention::MmaShapeTakes(a.head_dim, a.tokens * (a.q_heads / a.kv_heads), a.split_keys,
+                                  static_cast<int64_t>(a.q_heads) * a.head_dim,
+                                  static_cast<int64_t>(a.kv_heads) * a.head_dim, a.q, a.k, a.v);
+#else
+  static_cast<void>(a);
+  return false;
+#endif
+}
+
 }  // namespace cairn::infer::hip
