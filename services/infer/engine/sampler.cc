@@ -17,6 +17,41 @@ constexpr float kMaxAbsPenalty = 2.0f;
 // Candidates kept by top_k up to this many are ordered by a partial sort (V log k); more, or
 // all of them without top_k, by a radix sort (four passes over them).
 constexpr int32_t kPartialSortMax = 512;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// Logits a block of the scans below: whole blocks are compared in lanes (loops the compiler
+// vectorises), and only a block that holds a hit is looked at logit by logit.
+constexpr size_t kBlock = 16;
+
+// The greedy choice over raw logits: the lowest id of the largest, a NaN ranked as -infinity,
+// 0 where every logit is NaN or -infinity (std::max_element over the logits with NaN as
+// -infinity, as Sample's general path finds it), in two passes of whole blocks: the largest
+// value in lanes, then the first block holding it. -0 and +0 compare equal, so which of them
+// the first pass keeps changes no choice.
+int32_t GreedyChoice(absl::Span<const float> logits) {
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  const size_t whole = n / kBlock * kBlock;
+  float lanes[kBlock];
+  for (float& l : lanes) l = -kInf;
+  for (size_t i = 0; i < whole; i += kBlock) {
+    for (size_t j = 0; j < kBlock; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  }
+  float best = -kInf;
+  for (float l : lanes) best = l > best ? l : best;
+  for (size_t i = whole; i < n; ++i) best = x[i] > best ? x[i] : best;
+  if (best == -kInf) return 0;
+  for (size_t i = 0; i < whole; i += kBlock) {
+    int hit = 0;
+    for (size_t j = 0; j < kBlock; ++j) hit |= x[i + j] == best ? 1 : 0;
+    if (hit == 0) continue;
+    for (size_t j = 0;; ++j) {
+      if (x[i + j] == best) return static_cast<int32_t>(i + j);
+    }
+  }
+  for (size_t i = whole;; ++i) {
+    if (x[i] == best) return static_cast<int32_t>(i);
+  }
+}
 
 }  // namespace
 
@@ -80,43 +115,50 @@ void Sampler::SortDescending() {
   for (size_t i = 0; i < n; ++i) order_[i] = static_cast<int32_t>(keys_[i] & 0xffffffffu);
 }
 
-SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed) {
+void Sampler::SelectBest(absl::Span<const float> logits, int32_t k) {
+  // A heap whose front is the worst id kept: the lowest value, the highest id on ties.
+  const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  heap_.clear();
+  for (int32_t i = 0; i < k; ++i) {
+    const float l = logits[i];
+    heap_.emplace_back(std::isnan(l) ? -kInf : l + 0.0f, i);
+  }
+  std::make_heap(heap_.begin(), heap_.end(), better);
+  // A later id takes a place only with a larger value (it loses ties); a NaN never does.
+  float worst = heap_.front().first;
+  const auto take = [&](size_t i) {
+    const float l = logits[i];
+    if (!(l > worst)) return;
+    std::pop_heap(heap_.begin(), heap_.end(), better);
+    heap_.back() = {l + 0.0f, static_cast<int32_t>(i)};
+    std::push_heap(heap_.begin(), heap_.end(), better);
+    worst = heap_.front().first;
+  };
+  const float* x = logits.data();
+  const size_t n = logits.size();
+  size_t i = static_cast<size_t>(k);
+  for (; i + kBlock <= n; i += kBlock) {
+    int hit = 0;
+    for (size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > worst ? 1 : 0;
+    if (hit == 0) continue;
+    for (size_t j = 0; j < kBlock; ++j) take(i + j);
+  }
+  for (; i < n; ++i) take(i);
+  std::sort_heap(heap_.begin(), heap_.end(), better);
+  order_.resize(static_cast<size_t>(k));
+  values_.resize(static_cast<size_t>(k));
+  for (int32_t j = 0; j < k; ++j) {
+    values_[j] = heap_[j].first;
+    order_[j] = heap_[j].second;
+  }
+}
+
+int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
+                                      absl::Span<const uint64_t> allowed) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   const bool masked = !allowed.empty();
-  SampledToken result;
-
-  // Log-probabilities of the raw distribution, only when they are reported (an exp per
-  // vocabulary entry is a visible share of a decode step). A NaN logit has probability 0, as
-  // the choice below treats it; +inf logits share all of the probability.
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  float log_norm = 0.0f;
-  int64_t infinite = 0;
-  if (options_.logprobs > 0) {
-    float raw_max = -kInf;
-    for (float l : logits) {
-      if (l > raw_max) raw_max = l;  // False for NaN.
-      if (l == kInf) ++infinite;
-    }
-    log_norm = raw_max;
-    if (std::isfinite(raw_max)) {
-      double raw_sum = 0.0;
-      for (float l : logits) {
-        if (!std::isnan(l)) raw_sum += std::exp(static_cast<double>(l - raw_max));
-      }
-      log_norm = raw_max + static_cast<float>(std::log(raw_sum));
-    }
-  }
-  // The reported logprob of a token of logit `l`, floored at kMinLogprob.
-  auto logprob = [&](float l) {
-    float v = -kInf;  // No finite logit and no +inf one: every token is as unlikely.
-    if (infinite > 0) {
-      v = l == kInf ? -static_cast<float>(std::log(static_cast<double>(infinite))) : -kInf;
-    } else if (std::isfinite(log_norm)) {
-      v = l - log_norm;  // NaN for a NaN logit.
-    }
-    return v >= kMinLogprob ? v : kMinLogprob;
-  };
-
   // Penalties, on a copy. A NaN logit (a broken checkpoint's overflow) is never chosen: it
   // would leave no order to sort by.
   // -0 becomes +0 (adding +0 does it), which orders it as the comparison does: equal, the
@@ -153,88 +195,142 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
     CAIRN_CHECK(!order_.empty());  // The caller checked that the mask allows a token.
   }
 
-  int32_t chosen = 0;
   if (options_.temperature == 0.0f && !masked) {
-    chosen = static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
-  } else if (options_.temperature == 0.0f) {
+    return static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  }
+  if (options_.temperature == 0.0f) {
     // The largest allowed logit, the lowest id on ties (order_ ascends).
-    chosen = order_[0];
+    int32_t chosen = order_[0];
     for (int32_t id : order_) {
       if (work_[id] > work_[chosen]) chosen = id;
     }
+    return chosen;
+  }
+  // Candidates in descending order of logit (ties to the lower id), then the filters.
+  if (!masked) {
+    order_.resize(vocab);
+    std::iota(order_.begin(), order_.end(), 0);
+  }
+  int32_t keep = static_cast<int32_t>(order_.size());
+  if (options_.top_k > 0) keep = std::min(keep, options_.top_k);
+  if (keep <= kPartialSortMax) {
+    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
+                      [&](int32_t a, int32_t b) {
+                        return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+                      });
   } else {
-    // Candidates in descending order of logit (ties to the lower id), then the filters.
-    if (!masked) {
-      order_.resize(vocab);
-      std::iota(order_.begin(), order_.end(), 0);
+    SortDescending();
+  }
+  values_.resize(static_cast<size_t>(keep));
+  for (int32_t k = 0; k < keep; ++k) values_[k] = work_[order_[k]];
+  return Draw(keep);
+}
+
+int32_t Sampler::Draw(int32_t keep) {
+  if (!std::isfinite(values_[0])) {
+    // +inf logits (a tiny repetition penalty dividing a positive one) or nothing but -inf:
+    // the lowest id of the largest, as greedy would choose.
+    keep = 1;
+    values_[0] = 0.0f;
+  }
+  const float best = values_[0];
+  std::vector<double>& probs = probs_;
+  probs.resize(keep);
+  for (int32_t i = 0; i < keep; ++i) {
+    probs[i] = std::exp(static_cast<double>(values_[i] - best) / options_.temperature);
+  }
+  if (options_.min_p > 0.0f) {
+    // probs[0] is the most likely candidate's (unnormalised) weight.
+    int32_t n = 1;
+    while (n < keep && probs[n] >= options_.min_p * probs[0]) ++n;
+    keep = n;
+  }
+  if (options_.top_p < 1.0f) {
+    double mass = 0.0;
+    const double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+    int32_t n = 0;
+    while (n < keep) {
+      mass += probs[n] / total;
+      ++n;
+      if (mass >= options_.top_p) break;
     }
-    int32_t keep = static_cast<int32_t>(order_.size());
-    if (options_.top_k > 0) keep = std::min(keep, options_.top_k);
-    if (keep <= kPartialSortMax) {
-      std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
-                        [&](int32_t a, int32_t b) {
-                          return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
-                        });
-    } else {
-      SortDescending();
+    keep = n;
+  }
+  const double total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
+  // One draw per sampled token keeps seeded streams reproducible.
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+  double acc = 0.0;
+  int32_t chosen = order_[keep - 1];
+  for (int32_t i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) {
+      chosen = order_[i];
+      break;
     }
-    if (!std::isfinite(work_[order_[0]])) {
-      // +inf logits (a tiny repetition penalty dividing a positive one) or nothing but -inf:
-      // the lowest id of the largest, as greedy would choose.
-      keep = 1;
-      work_[order_[0]] = 0.0f;
+  }
+  return chosen;
+}
+
+SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const bool masked = !allowed.empty();
+  SampledToken result;
+
+  // Log-probabilities of the raw distribution, only when they are reported (an exp per
+  // vocabulary entry is a visible share of a decode step). A NaN logit has probability 0, as
+  // the choice below treats it; +inf logits share all of the probability.
+  float log_norm = 0.0f;
+  int64_t infinite = 0;
+  if (options_.logprobs > 0) {
+    float raw_max = -kInf;
+    for (float l : logits) {
+      if (l > raw_max) raw_max = l;  // False for NaN.
+      if (l == kInf) ++infinite;
     }
-    const float best = work_[order_[0]];
-    std::vector<double>& probs = probs_;
-    probs.resize(keep);
-    double total = 0.0;
-    for (int32_t i = 0; i < keep; ++i) {
-      probs[i] = std::exp(static_cast<double>(work_[order_[i]] - best) / options_.temperature);
-      total += probs[i];
-    }
-    if (options_.min_p > 0.0f) {
-      // probs[0] is the most likely candidate's (unnormalised) weight.
-      int32_t n = 1;
-      while (n < keep && probs[n] >= options_.min_p * probs[0]) ++n;
-      keep = n;
-    }
-    if (options_.top_p < 1.0f) {
-      double mass = 0.0;
-      total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
-      int32_t n = 0;
-      while (n < keep) {
-        mass += probs[n] / total;
-        ++n;
-        if (mass >= options_.top_p) break;
+    log_norm = raw_max;
+    if (std::isfinite(raw_max)) {
+      double raw_sum = 0.0;
+      for (float l : logits) {
+        if (!std::isnan(l)) raw_sum += std::exp(static_cast<double>(l - raw_max));
       }
-      keep = n;
+      log_norm = raw_max + static_cast<float>(std::log(raw_sum));
     }
-    total = std::accumulate(probs.begin(), probs.begin() + keep, 0.0);
-    // One draw per sampled token keeps seeded streams reproducible.
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
-    double acc = 0.0;
-    chosen = order_[keep - 1];
-    for (int32_t i = 0; i < keep; ++i) {
-      acc += probs[i];
-      if (u < acc) {
-        chosen = order_[i];
-        break;
-      }
+  }
+  // The reported logprob of a token of logit `l`, floored at kMinLogprob.
+  auto logprob = [&](float l) {
+    float v = -kInf;  // No finite logit and no +inf one: every token is as unlikely.
+    if (infinite > 0) {
+      v = l == kInf ? -static_cast<float>(std::log(static_cast<double>(infinite))) : -kInf;
+    } else if (std::isfinite(log_norm)) {
+      v = l - log_norm;  // NaN for a NaN logit.
     }
+    return v >= kMinLogprob ? v : kMinLogprob;
+  };
+
+  // Without penalties or a mask the logits are the candidates' values as they come: greedy
+  // and a top_k of at most kPartialSortMax read them in place (GreedyChoice, SelectBest), with
+  // the choices of the general path below (a copy of every logit, then max_element or a sort),
+  // which took most of a token's host time at a vocabulary of 248K.
+  const bool penalties = options_.repetition_penalty != 1.0f || options_.presence_penalty != 0.0f ||
+                         options_.frequency_penalty != 0.0f;
+  int32_t chosen = 0;
+  if (!masked && !penalties && options_.temperature == 0.0f) {
+    chosen = GreedyChoice(logits);
+  } else if (!masked && !penalties && options_.top_k > 0 && options_.top_k <= kPartialSortMax) {
+    const int32_t keep = std::min(vocab, options_.top_k);
+    SelectBest(logits, keep);
+    chosen = Draw(keep);
+  } else {
+    chosen = ChooseAfterPenalties(logits, allowed);
   }
 
   result.id = chosen;
   if (options_.logprobs > 0) {
     result.logprob = logprob(logits[chosen]);
+    // The raw logits' best ids, a NaN ranked as -infinity (the choice is made: order_ is free).
     const int32_t n = std::min(options_.logprobs, vocab);
-    std::vector<int32_t> top(vocab);
-    std::iota(top.begin(), top.end(), 0);
-    // Ordered as NaN were -infinity: a NaN in the comparison would leave no order to sort by.
-    auto key = [&](int32_t id) { return std::isnan(logits[id]) ? -kInf : logits[id]; };
-    std::partial_sort(top.begin(), top.begin() + n, top.end(), [&](int32_t a, int32_t b) {
-      return key(a) > key(b) || (key(a) == key(b) && a < b);
-    });
-    for (int32_t i = 0; i < n; ++i) result.top.emplace_back(top[i], logprob(logits[top[i]]));
+    SelectBest(logits, n);
+    for (int32_t i = 0; i < n; ++i) result.top.emplace_back(order_[i], logprob(logits[order_[i]]));
   }
   ++generated_[chosen];
   if (options_.repetition_penalty != 1.0f) seen_[chosen] = true;

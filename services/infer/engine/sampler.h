@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -72,6 +73,17 @@ class Sampler {
  private:
   // Orders order_ by descending work_, equal values by ascending id (order_ ascends on entry).
   void SortDescending();
+  // The choice with penalties or a mask: the logits copied into work_ with the penalties, then
+  // the greedy choice or the candidates sorted and drawn from.
+  int32_t ChooseAfterPenalties(absl::Span<const float> logits, absl::Span<const uint64_t> allowed);
+  // Draws from the first `keep` candidates of order_, values_ holding their values in that
+  // (descending) order: min_p, top_p, then one draw from the random stream.
+  int32_t Draw(int32_t keep);
+  // Fills order_ with the `k` best ids of `logits` (a NaN ranked as -infinity) in descending
+  // order, equal values by ascending id, and values_ with their values (-0 as +0): what a partial
+  // sort of every id gives, in one pass that compares most logits once against the worst id kept so
+  // far (a heap of k). REQUIRES: 0 < k <= logits.size().
+  void SelectBest(absl::Span<const float> logits, int32_t k);
 
   const SamplingOptions options_;
   std::mt19937_64 rng_;
@@ -79,6 +91,8 @@ class Sampler {
   absl::flat_hash_map<int32_t, bool> seen_;      // Prompt and generated tokens.
   std::vector<float> work_;
   std::vector<int32_t> order_;            // Candidate ids: all of them, or the allowed ones.
+  std::vector<float> values_;             // The candidates' logits after the penalties.
+  std::vector<std::pair<float, int32_t>> heap_;  // SelectBest's.
   std::vector<double> probs_;             // The kept candidates' unnormalised probabilities.
   std::vector<uint64_t> keys_, scratch_;  // SortDescending's.
 };

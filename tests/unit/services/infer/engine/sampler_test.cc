@@ -285,6 +285,75 @@ TEST(SamplerTest, DrawsEqualThoseOfAFullSort) {
   }
 }
 
+// Random logits of every kind the fast paths must rank as the general path does: ties, -0 and
+// +0, NaN and infinities, and lengths that are not whole blocks of the vectorised scans.
+std::vector<float> HostileLogits(std::mt19937_64& gen, size_t n) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits(n);
+  for (float& l : logits) l = std::normal_distribution<float>(0.0f, 3.0f)(gen);
+  std::uniform_int_distribution<size_t> at(0, n - 1);
+  const int specials = static_cast<int>(gen() % 6);
+  for (int i = 0; i < specials; ++i) {
+    const float pick[] = {nan, -inf, inf, 0.0f, -0.0f, logits[at(gen)]};
+    logits[at(gen)] = pick[gen() % 6];
+  }
+  if (gen() % 8 == 0) std::fill(logits.begin(), logits.end(), gen() % 2 == 0 ? nan : -inf);
+  if (gen() % 8 == 0) {
+    const float top = *std::max_element(logits.begin(), logits.end(), [](float a, float b) {
+      return std::isnan(a) || (!std::isnan(b) && a < b);
+    });
+    logits[at(gen)] = top;  // The largest value twice (or more).
+  }
+  return logits;
+}
+
+// Without penalties or a mask, greedy and small top_k read the logits in place; a mask that
+// allows every id takes the general path (a copy, then max_element or a sort). Both must choose
+// the same ids from the same random stream, and the reported alternatives must be a partial
+// sort's.
+TEST(SamplerTest, InPlaceChoicesEqualThoseOfTheGeneralPath) {
+  std::mt19937_64 gen(11);
+  for (int round = 0; round < 600; ++round) {
+    const size_t n = round % 5 == 0 ? 1 + gen() % 40 : 1 + gen() % 3000;
+    const std::vector<float> logits = HostileLogits(gen, n);
+    SamplingOptions o;
+    o.temperature = round % 3 == 0 ? 0.0f : std::vector<float>{0.05f, 0.7f, 1.5f}[round % 3];
+    const int32_t k = std::vector<int32_t>{1, 5, 20, 512, static_cast<int32_t>(n)}[round % 5];
+    o.top_k = std::min(k, 512);
+    o.top_p = (round / 5) % 2 == 0 ? 1.0f : 0.9f;
+    o.min_p = (round / 10) % 2 == 0 ? 0.0f : 0.05f;
+    o.logprobs = static_cast<int>(round % 7);
+    o.seed = 500 + round;
+    const std::vector<uint64_t> all((n + 63) / 64, ~uint64_t{0});
+    Sampler in_place(o, {});
+    Sampler general(o, {});
+    SCOPED_TRACE(::testing::Message() << "round " << round << ", " << n << " logits");
+    for (int step = 0; step < 3; ++step) {
+      const SampledToken a = in_place.Sample(logits);
+      const SampledToken b = general.Sample(logits, all);
+      ASSERT_EQ(a.id, b.id) << "step " << step;
+      ASSERT_EQ(a.top, b.top);
+      if (o.temperature == 0.0f) {
+        std::vector<float> ranked(logits);
+        for (float& l : ranked) l = std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
+        ASSERT_EQ(a.id, std::max_element(ranked.begin(), ranked.end()) - ranked.begin());
+      }
+      std::vector<int32_t> ids(n);
+      std::iota(ids.begin(), ids.end(), 0);
+      const auto key = [&](int32_t id) {
+        return std::isnan(logits[id]) ? -std::numeric_limits<float>::infinity() : logits[id];
+      };
+      const size_t shown = std::min<size_t>(o.logprobs, n);
+      std::partial_sort(ids.begin(), ids.begin() + shown, ids.end(), [&](int32_t x, int32_t y) {
+        return key(x) > key(y) || (key(x) == key(y) && x < y);
+      });
+      ASSERT_EQ(a.top.size(), shown);
+      for (size_t i = 0; i < shown; ++i) ASSERT_EQ(a.top[i].first, ids[i]) << i;
+    }
+  }
+}
+
 // NaN logits are never drawn; +inf ones (a tiny repetition penalty dividing a positive logit)
 // are the only candidates, the lowest id of them chosen, not the least likely token.
 TEST(SamplerTest, NonFiniteLogitsGiveAWellDefinedChoice) {
