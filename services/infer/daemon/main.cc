@@ -125,6 +125,11 @@ int Run(int argc, char** argv) {
                          " where the backend computes in host memory, ", kDevicePassTokens,
                          " in a GPU's)"),
             0, kNoMax64);
+  flags.Add("sampling-threads", &scheduler_options.sampling_threads,
+            absl::StrCat("threads choosing a decode step's tokens side by side, the scheduler's "
+                         "among them (0: one per hardware thread, at most ",
+                         kMaxSamplingThreads, "; 1: the scheduler thread alone)"),
+            0, kNoMax);
   flags.Add("preserve-frontier", &scheduler_options.preserve_frontier,
             "capture a slot's frontier before another conversation overwrites it");
   flags.Add("restore-in-holding-slot", &scheduler_options.restore_in_holding_slot,

@@ -1,11 +1,17 @@
 #include "services/infer/engine/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "common/log/log.h"
 #include "common/status/check.h"
+#include "common/status/status_macros.h"
 #include "services/infer/engine/scheduler_slots.h"
 
 namespace cairn::infer {
@@ -26,6 +32,15 @@ Scheduler::Scheduler(Model* model, KvMemory* memory, StateCache* cache,
       options_(options),
       context_tokens_(memory->num_slots() > 0 ? memory->slot(0)->max_rows() : 0),
       slots_(memory->num_slots()) {
+  int threads = options.sampling_threads;
+  if (threads <= 0) {
+    threads =
+        std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, kMaxSamplingThreads);
+  }
+  if (threads > 1) {
+    sampling_helpers_ = threads - 1;
+    sampling_pool_ = std::make_unique<ThreadPool>(sampling_helpers_);
+  }
   PublishSnapshot();
 }
 
@@ -336,36 +351,67 @@ bool Scheduler::DecodeStep() {
     }
     return true;
   }
+  for (Active* a : batch) {
+    slots_[a->slot].tokens.push_back(a->pending);
+    a->pending = -1;
+  }
+  // The choices side by side (each touches only its own request), then emitted in batch order:
+  // the scheduler thread and the sampling workers take the next unchosen request until none is
+  // left.
+  std::vector<absl::StatusOr<SampledToken>> chosen(batch.size(), absl::UnknownError("unchosen"));
+  std::atomic<size_t> next{0};
+  const auto choose_rest = [&] {
+    for (size_t i = next.fetch_add(1); i < batch.size(); i = next.fetch_add(1)) {
+      chosen[i] = ChooseNext(*batch[i], decode_logits_[i]);
+    }
+  };
+  const int helpers =
+      sampling_pool_ == nullptr
+          ? 0
+          : static_cast<int>(std::min(batch.size() - 1, static_cast<size_t>(sampling_helpers_)));
+  if (helpers > 0) {
+    absl::BlockingCounter left(helpers);
+    for (int h = 0; h < helpers; ++h) {
+      auto work = [&choose_rest, &left] {
+        choose_rest();
+        left.DecrementCount();
+      };
+      if (!sampling_pool_->Schedule(work)) work();
+    }
+    choose_rest();
+    left.Wait();
+  } else {
+    choose_rest();
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
-    Active& a = *batch[i];
-    slots_[a.slot].tokens.push_back(a.pending);
-    a.pending = -1;
-    SampleNext(a, decode_logits_[i]);
+    if (!chosen[i].ok()) {
+      Finish(*batch[i], chosen[i].status(), FinishReason::kStop);
+    } else {
+      EmitToken(*batch[i], *chosen[i]);
+    }
   }
   return true;
 }
 
 void Scheduler::SampleNext(Active& a, absl::Span<const float> logits) {
-  if (a.req.constraint == nullptr) {
-    EmitToken(a, a.sampler->Sample(logits));
+  absl::StatusOr<SampledToken> token = ChooseNext(a, logits);
+  if (!token.ok()) {
+    Finish(a, token.status(), FinishReason::kStop);
     return;
   }
+  EmitToken(a, *token);
+}
+
+absl::StatusOr<SampledToken> Scheduler::ChooseNext(Active& a, absl::Span<const float> logits) {
+  if (a.req.constraint == nullptr) return a.sampler->Sample(logits);
   if (a.req.constraint->Unconstrained()) {
-    const SampledToken token = a.sampler->Sample(logits);
-    if (absl::Status st = a.req.constraint->Accept(token.id); !st.ok()) {
-      Finish(a, st, FinishReason::kStop);
-      return;
-    }
-    EmitToken(a, token);
-    return;
+    SampledToken token = a.sampler->Sample(logits);
+    RETURN_IF_ERROR(a.req.constraint->Accept(token.id));
+    return token;
   }
   // Sized for the model's vocabulary in Setup; logits rows are that long.
   a.allowed.resize((logits.size() + 63) / 64);
-  absl::Status st = a.req.constraint->Allowed(absl::MakeSpan(a.allowed));
-  if (!st.ok()) {
-    Finish(a, st, FinishReason::kStop);
-    return;
-  }
+  RETURN_IF_ERROR(a.req.constraint->Allowed(absl::MakeSpan(a.allowed)));
   // The sampler needs one allowed id inside the logits; bits past them do not count.
   bool any = false;
   const size_t full_words = logits.size() / 64;
@@ -374,19 +420,12 @@ void Scheduler::SampleNext(Active& a, absl::Span<const float> logits) {
     any = (a.allowed[full_words] & ((uint64_t{1} << (logits.size() % 64)) - 1)) != 0;
   }
   if (!any) {
-    Finish(a,
-           absl::InternalError("the request's token constraint allowed no token of the "
-                               "model's vocabulary"),
-           FinishReason::kStop);
-    return;
+    return absl::InternalError(
+        "the request's token constraint allowed no token of the model's vocabulary");
   }
-  const SampledToken token = a.sampler->Sample(logits, a.allowed);
-  st = a.req.constraint->Accept(token.id);
-  if (!st.ok()) {
-    Finish(a, st, FinishReason::kStop);
-    return;
-  }
-  EmitToken(a, token);
+  SampledToken token = a.sampler->Sample(logits, a.allowed);
+  RETURN_IF_ERROR(a.req.constraint->Accept(token.id));
+  return token;
 }
 
 void Scheduler::EmitToken(Active& a, const SampledToken& token) {

@@ -14,12 +14,17 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/concurrency/mutex.h"
+#include "common/concurrency/thread_pool.h"
 #include "services/infer/engine/kv_memory.h"
 #include "services/infer/engine/request.h"
+#include "services/infer/engine/sampler.h"
 #include "services/infer/engine/state_cache.h"
 #include "services/infer/models/model.h"
 
 namespace cairn::infer {
+
+// SchedulerOptions::sampling_threads' most where it is 0 (one per hardware thread).
+inline constexpr int kMaxSamplingThreads = 8;
 
 struct SchedulerOptions {
   // Requests waiting for a slot, beyond those the idle slots take; more are ResourceExhausted.
@@ -43,6 +48,12 @@ struct SchedulerOptions {
   // With no slot to continue or holding the restore depth: the idle slot whose overwrite
   // spills least, instead of the least recently used (PlannerOptions::cheapest_slot).
   bool cheapest_slot = true;
+  // Threads that choose a decode step's tokens (sampling, a constraint's mask) for the step's
+  // requests side by side, the scheduler thread being one of them: at 16 sequences of a 248K
+  // vocabulary one thread's choices take a visible share of a GPU step. 0: one per hardware
+  // thread, at most kMaxSamplingThreads; 1: the scheduler thread alone. Each request's choice
+  // is the same whichever thread makes it.
+  int sampling_threads = 0;
   // Called once, on the scheduler thread, when the model reports a fault (Model::Fault: it can
   // run no more passes, say its device was lost). By then the scheduler admits nothing more,
   // has ended every running and queued request with UNAVAILABLE naming the fault, and its
@@ -136,6 +147,10 @@ class Scheduler {
   // Samples `a`'s next token from `logits` (through its constraint's mask when it has one) and
   // emits it; a constraint's error finishes the request with it.
   void SampleNext(Active& a, absl::Span<const float> logits);
+  // SampleNext's choice, touching only `a`'s sampler, constraint and mask (so a sampling worker
+  // may run it for one request while others run it for others): the token, or the error that
+  // ends the request.
+  static absl::StatusOr<SampledToken> ChooseNext(Active& a, absl::Span<const float> logits);
   void EmitToken(Active& a, const SampledToken& token);
   void Finish(Active& a, const absl::Status& status, FinishReason reason);
   // The status a request whose pass failed with `failed` ends with: where the model has
@@ -172,6 +187,13 @@ class Scheduler {
   uint64_t clock_ = 0;  // Logical time for least-recently-used slot choice.
   // The decode steps' logits, read in place (Model::ForwardBatchViews) until the next step.
   std::vector<absl::Span<const float>> decode_logits_;
+
+  // The sampling workers beside the scheduler thread (SchedulerOptions::sampling_threads less
+  // one; null where that is none). With the scheduler thread they take a decode step's requests
+  // one at a time and run ChooseNext for each; the scheduler thread then waits for them, so no
+  // request's state is touched by two threads at once and it reads the choices after the wait.
+  std::unique_ptr<ThreadPool> sampling_pool_;
+  int sampling_helpers_ = 0;  // sampling_pool_'s threads.
 
   mutable Mutex mu_;
   CondVar cv_;

@@ -14,7 +14,9 @@ namespace cairn::infer {
 // constraint means. The constraint decides when the request may end: it allows the
 // end-of-turn tokens only where the answer is complete, and then nothing else.
 //
-// Thread-compatible: one request's, used on the scheduler thread only.
+// Thread-compatible: one request's. The scheduler calls it from its own thread or, for a
+// decode step's token, from one of its sampling workers (SchedulerOptions::sampling_threads),
+// never from two threads at once.
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;

@@ -6,6 +6,10 @@
 //   prefill    the longest gap between two tokens of a decoding stream while another slot
 //              prefills a long prompt, against the time of one prefill pass alone: a long
 //              prefill must delay other streams by at most one pass.
+//   sampling   (--sampling, alone) the scheduler's host time a decode step of N slots over a
+//              model whose logits cost nothing (rows of --vocab random logits read in place, as
+//              a GPU model's staged download is): the sampling a GPU step waits for, with
+//              one sampling thread against the default (SchedulerOptions::sampling_threads).
 
 #include <unistd.h>
 
@@ -69,6 +73,47 @@ std::vector<int32_t> RandomIds(int64_t n, int64_t vocab, uint64_t seed) {
   return out;
 }
 
+// A model whose forward costs nothing: each sequence's logits are one of kRows fixed rows of
+// random logits (picked by the pass's last token), read in place as a GPU model's are.
+class InstantLogitsModel final : public infer::Model {
+ public:
+  static constexpr int kRows = 16;
+  explicit InstantLogitsModel(int64_t vocab) : rows_(kRows) {
+    info_.architecture = "instant-logits";
+    info_.vocab_size = vocab;
+    layout_.components.push_back({"layers.0.k", infer::ComponentKind::kRows, 0, 1});
+    std::mt19937_64 gen(3);
+    for (std::vector<float>& row : rows_) {
+      row.resize(static_cast<size_t>(vocab));
+      // About a trained model's spread: a few ids far above a broad body.
+      for (float& l : row) l = std::normal_distribution<float>(0.0f, 2.5f)(gen);
+      for (int i = 0; i < 8; ++i) row[static_cast<size_t>((i * 7919 + gen() % 1000) % vocab)] += 15;
+    }
+  }
+  const infer::ModelInfo& info() const override { return info_; }
+  const infer::StateLayout& state_layout() const override { return layout_; }
+  absl::Status ForwardBatchInto(absl::Span<const infer::SequencePass> batch,
+                                std::vector<std::vector<float>>& results) override {
+    results.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) results[i] = RowFor(batch[i]);
+    return absl::OkStatus();
+  }
+  absl::Status ForwardBatchViews(absl::Span<const infer::SequencePass> batch,
+                                 std::vector<absl::Span<const float>>& views) override {
+    views.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) views[i] = RowFor(batch[i]);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::vector<float>& RowFor(const infer::SequencePass& pass) const {
+    return rows_[static_cast<size_t>(pass.tokens.back()) % kRows];
+  }
+  infer::ModelInfo info_;
+  infer::StateLayout layout_;
+  std::vector<std::vector<float>> rows_;
+};
+
 struct Setup {
   std::unique_ptr<infer::CpuKernelBackend> backend;
   std::unique_ptr<infer::Model> model;
@@ -97,7 +142,8 @@ Setup Make(const std::string& dir, int threads, int slots, int64_t context, int6
 // Submits one request per prompt at once and waits for all; returns each one's token times.
 std::vector<std::vector<absl::Time>> RunAll(Scheduler& scheduler,
                                             const std::vector<std::vector<int32_t>>& prompts,
-                                            int64_t tokens) {
+                                            int64_t tokens,
+                                            const infer::SamplingOptions& sampling = {}) {
   TimingSink::Shared shared;
   std::vector<std::vector<absl::Time>> times(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -105,12 +151,57 @@ std::vector<std::vector<absl::Time>> RunAll(Scheduler& scheduler,
     r.id = absl::StrCat("r", i);
     r.prompt = prompts[i];
     r.max_tokens = tokens;
+    r.sampling = sampling;
     r.sink = std::make_unique<TimingSink>(&shared, &times[i]);
     if (!scheduler.Submit(std::move(r)).ok()) std::cerr << "submit failed\n";
   }
   MutexLock lock(&shared.mu);
   while (shared.finished < static_cast<int>(prompts.size())) shared.cv.Wait(&shared.mu);
   return times;
+}
+
+// The host's share of a decode step: `slots` requests decoding `tokens` tokens together over
+// InstantLogitsModel, greedy and with Qwen's sampling (temperature 0.7, top_p 0.8, top_k 20),
+// with one sampling thread and with the default.
+int RunSampling(int slots, int64_t tokens, int64_t vocab) {
+  if (vocab < 2 || tokens < 4) {
+    std::cerr << "cairn-scheduler-bench: --sampling needs --vocab >= 2, --decode-tokens >= 4\n";
+    return 2;
+  }
+  infer::SamplingOptions qwen;
+  qwen.temperature = 0.7f;
+  qwen.top_p = 0.8f;
+  qwen.top_k = 20;
+  qwen.seed = 1;
+  for (const auto& [name, sampling] :
+       {std::pair<const char*, infer::SamplingOptions>{"greedy", {}}, {"top_k 20", qwen}}) {
+    for (int threads : {1, 0}) {
+      InstantLogitsModel model(vocab);
+      auto memory = *infer::SlotKvMemory::Create(model.state_layout(),
+                                                 {.slots = slots, .max_rows = tokens + 16});
+      infer::SchedulerOptions so;
+      so.sampling_threads = threads;
+      Scheduler scheduler(&model, memory.get(), nullptr, so);
+      scheduler.Start();
+      std::vector<std::vector<int32_t>> prompts;
+      for (int i = 0; i < slots; ++i) prompts.push_back(RandomIds(4, vocab, 10 + i));
+      auto times = RunAll(scheduler, prompts, tokens, sampling);
+      // Steps with every stream decoding: from the last first token to the first last one.
+      absl::Time from = absl::InfinitePast(), to = absl::InfiniteFuture();
+      for (const auto& t : times) {
+        from = std::max(from, t[1]);
+        to = std::min(to, t.back());
+      }
+      int64_t steps = 0;
+      for (absl::Time x : times[0]) steps += x > from && x <= to ? 1 : 0;
+      scheduler.Shutdown(absl::Now());
+      std::cout << absl::StrFormat(
+          "sampling: %d slots, vocabulary %d, %-8s %s: %.3f ms of host time a decode step\n", slots,
+          vocab, name, threads == 1 ? "one sampling thread  " : "default sampling threads",
+          steps > 0 ? 1000.0 * absl::ToDoubleSeconds(to - from) / static_cast<double>(steps) : 0.0);
+    }
+  }
+  return 0;
 }
 
 int Run(int argc, char** argv) {
@@ -130,6 +221,11 @@ int Run(int argc, char** argv) {
   flags.Add("long-prompt", &long_prompt, "the long prefill's length");
   flags.Add("max-pass-tokens", &max_pass, "longest prefill pass");
   flags.Add("numerics", &numerics, "fast or pass-invariant");
+  bool sampling_only = false;
+  int64_t vocab_flag = 248320;
+  flags.Add("sampling", &sampling_only,
+            "measure only the host's time a decode step (a model whose logits cost nothing)");
+  flags.Add("vocab", &vocab_flag, "--sampling's vocabulary (Qwen3.5's by default)");
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(argc, argv);
   if (absl::IsCancelled(rest.status())) {
     std::cout << rest.status().message();
@@ -140,6 +236,7 @@ int Run(int argc, char** argv) {
     std::cerr << "cairn-scheduler-bench: bad flags (see --help; --slots >= 2)\n";
     return 2;
   }
+  if (sampling_only) return RunSampling(slots, decode_tokens, vocab_flag);
   if (work_dir.empty()) work_dir = absl::StrCat("/tmp/cairn-scheduler-bench-", ::getpid());
   if (model.empty()) {
     model = work_dir + "/model";

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/concurrency/mutex.h"
 #include "common/concurrency/notification.h"
@@ -27,12 +28,11 @@ constexpr int32_t kFavourite = 7;  // The token every row of logits favours.
 constexpr int32_t kStop = 129;     // The request's stop token.
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-// A model whose every row of logits favours kFavourite, then lower ids (logit 1 - id / 1000);
-// it keeps no state.
-class FavouriteTokenModel final : public Model {
+// A stateless model of kVocab logits a row, each row `Row(pass)`.
+class RowModel : public Model {
  public:
-  FavouriteTokenModel() {
-    info_.architecture = "favourite-token";
+  explicit RowModel(const char* architecture) {
+    info_.architecture = architecture;
     info_.vocab_size = kVocab;
     layout_.components.push_back({"layers.0.k", ComponentKind::kRows, 0, 1});
   }
@@ -41,17 +41,29 @@ class FavouriteTokenModel final : public Model {
   absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
                                 std::vector<std::vector<float>>& results) override {
     results.resize(batch.size());
-    for (std::vector<float>& row : results) {
-      row.resize(kVocab);
-      for (int32_t id = 0; id < kVocab; ++id) row[id] = 1.0f - static_cast<float>(id) / 1000.0f;
-      row[kFavourite] = 10.0f;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      results[s].resize(kVocab);
+      Row(batch[s], absl::MakeSpan(results[s]));
     }
     return absl::OkStatus();
   }
 
  private:
+  virtual void Row(const SequencePass& pass, absl::Span<float> row) const = 0;
   ModelInfo info_;
   StateLayout layout_;
+};
+
+// Every row of logits favours kFavourite, then lower ids (logit 1 - id / 1000).
+class FavouriteTokenModel final : public RowModel {
+ public:
+  FavouriteTokenModel() : RowModel("favourite-token") {}
+
+ private:
+  void Row(const SequencePass&, absl::Span<float> row) const override {
+    for (int32_t id = 0; id < kVocab; ++id) row[id] = 1.0f - static_cast<float>(id) / 1000.0f;
+    row[kFavourite] = 10.0f;
+  }
 };
 
 // Allows exactly `script` followed by kStop, one token at a time; records what it was told.
@@ -329,6 +341,101 @@ TEST(SchedulerQueueTest, ABurstFillsTheIdleSlotsThenTheQueue) {
   }
   EXPECT_THAT(scheduler.Submit(SimpleRequest(&outs[3])),
               StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// A row of logits is a hash of the pass's last token: a request's logits depend on its own
+// tokens alone, and differ from token to token.
+class HashedLogitsModel final : public RowModel {
+ public:
+  HashedLogitsModel() : RowModel("hashed-logits") {}
+
+ private:
+  void Row(const SequencePass& pass, absl::Span<float> row) const override {
+    uint64_t h = 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(pass.tokens.back()) + 1);
+    for (int32_t id = 0; id < kVocab; ++id) {
+      h ^= h >> 29;
+      h *= 0xbf58476d1ce4e5b9ull;
+      h ^= h >> 32;
+      row[id] = static_cast<float>(h % 6000) / 1000.0f - 3.0f;
+    }
+  }
+};
+
+// The token choices of one decode step run side by side on the sampling workers: each
+// request's tokens, finish and constraint calls are those it gets alone with the scheduler
+// thread choosing every token (greedy, seeded sampling with and without top_k, logprobs, a
+// constraint that finishes, one whose Accept fails part way).
+TEST(SchedulerSamplingTest, ARequestChoosesAsItWouldAloneWhateverThreadChooses) {
+  constexpr int kRequests = 7;
+  struct Result {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> accepted;
+    absl::StatusCode code = absl::StatusCode::kOk;
+  };
+  const auto make = [](int i, Outcome* out, std::vector<int32_t>* accepted) {
+    GenerateRequest req;
+    req.id = absl::StrCat("r", i);
+    req.prompt = {1, 2 + i, 3};
+    req.max_tokens = 24;
+    req.stop_ids = {kStop};
+    req.sink = std::make_unique<RecordingSink>(out);
+    if (i % 4 != 0) {
+      req.sampling.temperature = 0.3f * static_cast<float>(i);
+      req.sampling.top_k = i % 2 == 0 ? 20 : 0;
+      req.sampling.top_p = 0.9f;
+      req.sampling.seed = 40 + i;
+    }
+    req.sampling.logprobs = i % 3;
+    if (i == 5)
+      req.constraint =
+          std::make_unique<ScriptedConstraint>(std::vector<int32_t>{9, 90, 19, 7}, accepted);
+    if (i == 6)
+      req.constraint = std::make_unique<ScriptedConstraint>(
+          std::vector<int32_t>{4, 44, 4, 44, 4}, accepted, ScriptedConstraint::Fail::kAccept, 3);
+    return req;
+  };
+  // All requests at once on `threads` sampling threads, or (threads 0) each alone on one.
+  const auto run = [&](int threads) {
+    std::vector<Result> results(kRequests);
+    HashedLogitsModel model;
+    absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+        SlotKvMemory::Create(model.state_layout(), {.slots = kRequests, .max_rows = 64});
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    if (!memory.ok()) return results;
+    SchedulerOptions options;
+    options.sampling_threads = threads == 0 ? 1 : threads;
+    Scheduler scheduler(&model, memory->get(), nullptr, options);
+    scheduler.Start();
+    Outcome outs[kRequests];
+    for (int i = 0; i < kRequests; ++i) {
+      EXPECT_TRUE(scheduler.Submit(make(i, &outs[i], &results[i].accepted)).ok());
+      if (threads == 0) {
+        EXPECT_TRUE(outs[i].done.WaitForNotificationWithTimeout(kWait));
+      }
+    }
+    for (int i = 0; i < kRequests; ++i) {
+      EXPECT_TRUE(outs[i].done.WaitForNotificationWithTimeout(kWait));
+      MutexLock lock(&outs[i].mu);
+      results[i].tokens = outs[i].tokens;
+      results[i].code = outs[i].status.code();
+    }
+    scheduler.Shutdown(absl::Now() + kWait);
+    return results;
+  };
+
+  const std::vector<Result> alone = run(0);
+  for (int threads : {2, 4}) {
+    const std::vector<Result> together = run(threads);
+    for (int i = 0; i < kRequests; ++i) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads, request " << i);
+      EXPECT_EQ(together[i].tokens, alone[i].tokens);
+      EXPECT_EQ(together[i].accepted, alone[i].accepted);
+      EXPECT_EQ(together[i].code, alone[i].code);
+    }
+  }
+  EXPECT_EQ(alone[0].tokens.size(), 24u);  // Greedy over the hashed rows: no stop drawn.
+  EXPECT_EQ(alone[5].tokens, (std::vector<int32_t>{9, 90, 19, 7}));
+  EXPECT_EQ(alone[6].code, absl::StatusCode::kDataLoss);
 }
 
 }  // namespace
