@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status/annotate.h"
 #include "common/status/status_macros.h"
+#include "services/infer/engine/sampler.h"
 
 namespace cairn::infer {
 
@@ -61,11 +62,7 @@ absl::Status ReservePassMemory(Model& model, KvMemory& slots, int64_t pass_token
 }
 
 int32_t Argmax(const float* logits, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
+  return GreedyChoice(absl::MakeConstSpan(logits, static_cast<size_t>(n)));
 }
 
 absl::StatusOr<std::vector<int32_t>> GreedyDecode(Model& model, SlotState* slot,

@@ -46,7 +46,9 @@ int64_t PassTokensFor(int64_t requested, const DeviceMemory& memory);
 // request. Returns the model's error, naming the pass's size.
 absl::Status ReservePassMemory(Model& model, KvMemory& slots, int64_t pass_tokens);
 
-// Returns the index of the largest of `n` logits (the first on ties, like torch.argmax).
+// Returns the index of the largest of `n` logits (the first on ties, like torch.argmax; a NaN
+// ranked as -infinity, 0 where all are NaN or -infinity): the server's greedy choice
+// (GreedyChoice in sampler.h).
 int32_t Argmax(const float* logits, int64_t n);
 
 // Greedy decoding of `count` tokens: the first is the argmax of `last_logits`, and each token

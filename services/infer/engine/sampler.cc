@@ -22,11 +22,11 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // vectorises), and only a block that holds a hit is looked at logit by logit.
 constexpr size_t kBlock = 16;
 
-// The greedy choice over raw logits: the lowest id of the largest, a NaN ranked as -infinity,
-// 0 where every logit is NaN or -infinity (std::max_element over the logits with NaN as
-// -infinity, as Sample's general path finds it), in two passes of whole blocks: the largest
-// value in lanes, then the first block holding it. -0 and +0 compare equal, so which of them
-// the first pass keeps changes no choice.
+}  // namespace
+
+// std::max_element over the logits with NaN as -infinity (as Sample's general path finds it), in
+// two passes of whole blocks: the largest value in lanes, then the first block holding it. -0
+// and +0 compare equal, so which of them the first pass keeps changes no choice.
 int32_t GreedyChoice(absl::Span<const float> logits) {
   const float* x = logits.data();
   const size_t n = logits.size();
@@ -52,8 +52,6 @@ int32_t GreedyChoice(absl::Span<const float> logits) {
     if (x[i] == best) return static_cast<int32_t>(i);
   }
 }
-
-}  // namespace
 
 absl::Status ValidateSamplingOptions(const SamplingOptions& o, int max_logprobs) {
   if (!(o.temperature >= 0.0f) || std::isinf(o.temperature)) {

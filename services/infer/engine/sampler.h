@@ -47,6 +47,11 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;
 };
 
+// The greedy choice over raw logits: the lowest id of the largest, a NaN ranked as -infinity; 0
+// where every logit is NaN or -infinity (or there are none). Sampler's greedy choice where no
+// penalty or mask applies.
+int32_t GreedyChoice(absl::Span<const float> logits);
+
 // Chooses tokens for one request. A seeded sampler draws the same tokens for the same logits:
 // the random stream advances once per sampled token, never depending on anything else.
 //

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "services/infer/engine/generation.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::infer {
@@ -283,6 +284,28 @@ TEST(SamplerTest, DrawsEqualThoseOfAFullSort) {
     SCOPED_TRACE(round);
     EXPECT_EQ(sampler.Sample(logits).id, FullSortDraw(logits, o, 1000 + round));
   }
+}
+
+// GreedyChoice (the server's greedy choice, and cairn-run's Argmax): the lowest id of the
+// largest, wherever it lies (in a whole block of the scan or in the tail past them), a NaN
+// never chosen, not even at id 0.
+TEST(SamplerTest, GreedyChoiceTakesTheFirstLargestAndNeverANaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits(37, 0.5f);
+  logits[0] = nan;
+  logits[35] = 2.0f;  // Past the two whole blocks of 16.
+  EXPECT_EQ(GreedyChoice(logits), 35);
+  logits[20] = 2.0f;
+  EXPECT_EQ(GreedyChoice(logits), 20);
+  std::fill(logits.begin() + 1, logits.end(), -1.0f);
+  logits[3] = -0.0f;
+  logits[30] = 0.0f;
+  EXPECT_EQ(GreedyChoice(logits), 3);  // -0 and +0 are equal: the lower id.
+  EXPECT_EQ(GreedyChoice({nan, nan, -inf}), 0);
+  EXPECT_EQ(GreedyChoice({-inf, nan, 1.0f}), 2);
+  EXPECT_EQ(GreedyChoice({}), 0);
+  EXPECT_EQ(Argmax(logits.data(), static_cast<int64_t>(logits.size())), 3);
 }
 
 // Random logits of every kind the fast paths must rank as the general path does: ties, -0 and
