@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "common/log/log.h"
 #include "common/status/check.h"
 #include "common/status/status_macros.h"
@@ -370,16 +369,21 @@ bool Scheduler::DecodeStep() {
           ? 0
           : static_cast<int>(std::min(batch.size() - 1, static_cast<size_t>(sampling_helpers_)));
   if (helpers > 0) {
-    absl::BlockingCounter left(helpers);
+    // cairn::Mutex rather than absl's counters, which ThreadSanitizer cannot see into.
+    Mutex done_mu;
+    CondVar done_cv;
+    int running = helpers;
     for (int h = 0; h < helpers; ++h) {
-      auto work = [&choose_rest, &left] {
+      auto work = [&] {
         choose_rest();
-        left.DecrementCount();
+        MutexLock lock(&done_mu);
+        if (--running == 0) done_cv.SignalAll();
       };
       if (!sampling_pool_->Schedule(work)) work();
     }
     choose_rest();
-    left.Wait();
+    MutexLock lock(&done_mu);
+    while (running > 0) done_cv.Wait(&done_mu);
   } else {
     choose_rest();
   }
