@@ -113,41 +113,97 @@ void Sampler::SortDescending() {
   for (size_t i = 0; i < n; ++i) order_[i] = static_cast<int32_t>(keys_[i] & 0xffffffffu);
 }
 
-void Sampler::SelectBest(absl::Span<const float> logits, int32_t k) {
+void Sampler::Penalise(absl::Span<const float> logits) {
+  penalised_.clear();
+  const bool repetition = options_.repetition_penalty != 1.0f;
+  const bool additive = options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f;
+  std::vector<int32_t>& ids = order_;  // Free until SelectBest fills it.
+  ids.clear();
+  if (repetition) {
+    for (const auto& [id, unused] : seen_) ids.push_back(id);
+  }
+  if (additive) {
+    for (const auto& [id, unused] : generated_) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  penalised_mask_.resize((logits.size() + 63) / 64);
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;  // No logit to change.
+    // ChooseAfterPenalties' arithmetic: the repetition penalty, then the additive ones.
+    const float l = logits[id];
+    float v = std::isnan(l) ? -kInf : l + 0.0f;
+    if (repetition && seen_.contains(id)) {
+      v = v > 0 ? v / options_.repetition_penalty : v * options_.repetition_penalty;
+    }
+    if (additive) {
+      const auto it = generated_.find(id);
+      if (it != generated_.end()) {
+        v -= options_.presence_penalty + options_.frequency_penalty * it->second;
+      }
+    }
+    penalised_.emplace_back(v, id);
+    penalised_mask_[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  }
+}
+
+void Sampler::SelectBest(absl::Span<const float> logits, int32_t k, bool penalised) {
   // A heap whose front is the worst id kept: the lowest value, the highest id on ties.
   const auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  heap_.clear();
-  for (int32_t i = 0; i < k; ++i) {
-    const float l = logits[i];
-    heap_.emplace_back(std::isnan(l) ? -kInf : l + 0.0f, i);
-  }
-  std::make_heap(heap_.begin(), heap_.end(), better);
-  // A later id takes a place only with a larger value (it loses ties); a NaN never does.
-  float worst = heap_.front().first;
-  const auto take = [&](size_t i) {
-    const float l = logits[i];
-    if (!(l > worst)) return;
-    std::pop_heap(heap_.begin(), heap_.end(), better);
-    heap_.back() = {l + 0.0f, static_cast<int32_t>(i)};
-    std::push_heap(heap_.begin(), heap_.end(), better);
-    worst = heap_.front().first;
+  // Penalised ids are left out of the pass over the logits and offered after it.
+  const auto skip = [&](size_t i) {
+    return penalised && ((penalised_mask_[i / 64] >> (i % 64)) & 1) != 0;
   };
   const float* x = logits.data();
   const size_t n = logits.size();
-  size_t i = static_cast<size_t>(k);
-  for (; i + kBlock <= n; i += kBlock) {
-    int hit = 0;
-    for (size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > worst ? 1 : 0;
-    if (hit == 0) continue;
-    for (size_t j = 0; j < kBlock; ++j) take(i + j);
+  const auto want = static_cast<size_t>(k);
+  heap_.clear();
+  size_t i = 0;
+  for (; i < n && heap_.size() < want; ++i) {
+    if (skip(i)) continue;
+    heap_.emplace_back(std::isnan(x[i]) ? -kInf : x[i] + 0.0f, static_cast<int32_t>(i));
   }
-  for (; i < n; ++i) take(i);
+  std::make_heap(heap_.begin(), heap_.end(), better);
+  if (heap_.size() == want) {
+    // A later id takes a place only with a larger value (it loses ties); a NaN never does.
+    float worst = heap_.front().first;
+    const auto take = [&](size_t at) {
+      const float l = x[at];
+      if (!(l > worst) || skip(at)) return;
+      std::pop_heap(heap_.begin(), heap_.end(), better);
+      heap_.back() = {l + 0.0f, static_cast<int32_t>(at)};
+      std::push_heap(heap_.begin(), heap_.end(), better);
+      worst = heap_.front().first;
+    };
+    for (; i + kBlock <= n; i += kBlock) {
+      int hit = 0;
+      for (size_t j = 0; j < kBlock; ++j) hit |= x[i + j] > worst ? 1 : 0;
+      if (hit == 0) continue;
+      for (size_t j = 0; j < kBlock; ++j) take(i + j);
+    }
+    for (; i < n; ++i) take(i);
+  }
+  if (penalised) {
+    // In the full order: a penalised id may be lower than the ids kept, and wins their ties.
+    for (const auto& [v, id] : penalised_) {
+      const std::pair<float, int32_t> c{v, id};
+      if (heap_.size() < want) {
+        heap_.push_back(c);
+        std::push_heap(heap_.begin(), heap_.end(), better);
+      } else if (better(c, heap_.front())) {
+        std::pop_heap(heap_.begin(), heap_.end(), better);
+        heap_.back() = c;
+        std::push_heap(heap_.begin(), heap_.end(), better);
+      }
+      penalised_mask_[static_cast<size_t>(id) / 64] = 0;  // Cleared for the next call.
+    }
+  }
   std::sort_heap(heap_.begin(), heap_.end(), better);
-  order_.resize(static_cast<size_t>(k));
-  values_.resize(static_cast<size_t>(k));
-  for (int32_t j = 0; j < k; ++j) {
+  order_.resize(want);
+  values_.resize(want);
+  for (size_t j = 0; j < want; ++j) {
     values_[j] = heap_[j].first;
     order_[j] = heap_[j].second;
   }
@@ -305,19 +361,22 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
     return v >= kMinLogprob ? v : kMinLogprob;
   };
 
-  // Without penalties or a mask the logits are the candidates' values as they come: greedy
-  // and a top_k of at most kPartialSortMax read them in place (GreedyChoice, SelectBest), with
-  // the choices of the general path below (a copy of every logit, then max_element or a sort),
-  // which took most of a token's host time at a vocabulary of 248K.
+  // Without a mask the logits are read in place: greedy without penalties by GreedyChoice,
+  // greedy with penalties and a top_k of at most kPartialSortMax by SelectBest (the ids a
+  // penalty applies to, the prompt's and the generated ones, valued apart and offered after
+  // the pass over the rest), with the general path's choices (a copy of every logit, then
+  // max_element or a sort), which took most of a token's host time at a vocabulary of 248K.
   const bool penalties = options_.repetition_penalty != 1.0f || options_.presence_penalty != 0.0f ||
                          options_.frequency_penalty != 0.0f;
+  const bool greedy = options_.temperature == 0.0f;
   int32_t chosen = 0;
-  if (!masked && !penalties && options_.temperature == 0.0f) {
+  if (!masked && !penalties && greedy) {
     chosen = GreedyChoice(logits);
-  } else if (!masked && !penalties && options_.top_k > 0 && options_.top_k <= kPartialSortMax) {
-    const int32_t keep = std::min(vocab, options_.top_k);
-    SelectBest(logits, keep);
-    chosen = Draw(keep);
+  } else if (!masked && (greedy || (options_.top_k > 0 && options_.top_k <= kPartialSortMax))) {
+    const int32_t keep = greedy ? 1 : std::min(vocab, options_.top_k);
+    if (penalties) Penalise(logits);
+    SelectBest(logits, keep, penalties);
+    chosen = greedy ? order_[0] : Draw(keep);
   } else {
     chosen = ChooseAfterPenalties(logits, allowed);
   }
@@ -327,7 +386,7 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
     result.logprob = logprob(logits[chosen]);
     // The raw logits' best ids, a NaN ranked as -infinity (the choice is made: order_ is free).
     const int32_t n = std::min(options_.logprobs, vocab);
-    SelectBest(logits, n);
+    SelectBest(logits, n, /*penalised=*/false);
     for (int32_t i = 0; i < n; ++i) result.top.emplace_back(order_[i], logprob(logits[order_[i]]));
   }
   ++generated_[chosen];

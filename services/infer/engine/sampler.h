@@ -84,11 +84,16 @@ class Sampler {
   // Draws from the first `keep` candidates of order_, values_ holding their values in that
   // (descending) order: min_p, top_p, then one draw from the random stream.
   int32_t Draw(int32_t keep);
-  // Fills order_ with the `k` best ids of `logits` (a NaN ranked as -infinity) in descending
-  // order, equal values by ascending id, and values_ with their values (-0 as +0): what a partial
-  // sort of every id gives, in one pass that compares most logits once against the worst id kept so
-  // far (a heap of k). REQUIRES: 0 < k <= logits.size().
-  void SelectBest(absl::Span<const float> logits, int32_t k);
+  // Values the ids a penalty applies to as ChooseAfterPenalties does (penalised_) and marks
+  // them in penalised_mask_, for SelectBest.
+  void Penalise(absl::Span<const float> logits);
+  // Fills order_ with the `k` best ids of `logits` (a NaN ranked as -infinity; with
+  // `penalised`, Penalise's ids at their penalised values) in descending order, equal values by
+  // ascending id, and values_ with their values (-0 as +0): what a partial sort of every id
+  // gives, in one pass that compares most logits once against the worst id kept so far (a
+  // heap of k). With `penalised`, clears penalised_mask_ again.
+  // REQUIRES: 0 < k <= logits.size().
+  void SelectBest(absl::Span<const float> logits, int32_t k, bool penalised);
 
   const SamplingOptions options_;
   std::mt19937_64 rng_;
@@ -98,6 +103,8 @@ class Sampler {
   std::vector<int32_t> order_;            // Candidate ids: all of them, or the allowed ones.
   std::vector<float> values_;             // The candidates' logits after the penalties.
   std::vector<std::pair<float, int32_t>> heap_;  // SelectBest's.
+  std::vector<std::pair<float, int32_t>> penalised_;  // Penalise's (value, id).
+  std::vector<uint64_t> penalised_mask_;              // Zero between calls.
   std::vector<double> probs_;             // The kept candidates' unnormalised probabilities.
   std::vector<uint64_t> keys_, scratch_;  // SortDescending's.
 };

@@ -1,6 +1,7 @@
 // The sampler's cost a token over Qwen3.5's vocabulary (248,320 logits) on the scheduler
 // thread: greedy, sampling without top_k (every id a candidate until the filters), with
-// Qwen's top_k 20, and with a mask allowing every id, against one pass reading the logits.
+// Qwen's top_k 20 (also with penalties), and with a mask allowing every id, against one pass
+// reading the logits.
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -22,10 +23,11 @@ std::vector<float> RandomLogits() {
   return logits;
 }
 
-void Run(benchmark::State& state, const SamplingOptions& o, bool mask) {
+void Run(benchmark::State& state, const SamplingOptions& o, bool mask,
+         const std::vector<int32_t>& prompt = {}) {
   const std::vector<float> logits = RandomLogits();
   const std::vector<uint64_t> allowed(mask ? (kVocab + 63) / 64 : 0, ~uint64_t{0});
-  Sampler sampler(o, {});
+  Sampler sampler(o, prompt);
   for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits, allowed).id);
 }
 
@@ -60,6 +62,23 @@ void BM_TemperatureTopK20(benchmark::State& state) {
   Run(state, o, false);
 }
 BENCHMARK(BM_TemperatureTopK20);
+
+// Qwen's sampling with a repetition and a presence penalty over a 4000-token prompt: the
+// penalised ids are valued apart (every generated token joins them as the run goes on).
+void BM_TemperatureTopK20Penalties(benchmark::State& state) {
+  SamplingOptions o;
+  o.temperature = 0.7f;
+  o.top_p = 0.8f;
+  o.top_k = 20;
+  o.repetition_penalty = 1.05f;
+  o.presence_penalty = 1.5f;
+  o.seed = 1;
+  std::vector<int32_t> prompt(4000);
+  std::mt19937_64 gen(2);
+  for (int32_t& id : prompt) id = static_cast<int32_t>(gen() % kVocab);
+  Run(state, o, false, prompt);
+}
+BENCHMARK(BM_TemperatureTopK20Penalties);
 
 void BM_TemperatureMaskAll(benchmark::State& state) {
   SamplingOptions o;

@@ -331,10 +331,10 @@ std::vector<float> HostileLogits(std::mt19937_64& gen, size_t n) {
   return logits;
 }
 
-// Without penalties or a mask, greedy and small top_k read the logits in place; a mask that
-// allows every id takes the general path (a copy, then max_element or a sort). Both must choose
-// the same ids from the same random stream, and the reported alternatives must be a partial
-// sort's.
+// Without a mask, greedy and small top_k read the logits in place (with penalties, the ids they
+// apply to valued apart); a mask that allows every id takes the general path (a copy with the
+// penalties, then max_element or a sort). Both must choose the same ids from the same random
+// stream, and the reported alternatives must be a partial sort's.
 TEST(SamplerTest, InPlaceChoicesEqualThoseOfTheGeneralPath) {
   std::mt19937_64 gen(11);
   for (int round = 0; round < 600; ++round) {
@@ -348,16 +348,26 @@ TEST(SamplerTest, InPlaceChoicesEqualThoseOfTheGeneralPath) {
     o.min_p = (round / 10) % 2 == 0 ? 0.0f : 0.05f;
     o.logprobs = static_cast<int>(round % 7);
     o.seed = 500 + round;
+    // Penalties in half the rounds: the prompt's ids for the repetition penalty, the generated
+    // ones (three steps) for all of them.
+    if ((round / 20) % 2 == 1) {
+      o.repetition_penalty = std::vector<float>{1.0f, 1.3f, 0.7f}[round % 3];
+      o.presence_penalty = std::vector<float>{0.0f, 0.5f, -1.5f, 2.0f}[(round / 3) % 4];
+      o.frequency_penalty = std::vector<float>{0.0f, 0.25f, -0.5f}[(round / 7) % 3];
+    }
+    std::vector<int32_t> prompt(gen() % 30);
+    for (int32_t& id : prompt) id = static_cast<int32_t>(gen() % n);
     const std::vector<uint64_t> all((n + 63) / 64, ~uint64_t{0});
-    Sampler in_place(o, {});
-    Sampler general(o, {});
+    Sampler in_place(o, prompt);
+    Sampler general(o, prompt);
     SCOPED_TRACE(::testing::Message() << "round " << round << ", " << n << " logits");
     for (int step = 0; step < 3; ++step) {
       const SampledToken a = in_place.Sample(logits);
       const SampledToken b = general.Sample(logits, all);
       ASSERT_EQ(a.id, b.id) << "step " << step;
       ASSERT_EQ(a.top, b.top);
-      if (o.temperature == 0.0f) {
+      if (o.temperature == 0.0f && o.repetition_penalty == 1.0f && o.presence_penalty == 0.0f &&
+          o.frequency_penalty == 0.0f) {
         std::vector<float> ranked(logits);
         for (float& l : ranked) l = std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
         ASSERT_EQ(a.id, std::max_element(ranked.begin(), ranked.end()) - ranked.begin());
