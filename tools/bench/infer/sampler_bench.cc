@@ -44,35 +44,32 @@ BENCHMARK(BM_ReadLogits);
 void BM_Greedy(benchmark::State& state) { Run(state, {}, false); }
 BENCHMARK(BM_Greedy);
 
-void BM_TemperatureNoTopK(benchmark::State& state) {
-  SamplingOptions o;
-  o.temperature = 0.7f;
-  o.top_p = 0.8f;
-  o.seed = 1;
-  Run(state, o, false);
-}
-BENCHMARK(BM_TemperatureNoTopK);
-
-void BM_TemperatureTopK20(benchmark::State& state) {
+// Qwen's recommended sampling: temperature 0.7, top_p 0.8, top_k 20.
+SamplingOptions QwenSampling() {
   SamplingOptions o;
   o.temperature = 0.7f;
   o.top_p = 0.8f;
   o.top_k = 20;
   o.seed = 1;
+  return o;
+}
+
+void BM_TemperatureNoTopK(benchmark::State& state) {
+  SamplingOptions o = QwenSampling();
+  o.top_k = 0;
   Run(state, o, false);
 }
+BENCHMARK(BM_TemperatureNoTopK);
+
+void BM_TemperatureTopK20(benchmark::State& state) { Run(state, QwenSampling(), false); }
 BENCHMARK(BM_TemperatureTopK20);
 
 // Qwen's sampling with a repetition and a presence penalty over a 4000-token prompt: the
 // penalised ids are valued apart (every generated token joins them as the run goes on).
 void BM_TemperatureTopK20Penalties(benchmark::State& state) {
-  SamplingOptions o;
-  o.temperature = 0.7f;
-  o.top_p = 0.8f;
-  o.top_k = 20;
+  SamplingOptions o = QwenSampling();
   o.repetition_penalty = 1.05f;
   o.presence_penalty = 1.5f;
-  o.seed = 1;
   std::vector<int32_t> prompt(4000);
   std::mt19937_64 gen(2);
   for (int32_t& id : prompt) id = static_cast<int32_t>(gen() % kVocab);

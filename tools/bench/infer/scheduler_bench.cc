@@ -177,11 +177,15 @@ int RunSampling(int slots, int64_t tokens, int64_t vocab) {
        {std::pair<const char*, infer::SamplingOptions>{"greedy", {}}, {"top_k 20", qwen}}) {
     for (int threads : {1, 0}) {
       InstantLogitsModel model(vocab);
-      auto memory = *infer::SlotKvMemory::Create(model.state_layout(),
-                                                 {.slots = slots, .max_rows = tokens + 16});
+      absl::StatusOr<std::unique_ptr<infer::SlotKvMemory>> memory = infer::SlotKvMemory::Create(
+          model.state_layout(), {.slots = slots, .max_rows = tokens + 16});
+      if (!memory.ok()) {
+        std::cerr << "cairn-scheduler-bench: " << memory.status() << "\n";
+        return 1;
+      }
       infer::SchedulerOptions so;
       so.sampling_threads = threads;
-      Scheduler scheduler(&model, memory.get(), nullptr, so);
+      Scheduler scheduler(&model, memory->get(), nullptr, so);
       scheduler.Start();
       std::vector<std::vector<int32_t>> prompts;
       for (int i = 0; i < slots; ++i) prompts.push_back(RandomIds(4, vocab, 10 + i));
@@ -195,10 +199,16 @@ int RunSampling(int slots, int64_t tokens, int64_t vocab) {
       int64_t steps = 0;
       for (absl::Time x : times[0]) steps += x > from && x <= to ? 1 : 0;
       scheduler.Shutdown(absl::Now());
+      const std::string label =
+          absl::StrFormat("sampling: %d slots, vocabulary %d, %-8s %s", slots, vocab, name,
+                          threads == 1 ? "one sampling thread  " : "default sampling threads");
+      if (steps == 0) {
+        std::cout << label << ": no step had every stream decoding (raise --decode-tokens)\n";
+        continue;
+      }
       std::cout << absl::StrFormat(
-          "sampling: %d slots, vocabulary %d, %-8s %s: %.3f ms of host time a decode step\n", slots,
-          vocab, name, threads == 1 ? "one sampling thread  " : "default sampling threads",
-          steps > 0 ? 1000.0 * absl::ToDoubleSeconds(to - from) / static_cast<double>(steps) : 0.0);
+          "%s: %.3f ms of host time a decode step\n", label,
+          1000.0 * absl::ToDoubleSeconds(to - from) / static_cast<double>(steps));
     }
   }
   return 0;
