@@ -123,6 +123,16 @@ void KernelBackend::RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) {
   }
 }
 
+void KernelBackend::NormRopeAppendBatch(const QkNormArgs& n,
+                                        absl::Span<const RopeAppendArgs> batch) {
+  if (n.qg != nullptr) {
+    SplitHeadPairsStrided(n.qg, n.qg_ld, n.rows, n.q_heads, n.head_dim, n.q, n.gate);
+  }
+  RmsNormHeads(n.q, n.rows, n.q_heads, n.head_dim, n.q_ld, n.q_norm, n.eps, n.zero_centred);
+  RmsNormHeads(n.k, n.rows, n.kv_heads, n.head_dim, n.kv_ld, n.k_norm, n.eps, n.zero_centred);
+  RopeAppendBatch(batch);
+}
+
 void KernelBackend::AttentionBatch(absl::Span<const AttentionArgs> batch) {
   for (const AttentionArgs& args : batch) Attention(args);
 }

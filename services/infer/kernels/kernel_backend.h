@@ -191,6 +191,29 @@ struct RopeAppendArgs {
   const float* inv_freq = nullptr;  // rotary_dim / 2 entries.
 };
 
+// The query and key norms of one pass's attention inputs (KernelBackend::NormRopeAppendBatch):
+// `rows` token rows of the pass's sequences together.
+struct QkNormArgs {
+  int64_t rows = 0;
+  // Where not null: the queries come as per-head pairs [q_h | gate_h] (rows qg_ld apart), split
+  // into `q` (whose rows are then q_heads * head_dim apart) and `gate` ([rows, q_heads *
+  // head_dim]) first. Else the queries are `q` already.
+  const float* qg = nullptr;
+  int64_t qg_ld = 0;
+  float* gate = nullptr;
+  float* q = nullptr;  // [rows, q_heads * head_dim], rows q_ld apart; normalised in place.
+  int64_t q_ld = 0;
+  float* k = nullptr;  // [rows, kv_heads * head_dim], rows kv_ld apart; normalised in place.
+  int64_t kv_ld = 0;
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  const float* q_norm = nullptr;  // [head_dim] each.
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+  bool zero_centred = false;
+};
+
 // Arguments of KernelBackend::MoeExperts: the routed experts of one sparse MoE layer
 // (docs/model.md §3.7) over `tokens` rows. Pointers other than `gate_up` and `down` are backend
 // memory; those two are host arrays of `experts` matrices whose data is backend memory.
@@ -445,6 +468,15 @@ class KernelBackend {
   // with w = kv_heads * head_dim, and bit-identical to them. The default (kernel_backend.cc)
   // makes those calls in order; a device backend may run a pass's sequences in one launch.
   virtual void RopeAppendBatch(absl::Span<const RopeAppendArgs> batch);
+  // The attention inputs of one pass: as the calls
+  //   SplitHeadPairsStrided(n.qg, n.qg_ld, n.rows, n.q_heads, n.head_dim, n.q, n.gate)
+  //   (where n.qg is set);  RmsNormHeads(n.q, n.rows, n.q_heads, n.head_dim, n.q_ld,
+  //   n.q_norm, n.eps, n.zero_centred);  RmsNormHeads(n.k, ...n.kv_heads, n.kv_ld, n.k_norm...);
+  //   RopeAppendBatch(batch);
+  // and bit-identical to them, where `batch`'s sequences hold the pass's rows of `n` (their q
+  // and k rows within n.q and n.k, at the shape of `n`). The default (kernel_backend.cc) makes
+  // those calls; a device backend may do it all in one launch.
+  virtual void NormRopeAppendBatch(const QkNormArgs& n, absl::Span<const RopeAppendArgs> batch);
 
   // Causal softmax attention; see AttentionArgs.
   virtual void Attention(const AttentionArgs& args) = 0;

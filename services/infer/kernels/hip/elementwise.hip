@@ -114,6 +114,85 @@ __global__ void RopeAppendBatchKernel(RopeAppendBatchParams b, int64_t q_ld, int
   }
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+struct NormRopeAppendParams {
+  NormRopeSequence seq[kMaxRopeAppendBatch];
+};
+
+// One block per (token, sequence of the batch), a warp per head row (the queries' heads, then
+// the keys'): RmsNormWarpKernel's arithmetic on the row (from the query's head pair where the
+// queries come with the output gate, whose half is copied to `gate`), written back in place
+// (queries, keys) and to the slot (keys), then RopeAppendBatchKernel's rotation of the written
+// row by the same warp; then the value row copied to the slot. The bits of SplitHeadPairs,
+// RmsNormHeads twice and RopeAppendBatch.
+__global__ void __launch_bounds__(kRowThreads)
+    NormRopeAppendKernel(NormRopeAppendParams b, int64_t q_ld, int64_t qg_ld, int q_heads,
+                         int64_t kv_ld, int kv_heads, int head_dim, int half, const float* inv_freq,
+                         const float* q_norm, const float* k_norm, float eps, bool zero_centred) {
+  KernelEntry();
+  const NormRopeSequence& sq = b.seq[blockIdx.y];
+  const int64_t t = blockIdx.x;
+  if (t >= sq.tokens) return;
+  const float pos = static_cast<float>(sq.position + t);
+  const int lane = threadIdx.x % 32;
+  const int64_t width = static_cast<int64_t>(kv_heads) * head_dim;
+  for (int r = threadIdx.x / 32; r < q_heads + kv_heads; r += kRowThreads / 32) {
+    const bool is_q = r < q_heads;
+    const int h = is_q ? r : r - q_heads;
+    const float* src;
+    float* row;            // The normalised row, in place.
+    float* dst = nullptr;  // Also there, then rotated there (the keys' slot row).
+    if (is_q) {
+      row = sq.q + t * q_ld + static_cast<int64_t>(h) * head_dim;
+      src = row;
+      if (sq.qg != nullptr) {
+        src = sq.qg + t * qg_ld + 2 * static_cast<int64_t>(h) * head_dim;
+        float* g = sq.gate + t * q_heads * static_cast<int64_t>(head_dim) +
+                   static_cast<int64_t>(h) * head_dim;
+        for (int i = lane; i < head_dim; i += 32) g[i] = src[head_dim + i];
+      }
+    } else {
+      row = sq.k + t * kv_ld + static_cast<int64_t>(h) * head_dim;
+      src = row;
+      dst = sq.k_dst + t * width + static_cast<int64_t>(h) * head_dim;
+    }
+    const float* w = is_q ? q_norm : k_norm;
+    float v[kWarpParts], part[kWarpParts], wv[kWarpParts];
+    WarpRowValues(src, head_dim, v, part);
+#pragma unroll
+    for (int j = 0; j < kWarpParts; ++j) {
+      const int i = lane + 32 * j;
+      wv[j] = i < head_dim ? (zero_centred ? 1.0f + w[i] : w[i]) : 0.0f;
+    }
+    const float ss = WarpRowSum(part);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
+#pragma unroll
+    for (int j = 0; j < kWarpParts; ++j) {
+      const int i = lane + 32 * j;
+      if (i < head_dim) {
+        const float y = v[j] * inv * wv[j];
+        row[i] = y;
+        if (dst != nullptr) dst[i] = y;
+      }
+    }
+    __syncwarp();
+    float* p = dst != nullptr ? dst : row;
+    for (int i = lane; i < half; i += 32) {
+      const float angle = pos * inv_freq[i];
+      const float c = cosf(angle);
+      const float s = sinf(angle);
+      const float x1 = p[i];
+      const float x2 = p[i + half];
+      p[i] = x1 * c - x2 * s;
+      p[i + half] = x2 * c + x1 * s;
+    }
+  }
+  const float* v_src = sq.v + t * kv_ld;
+  float* v_out = sq.v_dst + t * width;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) v_out[e] = v_src[e];
+}
+#endif  // !__HIP_PLATFORM_AMD__
+
 __global__ void SiluMulKernel(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up,
                               int64_t rows, int64_t dim, float* out, uint16_t* rounded) {
   KernelEntry();
@@ -347,6 +426,57 @@ hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_
   LaunchKernel(RopeAppendBatchKernel, grid, kElementThreads, 0, stream, b, q_ld, q_heads, kv_ld,
                kv_heads, head_dim, rotary_dim / 2, inv_freq);
   return hipGetLastError();
+}
+
+bool NormRopeAppendSupported(int head_dim) {
+#if defined(__HIP_PLATFORM_AMD__)
+  static_cast<void>(head_dim);
+  return false;
+#else
+  return head_dim > 0 && head_dim <= kRowThreads;
+#endif
+}
+
+hipError_t NormRopeAppendBatch(const NormRopeSequence* seqs, int count, int64_t q_ld, int64_t qg_ld,
+                               int q_heads, int64_t kv_ld, int kv_heads, int head_dim,
+                               int rotary_dim, const float* inv_freq, const float* q_norm,
+                               const float* k_norm, float eps, bool zero_centred,
+                               hipStream_t stream) {
+#if defined(__HIP_PLATFORM_AMD__)
+  static_cast<void>(seqs);
+  static_cast<void>(count);
+  static_cast<void>(q_ld);
+  static_cast<void>(qg_ld);
+  static_cast<void>(q_heads);
+  static_cast<void>(kv_ld);
+  static_cast<void>(kv_heads);
+  static_cast<void>(head_dim);
+  static_cast<void>(rotary_dim);
+  static_cast<void>(inv_freq);
+  static_cast<void>(q_norm);
+  static_cast<void>(k_norm);
+  static_cast<void>(eps);
+  static_cast<void>(zero_centred);
+  static_cast<void>(stream);
+  return hipErrorNotSupported;
+#else
+  if (count <= 0) return hipSuccess;
+  if (count > kMaxRopeAppendBatch || !NormRopeAppendSupported(head_dim) || rotary_dim < 0 ||
+      rotary_dim > head_dim) {
+    return hipErrorInvalidValue;
+  }
+  NormRopeAppendParams b{};
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) {
+    b.seq[i] = seqs[i];
+    most = seqs[i].tokens > most ? seqs[i].tokens : most;
+  }
+  if (most == 0) return hipSuccess;
+  const dim3 grid(static_cast<unsigned int>(most), static_cast<unsigned int>(count));
+  LaunchKernel(NormRopeAppendKernel, grid, kRowThreads, 0, stream, b, q_ld, qg_ld, q_heads, kv_ld,
+               kv_heads, head_dim, rotary_dim / 2, inv_freq, q_norm, k_norm, eps, zero_centred);
+  return hipGetLastError();
+#endif
 }
 
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,

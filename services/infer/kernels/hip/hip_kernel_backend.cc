@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status/status_macros.h"
@@ -167,6 +168,7 @@ HipKernelBackend::HipKernelBackend(const HipKernelBackendOptions& options, int m
       fuse_gate_up_silu_(options.fuse_gate_up_silu),
       fuse_delta_inputs_(options.fuse_delta_inputs),
       fuse_conv_product_(options.fuse_conv_product),
+      fuse_qk_norm_rope_(options.fuse_qk_norm_rope),
       fuse_delta_norm_(options.fuse_delta_norm),
       delta_step_min_blocks_(options.delta_step_min_blocks),
       fold_shared_expert_(options.fold_shared_expert),
@@ -542,6 +544,78 @@ void HipKernelBackend::RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) {
       shape = &a;
     }
     run.push_back({a.q, a.k, a.v, a.k_dst, a.v_dst, a.tokens, a.position});
+  }
+  flush();
+}
+
+namespace {
+
+// Whether NormRopeAppendBatch's one launch takes (n, batch): every sequence at n's shape and
+// one rotary table, its q and k rows within n's at the same row, the rows covered once.
+bool NormRopeTakes(const QkNormArgs& n, absl::Span<const RopeAppendArgs> batch) {
+  if (batch.empty() || n.rows <= 0 || n.q_heads <= 0 || n.kv_heads < 0 || n.q_ld <= 0 ||
+      n.kv_ld <= 0 || !hip::NormRopeAppendSupported(n.head_dim)) {
+    return false;
+  }
+  const int64_t q_width = static_cast<int64_t>(n.q_heads) * n.head_dim;
+  if (n.q_ld < q_width || n.kv_ld < static_cast<int64_t>(n.kv_heads) * n.head_dim) return false;
+  if (n.qg != nullptr && (n.gate == nullptr || n.q_ld != q_width || n.qg_ld < 2 * q_width)) {
+    return false;
+  }
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (first row, tokens) of each sequence.
+  spans.reserve(batch.size());
+  for (const RopeAppendArgs& a : batch) {
+    if (a.q_ld != n.q_ld || a.kv_ld != n.kv_ld || a.q_heads != n.q_heads ||
+        a.kv_heads != n.kv_heads || a.head_dim != n.head_dim ||
+        a.rotary_dim != batch[0].rotary_dim || a.inv_freq != batch[0].inv_freq ||
+        a.rotary_dim < 0 || a.rotary_dim > a.head_dim || a.tokens < 0 || a.q < n.q) {
+      return false;
+    }
+    const int64_t offset = a.q - n.q;
+    if (offset % n.q_ld != 0) return false;
+    const int64_t row = offset / n.q_ld;
+    if (row + a.tokens > n.rows || a.k != n.k + row * n.kv_ld) return false;
+    spans.emplace_back(row, a.tokens);
+  }
+  std::sort(spans.begin(), spans.end());
+  int64_t next = 0;
+  for (const auto& [row, tokens] : spans) {
+    if (row != next) return false;
+    next += tokens;
+  }
+  return next == n.rows;
+}
+
+}  // namespace
+
+void HipKernelBackend::NormRopeAppendBatch(const QkNormArgs& n,
+                                           absl::Span<const RopeAppendArgs> batch) {
+  if (!Enter()) return;
+  if (!fuse_qk_norm_rope_ || !options_.warp_row_norms || !NormRopeTakes(n, batch)) {
+    KernelBackend::NormRopeAppendBatch(n, batch);
+    return;
+  }
+  const int64_t q_width = static_cast<int64_t>(n.q_heads) * n.head_dim;
+  std::vector<hip::NormRopeSequence> run;
+  const auto flush = [&] {
+    if (!run.empty() && Enter()) {
+      const RopeAppendArgs& shape = batch[0];
+      Check(hip::NormRopeAppendBatch(run.data(), static_cast<int>(run.size()), n.q_ld, n.qg_ld,
+                                     n.q_heads, n.kv_ld, n.kv_heads, n.head_dim, shape.rotary_dim,
+                                     shape.inv_freq, n.q_norm, n.k_norm, n.eps, n.zero_centred,
+                                     compute_),
+            "norm rope append launch");
+      ++norm_rope_launches_;
+    }
+    run.clear();
+  };
+  for (const RopeAppendArgs& a : batch) {
+    if (a.tokens == 0) continue;
+    const int64_t row = (a.q - n.q) / n.q_ld;
+    run.push_back({a.q, n.qg != nullptr ? n.qg + row * n.qg_ld : nullptr,
+                   n.qg != nullptr ? n.gate + row * q_width : nullptr, n.k + row * n.kv_ld, a.v,
+                   a.k_dst, a.v_dst, a.tokens, a.position});
+    if (static_cast<int>(run.size()) == hip::RopeAppendMaxBatch()) flush();
   }
   flush();
 }

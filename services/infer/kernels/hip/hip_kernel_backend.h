@@ -145,6 +145,9 @@ class HipKernelBackend final : public KernelBackend {
   // Runs of calls of one shape (strides, heads, head_dim, rotary_dim, inv_freq) take one launch
   // per hip::RopeAppendMaxBatch() sequences; the bits of the per-sequence calls.
   void RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) override;
+  // In one launch a run of up to hip::RopeAppendMaxBatch() sequences where fuse_qk_norm_rope
+  // allows and every sequence's rows lie in `n`'s at its shape; else the default's calls.
+  void NormRopeAppendBatch(const QkNormArgs& n, absl::Span<const RopeAppendArgs> batch) override;
   void Attention(const AttentionArgs& args) override;
   // Runs of consecutive decode-path calls (at most attention_decode_max_tokens tokens, not
   // row_invariant) of equal heads and head_dim take one launch of each split-path kernel, up to
@@ -256,6 +259,10 @@ class HipKernelBackend final : public KernelBackend {
   void SetFuseDeltaInputsForTest(bool on) { fuse_delta_inputs_ = on; }
   // Sets HipKernelBackendOptions::fuse_conv_product (the same bits), for the benchmark.
   void SetFuseConvProductForTest(bool on) { fuse_conv_product_ = on; }
+  // Sets HipKernelBackendOptions::fuse_qk_norm_rope (the same bits), for the benchmark.
+  void SetFuseQkNormRopeForTest(bool on) { fuse_qk_norm_rope_ = on; }
+  // NormRopeAppendBatch calls that took the one launch, for the tests.
+  int64_t norm_rope_launches() const { return norm_rope_launches_; }
   // Sets HipKernelBackendOptions::fuse_delta_norm and delta_step_min_blocks (the same bits),
   // for the benchmark.
   void SetFuseDeltaNormForTest(bool on) { fuse_delta_norm_ = on; }
@@ -545,6 +552,8 @@ class HipKernelBackend final : public KernelBackend {
   bool fuse_gate_up_silu_;                  // options_.fuse_gate_up_silu, likewise.
   bool fuse_delta_inputs_;                  // options_.fuse_delta_inputs, likewise.
   bool fuse_conv_product_;                  // options_.fuse_conv_product, likewise.
+  bool fuse_qk_norm_rope_;                  // options_.fuse_qk_norm_rope, likewise.
+  int64_t norm_rope_launches_ = 0;
   bool fuse_delta_norm_;                    // options_.fuse_delta_norm, likewise.
   int delta_step_min_blocks_;               // options_.delta_step_min_blocks, likewise.
   bool fold_shared_expert_;                 // options_.fold_shared_expert, likewise.

@@ -161,6 +161,12 @@ struct HipKernelBackendOptions {
   // hip::kMatMulRowsConvMaxRows rows and hip::kMatMulRowsConvMaxTaps taps), the default's two
   // calls.
   bool fuse_conv_product = true;
+  // NormRopeAppendBatch (an attention layer's output gate split from its queries, the q and k
+  // norms, RoPE and the append to the slots) in one launch, a warp per head row
+  // (hip::NormRopeAppendBatch), instead of four. The same bits. Off, without warp_row_norms, on
+  // AMD or for heads of more than 256 values: the default's calls. Off until its tests have run
+  // on a GPU (HIP README, fifty-sixth round).
+  bool fuse_qk_norm_rope = false;
   // GatedDeltaStepNormBatch's gated norm inside the fused decode steps' launch: a head's
   // blocks run as one cluster and add their outputs' squares through one another's shared
   // memory in the norm kernel's tree (hip::GatedDeltaNorm), instead of a norm launch after the

@@ -89,6 +89,31 @@ int RopeAppendMaxBatch();
 hipError_t RopeAppendBatch(const RopeAppendSequence* seqs, int count, int64_t q_ld, int q_heads,
                            int64_t kv_ld, int kv_heads, int head_dim, int rotary_dim,
                            const float* inv_freq, hipStream_t stream);
+// One sequence of NormRopeAppendBatch: RopeAppendSequence's rows, the keys' in place (`k`, not
+// read-only: they are normalised there first), and the queries' head pairs and output gate rows
+// (both null without the gate).
+struct NormRopeSequence {
+  float* q;
+  const float* qg;
+  float* gate;
+  float* k;
+  const float* v;
+  float* k_dst;
+  float* v_dst;
+  int64_t tokens;
+  int64_t position;
+};
+// KernelBackend::NormRopeAppendBatch for `count` (at most RopeAppendMaxBatch()) sequences of one
+// shape in one launch: each sequence's rows as SplitHeadPairs (where qg is set: q rows are then
+// q_heads * head_dim apart), RmsNormHeads of its q and k rows (the warp-per-row kernel's
+// arithmetic), then RopeAppendBatch. The same bits. NVIDIA only, heads of at most 256 values
+// (NormRopeAppendSupported); else hipErrorNotSupported / hipErrorInvalidValue.
+bool NormRopeAppendSupported(int head_dim);
+hipError_t NormRopeAppendBatch(const NormRopeSequence* seqs, int count, int64_t q_ld, int64_t qg_ld,
+                               int q_heads, int64_t kv_ld, int kv_heads, int head_dim,
+                               int rotary_dim, const float* inv_freq, const float* q_norm,
+                               const float* k_norm, float eps, bool zero_centred,
+                               hipStream_t stream);
 // `rounded`: as the norms' (dim a multiple of 8, 16-byte aligned).
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
                    int64_t dim, float* out, uint16_t* rounded, hipStream_t stream);

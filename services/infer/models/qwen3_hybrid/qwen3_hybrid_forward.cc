@@ -95,14 +95,27 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
   float* gate = nullptr;
   if (c_.attention_gate) {
     ASSIGN_OR_RETURN(gate, scratch_.Take<float>(t * q_width));
-    backend_->SplitHeadPairsStrided(qg, qg_ld, t, hq, hd, q, gate);
   }
-  backend_->RmsNormHeads(q, t, hq, hd, q_ld, w.q_norm.data, c_.rms_norm_eps, c_.zero_centred_norm);
-  backend_->RmsNormHeads(k, t, c_.num_kv_heads, hd, kv_ld, w.k_norm.data, c_.rms_norm_eps,
-                         c_.zero_centred_norm);
   ASSIGN_OR_RETURN(float* o, scratch_.Take<float>(t * q_width));
-  // RoPE of the queries and the new key rows, appended to each slot: one call for the group's
-  // sequences (a device backend runs them together).
+  // The output gate's pairs split from the queries, the q and k norms, then RoPE of the queries
+  // and the new key rows, appended to each slot: one call for the group's sequences (a device
+  // backend runs them together, in decode in one launch).
+  QkNormArgs norms;
+  norms.rows = t;
+  norms.qg = gate != nullptr ? qg : nullptr;
+  norms.qg_ld = qg_ld;
+  norms.gate = gate;
+  norms.q = q;
+  norms.q_ld = q_ld;
+  norms.k = k;
+  norms.kv_ld = kv_ld;
+  norms.q_heads = hq;
+  norms.kv_heads = c_.num_kv_heads;
+  norms.head_dim = hd;
+  norms.q_norm = w.q_norm.data;
+  norms.k_norm = w.k_norm.data;
+  norms.eps = c_.rms_norm_eps;
+  norms.zero_centred = c_.zero_centred_norm;
   std::vector<RopeAppendArgs> appends;
   appends.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {
@@ -123,7 +136,7 @@ absl::Status Qwen3HybridModel::RunAttention(const Group& g, const AttentionWeigh
     a.rotary_dim = c_.rotary_dim;
     a.inv_freq = inv_freq_.data;
   }
-  backend_->RopeAppendBatch(appends);
+  backend_->NormRopeAppendBatch(norms, appends);
   std::vector<AttentionArgs> batch;
   batch.reserve(g.seqs.size());
   for (const Sequence& s : g.seqs) {

@@ -421,6 +421,203 @@ TEST_F(HipKernelBackendTest, RopeAppendBatchGivesTheBitsOfThePerSequenceCallsAnd
   EXPECT_NE(got_k, slots);
 }
 
+// NormRopeAppendBatch's one launch (fuse_qk_norm_rope) against the default's calls (the split,
+// both norms, RopeAppendBatch) from the same inputs: queries, gates, keys in place, the slots'
+// key and value rows bit for bit; and against the CPU backend. 19 sequences (two launches), one
+// of 3 tokens and one of 37; queries with the output gate in a decode step's fused q/k/v rows
+// and without it in padded rows of their own; heads of 256 (rotary 64), 128 (rotary 32: pairs
+// 16 apart, not a lane's) and 64 (rotary 64, the whole head); zero-centred weights or not.
+TEST_F(HipKernelBackendTest, NormRopeAppendBatchGivesTheBitsOfTheSeparateCalls) {
+  struct Case {
+    int q_heads, kv_heads, hd, rotary;
+    bool gated, zero_centred;
+  };
+  for (const Case& c : {Case{16, 2, 256, 64, true, true}, Case{8, 4, 128, 32, false, false},
+                        Case{4, 1, 64, 64, true, false}, Case{6, 3, 128, 32, false, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.q_heads << "/" << c.kv_heads << " heads of " << c.hd
+                                      << ", rotary " << c.rotary << (c.gated ? ", gated" : ""));
+    const int n = 19;
+    std::vector<int64_t> tokens(n, 1), positions(n);
+    tokens[3] = 3;
+    tokens[11] = 37;
+    int64_t rows = 0;
+    for (int i = 0; i < n; ++i) {
+      positions[i] = i == 7 ? 100000 : 4096 + 37 * i;
+      rows += tokens[i];
+    }
+    const int64_t q_width = static_cast<int64_t>(c.q_heads) * c.hd;
+    const int64_t width = static_cast<int64_t>(c.kv_heads) * c.hd;
+    // Gated: one buffer of fused rows [q/gate pairs | k | v] (a decode step's q/k/v product),
+    // the queries split into rows of their own. Else q and k/v rows of their own, padded.
+    const int64_t fused_ld = 2 * q_width + 2 * width;
+    const int64_t q_ld = c.gated ? q_width : q_width + 40;
+    const int64_t kv_ld = c.gated ? fused_ld : 2 * width + 12;  // [k | v | padding] rows.
+    const int64_t slot_rows = 40;
+    std::vector<float> inv_freq(c.rotary / 2);
+    for (int i = 0; i < c.rotary / 2; ++i) {
+      inv_freq[i] = std::pow(10000.0f, -2.0f * i / static_cast<float>(c.rotary));
+    }
+    const std::vector<float> fused = RandomFloats(rows * fused_ld, 94, -2.0f, 2.0f),
+                             q0 = RandomFloats(rows * q_ld, 95, -2.0f, 2.0f),
+                             kv0 = RandomFloats(rows * kv_ld, 96, -2.0f, 2.0f),
+                             slots = RandomFloats(n * slot_rows * width, 97),
+                             qn = RandomFloats(c.hd, 98), kn = RandomFloats(c.hd, 99);
+    const DeviceBuffer dfreq = Up(inv_freq), dqn = Up(qn), dkn = Up(kn);
+    // Each run's buffers: [0] fused rows or q, [1] k/v rows (ungated), [2] q (gated), [3] gate,
+    // [4] key slots, [5] value slots.
+    struct Run {
+      std::vector<DeviceBuffer> b;
+    };
+    const auto fresh = [&] {
+      Run r;
+      r.b.push_back(Up(c.gated ? fused : q0));
+      r.b.push_back(Up(kv0));
+      r.b.push_back(Poisoned(rows * q_width));
+      r.b.push_back(Poisoned(rows * q_width));
+      r.b.push_back(Up(slots));
+      r.b.push_back(Up(slots));
+      return r;
+    };
+    const auto args_for = [&](float* base, float* kv, float* q, float* gate, float* kd, float* vd,
+                              const float* qnorm, const float* knorm, const float* freq,
+                              std::vector<RopeAppendArgs>* batch) {
+      QkNormArgs norm;
+      norm.rows = rows;
+      if (c.gated) {
+        norm.qg = base;
+        norm.qg_ld = fused_ld;
+        norm.gate = gate;
+        norm.q = q;
+        norm.k = base + 2 * q_width;
+      } else {
+        norm.q = base;
+        norm.k = kv;
+      }
+      norm.q_ld = q_ld;
+      norm.kv_ld = kv_ld;
+      norm.q_heads = c.q_heads;
+      norm.kv_heads = c.kv_heads;
+      norm.head_dim = c.hd;
+      norm.q_norm = qnorm;
+      norm.k_norm = knorm;
+      norm.eps = 1e-6f;
+      norm.zero_centred = c.zero_centred;
+      int64_t row = 0;
+      for (int i = 0; i < n; ++i) {
+        RopeAppendArgs& a = batch->emplace_back();
+        a.q = norm.q + row * q_ld;
+        a.k = norm.k + row * kv_ld;
+        a.v = norm.k + width + row * kv_ld;
+        a.k_dst = kd + (i * slot_rows + 2) * width;
+        a.v_dst = vd + (i * slot_rows + 2) * width;
+        a.tokens = tokens[i];
+        a.position = positions[i];
+        a.q_ld = q_ld;
+        a.kv_ld = kv_ld;
+        a.q_heads = c.q_heads;
+        a.kv_heads = c.kv_heads;
+        a.head_dim = c.hd;
+        a.rotary_dim = c.rotary;
+        a.inv_freq = freq;
+        row += tokens[i];
+      }
+      return norm;
+    };
+    const auto run = [&](Run& r) {
+      std::vector<RopeAppendArgs> batch;
+      const QkNormArgs norm = args_for(r.b[0].floats(), r.b[1].floats(), r.b[2].floats(),
+                                       r.b[3].floats(), r.b[4].floats(), r.b[5].floats(),
+                                       dqn.floats(), dkn.floats(), dfreq.floats(), &batch);
+      gpu_->NormRopeAppendBatch(norm, batch);
+    };
+    const auto down = [&](const Run& r) {
+      std::vector<std::vector<float>> out;
+      out.push_back(Down(r.b[0], c.gated ? fused.size() : q0.size()));
+      out.push_back(Down(r.b[1], kv0.size()));
+      for (int i = 2; i < 4; ++i) out.push_back(Down(r.b[i], rows * q_width));
+      for (int i = 4; i < 6; ++i) out.push_back(Down(r.b[i], slots.size()));
+      return out;
+    };
+
+    Run one = fresh(), apart = fresh();
+    gpu_->SetFuseQkNormRopeForTest(true);
+    const int64_t before = gpu_->norm_rope_launches();
+    run(one);
+    EXPECT_EQ(gpu_->norm_rope_launches(), before + 2);  // 16 sequences, then 3.
+    gpu_->SetFuseQkNormRopeForTest(false);
+    run(apart);
+    gpu_->SetFuseQkNormRopeForTest(HipKernelBackendOptions().fuse_qk_norm_rope);
+    EXPECT_EQ(gpu_->norm_rope_launches(), before + 2);
+    ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+    const std::vector<std::vector<float>> got = down(one), want = down(apart);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!c.gated && (i == 2 || i == 3)) continue;  // Unused without the gate.
+      EXPECT_TRUE(SameBits(got[i], want[i])) << "buffer " << i;
+    }
+
+    // The CPU backend's calls on the same inputs.
+    std::vector<float> base = c.gated ? fused : q0, kv = kv0, q(rows * q_width),
+                       gate(rows * q_width), kd = slots, vd = slots;
+    std::vector<RopeAppendArgs> batch;
+    const QkNormArgs norm = args_for(base.data(), kv.data(), q.data(), gate.data(), kd.data(),
+                                     vd.data(), qn.data(), kn.data(), inv_freq.data(), &batch);
+    cpu_->NormRopeAppendBatch(norm, batch);
+    EXPECT_LT(
+        Measured("norm rope append queries", RelErr(c.gated ? got[2] : got[0], c.gated ? q : base)),
+        1e-5f);
+    EXPECT_LT(Measured("norm rope append keys", RelErr(got[4], kd)), 1e-5f);
+    EXPECT_TRUE(SameBits(got[5], vd));
+    if (c.gated) {
+      EXPECT_TRUE(SameBits(got[3], gate));
+    }
+  }
+}
+
+// Calls whose sequences do not cover the rows of their QkNormArgs once (a row left out) take
+// the default's calls, not the one launch.
+TEST_F(HipKernelBackendTest, NormRopeAppendBatchLeavesCallsItCannotTakeToTheDefault) {
+  const int q_heads = 4, kv_heads = 2, hd = 64;
+  const int64_t q_width = q_heads * hd, width = kv_heads * hd, rows = 3;
+  const std::vector<float> inv_freq(hd / 2, 0.01f), norm_w = RandomFloats(hd, 5);
+  const DeviceBuffer q = Up(RandomFloats(rows * q_width, 6)),
+                     kv = Up(RandomFloats(rows * 2 * width, 7)),
+                     slots = Up(RandomFloats(8 * width, 8)), dfreq = Up(inv_freq), dw = Up(norm_w);
+  QkNormArgs norm;
+  norm.rows = rows;
+  norm.q = q.floats();
+  norm.q_ld = q_width;
+  norm.k = kv.floats();
+  norm.kv_ld = 2 * width;
+  norm.q_heads = q_heads;
+  norm.kv_heads = kv_heads;
+  norm.head_dim = hd;
+  norm.q_norm = norm.k_norm = dw.floats();
+  norm.eps = 1e-6f;
+  RopeAppendArgs a;
+  a.q = norm.q;
+  a.k = norm.k;
+  a.v = norm.k + width;
+  a.k_dst = slots.floats();
+  a.v_dst = slots.floats() + 4 * width;
+  a.tokens = 2;  // Of the 3 rows.
+  a.q_ld = norm.q_ld;
+  a.kv_ld = norm.kv_ld;
+  a.q_heads = q_heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = hd;
+  a.rotary_dim = hd;
+  a.inv_freq = dfreq.floats();
+  gpu_->SetFuseQkNormRopeForTest(true);
+  const int64_t before = gpu_->norm_rope_launches();
+  gpu_->NormRopeAppendBatch(norm, {a});
+  EXPECT_EQ(gpu_->norm_rope_launches(), before);
+  a.tokens = 3;
+  gpu_->NormRopeAppendBatch(norm, {a});
+  EXPECT_EQ(gpu_->norm_rope_launches(), before + 1);
+  gpu_->SetFuseQkNormRopeForTest(HipKernelBackendOptions().fuse_qk_norm_rope);
+  ASSERT_TRUE(gpu_->Synchronize().ok()) << gpu_->status();
+}
+
 TEST_F(HipKernelBackendTest, CausalConvMatchesCpuAcrossCalls) {
   const int64_t channels = 301, tokens = 23;
   const int kernel = 4;

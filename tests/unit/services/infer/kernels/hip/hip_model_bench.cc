@@ -32,6 +32,7 @@
 //          [--moe-cooperative=0,1] [--stream-products=-1,0,1] [--fuse-conv=1,0]
 //          [--early-release=0,1] [--fuse-delta-norm=0,1] [--delta-step-blocks=1,4]
 //          [--router-inside=0,1] [--static-sixteenths=16,12,8] [--compact-route=0,1]
+//          [--fuse-qk-rope=1,0]
 // The decode variants: each slot count's decode steps run once for every combination of the
 // values listed, in the flags' order below, the last innermost: --mma-bf16-inputs,
 // --mma-variants, --decode-attention-variants, --decode-ranges, --moe-kernels,
@@ -41,14 +42,14 @@
 // run, also once for each value), --fuse-silu, --fuse-delta, --fold-shared, --moe-waves,
 // --moe-stream, --moe-cooperative, --stream-products, --fuse-conv, --early-release
 // (hip::SetEarlyRelease's mask, hip::EarlyReleaseKind bits), --fuse-delta-norm,
-// --delta-step-blocks, --router-inside, --static-sixteenths and --compact-route. Each sets the
-// HipKernelBackendOptions field of its name (copy_rows_kernel, mma_rows_staged_min_rows,
-// mma_rows_staged_min_bytes, mma_rows_prefetch_k, round_product_inputs_max_bytes,
-// fuse_gate_up_silu, fuse_delta_inputs, fold_shared_expert, moe_product_waves,
-// moe_stream_products, moe_one_launch_cooperative, stream_product_weights, fuse_conv_product,
-// early_release, fuse_delta_norm, delta_step_min_blocks, moe_router_inside,
-// moe_one_launch_static_sixteenths, moe_compact_route; each option's
-// comment says whether it changes any bits).
+// --delta-step-blocks, --router-inside, --static-sixteenths, --compact-route and --fuse-qk-rope.
+// Each sets the HipKernelBackendOptions field of its name (copy_rows_kernel,
+// mma_rows_staged_min_rows, mma_rows_staged_min_bytes, mma_rows_prefetch_k,
+// round_product_inputs_max_bytes, fuse_gate_up_silu, fuse_delta_inputs, fold_shared_expert,
+// moe_product_waves, moe_stream_products, moe_one_launch_cooperative, stream_product_weights,
+// fuse_conv_product, early_release, fuse_delta_norm, delta_step_min_blocks, moe_router_inside,
+// moe_one_launch_static_sixteenths, moe_compact_route, fuse_qk_norm_rope; each option's comment
+// says whether it changes any bits).
 // --logits-parts: outermost, every slot count's decode steps once for each value of
 // Qwen3HybridOptions::logits_parts listed (the model made again for each change; the same
 // bits); the prefill and TTFT runs use the first.
@@ -354,6 +355,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       if (!IntList(value, 0, 16, &f->static_sixteenths)) return false;
     } else if (key == "compact-route") {
       if (!IntList(value, 0, 1, &f->compact_route)) return false;
+    } else if (key == "fuse-qk-rope") {
+      if (!IntList(value, 0, 1, &f->fuse_qk_rope)) return false;
     } else if (key == "fuse-silu") {
       if (!IntList(value, 0, 1, &f->fuse_silu)) return false;
     } else if (key == "round-inputs-mb") {

@@ -94,6 +94,7 @@ struct Flags {
   std::vector<int> router_inside = {HipKernelBackendOptions().moe_router_inside ? 1 : 0};
   std::vector<int> static_sixteenths = {HipKernelBackendOptions().moe_one_launch_static_sixteenths};
   std::vector<int> compact_route = {HipKernelBackendOptions().moe_compact_route ? 1 : 0};
+  std::vector<int> fuse_qk_rope = {HipKernelBackendOptions().fuse_qk_norm_rope ? 1 : 0};
   int64_t profile_prefill = 0;  // 0: no profiler range.
   std::vector<int> moe_kernels = {HipKernelBackendOptions().moe_kernels};
   bool op_times = false;

@@ -16,7 +16,7 @@ void ModelBench::Decode() {
     int bf16_inputs, variant, attention, ranges, kernels, overlapped, copy_kernel, staged_rows,
         staged_mb, prefetch_k, round_mb, fuse_silu, fuse_delta, fold_shared, moe_waves, moe_stream,
         moe_cooperative, stream_products, fuse_conv, early_release, fuse_delta_norm,
-        delta_step_blocks, router_inside, static_sixteenths, compact_route;
+        delta_step_blocks, router_inside, static_sixteenths, compact_route, fuse_qk_rope;
   };
   // Every combination of the variants listed, the last listed innermost (an odometer over the
   // lists, the last digit turning fastest).
@@ -46,6 +46,7 @@ void ModelBench::Decode() {
       {&f_.router_inside, &Config::router_inside},
       {&f_.static_sixteenths, &Config::static_sixteenths},
       {&f_.compact_route, &Config::compact_route},
+      {&f_.fuse_qk_rope, &Config::fuse_qk_rope},
   };
   // The axis whose values do not enter where staged rows are 0.
   const size_t staged_mb_axis = static_cast<size_t>(
@@ -153,6 +154,7 @@ void ModelBench::Decode() {
         Bench::Check(b_.SetMoeOneLaunchStaticSixteenthsForTest(c.static_sixteenths),
                      "static sixteenths");
         b_.SetMoeCompactRouteForTest(c.compact_route == 1);
+        b_.SetFuseQkNormRopeForTest(c.fuse_qk_rope == 1);
         std::string suffix;
         if (f_.mma_bf16_inputs.size() > 1) {
           suffix += c.bf16_inputs == 1 ? " (bf16 product inputs)" : " (exact product inputs)";
@@ -222,6 +224,9 @@ void ModelBench::Decode() {
         if (f_.compact_route.size() > 1) {
           suffix += absl::StrFormat(" (compact route %d)", c.compact_route);
         }
+        if (f_.fuse_qk_rope.size() > 1) {
+          suffix += absl::StrFormat(" (q/k norms and rope in one launch %d)", c.fuse_qk_rope);
+        }
         DecodeSteps(static_cast<int>(slot_count), **kv, weights_other, suffix);
       }
       const HipKernelBackendOptions defaults;
@@ -247,6 +252,7 @@ void ModelBench::Decode() {
           b_.SetMoeOneLaunchStaticSixteenthsForTest(defaults.moe_one_launch_static_sixteenths),
           "static sixteenths");
       b_.SetMoeCompactRouteForTest(defaults.moe_compact_route);
+      b_.SetFuseQkNormRopeForTest(defaults.fuse_qk_norm_rope);
       b_.SetMoeKernelsForTest(defaults.moe_kernels);
       b_.SetMmaRowsBf16InputsForTest(defaults.mma_rows_bf16_inputs);
       Bench::Check(b_.SetMmaRowsVariantForTest(defaults.mma_rows_variant), "mma variant");

@@ -312,6 +312,20 @@ TEST_P(HipModelTest, ConvInTheProjectionGivesTheBitsOfTheConvLaunch) {
   ExpectSamePasses(apart, fused);
 }
 
+// An attention layer's output gate split, q and k norms, RoPE and append in one launch
+// (fuse_qk_norm_rope, on by default) give the bits of their four launches: every pass and
+// decode step of RunAll, in one launch and not.
+TEST_P(HipModelTest, QkNormsAndRopeInOneLaunchGiveTheBitsOfTheirLaunches) {
+  gpu_->SetFuseQkNormRopeForTest(true);
+  const int64_t before = gpu_->norm_rope_launches();
+  absl::StatusOr<std::vector<std::vector<float>>> one = RunAll(*gpu_model_, *gpu_, tokens_);
+  EXPECT_GT(gpu_->norm_rope_launches(), before);
+  gpu_->SetFuseQkNormRopeForTest(false);
+  absl::StatusOr<std::vector<std::vector<float>>> apart = RunAll(*gpu_model_, *gpu_, tokens_);
+  gpu_->SetFuseQkNormRopeForTest(HipKernelBackendOptions().fuse_qk_norm_rope);
+  ExpectSamePasses(apart, one);
+}
+
 // A delta-rule layer's gated norm inside its decode steps' launch (fuse_delta_norm), with that
 // kernel compiled for four blocks a multiprocessor and for what its registers like, gives the
 // bits of the norm launch after the steps: every pass and decode step of RunAll.

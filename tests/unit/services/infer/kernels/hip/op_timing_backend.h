@@ -190,6 +190,10 @@ class OpTimingBackend final : public KernelBackend {
     Mark("rope + kv append");
     hip_->RopeAppendBatch(batch);
   }
+  void NormRopeAppendBatch(const QkNormArgs& n, absl::Span<const RopeAppendArgs> batch) override {
+    Mark("q/k norms, rope + kv append");
+    hip_->NormRopeAppendBatch(n, batch);
+  }
   void Attention(const AttentionArgs& args) override {
     Mark("attention");
     hip_->Attention(args);
