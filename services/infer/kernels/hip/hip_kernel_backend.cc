@@ -550,6 +550,15 @@ void HipKernelBackend::RopeAppendBatch(absl::Span<const RopeAppendArgs> batch) {
 
 namespace {
 
+// The row of `base`'s rows (`ld` floats apart) that `p` starts, or -1 where it starts none. By
+// addresses: `p` may point into another buffer, which pointer arithmetic must not compare.
+int64_t RowOf(const float* p, const float* base, int64_t ld) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p), first = reinterpret_cast<uintptr_t>(base);
+  const uintptr_t row_bytes = static_cast<uintptr_t>(ld) * sizeof(float);
+  if (at < first || (at - first) % row_bytes != 0) return -1;
+  return static_cast<int64_t>((at - first) / row_bytes);
+}
+
 // Whether NormRopeAppendBatch's one launch takes (n, batch): every sequence at n's shape and
 // one rotary table, its q and k rows within n's at the same row, the rows covered once.
 bool NormRopeTakes(const QkNormArgs& n, absl::Span<const RopeAppendArgs> batch) {
@@ -568,13 +577,11 @@ bool NormRopeTakes(const QkNormArgs& n, absl::Span<const RopeAppendArgs> batch) 
     if (a.q_ld != n.q_ld || a.kv_ld != n.kv_ld || a.q_heads != n.q_heads ||
         a.kv_heads != n.kv_heads || a.head_dim != n.head_dim ||
         a.rotary_dim != batch[0].rotary_dim || a.inv_freq != batch[0].inv_freq ||
-        a.rotary_dim < 0 || a.rotary_dim > a.head_dim || a.tokens < 0 || a.q < n.q) {
+        a.rotary_dim < 0 || a.rotary_dim > a.head_dim || a.tokens < 0) {
       return false;
     }
-    const int64_t offset = a.q - n.q;
-    if (offset % n.q_ld != 0) return false;
-    const int64_t row = offset / n.q_ld;
-    if (row + a.tokens > n.rows || a.k != n.k + row * n.kv_ld) return false;
+    const int64_t row = RowOf(a.q, n.q, n.q_ld);
+    if (row < 0 || row + a.tokens > n.rows || RowOf(a.k, n.k, n.kv_ld) != row) return false;
     spans.emplace_back(row, a.tokens);
   }
   std::sort(spans.begin(), spans.end());
@@ -611,7 +618,7 @@ void HipKernelBackend::NormRopeAppendBatch(const QkNormArgs& n,
   };
   for (const RopeAppendArgs& a : batch) {
     if (a.tokens == 0) continue;
-    const int64_t row = (a.q - n.q) / n.q_ld;
+    const int64_t row = RowOf(a.q, n.q, n.q_ld);
     run.push_back({a.q, n.qg != nullptr ? n.qg + row * n.qg_ld : nullptr,
                    n.qg != nullptr ? n.gate + row * q_width : nullptr, n.k + row * n.kv_ld, a.v,
                    a.k_dst, a.v_dst, a.tokens, a.position});
