@@ -1,6 +1,7 @@
 #include "services/infer/kernels/hip/hip_kernel_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
