@@ -437,29 +437,18 @@ bool NormRopeAppendSupported(int head_dim) {
 #endif
 }
 
+#if defined(__HIP_PLATFORM_AMD__)
+hipError_t NormRopeAppendBatch(const NormRopeSequence*, int, int64_t, int64_t, int, int64_t, int,
+                               int, int, const float*, const float*, const float*, float, bool,
+                               hipStream_t) {
+  return hipErrorNotSupported;  // NormRopeAppendSupported is false: the kernel needs warp rows.
+}
+#else
 hipError_t NormRopeAppendBatch(const NormRopeSequence* seqs, int count, int64_t q_ld, int64_t qg_ld,
                                int q_heads, int64_t kv_ld, int kv_heads, int head_dim,
                                int rotary_dim, const float* inv_freq, const float* q_norm,
                                const float* k_norm, float eps, bool zero_centred,
                                hipStream_t stream) {
-#if defined(__HIP_PLATFORM_AMD__)
-  static_cast<void>(seqs);
-  static_cast<void>(count);
-  static_cast<void>(q_ld);
-  static_cast<void>(qg_ld);
-  static_cast<void>(q_heads);
-  static_cast<void>(kv_ld);
-  static_cast<void>(kv_heads);
-  static_cast<void>(head_dim);
-  static_cast<void>(rotary_dim);
-  static_cast<void>(inv_freq);
-  static_cast<void>(q_norm);
-  static_cast<void>(k_norm);
-  static_cast<void>(eps);
-  static_cast<void>(zero_centred);
-  static_cast<void>(stream);
-  return hipErrorNotSupported;
-#else
   if (count <= 0) return hipSuccess;
   if (count > kMaxRopeAppendBatch || !NormRopeAppendSupported(head_dim) || rotary_dim < 0 ||
       rotary_dim > head_dim) {
@@ -476,8 +465,8 @@ hipError_t NormRopeAppendBatch(const NormRopeSequence* seqs, int count, int64_t 
   LaunchKernel(NormRopeAppendKernel, grid, kRowThreads, 0, stream, b, q_ld, qg_ld, q_heads, kv_ld,
                kv_heads, head_dim, rotary_dim / 2, inv_freq, q_norm, k_norm, eps, zero_centred);
   return hipGetLastError();
-#endif
 }
+#endif  // __HIP_PLATFORM_AMD__
 
 hipError_t SiluMul(const float* gate, int64_t ld_gate, const float* up, int64_t ld_up, int64_t rows,
                    int64_t dim, float* out, uint16_t* rounded, hipStream_t stream) {
