@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status/check.h"
+#include "services/infer/engine/sampling_weights.h"
 
 namespace cairn::infer {
 namespace {
@@ -21,6 +22,28 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Logits a block of the scans below: whole blocks are compared in lanes (loops the compiler
 // vectorises), and only a block that holds a hit is looked at logit by logit.
 constexpr size_t kBlock = 16;
+// DrawNucleus's first threshold (a weight relative to the best's 1) and the factor it is
+// lowered by while the collected weights cannot hold top_p.
+constexpr float kFirstNucleusThreshold = 0x1p-7f;
+constexpr float kNucleusThresholdStep = 0x1p-10f;
+// Candidates up to this many are sorted by comparisons; more by SortDescending's radix sort.
+constexpr size_t kComparisonSortMax = 1024;
+
+// The largest value with NaN as -infinity (-infinity where there is none), in lanes.
+float LargestRanked(absl::Span<const float> values) {
+  const float* x = values.data();
+  const size_t n = values.size();
+  const size_t whole = n / kBlock * kBlock;
+  float lanes[kBlock];
+  for (float& l : lanes) l = -kInf;
+  for (size_t i = 0; i < whole; i += kBlock) {
+    for (size_t j = 0; j < kBlock; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
+  }
+  float best = -kInf;
+  for (float l : lanes) best = l > best ? l : best;
+  for (size_t i = whole; i < n; ++i) best = x[i] > best ? x[i] : best;
+  return best;
+}
 
 }  // namespace
 
@@ -31,14 +54,7 @@ int32_t GreedyChoice(absl::Span<const float> logits) {
   const float* x = logits.data();
   const size_t n = logits.size();
   const size_t whole = n / kBlock * kBlock;
-  float lanes[kBlock];
-  for (float& l : lanes) l = -kInf;
-  for (size_t i = 0; i < whole; i += kBlock) {
-    for (size_t j = 0; j < kBlock; ++j) lanes[j] = x[i + j] > lanes[j] ? x[i + j] : lanes[j];
-  }
-  float best = -kInf;
-  for (float l : lanes) best = l > best ? l : best;
-  for (size_t i = whole; i < n; ++i) best = x[i] > best ? x[i] : best;
+  const float best = LargestRanked(logits);
   if (best == -kInf) return 0;
   for (size_t i = 0; i < whole; i += kBlock) {
     int hit = 0;
@@ -91,17 +107,17 @@ Sampler::Sampler(const SamplingOptions& options, absl::Span<const int32_t> promp
   }
 }
 
-void Sampler::SortDescending() {
-  // Keys: the logit's bits turned so that unsigned order is descending logit order, above the
-  // id. A stable sort on the keys' high half keeps equal logits in ascending id order, as
-  // order_ comes (ascending ids), so the order is the partial sort's exactly.
-  const size_t n = order_.size();
+void Sampler::SortDescending(const float* values, std::vector<int32_t>& ids) {
+  // Keys: the value's bits turned so that unsigned order is descending value order, above the
+  // id. A stable sort on the keys' high half keeps equal values in ascending id order, as
+  // `ids` comes, so the order is the partial sort's exactly.
+  const size_t n = ids.size();
   keys_.resize(n);
   scratch_.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t u = std::bit_cast<uint32_t>(work_[order_[i]]);
+    const uint32_t u = std::bit_cast<uint32_t>(values[ids[i]] + 0.0f);  // -0 as +0.
     const uint32_t ascending = (u >> 31) != 0 ? ~u : (u | 0x80000000u);
-    keys_[i] = (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(order_[i]);
+    keys_[i] = (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(ids[i]);
   }
   for (int shift = 32; shift < 64; shift += 8) {
     size_t count[257] = {};
@@ -110,7 +126,7 @@ void Sampler::SortDescending() {
     for (uint64_t k : keys_) scratch_[count[(k >> shift) & 0xff]++] = k;
     keys_.swap(scratch_);
   }
-  for (size_t i = 0; i < n; ++i) order_[i] = static_cast<int32_t>(keys_[i] & 0xffffffffu);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(keys_[i] & 0xffffffffu);
 }
 
 void Sampler::Penalise(absl::Span<const float> logits) {
@@ -260,6 +276,12 @@ int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
     }
     return chosen;
   }
+  if (options_.top_k == 0) {
+    if (!masked) return DrawUnranked(work_);
+    values_.resize(order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) values_[i] = work_[order_[i]];
+    return order_[DrawUnranked(values_)];
+  }
   // Candidates in descending order of logit (ties to the lower id), then the filters.
   if (!masked) {
     order_.resize(vocab);
@@ -273,11 +295,124 @@ int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
                         return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
                       });
   } else {
-    SortDescending();
+    SortDescending(work_.data(), order_);
   }
   values_.resize(static_cast<size_t>(keep));
   for (int32_t k = 0; k < keep; ++k) values_[k] = work_[order_[k]];
   return Draw(keep);
+}
+
+int32_t Sampler::DrawUnranked(absl::Span<const float> values) {
+  // The one draw of the random stream, whatever the path below.
+  const double u01 = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  const float best = LargestRanked(values);
+  const float inv_t = 1.0f / options_.temperature;
+  if (!std::isfinite(best) || !std::isfinite(inv_t)) return GreedyChoice(values);
+  const size_t n = values.size();
+  weights_.resize(n);
+  block_sums_.resize((n + kWeightBlock - 1) / kWeightBlock);
+  const double total = SamplingWeights(values, best, inv_t, options_.min_p,
+                                       absl::MakeSpan(weights_), absl::MakeSpan(block_sums_));
+  if (options_.top_p < 1.0f) return DrawNucleus(values, total, u01);
+  // The block holding the draw by the block sums added as `total` was, then its weights.
+  const double u = u01 * total;
+  double before = 0.0;
+  for (size_t b = 0; b < block_sums_.size(); ++b) {
+    const double after = before + block_sums_[b];
+    if (u < after) {
+      const size_t begin = b * kWeightBlock;
+      const size_t end = std::min(n, begin + kWeightBlock);
+      double acc = before;
+      for (size_t i = begin; i < end; ++i) {
+        acc += weights_[i];
+        if (u < acc) return static_cast<int32_t>(i);
+      }
+      // The block's weights added one by one fell short of its sum by rounding: its last
+      // token of positive weight (there is one: the sum is positive).
+      for (size_t i = end; i-- > begin;) {
+        if (weights_[i] > 0.0f) return static_cast<int32_t>(i);
+      }
+    }
+    before = after;
+  }
+  // u rounded up to the total: the last token of positive weight (the best one has weight 1).
+  for (size_t i = n; i-- > 0;) {
+    if (weights_[i] > 0.0f) return static_cast<int32_t>(i);
+  }
+  return 0;  // Not reached.
+}
+
+int32_t Sampler::DrawNucleus(absl::Span<const float> values, double total, double u01) {
+  const float* w = weights_.data();
+  const size_t n = values.size();
+  const double top_p = options_.top_p;
+  float threshold = kFirstNucleusThreshold;
+  size_t keep = 0;
+  for (;;) {
+    // The indices whose weight reaches the threshold, in ascending order.
+    const bool last = threshold == std::numeric_limits<float>::denorm_min();
+    nucleus_.clear();
+    double held = 0.0;
+    size_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      int hit = 0;
+      for (size_t j = 0; j < kBlock; ++j) hit |= w[i + j] >= threshold ? 1 : 0;
+      if (hit == 0) continue;
+      for (size_t j = i; j < i + kBlock; ++j) {
+        if (w[j] >= threshold) {
+          nucleus_.push_back(static_cast<int32_t>(j));
+          held += w[j];
+        }
+      }
+    }
+    for (; i < n; ++i) {
+      if (w[i] >= threshold) {
+        nucleus_.push_back(static_cast<int32_t>(i));
+        held += w[i];
+      }
+    }
+    const auto lower = [&] {
+      threshold =
+          std::max(threshold * kNucleusThresholdStep, std::numeric_limits<float>::denorm_min());
+    };
+    // Short of top_p by more than any rounding of the walk below: no sort yet.
+    if (!last && held < top_p * total * (1.0 - 1e-6)) {
+      lower();
+      continue;
+    }
+    // Every weight left out is below every one collected, so the collected ones, sorted, are
+    // the start of the full descending order.
+    if (nucleus_.size() <= kComparisonSortMax) {
+      const float* v = values.data();
+      std::sort(nucleus_.begin(), nucleus_.end(),
+                [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+    } else {
+      SortDescending(values.data(), nucleus_);
+    }
+    // Draw's top_p walk.
+    double mass = 0.0;
+    bool reached = false;
+    keep = 0;
+    while (keep < nucleus_.size()) {
+      mass += w[nucleus_[keep]] / total;
+      ++keep;
+      if (mass >= top_p) {
+        reached = true;
+        break;
+      }
+    }
+    if (reached || last) break;
+    lower();
+  }
+  double kept = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept += w[nucleus_[i]];
+  const double u = u01 * kept;
+  double acc = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += w[nucleus_[i]];
+    if (u < acc) return nucleus_[i];
+  }
+  return nucleus_[keep - 1];  // Every collected weight is positive.
 }
 
 int32_t Sampler::Draw(int32_t keep) {
@@ -362,16 +497,19 @@ SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const ui
   };
 
   // Without a mask the logits are read in place: greedy without penalties by GreedyChoice,
-  // greedy with penalties and a top_k of at most kPartialSortMax by SelectBest (the ids a
-  // penalty applies to, the prompt's and the generated ones, valued apart and offered after
-  // the pass over the rest), with the general path's choices (a copy of every logit, then
-  // max_element or a sort), which took most of a token's host time at a vocabulary of 248K.
+  // sampling without top_k or penalties by DrawUnranked, greedy with penalties and a top_k of at
+  // most kPartialSortMax by SelectBest (the ids a penalty applies to, the prompt's and the
+  // generated ones, valued apart and offered after the pass over the rest), with the general path's
+  // choices (a copy of every logit, then max_element or a sort), which took most of a token's host
+  // time at a vocabulary of 248K.
   const bool penalties = options_.repetition_penalty != 1.0f || options_.presence_penalty != 0.0f ||
                          options_.frequency_penalty != 0.0f;
   const bool greedy = options_.temperature == 0.0f;
   int32_t chosen = 0;
   if (!masked && !penalties && greedy) {
     chosen = GreedyChoice(logits);
+  } else if (!masked && !penalties && options_.top_k == 0) {
+    chosen = DrawUnranked(logits);
   } else if (!masked && (greedy || (options_.top_k > 0 && options_.top_k <= kPartialSortMax))) {
     const int32_t keep = greedy ? 1 : std::min(vocab, options_.top_k);
     if (penalties) Penalise(logits);

@@ -55,6 +55,12 @@ int32_t GreedyChoice(absl::Span<const float> logits);
 // Chooses tokens for one request. A seeded sampler draws the same tokens for the same logits:
 // the random stream advances once per sampled token, never depending on anything else.
 //
+// How a draw walks its candidates (each of the two gives every candidate its probability):
+// with top_k, its candidates in descending order of logit, with double-precision weights;
+// without top_k, every candidate's float weight (SamplingWeights) in id order, or with top_p
+// the nucleus in descending order, with no sort of the whole vocabulary (docs/inference-daemon.md,
+// "Sampling").
+//
 // Thread-compatible.
 class Sampler {
  public:
@@ -76,8 +82,21 @@ class Sampler {
   SampledToken Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed = {});
 
  private:
-  // Orders order_ by descending work_, equal values by ascending id (order_ ascends on entry).
-  void SortDescending();
+  // Orders `ids` by descending values[id] (-0 as +0, no NaN), equal values by ascending id
+  // (`ids` ascends on entry): a radix sort.
+  void SortDescending(const float* values, std::vector<int32_t>& ids);
+  // The draw without top_k over `values` (the logits, or the candidates' values after the
+  // penalties; a NaN counts as -infinity): returns the index of the chosen value. Weights by
+  // SamplingWeights, the min_p filter in them; without top_p a walk in index order over the
+  // block sums, then inside one block; with top_p, DrawNucleus. Where the largest value is not
+  // finite (or the temperature so small that its inverse is not), the lowest index of the
+  // largest, as greedy. Advances the random stream once.
+  int32_t DrawUnranked(absl::Span<const float> values);
+  // DrawUnranked's top_p: collects the indices whose weight reaches a threshold (2^-7 of the
+  // best's, lowered 2^10 times while the collected weights cannot hold top_p of `total`),
+  // sorts them by descending value and walks them as Draw does, then draws from the nucleus in
+  // that order with `u01`, a uniform draw in [0, 1).
+  int32_t DrawNucleus(absl::Span<const float> values, double total, double u01);
   // The choice with penalties or a mask: the logits copied into work_ with the penalties, then
   // the greedy choice or the candidates sorted and drawn from.
   int32_t ChooseAfterPenalties(absl::Span<const float> logits, absl::Span<const uint64_t> allowed);
@@ -107,6 +126,9 @@ class Sampler {
   std::vector<uint64_t> penalised_mask_;              // Zero between calls.
   std::vector<double> probs_;             // The kept candidates' unnormalised probabilities.
   std::vector<uint64_t> keys_, scratch_;  // SortDescending's.
+  std::vector<float> weights_;            // DrawUnranked's, one per value.
+  std::vector<double> block_sums_;        // DrawUnranked's, one per kWeightBlock values.
+  std::vector<int32_t> nucleus_;          // DrawNucleus's indices.
 };
 
 }  // namespace cairn::infer

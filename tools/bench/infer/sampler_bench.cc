@@ -61,6 +61,30 @@ void BM_TemperatureNoTopK(benchmark::State& state) {
 }
 BENCHMARK(BM_TemperatureNoTopK);
 
+// OpenAI's defaults (temperature 1, top_p 1): every id a candidate, no filter at all.
+void BM_TemperatureOnly(benchmark::State& state) {
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.seed = 1;
+  Run(state, o, false);
+}
+BENCHMARK(BM_TemperatureOnly);
+
+// The nucleus's worst case: logits as flat as a random-weight model's, so that top_p 0.95
+// keeps most of the vocabulary and it is sorted.
+void BM_TemperatureNoTopKFlat(benchmark::State& state) {
+  std::vector<float> logits(kVocab);
+  std::mt19937_64 gen(3);
+  for (float& l : logits) l = std::normal_distribution<float>(0.0f, 0.05f)(gen);
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.top_p = 0.95f;
+  o.seed = 1;
+  Sampler sampler(o, {});
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits).id);
+}
+BENCHMARK(BM_TemperatureNoTopKFlat);
+
 void BM_TemperatureTopK20(benchmark::State& state) { Run(state, QwenSampling(), false); }
 BENCHMARK(BM_TemperatureTopK20);
 

@@ -161,8 +161,9 @@ std::vector<std::vector<absl::Time>> RunAll(Scheduler& scheduler,
 }
 
 // The host's share of a decode step: `slots` requests decoding `tokens` tokens together over
-// InstantLogitsModel, greedy and with Qwen's sampling (temperature 0.7, top_p 0.8, top_k 20),
-// with one sampling thread and with the default.
+// InstantLogitsModel, greedy, with Qwen's sampling (temperature 0.7, top_p 0.8, top_k 20) and
+// with OpenAI's defaults (temperature 1, no other filter), with one sampling thread and with
+// the default.
 int RunSampling(int slots, int64_t tokens, int64_t vocab) {
   if (vocab < 2 || tokens < 4) {
     std::cerr << "cairn-scheduler-bench: --sampling needs --vocab >= 2, --decode-tokens >= 4\n";
@@ -173,8 +174,12 @@ int RunSampling(int slots, int64_t tokens, int64_t vocab) {
   qwen.top_p = 0.8f;
   qwen.top_k = 20;
   qwen.seed = 1;
-  for (const auto& [name, sampling] :
-       {std::pair<const char*, infer::SamplingOptions>{"greedy", {}}, {"top_k 20", qwen}}) {
+  infer::SamplingOptions openai;
+  openai.temperature = 1.0f;
+  openai.seed = 1;
+  for (const auto& [name, sampling] : {std::pair<const char*, infer::SamplingOptions>{"greedy", {}},
+                                       {"top_k 20", qwen},
+                                       {"temp 1", openai}}) {
     for (int threads : {1, 0}) {
       InstantLogitsModel model(vocab);
       absl::StatusOr<std::unique_ptr<infer::SlotKvMemory>> memory = infer::SlotKvMemory::Create(

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "services/infer/engine/generation.h"
+#include "services/infer/engine/sampling_weights.h"
 #include "tests/support/status_matchers.h"
 
 namespace cairn::infer {
@@ -265,8 +266,51 @@ int32_t FullSortDraw(const std::vector<float>& logits, const SamplingOptions& o,
   return order[keep - 1];
 }
 
+// The draw without top_k written plainly: SamplingWeights' weights (tested against std::exp in
+// sampling_weights_test.cc), then without top_p one walk over every id in order, with top_p
+// every id of positive weight sorted, the nucleus walked, and the draw in that order.
+int32_t UnrankedDraw(const std::vector<float>& logits, const SamplingOptions& o, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const double u01 = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  std::vector<float> ranked(logits);
+  for (float& l : ranked) l = std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
+  const auto top = std::max_element(ranked.begin(), ranked.end());
+  if (!std::isfinite(*top)) return static_cast<int32_t>(top - ranked.begin());
+  const size_t n = logits.size();
+  std::vector<float> w(n);
+  std::vector<double> sums((n + kWeightBlock - 1) / kWeightBlock);
+  const double total = SamplingWeights(logits, *top, 1.0f / o.temperature, o.min_p,
+                                       absl::MakeSpan(w), absl::MakeSpan(sums));
+  std::vector<int32_t> order;
+  for (size_t i = 0; i < n; ++i) {
+    if (w[i] > 0.0f) order.push_back(static_cast<int32_t>(i));
+  }
+  size_t keep = order.size();
+  if (o.top_p < 1.0f) {
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return ranked[a] > ranked[b] || (ranked[a] == ranked[b] && a < b);
+    });
+    double mass = 0.0;
+    keep = 0;
+    while (keep < order.size()) {
+      mass += w[order[keep++]] / total;
+      if (mass >= o.top_p) break;
+    }
+  }
+  double kept = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept += w[order[i]];
+  const double u = u01 * (o.top_p < 1.0f ? kept : total);
+  double acc = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += w[order[i]];
+    if (u < acc) return order[i];
+  }
+  return order[keep - 1];
+}
+
 // Sorting only the candidates that can be drawn changes no draw: over logits spread wide
 // enough that most of a 5000-id vocabulary underflows, at several temperatures and filters.
+// With top_k the reference is a full sort; without it, UnrankedDraw.
 TEST(SamplerTest, DrawsEqualThoseOfAFullSort) {
   std::mt19937_64 gen(7);
   for (int round = 0; round < 300; ++round) {
@@ -282,7 +326,78 @@ TEST(SamplerTest, DrawsEqualThoseOfAFullSort) {
     o.seed = 1000 + round;
     Sampler sampler(o, {});
     SCOPED_TRACE(round);
-    EXPECT_EQ(sampler.Sample(logits).id, FullSortDraw(logits, o, 1000 + round));
+    const int32_t want = o.top_k == 0 ? UnrankedDraw(logits, o, 1000 + round)
+                                      : FullSortDraw(logits, o, 1000 + round);
+    EXPECT_EQ(sampler.Sample(logits).id, want);
+  }
+}
+
+// Nearly flat logits put most of the vocabulary in top_p's nucleus: the collected candidates
+// pass kComparisonSortMax and are ordered by the radix sort, thresholds lowered several times.
+TEST(SamplerTest, ALargeNucleusDrawsAsAFullSortDoes) {
+  std::mt19937_64 gen(5);
+  for (int round = 0; round < 40; ++round) {
+    std::vector<float> logits(9000);
+    for (float& l : logits) l = std::uniform_real_distribution<float>(-0.5f, 0.5f)(gen);
+    if (round % 4 == 1) logits[gen() % 9000] = -0.0f;
+    if (round % 4 == 2) std::fill(logits.begin(), logits.begin() + 4000, 0.25f);  // Ties.
+    SamplingOptions o;
+    o.temperature = round % 2 == 0 ? 1.0f : 0.02f;  // 0.02: weights down to e^-50.
+    o.top_p = std::vector<float>{0.5f, 0.9f, 0.999f}[round % 3];
+    o.min_p = round % 5 == 4 ? 0.3f : 0.0f;
+    o.seed = 70 + round;
+    Sampler sampler(o, {});
+    SCOPED_TRACE(round);
+    EXPECT_EQ(sampler.Sample(logits).id, UnrankedDraw(logits, o, 70 + round));
+  }
+}
+
+// Without top_k every candidate is drawn with its probability: softmax at the temperature,
+// renormalised over what min_p and top_p keep. 60000 draws a case, each frequency within five
+// standard deviations.
+TEST(SamplerTest, DrawsWithoutTopKFollowTheSoftmax) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f, -30.0f, 2.5f};
+  struct Case {
+    float temperature, top_p, min_p;
+    std::vector<double> want;  // Probabilities after the filters.
+  };
+  std::vector<Case> cases;
+  const auto softmax = [&](float t, const std::vector<bool>& kept) {
+    std::vector<double> p(logits.size());
+    double total = 0.0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      p[i] = kept[i] ? std::exp((logits[i] - 3.0) / t) : 0.0;
+      total += p[i];
+    }
+    for (double& x : p) x /= total;
+    return p;
+  };
+  const std::vector<bool> all(logits.size(), true);
+  cases.push_back({1.0f, 1.0f, 0.0f, softmax(1.0f, all)});
+  cases.push_back({0.5f, 1.0f, 0.0f, softmax(0.5f, all)});
+  // min_p 0.2 at temperature 1 keeps the logits within ln 5 = 1.61 of the best: 3, 3, 2, 2.5.
+  cases.push_back(
+      {1.0f, 1.0f, 0.2f, softmax(1.0f, {false, true, true, true, false, false, false, true})});
+  // top_p 0.75: the two 3s hold 0.62 of the mass, with 2.5 0.81.
+  cases.push_back(
+      {1.0f, 0.75f, 0.0f, softmax(1.0f, {false, true, false, true, false, false, false, true})});
+  for (const Case& c : cases) {
+    SamplingOptions o;
+    o.temperature = c.temperature;
+    o.top_p = c.top_p;
+    o.min_p = c.min_p;
+    o.seed = 99;
+    Sampler sampler(o, {});
+    constexpr int kDraws = 60000;
+    std::vector<int> counts(logits.size(), 0);
+    for (int i = 0; i < kDraws; ++i) ++counts[sampler.Sample(logits).id];
+    for (size_t id = 0; id < logits.size(); ++id) {
+      const double p = c.want[id];
+      const double sigma = std::sqrt(kDraws * p * (1.0 - p));
+      SCOPED_TRACE(::testing::Message() << "temperature " << c.temperature << ", top_p " << c.top_p
+                                        << ", min_p " << c.min_p << ", id " << id);
+      EXPECT_NEAR(counts[id], kDraws * p, 5.0 * sigma + 0.5);
+    }
   }
 }
 
@@ -331,10 +446,11 @@ std::vector<float> HostileLogits(std::mt19937_64& gen, size_t n) {
   return logits;
 }
 
-// Without a mask, greedy and small top_k read the logits in place (with penalties, the ids they
-// apply to valued apart); a mask that allows every id takes the general path (a copy with the
-// penalties, then max_element or a sort). Both must choose the same ids from the same random
-// stream, and the reported alternatives must be a partial sort's.
+// Without a mask, greedy, small top_k and no top_k read the logits in place (with penalties,
+// greedy and top_k value the ids they apply to apart, no top_k draws from a copy); a mask that
+// allows every id takes the general path (a copy with the penalties, then max_element, a sort
+// or, without top_k, the draw over the allowed ids' values). Both must choose the same ids from the
+// same random stream, and the reported alternatives must be a partial sort's.
 TEST(SamplerTest, InPlaceChoicesEqualThoseOfTheGeneralPath) {
   std::mt19937_64 gen(11);
   for (int round = 0; round < 600; ++round) {
@@ -342,7 +458,8 @@ TEST(SamplerTest, InPlaceChoicesEqualThoseOfTheGeneralPath) {
     const std::vector<float> logits = HostileLogits(gen, n);
     SamplingOptions o;
     o.temperature = round % 3 == 0 ? 0.0f : std::vector<float>{0.05f, 0.7f, 1.5f}[round % 3];
-    const int32_t k = std::vector<int32_t>{1, 5, 20, 512, static_cast<int32_t>(n)}[round % 5];
+    const int32_t k =
+        std::vector<int32_t>{1, 5, 20, 512, static_cast<int32_t>(n), 0}[(round + round / 5) % 6];
     o.top_k = std::min(k, 512);
     o.top_p = (round / 5) % 2 == 0 ? 1.0f : 0.9f;
     o.min_p = (round / 10) % 2 == 0 ? 0.0f : 0.05f;
