@@ -163,10 +163,11 @@ struct HipKernelBackendOptions {
   bool fuse_conv_product = true;
   // NormRopeAppendBatch (an attention layer's output gate split from its queries, the q and k
   // norms, RoPE and the append to the slots) in one launch, a warp per head row
-  // (hip::NormRopeAppendBatch), instead of four. The same bits. Off, without warp_row_norms, on
-  // AMD or for heads of more than 256 values: the default's calls. Off until its tests have run
-  // on a GPU (HIP README, fifty-sixth round).
-  bool fuse_qk_norm_rope = false;
+  // (hip::NormRopeAppendBatch), instead of four. The same bits (its kernel and model tests,
+  // H100). Off, without warp_row_norms, on AMD or for heads of more than 256 values: the
+  // default's calls. About 0.01 ms a one-slot decode step on an H100 (HIP README,
+  // fifty-seventh round).
+  bool fuse_qk_norm_rope = true;
   // GatedDeltaStepNormBatch's gated norm inside the fused decode steps' launch: a head's
   // blocks run as one cluster and add their outputs' squares through one another's shared
   // memory in the norm kernel's tree (hip::GatedDeltaNorm), instead of a norm launch after the
