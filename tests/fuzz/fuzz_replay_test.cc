@@ -35,6 +35,7 @@ constexpr Target kTargets[] = {
     {"cache_rpc", FuzzCacheRpc},
     {"infer_rpc", FuzzInferRpc},
     {"json_schema", FuzzJsonSchema},
+    {"sampler", FuzzSampler},
 };
 
 std::filesystem::path FuzzDir() {

@@ -26,6 +26,7 @@ int FuzzGatewayRequest(const uint8_t* data, size_t size);
 int FuzzCacheRpc(const uint8_t* data, size_t size);
 int FuzzInferRpc(const uint8_t* data, size_t size);
 int FuzzJsonSchema(const uint8_t* data, size_t size);
+int FuzzSampler(const uint8_t* data, size_t size);
 
 }  // namespace cairn::fuzz
 

@@ -238,15 +238,18 @@ int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
     const float l = logits[i];
     work_[i] = std::isnan(l) ? -std::numeric_limits<float>::infinity() : l + 0.0f;
   }
+  // Ids past the logits (a prompt id the model has no logit for) have nothing to penalise.
+  const auto inside = [vocab](int32_t id) { return id >= 0 && id < vocab; };
   if (options_.repetition_penalty != 1.0f) {
     for (const auto& [id, unused] : seen_) {
+      if (!inside(id)) continue;
       float& l = work_[id];
       l = l > 0 ? l / options_.repetition_penalty : l * options_.repetition_penalty;
     }
   }
   if (options_.presence_penalty != 0.0f || options_.frequency_penalty != 0.0f) {
     for (const auto& [id, count] : generated_) {
-      work_[id] -= options_.presence_penalty + options_.frequency_penalty * count;
+      if (inside(id)) work_[id] -= options_.presence_penalty + options_.frequency_penalty * count;
     }
   }
 
@@ -449,15 +452,15 @@ int32_t Sampler::Draw(int32_t keep) {
   // One draw per sampled token keeps seeded streams reproducible.
   const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
   double acc = 0.0;
-  int32_t chosen = order_[keep - 1];
   for (int32_t i = 0; i < keep; ++i) {
     acc += probs[i];
-    if (u < acc) {
-      chosen = order_[i];
-      break;
-    }
+    if (u < acc) return order_[i];
   }
-  return chosen;
+  // u rounded up to the total: the last candidate of positive weight (the first has weight 1),
+  // never one whose weight is 0.
+  int32_t last = keep - 1;
+  while (last > 0 && !(probs[last] > 0.0)) --last;
+  return order_[last];
 }
 
 SampledToken Sampler::Sample(absl::Span<const float> logits, absl::Span<const uint64_t> allowed) {

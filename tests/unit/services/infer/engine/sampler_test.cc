@@ -564,6 +564,30 @@ TEST(SamplerTest, LogprobsAreFiniteWhateverTheLogits) {
   EXPECT_EQ(d.top[1], (std::pair<int32_t, float>{1, kMinLogprob}));
 }
 
+// A prompt id past the logits (a tokenizer id the model has no logit for) is penalised on no
+// path: the choices are those of a sampler without it.
+TEST(SamplerTest, PromptIdsPastTheLogitsPenaliseNothing) {
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.repetition_penalty = 1.5f;
+  o.presence_penalty = 1.0f;
+  o.seed = 8;
+  const std::vector<int32_t> past = {3, 6, 1000, -1};
+  const std::vector<int32_t> inside = {3};
+  for (int top_k : {0, 2}) {
+    o.top_k = top_k;
+    for (const bool masked : {false, true}) {
+      Sampler a(o, past);
+      Sampler b(o, inside);
+      const std::vector<uint64_t> mask = masked ? Mask({0, 1, 3, 5}) : std::vector<uint64_t>{};
+      for (int step = 0; step < 5; ++step) {
+        EXPECT_EQ(a.Sample(Logits(), mask).id, b.Sample(Logits(), mask).id)
+            << "top_k " << top_k << ", masked " << masked << ", step " << step;
+      }
+    }
+  }
+}
+
 TEST(SamplerTest, ValidationNamesTheField) {
   SamplingOptions o;
   o.temperature = std::nanf("");
