@@ -57,9 +57,9 @@ int32_t GreedyChoice(absl::Span<const float> logits);
 //
 // How a draw walks its candidates (each of the two gives every candidate its probability):
 // with top_k, its candidates in descending order of logit, with double-precision weights;
-// without top_k, every candidate's float weight (SamplingWeights) in id order, or with top_p
-// the nucleus in descending order, with no sort of the whole vocabulary (docs/inference-daemon.md,
-// "Sampling").
+// without top_k, every id's float weight (SamplingWeights; an id a mask refuses weighs 0) in
+// id order, or with top_p the nucleus in descending order, with no sort of the whole
+// vocabulary (docs/inference-daemon.md, "Sampling").
 //
 // Thread-compatible.
 class Sampler {

@@ -564,6 +564,22 @@ TEST(SamplerTest, LogprobsAreFiniteWhateverTheLogits) {
   EXPECT_EQ(d.top[1], (std::pair<int32_t, float>{1, kMinLogprob}));
 }
 
+// Without top_k a mask's refused ids weigh nothing; where every allowed id is -infinity or
+// NaN (no weight at all), the lowest allowed id is chosen, never a refused one.
+TEST(SamplerTest, AMaskWhoseIdsHaveNoWeightChoosesTheLowestAllowedId) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    o.seed = seed;
+    Sampler sampler(o, {});
+    EXPECT_EQ(sampler.Sample({5.0f, 4.0f, -inf, 3.0f, nan, 9.0f}, Mask({2, 4})).id, 2);
+    const int32_t id = sampler.Sample({5.0f, 4.0f, -inf, 3.0f, 1.0f, 9.0f}, Mask({2, 3, 4})).id;
+    EXPECT_TRUE(id == 3 || id == 4) << id;
+  }
+}
+
 // A prompt id past the logits (a tokenizer id the model has no logit for) is penalised on no
 // path: the choices are those of a sampler without it.
 TEST(SamplerTest, PromptIdsPastTheLogitsPenaliseNothing) {
