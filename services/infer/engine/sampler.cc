@@ -30,6 +30,9 @@ constexpr float kFirstNucleusThreshold = 0x1p-7f;
 constexpr float kNucleusThresholdStep = 0x1p-10f;
 // Candidates up to this many are sorted by comparisons; more by SortDescending's radix sort.
 constexpr size_t kComparisonSortMax = 1024;
+// A mask allowing at least one id in this many is dense: without top_k the draw then runs over
+// the vocabulary with the refused ids at -infinity, instead of over the allowed ids' values.
+constexpr size_t kDenseMaskShare = 8;
 
 // The largest value with NaN as -infinity (-infinity where there is none), in lanes.
 float LargestRanked(absl::Span<const float> values) {
@@ -259,11 +262,19 @@ int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
   }
 
   const size_t words = std::min(allowed.size(), (static_cast<size_t>(vocab) + 63) / 64);
-  if (masked && options_.temperature != 0.0f && options_.top_k == 0) {
-    // Without top_k a candidate of weight 0 is never drawn, so the ids the mask refuses are set
-    // to -infinity and the draw runs over the vocabulary as without a mask. Only where no
-    // allowed id has a weight (every one -infinity) would it choose a refused id: then the
-    // lowest allowed id, as the greedy choice among the allowed ids.
+  size_t allowed_count = 0;
+  for (size_t w = 0; w < words; ++w) {
+    const size_t past = w * 64 + 64 > static_cast<size_t>(vocab) ? w * 64 + 64 - vocab : 0;
+    allowed_count += std::popcount(past == 0 ? allowed[w] : allowed[w] & (~uint64_t{0} >> past));
+  }
+  const bool draw_without_top_k = options_.temperature != 0.0f && options_.top_k == 0;
+  if (masked && draw_without_top_k &&
+      allowed_count * kDenseMaskShare >= static_cast<size_t>(vocab)) {
+    // A mask allowing many ids, no top_k: a candidate of weight 0 is never drawn, so the ids the
+    // mask refuses are set to -infinity and the draw runs over the vocabulary as without a
+    // mask (no list of the allowed ids, no gather). Only where no allowed id has a weight
+    // (every one -infinity) would it choose a refused id: then the lowest allowed id, as the
+    // greedy choice among the allowed ids.
     int32_t first_allowed = -1;
     for (size_t w = 0; w < (static_cast<size_t>(vocab) + 63) / 64; ++w) {
       const uint64_t bits = w < words ? allowed[w] : 0;
@@ -306,7 +317,13 @@ int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
     }
     return chosen;
   }
-  if (options_.top_k == 0) return DrawUnranked(work_);  // No mask (above with one).
+  if (draw_without_top_k) {
+    if (!masked) return DrawUnranked(work_);
+    // A mask allowing few ids: the draw over their values alone.
+    values_.resize(order_.size());
+    for (size_t i = 0; i < order_.size(); ++i) values_[i] = work_[order_[i]];
+    return order_[DrawUnranked(values_)];
+  }
   // Candidates in descending order of logit (ties to the lower id), then the filters.
   if (!masked) {
     order_.resize(vocab);

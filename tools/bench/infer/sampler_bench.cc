@@ -109,5 +109,19 @@ void BM_TemperatureMaskAll(benchmark::State& state) {
 }
 BENCHMARK(BM_TemperatureMaskAll);
 
+// A mask allowing 64 ids spread over the vocabulary (a grammar's structural position).
+void BM_TemperatureMaskFew(benchmark::State& state) {
+  const std::vector<float> logits = RandomLogits();
+  std::vector<uint64_t> allowed((kVocab + 63) / 64, 0);
+  for (int32_t id = 11; id < kVocab; id += kVocab / 64)
+    allowed[id / 64] |= uint64_t{1} << (id % 64);
+  SamplingOptions o;
+  o.temperature = 1.0f;
+  o.seed = 1;
+  Sampler sampler(o, {});
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits, allowed).id);
+}
+BENCHMARK(BM_TemperatureMaskFew);
+
 }  // namespace
 }  // namespace cairn::infer

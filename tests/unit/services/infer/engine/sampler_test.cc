@@ -580,6 +580,57 @@ TEST(SamplerTest, AMaskWhoseIdsHaveNoWeightChoosesTheLowestAllowedId) {
   }
 }
 
+// Without top_k a mask allowing few ids (here 4 of 2000) draws over their values alone, one
+// allowing many over the vocabulary with the others at -infinity: both follow the softmax over
+// the allowed ids, renormalised by top_p.
+TEST(SamplerTest, SparseAndDenseMasksDrawFromTheAllowedSoftmax) {
+  std::vector<float> logits(2000);
+  std::mt19937_64 gen(12);
+  for (float& l : logits) l = std::normal_distribution<float>(0.0f, 2.0f)(gen);
+  const std::vector<int32_t> ids = {7, 300, 301, 1999};
+  const std::vector<float> values = {1.0f, 2.0f, 0.0f, 1.5f};
+  for (size_t i = 0; i < ids.size(); ++i) logits[ids[i]] = values[i];
+  std::vector<uint64_t> sparse(32, 0);
+  for (int32_t id : ids) sparse[id / 64] |= uint64_t{1} << (id % 64);
+  std::vector<uint64_t> dense(32, ~uint64_t{0});
+  for (int32_t id = 0; id < 2000; ++id) {
+    const bool kept = std::find(ids.begin(), ids.end(), id) != ids.end() || id % 3 == 0;
+    if (!kept) dense[id / 64] &= ~(uint64_t{1} << (id % 64));
+  }
+  for (float top_p : {1.0f, 0.7f}) {
+    // Weights e^(v - 2): 1 (300), 0.61 (1999), 0.37 (7), 0.14 (301), 2.11 in all; top_p 0.7
+    // keeps the first two (0.76 of the mass; 300 alone holds 0.47).
+    std::vector<double> want = {std::exp(-1.0), 1.0, std::exp(-2.0), std::exp(-0.5)};
+    if (top_p < 1.0f) want[0] = want[2] = 0.0;
+    double total = 0.0;
+    for (double w : want) total += w;
+    SamplingOptions o;
+    o.temperature = 1.0f;
+    o.top_p = top_p;
+    o.seed = 4;
+    Sampler sampler(o, {});
+    constexpr int kDraws = 40000;
+    std::vector<int> counts(ids.size(), 0);
+    for (int i = 0; i < kDraws; ++i) {
+      const int32_t id = sampler.Sample(logits, sparse).id;
+      const auto at = std::find(ids.begin(), ids.end(), id);
+      ASSERT_NE(at, ids.end()) << id;
+      ++counts[at - ids.begin()];
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const double p = want[i] / total;
+      EXPECT_NEAR(counts[i], kDraws * p, 5.0 * std::sqrt(kDraws * p * (1.0 - p)) + 0.5)
+          << "top_p " << top_p << ", id " << ids[i];
+    }
+    // The dense mask's draws stay inside it.
+    Sampler dense_sampler(o, {});
+    for (int i = 0; i < 200; ++i) {
+      const int32_t id = dense_sampler.Sample(logits, dense).id;
+      ASSERT_TRUE((dense[id / 64] >> (id % 64)) & 1) << id;
+    }
+  }
+}
+
 // A prompt id past the logits (a tokenizer id the model has no logit for) is penalised on no
 // path: the choices are those of a sampler without it.
 TEST(SamplerTest, PromptIdsPastTheLogitsPenaliseNothing) {
