@@ -28,6 +28,9 @@ constexpr size_t kBlock = 16;
 // lowered by while the collected weights cannot hold top_p.
 constexpr float kFirstNucleusThreshold = 0x1p-7f;
 constexpr float kNucleusThresholdStep = 0x1p-10f;
+// The last threshold: the smallest normal float, below every positive weight (SamplingWeights'
+// smallest is exp(-87)), so that pass collects every one of them.
+constexpr float kLastNucleusThreshold = std::numeric_limits<float>::min();
 // Candidates up to this many are sorted by comparisons; more by SortDescending's radix sort.
 constexpr size_t kComparisonSortMax = 1024;
 // A mask allowing at least one id in this many is dense: without top_k the draw then runs over
@@ -283,8 +286,11 @@ int32_t Sampler::ChooseAfterPenalties(absl::Span<const float> logits,
       }
       if (bits == ~uint64_t{0}) continue;
       const size_t end = std::min(static_cast<size_t>(vocab), w * 64 + 64);
-      for (size_t i = w * 64; i < end; ++i) {
-        if (((bits >> (i % 64)) & 1) == 0) work_[i] = -kInf;
+      float* x = work_.data() + w * 64;
+      if (end == w * 64 + 64) {
+        for (size_t j = 0; j < 64; ++j) x[j] = ((bits >> j) & 1) != 0 ? x[j] : -kInf;
+      } else {
+        for (size_t j = 0; j < end - w * 64; ++j) x[j] = ((bits >> j) & 1) != 0 ? x[j] : -kInf;
       }
     }
     CAIRN_CHECK(first_allowed >= 0 && first_allowed < vocab);  // The caller checked the mask.
@@ -388,54 +394,54 @@ int32_t Sampler::DrawNucleus(absl::Span<const float> values, double total, doubl
   const float* w = weights_.data();
   const size_t n = values.size();
   const double top_p = options_.top_p;
+  // Bands of weight [threshold, above), each below the one before. nucleus_ holds the bands
+  // sorted so far: the start of the full descending order, since every weight of a later band
+  // is below every weight of an earlier one. band_ holds those collected since, not sorted.
+  float above = std::numeric_limits<float>::infinity();
   float threshold = kFirstNucleusThreshold;
+  nucleus_.clear();
+  band_.clear();
+  double held = 0.0;  // The collected weights' sum.
+  double mass = 0.0;  // The walk's share of the total over nucleus_[0, keep).
   size_t keep = 0;
   for (;;) {
-    // The indices whose weight reaches the threshold, in ascending order.
-    const bool last = threshold == std::numeric_limits<float>::denorm_min();
-    nucleus_.clear();
-    double held = 0.0;
+    // Every positive weight is at least exp(-87), above the smallest normal float.
+    const bool last = threshold <= kLastNucleusThreshold;
+    const auto in_band = [&](float x) { return (x >= threshold) & (x < above); };
     size_t i = 0;
     for (; i + kBlock <= n; i += kBlock) {
       int hit = 0;
 #pragma GCC unroll 1  // See kBlock.
-      for (size_t j = 0; j < kBlock; ++j) hit |= w[i + j] >= threshold ? 1 : 0;
+      for (size_t j = 0; j < kBlock; ++j) hit |= in_band(w[i + j]) ? 1 : 0;
       if (hit == 0) continue;
       for (size_t j = i; j < i + kBlock; ++j) {
-        if (w[j] >= threshold) {
-          nucleus_.push_back(static_cast<int32_t>(j));
+        if (in_band(w[j])) {
+          band_.push_back(static_cast<int32_t>(j));
           held += w[j];
         }
       }
     }
     for (; i < n; ++i) {
-      if (w[i] >= threshold) {
-        nucleus_.push_back(static_cast<int32_t>(i));
+      if (in_band(w[i])) {
+        band_.push_back(static_cast<int32_t>(i));
         held += w[i];
       }
     }
-    const auto lower = [&] {
-      threshold =
-          std::max(threshold * kNucleusThresholdStep, std::numeric_limits<float>::denorm_min());
-    };
+    above = threshold;
+    threshold = std::max(threshold * kNucleusThresholdStep, kLastNucleusThreshold);
     // Short of top_p by more than any rounding of the walk below: no sort yet.
-    if (!last && held < top_p * total * (1.0 - 1e-6)) {
-      lower();
-      continue;
-    }
-    // Every weight left out is below every one collected, so the collected ones, sorted, are
-    // the start of the full descending order.
-    if (nucleus_.size() <= kComparisonSortMax) {
+    if (!last && held < top_p * total * (1.0 - 1e-6)) continue;
+    if (band_.size() <= kComparisonSortMax) {
       const float* v = values.data();
-      std::sort(nucleus_.begin(), nucleus_.end(),
+      std::sort(band_.begin(), band_.end(),
                 [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
     } else {
-      SortDescending(values.data(), nucleus_);
+      SortDescending(values.data(), band_);  // Stable: equal values lie in one band, ascending.
     }
-    // Draw's top_p walk.
-    double mass = 0.0;
+    nucleus_.insert(nucleus_.end(), band_.begin(), band_.end());
+    band_.clear();
+    // Draw's top_p walk, on from where the last band's walk stopped.
     bool reached = false;
-    keep = 0;
     while (keep < nucleus_.size()) {
       mass += w[nucleus_[keep]] / total;
       ++keep;
@@ -445,7 +451,6 @@ int32_t Sampler::DrawNucleus(absl::Span<const float> values, double total, doubl
       }
     }
     if (reached || last) break;
-    lower();
   }
   double kept = 0.0;
   for (size_t i = 0; i < keep; ++i) kept += w[nucleus_[i]];

@@ -93,12 +93,13 @@ class Sampler {
   // largest, as greedy. Advances the random stream once.
   int32_t DrawUnranked(absl::Span<const float> values);
   // DrawUnranked's top_p: collects the indices whose weight reaches a threshold (2^-7 of the
-  // best's, lowered 2^10 times while the collected weights cannot hold top_p of `total`),
-  // sorts them by descending value and walks them as Draw does, then draws from the nucleus in
-  // that order with `u01`, a uniform draw in [0, 1).
+  // best's, lowered 2^10 times at a step down to the smallest normal float while the
+  // collected weights cannot hold top_p of `total`), sorts each band of weights once by
+  // descending value and walks them as Draw does, then draws from the nucleus in that order
+  // with `u01`, a uniform draw in [0, 1).
   int32_t DrawNucleus(absl::Span<const float> values, double total, double u01);
   // The choice with penalties or a mask: the logits copied into work_ with the penalties, then
-  // the greedy choice or the candidates sorted and drawn from.
+  // the greedy choice, the candidates sorted and drawn from (top_k), or DrawUnranked (no top_k).
   int32_t ChooseAfterPenalties(absl::Span<const float> logits, absl::Span<const uint64_t> allowed);
   // Draws from the first `keep` candidates of order_, values_ holding their values in that
   // (descending) order: min_p, top_p, then one draw from the random stream.
@@ -128,7 +129,7 @@ class Sampler {
   std::vector<uint64_t> keys_, scratch_;  // SortDescending's.
   std::vector<float> weights_;            // DrawUnranked's, one per value.
   std::vector<double> block_sums_;        // DrawUnranked's, one per kWeightBlock values.
-  std::vector<int32_t> nucleus_;          // DrawNucleus's indices.
+  std::vector<int32_t> nucleus_, band_;   // DrawNucleus's indices.
 };
 
 }  // namespace cairn::infer

@@ -12,7 +12,7 @@ namespace cairn::infer {
 namespace {
 
 // exp(x) = 2^k * exp(r) with k = round(x / ln 2) and |r| <= ln(2) / 2, exp(r) by its Taylor
-// series to r^7 (the next term is under 5e-9, below a float's half ulp). Arguments below
+// series to r^7 (the next term is at most 5.2e-9, below a float's half ulp). Arguments below
 // kMinExponent give 0, so 2^k stays a normal float built from its exponent bits.
 constexpr float kMinExponent = -87.0f;
 constexpr float kLog2e = 1.44269504f;
@@ -113,6 +113,14 @@ double SamplingWeights(absl::Span<const float> values, float best, float inv_tem
 #endif
   return WeightsPortable(values.data(), values.size(), best, inv_temperature, min_p, weights.data(),
                          block_sums.data());
+}
+
+bool SamplingWeightsHasAvx2() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  return HasAvx2();
+#else
+  return false;
+#endif
 }
 
 void UsePortableSamplingWeightsForTest(bool on) {

@@ -30,6 +30,10 @@ double SamplingWeights(absl::Span<const float> values, float best, float inv_tem
 // the two. Not for use while another thread samples.
 void UsePortableSamplingWeightsForTest(bool on);
 
+// Whether SamplingWeights runs its AVX2 loops on this machine (x86-64 with AVX2), unless a
+// test asked for the portable ones.
+bool SamplingWeightsHasAvx2();
+
 }  // namespace cairn::infer
 
 #endif  // CAIRN_SERVICES_INFER_ENGINE_SAMPLING_WEIGHTS_H_

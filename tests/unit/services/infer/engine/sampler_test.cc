@@ -580,6 +580,50 @@ TEST(SamplerTest, AMaskWhoseIdsHaveNoWeightChoosesTheLowestAllowedId) {
   }
 }
 
+// The same over 300 ids, the likely ones in different blocks of 64 and of 16, so that the
+// draw walks block sums, the weights' vectorised blocks and DrawNucleus's scans are all used;
+// the references are softmax in double, independent of SamplingWeights.
+TEST(SamplerTest, DrawsOverSeveralBlocksFollowTheSoftmax) {
+  std::vector<float> logits(300, -6.0f);
+  const std::vector<int32_t> heavy = {5, 70, 150, 203, 290};
+  const std::vector<float> values = {2.0f, 1.0f, 2.5f, 0.0f, 1.5f};
+  for (size_t i = 0; i < heavy.size(); ++i) logits[heavy[i]] = values[i];
+  for (float top_p : {1.0f, 0.8f}) {
+    SamplingOptions o;
+    o.temperature = 1.0f;
+    o.top_p = top_p;
+    o.seed = 31;
+    Sampler sampler(o, {});
+    // Every id's weight e^(l - 2.5), 2.34 in all; top_p 0.8 keeps 150, 5, 290 (0.84 of the
+    // mass; 0.69 without 290).
+    std::vector<double> weight(300);
+    double total = 0.0;
+    for (size_t i = 0; i < 300; ++i) total += weight[i] = std::exp(logits[i] - 2.5);
+    std::vector<bool> kept(300, top_p == 1.0f);
+    if (top_p < 1.0f) kept[150] = kept[5] = kept[290] = true;
+    double kept_total = 0.0;
+    for (size_t i = 0; i < 300; ++i) kept_total += kept[i] ? weight[i] : 0.0;
+    constexpr int kDraws = 50000;
+    std::vector<int> counts(300, 0);
+    for (int i = 0; i < kDraws; ++i) ++counts[sampler.Sample(logits).id];
+    int light = 0;
+    double light_p = 0.0;
+    for (size_t i = 0; i < 300; ++i) {
+      const double p = kept[i] ? weight[i] / kept_total : 0.0;
+      if (std::find(heavy.begin(), heavy.end(), static_cast<int32_t>(i)) == heavy.end()) {
+        light += counts[i];
+        light_p += p;
+        continue;
+      }
+      EXPECT_NEAR(counts[i], kDraws * p, 5.0 * std::sqrt(kDraws * p * (1.0 - p)) + 0.5)
+          << "top_p " << top_p << ", id " << i;
+    }
+    // The 295 light ids together (0.026 of the mass without top_p, none with it).
+    EXPECT_NEAR(light, kDraws * light_p, 5.0 * std::sqrt(kDraws * light_p * (1.0 - light_p)) + 0.5)
+        << "top_p " << top_p;
+  }
+}
+
 // Without top_k a mask allowing few ids (here 4 of 2000) draws over their values alone, one
 // allowing many over the vocabulary with the others at -infinity: both follow the softmax over
 // the allowed ids, renormalised by top_p.
