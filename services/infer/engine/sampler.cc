@@ -31,6 +31,10 @@ constexpr float kNucleusThresholdStep = 0x1p-10f;
 // The last threshold: the smallest normal float, below every positive weight (SamplingWeights'
 // smallest is exp(-87)), so that pass collects every one of them.
 constexpr float kLastNucleusThreshold = std::numeric_limits<float>::min();
+// The collected weights must fall short of top_p by more than this share before DrawNucleus
+// lowers the threshold without sorting: far above the walk's rounding (a few ulps a weight
+// summed), so the skip never changes where the walk would have stopped.
+constexpr double kNucleusPrecheckSlack = 1e-6;
 // Candidates up to this many are sorted by comparisons; more by SortDescending's radix sort.
 constexpr size_t kComparisonSortMax = 1024;
 // A mask allowing at least one id in this many is dense: without top_k the draw then runs over
@@ -430,7 +434,7 @@ int32_t Sampler::DrawNucleus(absl::Span<const float> values, double total, doubl
     above = threshold;
     threshold = std::max(threshold * kNucleusThresholdStep, kLastNucleusThreshold);
     // Short of top_p by more than any rounding of the walk below: no sort yet.
-    if (!last && held < top_p * total * (1.0 - 1e-6)) continue;
+    if (!last && held < top_p * total * (1.0 - kNucleusPrecheckSlack)) continue;
     if (band_.size() <= kComparisonSortMax) {
       const float* v = values.data();
       std::sort(band_.begin(), band_.end(),

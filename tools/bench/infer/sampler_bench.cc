@@ -23,12 +23,18 @@ std::vector<float> RandomLogits() {
   return logits;
 }
 
-void Run(benchmark::State& state, const SamplingOptions& o, bool mask,
-         const std::vector<int32_t>& prompt = {}) {
-  const std::vector<float> logits = RandomLogits();
-  const std::vector<uint64_t> allowed(mask ? (kVocab + 63) / 64 : 0, ~uint64_t{0});
+// Samples from `logits` with `allowed` (empty: no mask) for as long as the benchmark runs.
+void RunOn(benchmark::State& state, const SamplingOptions& o, const std::vector<float>& logits,
+           const std::vector<uint64_t>& allowed, const std::vector<int32_t>& prompt = {}) {
   Sampler sampler(o, prompt);
   for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits, allowed).id);
+}
+
+// RunOn over RandomLogits, with a mask allowing every id or none.
+void Run(benchmark::State& state, const SamplingOptions& o, bool mask,
+         const std::vector<int32_t>& prompt = {}) {
+  const std::vector<uint64_t> allowed(mask ? (kVocab + 63) / 64 : 0, ~uint64_t{0});
+  RunOn(state, o, RandomLogits(), allowed, prompt);
 }
 
 void BM_ReadLogits(benchmark::State& state) {
@@ -80,8 +86,7 @@ void BM_TemperatureNoTopKFlat(benchmark::State& state) {
   o.temperature = 1.0f;
   o.top_p = 0.95f;
   o.seed = 1;
-  Sampler sampler(o, {});
-  for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits).id);
+  RunOn(state, o, logits, {});
 }
 BENCHMARK(BM_TemperatureNoTopKFlat);
 
@@ -111,15 +116,14 @@ BENCHMARK(BM_TemperatureMaskAll);
 
 // A mask allowing 64 ids spread over the vocabulary (a grammar's structural position).
 void BM_TemperatureMaskFew(benchmark::State& state) {
-  const std::vector<float> logits = RandomLogits();
   std::vector<uint64_t> allowed((kVocab + 63) / 64, 0);
-  for (int32_t id = 11; id < kVocab; id += kVocab / 64)
+  for (int32_t id = 11; id < kVocab; id += kVocab / 64) {
     allowed[id / 64] |= uint64_t{1} << (id % 64);
+  }
   SamplingOptions o;
   o.temperature = 1.0f;
   o.seed = 1;
-  Sampler sampler(o, {});
-  for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits, allowed).id);
+  RunOn(state, o, RandomLogits(), allowed);
 }
 BENCHMARK(BM_TemperatureMaskFew);
 
