@@ -222,33 +222,40 @@ void Scheduler::SyncFrontiers() {
 }
 
 void Scheduler::DropCancelledQueued() {
-  std::deque<GenerateRequest> queued;
+  // The sinks are asked outside the lock (they may take locks of their own), with the queue
+  // left whole meanwhile: Submit bounds the queue by its length, and only this thread takes
+  // requests out of it, so the first `asked` entries are the same ones when the lock is back.
+  std::vector<std::pair<const RequestSink*, absl::Time>> asked;
   {
     MutexLock lock(&mu_);
     if (queue_.empty()) return;
-    queued.swap(queue_);
+    asked.reserve(queue_.size());
+    for (const GenerateRequest& r : queue_) asked.emplace_back(r.sink.get(), r.deadline);
   }
-  // The sinks are asked outside the lock (they may take locks of their own).
   const absl::Time now = absl::Now();
-  std::deque<GenerateRequest> keep;
-  std::vector<std::pair<GenerateRequest, absl::Status>> dropped;
-  for (GenerateRequest& r : queued) {
-    if (r.sink->Cancelled()) {
-      dropped.emplace_back(std::move(r), absl::CancelledError("request cancelled while queued"));
-    } else if (now >= r.deadline) {
-      dropped.emplace_back(std::move(r),
-                           absl::DeadlineExceededError("request deadline passed while queued"));
-    } else {
-      keep.push_back(std::move(r));
+  std::vector<absl::Status> verdicts(asked.size());
+  bool any = false;
+  for (size_t i = 0; i < asked.size(); ++i) {
+    if (asked[i].first->Cancelled()) {
+      verdicts[i] = absl::CancelledError("request cancelled while queued");
+    } else if (now >= asked[i].second) {
+      verdicts[i] = absl::DeadlineExceededError("request deadline passed while queued");
     }
+    any |= !verdicts[i].ok();
   }
+  if (!any) return;
+  std::vector<std::pair<GenerateRequest, absl::Status>> dropped;
   {
     MutexLock lock(&mu_);
-    // Requests submitted meanwhile queue behind the ones that were waiting.
-    while (!keep.empty()) {
-      queue_.push_front(std::move(keep.back()));
-      keep.pop_back();
+    std::deque<GenerateRequest> keep;
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      if (i < verdicts.size() && !verdicts[i].ok()) {
+        dropped.emplace_back(std::move(queue_[i]), std::move(verdicts[i]));
+      } else {
+        keep.push_back(std::move(queue_[i]));
+      }
     }
+    queue_.swap(keep);
   }
   for (auto& [r, status] : dropped) {
     FinishInfo info;

@@ -3,6 +3,7 @@
 // before.
 #include "services/infer/engine/scheduler.h"
 
+#include <atomic>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -341,6 +342,120 @@ TEST(SchedulerQueueTest, ABurstFillsTheIdleSlotsThenTheQueue) {
   }
   EXPECT_THAT(scheduler.Submit(SimpleRequest(&outs[3])),
               StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// Records into an Outcome like RecordingSink; the first OnToken signals `entered` and waits for
+// `release`, and so does the first Cancelled() call when `gate_cancelled` is set.
+class GatedSink final : public RequestSink {
+ public:
+  GatedSink(Outcome* outcome, Notification* entered, Notification* release, bool gate_cancelled)
+      : inner_(outcome),
+        outcome_(outcome),
+        entered_(entered),
+        release_(release),
+        gate_cancelled_(gate_cancelled) {}
+  void OnStarted(const StartInfo& info) override { inner_.OnStarted(info); }
+  bool OnToken(const SampledToken& token) override {
+    if (!gate_cancelled_) Gate();
+    return inner_.OnToken(token);
+  }
+  void OnFinished(const absl::Status& status, const FinishInfo& info) override {
+    inner_.OnFinished(status, info);
+  }
+  bool Cancelled() const override {
+    if (gate_cancelled_) Gate();
+    return outcome_->cancel.load();
+  }
+
+ private:
+  void Gate() const {
+    if (gated_.exchange(true)) return;
+    entered_->Notify();
+    release_->WaitForNotificationWithTimeout(kWait);
+  }
+  RecordingSink inner_;
+  Outcome* const outcome_;
+  Notification* const entered_;
+  Notification* const release_;
+  const bool gate_cancelled_;
+  mutable std::atomic<bool> gated_{false};
+};
+
+// The scheduler thread asks a queued request's sink whether its client went away without
+// taking the request out of the queue meanwhile: a request submitted then still finds the
+// queue full (it found it empty, and the queue grew past max_queue, under a gateway's load).
+TEST(SchedulerQueueTest, TheQueueStaysFullWhileItsSinksAreAsked) {
+  FavouriteTokenModel model;
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+      SlotKvMemory::Create(model.state_layout(), {.slots = 1, .max_rows = 64});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  SchedulerOptions options;
+  options.max_queue = 1;
+  Scheduler scheduler(&model, memory->get(), nullptr, options);
+  scheduler.Start();
+  Outcome running, queued, extra;
+  Notification token_entered, token_release, asked_entered, asked_release;
+
+  // The running request holds the only slot, stopped at its first token until the second one
+  // has queued.
+  GenerateRequest first = SimpleRequest(&running, /*max_tokens=*/32);
+  first.stop_ids.clear();
+  first.sink = std::make_unique<GatedSink>(&running, &token_entered, &token_release, false);
+  ASSERT_TRUE(scheduler.Submit(std::move(first)).ok());
+  ASSERT_TRUE(token_entered.WaitForNotificationWithTimeout(kWait));
+  GenerateRequest second = SimpleRequest(&queued);
+  second.sink = std::make_unique<GatedSink>(&queued, &asked_entered, &asked_release, true);
+  ASSERT_TRUE(scheduler.Submit(std::move(second)).ok());
+  token_release.Notify();
+  ASSERT_TRUE(asked_entered.WaitForNotificationWithTimeout(kWait));
+
+  const absl::Status third = scheduler.Submit(SimpleRequest(&extra));
+
+  asked_release.Notify();
+  EXPECT_THAT(third, StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_TRUE(running.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(queued.done.WaitForNotificationWithTimeout(kWait));
+  EXPECT_TRUE(running.Status().ok()) << running.Status();
+  EXPECT_TRUE(queued.Status().ok()) << queued.Status();
+  if (third.ok()) {
+    EXPECT_TRUE(extra.done.WaitForNotificationWithTimeout(kWait));
+  }
+}
+
+// A queued request whose client went away ends cancelled without taking a slot, and the
+// requests around it are served.
+TEST(SchedulerQueueTest, ACancelledQueuedRequestEndsAndTheOthersAreServed) {
+  FavouriteTokenModel model;
+  absl::StatusOr<std::unique_ptr<SlotKvMemory>> memory =
+      SlotKvMemory::Create(model.state_layout(), {.slots = 1, .max_rows = 64});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  SchedulerOptions options;
+  options.max_queue = 3;
+  Scheduler scheduler(&model, memory->get(), nullptr, options);
+  scheduler.Start();
+  Outcome running, outs[3];
+  Notification token_entered, token_release;
+  GenerateRequest first = SimpleRequest(&running, /*max_tokens=*/8);
+  first.sink = std::make_unique<GatedSink>(&running, &token_entered, &token_release, false);
+  ASSERT_TRUE(scheduler.Submit(std::move(first)).ok());
+  ASSERT_TRUE(token_entered.WaitForNotificationWithTimeout(kWait));
+  for (int i = 0; i < 3; ++i) {
+    GenerateRequest req = SimpleRequest(&outs[i]);
+    req.id = absl::StrCat("q", i);
+    ASSERT_TRUE(scheduler.Submit(std::move(req)).ok());
+  }
+  outs[1].cancel = true;
+
+  token_release.Notify();
+
+  for (Outcome* o : {&running, &outs[0], &outs[1], &outs[2]}) {
+    ASSERT_TRUE(o->done.WaitForNotificationWithTimeout(kWait));
+  }
+  EXPECT_THAT(outs[1].Status(), StatusIs(absl::StatusCode::kCancelled));
+  MutexLock lock(&outs[1].mu);
+  EXPECT_FALSE(outs[1].started);
+  EXPECT_TRUE(outs[0].Status().ok()) << outs[0].Status();
+  EXPECT_TRUE(outs[2].Status().ok()) << outs[2].Status();
 }
 
 // A row of logits is a hash of the pass's last token: a request's logits depend on its own
