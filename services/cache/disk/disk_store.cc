@@ -531,12 +531,29 @@ absl::Status DiskStore::Delete(uint64_t checkpoint_id) {
     if (it == live_.end()) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id, " not on disk"));
     }
-    if (it->second.readers != 0 || it->second.deleting) {
+    if (it->second.deleting) {
       return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", checkpoint_id, " is being restored or deleted"));
+          absl::StrCat("checkpoint ", checkpoint_id, " is being deleted"));
     }
-    it->second.deleting = true;
+    it->second.deleting = true;  // No new readers from here on.
+    if (it->second.readers != 0) {
+      // A read under way (a restore, or the scrubber's verification, which the core does not
+      // pin) still needs the files: its end deletes the checkpoint (FinishDeferredDelete).
+      it->second.delete_when_read = true;
+      return absl::OkStatus();
+    }
   }
+  return DeleteClaimed(checkpoint_id);
+}
+
+void DiskStore::FinishDeferredDelete(uint64_t checkpoint_id) {
+  const absl::Status s = DeleteClaimed(checkpoint_id);
+  if (!s.ok() && !absl::IsNotFound(s)) {
+    CAIRN_LOG(WARNING) << "deleting checkpoint " << checkpoint_id << " after its last read: " << s;
+  }
+}
+
+absl::Status DiskStore::DeleteClaimed(uint64_t checkpoint_id) {
   auto abandon = [&](absl::Status s) {
     // The manifest may still be durable, so its files stay listed; keep serving it.
     MutexLock lock(&mu_);

@@ -160,8 +160,9 @@ class DiskStore {
   absl::Status Publish(const PublishRequest& request,
                        const std::function<void()>& between_pieces = nullptr);
 
-  // Deletes a checkpoint in the order P9. NotFound if absent; FailedPrecondition while it is
-  // being restored.
+  // Deletes a checkpoint in the order P9. NotFound if absent; FailedPrecondition while another
+  // Delete of it is under way. While it is read (Restore or Verify), no new read starts and
+  // the last read under way deletes it as it ends; Delete then returns OK at once.
   absl::Status Delete(uint64_t checkpoint_id);
 
   // Restores a checkpoint: asks `destination` where each piece goes (the state file, then every
@@ -235,6 +236,7 @@ class DiskStore {
     uint64_t manifest_bytes = 0;
     uint64_t readers = 0;
     bool deleting = false;  // A Delete is under way: no new readers, not an eviction candidate.
+    bool delete_when_read = false;  // Deleted while read: the last reader's end deletes it.
   };
   struct ChunkRecord {
     ManifestChunk entry;
@@ -322,6 +324,10 @@ class DiskStore {
                             const FileHeader& expected_header, uint64_t payload_bytes,
                             uint8_t* destination, std::string* staging);
   absl::Status Load(uint64_t checkpoint_id, const RestoreDestination* destination);
+  // Delete's work once it has marked the record `deleting` (and no read is under way).
+  absl::Status DeleteClaimed(uint64_t checkpoint_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Run by the last read of a checkpoint deleted while read: DeleteClaimed, failures logged.
+  void FinishDeferredDelete(uint64_t checkpoint_id) ABSL_LOCKS_EXCLUDED(mu_);
   // R5: flags `ids` in the catalog, moves their manifests to quarantine/ and drops them from
   // the tables; then keeps only the newest max_quarantined entries. One call at a time.
   absl::Status QuarantineCheckpoints(const std::set<uint64_t>& ids, const std::string& reason)

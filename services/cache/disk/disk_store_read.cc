@@ -182,6 +182,7 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
   std::set<uint64_t> dependents;
   bool damaged = false;
   bool replaced = false;
+  bool delete_now = false;  // Deleted while read, and this was its last read.
   {
     MutexLock lock(&mu_);
     auto live = live_.find(checkpoint_id);
@@ -206,13 +207,21 @@ absl::Status DiskStore::Load(uint64_t checkpoint_id, const RestoreDestination* d
         it->second.lost = true;
       }
     }
-    if (same_copy) --live->second.readers;  // A new copy's record has readers of its own.
+    if (same_copy) {  // A new copy's record has readers of its own.
+      Record& record = live->second;
+      if (--record.readers == 0 && record.delete_when_read) {
+        record.delete_when_read = false;
+        delete_now = true;
+      }
+    }
     ++counters_.restores;
     if (!status.ok()) ++counters_.restore_failures;
   }
   if (!dependents.empty()) {
     QuarantineCheckpoints(dependents, std::string(status.message())).IgnoreError();  // Logged.
   }
+  // The read is over; the deletion it held back goes now (NotFound if quarantined instead).
+  if (delete_now) FinishDeferredDelete(checkpoint_id);
   if (damaged && replaced) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_id,
                                             " was quarantined and written again while it was "

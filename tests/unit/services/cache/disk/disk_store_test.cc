@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "common/concurrency/mutex.h"
+#include "common/concurrency/notification.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "services/cache/disk/testing/fault_file_system.h"
@@ -105,6 +107,52 @@ TEST_F(DiskStoreTest, DeleteKeepsChunksOthersStillList) {
   EXPECT_EQ(*bytes, factory_.Expected(2));
   EXPECT_EQ(DataFiles(dir_.path()).size(), 3u + 1u + 1u);  // 3 chunks, 1 state, 1 manifest.
   EXPECT_THAT(store->Delete(1), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// A checkpoint deleted while it is read (a restore, or the scrubber's verification, which the
+// core does not pin) stays for that read, starts no new one, and goes when the read ends: the
+// deletion is not refused and lost, which left its files and catalog entry until a restart.
+TEST_F(DiskStoreTest, ADeleteDuringAReadDeletesTheCheckpointWhenTheReadEnds) {
+  auto store = Open();
+  ASSERT_NE(store, nullptr);
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(1, {}, 2)));
+  CAIRN_ASSERT_OK(store->Publish(factory_.Build(2, {}, 1)));
+  Notification entered, release;
+  Mutex mu;
+  std::vector<std::vector<uint8_t>> pieces;  // Moved as it grows; each piece's bytes stay put.
+  absl::Status read;
+  std::thread reader([&] {
+    read = store->Restore(1, [&](const RestorePiece& piece) -> absl::StatusOr<absl::Span<uint8_t>> {
+      if (!entered.HasBeenNotified()) {
+        entered.Notify();
+        release.WaitForNotificationWithTimeout(absl::Seconds(30));
+      }
+      MutexLock lock(&mu);
+      pieces.push_back(std::vector<uint8_t>(piece.bytes));
+      return absl::Span<uint8_t>(pieces.back());
+    });
+  });
+  ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(30)));
+
+  const absl::Status deleted = store->Delete(1);
+  const bool listed_while_read = store->HasCheckpoint(1);
+  const absl::Status second_read = RestoreAll(store.get(), 1).status();
+  release.Notify();
+  reader.join();
+
+  CAIRN_EXPECT_OK(deleted);
+  EXPECT_TRUE(listed_while_read);
+  EXPECT_THAT(second_read, StatusIs(absl::StatusCode::kNotFound));
+  CAIRN_EXPECT_OK(read);  // The read under way finished on the files it had.
+  EXPECT_FALSE(store->HasCheckpoint(1));
+  EXPECT_EQ(DataFiles(dir_.path()).size(), 1u + 1u + 1u);  // Checkpoint 2's chunk, state, manifest.
+  auto entries = store->catalog().LoadAll();
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  EXPECT_EQ(entries->size(), 1u);
+  EXPECT_THAT(store->Delete(1), StatusIs(absl::StatusCode::kNotFound));
+  auto bytes = RestoreAll(store.get(), 2);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(*bytes, factory_.Expected(2));
 }
 
 TEST_F(DiskStoreTest, RestartRecoversFromTheCatalogAndReportsWhatTheIndexNeeds) {
