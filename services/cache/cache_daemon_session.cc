@@ -57,6 +57,11 @@ absl::Status CacheDaemon::SlotBusy(uint64_t session_id, uint32_t slot_index) {
   RETURN_IF_ERROR(Touch(session_id));
   ASSIGN_OR_RETURN(int32_t slot, sessions_.Slot(session_id, slot_index));
   activity_->Busy(SlotKey{session_id, slot});
+  // Tick may have closed the session since the check above (it is not ordered with this
+  // session's messages): its busy slots were cleared, maybe before this mark, which nothing
+  // would clear again and the disk writer would yield to for good. The session leaves the
+  // table before its slots are cleared, so a mark that came too late sees it gone here.
+  if (!sessions_.Slot(session_id, slot_index).ok()) activity_->Idle(SlotKey{session_id, slot});
   return absl::OkStatus();
 }
 
