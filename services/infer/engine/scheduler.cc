@@ -274,6 +274,11 @@ bool Scheduler::PrefillStep() {
     }
   }
   if (a == nullptr) return false;
+  if (!a->reset_failure.ok()) {
+    DropSlotState(*a);
+    Finish(*a, PassFailure(a->reset_failure), FinishReason::kStop);
+    return true;
+  }
   Slot& s = slots_[a->slot];
   const std::vector<int32_t>& prompt = a->req.prompt;
   const int64_t n = static_cast<int64_t>(prompt.size());
@@ -293,7 +298,7 @@ bool Scheduler::PrefillStep() {
       } else {
         CAIRN_LOG(WARNING) << "capture at " << c.position << " in slot " << a->slot
                            << " failed: " << st;
-        if (absl::IsUnavailable(st)) a->use_cache = false;
+        if (absl::IsUnavailable(st)) StopCaching(*a);
       }
     }
   };
@@ -469,11 +474,17 @@ void Scheduler::ReportFrontier(Active& a) {
       a.slot, absl::MakeConstSpan(tokens).subspan(a.frontier_reported), a.frontier_reported);
   if (!st.ok()) {
     CacheFailed(st, "frontier update");
-    a.use_cache = false;
-    slots_[a.slot].registered_generation = 0;
+    StopCaching(a);
     return;
   }
   a.frontier_reported = have;
+}
+
+void Scheduler::StopCaching(Active& a) {
+  a.use_cache = false;
+  // The cache's record of the slot stops where the request left it: the slot registers its
+  // frontier again once it is idle (SyncFrontiers), or when its next request starts.
+  slots_[a.slot].registered_generation = 0;
 }
 
 void Scheduler::DropSlotState(Active& a) {
@@ -521,7 +532,13 @@ void Scheduler::Finish(Active& a, const absl::Status& status, FinishReason reaso
   s.last_used = ++clock_;
   s.state = SlotSnapshot::State::kIdle;
   s.request_id.clear();
-  if (a.use_cache) cache_->SlotIdle(a.slot);
+  // A request that stopped using the cache part way (a capture or frontier update failed with
+  // the session still up) still clears the busy mark it set: the cache daemon's disk writer
+  // yields to busy slots, and would for good.
+  if (a.use_cache ||
+      (a.busy_generation != 0 && StateCacheUsable() && a.busy_generation == cache_->generation())) {
+    cache_->SlotIdle(a.slot);
+  }
   // Clients that see the end of their request see the slot free in ListSlots.
   PublishSnapshot();
   a.req.sink->OnFinished(status, info);

@@ -160,6 +160,8 @@ class Scheduler {
   // Where the model reports a fault: stops admitting, ends every request, calls on_fault.
   // Returns true once the scheduler has faulted.
   bool CheckFault() ABSL_LOCKS_EXCLUDED(mu_);
+  // The request goes on without the cache (a call failed with the session still up).
+  void StopCaching(Active& a);
   // After a failed forward pass over `a`'s slot: empties the slot (its private state may be
   // part-way through the pass) and tells the cache, so that no later request continues it.
   void DropSlotState(Active& a);

@@ -137,7 +137,10 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
   s.conversation = a.req.conversation;
   s.stable_boundary = a.req.stable_boundary;
   s.state = SlotSnapshot::State::kPrefill;
-  if (a.use_cache) cache_->SlotBusy(slot);
+  if (a.use_cache) {
+    cache_->SlotBusy(slot);
+    a.busy_generation = cache_->generation();
+  }
 
   // The cache must know the slot's frontier before it can reason about its rows.
   if (a.use_cache && s.registered_generation != cache_->generation()) {
@@ -162,7 +165,7 @@ void Scheduler::Setup(std::unique_ptr<Active> owned) {
     a.report.capture_ms += Ms(absl::Now() - t0);
     if (!st.ok()) {
       // Refused by rank, or the frontier is already a checkpoint: nothing to keep.
-      if (absl::IsUnavailable(st)) a.use_cache = false;
+      if (absl::IsUnavailable(st)) StopCaching(a);
     }
   }
 
@@ -275,7 +278,7 @@ void Scheduler::BeginPrefill(Active& a, int64_t restored_depth, int64_t live_dep
       absl::Status st = cache_->StartSlot(slot, /*cold=*/false, a.req.conversation, memory_);
       if (!st.ok()) {
         CacheFailed(st, "start slot");
-        a.use_cache = false;
+        StopCaching(a);
       }
     }
   } else if (!restored) {
@@ -292,9 +295,14 @@ void Scheduler::BeginPrefill(Active& a, int64_t restored_depth, int64_t live_dep
       if (!a.use_cache) s.registered_generation = 0;
     }
     absl::Status reset = memory_->Reset(slot);
-    CAIRN_CHECK(reset.ok());  // The slot index is ours.
     s.tokens.clear();
     a.report.tier = StateTier::kCold;
+    if (!reset.ok()) {
+      // The backend failed (a faulted device fails every call from then on). The request ends
+      // as a failed pass ends it, at its turn to prefill: this may run inside its Finish.
+      CAIRN_LOG(ERROR) << "slot " << slot << " reset failed: " << reset;
+      a.reset_failure = reset;
+    }
   }
   a.prefilled = start;
   a.frontier_reported = start;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "services/infer/engine/request.h"
 #include "services/infer/engine/sampler.h"
@@ -54,6 +55,12 @@ struct Scheduler::Active {
   int32_t pending = -1;           // Sampled, not yet fed.
   int64_t frontier_reported = 0;  // Tokens of the slot the cache knows about.
   bool use_cache = false;
+  // The cache generation in which SlotBusy was sent for this request (0: not sent). Its SlotIdle
+  // is owed to that generation's session even after the request stopped using the cache.
+  uint64_t busy_generation = 0;
+  // Emptying the slot for a cold prefill failed (the backend failed): the request ends at its
+  // turn to prefill.
+  absl::Status reset_failure;
   // The cache's plan, kept until the prefill's start is known (after a restore).
   StatePlan plan;
   StateCandidate restoring;  // kRestoring: the checkpoint being restored.
