@@ -116,6 +116,7 @@ void GrpcStateCache::SessionLoop() {
       spills_.clear();
       lease_ready_.clear();
       done_spills_.clear();
+      done_order_.clear();
       cv_.SignalAll();
       if (stopping_) return;
       if (welcomed) backoff = options_.reconnect_min;

@@ -253,7 +253,11 @@ class GrpcStateCache final : public StateCache {
   int restores_running_ ABSL_GUARDED_BY(mu_) = 0;
   // Spills this session already answered: a StartSlot or lease may name one of them again
   // (its answer and our SpillDone cross), and then there is nothing left to do.
+  // Only the newest kDoneSpillsKept are kept (oldest first in done_order_): a crossing names a
+  // spill answered moments before, and a session may live for days.
+  static constexpr size_t kDoneSpillsKept = 4096;
   absl::flat_hash_set<uint64_t> done_spills_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> done_order_ ABSL_GUARDED_BY(mu_);
   // Restores between StartRestore and their end, by slot. Scheduler thread only.
   absl::flat_hash_map<int, RestoreInFlight> restores_;
   // Spills started in the background and not yet answered, oldest first, and their bytes.

@@ -101,7 +101,13 @@ bool GrpcStateCache::FinishSpill(SpillInFlight& spill, KvMemory* memory, bool wa
       CAIRN_LOG(WARNING) << "spill " << spill.spill_id << " of a lost session not answered";
       return true;
     }
-    done_spills_.insert(spill.spill_id);
+    if (done_spills_.insert(spill.spill_id).second) {
+      done_order_.push_back(spill.spill_id);
+      if (done_order_.size() > kDoneSpillsKept) {
+        done_spills_.erase(done_order_.front());
+        done_order_.pop_front();
+      }
+    }
   }
   if (!WriteToStream(msg, spill.session.get())) {
     CAIRN_LOG(WARNING) << "could not report spill " << spill.spill_id << " (session lost)";
