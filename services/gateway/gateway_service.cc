@@ -83,7 +83,6 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
   }
 
   void Handle(const infer_v1::GenerateResponse& m) {
-    active_ = true;
     if (client_gone_) {
       call_->ReadNext();  // Drains to the end; the call is cancelled.
       return;
@@ -134,9 +133,12 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
   // Writes `data` (if any), then asks for the next message.
   void Send(std::string data) {
     if (data.empty()) {
+      // Nothing to show (a tool call's tokens are held until it closes): the pings go on, or a
+      // long call would leave the stream silent past clients' and proxies' idle timeouts.
       call_->ReadNext();
       return;
     }
+    active_ = true;
     exchange_->Write(std::move(data), [self = shared_from_this()](bool ok) {
       if (ok) {
         self->call_->ReadNext();
@@ -179,7 +181,7 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
   bool started_stream_ = false;
   bool finished_ = false;
   bool client_gone_ = false;
-  bool active_ = false;  // A message arrived since the last ping tick.
+  bool active_ = false;  // Bytes were sent since the last ping tick.
   absl::Time last_delta_ = absl::InfinitePast();
 };
 

@@ -588,5 +588,39 @@ TEST(GatewayApiTest, SilentStreamsGetPingsBeforeTheFirstToken) {
   EXPECT_EQ(chunks[1]["choices"][0]["delta"]["content"], "Hello");
 }
 
+// While a tool call is generated the daemon's messages carry nothing to show (the call is held
+// until it closes): the pings go on, so that a long call does not leave the stream silent past
+// a client's or a proxy's idle timeout.
+TEST(GatewayApiTest, PingsGoOnWhileTheDaemonsMessagesShowNothing) {
+  HarnessOptions options;
+  options.sse_ping_interval = absl::Milliseconds(20);
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s;
+    s.Started(12);
+    for (int i = 0; i < 30; ++i) {
+      Script::Step token;  // One generated token, its text held back.
+      token.message.mutable_delta()->add_token_ids(100 + i);
+      s.steps.push_back(token);
+      s.Pause(absl::Milliseconds(10));
+    }
+    s.ToolCall(0, "call_0", "write_file", R"({"path":"a.txt"})");
+    s.Finished(Script::MakeFinished(infer_v1::Finished::REASON_TOOL_CALLS, 31));
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post(
+      "/v1/messages",
+      R"({"model":"m","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"x"}]})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t started = r.body.find("event: message_start");
+  const size_t tool = r.body.find("\"tool_use\"");
+  ASSERT_NE(started, std::string::npos) << r.body;
+  ASSERT_NE(tool, std::string::npos) << r.body;
+  EXPECT_NE(r.body.substr(started, tool - started).find("\n: ping\n"), std::string::npos) << r.body;
+}
+
 }  // namespace
 }  // namespace cairn::gateway::testing
