@@ -173,7 +173,8 @@ absl::Status ParseTools(const JsonFields& f, const RequestLimits& limits,
 // Anthropic message objects and stream events.
 class AnthropicFormatter : public ResponseFormatter {
  public:
-  explicit AnthropicFormatter(std::string model) : id_(NewId("msg_")), model_(std::move(model)) {}
+  AnthropicFormatter(std::string model, uint32_t max_tokens)
+      : id_(NewId("msg_")), model_(std::move(model)), max_tokens_(max_tokens) {}
 
   std::string StreamStarted(const infer_v1::Started& s) override {
     const uint64_t cached = s.cache().restored_depth();
@@ -224,11 +225,12 @@ class AnthropicFormatter : public ResponseFormatter {
   std::string StreamFinished(const infer_v1::Finished& f) override {
     std::string out;
     Close(&out);
-    Json delta = {
-        {"type", "message_delta"},
-        {"delta", {{"stop_reason", AnthropicStopReason(f)}, {"stop_sequence", StopSequence(f)}}},
-        {"usage", Usage(f)},
-        {"cairn", CairnObject(f.cache())}};
+    Json delta = {{"type", "message_delta"},
+                  {"delta",
+                   {{"stop_reason", AnthropicStopReason(f, max_tokens_)},
+                    {"stop_sequence", StopSequence(f)}}},
+                  {"usage", Usage(f)},
+                  {"cairn", CairnObject(f.cache())}};
     absl::StrAppend(&out, SseEvent("message_delta", delta),
                     SseEvent("message_stop", {{"type", "message_stop"}}));
     return out;
@@ -267,7 +269,7 @@ class AnthropicFormatter : public ResponseFormatter {
             {"role", "assistant"},
             {"model", model_},
             {"content", content},
-            {"stop_reason", AnthropicStopReason(f)},
+            {"stop_reason", AnthropicStopReason(f, max_tokens_)},
             {"stop_sequence", StopSequence(f)},
             {"usage", Usage(f)},
             {"cairn", CairnObject(f.cache())}};
@@ -278,7 +280,7 @@ class AnthropicFormatter : public ResponseFormatter {
 
   // The stop string that ended the output, or null.
   static Json StopSequence(const infer_v1::Finished& f) {
-    if (AnthropicStopReason(f) != "stop_sequence") return nullptr;
+    if (AnthropicStopReason(f, 0) != "stop_sequence") return nullptr;
     return f.stop_sequence();
   }
 
@@ -314,6 +316,7 @@ class AnthropicFormatter : public ResponseFormatter {
 
   const std::string id_;
   const std::string model_;
+  const uint32_t max_tokens_;  // The request's output limit (0: none).
   Kind open_kind_ = kNone;
   int open_tool_ = -1;
   int index_ = 0;  // Index of the open block, or of the next one.
@@ -363,6 +366,12 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
   ASSIGN_OR_RETURN(std::optional<int64_t> top_k, f.Integer("top_k", 0, 1 << 20));
   if (top_k.has_value()) s->set_top_k(static_cast<uint32_t>(*top_k));
   SetMaxTokens(max_tokens.value_or(0), limits, s);
+  // Anthropic's current models take max_tokens as a ceiling: where the prompt leaves fewer
+  // tokens of the context, the answer runs to the context's end and says so in its
+  // stop_reason. (Claude Code asks for 32,000, more than a 40K context leaves after its
+  // system prompt and tools: a refusal would end its first turn.)
+  if (s->has_max_tokens()) s->set_max_tokens_is_ceiling(true);
+  const uint32_t output_limit = s->has_max_tokens() ? s->max_tokens() : 0;
   ASSIGN_OR_RETURN(const Json* stops, f.Array("stop_sequences", limits.max_stop));
   if (stops != nullptr) {
     for (size_t i = 0; i < stops->size(); ++i) {
@@ -425,20 +434,23 @@ absl::StatusOr<GenerationSpec> Parse(const Json& body, const RequestLimits& limi
   ASSIGN_OR_RETURN(const Json* metadata, f.Object("metadata"));
   (void)metadata;  // metadata.user_id is a per-run id: checked for shape, never rendered.
   req.set_conversation(ConversationLabel("", *chat));
-  spec.make_formatter = [](const std::string& name) {
-    return std::make_unique<AnthropicFormatter>(name);
+  spec.make_formatter = [output_limit](const std::string& name) {
+    return std::make_unique<AnthropicFormatter>(name, output_limit);
   };
   return spec;
 }
 
 }  // namespace
 
-absl::string_view AnthropicStopReason(const infer_v1::Finished& finished) {
+absl::string_view AnthropicStopReason(const infer_v1::Finished& finished, uint32_t max_tokens) {
   if (finished.reason() == infer_v1::Finished::REASON_STOP && !finished.stop_sequence().empty()) {
     return "stop_sequence";
   }
   switch (finished.reason()) {
     case infer_v1::Finished::REASON_LENGTH:
+      if (max_tokens == 0 || finished.completion_tokens() < max_tokens) {
+        return "model_context_window_exceeded";
+      }
       return "max_tokens";
     case infer_v1::Finished::REASON_TOOL_CALLS:
       return "tool_use";

@@ -20,8 +20,10 @@ absl::StatusOr<GenerationSpec> ParseAnthropicMessagesRequest(const Json& body,
 absl::StatusOr<GenerationSpec> ParseAnthropicCountTokensRequest(const Json& body,
                                                                 const RequestLimits& limits);
 
-// Returns Anthropic's stop_reason for `reason`.
-absl::string_view AnthropicStopReason(const infer_v1::Finished& finished);
+// Returns Anthropic's stop_reason for `finished`, of a request whose output limit was
+// `max_tokens` (0: none): an output cut short of it by the context's end is
+// "model_context_window_exceeded", as Anthropic answers for its current models.
+absl::string_view AnthropicStopReason(const infer_v1::Finished& finished, uint32_t max_tokens);
 
 }  // namespace cairn::gateway
 

@@ -226,6 +226,36 @@ TEST(AnthropicMappingTest, NonStreamedMessageGoldenShape) {
       << body.dump(2);
 }
 
+// max_tokens is a ceiling, as Anthropic takes it for its current models: a prompt that leaves
+// fewer tokens of the context is answered up to the context's end (no 400 "prompt is too
+// long" for a prompt that fits: Claude Code asks for 32,000), and an answer the context cut
+// short of max_tokens says so.
+TEST(AnthropicMappingTest, MaxTokensIsACeilingAndTheContextsEndHasItsOwnStopReason) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 32000, "stream": true,
+                      "messages": [{"role": "user", "content": "x"}]})"),
+      {});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->request.sampling().max_tokens(), 32000u);
+  EXPECT_TRUE(spec->request.sampling().max_tokens_is_ceiling());
+  infer_v1::Finished cut;
+  cut.set_reason(infer_v1::Finished::REASON_LENGTH);
+  cut.set_prompt_tokens(30000);
+  cut.set_completion_tokens(10960);
+  infer_v1::Finished full = cut;
+  full.set_completion_tokens(32000);
+
+  const Json cut_body = spec->make_formatter("served")->Body(cut);
+  const std::string cut_stream = spec->make_formatter("served")->StreamFinished(cut);
+  const Json full_body = spec->make_formatter("served")->Body(full);
+
+  EXPECT_EQ(cut_body["stop_reason"], "model_context_window_exceeded") << cut_body.dump();
+  EXPECT_NE(cut_stream.find(R"("stop_reason":"model_context_window_exceeded")"),
+            std::string::npos)
+      << cut_stream;
+  EXPECT_EQ(full_body["stop_reason"], "max_tokens") << full_body.dump();
+}
+
 TEST(AnthropicMappingTest, ToolUseIdsAreRandomPerCallAndTheSameInStreamAndBody) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
       Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})"), {});
