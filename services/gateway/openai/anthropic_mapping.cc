@@ -103,15 +103,21 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
       if (!id.has_value()) return Invalid(b.Name("tool_use_id"), "is required");
       std::string text;
       if (const Json* c = b.Get("content"); c != nullptr) {
-        ASSIGN_OR_RETURN(text, ContentText(*c, b.Name("content"), limits));
+        ASSIGN_OR_RETURN(text, ContentText(*c, b.Name("content"), limits, ContentAuthor::kAny,
+                                           MediaParts::kPlaceholder));
       }
       infer_v1::ChatMessage* m = chat->add_messages();
       m->set_role("tool");
       m->set_tool_call_id(*id);
       m->set_content(std::move(text));
     } else if (IsMediaBlock(*type)) {
-      return Invalid(bname,
-                     absl::StrCat("is a media block (", *type, "); this server accepts text only"));
+      if (MediaPartsFor(*role, last) == MediaParts::kRefuse) {
+        return Invalid(
+            bname, absl::StrCat("is a media block (", *type, "); this server accepts text only"));
+      }
+      absl::StrAppend(current.mutable_content(), text_blocks++ == 0 ? "" : "\n",
+                      MediaPlaceholder(*type));
+      current_used = true;
     } else {
       return Invalid(b.Name("type"), absl::StrCat("\"", *type, "\" is not a supported block type"));
     }

@@ -22,8 +22,17 @@ absl::Status Invalid(const std::string& field, absl::string_view what) {
 
 }  // namespace
 
+std::string MediaPlaceholder(absl::string_view type) {
+  return absl::StrCat("[", type, " omitted: this server reads text only]");
+}
+
+MediaParts MediaPartsFor(absl::string_view role, bool last) {
+  return role == "user" && last ? MediaParts::kRefuse : MediaParts::kPlaceholder;
+}
+
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
-                                        const RequestLimits& limits, ContentAuthor author) {
+                                        const RequestLimits& limits, ContentAuthor author,
+                                        MediaParts media) {
   if (content.is_null()) return std::string();
   if (content.is_string()) {
     const std::string& s = content.get_ref<const std::string&>();
@@ -75,8 +84,11 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
     } else if (*type == "image_url" || *type == "input_image" || *type == "input_audio" ||
                *type == "file" || *type == "input_file" || *type == "image" ||
                *type == "video_url") {
-      return Invalid(part_name,
-                     absl::StrCat("is a media part (", *type, "); this server accepts text only"));
+      if (media == MediaParts::kRefuse) {
+        return Invalid(part_name, absl::StrCat("is a media part (", *type,
+                                               "); this server accepts text only"));
+      }
+      absl::StrAppend(&text, separator, MediaPlaceholder(*type));
     } else {
       return Invalid(p.Name("type"), absl::StrCat("\"", *type, "\" is not a known part type"));
     }
@@ -130,7 +142,7 @@ absl::Status ParseTools(const JsonFields& top, const RequestLimits& limits,
   });
 }
 
-absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
+absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits, bool last,
                             infer_v1::ChatPrompt* chat) {
   ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
   if (!role.has_value()) return Invalid(f.Name("role"), "is required");
@@ -148,8 +160,8 @@ absl::Status AddChatMessage(const JsonFields& f, const RequestLimits& limits,
   const ContentAuthor content_author =
       *role == "assistant" ? ContentAuthor::kAssistant : ContentAuthor::kAny;
   if (const Json* content = f.Get("content"); content != nullptr) {
-    ASSIGN_OR_RETURN(std::string text,
-                     ContentText(*content, f.Name("content"), limits, content_author));
+    ASSIGN_OR_RETURN(std::string text, ContentText(*content, f.Name("content"), limits,
+                                                   content_author, MediaPartsFor(*role, last)));
     m->set_content(std::move(text));
   }
   ASSIGN_OR_RETURN(std::optional<std::string> author, f.String("name", 256));
@@ -275,8 +287,11 @@ absl::Status CheckForcedToolChoice(const infer_v1::ChatPrompt& chat) {
 absl::Status ParseChatMessages(const Json& messages, const std::string& field,
                                const RequestLimits& limits, infer_v1::ChatPrompt* chat) {
   if (messages.is_array() && messages.empty()) return Invalid(field, "must not be empty");
-  return ForEachObject(messages, field, limits.max_messages,
-                       [&](const JsonFields& f) { return AddChatMessage(f, limits, chat); });
+  size_t index = 0;
+  return ForEachObject(messages, field, limits.max_messages, [&](const JsonFields& f) {
+    const bool last = ++index == messages.size();
+    return AddChatMessage(f, limits, last, chat);
+  });
 }
 
 absl::Status ParseSampling(const JsonFields& f, const RequestLimits& limits,

@@ -61,12 +61,28 @@ enum class ContentAuthor {
   kAssistant,
 };
 
+// What ContentText does with a media part (an image, audio, a file): this server reads text.
+enum class MediaParts {
+  // InvalidArgument naming the part: for the request's newest user turn, whose sender should
+  // learn that the model cannot see it.
+  kRefuse,
+  // MediaPlaceholder's text instead: for tool results and the history, which a client resends
+  // every turn (a refusal there would refuse every later turn of the conversation).
+  kPlaceholder,
+};
+// The text that stands for a media part or block of type `type`.
+std::string MediaPlaceholder(absl::string_view type);
+// Which MediaParts a message of `role` gets: the newest message's (`last`) from the user
+// are refused, all others stand as placeholders.
+MediaParts MediaPartsFor(absl::string_view role, bool last);
+
 // Reads the text of an OpenAI `content` (a string, or an array of text parts, joined with
-// "\n"). InvalidArgument for media parts, unknown part types, and refusal parts outside an
-// assistant's content.
+// "\n"). InvalidArgument for unknown part types, refusal parts outside an assistant's
+// content, and media parts unless `media` is kPlaceholder.
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
                                         const RequestLimits& limits,
-                                        ContentAuthor author = ContentAuthor::kAny);
+                                        ContentAuthor author = ContentAuthor::kAny,
+                                        MediaParts media = MediaParts::kRefuse);
 
 }  // namespace cairn::gateway
 

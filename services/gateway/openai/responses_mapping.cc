@@ -33,12 +33,13 @@ class InputBuilder {
   InputBuilder(const RequestLimits& limits, infer_v1::ChatPrompt* chat)
       : limits_(limits), chat_(chat) {}
 
-  absl::Status AddItem(const Json& item, const std::string& name) {
+  // `last`: the input's newest item.
+  absl::Status AddItem(const Json& item, const std::string& name, bool last) {
     if (!item.is_object()) return Invalid(name, "must be an object");
     JsonFields f(item, name);
     ASSIGN_OR_RETURN(std::optional<std::string> type, f.String("type", 64));
     const std::string t = type.value_or("message");
-    if (t == "message") return AddMessage(f);
+    if (t == "message") return AddMessage(f, last);
     if (t == "function_call") {
       ASSIGN_OR_RETURN(std::optional<std::string> call_id, f.String("call_id", 256));
       ASSIGN_OR_RETURN(std::optional<std::string> fn, f.String("name", 256));
@@ -60,7 +61,8 @@ class InputBuilder {
       if (!call_id.has_value()) return Invalid(f.Name("call_id"), "is required");
       std::string output;
       if (const Json* o = f.Get("output"); o != nullptr) {
-        ASSIGN_OR_RETURN(output, ContentText(*o, f.Name("output"), limits_));
+        ASSIGN_OR_RETURN(output, ContentText(*o, f.Name("output"), limits_, ContentAuthor::kAny,
+                                             MediaParts::kPlaceholder));
       }
       infer_v1::ChatMessage* m = NewMessage("tool");
       m->set_tool_call_id(*call_id);
@@ -94,7 +96,7 @@ class InputBuilder {
   void Finish() { pending_reasoning_.clear(); }
 
  private:
-  absl::Status AddMessage(const JsonFields& f) {
+  absl::Status AddMessage(const JsonFields& f, bool last) {
     ASSIGN_OR_RETURN(std::optional<std::string> role, f.String("role", 32));
     if (!role.has_value()) return Invalid(f.Name("role"), "is required");
     std::string r = *role == "developer" ? "system" : *role;
@@ -105,7 +107,8 @@ class InputBuilder {
     if (const Json* c = f.Get("content"); c != nullptr) {
       ASSIGN_OR_RETURN(
           text, ContentText(*c, f.Name("content"), limits_,
-                            r == "assistant" ? ContentAuthor::kAssistant : ContentAuthor::kAny));
+                            r == "assistant" ? ContentAuthor::kAssistant : ContentAuthor::kAny,
+                            MediaPartsFor(r, last)));
     }
     infer_v1::ChatMessage* m = r == "assistant" ? AssistantTurn(/*for_call=*/false) : NewMessage(r);
     absl::StrAppend(m->mutable_content(), text);
@@ -558,7 +561,8 @@ absl::StatusOr<GenerationSpec> ParseResponsesRequest(const Json& body,
     }
     InputBuilder builder(limits, chat);
     for (size_t i = 0; i < input->size(); ++i) {
-      RETURN_IF_ERROR(builder.AddItem((*input)[i], absl::StrCat("input[", i, "]")));
+      RETURN_IF_ERROR(
+          builder.AddItem((*input)[i], absl::StrCat("input[", i, "]"), i + 1 == input->size()));
     }
     builder.Finish();
   } else {

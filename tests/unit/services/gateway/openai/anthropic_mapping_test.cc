@@ -256,6 +256,47 @@ TEST(AnthropicMappingTest, MaxTokensIsACeilingAndTheContextsEndHasItsOwnStopReas
   EXPECT_EQ(full_body["stop_reason"], "max_tokens") << full_body.dump();
 }
 
+// This server reads text. An image in the newest user turn is refused (its sender learns the
+// model cannot see it); one in a tool result or an earlier turn, which the client resends every
+// turn, stands as a placeholder, or every later turn of the conversation would be refused.
+TEST(AnthropicMappingTest, MediaIsRefusedInTheNewestUserTurnOnly) {
+  const char* image = R"({"type": "image", "source": {"type": "base64", "media_type":
+                          "image/png", "data": "iVBORw0KGgo="}})";
+  const std::string newest = absl::StrCat(
+      R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text",
+          "text": "look"}, )",
+      image, "]}]}");
+  const std::string history = absl::StrCat(
+      R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text",
+          "text": "look"}, )",
+      image, R"(]}, {"role": "assistant", "content": "I cannot see it."},
+          {"role": "user", "content": "then read the file"}]})");
+  const std::string tool_result = absl::StrCat(
+      R"({"max_tokens": 5, "messages": [{"role": "user", "content": "open it"},
+          {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read",
+           "input": {"path": "a.png"}}]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+           "content": [)",
+      image, "]}]}]}");
+
+  absl::StatusOr<GenerationSpec> refused = ParseAnthropicMessagesRequest(Json::parse(newest), {});
+  absl::StatusOr<GenerationSpec> earlier = ParseAnthropicMessagesRequest(Json::parse(history), {});
+  absl::StatusOr<GenerationSpec> result =
+      ParseAnthropicMessagesRequest(Json::parse(tool_result), {});
+
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("messages[0].content[1]"), absl::string_view::npos)
+      << refused.status();
+  ASSERT_TRUE(earlier.ok()) << earlier.status();
+  EXPECT_EQ(earlier->request.chat().messages(0).content(),
+            "look\n[image omitted: this server reads text only]");
+  ASSERT_TRUE(result.ok()) << result.status();
+  const auto& messages = result->request.chat().messages();
+  EXPECT_EQ(messages[messages.size() - 1].role(), "tool");
+  EXPECT_EQ(messages[messages.size() - 1].content(),
+            "[image omitted: this server reads text only]");
+}
+
 TEST(AnthropicMappingTest, ToolUseIdsAreRandomPerCallAndTheSameInStreamAndBody) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
       Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})"), {});

@@ -722,5 +722,28 @@ TEST(ChatMappingTest, CompletionExtensionsForReplayingAgents) {
       << bad.status();
 }
 
+// Media in the newest user message is refused; in a tool result or an earlier message (the
+// history a client resends every turn) it stands as a placeholder.
+TEST(ChatMappingTest, MediaIsRefusedInTheNewestUserMessageOnly) {
+  const Json image = Json::parse(R"({"type": "image_url", "image_url": {"url": "data:,"}})");
+  Json newest = {{"messages", {{{"role", "user"}, {"content", {image}}}}}};
+  Json history = {{"messages",
+                   {{{"role", "user"}, {"content", {image}}},
+                    {{"role", "assistant"}, {"content", "I cannot see it."}},
+                    {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", {image}}},
+                    {{"role", "user"}, {"content", "go on"}}}}};
+
+  absl::StatusOr<GenerationSpec> refused = ParseChatCompletionRequest(newest, {});
+  absl::StatusOr<GenerationSpec> served = ParseChatCompletionRequest(history, {});
+
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("media"), absl::string_view::npos);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->request.chat().messages(0).content(),
+            "[image_url omitted: this server reads text only]");
+  EXPECT_EQ(served->request.chat().messages(2).content(),
+            "[image_url omitted: this server reads text only]");
+}
+
 }  // namespace
 }  // namespace cairn::gateway

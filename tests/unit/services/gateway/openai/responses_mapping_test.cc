@@ -431,5 +431,28 @@ TEST(ResponsesMappingTest, IncompleteWhenCutByLength) {
   EXPECT_EQ(body["output"][0]["content"][0]["text"], "partial");
 }
 
+// Media in the newest input message is refused; in a function call's output or an earlier
+// message it stands as a placeholder.
+TEST(ResponsesMappingTest, MediaIsRefusedInTheNewestUserMessageOnly) {
+  const Json image = Json::parse(R"({"type": "input_image", "image_url": "data:,"})");
+  Json newest = {{"input", {{{"role", "user"}, {"content", {image}}}}}};
+  Json history = {
+      {"input",
+       {{{"role", "user"}, {"content", {image}}},
+        {{"type", "function_call"}, {"call_id", "c1"}, {"name", "view"}, {"arguments", "{}"}},
+        {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", {image}}}}}};
+
+  absl::StatusOr<GenerationSpec> refused = ParseResponsesRequest(newest, {});
+  absl::StatusOr<GenerationSpec> served = ParseResponsesRequest(history, {});
+
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("media"), absl::string_view::npos);
+  ASSERT_TRUE(served.ok()) << served.status();
+  const auto& messages = served->request.chat().messages();
+  EXPECT_EQ(messages[0].content(), "[input_image omitted: this server reads text only]");
+  EXPECT_EQ(messages[messages.size() - 1].content(),
+            "[input_image omitted: this server reads text only]");
+}
+
 }  // namespace
 }  // namespace cairn::gateway
