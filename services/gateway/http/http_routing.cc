@@ -268,22 +268,24 @@ std::string Router::AllowedMethods(absl::string_view path) const {
 
 bool RequestHasApiKey(const HttpRequest& header, bool basic, const std::vector<std::string>& keys) {
   namespace http = boost::beast::http;
-  absl::string_view presented;
-  std::string password;
+  // Any credential the request presents may be the key: Anthropic's SDKs send both headers
+  // where both of their variables are set, and only one of them need be this server's key.
   auto auth = header.find(http::field::authorization);
   if (auth != header.end()) {
     absl::string_view v(auth->value().data(), auth->value().size());
+    absl::string_view presented;
+    std::string password;
     if (v.size() > 7 && absl::EqualsIgnoreCase(v.substr(0, 7), "bearer ")) {
       presented = absl::StripAsciiWhitespace(v.substr(7));
     } else if (basic) {
       password = BasicAuthPassword(v);
       presented = password;
     }
+    if (!presented.empty() && ApiKeyMatches(presented, keys)) return true;
   }
-  if (presented.empty()) {
-    auto x = header.find("x-api-key");  // Anthropic clients send this header.
-    if (x != header.end()) presented = absl::string_view(x->value().data(), x->value().size());
-  }
+  auto x = header.find("x-api-key");  // Anthropic clients send this header.
+  if (x == header.end()) return false;
+  const absl::string_view presented(x->value().data(), x->value().size());
   return !presented.empty() && ApiKeyMatches(presented, keys);
 }
 

@@ -78,6 +78,17 @@ TEST(HttpServerTest, AnApiKeyIsReadFromBearerBasicOrXApiKey) {
   EXPECT_TRUE(RequestHasApiKey(basic, true, keys));
   EXPECT_FALSE(RequestHasApiKey(basic, false, keys));  // Basic only on browser routes.
   EXPECT_FALSE(RequestHasApiKey(HttpRequest(), false, keys));
+  // Both headers (Anthropic's SDKs send both where both their variables are set): either may
+  // hold the key.
+  HttpRequest wrong_bearer = x_api_key;
+  wrong_bearer.set(boost::beast::http::field::authorization, "Bearer some-other-token");
+  HttpRequest wrong_x_api_key = with(boost::beast::http::field::authorization, "Bearer k1");
+  wrong_x_api_key.set("x-api-key", "k2");
+  HttpRequest both_wrong = wrong_bearer;
+  both_wrong.set("x-api-key", "k2");
+  EXPECT_TRUE(RequestHasApiKey(wrong_bearer, false, keys));
+  EXPECT_TRUE(RequestHasApiKey(wrong_x_api_key, false, keys));
+  EXPECT_FALSE(RequestHasApiKey(both_wrong, false, keys));
   EXPECT_TRUE(HeaderAbsentOr(HttpRequest(), boost::beast::http::field::origin, IsLoopbackOrigin));
   EXPECT_TRUE(HeaderAbsentOr(with(boost::beast::http::field::origin, "http://localhost:3000"),
                              boost::beast::http::field::origin, IsLoopbackOrigin));
