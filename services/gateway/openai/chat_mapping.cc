@@ -535,7 +535,7 @@ absl::StatusOr<GenerationSpec> ParseCompletionRequest(const Json& body,
     if (stable.has_value()) req.set_stable_boundary(static_cast<uint64_t>(*stable));
     if (shared.has_value()) req.set_shared_boundary(static_cast<uint64_t>(*shared));
   }
-  ASSIGN_OR_RETURN(std::optional<std::string> suffix, f.String("suffix", 1));
+  ASSIGN_OR_RETURN(std::optional<std::string> suffix, f.String("suffix", limits.max_string_bytes));
   if (suffix.has_value() && !suffix->empty()) return Invalid("suffix", "is not supported");
   RETURN_IF_ERROR(ParseSampling(f, limits, {"max_tokens"}, "stop", req.mutable_sampling()));
   // vLLM takes response_format here too: the text generated after the prompt is the value.

@@ -375,6 +375,19 @@ TEST(ChatMappingTest, CompletionsTakeAResponseFormatToo) {
   EXPECT_NE(bad.message().find("response_format.json_schema.name"), std::string::npos) << bad;
 }
 
+// A fill-in-the-middle suffix is refused as unsupported whatever its length (an empty one asks
+// for nothing).
+TEST(ChatMappingTest, ACompletionsSuffixIsRefusedAsUnsupported) {
+  absl::Status long_suffix =
+      ParseCompletionRequest(Json::parse(R"({"prompt": "def f(", "suffix": "):\n  pass"})"), {})
+          .status();
+  absl::StatusOr<GenerationSpec> empty =
+      ParseCompletionRequest(Json::parse(R"({"prompt": "x", "suffix": ""})"), {});
+
+  EXPECT_EQ(long_suffix.message(), "suffix is not supported") << long_suffix;
+  EXPECT_TRUE(empty.ok()) << empty.status();
+}
+
 TEST(ChatMappingTest, StopStringsTheDaemonWouldRefuseAreRefusedNamingTheClientsField) {
   // cairn-infer refuses stop strings over 256 bytes naming its own `sampling.stop[0]`.
   Json body = Json::parse(R"({"messages": [{"role": "user", "content": "x"}]})");
