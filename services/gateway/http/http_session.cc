@@ -116,6 +116,9 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     auto header = std::make_unique<http::response<http::empty_body>>(http::status::ok, version_);
     header->set(http::field::content_type, content_type);
     header->set(http::field::cache_control, "no-cache");
+    // A reverse proxy in front (nginx) buffers a response unless told not to: a stream's
+    // tokens would arrive in bursts, and its pings never.
+    header->set("X-Accel-Buffering", "no");
     header->keep_alive(keep_alive_);
     // HTTP/1.0 has no chunked encoding: the stream is delimited by closing the connection.
     chunked_ = version_ >= 11;

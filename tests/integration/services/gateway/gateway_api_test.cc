@@ -582,6 +582,7 @@ TEST(GatewayApiTest, SilentStreamsGetPingsBeforeTheFirstToken) {
 
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.body.rfind(": ping\n\n", 0), 0u) << r.body;
+  EXPECT_EQ(r.headers["x-accel-buffering"], "no");  // A proxy in front passes pings on.
   bool done = false;
   std::vector<json> chunks = DataChunks(r.body, &done);
   EXPECT_TRUE(done);
