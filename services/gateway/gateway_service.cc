@@ -71,7 +71,8 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
     started_stream_ = true;
   }
 
-  // Sends an SSE comment when nothing was sent since the last tick.
+  // Sends the formatter's heartbeat (an SSE comment, or an event) when nothing was sent since
+  // the last tick.
   void Ping() {
     if (client_gone_ || finished_) return;
     if (active_) {
@@ -79,7 +80,7 @@ class GenerationRun : public GenerateObserver, public std::enable_shared_from_th
       return;
     }
     StartStreamOnce();
-    exchange_->Write(": ping\n\n", nullptr);
+    exchange_->Write(formatter_->StreamHeartbeat(), nullptr);
   }
 
   void Handle(const infer_v1::GenerateResponse& m) {

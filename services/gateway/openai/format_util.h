@@ -93,6 +93,9 @@ class ResponseFormatter {
   virtual std::string StreamFinished(const infer_v1::Finished& finished) = 0;
   // An error after the stream has begun; the stream ends after it.
   virtual std::string StreamError(const absl::Status& status) = 0;
+  // What a heartbeat tick sends while nothing else was (a long prefill, a tool call held until
+  // it closes): an SSE comment, unless the API's clients need events.
+  virtual std::string StreamHeartbeat() { return ": ping\n\n"; }
   // Non-streaming: each delta is collected, then the body is built from Finished.
   virtual void Collect(const infer_v1::Delta& delta) = 0;
   virtual Json Body(const infer_v1::Finished& finished) = 0;

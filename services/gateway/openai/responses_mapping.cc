@@ -284,6 +284,23 @@ class ResponsesFormatter : public ResponseFormatter {
     return out;
   }
 
+  // Codex CLI ends a stream that sent no event for minutes (comments do not count), so a long
+  // prefill would be cut off and asked again, forever: until the output begins, each tick is
+  // an event (the first opens the response). Once items are open, a snapshot sent now would
+  // lack them, and ticks are comments.
+  std::string StreamHeartbeat() override {
+    std::string out;
+    if (!opened_) {
+      Open(&out);
+    } else if (open_ == kNone && output_.empty()) {
+      Emit("response.in_progress", {{"response", Response("in_progress", Json::array(), nullptr)}},
+           &out);
+    } else {
+      out = ": ping\n\n";
+    }
+    return out;
+  }
+
   std::string StreamDelta(const infer_v1::Delta& d) override {
     std::string out;
     if (!d.reasoning_text().empty()) {

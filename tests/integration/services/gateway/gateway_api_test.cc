@@ -3,10 +3,12 @@
 // object), models / tokenize / detokenize / metrics, and upstream errors mapped to HTTP codes.
 // Anthropic messages and the Responses API: gateway_messages_responses_test.cc.
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/services/gateway/gateway_harness.h"
@@ -621,6 +623,42 @@ TEST(GatewayApiTest, PingsGoOnWhileTheDaemonsMessagesShowNothing) {
   ASSERT_NE(started, std::string::npos) << r.body;
   ASSERT_NE(tool, std::string::npos) << r.body;
   EXPECT_NE(r.body.substr(started, tool - started).find("\n: ping\n"), std::string::npos) << r.body;
+}
+
+// A Responses stream's heartbeats before the output begins are events, not comments: Codex CLI
+// ends a stream that sent no event for minutes, which a long prefill would otherwise be. The
+// first opens the response; the later ones repeat response.in_progress; the sequence numbers
+// run on without a gap.
+TEST(GatewayApiTest, ResponsesStreamsGetEventsWhileTheyWaitForTheFirstToken) {
+  HarnessOptions options;
+  options.sse_ping_interval = absl::Milliseconds(20);
+  GatewayHarness h(options);
+  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
+    Script s = Script::Reply({"Hello"});
+    s.steps.insert(s.steps.begin(), Script().Pause(absl::Milliseconds(300)).steps[0]);
+    return s;
+  });
+  HttpTestClient client(h.port());
+
+  HttpResult r = client.Post("/v1/responses", R"({"stream": true, "input": "x"})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body.rfind("event: response.created\n", 0), 0u) << r.body;
+  EXPECT_EQ(r.body.find(": ping"), std::string::npos) << r.body;
+  std::vector<std::string> types;
+  int64_t expected_sequence = 0;
+  for (absl::string_view line : absl::StrSplit(r.body, '\n')) {
+    if (!absl::StartsWith(line, "data: ")) continue;
+    const json event = json::parse(line.substr(6));
+    types.push_back(event["type"]);
+    EXPECT_EQ(event["sequence_number"], expected_sequence++) << line;
+  }
+  ASSERT_GE(types.size(), 4u) << r.body;
+  EXPECT_EQ(types[0], "response.created");
+  EXPECT_EQ(types[1], "response.in_progress");
+  EXPECT_EQ(types[2], "response.in_progress");  // A later tick, still waiting.
+  EXPECT_EQ(std::count(types.begin(), types.end(), "response.created"), 1);
+  EXPECT_EQ(types.back(), "response.completed");
 }
 
 }  // namespace
