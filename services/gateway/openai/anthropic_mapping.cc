@@ -82,7 +82,15 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
     } else if (*type == "thinking") {
       ASSIGN_OR_RETURN(std::optional<std::string> thinking,
                        b.String("thinking", limits.max_string_bytes));
-      absl::StrAppend(current.mutable_reasoning_content(), thinking.value_or(""));
+      // Several thinking blocks of one turn are joined with newlines too, or their words would
+      // run together.
+      const bool first = current.reasoning_content().empty();
+      absl::StrAppend(current.mutable_reasoning_content(), first ? "" : "\n",
+                      thinking.value_or(""));
+      if (current.reasoning_content().size() > limits.max_string_bytes) {
+        return Invalid(f.Name("content"), absl::StrCat("has thinking longer than ",
+                                                       limits.max_string_bytes, " bytes"));
+      }
       current_used = true;
     } else if (*type == "redacted_thinking") {
       continue;  // Opaque to us; nothing to render.

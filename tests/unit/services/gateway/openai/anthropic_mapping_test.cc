@@ -22,6 +22,18 @@ TEST(AnthropicMappingTest, JoinedTextBlocksAreBoundedLikeOneString) {
   EXPECT_EQ(spec.status().message(), "messages[0].content is longer than 8 bytes");
 }
 
+TEST(AnthropicMappingTest, ThinkingBlocksOfOneTurnAreJoinedWithNewlines) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
+          {"role": "assistant", "content": [{"type": "thinking", "thinking": "first"},
+           {"type": "thinking", "thinking": "second"}, {"type": "text", "text": "done"}]},
+          {"role": "user", "content": "y"}]})"),
+      {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->request.chat().messages(1).reasoning_content(), "first\nsecond");
+}
+
 TEST(AnthropicMappingTest, ForcedToolChoiceNeedsTheToolItNames) {
   absl::StatusOr<GenerationSpec> any = ParseAnthropicMessagesRequest(
       Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "a"}],
