@@ -154,8 +154,12 @@ int64_t GenerateSink::ReasoningTokens() const {
   const text::OutputParserOptions& p = options_.parser;
   size_t begin = 0;
   if (!p.starts_in_reasoning) {
-    begin = text_.find(p.think_open);
-    if (begin == std::string::npos) return 0;
+    // As the parser reads it: only a block at the answer's start (after whitespace at most).
+    begin = text_.find_first_not_of(" \t\r\n");
+    if (begin == std::string::npos ||
+        text_.compare(begin, p.think_open.size(), p.think_open) != 0) {
+      return 0;
+    }
   }
   const size_t close =
       text_.find(p.think_close, p.starts_in_reasoning ? 0 : begin + p.think_open.size());

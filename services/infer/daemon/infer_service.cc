@@ -392,6 +392,13 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
   }
   if (p.stop_size() > 0 || request.parse_output()) RETURN_IF_ERROR(NeedTokenizer());
   parser->starts_in_reasoning = absl::EndsWith(prompt_text, "<think>\n");
+  // A chat without tools, or whose tool_choice is "none", gets no tool calls: a <tool_call> the
+  // model writes anyway (an example of the markup, a habit from the history) is its text, as
+  // OpenAI's contract for "none" and vLLM have it.
+  if (request.has_chat() &&
+      (request.chat().tools_size() == 0 || request.chat().tool_choice() == "none")) {
+    parser->parse_tool_calls = false;
+  }
   if (formatted) {
     if (p.ignore_eos()) {
       return absl::InvalidArgumentError(

@@ -221,10 +221,11 @@ ParsedOutput OutputParser::Finish() {
 size_t OutputParser::HeldPrefix(std::string_view text, bool content_mode) const {
   std::vector<const std::string*> tags;
   if (content_mode) {
-    if (options_.parse_reasoning) tags.push_back(&options_.think_open);
+    if (options_.parse_reasoning && think_open_allowed_) tags.push_back(&options_.think_open);
     if (options_.parse_tool_calls) tags.push_back(&options_.tool_open);
   } else if (mode_ == Mode::kReasoning) {
     tags.push_back(&options_.think_close);
+    if (options_.parse_tool_calls) tags.push_back(&options_.tool_open);
   } else {
     tags.push_back(&options_.tool_close);
   }
@@ -253,6 +254,7 @@ void OutputParser::EmitContent(std::string_view text, ParsedOutput* out) {
     out->content += held_whitespace_;
     held_whitespace_.clear();
     out->content.append(text.substr(0, end));
+    think_open_allowed_ = false;
   }
   held_whitespace_.append(text.substr(end));
 }
@@ -289,13 +291,30 @@ void OutputParser::Process(bool final, ParsedOutput* out) {
         at_reasoning_start_ = false;
       }
       const size_t close = buffer_.find(options_.think_close);
+      const size_t call =
+          options_.parse_tool_calls ? buffer_.find(options_.tool_open) : std::string::npos;
       if (close != std::string::npos) {
+        // A call opened before the close was a draft inside the reasoning.
         std::string_view r(buffer_.data(), close);
         while (!r.empty() && (r.back() == '\n' || r.back() == '\r')) r.remove_suffix(1);
         out->reasoning_content.append(r);
         buffer_.erase(0, close + options_.think_close.size());
         mode_ = Mode::kContent;
         after_think_close_ = true;
+        think_open_allowed_ = false;
+        continue;
+      }
+      if (call != std::string::npos) {
+        // A call opened with the reasoning still open (Qwen3.5 sometimes leaves out the
+        // </think>): held from its opening, it is reasoning if a </think> follows (a draft),
+        // and the answer if the output ends first.
+        size_t emit = call;
+        while (emit > 0 && (buffer_[emit - 1] == '\n' || buffer_[emit - 1] == '\r')) --emit;
+        out->reasoning_content.append(buffer_, 0, emit);
+        buffer_.erase(0, emit);
+        if (!final) return;
+        mode_ = Mode::kContent;
+        think_open_allowed_ = false;
         continue;
       }
       if (final) return;
@@ -315,8 +334,14 @@ void OutputParser::Process(bool final, ParsedOutput* out) {
       mode_ = Mode::kContent;
       continue;
     }
-    // Content: find the earliest tag.
-    size_t think = options_.parse_reasoning ? buffer_.find(options_.think_open) : std::string::npos;
+    // Content: find the earliest tag. A reasoning block opens only at the answer's start (after
+    // whitespace at most): later, "<think>" is text the answer is about.
+    size_t think = options_.parse_reasoning && think_open_allowed_
+                       ? buffer_.find(options_.think_open)
+                       : std::string::npos;
+    if (think != std::string::npos && !Trim(std::string_view(buffer_.data(), think)).empty()) {
+      think = std::string::npos;
+    }
     size_t tool = options_.parse_tool_calls ? buffer_.find(options_.tool_open) : std::string::npos;
     const size_t next = std::min(think, tool);
     if (next != std::string::npos) {
@@ -328,6 +353,7 @@ void OutputParser::Process(bool final, ParsedOutput* out) {
       } else {
         buffer_.erase(0, next + options_.tool_open.size());
         mode_ = Mode::kToolCall;
+        think_open_allowed_ = false;
       }
       continue;
     }

@@ -71,7 +71,10 @@ struct ParsedOutput {
 // parsing the whole text at once.
 //   - Reasoning is the text inside <think>…</think> (or from the start when
 //     `starts_in_reasoning`), without the newlines that directly follow the opening tag or
-//     precede the closing one; newlines after </think> are dropped.
+//     precede the closing one; newlines after </think> are dropped. Only a <think> at the
+//     answer's start (after whitespace at most) opens a block; later it is text. A tool call
+//     opened inside an open block is held: a </think> after it makes it part of the reasoning
+//     (a draft), the output's end makes it a call (the block was never closed).
 //   - A tool call is <tool_call>…</tool_call>; a body that does not parse is returned verbatim
 //     (tags included) as content with a warning, never dropped. An unterminated call at Finish
 //     is content with a warning too.
@@ -100,6 +103,8 @@ class OutputParser {
   std::string buffer_;
   bool at_reasoning_start_;         // Drop newlines right after <think>.
   bool after_think_close_ = false;  // Drop newlines right after </think>.
+  // No content, reasoning block or tool call came yet: a <think> opens reasoning.
+  bool think_open_allowed_ = true;
   std::string held_whitespace_;     // Content whitespace waiting for non-whitespace text.
   int tool_calls_ = 0;
   bool finished_ = false;

@@ -223,6 +223,47 @@ TEST(OutputParserTest, DisabledParsingKeepsTagsAsText) {
   EXPECT_EQ(ParseOutput(text, o).content, text);
 }
 
+// Only a <think> at the answer's start opens reasoning: later in the answer (an agent working
+// on a parser for such tags) it is text, and a tool call after it is still a call.
+TEST(OutputParserTest, AThinkTagInsideTheAnswerIsText) {
+  const ParsedOutput mid = ParseOutput(
+      "I'll make the parser skip a leading <think> tag.\n\n<tool_call>\n"
+      "{\"name\": \"edit\", \"arguments\": {}}\n</tool_call>",
+      OutputParserOptions{});
+  const ParsedOutput after_reasoning =
+      ParseOutput("plan\n</think>\n\nQwen3 wraps it in <think>...</think> tags.", Thinking());
+  const ParsedOutput empty_block = ParseOutput("<think>\n\n</think>\n\nX", OutputParserOptions{});
+
+  EXPECT_EQ(mid.content, "I'll make the parser skip a leading <think> tag.");
+  EXPECT_EQ(mid.reasoning_content, "");
+  ASSERT_EQ(mid.tool_calls.size(), 1u);
+  EXPECT_EQ(mid.tool_calls[0].name, "edit");
+  EXPECT_EQ(after_reasoning.reasoning_content, "plan");
+  EXPECT_EQ(after_reasoning.content, "Qwen3 wraps it in <think>...</think> tags.");
+  EXPECT_EQ(empty_block.reasoning_content, "");
+  EXPECT_EQ(empty_block.content, "X");
+}
+
+// A tool call opened while the reasoning is still open (Qwen3.5 sometimes leaves out the
+// </think>) is a call when the output ends there, and part of the reasoning (a draft) when a
+// </think> follows it.
+TEST(OutputParserTest, AToolCallInsideOpenReasoningIsACallUnlessTheReasoningGoesOn) {
+  const ParsedOutput call = ParseOutput(
+      "I'll call\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+      Thinking());
+  const ParsedOutput draft = ParseOutput(
+      "maybe\n<tool_call>\n{\"name\": \"get\"}\n</tool_call>\nno.\n</think>\n\nAnswer", Thinking());
+
+  EXPECT_EQ(call.reasoning_content, "I'll call");
+  EXPECT_EQ(call.content, "");
+  ASSERT_EQ(call.tool_calls.size(), 1u);
+  EXPECT_EQ(call.tool_calls[0].name, "get");
+  EXPECT_EQ(call.tool_calls[0].arguments, "{\"a\": 1}");
+  EXPECT_EQ(draft.reasoning_content, "maybe\n<tool_call>\n{\"name\": \"get\"}\n</tool_call>\nno.");
+  EXPECT_EQ(draft.content, "Answer");
+  EXPECT_TRUE(draft.tool_calls.empty());
+}
+
 // Streaming in any split gives the same result as parsing the whole text.
 TEST(OutputParserTest, StreamingEqualsWholeTextForEverySplit) {
   const std::vector<std::pair<std::string, bool>> texts = {
@@ -232,6 +273,11 @@ TEST(OutputParserTest, StreamingEqualsWholeTextForEverySplit) {
        true},
       {"<think>r</think>answer with < and </ and <too\n", false},
       {"x<tool_call>{bad}</tool_call> y <tool_call>{\"name\":\"z\"}", false},
+      {"I'll call\n<tool_call>\n{\"name\": \"get\", \"arguments\": {}}\n</tool_call>", true},
+      {"draft\n<tool_call>\n{\"name\": \"get\"}\n</tool_call>\nno.\n</think>\n\nA <think> B", true},
+      {" \n<think>\nr\n</think>\n\nskip a leading <think> tag.\n<tool_call>\n{\"name\": \"e\"}\n"
+       "</tool_call>",
+       false},
   };
   for (const auto& [text, thinking] : texts) {
     OutputParserOptions o;
