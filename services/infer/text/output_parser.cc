@@ -30,8 +30,8 @@ std::string DumpArguments(const json& args) {
   return s.ok() ? *s : args.dump();
 }
 
-// Returns the schema of parameter `param` of tool `name` in OpenAI `tools`, or null.
-const json* ParamSchema(const json& tools, const std::string& name, const std::string& param) {
+// Returns the "properties" object of tool `name`'s parameters in OpenAI `tools`, or null.
+const json* ToolProperties(const json& tools, const std::string& name) {
   if (!tools.is_array()) return nullptr;
   for (const json& t : tools) {
     // Any shape may come from a client: every lookup checks the type it reads (a tool whose
@@ -44,10 +44,55 @@ const json* ParamSchema(const json& tools, const std::string& name, const std::s
     if (params == fn->end() || !params->is_object()) return nullptr;
     const auto props = params->find("properties");
     if (props == params->end() || !props->is_object()) return nullptr;
-    const auto prop = props->find(param);
-    return prop == props->end() ? nullptr : &*prop;
+    return &*props;
   }
   return nullptr;
+}
+
+// Returns the schema of parameter `param` of tool `name` in OpenAI `tools`, or null.
+const json* ParamSchema(const json& tools, const std::string& name, const std::string& param) {
+  const json* props = ToolProperties(tools, name);
+  if (props == nullptr) return nullptr;
+  const auto prop = props->find(param);
+  return prop == props->end() ? nullptr : &*prop;
+}
+
+// Where the value of an XML-form parameter that starts at `start` of `rest` (the parameters
+// left, up to </function>) ends, and where the next parameter starts. The value ends at the
+// first </parameter> that the end or another <parameter= follows (a value may hold such tags
+// itself: a shell heredoc about this markup). Where a line opening another parameter of the
+// tool comes first, the model left out the close (Qwen3.5 does at long contexts) and the value
+// ends before that line; without any close, at the end.
+struct XmlValueEnd {
+  size_t value_end;
+  size_t next;
+};
+XmlValueEnd FindXmlValueEnd(std::string_view rest, size_t start, const json* properties) {
+  constexpr std::string_view kParamOpen = "<parameter=";
+  constexpr std::string_view kParamClose = "</parameter>";
+  constexpr std::string_view kLineParamOpen = "\n<parameter=";
+  size_t close = std::string_view::npos;
+  for (size_t c = rest.find(kParamClose, start); c != std::string_view::npos;
+       c = rest.find(kParamClose, c + 1)) {
+    std::string_view after = rest.substr(c + kParamClose.size());
+    while (!after.empty() && IsWs(after.front())) after.remove_prefix(1);
+    if (after.empty() || after.substr(0, kParamOpen.size()) == kParamOpen) {
+      close = c;
+      break;
+    }
+  }
+  const size_t limit = close == std::string_view::npos ? rest.size() : close;
+  for (size_t p = rest.find(kLineParamOpen, start); p != std::string_view::npos && p < limit;
+       p = rest.find(kLineParamOpen, p + 1)) {
+    const size_t key_start = p + kLineParamOpen.size();
+    const size_t key_end = rest.find('>', key_start);
+    if (key_end == std::string_view::npos) break;
+    const std::string key(Trim(rest.substr(key_start, key_end - key_start)));
+    // Without a schema any parameter's line counts; with one, only the tool's own parameters.
+    if (properties == nullptr || properties->contains(key)) return {p, p + 1};
+  }
+  if (close == std::string_view::npos) return {rest.size(), rest.size()};
+  return {close, close + kParamClose.size()};
 }
 
 // The type names `schema` gives ("type", a name or a list); with `branches`, those of its anyOf
@@ -125,7 +170,6 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
   constexpr std::string_view kFnOpen = "<function=";
   constexpr std::string_view kFnClose = "</function>";
   constexpr std::string_view kParamOpen = "<parameter=";
-  constexpr std::string_view kParamClose = "</parameter>";
   if (s.substr(0, kFnOpen.size()) != kFnOpen || s.size() < kFnClose.size() ||
       s.substr(s.size() - kFnClose.size()) != kFnClose) {
     return false;
@@ -134,6 +178,7 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
   call->name = std::string(Trim(s.substr(kFnOpen.size(), name_end - kFnOpen.size())));
   if (call->name.empty() || call->name.find('\n') != std::string::npos) return false;
   std::string_view rest = s.substr(name_end + 1, s.size() - kFnClose.size() - name_end - 1);
+  const json* properties = ToolProperties(tools, call->name);
   json args = json::object();
   while (true) {
     rest = Trim(rest);
@@ -142,9 +187,10 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
     const size_t key_end = rest.find('>');
     if (key_end == std::string_view::npos) return false;
     const std::string key(Trim(rest.substr(kParamOpen.size(), key_end - kParamOpen.size())));
-    const size_t close = rest.find(kParamClose, key_end);
-    if (key.empty() || close == std::string_view::npos) return false;
-    const std::string_view raw = StripOneNewline(rest.substr(key_end + 1, close - key_end - 1));
+    if (key.empty()) return false;
+    const XmlValueEnd end = FindXmlValueEnd(rest, key_end + 1, properties);
+    const std::string_view raw =
+        StripOneNewline(rest.substr(key_end + 1, end.value_end - key_end - 1));
     const json* schema = ParamSchema(tools, call->name, key);
     json value = std::string(raw);
     if (schema != nullptr && !XmlParamIsString(*schema)) {
@@ -160,7 +206,7 @@ bool ParseXmlCall(std::string_view body, const json& tools, ToolCall* call) {
       }
     }
     args[key] = std::move(value);
-    rest = rest.substr(close + kParamClose.size());
+    rest = rest.substr(end.next);
   }
   call->arguments = DumpArguments(args);
   return true;

@@ -75,6 +75,34 @@ TEST(OutputParserTest, XmlToolCallsUseTheSchemaTypes) {
   EXPECT_EQ(out.content, "");
 }
 
+// XML-form values the model wrote without their </parameter> (Qwen3.5 leaves it out at long
+// contexts) end before the line opening the tool's next parameter, or at </function>; a value
+// that holds this markup itself (a heredoc about it) is kept byte for byte.
+TEST(OutputParserTest, XmlValuesWithoutTheirCloseOrHoldingTheMarkupKeepTheirOwnText) {
+  OutputParserOptions o;
+  o.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "bash", "parameters": {"type": "object", "properties": {
+        "command": {"type": "string"}, "timeout": {"type": "integer"}}}}}])");
+  const auto call = [&](const std::string& params) {
+    return ParseOutput("<tool_call>\n<function=bash>\n" + params + "</function>\n</tool_call>", o);
+  };
+  const std::string heredoc = "cat <<EOF | grep x\n<parameter=path>\na\n</parameter>\nEOF";
+
+  const ParsedOutput missing_first =
+      call("<parameter=command>\nls -la\n<parameter=timeout>\n30\n</parameter>\n");
+  const ParsedOutput missing_last = call("<parameter=command>\nls -la\n");
+  const ParsedOutput markup = call("<parameter=command>\n" + heredoc +
+                                   "\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n");
+
+  ASSERT_EQ(missing_first.tool_calls.size(), 1u) << missing_first.content;
+  EXPECT_EQ(missing_first.tool_calls[0].arguments, R"({"command": "ls -la", "timeout": 30})");
+  ASSERT_EQ(missing_last.tool_calls.size(), 1u) << missing_last.content;
+  EXPECT_EQ(missing_last.tool_calls[0].arguments, R"({"command": "ls -la"})");
+  ASSERT_EQ(markup.tool_calls.size(), 1u) << markup.content;
+  EXPECT_EQ(nlohmann::json::parse(markup.tool_calls[0].arguments),
+            nlohmann::json({{"command", heredoc}, {"timeout", 30}}));
+}
+
 // Types named by a list or by anyOf/oneOf members: a value is text where "string" is among
 // them or where they are not all named (no "type", a $ref), else JSON or Python's True, False
 // and None (as Qwen3.5's template writes them), kept as text where neither reads it.
