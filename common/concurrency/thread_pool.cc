@@ -21,6 +21,15 @@ bool ThreadPool::Schedule(absl::AnyInvocable<void() &&> fn) {
   return true;
 }
 
+ThreadPool::Queued ThreadPool::TrySchedule(absl::AnyInvocable<void() &&> fn, size_t max_queued) {
+  MutexLock lock(&mu_);
+  if (stopping_) return Queued::kStopping;
+  if (queue_.size() >= max_queued) return Queued::kFull;
+  queue_.push_back(std::move(fn));
+  cv_.Signal();
+  return Queued::kYes;
+}
+
 void ThreadPool::Shutdown() {
   {
     MutexLock lock(&mu_);

@@ -24,6 +24,11 @@ class ThreadPool {
 
   // Queues `fn`. Returns false (and drops `fn`) after Shutdown() has begun.
   bool Schedule(absl::AnyInvocable<void() &&> fn) ABSL_LOCKS_EXCLUDED(mu_);
+  // What TrySchedule did with its closure.
+  enum class Queued { kYes, kFull, kStopping };
+  // As Schedule, but drops `fn` and returns kFull where `max_queued` closures already wait: the
+  // bound is checked and the closure queued in one step, so concurrent callers never pass it.
+  Queued TrySchedule(absl::AnyInvocable<void() &&> fn, size_t max_queued) ABSL_LOCKS_EXCLUDED(mu_);
   // Finishes queued work and joins the workers. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -443,21 +443,28 @@ bool CacheServiceImpl::Admit(grpc::ServerUnaryReactor* reactor) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
     return false;
   }
-  if (pool_->queued() >= options_.max_queued_calls) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 absl::StrCat("the cache daemon has ", options_.max_queued_calls,
-                                              " calls waiting for a thread; retry later")));
-    EndCall();
-    return false;
-  }
   return true;
+}
+
+grpc::Status CacheServiceImpl::Enqueue(absl::AnyInvocable<void() &&> fn) {
+  switch (pool_->TrySchedule(std::move(fn), options_.max_queued_calls)) {
+    case ThreadPool::Queued::kYes:
+      return grpc::Status::OK;
+    case ThreadPool::Queued::kFull:
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("the cache daemon has ", options_.max_queued_calls,
+                                       " calls waiting for a thread; retry later"));
+    case ThreadPool::Queued::kStopping:
+      break;
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining");
 }
 
 grpc::ServerUnaryReactor* CacheServiceImpl::RunOnPool(grpc::CallbackServerContext* context,
                                                       PoolBody body) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!Admit(reactor)) return reactor;
-  bool scheduled = pool_->Schedule([this, context, reactor, body = std::move(body)]() mutable {
+  grpc::Status queued = Enqueue([this, context, reactor, body = std::move(body)]() mutable {
     if (TimeLeft(context) <= absl::ZeroDuration()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                    "the call's deadline passed while it waited for a thread"));
@@ -466,8 +473,8 @@ grpc::ServerUnaryReactor* CacheServiceImpl::RunOnPool(grpc::CallbackServerContex
     }
     std::move(body)(reactor);
   });
-  if (!scheduled) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
+  if (!queued.ok()) {
+    reactor->Finish(queued);
     EndCall();
   }
   return reactor;
@@ -577,8 +584,8 @@ grpc::ServerUnaryReactor* CacheServiceImpl::Flush(grpc::CallbackServerContext* c
     reactor->Release();  // Finished already: only gRPC's OnDone remains.
     return reactor;
   }
-  if (!pool_->Schedule([reactor] { reactor->Start(); })) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining"));
+  if (grpc::Status queued = Enqueue([reactor] { reactor->Start(); }); !queued.ok()) {
+    reactor->Finish(queued);
     EndCall();
     reactor->Release();
   }

@@ -142,8 +142,11 @@ class CacheServiceImpl final : public internal::CacheServiceBase {
   template <typename Resp>
   void FinishWith(absl::Status status, const Resp& resp, grpc::ByteBuffer* response,
                   grpc::ServerUnaryReactor* reactor);
-  // Admits a unary call (BeginCall, then the queue bound), or finishes it with the refusal.
+  // Admits a unary call (BeginCall), or finishes it with the refusal.
   bool Admit(grpc::ServerUnaryReactor* reactor);
+  // Queues an admitted call's work on the pool; RESOURCE_EXHAUSTED where max_queued_calls wait
+  // already, UNAVAILABLE once the pool stops (the work is dropped then).
+  grpc::Status Enqueue(absl::AnyInvocable<void() &&> fn);
 
   CacheDaemon* const daemon_;
   ThreadPool* const pool_;

@@ -22,6 +22,48 @@ TEST(ThreadPoolTest, RunsEveryScheduledClosureBeforeShutdownReturns) {
   EXPECT_FALSE(pool.Schedule([] {}));
 }
 
+// A bound checked and enforced in one step: however many threads try at once while the only
+// worker is held, exactly `max_queued` closures wait, and the others are refused.
+TEST(ThreadPoolTest, TryScheduleQueuesNoMoreThanItsBoundUnderConcurrentCallers) {
+  constexpr size_t kMax = 5;
+  ThreadPool pool(1);
+  Notification started, release;
+  ASSERT_TRUE(pool.Schedule([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  started.WaitForNotification();
+  std::atomic<int> queued{0}, full{0}, ran{0};
+  std::vector<std::thread> callers;
+
+  for (int t = 0; t < 8; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        switch (pool.TrySchedule([&ran] { ++ran; }, kMax)) {
+          case ThreadPool::Queued::kYes:
+            ++queued;
+            break;
+          case ThreadPool::Queued::kFull:
+            ++full;
+            break;
+          case ThreadPool::Queued::kStopping:
+            break;
+        }
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  const size_t waiting = pool.queued();
+  release.Notify();
+  pool.Shutdown();
+
+  EXPECT_EQ(queued.load(), static_cast<int>(kMax));
+  EXPECT_EQ(full.load(), 8 * 50 - static_cast<int>(kMax));
+  EXPECT_EQ(waiting, kMax);
+  EXPECT_EQ(ran.load(), static_cast<int>(kMax));
+  EXPECT_EQ(pool.TrySchedule([] {}, kMax), ThreadPool::Queued::kStopping);
+}
+
 TEST(MutexTest, GuardsACounterAcrossThreads) {
   Mutex mu;
   int counter = 0;
