@@ -20,6 +20,7 @@
 #include "services/infer/engine/scheduler.h"
 #include "services/infer/engine/slot_kv_memory.h"
 #include "tests/unit/services/infer/engine/recording_sink.h"
+#include "tests/unit/services/infer/engine/scheduler_recovery_fakes.h"
 
 namespace cairn::infer {
 namespace {
@@ -28,134 +29,14 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int32_t kVocab = 64;
-constexpr int32_t kStop = 63;
-constexpr absl::Duration kWait = absl::Seconds(30);
+using recovery_testing::Favoured;
+using recovery_testing::kStop;
+using recovery_testing::kVocab;
+using recovery_testing::kWait;
+using recovery_testing::QuietStateCache;
+using recovery_testing::RunningSumModel;
+
 constexpr int kLongAnswer = 40;  // Tokens the request beside a restore decodes.
-
-// The token a slot whose tokens sum to `sum` favours (never 0 or kStop).
-int32_t Favoured(int64_t sum) { return static_cast<int32_t>(1 + sum % (kVocab - 2)); }
-
-// A model with real per-slot state: one row a token (the token) and a private running sum of
-// every token the slot has seen, which it updates before it commits the pass, as the hybrid
-// models update their conv and recurrent state. Its logits favour Favoured(sum), so a slot
-// continued from a wrong state answers a wrong token. It can fail its next pass after the
-// private state moved, and block a pass until released.
-//
-// Thread-compatible: the scheduler thread runs it; the test arms it while no pass runs or
-// through the gate.
-class RunningSumModel final : public Model {
- public:
-  RunningSumModel() {
-    info_.architecture = "running-sum";
-    info_.vocab_size = kVocab;
-    layout_.components.push_back({"layers.0.k", ComponentKind::kRows, 0, 1});
-    layout_.components.push_back({"layers.0.sum", ComponentKind::kPrivate, 0, 1});
-  }
-  const ModelInfo& info() const override { return info_; }
-  const StateLayout& state_layout() const override { return layout_; }
-
-  absl::Status ForwardBatchInto(absl::Span<const SequencePass> batch,
-                                std::vector<std::vector<float>>& results) override {
-    if (block_next_.exchange(false)) {
-      entered_.Notify();
-      release_.WaitForNotification();
-    }
-    const bool fail = fail_in_.fetch_sub(1) == 1;
-    results.resize(batch.size());
-    for (size_t i = 0; i < batch.size(); ++i) {
-      SlotState* slot = batch[i].slot;
-      const int64_t n = static_cast<int64_t>(batch[i].tokens.size());
-      if (absl::Status st = slot->PrepareAppend(n); !st.ok()) return st;
-      {
-        MutexLock lock(&mu_);
-        passes_.push_back({slot->position(), n});
-      }
-      float& sum = slot->data(1)[0];
-      for (int64_t t = 0; t < n; ++t) {
-        slot->data(0)[slot->position() + t] = static_cast<float>(batch[i].tokens[t]);
-        sum += static_cast<float>(batch[i].tokens[t]);
-      }
-      if (fail) {
-        if (fault_on_fail_) {
-          MutexLock lock(&mu_);
-          fault_ = absl::InternalError("the device was lost");
-        }
-        return absl::InternalError("the device failed part-way through the pass");
-      }
-      slot->CommitAppend(n);
-      std::vector<float>& row = results[i];
-      row.assign(kVocab, 0.0f);
-      row[Favoured(static_cast<int64_t>(sum))] = 10.0f;
-    }
-    return absl::OkStatus();
-  }
-
-  // Fails the `calls`-th call from now (1: the next), after its first pass moved the state;
-  // with `fault`, the model faults there too (Fault() reports it from then on).
-  void FailCall(int calls, bool fault = false) {
-    fault_on_fail_ = fault;
-    fail_in_ = calls;
-  }
-  absl::Status Fault() const override {
-    MutexLock lock(&mu_);
-    return fault_;
-  }
-  void BlockNextPass() { block_next_ = true; }
-  void WaitUntilBlocked() { ASSERT_TRUE(entered_.WaitForNotificationWithTimeout(kWait)); }
-  void Release() { release_.Notify(); }
-  // The passes so far: (the slot's position before it, tokens).
-  std::vector<std::pair<int64_t, int64_t>> passes() const {
-    MutexLock lock(&mu_);
-    return passes_;
-  }
-
- private:
-  ModelInfo info_;
-  StateLayout layout_;
-  std::atomic<int> fail_in_{0};
-  std::atomic<bool> fault_on_fail_{false};
-  std::atomic<bool> block_next_{false};
-  Notification entered_;
-  Notification release_;
-  mutable Mutex mu_;
-  std::vector<std::pair<int64_t, int64_t>> passes_ ABSL_GUARDED_BY(mu_);
-  absl::Status fault_ ABSL_GUARDED_BY(mu_);
-};
-
-// A connected cache daemon stand-in that plans nothing and accepts every call: the fakes below
-// override what their tests script.
-class QuietStateCache : public StateCache {
- public:
-  bool connected() const override { return true; }
-  uint64_t generation() const override { return 1; }
-  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t>, int64_t, int64_t,
-                                   const std::string&) override {
-    return StatePlan();
-  }
-  absl::Status StartSlot(int, bool, const std::string&, KvMemory*) override {
-    return absl::OkStatus();
-  }
-  absl::Status StartRestore(uint64_t, int, const std::string&, KvMemory*) override {
-    return absl::NotFoundError("no checkpoints here");
-  }
-  absl::StatusOr<std::optional<RestoreStats>> PollRestore(int, KvMemory*,
-                                                          const RestoreLimits&) override {
-    return absl::FailedPreconditionError("no restore runs");
-  }
-  void AbandonRestore(int, KvMemory*, const absl::Status&) override {}
-  absl::Status UpdateFrontier(int, absl::Span<const int32_t>, int64_t) override {
-    return absl::OkStatus();
-  }
-  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
-                       KvMemory*) override {
-    return absl::OkStatus();
-  }
-  void SlotIdle(int) override {}
-  void SlotBusy(int) override {}
-  bool RunBackgroundWork(KvMemory*, absl::Duration) override { return false; }
-  bool HasBackgroundWork() const override { return false; }
-};
 
 // A cache daemon stand-in that offers one RAM checkpoint at `offer_depth` for every longer
 // prompt once armed. Its restores reset the slot first, as the real client's do, then fail at
@@ -265,107 +146,6 @@ class ScriptedRestoreCache final : public QuietStateCache {
   int running_ = 0;
   bool wait_ = false;
   Notification restoring_;
-};
-
-// A connected cache daemon stand-in whose lookups fail once armed (a timeout), that records the
-// position of the slot each cold StartSlot finds: a cold start must come before any of the
-// slot's rows is overwritten, so that the cache preserves the rows its checkpoints borrow.
-class FailingLookupCache final : public QuietStateCache {
- public:
-  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t>, int64_t, int64_t,
-                                   const std::string&) override {
-    if (fail_lookups_) return absl::UnavailableError("cache lookup: deadline exceeded");
-    return StatePlan();
-  }
-  absl::Status StartSlot(int slot, bool cold, const std::string&, KvMemory* memory) override {
-    if (cold) cold_starts_at_.push_back(memory->slot(slot)->position());
-    return absl::OkStatus();
-  }
-
-  void FailLookups() { fail_lookups_ = true; }
-  // Scheduler thread only; read once the requests are done.
-  std::vector<int64_t> cold_starts_at_;
-
- private:
-  std::atomic<bool> fail_lookups_{false};
-};
-
-// Plans a capture two tokens into every prompt and fails it as a timed-out call does, with
-// the session still up; records the slot's busy mark and the frontier updates.
-//
-// Scheduler thread only; read once the scheduler is shut down, but for busy_.
-class FailingCaptureCache final : public QuietStateCache {
- public:
-  absl::StatusOr<StatePlan> Lookup(absl::Span<const int32_t> prompt, int64_t, int64_t,
-                                   const std::string&) override {
-    StatePlan plan;
-    if (prompt.size() > 2) {
-      plan.captures.push_back({2, CapturePointKind::kEnd});
-      plan.pass_ends.push_back(2);
-    }
-    return plan;
-  }
-  absl::Status StartSlot(int, bool cold, const std::string&, KvMemory*) override {
-    if (cold) ++cold_starts_;
-    return absl::OkStatus();
-  }
-  absl::Status UpdateFrontier(int, absl::Span<const int32_t> tokens, int64_t from) override {
-    updates_.push_back({from, static_cast<int64_t>(tokens.size())});
-    return absl::OkStatus();
-  }
-  absl::Status Capture(int, int64_t, CapturePointKind, const std::string&, int64_t,
-                       KvMemory*) override {
-    ++captures_;
-    return absl::UnavailableError("capture: deadline exceeded");
-  }
-  void SlotIdle(int) override { busy_ = false; }
-  void SlotBusy(int) override { busy_ = true; }
-
-  std::atomic<bool> busy_{false};  // Also read by the test between requests.
-  int cold_starts_ = 0;
-  int captures_ = 0;
-  std::vector<std::pair<int64_t, int64_t>> updates_;  // (from, tokens) of each frontier update.
-};
-
-// A KvMemory that forwards to `inner` and, once told, fails every Reset as a faulted device's
-// memory does.
-class ResetFailingMemory final : public KvMemory {
- public:
-  explicit ResetFailingMemory(KvMemory* inner) : inner_(inner) {}
-  void FailResets() { fail_resets_ = true; }
-
-  const StateLayout& layout() const override { return inner_->layout(); }
-  int num_slots() const override { return inner_->num_slots(); }
-  SlotState* slot(int slot) override { return inner_->slot(slot); }
-  absl::StatusOr<int64_t> CapturePrivateState(int slot, absl::Span<uint8_t> out) override {
-    return inner_->CapturePrivateState(slot, out);
-  }
-  absl::Status LoadPrivateState(int slot, int64_t position, absl::Span<const uint8_t> in) override {
-    return inner_->LoadPrivateState(slot, position, in);
-  }
-  absl::Status CopyRowsOut(int slot, int component, int64_t first_row, int64_t count,
-                           absl::Span<uint8_t> out) override {
-    return inner_->CopyRowsOut(slot, component, first_row, count, out);
-  }
-  absl::Status CopyRowsIn(int slot, int component, int64_t first_row,
-                          absl::Span<const uint8_t> in) override {
-    return inner_->CopyRowsIn(slot, component, first_row, in);
-  }
-  absl::Status BeginRestore(int slot, int64_t keep_rows) override {
-    return inner_->BeginRestore(slot, keep_rows);
-  }
-  absl::Status Validate(int slot, int64_t position) override {
-    return inner_->Validate(slot, position);
-  }
-  absl::Status Reset(int slot) override {
-    if (fail_resets_) return absl::InternalError("device memory: an earlier launch faulted");
-    return inner_->Reset(slot);
-  }
-  void SetOverwriteHook(OverwriteHook hook) override { inner_->SetOverwriteHook(std::move(hook)); }
-
- private:
-  KvMemory* const inner_;
-  std::atomic<bool> fail_resets_{false};
 };
 
 class SchedulerRecoveryTest : public ::testing::Test {
@@ -754,86 +534,6 @@ TEST_F(SchedulerRecoveryTest, RequestsCancelledOrExpiredInTheQueueNeverTouchASlo
   MutexLock lock(&next.mu);
   EXPECT_EQ(next.info.cache.tier, StateTier::kLive);
   EXPECT_EQ(next.info.cache.restored_depth, 4);
-}
-
-// A request whose lookup fails goes on without the cache, but the cache is still connected and
-// its checkpoints may borrow the rows of the slot the request overwrites: the slot is started
-// cold with the cache first (which preserves them), as for any request.
-TEST_F(SchedulerRecoveryTest, ARequestWhoseLookupFailedStillStartsTheSlotBeforeOverwritingIt) {
-  FailingLookupCache cache;
-  Start(&cache);
-  Outcome first;
-  Run({1, 2, 3, 4}, &first);
-  ASSERT_TRUE(first.Status().ok()) << first.Status();
-  cache.FailLookups();
-
-  Outcome other;
-  Run({9, 8, 7}, &other);
-
-  ASSERT_TRUE(other.Status().ok()) << other.Status();
-  scheduler_->Shutdown(absl::Now() + kWait);
-  // The first request's cold start found the slot empty; the other one's found the first
-  // request's 4 tokens still there.
-  EXPECT_EQ(cache.cold_starts_at_, (std::vector<int64_t>{0, 4}));
-}
-
-// A capture that fails with the cache session still up ends the request's use of the cache,
-// not the slot's busy mark (the cache daemon's disk writer yields to busy slots, and would for
-// good); and the slot registers its frontier anew before the next request continues it, since
-// the cache's record stopped at the capture.
-TEST_F(SchedulerRecoveryTest, ACaptureThatFailsLeavesTheSlotIdleAndItsFrontierRegisteredAgain) {
-  FailingCaptureCache cache;
-  Start(&cache);
-  Outcome first;
-  Run({1, 2, 3, 4}, &first);
-  ASSERT_TRUE(first.Status().ok()) << first.Status();
-  EXPECT_FALSE(cache.busy_.load());
-  Outcome next;
-  Run({1, 2, 3, 4, 5, 6, 7}, &next);
-  ASSERT_TRUE(next.Status().ok()) << next.Status();
-  scheduler_->Shutdown(absl::Now() + kWait);
-
-  EXPECT_EQ(cache.captures_, 1);  // The next request continues the slot past the capture.
-  EXPECT_FALSE(cache.busy_.load());
-  // The first request's cold start, then the re-registration of the slot's 4 tokens (the
-  // prompt; the answer's one token was not fed) before the next request continues the slot.
-  EXPECT_EQ(cache.cold_starts_, 2);
-  ASSERT_FALSE(cache.updates_.empty());
-  const auto registered = std::find_if(cache.updates_.begin(), cache.updates_.end(),
-                                       [](const auto& u) { return u.first == 0 && u.second == 4; });
-  EXPECT_NE(registered, cache.updates_.end());
-}
-
-// A slot that cannot be emptied for a cold prefill (the backend failed, as after a device
-// fault) ends its request with the failure; the daemon does not abort, and the next request
-// is answered too.
-TEST(SchedulerResetTest, AResetThatFailsEndsTheRequestInsteadOfTheDaemon) {
-  RunningSumModel model;
-  absl::StatusOr<std::unique_ptr<SlotKvMemory>> inner =
-      SlotKvMemory::Create(model.state_layout(), {.slots = 1, .max_rows = 64});
-  ASSERT_TRUE(inner.ok()) << inner.status();
-  ResetFailingMemory memory(inner->get());
-  Scheduler scheduler(&model, &memory, nullptr, {});
-  scheduler.Start();
-  memory.FailResets();
-  Outcome outcomes[2];
-
-  for (Outcome& o : outcomes) {
-    GenerateRequest req;
-    req.id = "r";
-    req.prompt = {1, 2, 3};
-    req.max_tokens = 1;
-    req.stop_ids = {kStop};
-    req.sink = std::make_unique<RecordingSink>(&o);
-    ASSERT_TRUE(scheduler.Submit(std::move(req)).ok());
-    ASSERT_TRUE(o.done.WaitForNotificationWithTimeout(kWait));
-  }
-
-  for (Outcome& o : outcomes) {
-    EXPECT_EQ(o.Status().code(), absl::StatusCode::kInternal) << o.Status();
-    MutexLock lock(&o.mu);
-    EXPECT_TRUE(o.tokens.empty());
-  }
 }
 
 }  // namespace
