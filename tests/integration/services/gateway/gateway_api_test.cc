@@ -568,15 +568,21 @@ TEST(GatewayApiTest, ErrorAfterTheStreamStartedEndsItWithAnErrorEvent) {
   EXPECT_EQ(chunks.back()["error"]["message"], "model exploded");
 }
 
+// Pings every 20 ms, for the tests of what a quiet stream sends.
+constexpr absl::Duration kFastPings = absl::Milliseconds(20);
+
+// "Hello" after 300 ms of silence (a long prefill), for any request.
+Script HelloAfterAPause(const infer_v1::GenerateRequest&) {
+  Script s = Script::Reply({"Hello"});
+  s.steps.insert(s.steps.begin(), Script().Pause(absl::Milliseconds(300)).steps[0]);
+  return s;
+}
+
 TEST(GatewayApiTest, SilentStreamsGetPingsBeforeTheFirstToken) {
   HarnessOptions options;
-  options.sse_ping_interval = absl::Milliseconds(20);
+  options.sse_ping_interval = kFastPings;
   GatewayHarness h(options);
-  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
-    Script s = Script::Reply({"Hello"});
-    s.steps.insert(s.steps.begin(), Script().Pause(absl::Milliseconds(300)).steps[0]);
-    return s;
-  });
+  h.fake().SetScript(HelloAfterAPause);
   HttpTestClient client(h.port());
 
   HttpResult r = client.Post("/v1/chat/completions",
@@ -596,7 +602,7 @@ TEST(GatewayApiTest, SilentStreamsGetPingsBeforeTheFirstToken) {
 // a client's or a proxy's idle timeout.
 TEST(GatewayApiTest, PingsGoOnWhileTheDaemonsMessagesShowNothing) {
   HarnessOptions options;
-  options.sse_ping_interval = absl::Milliseconds(20);
+  options.sse_ping_interval = kFastPings;
   GatewayHarness h(options);
   h.fake().SetScript([](const infer_v1::GenerateRequest&) {
     Script s;
@@ -631,13 +637,9 @@ TEST(GatewayApiTest, PingsGoOnWhileTheDaemonsMessagesShowNothing) {
 // run on without a gap.
 TEST(GatewayApiTest, ResponsesStreamsGetEventsWhileTheyWaitForTheFirstToken) {
   HarnessOptions options;
-  options.sse_ping_interval = absl::Milliseconds(20);
+  options.sse_ping_interval = kFastPings;
   GatewayHarness h(options);
-  h.fake().SetScript([](const infer_v1::GenerateRequest&) {
-    Script s = Script::Reply({"Hello"});
-    s.steps.insert(s.steps.begin(), Script().Pause(absl::Milliseconds(300)).steps[0]);
-    return s;
-  });
+  h.fake().SetScript(HelloAfterAPause);
   HttpTestClient client(h.port());
 
   HttpResult r = client.Post("/v1/responses", R"({"stream": true, "input": "x"})");
