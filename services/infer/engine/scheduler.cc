@@ -275,7 +275,7 @@ bool Scheduler::PrefillStep() {
   }
   if (a == nullptr) return false;
   if (!a->reset_failure.ok()) {
-    DropSlotState(*a);
+    // BeginPrefill emptied the slot's tokens and told the cache of the cold start already.
     Finish(*a, PassFailure(a->reset_failure), FinishReason::kStop);
     return true;
   }
