@@ -1,8 +1,10 @@
 #include "services/infer/text/chat_template.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -13,6 +15,7 @@
 #include "common/status/status_macros.h"
 #include "services/infer/text/bounded_json.h"
 #include "services/infer/text/file_util.h"
+#include "services/infer/text/unicode.h"
 
 namespace cairn::infer::text {
 namespace {
@@ -309,20 +312,46 @@ absl::Status CheckForcedTool(const ChatRequest& request) {
 
 namespace {
 
-// Markers around a special token's text in a message (private-use characters around a name no
-// text carries by chance), removed after the render.
-constexpr absl::string_view kLiteralOpen =
-    "\xEE\x80\x80"
-    "cairn-literal"
-    "\xEE\x80\x81";
-constexpr absl::string_view kLiteralClose =
-    "\xEE\x80\x81"
-    "cairn-literal"
-    "\xEE\x80\x80";
-constexpr absl::string_view kLiteralName = "cairn-literal";
+// Markers around a special token's text in a message, removed after the render: two
+// characters of the supplementary private use area drawn at random for each render, neither of
+// which any string of the request holds, around a name. A message can thus neither forge a
+// marker nor hide a broken one: after the render, any trace of either character means the
+// template cut or escaped a marked text.
+struct Markers {
+  std::string first, second;  // The two characters (UTF-8).
+  std::string open, close;
+};
+
+// Whether any string of `j` (values, not keys) holds one of `specials`.
+bool MentionsSpecials(const json& j, const std::vector<std::string>& specials);
+
+Markers MarkersFor(const ChatRequest& request) {
+  constexpr uint32_t kFirst = 0x100000;  // Supplementary Private Use Area-B.
+  constexpr uint32_t kCount = 0xFFFE;    // U+100000 to U+10FFFD.
+  std::random_device random;
+  const auto draw = [&] {
+    while (true) {
+      std::string c;
+      unicode::AppendUtf8(kFirst + static_cast<uint32_t>(random() % kCount), &c);
+      if (!MentionsSpecials(request.messages, {c}) && !MentionsSpecials(request.tools, {c})) {
+        return c;
+      }
+    }
+  };
+  Markers m;
+  m.first = draw();
+  do {
+    m.second = draw();
+  } while (m.second == m.first);
+  constexpr absl::string_view kName = "cairn-literal";
+  m.open = absl::StrCat(m.first, kName, m.second);
+  m.close = absl::StrCat(m.second, kName, m.first);
+  return m;
+}
 
 // Wraps every occurrence of a `specials` text in `s` in the markers. Returns whether any was.
-bool WrapSpecials(std::string& s, const std::vector<std::string>& specials) {
+bool WrapSpecials(std::string& s, const std::vector<std::string>& specials,
+                  const Markers& markers) {
   bool any = false;
   for (const std::string& t : specials) any = any || s.find(t) != std::string::npos;
   if (!any) return false;
@@ -339,7 +368,7 @@ bool WrapSpecials(std::string& s, const std::vector<std::string>& specials) {
       out += s[pos++];
       continue;
     }
-    absl::StrAppend(&out, kLiteralOpen, *longest, kLiteralClose);
+    absl::StrAppend(&out, markers.open, *longest, markers.close);
     pos += longest->size();
     wrapped = true;
   }
@@ -363,31 +392,24 @@ bool MentionsSpecials(const json& j, const std::vector<std::string>& specials) {
 }
 
 // WrapSpecials over every string of `j` (values, not keys).
-bool WrapJsonStrings(json& j, const std::vector<std::string>& specials) {
+bool WrapJsonStrings(json& j, const std::vector<std::string>& specials, const Markers& markers) {
   bool any = false;
-  if (j.is_string()) return WrapSpecials(j.get_ref<std::string&>(), specials);
+  if (j.is_string()) return WrapSpecials(j.get_ref<std::string&>(), specials, markers);
   if (j.is_array() || j.is_object()) {
-    for (json& v : j) any = WrapJsonStrings(v, specials) || any;
+    for (json& v : j) any = WrapJsonStrings(v, specials, markers) || any;
   }
   return any;
 }
 
-// WrapSpecials over the messages' own text: contents (strings or parts), reasoning and tool-call
-// arguments. Roles, names and ids are left alone.
-bool WrapMessages(json& messages, const std::vector<std::string>& specials) {
+// WrapSpecials over every string of the messages but their roles: contents (strings or parts),
+// reasoning, tool calls (names, ids, arguments), names.
+bool WrapMessages(json& messages, const std::vector<std::string>& specials,
+                  const Markers& markers) {
   bool any = false;
   for (json& m : messages) {
     if (!m.is_object()) continue;
-    for (const char* key : {"content", "reasoning_content"}) {
-      if (m.contains(key)) any = WrapJsonStrings(m[key], specials) || any;
-    }
-    if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
-      for (json& call : m["tool_calls"]) {
-        json* fn = call.is_object() && call.contains("function") ? &call["function"] : &call;
-        if (fn->is_object() && fn->contains("arguments")) {
-          any = WrapJsonStrings((*fn)["arguments"], specials) || any;
-        }
-      }
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() != "role") any = WrapJsonStrings(it.value(), specials, markers) || any;
     }
   }
   return any;
@@ -401,23 +423,25 @@ struct Encodable {
 
 // Removes the markers of `text`; nullopt if they do not pair up or any trace of one is left
 // (a template that escaped or cut the text).
-std::optional<Encodable> Unwrap(absl::string_view text) {
+std::optional<Encodable> Unwrap(absl::string_view text, const Markers& markers) {
   Encodable out;
   size_t pos = 0;
   while (true) {
-    const size_t open = text.find(kLiteralOpen, pos);
+    const size_t open = text.find(markers.open, pos);
     if (open == absl::string_view::npos) break;
-    const size_t inner = open + kLiteralOpen.size();
-    const size_t close = text.find(kLiteralClose, inner);
+    const size_t inner = open + markers.open.size();
+    const size_t close = text.find(markers.close, inner);
     if (close == absl::string_view::npos) return std::nullopt;
     out.text.append(text.data() + pos, open - pos);
     const size_t first = out.text.size();
     out.text.append(text.data() + inner, close - inner);
     out.literal_spans.emplace_back(first, out.text.size());
-    pos = close + kLiteralClose.size();
+    pos = close + markers.close.size();
   }
   out.text.append(text.data() + pos, text.size() - pos);
-  if (absl::StrContains(out.text, kLiteralName)) return std::nullopt;
+  if (absl::StrContains(out.text, markers.first) || absl::StrContains(out.text, markers.second)) {
+    return std::nullopt;
+  }
   return out;
 }
 
@@ -430,15 +454,24 @@ absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
   // token's text, as few conversations' do.
   if (request.special_tokens_as_text && !specials.empty() &&
       (MentionsSpecials(request.messages, specials) || MentionsSpecials(request.tools, specials))) {
+    // Fails closed: a special token's text that cannot be kept as text is refused, never
+    // rendered as the control token.
+    const Markers markers = MarkersFor(request);
     ChatRequest wrapped = request;
-    const bool in_messages = WrapMessages(wrapped.messages, specials);
-    const bool in_tools = WrapJsonStrings(wrapped.tools, specials);
-    if (in_messages || in_tools) {
-      ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
-      if (std::optional<Encodable> unwrapped = Unwrap(text); unwrapped.has_value()) {
-        return *std::move(unwrapped);
-      }
+    const bool in_messages = WrapMessages(wrapped.messages, specials, markers);
+    const bool in_tools = WrapJsonStrings(wrapped.tools, specials, markers);
+    if (!in_messages && !in_tools) {
+      return absl::InvalidArgumentError(
+          "a message's role holds a special token's text (such as <|im_end|>)");
     }
+    ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
+    std::optional<Encodable> unwrapped = Unwrap(text, markers);
+    if (!unwrapped.has_value()) {
+      return absl::InvalidArgumentError(
+          "the messages or tools hold a special token's text (such as <|im_end|>) that the "
+          "model's chat template does not pass through whole, so it cannot be kept as text");
+    }
+    return *std::move(unwrapped);
   }
   ASSIGN_OR_RETURN(std::string text, chat_template.Render(request));
   return Encodable{std::move(text), {}};
