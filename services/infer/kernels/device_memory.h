@@ -98,6 +98,18 @@ class DeviceMemory {
     static_cast<void>(host);
     return absl::OkStatus();
   }
+  // The address at which the device's kernels write (and read) the host memory at `host`,
+  // the start of a RegisterHost registration, or nullptr where they cannot (the default). An
+  // operation given that address as its output writes straight into the host memory; the host
+  // may read it once Synchronize() has returned.
+  virtual void* HostAlias(void* host) {
+    static_cast<void>(host);
+    return nullptr;
+  }
+  // Waits until every operation issued so far (kernels and queued copies in the compute order)
+  // has completed, and reports the first error of that work. The default has nothing to wait
+  // for.
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
 };
 
 // The process's host memory as a DeviceMemory (a static object, never destroyed).

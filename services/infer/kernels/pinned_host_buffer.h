@@ -30,9 +30,15 @@ class PinnedHostBuffer {
       size_ = floats;
       pinned_ =
           memory_->RegisterHost(data_.get(), floats * static_cast<int64_t>(sizeof(float))).ok();
+      alias_ = pinned_ ? static_cast<float*>(memory_->HostAlias(data_.get())) : nullptr;
     }
     return data_.get();
   }
+  // Where the device's operations write the memory Get last returned (DeviceMemory::HostAlias),
+  // or nullptr where they cannot: then only copies fill it.
+  float* device_alias() const { return alias_; }
+  // The memory Get last returned (nullptr before the first Get).
+  float* data() const { return data_.get(); }
   // Whether the memory Get last returned is page-locked (copies into it can run while the
   // device computes).
   bool pinned() const { return pinned_; }
@@ -41,6 +47,7 @@ class PinnedHostBuffer {
   void Release() {
     if (pinned_) static_cast<void>(memory_->UnregisterHost(data_.get()));
     pinned_ = false;
+    alias_ = nullptr;
     data_.reset();
     size_ = 0;
   }
@@ -49,6 +56,7 @@ class PinnedHostBuffer {
   std::unique_ptr<float[]> data_;
   int64_t size_ = 0;
   bool pinned_ = false;
+  float* alias_ = nullptr;
 };
 
 }  // namespace cairn::infer

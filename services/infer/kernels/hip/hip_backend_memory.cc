@@ -100,6 +100,21 @@ absl::Status HipDeviceMemory::RegisterHost(void* host, int64_t bytes) {
 
 absl::Status HipDeviceMemory::UnregisterHost(void* host) { return backend_->UnregisterHost(host); }
 
+void* HipDeviceMemory::HostAlias(void* host) {
+  // hipHostRegisterDefault maps the registration into the device's address space where the
+  // device has unified addressing (every NVIDIA device of sm_60 and later on 64-bit Linux);
+  // elsewhere the lookup fails and the caller copies instead.
+  void* alias = nullptr;
+  if (host == nullptr || hipSetDevice(backend_->options_.device) != hipSuccess ||
+      hipHostGetDevicePointer(&alias, host, 0) != hipSuccess) {
+    static_cast<void>(hipGetLastError());  // A failed lookup is not sticky.
+    return nullptr;
+  }
+  return alias;
+}
+
+absl::Status HipDeviceMemory::Synchronize() { return backend_->Synchronize(HipStream::kCompute); }
+
 absl::Status HipDeviceMemory::Zero(void* device_dst, int64_t bytes) {
   RETURN_IF_ERROR(backend_->error_);
   if (bytes < 0) return Invalid("zero", absl::StrCat("negative size ", bytes));

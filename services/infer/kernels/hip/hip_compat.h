@@ -80,6 +80,9 @@ inline hipError_t hipHostRegister(void* p, size_t n, unsigned int flags) {
   return cudaHostRegister(p, n, flags);
 }
 inline hipError_t hipHostUnregister(void* p) { return cudaHostUnregister(p); }
+inline hipError_t hipHostGetDevicePointer(void** device, void* host, unsigned int flags) {
+  return cudaHostGetDevicePointer(device, host, flags);
+}
 inline hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, hipMemcpyKind k,
                                  hipStream_t s) {
   return cudaMemcpyAsync(dst, src, n, k, s);

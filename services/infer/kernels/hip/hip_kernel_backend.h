@@ -48,6 +48,8 @@ class HipDeviceMemory final : public DeviceMemory {
   absl::Status Zero(void* device_dst, int64_t bytes) override;
   absl::Status RegisterHost(void* host, int64_t bytes) override;
   absl::Status UnregisterHost(void* host) override;
+  void* HostAlias(void* host) override;
+  absl::Status Synchronize() override;
 
  private:
   HipKernelBackend* const backend_;

@@ -437,6 +437,15 @@ absl::Status Qwen3HybridModel::LogitsIntoStaging(const Group& g, const float* no
   // Parts of whole groups of kLogitsPartRows rows, so that each part's rows keep the
   // alignment of the whole matrix's.
   constexpr int64_t kLogitsPartRows = 128;
+  // Straight into the staging: only the row kernels, whose logit bits do not depend on where
+  // they are stored; the whole product as one call.
+  float* alias = logits_host_.device_alias();
+  if (alias != nullptr && bytes <= options_.logits_direct_max_bytes && g.row_kernel &&
+      !memory_->host_visible() && lm_head_.layout == WeightLayout::kRows) {
+    MatMul(g, normed, rows, c_.hidden_size, lm_head_, alias + (staged - logits_host_.data()), vocab,
+           false);
+    return memory_->Synchronize();
+  }
   const int parts = static_cast<int>(
       std::min<int64_t>(options_.logits_parts, std::max<int64_t>(1, vocab / kLogitsPartRows)));
   // Only the row kernels promise that a logit does not depend on the other weight rows of its

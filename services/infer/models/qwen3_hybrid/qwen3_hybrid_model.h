@@ -36,6 +36,11 @@ struct Qwen3HybridOptions {
   // then downloads it.
   int logits_parts = kDefaultLogitsParts;
   int64_t logits_parts_min_bytes = kDefaultLogitsPartsMinBytes;
+  // Where the memory can alias the page-locked logits staging (DeviceMemory::HostAlias), the
+  // logits of such a group of at most logits_direct_max_bytes are written by the product
+  // straight into the staging, in one product: no download after it, and no parts. The same
+  // bits (the same product; only its output's address differs).
+  int64_t logits_direct_max_bytes = kDefaultLogitsDirectMaxBytes;
   // Progress of the weights' placement (phase "placing the weights", in layers: each layer's
   // matrices read, packed for the CPU backend or uploaded to a device).
   LoadProgressFn progress;
@@ -45,6 +50,7 @@ struct Qwen3HybridOptions {
   static constexpr int kDefaultLogitsParts = 4;
   // Below this a download takes a few microseconds, about what a launch costs.
   static constexpr int64_t kDefaultLogitsPartsMinBytes = int64_t{2} << 20;
+  static constexpr int64_t kDefaultLogitsDirectMaxBytes = 0;
 };
 
 // Creates the model of the Qwen3-Next / Qwen3.5 / Qwen3.5-MoE / Qwen3 families (docs/model.md

@@ -50,9 +50,11 @@
 // fuse_conv_product, early_release, fuse_delta_norm, delta_step_min_blocks, moe_router_inside,
 // moe_one_launch_static_sixteenths, moe_compact_route, fuse_qk_norm_rope; each option's comment
 // says whether it changes any bits).
-// --logits-parts: outermost, every slot count's decode steps once for each value of
-// Qwen3HybridOptions::logits_parts listed (the model made again for each change; the same
-// bits); the prefill and TTFT runs use the first.
+// --logits-parts: outermost, every slot count's decode steps once for each value listed (the
+// model made again for each change; the same bits): N >= 1, Qwen3HybridOptions::logits_parts N
+// with the logits downloaded (logits_direct_max_bytes 0); 0, the logits written by the product
+// straight into the page-locked staging (logits_direct_max_bytes unlimited); -1 (the default),
+// the model's defaults. The prefill and TTFT runs use the first.
 // --op-times=1: after each slot count's decode measurements, --decode-steps more steps with a
 // device event before every backend operation (OpTimingBackend) and the step's time by operation.
 // --moe-trace=1: after each slot count's decode measurements, one more step whose MoE one
@@ -101,6 +103,8 @@
 // routing, sort and sum: 1 the eighth round's, 0 the earlier ones; the same bits), in turn.
 
 #include "tests/unit/services/infer/kernels/hip/hip_model_bench.h"
+
+#include <limits>
 
 #include "tests/unit/services/infer/kernels/hip/hip_model_shapes.h"
 
@@ -216,7 +220,13 @@ double ModelBench::MakeModel(int logits_parts) {
   absl::StatusOr<std::unique_ptr<TensorStore>> store = TensorStore::FromViews(std::move(views));
   if (!store.ok()) Bench::Fail(store.status().ToString());
   Qwen3HybridOptions options;
-  options.logits_parts = logits_parts;
+  if (logits_parts == 0) {  // Written by the product straight into the staging.
+    options.logits_parts = 1;
+    options.logits_direct_max_bytes = std::numeric_limits<int64_t>::max();
+  } else if (logits_parts > 0) {  // In parts (or one), then downloaded.
+    options.logits_parts = logits_parts;
+    options.logits_direct_max_bytes = 0;
+  }
   const auto start = Clock::now();
   absl::StatusOr<std::unique_ptr<Model>> model =
       CreateQwen3HybridModel(config_, *std::move(store), 0, &timing_, options);
@@ -364,7 +374,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (key == "mma-prefetch-k") {
       if (!IntList(value, 0, 1 << 20, &f->mma_prefetch_k)) return false;
     } else if (key == "logits-parts") {
-      if (!IntList(value, 1, 64, &f->logits_parts)) return false;
+      if (!IntList(value, -1, 64, &f->logits_parts)) return false;
     } else if (key == "decode-attention-variants") {
       if (!IntList(value, 0, hip::kAttentionDecodeVariants - 1, &f->decode_attention_variants)) {
         return false;

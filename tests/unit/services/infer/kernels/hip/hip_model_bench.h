@@ -76,7 +76,9 @@ struct Flags {
   std::vector<int> mma_staged_rows = {HipKernelBackendOptions().mma_rows_staged_min_rows};
   std::vector<int> mma_staged_mb = {
       static_cast<int>(HipKernelBackendOptions().mma_rows_staged_min_bytes >> 20)};
-  std::vector<int> logits_parts = {Qwen3HybridOptions().logits_parts};
+  // -1: the model's defaults; 0: straight into the staging (logits_direct_max_bytes); N: N
+  // parts, downloaded.
+  std::vector<int> logits_parts = {-1};
   std::vector<int> mma_prefetch_k = {
       static_cast<int>(HipKernelBackendOptions().mma_rows_prefetch_k)};
   std::vector<int> round_inputs_mb = {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -387,6 +388,25 @@ TEST_P(HipModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
   ASSERT_TRUE(parts.ok()) << parts.status();
   absl::StatusOr<std::vector<std::vector<float>>> want = RunAll(*gpu_model_, *gpu_, tokens_);
   ExpectSamePasses(want, RunAll(**parts, *gpu_, tokens_));
+}
+
+// Logits written by the product straight into the page-locked staging through the device's
+// alias of it (Qwen3HybridOptions::logits_direct_max_bytes) give the bits of the product
+// downloaded, and a decode step still waits for the device once.
+TEST_P(HipModelTest, LogitsWrittenIntoTheStagingGiveTheBitsOfTheDownload) {
+  std::vector<float> host(64);
+  ASSERT_TRUE(gpu_->memory()->RegisterHost(host.data(), 256).ok());
+  EXPECT_NE(gpu_->memory()->HostAlias(host.data()), nullptr);
+  CAIRN_EXPECT_OK(gpu_->memory()->UnregisterHost(host.data()));
+  ModelLoadOptions options;
+  options.qwen3_hybrid.logits_parts = 1;
+  options.qwen3_hybrid.logits_direct_max_bytes = std::numeric_limits<int64_t>::max();
+  absl::StatusOr<std::unique_ptr<Model>> direct =
+      testing::LoadPreset(GetParam(), gpu_.get(), options);
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  absl::StatusOr<std::vector<std::vector<float>>> want = RunAll(*gpu_model_, *gpu_, tokens_);
+  ExpectSamePasses(want, RunAll(**direct, *gpu_, tokens_));
+  CAIRN_EXPECT_OK(testing::CompareReusedResults(**direct, gpu_->memory(), 11));
 }
 
 // ForwardBatchInto reuses its results' memory (the logits staged, then copied into each result)
