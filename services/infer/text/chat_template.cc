@@ -1,12 +1,14 @@
 #include "services/infer/text/chat_template.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
-#include <random>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -312,51 +314,116 @@ absl::Status CheckForcedTool(const ChatRequest& request) {
 
 namespace {
 
-// Markers around a special token's text in a message, removed after the render: two
-// characters of the supplementary private use area drawn at random for each render, neither of
-// which any string of the request holds, around a name. A message can thus neither forge a
-// marker nor hide a broken one: after the render, any trace of either character means the
-// template cut or escaped a marked text.
+// Markers around a special token's text in a message, removed after the render: two characters
+// of the private use area of plane 16 around a name with a number, all three chosen among those
+// no string or key of the request holds. A message can thus neither forge a marker nor hide a
+// broken one: after the render, any trace of either character or of the number means the
+// template cut or escaped a marked text (the number survives escapes and case changes).
 struct Markers {
   std::string first, second;  // The two characters (UTF-8).
+  std::string number;         // Decimal digits.
   std::string open, close;
 };
 
-// Whether any string of `j` (values, not keys) holds one of `specials`.
-bool MentionsSpecials(const json& j, const std::vector<std::string>& specials);
+// The private use characters of plane 16 markers may take: U+100000 to U+10FFFD.
+constexpr uint32_t kMarkerFirst = 0x100000;
+constexpr uint32_t kMarkerCount = 0xFFFE;
 
-Markers MarkersFor(const ChatRequest& request) {
-  constexpr uint32_t kFirst = 0x100000;  // Supplementary Private Use Area-B.
-  constexpr uint32_t kCount = 0xFFFE;    // U+100000 to U+10FFFD.
-  std::random_device random;
-  const auto draw = [&] {
-    while (true) {
-      std::string c;
-      unicode::AppendUtf8(kFirst + static_cast<uint32_t>(random() % kCount), &c);
-      if (!MentionsSpecials(request.messages, {c}) && !MentionsSpecials(request.tools, {c})) {
-        return c;
-      }
+// Marks in `used` the plane-16 private use characters of `s` (4-byte UTF-8 sequences F4 80-8F).
+void MarkPlane16(std::string_view s, std::vector<bool>& used) {
+  for (size_t i = s.find('\xF4'); i != std::string_view::npos && i + 3 < s.size();
+       i = s.find('\xF4', i + 1)) {
+    const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i + k])); };
+    if (b(1) < 0x80 || b(1) > 0x8F) continue;
+    const uint32_t cp = ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+    if (cp < kMarkerCount) used[cp] = true;
+  }
+}
+
+// Calls `fn` on every string and object key of `j`, and stops at the first true it returns.
+template <typename Fn>
+bool AnyText(const json& j, const Fn& fn) {
+  if (j.is_string()) return fn(std::string_view(j.get_ref<const std::string&>()));
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (fn(std::string_view(it.key())) || AnyText(it.value(), fn)) return true;
     }
+  } else if (j.is_array()) {
+    for (const json& v : j) {
+      if (AnyText(v, fn)) return true;
+    }
+  }
+  return false;
+}
+
+// The parts of a request a render reads: its messages (string arguments parsed where the
+// template's options parse them), tools and extra context.
+struct RenderInputs {
+  json* messages;
+  json* tools;
+  json* extra;
+};
+
+template <typename Fn>
+bool AnyTextOf(const RenderInputs& in, const Fn& fn) {
+  return AnyText(*in.messages, fn) || AnyText(*in.tools, fn) || AnyText(*in.extra, fn);
+}
+
+bool HoldsAny(std::string_view s, const std::vector<std::string>& needles) {
+  return std::any_of(needles.begin(), needles.end(),
+                     [&](const std::string& t) { return s.find(t) != std::string_view::npos; });
+}
+
+// Markers for `in`; InvalidArgument where its text leaves no two characters free.
+absl::StatusOr<Markers> MarkersFor(const RenderInputs& in) {
+  std::vector<bool> used(kMarkerCount, false);
+  AnyTextOf(in, [&](std::string_view s) {
+    MarkPlane16(s, used);
+    return false;
+  });
+  // Any free characters and number will do (the request holds none of them): a counter
+  // spreads the choices, so that renders differ in their markers.
+  static std::atomic<uint64_t> counter{0};
+  uint64_t x = counter.fetch_add(1, std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
+  const auto next = [&x] {
+    x += 0x9E3779B97F4A7C15ull;  // SplitMix64.
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
   };
   Markers m;
-  m.first = draw();
-  do {
-    m.second = draw();
-  } while (m.second == m.first);
-  constexpr absl::string_view kName = "cairn-literal";
-  m.open = absl::StrCat(m.first, kName, m.second);
-  m.close = absl::StrCat(m.second, kName, m.first);
+  for (std::string* c : {&m.first, &m.second}) {
+    const uint32_t start = static_cast<uint32_t>(next() % kMarkerCount);
+    uint32_t k = 0;
+    while (k < kMarkerCount && used[(start + k) % kMarkerCount]) ++k;
+    if (k == kMarkerCount) {
+      return absl::InvalidArgumentError(
+          "the request holds a special token's text (such as <|im_end|>) and nearly every "
+          "private use character of plane 16, which leaves none to keep that text as text");
+    }
+    const uint32_t cp = (start + k) % kMarkerCount;
+    used[cp] = true;
+    unicode::AppendUtf8(kMarkerFirst + cp, c);
+  }
+  for (int tries = 0;; ++tries) {
+    m.number = absl::StrCat(next() % 9000000000000000000ull + 1000000000000000000ull);
+    if (!AnyTextOf(in, [&](std::string_view s) { return s.find(m.number) != s.npos; })) break;
+    if (tries == 8) {
+      return absl::InvalidArgumentError(
+          "the request holds a special token's text and the marker numbers chosen for it");
+    }
+  }
+  m.open = absl::StrCat(m.first, "cairn-literal-", m.number, m.second);
+  m.close = absl::StrCat(m.second, "cairn-literal-", m.number, m.first);
   return m;
 }
 
 // Wraps every occurrence of a `specials` text in `s` in the markers. Returns whether any was.
 bool WrapSpecials(std::string& s, const std::vector<std::string>& specials,
                   const Markers& markers) {
-  bool any = false;
-  for (const std::string& t : specials) any = any || s.find(t) != std::string::npos;
-  if (!any) return false;
+  if (!HoldsAny(s, specials)) return false;
   std::string out;
-  bool wrapped = false;
   for (size_t pos = 0; pos < s.size();) {
     const std::string* longest = nullptr;
     for (const std::string& t : specials) {
@@ -370,49 +437,46 @@ bool WrapSpecials(std::string& s, const std::vector<std::string>& specials,
     }
     absl::StrAppend(&out, markers.open, *longest, markers.close);
     pos += longest->size();
-    wrapped = true;
   }
-  if (wrapped) s = std::move(out);
-  return wrapped;
+  s = std::move(out);
+  return true;
 }
 
-// Whether any string of `j` (values, not keys) holds one of `specials`.
-bool MentionsSpecials(const json& j, const std::vector<std::string>& specials) {
-  if (j.is_string()) {
-    const std::string& s = j.get_ref<const std::string&>();
-    return std::any_of(specials.begin(), specials.end(),
-                       [&](const std::string& t) { return s.find(t) != std::string::npos; });
-  }
-  if (j.is_array() || j.is_object()) {
-    for (const json& v : j) {
-      if (MentionsSpecials(v, specials)) return true;
-    }
-  }
-  return false;
-}
-
-// WrapSpecials over every string of `j` (values, not keys).
-bool WrapJsonStrings(json& j, const std::vector<std::string>& specials, const Markers& markers) {
-  bool any = false;
+// WrapSpecials over every string and key of `j`; `skip_key`'s value (a message's role) is left
+// alone. An object with a key to wrap is built again in its order.
+bool WrapJson(json& j, const std::vector<std::string>& specials, const Markers& markers,
+              std::string_view skip_key = {}) {
   if (j.is_string()) return WrapSpecials(j.get_ref<std::string&>(), specials, markers);
-  if (j.is_array() || j.is_object()) {
-    for (json& v : j) any = WrapJsonStrings(v, specials, markers) || any;
-  }
-  return any;
-}
-
-// WrapSpecials over every string of the messages but their roles: contents (strings or parts),
-// reasoning, tool calls (names, ids, arguments), names.
-bool WrapMessages(json& messages, const std::vector<std::string>& specials,
-                  const Markers& markers) {
   bool any = false;
-  for (json& m : messages) {
-    if (!m.is_object()) continue;
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      if (it.key() != "role") any = WrapJsonStrings(it.value(), specials, markers) || any;
-    }
+  if (j.is_array()) {
+    for (json& v : j) any = WrapJson(v, specials, markers) || any;
+    return any;
   }
-  return any;
+  if (!j.is_object()) return false;
+  bool in_keys = false;
+  for (auto it = j.begin(); it != j.end() && !in_keys; ++it) {
+    in_keys = (skip_key.empty() || it.key() != skip_key) && HoldsAny(it.key(), specials);
+  }
+  if (!in_keys) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (skip_key.empty() || it.key() != skip_key) {
+        any = WrapJson(it.value(), specials, markers) || any;
+      }
+    }
+    return any;
+  }
+  json rebuilt = json::object();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    std::string key = it.key();
+    json value = std::move(it.value());
+    if (skip_key.empty() || key != skip_key) {
+      WrapSpecials(key, specials, markers);
+      WrapJson(value, specials, markers);
+    }
+    rebuilt[key] = std::move(value);
+  }
+  j = std::move(rebuilt);
+  return true;
 }
 
 // A rendered text with the markers taken out, and the spans they enclosed.
@@ -439,42 +503,57 @@ std::optional<Encodable> Unwrap(absl::string_view text, const Markers& markers) 
     pos = close + markers.close.size();
   }
   out.text.append(text.data() + pos, text.size() - pos);
-  if (absl::StrContains(out.text, markers.first) || absl::StrContains(out.text, markers.second)) {
+  if (absl::StrContains(out.text, markers.first) || absl::StrContains(out.text, markers.second) ||
+      absl::StrContains(out.text, markers.number)) {
     return std::nullopt;
   }
   return out;
 }
 
-// Renders `request`, with the special tokens of its messages and tool definitions marked as
-// text where it asks for that.
+// Renders `request`, with the special tokens of its messages, tool definitions and extra
+// context marked as text where it asks for that.
 absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
                                           const std::vector<std::string>& specials,
                                           const ChatRequest& request) {
-  // The request is copied (and its strings rewritten) only where some string holds a special
-  // token's text, as few conversations' do.
-  if (request.special_tokens_as_text && !specials.empty() &&
-      (MentionsSpecials(request.messages, specials) || MentionsSpecials(request.tools, specials))) {
-    // Fails closed: a special token's text that cannot be kept as text is refused, never
-    // rendered as the control token.
-    const Markers markers = MarkersFor(request);
-    ChatRequest wrapped = request;
-    const bool in_messages = WrapMessages(wrapped.messages, specials, markers);
-    const bool in_tools = WrapJsonStrings(wrapped.tools, specials, markers);
-    if (!in_messages && !in_tools) {
+  if (!request.special_tokens_as_text || specials.empty()) {
+    ASSIGN_OR_RETURN(std::string text, chat_template.Render(request));
+    return Encodable{std::move(text), {}};
+  }
+  // What the template will read: string arguments parsed first, as Render does, so that a
+  // special token written with JSON escapes (\u003c|im_end|\u003e) is seen and marked too.
+  ChatRequest wrapped = request;
+  if (chat_template.options().parse_string_arguments) {
+    wrapped.messages = ParseStringArguments(wrapped.messages);
+  }
+  const RenderInputs in{&wrapped.messages, &wrapped.tools, &wrapped.extra};
+  // The request is rewritten only where some string holds a special token's text, as few
+  // conversations' do.
+  if (!AnyTextOf(in, [&](std::string_view s) { return HoldsAny(s, specials); })) {
+    ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
+    return Encodable{std::move(text), {}};
+  }
+  // Fails closed: a special token's text that cannot be kept as text is refused, never
+  // rendered as the control token.
+  for (const json& m : wrapped.messages) {
+    const auto role = m.is_object() ? m.find("role") : m.end();
+    if (role != m.end() && role->is_string() &&
+        HoldsAny(role->get_ref<const std::string&>(), specials)) {
       return absl::InvalidArgumentError(
           "a message's role holds a special token's text (such as <|im_end|>)");
     }
-    ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
-    std::optional<Encodable> unwrapped = Unwrap(text, markers);
-    if (!unwrapped.has_value()) {
-      return absl::InvalidArgumentError(
-          "the messages or tools hold a special token's text (such as <|im_end|>) that the "
-          "model's chat template does not pass through whole, so it cannot be kept as text");
-    }
-    return *std::move(unwrapped);
   }
-  ASSIGN_OR_RETURN(std::string text, chat_template.Render(request));
-  return Encodable{std::move(text), {}};
+  ASSIGN_OR_RETURN(const Markers markers, MarkersFor(in));
+  for (json& m : wrapped.messages) WrapJson(m, specials, markers, "role");
+  WrapJson(wrapped.tools, specials, markers);
+  WrapJson(wrapped.extra, specials, markers);
+  ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
+  std::optional<Encodable> unwrapped = Unwrap(text, markers);
+  if (!unwrapped.has_value()) {
+    return absl::InvalidArgumentError(
+        "the messages or tools hold a special token's text (such as <|im_end|>) that the "
+        "model's chat template does not pass through whole, so it cannot be kept as text");
+  }
+  return *std::move(unwrapped);
 }
 
 absl::StatusOr<std::vector<TokenId>> EncodeRendered(const Tokenizer& tokenizer,

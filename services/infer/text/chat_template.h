@@ -92,6 +92,7 @@ class ChatTemplate {
   absl::StatusOr<std::string> Render(const ChatRequest& request) const;
 
   const std::string& source() const { return source_; }
+  const ChatTemplateOptions& options() const { return options_; }
 
  private:
   ChatTemplate(std::string source, ChatTemplateOptions options,
