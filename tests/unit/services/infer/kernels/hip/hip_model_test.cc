@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -394,10 +395,13 @@ TEST_P(HipModelTest, LogitsInPartsGiveTheBitsOfOneProduct) {
 // alias of it (Qwen3HybridOptions::logits_direct_max_bytes) give the bits of the product
 // downloaded, and a decode step still waits for the device once.
 TEST_P(HipModelTest, LogitsWrittenIntoTheStagingGiveTheBitsOfTheDownload) {
-  std::vector<float> host(64);
-  ASSERT_TRUE(gpu_->memory()->RegisterHost(host.data(), 256).ok());
-  EXPECT_NE(gpu_->memory()->HostAlias(host.data()), nullptr);
-  CAIRN_EXPECT_OK(gpu_->memory()->UnregisterHost(host.data()));
+  // A page of its own, so that the registration shares no page with other memory.
+  const std::unique_ptr<void, decltype(&std::free)> host(std::aligned_alloc(4096, 4096),
+                                                         &std::free);
+  ASSERT_NE(host, nullptr);
+  ASSERT_TRUE(gpu_->memory()->RegisterHost(host.get(), 4096).ok());
+  EXPECT_NE(gpu_->memory()->HostAlias(host.get()), nullptr);
+  CAIRN_EXPECT_OK(gpu_->memory()->UnregisterHost(host.get()));
   ModelLoadOptions options;
   options.qwen3_hybrid.logits_parts = 1;
   options.qwen3_hybrid.logits_direct_max_bytes = std::numeric_limits<int64_t>::max();
