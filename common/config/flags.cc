@@ -1,13 +1,15 @@
 #include "common/config/flags.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -207,7 +209,10 @@ void FlagSet::Add(std::string name, double* field, std::string help, double min,
               return absl::InvalidArgumentError(
                   absl::StrCat("--", name, ": \"", v, "\" is not a number"));
             }
-            // Written so that a NaN fails too.
+            if (std::isnan(x)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--", name, ": \"", v, "\" is not a number (NaN)"));
+            }
             if (!(x >= min && x <= max)) return OutOfRange(name, v, min, max);
             *field = x;
             return absl::OkStatus();
@@ -219,15 +224,24 @@ void FlagSet::Add(std::string name, absl::Duration* field, std::string help) {
 }
 
 void FlagSet::Add(std::string name, absl::Duration* field, std::string help, absl::Duration min) {
+  Add(std::move(name), field, std::move(help), min, absl::InfiniteDuration());
+}
+
+void FlagSet::Add(std::string name, absl::Duration* field, std::string help, absl::Duration min,
+                  absl::Duration max) {
   AddFlag(
       name, std::move(help), absl::FormatDuration(*field), false,
-      [field, name, min](absl::string_view v) -> absl::Status {
+      [field, name, min, max](absl::string_view v) -> absl::Status {
         absl::StatusOr<absl::Duration> d = ParseDurationFlag(v);
         if (!d.ok())
           return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", d.status().message()));
         if (*d < min) {
           return absl::InvalidArgumentError(absl::StrCat(
               "--", name, ": \"", v, "\" is below the least allowed, ", absl::FormatDuration(min)));
+        }
+        if (*d > max) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--", name, ": \"", v, "\" is above the most allowed, ", absl::FormatDuration(max)));
         }
         *field = *d;
         return absl::OkStatus();
@@ -357,13 +371,30 @@ absl::StatusOr<std::vector<std::string>> FlagSet::Parse(const std::vector<std::s
 }
 
 absl::Status FlagSet::ApplyConfigFile(const std::string& path) {
-  std::ifstream in(path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("config file ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("config file ", path, ": not a regular file",
+                                                   S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+  }
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat("config file ", path, ": ", std::strerror(errno)));
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ApplyConfigText(buffer.str(), path);
+  // Read at most one byte past the limit: the size stat gave may have grown since.
+  std::string text(kMaxConfigFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("config file ", path, ": read failed"));
+  }
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", path, ": larger than ", kMaxConfigFileBytes, " bytes"));
+  }
+  return ApplyConfigText(text, path);
 }
 
 absl::Status FlagSet::ApplyConfigText(absl::string_view text, absl::string_view origin) {

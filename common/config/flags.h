@@ -14,7 +14,8 @@
 // Command line: `--name=value`, `--name value`, `--flag` / `--noflag` for booleans, `--` ends
 // flags. `--config FILE` (always available) reads `name = value` lines (`#` starts a comment,
 // blank lines are ignored, values may be double-quoted); flags given on the command line win
-// over the file wherever they appear. `--help` makes Parse return a Cancelled status whose
+// over the file wherever they appear. The file must be a regular file of at most
+// kMaxConfigFileBytes. `--help` makes Parse return a Cancelled status whose
 // message is the usage text. Unknown names, missing or malformed values, out-of-range numbers
 // and repeated keys inside one file are InvalidArgument errors naming the flag (and file:line).
 //
@@ -49,6 +50,10 @@ inline constexpr int kNoMax = std::numeric_limits<int>::max();
 inline constexpr int64_t kNoMax64 = std::numeric_limits<int64_t>::max();
 inline constexpr double kNoMaxReal = std::numeric_limits<double>::infinity();
 
+// The largest config file --config reads: far more than any real one, small enough that a
+// device or a runaway file (--config /dev/zero) is an error, not an allocation failure.
+inline constexpr uint64_t kMaxConfigFileBytes = uint64_t{1} << 20;
+
 // Says whether a flag's value is acceptable: OK, or why not (without the flag's name).
 using FlagValidator = std::function<absl::Status(absl::string_view)>;
 
@@ -76,6 +81,11 @@ class FlagSet {
   // Like Add, but a duration below `min` is an InvalidArgument error naming the flag: a zero
   // interval that would poll in a busy loop, a negative or zero timeout.
   void Add(std::string name, absl::Duration* field, std::string help, absl::Duration min);
+  // Like Add, but a duration outside [`min`, `max`] is an InvalidArgument error naming the flag:
+  // a timeout must be positive, and one of centuries ("inf", "2562047h") would overflow the
+  // clock it is added to.
+  void Add(std::string name, absl::Duration* field, std::string help, absl::Duration min,
+           absl::Duration max);
   // A byte count (ParseByteSize).
   void AddBytes(std::string name, uint64_t* field, std::string help);
   // A list of strings: comma-separated, or the flag repeated (values accumulate).

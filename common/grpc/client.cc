@@ -21,9 +21,21 @@ constexpr int kMaxReconnectBackoffMs = 2000;
 constexpr int kMinConnectTimeoutMs = 5000;
 }  // namespace
 
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
+  using Clock = std::chrono::system_clock;
+  const Clock::time_point now = Clock::now();
+  if (timeout <= absl::ZeroDuration()) return now;
+  // now + timeout saturates at the clock's end (which gRPC reads as no deadline) instead of
+  // overflowing: an infinite duration, or hours enough to pass year 2262.
+  const absl::Duration left = absl::FromChrono(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::time_point::max() - now));
+  if (timeout >= left) return Clock::time_point::max();
+  return now + std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(timeout));
+}
+
 std::unique_ptr<grpc::ClientContext> NewClientContext(absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMicroseconds(timeout));
+  ctx->set_deadline(DeadlineAfter(timeout));
   return ctx;
 }
 

@@ -3,6 +3,7 @@
 
 // Client-side helpers: every call carries a deadline (docs/reliability.md RPC1).
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -15,8 +16,12 @@ class ClientContext;
 
 namespace cairn {
 
-// Returns a ClientContext whose deadline is `timeout` from now. Use it for every call; a
-// context without a deadline is a lint failure.
+// Returns now + `timeout` on the system clock, saturated: now for a zero or negative timeout,
+// the clock's end (time_point::max(), gRPC's "no deadline") for one too long to add.
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout);
+
+// Returns a ClientContext whose deadline is `timeout` from now (DeadlineAfter). Use it for every
+// call; a context without a deadline is a lint failure.
 std::unique_ptr<grpc::ClientContext> NewClientContext(absl::Duration timeout);
 
 // Returns an insecure channel to `target` ("unix:PATH" or "HOST:PORT") with the local-peer

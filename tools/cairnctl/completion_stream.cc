@@ -1,5 +1,9 @@
 #include "tools/cairnctl/completion_stream.h"
 
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -19,6 +23,62 @@ bool CompletionStream::Feed(absl::string_view bytes) {
     first |= HandleEvent(event);
   }
   return first;
+}
+
+// The readers below leave `*out` alone when `key` is absent; a value of the wrong type, or a
+// number no count or duration can be, sets error_ (naming the field) and returns false. A
+// gateway speaks for itself, so nothing it sends may end the replay (nlohmann's typed getters
+// throw).
+bool CompletionStream::ReadString(const Json& object, absl::string_view where,
+                                  absl::string_view key, std::string* out) {
+  const auto it = object.find(std::string(key));
+  if (it == object.end()) return true;
+  if (!it->is_string()) return BadField(where, key, "is not a string");
+  *out = it->get_ref<const std::string&>();
+  return true;
+}
+
+bool CompletionStream::ReadCount(const Json& object, absl::string_view where, absl::string_view key,
+                                 int64_t* out) {
+  const auto it = object.find(std::string(key));
+  if (it == object.end()) return true;
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    if (v > static_cast<uint64_t>(kMaxCount)) return BadField(where, key, "is out of range");
+    *out = static_cast<int64_t>(v);
+    return true;
+  }
+  if (it->is_number_integer()) {
+    *out = it->get<int64_t>();
+    return true;
+  }
+  if (it->is_number_float()) {
+    // 4096.0 is a count; 1e300, 0.5 and NaN are not (converting them to int64 is undefined).
+    const double v = it->get<double>();
+    if (!(std::fabs(v) <= static_cast<double>(kMaxCount)) || v != std::floor(v)) {
+      return BadField(where, key, "is not a count");
+    }
+    *out = static_cast<int64_t>(v);
+    return true;
+  }
+  return BadField(where, key, "is not a number");
+}
+
+bool CompletionStream::ReadMs(const Json& object, absl::string_view where, absl::string_view key,
+                              double* out) {
+  const auto it = object.find(std::string(key));
+  if (it == object.end()) return true;
+  if (!it->is_number()) return BadField(where, key, "is not a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < 0) return BadField(where, key, "is not a duration");
+  *out = v;
+  return true;
+}
+
+bool CompletionStream::BadField(absl::string_view where, absl::string_view key,
+                                absl::string_view what) {
+  error_ = absl::StrCat("malformed event: ", where, ".", key, " ", what);
+  return false;
 }
 
 bool CompletionStream::HandleEvent(absl::string_view event) {
@@ -59,19 +119,22 @@ bool CompletionStream::HandleEvent(absl::string_view event) {
   if (j.contains("cairn") && j["cairn"].is_object()) {
     const Json& k = j["cairn"];
     have_cairn_ = true;
-    tier_ = k.value("tier", std::string("cold"));
-    depth_ = k.value("depth", int64_t{0});
-    prefilled_ = k.value("prefilled_tokens", int64_t{0});
-    captures_ = k.value("captures", int64_t{0});
-    restore_ms_ = k.value("restore_ms", 0.0);
-    capture_ms_ = k.value("capture_ms", 0.0);
-    server_ttft_ms_ = k.value("ttft_ms", 0.0);
+    if (!ReadString(k, "cairn", "tier", &tier_) || !ReadCount(k, "cairn", "depth", &depth_) ||
+        !ReadCount(k, "cairn", "prefilled_tokens", &prefilled_) ||
+        !ReadCount(k, "cairn", "captures", &captures_) ||
+        !ReadMs(k, "cairn", "restore_ms", &restore_ms_) ||
+        !ReadMs(k, "cairn", "capture_ms", &capture_ms_) ||
+        !ReadMs(k, "cairn", "ttft_ms", &server_ttft_ms_)) {
+      return false;
+    }
   }
   if (j.contains("usage") && j["usage"].is_object()) {
     const Json& u = j["usage"];
-    completion_tokens_ = u.value("completion_tokens", int64_t{0});
-    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
-      reused_ = u["prompt_tokens_details"].value("cached_tokens", int64_t{0});
+    if (!ReadCount(u, "usage", "completion_tokens", &completion_tokens_)) return false;
+    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object() &&
+        !ReadCount(u["prompt_tokens_details"], "usage.prompt_tokens_details", "cached_tokens",
+                   &reused_)) {
+      return false;
     }
   }
   if (token && !first_token_) {

@@ -26,7 +26,9 @@ struct HttpResult {
 };
 
 // A blocking HTTP/1.1 client on one keep-alive connection (Boost.Beast), reconnecting when the
-// server closed it. Every read and write is bounded by `timeout`.
+// server closed it. Each request (connecting, sending, and reading the whole response, a
+// stream's last event included) must finish within `timeout` of its start, else it fails with
+// DeadlineExceeded and the connection is dropped. A timeout beyond a year counts as a year.
 // Thread-compatible: one client per thread.
 class HttpClient {
  public:
@@ -35,8 +37,8 @@ class HttpClient {
   HttpClient(const HttpClient&) = delete;
   HttpClient& operator=(const HttpClient&) = delete;
 
-  // GET `path` (appended to the URL's prefix). Unavailable when the server cannot be reached,
-  // DeadlineExceeded on a timeout.
+  // GET `path` (appended to the URL's prefix). Unavailable when the server cannot be reached or
+  // closes the connection, DeadlineExceeded on a timeout.
   absl::StatusOr<HttpResult> Get(const std::string& path);
   // POST `json` to `path`. When `on_data` is set, every piece of the response body is passed to
   // it as it arrives (for server-sent events) instead of being collected.

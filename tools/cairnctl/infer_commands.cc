@@ -2,14 +2,16 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
-#include <fstream>
-#include <iomanip>
+#include <limits>
 #include <ostream>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/cairnctl/command.h"
 #include "tools/cairnctl/rpc_util.h"
+#include "tools/cairnctl/verb_flags.h"
 
 namespace cairn::cairnctl {
 namespace {
@@ -123,6 +126,92 @@ int RunModel(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return 0;
 }
 
+// The text of an OpenAI message's `content`: a string, null (none), or an array of text parts
+// ({"type": "text", "text": ...}, or bare strings) joined with newlines, as the gateway joins
+// them. Any other part is InvalidArgument naming it: cairnctl sends no media.
+absl::StatusOr<std::string> ChatContent(const nlohmann::json& content, const std::string& where) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ".content must be a string or an array of text parts"));
+  }
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const nlohmann::json& part = content[i];
+    const std::string name = absl::StrCat(where, ".content[", i, "]");
+    const char* separator = i == 0 ? "" : "\n";
+    if (part.is_string()) {
+      absl::StrAppend(&text, separator, part.get_ref<const std::string&>());
+      continue;
+    }
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be an object with a type"));
+    }
+    const std::string& type = part["type"].get_ref<const std::string&>();
+    if (type != "text" && type != "input_text" && type != "output_text") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is a \"", type, "\" part; only text parts are supported"));
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ".text must be a string"));
+    }
+    for (const auto& [key, value] : part.items()) {
+      if (key != "type" && key != "text") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ".", key, " is not supported (a text part has type and text)"));
+      }
+    }
+    absl::StrAppend(&text, separator, part["text"].get_ref<const std::string&>());
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::Status ParseChat(const std::string& text, iv1::ChatPrompt* chat) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) return absl::InvalidArgumentError("must be a JSON array of messages");
+  if (j.empty()) return absl::InvalidArgumentError("holds no message");
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& m = j[i];
+    const std::string where = absl::StrCat("[", i, "]");
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message ", where, " needs a string role (every message does)"));
+    }
+    iv1::ChatMessage* cm = chat->add_messages();
+    for (const auto& [key, value] : m.items()) {
+      if (key == "role") {
+        cm->set_role(value.get<std::string>());
+      } else if (key == "content") {
+        absl::StatusOr<std::string> content = ChatContent(value, where);
+        if (!content.ok()) return content.status();
+        cm->set_content(*std::move(content));
+      } else if (key == "name" || key == "reasoning_content" || key == "tool_call_id") {
+        if (!value.is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " must be a string"));
+        }
+        const std::string& v = value.get_ref<const std::string&>();
+        if (key == "name") {
+          cm->set_name(v);
+        } else if (key == "reasoning_content") {
+          cm->set_reasoning_content(v);
+        } else {
+          cm->set_tool_call_id(v);
+        }
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ".", key,
+            " is not supported by --chat (send it with 'cairnctl call' or the gateway)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 int RunGenerate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("cairnctl generate [PROMPT]",
                 "Runs one request on the inference daemon: PROMPT as text, --chat JSON "
@@ -137,11 +226,13 @@ int RunGenerate(const std::vector<std::string>& args, std::ostream& out, std::os
   int64_t seed = -1;
   std::vector<std::string> stop;
   bool parse_output = false;
-  flags.Add("chat", &chat, "a JSON array of messages [{\"role\": ..., \"content\": ...}]");
+  flags.Add("chat", &chat,
+            "a JSON array of messages [{\"role\": ..., \"content\": ...}]; content is a string "
+            "or an array of text parts; name, reasoning_content and tool_call_id are kept");
   flags.Add("prompt-ids", &prompt_ids, "a file holding a JSON array of token ids");
-  flags.Add("max-tokens", &max_tokens, "most tokens to generate (0: up to the context)");
-  flags.Add("temperature", &temperature, "0: greedy");
-  flags.Add("seed", &seed, "sampling seed (-1: random)");
+  flags.Add("max-tokens", &max_tokens, "most tokens to generate (0: up to the context)", 0, kNoMax);
+  flags.Add("temperature", &temperature, "0: greedy", 0, kNoMaxReal);
+  flags.Add("seed", &seed, "sampling seed (-1: random)", -1, kNoMax64);
   flags.Add("stop", &stop, "stop strings (comma-separated)");
   flags.Add("conversation", &conversation, "label for the cache's events");
   flags.Add("parse-output", &parse_output, "split reasoning and tool calls out of the text");
@@ -155,41 +246,45 @@ int RunGenerate(const std::vector<std::string>& args, std::ostream& out, std::os
     err << "cairnctl generate: give exactly one of PROMPT, --chat or --prompt-ids\n";
     return 2;
   }
-  if (!rest.empty()) req.set_text(rest[0]);
-  if (!chat.empty()) {
-    nlohmann::json j = nlohmann::json::parse(chat, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_array()) {
-      err << "cairnctl generate: --chat must be a JSON array of messages\n";
+  // The request's strings travel as protobuf strings, which must be UTF-8: the daemon could not
+  // parse the request otherwise.
+  std::vector<std::pair<std::string, std::string>> texts = {
+      {"PROMPT", rest.empty() ? "" : rest[0]}, {"--chat", chat}, {"--conversation", conversation}};
+  for (const std::string& s : stop) texts.emplace_back("--stop", s);
+  for (const auto& [what, text] : texts) {
+    if (absl::Status s = CheckUtf8(text, what); !s.ok()) {
+      err << "cairnctl generate: " << s.message() << "\n";
       return 2;
     }
-    for (const nlohmann::json& m : j) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-        err << "cairnctl generate: every --chat message needs a string role\n";
-        return 2;
-      }
-      iv1::ChatMessage* cm = req.mutable_chat()->add_messages();
-      cm->set_role(m["role"].get<std::string>());
-      if (m.contains("content") && m["content"].is_string()) {
-        cm->set_content(m["content"].get<std::string>());
-      }
+  }
+  if (!rest.empty()) req.set_text(rest[0]);
+  if (!chat.empty()) {
+    absl::Status s = ParseChat(chat, req.mutable_chat());
+    if (!s.ok()) {
+      err << "cairnctl generate: --chat: " << s.message() << "\n";
+      return 2;
     }
   }
   if (!prompt_ids.empty()) {
-    std::ifstream in(prompt_ids);
-    std::stringstream text;
-    text << in.rdbuf();
-    nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    if (!in || !j.is_array()) {
+    absl::StatusOr<std::string> text = ReadUserFile(prompt_ids, "--prompt-ids");
+    if (!text.ok()) {
+      err << "cairnctl generate: " << text.status().message() << "\n";
+      return 2;
+    }
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array()) {
       err << "cairnctl generate: " << prompt_ids << " is not a JSON array of token ids\n";
       return 2;
     }
     req.mutable_token_ids();
     for (const nlohmann::json& id : j) {
-      if (!id.is_number_unsigned()) {
-        err << "cairnctl generate: " << prompt_ids << " holds a value that is not a token id\n";
+      // Token ids are uint32 on the wire; a larger one must not be cut to its low bits.
+      if (!id.is_number_unsigned() || id.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+        err << "cairnctl generate: " << prompt_ids << " holds " << id.dump()
+            << ", which is not a token id (an integer in [0, 2^32))\n";
         return 2;
       }
-      req.mutable_token_ids()->add_ids(id.get<uint32_t>());
+      req.mutable_token_ids()->add_ids(static_cast<uint32_t>(id.get<uint64_t>()));
     }
   }
   iv1::SamplingParams* sp = req.mutable_sampling();

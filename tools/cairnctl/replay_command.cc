@@ -2,6 +2,7 @@
 // /v1/completions with token-id prompts and records what every request cost.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -37,6 +39,14 @@ using Json = nlohmann::json;
 // The Qwen3 tokenizer's ordinary tokens; ids from 151,643 up are special tokens.
 constexpr int64_t kDefaultVocab = 151643;
 constexpr absl::Duration kProgressInterval = absl::Milliseconds(500);
+// The latest a request may be sent after the start (its arrival time / --speedup): a replay
+// longer than this is a mistake (a tiny --speedup, an absurd "t"), and an infinite one would
+// wait for ever.
+constexpr double kMaxSendOffsetSeconds = 30 * 24 * 3600.0;
+// The most --speedup may be: arrival times in microseconds of a replay.
+constexpr double kMaxSpeedup = 1e6;
+// The longest --timeout: a request that may take a month is no longer bounded.
+constexpr absl::Duration kMaxRequestTimeout = absl::Hours(24 * 30);
 
 struct ReplayOptions {
   std::string trace;
@@ -190,7 +200,9 @@ std::string RequestBody(const cache::sim::TraceRequest& r, const ReplayOptions& 
                {"stream", true},
                {"stream_options", {{"include_usage", true}}},
                {"prompt_cache_key", r.conv}};
-  return body.dump();
+  // The user's strings were checked for UTF-8 up front and the trace's are parsed JSON; replace
+  // anything else rather than throw.
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 ReplayRecord SendOne(HttpClient& client, const cache::sim::TraceRequest& r, size_t index,
@@ -242,14 +254,20 @@ int RunReplay(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.Add("trace", &o.trace, "trace file (JSONL, required)");
   flags.Add("gateway", &o.gateway, "gateway URL");
   flags.Add("model", &o.model, "model name; empty: the first one /v1/models lists");
-  flags.Add("concurrency", &o.concurrency, "requests in flight at most");
-  flags.Add("speedup", &o.speedup, "arrival times are divided by this; 0 ignores them");
-  flags.Add("vocab", &o.vocab, "token ids are taken modulo this (the model's ordinary tokens)");
-  flags.Add("max-gen", &o.max_gen, "cap on the tokens generated per request; 0: the trace's");
-  flags.Add("limit", &o.limit, "replay only the first N requests; 0: all");
+  flags.Add("concurrency", &o.concurrency, "requests in flight at most (one thread each)", 1,
+            kMaxThreadsFlag);
+  flags.Add("speedup", &o.speedup, "arrival times are divided by this; 0 ignores them", 0,
+            kMaxSpeedup);
+  flags.Add("vocab", &o.vocab, "token ids are taken modulo this (the model's ordinary tokens)", 2,
+            kNoMax64);
+  flags.Add("max-gen", &o.max_gen, "cap on the tokens generated per request; 0: the trace's", 0,
+            kNoMax64);
+  flags.Add("limit", &o.limit, "replay only the first N requests; 0: all", 0, kNoMax64);
   flags.Add("csv", &o.csv, "write one CSV row per request here");
   flags.Add("summary-json", &o.summary_json, "write the summary as JSON here");
-  flags.Add("timeout", &o.timeout, "deadline of one request");
+  flags.Add("timeout", &o.timeout,
+            "deadline of one request: connecting, sending and the whole streamed answer",
+            absl::Milliseconds(1), kMaxRequestTimeout);
   flags.Add("progress", &o.progress, "print a live progress line on stderr");
   int code = 0;
   if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
@@ -257,10 +275,8 @@ int RunReplay(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "replay: --trace FILE is required\n";
     return 2;
   }
-  if (o.concurrency < 1 || o.vocab < 2 || o.max_gen < 0 || o.limit < 0 || o.speedup < 0 ||
-      o.timeout <= absl::ZeroDuration()) {
-    err << "replay: --concurrency, --vocab, --max-gen, --limit, --speedup or --timeout out of "
-           "range\n";
+  if (absl::Status s = CheckUtf8(o.model, "--model"); !s.ok()) {
+    err << "replay: " << s.message() << "\n";
     return 2;
   }
   absl::StatusOr<HttpUrl> url = ParseHttpUrl(o.gateway);
@@ -278,6 +294,17 @@ int RunReplay(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   if (o.limit > 0 && static_cast<size_t>(o.limit) < trace->size()) {
     trace->resize(static_cast<size_t>(o.limit));
+  }
+  if (o.speedup > 0) {
+    for (const cache::sim::TraceRequest& r : *trace) {
+      const double offset = r.t / o.speedup;
+      if (!std::isfinite(offset) || offset > kMaxSendOffsetSeconds) {
+        err << "replay: " << o.trace << ":" << r.line << ": arrival time " << r.t
+            << " s / --speedup " << o.speedup << " is more than 30 days after the start "
+            << "(raise --speedup, or --speedup 0 to ignore arrival times)\n";
+        return 2;
+      }
+    }
   }
   std::string model = o.model;
   if (model.empty()) {
@@ -304,15 +331,23 @@ int RunReplay(const std::vector<std::string>& args, std::ostream& out, std::ostr
   Recorder recorder(trace->size(), o.progress, err);
   std::vector<std::thread> workers;
   for (int w = 0; w < o.concurrency; ++w) {
-    workers.emplace_back([&] {
-      HttpClient client(*url, o.timeout);
-      size_t index = 0;
-      while (dispatcher.Next(&index)) {
-        recorder.Add(SendOne(client, (*trace)[index], index, o, model, start));
-        dispatcher.Done(index);
-      }
-    });
+    // std::thread throws when the system refuses a thread; go on with those that started.
+    try {
+      workers.emplace_back([&] {
+        HttpClient client(*url, o.timeout);
+        size_t index = 0;
+        while (dispatcher.Next(&index)) {
+          recorder.Add(SendOne(client, (*trace)[index], index, o, model, start));
+          dispatcher.Done(index);
+        }
+      });
+    } catch (const std::system_error& e) {
+      err << "replay: could not start thread " << w + 1 << " of --concurrency " << o.concurrency
+          << ": " << e.what() << (workers.empty() ? "\n" : "; going on with fewer\n");
+      break;
+    }
   }
+  if (workers.empty()) return 1;
   for (std::thread& t : workers) t.join();
   if (o.progress) err << "\n";
 

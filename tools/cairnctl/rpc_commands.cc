@@ -33,12 +33,14 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
 #include "google/protobuf/dynamic_message.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "src/proto/grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tools/cairnctl/command.h"
 #include "tools/cairnctl/rpc_util.h"
+#include "tools/cairnctl/verb_flags.h"
 
 namespace cairn::cairnctl {
 
@@ -62,7 +64,7 @@ std::vector<std::string> ParseFlags(FlagSet& flags, CommonFlags& common,
                                     std::ostream& err, int* exit_code, size_t max_positionals) {
   if (common.addr.empty()) common.addr = DefaultCacheAddress();
   flags.Add("addr", &common.addr, "daemon address: unix:PATH or HOST:PORT", ValidatePeerAddress);
-  flags.Add("timeout", &common.timeout, "deadline of each call");
+  flags.Add("timeout", &common.timeout, "deadline of each call", kMinCallTimeout, kMaxCallTimeout);
   flags.Add("json", &common.json, "print JSON instead of tables");
   absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
   *exit_code = -1;
@@ -207,6 +209,30 @@ class ReflectionClient {
   pb::DescriptorPool pool_;
 };
 
+// Prints `names` one a line, or with `json` as a JSON array of strings.
+void PrintNames(const std::vector<std::string>& names, bool json, std::ostream& out) {
+  if (!json) {
+    for (const std::string& n : names) out << n << "\n";
+    return;
+  }
+  pb::ListValue list;
+  for (const std::string& n : names) list.add_values()->set_string_value(n);
+  out << ToJson(list) << "\n";
+}
+
+// Prints `descriptor`'s definition: as .proto text, or with `json` its descriptor proto
+// (ServiceDescriptorProto, MethodDescriptorProto, ...) in the protobuf JSON mapping.
+template <typename Descriptor, typename DescriptorProto>
+void PrintDefinition(const Descriptor& descriptor, bool json, std::ostream& out) {
+  if (!json) {
+    out << descriptor.DebugString();
+    return;
+  }
+  DescriptorProto proto;
+  descriptor.CopyTo(&proto);
+  out << ToJson(proto) << "\n";
+}
+
 int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("cairnctl list", "Lists the services a daemon serves (server reflection).");
   CommonFlags common;
@@ -226,9 +252,11 @@ int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostrea
       err << "cairnctl: no service " << rest[0] << "\n";
       return 1;
     }
+    std::vector<std::string> methods;
     for (int i = 0; i < service->method_count(); ++i) {
-      out << service->full_name() << "." << service->method(i)->name() << "\n";
+      methods.push_back(absl::StrCat(service->full_name(), ".", service->method(i)->name()));
     }
+    PrintNames(methods, common.json, out);
     return 0;
   }
   absl::StatusOr<std::vector<std::string>> names = client.ListServices();
@@ -236,7 +264,7 @@ int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     err << "cairnctl: " << names.status().message() << "\n";
     return 1;
   }
-  for (const std::string& n : *names) out << n << "\n";
+  PrintNames(*names, common.json, out);
   return 0;
 }
 
@@ -267,13 +295,13 @@ int RunDescribe(const std::vector<std::string>& args, std::ostream& out, std::os
   }
   std::replace(symbol.begin(), symbol.end(), '/', '.');
   if (const auto* s = (*pool)->FindServiceByName(symbol)) {
-    out << s->DebugString();
+    PrintDefinition<pb::ServiceDescriptor, pb::ServiceDescriptorProto>(*s, common.json, out);
   } else if (const auto* m = (*pool)->FindMethodByName(symbol)) {
-    out << m->DebugString();
+    PrintDefinition<pb::MethodDescriptor, pb::MethodDescriptorProto>(*m, common.json, out);
   } else if (const auto* d = (*pool)->FindMessageTypeByName(symbol)) {
-    out << d->DebugString();
+    PrintDefinition<pb::Descriptor, pb::DescriptorProto>(*d, common.json, out);
   } else if (const auto* e = (*pool)->FindEnumTypeByName(symbol)) {
-    out << e->DebugString();
+    PrintDefinition<pb::EnumDescriptor, pb::EnumDescriptorProto>(*e, common.json, out);
   } else {
     err << "cairnctl: no symbol " << symbol << "\n";
     return 1;
@@ -375,6 +403,24 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
     err << "cairnctl call: SERVICE/METHOD [JSON | @FILE | @] expected\n";
     return 2;
   }
+  // Read before any call: a bad @FILE is a bad argument, whether or not the daemon is up.
+  std::string json = rest.size() == 2 ? rest[1] : "{}";
+  if (absl::StartsWith(json, "@")) {
+    // A request too large for the command line (ARG_MAX), or kept in a file.
+    const std::string file = json.substr(1);
+    std::stringstream text;
+    if (file.empty() || file == "-") {
+      text << std::cin.rdbuf();
+      json = text.str();
+    } else {
+      absl::StatusOr<std::string> contents = ReadUserFile(file, "cairnctl call");
+      if (!contents.ok()) {
+        err << contents.status().message() << "\n";
+        return 2;
+      }
+      json = *std::move(contents);
+    }
+  }
   const std::string service_name = rest[0].substr(0, split);
   const std::string method_name = rest[0].substr(split + 1);
   std::shared_ptr<grpc::Channel> channel = NewLocalChannel(common.addr);
@@ -398,23 +444,6 @@ int RunCall(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   pb::DynamicMessageFactory factory(*pool);
   std::unique_ptr<pb::Message> request(factory.GetPrototype(method->input_type())->New());
   std::unique_ptr<pb::Message> response(factory.GetPrototype(method->output_type())->New());
-  std::string json = rest.size() == 2 ? rest[1] : "{}";
-  if (absl::StartsWith(json, "@")) {
-    // A request too large for the command line (ARG_MAX), or kept in a file.
-    const std::string file = json.substr(1);
-    std::stringstream text;
-    if (file.empty() || file == "-") {
-      text << std::cin.rdbuf();
-    } else {
-      std::ifstream in(file);
-      if (!in) {
-        err << "cairnctl call: cannot read " << file << "\n";
-        return 2;
-      }
-      text << in.rdbuf();
-    }
-    json = text.str();
-  }
   if (auto s = pb::util::JsonStringToMessage(json, request.get()); !s.ok()) {
     err << "cairnctl: bad JSON for " << method->input_type()->full_name() << ": " << s.message()
         << "\n";
@@ -552,13 +581,17 @@ int RunTree(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   return 0;
 }
 
+// How long `events --follow` follows without --timeout.
+constexpr absl::Duration kFollowTimeout = absl::Hours(24);
+
 int RunEvents(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   FlagSet flags("cairnctl events", "Prints the cache's decision events.");
   CommonFlags common;
   bool follow = false;
   int64_t after = 0;
   int limit = 0;
-  flags.Add("follow", &follow, "keep printing new events");
+  flags.Add("follow", &follow,
+            "keep printing new events until --timeout (here 24h unless given) passes, then exit 0");
   flags.Add("after", &after, "only events after this sequence number");
   flags.Add("limit", &limit, "stop after this many events (0: no limit)");
   int code;
@@ -572,8 +605,9 @@ int RunEvents(const std::vector<std::string>& args, std::ostream& out, std::ostr
   req.set_after_seq(static_cast<uint64_t>(after));
   req.set_follow(follow);
   req.set_limit(static_cast<uint32_t>(limit));
-  // Following has no natural end: a long deadline, renewed by running the verb again.
-  auto ctx = NewClientContext(follow ? absl::Hours(24) : common.timeout);
+  // Following has no natural end: unless --timeout says otherwise, a long deadline, renewed by
+  // running the verb again.
+  auto ctx = NewClientContext(follow && !flags.WasSet("timeout") ? kFollowTimeout : common.timeout);
   auto reader = CacheStub(common)->StreamEvents(ctx.get(), req);
   cv1::Event e;
   while (reader->Read(&e)) {
@@ -589,6 +623,8 @@ int RunEvents(const std::vector<std::string>& args, std::ostream& out, std::ostr
     out.flush();
   }
   grpc::Status s = reader->Finish();
+  // Following ends at its deadline: that is the end the user asked for, not a failure.
+  if (follow && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return 0;
   if (!s.ok()) return Fail(err, s);
   return 0;
 }
@@ -601,11 +637,17 @@ int RunEvict(const std::vector<std::string>& args, std::ostream& out, std::ostre
   flags.Add("all", &all, "evict every unpinned checkpoint");
   flags.Add("disk", &disk, "also delete the disk copies");
   int code;
-  std::vector<std::string> rest = ParseFlags(flags, common, args, out, err, &code);
+  std::vector<std::string> rest =
+      ParseFlags(flags, common, args, out, err, &code, /*max_positionals=*/1);
   if (code >= 0) return code;
   cv1::EvictRequest req;
   req.set_all(all);
   req.set_include_disk(disk);
+  if (all && !rest.empty()) {
+    err << "cairnctl evict: give a checkpoint id or --all, not both (unexpected '" << rest[0]
+        << "')\n";
+    return 2;
+  }
   if (!all) {
     uint64_t id = 0;
     if (rest.size() != 1 || !absl::SimpleAtoi(rest[0], &id) || id == 0) {
@@ -618,6 +660,10 @@ int RunEvict(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto ctx = NewClientContext(common.timeout);
   grpc::Status s = CacheStub(common)->Evict(ctx.get(), req, &r);
   if (!s.ok()) return Fail(err, s);
+  if (common.json) {
+    out << ToJson(r) << "\n";
+    return 0;
+  }
   out << "evicted " << r.evicted_size() << " checkpoint(s)\n";
   return 0;
 }
@@ -636,14 +682,12 @@ int RunExplain(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (code >= 0) return code;
   std::vector<std::string> words = rest;
   if (!tokens_file.empty()) {
-    std::ifstream in(tokens_file);
-    if (!in) {
-      err << "cairnctl explain: cannot read " << tokens_file << "\n";
+    absl::StatusOr<std::string> text = ReadUserFile(tokens_file, "cairnctl explain: --tokens-file");
+    if (!text.ok()) {
+      err << text.status().message() << "\n";
       return 2;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    words.push_back(text.str());
+    words.push_back(*std::move(text));
   }
   cv1::ExplainRequest req;
   if (model < 0) {
@@ -702,6 +746,10 @@ int RunFlush(const std::vector<std::string>& args, std::ostream& out, std::ostre
   auto ctx = NewClientContext(common.timeout);
   grpc::Status s = CacheStub(common)->Flush(ctx.get(), cv1::FlushRequest(), &r);
   if (!s.ok()) return Fail(err, s);
+  if (common.json) {
+    out << ToJson(r) << "\n";
+    return 0;
+  }
   out << "published " << r.persisted() << " checkpoint(s)\n";
   return 0;
 }

@@ -27,21 +27,37 @@ namespace {
 using cache::sim::AgentTraceOptions;
 using cache::sim::SimOptions;
 
+// Bounds of the offline verbs' flags: each far beyond a real setting, close enough that a typo
+// (a negative cost, a zero bandwidth, a week-long step, a billion-token system prompt) is exit 2
+// with the flag's name rather than a division by zero, an endless trace or an allocation failure.
+constexpr int kMaxSimSlots = 1024;
+constexpr double kMaxCostMs = 1e9;                     // Per token or per pass.
+constexpr double kMinBandwidth = 1;                    // Bytes per second.
+constexpr double kMaxBandwidth = 1e15;                 // A petabyte per second.
+constexpr int64_t kMaxTraceTokens = int64_t{1} << 24;  // A trace prompt's limit (trace.h).
+constexpr int kMaxTraceCount = 100000;                 // Conversations, turns, messages back.
+constexpr double kMaxGapSeconds = 30 * 24 * 3600.0;    // Mean step or idle gap: a month.
+
 void AddSimFlags(FlagSet& flags, SimOptions& o, uint64_t* ram, uint64_t* disk,
                  uint64_t* private_bytes) {
   cache::sim::PolicyOptions& p = o.policy;
   flags.AddBytes("ram-bytes", ram, "RAM budget of every policy (K, M, G, Ki, Mi, Gi)");
   flags.AddBytes("disk-bytes", disk, "cairn's disk tier budget; 0: no disk tier");
-  flags.Add("slots", &p.slots, "execution slots");
-  flags.Add("vocab", &o.trace.vocab_size, "modulus of the pseudo-random token stream");
+  flags.Add("slots", &p.slots, "execution slots", 1, kMaxSimSlots);
+  flags.Add("vocab", &o.trace.vocab_size, "modulus of the pseudo-random token stream", 2, kNoMax64);
   // Cost model.
-  flags.Add("prefill-ms-per-token", &p.cost.prefill_ms_per_token, "prefill cost at depth 0");
+  flags.Add("prefill-ms-per-token", &p.cost.prefill_ms_per_token, "prefill cost at depth 0", 0,
+            kMaxCostMs);
   flags.Add("prefill-ms-per-token-per-1k", &p.cost.prefill_ms_per_token_per_1k,
-            "extra prefill cost per token per 1,000 tokens of depth");
-  flags.Add("pass-overhead-ms", &p.cost.pass_overhead_ms, "fixed cost of one prefill pass");
-  flags.Add("ram-restore-bytes-per-s", &p.cost.ram_restore_bytes_per_s, "RAM restore bandwidth");
-  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s, "disk restore bandwidth");
-  flags.Add("capture-bytes-per-s", &p.cost.capture_bytes_per_s, "capture copy bandwidth");
+            "extra prefill cost per token per 1,000 tokens of depth", 0, kMaxCostMs);
+  flags.Add("pass-overhead-ms", &p.cost.pass_overhead_ms, "fixed cost of one prefill pass", 0,
+            kMaxCostMs);
+  flags.Add("ram-restore-bytes-per-s", &p.cost.ram_restore_bytes_per_s, "RAM restore bandwidth",
+            kMinBandwidth, kMaxBandwidth);
+  flags.Add("disk-restore-bytes-per-s", &p.cost.disk_restore_bytes_per_s, "disk restore bandwidth",
+            kMinBandwidth, kMaxBandwidth);
+  flags.Add("capture-bytes-per-s", &p.cost.capture_bytes_per_s, "capture copy bandwidth",
+            kMinBandwidth, kMaxBandwidth);
   flags.Add("bytes-per-row", &p.cost.bytes_per_row, "row bytes of one token");
   flags.AddBytes("private-bytes", private_bytes, "private state of one checkpoint");
   flags.Add("chunk-rows", &p.cost.chunk_rows, "rows per chunk");
@@ -160,6 +176,18 @@ int RunCalibrated(SimOptions options, const std::string& csv, const std::string&
     err << "simulate: --calibrate: " << records.status().message() << "\n";
     return 1;
   }
+  // The replay's rows name requests of this trace; one past its end is another trace's row (and
+  // an index near INT_MAX must not overflow the count below).
+  int64_t max_index = -1;
+  for (const cache::sim::ReplayRecord& r : *records) {
+    if (r.index < 0 || static_cast<uint64_t>(r.index) >= trace.size()) {
+      err << "simulate: --calibrate: " << csv << ": row of request " << r.index << " (line "
+          << r.line << ") is outside the trace's " << trace.size()
+          << " requests (was the replay of another trace?)\n";
+      return 1;
+    }
+    max_index = std::max<int64_t>(max_index, r.index);
+  }
   absl::StatusOr<cache::sim::CalibrationFit> fit =
       cache::sim::Calibrate(*records, options.policy.cost, options.policy.planner.max_pass_tokens);
   if (!fit.ok()) {
@@ -169,9 +197,7 @@ int RunCalibrated(SimOptions options, const std::string& csv, const std::string&
   out << "calibration from " << csv << "\n"
       << cache::sim::FormatCalibration(*fit, options.policy.cost) << "\n";
   options.policy.cost = fit->cost;
-  int max_index = -1;
-  for (const cache::sim::ReplayRecord& r : *records) max_index = std::max(max_index, r.index);
-  if (static_cast<size_t>(max_index + 1) < trace.size()) {
+  if (static_cast<uint64_t>(max_index + 1) < trace.size()) {
     trace.resize(static_cast<size_t>(max_index + 1));
   }
   std::vector<cache::sim::SimRequest> requests = cache::sim::PrepareRequests(trace, options.trace);
@@ -438,6 +464,11 @@ int RunCompare(const std::vector<std::string>& args, std::ostream& out, std::ost
     std::vector<int64_t> one;
     if (!ParseByteList({cdf_budget}, "cdf-budget", &one, err)) return 2;
     cdf_bytes = one.front();
+    if (std::find(compare.ram_budgets.begin(), compare.ram_budgets.end(), cdf_bytes) ==
+        compare.ram_budgets.end()) {
+      err << "compare: --cdf-budget " << cdf_budget << " is not one of --budgets\n";
+      return 2;
+    }
   }
   absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace =
       cache::sim::ReadTraceFile(trace_path, compare.base.trace);
@@ -489,41 +520,41 @@ int RunGenTrace(const std::vector<std::string>& args, std::ostream& out, std::os
             "agent | agent-8 | single-user | team | long-context | coding-agent: defaults the "
             "other flags override");
   flags.Add("out", &path, "output file; stdout when empty");
-  flags.Add("seed", &seed, "random seed");
-  flags.Add("conversations", &o.conversations, "top-level conversations");
-  flags.Add("turns", &o.turns_per_conversation, "turns per conversation");
-  flags.Add("system-prompt-tokens", &o.system_prompt_tokens, "shared system prompt + tools");
-  flags.Add("first-user-tokens", &o.first_user_tokens, "mean first user message");
-  flags.Add("append-tokens", &o.append_tokens_mean, "mean append per step");
-  flags.Add("append-tokens-max", &o.append_tokens_max, "longest message");
-  flags.Add("answer-tokens", &o.answer_tokens_mean, "mean visible answer");
-  flags.Add("reasoning-fraction", &o.reasoning_fraction, "turns whose reasoning is dropped");
-  flags.Add("reasoning-tokens", &o.reasoning_tokens_mean, "mean reasoning length");
-  flags.Add("edit-probability", &o.edit_probability, "a turn edits an earlier message");
-  flags.Add("edit-back-messages", &o.edit_back_messages, "an edit reaches this many messages back");
-  flags.Add("subagent-probability", &o.subagent_probability, "a turn starts a subagent");
-  flags.Add("subagent-turns", &o.subagent_turns, "turns per subagent");
+  flags.Add("seed", &seed, "random seed", 0, kNoMax64);
+  flags.Add("conversations", &o.conversations, "top-level conversations", 1, kMaxTraceCount);
+  flags.Add("turns", &o.turns_per_conversation, "turns per conversation", 1, kMaxTraceCount);
+  flags.Add("system-prompt-tokens", &o.system_prompt_tokens, "shared system prompt + tools", 0,
+            kMaxTraceTokens);
+  flags.Add("first-user-tokens", &o.first_user_tokens, "mean first user message", 1,
+            kMaxTraceTokens);
+  flags.Add("append-tokens", &o.append_tokens_mean, "mean append per step", 1, kMaxTraceTokens);
+  flags.Add("append-tokens-max", &o.append_tokens_max, "longest message", 1, kMaxTraceTokens);
+  flags.Add("answer-tokens", &o.answer_tokens_mean, "mean visible answer", 1, kMaxTraceTokens);
+  flags.Add("reasoning-fraction", &o.reasoning_fraction, "turns whose reasoning is dropped", 0, 1);
+  flags.Add("reasoning-tokens", &o.reasoning_tokens_mean, "mean reasoning length", 0,
+            kMaxTraceTokens);
+  flags.Add("edit-probability", &o.edit_probability, "a turn edits an earlier message", 0, 1);
+  flags.Add("edit-back-messages", &o.edit_back_messages, "an edit reaches this many messages back",
+            1, kMaxTraceCount);
+  flags.Add("subagent-probability", &o.subagent_probability, "a turn starts a subagent", 0, 1);
+  flags.Add("subagent-turns", &o.subagent_turns, "turns per subagent", 0, kMaxTraceCount);
   flags.Add("subagent-fork-probability", &o.subagent_fork_probability,
-            "a subagent forks the parent's whole prompt, not only the system prompt");
+            "a subagent forks the parent's whole prompt, not only the system prompt", 0, 1);
   flags.Add("tool-result-tail-probability", &o.tool_result_tail_probability,
-            "an append is a heavy-tailed tool result (Pareto)");
+            "an append is a heavy-tailed tool result (Pareto)", 0, 1);
   flags.Add("tool-result-tail-alpha", &o.tool_result_tail_alpha,
             "Pareto shape of tool results (smaller: heavier tail)");
   flags.Add("compaction-threshold-tokens", &o.compaction_threshold_tokens,
-            "histories longer than this are compacted");
+            "histories longer than this are compacted", 1, kMaxTraceTokens);
   flags.Add("compaction-summary-tokens", &o.compaction_summary_tokens,
-            "summary a compacted history restarts from");
-  flags.Add("step-seconds", &o.step_seconds_mean, "mean gap between steps");
-  flags.Add("idle-probability", &o.idle_probability, "a step is followed by a human pause");
-  flags.Add("idle-seconds", &o.idle_seconds_mean, "mean pause");
+            "summary a compacted history restarts from", 0, kMaxTraceTokens);
+  flags.Add("step-seconds", &o.step_seconds_mean, "mean gap between steps", 0, kMaxGapSeconds);
+  flags.Add("idle-probability", &o.idle_probability, "a step is followed by a human pause", 0, 1);
+  flags.Add("idle-seconds", &o.idle_seconds_mean, "mean pause", 0, kMaxGapSeconds);
   flags.Add("scale", &o.token_scale,
             "multiplies every token length (e.g. 0.125 for a small CPU model); times unchanged");
   int code = 0;
   if (!ParseVerbFlags(flags, args, out, err, &code)) return code;
-  if (seed < 0) {
-    err << "gen-trace: --seed must be non-negative\n";
-    return 2;
-  }
   o.seed = static_cast<uint64_t>(seed);
   absl::StatusOr<std::vector<cache::sim::TraceRequest>> trace = cache::sim::GenerateAgentTrace(o);
   if (!trace.ok()) {

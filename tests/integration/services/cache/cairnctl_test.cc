@@ -1,11 +1,15 @@
 // cairnctl's online verbs against a live cache daemon (in this process).
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/services/cache/fake_infer.h"
 #include "tools/cairnctl/command.h"
 
@@ -179,6 +183,53 @@ TEST_F(CairnctlTest, ExplainSaysWhatAPromptWouldRestore) {
   EXPECT_EQ(miss.code, 0) << miss.err;
   EXPECT_NE(miss.out.find("cold"), std::string::npos) << miss.out;
   EXPECT_EQ(bad.code, 2);
+}
+
+TEST_F(CairnctlTest, JsonIsHonouredByListDescribeEvictAndFlush) {
+  using Json = nlohmann::json;
+  Result list = Ctl(server_.address(), {"list", "--json"});
+  Result methods = Ctl(server_.address(), {"list", "--json", "cairn.cache.v1.CacheService"});
+  Result describe = Ctl(server_.address(), {"describe", "--json", "cairn.cache.v1.EvictRequest"});
+  Result evict = Ctl(server_.address(), {"evict", "--json", std::to_string(ids_[0])});
+  Result flush = Ctl(server_.address(), {"flush", "--json"});
+
+  ASSERT_EQ(list.code, 0) << list.err;
+  const Json services = Json::parse(list.out, nullptr, false);
+  ASSERT_TRUE(services.is_array()) << list.out;
+  EXPECT_NE(std::find(services.begin(), services.end(), Json("cairn.cache.v1.CacheService")),
+            services.end())
+      << list.out;
+  const Json method_names = Json::parse(methods.out, nullptr, false);
+  ASSERT_TRUE(method_names.is_array()) << methods.out;
+  EXPECT_NE(std::find(method_names.begin(), method_names.end(),
+                      Json("cairn.cache.v1.CacheService.Lookup")),
+            method_names.end());
+  ASSERT_EQ(describe.code, 0) << describe.err;
+  const Json message = Json::parse(describe.out, nullptr, false);
+  ASSERT_TRUE(message.is_object()) << describe.out;
+  EXPECT_EQ(message.value("name", ""), "EvictRequest") << describe.out;
+  ASSERT_EQ(evict.code, 0) << evict.err;
+  EXPECT_TRUE(Json::parse(evict.out, nullptr, false).is_object()) << evict.out;
+  ASSERT_EQ(flush.code, 0) << flush.err;
+  EXPECT_TRUE(Json::parse(flush.out, nullptr, false).is_object()) << flush.out;
+}
+
+TEST_F(CairnctlTest, FollowingEventsEndsAtTheGivenTimeout) {
+  const absl::Time start = absl::Now();
+
+  Result follow = Ctl(server_.address(), {"events", "--follow", "--timeout=1s"});
+
+  EXPECT_EQ(follow.code, 0) << follow.err;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_NE(follow.out.find("admit"), std::string::npos) << follow.out;
+}
+
+TEST_F(CairnctlTest, EvictWithAnIdAndAllIsRefused) {
+  Result both = Ctl(server_.address(), {"evict", std::to_string(ids_[0]), "--all"});
+  Result status = Ctl(server_.address(), {"status"});
+
+  EXPECT_EQ(both.code, 2) << both.err;
+  EXPECT_NE(status.out.find("2 checkpoints"), std::string::npos) << status.out;
 }
 
 }  // namespace

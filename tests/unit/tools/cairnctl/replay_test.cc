@@ -5,11 +5,15 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/write.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "common/concurrency/mutex.h"
@@ -79,6 +83,49 @@ TEST(CompletionStreamTest, ErrorEventsAndTruncatedStreamsAreErrors) {
   EXPECT_FALSE(c.error.empty());
 }
 
+TEST(CompletionStreamTest, FieldsOfTheWrongTypeAreTheRequestsErrorNotAnAbort) {
+  // Each final event carries one bad field; nlohmann's value() threw on all but the last, and
+  // converting 1e300 to int64 was undefined.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("cairn": {"tier": 1})", "cairn.tier is not a string"},
+      {R"("cairn": {"tier": "ram"}, "usage": {"completion_tokens": null})",
+       "usage.completion_tokens is not a number"},
+      {R"("cairn": {"tier": "ram"}, "usage": {"prompt_tokens_details": {"cached_tokens": "5"}})",
+       "usage.prompt_tokens_details.cached_tokens is not a number"},
+      {R"("cairn": {"depth": 1e300})", "cairn.depth is not a count"},
+      {R"("cairn": {"depth": -1e300})", "cairn.depth is not a count"},
+      {R"("cairn": {"depth": 2.5})", "cairn.depth is not a count"},
+      {R"("cairn": {"depth": 18446744073709551615})", "cairn.depth is out of range"},
+      {R"("cairn": {"restore_ms": "fast"})", "cairn.restore_ms is not a number"},
+      {R"("cairn": {"captures": [1]})", "cairn.captures is not a number"},
+  };
+  for (const auto& [fields, message] : cases) {
+    CompletionStream stream;
+    stream.Feed(
+        absl::StrCat("data: {\"choices\": [{\"text\": \"a\", \"finish_reason\": \"length\"}], ",
+                     fields, "}\n\ndata: [DONE]\n\n"));
+    cache::sim::ReplayRecord r;
+    stream.Fill(&r);
+
+    EXPECT_EQ(r.error, absl::StrCat("malformed event: ", message)) << fields;
+  }
+}
+
+TEST(CompletionStreamTest, IntegralFloatsAreCounts) {
+  CompletionStream stream;
+  stream.Feed(
+      "data: {\"choices\": [{\"text\": \"a\", \"finish_reason\": \"length\"}], \"cairn\": "
+      "{\"tier\": \"ram\", \"depth\": 4096.0, \"ttft_ms\": 7}, \"usage\": "
+      "{\"completion_tokens\": 3}}\n\n");
+  cache::sim::ReplayRecord r;
+  stream.Fill(&r);
+
+  EXPECT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.depth, 4096);
+  EXPECT_DOUBLE_EQ(r.server_ttft_ms, 7);
+  EXPECT_EQ(r.completion_tokens, 3);
+}
+
 TEST(HttpUrlTest, ParsesHostPortAndPrefix) {
   absl::StatusOr<HttpUrl> a = ParseHttpUrl("http://127.0.0.1:8080");
   absl::StatusOr<HttpUrl> b = ParseHttpUrl("http://gateway/api/");
@@ -95,7 +142,8 @@ TEST(HttpUrlTest, ParsesHostPortAndPrefix) {
   EXPECT_EQ(c->port, "9000");
   EXPECT_EQ(c->prefix, "/x");
   for (const char* bad :
-       {"https://x", "127.0.0.1:80", "http://", "http://x:0", "http://x:99999", "http://x:port"}) {
+       {"https://x", "127.0.0.1:80", "http://", "http://x:0", "http://x:99999", "http://x:port",
+        "http://[::1]junk:47180", "http://[::1]junk", "http://::1:80", "http://[::1"}) {
     EXPECT_THAT(ParseHttpUrl(bad).status(), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
   }
 }
@@ -105,6 +153,63 @@ TEST(HttpClientTest, UnreachableServerIsUnavailable) {
   HttpClient client({"127.0.0.1", "1", ""}, absl::Seconds(5));
 
   EXPECT_THAT(client.Get("/health").status(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+// A TCP listener on 127.0.0.1 that never accepts: the kernel completes connections into its
+// backlog, so a client connects and sends, and then no answer ever comes.
+class SilentServer {
+ public:
+  SilentServer() : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {}
+  std::string port() const { return absl::StrCat(acceptor_.local_endpoint().port()); }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port()); }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+};
+
+TEST(HttpClientTest, ASilentServerIsDeadlineExceededWithinTheTimeout) {
+  SilentServer server;
+  // Sub-second: SO_RCVTIMEO took whole seconds, so 300ms used to mean no timeout at all.
+  HttpClient client({"127.0.0.1", server.port(), ""}, absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+
+  absl::StatusOr<HttpResult> get = client.Get("/v1/models");
+  absl::StatusOr<HttpResult> post = client.Post("/v1/completions", "{}", [](absl::string_view) {});
+
+  EXPECT_THAT(get.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(post.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(HttpClientTest, AStreamThatStallsIsDeadlineExceeded) {
+  // Answers the headers and one event of a chunked stream, then says nothing more.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const std::string port = absl::StrCat(acceptor.local_endpoint().port());
+  std::thread server([&] {
+    boost::asio::ip::tcp::socket socket(io);
+    boost::system::error_code ec;
+    acceptor.accept(socket, ec);
+    if (ec) return;
+    char buffer[4096];
+    socket.read_some(boost::asio::buffer(buffer), ec);
+    const std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "6\r\ndata: \r\n";
+    boost::asio::write(socket, boost::asio::buffer(head), ec);
+    // Hold the connection until the client gives up and closes it.
+    socket.read_some(boost::asio::buffer(buffer), ec);
+  });
+  HttpClient client({"127.0.0.1", port, ""}, absl::Milliseconds(300));
+  std::string seen;
+
+  absl::StatusOr<HttpResult> r = client.Post(
+      "/v1/completions", "{}", [&](absl::string_view b) { seen.append(b.data(), b.size()); });
+  server.join();
+
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(seen, "data: ");
 }
 
 // A stand-in for cairn-gateway on 127.0.0.1: /v1/models and streamed /v1/completions whose
@@ -288,6 +393,118 @@ TEST(ReplayCommandTest, UnreachableGatewayFailsClearly) {
 
   EXPECT_EQ(RunCairnctl(static_cast<int>(argv.size()), argv.data(), out, err), 1);
   EXPECT_THAT(err.str(), ::testing::HasSubstr("/v1/models"));
+}
+
+struct Outcome {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Outcome Replay(std::vector<std::string> args) {
+  args.insert(args.begin(), {"cairnctl", "replay", "--noprogress"});
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = RunCairnctl(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string WriteTrace(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ReplayCommandTest, TheTimeoutBoundsEveryRequestAndTheModelsProbe) {
+  SilentServer gateway;
+  const std::string trace =
+      WriteTrace("replay_timeout.jsonl", "{\"conv\": \"A\", \"segments\": [{\"ids\": [1]}]}\n");
+  const absl::Time start = absl::Now();
+
+  const Outcome probe =
+      Replay({"--trace", trace, "--gateway", gateway.url(), "--timeout", "300ms"});
+  const Outcome request =
+      Replay({"--trace", trace, "--gateway", gateway.url(), "--timeout", "300ms", "--model", "m"});
+
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(probe.code, 1);
+  EXPECT_THAT(probe.err, ::testing::HasSubstr("/v1/models"));
+  EXPECT_THAT(probe.err, ::testing::HasSubstr("longer than the timeout (300ms)"));
+  EXPECT_EQ(request.code, 1);
+  EXPECT_THAT(request.err, ::testing::HasSubstr("longer than the timeout (300ms)"));
+}
+
+TEST(ReplayCommandTest, AMalformedEventFailsItsRequestAndTheReplayGoesOn) {
+  // A gateway whose final events carry a field of the wrong type ("tier": 1) used to abort the
+  // whole replay with an uncaught nlohmann::type_error.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const std::string url = absl::StrCat("http://127.0.0.1:", acceptor.local_endpoint().port());
+  std::thread server([&] {
+    namespace http = boost::beast::http;
+    boost::asio::ip::tcp::socket socket(io);
+    boost::system::error_code ec;
+    acceptor.accept(socket, ec);
+    boost::beast::flat_buffer buffer;
+    for (int i = 0; i < 2 && !ec; ++i) {
+      http::request<http::string_body> req;
+      http::read(socket, buffer, req, ec);
+      if (ec) return;
+      http::response<http::string_body> res(http::status::ok, 11);
+      res.keep_alive(true);
+      res.body() =
+          "data: {\"choices\": [{\"text\": \"a\", \"finish_reason\": \"length\"}], \"cairn\": "
+          "{\"tier\": 1}, \"usage\": {\"completion_tokens\": null}}\n\ndata: [DONE]\n\n";
+      res.prepare_payload();
+      http::write(socket, res, ec);
+    }
+  });
+  const std::string trace = WriteTrace("replay_malformed.jsonl",
+                                       "{\"conv\": \"A\", \"segments\": [{\"ids\": [1]}]}\n"
+                                       "{\"conv\": \"A\", \"segments\": [{\"ids\": [1, 2]}]}\n");
+
+  const Outcome o = Replay(
+      {"--trace", trace, "--gateway", url, "--model", "m", "--speedup", "0", "--concurrency", "1"});
+  server.join();
+
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_THAT(o.out, ::testing::HasSubstr("0 ok, 2 failed"));
+  EXPECT_THAT(o.err, ::testing::HasSubstr("malformed event: cairn.tier is not a string"));
+}
+
+TEST(ReplayCommandTest, BadFlagsAreExitTwoBeforeAnyRequest) {
+  const std::string trace = WriteTrace(
+      "replay_flags.jsonl", "{\"conv\": \"A\", \"t\": 14.5, \"segments\": [{\"ids\": [1]}]}\n");
+  const std::string far = WriteTrace(
+      "replay_far.jsonl", "{\"conv\": \"A\", \"t\": 1e300, \"segments\": [{\"ids\": [1]}]}\n");
+  // Port 1: nothing listens, so reaching the network would be exit 1, not 2.
+  const std::vector<std::string> base = {"--trace", trace, "--gateway", "http://127.0.0.1:1"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--model", "\xff"}, "--model is not valid UTF-8"},
+      {{"--concurrency", "1000000"}, "--concurrency: \"1000000\" is out of range"},
+      {{"--concurrency", "0"}, "--concurrency"},
+      {{"--speedup", "1e-300"}, "more than 30 days after the start"},
+      {{"--speedup", "inf"}, "--speedup"},
+      {{"--speedup", "nan"}, "--speedup: \"nan\" is not a number"},
+      {{"--timeout", "0"}, "--timeout"},
+      {{"--timeout", "-1s"}, "--timeout"},
+      {{"--timeout", "inf"}, "--timeout"},
+      {{"--vocab", "1"}, "--vocab"},
+      {{"--gateway", "http://[::1]junk:47180"}, "junk after ]"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), flags.begin(), flags.end());
+
+    const Outcome o = Replay(args);
+
+    EXPECT_EQ(o.code, 2) << flags[0] << " " << flags[1] << ": " << o.err;
+    EXPECT_THAT(o.err, ::testing::HasSubstr(message)) << flags[0];
+  }
+  const Outcome infinite = Replay({"--trace", far, "--gateway", "http://127.0.0.1:1"});
+  EXPECT_EQ(infinite.code, 2) << infinite.err;
+  EXPECT_THAT(infinite.err, ::testing::HasSubstr("replay_far.jsonl:1: arrival time"));
 }
 
 }  // namespace
