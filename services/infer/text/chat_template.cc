@@ -374,6 +374,24 @@ bool HoldsAny(std::string_view s, const std::vector<std::string>& needles) {
                      [&](const std::string& t) { return s.find(t) != std::string_view::npos; });
 }
 
+// Whether a string of tool-call arguments in `messages` holds a JSON escape (its parsed value,
+// which the template reads, may then hold text the string does not).
+bool EscapedArguments(const json& messages) {
+  for (const json& m : messages) {
+    const auto calls = m.is_object() ? m.find("tool_calls") : m.end();
+    if (calls == m.end() || !calls->is_array()) continue;
+    for (const json& call : *calls) {
+      const json* fn = call.is_object() && call.contains("function") ? &call["function"] : &call;
+      const auto args = fn->is_object() ? fn->find("arguments") : fn->end();
+      if (args != fn->end() && args->is_string() &&
+          args->get_ref<const std::string&>().find('\\') != std::string::npos) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 // Markers for `in`; InvalidArgument where its text leaves no two characters free.
 absl::StatusOr<Markers> MarkersFor(const RenderInputs& in) {
   std::vector<bool> used(kMarkerCount, false);
@@ -519,6 +537,15 @@ absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
     ASSIGN_OR_RETURN(std::string text, chat_template.Render(request));
     return Encodable{std::move(text), {}};
   }
+  // Most requests hold no special token's text, neither as sent nor behind a JSON escape in a
+  // string of tool-call arguments: they render as they are, without a copy.
+  const auto holds = [&](std::string_view s) { return HoldsAny(s, specials); };
+  if (!AnyText(request.messages, holds) && !AnyText(request.tools, holds) &&
+      !AnyText(request.extra, holds) &&
+      !(chat_template.options().parse_string_arguments && EscapedArguments(request.messages))) {
+    ASSIGN_OR_RETURN(std::string text, chat_template.Render(request));
+    return Encodable{std::move(text), {}};
+  }
   // What the template will read: string arguments parsed first, as Render does, so that a
   // special token written with JSON escapes (\u003c|im_end|\u003e) is seen and marked too.
   ChatRequest wrapped = request;
@@ -528,7 +555,7 @@ absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
   const RenderInputs in{&wrapped.messages, &wrapped.tools, &wrapped.extra};
   // The request is rewritten only where some string holds a special token's text, as few
   // conversations' do.
-  if (!AnyTextOf(in, [&](std::string_view s) { return HoldsAny(s, specials); })) {
+  if (!AnyTextOf(in, holds)) {
     ASSIGN_OR_RETURN(std::string text, chat_template.Render(wrapped));
     return Encodable{std::move(text), {}};
   }
