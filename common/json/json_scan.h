@@ -33,6 +33,17 @@ JsonObjectScan ScanJsonObjects(absl::string_view text);
 // untrusted text, whose parser recurses once a level.
 int JsonNestingDepth(absl::string_view text, int limit);
 
+// The deepest nesting accepted in a JSON file read from a model's folder or a state directory
+// (config.json, tokenizer.json, tokenizer_config.json, an index of shards; real ones nest five
+// or six levels). nlohmann parses without recursion but copies, dumps and compares a value a
+// level at a time, so a file nested a hundred thousand deep would overflow the stack.
+inline constexpr int kMaxFileJsonNesting = 64;
+
+// True when the JSON text `text` nests deeper than kMaxFileJsonNesting: refuse it unparsed.
+inline bool FileJsonTooDeep(absl::string_view text) {
+  return JsonNestingDepth(text, kMaxFileJsonNesting) > kMaxFileJsonNesting;
+}
+
 // The largest object an ordered parse of untrusted text accepts: its quadratic insertion then
 // stays within about 10^7 comparisons (a few milliseconds).
 inline constexpr int64_t kMaxOrderedJsonObjectMembers = 4096;

@@ -392,6 +392,13 @@ void CacheDaemon::SendNewSpillsLocked() {
   }
 }
 
+std::vector<uint64_t> CacheDaemon::OutstandingSpillsLocked(std::vector<uint64_t> spills) {
+  if (spills.empty()) return spills;
+  AfterCoreLocked();
+  std::erase_if(spills, [this](uint64_t id) { return !core_->GetSpill(id).ok(); });
+  return spills;
+}
+
 void CacheDaemon::AfterCoreLocked() {
   // Settling a lease may ask for more spills, and sending a spill may fail it at once: repeat
   // until both are quiet.
@@ -492,7 +499,7 @@ absl::StatusOr<std::vector<uint64_t>> CacheDaemon::StartSlot(const SlotStart& re
     RETURN_IF_ERROR(core_->ContinueSlot(key, ids, req.conversation));
     counters_.CountHit(Tier::kLive, 0);
   }
-  return preserve_spills;
+  return OutstandingSpillsLocked(std::move(preserve_spills));
 }
 
 const CacheDaemon::Model* CacheDaemon::ModelForLocked(const std::string& compatibility) const {

@@ -326,6 +326,13 @@ class CacheDaemon {
   // the leases waiting for finished spills, and retries deferred disk writes. Idempotent.
   void AfterCoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendNewSpillsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs AfterCoreLocked now and returns the spills of `spills` still outstanding: the ids a
+  // reply tells the client to wait for. A spill the cache could not ask for (no arena extent
+  // for its rows) has failed by then, and its request never comes: a client told of it would
+  // stall its slots until its spill wait ran out and then end the session. Its rows are
+  // forfeit (the checkpoints needing them are gone), so the slot may overwrite them.
+  std::vector<uint64_t> OutstandingSpillsLocked(std::vector<uint64_t> spills)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SettleLeasesLocked(const FinishedSpill& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends LeaseReady for lease `id` (ok, or the failure) and, on failure, voids the lease.
   void AnswerLeaseLocked(uint64_t id, bool ok, const std::string& failure)

@@ -265,6 +265,7 @@ RestoreGrant CacheDaemon::GrantLeaseLocked(
     grant.tail.checksum = state.tail_checksum;
   }
   counters_.CountHit(tier, plan.depth);
+  grant.preserve_spills = OutstandingSpillsLocked(std::move(grant.preserve_spills));
   return grant;
 }
 

@@ -312,6 +312,7 @@ absl::StatusOr<ModelRegistration> ModelRegistrationFromProto(const v1::RegisterM
         {"identity.layout_digest", &ident.layout_digest()},
         {"identity.numerics_class", &ident.numerics_class()},
         {"identity.speculative_config", &ident.speculative_config()},
+        {"identity.config_digest", &ident.config_digest()},
         {"model_name", &req.model_name()}}) {
     RETURN_IF_ERROR(CheckLength(field, *value, WireLimits::kMaxNameBytes));
   }

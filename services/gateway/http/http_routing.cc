@@ -213,6 +213,10 @@ bool IsIdentityCoding(absl::string_view coding) {
   return coding.empty() || absl::EqualsIgnoreCase(coding, "identity");
 }
 
+bool IsChunkedCoding(absl::string_view coding) {
+  return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(coding), "chunked");
+}
+
 void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {
   // GW1: deny by default; only the health check and the root probe may go without a key.
   CAIRN_CHECK(!options.public_route || path == "/health" || path == "/");

@@ -118,6 +118,16 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
       m->set_role("tool");
       m->set_tool_call_id(*id);
       m->set_content(std::move(text));
+    } else if (*type == "search_result" || *type == "document") {
+      ASSIGN_OR_RETURN(std::optional<std::string> text, TextBlockText(b, *type, limits));
+      const bool media = !text.has_value();
+      if (media && MediaPartsFor(*role, last) == MediaParts::kRefuse) {
+        return Invalid(
+            bname, absl::StrCat("is a media block (", *type, "); this server accepts text only"));
+      }
+      absl::StrAppend(current.mutable_content(), text_blocks++ == 0 ? "" : "\n",
+                      media ? MediaPlaceholder(*type) : *text);
+      current_used = true;
     } else if (IsMediaBlock(*type)) {
       if (MediaPartsFor(*role, last) == MediaParts::kRefuse) {
         return Invalid(
@@ -271,8 +281,11 @@ class AnthropicFormatter : public ResponseFormatter {
     if (!text.empty()) content.push_back({{"type", "text"}, {"text", text}});
     for (int i = 0; i < f.tool_calls_size(); ++i) {
       const infer_v1::ToolCall& tc = f.tool_calls(i);
-      Json input = Json::parse(tc.arguments_json(), nullptr, /*allow_exceptions=*/false);
-      if (!input.is_object()) input = Json::object();
+      // Bounded as a request body is (nesting, members): the daemon's words, and the body is
+      // copied and serialised by recursion. The daemon bounds them too.
+      absl::StatusOr<Json> parsed =
+          ParseJsonObject(tc.arguments_json(), RequestLimits().max_json_depth);
+      Json input = parsed.ok() ? *std::move(parsed) : Json::object();
       content.push_back({{"type", "tool_use"},
                          {"id", tool_ids_.For(static_cast<uint32_t>(i))},
                          {"name", tc.name()},

@@ -195,8 +195,17 @@ class CompletionFormatter : public ResponseFormatter {
   std::string StreamFinished(const infer_v1::Finished& f) override {
     Json last = Object("", FinishReasonName(f.reason()));
     last["cairn"] = CairnObject(f.cache());
-    if (include_usage_) last["usage"] = UsageObject(f);
-    return absl::StrCat(SseData(last), "data: [DONE]\n\n");
+    std::string out = SseData(last);
+    if (include_usage_) {
+      // As OpenAI (and the chat formatter): a chunk of its own, with no choices, before [DONE].
+      Json usage = Object("", nullptr);
+      usage["choices"] = Json::array();
+      usage["usage"] = UsageObject(f);
+      usage["cairn"] = CairnObject(f.cache());
+      absl::StrAppend(&out, SseData(usage));
+    }
+    absl::StrAppend(&out, "data: [DONE]\n\n");
+    return out;
   }
   std::string StreamError(const absl::Status& status) override {
     return absl::StrCat("data: ", OpenAiErrorJson(status, "prompt"), "\n\ndata: [DONE]\n\n");

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status/status_macros.h"
 #include "services/gateway/openai/chat_formatters.h"
 
@@ -28,6 +29,52 @@ std::string MediaPlaceholder(absl::string_view type) {
 
 MediaParts MediaPartsFor(absl::string_view role, bool last) {
   return role == "user" && last ? MediaParts::kRefuse : MediaParts::kPlaceholder;
+}
+
+absl::StatusOr<std::optional<std::string>> TextBlockText(const JsonFields& block,
+                                                         absl::string_view type,
+                                                         const RequestLimits& limits) {
+  std::vector<std::string> lines;
+  ASSIGN_OR_RETURN(std::optional<std::string> title,
+                   block.String("title", limits.max_string_bytes));
+  if (title.has_value() && !title->empty()) lines.push_back(*std::move(title));
+  if (type == "search_result") {
+    ASSIGN_OR_RETURN(std::optional<std::string> source,
+                     block.String("source", limits.max_string_bytes));
+    if (source.has_value() && !source->empty()) lines.push_back(*std::move(source));
+    const Json* content = block.Get("content");
+    if (content == nullptr) return Invalid(block.Name("content"), "is required");
+    ASSIGN_OR_RETURN(std::string body, ContentText(*content, block.Name("content"), limits,
+                                                   ContentAuthor::kAny, MediaParts::kPlaceholder));
+    lines.push_back(std::move(body));
+    return absl::StrJoin(lines, "\n");
+  }
+  ASSIGN_OR_RETURN(const Json* source_json, block.Object("source"));
+  if (source_json == nullptr) return Invalid(block.Name("source"), "is required");
+  const JsonFields source(*source_json, block.Name("source"));
+  ASSIGN_OR_RETURN(std::optional<std::string> kind, source.String("type", 64));
+  if (kind != "text" && kind != "content") return std::optional<std::string>();
+  ASSIGN_OR_RETURN(std::optional<std::string> context,
+                   block.String("context", limits.max_string_bytes));
+  if (context.has_value() && !context->empty()) lines.push_back(*std::move(context));
+  if (*kind == "text") {
+    ASSIGN_OR_RETURN(std::optional<std::string> data,
+                     source.String("data", limits.max_string_bytes));
+    if (!data.has_value()) return Invalid(source.Name("data"), "is required");
+    lines.push_back(*std::move(data));
+  } else {
+    const Json* content = source.Get("content");
+    if (content == nullptr) return Invalid(source.Name("content"), "is required");
+    ASSIGN_OR_RETURN(std::string body, ContentText(*content, source.Name("content"), limits,
+                                                   ContentAuthor::kAny, MediaParts::kPlaceholder));
+    lines.push_back(std::move(body));
+  }
+  std::string text = absl::StrJoin(lines, "\n");
+  if (text.size() > limits.max_string_bytes) {
+    return Invalid(block.path(),
+                   absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+  }
+  return text;
 }
 
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
@@ -81,6 +128,18 @@ absl::StatusOr<std::string> ContentText(const Json& content, const std::string& 
       ASSIGN_OR_RETURN(std::optional<std::string> t, p.String("refusal", limits.max_string_bytes));
       if (!t.has_value()) return Invalid(p.Name("refusal"), "is required");
       absl::StrAppend(&text, separator, *t);
+    } else if (*type == "document" || *type == "search_result") {
+      // Anthropic's, in a tool result or a system prompt: Claude Code's Read tool answers a
+      // PDF with a document block.
+      ASSIGN_OR_RETURN(std::optional<std::string> t, TextBlockText(p, *type, limits));
+      if (t.has_value()) {
+        absl::StrAppend(&text, separator, *t);
+      } else if (media == MediaParts::kRefuse) {
+        return Invalid(part_name, absl::StrCat("is a media part (", *type,
+                                               "); this server accepts text only"));
+      } else {
+        absl::StrAppend(&text, separator, MediaPlaceholder(*type));
+      }
     } else if (*type == "image_url" || *type == "input_image" || *type == "input_audio" ||
                *type == "file" || *type == "input_file" || *type == "image" ||
                *type == "video_url") {

@@ -76,9 +76,19 @@ std::string MediaPlaceholder(absl::string_view type);
 // are refused, all others stand as placeholders.
 MediaParts MediaPartsFor(absl::string_view role, bool last);
 
+// The text of an Anthropic block that can carry text: a document whose source is text
+// ({"type": "text", "data": ...}) or text blocks ({"type": "content", "content": ...}), or a
+// search_result (its title, source and text blocks); a document's title and context head its
+// text. nullopt for a document whose bytes are media (a PDF in base64 or by URL, a file id):
+// the caller refuses it or stands a placeholder for it, as for other media.
+absl::StatusOr<std::optional<std::string>> TextBlockText(const JsonFields& block,
+                                                         absl::string_view type,
+                                                         const RequestLimits& limits);
+
 // Reads the text of an OpenAI `content` (a string, or an array of text parts, joined with
-// "\n"). InvalidArgument for unknown part types, refusal parts outside an assistant's
-// content, and media parts unless `media` is kPlaceholder.
+// "\n"; Anthropic's text-bearing document and search_result blocks read as TextBlockText).
+// InvalidArgument for unknown part types, refusal parts outside an assistant's content, and media
+// parts unless `media` is kPlaceholder.
 absl::StatusOr<std::string> ContentText(const Json& content, const std::string& field,
                                         const RequestLimits& limits,
                                         ContentAuthor author = ContentAuthor::kAny,

@@ -194,7 +194,8 @@ absl::Status InferServiceImpl::NeedTokenizer() const {
 }
 
 absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(const v1::ChatPrompt& chat,
-                                                                  bool without_reasoning) const {
+                                                                  bool without_reasoning,
+                                                                  size_t max_tokens) const {
   RETURN_IF_ERROR(NeedTokenizer());
   if (model_->chat_template() == nullptr) {
     return absl::FailedPreconditionError(
@@ -218,6 +219,7 @@ absl::StatusOr<text::RenderedPrompt> InferServiceImpl::RenderChat(const v1::Chat
   }
   req.without_reasoning = without_reasoning;
   req.special_tokens_as_text = options_.special_tokens_as_text;
+  req.max_prompt_tokens = max_tokens;
   if (req.forced_tool.has_value()) {
     if (absl::Status s = text::CheckForcedTool(req); !s.ok()) {
       return absl::InvalidArgumentError(
@@ -264,9 +266,22 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     }
   }
   std::string prompt_text;
+  // The prompt must leave a token of the context to generate: a longer one is refused after
+  // that many tokens' work, not its whole text's (OutOfRange from the encoding).
+  const int64_t context = scheduler_->context_tokens();
+  const size_t max_prompt = static_cast<size_t>(std::max<int64_t>(context - 1, 1));
+  const auto overflow = [&](const absl::Status& s) {
+    if (!absl::IsOutOfRange(s)) return s;
+    return ContextOverflowError(absl::StrCat("prompt of more than ", max_prompt,
+                                             " tokens does not fit the context of ", context,
+                                             " tokens (at least one token must be generated)"));
+  };
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kChat: {
-      ASSIGN_OR_RETURN(text::RenderedPrompt rendered, RenderChat(request.chat(), formatted));
+      absl::StatusOr<text::RenderedPrompt> chat_rendered =
+          RenderChat(request.chat(), formatted, max_prompt);
+      if (!chat_rendered.ok()) return overflow(chat_rendered.status());
+      text::RenderedPrompt& rendered = *chat_rendered;
       out.prompt.assign(rendered.ids.begin(), rendered.ids.end());
       out.stable_boundary = static_cast<int64_t>(rendered.stable_boundary);
       out.shared_boundary = static_cast<int64_t>(rendered.shared_boundary);
@@ -276,8 +291,12 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
     }
     case v1::GenerateRequest::kText: {
       RETURN_IF_ERROR(NeedTokenizer());
-      ASSIGN_OR_RETURN(std::vector<text::TokenId> ids, model_->tokenizer()->Encode(request.text()));
-      out.prompt.assign(ids.begin(), ids.end());
+      text::EncodeOptions encode;
+      encode.max_tokens = max_prompt;
+      absl::StatusOr<std::vector<text::TokenId>> ids =
+          model_->tokenizer()->Encode(request.text(), encode);
+      if (!ids.ok()) return overflow(ids.status());
+      out.prompt.assign(ids->begin(), ids->end());
       prompt_text = request.text();
       break;
     }
@@ -302,7 +321,6 @@ absl::StatusOr<GenerateRequest> InferServiceImpl::Prepare(const v1::GenerateRequ
                        ") is outside the model's vocabulary of ", vocab));
     }
   }
-  const int64_t context = scheduler_->context_tokens();
   const int64_t n = static_cast<int64_t>(out.prompt.size());
   if (n >= context) {
     return ContextOverflowError(absl::StrCat("prompt of ", n,
@@ -523,11 +541,25 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
       index->id_limit());
 }
 
+grpc::Status InferServiceImpl::Enqueue(absl::AnyInvocable<void() &&> fn) {
+  switch (pool_->TrySchedule(std::move(fn), options_.max_queued_calls)) {
+    case ThreadPool::Queued::kYes:
+      return grpc::Status::OK;
+    case ThreadPool::Queued::kFull:
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("the inference daemon has ", options_.max_queued_calls,
+                                       " calls waiting to be prepared; retry later"));
+    case ThreadPool::Queued::kStopping:
+      break;
+  }
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the inference daemon is draining");
+}
+
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto* reactor = new GenerateReactor(options_.max_stream_buffer_bytes);
   const absl::Time deadline = DeadlineOf(context);
-  const bool scheduled = pool_->Schedule([this, request, reactor, deadline] {
+  const grpc::Status queued = Enqueue([this, request, reactor, deadline] {
     GenerateSinkOptions so;
     absl::StatusOr<GenerateRequest> prepared = Prepare(*request, &so.parser);
     if (!prepared.ok()) {
@@ -549,9 +581,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(
     absl::Status submitted = scheduler_->Submit(std::move(*prepared));
     if (!submitted.ok()) reactor->Close(ToGrpcStatus(submitted));
   });
-  if (!scheduled) {
-    reactor->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the inference daemon is draining"));
-  }
+  if (!queued.ok()) reactor->Close(queued);
   return reactor;
 }
 
@@ -559,7 +589,7 @@ grpc::ServerUnaryReactor* InferServiceImpl::Tokenize(grpc::CallbackServerContext
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool scheduled = pool_->Schedule([this, request, response, reactor] {
+  const grpc::Status queued = Enqueue([this, request, response, reactor] {
     absl::Status st = NeedTokenizer();
     if (st.ok()) {
       text::EncodeOptions eo;
@@ -573,7 +603,7 @@ grpc::ServerUnaryReactor* InferServiceImpl::Tokenize(grpc::CallbackServerContext
     }
     reactor->Finish(ToGrpcStatus(st));
   });
-  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  if (!queued.ok()) reactor->Finish(queued);
   return reactor;
 }
 
@@ -581,7 +611,7 @@ grpc::ServerUnaryReactor* InferServiceImpl::Detokenize(grpc::CallbackServerConte
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool scheduled = pool_->Schedule([this, request, response, reactor] {
+  const grpc::Status queued = Enqueue([this, request, response, reactor] {
     absl::Status st = NeedTokenizer();
     if (st.ok()) {
       std::vector<text::TokenId> ids(request->ids().begin(), request->ids().end());
@@ -591,7 +621,7 @@ grpc::ServerUnaryReactor* InferServiceImpl::Detokenize(grpc::CallbackServerConte
     }
     reactor->Finish(ToGrpcStatus(st));
   });
-  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  if (!queued.ok()) reactor->Finish(queued);
   return reactor;
 }
 
@@ -599,7 +629,7 @@ grpc::ServerUnaryReactor* InferServiceImpl::ApplyTemplate(grpc::CallbackServerCo
                                                           const v1::ApplyTemplateRequest* request,
                                                           v1::ApplyTemplateResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const bool scheduled = pool_->Schedule([this, request, response, reactor] {
+  const grpc::Status queued = Enqueue([this, request, response, reactor] {
     absl::StatusOr<text::RenderedPrompt> rendered = RenderChat(request->chat());
     if (rendered.ok()) {
       response->set_text(std::move(rendered->text));
@@ -609,7 +639,7 @@ grpc::ServerUnaryReactor* InferServiceImpl::ApplyTemplate(grpc::CallbackServerCo
     }
     reactor->Finish(ToGrpcStatus(rendered.status()));
   });
-  if (!scheduled) reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "draining"));
+  if (!queued.ok()) reactor->Finish(queued);
   return reactor;
 }
 

@@ -37,6 +37,10 @@ struct InferServiceOptions {
   size_t max_stream_buffer_bytes = size_t{64} << 20;
   // Chat messages' special tokens are text (text::ChatRequest::special_tokens_as_text).
   bool special_tokens_as_text = true;
+  // Calls waiting for a thread of the pool to validate, render and tokenize them; past it a
+  // call is refused with RESOURCE_EXHAUSTED (each may hold a request of up to the receive
+  // limit, 64 MiB, and the scheduler's --max-queue counts only those already prepared).
+  size_t max_queued_calls = 256;
 };
 
 // The gRPC adapter of cairn.infer.v1.InferService. Reactions never block: every call is
@@ -82,9 +86,15 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
  private:
   // Renders a chat prompt: its text, token ids, stable and shared boundaries, and the opening
   // of a tool call that tool_choice "required" or a function's name forces. With
-  // `without_reasoning` (a response format) the turn is rendered without reasoning.
+  // `without_reasoning` (a response format) the turn is rendered without reasoning. With
+  // `max_tokens` > 0, a prompt past that many tokens is OutOfRange, found after about that many
+  // tokens' work.
+  // Queues `fn` on the pool: OK, or RESOURCE_EXHAUSTED where max_queued_calls already wait,
+  // UNAVAILABLE when the pool is stopping (the daemon drains).
+  grpc::Status Enqueue(absl::AnyInvocable<void() &&> fn);
   absl::StatusOr<text::RenderedPrompt> RenderChat(const v1::ChatPrompt& chat,
-                                                  bool without_reasoning = false) const;
+                                                  bool without_reasoning = false,
+                                                  size_t max_tokens = 0) const;
   // The constraint of `request`'s response_format (null without one), ending the answer with
   // `stop_ids`' end-of-turn tokens. InvalidArgument naming the field for a bad format or one
   // the request's other fields rule out.

@@ -79,6 +79,7 @@ int Run(int argc, char** argv) {
   scheduler_options.max_pass_tokens = 0;  // --max-pass-tokens' default: by the backend's memory.
   GrpcStateCacheOptions cache_options;
   InferServiceOptions service_options;
+  int max_queued_calls = static_cast<int>(service_options.max_queued_calls);
   FlagSet flags("cairn-infer",
                 "The Cairn inference daemon: a hybrid model, its execution slots and the cache "
                 "protocol.");
@@ -120,6 +121,10 @@ int Run(int argc, char** argv) {
   flags.Add("sessions", &main_options.sessions, "execution slots (-j N)", 1, kNoMax);
   flags.Add("max-queue", &scheduler_options.max_queue,
             "requests waiting for a slot; more are refused (RESOURCE_EXHAUSTED)", 0, kNoMax);
+  flags.Add("max-queued-calls", &max_queued_calls,
+            "calls waiting for an --io-threads thread to validate, render and tokenize them; "
+            "more are refused (RESOURCE_EXHAUSTED)",
+            1, kNoMax);
   flags.Add("max-pass-tokens", &scheduler_options.max_pass_tokens,
             absl::StrCat("longest prefill pass (the cache plans with it too; 0: ", kHostPassTokens,
                          " where the backend computes in host memory, ", kDevicePassTokens,
@@ -191,6 +196,7 @@ int Run(int argc, char** argv) {
     }
   }
 
+  service_options.max_queued_calls = static_cast<size_t>(max_queued_calls);
   ThreadPool pool(main_options.io_threads);
   ServerRunnerOptions server_options;
   server_options.listen = main_options.listen;
@@ -291,6 +297,7 @@ int Run(int argc, char** argv) {
     cache_options.identity.set_layout_digest(id.layout_digest);
     cache_options.identity.set_numerics_class(id.numerics_class);
     cache_options.identity.set_speculative_config(id.speculative_config);
+    cache_options.identity.set_config_digest(id.config_digest);
     cache_options.layout = model->state_layout();
     cache = std::make_unique<GrpcStateCache>(cache_options, [&scheduler] {
       if (scheduler != nullptr) scheduler->Wake();

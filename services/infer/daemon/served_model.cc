@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/checksum/checksum.h"
+#include "common/json/json_scan.h"
 #include "common/log/log.h"
 #include "common/status/annotate.h"
 #include "common/status/status_macros.h"
@@ -79,7 +80,7 @@ void ReadConfigExtras(const std::filesystem::path& dir, std::vector<int32_t>* eo
                       int64_t* max_positions) {
   for (const char* name : {"config.json", "generation_config.json"}) {
     absl::StatusOr<std::string> text = ReadFile(dir / name);
-    if (!text.ok()) continue;
+    if (!text.ok() || FileJsonTooDeep(*text)) continue;
     nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) continue;
     for (const nlohmann::json* o : {&j, j.contains("text_config") ? &j["text_config"] : nullptr}) {
@@ -99,7 +100,7 @@ void ReadConfigExtras(const std::filesystem::path& dir, std::vector<int32_t>* eo
 SamplingDefaults ReadSamplingDefaults(const std::filesystem::path& dir) {
   SamplingDefaults d;
   absl::StatusOr<std::string> text = ReadFile(dir / "generation_config.json");
-  if (!text.ok()) return d;
+  if (!text.ok() || FileJsonTooDeep(*text)) return d;
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return d;
   auto number = [&](const char* key, double lo, double hi) -> std::optional<double> {
@@ -229,9 +230,15 @@ absl::StatusOr<std::unique_ptr<ServedModel>> ServedModel::Load(const ServedModel
     if (hip) id.numerics_class = options.gpu_bf16_inputs ? kHipNumericsClass : kHipFp32InputsClass;
   }
   id.speculative_config = "";
-  id.digest = Hex(Xxh3(absl::StrCat(
-      id.architecture, "|", id.weights_digest, "|", id.tokenizer_digest, "|", id.template_digest,
-      "|", id.layout_digest, "|", id.numerics_class, "|", id.speculative_config)));
+  // The loader has just read config.json; any edit to it (a RoPE base, the experts a token
+  // takes, a norm's epsilon) changes the state the same weights compute, so it is a new
+  // identity. Its bytes, not its parse: conservative, and independent of what the model reads.
+  ASSIGN_OR_RETURN(const std::string config_text, ReadFile(dir / "config.json"));
+  id.config_digest = Hex(Xxh3(config_text));
+  id.digest =
+      Hex(Xxh3(absl::StrCat(id.architecture, "|", id.weights_digest, "|", id.tokenizer_digest, "|",
+                            id.template_digest, "|", id.layout_digest, "|", id.numerics_class, "|",
+                            id.speculative_config, "|", id.config_digest)));
   return served;
 }
 

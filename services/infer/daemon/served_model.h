@@ -57,6 +57,7 @@ struct CompatibilityIdentity {
   std::string layout_digest;
   std::string numerics_class;
   std::string speculative_config;
+  std::string config_digest;  // Of config.json's bytes.
 };
 
 // Everything the daemon serves for one model folder: the backend, the model, and, when the

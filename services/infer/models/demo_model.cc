@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -144,7 +145,11 @@ absl::Status WriteDemoTextFiles(const std::string& model_dir, const std::string&
     return absl::InternalError(
         absl::StrCat("cannot read ", (from / "tokenizer_config.json").string()));
   }
-  nlohmann::ordered_json config = nlohmann::ordered_json::parse(text.str(), nullptr, false);
+  const std::string config_text = text.str();
+  nlohmann::ordered_json config =
+      FileJsonTooDeep(config_text)
+          ? nlohmann::ordered_json(nlohmann::ordered_json::value_t::discarded)
+          : nlohmann::ordered_json::parse(config_text, nullptr, false);
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat((from / "tokenizer_config.json").string(), " is not a JSON object"));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -279,6 +280,10 @@ bool HybridConfig::IsMoeLayer(int i) const {
 }
 
 absl::StatusOr<HybridConfig> ParseHybridConfig(absl::string_view json_text) {
+  if (FileJsonTooDeep(json_text)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json nests deeper than ", kMaxFileJsonNesting, " levels"));
+  }
   const Json outer = Json::parse(json_text.begin(), json_text.end(), nullptr, false);
   if (outer.is_discarded() || !outer.is_object()) {
     return absl::InvalidArgumentError("config.json is not a JSON object");

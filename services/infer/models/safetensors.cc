@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/infer/kernels/half_float.h"
@@ -255,7 +256,10 @@ absl::StatusOr<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string
     std::ifstream in(index_path);
     std::stringstream text;
     text << in.rdbuf();
-    nlohmann::json index = nlohmann::json::parse(text.str(), nullptr, false);
+    const std::string index_text = text.str();
+    const nlohmann::json index = FileJsonTooDeep(index_text)
+                                     ? nlohmann::json(nlohmann::json::value_t::discarded)
+                                     : nlohmann::json::parse(index_text, nullptr, false);
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
         !index["weight_map"].is_object()) {
       return absl::InvalidArgumentError(

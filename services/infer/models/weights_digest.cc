@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum/checksum.h"
+#include "common/json/json_scan.h"
 #include "common/log/log.h"
 #include "nlohmann/json.hpp"
 
@@ -67,7 +68,9 @@ nlohmann::json ReadCache(const std::string& path) {
   if (!in) return nlohmann::json::object();
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  const std::string body = text.str();
+  nlohmann::json j = FileJsonTooDeep(body) ? nlohmann::json(nlohmann::json::value_t::discarded)
+                                           : nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     CAIRN_LOG(WARNING) << "ignoring unreadable weights digest cache " << path;
     return nlohmann::json::object();

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 #include "services/infer/engine/generation.h"
 #include "services/infer/engine/slot_state.h"
@@ -40,7 +41,11 @@ nlohmann::json TopLogits(const float* row, int64_t n, int k) {
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view json_text) {
-  nlohmann::json j = nlohmann::json::parse(json_text.begin(), json_text.end(), nullptr, false);
+  // An array of integers nests one level; anything deeper is refused before parsing.
+  nlohmann::json j =
+      JsonNestingDepth(json_text, 1) > 1
+          ? nlohmann::json(nlohmann::json::value_t::discarded)
+          : nlohmann::json::parse(json_text.begin(), json_text.end(), nullptr, false);
   if (j.is_discarded() || !j.is_array()) {
     return absl::InvalidArgumentError("token ids must be a JSON array of integers");
   }

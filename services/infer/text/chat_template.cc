@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 #include "services/infer/text/bounded_json.h"
 #include "services/infer/text/file_util.h"
@@ -151,6 +152,10 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(
   const std::string config_path = dir + "/tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
+    if (FileJsonTooDeep(text)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_path, " nests deeper than ", kMaxFileJsonNesting, " levels"));
+    }
     const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
     if (config.is_discarded() || !config.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(config_path, " is not a JSON object"));
@@ -184,7 +189,9 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromModelDir(
   const std::string processor_path = dir + "/chat_template.json";
   if (!source && std::filesystem::exists(processor_path)) {
     ASSIGN_OR_RETURN(std::string text, ReadFileToString(processor_path));
-    const nlohmann::json processor = nlohmann::json::parse(text, nullptr, false);
+    const nlohmann::json processor = FileJsonTooDeep(text)
+                                         ? nlohmann::json(nlohmann::json::value_t::discarded)
+                                         : nlohmann::json::parse(text, nullptr, false);
     if (processor.is_discarded() || !processor.is_object() ||
         !processor.contains("chat_template") || !processor["chat_template"].is_string()) {
       return absl::InvalidArgumentError(
@@ -584,9 +591,11 @@ absl::StatusOr<Encodable> RenderEncodable(const ChatTemplate& chat_template,
 }
 
 absl::StatusOr<std::vector<TokenId>> EncodeRendered(const Tokenizer& tokenizer,
-                                                    const Encodable& rendered) {
+                                                    const Encodable& rendered,
+                                                    size_t max_tokens = 0) {
   EncodeOptions options;
   options.literal_spans = rendered.literal_spans;
+  options.max_tokens = max_tokens;
   return tokenizer.Encode(rendered.text, options);
 }
 
@@ -619,7 +628,7 @@ absl::StatusOr<RenderedPrompt> RenderPrompt(const ChatTemplate& chat_template,
   } else {
     ASSIGN_OR_RETURN(rendered, RenderEncodable(chat_template, specials, request));
   }
-  ASSIGN_OR_RETURN(out.ids, EncodeRendered(tokenizer, rendered));
+  ASSIGN_OR_RETURN(out.ids, EncodeRendered(tokenizer, rendered, request.max_prompt_tokens));
   out.text = std::move(rendered.text);
 
   ChatRequest next = request;

@@ -49,6 +49,9 @@ struct ChatRequest {
   // keeps its special tokens. False: every special token's text in the rendered prompt is the token
   // (transformers' apply_chat_template followed by encoding, which splits nothing).
   bool special_tokens_as_text = true;
+  // When > 0, the prompt's encoding stops past this many tokens (EncodeOptions::max_tokens) and
+  // RenderPrompt returns OutOfRange: a conversation no context can hold costs no more.
+  size_t max_prompt_tokens = 0;
 };
 
 // Parses a request object: {"messages": [...], "tools": [...], "add_generation_prompt": bool,

@@ -13,10 +13,25 @@ Template::Template(const TemplateOptions& options, std::unique_ptr<Node> root)
 
 Template::~Template() = default;
 
+Node::~Node() {
+  std::vector<NodePtr> pending;
+  for (NodePtr& k : kids) {
+    if (k != nullptr) pending.push_back(std::move(k));
+  }
+  while (!pending.empty()) {
+    NodePtr n = std::move(pending.back());
+    pending.pop_back();
+    for (NodePtr& k : n->kids) {
+      if (k != nullptr) pending.push_back(std::move(k));
+    }
+    // `n` goes here with no children left to free.
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Template>> Template::Parse(std::string_view source,
                                                           const TemplateOptions& options) {
   ASSIGN_OR_RETURN(std::vector<internal::Token> tokens, internal::Lex(source, options));
-  ASSIGN_OR_RETURN(NodePtr root, internal::ParseTokens(std::move(tokens)));
+  ASSIGN_OR_RETURN(NodePtr root, internal::ParseTokens(std::move(tokens), options));
   return std::unique_ptr<Template>(new Template(options, std::move(root)));
 }
 

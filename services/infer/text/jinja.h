@@ -21,6 +21,11 @@ struct TemplateOptions {
   size_t max_loop_iterations = size_t{1} << 22;
   // Rendering fails with ResourceExhausted past this macro call depth.
   int max_call_depth = 64;
+  // Parse fails with InvalidArgument where statements and expressions nest deeper than this
+  // (the parse tree's height, and the parser's own recursion: parentheses, `not`, signs). Both
+  // the parser and the renderer recurse a level at a time; a template from a model folder
+  // could otherwise nest deep enough to overflow the stack. Real chat templates stay under 30.
+  int max_nesting = 128;
 };
 
 struct Node;

@@ -51,14 +51,51 @@ const std::set<std::string>& KnownMethods() {
 
 namespace {
 
+// The height of the tree under `root` (a leaf is 1), found without recursion.
+int TreeHeight(const Node& root) {
+  int height = 0;
+  std::vector<std::pair<const Node*, int>> pending = {{&root, 1}};
+  while (!pending.empty()) {
+    const auto [n, depth] = pending.back();
+    pending.pop_back();
+    height = std::max(height, depth);
+    for (const NodePtr& k : n->kids) {
+      if (k != nullptr) pending.emplace_back(k.get(), depth + 1);
+    }
+  }
+  return height;
+}
+
+// The deepest line of the tree under `root` whose depth passes `limit`, for the error.
+int LineDeeperThan(const Node& root, int limit) {
+  std::vector<std::pair<const Node*, int>> pending = {{&root, 1}};
+  while (!pending.empty()) {
+    const auto [n, depth] = pending.back();
+    pending.pop_back();
+    if (depth > limit) return n->line;
+    for (const NodePtr& k : n->kids) {
+      if (k != nullptr) pending.emplace_back(k.get(), depth + 1);
+    }
+  }
+  return root.line;
+}
+
 class Parser {
  public:
-  explicit Parser(std::vector<Token> tokens) : toks_(std::move(tokens)) {}
+  Parser(std::vector<Token> tokens, int max_nesting)
+      : toks_(std::move(tokens)), max_nesting_(max_nesting) {}
 
   absl::StatusOr<NodePtr> ParseTemplate() {
     std::string end_tag;
     ASSIGN_OR_RETURN(NodePtr body, ParseBody({}, &end_tag));
     if (!end_tag.empty()) return Error(absl::StrCat("unexpected {% ", end_tag, " %}"));
+    // Chains of operators, filters and attributes deepen the tree in loops the recursion
+    // bound does not see; the renderer recurses once a level of the tree.
+    if (TreeHeight(*body) > max_nesting_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "template line ", LineDeeperThan(*body, max_nesting_),
+          ": statements and expressions nested deeper than ", max_nesting_, " levels"));
+    }
     // Calls are resolved now so that a template using a function we lack fails at load.
     for (const auto& [name, line] : called_functions_) {
       if (KnownGlobals().count(name) == 0 && macros_.count(name) == 0) {
@@ -100,6 +137,23 @@ class Parser {
     ++i_;
     return absl::OkStatus();
   }
+  // Counts a level of the parser's recursion while in scope.
+  class Nesting {
+   public:
+    explicit Nesting(int* depth) : depth_(depth) { ++*depth_; }
+    ~Nesting() { --*depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    int* depth_;
+  };
+  absl::Status CheckNesting() const {
+    if (depth_ <= max_nesting_) return absl::OkStatus();
+    return Error(
+        absl::StrCat("statements and expressions nested deeper than ", max_nesting_, " levels"));
+  }
+
   absl::StatusOr<std::string> ExpectIdentifier() {
     if (Peek().type != Token::Type::kName) {
       return Error(absl::StrCat("expected a name, got '", Peek().value, "'"));
@@ -111,6 +165,8 @@ class Parser {
   // tag name, stored in *end_tag) or the input ends.
   absl::StatusOr<NodePtr> ParseBody(const std::vector<std::string>& end_tags,
                                     std::string* end_tag) {
+    const Nesting nesting(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     NodePtr block = MakeNode(Node::Kind::kBlock, Peek().line);
     end_tag->clear();
     while (Peek().type != Token::Type::kEof) {
@@ -287,6 +343,8 @@ class Parser {
   absl::StatusOr<NodePtr> ParseExpression() { return ParseOr(/*allow_cond=*/true); }
 
   absl::StatusOr<NodePtr> ParseOr(bool allow_cond) {
+    const Nesting nesting(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     const int line = Peek().line;
     ASSIGN_OR_RETURN(NodePtr left, ParseAnd());
     while (IsName("or")) {
@@ -329,6 +387,8 @@ class Parser {
   }
 
   absl::StatusOr<NodePtr> ParseNot() {
+    const Nesting nesting(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     if (IsName("not")) {
       const int line = Next().line;
       ASSIGN_OR_RETURN(NodePtr operand, ParseNot());
@@ -417,6 +477,8 @@ class Parser {
   }
 
   absl::StatusOr<NodePtr> ParseUnary(bool with_filter) {
+    const Nesting nesting(&depth_);
+    RETURN_IF_ERROR(CheckNesting());
     const int line = Peek().line;
     NodePtr node;
     if (IsOp("-") || IsOp("+")) {
@@ -657,14 +719,16 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t i_ = 0;
+  const int max_nesting_;
+  int depth_ = 0;  // Levels of ParseBody, ParseOr, ParseNot and ParseUnary on the stack.
   std::vector<std::pair<std::string, int>> called_functions_;  // Name and line of each call.
   std::set<std::string> macros_;
 };
 
 }  // namespace
 
-absl::StatusOr<NodePtr> ParseTokens(std::vector<Token> tokens) {
-  Parser parser(std::move(tokens));
+absl::StatusOr<NodePtr> ParseTokens(std::vector<Token> tokens, const TemplateOptions& options) {
+  Parser parser(std::move(tokens), options.max_nesting);
   return parser.ParseTemplate();
 }
 

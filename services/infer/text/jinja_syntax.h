@@ -19,6 +19,13 @@ namespace cairn::infer::text::jinja {
 
 // Syntax tree.
 struct Node {
+  Node() = default;
+  // Frees the subtree in a loop rather than by recursion, so that a tree of any depth (one
+  // being built when the parser refuses it, say) cannot overflow the stack.
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
   enum class Kind {
     // Expressions.
     kLiteral,
@@ -101,7 +108,7 @@ struct Token {
 absl::StatusOr<std::vector<Token>> Lex(std::string_view source, const TemplateOptions& options);
 
 // The syntax tree of `tokens` (jinja_parser.cc). Errors: InvalidArgument with the line.
-absl::StatusOr<NodePtr> ParseTokens(std::vector<Token> tokens);
+absl::StatusOr<NodePtr> ParseTokens(std::vector<Token> tokens, const TemplateOptions& options);
 
 // Renders `root` with `context` (jinja_render.cc); errors as Template::Render.
 absl::StatusOr<std::string> RenderTree(const Node& root, const TemplateOptions& options,

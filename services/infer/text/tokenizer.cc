@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/json/json_scan.h"
 #include "common/status/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "services/infer/text/file_util.h"
@@ -16,6 +17,28 @@ namespace cairn::infer::text {
 namespace {
 
 using json = nlohmann::json;
+
+// The largest token id accepted: the id table is allocated up to it.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
+// Ids past this many entries beyond twice the tokenizer's tokens are refused: the id table
+// would be mostly holes (real vocabularies are dense), and its size is the file's to choose.
+constexpr int64_t kIdSlack = 1024;
+
+absl::Status TooManyTokens(size_t max_tokens) {
+  return absl::OutOfRangeError(absl::StrCat("the text is more than ", max_tokens, " tokens"));
+}
+
+// A JSON value for an error message: at most 200 bytes of its text.
+std::string Excerpt(const json& j) {
+  constexpr size_t kMaxBytes = 200;
+  std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxBytes) {
+    text.resize(kMaxBytes);
+    text = Utf8Lossy(text) + "...";
+  }
+  return text;
+}
 
 // GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to 256 + n in order.
 // Returns the inverse: code point -> byte, or -1.
@@ -68,7 +91,7 @@ absl::StatusOr<bool> BoolField(const json& j, const char* key, bool fallback,
   if (it == j.end() || it->is_null()) return fallback;
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", Av(where), " ", Av(key),
-                                                   " must be a boolean, got ", it->dump()));
+                                                   " must be a boolean, got ", Excerpt(*it)));
   }
   return it->get<bool>();
 }
@@ -81,7 +104,7 @@ absl::Status ExpectType(const json& j, std::string_view key, std::string_view ty
   auto t = it->find("type");
   if (t == it->end() || !t->is_string() || t->get<std::string>() != type) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", Av(key), " must be of type ",
-                                                   Av(type), ", got ", it->dump()));
+                                                   Av(type), ", got ", Excerpt(*it)));
   }
   return absl::OkStatus();
 }
@@ -90,7 +113,7 @@ absl::Status ExpectType(const json& j, std::string_view key, std::string_view ty
 absl::Status CheckByteLevel(const json& j, std::string_view where, bool check_regex) {
   if (!j.is_object() || StringField(j, "type") != "ByteLevel") {
     return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer.json: ", Av(where), " must be ByteLevel, got ", j.dump()));
+        absl::StrCat("tokenizer.json: ", Av(where), " must be ByteLevel, got ", Excerpt(j)));
   }
   ASSIGN_OR_RETURN(const bool prefix_space, BoolField(j, "add_prefix_space", false, where));
   if (prefix_space) {
@@ -110,7 +133,7 @@ absl::StatusOr<PreTokenizerPattern> ParsePreTokenizer(const json& pre) {
       !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
       pre["pretokenizers"].size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer.json: pre_tokenizer must be Sequence[Split, ByteLevel], got ", pre.dump()));
+        "tokenizer.json: pre_tokenizer must be Sequence[Split, ByteLevel], got ", Excerpt(pre)));
   }
   const json& split = pre["pretokenizers"][0];
   if (!split.is_object() || StringField(split, "type") != "Split" ||
@@ -119,7 +142,7 @@ absl::StatusOr<PreTokenizerPattern> ParsePreTokenizer(const json& pre) {
       !split["pattern"].is_object() || !split["pattern"].contains("Regex") ||
       !split["pattern"]["Regex"].is_string()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tokenizer.json: unsupported split pre-tokenizer ", split.dump()));
+        absl::StrCat("tokenizer.json: unsupported split pre-tokenizer ", Excerpt(split)));
   }
   RETURN_IF_ERROR(CheckByteLevel(pre["pretokenizers"][1], "pre_tokenizer", true));
   return PreTokenizerPatternFromRegex(split["pattern"]["Regex"].get<std::string>());
@@ -138,7 +161,7 @@ absl::StatusOr<std::pair<std::string, std::string>> MergeParts(const json& m) {
   if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
     return std::make_pair(m[0].get<std::string>(), m[1].get<std::string>());
   }
-  return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: bad merge ", m.dump()));
+  return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: bad merge ", Excerpt(m)));
 }
 
 // The length of the maximal prefix of an ill-formed or truncated sequence starting at `s[i]`
@@ -217,6 +240,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
                                                                const TokenizerOptions& options) {
+  if (FileJsonTooDeep(absl::string_view(tokenizer_json.data(), tokenizer_json.size()))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json nests deeper than ", kMaxFileJsonNesting, " levels"));
+  }
   const json root = json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError("tokenizer.json is not a JSON object");
@@ -266,21 +293,29 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   TokenId max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > (1 << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: bad id for ", it.key()));
+        it.value().get<int64_t>() > kMaxTokenId) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: bad id for ", Av(it.key()),
+                                                     " (ids are 0 to ", kMaxTokenId, ")"));
     }
     max_id = std::max(max_id, static_cast<TokenId>(it.value().get<int64_t>()));
   }
-  const json added = root.contains("added_tokens") && root["added_tokens"].is_array()
-                         ? root["added_tokens"]
-                         : json::array();
+  static const json* const kNoTokens = new json(json::array());
+  const auto added_it = root.find("added_tokens");
+  const json& added = added_it != root.end() && added_it->is_array() ? *added_it : *kNoTokens;
   for (const json& a : added) {
     if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
         !a.contains("content") || !a["content"].is_string() || a["id"].get<int64_t>() < 0 ||
-        a["id"].get<int64_t>() > (1 << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: bad added token ", a.dump()));
+        a["id"].get<int64_t>() > kMaxTokenId) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer.json: bad added token ", Excerpt(a)));
     }
     max_id = std::max(max_id, static_cast<TokenId>(a["id"].get<int64_t>()));
+  }
+  const int64_t tokens = static_cast<int64_t>(vocab.size() + added.size());
+  if (max_id > 2 * tokens + kIdSlack) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer.json: token id ", max_id, " is far past its ", tokens,
+                     " tokens (ids must be dense: at most ", 2 * tokens + kIdSlack, ")"));
   }
   t->id_to_bytes_.assign(max_id + 1, std::string());
   t->id_is_special_.assign(max_id + 1, 0);
@@ -328,7 +363,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     if (l == t->bytes_to_id_.end() || r == t->bytes_to_id_.end() ||
         merged == t->bytes_to_id_.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tokenizer.json: merge ", m.dump(), " refers to unknown tokens"));
+          absl::StrCat("tokenizer.json: merge ", Excerpt(m), " refers to unknown tokens"));
     }
     const uint64_t key =
         (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
@@ -360,6 +395,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     t->id_is_special_[tok.id] = tok.special ? 1 : 0;
     t->id_present_[tok.id] = true;
     t->added_.push_back(std::move(tok));
+  }
+  for (const std::string& bytes : t->id_to_bytes_) {
+    t->max_token_bytes_ = std::max(t->max_token_bytes_, bytes.size());
   }
   for (size_t i = 0; i < t->added_.size(); ++i) {
     t->added_by_first_byte_[static_cast<unsigned char>(t->added_[i].content[0])].push_back(
@@ -406,21 +444,39 @@ absl::StatusOr<std::vector<TokenId>> Tokenizer::Encode(std::string_view text,
       pos += tok->content.size() - 1;
       continue;
     }
-    EncodeSegment(text.substr(segment_start, pos - segment_start), &out);
+    if (!EncodeSegment(text.substr(segment_start, pos - segment_start), options.max_tokens, &out)) {
+      return TooManyTokens(options.max_tokens);
+    }
     out.push_back(tok->id);
     pos += tok->content.size() - 1;
     segment_start = pos + 1;
+    if (options.max_tokens > 0 && out.size() > options.max_tokens) {
+      return TooManyTokens(options.max_tokens);
+    }
   }
-  EncodeSegment(text.substr(segment_start), &out);
+  if (!EncodeSegment(text.substr(segment_start), options.max_tokens, &out)) {
+    return TooManyTokens(options.max_tokens);
+  }
   return out;
 }
 
-void Tokenizer::EncodeSegment(std::string_view segment, std::vector<TokenId>* out) const {
-  if (segment.empty()) return;
+bool Tokenizer::EncodeSegment(std::string_view segment, size_t max_tokens,
+                              std::vector<TokenId>* out) const {
+  if (segment.empty()) return true;
   const std::string normalized = unicode::Nfc(segment);
   std::vector<std::string_view> pieces;
   SplitPreTokens(pattern_, normalized, &pieces);
-  for (std::string_view piece : pieces) EncodeWord(piece, out);
+  for (std::string_view piece : pieces) {
+    if (max_tokens > 0) {
+      // A piece of b bytes is at least b / max_token_bytes_ tokens: one too long to fit is
+      // refused before its merges run.
+      const size_t least = (piece.size() + max_token_bytes_ - 1) / max_token_bytes_;
+      if (out->size() + least > max_tokens) return false;
+    }
+    EncodeWord(piece, out);
+    if (max_tokens > 0 && out->size() > max_tokens) return false;
+  }
+  return true;
 }
 
 void Tokenizer::EncodeWord(std::string_view word, std::vector<TokenId>* out) const {

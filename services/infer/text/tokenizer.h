@@ -36,6 +36,10 @@ struct EncodeOptions {
   // are text whatever parse_special says (a chat message's own words: chat_template.h,
   // RenderPrompt): a special token whose match overlaps one is encoded as ordinary text.
   std::vector<std::pair<size_t, size_t>> literal_spans;
+  // When > 0, Encode stops once the text is known to make more tokens than this and returns
+  // OutOfRange: its work then grows with the bound, not the text (a prompt of megabytes that
+  // no context can hold is refused after about that many tokens' work).
+  size_t max_tokens = 0;
 };
 
 // An added token from tokenizer.json's `added_tokens`.
@@ -67,7 +71,7 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   // Returns the token ids of `text`. No BOS/EOS is added. Errors: InvalidArgument when `text` is
-  // not valid UTF-8.
+  // not valid UTF-8; OutOfRange past `options.max_tokens`.
   absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text,
                                               const EncodeOptions& options = {}) const;
 
@@ -98,8 +102,9 @@ class Tokenizer {
 
   explicit Tokenizer(const TokenizerOptions& options) : options_(options) {}
 
-  // Appends the tokens of one normalised text segment (no added tokens in it).
-  void EncodeSegment(std::string_view segment, std::vector<TokenId>* out) const;
+  // Appends the tokens of one text segment (no added tokens in it), normalised here; false once
+  // `out` would pass `max_tokens` (> 0), with `out` then cut short.
+  bool EncodeSegment(std::string_view segment, size_t max_tokens, std::vector<TokenId>* out) const;
   // Appends the BPE tokens of one pre-tokenizer piece.
   void EncodeWord(std::string_view word, std::vector<TokenId>* out) const;
   void BpeMerge(std::string_view word, std::vector<TokenId>* out) const;
@@ -109,6 +114,7 @@ class Tokenizer {
   const TokenizerOptions options_;
   PreTokenizerPattern pattern_ = PreTokenizerPattern::kQwen2;
   std::vector<std::string> id_to_bytes_;  // Raw bytes per id ("" for unused ids).
+  size_t max_token_bytes_ = 1;            // The longest of id_to_bytes_.
   std::vector<uint8_t> id_is_special_;
   std::vector<bool> id_present_;
   absl::flat_hash_map<std::string, TokenId> bytes_to_id_;

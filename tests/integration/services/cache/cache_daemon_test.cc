@@ -43,6 +43,17 @@ bool DamageFirstChunkFile(const std::string& root) {
                          .c_str()) == 0;
 }
 
+// Starts `slot` of `infer`'s session cold (another conversation takes it), as the scheduler
+// does before a prefill overwrites it.
+grpc::Status StartColdSlot(FakeInfer& infer, uint32_t slot, v1::StartSlotResponse* started) {
+  v1::StartSlotRequest start;
+  start.set_session_id(infer.session());
+  start.set_model_id(infer.model());
+  start.set_slot(slot);
+  start.set_mode(v1::StartSlotRequest::MODE_COLD);
+  return infer.Call(&v1::CacheService::Stub::StartSlot, start, started);
+}
+
 TEST(CacheDaemonTest, CaptureSpillAndRestoreFromRamGiveBackEveryByte) {
   Server server;
   FakeInfer infer(server.address());
@@ -452,14 +463,9 @@ TEST(CacheDaemonTest, StartSlotPreservesBorrowedRowsThroughTheStream) {
   FakeInfer infer(server.address());
   ASSERT_NO_FATAL_FAILURE(infer.Open());
   std::vector<uint64_t> ids = infer.PrefillCold(0, Tokens(52, 40), {40}, 7);
-  v1::StartSlotRequest start;
-  start.set_session_id(infer.session());
-  start.set_model_id(infer.model());
-  start.set_slot(0);
-  start.set_mode(v1::StartSlotRequest::MODE_COLD);
   v1::StartSlotResponse started;
 
-  ASSERT_TRUE(infer.Call(&v1::CacheService::Stub::StartSlot, start, &started).ok());
+  ASSERT_TRUE(StartColdSlot(infer, 0, &started).ok());
 
   // One spill, sent on the stream, preserves the two borrowed chunks before the overwrite.
   ASSERT_EQ(started.preserve_spills_size(), 1);
@@ -480,6 +486,32 @@ TEST(CacheDaemonTest, StartSlotPreservesBorrowedRowsThroughTheStream) {
     FakeInfer::ApplyLeaseReady(ready, &lease);
   }
   ASSERT_NO_FATAL_FAILURE(infer.VerifyAndRelease(1, ids[0], lease));
+}
+
+// A spill the cache cannot ask for (the arena has no room for the rows it would preserve)
+// fails at once; the StartSlot answer then names no spill to wait for, since no request for it
+// will ever come on the stream. Told of one, the client would stall all its slots for its
+// whole spill wait and then end its session.
+TEST(CacheDaemonTest, AStartSlotAnswerNamesNoSpillThatCouldNotBeAskedFor) {
+  // The arena's regions are whole pages: a chunk of 2 KiB takes 4 KiB of it, so the arena fills
+  // before the RAM budget (which counts 2 KiB a chunk) does. Five checkpoints take five of its
+  // eight pages for their private states; slot 0's four borrowed chunks would need four more.
+  constexpr int64_t kPage = 4096;
+  Server server(8 * kPage);
+  FakeInfer infer(server.address());
+  ASSERT_NO_FATAL_FAILURE(infer.Open());
+  infer.PrefillCold(0, Tokens(61, 64), {16, 32, 48, 64}, 5);
+  infer.PrefillCold(1, Tokens(62, 16), {16}, 6);
+  ASSERT_EQ(server.daemon()->arena().allocator().used_bytes(), 5u * kPage);
+
+  v1::StartSlotResponse started;
+  ASSERT_TRUE(StartColdSlot(infer, 0, &started).ok());
+
+  EXPECT_EQ(started.preserve_spills_size(), 0);
+  // The checkpoints that needed the rows are gone; slot 1's is untouched.
+  EXPECT_EQ(infer.Lookup(Tokens(61, 65)).best().tier(), v1::TIER_UNSPECIFIED);
+  v1::LookupResponse found = infer.Lookup(Tokens(62, 17));
+  EXPECT_EQ(found.best().depth(), 16u);
 }
 
 TEST(CacheDaemonTest, ASpillReportWithAWrongChecksumDropsTheCheckpointWithADataLossEvent) {

@@ -144,6 +144,31 @@ TEST(GatewayApiTest, ChatCompletionStreamsChunksUsageAndDone) {
   EXPECT_EQ(usage["cairn"]["tier"], "ram");
 }
 
+// /v1/completions streams its usage as OpenAI does: a chunk of its own with no choices after
+// the finish_reason chunk, then [DONE] (a client reading usage from that chunk found none).
+TEST(GatewayApiTest, CompletionStreamsUsageInAChunkOfItsOwn) {
+  GatewayHarness h;
+  HttpTestClient client(h.port());
+
+  HttpResult r =
+      client.Post("/v1/completions",
+                  R"({"stream":true,"stream_options":{"include_usage":true},"prompt":"hi"})");
+
+  ASSERT_EQ(r.status, 200) << r.body;
+  bool done = false;
+  std::vector<json> chunks = DataChunks(r.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u);
+  const json& finish = chunks[chunks.size() - 2];
+  EXPECT_EQ(finish["object"], "text_completion");
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(finish.contains("usage"));
+  const json& usage = chunks.back();
+  EXPECT_EQ(usage["object"], "text_completion");
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+}
+
 TEST(GatewayApiTest, StreamOptionsWithoutAStreamGetA400NamingThem) {
   GatewayHarness h;
   HttpTestClient client(h.port());

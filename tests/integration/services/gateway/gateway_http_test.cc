@@ -391,6 +391,26 @@ TEST(GatewayHttpTest, ACompressedBodyGets415BeforeTheBodyIsRead) {
   EXPECT_EQ(h.fake().generate_calls(), 2);
 }
 
+// Nor is a transfer coding other than chunked: "gzip, chunked" would be de-chunked and its
+// still-compressed bytes read as JSON. RFC 9112 6.1 answers such a request 501; chunked alone
+// is served.
+TEST(GatewayHttpTest, ATransferCodingOtherThanChunkedGets501) {
+  GatewayHarness h;
+  const auto request = [](const std::string& coding) {
+    return absl::StrCat("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                        "Content-Type: application/json\r\nTransfer-Encoding: ", coding, "\r\n\r\n",
+                        absl::Hex(sizeof(kChat) - 1), "\r\n", kChat, "\r\n0\r\n\r\n");
+  };
+
+  HttpResult gzip = HttpTestClient(h.port(), absl::Seconds(3)).Raw(request("gzip, chunked"));
+  HttpResult chunked = HttpTestClient(h.port(), absl::Seconds(3)).Raw(request("chunked"));
+
+  EXPECT_EQ(gzip.status, 501) << gzip.error;
+  EXPECT_TRUE(absl::StrContains(gzip.body, "Transfer-Encoding gzip, chunked")) << gzip.body;
+  EXPECT_EQ(chunked.status, 200) << chunked.body;
+  EXPECT_EQ(h.fake().generate_calls(), 1);
+}
+
 TEST(GatewayHttpTest, MalformedHttpGets400) {
   GatewayHarness h;
   HttpTestClient client(h.port());

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "services/infer/daemon/served_model.h"
 #include "tests/integration/services/infer/infer_harness.h"
 #include "tests/integration/services/infer/infer_text_fixture.h"
 #include "tests/unit/services/infer/models/model_test_util.h"
@@ -323,6 +324,45 @@ TEST_F(InferDaemonErrorsTest, CancellingTheCallStopsGenerationAndFreesTheSlot) {
 
 // SIGTERM lets running requests finish for --drain-timeout, then cancels them: such an answer is
 // cut short and must not end like a whole one (Finished and OK).
+// config.json is part of the compatibility identity: an edit that changes what the same
+// weights compute (a norm's epsilon here; a RoPE base or the experts a token takes alike)
+// without changing the state's layout must not find the old model's checkpoints. The same
+// folder loaded twice keeps its identity.
+TEST(InferDaemonIdentityTest, AnEditedConfigIsAnotherIdentity) {
+  absl::StatusOr<std::string> dir = MakeModelFolder("dense", false, "m-identity");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  ServedModelOptions options;
+  options.dir = *dir;
+  options.threads = 1;
+  absl::StatusOr<std::unique_ptr<ServedModel>> first = ServedModel::Load(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<ServedModel>> again = ServedModel::Load(options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->identity().digest, (*first)->identity().digest);
+
+  const std::string config_path = *dir + "/config.json";
+  nlohmann::json config;
+  {
+    std::ifstream in(config_path);
+    config = nlohmann::json::parse(in);
+  }
+  nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+  ASSERT_TRUE(text.contains("rms_norm_eps")) << config.dump();
+  text["rms_norm_eps"] = text["rms_norm_eps"].get<double>() * 10;
+  {
+    std::ofstream out(config_path, std::ios::trunc);
+    out << config.dump(2);
+  }
+  absl::StatusOr<std::unique_ptr<ServedModel>> edited = ServedModel::Load(options);
+  ASSERT_TRUE(edited.ok()) << edited.status();
+  const CompatibilityIdentity& a = (*first)->identity();
+  const CompatibilityIdentity& b = (*edited)->identity();
+  EXPECT_EQ(b.weights_digest, a.weights_digest);
+  EXPECT_EQ(b.layout_digest, a.layout_digest);
+  EXPECT_NE(b.config_digest, a.config_digest);
+  EXPECT_NE(b.digest, a.digest);
+}
+
 TEST(InferDaemonDrainTest, ARequestCancelledByTheDrainEndsUnavailable) {
   absl::StatusOr<std::string> dir = MakeModelFolder("dense", false, "m-drain");
   ASSERT_TRUE(dir.ok()) << dir.status();

@@ -309,6 +309,45 @@ TEST(AnthropicMappingTest, MediaIsRefusedInTheNewestUserTurnOnly) {
             "[image omitted: this server reads text only]");
 }
 
+// Claude Code's Read tool answers a PDF with a document block inside its tool_result: it stands
+// as a placeholder there (refused, every later turn would be too); a document of text, or of
+// text blocks, and a search_result read as their text; a PDF in the newest user turn is refused.
+TEST(AnthropicMappingTest, DocumentAndSearchResultBlocksReadAsTextOrStandAsPlaceholders) {
+  absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "tools": [{"name": "Read", "input_schema": {}}],
+          "messages": [
+          {"role": "user", "content": "read it"},
+          {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read",
+           "input": {}}]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+           {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+            "data": "AAAA"}},
+           {"type": "search_result", "source": "https://a.example", "title": "A",
+            "content": [{"type": "text", "text": "found"}]}]},
+           {"type": "document", "title": "notes.txt", "source": {"type": "text",
+            "media_type": "text/plain", "data": "line one"}},
+           {"type": "document", "source": {"type": "content", "content": [
+            {"type": "text", "text": "part"}]}}]}]})"),
+      {});
+
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const auto& messages = spec->request.chat().messages();
+  ASSERT_EQ(messages.size(), 4);
+  EXPECT_EQ(messages[2].role(), "tool");
+  EXPECT_EQ(messages[2].content(),
+            "[document omitted: this server reads text only]\nA\nhttps://a.example\nfound");
+  EXPECT_EQ(messages[3].role(), "user");
+  EXPECT_EQ(messages[3].content(), "notes.txt\nline one\npart");
+
+  absl::StatusOr<GenerationSpec> pdf = ParseAnthropicMessagesRequest(
+      Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [
+          {"type": "document", "source": {"type": "url", "url": "https://a.example/x.pdf"}},
+          {"type": "text", "text": "summarise"}]}]})"),
+      {});
+  EXPECT_EQ(pdf.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(pdf.status().message()), ::testing::HasSubstr("media block"));
+}
+
 TEST(AnthropicMappingTest, ToolUseIdsAreRandomPerCallAndTheSameInStreamAndBody) {
   absl::StatusOr<GenerationSpec> spec = ParseAnthropicMessagesRequest(
       Json::parse(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})"), {});

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/status_matchers.h"
@@ -268,6 +269,60 @@ TEST(JinjaTest, RunawayTemplatesHitLimits) {
       Template::Parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_THAT((*r)->Render({}).status(), StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// A template nested past TemplateOptions::max_nesting is refused at parse with the line, not
+// a stack overflow, however it nests: blocks, parentheses, `not`, signs, or chains of
+// operators, filters and attributes that the parser builds in loops. The chains are cut off
+// unterminated too, so that the refused partial tree must be freed without recursion.
+TEST(JinjaTest, DeeplyNestedTemplatesFailAtParse) {
+  const int n = 200000;
+  auto repeat = [](std::string_view s, int times) {
+    std::string out;
+    for (int i = 0; i < times; ++i) out += s;
+    return out;
+  };
+  const std::string chain_plus = "{{ 1" + repeat(" + 1", n);
+  const std::string chain_filter = "{{ 'a'" + repeat("|trim", n);
+  const std::string chain_attr = "{{ x" + repeat(".y", n);
+  const std::string chain_item = "{{ x" + repeat("[0]", n);
+  for (const std::string& source :
+       {repeat("{% if x %}", n) + "a" + repeat("{% endif %}", n), repeat("{% for m in xs %}", n),
+        "{{ " + repeat("(", n) + "1" + repeat(")", n) + " }}", "{{ " + repeat("not ", n) + "x }}",
+        "{{ " + repeat("-", n) + "1 }}", "{{ " + repeat("[", n) + repeat("]", n) + " }}",
+        chain_plus + " }}", chain_plus, chain_filter + " }}", chain_filter, chain_attr + " }}",
+        chain_attr, chain_item + " }}", "{{ 1" + repeat(" and 1", n) + " }}",
+        "{{ 1" + repeat(" == 1", n) + " }}"}) {
+    absl::StatusOr<std::unique_ptr<Template>> t = Template::Parse(source);
+    EXPECT_THAT(t.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << source.substr(0, 40);
+  }
+  EXPECT_THAT(Template::Parse(chain_plus + " }}").status().message(),
+              ::testing::HasSubstr("nested deeper than 128 levels"));
+}
+
+// What the bound lets through renders, even at the deepest macro recursion the renderer
+// allows: a body near the nesting bound in each of 64 nested calls stays on the stack.
+TEST(JinjaTest, TemplatesWithinTheNestingBoundRenderAtTheDeepestMacroCalls) {
+  auto repeat = [](std::string_view s, int times) {
+    std::string out;
+    for (int i = 0; i < times; ++i) out += s;
+    return out;
+  };
+  const int blocks = 20;
+  const std::string source = "{% macro f(n) %}" + repeat("{% if true %}", blocks) +
+                             "{% if n < 63 %}{{ f(n + 1) }}{% else %}{{ 1" + repeat(" + 1", 70) +
+                             " }}{% endif %}" + repeat("{% endif %}", blocks) +
+                             "{% endmacro %}{{ f(0) }}";
+  absl::StatusOr<std::unique_ptr<Template>> t = Template::Parse(source);
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<std::string> out = (*t)->Render({});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "71");
+
+  TemplateOptions options;
+  options.max_nesting = 20;
+  EXPECT_THAT(Template::Parse(source, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace

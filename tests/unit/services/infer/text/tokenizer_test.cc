@@ -175,6 +175,41 @@ TEST(TokenizerTest, FieldsOfTheWrongTypeAreErrors) {
   EXPECT_TRUE(Tokenizer::FromJson(base.dump()).ok());
 }
 
+// What a hostile or damaged tokenizer.json could make the loader do is bounded: nesting deep
+// enough to overflow the stack of nlohmann's recursive copy and dump, ids that would size the
+// id table at gigabytes, and error messages that would quote megabytes.
+TEST(TokenizerTest, HostileFilesAreErrorsNotCrashes) {
+  const nlohmann::json base = nlohmann::json::parse(TinyTokenizerJson());
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  std::string text = base.dump();
+  std::string deep_pre = text;
+  deep_pre.replace(deep_pre.find("\"pre_tokenizer\":") + 16, 0, deep + ",\"x\":");
+  // The nesting is refused before parsing, wherever it is.
+  const std::string deep_added = "{\"added_tokens\":[" + deep + "]," + text.substr(1);
+  for (const std::string& bad : {deep_pre, deep_added}) {
+    EXPECT_THAT(Tokenizer::FromJson(bad).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+
+  nlohmann::json huge = base;
+  huge["added_tokens"][0]["id"] = int64_t{1} << 30;
+  EXPECT_THAT(Tokenizer::FromJson(huge.dump()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  nlohmann::json sparse = base;  // 261 tokens; an id of 100,000 would leave the table holes.
+  sparse["added_tokens"][1]["id"] = 100000;
+  const absl::Status sparse_status = Tokenizer::FromJson(sparse.dump()).status();
+  EXPECT_THAT(sparse_status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(sparse_status.message(), ::testing::HasSubstr("dense"));
+  nlohmann::json dense = base;  // Within the slack: loads.
+  dense["added_tokens"][1]["id"] = 1500;
+  EXPECT_TRUE(Tokenizer::FromJson(dense.dump()).ok());
+
+  nlohmann::json long_value = base;
+  long_value["decoder"] = {{"type", std::string(1 << 20, 'x')}};
+  const absl::Status status = Tokenizer::FromJson(long_value.dump()).status();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_LT(status.message().size(), 400u);
+}
+
 TEST(TokenizerTest, UnknownIdIsAnError) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromJson(TinyTokenizerJson());
   ASSERT_TRUE(t.ok()) << t.status();
