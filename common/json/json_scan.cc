@@ -34,9 +34,14 @@ JsonObjectScan ScanJsonObjects(absl::string_view text) {
         break;
       case '{':
         open.push_back(0);
+        ++scan.values_bound;
         break;
       case '[':
         open.push_back(-1);
+        ++scan.values_bound;
+        break;
+      case ',':
+        ++scan.values_bound;
         break;
       case '}':
       case ']':
@@ -53,6 +58,7 @@ JsonObjectScan ScanJsonObjects(absl::string_view text) {
     }
   }
   while (!open.empty()) close();  // Unterminated objects are parsed as far as they go.
+  ++scan.values_bound;            // The last value of each list has no comma after it.
   return scan;
 }
 

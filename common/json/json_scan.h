@@ -25,6 +25,10 @@ struct JsonObjectScan {
   // comparisons). Bounding each object alone leaves this to grow with the number of objects:
   // 190 objects of 4000 members each (3 * 10^9) took 3.3 s to parse.
   int64_t squared_members = 0;
+  // A bound on the number of values the text parses to, never below it (one more than its
+  // commas and opening brackets): what a parse allocates, about 100 bytes a value for
+  // `[[],[],...]`.
+  int64_t values_bound = 0;
 };
 JsonObjectScan ScanJsonObjects(absl::string_view text);
 

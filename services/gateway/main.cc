@@ -72,6 +72,9 @@ int Run(int argc, char** argv) {
   flags.Add("api-key-file", &main_options.api_key_file,
             "file of API keys, one per line (required off loopback)");
   flags.AddBytes("max-body-bytes", &max_body, "largest request body; larger get 413");
+  flags.AddBytes("max-body-bytes-in-flight", &http.max_body_bytes_in_flight,
+                 "request bodies held at once (each charged its Content-Length, or "
+                 "--max-body-bytes when chunked, until answered); more get 503 with Retry-After");
   flags.Add("max-inflight", &http.max_inflight,
             "generation requests in progress at once; more get 503 with Retry-After", 1, kNoMax);
   flags.Add("max-connections", &http.max_connections, "open connections; more get 503", 1, kNoMax);
@@ -116,6 +119,10 @@ int Run(int argc, char** argv) {
     return 2;
   }
   http.max_body_bytes = max_body;
+  if (http.max_body_bytes_in_flight < max_body) {
+    std::cerr << "cairn-gateway: --max-body-bytes-in-flight must be at least --max-body-bytes\n";
+    return 2;
+  }
   limits.max_output_tokens = static_cast<uint32_t>(main_options.max_output_tokens);
   service_options.errors.retry_after_seconds = http.retry_after_seconds;
   upstream.addresses = main_options.infer;

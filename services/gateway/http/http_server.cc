@@ -128,6 +128,7 @@ HttpServerStats HttpServer::stats() const {
   s.connections = state_->connections.load();
   s.exchanges = state_->exchanges();
   s.inflight = state_->inflight.load();
+  s.body_bytes = state_->body_bytes.load();
   s.rejected_busy = state_->rejected_busy.load();
   return s;
 }

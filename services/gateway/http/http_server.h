@@ -134,6 +134,11 @@ struct HttpServerOptions {
   int port = 8080;                                   // 0 picks a free port.
   int threads = 4;                                   // Threads running the io_context.
   uint64_t max_body_bytes = 8 << 20;                 // Larger bodies get 413 (GW3).
+  // Bytes of request bodies held at once, every route's: each request is charged at its header
+  // (its Content-Length, or max_body_bytes for a chunked body) until its exchange ends; one
+  // that would pass this gets 503 + Retry-After before its body is read. Without it a
+  // thousand connections could each hold a body of max_body_bytes.
+  uint64_t max_body_bytes_in_flight = uint64_t{128} << 20;
   uint32_t max_header_bytes = 64 << 10;              // Larger headers get 431.
   absl::Duration read_timeout = absl::Seconds(30);   // A whole request, or keep-alive idle.
   absl::Duration write_timeout = absl::Seconds(60);  // One write.
@@ -159,6 +164,7 @@ struct HttpServerStats {
   int64_t connections = 0;    // Open connections.
   int64_t exchanges = 0;      // Requests being answered.
   int64_t inflight = 0;       // Admitted requests in progress.
+  int64_t body_bytes = 0;     // Bytes of request bodies charged (max_body_bytes_in_flight).
   int64_t rejected_busy = 0;  // Answered 503 by admission or the connection cap.
 };
 

@@ -55,6 +55,7 @@ class HttpServerState {
 
   std::atomic<int64_t> connections{0};
   std::atomic<int64_t> inflight{0};
+  std::atomic<int64_t> body_bytes{0};  // Charged by sessions (max_body_bytes_in_flight).
   std::atomic<int64_t> rejected_busy{0};
 
   // Exchanges in progress; Shutdown waits for zero.

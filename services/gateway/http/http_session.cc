@@ -95,7 +95,14 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
         admitted_ = false;
         --state_->inflight;
       }
+      ReleaseBodyCharge();
     }
+  }
+
+  // Gives back what this exchange's body was charged against max_body_bytes_in_flight.
+  void ReleaseBodyCharge() {
+    state_->body_bytes -= body_charge_;
+    body_charge_ = 0;
   }
 
   // ---- Exchange API (strand only) ----
@@ -438,6 +445,21 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
           current_path_));
       return nullptr;
     }
+    // The body is charged now, before it is read: its Content-Length, or the most a chunked
+    // body may be. The answer's work never holds more than its own body.
+    const auto length = parser_->content_length();  // A boost::optional.
+    const uint64_t charge =
+        length ? *length : (parser_->chunked() ? state_->options().max_body_bytes : 0);
+    if (charge > 0) {
+      body_charge_ = static_cast<int64_t>(charge);
+      const int64_t held = state_->body_bytes += body_charge_;
+      if (static_cast<uint64_t>(held) > state_->options().max_body_bytes_in_flight) {
+        Refuse(BusyResponse(absl::UnavailableError(
+            absl::StrCat("server busy: ", held - body_charge_,
+                         " bytes of request bodies are being read or answered"))));
+        return nullptr;
+      }
+    }
     if (route->options.admission) {
       int64_t now = ++state_->inflight;
       admitted_ = true;
@@ -639,6 +661,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
       admitted_ = false;
       --state_->inflight;
     }
+    ReleaseBodyCharge();
     if (counted_exchange_) {
       counted_exchange_ = false;
       state_->ExchangeEnded();
@@ -726,6 +749,7 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
   bool stream_ended_ = false;
   bool keep_alive_ = false;
   bool admitted_ = false;
+  int64_t body_charge_ = 0;  // Of this exchange's body, in state_->body_bytes.
   bool watching_ = false;
   bool read_after_watch_ = false;
   bool writing_ = false;

@@ -33,6 +33,10 @@ absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth) {
         scan.squared_members, ", over the limit of ", kMaxOrderedJsonSquaredMembers,
         " (four objects of ", kMaxOrderedJsonObjectMembers, " members)"));
   }
+  if (scan.values_bound > kMaxRequestJsonValues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request JSON has more than ", kMaxRequestJsonValues, " values"));
+  }
   Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("request body is not valid JSON");
   if (!j.is_object()) {

@@ -26,9 +26,15 @@ using Json = nlohmann::ordered_json;
 // Serializes `j` compactly; never throws (invalid UTF-8 is replaced with U+FFFD).
 std::string DumpJson(const Json& j);
 
+// The most values a request body may parse to (JsonObjectScan::values_bound): a parse allocates
+// about 100 bytes a value, so an 8 MiB body of `[[],[],...]` took 260 MB to parse, while a
+// long agent conversation with its tools holds some tens of thousands.
+inline constexpr int64_t kMaxRequestJsonValues = int64_t{1} << 19;
+
 // Parses `body` as one JSON object nested at most `max_depth` deep. InvalidArgument when the
-// body is empty, not JSON, too deep, not an object, or too costly to parse in order (an object
-// of too many members, or too many members in all: common/json/json_scan.h).
+// body is empty, not JSON, too deep, not an object, or too costly to parse (an object of too
+// many members or too many members in all, which an ordered parse pays for quadratically:
+// common/json/json_scan.h; more than kMaxRequestJsonValues values).
 absl::StatusOr<Json> ParseJsonObject(absl::string_view body, int max_depth);
 
 // Returns InvalidArgument "<field> <what>" for the request field `field`, its path as OpenAI

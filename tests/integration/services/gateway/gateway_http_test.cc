@@ -152,6 +152,43 @@ TEST(GatewayHttpTest, RefusedRequestsAreAnsweredBeforeTheirBody) {
 // The answer is sent while the client is still sending its body; the server reads and drops
 // the rest before it closes, since closing with unread bytes would reset the connection and
 // could destroy the answer before the client reads it.
+// Bodies held at once are bounded over all connections and routes: each request is charged at
+// its header (its Content-Length), one that would pass --max-body-bytes-in-flight gets 503 with
+// Retry-After before its body is read, and the charge ends with the exchange.
+TEST(GatewayHttpTest, BodiesBeyondTheBytesInFlightGet503AtTheirHeader) {
+  HarnessOptions options;
+  options.http.max_body_bytes = 1 << 20;
+  options.http.max_body_bytes_in_flight = 1500000;  // One HeadOnly body (1,000,000) fits.
+  options.http.read_timeout = absl::Seconds(3);
+  GatewayHarness h(options);
+
+  // A client that sends a header and then nothing holds its charge until the read times out.
+  HttpResult waiting;
+  std::thread slow([&] {
+    waiting = HttpTestClient(h.port(), absl::Seconds(6)).Raw(HeadOnly("/v1/messages/count_tokens"));
+  });
+  for (int i = 0; i < 200 && h.server().stats().body_bytes == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(h.server().stats().body_bytes, 1000000);
+
+  HttpResult small = HttpTestClient(h.port()).Post("/v1/chat/completions", kChat);
+  HttpResult large = HttpTestClient(h.port(), absl::Seconds(3)).Raw(HeadOnly("/tokenize"));
+  slow.join();
+  HttpResult after = HttpTestClient(h.port()).Post("/v1/chat/completions", kChat);
+
+  EXPECT_EQ(small.status, 200) << small.body;
+  EXPECT_EQ(large.status, 503) << large.error;
+  EXPECT_FALSE(large.headers["retry-after"].empty());
+  EXPECT_NE(waiting.status, 200);
+  EXPECT_EQ(after.status, 200) << after.body;
+  // The last exchange ends just after its answer is written.
+  for (int i = 0; i < 200 && h.server().stats().body_bytes != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(h.server().stats().body_bytes, 0);
+}
+
 TEST(GatewayHttpTest, AClientStillSendingARefusedBodyReadsTheAnswer) {
   HarnessOptions options;
   options.http.api_keys = {"secret-key"};

@@ -70,6 +70,19 @@ TEST(JsonUtilTest, TheWholeBodysOrderedParseIsBoundedToo) {
             3 * 3 + 2 * 2 + 1 * 1 + 0);
 }
 
+// What a parse allocates is bounded by the number of values, not only the body's bytes: an
+// 8 MiB body of empty arrays took 260 MB to parse.
+TEST(JsonUtilTest, TheValuesOfABodyAreBounded) {
+  std::string many = "{\"a\":[";
+  for (int64_t i = 0; i < kMaxRequestJsonValues; ++i) many += "[],";
+  many += "[]]}";
+  absl::StatusOr<Json> refused = ParseJsonObject(many, 64);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("values"), std::string::npos) << refused.status();
+  EXPECT_EQ(ScanJsonObjects(R"({"a": [1, 2, {"b": 3}], "c": "x,[y"})").values_bound, 7);
+  EXPECT_TRUE(ParseJsonObject(R"({"a": [1, 2, 3]})", 64).ok());
+}
+
 TEST(JsonUtilTest, FieldReadersCheckTypesAndRangesAndNameTheField) {
   Json j = Json::parse(R"({"s":"x","n":1.5,"i":7,"big":18446744073709551615,"neg":-3,
                            "b":true,"arr":[1,2,3],"nul":null})");
