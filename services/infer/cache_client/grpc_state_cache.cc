@@ -319,6 +319,12 @@ absl::Status GrpcStateCache::Lost(const grpc::Status& status, const char* what) 
   return s;
 }
 
+absl::Status GrpcStateCache::LostSession(const std::shared_ptr<Session>& session,
+                                         const grpc::Status& status, const char* what) {
+  absl::Status lost = Lost(status, what);
+  return absl::IsUnavailable(lost) ? EndSession(session, lost) : lost;
+}
+
 absl::Status GrpcStateCache::EndSession(const std::shared_ptr<Session>& session,
                                         const absl::Status& why) {
   std::shared_ptr<grpc::ClientContext> ctx;

@@ -160,6 +160,12 @@ class GrpcStateCache final : public StateCache {
   // Returns the status of a failed RPC: Unavailable where the transport failed (the cache may
   // be gone), else the cache's answer.
   absl::Status Lost(const grpc::Status& status, const char* what);
+  // Lost, and where that is Unavailable (the transport failed, or the call ran past
+  // rpc_timeout: a cache daemon stopped or swamped) also ends `session`, so that the calls of
+  // the requests behind this one fail at once instead of each waiting out rpc_timeout on the
+  // scheduler thread while every slot's decode waits; the session thread reconnects.
+  absl::Status LostSession(const std::shared_ptr<Session>& session, const grpc::Status& status,
+                           const char* what) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends `session` (when it is still the current one) after a slot start or a restore failed
   // part-way, and returns `why` as Unavailable. The caller overwrites the slot without the
   // cache's leave, while the cache may still count checkpoints' rows as borrowed from it; a

@@ -89,7 +89,7 @@ absl::StatusOr<StatePlan> GrpcStateCache::Lookup(absl::Span<const int32_t> promp
   v1::LookupResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
   grpc::Status st = s->stub->Lookup(ctx.get(), req, &resp);
-  if (!st.ok()) return Lost(st, "lookup");
+  if (!st.ok()) return LostSession(s, st, "lookup");
   StatePlan plan;
   auto add = [&](const v1::Candidate& c) {
     StateCandidate out;
@@ -162,7 +162,7 @@ absl::Status GrpcStateCache::UpdateFrontier(int slot, absl::Span<const int32_t> 
   v1::UpdateFrontierResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
   grpc::Status st = s->stub->UpdateFrontier(ctx.get(), req, &resp);
-  if (!st.ok()) return Lost(st, "frontier update");
+  if (!st.ok()) return LostSession(s, st, "frontier update");
   return absl::OkStatus();
 }
 
@@ -183,7 +183,7 @@ absl::Status GrpcStateCache::Capture(int slot, int64_t depth, CapturePointKind k
   {
     std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
     grpc::Status st = s->stub->ReserveCapture(ctx.get(), req, &res);
-    if (!st.ok()) return Lost(st, "reserve capture");
+    if (!st.ok()) return LostSession(s, st, "reserve capture");
   }
   auto copy = [&]() -> absl::StatusOr<std::pair<uint64_t, uint64_t>> {
     ASSIGN_OR_RETURN(absl::Span<uint8_t> priv, ResolvePrivate(*s, res.private_state().region()));
@@ -233,7 +233,7 @@ absl::Status GrpcStateCache::Capture(int slot, int64_t depth, CapturePointKind k
   v1::CommitCaptureResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = NewClientContext(options_.rpc_timeout);
   grpc::Status st = s->stub->CommitCapture(ctx.get(), cr, &resp);
-  if (!st.ok()) return Lost(st, "commit capture");
+  if (!st.ok()) return LostSession(s, st, "commit capture");
   return absl::OkStatus();
 }
 

@@ -148,6 +148,10 @@ int Run(int argc, char** argv) {
             "idle spills copied in the background beside the compute, at most this many bytes "
             "in flight (0: only when no slot has work, one at a time)",
             0, kNoMax64);
+  flags.Add("cache-rpc-timeout", &cache_options.rpc_timeout,
+            "each call to the cache daemon; one past it (or failing in transport) ends the "
+            "session, which then reconnects, so later requests do not wait for it too",
+            absl::Milliseconds(1));
   flags.Add("cache-write-timeout", &cache_options.stream_write_timeout,
             "a write to the cache session stream outstanding this long (the cache daemon stopped "
             "reading) ends the session, which then reconnects",

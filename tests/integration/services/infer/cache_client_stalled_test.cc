@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -66,6 +67,10 @@ class DeafCache final : public cache::v1::CacheService::Service {
   void DelayReleases(absl::Duration delay) {
     release_delay_ms_.store(absl::ToInt64Milliseconds(delay));
   }
+  // Lookup answers after `delay` from now on.
+  void DelayLookups(absl::Duration delay) {
+    lookup_delay_ms_.store(absl::ToInt64Milliseconds(delay));
+  }
   // Ends the sessions open now (their streams close); later ones stay open.
   void EndOpenSessions() { ended_.store(sessions_.load()); }
   int releases() const { return releases_.load(); }
@@ -97,6 +102,11 @@ class DeafCache final : public cache::v1::CacheService::Service {
     }
     MutexLock lock(&mu_);
     if (stream_ == stream) stream_ = nullptr;
+    return grpc::Status::OK;
+  }
+  grpc::Status Lookup(grpc::ServerContext*, const cache::v1::LookupRequest*,
+                      cache::v1::LookupResponse*) override {
+    absl::SleepFor(absl::Milliseconds(lookup_delay_ms_.load()));
     return grpc::Status::OK;
   }
   grpc::Status AcquireRestore(grpc::ServerContext*, const cache::v1::AcquireRestoreRequest*,
@@ -138,6 +148,7 @@ class DeafCache final : public cache::v1::CacheService::Service {
   std::atomic<uint64_t> next_lease_{kLease};
   std::atomic<bool> ready_{false};
   std::atomic<int64_t> release_delay_ms_{0};
+  std::atomic<int64_t> lookup_delay_ms_{0};
   std::atomic<int> ended_{0};
   std::atomic<int> releases_{0};
   Mutex mu_;
@@ -187,6 +198,31 @@ TEST(CacheClientStalledTest, AWriteTheCacheNeverReadsEndsTheSessionAfterTheWrite
   ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
   EXPECT_GT(cache.generation(), generation);
   EXPECT_GE(deaf.sessions(), 2);
+  cache.Shutdown();
+}
+
+// A call the cache does not answer within rpc_timeout (a stopped or swamped cache daemon) ends
+// the session at once: the requests behind it find no session and go on without the cache
+// instead of each waiting out the timeout on the scheduler thread. The session thread then
+// reconnects.
+TEST(CacheClientStalledTest, ACallPastTheRpcTimeoutEndsTheSession) {
+  DeafCache deaf;
+  GrpcStateCacheOptions o = DeafCacheClientOptions(deaf.address());
+  o.rpc_timeout = absl::Milliseconds(200);
+  GrpcStateCache cache(o, [] {});
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  const uint64_t generation = cache.generation();
+  deaf.DelayLookups(absl::Seconds(2));
+  const std::vector<int32_t> prompt = {1, 2, 3};
+
+  EXPECT_THAT(cache.Lookup(prompt, 0, 0, "c").status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_FALSE(cache.connected() && cache.generation() == generation);
+  EXPECT_THAT(cache.Lookup(prompt, 0, 0, "c").status(), StatusIs(absl::StatusCode::kUnavailable));
+
+  deaf.DelayLookups(absl::ZeroDuration());
+  ASSERT_TRUE(cache.WaitConnected(absl::Seconds(10)));
+  EXPECT_GT(cache.generation(), generation);
+  EXPECT_TRUE(cache.Lookup(prompt, 0, 0, "c").ok());
   cache.Shutdown();
 }
 
