@@ -237,7 +237,7 @@ class ToolsParser {
 
 Json MessageItem(const std::string& id, const std::string& text, absl::string_view status) {
   Json content = Json::array();
-  if (status == "completed") {
+  if (status != "in_progress") {  // Completed, or incomplete: cut by the output's length.
     content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}});
   }
   return {{"type", "message"},
@@ -363,10 +363,10 @@ class ResponsesFormatter : public ResponseFormatter {
   std::string StreamFinished(const infer_v1::Finished& f) override {
     std::string out;
     Open(&out);  // A daemon that skipped Started.
-    CloseItem(&out);
     // An answer cut by max_output_tokens (or the server's cap, or the context) is incomplete,
-    // and its stream ends so, as OpenAI's does.
+    // and its stream ends so, as OpenAI's does; so does the message it cut.
     const bool incomplete = f.reason() == infer_v1::Finished::REASON_LENGTH;
+    CloseItem(&out, incomplete ? "incomplete" : "completed");
     Emit(incomplete ? "response.incomplete" : "response.completed",
          {{"response", Final(f, output_)}}, &out);
     return out;
@@ -390,7 +390,10 @@ class ResponsesFormatter : public ResponseFormatter {
     const std::string& reasoning = collected_.reasoning(f);
     const std::string& text = collected_.text(f);
     if (!reasoning.empty()) output.push_back(ReasoningItem(NewId("rs_"), reasoning, true));
-    if (!text.empty()) output.push_back(MessageItem(NewId("msg_"), text, "completed"));
+    const bool incomplete = f.reason() == infer_v1::Finished::REASON_LENGTH;
+    if (!text.empty()) {
+      output.push_back(MessageItem(NewId("msg_"), text, incomplete ? "incomplete" : "completed"));
+    }
     for (int i = 0; i < f.tool_calls_size(); ++i) {
       const infer_v1::ToolCall& tc = f.tool_calls(i);
       output.push_back(FunctionCallItem(namespaces_, NewId("fc_"),
@@ -473,7 +476,9 @@ class ResponsesFormatter : public ResponseFormatter {
          out);
   }
 
-  void CloseItem(std::string* out) {
+  // `message_status` is the status a message item closes with ("incomplete" when the answer
+  // was cut); other items close completed.
+  void CloseItem(std::string* out, absl::string_view message_status = "completed") {
     if (open_ == kNone) return;
     const size_t index = output_.size();
     Json item;
@@ -506,7 +511,7 @@ class ResponsesFormatter : public ResponseFormatter {
               {"content_index", 0},
               {"part", TextPart(item_text_)}},
              out);
-        item = MessageItem(item_id_, item_text_, "completed");
+        item = MessageItem(item_id_, item_text_, message_status);
         break;
       default:
         Emit("response.function_call_arguments.done",

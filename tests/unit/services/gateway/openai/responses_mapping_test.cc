@@ -352,6 +352,7 @@ TEST(ResponsesMappingTest, AStreamCutByLengthEndsIncomplete) {
   EXPECT_EQ(response["status"], "incomplete");
   EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(response["output"][0]["content"][0]["text"], "partial");
+  EXPECT_EQ(response["output"][0]["status"], "incomplete");  // The message it cut, as OpenAI.
   for (const auto& [name, data] : events) EXPECT_NE(name, "response.completed");
 }
 
@@ -429,6 +430,7 @@ TEST(ResponsesMappingTest, IncompleteWhenCutByLength) {
   EXPECT_EQ(body["status"], "incomplete");
   EXPECT_EQ(body["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(body["output"][0]["content"][0]["text"], "partial");
+  EXPECT_EQ(body["output"][0]["status"], "incomplete");
 }
 
 // Media in the newest input message is refused; in a function call's output or an earlier
