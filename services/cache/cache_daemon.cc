@@ -395,8 +395,11 @@ void CacheDaemon::SendNewSpillsLocked() {
 std::vector<uint64_t> CacheDaemon::OutstandingSpillsLocked(std::vector<uint64_t> spills) {
   if (spills.empty()) return spills;
   AfterCoreLocked();
-  std::erase_if(spills, [this](uint64_t id) { return !core_->GetSpill(id).ok(); });
-  return spills;
+  std::vector<uint64_t> outstanding;
+  for (uint64_t id : spills) {
+    if (core_->GetSpill(id).ok()) outstanding.push_back(id);
+  }
+  return outstanding;
 }
 
 void CacheDaemon::AfterCoreLocked() {
