@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace cairn {
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -28,6 +30,20 @@ ThreadPool::Queued ThreadPool::TrySchedule(absl::AnyInvocable<void() &&> fn, siz
   queue_.push_back(std::move(fn));
   cv_.Signal();
   return Queued::kYes;
+}
+
+absl::Status ThreadPool::ScheduleCall(absl::AnyInvocable<void() &&> fn, size_t max_queued,
+                                      absl::string_view who) {
+  switch (TrySchedule(std::move(fn), max_queued)) {
+    case Queued::kYes:
+      return absl::OkStatus();
+    case Queued::kFull:
+      return absl::ResourceExhaustedError(
+          absl::StrCat(who, " has ", max_queued, " calls waiting for a thread; retry later"));
+    case Queued::kStopping:
+      break;
+  }
+  return absl::UnavailableError(absl::StrCat(who, " is draining"));
 }
 
 void ThreadPool::Shutdown() {

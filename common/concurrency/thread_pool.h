@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/concurrency/mutex.h"
 
 namespace cairn {
@@ -29,6 +31,11 @@ class ThreadPool {
   // As Schedule, but drops `fn` and returns kFull where `max_queued` closures already wait: the
   // bound is checked and the closure queued in one step, so concurrent callers never pass it.
   Queued TrySchedule(absl::AnyInvocable<void() &&> fn, size_t max_queued) ABSL_LOCKS_EXCLUDED(mu_);
+  // TrySchedule for a daemon's calls, as the status a caller answers with: OK;
+  // ResourceExhausted "<who> has N calls waiting for a thread; retry later" where `max_queued`
+  // wait; Unavailable "<who> is draining" after Shutdown() has begun.
+  absl::Status ScheduleCall(absl::AnyInvocable<void() &&> fn, size_t max_queued,
+                            absl::string_view who) ABSL_LOCKS_EXCLUDED(mu_);
   // Finishes queued work and joins the workers. Idempotent.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
   size_t queued() const ABSL_LOCKS_EXCLUDED(mu_);

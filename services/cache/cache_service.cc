@@ -447,17 +447,8 @@ bool CacheServiceImpl::Admit(grpc::ServerUnaryReactor* reactor) {
 }
 
 grpc::Status CacheServiceImpl::Enqueue(absl::AnyInvocable<void() &&> fn) {
-  switch (pool_->TrySchedule(std::move(fn), options_.max_queued_calls)) {
-    case ThreadPool::Queued::kYes:
-      return grpc::Status::OK;
-    case ThreadPool::Queued::kFull:
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("the cache daemon has ", options_.max_queued_calls,
-                                       " calls waiting for a thread; retry later"));
-    case ThreadPool::Queued::kStopping:
-      break;
-  }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the cache daemon is draining");
+  return ToGrpcStatus(
+      pool_->ScheduleCall(std::move(fn), options_.max_queued_calls, "the cache daemon"));
 }
 
 grpc::ServerUnaryReactor* CacheServiceImpl::RunOnPool(grpc::CallbackServerContext* context,

@@ -213,8 +213,17 @@ bool IsIdentityCoding(absl::string_view coding) {
   return coding.empty() || absl::EqualsIgnoreCase(coding, "identity");
 }
 
-bool IsChunkedCoding(absl::string_view coding) {
-  return absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(coding), "chunked");
+absl::Status CheckTransferCoding(const HttpRequest& header) {
+  const auto codings = header.equal_range(boost::beast::http::field::transfer_encoding);
+  for (auto field = codings.first; field != codings.second; ++field) {
+    const absl::string_view coding(field->value().data(), field->value().size());
+    if (absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(coding), "chunked")) continue;
+    return WithHttpStatus(absl::UnimplementedError(absl::StrCat(
+                              "Transfer-Encoding ", coding,
+                              " is not supported; send the body with Content-Length or chunked")),
+                          501);
+  }
+  return absl::OkStatus();
 }
 
 void Router::Add(HttpVerb verb, std::string path, RouteOptions options, HttpHandler handler) {

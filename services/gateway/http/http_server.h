@@ -245,9 +245,10 @@ std::string RequestTargetPath(absl::string_view target,
 // case, or an empty value, which some clients send.
 bool IsIdentityCoding(absl::string_view coding);
 
-// Returns true if the Transfer-Encoding header value `coding` is "chunked" alone (any case), the
-// only transfer coding the gateway decodes.
-bool IsChunkedCoding(absl::string_view coding);
+// OK where every Transfer-Encoding header of `header` is "chunked" alone (any case), the only
+// transfer coding the gateway decodes, or there is none; else Unimplemented with HTTP status
+// 501 (RFC 9112 6.1) naming the coding.
+absl::Status CheckTransferCoding(const HttpRequest& header);
 
 // Returns true if the Origin header value `origin` is an http or https origin on a loopback
 // host ("http://localhost:3000", "https://127.0.0.1", "http://[::1]:8080"); false for any other

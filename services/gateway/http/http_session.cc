@@ -433,16 +433,8 @@ class Session : public Closable, public std::enable_shared_from_this<Session> {
     }
     // Nor a transfer coding other than chunked (RFC 9112 6.1: 501): "gzip, chunked" would be
     // de-chunked and its still-compressed bytes read as JSON.
-    const auto codings = header.equal_range(http::field::transfer_encoding);
-    for (auto field = codings.first; field != codings.second; ++field) {
-      const absl::string_view coding(field->value().data(), field->value().size());
-      if (IsChunkedCoding(coding)) continue;
-      Refuse(state_->RenderError(
-          WithHttpStatus(absl::UnimplementedError(absl::StrCat(
-                             "Transfer-Encoding ", coding,
-                             " is not supported; send the body with Content-Length or chunked")),
-                         501),
-          current_path_));
+    if (absl::Status coding = CheckTransferCoding(header); !coding.ok()) {
+      Refuse(state_->RenderError(coding, current_path_));
       return nullptr;
     }
     // The body is charged now, before it is read: its Content-Length, or the most a chunked

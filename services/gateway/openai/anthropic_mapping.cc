@@ -127,6 +127,10 @@ absl::Status AddMessage(const JsonFields& f, const RequestLimits& limits, bool l
       }
       absl::StrAppend(current.mutable_content(), text_blocks++ == 0 ? "" : "\n",
                       media ? MediaPlaceholder(*type) : *text);
+      if (current.content().size() > limits.max_string_bytes) {
+        return Invalid(f.Name("content"),
+                       absl::StrCat("is longer than ", limits.max_string_bytes, " bytes"));
+      }
       current_used = true;
     } else if (IsMediaBlock(*type)) {
       if (MediaPartsFor(*role, last) == MediaParts::kRefuse) {

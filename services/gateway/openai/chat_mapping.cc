@@ -38,36 +38,37 @@ absl::StatusOr<std::optional<std::string>> TextBlockText(const JsonFields& block
   ASSIGN_OR_RETURN(std::optional<std::string> title,
                    block.String("title", limits.max_string_bytes));
   if (title.has_value() && !title->empty()) lines.push_back(*std::move(title));
+  // The text blocks under `owner` (a search_result, or a document's "content" source).
+  const auto blocks_text = [&](const JsonFields& owner) -> absl::Status {
+    const Json* content = owner.Get("content");
+    if (content == nullptr) return Invalid(owner.Name("content"), "is required");
+    ASSIGN_OR_RETURN(std::string body, ContentText(*content, owner.Name("content"), limits,
+                                                   ContentAuthor::kAny, MediaParts::kPlaceholder));
+    lines.push_back(std::move(body));
+    return absl::OkStatus();
+  };
   if (type == "search_result") {
     ASSIGN_OR_RETURN(std::optional<std::string> source,
                      block.String("source", limits.max_string_bytes));
     if (source.has_value() && !source->empty()) lines.push_back(*std::move(source));
-    const Json* content = block.Get("content");
-    if (content == nullptr) return Invalid(block.Name("content"), "is required");
-    ASSIGN_OR_RETURN(std::string body, ContentText(*content, block.Name("content"), limits,
-                                                   ContentAuthor::kAny, MediaParts::kPlaceholder));
-    lines.push_back(std::move(body));
-    return absl::StrJoin(lines, "\n");
-  }
-  ASSIGN_OR_RETURN(const Json* source_json, block.Object("source"));
-  if (source_json == nullptr) return Invalid(block.Name("source"), "is required");
-  const JsonFields source(*source_json, block.Name("source"));
-  ASSIGN_OR_RETURN(std::optional<std::string> kind, source.String("type", 64));
-  if (kind != "text" && kind != "content") return std::optional<std::string>();
-  ASSIGN_OR_RETURN(std::optional<std::string> context,
-                   block.String("context", limits.max_string_bytes));
-  if (context.has_value() && !context->empty()) lines.push_back(*std::move(context));
-  if (*kind == "text") {
-    ASSIGN_OR_RETURN(std::optional<std::string> data,
-                     source.String("data", limits.max_string_bytes));
-    if (!data.has_value()) return Invalid(source.Name("data"), "is required");
-    lines.push_back(*std::move(data));
+    RETURN_IF_ERROR(blocks_text(block));
   } else {
-    const Json* content = source.Get("content");
-    if (content == nullptr) return Invalid(source.Name("content"), "is required");
-    ASSIGN_OR_RETURN(std::string body, ContentText(*content, source.Name("content"), limits,
-                                                   ContentAuthor::kAny, MediaParts::kPlaceholder));
-    lines.push_back(std::move(body));
+    ASSIGN_OR_RETURN(const Json* source_json, block.Object("source"));
+    if (source_json == nullptr) return Invalid(block.Name("source"), "is required");
+    const JsonFields source(*source_json, block.Name("source"));
+    ASSIGN_OR_RETURN(std::optional<std::string> kind, source.String("type", 64));
+    if (kind != "text" && kind != "content") return std::optional<std::string>();  // Media.
+    ASSIGN_OR_RETURN(std::optional<std::string> context,
+                     block.String("context", limits.max_string_bytes));
+    if (context.has_value() && !context->empty()) lines.push_back(*std::move(context));
+    if (*kind == "text") {
+      ASSIGN_OR_RETURN(std::optional<std::string> data,
+                       source.String("data", limits.max_string_bytes));
+      if (!data.has_value()) return Invalid(source.Name("data"), "is required");
+      lines.push_back(*std::move(data));
+    } else {
+      RETURN_IF_ERROR(blocks_text(source));
+    }
   }
   std::string text = absl::StrJoin(lines, "\n");
   if (text.size() > limits.max_string_bytes) {

@@ -542,17 +542,8 @@ absl::StatusOr<std::unique_ptr<TokenConstraint>> InferServiceImpl::MakeConstrain
 }
 
 grpc::Status InferServiceImpl::Enqueue(absl::AnyInvocable<void() &&> fn) {
-  switch (pool_->TrySchedule(std::move(fn), options_.max_queued_calls)) {
-    case ThreadPool::Queued::kYes:
-      return grpc::Status::OK;
-    case ThreadPool::Queued::kFull:
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("the inference daemon has ", options_.max_queued_calls,
-                                       " calls waiting to be prepared; retry later"));
-    case ThreadPool::Queued::kStopping:
-      break;
-  }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the inference daemon is draining");
+  return ToGrpcStatus(
+      pool_->ScheduleCall(std::move(fn), options_.max_queued_calls, "the inference daemon"));
 }
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* InferServiceImpl::Generate(

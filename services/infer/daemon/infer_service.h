@@ -84,14 +84,14 @@ class InferServiceImpl final : public v1::InferService::CallbackService {
                                           text::OutputParserOptions* parser) const;
 
  private:
+  // Queues `fn` on the pool: OK, or RESOURCE_EXHAUSTED where max_queued_calls already wait,
+  // UNAVAILABLE when the pool is stopping (the daemon drains).
+  grpc::Status Enqueue(absl::AnyInvocable<void() &&> fn);
   // Renders a chat prompt: its text, token ids, stable and shared boundaries, and the opening
   // of a tool call that tool_choice "required" or a function's name forces. With
   // `without_reasoning` (a response format) the turn is rendered without reasoning. With
   // `max_tokens` > 0, a prompt past that many tokens is OutOfRange, found after about that many
   // tokens' work.
-  // Queues `fn` on the pool: OK, or RESOURCE_EXHAUSTED where max_queued_calls already wait,
-  // UNAVAILABLE when the pool is stopping (the daemon drains).
-  grpc::Status Enqueue(absl::AnyInvocable<void() &&> fn);
   absl::StatusOr<text::RenderedPrompt> RenderChat(const v1::ChatPrompt& chat,
                                                   bool without_reasoning = false,
                                                   size_t max_tokens = 0) const;

@@ -24,7 +24,8 @@ struct TemplateOptions {
   // Parse fails with InvalidArgument where statements and expressions nest deeper than this
   // (the parse tree's height, and the parser's own recursion: parentheses, `not`, signs). Both
   // the parser and the renderer recurse a level at a time; a template from a model folder
-  // could otherwise nest deep enough to overflow the stack. Real chat templates stay under 30.
+  // could otherwise nest deep enough to overflow the stack. Qwen3's template and ours parse
+  // with a bound of 24.
   int max_nesting = 128;
 };
 

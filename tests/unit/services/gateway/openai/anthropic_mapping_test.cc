@@ -20,6 +20,20 @@ TEST(AnthropicMappingTest, JoinedTextBlocksAreBoundedLikeOneString) {
 
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().message(), "messages[0].content is longer than 8 bytes");
+
+  // So are documents and search results read as text, alone and joined with the rest.
+  for (const char* blocks : {R"([{"type": "search_result", "source": "abcdef", "title": "t",
+             "content": [{"type": "text", "text": "x"}]}])",
+                             R"([{"type": "text", "text": "abcdef"},
+            {"type": "document", "source": {"type": "text", "data": "ghi"}}])"}) {
+    absl::StatusOr<GenerationSpec> joined = ParseAnthropicMessagesRequest(
+        Json::parse(absl::StrCat(R"({"max_tokens": 5, "messages": [{"role": "user", "content": )",
+                                 blocks, "}]}")),
+        limits);
+    EXPECT_EQ(joined.status().code(), absl::StatusCode::kInvalidArgument) << blocks;
+    EXPECT_NE(joined.status().message().find("longer than 8 bytes"), std::string::npos)
+        << joined.status();
+  }
 }
 
 TEST(AnthropicMappingTest, ThinkingBlocksOfOneTurnAreJoinedWithNewlines) {
